@@ -1,0 +1,116 @@
+//! The backend's configuration: a TOML file, overridden by flags and environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ac_proto::transport::Tuning;
+use serde::{Deserialize, Serialize};
+
+use crate::BackendError;
+
+/// Which device to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    /// The CPU-emulated device.
+    Cpu,
+    /// CUDA when a driver is found, else the CPU device.
+    Auto,
+    /// CUDA, or fail.
+    Cuda,
+}
+
+/// How bulk copies are cut into chunks. Chosen from the measurements in `BENCHMARKS.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CopySettings {
+    /// Bytes handed to the device at a time.
+    pub chunk_bytes: usize,
+    /// Chunks in flight between the network and the device. The copy path holds at most
+    /// `chunk_bytes * (depth + 2)` bytes per copy stream, whatever the copy's size.
+    pub depth: usize,
+}
+
+impl Default for CopySettings {
+    fn default() -> Self {
+        Self { chunk_bytes: 1 << 20, depth: 4 }
+    }
+}
+
+/// Everything the daemon needs to start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendConfig {
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Where certificates are created and kept.
+    pub state_dir: PathBuf,
+    /// Which device to run.
+    pub device: DeviceChoice,
+    /// Memory of the CPU device, MiB.
+    pub memory_mib: u64,
+    /// Certificate chain (PEM); created in `state_dir` when unset.
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of `cert`.
+    pub key: Option<PathBuf>,
+    /// Extra names (DNS or IP) for a created certificate.
+    pub names: Vec<String>,
+    /// Bytes of asynchronous-write payload a session may have queued.
+    pub inline_budget_mib: u32,
+    /// Bulk copy chunking.
+    pub copy: CopySettings,
+    /// QUIC transport.
+    pub transport: Tuning,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:7100".parse().expect("addr"),
+            state_dir: PathBuf::from(".state/ac-backend"),
+            device: DeviceChoice::Cpu,
+            memory_mib: 4096,
+            cert: None,
+            key: None,
+            names: Vec::new(),
+            inline_budget_mib: 64,
+            copy: CopySettings::default(),
+            transport: Tuning::default(),
+        }
+    }
+}
+
+impl BackendConfig {
+    /// Parses a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Self, BackendError> {
+        toml::from_str(text).map_err(|e| BackendError::Config(e.to_string()))
+    }
+
+    /// Checks values that would make the daemon misbehave.
+    pub fn validate(&self) -> Result<(), BackendError> {
+        if self.copy.chunk_bytes < 4096 || self.copy.depth == 0 {
+            return Err(BackendError::Config("copy.chunk_bytes must be >= 4096 and copy.depth >= 1".into()));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(BackendError::Config("cert and key must be given together".into()));
+        }
+        if self.inline_budget_mib == 0 || self.memory_mib == 0 {
+            return Err(BackendError::Config("inline_budget_mib and memory_mib must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults_and_rejects_typos() {
+        let c = BackendConfig::from_toml("memory_mib = 128\n[copy]\ndepth = 8\n").unwrap();
+        assert_eq!(c.memory_mib, 128);
+        assert_eq!(c.copy.depth, 8);
+        assert_eq!(c.copy.chunk_bytes, CopySettings::default().chunk_bytes);
+        assert!(BackendConfig::from_toml("memroy_mib = 1").is_err());
+    }
+}

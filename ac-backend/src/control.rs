@@ -1,0 +1,370 @@
+//! The control stream of a session: requests in order, replies and deferred errors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ac_proto::backend::{
+    close, DevicePtr, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply, Request,
+    Response, StreamId, WireError,
+};
+use ac_proto::frame::{FrameReader, WriterHandle};
+use ac_proto::ProtoError;
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
+use crate::session::Session;
+use crate::stream::{StreamOp, StreamWorker};
+
+/// Largest payload carried inline on the control stream (async writes, module images, reads).
+pub const MAX_INLINE: u64 = 64 << 20;
+
+/// Why a control stream ends the connection: a close code and a reason for the peer.
+#[derive(Debug)]
+pub struct Closing {
+    /// Application close code (see [`ac_proto::backend::close`]).
+    pub code: u32,
+    /// Human-readable reason.
+    pub reason: String,
+}
+
+impl Closing {
+    fn protocol(reason: impl Into<String>) -> Self {
+        Self { code: close::PROTOCOL, reason: reason.into() }
+    }
+}
+
+/// Maps a read failure to the close it deserves; `None` when the peer is already gone.
+pub fn closing_for(error: ProtoError) -> Option<Closing> {
+    match error {
+        ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => {
+            Some(Closing { code: close::MALFORMED, reason: error.to_string() })
+        }
+        ProtoError::UnexpectedEnd => Some(Closing::protocol("stream ended inside a frame")),
+        _ => None,
+    }
+}
+
+/// A session's control-stream state: modules, kernels and streams are touched only here.
+struct Control {
+    session: Arc<Session>,
+    replies: WriterHandle,
+    budget: Arc<Semaphore>,
+    budget_total: u32,
+    modules: HashMap<ModuleId, DeviceModule>,
+    kernels: HashMap<FunctionId, Arc<Kernel>>,
+    streams: HashMap<StreamId, StreamWorker>,
+    /// First failure of an asynchronous call rejected before reaching a stream.
+    pending: Option<WireError>,
+    next_id: u64,
+}
+
+/// What a request produced.
+enum Outcome {
+    /// Answer now (or, for an asynchronous call, record the error).
+    Now(Response),
+    /// A stream will answer.
+    Later,
+}
+
+/// Serves a session's control stream until the client closes it; returns why the connection
+/// must close when the client broke the protocol.
+pub async fn serve(
+    session: Arc<Session>,
+    mut reader: FrameReader,
+    replies: WriterHandle,
+    inline_budget: u32,
+) -> Result<(), Closing> {
+    let default_stream = session.device.create_stream().map_err(|e| Closing::protocol(e.message))?;
+    let worker = StreamWorker::spawn(session.device.clone(), default_stream, format!("ac-s{}-0", session.id.0))
+        .map_err(|e| Closing::protocol(format!("cannot start stream: {e}")))?;
+    let mut control = Control {
+        session,
+        replies,
+        budget: Arc::new(Semaphore::new(inline_budget as usize)),
+        budget_total: inline_budget,
+        modules: HashMap::new(),
+        kernels: HashMap::new(),
+        streams: HashMap::from([(StreamId(0), worker)]),
+        pending: None,
+        next_id: 1,
+    };
+    loop {
+        let envelope: Envelope = match reader.read_frame().await {
+            Ok(Some(envelope)) => envelope,
+            Ok(None) => return Ok(()),
+            Err(e) => return closing_for(e).map_or(Ok(()), Err),
+        };
+        let id = envelope.id;
+        let span = tracing::debug_span!("request", session = control.session.id.0, id);
+        let outcome = control.handle(envelope.request, id, &mut reader).instrument(span).await?;
+        match outcome {
+            Outcome::Now(response) if id != 0 => {
+                if control.replies.send_frame(&Reply { id, response }).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Outcome::Now(Response::Error(e)) => {
+                tracing::debug!(error = %e, "asynchronous call failed");
+                control.pending.get_or_insert(e);
+            }
+            Outcome::Now(_) | Outcome::Later => {}
+        }
+    }
+}
+
+fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
+    Response::Error(WireError::new(kind, message))
+}
+
+impl Control {
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn stream(&self, id: StreamId) -> Result<&StreamWorker, WireError> {
+        self.streams
+            .get(&id)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", id.0)))
+    }
+
+    async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
+        let outcome = match request {
+            Request::Ping => Outcome::Now(Response::Ok),
+            Request::DeviceInfo => Outcome::Now(Response::Info(self.session.device.info())),
+            Request::MemAlloc { bytes } => Outcome::Now(self.session.alloc(bytes).map_or_else(Response::Error, Response::Buffer)),
+            Request::MemFree { buffer } => {
+                // As cudaFree: wait for queued work, so a free never races a launch.
+                self.drain_streams().await;
+                Outcome::Now(self.session.free(buffer).map_or_else(Response::Error, |()| Response::Ok))
+            }
+            Request::MemWrite { dst, len, stream } => {
+                let data = self.read_inline(reader, len).await?;
+                Outcome::Now(self.enqueue_write(dst, data, stream).await)
+            }
+            Request::MemRead { src, len, stream } => self.enqueue_read(src, len, stream, id).await,
+            Request::MemCopy { dst, src, len, stream } => Outcome::Now(self.enqueue_copy(dst, src, len, stream).await),
+            Request::Memset { dst, len, value, stream } => Outcome::Now(self.enqueue_memset(dst, len, value, stream).await),
+            Request::ModuleLoad { source, len } => {
+                let (image, _permit) = self.read_inline(reader, len).await?;
+                Outcome::Now(self.load_module(source, image).await)
+            }
+            Request::ModuleUnload { module } => Outcome::Now(self.unload_module(module).await),
+            Request::FunctionLookup { module, name } => Outcome::Now(self.lookup(module, &name)),
+            Request::Launch { function, dims, args, stream } => Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await),
+            Request::StreamCreate => Outcome::Now(self.create_stream()),
+            Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
+            Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),
+        };
+        Ok(outcome)
+    }
+
+    /// Reads an inline payload under the session's budget, so that queued asynchronous writes
+    /// cannot hold more than the budget in memory.
+    async fn read_inline(
+        &mut self,
+        reader: &mut FrameReader,
+        len: u64,
+    ) -> Result<(bytes::Bytes, tokio::sync::OwnedSemaphorePermit), Closing> {
+        if len > MAX_INLINE {
+            return Err(Closing::protocol(format!(
+                "inline payload of {len} bytes exceeds the limit of {MAX_INLINE}; use a bulk copy"
+            )));
+        }
+        // A payload larger than the whole budget takes all of it rather than waiting forever.
+        let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
+        let permit = self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes");
+        let data = reader.read_exact_raw(len as usize).await.map_err(|e| {
+            closing_for(e).unwrap_or_else(|| Closing::protocol("connection lost inside a payload"))
+        })?;
+        Ok((data, permit))
+    }
+
+    async fn enqueue_write(
+        &mut self,
+        dst: DevicePtr,
+        (data, budget): (bytes::Bytes, tokio::sync::OwnedSemaphorePermit),
+        stream: StreamId,
+    ) -> Response {
+        let checked = self.session.resolve(dst, data.len() as u64).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
+        match checked {
+            Ok((dst_alloc, worker)) => {
+                worker.enqueue(StreamOp::Write { dst: dst_alloc, offset: dst.offset, data, _budget: budget }).await;
+                Response::Ok
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn enqueue_read(&mut self, src: DevicePtr, len: u64, stream: StreamId, id: u64) -> Outcome {
+        if id == 0 {
+            return Outcome::Now(error(ErrorKind::InvalidArgument, "a read needs a request id to answer"));
+        }
+        if len > MAX_INLINE {
+            return Outcome::Now(error(ErrorKind::InvalidArgument, format!("read of {len} bytes: use a bulk copy above {MAX_INLINE}")));
+        }
+        let checked = self.session.resolve(src, len).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
+        match checked {
+            Ok((alloc, worker)) => {
+                let op = StreamOp::Read { src: alloc, offset: src.offset, len, reply_id: id, replies: self.replies.clone() };
+                worker.enqueue(op).await;
+                Outcome::Later
+            }
+            Err(e) => Outcome::Now(Response::Error(e)),
+        }
+    }
+
+    async fn enqueue_copy(&mut self, dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId) -> Response {
+        let checked = (|| Ok((self.session.resolve(dst, len)?, self.session.resolve(src, len)?, self.stream(stream)?)))();
+        match checked {
+            Ok((dst_alloc, src_alloc, worker)) => {
+                let op = StreamOp::Copy { dst: dst_alloc, dst_offset: dst.offset, src: src_alloc, src_offset: src.offset, len };
+                worker.enqueue(op).await;
+                Response::Ok
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn enqueue_memset(&mut self, dst: DevicePtr, len: u64, value: u8, stream: StreamId) -> Response {
+        match self.session.resolve(dst, len).and_then(|alloc| Ok((alloc, self.stream(stream)?))) {
+            Ok((alloc, worker)) => {
+                worker.enqueue(StreamOp::Memset { dst: alloc, offset: dst.offset, len, value }).await;
+                Response::Ok
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
+        let device = self.session.device.clone();
+        // Compiling (NVRTC, large images) may take long: keep it off the async threads.
+        let loaded = tokio::task::spawn_blocking(move || device.load_module(&source, &image)).await;
+        match loaded {
+            Ok(Ok(module)) => {
+                let id = ModuleId(self.fresh_id());
+                self.modules.insert(id, module);
+                Response::Module(id)
+            }
+            Ok(Err(e)) => Response::Error(e),
+            Err(e) => error(ErrorKind::Internal, format!("module load panicked: {e}")),
+        }
+    }
+
+    async fn unload_module(&mut self, module: ModuleId) -> Response {
+        let Some(device_module) = self.modules.remove(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        self.drain_streams().await;
+        self.session.device.unload_module(device_module);
+        Response::Ok
+    }
+
+    fn lookup(&mut self, module: ModuleId, name: &str) -> Response {
+        let Some(&device_module) = self.modules.get(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        match self.session.device.kernel(device_module, name) {
+            Ok(kernel) => {
+                let id = FunctionId(self.fresh_id());
+                let params = kernel.params.clone();
+                self.kernels.insert(id, Arc::new(kernel));
+                Response::Function { id, params }
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn enqueue_launch(&mut self, function: FunctionId, dims: LaunchDims, args: &[KernelArg], stream: StreamId) -> Response {
+        match self.prepare_launch(function, dims, args, stream) {
+            Ok(op) => {
+                self.stream(stream).expect("checked in prepare_launch").enqueue(op).await;
+                Response::Ok
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// Checks a launch completely before it is queued: kernel, signature, shape, buffers.
+    fn prepare_launch(&self, function: FunctionId, dims: LaunchDims, args: &[KernelArg], stream: StreamId) -> Result<StreamOp, WireError> {
+        let kernel = self.kernels.get(&function).cloned().ok_or_else(|| {
+            WireError::new(ErrorKind::InvalidFunction, format!("function {} does not exist in this session", function.0))
+        })?;
+        check_signature(&kernel, args)?;
+        validate_dims(&dims)?;
+        self.stream(stream)?;
+        let mut hold = Vec::new();
+        let mut device_args = Vec::with_capacity(args.len());
+        for arg in args {
+            device_args.push(match arg {
+                KernelArg::Ptr(ptr) => {
+                    let alloc = self.session.resolve_pointer(*ptr)?;
+                    let arg = DeviceArg::Mem { mem: alloc.mem, offset: ptr.offset, len: alloc.size - ptr.offset };
+                    hold.push(alloc);
+                    arg
+                }
+                scalar => DeviceArg::Scalar(*scalar),
+            });
+        }
+        Ok(StreamOp::Launch { kernel, dims, args: device_args, _hold: hold })
+    }
+
+    fn create_stream(&mut self) -> Response {
+        let id = StreamId(self.fresh_id());
+        let created = self.session.device.create_stream().and_then(|s| {
+            StreamWorker::spawn(self.session.device.clone(), s, format!("ac-s{}-{}", self.session.id.0, id.0))
+                .map_err(|e| WireError::new(ErrorKind::Internal, format!("cannot start stream: {e}")))
+        });
+        match created {
+            Ok(worker) => {
+                self.streams.insert(id, worker);
+                Response::Stream(id)
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn destroy_stream(&mut self, stream: StreamId) -> Response {
+        if stream == StreamId(0) {
+            return error(ErrorKind::InvalidStream, "the default stream cannot be destroyed");
+        }
+        let Some(worker) = self.streams.remove(&stream) else {
+            return error(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", stream.0));
+        };
+        worker.barrier().await.map_or(Response::Ok, Response::Error)
+    }
+
+    /// Waits for every stream, keeping their errors pending for the next synchronize.
+    async fn drain_streams(&mut self) {
+        for worker in self.streams.values() {
+            if let Some(e) = worker.barrier().await {
+                self.pending.get_or_insert(e);
+            }
+        }
+    }
+
+    async fn synchronize(&mut self, stream: Option<StreamId>) -> Response {
+        let first = match stream {
+            None => {
+                self.drain_streams().await;
+                self.pending.take()
+            }
+            Some(id) => match self.stream(id) {
+                Ok(worker) => {
+                    let stream_error = worker.barrier().await;
+                    match self.pending.take() {
+                        // Report the older error now and keep the stream's for the next call.
+                        Some(older) => {
+                            self.pending = stream_error;
+                            Some(older)
+                        }
+                        None => stream_error,
+                    }
+                }
+                Err(e) => Some(e),
+            },
+        };
+        first.map_or(Response::Ok, Response::Error)
+    }
+}

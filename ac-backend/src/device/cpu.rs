@@ -1,0 +1,320 @@
+//! The CPU device: device memory is host memory under a configured capacity, and kernels are the
+//! Rust implementations of the `builtin` module. Work runs inside each call; the session's
+//! stream workers give it CUDA's asynchrony.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
+
+use super::builtin;
+use super::{validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
+
+type Memory = Arc<RwLock<Vec<u8>>>;
+
+/// An accelerator emulated in host memory.
+#[derive(Debug)]
+pub struct CpuDevice {
+    name: String,
+    capacity: u64,
+    used: AtomicU64,
+    next: AtomicU64,
+    allocations: Mutex<HashMap<u64, Memory>>,
+}
+
+impl CpuDevice {
+    /// A device with `capacity` bytes of memory.
+    pub fn new(capacity: u64) -> Self {
+        Self {
+            name: format!("CPU device ({} MiB)", capacity >> 20),
+            capacity,
+            used: AtomicU64::new(0),
+            next: AtomicU64::new(1),
+            allocations: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn memory(&self, mem: DeviceMem) -> DeviceResult<Memory> {
+        self.allocations
+            .lock()
+            .expect("allocation table poisoned")
+            .get(&mem.0)
+            .cloned()
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidBuffer, "device memory was freed"))
+    }
+
+    /// Reads `n` f32 values at a pointer argument.
+    fn read_f32s(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<f32>> {
+        let (mem, offset) = self.span(arg, n, what)?;
+        let bytes = n as usize * 4;
+        let guard = mem.read().expect("device memory poisoned");
+        Ok(guard[offset..offset + bytes].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect())
+    }
+
+    /// Writes f32 values at a pointer argument.
+    fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
+        let (mem, offset) = self.span(arg, values.len() as u64, what)?;
+        let mut guard = mem.write().expect("device memory poisoned");
+        for (dst, v) in guard[offset..offset + values.len() * 4].chunks_exact_mut(4).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// Resolves a pointer argument that must hold `n` f32 values.
+    fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Memory, usize)> {
+        let DeviceArg::Mem { mem, offset, len } = *arg else {
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
+        };
+        let need = n.checked_mul(4).ok_or_else(|| WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows")))?;
+        if need > len {
+            return Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!("{what}: kernel accesses {need} bytes but only {len} are allocated from the pointer"),
+            ));
+        }
+        if offset % 4 != 0 {
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: misaligned address (offset {offset})")));
+        }
+        Ok((self.memory(mem)?, offset as usize))
+    }
+
+    fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
+        match builtin::KERNELS[index].0 {
+            "fill" => {
+                let n = scalar_u64(&args[2])?;
+                self.write_f32s(&args[0], &vec![scalar_f32(&args[1])?; n as usize], "fill out")
+            }
+            "vector_add" => {
+                let n = scalar_u64(&args[3])?;
+                let a = self.read_f32s(&args[0], n, "vector_add a")?;
+                let b = self.read_f32s(&args[1], n, "vector_add b")?;
+                let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+                self.write_f32s(&args[2], &c, "vector_add c")
+            }
+            "saxpy" => {
+                let n = scalar_u64(&args[3])?;
+                let a = scalar_f32(&args[0])?;
+                let x = self.read_f32s(&args[1], n, "saxpy x")?;
+                let mut y = self.read_f32s(&args[2], n, "saxpy y")?;
+                for (yi, xi) in y.iter_mut().zip(&x) {
+                    *yi += a * xi;
+                }
+                self.write_f32s(&args[2], &y, "saxpy y")
+            }
+            "sgemm" => {
+                let (m, n, k) = (scalar_u32(&args[0])? as u64, scalar_u32(&args[1])? as u64, scalar_u32(&args[2])? as u64);
+                let a = self.read_f32s(&args[4], m * k, "sgemm A")?;
+                let b = self.read_f32s(&args[5], k * n, "sgemm B")?;
+                let mut c = self.read_f32s(&args[7], m * n, "sgemm C")?;
+                builtin::sgemm(m as usize, n as usize, k as usize, scalar_f32(&args[3])?, &a, &b, scalar_f32(&args[6])?, &mut c);
+                self.write_f32s(&args[7], &c, "sgemm C")
+            }
+            "reduce_sum" => {
+                let n = scalar_u64(&args[2])?;
+                // Sum in f64 so that large reductions stay close to the exact value.
+                let sum: f64 = self.read_f32s(&args[0], n, "reduce_sum in")?.iter().map(|&v| v as f64).sum();
+                let out = self.read_f32s(&args[1], 1, "reduce_sum out")?[0];
+                self.write_f32s(&args[1], &[(out as f64 + sum) as f32], "reduce_sum out")
+            }
+            other => Err(WireError::new(ErrorKind::Internal, format!("builtin `{other}` has no CPU implementation"))),
+        }
+    }
+}
+
+fn scalar_u64(arg: &DeviceArg) -> DeviceResult<u64> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::U64(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u64, got {other:?}"))),
+    }
+}
+
+fn scalar_u32(arg: &DeviceArg) -> DeviceResult<u32> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::U32(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u32, got {other:?}"))),
+    }
+}
+
+fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::F32(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected f32, got {other:?}"))),
+    }
+}
+
+/// Checks that `[offset, offset + len)` lies inside an allocation of `size` bytes.
+fn check_range(size: usize, offset: u64, len: u64) -> DeviceResult<std::ops::Range<usize>> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size as u64 => Ok(offset as usize..end as usize),
+        _ => Err(WireError::new(
+            ErrorKind::OutOfBounds,
+            format!("range {offset}+{len} outside an allocation of {size} bytes"),
+        )),
+    }
+}
+
+impl Device for CpuDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: self.name.clone(),
+            kind: DeviceKind::Cpu,
+            compute_capability: None,
+            memory_total: self.capacity,
+            memory_free: self.capacity - self.used.load(Ordering::Relaxed),
+        }
+    }
+
+    fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem> {
+        if bytes == 0 {
+            return Err(WireError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
+        }
+        let reserved = self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|&total| total <= self.capacity)
+        });
+        if let Err(used) = reserved {
+            return Err(WireError::new(
+                ErrorKind::OutOfMemory,
+                format!("out of device memory: {bytes} bytes requested, {} of {} free", self.capacity - used, self.capacity),
+            ));
+        }
+        // calloc: pages are mapped on first touch, as device memory is committed lazily.
+        let memory = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.allocations.lock().expect("allocation table poisoned").insert(id, memory);
+        Ok(DeviceMem(id))
+    }
+
+    fn free(&self, mem: DeviceMem) {
+        if let Some(memory) = self.allocations.lock().expect("allocation table poisoned").remove(&mem.0) {
+            let size = memory.read().expect("device memory poisoned").len() as u64;
+            self.used.fetch_sub(size, Ordering::AcqRel);
+        }
+    }
+
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8]) -> DeviceResult<()> {
+        let memory = self.memory(dst)?;
+        let mut guard = memory.write().expect("device memory poisoned");
+        let range = check_range(guard.len(), offset, data.len() as u64)?;
+        guard[range].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8]) -> DeviceResult<()> {
+        let memory = self.memory(src)?;
+        let guard = memory.read().expect("device memory poisoned");
+        let range = check_range(guard.len(), offset, out.len() as u64)?;
+        out.copy_from_slice(&guard[range]);
+        Ok(())
+    }
+
+    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()> {
+        if dst == src {
+            let memory = self.memory(dst)?;
+            let mut guard = memory.write().expect("device memory poisoned");
+            let from = check_range(guard.len(), src_offset, len)?;
+            let to = check_range(guard.len(), dst_offset, len)?;
+            guard.copy_within(from, to.start);
+            return Ok(());
+        }
+        let (src_mem, dst_mem) = (self.memory(src)?, self.memory(dst)?);
+        // Lock in handle order so that two opposite copies cannot deadlock.
+        let (src_guard, mut dst_guard);
+        if src.0 < dst.0 {
+            src_guard = src_mem.read().expect("device memory poisoned");
+            dst_guard = dst_mem.write().expect("device memory poisoned");
+        } else {
+            dst_guard = dst_mem.write().expect("device memory poisoned");
+            src_guard = src_mem.read().expect("device memory poisoned");
+        }
+        let from = check_range(src_guard.len(), src_offset, len)?;
+        let to = check_range(dst_guard.len(), dst_offset, len)?;
+        dst_guard[to].copy_from_slice(&src_guard[from]);
+        Ok(())
+    }
+
+    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8) -> DeviceResult<()> {
+        let memory = self.memory(dst)?;
+        let mut guard = memory.write().expect("device memory poisoned");
+        let range = check_range(guard.len(), offset, len)?;
+        guard[range].fill(value);
+        Ok(())
+    }
+
+    fn load_module(&self, source: &ModuleSource, _image: &[u8]) -> DeviceResult<DeviceModule> {
+        match source {
+            ModuleSource::Builtin(name) if name == builtin::MODULE => Ok(DeviceModule(0)),
+            ModuleSource::Builtin(name) => Err(WireError::new(
+                ErrorKind::ModuleLoad,
+                format!("no builtin module `{name}` (the CPU device has `{}`)", builtin::MODULE),
+            )),
+            ModuleSource::Ptx | ModuleSource::Cubin => Err(WireError::new(
+                ErrorKind::NeedsCuda,
+                "loading PTX or cubin needs a CUDA device; this backend runs the CPU device (use the `builtin` module)",
+            )),
+        }
+    }
+
+    fn unload_module(&self, _module: DeviceModule) {}
+
+    fn kernel(&self, _module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
+        let (index, params) = builtin::lookup(name).ok_or_else(|| {
+            WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))
+        })?;
+        Ok(Kernel { handle: index as u64, name: name.to_string(), params: Some(params.to_vec()) })
+    }
+
+    fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], _stream: DeviceStream) -> DeviceResult<()> {
+        validate_dims(dims)?;
+        let index = kernel.handle as usize;
+        if index >= builtin::KERNELS.len() || builtin::KERNELS[index].1.len() != args.len() {
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("bad launch of `{}`", kernel.name)));
+        }
+        self.run_builtin(index, args)
+    }
+
+    fn create_stream(&self) -> DeviceResult<DeviceStream> {
+        Ok(DeviceStream(self.next.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    fn destroy_stream(&self, _stream: DeviceStream) {}
+
+    fn synchronize(&self, _stream: DeviceStream) -> DeviceResult<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_is_enforced_and_returned() {
+        let dev = CpuDevice::new(1000);
+        let a = dev.alloc(600).unwrap();
+        assert_eq!(dev.alloc(600).unwrap_err().kind, ErrorKind::OutOfMemory);
+        dev.free(a);
+        assert_eq!(dev.info().memory_free, 1000);
+        dev.alloc(1000).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_and_overflowing_accesses_fail() {
+        let dev = CpuDevice::new(1 << 20);
+        let a = dev.alloc(16).unwrap();
+        assert_eq!(dev.write(a, 10, &[0; 8]).unwrap_err().kind, ErrorKind::OutOfBounds);
+        assert_eq!(dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind, ErrorKind::OutOfBounds);
+        dev.write(a, 8, &[7; 8]).unwrap();
+        dev.copy(a, 0, a, 8, 8).unwrap();
+        let mut out = [0; 16];
+        dev.read(a, 0, &mut out).unwrap();
+        assert_eq!(out, [7; 16]);
+    }
+
+    #[test]
+    fn ptx_needs_cuda() {
+        let dev = CpuDevice::new(1 << 20);
+        assert_eq!(dev.load_module(&ModuleSource::Ptx, b".version 8.0").unwrap_err().kind, ErrorKind::NeedsCuda);
+    }
+}

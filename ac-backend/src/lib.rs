@@ -1,0 +1,31 @@
+//! `ac-backend`: the daemon on each accelerator host. It executes memory, copy and kernel calls
+//! for remote clients on a [`device::Device`].
+//!
+//! # Layout
+//! - [`server`]: endpoint, preamble and hello checks, one task per connection.
+//! - [`session`]: what one client owns (buffers), and the registry of live sessions.
+//! - [`control`]: a session's control stream: requests in order, replies, deferred errors.
+//! - [`stream`]: one worker thread per device stream runs its operations in order.
+//! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
+//! - [`device`]: the `Device` trait, the CPU device and the `builtin` kernels.
+//! - [`config`]: configuration (TOML, flags, environment).
+//!
+//! # Invariants
+//! - A session sees only its own buffers, modules, kernels and streams: ids are looked up in the
+//!   session's own tables.
+//! - Everything a session holds is released when its control connection ends, cleanly or not.
+//! - A request that fails answers with an error and changes nothing else; bytes that do not
+//!   parse close that connection only.
+
+pub mod bulk;
+pub mod config;
+pub mod control;
+pub mod device;
+mod error;
+pub mod server;
+pub mod session;
+pub mod stream;
+
+pub use config::{BackendConfig, CopySettings, DeviceChoice};
+pub use error::BackendError;
+pub use server::{start, RunningBackend};

@@ -1,0 +1,218 @@
+//! The daemon: accepts connections, checks preamble and hello, and runs sessions.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{close, Hello, Preamble, Reply, Response, ALPN, VERSION};
+use ac_proto::frame::{frame_bytes, spawn_writer, FrameReader};
+use ac_proto::{tls, transport};
+use quinn::{Connection, Endpoint};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::config::{BackendConfig, DeviceChoice};
+use crate::control::{self, closing_for};
+use crate::device::{CpuDevice, Device};
+use crate::session::{Registry, Session};
+use crate::{bulk, BackendError};
+
+/// How long a new connection may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Frames a session's reply writer may have queued.
+const REPLY_QUEUE: usize = 1024;
+
+struct Shared {
+    device: Arc<dyn Device>,
+    registry: Registry,
+    config: BackendConfig,
+}
+
+/// A backend serving in this process.
+#[derive(Debug)]
+pub struct RunningBackend {
+    addr: SocketAddr,
+    ca_cert: PathBuf,
+    endpoint: Endpoint,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("device", &self.device.info().name).finish()
+    }
+}
+
+impl RunningBackend {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The CA certificate clients must trust.
+    pub fn ca_cert(&self) -> &std::path::Path {
+        &self.ca_cert
+    }
+
+    /// Live sessions.
+    pub fn sessions(&self) -> usize {
+        self.shared.registry.len()
+    }
+
+    /// Free device memory, bytes.
+    pub fn memory_free(&self) -> u64 {
+        self.shared.device.info().memory_free
+    }
+
+    /// Stops accepting, closes every connection and waits for the endpoint to go idle.
+    pub async fn shutdown(self) {
+        self.endpoint.close(close::NORMAL.into(), b"backend shutting down");
+        self.task.abort();
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+    }
+}
+
+fn make_device(config: &BackendConfig) -> Result<Arc<dyn Device>, BackendError> {
+    let cpu = || Arc::new(CpuDevice::new(config.memory_mib << 20)) as Arc<dyn Device>;
+    match config.device {
+        DeviceChoice::Cpu => Ok(cpu()),
+        DeviceChoice::Auto => {
+            tracing::info!("no CUDA device support in this build: using the CPU device");
+            Ok(cpu())
+        }
+        DeviceChoice::Cuda => Err(BackendError::Config(
+            "this build has no CUDA device; run with --device cpu or --device auto".into(),
+        )),
+    }
+}
+
+/// The certificate to present, and the CA file to give clients.
+fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendError> {
+    match (&config.cert, &config.key) {
+        (Some(cert), Some(key)) => Ok((tls::load_identity(cert, key)?, cert.clone())),
+        _ => {
+            let mut names = tls::default_names();
+            names.extend(config.names.iter().cloned());
+            let files = tls::ensure_self_signed(&config.state_dir, &names)?;
+            Ok((tls::load_identity(&files.cert, &files.key)?, files.ca_cert))
+        }
+    }
+}
+
+/// Starts a backend on the current tokio runtime.
+pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError> {
+    config.validate()?;
+    let device = make_device(&config)?;
+    let (identity, ca_cert) = identity(&config)?;
+    let crypto = tls::server_crypto(identity, ALPN)?;
+    let endpoint = transport::server_endpoint(config.listen, crypto, &config.transport)?;
+    let addr = endpoint.local_addr()?;
+    let shared = Arc::new(Shared { device, registry: Registry::default(), config });
+    let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
+    tracing::info!(%addr, device = %shared.device.info().name, "backend listening");
+    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task })
+}
+
+async fn accept_loop(endpoint: Endpoint, shared: Arc<Shared>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            match incoming.await {
+                Ok(conn) => {
+                    let span = tracing::info_span!("connection", peer = %conn.remote_address());
+                    serve_connection(conn, shared).instrument(span).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "handshake failed"),
+            }
+        });
+    }
+}
+
+fn refuse(conn: &Connection, code: u32, reason: &str) {
+    tracing::info!(code, reason, "closing connection");
+    conn.close(code.into(), reason.as_bytes());
+}
+
+async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
+    let opened = tokio::time::timeout(HELLO_TIMEOUT, conn.accept_bi()).await;
+    let Ok(Ok((send, recv))) = opened else {
+        return refuse(&conn, close::PROTOCOL, "no hello stream in time");
+    };
+    let mut reader = FrameReader::new(recv);
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
+        Ok(Ok(hello)) => hello,
+        Ok(Err((code, reason))) => return refuse(&conn, code, &reason),
+        Err(_) => return refuse(&conn, close::PROTOCOL, "no hello in time"),
+    };
+    match hello {
+        Hello::Open { .. } => serve_session(conn, shared, send, reader).await,
+        Hello::Attach { session, token } => {
+            let Some(session) = shared.registry.find(session, &token) else {
+                return refuse(&conn, close::UNAUTHORIZED, "unknown session or wrong token");
+            };
+            let welcome = welcome(&session);
+            let mut send = send;
+            if send.write_chunk(welcome).await.is_err() {
+                return;
+            }
+            let _ = send.finish();
+            session.attach(conn.clone());
+            serve_bulk_streams(conn, session).await;
+        }
+    }
+}
+
+/// Reads and checks the preamble and the hello frame.
+async fn read_hello(reader: &mut FrameReader) -> Result<Hello, (u32, String)> {
+    let raw = reader.read_exact_raw(4).await.map_err(|e| (close::PROTOCOL, format!("no preamble: {e}")))?;
+    let preamble = Preamble::parse(raw[..].try_into().expect("4 bytes"))
+        .ok_or((close::MALFORMED, "not an accelerator protocol client (bad magic)".to_string()))?;
+    if preamble.version != VERSION {
+        return Err((
+            close::VERSION_MISMATCH,
+            format!("protocol version mismatch: backend speaks {VERSION}, client sent {}", preamble.version),
+        ));
+    }
+    reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
+}
+
+fn welcome(session: &Session) -> bytes::Bytes {
+    let response = Response::Welcome { session: session.id, token: session.token, info: session.device.info() };
+    frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
+}
+
+async fn serve_session(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, reader: FrameReader) {
+    let session = shared.registry.open(shared.device.clone(), shared.config.copy);
+    tracing::info!(session = session.id.0, "session opened");
+    let replies = spawn_writer(send, REPLY_QUEUE);
+    if replies.send(welcome(&session)).await.is_err() {
+        return;
+    }
+    let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));
+    let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
+    let result = control::serve(session.clone(), reader, replies, budget).await;
+    bulk.abort();
+    shared.registry.remove(session.id);
+    session.close();
+    match result {
+        Ok(()) => conn.close(close::NORMAL.into(), b"session ended"),
+        Err(closing) => refuse(&conn, closing.code, &closing.reason),
+    }
+    tracing::info!(session = session.id.0, "session closed");
+}
+
+async fn serve_bulk_streams(conn: Connection, session: Arc<Session>) {
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        let (conn, session) = (conn.clone(), session.clone());
+        tokio::spawn(async move {
+            if let Err(e) = bulk::serve(session, send, FrameReader::new(recv)).await {
+                if let Some(closing) = closing_for(e) {
+                    refuse(&conn, closing.code, &closing.reason);
+                }
+            }
+        });
+    }
+}
+

@@ -1,0 +1,184 @@
+//! Sessions: what one client owns on this backend.
+//!
+//! A session is created by a control connection's `Hello::Open` and ends with that connection.
+//! Its buffers live in a table shared with the bulk-copy streams of every connection attached
+//! to it. Buffer ids are per session, so another session's id is simply unknown here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
+
+use crate::config::CopySettings;
+use crate::device::{Device, DeviceMem};
+
+/// A device allocation. Dropping the last reference frees the device memory, so an operation
+/// still in flight keeps its memory alive even after the client freed the buffer.
+#[derive(Debug)]
+pub struct Allocation {
+    /// The device memory.
+    pub mem: DeviceMem,
+    /// Its size in bytes.
+    pub size: u64,
+    device: Arc<dyn Device>,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.device.free(self.mem);
+    }
+}
+
+impl std::fmt::Debug for dyn Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.info().name)
+    }
+}
+
+/// One client's state shared between its connections.
+#[derive(Debug)]
+pub struct Session {
+    /// The session's id.
+    pub id: SessionId,
+    /// The secret that lets another connection attach.
+    pub token: [u8; 16],
+    /// The device it runs on.
+    pub device: Arc<dyn Device>,
+    /// Chunking of bulk copies.
+    pub copy: CopySettings,
+    buffers: Mutex<HashMap<BufferId, Arc<Allocation>>>,
+    next_buffer: AtomicU64,
+    attached: Mutex<Vec<quinn::Connection>>,
+}
+
+impl Session {
+    /// Allocates device memory and returns the new buffer's id.
+    pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
+        let mem = self.device.alloc(bytes)?;
+        let entry = Arc::new(Allocation { mem, size: bytes, device: self.device.clone() });
+        let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
+        self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
+        Ok(id)
+    }
+
+    /// Removes a buffer from the table; its memory goes when no operation holds it.
+    pub fn free(&self, id: BufferId) -> Result<(), WireError> {
+        self.buffers
+            .lock()
+            .expect("buffer table poisoned")
+            .remove(&id)
+            .map(drop)
+            .ok_or_else(|| unknown_buffer(id))
+    }
+
+    /// Resolves `len` bytes at `ptr` to its allocation, checking ownership and bounds.
+    pub fn resolve(&self, ptr: DevicePtr, len: u64) -> Result<Arc<Allocation>, WireError> {
+        let alloc = self.resolve_pointer(ptr)?;
+        match ptr.offset.checked_add(len) {
+            Some(end) if end <= alloc.size => Ok(alloc),
+            _ => Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "access of {len} bytes at offset {} is outside buffer {} of {} bytes",
+                    ptr.offset, ptr.buffer.0, alloc.size
+                ),
+            )),
+        }
+    }
+
+    /// Resolves a pointer whose offset must lie inside its buffer (a kernel argument).
+    pub fn resolve_pointer(&self, ptr: DevicePtr) -> Result<Arc<Allocation>, WireError> {
+        let alloc = self
+            .buffers
+            .lock()
+            .expect("buffer table poisoned")
+            .get(&ptr.buffer)
+            .cloned()
+            .ok_or_else(|| unknown_buffer(ptr.buffer))?;
+        if ptr.offset > alloc.size {
+            return Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!("offset {} is outside buffer {} of {} bytes", ptr.offset, ptr.buffer.0, alloc.size),
+            ));
+        }
+        Ok(alloc)
+    }
+
+    /// Records a connection attached to this session, to close it when the session ends.
+    pub fn attach(&self, conn: quinn::Connection) {
+        self.attached.lock().expect("attached list poisoned").push(conn);
+    }
+
+    /// Ends the session: closes attached connections and drops every buffer.
+    pub fn close(&self) {
+        for conn in self.attached.lock().expect("attached list poisoned").drain(..) {
+            conn.close(close::NORMAL.into(), b"session ended");
+        }
+        self.buffers.lock().expect("buffer table poisoned").clear();
+    }
+
+    /// Number of live buffers (for tests and metrics).
+    pub fn buffer_count(&self) -> usize {
+        self.buffers.lock().expect("buffer table poisoned").len()
+    }
+}
+
+fn unknown_buffer(id: BufferId) -> WireError {
+    WireError::new(ErrorKind::InvalidBuffer, format!("buffer {} does not exist in this session", id.0))
+}
+
+/// All live sessions of a backend.
+#[derive(Debug, Default)]
+pub struct Registry {
+    sessions: Mutex<HashMap<SessionId, Weak<Session>>>,
+    next: AtomicU64,
+}
+
+impl Registry {
+    /// Creates and registers a session.
+    pub fn open(&self, device: Arc<dyn Device>, copy: CopySettings) -> Arc<Session> {
+        let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let session = Arc::new(Session {
+            id,
+            token: random_token(),
+            device,
+            copy,
+            buffers: Mutex::new(HashMap::new()),
+            next_buffer: AtomicU64::new(1),
+            attached: Mutex::new(Vec::new()),
+        });
+        self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
+        session
+    }
+
+    /// The live session `id` if `token` is its secret.
+    pub fn find(&self, id: SessionId, token: &[u8; 16]) -> Option<Arc<Session>> {
+        let session = self.sessions.lock().expect("registry poisoned").get(&id)?.upgrade()?;
+        // Compare every byte whatever the first difference, so timing tells nothing.
+        let diff = session.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        (diff == 0).then_some(session)
+    }
+
+    /// Forgets a session.
+    pub fn remove(&self, id: SessionId) {
+        self.sessions.lock().expect("registry poisoned").remove(&id);
+    }
+
+    /// Number of live sessions.
+    pub fn len(&self) -> usize {
+        self.sessions.lock().expect("registry poisoned").values().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn random_token() -> [u8; 16] {
+    use ring::rand::SecureRandom;
+    let mut token = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut token).expect("system randomness");
+    token
+}

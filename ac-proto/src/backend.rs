@@ -1,0 +1,476 @@
+//! The frontend <-> backend protocol, version [`VERSION`].
+//!
+//! # Connections and streams
+//! Every connection uses ALPN [`ALPN`]. Its first bidirectional stream starts with the
+//! [`Preamble`] (magic and version, checked before anything is decoded), then a [`Hello`] frame:
+//! - [`Hello::Open`] makes this connection a session's **control** connection. The stream then
+//!   carries [`Envelope`] requests one way and [`Reply`] frames the other. Closing the connection
+//!   frees every resource of the session.
+//! - [`Hello::Attach`] joins an existing session, so that bulk copies can be striped over several
+//!   connections (one QUIC connection is bound to one core).
+//!
+//! Every further bidirectional stream, on either kind of connection, carries one **bulk copy**:
+//! a [`BulkHeader`] frame, the raw payload (host to device), and one [`Reply`] frame (followed by
+//! the raw payload for device to host).
+//!
+//! # Synchronous and asynchronous calls
+//! A request with a non-zero [`Envelope::id`] gets exactly one [`Reply`] with that id. Requests
+//! sent with id 0 (launches, memsets, stream-ordered copies) get none: they run in order on their
+//! device stream, and the first error a stream meets is kept and returned by the next
+//! [`Request::Synchronize`] that covers that stream, as in CUDA.
+//!
+//! # Errors
+//! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
+//! an oversized frame or a wrong version close the connection with one of the [`close`] codes and
+//! a readable reason.
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version spoken by this build.
+pub const VERSION: u16 = 1;
+/// The ALPN of the backend service.
+pub const ALPN: &[u8] = b"ac-backend";
+/// The preamble's magic bytes.
+pub const MAGIC: [u8; 2] = *b"AC";
+
+/// Application close codes used on backend connections.
+pub mod close {
+    /// The connection ended normally.
+    pub const NORMAL: u32 = 0;
+    /// The peer speaks another protocol version.
+    pub const VERSION_MISMATCH: u32 = 1;
+    /// The peer sent bytes that do not parse, or a frame over the size limit.
+    pub const MALFORMED: u32 = 2;
+    /// The peer broke the protocol's rules (e.g. a bulk stream before hello).
+    pub const PROTOCOL: u32 = 3;
+    /// The peer is not allowed to do this (unknown session, wrong token).
+    pub const UNAUTHORIZED: u32 = 4;
+    /// Stop code for a bulk stream whose copy was refused.
+    pub const COPY_REFUSED: u32 = 5;
+}
+
+/// The four bytes opening a connection's first stream: magic, then the version, little-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    /// The sender's protocol version.
+    pub version: u16,
+}
+
+impl Preamble {
+    /// The preamble of this build.
+    pub const CURRENT: Preamble = Preamble { version: VERSION };
+
+    /// Its four bytes.
+    pub fn to_bytes(self) -> [u8; 4] {
+        let v = self.version.to_le_bytes();
+        [MAGIC[0], MAGIC[1], v[0], v[1]]
+    }
+
+    /// Parses four bytes; `None` when the magic is wrong.
+    pub fn parse(bytes: [u8; 4]) -> Option<Self> {
+        (bytes[..2] == MAGIC).then(|| Preamble { version: u16::from_le_bytes([bytes[2], bytes[3]]) })
+    }
+}
+
+/// A session on one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SessionId(pub u64);
+/// A device allocation, valid only in the session that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufferId(pub u64);
+/// A loaded module, valid only in its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ModuleId(pub u64);
+/// A kernel looked up in a module, valid only in its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FunctionId(pub u64);
+/// A device stream. Stream 0 is the session's default stream and always exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct StreamId(pub u64);
+
+/// A position in device memory: a buffer and a byte offset into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevicePtr {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Byte offset into the buffer.
+    pub offset: u64,
+}
+
+/// First frame of a connection's first stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Hello {
+    /// Start a new session on this connection. `capability` is checked by backends that require
+    /// one (the resource manager issues them); it may be empty otherwise.
+    Open {
+        /// A capability issued by the resource manager, or empty.
+        capability: Vec<u8>,
+    },
+    /// Join an existing session for bulk copies.
+    Attach {
+        /// The session to join.
+        session: SessionId,
+        /// The secret returned in [`Response::Welcome`].
+        token: [u8; 16],
+    },
+}
+
+/// What kind of device a backend runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeviceKind {
+    /// Host memory and Rust kernels: an emulated accelerator.
+    Cpu,
+    /// An NVIDIA GPU through the CUDA driver API.
+    Cuda,
+}
+
+/// Description of a backend's device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// Human-readable name.
+    pub name: String,
+    /// Device kind.
+    pub kind: DeviceKind,
+    /// Compute capability (major, minor) for CUDA devices.
+    pub compute_capability: Option<(u32, u32)>,
+    /// Total device memory in bytes.
+    pub memory_total: u64,
+    /// Free device memory in bytes.
+    pub memory_free: u64,
+}
+
+/// The kind of one kernel parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ParamKind {
+    /// 32-bit unsigned integer.
+    U32,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit unsigned integer.
+    U64,
+    /// 64-bit signed integer.
+    I64,
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// A pointer into device memory.
+    Ptr,
+}
+
+/// One kernel argument.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum KernelArg {
+    /// 32-bit unsigned integer.
+    U32(u32),
+    /// 32-bit signed integer.
+    I32(i32),
+    /// 64-bit unsigned integer.
+    U64(u64),
+    /// 64-bit signed integer.
+    I64(i64),
+    /// 32-bit float.
+    F32(f32),
+    /// 64-bit float.
+    F64(f64),
+    /// A pointer into one of the session's buffers.
+    Ptr(DevicePtr),
+}
+
+impl KernelArg {
+    /// The parameter kind this argument fills.
+    pub fn kind(&self) -> ParamKind {
+        match self {
+            KernelArg::U32(_) => ParamKind::U32,
+            KernelArg::I32(_) => ParamKind::I32,
+            KernelArg::U64(_) => ParamKind::U64,
+            KernelArg::I64(_) => ParamKind::I64,
+            KernelArg::F32(_) => ParamKind::F32,
+            KernelArg::F64(_) => ParamKind::F64,
+            KernelArg::Ptr(_) => ParamKind::Ptr,
+        }
+    }
+}
+
+/// Grid, block and shared memory of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchDims {
+    /// Blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads per block in x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes.
+    pub shared_mem: u32,
+}
+
+/// What a module is made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ModuleSource {
+    /// A module built into the backend, by name (`builtin`).
+    Builtin(String),
+    /// PTX text; the bytes follow as the payload.
+    Ptx,
+    /// A cubin or fatbin image; the bytes follow as the payload.
+    Cubin,
+}
+
+/// Direction of a bulk copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Direction {
+    /// The payload follows the header and is written to device memory.
+    HostToDevice,
+    /// The device memory is read and follows the reply.
+    DeviceToHost,
+}
+
+/// The header frame of a bulk copy stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkHeader {
+    /// Which way the bytes go.
+    pub direction: Direction,
+    /// Where in device memory.
+    pub ptr: DevicePtr,
+    /// How many bytes.
+    pub len: u64,
+    /// Whether the backend overlaps network and device copies (on by default; off for
+    /// measurements).
+    pub pipelined: bool,
+}
+
+/// A request on a control stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Correlates the reply; 0 means "no reply" (asynchronous call).
+    pub id: u64,
+    /// The request.
+    pub request: Request,
+}
+
+/// Requests on a control stream. Those marked *payload* are followed by raw bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Round trip with no device work. Replies [`Response::Ok`].
+    Ping,
+    /// Replies [`Response::Info`].
+    DeviceInfo,
+    /// Allocates device memory. Replies [`Response::Buffer`].
+    MemAlloc {
+        /// Size in bytes.
+        bytes: u64,
+    },
+    /// Frees a buffer after all streams finished their work. Replies [`Response::Ok`].
+    MemFree {
+        /// The buffer.
+        buffer: BufferId,
+    },
+    /// *Payload.* Writes `len` bytes at `dst`, in order on `stream`.
+    MemWrite {
+        /// Destination.
+        dst: DevicePtr,
+        /// Payload length.
+        len: u64,
+        /// Stream that orders the write.
+        stream: StreamId,
+    },
+    /// Reads `len` bytes at `src` in order on `stream`. Replies [`Response::Data`] + payload.
+    MemRead {
+        /// Source.
+        src: DevicePtr,
+        /// Bytes to read.
+        len: u64,
+        /// Stream that orders the read.
+        stream: StreamId,
+    },
+    /// Copies device to device on this accelerator, in order on `stream`.
+    MemCopy {
+        /// Destination.
+        dst: DevicePtr,
+        /// Source.
+        src: DevicePtr,
+        /// Bytes to copy.
+        len: u64,
+        /// Stream that orders the copy.
+        stream: StreamId,
+    },
+    /// Sets `len` bytes at `dst` to `value`, in order on `stream`.
+    Memset {
+        /// Destination.
+        dst: DevicePtr,
+        /// Bytes to set.
+        len: u64,
+        /// The byte value.
+        value: u8,
+        /// Stream that orders the memset.
+        stream: StreamId,
+    },
+    /// *Payload* for PTX and cubin. Replies [`Response::Module`].
+    ModuleLoad {
+        /// What the module is made of.
+        source: ModuleSource,
+        /// Payload length (0 for builtin).
+        len: u64,
+    },
+    /// Unloads a module. Replies [`Response::Ok`].
+    ModuleUnload {
+        /// The module.
+        module: ModuleId,
+    },
+    /// Looks a kernel up by name. Replies [`Response::Function`].
+    FunctionLookup {
+        /// The module.
+        module: ModuleId,
+        /// The kernel's name.
+        name: String,
+    },
+    /// Launches a kernel, in order on `stream`.
+    Launch {
+        /// The kernel.
+        function: FunctionId,
+        /// Launch shape.
+        dims: LaunchDims,
+        /// Arguments, in parameter order.
+        args: Vec<KernelArg>,
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Creates a stream. Replies [`Response::Stream`].
+    StreamCreate,
+    /// Waits for a stream, then destroys it. Replies [`Response::Ok`] or its pending error.
+    StreamDestroy {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Waits until `stream` (or every stream when `None`) has finished its work. Replies
+    /// [`Response::Ok`] or the first error met by asynchronous work since the last synchronize.
+    Synchronize {
+        /// The stream, or all.
+        stream: Option<StreamId>,
+    },
+}
+
+/// A reply on a control stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// The id of the request answered (0 for the hello reply).
+    pub id: u64,
+    /// The answer.
+    pub response: Response,
+}
+
+/// Answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// The hello was accepted.
+    Welcome {
+        /// The session (new or joined).
+        session: SessionId,
+        /// Secret to attach more connections to the session.
+        token: [u8; 16],
+        /// The device this session runs on.
+        info: DeviceInfo,
+    },
+    /// Done.
+    Ok,
+    /// Device description.
+    Info(DeviceInfo),
+    /// A new buffer.
+    Buffer(BufferId),
+    /// A loaded module.
+    Module(ModuleId),
+    /// A kernel; `params` is its signature where the device knows it.
+    Function {
+        /// The kernel's id.
+        id: FunctionId,
+        /// The parameter kinds, when known.
+        params: Option<Vec<ParamKind>>,
+    },
+    /// A new stream.
+    Stream(StreamId),
+    /// Data follows: `len` raw bytes.
+    Data {
+        /// Payload length.
+        len: u64,
+    },
+    /// The request failed.
+    Error(WireError),
+}
+
+/// Error categories a caller can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorKind {
+    /// Not enough device memory.
+    OutOfMemory,
+    /// The buffer does not exist in this session (never allocated, freed, or another session's).
+    InvalidBuffer,
+    /// An access outside a buffer's bounds.
+    OutOfBounds,
+    /// The module does not exist in this session.
+    InvalidModule,
+    /// No kernel of that name in the module.
+    UnknownKernel,
+    /// The function id does not exist in this session.
+    InvalidFunction,
+    /// The stream does not exist in this session.
+    InvalidStream,
+    /// Wrong argument count or types, or an invalid launch shape.
+    InvalidArgument,
+    /// The operation needs a CUDA device (e.g. loading PTX on the CPU device).
+    NeedsCuda,
+    /// A module failed to load or compile; the message holds the log.
+    ModuleLoad,
+    /// The device failed while executing (kernel fault, driver error).
+    Device,
+    /// The request is not allowed (capability missing or wrong).
+    Unauthorized,
+    /// Anything else.
+    Internal,
+}
+
+/// An error as it travels on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct WireError {
+    /// The category.
+    pub kind: ErrorKind,
+    /// What happened, for humans.
+    pub message: String,
+}
+
+impl WireError {
+    /// Builds an error.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preamble_roundtrip_and_bad_magic() {
+        let p = Preamble { version: 513 };
+        assert_eq!(Preamble::parse(p.to_bytes()), Some(p));
+        assert_eq!(Preamble::parse(*b"XY\x01\x00"), None);
+    }
+
+    #[test]
+    fn launch_envelope_is_small() {
+        let env = Envelope {
+            id: 0,
+            request: Request::Launch {
+                function: FunctionId(3),
+                dims: LaunchDims { grid: [256, 1, 1], block: [256, 1, 1], shared_mem: 0 },
+                args: vec![
+                    KernelArg::F32(2.0),
+                    KernelArg::Ptr(DevicePtr { buffer: BufferId(1), offset: 0 }),
+                    KernelArg::Ptr(DevicePtr { buffer: BufferId(2), offset: 0 }),
+                    KernelArg::U64(1 << 20),
+                ],
+                stream: StreamId(0),
+            },
+        };
+        let bytes = crate::frame::frame_bytes(&env).unwrap();
+        assert!(bytes.len() < 64, "a launch frame is {} bytes", bytes.len());
+    }
+}

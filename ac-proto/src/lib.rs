@@ -1,0 +1,27 @@
+//! Wire types, codec, framing, TLS and transport set-up shared by every crate of the
+//! network-attached accelerator manager.
+//!
+//! # Layout
+//! - [`codec`]: the only place that knows the serializer (bincode 2 with a size limit).
+//! - [`frame`]: length-prefixed frames on QUIC streams, raw payloads after a header, and the
+//!   batching frame writer.
+//! - [`backend`]: the frontend <-> backend protocol (session control, bulk copies, kernels).
+//! - [`tls`]: the self-signed CA, certificates and rustls configurations (TLS 1.3, verified).
+//! - [`transport`]: tuned QUIC transport parameters and endpoint construction.
+//! - [`error`]: [`ProtoError`], the crate's one error type.
+//!
+//! # Invariants
+//! - Every decode has an explicit size limit ([`codec::MAX_FRAME`]): a hostile length prefix
+//!   cannot make a process allocate more than that.
+//! - Bulk bytes never pass through the serializer: a frame announces their length and they follow
+//!   raw on the stream.
+//! - No code path builds a TLS configuration that accepts an unverified certificate.
+
+pub mod backend;
+pub mod codec;
+pub mod error;
+pub mod frame;
+pub mod tls;
+pub mod transport;
+
+pub use error::ProtoError;

@@ -1,0 +1,181 @@
+//! Certificates and TLS configurations.
+//!
+//! A daemon started without a configured certificate creates, in its state directory, a
+//! self-signed CA (`ca.pem`, `ca.key`) and a certificate for itself signed by it (`cert.pem`,
+//! `key.pem`). Clients trust exactly the CA file they are given. Every configuration built here
+//! verifies the peer: there is no "accept any certificate" path.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::crypto::CryptoProvider;
+use rustls::RootCertStore;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::ProtoError;
+
+/// A certificate chain and its private key.
+#[derive(Debug)]
+pub struct Identity {
+    /// Leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// Paths of the files [`ensure_self_signed`] manages in a state directory.
+#[derive(Debug, Clone)]
+pub struct IdentityFiles {
+    /// The CA certificate clients should trust.
+    pub ca_cert: PathBuf,
+    /// The daemon's certificate.
+    pub cert: PathBuf,
+    /// The daemon's private key.
+    pub key: PathBuf,
+}
+
+impl IdentityFiles {
+    /// The file names inside `dir`.
+    pub fn in_dir(dir: &Path) -> Self {
+        Self { ca_cert: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") }
+    }
+}
+
+fn cert_err(e: impl std::fmt::Display) -> ProtoError {
+    ProtoError::Certificate(e.to_string())
+}
+
+/// Writes `contents` to `path`, readable by the owner only when `secret`.
+fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoError> {
+    let mode = if secret { 0o600 } else { 0o644 };
+    let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path)?;
+    f.write_all(contents.as_bytes())?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+/// Makes sure `dir` holds a CA and a certificate for `names` signed by it, creating them on
+/// first use. Existing files are kept as they are.
+pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<IdentityFiles, ProtoError> {
+    let files = IdentityFiles::in_dir(dir);
+    if files.ca_cert.exists() && files.cert.exists() && files.key.exists() {
+        return Ok(files);
+    }
+    fs::create_dir_all(dir)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
+    ca_params.distinguished_name.push(DnType::CommonName, "accelerator manager local CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().map_err(cert_err)?;
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(cert_err)?;
+
+    let mut leaf_params = CertificateParams::new(names.to_vec()).map_err(cert_err)?;
+    leaf_params.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("ac"));
+    let leaf_key = KeyPair::generate().map_err(cert_err)?;
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(cert_err)?;
+
+    write_file(&dir.join("ca.key"), &ca_key.serialize_pem(), true)?;
+    write_file(&files.key, &leaf_key.serialize_pem(), true)?;
+    write_file(&files.cert, &format!("{}{}", leaf.pem(), ca_cert.pem()), false)?;
+    write_file(&files.ca_cert, &ca_cert.pem(), false)?;
+    tracing::info!(dir = %dir.display(), "created a self-signed CA and certificate");
+    Ok(files)
+}
+
+/// The names a daemon's certificate covers by default: loopback and this host's name.
+pub fn default_names() -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    if let Ok(host) = fs::read_to_string("/etc/hostname") {
+        let host = host.trim();
+        if !host.is_empty() && !names.iter().any(|n| n == host) {
+            names.push(host.to_string());
+        }
+    }
+    names
+}
+
+/// Reads a certificate chain and key from PEM files.
+pub fn load_identity(cert: &Path, key: &Path) -> Result<Identity, ProtoError> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| cert_err(format!("{}: {e}", cert.display())))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| cert_err(format!("{}: {e}", cert.display())))?;
+    if chain.is_empty() {
+        return Err(cert_err(format!("{}: no certificate", cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| cert_err(format!("{}: {e}", key.display())))?;
+    Ok(Identity { chain, key })
+}
+
+/// Reads the CA certificates to trust from a PEM file.
+pub fn load_roots(ca: &Path) -> Result<RootCertStore, ProtoError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| cert_err(format!("{}: {e}", ca.display())))? {
+        roots.add(cert.map_err(|e| cert_err(format!("{}: {e}", ca.display())))?)?;
+    }
+    if roots.is_empty() {
+        return Err(cert_err(format!("{}: no CA certificate", ca.display())));
+    }
+    Ok(roots)
+}
+
+/// The crypto provider: ring, with AES-128-GCM first. It is the cheapest AEAD on x86 with AES-NI,
+/// and one QUIC connection is CPU-bound, so the cipher is a visible share of the cost.
+pub fn provider() -> Arc<CryptoProvider> {
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites = vec![
+        rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256,
+        rustls::crypto::ring::cipher_suite::TLS13_AES_256_GCM_SHA384,
+        rustls::crypto::ring::cipher_suite::TLS13_CHACHA20_POLY1305_SHA256,
+    ];
+    Arc::new(p)
+}
+
+/// A QUIC server configuration presenting `identity`, for clients speaking `alpn`.
+pub fn server_crypto(identity: Identity, alpn: &[u8]) -> Result<QuicServerConfig, ProtoError> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_no_client_auth()
+        .with_single_cert(identity.chain, identity.key)?;
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    tls.max_early_data_size = 0;
+    QuicServerConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
+}
+
+/// A QUIC client configuration trusting `roots`, speaking `alpn`.
+pub fn client_crypto(roots: RootCertStore, alpn: &[u8]) -> Result<QuicClientConfig, ProtoError> {
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    QuicClientConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_once_and_keeps_files() {
+        let dir = std::env::temp_dir().join(format!("ac-tls-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let files = ensure_self_signed(&dir, &default_names()).unwrap();
+        let first = fs::read(&files.cert).unwrap();
+        ensure_self_signed(&dir, &default_names()).unwrap();
+        assert_eq!(first, fs::read(&files.cert).unwrap(), "existing certificate must be kept");
+        let id = load_identity(&files.cert, &files.key).unwrap();
+        assert_eq!(id.chain.len(), 2);
+        assert_eq!(load_roots(&files.ca_cert).unwrap().len(), 1);
+        let mode = fs::metadata(dir.join("ca.key")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
