@@ -1,1 +1,46 @@
+//! `ac-frontend`: the offload SDK. A program on a compute node uses remote accelerators through
+//! handles: it allocates device memory, copies data, loads modules and launches kernels.
+//!
+//! ```no_run
+//! use ac_frontend::blocking::Accelerator;
+//! use ac_frontend::LaunchDims;
+//!
+//! let acc = Accelerator::from_env()?;                  // AC_BACKEND_ADDR, AC_CA_CERT
+//! let x = acc.alloc_from(&vec![1.0f32; 1 << 20])?;       // acMemAlloc + acMemCpy
+//! let y = acc.alloc_from(&vec![2.0f32; 1 << 20])?;
+//! let saxpy = acc.builtin()?.function("saxpy")?;        // acKernelCreate
+//! saxpy.launch(LaunchDims::linear(1 << 20, 256), &[3.0f32.into(), x.arg(), y.arg(), (1u64 << 20).into()])?;
+//! let result = y.to_vec()?;                              // waits for the launch, copies back
+//! assert!(result.iter().all(|&v| v == 5.0));
+//! # Ok::<(), ac_frontend::Error>(())
+//! ```
+//!
+//! # Layout
+//! - [`link`]: connecting to a backend (TLS, tuning, preamble, hello). Reused by the resource
+//!   manager's client.
+//! - [`Accelerator`] (`accelerator.rs`): the control channel, replies, the bulk copy path.
+//! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
+//! - [`blocking`]: the same API for a plain `main`.
+//!
+//! # Semantics
+//! - Launches, memsets, device-to-device and `*_async` copies return without a round trip. They
+//!   run in order on their stream; their errors surface at the next synchronizing call
+//!   ([`Accelerator::synchronize`], [`Stream::synchronize`], or a synchronous copy), as in CUDA.
+//! - Synchronous copies (`copy_from_host`, `copy_to_host`) return when the bytes have arrived and
+//!   see the results of all earlier work.
 
+mod accelerator;
+pub mod blocking;
+mod buffer;
+mod error;
+mod kernel;
+pub mod link;
+mod stream;
+
+pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
+pub use accelerator::{Accelerator, CopyOptions};
+pub use buffer::DeviceBuffer;
+pub use error::{Error, Result};
+pub use kernel::{Function, Module};
+pub use link::ConnectOptions;
+pub use stream::Stream;

@@ -192,6 +192,23 @@ impl KernelArg {
     }
 }
 
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KernelArg {
+            fn from(value: $t) -> Self {
+                KernelArg::$v(value)
+            }
+        }
+    )*};
+}
+scalar_from!(u32 => U32, i32 => I32, u64 => U64, i64 => I64, f32 => F32, f64 => F64);
+
+impl From<DevicePtr> for KernelArg {
+    fn from(ptr: DevicePtr) -> Self {
+        KernelArg::Ptr(ptr)
+    }
+}
+
 /// Grid, block and shared memory of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchDims {
@@ -201,6 +218,25 @@ pub struct LaunchDims {
     pub block: [u32; 3],
     /// Dynamic shared memory per block, bytes.
     pub shared_mem: u32,
+}
+
+impl LaunchDims {
+    /// A one-dimensional launch covering `n` threads with blocks of `block` threads.
+    pub fn linear(n: u64, block: u32) -> Self {
+        let blocks = n.div_ceil(block.max(1) as u64).clamp(1, u32::MAX as u64) as u32;
+        Self { grid: [blocks, 1, 1], block: [block.max(1), 1, 1], shared_mem: 0 }
+    }
+
+    /// A launch of `grid` blocks of `block` threads, as CUDA's `<<<grid, block>>>`.
+    pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
+        Self { grid, block, shared_mem: 0 }
+    }
+
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub fn with_shared_mem(mut self, bytes: u32) -> Self {
+        self.shared_mem = bytes;
+        self
+    }
 }
 
 /// What a module is made of.

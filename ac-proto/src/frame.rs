@@ -143,18 +143,29 @@ const BATCH_BYTES: usize = 256 * 1024;
 /// Queues byte strings for a [`spawn_writer`] task. Cloning shares the same stream.
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<(Bytes, Bytes)>,
 }
 
 impl WriterHandle {
-    /// Queues bytes (frames, or a frame and its payload) to be written in order.
+    /// Queues bytes (one or more whole frames) to be written in order.
     pub async fn send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx.send(bytes).await.map_err(|_| ProtoError::UnexpectedEnd)
+        self.send_with_payload(bytes, Bytes::new()).await
+    }
+
+    /// Queues a frame and the raw payload it announces; nothing queued by another handle can
+    /// come between the two.
+    pub async fn send_with_payload(&self, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
+        self.tx.send((frame, payload)).await.map_err(|_| ProtoError::UnexpectedEnd)
+    }
+
+    /// Queues bytes without waiting; fails when the queue is full or the writer has stopped.
+    pub fn try_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
+        self.tx.try_send((bytes, Bytes::new())).map_err(|_| ProtoError::UnexpectedEnd)
     }
 
     /// Queues bytes from a thread outside the async runtime.
     pub fn blocking_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx.blocking_send(bytes).map_err(|_| ProtoError::UnexpectedEnd)
+        self.tx.blocking_send((bytes, Bytes::new())).map_err(|_| ProtoError::UnexpectedEnd)
     }
 
     /// Encodes `msg` as a frame and queues it.
@@ -167,22 +178,24 @@ impl WriterHandle {
 /// whatever is queued at the moment into one write. The task ends, finishing the stream, when
 /// every handle is dropped, and stops at the first write error.
 pub fn spawn_writer(mut stream: SendStream, queue_depth: usize) -> WriterHandle {
-    let (tx, mut rx) = mpsc::channel::<Bytes>(queue_depth);
+    let (tx, mut rx) = mpsc::channel::<(Bytes, Bytes)>(queue_depth);
     tokio::spawn(async move {
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut small = BytesMut::new();
         while let Some(first) = rx.recv().await {
             let mut item = Some(first);
             let mut batched = 0usize;
-            while let Some(bytes) = item.take() {
-                batched += bytes.len();
-                if bytes.len() < COALESCE_BELOW {
-                    small.extend_from_slice(&bytes);
-                } else {
-                    if !small.is_empty() {
-                        chunks.push(small.split().freeze());
+            while let Some((frame, payload)) = item.take() {
+                for bytes in [frame, payload] {
+                    batched += bytes.len();
+                    if bytes.len() < COALESCE_BELOW {
+                        small.extend_from_slice(&bytes);
+                    } else {
+                        if !small.is_empty() {
+                            chunks.push(small.split().freeze());
+                        }
+                        chunks.push(bytes);
                     }
-                    chunks.push(bytes);
                 }
                 if batched < BATCH_BYTES {
                     item = rx.try_recv().ok();

@@ -1,0 +1,95 @@
+//! The `ac-backend` daemon.
+
+use std::path::PathBuf;
+
+use ac_backend::{BackendConfig, DeviceChoice};
+use anyhow::Context;
+use clap::Parser;
+
+/// Accelerator host daemon: serves memory, copy and kernel calls over QUIC.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML configuration file (flags and environment override it).
+    #[arg(long, env = "AC_BACKEND_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on, e.g. 0.0.0.0:7100 (port 0 picks a free port).
+    #[arg(long, env = "AC_BACKEND_LISTEN")]
+    listen: Option<std::net::SocketAddr>,
+    /// Directory for the created CA and certificate.
+    #[arg(long, env = "AC_BACKEND_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Device to run.
+    #[arg(long, env = "AC_BACKEND_DEVICE", value_enum)]
+    device: Option<DeviceChoice>,
+    /// Memory of the CPU device, MiB.
+    #[arg(long, env = "AC_BACKEND_MEMORY_MIB")]
+    memory_mib: Option<u64>,
+    /// Bulk copy chunk size, KiB.
+    #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
+    chunk_kib: Option<usize>,
+    /// Bulk copy chunks in flight.
+    #[arg(long, env = "AC_BACKEND_DEPTH")]
+    depth: Option<usize>,
+    /// Write the bound address to this file once listening (for scripts using port 0).
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+}
+
+impl Args {
+    fn into_config(self) -> anyhow::Result<(BackendConfig, Option<PathBuf>)> {
+        let mut config = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                BackendConfig::from_toml(&text).with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => BackendConfig::default(),
+        };
+        if let Some(v) = self.listen {
+            config.listen = v;
+        }
+        if let Some(v) = self.state_dir {
+            config.state_dir = v;
+        }
+        if let Some(v) = self.device {
+            config.device = v;
+        }
+        if let Some(v) = self.memory_mib {
+            config.memory_mib = v;
+        }
+        if let Some(v) = self.chunk_kib {
+            config.copy.chunk_bytes = v * 1024;
+        }
+        if let Some(v) = self.depth {
+            config.copy.depth = v;
+        }
+        Ok((config, self.addr_file))
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let (config, addr_file) = Args::parse().into_config()?;
+    let backend = ac_backend::start(config).await.context("starting the backend")?;
+    eprintln!(
+        "ac-backend listening on {} ({}); clients trust {}",
+        backend.addr(),
+        if backend.memory_free() > 0 { "ready" } else { "no memory" },
+        backend.ca_cert().display()
+    );
+    if let Some(path) = addr_file {
+        std::fs::write(&path, format!("{}\n", backend.addr())).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("ac-backend shutting down");
+    backend.shutdown().await;
+    Ok(())
+}

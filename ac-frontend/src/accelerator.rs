@@ -1,0 +1,355 @@
+//! A connected accelerator: the control channel, replies, and the bulk copy path.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ac_proto::backend::{
+    BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request, Response, SessionId,
+    StreamId,
+};
+use ac_proto::frame::{frame_bytes, spawn_writer, FrameReader, WriterHandle};
+use bytes::Bytes;
+use futures_util::future::try_join_all;
+use quinn::{Connection, Endpoint};
+use tokio::sync::oneshot;
+
+use crate::link::{self, map_write, ConnectOptions, Link};
+use crate::{Error, Result};
+
+/// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyOptions {
+    /// Copies up to this size go inline on the control stream; larger ones on bulk streams.
+    pub inline_max: usize,
+    /// A bulk copy is striped over the connections only when each stripe gets at least this.
+    pub stripe_min: usize,
+    /// Ask the backend to overlap network and device copies (off only for measurements).
+    pub pipelined: bool,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        Self { inline_max: 64 << 10, stripe_min: 8 << 20, pipelined: true }
+    }
+}
+
+/// An answer to a request.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Response(Response),
+    Data(Bytes),
+}
+
+type Waiters = Mutex<HashMap<u64, oneshot::Sender<Answer>>>;
+
+/// State shared by every handle to one accelerator.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    control: Connection,
+    /// Connections for bulk copies: the control connection first, then attached ones.
+    data: Vec<Connection>,
+    _endpoints: Vec<Endpoint>,
+    writer: WriterHandle,
+    waiters: Arc<Waiters>,
+    closed: Arc<AtomicBool>,
+    next_id: AtomicU64,
+    /// Streams with asynchronous work sent since the last full synchronize.
+    dirty: Mutex<HashSet<StreamId>>,
+    info: DeviceInfo,
+    session: SessionId,
+    copy: Mutex<CopyOptions>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.reader.abort();
+        for conn in &self.data {
+            conn.close(0u32.into(), b"client finished");
+        }
+    }
+}
+
+/// A handle to one remote accelerator. Cloning is cheap and shares the connection.
+#[derive(Debug, Clone)]
+pub struct Accelerator {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Accelerator {
+    /// Connects to a backend, opens a session and attaches the striping connections.
+    pub async fn connect(options: &ConnectOptions) -> Result<Self> {
+        let crypto = link::client_crypto(options)?;
+        let link = link::open(options, crypto.clone(), &Hello::Open { capability: options.capability.clone() }).await?;
+        let Response::Welcome { session, token, info } = link.welcome.clone() else {
+            unreachable!("link::open returns only welcomes")
+        };
+        let attach = Hello::Attach { session, token };
+        let extra = try_join_all((1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach))).await?;
+        Ok(Self::from_links(link, extra, session, info))
+    }
+
+    fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo) -> Self {
+        let waiters: Arc<Waiters> = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let reader = tokio::spawn(read_replies(control.reader, waiters.clone(), closed.clone()));
+        let mut data = vec![control.connection.clone()];
+        let mut endpoints = vec![control.endpoint];
+        for link in extra {
+            data.push(link.connection);
+            endpoints.push(link.endpoint);
+        }
+        let inner = Inner {
+            control: control.connection,
+            data,
+            _endpoints: endpoints,
+            writer: spawn_writer(control.send, 4096),
+            waiters,
+            closed,
+            next_id: AtomicU64::new(1),
+            dirty: Mutex::new(HashSet::new()),
+            info,
+            session,
+            copy: Mutex::new(CopyOptions::default()),
+            reader,
+        };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// The device as the backend described it when the session opened.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.inner.info
+    }
+
+    /// The backend session.
+    pub fn session(&self) -> SessionId {
+        self.inner.session
+    }
+
+    /// Current device description, with up-to-date free memory.
+    pub async fn device_info(&self) -> Result<DeviceInfo> {
+        match self.call(Request::DeviceInfo, Bytes::new()).await? {
+            Answer::Response(Response::Info(info)) => Ok(info),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A round trip with no device work.
+    pub async fn ping(&self) -> Result<()> {
+        self.call_ok(Request::Ping).await
+    }
+
+    /// Changes how copies travel.
+    pub fn set_copy_options(&self, options: CopyOptions) {
+        *self.inner.copy.lock().expect("copy options poisoned") = options;
+    }
+
+    /// How copies travel.
+    pub fn copy_options(&self) -> CopyOptions {
+        self.inner.copy.lock().expect("copy options poisoned").clone()
+    }
+
+    /// Waits until every stream has finished; returns the first error of asynchronous work
+    /// (launches, memsets, asynchronous copies) since the last synchronize.
+    pub async fn synchronize(&self) -> Result<()> {
+        self.inner.dirty.lock().expect("dirty set poisoned").clear();
+        self.call_ok(Request::Synchronize { stream: None }).await
+    }
+
+    /// Closes the session, waiting briefly so the backend learns at once.
+    pub async fn close(self) {
+        let conns = self.inner.data.clone();
+        let endpoints = self.inner._endpoints.clone();
+        drop(self);
+        for conn in &conns {
+            conn.close(0u32.into(), b"client finished");
+        }
+        for endpoint in endpoints {
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
+        }
+    }
+
+    fn disconnected(&self) -> Error {
+        self.inner
+            .control
+            .close_reason()
+            .map(Error::from)
+            .unwrap_or_else(|| Error::Disconnected("the session's reply stream ended".into()))
+    }
+
+    /// Sends a request and waits for its answer; a remote error becomes `Err`.
+    pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.inner.waiters.lock().expect("waiters poisoned").insert(id, tx);
+        if self.inner.closed.load(Ordering::Acquire) {
+            self.inner.waiters.lock().expect("waiters poisoned").remove(&id);
+            return Err(self.disconnected());
+        }
+        let frame = frame_bytes(&Envelope { id, request })?;
+        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())?;
+        match rx.await.map_err(|_| self.disconnected())? {
+            Answer::Response(Response::Error(e)) => Err(e.into()),
+            answer => Ok(answer),
+        }
+    }
+
+    /// Sends a request whose answer must be `Ok`.
+    pub(crate) async fn call_ok(&self, request: Request) -> Result<()> {
+        match self.call(request, Bytes::new()).await? {
+            Answer::Response(Response::Ok) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends an asynchronous request on `stream`: no round trip, errors surface at the next
+    /// synchronizing call.
+    pub(crate) async fn post(&self, request: Request, payload: Bytes, stream: StreamId) -> Result<()> {
+        self.inner.dirty.lock().expect("dirty set poisoned").insert(stream);
+        let frame = frame_bytes(&Envelope { id: 0, request })?;
+        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())
+    }
+
+    /// Sends a request without waiting for room or an answer (used from `Drop`).
+    pub(crate) fn post_now(&self, request: Request) {
+        if let Ok(frame) = frame_bytes(&Envelope { id: 0, request }) {
+            let _ = self.inner.writer.try_send(frame);
+        }
+    }
+
+    /// Synchronizes first when asynchronous work on a stream other than `except` is
+    /// outstanding, so that a copy outside that stream's order sees the work's results.
+    async fn settle(&self, except: Option<StreamId>) -> Result<()> {
+        let must = {
+            let dirty = self.inner.dirty.lock().expect("dirty set poisoned");
+            dirty.iter().any(|s| Some(*s) != except)
+        };
+        if must {
+            self.synchronize().await?;
+        }
+        Ok(())
+    }
+
+    /// Copies host bytes to device memory and waits until they are there.
+    pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
+        let options = self.copy_options();
+        if data.len() <= options.inline_max {
+            let request = Request::MemWrite { dst, len: data.len() as u64, stream: StreamId(0) };
+            self.post(request, Bytes::copy_from_slice(data), StreamId(0)).await?;
+            return self.synchronize().await;
+        }
+        self.settle(None).await?;
+        let stripes = self.stripes(data.len(), &options);
+        try_join_all(stripes.into_iter().map(|(conn, range)| {
+            let ptr = DevicePtr { buffer: dst.buffer, offset: dst.offset + range.start as u64 };
+            bulk_write(conn, ptr, &data[range], options.pipelined)
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Copies device memory into host bytes.
+    pub(crate) async fn read_bytes(&self, src: DevicePtr, out: &mut [u8]) -> Result<()> {
+        let options = self.copy_options();
+        if out.len() <= options.inline_max {
+            // Ordered after the default stream's work by the backend; other streams first.
+            self.settle(Some(StreamId(0))).await?;
+            let request = Request::MemRead { src, len: out.len() as u64, stream: StreamId(0) };
+            return match self.call(request, Bytes::new()).await? {
+                Answer::Data(bytes) if bytes.len() == out.len() => {
+                    out.copy_from_slice(&bytes);
+                    Ok(())
+                }
+                other => Err(unexpected(other)),
+            };
+        }
+        self.settle(None).await?;
+        let stripes = self.stripes(out.len(), &options);
+        let mut rest = out;
+        let mut jobs = Vec::with_capacity(stripes.len());
+        for (conn, range) in stripes {
+            let (head, tail) = rest.split_at_mut(range.len());
+            rest = tail;
+            let ptr = DevicePtr { buffer: src.buffer, offset: src.offset + range.start as u64 };
+            jobs.push(bulk_read(conn, ptr, head, options.pipelined));
+        }
+        try_join_all(jobs).await?;
+        Ok(())
+    }
+
+    /// Splits `len` bytes over the data connections, in 64 KiB-aligned contiguous stripes.
+    fn stripes(&self, len: usize, options: &CopyOptions) -> Vec<(&Connection, std::ops::Range<usize>)> {
+        let conns = &self.inner.data;
+        let n = conns.len().min(len / options.stripe_min.max(1)).max(1);
+        let per = len.div_ceil(n).next_multiple_of(64 << 10);
+        (0..n)
+            .map(|i| (&conns[i], (i * per).min(len)..((i + 1) * per).min(len)))
+            .filter(|(_, r)| !r.is_empty())
+            .collect()
+    }
+}
+
+pub(crate) fn unexpected(answer: Answer) -> Error {
+    Error::Protocol(format!("unexpected answer {answer:?}"))
+}
+
+async fn read_replies(mut reader: FrameReader, waiters: Arc<Waiters>, closed: Arc<AtomicBool>) {
+    loop {
+        let Ok(Some(reply)) = reader.read_frame::<Reply>().await else { break };
+        let answer = match reply.response {
+            Response::Data { len } => match reader.read_exact_raw(len as usize).await {
+                Ok(bytes) => Answer::Data(bytes),
+                Err(_) => break,
+            },
+            response => Answer::Response(response),
+        };
+        if let Some(tx) = waiters.lock().expect("waiters poisoned").remove(&reply.id) {
+            let _ = tx.send(answer);
+        }
+    }
+    // Wake every caller still waiting: their answers will not come.
+    closed.store(true, Ordering::Release);
+    waiters.lock().expect("waiters poisoned").clear();
+}
+
+fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
+    conn.close_reason()
+        .map(Error::from)
+        .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
+}
+
+async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: bool) -> Result<()> {
+    let (mut send, recv) = conn.open_bi().await?;
+    let header = BulkHeader { direction: Direction::HostToDevice, ptr: dst, len: data.len() as u64, pipelined };
+    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
+    let written = send.write_all(data).await;
+    let _ = send.finish();
+    let mut reader = FrameReader::new(recv);
+    // The reply explains a refusal (the backend stops the stream, failing our write).
+    let reply: Reply = match reader.expect_frame().await {
+        Ok(reply) => reply,
+        Err(e) => return Err(written.err().map(|w| map_write(w, conn)).unwrap_or_else(|| copy_failed(e, conn))),
+    };
+    match reply.response {
+        Response::Ok => written.map_err(|e| map_write(e, conn)),
+        Response::Error(e) => Err(e.into()),
+        other => Err(Error::Protocol(format!("unexpected bulk reply {other:?}"))),
+    }
+}
+
+async fn bulk_read(conn: &Connection, src: DevicePtr, out: &mut [u8], pipelined: bool) -> Result<()> {
+    let (mut send, recv) = conn.open_bi().await?;
+    let header = BulkHeader { direction: Direction::DeviceToHost, ptr: src, len: out.len() as u64, pipelined };
+    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
+    let _ = send.finish();
+    let mut reader = FrameReader::new(recv);
+    let reply: Reply = reader.expect_frame().await.map_err(|e| copy_failed(e, conn))?;
+    match reply.response {
+        Response::Data { len } if len == out.len() as u64 => {
+            reader.read_payload_into(out).await.map_err(|e| copy_failed(e, conn))
+        }
+        Response::Error(e) => Err(e.into()),
+        other => Err(Error::Protocol(format!("unexpected bulk reply {other:?}"))),
+    }
+}

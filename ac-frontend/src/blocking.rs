@@ -1,0 +1,246 @@
+//! The blocking facade, for programs with a plain `main`: the same API without `.await`.
+//!
+//! Each handle carries the runtime that drives its connection; do not use these types from
+//! inside an async runtime (use the async types there).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ParamKind};
+use bytemuck::Pod;
+use tokio::runtime::Runtime;
+
+use crate::{ConnectOptions, CopyOptions, Error, Result};
+
+/// A remote accelerator, driven by a runtime of its own.
+#[derive(Debug)]
+pub struct Accelerator {
+    rt: Arc<Runtime>,
+    inner: Option<crate::Accelerator>,
+}
+
+fn runtime() -> Result<Arc<Runtime>> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ac-frontend")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| Error::Setup(format!("cannot start the I/O runtime: {e}")))
+}
+
+impl Accelerator {
+    /// Connects to a backend.
+    pub fn connect(options: &ConnectOptions) -> Result<Self> {
+        let rt = runtime()?;
+        let inner = rt.block_on(crate::Accelerator::connect(options))?;
+        Ok(Self { rt, inner: Some(inner) })
+    }
+
+    /// Connects to the backend named by the environment (see [`ConnectOptions::from_env`]).
+    pub fn from_env() -> Result<Self> {
+        Self::connect(&ConnectOptions::from_env()?)
+    }
+
+    /// Wraps an async handle, using `rt` to drive it.
+    pub fn from_async(rt: Arc<Runtime>, inner: crate::Accelerator) -> Self {
+        Self { rt, inner: Some(inner) }
+    }
+
+    /// The async handle underneath.
+    pub fn as_async(&self) -> &crate::Accelerator {
+        self.inner.as_ref().expect("present until drop")
+    }
+
+    /// The device as described when the session opened.
+    pub fn info(&self) -> &DeviceInfo {
+        self.as_async().info()
+    }
+
+    /// Current device description.
+    pub fn device_info(&self) -> Result<DeviceInfo> {
+        self.rt.block_on(self.as_async().device_info())
+    }
+
+    /// A round trip with no device work.
+    pub fn ping(&self) -> Result<()> {
+        self.rt.block_on(self.as_async().ping())
+    }
+
+    /// Waits for all work; returns the first asynchronous error since the last synchronize.
+    pub fn synchronize(&self) -> Result<()> {
+        self.rt.block_on(self.as_async().synchronize())
+    }
+
+    /// Changes how copies travel.
+    pub fn set_copy_options(&self, options: CopyOptions) {
+        self.as_async().set_copy_options(options)
+    }
+
+    /// Allocates `len` zeroed elements (`acMemAlloc`).
+    pub fn alloc<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let inner = self.rt.block_on(self.as_async().alloc(len))?;
+        Ok(DeviceBuffer { rt: self.rt.clone(), inner })
+    }
+
+    /// Allocates a buffer holding a copy of `data`.
+    pub fn alloc_from<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let inner = self.rt.block_on(self.as_async().alloc_from(data))?;
+        Ok(DeviceBuffer { rt: self.rt.clone(), inner })
+    }
+
+    /// The `builtin` module.
+    pub fn builtin(&self) -> Result<Module> {
+        let inner = self.rt.block_on(self.as_async().builtin())?;
+        Ok(Module { rt: self.rt.clone(), inner })
+    }
+
+    /// Loads PTX text (needs a CUDA device).
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
+        let inner = self.rt.block_on(self.as_async().load_ptx(ptx))?;
+        Ok(Module { rt: self.rt.clone(), inner })
+    }
+
+    /// Creates a stream.
+    pub fn create_stream(&self) -> Result<Stream> {
+        let inner = self.rt.block_on(self.as_async().create_stream())?;
+        Ok(Stream { rt: self.rt.clone(), inner })
+    }
+
+    /// The default stream.
+    pub fn default_stream(&self) -> Stream {
+        Stream { rt: self.rt.clone(), inner: self.as_async().default_stream() }
+    }
+}
+
+impl Drop for Accelerator {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            // Let the backend learn at once that the session ended, rather than by time-out.
+            self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(1), inner.close()).await }).ok();
+        }
+    }
+}
+
+/// Typed device memory (blocking).
+#[derive(Debug)]
+pub struct DeviceBuffer<T: Pod> {
+    rt: Arc<Runtime>,
+    inner: crate::DeviceBuffer<T>,
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+
+    /// A pointer to element `index`, as a kernel argument.
+    pub fn at(&self, index: usize) -> KernelArg {
+        self.inner.at(index)
+    }
+
+    /// A pointer to the start, as a kernel argument.
+    pub fn arg(&self) -> KernelArg {
+        self.inner.arg()
+    }
+
+    /// Copies `src` to the start of the buffer (`acMemCpy` host to device).
+    pub fn copy_from_host(&self, src: &[T]) -> Result<()> {
+        self.rt.block_on(self.inner.copy_from_host(src))
+    }
+
+    /// Copies the start of the buffer into `dst` (`acMemCpy` device to host).
+    pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.rt.block_on(self.inner.copy_to_host(dst))
+    }
+
+    /// The whole buffer as a vector.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        self.rt.block_on(self.inner.to_vec())
+    }
+
+    /// Queues a copy of `src` to elements `index..` on `stream`.
+    pub fn copy_from_host_async(&self, stream: &Stream, index: usize, src: &[T]) -> Result<()> {
+        self.rt.block_on(self.inner.copy_from_host_async(&stream.inner, index, src))
+    }
+
+    /// Queues setting every byte to `value` on `stream`.
+    pub fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
+        self.rt.block_on(self.inner.memset(&stream.inner, value))
+    }
+
+    /// Frees the memory now (`acMemFree`).
+    pub fn free(self) -> Result<()> {
+        self.rt.block_on(self.inner.free())
+    }
+}
+
+impl<T: Pod> From<&DeviceBuffer<T>> for KernelArg {
+    fn from(buffer: &DeviceBuffer<T>) -> Self {
+        buffer.arg()
+    }
+}
+
+/// A loaded module (blocking).
+#[derive(Debug)]
+pub struct Module {
+    rt: Arc<Runtime>,
+    inner: crate::Module,
+}
+
+impl Module {
+    /// Looks a kernel up by name (`acKernelCreate`).
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let inner = self.rt.block_on(self.inner.function(name))?;
+        Ok(Function { rt: self.rt.clone(), inner })
+    }
+}
+
+/// A kernel (blocking).
+#[derive(Debug)]
+pub struct Function {
+    rt: Arc<Runtime>,
+    inner: crate::Function,
+}
+
+impl Function {
+    /// Its parameter kinds, when known.
+    pub fn params(&self) -> Option<&[ParamKind]> {
+        self.inner.params()
+    }
+
+    /// Launches on the default stream without waiting (`acKernelSetArgs` + `acKernelRun`).
+    pub fn launch(&self, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.rt.block_on(self.inner.launch(dims, args))
+    }
+
+    /// Launches on `stream` without waiting.
+    pub fn launch_on(&self, stream: &Stream, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.rt.block_on(self.inner.launch_on(&stream.inner, dims, args))
+    }
+}
+
+/// A device stream (blocking).
+#[derive(Debug)]
+pub struct Stream {
+    rt: Arc<Runtime>,
+    inner: crate::Stream,
+}
+
+impl Stream {
+    /// Waits for the stream's work.
+    pub fn synchronize(&self) -> Result<()> {
+        self.rt.block_on(self.inner.synchronize())
+    }
+
+    /// Waits, then destroys the stream.
+    pub fn destroy(self) -> Result<()> {
+        self.rt.block_on(self.inner.destroy())
+    }
+}

@@ -1,0 +1,163 @@
+//! Typed device buffers.
+
+use std::marker::PhantomData;
+
+use ac_proto::backend::{BufferId, DevicePtr, KernelArg, Request, Response, StreamId};
+use bytemuck::Pod;
+use bytes::Bytes;
+
+use crate::accelerator::{unexpected, Answer};
+use crate::{Accelerator, Error, Result, Stream};
+
+/// `len` elements of `T` in an accelerator's memory. Dropping it frees the memory.
+///
+/// Elements travel as their in-memory bytes; the protocol is little-endian, as are the hosts
+/// this SDK supports.
+#[derive(Debug)]
+pub struct DeviceBuffer<T: Pod> {
+    acc: Accelerator,
+    id: BufferId,
+    len: usize,
+    freed: bool,
+    _elem: PhantomData<T>,
+}
+
+fn byte_len<T>(len: usize) -> Result<u64> {
+    len.checked_mul(size_of::<T>())
+        .map(|b| b as u64)
+        .ok_or_else(|| Error::InvalidArgument(format!("{len} elements overflow the address space")))
+}
+
+impl Accelerator {
+    /// Allocates room for `len` elements of `T` (zeroed).
+    pub async fn alloc<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = byte_len::<T>(len)?;
+        match self.call(Request::MemAlloc { bytes }, Bytes::new()).await? {
+            Answer::Response(Response::Buffer(id)) => {
+                Ok(DeviceBuffer { acc: self.clone(), id, len, freed: false, _elem: PhantomData })
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Allocates a buffer holding a copy of `data`.
+    pub async fn alloc_from<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        let buffer = self.alloc(data.len()).await?;
+        buffer.copy_from_host(data).await?;
+        Ok(buffer)
+    }
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The backend's id of this buffer.
+    pub fn id(&self) -> BufferId {
+        self.id
+    }
+
+    /// A device pointer to element `index`, as a kernel argument.
+    pub fn at(&self, index: usize) -> KernelArg {
+        KernelArg::Ptr(DevicePtr { buffer: self.id, offset: (index * size_of::<T>()) as u64 })
+    }
+
+    /// A device pointer to the start, as a kernel argument.
+    pub fn arg(&self) -> KernelArg {
+        self.at(0)
+    }
+
+    fn ptr(&self, index: usize, count: usize) -> Result<DevicePtr> {
+        match index.checked_add(count) {
+            Some(end) if end <= self.len => Ok(DevicePtr { buffer: self.id, offset: byte_len::<T>(index)? }),
+            _ => Err(Error::InvalidArgument(format!(
+                "elements {index}..{index}+{count} are outside a buffer of {} elements",
+                self.len
+            ))),
+        }
+    }
+
+    /// Copies `src` to the start of the buffer and waits until it is there.
+    pub async fn copy_from_host(&self, src: &[T]) -> Result<()> {
+        self.copy_from_host_at(0, src).await
+    }
+
+    /// Copies `src` to elements `index..` and waits until it is there.
+    pub async fn copy_from_host_at(&self, index: usize, src: &[T]) -> Result<()> {
+        self.acc.write_bytes(self.ptr(index, src.len())?, bytemuck::cast_slice(src)).await
+    }
+
+    /// Copies the start of the buffer into `dst`, after the work that writes it.
+    pub async fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
+        self.copy_to_host_at(0, dst).await
+    }
+
+    /// Copies elements `index..` into `dst`.
+    pub async fn copy_to_host_at(&self, index: usize, dst: &mut [T]) -> Result<()> {
+        let ptr = self.ptr(index, dst.len())?;
+        self.acc.read_bytes(ptr, bytemuck::cast_slice_mut(dst)).await
+    }
+
+    /// The whole buffer as a vector.
+    pub async fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.len];
+        self.copy_to_host(&mut out).await?;
+        Ok(out)
+    }
+
+    /// Queues a copy of `src` to elements `index..` on `stream` and returns at once. The bytes
+    /// are sent now; the write happens in the stream's order.
+    pub async fn copy_from_host_async(&self, stream: &Stream, index: usize, src: &[T]) -> Result<()> {
+        let mut ptr = self.ptr(index, src.len())?;
+        // Chunks keep each message well under the backend's inline limit.
+        for chunk in bytemuck::cast_slice::<T, u8>(src).chunks(4 << 20) {
+            let request = Request::MemWrite { dst: ptr, len: chunk.len() as u64, stream: stream.id() };
+            self.acc.post(request, Bytes::copy_from_slice(chunk), stream.id()).await?;
+            ptr.offset += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of `src`'s elements into this buffer, device to device, on `stream`.
+    pub async fn copy_from_device(&self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
+        let count = src.len.min(self.len);
+        let request = Request::MemCopy { dst: self.ptr(0, count)?, src: src.ptr(0, count)?, len: byte_len::<T>(count)?, stream: stream.id() };
+        self.acc.post(request, Bytes::new(), stream.id()).await
+    }
+
+    /// Queues setting every byte of the buffer to `value` on `stream`.
+    pub async fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
+        let request = Request::Memset { dst: self.ptr(0, 0)?, len: byte_len::<T>(self.len)?, value, stream: stream.id() };
+        self.acc.post(request, Bytes::new(), stream.id()).await
+    }
+
+    /// Frees the memory now and reports errors (dropping frees it too, silently).
+    pub async fn free(mut self) -> Result<()> {
+        self.freed = true;
+        self.acc.call_ok(Request::MemFree { buffer: self.id }).await
+    }
+}
+
+impl<T: Pod> From<&DeviceBuffer<T>> for KernelArg {
+    fn from(buffer: &DeviceBuffer<T>) -> Self {
+        buffer.arg()
+    }
+}
+
+impl<T: Pod> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if !self.freed {
+            self.acc.post_now(Request::MemFree { buffer: self.id });
+        }
+    }
+}
+
+/// The default stream, for the buffer methods that take one.
+pub(crate) const DEFAULT_STREAM: StreamId = StreamId(0);

@@ -1,0 +1,85 @@
+//! The SDK's error type.
+
+use ac_proto::backend::{ErrorKind, WireError};
+use ac_proto::ProtoError;
+
+/// Everything an SDK call can fail with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The accelerator refused or failed the call; the session goes on.
+    #[error("accelerator error ({kind:?}): {message}")]
+    Remote {
+        /// The category.
+        kind: ErrorKind,
+        /// The backend's explanation.
+        message: String,
+    },
+    /// The backend speaks another protocol version.
+    #[error("version mismatch: {0}")]
+    VersionMismatch(String),
+    /// The connection to the accelerator failed or was closed; the message says why.
+    #[error("connection to the accelerator lost: {0}")]
+    Disconnected(String),
+    /// The backend sent something this SDK does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The call was refused before being sent (sizes, signatures).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Local set-up failed: certificates, configuration, sockets.
+    #[error("setup failed: {0}")]
+    Setup(String),
+}
+
+impl Error {
+    /// The remote error category, when the backend refused the call.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Error::Remote { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(e: WireError) -> Self {
+        Error::Remote { kind: e.kind, message: e.message }
+    }
+}
+
+impl From<quinn::ConnectionError> for Error {
+    fn from(e: quinn::ConnectionError) -> Self {
+        use ac_proto::backend::close;
+        match &e {
+            quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::VERSION_MISMATCH.into() => {
+                Error::VersionMismatch(String::from_utf8_lossy(&c.reason).into_owned())
+            }
+            quinn::ConnectionError::ApplicationClosed(c) => {
+                Error::Disconnected(String::from_utf8_lossy(&c.reason).into_owned())
+            }
+            quinn::ConnectionError::ConnectionClosed(c) if c.reason.as_ref() == b"peer doesn't support any known protocol" => {
+                Error::VersionMismatch("the backend does not speak this protocol (ALPN)".into())
+            }
+            _ => Error::Disconnected(e.to_string()),
+        }
+    }
+}
+
+impl From<ProtoError> for Error {
+    fn from(e: ProtoError) -> Self {
+        match e {
+            ProtoError::Connection(c) => c.into(),
+            ProtoError::Read(quinn::ReadError::ConnectionLost(c)) => c.into(),
+            ProtoError::Write(quinn::WriteError::ConnectionLost(c)) => c.into(),
+            ProtoError::VersionMismatch { .. } => Error::VersionMismatch(e.to_string()),
+            ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => Error::Protocol(e.to_string()),
+            ProtoError::Certificate(_) | ProtoError::Tls(_) | ProtoError::Io(_) | ProtoError::Connect(_) => {
+                Error::Setup(e.to_string())
+            }
+            other => Error::Disconnected(other.to_string()),
+        }
+    }
+}
+
+/// Result of an SDK call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,118 @@
+//! Connecting to a backend: TLS, transport tuning, preamble and hello.
+//!
+//! Kept apart from the compute API so that the resource manager's client can hand out backend
+//! addresses and capabilities and reuse it unchanged.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ac_proto::backend::{Hello, Preamble, Reply, Response, ALPN};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::transport::Tuning;
+use ac_proto::{tls, transport};
+use quinn::{Connection, Endpoint, SendStream};
+
+use crate::{Error, Result};
+
+/// How to reach one backend.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The backend's address.
+    pub addr: SocketAddr,
+    /// The name its certificate must carry (defaults to the address's IP).
+    pub server_name: String,
+    /// The CA certificate to trust (PEM).
+    pub ca_cert: PathBuf,
+    /// Capability from the resource manager, or empty.
+    pub capability: Vec<u8>,
+    /// QUIC transport settings.
+    pub tuning: Tuning,
+    /// Connections over which large copies are striped (1 = no striping).
+    pub stripes: usize,
+}
+
+impl ConnectOptions {
+    /// Options for `addr`, trusting `ca_cert`, with measured defaults.
+    pub fn new(addr: SocketAddr, ca_cert: impl Into<PathBuf>) -> Self {
+        Self {
+            addr,
+            server_name: addr.ip().to_string(),
+            ca_cert: ca_cert.into(),
+            capability: Vec::new(),
+            tuning: Tuning::default(),
+            stripes: 2,
+        }
+    }
+
+    /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME` and
+    /// `AC_STRIPES`.
+    pub fn from_env() -> Result<Self> {
+        let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
+        let addr = var("AC_BACKEND_ADDR")?
+            .parse()
+            .map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
+        let mut options = Self::new(addr, var("AC_CA_CERT")?);
+        if let Ok(name) = std::env::var("AC_SERVER_NAME") {
+            options.server_name = name;
+        }
+        if let Ok(stripes) = std::env::var("AC_STRIPES") {
+            options.stripes = stripes.parse().map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
+        }
+        Ok(options)
+    }
+}
+
+/// A connection that said hello, with its first stream still open.
+#[derive(Debug)]
+pub struct Link {
+    /// The endpoint (one per connection, so that each connection's I/O can use its own core).
+    pub endpoint: Endpoint,
+    /// The connection.
+    pub connection: Connection,
+    /// The first stream's sending half.
+    pub send: SendStream,
+    /// The first stream's receiving half, positioned after the welcome.
+    pub reader: FrameReader,
+    /// The welcome.
+    pub welcome: Response,
+}
+
+/// Client TLS set-up for a backend, built once per options.
+pub fn client_crypto(options: &ConnectOptions) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>> {
+    let roots = tls::load_roots(&options.ca_cert)?;
+    Ok(Arc::new(tls::client_crypto(roots, ALPN)?))
+}
+
+/// Connects and says `hello`; returns once the backend welcomed us.
+pub async fn open(
+    options: &ConnectOptions,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    hello: &Hello,
+) -> Result<Link> {
+    let endpoint = transport::client_endpoint(options.addr, crypto, &options.tuning)?;
+    let connection = endpoint
+        .connect(options.addr, &options.server_name)
+        .map_err(|e| Error::Setup(format!("cannot connect to {}: {e}", options.addr)))?
+        .await?;
+    let (mut send, recv) = connection.open_bi().await?;
+    let mut opening = Preamble::CURRENT.to_bytes().to_vec();
+    opening.extend_from_slice(&frame_bytes(hello)?);
+    send.write_all(&opening).await.map_err(|e| map_write(e, &connection))?;
+    let mut reader = FrameReader::new(recv);
+    let reply: Reply = match reader.expect_frame().await {
+        Ok(reply) => reply,
+        // A refused hello closes the connection: report the backend's reason.
+        Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or_else(|| e.into())),
+    };
+    match reply.response {
+        welcome @ Response::Welcome { .. } => Ok(Link { endpoint, connection, send, reader, welcome }),
+        Response::Error(e) => Err(e.into()),
+        other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),
+    }
+}
+
+/// A write failure, explained by the connection's close reason when there is one.
+pub fn map_write(e: quinn::WriteError, connection: &Connection) -> Error {
+    connection.close_reason().map(Error::from).unwrap_or_else(|| Error::from(ac_proto::ProtoError::from(e)))
+}
