@@ -21,7 +21,11 @@ use crate::session::{Allocation, Session};
 
 /// Serves one bulk stream to completion. Errors of the copy go to the client on the stream;
 /// returns `Err` only for a protocol violation that must close the connection.
-pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: FrameReader) -> Result<(), ProtoError> {
+pub async fn serve(
+    session: Arc<Session>,
+    mut send: SendStream,
+    mut reader: FrameReader,
+) -> Result<(), ProtoError> {
     let header: BulkHeader = reader.expect_frame().await?;
     tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, "bulk copy");
     let alloc = match session.resolve(header.ptr, header.len) {
@@ -63,7 +67,8 @@ pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: Fram
 }
 
 async fn reply_header(send: &mut SendStream, response: Response) -> Result<(), ProtoError> {
-    send.write_chunk(frame_bytes(&Reply { id: 0, response })?).await?;
+    send.write_chunk(frame_bytes(&Reply { id: 0, response })?)
+        .await?;
     Ok(())
 }
 
@@ -74,24 +79,42 @@ async fn reply(send: &mut SendStream, response: Response) -> Result<(), ProtoErr
 }
 
 fn ended_early(received: u64, header: &BulkHeader) -> WireError {
-    WireError::new(ErrorKind::InvalidArgument, format!("copy ended after {received} of {} bytes", header.len))
+    WireError::new(
+        ErrorKind::InvalidArgument,
+        format!("copy ended after {received} of {} bytes", header.len),
+    )
 }
 
 /// Reads the next piece of payload; fails when the stream ends before `header.len` bytes.
-async fn next_piece(reader: &mut FrameReader, received: u64, header: &BulkHeader, max: usize) -> Result<Bytes, WireError> {
+async fn next_piece(
+    reader: &mut FrameReader,
+    received: u64,
+    header: &BulkHeader,
+    max: usize,
+) -> Result<Bytes, WireError> {
     match reader.next_chunk(max).await {
         Ok(Some(piece)) => Ok(piece),
         Ok(None) => Err(ended_early(received, header)),
-        Err(e) => Err(WireError::new(ErrorKind::Internal, format!("copy interrupted: {e}"))),
+        Err(e) => Err(WireError::new(
+            ErrorKind::Internal,
+            format!("copy interrupted: {e}"),
+        )),
     }
 }
 
-async fn receive_direct(session: &Session, alloc: &Allocation, header: &BulkHeader, reader: &mut FrameReader) -> Result<(), WireError> {
+async fn receive_direct(
+    session: &Session,
+    alloc: &Allocation,
+    header: &BulkHeader,
+    reader: &mut FrameReader,
+) -> Result<(), WireError> {
     let mut received = 0u64;
     while received < header.len {
         let max = (header.len - received).min(session.copy.chunk_bytes as u64) as usize;
         let piece = next_piece(reader, received, header, max).await?;
-        session.device.write(alloc.mem, header.ptr.offset + received, &piece)?;
+        session
+            .device
+            .write(alloc.mem, header.ptr.offset + received, &piece)?;
         received += piece.len() as u64;
     }
     Ok(())
@@ -143,17 +166,32 @@ async fn receive_pipelined(
         }
     }
     drop(tx);
-    let written = writer.await.unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("writer panicked: {e}"))));
+    let written = writer.await.unwrap_or_else(|e| {
+        Err(WireError::new(
+            ErrorKind::Internal,
+            format!("writer panicked: {e}"),
+        ))
+    });
     written.and(network)
 }
 
-fn read_chunk(session: &Session, alloc: &Allocation, offset: u64, len: usize) -> Result<Bytes, WireError> {
+fn read_chunk(
+    session: &Session,
+    alloc: &Allocation,
+    offset: u64,
+    len: usize,
+) -> Result<Bytes, WireError> {
     let mut buf = BytesMut::zeroed(len);
     session.device.read(alloc.mem, offset, &mut buf)?;
     Ok(buf.freeze())
 }
 
-async fn send_direct(session: &Session, alloc: &Allocation, header: &BulkHeader, send: &mut SendStream) -> Result<(), ProtoError> {
+async fn send_direct(
+    session: &Session,
+    alloc: &Allocation,
+    header: &BulkHeader,
+    send: &mut SendStream,
+) -> Result<(), ProtoError> {
     let mut sent = 0u64;
     while sent < header.len {
         let len = (header.len - sent).min(session.copy.chunk_bytes as u64) as usize;
@@ -174,7 +212,11 @@ async fn send_pipelined(
 ) -> Result<(), ProtoError> {
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, WireError>>(session.copy.depth);
     let reader_session = session.clone();
-    let (start, total, chunk) = (header.ptr.offset, header.len, session.copy.chunk_bytes as u64);
+    let (start, total, chunk) = (
+        header.ptr.offset,
+        header.len,
+        session.copy.chunk_bytes as u64,
+    );
     let reader = tokio::task::spawn_blocking(move || {
         let mut done = 0u64;
         while done < total {

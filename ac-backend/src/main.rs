@@ -40,8 +40,10 @@ impl Args {
     fn into_config(self) -> anyhow::Result<(BackendConfig, Option<PathBuf>)> {
         let mut config = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                BackendConfig::from_toml(&text).with_context(|| format!("parsing {}", path.display()))?
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                BackendConfig::from_toml(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
             }
             None => BackendConfig::default(),
         };
@@ -70,19 +72,28 @@ impl Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let (config, addr_file) = Args::parse().into_config()?;
-    let backend = ac_backend::start(config).await.context("starting the backend")?;
+    let backend = ac_backend::start(config)
+        .await
+        .context("starting the backend")?;
     eprintln!(
         "ac-backend listening on {} ({}); clients trust {}",
         backend.addr(),
-        if backend.memory_free() > 0 { "ready" } else { "no memory" },
+        if backend.memory_free() > 0 {
+            "ready"
+        } else {
+            "no memory"
+        },
         backend.ca_cert().display()
     );
     if let Some(path) = addr_file {
-        std::fs::write(&path, format!("{}\n", backend.addr())).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(&path, format!("{}\n", backend.addr()))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
-    BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request, Response, SessionId,
-    StreamId,
+    BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request,
+    Response, SessionId, StreamId,
 };
 use ac_proto::frame::{frame_bytes, spawn_writer, FrameReader, WriterHandle};
 use bytes::Bytes;
@@ -30,7 +30,11 @@ pub struct CopyOptions {
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        Self { inline_max: 64 << 10, stripe_min: 8 << 20, pipelined: true }
+        Self {
+            inline_max: 64 << 10,
+            stripe_min: 8 << 20,
+            pipelined: true,
+        }
     }
 }
 
@@ -81,19 +85,38 @@ impl Accelerator {
     /// Connects to a backend, opens a session and attaches the striping connections.
     pub async fn connect(options: &ConnectOptions) -> Result<Self> {
         let crypto = link::client_crypto(options)?;
-        let link = link::open(options, crypto.clone(), &Hello::Open { capability: options.capability.clone() }).await?;
-        let Response::Welcome { session, token, info } = link.welcome.clone() else {
+        let link = link::open(
+            options,
+            crypto.clone(),
+            &Hello::Open {
+                capability: options.capability.clone(),
+            },
+        )
+        .await?;
+        let Response::Welcome {
+            session,
+            token,
+            info,
+        } = link.welcome.clone()
+        else {
             unreachable!("link::open returns only welcomes")
         };
         let attach = Hello::Attach { session, token };
-        let extra = try_join_all((1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach))).await?;
+        let extra = try_join_all(
+            (1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach)),
+        )
+        .await?;
         Ok(Self::from_links(link, extra, session, info))
     }
 
     fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo) -> Self {
         let waiters: Arc<Waiters> = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
-        let reader = tokio::spawn(read_replies(control.reader, waiters.clone(), closed.clone()));
+        let reader = tokio::spawn(read_replies(
+            control.reader,
+            waiters.clone(),
+            closed.clone(),
+        ));
         let mut data = vec![control.connection.clone()];
         let mut endpoints = vec![control.endpoint];
         for link in extra {
@@ -114,7 +137,9 @@ impl Accelerator {
             copy: Mutex::new(CopyOptions::default()),
             reader,
         };
-        Self { inner: Arc::new(inner) }
+        Self {
+            inner: Arc::new(inner),
+        }
     }
 
     /// The device as the backend described it when the session opened.
@@ -147,7 +172,11 @@ impl Accelerator {
 
     /// How copies travel.
     pub fn copy_options(&self) -> CopyOptions {
-        self.inner.copy.lock().expect("copy options poisoned").clone()
+        self.inner
+            .copy
+            .lock()
+            .expect("copy options poisoned")
+            .clone()
     }
 
     /// Waits until every stream has finished; returns the first error of asynchronous work
@@ -166,7 +195,9 @@ impl Accelerator {
             conn.close(0u32.into(), b"client finished");
         }
         for endpoint in endpoints {
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle())
+                    .await;
         }
     }
 
@@ -182,13 +213,25 @@ impl Accelerator {
     pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.inner.waiters.lock().expect("waiters poisoned").insert(id, tx);
+        self.inner
+            .waiters
+            .lock()
+            .expect("waiters poisoned")
+            .insert(id, tx);
         if self.inner.closed.load(Ordering::Acquire) {
-            self.inner.waiters.lock().expect("waiters poisoned").remove(&id);
+            self.inner
+                .waiters
+                .lock()
+                .expect("waiters poisoned")
+                .remove(&id);
             return Err(self.disconnected());
         }
         let frame = frame_bytes(&Envelope { id, request })?;
-        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())?;
+        self.inner
+            .writer
+            .send_with_payload(frame, payload)
+            .await
+            .map_err(|_| self.disconnected())?;
         match rx.await.map_err(|_| self.disconnected())? {
             Answer::Response(Response::Error(e)) => Err(e.into()),
             answer => Ok(answer),
@@ -205,10 +248,23 @@ impl Accelerator {
 
     /// Sends an asynchronous request on `stream`: no round trip, errors surface at the next
     /// synchronizing call.
-    pub(crate) async fn post(&self, request: Request, payload: Bytes, stream: StreamId) -> Result<()> {
-        self.inner.dirty.lock().expect("dirty set poisoned").insert(stream);
+    pub(crate) async fn post(
+        &self,
+        request: Request,
+        payload: Bytes,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.inner
+            .dirty
+            .lock()
+            .expect("dirty set poisoned")
+            .insert(stream);
         let frame = frame_bytes(&Envelope { id: 0, request })?;
-        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())
+        self.inner
+            .writer
+            .send_with_payload(frame, payload)
+            .await
+            .map_err(|_| self.disconnected())
     }
 
     /// Sends a request without waiting for room or an answer (used from `Drop`).
@@ -235,14 +291,22 @@ impl Accelerator {
     pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
         let options = self.copy_options();
         if data.len() <= options.inline_max {
-            let request = Request::MemWrite { dst, len: data.len() as u64, stream: StreamId(0) };
-            self.post(request, Bytes::copy_from_slice(data), StreamId(0)).await?;
+            let request = Request::MemWrite {
+                dst,
+                len: data.len() as u64,
+                stream: StreamId(0),
+            };
+            self.post(request, Bytes::copy_from_slice(data), StreamId(0))
+                .await?;
             return self.synchronize().await;
         }
         self.settle(None).await?;
         let stripes = self.stripes(data.len(), &options);
         try_join_all(stripes.into_iter().map(|(conn, range)| {
-            let ptr = DevicePtr { buffer: dst.buffer, offset: dst.offset + range.start as u64 };
+            let ptr = DevicePtr {
+                buffer: dst.buffer,
+                offset: dst.offset + range.start as u64,
+            };
             bulk_write(conn, ptr, &data[range], options.pipelined)
         }))
         .await?;
@@ -255,7 +319,11 @@ impl Accelerator {
         if out.len() <= options.inline_max {
             // Ordered after the default stream's work by the backend; other streams first.
             self.settle(Some(StreamId(0))).await?;
-            let request = Request::MemRead { src, len: out.len() as u64, stream: StreamId(0) };
+            let request = Request::MemRead {
+                src,
+                len: out.len() as u64,
+                stream: StreamId(0),
+            };
             return match self.call(request, Bytes::new()).await? {
                 Answer::Data(bytes) if bytes.len() == out.len() => {
                     out.copy_from_slice(&bytes);
@@ -271,7 +339,10 @@ impl Accelerator {
         for (conn, range) in stripes {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let ptr = DevicePtr { buffer: src.buffer, offset: src.offset + range.start as u64 };
+            let ptr = DevicePtr {
+                buffer: src.buffer,
+                offset: src.offset + range.start as u64,
+            };
             jobs.push(bulk_read(conn, ptr, head, options.pipelined));
         }
         try_join_all(jobs).await?;
@@ -279,7 +350,11 @@ impl Accelerator {
     }
 
     /// Splits `len` bytes over the data connections, in 64 KiB-aligned contiguous stripes.
-    fn stripes(&self, len: usize, options: &CopyOptions) -> Vec<(&Connection, std::ops::Range<usize>)> {
+    fn stripes(
+        &self,
+        len: usize,
+        options: &CopyOptions,
+    ) -> Vec<(&Connection, std::ops::Range<usize>)> {
         let conns = &self.inner.data;
         let n = conns.len().min(len / options.stripe_min.max(1)).max(1);
         let per = len.div_ceil(n).next_multiple_of(64 << 10);
@@ -296,7 +371,9 @@ pub(crate) fn unexpected(answer: Answer) -> Error {
 
 async fn read_replies(mut reader: FrameReader, waiters: Arc<Waiters>, closed: Arc<AtomicBool>) {
     loop {
-        let Ok(Some(reply)) = reader.read_frame::<Reply>().await else { break };
+        let Ok(Some(reply)) = reader.read_frame::<Reply>().await else {
+            break;
+        };
         let answer = match reply.response {
             Response::Data { len } => match reader.read_exact_raw(len as usize).await {
                 Ok(bytes) => Answer::Data(bytes),
@@ -316,20 +393,35 @@ async fn read_replies(mut reader: FrameReader, waiters: Arc<Waiters>, closed: Ar
 fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
     conn.close_reason()
         .map(Error::from)
-        .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
+        .unwrap_or_else(|| Error::Remote {
+            kind: ErrorKind::Device,
+            message: format!("copy failed: {e}"),
+        })
 }
 
 async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: bool) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader { direction: Direction::HostToDevice, ptr: dst, len: data.len() as u64, pipelined };
-    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
+    let header = BulkHeader {
+        direction: Direction::HostToDevice,
+        ptr: dst,
+        len: data.len() as u64,
+        pipelined,
+    };
+    send.write_all(&frame_bytes(&header)?)
+        .await
+        .map_err(|e| map_write(e, conn))?;
     let written = send.write_all(data).await;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);
     // The reply explains a refusal (the backend stops the stream, failing our write).
     let reply: Reply = match reader.expect_frame().await {
         Ok(reply) => reply,
-        Err(e) => return Err(written.err().map(|w| map_write(w, conn)).unwrap_or_else(|| copy_failed(e, conn))),
+        Err(e) => {
+            return Err(written
+                .err()
+                .map(|w| map_write(w, conn))
+                .unwrap_or_else(|| copy_failed(e, conn)))
+        }
     };
     match reply.response {
         Response::Ok => written.map_err(|e| map_write(e, conn)),
@@ -338,17 +430,33 @@ async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: b
     }
 }
 
-async fn bulk_read(conn: &Connection, src: DevicePtr, out: &mut [u8], pipelined: bool) -> Result<()> {
+async fn bulk_read(
+    conn: &Connection,
+    src: DevicePtr,
+    out: &mut [u8],
+    pipelined: bool,
+) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader { direction: Direction::DeviceToHost, ptr: src, len: out.len() as u64, pipelined };
-    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
+    let header = BulkHeader {
+        direction: Direction::DeviceToHost,
+        ptr: src,
+        len: out.len() as u64,
+        pipelined,
+    };
+    send.write_all(&frame_bytes(&header)?)
+        .await
+        .map_err(|e| map_write(e, conn))?;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);
-    let reply: Reply = reader.expect_frame().await.map_err(|e| copy_failed(e, conn))?;
+    let reply: Reply = reader
+        .expect_frame()
+        .await
+        .map_err(|e| copy_failed(e, conn))?;
     match reply.response {
-        Response::Data { len } if len == out.len() as u64 => {
-            reader.read_payload_into(out).await.map_err(|e| copy_failed(e, conn))
-        }
+        Response::Data { len } if len == out.len() as u64 => reader
+            .read_payload_into(out)
+            .await
+            .map_err(|e| copy_failed(e, conn)),
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("unexpected bulk reply {other:?}"))),
     }

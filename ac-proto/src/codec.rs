@@ -54,7 +54,10 @@ mod tests {
 
     #[test]
     fn roundtrip() {
-        let msg = Sample::B { name: "x".into(), data: vec![1, 2, 3] };
+        let msg = Sample::B {
+            name: "x".into(),
+            data: vec![1, 2, 3],
+        };
         let mut buf = Vec::new();
         encode_into(&msg, &mut buf).unwrap();
         assert_eq!(decode::<Sample>(&buf).unwrap(), msg);
@@ -72,7 +75,10 @@ mod tests {
         let mut buf = Vec::new();
         encode_into(&Sample::A(7), &mut buf).unwrap();
         buf.push(0);
-        assert!(matches!(decode::<Sample>(&buf), Err(ProtoError::Malformed(_))));
+        assert!(matches!(
+            decode::<Sample>(&buf),
+            Err(ProtoError::Malformed(_))
+        ));
     }
 
     proptest! {

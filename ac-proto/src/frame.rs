@@ -47,7 +47,10 @@ const READ_CHUNK: usize = 256 * 1024;
 impl FrameReader {
     /// Wraps a receive stream.
     pub fn new(stream: RecvStream) -> Self {
-        Self { stream, buf: BytesMut::new() }
+        Self {
+            stream,
+            buf: BytesMut::new(),
+        }
     }
 
     /// The underlying stream, e.g. to `stop` it with an error code.
@@ -83,7 +86,10 @@ impl FrameReader {
         }
         let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
         if len > MAX_FRAME {
-            return Some(Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 }));
+            return Some(Err(ProtoError::FrameTooLarge {
+                len: len as u64,
+                limit: MAX_FRAME as u64,
+            }));
         }
         if self.buf.len() < 4 + len {
             return None;
@@ -100,7 +106,11 @@ impl FrameReader {
                 return frame.map(Some);
             }
             if !self.fill().await? {
-                return if self.buf.is_empty() { Ok(None) } else { Err(ProtoError::UnexpectedEnd) };
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(ProtoError::UnexpectedEnd)
+                };
             }
         }
     }
@@ -155,17 +165,24 @@ impl WriterHandle {
     /// Queues a frame and the raw payload it announces; nothing queued by another handle can
     /// come between the two.
     pub async fn send_with_payload(&self, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
-        self.tx.send((frame, payload)).await.map_err(|_| ProtoError::UnexpectedEnd)
+        self.tx
+            .send((frame, payload))
+            .await
+            .map_err(|_| ProtoError::UnexpectedEnd)
     }
 
     /// Queues bytes without waiting; fails when the queue is full or the writer has stopped.
     pub fn try_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx.try_send((bytes, Bytes::new())).map_err(|_| ProtoError::UnexpectedEnd)
+        self.tx
+            .try_send((bytes, Bytes::new()))
+            .map_err(|_| ProtoError::UnexpectedEnd)
     }
 
     /// Queues bytes from a thread outside the async runtime.
     pub fn blocking_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx.blocking_send((bytes, Bytes::new())).map_err(|_| ProtoError::UnexpectedEnd)
+        self.tx
+            .blocking_send((bytes, Bytes::new()))
+            .map_err(|_| ProtoError::UnexpectedEnd)
     }
 
     /// Encodes `msg` as a frame and queues it.

@@ -12,7 +12,7 @@
 //! | `sgemm` | `(u32 m, u32 n, u32 k, f32 alpha, const f32* A, const f32* B, f32 beta, f32* C)` | `C = alpha A B + beta C`, `A` m×k, `B` k×n, `C` m×n |
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
 
-use ac_proto::backend::ParamKind::{self, F32, Ptr, U32, U64};
+use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 
 /// The module's name.
 pub const MODULE: &str = "builtin";
@@ -28,11 +28,24 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
 
 /// The index and signature of a builtin kernel.
 pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
-    KERNELS.iter().position(|(n, _)| *n == name).map(|i| (i, KERNELS[i].1))
+    KERNELS
+        .iter()
+        .position(|(n, _)| *n == name)
+        .map(|i| (i, KERNELS[i].1))
 }
 
 /// `C = alpha A B + beta C` on row-major slices; `c` holds C on entry.
-pub fn sgemm(m: usize, n: usize, k: usize, alpha: f32, a: &[f32], b: &[f32], beta: f32, c: &mut [f32]) {
+#[allow(clippy::too_many_arguments)] // the BLAS sgemm signature, kept recognisable
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
     for row in 0..m {
         let c_row = &mut c[row * n..(row + 1) * n];
         for v in c_row.iter_mut() {
@@ -55,7 +68,16 @@ mod tests {
     fn sgemm_small() {
         // [1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50]
         let mut c = vec![1.0; 4];
-        sgemm(2, 2, 2, 1.0, &[1., 2., 3., 4.], &[5., 6., 7., 8.], 2.0, &mut c);
+        sgemm(
+            2,
+            2,
+            2,
+            1.0,
+            &[1., 2., 3., 4.],
+            &[5., 6., 7., 8.],
+            2.0,
+            &mut c,
+        );
         assert_eq!(c, vec![21., 24., 45., 52.]);
     }
 

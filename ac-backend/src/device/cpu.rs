@@ -6,10 +6,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{
+    DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError,
+};
 
 use super::builtin;
-use super::{validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
+use super::{
+    validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel,
+};
 
 type Memory = Arc<RwLock<Vec<u8>>>;
 
@@ -49,14 +53,20 @@ impl CpuDevice {
         let (mem, offset) = self.span(arg, n, what)?;
         let bytes = n as usize * 4;
         let guard = mem.read().expect("device memory poisoned");
-        Ok(guard[offset..offset + bytes].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect())
+        Ok(guard[offset..offset + bytes]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+            .collect())
     }
 
     /// Writes f32 values at a pointer argument.
     fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
         let (mem, offset) = self.span(arg, values.len() as u64, what)?;
         let mut guard = mem.write().expect("device memory poisoned");
-        for (dst, v) in guard[offset..offset + values.len() * 4].chunks_exact_mut(4).zip(values) {
+        for (dst, v) in guard[offset..offset + values.len() * 4]
+            .chunks_exact_mut(4)
+            .zip(values)
+        {
             dst.copy_from_slice(&v.to_le_bytes());
         }
         Ok(())
@@ -65,9 +75,14 @@ impl CpuDevice {
     /// Resolves a pointer argument that must hold `n` f32 values.
     fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Memory, usize)> {
         let DeviceArg::Mem { mem, offset, len } = *arg else {
-            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("{what}: expected a pointer"),
+            ));
         };
-        let need = n.checked_mul(4).ok_or_else(|| WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows")))?;
+        let need = n.checked_mul(4).ok_or_else(|| {
+            WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows"))
+        })?;
         if need > len {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
@@ -75,7 +90,10 @@ impl CpuDevice {
             ));
         }
         if offset % 4 != 0 {
-            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: misaligned address (offset {offset})")));
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("{what}: misaligned address (offset {offset})"),
+            ));
         }
         Ok((self.memory(mem)?, offset as usize))
     }
@@ -84,7 +102,11 @@ impl CpuDevice {
         match builtin::KERNELS[index].0 {
             "fill" => {
                 let n = scalar_u64(&args[2])?;
-                self.write_f32s(&args[0], &vec![scalar_f32(&args[1])?; n as usize], "fill out")
+                self.write_f32s(
+                    &args[0],
+                    &vec![scalar_f32(&args[1])?; n as usize],
+                    "fill out",
+                )
             }
             "vector_add" => {
                 let n = scalar_u64(&args[3])?;
@@ -104,21 +126,41 @@ impl CpuDevice {
                 self.write_f32s(&args[2], &y, "saxpy y")
             }
             "sgemm" => {
-                let (m, n, k) = (scalar_u32(&args[0])? as u64, scalar_u32(&args[1])? as u64, scalar_u32(&args[2])? as u64);
+                let (m, n, k) = (
+                    scalar_u32(&args[0])? as u64,
+                    scalar_u32(&args[1])? as u64,
+                    scalar_u32(&args[2])? as u64,
+                );
                 let a = self.read_f32s(&args[4], m * k, "sgemm A")?;
                 let b = self.read_f32s(&args[5], k * n, "sgemm B")?;
                 let mut c = self.read_f32s(&args[7], m * n, "sgemm C")?;
-                builtin::sgemm(m as usize, n as usize, k as usize, scalar_f32(&args[3])?, &a, &b, scalar_f32(&args[6])?, &mut c);
+                builtin::sgemm(
+                    m as usize,
+                    n as usize,
+                    k as usize,
+                    scalar_f32(&args[3])?,
+                    &a,
+                    &b,
+                    scalar_f32(&args[6])?,
+                    &mut c,
+                );
                 self.write_f32s(&args[7], &c, "sgemm C")
             }
             "reduce_sum" => {
                 let n = scalar_u64(&args[2])?;
                 // Sum in f64 so that large reductions stay close to the exact value.
-                let sum: f64 = self.read_f32s(&args[0], n, "reduce_sum in")?.iter().map(|&v| v as f64).sum();
+                let sum: f64 = self
+                    .read_f32s(&args[0], n, "reduce_sum in")?
+                    .iter()
+                    .map(|&v| v as f64)
+                    .sum();
                 let out = self.read_f32s(&args[1], 1, "reduce_sum out")?[0];
                 self.write_f32s(&args[1], &[(out as f64 + sum) as f32], "reduce_sum out")
             }
-            other => Err(WireError::new(ErrorKind::Internal, format!("builtin `{other}` has no CPU implementation"))),
+            other => Err(WireError::new(
+                ErrorKind::Internal,
+                format!("builtin `{other}` has no CPU implementation"),
+            )),
         }
     }
 }
@@ -126,21 +168,30 @@ impl CpuDevice {
 fn scalar_u64(arg: &DeviceArg) -> DeviceResult<u64> {
     match arg {
         DeviceArg::Scalar(KernelArg::U64(v)) => Ok(*v),
-        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u64, got {other:?}"))),
+        other => Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("expected u64, got {other:?}"),
+        )),
     }
 }
 
 fn scalar_u32(arg: &DeviceArg) -> DeviceResult<u32> {
     match arg {
         DeviceArg::Scalar(KernelArg::U32(v)) => Ok(*v),
-        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u32, got {other:?}"))),
+        other => Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("expected u32, got {other:?}"),
+        )),
     }
 }
 
 fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
     match arg {
         DeviceArg::Scalar(KernelArg::F32(v)) => Ok(*v),
-        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected f32, got {other:?}"))),
+        other => Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("expected f32, got {other:?}"),
+        )),
     }
 }
 
@@ -168,26 +219,44 @@ impl Device for CpuDevice {
 
     fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem> {
         if bytes == 0 {
-            return Err(WireError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                "cannot allocate 0 bytes",
+            ));
         }
-        let reserved = self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            used.checked_add(bytes).filter(|&total| total <= self.capacity)
-        });
+        let reserved = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes)
+                    .filter(|&total| total <= self.capacity)
+            });
         if let Err(used) = reserved {
             return Err(WireError::new(
                 ErrorKind::OutOfMemory,
-                format!("out of device memory: {bytes} bytes requested, {} of {} free", self.capacity - used, self.capacity),
+                format!(
+                    "out of device memory: {bytes} bytes requested, {} of {} free",
+                    self.capacity - used,
+                    self.capacity
+                ),
             ));
         }
         // calloc: pages are mapped on first touch, as device memory is committed lazily.
         let memory = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.allocations.lock().expect("allocation table poisoned").insert(id, memory);
+        self.allocations
+            .lock()
+            .expect("allocation table poisoned")
+            .insert(id, memory);
         Ok(DeviceMem(id))
     }
 
     fn free(&self, mem: DeviceMem) {
-        if let Some(memory) = self.allocations.lock().expect("allocation table poisoned").remove(&mem.0) {
+        if let Some(memory) = self
+            .allocations
+            .lock()
+            .expect("allocation table poisoned")
+            .remove(&mem.0)
+        {
             let size = memory.read().expect("device memory poisoned").len() as u64;
             self.used.fetch_sub(size, Ordering::AcqRel);
         }
@@ -209,7 +278,14 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()> {
+    fn copy(
+        &self,
+        dst: DeviceMem,
+        dst_offset: u64,
+        src: DeviceMem,
+        src_offset: u64,
+        len: u64,
+    ) -> DeviceResult<()> {
         if dst == src {
             let memory = self.memory(dst)?;
             let mut guard = memory.write().expect("device memory poisoned");
@@ -260,16 +336,32 @@ impl Device for CpuDevice {
 
     fn kernel(&self, _module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
         let (index, params) = builtin::lookup(name).ok_or_else(|| {
-            WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))
+            WireError::new(
+                ErrorKind::UnknownKernel,
+                format!("no kernel `{name}` in module `{}`", builtin::MODULE),
+            )
         })?;
-        Ok(Kernel { handle: index as u64, name: name.to_string(), params: Some(params.to_vec()) })
+        Ok(Kernel {
+            handle: index as u64,
+            name: name.to_string(),
+            params: Some(params.to_vec()),
+        })
     }
 
-    fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], _stream: DeviceStream) -> DeviceResult<()> {
+    fn launch(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[DeviceArg],
+        _stream: DeviceStream,
+    ) -> DeviceResult<()> {
         validate_dims(dims)?;
         let index = kernel.handle as usize;
         if index >= builtin::KERNELS.len() || builtin::KERNELS[index].1.len() != args.len() {
-            return Err(WireError::new(ErrorKind::InvalidArgument, format!("bad launch of `{}`", kernel.name)));
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("bad launch of `{}`", kernel.name),
+            ));
         }
         self.run_builtin(index, args)
     }
@@ -303,8 +395,14 @@ mod tests {
     fn out_of_range_and_overflowing_accesses_fail() {
         let dev = CpuDevice::new(1 << 20);
         let a = dev.alloc(16).unwrap();
-        assert_eq!(dev.write(a, 10, &[0; 8]).unwrap_err().kind, ErrorKind::OutOfBounds);
-        assert_eq!(dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind, ErrorKind::OutOfBounds);
+        assert_eq!(
+            dev.write(a, 10, &[0; 8]).unwrap_err().kind,
+            ErrorKind::OutOfBounds
+        );
+        assert_eq!(
+            dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind,
+            ErrorKind::OutOfBounds
+        );
         dev.write(a, 8, &[7; 8]).unwrap();
         dev.copy(a, 0, a, 8, 8).unwrap();
         let mut out = [0; 16];
@@ -315,6 +413,11 @@ mod tests {
     #[test]
     fn ptx_needs_cuda() {
         let dev = CpuDevice::new(1 << 20);
-        assert_eq!(dev.load_module(&ModuleSource::Ptx, b".version 8.0").unwrap_err().kind, ErrorKind::NeedsCuda);
+        assert_eq!(
+            dev.load_module(&ModuleSource::Ptx, b".version 8.0")
+                .unwrap_err()
+                .kind,
+            ErrorKind::NeedsCuda
+        );
     }
 }

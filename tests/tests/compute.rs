@@ -1,0 +1,246 @@
+//! The compute path end to end: memory, copies of every size class, kernels, streams.
+
+use ac_frontend::{CopyOptions, ErrorKind, LaunchDims};
+use ac_tests::{pattern, TestBackend};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_kernels_match_cpu_references() {
+    let tb = TestBackend::start(256).await;
+    let acc = tb.connect().await;
+    let module = acc.builtin().await.unwrap();
+    let n = 10_000usize;
+    let (a, b) = (pattern(n, 1), pattern(n, 2));
+    let (da, db) = (
+        acc.alloc_from(&a).await.unwrap(),
+        acc.alloc_from(&b).await.unwrap(),
+    );
+    let dc = acc.alloc::<f32>(n).await.unwrap();
+
+    let add = module.function("vector_add").await.unwrap();
+    add.launch(
+        LaunchDims::linear(n as u64, 128),
+        &[da.arg(), db.arg(), dc.arg(), (n as u64).into()],
+    )
+    .await
+    .unwrap();
+    let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    assert_eq!(dc.to_vec().await.unwrap(), sum);
+
+    let saxpy = module.function("saxpy").await.unwrap();
+    saxpy
+        .launch(
+            LaunchDims::linear(n as u64, 256),
+            &[0.5f32.into(), da.arg(), db.arg(), (n as u64).into()],
+        )
+        .await
+        .unwrap();
+    let expect: Vec<f32> = a.iter().zip(&b).map(|(x, y)| 0.5 * x + y).collect();
+    assert_eq!(db.to_vec().await.unwrap(), expect);
+
+    let fill = module.function("fill").await.unwrap();
+    fill.launch(
+        LaunchDims::linear(100, 32),
+        &[dc.at(10), 7.0f32.into(), 100u64.into()],
+    )
+    .await
+    .unwrap();
+    let filled = dc.to_vec().await.unwrap();
+    assert!(filled[10..110].iter().all(|&v| v == 7.0));
+    assert_eq!(filled[9], sum[9]);
+    assert_eq!(filled[110], sum[110]);
+
+    let out = acc.alloc::<f32>(1).await.unwrap();
+    let reduce = module.function("reduce_sum").await.unwrap();
+    reduce
+        .launch(
+            LaunchDims::linear(n as u64, 256),
+            &[da.arg(), out.arg(), (n as u64).into()],
+        )
+        .await
+        .unwrap();
+    let expected: f64 = a.iter().map(|&v| v as f64).sum();
+    let got = out.to_vec().await.unwrap()[0] as f64;
+    assert!(
+        (got - expected).abs() / expected < 1e-6,
+        "reduce_sum {got} vs {expected}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sgemm_matches_reference() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let (m, n, k) = (33usize, 17usize, 29usize);
+    let (a, b, c) = (pattern(m * k, 3), pattern(k * n, 4), pattern(m * n, 5));
+    let (da, db, dc) = (
+        acc.alloc_from(&a).await.unwrap(),
+        acc.alloc_from(&b).await.unwrap(),
+        acc.alloc_from(&c).await.unwrap(),
+    );
+    let sgemm = acc
+        .builtin()
+        .await
+        .unwrap()
+        .function("sgemm")
+        .await
+        .unwrap();
+    let args = [
+        (m as u32).into(),
+        (n as u32).into(),
+        (k as u32).into(),
+        2.0f32.into(),
+        da.arg(),
+        db.arg(),
+        (-1.0f32).into(),
+        dc.arg(),
+    ];
+    sgemm
+        .launch(LaunchDims::new([2, 3, 1], [16, 16, 1]), &args)
+        .await
+        .unwrap();
+    let got = dc.to_vec().await.unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k)
+                .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                .sum();
+            let want = 2.0 * dot - c[i * n + j] as f64;
+            let g = got[i * n + j] as f64;
+            assert!(
+                (g - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "C[{i},{j}] = {g}, want {want}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_of_every_size_and_path_round_trip() {
+    let tb = TestBackend::start(512).await;
+    let acc = tb.connect().await;
+    // Inline, one bulk stream, striped; pipelined and not; at an offset.
+    for &(len, pipelined) in &[
+        (10usize, true),
+        (16 << 10, true),
+        (3 << 20, false),
+        (3 << 20, true),
+        (40 << 20, true),
+        (40 << 20, false),
+    ] {
+        acc.set_copy_options(CopyOptions {
+            pipelined,
+            stripe_min: 8 << 20,
+            ..CopyOptions::default()
+        });
+        let data: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+        let buf = acc.alloc::<u8>(len + 100).await.unwrap();
+        buf.copy_from_host_at(100, &data).await.unwrap();
+        let mut back = vec![0u8; len];
+        buf.copy_to_host_at(100, &mut back).await.unwrap();
+        assert!(
+            back == data,
+            "round trip of {len} bytes (pipelined {pipelined}) differs"
+        );
+        let mut head = vec![1u8; 100];
+        buf.copy_to_host(&mut head).await.unwrap();
+        assert!(
+            head.iter().all(|&b| b == 0),
+            "bytes before the offset were touched"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_run_in_order_and_sync_copies_see_async_work() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let stream = acc.create_stream().await.unwrap();
+    let n = 1 << 16;
+    let x = acc.alloc::<f32>(n).await.unwrap();
+    let y = acc.alloc::<f32>(n).await.unwrap();
+    let module = acc.builtin().await.unwrap();
+    let fill = module.function("fill").await.unwrap();
+    let saxpy = module.function("saxpy").await.unwrap();
+    // async write, fill, saxpy, device-to-device copy: all on one stream, in order.
+    x.copy_from_host_async(&stream, 0, &vec![2.0f32; n])
+        .await
+        .unwrap();
+    fill.launch_on(
+        &stream,
+        LaunchDims::linear(n as u64, 256),
+        &[y.arg(), 1.0f32.into(), (n as u64).into()],
+    )
+    .await
+    .unwrap();
+    for _ in 0..10 {
+        saxpy
+            .launch_on(
+                &stream,
+                LaunchDims::linear(n as u64, 256),
+                &[3.0f32.into(), x.arg(), y.arg(), (n as u64).into()],
+            )
+            .await
+            .unwrap();
+    }
+    x.copy_from_device(&stream, &y).await.unwrap();
+    // A synchronous copy on the default stream must wait for the other stream's work.
+    let got = x.to_vec().await.unwrap();
+    assert!(got.iter().all(|&v| v == 61.0), "got {}", got[0]);
+    y.memset(&stream, 0).await.unwrap();
+    stream.synchronize().await.unwrap();
+    assert!(y.to_vec().await.unwrap().iter().all(|&v| v == 0.0));
+    stream.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn freeing_returns_memory_and_info_reports_it() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let total = acc.info().memory_total;
+    assert_eq!(total, 64 << 20);
+    let buf = acc.alloc::<u8>(10 << 20).await.unwrap();
+    assert_eq!(
+        acc.device_info().await.unwrap().memory_free,
+        total - (10 << 20)
+    );
+    buf.free().await.unwrap();
+    assert_eq!(acc.device_info().await.unwrap().memory_free, total);
+    {
+        let _dropped = acc.alloc::<u8>(1 << 20).await.unwrap();
+    }
+    acc.ping().await.unwrap();
+    assert_eq!(
+        acc.device_info().await.unwrap().memory_free,
+        total,
+        "drop frees the buffer"
+    );
+    let err = acc.alloc::<u8>(0).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument));
+}
+
+#[test]
+fn blocking_api_works_from_plain_main() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tb = rt.block_on(TestBackend::start(64));
+    let options = tb.options();
+    let result = std::thread::spawn(move || {
+        let acc = ac_frontend::blocking::Accelerator::connect(&options).unwrap();
+        let x = acc.alloc_from(&[1.0f32, 2.0, 3.0]).unwrap();
+        let y = acc.alloc_from(&[10.0f32, 20.0, 30.0]).unwrap();
+        let saxpy = acc.builtin().unwrap().function("saxpy").unwrap();
+        saxpy
+            .launch(
+                LaunchDims::linear(3, 32),
+                &[2.0f32.into(), x.arg(), y.arg(), 3u64.into()],
+            )
+            .unwrap();
+        y.to_vec().unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(result, vec![12.0, 24.0, 36.0]);
+    assert!(
+        rt.block_on(tb.eventually(std::time::Duration::from_secs(3), |b| b.sessions() == 0)),
+        "closing the blocking handle ends the session"
+    );
+}
