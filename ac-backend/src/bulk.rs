@@ -1,12 +1,16 @@
 //! Bulk copies: one QUIC stream per copy (or per stripe of a copy), header then raw bytes.
 //!
-//! Host to device, pipelined: the network task gathers received chunks (no copy: they are the
-//! `Bytes` quinn hands out) into batches of `chunk_bytes` and passes them through a queue of
-//! `depth` batches to a blocking writer, so receiving batch n+1 overlaps writing batch n into
-//! device memory. Device to host mirrors it: a blocking reader fills chunks ahead of the network
-//! task. Unpipelined, the same task alternates between the two, which the benchmark uses as the
-//! baseline. Either way the bytes held per copy stream are bounded by `chunk_bytes * (depth + 2)`
-//! plus the QUIC window, not by the copy's size.
+//! Pipelined (the default), the copy streams: each piece quinn hands us (at most `chunk_bytes`,
+//! no copy) is written to device memory as soon as it arrives, while quinn's connection task
+//! goes on receiving the next pieces into the stream's receive window. Device to host mirrors
+//! it: a chunk is read from the device while quinn transmits the previous ones from its send
+//! buffer. The network and the device copies overlap, and the bytes held per copy are bounded by
+//! the QUIC windows plus one chunk, whatever the copy's size.
+//!
+//! Unpipelined (store-and-forward, what a remote-GPU protocol without pipelining does, kept as
+//! the benchmark's baseline), the whole copy is staged in host memory first and then written to
+//! the device in one call; device to host reads it all before sending. Time is network plus
+//! device copy instead of the larger of the two, and memory grows with the copy.
 
 use std::sync::Arc;
 
@@ -15,7 +19,6 @@ use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::ProtoError;
 use bytes::{Bytes, BytesMut};
 use quinn::SendStream;
-use tokio::sync::mpsc;
 
 use crate::session::{Allocation, Session};
 
@@ -40,9 +43,9 @@ pub async fn serve(
     match header.direction {
         Direction::HostToDevice => {
             let result = if header.pipelined {
-                receive_pipelined(&session, &alloc, &header, &mut reader).await
+                receive_streaming(&session, &alloc, &header, &mut reader).await
             } else {
-                receive_direct(&session, &alloc, &header, &mut reader).await
+                receive_staged(&session, &alloc, &header, &mut reader).await
             };
             let response = match result {
                 Ok(()) => Response::Ok,
@@ -56,9 +59,9 @@ pub async fn serve(
         Direction::DeviceToHost => {
             reply_header(&mut send, Response::Data { len: header.len }).await?;
             if header.pipelined {
-                send_pipelined(&session, alloc, &header, &mut send).await?;
+                send_streaming(&session, &alloc, &header, &mut send).await?;
             } else {
-                send_direct(&session, &alloc, &header, &mut send).await?;
+                send_staged(&session, &alloc, &header, &mut send).await?;
             }
             let _ = send.finish();
             Ok(())
@@ -102,7 +105,7 @@ async fn next_piece(
     }
 }
 
-async fn receive_direct(
+async fn receive_streaming(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
@@ -120,59 +123,19 @@ async fn receive_direct(
     Ok(())
 }
 
-async fn receive_pipelined(
+async fn receive_staged(
     session: &Session,
-    alloc: &Arc<Allocation>,
+    alloc: &Allocation,
     header: &BulkHeader,
     reader: &mut FrameReader,
 ) -> Result<(), WireError> {
-    let chunk = session.copy.chunk_bytes;
-    let (tx, mut rx) = mpsc::channel::<(u64, Vec<Bytes>)>(session.copy.depth);
-    let device = session.device.clone();
-    let target = alloc.clone();
-    let writer = tokio::task::spawn_blocking(move || -> Result<(), WireError> {
-        while let Some((mut offset, pieces)) = rx.blocking_recv() {
-            for piece in pieces {
-                device.write(target.mem, offset, &piece)?;
-                offset += piece.len() as u64;
-            }
-        }
-        Ok(())
-    });
-    let mut received = 0u64;
-    let mut batch: Vec<Bytes> = Vec::new();
-    let mut batch_start = header.ptr.offset;
-    let mut batch_len = 0usize;
-    let mut network: Result<(), WireError> = Ok(());
-    while received < header.len {
-        let max = (header.len - received).min(chunk as u64) as usize;
-        let piece = match next_piece(reader, received, header, max).await {
-            Ok(piece) => piece,
-            Err(e) => {
-                network = Err(e);
-                break;
-            }
-        };
-        received += piece.len() as u64;
-        batch_len += piece.len();
-        batch.push(piece);
-        if batch_len >= chunk || received == header.len {
-            let full = std::mem::take(&mut batch);
-            if tx.send((batch_start, full)).await.is_err() {
-                break; // the writer failed; its error is reported below
-            }
-            batch_start += batch_len as u64;
-            batch_len = 0;
-        }
+    let mut staging = BytesMut::with_capacity(header.len as usize);
+    while (staging.len() as u64) < header.len {
+        let max = (header.len - staging.len() as u64).min(session.copy.chunk_bytes as u64) as usize;
+        let piece = next_piece(reader, staging.len() as u64, header, max).await?;
+        staging.extend_from_slice(&piece);
     }
-    drop(tx);
-    let written = writer.await.unwrap_or_else(|e| {
-        Err(WireError::new(
-            ErrorKind::Internal,
-            format!("writer panicked: {e}"),
-        ))
-    });
-    written.and(network)
+    session.device.write(alloc.mem, header.ptr.offset, &staging)
 }
 
 fn read_chunk(
@@ -186,7 +149,7 @@ fn read_chunk(
     Ok(buf.freeze())
 }
 
-async fn send_direct(
+async fn send_streaming(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
@@ -204,39 +167,16 @@ async fn send_direct(
     Ok(())
 }
 
-async fn send_pipelined(
-    session: &Arc<Session>,
-    alloc: Arc<Allocation>,
+async fn send_staged(
+    session: &Session,
+    alloc: &Allocation,
     header: &BulkHeader,
     send: &mut SendStream,
 ) -> Result<(), ProtoError> {
-    let (tx, mut rx) = mpsc::channel::<Result<Bytes, WireError>>(session.copy.depth);
-    let reader_session = session.clone();
-    let (start, total, chunk) = (
-        header.ptr.offset,
-        header.len,
-        session.copy.chunk_bytes as u64,
-    );
-    let reader = tokio::task::spawn_blocking(move || {
-        let mut done = 0u64;
-        while done < total {
-            let len = (total - done).min(chunk) as usize;
-            let next = read_chunk(&reader_session, &alloc, start + done, len);
-            let failed = next.is_err();
-            if tx.blocking_send(next).is_err() || failed {
-                return;
-            }
-            done += len as u64;
-        }
-    });
-    while let Some(next) = rx.recv().await {
-        match next {
-            Ok(chunk) => send.write_chunk(chunk).await?,
-            Err(e) => return abort_send(send, e),
-        }
+    match read_chunk(session, alloc, header.ptr.offset, header.len as usize) {
+        Ok(all) => Ok(send.write_chunk(all).await?),
+        Err(e) => abort_send(send, e),
     }
-    let _ = reader.await;
-    Ok(())
 }
 
 /// A device failure in the middle of a device-to-host copy: the header already promised the

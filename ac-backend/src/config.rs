@@ -116,9 +116,9 @@ mod tests {
 
     #[test]
     fn toml_overrides_defaults_and_rejects_typos() {
-        let c = BackendConfig::from_toml("memory_mib = 128\n[copy]\ndepth = 8\n").unwrap();
+        let c = BackendConfig::from_toml("memory_mib = 128\n[transport]\nmtu = 1452\n").unwrap();
         assert_eq!(c.memory_mib, 128);
-        assert_eq!(c.copy.depth, 8);
+        assert_eq!(c.transport.mtu, 1452);
         assert_eq!(c.copy.chunk_bytes, CopySettings::default().chunk_bytes);
         assert!(BackendConfig::from_toml("memroy_mib = 1").is_err());
     }

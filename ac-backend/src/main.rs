@@ -28,9 +28,6 @@ struct Args {
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
-    /// Bulk copy chunks in flight.
-    #[arg(long, env = "AC_BACKEND_DEPTH")]
-    depth: Option<usize>,
     /// Write the bound address to this file once listening (for scripts using port 0).
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -61,9 +58,6 @@ impl Args {
         }
         if let Some(v) = self.chunk_kib {
             config.copy.chunk_bytes = v * 1024;
-        }
-        if let Some(v) = self.depth {
-            config.copy.depth = v;
         }
         Ok((config, self.addr_file))
     }

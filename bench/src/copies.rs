@@ -1,0 +1,181 @@
+//! Copy throughput against a plain TCP stream measured in the same run, and the transport
+//! tuning ablation.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use ac_backend::CopySettings;
+use ac_frontend::{Accelerator, CopyOptions};
+use ac_proto::transport::Tuning;
+
+use crate::setup::{connect, mib, InProcess};
+
+/// MB/s (10^6 bytes per second) of `bytes` moved in `elapsed`.
+fn rate(bytes: usize, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64() / 1e6
+}
+
+/// A plain TCP stream of `src` into a preallocated buffer on loopback; best of `reps`, MB/s.
+fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let len = src.len();
+    let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut dst = vec![0u8; len];
+        for _ in 0..reps {
+            let (mut s, _) = listener.accept()?;
+            s.read_exact(&mut dst)?;
+            s.write_all(&[1])?;
+        }
+        Ok(())
+    });
+    let mut best = 0.0f64;
+    for _ in 0..reps {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        let start = Instant::now();
+        s.write_all(src)?;
+        let mut ack = [0u8];
+        s.read_exact(&mut ack)?;
+        best = best.max(rate(len, start.elapsed()));
+    }
+    server.join().expect("tcp server")?;
+    Ok(best)
+}
+
+/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
+async fn measure(
+    acc: &Accelerator,
+    src: &[u8],
+    dst: &mut [u8],
+    reps: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let buf = acc.alloc::<u8>(src.len()).await?;
+    let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
+    for _ in 0..reps {
+        let start = Instant::now();
+        buf.copy_from_host(src).await?;
+        h2d = h2d.max(rate(src.len(), start.elapsed()));
+        let start = Instant::now();
+        buf.copy_to_host(dst).await?;
+        d2h = d2h.max(rate(src.len(), start.elapsed()));
+    }
+    anyhow::ensure!(
+        dst[0] == src[0] && dst[src.len() - 1] == src[src.len() - 1],
+        "copy corrupted data"
+    );
+    buf.free().await?;
+    Ok((h2d, d2h))
+}
+
+fn host_data(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 131 % 251) as u8).collect()
+}
+
+/// Throughput for each size, pipelining on and off, one and several connections.
+pub async fn throughput(quick: bool) -> anyhow::Result<()> {
+    let sizes: &[usize] = if quick {
+        &[1 << 20, 16 << 20]
+    } else {
+        &[1 << 20, 64 << 20, 1 << 30]
+    };
+    let configs: &[(usize, bool)] = &[(1, true), (1, false), (2, true), (2, false), (4, true)];
+    let tuning = Tuning::default();
+    let server = InProcess::start(2048, tuning.clone(), CopySettings::default()).await?;
+    let mut clients = Vec::new();
+    for &(stripes, _) in configs {
+        clients.push(connect(&server.options(stripes, &tuning)).await?);
+    }
+    println!("## Copy throughput (backend in-process, CPU device, loopback)\n");
+    println!(
+        "Chunk {} KiB, stream window {} MiB. Pipelined: the copy streams through the device as it arrives; not pipelined: store-and-forward through a staging buffer of the whole copy. MB/s = 10^6 bytes/s; best of the repetitions. Ratios are to the plain TCP stream of the same size measured in this run.\n",
+        CopySettings::default().chunk_bytes >> 10,
+        Tuning::default().stream_window >> 20
+    );
+    println!("| size | plain TCP MB/s | connections | pipelined | H2D MB/s | H2D / TCP | D2H MB/s | D2H / TCP |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for &size in sizes {
+        let reps = if size >= 1 << 30 {
+            3
+        } else if size >= 64 << 20 {
+            4
+        } else {
+            20
+        };
+        let src = host_data(size);
+        let mut dst = vec![0u8; size];
+        let tcp = tcp_stream(&src, reps)?;
+        for (&(stripes, pipelined), acc) in configs.iter().zip(&clients) {
+            acc.set_copy_options(CopyOptions {
+                pipelined,
+                ..CopyOptions::default()
+            });
+            let (h2d, d2h) = measure(acc, &src, &mut dst, reps).await?;
+            println!(
+                "| {} | {tcp:.0} | {stripes} | {} | {h2d:.0} | {:.2} | {d2h:.0} | {:.2} |",
+                mib(size),
+                if pipelined { "yes" } else { "no" },
+                h2d / tcp,
+                d2h / tcp
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Each transport setting's share of the throughput, on the largest copy.
+pub async fn tuning(quick: bool) -> anyhow::Result<()> {
+    let size = if quick { 32 << 20 } else { 1 << 30 };
+    let reps = if quick { 2 } else { 3 };
+    let src = host_data(size);
+    let mut dst = vec![0u8; size];
+    let defaults = Tuning::quinn_defaults();
+    let big_mtu = Tuning {
+        mtu: 6400,
+        ..defaults.clone()
+    };
+    let windows = Tuning {
+        stream_window: Tuning::default().stream_window,
+        connection_window: Tuning::default().connection_window,
+        ..big_mtu.clone()
+    };
+    let steps: Vec<(&str, Tuning, usize)> = vec![
+        (
+            "quinn defaults (MTU 1200-1452, 1.25 MB windows)",
+            defaults,
+            1,
+        ),
+        ("+ MTU 6400 with GSO, max_udp_payload_size 6400", big_mtu, 1),
+        ("+ 16 MiB stream / 64 MiB connection windows", windows, 1),
+        (
+            "+ 4 MiB UDP socket buffers (the default)",
+            Tuning::default(),
+            1,
+        ),
+        ("default, striped over 2 connections", Tuning::default(), 2),
+    ];
+    println!(
+        "## Transport tuning ({} copies, 1 client, pipelined)\n",
+        mib(size)
+    );
+    let tcp = tcp_stream(&src, reps)?;
+    println!("Plain TCP stream in this run: {tcp:.0} MB/s.\n");
+    println!("| setting | H2D MB/s | H2D / TCP | D2H MB/s | D2H / TCP |");
+    println!("|---|---|---|---|---|");
+    for (label, tuning, stripes) in steps {
+        let server = InProcess::start(2048, tuning.clone(), CopySettings::default()).await?;
+        let acc = connect(&server.options(stripes, &tuning)).await?;
+        let (h2d, d2h) = measure(&acc, &src, &mut dst, reps).await?;
+        println!(
+            "| {label} | {h2d:.0} | {:.2} | {d2h:.0} | {:.2} |",
+            h2d / tcp,
+            d2h / tcp
+        );
+        acc.close().await;
+        server.backend.shutdown().await;
+    }
+    println!();
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `ac-bench`: measures the data plane and prints markdown tables for `BENCHMARKS.md`.
+//!
+//! Every ratio it reports compares figures taken in the same run, because loopback numbers on a
+//! shared 2-core machine drift from run to run.
+//!
+//! Run: `cargo build --release && ./target/release/ac-bench` (`--quick` for a short smoke run).
+
+mod copies;
+mod latency;
+mod memory;
+mod setup;
+
+use clap::{Parser, Subcommand};
+
+/// Data-plane benchmarks.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Small sizes and few repetitions: checks that every benchmark runs.
+    #[arg(long)]
+    quick: bool,
+    /// Only these sections (copies, tuning, latency, launches, memory); all when empty.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    #[command(subcommand)]
+    helper: Option<Helper>,
+}
+
+/// Helper processes the benchmark starts itself.
+#[derive(Debug, Subcommand)]
+enum Helper {
+    /// Echo UDP datagrams (the raw ping-pong floor).
+    #[command(hide = true)]
+    UdpEcho,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Helper::UdpEcho) = args.helper {
+        return latency::udp_echo();
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    println!("# ac-bench{}\n", if args.quick { " (quick)" } else { "" });
+    println!(
+        "machine: {} cores, {}\n",
+        std::thread::available_parallelism()?.get(),
+        setup::cpu_model()
+    );
+    if wants("copies") {
+        rt.block_on(copies::throughput(args.quick))?;
+    }
+    if wants("tuning") {
+        rt.block_on(copies::tuning(args.quick))?;
+    }
+    if wants("latency") {
+        rt.block_on(latency::round_trips(args.quick))?;
+    }
+    if wants("launches") {
+        rt.block_on(latency::launch_rate(args.quick))?;
+    }
+    if wants("memory") {
+        rt.block_on(memory::peak(args.quick))?;
+    }
+    Ok(())
+}

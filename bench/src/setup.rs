@@ -1,0 +1,143 @@
+//! Starting backends (in this process or as a child process) and connecting clients.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ac_backend::{BackendConfig, CopySettings, RunningBackend};
+use ac_frontend::{Accelerator, ConnectOptions};
+use ac_proto::transport::Tuning;
+use anyhow::{bail, Context};
+
+/// A backend in this process.
+pub struct InProcess {
+    pub backend: RunningBackend,
+    _state: tempfile::TempDir,
+}
+
+impl InProcess {
+    pub async fn start(
+        memory_mib: u64,
+        tuning: Tuning,
+        copy: CopySettings,
+    ) -> anyhow::Result<Self> {
+        let state = tempfile::tempdir()?;
+        let config = BackendConfig {
+            listen: "127.0.0.1:0".parse()?,
+            state_dir: state.path().to_path_buf(),
+            memory_mib,
+            transport: tuning,
+            copy,
+            ..BackendConfig::default()
+        };
+        Ok(Self {
+            backend: ac_backend::start(config).await?,
+            _state: state,
+        })
+    }
+
+    pub fn options(&self, stripes: usize, tuning: &Tuning) -> ConnectOptions {
+        let mut options = ConnectOptions::new(self.backend.addr(), self.backend.ca_cert());
+        options.stripes = stripes;
+        options.tuning = tuning.clone();
+        options
+    }
+}
+
+/// A backend in a child process (the `ac-backend` binary next to this one).
+pub struct Child_ {
+    pub child: Child,
+    pub options: ConnectOptions,
+    _state: tempfile::TempDir,
+}
+
+impl Child_ {
+    pub fn start(memory_mib: u64) -> anyhow::Result<Self> {
+        let exe = sibling("ac-backend")?;
+        let state = tempfile::tempdir()?;
+        let addr_file = state.path().join("addr");
+        let child = Command::new(&exe)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--memory-mib",
+                &memory_mib.to_string(),
+            ])
+            .arg("--state-dir")
+            .arg(state.path().join("backend"))
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let start = Instant::now();
+        while !addr_file.exists() || std::fs::read_to_string(&addr_file)?.trim().is_empty() {
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("{} did not start", exe.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let addr = std::fs::read_to_string(&addr_file)?.trim().parse()?;
+        let options = ConnectOptions::new(addr, state.path().join("backend/ca.pem"));
+        Ok(Self {
+            child,
+            options,
+            _state: state,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Child_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A binary built next to this one.
+pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name(name);
+    if !path.exists() {
+        bail!(
+            "{} not found: build it first (cargo build --release)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+pub async fn connect(options: &ConnectOptions) -> anyhow::Result<Accelerator> {
+    Ok(Accelerator::connect(options).await?)
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// p50 and p99 of samples, in microseconds.
+pub fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    let at =
+        |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
+    (at(0.50), at(0.99))
+}
+
+pub fn mib(bytes: usize) -> String {
+    if bytes >= 1 << 30 {
+        format!("{} GiB", bytes >> 30)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
