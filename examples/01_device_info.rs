@@ -12,10 +12,6 @@ fn main() -> anyhow::Result<()> {
     if let Some((major, minor)) = info.compute_capability {
         println!("compute: {major}.{minor}");
     }
-    println!(
-        "memory:  {} MiB total, {} MiB free",
-        info.memory_total >> 20,
-        info.memory_free >> 20
-    );
+    println!("memory:  {} MiB total, {} MiB free", info.memory_total >> 20, info.memory_free >> 20);
     Ok(())
 }

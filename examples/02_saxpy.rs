@@ -7,12 +7,7 @@ use ac_frontend::LaunchDims;
 use anyhow::{ensure, Context};
 
 fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()
-        .context("N")?
-        .unwrap_or(1 << 22);
+    let n: usize = std::env::args().nth(1).map(|s| s.parse()).transpose().context("N")?.unwrap_or(1 << 22);
     let a = 2.5f32;
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.001).collect();
     let y: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
@@ -23,28 +18,15 @@ fn main() -> anyhow::Result<()> {
     let dx = acc.alloc_from(&x)?;
     let dy = acc.alloc_from(&y)?;
     let saxpy = acc.builtin()?.function("saxpy")?;
-    saxpy.launch(
-        LaunchDims::linear(n as u64, 256),
-        &[a.into(), dx.arg(), dy.arg(), (n as u64).into()],
-    )?;
+    saxpy.launch(LaunchDims::linear(n as u64, 256), &[a.into(), dx.arg(), dy.arg(), (n as u64).into()])?;
     let result = dy.to_vec()?;
     let elapsed = start.elapsed();
 
-    let max_error = result
-        .iter()
-        .zip(x.iter().zip(&y))
-        .map(|(r, (xi, yi))| (r - (a * xi + yi)).abs())
-        .fold(0.0f32, f32::max);
-    println!(
-        "{} MiB there and back in {:.1} ms",
-        (n * 4 * 3) >> 20,
-        elapsed.as_secs_f64() * 1e3
-    );
+    let max_error =
+        result.iter().zip(x.iter().zip(&y)).map(|(r, (xi, yi))| (r - (a * xi + yi)).abs()).fold(0.0f32, f32::max);
+    println!("{} MiB there and back in {:.1} ms", (n * 4 * 3) >> 20, elapsed.as_secs_f64() * 1e3);
     println!("check: max |error| = {max_error:e} over {n} elements");
-    ensure!(
-        max_error <= 1e-5,
-        "saxpy result differs from the CPU reference"
-    );
+    ensure!(max_error <= 1e-5, "saxpy result differs from the CPU reference");
     println!("saxpy OK");
     Ok(())
 }

@@ -20,11 +20,7 @@ pub struct TestBackend {
 
 /// Transport settings that notice dead peers quickly.
 pub fn quick_tuning() -> Tuning {
-    Tuning {
-        idle_timeout_ms: 1_500,
-        keep_alive_ms: 300,
-        ..Tuning::default()
-    }
+    Tuning { idle_timeout_ms: 1_500, keep_alive_ms: 300, ..Tuning::default() }
 }
 
 impl TestBackend {
@@ -45,10 +41,7 @@ impl TestBackend {
         };
         adjust(&mut config);
         let backend = ac_backend::start(config).await.expect("backend starts");
-        Self {
-            backend,
-            _state: state,
-        }
+        Self { backend, _state: state }
     }
 
     /// Options to connect to it.
@@ -60,17 +53,11 @@ impl TestBackend {
 
     /// A connected SDK client.
     pub async fn connect(&self) -> Accelerator {
-        Accelerator::connect(&self.options())
-            .await
-            .expect("client connects")
+        Accelerator::connect(&self.options()).await.expect("client connects")
     }
 
     /// Waits until `check` holds, for at most `limit`.
-    pub async fn eventually(
-        &self,
-        limit: Duration,
-        check: impl Fn(&RunningBackend) -> bool,
-    ) -> bool {
+    pub async fn eventually(&self, limit: Duration, check: impl Fn(&RunningBackend) -> bool) -> bool {
         let start = Instant::now();
         while start.elapsed() < limit {
             if check(&self.backend) {
@@ -85,13 +72,8 @@ impl TestBackend {
     pub async fn raw_connection(&self) -> quinn::Connection {
         let roots = tls::load_roots(self.backend.ca_cert()).expect("CA");
         let crypto = Arc::new(tls::client_crypto(roots, ALPN).expect("client TLS"));
-        let endpoint = transport::client_endpoint(self.backend.addr(), crypto, &quick_tuning())
-            .expect("endpoint");
-        endpoint
-            .connect(self.backend.addr(), "127.0.0.1")
-            .expect("connect")
-            .await
-            .expect("handshake")
+        let endpoint = transport::client_endpoint(self.backend.addr(), crypto, &quick_tuning()).expect("endpoint");
+        endpoint.connect(self.backend.addr(), "127.0.0.1").expect("connect").await.expect("handshake")
     }
 
     /// A raw connection whose first stream has sent the preamble and `hello_frame` bytes.
@@ -110,21 +92,15 @@ impl TestBackend {
 
 /// Waits for `conn` to be closed by the peer and returns (code, reason).
 pub async fn closed_by_peer(conn: &quinn::Connection) -> (u64, String) {
-    match tokio::time::timeout(Duration::from_secs(5), conn.closed())
-        .await
-        .expect("closed in time")
-    {
-        quinn::ConnectionError::ApplicationClosed(c) => (
-            c.error_code.into_inner(),
-            String::from_utf8_lossy(&c.reason).into_owned(),
-        ),
+    match tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("closed in time") {
+        quinn::ConnectionError::ApplicationClosed(c) => {
+            (c.error_code.into_inner(), String::from_utf8_lossy(&c.reason).into_owned())
+        }
         other => panic!("expected an application close, got {other}"),
     }
 }
 
 /// Deterministic test data.
 pub fn pattern(len: usize, seed: u32) -> Vec<f32> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 10_007) as f32 * 0.25)
-        .collect()
+    (0..len).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 10_007) as f32 * 0.25).collect()
 }

@@ -24,11 +24,7 @@ use crate::session::{Allocation, Session};
 
 /// Serves one bulk stream to completion. Errors of the copy go to the client on the stream;
 /// returns `Err` only for a protocol violation that must close the connection.
-pub async fn serve(
-    session: Arc<Session>,
-    mut send: SendStream,
-    mut reader: FrameReader,
-) -> Result<(), ProtoError> {
+pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: FrameReader) -> Result<(), ProtoError> {
     let header: BulkHeader = reader.expect_frame().await?;
     tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, "bulk copy");
     let alloc = match session.resolve(header.ptr, header.len) {
@@ -70,8 +66,7 @@ pub async fn serve(
 }
 
 async fn reply_header(send: &mut SendStream, response: Response) -> Result<(), ProtoError> {
-    send.write_chunk(frame_bytes(&Reply { id: 0, response })?)
-        .await?;
+    send.write_chunk(frame_bytes(&Reply { id: 0, response })?).await?;
     Ok(())
 }
 
@@ -82,10 +77,7 @@ async fn reply(send: &mut SendStream, response: Response) -> Result<(), ProtoErr
 }
 
 fn ended_early(received: u64, header: &BulkHeader) -> WireError {
-    WireError::new(
-        ErrorKind::InvalidArgument,
-        format!("copy ended after {received} of {} bytes", header.len),
-    )
+    WireError::new(ErrorKind::InvalidArgument, format!("copy ended after {received} of {} bytes", header.len))
 }
 
 /// Reads the next piece of payload; fails when the stream ends before `header.len` bytes.
@@ -98,10 +90,7 @@ async fn next_piece(
     match reader.next_chunk(max).await {
         Ok(Some(piece)) => Ok(piece),
         Ok(None) => Err(ended_early(received, header)),
-        Err(e) => Err(WireError::new(
-            ErrorKind::Internal,
-            format!("copy interrupted: {e}"),
-        )),
+        Err(e) => Err(WireError::new(ErrorKind::Internal, format!("copy interrupted: {e}"))),
     }
 }
 
@@ -115,9 +104,7 @@ async fn receive_streaming(
     while received < header.len {
         let max = (header.len - received).min(session.copy.chunk_bytes as u64) as usize;
         let piece = next_piece(reader, received, header, max).await?;
-        session
-            .device
-            .write(alloc.mem, header.ptr.offset + received, &piece)?;
+        session.device.write(alloc.mem, header.ptr.offset + received, &piece)?;
         received += piece.len() as u64;
     }
     Ok(())
@@ -138,12 +125,7 @@ async fn receive_staged(
     session.device.write(alloc.mem, header.ptr.offset, &staging)
 }
 
-fn read_chunk(
-    session: &Session,
-    alloc: &Allocation,
-    offset: u64,
-    len: usize,
-) -> Result<Bytes, WireError> {
+fn read_chunk(session: &Session, alloc: &Allocation, offset: u64, len: usize) -> Result<Bytes, WireError> {
     let mut buf = BytesMut::zeroed(len);
     session.device.read(alloc.mem, offset, &mut buf)?;
     Ok(buf.freeze())

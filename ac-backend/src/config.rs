@@ -33,10 +33,7 @@ pub struct CopySettings {
 
 impl Default for CopySettings {
     fn default() -> Self {
-        Self {
-            chunk_bytes: 1 << 20,
-            depth: 4,
-        }
+        Self { chunk_bytes: 1 << 20, depth: 4 }
     }
 }
 
@@ -92,19 +89,13 @@ impl BackendConfig {
     /// Checks values that would make the daemon misbehave.
     pub fn validate(&self) -> Result<(), BackendError> {
         if self.copy.chunk_bytes < 4096 || self.copy.depth == 0 {
-            return Err(BackendError::Config(
-                "copy.chunk_bytes must be >= 4096 and copy.depth >= 1".into(),
-            ));
+            return Err(BackendError::Config("copy.chunk_bytes must be >= 4096 and copy.depth >= 1".into()));
         }
         if self.cert.is_some() != self.key.is_some() {
-            return Err(BackendError::Config(
-                "cert and key must be given together".into(),
-            ));
+            return Err(BackendError::Config("cert and key must be given together".into()));
         }
         if self.inline_budget_mib == 0 || self.memory_mib == 0 {
-            return Err(BackendError::Config(
-                "inline_budget_mib and memory_mib must be positive".into(),
-            ));
+            return Err(BackendError::Config("inline_budget_mib and memory_mib must be positive".into()));
         }
         Ok(())
     }

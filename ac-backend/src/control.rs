@@ -4,10 +4,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    close, DevicePtr, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId,
-    ModuleSource, Reply, Request, Response, StreamId, WireError,
+    close, DevicePtr, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply, Request,
+    Response, StreamId, WireError,
 };
-use ac_proto::frame::{FrameReader, WriterHandle};
+use ac_proto::frame::{FrameReader, StreamWriter};
 use ac_proto::ProtoError;
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -30,20 +30,16 @@ pub struct Closing {
 
 impl Closing {
     fn protocol(reason: impl Into<String>) -> Self {
-        Self {
-            code: close::PROTOCOL,
-            reason: reason.into(),
-        }
+        Self { code: close::PROTOCOL, reason: reason.into() }
     }
 }
 
 /// Maps a read failure to the close it deserves; `None` when the peer is already gone.
 pub fn closing_for(error: ProtoError) -> Option<Closing> {
     match error {
-        ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => Some(Closing {
-            code: close::MALFORMED,
-            reason: error.to_string(),
-        }),
+        ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => {
+            Some(Closing { code: close::MALFORMED, reason: error.to_string() })
+        }
         ProtoError::UnexpectedEnd => Some(Closing::protocol("stream ended inside a frame")),
         _ => None,
     }
@@ -52,7 +48,7 @@ pub fn closing_for(error: ProtoError) -> Option<Closing> {
 /// A session's control-stream state: modules, kernels and streams are touched only here.
 struct Control {
     session: Arc<Session>,
-    replies: WriterHandle,
+    replies: StreamWriter,
     budget: Arc<Semaphore>,
     budget_total: u32,
     modules: HashMap<ModuleId, DeviceModule>,
@@ -76,19 +72,12 @@ enum Outcome {
 pub async fn serve(
     session: Arc<Session>,
     mut reader: FrameReader,
-    replies: WriterHandle,
+    replies: StreamWriter,
     inline_budget: u32,
 ) -> Result<(), Closing> {
-    let default_stream = session
-        .device
-        .create_stream()
-        .map_err(|e| Closing::protocol(e.message))?;
-    let worker = StreamWorker::spawn(
-        session.device.clone(),
-        default_stream,
-        format!("ac-s{}-0", session.id.0),
-    )
-    .map_err(|e| Closing::protocol(format!("cannot start stream: {e}")))?;
+    let default_stream = session.device.create_stream().map_err(|e| Closing::protocol(e.message))?;
+    let worker = StreamWorker::spawn(session.device.clone(), default_stream, format!("ac-s{}-0", session.id.0))
+        .map_err(|e| Closing::protocol(format!("cannot start stream: {e}")))?;
     let mut control = Control {
         session,
         replies,
@@ -108,18 +97,10 @@ pub async fn serve(
         };
         let id = envelope.id;
         let span = tracing::debug_span!("request", session = control.session.id.0, id);
-        let outcome = control
-            .handle(envelope.request, id, &mut reader)
-            .instrument(span)
-            .await?;
+        let outcome = control.handle(envelope.request, id, &mut reader).instrument(span).await?;
         match outcome {
             Outcome::Now(response) if id != 0 => {
-                if control
-                    .replies
-                    .send_frame(&Reply { id, response })
-                    .await
-                    .is_err()
-                {
+                if control.replies.send_frame(&Reply { id, response }).await.is_err() {
                     return Ok(());
                 }
             }
@@ -144,65 +125,40 @@ impl Control {
 
     fn stream(&self, id: StreamId) -> Result<&StreamWorker, WireError> {
         self.streams.get(&id).ok_or_else(|| {
-            WireError::new(
-                ErrorKind::InvalidStream,
-                format!("stream {} does not exist in this session", id.0),
-            )
+            WireError::new(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", id.0))
         })
     }
 
-    async fn handle(
-        &mut self,
-        request: Request,
-        id: u64,
-        reader: &mut FrameReader,
-    ) -> Result<Outcome, Closing> {
+    async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
         let outcome = match request {
             Request::Ping => Outcome::Now(Response::Ok),
             Request::DeviceInfo => Outcome::Now(Response::Info(self.session.device.info())),
-            Request::MemAlloc { bytes } => Outcome::Now(
-                self.session
-                    .alloc(bytes)
-                    .map_or_else(Response::Error, Response::Buffer),
-            ),
+            Request::MemAlloc { bytes } => {
+                Outcome::Now(self.session.alloc(bytes).map_or_else(Response::Error, Response::Buffer))
+            }
             Request::MemFree { buffer } => {
                 // As cudaFree: wait for queued work, so a free never races a launch.
                 self.drain_streams().await;
-                Outcome::Now(
-                    self.session
-                        .free(buffer)
-                        .map_or_else(Response::Error, |()| Response::Ok),
-                )
+                Outcome::Now(self.session.free(buffer).map_or_else(Response::Error, |()| Response::Ok))
             }
             Request::MemWrite { dst, len, stream } => {
                 let data = self.read_inline(reader, len).await?;
                 Outcome::Now(self.enqueue_write(dst, data, stream).await)
             }
             Request::MemRead { src, len, stream } => self.enqueue_read(src, len, stream, id).await,
-            Request::MemCopy {
-                dst,
-                src,
-                len,
-                stream,
-            } => Outcome::Now(self.enqueue_copy(dst, src, len, stream).await),
-            Request::Memset {
-                dst,
-                len,
-                value,
-                stream,
-            } => Outcome::Now(self.enqueue_memset(dst, len, value, stream).await),
+            Request::MemCopy { dst, src, len, stream } => Outcome::Now(self.enqueue_copy(dst, src, len, stream).await),
+            Request::Memset { dst, len, value, stream } => {
+                Outcome::Now(self.enqueue_memset(dst, len, value, stream).await)
+            }
             Request::ModuleLoad { source, len } => {
                 let (image, _permit) = self.read_inline(reader, len).await?;
                 Outcome::Now(self.load_module(source, image).await)
             }
             Request::ModuleUnload { module } => Outcome::Now(self.unload_module(module).await),
             Request::FunctionLookup { module, name } => Outcome::Now(self.lookup(module, &name)),
-            Request::Launch {
-                function,
-                dims,
-                args,
-                stream,
-            } => Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await),
+            Request::Launch { function, dims, args, stream } => {
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await)
+            }
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
             Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),
@@ -223,18 +179,12 @@ impl Control {
             )));
         }
         // A payload larger than the whole budget takes all of it rather than waiting forever.
-        let permits = u32::try_from(len)
-            .expect("MAX_INLINE fits u32")
-            .min(self.budget_total);
-        let permit = self
-            .budget
-            .clone()
-            .acquire_many_owned(permits)
+        let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
+        let permit = self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes");
+        let data = reader
+            .read_exact_raw(len as usize)
             .await
-            .expect("budget semaphore never closes");
-        let data = reader.read_exact_raw(len as usize).await.map_err(|e| {
-            closing_for(e).unwrap_or_else(|| Closing::protocol("connection lost inside a payload"))
-        })?;
+            .map_err(|e| closing_for(e).unwrap_or_else(|| Closing::protocol("connection lost inside a payload")))?;
         Ok((data, permit))
     }
 
@@ -244,38 +194,19 @@ impl Control {
         (data, budget): (bytes::Bytes, tokio::sync::OwnedSemaphorePermit),
         stream: StreamId,
     ) -> Response {
-        let checked = self
-            .session
-            .resolve(dst, data.len() as u64)
-            .and_then(|alloc| Ok((alloc, self.stream(stream)?)));
+        let checked = self.session.resolve(dst, data.len() as u64).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
         match checked {
             Ok((dst_alloc, worker)) => {
-                worker
-                    .enqueue(StreamOp::Write {
-                        dst: dst_alloc,
-                        offset: dst.offset,
-                        data,
-                        _budget: budget,
-                    })
-                    .await;
+                worker.enqueue(StreamOp::Write { dst: dst_alloc, offset: dst.offset, data, _budget: budget }).await;
                 Response::Ok
             }
             Err(e) => Response::Error(e),
         }
     }
 
-    async fn enqueue_read(
-        &mut self,
-        src: DevicePtr,
-        len: u64,
-        stream: StreamId,
-        id: u64,
-    ) -> Outcome {
+    async fn enqueue_read(&mut self, src: DevicePtr, len: u64, stream: StreamId, id: u64) -> Outcome {
         if id == 0 {
-            return Outcome::Now(error(
-                ErrorKind::InvalidArgument,
-                "a read needs a request id to answer",
-            ));
+            return Outcome::Now(error(ErrorKind::InvalidArgument, "a read needs a request id to answer"));
         }
         if len > MAX_INLINE {
             return Outcome::Now(error(
@@ -286,19 +217,11 @@ impl Control {
         if let Some(e) = self.pending.take() {
             return Outcome::Now(Response::Error(e));
         }
-        let checked = self
-            .session
-            .resolve(src, len)
-            .and_then(|alloc| Ok((alloc, self.stream(stream)?)));
+        let checked = self.session.resolve(src, len).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
         match checked {
             Ok((alloc, worker)) => {
-                let op = StreamOp::Read {
-                    src: alloc,
-                    offset: src.offset,
-                    len,
-                    reply_id: id,
-                    replies: self.replies.clone(),
-                };
+                let op =
+                    StreamOp::Read { src: alloc, offset: src.offset, len, reply_id: id, replies: self.replies.clone() };
                 worker.enqueue(op).await;
                 Outcome::Later
             }
@@ -306,20 +229,9 @@ impl Control {
         }
     }
 
-    async fn enqueue_copy(
-        &mut self,
-        dst: DevicePtr,
-        src: DevicePtr,
-        len: u64,
-        stream: StreamId,
-    ) -> Response {
-        let checked = (|| {
-            Ok((
-                self.session.resolve(dst, len)?,
-                self.session.resolve(src, len)?,
-                self.stream(stream)?,
-            ))
-        })();
+    async fn enqueue_copy(&mut self, dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId) -> Response {
+        let checked =
+            (|| Ok((self.session.resolve(dst, len)?, self.session.resolve(src, len)?, self.stream(stream)?)))();
         match checked {
             Ok((dst_alloc, src_alloc, worker)) => {
                 let op = StreamOp::Copy {
@@ -336,27 +248,10 @@ impl Control {
         }
     }
 
-    async fn enqueue_memset(
-        &mut self,
-        dst: DevicePtr,
-        len: u64,
-        value: u8,
-        stream: StreamId,
-    ) -> Response {
-        match self
-            .session
-            .resolve(dst, len)
-            .and_then(|alloc| Ok((alloc, self.stream(stream)?)))
-        {
+    async fn enqueue_memset(&mut self, dst: DevicePtr, len: u64, value: u8, stream: StreamId) -> Response {
+        match self.session.resolve(dst, len).and_then(|alloc| Ok((alloc, self.stream(stream)?))) {
             Ok((alloc, worker)) => {
-                worker
-                    .enqueue(StreamOp::Memset {
-                        dst: alloc,
-                        offset: dst.offset,
-                        len,
-                        value,
-                    })
-                    .await;
+                worker.enqueue(StreamOp::Memset { dst: alloc, offset: dst.offset, len, value }).await;
                 Response::Ok
             }
             Err(e) => Response::Error(e),
@@ -380,10 +275,7 @@ impl Control {
 
     async fn unload_module(&mut self, module: ModuleId) -> Response {
         let Some(device_module) = self.modules.remove(&module) else {
-            return error(
-                ErrorKind::InvalidModule,
-                format!("module {} does not exist in this session", module.0),
-            );
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
         };
         self.drain_streams().await;
         self.session.device.unload_module(device_module);
@@ -392,10 +284,7 @@ impl Control {
 
     fn lookup(&mut self, module: ModuleId, name: &str) -> Response {
         let Some(&device_module) = self.modules.get(&module) else {
-            return error(
-                ErrorKind::InvalidModule,
-                format!("module {} does not exist in this session", module.0),
-            );
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
         };
         match self.session.device.kernel(device_module, name) {
             Ok(kernel) => {
@@ -417,10 +306,7 @@ impl Control {
     ) -> Response {
         match self.prepare_launch(function, dims, args, stream) {
             Ok(op) => {
-                self.stream(stream)
-                    .expect("checked in prepare_launch")
-                    .enqueue(op)
-                    .await;
+                self.stream(stream).expect("checked in prepare_launch").enqueue(op).await;
                 Response::Ok
             }
             Err(e) => Response::Error(e),
@@ -450,34 +336,21 @@ impl Control {
             device_args.push(match arg {
                 KernelArg::Ptr(ptr) => {
                     let alloc = self.session.resolve_pointer(*ptr)?;
-                    let arg = DeviceArg::Mem {
-                        mem: alloc.mem,
-                        offset: ptr.offset,
-                        len: alloc.size - ptr.offset,
-                    };
+                    let arg = DeviceArg::Mem { mem: alloc.mem, offset: ptr.offset, len: alloc.size - ptr.offset };
                     hold.push(alloc);
                     arg
                 }
                 scalar => DeviceArg::Scalar(*scalar),
             });
         }
-        Ok(StreamOp::Launch {
-            kernel,
-            dims,
-            args: device_args,
-            _hold: hold,
-        })
+        Ok(StreamOp::Launch { kernel, dims, args: device_args, _hold: hold })
     }
 
     fn create_stream(&mut self) -> Response {
         let id = StreamId(self.fresh_id());
         let created = self.session.device.create_stream().and_then(|s| {
-            StreamWorker::spawn(
-                self.session.device.clone(),
-                s,
-                format!("ac-s{}-{}", self.session.id.0, id.0),
-            )
-            .map_err(|e| WireError::new(ErrorKind::Internal, format!("cannot start stream: {e}")))
+            StreamWorker::spawn(self.session.device.clone(), s, format!("ac-s{}-{}", self.session.id.0, id.0))
+                .map_err(|e| WireError::new(ErrorKind::Internal, format!("cannot start stream: {e}")))
         });
         match created {
             Ok(worker) => {
@@ -490,16 +363,10 @@ impl Control {
 
     async fn destroy_stream(&mut self, stream: StreamId) -> Response {
         if stream == StreamId(0) {
-            return error(
-                ErrorKind::InvalidStream,
-                "the default stream cannot be destroyed",
-            );
+            return error(ErrorKind::InvalidStream, "the default stream cannot be destroyed");
         }
         let Some(worker) = self.streams.remove(&stream) else {
-            return error(
-                ErrorKind::InvalidStream,
-                format!("stream {} does not exist in this session", stream.0),
-            );
+            return error(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", stream.0));
         };
         worker.barrier().await.map_or(Response::Ok, Response::Error)
     }

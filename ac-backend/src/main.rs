@@ -28,6 +28,9 @@ struct Args {
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
+    /// Threads serving the network (0: one per core). Device work runs on threads of its own.
+    #[arg(long, env = "AC_BACKEND_IO_THREADS", default_value_t = 0)]
+    io_threads: usize,
     /// Write the bound address to this file once listening (for scripts using port 0).
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -35,12 +38,11 @@ struct Args {
 
 impl Args {
     fn into_config(self) -> anyhow::Result<(BackendConfig, Option<PathBuf>)> {
+        let _ = self.io_threads; // used before the runtime starts
         let mut config = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                BackendConfig::from_toml(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                BackendConfig::from_toml(&text).with_context(|| format!("parsing {}", path.display()))?
             }
             None => BackendConfig::default(),
         };
@@ -66,23 +68,15 @@ impl Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let (config, addr_file) = Args::parse().into_config()?;
-    let backend = ac_backend::start(config)
-        .await
-        .context("starting the backend")?;
+    let backend = ac_backend::start(config).await.context("starting the backend")?;
     eprintln!(
         "ac-backend listening on {} ({}); clients trust {}",
         backend.addr(),
-        if backend.memory_free() > 0 {
-            "ready"
-        } else {
-            "no memory"
-        },
+        if backend.memory_free() > 0 { "ready" } else { "no memory" },
         backend.ca_cert().display()
     );
     if let Some(path) = addr_file {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{close, Hello, Preamble, Reply, Response, ALPN, VERSION};
-use ac_proto::frame::{frame_bytes, spawn_writer, FrameReader};
+use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
@@ -20,8 +20,6 @@ use crate::{bulk, BackendError};
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Frames a session's reply writer may have queued.
-const REPLY_QUEUE: usize = 1024;
 
 struct Shared {
     device: Arc<dyn Device>,
@@ -41,9 +39,7 @@ pub struct RunningBackend {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("device", &self.device.info().name)
-            .finish()
+        f.debug_struct("Shared").field("device", &self.device.info().name).finish()
     }
 }
 
@@ -70,8 +66,7 @@ impl RunningBackend {
 
     /// Stops accepting, closes every connection and waits for the endpoint to go idle.
     pub async fn shutdown(self) {
-        self.endpoint
-            .close(close::NORMAL.into(), b"backend shutting down");
+        self.endpoint.close(close::NORMAL.into(), b"backend shutting down");
         self.task.abort();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
     }
@@ -85,9 +80,9 @@ fn make_device(config: &BackendConfig) -> Result<Arc<dyn Device>, BackendError> 
             tracing::info!("no CUDA device support in this build: using the CPU device");
             Ok(cpu())
         }
-        DeviceChoice::Cuda => Err(BackendError::Config(
-            "this build has no CUDA device; run with --device cpu or --device auto".into(),
-        )),
+        DeviceChoice::Cuda => {
+            Err(BackendError::Config("this build has no CUDA device; run with --device cpu or --device auto".into()))
+        }
     }
 }
 
@@ -112,20 +107,10 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     let crypto = tls::server_crypto(identity, ALPN)?;
     let endpoint = transport::server_endpoint(config.listen, crypto, &config.transport)?;
     let addr = endpoint.local_addr()?;
-    let shared = Arc::new(Shared {
-        device,
-        registry: Registry::default(),
-        config,
-    });
+    let shared = Arc::new(Shared { device, registry: Registry::default(), config });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     tracing::info!(%addr, device = %shared.device.info().name, "backend listening");
-    Ok(RunningBackend {
-        addr,
-        ca_cert,
-        endpoint,
-        shared,
-        task,
-    })
+    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task })
 }
 
 async fn accept_loop(endpoint: Endpoint, shared: Arc<Shared>) {
@@ -179,49 +164,27 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
 
 /// Reads and checks the preamble and the hello frame.
 async fn read_hello(reader: &mut FrameReader) -> Result<Hello, (u32, String)> {
-    let raw = reader
-        .read_exact_raw(4)
-        .await
-        .map_err(|e| (close::PROTOCOL, format!("no preamble: {e}")))?;
-    let preamble = Preamble::parse(raw[..].try_into().expect("4 bytes")).ok_or((
-        close::MALFORMED,
-        "not an accelerator protocol client (bad magic)".to_string(),
-    ))?;
+    let raw = reader.read_exact_raw(4).await.map_err(|e| (close::PROTOCOL, format!("no preamble: {e}")))?;
+    let preamble = Preamble::parse(raw[..].try_into().expect("4 bytes"))
+        .ok_or((close::MALFORMED, "not an accelerator protocol client (bad magic)".to_string()))?;
     if preamble.version != VERSION {
         return Err((
             close::VERSION_MISMATCH,
-            format!(
-                "protocol version mismatch: backend speaks {VERSION}, client sent {}",
-                preamble.version
-            ),
+            format!("protocol version mismatch: backend speaks {VERSION}, client sent {}", preamble.version),
         ));
     }
-    reader
-        .expect_frame::<Hello>()
-        .await
-        .map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
+    reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
 }
 
 fn welcome(session: &Session) -> bytes::Bytes {
-    let response = Response::Welcome {
-        session: session.id,
-        token: session.token,
-        info: session.device.info(),
-    };
+    let response = Response::Welcome { session: session.id, token: session.token, info: session.device.info() };
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }
 
-async fn serve_session(
-    conn: Connection,
-    shared: Arc<Shared>,
-    send: quinn::SendStream,
-    reader: FrameReader,
-) {
-    let session = shared
-        .registry
-        .open(shared.device.clone(), shared.config.copy);
+async fn serve_session(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, reader: FrameReader) {
+    let session = shared.registry.open(shared.device.clone(), shared.config.copy);
     tracing::info!(session = session.id.0, "session opened");
-    let replies = spawn_writer(send, REPLY_QUEUE);
+    let replies = StreamWriter::new(send);
     if replies.send(welcome(&session)).await.is_err() {
         return;
     }

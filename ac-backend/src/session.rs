@@ -56,27 +56,15 @@ impl Session {
     /// Allocates device memory and returns the new buffer's id.
     pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
         let mem = self.device.alloc(bytes)?;
-        let entry = Arc::new(Allocation {
-            mem,
-            size: bytes,
-            device: self.device.clone(),
-        });
+        let entry = Arc::new(Allocation { mem, size: bytes, device: self.device.clone() });
         let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
-        self.buffers
-            .lock()
-            .expect("buffer table poisoned")
-            .insert(id, entry);
+        self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
         Ok(id)
     }
 
     /// Removes a buffer from the table; its memory goes when no operation holds it.
     pub fn free(&self, id: BufferId) -> Result<(), WireError> {
-        self.buffers
-            .lock()
-            .expect("buffer table poisoned")
-            .remove(&id)
-            .map(drop)
-            .ok_or_else(|| unknown_buffer(id))
+        self.buffers.lock().expect("buffer table poisoned").remove(&id).map(drop).ok_or_else(|| unknown_buffer(id))
     }
 
     /// Resolves `len` bytes at `ptr` to its allocation, checking ownership and bounds.
@@ -106,10 +94,7 @@ impl Session {
         if ptr.offset > alloc.size {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
-                format!(
-                    "offset {} is outside buffer {} of {} bytes",
-                    ptr.offset, ptr.buffer.0, alloc.size
-                ),
+                format!("offset {} is outside buffer {} of {} bytes", ptr.offset, ptr.buffer.0, alloc.size),
             ));
         }
         Ok(alloc)
@@ -117,20 +102,12 @@ impl Session {
 
     /// Records a connection attached to this session, to close it when the session ends.
     pub fn attach(&self, conn: quinn::Connection) {
-        self.attached
-            .lock()
-            .expect("attached list poisoned")
-            .push(conn);
+        self.attached.lock().expect("attached list poisoned").push(conn);
     }
 
     /// Ends the session: closes attached connections and drops every buffer.
     pub fn close(&self) {
-        for conn in self
-            .attached
-            .lock()
-            .expect("attached list poisoned")
-            .drain(..)
-        {
+        for conn in self.attached.lock().expect("attached list poisoned").drain(..) {
             conn.close(close::NORMAL.into(), b"session ended");
         }
         self.buffers.lock().expect("buffer table poisoned").clear();
@@ -143,10 +120,7 @@ impl Session {
 }
 
 fn unknown_buffer(id: BufferId) -> WireError {
-    WireError::new(
-        ErrorKind::InvalidBuffer,
-        format!("buffer {} does not exist in this session", id.0),
-    )
+    WireError::new(ErrorKind::InvalidBuffer, format!("buffer {} does not exist in this session", id.0))
 }
 
 /// All live sessions of a backend.
@@ -169,27 +143,15 @@ impl Registry {
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
         });
-        self.sessions
-            .lock()
-            .expect("registry poisoned")
-            .insert(id, Arc::downgrade(&session));
+        self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         session
     }
 
     /// The live session `id` if `token` is its secret.
     pub fn find(&self, id: SessionId, token: &[u8; 16]) -> Option<Arc<Session>> {
-        let session = self
-            .sessions
-            .lock()
-            .expect("registry poisoned")
-            .get(&id)?
-            .upgrade()?;
+        let session = self.sessions.lock().expect("registry poisoned").get(&id)?.upgrade()?;
         // Compare every byte whatever the first difference, so timing tells nothing.
-        let diff = session
-            .token
-            .iter()
-            .zip(token)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        let diff = session.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b));
         (diff == 0).then_some(session)
     }
 
@@ -200,12 +162,7 @@ impl Registry {
 
     /// Number of live sessions.
     pub fn len(&self) -> usize {
-        self.sessions
-            .lock()
-            .expect("registry poisoned")
-            .values()
-            .filter(|w| w.strong_count() > 0)
-            .count()
+        self.sessions.lock().expect("registry poisoned").values().filter(|w| w.strong_count() > 0).count()
     }
 
     /// Whether no session is live.
@@ -217,8 +174,6 @@ impl Registry {
 fn random_token() -> [u8; 16] {
     use ring::rand::SecureRandom;
     let mut token = [0u8; 16];
-    ring::rand::SystemRandom::new()
-        .fill(&mut token)
-        .expect("system randomness");
+    ring::rand::SystemRandom::new().fill(&mut token).expect("system randomness");
     token
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 
 use ac_proto::backend::{LaunchDims, Reply, Response, WireError};
-use ac_proto::frame::{encode_frame, WriterHandle};
+use ac_proto::frame::{encode_frame, StreamWriter};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
@@ -41,7 +41,7 @@ pub enum StreamOp {
         /// The request id to answer.
         reply_id: u64,
         /// Where the reply goes.
-        replies: WriterHandle,
+        replies: StreamWriter,
     },
     /// Device to device.
     Copy {
@@ -94,17 +94,11 @@ const QUEUE_DEPTH: usize = 4096;
 
 impl StreamWorker {
     /// Starts a worker for `stream` on `device`.
-    pub fn spawn(
-        device: Arc<dyn Device>,
-        stream: DeviceStream,
-        name: String,
-    ) -> std::io::Result<Self> {
+    pub fn spawn(device: Arc<dyn Device>, stream: DeviceStream, name: String) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let cancelled = Arc::new(AtomicBool::new(false));
         let flag = cancelled.clone();
-        thread::Builder::new()
-            .name(name)
-            .spawn(move || run(device, stream, rx, flag))?;
+        thread::Builder::new().name(name).spawn(move || run(device, stream, rx, flag))?;
         Ok(Self { tx, cancelled })
     }
 
@@ -118,12 +112,7 @@ impl StreamWorker {
     pub async fn barrier(&self) -> Option<WireError> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(StreamOp::Barrier(tx)).await;
-        rx.await.unwrap_or_else(|_| {
-            Some(WireError::new(
-                ac_proto::backend::ErrorKind::Internal,
-                "stream worker died",
-            ))
-        })
+        rx.await.unwrap_or_else(|_| Some(WireError::new(ac_proto::backend::ErrorKind::Internal, "stream worker died")))
     }
 }
 
@@ -135,12 +124,7 @@ impl Drop for StreamWorker {
     }
 }
 
-fn run(
-    device: Arc<dyn Device>,
-    stream: DeviceStream,
-    mut rx: mpsc::Receiver<StreamOp>,
-    cancelled: Arc<AtomicBool>,
-) {
+fn run(device: Arc<dyn Device>, stream: DeviceStream, mut rx: mpsc::Receiver<StreamOp>, cancelled: Arc<AtomicBool>) {
     let mut pending: Option<WireError> = None;
     while let Some(op) = rx.blocking_recv() {
         if let StreamOp::Barrier(done) = op {
@@ -155,17 +139,8 @@ fn run(
         }
         // A read answers its caller: it reports the stream's pending error, as a synchronous
         // cudaMemcpy returns the error of an earlier launch.
-        if let (
-            StreamOp::Read {
-                reply_id, replies, ..
-            },
-            Some(e),
-        ) = (&op, &pending)
-        {
-            let frame = ac_proto::frame::frame_bytes(&Reply {
-                id: *reply_id,
-                response: Response::Error(e.clone()),
-            });
+        if let (StreamOp::Read { reply_id, replies, .. }, Some(e)) = (&op, &pending) {
+            let frame = ac_proto::frame::frame_bytes(&Reply { id: *reply_id, response: Response::Error(e.clone()) });
             let _ = replies.blocking_send(frame.expect("reply encodes"));
             pending = None;
             continue;
@@ -179,51 +154,26 @@ fn run(
 
 fn execute(device: &dyn Device, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {
     match op {
-        StreamOp::Write {
-            dst, offset, data, ..
-        } => device.write(dst.mem, offset, &data),
-        StreamOp::Read {
-            src,
-            offset,
-            len,
-            reply_id,
-            replies,
-        } => {
+        StreamOp::Write { dst, offset, data, .. } => device.write(dst.mem, offset, &data),
+        StreamOp::Read { src, offset, len, reply_id, replies } => {
             let mut out = Vec::with_capacity(len as usize + 16);
-            let response = Reply {
-                id: reply_id,
-                response: Response::Data { len },
-            };
+            let response = Reply { id: reply_id, response: Response::Data { len } };
             encode_frame(&response, &mut out).expect("reply encodes");
             let start = out.len();
             out.resize(start + len as usize, 0);
             let bytes = match device.read(src.mem, offset, &mut out[start..]) {
                 Ok(()) => Bytes::from(out),
-                Err(e) => ac_proto::frame::frame_bytes(&Reply {
-                    id: reply_id,
-                    response: Response::Error(e),
-                })
-                .expect("reply encodes"),
+                Err(e) => ac_proto::frame::frame_bytes(&Reply { id: reply_id, response: Response::Error(e) })
+                    .expect("reply encodes"),
             };
             let _ = replies.blocking_send(bytes);
             Ok(())
         }
-        StreamOp::Copy {
-            dst,
-            dst_offset,
-            src,
-            src_offset,
-            len,
-        } => device.copy(dst.mem, dst_offset, src.mem, src_offset, len),
-        StreamOp::Memset {
-            dst,
-            offset,
-            len,
-            value,
-        } => device.memset(dst.mem, offset, len, value),
-        StreamOp::Launch {
-            kernel, dims, args, ..
-        } => device.launch(&kernel, &dims, &args, stream),
+        StreamOp::Copy { dst, dst_offset, src, src_offset, len } => {
+            device.copy(dst.mem, dst_offset, src.mem, src_offset, len)
+        }
+        StreamOp::Memset { dst, offset, len, value } => device.memset(dst.mem, offset, len, value),
+        StreamOp::Launch { kernel, dims, args, .. } => device.launch(&kernel, &dims, &args, stream),
         StreamOp::Barrier(_) => unreachable!("handled by the caller"),
     }
 }

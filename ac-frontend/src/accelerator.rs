@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
-    BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request,
-    Response, SessionId, StreamId,
+    BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request, Response, SessionId,
+    StreamId,
 };
-use ac_proto::frame::{frame_bytes, spawn_writer, FrameReader, WriterHandle};
+use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use bytes::Bytes;
 use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
@@ -30,11 +30,7 @@ pub struct CopyOptions {
 
 impl Default for CopyOptions {
     fn default() -> Self {
-        Self {
-            inline_max: 64 << 10,
-            stripe_min: 8 << 20,
-            pipelined: true,
-        }
+        Self { inline_max: 64 << 10, stripe_min: 8 << 20, pipelined: true }
     }
 }
 
@@ -45,7 +41,93 @@ pub(crate) enum Answer {
     Data(Bytes),
 }
 
-type Waiters = Mutex<HashMap<u64, oneshot::Sender<Answer>>>;
+/// Largest payload a reply may announce (the backend's inline limit).
+const MAX_REPLY_PAYLOAD: u64 = 64 << 20;
+
+/// The reply side of the control stream. There is no reader task: a caller waiting for its
+/// answer takes the reader and reads until its own reply arrives, handing other callers' replies
+/// to them on the way. That saves a task hop (a cross-thread wake-up) on every round trip.
+#[derive(Debug)]
+struct Replies {
+    reader: tokio::sync::Mutex<FrameReader>,
+    waiters: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
+    closed: AtomicBool,
+}
+
+impl Replies {
+    fn new(reader: FrameReader) -> Self {
+        Self { reader: tokio::sync::Mutex::new(reader), waiters: Mutex::default(), closed: AtomicBool::new(false) }
+    }
+
+    fn register(&self, id: u64) -> oneshot::Receiver<Answer> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.lock().expect("waiters poisoned").insert(id, tx);
+        rx
+    }
+
+    fn forget(&self, id: u64) {
+        self.waiters.lock().expect("waiters poisoned").remove(&id);
+    }
+
+    /// Marks the stream dead and wakes every waiter (their answers will not come).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.waiters.lock().expect("waiters poisoned").clear();
+    }
+
+    /// Waits for the answer to `id`; `None` when the reply stream ended first.
+    async fn wait(&self, id: u64, mut rx: oneshot::Receiver<Answer>) -> Option<Answer> {
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                self.forget(id);
+                return rx.try_recv().ok();
+            }
+            tokio::select! {
+                biased;
+                answer = &mut rx => return answer.ok(),
+                mut reader = self.reader.lock() => {
+                    if let Ok(answer) = rx.try_recv() {
+                        return Some(answer);
+                    }
+                    match self.read_until(&mut reader, id).await {
+                        Some(answer) => return Some(answer),
+                        None => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads replies, delivering others', until `id`'s arrives (`Some`) or the stream ends.
+    async fn read_until(&self, reader: &mut FrameReader, id: u64) -> Option<Answer> {
+        loop {
+            let read = reader
+                .read_frame_with_payload::<Reply>(
+                    |r| match r.response {
+                        Response::Data { len } => len,
+                        _ => 0,
+                    },
+                    MAX_REPLY_PAYLOAD,
+                )
+                .await;
+            let Ok(Some((reply, payload))) = read else {
+                self.close();
+                return None;
+            };
+            let answer = match reply.response {
+                Response::Data { .. } => Answer::Data(payload),
+                response => Answer::Response(response),
+            };
+            let waiter = self.waiters.lock().expect("waiters poisoned").remove(&reply.id);
+            if reply.id == id {
+                return Some(answer);
+            }
+            if let Some(tx) = waiter {
+                let _ = tx.send(answer);
+            }
+        }
+    }
+}
 
 /// State shared by every handle to one accelerator.
 #[derive(Debug)]
@@ -54,21 +136,18 @@ pub(crate) struct Inner {
     /// Connections for bulk copies: the control connection first, then attached ones.
     data: Vec<Connection>,
     _endpoints: Vec<Endpoint>,
-    writer: WriterHandle,
-    waiters: Arc<Waiters>,
-    closed: Arc<AtomicBool>,
+    writer: StreamWriter,
+    replies: Replies,
     next_id: AtomicU64,
     /// Streams with asynchronous work sent since the last full synchronize.
     dirty: Mutex<HashSet<StreamId>>,
     info: DeviceInfo,
     session: SessionId,
     copy: Mutex<CopyOptions>,
-    reader: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.reader.abort();
         for conn in &self.data {
             conn.close(0u32.into(), b"client finished");
         }
@@ -85,38 +164,17 @@ impl Accelerator {
     /// Connects to a backend, opens a session and attaches the striping connections.
     pub async fn connect(options: &ConnectOptions) -> Result<Self> {
         let crypto = link::client_crypto(options)?;
-        let link = link::open(
-            options,
-            crypto.clone(),
-            &Hello::Open {
-                capability: options.capability.clone(),
-            },
-        )
-        .await?;
-        let Response::Welcome {
-            session,
-            token,
-            info,
-        } = link.welcome.clone()
-        else {
+        let link = link::open(options, crypto.clone(), &Hello::Open { capability: options.capability.clone() }).await?;
+        let Response::Welcome { session, token, info } = link.welcome.clone() else {
             unreachable!("link::open returns only welcomes")
         };
         let attach = Hello::Attach { session, token };
-        let extra = try_join_all(
-            (1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach)),
-        )
-        .await?;
+        let extra =
+            try_join_all((1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach))).await?;
         Ok(Self::from_links(link, extra, session, info))
     }
 
     fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo) -> Self {
-        let waiters: Arc<Waiters> = Arc::default();
-        let closed = Arc::new(AtomicBool::new(false));
-        let reader = tokio::spawn(read_replies(
-            control.reader,
-            waiters.clone(),
-            closed.clone(),
-        ));
         let mut data = vec![control.connection.clone()];
         let mut endpoints = vec![control.endpoint];
         for link in extra {
@@ -127,19 +185,15 @@ impl Accelerator {
             control: control.connection,
             data,
             _endpoints: endpoints,
-            writer: spawn_writer(control.send, 4096),
-            waiters,
-            closed,
+            writer: StreamWriter::new(control.send),
+            replies: Replies::new(control.reader),
             next_id: AtomicU64::new(1),
             dirty: Mutex::new(HashSet::new()),
             info,
             session,
             copy: Mutex::new(CopyOptions::default()),
-            reader,
         };
-        Self {
-            inner: Arc::new(inner),
-        }
+        Self { inner: Arc::new(inner) }
     }
 
     /// The device as the backend described it when the session opened.
@@ -172,11 +226,7 @@ impl Accelerator {
 
     /// How copies travel.
     pub fn copy_options(&self) -> CopyOptions {
-        self.inner
-            .copy
-            .lock()
-            .expect("copy options poisoned")
-            .clone()
+        self.inner.copy.lock().expect("copy options poisoned").clone()
     }
 
     /// Waits until every stream has finished; returns the first error of asynchronous work
@@ -195,9 +245,7 @@ impl Accelerator {
             conn.close(0u32.into(), b"client finished");
         }
         for endpoint in endpoints {
-            let _ =
-                tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle())
-                    .await;
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
         }
     }
 
@@ -212,27 +260,13 @@ impl Accelerator {
     /// Sends a request and waits for its answer; a remote error becomes `Err`.
     pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.inner
-            .waiters
-            .lock()
-            .expect("waiters poisoned")
-            .insert(id, tx);
-        if self.inner.closed.load(Ordering::Acquire) {
-            self.inner
-                .waiters
-                .lock()
-                .expect("waiters poisoned")
-                .remove(&id);
+        let rx = self.inner.replies.register(id);
+        let frame = frame_bytes(&Envelope { id, request })?;
+        if self.inner.writer.send_with_payload(frame, payload).await.is_err() {
+            self.inner.replies.forget(id);
             return Err(self.disconnected());
         }
-        let frame = frame_bytes(&Envelope { id, request })?;
-        self.inner
-            .writer
-            .send_with_payload(frame, payload)
-            .await
-            .map_err(|_| self.disconnected())?;
-        match rx.await.map_err(|_| self.disconnected())? {
+        match self.inner.replies.wait(id, rx).await.ok_or_else(|| self.disconnected())? {
             Answer::Response(Response::Error(e)) => Err(e.into()),
             answer => Ok(answer),
         }
@@ -248,29 +282,16 @@ impl Accelerator {
 
     /// Sends an asynchronous request on `stream`: no round trip, errors surface at the next
     /// synchronizing call.
-    pub(crate) async fn post(
-        &self,
-        request: Request,
-        payload: Bytes,
-        stream: StreamId,
-    ) -> Result<()> {
-        self.inner
-            .dirty
-            .lock()
-            .expect("dirty set poisoned")
-            .insert(stream);
+    pub(crate) async fn post(&self, request: Request, payload: Bytes, stream: StreamId) -> Result<()> {
+        self.inner.dirty.lock().expect("dirty set poisoned").insert(stream);
         let frame = frame_bytes(&Envelope { id: 0, request })?;
-        self.inner
-            .writer
-            .send_with_payload(frame, payload)
-            .await
-            .map_err(|_| self.disconnected())
+        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())
     }
 
     /// Sends a request without waiting for room or an answer (used from `Drop`).
     pub(crate) fn post_now(&self, request: Request) {
         if let Ok(frame) = frame_bytes(&Envelope { id: 0, request }) {
-            let _ = self.inner.writer.try_send(frame);
+            self.inner.writer.send_later(frame);
         }
     }
 
@@ -291,22 +312,14 @@ impl Accelerator {
     pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
         let options = self.copy_options();
         if data.len() <= options.inline_max {
-            let request = Request::MemWrite {
-                dst,
-                len: data.len() as u64,
-                stream: StreamId(0),
-            };
-            self.post(request, Bytes::copy_from_slice(data), StreamId(0))
-                .await?;
+            let request = Request::MemWrite { dst, len: data.len() as u64, stream: StreamId(0) };
+            self.post(request, Bytes::copy_from_slice(data), StreamId(0)).await?;
             return self.synchronize().await;
         }
         self.settle(None).await?;
         let stripes = self.stripes(data.len(), &options);
         try_join_all(stripes.into_iter().map(|(conn, range)| {
-            let ptr = DevicePtr {
-                buffer: dst.buffer,
-                offset: dst.offset + range.start as u64,
-            };
+            let ptr = DevicePtr { buffer: dst.buffer, offset: dst.offset + range.start as u64 };
             bulk_write(conn, ptr, &data[range], options.pipelined)
         }))
         .await?;
@@ -319,11 +332,7 @@ impl Accelerator {
         if out.len() <= options.inline_max {
             // Ordered after the default stream's work by the backend; other streams first.
             self.settle(Some(StreamId(0))).await?;
-            let request = Request::MemRead {
-                src,
-                len: out.len() as u64,
-                stream: StreamId(0),
-            };
+            let request = Request::MemRead { src, len: out.len() as u64, stream: StreamId(0) };
             return match self.call(request, Bytes::new()).await? {
                 Answer::Data(bytes) if bytes.len() == out.len() => {
                     out.copy_from_slice(&bytes);
@@ -339,10 +348,7 @@ impl Accelerator {
         for (conn, range) in stripes {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let ptr = DevicePtr {
-                buffer: src.buffer,
-                offset: src.offset + range.start as u64,
-            };
+            let ptr = DevicePtr { buffer: src.buffer, offset: src.offset + range.start as u64 };
             jobs.push(bulk_read(conn, ptr, head, options.pipelined));
         }
         try_join_all(jobs).await?;
@@ -350,11 +356,7 @@ impl Accelerator {
     }
 
     /// Splits `len` bytes over the data connections, in 64 KiB-aligned contiguous stripes.
-    fn stripes(
-        &self,
-        len: usize,
-        options: &CopyOptions,
-    ) -> Vec<(&Connection, std::ops::Range<usize>)> {
+    fn stripes(&self, len: usize, options: &CopyOptions) -> Vec<(&Connection, std::ops::Range<usize>)> {
         let conns = &self.inner.data;
         let n = conns.len().min(len / options.stripe_min.max(1)).max(1);
         let per = len.div_ceil(n).next_multiple_of(64 << 10);
@@ -369,59 +371,23 @@ pub(crate) fn unexpected(answer: Answer) -> Error {
     Error::Protocol(format!("unexpected answer {answer:?}"))
 }
 
-async fn read_replies(mut reader: FrameReader, waiters: Arc<Waiters>, closed: Arc<AtomicBool>) {
-    loop {
-        let Ok(Some(reply)) = reader.read_frame::<Reply>().await else {
-            break;
-        };
-        let answer = match reply.response {
-            Response::Data { len } => match reader.read_exact_raw(len as usize).await {
-                Ok(bytes) => Answer::Data(bytes),
-                Err(_) => break,
-            },
-            response => Answer::Response(response),
-        };
-        if let Some(tx) = waiters.lock().expect("waiters poisoned").remove(&reply.id) {
-            let _ = tx.send(answer);
-        }
-    }
-    // Wake every caller still waiting: their answers will not come.
-    closed.store(true, Ordering::Release);
-    waiters.lock().expect("waiters poisoned").clear();
-}
-
 fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
     conn.close_reason()
         .map(Error::from)
-        .unwrap_or_else(|| Error::Remote {
-            kind: ErrorKind::Device,
-            message: format!("copy failed: {e}"),
-        })
+        .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
 }
 
 async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: bool) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader {
-        direction: Direction::HostToDevice,
-        ptr: dst,
-        len: data.len() as u64,
-        pipelined,
-    };
-    send.write_all(&frame_bytes(&header)?)
-        .await
-        .map_err(|e| map_write(e, conn))?;
+    let header = BulkHeader { direction: Direction::HostToDevice, ptr: dst, len: data.len() as u64, pipelined };
+    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
     let written = send.write_all(data).await;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);
     // The reply explains a refusal (the backend stops the stream, failing our write).
     let reply: Reply = match reader.expect_frame().await {
         Ok(reply) => reply,
-        Err(e) => {
-            return Err(written
-                .err()
-                .map(|w| map_write(w, conn))
-                .unwrap_or_else(|| copy_failed(e, conn)))
-        }
+        Err(e) => return Err(written.err().map(|w| map_write(w, conn)).unwrap_or_else(|| copy_failed(e, conn))),
     };
     match reply.response {
         Response::Ok => written.map_err(|e| map_write(e, conn)),
@@ -430,33 +396,17 @@ async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: b
     }
 }
 
-async fn bulk_read(
-    conn: &Connection,
-    src: DevicePtr,
-    out: &mut [u8],
-    pipelined: bool,
-) -> Result<()> {
+async fn bulk_read(conn: &Connection, src: DevicePtr, out: &mut [u8], pipelined: bool) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader {
-        direction: Direction::DeviceToHost,
-        ptr: src,
-        len: out.len() as u64,
-        pipelined,
-    };
-    send.write_all(&frame_bytes(&header)?)
-        .await
-        .map_err(|e| map_write(e, conn))?;
+    let header = BulkHeader { direction: Direction::DeviceToHost, ptr: src, len: out.len() as u64, pipelined };
+    send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);
-    let reply: Reply = reader
-        .expect_frame()
-        .await
-        .map_err(|e| copy_failed(e, conn))?;
+    let reply: Reply = reader.expect_frame().await.map_err(|e| copy_failed(e, conn))?;
     match reply.response {
-        Response::Data { len } if len == out.len() as u64 => reader
-            .read_payload_into(out)
-            .await
-            .map_err(|e| copy_failed(e, conn)),
+        Response::Data { len } if len == out.len() as u64 => {
+            reader.read_payload_into(out).await.map_err(|e| copy_failed(e, conn))
+        }
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("unexpected bulk reply {other:?}"))),
     }

@@ -34,10 +34,7 @@ impl Accelerator {
     pub fn connect(options: &ConnectOptions) -> Result<Self> {
         let rt = runtime()?;
         let inner = rt.block_on(crate::Accelerator::connect(options))?;
-        Ok(Self {
-            rt,
-            inner: Some(inner),
-        })
+        Ok(Self { rt, inner: Some(inner) })
     }
 
     /// Connects to the backend named by the environment (see [`ConnectOptions::from_env`]).
@@ -47,10 +44,7 @@ impl Accelerator {
 
     /// Wraps an async handle, using `rt` to drive it.
     pub fn from_async(rt: Arc<Runtime>, inner: crate::Accelerator) -> Self {
-        Self {
-            rt,
-            inner: Some(inner),
-        }
+        Self { rt, inner: Some(inner) }
     }
 
     /// The async handle underneath.
@@ -86,54 +80,36 @@ impl Accelerator {
     /// Allocates `len` zeroed elements (`acMemAlloc`).
     pub fn alloc<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         let inner = self.rt.block_on(self.as_async().alloc(len))?;
-        Ok(DeviceBuffer {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(DeviceBuffer { rt: self.rt.clone(), inner })
     }
 
     /// Allocates a buffer holding a copy of `data`.
     pub fn alloc_from<T: Pod>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
         let inner = self.rt.block_on(self.as_async().alloc_from(data))?;
-        Ok(DeviceBuffer {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(DeviceBuffer { rt: self.rt.clone(), inner })
     }
 
     /// The `builtin` module.
     pub fn builtin(&self) -> Result<Module> {
         let inner = self.rt.block_on(self.as_async().builtin())?;
-        Ok(Module {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(Module { rt: self.rt.clone(), inner })
     }
 
     /// Loads PTX text (needs a CUDA device).
     pub fn load_ptx(&self, ptx: &str) -> Result<Module> {
         let inner = self.rt.block_on(self.as_async().load_ptx(ptx))?;
-        Ok(Module {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(Module { rt: self.rt.clone(), inner })
     }
 
     /// Creates a stream.
     pub fn create_stream(&self) -> Result<Stream> {
         let inner = self.rt.block_on(self.as_async().create_stream())?;
-        Ok(Stream {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(Stream { rt: self.rt.clone(), inner })
     }
 
     /// The default stream.
     pub fn default_stream(&self) -> Stream {
-        Stream {
-            rt: self.rt.clone(),
-            inner: self.as_async().default_stream(),
-        }
+        Stream { rt: self.rt.clone(), inner: self.as_async().default_stream() }
     }
 }
 
@@ -141,11 +117,7 @@ impl Drop for Accelerator {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
             // Let the backend learn at once that the session ended, rather than by time-out.
-            self.rt
-                .block_on(async {
-                    tokio::time::timeout(Duration::from_secs(1), inner.close()).await
-                })
-                .ok();
+            self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(1), inner.close()).await }).ok();
         }
     }
 }
@@ -195,8 +167,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Queues a copy of `src` to elements `index..` on `stream`.
     pub fn copy_from_host_async(&self, stream: &Stream, index: usize, src: &[T]) -> Result<()> {
-        self.rt
-            .block_on(self.inner.copy_from_host_async(&stream.inner, index, src))
+        self.rt.block_on(self.inner.copy_from_host_async(&stream.inner, index, src))
     }
 
     /// Queues setting every byte to `value` on `stream`.
@@ -227,10 +198,7 @@ impl Module {
     /// Looks a kernel up by name (`acKernelCreate`).
     pub fn function(&self, name: &str) -> Result<Function> {
         let inner = self.rt.block_on(self.inner.function(name))?;
-        Ok(Function {
-            rt: self.rt.clone(),
-            inner,
-        })
+        Ok(Function { rt: self.rt.clone(), inner })
     }
 }
 
@@ -254,8 +222,7 @@ impl Function {
 
     /// Launches on `stream` without waiting.
     pub fn launch_on(&self, stream: &Stream, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
-        self.rt
-            .block_on(self.inner.launch_on(&stream.inner, dims, args))
+        self.rt.block_on(self.inner.launch_on(&stream.inner, dims, args))
     }
 }
 

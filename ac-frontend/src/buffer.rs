@@ -33,13 +33,9 @@ impl Accelerator {
     pub async fn alloc<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = byte_len::<T>(len)?;
         match self.call(Request::MemAlloc { bytes }, Bytes::new()).await? {
-            Answer::Response(Response::Buffer(id)) => Ok(DeviceBuffer {
-                acc: self.clone(),
-                id,
-                len,
-                freed: false,
-                _elem: PhantomData,
-            }),
+            Answer::Response(Response::Buffer(id)) => {
+                Ok(DeviceBuffer { acc: self.clone(), id, len, freed: false, _elem: PhantomData })
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -70,10 +66,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// A device pointer to element `index`, as a kernel argument.
     pub fn at(&self, index: usize) -> KernelArg {
-        KernelArg::Ptr(DevicePtr {
-            buffer: self.id,
-            offset: (index * size_of::<T>()) as u64,
-        })
+        KernelArg::Ptr(DevicePtr { buffer: self.id, offset: (index * size_of::<T>()) as u64 })
     }
 
     /// A device pointer to the start, as a kernel argument.
@@ -83,10 +76,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     fn ptr(&self, index: usize, count: usize) -> Result<DevicePtr> {
         match index.checked_add(count) {
-            Some(end) if end <= self.len => Ok(DevicePtr {
-                buffer: self.id,
-                offset: byte_len::<T>(index)?,
-            }),
+            Some(end) if end <= self.len => Ok(DevicePtr { buffer: self.id, offset: byte_len::<T>(index)? }),
             _ => Err(Error::InvalidArgument(format!(
                 "elements {index}..{index}+{count} are outside a buffer of {} elements",
                 self.len
@@ -101,9 +91,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Copies `src` to elements `index..` and waits until it is there.
     pub async fn copy_from_host_at(&self, index: usize, src: &[T]) -> Result<()> {
-        self.acc
-            .write_bytes(self.ptr(index, src.len())?, bytemuck::cast_slice(src))
-            .await
+        self.acc.write_bytes(self.ptr(index, src.len())?, bytemuck::cast_slice(src)).await
     }
 
     /// Copies the start of the buffer into `dst`, after the work that writes it.
@@ -114,9 +102,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Copies elements `index..` into `dst`.
     pub async fn copy_to_host_at(&self, index: usize, dst: &mut [T]) -> Result<()> {
         let ptr = self.ptr(index, dst.len())?;
-        self.acc
-            .read_bytes(ptr, bytemuck::cast_slice_mut(dst))
-            .await
+        self.acc.read_bytes(ptr, bytemuck::cast_slice_mut(dst)).await
     }
 
     /// The whole buffer as a vector.
@@ -128,23 +114,12 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Queues a copy of `src` to elements `index..` on `stream` and returns at once. The bytes
     /// are sent now; the write happens in the stream's order.
-    pub async fn copy_from_host_async(
-        &self,
-        stream: &Stream,
-        index: usize,
-        src: &[T],
-    ) -> Result<()> {
+    pub async fn copy_from_host_async(&self, stream: &Stream, index: usize, src: &[T]) -> Result<()> {
         let mut ptr = self.ptr(index, src.len())?;
         // Chunks keep each message well under the backend's inline limit.
         for chunk in bytemuck::cast_slice::<T, u8>(src).chunks(4 << 20) {
-            let request = Request::MemWrite {
-                dst: ptr,
-                len: chunk.len() as u64,
-                stream: stream.id(),
-            };
-            self.acc
-                .post(request, Bytes::copy_from_slice(chunk), stream.id())
-                .await?;
+            let request = Request::MemWrite { dst: ptr, len: chunk.len() as u64, stream: stream.id() };
+            self.acc.post(request, Bytes::copy_from_slice(chunk), stream.id()).await?;
             ptr.offset += chunk.len() as u64;
         }
         Ok(())
@@ -164,12 +139,8 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Queues setting every byte of the buffer to `value` on `stream`.
     pub async fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
-        let request = Request::Memset {
-            dst: self.ptr(0, 0)?,
-            len: byte_len::<T>(self.len)?,
-            value,
-            stream: stream.id(),
-        };
+        let request =
+            Request::Memset { dst: self.ptr(0, 0)?, len: byte_len::<T>(self.len)?, value, stream: stream.id() };
         self.acc.post(request, Bytes::new(), stream.id()).await
     }
 

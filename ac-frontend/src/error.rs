@@ -43,10 +43,7 @@ impl Error {
 
 impl From<WireError> for Error {
     fn from(e: WireError) -> Self {
-        Error::Remote {
-            kind: e.kind,
-            message: e.message,
-        }
+        Error::Remote { kind: e.kind, message: e.message }
     }
 }
 
@@ -54,9 +51,7 @@ impl From<quinn::ConnectionError> for Error {
     fn from(e: quinn::ConnectionError) -> Self {
         use ac_proto::backend::close;
         match &e {
-            quinn::ConnectionError::ApplicationClosed(c)
-                if c.error_code == close::VERSION_MISMATCH.into() =>
-            {
+            quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::VERSION_MISMATCH.into() => {
                 Error::VersionMismatch(String::from_utf8_lossy(&c.reason).into_owned())
             }
             quinn::ConnectionError::ApplicationClosed(c) => {
@@ -79,13 +74,10 @@ impl From<ProtoError> for Error {
             ProtoError::Read(quinn::ReadError::ConnectionLost(c)) => c.into(),
             ProtoError::Write(quinn::WriteError::ConnectionLost(c)) => c.into(),
             ProtoError::VersionMismatch { .. } => Error::VersionMismatch(e.to_string()),
-            ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => {
-                Error::Protocol(e.to_string())
+            ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => Error::Protocol(e.to_string()),
+            ProtoError::Certificate(_) | ProtoError::Tls(_) | ProtoError::Io(_) | ProtoError::Connect(_) => {
+                Error::Setup(e.to_string())
             }
-            ProtoError::Certificate(_)
-            | ProtoError::Tls(_)
-            | ProtoError::Io(_)
-            | ProtoError::Connect(_) => Error::Setup(e.to_string()),
             other => Error::Disconnected(other.to_string()),
         }
     }

@@ -1,8 +1,6 @@
 //! Modules and kernels.
 
-use ac_proto::backend::{
-    FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, ParamKind, Request, Response,
-};
+use ac_proto::backend::{FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, ParamKind, Request, Response};
 use bytes::Bytes;
 
 use crate::accelerator::{unexpected, Answer};
@@ -27,15 +25,9 @@ pub struct Function {
 impl Accelerator {
     /// Loads a module made of `source` (with `image` bytes for PTX and cubin).
     pub async fn load_module(&self, source: ModuleSource, image: &[u8]) -> Result<Module> {
-        let request = Request::ModuleLoad {
-            source,
-            len: image.len() as u64,
-        };
+        let request = Request::ModuleLoad { source, len: image.len() as u64 };
         match self.call(request, Bytes::copy_from_slice(image)).await? {
-            Answer::Response(Response::Module(id)) => Ok(Module {
-                acc: self.clone(),
-                id,
-            }),
+            Answer::Response(Response::Module(id)) => Ok(Module { acc: self.clone(), id }),
             other => Err(unexpected(other)),
         }
     }
@@ -43,8 +35,7 @@ impl Accelerator {
     /// The `builtin` module every device provides (`fill`, `vector_add`, `saxpy`, `sgemm`,
     /// `reduce_sum`).
     pub async fn builtin(&self) -> Result<Module> {
-        self.load_module(ModuleSource::Builtin("builtin".into()), &[])
-            .await
+        self.load_module(ModuleSource::Builtin("builtin".into()), &[]).await
     }
 
     /// Loads PTX text (needs a CUDA device).
@@ -56,26 +47,18 @@ impl Accelerator {
 impl Module {
     /// Looks a kernel up by name.
     pub async fn function(&self, name: &str) -> Result<Function> {
-        let request = Request::FunctionLookup {
-            module: self.id,
-            name: name.to_string(),
-        };
+        let request = Request::FunctionLookup { module: self.id, name: name.to_string() };
         match self.acc.call(request, Bytes::new()).await? {
-            Answer::Response(Response::Function { id, params }) => Ok(Function {
-                acc: self.acc.clone(),
-                id,
-                name: name.to_string(),
-                params,
-            }),
+            Answer::Response(Response::Function { id, params }) => {
+                Ok(Function { acc: self.acc.clone(), id, name: name.to_string(), params })
+            }
             other => Err(unexpected(other)),
         }
     }
 
     /// Unloads the module after the work using it.
     pub async fn unload(self) -> Result<()> {
-        self.acc
-            .call_ok(Request::ModuleUnload { module: self.id })
-            .await
+        self.acc.call_ok(Request::ModuleUnload { module: self.id }).await
     }
 }
 
@@ -97,10 +80,7 @@ impl Function {
         };
         let kinds: Vec<ParamKind> = args.iter().map(KernelArg::kind).collect();
         if kinds != *params {
-            return Err(Error::InvalidArgument(format!(
-                "kernel `{}` takes {params:?}, got {kinds:?}",
-                self.name
-            )));
+            return Err(Error::InvalidArgument(format!("kernel `{}` takes {params:?}, got {kinds:?}", self.name)));
         }
         Ok(())
     }
@@ -112,19 +92,9 @@ impl Function {
     }
 
     /// Launches on `stream`.
-    pub async fn launch_on(
-        &self,
-        stream: &Stream,
-        dims: LaunchDims,
-        args: &[KernelArg],
-    ) -> Result<()> {
+    pub async fn launch_on(&self, stream: &Stream, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
         self.check(args)?;
-        let request = Request::Launch {
-            function: self.id,
-            dims,
-            args: args.to_vec(),
-            stream: stream.id(),
-        };
+        let request = Request::Launch { function: self.id, dims, args: args.to_vec(), stream: stream.id() };
         self.acc.post(request, Bytes::new(), stream.id()).await
     }
 }

@@ -48,20 +48,14 @@ impl ConnectOptions {
     /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME` and
     /// `AC_STRIPES`.
     pub fn from_env() -> Result<Self> {
-        let var = |name: &str| {
-            std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")))
-        };
-        let addr = var("AC_BACKEND_ADDR")?
-            .parse()
-            .map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
+        let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
+        let addr = var("AC_BACKEND_ADDR")?.parse().map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
         let mut options = Self::new(addr, var("AC_CA_CERT")?);
         if let Ok(name) = std::env::var("AC_SERVER_NAME") {
             options.server_name = name;
         }
         if let Ok(stripes) = std::env::var("AC_STRIPES") {
-            options.stripes = stripes
-                .parse()
-                .map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
+            options.stripes = stripes.parse().map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
         }
         Ok(options)
     }
@@ -83,9 +77,7 @@ pub struct Link {
 }
 
 /// Client TLS set-up for a backend, built once per options.
-pub fn client_crypto(
-    options: &ConnectOptions,
-) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>> {
+pub fn client_crypto(options: &ConnectOptions) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>> {
     let roots = tls::load_roots(&options.ca_cert)?;
     Ok(Arc::new(tls::client_crypto(roots, ALPN)?))
 }
@@ -104,39 +96,21 @@ pub async fn open(
     let (mut send, recv) = connection.open_bi().await?;
     let mut opening = Preamble::CURRENT.to_bytes().to_vec();
     opening.extend_from_slice(&frame_bytes(hello)?);
-    send.write_all(&opening)
-        .await
-        .map_err(|e| map_write(e, &connection))?;
+    send.write_all(&opening).await.map_err(|e| map_write(e, &connection))?;
     let mut reader = FrameReader::new(recv);
     let reply: Reply = match reader.expect_frame().await {
         Ok(reply) => reply,
         // A refused hello closes the connection: report the backend's reason.
-        Err(e) => {
-            return Err(connection
-                .close_reason()
-                .map(Error::from)
-                .unwrap_or_else(|| e.into()))
-        }
+        Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or_else(|| e.into())),
     };
     match reply.response {
-        welcome @ Response::Welcome { .. } => Ok(Link {
-            endpoint,
-            connection,
-            send,
-            reader,
-            welcome,
-        }),
+        welcome @ Response::Welcome { .. } => Ok(Link { endpoint, connection, send, reader, welcome }),
         Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!(
-            "expected a welcome, got {other:?}"
-        ))),
+        other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),
     }
 }
 
 /// A write failure, explained by the connection's close reason when there is one.
 pub fn map_write(e: quinn::WriteError, connection: &Connection) -> Error {
-    connection
-        .close_reason()
-        .map(Error::from)
-        .unwrap_or_else(|| Error::from(ac_proto::ProtoError::from(e)))
+    connection.close_reason().map(Error::from).unwrap_or_else(|| Error::from(ac_proto::ProtoError::from(e)))
 }

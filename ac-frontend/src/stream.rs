@@ -17,19 +17,13 @@ pub struct Stream {
 impl Accelerator {
     /// The session's default stream (always exists).
     pub fn default_stream(&self) -> Stream {
-        Stream {
-            acc: self.clone(),
-            id: DEFAULT_STREAM,
-        }
+        Stream { acc: self.clone(), id: DEFAULT_STREAM }
     }
 
     /// Creates a stream.
     pub async fn create_stream(&self) -> Result<Stream> {
         match self.call(Request::StreamCreate, Bytes::new()).await? {
-            Answer::Response(Response::Stream(id)) => Ok(Stream {
-                acc: self.clone(),
-                id,
-            }),
+            Answer::Response(Response::Stream(id)) => Ok(Stream { acc: self.clone(), id }),
             other => Err(unexpected(other)),
         }
     }
@@ -43,17 +37,11 @@ impl Stream {
 
     /// Waits for this stream's work; returns its first error since the last synchronize.
     pub async fn synchronize(&self) -> Result<()> {
-        self.acc
-            .call_ok(Request::Synchronize {
-                stream: Some(self.id),
-            })
-            .await
+        self.acc.call_ok(Request::Synchronize { stream: Some(self.id) }).await
     }
 
     /// Waits for the stream's work, then destroys it.
     pub async fn destroy(self) -> Result<()> {
-        self.acc
-            .call_ok(Request::StreamDestroy { stream: self.id })
-            .await
+        self.acc.call_ok(Request::StreamDestroy { stream: self.id }).await
     }
 }

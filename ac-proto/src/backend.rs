@@ -68,9 +68,7 @@ impl Preamble {
 
     /// Parses four bytes; `None` when the magic is wrong.
     pub fn parse(bytes: [u8; 4]) -> Option<Self> {
-        (bytes[..2] == MAGIC).then(|| Preamble {
-            version: u16::from_le_bytes([bytes[2], bytes[3]]),
-        })
+        (bytes[..2] == MAGIC).then(|| Preamble { version: u16::from_le_bytes([bytes[2], bytes[3]]) })
     }
 }
 
@@ -226,20 +224,12 @@ impl LaunchDims {
     /// A one-dimensional launch covering `n` threads with blocks of `block` threads.
     pub fn linear(n: u64, block: u32) -> Self {
         let blocks = n.div_ceil(block.max(1) as u64).clamp(1, u32::MAX as u64) as u32;
-        Self {
-            grid: [blocks, 1, 1],
-            block: [block.max(1), 1, 1],
-            shared_mem: 0,
-        }
+        Self { grid: [blocks, 1, 1], block: [block.max(1), 1, 1], shared_mem: 0 }
     }
 
     /// A launch of `grid` blocks of `block` threads, as CUDA's `<<<grid, block>>>`.
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
-        Self {
-            grid,
-            block,
-            shared_mem: 0,
-        }
+        Self { grid, block, shared_mem: 0 }
     }
 
     /// The same launch with `bytes` of dynamic shared memory per block.
@@ -485,10 +475,7 @@ pub struct WireError {
 impl WireError {
     /// Builds an error.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
 }
 
@@ -509,21 +496,11 @@ mod tests {
             id: 0,
             request: Request::Launch {
                 function: FunctionId(3),
-                dims: LaunchDims {
-                    grid: [256, 1, 1],
-                    block: [256, 1, 1],
-                    shared_mem: 0,
-                },
+                dims: LaunchDims { grid: [256, 1, 1], block: [256, 1, 1], shared_mem: 0 },
                 args: vec![
                     KernelArg::F32(2.0),
-                    KernelArg::Ptr(DevicePtr {
-                        buffer: BufferId(1),
-                        offset: 0,
-                    }),
-                    KernelArg::Ptr(DevicePtr {
-                        buffer: BufferId(2),
-                        offset: 0,
-                    }),
+                    KernelArg::Ptr(DevicePtr { buffer: BufferId(1), offset: 0 }),
+                    KernelArg::Ptr(DevicePtr { buffer: BufferId(2), offset: 0 }),
                     KernelArg::U64(1 << 20),
                 ],
                 stream: StreamId(0),

@@ -9,34 +9,23 @@ use crate::ProtoError;
 pub const MAX_FRAME: usize = 1 << 20;
 
 fn config() -> impl bincode::config::Config {
-    bincode::config::standard()
-        .with_little_endian()
-        .with_variable_int_encoding()
-        .with_limit::<MAX_FRAME>()
+    bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<MAX_FRAME>()
 }
 
 /// Appends the encoding of `msg` to `out`.
 pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), ProtoError> {
-    bincode::serde::encode_into_std_write(msg, out, config())
-        .map(|_| ())
-        .map_err(|e| ProtoError::Encode(e.to_string()))
+    bincode::serde::encode_into_std_write(msg, out, config()).map(|_| ()).map_err(|e| ProtoError::Encode(e.to_string()))
 }
 
 /// Decodes one message that must fill `bytes` exactly.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProtoError> {
     if bytes.len() > MAX_FRAME {
-        return Err(ProtoError::FrameTooLarge {
-            len: bytes.len() as u64,
-            limit: MAX_FRAME as u64,
-        });
+        return Err(ProtoError::FrameTooLarge { len: bytes.len() as u64, limit: MAX_FRAME as u64 });
     }
-    let (msg, used) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| ProtoError::Malformed(e.to_string()))?;
+    let (msg, used) =
+        bincode::serde::decode_from_slice(bytes, config()).map_err(|e| ProtoError::Malformed(e.to_string()))?;
     if used != bytes.len() {
-        return Err(ProtoError::Malformed(format!(
-            "{} trailing bytes after message",
-            bytes.len() - used
-        )));
+        return Err(ProtoError::Malformed(format!("{} trailing bytes after message", bytes.len() - used)));
     }
     Ok(msg)
 }
@@ -54,10 +43,7 @@ mod tests {
 
     #[test]
     fn roundtrip() {
-        let msg = Sample::B {
-            name: "x".into(),
-            data: vec![1, 2, 3],
-        };
+        let msg = Sample::B { name: "x".into(), data: vec![1, 2, 3] };
         let mut buf = Vec::new();
         encode_into(&msg, &mut buf).unwrap();
         assert_eq!(decode::<Sample>(&buf).unwrap(), msg);
@@ -75,10 +61,7 @@ mod tests {
         let mut buf = Vec::new();
         encode_into(&Sample::A(7), &mut buf).unwrap();
         buf.push(0);
-        assert!(matches!(
-            decode::<Sample>(&buf),
-            Err(ProtoError::Malformed(_))
-        ));
+        assert!(matches!(decode::<Sample>(&buf), Err(ProtoError::Malformed(_))));
     }
 
     proptest! {

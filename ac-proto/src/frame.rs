@@ -3,13 +3,15 @@
 //! A frame is a little-endian `u32` length followed by that many bytes of one encoded message.
 //! A message may announce a raw payload; its bytes follow the frame directly and never pass
 //! through the codec. [`FrameReader`] parses frames and payloads out of a stream;
-//! [`spawn_writer`] runs a task that coalesces queued frames into few large writes, which is what
-//! lets a client push hundreds of thousands of small asynchronous calls per second.
+//! [`StreamWriter`] lets several tasks and threads write whole frames to one stream.
 
 use bytes::{Buf, Bytes, BytesMut};
+use std::sync::Arc;
+
 use quinn::{RecvStream, SendStream};
 use serde::{de::DeserializeOwned, Serialize};
-use tokio::sync::mpsc;
+use tokio::runtime::Handle;
+use tokio::sync::Mutex;
 
 use crate::codec::{self, MAX_FRAME};
 use crate::ProtoError;
@@ -19,10 +21,8 @@ pub fn encode_frame<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<(), Prot
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     codec::encode_into(msg, out)?;
-    let len = u32::try_from(out.len() - start - 4).map_err(|_| ProtoError::FrameTooLarge {
-        len: (out.len() - start - 4) as u64,
-        limit: MAX_FRAME as u64,
-    })?;
+    let len = u32::try_from(out.len() - start - 4)
+        .map_err(|_| ProtoError::FrameTooLarge { len: (out.len() - start - 4) as u64, limit: MAX_FRAME as u64 })?;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
     Ok(())
 }
@@ -47,10 +47,7 @@ const READ_CHUNK: usize = 256 * 1024;
 impl FrameReader {
     /// Wraps a receive stream.
     pub fn new(stream: RecvStream) -> Self {
-        Self {
-            stream,
-            buf: BytesMut::new(),
-        }
+        Self { stream, buf: BytesMut::new() }
     }
 
     /// The underlying stream, e.g. to `stop` it with an error code.
@@ -86,10 +83,7 @@ impl FrameReader {
         }
         let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
         if len > MAX_FRAME {
-            return Some(Err(ProtoError::FrameTooLarge {
-                len: len as u64,
-                limit: MAX_FRAME as u64,
-            }));
+            return Some(Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 }));
         }
         if self.buf.len() < 4 + len {
             return None;
@@ -106,11 +100,7 @@ impl FrameReader {
                 return frame.map(Some);
             }
             if !self.fill().await? {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(ProtoError::UnexpectedEnd)
-                };
+                return if self.buf.is_empty() { Ok(None) } else { Err(ProtoError::UnexpectedEnd) };
             }
         }
     }
@@ -118,6 +108,38 @@ impl FrameReader {
     /// Reads the next frame, treating the end of the stream as an error.
     pub async fn expect_frame<T: DeserializeOwned>(&mut self) -> Result<T, ProtoError> {
         self.read_frame().await?.ok_or(ProtoError::UnexpectedEnd)
+    }
+
+    /// Reads the next frame together with the raw payload it announces (`payload_len` says how
+    /// long, at most `max_payload`). Nothing is consumed until both are buffered, so the call is
+    /// cancel-safe: a caller that gives up leaves the stream intact for the next one.
+    pub async fn read_frame_with_payload<T: DeserializeOwned>(
+        &mut self,
+        payload_len: impl Fn(&T) -> u64,
+        max_payload: u64,
+    ) -> Result<Option<(T, Bytes)>, ProtoError> {
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+                if len > MAX_FRAME {
+                    return Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 });
+                }
+                if self.buf.len() >= 4 + len {
+                    let msg: T = codec::decode(&self.buf[4..4 + len])?;
+                    let extra = payload_len(&msg);
+                    if extra > max_payload {
+                        return Err(ProtoError::FrameTooLarge { len: extra, limit: max_payload });
+                    }
+                    if (self.buf.len() - 4 - len) as u64 >= extra {
+                        self.buf.advance(4 + len);
+                        return Ok(Some((msg, self.buf.split_to(extra as usize).freeze())));
+                    }
+                }
+            }
+            if !self.fill().await? {
+                return if self.buf.is_empty() { Ok(None) } else { Err(ProtoError::UnexpectedEnd) };
+            }
+        }
     }
 
     /// The next piece of raw payload, at most `max` bytes, without copying when the buffer is
@@ -134,10 +156,7 @@ impl FrameReader {
     pub async fn read_payload_into(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
         let mut filled = 0;
         while filled < out.len() {
-            let chunk = self
-                .next_chunk(out.len() - filled)
-                .await?
-                .ok_or(ProtoError::UnexpectedEnd)?;
+            let chunk = self.next_chunk(out.len() - filled).await?.ok_or(ProtoError::UnexpectedEnd)?;
             out[filled..filled + chunk.len()].copy_from_slice(&chunk);
             filled += chunk.len();
         }
@@ -145,89 +164,61 @@ impl FrameReader {
     }
 }
 
-/// Items smaller than this are copied into one batch buffer; larger ones are sent as they are.
-const COALESCE_BELOW: usize = 16 * 1024;
-/// A batch is written once it holds this many bytes.
-const BATCH_BYTES: usize = 256 * 1024;
-
-/// Queues byte strings for a [`spawn_writer`] task. Cloning shares the same stream.
+/// The sending half of a stream shared by several writers. Each write goes straight into
+/// quinn's send buffer under a lock, with no task in between: a hand-off to a writer task costs a
+/// cross-thread wake-up per message, a visible share of a round trip on loopback. quinn's
+/// connection task already packs many small writes into each datagram.
 #[derive(Debug, Clone)]
-pub struct WriterHandle {
-    tx: mpsc::Sender<(Bytes, Bytes)>,
+pub struct StreamWriter {
+    stream: Arc<Mutex<SendStream>>,
+    runtime: Handle,
 }
 
-impl WriterHandle {
-    /// Queues bytes (one or more whole frames) to be written in order.
+impl StreamWriter {
+    /// Wraps a stream; must be called inside the tokio runtime that drives its connection.
+    pub fn new(stream: SendStream) -> Self {
+        Self { stream: Arc::new(Mutex::new(stream)), runtime: Handle::current() }
+    }
+
+    /// Writes bytes (one or more whole frames).
     pub async fn send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.send_with_payload(bytes, Bytes::new()).await
+        self.stream.lock().await.write_chunk(bytes).await?;
+        Ok(())
     }
 
-    /// Queues a frame and the raw payload it announces; nothing queued by another handle can
-    /// come between the two.
+    /// Writes a frame and the raw payload it announces; nothing from another writer can come
+    /// between the two.
     pub async fn send_with_payload(&self, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
-        self.tx
-            .send((frame, payload))
-            .await
-            .map_err(|_| ProtoError::UnexpectedEnd)
+        let mut stream = self.stream.lock().await;
+        if payload.is_empty() {
+            stream.write_chunk(frame).await?;
+        } else {
+            stream.write_all_chunks(&mut [frame, payload]).await?;
+        }
+        Ok(())
     }
 
-    /// Queues bytes without waiting; fails when the queue is full or the writer has stopped.
-    pub fn try_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx
-            .try_send((bytes, Bytes::new()))
-            .map_err(|_| ProtoError::UnexpectedEnd)
-    }
-
-    /// Queues bytes from a thread outside the async runtime.
-    pub fn blocking_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.tx
-            .blocking_send((bytes, Bytes::new()))
-            .map_err(|_| ProtoError::UnexpectedEnd)
-    }
-
-    /// Encodes `msg` as a frame and queues it.
+    /// Encodes `msg` as a frame and writes it.
     pub async fn send_frame<T: Serialize>(&self, msg: &T) -> Result<(), ProtoError> {
         self.send(frame_bytes(msg)?).await
     }
-}
 
-/// Starts a task that writes everything queued on the returned handle to `stream`, coalescing
-/// whatever is queued at the moment into one write. The task ends, finishing the stream, when
-/// every handle is dropped, and stops at the first write error.
-pub fn spawn_writer(mut stream: SendStream, queue_depth: usize) -> WriterHandle {
-    let (tx, mut rx) = mpsc::channel::<(Bytes, Bytes)>(queue_depth);
-    tokio::spawn(async move {
-        let mut chunks: Vec<Bytes> = Vec::new();
-        let mut small = BytesMut::new();
-        while let Some(first) = rx.recv().await {
-            let mut item = Some(first);
-            let mut batched = 0usize;
-            while let Some((frame, payload)) = item.take() {
-                for bytes in [frame, payload] {
-                    batched += bytes.len();
-                    if bytes.len() < COALESCE_BELOW {
-                        small.extend_from_slice(&bytes);
-                    } else {
-                        if !small.is_empty() {
-                            chunks.push(small.split().freeze());
-                        }
-                        chunks.push(bytes);
-                    }
-                }
-                if batched < BATCH_BYTES {
-                    item = rx.try_recv().ok();
-                }
-            }
-            if !small.is_empty() {
-                chunks.push(small.split().freeze());
-            }
-            if let Err(e) = stream.write_all_chunks(&mut chunks).await {
-                tracing::debug!(error = %e, "frame writer stopped");
-                return;
-            }
-            chunks.clear();
-        }
-        let _ = stream.finish();
-    });
-    WriterHandle { tx }
+    /// Writes from a thread outside the runtime (a device stream's worker).
+    pub fn blocking_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
+        self.runtime.block_on(self.send(bytes))
+    }
+
+    /// Writes in the background, for callers that cannot wait (`Drop`). It may be ordered after
+    /// writes that follow it.
+    pub fn send_later(&self, bytes: Bytes) {
+        let writer = self.clone();
+        self.runtime.spawn(async move {
+            let _ = writer.send(bytes).await;
+        });
+    }
+
+    /// Finishes the stream: the peer reads its end after the data already written.
+    pub async fn finish(&self) {
+        let _ = self.stream.lock().await.finish();
+    }
 }

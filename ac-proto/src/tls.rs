@@ -43,11 +43,7 @@ pub struct IdentityFiles {
 impl IdentityFiles {
     /// The file names inside `dir`.
     pub fn in_dir(dir: &Path) -> Self {
-        Self {
-            ca_cert: dir.join("ca.pem"),
-            cert: dir.join("cert.pem"),
-            key: dir.join("key.pem"),
-        }
+        Self { ca_cert: dir.join("ca.pem"), cert: dir.join("cert.pem"), key: dir.join("key.pem") }
     }
 }
 
@@ -58,12 +54,7 @@ fn cert_err(e: impl std::fmt::Display) -> ProtoError {
 /// Writes `contents` to `path`, readable by the owner only when `secret`.
 fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoError> {
     let mode = if secret { 0o600 } else { 0o644 };
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)?;
+    let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path)?;
     f.write_all(contents.as_bytes())?;
     fs::set_permissions(path, fs::Permissions::from_mode(mode))?;
     Ok(())
@@ -78,32 +69,21 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<IdentityFiles,
     }
     fs::create_dir_all(dir)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "accelerator manager local CA");
+    ca_params.distinguished_name.push(DnType::CommonName, "accelerator manager local CA");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca_key = KeyPair::generate().map_err(cert_err)?;
     let ca_cert = ca_params.self_signed(&ca_key).map_err(cert_err)?;
 
     let mut leaf_params = CertificateParams::new(names.to_vec()).map_err(cert_err)?;
-    leaf_params.distinguished_name.push(
-        DnType::CommonName,
-        names.first().map(String::as_str).unwrap_or("ac"),
-    );
+    leaf_params.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("ac"));
     let leaf_key = KeyPair::generate().map_err(cert_err)?;
     let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let leaf = leaf_params
-        .signed_by(&leaf_key, &issuer)
-        .map_err(cert_err)?;
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(cert_err)?;
 
     write_file(&dir.join("ca.key"), &ca_key.serialize_pem(), true)?;
     write_file(&files.key, &leaf_key.serialize_pem(), true)?;
-    write_file(
-        &files.cert,
-        &format!("{}{}", leaf.pem(), ca_cert.pem()),
-        false,
-    )?;
+    write_file(&files.cert, &format!("{}{}", leaf.pem(), ca_cert.pem()), false)?;
     write_file(&files.ca_cert, &ca_cert.pem(), false)?;
     tracing::info!(dir = %dir.display(), "created a self-signed CA and certificate");
     Ok(files)
@@ -111,11 +91,7 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<IdentityFiles,
 
 /// The names a daemon's certificate covers by default: loopback and this host's name.
 pub fn default_names() -> Vec<String> {
-    let mut names = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
     if let Ok(host) = fs::read_to_string("/etc/hostname") {
         let host = host.trim();
         if !host.is_empty() && !names.iter().any(|n| n == host) {
@@ -134,17 +110,14 @@ pub fn load_identity(cert: &Path, key: &Path) -> Result<Identity, ProtoError> {
     if chain.is_empty() {
         return Err(cert_err(format!("{}: no certificate", cert.display())));
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| cert_err(format!("{}: {e}", key.display())))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| cert_err(format!("{}: {e}", key.display())))?;
     Ok(Identity { chain, key })
 }
 
 /// Reads the CA certificates to trust from a PEM file.
 pub fn load_roots(ca: &Path) -> Result<RootCertStore, ProtoError> {
     let mut roots = RootCertStore::empty();
-    for cert in
-        CertificateDer::pem_file_iter(ca).map_err(|e| cert_err(format!("{}: {e}", ca.display())))?
-    {
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| cert_err(format!("{}: {e}", ca.display())))? {
         roots.add(cert.map_err(|e| cert_err(format!("{}: {e}", ca.display())))?)?;
     }
     if roots.is_empty() {
@@ -197,19 +170,11 @@ mod tests {
         let files = ensure_self_signed(&dir, &default_names()).unwrap();
         let first = fs::read(&files.cert).unwrap();
         ensure_self_signed(&dir, &default_names()).unwrap();
-        assert_eq!(
-            first,
-            fs::read(&files.cert).unwrap(),
-            "existing certificate must be kept"
-        );
+        assert_eq!(first, fs::read(&files.cert).unwrap(), "existing certificate must be kept");
         let id = load_identity(&files.cert, &files.key).unwrap();
         assert_eq!(id.chain.len(), 2);
         assert_eq!(load_roots(&files.ca_cert).unwrap().len(), 1);
-        let mode = fs::metadata(dir.join("ca.key"))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = fs::metadata(dir.join("ca.key")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         fs::remove_dir_all(&dir).unwrap();
     }

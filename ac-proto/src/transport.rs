@@ -83,8 +83,7 @@ impl Tuning {
     pub fn endpoint_config(&self) -> EndpointConfig {
         let mut e = EndpointConfig::default();
         if self.mtu > 1200 {
-            e.max_udp_payload_size(self.mtu.max(1200))
-                .expect("mtu >= 1200 is valid");
+            e.max_udp_payload_size(self.mtu.max(1200)).expect("mtu >= 1200 is valid");
         }
         e
     }
@@ -111,12 +110,7 @@ pub fn server_endpoint(
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(tuning.transport_config()));
     let socket = tuning.bind(addr)?;
-    Ok(Endpoint::new(
-        tuning.endpoint_config(),
-        Some(server),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )?)
+    Ok(Endpoint::new(tuning.endpoint_config(), Some(server), socket, Arc::new(quinn::TokioRuntime))?)
 }
 
 /// A client endpoint able to reach `peer`, with `crypto` as its default configuration.
@@ -125,18 +119,10 @@ pub fn client_endpoint(
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     tuning: &Tuning,
 ) -> Result<Endpoint, ProtoError> {
-    let local: SocketAddr = if peer.is_ipv6() {
-        "[::]:0".parse().expect("addr")
-    } else {
-        "0.0.0.0:0".parse().expect("addr")
-    };
+    let local: SocketAddr =
+        if peer.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
     let socket = tuning.bind(local)?;
-    let mut endpoint = Endpoint::new(
-        tuning.endpoint_config(),
-        None,
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )?;
+    let mut endpoint = Endpoint::new(tuning.endpoint_config(), None, socket, Arc::new(quinn::TokioRuntime))?;
     let mut client = quinn::ClientConfig::new(crypto);
     client.transport_config(Arc::new(tuning.transport_config()));
     endpoint.set_default_client_config(client);

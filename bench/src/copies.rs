@@ -45,12 +45,7 @@ fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
 }
 
 /// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
-async fn measure(
-    acc: &Accelerator,
-    src: &[u8],
-    dst: &mut [u8],
-    reps: usize,
-) -> anyhow::Result<(f64, f64)> {
+async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
     let buf = acc.alloc::<u8>(src.len()).await?;
     let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
     for _ in 0..reps {
@@ -61,10 +56,7 @@ async fn measure(
         buf.copy_to_host(dst).await?;
         d2h = d2h.max(rate(src.len(), start.elapsed()));
     }
-    anyhow::ensure!(
-        dst[0] == src[0] && dst[src.len() - 1] == src[src.len() - 1],
-        "copy corrupted data"
-    );
+    anyhow::ensure!(dst[0] == src[0] && dst[src.len() - 1] == src[src.len() - 1], "copy corrupted data");
     buf.free().await?;
     Ok((h2d, d2h))
 }
@@ -75,11 +67,7 @@ fn host_data(len: usize) -> Vec<u8> {
 
 /// Throughput for each size, pipelining on and off, one and several connections.
 pub async fn throughput(quick: bool) -> anyhow::Result<()> {
-    let sizes: &[usize] = if quick {
-        &[1 << 20, 16 << 20]
-    } else {
-        &[1 << 20, 64 << 20, 1 << 30]
-    };
+    let sizes: &[usize] = if quick { &[1 << 20, 16 << 20] } else { &[1 << 20, 64 << 20, 1 << 30] };
     let configs: &[(usize, bool)] = &[(1, true), (1, false), (2, true), (2, false), (4, true)];
     let tuning = Tuning::default();
     let server = InProcess::start(2048, tuning.clone(), CopySettings::default()).await?;
@@ -107,10 +95,7 @@ pub async fn throughput(quick: bool) -> anyhow::Result<()> {
         let mut dst = vec![0u8; size];
         let tcp = tcp_stream(&src, reps)?;
         for (&(stripes, pipelined), acc) in configs.iter().zip(&clients) {
-            acc.set_copy_options(CopyOptions {
-                pipelined,
-                ..CopyOptions::default()
-            });
+            acc.set_copy_options(CopyOptions { pipelined, ..CopyOptions::default() });
             let (h2d, d2h) = measure(acc, &src, &mut dst, reps).await?;
             println!(
                 "| {} | {tcp:.0} | {stripes} | {} | {h2d:.0} | {:.2} | {d2h:.0} | {:.2} |",
@@ -132,34 +117,20 @@ pub async fn tuning(quick: bool) -> anyhow::Result<()> {
     let src = host_data(size);
     let mut dst = vec![0u8; size];
     let defaults = Tuning::quinn_defaults();
-    let big_mtu = Tuning {
-        mtu: 6400,
-        ..defaults.clone()
-    };
+    let big_mtu = Tuning { mtu: 6400, ..defaults.clone() };
     let windows = Tuning {
         stream_window: Tuning::default().stream_window,
         connection_window: Tuning::default().connection_window,
         ..big_mtu.clone()
     };
     let steps: Vec<(&str, Tuning, usize)> = vec![
-        (
-            "quinn defaults (MTU 1200-1452, 1.25 MB windows)",
-            defaults,
-            1,
-        ),
+        ("quinn defaults (MTU 1200-1452, 1.25 MB windows)", defaults, 1),
         ("+ MTU 6400 with GSO, max_udp_payload_size 6400", big_mtu, 1),
         ("+ 16 MiB stream / 64 MiB connection windows", windows, 1),
-        (
-            "+ 4 MiB UDP socket buffers (the default)",
-            Tuning::default(),
-            1,
-        ),
+        ("+ 4 MiB UDP socket buffers (the default)", Tuning::default(), 1),
         ("default, striped over 2 connections", Tuning::default(), 2),
     ];
-    println!(
-        "## Transport tuning ({} copies, 1 client, pipelined)\n",
-        mib(size)
-    );
+    println!("## Transport tuning ({} copies, 1 client, pipelined)\n", mib(size));
     let tcp = tcp_stream(&src, reps)?;
     println!("Plain TCP stream in this run: {tcp:.0} MB/s.\n");
     println!("| setting | H2D MB/s | H2D / TCP | D2H MB/s | D2H / TCP |");
@@ -168,11 +139,7 @@ pub async fn tuning(quick: bool) -> anyhow::Result<()> {
         let server = InProcess::start(2048, tuning.clone(), CopySettings::default()).await?;
         let acc = connect(&server.options(stripes, &tuning)).await?;
         let (h2d, d2h) = measure(&acc, &src, &mut dst, reps).await?;
-        println!(
-            "| {label} | {h2d:.0} | {:.2} | {d2h:.0} | {:.2} |",
-            h2d / tcp,
-            d2h / tcp
-        );
+        println!("| {label} | {h2d:.0} | {:.2} | {d2h:.0} | {:.2} |", h2d / tcp, d2h / tcp);
         acc.close().await;
         server.backend.shutdown().await;
     }

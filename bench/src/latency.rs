@@ -24,10 +24,7 @@ pub fn udp_echo() -> anyhow::Result<()> {
 
 /// 64-byte UDP ping-pong with a child process: the floor of any round trip between processes.
 fn udp_floor(n: usize) -> anyhow::Result<(f64, f64)> {
-    let mut child = Command::new(sibling("ac-bench")?)
-        .arg("udp-echo")
-        .stdout(Stdio::piped())
-        .spawn()?;
+    let mut child = Command::new(sibling("ac-bench")?).arg("udp-echo").stdout(Stdio::piped()).spawn()?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
     let socket = UdpSocket::bind("127.0.0.1:0")?;
@@ -77,11 +74,27 @@ async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64
     Ok(percentiles(samples))
 }
 
+/// Ping from a minimal client that writes and reads the control stream itself: the floor of
+/// what the SDK could reach with this backend and transport.
+async fn bare_ping_latency(options: &ac_frontend::ConnectOptions, n: usize) -> anyhow::Result<(f64, f64)> {
+    use ac_proto::backend::{Envelope, Hello, Reply, Request};
+    let crypto = ac_frontend::link::client_crypto(options)?;
+    let mut link = ac_frontend::link::open(options, crypto, &Hello::Open { capability: vec![] }).await?;
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let frame = ac_proto::frame::frame_bytes(&Envelope { id: i as u64 + 1, request: Request::Ping })?;
+        let start = Instant::now();
+        link.send.write_all(&frame).await?;
+        let _reply: Reply = link.reader.expect_frame().await?;
+        if i >= n / 10 {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(percentiles(samples))
+}
+
 /// Ping with the blocking API from a plain thread, as a program with a plain `main` sees it.
-fn blocking_ping_latency(
-    options: ac_frontend::ConnectOptions,
-    n: usize,
-) -> anyhow::Result<(f64, f64)> {
+fn blocking_ping_latency(options: ac_frontend::ConnectOptions, n: usize) -> anyhow::Result<(f64, f64)> {
     std::thread::spawn(move || -> anyhow::Result<(f64, f64)> {
         let acc = ac_frontend::blocking::Accelerator::connect(&options)?;
         let mut samples = Vec::with_capacity(n);
@@ -110,47 +123,29 @@ pub async fn round_trips(quick: bool) -> anyhow::Result<()> {
 
     let udp = udp_floor(n)?;
     let rows = [
-        (
-            "small synchronous call (ping), async API",
-            "in-process",
-            ping_latency(&local_acc, n).await?,
-        ),
+        ("small synchronous call (ping), async API", "in-process", ping_latency(&local_acc, n).await?),
         (
             "small synchronous call (ping), blocking API",
             "in-process",
             blocking_ping_latency(local.options(1, &tuning), n)?,
         ),
+        ("launch + synchronize", "in-process", launch_sync_latency(&local_acc, n).await?),
         (
-            "launch + synchronize",
+            "ping from a minimal client (diagnostic)",
             "in-process",
-            launch_sync_latency(&local_acc, n).await?,
+            bare_ping_latency(&local.options(1, &tuning), n).await?,
         ),
-        (
-            "small synchronous call (ping), async API",
-            "separate process",
-            ping_latency(&remote_acc, n).await?,
-        ),
-        (
-            "small synchronous call (ping), blocking API",
-            "separate process",
-            blocking_ping_latency(remote_options, n)?,
-        ),
-        (
-            "launch + synchronize",
-            "separate process",
-            launch_sync_latency(&remote_acc, n).await?,
-        ),
+        ("small synchronous call (ping), async API", "separate process", ping_latency(&remote_acc, n).await?),
+        ("small synchronous call (ping), blocking API", "separate process", blocking_ping_latency(remote_options, n)?),
+        ("launch + synchronize", "separate process", launch_sync_latency(&remote_acc, n).await?),
+        ("ping from a minimal client (diagnostic)", "separate process", bare_ping_latency(&remote.options, n).await?),
         ("raw UDP ping-pong, 64 bytes", "separate process", udp),
     ];
     println!("## Round-trip latency ({n} calls each, after warm-up)\n");
     println!("| call | backend | p50 µs | p99 µs | p50 / UDP p50 |");
     println!("|---|---|---|---|---|");
     for (call, place, (p50, p99)) in rows {
-        let ratio = if place == "separate process" {
-            format!("{:.2}", p50 / udp.0)
-        } else {
-            "-".into()
-        };
+        let ratio = if place == "separate process" { format!("{:.2}", p50 / udp.0) } else { "-".into() };
         println!("| {call} | {place} | {p50:.1} | {p99:.1} | {ratio} |");
     }
     println!();
@@ -181,9 +176,7 @@ pub async fn launch_rate(quick: bool) -> anyhow::Result<()> {
     let local_rate = launches_per_second(&connect(&local.options(1, &tuning)).await?, n).await?;
     let remote = Child_::start(256)?;
     let remote_rate = launches_per_second(&connect(&remote.options).await?, n).await?;
-    println!(
-        "## Asynchronous launches ({n} launches of `fill` on 1 element, then one synchronize)\n"
-    );
+    println!("## Asynchronous launches ({n} launches of `fill` on 1 element, then one synchronize)\n");
     println!("| backend | launches / s |");
     println!("|---|---|");
     println!("| in-process | {local_rate:.0} |");

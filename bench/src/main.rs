@@ -19,6 +19,10 @@ struct Args {
     /// Small sizes and few repetitions: checks that every benchmark runs.
     #[arg(long)]
     quick: bool,
+    /// Run the client (and in-process backends) on a single-threaded runtime instead of two
+    /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
+    #[arg(long)]
+    current_thread: bool,
     /// Only these sections (copies, tuning, latency, launches, memory); all when empty.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -39,17 +43,14 @@ fn main() -> anyhow::Result<()> {
     if let Some(Helper::UdpEcho) = args.helper {
         return latency::udp_echo();
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
-    println!("# ac-bench{}\n", if args.quick { " (quick)" } else { "" });
     println!(
-        "machine: {} cores, {}\n",
-        std::thread::available_parallelism()?.get(),
-        setup::cpu_model()
+        "# ac-bench{}{}\n",
+        if args.quick { " (quick)" } else { "" },
+        if args.current_thread { ", single-threaded client runtime" } else { ", client runtime with 2 workers" }
     );
+    println!("machine: {} cores, {}\n", std::thread::available_parallelism()?.get(), setup::cpu_model());
     if wants("copies") {
         rt.block_on(copies::throughput(args.quick))?;
     }

@@ -8,19 +8,12 @@ use crate::setup::{connect, mib, Child_};
 
 fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .ok_or_else(|| anyhow::anyhow!("{field} missing"))?;
+    let line = status.lines().find(|l| l.starts_with(field)).ok_or_else(|| anyhow::anyhow!("{field} missing"))?;
     Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
 }
 
 pub async fn peak(quick: bool) -> anyhow::Result<()> {
-    let sizes: &[usize] = if quick {
-        &[64 << 20]
-    } else {
-        &[256 << 20, 1 << 30]
-    };
+    let sizes: &[usize] = if quick { &[64 << 20] } else { &[256 << 20, 1 << 30] };
     let backend = Child_::start(2048)?;
     let pid = backend.pid();
     let acc = connect(&backend.options).await?;
@@ -39,10 +32,7 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|");
     for &size in sizes {
         for pipelined in [true, false] {
-            acc.set_copy_options(CopyOptions {
-                pipelined,
-                ..CopyOptions::default()
-            });
+            acc.set_copy_options(CopyOptions { pipelined, ..CopyOptions::default() });
             let src = vec![3u8; size];
             let mut dst = vec![0u8; size];
             let buf = acc.alloc::<u8>(size).await?;
@@ -53,11 +43,7 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
             let peak = status_kib(pid, "VmHWM:")?;
             anyhow::ensure!(dst == src, "copy corrupted data");
             let overhead = peak as i64 - before as i64 - (size >> 10) as i64;
-            let mode = if pipelined {
-                "yes"
-            } else {
-                "no (store-and-forward)"
-            };
+            let mode = if pipelined { "yes" } else { "no (store-and-forward)" };
             println!(
                 "| {} | {mode} | {} | {} | {} | {} |",
                 mib(size),

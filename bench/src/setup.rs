@@ -16,11 +16,7 @@ pub struct InProcess {
 }
 
 impl InProcess {
-    pub async fn start(
-        memory_mib: u64,
-        tuning: Tuning,
-        copy: CopySettings,
-    ) -> anyhow::Result<Self> {
+    pub async fn start(memory_mib: u64, tuning: Tuning, copy: CopySettings) -> anyhow::Result<Self> {
         let state = tempfile::tempdir()?;
         let config = BackendConfig {
             listen: "127.0.0.1:0".parse()?,
@@ -30,10 +26,7 @@ impl InProcess {
             copy,
             ..BackendConfig::default()
         };
-        Ok(Self {
-            backend: ac_backend::start(config).await?,
-            _state: state,
-        })
+        Ok(Self { backend: ac_backend::start(config).await?, _state: state })
     }
 
     pub fn options(&self, stripes: usize, tuning: &Tuning) -> ConnectOptions {
@@ -57,12 +50,7 @@ impl Child_ {
         let state = tempfile::tempdir()?;
         let addr_file = state.path().join("addr");
         let child = Command::new(&exe)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--memory-mib",
-                &memory_mib.to_string(),
-            ])
+            .args(["--listen", "127.0.0.1:0", "--memory-mib", &memory_mib.to_string()])
             .arg("--state-dir")
             .arg(state.path().join("backend"))
             .arg("--addr-file")
@@ -80,11 +68,7 @@ impl Child_ {
         }
         let addr = std::fs::read_to_string(&addr_file)?.trim().parse()?;
         let options = ConnectOptions::new(addr, state.path().join("backend/ca.pem"));
-        Ok(Self {
-            child,
-            options,
-            _state: state,
-        })
+        Ok(Self { child, options, _state: state })
     }
 
     pub fn pid(&self) -> u32 {
@@ -103,10 +87,7 @@ impl Drop for Child_ {
 pub fn sibling(name: &str) -> anyhow::Result<PathBuf> {
     let path = std::env::current_exe()?.with_file_name(name);
     if !path.exists() {
-        bail!(
-            "{} not found: build it first (cargo build --release)",
-            path.display()
-        );
+        bail!("{} not found: build it first (cargo build --release)", path.display());
     }
     Ok(path)
 }
@@ -129,8 +110,7 @@ pub fn cpu_model() -> String {
 /// p50 and p99 of samples, in microseconds.
 pub fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort();
-    let at =
-        |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
     (at(0.50), at(0.99))
 }
 

@@ -7,26 +7,15 @@ fn quick_in_process_sections_print_their_tables() {
         .output()
         .expect("ac-bench runs");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "ac-bench failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ac-bench failed: {}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<&str> = text
         .lines()
-        .filter(|l| {
-            l.starts_with("| 16 MiB") || l.starts_with("| quinn") || l.starts_with("| default")
-        })
+        .filter(|l| l.starts_with("| 16 MiB") || l.starts_with("| quinn") || l.starts_with("| default"))
         .collect();
     assert_eq!(rows.len(), 5 + 2, "unexpected tables:\n{text}");
     for row in rows {
-        let rate: f64 = row
-            .split('|')
-            .nth(if row.starts_with("| 16") { 5 } else { 2 })
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let rate: f64 =
+            row.split('|').nth(if row.starts_with("| 16") { 5 } else { 2 }).unwrap().trim().parse().unwrap();
         assert!(rate > 1.0, "no throughput measured in {row}");
     }
 }

@@ -10,40 +10,24 @@ async fn builtin_kernels_match_cpu_references() {
     let module = acc.builtin().await.unwrap();
     let n = 10_000usize;
     let (a, b) = (pattern(n, 1), pattern(n, 2));
-    let (da, db) = (
-        acc.alloc_from(&a).await.unwrap(),
-        acc.alloc_from(&b).await.unwrap(),
-    );
+    let (da, db) = (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap());
     let dc = acc.alloc::<f32>(n).await.unwrap();
 
     let add = module.function("vector_add").await.unwrap();
-    add.launch(
-        LaunchDims::linear(n as u64, 128),
-        &[da.arg(), db.arg(), dc.arg(), (n as u64).into()],
-    )
-    .await
-    .unwrap();
+    add.launch(LaunchDims::linear(n as u64, 128), &[da.arg(), db.arg(), dc.arg(), (n as u64).into()]).await.unwrap();
     let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     assert_eq!(dc.to_vec().await.unwrap(), sum);
 
     let saxpy = module.function("saxpy").await.unwrap();
     saxpy
-        .launch(
-            LaunchDims::linear(n as u64, 256),
-            &[0.5f32.into(), da.arg(), db.arg(), (n as u64).into()],
-        )
+        .launch(LaunchDims::linear(n as u64, 256), &[0.5f32.into(), da.arg(), db.arg(), (n as u64).into()])
         .await
         .unwrap();
     let expect: Vec<f32> = a.iter().zip(&b).map(|(x, y)| 0.5 * x + y).collect();
     assert_eq!(db.to_vec().await.unwrap(), expect);
 
     let fill = module.function("fill").await.unwrap();
-    fill.launch(
-        LaunchDims::linear(100, 32),
-        &[dc.at(10), 7.0f32.into(), 100u64.into()],
-    )
-    .await
-    .unwrap();
+    fill.launch(LaunchDims::linear(100, 32), &[dc.at(10), 7.0f32.into(), 100u64.into()]).await.unwrap();
     let filled = dc.to_vec().await.unwrap();
     assert!(filled[10..110].iter().all(|&v| v == 7.0));
     assert_eq!(filled[9], sum[9]);
@@ -51,19 +35,10 @@ async fn builtin_kernels_match_cpu_references() {
 
     let out = acc.alloc::<f32>(1).await.unwrap();
     let reduce = module.function("reduce_sum").await.unwrap();
-    reduce
-        .launch(
-            LaunchDims::linear(n as u64, 256),
-            &[da.arg(), out.arg(), (n as u64).into()],
-        )
-        .await
-        .unwrap();
+    reduce.launch(LaunchDims::linear(n as u64, 256), &[da.arg(), out.arg(), (n as u64).into()]).await.unwrap();
     let expected: f64 = a.iter().map(|&v| v as f64).sum();
     let got = out.to_vec().await.unwrap()[0] as f64;
-    assert!(
-        (got - expected).abs() / expected < 1e-6,
-        "reduce_sum {got} vs {expected}"
-    );
+    assert!((got - expected).abs() / expected < 1e-6, "reduce_sum {got} vs {expected}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,18 +47,9 @@ async fn sgemm_matches_reference() {
     let acc = tb.connect().await;
     let (m, n, k) = (33usize, 17usize, 29usize);
     let (a, b, c) = (pattern(m * k, 3), pattern(k * n, 4), pattern(m * n, 5));
-    let (da, db, dc) = (
-        acc.alloc_from(&a).await.unwrap(),
-        acc.alloc_from(&b).await.unwrap(),
-        acc.alloc_from(&c).await.unwrap(),
-    );
-    let sgemm = acc
-        .builtin()
-        .await
-        .unwrap()
-        .function("sgemm")
-        .await
-        .unwrap();
+    let (da, db, dc) =
+        (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap(), acc.alloc_from(&c).await.unwrap());
+    let sgemm = acc.builtin().await.unwrap().function("sgemm").await.unwrap();
     let args = [
         (m as u32).into(),
         (n as u32).into(),
@@ -94,22 +60,14 @@ async fn sgemm_matches_reference() {
         (-1.0f32).into(),
         dc.arg(),
     ];
-    sgemm
-        .launch(LaunchDims::new([2, 3, 1], [16, 16, 1]), &args)
-        .await
-        .unwrap();
+    sgemm.launch(LaunchDims::new([2, 3, 1], [16, 16, 1]), &args).await.unwrap();
     let got = dc.to_vec().await.unwrap();
     for i in 0..m {
         for j in 0..n {
-            let dot: f64 = (0..k)
-                .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
-                .sum();
+            let dot: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
             let want = 2.0 * dot - c[i * n + j] as f64;
             let g = got[i * n + j] as f64;
-            assert!(
-                (g - want).abs() <= 1e-4 * want.abs().max(1.0),
-                "C[{i},{j}] = {g}, want {want}"
-            );
+            assert!((g - want).abs() <= 1e-4 * want.abs().max(1.0), "C[{i},{j}] = {g}, want {want}");
         }
     }
 }
@@ -119,34 +77,19 @@ async fn copies_of_every_size_and_path_round_trip() {
     let tb = TestBackend::start(512).await;
     let acc = tb.connect().await;
     // Inline, one bulk stream, striped; pipelined and not; at an offset.
-    for &(len, pipelined) in &[
-        (10usize, true),
-        (16 << 10, true),
-        (3 << 20, false),
-        (3 << 20, true),
-        (40 << 20, true),
-        (40 << 20, false),
-    ] {
-        acc.set_copy_options(CopyOptions {
-            pipelined,
-            stripe_min: 8 << 20,
-            ..CopyOptions::default()
-        });
+    for &(len, pipelined) in
+        &[(10usize, true), (16 << 10, true), (3 << 20, false), (3 << 20, true), (40 << 20, true), (40 << 20, false)]
+    {
+        acc.set_copy_options(CopyOptions { pipelined, stripe_min: 8 << 20, ..CopyOptions::default() });
         let data: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
         let buf = acc.alloc::<u8>(len + 100).await.unwrap();
         buf.copy_from_host_at(100, &data).await.unwrap();
         let mut back = vec![0u8; len];
         buf.copy_to_host_at(100, &mut back).await.unwrap();
-        assert!(
-            back == data,
-            "round trip of {len} bytes (pipelined {pipelined}) differs"
-        );
+        assert!(back == data, "round trip of {len} bytes (pipelined {pipelined}) differs");
         let mut head = vec![1u8; 100];
         buf.copy_to_host(&mut head).await.unwrap();
-        assert!(
-            head.iter().all(|&b| b == 0),
-            "bytes before the offset were touched"
-        );
+        assert!(head.iter().all(|&b| b == 0), "bytes before the offset were touched");
     }
 }
 
@@ -162,16 +105,10 @@ async fn streams_run_in_order_and_sync_copies_see_async_work() {
     let fill = module.function("fill").await.unwrap();
     let saxpy = module.function("saxpy").await.unwrap();
     // async write, fill, saxpy, device-to-device copy: all on one stream, in order.
-    x.copy_from_host_async(&stream, 0, &vec![2.0f32; n])
+    x.copy_from_host_async(&stream, 0, &vec![2.0f32; n]).await.unwrap();
+    fill.launch_on(&stream, LaunchDims::linear(n as u64, 256), &[y.arg(), 1.0f32.into(), (n as u64).into()])
         .await
         .unwrap();
-    fill.launch_on(
-        &stream,
-        LaunchDims::linear(n as u64, 256),
-        &[y.arg(), 1.0f32.into(), (n as u64).into()],
-    )
-    .await
-    .unwrap();
     for _ in 0..10 {
         saxpy
             .launch_on(
@@ -199,21 +136,14 @@ async fn freeing_returns_memory_and_info_reports_it() {
     let total = acc.info().memory_total;
     assert_eq!(total, 64 << 20);
     let buf = acc.alloc::<u8>(10 << 20).await.unwrap();
-    assert_eq!(
-        acc.device_info().await.unwrap().memory_free,
-        total - (10 << 20)
-    );
+    assert_eq!(acc.device_info().await.unwrap().memory_free, total - (10 << 20));
     buf.free().await.unwrap();
     assert_eq!(acc.device_info().await.unwrap().memory_free, total);
     {
         let _dropped = acc.alloc::<u8>(1 << 20).await.unwrap();
     }
     acc.ping().await.unwrap();
-    assert_eq!(
-        acc.device_info().await.unwrap().memory_free,
-        total,
-        "drop frees the buffer"
-    );
+    assert_eq!(acc.device_info().await.unwrap().memory_free, total, "drop frees the buffer");
     let err = acc.alloc::<u8>(0).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument));
 }
@@ -228,12 +158,7 @@ fn blocking_api_works_from_plain_main() {
         let x = acc.alloc_from(&[1.0f32, 2.0, 3.0]).unwrap();
         let y = acc.alloc_from(&[10.0f32, 20.0, 30.0]).unwrap();
         let saxpy = acc.builtin().unwrap().function("saxpy").unwrap();
-        saxpy
-            .launch(
-                LaunchDims::linear(3, 32),
-                &[2.0f32.into(), x.arg(), y.arg(), 3u64.into()],
-            )
-            .unwrap();
+        saxpy.launch(LaunchDims::linear(3, 32), &[2.0f32.into(), x.arg(), y.arg(), 3u64.into()]).unwrap();
         y.to_vec().unwrap()
     })
     .join()
@@ -243,4 +168,39 @@ fn blocking_api_works_from_plain_main() {
         rt.block_on(tb.eventually(std::time::Duration::from_secs(3), |b| b.sessions() == 0)),
         "closing the blocking handle ends the session"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_on_one_handle_each_get_their_own_answers() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let mut tasks = Vec::new();
+    for t in 0..16u32 {
+        let acc = acc.clone();
+        tasks.push(tokio::spawn(async move {
+            let buf = acc.alloc::<u32>(64).await.unwrap();
+            for i in 0..100u32 {
+                let data: Vec<u32> = (0..64).map(|k| t * 1_000_000 + i * 100 + k).collect();
+                buf.copy_from_host(&data).await.unwrap();
+                acc.ping().await.unwrap();
+                assert_eq!(buf.to_vec().await.unwrap(), data, "task {t} iteration {i} got another caller's data");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_does_not_corrupt_the_reply_stream() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let buf = acc.alloc_from(&vec![9u8; 60_000]).await.unwrap();
+    // Start reads and abandon them at various points; later calls must still line up.
+    for i in 0..50u64 {
+        let _ = tokio::time::timeout(std::time::Duration::from_micros(i * 20), buf.to_vec()).await;
+    }
+    assert_eq!(buf.to_vec().await.unwrap(), vec![9u8; 60_000]);
+    acc.ping().await.unwrap();
 }

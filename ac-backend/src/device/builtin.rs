@@ -28,24 +28,12 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
 
 /// The index and signature of a builtin kernel.
 pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
-    KERNELS
-        .iter()
-        .position(|(n, _)| *n == name)
-        .map(|i| (i, KERNELS[i].1))
+    KERNELS.iter().position(|(n, _)| *n == name).map(|i| (i, KERNELS[i].1))
 }
 
 /// `C = alpha A B + beta C` on row-major slices; `c` holds C on entry.
 #[allow(clippy::too_many_arguments)] // the BLAS sgemm signature, kept recognisable
-pub fn sgemm(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
+pub fn sgemm(m: usize, n: usize, k: usize, alpha: f32, a: &[f32], b: &[f32], beta: f32, c: &mut [f32]) {
     for row in 0..m {
         let c_row = &mut c[row * n..(row + 1) * n];
         for v in c_row.iter_mut() {
@@ -68,16 +56,7 @@ mod tests {
     fn sgemm_small() {
         // [1 2; 3 4] x [5 6; 7 8] = [19 22; 43 50]
         let mut c = vec![1.0; 4];
-        sgemm(
-            2,
-            2,
-            2,
-            1.0,
-            &[1., 2., 3., 4.],
-            &[5., 6., 7., 8.],
-            2.0,
-            &mut c,
-        );
+        sgemm(2, 2, 2, 1.0, &[1., 2., 3., 4.], &[5., 6., 7., 8.], 2.0, &mut c);
         assert_eq!(c, vec![21., 24., 45., 52.]);
     }
 

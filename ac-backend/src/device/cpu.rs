@@ -6,14 +6,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use ac_proto::backend::{
-    DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError,
-};
+use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
 
 use super::builtin;
-use super::{
-    validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel,
-};
+use super::{validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
 type Memory = Arc<RwLock<Vec<u8>>>;
 
@@ -63,10 +59,7 @@ impl CpuDevice {
     fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
         let (mem, offset) = self.span(arg, values.len() as u64, what)?;
         let mut guard = mem.write().expect("device memory poisoned");
-        for (dst, v) in guard[offset..offset + values.len() * 4]
-            .chunks_exact_mut(4)
-            .zip(values)
-        {
+        for (dst, v) in guard[offset..offset + values.len() * 4].chunks_exact_mut(4).zip(values) {
             dst.copy_from_slice(&v.to_le_bytes());
         }
         Ok(())
@@ -75,14 +68,11 @@ impl CpuDevice {
     /// Resolves a pointer argument that must hold `n` f32 values.
     fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Memory, usize)> {
         let DeviceArg::Mem { mem, offset, len } = *arg else {
-            return Err(WireError::new(
-                ErrorKind::InvalidArgument,
-                format!("{what}: expected a pointer"),
-            ));
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
         };
-        let need = n.checked_mul(4).ok_or_else(|| {
-            WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows"))
-        })?;
+        let need = n
+            .checked_mul(4)
+            .ok_or_else(|| WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows")))?;
         if need > len {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
@@ -102,11 +92,7 @@ impl CpuDevice {
         match builtin::KERNELS[index].0 {
             "fill" => {
                 let n = scalar_u64(&args[2])?;
-                self.write_f32s(
-                    &args[0],
-                    &vec![scalar_f32(&args[1])?; n as usize],
-                    "fill out",
-                )
+                self.write_f32s(&args[0], &vec![scalar_f32(&args[1])?; n as usize], "fill out")
             }
             "vector_add" => {
                 let n = scalar_u64(&args[3])?;
@@ -126,11 +112,8 @@ impl CpuDevice {
                 self.write_f32s(&args[2], &y, "saxpy y")
             }
             "sgemm" => {
-                let (m, n, k) = (
-                    scalar_u32(&args[0])? as u64,
-                    scalar_u32(&args[1])? as u64,
-                    scalar_u32(&args[2])? as u64,
-                );
+                let (m, n, k) =
+                    (scalar_u32(&args[0])? as u64, scalar_u32(&args[1])? as u64, scalar_u32(&args[2])? as u64);
                 let a = self.read_f32s(&args[4], m * k, "sgemm A")?;
                 let b = self.read_f32s(&args[5], k * n, "sgemm B")?;
                 let mut c = self.read_f32s(&args[7], m * n, "sgemm C")?;
@@ -149,18 +132,11 @@ impl CpuDevice {
             "reduce_sum" => {
                 let n = scalar_u64(&args[2])?;
                 // Sum in f64 so that large reductions stay close to the exact value.
-                let sum: f64 = self
-                    .read_f32s(&args[0], n, "reduce_sum in")?
-                    .iter()
-                    .map(|&v| v as f64)
-                    .sum();
+                let sum: f64 = self.read_f32s(&args[0], n, "reduce_sum in")?.iter().map(|&v| v as f64).sum();
                 let out = self.read_f32s(&args[1], 1, "reduce_sum out")?[0];
                 self.write_f32s(&args[1], &[(out as f64 + sum) as f32], "reduce_sum out")
             }
-            other => Err(WireError::new(
-                ErrorKind::Internal,
-                format!("builtin `{other}` has no CPU implementation"),
-            )),
+            other => Err(WireError::new(ErrorKind::Internal, format!("builtin `{other}` has no CPU implementation"))),
         }
     }
 }
@@ -168,30 +144,21 @@ impl CpuDevice {
 fn scalar_u64(arg: &DeviceArg) -> DeviceResult<u64> {
     match arg {
         DeviceArg::Scalar(KernelArg::U64(v)) => Ok(*v),
-        other => Err(WireError::new(
-            ErrorKind::InvalidArgument,
-            format!("expected u64, got {other:?}"),
-        )),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u64, got {other:?}"))),
     }
 }
 
 fn scalar_u32(arg: &DeviceArg) -> DeviceResult<u32> {
     match arg {
         DeviceArg::Scalar(KernelArg::U32(v)) => Ok(*v),
-        other => Err(WireError::new(
-            ErrorKind::InvalidArgument,
-            format!("expected u32, got {other:?}"),
-        )),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u32, got {other:?}"))),
     }
 }
 
 fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
     match arg {
         DeviceArg::Scalar(KernelArg::F32(v)) => Ok(*v),
-        other => Err(WireError::new(
-            ErrorKind::InvalidArgument,
-            format!("expected f32, got {other:?}"),
-        )),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected f32, got {other:?}"))),
     }
 }
 
@@ -219,17 +186,11 @@ impl Device for CpuDevice {
 
     fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem> {
         if bytes == 0 {
-            return Err(WireError::new(
-                ErrorKind::InvalidArgument,
-                "cannot allocate 0 bytes",
-            ));
+            return Err(WireError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
         }
-        let reserved = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes)
-                    .filter(|&total| total <= self.capacity)
-            });
+        let reserved = self.used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|&total| total <= self.capacity)
+        });
         if let Err(used) = reserved {
             return Err(WireError::new(
                 ErrorKind::OutOfMemory,
@@ -243,20 +204,12 @@ impl Device for CpuDevice {
         // calloc: pages are mapped on first touch, as device memory is committed lazily.
         let memory = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.allocations
-            .lock()
-            .expect("allocation table poisoned")
-            .insert(id, memory);
+        self.allocations.lock().expect("allocation table poisoned").insert(id, memory);
         Ok(DeviceMem(id))
     }
 
     fn free(&self, mem: DeviceMem) {
-        if let Some(memory) = self
-            .allocations
-            .lock()
-            .expect("allocation table poisoned")
-            .remove(&mem.0)
-        {
+        if let Some(memory) = self.allocations.lock().expect("allocation table poisoned").remove(&mem.0) {
             let size = memory.read().expect("device memory poisoned").len() as u64;
             self.used.fetch_sub(size, Ordering::AcqRel);
         }
@@ -278,14 +231,7 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn copy(
-        &self,
-        dst: DeviceMem,
-        dst_offset: u64,
-        src: DeviceMem,
-        src_offset: u64,
-        len: u64,
-    ) -> DeviceResult<()> {
+    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()> {
         if dst == src {
             let memory = self.memory(dst)?;
             let mut guard = memory.write().expect("device memory poisoned");
@@ -336,16 +282,9 @@ impl Device for CpuDevice {
 
     fn kernel(&self, _module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
         let (index, params) = builtin::lookup(name).ok_or_else(|| {
-            WireError::new(
-                ErrorKind::UnknownKernel,
-                format!("no kernel `{name}` in module `{}`", builtin::MODULE),
-            )
+            WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))
         })?;
-        Ok(Kernel {
-            handle: index as u64,
-            name: name.to_string(),
-            params: Some(params.to_vec()),
-        })
+        Ok(Kernel { handle: index as u64, name: name.to_string(), params: Some(params.to_vec()) })
     }
 
     fn launch(
@@ -358,10 +297,7 @@ impl Device for CpuDevice {
         validate_dims(dims)?;
         let index = kernel.handle as usize;
         if index >= builtin::KERNELS.len() || builtin::KERNELS[index].1.len() != args.len() {
-            return Err(WireError::new(
-                ErrorKind::InvalidArgument,
-                format!("bad launch of `{}`", kernel.name),
-            ));
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("bad launch of `{}`", kernel.name)));
         }
         self.run_builtin(index, args)
     }
@@ -395,14 +331,8 @@ mod tests {
     fn out_of_range_and_overflowing_accesses_fail() {
         let dev = CpuDevice::new(1 << 20);
         let a = dev.alloc(16).unwrap();
-        assert_eq!(
-            dev.write(a, 10, &[0; 8]).unwrap_err().kind,
-            ErrorKind::OutOfBounds
-        );
-        assert_eq!(
-            dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind,
-            ErrorKind::OutOfBounds
-        );
+        assert_eq!(dev.write(a, 10, &[0; 8]).unwrap_err().kind, ErrorKind::OutOfBounds);
+        assert_eq!(dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind, ErrorKind::OutOfBounds);
         dev.write(a, 8, &[7; 8]).unwrap();
         dev.copy(a, 0, a, 8, 8).unwrap();
         let mut out = [0; 16];
@@ -413,11 +343,6 @@ mod tests {
     #[test]
     fn ptx_needs_cuda() {
         let dev = CpuDevice::new(1 << 20);
-        assert_eq!(
-            dev.load_module(&ModuleSource::Ptx, b".version 8.0")
-                .unwrap_err()
-                .kind,
-            ErrorKind::NeedsCuda
-        );
+        assert_eq!(dev.load_module(&ModuleSource::Ptx, b".version 8.0").unwrap_err().kind, ErrorKind::NeedsCuda);
     }
 }

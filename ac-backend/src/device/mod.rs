@@ -71,14 +71,7 @@ pub trait Device: Send + Sync + 'static {
     /// Copies device memory into host bytes.
     fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8]) -> DeviceResult<()>;
     /// Copies between two places in this device's memory (they may be the same allocation).
-    fn copy(
-        &self,
-        dst: DeviceMem,
-        dst_offset: u64,
-        src: DeviceMem,
-        src_offset: u64,
-        len: u64,
-    ) -> DeviceResult<()>;
+    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()>;
     /// Sets `len` bytes to `value`.
     fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8) -> DeviceResult<()>;
     /// Loads a module; the CPU device knows only `builtin`.
@@ -88,13 +81,7 @@ pub trait Device: Send + Sync + 'static {
     /// Looks a kernel up by name.
     fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel>;
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.
-    fn launch(
-        &self,
-        kernel: &Kernel,
-        dims: &LaunchDims,
-        args: &[DeviceArg],
-        stream: DeviceStream,
-    ) -> DeviceResult<()>;
+    fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()>;
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.
@@ -108,29 +95,17 @@ pub trait Device: Send + Sync + 'static {
 pub fn validate_dims(dims: &LaunchDims) -> DeviceResult<()> {
     use ac_proto::backend::ErrorKind::InvalidArgument;
     if dims.grid.contains(&0) || dims.block.contains(&0) {
-        return Err(WireError::new(
-            InvalidArgument,
-            "grid and block dimensions must be at least 1",
-        ));
+        return Err(WireError::new(InvalidArgument, "grid and block dimensions must be at least 1"));
     }
     let threads: u64 = dims.block.iter().map(|&d| d as u64).product();
     if threads > 1024 {
-        return Err(WireError::new(
-            InvalidArgument,
-            format!("{threads} threads per block exceed 1024"),
-        ));
+        return Err(WireError::new(InvalidArgument, format!("{threads} threads per block exceed 1024")));
     }
     if dims.grid[1] > 65_535 || dims.grid[2] > 65_535 {
-        return Err(WireError::new(
-            InvalidArgument,
-            "grid y and z must be at most 65535",
-        ));
+        return Err(WireError::new(InvalidArgument, "grid y and z must be at most 65535"));
     }
     if dims.shared_mem > 48 * 1024 {
-        return Err(WireError::new(
-            InvalidArgument,
-            "dynamic shared memory above 48 KiB",
-        ));
+        return Err(WireError::new(InvalidArgument, "dynamic shared memory above 48 KiB"));
     }
     Ok(())
 }
@@ -144,23 +119,14 @@ pub fn check_signature(kernel: &Kernel, args: &[KernelArg]) -> DeviceResult<()> 
     if params.len() != args.len() {
         return Err(WireError::new(
             InvalidArgument,
-            format!(
-                "kernel `{}` takes {} arguments, got {}",
-                kernel.name,
-                params.len(),
-                args.len()
-            ),
+            format!("kernel `{}` takes {} arguments, got {}", kernel.name, params.len(), args.len()),
         ));
     }
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
         if *p != a.kind() {
             return Err(WireError::new(
                 InvalidArgument,
-                format!(
-                    "kernel `{}` argument {i}: expected {p:?}, got {:?}",
-                    kernel.name,
-                    a.kind()
-                ),
+                format!("kernel `{}` argument {i}: expected {p:?}, got {:?}", kernel.name, a.kind()),
             ));
         }
     }
