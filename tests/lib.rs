@@ -51,6 +51,11 @@ impl TestBackend {
         options
     }
 
+    /// An SDK client without a capability, as an error when the backend refuses it.
+    pub async fn connect_raw(&self) -> Result<Accelerator, ac_frontend::Error> {
+        Accelerator::connect(&self.options()).await
+    }
+
     /// A connected SDK client.
     pub async fn connect(&self) -> Accelerator {
         Accelerator::connect(&self.options()).await.expect("client connects")
@@ -103,4 +108,123 @@ pub async fn closed_by_peer(conn: &quinn::Connection) -> (u64, String) {
 /// Deterministic test data.
 pub fn pattern(len: usize, seed: u32) -> Vec<f32> {
     (0..len).map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 10_007) as f32 * 0.25).collect()
+}
+
+/// A resource manager with registered CPU-device backends, all in this process.
+#[derive(Debug)]
+pub struct TestCluster {
+    /// The manager.
+    pub arm: arm_server::RunningArm,
+    /// The backends, registered as `h0`, `h1`, ...
+    pub backends: Vec<TestBackend>,
+    /// The manager's state directory (kept for restarts).
+    pub state: tempfile::TempDir,
+}
+
+/// The resource manager's test settings: short leases and time-outs.
+pub fn arm_config(dir: &std::path::Path) -> arm_server::ArmConfig {
+    arm_server::ArmConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        state_dir: dir.to_path_buf(),
+        lease_ms: 1_000,
+        backend_timeout_ms: 1_000,
+        ..arm_server::ArmConfig::default()
+    }
+}
+
+impl TestCluster {
+    /// Starts a manager and `n` backends, and registers them.
+    pub async fn start(n: usize) -> Self {
+        let state = tempfile::tempdir().expect("temp dir");
+        let arm = arm_server::start(arm_config(state.path())).await.expect("arm starts");
+        let mut backends = Vec::new();
+        for _ in 0..n {
+            backends.push(TestBackend::start(64).await);
+        }
+        let cluster = Self { arm, backends, state };
+        for i in 0..n {
+            cluster.add_host(i).await;
+        }
+        cluster
+    }
+
+    /// Registers backend `i` as `h{i}`.
+    pub async fn add_host(&self, i: usize) {
+        let b = &self.backends[i].backend;
+        let request = ac_proto::arm::Request::HostAdd {
+            addr: b.addr(),
+            name: format!("h{i}"),
+            server_name: "127.0.0.1".into(),
+            ca_pem: std::fs::read_to_string(b.ca_cert()).expect("backend CA"),
+            labels: vec![],
+        };
+        self.admin().await.request(request).await.expect("host added");
+    }
+
+    /// Options to reach the manager without credentials.
+    pub fn arm_options(&self) -> ac_frontend::arm::ArmOptions {
+        let mut options = ac_frontend::arm::ArmOptions::new(self.arm.addr(), self.arm.ca_cert());
+        options.tuning = quick_tuning();
+        options
+    }
+
+    /// An admin client (mutual TLS with the admin certificate).
+    pub async fn admin(&self) -> ac_frontend::arm::ArmClient {
+        let mut options = self.arm_options();
+        options.identity = Some(self.arm.admin_identity());
+        ac_frontend::arm::ArmClient::connect(options).await.expect("admin connects")
+    }
+
+    /// Submits a job; returns its credential.
+    pub async fn submit(&self, id: &str, nodes: &[&str], acpn: u32) -> String {
+        let request = ac_proto::arm::Request::JobSubmit {
+            id: id.into(),
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+            acpn,
+            user: "alice".into(),
+            walltime_s: 0,
+        };
+        match self.admin().await.request(request).await.expect("submitted") {
+            ac_proto::arm::Response::Submitted { credential, .. } => credential,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Session options for a job's node.
+    pub fn session_options(&self, job: &str, credential: &str, node: &str) -> ac_frontend::SessionOptions {
+        ac_frontend::SessionOptions {
+            arm: self.arm_options(),
+            job: ac_proto::arm::JobAuth::Credential { job: job.into(), secret: credential.into() },
+            node: node.into(),
+            init_timeout: Some(Duration::from_secs(10)),
+            stripes: 1,
+            progress: false,
+        }
+    }
+
+    /// A job's view.
+    pub async fn job(&self, id: &str) -> ac_proto::arm::JobView {
+        match self.admin().await.request(ac_proto::arm::Request::JobShow { id: id.into() }).await.expect("job") {
+            ac_proto::arm::Response::Job(view) => view,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Every host's view.
+    pub async fn hosts(&self) -> Vec<ac_proto::arm::HostView> {
+        match self.admin().await.request(ac_proto::arm::Request::HostList).await.expect("hosts") {
+            ac_proto::arm::Response::Hosts(hosts) => hosts,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Checks that an accelerator computes (a small saxpy, verified).
+pub async fn computes(acc: &Accelerator) -> Result<(), ac_frontend::Error> {
+    let x = acc.alloc_from(&[1.0f32, 2.0, 3.0]).await?;
+    let y = acc.alloc_from(&[1.0f32, 1.0, 1.0]).await?;
+    let saxpy = acc.builtin().await?.function("saxpy").await?;
+    saxpy.launch(ac_frontend::LaunchDims::linear(3, 32), &[2.0f32.into(), x.arg(), y.arg(), 3u64.into()]).await?;
+    assert_eq!(y.to_vec().await?, vec![3.0, 5.0, 7.0]);
+    Ok(())
 }

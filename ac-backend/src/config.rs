@@ -55,6 +55,11 @@ pub struct BackendConfig {
     pub key: Option<PathBuf>,
     /// Extra names (DNS or IP) for a created certificate.
     pub names: Vec<String>,
+    /// The resource manager's Ed25519 public key (hex) to trust. Unset: the first manager that
+    /// registers this backend is trusted and remembered in `state_dir` (trust on first use).
+    pub arm_public_key: Option<String>,
+    /// Interval of heartbeats to the resource manager, milliseconds.
+    pub heartbeat_ms: u64,
     /// Bytes of asynchronous-write payload a session may have queued.
     pub inline_budget_mib: u32,
     /// Bulk copy chunking.
@@ -73,6 +78,8 @@ impl Default for BackendConfig {
             cert: None,
             key: None,
             names: Vec::new(),
+            arm_public_key: None,
+            heartbeat_ms: 500,
             inline_budget_mib: 64,
             copy: CopySettings::default(),
             transport: Tuning::default(),

@@ -8,6 +8,7 @@
 //! - [`stream`]: one worker thread per device stream runs its operations in order.
 //! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
 //! - [`device`]: the `Device` trait, the CPU device and the `builtin` kernels.
+//! - [`trust`]: whose capabilities are accepted (the registered resource manager), revocations.
 //! - [`config`]: configuration (TOML, flags, environment).
 //!
 //! # Invariants
@@ -25,6 +26,7 @@ mod error;
 pub mod server;
 pub mod session;
 pub mod stream;
+pub mod trust;
 
 pub use config::{BackendConfig, CopySettings, DeviceChoice};
 pub use error::BackendError;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_proto::backend::{close, Hello, Preamble, Reply, Response, ALPN, VERSION};
+use ac_proto::backend::{close, Heartbeat, Hello, Preamble, Reply, Response, Revoke, SessionId, ALPN, VERSION};
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
@@ -16,6 +16,7 @@ use crate::config::{BackendConfig, DeviceChoice};
 use crate::control::{self, closing_for};
 use crate::device::{CpuDevice, Device};
 use crate::session::{Registry, Session};
+use crate::trust::{self, Trust};
 use crate::{bulk, BackendError};
 
 /// How long a new connection may take to say hello.
@@ -24,6 +25,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 struct Shared {
     device: Arc<dyn Device>,
     registry: Registry,
+    trust: Trust,
     config: BackendConfig,
 }
 
@@ -93,7 +95,7 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
         _ => {
             let mut names = tls::default_names();
             names.extend(config.names.iter().cloned());
-            let files = tls::ensure_self_signed(&config.state_dir, &names)?;
+            let files = tls::ensure_self_signed(&config.state_dir, &names, &[])?;
             Ok((tls::load_identity(&files.cert, &files.key)?, files.ca_cert))
         }
     }
@@ -107,7 +109,14 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     let crypto = tls::server_crypto(identity, ALPN)?;
     let endpoint = transport::server_endpoint(config.listen, crypto, &config.transport)?;
     let addr = endpoint.local_addr()?;
-    let shared = Arc::new(Shared { device, registry: Registry::default(), config });
+    let pinned = match &config.arm_public_key {
+        Some(hex) => Some(
+            trust::parse_key(hex).ok_or_else(|| BackendError::Config("arm_public_key must be 64 hex digits".into()))?,
+        ),
+        None => None,
+    };
+    let trust = Trust::load(&config.state_dir, pinned);
+    let shared = Arc::new(Shared { device, registry: Registry::default(), trust, config });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     tracing::info!(%addr, device = %shared.device.info().name, "backend listening");
     Ok(RunningBackend { addr, ca_cert, endpoint, shared, task })
@@ -145,7 +154,17 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
         Err(_) => return refuse(&conn, close::PROTOCOL, "no hello in time"),
     };
     match hello {
-        Hello::Open { .. } => serve_session(conn, shared, send, reader).await,
+        Hello::Open { capability } => match shared.trust.admit(&capability) {
+            Ok(grant) => serve_session(conn, shared, send, reader, grant.map(|g| g.id)).await,
+            Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
+        },
+        Hello::Register { public_key, host, time, proof } => {
+            if let Err(reason) = shared.trust.register(public_key, &host, time, &proof) {
+                return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
+            }
+            tracing::info!(host, "registered by a resource manager; sessions now need capabilities");
+            serve_registration(conn, shared, send, reader).await;
+        }
         Hello::Attach { session, token } => {
             let Some(session) = shared.registry.find(session, &token) else {
                 return refuse(&conn, close::UNAUTHORIZED, "unknown session or wrong token");
@@ -181,8 +200,47 @@ fn welcome(session: &Session) -> bytes::Bytes {
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }
 
-async fn serve_session(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, reader: FrameReader) {
-    let session = shared.registry.open(shared.device.clone(), shared.config.copy);
+/// The resource manager's link: heartbeats out, revocations in, until either side goes away.
+async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, mut reader: FrameReader) {
+    let welcome = Reply {
+        id: 0,
+        response: Response::Welcome { session: SessionId(0), token: [0; 16], info: shared.device.info() },
+    };
+    let writer = StreamWriter::new(send);
+    if writer.send_frame(&welcome).await.is_err() {
+        return;
+    }
+    let beat = {
+        let (shared, writer) = (shared.clone(), writer.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(shared.config.heartbeat_ms));
+            loop {
+                tick.tick().await;
+                let heartbeat = Heartbeat { sessions: shared.registry.len() as u32, info: shared.device.info() };
+                if writer.send_frame(&heartbeat).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    while let Ok(Some(revoke)) = reader.read_frame::<Revoke>().await {
+        shared.trust.revoke(revoke.capability, revoke.expires);
+        let ended = shared.registry.revoke(revoke.capability);
+        tracing::info!(capability = revoke.capability, ended, "capability revoked");
+    }
+    beat.abort();
+    conn.close(close::NORMAL.into(), b"registration ended");
+}
+
+async fn serve_session(
+    conn: Connection,
+    shared: Arc<Shared>,
+    send: quinn::SendStream,
+    reader: FrameReader,
+    capability: Option<u64>,
+) {
+    let session = shared.registry.open(shared.device.clone(), shared.config.copy, capability);
+    session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
     if replies.send(welcome(&session)).await.is_err() {

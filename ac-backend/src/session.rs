@@ -47,6 +47,8 @@ pub struct Session {
     pub device: Arc<dyn Device>,
     /// Chunking of bulk copies.
     pub copy: CopySettings,
+    /// The capability the session was opened with, if the backend is managed.
+    pub capability: Option<u64>,
     buffers: Mutex<HashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
     attached: Mutex<Vec<quinn::Connection>>,
@@ -105,10 +107,15 @@ impl Session {
         self.attached.lock().expect("attached list poisoned").push(conn);
     }
 
-    /// Ends the session: closes attached connections and drops every buffer.
+    /// Ends the session: closes its connections and drops every buffer.
     pub fn close(&self) {
+        self.close_with(close::NORMAL, "session ended");
+    }
+
+    /// Ends the session, telling the client why.
+    pub fn close_with(&self, code: u32, reason: &str) {
         for conn in self.attached.lock().expect("attached list poisoned").drain(..) {
-            conn.close(close::NORMAL.into(), b"session ended");
+            conn.close(code.into(), reason.as_bytes());
         }
         self.buffers.lock().expect("buffer table poisoned").clear();
     }
@@ -132,13 +139,14 @@ pub struct Registry {
 
 impl Registry {
     /// Creates and registers a session.
-    pub fn open(&self, device: Arc<dyn Device>, copy: CopySettings) -> Arc<Session> {
+    pub fn open(&self, device: Arc<dyn Device>, copy: CopySettings, capability: Option<u64>) -> Arc<Session> {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
             id,
             token: random_token(),
             device,
             copy,
+            capability,
             buffers: Mutex::new(HashMap::new()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
@@ -153,6 +161,22 @@ impl Registry {
         // Compare every byte whatever the first difference, so timing tells nothing.
         let diff = session.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b));
         (diff == 0).then_some(session)
+    }
+
+    /// Ends every session opened with capability `id`.
+    pub fn revoke(&self, id: u64) -> usize {
+        let sessions: Vec<Arc<Session>> = self
+            .sessions
+            .lock()
+            .expect("registry poisoned")
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|s| s.capability == Some(id))
+            .collect();
+        for session in &sessions {
+            session.close_with(close::UNAUTHORIZED, "allocation revoked by the resource manager");
+        }
+        sessions.len()
     }
 
     /// Forgets a session.

@@ -14,6 +14,14 @@ pub enum Error {
         /// The backend's explanation.
         message: String,
     },
+    /// The resource manager refused or failed the request.
+    #[error("resource manager: {kind:?}: {message}")]
+    Manager {
+        /// The category.
+        kind: ac_proto::arm::ArmErrorKind,
+        /// The manager's explanation.
+        message: String,
+    },
     /// The backend speaks another protocol version.
     #[error("version mismatch: {0}")]
     VersionMismatch(String),
@@ -26,6 +34,9 @@ pub enum Error {
     /// The call was refused before being sent (sizes, signatures).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// Waiting took longer than allowed.
+    #[error("timed out: {0}")]
+    Timeout(String),
     /// Local set-up failed: certificates, configuration, sockets.
     #[error("setup failed: {0}")]
     Setup(String),

@@ -20,6 +20,8 @@
 //!   manager's client.
 //! - [`Accelerator`] (`accelerator.rs`): the control channel, replies, the bulk copy path.
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
+//! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
+//!   resource manager ([`arm`] is its client).
 //! - [`blocking`]: the same API for a plain `main`.
 //!
 //! # Semantics
@@ -30,11 +32,13 @@
 //!   see the results of all earlier work.
 
 mod accelerator;
+pub mod arm;
 pub mod blocking;
 mod buffer;
 mod error;
 mod kernel;
 pub mod link;
+mod session;
 mod stream;
 
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
@@ -43,4 +47,5 @@ pub use buffer::DeviceBuffer;
 pub use error::{Error, Result};
 pub use kernel::{Function, Module};
 pub use link::ConnectOptions;
+pub use session::{DynamicSet, Handle, Session, SessionOptions};
 pub use stream::Stream;

@@ -22,8 +22,11 @@ pub struct ConnectOptions {
     pub addr: SocketAddr,
     /// The name its certificate must carry (defaults to the address's IP).
     pub server_name: String,
-    /// The CA certificate to trust (PEM).
+    /// The CA certificate to trust (PEM file).
     pub ca_cert: PathBuf,
+    /// The CA certificate to trust, as PEM text; takes precedence over `ca_cert` (the resource
+    /// manager hands it out with each grant).
+    pub ca_pem: Option<String>,
     /// Capability from the resource manager, or empty.
     pub capability: Vec<u8>,
     /// QUIC transport settings.
@@ -39,6 +42,7 @@ impl ConnectOptions {
             addr,
             server_name: addr.ip().to_string(),
             ca_cert: ca_cert.into(),
+            ca_pem: None,
             capability: Vec::new(),
             tuning: Tuning::default(),
             stripes: 2,
@@ -78,7 +82,10 @@ pub struct Link {
 
 /// Client TLS set-up for a backend, built once per options.
 pub fn client_crypto(options: &ConnectOptions) -> Result<Arc<quinn::crypto::rustls::QuicClientConfig>> {
-    let roots = tls::load_roots(&options.ca_cert)?;
+    let roots = match &options.ca_pem {
+        Some(pem) => tls::roots_from_pem(pem.as_bytes())?,
+        None => tls::load_roots(&options.ca_cert)?,
+    };
     Ok(Arc::new(tls::client_crypto(roots, ALPN)?))
 }
 

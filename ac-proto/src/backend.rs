@@ -106,6 +106,19 @@ pub enum Hello {
         /// A capability issued by the resource manager, or empty.
         capability: Vec<u8>,
     },
+    /// The resource manager registers this backend: from now on sessions need capabilities
+    /// signed by `public_key`. The stream then carries [`Heartbeat`]s to the manager and
+    /// [`Revoke`]s from it.
+    Register {
+        /// The manager's Ed25519 public key.
+        public_key: [u8; 32],
+        /// The name the manager knows this backend by (capabilities name it).
+        host: String,
+        /// Unix time of the request (the proof covers it, so it cannot be replayed later).
+        time: u64,
+        /// Signature by the key over [`register_message`].
+        proof: Vec<u8>,
+    },
     /// Join an existing session for bulk copies.
     Attach {
         /// The session to join.
@@ -113,6 +126,30 @@ pub enum Hello {
         /// The secret returned in [`Response::Welcome`].
         token: [u8; 16],
     },
+}
+
+/// The bytes a registration proof signs.
+pub fn register_message(host: &str, time: u64) -> Vec<u8> {
+    format!("ac-register:{host}:{time}").into_bytes()
+}
+
+/// Sent by a backend on its registration stream at every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// Live sessions.
+    pub sessions: u32,
+    /// The device.
+    pub info: DeviceInfo,
+}
+
+/// Sent by the resource manager on a registration stream: end the sessions opened with this
+/// capability and refuse it from now on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revoke {
+    /// The capability's id.
+    pub capability: u64,
+    /// When it expires anyway (the backend may forget it then).
+    pub expires: u64,
 }
 
 /// What kind of device a backend runs.

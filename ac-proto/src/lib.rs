@@ -5,7 +5,10 @@
 //! - [`codec`]: the only place that knows the serializer (bincode 2 with a size limit).
 //! - [`frame`]: length-prefixed frames on QUIC streams, raw payloads after a header, and the
 //!   batching frame writer.
-//! - [`backend`]: the frontend <-> backend protocol (session control, bulk copies, kernels).
+//! - [`backend`]: the frontend <-> backend protocol (session control, bulk copies, kernels), and
+//!   the resource manager's registration link to a backend.
+//! - [`arm`]: the protocol of the resource manager (programs and `armctl`).
+//! - [`capability`]: signed permissions to use one accelerator (Ed25519).
 //! - [`tls`]: the self-signed CA, certificates and rustls configurations (TLS 1.3, verified).
 //! - [`transport`]: tuned QUIC transport parameters and endpoint construction.
 //! - [`error`]: [`ProtoError`], the crate's one error type.
@@ -17,7 +20,9 @@
 //!   raw on the stream.
 //! - No code path builds a TLS configuration that accepts an unverified certificate.
 
+pub mod arm;
 pub mod backend;
+pub mod capability;
 pub mod codec;
 pub mod error;
 pub mod frame;

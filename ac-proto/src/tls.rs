@@ -61,8 +61,9 @@ fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoErro
 }
 
 /// Makes sure `dir` holds a CA and a certificate for `names` signed by it, creating them on
-/// first use. Existing files are kept as they are.
-pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<IdentityFiles, ProtoError> {
+/// first use, together with a client certificate `NAME.pem`/`NAME.key` for each of `clients`
+/// (for mutual TLS). Existing files are kept as they are.
+pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Result<IdentityFiles, ProtoError> {
     let files = IdentityFiles::in_dir(dir);
     if files.ca_cert.exists() && files.cert.exists() && files.key.exists() {
         return Ok(files);
@@ -81,6 +82,14 @@ pub fn ensure_self_signed(dir: &Path, names: &[String]) -> Result<IdentityFiles,
     let issuer = Issuer::from_params(&ca_params, &ca_key);
     let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(cert_err)?;
 
+    for client in clients {
+        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
+        params.distinguished_name.push(DnType::CommonName, *client);
+        let key = KeyPair::generate().map_err(cert_err)?;
+        let cert = params.signed_by(&key, &issuer).map_err(cert_err)?;
+        write_file(&dir.join(format!("{client}.key")), &key.serialize_pem(), true)?;
+        write_file(&dir.join(format!("{client}.pem")), &cert.pem(), false)?;
+    }
     write_file(&dir.join("ca.key"), &ca_key.serialize_pem(), true)?;
     write_file(&files.key, &leaf_key.serialize_pem(), true)?;
     write_file(&files.cert, &format!("{}{}", leaf.pem(), ca_cert.pem()), false)?;
@@ -126,6 +135,18 @@ pub fn load_roots(ca: &Path) -> Result<RootCertStore, ProtoError> {
     Ok(roots)
 }
 
+/// Reads the CA certificates to trust from PEM text.
+pub fn roots_from_pem(pem: &[u8]) -> Result<RootCertStore, ProtoError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots.add(cert.map_err(|e| cert_err(format!("CA PEM: {e}")))?)?;
+    }
+    if roots.is_empty() {
+        return Err(cert_err("CA PEM holds no certificate"));
+    }
+    Ok(roots)
+}
+
 /// The crypto provider: ring, with AES-128-GCM first. It is the cheapest AEAD on x86 with AES-NI,
 /// and one QUIC connection is CPU-bound, so the cipher is a visible share of the cost.
 pub fn provider() -> Arc<CryptoProvider> {
@@ -149,12 +170,43 @@ pub fn server_crypto(identity: Identity, alpn: &[u8]) -> Result<QuicServerConfig
     QuicServerConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
 }
 
+/// A QUIC server configuration that also asks clients for a certificate signed by `client_roots`
+/// (optional: connections without one are accepted and simply carry no peer identity).
+pub fn server_crypto_with_clients(
+    identity: Identity,
+    alpn: &[u8],
+    client_roots: RootCertStore,
+) -> Result<QuicServerConfig, ProtoError> {
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(client_roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| ProtoError::Certificate(e.to_string()))?;
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain, identity.key)?;
+    tls.alpn_protocols = vec![alpn.to_vec()];
+    QuicServerConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
+}
+
 /// A QUIC client configuration trusting `roots`, speaking `alpn`.
 pub fn client_crypto(roots: RootCertStore, alpn: &[u8]) -> Result<QuicClientConfig, ProtoError> {
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+    client_crypto_with_identity(roots, alpn, None)
+}
+
+/// A QUIC client configuration that presents `identity` (mutual TLS) when given.
+pub fn client_crypto_with_identity(
+    roots: RootCertStore,
+    alpn: &[u8],
+    identity: Option<Identity>,
+) -> Result<QuicClientConfig, ProtoError> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let mut tls = match identity {
+        Some(id) => builder.with_client_auth_cert(id.chain, id.key)?,
+        None => builder.with_no_client_auth(),
+    };
     tls.alpn_protocols = vec![alpn.to_vec()];
     QuicClientConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
 }
@@ -167,9 +219,10 @@ mod tests {
     fn creates_once_and_keeps_files() {
         let dir = std::env::temp_dir().join(format!("ac-tls-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let files = ensure_self_signed(&dir, &default_names()).unwrap();
+        let files = ensure_self_signed(&dir, &default_names(), &["admin"]).unwrap();
         let first = fs::read(&files.cert).unwrap();
-        ensure_self_signed(&dir, &default_names()).unwrap();
+        ensure_self_signed(&dir, &default_names(), &["admin"]).unwrap();
+        load_identity(&dir.join("admin.pem"), &dir.join("admin.key")).unwrap();
         assert_eq!(first, fs::read(&files.cert).unwrap(), "existing certificate must be kept");
         let id = load_identity(&files.cert, &files.key).unwrap();
         assert_eq!(id.chain.len(), 2);

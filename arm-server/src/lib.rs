@@ -1,1 +1,32 @@
+//! `arm-server`: the Accelerator Resource Manager. It owns the pool of accelerator hosts, binds
+//! jobs' static requests before they start, decides dynamic requests at runtime, issues the
+//! capabilities backends check, and keeps all of it durably.
+//!
+//! # Layout
+//! - [`core`]: the decision core, plain functions over the state (no I/O, time is an input).
+//! - [`policy`]: the one interface deciding who gets what (FIFO baseline here).
+//! - [`model`]: hosts, accelerators, jobs, sets, sessions as stored.
+//! - [`store`]: the redb store; a change is durable before it is acknowledged.
+//! - [`server`]: the QUIC API, admin checks (mutual TLS), leases.
+//! - [`links`]: registration, heartbeats and revocations with each backend.
+//! - [`keys`]: credentials, tokens, the capability signing key.
+//! - [`config`]: configuration (TOML, flags, environment).
+//!
+//! # Invariants
+//! - An accelerator has at most one holder; the core never hands out more than exist.
+//! - A request is answered only after the store has committed what it changed.
+//! - Secrets (job credentials, session tokens) are stored only as SHA-256 hashes.
 
+pub mod config;
+pub mod core;
+mod error;
+pub mod keys;
+pub mod links;
+pub mod model;
+pub mod policy;
+pub mod server;
+pub mod store;
+
+pub use config::ArmConfig;
+pub use error::ArmServerError;
+pub use server::{start, RunningArm};

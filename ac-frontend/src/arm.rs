@@ -1,0 +1,120 @@
+//! The client side of the resource manager's protocol: one request per QUIC stream.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ac_proto::arm::{ArmError, ArmErrorKind, ArmRequest, ArmResponse, Request, Response, ALPN, VERSION};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::transport::Tuning;
+use ac_proto::{tls, transport};
+use quinn::{Connection, Endpoint};
+use tokio::sync::Mutex;
+
+use crate::{Error, Result};
+
+/// How to reach the resource manager.
+#[derive(Debug, Clone)]
+pub struct ArmOptions {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// The name in its certificate (defaults to the address's IP).
+    pub server_name: String,
+    /// Its CA certificate (PEM file).
+    pub ca_cert: PathBuf,
+    /// An admin client certificate and key (PEM files), for `armctl`.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// QUIC settings; the idle timeout is the lease a program holds.
+    pub tuning: Tuning,
+}
+
+impl ArmOptions {
+    /// Options for `addr`, trusting `ca_cert`.
+    pub fn new(addr: SocketAddr, ca_cert: impl Into<PathBuf>) -> Self {
+        Self {
+            addr,
+            server_name: addr.ip().to_string(),
+            ca_cert: ca_cert.into(),
+            identity: None,
+            tuning: Tuning::default(),
+        }
+    }
+}
+
+/// A connection to the resource manager that reconnects when it finds it closed.
+pub struct ArmClient {
+    options: ArmOptions,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    link: Mutex<Option<(Endpoint, Connection)>>,
+}
+
+impl std::fmt::Debug for ArmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArmClient").field("addr", &self.options.addr).finish()
+    }
+}
+
+impl From<ArmError> for Error {
+    fn from(e: ArmError) -> Self {
+        match e.kind {
+            ArmErrorKind::VersionMismatch => Error::VersionMismatch(e.message),
+            kind => Error::Manager { kind, message: e.message },
+        }
+    }
+}
+
+impl ArmClient {
+    /// Connects.
+    pub async fn connect(options: ArmOptions) -> Result<Self> {
+        let roots = tls::load_roots(&options.ca_cert)?;
+        let identity = match &options.identity {
+            Some((cert, key)) => Some(tls::load_identity(cert, key)?),
+            None => None,
+        };
+        let crypto = Arc::new(tls::client_crypto_with_identity(roots, ALPN, identity)?);
+        let client = Self { options, crypto, link: Mutex::new(None) };
+        client.connection().await?;
+        Ok(client)
+    }
+
+    /// The live connection, dialling again if the last one closed (e.g. the manager restarted).
+    async fn connection(&self) -> Result<Connection> {
+        let mut link = self.link.lock().await;
+        if let Some((_, conn)) = link.as_ref().filter(|(_, c)| c.close_reason().is_none()) {
+            return Ok(conn.clone());
+        }
+        let endpoint = transport::client_endpoint(self.options.addr, self.crypto.clone(), &self.options.tuning)?;
+        let conn = endpoint
+            .connect(self.options.addr, &self.options.server_name)
+            .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?
+            .await?;
+        *link = Some((endpoint, conn.clone()));
+        Ok(conn)
+    }
+
+    /// Sends a request and returns the answer; a refusal becomes [`Error::Manager`].
+    pub async fn request(&self, request: Request) -> Result<Response> {
+        let conn = self.connection().await?;
+        let (mut send, recv) = match conn.open_bi().await {
+            Ok(streams) => streams,
+            // Closed between the check and now: one fresh connection, then give up.
+            Err(_) => self.connection().await?.open_bi().await?,
+        };
+        let frame = frame_bytes(&ArmRequest { version: VERSION, request })?;
+        send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, &conn))?;
+        let _ = send.finish();
+        let answer: ArmResponse = FrameReader::new(recv).expect_frame().await?;
+        match answer {
+            ArmResponse::Ok(response) => Ok(response),
+            ArmResponse::Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Closes the connection now (the manager starts the lease clock at once).
+    pub async fn close(&self) {
+        if let Some((endpoint, conn)) = self.link.lock().await.take() {
+            conn.close(0u32.into(), b"finished");
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! A program's session with the resource manager: `AC_Init`, `AC_Get`, `AC_Free`,
+//! `AC_Finalize`. Handles are ordinary [`Accelerator`]s, connected with the capabilities the
+//! manager issued; they keep working, unchanged, across `get` and `free`.
+
+use std::time::{Duration, Instant};
+
+use ac_proto::arm::{Grant, JobAuth, Request, Response, SessionState};
+use ac_proto::transport::Tuning;
+use futures_util::future::try_join_all;
+
+use crate::arm::{ArmClient, ArmOptions};
+use crate::{Accelerator, ConnectOptions, Error, Result};
+
+/// How to start a session.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The resource manager.
+    pub arm: ArmOptions,
+    /// The job (credential from the batch system, or an ad-hoc job).
+    pub job: JobAuth,
+    /// This compute node's name.
+    pub node: String,
+    /// Give up waiting for static accelerators after this long (`None`: wait).
+    pub init_timeout: Option<Duration>,
+    /// Connections per accelerator for striped copies.
+    pub stripes: usize,
+    /// Print progress while queued.
+    pub progress: bool,
+}
+
+impl SessionOptions {
+    /// Options from the environment: `ARM_ADDR`, `ARM_CA_CERT`, then either `ARM_JOB_ID` and
+    /// `ARM_JOB_CREDENTIAL` (a batch job) or `ARM_ACPN` (an ad-hoc job, the embedded default);
+    /// optionally `ARM_NODE` (default: the host name), `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
+    pub fn from_env() -> Result<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let need = |name: &str| var(name).ok_or_else(|| Error::Setup(format!("{name} is not set")));
+        let addr = need("ARM_ADDR")?.parse().map_err(|e| Error::Setup(format!("ARM_ADDR: {e}")))?;
+        let arm = ArmOptions::new(addr, need("ARM_CA_CERT")?);
+        let job = match (var("ARM_JOB_ID"), var("ARM_JOB_CREDENTIAL"), var("ARM_ACPN")) {
+            (Some(job), Some(secret), _) => JobAuth::Credential { job, secret },
+            (_, _, Some(acpn)) => {
+                JobAuth::AdHoc { acpn: acpn.parse().map_err(|e| Error::Setup(format!("ARM_ACPN: {e}")))? }
+            }
+            _ => return Err(Error::Setup("set ARM_JOB_ID and ARM_JOB_CREDENTIAL (batch job) or ARM_ACPN".into())),
+        };
+        let node = var("ARM_NODE")
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+            .unwrap_or_else(|| "localhost".into());
+        let init_timeout = var("ARM_INIT_TIMEOUT_S")
+            .map(|s| {
+                s.parse().map(Duration::from_secs_f64).map_err(|e| Error::Setup(format!("ARM_INIT_TIMEOUT_S: {e}")))
+            })
+            .transpose()?;
+        let stripes = var("AC_STRIPES").map(|s| s.parse().unwrap_or(1)).unwrap_or(1);
+        Ok(Self { arm, job, node, init_timeout, stripes, progress: true })
+    }
+}
+
+/// One accelerator handed to this program.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    /// The accelerator's id (`host/device`).
+    pub id: String,
+    /// The connected accelerator.
+    pub acc: Accelerator,
+}
+
+/// Accelerators obtained together by `get`.
+#[derive(Debug)]
+pub struct DynamicSet {
+    /// The set's id (shared by every participant of a collective set).
+    pub id: u64,
+    /// This node's accelerators of the set.
+    pub handles: Vec<Handle>,
+}
+
+/// A program's session.
+#[derive(Debug)]
+pub struct Session {
+    client: ArmClient,
+    token: String,
+    job: String,
+    node: String,
+    stripes: usize,
+    tuning: Tuning,
+    handles: Vec<Handle>,
+}
+
+async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning) -> Result<Vec<Handle>> {
+    try_join_all(grants.iter().map(|g| async move {
+        let mut options = ConnectOptions::new(g.addr, "");
+        options.server_name = g.server_name.clone();
+        options.ca_pem = Some(g.ca_pem.clone());
+        options.capability = g.capability.clone();
+        options.stripes = stripes;
+        options.tuning = tuning.clone();
+        Ok::<_, Error>(Handle { id: g.id.clone(), acc: Accelerator::connect(&options).await? })
+    }))
+    .await
+}
+
+impl Session {
+    /// `AC_Init`: opens the session and waits until this node's static accelerators are bound,
+    /// then connects to them in parallel.
+    #[doc(alias = "AC_Init")]
+    pub async fn init(options: SessionOptions) -> Result<Self> {
+        let start = Instant::now();
+        let client = ArmClient::connect(options.arm.clone()).await?;
+        let mut response =
+            client.request(Request::Init { auth: options.job.clone(), node: options.node.clone() }).await?;
+        let mut last_report = None;
+        loop {
+            let Response::Session { token, job, state } = response else {
+                return Err(Error::Protocol(format!("expected a session, got {response:?}")));
+            };
+            match state {
+                SessionState::Bound(grants) => {
+                    let handles = connect_grants(&grants, options.stripes, &options.arm.tuning).await?;
+                    return Ok(Self {
+                        client,
+                        token,
+                        job,
+                        node: options.node,
+                        stripes: options.stripes,
+                        tuning: options.arm.tuning,
+                        handles,
+                    });
+                }
+                SessionState::Queued { position, needed, free } => {
+                    if options.progress && last_report != Some((position, free)) {
+                        eprintln!("AC_Init: job {job} waits for {needed} accelerator(s): {free} free, {position} job(s) ahead");
+                        last_report = Some((position, free));
+                    }
+                    if options.init_timeout.is_some_and(|t| start.elapsed() >= t) {
+                        let _ = client.request(Request::Finalize { token }).await;
+                        return Err(Error::Timeout(format!(
+                            "job {job} was not bound in {:?}",
+                            options.init_timeout.unwrap_or_default()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    response = client.request(Request::Poll { token }).await?;
+                }
+            }
+        }
+    }
+
+    /// This node's statically allocated accelerators, in a stable order.
+    pub fn accelerators(&self) -> &[Handle] {
+        &self.handles
+    }
+
+    /// The job this session belongs to.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The compute node.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    async fn granted(&self, response: Response, node_only: bool) -> Result<Option<DynamicSet>> {
+        match response {
+            Response::Granted { set, grants } => {
+                let mine: Vec<Grant> = grants.into_iter().filter(|g| !node_only || g.node == self.node).collect();
+                let handles = connect_grants(&mine, self.stripes, &self.tuning).await?;
+                Ok(Some(DynamicSet { id: set, handles }))
+            }
+            Response::Rejected { .. } => Ok(None),
+            other => Err(Error::Protocol(format!("expected a grant, got {other:?}"))),
+        }
+    }
+
+    /// `AC_Get`: `count` more accelerators now, or `None` when the manager rejects the request
+    /// (it never queues it).
+    #[doc(alias = "AC_Get")]
+    pub async fn get(&self, count: u32) -> Result<Option<DynamicSet>> {
+        let response = self.client.request(Request::Get { token: self.token.clone(), count }).await?;
+        self.granted(response, true).await
+    }
+
+    /// Collective `AC_Get` for several nodes of the job: all or nothing, one set id, released
+    /// only as a whole. Returns this node's share; other participants call [`Session::join_set`].
+    pub async fn get_collective(&self, parts: &[(&str, u32)]) -> Result<Option<DynamicSet>> {
+        let parts = parts.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+        let response = self.client.request(Request::CollectiveGet { token: self.token.clone(), parts }).await?;
+        self.granted(response, true).await
+    }
+
+    /// This node's share of a collective set obtained by another participant.
+    pub async fn join_set(&self, set: u64) -> Result<DynamicSet> {
+        let response = self.client.request(Request::JoinSet { token: self.token.clone(), set }).await?;
+        self.granted(response, true).await?.ok_or_else(|| Error::Protocol("join refused".into()))
+    }
+
+    /// `AC_Free`: releases a whole set.
+    #[doc(alias = "AC_Free")]
+    pub async fn free(&self, set: DynamicSet) -> Result<()> {
+        let id = set.id;
+        close_handles(set.handles).await;
+        self.client.request(Request::Free { token: self.token.clone(), set: id, accelerators: None }).await.map(drop)
+    }
+
+    /// `AC_Free` of some handles of a set; the others keep working.
+    pub async fn free_some(&self, set: &mut DynamicSet, ids: &[&str]) -> Result<()> {
+        let accelerators: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+        let request =
+            Request::Free { token: self.token.clone(), set: set.id, accelerators: Some(accelerators.clone()) };
+        self.client.request(request).await?;
+        let (gone, kept): (Vec<Handle>, Vec<Handle>) =
+            set.handles.drain(..).partition(|h| accelerators.contains(&h.id));
+        set.handles = kept;
+        close_handles(gone).await;
+        Ok(())
+    }
+
+    /// `AC_Finalize`: releases every dynamic set and ends the session.
+    #[doc(alias = "AC_Finalize")]
+    pub async fn finalize(self) -> Result<()> {
+        close_handles(self.handles).await;
+        let result = self.client.request(Request::Finalize { token: self.token.clone() }).await.map(drop);
+        self.client.close().await;
+        result
+    }
+}
+
+async fn close_handles(handles: Vec<Handle>) {
+    for handle in handles {
+        handle.acc.close().await;
+    }
+}

@@ -1,0 +1,324 @@
+//! The protocol of the Accelerator Resource Manager (ARM), version [`VERSION`], ALPN [`ALPN`].
+//!
+//! Every request travels on its own bidirectional stream: one [`ArmRequest`] frame, then one
+//! [`ArmResponse`] frame back. Program requests (`AC_Init`, `AC_Get`, ...) authenticate with a job
+//! credential or a session token; administrative requests need the connection to present an
+//! admin client certificate (mutual TLS). A program's connection is its lease: when it stays
+//! silent past the lease time, its dynamic allocations are released.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The protocol version spoken by this build.
+pub const VERSION: u16 = 1;
+/// The ALPN of the ARM service.
+pub const ALPN: &[u8] = b"ac-arm";
+
+/// One request: the version travels with every request so a mismatch is reported, not guessed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArmRequest {
+    /// The sender's protocol version.
+    pub version: u16,
+    /// What is asked.
+    pub request: Request,
+}
+
+/// How a program proves which job it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobAuth {
+    /// A job submitted by the batch system; the secret came through the environment.
+    Credential {
+        /// The job id.
+        job: String,
+        /// The job credential returned by `job submit`.
+        secret: String,
+    },
+    /// No batch system: create a job for this process with `acpn` accelerators.
+    AdHoc {
+        /// Accelerators wanted.
+        acpn: u32,
+    },
+}
+
+/// Requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// `AC_Init`: open a session for `node` of a job. Answers [`Response::Session`].
+    Init {
+        /// The job.
+        auth: JobAuth,
+        /// The compute node this process runs on.
+        node: String,
+    },
+    /// Ask again about a session (while queued, or after reconnecting). Answers
+    /// [`Response::Session`].
+    Poll {
+        /// The session token.
+        token: String,
+    },
+    /// `AC_Get`: `count` more accelerators now, or a rejection. Answers [`Response::Granted`] or
+    /// [`Response::Rejected`].
+    Get {
+        /// The session token.
+        token: String,
+        /// How many.
+        count: u32,
+    },
+    /// Collective `AC_Get` for several nodes of the job: all or nothing, one set.
+    CollectiveGet {
+        /// The session token.
+        token: String,
+        /// (node, count) of every participant.
+        parts: Vec<(String, u32)>,
+    },
+    /// A participant of a collective set asks for its node's share. Answers [`Response::Granted`].
+    JoinSet {
+        /// The session token.
+        token: String,
+        /// The set.
+        set: u64,
+    },
+    /// `AC_Free`: release a set, or some of its accelerators.
+    Free {
+        /// The session token.
+        token: String,
+        /// The set.
+        set: u64,
+        /// Only these accelerators (not allowed for collective sets).
+        accelerators: Option<Vec<String>>,
+    },
+    /// `AC_Finalize`: release every dynamic set of the session and end it.
+    Finalize {
+        /// The session token.
+        token: String,
+    },
+    /// Admin: register a backend.
+    HostAdd {
+        /// Its address.
+        addr: SocketAddr,
+        /// Its name (unique).
+        name: String,
+        /// The name in its certificate.
+        server_name: String,
+        /// The CA that signed its certificate (PEM).
+        ca_pem: String,
+        /// Labels.
+        labels: Vec<(String, String)>,
+    },
+    /// Admin: every host.
+    HostList,
+    /// Admin: stop (or resume) new allocations on a host.
+    HostDrain {
+        /// The host.
+        name: String,
+        /// Drain (true) or resume (false).
+        drain: bool,
+    },
+    /// Admin: remove a host; only when idle unless `force`, which revokes its allocations.
+    HostRemove {
+        /// The host.
+        name: String,
+        /// Revoke allocations.
+        force: bool,
+    },
+    /// Admin (what a batch system calls before the job starts): queue a static request.
+    JobSubmit {
+        /// The job id.
+        id: String,
+        /// Its compute nodes.
+        nodes: Vec<String>,
+        /// Accelerators per node.
+        acpn: u32,
+        /// The user.
+        user: String,
+        /// Walltime, seconds (0: none).
+        walltime_s: u64,
+    },
+    /// Admin: end a job, releasing everything it holds.
+    JobEnd {
+        /// The job id.
+        id: String,
+    },
+    /// Admin: every job.
+    JobList,
+    /// Admin: one job.
+    JobShow {
+        /// The job id.
+        id: String,
+    },
+}
+
+/// The reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArmResponse {
+    /// Success.
+    Ok(Response),
+    /// Failure.
+    Err(ArmError),
+}
+
+/// Successful answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Done.
+    Done,
+    /// A session and whether its static accelerators are bound yet.
+    Session {
+        /// The session token (keep it secret: it is the lease).
+        token: String,
+        /// The job.
+        job: String,
+        /// Bound or queued.
+        state: SessionState,
+    },
+    /// Accelerators granted as one set.
+    Granted {
+        /// The set id.
+        set: u64,
+        /// The accelerators (for this node, or every node of a collective set).
+        grants: Vec<Grant>,
+    },
+    /// Not enough free accelerators now.
+    Rejected {
+        /// Why.
+        reason: String,
+    },
+    /// A host.
+    Host(HostView),
+    /// Hosts.
+    Hosts(Vec<HostView>),
+    /// A submitted job and its credential.
+    Submitted {
+        /// The job id.
+        id: String,
+        /// The credential to hand to the job's processes (`ARM_JOB_CREDENTIAL`).
+        credential: String,
+    },
+    /// A job.
+    Job(JobView),
+    /// Jobs.
+    Jobs(Vec<JobView>),
+}
+
+/// A session's static allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SessionState {
+    /// Bound: this node's accelerators, in a stable order.
+    Bound(Vec<Grant>),
+    /// Waiting for free accelerators.
+    Queued {
+        /// Jobs ahead of this one.
+        position: u32,
+        /// Accelerators the job needs.
+        needed: u32,
+        /// Accelerators free now.
+        free: u32,
+    },
+}
+
+/// One accelerator handed to a program: where it is and the capability to use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The accelerator's id (`host/device`).
+    pub id: String,
+    /// The compute node it is for.
+    pub node: String,
+    /// The backend's address.
+    pub addr: SocketAddr,
+    /// The name in the backend's certificate.
+    pub server_name: String,
+    /// The CA that signed the backend's certificate (PEM).
+    pub ca_pem: String,
+    /// The signed capability to present when opening a session.
+    pub capability: Vec<u8>,
+}
+
+/// A host as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostView {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// `up`, `down` or `draining`.
+    pub state: String,
+    /// Labels.
+    pub labels: Vec<(String, String)>,
+    /// Its accelerators.
+    pub accelerators: Vec<AcceleratorView>,
+}
+
+/// An accelerator as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceleratorView {
+    /// `host/device`.
+    pub id: String,
+    /// Device name.
+    pub device: String,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// `free`, `allocated`, `draining` or `down`.
+    pub state: String,
+    /// The job holding it.
+    pub holder: Option<String>,
+}
+
+/// A job as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Its id.
+    pub id: String,
+    /// Its user.
+    pub user: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// Accelerators per node.
+    pub acpn: u32,
+    /// `queued`, `running` or `ended`.
+    pub state: String,
+    /// Unix time of submission.
+    pub submitted: u64,
+    /// Walltime, seconds (0: none).
+    pub walltime_s: u64,
+    /// (node, accelerator) bound statically.
+    pub static_accelerators: Vec<(String, String)>,
+    /// (set, accelerator) held dynamically.
+    pub dynamic_accelerators: Vec<(u64, String)>,
+}
+
+/// Error categories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArmErrorKind {
+    /// Missing or wrong credential, token or admin certificate.
+    Unauthorized,
+    /// No such host, job, session or set.
+    NotFound,
+    /// The request conflicts with the current state (duplicate id, host busy).
+    Conflict,
+    /// The request is malformed or impossible (more accelerators than exist).
+    Invalid,
+    /// The peer speaks another protocol version.
+    VersionMismatch,
+    /// A backend could not be reached or refused.
+    Backend,
+    /// The ARM failed (storage).
+    Internal,
+}
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct ArmError {
+    /// The category.
+    pub kind: ArmErrorKind,
+    /// What happened.
+    pub message: String,
+}
+
+impl ArmError {
+    /// Builds an error.
+    pub fn new(kind: ArmErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+}

@@ -1,0 +1,247 @@
+//! `armctl`: the administrator's command line for the resource manager.
+//!
+//! Exit codes: 0 success, 1 other failure, 2 usage, 3 unauthorized, 4 not found, 5 conflict,
+//! 6 invalid request, 7 backend unreachable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, Response};
+use clap::{Parser, Subcommand};
+
+/// Manage the accelerator pool and jobs.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The resource manager's address.
+    #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
+    arm: SocketAddr,
+    /// Its CA certificate.
+    #[arg(long, env = "ARM_CA_CERT", global = true, default_value = ".state/arm-server/ca.pem")]
+    ca: PathBuf,
+    /// Admin client certificate.
+    #[arg(long, env = "ARMCTL_CERT", global = true, default_value = ".state/arm-server/admin.pem")]
+    cert: PathBuf,
+    /// Admin client key.
+    #[arg(long, env = "ARMCTL_KEY", global = true, default_value = ".state/arm-server/admin.key")]
+    key: PathBuf,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Accelerator hosts.
+    #[command(subcommand)]
+    Host(HostCommand),
+    /// Jobs.
+    #[command(subcommand)]
+    Job(JobCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum HostCommand {
+    /// Register a backend: the manager connects, checks its certificate and learns its devices.
+    Add {
+        /// HOST:PORT of the backend.
+        addr: SocketAddr,
+        /// The CA that signed the backend's certificate (its state directory's ca.pem).
+        #[arg(long)]
+        backend_ca: PathBuf,
+        /// Name (default: the address).
+        #[arg(long)]
+        name: Option<String>,
+        /// Name in the backend's certificate (default: the address's IP).
+        #[arg(long)]
+        server_name: Option<String>,
+        /// Labels, k=v.
+        #[arg(long = "label", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+    },
+    /// Every host and accelerator.
+    List,
+    /// Stop new allocations on a host (existing ones stay).
+    Drain {
+        /// The host.
+        name: String,
+        /// Resume allocations instead.
+        #[arg(long)]
+        undo: bool,
+    },
+    /// Remove a host (only when idle, unless --force: revokes and tells the holders).
+    Remove {
+        /// The host.
+        name: String,
+        /// Revoke its allocations.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum JobCommand {
+    /// Queue a job's static request (what a batch system calls before the job starts).
+    Submit {
+        /// Job id.
+        #[arg(long)]
+        job: String,
+        /// Compute nodes, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// Accelerators per node.
+        #[arg(long)]
+        acpn: u32,
+        /// User.
+        #[arg(long, default_value = "nobody")]
+        user: String,
+        /// Walltime, seconds (0: none).
+        #[arg(long, default_value_t = 0)]
+        walltime: u64,
+    },
+    /// End a job and release everything it holds.
+    End {
+        /// Job id.
+        id: String,
+    },
+    /// Every job.
+    List,
+    /// One job.
+    Show {
+        /// Job id.
+        id: String,
+    },
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("`{s}` is not k=v"))
+}
+
+fn request(cli: &Cli) -> anyhow::Result<Request> {
+    Ok(match &cli.command {
+        Command::Host(HostCommand::Add { addr, backend_ca, name, server_name, labels }) => Request::HostAdd {
+            addr: *addr,
+            name: name.clone().unwrap_or_else(|| addr.to_string()),
+            server_name: server_name.clone().unwrap_or_else(|| addr.ip().to_string()),
+            ca_pem: std::fs::read_to_string(backend_ca)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", backend_ca.display()))?,
+            labels: labels.clone(),
+        },
+        Command::Host(HostCommand::List) => Request::HostList,
+        Command::Host(HostCommand::Drain { name, undo }) => Request::HostDrain { name: name.clone(), drain: !undo },
+        Command::Host(HostCommand::Remove { name, force }) => Request::HostRemove { name: name.clone(), force: *force },
+        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime }) => Request::JobSubmit {
+            id: job.clone(),
+            nodes: nodes.clone(),
+            acpn: *acpn,
+            user: user.clone(),
+            walltime_s: *walltime,
+        },
+        Command::Job(JobCommand::End { id }) => Request::JobEnd { id: id.clone() },
+        Command::Job(JobCommand::List) => Request::JobList,
+        Command::Job(JobCommand::Show { id }) => Request::JobShow { id: id.clone() },
+    })
+}
+
+fn print_hosts(hosts: &[HostView]) {
+    println!(
+        "{:<20} {:<22} {:<9} {:<16} {:<10} {:>9} HOLDER",
+        "HOST", "ADDRESS", "STATE", "ACCELERATOR", "STATE", "MEM MiB"
+    );
+    for h in hosts {
+        for a in &h.accelerators {
+            println!(
+                "{:<20} {:<22} {:<9} {:<16} {:<10} {:>9} {}",
+                h.name,
+                h.addr,
+                h.state,
+                a.id,
+                a.state,
+                a.memory >> 20,
+                a.holder.as_deref().unwrap_or("-")
+            );
+        }
+    }
+}
+
+fn print_jobs(jobs: &[JobView]) {
+    println!("{:<16} {:<10} {:<8} {:>4} {:<24} ACCELERATORS", "JOB", "USER", "STATE", "ACPN", "NODES");
+    for j in jobs {
+        let mut accels: Vec<String> = j.static_accelerators.iter().map(|(n, a)| format!("{a}@{n}")).collect();
+        accels.extend(j.dynamic_accelerators.iter().map(|(s, a)| format!("{a}(set {s})")));
+        println!(
+            "{:<16} {:<10} {:<8} {:>4} {:<24} {}",
+            j.id,
+            j.user,
+            j.state,
+            j.acpn,
+            j.nodes.join(","),
+            accels.join(" ")
+        );
+    }
+}
+
+fn print(response: &Response, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(response).unwrap_or_default());
+        return;
+    }
+    match response {
+        Response::Hosts(hosts) => print_hosts(hosts),
+        Response::Host(host) => print_hosts(std::slice::from_ref(host)),
+        Response::Jobs(jobs) => print_jobs(jobs),
+        Response::Job(job) => print_jobs(std::slice::from_ref(job)),
+        Response::Submitted { id, credential } => {
+            println!("job {id} queued");
+            println!("ARM_JOB_ID={id}");
+            println!("ARM_JOB_CREDENTIAL={credential}");
+        }
+        Response::Done => println!("done"),
+        other => println!("{other:?}"),
+    }
+}
+
+fn exit_code(e: &ac_frontend::Error) -> u8 {
+    match e {
+        ac_frontend::Error::Manager { kind, .. } => match kind {
+            ArmErrorKind::Unauthorized => 3,
+            ArmErrorKind::NotFound => 4,
+            ArmErrorKind::Conflict => 5,
+            ArmErrorKind::Invalid => 6,
+            ArmErrorKind::Backend => 7,
+            _ => 1,
+        },
+        _ => 1,
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let request = match request(&cli) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("armctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut options = ArmOptions::new(cli.arm, &cli.ca);
+    if cli.cert.exists() && cli.key.exists() {
+        options.identity = Some((cli.cert.clone(), cli.key.clone()));
+    }
+    let result = async { ArmClient::connect(options).await?.request(request).await }.await;
+    match result {
+        Ok(response) => {
+            print(&response, cli.json);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("armctl: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}

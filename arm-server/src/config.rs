@@ -1,0 +1,54 @@
+//! The resource manager's configuration: a TOML file, overridden by flags and environment.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use ac_proto::transport::Tuning;
+use serde::{Deserialize, Serialize};
+
+use crate::ArmServerError;
+
+/// Everything `arm-server` needs to start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArmConfig {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Certificates, keys and the database.
+    pub state_dir: PathBuf,
+    /// A program silent this long loses its dynamic accelerators (and an ad-hoc job ends),
+    /// milliseconds. Also the grace given to programs to reconnect after a restart.
+    pub lease_ms: u64,
+    /// A backend silent this long is marked down, milliseconds.
+    pub backend_timeout_ms: u64,
+    /// Static allocations outlive their walltime by this much, seconds.
+    pub walltime_grace_s: u64,
+    /// Validity of capabilities for jobs without a walltime, seconds.
+    pub capability_ttl_s: u64,
+    /// Let programs without a batch job create ad-hoc jobs (the embedded default).
+    pub allow_ad_hoc: bool,
+    /// QUIC transport.
+    pub transport: Tuning,
+}
+
+impl Default for ArmConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:7000".parse().expect("addr"),
+            state_dir: PathBuf::from(".state/arm-server"),
+            lease_ms: 10_000,
+            backend_timeout_ms: 3_000,
+            walltime_grace_s: 60,
+            capability_ttl_s: 24 * 3600,
+            allow_ad_hoc: true,
+            transport: Tuning::default(),
+        }
+    }
+}
+
+impl ArmConfig {
+    /// Parses a TOML configuration.
+    pub fn from_toml(text: &str) -> Result<Self, ArmServerError> {
+        toml::from_str(text).map_err(|e| ArmServerError::Config(e.to_string()))
+    }
+}

@@ -1,0 +1,452 @@
+//! The decision core: plain functions over the ARM's state. No I/O, no clock (`now` is an
+//! argument, Unix seconds), deterministic. The server persists what [`Core::take_dirty`] names
+//! and turns revocations into messages; tests drive it directly.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
+
+use crate::model::{DynSet, Holder, Host, Job, JobState, Session};
+use crate::policy::{Fifo, Policy, Pool};
+
+/// A key of the durable store that changed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    /// A host.
+    Host(String),
+    /// A job.
+    Job(String),
+    /// A dynamic set.
+    Set(u64),
+    /// A session.
+    Session(String),
+    /// The id counter.
+    NextId,
+}
+
+/// A capability to revoke on a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revocation {
+    /// The host.
+    pub host: String,
+    /// The capability id.
+    pub capability: u64,
+}
+
+/// The state of the pool.
+#[derive(Debug, Default)]
+pub struct Core {
+    /// Hosts by name.
+    pub hosts: BTreeMap<String, Host>,
+    /// Jobs by id.
+    pub jobs: BTreeMap<String, Job>,
+    /// Dynamic sets by id.
+    pub sets: BTreeMap<u64, DynSet>,
+    /// Sessions by token hash.
+    pub sessions: BTreeMap<String, Session>,
+    /// Next id for jobs' order, sets and capabilities.
+    pub next_id: u64,
+    dirty: BTreeSet<Key>,
+    revocations: Vec<Revocation>,
+}
+
+type Outcome<T> = Result<T, ArmError>;
+
+fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
+    ArmError::new(kind, message)
+}
+
+/// What a session sees of its static allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StaticState {
+    /// Bound: accelerator ids for the session's node, in a stable order.
+    Bound(Vec<String>),
+    /// Queued behind `position` jobs; needs `needed`, `free` are free.
+    Queued {
+        /// Jobs ahead.
+        position: u32,
+        /// Accelerators needed.
+        needed: u32,
+        /// Accelerators free.
+        free: u32,
+    },
+}
+
+impl Core {
+    /// Keys changed since the last call, to persist.
+    pub fn take_dirty(&mut self) -> BTreeSet<Key> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Capabilities to revoke since the last call.
+    pub fn take_revocations(&mut self) -> Vec<Revocation> {
+        std::mem::take(&mut self.revocations)
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.dirty.insert(Key::NextId);
+        self.next_id
+    }
+
+    fn pool(&self) -> Pool<'_> {
+        Pool { hosts: &self.hosts }
+    }
+
+    /// Registers a host with its devices.
+    pub fn add_host(&mut self, host: Host) -> Outcome<()> {
+        if self.hosts.contains_key(&host.name) {
+            return Err(err(ArmErrorKind::Conflict, format!("host `{}` is already registered", host.name)));
+        }
+        if host.name.contains('/') || host.name.is_empty() {
+            return Err(err(ArmErrorKind::Invalid, "host names must be non-empty and contain no `/`"));
+        }
+        self.dirty.insert(Key::Host(host.name.clone()));
+        self.hosts.insert(host.name.clone(), host);
+        Ok(())
+    }
+
+    /// Marks a host up or down (heartbeats). Returns whether it changed.
+    pub fn set_up(&mut self, name: &str, up: bool, now: u64) -> bool {
+        let Some(host) = self.hosts.get_mut(name) else { return false };
+        if host.up == up {
+            return false;
+        }
+        host.up = up;
+        if up {
+            self.schedule(now);
+        }
+        true
+    }
+
+    /// Drains (or resumes) a host.
+    pub fn drain(&mut self, name: &str, drain: bool, now: u64) -> Outcome<()> {
+        let host = self.hosts.get_mut(name).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no host `{name}`")))?;
+        host.draining = drain;
+        self.dirty.insert(Key::Host(name.to_string()));
+        if !drain {
+            self.schedule(now);
+        }
+        Ok(())
+    }
+
+    /// Removes a host: refused while allocated unless `force`, which revokes the allocations.
+    pub fn remove_host(&mut self, name: &str, force: bool) -> Outcome<Host> {
+        let host = self.hosts.get(name).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no host `{name}`")))?;
+        let held: Vec<Holder> = host.devices.iter().filter_map(|d| d.holder.clone()).collect();
+        if !held.is_empty() && !force {
+            return Err(err(
+                ArmErrorKind::Conflict,
+                format!("host `{name}` has {} allocated accelerator(s); drain it, or remove with --force", held.len()),
+            ));
+        }
+        for holder in held {
+            self.revocations.push(Revocation { host: name.to_string(), capability: holder.capability });
+            if let Some(set_id) = holder.set {
+                let prefix = format!("{name}/");
+                if let Some(set) = self.sets.get_mut(&set_id) {
+                    set.accelerators.retain(|a| !a.starts_with(&prefix));
+                    self.dirty.insert(Key::Set(set_id));
+                }
+            }
+        }
+        self.dirty.insert(Key::Host(name.to_string()));
+        Ok(self.hosts.remove(name).expect("checked above"))
+    }
+
+    /// Queues a static request.
+    pub fn submit(&mut self, mut job: Job, now: u64) -> Outcome<()> {
+        if self.jobs.contains_key(&job.id) {
+            return Err(err(ArmErrorKind::Conflict, format!("job `{}` exists", job.id)));
+        }
+        if job.nodes.is_empty() || job.acpn == 0 {
+            return Err(err(ArmErrorKind::Invalid, "a job needs at least one node and acpn >= 1"));
+        }
+        let total: usize = self.hosts.values().map(|h| h.devices.len()).sum();
+        if job.nodes.len() * job.acpn as usize > total {
+            return Err(err(
+                ArmErrorKind::Invalid,
+                format!("job needs {} accelerators, the pool has {total}", job.nodes.len() * job.acpn as usize),
+            ));
+        }
+        job.seq = self.fresh_id();
+        job.state = JobState::Queued;
+        job.submitted = now;
+        self.dirty.insert(Key::Job(job.id.clone()));
+        self.jobs.insert(job.id.clone(), job);
+        self.schedule(now);
+        Ok(())
+    }
+
+    /// Queued jobs in the order the policy serves them.
+    pub fn queue(&self) -> Vec<&Job> {
+        let mut queued: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Queued).collect();
+        queued.sort_by_key(|j| j.seq);
+        queued
+    }
+
+    /// Binds every queued job the policy allows.
+    pub fn schedule(&mut self, now: u64) {
+        loop {
+            let queue = self.queue();
+            let Some((job_id, picked)) = Fifo.next_static(&queue, &self.pool()) else { return };
+            let job = self.jobs.get(&job_id).expect("queued job exists").clone();
+            for (i, accel) in picked.iter().enumerate() {
+                let node = job.nodes[i / job.acpn as usize].clone();
+                let capability = self.fresh_id();
+                self.hold(accel, Holder { job: job.id.clone(), node, set: None, capability });
+            }
+            let job = self.jobs.get_mut(&job_id).expect("queued job exists");
+            job.state = JobState::Running;
+            job.started = Some(now);
+            self.dirty.insert(Key::Job(job_id));
+        }
+    }
+
+    fn device_mut(&mut self, accel: &str) -> Option<&mut crate::model::Device> {
+        let (host, index) = accel.rsplit_once('/')?;
+        let index: u32 = index.parse().ok()?;
+        self.hosts.get_mut(host)?.devices.iter_mut().find(|d| d.index == index)
+    }
+
+    fn hold(&mut self, accel: &str, holder: Holder) {
+        let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
+        if let Some(device) = self.device_mut(accel) {
+            device.holder = Some(holder);
+            self.dirty.insert(Key::Host(host));
+        }
+    }
+
+    fn release(&mut self, accel: &str) {
+        let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
+        if let Some(device) = self.device_mut(accel) {
+            if let Some(holder) = device.holder.take() {
+                self.revocations.push(Revocation { host: host.clone(), capability: holder.capability });
+                self.dirty.insert(Key::Host(host));
+            }
+        }
+    }
+
+    /// Accelerators held by a job: (accelerator id, holder).
+    pub fn held_by(&self, job: &str) -> Vec<(String, Holder)> {
+        let mut out = Vec::new();
+        for host in self.hosts.values() {
+            for device in &host.devices {
+                if let Some(holder) = device.holder.as_ref().filter(|h| h.job == job) {
+                    out.push((host.accelerator_id(device.index), holder.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Ends a job: everything it holds goes back, its sessions end.
+    pub fn end_job(&mut self, id: &str, now: u64) -> Outcome<()> {
+        let job = self.jobs.get_mut(id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
+        job.state = JobState::Ended;
+        self.dirty.insert(Key::Job(id.to_string()));
+        for (accel, _) in self.held_by(id) {
+            self.release(&accel);
+        }
+        let sets: Vec<u64> = self.sets.values().filter(|s| s.job == id).map(|s| s.id).collect();
+        for set in sets {
+            self.sets.remove(&set);
+            self.dirty.insert(Key::Set(set));
+        }
+        let sessions: Vec<String> =
+            self.sessions.values().filter(|s| s.job == id).map(|s| s.token_hash.clone()).collect();
+        for token in sessions {
+            self.sessions.remove(&token);
+            self.dirty.insert(Key::Session(token));
+        }
+        self.schedule(now);
+        Ok(())
+    }
+
+    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked).
+    pub fn open_session(&mut self, token_hash: String, auth: &JobAuth, node: &str, now: u64) -> Outcome<String> {
+        let job_id = match auth {
+            JobAuth::Credential { job, secret } => {
+                let found = self.jobs.get(job).filter(|j| j.state != JobState::Ended && !j.ad_hoc);
+                let Some(found) =
+                    found.filter(|j| crate::keys::constant_time_eq(&j.credential_hash, &crate::keys::hash(secret)))
+                else {
+                    return Err(err(
+                        ArmErrorKind::Unauthorized,
+                        format!("no running job `{job}` with that credential"),
+                    ));
+                };
+                if !found.nodes.iter().any(|n| n == node) {
+                    return Err(err(
+                        ArmErrorKind::Unauthorized,
+                        format!("node `{node}` is not one of job `{job}`'s nodes"),
+                    ));
+                }
+                job.clone()
+            }
+            JobAuth::AdHoc { acpn } => {
+                let id = format!("adhoc-{}", self.next_id + 1);
+                let job = Job {
+                    id: id.clone(),
+                    user: "adhoc".into(),
+                    nodes: vec![node.to_string()],
+                    acpn: *acpn,
+                    walltime_s: 0,
+                    submitted: now,
+                    started: None,
+                    state: JobState::Queued,
+                    credential_hash: String::new(),
+                    seq: 0,
+                    ad_hoc: true,
+                };
+                self.submit(job, now)?;
+                id
+            }
+        };
+        self.sessions.insert(
+            token_hash.clone(),
+            Session { token_hash: token_hash.clone(), job: job_id.clone(), node: node.to_string() },
+        );
+        self.dirty.insert(Key::Session(token_hash));
+        Ok(job_id)
+    }
+
+    /// The session for a token hash.
+    pub fn session(&self, token_hash: &str) -> Outcome<&Session> {
+        self.sessions.get(token_hash).ok_or_else(|| err(ArmErrorKind::Unauthorized, "unknown or expired session"))
+    }
+
+    /// Where a session's static allocation stands.
+    pub fn static_state(&self, token_hash: &str) -> Outcome<StaticState> {
+        let session = self.session(token_hash)?;
+        let job = &self.jobs[&session.job];
+        if job.state == JobState::Queued {
+            let position = self.queue().iter().position(|j| j.id == job.id).unwrap_or(0) as u32;
+            return Ok(StaticState::Queued {
+                position,
+                needed: job.nodes.len() as u32 * job.acpn,
+                free: self.pool().usable_free().len() as u32,
+            });
+        }
+        let bound = self
+            .held_by(&job.id)
+            .into_iter()
+            .filter(|(_, h)| h.set.is_none() && h.node == session.node)
+            .map(|(a, _)| a)
+            .collect();
+        Ok(StaticState::Bound(bound))
+    }
+
+    /// `AC_Get` (and its collective form): grants now or rejects; never queues.
+    pub fn get(&mut self, token_hash: &str, parts: &[(String, u32)], collective: bool) -> Outcome<Option<u64>> {
+        let session = self.session(token_hash)?.clone();
+        let job = self.jobs.get(&session.job).ok_or_else(|| err(ArmErrorKind::NotFound, "job gone"))?;
+        if job.state != JobState::Running {
+            return Err(err(ArmErrorKind::Conflict, "the job's static accelerators are not bound yet"));
+        }
+        for (node, _) in parts {
+            if !job.nodes.contains(node) {
+                return Err(err(ArmErrorKind::Invalid, format!("node `{node}` is not one of the job's nodes")));
+            }
+        }
+        let total: u32 = parts.iter().map(|(_, n)| n).sum();
+        if total == 0 {
+            return Err(err(ArmErrorKind::Invalid, "ask for at least one accelerator"));
+        }
+        let Some(picked) = Fifo.grant_dynamic(&self.queue(), &self.pool(), total) else { return Ok(None) };
+        let set_id = self.fresh_id();
+        let mut picked = picked.into_iter();
+        let mut accelerators = Vec::new();
+        for (node, count) in parts {
+            for accel in picked.by_ref().take(*count as usize) {
+                let capability = self.fresh_id();
+                let holder = Holder { job: session.job.clone(), node: node.clone(), set: Some(set_id), capability };
+                self.hold(&accel, holder);
+                accelerators.push(accel);
+            }
+        }
+        self.sets.insert(
+            set_id,
+            DynSet { id: set_id, job: session.job, session: token_hash.to_string(), accelerators, collective },
+        );
+        self.dirty.insert(Key::Set(set_id));
+        Ok(Some(set_id))
+    }
+
+    /// The accelerators of a set for `node` (all nodes when `None`), with their holders.
+    pub fn set_members(&self, set: u64, node: Option<&str>) -> Vec<(String, Holder)> {
+        let Some(set) = self.sets.get(&set) else { return Vec::new() };
+        self.held_by(&set.job)
+            .into_iter()
+            .filter(|(a, h)| h.set == Some(set.id) && set.accelerators.contains(a) && node.is_none_or(|n| h.node == n))
+            .collect()
+    }
+
+    /// Checks that a session's job owns `set`.
+    pub fn own_set(&self, token_hash: &str, set: u64) -> Outcome<&DynSet> {
+        let session = self.session(token_hash)?;
+        self.sets
+            .get(&set)
+            .filter(|s| s.job == session.job)
+            .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no set {set} in this job")))
+    }
+
+    /// `AC_Free`: releases a set or some of its accelerators.
+    pub fn free(&mut self, token_hash: &str, set: u64, only: Option<&[String]>, now: u64) -> Outcome<()> {
+        let owned = self.own_set(token_hash, set)?.clone();
+        let releasing: Vec<String> = match only {
+            None => owned.accelerators.clone(),
+            Some(_) if owned.collective => {
+                return Err(err(ArmErrorKind::Invalid, "a collective set is released only as a whole"));
+            }
+            Some(ids) => {
+                if let Some(stranger) = ids.iter().find(|id| !owned.accelerators.contains(id)) {
+                    return Err(err(ArmErrorKind::NotFound, format!("`{stranger}` is not in set {set}")));
+                }
+                ids.to_vec()
+            }
+        };
+        for accel in &releasing {
+            self.release(accel);
+        }
+        let set_entry = self.sets.get_mut(&set).expect("owned");
+        set_entry.accelerators.retain(|a| !releasing.contains(a));
+        if set_entry.accelerators.is_empty() {
+            self.sets.remove(&set);
+        }
+        self.dirty.insert(Key::Set(set));
+        self.schedule(now);
+        Ok(())
+    }
+
+    /// `AC_Finalize` (or a lease that ran out): releases the session's dynamic sets, ends an
+    /// ad-hoc job, and forgets the session.
+    pub fn finalize(&mut self, token_hash: &str, now: u64) -> Outcome<()> {
+        let session = self.session(token_hash)?.clone();
+        let sets: Vec<u64> = self.sets.values().filter(|s| s.session == token_hash).map(|s| s.id).collect();
+        for set in sets {
+            self.free(token_hash, set, None, now)?;
+        }
+        self.sessions.remove(token_hash);
+        self.dirty.insert(Key::Session(token_hash.to_string()));
+        if self.jobs.get(&session.job).is_some_and(|j| j.ad_hoc && j.state != JobState::Ended) {
+            self.end_job(&session.job, now)?;
+        }
+        Ok(())
+    }
+
+    /// Ends jobs whose walltime plus `grace` has passed.
+    pub fn expire_walltimes(&mut self, now: u64, grace: u64) -> Vec<String> {
+        let over: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && j.walltime_s > 0)
+            .filter(|j| j.started.is_some_and(|s| s + j.walltime_s + grace <= now))
+            .map(|j| j.id.clone())
+            .collect();
+        for id in &over {
+            let _ = self.end_job(id, now);
+        }
+        over
+    }
+}

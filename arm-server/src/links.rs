@@ -1,0 +1,162 @@
+//! Links to the registered backends: the ARM registers itself (so backends accept only its
+//! capabilities), reads heartbeats to know they are up, and sends revocations. A link that
+//! breaks or goes silent marks the host down and is dialled again until the host returns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ac_frontend::link::{self, ConnectOptions};
+use ac_proto::backend::{register_message, Heartbeat, Hello, Revoke};
+use ac_proto::capability::{unix_now, Signer};
+use ac_proto::frame::frame_bytes;
+use ac_proto::transport::Tuning;
+use tokio::sync::mpsc;
+
+use crate::model::Host;
+
+/// A host went up or down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEvent {
+    /// The host.
+    pub host: String,
+    /// Up (heartbeats arrive) or down.
+    pub up: bool,
+}
+
+struct Handle {
+    revokes: mpsc::UnboundedSender<Revoke>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Every backend link.
+pub struct Links {
+    signer: Arc<Signer>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    timeout: Duration,
+    tuning: Tuning,
+    handles: Mutex<HashMap<String, Handle>>,
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links").field("hosts", &self.handles.lock().expect("links poisoned").len()).finish()
+    }
+}
+
+impl Links {
+    /// Links that report to `events`.
+    pub fn new(
+        signer: Arc<Signer>,
+        events: mpsc::UnboundedSender<LinkEvent>,
+        timeout: Duration,
+        tuning: Tuning,
+    ) -> Self {
+        Self { signer, events, timeout, tuning, handles: Mutex::new(HashMap::new()) }
+    }
+
+    /// Starts (or restarts) the link to `host`.
+    pub fn start(&self, host: &Host) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut options = ConnectOptions::new(host.addr, "");
+        options.server_name = host.server_name.clone();
+        options.ca_pem = Some(host.ca_pem.clone());
+        options.tuning = Tuning { idle_timeout_ms: self.timeout.as_millis() as u64, ..self.tuning.clone() };
+        let task =
+            tokio::spawn(run(host.name.clone(), options, self.signer.clone(), self.events.clone(), self.timeout, rx));
+        if let Some(old) =
+            self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { revokes: tx, task })
+        {
+            old.task.abort();
+        }
+    }
+
+    /// Stops the link to `host` once its pending revocations are delivered.
+    pub fn stop(&self, host: &str) {
+        // Dropping the sender lets the task deliver what is queued, then end.
+        drop(self.handles.lock().expect("links poisoned").remove(host));
+    }
+
+    /// Queues a revocation for `host`; it is sent now, or when the host is back.
+    pub fn revoke(&self, host: &str, capability: u64, expires: u64) {
+        if let Some(handle) = self.handles.lock().expect("links poisoned").get(host) {
+            let _ = handle.revokes.send(Revoke { capability, expires });
+        }
+    }
+}
+
+async fn run(
+    host: String,
+    options: ConnectOptions,
+    signer: Arc<Signer>,
+    events: mpsc::UnboundedSender<LinkEvent>,
+    timeout: Duration,
+    mut revokes: mpsc::UnboundedReceiver<Revoke>,
+) {
+    let mut pending: Vec<Revoke> = Vec::new();
+    let mut warned = false;
+    loop {
+        let time = unix_now();
+        let hello = Hello::Register {
+            public_key: signer.public_key(),
+            host: host.clone(),
+            time,
+            proof: signer.sign(&register_message(&host, time)),
+        };
+        match link::open(&options, link::client_crypto(&options).expect("CA checked at registration"), &hello).await {
+            Ok(mut link) => {
+                warned = false;
+                let _ = events.send(LinkEvent { host: host.clone(), up: true });
+                tracing::info!(host, "backend link up");
+                'serve: loop {
+                    while let Some(revoke) = pending.first().copied() {
+                        if link.send.write_all(&frame_bytes(&revoke).expect("encodes")).await.is_err() {
+                            break 'serve;
+                        }
+                        pending.remove(0);
+                    }
+                    tokio::select! {
+                        beat = tokio::time::timeout(timeout, link.reader.read_frame::<Heartbeat>()) => {
+                            if !matches!(beat, Ok(Ok(Some(_)))) {
+                                break 'serve;
+                            }
+                        }
+                        revoke = revokes.recv() => match revoke {
+                            Some(revoke) => pending.push(revoke),
+                            None => {
+                                // Removed: deliver what is pending, then leave.
+                                for revoke in pending.drain(..) {
+                                    let _ = link.send.write_all(&frame_bytes(&revoke).expect("encodes")).await;
+                                }
+                                let _ = link.send.finish();
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                link.connection.close(0u32.into(), b"host removed");
+                                return;
+                            }
+                        },
+                    }
+                }
+                link.connection.close(0u32.into(), b"link lost");
+                let _ = events.send(LinkEvent { host: host.clone(), up: false });
+                tracing::warn!(host, "backend link down");
+            }
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(host, error = %e, "cannot reach backend");
+                    warned = true;
+                }
+            }
+        }
+        let retry = tokio::time::sleep(Duration::from_millis(300));
+        tokio::pin!(retry);
+        loop {
+            tokio::select! {
+                _ = &mut retry => break,
+                revoke = revokes.recv() => match revoke {
+                    Some(revoke) => pending.push(revoke),
+                    None => return,
+                },
+            }
+        }
+    }
+}

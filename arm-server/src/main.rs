@@ -1,0 +1,78 @@
+//! The `arm-server` daemon.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use arm_server::ArmConfig;
+use clap::Parser;
+
+/// Accelerator Resource Manager: owns the pool, serves AC_Init / AC_Get / AC_Free over QUIC.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// TOML configuration file (flags and environment override it).
+    #[arg(long, env = "ARM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "ARM_LISTEN")]
+    listen: Option<std::net::SocketAddr>,
+    /// Directory for certificates, keys and the database.
+    #[arg(long, env = "ARM_STATE_DIR")]
+    state_dir: Option<PathBuf>,
+    /// Lease of a program's dynamic accelerators, milliseconds.
+    #[arg(long, env = "ARM_LEASE_MS")]
+    lease_ms: Option<u64>,
+    /// A backend silent this long is marked down, milliseconds.
+    #[arg(long, env = "ARM_BACKEND_TIMEOUT_MS")]
+    backend_timeout_ms: Option<u64>,
+    /// Write the bound address to this file once listening.
+    #[arg(long)]
+    addr_file: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => ArmConfig::from_toml(
+            &std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        )?,
+        None => ArmConfig::default(),
+    };
+    if let Some(v) = args.listen {
+        config.listen = v;
+    }
+    if let Some(v) = args.state_dir {
+        config.state_dir = v;
+    }
+    if let Some(v) = args.lease_ms {
+        config.lease_ms = v;
+    }
+    if let Some(v) = args.backend_timeout_ms {
+        config.backend_timeout_ms = v;
+    }
+    let arm = arm_server::start(config).await.context("starting the resource manager")?;
+    let (cert, key) = arm.admin_identity();
+    eprintln!(
+        "arm-server listening on {}; clients trust {}; admin certificate {} (key {})",
+        arm.addr(),
+        arm.ca_cert().display(),
+        cert.display(),
+        key.display()
+    );
+    if let Some(path) = args.addr_file {
+        std::fs::write(&path, format!("{}\n", arm.addr())).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    eprintln!("arm-server shutting down");
+    arm.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! What the resource manager keeps: hosts and their accelerators, jobs, dynamic sets, sessions.
+//! Everything here is stored as is (bincode) in the durable store.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// Who holds an accelerator, and with which capability.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The job.
+    pub job: String,
+    /// The compute node it was granted for.
+    pub node: String,
+    /// The dynamic set, or `None` for a static binding.
+    pub set: Option<u64>,
+    /// The capability issued for it.
+    pub capability: u64,
+}
+
+/// One accelerator of a host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Device {
+    /// Device index on the backend.
+    pub index: u32,
+    /// Device name.
+    pub name: String,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// The holder, if allocated.
+    pub holder: Option<Holder>,
+}
+
+/// A registered backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// Unique name.
+    pub name: String,
+    /// Address.
+    pub addr: SocketAddr,
+    /// Name in its certificate.
+    pub server_name: String,
+    /// Its CA (PEM).
+    pub ca_pem: String,
+    /// Labels.
+    pub labels: Vec<(String, String)>,
+    /// No new allocations.
+    pub draining: bool,
+    /// Heartbeats arrive (runtime state: every host starts down after a restart).
+    #[serde(skip)]
+    pub up: bool,
+    /// Its accelerators.
+    pub devices: Vec<Device>,
+}
+
+impl Host {
+    /// `host/index`.
+    pub fn accelerator_id(&self, index: u32) -> String {
+        format!("{}/{index}", self.name)
+    }
+}
+
+/// Job states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobState {
+    /// Waiting for its static accelerators.
+    Queued,
+    /// Bound.
+    Running,
+    /// Over.
+    Ended,
+}
+
+/// A job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Id.
+    pub id: String,
+    /// User.
+    pub user: String,
+    /// Compute nodes.
+    pub nodes: Vec<String>,
+    /// Accelerators per node.
+    pub acpn: u32,
+    /// Walltime, seconds (0: none).
+    pub walltime_s: u64,
+    /// Unix time of submission.
+    pub submitted: u64,
+    /// Unix time it was bound.
+    pub started: Option<u64>,
+    /// State.
+    pub state: JobState,
+    /// SHA-256 of the credential (hex); empty for ad-hoc jobs, which only their session reaches.
+    pub credential_hash: String,
+    /// Submission order.
+    pub seq: u64,
+    /// Ended with its session (the embedded default, no batch system).
+    pub ad_hoc: bool,
+}
+
+/// A dynamically granted set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DynSet {
+    /// Id.
+    pub id: u64,
+    /// Job.
+    pub job: String,
+    /// The session that got it (its lease).
+    pub session: String,
+    /// Accelerator ids.
+    pub accelerators: Vec<String>,
+    /// Granted collectively for several nodes: released only as a whole.
+    pub collective: bool,
+}
+
+/// A program's session (`AC_Init` .. `AC_Finalize`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Session {
+    /// SHA-256 of the token (hex).
+    pub token_hash: String,
+    /// Job.
+    pub job: String,
+    /// Node.
+    pub node: String,
+}

@@ -1,0 +1,540 @@
+//! The daemon: the QUIC API, leases, and the glue between the core, the store and the backend
+//! links. Every change is committed to the store before the request is answered.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ac_frontend::link::{self, ConnectOptions};
+use ac_proto::arm::{
+    AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Grant, HostView, JobAuth, JobView, Request,
+    Response, SessionState, ALPN, VERSION,
+};
+use ac_proto::backend::{register_message, Hello};
+use ac_proto::capability::{self, unix_now, Signer};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::transport::Tuning;
+use ac_proto::{tls, transport};
+use quinn::{Connection, Endpoint};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::config::ArmConfig;
+use crate::core::{Core, StaticState};
+use crate::keys;
+use crate::links::{LinkEvent, Links};
+use crate::model::{Device, Holder, Host, Job, JobState};
+use crate::store::Store;
+use crate::ArmServerError;
+
+type Answer = Result<Response, ArmError>;
+
+fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
+    ArmError::new(kind, message)
+}
+
+/// Live connections per session, and when a session with none loses its lease.
+#[derive(Debug, Default)]
+struct Leases {
+    live: HashMap<String, usize>,
+    deadline: HashMap<String, Instant>,
+}
+
+/// The resource manager's shared state.
+#[derive(Debug)]
+pub struct Arm {
+    core: Mutex<Core>,
+    store: Store,
+    signer: Arc<Signer>,
+    links: Links,
+    leases: Mutex<Leases>,
+    config: ArmConfig,
+}
+
+/// A resource manager serving in this process.
+#[derive(Debug)]
+pub struct RunningArm {
+    addr: SocketAddr,
+    dir: PathBuf,
+    endpoint: Endpoint,
+    arm: Arc<Arm>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningArm {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The CA clients must trust.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// The admin client certificate and key created on first start.
+    pub fn admin_identity(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("admin.pem"), self.dir.join("admin.key"))
+    }
+
+    /// Free, usable accelerators (for tests and metrics).
+    pub fn free_accelerators(&self) -> usize {
+        let core = self.arm.core.lock().expect("core poisoned");
+        crate::policy::Pool { hosts: &core.hosts }.usable_free().len()
+    }
+
+    /// Stops serving (as a crash would, without touching the store).
+    pub async fn shutdown(self) {
+        self.endpoint.close(0u32.into(), b"resource manager shutting down");
+        for task in &self.tasks {
+            task.abort();
+        }
+        for host in self.arm.core.lock().expect("core poisoned").hosts.keys() {
+            self.arm.links.stop(host);
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+    }
+}
+
+/// Starts the resource manager on the current tokio runtime.
+pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
+    let dir = config.state_dir.clone();
+    let files = tls::ensure_self_signed(&dir, &tls::default_names(), &["admin"])?;
+    let identity = tls::load_identity(&files.cert, &files.key)?;
+    let crypto = tls::server_crypto_with_clients(identity, ALPN, tls::load_roots(&files.ca_cert)?)?;
+    let tuning = Tuning {
+        idle_timeout_ms: config.lease_ms,
+        keep_alive_ms: (config.lease_ms / 4).max(100),
+        ..config.transport.clone()
+    };
+    let endpoint = transport::server_endpoint(config.listen, crypto, &tuning)?;
+    let addr = endpoint.local_addr()?;
+    let store = Store::open(&dir)?;
+    let core = store.load()?;
+    let signer = Arc::new(keys::signer(&dir)?);
+    let (events, event_rx) = mpsc::unbounded_channel();
+    let links =
+        Links::new(signer.clone(), events, Duration::from_millis(config.backend_timeout_ms), config.transport.clone());
+    for host in core.hosts.values() {
+        links.start(host);
+    }
+    let mut leases = Leases::default();
+    let grace = Instant::now() + Duration::from_millis(config.lease_ms);
+    for token in core.sessions.keys() {
+        // After a restart every program gets one lease to come back.
+        leases.deadline.insert(token.clone(), grace);
+    }
+    let arm = Arc::new(Arm { core: Mutex::new(core), store, signer, links, leases: Mutex::new(leases), config });
+    let tasks = vec![
+        tokio::spawn(accept_loop(endpoint.clone(), arm.clone())),
+        tokio::spawn(host_events(arm.clone(), event_rx)),
+        tokio::spawn(expire_loop(arm.clone())),
+    ];
+    tracing::info!(%addr, "resource manager listening");
+    Ok(RunningArm { addr, dir, endpoint, arm, tasks })
+}
+
+async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let arm = arm.clone();
+        tokio::spawn(async move {
+            if let Ok(conn) = incoming.await {
+                let span = tracing::info_span!("client", peer = %conn.remote_address());
+                serve_connection(arm, conn).instrument(span).await;
+            }
+        });
+    }
+}
+
+async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEvent>) {
+    while let Some(event) = events.recv().await {
+        let _ = arm.mutate(|core, now| {
+            core.set_up(&event.host, event.up, now);
+            Ok(())
+        });
+    }
+}
+
+async fn expire_loop(arm: Arc<Arm>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        let expired: Vec<String> = {
+            let mut leases = arm.leases.lock().expect("leases poisoned");
+            let now = Instant::now();
+            let gone: Vec<String> =
+                leases.deadline.iter().filter(|(_, d)| **d <= now).map(|(t, _)| t.clone()).collect();
+            for token in &gone {
+                leases.deadline.remove(token);
+            }
+            gone
+        };
+        for token in expired {
+            tracing::info!("a program's lease ran out: releasing its dynamic accelerators");
+            let _ = arm.mutate(|core, now| core.finalize(&token, now));
+        }
+        let grace = arm.config.walltime_grace_s;
+        let _ = arm.mutate(|core, now| {
+            for job in core.expire_walltimes(now, grace) {
+                tracing::info!(job, "walltime passed: job ended");
+            }
+            Ok(())
+        });
+    }
+}
+
+async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
+    let admin = conn.peer_identity().is_some();
+    let tokens: Arc<Mutex<HashSet<String>>> = Arc::default();
+    while let Ok((mut send, recv)) = conn.accept_bi().await {
+        let (arm, tokens, conn) = (arm.clone(), tokens.clone(), conn.clone());
+        tokio::spawn(async move {
+            let request: ArmRequest = match FrameReader::new(recv).expect_frame().await {
+                Ok(request) => request,
+                Err(e) => {
+                    conn.close(2u32.into(), format!("malformed request: {e}").as_bytes());
+                    return;
+                }
+            };
+            let answer = if request.version != VERSION {
+                Err(err(
+                    ArmErrorKind::VersionMismatch,
+                    format!(
+                        "protocol version mismatch: the resource manager speaks {VERSION}, the client {}",
+                        request.version
+                    ),
+                ))
+            } else {
+                let span = tracing::debug_span!("request", admin);
+                arm.handle(request.request, admin, &tokens).instrument(span).await
+            };
+            let reply = match answer {
+                Ok(response) => ArmResponse::Ok(response),
+                Err(e) => ArmResponse::Err(e),
+            };
+            if let Ok(frame) = frame_bytes(&reply) {
+                let _ = send.write_all(&frame).await;
+                let _ = send.finish();
+            }
+        });
+    }
+    // The connection is gone: its sessions' leases start running.
+    let deadline = Instant::now() + Duration::from_millis(arm.config.lease_ms);
+    let mut leases = arm.leases.lock().expect("leases poisoned");
+    for token in tokens.lock().expect("tokens poisoned").drain() {
+        let live = leases.live.entry(token.clone()).or_default();
+        *live = live.saturating_sub(1);
+        if *live == 0 {
+            leases.live.remove(&token);
+            leases.deadline.insert(token, deadline);
+        }
+    }
+}
+
+impl Arm {
+    /// Runs a change on the core, commits what it touched, then sends its revocations.
+    fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
+        let now = unix_now();
+        let (result, revocations) = {
+            let mut core = self.core.lock().expect("core poisoned");
+            let result = change(&mut core, now);
+            let dirty = core.take_dirty();
+            self.store.commit(&core, &dirty).map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?;
+            (result, core.take_revocations())
+        };
+        let expires = now + self.config.capability_ttl_s + 86_400;
+        for revocation in revocations {
+            self.links.revoke(&revocation.host, revocation.capability, expires);
+        }
+        result
+    }
+
+    /// Ties a session to a connection: its lease runs only while none is connected.
+    fn attach(&self, token_hash: &str, tokens: &Mutex<HashSet<String>>) {
+        if tokens.lock().expect("tokens poisoned").insert(token_hash.to_string()) {
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            *leases.live.entry(token_hash.to_string()).or_default() += 1;
+            leases.deadline.remove(token_hash);
+        }
+    }
+
+    fn grant(&self, core: &Core, accel: &str, holder: &Holder, now: u64) -> Grant {
+        let (host_name, index) = accel.rsplit_once('/').expect("accelerator ids are host/index");
+        let host = &core.hosts[host_name];
+        let job = core.jobs.get(&holder.job);
+        let ttl_end = now + self.config.capability_ttl_s;
+        let expires = match job {
+            Some(j) if j.walltime_s > 0 => {
+                (j.started.unwrap_or(now) + j.walltime_s + self.config.walltime_grace_s).min(ttl_end)
+            }
+            _ => ttl_end,
+        };
+        let grant = capability::Grant {
+            id: holder.capability,
+            job: holder.job.clone(),
+            host: host_name.to_string(),
+            device: index.parse().unwrap_or(0),
+            expires,
+        };
+        Grant {
+            id: accel.to_string(),
+            node: holder.node.clone(),
+            addr: host.addr,
+            server_name: host.server_name.clone(),
+            ca_pem: host.ca_pem.clone(),
+            capability: self.signer.issue(&grant),
+        }
+    }
+
+    fn session_answer(&self, token: String, token_hash: &str) -> Answer {
+        let core = self.core.lock().expect("core poisoned");
+        let job = core.session(token_hash)?.job.clone();
+        let state = match core.static_state(token_hash)? {
+            StaticState::Queued { position, needed, free } => SessionState::Queued { position, needed, free },
+            StaticState::Bound(ids) => {
+                let now = unix_now();
+                let held = core.held_by(&job);
+                let grants = ids
+                    .iter()
+                    .filter_map(|id| held.iter().find(|(a, _)| a == id).map(|(a, h)| self.grant(&core, a, h, now)))
+                    .collect();
+                SessionState::Bound(grants)
+            }
+        };
+        Ok(Response::Session { token, job, state })
+    }
+
+    fn granted(&self, set: u64, node: Option<&str>) -> Answer {
+        let core = self.core.lock().expect("core poisoned");
+        let now = unix_now();
+        let grants = core.set_members(set, node).iter().map(|(a, h)| self.grant(&core, a, h, now)).collect();
+        Ok(Response::Granted { set, grants })
+    }
+
+    async fn handle(&self, request: Request, admin: bool, tokens: &Mutex<HashSet<String>>) -> Answer {
+        let needs_admin = matches!(
+            request,
+            Request::HostAdd { .. }
+                | Request::HostList
+                | Request::HostDrain { .. }
+                | Request::HostRemove { .. }
+                | Request::JobSubmit { .. }
+                | Request::JobEnd { .. }
+                | Request::JobList
+                | Request::JobShow { .. }
+        );
+        if needs_admin && !admin {
+            return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
+        }
+        match request {
+            Request::Init { auth, node } => {
+                if matches!(auth, JobAuth::AdHoc { .. }) && !self.config.allow_ad_hoc {
+                    return Err(err(ArmErrorKind::Unauthorized, "ad-hoc jobs are disabled: run inside a batch job"));
+                }
+                let token = keys::random_secret();
+                let token_hash = keys::hash(&token);
+                self.mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now))?;
+                self.attach(&token_hash, tokens);
+                self.session_answer(token, &token_hash)
+            }
+            Request::Poll { token } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                self.session_answer(token, &token_hash)
+            }
+            Request::Get { token, count } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let node = self.core.lock().expect("core poisoned").session(&token_hash)?.node.clone();
+                match self.mutate(|core, _| core.get(&token_hash, &[(node.clone(), count)], false))? {
+                    Some(set) => self.granted(set, Some(&node)),
+                    None => Ok(self.rejection(count)),
+                }
+            }
+            Request::CollectiveGet { token, parts } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let total = parts.iter().map(|(_, n)| n).sum();
+                match self.mutate(|core, _| core.get(&token_hash, &parts, true))? {
+                    Some(set) => self.granted(set, None),
+                    None => Ok(self.rejection(total)),
+                }
+            }
+            Request::JoinSet { token, set } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let node = {
+                    let core = self.core.lock().expect("core poisoned");
+                    core.own_set(&token_hash, set)?;
+                    core.session(&token_hash)?.node.clone()
+                };
+                self.granted(set, Some(&node))
+            }
+            Request::Free { token, set, accelerators } => {
+                let token_hash = keys::hash(&token);
+                self.mutate(|core, now| core.free(&token_hash, set, accelerators.as_deref(), now))?;
+                Ok(Response::Done)
+            }
+            Request::Finalize { token } => {
+                let token_hash = keys::hash(&token);
+                self.mutate(|core, now| core.finalize(&token_hash, now))?;
+                self.leases.lock().expect("leases poisoned").deadline.remove(&token_hash);
+                Ok(Response::Done)
+            }
+            Request::HostAdd { addr, name, server_name, ca_pem, labels } => {
+                let host = self.probe(addr, name, server_name, ca_pem, labels).await?;
+                self.mutate(|core, now| {
+                    core.add_host(host.clone())?;
+                    core.set_up(&host.name, true, now);
+                    Ok(())
+                })?;
+                self.links.start(&host);
+                let core = self.core.lock().expect("core poisoned");
+                Ok(Response::Host(host_view(&core.hosts[&host.name])))
+            }
+            Request::HostList => {
+                let core = self.core.lock().expect("core poisoned");
+                Ok(Response::Hosts(core.hosts.values().map(host_view).collect()))
+            }
+            Request::HostDrain { name, drain } => {
+                self.mutate(|core, now| core.drain(&name, drain, now))?;
+                Ok(Response::Done)
+            }
+            Request::HostRemove { name, force } => {
+                self.mutate(|core, _| core.remove_host(&name, force))?;
+                self.links.stop(&name);
+                Ok(Response::Done)
+            }
+            Request::JobSubmit { id, nodes, acpn, user, walltime_s } => {
+                let credential = keys::random_secret();
+                let job = Job {
+                    id: id.clone(),
+                    user,
+                    nodes,
+                    acpn,
+                    walltime_s,
+                    submitted: 0,
+                    started: None,
+                    state: JobState::Queued,
+                    credential_hash: keys::hash(&credential),
+                    seq: 0,
+                    ad_hoc: false,
+                };
+                self.mutate(|core, now| core.submit(job, now))?;
+                Ok(Response::Submitted { id, credential })
+            }
+            Request::JobEnd { id } => {
+                self.mutate(|core, now| core.end_job(&id, now))?;
+                Ok(Response::Done)
+            }
+            Request::JobList => {
+                let core = self.core.lock().expect("core poisoned");
+                Ok(Response::Jobs(core.jobs.values().map(|j| job_view(&core, j)).collect()))
+            }
+            Request::JobShow { id } => {
+                let core = self.core.lock().expect("core poisoned");
+                let job = core.jobs.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
+                Ok(Response::Job(job_view(&core, job)))
+            }
+        }
+    }
+
+    fn rejection(&self, count: u32) -> Response {
+        let free = self.core.lock().expect("core poisoned");
+        let free = crate::policy::Pool { hosts: &free.hosts }.usable_free().len();
+        Response::Rejected { reason: format!("{count} accelerator(s) asked, {free} free") }
+    }
+
+    /// Connects to a backend, registers this manager with it and learns its device.
+    async fn probe(
+        &self,
+        addr: SocketAddr,
+        name: String,
+        server_name: String,
+        ca_pem: String,
+        labels: Vec<(String, String)>,
+    ) -> Result<Host, ArmError> {
+        let backend = |e: ac_frontend::Error| err(ArmErrorKind::Backend, format!("backend {addr}: {e}"));
+        let mut options = ConnectOptions::new(addr, "");
+        options.server_name = server_name.clone();
+        options.ca_pem = Some(ca_pem.clone());
+        let crypto = link::client_crypto(&options).map_err(backend)?;
+        let time = unix_now();
+        let hello = Hello::Register {
+            public_key: self.signer.public_key(),
+            host: name.clone(),
+            time,
+            proof: self.signer.sign(&register_message(&name, time)),
+        };
+        let probe = tokio::time::timeout(Duration::from_secs(5), link::open(&options, crypto, &hello))
+            .await
+            .map_err(|_| err(ArmErrorKind::Backend, format!("backend {addr} did not answer in 5 s")))?
+            .map_err(backend)?;
+        let ac_proto::backend::Response::Welcome { info, .. } = &probe.welcome else {
+            return Err(err(ArmErrorKind::Backend, "backend sent no welcome"));
+        };
+        let device = Device { index: 0, name: info.name.clone(), memory: info.memory_total, holder: None };
+        probe.connection.close(0u32.into(), b"probe done");
+        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices: vec![device] })
+    }
+}
+
+fn host_view(host: &Host) -> HostView {
+    let state = if !host.up {
+        "down"
+    } else if host.draining {
+        "draining"
+    } else {
+        "up"
+    };
+    HostView {
+        name: host.name.clone(),
+        addr: host.addr,
+        state: state.into(),
+        labels: host.labels.clone(),
+        accelerators: host
+            .devices
+            .iter()
+            .map(|d| AcceleratorView {
+                id: host.accelerator_id(d.index),
+                device: d.name.clone(),
+                memory: d.memory,
+                state: match (&d.holder, host.up, host.draining) {
+                    (_, false, _) => "down",
+                    (Some(_), _, _) => "allocated",
+                    (None, _, true) => "draining",
+                    (None, _, false) => "free",
+                }
+                .into(),
+                holder: d.holder.as_ref().map(|h| h.job.clone()),
+            })
+            .collect(),
+    }
+}
+
+fn job_view(core: &Core, job: &Job) -> JobView {
+    let held = core.held_by(&job.id);
+    JobView {
+        id: job.id.clone(),
+        user: job.user.clone(),
+        nodes: job.nodes.clone(),
+        acpn: job.acpn,
+        state: match job.state {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Ended => "ended",
+        }
+        .into(),
+        submitted: job.submitted,
+        walltime_s: job.walltime_s,
+        static_accelerators: held
+            .iter()
+            .filter(|(_, h)| h.set.is_none())
+            .map(|(a, h)| (h.node.clone(), a.clone()))
+            .collect(),
+        dynamic_accelerators: held.iter().filter_map(|(a, h)| h.set.map(|s| (s, a.clone()))).collect(),
+    }
+}

@@ -1,0 +1,119 @@
+//! The durable store (redb): one table per entity, values encoded with the protocol codec.
+//! [`Store::commit`] writes the entities a change touched in one transaction, and returns only
+//! once it is durable: the server answers after that.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::core::{Core, Key};
+use crate::ArmServerError;
+
+const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
+const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
+const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+fn store_err(e: impl std::fmt::Display) -> ArmServerError {
+    ArmServerError::Store(e.to_string())
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ArmServerError> {
+    let mut out = Vec::new();
+    ac_proto::codec::encode_into(value, &mut out)?;
+    Ok(out)
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ArmServerError> {
+    Ok(ac_proto::codec::decode(bytes)?)
+}
+
+/// The database file.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (or creates) the database in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, ArmServerError> {
+        std::fs::create_dir_all(dir)?;
+        let db = Database::create(dir.join("arm.redb")).map_err(store_err)?;
+        let txn = db.begin_write().map_err(store_err)?;
+        {
+            txn.open_table(HOSTS).map_err(store_err)?;
+            txn.open_table(JOBS).map_err(store_err)?;
+            txn.open_table(SETS).map_err(store_err)?;
+            txn.open_table(SESSIONS).map_err(store_err)?;
+            txn.open_table(META).map_err(store_err)?;
+        }
+        txn.commit().map_err(store_err)?;
+        Ok(Self { db })
+    }
+
+    /// Reads everything back.
+    pub fn load(&self) -> Result<Core, ArmServerError> {
+        let txn = self.db.begin_read().map_err(store_err)?;
+        let mut core = Core::default();
+        for row in txn.open_table(HOSTS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.hosts.insert(k.value().to_string(), decode(v.value())?);
+        }
+        for row in txn.open_table(JOBS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.jobs.insert(k.value().to_string(), decode(v.value())?);
+        }
+        for row in txn.open_table(SETS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.sets.insert(k.value(), decode(v.value())?);
+        }
+        for row in txn.open_table(SESSIONS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.sessions.insert(k.value().to_string(), decode(v.value())?);
+        }
+        core.next_id =
+            txn.open_table(META).map_err(store_err)?.get("next_id").map_err(store_err)?.map_or(0, |v| v.value());
+        Ok(core)
+    }
+
+    /// Writes the current value of every key in `dirty` (or deletes it), durably.
+    pub fn commit(&self, core: &Core, dirty: &BTreeSet<Key>) -> Result<(), ArmServerError> {
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(store_err)?;
+        {
+            let mut hosts = txn.open_table(HOSTS).map_err(store_err)?;
+            let mut jobs = txn.open_table(JOBS).map_err(store_err)?;
+            let mut sets = txn.open_table(SETS).map_err(store_err)?;
+            let mut sessions = txn.open_table(SESSIONS).map_err(store_err)?;
+            let mut meta = txn.open_table(META).map_err(store_err)?;
+            for key in dirty {
+                match key {
+                    Key::Host(k) => match core.hosts.get(k) {
+                        Some(v) => hosts.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
+                        None => hosts.remove(k.as_str()).map(drop),
+                    },
+                    Key::Job(k) => match core.jobs.get(k) {
+                        Some(v) => jobs.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
+                        None => jobs.remove(k.as_str()).map(drop),
+                    },
+                    Key::Set(k) => match core.sets.get(k) {
+                        Some(v) => sets.insert(*k, encode(v)?.as_slice()).map(drop),
+                        None => sets.remove(*k).map(drop),
+                    },
+                    Key::Session(k) => match core.sessions.get(k) {
+                        Some(v) => sessions.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
+                        None => sessions.remove(k.as_str()).map(drop),
+                    },
+                    Key::NextId => meta.insert("next_id", core.next_id).map(drop),
+                }
+                .map_err(store_err)?;
+            }
+        }
+        txn.commit().map_err(store_err)
+    }
+}
