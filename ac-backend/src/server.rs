@@ -251,10 +251,12 @@ async fn serve_session(
     let result = control::serve(session.clone(), reader, replies, budget).await;
     bulk.abort();
     shared.registry.remove(session.id);
-    session.close();
     match result {
-        Ok(()) => conn.close(close::NORMAL.into(), b"session ended"),
-        Err(closing) => refuse(&conn, closing.code, &closing.reason),
+        Ok(()) => session.close(),
+        Err(closing) => {
+            tracing::info!(code = closing.code, reason = %closing.reason, "closing connection");
+            session.close_with(closing.code, &closing.reason);
+        }
     }
     tracing::info!(session = session.id.0, "session closed");
 }
