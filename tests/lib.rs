@@ -228,3 +228,61 @@ pub async fn computes(acc: &Accelerator) -> Result<(), ac_frontend::Error> {
     assert_eq!(y.to_vec().await?, vec![3.0, 5.0, 7.0]);
     Ok(())
 }
+
+/// A binary of the workspace, built next to the test executables.
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    let deps = std::env::current_exe().expect("test executable");
+    let path = deps.parent().and_then(|d| d.parent()).expect("target dir").join(name);
+    assert!(path.exists(), "{} is not built (cargo build --workspace)", path.display());
+    path
+}
+
+/// An `arm-server` process.
+#[derive(Debug)]
+pub struct ArmProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its address.
+    pub addr: std::net::SocketAddr,
+}
+
+impl ArmProcess {
+    /// Starts `arm-server` on `listen` with its state in `dir`.
+    pub fn start(dir: &std::path::Path, listen: &str) -> Self {
+        let addr_file = dir.join(format!("addr-{}", std::process::id()));
+        let _ = std::fs::remove_file(&addr_file);
+        let child = std::process::Command::new(workspace_binary("arm-server"))
+            .args(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"])
+            .arg("--state-dir")
+            .arg(dir)
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("arm-server starts");
+        let start = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&addr_file) {
+                if let Ok(addr) = text.trim().parse() {
+                    return Self { child, addr };
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "arm-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for ArmProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -13,6 +13,9 @@ use tokio::sync::Mutex;
 
 use crate::{Error, Result};
 
+/// How long one request may take before the connection is considered dead.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// How to reach the resource manager.
 #[derive(Debug, Clone)]
 pub struct ArmOptions {
@@ -93,14 +96,32 @@ impl ArmClient {
     }
 
     /// Sends a request and returns the answer; a refusal becomes [`Error::Manager`].
+    ///
+    /// When the connection turns out dead (the manager restarted: a new process cannot even
+    /// reset the old connection), the request is sent once more on a fresh connection. A grant
+    /// made by a manager that died before answering is released with the session's lease.
     pub async fn request(&self, request: Request) -> Result<Response> {
+        match self.try_request(&request).await {
+            Err(Error::Disconnected(_)) => {
+                if let Some((_, conn)) = self.link.lock().await.take() {
+                    conn.close(0u32.into(), b"no answer");
+                }
+                self.try_request(&request).await
+            }
+            other => other,
+        }
+    }
+
+    async fn try_request(&self, request: &Request) -> Result<Response> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(request)).await.unwrap_or_else(|_| {
+            Err(Error::Disconnected(format!("no answer from the resource manager in {REQUEST_TIMEOUT:?}")))
+        })
+    }
+
+    async fn exchange(&self, request: &Request) -> Result<Response> {
         let conn = self.connection().await?;
-        let (mut send, recv) = match conn.open_bi().await {
-            Ok(streams) => streams,
-            // Closed between the check and now: one fresh connection, then give up.
-            Err(_) => self.connection().await?.open_bi().await?,
-        };
-        let frame = frame_bytes(&ArmRequest { version: VERSION, request })?;
+        let (mut send, recv) = conn.open_bi().await?;
+        let frame = frame_bytes(&ArmRequest { version: VERSION, request: request.clone() })?;
         send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, &conn))?;
         let _ = send.finish();
         let answer: ArmResponse = FrameReader::new(recv).expect_frame().await?;
