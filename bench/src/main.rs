@@ -5,6 +5,7 @@
 //!
 //! Run: `cargo build --release && ./target/release/ac-bench` (`--quick` for a short smoke run).
 
+mod arm;
 mod copies;
 mod latency;
 mod memory;
@@ -23,7 +24,7 @@ struct Args {
     /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
     #[arg(long)]
     current_thread: bool,
-    /// Only these sections (copies, tuning, latency, launches, memory); all when empty.
+    /// Only these sections (copies, tuning, latency, launches, memory, arm); all when empty.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     #[command(subcommand)]
@@ -65,6 +66,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("memory") {
         rt.block_on(memory::peak(args.quick))?;
+    }
+    if wants("arm") {
+        rt.block_on(arm::latencies(args.quick))?;
     }
     Ok(())
 }
