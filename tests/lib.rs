@@ -128,6 +128,7 @@ pub fn arm_config(dir: &std::path::Path) -> arm_server::ArmConfig {
         state_dir: dir.to_path_buf(),
         lease_ms: 1_000,
         backend_timeout_ms: 1_000,
+        walltime_grace_s: 0,
         ..arm_server::ArmConfig::default()
     }
 }

@@ -231,3 +231,73 @@ async fn the_embedded_default_creates_an_ad_hoc_job_that_ends_with_the_session()
     assert_eq!(c.job(&job).await.state, "ended");
     assert_eq!(c.arm.free_accelerators(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_removal_revokes_and_tells_the_holder() {
+    let c = TestCluster::start(2).await;
+    let cred = c.submit("j", &["n1"], 1).await;
+    let session = Session::init(c.session_options("j", &cred, "n1")).await.unwrap();
+    let held = session.accelerators()[0].id.clone();
+    let host = held.split('/').next().unwrap().to_string();
+    c.admin().await.request(Request::HostRemove { name: host.clone(), force: true }).await.unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), computes(&session.accelerators()[0].acc))
+        .await
+        .expect("no hang")
+        .unwrap_err();
+    assert!(err.to_string().contains("revoked"), "{err}");
+    assert!(c.hosts().await.iter().all(|h| h.name != host));
+    assert!(c.job("j").await.static_accelerators.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_allocations_end_with_the_walltime() {
+    let c = TestCluster::start(1).await;
+    let request =
+        Request::JobSubmit { id: "short".into(), nodes: vec!["n1".into()], acpn: 1, user: "u".into(), walltime_s: 1 };
+    c.admin().await.request(request).await.unwrap();
+    assert_eq!(c.job("short").await.state, "running");
+    let mut ended = false;
+    for _ in 0..40 {
+        if c.job("short").await.state == "ended" {
+            ended = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ended, "the job outlived its walltime");
+    assert_eq!(c.arm.free_accelerators(), 1);
+}
+
+async fn host_state(c: &TestCluster, name: &str, want: &str) -> bool {
+    for _ in 0..60 {
+        if c.hosts().await.iter().any(|h| h.name == name && h.state == want) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_returns_is_marked_up_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_path_buf();
+    let mut c = TestCluster::start(0).await;
+    let first = ac_tests::TestBackend::start_with(|cfg| cfg.state_dir = state.clone()).await;
+    let addr = first.backend.addr();
+    c.backends.push(first);
+    c.add_host(0).await;
+    assert!(host_state(&c, "h0", "up").await);
+    c.backends.pop().unwrap().backend.shutdown().await;
+    assert!(host_state(&c, "h0", "down").await, "not marked down");
+    let again = ac_tests::TestBackend::start_with(|cfg| {
+        cfg.state_dir = state.clone();
+        cfg.listen = addr;
+    })
+    .await;
+    assert!(host_state(&c, "h0", "up").await, "not marked up again");
+    let cred = c.submit("j", &["n1"], 1).await;
+    let session = Session::init(c.session_options("j", &cred, "n1")).await.unwrap();
+    computes(&session.accelerators()[0].acc).await.unwrap();
+    drop(again);
+}
