@@ -249,6 +249,7 @@ pub struct ArmProcess {
 
 impl ArmProcess {
     /// Starts `arm-server` on `listen` with its state in `dir`.
+    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
         let addr_file = dir.join(format!("addr-{}", std::process::id()));
         let _ = std::fs::remove_file(&addr_file);
