@@ -77,7 +77,8 @@ impl TestBackend {
     pub async fn raw_connection(&self) -> quinn::Connection {
         let roots = tls::load_roots(self.backend.ca_cert()).expect("CA");
         let crypto = Arc::new(tls::client_crypto(roots, ALPN).expect("client TLS"));
-        let endpoint = transport::client_endpoint(self.backend.addr(), crypto, &quick_tuning()).expect("endpoint");
+        let endpoint =
+            transport::client_endpoint(self.backend.addr(), Some(crypto), &quick_tuning()).expect("endpoint");
         endpoint.connect(self.backend.addr(), "127.0.0.1").expect("connect").await.expect("handshake")
     }
 

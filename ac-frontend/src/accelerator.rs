@@ -164,7 +164,8 @@ impl Accelerator {
     /// Connects to a backend, opens a session and attaches the striping connections.
     pub async fn connect(options: &ConnectOptions) -> Result<Self> {
         let crypto = link::client_crypto(options)?;
-        let link = link::open(options, crypto.clone(), &Hello::Open { capability: options.capability.clone() }).await?;
+        let hello = Hello::Open { capability: options.capability.clone() };
+        let link = link::open_on(options, crypto.clone(), &hello, options.endpoint.as_ref()).await?;
         let Response::Welcome { session, token, info } = link.welcome.clone() else {
             unreachable!("link::open returns only welcomes")
         };

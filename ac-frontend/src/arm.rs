@@ -86,7 +86,7 @@ impl ArmClient {
         if let Some((_, conn)) = link.as_ref().filter(|(_, c)| c.close_reason().is_none()) {
             return Ok(conn.clone());
         }
-        let endpoint = transport::client_endpoint(self.options.addr, self.crypto.clone(), &self.options.tuning)?;
+        let endpoint = transport::client_endpoint(self.options.addr, Some(self.crypto.clone()), &self.options.tuning)?;
         let conn = endpoint
             .connect(self.options.addr, &self.options.server_name)
             .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?

@@ -33,6 +33,11 @@ pub struct ConnectOptions {
     pub tuning: Tuning,
     /// Connections over which large copies are striped (1 = no striping).
     pub stripes: usize,
+    /// A client endpoint to reuse for the first connection. Creating one (a socket, its
+    /// buffers, a driver task) costs about as much as a handshake's crypto, so a session that
+    /// connects to many accelerators shares one. Striping connections always get their own, so
+    /// that each can use another core.
+    pub endpoint: Option<Endpoint>,
 }
 
 impl ConnectOptions {
@@ -46,6 +51,7 @@ impl ConnectOptions {
             capability: Vec::new(),
             tuning: Tuning::default(),
             stripes: 2,
+            endpoint: None,
         }
     }
 
@@ -95,9 +101,24 @@ pub async fn open(
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     hello: &Hello,
 ) -> Result<Link> {
-    let endpoint = transport::client_endpoint(options.addr, crypto, &options.tuning)?;
+    open_on(options, crypto, hello, None).await
+}
+
+/// [`open`], on `endpoint` when given (else on a new one).
+pub async fn open_on(
+    options: &ConnectOptions,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    hello: &Hello,
+    endpoint: Option<&Endpoint>,
+) -> Result<Link> {
+    let endpoint = match endpoint {
+        Some(shared) => shared.clone(),
+        None => transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning)?,
+    };
+    let mut client = quinn::ClientConfig::new(crypto);
+    client.transport_config(Arc::new(options.tuning.transport_config()));
     let connection = endpoint
-        .connect(options.addr, &options.server_name)
+        .connect_with(client, options.addr, &options.server_name)
         .map_err(|e| Error::Setup(format!("cannot connect to {}: {e}", options.addr)))?
         .await?;
     let (mut send, recv) = connection.open_bi().await?;

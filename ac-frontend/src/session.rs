@@ -5,8 +5,10 @@
 use std::time::{Duration, Instant};
 
 use ac_proto::arm::{Grant, JobAuth, Request, Response, SessionState};
+use ac_proto::transport;
 use ac_proto::transport::Tuning;
 use futures_util::future::try_join_all;
+use quinn::Endpoint;
 
 use crate::arm::{ArmClient, ArmOptions};
 use crate::{Accelerator, ConnectOptions, Error, Result};
@@ -84,10 +86,12 @@ pub struct Session {
     node: String,
     stripes: usize,
     tuning: Tuning,
+    endpoint: Endpoint,
     handles: Vec<Handle>,
 }
 
-async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning) -> Result<Vec<Handle>> {
+/// Connects to granted accelerators in parallel, over the session's shared endpoint.
+async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning, endpoint: &Endpoint) -> Result<Vec<Handle>> {
     try_join_all(grants.iter().map(|g| async move {
         let mut options = ConnectOptions::new(g.addr, "");
         options.server_name = g.server_name.clone();
@@ -95,6 +99,9 @@ async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning) -> Re
         options.capability = g.capability.clone();
         options.stripes = stripes;
         options.tuning = tuning.clone();
+        // The shared endpoint's socket speaks one address family.
+        let same_family = endpoint.local_addr().is_ok_and(|local| local.is_ipv6() == g.addr.is_ipv6());
+        options.endpoint = same_family.then(|| endpoint.clone());
         Ok::<_, Error>(Handle { id: g.id.clone(), acc: Accelerator::connect(&options).await? })
     }))
     .await
@@ -106,7 +113,11 @@ impl Session {
     #[doc(alias = "AC_Init")]
     pub async fn init(options: SessionOptions) -> Result<Self> {
         let start = Instant::now();
-        let client = ArmClient::connect(options.arm.clone()).await?;
+        // Made while the manager's handshake runs, and shared by every accelerator's connection.
+        let endpoint_for = |addr| transport::client_endpoint(addr, None, &options.arm.tuning);
+        let (client, endpoint) =
+            tokio::join!(ArmClient::connect(options.arm.clone()), async { endpoint_for(options.arm.addr) });
+        let (client, endpoint) = (client?, endpoint?);
         let mut response =
             client.request(Request::Init { auth: options.job.clone(), node: options.node.clone() }).await?;
         let mut last_report = None;
@@ -116,7 +127,7 @@ impl Session {
             };
             match state {
                 SessionState::Bound(grants) => {
-                    let handles = connect_grants(&grants, options.stripes, &options.arm.tuning).await?;
+                    let handles = connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint).await?;
                     return Ok(Self {
                         client,
                         token,
@@ -124,6 +135,7 @@ impl Session {
                         node: options.node,
                         stripes: options.stripes,
                         tuning: options.arm.tuning,
+                        endpoint,
                         handles,
                     });
                 }
@@ -165,7 +177,7 @@ impl Session {
         match response {
             Response::Granted { set, grants } => {
                 let mine: Vec<Grant> = grants.into_iter().filter(|g| !node_only || g.node == self.node).collect();
-                let handles = connect_grants(&mine, self.stripes, &self.tuning).await?;
+                let handles = connect_grants(&mine, self.stripes, &self.tuning, &self.endpoint).await?;
                 Ok(Some(DynamicSet { id: set, handles }))
             }
             Response::Rejected { .. } => Ok(None),

@@ -113,18 +113,21 @@ pub fn server_endpoint(
     Ok(Endpoint::new(tuning.endpoint_config(), Some(server), socket, Arc::new(quinn::TokioRuntime))?)
 }
 
-/// A client endpoint able to reach `peer`, with `crypto` as its default configuration.
+/// A client endpoint able to reach `peer`, with `crypto` as its default configuration when given
+/// (otherwise every connection names its own with `connect_with`).
 pub fn client_endpoint(
     peer: SocketAddr,
-    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    crypto: Option<Arc<quinn::crypto::rustls::QuicClientConfig>>,
     tuning: &Tuning,
 ) -> Result<Endpoint, ProtoError> {
     let local: SocketAddr =
         if peer.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
     let socket = tuning.bind(local)?;
     let mut endpoint = Endpoint::new(tuning.endpoint_config(), None, socket, Arc::new(quinn::TokioRuntime))?;
-    let mut client = quinn::ClientConfig::new(crypto);
-    client.transport_config(Arc::new(tuning.transport_config()));
-    endpoint.set_default_client_config(client);
+    if let Some(crypto) = crypto {
+        let mut client = quinn::ClientConfig::new(crypto);
+        client.transport_config(Arc::new(tuning.transport_config()));
+        endpoint.set_default_client_config(client);
+    }
     Ok(endpoint)
 }

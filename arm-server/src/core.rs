@@ -450,3 +450,107 @@ impl Core {
         over
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Device;
+
+    fn host(name: &str, up: bool) -> Host {
+        Host {
+            name: name.into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+            server_name: "x".into(),
+            ca_pem: String::new(),
+            labels: vec![],
+            draining: false,
+            up,
+            devices: vec![Device { index: 0, name: "cpu".into(), memory: 1, holder: None }],
+        }
+    }
+
+    fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
+        Job {
+            id: id.into(),
+            user: "u".into(),
+            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+            acpn,
+            walltime_s: 0,
+            submitted: 0,
+            started: None,
+            state: JobState::Queued,
+            credential_hash: crate::keys::hash("secret"),
+            seq: 0,
+            ad_hoc: false,
+        }
+    }
+
+    fn core(hosts: usize) -> Core {
+        let mut core = Core::default();
+        for i in 0..hosts {
+            core.add_host(host(&format!("h{i}"), true)).unwrap();
+        }
+        core
+    }
+
+    fn held(core: &Core) -> usize {
+        core.hosts.values().flat_map(|h| &h.devices).filter(|d| d.holder.is_some()).count()
+    }
+
+    #[test]
+    fn static_requests_bind_in_fifo_order_without_overtaking() {
+        let mut core = core(3);
+        core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();
+        core.submit(job("b", &["n1"], 2), 0).unwrap();
+        core.submit(job("c", &["n1"], 1), 0).unwrap();
+        assert_eq!(core.jobs["a"].state, JobState::Running);
+        assert_eq!(core.jobs["b"].state, JobState::Queued);
+        assert_eq!(core.jobs["c"].state, JobState::Queued, "FIFO: c must not overtake b");
+        core.end_job("a", 1).unwrap();
+        assert_eq!(core.jobs["b"].state, JobState::Running);
+        assert_eq!(core.jobs["c"].state, JobState::Running);
+        assert_eq!(held(&core), 3);
+        assert!(core.submit(job("huge", &["n1"], 4), 2).is_err(), "more than the pool has");
+    }
+
+    #[test]
+    fn dynamic_requests_are_granted_or_rejected_and_never_overallocate() {
+        let mut core = core(4);
+        core.submit(job("j", &["n1"], 1), 0).unwrap();
+        let auth = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
+        core.open_session("t".into(), &auth, "n1", 0).unwrap();
+        let set = core.get("t", &[("n1".into(), 2)], false).unwrap().expect("granted");
+        assert_eq!(core.get("t", &[("n1".into(), 2)], false).unwrap(), None);
+        assert_eq!(held(&core), 3);
+        let first = core.sets[&set].accelerators[0].clone();
+        core.free("t", set, Some(std::slice::from_ref(&first)), 1).unwrap();
+        assert_eq!(held(&core), 2);
+        core.finalize("t", 2).unwrap();
+        assert_eq!(held(&core), 1, "finalize releases dynamic sets only");
+        let revoked = core.take_revocations();
+        assert_eq!(revoked.len(), 2);
+    }
+
+    #[test]
+    fn down_and_draining_hosts_get_nothing_new() {
+        let mut core = core(2);
+        core.set_up("h0", false, 0);
+        core.drain("h1", true, 0).unwrap();
+        core.submit(job("j", &["n1"], 1), 0).unwrap();
+        assert_eq!(core.jobs["j"].state, JobState::Queued);
+        core.drain("h1", false, 1).unwrap();
+        assert_eq!(core.jobs["j"].state, JobState::Running);
+        assert_eq!(core.held_by("j")[0].0, "h1/0");
+    }
+
+    #[test]
+    fn wrong_credentials_and_foreign_nodes_are_refused() {
+        let mut core = core(1);
+        core.submit(job("j", &["n1"], 1), 0).unwrap();
+        let wrong = JobAuth::Credential { job: "j".into(), secret: "guess".into() };
+        assert_eq!(core.open_session("t".into(), &wrong, "n1", 0).unwrap_err().kind, ArmErrorKind::Unauthorized);
+        let right = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
+        assert_eq!(core.open_session("t".into(), &right, "n9", 0).unwrap_err().kind, ArmErrorKind::Unauthorized);
+        assert!(core.sessions.is_empty());
+    }
+}

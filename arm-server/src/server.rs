@@ -27,7 +27,7 @@ use crate::core::{Core, StaticState};
 use crate::keys;
 use crate::links::{LinkEvent, Links};
 use crate::model::{Device, Holder, Host, Job, JobState};
-use crate::store::Store;
+use crate::store::{Change, Store};
 use crate::ArmServerError;
 
 type Answer = Result<Response, ArmError>;
@@ -43,11 +43,23 @@ struct Leases {
     deadline: HashMap<String, Instant>,
 }
 
+/// Changes waiting to be committed, in the order the core made them (group commit).
+#[derive(Debug, Default)]
+struct Commits {
+    pending: Vec<Change>,
+    /// Sequence number of the last change queued.
+    queued: u64,
+    /// Sequence number of the last change durable.
+    durable: u64,
+}
+
 /// The resource manager's shared state.
 #[derive(Debug)]
 pub struct Arm {
     core: Mutex<Core>,
     store: Store,
+    commits: Mutex<Commits>,
+    committing: Mutex<()>,
     signer: Arc<Signer>,
     links: Links,
     leases: Mutex<Leases>,
@@ -127,7 +139,16 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         // After a restart every program gets one lease to come back.
         leases.deadline.insert(token.clone(), grace);
     }
-    let arm = Arc::new(Arm { core: Mutex::new(core), store, signer, links, leases: Mutex::new(leases), config });
+    let arm = Arc::new(Arm {
+        core: Mutex::new(core),
+        store,
+        commits: Mutex::default(),
+        committing: Mutex::new(()),
+        signer,
+        links,
+        leases: Mutex::new(leases),
+        config,
+    });
     let tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), arm.clone())),
         tokio::spawn(host_events(arm.clone(), event_rx)),
@@ -235,21 +256,44 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
 }
 
 impl Arm {
-    /// Runs a change on the core, commits what it touched, then sends its revocations.
+    /// Runs a change on the core, waits until what it touched is durable, then sends its
+    /// revocations. The core lock is not held while the disk syncs: concurrent requests queue
+    /// their changes, and whoever commits next writes them all in one transaction.
     fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
         let now = unix_now();
-        let (result, revocations) = {
+        let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
+        let (result, revocations, mine) = {
             let mut core = self.core.lock().expect("core poisoned");
             let result = change(&mut core, now);
             let dirty = core.take_dirty();
-            self.store.commit(&core, &dirty).map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?;
-            (result, core.take_revocations())
+            let changes = Store::snapshot(&core, &dirty).map_err(internal)?;
+            // Queued under the core lock, so the commit order is the order of the changes.
+            let mut commits = self.commits.lock().expect("commits poisoned");
+            commits.pending.extend(changes);
+            commits.queued += 1;
+            (result, core.take_revocations(), commits.queued)
         };
+        self.commit_through(mine).map_err(internal)?;
         let expires = now + self.config.capability_ttl_s + 86_400;
         for revocation in revocations {
             self.links.revoke(&revocation.host, revocation.capability, expires);
         }
         result
+    }
+
+    /// Returns once change `seq` is durable, committing everything queued if nobody else is.
+    fn commit_through(&self, seq: u64) -> Result<(), ArmServerError> {
+        let _committer = self.committing.lock().expect("commit lock poisoned");
+        let (batch, last) = {
+            let mut commits = self.commits.lock().expect("commits poisoned");
+            if commits.durable >= seq {
+                return Ok(());
+            }
+            (std::mem::take(&mut commits.pending), commits.queued)
+        };
+        self.store.commit(&batch)?;
+        self.commits.lock().expect("commits poisoned").durable = last;
+        Ok(())
     }
 
     /// Ties a session to a connection: its lease runs only while none is connected.

@@ -1,6 +1,6 @@
 //! The durable store (redb): one table per entity, values encoded with the protocol codec.
-//! [`Store::commit`] writes the entities a change touched in one transaction, and returns only
-//! once it is durable: the server answers after that.
+//! [`Store::snapshot`] captures what a change touched; [`Store::commit`] writes snapshots in one
+//! transaction and returns only once it is durable: the server answers after that.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -30,6 +30,9 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ArmServerError> {
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ArmServerError> {
     Ok(ac_proto::codec::decode(bytes)?)
 }
+
+/// One key's new encoded value (`None`: deleted), captured when the change was made.
+pub type Change = (Key, Option<Vec<u8>>);
 
 /// The database file.
 #[derive(Debug)]
@@ -79,9 +82,26 @@ impl Store {
         Ok(core)
     }
 
-    /// Writes the current value of every key in `dirty` (or deletes it), durably.
-    pub fn commit(&self, core: &Core, dirty: &BTreeSet<Key>) -> Result<(), ArmServerError> {
-        if dirty.is_empty() {
+    /// The current encoded value of every key in `dirty` (`None`: deleted), to commit later.
+    pub fn snapshot(core: &Core, dirty: &BTreeSet<Key>) -> Result<Vec<Change>, ArmServerError> {
+        dirty
+            .iter()
+            .map(|key| {
+                let value = match key {
+                    Key::Host(k) => core.hosts.get(k).map(encode).transpose()?,
+                    Key::Job(k) => core.jobs.get(k).map(encode).transpose()?,
+                    Key::Set(k) => core.sets.get(k).map(encode).transpose()?,
+                    Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
+                    Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
+                };
+                Ok((key.clone(), value))
+            })
+            .collect()
+    }
+
+    /// Writes snapshots in order, in one durable transaction (later values of a key win).
+    pub fn commit(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        if changes.is_empty() {
             return Ok(());
         }
         let txn = self.db.begin_write().map_err(store_err)?;
@@ -91,25 +111,21 @@ impl Store {
             let mut sets = txn.open_table(SETS).map_err(store_err)?;
             let mut sessions = txn.open_table(SESSIONS).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
-            for key in dirty {
-                match key {
-                    Key::Host(k) => match core.hosts.get(k) {
-                        Some(v) => hosts.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
-                        None => hosts.remove(k.as_str()).map(drop),
-                    },
-                    Key::Job(k) => match core.jobs.get(k) {
-                        Some(v) => jobs.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
-                        None => jobs.remove(k.as_str()).map(drop),
-                    },
-                    Key::Set(k) => match core.sets.get(k) {
-                        Some(v) => sets.insert(*k, encode(v)?.as_slice()).map(drop),
-                        None => sets.remove(*k).map(drop),
-                    },
-                    Key::Session(k) => match core.sessions.get(k) {
-                        Some(v) => sessions.insert(k.as_str(), encode(v)?.as_slice()).map(drop),
-                        None => sessions.remove(k.as_str()).map(drop),
-                    },
-                    Key::NextId => meta.insert("next_id", core.next_id).map(drop),
+            for (key, value) in changes {
+                let value = value.as_deref();
+                match (key, value) {
+                    (Key::Host(k), Some(v)) => hosts.insert(k.as_str(), v).map(drop),
+                    (Key::Host(k), None) => hosts.remove(k.as_str()).map(drop),
+                    (Key::Job(k), Some(v)) => jobs.insert(k.as_str(), v).map(drop),
+                    (Key::Job(k), None) => jobs.remove(k.as_str()).map(drop),
+                    (Key::Set(k), Some(v)) => sets.insert(*k, v).map(drop),
+                    (Key::Set(k), None) => sets.remove(*k).map(drop),
+                    (Key::Session(k), Some(v)) => sessions.insert(k.as_str(), v).map(drop),
+                    (Key::Session(k), None) => sessions.remove(k.as_str()).map(drop),
+                    (Key::NextId, v) => {
+                        let id = v.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
+                        meta.insert("next_id", id).map(drop)
+                    }
                 }
                 .map_err(store_err)?;
             }

@@ -48,7 +48,8 @@ async fn bad_magic_malformed_hello_and_wrong_alpn_are_refused() {
     // Another protocol's ALPN fails the TLS handshake instead of hanging.
     let roots = ac_proto::tls::load_roots(tb.backend.ca_cert()).unwrap();
     let crypto = std::sync::Arc::new(ac_proto::tls::client_crypto(roots, b"ac-backend/2").unwrap());
-    let endpoint = ac_proto::transport::client_endpoint(tb.backend.addr(), crypto, &ac_tests::quick_tuning()).unwrap();
+    let endpoint =
+        ac_proto::transport::client_endpoint(tb.backend.addr(), Some(crypto), &ac_tests::quick_tuning()).unwrap();
     let result =
         tokio::time::timeout(Duration::from_secs(5), endpoint.connect(tb.backend.addr(), "127.0.0.1").unwrap()).await;
     assert!(result.expect("answered in time").is_err());
