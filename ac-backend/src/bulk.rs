@@ -94,20 +94,30 @@ async fn next_piece(
     }
 }
 
+/// Receives the copy's payload piece by piece, handing each to `sink` with its offset in the copy.
+async fn receive(
+    session: &Session,
+    header: &BulkHeader,
+    reader: &mut FrameReader,
+    mut sink: impl FnMut(u64, &[u8]) -> Result<(), WireError>,
+) -> Result<(), WireError> {
+    let mut received = 0u64;
+    while received < header.len {
+        let max = (header.len - received).min(session.copy.chunk_bytes as u64) as usize;
+        let piece = next_piece(reader, received, header, max).await?;
+        sink(received, &piece)?;
+        received += piece.len() as u64;
+    }
+    Ok(())
+}
+
 async fn receive_streaming(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
     reader: &mut FrameReader,
 ) -> Result<(), WireError> {
-    let mut received = 0u64;
-    while received < header.len {
-        let max = (header.len - received).min(session.copy.chunk_bytes as u64) as usize;
-        let piece = next_piece(reader, received, header, max).await?;
-        session.device.write(alloc.mem, header.ptr.offset + received, &piece)?;
-        received += piece.len() as u64;
-    }
-    Ok(())
+    receive(session, header, reader, |at, piece| session.device.write(alloc.mem, header.ptr.offset + at, piece)).await
 }
 
 async fn receive_staged(
@@ -117,11 +127,11 @@ async fn receive_staged(
     reader: &mut FrameReader,
 ) -> Result<(), WireError> {
     let mut staging = BytesMut::with_capacity(header.len as usize);
-    while (staging.len() as u64) < header.len {
-        let max = (header.len - staging.len() as u64).min(session.copy.chunk_bytes as u64) as usize;
-        let piece = next_piece(reader, staging.len() as u64, header, max).await?;
-        staging.extend_from_slice(&piece);
-    }
+    receive(session, header, reader, |_, piece| {
+        staging.extend_from_slice(piece);
+        Ok(())
+    })
+    .await?;
     session.device.write(alloc.mem, header.ptr.offset, &staging)
 }
 

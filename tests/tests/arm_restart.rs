@@ -21,6 +21,14 @@ async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
     }
 }
 
+async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
+    let request = Request::JobSubmit { id: id.into(), nodes: vec!["n1".into()], acpn, user: "u".into(), walltime_s: 0 };
+    match admin.request(request).await.unwrap() {
+        Response::Submitted { credential, .. } => credential,
+        other => panic!("not submitted: {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_restart_keeps_every_allocation() {
     let state = tempfile::tempdir().unwrap();
@@ -38,32 +46,8 @@ async fn kill_9_and_restart_keeps_every_allocation() {
         };
         ctl.request(request).await.unwrap();
     }
-    let Response::Submitted { credential, .. } = ctl
-        .request(Request::JobSubmit {
-            id: "j".into(),
-            nodes: vec!["n1".into()],
-            acpn: 1,
-            user: "u".into(),
-            walltime_s: 0,
-        })
-        .await
-        .unwrap()
-    else {
-        panic!("not submitted")
-    };
-    let Response::Submitted { .. } = ctl
-        .request(Request::JobSubmit {
-            id: "big".into(),
-            nodes: vec!["n1".into()],
-            acpn: 3,
-            user: "u".into(),
-            walltime_s: 0,
-        })
-        .await
-        .unwrap()
-    else {
-        panic!("not submitted")
-    };
+    let credential = submit(&ctl, "j", 1).await;
+    submit(&ctl, "big", 3).await;
     let mut arm_options = ArmOptions::new(addr, state.path().join("ca.pem"));
     arm_options.tuning = quick_tuning();
     let options = ac_frontend::SessionOptions {
