@@ -301,3 +301,36 @@ async fn a_backend_that_returns_is_marked_up_again() {
     computes(&session.accelerators()[0].acc).await.unwrap();
     drop(again);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_client_process_loses_its_dynamic_accelerators_after_the_lease() {
+    use tokio::io::AsyncBufReadExt;
+    let c = TestCluster::start(3).await;
+    let cred = c.submit("j", &["n1"], 1).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ac-test-client"))
+        .env("ARM_ADDR", c.arm.addr().to_string())
+        .env("ARM_CA_CERT", c.arm.ca_cert())
+        .env("ARM_JOB_ID", "j")
+        .env("ARM_JOB_CREDENTIAL", &cred)
+        .env("ARM_NODE", "n1")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line()).await.unwrap().unwrap();
+    assert_eq!(first.as_deref(), Some("holding"));
+    assert_eq!(c.arm.free_accelerators(), 0);
+    child.kill().await.unwrap(); // SIGKILL: no AC_Free, no AC_Finalize, no goodbye
+    let mut back = false;
+    for _ in 0..100 {
+        if c.arm.free_accelerators() == 2 {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(back, "the killed program's dynamic accelerators did not come back");
+    assert_eq!(c.job("j").await.dynamic_accelerators.len(), 0);
+    assert_eq!(c.job("j").await.static_accelerators.len(), 1);
+}
