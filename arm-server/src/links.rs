@@ -141,6 +141,8 @@ async fn run(
                 tracing::warn!(host, "backend link down");
             }
             Err(e) => {
+                // Also when the link never came up: the host may have been marked up before.
+                let _ = events.send(LinkEvent { host: host.clone(), up: false });
                 if !warned {
                     tracing::warn!(host, error = %e, "cannot reach backend");
                     warned = true;

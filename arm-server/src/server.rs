@@ -430,12 +430,15 @@ impl Arm {
             }
             Request::HostAdd { addr, name, server_name, ca_pem, labels } => {
                 let host = self.probe(addr, name, server_name, ca_pem, labels).await?;
-                self.mutate(|core, now| {
-                    core.add_host(host.clone())?;
-                    core.set_up(&host.name, true, now);
-                    Ok(())
-                })?;
+                self.mutate(|core, _| core.add_host(host.clone()))?;
+                // Only a live link marks a host up; answer once it is (or say it is not, yet).
                 self.links.start(&host);
+                for _ in 0..150 {
+                    if self.core.lock().expect("core poisoned").hosts.get(&host.name).is_some_and(|h| h.up) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 let core = self.core.lock().expect("core poisoned");
                 Ok(Response::Host(host_view(&core.hosts[&host.name])))
             }
