@@ -63,14 +63,7 @@ impl TestBackend {
 
     /// Waits until `check` holds, for at most `limit`.
     pub async fn eventually(&self, limit: Duration, check: impl Fn(&RunningBackend) -> bool) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if check(&self.backend) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        check(&self.backend)
+        eventually(limit, || async { check(&self.backend) }).await
     }
 
     /// A raw QUIC connection with the backend's ALPN and no hello sent yet.
@@ -94,6 +87,18 @@ impl TestBackend {
         send.write_all(&bytes).await.expect("write");
         (conn, send, recv)
     }
+}
+
+/// Polls `check` until it holds or `limit` has passed; returns whether it held.
+pub async fn eventually<F: std::future::Future<Output = bool>>(limit: Duration, mut check: impl FnMut() -> F) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check().await
 }
 
 /// Waits for `conn` to be closed by the peer and returns (code, reason).

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use ac_frontend::{Error, Session};
 use ac_proto::arm::{ArmErrorKind, JobAuth, Request};
-use ac_tests::{computes, TestCluster};
+use ac_tests::{computes, eventually, TestCluster};
 
 fn manager_error(e: &Error) -> Option<ArmErrorKind> {
     match e {
@@ -121,16 +121,8 @@ async fn a_dead_backend_is_marked_down_and_its_holder_gets_an_error() {
     dead.backend.shutdown().await;
     let result = tokio::time::timeout(Duration::from_secs(5), computes(&session.accelerators()[0].acc)).await;
     assert!(result.expect("an error, not a hang").is_err());
-    let mut down = false;
-    for _ in 0..50 {
-        let hosts = c.hosts().await;
-        if hosts.iter().any(|h| h.name == held.split('/').next().unwrap() && h.state == "down") {
-            down = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(down, "the host was not marked down");
+    let host = held.split('/').next().unwrap();
+    assert!(host_state(&c, host, "down").await, "the host was not marked down");
     assert_eq!(c.arm.free_accelerators(), 1, "a down host's accelerators are not handed out");
 }
 
@@ -143,14 +135,7 @@ async fn a_vanished_clients_dynamic_accelerators_return_after_the_lease() {
     assert_eq!(c.arm.free_accelerators(), 0);
     std::mem::forget(set); // the program dies without AC_Free ...
     drop(session); // ... and without AC_Finalize: its connection to the manager goes away
-    let mut back = false;
-    for _ in 0..60 {
-        if c.arm.free_accelerators() == 2 {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = eventually(Duration::from_secs(6), || async { c.arm.free_accelerators() == 2 }).await;
     assert!(back, "dynamic accelerators were not released after the lease");
     assert_eq!(c.job("j").await.static_accelerators.len(), 1, "static ones belong to the job");
 }
@@ -256,26 +241,14 @@ async fn static_allocations_end_with_the_walltime() {
         Request::JobSubmit { id: "short".into(), nodes: vec!["n1".into()], acpn: 1, user: "u".into(), walltime_s: 1 };
     c.admin().await.request(request).await.unwrap();
     assert_eq!(c.job("short").await.state, "running");
-    let mut ended = false;
-    for _ in 0..40 {
-        if c.job("short").await.state == "ended" {
-            ended = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let ended = eventually(Duration::from_secs(4), || async { c.job("short").await.state == "ended" }).await;
     assert!(ended, "the job outlived its walltime");
     assert_eq!(c.arm.free_accelerators(), 1);
 }
 
 async fn host_state(c: &TestCluster, name: &str, want: &str) -> bool {
-    for _ in 0..60 {
-        if c.hosts().await.iter().any(|h| h.name == name && h.state == want) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    false
+    eventually(Duration::from_secs(6), || async { c.hosts().await.iter().any(|h| h.name == name && h.state == want) })
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -322,14 +295,7 @@ async fn a_killed_client_process_loses_its_dynamic_accelerators_after_the_lease(
     assert_eq!(first.as_deref(), Some("holding"));
     assert_eq!(c.arm.free_accelerators(), 0);
     child.kill().await.unwrap(); // SIGKILL: no AC_Free, no AC_Finalize, no goodbye
-    let mut back = false;
-    for _ in 0..100 {
-        if c.arm.free_accelerators() == 2 {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let back = eventually(Duration::from_secs(10), || async { c.arm.free_accelerators() == 2 }).await;
     assert!(back, "the killed program's dynamic accelerators did not come back");
     assert_eq!(c.job("j").await.dynamic_accelerators.len(), 0);
     assert_eq!(c.job("j").await.static_accelerators.len(), 1);
