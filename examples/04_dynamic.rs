@@ -45,12 +45,14 @@ async fn main() -> anyhow::Result<()> {
                 saxpy_on(&handle.acc, &x).await?;
                 println!("  {}: saxpy OK", handle.id);
             }
+            let start = std::time::Instant::now();
             session.free(set).await?; // AC_Free
-            println!("AC_Free: released");
+            println!("AC_Free: released in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
         }
         None => println!("AC_Get(2): rejected, carrying on with the static accelerators"),
     }
+    let start = std::time::Instant::now();
     session.finalize().await?; // AC_Finalize
-    println!("AC_Finalize: done");
+    println!("AC_Finalize: done in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
     Ok(())
 }

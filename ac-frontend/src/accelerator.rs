@@ -177,10 +177,12 @@ impl Accelerator {
 
     fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo) -> Self {
         let mut data = vec![control.connection.clone()];
-        let mut endpoints = vec![control.endpoint];
+        // Only endpoints made for this accelerator are waited for on close: a shared one stays
+        // busy with the session's other accelerators.
+        let mut endpoints: Vec<Endpoint> = control.owns_endpoint.then_some(control.endpoint).into_iter().collect();
         for link in extra {
             data.push(link.connection);
-            endpoints.push(link.endpoint);
+            endpoints.extend(link.owns_endpoint.then_some(link.endpoint));
         }
         let inner = Inner {
             control: control.connection,
@@ -245,8 +247,9 @@ impl Accelerator {
         for conn in &conns {
             conn.close(0u32.into(), b"client finished");
         }
+        // Long enough for the close to leave; no need to sit out the whole draining period.
         for endpoint in endpoints {
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), endpoint.wait_idle()).await;
         }
     }
 

@@ -135,7 +135,7 @@ impl ArmClient {
     pub async fn close(&self) {
         if let Some((endpoint, conn)) = self.link.lock().await.take() {
             conn.close(0u32.into(), b"finished");
-            let _ = tokio::time::timeout(std::time::Duration::from_millis(500), endpoint.wait_idle()).await;
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(100), endpoint.wait_idle()).await;
         }
     }
 }

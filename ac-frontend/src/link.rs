@@ -74,8 +74,11 @@ impl ConnectOptions {
 /// A connection that said hello, with its first stream still open.
 #[derive(Debug)]
 pub struct Link {
-    /// The endpoint (one per connection, so that each connection's I/O can use its own core).
+    /// The endpoint (one per connection, so that each connection's I/O can use its own core,
+    /// unless a shared one was given).
     pub endpoint: Endpoint,
+    /// Whether `endpoint` was made for this link alone (then closing waits for it to be idle).
+    pub owns_endpoint: bool,
     /// The connection.
     pub connection: Connection,
     /// The first stream's sending half.
@@ -111,6 +114,7 @@ pub async fn open_on(
     hello: &Hello,
     endpoint: Option<&Endpoint>,
 ) -> Result<Link> {
+    let owns_endpoint = endpoint.is_none();
     let endpoint = match endpoint {
         Some(shared) => shared.clone(),
         None => transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning)?,
@@ -132,7 +136,7 @@ pub async fn open_on(
         Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or_else(|| e.into())),
     };
     match reply.response {
-        welcome @ Response::Welcome { .. } => Ok(Link { endpoint, connection, send, reader, welcome }),
+        welcome @ Response::Welcome { .. } => Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome }),
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),
     }

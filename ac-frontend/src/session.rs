@@ -233,13 +233,13 @@ impl Session {
     pub async fn finalize(self) -> Result<()> {
         close_handles(self.handles).await;
         let result = self.client.request(Request::Finalize { token: self.token.clone() }).await.map(drop);
-        self.client.close().await;
+        // Let the closes of the accelerators' connections leave before the program may exit.
+        let drained = tokio::time::timeout(Duration::from_millis(100), self.endpoint.wait_idle());
+        let _ = tokio::join!(self.client.close(), drained);
         result
     }
 }
 
 async fn close_handles(handles: Vec<Handle>) {
-    for handle in handles {
-        handle.acc.close().await;
-    }
+    futures_util::future::join_all(handles.into_iter().map(|h| h.acc.close())).await;
 }
