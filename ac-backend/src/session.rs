@@ -119,11 +119,6 @@ impl Session {
         }
         self.buffers.lock().expect("buffer table poisoned").clear();
     }
-
-    /// Number of live buffers (for tests and metrics).
-    pub fn buffer_count(&self) -> usize {
-        self.buffers.lock().expect("buffer table poisoned").len()
-    }
 }
 
 fn unknown_buffer(id: BufferId) -> WireError {

@@ -216,9 +216,4 @@ impl StreamWriter {
             let _ = writer.send(bytes).await;
         });
     }
-
-    /// Finishes the stream: the peer reads its end after the data already written.
-    pub async fn finish(&self) {
-        let _ = self.stream.lock().await.finish();
-    }
 }
