@@ -29,6 +29,9 @@ pub struct Ledger {
     pub groups: BTreeMap<String, f64>,
     /// Every delay ever caused to each user's jobs, seconds (a metric; never decays).
     pub caused: BTreeMap<String, f64>,
+    /// The most delay each user was charged within one interval (with carried-over history),
+    /// seconds: what the target limits bound.
+    pub worst: BTreeMap<String, f64>,
 }
 
 impl Ledger {
@@ -78,7 +81,10 @@ impl Ledger {
     /// Charges the delays of a grant.
     pub(crate) fn charge(&mut self, delays: &[Delay]) {
         for d in delays.iter().filter(|d| d.seconds > 0) {
-            *self.users.entry(d.user.clone()).or_default() += d.seconds as f64;
+            let charged = self.users.entry(d.user.clone()).or_default();
+            *charged += d.seconds as f64;
+            let worst = self.worst.entry(d.user.clone()).or_default();
+            *worst = worst.max(*charged);
             *self.groups.entry(d.group.clone()).or_default() += d.seconds as f64;
             *self.caused.entry(d.user.clone()).or_default() += d.seconds as f64;
         }

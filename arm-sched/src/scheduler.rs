@@ -442,10 +442,11 @@ impl Scheduler {
         if most < min.max(1) {
             return Err(Rejection::Reserved);
         }
-        if self.config.dynamic.policy == DynPolicy::HighestPriority {
-            return Ok((most, Vec::new(), declared.filter(|_| most == max)));
-        }
-        let depth = self.config.queue.reservation_depth.max(self.config.dynamic.reservation_delay_depth);
+        // Highest priority never refuses, but still measures the delays it causes, for the
+        // ledger's report (with a delay depth of 0 that costs nothing).
+        let enforce = self.config.dynamic.policy != DynPolicy::HighestPriority;
+        let depth = self.config.dynamic.reservation_delay_depth;
+        let depth = if depth == 0 { 0 } else { depth.max(self.config.queue.reservation_depth) };
         let top = self.priority_order(now, Some(depth));
         let before = self.walk(base.clone(), &top, now);
         let verdict = |k: u32| -> Result<(Vec<Delay>, Option<Time>), Rejection> {
@@ -457,7 +458,10 @@ impl Scheduler {
             }
             let after = self.walk(profile, &top, now);
             let delays = self.delays(req.job, &top, &before, &after);
-            self.ledger.check(&delays, &self.config.dynamic).map(|()| (delays, new_end))
+            if enforce {
+                self.ledger.check(&delays, &self.config.dynamic)?;
+            }
+            Ok((delays, new_end))
         };
         // Try everything first; otherwise the largest acceptable partial grant, assuming more
         // units never cause less delay.
