@@ -1,6 +1,7 @@
 //! The scheduler: the pool of units, the jobs, and the decisions. Every method is a plain
 //! function of the state and its arguments; time comes in as `now`.
 
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,30 @@ struct Job {
     run: Option<Run>,
 }
 
+/// A priority with a total order.
+#[derive(Debug, Clone, Copy)]
+struct Key(f64);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
 /// Counters since the scheduler was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Stats {
@@ -81,6 +106,13 @@ pub struct Scheduler {
     free: BTreeSet<UnitId>,
     jobs: BTreeMap<JobId, Job>,
     queued: BTreeSet<JobId>,
+    /// Queued jobs by priority, kept sorted. Priorities differ between jobs only by terms fixed
+    /// at submission (queue time grows alike for all) unless fair-share is on, so the order
+    /// is maintained here instead of sorted at every pass.
+    order: BTreeSet<(Reverse<Key>, u64, JobId)>,
+    running: BTreeSet<JobId>,
+    /// Queued exclusive jobs.
+    exclusive: usize,
     /// Queued advance reservations by start time.
     advance: BTreeSet<(Time, JobId)>,
     /// Dynamic requests waiting, with their deadlines, in arrival order.
@@ -100,6 +132,9 @@ impl Scheduler {
             free: BTreeSet::new(),
             jobs: BTreeMap::new(),
             queued: BTreeSet::new(),
+            order: BTreeSet::new(),
+            running: BTreeSet::new(),
+            exclusive: 0,
             advance: BTreeSet::new(),
             pending: Vec::new(),
             ledger: Ledger::default(),
@@ -112,6 +147,18 @@ impl Scheduler {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Replaces the configuration. Priorities are recomputed for the queued jobs.
+    pub fn set_config(&mut self, config: Config) {
+        let queued: Vec<Job> = self.queued.iter().map(|id| self.jobs[id].clone()).collect();
+        for job in &queued {
+            self.dequeue(job);
+        }
+        self.config = config;
+        for job in &queued {
+            self.enqueue(job);
+        }
     }
 
     /// The fairness ledger.
@@ -212,11 +259,11 @@ impl Scheduler {
             if free < i64::from(spec.footprint()) {
                 return Err(Error::ReservationConflict { free });
             }
-            self.advance.insert((at, spec.id));
         }
         self.next_seq += 1;
-        self.queued.insert(spec.id);
-        self.jobs.insert(spec.id, Job { spec, submit: now, seq: self.next_seq, run: None });
+        let job = Job { spec, submit: now, seq: self.next_seq, run: None };
+        self.enqueue(&job);
+        self.jobs.insert(job.spec.id, job);
         Ok(())
     }
 
@@ -238,6 +285,7 @@ impl Scheduler {
         let end = start.saturating_add(spec.duration());
         let run = Run { start, end, owned: units.to_vec(), borrowed: Vec::new(), charged: start };
         self.next_seq += 1;
+        self.running.insert(spec.id);
         self.jobs.insert(spec.id, Job { spec, submit, seq: self.next_seq, run: Some(run) });
         Ok(())
     }
@@ -247,10 +295,10 @@ impl Scheduler {
     pub fn finish(&mut self, id: JobId, now: Time) -> Result<(), Error> {
         self.charge(id, now);
         let job = self.jobs.remove(&id).ok_or(Error::NoSuchJob(id))?;
-        self.queued.remove(&id);
-        if let Some(at) = job.spec.start_at {
-            self.advance.remove(&(at, id));
+        if job.run.is_none() {
+            self.dequeue(&job);
         }
+        self.running.remove(&id);
         self.pending.retain(|(r, _)| r.job != id);
         let Some(run) = job.run else { return Ok(()) };
         for u in run.owned {
@@ -621,10 +669,12 @@ impl Scheduler {
 
     /// Whether nothing may overtake: backfilling is off, or an exclusive job waits.
     fn strict(&self) -> bool {
-        self.config.queue.backfill == Backfill::None || self.queued.iter().any(|id| self.jobs[id].spec.exclusive)
+        self.config.queue.backfill == Backfill::None || self.exclusive > 0
     }
 
     fn start(&mut self, id: JobId, now: Time) -> Vec<UnitId> {
+        self.dequeue(&self.jobs[&id].clone());
+        self.running.insert(id);
         let job = self.jobs.get_mut(&id).expect("queued");
         let (size, footprint) = (job.spec.size as usize, job.spec.footprint() as usize);
         let units: Vec<UnitId> = self.free.iter().take(footprint).copied().collect();
@@ -634,10 +684,6 @@ impl Scheduler {
         }
         let end = now.saturating_add(job.spec.duration());
         job.run = Some(Run { start: now, end, owned: units.clone(), borrowed: Vec::new(), charged: now });
-        if let Some(at) = job.spec.start_at {
-            self.advance.remove(&(at, id));
-        }
-        self.queued.remove(&id);
         self.stats.started += 1;
         units
     }
@@ -645,8 +691,8 @@ impl Scheduler {
     /// Free units now, each running job's usable units back at its walltime end, and the
     /// future advance reservations taken out.
     fn base_profile(&self, now: Time) -> Profile {
-        let releases = self.jobs.values().filter_map(|j| {
-            let run = j.run.as_ref()?;
+        let releases = self.running.iter().filter_map(|id| {
+            let run = self.jobs[id].run.as_ref()?;
             // A job past its walltime still holds its units until it is ended.
             Some((run.end.max(now + 1), self.usable_count(&run.owned)))
         });
@@ -679,6 +725,17 @@ impl Scheduler {
     /// Queued jobs in the order they are served (due advance reservations first; future ones
     /// are fixed in the profile instead), at most `limit` of them.
     fn priority_order(&self, now: Time, limit: Option<usize>) -> Vec<JobId> {
+        let limit = limit.unwrap_or(usize::MAX);
+        if self.config.priority.fairshare_weight != 0.0 {
+            return self.sorted_order(now, limit);
+        }
+        let due = self.advance.iter().take_while(|(t, _)| *t <= now).map(|(_, id)| *id);
+        let rest = self.order.iter().map(|(_, _, id)| *id).filter(|id| self.jobs[id].spec.start_at.is_none());
+        due.chain(rest).take(limit).collect()
+    }
+
+    /// The same order, computed from scratch (fair-share usage changes priorities over time).
+    fn sorted_order(&self, now: Time, limit: usize) -> Vec<JobId> {
         let mut keyed: Vec<(f64, u64, JobId)> = self
             .queued
             .iter()
@@ -692,12 +749,40 @@ impl Scheduler {
             })
             .collect();
         let by_priority = |a: &(f64, u64, JobId), b: &(f64, u64, JobId)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-        if let Some(limit) = limit.filter(|l| *l < keyed.len()) {
+        if limit < keyed.len() {
             keyed.select_nth_unstable_by(limit, by_priority);
             keyed.truncate(limit);
         }
         keyed.sort_unstable_by(by_priority);
         keyed.into_iter().map(|(_, _, id)| id).collect()
+    }
+
+    /// The part of a job's priority fixed at submission (the queue-time term less the part
+    /// that grows alike for every job).
+    fn static_priority(&self, job: &Job) -> f64 {
+        let p = &self.config.priority;
+        job.spec.priority as f64 - p.queue_time_weight * job.submit as f64 / 60.0
+            + p.users.get(&job.spec.user).copied().unwrap_or(0.0)
+            + p.groups.get(&job.spec.group).copied().unwrap_or(0.0)
+    }
+
+    fn enqueue(&mut self, job: &Job) {
+        self.queued.insert(job.spec.id);
+        self.order.insert((Reverse(Key(self.static_priority(job))), job.seq, job.spec.id));
+        self.exclusive += usize::from(job.spec.exclusive);
+        if let Some(at) = job.spec.start_at {
+            self.advance.insert((at, job.spec.id));
+        }
+    }
+
+    fn dequeue(&mut self, job: &Job) {
+        if self.queued.remove(&job.spec.id) {
+            self.order.remove(&(Reverse(Key(self.static_priority(job))), job.seq, job.spec.id));
+            self.exclusive -= usize::from(job.spec.exclusive);
+        }
+        if let Some(at) = job.spec.start_at {
+            self.advance.remove(&(at, job.spec.id));
+        }
     }
 
     fn priority(&self, job: &Job, now: Time) -> f64 {

@@ -7,8 +7,10 @@
 //! - [`engine`]: the event loop and the applications' behaviour (requests, speed-ups).
 //! - [`metrics`]: makespan, utilisation, throughput, waits, dynamic grants, delays.
 //! - [`plot`]: SVG charts of two runs side by side.
+//! - [`bench`]: the speed measurements behind `arm-sim bench`.
 //! - [`experiment`]: the paper's four configurations and ours over several submission orders.
 
+pub mod bench;
 pub mod engine;
 pub mod esp;
 pub mod experiment;

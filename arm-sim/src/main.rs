@@ -65,6 +65,15 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Measure the scheduler's speed (pass, dynamic decision, ESP, 100,000-job workload).
+    Bench {
+        /// Fewer repetitions and a 10,000-job workload.
+        #[arg(long)]
+        quick: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the paper's four configurations and ours over several submission orders; write
     /// table.md, results.json and the comparison plots.
     Reproduce {
@@ -92,6 +101,7 @@ fn main() -> Result<()> {
             std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))
         }
         Command::Reproduce { seeds, units, out } => reproduce_all(seeds, units, &out),
+        Command::Bench { quick, json } => bench(quick, json),
     }
 }
 
@@ -151,5 +161,20 @@ fn reproduce_all(seeds: u64, units: u32, out: &Path) -> Result<()> {
     println!("{table}");
     let runs = rows.len() * seeds.len();
     eprintln!("{runs} simulations in {:.3} s ({:.2} ms each)", elapsed.as_secs_f64(), elapsed.as_secs_f64() * 1e3 / runs as f64);
+    Ok(())
+}
+
+fn bench(quick: bool, json: bool) -> Result<()> {
+    let timings = arm_sim::bench::run(quick)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&timings)?);
+        return Ok(());
+    }
+    println!("| measurement | samples | p50 | p99 | max |");
+    println!("|---|---|---|---|---|");
+    let ms = |us: f64| if us >= 1000.0 { format!("{:.2} ms", us / 1000.0) } else { format!("{us:.0} µs") };
+    for t in timings {
+        println!("| {} | {} | {} | {} | {} |", t.what, t.samples, ms(t.p50_us), ms(t.p99_us), ms(t.max_us));
+    }
     Ok(())
 }
