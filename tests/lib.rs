@@ -142,8 +142,15 @@ pub fn arm_config(dir: &std::path::Path) -> arm_server::ArmConfig {
 impl TestCluster {
     /// Starts a manager and `n` backends, and registers them.
     pub async fn start(n: usize) -> Self {
+        Self::start_with(n, |_| {}).await
+    }
+
+    /// The same, with the manager's configuration adjusted first.
+    pub async fn start_with(n: usize, adjust: impl FnOnce(&mut arm_server::ArmConfig)) -> Self {
         let state = tempfile::tempdir().expect("temp dir");
-        let arm = arm_server::start(arm_config(state.path())).await.expect("arm starts");
+        let mut config = arm_config(state.path());
+        adjust(&mut config);
+        let arm = arm_server::start(config).await.expect("arm starts");
         let mut backends = Vec::new();
         for _ in 0..n {
             backends.push(TestBackend::start(64).await);
@@ -182,14 +189,19 @@ impl TestCluster {
         ac_frontend::arm::ArmClient::connect(options).await.expect("admin connects")
     }
 
-    /// Submits a job; returns its credential.
+    /// Submits a job for `alice` without a walltime; returns its credential.
     pub async fn submit(&self, id: &str, nodes: &[&str], acpn: u32) -> String {
+        self.submit_as(id, nodes, acpn, "alice", 0).await
+    }
+
+    /// Submits a job for `user` with a walltime (seconds, 0: none); returns its credential.
+    pub async fn submit_as(&self, id: &str, nodes: &[&str], acpn: u32, user: &str, walltime_s: u64) -> String {
         let request = ac_proto::arm::Request::JobSubmit {
             id: id.into(),
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             acpn,
-            user: "alice".into(),
-            walltime_s: 0,
+            user: user.into(),
+            walltime_s,
         };
         match self.admin().await.request(request).await.expect("submitted") {
             ac_proto::arm::Response::Submitted { credential, .. } => credential,

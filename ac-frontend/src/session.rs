@@ -139,9 +139,19 @@ impl Session {
                         handles,
                     });
                 }
-                SessionState::Queued { position, needed, free } => {
+                SessionState::Queued { position, needed, free, expected_start } => {
                     if options.progress && last_report != Some((position, free)) {
-                        eprintln!("AC_Init: job {job} waits for {needed} accelerator(s): {free} free, {position} job(s) ahead");
+                        let eta = expected_start
+                            .map(|t| {
+                                format!(
+                                    ", expected to start in {} s",
+                                    t.saturating_sub(ac_proto::capability::unix_now())
+                                )
+                            })
+                            .unwrap_or_default();
+                        eprintln!(
+                            "AC_Init: job {job} waits for {needed} accelerator(s): {free} free, {position} job(s) ahead{eta}"
+                        );
                         last_report = Some((position, free));
                     }
                     if options.init_timeout.is_some_and(|t| start.elapsed() >= t) {

@@ -214,6 +214,8 @@ pub enum SessionState {
         needed: u32,
         /// Accelerators free now.
         free: u32,
+        /// When the scheduler's plan expects the job to start (Unix time), if it can.
+        expected_start: Option<u64>,
     },
 }
 
@@ -281,6 +283,8 @@ pub struct JobView {
     pub submitted: u64,
     /// Walltime, seconds (0: none).
     pub walltime_s: u64,
+    /// For a queued job, when the scheduler's plan expects it to start (Unix time).
+    pub expected_start: Option<u64>,
     /// (node, accelerator) bound statically.
     pub static_accelerators: Vec<(String, String)>,
     /// (set, accelerator) held dynamically.

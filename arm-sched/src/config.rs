@@ -198,8 +198,8 @@ impl DynamicConfig {
     /// The limits in force for a job of `user` in `group` under this policy.
     pub(crate) fn effective(&self, user: &str, group: &str) -> Effective {
         let (u, g) = (self.users.get(user), self.groups.get(group));
-        let may_delay = self.field(u, |l| l.dyn_delay_perm).unwrap_or(true)
-            && g.and_then(|l| l.dyn_delay_perm).unwrap_or(true);
+        let may_delay =
+            self.field(u, |l| l.dyn_delay_perm).unwrap_or(true) && g.and_then(|l| l.dyn_delay_perm).unwrap_or(true);
         let limit = |s: Option<Seconds>| s.map(|s| s.0).filter(|s| *s > 0);
         let single = if self.policy.checks_single() {
             let user = limit(self.field(u, |l| l.single_delay));

@@ -336,7 +336,8 @@ impl Scheduler {
         let job = self.jobs.get(&id).ok_or(Error::NoSuchJob(id))?;
         let run = job.run.as_ref().ok_or(Error::NoSuchJob(id))?;
         for &u in units {
-            let mine = run.borrowed.contains(&u) || (run.owned.contains(&u) && self.units[u as usize].slot == Slot::Busy(id));
+            let mine =
+                run.borrowed.contains(&u) || (run.owned.contains(&u) && self.units[u as usize].slot == Slot::Busy(id));
             if !mine {
                 return Err(Error::NotHeld { job: id, unit: u });
             }
@@ -384,8 +385,7 @@ impl Scheduler {
     pub fn plan(&self, now: Time) -> Vec<Planned> {
         let order = self.priority_order(now, None);
         let starts = self.walk(self.base_profile(now), &order, now);
-        let mut planned: Vec<Planned> =
-            order.iter().zip(starts).map(|(&job, start)| Planned { job, start }).collect();
+        let mut planned: Vec<Planned> = order.iter().zip(starts).map(|(&job, start)| Planned { job, start }).collect();
         planned.extend(self.advance.iter().filter(|(t, _)| *t > now).map(|&(t, job)| Planned { job, start: Some(t) }));
         planned
     }
@@ -557,10 +557,8 @@ impl Scheduler {
     /// Pre-allocated units of `job` it does not use (idle or lent out).
     fn preallocated(&self, job: JobId) -> u32 {
         let Some(run) = self.jobs.get(&job).and_then(|j| j.run.as_ref()) else { return 0 };
-        run.owned
-            .iter()
-            .filter(|u| matches!(self.units[**u as usize].slot, Slot::Idle(_) | Slot::Lent { .. }))
-            .count() as u32
+        run.owned.iter().filter(|u| matches!(self.units[**u as usize].slot, Slot::Idle(_) | Slot::Lent { .. })).count()
+            as u32
     }
 
     /// Other jobs' idle pre-allocated units.
@@ -659,8 +657,12 @@ impl Scheduler {
             }
             skipped = true;
             if reserved < depth {
-                if let Some(t) = profile.earliest(size, duration, now) {
-                    profile.reserve(t, t.saturating_add(duration), size);
+                match profile.earliest(size, duration, now) {
+                    Some(t) => profile.reserve(t, t.saturating_add(duration), size),
+                    // Its start cannot be planned (jobs without a walltime hold what it needs),
+                    // so nothing proves that overtaking it is harmless: stop here.
+                    None if size <= self.usable_units() => break,
+                    None => {}
                 }
                 reserved += 1;
             }

@@ -76,7 +76,15 @@ fn apply(
         }
         Op::Request { job, min, extra, preemptible, timeout } => {
             if let Some(&id) = ids.get(job) {
-                let req = DynRequest { id: job as u64, job: id, min, max: min + extra, preemptible, timeout, ..Default::default() };
+                let req = DynRequest {
+                    id: job as u64,
+                    job: id,
+                    min,
+                    max: min + extra,
+                    preemptible,
+                    timeout,
+                    ..Default::default()
+                };
                 let before = s.clone();
                 if let Ok((outcome, more)) = s.request(req.clone(), *now) {
                     observe(&before, &req, &outcome, s);
@@ -104,7 +112,8 @@ fn fair_config() -> Config {
     c.queue.reservation_depth = 3;
     c.dynamic.policy = DynPolicy::SingleAndTargetDelay;
     c.dynamic.reservation_delay_depth = 1000;
-    c.dynamic.default = Limits { dyn_delay_perm: Some(true), target_delay: Some(Seconds(400)), single_delay: Some(Seconds(150)) };
+    c.dynamic.default =
+        Limits { dyn_delay_perm: Some(true), target_delay: Some(Seconds(400)), single_delay: Some(Seconds(150)) };
     c.dynamic.users.insert("p".into(), Limits { dyn_delay_perm: Some(false), ..Default::default() });
     c
 }

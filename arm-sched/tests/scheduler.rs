@@ -276,3 +276,14 @@ fn unusable_units_are_never_handed_out() {
     s.set_usable(0, true).unwrap();
     assert_eq!(started(&s.schedule(1)), [1]);
 }
+
+#[test]
+fn nothing_overtakes_a_job_whose_start_cannot_be_planned() {
+    let mut s = pool(3, config(Backfill::Easy, 1));
+    s.submit(JobSpec { walltime: None, ..job(1, "a", 2, 0) }, 0).unwrap();
+    s.schedule(0);
+    s.submit(job(2, "b", 2, 100), 1).unwrap();
+    s.submit(job(3, "c", 1, 100), 2).unwrap();
+    assert!(s.schedule(2).is_empty(), "job 1 never ends in the plan: job 3 could delay job 2 forever");
+    assert_eq!(s.plan(2)[0].start, None);
+}

@@ -29,6 +29,9 @@ pub struct ArmConfig {
     pub allow_ad_hoc: bool,
     /// QUIC transport.
     pub transport: Tuning,
+    /// The scheduler: backfilling, priorities, the dynamic fairness policy (`[scheduler]`,
+    /// the same document `arm-sim` reads; see SCHEDULING.md).
+    pub scheduler: arm_sched::Config,
 }
 
 impl Default for ArmConfig {
@@ -42,6 +45,7 @@ impl Default for ArmConfig {
             capability_ttl_s: 24 * 3600,
             allow_ad_hoc: true,
             transport: Tuning::default(),
+            scheduler: arm_sched::Config::default(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
 
 use crate::model::{DynSet, Holder, Host, Job, JobState, Session};
-use crate::policy::{Fifo, Policy, Pool};
+use crate::policy::{usable_free, View};
 
 /// A key of the durable store that changed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,6 +46,11 @@ pub struct Core {
     pub sessions: BTreeMap<String, Session>,
     /// Next id for jobs' order, sets and capabilities.
     pub next_id: u64,
+    /// The scheduler's settings.
+    pub scheduling: arm_sched::Config,
+    /// Delay accounting of the dynamic fairness policy (in memory: a restart begins a fresh
+    /// interval).
+    pub ledger: arm_sched::Ledger,
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }
@@ -69,6 +74,8 @@ pub enum StaticState {
         needed: u32,
         /// Accelerators free.
         free: u32,
+        /// When the plan expects it to start (Unix time).
+        expected_start: Option<u64>,
     },
 }
 
@@ -89,8 +96,8 @@ impl Core {
         self.next_id
     }
 
-    fn pool(&self) -> Pool<'_> {
-        Pool { hosts: &self.hosts }
+    fn view(&self, now: u64) -> View {
+        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, now)
     }
 
     /// Registers a host with its devices.
@@ -185,11 +192,13 @@ impl Core {
         queued
     }
 
-    /// Binds every queued job the policy allows.
+    /// Binds every queued job the scheduler starts now.
     pub fn schedule(&mut self, now: u64) {
-        loop {
-            let queue = self.queue();
-            let Some((job_id, picked)) = Fifo.next_static(&queue, &self.pool()) else { return };
+        if !self.jobs.values().any(|j| j.state == JobState::Queued) {
+            return;
+        }
+        let starts = self.view(now).starts(now);
+        for (job_id, picked) in starts {
             let job = self.jobs.get(&job_id).expect("queued job exists").clone();
             for (i, accel) in picked.iter().enumerate() {
                 let node = job.nodes[i / job.acpn as usize].clone();
@@ -201,6 +210,11 @@ impl Core {
             job.started = Some(now);
             self.dirty.insert(Key::Job(job_id));
         }
+    }
+
+    /// Expected start of every queued job (the planning view), by job id.
+    pub fn expected_starts(&self, now: u64) -> BTreeMap<String, Option<u64>> {
+        self.view(now).expected_starts(now)
     }
 
     fn device_mut(&mut self, accel: &str) -> Option<&mut crate::model::Device> {
@@ -317,7 +331,7 @@ impl Core {
     }
 
     /// Where a session's static allocation stands.
-    pub fn static_state(&self, token_hash: &str) -> Outcome<StaticState> {
+    pub fn static_state(&self, token_hash: &str, now: u64) -> Outcome<StaticState> {
         let session = self.session(token_hash)?;
         let job = &self.jobs[&session.job];
         if job.state == JobState::Queued {
@@ -325,7 +339,8 @@ impl Core {
             return Ok(StaticState::Queued {
                 position,
                 needed: job.nodes.len() as u32 * job.acpn,
-                free: self.pool().usable_free().len() as u32,
+                free: usable_free(&self.hosts) as u32,
+                expected_start: self.expected_starts(now).get(&job.id).copied().flatten(),
             });
         }
         let bound = self
@@ -337,8 +352,15 @@ impl Core {
         Ok(StaticState::Bound(bound))
     }
 
-    /// `AC_Get` (and its collective form): grants now or rejects; never queues.
-    pub fn get(&mut self, token_hash: &str, parts: &[(String, u32)], collective: bool) -> Outcome<Option<u64>> {
+    /// `AC_Get` (and its collective form): grants now or rejects, as the scheduler's dynamic
+    /// policy decides; never queues. A rejection comes back as `Err(reason)` inside `Ok`.
+    pub fn get(
+        &mut self,
+        token_hash: &str,
+        parts: &[(String, u32)],
+        collective: bool,
+        now: u64,
+    ) -> Outcome<Result<u64, String>> {
         let session = self.session(token_hash)?.clone();
         let job = self.jobs.get(&session.job).ok_or_else(|| err(ArmErrorKind::NotFound, "job gone"))?;
         if job.state != JobState::Running {
@@ -353,7 +375,12 @@ impl Core {
         if total == 0 {
             return Err(err(ArmErrorKind::Invalid, "ask for at least one accelerator"));
         }
-        let Some(picked) = Fifo.grant_dynamic(&self.queue(), &self.pool(), total) else { return Ok(None) };
+        let mut view = self.view(now);
+        let picked = match view.grant(&session.job, total, now) {
+            Ok(picked) => picked,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        self.ledger = view.scheduler.ledger().clone();
         let set_id = self.fresh_id();
         let mut picked = picked.into_iter();
         let mut accelerators = Vec::new();
@@ -370,7 +397,7 @@ impl Core {
             DynSet { id: set_id, job: session.job, session: token_hash.to_string(), accelerators, collective },
         );
         self.dirty.insert(Key::Set(set_id));
-        Ok(Some(set_id))
+        Ok(Ok(set_id))
     }
 
     /// The accelerators of a set for `node` (all nodes when `None`), with their holders.
@@ -519,8 +546,8 @@ mod tests {
         core.submit(job("j", &["n1"], 1), 0).unwrap();
         let auth = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
         core.open_session("t".into(), &auth, "n1", 0).unwrap();
-        let set = core.get("t", &[("n1".into(), 2)], false).unwrap().expect("granted");
-        assert_eq!(core.get("t", &[("n1".into(), 2)], false).unwrap(), None);
+        let set = core.get("t", &[("n1".into(), 2)], false, 0).unwrap().expect("granted");
+        assert!(core.get("t", &[("n1".into(), 2)], false, 0).unwrap().is_err());
         assert_eq!(held(&core), 3);
         let first = core.sets[&set].accelerators[0].clone();
         core.free("t", set, Some(std::slice::from_ref(&first)), 1).unwrap();

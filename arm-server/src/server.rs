@@ -95,7 +95,7 @@ impl RunningArm {
     /// Free, usable accelerators (for tests and metrics).
     pub fn free_accelerators(&self) -> usize {
         let core = self.arm.core.lock().expect("core poisoned");
-        crate::policy::Pool { hosts: &core.hosts }.usable_free().len()
+        crate::policy::usable_free(&core.hosts)
     }
 
     /// Stops serving (as a crash would, without touching the store).
@@ -125,7 +125,8 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     let endpoint = transport::server_endpoint(config.listen, crypto, &tuning)?;
     let addr = endpoint.local_addr()?;
     let store = Store::open(&dir)?;
-    let core = store.load()?;
+    let mut core = store.load()?;
+    core.scheduling = config.scheduler.clone();
     let signer = Arc::new(keys::signer(&dir)?);
     let (events, event_rx) = mpsc::unbounded_channel();
     let links =
@@ -336,8 +337,10 @@ impl Arm {
     fn session_answer(&self, token: String, token_hash: &str) -> Answer {
         let core = self.core.lock().expect("core poisoned");
         let job = core.session(token_hash)?.job.clone();
-        let state = match core.static_state(token_hash)? {
-            StaticState::Queued { position, needed, free } => SessionState::Queued { position, needed, free },
+        let state = match core.static_state(token_hash, unix_now())? {
+            StaticState::Queued { position, needed, free, expected_start } => {
+                SessionState::Queued { position, needed, free, expected_start }
+            }
             StaticState::Bound(ids) => {
                 let now = unix_now();
                 let held = core.held_by(&job);
@@ -393,18 +396,18 @@ impl Arm {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
                 let node = self.core.lock().expect("core poisoned").session(&token_hash)?.node.clone();
-                match self.mutate(|core, _| core.get(&token_hash, &[(node.clone(), count)], false))? {
-                    Some(set) => self.granted(set, Some(&node)),
-                    None => Ok(self.rejection(count)),
+                match self.mutate(|core, now| core.get(&token_hash, &[(node.clone(), count)], false, now))? {
+                    Ok(set) => self.granted(set, Some(&node)),
+                    Err(reason) => Ok(self.rejection(count, &reason)),
                 }
             }
             Request::CollectiveGet { token, parts } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
                 let total = parts.iter().map(|(_, n)| n).sum();
-                match self.mutate(|core, _| core.get(&token_hash, &parts, true))? {
-                    Some(set) => self.granted(set, None),
-                    None => Ok(self.rejection(total)),
+                match self.mutate(|core, now| core.get(&token_hash, &parts, true, now))? {
+                    Ok(set) => self.granted(set, None),
+                    Err(reason) => Ok(self.rejection(total, &reason)),
                 }
             }
             Request::JoinSet { token, set } => {
@@ -479,20 +482,20 @@ impl Arm {
             }
             Request::JobList => {
                 let core = self.core.lock().expect("core poisoned");
-                Ok(Response::Jobs(core.jobs.values().map(|j| job_view(&core, j)).collect()))
+                let starts = core.expected_starts(unix_now());
+                Ok(Response::Jobs(core.jobs.values().map(|j| job_view(&core, j, &starts)).collect()))
             }
             Request::JobShow { id } => {
                 let core = self.core.lock().expect("core poisoned");
                 let job = core.jobs.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
-                Ok(Response::Job(job_view(&core, job)))
+                Ok(Response::Job(job_view(&core, job, &core.expected_starts(unix_now()))))
             }
         }
     }
 
-    fn rejection(&self, count: u32) -> Response {
-        let free = self.core.lock().expect("core poisoned");
-        let free = crate::policy::Pool { hosts: &free.hosts }.usable_free().len();
-        Response::Rejected { reason: format!("{count} accelerator(s) asked, {free} free") }
+    fn rejection(&self, count: u32, why: &str) -> Response {
+        let free = crate::policy::usable_free(&self.core.lock().expect("core poisoned").hosts);
+        Response::Rejected { reason: format!("{count} accelerator(s) asked, {free} free: {why}") }
     }
 
     /// Connects to a backend, registers this manager with it and learns its device.
@@ -562,7 +565,7 @@ fn host_view(host: &Host) -> HostView {
     }
 }
 
-fn job_view(core: &Core, job: &Job) -> JobView {
+fn job_view(core: &Core, job: &Job, starts: &std::collections::BTreeMap<String, Option<u64>>) -> JobView {
     let held = core.held_by(&job.id);
     JobView {
         id: job.id.clone(),
@@ -577,6 +580,7 @@ fn job_view(core: &Core, job: &Job) -> JobView {
         .into(),
         submitted: job.submitted,
         walltime_s: job.walltime_s,
+        expected_start: starts.get(&job.id).copied().flatten(),
         static_accelerators: held
             .iter()
             .filter(|(_, h)| h.set.is_none())

@@ -276,10 +276,9 @@ impl Engine<'_> {
             _ => 0,
         };
         let sped_up = (job.size + evolve.extra) as f64 / job.size as f64;
-        let end_if_granted = self
-            .behaviour
-            .declare_speedup
-            .then(|| now + (self.remaining(i, now) / (self.progress[i].expect("running").rate * sped_up)).ceil() as Time);
+        let end_if_granted = self.behaviour.declare_speedup.then(|| {
+            now + (self.remaining(i, now) / (self.progress[i].expect("running").rate * sped_up)).ceil() as Time
+        });
         let req = DynRequest {
             id: i as u64,
             job: job.id,

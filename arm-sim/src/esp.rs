@@ -92,7 +92,11 @@ fn esp_job(id: u64, submit: Time, t: &JobType, units: u32) -> SimJob {
         priority: 0,
         exclusive: false,
         kind: t.name.to_string(),
-        evolve: t.evolving.then(|| Evolve { at: at_fraction(0.16), extra: EXTRA_UNITS, retry: Some(at_fraction(0.25)) }),
+        evolve: t.evolving.then(|| Evolve {
+            at: at_fraction(0.16),
+            extra: EXTRA_UNITS,
+            retry: Some(at_fraction(0.25)),
+        }),
     }
 }
 
@@ -111,11 +115,8 @@ pub fn synthetic(count: usize, units: u32, seed: u64) -> Workload {
             // Mean work per job is about size * runtime; arrive slightly faster than drained.
             let gap = (size as f64 * runtime as f64 / f64::from(units) * 0.9 * rng.f64() * 2.0) as Time;
             submit += gap;
-            let evolve = (rng.u8(..) < 26).then(|| Evolve {
-                at: runtime / 6,
-                extra: rng.u32(1..=4),
-                retry: Some(runtime / 4),
-            });
+            let evolve =
+                (rng.u8(..) < 26).then(|| Evolve { at: runtime / 6, extra: rng.u32(1..=4), retry: Some(runtime / 4) });
             SimJob {
                 id: i as u64 + 1,
                 submit,

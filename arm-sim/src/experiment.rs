@@ -81,7 +81,6 @@ fn stat(values: impl Iterator<Item = f64> + Clone) -> (f64, f64, f64) {
     (mean, lo, hi)
 }
 
-
 /// A Markdown table in the shape of the paper's Table II, with our means and ranges beside
 /// the paper's numbers, and the extra columns the issue asks for.
 pub fn table(rows: &[Row]) -> String {
@@ -101,8 +100,10 @@ pub fn table(rows: &[Row]) -> String {
         let paper = row.config.paper;
         let p = |v: Option<String>| v.map(|v| format!(" ({v})")).unwrap_or_default();
         let tp = stat(row.runs.iter().map(|m| m.throughput_per_min)).0;
-        let increase = if row.config.name == "Static" { "–".to_string() } else { format!("{:+.1}%", 100.0 * (tp / base - 1.0)) };
-        let paper_increase = paper.filter(|_| row.config.name != "Static").map(|p| format!("{:+.1}%", 100.0 * (p.3 / 0.86 - 1.0)));
+        let increase =
+            if row.config.name == "Static" { "–".to_string() } else { format!("{:+.1}%", 100.0 * (tp / base - 1.0)) };
+        let paper_increase =
+            paper.filter(|_| row.config.name != "Static").map(|p| format!("{:+.1}%", 100.0 * (p.3 / 0.86 - 1.0)));
         let _ = writeln!(
             out,
             "| {} | {}{} | {}{} | {}{} | {}{} | {}{} | {} | {} | {} | {} |",

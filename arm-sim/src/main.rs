@@ -91,7 +91,9 @@ enum Command {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Run { workload, config, units, out, no_dynamic } => run(&workload, config.as_deref(), units, &out, no_dynamic),
+        Command::Run { workload, config, units, out, no_dynamic } => {
+            run(&workload, config.as_deref(), units, &out, no_dynamic)
+        }
         Command::Esp { seed, units, out } => {
             let text = esp::dynamic_esp(seed, units).to_swf(&format!("Dynamic ESP, seed {seed}, {units} units"));
             std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))
@@ -109,7 +111,9 @@ fn run(workload: &Path, config: Option<&Path>, units: Option<u32>, out: &Path, n
     let text = std::fs::read_to_string(workload).with_context(|| format!("reading {}", workload.display()))?;
     let workload = Workload::parse(&text)?;
     let (config, mut behaviour) = match config {
-        Some(path) => parse_config(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?,
+        Some(path) => {
+            parse_config(&std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)?
+        }
         None => (Default::default(), Behaviour::default()),
     };
     behaviour.dynamic &= !no_dynamic;
@@ -160,7 +164,11 @@ fn reproduce_all(seeds: u64, units: u32, out: &Path) -> Result<()> {
     }
     println!("{table}");
     let runs = rows.len() * seeds.len();
-    eprintln!("{runs} simulations in {:.3} s ({:.2} ms each)", elapsed.as_secs_f64(), elapsed.as_secs_f64() * 1e3 / runs as f64);
+    eprintln!(
+        "{runs} simulations in {:.3} s ({:.2} ms each)",
+        elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1e3 / runs as f64
+    );
     Ok(())
 }
 

@@ -46,11 +46,7 @@ impl Metrics {
         let first = jobs.iter().map(|j| j.submit).min().unwrap_or(0);
         let last = jobs.iter().filter_map(|j| j.end).max().unwrap_or(first);
         let span = (last - first).max(1) as f64;
-        let busy_area: f64 = result
-            .busy
-            .windows(2)
-            .map(|w| f64::from(w[0].1) * (w[1].0 - w[0].0) as f64)
-            .sum();
+        let busy_area: f64 = result.busy.windows(2).map(|w| f64::from(w[0].1) * (w[1].0 - w[0].0) as f64).sum();
         let waits: Vec<u64> = jobs.iter().filter_map(|j| j.wait()).collect();
         let turnarounds: Vec<u64> = jobs.iter().filter_map(|j| Some(j.end? - j.submit)).collect();
         let completed = turnarounds.len();

@@ -95,7 +95,8 @@ impl Workload {
                     evolve.insert(number(kv.get("job"), line, "job")?, e);
                 } else if let Some(rest) = comment.strip_prefix("AC-JOB") {
                     let kv = keyed(rest);
-                    let priority = kv.get("priority").map(|_| number(kv.get("priority"), line, "priority")).transpose()?;
+                    let priority =
+                        kv.get("priority").map(|_| number(kv.get("priority"), line, "priority")).transpose()?;
                     let entry = (
                         kv.get("type").unwrap_or(&"").to_string(),
                         priority.unwrap_or(0),
@@ -119,7 +120,10 @@ impl Workload {
             }
         }
         if let Some(id) = evolve.keys().chain(attrs.keys()).next() {
-            return Err(SimError::Workload { line: 0, message: format!("extension names job {id}, which is not in the file") });
+            return Err(SimError::Workload {
+                line: 0,
+                message: format!("extension names job {id}, which is not in the file"),
+            });
         }
         Ok(workload)
     }
@@ -138,7 +142,10 @@ impl Workload {
                 let _ = writeln!(
                     out,
                     "; AC-JOB job={} type={} priority={} exclusive={}",
-                    j.id, j.kind, j.priority, u8::from(j.exclusive)
+                    j.id,
+                    j.kind,
+                    j.priority,
+                    u8::from(j.exclusive)
                 );
             }
             if let Some(e) = j.evolve {
@@ -196,7 +203,8 @@ mod tests {
 
     #[test]
     fn swf_round_trips_with_the_extension() {
-        let text = "; MaxProcs: 8\n; AC-EVOLVE job=2 at=10 extra=4 retry=20\n; AC-JOB job=3 type=Z priority=99 exclusive=1\n\
+        let text =
+            "; MaxProcs: 8\n; AC-EVOLVE job=2 at=10 extra=4 retry=20\n; AC-JOB job=3 type=Z priority=99 exclusive=1\n\
                     1 0 -1 100 2 -1 -1 2 120 -1 1 1 1 -1 -1 -1 -1 -1\n\
                     2 5 -1 60 -1 -1 -1 4 -1 -1 1 2 1 -1 -1 -1 -1 -1\n\
                     3 9 -1 500 8 -1 -1 8 100 -1 1 3 1 -1 -1 -1 -1 -1\n";

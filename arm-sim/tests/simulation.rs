@@ -54,7 +54,13 @@ fn the_cli_replays_a_workload_it_wrote() {
     assert!(ok.success());
     let out = dir.join("out");
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/dyn-500.toml");
-    let run = Command::new(sim).args(["run", "--config", config, "--workload"]).arg(&swf).arg("--out").arg(&out).output().unwrap();
+    let run = Command::new(sim)
+        .args(["run", "--config", config, "--workload"])
+        .arg(&swf)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("metrics.json")).unwrap()).unwrap();
     assert_eq!(metrics["completed"], 230);

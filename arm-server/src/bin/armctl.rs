@@ -169,17 +169,27 @@ fn print_hosts(hosts: &[HostView]) {
 }
 
 fn print_jobs(jobs: &[JobView]) {
-    println!("{:<16} {:<10} {:<8} {:>4} {:<24} ACCELERATORS", "JOB", "USER", "STATE", "ACPN", "NODES");
+    println!(
+        "{:<16} {:<10} {:<8} {:>4} {:<24} {:<10} ACCELERATORS",
+        "JOB", "USER", "STATE", "ACPN", "NODES", "STARTS IN"
+    );
+    let now = ac_proto::capability::unix_now();
     for j in jobs {
+        let starts = match (j.state.as_str(), j.expected_start) {
+            ("queued", Some(t)) => format!("{}s", t.saturating_sub(now)),
+            ("queued", None) => "never".into(),
+            _ => "-".into(),
+        };
         let mut accels: Vec<String> = j.static_accelerators.iter().map(|(n, a)| format!("{a}@{n}")).collect();
         accels.extend(j.dynamic_accelerators.iter().map(|(s, a)| format!("{a}(set {s})")));
         println!(
-            "{:<16} {:<10} {:<8} {:>4} {:<24} {}",
+            "{:<16} {:<10} {:<8} {:>4} {:<24} {:<10} {}",
             j.id,
             j.user,
             j.state,
             j.acpn,
             j.nodes.join(","),
+            starts,
             accels.join(" ")
         );
     }
