@@ -421,7 +421,7 @@ impl Scheduler {
 
     fn retry_pending(&mut self, now: Time, events: &mut Vec<Event>) {
         for (req, deadline) in std::mem::take(&mut self.pending) {
-            if !self.jobs.get(&req.job).is_some_and(|j| j.run.is_some()) {
+            if self.jobs.get(&req.job).is_none_or(|j| j.run.is_none()) {
                 continue;
             }
             match self.try_grant(&req, now, events) {
