@@ -77,6 +77,9 @@ impl Ord for Key {
     }
 }
 
+/// A queued job's place in the priority order: highest priority first, then submission order.
+type OrderEntry = (Reverse<Key>, u64, JobId);
+
 /// Counters since the scheduler was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Stats {
@@ -109,7 +112,7 @@ pub struct Scheduler {
     /// Queued jobs by priority, kept sorted. Priorities differ between jobs only by terms fixed
     /// at submission (queue time grows alike for all) unless fair-share is on, so the order
     /// is maintained here instead of sorted at every pass.
-    order: BTreeSet<(Reverse<Key>, u64, JobId)>,
+    order: BTreeSet<OrderEntry>,
     running: BTreeSet<JobId>,
     /// Queued exclusive jobs.
     exclusive: usize,
@@ -151,13 +154,13 @@ impl Scheduler {
 
     /// Replaces the configuration. Priorities are recomputed for the queued jobs.
     pub fn set_config(&mut self, config: Config) {
-        let queued: Vec<Job> = self.queued.iter().map(|id| self.jobs[id].clone()).collect();
-        for job in &queued {
-            self.dequeue(job);
+        let queued: Vec<JobId> = self.queued.iter().copied().collect();
+        for &id in &queued {
+            self.dequeue(id);
         }
         self.config = config;
-        for job in &queued {
-            self.enqueue(job);
+        for &id in &queued {
+            self.enqueue(id);
         }
     }
 
@@ -261,9 +264,9 @@ impl Scheduler {
             }
         }
         self.next_seq += 1;
-        let job = Job { spec, submit: now, seq: self.next_seq, run: None };
-        self.enqueue(&job);
-        self.jobs.insert(job.spec.id, job);
+        let id = spec.id;
+        self.jobs.insert(id, Job { spec, submit: now, seq: self.next_seq, run: None });
+        self.enqueue(id);
         Ok(())
     }
 
@@ -294,10 +297,8 @@ impl Scheduler {
     /// borrowers, units it borrowed go back to their owners.
     pub fn finish(&mut self, id: JobId, now: Time) -> Result<(), Error> {
         self.charge(id, now);
+        self.dequeue(id);
         let job = self.jobs.remove(&id).ok_or(Error::NoSuchJob(id))?;
-        if job.run.is_none() {
-            self.dequeue(&job);
-        }
         self.running.remove(&id);
         self.pending.retain(|(r, _)| r.job != id);
         let Some(run) = job.run else { return Ok(()) };
@@ -388,6 +389,20 @@ impl Scheduler {
         let mut planned: Vec<Planned> = order.iter().zip(starts).map(|(&job, start)| Planned { job, start }).collect();
         planned.extend(self.advance.iter().filter(|(t, _)| *t > now).map(|&(t, job)| Planned { job, start: Some(t) }));
         planned
+    }
+
+    /// One queued job's expected start, as [`Scheduler::plan`] gives it, planning only the
+    /// jobs ahead of it. `None` if it is not queued or cannot start with the units that exist.
+    pub fn expected_start(&self, job: JobId, now: Time) -> Option<Time> {
+        if !self.queued.contains(&job) {
+            return None;
+        }
+        if let Some(at) = self.jobs[&job].spec.start_at.filter(|at| *at > now) {
+            return Some(at);
+        }
+        let order = self.priority_order(now, None);
+        let position = order.iter().position(|id| *id == job)?;
+        self.walk(self.base_profile(now), &order[..=position], now).pop().flatten()
     }
 
     /// A dynamic request: granted at once (maybe partly), rejected, or, with a timeout,
@@ -675,7 +690,7 @@ impl Scheduler {
     }
 
     fn start(&mut self, id: JobId, now: Time) -> Vec<UnitId> {
-        self.dequeue(&self.jobs[&id].clone());
+        self.dequeue(id);
         self.running.insert(id);
         let job = self.jobs.get_mut(&id).expect("queued");
         let (size, footprint) = (job.spec.size as usize, job.spec.footprint() as usize);
@@ -768,22 +783,32 @@ impl Scheduler {
             + p.groups.get(&job.spec.group).copied().unwrap_or(0.0)
     }
 
-    fn enqueue(&mut self, job: &Job) {
-        self.queued.insert(job.spec.id);
-        self.order.insert((Reverse(Key(self.static_priority(job))), job.seq, job.spec.id));
-        self.exclusive += usize::from(job.spec.exclusive);
-        if let Some(at) = job.spec.start_at {
-            self.advance.insert((at, job.spec.id));
+    /// A job's entry in `order`, whether it is exclusive, and its advance reservation.
+    fn queue_entry(&self, id: JobId) -> Option<(OrderEntry, bool, Option<Time>)> {
+        let job = self.jobs.get(&id)?;
+        Some(((Reverse(Key(self.static_priority(job))), job.seq, id), job.spec.exclusive, job.spec.start_at))
+    }
+
+    /// Puts a known job in the queue's indexes.
+    fn enqueue(&mut self, id: JobId) {
+        let Some((entry, exclusive, start_at)) = self.queue_entry(id) else { return };
+        self.queued.insert(id);
+        self.order.insert(entry);
+        self.exclusive += usize::from(exclusive);
+        if let Some(at) = start_at {
+            self.advance.insert((at, id));
         }
     }
 
-    fn dequeue(&mut self, job: &Job) {
-        if self.queued.remove(&job.spec.id) {
-            self.order.remove(&(Reverse(Key(self.static_priority(job))), job.seq, job.spec.id));
-            self.exclusive -= usize::from(job.spec.exclusive);
+    /// Takes a job out of the queue's indexes (nothing happens if it is not queued).
+    fn dequeue(&mut self, id: JobId) {
+        let Some((entry, exclusive, start_at)) = self.queue_entry(id) else { return };
+        if self.queued.remove(&id) {
+            self.order.remove(&entry);
+            self.exclusive -= usize::from(exclusive);
         }
-        if let Some(at) = job.spec.start_at {
-            self.advance.remove(&(at, job.spec.id));
+        if let Some(at) = start_at {
+            self.advance.remove(&(at, id));
         }
     }
 

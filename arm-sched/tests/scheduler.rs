@@ -287,3 +287,17 @@ fn nothing_overtakes_a_job_whose_start_cannot_be_planned() {
     assert!(s.schedule(2).is_empty(), "job 1 never ends in the plan: job 3 could delay job 2 forever");
     assert_eq!(s.plan(2)[0].start, None);
 }
+
+#[test]
+fn one_jobs_expected_start_agrees_with_the_whole_plan() {
+    let mut s = pool(4, config(Backfill::Easy, 1));
+    s.submit(job(1, "a", 3, 100), 0).unwrap();
+    s.schedule(0);
+    s.submit(job(2, "b", 4, 100), 1).unwrap();
+    s.submit(job(3, "c", 2, 300), 2).unwrap();
+    s.submit(JobSpec { start_at: Some(500), ..job(4, "r", 4, 10) }, 3).unwrap();
+    for planned in s.plan(3) {
+        assert_eq!(s.expected_start(planned.job, 3), planned.start, "job {}", planned.job);
+    }
+    assert_eq!(s.expected_start(1, 3), None, "running, not queued");
+}

@@ -212,6 +212,12 @@ impl Core {
         }
     }
 
+    /// Expected start of one queued job: the planning view up to that job only, since waiting
+    /// programs ask for it at every poll.
+    pub fn expected_start(&self, job: &str, now: u64) -> Option<u64> {
+        self.view(now).expected_start(job, now)
+    }
+
     /// Expected start of every queued job (the planning view), by job id.
     pub fn expected_starts(&self, now: u64) -> BTreeMap<String, Option<u64>> {
         self.view(now).expected_starts(now)
@@ -340,7 +346,7 @@ impl Core {
                 position,
                 needed: job.nodes.len() as u32 * job.acpn,
                 free: usable_free(&self.hosts) as u32,
-                expected_start: self.expected_starts(now).get(&job.id).copied().flatten(),
+                expected_start: self.expected_start(&job.id, now),
             });
         }
         let bound = self

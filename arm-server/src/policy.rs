@@ -111,6 +111,11 @@ impl View {
         }
     }
 
+    /// Expected start of one queued job.
+    pub fn expected_start(&self, job: &str, now: u64) -> Option<u64> {
+        self.scheduler.expected_start(self.number(job)?, now)
+    }
+
     /// Expected start of every queued job, by ARM job id.
     pub fn expected_starts(&self, now: u64) -> BTreeMap<String, Option<u64>> {
         self.scheduler

@@ -483,12 +483,14 @@ impl Arm {
             Request::JobList => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());
-                Ok(Response::Jobs(core.jobs.values().map(|j| job_view(&core, j, &starts)).collect()))
+                let view = |j: &Job| job_view(&core, j, starts.get(&j.id).copied().flatten());
+                Ok(Response::Jobs(core.jobs.values().map(view).collect()))
             }
             Request::JobShow { id } => {
                 let core = self.core.lock().expect("core poisoned");
                 let job = core.jobs.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
-                Ok(Response::Job(job_view(&core, job, &core.expected_starts(unix_now()))))
+                let start = core.expected_start(&id, unix_now());
+                Ok(Response::Job(job_view(&core, job, start)))
             }
         }
     }
@@ -565,7 +567,7 @@ fn host_view(host: &Host) -> HostView {
     }
 }
 
-fn job_view(core: &Core, job: &Job, starts: &std::collections::BTreeMap<String, Option<u64>>) -> JobView {
+fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
     let held = core.held_by(&job.id);
     JobView {
         id: job.id.clone(),
@@ -580,7 +582,7 @@ fn job_view(core: &Core, job: &Job, starts: &std::collections::BTreeMap<String, 
         .into(),
         submitted: job.submitted,
         walltime_s: job.walltime_s,
-        expected_start: starts.get(&job.id).copied().flatten(),
+        expected_start,
         static_accelerators: held
             .iter()
             .filter(|(_, h)| h.set.is_none())

@@ -213,7 +213,7 @@ impl Engine<'_> {
                 }
             }
             let events = self.scheduler.schedule(now);
-            self.apply(events, now)?;
+            self.apply(events, now);
             if let Some(w) = self.scheduler.next_wakeup().filter(|w| *w > now) {
                 self.queue.push(Reverse((w, Kind::Wake, 0)));
             }
@@ -233,7 +233,7 @@ impl Engine<'_> {
         Ok(())
     }
 
-    fn apply(&mut self, events: Vec<Event>, now: Time) -> Result<(), SimError> {
+    fn apply(&mut self, events: Vec<Event>, now: Time) {
         for event in events {
             match event {
                 Event::Started { job, backfilled, .. } => self.start(self.index[&job], backfilled, now),
@@ -242,7 +242,6 @@ impl Engine<'_> {
                 Event::Rejected { .. } | Event::Preempted { .. } => {}
             }
         }
-        Ok(())
     }
 
     fn start(&mut self, i: usize, backfilled: bool, now: Time) {
@@ -291,7 +290,7 @@ impl Engine<'_> {
         self.requests += 1;
         self.records[i].evolving = true;
         let (outcome, events) = self.scheduler.request(req, now)?;
-        self.apply(events, now)?;
+        self.apply(events, now);
         match outcome {
             DynOutcome::Granted(units) => self.grow(i, units.len() as u32, now),
             DynOutcome::Rejected(_) => {

@@ -130,7 +130,7 @@ fn run(workload: &Path, config: Option<&Path>, units: Option<u32>, out: &Path, n
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("metrics.json"), serde_json::to_string_pretty(&metrics)?)?;
     std::fs::write(out.join("jobs.json"), serde_json::to_string(&result.jobs)?)?;
-    plot::utilisation([("this run", &result), ("this run", &result)], &out.join("utilisation.svg"))?;
+    plot::utilisation(&[("this run", &result)], &out.join("utilisation.svg"))?;
     println!("{}", serde_json::to_string_pretty(&metrics)?);
     eprintln!("simulated {} jobs in {:.3} s", workload.jobs.len(), elapsed.as_secs_f64());
     Ok(())
@@ -157,7 +157,7 @@ fn reproduce_all(seeds: u64, units: u32, out: &Path) -> Result<()> {
     for (file, a, b, kind, utilisation) in pairs {
         let runs = [(a, &first[a]), (b, &first[b])];
         if utilisation {
-            plot::utilisation(runs, &out.join(file))?;
+            plot::utilisation(&runs, &out.join(file))?;
         } else {
             plot::waits(runs, kind, &out.join(file))?;
         }

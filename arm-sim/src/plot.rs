@@ -11,13 +11,13 @@ fn failed(e: impl std::fmt::Display) -> SimError {
     SimError::Plot(e.to_string())
 }
 
-/// Busy units over time of two runs, one panel each.
-pub fn utilisation(runs: [(&str, &SimResult); 2], path: &Path) -> Result<(), SimError> {
-    let root = SVGBackend::new(path, (1200, 420)).into_drawing_area();
+/// Busy units over time of one or more runs, one panel each, side by side.
+pub fn utilisation(runs: &[(&str, &SimResult)], path: &Path) -> Result<(), SimError> {
+    let root = SVGBackend::new(path, (600 * runs.len().max(1) as u32, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(failed)?;
     let end = runs.iter().filter_map(|(_, r)| r.busy.last().map(|b| b.0)).max().unwrap_or(1) as f64 / 60.0;
     let units = runs.iter().map(|(_, r)| r.units).max().unwrap_or(1) as f64;
-    for ((name, run), area) in runs.iter().zip(root.split_evenly((1, 2)).iter()) {
+    for ((name, run), area) in runs.iter().zip(root.split_evenly((1, runs.len().max(1))).iter()) {
         let mut chart = ChartBuilder::on(area)
             .caption(format!("{name}: busy units"), ("sans-serif", 18))
             .margin(12)
