@@ -117,7 +117,9 @@ async fn receive_streaming(
     header: &BulkHeader,
     reader: &mut FrameReader,
 ) -> Result<(), WireError> {
-    receive(session, header, reader, |at, piece| session.device.write(alloc.mem, header.ptr.offset + at, piece)).await
+    let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
+    receive(session, header, reader, |at, piece| upload.push(at, piece)).await?;
+    upload.finish()
 }
 
 async fn receive_staged(
@@ -132,13 +134,9 @@ async fn receive_staged(
         Ok(())
     })
     .await?;
-    session.device.write(alloc.mem, header.ptr.offset, &staging)
-}
-
-fn read_chunk(session: &Session, alloc: &Allocation, offset: u64, len: usize) -> Result<Bytes, WireError> {
-    let mut buf = BytesMut::zeroed(len);
-    session.device.read(alloc.mem, offset, &mut buf)?;
-    Ok(buf.freeze())
+    let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
+    upload.push(0, &staging)?;
+    upload.finish()
 }
 
 async fn send_streaming(
@@ -147,10 +145,14 @@ async fn send_streaming(
     header: &BulkHeader,
     send: &mut SendStream,
 ) -> Result<(), ProtoError> {
+    let mut download = match session.context.download(alloc.mem, header.ptr.offset, header.len) {
+        Ok(download) => download,
+        Err(e) => return abort_send(send, e),
+    };
     let mut sent = 0u64;
     while sent < header.len {
         let len = (header.len - sent).min(session.copy.chunk_bytes as u64) as usize;
-        match read_chunk(session, alloc, header.ptr.offset + sent, len) {
+        match download.next(len) {
             Ok(chunk) => send.write_chunk(chunk).await?,
             Err(e) => return abort_send(send, e),
         }
@@ -165,7 +167,11 @@ async fn send_staged(
     header: &BulkHeader,
     send: &mut SendStream,
 ) -> Result<(), ProtoError> {
-    match read_chunk(session, alloc, header.ptr.offset, header.len as usize) {
+    let all = session
+        .context
+        .download(alloc.mem, header.ptr.offset, header.len)
+        .and_then(|mut d| d.next(header.len as usize));
+    match all {
         Ok(all) => Ok(send.write_chunk(all).await?),
         Err(e) => abort_send(send, e),
     }

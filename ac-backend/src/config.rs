@@ -47,8 +47,14 @@ pub struct BackendConfig {
     pub state_dir: PathBuf,
     /// Which device to run.
     pub device: DeviceChoice,
-    /// Memory of the CPU device, MiB.
+    /// Which devices to serve, by index (CUDA ordinals). Unset: every GPU of the host, or one
+    /// CPU device. For the CPU device, each index listed is one emulated accelerator.
+    pub devices: Option<Vec<u32>>,
+    /// Memory of each CPU device, MiB.
     pub memory_mib: u64,
+    /// Page-locked host memory for staging bulk copies to and from each GPU, MiB. Copies that
+    /// find the pool empty fall back to the driver's own (slower) staging.
+    pub staging_mib: u64,
     /// Certificate chain (PEM); created in `state_dir` when unset.
     pub cert: Option<PathBuf>,
     /// Private key (PEM) of `cert`.
@@ -74,7 +80,9 @@ impl Default for BackendConfig {
             listen: "127.0.0.1:7100".parse().expect("addr"),
             state_dir: PathBuf::from(".state/ac-backend"),
             device: DeviceChoice::Cpu,
+            devices: None,
             memory_mib: 4096,
+            staging_mib: 256,
             cert: None,
             key: None,
             names: Vec::new(),
@@ -103,6 +111,9 @@ impl BackendConfig {
         }
         if self.inline_budget_mib == 0 || self.memory_mib == 0 {
             return Err(BackendError::Config("inline_budget_mib and memory_mib must be positive".into()));
+        }
+        if self.devices.as_ref().is_some_and(|d| d.is_empty()) {
+            return Err(BackendError::Config("devices must list at least one device".into()));
         }
         Ok(())
     }

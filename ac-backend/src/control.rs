@@ -75,8 +75,8 @@ pub async fn serve(
     replies: StreamWriter,
     inline_budget: u32,
 ) -> Result<(), Closing> {
-    let default_stream = session.device.create_stream().map_err(|e| Closing::protocol(e.message))?;
-    let worker = StreamWorker::spawn(session.device.clone(), default_stream, format!("ac-s{}-0", session.id.0))
+    let default_stream = session.context.create_stream().map_err(|e| Closing::protocol(e.message))?;
+    let worker = StreamWorker::spawn(session.context.clone(), default_stream, format!("ac-s{}-0", session.id.0))
         .map_err(|e| Closing::protocol(format!("cannot start stream: {e}")))?;
     let mut control = Control {
         session,
@@ -132,7 +132,7 @@ impl Control {
     async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
         let outcome = match request {
             Request::Ping => Outcome::Now(Response::Ok),
-            Request::DeviceInfo => Outcome::Now(Response::Info(self.session.device.info())),
+            Request::DeviceInfo => Outcome::Now(Response::Info(self.session.context.info())),
             Request::MemAlloc { bytes } => {
                 Outcome::Now(self.session.alloc(bytes).map_or_else(Response::Error, Response::Buffer))
             }
@@ -259,7 +259,7 @@ impl Control {
     }
 
     async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
-        let device = self.session.device.clone();
+        let device = self.session.context.clone();
         // Compiling (NVRTC, large images) may take long: keep it off the async threads.
         let loaded = tokio::task::spawn_blocking(move || device.load_module(&source, &image)).await;
         match loaded {
@@ -278,7 +278,7 @@ impl Control {
             return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
         };
         self.drain_streams().await;
-        self.session.device.unload_module(device_module);
+        self.session.context.unload_module(device_module);
         Response::Ok
     }
 
@@ -286,7 +286,7 @@ impl Control {
         let Some(&device_module) = self.modules.get(&module) else {
             return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
         };
-        match self.session.device.kernel(device_module, name) {
+        match self.session.context.kernel(device_module, name) {
             Ok(kernel) => {
                 let id = FunctionId(self.fresh_id());
                 let params = kernel.params.clone();
@@ -348,8 +348,8 @@ impl Control {
 
     fn create_stream(&mut self) -> Response {
         let id = StreamId(self.fresh_id());
-        let created = self.session.device.create_stream().and_then(|s| {
-            StreamWorker::spawn(self.session.device.clone(), s, format!("ac-s{}-{}", self.session.id.0, id.0))
+        let created = self.session.context.create_stream().and_then(|s| {
+            StreamWorker::spawn(self.session.context.clone(), s, format!("ac-s{}-{}", self.session.id.0, id.0))
                 .map_err(|e| WireError::new(ErrorKind::Internal, format!("cannot start stream: {e}")))
         });
         match created {

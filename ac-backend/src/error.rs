@@ -10,6 +10,9 @@ pub enum BackendError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// `--device cuda` was asked for and no CUDA device is usable.
+    #[error("no usable CUDA device: {0}")]
+    NoCuda(String),
     /// A local I/O operation failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -19,10 +19,17 @@ struct Args {
     /// Directory for the created CA and certificate.
     #[arg(long, env = "AC_BACKEND_STATE_DIR")]
     state_dir: Option<PathBuf>,
-    /// Device to run.
+    /// Device to run: `cuda` (fail without a GPU), `auto` (CUDA, else the CPU device) or `cpu`.
     #[arg(long, env = "AC_BACKEND_DEVICE", value_enum)]
     device: Option<DeviceChoice>,
-    /// Memory of the CPU device, MiB.
+    /// Devices to serve, by index (CUDA ordinals), e.g. `0,2`; default every GPU, or one CPU
+    /// device. With `--device cpu`, each index is one emulated accelerator.
+    #[arg(long, env = "AC_BACKEND_DEVICES", value_delimiter = ',')]
+    devices: Option<Vec<u32>>,
+    /// Pinned host memory for staging bulk copies, per GPU, MiB.
+    #[arg(long, env = "AC_BACKEND_STAGING_MIB")]
+    staging_mib: Option<u64>,
+    /// Memory of each CPU device, MiB.
     #[arg(long, env = "AC_BACKEND_MEMORY_MIB")]
     memory_mib: Option<u64>,
     /// Bulk copy chunk size, KiB.
@@ -55,6 +62,12 @@ impl Args {
         if let Some(v) = self.device {
             config.device = v;
         }
+        if let Some(v) = self.devices {
+            config.devices = Some(v);
+        }
+        if let Some(v) = self.staging_mib {
+            config.staging_mib = v;
+        }
         if let Some(v) = self.memory_mib {
             config.memory_mib = v;
         }
@@ -73,12 +86,10 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let (config, addr_file) = Args::parse().into_config()?;
     let backend = ac_backend::start(config).await.context("starting the backend")?;
-    eprintln!(
-        "ac-backend listening on {} ({}); clients trust {}",
-        backend.addr(),
-        if backend.memory_free() > 0 { "ready" } else { "no memory" },
-        backend.ca_cert().display()
-    );
+    eprintln!("ac-backend listening on {}; clients trust {}", backend.addr(), backend.ca_cert().display());
+    for info in backend.devices() {
+        eprintln!("  device {}: {} ({:?}, {} MiB free)", info.index, info.name, info.kind, info.memory_free >> 20);
+    }
     if let Some(path) = addr_file {
         std::fs::write(&path, format!("{}\n", backend.addr()))
             .with_context(|| format!("writing {}", path.display()))?;

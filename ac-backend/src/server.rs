@@ -1,11 +1,12 @@
 //! The daemon: accepts connections, checks preamble and hello, and runs sessions.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_proto::backend::{close, Heartbeat, Hello, Preamble, Reply, Response, Revoke, SessionId, ALPN, VERSION};
+use ac_proto::backend::{close, DeviceInfo, Heartbeat, Hello, Preamble, Reply, Response, Revoke, ALPN, VERSION};
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
@@ -23,7 +24,7 @@ use crate::{bulk, BackendError};
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Shared {
-    device: Arc<dyn Device>,
+    devices: BTreeMap<u32, Arc<dyn Device>>,
     registry: Registry,
     trust: Trust,
     config: BackendConfig,
@@ -41,7 +42,13 @@ pub struct RunningBackend {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("device", &self.device.info().name).finish()
+        f.debug_struct("Shared").field("devices", &self.devices.len()).finish()
+    }
+}
+
+impl Shared {
+    fn device_infos(&self) -> Vec<DeviceInfo> {
+        self.devices.values().map(|d| d.info()).collect()
     }
 }
 
@@ -61,9 +68,14 @@ impl RunningBackend {
         self.shared.registry.len()
     }
 
-    /// Free device memory, bytes.
+    /// Free memory of all devices together, bytes.
     pub fn memory_free(&self) -> u64 {
-        self.shared.device.info().memory_free
+        self.shared.devices.values().map(|d| d.info().memory_free).sum()
+    }
+
+    /// The devices served, in index order, with current free memory.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.shared.device_infos()
     }
 
     /// Stops accepting, closes every connection and waits for the endpoint to go idle.
@@ -74,18 +86,33 @@ impl RunningBackend {
     }
 }
 
-fn make_device(config: &BackendConfig) -> Result<Arc<dyn Device>, BackendError> {
-    let cpu = || Arc::new(CpuDevice::new(config.memory_mib << 20)) as Arc<dyn Device>;
+/// The devices `config` asks for. `auto` falls back to the CPU device when CUDA is not usable,
+/// and says why.
+fn make_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, BackendError> {
     match config.device {
-        DeviceChoice::Cpu => Ok(cpu()),
-        DeviceChoice::Auto => {
-            tracing::info!("no CUDA device support in this build: using the CPU device");
-            Ok(cpu())
-        }
-        DeviceChoice::Cuda => {
-            Err(BackendError::Config("this build has no CUDA device; run with --device cpu or --device auto".into()))
-        }
+        DeviceChoice::Cpu => Ok(cpu_devices(config)),
+        DeviceChoice::Cuda => cuda_devices(config).map_err(BackendError::NoCuda),
+        DeviceChoice::Auto => cuda_devices(config).or_else(|reason| {
+            tracing::warn!("no usable CUDA device ({reason}); falling back to the CPU device");
+            Ok(cpu_devices(config))
+        }),
     }
+}
+
+fn cpu_devices(config: &BackendConfig) -> BTreeMap<u32, Arc<dyn Device>> {
+    let indexes = config.devices.clone().unwrap_or_else(|| vec![0]);
+    indexes.into_iter().map(|i| (i, Arc::new(CpuDevice::new(i, config.memory_mib << 20)) as Arc<dyn Device>)).collect()
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, String> {
+    let gpus = crate::device::cuda::discover(config.devices.as_deref(), config.staging_mib << 20, config.copy)?;
+    Ok(gpus.into_iter().map(|g| (g.index(), Arc::new(g) as Arc<dyn Device>)).collect())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_devices(_config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, String> {
+    Err("this ac-backend was built without the `cuda` feature".into())
 }
 
 /// The certificate to present, and the CA file to give clients.
@@ -104,7 +131,7 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
 /// Starts a backend on the current tokio runtime.
 pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError> {
     config.validate()?;
-    let device = make_device(&config)?;
+    let devices = make_devices(&config)?;
     let (identity, ca_cert) = identity(&config)?;
     let crypto = tls::server_crypto(identity, ALPN)?;
     let endpoint = transport::server_endpoint(config.listen, crypto, &config.transport)?;
@@ -116,9 +143,11 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         None => None,
     };
     let trust = Trust::load(&config.state_dir, pinned);
-    let shared = Arc::new(Shared { device, registry: Registry::default(), trust, config });
+    let shared = Arc::new(Shared { devices, registry: Registry::default(), trust, config });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
-    tracing::info!(%addr, device = %shared.device.info().name, "backend listening");
+    for info in shared.device_infos() {
+        tracing::info!(%addr, index = info.index, device = %info.name, "serving device");
+    }
     Ok(RunningBackend { addr, ca_cert, endpoint, shared, task })
 }
 
@@ -154,10 +183,16 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
         Err(_) => return refuse(&conn, close::PROTOCOL, "no hello in time"),
     };
     match hello {
-        Hello::Open { capability } => match shared.trust.admit(&capability) {
-            Ok(grant) => serve_session(conn, shared, send, reader, grant.map(|g| g.id)).await,
-            Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
-        },
+        Hello::Open { capability, device } => {
+            let Some(device) = shared.devices.get(&device).cloned() else {
+                let served: Vec<u32> = shared.devices.keys().copied().collect();
+                return refuse(&conn, close::PROTOCOL, &format!("no device {device} here (devices: {served:?})"));
+            };
+            match shared.trust.admit(&capability, device.info().index) {
+                Ok(grant) => serve_session(conn, shared, device, send, reader, grant.map(|g| g.id)).await,
+                Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
+            }
+        }
         Hello::Register { public_key, host, time, proof } => {
             if let Err(reason) = shared.trust.register(public_key, &host, time, &proof) {
                 return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
@@ -196,16 +231,13 @@ async fn read_hello(reader: &mut FrameReader) -> Result<Hello, (u32, String)> {
 }
 
 fn welcome(session: &Session) -> bytes::Bytes {
-    let response = Response::Welcome { session: session.id, token: session.token, info: session.device.info() };
+    let response = Response::Welcome { session: session.id, token: session.token, info: session.context.info() };
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }
 
 /// The resource manager's link: heartbeats out, revocations in, until either side goes away.
 async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, mut reader: FrameReader) {
-    let welcome = Reply {
-        id: 0,
-        response: Response::Welcome { session: SessionId(0), token: [0; 16], info: shared.device.info() },
-    };
+    let welcome = Reply { id: 0, response: Response::Devices(shared.device_infos()) };
     let writer = StreamWriter::new(send);
     if writer.send_frame(&welcome).await.is_err() {
         return;
@@ -216,7 +248,7 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
             let mut tick = tokio::time::interval(Duration::from_millis(shared.config.heartbeat_ms));
             loop {
                 tick.tick().await;
-                let heartbeat = Heartbeat { sessions: shared.registry.len() as u32, info: shared.device.info() };
+                let heartbeat = Heartbeat { sessions: shared.registry.len() as u32, devices: shared.device_infos() };
                 if writer.send_frame(&heartbeat).await.is_err() {
                     return;
                 }
@@ -235,11 +267,18 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
 async fn serve_session(
     conn: Connection,
     shared: Arc<Shared>,
+    device: Arc<dyn Device>,
     send: quinn::SendStream,
     reader: FrameReader,
     capability: Option<u64>,
 ) {
-    let session = shared.registry.open(shared.device.clone(), shared.config.copy, capability);
+    // Creating a CUDA context takes a while: keep it off the async threads.
+    let context = match tokio::task::spawn_blocking(move || device.open_context()).await {
+        Ok(Ok(context)) => context,
+        Ok(Err(e)) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {}", e.message)),
+        Err(e) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {e}")),
+    };
+    let session = shared.registry.open(context, shared.config.copy, capability);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
 
 use crate::config::CopySettings;
-use crate::device::{Device, DeviceMem};
+use crate::device::{Context, DeviceMem};
 
 /// A device allocation. Dropping the last reference frees the device memory, so an operation
 /// still in flight keeps its memory alive even after the client freed the buffer.
@@ -21,16 +21,16 @@ pub struct Allocation {
     pub mem: DeviceMem,
     /// Its size in bytes.
     pub size: u64,
-    device: Arc<dyn Device>,
+    context: Arc<dyn Context>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.device.free(self.mem);
+        self.context.free(self.mem);
     }
 }
 
-impl std::fmt::Debug for dyn Device {
+impl std::fmt::Debug for dyn Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.info().name)
     }
@@ -43,8 +43,8 @@ pub struct Session {
     pub id: SessionId,
     /// The secret that lets another connection attach.
     pub token: [u8; 16],
-    /// The device it runs on.
-    pub device: Arc<dyn Device>,
+    /// Its context on the device it runs on.
+    pub context: Arc<dyn Context>,
     /// Chunking of bulk copies.
     pub copy: CopySettings,
     /// The capability the session was opened with, if the backend is managed.
@@ -57,8 +57,8 @@ pub struct Session {
 impl Session {
     /// Allocates device memory and returns the new buffer's id.
     pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
-        let mem = self.device.alloc(bytes)?;
-        let entry = Arc::new(Allocation { mem, size: bytes, device: self.device.clone() });
+        let mem = self.context.alloc(bytes)?;
+        let entry = Arc::new(Allocation { mem, size: bytes, context: self.context.clone() });
         let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
         self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
         Ok(id)
@@ -134,12 +134,12 @@ pub struct Registry {
 
 impl Registry {
     /// Creates and registers a session.
-    pub fn open(&self, device: Arc<dyn Device>, copy: CopySettings, capability: Option<u64>) -> Arc<Session> {
+    pub fn open(&self, context: Arc<dyn Context>, copy: CopySettings, capability: Option<u64>) -> Arc<Session> {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
             id,
             token: random_token(),
-            device,
+            context,
             copy,
             capability,
             buffers: Mutex::new(HashMap::new()),

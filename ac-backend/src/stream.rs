@@ -13,7 +13,7 @@ use ac_proto::frame::{encode_frame, StreamWriter};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
-use crate::device::{Device, DeviceArg, DeviceStream, Kernel};
+use crate::device::{Context, DeviceArg, DeviceStream, Kernel};
 use crate::session::Allocation;
 
 /// One stream-ordered operation.
@@ -94,7 +94,7 @@ const QUEUE_DEPTH: usize = 4096;
 
 impl StreamWorker {
     /// Starts a worker for `stream` on `device`.
-    pub fn spawn(device: Arc<dyn Device>, stream: DeviceStream, name: String) -> std::io::Result<Self> {
+    pub fn spawn(device: Arc<dyn Context>, stream: DeviceStream, name: String) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let cancelled = Arc::new(AtomicBool::new(false));
         let flag = cancelled.clone();
@@ -124,7 +124,7 @@ impl Drop for StreamWorker {
     }
 }
 
-fn run(device: Arc<dyn Device>, stream: DeviceStream, mut rx: mpsc::Receiver<StreamOp>, cancelled: Arc<AtomicBool>) {
+fn run(device: Arc<dyn Context>, stream: DeviceStream, mut rx: mpsc::Receiver<StreamOp>, cancelled: Arc<AtomicBool>) {
     let mut pending: Option<WireError> = None;
     while let Some(op) = rx.blocking_recv() {
         if let StreamOp::Barrier(done) = op {
@@ -152,16 +152,16 @@ fn run(device: Arc<dyn Device>, stream: DeviceStream, mut rx: mpsc::Receiver<Str
     device.destroy_stream(stream);
 }
 
-fn execute(device: &dyn Device, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {
+fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {
     match op {
-        StreamOp::Write { dst, offset, data, .. } => device.write(dst.mem, offset, &data),
+        StreamOp::Write { dst, offset, data, .. } => device.write(dst.mem, offset, &data, stream),
         StreamOp::Read { src, offset, len, reply_id, replies } => {
             let mut out = Vec::with_capacity(len as usize + 16);
             let response = Reply { id: reply_id, response: Response::Data { len } };
             encode_frame(&response, &mut out).expect("reply encodes");
             let start = out.len();
             out.resize(start + len as usize, 0);
-            let bytes = match device.read(src.mem, offset, &mut out[start..]) {
+            let bytes = match device.read(src.mem, offset, &mut out[start..], stream) {
                 Ok(()) => Bytes::from(out),
                 Err(e) => ac_proto::frame::frame_bytes(&Reply { id: reply_id, response: Response::Error(e) })
                     .expect("reply encodes"),
@@ -170,9 +170,9 @@ fn execute(device: &dyn Device, stream: DeviceStream, op: StreamOp) -> Result<()
             Ok(())
         }
         StreamOp::Copy { dst, dst_offset, src, src_offset, len } => {
-            device.copy(dst.mem, dst_offset, src.mem, src_offset, len)
+            device.copy(dst.mem, dst_offset, src.mem, src_offset, len, stream)
         }
-        StreamOp::Memset { dst, offset, len, value } => device.memset(dst.mem, offset, len, value),
+        StreamOp::Memset { dst, offset, len, value } => device.memset(dst.mem, offset, len, value, stream),
         StreamOp::Launch { kernel, dims, args, .. } => device.launch(&kernel, &dims, &args, stream),
         StreamOp::Barrier(_) => unreachable!("handled by the caller"),
     }

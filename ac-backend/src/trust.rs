@@ -91,8 +91,9 @@ impl Trust {
         Ok(())
     }
 
-    /// Checks the capability presented by a new session; `Ok(None)` when none is needed.
-    pub fn admit(&self, capability: &[u8]) -> Result<Option<Grant>, String> {
+    /// Checks the capability presented by a new session on `device`; `Ok(None)` when none is
+    /// needed.
+    pub fn admit(&self, capability: &[u8], device: u32) -> Result<Option<Grant>, String> {
         let Some(manager) = self.manager.lock().expect("trust poisoned").clone() else {
             return Ok(None);
         };
@@ -103,8 +104,8 @@ impl Trust {
         if self.revoked.lock().expect("trust poisoned").contains_key(&grant.id) {
             return Err("capability was revoked".into());
         }
-        if grant.device != 0 {
-            return Err(format!("capability names device {}, this backend has device 0 only", grant.device));
+        if grant.device != device {
+            return Err(format!("capability is for device {}, not device {device}", grant.device));
         }
         Ok(Some(grant))
     }

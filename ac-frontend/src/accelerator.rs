@@ -164,10 +164,10 @@ impl Accelerator {
     /// Connects to a backend, opens a session and attaches the striping connections.
     pub async fn connect(options: &ConnectOptions) -> Result<Self> {
         let crypto = link::client_crypto(options)?;
-        let hello = Hello::Open { capability: options.capability.clone() };
+        let hello = Hello::Open { capability: options.capability.clone(), device: options.device };
         let link = link::open_on(options, crypto.clone(), &hello, options.endpoint.as_ref()).await?;
         let Response::Welcome { session, token, info } = link.welcome.clone() else {
-            unreachable!("link::open returns only welcomes")
+            return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
         };
         let attach = Hello::Attach { session, token };
         let extra =

@@ -101,6 +101,18 @@ impl Accelerator {
         Ok(Module { rt: self.rt.clone(), inner })
     }
 
+    /// Loads a cubin or fatbin image (needs a CUDA device).
+    pub fn load_cubin(&self, image: &[u8]) -> Result<Module> {
+        let inner = self.rt.block_on(self.as_async().load_cubin(image))?;
+        Ok(Module { rt: self.rt.clone(), inner })
+    }
+
+    /// Compiles CUDA C with NVRTC on the backend and loads it (needs a CUDA device).
+    pub fn compile_cuda(&self, source: &str, options: &[&str]) -> Result<Module> {
+        let inner = self.rt.block_on(self.as_async().compile_cuda(source, options))?;
+        Ok(Module { rt: self.rt.clone(), inner })
+    }
+
     /// Creates a stream.
     pub fn create_stream(&self) -> Result<Stream> {
         let inner = self.rt.block_on(self.as_async().create_stream())?;

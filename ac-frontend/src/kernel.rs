@@ -38,9 +38,22 @@ impl Accelerator {
         self.load_module(ModuleSource::Builtin("builtin".into()), &[]).await
     }
 
-    /// Loads PTX text (needs a CUDA device).
+    /// Loads PTX text (needs a CUDA device). A PTX error answers with the driver's JIT log.
     pub async fn load_ptx(&self, ptx: &str) -> Result<Module> {
         self.load_module(ModuleSource::Ptx, ptx.as_bytes()).await
+    }
+
+    /// Loads a cubin or fatbin image (needs a CUDA device).
+    pub async fn load_cubin(&self, image: &[u8]) -> Result<Module> {
+        self.load_module(ModuleSource::Cubin, image).await
+    }
+
+    /// Compiles CUDA C on the backend with NVRTC, for the device's architecture, and loads it
+    /// (needs a CUDA device). Kernels meant to be looked up by name are `extern "C"`. A failed
+    /// compile answers [`ErrorKind::ModuleLoad`](crate::ErrorKind::ModuleLoad) with the log.
+    pub async fn compile_cuda(&self, source: &str, options: &[&str]) -> Result<Module> {
+        let options = options.iter().map(|o| o.to_string()).collect();
+        self.load_module(ModuleSource::CudaC { options }, source.as_bytes()).await
     }
 }
 

@@ -29,6 +29,8 @@ pub struct ConnectOptions {
     pub ca_pem: Option<String>,
     /// Capability from the resource manager, or empty.
     pub capability: Vec<u8>,
+    /// The device on the backend (its index; a capability names the same one).
+    pub device: u32,
     /// QUIC transport settings.
     pub tuning: Tuning,
     /// Connections over which large copies are striped (1 = no striping).
@@ -49,20 +51,24 @@ impl ConnectOptions {
             ca_cert: ca_cert.into(),
             ca_pem: None,
             capability: Vec::new(),
+            device: 0,
             tuning: Tuning::default(),
             stripes: 2,
             endpoint: None,
         }
     }
 
-    /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME` and
-    /// `AC_STRIPES`.
+    /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME`,
+    /// `AC_DEVICE` (the device index on the backend, default 0) and `AC_STRIPES`.
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
         let addr = var("AC_BACKEND_ADDR")?.parse().map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
         let mut options = Self::new(addr, var("AC_CA_CERT")?);
         if let Ok(name) = std::env::var("AC_SERVER_NAME") {
             options.server_name = name;
+        }
+        if let Ok(device) = std::env::var("AC_DEVICE") {
+            options.device = device.parse().map_err(|e| Error::Setup(format!("AC_DEVICE: {e}")))?;
         }
         if let Ok(stripes) = std::env::var("AC_STRIPES") {
             options.stripes = stripes.parse().map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
@@ -85,7 +91,8 @@ pub struct Link {
     pub send: SendStream,
     /// The first stream's receiving half, positioned after the welcome.
     pub reader: FrameReader,
-    /// The welcome.
+    /// The welcome ([`Response::Welcome`] for a session, [`Response::Devices`] for a
+    /// registration).
     pub welcome: Response,
 }
 
@@ -136,7 +143,9 @@ pub async fn open_on(
         Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or_else(|| e.into())),
     };
     match reply.response {
-        welcome @ Response::Welcome { .. } => Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome }),
+        welcome @ (Response::Welcome { .. } | Response::Devices(_)) => {
+            Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome })
+        }
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),
     }

@@ -97,6 +97,7 @@ async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning, endpo
         options.server_name = g.server_name.clone();
         options.ca_pem = Some(g.ca_pem.clone());
         options.capability = g.capability.clone();
+        options.device = g.device;
         options.stripes = stripes;
         options.tuning = tuning.clone();
         // The shared endpoint's socket speaks one address family.

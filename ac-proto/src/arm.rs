@@ -224,6 +224,8 @@ pub enum SessionState {
 pub struct Grant {
     /// The accelerator's id (`host/device`).
     pub id: String,
+    /// The device index on the backend.
+    pub device: u32,
     /// The compute node it is for.
     pub node: String,
     /// The backend's address.

@@ -27,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The ALPN of the backend service.
 pub const ALPN: &[u8] = b"ac-backend";
 /// The preamble's magic bytes.
@@ -105,10 +105,13 @@ pub enum Hello {
     Open {
         /// A capability issued by the resource manager, or empty.
         capability: Vec<u8>,
+        /// The device (its index on the backend) the session runs on; a capability names the
+        /// same one.
+        device: u32,
     },
     /// The resource manager registers this backend: from now on sessions need capabilities
-    /// signed by `public_key`. The stream then carries [`Heartbeat`]s to the manager and
-    /// [`Revoke`]s from it.
+    /// signed by `public_key`. The backend answers [`Response::Devices`]; the stream then
+    /// carries [`Heartbeat`]s to the manager and [`Revoke`]s from it.
     Register {
         /// The manager's Ed25519 public key.
         public_key: [u8; 32],
@@ -138,8 +141,8 @@ pub fn register_message(host: &str, time: u64) -> Vec<u8> {
 pub struct Heartbeat {
     /// Live sessions.
     pub sessions: u32,
-    /// The device.
-    pub info: DeviceInfo,
+    /// Every device the backend serves.
+    pub devices: Vec<DeviceInfo>,
 }
 
 /// Sent by the resource manager on a registration stream: end the sessions opened with this
@@ -164,6 +167,8 @@ pub enum DeviceKind {
 /// Description of a backend's device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
+    /// Index on its backend (the CUDA ordinal for GPUs).
+    pub index: u32,
     /// Human-readable name.
     pub name: String,
     /// Device kind.
@@ -285,6 +290,12 @@ pub enum ModuleSource {
     Ptx,
     /// A cubin or fatbin image; the bytes follow as the payload.
     Cubin,
+    /// CUDA C source, compiled by NVRTC on the backend; the source follows as the payload.
+    /// A failed compile answers [`ErrorKind::ModuleLoad`] with the compiler's log.
+    CudaC {
+        /// NVRTC options, e.g. `-DN=4`, `--use_fast_math` (the architecture is the device's).
+        options: Vec<String>,
+    },
 }
 
 /// Direction of a bulk copy.
@@ -376,7 +387,7 @@ pub enum Request {
         /// Stream that orders the memset.
         stream: StreamId,
     },
-    /// *Payload* for PTX and cubin. Replies [`Response::Module`].
+    /// *Payload* for PTX, cubin and CUDA C. Replies [`Response::Module`].
     ModuleLoad {
         /// What the module is made of.
         source: ModuleSource,
@@ -459,6 +470,8 @@ pub enum Response {
     },
     /// A new stream.
     Stream(StreamId),
+    /// The devices of a backend (the answer to [`Hello::Register`]).
+    Devices(Vec<DeviceInfo>),
     /// Data follows: `len` raw bytes.
     Data {
         /// Payload length.
@@ -491,8 +504,12 @@ pub enum ErrorKind {
     NeedsCuda,
     /// A module failed to load or compile; the message holds the log.
     ModuleLoad,
-    /// The device failed while executing (kernel fault, driver error).
+    /// The device failed while executing (driver error).
     Device,
+    /// A kernel fault (illegal address, trap) left the session's device context unusable:
+    /// every further call of this session fails; open a new session to go on. Other sessions
+    /// are not affected.
+    ContextLost,
     /// The request is not allowed (capability missing or wrong).
     Unauthorized,
     /// Anything else.

@@ -317,15 +317,17 @@ impl Arm {
             }
             _ => ttl_end,
         };
+        let device = index.parse().expect("accelerator ids end in a device index");
         let grant = capability::Grant {
             id: holder.capability,
             job: holder.job.clone(),
             host: host_name.to_string(),
-            device: index.parse().unwrap_or(0),
+            device,
             expires,
         };
         Grant {
             id: accel.to_string(),
+            device,
             node: holder.node.clone(),
             addr: host.addr,
             server_name: host.server_name.clone(),
@@ -525,12 +527,15 @@ impl Arm {
             .await
             .map_err(|_| err(ArmErrorKind::Backend, format!("backend {addr} did not answer in 5 s")))?
             .map_err(backend)?;
-        let ac_proto::backend::Response::Welcome { info, .. } = &probe.welcome else {
-            return Err(err(ArmErrorKind::Backend, "backend sent no welcome"));
+        let ac_proto::backend::Response::Devices(infos) = &probe.welcome else {
+            return Err(err(ArmErrorKind::Backend, "backend did not list its devices"));
         };
-        let device = Device { index: 0, name: info.name.clone(), memory: info.memory_total, holder: None };
+        let devices = infos
+            .iter()
+            .map(|info| Device { index: info.index, name: info.name.clone(), memory: info.memory_total, holder: None })
+            .collect();
         probe.connection.close(0u32.into(), b"probe done");
-        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices: vec![device] })
+        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices })
     }
 }
 

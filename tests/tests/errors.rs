@@ -94,7 +94,8 @@ async fn unknown_kernels_bad_arguments_and_ptx_get_clear_errors() {
 
 /// Sends envelopes on a raw session and returns the replies, for what the SDK refuses to send.
 async fn raw_exchange(tb: &TestBackend, envelopes: &[(Envelope, Vec<u8>)], replies: usize) -> Vec<Reply> {
-    let (_conn, mut send, recv) = tb.raw_session(&frame_bytes(&Hello::Open { capability: vec![] }).unwrap()).await;
+    let (_conn, mut send, recv) =
+        tb.raw_session(&frame_bytes(&Hello::Open { capability: vec![], device: 0 }).unwrap()).await;
     let mut reader = FrameReader::new(recv);
     let welcome: Reply = reader.expect_frame().await.unwrap();
     assert!(matches!(welcome.response, Response::Welcome { .. }));

@@ -58,7 +58,8 @@ async fn bad_magic_malformed_hello_and_wrong_alpn_are_refused() {
 
 /// Opens a raw session and sends `bytes` as if they were a request frame.
 async fn send_in_session(tb: &TestBackend, bytes: &[u8]) -> (u64, String) {
-    let (conn, mut send, recv) = tb.raw_session(&frame_bytes(&Hello::Open { capability: vec![] }).unwrap()).await;
+    let (conn, mut send, recv) =
+        tb.raw_session(&frame_bytes(&Hello::Open { capability: vec![], device: 0 }).unwrap()).await;
     let welcome: Reply = FrameReader::new(recv).expect_frame().await.unwrap();
     assert!(matches!(welcome.response, Response::Welcome { .. }));
     send.write_all(bytes).await.unwrap();
@@ -122,7 +123,7 @@ async fn a_client_closing_mid_transfer_is_cleaned_up() {
     let raw = ac_frontend::link::open(
         &tb.options(),
         ac_frontend::link::client_crypto(&tb.options()).unwrap(),
-        &Hello::Open { capability: vec![] },
+        &Hello::Open { capability: vec![], device: 0 },
     )
     .await
     .unwrap();

@@ -13,6 +13,9 @@
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
+use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+
+use super::{DeviceArg, DeviceResult};
 
 /// The module's name.
 pub const MODULE: &str = "builtin";
@@ -29,6 +32,58 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
 /// The index and signature of a builtin kernel.
 pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
     KERNELS.iter().position(|(n, _)| *n == name).map(|i| (i, KERNELS[i].1))
+}
+
+/// Checks, before a launch, that every pointer argument of builtin `name` has room for what the
+/// kernel touches and is 4-byte aligned. Devices that cannot check accesses while a kernel runs
+/// (CUDA) call this, so that a builtin never reads or writes outside the session's buffers.
+pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+    let scalar = |i: usize| match args.get(i) {
+        Some(DeviceArg::Scalar(KernelArg::U64(v))) => Ok(*v),
+        Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(*v as u64),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
+    };
+    let footprint: Vec<(usize, u64)> = match name {
+        "fill" => vec![(0, scalar(2)?)],
+        "vector_add" => {
+            let n = scalar(3)?;
+            vec![(0, n), (1, n), (2, n)]
+        }
+        "saxpy" => {
+            let n = scalar(3)?;
+            vec![(1, n), (2, n)]
+        }
+        "sgemm" => {
+            let (m, n, k) = (scalar(0)?, scalar(1)?, scalar(2)?);
+            vec![(4, m.saturating_mul(k)), (5, k.saturating_mul(n)), (7, m.saturating_mul(n))]
+        }
+        "reduce_sum" => vec![(0, scalar(2)?), (1, 1)],
+        other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
+    };
+    for (i, floats) in footprint {
+        let Some(DeviceArg::Mem { offset, len, .. }) = args.get(i) else {
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("`{name}` argument {i}: expected a pointer"),
+            ));
+        };
+        let need = floats.saturating_mul(4);
+        if need > *len {
+            return Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "`{name}` argument {i}: kernel accesses {need} bytes but only {len} are allocated from the pointer"
+                ),
+            ));
+        }
+        if offset % 4 != 0 {
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("`{name}` argument {i}: misaligned address (offset {offset})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `C = alpha A B + beta C` on row-major slices; `c` holds C on entry.
@@ -58,6 +113,28 @@ mod tests {
         let mut c = vec![1.0; 4];
         sgemm(2, 2, 2, 1.0, &[1., 2., 3., 4.], &[5., 6., 7., 8.], 2.0, &mut c);
         assert_eq!(c, vec![21., 24., 45., 52.]);
+    }
+
+    #[test]
+    fn footprints_are_checked_before_launch() {
+        use crate::device::DeviceMem;
+        let mem = |len| DeviceArg::Mem { mem: DeviceMem(1), offset: 0, len };
+        let n = |v| DeviceArg::Scalar(KernelArg::U64(v));
+        let a = DeviceArg::Scalar(KernelArg::F32(1.0));
+        assert!(check_footprint("saxpy", &[a, mem(400), mem(400), n(100)]).is_ok());
+        let e = check_footprint("saxpy", &[a, mem(400), mem(396), n(100)]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::OutOfBounds);
+        let misaligned = DeviceArg::Mem { mem: DeviceMem(1), offset: 2, len: 400 };
+        assert_eq!(check_footprint("fill", &[misaligned, a, n(1)]).unwrap_err().kind, ErrorKind::InvalidArgument);
+        let u = |v| DeviceArg::Scalar(KernelArg::U32(v));
+        let ok = [u(2), u(3), u(4), a, mem(32), mem(48), a, mem(24)];
+        assert!(check_footprint("sgemm", &ok).is_ok());
+        let mut small_c = ok;
+        small_c[7] = mem(20);
+        assert_eq!(check_footprint("sgemm", &small_c).unwrap_err().kind, ErrorKind::OutOfBounds);
+        for (name, _) in KERNELS {
+            assert_ne!(check_footprint(name, &[]).unwrap_err().kind, ErrorKind::UnknownKernel, "{name}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The CPU device: device memory is host memory under a configured capacity, and kernels are the
 //! Rust implementations of the `builtin` module. Work runs inside each call; the session's
-//! stream workers give it CUDA's asynchrony.
+//! stream workers give it CUDA's asynchrony. Every session shares the device's one context
+//! (a fault cannot poison it: kernels are safe Rust that checks every access).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,13 +10,37 @@ use std::sync::{Arc, Mutex, RwLock};
 use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
 
 use super::builtin;
-use super::{validate_dims, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
+use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
 type Memory = Arc<RwLock<Vec<u8>>>;
 
 /// An accelerator emulated in host memory.
 #[derive(Debug)]
 pub struct CpuDevice {
+    context: Arc<CpuContext>,
+}
+
+impl CpuDevice {
+    /// Device `index` with `capacity` bytes of memory.
+    pub fn new(index: u32, capacity: u64) -> Self {
+        Self { context: Arc::new(CpuContext::new(index, capacity)) }
+    }
+}
+
+impl Device for CpuDevice {
+    fn info(&self) -> DeviceInfo {
+        self.context.info()
+    }
+
+    fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {
+        Ok(self.context.clone())
+    }
+}
+
+/// The memory and kernels of a CPU device, shared by its sessions.
+#[derive(Debug)]
+pub struct CpuContext {
+    index: u32,
     name: String,
     capacity: u64,
     used: AtomicU64,
@@ -23,10 +48,10 @@ pub struct CpuDevice {
     allocations: Mutex<HashMap<u64, Memory>>,
 }
 
-impl CpuDevice {
-    /// A device with `capacity` bytes of memory.
-    pub fn new(capacity: u64) -> Self {
+impl CpuContext {
+    fn new(index: u32, capacity: u64) -> Self {
         Self {
+            index,
             name: format!("CPU device ({} MiB)", capacity >> 20),
             capacity,
             used: AtomicU64::new(0),
@@ -173,9 +198,10 @@ fn check_range(size: usize, offset: u64, len: u64) -> DeviceResult<std::ops::Ran
     }
 }
 
-impl Device for CpuDevice {
+impl Context for CpuContext {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
+            index: self.index,
             name: self.name.clone(),
             kind: DeviceKind::Cpu,
             compute_capability: None,
@@ -215,7 +241,7 @@ impl Device for CpuDevice {
         }
     }
 
-    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8]) -> DeviceResult<()> {
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], _stream: DeviceStream) -> DeviceResult<()> {
         let memory = self.memory(dst)?;
         let mut guard = memory.write().expect("device memory poisoned");
         let range = check_range(guard.len(), offset, data.len() as u64)?;
@@ -223,7 +249,7 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8]) -> DeviceResult<()> {
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], _stream: DeviceStream) -> DeviceResult<()> {
         let memory = self.memory(src)?;
         let guard = memory.read().expect("device memory poisoned");
         let range = check_range(guard.len(), offset, out.len() as u64)?;
@@ -231,7 +257,15 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()> {
+    fn copy(
+        &self,
+        dst: DeviceMem,
+        dst_offset: u64,
+        src: DeviceMem,
+        src_offset: u64,
+        len: u64,
+        _stream: DeviceStream,
+    ) -> DeviceResult<()> {
         if dst == src {
             let memory = self.memory(dst)?;
             let mut guard = memory.write().expect("device memory poisoned");
@@ -256,7 +290,7 @@ impl Device for CpuDevice {
         Ok(())
     }
 
-    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8) -> DeviceResult<()> {
+    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8, _stream: DeviceStream) -> DeviceResult<()> {
         let memory = self.memory(dst)?;
         let mut guard = memory.write().expect("device memory poisoned");
         let range = check_range(guard.len(), offset, len)?;
@@ -271,9 +305,9 @@ impl Device for CpuDevice {
                 ErrorKind::ModuleLoad,
                 format!("no builtin module `{name}` (the CPU device has `{}`)", builtin::MODULE),
             )),
-            ModuleSource::Ptx | ModuleSource::Cubin => Err(WireError::new(
+            ModuleSource::Ptx | ModuleSource::Cubin | ModuleSource::CudaC { .. } => Err(WireError::new(
                 ErrorKind::NeedsCuda,
-                "loading PTX or cubin needs a CUDA device; this backend runs the CPU device (use the `builtin` module)",
+                "loading PTX, cubin or CUDA C needs a CUDA device; this backend runs the CPU device (use the `builtin` module)",
             )),
         }
     }
@@ -319,7 +353,7 @@ mod tests {
 
     #[test]
     fn capacity_is_enforced_and_returned() {
-        let dev = CpuDevice::new(1000);
+        let dev = CpuDevice::new(0, 1000).open_context().unwrap();
         let a = dev.alloc(600).unwrap();
         assert_eq!(dev.alloc(600).unwrap_err().kind, ErrorKind::OutOfMemory);
         dev.free(a);
@@ -329,20 +363,21 @@ mod tests {
 
     #[test]
     fn out_of_range_and_overflowing_accesses_fail() {
-        let dev = CpuDevice::new(1 << 20);
+        let dev = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+        let s = DeviceStream(0);
         let a = dev.alloc(16).unwrap();
-        assert_eq!(dev.write(a, 10, &[0; 8]).unwrap_err().kind, ErrorKind::OutOfBounds);
-        assert_eq!(dev.memset(a, u64::MAX, 2, 0).unwrap_err().kind, ErrorKind::OutOfBounds);
-        dev.write(a, 8, &[7; 8]).unwrap();
-        dev.copy(a, 0, a, 8, 8).unwrap();
+        assert_eq!(dev.write(a, 10, &[0; 8], s).unwrap_err().kind, ErrorKind::OutOfBounds);
+        assert_eq!(dev.memset(a, u64::MAX, 2, 0, s).unwrap_err().kind, ErrorKind::OutOfBounds);
+        dev.write(a, 8, &[7; 8], s).unwrap();
+        dev.copy(a, 0, a, 8, 8, s).unwrap();
         let mut out = [0; 16];
-        dev.read(a, 0, &mut out).unwrap();
+        dev.read(a, 0, &mut out, s).unwrap();
         assert_eq!(out, [7; 16]);
     }
 
     #[test]
     fn ptx_needs_cuda() {
-        let dev = CpuDevice::new(1 << 20);
+        let dev = CpuDevice::new(0, 1 << 20).open_context().unwrap();
         assert_eq!(dev.load_module(&ModuleSource::Ptx, b".version 8.0").unwrap_err().kind, ErrorKind::NeedsCuda);
     }
 }

@@ -1,33 +1,43 @@
 //! The device abstraction.
 //!
-//! A [`Device`] is one accelerator. Its calls are blocking and are made from the session's stream
-//! worker threads and the bulk-copy pipeline, never from an async task. Stream-ordered calls
-//! (`launch`, `memset`, `copy`, ...) may return before the work is done on devices that queue
-//! work themselves (CUDA); `synchronize` waits for a stream and returns the first error met.
-//! The CPU device does the work inside the call.
+//! A [`Device`] is one accelerator of the host. Each session opens a [`Context`] on it: its own
+//! memory, modules and streams. On CUDA a context is a CUDA context of its own, so that a kernel
+//! fault, which poisons the context it happens in, ends only the session that caused it; on the
+//! CPU device every context is the device itself.
 //!
-//! The session layer checks ownership and bounds before calling a device; devices check bounds
+//! Context calls are blocking and are made from the session's stream worker threads, the
+//! bulk-copy pipeline and blocking tasks, never while holding an async lock. Stream-ordered calls
+//! (`launch`, `memset`, `copy`, `write`) may return before the work is done on devices that
+//! queue work themselves (CUDA); `synchronize` waits for a stream and returns the first error
+//! met. The CPU device does the work inside the call.
+//!
+//! The session layer checks ownership and bounds before calling a context; contexts check bounds
 //! again, so a bug above cannot turn into a stray write.
 
 pub mod builtin;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+
+use std::sync::Arc;
 
 use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ModuleSource, ParamKind, WireError};
+use bytes::{Bytes, BytesMut};
 
 pub use cpu::CpuDevice;
 
 /// Result of a device call: errors travel to the caller as they are.
 pub type DeviceResult<T> = Result<T, WireError>;
 
-/// An allocation on a device (opaque to the session layer).
+/// An allocation in a context (opaque to the session layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceMem(pub u64);
 
-/// A loaded module on a device.
+/// A loaded module in a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceModule(pub u64);
 
-/// A device stream.
+/// A stream of a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeviceStream(pub u64);
 
@@ -58,23 +68,50 @@ pub enum DeviceArg {
     },
 }
 
-/// One accelerator.
+/// One accelerator of the host.
 pub trait Device: Send + Sync + 'static {
-    /// Name, kind and memory.
+    /// Index, name, kind and memory.
+    fn info(&self) -> DeviceInfo;
+    /// Opens a context for one session; dropping the last reference to it releases everything
+    /// the session left behind.
+    fn open_context(&self) -> DeviceResult<Arc<dyn Context>>;
+}
+
+/// One session's view of a device: its memory, modules and streams.
+pub trait Context: Send + Sync + 'static {
+    /// The device's description, with current free memory.
     fn info(&self) -> DeviceInfo;
     /// Allocates `bytes` of device memory, or fails with `OutOfMemory`.
     fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem>;
     /// Frees an allocation; unknown handles are ignored.
     fn free(&self, mem: DeviceMem);
-    /// Copies host bytes into device memory.
-    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8]) -> DeviceResult<()>;
-    /// Copies device memory into host bytes.
-    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8]) -> DeviceResult<()>;
-    /// Copies between two places in this device's memory (they may be the same allocation).
-    fn copy(&self, dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64) -> DeviceResult<()>;
-    /// Sets `len` bytes to `value`.
-    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8) -> DeviceResult<()>;
-    /// Loads a module; the CPU device knows only `builtin`.
+    /// Copies host bytes into device memory, in order on `stream`; `data` may be reused once
+    /// the call returns.
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()>;
+    /// Copies device memory into host bytes, in order on `stream`, and waits for them.
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()>;
+    /// Copies between two places in this context's memory (they may be the same allocation).
+    fn copy(
+        &self,
+        dst: DeviceMem,
+        dst_offset: u64,
+        src: DeviceMem,
+        src_offset: u64,
+        len: u64,
+        stream: DeviceStream,
+    ) -> DeviceResult<()>;
+    /// Sets `len` bytes to `value`, in order on `stream`.
+    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8, stream: DeviceStream) -> DeviceResult<()>;
+    /// Starts a host-to-device copy of `len` bytes at `offset` that arrives in pieces (a bulk
+    /// copy). It is ordered after nothing: the client synchronizes before a bulk copy.
+    fn upload(&self, dst: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Upload + '_>> {
+        Ok(Box::new(DirectUpload { context: self, dst, offset, len, stream: DeviceStream(0) }))
+    }
+    /// Starts a device-to-host copy of `len` bytes at `offset`, read in pieces (a bulk copy).
+    fn download(&self, src: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Download + '_>> {
+        Ok(Box::new(DirectDownload { context: self, src, offset, len, stream: DeviceStream(0) }))
+    }
+    /// Loads a module.
     fn load_module(&self, source: &ModuleSource, image: &[u8]) -> DeviceResult<DeviceModule>;
     /// Unloads a module.
     fn unload_module(&self, module: DeviceModule);
@@ -88,6 +125,73 @@ pub trait Device: Send + Sync + 'static {
     fn destroy_stream(&self, stream: DeviceStream);
     /// Waits for everything queued on `stream`.
     fn synchronize(&self, stream: DeviceStream) -> DeviceResult<()>;
+}
+
+/// A host-to-device bulk copy in progress. Pieces come in order; a device with asynchronous
+/// copies moves piece n to the device while the network delivers piece n+1.
+pub trait Upload: Send {
+    /// Copies `data`, which lands `at` bytes from the copy's start.
+    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()>;
+    /// Waits until every piece is in device memory.
+    fn finish(self: Box<Self>) -> DeviceResult<()>;
+}
+
+/// A device-to-host bulk copy in progress. A device with asynchronous copies reads the next
+/// pieces from the device while the network sends this one.
+pub trait Download: Send {
+    /// The next `len` bytes of the copy.
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes>;
+}
+
+/// An upload that writes each piece as it comes (devices whose writes are synchronous).
+struct DirectUpload<'a, C: ?Sized> {
+    context: &'a C,
+    dst: DeviceMem,
+    offset: u64,
+    len: u64,
+    stream: DeviceStream,
+}
+
+impl<C: Context + ?Sized> Upload for DirectUpload<'_, C> {
+    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
+        check_piece(at, data.len(), self.len)?;
+        self.context.write(self.dst, self.offset + at, data, self.stream)
+    }
+
+    fn finish(self: Box<Self>) -> DeviceResult<()> {
+        Ok(())
+    }
+}
+
+/// A download that reads each piece when asked.
+struct DirectDownload<'a, C: ?Sized> {
+    context: &'a C,
+    src: DeviceMem,
+    offset: u64,
+    len: u64,
+    stream: DeviceStream,
+}
+
+impl<C: Context + ?Sized> Download for DirectDownload<'_, C> {
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
+        let len = (len as u64).min(self.len);
+        let mut piece = BytesMut::zeroed(len as usize);
+        self.context.read(self.src, self.offset, &mut piece, self.stream)?;
+        self.offset += len;
+        self.len -= len;
+        Ok(piece.freeze())
+    }
+}
+
+/// Checks that a piece of `n` bytes at `at` lies inside a copy of `len` bytes.
+pub fn check_piece(at: u64, n: usize, len: u64) -> DeviceResult<()> {
+    if at.checked_add(n as u64).is_none_or(|end| end > len) {
+        return Err(WireError::new(
+            ac_proto::backend::ErrorKind::OutOfBounds,
+            format!("piece of {n} bytes at {at} outside a copy of {len} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks a launch shape against the limits CUDA devices share, so that a launch that fails on

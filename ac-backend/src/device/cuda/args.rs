@@ -1,0 +1,97 @@
+//! Kernel arguments as `cuLaunchKernel` takes them: an array of pointers, one to each
+//! argument's value. Values are laid out here, one 8-byte slot each, with no driver involved, so
+//! the layout is tested on any machine.
+
+use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+
+use crate::device::{DeviceArg, DeviceResult};
+
+/// The width in bytes a kernel parameter of this argument's type has.
+pub fn width(arg: &DeviceArg) -> usize {
+    match arg {
+        DeviceArg::Scalar(KernelArg::U32(_) | KernelArg::I32(_) | KernelArg::F32(_)) => 4,
+        DeviceArg::Scalar(_) | DeviceArg::Mem { .. } => 8,
+    }
+}
+
+/// Lays the arguments out, one slot each, value in the slot's first bytes (native order, as
+/// the kernel reads them). Device pointers become `mem + offset` (on CUDA a [`DeviceMem`] is the
+/// allocation's device address). When the kernel's parameter sizes are known (the driver
+/// reports them from CUDA 12.4), the count and each width must match.
+///
+/// [`DeviceMem`]: crate::device::DeviceMem
+pub fn pack(kernel: &str, args: &[DeviceArg], sizes: Option<&[usize]>) -> DeviceResult<Vec<u64>> {
+    if let Some(sizes) = sizes {
+        if sizes.len() != args.len() {
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("kernel `{kernel}` takes {} arguments, got {}", sizes.len(), args.len()),
+            ));
+        }
+        for (i, (arg, &size)) in args.iter().zip(sizes).enumerate() {
+            if width(arg) != size {
+                return Err(WireError::new(
+                    ErrorKind::InvalidArgument,
+                    format!("kernel `{kernel}` argument {i} is {size} bytes wide, got a {}-byte {arg:?}", width(arg)),
+                ));
+            }
+        }
+    }
+    Ok(args.iter().map(slot).collect())
+}
+
+fn slot(arg: &DeviceArg) -> u64 {
+    let mut bytes = [0u8; 8];
+    match *arg {
+        DeviceArg::Mem { mem, offset, .. } => bytes = (mem.0 + offset).to_ne_bytes(),
+        DeviceArg::Scalar(scalar) => match scalar {
+            KernelArg::U32(v) => bytes[..4].copy_from_slice(&v.to_ne_bytes()),
+            KernelArg::I32(v) => bytes[..4].copy_from_slice(&v.to_ne_bytes()),
+            KernelArg::F32(v) => bytes[..4].copy_from_slice(&v.to_ne_bytes()),
+            KernelArg::U64(v) => bytes = v.to_ne_bytes(),
+            KernelArg::I64(v) => bytes = v.to_ne_bytes(),
+            KernelArg::F64(v) => bytes = v.to_ne_bytes(),
+            // Resolved to `DeviceArg::Mem` by the session before it gets here.
+            KernelArg::Ptr(_) => {}
+        },
+    }
+    u64::from_ne_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceMem;
+
+    fn first_bytes(slot: u64, n: usize) -> Vec<u8> {
+        slot.to_ne_bytes()[..n].to_vec()
+    }
+
+    #[test]
+    fn values_sit_at_the_start_of_their_slots() {
+        let args = [
+            DeviceArg::Scalar(KernelArg::F32(2.5)),
+            DeviceArg::Mem { mem: DeviceMem(0x7f00_0000_1000), offset: 64, len: 256 },
+            DeviceArg::Scalar(KernelArg::I32(-3)),
+            DeviceArg::Scalar(KernelArg::U64(1 << 40)),
+            DeviceArg::Scalar(KernelArg::F64(0.5)),
+        ];
+        let slots = pack("k", &args, Some(&[4, 8, 4, 8, 8])).unwrap();
+        assert_eq!(first_bytes(slots[0], 4), 2.5f32.to_ne_bytes());
+        assert_eq!(slots[1], 0x7f00_0000_1040);
+        assert_eq!(first_bytes(slots[2], 4), (-3i32).to_ne_bytes());
+        assert_eq!(slots[3], 1 << 40);
+        assert_eq!(f64::from_ne_bytes(slots[4].to_ne_bytes()), 0.5);
+    }
+
+    #[test]
+    fn count_and_widths_are_checked_when_known() {
+        let args = [DeviceArg::Scalar(KernelArg::U32(1)), DeviceArg::Scalar(KernelArg::U64(2))];
+        assert!(pack("k", &args, None).is_ok());
+        let e = pack("k", &args, Some(&[4])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message.contains("takes 1 arguments, got 2"), "{}", e.message);
+        let e = pack("k", &args, Some(&[4, 4])).unwrap_err();
+        assert!(e.message.contains("argument 1 is 4 bytes wide"), "{}", e.message);
+    }
+}

@@ -1,0 +1,419 @@
+//! One session's CUDA context: its memory, modules, kernels and streams.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+use cudarc::driver::sys::{self, CUresult};
+
+use super::driver::{self, bind, Handle};
+use super::{args, image, staging, Gpu};
+use crate::device::{
+    builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
+    Upload,
+};
+
+/// Size of the buffer that receives the driver's JIT log when PTX fails to load.
+const JIT_LOG_BYTES: usize = 16 << 10;
+
+struct Module {
+    raw: Handle<sys::CUmodule>,
+    builtin: bool,
+}
+
+struct Function {
+    raw: Handle<sys::CUfunction>,
+    /// Parameter sizes, when the driver reports them.
+    sizes: Option<Vec<usize>>,
+    builtin: bool,
+}
+
+/// A session's own CUDA context on one GPU. Dropping it destroys the context, and with it
+/// everything the session allocated, loaded or queued.
+pub struct CudaContext {
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) raw: Handle<sys::CUcontext>,
+    allocations: Mutex<HashMap<u64, u64>>,
+    modules: Mutex<HashMap<u64, Module>>,
+    kernels: Mutex<HashMap<u64, Function>>,
+    streams: Mutex<HashMap<u64, Handle<sys::CUstream>>>,
+    next: AtomicU64,
+    /// The fault that made the context unusable, returned by every later call.
+    lost: Mutex<Option<WireError>>,
+}
+
+impl std::fmt::Debug for CudaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaContext").field("gpu", &self.gpu.index).finish()
+    }
+}
+
+impl Drop for CudaContext {
+    fn drop(&mut self) {
+        // SAFETY: the context was created by `open` and nothing uses it any more (every user
+        // holds an `Arc` to this value). Destroying it frees its memory, modules and streams.
+        unsafe { sys::cuCtxDestroy_v2(self.raw.0) };
+    }
+}
+
+impl CudaContext {
+    /// Creates a context of its own on `gpu`.
+    pub fn open(gpu: Arc<Gpu>) -> DeviceResult<Self> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device. Flags 0: the driver spins while the GPU has
+        // fewer active contexts than the host has cores, else yields (lowest launch latency).
+        driver::check("cuCtxCreate", unsafe { sys::cuCtxCreate_v2(&mut raw, 0, gpu.device) })?;
+        Ok(Self {
+            gpu,
+            raw: Handle(raw),
+            allocations: Mutex::new(HashMap::new()),
+            modules: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            lost: Mutex::new(None),
+        })
+    }
+
+    /// Makes the context current on this thread, unless a fault has lost it.
+    pub(super) fn enter(&self) -> DeviceResult<()> {
+        if let Some(lost) = self.lost.lock().expect("lost poisoned").clone() {
+            return Err(lost);
+        }
+        bind(self.raw)
+    }
+
+    /// Checks a driver result, remembering a fault that loses the context.
+    pub(super) fn check(&self, call: &str, code: CUresult) -> DeviceResult<()> {
+        driver::check(call, code).inspect_err(|e| {
+            if e.kind == ErrorKind::ContextLost {
+                self.lost.lock().expect("lost poisoned").get_or_insert_with(|| e.clone());
+            }
+        })
+    }
+
+    /// The device address of `len` bytes at `offset` into `mem`, checked against its size.
+    pub(super) fn address(&self, mem: DeviceMem, offset: u64, len: u64) -> DeviceResult<u64> {
+        let size = *self
+            .allocations
+            .lock()
+            .expect("allocations poisoned")
+            .get(&mem.0)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidBuffer, "device memory was freed"))?;
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(mem.0 + offset),
+            _ => Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!("range {offset}+{len} outside an allocation of {size} bytes"),
+            )),
+        }
+    }
+
+    fn stream(&self, stream: DeviceStream) -> DeviceResult<sys::CUstream> {
+        self.streams
+            .lock()
+            .expect("streams poisoned")
+            .get(&stream.0)
+            .map(|s| s.0)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidStream, "device stream does not exist"))
+    }
+
+    fn load_image(&self, image: &[u8], builtin: bool) -> DeviceResult<DeviceModule> {
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options =
+            [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut values = [log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the image was checked to be PTX text ending in NUL, or a cubin/fatbin whose
+        // headers lie inside the buffer; the log buffer is as large as announced.
+        let code = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                image.as_ptr() as *const c_void,
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if let Err(mut e) = self.check("cuModuleLoadData", code) {
+            let log = String::from_utf8_lossy(&log);
+            let log = log.trim_end_matches('\0').trim();
+            if !log.is_empty() {
+                e.message.push_str(&format!(":\n{log}"));
+            }
+            return Err(e);
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin });
+        Ok(DeviceModule(id))
+    }
+
+    /// Parameter sizes of a kernel (CUDA 12.4 drivers and newer), or `None`.
+    fn param_sizes(&self, function: sys::CUfunction) -> Option<Vec<usize>> {
+        if !driver::has_symbol("cuFuncGetParamInfo") {
+            return None;
+        }
+        let mut sizes = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: valid function and out-pointers; an index past the last parameter
+            // answers CUDA_ERROR_INVALID_VALUE, which ends the list.
+            let code = unsafe { sys::cuFuncGetParamInfo(function, sizes.len(), &mut offset, &mut size) };
+            match code {
+                CUresult::CUDA_SUCCESS => sizes.push(size),
+                CUresult::CUDA_ERROR_INVALID_VALUE => return Some(sizes),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Copies within one allocation whose source and destination overlap: CUDA's copies do
+    /// not allow overlap, so it goes through a stream-ordered temporary.
+    fn copy_overlapping(&self, dst: u64, src: u64, len: u64, stream: sys::CUstream) -> DeviceResult<()> {
+        let mut temp = 0;
+        // SAFETY: valid out-pointer and stream; the temporary is freed in stream order after
+        // the two copies that use it.
+        unsafe {
+            self.check("cuMemAllocAsync", sys::cuMemAllocAsync(&mut temp, len as usize, stream))?;
+            self.check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(temp, src, len as usize, stream))?;
+            self.check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(dst, temp, len as usize, stream))?;
+            self.check("cuMemFreeAsync", sys::cuMemFreeAsync(temp, stream))
+        }
+    }
+}
+
+impl Context for CudaContext {
+    fn info(&self) -> DeviceInfo {
+        self.gpu.info()
+    }
+
+    fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem> {
+        if bytes == 0 {
+            return Err(WireError::new(ErrorKind::InvalidArgument, "cannot allocate 0 bytes"));
+        }
+        self.enter()?;
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer; the context is current.
+        let code = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+        if let Err(mut e) = self.check("cuMemAlloc", code) {
+            if e.kind == ErrorKind::OutOfMemory {
+                let free = driver::memory_free().unwrap_or(0);
+                e.message = format!("out of device memory: {bytes} bytes requested, {free} free ({})", e.message);
+            }
+            return Err(e);
+        }
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, bytes);
+        Ok(DeviceMem(ptr))
+    }
+
+    fn free(&self, mem: DeviceMem) {
+        if self.allocations.lock().expect("allocations poisoned").remove(&mem.0).is_some() && bind(self.raw).is_ok() {
+            // SAFETY: allocated by cuMemAlloc in this context and removed from the table, so
+            // freed once. A lost context keeps its memory until it is destroyed.
+            unsafe { sys::cuMemFree_v2(mem.0) };
+        }
+    }
+
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        let address = self.address(dst, offset, data.len() as u64)?;
+        let stream = self.stream(stream)?;
+        // SAFETY: the range is inside the allocation. `data` is pageable, so the driver has
+        // staged it by the time the call returns and the caller may drop it.
+        let code = unsafe { sys::cuMemcpyHtoDAsync_v2(address, data.as_ptr() as *const c_void, data.len(), stream) };
+        self.check("cuMemcpyHtoDAsync", code)
+    }
+
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        let address = self.address(src, offset, out.len() as u64)?;
+        let stream = self.stream(stream)?;
+        // SAFETY: the range is inside the allocation and `out` outlives the copy: the stream is
+        // synchronized before returning.
+        unsafe {
+            self.check(
+                "cuMemcpyDtoHAsync",
+                sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut c_void, address, out.len(), stream),
+            )?;
+            self.check("cuStreamSynchronize", sys::cuStreamSynchronize(stream))
+        }
+    }
+
+    fn copy(
+        &self,
+        dst: DeviceMem,
+        dst_offset: u64,
+        src: DeviceMem,
+        src_offset: u64,
+        len: u64,
+        stream: DeviceStream,
+    ) -> DeviceResult<()> {
+        self.enter()?;
+        let to = self.address(dst, dst_offset, len)?;
+        let from = self.address(src, src_offset, len)?;
+        let stream = self.stream(stream)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if dst == src && from < to + len && to < from + len {
+            return self.copy_overlapping(to, from, len, stream);
+        }
+        // SAFETY: both ranges are inside their allocations and do not overlap.
+        self.check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(to, from, len as usize, stream) })
+    }
+
+    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8, stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        let address = self.address(dst, offset, len)?;
+        let stream = self.stream(stream)?;
+        // SAFETY: the range is inside the allocation.
+        self.check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(address, value, len as usize, stream) })
+    }
+
+    fn upload(&self, dst: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Upload + '_>> {
+        self.enter()?;
+        let address = self.address(dst, offset, len)?;
+        Ok(Box::new(staging::PinnedUpload::start(self, address, len)?))
+    }
+
+    fn download(&self, src: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Download + '_>> {
+        self.enter()?;
+        let address = self.address(src, offset, len)?;
+        Ok(Box::new(staging::PinnedDownload::start(self, address, len)?))
+    }
+
+    fn load_module(&self, source: &ModuleSource, payload: &[u8]) -> DeviceResult<DeviceModule> {
+        self.enter()?;
+        match source {
+            ModuleSource::Builtin(name) if name == builtin::MODULE => {
+                let cubin = self.gpu.builtin.clone()?;
+                self.load_image(&cubin, true)
+            }
+            ModuleSource::Builtin(name) => Err(WireError::new(
+                ErrorKind::ModuleLoad,
+                format!("no builtin module `{name}` (the CUDA device has `{}`)", builtin::MODULE),
+            )),
+            ModuleSource::Ptx => self.load_image(&image::ptx_text(payload)?, false),
+            ModuleSource::Cubin => {
+                image::check_binary(payload)?;
+                self.load_image(payload, false)
+            }
+            ModuleSource::CudaC { options } => {
+                let source = std::str::from_utf8(payload)
+                    .map_err(|_| WireError::new(ErrorKind::ModuleLoad, "CUDA C source is not UTF-8"))?;
+                let cubin = self.gpu.compiler.compile(source, options, self.gpu.properties.capability)?;
+                self.enter()?;
+                self.load_image(&cubin, false)
+            }
+        }
+    }
+
+    fn unload_module(&self, module: DeviceModule) {
+        let Some(module) = self.modules.lock().expect("modules poisoned").remove(&module.0) else {
+            return;
+        };
+        if bind(self.raw).is_ok() {
+            // SAFETY: loaded in this context, removed from the table, so unloaded once.
+            unsafe { sys::cuModuleUnload(module.raw.0) };
+        }
+    }
+
+    fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
+        self.enter()?;
+        let (raw_module, is_builtin) = {
+            let modules = self.modules.lock().expect("modules poisoned");
+            let m =
+                modules.get(&module.0).ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?;
+            (m.raw, m.builtin)
+        };
+        let params = if is_builtin {
+            let (_, params) = builtin::lookup(name).ok_or_else(|| {
+                WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))
+            })?;
+            Some(params.to_vec())
+        } else {
+            None
+        };
+        let c_name = CString::new(name)
+            .map_err(|_| WireError::new(ErrorKind::UnknownKernel, "a kernel name cannot contain a NUL byte"))?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the module is loaded in this context; the name is NUL-terminated.
+        let code = unsafe { sys::cuModuleGetFunction(&mut raw, raw_module.0, c_name.as_ptr()) };
+        if code == CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in the module")));
+        }
+        self.check("cuModuleGetFunction", code)?;
+        let sizes = self.param_sizes(raw);
+        let handle = self.next.fetch_add(1, Ordering::Relaxed);
+        let function = Function { raw: Handle(raw), sizes, builtin: is_builtin };
+        self.kernels.lock().expect("kernels poisoned").insert(handle, function);
+        Ok(Kernel { handle, name: name.to_string(), params })
+    }
+
+    fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        validate_dims(dims)?;
+        let (raw, sizes, is_builtin) = {
+            let kernels = self.kernels.lock().expect("kernels poisoned");
+            let f = kernels
+                .get(&kernel.handle)
+                .ok_or_else(|| WireError::new(ErrorKind::InvalidFunction, "kernel not loaded"))?;
+            (f.raw, f.sizes.clone(), f.builtin)
+        };
+        if is_builtin {
+            builtin::check_footprint(&kernel.name, args)?;
+        }
+        let mut slots = args::pack(&kernel.name, args, sizes.as_deref())?;
+        let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let stream = self.stream(stream)?;
+        // SAFETY: one pointer per parameter, each to an 8-byte slot holding the value in its
+        // first bytes; the driver copies the values before returning.
+        let code = unsafe {
+            sys::cuLaunchKernel(
+                raw.0,
+                dims.grid[0],
+                dims.grid[1],
+                dims.grid[2],
+                dims.block[0],
+                dims.block[1],
+                dims.block[2],
+                dims.shared_mem,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check("cuLaunchKernel", code)
+    }
+
+    fn create_stream(&self) -> DeviceResult<DeviceStream> {
+        self.enter()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer. Non-blocking: no implicit ordering with the legacy
+        // default stream, as the protocol's streams are independent.
+        let code = unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+        self.check("cuStreamCreate", code)?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.streams.lock().expect("streams poisoned").insert(id, Handle(raw));
+        Ok(DeviceStream(id))
+    }
+
+    fn destroy_stream(&self, stream: DeviceStream) {
+        let Some(raw) = self.streams.lock().expect("streams poisoned").remove(&stream.0) else {
+            return;
+        };
+        if bind(self.raw).is_ok() {
+            // SAFETY: created in this context, removed from the table, so destroyed once.
+            unsafe { sys::cuStreamDestroy_v2(raw.0) };
+        }
+    }
+
+    fn synchronize(&self, stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        let stream = self.stream(stream)?;
+        // SAFETY: a stream of this context.
+        self.check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream) })
+    }
+}

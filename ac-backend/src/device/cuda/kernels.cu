@@ -1,0 +1,57 @@
+// The `builtin` module on CUDA: the same kernels, names and signatures as the CPU device's
+// (see builtin.rs). Compiled by NVRTC when the backend starts.
+//
+// Every kernel is a grid-stride loop over the whole launch (x, y and z flattened), so any launch
+// shape computes the whole result, as on the CPU device.
+
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u64 thread_index() {
+    u64 block = blockIdx.x + (u64)gridDim.x * (blockIdx.y + (u64)gridDim.y * blockIdx.z);
+    u64 threads = (u64)blockDim.x * blockDim.y * blockDim.z;
+    u64 local = threadIdx.x + (u64)blockDim.x * (threadIdx.y + (u64)blockDim.y * threadIdx.z);
+    return block * threads + local;
+}
+
+__device__ __forceinline__ u64 thread_count() {
+    return (u64)gridDim.x * gridDim.y * gridDim.z * blockDim.x * blockDim.y * blockDim.z;
+}
+
+extern "C" __global__ void fill(float* out, float value, u64 n) {
+    for (u64 i = thread_index(); i < n; i += thread_count()) out[i] = value;
+}
+
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, u64 n) {
+    for (u64 i = thread_index(); i < n; i += thread_count()) c[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void saxpy(float a, const float* x, float* y, u64 n) {
+    for (u64 i = thread_index(); i < n; i += thread_count()) y[i] = a * x[i] + y[i];
+}
+
+// C = alpha A B + beta C, row-major; A is m x k, B is k x n. One element of C per iteration,
+// accumulated in the same order as the CPU reference.
+extern "C" __global__ void sgemm(unsigned m, unsigned n, unsigned k, float alpha, const float* A, const float* B,
+                                 float beta, float* C) {
+    u64 total = (u64)m * n;
+    for (u64 e = thread_index(); e < total; e += thread_count()) {
+        u64 row = e / n, col = e % n;
+        float acc = 0.0f;
+        for (unsigned p = 0; p < k; ++p) acc += A[row * k + p] * B[(u64)p * n + col];
+        C[e] = alpha * acc + beta * C[e];
+    }
+}
+
+// out[0] += sum(in[0..n]): each thread sums in double, the block combines its threads' sums in
+// shared memory (double atomics need sm_60), and one atomic add per block goes to out.
+extern "C" __global__ void reduce_sum(const float* in, float* out, u64 n) {
+    __shared__ double block_sum;
+    unsigned local = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    if (local == 0) block_sum = 0.0;
+    __syncthreads();
+    double sum = 0.0;
+    for (u64 i = thread_index(); i < n; i += thread_count()) sum += (double)in[i];
+    atomicAdd(&block_sum, sum);
+    __syncthreads();
+    if (local == 0) atomicAdd(out, (float)block_sum);
+}

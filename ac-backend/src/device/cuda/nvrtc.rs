@@ -1,0 +1,208 @@
+//! CUDA C to cubin with NVRTC, cached by content hash.
+//!
+//! Sources are compiled for the device's own architecture (`sm_XY`) straight to a cubin, so
+//! loading needs no JIT and works whatever PTX version the driver accepts. The cache key is
+//! the SHA-256 of the architecture, the options and the source: every session (and every GPU
+//! of the same architecture) that loads the same kernel pays for one compile. NVRTC needs no
+//! GPU, so all of this runs, and is tested, on machines without one.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ac_proto::backend::{ErrorKind, WireError};
+use cudarc::nvrtc::sys::{self, nvrtcResult};
+
+use crate::device::DeviceResult;
+
+/// A compiled image.
+pub type Cubin = Arc<Vec<u8>>;
+
+/// Whether `libnvrtc` can be loaded (cudarc panics on the first call when it cannot).
+pub fn nvrtc_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the library.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
+/// NVRTC's version, when it is present.
+pub fn version() -> Option<(i32, i32)> {
+    if !nvrtc_present() {
+        return None;
+    }
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: valid out-pointers.
+    let code = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+    (code == nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+}
+
+/// Compiles and remembers; shared by every GPU of the backend.
+#[derive(Debug)]
+pub struct Compiler {
+    cache: Mutex<Cache>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    images: HashMap<[u8; 32], Cubin>,
+    order: VecDeque<[u8; 32]>,
+    bytes: usize,
+    budget: usize,
+    compiles: u64,
+}
+
+impl Compiler {
+    /// A compiler whose cache holds at most `budget` bytes of images (oldest go first).
+    pub fn new(budget: usize) -> Self {
+        Self { cache: Mutex::new(Cache { budget, ..Cache::default() }) }
+    }
+
+    /// Compiles `source` for compute capability `arch`, or returns the cached image.
+    pub fn compile(&self, source: &str, options: &[String], arch: (u32, u32)) -> DeviceResult<Cubin> {
+        let key = cache_key(source, options, arch);
+        if let Some(image) = self.cache.lock().expect("cache poisoned").images.get(&key) {
+            return Ok(image.clone());
+        }
+        // Compile without the lock: compiles take hundreds of milliseconds, and two sessions
+        // compiling the same source at once only waste one compile.
+        let image = Arc::new(compile_uncached(source, options, arch)?);
+        self.cache.lock().expect("cache poisoned").insert(key, image.clone());
+        Ok(image)
+    }
+
+    /// How many compiles actually ran (cache misses).
+    pub fn compiles(&self) -> u64 {
+        self.cache.lock().expect("cache poisoned").compiles
+    }
+}
+
+impl Cache {
+    fn insert(&mut self, key: [u8; 32], image: Cubin) {
+        self.compiles += 1;
+        if self.images.contains_key(&key) {
+            return;
+        }
+        self.bytes += image.len();
+        self.images.insert(key, image);
+        self.order.push_back(key);
+        while self.bytes > self.budget && self.order.len() > 1 {
+            let oldest = self.order.pop_front().expect("not empty");
+            if let Some(old) = self.images.remove(&oldest) {
+                self.bytes -= old.len();
+            }
+        }
+    }
+}
+
+fn cache_key(source: &str, options: &[String], arch: (u32, u32)) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(format!("sm_{}{}\0", arch.0, arch.1).as_bytes());
+    for option in options {
+        ctx.update(option.as_bytes());
+        ctx.update(b"\0");
+    }
+    ctx.update(b"\0");
+    ctx.update(source.as_bytes());
+    ctx.finish().as_ref().try_into().expect("SHA-256 is 32 bytes")
+}
+
+fn compile_error(message: impl Into<String>) -> WireError {
+    WireError::new(ErrorKind::ModuleLoad, message)
+}
+
+fn nvrtc_check(call: &str, code: nvrtcResult) -> DeviceResult<()> {
+    match code {
+        nvrtcResult::NVRTC_SUCCESS => Ok(()),
+        code => Err(compile_error(format!("{call}: {code:?}"))),
+    }
+}
+
+/// An NVRTC program, destroyed on drop.
+struct Program(sys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: created by nvrtcCreateProgram and destroyed only here.
+        unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
+    }
+}
+
+impl Program {
+    fn log(&self) -> String {
+        let mut size = 0usize;
+        // SAFETY: valid program and out-pointer.
+        if unsafe { sys::nvrtcGetProgramLogSize(self.0, &mut size) } != nvrtcResult::NVRTC_SUCCESS || size == 0 {
+            return String::new();
+        }
+        let mut log = vec![0u8; size];
+        // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
+        unsafe { sys::nvrtcGetProgramLog(self.0, log.as_mut_ptr() as *mut c_char) };
+        String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end().to_string()
+    }
+
+    fn cubin(&self) -> DeviceResult<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: valid program and out-pointer.
+        nvrtc_check("nvrtcGetCUBINSize", unsafe { sys::nvrtcGetCUBINSize(self.0, &mut size) })?;
+        let mut image = vec![0u8; size];
+        // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
+        nvrtc_check("nvrtcGetCUBIN", unsafe { sys::nvrtcGetCUBIN(self.0, image.as_mut_ptr() as *mut c_char) })?;
+        Ok(image)
+    }
+}
+
+fn compile_uncached(source: &str, options: &[String], arch: (u32, u32)) -> DeviceResult<Vec<u8>> {
+    if !nvrtc_present() {
+        return Err(WireError::new(
+            ErrorKind::NeedsCuda,
+            "CUDA C needs NVRTC (libnvrtc.so), which is not installed on the backend host; load PTX or a cubin instead",
+        ));
+    }
+    let source = CString::new(source).map_err(|_| compile_error("the CUDA C source contains a NUL byte"))?;
+    let mut all = vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1)];
+    all.extend(options.iter().cloned());
+    let all: Vec<CString> = all
+        .into_iter()
+        .map(CString::new)
+        .collect::<Result<_, _>>()
+        .map_err(|_| compile_error("a compile option contains a NUL byte"))?;
+    let pointers: Vec<*const c_char> = all.iter().map(|o| o.as_ptr()).collect();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: NUL-terminated source and name; no headers.
+    let code = unsafe {
+        sys::nvrtcCreateProgram(&mut raw, source.as_ptr(), c"module.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
+    };
+    nvrtc_check("nvrtcCreateProgram", code)?;
+    let program = Program(raw);
+    // SAFETY: the options outlive the call.
+    let code = unsafe { sys::nvrtcCompileProgram(program.0, pointers.len() as i32, pointers.as_ptr()) };
+    if code != nvrtcResult::NVRTC_SUCCESS {
+        return Err(compile_error(format!("NVRTC compile failed ({code:?}):\n{}", program.log())));
+    }
+    program.cubin()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_covers_source_options_and_architecture() {
+        let base = cache_key("src", &["-DX=1".into()], (9, 0));
+        assert_eq!(base, cache_key("src", &["-DX=1".into()], (9, 0)));
+        assert_ne!(base, cache_key("src2", &["-DX=1".into()], (9, 0)));
+        assert_ne!(base, cache_key("src", &["-DX=2".into()], (9, 0)));
+        assert_ne!(base, cache_key("src", &["-DX=1".into()], (8, 0)));
+        // Option boundaries count: ["ab"] is not ["a", "b"].
+        assert_ne!(cache_key("s", &["ab".into()], (9, 0)), cache_key("s", &["a".into(), "b".into()], (9, 0)));
+    }
+
+    #[test]
+    fn the_cache_stays_within_its_budget() {
+        let mut cache = Cache { budget: 10, ..Cache::default() };
+        cache.insert([1; 32], Arc::new(vec![0; 6]));
+        cache.insert([2; 32], Arc::new(vec![0; 6]));
+        assert!(!cache.images.contains_key(&[1; 32]) && cache.images.contains_key(&[2; 32]));
+        assert_eq!(cache.bytes, 6);
+    }
+}

@@ -1,0 +1,340 @@
+//! Pipelined bulk copies through page-locked (pinned) staging buffers.
+//!
+//! Each GPU has a bounded pool of pinned buffers of one chunk each (`staging_mib` in all). A
+//! bulk copy takes up to `copy.depth` of them and a CUDA stream of its own:
+//! - host to device: piece n is copied into a free buffer and queued as an asynchronous DMA;
+//!   the call returns at once, so the network delivers piece n+1 while the DMA of piece n runs.
+//!   A buffer is reused only once the event recorded after its DMA has completed.
+//! - device to host: the DMAs of the next `depth` chunks are queued ahead; each piece asked for
+//!   waits for its own chunk's event, so the GPU reads ahead while the network sends.
+//!
+//! A copy that finds the pool empty still works, through the driver's own staging of pageable
+//! memory (synchronous, slower): staging memory stays bounded and no copy ever waits for a
+//! buffer. Buffers are allocated with `CU_MEMHOSTALLOC_PORTABLE` under the GPU's primary
+//! context, so they serve every session's context and outlive them.
+
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+use cudarc::driver::sys;
+
+use super::context::CudaContext;
+use super::driver::{bind, check, Handle};
+use crate::device::{check_piece, DeviceResult, Download, Upload};
+
+/// One pinned host buffer of the pool.
+#[derive(Debug)]
+pub struct Pinned {
+    ptr: Handle<*mut u8>,
+    len: usize,
+}
+
+impl Pinned {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes allocated by cuMemHostAlloc, owned by this value alone.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.0, self.len) }
+    }
+}
+
+/// The pinned buffers of one GPU.
+#[derive(Debug)]
+pub struct StagingPool {
+    primary: Handle<sys::CUcontext>,
+    chunk: usize,
+    limit: usize,
+    state: Mutex<PoolState>,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    free: Vec<Pinned>,
+    allocated: usize,
+}
+
+impl StagingPool {
+    /// A pool of at most `bytes` in buffers of `chunk` bytes, allocated on first use.
+    pub fn new(primary: Handle<sys::CUcontext>, bytes: u64, chunk: usize) -> Self {
+        let limit = (bytes / chunk as u64) as usize;
+        Self { primary, chunk, limit, state: Mutex::new(PoolState::default()) }
+    }
+
+    /// Chunk size of the buffers.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Up to `want` buffers, fewer (maybe none) when the pool is spent. Leaves the primary
+    /// context current: callers bind their own again.
+    fn take(&self, want: usize) -> Vec<Pinned> {
+        let mut state = self.state.lock().expect("pool poisoned");
+        let mut taken: Vec<Pinned> = (0..want).map_while(|_| state.free.pop()).collect();
+        while taken.len() < want && state.allocated < self.limit {
+            match self.allocate() {
+                Ok(buffer) => {
+                    state.allocated += 1;
+                    taken.push(buffer);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot allocate pinned staging memory");
+                    break;
+                }
+            }
+        }
+        taken
+    }
+
+    fn allocate(&self) -> DeviceResult<Pinned> {
+        bind(self.primary)?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the primary context is current and lives as long as the
+        // backend, so the buffer does too.
+        let code = unsafe { sys::cuMemHostAlloc(&mut ptr, self.chunk, sys::CU_MEMHOSTALLOC_PORTABLE) };
+        check("cuMemHostAlloc", code)?;
+        Ok(Pinned { ptr: Handle(ptr as *mut u8), len: self.chunk })
+    }
+
+    fn give_back(&self, buffers: impl IntoIterator<Item = Pinned>) {
+        self.state.lock().expect("pool poisoned").free.extend(buffers);
+    }
+}
+
+/// A pinned buffer, the event that marks the end of its last DMA, and whether one is pending.
+#[derive(Debug)]
+struct Slot {
+    buffer: Pinned,
+    event: Handle<sys::CUevent>,
+}
+
+/// What a bulk copy holds: its stream and its slots. Dropping it waits for the DMAs still in
+/// flight (they read or write the pinned buffers), then returns the buffers to the pool.
+#[derive(Debug)]
+struct Lane<'a> {
+    context: &'a CudaContext,
+    stream: Handle<sys::CUstream>,
+    slots: Vec<Slot>,
+}
+
+impl<'a> Lane<'a> {
+    fn open(context: &'a CudaContext, want: usize) -> DeviceResult<Self> {
+        context.enter()?;
+        let buffers = context.gpu.pool.take(want);
+        if let Err(e) = bind(context.raw) {
+            context.gpu.pool.give_back(buffers);
+            return Err(e);
+        }
+        let mut lane = Self { context, stream: Handle(std::ptr::null_mut()), slots: Vec::new() };
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the session's context is current.
+        let code = unsafe { sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+        if let Err(e) = context.check("cuStreamCreate", code) {
+            context.gpu.pool.give_back(buffers);
+            return Err(e);
+        }
+        lane.stream = Handle(stream);
+        for buffer in buffers {
+            let mut event = std::ptr::null_mut();
+            // SAFETY: valid out-pointer. No timing: cheaper to record and wait on.
+            let code = unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) };
+            if context.check("cuEventCreate", code).is_err() {
+                context.gpu.pool.give_back([buffer]);
+                continue;
+            }
+            lane.slots.push(Slot { buffer, event: Handle(event) });
+        }
+        Ok(lane)
+    }
+
+    fn record(&self, slot: usize) -> DeviceResult<()> {
+        // SAFETY: event and stream of this context.
+        self.context.check("cuEventRecord", unsafe { sys::cuEventRecord(self.slots[slot].event.0, self.stream.0) })
+    }
+
+    fn wait(&self, slot: usize) -> DeviceResult<()> {
+        // SAFETY: an event of this context; waiting on one never recorded returns at once.
+        self.context.check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.slots[slot].event.0) })
+    }
+
+    fn finish(&self) -> DeviceResult<()> {
+        self.context.enter()?;
+        // SAFETY: the lane's stream.
+        self.context.check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream.0) })
+    }
+}
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        let _ = bind(self.context.raw);
+        // SAFETY: stream and events of this context, destroyed once, after the stream has no
+        // DMA left that touches the buffers handed back below.
+        unsafe {
+            if !self.stream.0.is_null() {
+                sys::cuStreamSynchronize(self.stream.0);
+                sys::cuStreamDestroy_v2(self.stream.0);
+            }
+            for slot in &self.slots {
+                sys::cuEventDestroy_v2(slot.event.0);
+            }
+        }
+        self.context.gpu.pool.give_back(self.slots.drain(..).map(|s| s.buffer));
+    }
+}
+
+/// A host-to-device bulk copy through pinned buffers.
+#[derive(Debug)]
+pub struct PinnedUpload<'a> {
+    lane: Lane<'a>,
+    address: u64,
+    len: u64,
+    next: usize,
+    used: usize,
+}
+
+impl<'a> PinnedUpload<'a> {
+    /// Starts a copy of `len` bytes to device address `address`.
+    pub fn start(context: &'a CudaContext, address: u64, len: u64) -> DeviceResult<Self> {
+        let depth = context.gpu.depth.min(len.div_ceil(context.gpu.pool.chunk() as u64).max(1) as usize);
+        Ok(Self { lane: Lane::open(context, depth)?, address, len, next: 0, used: 0 })
+    }
+
+    fn push_staged(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
+        for (i, part) in data.chunks(self.lane.context.gpu.pool.chunk()).enumerate() {
+            let slot = self.next;
+            self.next = (self.next + 1) % self.lane.slots.len();
+            if self.used == self.lane.slots.len() {
+                self.lane.wait(slot)?;
+            } else {
+                self.used += 1;
+            }
+            let buffer = &mut self.lane.slots[slot].buffer;
+            buffer.as_mut_slice()[..part.len()].copy_from_slice(part);
+            let target = self.address + at + (i * self.lane.context.gpu.pool.chunk()) as u64;
+            // SAFETY: the buffer is pinned and not reused until this DMA's event completes;
+            // the target range was checked when the copy started.
+            let code = unsafe {
+                sys::cuMemcpyHtoDAsync_v2(target, buffer.ptr.0 as *const c_void, part.len(), self.lane.stream.0)
+            };
+            self.lane.context.check("cuMemcpyHtoDAsync", code)?;
+            self.lane.record(slot)?;
+        }
+        Ok(())
+    }
+}
+
+impl Upload for PinnedUpload<'_> {
+    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
+        check_piece(at, data.len(), self.len)?;
+        self.lane.context.enter()?;
+        if self.lane.slots.is_empty() {
+            // SAFETY: pageable source, staged by the driver before the call returns; the
+            // target range was checked when the copy started.
+            let code = unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    self.address + at,
+                    data.as_ptr() as *const c_void,
+                    data.len(),
+                    self.lane.stream.0,
+                )
+            };
+            return self.lane.context.check("cuMemcpyHtoDAsync", code);
+        }
+        self.push_staged(at, data)
+    }
+
+    fn finish(self: Box<Self>) -> DeviceResult<()> {
+        self.lane.finish()
+    }
+}
+
+/// A device-to-host bulk copy through pinned buffers, reading ahead.
+#[derive(Debug)]
+pub struct PinnedDownload<'a> {
+    lane: Lane<'a>,
+    address: u64,
+    len: u64,
+    /// Bytes whose DMA has been queued.
+    issued: u64,
+    /// Slots with a queued DMA, oldest first, with the bytes they hold and how many of them
+    /// were already handed out.
+    in_flight: VecDeque<(usize, usize, usize)>,
+    idle: Vec<usize>,
+}
+
+impl<'a> PinnedDownload<'a> {
+    /// Starts a copy of `len` bytes from device address `address`, queuing the first DMAs.
+    pub fn start(context: &'a CudaContext, address: u64, len: u64) -> DeviceResult<Self> {
+        let depth = context.gpu.depth.min(len.div_ceil(context.gpu.pool.chunk() as u64).max(1) as usize);
+        let lane = Lane::open(context, depth)?;
+        let idle = (0..lane.slots.len()).rev().collect();
+        let mut download = Self { lane, address, len, issued: 0, in_flight: VecDeque::new(), idle };
+        download.read_ahead()?;
+        Ok(download)
+    }
+
+    /// Queues DMAs into every idle slot.
+    fn read_ahead(&mut self) -> DeviceResult<()> {
+        while self.issued < self.len {
+            let Some(slot) = self.idle.pop() else { break };
+            let n = (self.len - self.issued).min(self.lane.context.gpu.pool.chunk() as u64) as usize;
+            let buffer = self.lane.slots[slot].buffer.ptr.0;
+            // SAFETY: the buffer is pinned and holds a chunk; it is read only after this DMA's
+            // event completes. The source range was checked when the copy started.
+            let code = unsafe {
+                sys::cuMemcpyDtoHAsync_v2(buffer as *mut c_void, self.address + self.issued, n, self.lane.stream.0)
+            };
+            self.lane.context.check("cuMemcpyDtoHAsync", code)?;
+            self.lane.record(slot)?;
+            self.in_flight.push_back((slot, n, 0));
+            self.issued += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Without pinned buffers: a synchronous read through the driver's staging.
+    fn read_direct(&mut self, len: usize) -> DeviceResult<Bytes> {
+        let mut piece = BytesMut::zeroed(len);
+        // SAFETY: `piece` outlives the copy (the stream is synchronized below); the source
+        // range lies inside the checked copy.
+        unsafe {
+            let code = sys::cuMemcpyDtoHAsync_v2(
+                piece.as_mut_ptr() as *mut c_void,
+                self.address + self.issued,
+                len,
+                self.lane.stream.0,
+            );
+            self.lane.context.check("cuMemcpyDtoHAsync", code)?;
+        }
+        self.lane.finish()?;
+        self.issued += len as u64;
+        Ok(piece.freeze())
+    }
+}
+
+impl Download for PinnedDownload<'_> {
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
+        self.lane.context.enter()?;
+        if self.lane.slots.is_empty() {
+            let len = (len as u64).min(self.len - self.issued) as usize;
+            return self.read_direct(len);
+        }
+        let mut piece = BytesMut::with_capacity(len);
+        while piece.len() < len {
+            let Some(&(slot, filled, taken)) = self.in_flight.front() else { break };
+            if taken == 0 {
+                self.lane.wait(slot)?;
+            }
+            let n = (filled - taken).min(len - piece.len());
+            let buffer = &mut self.lane.slots[slot].buffer;
+            piece.extend_from_slice(&buffer.as_mut_slice()[taken..taken + n]);
+            if taken + n == filled {
+                self.in_flight.pop_front();
+                self.idle.push(slot);
+                self.read_ahead()?;
+            } else {
+                self.in_flight.front_mut().expect("front exists").2 = taken + n;
+            }
+        }
+        Ok(piece.freeze())
+    }
+}
