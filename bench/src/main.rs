@@ -7,6 +7,7 @@
 
 mod arm;
 mod copies;
+mod gpu;
 mod latency;
 mod memory;
 mod setup;
@@ -24,7 +25,8 @@ struct Args {
     /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
     #[arg(long)]
     current_thread: bool,
-    /// Only these sections (copies, tuning, latency, launches, memory, arm); all when empty.
+    /// Only these sections (copies, tuning, latency, launches, memory, arm, gpu); all when
+    /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     #[command(subcommand)]
@@ -69,6 +71,12 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("arm") {
         rt.block_on(arm::latencies(args.quick))?;
+    }
+    let gpu_asked = args.only.iter().any(|s| s == "gpu");
+    if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(8).enable_all().build()?;
+        rt.block_on(gpu::copies(args.quick))?;
+        rt.block_on(gpu::launch_latency(args.quick))?;
     }
     Ok(())
 }

@@ -29,6 +29,10 @@ impl InProcess {
         Ok(Self { backend: ac_backend::start(config).await?, _state: state })
     }
 
+    pub fn from_parts(backend: RunningBackend, state: tempfile::TempDir) -> Self {
+        Self { backend, _state: state }
+    }
+
     pub fn options(&self, stripes: usize, tuning: &Tuning) -> ConnectOptions {
         let mut options = ConnectOptions::new(self.backend.addr(), self.backend.ca_cert());
         options.stripes = stripes;

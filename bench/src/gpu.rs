@@ -1,0 +1,182 @@
+//! The CUDA device: remote copy throughput against a local pinned copy on the same GPU and the
+//! loopback network alone, all measured in one run, and launch + synchronize latency, remote
+//! against local. Needs an NVIDIA GPU (`scripts/gpu-check` runs it).
+
+#![allow(unsafe_code)] // the local baselines call the CUDA driver directly
+
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use ac_backend::device::cuda::{self, driver};
+use ac_backend::device::{Device, DeviceStream};
+use ac_backend::{BackendConfig, CopySettings, DeviceChoice};
+use ac_frontend::{Accelerator, CopyOptions, LaunchDims};
+use ac_proto::backend::{KernelArg, ModuleSource};
+use ac_proto::transport::Tuning;
+use anyhow::{bail, Context as _};
+use cudarc::driver::sys;
+
+use crate::setup::{connect, mib, percentiles, InProcess};
+
+fn rate(bytes: usize, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64() / 1e6
+}
+
+fn cu(call: &str, code: sys::CUresult) -> anyhow::Result<()> {
+    driver::check(call, code).map_err(|e| anyhow::anyhow!(e.message))
+}
+
+/// Local host-to-device and device-to-host copies of `len` bytes between pinned host memory and
+/// GPU 0, best of `reps`, MB/s: the ceiling a remote copy is compared with.
+fn local_pinned(len: usize, reps: usize) -> anyhow::Result<(f64, f64)> {
+    let (mut device, mut ctx, mut dptr, mut host) = (0, std::ptr::null_mut(), 0, std::ptr::null_mut());
+    // SAFETY: valid out-pointers; the buffers are freed below and used only in between.
+    unsafe {
+        cu("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
+        cu("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, device))?;
+        cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+        cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut dptr, len))?;
+        cu("cuMemHostAlloc", sys::cuMemHostAlloc(&mut host, len, 0))?;
+        std::ptr::write_bytes(host as *mut u8, 7, len);
+        let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
+        for _ in 0..reps + 1 {
+            let start = Instant::now();
+            cu("cuMemcpyHtoD", sys::cuMemcpyHtoD_v2(dptr, host as *const c_void, len))?;
+            h2d = h2d.max(rate(len, start.elapsed()));
+            let start = Instant::now();
+            cu("cuMemcpyDtoH", sys::cuMemcpyDtoH_v2(host, dptr, len))?;
+            d2h = d2h.max(rate(len, start.elapsed()));
+        }
+        sys::cuMemFreeHost(host);
+        sys::cuMemFree_v2(dptr);
+        Ok((h2d, d2h))
+    }
+}
+
+/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`, data checked.
+async fn remote(acc: &Accelerator, src: &[u8], reps: usize) -> anyhow::Result<(f64, f64)> {
+    let buf = acc.alloc::<u8>(src.len()).await?;
+    let mut dst = vec![0u8; src.len()];
+    let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
+    for _ in 0..reps {
+        let start = Instant::now();
+        buf.copy_from_host(src).await?;
+        h2d = h2d.max(rate(src.len(), start.elapsed()));
+        let start = Instant::now();
+        buf.copy_to_host(&mut dst).await?;
+        d2h = d2h.max(rate(src.len(), start.elapsed()));
+    }
+    anyhow::ensure!(dst == src, "copy corrupted data");
+    buf.free().await?;
+    Ok((h2d, d2h))
+}
+
+async fn backend(device: DeviceChoice, memory_mib: u64) -> anyhow::Result<InProcess> {
+    if device == DeviceChoice::Cpu {
+        return InProcess::start(memory_mib, Tuning::default(), CopySettings::default()).await;
+    }
+    let state = tempfile::tempdir()?;
+    let config = BackendConfig {
+        listen: "127.0.0.1:0".parse()?,
+        state_dir: state.path().to_path_buf(),
+        device,
+        ..BackendConfig::default()
+    };
+    Ok(InProcess::from_parts(ac_backend::start(config).await?, state))
+}
+
+/// Copies: remote through a CUDA backend, the same copy through a CPU-device backend (the
+/// network and protocol alone, landing in host memory), and the local pinned copy.
+pub async fn copies(quick: bool) -> anyhow::Result<()> {
+    if !driver::driver_present() {
+        bail!("the gpu section needs an NVIDIA GPU and driver (libcuda.so)");
+    }
+    let sizes: &[usize] = if quick { &[64 << 20] } else { &[64 << 20, 1 << 30, 4 << 30] };
+    let stripes = 4;
+    let tuning = Tuning::default();
+    let gpu = backend(DeviceChoice::Cuda, 0).await.context("CUDA backend")?;
+    let net = backend(DeviceChoice::Cpu, (sizes[sizes.len() - 1] >> 20) as u64 + 512).await?;
+    let (gpu_acc, net_acc) =
+        (connect(&gpu.options(stripes, &tuning)).await?, connect(&net.options(stripes, &tuning)).await?);
+    let info = gpu_acc.info().clone();
+    println!("## CUDA device: copy pipelining (backend in-process, loopback, {stripes} connections)\n");
+    println!(
+        "GPU: {} (compute {:?}). Local: cuMemcpyHtoD/DtoH from pinned memory on the same GPU. Network alone: the same bulk copy into a CPU-device backend. Efficiency = remote / min(network, local). MB/s = 10^6 bytes/s, best of the repetitions.\n",
+        info.name, info.compute_capability
+    );
+    println!("| size | direction | local pinned MB/s | network alone MB/s | remote MB/s | efficiency | remote, not pipelined MB/s |");
+    println!("|---|---|---|---|---|---|---|");
+    for &size in sizes {
+        let reps = if size >= 1 << 30 { 2 } else { 4 };
+        let src: Vec<u8> = (0..size).map(|i| (i * 131 % 251) as u8).collect();
+        let (local_h2d, local_d2h) = local_pinned(size, reps)?;
+        let (net_h2d, net_d2h) = remote(&net_acc, &src, reps).await?;
+        gpu_acc.set_copy_options(CopyOptions::default());
+        let (h2d, d2h) = remote(&gpu_acc, &src, reps).await?;
+        gpu_acc.set_copy_options(CopyOptions { pipelined: false, ..CopyOptions::default() });
+        let (h2d_staged, d2h_staged) = remote(&gpu_acc, &src, 1).await?;
+        for (dir, local, net, got, staged) in
+            [("H2D", local_h2d, net_h2d, h2d, h2d_staged), ("D2H", local_d2h, net_d2h, d2h, d2h_staged)]
+        {
+            let efficiency = got / local.min(net);
+            println!("| {} | {dir} | {local:.0} | {net:.0} | {got:.0} | {efficiency:.2} | {staged:.0} |", mib(size));
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Launch + synchronize of a one-thread kernel: through the network, and on the same device
+/// layer in this process (no network).
+pub async fn launch_latency(quick: bool) -> anyhow::Result<()> {
+    if !driver::driver_present() {
+        bail!("the gpu section needs an NVIDIA GPU and driver (libcuda.so)");
+    }
+    let n = if quick { 200 } else { 5_000 };
+    let gpu = backend(DeviceChoice::Cuda, 0).await?;
+    let acc = connect(&gpu.options(1, &Tuning::default())).await?;
+    let buf = acc.alloc::<f32>(1).await?;
+    let fill = acc.builtin().await?.function("fill").await?;
+    let args = [buf.arg(), 1.0f32.into(), 1u64.into()];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let start = Instant::now();
+        fill.launch(LaunchDims::linear(1, 1), &args).await?;
+        acc.synchronize().await?;
+        if i >= n / 10 {
+            samples.push(start.elapsed());
+        }
+    }
+    let (remote_p50, remote_p99) = percentiles(samples);
+    let (local_p50, local_p99) = tokio::task::spawn_blocking(move || local_launch_latency(n)).await??;
+    println!("## CUDA device: launch + synchronize latency (µs)\n");
+    println!("| path | p50 | p99 |\n|---|---|---|");
+    println!("| local (device layer in-process, no network) | {local_p50:.1} | {local_p99:.1} |");
+    println!("| remote (QUIC on loopback) | {remote_p50:.1} | {remote_p99:.1} |\n");
+    Ok(())
+}
+
+fn local_launch_latency(n: usize) -> anyhow::Result<(f64, f64)> {
+    let gpu = cuda::CudaDevice::open(0, 16 << 20, CopySettings::default()).map_err(|e| anyhow::anyhow!(e.message))?;
+    let ctx = gpu.open_context().map_err(|e| anyhow::anyhow!(e.message))?;
+    let wire = |e: ac_proto::backend::WireError| anyhow::anyhow!(e.message);
+    let module = ctx.load_module(&ModuleSource::Builtin("builtin".into()), &[]).map_err(wire)?;
+    let kernel = ctx.kernel(module, "fill").map_err(wire)?;
+    let mem = ctx.alloc(4).map_err(wire)?;
+    let stream: DeviceStream = ctx.create_stream().map_err(wire)?;
+    let args = [
+        ac_backend::device::DeviceArg::Mem { mem, offset: 0, len: 4 },
+        ac_backend::device::DeviceArg::Scalar(KernelArg::F32(1.0)),
+        ac_backend::device::DeviceArg::Scalar(KernelArg::U64(1)),
+    ];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let start = Instant::now();
+        ctx.launch(&kernel, &LaunchDims::linear(1, 1), &args, stream).map_err(wire)?;
+        ctx.synchronize(stream).map_err(wire)?;
+        if i >= n / 10 {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(percentiles(samples))
+}
