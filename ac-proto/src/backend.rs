@@ -3,7 +3,8 @@
 //! # Connections and streams
 //! Every connection uses ALPN [`ALPN`]. Its first bidirectional stream starts with the
 //! [`Preamble`] (magic and version, checked before anything is decoded), then a [`Hello`] frame:
-//! - [`Hello::Open`] makes this connection a session's **control** connection. The stream then
+//! - [`Hello::Open`] makes this connection a session's **control** connection, on one device of
+//!   the backend (a backend serves every device of its host, by index). The stream then
 //!   carries [`Envelope`] requests one way and [`Reply`] frames the other. Closing the connection
 //!   frees every resource of the session.
 //! - [`Hello::Attach`] joins an existing session, so that bulk copies can be striped over several

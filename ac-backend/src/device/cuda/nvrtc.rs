@@ -59,6 +59,7 @@ impl Compiler {
 
     /// Compiles `source` for compute capability `arch`, or returns the cached image.
     pub fn compile(&self, source: &str, options: &[String], arch: (u32, u32)) -> DeviceResult<Cubin> {
+        check_untrusted(source, options)?;
         let key = cache_key(source, options, arch);
         if let Some(image) = self.cache.lock().expect("cache poisoned").images.get(&key) {
             return Ok(image.clone());
@@ -151,6 +152,86 @@ impl Program {
     }
 }
 
+/// Options a client may pass: code generation and macros. Anything that makes NVRTC read files
+/// (`-I`, `--pre-include`, ...) is refused, as is the architecture (it is the device's).
+const ALLOWED_OPTIONS: &[&str] = &[
+    "-D",
+    "--define-macro",
+    "-U",
+    "--undefine-macro",
+    "-std=",
+    "--std=",
+    "-use_fast_math",
+    "--use_fast_math",
+    "-ftz=",
+    "--ftz=",
+    "-prec-div=",
+    "--prec-div=",
+    "-prec-sqrt=",
+    "--prec-sqrt=",
+    "-fmad=",
+    "--fmad=",
+    "-maxrregcount=",
+    "--maxrregcount=",
+    "-lineinfo",
+    "--generate-line-info",
+    "-G",
+    "--device-debug",
+    "-w",
+    "--disable-warnings",
+    "-restrict",
+    "--restrict",
+    "-default-device",
+    "--extra-device-vectorization",
+    "-dopt=",
+    "--dopt=",
+];
+
+/// Refuses what would make the compiler read the backend's files: `#include`, `#embed`,
+/// `#import` and `__has_include` in the source (whose contents a compile log would echo back),
+/// and options outside [`ALLOWED_OPTIONS`]. Programs inline their headers instead.
+pub fn check_untrusted(source: &str, options: &[String]) -> DeviceResult<()> {
+    if let Some(option) = options.iter().find(|o| !ALLOWED_OPTIONS.iter().any(|a| o.starts_with(a))) {
+        return Err(compile_error(format!("compile option `{option}` is not allowed (macros and code generation only)")));
+    }
+    let code = strip_comments(&source.replace("\\\r\n", "").replace("\\\n", ""));
+    if code.contains("__has_include") {
+        return Err(compile_error("`__has_include` is not allowed: the backend's files are not yours to read"));
+    }
+    for line in code.lines() {
+        let line = line.trim_start();
+        let Some(rest) = line.strip_prefix('#').or_else(|| line.strip_prefix("%:")) else { continue };
+        let directive = rest.trim_start();
+        if ["include", "embed", "import"].iter().any(|d| directive.starts_with(d)) {
+            return Err(compile_error(
+                "`#include` is not allowed in CUDA C sent to the backend: inline the header's code instead",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The source with comments replaced by a space (strings are not parsed, so a `//` or `/*` in a
+/// string literal hides the rest: that only ever refuses more).
+fn strip_comments(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("//") {
+            rest = after.find('\n').map_or("", |i| &after[i..]);
+            out.push(' ');
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
+            out.push(' ');
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
 fn compile_uncached(source: &str, options: &[String], arch: (u32, u32)) -> DeviceResult<Vec<u8>> {
     if !nvrtc_present() {
         return Err(WireError::new(
@@ -195,6 +276,27 @@ mod tests {
         assert_ne!(base, cache_key("src", &["-DX=1".into()], (8, 0)));
         // Option boundaries count: ["ab"] is not ["a", "b"].
         assert_ne!(cache_key("s", &["ab".into()], (9, 0)), cache_key("s", &["a".into(), "b".into()], (9, 0)));
+    }
+
+    #[test]
+    fn sources_and_options_that_read_files_are_refused() {
+        let ok = "extern \"C\" __global__ void k(float* x) { x[0] = N; } // no includes here";
+        assert!(check_untrusted(ok, &["-DN=1".into(), "--use_fast_math".into(), "-std=c++17".into()]).is_ok());
+        for bad in [
+            "#include \"/etc/passwd\"\n",
+            "  #  include <x>\n",
+            "#/* hidden */include \"a\"\n",
+            "#\\\ninclude \"a\"\n",
+            "%:include \"a\"\n",
+            "#embed \"/etc/passwd\"\n",
+            "#if __has_include(\"/etc/shadow\")\n#endif\n",
+        ] {
+            assert_eq!(check_untrusted(bad, &[]).unwrap_err().kind, ErrorKind::ModuleLoad, "{bad:?}");
+        }
+        for option in ["-I/etc", "--include-path=/", "--pre-include=/etc/passwd", "-arch=sm_50", "--gpu-architecture=x"] {
+            assert!(check_untrusted(ok, &[option.into()]).is_err(), "{option}");
+        }
+        assert!(check_untrusted("int a; /* #include \"x\" */", &[]).is_ok(), "commented out");
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! Each GPU has a bounded pool of pinned buffers of one chunk each (`staging_mib` in all). A
 //! bulk copy takes up to `copy.depth` of them and a CUDA stream of its own:
-//! - host to device: piece n is copied into a free buffer and queued as an asynchronous DMA;
-//!   the call returns at once, so the network delivers piece n+1 while the DMA of piece n runs.
-//!   A buffer is reused only once the event recorded after its DMA has completed.
+//! - host to device: the pieces quinn delivers (a packet's worth each) are gathered into a
+//!   buffer; a full buffer (chunk n) is queued as an asynchronous DMA and the next buffer starts
+//!   filling at once, so the network delivers chunk n+1 while the DMA of chunk n runs. A buffer
+//!   is refilled only once the event recorded after its DMA has completed.
 //! - device to host: the DMAs of the next `depth` chunks are queued ahead; each piece asked for
 //!   waits for its own chunk's event, so the GPU reads ahead while the network sends.
 //!
@@ -182,67 +183,111 @@ impl Drop for Lane<'_> {
 }
 
 /// A host-to-device bulk copy through pinned buffers.
+///
+/// quinn hands over the payload a packet at a time (a few KiB), far too small for one DMA
+/// each: pieces are gathered into the current staging buffer, and a buffer goes to the GPU when
+/// it is full, when the next piece is not contiguous, or when the copy finishes.
 #[derive(Debug)]
 pub struct PinnedUpload<'a> {
     lane: Lane<'a>,
     address: u64,
     len: u64,
-    next: usize,
+    /// The buffer being filled, when the pool gave none (the driver stages it; reusable at once).
+    pageable: Option<Vec<u8>>,
+    /// The slot being filled, and its position in the copy and fill level.
+    current: usize,
+    start: u64,
+    filled: usize,
+    /// Slots whose DMA has been queued at least once (so their event must be waited on).
     used: usize,
+    open: bool,
 }
 
 impl<'a> PinnedUpload<'a> {
     /// Starts a copy of `len` bytes to device address `address`.
     pub fn start(context: &'a CudaContext, address: u64, len: u64) -> DeviceResult<Self> {
-        let depth = context.gpu.depth.min(len.div_ceil(context.gpu.pool.chunk() as u64).max(1) as usize);
-        Ok(Self { lane: Lane::open(context, depth)?, address, len, next: 0, used: 0 })
+        let chunk = context.gpu.pool.chunk();
+        let depth = context.gpu.depth.min(len.div_ceil(chunk as u64).max(1) as usize);
+        let lane = Lane::open(context, depth)?;
+        let pageable = lane.slots.is_empty().then(|| vec![0u8; chunk.min(len as usize)]);
+        Ok(Self { lane, address, len, pageable, current: 0, start: 0, filled: 0, used: 0, open: false })
     }
 
-    fn push_staged(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
-        for (i, part) in data.chunks(self.lane.context.gpu.pool.chunk()).enumerate() {
-            let slot = self.next;
-            self.next = (self.next + 1) % self.lane.slots.len();
+    fn chunk(&self) -> usize {
+        self.pageable.as_ref().map_or_else(|| self.lane.context.gpu.pool.chunk(), Vec::len)
+    }
+
+    /// Makes the next slot the current one, once its previous DMA is done.
+    fn open_slot(&mut self, at: u64) -> DeviceResult<()> {
+        if self.pageable.is_none() {
             if self.used == self.lane.slots.len() {
-                self.lane.wait(slot)?;
+                self.lane.wait(self.current)?;
             } else {
                 self.used += 1;
             }
-            let buffer = &mut self.lane.slots[slot].buffer;
-            buffer.as_mut_slice()[..part.len()].copy_from_slice(part);
-            let target = self.address + at + (i * self.lane.context.gpu.pool.chunk()) as u64;
-            // SAFETY: the buffer is pinned and not reused until this DMA's event completes;
-            // the target range was checked when the copy started.
-            let code = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(target, buffer.ptr.0 as *const c_void, part.len(), self.lane.stream.0)
-            };
-            self.lane.context.check("cuMemcpyHtoDAsync", code)?;
-            self.lane.record(slot)?;
         }
+        self.start = at;
+        self.filled = 0;
+        self.open = true;
+        Ok(())
+    }
+
+    fn buffer(&mut self) -> &mut [u8] {
+        match &mut self.pageable {
+            Some(buffer) => buffer,
+            None => self.lane.slots[self.current].buffer.as_mut_slice(),
+        }
+    }
+
+    /// Queues the DMA of the current buffer and moves on to the next slot.
+    fn flush(&mut self) -> DeviceResult<()> {
+        if !self.open || self.filled == 0 {
+            self.open = false;
+            return Ok(());
+        }
+        let (target, n, stream) = (self.address + self.start, self.filled, self.lane.stream.0);
+        let source = self.buffer().as_ptr() as *const c_void;
+        // SAFETY: a pinned buffer is not refilled until the event recorded after this DMA has
+        // completed; a pageable one is staged by the driver before the call returns. The target
+        // range lies inside the copy, checked when it started.
+        let code = unsafe { sys::cuMemcpyHtoDAsync_v2(target, source, n, stream) };
+        self.lane.context.check("cuMemcpyHtoDAsync", code)?;
+        if self.pageable.is_none() {
+            self.lane.record(self.current)?;
+            self.current = (self.current + 1) % self.lane.slots.len();
+        }
+        self.open = false;
         Ok(())
     }
 }
 
 impl Upload for PinnedUpload<'_> {
-    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
+    fn push(&mut self, mut at: u64, mut data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
         self.lane.context.enter()?;
-        if self.lane.slots.is_empty() {
-            // SAFETY: pageable source, staged by the driver before the call returns; the
-            // target range was checked when the copy started.
-            let code = unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    self.address + at,
-                    data.as_ptr() as *const c_void,
-                    data.len(),
-                    self.lane.stream.0,
-                )
-            };
-            return self.lane.context.check("cuMemcpyHtoDAsync", code);
+        if self.open && at != self.start + self.filled as u64 {
+            self.flush()?;
         }
-        self.push_staged(at, data)
+        while !data.is_empty() {
+            if !self.open {
+                self.open_slot(at)?;
+            }
+            let n = (self.chunk() - self.filled).min(data.len());
+            let filled = self.filled;
+            self.buffer()[filled..filled + n].copy_from_slice(&data[..n]);
+            self.filled += n;
+            at += n as u64;
+            data = &data[n..];
+            if self.filled == self.chunk() {
+                self.flush()?;
+            }
+        }
+        Ok(())
     }
 
-    fn finish(self: Box<Self>) -> DeviceResult<()> {
+    fn finish(mut self: Box<Self>) -> DeviceResult<()> {
+        self.lane.context.enter()?;
+        self.flush()?;
         self.lane.finish()
     }
 }
