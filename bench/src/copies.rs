@@ -45,7 +45,7 @@ fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
 }
 
 /// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
-async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
+pub async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
     let buf = acc.alloc::<u8>(src.len()).await?;
     let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
     for _ in 0..reps {

@@ -53,22 +53,12 @@ fn local_pinned(len: usize, reps: usize) -> anyhow::Result<(f64, f64)> {
     }
 }
 
-/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`, data checked.
+/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`, every byte checked.
 async fn remote(acc: &Accelerator, src: &[u8], reps: usize) -> anyhow::Result<(f64, f64)> {
-    let buf = acc.alloc::<u8>(src.len()).await?;
     let mut dst = vec![0u8; src.len()];
-    let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
-    for _ in 0..reps {
-        let start = Instant::now();
-        buf.copy_from_host(src).await?;
-        h2d = h2d.max(rate(src.len(), start.elapsed()));
-        let start = Instant::now();
-        buf.copy_to_host(&mut dst).await?;
-        d2h = d2h.max(rate(src.len(), start.elapsed()));
-    }
+    let rates = crate::copies::measure(acc, src, &mut dst, reps).await?;
     anyhow::ensure!(dst == src, "copy corrupted data");
-    buf.free().await?;
-    Ok((h2d, d2h))
+    Ok(rates)
 }
 
 async fn backend(device: DeviceChoice, memory_mib: u64) -> anyhow::Result<InProcess> {
@@ -135,19 +125,7 @@ pub async fn launch_latency(quick: bool) -> anyhow::Result<()> {
     let n = if quick { 200 } else { 5_000 };
     let gpu = backend(DeviceChoice::Cuda, 0).await?;
     let acc = connect(&gpu.options(1, &Tuning::default())).await?;
-    let buf = acc.alloc::<f32>(1).await?;
-    let fill = acc.builtin().await?.function("fill").await?;
-    let args = [buf.arg(), 1.0f32.into(), 1u64.into()];
-    let mut samples = Vec::with_capacity(n);
-    for i in 0..n + n / 10 {
-        let start = Instant::now();
-        fill.launch(LaunchDims::linear(1, 1), &args).await?;
-        acc.synchronize().await?;
-        if i >= n / 10 {
-            samples.push(start.elapsed());
-        }
-    }
-    let (remote_p50, remote_p99) = percentiles(samples);
+    let (remote_p50, remote_p99) = crate::latency::launch_sync_latency(&acc, n).await?;
     let (local_p50, local_p99) = tokio::task::spawn_blocking(move || local_launch_latency(n)).await??;
     println!("## CUDA device: launch + synchronize latency (µs)\n");
     println!("| path | p50 | p99 |\n|---|---|---|");

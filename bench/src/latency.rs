@@ -58,7 +58,8 @@ async fn ping_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)>
     Ok(percentiles(samples))
 }
 
-async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
+/// Launch + synchronize of `fill` on one element, p50 and p99 in µs over `n` after warm-up.
+pub async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
     let buf = acc.alloc::<f32>(1).await?;
     let fill = acc.builtin().await?.function("fill").await?;
     let args = [buf.arg(), 1.0f32.into(), 1u64.into()];

@@ -7,8 +7,6 @@ use ac_backend::DeviceChoice;
 use ac_frontend::{Accelerator, DeviceKind, ErrorKind, LaunchDims};
 use ac_tests::{pattern, TestBackend};
 
-const GPU: &str = "needs a CUDA GPU: scripts/gpu-check";
-
 async fn gpu_backend() -> TestBackend {
     TestBackend::start_with(|c| {
         c.device = DeviceChoice::Cuda;
@@ -26,7 +24,6 @@ fn relative_error(got: &[f32], want: &[f64]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_reports_itself() {
-    let _ = GPU;
     let tb = gpu_backend().await;
     let acc = tb.connect().await;
     let info = acc.info();

@@ -34,7 +34,7 @@ pub mod staging;
 
 use std::sync::{Arc, OnceLock};
 
-use ac_proto::backend::{DeviceInfo, DeviceKind};
+use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, WireError};
 use cudarc::driver::sys;
 
 use self::context::CudaContext;
@@ -113,7 +113,9 @@ impl CudaDevice {
         // SAFETY: valid out-pointer and device; retained for the life of the process.
         driver::check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, device) })?;
         let compiler = compiler();
-        let builtin = compiler.compile(BUILTIN_SOURCE, &[], properties.capability);
+        let builtin = compiler.compile(BUILTIN_SOURCE, &[], properties.capability).map_err(|e| {
+            WireError::new(ErrorKind::ModuleLoad, format!("the builtin kernels are not available: {}", e.message))
+        });
         if let Err(e) = &builtin {
             tracing::warn!(gpu = ordinal, "builtin kernels unavailable: {}", e.message);
         }

@@ -192,7 +192,9 @@ const ALLOWED_OPTIONS: &[&str] = &[
 /// and options outside [`ALLOWED_OPTIONS`]. Programs inline their headers instead.
 pub fn check_untrusted(source: &str, options: &[String]) -> DeviceResult<()> {
     if let Some(option) = options.iter().find(|o| !ALLOWED_OPTIONS.iter().any(|a| o.starts_with(a))) {
-        return Err(compile_error(format!("compile option `{option}` is not allowed (macros and code generation only)")));
+        return Err(compile_error(format!(
+            "compile option `{option}` is not allowed (macros and code generation only)"
+        )));
     }
     let code = strip_comments(&source.replace("\\\r\n", "").replace("\\\n", ""));
     if code.contains("__has_include") {
@@ -293,7 +295,8 @@ mod tests {
         ] {
             assert_eq!(check_untrusted(bad, &[]).unwrap_err().kind, ErrorKind::ModuleLoad, "{bad:?}");
         }
-        for option in ["-I/etc", "--include-path=/", "--pre-include=/etc/passwd", "-arch=sm_50", "--gpu-architecture=x"] {
+        for option in ["-I/etc", "--include-path=/", "--pre-include=/etc/passwd", "-arch=sm_50", "--gpu-architecture=x"]
+        {
             assert!(check_untrusted(ok, &[option.into()]).is_err(), "{option}");
         }
         assert!(check_untrusted("int a; /* #include \"x\" */", &[]).is_ok(), "commented out");
