@@ -2,7 +2,8 @@
 //!
 //! # Layers
 //! As in cudarc itself: [`driver`] wraps the raw calls (errors, handles, queries); [`nvrtc`],
-//! [`image`], [`args`] and [`staging`] each do one job; [`context`] implements the session's
+//! [`image`], [`args`], [`gather`] and [`staging`] each do one job (all but `staging` work
+//! without a GPU and are tested everywhere); [`context`] implements the session's
 //! [`Context`] on top of them, and this module discovers the GPUs.
 //!
 //! # Isolation: one CUDA context per session
@@ -28,6 +29,7 @@
 pub mod args;
 pub mod context;
 pub mod driver;
+pub mod gather;
 pub mod image;
 pub mod nvrtc;
 pub mod staging;

@@ -23,6 +23,7 @@ use cudarc::driver::sys;
 
 use super::context::CudaContext;
 use super::driver::{bind, check, Handle};
+use super::gather::{Gather, Step};
 use crate::device::{check_piece, DeviceResult, Download, Upload};
 
 /// One pinned host buffer of the pool.
@@ -185,22 +186,17 @@ impl Drop for Lane<'_> {
 /// A host-to-device bulk copy through pinned buffers.
 ///
 /// quinn hands over the payload a packet at a time (a few KiB), far too small for one DMA
-/// each: pieces are gathered into the current staging buffer, and a buffer goes to the GPU when
-/// it is full, when the next piece is not contiguous, or when the copy finishes.
+/// each: [`Gather`] decides how pieces fill the buffers and when a full one goes to the GPU;
+/// this carries its steps out.
 #[derive(Debug)]
 pub struct PinnedUpload<'a> {
     lane: Lane<'a>,
     address: u64,
     len: u64,
-    /// The buffer being filled, when the pool gave none (the driver stages it; reusable at once).
+    /// The one buffer, when the pool gave none (the driver stages it; reusable at once).
     pageable: Option<Vec<u8>>,
-    /// The slot being filled, and its position in the copy and fill level.
-    current: usize,
-    start: u64,
-    filled: usize,
-    /// Slots whose DMA has been queued at least once (so their event must be waited on).
-    used: usize,
-    open: bool,
+    gather: Gather,
+    steps: Vec<Step>,
 }
 
 impl<'a> PinnedUpload<'a> {
@@ -209,85 +205,61 @@ impl<'a> PinnedUpload<'a> {
         let chunk = context.gpu.pool.chunk();
         let depth = context.gpu.depth.min(len.div_ceil(chunk as u64).max(1) as usize);
         let lane = Lane::open(context, depth)?;
-        let pageable = lane.slots.is_empty().then(|| vec![0u8; chunk.min(len as usize)]);
-        Ok(Self { lane, address, len, pageable, current: 0, start: 0, filled: 0, used: 0, open: false })
+        let (pageable, gather) = if lane.slots.is_empty() {
+            (Some(vec![0u8; chunk]), Gather::new(chunk, 1, false))
+        } else {
+            (None, Gather::new(chunk, lane.slots.len(), true))
+        };
+        Ok(Self { lane, address, len, pageable, gather, steps: Vec::new() })
     }
 
-    fn chunk(&self) -> usize {
-        self.pageable.as_ref().map_or_else(|| self.lane.context.gpu.pool.chunk(), Vec::len)
-    }
-
-    /// Makes the next slot the current one, once its previous DMA is done.
-    fn open_slot(&mut self, at: u64) -> DeviceResult<()> {
-        if self.pageable.is_none() {
-            if self.used == self.lane.slots.len() {
-                self.lane.wait(self.current)?;
-            } else {
-                self.used += 1;
-            }
-        }
-        self.start = at;
-        self.filled = 0;
-        self.open = true;
-        Ok(())
-    }
-
-    fn buffer(&mut self) -> &mut [u8] {
+    fn buffer(&mut self, slot: usize) -> &mut [u8] {
         match &mut self.pageable {
             Some(buffer) => buffer,
-            None => self.lane.slots[self.current].buffer.as_mut_slice(),
+            None => self.lane.slots[slot].buffer.as_mut_slice(),
         }
     }
 
-    /// Queues the DMA of the current buffer and moves on to the next slot.
-    fn flush(&mut self) -> DeviceResult<()> {
-        if !self.open || self.filled == 0 {
-            self.open = false;
-            return Ok(());
+    /// Carries out the gathered steps; `piece` is the data the fills copy from.
+    fn apply(&mut self, piece: &[u8]) -> DeviceResult<()> {
+        let steps = std::mem::take(&mut self.steps);
+        for &step in &steps {
+            match step {
+                Step::Wait(slot) => self.lane.wait(slot)?,
+                Step::Fill { slot, into, from, len } => {
+                    self.buffer(slot)[into..into + len].copy_from_slice(&piece[from..from + len]);
+                }
+                Step::Dma { slot, at, len } => {
+                    let source = self.buffer(slot).as_ptr() as *const c_void;
+                    // SAFETY: a pinned buffer is not refilled before the event recorded below has
+                    // completed (Gather's `Wait`); a pageable one is staged by the driver during
+                    // the call. The target range lies inside the copy, checked when it started.
+                    let code = unsafe { sys::cuMemcpyHtoDAsync_v2(self.address + at, source, len, self.lane.stream.0) };
+                    self.lane.context.check("cuMemcpyHtoDAsync", code)?;
+                    if self.pageable.is_none() {
+                        self.lane.record(slot)?;
+                    }
+                }
+            }
         }
-        let (target, n, stream) = (self.address + self.start, self.filled, self.lane.stream.0);
-        let source = self.buffer().as_ptr() as *const c_void;
-        // SAFETY: a pinned buffer is not refilled until the event recorded after this DMA has
-        // completed; a pageable one is staged by the driver before the call returns. The target
-        // range lies inside the copy, checked when it started.
-        let code = unsafe { sys::cuMemcpyHtoDAsync_v2(target, source, n, stream) };
-        self.lane.context.check("cuMemcpyHtoDAsync", code)?;
-        if self.pageable.is_none() {
-            self.lane.record(self.current)?;
-            self.current = (self.current + 1) % self.lane.slots.len();
-        }
-        self.open = false;
+        self.steps = steps;
+        self.steps.clear();
         Ok(())
     }
 }
 
 impl Upload for PinnedUpload<'_> {
-    fn push(&mut self, mut at: u64, mut data: &[u8]) -> DeviceResult<()> {
+    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
         self.lane.context.enter()?;
-        if self.open && at != self.start + self.filled as u64 {
-            self.flush()?;
-        }
-        while !data.is_empty() {
-            if !self.open {
-                self.open_slot(at)?;
-            }
-            let n = (self.chunk() - self.filled).min(data.len());
-            let filled = self.filled;
-            self.buffer()[filled..filled + n].copy_from_slice(&data[..n]);
-            self.filled += n;
-            at += n as u64;
-            data = &data[n..];
-            if self.filled == self.chunk() {
-                self.flush()?;
-            }
-        }
-        Ok(())
+        self.gather.push(at, data.len(), &mut self.steps);
+        self.apply(data)
     }
 
     fn finish(mut self: Box<Self>) -> DeviceResult<()> {
         self.lane.context.enter()?;
-        self.flush()?;
+        self.gather.finish(&mut self.steps);
+        self.apply(&[])?;
         self.lane.finish()
     }
 }

@@ -1,0 +1,205 @@
+//! The bookkeeping of a pipelined host-to-device copy, with no CUDA in it: which staging buffer
+//! each piece goes into, when a buffer is full and its DMA is queued, and when a buffer must be
+//! waited for before it is refilled. `staging::PinnedUpload` carries the steps out; the tests
+//! here check them against a model of the buffers and the device memory.
+
+/// One thing to do, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Wait until the last DMA out of this buffer has completed: it is about to be refilled.
+    Wait(usize),
+    /// Copy `len` bytes of the piece, starting `from` bytes into it, into buffer `slot` at `into`.
+    Fill {
+        /// The buffer.
+        slot: usize,
+        /// Offset in the buffer.
+        into: usize,
+        /// Offset in the piece.
+        from: usize,
+        /// Bytes.
+        len: usize,
+    },
+    /// Queue the DMA of the first `len` bytes of buffer `slot` to offset `at` of the copy.
+    Dma {
+        /// The buffer.
+        slot: usize,
+        /// Offset in the copy.
+        at: u64,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+/// Gathers the pieces of one copy into a ring of `slots` buffers of `chunk` bytes.
+#[derive(Debug, Clone)]
+pub struct Gather {
+    chunk: usize,
+    slots: usize,
+    /// Whether a buffer whose DMA was queued must be waited for before it is refilled (pinned
+    /// buffers); a pageable buffer is staged by the driver during the call and reusable at once.
+    wait_before_reuse: bool,
+    current: usize,
+    start: u64,
+    filled: usize,
+    open: bool,
+    used: usize,
+}
+
+impl Gather {
+    /// A ring of `slots` (at least 1) buffers of `chunk` bytes.
+    pub fn new(chunk: usize, slots: usize, wait_before_reuse: bool) -> Self {
+        assert!(chunk > 0 && slots > 0, "a copy needs at least one buffer");
+        Self { chunk, slots, wait_before_reuse, current: 0, start: 0, filled: 0, open: false, used: 0 }
+    }
+
+    /// The steps for a piece of `len` bytes landing `at` bytes into the copy.
+    pub fn push(&mut self, mut at: u64, len: usize, steps: &mut Vec<Step>) {
+        if self.open && at != self.start + self.filled as u64 {
+            self.flush(steps);
+        }
+        let mut from = 0;
+        while from < len {
+            if !self.open {
+                self.open_slot(at, steps);
+            }
+            let n = (self.chunk - self.filled).min(len - from);
+            steps.push(Step::Fill { slot: self.current, into: self.filled, from, len: n });
+            self.filled += n;
+            from += n;
+            at += n as u64;
+            if self.filled == self.chunk {
+                self.flush(steps);
+            }
+        }
+    }
+
+    /// The steps that end the copy: the DMA of a partly filled buffer.
+    pub fn finish(&mut self, steps: &mut Vec<Step>) {
+        self.flush(steps);
+    }
+
+    fn open_slot(&mut self, at: u64, steps: &mut Vec<Step>) {
+        if self.used == self.slots {
+            if self.wait_before_reuse {
+                steps.push(Step::Wait(self.current));
+            }
+        } else {
+            self.used += 1;
+        }
+        self.start = at;
+        self.filled = 0;
+        self.open = true;
+    }
+
+    fn flush(&mut self, steps: &mut Vec<Step>) {
+        if self.open && self.filled > 0 {
+            steps.push(Step::Dma { slot: self.current, at: self.start, len: self.filled });
+            self.current = (self.current + 1) % self.slots;
+        }
+        self.open = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs pieces through a `Gather` against a model of the buffers and the device: a buffer
+    /// with a DMA in flight must not be filled before a `Wait`, and every byte must land where
+    /// it belongs. Returns the device memory and the DMAs queued.
+    fn run(len: usize, chunk: usize, slots: usize, pieces: &[(u64, usize)]) -> (Vec<u8>, usize) {
+        let source: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mut device = vec![0u8; len];
+        let mut buffers = vec![vec![0u8; chunk]; slots];
+        let mut in_flight = vec![false; slots];
+        let mut gather = Gather::new(chunk, slots, true);
+        let (mut steps, mut dmas) = (Vec::new(), 0);
+        let mut apply = |steps: &mut Vec<Step>, piece: Option<(u64, usize)>| {
+            for step in steps.drain(..) {
+                match step {
+                    Step::Wait(slot) => in_flight[slot] = false,
+                    Step::Fill { slot, into, from, len: n } => {
+                        assert!(!in_flight[slot], "buffer {slot} refilled while its DMA may still read it");
+                        let (at, _) = piece.expect("fills only come with a piece");
+                        let from = at as usize + from;
+                        buffers[slot][into..into + n].copy_from_slice(&source[from..from + n]);
+                    }
+                    Step::Dma { slot, at, len: n } => {
+                        assert!(n <= chunk);
+                        device[at as usize..at as usize + n].copy_from_slice(&buffers[slot][..n]);
+                        in_flight[slot] = true;
+                        dmas += 1;
+                    }
+                }
+            }
+        };
+        for &(at, n) in pieces {
+            gather.push(at, n, &mut steps);
+            apply(&mut steps, Some((at, n)));
+        }
+        gather.finish(&mut steps);
+        apply(&mut steps, None);
+        (device, dmas)
+    }
+
+    fn in_order(len: usize, piece: usize) -> Vec<(u64, usize)> {
+        (0..len).step_by(piece).map(|at| (at as u64, piece.min(len - at))).collect()
+    }
+
+    #[test]
+    fn packet_sized_pieces_make_one_dma_per_full_buffer() {
+        let len = 10 * 4096 + 100;
+        let (device, dmas) = run(len, 4096, 3, &in_order(len, 1452));
+        assert_eq!(device, (0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+        assert_eq!(dmas, 11, "ten full buffers and the rest");
+    }
+
+    #[test]
+    fn pieces_larger_than_a_buffer_are_split() {
+        let len = 50_000;
+        let (device, dmas) = run(len, 4096, 2, &in_order(len, 20_000));
+        assert_eq!(device, (0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+        assert_eq!(dmas, len.div_ceil(4096));
+    }
+
+    #[test]
+    fn a_gap_flushes_the_buffer_and_every_byte_still_lands() {
+        // Two stripes of one copy arriving out of order (each contiguous in itself).
+        let len = 9000;
+        let mut pieces = in_order(len, 1000);
+        pieces.swap(2, 7);
+        pieces.swap(3, 5);
+        let (device, _) = run(len, 2048, 2, &pieces);
+        assert_eq!(device, (0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+    }
+
+    proptest::proptest! {
+        /// Any buffer size, ring size and cut of the copy into contiguous pieces: every byte
+        /// lands, no buffer is refilled under a DMA, no DMA exceeds a buffer.
+        #[test]
+        fn any_cut_of_any_copy_lands_whole(
+            chunk in 1usize..64,
+            slots in 1usize..5,
+            cuts in proptest::collection::vec(0usize..150, 0..40),
+        ) {
+            let mut pieces = Vec::new();
+            let mut at = 0usize;
+            for n in cuts {
+                pieces.push((at as u64, n));
+                at += n;
+            }
+            let (device, _) = run(at, chunk, slots, &pieces);
+            proptest::prop_assert_eq!(device, (0..at).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_single_pageable_buffer_never_waits() {
+        let mut gather = Gather::new(100, 1, false);
+        let mut steps = Vec::new();
+        gather.push(0, 350, &mut steps);
+        gather.finish(&mut steps);
+        assert!(!steps.iter().any(|s| matches!(s, Step::Wait(_))));
+        assert_eq!(steps.iter().filter(|s| matches!(s, Step::Dma { .. })).count(), 4);
+    }
+}
