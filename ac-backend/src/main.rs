@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use ac_backend::{BackendConfig, DeviceChoice};
+use ac_proto::daemon;
 use anyhow::Context;
 use clap::Parser;
 
@@ -91,14 +92,9 @@ async fn main() -> anyhow::Result<()> {
         eprintln!("  device {}: {} ({:?}, {} MiB free)", info.index, info.name, info.kind, info.memory_free >> 20);
     }
     if let Some(path) = addr_file {
-        std::fs::write(&path, format!("{}\n", backend.addr()))
-            .with_context(|| format!("writing {}", path.display()))?;
+        daemon::write_addr_file(&path, backend.addr()).with_context(|| format!("writing {}", path.display()))?;
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    daemon::shutdown_signal().await?;
     eprintln!("ac-backend shutting down");
     backend.shutdown().await;
     Ok(())

@@ -183,12 +183,12 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
         Err(_) => return refuse(&conn, close::PROTOCOL, "no hello in time"),
     };
     match hello {
-        Hello::Open { capability, device } => {
-            let Some(device) = shared.devices.get(&device).cloned() else {
+        Hello::Open { capability, device: index } => {
+            let Some(device) = shared.devices.get(&index).cloned() else {
                 let served: Vec<u32> = shared.devices.keys().copied().collect();
-                return refuse(&conn, close::PROTOCOL, &format!("no device {device} here (devices: {served:?})"));
+                return refuse(&conn, close::PROTOCOL, &format!("no device {index} here (devices: {served:?})"));
             };
-            match shared.trust.admit(&capability, device.info().index) {
+            match shared.trust.admit(&capability, index) {
                 Ok(grant) => serve_session(conn, shared, device, send, reader, grant.map(|g| g.id)).await,
                 Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
             }

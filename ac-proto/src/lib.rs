@@ -11,6 +11,7 @@
 //! - [`capability`]: signed permissions to use one accelerator (Ed25519).
 //! - [`tls`]: the self-signed CA, certificates and rustls configurations (TLS 1.3, verified).
 //! - [`transport`]: tuned QUIC transport parameters and endpoint construction.
+//! - [`daemon`]: the address file and shutdown signal every daemon uses.
 //! - [`error`]: [`ProtoError`], the crate's one error type.
 //!
 //! # Invariants
@@ -24,6 +25,7 @@ pub mod arm;
 pub mod backend;
 pub mod capability;
 pub mod codec;
+pub mod daemon;
 pub mod error;
 pub mod frame;
 pub mod tls;

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use ac_proto::daemon;
 use anyhow::Context;
 use arm_server::ArmConfig;
 use clap::Parser;
@@ -65,13 +66,9 @@ async fn main() -> anyhow::Result<()> {
         key.display()
     );
     if let Some(path) = args.addr_file {
-        std::fs::write(&path, format!("{}\n", arm.addr())).with_context(|| format!("writing {}", path.display()))?;
+        daemon::write_addr_file(&path, arm.addr()).with_context(|| format!("writing {}", path.display()))?;
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    daemon::shutdown_signal().await?;
     eprintln!("arm-server shutting down");
     arm.shutdown().await;
     Ok(())

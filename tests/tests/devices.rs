@@ -80,14 +80,15 @@ fn has_driver() -> bool {
     ac_backend::device::cuda::driver::driver_present()
 }
 
-fn backend_with(device: &str) -> Command {
-    let state = tempfile::tempdir().unwrap().keep();
+/// An `ac-backend` command for `--device device`, with the state directory it uses.
+fn backend_with(device: &str) -> (Command, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(workspace_binary("ac-backend"));
     cmd.args(["--listen", "127.0.0.1:0", "--memory-mib", "16", "--device", device])
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state.path())
         .env("RUST_LOG", "info");
-    cmd
+    (cmd, state)
 }
 
 #[test]
@@ -96,7 +97,8 @@ fn device_cuda_without_a_driver_fails_clearly() {
         eprintln!("this host has an NVIDIA driver: scripts/gpu-check covers --device cuda");
         return;
     }
-    let out = backend_with("cuda").output().unwrap();
+    let (mut cmd, _state) = backend_with("cuda");
+    let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -111,7 +113,8 @@ fn device_auto_without_a_driver_falls_back_to_the_cpu_and_says_so() {
         eprintln!("this host has an NVIDIA driver: scripts/gpu-check covers --device auto");
         return;
     }
-    let mut child = backend_with("auto").stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let (mut cmd, _state) = backend_with("auto");
+    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
     let mut seen = Vec::new();

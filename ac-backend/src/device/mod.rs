@@ -105,11 +105,11 @@ pub trait Context: Send + Sync + 'static {
     /// Starts a host-to-device copy of `len` bytes at `offset` that arrives in pieces (a bulk
     /// copy). It is ordered after nothing: the client synchronizes before a bulk copy.
     fn upload(&self, dst: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Upload + '_>> {
-        Ok(Box::new(DirectUpload { context: self, dst, offset, len, stream: DeviceStream(0) }))
+        Ok(Box::new(DirectUpload { context: self, dst, offset, len }))
     }
     /// Starts a device-to-host copy of `len` bytes at `offset`, read in pieces (a bulk copy).
     fn download(&self, src: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Download + '_>> {
-        Ok(Box::new(DirectDownload { context: self, src, offset, len, stream: DeviceStream(0) }))
+        Ok(Box::new(DirectDownload { context: self, src, offset, len }))
     }
     /// Loads a module.
     fn load_module(&self, source: &ModuleSource, image: &[u8]) -> DeviceResult<DeviceModule>;
@@ -143,19 +143,19 @@ pub trait Download: Send {
     fn next(&mut self, len: usize) -> DeviceResult<Bytes>;
 }
 
-/// An upload that writes each piece as it comes (devices whose writes are synchronous).
+/// An upload that writes each piece as it comes (devices whose writes are synchronous and
+/// ignore streams: a bulk copy is ordered after nothing).
 struct DirectUpload<'a, C: ?Sized> {
     context: &'a C,
     dst: DeviceMem,
     offset: u64,
     len: u64,
-    stream: DeviceStream,
 }
 
 impl<C: Context + ?Sized> Upload for DirectUpload<'_, C> {
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
-        self.context.write(self.dst, self.offset + at, data, self.stream)
+        self.context.write(self.dst, self.offset + at, data, DeviceStream(0))
     }
 
     fn finish(self: Box<Self>) -> DeviceResult<()> {
@@ -169,14 +169,13 @@ struct DirectDownload<'a, C: ?Sized> {
     src: DeviceMem,
     offset: u64,
     len: u64,
-    stream: DeviceStream,
 }
 
 impl<C: Context + ?Sized> Download for DirectDownload<'_, C> {
     fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
         let len = (len as u64).min(self.len);
         let mut piece = BytesMut::zeroed(len as usize);
-        self.context.read(self.src, self.offset, &mut piece, self.stream)?;
+        self.context.read(self.src, self.offset, &mut piece, DeviceStream(0))?;
         self.offset += len;
         self.len -= len;
         Ok(piece.freeze())

@@ -152,7 +152,8 @@ impl CudaContext {
 
     /// Parameter sizes of a kernel (CUDA 12.4 drivers and newer), or `None`.
     fn param_sizes(&self, function: sys::CUfunction) -> Option<Vec<usize>> {
-        if !driver::has_symbol("cuFuncGetParamInfo") {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*AVAILABLE.get_or_init(|| driver::has_symbol("cuFuncGetParamInfo")) {
             return None;
         }
         let mut sizes = Vec::new();
@@ -304,7 +305,6 @@ impl Context for CudaContext {
                 let source = std::str::from_utf8(payload)
                     .map_err(|_| WireError::new(ErrorKind::ModuleLoad, "CUDA C source is not UTF-8"))?;
                 let cubin = self.gpu.compiler.compile(source, options, self.gpu.properties.capability)?;
-                self.enter()?;
                 self.load_image(&cubin, false)
             }
         }
@@ -355,17 +355,17 @@ impl Context for CudaContext {
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
         self.enter()?;
         validate_dims(dims)?;
-        let (raw, sizes, is_builtin) = {
+        // Checked and laid out under the lock, so the launch path copies no parameter list.
+        let (raw, mut slots) = {
             let kernels = self.kernels.lock().expect("kernels poisoned");
             let f = kernels
                 .get(&kernel.handle)
                 .ok_or_else(|| WireError::new(ErrorKind::InvalidFunction, "kernel not loaded"))?;
-            (f.raw, f.sizes.clone(), f.builtin)
+            if f.builtin {
+                builtin::check_footprint(&kernel.name, args)?;
+            }
+            (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
         };
-        if is_builtin {
-            builtin::check_footprint(&kernel.name, args)?;
-        }
-        let mut slots = args::pack(&kernel.name, args, sizes.as_deref())?;
         let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
         let stream = self.stream(stream)?;
         // SAFETY: one pointer per parameter, each to an 8-byte slot holding the value in its

@@ -102,7 +102,7 @@ impl StagingPool {
     }
 }
 
-/// A pinned buffer, the event that marks the end of its last DMA, and whether one is pending.
+/// A pinned buffer and the event that marks the end of its last DMA.
 #[derive(Debug)]
 struct Slot {
     buffer: Pinned,
