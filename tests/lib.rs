@@ -306,3 +306,75 @@ impl Drop for ArmProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Busy threads on every core while alive: the ordering tests run on a loaded machine, where
+/// late wake-ups expose work that reaches the device out of order.
+#[derive(Debug)]
+pub struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    /// One spinning thread per core.
+    pub fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The pattern from the ordering issue, as a program writes it: `threads` threads share one
+/// handle; each, `rounds` times, uploads `x` and `y` (`elements` floats each), launches `saxpy`
+/// and copies `y` back, then drops both buffers without synchronizing. Returns the number of
+/// wrong elements seen.
+pub fn saxpy_on_shared_handle(
+    acc: &ac_frontend::blocking::Accelerator,
+    threads: usize,
+    rounds: usize,
+    elements: usize,
+) -> Result<u64, ac_frontend::Error> {
+    let saxpy = acc.builtin()?.function("saxpy")?;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let saxpy = &saxpy;
+                scope.spawn(move || -> Result<u64, ac_frontend::Error> {
+                    let mut wrong = 0;
+                    for round in 0..rounds {
+                        let seed = (t * rounds + round) as u32;
+                        let (x, y) = (pattern(elements, seed), pattern(elements, seed + 7));
+                        let (dx, dy) = (acc.alloc_from(&x)?, acc.alloc_from(&y)?);
+                        let args = [2.0f32.into(), dx.arg(), dy.arg(), (elements as u64).into()];
+                        saxpy.launch(ac_frontend::LaunchDims::linear(elements as u64, 256), &args)?;
+                        let got = dy.to_vec()?;
+                        wrong +=
+                            got.iter().zip(x.iter().zip(&y)).filter(|(g, (x, y))| **g != *y + 2.0 * *x).count() as u64;
+                    }
+                    Ok(wrong)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("worker thread")).sum()
+    })
+}

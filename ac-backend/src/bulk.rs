@@ -26,8 +26,13 @@ use crate::session::{Allocation, Session};
 /// returns `Err` only for a protocol violation that must close the connection.
 pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: FrameReader) -> Result<(), ProtoError> {
     let header: BulkHeader = reader.expect_frame().await?;
-    tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, "bulk copy");
-    let alloc = match session.resolve(header.ptr, header.len) {
+    tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, after = header.after, "bulk copy");
+    let checked = match session.resolve(header.ptr, header.len) {
+        // A synchronous copy: after the work queued before its position (see `fence`).
+        Ok(alloc) => session.fences.wait(header.after).await.map(|()| alloc),
+        Err(e) => Err(e),
+    };
+    let alloc = match checked {
         Ok(alloc) => alloc,
         Err(e) => {
             if header.direction == Direction::HostToDevice {
@@ -122,6 +127,18 @@ async fn receive_streaming(
     upload.finish()
 }
 
+/// Writes `data` at `offset` of `alloc` in one piece (a synchronous inline write).
+pub fn write_whole(session: &Session, alloc: &Allocation, offset: u64, data: &[u8]) -> Result<(), WireError> {
+    let mut upload = session.context.upload(alloc.mem, offset, data.len() as u64)?;
+    upload.push(0, data)?;
+    upload.finish()
+}
+
+/// Reads `len` bytes at `offset` of `alloc` in one piece (a synchronous inline read).
+pub fn read_whole(session: &Session, alloc: &Allocation, offset: u64, len: u64) -> Result<Bytes, WireError> {
+    session.context.download(alloc.mem, offset, len).and_then(|mut d| d.next(len as usize))
+}
+
 async fn receive_staged(
     session: &Session,
     alloc: &Allocation,
@@ -134,9 +151,7 @@ async fn receive_staged(
         Ok(())
     })
     .await?;
-    let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
-    upload.push(0, &staging)?;
-    upload.finish()
+    write_whole(session, alloc, header.ptr.offset, &staging)
 }
 
 async fn send_streaming(
@@ -167,11 +182,7 @@ async fn send_staged(
     header: &BulkHeader,
     send: &mut SendStream,
 ) -> Result<(), ProtoError> {
-    let all = session
-        .context
-        .download(alloc.mem, header.ptr.offset, header.len)
-        .and_then(|mut d| d.next(header.len as usize));
-    match all {
+    match read_whole(session, alloc, header.ptr.offset, header.len) {
         Ok(all) => Ok(send.write_chunk(all).await?),
         Err(e) => abort_send(send, e),
     }

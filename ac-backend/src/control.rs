@@ -7,12 +7,14 @@ use ac_proto::backend::{
     close, DevicePtr, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply, Request,
     Response, StreamId, WireError,
 };
-use ac_proto::frame::{FrameReader, StreamWriter};
+use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::ProtoError;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tracing::Instrument;
 
+use crate::bulk;
 use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
+use crate::fence::{Fence, FenceRequest, Waiting};
 use crate::session::Session;
 use crate::stream::{StreamOp, StreamWorker};
 
@@ -57,6 +59,8 @@ struct Control {
     /// First failure of an asynchronous call rejected before reaching a stream.
     pending: Option<WireError>,
     next_id: u64,
+    /// Envelopes handled so far: the position of the last one.
+    handled: u64,
 }
 
 /// What a request produced.
@@ -68,12 +72,14 @@ enum Outcome {
 }
 
 /// Serves a session's control stream until the client closes it; returns why the connection
-/// must close when the client broke the protocol.
+/// must close when the client broke the protocol. Meanwhile it admits the fences that bulk copies
+/// ask for on `fences`, each once the envelopes before its position have been handled.
 pub async fn serve(
     session: Arc<Session>,
     mut reader: FrameReader,
     replies: StreamWriter,
     inline_budget: u32,
+    mut fences: mpsc::UnboundedReceiver<FenceRequest>,
 ) -> Result<(), Closing> {
     let default_stream = session.context.create_stream().map_err(|e| Closing::protocol(e.message))?;
     let worker = StreamWorker::spawn(session.context.clone(), default_stream, format!("ac-s{}-0", session.id.0))
@@ -88,9 +94,24 @@ pub async fn serve(
         streams: HashMap::from([(StreamId(0), worker)]),
         pending: None,
         next_id: 1,
+        handled: 0,
     };
+    let mut waiting = Waiting::default();
     loop {
-        let envelope: Envelope = match reader.read_frame().await {
+        // Both branches are cancel-safe: a frame is consumed only once whole.
+        let read = tokio::select! {
+            biased;
+            Some(request) = fences.recv() => {
+                if request.after <= control.handled {
+                    let _ = request.admitted.send(control.fence().await);
+                } else {
+                    waiting.hold(request);
+                }
+                continue;
+            }
+            read = reader.read_frame::<Envelope>() => read,
+        };
+        let envelope = match read {
             Ok(Some(envelope)) => envelope,
             Ok(None) => return Ok(()),
             Err(e) => return closing_for(e).map_or(Ok(()), Err),
@@ -98,6 +119,7 @@ pub async fn serve(
         let id = envelope.id;
         let span = tracing::debug_span!("request", session = control.session.id.0, id);
         let outcome = control.handle(envelope.request, id, &mut reader).instrument(span).await?;
+        control.handled += 1;
         match outcome {
             Outcome::Now(response) if id != 0 => {
                 if control.replies.send_frame(&Reply { id, response }).await.is_err() {
@@ -109,6 +131,9 @@ pub async fn serve(
                 control.pending.get_or_insert(e);
             }
             Outcome::Now(_) | Outcome::Later => {}
+        }
+        for admitted in waiting.due(control.handled) {
+            let _ = admitted.send(control.fence().await);
         }
     }
 }
@@ -145,7 +170,11 @@ impl Control {
                 let data = self.read_inline(reader, len).await?;
                 Outcome::Now(self.enqueue_write(dst, data, stream).await)
             }
-            Request::MemRead { src, len, stream } => self.enqueue_read(src, len, stream, id).await,
+            Request::MemWriteSync { dst, len } => {
+                let data = self.read_inline(reader, len).await?;
+                self.write_sync(dst, data, id).await
+            }
+            Request::MemReadSync { src, len } => self.read_sync(src, len, id).await,
             Request::MemCopy { dst, src, len, stream } => Outcome::Now(self.enqueue_copy(dst, src, len, stream).await),
             Request::Memset { dst, len, value, stream } => {
                 Outcome::Now(self.enqueue_memset(dst, len, value, stream).await)
@@ -204,7 +233,36 @@ impl Control {
         }
     }
 
-    async fn enqueue_read(&mut self, src: DevicePtr, len: u64, stream: StreamId, id: u64) -> Outcome {
+    /// A synchronous write: behind a fence at this position, then straight to device memory,
+    /// off the control loop.
+    async fn write_sync(
+        &mut self,
+        dst: DevicePtr,
+        (data, budget): (bytes::Bytes, tokio::sync::OwnedSemaphorePermit),
+        id: u64,
+    ) -> Outcome {
+        if id == 0 {
+            return Outcome::Now(error(ErrorKind::InvalidArgument, "a synchronous write needs a request id"));
+        }
+        let alloc = match self.session.resolve(dst, data.len() as u64) {
+            Ok(alloc) => alloc,
+            Err(e) => return Outcome::Now(Response::Error(e)),
+        };
+        let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
+        tokio::spawn(async move {
+            let written = match fence.passed().await {
+                Ok(()) => bulk::write_whole(&session, &alloc, dst.offset, &data),
+                Err(e) => Err(e),
+            };
+            drop(budget);
+            let response = written.map_or_else(Response::Error, |()| Response::Ok);
+            let _ = replies.send_frame(&Reply { id, response }).await;
+        });
+        Outcome::Later
+    }
+
+    /// A synchronous read: behind a fence at this position, answered off the control loop.
+    async fn read_sync(&mut self, src: DevicePtr, len: u64, id: u64) -> Outcome {
         if id == 0 {
             return Outcome::Now(error(ErrorKind::InvalidArgument, "a read needs a request id to answer"));
         }
@@ -214,19 +272,25 @@ impl Control {
                 format!("read of {len} bytes: use a bulk copy above {MAX_INLINE}"),
             ));
         }
-        if let Some(e) = self.pending.take() {
-            return Outcome::Now(Response::Error(e));
-        }
-        let checked = self.session.resolve(src, len).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
-        match checked {
-            Ok((alloc, worker)) => {
-                let op =
-                    StreamOp::Read { src: alloc, offset: src.offset, len, reply_id: id, replies: self.replies.clone() };
-                worker.enqueue(op).await;
-                Outcome::Later
-            }
-            Err(e) => Outcome::Now(Response::Error(e)),
-        }
+        let alloc = match self.session.resolve(src, len) {
+            Ok(alloc) => alloc,
+            Err(e) => return Outcome::Now(Response::Error(e)),
+        };
+        let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
+        tokio::spawn(async move {
+            let read = match fence.passed().await {
+                Ok(()) => bulk::read_whole(&session, &alloc, src.offset, len),
+                Err(e) => Err(e),
+            };
+            let _ = match read {
+                Ok(data) => {
+                    let frame = frame_bytes(&Reply { id, response: Response::Data { len } }).expect("reply encodes");
+                    replies.send_with_payload(frame, data).await
+                }
+                Err(e) => replies.send_frame(&Reply { id, response: Response::Error(e) }).await,
+            };
+        });
+        Outcome::Later
     }
 
     async fn enqueue_copy(&mut self, dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId) -> Response {
@@ -369,6 +433,16 @@ impl Control {
             return error(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", stream.0));
         };
         worker.barrier().await.map_or(Response::Ok, Response::Error)
+    }
+
+    /// A fence behind everything handled so far: a barrier on every stream, and the pending
+    /// error, which the fence now reports.
+    async fn fence(&mut self) -> Fence {
+        let mut barriers = Vec::with_capacity(self.streams.len());
+        for worker in self.streams.values() {
+            barriers.push(worker.post_barrier().await);
+        }
+        Fence { pending: self.pending.take(), barriers }
     }
 
     /// Waits for every stream, keeping their errors pending for the next synchronize.

@@ -5,6 +5,7 @@
 //! - [`server`]: endpoint, preamble and hello checks, one task per connection.
 //! - [`session`]: what one client owns (buffers), and the registry of live sessions.
 //! - [`control`]: a session's control stream: requests in order, replies, deferred errors.
+//! - [`fence`]: how a synchronous copy waits for the work queued before its position.
 //! - [`stream`]: one worker thread per device stream runs its operations in order.
 //! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
 //! - [`device`]: the `Device` trait, the CPU device and the `builtin` kernels.
@@ -15,6 +16,8 @@
 //! - A session sees only its own buffers, modules, kernels and streams: ids are looked up in the
 //!   session's own tables.
 //! - Everything a session holds is released when its control connection ends, cleanly or not.
+//! - A synchronous copy (inline or bulk) starts only after the work of every request before its
+//!   position in the control stream has finished, on every stream.
 //! - A request that fails answers with an error and changes nothing else; bytes that do not
 //!   parse close that connection only.
 
@@ -23,6 +26,7 @@ pub mod config;
 pub mod control;
 pub mod device;
 mod error;
+pub mod fence;
 pub mod server;
 pub mod session;
 pub mod stream;

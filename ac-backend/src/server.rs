@@ -16,6 +16,7 @@ use tracing::Instrument;
 use crate::config::{BackendConfig, DeviceChoice};
 use crate::control::{self, closing_for};
 use crate::device::{CpuDevice, Device};
+use crate::fence::Fences;
 use crate::session::{Registry, Session};
 use crate::trust::{self, Trust};
 use crate::{bulk, BackendError};
@@ -278,7 +279,8 @@ async fn serve_session(
         Ok(Err(e)) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {}", e.message)),
         Err(e) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {e}")),
     };
-    let session = shared.registry.open(context, shared.config.copy, capability);
+    let (fences, fence_requests) = Fences::channel();
+    let session = shared.registry.open(context, shared.config.copy, capability, fences);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
@@ -287,7 +289,7 @@ async fn serve_session(
     }
     let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));
     let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
-    let result = control::serve(session.clone(), reader, replies, budget).await;
+    let result = control::serve(session.clone(), reader, replies, budget, fence_requests).await;
     bulk.abort();
     shared.registry.remove(session.id);
     match result {

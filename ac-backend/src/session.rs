@@ -12,6 +12,7 @@ use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireEr
 
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
+use crate::fence::Fences;
 
 /// A device allocation. Dropping the last reference frees the device memory, so an operation
 /// still in flight keeps its memory alive even after the client freed the buffer.
@@ -49,6 +50,8 @@ pub struct Session {
     pub copy: CopySettings,
     /// The capability the session was opened with, if the backend is managed.
     pub capability: Option<u64>,
+    /// Where synchronous copies ask the control loop for their fence.
+    pub fences: Fences,
     buffers: Mutex<HashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
     attached: Mutex<Vec<quinn::Connection>>,
@@ -133,8 +136,14 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Creates and registers a session.
-    pub fn open(&self, context: Arc<dyn Context>, copy: CopySettings, capability: Option<u64>) -> Arc<Session> {
+    /// Creates and registers a session; its control loop admits the fences asked on `fences`.
+    pub fn open(
+        &self,
+        context: Arc<dyn Context>,
+        copy: CopySettings,
+        capability: Option<u64>,
+        fences: Fences,
+    ) -> Arc<Session> {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
             id,
@@ -142,6 +151,7 @@ impl Registry {
             context,
             copy,
             capability,
+            fences,
             buffers: Mutex::new(HashMap::new()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use ac_proto::backend::{LaunchDims, Reply, Response, WireError};
-use ac_proto::frame::{encode_frame, StreamWriter};
+use ac_proto::backend::{LaunchDims, WireError};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
@@ -29,19 +28,6 @@ pub enum StreamOp {
         data: Bytes,
         /// Holds the session's inline-payload budget until the write is done.
         _budget: OwnedSemaphorePermit,
-    },
-    /// Device memory back to the client as a reply with payload.
-    Read {
-        /// Source allocation.
-        src: Arc<Allocation>,
-        /// Offset into it.
-        offset: u64,
-        /// Bytes to read.
-        len: u64,
-        /// The request id to answer.
-        reply_id: u64,
-        /// Where the reply goes.
-        replies: StreamWriter,
     },
     /// Device to device.
     Copy {
@@ -110,9 +96,18 @@ impl StreamWorker {
 
     /// Waits until everything queued so far is done; returns the stream's pending error.
     pub async fn barrier(&self) -> Option<WireError> {
+        self.post_barrier()
+            .await
+            .await
+            .unwrap_or_else(|_| Some(WireError::new(ac_proto::backend::ErrorKind::Internal, "stream worker died")))
+    }
+
+    /// Queues a barrier behind everything queued so far; the receiver gets the stream's pending
+    /// error (taking it) once the barrier is reached.
+    pub async fn post_barrier(&self) -> oneshot::Receiver<Option<WireError>> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(StreamOp::Barrier(tx)).await;
-        rx.await.unwrap_or_else(|_| Some(WireError::new(ac_proto::backend::ErrorKind::Internal, "stream worker died")))
+        rx
     }
 }
 
@@ -137,14 +132,6 @@ fn run(device: Arc<dyn Context>, stream: DeviceStream, mut rx: mpsc::Receiver<St
         if cancelled.load(Ordering::Acquire) {
             continue;
         }
-        // A read answers its caller: it reports the stream's pending error, as a synchronous
-        // cudaMemcpy returns the error of an earlier launch.
-        if let (StreamOp::Read { reply_id, replies, .. }, Some(e)) = (&op, &pending) {
-            let frame = ac_proto::frame::frame_bytes(&Reply { id: *reply_id, response: Response::Error(e.clone()) });
-            let _ = replies.blocking_send(frame.expect("reply encodes"));
-            pending = None;
-            continue;
-        }
         if let Err(e) = execute(device.as_ref(), stream, op) {
             pending.get_or_insert(e);
         }
@@ -155,20 +142,6 @@ fn run(device: Arc<dyn Context>, stream: DeviceStream, mut rx: mpsc::Receiver<St
 fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {
     match op {
         StreamOp::Write { dst, offset, data, .. } => device.write(dst.mem, offset, &data, stream),
-        StreamOp::Read { src, offset, len, reply_id, replies } => {
-            let mut out = Vec::with_capacity(len as usize + 16);
-            let response = Reply { id: reply_id, response: Response::Data { len } };
-            encode_frame(&response, &mut out).expect("reply encodes");
-            let start = out.len();
-            out.resize(start + len as usize, 0);
-            let bytes = match device.read(src.mem, offset, &mut out[start..], stream) {
-                Ok(()) => Bytes::from(out),
-                Err(e) => ac_proto::frame::frame_bytes(&Reply { id: reply_id, response: Response::Error(e) })
-                    .expect("reply encodes"),
-            };
-            let _ = replies.blocking_send(bytes);
-            Ok(())
-        }
         StreamOp::Copy { dst, dst_offset, src, src_offset, len } => {
             device.copy(dst.mem, dst_offset, src.mem, src_offset, len, stream)
         }

@@ -1,20 +1,20 @@
 //! A connected accelerator: the control channel, replies, and the bulk copy path.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
     BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request, Response, SessionId,
-    StreamId,
 };
-use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
+use ac_proto::frame::{frame_bytes, FrameReader};
 use bytes::Bytes;
 use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
-use tokio::sync::oneshot;
 
+use crate::control::ControlStream;
 use crate::link::{self, map_write, ConnectOptions, Link};
+pub(crate) use crate::replies::Answer;
+use crate::replies::Replies;
 use crate::{Error, Result};
 
 /// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
@@ -34,101 +34,6 @@ impl Default for CopyOptions {
     }
 }
 
-/// An answer to a request.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    Response(Response),
-    Data(Bytes),
-}
-
-/// Largest payload a reply may announce (the backend's inline limit).
-const MAX_REPLY_PAYLOAD: u64 = 64 << 20;
-
-/// The reply side of the control stream. There is no reader task: a caller waiting for its
-/// answer takes the reader and reads until its own reply arrives, handing other callers' replies
-/// to them on the way. That saves a task hop (a cross-thread wake-up) on every round trip.
-#[derive(Debug)]
-struct Replies {
-    reader: tokio::sync::Mutex<FrameReader>,
-    waiters: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
-    closed: AtomicBool,
-}
-
-impl Replies {
-    fn new(reader: FrameReader) -> Self {
-        Self { reader: tokio::sync::Mutex::new(reader), waiters: Mutex::default(), closed: AtomicBool::new(false) }
-    }
-
-    fn register(&self, id: u64) -> oneshot::Receiver<Answer> {
-        let (tx, rx) = oneshot::channel();
-        self.waiters.lock().expect("waiters poisoned").insert(id, tx);
-        rx
-    }
-
-    fn forget(&self, id: u64) {
-        self.waiters.lock().expect("waiters poisoned").remove(&id);
-    }
-
-    /// Marks the stream dead and wakes every waiter (their answers will not come).
-    fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.waiters.lock().expect("waiters poisoned").clear();
-    }
-
-    /// Waits for the answer to `id`; `None` when the reply stream ended first.
-    async fn wait(&self, id: u64, mut rx: oneshot::Receiver<Answer>) -> Option<Answer> {
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                self.forget(id);
-                return rx.try_recv().ok();
-            }
-            tokio::select! {
-                biased;
-                answer = &mut rx => return answer.ok(),
-                mut reader = self.reader.lock() => {
-                    if let Ok(answer) = rx.try_recv() {
-                        return Some(answer);
-                    }
-                    match self.read_until(&mut reader, id).await {
-                        Some(answer) => return Some(answer),
-                        None => continue,
-                    }
-                }
-            }
-        }
-    }
-
-    /// Reads replies, delivering others', until `id`'s arrives (`Some`) or the stream ends.
-    async fn read_until(&self, reader: &mut FrameReader, id: u64) -> Option<Answer> {
-        loop {
-            let read = reader
-                .read_frame_with_payload::<Reply>(
-                    |r| match r.response {
-                        Response::Data { len } => len,
-                        _ => 0,
-                    },
-                    MAX_REPLY_PAYLOAD,
-                )
-                .await;
-            let Ok(Some((reply, payload))) = read else {
-                self.close();
-                return None;
-            };
-            let answer = match reply.response {
-                Response::Data { .. } => Answer::Data(payload),
-                response => Answer::Response(response),
-            };
-            let waiter = self.waiters.lock().expect("waiters poisoned").remove(&reply.id);
-            if reply.id == id {
-                return Some(answer);
-            }
-            if let Some(tx) = waiter {
-                let _ = tx.send(answer);
-            }
-        }
-    }
-}
-
 /// State shared by every handle to one accelerator.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -136,11 +41,9 @@ pub(crate) struct Inner {
     /// Connections for bulk copies: the control connection first, then attached ones.
     data: Vec<Connection>,
     _endpoints: Vec<Endpoint>,
-    writer: StreamWriter,
+    control_stream: Arc<ControlStream>,
     replies: Replies,
     next_id: AtomicU64,
-    /// Streams with asynchronous work sent since the last full synchronize.
-    dirty: Mutex<HashSet<StreamId>>,
     info: DeviceInfo,
     session: SessionId,
     copy: Mutex<CopyOptions>,
@@ -188,10 +91,9 @@ impl Accelerator {
             control: control.connection,
             data,
             _endpoints: endpoints,
-            writer: StreamWriter::new(control.send),
+            control_stream: Arc::new(ControlStream::new(control.send)),
             replies: Replies::new(control.reader),
             next_id: AtomicU64::new(1),
-            dirty: Mutex::new(HashSet::new()),
             info,
             session,
             copy: Mutex::new(CopyOptions::default()),
@@ -235,7 +137,6 @@ impl Accelerator {
     /// Waits until every stream has finished; returns the first error of asynchronous work
     /// (launches, memsets, asynchronous copies) since the last synchronize.
     pub async fn synchronize(&self) -> Result<()> {
-        self.inner.dirty.lock().expect("dirty set poisoned").clear();
         self.call_ok(Request::Synchronize { stream: None }).await
     }
 
@@ -266,7 +167,7 @@ impl Accelerator {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let rx = self.inner.replies.register(id);
         let frame = frame_bytes(&Envelope { id, request })?;
-        if self.inner.writer.send_with_payload(frame, payload).await.is_err() {
+        if self.inner.control_stream.send(frame, payload).await.is_err() {
             self.inner.replies.forget(id);
             return Err(self.disconnected());
         }
@@ -284,59 +185,57 @@ impl Accelerator {
         }
     }
 
-    /// Sends an asynchronous request on `stream`: no round trip, errors surface at the next
-    /// synchronizing call.
-    pub(crate) async fn post(&self, request: Request, payload: Bytes, stream: StreamId) -> Result<()> {
-        self.inner.dirty.lock().expect("dirty set poisoned").insert(stream);
+    /// Sends an asynchronous request: no round trip, errors surface at the next synchronizing
+    /// call.
+    pub(crate) async fn post(&self, request: Request, payload: Bytes) -> Result<()> {
         let frame = frame_bytes(&Envelope { id: 0, request })?;
-        self.inner.writer.send_with_payload(frame, payload).await.map_err(|_| self.disconnected())
+        self.inner.control_stream.send(frame, payload).await.map_err(|_| self.disconnected())
     }
 
-    /// Sends a request without waiting for room or an answer (used from `Drop`).
-    pub(crate) fn post_now(&self, request: Request) {
-        if let Ok(frame) = frame_bytes(&Envelope { id: 0, request }) {
-            self.inner.writer.send_later(frame);
-        }
+    /// Sends an asynchronous request without waiting (from `Drop`): it goes ahead of every call
+    /// made after this one returns.
+    pub(crate) fn post_from_drop(&self, request: Request) {
+        self.inner.control_stream.defer(&Envelope { id: 0, request });
     }
 
-    /// Synchronizes first when asynchronous work on a stream other than `except` is
-    /// outstanding, so that a copy outside that stream's order sees the work's results.
-    async fn settle(&self, except: Option<StreamId>) -> Result<()> {
-        let must = {
-            let dirty = self.inner.dirty.lock().expect("dirty set poisoned");
-            dirty.iter().any(|s| Some(*s) != except)
-        };
-        if must {
-            self.synchronize().await?;
-        }
-        Ok(())
+    /// The position a synchronous bulk copy starting now follows (see `control.rs`).
+    async fn copy_position(&self) -> Result<u64> {
+        self.inner.control_stream.position().await.map_err(|_| self.disconnected())
     }
 
-    /// Copies host bytes to device memory and waits until they are there.
+    /// Copies host bytes to device memory and waits until they are there. The backend starts
+    /// the copy after all work sent before it (see "Order" in `ac_proto::backend`).
     pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
         let options = self.copy_options();
         if data.len() <= options.inline_max {
-            let request = Request::MemWrite { dst, len: data.len() as u64, stream: StreamId(0) };
-            self.post(request, Bytes::copy_from_slice(data), StreamId(0)).await?;
-            return self.synchronize().await;
+            let request = Request::MemWriteSync { dst, len: data.len() as u64 };
+            return match self.call(request, Bytes::copy_from_slice(data)).await? {
+                Answer::Response(Response::Ok) => Ok(()),
+                other => Err(unexpected(other)),
+            };
         }
-        self.settle(None).await?;
+        let after = self.copy_position().await?;
         let stripes = self.stripes(data.len(), &options);
         try_join_all(stripes.into_iter().map(|(conn, range)| {
             let ptr = DevicePtr { buffer: dst.buffer, offset: dst.offset + range.start as u64 };
-            bulk_write(conn, ptr, &data[range], options.pipelined)
+            let header = BulkHeader {
+                direction: Direction::HostToDevice,
+                ptr,
+                len: range.len() as u64,
+                pipelined: options.pipelined,
+                after,
+            };
+            bulk_write(conn, header, &data[range])
         }))
         .await?;
         Ok(())
     }
 
-    /// Copies device memory into host bytes.
+    /// Copies device memory into host bytes, after all work sent before it.
     pub(crate) async fn read_bytes(&self, src: DevicePtr, out: &mut [u8]) -> Result<()> {
         let options = self.copy_options();
         if out.len() <= options.inline_max {
-            // Ordered after the default stream's work by the backend; other streams first.
-            self.settle(Some(StreamId(0))).await?;
-            let request = Request::MemRead { src, len: out.len() as u64, stream: StreamId(0) };
+            let request = Request::MemReadSync { src, len: out.len() as u64 };
             return match self.call(request, Bytes::new()).await? {
                 Answer::Data(bytes) if bytes.len() == out.len() => {
                     out.copy_from_slice(&bytes);
@@ -345,7 +244,7 @@ impl Accelerator {
                 other => Err(unexpected(other)),
             };
         }
-        self.settle(None).await?;
+        let after = self.copy_position().await?;
         let stripes = self.stripes(out.len(), &options);
         let mut rest = out;
         let mut jobs = Vec::with_capacity(stripes.len());
@@ -353,7 +252,14 @@ impl Accelerator {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
             let ptr = DevicePtr { buffer: src.buffer, offset: src.offset + range.start as u64 };
-            jobs.push(bulk_read(conn, ptr, head, options.pipelined));
+            let header = BulkHeader {
+                direction: Direction::DeviceToHost,
+                ptr,
+                len: head.len() as u64,
+                pipelined: options.pipelined,
+                after,
+            };
+            jobs.push(bulk_read(conn, header, head));
         }
         try_join_all(jobs).await?;
         Ok(())
@@ -381,9 +287,8 @@ fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
         .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
 }
 
-async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: bool) -> Result<()> {
+async fn bulk_write(conn: &Connection, header: BulkHeader, data: &[u8]) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader { direction: Direction::HostToDevice, ptr: dst, len: data.len() as u64, pipelined };
     send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
     let written = send.write_all(data).await;
     let _ = send.finish();
@@ -400,9 +305,8 @@ async fn bulk_write(conn: &Connection, dst: DevicePtr, data: &[u8], pipelined: b
     }
 }
 
-async fn bulk_read(conn: &Connection, src: DevicePtr, out: &mut [u8], pipelined: bool) -> Result<()> {
+async fn bulk_read(conn: &Connection, header: BulkHeader, out: &mut [u8]) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
-    let header = BulkHeader { direction: Direction::DeviceToHost, ptr: src, len: out.len() as u64, pipelined };
     send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);

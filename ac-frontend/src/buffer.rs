@@ -119,7 +119,7 @@ impl<T: Pod> DeviceBuffer<T> {
         // Chunks keep each message well under the backend's inline limit.
         for chunk in bytemuck::cast_slice::<T, u8>(src).chunks(4 << 20) {
             let request = Request::MemWrite { dst: ptr, len: chunk.len() as u64, stream: stream.id() };
-            self.acc.post(request, Bytes::copy_from_slice(chunk), stream.id()).await?;
+            self.acc.post(request, Bytes::copy_from_slice(chunk)).await?;
             ptr.offset += chunk.len() as u64;
         }
         Ok(())
@@ -134,14 +134,14 @@ impl<T: Pod> DeviceBuffer<T> {
             len: byte_len::<T>(count)?,
             stream: stream.id(),
         };
-        self.acc.post(request, Bytes::new(), stream.id()).await
+        self.acc.post(request, Bytes::new()).await
     }
 
     /// Queues setting every byte of the buffer to `value` on `stream`.
     pub async fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
         let request =
             Request::Memset { dst: self.ptr(0, 0)?, len: byte_len::<T>(self.len)?, value, stream: stream.id() };
-        self.acc.post(request, Bytes::new(), stream.id()).await
+        self.acc.post(request, Bytes::new()).await
     }
 
     /// Frees the memory now and reports errors (dropping frees it too, silently).
@@ -160,7 +160,7 @@ impl<T: Pod> From<&DeviceBuffer<T>> for KernelArg {
 impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if !self.freed {
-            self.acc.post_now(Request::MemFree { buffer: self.id });
+            self.acc.post_from_drop(Request::MemFree { buffer: self.id });
         }
     }
 }

@@ -108,6 +108,6 @@ impl Function {
     pub async fn launch_on(&self, stream: &Stream, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
         self.check(args)?;
         let request = Request::Launch { function: self.id, dims, args: args.to_vec(), stream: stream.id() };
-        self.acc.post(request, Bytes::new(), stream.id()).await
+        self.acc.post(request, Bytes::new()).await
     }
 }

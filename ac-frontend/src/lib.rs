@@ -18,7 +18,8 @@
 //! # Layout
 //! - [`link`]: connecting to a backend (TLS, tuning, preamble, hello). Reused by the resource
 //!   manager's client.
-//! - [`Accelerator`] (`accelerator.rs`): the control channel, replies, the bulk copy path.
+//! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
+//!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it.
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
@@ -35,9 +36,11 @@ mod accelerator;
 pub mod arm;
 pub mod blocking;
 mod buffer;
+mod control;
 mod error;
 mod kernel;
 pub mod link;
+mod replies;
 mod session;
 mod stream;
 

@@ -20,6 +20,16 @@
 //! device stream, and the first error a stream meets is kept and returned by the next
 //! [`Request::Synchronize`] that covers that stream, as in CUDA.
 //!
+//! # Order
+//! The envelopes of a control stream are numbered 1, 2, 3... in the order they are sent; a
+//! request's number is its **position**. The backend handles them in that order. A
+//! **synchronous copy** ([`Request::MemWriteSync`], [`Request::MemReadSync`], or a bulk copy
+//! whose [`BulkHeader::after`] names a position) starts only once the work of every request
+//! before its position has finished, on every stream; it answers the first pending error of that
+//! work instead of copying, as a synchronous `cudaMemcpy` does. A bulk copy travels on a stream
+//! of its own, so it carries its position explicitly: the number of envelopes the client had
+//! written to the control stream when it started the copy.
+//!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
 //! an oversized frame or a wrong version close the connection with one of the [`close`] codes and
@@ -28,7 +38,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The ALPN of the backend service.
 pub const ALPN: &[u8] = b"ac-backend";
 /// The preamble's magic bytes.
@@ -320,6 +330,9 @@ pub struct BulkHeader {
     /// Whether the backend overlaps network and device copies (on by default; off for
     /// measurements).
     pub pipelined: bool,
+    /// The copy's position in the control stream: it starts after the work of the first `after`
+    /// envelopes has finished (see the module's "Order").
+    pub after: u64,
 }
 
 /// A request on a control stream.
@@ -343,7 +356,8 @@ pub enum Request {
         /// Size in bytes.
         bytes: u64,
     },
-    /// Frees a buffer after all streams finished their work. Replies [`Response::Ok`].
+    /// Frees a buffer after all streams finished the work queued before it. Replies
+    /// [`Response::Ok`]; sent with id 0 (a dropped handle), a failure is kept as a pending error.
     MemFree {
         /// The buffer.
         buffer: BufferId,
@@ -357,14 +371,22 @@ pub enum Request {
         /// Stream that orders the write.
         stream: StreamId,
     },
-    /// Reads `len` bytes at `src` in order on `stream`. Replies [`Response::Data`] + payload.
-    MemRead {
+    /// *Payload.* Synchronous copy: writes `len` bytes at `dst` once the work of every earlier
+    /// request has finished. Replies [`Response::Ok`], or the first pending error of that work
+    /// (then nothing is written).
+    MemWriteSync {
+        /// Destination.
+        dst: DevicePtr,
+        /// Payload length.
+        len: u64,
+    },
+    /// Synchronous copy: reads `len` bytes at `src` once the work of every earlier request has
+    /// finished. Replies [`Response::Data`] + payload, or the first pending error of that work.
+    MemReadSync {
         /// Source.
         src: DevicePtr,
         /// Bytes to read.
         len: u64,
-        /// Stream that orders the read.
-        stream: StreamId,
     },
     /// Copies device to device on this accelerator, in order on `stream`.
     MemCopy {

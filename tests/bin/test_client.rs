@@ -1,8 +1,11 @@
-//! A client process for the fault tests, killed in the middle of its work.
+//! A client process for the end-to-end tests.
 //!
-//! With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
-//! accelerators with `AC_Get`, prints `holding` and waits. Otherwise it connects to
-//! `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies to the device forever.
+//! - `ac-test-client share THREADS ROUNDS ELEMENTS`: threads share one handle to the backend at
+//!   `AC_BACKEND_ADDR` ([`ac_tests::saxpy_on_shared_handle`]); prints `wrong N`.
+//! - With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
+//!   accelerators with `AC_Get`, prints `holding` and waits (killed by the fault tests).
+//! - Otherwise it connects to `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies
+//!   to the device forever (killed by the fault tests).
 
 use ac_frontend::blocking::Accelerator;
 use ac_frontend::{Session, SessionOptions};
@@ -28,8 +31,28 @@ fn copy_forever() -> Result<(), ac_frontend::Error> {
     }
 }
 
+fn share(args: &[String]) -> Result<(), ac_frontend::Error> {
+    let number = |i: usize| -> Result<usize, ac_frontend::Error> {
+        args.get(i)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| ac_frontend::Error::Setup("usage: ac-test-client share THREADS ROUNDS ELEMENTS".into()))
+    };
+    let (threads, rounds, elements) = (number(0)?, number(1)?, number(2)?);
+    let acc = Accelerator::from_env()?;
+    let start = std::time::Instant::now();
+    let wrong = ac_tests::saxpy_on_shared_handle(&acc, threads, rounds, elements)?;
+    println!(
+        "wrong {wrong} threads {threads} rounds {rounds} elements {elements} seconds {:.1}",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), ac_frontend::Error> {
-    if std::env::var_os("ARM_ADDR").is_some() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("share") {
+        share(&args[1..])
+    } else if std::env::var_os("ARM_ADDR").is_some() {
         hold_accelerators()
     } else {
         copy_forever()

@@ -121,7 +121,7 @@ async fn the_backend_checks_what_a_raw_client_sends() {
             env(1, Request::MemAlloc { bytes: 64 }),
             (Envelope { id: 0, request: Request::MemWrite { dst: ptr(60), len: 8, stream: StreamId(0) } }, vec![1; 8]),
             env(2, Request::Synchronize { stream: None }),
-            env(3, Request::MemRead { src: ptr(0), len: 65, stream: StreamId(0) }),
+            env(3, Request::MemReadSync { src: ptr(0), len: 65 }),
             env(4, Request::ModuleLoad { source: ModuleSource::Builtin("builtin".into()), len: 0 }),
             env(5, Request::FunctionLookup { module: ac_proto::backend::ModuleId(2), name: "fill".into() }),
             env(6, Request::Synchronize { stream: Some(StreamId(99)) }),

@@ -141,6 +141,7 @@ async fn a_client_closing_mid_transfer_is_cleaned_up() {
         ptr: ac_proto::backend::DevicePtr { buffer, offset: 0 },
         len: 64 << 20,
         pipelined: true,
+        after: 1,
     };
     bulk.write_all(&frame_bytes(&header).unwrap()).await.unwrap();
     bulk.write_all(&vec![1u8; 8 << 20]).await.unwrap();
