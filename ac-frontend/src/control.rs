@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 
 use ac_proto::backend::Envelope;
-use ac_proto::frame::frame_bytes;
+use ac_proto::frame::{frame_bytes, write_with_payload};
 use ac_proto::ProtoError;
 use bytes::Bytes;
 use quinn::SendStream;
@@ -62,11 +62,7 @@ impl ControlStream {
     pub(crate) async fn send(&self, envelope: Bytes, payload: Bytes) -> Result<(), ProtoError> {
         let mut sending = self.send.lock().await;
         sending.write_deferred(&self.deferred).await?;
-        if payload.is_empty() {
-            sending.stream.write_chunk(envelope).await?;
-        } else {
-            sending.stream.write_all_chunks(&mut [envelope, payload]).await?;
-        }
+        write_with_payload(&mut sending.stream, envelope, payload).await?;
         sending.written += 1;
         Ok(())
     }

@@ -25,12 +25,19 @@
 //!   resource manager ([`arm`] is its client).
 //! - [`blocking`]: the same API for a plain `main`.
 //!
-//! # Semantics
+//! # Semantics (the ordering model; ARCHITECTURE.md, "Order", states it as invariants)
 //! - Launches, memsets, device-to-device and `*_async` copies return without a round trip. They
 //!   run in order on their stream; their errors surface at the next synchronizing call
 //!   ([`Accelerator::synchronize`], [`Stream::synchronize`], or a synchronous copy), as in CUDA.
-//! - Synchronous copies (`copy_from_host`, `copy_to_host`) return when the bytes have arrived and
-//!   see the results of all earlier work.
+//! - Synchronous copies (`copy_from_host`, `copy_to_host`, `to_vec`, `alloc_from`), whatever
+//!   their size, return when the bytes have arrived and see the results of all work sent before
+//!   them, on every stream; the backend orders them, with no extra round trip. A failed one
+//!   reports the first error of that earlier work.
+//! - Handles are `Send + Sync` and cheap to clone. Threads and tasks may share one: each gets,
+//!   for its own calls, the order in which it made them; calls of different threads that overlap
+//!   in time run in some interleaving.
+//! - Dropping a [`DeviceBuffer`] frees it ahead of every later call, with no round trip: a
+//!   program may drop a large buffer and allocate again at once.
 
 mod accelerator;
 pub mod arm;

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use quinn::{RecvStream, SendStream};
 use serde::{de::DeserializeOwned, Serialize};
-use tokio::runtime::Handle;
 use tokio::sync::Mutex;
 
 use crate::codec::{self, MAX_FRAME};
@@ -32,6 +31,16 @@ pub fn frame_bytes<T: Serialize>(msg: &T) -> Result<Bytes, ProtoError> {
     let mut out = Vec::with_capacity(64);
     encode_frame(msg, &mut out)?;
     Ok(out.into())
+}
+
+/// Writes a frame and the raw payload it announces (empty: none) to `stream`, without copying.
+pub async fn write_with_payload(stream: &mut SendStream, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
+    if payload.is_empty() {
+        stream.write_chunk(frame).await?;
+    } else {
+        stream.write_all_chunks(&mut [frame, payload]).await?;
+    }
+    Ok(())
 }
 
 /// Reads frames and raw payloads from one QUIC receive stream.
@@ -171,13 +180,12 @@ impl FrameReader {
 #[derive(Debug, Clone)]
 pub struct StreamWriter {
     stream: Arc<Mutex<SendStream>>,
-    runtime: Handle,
 }
 
 impl StreamWriter {
-    /// Wraps a stream; must be called inside the tokio runtime that drives its connection.
+    /// Wraps a stream.
     pub fn new(stream: SendStream) -> Self {
-        Self { stream: Arc::new(Mutex::new(stream)), runtime: Handle::current() }
+        Self { stream: Arc::new(Mutex::new(stream)) }
     }
 
     /// Writes bytes (one or more whole frames).
@@ -189,31 +197,11 @@ impl StreamWriter {
     /// Writes a frame and the raw payload it announces; nothing from another writer can come
     /// between the two.
     pub async fn send_with_payload(&self, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
-        let mut stream = self.stream.lock().await;
-        if payload.is_empty() {
-            stream.write_chunk(frame).await?;
-        } else {
-            stream.write_all_chunks(&mut [frame, payload]).await?;
-        }
-        Ok(())
+        write_with_payload(&mut *self.stream.lock().await, frame, payload).await
     }
 
     /// Encodes `msg` as a frame and writes it.
     pub async fn send_frame<T: Serialize>(&self, msg: &T) -> Result<(), ProtoError> {
         self.send(frame_bytes(msg)?).await
-    }
-
-    /// Writes from a thread outside the runtime (a device stream's worker).
-    pub fn blocking_send(&self, bytes: Bytes) -> Result<(), ProtoError> {
-        self.runtime.block_on(self.send(bytes))
-    }
-
-    /// Writes in the background, for callers that cannot wait (`Drop`). It may be ordered after
-    /// writes that follow it.
-    pub fn send_later(&self, bytes: Bytes) {
-        let writer = self.clone();
-        self.runtime.spawn(async move {
-            let _ = writer.send(bytes).await;
-        });
     }
 }

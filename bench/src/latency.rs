@@ -185,3 +185,68 @@ pub async fn launch_rate(quick: bool) -> anyhow::Result<()> {
     println!();
     Ok(())
 }
+
+/// What [`copy_after_launch`] times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Before {
+    Nothing,
+    Launch,
+    LaunchAndSynchronize,
+}
+
+/// p50 and p99 in µs of a synchronous device-to-host copy of `out.len()` bytes, preceded by
+/// `before`, over `n` runs after warm-up.
+async fn timed_copy(
+    acc: &Accelerator,
+    data: &ac_frontend::DeviceBuffer<u8>,
+    out: &mut [u8],
+    before: Before,
+    n: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let flag = acc.alloc::<f32>(1).await?;
+    let fill = acc.builtin().await?.function("fill").await?;
+    let args = [flag.arg(), 1.0f32.into(), 1u64.into()];
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let start = Instant::now();
+        if before != Before::Nothing {
+            fill.launch(LaunchDims::linear(1, 1), &args).await?;
+        }
+        if before == Before::LaunchAndSynchronize {
+            acc.synchronize().await?;
+        }
+        data.copy_to_host(out).await?;
+        if i >= n / 10 {
+            samples.push(start.elapsed());
+        }
+    }
+    Ok(percentiles(samples))
+}
+
+/// A synchronous copy after a launch: the backend orders it behind the launch, so no
+/// synchronize round trip is needed. Compared, in the same run, with the copy alone and with an
+/// explicit synchronize in between, against a backend in another process.
+pub async fn copy_after_launch(quick: bool) -> anyhow::Result<()> {
+    let n = if quick { 200 } else { 3_000 };
+    let remote = Child_::start(256)?;
+    let acc = connect(&remote.options).await?;
+    println!("## A synchronous copy after a launch ({n} each, separate process, after warm-up)\n");
+    println!("| device to host | before the copy | p50 µs | p99 µs | p50 / copy alone |");
+    println!("|---|---|---|---|---|");
+    for bytes in [1usize << 20, 64 << 10] {
+        let data = acc.alloc::<u8>(bytes).await?;
+        let mut out = vec![0u8; bytes];
+        let alone = timed_copy(&acc, &data, &mut out, Before::Nothing, n).await?;
+        for (label, before) in [
+            ("nothing", Before::Nothing),
+            ("a launch", Before::Launch),
+            ("a launch and `synchronize`", Before::LaunchAndSynchronize),
+        ] {
+            let (p50, p99) =
+                if before == Before::Nothing { alone } else { timed_copy(&acc, &data, &mut out, before, n).await? };
+            println!("| {} | {label} | {p50:.1} | {p99:.1} | {:.2} |", crate::setup::mib(bytes), p50 / alone.0);
+        }
+    }
+    println!();
+    Ok(())
+}

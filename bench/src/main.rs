@@ -25,7 +25,7 @@ struct Args {
     /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
     #[arg(long)]
     current_thread: bool,
-    /// Only these sections (copies, tuning, latency, launches, memory, arm, gpu); all when
+    /// Only these sections (copies, tuning, latency, ordering, launches, memory, arm, gpu); all when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -62,6 +62,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("latency") {
         rt.block_on(latency::round_trips(args.quick))?;
+    }
+    if wants("ordering") {
+        rt.block_on(latency::copy_after_launch(args.quick))?;
     }
     if wants("launches") {
         rt.block_on(latency::launch_rate(args.quick))?;

@@ -121,7 +121,9 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
 pub fn mib(bytes: usize) -> String {
     if bytes >= 1 << 30 {
         format!("{} GiB", bytes >> 30)
-    } else {
+    } else if bytes >= 1 << 20 {
         format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
     }
 }
