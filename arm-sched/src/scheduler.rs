@@ -434,6 +434,16 @@ impl Scheduler {
         Ok((outcome, events))
     }
 
+    /// Puts back a request that was left waiting, with its deadline (how `arm-server` rebuilds
+    /// the core from its store). The next pass tries it before starting static jobs.
+    pub fn restore_pending(&mut self, req: DynRequest, deadline: Time) -> Result<(), Error> {
+        if self.jobs.get(&req.job).is_none_or(|j| j.run.is_none()) {
+            return Err(Error::NoSuchJob(req.job));
+        }
+        self.pending.push((req, deadline));
+        Ok(())
+    }
+
     fn retry_pending(&mut self, now: Time, events: &mut Vec<Event>) {
         for (req, deadline) in std::mem::take(&mut self.pending) {
             if self.jobs.get(&req.job).is_none_or(|j| j.run.is_none()) {
