@@ -202,6 +202,7 @@ impl TestCluster {
             acpn,
             user: user.into(),
             walltime_s,
+            group: None,
         };
         match self.admin().await.request(request).await.expect("submitted") {
             ac_proto::arm::Response::Submitted { credential, .. } => credential,

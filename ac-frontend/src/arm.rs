@@ -76,7 +76,7 @@ impl ArmClient {
         };
         let crypto = Arc::new(tls::client_crypto_with_identity(roots, ALPN, identity)?);
         let client = Self { options, crypto, link: Mutex::new(None) };
-        client.connection().await?;
+        client.connection().await.map_err(|e| client.unreachable(e))?;
         Ok(client)
     }
 
@@ -95,13 +95,25 @@ impl ArmClient {
         Ok(conn)
     }
 
-    /// Sends a request and returns the answer; a refusal becomes [`Error::Manager`].
+    /// A failure to talk to the manager, named as such (not as a lost accelerator).
+    fn unreachable(&self, e: Error) -> Error {
+        match e {
+            Error::Disconnected(reason) | Error::Setup(reason) => {
+                Error::ManagerUnreachable { addr: self.options.addr, reason }
+            }
+            other => other,
+        }
+    }
+
+    /// Sends a request and returns the answer; a refusal becomes [`Error::Manager`], a manager
+    /// that cannot be reached [`Error::ManagerUnreachable`].
     ///
     /// When the connection turns out dead (the manager restarted: a new process cannot even
-    /// reset the old connection), the request is sent once more on a fresh connection. A grant
-    /// made by a manager that died before answering is released with the session's lease.
+    /// reset the old connection), the request is sent once more on a fresh connection. Requests
+    /// that change state carry an idempotency key (a session's token, an `AC_Get`'s key), so
+    /// the retry gets the first answer if the first request was carried out: never a second set.
     pub async fn request(&self, request: Request) -> Result<Response> {
-        match self.try_request(&request).await {
+        let answer = match self.try_request(&request).await {
             Err(Error::Disconnected(_)) => {
                 if let Some((_, conn)) = self.link.lock().await.take() {
                     conn.close(0u32.into(), b"no answer");
@@ -109,7 +121,8 @@ impl ArmClient {
                 self.try_request(&request).await
             }
             other => other,
-        }
+        };
+        answer.map_err(|e| self.unreachable(e))
     }
 
     async fn try_request(&self, request: &Request) -> Result<Response> {

@@ -22,6 +22,15 @@ pub enum Error {
         /// The manager's explanation.
         message: String,
     },
+    /// The resource manager cannot be reached (down, wrong address, network) or stopped
+    /// answering.
+    #[error("the resource manager at {addr} cannot be reached: {reason}")]
+    ManagerUnreachable {
+        /// Where it was asked.
+        addr: std::net::SocketAddr,
+        /// What failed.
+        reason: String,
+    },
     /// The backend speaks another protocol version.
     #[error("version mismatch: {0}")]
     VersionMismatch(String),

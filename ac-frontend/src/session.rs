@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use ac_proto::arm::{Grant, JobAuth, Request, Response, SessionState};
+use ac_proto::arm::{Ask, Grant, JobAuth, Request, Response, SessionState};
 use ac_proto::transport;
 use ac_proto::transport::Tuning;
 use futures_util::future::try_join_all;
@@ -59,6 +59,69 @@ impl SessionOptions {
     }
 }
 
+/// What an `AC_Get` asks for: `GetRequest::new(4)` is exactly four accelerators now, as
+/// [`Session::get`]; the builder methods relax it.
+///
+/// ```
+/// # use std::time::Duration;
+/// use ac_frontend::GetRequest;
+/// // Two to four accelerators; wait up to a minute for at least two.
+/// let request = GetRequest::new(4).at_least(2).wait_up_to(Duration::from_secs(60));
+/// assert_eq!((request.min(), request.max()), (2, 4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRequest {
+    min: u32,
+    max: u32,
+    wait: Duration,
+    preemptible: bool,
+}
+
+impl GetRequest {
+    /// Up to `max` accelerators, and by default exactly that many, now.
+    pub fn new(max: u32) -> Self {
+        Self { min: max, max, wait: Duration::ZERO, preemptible: false }
+    }
+
+    /// Accept a partial grant of at least `min` (the manager grants between `min` and `max`).
+    pub fn at_least(mut self, min: u32) -> Self {
+        self.min = min;
+        self
+    }
+
+    /// Wait up to `wait` for accelerators instead of being rejected at once (whole seconds).
+    pub fn wait_up_to(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Borrow other jobs' idle pre-allocated accelerators; their owners may take them back.
+    pub fn preemptible(mut self) -> Self {
+        self.preemptible = true;
+        self
+    }
+
+    /// The fewest accelerators accepted.
+    pub fn min(&self) -> u32 {
+        self.min
+    }
+
+    /// The most wanted.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    fn ask(&self) -> Ask {
+        Ask {
+            min: self.min,
+            max: self.max,
+            wait_s: self.wait.as_secs_f64().ceil() as u64,
+            preemptible: self.preemptible,
+            key: ac_proto::random_hex(16),
+        }
+    }
+}
+
 /// One accelerator handed to this program.
 #[derive(Debug, Clone)]
 pub struct Handle {
@@ -88,6 +151,7 @@ pub struct Session {
     tuning: Tuning,
     endpoint: Endpoint,
     handles: Vec<Handle>,
+    progress: bool,
 }
 
 /// Connects to granted accelerators in parallel, over the session's shared endpoint.
@@ -119,8 +183,10 @@ impl Session {
         let (client, endpoint) =
             tokio::join!(ArmClient::connect(options.arm.clone()), async { endpoint_for(options.arm.addr) });
         let (client, endpoint) = (client?, endpoint?);
+        // The token is ours: an `Init` retried after a lost answer finds the same session.
+        let token = ac_proto::random_hex(32);
         let mut response =
-            client.request(Request::Init { auth: options.job.clone(), node: options.node.clone() }).await?;
+            client.request(Request::Init { auth: options.job.clone(), node: options.node.clone(), token }).await?;
         let mut last_report = None;
         loop {
             let Response::Session { token, job, state } = response else {
@@ -138,6 +204,7 @@ impl Session {
                         tuning: options.arm.tuning,
                         endpoint,
                         handles,
+                        progress: options.progress,
                     });
                 }
                 SessionState::Queued { position, needed, free, expected_start } => {
@@ -196,11 +263,29 @@ impl Session {
         }
     }
 
-    /// `AC_Get`: `count` more accelerators now, or `None` when the manager rejects the request
-    /// (it never queues it).
+    /// `AC_Get`: `count` more accelerators now, or `None` when the manager rejects the request.
     #[doc(alias = "AC_Get")]
     pub async fn get(&self, count: u32) -> Result<Option<DynamicSet>> {
-        let response = self.client.request(Request::Get { token: self.token.clone(), count }).await?;
+        self.get_with(GetRequest::new(count)).await
+    }
+
+    /// `AC_Get` as `request` says: a partial grant, a wait for accelerators (with progress on
+    /// stderr when the session prints progress), a preemptible loan. `None` when rejected.
+    pub async fn get_with(&self, request: GetRequest) -> Result<Option<DynamicSet>> {
+        let ask = request.ask();
+        let mut response = self.client.request(Request::Get { token: self.token.clone(), ask }).await?;
+        let mut last_report = None;
+        while let Response::Waiting { request: id, idle, ahead, deadline } = response {
+            if self.progress && last_report != Some((idle, ahead)) {
+                let left = deadline.saturating_sub(ac_proto::capability::unix_now());
+                eprintln!(
+                    "AC_Get: waiting for {}..{} accelerator(s): {idle} idle, {ahead} request(s) ahead, up to {left} s more",
+                    request.min, request.max
+                );
+                last_report = Some((idle, ahead));
+            }
+            response = self.client.request(Request::AwaitGet { token: self.token.clone(), request: id }).await?;
+        }
         self.granted(response, true).await
     }
 
@@ -208,7 +293,8 @@ impl Session {
     /// only as a whole. Returns this node's share; other participants call [`Session::join_set`].
     pub async fn get_collective(&self, parts: &[(&str, u32)]) -> Result<Option<DynamicSet>> {
         let parts = parts.iter().map(|(n, c)| (n.to_string(), *c)).collect();
-        let response = self.client.request(Request::CollectiveGet { token: self.token.clone(), parts }).await?;
+        let key = ac_proto::random_hex(16);
+        let response = self.client.request(Request::CollectiveGet { token: self.token.clone(), parts, key }).await?;
         self.granted(response, true).await
     }
 

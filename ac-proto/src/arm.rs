@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
 
@@ -50,6 +50,10 @@ pub enum Request {
         auth: JobAuth,
         /// The compute node this process runs on.
         node: String,
+        /// The session token, chosen by the client: at least [`MIN_TOKEN_LEN`] random characters.
+        /// It is also the request's idempotency key: an `Init` retried with the same token
+        /// finds the session the first one opened.
+        token: String,
     },
     /// Ask again about a session (while queued, or after reconnecting). Answers
     /// [`Response::Session`].
@@ -57,13 +61,14 @@ pub enum Request {
         /// The session token.
         token: String,
     },
-    /// `AC_Get`: `count` more accelerators now, or a rejection. Answers [`Response::Granted`] or
-    /// [`Response::Rejected`].
+    /// `AC_Get`: between `ask.min` and `ask.max` more accelerators. Answers
+    /// [`Response::Granted`], [`Response::Rejected`], or, when `ask.wait_s > 0` and nothing
+    /// can be granted now, [`Response::Waiting`] (then ask [`Request::AwaitGet`]).
     Get {
         /// The session token.
         token: String,
-        /// How many.
-        count: u32,
+        /// What is asked.
+        ask: Ask,
     },
     /// Collective `AC_Get` for several nodes of the job: all or nothing, one set.
     CollectiveGet {
@@ -71,6 +76,16 @@ pub enum Request {
         token: String,
         /// (node, count) of every participant.
         parts: Vec<(String, u32)>,
+        /// Idempotency key (see [`Ask::key`]).
+        key: String,
+    },
+    /// Waits (up to about a second) for the answer to a waiting `AC_Get`. Answers
+    /// [`Response::Granted`], [`Response::Rejected`] or [`Response::Waiting`] again.
+    AwaitGet {
+        /// The session token.
+        token: String,
+        /// The request id from [`Response::Waiting`].
+        request: u64,
     },
     /// A participant of a collective set asks for its node's share. Answers [`Response::Granted`].
     JoinSet {
@@ -134,19 +149,51 @@ pub enum Request {
         user: String,
         /// Walltime, seconds (0: none).
         walltime_s: u64,
+        /// The user's group (account) for fairness limits; `None`: the ARM's `[accounts]`
+        /// table, else the user's own name.
+        group: Option<String>,
     },
     /// Admin: end a job, releasing everything it holds.
     JobEnd {
         /// The job id.
         id: String,
     },
-    /// Admin: every job.
-    JobList,
+    /// Admin: the jobs, ended ones only when `all`.
+    JobList {
+        /// Include ended jobs (kept for the configured retention).
+        all: bool,
+    },
     /// Admin: one job.
     JobShow {
         /// The job id.
         id: String,
     },
+}
+
+/// Shortest session token [`Request::Init`] accepts.
+pub const MIN_TOKEN_LEN: usize = 32;
+
+/// What an `AC_Get` asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ask {
+    /// Fewest accelerators worth having (a partial grant gives `min..=max`).
+    pub min: u32,
+    /// Most wanted.
+    pub max: u32,
+    /// Wait up to this many seconds for them instead of being rejected at once (0: answer now).
+    pub wait_s: u64,
+    /// Borrow other jobs' idle pre-allocated accelerators, which their owners may take back.
+    pub preemptible: bool,
+    /// Idempotency key, random per request: the same request sent again (after a lost answer or
+    /// a crash of the manager) gets the first answer, never a second set.
+    pub key: String,
+}
+
+impl Ask {
+    /// Exactly `count`, now.
+    pub fn exactly(count: u32, key: String) -> Self {
+        Self { min: count, max: count, wait_s: 0, preemptible: false, key }
+    }
 }
 
 /// The reply.
@@ -183,6 +230,17 @@ pub enum Response {
     Rejected {
         /// Why.
         reason: String,
+    },
+    /// The `AC_Get` waits for accelerators (it asked to).
+    Waiting {
+        /// The request, for [`Request::AwaitGet`].
+        request: u64,
+        /// Accelerators idle now.
+        idle: u32,
+        /// Waiting requests ahead of it.
+        ahead: u32,
+        /// Unix time when it will be rejected if still waiting.
+        deadline: u64,
     },
     /// A host.
     Host(HostView),
@@ -279,6 +337,8 @@ pub struct JobView {
     pub nodes: Vec<String>,
     /// Accelerators per node.
     pub acpn: u32,
+    /// The group (account) its fairness limits are charged to.
+    pub group: String,
     /// `queued`, `running` or `ended`.
     pub state: String,
     /// Unix time of submission.

@@ -32,3 +32,12 @@ pub mod tls;
 pub mod transport;
 
 pub use error::ProtoError;
+
+/// `bytes` random bytes from the system's generator, as hex: secrets, session tokens and
+/// idempotency keys.
+pub fn random_hex(bytes: usize) -> String {
+    use ring::rand::SecureRandom;
+    let mut raw = vec![0u8; bytes];
+    ring::rand::SystemRandom::new().fill(&mut raw).expect("system randomness");
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}

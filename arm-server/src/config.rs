@@ -27,6 +27,12 @@ pub struct ArmConfig {
     pub capability_ttl_s: u64,
     /// Let programs without a batch job create ad-hoc jobs (the embedded default).
     pub allow_ad_hoc: bool,
+    /// Ended jobs are kept this long, then purged from the store, seconds (default 7 days).
+    pub job_retention_s: u64,
+    /// Users' groups (accounts), for the fairness limits per group (`[accounts]`, `user =
+    /// "group"`). A job submitted with a group of its own uses that; a user not listed is a
+    /// group of its own.
+    pub accounts: std::collections::BTreeMap<String, String>,
     /// QUIC transport.
     pub transport: Tuning,
     /// The scheduler: backfilling, priorities, the dynamic fairness policy (`[scheduler]`,
@@ -44,6 +50,8 @@ impl Default for ArmConfig {
             walltime_grace_s: 60,
             capability_ttl_s: 24 * 3600,
             allow_ad_hoc: true,
+            job_retention_s: 7 * 24 * 3600,
+            accounts: std::collections::BTreeMap::new(),
             transport: Tuning::default(),
             scheduler: arm_sched::Config::default(),
         }

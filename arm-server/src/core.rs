@@ -4,10 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
+use ac_proto::arm::{ArmError, ArmErrorKind, Ask, JobAuth};
 
-use crate::model::{DynSet, Holder, Host, Job, JobState, Session};
-use crate::policy::{usable_free, View};
+use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Session};
+use crate::policy::{usable_free, Decision, View};
 
 /// A key of the durable store that changed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -20,6 +20,10 @@ pub enum Key {
     Set(u64),
     /// A session.
     Session(String),
+    /// A waiting dynamic request.
+    Pending(u64),
+    /// The fairness ledger.
+    Ledger,
     /// The id counter.
     NextId,
 }
@@ -44,12 +48,14 @@ pub struct Core {
     pub sets: BTreeMap<u64, DynSet>,
     /// Sessions by token hash.
     pub sessions: BTreeMap<String, Session>,
+    /// Dynamic requests waiting for accelerators (or rejected, until their program learns it).
+    pub pending: BTreeMap<u64, PendingGet>,
     /// Next id for jobs' order, sets and capabilities.
     pub next_id: u64,
     /// The scheduler's settings.
     pub scheduling: arm_sched::Config,
-    /// Delay accounting of the dynamic fairness policy (in memory: a restart begins a fresh
-    /// interval).
+    /// Delay accounting of the dynamic fairness policy (stored: a restart keeps the
+    /// interval's charges).
     pub ledger: arm_sched::Ledger,
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
@@ -59,6 +65,17 @@ type Outcome<T> = Result<T, ArmError>;
 
 fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
     ArmError::new(kind, message)
+}
+
+/// The answer to an `AC_Get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GetOutcome {
+    /// This set.
+    Granted(u64),
+    /// Why not.
+    Rejected(String),
+    /// Waiting, as this request.
+    Waiting(u64),
 }
 
 /// What a session sees of its static allocation.
@@ -97,7 +114,14 @@ impl Core {
     }
 
     fn view(&self, now: u64) -> View {
-        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, now)
+        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, &self.pending, now)
+    }
+
+    fn keep_ledger(&mut self, view: &View) {
+        if view.scheduler.ledger() != &self.ledger {
+            self.ledger = view.scheduler.ledger().clone();
+            self.dirty.insert(Key::Ledger);
+        }
     }
 
     /// Registers a host with its devices.
@@ -192,13 +216,30 @@ impl Core {
         queued
     }
 
-    /// Binds every queued job the scheduler starts now.
+    /// One scheduling pass: waiting dynamic requests first (granted, or rejected once their
+    /// deadline passed), then every queued job that may start now is bound.
     pub fn schedule(&mut self, now: u64) {
-        if !self.jobs.values().any(|j| j.state == JobState::Queued) {
+        let waiting = self.pending.values().any(|g| g.rejected.is_none());
+        if !waiting && !self.jobs.values().any(|j| j.state == JobState::Queued) {
             return;
         }
-        let starts = self.view(now).starts(now);
-        for (job_id, picked) in starts {
+        let mut view = self.view(now);
+        let pass = view.pass(now);
+        self.keep_ledger(&view);
+        for (request, picked) in pass.granted {
+            if let Some(get) = self.pending.remove(&request) {
+                self.dirty.insert(Key::Pending(request));
+                let parts = [(get.node.clone(), picked.len() as u32)];
+                self.hold_set(get.id, &get.job, &get.session, &parts, picked, false, get.key);
+            }
+        }
+        for (request, reason) in pass.rejected {
+            if let Some(get) = self.pending.get_mut(&request) {
+                get.rejected = Some(reason);
+                self.dirty.insert(Key::Pending(request));
+            }
+        }
+        for (job_id, picked) in pass.started {
             let job = self.jobs.get(&job_id).expect("queued job exists").clone();
             for (i, accel) in picked.iter().enumerate() {
                 let node = job.nodes[i / job.acpn as usize].clone();
@@ -264,7 +305,9 @@ impl Core {
     pub fn end_job(&mut self, id: &str, now: u64) -> Outcome<()> {
         let job = self.jobs.get_mut(id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
         job.state = JobState::Ended;
+        job.ended = Some(now);
         self.dirty.insert(Key::Job(id.to_string()));
+        self.drop_pending(|g| g.job == id);
         for (accel, _) in self.held_by(id) {
             self.release(&accel);
         }
@@ -283,8 +326,12 @@ impl Core {
         Ok(())
     }
 
-    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked).
+    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked). A retry
+    /// with the same token finds the session the first call opened.
     pub fn open_session(&mut self, token_hash: String, auth: &JobAuth, node: &str, now: u64) -> Outcome<String> {
+        if let Some(session) = self.sessions.get(&token_hash) {
+            return Ok(session.job.clone());
+        }
         let job_id = match auth {
             JobAuth::Credential { job, secret } => {
                 let found = self.jobs.get(job).filter(|j| j.state != JobState::Ended && !j.ad_hoc);
@@ -309,6 +356,7 @@ impl Core {
                 let job = Job {
                     id: id.clone(),
                     user: "adhoc".into(),
+                    group: "adhoc".into(),
                     nodes: vec![node.to_string()],
                     acpn: *acpn,
                     walltime_s: 0,
@@ -318,6 +366,7 @@ impl Core {
                     credential_hash: String::new(),
                     seq: 0,
                     ad_hoc: true,
+                    ended: None,
                 };
                 self.submit(job, now)?;
                 id
@@ -358,16 +407,21 @@ impl Core {
         Ok(StaticState::Bound(bound))
     }
 
-    /// `AC_Get` (and its collective form): grants now or rejects, as the scheduler's dynamic
-    /// policy decides; never queues. A rejection comes back as `Err(reason)` inside `Ok`.
+    /// `AC_Get` (and its collective form, all or nothing with no wait): grants between
+    /// `ask.min` and `ask.max` now, rejects, or, when the request may wait, keeps it pending
+    /// for the next passes. A request whose key was seen gets the first answer again.
     pub fn get(
         &mut self,
         token_hash: &str,
         parts: &[(String, u32)],
         collective: bool,
+        ask: &Ask,
         now: u64,
-    ) -> Outcome<Result<u64, String>> {
+    ) -> Outcome<GetOutcome> {
         let session = self.session(token_hash)?.clone();
+        if let Some(seen) = self.replay(token_hash, &ask.key) {
+            return Ok(seen);
+        }
         let job = self.jobs.get(&session.job).ok_or_else(|| err(ArmErrorKind::NotFound, "job gone"))?;
         if job.state != JobState::Running {
             return Err(err(ArmErrorKind::Conflict, "the job's static accelerators are not bound yet"));
@@ -377,33 +431,128 @@ impl Core {
                 return Err(err(ArmErrorKind::Invalid, format!("node `{node}` is not one of the job's nodes")));
             }
         }
-        let total: u32 = parts.iter().map(|(_, n)| n).sum();
-        if total == 0 {
-            return Err(err(ArmErrorKind::Invalid, "ask for at least one accelerator"));
+        if ask.min == 0 || ask.min > ask.max {
+            return Err(err(ArmErrorKind::Invalid, format!("ask for 1 <= min <= max (got {}..{})", ask.min, ask.max)));
         }
+        let id = self.fresh_id();
         let mut view = self.view(now);
-        let picked = match view.grant(&session.job, total, now) {
-            Ok(picked) => picked,
-            Err(reason) => return Ok(Err(reason)),
-        };
-        self.ledger = view.scheduler.ledger().clone();
-        let set_id = self.fresh_id();
+        let decision = view.request(&session.job, ask, id, now);
+        self.keep_ledger(&view);
+        match decision {
+            Decision::Granted(picked) => {
+                let parts = if collective { parts.to_vec() } else { vec![(session.node.clone(), picked.len() as u32)] };
+                self.hold_set(id, &session.job, token_hash, &parts, picked, collective, ask.key.clone());
+                Ok(GetOutcome::Granted(id))
+            }
+            Decision::Rejected(reason) => Ok(GetOutcome::Rejected(reason)),
+            Decision::Waiting => {
+                let get = PendingGet {
+                    id,
+                    job: session.job,
+                    session: token_hash.to_string(),
+                    node: session.node,
+                    min: ask.min,
+                    max: ask.max,
+                    preemptible: ask.preemptible,
+                    deadline: now.saturating_add(ask.wait_s),
+                    key: ask.key.clone(),
+                    rejected: None,
+                };
+                self.pending.insert(id, get);
+                self.dirty.insert(Key::Pending(id));
+                Ok(GetOutcome::Waiting(id))
+            }
+        }
+    }
+
+    /// The answer already given to the request with `key` of this session, if any.
+    fn replay(&self, token_hash: &str, key: &str) -> Option<GetOutcome> {
+        if key.is_empty() {
+            return None;
+        }
+        if let Some(set) = self.sets.values().find(|s| s.session == token_hash && s.key == key) {
+            return Some(GetOutcome::Granted(set.id));
+        }
+        self.pending.values().find(|g| g.session == token_hash && g.key == key).map(|g| match &g.rejected {
+            Some(reason) => GetOutcome::Rejected(reason.clone()),
+            None => GetOutcome::Waiting(g.id),
+        })
+    }
+
+    /// Where a waiting `AC_Get` stands; a rejection is forgotten once told.
+    pub fn await_get(&mut self, token_hash: &str, request: u64) -> Outcome<GetOutcome> {
+        self.session(token_hash)?;
+        if self.sets.get(&request).is_some_and(|s| s.session == token_hash) {
+            return Ok(GetOutcome::Granted(request));
+        }
+        let get = self
+            .pending
+            .get(&request)
+            .filter(|g| g.session == token_hash)
+            .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no waiting request {request} in this session")))?;
+        match get.rejected.clone() {
+            Some(reason) => {
+                self.pending.remove(&request);
+                self.dirty.insert(Key::Pending(request));
+                Ok(GetOutcome::Rejected(reason))
+            }
+            None => Ok(GetOutcome::Waiting(request)),
+        }
+    }
+
+    /// Waiting requests ahead of `request`.
+    pub fn waiting_ahead(&self, request: u64) -> u32 {
+        self.pending.values().filter(|g| g.rejected.is_none() && g.id < request).count() as u32
+    }
+
+    /// Records a granted set and hands its accelerators to the job, node by node.
+    #[allow(clippy::too_many_arguments)] // a set is all of these
+    fn hold_set(
+        &mut self,
+        id: u64,
+        job: &str,
+        session: &str,
+        parts: &[(String, u32)],
+        picked: Vec<String>,
+        collective: bool,
+        key: String,
+    ) {
         let mut picked = picked.into_iter();
         let mut accelerators = Vec::new();
         for (node, count) in parts {
             for accel in picked.by_ref().take(*count as usize) {
                 let capability = self.fresh_id();
-                let holder = Holder { job: session.job.clone(), node: node.clone(), set: Some(set_id), capability };
+                let holder = Holder { job: job.to_string(), node: node.clone(), set: Some(id), capability };
                 self.hold(&accel, holder);
                 accelerators.push(accel);
             }
         }
-        self.sets.insert(
-            set_id,
-            DynSet { id: set_id, job: session.job, session: token_hash.to_string(), accelerators, collective },
-        );
-        self.dirty.insert(Key::Set(set_id));
-        Ok(Ok(set_id))
+        let set = DynSet { id, job: job.to_string(), session: session.to_string(), accelerators, collective, key };
+        self.sets.insert(id, set);
+        self.dirty.insert(Key::Set(id));
+    }
+
+    fn drop_pending(&mut self, which: impl Fn(&PendingGet) -> bool) {
+        let gone: Vec<u64> = self.pending.values().filter(|g| which(g)).map(|g| g.id).collect();
+        for id in gone {
+            self.pending.remove(&id);
+            self.dirty.insert(Key::Pending(id));
+        }
+    }
+
+    /// Forgets jobs that ended `retention` seconds ago or more; returns how many.
+    pub fn purge_ended(&mut self, now: u64, retention: u64) -> usize {
+        let old: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Ended && j.ended.is_some_and(|e| e.saturating_add(retention) <= now))
+            .map(|j| j.id.clone())
+            .collect();
+        for id in &old {
+            self.jobs.remove(id);
+            self.dirty.insert(Key::Job(id.clone()));
+        }
+        old.len()
     }
 
     /// The accelerators of a set for `node` (all nodes when `None`), with their holders.
@@ -460,6 +609,7 @@ impl Core {
         for set in sets {
             self.free(token_hash, set, None, now)?;
         }
+        self.drop_pending(|g| g.session == token_hash);
         self.sessions.remove(token_hash);
         self.dirty.insert(Key::Session(token_hash.to_string()));
         if self.jobs.get(&session.job).is_some_and(|j| j.ad_hoc && j.state != JobState::Ended) {
@@ -506,6 +656,7 @@ mod tests {
         Job {
             id: id.into(),
             user: "u".into(),
+            group: "g".into(),
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             acpn,
             walltime_s: 0,
@@ -515,7 +666,12 @@ mod tests {
             credential_hash: crate::keys::hash("secret"),
             seq: 0,
             ad_hoc: false,
+            ended: None,
         }
+    }
+
+    fn ask(min: u32, max: u32, key: &str) -> Ask {
+        Ask { min, max, wait_s: 0, preemptible: false, key: key.into() }
     }
 
     fn core(hosts: usize) -> Core {
@@ -552,8 +708,9 @@ mod tests {
         core.submit(job("j", &["n1"], 1), 0).unwrap();
         let auth = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
         core.open_session("t".into(), &auth, "n1", 0).unwrap();
-        let set = core.get("t", &[("n1".into(), 2)], false, 0).unwrap().expect("granted");
-        assert!(core.get("t", &[("n1".into(), 2)], false, 0).unwrap().is_err());
+        let GetOutcome::Granted(set) = core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap() else { panic!() };
+        assert_eq!(core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap(), GetOutcome::Granted(set), "a retry");
+        assert!(matches!(core.get("t", &[], false, &ask(2, 2, "k2"), 0).unwrap(), GetOutcome::Rejected(_)));
         assert_eq!(held(&core), 3);
         let first = core.sets[&set].accelerators[0].clone();
         core.free("t", set, Some(std::slice::from_ref(&first)), 1).unwrap();
@@ -562,6 +719,48 @@ mod tests {
         assert_eq!(held(&core), 1, "finalize releases dynamic sets only");
         let revoked = core.take_revocations();
         assert_eq!(revoked.len(), 2);
+    }
+
+    #[test]
+    fn partial_grants_and_waiting_requests() {
+        let mut core = core(4);
+        core.submit(job("a", &["n1"], 1), 0).unwrap();
+        core.submit(job("b", &["n2"], 1), 0).unwrap();
+        let auth = |j: &str| JobAuth::Credential { job: j.into(), secret: "secret".into() };
+        core.open_session("ta".into(), &auth("a"), "n1", 0).unwrap();
+        core.open_session("tb".into(), &auth("b"), "n2", 0).unwrap();
+        let GetOutcome::Granted(set) = core.get("ta", &[], false, &ask(1, 5, "a1"), 0).unwrap() else { panic!() };
+        assert_eq!(core.sets[&set].accelerators.len(), 2, "a partial grant of what is idle");
+        let waits = Ask { wait_s: 10, ..ask(2, 2, "b1") };
+        let GetOutcome::Waiting(request) = core.get("tb", &[], false, &waits, 1).unwrap() else { panic!() };
+        assert_eq!(core.await_get("tb", request).unwrap(), GetOutcome::Waiting(request));
+        core.free("ta", set, None, 2).unwrap();
+        assert_eq!(core.await_get("tb", request).unwrap(), GetOutcome::Granted(request), "granted by the pass");
+        assert_eq!(core.sets[&request].accelerators.len(), 2);
+        // A request that times out is rejected once, then forgotten; a dead session leaves nothing.
+        let GetOutcome::Waiting(late) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a2") }, 3).unwrap()
+        else {
+            panic!()
+        };
+        core.schedule(9);
+        assert!(matches!(core.await_get("ta", late).unwrap(), GetOutcome::Rejected(_)));
+        assert!(core.await_get("ta", late).is_err());
+        let GetOutcome::Waiting(_) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a3") }, 10).unwrap()
+        else {
+            panic!()
+        };
+        core.finalize("ta", 11).unwrap();
+        assert!(core.pending.is_empty());
+    }
+
+    #[test]
+    fn ended_jobs_are_purged_after_the_retention() {
+        let mut core = core(1);
+        core.submit(job("a", &["n1"], 1), 0).unwrap();
+        core.end_job("a", 100).unwrap();
+        assert_eq!(core.purge_ended(150, 100), 0);
+        assert_eq!(core.purge_ended(200, 100), 1);
+        assert!(core.jobs.is_empty());
     }
 
     #[test]

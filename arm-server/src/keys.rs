@@ -6,15 +6,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use ac_proto::capability::Signer;
-use ring::rand::SecureRandom;
 
 use crate::ArmServerError;
 
 /// A new random secret: 32 bytes as 64 hex digits.
 pub fn random_secret() -> String {
-    let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new().fill(&mut bytes).expect("system randomness");
-    hex(&bytes)
+    ac_proto::random_hex(32)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -78,6 +78,8 @@ pub struct Job {
     pub id: String,
     /// User.
     pub user: String,
+    /// The group (account) its fairness limits are charged to.
+    pub group: String,
     /// Compute nodes.
     pub nodes: Vec<String>,
     /// Accelerators per node.
@@ -88,6 +90,8 @@ pub struct Job {
     pub submitted: u64,
     /// Unix time it was bound.
     pub started: Option<u64>,
+    /// Unix time it ended (the store forgets it a retention period later).
+    pub ended: Option<u64>,
     /// State.
     pub state: JobState,
     /// SHA-256 of the credential (hex); empty for ad-hoc jobs, which only their session reaches.
@@ -111,6 +115,35 @@ pub struct DynSet {
     pub accelerators: Vec<String>,
     /// Granted collectively for several nodes: released only as a whole.
     pub collective: bool,
+    /// The request's idempotency key: a retry gets this set again.
+    pub key: String,
+}
+
+/// An `AC_Get` that waits for accelerators (it asked to wait up to a deadline). Each scheduling
+/// pass tries it before starting static jobs; granted, it becomes the [`DynSet`] with the same
+/// id; rejected, it stays until its program learns why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingGet {
+    /// Id, and the id of the set it becomes.
+    pub id: u64,
+    /// Job.
+    pub job: String,
+    /// The session that asked (its lease).
+    pub session: String,
+    /// The node the accelerators are for.
+    pub node: String,
+    /// Fewest wanted.
+    pub min: u32,
+    /// Most wanted.
+    pub max: u32,
+    /// Borrow pre-allocated accelerators.
+    pub preemptible: bool,
+    /// Unix time after which it is rejected.
+    pub deadline: u64,
+    /// Idempotency key.
+    pub key: String,
+    /// Set once it was rejected: why.
+    pub rejected: Option<String>,
 }
 
 /// A program's session (`AC_Init` .. `AC_Finalize`).

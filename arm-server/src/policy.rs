@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use arm_sched::{Config, DynOutcome, DynRequest, Event, JobSpec, Ledger, Planned, Scheduler, Unit, UnitId};
 
-use crate::model::{Host, Job, JobState};
+use ac_proto::arm::Ask;
+
+use crate::model::{Host, Job, JobState, PendingGet};
 
 /// The core's view of the ARM's pool, with the maps back to names.
 #[derive(Debug)]
@@ -25,8 +27,7 @@ fn spec(number: u64, job: &Job) -> JobSpec {
     JobSpec {
         id: number,
         user: job.user.clone(),
-        // The ARM has no groups yet: each user is its own group.
-        group: job.user.clone(),
+        group: job.group.clone(),
         size: job.nodes.len() as u32 * job.acpn,
         walltime: (job.walltime_s > 0).then_some(job.walltime_s),
         ..Default::default()
@@ -34,12 +35,14 @@ fn spec(number: u64, job: &Job) -> JobSpec {
 }
 
 impl View {
-    /// Loads the pool and the jobs. `ledger` carries the fairness accounting across decisions.
+    /// Loads the pool, the jobs and the waiting dynamic requests. `ledger` carries the fairness
+    /// accounting across decisions.
     pub fn build(
         config: &Config,
         ledger: &Ledger,
         hosts: &BTreeMap<String, Host>,
         jobs: &BTreeMap<String, Job>,
+        pending: &BTreeMap<u64, PendingGet>,
         now: u64,
     ) -> Self {
         let mut scheduler = Scheduler::new(config.clone());
@@ -81,34 +84,72 @@ impl View {
                 numbers.insert(number, job.id.clone());
             }
         }
-        Self { scheduler, accelerators, jobs: numbers }
+        let mut view = Self { scheduler, accelerators, jobs: numbers };
+        for get in pending.values().filter(|g| g.rejected.is_none()) {
+            if let Some(number) = view.number(&get.job) {
+                let req = DynRequest {
+                    id: get.id,
+                    job: number,
+                    min: get.min,
+                    max: get.max,
+                    preemptible: get.preemptible,
+                    timeout: get.deadline.saturating_sub(now).max(1),
+                    ..Default::default()
+                };
+                // A request of a job that is no longer running is dropped by the core.
+                let _ = view.scheduler.restore_pending(req, get.deadline);
+            }
+        }
+        view
     }
 
     fn number(&self, job: &str) -> Option<u64> {
         self.jobs.iter().find(|(_, id)| *id == job).map(|(n, _)| *n)
     }
 
-    /// One pass: the jobs that start now, with their accelerators.
-    pub fn starts(&mut self, now: u64) -> Vec<(String, Vec<String>)> {
-        self.scheduler
-            .schedule(now)
-            .into_iter()
-            .filter_map(|event| match event {
-                Event::Started { job, units, .. } => Some((self.jobs[&job].clone(), self.names(&units))),
-                _ => None,
-            })
-            .collect()
+    /// One pass: waiting dynamic requests first (granted or timed out), then the jobs that
+    /// start now, with their accelerators.
+    pub fn pass(&mut self, now: u64) -> Pass {
+        let mut pass = Pass::default();
+        for event in self.scheduler.schedule(now) {
+            match event {
+                Event::Started { job, units, .. } => pass.started.push((self.jobs[&job].clone(), self.names(&units))),
+                Event::Granted { request, units, .. } => pass.granted.push((request, self.names(&units))),
+                Event::Rejected { request, reason, .. } => pass.rejected.push((request, reason.to_string())),
+                Event::Preempted { .. } => {}
+            }
+        }
+        pass
     }
 
-    /// A dynamic request for `count` accelerators: `Ok(ids)` or `Err(reason)`.
-    pub fn grant(&mut self, job: &str, count: u32, now: u64) -> Result<Vec<String>, String> {
-        let number = self.number(job).ok_or("the job is not known to the scheduler")?;
-        let req = DynRequest { id: 0, job: number, min: count, max: count, ..Default::default() };
-        match self.scheduler.request(req, now).map_err(|e| e.to_string())?.0 {
-            DynOutcome::Granted(units) => Ok(self.names(&units)),
-            DynOutcome::Rejected(reason) => Err(reason.to_string()),
-            DynOutcome::Pending => Err("the request waits".into()),
+    /// A dynamic request of `job`: granted now (between `ask.min` and `ask.max`), rejected
+    /// with the reason, or waiting (only when `wait_s > 0`; a later [`View::pass`] decides).
+    pub fn request(&mut self, job: &str, ask: &Ask, id: u64, now: u64) -> Decision {
+        let Some(number) = self.number(job) else {
+            return Decision::Rejected("the job is not known to the scheduler".into());
+        };
+        // "Up to more than the pool has" means up to the pool; at least that many is invalid.
+        let pool = self.accelerators.len() as u32;
+        let req = DynRequest {
+            id,
+            job: number,
+            min: ask.min,
+            max: ask.max.min(pool.max(ask.min)),
+            preemptible: ask.preemptible,
+            timeout: ask.wait_s,
+            ..Default::default()
+        };
+        match self.scheduler.request(req, now) {
+            Ok((DynOutcome::Granted(units), _)) => Decision::Granted(self.names(&units)),
+            Ok((DynOutcome::Rejected(reason), _)) => Decision::Rejected(reason.to_string()),
+            Ok((DynOutcome::Pending, _)) => Decision::Waiting,
+            Err(e) => Decision::Rejected(e.to_string()),
         }
+    }
+
+    /// Usable accelerators nobody holds.
+    pub fn idle_units(&self) -> u32 {
+        self.scheduler.idle_units()
     }
 
     /// Expected start of one queued job.
@@ -128,6 +169,28 @@ impl View {
     fn names(&self, units: &[UnitId]) -> Vec<String> {
         units.iter().map(|u| self.accelerators[*u as usize].clone()).collect()
     }
+}
+
+/// What one pass decided, in accelerator ids and ARM job ids.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Jobs that start, with their accelerators.
+    pub started: Vec<(String, Vec<String>)>,
+    /// Waiting requests granted, with their accelerators.
+    pub granted: Vec<(u64, Vec<String>)>,
+    /// Waiting requests rejected (timed out), with why.
+    pub rejected: Vec<(u64, String)>,
+}
+
+/// The answer to a dynamic request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// These accelerators.
+    Granted(Vec<String>),
+    /// Why not.
+    Rejected(String),
+    /// Left waiting.
+    Waiting,
 }
 
 /// Free accelerators on hosts that are up and not draining.

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::arm::{
-    AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Grant, HostView, JobAuth, JobView, Request,
-    Response, SessionState, ALPN, VERSION,
+    AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Ask, Grant, HostView, JobAuth, JobView, Request,
+    Response, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
 };
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::ArmConfig;
-use crate::core::{Core, StaticState};
+use crate::core::{Core, GetOutcome, StaticState};
 use crate::keys;
 use crate::links::{LinkEvent, Links};
 use crate::model::{Device, Holder, Host, Job, JobState};
@@ -63,8 +63,14 @@ pub struct Arm {
     signer: Arc<Signer>,
     links: Links,
     leases: Mutex<Leases>,
+    /// Woken after every change, for requests that wait on the state (`AwaitGet`).
+    changed: tokio::sync::Notify,
     config: ArmConfig,
 }
+
+/// How long one `AwaitGet` waits before answering "still waiting" (under the client's
+/// request timeout).
+const AWAIT_LIMIT: Duration = Duration::from_secs(1);
 
 /// A resource manager serving in this process.
 #[derive(Debug)]
@@ -148,6 +154,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         signer,
         links,
         leases: Mutex::new(leases),
+        changed: tokio::sync::Notify::new(),
         config,
     });
     let tasks = vec![
@@ -198,10 +205,16 @@ async fn expire_loop(arm: Arc<Arm>) {
             tracing::info!("a program's lease ran out: releasing its dynamic accelerators");
             let _ = arm.mutate(|core, now| core.finalize(&token, now));
         }
-        let grace = arm.config.walltime_grace_s;
+        let (grace, retention) = (arm.config.walltime_grace_s, arm.config.job_retention_s);
         let _ = arm.mutate(|core, now| {
             for job in core.expire_walltimes(now, grace) {
                 tracing::info!(job, "walltime passed: job ended");
+            }
+            // Waiting requests whose deadline passed are rejected by the pass.
+            core.schedule(now);
+            let purged = core.purge_ended(now, retention);
+            if purged > 0 {
+                tracing::info!(purged, "ended jobs past their retention purged");
             }
             Ok(())
         });
@@ -275,6 +288,7 @@ impl Arm {
             (result, core.take_revocations(), commits.queued)
         };
         self.commit_through(mine).map_err(internal)?;
+        self.changed.notify_waiters();
         let expires = now + self.config.capability_ttl_s + 86_400;
         for revocation in revocations {
             self.links.revoke(&revocation.host, revocation.capability, expires);
@@ -372,18 +386,23 @@ impl Arm {
                 | Request::HostRemove { .. }
                 | Request::JobSubmit { .. }
                 | Request::JobEnd { .. }
-                | Request::JobList
+                | Request::JobList { .. }
                 | Request::JobShow { .. }
         );
         if needs_admin && !admin {
             return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
         }
         match request {
-            Request::Init { auth, node } => {
+            Request::Init { auth, node, token } => {
                 if matches!(auth, JobAuth::AdHoc { .. }) && !self.config.allow_ad_hoc {
                     return Err(err(ArmErrorKind::Unauthorized, "ad-hoc jobs are disabled: run inside a batch job"));
                 }
-                let token = keys::random_secret();
+                if token.len() < MIN_TOKEN_LEN {
+                    return Err(err(
+                        ArmErrorKind::Invalid,
+                        format!("a session token has {MIN_TOKEN_LEN} characters or more"),
+                    ));
+                }
                 let token_hash = keys::hash(&token);
                 self.mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now))?;
                 self.attach(&token_hash, tokens);
@@ -394,22 +413,34 @@ impl Arm {
                 self.attach(&token_hash, tokens);
                 self.session_answer(token, &token_hash)
             }
-            Request::Get { token, count } => {
+            Request::Get { token, ask } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
-                let node = self.core.lock().expect("core poisoned").session(&token_hash)?.node.clone();
-                match self.mutate(|core, now| core.get(&token_hash, &[(node.clone(), count)], false, now))? {
-                    Ok(set) => self.granted(set, Some(&node)),
-                    Err(reason) => Ok(self.rejection(count, &reason)),
-                }
+                let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now))?;
+                self.get_answer(outcome, &token_hash, false, ask.max)
             }
-            Request::CollectiveGet { token, parts } => {
+            Request::CollectiveGet { token, parts, key } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
                 let total = parts.iter().map(|(_, n)| n).sum();
-                match self.mutate(|core, now| core.get(&token_hash, &parts, true, now))? {
-                    Ok(set) => self.granted(set, None),
-                    Err(reason) => Ok(self.rejection(total, &reason)),
+                let ask = Ask::exactly(total, key);
+                let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now))?;
+                self.get_answer(outcome, &token_hash, true, total)
+            }
+            Request::AwaitGet { token, request } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let until = tokio::time::Instant::now() + AWAIT_LIMIT;
+                loop {
+                    // Armed before looking, so that a change in between is not missed.
+                    let changed = self.changed.notified();
+                    tokio::pin!(changed);
+                    changed.as_mut().enable();
+                    let outcome = self.mutate(|core, _| core.await_get(&token_hash, request))?;
+                    if !matches!(outcome, GetOutcome::Waiting(_)) || tokio::time::Instant::now() >= until {
+                        return self.get_answer(outcome, &token_hash, false, 0);
+                    }
+                    let _ = tokio::time::timeout_at(until, changed).await;
                 }
             }
             Request::JoinSet { token, set } => {
@@ -460,11 +491,13 @@ impl Arm {
                 self.links.stop(&name);
                 Ok(Response::Done)
             }
-            Request::JobSubmit { id, nodes, acpn, user, walltime_s } => {
+            Request::JobSubmit { id, nodes, acpn, user, walltime_s, group } => {
                 let credential = keys::random_secret();
+                let group = group.or_else(|| self.config.accounts.get(&user).cloned()).unwrap_or_else(|| user.clone());
                 let job = Job {
                     id: id.clone(),
                     user,
+                    group,
                     nodes,
                     acpn,
                     walltime_s,
@@ -474,6 +507,7 @@ impl Arm {
                     credential_hash: keys::hash(&credential),
                     seq: 0,
                     ad_hoc: false,
+                    ended: None,
                 };
                 self.mutate(|core, now| core.submit(job, now))?;
                 Ok(Response::Submitted { id, credential })
@@ -482,17 +516,41 @@ impl Arm {
                 self.mutate(|core, now| core.end_job(&id, now))?;
                 Ok(Response::Done)
             }
-            Request::JobList => {
+            Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());
                 let view = |j: &Job| job_view(&core, j, starts.get(&j.id).copied().flatten());
-                Ok(Response::Jobs(core.jobs.values().map(view).collect()))
+                let shown = core.jobs.values().filter(|j| all || j.state != JobState::Ended);
+                Ok(Response::Jobs(shown.map(view).collect()))
             }
             Request::JobShow { id } => {
                 let core = self.core.lock().expect("core poisoned");
                 let job = core.jobs.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
                 let start = core.expected_start(&id, unix_now());
                 Ok(Response::Job(job_view(&core, job, start)))
+            }
+        }
+    }
+
+    /// The answer to an `AC_Get`: this node's share of a granted set (every node's for a
+    /// collective one), the rejection, or where a waiting request stands.
+    fn get_answer(&self, outcome: GetOutcome, token_hash: &str, collective: bool, asked: u32) -> Answer {
+        match outcome {
+            GetOutcome::Granted(set) => {
+                let node = self.core.lock().expect("core poisoned").session(token_hash)?.node.clone();
+                self.granted(set, (!collective).then_some(node.as_str()))
+            }
+            GetOutcome::Rejected(reason) if asked > 0 => Ok(self.rejection(asked, &reason)),
+            GetOutcome::Rejected(reason) => Ok(Response::Rejected { reason }),
+            GetOutcome::Waiting(request) => {
+                let core = self.core.lock().expect("core poisoned");
+                let deadline = core.pending.get(&request).map_or(0, |g| g.deadline);
+                Ok(Response::Waiting {
+                    request,
+                    idle: crate::policy::usable_free(&core.hosts) as u32,
+                    ahead: core.waiting_ahead(request),
+                    deadline,
+                })
             }
         }
     }
@@ -577,6 +635,7 @@ fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
     JobView {
         id: job.id.clone(),
         user: job.user.clone(),
+        group: job.group.clone(),
         nodes: job.nodes.clone(),
         acpn: job.acpn,
         state: match job.state {

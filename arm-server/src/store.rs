@@ -15,6 +15,9 @@ const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
+const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
+/// Single values of the core (the fairness ledger).
+const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("state");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 fn store_err(e: impl std::fmt::Display) -> ArmServerError {
@@ -51,6 +54,8 @@ impl Store {
             txn.open_table(JOBS).map_err(store_err)?;
             txn.open_table(SETS).map_err(store_err)?;
             txn.open_table(SESSIONS).map_err(store_err)?;
+            txn.open_table(PENDING).map_err(store_err)?;
+            txn.open_table(STATE).map_err(store_err)?;
             txn.open_table(META).map_err(store_err)?;
         }
         txn.commit().map_err(store_err)?;
@@ -77,6 +82,13 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.sessions.insert(k.value().to_string(), decode(v.value())?);
         }
+        for row in txn.open_table(PENDING).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.pending.insert(k.value(), decode(v.value())?);
+        }
+        if let Some(ledger) = txn.open_table(STATE).map_err(store_err)?.get("ledger").map_err(store_err)? {
+            core.ledger = decode(ledger.value())?;
+        }
         core.next_id =
             txn.open_table(META).map_err(store_err)?.get("next_id").map_err(store_err)?.map_or(0, |v| v.value());
         Ok(core)
@@ -92,6 +104,8 @@ impl Store {
                     Key::Job(k) => core.jobs.get(k).map(encode).transpose()?,
                     Key::Set(k) => core.sets.get(k).map(encode).transpose()?,
                     Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
+                    Key::Pending(k) => core.pending.get(k).map(encode).transpose()?,
+                    Key::Ledger => Some(encode(&core.ledger)?),
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
                 };
                 Ok((key.clone(), value))
@@ -110,6 +124,8 @@ impl Store {
             let mut jobs = txn.open_table(JOBS).map_err(store_err)?;
             let mut sets = txn.open_table(SETS).map_err(store_err)?;
             let mut sessions = txn.open_table(SESSIONS).map_err(store_err)?;
+            let mut pending = txn.open_table(PENDING).map_err(store_err)?;
+            let mut state = txn.open_table(STATE).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
             for (key, value) in changes {
                 let value = value.as_deref();
@@ -122,6 +138,10 @@ impl Store {
                     (Key::Set(k), None) => sets.remove(*k).map(drop),
                     (Key::Session(k), Some(v)) => sessions.insert(k.as_str(), v).map(drop),
                     (Key::Session(k), None) => sessions.remove(k.as_str()).map(drop),
+                    (Key::Pending(k), Some(v)) => pending.insert(*k, v).map(drop),
+                    (Key::Pending(k), None) => pending.remove(*k).map(drop),
+                    (Key::Ledger, Some(v)) => state.insert("ledger", v).map(drop),
+                    (Key::Ledger, None) => state.remove("ledger").map(drop),
                     (Key::NextId, v) => {
                         let id = v.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
                         meta.insert("next_id", id).map(drop)

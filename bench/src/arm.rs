@@ -48,8 +48,14 @@ impl Cluster {
     }
 
     async fn submit(&self, id: &str, acpn: u32) -> anyhow::Result<String> {
-        let request =
-            Request::JobSubmit { id: id.into(), nodes: vec!["n1".into()], acpn, user: "bench".into(), walltime_s: 0 };
+        let request = Request::JobSubmit {
+            id: id.into(),
+            nodes: vec!["n1".into()],
+            acpn,
+            user: "bench".into(),
+            walltime_s: 0,
+            group: None,
+        };
         match self.admin.request(request).await? {
             Response::Submitted { credential, .. } => Ok(credential),
             other => anyhow::bail!("unexpected {other:?}"),

@@ -182,7 +182,7 @@ async fn credentials_and_capabilities_are_checked() {
 async fn capability_of(c: &TestCluster, job: &str, cred: &str, node: &str) -> Vec<u8> {
     let client = ac_frontend::arm::ArmClient::connect(c.arm_options()).await.unwrap();
     let auth = JobAuth::Credential { job: job.into(), secret: cred.into() };
-    match client.request(Request::Init { auth, node: node.into() }).await.unwrap() {
+    match client.request(Request::Init { auth, node: node.into(), token: ac_proto::random_hex(32) }).await.unwrap() {
         ac_proto::arm::Response::Session { state: ac_proto::arm::SessionState::Bound(grants), .. } => {
             grants[0].capability.clone()
         }
@@ -194,7 +194,9 @@ async fn capability_of(c: &TestCluster, job: &str, cred: &str, node: &str) -> Ve
 async fn admin_requests_need_the_admin_certificate() {
     let c = TestCluster::start(1).await;
     let anonymous = ac_frontend::arm::ArmClient::connect(c.arm_options()).await.unwrap();
-    for request in [Request::HostList, Request::JobList, Request::HostRemove { name: "h0".into(), force: true }] {
+    for request in
+        [Request::HostList, Request::JobList { all: false }, Request::HostRemove { name: "h0".into(), force: true }]
+    {
         let err = anonymous.request(request).await.unwrap_err();
         assert_eq!(manager_error(&err), Some(ArmErrorKind::Unauthorized), "{err}");
     }
@@ -237,8 +239,14 @@ async fn forced_removal_revokes_and_tells_the_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_allocations_end_with_the_walltime() {
     let c = TestCluster::start(1).await;
-    let request =
-        Request::JobSubmit { id: "short".into(), nodes: vec!["n1".into()], acpn: 1, user: "u".into(), walltime_s: 1 };
+    let request = Request::JobSubmit {
+        id: "short".into(),
+        nodes: vec!["n1".into()],
+        acpn: 1,
+        user: "u".into(),
+        walltime_s: 1,
+        group: None,
+    };
     c.admin().await.request(request).await.unwrap();
     assert_eq!(c.job("short").await.state, "running");
     let ended = eventually(Duration::from_secs(4), || async { c.job("short").await.state == "ended" }).await;

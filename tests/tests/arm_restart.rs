@@ -22,7 +22,14 @@ async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
 }
 
 async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
-    let request = Request::JobSubmit { id: id.into(), nodes: vec!["n1".into()], acpn, user: "u".into(), walltime_s: 0 };
+    let request = Request::JobSubmit {
+        id: id.into(),
+        nodes: vec!["n1".into()],
+        acpn,
+        user: "u".into(),
+        walltime_s: 0,
+        group: None,
+    };
     match admin.request(request).await.unwrap() {
         Response::Submitted { credential, .. } => credential,
         other => panic!("not submitted: {other:?}"),

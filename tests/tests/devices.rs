@@ -61,7 +61,11 @@ async fn the_manager_allocates_every_device_of_a_host_and_capabilities_name_one(
     // The capability for one device does not open the other.
     let client = ac_frontend::arm::ArmClient::connect(c.arm_options()).await.unwrap();
     let auth = ac_proto::arm::JobAuth::Credential { job: "two".into(), secret: credential.clone() };
-    let grants = match client.request(ac_proto::arm::Request::Init { auth, node: "n1".into() }).await.unwrap() {
+    let grants = match client
+        .request(ac_proto::arm::Request::Init { auth, node: "n1".into(), token: ac_proto::random_hex(32) })
+        .await
+        .unwrap()
+    {
         ac_proto::arm::Response::Session { state: ac_proto::arm::SessionState::Bound(grants), .. } => grants,
         other => panic!("unexpected {other:?}"),
     };

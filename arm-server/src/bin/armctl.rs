@@ -102,14 +102,22 @@ enum JobCommand {
         /// Walltime, seconds (0: none).
         #[arg(long, default_value_t = 0)]
         walltime: u64,
+        /// The group (account) whose fairness limits apply (default: the manager's
+        /// `[accounts]` entry for the user, else the user).
+        #[arg(long)]
+        group: Option<String>,
     },
     /// End a job and release everything it holds.
     End {
         /// Job id.
         id: String,
     },
-    /// Every job.
-    List,
+    /// Queued and running jobs.
+    List {
+        /// Ended jobs too (kept for the manager's `job_retention_s`).
+        #[arg(long)]
+        all: bool,
+    },
     /// One job.
     Show {
         /// Job id.
@@ -134,15 +142,16 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         Command::Host(HostCommand::List) => Request::HostList,
         Command::Host(HostCommand::Drain { name, undo }) => Request::HostDrain { name: name.clone(), drain: !undo },
         Command::Host(HostCommand::Remove { name, force }) => Request::HostRemove { name: name.clone(), force: *force },
-        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime }) => Request::JobSubmit {
+        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime, group }) => Request::JobSubmit {
             id: job.clone(),
             nodes: nodes.clone(),
             acpn: *acpn,
             user: user.clone(),
             walltime_s: *walltime,
+            group: group.clone(),
         },
         Command::Job(JobCommand::End { id }) => Request::JobEnd { id: id.clone() },
-        Command::Job(JobCommand::List) => Request::JobList,
+        Command::Job(JobCommand::List { all }) => Request::JobList { all: *all },
         Command::Job(JobCommand::Show { id }) => Request::JobShow { id: id.clone() },
     })
 }
@@ -170,8 +179,8 @@ fn print_hosts(hosts: &[HostView]) {
 
 fn print_jobs(jobs: &[JobView]) {
     println!(
-        "{:<16} {:<10} {:<8} {:>4} {:<24} {:<10} ACCELERATORS",
-        "JOB", "USER", "STATE", "ACPN", "NODES", "STARTS IN"
+        "{:<16} {:<10} {:<10} {:<8} {:>4} {:<24} {:<10} ACCELERATORS",
+        "JOB", "USER", "GROUP", "STATE", "ACPN", "NODES", "STARTS IN"
     );
     let now = ac_proto::capability::unix_now();
     for j in jobs {
@@ -183,9 +192,10 @@ fn print_jobs(jobs: &[JobView]) {
         let mut accels: Vec<String> = j.static_accelerators.iter().map(|(n, a)| format!("{a}@{n}")).collect();
         accels.extend(j.dynamic_accelerators.iter().map(|(s, a)| format!("{a}(set {s})")));
         println!(
-            "{:<16} {:<10} {:<8} {:>4} {:<24} {:<10} {}",
+            "{:<16} {:<10} {:<10} {:<8} {:>4} {:<24} {:<10} {}",
             j.id,
             j.user,
+            j.group,
             j.state,
             j.acpn,
             j.nodes.join(","),
