@@ -196,18 +196,7 @@ impl TestCluster {
 
     /// Submits a job for `user` with a walltime (seconds, 0: none); returns its credential.
     pub async fn submit_as(&self, id: &str, nodes: &[&str], acpn: u32, user: &str, walltime_s: u64) -> String {
-        let request = ac_proto::arm::Request::JobSubmit {
-            id: id.into(),
-            nodes: nodes.iter().map(|s| s.to_string()).collect(),
-            acpn,
-            user: user.into(),
-            walltime_s,
-            group: None,
-        };
-        match self.admin().await.request(request).await.expect("submitted") {
-            ac_proto::arm::Response::Submitted { credential, .. } => credential,
-            other => panic!("unexpected {other:?}"),
-        }
+        submit_job(&self.admin().await, id, nodes, acpn, user, walltime_s).await
     }
 
     /// Session options for a job's node.
@@ -236,6 +225,29 @@ impl TestCluster {
             ac_proto::arm::Response::Hosts(hosts) => hosts,
             other => panic!("unexpected {other:?}"),
         }
+    }
+}
+
+/// Submits a job through an admin client; returns its credential.
+pub async fn submit_job(
+    admin: &ac_frontend::arm::ArmClient,
+    id: &str,
+    nodes: &[&str],
+    acpn: u32,
+    user: &str,
+    walltime_s: u64,
+) -> String {
+    let request = ac_proto::arm::Request::JobSubmit {
+        id: id.into(),
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        acpn,
+        user: user.into(),
+        walltime_s,
+        group: None,
+    };
+    match admin.request(request).await.expect("submitted") {
+        ac_proto::arm::Response::Submitted { credential, .. } => credential,
+        other => panic!("unexpected {other:?}"),
     }
 }
 
@@ -268,11 +280,20 @@ pub struct ArmProcess {
 
 impl ArmProcess {
     /// Starts `arm-server` on `listen` with its state in `dir`.
-    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
+        Self::start_with_config(dir, listen, "")
+    }
+
+    /// The same, with a TOML configuration (written to `dir/arm.toml`).
+    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
+    pub fn start_with_config(dir: &std::path::Path, listen: &str, toml: &str) -> Self {
         let addr_file = dir.join(format!("addr-{}", std::process::id()));
         let _ = std::fs::remove_file(&addr_file);
+        let config = dir.join("arm.toml");
+        std::fs::write(&config, toml).expect("configuration written");
         let child = std::process::Command::new(workspace_binary("arm-server"))
+            .arg("--config")
+            .arg(&config)
             .args(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"])
             .arg("--state-dir")
             .arg(dir)

@@ -351,6 +351,8 @@ pub struct JobView {
     pub static_accelerators: Vec<(String, String)>,
     /// (set, accelerator) held dynamically.
     pub dynamic_accelerators: Vec<(u64, String)>,
+    /// `AC_Get` requests of the job waiting for accelerators.
+    pub waiting_requests: u32,
 }
 
 /// Error categories.

@@ -653,5 +653,6 @@ fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
             .map(|(a, h)| (h.node.clone(), a.clone()))
             .collect(),
         dynamic_accelerators: held.iter().filter_map(|(a, h)| h.set.map(|s| (s, a.clone()))).collect(),
+        waiting_requests: core.pending.values().filter(|g| g.job == job.id && g.rejected.is_none()).count() as u32,
     }
 }

@@ -1,0 +1,250 @@
+//! What the scheduling core can do, through the real ARM, the SDK and the protocol: partial
+//! grants, requests that wait, groups, idempotent requests, and state that survives `kill -9`.
+
+use std::time::{Duration, Instant};
+
+use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_frontend::{GetRequest, Session, SessionOptions};
+use ac_proto::arm::{Ask, JobAuth, Request, Response, SessionState};
+use ac_tests::{computes, quick_tuning, submit_job, ArmProcess, TestBackend, TestCluster};
+
+/// A program's raw client: `Init` with a token of its own, then requests by hand.
+async fn raw_session(options: ArmOptions, job: &str, credential: &str, node: &str) -> (ArmClient, String) {
+    let client = ArmClient::connect(options).await.unwrap();
+    let token = ac_proto::random_hex(32);
+    let auth = JobAuth::Credential { job: job.into(), secret: credential.into() };
+    let init = Request::Init { auth, node: node.into(), token: token.clone() };
+    let Response::Session { state: SessionState::Bound(_), .. } = client.request(init).await.unwrap() else {
+        panic!("not bound")
+    };
+    (client, token)
+}
+
+fn ask(min: u32, max: u32, wait_s: u64) -> Ask {
+    Ask { min, max, wait_s, preemptible: false, key: ac_proto::random_hex(16) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_grant_gives_what_is_idle() {
+    let c = TestCluster::start(3).await;
+    let credential = c.submit("j", &["n1"], 1).await;
+    let session = Session::init(c.session_options("j", &credential, "n1")).await.unwrap();
+    assert!(session.get(3).await.unwrap().is_none(), "all or nothing: 3 asked, 2 idle");
+    let set = session.get_with(GetRequest::new(3).at_least(1)).await.unwrap().expect("a partial grant");
+    assert_eq!(set.handles.len(), 2);
+    for handle in &set.handles {
+        computes(&handle.acc).await.unwrap();
+    }
+    assert_eq!(c.job("j").await.dynamic_accelerators.len(), 2);
+    assert!(session.get_with(GetRequest::new(2).at_least(1)).await.unwrap().is_none(), "none idle now");
+    session.finalize().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_is_granted_when_another_job_frees_accelerators() {
+    let c = TestCluster::start(2).await;
+    let credential = c.submit("a", &["n1"], 1).await;
+    c.submit("b", &["n2"], 1).await;
+    let (client, token) = raw_session(c.arm_options(), "a", &credential, "n1").await;
+    let get = Request::Get { token: token.clone(), ask: ask(1, 1, 60) };
+    let Response::Waiting { request, idle, .. } = client.request(get).await.unwrap() else { panic!("not waiting") };
+    assert_eq!(idle, 0);
+    assert_eq!(c.job("a").await.waiting_requests, 1);
+    c.admin().await.request(Request::JobEnd { id: "b".into() }).await.unwrap();
+    let answer = client.request(Request::AwaitGet { token, request }).await.unwrap();
+    let Response::Granted { set, grants } = answer else { panic!("{answer:?}") };
+    assert_eq!((set, grants.len()), (request, 1));
+    let job = c.job("a").await;
+    assert_eq!((job.dynamic_accelerators.len(), job.waiting_requests), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_is_rejected_when_its_time_runs_out() {
+    let c = TestCluster::start(1).await;
+    let credential = c.submit("a", &["n1"], 1).await;
+    let session = Session::init(c.session_options("a", &credential, "n1")).await.unwrap();
+    let start = Instant::now();
+    let got = session.get_with(GetRequest::new(1).wait_up_to(Duration::from_secs(2))).await.unwrap();
+    assert!(got.is_none(), "nothing freed: rejected");
+    assert!(start.elapsed() >= Duration::from_secs(1), "it waited: {:?}", start.elapsed());
+    assert_eq!(c.job("a").await.waiting_requests, 0);
+    session.finalize().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_client_that_dies_leaves_nothing_pending() {
+    let c = TestCluster::start(2).await;
+    let credential = c.submit("a", &["n1"], 1).await;
+    c.submit("b", &["n2"], 1).await;
+    let (client, token) = raw_session(c.arm_options(), "a", &credential, "n1").await;
+    let Response::Waiting { .. } = client.request(Request::Get { token, ask: ask(1, 1, 600) }).await.unwrap() else {
+        panic!("not waiting")
+    };
+    client.close().await;
+    drop(client);
+    // The lease (1 s here) runs out; the request goes with the session.
+    let gone = ac_tests::eventually(Duration::from_secs(10), || async { c.job("a").await.waiting_requests == 0 }).await;
+    assert!(gone, "the dead program's request is still waiting");
+    c.admin().await.request(Request::JobEnd { id: "b".into() }).await.unwrap();
+    assert_eq!(c.job("a").await.dynamic_accelerators.len(), 0, "nobody was granted the freed accelerator");
+    assert_eq!(c.arm.free_accelerators(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_jobs_are_listed_only_when_asked() {
+    let c = TestCluster::start(1).await;
+    c.submit("done", &["n1"], 1).await;
+    let admin = c.admin().await;
+    admin.request(Request::JobEnd { id: "done".into() }).await.unwrap();
+    c.submit("live", &["n1"], 1).await;
+    let ids = |r: Response| match r {
+        Response::Jobs(jobs) => jobs.into_iter().map(|j| j.id).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(ids(admin.request(Request::JobList { all: false }).await.unwrap()), ["live"]);
+    assert_eq!(ids(admin.request(Request::JobList { all: true }).await.unwrap()), ["done", "live"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_manager_is_named_as_such() {
+    let tb = TestBackend::start(64).await;
+    // A port with nothing behind it (bound, then released).
+    let addr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut arm = ArmOptions::new(addr, tb.backend.ca_cert());
+    arm.tuning = quick_tuning();
+    let options = SessionOptions {
+        arm,
+        job: JobAuth::AdHoc { acpn: 1 },
+        node: "n1".into(),
+        init_timeout: None,
+        stripes: 1,
+        progress: false,
+    };
+    let err = Session::init(options).await.unwrap_err();
+    assert!(matches!(err, ac_frontend::Error::ManagerUnreachable { addr: a, .. } if a == addr), "{err:?}");
+    assert!(err.to_string().contains(&format!("the resource manager at {addr}")), "{err}");
+}
+
+async fn admin_of(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmClient {
+    let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
+    options.identity = Some((dir.join("admin.pem"), dir.join("admin.key")));
+    ArmClient::connect(options).await.expect("admin connects")
+}
+
+async fn add_hosts(admin: &ArmClient, backends: &[TestBackend]) {
+    for (i, b) in backends.iter().enumerate() {
+        let request = Request::HostAdd {
+            addr: b.backend.addr(),
+            name: format!("h{i}"),
+            server_name: "127.0.0.1".into(),
+            ca_pem: std::fs::read_to_string(b.backend.ca_cert()).unwrap(),
+            labels: vec![],
+        };
+        admin.request(request).await.unwrap();
+    }
+}
+
+fn program_options(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmOptions {
+    let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
+    options.tuning = quick_tuning();
+    options
+}
+
+async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
+    match admin.request(Request::JobShow { id: id.into() }).await.unwrap() {
+        Response::Job(view) => view,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A request retried after the manager crashed gets the answer the first one got, and an
+/// `AC_Get` left waiting is still waiting after the restart and is granted when units free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
+    let state = tempfile::tempdir().unwrap();
+    let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
+    let addr = arm.addr;
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let admin = admin_of(addr, state.path()).await;
+    add_hosts(&admin, &backends).await;
+    let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
+    let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
+    let (client_a, token_a) = raw_session(program_options(addr, state.path()), "a", &a, "n1").await;
+    let (client_b, token_b) = raw_session(program_options(addr, state.path()), "b", &b, "n2").await;
+    let once = Request::Get { token: token_a.clone(), ask: ask(1, 1, 0) };
+    let Response::Granted { set, grants } = client_a.request(once.clone()).await.unwrap() else { panic!() };
+    let waiting = Request::Get { token: token_b.clone(), ask: ask(1, 1, 600) };
+    let Response::Waiting { request, .. } = client_b.request(waiting.clone()).await.unwrap() else { panic!() };
+
+    arm.kill_9();
+    let _arm = ArmProcess::start(state.path(), &addr.to_string());
+    let admin = admin_of(addr, state.path()).await;
+    // The same requests again, as a client whose answer was lost would send them.
+    let Response::Granted { set: again, grants: same } = client_a.request(once).await.unwrap() else { panic!() };
+    let ids = |grants: &[ac_proto::arm::Grant]| grants.iter().map(|g| g.id.clone()).collect::<Vec<_>>();
+    assert_eq!((again, ids(&same)), (set, ids(&grants)), "the original answer, not a second set");
+    assert_eq!(job(&admin, "a").await.dynamic_accelerators.len(), 1);
+    let Response::Waiting { request: still, .. } = client_b.request(waiting).await.unwrap() else { panic!() };
+    assert_eq!(still, request);
+    assert_eq!(job(&admin, "b").await.waiting_requests, 1);
+
+    let free = Request::Free { token: token_a, set, accelerators: None };
+    client_a.request(free).await.unwrap();
+    let answer = client_b.request(Request::AwaitGet { token: token_b, request }).await.unwrap();
+    assert!(matches!(answer, Response::Granted { .. }), "{answer:?}");
+}
+
+/// Fairness limits per group: two users of one group share its delay budget, and the budget's
+/// charges survive `kill -9` of the manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_limit_holds_across_two_users_and_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let config = r#"
+        [accounts]
+        alice = "physics"
+        bob = "physics"
+
+        [scheduler.dynamic]
+        policy = "target-delay"
+
+        [scheduler.dynamic.groups.physics]
+        target_delay = 50
+    "#;
+    let arm = ArmProcess::start_with_config(state.path(), "127.0.0.1:0", config);
+    let addr = arm.addr;
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let admin = admin_of(addr, state.path()).await;
+    add_hosts(&admin, &backends).await;
+    // `evolving` ends in 90 s, `short` in 60 s; `big` (2 accelerators) starts when `short` ends.
+    // One more accelerator for `evolving` until its end delays `big` by about 30 s.
+    let evolving = submit_job(&admin, "evolving", &["n1"], 1, "evo", 90).await;
+    submit_job(&admin, "short", &["n2"], 1, "other", 60).await;
+    submit_job(&admin, "big-alice", &["n3"], 2, "alice", 60).await;
+    assert_eq!(job(&admin, "big-alice").await.group, "physics");
+    let options = |addr| SessionOptions {
+        arm: program_options(addr, state.path()),
+        job: JobAuth::Credential { job: "evolving".into(), secret: evolving.clone() },
+        node: "n1".into(),
+        init_timeout: Some(Duration::from_secs(5)),
+        stripes: 1,
+        progress: false,
+    };
+    let session = Session::init(options(addr)).await.unwrap();
+    let set = session.get(1).await.unwrap().expect("30 s of delay fit physics' 50");
+    session.free(set).await.unwrap();
+    session.finalize().await.unwrap();
+
+    arm.kill_9();
+    let _arm = ArmProcess::start_with_config(state.path(), &addr.to_string(), config);
+    let admin = admin_of(addr, state.path()).await;
+    admin.request(Request::JobEnd { id: "big-alice".into() }).await.unwrap();
+    submit_job(&admin, "big-bob", &["n3"], 2, "bob", 60).await;
+    let session = Session::init(options(addr)).await.unwrap();
+    assert!(session.get(1).await.unwrap().is_none(), "another 30 s would take physics past 50 s in total");
+
+    // A job of a user outside the group is not limited by it.
+    admin.request(Request::JobEnd { id: "big-bob".into() }).await.unwrap();
+    submit_job(&admin, "big-carol", &["n3"], 2, "carol", 60).await;
+    assert!(session.get(1).await.unwrap().is_some(), "carol is a group of her own");
+    session.finalize().await.unwrap();
+}
