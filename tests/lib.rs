@@ -400,3 +400,57 @@ pub fn saxpy_on_shared_handle(
         workers.into_iter().map(|w| w.join().expect("worker thread")).sum()
     })
 }
+
+/// An `ac-backend` process (CPU device) with its state in a directory of the caller's, so that
+/// it can be killed and started again as the same host.
+#[derive(Debug)]
+pub struct BackendProcess {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its address.
+    pub addr: std::net::SocketAddr,
+    /// Its state directory.
+    pub dir: std::path::PathBuf,
+}
+
+impl BackendProcess {
+    /// Starts `ac-backend` on `listen` with its state (certificates, trust, revocations) in `dir`.
+    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
+    pub fn start(dir: &std::path::Path, listen: &str) -> Self {
+        let addr_file = dir.join("addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let child = std::process::Command::new(workspace_binary("ac-backend"))
+            .args(["--listen", listen, "--device", "cpu", "--memory-mib", "64"])
+            .arg("--state-dir")
+            .arg(dir)
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("ac-backend starts");
+        let start = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&addr_file) {
+                if let Ok(addr) = text.trim().parse() {
+                    return Self { child, addr, dir: dir.to_path_buf() };
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "ac-backend did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill_9(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for BackendProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

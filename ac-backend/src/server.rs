@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_proto::backend::{close, DeviceInfo, Heartbeat, Hello, Preamble, Reply, Response, Revoke, ALPN, VERSION};
+use ac_proto::backend::{
+    close, DeviceInfo, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, ALPN, VERSION,
+};
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
@@ -250,16 +252,23 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
             loop {
                 tick.tick().await;
                 let heartbeat = Heartbeat { sessions: shared.registry.len() as u32, devices: shared.device_infos() };
-                if writer.send_frame(&heartbeat).await.is_err() {
+                if writer.send_frame(&Report::Heartbeat(heartbeat)).await.is_err() {
                     return;
                 }
             }
         })
     };
     while let Ok(Some(revoke)) = reader.read_frame::<Revoke>().await {
-        shared.trust.revoke(revoke.capability, revoke.expires);
+        let stored = shared.trust.revoke(revoke.capability, revoke.expires);
         let ended = shared.registry.revoke(revoke.capability);
         tracing::info!(capability = revoke.capability, ended, "capability revoked");
+        match stored {
+            // Acknowledged only once it survives a restart; otherwise the manager sends it again.
+            Ok(()) => {
+                let _ = writer.send_frame(&Report::Revoked { capability: revoke.capability }).await;
+            }
+            Err(e) => tracing::error!(error = %e, "cannot store a revocation; it holds until this process ends"),
+        }
     }
     beat.abort();
     conn.close(close::NORMAL.into(), b"registration ended");

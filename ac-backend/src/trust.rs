@@ -5,6 +5,10 @@
 //! present a capability signed by that key, for this host, unexpired and not revoked. The key is
 //! either pinned in the configuration or remembered from the first registration (`arm.pub` in the
 //! state directory); a manager with another key is refused.
+//!
+//! Revoked capabilities are kept on disk (`revoked` in the state directory, one `id expires` per
+//! line) until they expire, so that a backend restarted by a crash still refuses them. A
+//! revocation is acknowledged to the manager only once it is on disk.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -26,7 +30,9 @@ pub struct Trust {
     pinned: Option<[u8; 32]>,
     file: PathBuf,
     manager: Mutex<Option<Manager>>,
+    /// Revoked capability id -> when it expires anyway.
     revoked: Mutex<HashMap<u64, u64>>,
+    revoked_file: PathBuf,
 }
 
 /// Parses a 32-byte key written as 64 hex digits.
@@ -55,7 +61,18 @@ impl Trust {
             let (key, host) = text.trim().split_once(' ')?;
             Some(Manager { public_key: parse_key(key)?, host: host.to_string() })
         });
-        Self { pinned, file, manager: Mutex::new(manager), revoked: Mutex::new(HashMap::new()) }
+        let revoked_file = state_dir.join("revoked");
+        let now = unix_now();
+        let revoked = std::fs::read_to_string(&revoked_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let (id, expires) = line.split_once(' ')?;
+                Some((id.parse().ok()?, expires.parse().ok()?))
+            })
+            .filter(|(_, expires)| *expires > now)
+            .collect();
+        Self { pinned, file, manager: Mutex::new(manager), revoked: Mutex::new(revoked), revoked_file }
     }
 
     /// Whether sessions need capabilities.
@@ -110,11 +127,28 @@ impl Trust {
         Ok(Some(grant))
     }
 
-    /// Refuses a capability from now until it expires.
-    pub fn revoke(&self, id: u64, expires: u64) {
+    /// Refuses a capability from now until it expires, and records that on disk first: `Ok`
+    /// means a restart will still refuse it.
+    pub fn revoke(&self, id: u64, expires: u64) -> std::io::Result<()> {
         let mut revoked = self.revoked.lock().expect("trust poisoned");
         let now = unix_now();
         revoked.retain(|_, e| *e > now);
         revoked.insert(id, expires);
+        let text: String = revoked.iter().map(|(id, expires)| format!("{id} {expires}\n")).collect();
+        write_durably(&self.revoked_file, text.as_bytes())
     }
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves the old or the new contents, synced.
+fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }

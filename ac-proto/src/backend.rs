@@ -122,7 +122,7 @@ pub enum Hello {
     },
     /// The resource manager registers this backend: from now on sessions need capabilities
     /// signed by `public_key`. The backend answers [`Response::Devices`]; the stream then
-    /// carries [`Heartbeat`]s to the manager and [`Revoke`]s from it.
+    /// carries [`Report`]s to the manager and [`Revoke`]s from it.
     Register {
         /// The manager's Ed25519 public key.
         public_key: [u8; 32],
@@ -145,6 +145,19 @@ pub enum Hello {
 /// The bytes a registration proof signs.
 pub fn register_message(host: &str, time: u64) -> Vec<u8> {
     format!("ac-register:{host}:{time}").into_bytes()
+}
+
+/// What a backend sends on its registration stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// At every heartbeat interval.
+    Heartbeat(Heartbeat),
+    /// A [`Revoke`] is in force and stored: the backend refuses the capability until it
+    /// expires, restarts included. The manager may forget the revocation.
+    Revoked {
+        /// The capability's id.
+        capability: u64,
+    },
 }
 
 /// Sent by a backend on its registration stream at every heartbeat interval.

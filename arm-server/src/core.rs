@@ -22,6 +22,8 @@ pub enum Key {
     Session(String),
     /// A waiting dynamic request.
     Pending(u64),
+    /// A revocation a backend has not acknowledged: (host, capability).
+    Revocation(String, u64),
     /// The fairness ledger.
     Ledger,
     /// The id counter.
@@ -57,6 +59,9 @@ pub struct Core {
     /// Delay accounting of the dynamic fairness policy (stored: a restart keeps the
     /// interval's charges).
     pub ledger: arm_sched::Ledger,
+    /// Revocations sent but not yet acknowledged by their backend: (host, capability). Stored,
+    /// and sent again after a restart.
+    pub unacked: BTreeSet<(String, u64)>,
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }
@@ -172,6 +177,7 @@ impl Core {
             ));
         }
         for holder in held {
+            // Sent as the link closes; a removed host acknowledges nothing, so none is kept.
             self.revocations.push(Revocation { host: name.to_string(), capability: holder.capability });
             if let Some(set_id) = holder.set {
                 let prefix = format!("{name}/");
@@ -180,6 +186,10 @@ impl Core {
                     self.dirty.insert(Key::Set(set_id));
                 }
             }
+        }
+        let forgotten: Vec<(String, u64)> = self.unacked.iter().filter(|(h, _)| h == name).cloned().collect();
+        for (host, capability) in forgotten {
+            self.acknowledge(&host, capability);
         }
         self.dirty.insert(Key::Host(name.to_string()));
         Ok(self.hosts.remove(name).expect("checked above"))
@@ -282,9 +292,23 @@ impl Core {
         let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
         if let Some(device) = self.device_mut(accel) {
             if let Some(holder) = device.holder.take() {
-                self.revocations.push(Revocation { host: host.clone(), capability: holder.capability });
+                self.revoke(&host, holder.capability);
                 self.dirty.insert(Key::Host(host));
             }
+        }
+    }
+
+    /// Revokes a capability on its host: sent after the commit, kept until acknowledged.
+    fn revoke(&mut self, host: &str, capability: u64) {
+        self.revocations.push(Revocation { host: host.to_string(), capability });
+        self.unacked.insert((host.to_string(), capability));
+        self.dirty.insert(Key::Revocation(host.to_string(), capability));
+    }
+
+    /// A backend stored a revocation: it need not be sent again.
+    pub fn acknowledge(&mut self, host: &str, capability: u64) {
+        if self.unacked.remove(&(host.to_string(), capability)) {
+            self.dirty.insert(Key::Revocation(host.to_string(), capability));
         }
     }
 

@@ -1,13 +1,14 @@
 //! Links to the registered backends: the ARM registers itself (so backends accept only its
-//! capabilities), reads heartbeats to know they are up, and sends revocations. A link that
-//! breaks or goes silent marks the host down and is dialled again until the host returns.
+//! capabilities), reads heartbeats to know they are up, sends revocations and reads their
+//! acknowledgements. A link that breaks or goes silent marks the host down and is dialled again
+//! until the host returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_frontend::link::{self, ConnectOptions};
-use ac_proto::backend::{register_message, Heartbeat, Hello, Revoke};
+use ac_proto::backend::{register_message, Hello, Report, Revoke};
 use ac_proto::capability::{unix_now, Signer};
 use ac_proto::frame::frame_bytes;
 use ac_proto::transport::Tuning;
@@ -15,13 +16,23 @@ use tokio::sync::mpsc;
 
 use crate::model::Host;
 
-/// A host went up or down.
+/// What a link tells the manager.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkEvent {
-    /// The host.
-    pub host: String,
-    /// Up (heartbeats arrive) or down.
-    pub up: bool,
+pub enum LinkEvent {
+    /// A host went up (heartbeats arrive) or down.
+    Up {
+        /// The host.
+        host: String,
+        /// Up or down.
+        up: bool,
+    },
+    /// A host stored a revocation: the manager may forget it.
+    Revoked {
+        /// The host.
+        host: String,
+        /// The capability.
+        capability: u64,
+    },
 }
 
 struct Handle {
@@ -106,7 +117,7 @@ async fn run(
         match link::open(&options, link::client_crypto(&options).expect("CA checked at registration"), &hello).await {
             Ok(mut link) => {
                 warned = false;
-                let _ = events.send(LinkEvent { host: host.clone(), up: true });
+                let _ = events.send(LinkEvent::Up { host: host.clone(), up: true });
                 tracing::info!(host, "backend link up");
                 'serve: loop {
                     while let Some(revoke) = pending.first().copied() {
@@ -116,11 +127,13 @@ async fn run(
                         pending.remove(0);
                     }
                     tokio::select! {
-                        beat = tokio::time::timeout(timeout, link.reader.read_frame::<Heartbeat>()) => {
-                            if !matches!(beat, Ok(Ok(Some(_)))) {
-                                break 'serve;
+                        report = tokio::time::timeout(timeout, link.reader.read_frame::<Report>()) => match report {
+                            Ok(Ok(Some(Report::Heartbeat(_)))) => {}
+                            Ok(Ok(Some(Report::Revoked { capability }))) => {
+                                let _ = events.send(LinkEvent::Revoked { host: host.clone(), capability });
                             }
-                        }
+                            _ => break 'serve,
+                        },
                         revoke = revokes.recv() => match revoke {
                             Some(revoke) => pending.push(revoke),
                             None => {
@@ -137,12 +150,12 @@ async fn run(
                     }
                 }
                 link.connection.close(0u32.into(), b"link lost");
-                let _ = events.send(LinkEvent { host: host.clone(), up: false });
+                let _ = events.send(LinkEvent::Up { host: host.clone(), up: false });
                 tracing::warn!(host, "backend link down");
             }
             Err(e) => {
                 // Also when the link never came up: the host may have been marked up before.
-                let _ = events.send(LinkEvent { host: host.clone(), up: false });
+                let _ = events.send(LinkEvent::Up { host: host.clone(), up: false });
                 if !warned {
                     tracing::warn!(host, error = %e, "cannot reach backend");
                     warned = true;

@@ -140,6 +140,11 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     for host in core.hosts.values() {
         links.start(host);
     }
+    // Revocations the backends had not acknowledged before the restart go out again.
+    let expires = unix_now() + config.capability_ttl_s + 86_400;
+    for (host, capability) in &core.unacked {
+        links.revoke(host, *capability, expires);
+    }
     let mut leases = Leases::default();
     let grace = Instant::now() + Duration::from_millis(config.lease_ms);
     for token in core.sessions.keys() {
@@ -181,7 +186,12 @@ async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
 async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEvent>) {
     while let Some(event) = events.recv().await {
         let _ = arm.mutate(|core, now| {
-            core.set_up(&event.host, event.up, now);
+            match &event {
+                LinkEvent::Up { host, up } => {
+                    core.set_up(host, *up, now);
+                }
+                LinkEvent::Revoked { host, capability } => core.acknowledge(host, *capability),
+            }
             Ok(())
         });
     }

@@ -16,6 +16,8 @@ const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
+/// Revocations not yet acknowledged, by (host, capability).
+const REVOKED: TableDefinition<(&str, u64), ()> = TableDefinition::new("revoked");
 /// Single values of the core (the fairness ledger).
 const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("state");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -55,6 +57,7 @@ impl Store {
             txn.open_table(SETS).map_err(store_err)?;
             txn.open_table(SESSIONS).map_err(store_err)?;
             txn.open_table(PENDING).map_err(store_err)?;
+            txn.open_table(REVOKED).map_err(store_err)?;
             txn.open_table(STATE).map_err(store_err)?;
             txn.open_table(META).map_err(store_err)?;
         }
@@ -86,6 +89,11 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.pending.insert(k.value(), decode(v.value())?);
         }
+        for row in txn.open_table(REVOKED).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, _) = row.map_err(store_err)?;
+            let (host, capability) = k.value();
+            core.unacked.insert((host.to_string(), capability));
+        }
         if let Some(ledger) = txn.open_table(STATE).map_err(store_err)?.get("ledger").map_err(store_err)? {
             core.ledger = decode(ledger.value())?;
         }
@@ -105,6 +113,7 @@ impl Store {
                     Key::Set(k) => core.sets.get(k).map(encode).transpose()?,
                     Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
                     Key::Pending(k) => core.pending.get(k).map(encode).transpose()?,
+                    Key::Revocation(h, c) => core.unacked.contains(&(h.clone(), *c)).then(Vec::new),
                     Key::Ledger => Some(encode(&core.ledger)?),
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
                 };
@@ -125,6 +134,7 @@ impl Store {
             let mut sets = txn.open_table(SETS).map_err(store_err)?;
             let mut sessions = txn.open_table(SESSIONS).map_err(store_err)?;
             let mut pending = txn.open_table(PENDING).map_err(store_err)?;
+            let mut revoked = txn.open_table(REVOKED).map_err(store_err)?;
             let mut state = txn.open_table(STATE).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
             for (key, value) in changes {
@@ -140,6 +150,8 @@ impl Store {
                     (Key::Session(k), None) => sessions.remove(k.as_str()).map(drop),
                     (Key::Pending(k), Some(v)) => pending.insert(*k, v).map(drop),
                     (Key::Pending(k), None) => pending.remove(*k).map(drop),
+                    (Key::Revocation(h, c), Some(_)) => revoked.insert((h.as_str(), *c), ()).map(drop),
+                    (Key::Revocation(h, c), None) => revoked.remove((h.as_str(), *c)).map(drop),
                     (Key::Ledger, Some(v)) => state.insert("ledger", v).map(drop),
                     (Key::Ledger, None) => state.remove("ledger").map(drop),
                     (Key::NextId, v) => {
