@@ -114,7 +114,12 @@ async fn run(
             time,
             proof: signer.sign(&register_message(&host, time)),
         };
-        match link::open(&options, link::client_crypto(&options).expect("CA checked at registration"), &hello).await {
+        // The CA was checked at registration; a store edited since must not bring the task down.
+        let opened = match link::client_crypto(&options) {
+            Ok(crypto) => link::open(&options, crypto, &hello).await,
+            Err(e) => Err(e),
+        };
+        match opened {
             Ok(mut link) => {
                 warned = false;
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: true });

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use ac_backend::CopySettings;
 use ac_frontend::arm::{ArmClient, ArmOptions};
-use ac_frontend::{Session, SessionOptions};
-use ac_proto::arm::{JobAuth, Request, Response};
+use ac_frontend::{GetRequest, Session, SessionOptions};
+use ac_proto::arm::{Ask, JobAuth, Request, Response};
 use ac_proto::transport::Tuning;
 
 use crate::setup::{percentiles, InProcess};
@@ -164,4 +164,157 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
     session.finalize().await?;
     println!();
     Ok(())
+}
+
+/// A program's raw client with a bound session, for the protocol-level measurements.
+async fn raw_program(cluster: &Cluster, job: &str, credential: &str) -> anyhow::Result<(ArmClient, String)> {
+    let client = ArmClient::connect(ArmOptions::new(cluster.arm.addr(), cluster.arm.ca_cert())).await?;
+    let token = ac_proto::random_hex(32);
+    let auth = JobAuth::Credential { job: job.into(), secret: credential.into() };
+    client.request(Request::Init { auth, node: "n1".into(), token: token.clone() }).await?;
+    Ok((client, token))
+}
+
+fn ask(min: u32, max: u32, wait_s: u64) -> Ask {
+    Ask { min, max, wait_s, preemptible: false, key: ac_proto::random_hex(16) }
+}
+
+/// The scheduler API (issue 10): a `min..max` request against an all-or-nothing one of the same
+/// size, how soon a waiting request is granted once accelerators are released, and how long a
+/// restart with a large store takes to serve again.
+pub async fn scheduler_api(quick: bool) -> anyhow::Result<()> {
+    let reps = if quick { 5 } else { 100 };
+    let cluster = Cluster::start(7).await?;
+    println!("## Scheduler API (ARM and 7 CPU-device backends in-process, loopback, {reps} repetitions)\n");
+    println!("| operation | p50 ms | p99 ms |");
+    println!("|---|---|---|");
+    let credential = cluster.submit("dyn", 1).await?;
+    let session = Session::init(cluster.options("dyn", &credential)).await?;
+    let (mut exact, mut ranged) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        exact.push(timed_get(&session, 4).await?);
+        let start = Instant::now();
+        let set = session.get_with(GetRequest::new(4).at_least(1)).await?.ok_or_else(|| anyhow::anyhow!("rejected"))?;
+        ranged.push(start.elapsed());
+        anyhow::ensure!(set.handles.len() == 4, "a partial grant with 6 idle");
+        session.free(set).await?;
+    }
+    let (exact, _) = row("AC_Get of 4, all or nothing", exact);
+    let (ranged, _) = row("AC_Get of 1..4 (4 idle and granted)", ranged);
+    println!("| ... ratio | {:.2} | |", ranged / exact);
+    session.finalize().await?;
+    cluster.end("dyn").await?;
+
+    // Two programs hold every accelerator but one; `holder` takes it, `waiter` waits for it.
+    let holder_credential = cluster.submit("holder", 3).await?;
+    let waiter_credential = cluster.submit("waiter", 3).await?;
+    let (holder, holder_token) = raw_program(&cluster, "holder", &holder_credential).await?;
+    let (waiter, waiter_token) = raw_program(&cluster, "waiter", &waiter_credential).await?;
+    let waiter = std::sync::Arc::new(waiter);
+    let (mut after_release, mut release_alone) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let Response::Granted { set, .. } =
+            holder.request(Request::Get { token: holder_token.clone(), ask: ask(1, 1, 0) }).await?
+        else {
+            anyhow::bail!("the holder was not granted the idle accelerator");
+        };
+        let Response::Waiting { request, .. } =
+            waiter.request(Request::Get { token: waiter_token.clone(), ask: ask(1, 1, 60) }).await?
+        else {
+            anyhow::bail!("the waiter did not wait");
+        };
+        let (client, token) = (waiter.clone(), waiter_token.clone());
+        let granted = tokio::spawn(async move {
+            loop {
+                match client.request(Request::AwaitGet { token: token.clone(), request }).await? {
+                    Response::Granted { set, .. } => return Ok::<_, anyhow::Error>((Instant::now(), set)),
+                    Response::Waiting { .. } => continue,
+                    other => anyhow::bail!("unexpected {other:?}"),
+                }
+            }
+        });
+        // Let the AwaitGet reach the manager before the release.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let start = Instant::now();
+        holder.request(Request::Free { token: holder_token.clone(), set, accelerators: None }).await?;
+        release_alone.push(start.elapsed());
+        let (at, set) = granted.await??;
+        after_release.push(at - start);
+        waiter.request(Request::Free { token: waiter_token.clone(), set, accelerators: None }).await?;
+    }
+    row("AC_Free of 1 (the release itself, a round trip)", release_alone);
+    row("a waiting AC_Get: from the release's start to its grant", after_release);
+    println!();
+    restart_with_large_store(quick).await
+}
+
+/// Builds a store with `ended` ended and `live` queued jobs, then times a restart until the first
+/// request is answered.
+async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
+    use arm_server::core::{Core, Key};
+    use arm_server::model::{Device, Host, Job, JobState};
+    let (ended, live) = if quick { (1_000, 100) } else { (10_000, 1_000) };
+    let state = tempfile::tempdir()?;
+    let mut core = Core::default();
+    let mut keys = std::collections::BTreeSet::new();
+    let host = Host {
+        name: "h0".into(),
+        addr: "127.0.0.1:9".parse()?,
+        server_name: "127.0.0.1".into(),
+        ca_pem: String::new(),
+        labels: vec![],
+        draining: false,
+        up: false,
+        devices: (0..8).map(|i| Device { index: i, name: "cpu".into(), memory: 1, holder: None }).collect(),
+    };
+    keys.insert(Key::Host(host.name.clone()));
+    core.hosts.insert(host.name.clone(), host);
+    let now = ac_proto::capability::unix_now();
+    for i in 0..ended + live {
+        let id = format!("job-{i}");
+        let job = Job {
+            id: id.clone(),
+            user: format!("user{}", i % 50),
+            group: format!("group{}", i % 5),
+            nodes: vec!["n1".into()],
+            acpn: 1,
+            walltime_s: 3600,
+            submitted: now,
+            started: (i < ended).then_some(now),
+            ended: (i < ended).then_some(now),
+            state: if i < ended { JobState::Ended } else { JobState::Queued },
+            credential_hash: arm_server::keys::hash(&id),
+            seq: i as u64,
+            ad_hoc: false,
+        };
+        keys.insert(Key::Job(id.clone()));
+        core.jobs.insert(id, job);
+    }
+    {
+        let store = arm_server::store::Store::open(state.path())?;
+        store.commit(&arm_server::store::Store::snapshot(&core, &keys)?)?;
+    }
+    let config = arm_server::ArmConfig {
+        listen: "127.0.0.1:0".parse()?,
+        state_dir: state.path().to_path_buf(),
+        ..arm_server::ArmConfig::default()
+    };
+    let start = Instant::now();
+    let arm = arm_server::start(config).await?;
+    let mut options = ArmOptions::new(arm.addr(), arm.ca_cert());
+    options.identity = Some(arm.admin_identity());
+    let admin = ArmClient::connect(options).await?;
+    admin.request(Request::JobShow { id: format!("job-{}", ended + live - 1) }).await?;
+    let serving = start.elapsed();
+    println!("| restart with {ended} ended and {live} queued jobs | serving again after | ms |");
+    println!("|---|---|---|");
+    println!("| store of {} KiB | first answer | {:.1} |", dir_size(state.path()) >> 10, serving.as_secs_f64() * 1e3);
+    println!();
+    arm.shutdown().await;
+    Ok(())
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map_or(0, |entries| entries.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
 }

@@ -74,6 +74,7 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("arm") {
         rt.block_on(arm::latencies(args.quick))?;
+        rt.block_on(arm::scheduler_api(args.quick))?;
     }
     let gpu_asked = args.only.iter().any(|s| s == "gpu");
     if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {
