@@ -244,6 +244,7 @@ pub async fn submit_job(
         user: user.into(),
         walltime_s,
         group: None,
+        reservation: None,
     };
     match admin.request(request).await.expect("submitted") {
         ac_proto::arm::Response::Submitted { credential, .. } => credential,

@@ -152,6 +152,9 @@ pub enum Request {
         /// The user's group (account) for fairness limits; `None`: the ARM's `[accounts]`
         /// table, else the user's own name.
         group: Option<String>,
+        /// Run inside this advance reservation (of the same user): the job is planned at the
+        /// reservation's start, on its accelerators.
+        reservation: Option<u64>,
     },
     /// Admin: end a job, releasing everything it holds.
     JobEnd {
@@ -167,6 +170,28 @@ pub enum Request {
     JobShow {
         /// The job id.
         id: String,
+    },
+    /// Admin: reserve `count` accelerators from `start` for `duration_s`, for a user's jobs or
+    /// one queued job. Refused when it does not fit beside running jobs and other reservations.
+    /// Answers [`Response::Reservation`].
+    ReservationCreate {
+        /// Accelerators.
+        count: u32,
+        /// Unix time of the start (in the future).
+        start: u64,
+        /// Length, seconds.
+        duration_s: u64,
+        /// For this user's jobs (submitted with `reservation`), or ...
+        user: Option<String>,
+        /// ... for this queued job.
+        job: Option<String>,
+    },
+    /// Admin: every reservation not yet over.
+    ReservationList,
+    /// Admin: delete a reservation; its jobs are planned as ordinary jobs again.
+    ReservationDelete {
+        /// The reservation.
+        id: u64,
     },
 }
 
@@ -257,6 +282,29 @@ pub enum Response {
     Job(JobView),
     /// Jobs.
     Jobs(Vec<JobView>),
+    /// A reservation.
+    Reservation(ReservationView),
+    /// Reservations.
+    Reservations(Vec<ReservationView>),
+}
+
+/// An advance reservation as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationView {
+    /// Its id.
+    pub id: u64,
+    /// Accelerators reserved.
+    pub count: u32,
+    /// Unix time of the start.
+    pub start: u64,
+    /// Length, seconds.
+    pub duration_s: u64,
+    /// The user whose jobs may use it.
+    pub user: String,
+    /// The jobs planned in it.
+    pub jobs: Vec<String>,
+    /// `planned` or `active`.
+    pub state: String,
 }
 
 /// A session's static allocation.
@@ -353,6 +401,8 @@ pub struct JobView {
     pub dynamic_accelerators: Vec<(u64, String)>,
     /// `AC_Get` requests of the job waiting for accelerators.
     pub waiting_requests: u32,
+    /// The advance reservation it runs in.
+    pub reservation: Option<u64>,
 }
 
 /// Error categories.

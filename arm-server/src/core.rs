@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ac_proto::arm::{ArmError, ArmErrorKind, Ask, JobAuth};
 
-use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Session};
+use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Reservation, Session};
 use crate::policy::{usable_free, Decision, View};
 
 /// A key of the durable store that changed.
@@ -24,6 +24,8 @@ pub enum Key {
     Pending(u64),
     /// A revocation a backend has not acknowledged: (host, capability).
     Revocation(String, u64),
+    /// An advance reservation.
+    Reservation(u64),
     /// The fairness ledger.
     Ledger,
     /// The id counter.
@@ -52,6 +54,8 @@ pub struct Core {
     pub sessions: BTreeMap<String, Session>,
     /// Dynamic requests waiting for accelerators (or rejected, until their program learns it).
     pub pending: BTreeMap<u64, PendingGet>,
+    /// Advance reservations not yet over, by id.
+    pub reservations: BTreeMap<u64, Reservation>,
     /// Next id for jobs' order, sets and capabilities.
     pub next_id: u64,
     /// The scheduler's settings.
@@ -70,6 +74,15 @@ type Outcome<T> = Result<T, ArmError>;
 
 fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
     ArmError::new(kind, message)
+}
+
+/// Whose jobs may use a reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReservationOwner {
+    /// Jobs of this user submitted into it.
+    User(String),
+    /// This queued job.
+    Job(String),
 }
 
 /// The answer to an `AC_Get`.
@@ -119,7 +132,7 @@ impl Core {
     }
 
     fn view(&self, now: u64) -> View {
-        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, &self.pending, now)
+        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, &self.pending, &self.reservations, now)
     }
 
     fn keep_ledger(&mut self, view: &View) {
@@ -202,6 +215,15 @@ impl Core {
         }
         if job.nodes.is_empty() || job.acpn == 0 {
             return Err(err(ArmErrorKind::Invalid, "a job needs at least one node and acpn >= 1"));
+        }
+        if let Some(id) = job.reservation {
+            let r = self
+                .reservations
+                .get(&id)
+                .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no reservation {id}")))?;
+            if r.user != job.user {
+                return Err(err(ArmErrorKind::Invalid, format!("reservation {id} is for {}'s jobs", r.user)));
+            }
         }
         let total: usize = self.hosts.values().map(|h| h.devices.len()).sum();
         if job.nodes.len() * job.acpn as usize > total {
@@ -390,6 +412,7 @@ impl Core {
                     credential_hash: String::new(),
                     seq: 0,
                     ad_hoc: true,
+                    reservation: None,
                     ended: None,
                 };
                 self.submit(job, now)?;
@@ -564,6 +587,77 @@ impl Core {
         }
     }
 
+    /// Reserves `count` accelerators from `start` for `duration` seconds, for `user`'s jobs or
+    /// for one queued job; refused when it does not fit beside the running jobs and the other
+    /// reservations. Returns its id.
+    pub fn reserve(
+        &mut self,
+        count: u32,
+        start: u64,
+        duration: u64,
+        owner: ReservationOwner,
+        now: u64,
+    ) -> Outcome<u64> {
+        if count == 0 || duration == 0 {
+            return Err(err(ArmErrorKind::Invalid, "a reservation needs at least one accelerator and one second"));
+        }
+        if start <= now {
+            return Err(err(ArmErrorKind::Invalid, format!("the start ({start}) must be in the future (now {now})")));
+        }
+        let user = match &owner {
+            ReservationOwner::User(user) => user.clone(),
+            ReservationOwner::Job(id) => {
+                let job = self.jobs.get(id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
+                if job.state != JobState::Queued || job.reservation.is_some() {
+                    return Err(err(ArmErrorKind::Conflict, format!("job `{id}` is not queued outside a reservation")));
+                }
+                if job.nodes.len() as u32 * job.acpn > count {
+                    return Err(err(ArmErrorKind::Invalid, format!("job `{id}` needs more than {count} accelerators")));
+                }
+                job.user.clone()
+            }
+        };
+        self.view(now)
+            .reservation_fits(count, start, duration, now)
+            .map_err(|why| err(ArmErrorKind::Conflict, format!("the reservation does not fit: {why}")))?;
+        let id = self.fresh_id();
+        self.reservations.insert(id, Reservation { id, count, start, duration, user });
+        self.dirty.insert(Key::Reservation(id));
+        if let ReservationOwner::Job(job) = owner {
+            self.jobs.get_mut(&job).expect("checked").reservation = Some(id);
+            self.dirty.insert(Key::Job(job));
+        }
+        Ok(id)
+    }
+
+    /// Deletes a reservation: its queued jobs are planned as ordinary jobs again.
+    pub fn unreserve(&mut self, id: u64, now: u64) -> Outcome<()> {
+        self.reservations.remove(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no reservation {id}")))?;
+        self.dirty.insert(Key::Reservation(id));
+        self.leave_reservation(id);
+        self.schedule(now);
+        Ok(())
+    }
+
+    fn leave_reservation(&mut self, id: u64) {
+        let inside: Vec<String> =
+            self.jobs.values().filter(|j| j.reservation == Some(id)).map(|j| j.id.clone()).collect();
+        for job in inside {
+            self.jobs.get_mut(&job).expect("listed").reservation = None;
+            self.dirty.insert(Key::Job(job));
+        }
+    }
+
+    /// Forgets reservations that are over.
+    pub fn purge_reservations(&mut self, now: u64) {
+        let over: Vec<u64> = self.reservations.values().filter(|r| r.end() <= now).map(|r| r.id).collect();
+        for id in over {
+            self.reservations.remove(&id);
+            self.dirty.insert(Key::Reservation(id));
+            self.leave_reservation(id);
+        }
+    }
+
     /// Forgets jobs that ended `retention` seconds ago or more; returns how many.
     pub fn purge_ended(&mut self, now: u64, retention: u64) -> usize {
         let old: Vec<String> = self
@@ -690,6 +784,7 @@ mod tests {
             credential_hash: crate::keys::hash("secret"),
             seq: 0,
             ad_hoc: false,
+            reservation: None,
             ended: None,
         }
     }

@@ -100,6 +100,32 @@ pub struct Job {
     pub seq: u64,
     /// Ended with its session (the embedded default, no batch system).
     pub ad_hoc: bool,
+    /// The advance reservation it runs in.
+    pub reservation: Option<u64>,
+}
+
+/// An advance reservation: `count` accelerators from `start` for `duration` seconds, for the
+/// jobs of `user` that run in it. Nobody else's static start or dynamic grant may collide with
+/// it; its jobs are planned at its start, on its accelerators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Id.
+    pub id: u64,
+    /// Accelerators.
+    pub count: u32,
+    /// Unix time of the start.
+    pub start: u64,
+    /// Length, seconds.
+    pub duration: u64,
+    /// Whose jobs may run in it.
+    pub user: String,
+}
+
+impl Reservation {
+    /// Unix time of the end.
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(self.duration)
+    }
 }
 
 /// A dynamically granted set.

@@ -10,7 +10,7 @@ use arm_sched::{Config, DynOutcome, DynRequest, Event, JobSpec, Ledger, Planned,
 
 use ac_proto::arm::Ask;
 
-use crate::model::{Host, Job, JobState, PendingGet};
+use crate::model::{Host, Job, JobState, PendingGet, Reservation};
 
 /// The core's view of the ARM's pool, with the maps back to names.
 #[derive(Debug)]
@@ -23,15 +23,29 @@ pub struct View {
     pub jobs: BTreeMap<u64, String>,
 }
 
-fn spec(number: u64, job: &Job) -> JobSpec {
-    JobSpec {
+/// Priority that puts a queued job of an open reservation ahead of every other.
+const IN_OPEN_RESERVATION: i64 = 1 << 40;
+
+fn spec(number: u64, job: &Job, reservation: Option<&Reservation>, now: u64) -> JobSpec {
+    let mut spec = JobSpec {
         id: number,
         user: job.user.clone(),
         group: job.group.clone(),
         size: job.nodes.len() as u32 * job.acpn,
         walltime: (job.walltime_s > 0).then_some(job.walltime_s),
         ..Default::default()
+    };
+    match reservation {
+        // Planned at the reservation's start (the core needs a walltime for that).
+        Some(r) if job.state == JobState::Queued && r.start > now => {
+            spec.start_at = Some(r.start);
+            spec.walltime = Some(spec.walltime.unwrap_or(r.duration).min(r.duration));
+        }
+        // The reservation is open: first in line for the accelerators it holds.
+        Some(r) if job.state == JobState::Queued && r.end() > now => spec.priority = IN_OPEN_RESERVATION,
+        _ => {}
     }
+    spec
 }
 
 impl View {
@@ -43,6 +57,7 @@ impl View {
         hosts: &BTreeMap<String, Host>,
         jobs: &BTreeMap<String, Job>,
         pending: &BTreeMap<u64, PendingGet>,
+        reservations: &BTreeMap<u64, Reservation>,
         now: u64,
     ) -> Self {
         let mut scheduler = Scheduler::new(config.clone());
@@ -68,22 +83,30 @@ impl View {
         let mut ordered: Vec<&Job> = jobs.values().filter(|j| j.state != JobState::Ended).collect();
         ordered.sort_by_key(|j| j.seq);
         let mut numbers = BTreeMap::new();
+        let placeholders_from = ordered.len() as u64;
         for (number, job) in ordered.into_iter().enumerate() {
             let number = number as u64;
+            let reservation = job.reservation.and_then(|r| reservations.get(&r));
             let placed = match job.state {
                 JobState::Running => scheduler.insert_running(
-                    spec(number, job),
+                    spec(number, job, reservation, now),
                     job.submitted,
                     job.started.unwrap_or(now),
                     held.get(job.id.as_str()).map(Vec::as_slice).unwrap_or(&[]),
                 ),
-                _ => scheduler.submit(spec(number, job), job.submitted),
+                _ => scheduler.submit(spec(number, job, reservation, now), job.submitted),
             };
             // A job the pool can no longer hold (its hosts were removed) just is not planned.
             if placed.is_ok() {
                 numbers.insert(number, job.id.clone());
             }
         }
+        let free: Vec<UnitId> = hosts
+            .values()
+            .filter(|h| h.up && !h.draining)
+            .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none()).map(|d| unit_of[&h.accelerator_id(d.index)]))
+            .collect();
+        Self::hold_reservations(&mut scheduler, reservations, jobs, free, placeholders_from, now);
         let mut view = Self { scheduler, accelerators, jobs: numbers };
         for get in pending.values().filter(|g| g.rejected.is_none()) {
             if let Some(number) = view.number(&get.job) {
@@ -103,6 +126,64 @@ impl View {
         view
     }
 
+    /// Takes out of the pool what each reservation holds beyond the jobs planned in it: as an
+    /// advance reservation before its start, as a running placeholder on free accelerators while
+    /// it is open. Placeholders are scheduler jobs with no ARM job behind them (numbers from
+    /// `first`), so their events are ignored.
+    fn hold_reservations(
+        scheduler: &mut Scheduler,
+        reservations: &BTreeMap<u64, Reservation>,
+        jobs: &BTreeMap<String, Job>,
+        mut free: Vec<UnitId>,
+        first: u64,
+        now: u64,
+    ) {
+        for (number, r) in (first..).zip(reservations.values().filter(|r| r.end() > now)) {
+            let inside: u32 = jobs
+                .values()
+                .filter(|j| j.reservation == Some(r.id) && j.state != JobState::Ended)
+                .map(|j| j.nodes.len() as u32 * j.acpn)
+                .sum();
+            let rest = r.count.saturating_sub(inside);
+            if rest == 0 {
+                continue;
+            }
+            let holder = JobSpec {
+                id: number,
+                user: r.user.clone(),
+                group: r.user.clone(),
+                size: rest,
+                walltime: Some(r.duration),
+                start_at: Some(r.start),
+                ..Default::default()
+            };
+            // A reservation that no longer fits (hosts went down) holds what it can.
+            if r.start > now {
+                let _ = scheduler.submit(holder, now);
+            } else {
+                let take = free.len().min(rest as usize);
+                let units: Vec<UnitId> = free.drain(..take).collect();
+                let _ =
+                    scheduler.insert_running(JobSpec { size: units.len() as u32, ..holder }, r.start, r.start, &units);
+            }
+        }
+    }
+
+    /// Whether `reservation` fits: `count` accelerators from `start` for `duration`, beside the
+    /// running jobs and the other reservations.
+    pub fn reservation_fits(&self, count: u32, start: u64, duration: u64, now: u64) -> Result<(), String> {
+        let mut trial = self.scheduler.clone();
+        let spec = JobSpec {
+            id: u64::MAX,
+            user: String::new(),
+            size: count,
+            walltime: Some(duration),
+            start_at: Some(start),
+            ..Default::default()
+        };
+        trial.submit(spec, now).map_err(|e| e.to_string())
+    }
+
     fn number(&self, job: &str) -> Option<u64> {
         self.jobs.iter().find(|(_, id)| *id == job).map(|(n, _)| *n)
     }
@@ -113,7 +194,12 @@ impl View {
         let mut pass = Pass::default();
         for event in self.scheduler.schedule(now) {
             match event {
-                Event::Started { job, units, .. } => pass.started.push((self.jobs[&job].clone(), self.names(&units))),
+                // A reservation's placeholder has no ARM job: nothing to bind.
+                Event::Started { job, units, .. } => {
+                    if let Some(id) = self.jobs.get(&job) {
+                        pass.started.push((id.clone(), self.names(&units)));
+                    }
+                }
                 Event::Granted { request, units, .. } => pass.granted.push((request, self.names(&units))),
                 Event::Rejected { request, reason, .. } => pass.rejected.push((request, reason.to_string())),
                 Event::Preempted { .. } => {}

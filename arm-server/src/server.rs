@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::arm::{
     AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Ask, Grant, HostView, JobAuth, JobView, Request,
-    Response, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
+    ReservationView, Response, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
 };
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
@@ -23,10 +23,10 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::ArmConfig;
-use crate::core::{Core, GetOutcome, StaticState};
+use crate::core::{Core, GetOutcome, ReservationOwner, StaticState};
 use crate::keys;
 use crate::links::{LinkEvent, Links};
-use crate::model::{Device, Holder, Host, Job, JobState};
+use crate::model::{Device, Holder, Host, Job, JobState, Reservation};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
@@ -222,6 +222,7 @@ async fn expire_loop(arm: Arc<Arm>) {
             }
             // Waiting requests whose deadline passed are rejected by the pass.
             core.schedule(now);
+            core.purge_reservations(now);
             let purged = core.purge_ended(now, retention);
             if purged > 0 {
                 tracing::info!(purged, "ended jobs past their retention purged");
@@ -398,6 +399,9 @@ impl Arm {
                 | Request::JobEnd { .. }
                 | Request::JobList { .. }
                 | Request::JobShow { .. }
+                | Request::ReservationCreate { .. }
+                | Request::ReservationList
+                | Request::ReservationDelete { .. }
         );
         if needs_admin && !admin {
             return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
@@ -501,7 +505,7 @@ impl Arm {
                 self.links.stop(&name);
                 Ok(Response::Done)
             }
-            Request::JobSubmit { id, nodes, acpn, user, walltime_s, group } => {
+            Request::JobSubmit { id, nodes, acpn, user, walltime_s, group, reservation } => {
                 let credential = keys::random_secret();
                 let group = group.or_else(|| self.config.accounts.get(&user).cloned()).unwrap_or_else(|| user.clone());
                 let job = Job {
@@ -517,6 +521,7 @@ impl Arm {
                     credential_hash: keys::hash(&credential),
                     seq: 0,
                     ad_hoc: false,
+                    reservation,
                     ended: None,
                 };
                 self.mutate(|core, now| core.submit(job, now))?;
@@ -532,6 +537,27 @@ impl Arm {
                 let view = |j: &Job| job_view(&core, j, starts.get(&j.id).copied().flatten());
                 let shown = core.jobs.values().filter(|j| all || j.state != JobState::Ended);
                 Ok(Response::Jobs(shown.map(view).collect()))
+            }
+            Request::ReservationCreate { count, start, duration_s, user, job } => {
+                let owner = match (user, job) {
+                    (Some(user), None) => ReservationOwner::User(user),
+                    (None, Some(job)) => ReservationOwner::Job(job),
+                    _ => return Err(err(ArmErrorKind::Invalid, "a reservation is for a user or for a job")),
+                };
+                let id = self.mutate(|core, now| core.reserve(count, start, duration_s, owner, now))?;
+                let core = self.core.lock().expect("core poisoned");
+                Ok(Response::Reservation(reservation_view(&core, &core.reservations[&id], unix_now())))
+            }
+            Request::ReservationList => {
+                let core = self.core.lock().expect("core poisoned");
+                let now = unix_now();
+                Ok(Response::Reservations(
+                    core.reservations.values().map(|r| reservation_view(&core, r, now)).collect(),
+                ))
+            }
+            Request::ReservationDelete { id } => {
+                self.mutate(|core, now| core.unreserve(id, now))?;
+                Ok(Response::Done)
             }
             Request::JobShow { id } => {
                 let core = self.core.lock().expect("core poisoned");
@@ -640,6 +666,18 @@ fn host_view(host: &Host) -> HostView {
     }
 }
 
+fn reservation_view(core: &Core, r: &Reservation, now: u64) -> ReservationView {
+    ReservationView {
+        id: r.id,
+        count: r.count,
+        start: r.start,
+        duration_s: r.duration,
+        user: r.user.clone(),
+        jobs: core.jobs.values().filter(|j| j.reservation == Some(r.id)).map(|j| j.id.clone()).collect(),
+        state: if r.start > now { "planned" } else { "active" }.into(),
+    }
+}
+
 fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
     let held = core.held_by(&job.id);
     JobView {
@@ -664,5 +702,6 @@ fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
             .collect(),
         dynamic_accelerators: held.iter().filter_map(|(a, h)| h.set.map(|s| (s, a.clone()))).collect(),
         waiting_requests: core.pending.values().filter(|g| g.job == job.id && g.rejected.is_none()).count() as u32,
+        reservation: job.reservation,
     }
 }

@@ -16,6 +16,7 @@ const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
+const RESERVATIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("reservations");
 /// Revocations not yet acknowledged, by (host, capability).
 const REVOKED: TableDefinition<(&str, u64), ()> = TableDefinition::new("revoked");
 /// Single values of the core (the fairness ledger).
@@ -57,6 +58,7 @@ impl Store {
             txn.open_table(SETS).map_err(store_err)?;
             txn.open_table(SESSIONS).map_err(store_err)?;
             txn.open_table(PENDING).map_err(store_err)?;
+            txn.open_table(RESERVATIONS).map_err(store_err)?;
             txn.open_table(REVOKED).map_err(store_err)?;
             txn.open_table(STATE).map_err(store_err)?;
             txn.open_table(META).map_err(store_err)?;
@@ -89,6 +91,10 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.pending.insert(k.value(), decode(v.value())?);
         }
+        for row in txn.open_table(RESERVATIONS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.reservations.insert(k.value(), decode(v.value())?);
+        }
         for row in txn.open_table(REVOKED).map_err(store_err)?.iter().map_err(store_err)? {
             let (k, _) = row.map_err(store_err)?;
             let (host, capability) = k.value();
@@ -113,6 +119,7 @@ impl Store {
                     Key::Set(k) => core.sets.get(k).map(encode).transpose()?,
                     Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
                     Key::Pending(k) => core.pending.get(k).map(encode).transpose()?,
+                    Key::Reservation(k) => core.reservations.get(k).map(encode).transpose()?,
                     Key::Revocation(h, c) => core.unacked.contains(&(h.clone(), *c)).then(Vec::new),
                     Key::Ledger => Some(encode(&core.ledger)?),
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
@@ -135,6 +142,7 @@ impl Store {
             let mut sessions = txn.open_table(SESSIONS).map_err(store_err)?;
             let mut pending = txn.open_table(PENDING).map_err(store_err)?;
             let mut revoked = txn.open_table(REVOKED).map_err(store_err)?;
+            let mut reservations = txn.open_table(RESERVATIONS).map_err(store_err)?;
             let mut state = txn.open_table(STATE).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
             for (key, value) in changes {
@@ -150,6 +158,8 @@ impl Store {
                     (Key::Session(k), None) => sessions.remove(k.as_str()).map(drop),
                     (Key::Pending(k), Some(v)) => pending.insert(*k, v).map(drop),
                     (Key::Pending(k), None) => pending.remove(*k).map(drop),
+                    (Key::Reservation(k), Some(v)) => reservations.insert(*k, v).map(drop),
+                    (Key::Reservation(k), None) => reservations.remove(*k).map(drop),
                     (Key::Revocation(h, c), Some(_)) => revoked.insert((h.as_str(), *c), ()).map(drop),
                     (Key::Revocation(h, c), None) => revoked.remove((h.as_str(), *c)).map(drop),
                     (Key::Ledger, Some(v)) => state.insert("ledger", v).map(drop),

@@ -55,6 +55,7 @@ impl Cluster {
             user: "bench".into(),
             walltime_s: 0,
             group: None,
+            reservation: None,
         };
         match self.admin.request(request).await? {
             Response::Submitted { credential, .. } => Ok(credential),
@@ -286,6 +287,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
             credential_hash: arm_server::keys::hash(&id),
             seq: i as u64,
             ad_hoc: false,
+            reservation: None,
         };
         keys.insert(Key::Job(id.clone()));
         core.jobs.insert(id, job);

@@ -29,6 +29,7 @@ async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
         user: "u".into(),
         walltime_s: 0,
         group: None,
+        reservation: None,
     };
     match admin.request(request).await.unwrap() {
         Response::Submitted { credential, .. } => credential,

@@ -248,3 +248,56 @@ async fn a_group_limit_holds_across_two_users_and_a_restart() {
     assert!(session.get(1).await.unwrap().is_some(), "carol is a group of her own");
     session.finalize().await.unwrap();
 }
+
+/// An advance reservation: static starts and dynamic grants of other users plan around it, it is
+/// refused where it does not fit, and its own job starts in it at its start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_is_respected_by_static_and_dynamic_decisions() {
+    let c = TestCluster::start(2).await;
+    let admin = c.admin().await;
+    let start = ac_proto::capability::unix_now() + 3;
+    let create = |count, start, user: &str| Request::ReservationCreate {
+        count,
+        start,
+        duration_s: 60,
+        user: Some(user.into()),
+        job: None,
+    };
+    let Response::Reservation(reservation) = admin.request(create(1, start, "carol")).await.unwrap() else { panic!() };
+    assert_eq!(reservation.state, "planned");
+
+    // `a` fits beside the reservation; `b` would hold the reserved accelerator past its start.
+    let a = c.submit_as("a", &["n1"], 1, "alice", 3600).await;
+    assert_eq!(c.job("a").await.state, "running");
+    c.submit_as("b", &["n2"], 1, "bob", 3600).await;
+    let b = c.job("b").await;
+    assert_eq!(b.state, "queued", "a static start collided with the reservation");
+    assert!(b.expected_start.unwrap() >= start + 60, "planned after the reservation: {:?}", b.expected_start);
+    // A dynamic grant until `a`'s walltime would collide too.
+    let session = Session::init(c.session_options("a", &a, "n1")).await.unwrap();
+    assert!(session.get(1).await.unwrap().is_none(), "a dynamic grant collided with the reservation");
+    // A second reservation that does not fit is refused.
+    let err = admin.request(create(2, start + 5, "dave")).await.unwrap_err();
+    assert!(matches!(err, ac_frontend::Error::Manager { kind: ac_proto::arm::ArmErrorKind::Conflict, .. }), "{err}");
+
+    // carol's job runs in it, at its start.
+    let request = Request::JobSubmit {
+        id: "d".into(),
+        nodes: vec!["n3".into()],
+        acpn: 1,
+        user: "carol".into(),
+        walltime_s: 30,
+        group: None,
+        reservation: Some(reservation.id),
+    };
+    admin.request(request).await.unwrap();
+    let d = c.job("d").await;
+    assert_eq!((d.state.as_str(), d.expected_start, d.reservation), ("queued", Some(start), Some(reservation.id)));
+    let started = ac_tests::eventually(Duration::from_secs(10), || async { c.job("d").await.state == "running" }).await;
+    assert!(started, "the reservation's job did not start");
+    assert!(ac_proto::capability::unix_now() >= start, "started before the reservation");
+    assert_eq!(c.job("b").await.state, "queued");
+    let Response::Reservations(list) = admin.request(Request::ReservationList).await.unwrap() else { panic!() };
+    assert_eq!((list[0].state.as_str(), list[0].jobs.clone()), ("active", vec!["d".to_string()]));
+    session.finalize().await.unwrap();
+}

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ac_frontend::arm::{ArmClient, ArmOptions};
-use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, Response};
+use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, ReservationView, Response};
 use clap::{Parser, Subcommand};
 
 /// Manage the accelerator pool and jobs.
@@ -42,6 +42,55 @@ enum Command {
     /// Jobs.
     #[command(subcommand)]
     Job(JobCommand),
+    /// Advance reservations.
+    #[command(subcommand)]
+    Reservation(ReservationCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ReservationCommand {
+    /// Reserve accelerators for a user's jobs (submitted with `job submit --reservation ID`) or
+    /// for one queued job. Refused when it does not fit beside running jobs and other
+    /// reservations.
+    Create {
+        /// Accelerators.
+        #[arg(long)]
+        count: u32,
+        /// Start: Unix time, or `+SECONDS` from now.
+        #[arg(long, value_parser = parse_start)]
+        start: Start,
+        /// Length, seconds.
+        #[arg(long)]
+        duration: u64,
+        /// For this user's jobs.
+        #[arg(long, conflicts_with = "job", required_unless_present = "job")]
+        user: Option<String>,
+        /// For this queued job.
+        #[arg(long)]
+        job: Option<String>,
+    },
+    /// Reservations not yet over.
+    List,
+    /// Delete a reservation; its jobs are planned as ordinary jobs again.
+    Delete {
+        /// Reservation id.
+        id: u64,
+    },
+}
+
+/// A start time as given on the command line.
+#[derive(Debug, Clone, Copy)]
+enum Start {
+    At(u64),
+    In(u64),
+}
+
+fn parse_start(s: &str) -> Result<Start, String> {
+    let number = |t: &str| t.parse::<u64>().map_err(|e| format!("`{s}`: {e}"));
+    match s.strip_prefix('+') {
+        Some(rest) => Ok(Start::In(number(rest)?)),
+        None => Ok(Start::At(number(s)?)),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,6 +155,9 @@ enum JobCommand {
         /// `[accounts]` entry for the user, else the user).
         #[arg(long)]
         group: Option<String>,
+        /// Run inside this advance reservation (one of the same user).
+        #[arg(long)]
+        reservation: Option<u64>,
     },
     /// End a job and release everything it holds.
     End {
@@ -142,18 +194,53 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         Command::Host(HostCommand::List) => Request::HostList,
         Command::Host(HostCommand::Drain { name, undo }) => Request::HostDrain { name: name.clone(), drain: !undo },
         Command::Host(HostCommand::Remove { name, force }) => Request::HostRemove { name: name.clone(), force: *force },
-        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime, group }) => Request::JobSubmit {
-            id: job.clone(),
-            nodes: nodes.clone(),
-            acpn: *acpn,
-            user: user.clone(),
-            walltime_s: *walltime,
-            group: group.clone(),
-        },
+        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime, group, reservation }) => {
+            Request::JobSubmit {
+                id: job.clone(),
+                nodes: nodes.clone(),
+                acpn: *acpn,
+                user: user.clone(),
+                walltime_s: *walltime,
+                group: group.clone(),
+                reservation: *reservation,
+            }
+        }
         Command::Job(JobCommand::End { id }) => Request::JobEnd { id: id.clone() },
         Command::Job(JobCommand::List { all }) => Request::JobList { all: *all },
         Command::Job(JobCommand::Show { id }) => Request::JobShow { id: id.clone() },
+        Command::Reservation(ReservationCommand::Create { count, start, duration, user, job }) => {
+            let start = match *start {
+                Start::At(t) => t,
+                Start::In(seconds) => ac_proto::capability::unix_now() + seconds,
+            };
+            Request::ReservationCreate {
+                count: *count,
+                start,
+                duration_s: *duration,
+                user: user.clone(),
+                job: job.clone(),
+            }
+        }
+        Command::Reservation(ReservationCommand::List) => Request::ReservationList,
+        Command::Reservation(ReservationCommand::Delete { id }) => Request::ReservationDelete { id: *id },
     })
+}
+
+fn print_reservations(reservations: &[ReservationView]) {
+    println!("{:>6} {:>5} {:<8} {:<10} {:>10} {:>10} JOBS", "ID", "COUNT", "STATE", "USER", "STARTS IN", "LASTS");
+    let now = ac_proto::capability::unix_now();
+    for r in reservations {
+        println!(
+            "{:>6} {:>5} {:<8} {:<10} {:>10} {:>10} {}",
+            r.id,
+            r.count,
+            r.state,
+            r.user,
+            format!("{}s", r.start.saturating_sub(now)),
+            format!("{}s", r.duration_s),
+            r.jobs.join(",")
+        );
+    }
 }
 
 fn print_hosts(hosts: &[HostView]) {
@@ -220,6 +307,8 @@ fn print(response: &Response, json: bool) {
             println!("ARM_JOB_ID={id}");
             println!("ARM_JOB_CREDENTIAL={credential}");
         }
+        Response::Reservations(reservations) => print_reservations(reservations),
+        Response::Reservation(reservation) => print_reservations(std::slice::from_ref(reservation)),
         Response::Done => println!("done"),
         other => println!("{other:?}"),
     }
