@@ -214,7 +214,7 @@ impl TestCluster {
     /// A job's view.
     pub async fn job(&self, id: &str) -> ac_proto::arm::JobView {
         match self.admin().await.request(ac_proto::arm::Request::JobShow { id: id.into() }).await.expect("job") {
-            ac_proto::arm::Response::Job(view) => view,
+            ac_proto::arm::Response::Job(view) => *view,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -245,6 +245,7 @@ pub async fn submit_job(
         walltime_s,
         group: None,
         reservation: None,
+        peak: None,
     };
     match admin.request(request).await.expect("submitted") {
         ac_proto::arm::Response::Submitted { credential, .. } => credential,

@@ -51,6 +51,7 @@ mod replies;
 mod session;
 mod stream;
 
+pub use ac_proto::arm::Preemption;
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
 pub use accelerator::{Accelerator, CopyOptions};
 pub use buffer::DeviceBuffer;

@@ -4,11 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use ac_proto::arm::{Ask, Grant, JobAuth, Request, Response, SessionState};
+use std::sync::{Arc, Mutex};
+
+use ac_proto::arm::{Ask, Grant, JobAuth, Preemption, Request, Response, SessionState};
 use ac_proto::transport;
 use ac_proto::transport::Tuning;
 use futures_util::future::try_join_all;
 use quinn::Endpoint;
+use tokio::sync::mpsc;
 
 use crate::arm::{ArmClient, ArmOptions};
 use crate::{Accelerator, ConnectOptions, Error, Result};
@@ -140,10 +143,25 @@ pub struct DynamicSet {
     pub handles: Vec<Handle>,
 }
 
+/// Where the preemptions of a session's loans go: to the program, if it listens.
+type Listener = Arc<Mutex<Option<mpsc::UnboundedSender<Preemption>>>>;
+
+/// The task that watches the manager for news of the session; stopped with the session.
+#[derive(Debug)]
+struct Watcher(tokio::task::JoinHandle<()>);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A program's session.
 #[derive(Debug)]
 pub struct Session {
-    client: ArmClient,
+    client: Arc<ArmClient>,
+    listener: Listener,
+    _watcher: Watcher,
     token: String,
     job: String,
     node: String,
@@ -195,8 +213,13 @@ impl Session {
             match state {
                 SessionState::Bound(grants) => {
                     let handles = connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint).await?;
+                    let client = Arc::new(client);
+                    let listener = Listener::default();
+                    let watcher = Watcher(tokio::spawn(watch(client.clone(), token.clone(), listener.clone())));
                     return Ok(Self {
                         client,
+                        listener,
+                        _watcher: watcher,
                         token,
                         job,
                         node: options.node,
@@ -325,15 +348,54 @@ impl Session {
         Ok(())
     }
 
+    /// Preemptions of this session's preemptible sets: accelerators their owner took back,
+    /// usable until `revoke_at`. Without a listener they are reported on stderr.
+    pub fn preemptions(&self) -> mpsc::UnboundedReceiver<Preemption> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.listener.lock().expect("listener poisoned") = Some(tx);
+        rx
+    }
+
     /// `AC_Finalize`: releases every dynamic set and ends the session.
     #[doc(alias = "AC_Finalize")]
     pub async fn finalize(self) -> Result<()> {
+        drop(self._watcher);
         close_handles(self.handles).await;
         let result = self.client.request(Request::Finalize { token: self.token.clone() }).await.map(drop);
         // Let the closes of the accelerators' connections leave before the program may exit.
         let drained = tokio::time::timeout(Duration::from_millis(100), self.endpoint.wait_idle());
         let _ = tokio::join!(self.client.close(), drained);
         result
+    }
+}
+
+/// Asks the manager for news of the session (a long poll) until the session ends, and hands
+/// each preemption to the program's listener, or to stderr.
+async fn watch(client: Arc<ArmClient>, token: String, listener: Listener) {
+    loop {
+        match client.request(Request::Notices { token: token.clone() }).await {
+            Ok(Response::Notices(notices)) => {
+                for notice in notices {
+                    tell(&listener, notice);
+                }
+            }
+            // The session is gone (finalized, or its job ended): nothing more will come.
+            Err(Error::Manager { kind: ac_proto::arm::ArmErrorKind::Unauthorized, .. }) => return,
+            Ok(_) | Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+fn tell(listener: &Listener, notice: Preemption) {
+    let delivered =
+        listener.lock().expect("listener poisoned").as_ref().is_some_and(|tx| tx.send(notice.clone()).is_ok());
+    if !delivered {
+        let left = notice.revoke_at.saturating_sub(ac_proto::capability::unix_now());
+        eprintln!(
+            "AC: the owner took back {} of preemptible set {}; they stop working in {left} s",
+            notice.accelerators.join(", "),
+            notice.set
+        );
     }
 }
 

@@ -155,11 +155,21 @@ pub enum Request {
         /// Run inside this advance reservation (of the same user): the job is planned at the
         /// reservation's start, on its accelerators.
         reservation: Option<u64>,
+        /// A pre-allocation (CooRMv2): this many accelerators in all are set aside when the job
+        /// starts; it grows into them without asking the fairness policy, and others may borrow
+        /// the unused ones preemptibly.
+        peak: Option<u32>,
     },
     /// Admin: end a job, releasing everything it holds.
     JobEnd {
         /// The job id.
         id: String,
+    },
+    /// Waits (up to about a second) for news of this session: accelerators of its preemptible
+    /// sets taken back by their owners. Answers [`Response::Notices`] (possibly empty).
+    Notices {
+        /// The session token.
+        token: String,
     },
     /// Admin: the jobs, ended ones only when `all`.
     JobList {
@@ -279,13 +289,27 @@ pub enum Response {
         credential: String,
     },
     /// A job.
-    Job(JobView),
+    Job(Box<JobView>),
     /// Jobs.
     Jobs(Vec<JobView>),
+    /// News of a session.
+    Notices(Vec<Preemption>),
     /// A reservation.
     Reservation(ReservationView),
     /// Reservations.
     Reservations(Vec<ReservationView>),
+}
+
+/// Accelerators of a preemptible set that their owner took back: the borrower may go on using
+/// them until `revoke_at`, then their capabilities are revoked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preemption {
+    /// The borrower's set.
+    pub set: u64,
+    /// The accelerators taken back.
+    pub accelerators: Vec<String>,
+    /// Unix time when their capabilities are revoked.
+    pub revoke_at: u64,
 }
 
 /// An advance reservation as admins see it.
@@ -403,6 +427,10 @@ pub struct JobView {
     pub waiting_requests: u32,
     /// The advance reservation it runs in.
     pub reservation: Option<u64>,
+    /// Its pre-allocation in all, if it has one.
+    pub peak: Option<u32>,
+    /// Pre-allocated accelerators it does not use: spare, or lent to another job.
+    pub preallocated_unused: Vec<String>,
 }
 
 /// Error categories.

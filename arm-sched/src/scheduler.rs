@@ -273,23 +273,53 @@ impl Scheduler {
     /// Records a job that already runs on `units` (how `arm-server` rebuilds the core from its
     /// store). The units must be free.
     pub fn insert_running(&mut self, spec: JobSpec, submit: Time, start: Time, units: &[UnitId]) -> Result<(), Error> {
+        self.restore_running(spec, submit, start, units, &[])
+    }
+
+    /// Records a running job that uses `busy` and keeps `spare` set aside by its pre-allocation,
+    /// unused. Every unit must be free.
+    pub fn restore_running(
+        &mut self,
+        spec: JobSpec,
+        submit: Time,
+        start: Time,
+        busy: &[UnitId],
+        spare: &[UnitId],
+    ) -> Result<(), Error> {
         self.check_new(&spec)?;
-        for &u in units {
+        for &u in busy.iter().chain(spare) {
             match self.units.get(u as usize) {
                 None => return Err(Error::NoSuchUnit(u)),
                 Some(e) if e.slot != Slot::Free => return Err(Error::NotHeld { job: spec.id, unit: u }),
                 Some(_) => {}
             }
         }
-        for &u in units {
+        for &u in busy {
             self.units[u as usize].slot = Slot::Busy(spec.id);
             self.free.remove(&u);
         }
+        for &u in spare {
+            self.units[u as usize].slot = Slot::Idle(spec.id);
+            self.free.remove(&u);
+        }
         let end = start.saturating_add(spec.duration());
-        let run = Run { start, end, owned: units.to_vec(), borrowed: Vec::new(), charged: start };
+        let owned = busy.iter().chain(spare).copied().collect();
+        let run = Run { start, end, owned, borrowed: Vec::new(), charged: start };
         self.next_seq += 1;
         self.running.insert(spec.id);
         self.jobs.insert(spec.id, Job { spec, submit, seq: self.next_seq, run: Some(run) });
+        Ok(())
+    }
+
+    /// Records that `borrower` holds `unit`, a spare unit of another running job, on a
+    /// preemptible loan.
+    pub fn restore_loan(&mut self, unit: UnitId, borrower: JobId) -> Result<(), Error> {
+        let Some(Slot::Idle(owner)) = self.units.get(unit as usize).map(|e| e.slot) else {
+            return Err(Error::NotHeld { job: borrower, unit });
+        };
+        let run = self.jobs.get_mut(&borrower).and_then(|j| j.run.as_mut()).ok_or(Error::NoSuchJob(borrower))?;
+        run.borrowed.push(unit);
+        self.units[unit as usize].slot = Slot::Lent { owner, borrower };
         Ok(())
     }
 

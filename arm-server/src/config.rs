@@ -29,6 +29,9 @@ pub struct ArmConfig {
     pub allow_ad_hoc: bool,
     /// Ended jobs are kept this long, then purged from the store, seconds (default 7 days).
     pub job_retention_s: u64,
+    /// A preemptible borrower whose accelerators their owner takes back keeps them this long
+    /// before their capabilities are revoked, seconds.
+    pub preemption_grace_s: u64,
     /// Users' groups (accounts), for the fairness limits per group (`[accounts]`, `user =
     /// "group"`). A job submitted with a group of its own uses that; a user not listed is a
     /// group of its own.
@@ -51,6 +54,7 @@ impl Default for ArmConfig {
             capability_ttl_s: 24 * 3600,
             allow_ad_hoc: true,
             job_retention_s: 7 * 24 * 3600,
+            preemption_grace_s: 10,
             accounts: std::collections::BTreeMap::new(),
             transport: Tuning::default(),
             scheduler: arm_sched::Config::default(),

@@ -6,16 +6,59 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// Who holds an accelerator, and with which capability.
+///
+/// A job with a pre-allocation (CooRMv2) holds its `peak` minus its static size as
+/// `preallocated` units: **spare** (set aside, unused: no set, no loan, no capability), used by
+/// the job itself (in one of its sets), or **lent** to a preemptible borrower (`loan`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
-    /// The job.
+    /// The job (the owner).
     pub job: String,
     /// The compute node it was granted for.
     pub node: String,
-    /// The dynamic set, or `None` for a static binding.
+    /// The dynamic set, or `None` for a static binding (or an unused pre-allocated unit).
     pub set: Option<u64>,
-    /// The capability issued for it.
+    /// The capability issued for it (0: none, a spare unit).
     pub capability: u64,
+    /// Part of the job's pre-allocation: released, it stays set aside for the job.
+    pub preallocated: bool,
+    /// Lent to a preemptible borrower.
+    pub loan: Option<Loan>,
+}
+
+/// A spare pre-allocated unit lent to another job, which loses it when the owner grows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loan {
+    /// The borrowing job.
+    pub job: String,
+    /// Its node.
+    pub node: String,
+    /// Its set.
+    pub set: u64,
+    /// The capability issued to it.
+    pub capability: u64,
+}
+
+impl Holder {
+    /// A static or dynamic holding of `job` in use.
+    pub fn using(job: &str, node: &str, set: Option<u64>, capability: u64) -> Self {
+        Self { job: job.into(), node: node.into(), set, capability, preallocated: false, loan: None }
+    }
+
+    /// Set aside for its owner and unused: nobody may use it but the owner, or a borrower.
+    pub fn spare(&self) -> bool {
+        self.preallocated && self.set.is_none() && self.loan.is_none()
+    }
+
+    /// Who uses it now, as a holding of its own (the borrower's for a lent unit); `None` when
+    /// spare.
+    pub fn user(&self) -> Option<Holder> {
+        match &self.loan {
+            Some(loan) => Some(Holder::using(&loan.job, &loan.node, Some(loan.set), loan.capability)),
+            None if self.spare() => None,
+            None => Some(self.clone()),
+        }
+    }
 }
 
 /// One accelerator of a host.
@@ -102,6 +145,9 @@ pub struct Job {
     pub ad_hoc: bool,
     /// The advance reservation it runs in.
     pub reservation: Option<u64>,
+    /// A pre-allocation (CooRMv2): accelerators set aside at start, in all (at least its static
+    /// size); it grows up to them without asking the fairness policy.
+    pub peak: Option<u32>,
 }
 
 /// An advance reservation: `count` accelerators from `start` for `duration` seconds, for the

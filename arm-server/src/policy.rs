@@ -33,6 +33,7 @@ fn spec(number: u64, job: &Job, reservation: Option<&Reservation>, now: u64) -> 
         group: job.group.clone(),
         size: job.nodes.len() as u32 * job.acpn,
         walltime: (job.walltime_s > 0).then_some(job.walltime_s),
+        peak: job.peak,
         ..Default::default()
     };
     match reservation {
@@ -72,11 +73,22 @@ impl View {
                 accelerators.push(host.accelerator_id(device.index));
             }
         }
-        let mut held: BTreeMap<&str, Vec<UnitId>> = BTreeMap::new();
+        // Per owner: the units it uses and its spare (pre-allocated, unused or lent) ones; and
+        // the loans, restored once every running job is in.
+        let mut busy: BTreeMap<&str, Vec<UnitId>> = BTreeMap::new();
+        let mut spare: BTreeMap<&str, Vec<UnitId>> = BTreeMap::new();
+        let mut loans: Vec<(UnitId, &str)> = Vec::new();
         for host in hosts.values() {
             for device in &host.devices {
-                if let Some(holder) = &device.holder {
-                    held.entry(&holder.job).or_default().push(unit_of[&host.accelerator_id(device.index)]);
+                let Some(holder) = &device.holder else { continue };
+                let unit = unit_of[&host.accelerator_id(device.index)];
+                if holder.spare() || holder.loan.is_some() {
+                    spare.entry(&holder.job).or_default().push(unit);
+                } else {
+                    busy.entry(&holder.job).or_default().push(unit);
+                }
+                if let Some(loan) = &holder.loan {
+                    loans.push((unit, &loan.job));
                 }
             }
         }
@@ -88,17 +100,23 @@ impl View {
             let number = number as u64;
             let reservation = job.reservation.and_then(|r| reservations.get(&r));
             let placed = match job.state {
-                JobState::Running => scheduler.insert_running(
+                JobState::Running => scheduler.restore_running(
                     spec(number, job, reservation, now),
                     job.submitted,
                     job.started.unwrap_or(now),
-                    held.get(job.id.as_str()).map(Vec::as_slice).unwrap_or(&[]),
+                    busy.get(job.id.as_str()).map(Vec::as_slice).unwrap_or(&[]),
+                    spare.get(job.id.as_str()).map(Vec::as_slice).unwrap_or(&[]),
                 ),
                 _ => scheduler.submit(spec(number, job, reservation, now), job.submitted),
             };
             // A job the pool can no longer hold (its hosts were removed) just is not planned.
             if placed.is_ok() {
                 numbers.insert(number, job.id.clone());
+            }
+        }
+        for (unit, borrower) in loans {
+            if let Some((&number, _)) = numbers.iter().find(|(_, id)| id.as_str() == borrower) {
+                let _ = scheduler.restore_loan(unit, number);
             }
         }
         let free: Vec<UnitId> = hosts

@@ -133,6 +133,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     let store = Store::open(&dir)?;
     let mut core = store.load()?;
     core.scheduling = config.scheduler.clone();
+    core.preemption_grace_s = config.preemption_grace_s;
     let signer = Arc::new(keys::signer(&dir)?);
     let (events, event_rx) = mpsc::unbounded_channel();
     let links =
@@ -223,6 +224,7 @@ async fn expire_loop(arm: Arc<Arm>) {
             // Waiting requests whose deadline passed are rejected by the pass.
             core.schedule(now);
             core.purge_reservations(now);
+            core.revoke_due(now);
             let purged = core.purge_ended(now, retention);
             if purged > 0 {
                 tracing::info!(purged, "ended jobs past their retention purged");
@@ -457,6 +459,21 @@ impl Arm {
                     let _ = tokio::time::timeout_at(until, changed).await;
                 }
             }
+            Request::Notices { token } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let until = tokio::time::Instant::now() + AWAIT_LIMIT;
+                loop {
+                    let changed = self.changed.notified();
+                    tokio::pin!(changed);
+                    changed.as_mut().enable();
+                    let notices = self.core.lock().expect("core poisoned").take_notices(&token_hash)?;
+                    if !notices.is_empty() || tokio::time::Instant::now() >= until {
+                        return Ok(Response::Notices(notices));
+                    }
+                    let _ = tokio::time::timeout_at(until, changed).await;
+                }
+            }
             Request::JoinSet { token, set } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
@@ -505,7 +522,7 @@ impl Arm {
                 self.links.stop(&name);
                 Ok(Response::Done)
             }
-            Request::JobSubmit { id, nodes, acpn, user, walltime_s, group, reservation } => {
+            Request::JobSubmit { id, nodes, acpn, user, walltime_s, group, reservation, peak } => {
                 let credential = keys::random_secret();
                 let group = group.or_else(|| self.config.accounts.get(&user).cloned()).unwrap_or_else(|| user.clone());
                 let job = Job {
@@ -522,6 +539,7 @@ impl Arm {
                     seq: 0,
                     ad_hoc: false,
                     reservation,
+                    peak,
                     ended: None,
                 };
                 self.mutate(|core, now| core.submit(job, now))?;
@@ -563,7 +581,7 @@ impl Arm {
                 let core = self.core.lock().expect("core poisoned");
                 let job = core.jobs.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
                 let start = core.expected_start(&id, unix_now());
-                Ok(Response::Job(job_view(&core, job, start)))
+                Ok(Response::Job(Box::new(job_view(&core, job, start))))
             }
         }
     }
@@ -703,5 +721,12 @@ fn job_view(core: &Core, job: &Job, expected_start: Option<u64>) -> JobView {
         dynamic_accelerators: held.iter().filter_map(|(a, h)| h.set.map(|s| (s, a.clone()))).collect(),
         waiting_requests: core.pending.values().filter(|g| g.job == job.id && g.rejected.is_none()).count() as u32,
         reservation: job.reservation,
+        peak: job.peak,
+        preallocated_unused: core
+            .owned_by(&job.id)
+            .into_iter()
+            .filter(|(_, h)| h.spare() || h.loan.is_some())
+            .map(|(a, _)| a)
+            .collect(),
     }
 }

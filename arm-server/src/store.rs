@@ -17,6 +17,8 @@ const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
 const SESSIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("sessions");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
 const RESERVATIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("reservations");
+/// Revocations of preempted loans, due later: (when, host, capability).
+const DELAYED: TableDefinition<(u64, &str, u64), ()> = TableDefinition::new("delayed");
 /// Revocations not yet acknowledged, by (host, capability).
 const REVOKED: TableDefinition<(&str, u64), ()> = TableDefinition::new("revoked");
 /// Single values of the core (the fairness ledger).
@@ -59,6 +61,7 @@ impl Store {
             txn.open_table(SESSIONS).map_err(store_err)?;
             txn.open_table(PENDING).map_err(store_err)?;
             txn.open_table(RESERVATIONS).map_err(store_err)?;
+            txn.open_table(DELAYED).map_err(store_err)?;
             txn.open_table(REVOKED).map_err(store_err)?;
             txn.open_table(STATE).map_err(store_err)?;
             txn.open_table(META).map_err(store_err)?;
@@ -95,6 +98,11 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.reservations.insert(k.value(), decode(v.value())?);
         }
+        for row in txn.open_table(DELAYED).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, _) = row.map_err(store_err)?;
+            let (at, host, capability) = k.value();
+            core.delayed.insert((at, host.to_string(), capability));
+        }
         for row in txn.open_table(REVOKED).map_err(store_err)?.iter().map_err(store_err)? {
             let (k, _) = row.map_err(store_err)?;
             let (host, capability) = k.value();
@@ -120,6 +128,7 @@ impl Store {
                     Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
                     Key::Pending(k) => core.pending.get(k).map(encode).transpose()?,
                     Key::Reservation(k) => core.reservations.get(k).map(encode).transpose()?,
+                    Key::Delayed(at, h, c) => core.delayed.contains(&(*at, h.clone(), *c)).then(Vec::new),
                     Key::Revocation(h, c) => core.unacked.contains(&(h.clone(), *c)).then(Vec::new),
                     Key::Ledger => Some(encode(&core.ledger)?),
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
@@ -143,6 +152,7 @@ impl Store {
             let mut pending = txn.open_table(PENDING).map_err(store_err)?;
             let mut revoked = txn.open_table(REVOKED).map_err(store_err)?;
             let mut reservations = txn.open_table(RESERVATIONS).map_err(store_err)?;
+            let mut delayed = txn.open_table(DELAYED).map_err(store_err)?;
             let mut state = txn.open_table(STATE).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
             for (key, value) in changes {
@@ -158,6 +168,8 @@ impl Store {
                     (Key::Session(k), None) => sessions.remove(k.as_str()).map(drop),
                     (Key::Pending(k), Some(v)) => pending.insert(*k, v).map(drop),
                     (Key::Pending(k), None) => pending.remove(*k).map(drop),
+                    (Key::Delayed(at, h, c), Some(_)) => delayed.insert((*at, h.as_str(), *c), ()).map(drop),
+                    (Key::Delayed(at, h, c), None) => delayed.remove((*at, h.as_str(), *c)).map(drop),
                     (Key::Reservation(k), Some(v)) => reservations.insert(*k, v).map(drop),
                     (Key::Reservation(k), None) => reservations.remove(*k).map(drop),
                     (Key::Revocation(h, c), Some(_)) => revoked.insert((h.as_str(), *c), ()).map(drop),

@@ -56,6 +56,7 @@ impl Cluster {
             walltime_s: 0,
             group: None,
             reservation: None,
+            peak: None,
         };
         match self.admin.request(request).await? {
             Response::Submitted { credential, .. } => Ok(credential),
@@ -288,6 +289,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
             seq: i as u64,
             ad_hoc: false,
             reservation: None,
+            peak: None,
         };
         keys.insert(Key::Job(id.clone()));
         core.jobs.insert(id, job);

@@ -247,6 +247,7 @@ async fn static_allocations_end_with_the_walltime() {
         walltime_s: 1,
         group: None,
         reservation: None,
+        peak: None,
     };
     c.admin().await.request(request).await.unwrap();
     assert_eq!(c.job("short").await.state, "running");

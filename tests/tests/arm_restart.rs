@@ -16,7 +16,7 @@ async fn admin(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmClient {
 
 async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
     match admin.request(Request::JobShow { id: id.into() }).await.unwrap() {
-        Response::Job(view) => view,
+        Response::Job(view) => *view,
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -30,6 +30,7 @@ async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
         walltime_s: 0,
         group: None,
         reservation: None,
+        peak: None,
     };
     match admin.request(request).await.unwrap() {
         Response::Submitted { credential, .. } => credential,

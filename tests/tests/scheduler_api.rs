@@ -152,7 +152,7 @@ fn program_options(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmOpti
 
 async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
     match admin.request(Request::JobShow { id: id.into() }).await.unwrap() {
-        Response::Job(view) => view,
+        Response::Job(view) => *view,
         other => panic!("{other:?}"),
     }
 }
@@ -289,6 +289,7 @@ async fn a_reservation_is_respected_by_static_and_dynamic_decisions() {
         walltime_s: 30,
         group: None,
         reservation: Some(reservation.id),
+        peak: None,
     };
     admin.request(request).await.unwrap();
     let d = c.job("d").await;
@@ -300,4 +301,53 @@ async fn a_reservation_is_respected_by_static_and_dynamic_decisions() {
     let Response::Reservations(list) = admin.request(Request::ReservationList).await.unwrap() else { panic!() };
     assert_eq!((list[0].state.as_str(), list[0].jobs.clone()), ("active", vec!["d".to_string()]));
     session.finalize().await.unwrap();
+}
+
+/// A pre-allocation (CooRMv2): the owner's spare accelerators are lent to a preemptible request,
+/// and when the owner grows into them the borrower is told and loses them after the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_borrower_is_preempted_when_the_owner_grows() {
+    let c = TestCluster::start_with(4, |config| config.preemption_grace_s = 1).await;
+    let admin = c.admin().await;
+    let submit = Request::JobSubmit {
+        id: "owner".into(),
+        nodes: vec!["n1".into()],
+        acpn: 1,
+        user: "olga".into(),
+        walltime_s: 0,
+        group: None,
+        reservation: None,
+        peak: Some(3),
+    };
+    let Response::Submitted { credential: owner_credential, .. } = admin.request(submit).await.unwrap() else {
+        panic!()
+    };
+    let borrower_credential = c.submit_as("borrower", &["n2"], 1, "bert", 0).await;
+    let owner_view = c.job("owner").await;
+    assert_eq!((owner_view.static_accelerators.len(), owner_view.preallocated_unused.len()), (1, 2));
+    let borrower = Session::init(c.session_options("borrower", &borrower_credential, "n2")).await.unwrap();
+    let mut preemptions = borrower.preemptions();
+    assert!(borrower.get(1).await.unwrap().is_none(), "nothing idle: the spares are not for ordinary requests");
+    let loan = borrower.get_with(GetRequest::new(2).at_least(1).preemptible()).await.unwrap().expect("a loan");
+    assert_eq!(loan.handles.len(), 2);
+    for handle in &loan.handles {
+        computes(&handle.acc).await.unwrap();
+    }
+
+    // The owner grows into one spare accelerator, without asking the fairness policy.
+    let owner = Session::init(c.session_options("owner", &owner_credential, "n1")).await.unwrap();
+    let grown = owner.get(1).await.unwrap().expect("the owner grows within its peak");
+    let taken = grown.handles[0].id.clone();
+    computes(&grown.handles[0].acc).await.unwrap();
+    let notice = tokio::time::timeout(Duration::from_secs(10), preemptions.recv()).await.expect("told").unwrap();
+    assert_eq!((notice.set, notice.accelerators.clone()), (loan.id, vec![taken.clone()]));
+    // After the grace the borrower's capability for it is revoked; the other loan goes on.
+    let lost = loan.handles.iter().find(|h| h.id == taken).unwrap();
+    let kept = loan.handles.iter().find(|h| h.id != taken).unwrap();
+    assert!(ac_tests::eventually(Duration::from_secs(10), || async { computes(&lost.acc).await.is_err() }).await);
+    computes(&kept.acc).await.unwrap();
+    computes(&grown.handles[0].acc).await.unwrap();
+    assert_eq!(c.job("borrower").await.dynamic_accelerators.len(), 1);
+    owner.finalize().await.unwrap();
+    borrower.finalize().await.unwrap();
 }

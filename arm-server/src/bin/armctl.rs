@@ -158,6 +158,10 @@ enum JobCommand {
         /// Run inside this advance reservation (one of the same user).
         #[arg(long)]
         reservation: Option<u64>,
+        /// Pre-allocate this many accelerators in all (CooRMv2): the job grows into them without
+        /// asking the fairness policy; others may borrow the unused ones until it does.
+        #[arg(long)]
+        peak: Option<u32>,
     },
     /// End a job and release everything it holds.
     End {
@@ -194,7 +198,7 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         Command::Host(HostCommand::List) => Request::HostList,
         Command::Host(HostCommand::Drain { name, undo }) => Request::HostDrain { name: name.clone(), drain: !undo },
         Command::Host(HostCommand::Remove { name, force }) => Request::HostRemove { name: name.clone(), force: *force },
-        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime, group, reservation }) => {
+        Command::Job(JobCommand::Submit { job, nodes, acpn, user, walltime, group, reservation, peak }) => {
             Request::JobSubmit {
                 id: job.clone(),
                 nodes: nodes.clone(),
@@ -203,6 +207,7 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
                 walltime_s: *walltime,
                 group: group.clone(),
                 reservation: *reservation,
+                peak: *peak,
             }
         }
         Command::Job(JobCommand::End { id }) => Request::JobEnd { id: id.clone() },

@@ -1,0 +1,190 @@
+//! The core driven directly: no I/O, no clock.
+use ac_proto::arm::Ask;
+
+use super::*;
+use crate::model::Device;
+
+fn host(name: &str, up: bool) -> Host {
+    Host {
+        name: name.into(),
+        addr: "127.0.0.1:1".parse().unwrap(),
+        server_name: "x".into(),
+        ca_pem: String::new(),
+        labels: vec![],
+        draining: false,
+        up,
+        devices: vec![Device { index: 0, name: "cpu".into(), memory: 1, holder: None }],
+    }
+}
+
+fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
+    Job {
+        id: id.into(),
+        user: "u".into(),
+        group: "g".into(),
+        nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        acpn,
+        walltime_s: 0,
+        submitted: 0,
+        started: None,
+        state: JobState::Queued,
+        credential_hash: crate::keys::hash("secret"),
+        seq: 0,
+        ad_hoc: false,
+        reservation: None,
+        peak: None,
+        ended: None,
+    }
+}
+
+fn ask(min: u32, max: u32, key: &str) -> Ask {
+    Ask { min, max, wait_s: 0, preemptible: false, key: key.into() }
+}
+
+fn core(hosts: usize) -> Core {
+    let mut core = Core::default();
+    for i in 0..hosts {
+        core.add_host(host(&format!("h{i}"), true)).unwrap();
+    }
+    core
+}
+
+fn held(core: &Core) -> usize {
+    core.hosts.values().flat_map(|h| &h.devices).filter(|d| d.holder.is_some()).count()
+}
+
+#[test]
+fn static_requests_bind_in_fifo_order_without_overtaking() {
+    let mut core = core(3);
+    core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();
+    core.submit(job("b", &["n1"], 2), 0).unwrap();
+    core.submit(job("c", &["n1"], 1), 0).unwrap();
+    assert_eq!(core.jobs["a"].state, JobState::Running);
+    assert_eq!(core.jobs["b"].state, JobState::Queued);
+    assert_eq!(core.jobs["c"].state, JobState::Queued, "FIFO: c must not overtake b");
+    core.end_job("a", 1).unwrap();
+    assert_eq!(core.jobs["b"].state, JobState::Running);
+    assert_eq!(core.jobs["c"].state, JobState::Running);
+    assert_eq!(held(&core), 3);
+    assert!(core.submit(job("huge", &["n1"], 4), 2).is_err(), "more than the pool has");
+}
+
+#[test]
+fn dynamic_requests_are_granted_or_rejected_and_never_overallocate() {
+    let mut core = core(4);
+    core.submit(job("j", &["n1"], 1), 0).unwrap();
+    let auth = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
+    core.open_session("t".into(), &auth, "n1", 0).unwrap();
+    let GetOutcome::Granted(set) = core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap() else { panic!() };
+    assert_eq!(core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap(), GetOutcome::Granted(set), "a retry");
+    assert!(matches!(core.get("t", &[], false, &ask(2, 2, "k2"), 0).unwrap(), GetOutcome::Rejected(_)));
+    assert_eq!(held(&core), 3);
+    let first = core.sets[&set].accelerators[0].clone();
+    core.free("t", set, Some(std::slice::from_ref(&first)), 1).unwrap();
+    assert_eq!(held(&core), 2);
+    core.finalize("t", 2).unwrap();
+    assert_eq!(held(&core), 1, "finalize releases dynamic sets only");
+    let revoked = core.take_revocations();
+    assert_eq!(revoked.len(), 2);
+}
+
+#[test]
+fn partial_grants_and_waiting_requests() {
+    let mut core = core(4);
+    core.submit(job("a", &["n1"], 1), 0).unwrap();
+    core.submit(job("b", &["n2"], 1), 0).unwrap();
+    let auth = |j: &str| JobAuth::Credential { job: j.into(), secret: "secret".into() };
+    core.open_session("ta".into(), &auth("a"), "n1", 0).unwrap();
+    core.open_session("tb".into(), &auth("b"), "n2", 0).unwrap();
+    let GetOutcome::Granted(set) = core.get("ta", &[], false, &ask(1, 5, "a1"), 0).unwrap() else { panic!() };
+    assert_eq!(core.sets[&set].accelerators.len(), 2, "a partial grant of what is idle");
+    let waits = Ask { wait_s: 10, ..ask(2, 2, "b1") };
+    let GetOutcome::Waiting(request) = core.get("tb", &[], false, &waits, 1).unwrap() else { panic!() };
+    assert_eq!(core.await_get("tb", request).unwrap(), GetOutcome::Waiting(request));
+    core.free("ta", set, None, 2).unwrap();
+    assert_eq!(core.await_get("tb", request).unwrap(), GetOutcome::Granted(request), "granted by the pass");
+    assert_eq!(core.sets[&request].accelerators.len(), 2);
+    // A request that times out is rejected once, then forgotten; a dead session leaves nothing.
+    let GetOutcome::Waiting(late) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a2") }, 3).unwrap()
+    else {
+        panic!()
+    };
+    core.schedule(9);
+    assert!(matches!(core.await_get("ta", late).unwrap(), GetOutcome::Rejected(_)));
+    assert!(core.await_get("ta", late).is_err());
+    let GetOutcome::Waiting(_) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a3") }, 10).unwrap() else {
+        panic!()
+    };
+    core.finalize("ta", 11).unwrap();
+    assert!(core.pending.is_empty());
+}
+
+#[test]
+fn ended_jobs_are_purged_after_the_retention() {
+    let mut core = core(1);
+    core.submit(job("a", &["n1"], 1), 0).unwrap();
+    core.end_job("a", 100).unwrap();
+    assert_eq!(core.purge_ended(150, 100), 0);
+    assert_eq!(core.purge_ended(200, 100), 1);
+    assert!(core.jobs.is_empty());
+}
+
+#[test]
+fn down_and_draining_hosts_get_nothing_new() {
+    let mut core = core(2);
+    core.set_up("h0", false, 0);
+    core.drain("h1", true, 0).unwrap();
+    core.submit(job("j", &["n1"], 1), 0).unwrap();
+    assert_eq!(core.jobs["j"].state, JobState::Queued);
+    core.drain("h1", false, 1).unwrap();
+    assert_eq!(core.jobs["j"].state, JobState::Running);
+    assert_eq!(core.held_by("j")[0].0, "h1/0");
+}
+
+#[test]
+fn wrong_credentials_and_foreign_nodes_are_refused() {
+    let mut core = core(1);
+    core.submit(job("j", &["n1"], 1), 0).unwrap();
+    let wrong = JobAuth::Credential { job: "j".into(), secret: "guess".into() };
+    assert_eq!(core.open_session("t".into(), &wrong, "n1", 0).unwrap_err().kind, ArmErrorKind::Unauthorized);
+    let right = JobAuth::Credential { job: "j".into(), secret: "secret".into() };
+    assert_eq!(core.open_session("t".into(), &right, "n9", 0).unwrap_err().kind, ArmErrorKind::Unauthorized);
+    assert!(core.sessions.is_empty());
+}
+
+#[test]
+fn a_preallocation_grows_lends_and_preempts() {
+    let mut core = core(4);
+    core.preemption_grace_s = 10;
+    core.submit(Job { peak: Some(3), ..job("owner", &["n1"], 1) }, 0).unwrap();
+    core.submit(job("other", &["n2"], 1), 0).unwrap();
+    assert_eq!(held(&core), 4, "1 static + 2 spare for the owner, 1 for the other");
+    let auth = |j: &str| JobAuth::Credential { job: j.into(), secret: "secret".into() };
+    core.open_session("to".into(), &auth("owner"), "n1", 0).unwrap();
+    core.open_session("tb".into(), &auth("other"), "n2", 0).unwrap();
+    assert!(matches!(core.get("tb", &[], false, &ask(1, 1, "b0"), 0).unwrap(), GetOutcome::Rejected(_)), "no idle");
+    let borrow = Ask { preemptible: true, ..ask(1, 2, "b1") };
+    let GetOutcome::Granted(loan) = core.get("tb", &[], false, &borrow, 1).unwrap() else { panic!() };
+    assert_eq!(core.sets[&loan].accelerators.len(), 2, "both spare units lent");
+    assert_eq!(core.held_by("other").len(), 3);
+    // The owner grows into one of them: the borrower loses it, is told, and its capability goes
+    // after the grace.
+    let GetOutcome::Granted(grown) = core.get("to", &[], false, &ask(1, 1, "o1"), 5).unwrap() else { panic!() };
+    let taken = core.sets[&grown].accelerators.clone();
+    assert_eq!(core.sets[&loan].accelerators.len(), 1);
+    let notices = core.take_notices("tb").unwrap();
+    assert_eq!((notices[0].set, &notices[0].accelerators, notices[0].revoke_at), (loan, &taken, 15));
+    core.take_revocations();
+    core.revoke_due(14);
+    assert!(core.take_revocations().is_empty(), "still in its grace");
+    core.revoke_due(15);
+    assert_eq!(core.take_revocations().len(), 1);
+    // Released, the owner's unit is spare again; the owner's end leaves the borrower its loan.
+    core.free("to", grown, None, 20).unwrap();
+    assert!(core.owned_by("owner").iter().filter(|(_, h)| h.spare()).count() == 1);
+    core.end_job("owner", 30).unwrap();
+    assert_eq!(core.held_by("other").len(), 2, "the lent unit stays with the borrower");
+    assert_eq!(core.sets[&loan].accelerators.len(), 1);
+    core.free("tb", loan, None, 31).unwrap();
+    assert_eq!(held(&core), 1);
+}
