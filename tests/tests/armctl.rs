@@ -47,3 +47,67 @@ async fn armctl_prints_tables_json_and_meaningful_exit_codes() {
     let (code, _, _) = tokio::task::block_in_place(|| armctl(&c, true, &["host", "frobnicate"]));
     assert_eq!(code, 2, "usage");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armctl_reserves_pre_allocates_and_lists_ended_jobs_on_request() {
+    let c = TestCluster::start(2).await;
+    let run = |args: &[&str]| tokio::task::block_in_place(|| armctl(&c, true, args));
+    let (code, out, err) =
+        run(&["reservation", "create", "--count", "1", "--start", "+600", "--duration", "60", "--user", "carol"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("planned") && out.contains("carol"), "{out}");
+    let (code, out, _) = run(&["--json", "reservation", "list"]);
+    assert_eq!(code, 0);
+    let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()["Reservations"][0]["id"].as_u64().unwrap();
+    let (code, _, err) =
+        run(&["reservation", "create", "--count", "2", "--start", "+630", "--duration", "60", "--user", "dave"]);
+    assert_eq!(code, 5, "a reservation that does not fit is a conflict: {err}");
+    let (code, _, err) = run(&[
+        "job",
+        "submit",
+        "--job",
+        "in",
+        "--nodes",
+        "a",
+        "--acpn",
+        "1",
+        "--user",
+        "carol",
+        "--walltime",
+        "30",
+        "--reservation",
+        &id.to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "job",
+        "submit",
+        "--job",
+        "wrong",
+        "--nodes",
+        "a",
+        "--acpn",
+        "1",
+        "--user",
+        "eve",
+        "--reservation",
+        &id.to_string(),
+    ]);
+    assert_eq!(code, 6, "another user's job cannot go in: {err}");
+    let (code, _, err) = run(&["job", "submit", "--job", "pre", "--nodes", "a", "--acpn", "1", "--peak", "3"]);
+    assert_eq!(code, 6, "a peak beyond the pool: {err}");
+    let (code, out, err) = run(&[
+        "--json", "job", "submit", "--job", "pre", "--nodes", "a", "--acpn", "1", "--peak", "1", "--group", "physics",
+    ]);
+    assert_eq!(code, 0, "{err}{out}");
+    let (code, _, _) = run(&["job", "end", "pre"]);
+    assert_eq!(code, 0);
+    let (_, out, _) = run(&["job", "list"]);
+    assert!(!out.contains("pre "), "an ended job is listed without --all:\n{out}");
+    let (_, out, _) = run(&["job", "list", "--all"]);
+    assert!(out.contains("pre ") && out.contains("physics"), "{out}");
+    let (code, _, _) = run(&["reservation", "delete", &id.to_string()]);
+    assert_eq!(code, 0);
+    let (_, out, _) = run(&["--json", "job", "show", "in"]);
+    assert!(out.contains("\"reservation\": null"), "{out}");
+}
