@@ -144,6 +144,14 @@ impl ArmClient {
         }
     }
 
+    /// Closes the connection without waiting for it to drain (after a request that ended the
+    /// session: there is no lease left to start).
+    pub async fn close_now(&self) {
+        if let Some((_, conn)) = self.link.lock().await.take() {
+            conn.close(0u32.into(), b"finished");
+        }
+    }
+
     /// Closes the connection now (the manager starts the lease clock at once).
     pub async fn close(&self) {
         if let Some((endpoint, conn)) = self.link.lock().await.take() {

@@ -361,13 +361,22 @@ impl Session {
     pub async fn finalize(self) -> Result<()> {
         drop(self._watcher);
         close_handles(self.handles).await;
+        // The manager has released everything once this answer arrives: a program may exit
+        // right after, and nothing is left behind (it also revokes the released capabilities,
+        // which closes their sessions on the backends).
         let result = self.client.request(Request::Finalize { token: self.token.clone() }).await.map(drop);
-        // Let the closes of the accelerators' connections leave before the program may exit.
-        let drained = tokio::time::timeout(Duration::from_millis(100), self.endpoint.wait_idle());
-        let _ = tokio::join!(self.client.close(), drained);
+        // The closes of the connections are a courtesy to the backends (a static accelerator's
+        // session would otherwise end at its idle timeout): give the endpoint's driver a moment
+        // to send them, not the whole draining period.
+        let flushed = tokio::time::timeout(CLOSE_FLUSH, self.endpoint.wait_idle());
+        let _ = tokio::join!(self.client.close_now(), flushed);
         result
     }
 }
+
+/// How long `AC_Finalize` lets the close frames leave (the draining period is 3 PTOs, tens of
+/// ms on loopback; the frames go out within microseconds of the close).
+const CLOSE_FLUSH: Duration = Duration::from_millis(2);
 
 /// Asks the manager for news of the session (a long poll) until the session ends, and hands
 /// each preemption to the program's listener, or to stderr.

@@ -103,6 +103,7 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
     println!("| operation | p50 ms | p99 ms |");
     println!("|---|---|---|");
     let mut job = 0;
+    let mut finalizes = Vec::new();
     for x in 1..=6u32 {
         let mut samples = Vec::new();
         for _ in 0..reps {
@@ -113,11 +114,16 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
             let session = Session::init(cluster.options(&id, &credential)).await?;
             samples.push(start.elapsed());
             anyhow::ensure!(session.accelerators().len() == x as usize, "wrong handle count");
+            let start = Instant::now();
             session.finalize().await?;
+            if x == 6 {
+                finalizes.push(start.elapsed());
+            }
             cluster.end(&id).await?;
         }
         row(&format!("AC_Init, {x} static accelerator(s)"), samples);
     }
+    row("AC_Finalize, 6 static accelerators", finalizes);
     let credential = cluster.submit("dyn", 1).await?;
     let session = Session::init(cluster.options("dyn", &credential)).await?;
     let mut lone = (0.0, 0.0);

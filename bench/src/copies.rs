@@ -17,7 +17,7 @@ fn rate(bytes: usize, elapsed: Duration) -> f64 {
 }
 
 /// A plain TCP stream of `src` into a preallocated buffer on loopback; best of `reps`, MB/s.
-fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
+pub(crate) fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let len = src.len();

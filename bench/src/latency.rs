@@ -45,7 +45,7 @@ fn udp_floor(n: usize) -> anyhow::Result<(f64, f64)> {
     Ok(percentiles(samples))
 }
 
-async fn ping_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
+pub(crate) async fn ping_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
     for _ in 0..n / 10 {
         acc.ping().await?;
     }
@@ -153,7 +153,7 @@ pub async fn round_trips(quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn launches_per_second(acc: &Accelerator, n: usize) -> anyhow::Result<f64> {
+pub(crate) async fn launches_per_second(acc: &Accelerator, n: usize) -> anyhow::Result<f64> {
     let buf = acc.alloc::<f32>(1).await?;
     let fill = acc.builtin().await?.function("fill").await?;
     let args = [buf.arg(), 1.0f32.into(), 1u64.into()];

@@ -6,6 +6,7 @@
 //! Run: `cargo build --release && ./target/release/ac-bench` (`--quick` for a short smoke run).
 
 mod arm;
+mod baseline;
 mod copies;
 mod gpu;
 mod latency;
@@ -25,7 +26,8 @@ struct Args {
     /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
     #[arg(long)]
     current_thread: bool,
-    /// Only these sections (copies, tuning, latency, ordering, launches, memory, arm, gpu); all when
+    /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
+    /// gpu); all when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -39,12 +41,20 @@ enum Helper {
     /// Echo UDP datagrams (the raw ping-pong floor).
     #[command(hide = true)]
     UdpEcho,
+    /// Serve the bare quinn baseline's streams, with certificates in this directory.
+    #[command(hide = true)]
+    QuinnPeer {
+        /// Where the certificates go.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(Helper::UdpEcho) = args.helper {
-        return latency::udp_echo();
+    match &args.helper {
+        Some(Helper::UdpEcho) => return latency::udp_echo(),
+        Some(Helper::QuinnPeer { dir }) => return baseline::quinn_peer(dir),
+        None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
@@ -54,6 +64,9 @@ fn main() -> anyhow::Result<()> {
         if args.current_thread { ", single-threaded client runtime" } else { ", client runtime with 2 workers" }
     );
     println!("machine: {} cores, {}\n", std::thread::available_parallelism()?.get(), setup::cpu_model());
+    if wants("baseline") {
+        rt.block_on(baseline::against_quinn(args.quick))?;
+    }
     if wants("copies") {
         rt.block_on(copies::throughput(args.quick))?;
     }

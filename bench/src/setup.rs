@@ -127,3 +127,35 @@ pub fn mib(bytes: usize) -> String {
         format!("{} KiB", bytes >> 10)
     }
 }
+
+/// CPU time (user + system, every thread) of process `pid` so far, in seconds, from
+/// `/proc/PID/stat` (clock ticks of 1/100 s, Linux's `USER_HZ`).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds spent by a set of processes between `start` and `bytes_per_cpu_second`.
+pub struct CpuMeter {
+    pids: Vec<u32>,
+    start: f64,
+}
+
+impl CpuMeter {
+    /// Starts counting the CPU time of `pids` (this process is always included).
+    pub fn start(others: &[u32]) -> Self {
+        let mut pids = vec![std::process::id()];
+        pids.extend_from_slice(others);
+        let start = pids.iter().map(|p| cpu_seconds(*p)).sum();
+        Self { pids, start }
+    }
+
+    /// `bytes` divided by the CPU seconds spent since the start.
+    pub fn bytes_per_cpu_second(&self, bytes: usize) -> f64 {
+        let spent: f64 = self.pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - self.start;
+        bytes as f64 / spent.max(0.01)
+    }
+}

@@ -2,6 +2,8 @@
 //!
 //! - `ac-test-client share THREADS ROUNDS ELEMENTS`: threads share one handle to the backend at
 //!   `AC_BACKEND_ADDR` ([`ac_tests::saxpy_on_shared_handle`]); prints `wrong N`.
+//! - `ac-test-client finalize-at-once`: `AC_Init`, `AC_Get(1)`, `AC_Finalize`, and exits the
+//!   moment `AC_Finalize` returns (the usual `ARM_*` variables).
 //! - With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
 //!   accelerators with `AC_Get`, prints `holding` and waits (killed by the fault tests).
 //! - Otherwise it connects to `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies
@@ -48,9 +50,21 @@ fn share(args: &[String]) -> Result<(), ac_frontend::Error> {
     Ok(())
 }
 
+fn finalize_at_once() -> Result<(), ac_frontend::Error> {
+    let rt = tokio::runtime::Runtime::new().map_err(|e| ac_frontend::Error::Setup(e.to_string()))?;
+    rt.block_on(async {
+        let session = Session::init(SessionOptions::from_env()?).await?;
+        let _set = session.get(1).await?.ok_or_else(|| ac_frontend::Error::Setup("AC_Get rejected".into()))?;
+        session.finalize().await
+    })?;
+    std::process::exit(0)
+}
+
 fn main() -> Result<(), ac_frontend::Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("share") {
+    if args.first().map(String::as_str) == Some("finalize-at-once") {
+        finalize_at_once()
+    } else if args.first().map(String::as_str) == Some("share") {
         share(&args[1..])
     } else if std::env::var_os("ARM_ADDR").is_some() {
         hold_accelerators()

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use ac_frontend::{Error, Session};
-use ac_proto::arm::{ArmErrorKind, JobAuth, Request};
+use ac_proto::arm::{ArmErrorKind, JobAuth, Request, Response};
 use ac_tests::{computes, eventually, TestCluster};
 
 fn manager_error(e: &Error) -> Option<ArmErrorKind> {
@@ -309,4 +309,25 @@ async fn a_killed_client_process_loses_its_dynamic_accelerators_after_the_lease(
     assert!(back, "the killed program's dynamic accelerators did not come back");
     assert_eq!(c.job("j").await.dynamic_accelerators.len(), 0);
     assert_eq!(c.job("j").await.static_accelerators.len(), 1);
+}
+
+/// A program that exits the moment `AC_Finalize` returns leaves nothing behind: the manager has
+/// released its accelerators (and ended its ad-hoc job) before answering, with no lease to wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_exits_right_after_finalize_leaves_nothing_behind() {
+    let c = TestCluster::start_with(3, |config| config.lease_ms = 60_000).await;
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_ac-test-client"))
+        .arg("finalize-at-once")
+        .env("ARM_ADDR", c.arm.addr().to_string())
+        .env("ARM_CA_CERT", c.arm.ca_cert())
+        .env("ARM_ACPN", "1")
+        .env("ARM_NODE", "n1")
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    // Checked at once: a lease of a minute would still be running if the manager had not been told.
+    assert_eq!(c.arm.free_accelerators(), 3, "the program's accelerators were not released");
+    let Response::Jobs(jobs) = c.admin().await.request(Request::JobList { all: true }).await.unwrap() else { panic!() };
+    assert!(jobs.iter().all(|j| j.state == "ended"), "{jobs:?}");
 }

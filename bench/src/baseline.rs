@@ -1,0 +1,224 @@
+//! The bare quinn baseline (issue 13): a quinn client and server in two processes, with the
+//! data plane's own TLS and `Tuning`, doing what the SDK does without the SDK: a request and its
+//! answer on one long-lived stream, small one-way messages batched into large writes, and a
+//! 1 GiB one-way stream. Every data-plane row is reported as a ratio to it, in the same run.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use ac_proto::transport::Tuning;
+use ac_proto::{tls, transport};
+use bytes::Bytes;
+
+use crate::latency::{launch_sync_latency, launches_per_second, ping_latency};
+use crate::setup::{connect, percentiles, sibling, Child_, CpuMeter};
+
+const ALPN: &[u8] = b"ac-bench-baseline";
+/// One small message: about a launch frame.
+const MESSAGE: usize = 64;
+
+/// The helper process: serves the baseline's streams until killed. A stream starting with `e`
+/// echoes 64-byte messages; one starting with `s` is read to its end and answered with the
+/// byte count.
+pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
+    // The same runtime as the backend's, so that the ratio measures the protocol's cost.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async {
+        let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
+        let crypto = tls::server_crypto(tls::load_identity(&files.cert, &files.key)?, ALPN)?;
+        let endpoint = transport::server_endpoint("127.0.0.1:0".parse()?, crypto, &Tuning::default())?;
+        println!("{}", endpoint.local_addr()?.port());
+        while let Some(incoming) = endpoint.accept().await {
+            tokio::spawn(async move {
+                let Ok(conn) = incoming.await else { return };
+                while let Ok((send, recv)) = conn.accept_bi().await {
+                    tokio::spawn(serve_stream(send, recv));
+                }
+            });
+        }
+        Ok(())
+    })
+}
+
+async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) -> anyhow::Result<()> {
+    let mut mode = [0u8; 1];
+    recv.read_exact(&mut mode).await?;
+    if mode[0] == b'e' {
+        let mut message = [0u8; MESSAGE];
+        while recv.read_exact(&mut message).await.is_ok() {
+            send.write_all(&message).await?;
+        }
+    } else {
+        let mut total = 0u64;
+        while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+            total += chunk.bytes.len() as u64;
+        }
+        send.write_all(&total.to_le_bytes()).await?;
+    }
+    let _ = send.finish();
+    Ok(())
+}
+
+struct Peer {
+    child: std::process::Child,
+    conn: quinn::Connection,
+    _endpoint: quinn::Endpoint,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Peer {
+    async fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut child =
+            Command::new(sibling("ac-bench")?).arg("quinn-peer").arg(dir.path()).stdout(Stdio::piped()).spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
+        let addr = format!("127.0.0.1:{}", line.trim()).parse()?;
+        let crypto = tls::client_crypto(tls::load_roots(&dir.path().join("ca.pem"))?, ALPN)?;
+        let endpoint = transport::client_endpoint(addr, Some(std::sync::Arc::new(crypto)), &Tuning::default())?;
+        let conn = endpoint.connect(addr, "127.0.0.1")?.await?;
+        Ok(Self { child, conn, _endpoint: endpoint, _dir: dir })
+    }
+
+    /// p50 and p99 µs of a 64-byte request and its answer on one long-lived stream.
+    async fn round_trip(&self, n: usize) -> anyhow::Result<(f64, f64)> {
+        let (mut send, mut recv) = self.conn.open_bi().await?;
+        send.write_all(b"e").await?;
+        let mut message = [7u8; MESSAGE];
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n + n / 10 {
+            let start = Instant::now();
+            send.write_all(&message).await?;
+            recv.read_exact(&mut message).await?;
+            if i >= n / 10 {
+                samples.push(start.elapsed());
+            }
+        }
+        let _ = send.finish();
+        Ok(percentiles(samples))
+    }
+
+    /// Writes `payload` `times` over a fresh stream and waits for the count: bytes per second.
+    async fn one_way(&self, payload: Bytes, times: usize) -> anyhow::Result<f64> {
+        let (mut send, mut recv) = self.conn.open_bi().await?;
+        let start = Instant::now();
+        send.write_all(b"s").await?;
+        for _ in 0..times {
+            send.write_chunk(payload.clone()).await?;
+        }
+        send.finish()?;
+        let mut count = [0u8; 8];
+        recv.read_exact(&mut count).await?;
+        let elapsed = start.elapsed().as_secs_f64();
+        anyhow::ensure!(u64::from_le_bytes(count) == (payload.len() * times) as u64, "bytes lost");
+        Ok((payload.len() * times) as f64 / elapsed)
+    }
+}
+
+/// The data plane against bare quinn, between two processes, in one run.
+pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
+    let n = if quick { 2_000 } else { 20_000 };
+    let launches = if quick { 50_000 } else { 500_000 };
+    let copy = if quick { 64usize << 20 } else { 1 << 30 };
+    let peer = Peer::start().await?;
+    let rtt = peer.round_trip(n).await?;
+    // 1,024 messages per write, as a client batching small one-way messages would.
+    let batch = Bytes::from(vec![1u8; MESSAGE * 1024]);
+    let messages = peer.one_way(batch, launches / 1024).await? / MESSAGE as f64;
+    let meter = CpuMeter::start(&[peer.child.id()]);
+    let stream = peer.one_way(Bytes::from(vec![3u8; 1 << 20]), copy >> 20).await?;
+    let stream_cpu = meter.bytes_per_cpu_second(copy);
+
+    let remote = Child_::start(copy as u64 / (1 << 20) + 64)?;
+    let acc = connect(&remote.options).await?;
+    let ping = ping_latency(&acc, n).await?;
+    let launch = launch_sync_latency(&acc, n).await?;
+    let rate = launches_per_second(&acc, launches).await?;
+    let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
+    let mut back = vec![0u8; copy];
+    let (h2d, d2h) = crate::copies::measure(&acc, &data, &mut back, 2).await?;
+    let (h2d_cpu, d2h_cpu) = copy_cpu(&acc, &data, &mut back, remote.pid()).await?;
+    let meter = CpuMeter::start(&[]);
+    let tcp = crate::copies::tcp_stream(&data, 1)?;
+    let tcp_cpu = meter.bytes_per_cpu_second(copy);
+    let one = {
+        let mut options = remote.options.clone();
+        options.stripes = 1;
+        let acc = connect(&options).await?;
+        crate::copies::measure(&acc, &data, &mut back, 2).await?
+    };
+
+    println!("## The data plane against bare quinn (two processes, same TLS and `Tuning`, one run)\n");
+    println!("| what | bare quinn | SDK | SDK / quinn |");
+    println!("|---|---|---|---|");
+    println!("| small request and answer, p50 µs | {:.1} | {:.1} (ping) | {:.2} |", rtt.0, ping.0, ping.0 / rtt.0);
+    println!("| ... p99 µs | {:.1} | {:.1} | |", rtt.1, ping.1);
+    println!(
+        "| launch + synchronize, p50 µs | {:.1} (a round trip) | {:.1} | {:.2} |",
+        rtt.0,
+        launch.0,
+        launch.0 / rtt.0
+    );
+    println!(
+        "| small one-way messages / s | {messages:.0} (64 B, batched) | {rate:.0} (async launches) | {:.3} |",
+        rate / messages
+    );
+    let mb = |b: f64| b / 1e6;
+    let size = crate::setup::mib(copy);
+    println!(
+        "| {size} one way, MB/s | {:.0} | H2D {:.0} (2 connections), {:.0} (1) | {:.2}, {:.2} |",
+        mb(stream),
+        h2d,
+        one.0,
+        h2d / mb(stream),
+        one.0 / mb(stream)
+    );
+    println!(
+        "| {size} one way, MB/s | {:.0} | D2H {:.0} (2 connections), {:.0} (1) | {:.2}, {:.2} |",
+        mb(stream),
+        d2h,
+        one.1,
+        d2h / mb(stream),
+        one.1 / mb(stream)
+    );
+    println!();
+    println!("Bytes moved per CPU-second of both processes (`/proc/PID/stat`, 10 ms ticks), {size} copies:\n");
+    println!("| transfer | MB per CPU-second | / plain TCP |");
+    println!("|---|---|---|");
+    for (what, per_cpu) in [
+        (format!("plain TCP ({tcp:.0} MB/s)"), tcp_cpu),
+        ("bare quinn stream".to_string(), stream_cpu),
+        ("SDK host to device, 2 connections".to_string(), h2d_cpu),
+        ("SDK device to host, 2 connections".to_string(), d2h_cpu),
+    ] {
+        println!("| {what} | {:.0} | {:.2} |", mb(per_cpu), per_cpu / tcp_cpu);
+    }
+    println!();
+    Ok(())
+}
+
+/// Bytes per CPU-second (client and backend) of one host-to-device and one device-to-host copy.
+async fn copy_cpu(
+    acc: &ac_frontend::Accelerator,
+    src: &[u8],
+    dst: &mut [u8],
+    backend: u32,
+) -> anyhow::Result<(f64, f64)> {
+    let buf = acc.alloc::<u8>(src.len()).await?;
+    let meter = CpuMeter::start(&[backend]);
+    buf.copy_from_host(src).await?;
+    let h2d = meter.bytes_per_cpu_second(src.len());
+    let meter = CpuMeter::start(&[backend]);
+    buf.copy_to_host(dst).await?;
+    let d2h = meter.bytes_per_cpu_second(src.len());
+    buf.free().await?;
+    Ok((h2d, d2h))
+}
