@@ -81,6 +81,32 @@ impl Cluster {
     }
 }
 
+/// What `AC_Init` of `n` accelerators cannot avoid: a handshake and a request to the manager,
+/// then a handshake and a hello with each backend, all in parallel, over one endpoint.
+async fn init_floor(cluster: &Cluster, n: usize) -> anyhow::Result<Duration> {
+    let options: Vec<_> = cluster._backends.iter().take(n).map(|b| b.options(1, &Tuning::default())).collect();
+    let start = Instant::now();
+    // As `Session::init` does: the backends' endpoint is made while the manager's handshake runs.
+    let (client, endpoint) = tokio::join!(
+        ArmClient::connect(ArmOptions::new(cluster.arm.addr(), cluster.arm.ca_cert())),
+        async { ac_proto::transport::client_endpoint(options[0].addr, None, &Tuning::default()) }
+    );
+    let (client, endpoint) = (client?, endpoint?);
+    // Any request: an unknown session is refused after one round trip.
+    let _ = client.request(Request::Poll { token: ac_proto::random_hex(32) }).await;
+    let hello = ac_proto::backend::Hello::Open { capability: vec![], device: 0 };
+    let opens = options.iter().map(|o| async {
+        let crypto = ac_frontend::link::client_crypto(o)?;
+        // Refused (no capability), after the same handshake and hello a real open costs.
+        let _ = ac_frontend::link::open_on(o, crypto, &hello, Some(&endpoint)).await;
+        Ok::<_, ac_frontend::Error>(())
+    });
+    futures_util::future::try_join_all(opens).await?;
+    let elapsed = start.elapsed();
+    client.close_now().await;
+    Ok(elapsed)
+}
+
 fn row(label: &str, samples: Vec<Duration>) -> (f64, f64) {
     let (p50, p99) = percentiles(samples);
     println!("| {label} | {:.2} | {:.2} |", p50 / 1e3, p99 / 1e3);
@@ -124,6 +150,11 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
         row(&format!("AC_Init, {x} static accelerator(s)"), samples);
     }
     row("AC_Finalize, 6 static accelerators", finalizes);
+    let mut floors = Vec::new();
+    for _ in 0..reps {
+        floors.push(init_floor(&cluster, 6).await?);
+    }
+    row("the floor of AC_Init of 6: one handshake and request to the ARM, then 6 handshakes and hellos in parallel", floors);
     let credential = cluster.submit("dyn", 1).await?;
     let session = Session::init(cluster.options("dyn", &credential)).await?;
     let mut lone = (0.0, 0.0);
