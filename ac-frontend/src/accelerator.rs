@@ -166,10 +166,9 @@ impl Accelerator {
     pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let rx = self.inner.replies.register(id);
-        let frame = frame_bytes(&Envelope { id, request })?;
-        if self.inner.control_stream.send(frame, payload).await.is_err() {
+        if let Err(e) = self.inner.control_stream.send(&Envelope { id, request }, payload).await {
             self.inner.replies.forget(id);
-            return Err(self.disconnected());
+            return Err(self.send_failed(e));
         }
         match self.inner.replies.wait(id, rx).await.ok_or_else(|| self.disconnected())? {
             Answer::Response(Response::Error(e)) => Err(e.into()),
@@ -188,8 +187,16 @@ impl Accelerator {
     /// Sends an asynchronous request: no round trip, errors surface at the next synchronizing
     /// call.
     pub(crate) async fn post(&self, request: Request, payload: Bytes) -> Result<()> {
-        let frame = frame_bytes(&Envelope { id: 0, request })?;
-        self.inner.control_stream.send(frame, payload).await.map_err(|_| self.disconnected())
+        self.inner.control_stream.post(&Envelope { id: 0, request }, payload).await.map_err(|e| self.send_failed(e))
+    }
+
+    /// A request that could not be encoded is the caller's error; any other failure to write
+    /// means the connection is gone.
+    fn send_failed(&self, e: ac_proto::ProtoError) -> Error {
+        match e {
+            ac_proto::ProtoError::Encode(_) | ac_proto::ProtoError::FrameTooLarge { .. } => e.into(),
+            _ => self.disconnected(),
+        }
     }
 
     /// Sends an asynchronous request without waiting (from `Drop`): it goes ahead of every call

@@ -6,15 +6,19 @@
 //! a stream of its own and names the position it follows. Every write goes through
 //! [`ControlStream`], which counts under the same lock that orders the bytes.
 //!
-//! `Drop` cannot wait for the lock. A dropped buffer's free is **deferred**: queued here, and
-//! written ahead of the next envelope by whoever writes next (or by a task spawned to flush it,
-//! if nobody does). So a free is always ahead of every call made after the drop: a program that
-//! drops a large buffer and allocates again finds the memory returned.
+//! Every envelope is **queued** here first, under a lock that gives it its position; whoever then
+//! holds the stream writes everything queued, in order. A call that waits for an answer writes
+//! the queue itself. Asynchronous calls (launches, memsets, frees from `Drop`, which cannot
+//! wait) leave their envelope queued for a write task, so that a burst of them leaves in one
+//! write; past `EAGER_BYTES` queued, the caller writes and waits instead. So a free from `Drop`
+//! is ahead of every call made after the drop (a program that drops a large buffer and
+//! allocates again finds the memory returned), and a thread's calls reach the backend in the
+//! order it made them.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::Envelope;
-use ac_proto::frame::{frame_bytes, write_with_payload};
+use ac_proto::frame::encode_frame;
 use ac_proto::ProtoError;
 use bytes::Bytes;
 use quinn::SendStream;
@@ -23,67 +27,125 @@ use tokio::runtime::Handle;
 /// The control stream's sending half, shared by every handle to one accelerator.
 #[derive(Debug)]
 pub(crate) struct ControlStream {
-    send: tokio::sync::Mutex<Sending>,
-    /// Envelopes from `Drop`, in the order they were deferred.
-    deferred: Mutex<Vec<Bytes>>,
+    queue: Mutex<Queue>,
+    /// Whoever holds the stream writes everything queued, in order.
+    stream: tokio::sync::Mutex<SendStream>,
     runtime: Handle,
 }
 
-#[derive(Debug)]
-struct Sending {
-    stream: SendStream,
-    /// Envelopes written so far: the position of the last one.
-    written: u64,
+/// Frames not yet written, in position order: envelopes are encoded straight into `run`; a raw
+/// payload closes the run and follows it as a chunk of its own (no copy).
+#[derive(Debug, Default)]
+struct Queue {
+    chunks: Vec<Bytes>,
+    run: Vec<u8>,
+    bytes: usize,
+    /// Envelopes queued so far: the position of the last one.
+    queued: u64,
+    /// A task is due to write what is queued.
+    flush_scheduled: bool,
 }
 
-impl Sending {
-    async fn write_deferred(&mut self, deferred: &Mutex<Vec<Bytes>>) -> Result<(), ProtoError> {
-        let frames = std::mem::take(&mut *deferred.lock().expect("deferred frames poisoned"));
-        for frame in frames {
-            self.stream.write_chunk(frame).await?;
-            self.written += 1;
-        }
-        Ok(())
-    }
-}
+/// Queued asynchronous calls above this many bytes are written by their caller, which then
+/// waits for the stream (back-pressure) instead of queueing more.
+const EAGER_BYTES: usize = 256 << 10;
 
 impl ControlStream {
     /// Wraps the stream; must be called inside the runtime that drives its connection.
     pub(crate) fn new(stream: SendStream) -> Self {
-        Self {
-            send: tokio::sync::Mutex::new(Sending { stream, written: 0 }),
-            deferred: Mutex::default(),
-            runtime: Handle::current(),
+        Self { queue: Mutex::default(), stream: tokio::sync::Mutex::new(stream), runtime: Handle::current() }
+    }
+
+    /// Queues an envelope and the raw payload it announces (nothing comes between them) at the
+    /// next position; returns the bytes queued and whether a write must be scheduled.
+    fn enqueue(&self, envelope: &Envelope, payload: Bytes) -> Result<(usize, bool), ProtoError> {
+        let mut queue = self.queue.lock().expect("control queue poisoned");
+        let before = queue.run.len();
+        if let Err(e) = encode_frame(envelope, &mut queue.run) {
+            queue.run.truncate(before);
+            return Err(e);
+        }
+        queue.bytes += queue.run.len() - before + payload.len();
+        if !payload.is_empty() {
+            let run = Bytes::from(std::mem::take(&mut queue.run));
+            queue.chunks.push(run);
+            queue.chunks.push(payload);
+        }
+        queue.queued += 1;
+        let schedule = !std::mem::replace(&mut queue.flush_scheduled, true);
+        Ok((queue.bytes, schedule))
+    }
+
+    /// Writes everything queued, including what is queued while it writes. The scheduled write
+    /// task (`scheduled`) also clears the flag, in the same critical section that finds the
+    /// queue empty, so that no call is left queued with nobody due to write it.
+    async fn flush(&self, scheduled: bool) -> Result<(), ProtoError> {
+        let mut stream = self.stream.lock().await;
+        loop {
+            let mut chunks = {
+                let mut queue = self.queue.lock().expect("control queue poisoned");
+                queue.bytes = 0;
+                if !queue.run.is_empty() {
+                    let run = Bytes::from(std::mem::take(&mut queue.run));
+                    queue.chunks.push(run);
+                }
+                if queue.chunks.is_empty() && scheduled {
+                    queue.flush_scheduled = false;
+                }
+                std::mem::take(&mut queue.chunks)
+            };
+            if chunks.is_empty() {
+                return Ok(());
+            }
+            stream.write_all_chunks(&mut chunks).await?;
         }
     }
 
-    /// Writes one envelope frame and the raw payload it announces, after every deferred one;
-    /// nothing from another writer comes between them.
-    pub(crate) async fn send(&self, envelope: Bytes, payload: Bytes) -> Result<(), ProtoError> {
-        let mut sending = self.send.lock().await;
-        sending.write_deferred(&self.deferred).await?;
-        write_with_payload(&mut sending.stream, envelope, payload).await?;
-        sending.written += 1;
+    /// Has a task write what is queued, soon: asynchronous calls that follow each other quickly
+    /// leave in one write.
+    fn schedule_flush(self: &Arc<Self>) {
+        let this = self.clone();
+        self.runtime.spawn(async move {
+            if this.flush(true).await.is_err() {
+                // The stream is dead; the next call that waits for an answer reports it.
+                this.queue.lock().expect("control queue poisoned").flush_scheduled = false;
+            }
+        });
+    }
+
+    /// A call that waits for its answer: queued, then written (with everything before it)
+    /// before this returns.
+    pub(crate) async fn send(&self, envelope: &Envelope, payload: Bytes) -> Result<(), ProtoError> {
+        // If no write was due, this caller is the one due to write (and to clear the flag).
+        let due = self.enqueue(envelope, payload)?.1;
+        self.flush(due).await
+    }
+
+    /// An asynchronous call: queued and written soon, in order, without waiting (but for
+    /// back-pressure). A failure to write shows at the next call that waits for an answer.
+    pub(crate) async fn post(self: &Arc<Self>, envelope: &Envelope, payload: Bytes) -> Result<(), ProtoError> {
+        let (queued, due) = self.enqueue(envelope, payload)?;
+        if queued >= EAGER_BYTES {
+            return self.flush(due).await;
+        }
+        if due {
+            self.schedule_flush();
+        }
         Ok(())
     }
 
-    /// The position a copy starting now follows: every envelope written so far, deferred ones
-    /// included (they are written first).
+    /// The position a copy starting now follows: every envelope queued so far, written first.
     pub(crate) async fn position(&self) -> Result<u64, ProtoError> {
-        let mut sending = self.send.lock().await;
-        sending.write_deferred(&self.deferred).await?;
-        Ok(sending.written)
+        let position = self.queue.lock().expect("control queue poisoned").queued;
+        self.flush(false).await?;
+        Ok(position)
     }
 
-    /// Queues `envelope` ahead of the next one written, and makes sure it leaves even if no
-    /// other call follows. Never waits: for `Drop`.
-    pub(crate) fn defer(self: &std::sync::Arc<Self>, envelope: &Envelope) {
-        let Ok(frame) = frame_bytes(envelope) else { return };
-        self.deferred.lock().expect("deferred frames poisoned").push(frame);
-        let this = self.clone();
-        // Writing it is the next writer's job too; this only covers a program that goes quiet.
-        self.runtime.spawn(async move {
-            let _ = this.position().await;
-        });
+    /// Queues `envelope` at the next position without waiting: for `Drop`. It leaves with the
+    /// next write, ahead of every call made after this.
+    pub(crate) fn defer(self: &Arc<Self>, envelope: &Envelope) {
+        if let Ok((_, true)) = self.enqueue(envelope, Bytes::new()) {
+            self.schedule_flush();
+        }
     }
 }

@@ -87,10 +87,10 @@ async fn init_floor(cluster: &Cluster, n: usize) -> anyhow::Result<Duration> {
     let options: Vec<_> = cluster._backends.iter().take(n).map(|b| b.options(1, &Tuning::default())).collect();
     let start = Instant::now();
     // As `Session::init` does: the backends' endpoint is made while the manager's handshake runs.
-    let (client, endpoint) = tokio::join!(
-        ArmClient::connect(ArmOptions::new(cluster.arm.addr(), cluster.arm.ca_cert())),
-        async { ac_proto::transport::client_endpoint(options[0].addr, None, &Tuning::default()) }
-    );
+    let (client, endpoint) =
+        tokio::join!(ArmClient::connect(ArmOptions::new(cluster.arm.addr(), cluster.arm.ca_cert())), async {
+            ac_proto::transport::client_endpoint(options[0].addr, None, &Tuning::default())
+        });
     let (client, endpoint) = (client?, endpoint?);
     // Any request: an unknown session is refused after one round trip.
     let _ = client.request(Request::Poll { token: ac_proto::random_hex(32) }).await;
@@ -154,7 +154,10 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
     for _ in 0..reps {
         floors.push(init_floor(&cluster, 6).await?);
     }
-    row("the floor of AC_Init of 6: one handshake and request to the ARM, then 6 handshakes and hellos in parallel", floors);
+    row(
+        "the floor of AC_Init of 6: one handshake and request to the ARM, then 6 handshakes and hellos in parallel",
+        floors,
+    );
     let credential = cluster.submit("dyn", 1).await?;
     let session = Session::init(cluster.options("dyn", &credential)).await?;
     let mut lone = (0.0, 0.0);
