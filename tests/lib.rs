@@ -263,6 +263,20 @@ pub async fn computes(acc: &Accelerator) -> Result<(), ac_frontend::Error> {
     Ok(())
 }
 
+/// The error an accelerator's calls meet once its capability's revocation (which travels to the
+/// backend after the manager's answer) has arrived; panics if none comes within 5 s.
+pub async fn revoked_eventually(acc: &Accelerator) -> ac_frontend::Error {
+    let failing = async {
+        loop {
+            match computes(acc).await {
+                Err(e) => return e,
+                Ok(()) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), failing).await.expect("revoked within 5 s")
+}
+
 /// A binary of the workspace, built next to the test executables.
 pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     let deps = std::env::current_exe().expect("test executable");

@@ -103,7 +103,7 @@ pub async fn serve(
             biased;
             Some(request) = fences.recv() => {
                 if request.after <= control.handled {
-                    let _ = request.admitted.send(control.fence().await);
+                    control.admit(request.admitted).await;
                 } else {
                     waiting.hold(request);
                 }
@@ -133,9 +133,18 @@ pub async fn serve(
             Outcome::Now(_) | Outcome::Later => {}
         }
         for admitted in waiting.due(control.handled) {
-            let _ = admitted.send(control.fence().await);
+            control.admit(admitted).await;
         }
     }
+}
+
+/// Runs a device copy off the async threads (it may take a while: up to `MAX_INLINE` bytes).
+async fn blocking<T: Send + 'static>(
+    copy: impl FnOnce() -> Result<T, WireError> + Send + 'static,
+) -> Result<T, WireError> {
+    tokio::task::spawn_blocking(copy)
+        .await
+        .unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("copy panicked: {e}"))))
 }
 
 fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
@@ -251,7 +260,7 @@ impl Control {
         let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
         tokio::spawn(async move {
             let written = match fence.passed().await {
-                Ok(()) => bulk::write_whole(&session, &alloc, dst.offset, &data),
+                Ok(()) => blocking(move || bulk::write_whole(&session, &alloc, dst.offset, &data)).await,
                 Err(e) => Err(e),
             };
             drop(budget);
@@ -279,7 +288,7 @@ impl Control {
         let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
         tokio::spawn(async move {
             let read = match fence.passed().await {
-                Ok(()) => bulk::read_whole(&session, &alloc, src.offset, len),
+                Ok(()) => blocking(move || bulk::read_whole(&session, &alloc, src.offset, len)).await,
                 Err(e) => Err(e),
             };
             let _ = match read {
@@ -433,6 +442,16 @@ impl Control {
             return error(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", stream.0));
         };
         worker.barrier().await.map_or(Response::Ok, Response::Error)
+    }
+
+    /// Hands a fence to the copy that asked; if the copy is gone meanwhile, its pending error
+    /// stays pending for the next synchronizing call.
+    async fn admit(&mut self, admitted: tokio::sync::oneshot::Sender<Fence>) {
+        if let Err(fence) = admitted.send(self.fence().await) {
+            if let Some(e) = fence.pending {
+                self.pending.get_or_insert(e);
+            }
+        }
     }
 
     /// A fence behind everything handled so far: a barrier on every stream, and the pending

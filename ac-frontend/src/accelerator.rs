@@ -142,6 +142,8 @@ impl Accelerator {
 
     /// Closes the session, waiting briefly so the backend learns at once.
     pub async fn close(self) {
+        // Calls still queued (launches, frees from `Drop`) leave before the connection closes.
+        let _ = self.inner.control_stream.position().await;
         let conns = self.inner.data.clone();
         let endpoints = self.inner._endpoints.clone();
         drop(self);

@@ -115,10 +115,19 @@ impl ControlStream {
 
     /// A call that waits for its answer: queued, then written (with everything before it)
     /// before this returns.
-    pub(crate) async fn send(&self, envelope: &Envelope, payload: Bytes) -> Result<(), ProtoError> {
+    pub(crate) async fn send(self: &Arc<Self>, envelope: &Envelope, payload: Bytes) -> Result<(), ProtoError> {
         // If no write was due, this caller is the one due to write (and to clear the flag).
         let due = self.enqueue(envelope, payload)?.1;
-        self.flush(due).await
+        self.write_as(due).await
+    }
+
+    /// Writes the queue; a caller that was due to write and gives up (its future dropped) hands
+    /// the duty to a write task, so that nothing stays queued with nobody due to write it.
+    async fn write_as(self: &Arc<Self>, due: bool) -> Result<(), ProtoError> {
+        let mut guard = DueWrite { stream: self, armed: due };
+        let written = self.flush(due).await;
+        guard.armed = false;
+        written
     }
 
     /// An asynchronous call: queued and written soon, in order, without waiting (but for
@@ -126,7 +135,7 @@ impl ControlStream {
     pub(crate) async fn post(self: &Arc<Self>, envelope: &Envelope, payload: Bytes) -> Result<(), ProtoError> {
         let (queued, due) = self.enqueue(envelope, payload)?;
         if queued >= EAGER_BYTES {
-            return self.flush(due).await;
+            return self.write_as(due).await;
         }
         if due {
             self.schedule_flush();
@@ -146,6 +155,20 @@ impl ControlStream {
     pub(crate) fn defer(self: &Arc<Self>, envelope: &Envelope) {
         if let Ok((_, true)) = self.enqueue(envelope, Bytes::new()) {
             self.schedule_flush();
+        }
+    }
+}
+
+/// See [`ControlStream::write_as`].
+struct DueWrite<'a> {
+    stream: &'a Arc<ControlStream>,
+    armed: bool,
+}
+
+impl Drop for DueWrite<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.stream.schedule_flush();
         }
     }
 }

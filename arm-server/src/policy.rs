@@ -109,9 +109,15 @@ impl View {
                 ),
                 _ => scheduler.submit(spec(number, job, reservation, now), job.submitted),
             };
-            // A job the pool can no longer hold (its hosts were removed) just is not planned.
+            // A job the pool can no longer hold (its hosts were removed) just is not planned;
+            // what it still holds is nobody else's to take.
             if placed.is_ok() {
                 numbers.insert(number, job.id.clone());
+            } else {
+                let held = busy.get(job.id.as_str()).into_iter().chain(spare.get(job.id.as_str())).flatten();
+                for &unit in held {
+                    let _ = scheduler.set_usable(unit, false);
+                }
             }
         }
         for (unit, borrower) in loans {

@@ -186,6 +186,18 @@ async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
 
 async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEvent>) {
     while let Some(event) = events.recv().await {
+        if let LinkEvent::Up { host, up: true } = &event {
+            // What the backend had not acknowledged (it may have died before storing it) goes
+            // out again on the new link.
+            let unacked: Vec<u64> = {
+                let core = arm.core.lock().expect("core poisoned");
+                core.unacked.iter().filter(|(h, _)| h == host).map(|(_, c)| *c).collect()
+            };
+            let expires = unix_now() + arm.config.capability_ttl_s + 86_400;
+            for capability in unacked {
+                arm.links.revoke(host, capability, expires);
+            }
+        }
         let _ = arm.mutate(|core, now| {
             match &event {
                 LinkEvent::Up { host, up } => {
@@ -289,19 +301,23 @@ impl Arm {
     fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
         let now = unix_now();
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
-        let (result, revocations, mine) = {
+        let (result, revocations, mine, changed) = {
             let mut core = self.core.lock().expect("core poisoned");
             let result = change(&mut core, now);
             let dirty = core.take_dirty();
+            let changed = !dirty.is_empty();
             let changes = Store::snapshot(&core, &dirty).map_err(internal)?;
             // Queued under the core lock, so the commit order is the order of the changes.
             let mut commits = self.commits.lock().expect("commits poisoned");
             commits.pending.extend(changes);
             commits.queued += 1;
-            (result, core.take_revocations(), commits.queued)
+            (result, core.take_revocations(), commits.queued, changed)
         };
         self.commit_through(mine).map_err(internal)?;
-        self.changed.notify_waiters();
+        // Only a change can answer a long poll; waking them for nothing would make them spin.
+        if changed {
+            self.changed.notify_waiters();
+        }
         let expires = now + self.config.capability_ttl_s + 86_400;
         for revocation in revocations {
             self.links.revoke(&revocation.host, revocation.capability, expires);
@@ -452,8 +468,14 @@ impl Arm {
                     let changed = self.changed.notified();
                     tokio::pin!(changed);
                     changed.as_mut().enable();
-                    let outcome = self.mutate(|core, _| core.await_get(&token_hash, request))?;
-                    if !matches!(outcome, GetOutcome::Waiting(_)) || tokio::time::Instant::now() >= until {
+                    let peeked = self.core.lock().expect("core poisoned").peek_get(&token_hash, request)?;
+                    if let GetOutcome::Waiting(_) = peeked {
+                        if tokio::time::Instant::now() >= until {
+                            return self.get_answer(peeked, &token_hash, false, 0);
+                        }
+                    } else {
+                        // Granted, or rejected (then forgotten, durably, once told).
+                        let outcome = self.mutate(|core, _| core.await_get(&token_hash, request))?;
                         return self.get_answer(outcome, &token_hash, false, 0);
                     }
                     let _ = tokio::time::timeout_at(until, changed).await;
@@ -564,7 +586,9 @@ impl Arm {
                 };
                 let id = self.mutate(|core, now| core.reserve(count, start, duration_s, owner, now))?;
                 let core = self.core.lock().expect("core poisoned");
-                Ok(Response::Reservation(reservation_view(&core, &core.reservations[&id], unix_now())))
+                let reservation =
+                    core.reservations.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, "deleted meanwhile"))?;
+                Ok(Response::Reservation(reservation_view(&core, reservation, unix_now())))
             }
             Request::ReservationList => {
                 let core = self.core.lock().expect("core poisoned");

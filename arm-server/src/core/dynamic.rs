@@ -84,6 +84,20 @@ impl Core {
         })
     }
 
+    /// Where a waiting `AC_Get` stands, changing nothing.
+    pub fn peek_get(&self, token_hash: &str, request: u64) -> Outcome<GetOutcome> {
+        self.session(token_hash)?;
+        if self.sets.get(&request).is_some_and(|s| s.session == token_hash) {
+            return Ok(GetOutcome::Granted(request));
+        }
+        let get = self
+            .pending
+            .get(&request)
+            .filter(|g| g.session == token_hash)
+            .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no waiting request {request} in this session")))?;
+        Ok(get.rejected.clone().map_or(GetOutcome::Waiting(request), GetOutcome::Rejected))
+    }
+
     /// Where a waiting `AC_Get` stands; a rejection is forgotten once told.
     pub fn await_get(&mut self, token_hash: &str, request: u64) -> Outcome<GetOutcome> {
         self.session(token_hash)?;

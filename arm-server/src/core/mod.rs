@@ -212,6 +212,11 @@ impl Core {
                 }
             }
         }
+        let delayed: Vec<(u64, String, u64)> = self.delayed.iter().filter(|(_, h, _)| h == name).cloned().collect();
+        for (at, host, capability) in delayed {
+            self.delayed.remove(&(at, host.clone(), capability));
+            self.dirty.insert(Key::Delayed(at, host, capability));
+        }
         let forgotten: Vec<(String, u64)> = self.unacked.iter().filter(|(h, _)| h == name).cloned().collect();
         for (host, capability) in forgotten {
             self.acknowledge(&host, capability);
@@ -331,6 +336,8 @@ impl Core {
 
     fn hold(&mut self, accel: &str, holder: Holder) {
         let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
+        // Never two holders: one the scheduler could not place (its hosts shrank) loses it.
+        self.release(accel);
         if let Some(device) = self.device_mut(accel) {
             device.holder = Some(holder);
             self.dirty.insert(Key::Host(host));
@@ -396,6 +403,9 @@ impl Core {
     /// Ends a job: everything it holds goes back, its sessions end.
     pub fn end_job(&mut self, id: &str, now: u64) -> Outcome<()> {
         let job = self.jobs.get_mut(id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
+        if job.state == JobState::Ended {
+            return Ok(());
+        }
         job.state = JobState::Ended;
         job.ended = Some(now);
         self.dirty.insert(Key::Job(id.to_string()));
@@ -409,7 +419,7 @@ impl Core {
                         self.revoke(&host, holder.capability);
                     }
                     let kept = Holder::using(&loan.job, &loan.node, Some(loan.set), loan.capability);
-                    self.hold(&accel, kept);
+                    *self.holder_mut(&accel).expect("owned") = kept;
                 }
                 None => self.release(&accel),
             }
@@ -425,6 +435,7 @@ impl Core {
         let sessions: Vec<String> =
             self.sessions.values().filter(|s| s.job == id).map(|s| s.token_hash.clone()).collect();
         for token in sessions {
+            self.notices.remove(&token);
             self.sessions.remove(&token);
             self.dirty.insert(Key::Session(token));
         }
