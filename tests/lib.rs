@@ -285,6 +285,75 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     path
 }
 
+/// Starts daemon `binary` with `args`, its state in `dir`, and waits for the address it writes
+/// to `addr_file`.
+#[allow(clippy::zombie_processes)] // the child goes to a struct whose `Drop` reaps it
+fn spawn_daemon(
+    binary: &str,
+    args: &[std::ffi::OsString],
+    dir: &std::path::Path,
+    addr_file: &std::path::Path,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let child = std::process::Command::new(workspace_binary(binary))
+        .args(args)
+        .arg("--state-dir")
+        .arg(dir)
+        .arg("--addr-file")
+        .arg(addr_file)
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{binary} starts: {e}"));
+    (child, wait_for_address(addr_file, binary))
+}
+
+/// Registers `backends` as `h0`, `h1`, ... with a manager, through an admin client.
+pub async fn register_hosts(admin: &ac_frontend::arm::ArmClient, backends: &[TestBackend]) {
+    for (i, b) in backends.iter().enumerate() {
+        let request = ac_proto::arm::Request::HostAdd {
+            addr: b.backend.addr(),
+            name: format!("h{i}"),
+            server_name: "127.0.0.1".into(),
+            ca_pem: std::fs::read_to_string(b.backend.ca_cert()).expect("backend CA"),
+            labels: vec![],
+        };
+        admin.request(request).await.expect("host added");
+    }
+}
+
+/// The address a daemon writes to `addr_file` once it listens; panics after 10 s without one.
+fn wait_for_address(addr_file: &std::path::Path, daemon: &str) -> std::net::SocketAddr {
+    let start = Instant::now();
+    loop {
+        if let Some(addr) = std::fs::read_to_string(addr_file).ok().and_then(|text| text.trim().parse().ok()) {
+            return addr;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{daemon} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILL and reap, as a crash (nothing if it already ended).
+fn kill_9(child: &mut std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// An admin client of the manager whose state directory is `dir`.
+pub async fn admin_of(addr: std::net::SocketAddr, dir: &std::path::Path) -> ac_frontend::arm::ArmClient {
+    let mut options = ac_frontend::arm::ArmOptions::new(addr, dir.join("ca.pem"));
+    options.identity = Some((dir.join("admin.pem"), dir.join("admin.key")));
+    ac_frontend::arm::ArmClient::connect(options).await.expect("admin connects")
+}
+
+/// A job as the manager shows it to an admin.
+pub async fn job_of(admin: &ac_frontend::arm::ArmClient, id: &str) -> ac_proto::arm::JobView {
+    match admin.request(ac_proto::arm::Request::JobShow { id: id.into() }).await.expect("job shown") {
+        ac_proto::arm::Response::Job(view) => *view,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 /// An `arm-server` process.
 #[derive(Debug)]
 pub struct ArmProcess {
@@ -301,47 +370,26 @@ impl ArmProcess {
     }
 
     /// The same, with a TOML configuration (written to `dir/arm.toml`).
-    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
     pub fn start_with_config(dir: &std::path::Path, listen: &str, toml: &str) -> Self {
         let addr_file = dir.join(format!("addr-{}", std::process::id()));
         let _ = std::fs::remove_file(&addr_file);
         let config = dir.join("arm.toml");
         std::fs::write(&config, toml).expect("configuration written");
-        let child = std::process::Command::new(workspace_binary("arm-server"))
-            .arg("--config")
-            .arg(&config)
-            .args(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"])
-            .arg("--state-dir")
-            .arg(dir)
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .env("RUST_LOG", "warn")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("arm-server starts");
-        let start = Instant::now();
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&addr_file) {
-                if let Ok(addr) = text.trim().parse() {
-                    return Self { child, addr };
-                }
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "arm-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut args: Vec<std::ffi::OsString> = vec!["--config".into(), config.into()];
+        args.extend(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"].map(Into::into));
+        let (child, addr) = spawn_daemon("arm-server", &args, dir, &addr_file);
+        Self { child, addr }
     }
 
     /// SIGKILL, as a crash.
     pub fn kill_9(mut self) {
-        self.child.kill().expect("kill");
-        self.child.wait().expect("reaped");
+        kill_9(&mut self.child);
     }
 }
 
 impl Drop for ArmProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_9(&mut self.child);
     }
 }
 
@@ -431,42 +479,22 @@ pub struct BackendProcess {
 
 impl BackendProcess {
     /// Starts `ac-backend` on `listen` with its state (certificates, trust, revocations) in `dir`.
-    #[allow(clippy::zombie_processes)] // the child moves into `Self`, whose `Drop` reaps it
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
         let addr_file = dir.join("addr");
         let _ = std::fs::remove_file(&addr_file);
-        let child = std::process::Command::new(workspace_binary("ac-backend"))
-            .args(["--listen", listen, "--device", "cpu", "--memory-mib", "64"])
-            .arg("--state-dir")
-            .arg(dir)
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .env("RUST_LOG", "warn")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("ac-backend starts");
-        let start = Instant::now();
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&addr_file) {
-                if let Ok(addr) = text.trim().parse() {
-                    return Self { child, addr, dir: dir.to_path_buf() };
-                }
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "ac-backend did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let args = ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(std::ffi::OsString::from);
+        let (child, addr) = spawn_daemon("ac-backend", &args, dir, &addr_file);
+        Self { child, addr, dir: dir.to_path_buf() }
     }
 
     /// SIGKILL, as a crash.
     pub fn kill_9(mut self) {
-        self.child.kill().expect("kill");
-        self.child.wait().expect("reaped");
+        kill_9(&mut self.child);
     }
 }
 
 impl Drop for BackendProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_9(&mut self.child);
     }
 }

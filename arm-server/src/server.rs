@@ -462,39 +462,29 @@ impl Arm {
             Request::AwaitGet { token, request } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
-                let until = tokio::time::Instant::now() + AWAIT_LIMIT;
-                loop {
-                    // Armed before looking, so that a change in between is not missed.
-                    let changed = self.changed.notified();
-                    tokio::pin!(changed);
-                    changed.as_mut().enable();
-                    let peeked = self.core.lock().expect("core poisoned").peek_get(&token_hash, request)?;
-                    if let GetOutcome::Waiting(_) = peeked {
-                        if tokio::time::Instant::now() >= until {
-                            return self.get_answer(peeked, &token_hash, false, 0);
-                        }
-                    } else {
-                        // Granted, or rejected (then forgotten, durably, once told).
-                        let outcome = self.mutate(|core, _| core.await_get(&token_hash, request))?;
-                        return self.get_answer(outcome, &token_hash, false, 0);
-                    }
-                    let _ = tokio::time::timeout_at(until, changed).await;
-                }
+                let decided = self
+                    .long_poll(|core| {
+                        let outcome = core.peek_get(&token_hash, request)?;
+                        Ok((!matches!(outcome, GetOutcome::Waiting(_))).then_some(()))
+                    })
+                    .await?;
+                // Granted, or rejected (then forgotten, durably, once told); or still waiting.
+                let outcome = match decided {
+                    Some(()) => self.mutate(|core, _| core.await_get(&token_hash, request))?,
+                    None => GetOutcome::Waiting(request),
+                };
+                self.get_answer(outcome, &token_hash, false, 0)
             }
             Request::Notices { token } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
-                let until = tokio::time::Instant::now() + AWAIT_LIMIT;
-                loop {
-                    let changed = self.changed.notified();
-                    tokio::pin!(changed);
-                    changed.as_mut().enable();
-                    let notices = self.core.lock().expect("core poisoned").take_notices(&token_hash)?;
-                    if !notices.is_empty() || tokio::time::Instant::now() >= until {
-                        return Ok(Response::Notices(notices));
-                    }
-                    let _ = tokio::time::timeout_at(until, changed).await;
-                }
+                let notices = self
+                    .long_poll(|core| {
+                        let notices = core.take_notices(&token_hash)?;
+                        Ok((!notices.is_empty()).then_some(notices))
+                    })
+                    .await?;
+                Ok(Response::Notices(notices.unwrap_or_default()))
             }
             Request::JoinSet { token, set } => {
                 let token_hash = keys::hash(&token);
@@ -607,6 +597,28 @@ impl Arm {
                 let start = core.expected_start(&id, unix_now());
                 Ok(Response::Job(Box::new(job_view(&core, job, start))))
             }
+        }
+    }
+
+    /// Looks at the core (`look`) until it finds something, waking at each change, for at most
+    /// [`AWAIT_LIMIT`]; `None` when nothing came.
+    async fn long_poll<T>(
+        &self,
+        mut look: impl FnMut(&mut Core) -> Result<Option<T>, ArmError>,
+    ) -> Result<Option<T>, ArmError> {
+        let until = tokio::time::Instant::now() + AWAIT_LIMIT;
+        loop {
+            // Armed before looking, so that a change in between is not missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(found) = look(&mut self.core.lock().expect("core poisoned"))? {
+                return Ok(Some(found));
+            }
+            if tokio::time::Instant::now() >= until {
+                return Ok(None);
+            }
+            let _ = tokio::time::timeout_at(until, changed).await;
         }
     }
 

@@ -6,20 +6,7 @@ use std::time::Duration;
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_frontend::Session;
 use ac_proto::arm::{JobAuth, Request, Response};
-use ac_tests::{computes, quick_tuning, ArmProcess, TestBackend};
-
-async fn admin(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmClient {
-    let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
-    options.identity = Some((dir.join("admin.pem"), dir.join("admin.key")));
-    ArmClient::connect(options).await.expect("admin connects")
-}
-
-async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
-    match admin.request(Request::JobShow { id: id.into() }).await.unwrap() {
-        Response::Job(view) => *view,
-        other => panic!("unexpected {other:?}"),
-    }
-}
+use ac_tests::{admin_of, computes, job_of, quick_tuning, register_hosts, ArmProcess, TestBackend};
 
 async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
     let request = Request::JobSubmit {
@@ -44,17 +31,8 @@ async fn kill_9_and_restart_keeps_every_allocation() {
     let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
     let addr = arm.addr;
     let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
-    let ctl = admin(addr, state.path()).await;
-    for (i, b) in backends.iter().enumerate() {
-        let request = Request::HostAdd {
-            addr: b.backend.addr(),
-            name: format!("h{i}"),
-            server_name: "127.0.0.1".into(),
-            ca_pem: std::fs::read_to_string(b.backend.ca_cert()).unwrap(),
-            labels: vec![],
-        };
-        ctl.request(request).await.unwrap();
-    }
+    let ctl = admin_of(addr, state.path()).await;
+    register_hosts(&ctl, &backends).await;
     let credential = submit(&ctl, "j", 1).await;
     submit(&ctl, "big", 3).await;
     let mut arm_options = ArmOptions::new(addr, state.path().join("ca.pem"));
@@ -69,7 +47,7 @@ async fn kill_9_and_restart_keeps_every_allocation() {
     };
     let session = Session::init(options).await.unwrap();
     let set = session.get(1).await.unwrap().expect("granted");
-    let before = job(&ctl, "j").await;
+    let before = job_of(&ctl, "j").await;
     assert_eq!((before.static_accelerators.len(), before.dynamic_accelerators.len()), (1, 1));
 
     arm.kill_9();
@@ -78,17 +56,17 @@ async fn kill_9_and_restart_keeps_every_allocation() {
     computes(&set.handles[0].acc).await.unwrap();
 
     let _arm = ArmProcess::start(state.path(), &addr.to_string());
-    let ctl = admin(addr, state.path()).await;
-    let after = job(&ctl, "j").await;
+    let ctl = admin_of(addr, state.path()).await;
+    let after = job_of(&ctl, "j").await;
     assert_eq!(after.static_accelerators, before.static_accelerators);
     assert_eq!(after.dynamic_accelerators, before.dynamic_accelerators);
     assert_eq!(after.state, "running");
-    assert_eq!(job(&ctl, "big").await.state, "queued", "the queue survives too");
+    assert_eq!(job_of(&ctl, "big").await.state, "queued", "the queue survives too");
     let Response::Hosts(hosts) = ctl.request(Request::HostList).await.unwrap() else { panic!() };
     assert_eq!(hosts.len(), 3);
     // The program's session resumes transparently: its next calls reconnect.
     assert!(session.get(5).await.unwrap().is_none(), "rejected, not an error");
     session.free(set).await.unwrap();
-    assert_eq!(job(&ctl, "j").await.dynamic_accelerators.len(), 0);
+    assert_eq!(job_of(&ctl, "j").await.dynamic_accelerators.len(), 0);
     session.finalize().await.unwrap();
 }

@@ -7,13 +7,7 @@ use std::time::Duration;
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_frontend::{Accelerator, ConnectOptions};
 use ac_proto::arm::{Grant, JobAuth, Request, Response, SessionState};
-use ac_tests::{computes, eventually, quick_tuning, submit_job, ArmProcess, BackendProcess};
-
-async fn admin_of(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmClient {
-    let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
-    options.identity = Some((dir.join("admin.pem"), dir.join("admin.key")));
-    ArmClient::connect(options).await.expect("admin connects")
-}
+use ac_tests::{admin_of, computes, eventually, quick_tuning, submit_job, ArmProcess, BackendProcess};
 
 /// A manager and one backend as processes; a job `j` bound to the backend's accelerator.
 /// Returns the grant its program received.

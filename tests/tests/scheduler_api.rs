@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_frontend::{GetRequest, Session, SessionOptions};
 use ac_proto::arm::{Ask, JobAuth, Request, Response, SessionState};
-use ac_tests::{computes, quick_tuning, submit_job, ArmProcess, TestBackend, TestCluster};
+use ac_tests::{
+    admin_of, computes, job_of, quick_tuning, register_hosts, submit_job, ArmProcess, TestBackend, TestCluster,
+};
 
 /// A program's raw client: `Init` with a token of its own, then requests by hand.
 async fn raw_session(options: ArmOptions, job: &str, credential: &str, node: &str) -> (ArmClient, String) {
@@ -125,36 +127,10 @@ async fn an_unreachable_manager_is_named_as_such() {
     assert!(err.to_string().contains(&format!("the resource manager at {addr}")), "{err}");
 }
 
-async fn admin_of(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmClient {
-    let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
-    options.identity = Some((dir.join("admin.pem"), dir.join("admin.key")));
-    ArmClient::connect(options).await.expect("admin connects")
-}
-
-async fn add_hosts(admin: &ArmClient, backends: &[TestBackend]) {
-    for (i, b) in backends.iter().enumerate() {
-        let request = Request::HostAdd {
-            addr: b.backend.addr(),
-            name: format!("h{i}"),
-            server_name: "127.0.0.1".into(),
-            ca_pem: std::fs::read_to_string(b.backend.ca_cert()).unwrap(),
-            labels: vec![],
-        };
-        admin.request(request).await.unwrap();
-    }
-}
-
 fn program_options(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmOptions {
     let mut options = ArmOptions::new(addr, dir.join("ca.pem"));
     options.tuning = quick_tuning();
     options
-}
-
-async fn job(admin: &ArmClient, id: &str) -> ac_proto::arm::JobView {
-    match admin.request(Request::JobShow { id: id.into() }).await.unwrap() {
-        Response::Job(view) => *view,
-        other => panic!("{other:?}"),
-    }
 }
 
 /// A request retried after the manager crashed gets the answer the first one got, and an
@@ -166,7 +142,7 @@ async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
     let addr = arm.addr;
     let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
     let admin = admin_of(addr, state.path()).await;
-    add_hosts(&admin, &backends).await;
+    register_hosts(&admin, &backends).await;
     let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
     let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
     let (client_a, token_a) = raw_session(program_options(addr, state.path()), "a", &a, "n1").await;
@@ -183,10 +159,10 @@ async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
     let Response::Granted { set: again, grants: same } = client_a.request(once).await.unwrap() else { panic!() };
     let ids = |grants: &[ac_proto::arm::Grant]| grants.iter().map(|g| g.id.clone()).collect::<Vec<_>>();
     assert_eq!((again, ids(&same)), (set, ids(&grants)), "the original answer, not a second set");
-    assert_eq!(job(&admin, "a").await.dynamic_accelerators.len(), 1);
+    assert_eq!(job_of(&admin, "a").await.dynamic_accelerators.len(), 1);
     let Response::Waiting { request: still, .. } = client_b.request(waiting).await.unwrap() else { panic!() };
     assert_eq!(still, request);
-    assert_eq!(job(&admin, "b").await.waiting_requests, 1);
+    assert_eq!(job_of(&admin, "b").await.waiting_requests, 1);
 
     let free = Request::Free { token: token_a, set, accelerators: None };
     client_a.request(free).await.unwrap();
@@ -214,13 +190,13 @@ async fn a_group_limit_holds_across_two_users_and_a_restart() {
     let addr = arm.addr;
     let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
     let admin = admin_of(addr, state.path()).await;
-    add_hosts(&admin, &backends).await;
+    register_hosts(&admin, &backends).await;
     // `evolving` ends in 90 s, `short` in 60 s; `big` (2 accelerators) starts when `short` ends.
     // One more accelerator for `evolving` until its end delays `big` by about 30 s.
     let evolving = submit_job(&admin, "evolving", &["n1"], 1, "evo", 90).await;
     submit_job(&admin, "short", &["n2"], 1, "other", 60).await;
     submit_job(&admin, "big-alice", &["n3"], 2, "alice", 60).await;
-    assert_eq!(job(&admin, "big-alice").await.group, "physics");
+    assert_eq!(job_of(&admin, "big-alice").await.group, "physics");
     let options = |addr| SessionOptions {
         arm: program_options(addr, state.path()),
         job: JobAuth::Credential { job: "evolving".into(), secret: evolving.clone() },

@@ -100,23 +100,12 @@ impl Core {
 
     /// Where a waiting `AC_Get` stands; a rejection is forgotten once told.
     pub fn await_get(&mut self, token_hash: &str, request: u64) -> Outcome<GetOutcome> {
-        self.session(token_hash)?;
-        if self.sets.get(&request).is_some_and(|s| s.session == token_hash) {
-            return Ok(GetOutcome::Granted(request));
+        let outcome = self.peek_get(token_hash, request)?;
+        if let GetOutcome::Rejected(_) = outcome {
+            self.pending.remove(&request);
+            self.dirty.insert(Key::Pending(request));
         }
-        let get = self
-            .pending
-            .get(&request)
-            .filter(|g| g.session == token_hash)
-            .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no waiting request {request} in this session")))?;
-        match get.rejected.clone() {
-            Some(reason) => {
-                self.pending.remove(&request);
-                self.dirty.insert(Key::Pending(request));
-                Ok(GetOutcome::Rejected(reason))
-            }
-            None => Ok(GetOutcome::Waiting(request)),
-        }
+        Ok(outcome)
     }
 
     /// Waiting requests ahead of `request`.
