@@ -224,19 +224,8 @@ impl Accelerator {
             };
         }
         let after = self.copy_position().await?;
-        let stripes = self.stripes(data.len(), &options);
-        try_join_all(stripes.into_iter().map(|(conn, range)| {
-            let ptr = DevicePtr { buffer: dst.buffer, offset: dst.offset + range.start as u64 };
-            let header = BulkHeader {
-                direction: Direction::HostToDevice,
-                ptr,
-                len: range.len() as u64,
-                pipelined: options.pipelined,
-                after,
-            };
-            bulk_write(conn, header, &data[range])
-        }))
-        .await?;
+        let stripes = self.stripes(Direction::HostToDevice, dst, data.len(), &options, after);
+        try_join_all(stripes.into_iter().map(|(conn, range, header)| bulk_write(conn, header, &data[range]))).await?;
         Ok(())
     }
 
@@ -254,20 +243,12 @@ impl Accelerator {
             };
         }
         let after = self.copy_position().await?;
-        let stripes = self.stripes(out.len(), &options);
+        let stripes = self.stripes(Direction::DeviceToHost, src, out.len(), &options, after);
         let mut rest = out;
         let mut jobs = Vec::with_capacity(stripes.len());
-        for (conn, range) in stripes {
+        for (conn, range, header) in stripes {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            let ptr = DevicePtr { buffer: src.buffer, offset: src.offset + range.start as u64 };
-            let header = BulkHeader {
-                direction: Direction::DeviceToHost,
-                ptr,
-                len: head.len() as u64,
-                pipelined: options.pipelined,
-                after,
-            };
             jobs.push(bulk_read(conn, header, head));
         }
         try_join_all(jobs).await?;
@@ -275,13 +256,28 @@ impl Accelerator {
     }
 
     /// Splits `len` bytes over the data connections, in 64 KiB-aligned contiguous stripes.
-    fn stripes(&self, len: usize, options: &CopyOptions) -> Vec<(&Connection, std::ops::Range<usize>)> {
+    /// Each stripe comes with the header of its bulk copy: `len` bytes at `ptr` in all, the copy
+    /// following position `after`.
+    fn stripes(
+        &self,
+        direction: Direction,
+        ptr: DevicePtr,
+        len: usize,
+        options: &CopyOptions,
+        after: u64,
+    ) -> Vec<(&Connection, std::ops::Range<usize>, BulkHeader)> {
         let conns = &self.inner.data;
         let n = conns.len().min(len / options.stripe_min.max(1)).max(1);
         let per = len.div_ceil(n).next_multiple_of(64 << 10);
         (0..n)
             .map(|i| (&conns[i], (i * per).min(len)..((i + 1) * per).min(len)))
             .filter(|(_, r)| !r.is_empty())
+            .map(|(conn, range)| {
+                let at = DevicePtr { buffer: ptr.buffer, offset: ptr.offset + range.start as u64 };
+                let len = range.len() as u64;
+                let header = BulkHeader { direction, ptr: at, len, pipelined: options.pipelined, after };
+                (conn, range, header)
+            })
             .collect()
     }
 }

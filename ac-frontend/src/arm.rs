@@ -113,29 +113,44 @@ impl ArmClient {
     /// that change state carry an idempotency key (a session's token, an `AC_Get`'s key), so
     /// the retry gets the first answer if the first request was carried out: never a second set.
     pub async fn request(&self, request: Request) -> Result<Response> {
-        let answer = match self.try_request(&request).await {
-            Err(Error::Disconnected(_)) => {
-                if let Some((_, conn)) = self.link.lock().await.take() {
-                    conn.close(0u32.into(), b"no answer");
+        let answer = match self.connection().await {
+            Ok(conn) => match self.try_request(&conn, &request).await {
+                Err(Error::Disconnected(_)) => {
+                    self.forget(&conn).await;
+                    match self.connection().await {
+                        Ok(conn) => self.try_request(&conn, &request).await,
+                        Err(e) => Err(e),
+                    }
                 }
-                self.try_request(&request).await
-            }
-            other => other,
+                other => other,
+            },
+            Err(e) => Err(e),
         };
         answer.map_err(|e| self.unreachable(e))
     }
 
-    async fn try_request(&self, request: &Request) -> Result<Response> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(request)).await.unwrap_or_else(|_| {
+    /// Drops `conn` if it is still the live one: requests run concurrently (a session's watcher
+    /// beside the program's calls), and one that failed on an old connection must not close the
+    /// new one another request has just opened.
+    async fn forget(&self, conn: &Connection) {
+        let mut link = self.link.lock().await;
+        if link.as_ref().is_some_and(|(_, live)| live.stable_id() == conn.stable_id()) {
+            if let Some((_, dead)) = link.take() {
+                dead.close(0u32.into(), b"no answer");
+            }
+        }
+    }
+
+    async fn try_request(&self, conn: &Connection, request: &Request) -> Result<Response> {
+        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(conn, request)).await.unwrap_or_else(|_| {
             Err(Error::Disconnected(format!("no answer from the resource manager in {REQUEST_TIMEOUT:?}")))
         })
     }
 
-    async fn exchange(&self, request: &Request) -> Result<Response> {
-        let conn = self.connection().await?;
+    async fn exchange(&self, conn: &Connection, request: &Request) -> Result<Response> {
         let (mut send, recv) = conn.open_bi().await?;
         let frame = frame_bytes(&ArmRequest { version: VERSION, request: request.clone() })?;
-        send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, &conn))?;
+        send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, conn))?;
         let _ = send.finish();
         let answer: ArmResponse = FrameReader::new(recv).expect_frame().await?;
         match answer {

@@ -141,11 +141,8 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     for host in core.hosts.values() {
         links.start(host);
     }
-    // Revocations the backends had not acknowledged before the restart go out again.
-    let expires = unix_now() + config.capability_ttl_s + 86_400;
-    for (host, capability) in &core.unacked {
-        links.revoke(host, *capability, expires);
-    }
+    // Revocations the backends had not acknowledged go out again when each link comes up
+    // (`host_events`), after a restart as after a reconnection.
     let mut leases = Leases::default();
     let grace = Instant::now() + Duration::from_millis(config.lease_ms);
     for token in core.sessions.keys() {
@@ -233,9 +230,8 @@ async fn expire_loop(arm: Arc<Arm>) {
             for job in core.expire_walltimes(now, grace) {
                 tracing::info!(job, "walltime passed: job ended");
             }
-            // Waiting requests whose deadline passed are rejected by the pass.
-            core.schedule(now);
-            core.purge_reservations(now);
+            // A pass only when time alone decides something: a deadline or a reservation's start.
+            core.tick(now);
             core.revoke_due(now);
             let purged = core.purge_ended(now, retention);
             if purged > 0 {

@@ -3,27 +3,10 @@
 
 use std::time::Duration;
 
-use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_frontend::arm::ArmOptions;
 use ac_frontend::Session;
 use ac_proto::arm::{JobAuth, Request, Response};
-use ac_tests::{admin_of, computes, job_of, quick_tuning, register_hosts, ArmProcess, TestBackend};
-
-async fn submit(admin: &ArmClient, id: &str, acpn: u32) -> String {
-    let request = Request::JobSubmit {
-        id: id.into(),
-        nodes: vec!["n1".into()],
-        acpn,
-        user: "u".into(),
-        walltime_s: 0,
-        group: None,
-        reservation: None,
-        peak: None,
-    };
-    match admin.request(request).await.unwrap() {
-        Response::Submitted { credential, .. } => credential,
-        other => panic!("not submitted: {other:?}"),
-    }
-}
+use ac_tests::{admin_of, computes, job_of, quick_tuning, register_hosts, submit_job, ArmProcess, TestBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_restart_keeps_every_allocation() {
@@ -33,8 +16,8 @@ async fn kill_9_and_restart_keeps_every_allocation() {
     let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
     let ctl = admin_of(addr, state.path()).await;
     register_hosts(&ctl, &backends).await;
-    let credential = submit(&ctl, "j", 1).await;
-    submit(&ctl, "big", 3).await;
+    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
+    submit_job(&ctl, "big", &["n1"], 3, "u", 0).await;
     let mut arm_options = ArmOptions::new(addr, state.path().join("ca.pem"));
     arm_options.tuning = quick_tuning();
     let options = ac_frontend::SessionOptions {

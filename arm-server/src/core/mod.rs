@@ -317,6 +317,17 @@ impl Core {
         }
     }
 
+    /// What time alone decides, called periodically: reservations that are over go, and a
+    /// pass runs if a waiting request's deadline passed or a reservation began with jobs queued
+    /// in it. Anything else that can start something runs its own pass when it happens.
+    pub fn tick(&mut self, now: u64) {
+        let purged = self.purge_reservations(now);
+        let deadline = self.pending.values().any(|g| g.rejected.is_none() && g.deadline <= now);
+        if purged || deadline || self.reservation_due(now) {
+            self.schedule(now);
+        }
+    }
+
     /// Expected start of one queued job: the planning view up to that job only, since waiting
     /// programs ask for it at every poll.
     pub fn expected_start(&self, job: &str, now: u64) -> Option<u64> {

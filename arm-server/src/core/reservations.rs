@@ -77,13 +77,22 @@ impl Core {
         }
     }
 
-    /// Forgets reservations that are over.
-    pub fn purge_reservations(&mut self, now: u64) {
+    /// Forgets reservations that are over; returns whether there were any.
+    pub fn purge_reservations(&mut self, now: u64) -> bool {
         let over: Vec<u64> = self.reservations.values().filter(|r| r.end() <= now).map(|r| r.id).collect();
-        for id in over {
+        for &id in &over {
             self.reservations.remove(&id);
             self.dirty.insert(Key::Reservation(id));
             self.leave_reservation(id);
         }
+        !over.is_empty()
+    }
+
+    /// Whether a reservation that has begun still has a queued job to start.
+    pub(super) fn reservation_due(&self, now: u64) -> bool {
+        self.reservations
+            .values()
+            .filter(|r| r.start <= now)
+            .any(|r| self.jobs.values().any(|j| j.reservation == Some(r.id) && j.state == JobState::Queued))
     }
 }
