@@ -127,10 +127,22 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Queues a copy of `src`'s elements into this buffer, device to device, on `stream`.
     pub async fn copy_from_device(&self, stream: &Stream, src: &DeviceBuffer<T>) -> Result<()> {
-        let count = src.len.min(self.len);
+        self.copy_from_device_at(stream, 0, src, 0, src.len.min(self.len)).await
+    }
+
+    /// Queues a copy of `count` elements of `src`, from `src_index`, to `index..` of this
+    /// buffer, device to device, on `stream`.
+    pub async fn copy_from_device_at(
+        &self,
+        stream: &Stream,
+        index: usize,
+        src: &DeviceBuffer<T>,
+        src_index: usize,
+        count: usize,
+    ) -> Result<()> {
         let request = Request::MemCopy {
-            dst: self.ptr(0, count)?,
-            src: src.ptr(0, count)?,
+            dst: self.ptr(index, count)?,
+            src: src.ptr(src_index, count)?,
             len: byte_len::<T>(count)?,
             stream: stream.id(),
         };
@@ -139,8 +151,13 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Queues setting every byte of the buffer to `value` on `stream`.
     pub async fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
+        self.memset_range(stream, 0, self.len, value).await
+    }
+
+    /// Queues setting every byte of elements `index..index + count` to `value` on `stream`.
+    pub async fn memset_range(&self, stream: &Stream, index: usize, count: usize, value: u8) -> Result<()> {
         let request =
-            Request::Memset { dst: self.ptr(0, 0)?, len: byte_len::<T>(self.len)?, value, stream: stream.id() };
+            Request::Memset { dst: self.ptr(index, count)?, len: byte_len::<T>(count)?, value, stream: stream.id() };
         self.acc.post(request, Bytes::new()).await
     }
 

@@ -3,8 +3,8 @@
 use ac_proto::backend::{ErrorKind, WireError};
 use ac_proto::ProtoError;
 
-/// Everything an SDK call can fail with.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Everything an SDK call can fail with. (Serializable so that MPI ranks can share one.)
+#[derive(Debug, Clone, PartialEq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     /// The accelerator refused or failed the call; the session goes on.
     #[error("accelerator error ({kind:?}): {message}")]

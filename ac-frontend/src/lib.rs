@@ -23,7 +23,8 @@
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
-//! - [`blocking`]: the same API for a plain `main`.
+//! - [`blocking`]: the same API for a plain `main`, sessions included.
+//! - `mpi` (feature `mpi`): collective `AC_Init` / `AC_Get` / `AC_Free` over a communicator.
 //!
 //! # Semantics (the ordering model; ARCHITECTURE.md, "Order", states it as invariants)
 //! - Launches, memsets, device-to-device and `*_async` copies return without a round trip. They
@@ -47,6 +48,8 @@ mod control;
 mod error;
 mod kernel;
 pub mod link;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 mod replies;
 mod session;
 mod stream;

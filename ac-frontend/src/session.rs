@@ -274,13 +274,34 @@ impl Session {
         &self.node
     }
 
+    /// The session's secret, which other processes of the program present to join its job.
+    #[cfg(feature = "mpi")]
+    pub(crate) fn token(&self) -> &str {
+        &self.token
+    }
+
     async fn granted(&self, response: Response, node_only: bool) -> Result<Option<DynamicSet>> {
         match response {
             Response::Granted { set, grants } => {
                 let mine: Vec<Grant> = grants.into_iter().filter(|g| !node_only || g.node == self.node).collect();
-                let handles = connect_grants(&mine, self.stripes, &self.tuning, &self.endpoint).await?;
-                Ok(Some(DynamicSet { id: set, handles }))
+                self.connect(set, &mine).await.map(Some)
             }
+            Response::Rejected { .. } => Ok(None),
+            other => Err(Error::Protocol(format!("expected a grant, got {other:?}"))),
+        }
+    }
+
+    /// Connects to `grants` of set `set`.
+    pub(crate) async fn connect(&self, set: u64, grants: &[Grant]) -> Result<DynamicSet> {
+        let handles = connect_grants(grants, self.stripes, &self.tuning, &self.endpoint).await?;
+        Ok(DynamicSet { id: set, handles })
+    }
+
+    /// A collective set's id and every participant's grants, unconnected (`None`: rejected).
+    pub(crate) async fn collective_grants(&self, parts: Vec<(String, u32)>) -> Result<Option<(u64, Vec<Grant>)>> {
+        let key = ac_proto::random_hex(16);
+        match self.client.request(Request::CollectiveGet { token: self.token.clone(), parts, key }).await? {
+            Response::Granted { set, grants } => Ok(Some((set, grants))),
             Response::Rejected { .. } => Ok(None),
             other => Err(Error::Protocol(format!("expected a grant, got {other:?}"))),
         }
@@ -316,9 +337,9 @@ impl Session {
     /// only as a whole. Returns this node's share; other participants call [`Session::join_set`].
     pub async fn get_collective(&self, parts: &[(&str, u32)]) -> Result<Option<DynamicSet>> {
         let parts = parts.iter().map(|(n, c)| (n.to_string(), *c)).collect();
-        let key = ac_proto::random_hex(16);
-        let response = self.client.request(Request::CollectiveGet { token: self.token.clone(), parts, key }).await?;
-        self.granted(response, true).await
+        let Some((set, grants)) = self.collective_grants(parts).await? else { return Ok(None) };
+        let mine: Vec<Grant> = grants.into_iter().filter(|g| g.node == self.node).collect();
+        self.connect(set, &mine).await.map(Some)
     }
 
     /// This node's share of a collective set obtained by another participant.

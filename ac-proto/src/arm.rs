@@ -39,6 +39,12 @@ pub enum JobAuth {
         /// Accelerators wanted.
         acpn: u32,
     },
+    /// Another process of the program that opened the session with `token` (an MPI rank):
+    /// a session of the same job. An ad-hoc job ends when its last session does.
+    SameJob {
+        /// The first session's token, shared by the program's processes.
+        token: String,
+    },
 }
 
 /// Requests.

@@ -267,7 +267,7 @@ impl Core {
     }
 
     /// `AC_Finalize` (or a lease that ran out): releases the session's dynamic sets, ends an
-    /// ad-hoc job, and forgets the session.
+    /// ad-hoc job with its last session, and forgets the session.
     pub fn finalize(&mut self, token_hash: &str, now: u64) -> Outcome<()> {
         let session = self.session(token_hash)?.clone();
         let sets: Vec<u64> = self.sets.values().filter(|s| s.session == token_hash).map(|s| s.id).collect();
@@ -278,7 +278,8 @@ impl Core {
         self.notices.remove(token_hash);
         self.sessions.remove(token_hash);
         self.dirty.insert(Key::Session(token_hash.to_string()));
-        if self.jobs.get(&session.job).is_some_and(|j| j.ad_hoc && j.state != JobState::Ended) {
+        let last = !self.sessions.values().any(|s| s.job == session.job);
+        if last && self.jobs.get(&session.job).is_some_and(|j| j.ad_hoc && j.state != JobState::Ended) {
             self.end_job(&session.job, now)?;
         }
         Ok(())

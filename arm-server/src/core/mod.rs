@@ -501,6 +501,19 @@ impl Core {
                 self.submit(job, now)?;
                 id
             }
+            JobAuth::SameJob { token } => {
+                let unknown = || err(ArmErrorKind::Unauthorized, "no session with that token");
+                let first = self.sessions.get(&crate::keys::hash(token)).ok_or_else(unknown)?;
+                let job = self.jobs.get(&first.job).filter(|j| j.state != JobState::Ended).ok_or_else(unknown)?;
+                // An ad-hoc job lives on its first node; its other processes must run there too.
+                if !job.nodes.iter().any(|n| n == node) {
+                    return Err(err(
+                        ArmErrorKind::Unauthorized,
+                        format!("node `{node}` is not one of job `{}`'s nodes", job.id),
+                    ));
+                }
+                job.id.clone()
+            }
         };
         self.sessions.insert(
             token_hash.clone(),

@@ -188,3 +188,23 @@ fn a_preallocation_grows_lends_and_preempts() {
     core.free("tb", loan, None, 31).unwrap();
     assert_eq!(held(&core), 1);
 }
+
+#[test]
+fn processes_of_one_ad_hoc_program_share_its_job_until_the_last_one_finalizes() {
+    let mut core = core(2);
+    let first = crate::keys::hash("first-token");
+    let job = core.open_session(first.clone(), &JobAuth::AdHoc { acpn: 1 }, "n1", 0).unwrap();
+    let same = JobAuth::SameJob { token: "first-token".into() };
+    assert_eq!(core.open_session("second".into(), &same, "n1", 0).unwrap(), job);
+    let StaticState::Bound(mine) = core.static_state("second", 0).unwrap() else { panic!("bound") };
+    assert_eq!(mine.len(), 1, "the node's static accelerator, for each process");
+    let wrong = JobAuth::SameJob { token: "not-a-token".into() };
+    assert_eq!(core.open_session("third".into(), &wrong, "n1", 0).unwrap_err().kind, ArmErrorKind::Unauthorized);
+    let elsewhere = core.open_session("fourth".into(), &same, "n2", 0).unwrap_err();
+    assert_eq!(elsewhere.kind, ArmErrorKind::Unauthorized, "an ad-hoc job lives on its node");
+    core.finalize(&first, 1).unwrap();
+    assert_eq!(core.jobs[&job].state, JobState::Running, "another process still runs");
+    core.finalize("second", 2).unwrap();
+    assert_eq!(core.jobs[&job].state, JobState::Ended);
+    assert_eq!(held(&core), 0);
+}

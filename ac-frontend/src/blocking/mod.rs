@@ -12,14 +12,21 @@ use tokio::runtime::Runtime;
 
 use crate::{ConnectOptions, CopyOptions, Error, Result};
 
+mod session;
+
+pub use session::{DynamicSet, Handle, Session};
+
 /// A remote accelerator, driven by a runtime of its own.
 #[derive(Debug)]
 pub struct Accelerator {
     rt: Arc<Runtime>,
     inner: Option<crate::Accelerator>,
+    /// Whether dropping this handle closes the connection (a session's handles are closed by
+    /// the session instead).
+    owned: bool,
 }
 
-fn runtime() -> Result<Arc<Runtime>> {
+pub(crate) fn runtime() -> Result<Arc<Runtime>> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ac-frontend")
@@ -34,7 +41,7 @@ impl Accelerator {
     pub fn connect(options: &ConnectOptions) -> Result<Self> {
         let rt = runtime()?;
         let inner = rt.block_on(crate::Accelerator::connect(options))?;
-        Ok(Self { rt, inner: Some(inner) })
+        Ok(Self { rt, inner: Some(inner), owned: true })
     }
 
     /// Connects to the backend named by the environment (see [`ConnectOptions::from_env`]).
@@ -42,9 +49,15 @@ impl Accelerator {
         Self::connect(&ConnectOptions::from_env()?)
     }
 
-    /// Wraps an async handle, using `rt` to drive it.
+    /// Wraps an async handle, using `rt` to drive it; dropping the wrapper closes the
+    /// connection.
     pub fn from_async(rt: Arc<Runtime>, inner: crate::Accelerator) -> Self {
-        Self { rt, inner: Some(inner) }
+        Self { rt, inner: Some(inner), owned: true }
+    }
+
+    /// Wraps a handle that something else (a session) closes.
+    pub(crate) fn borrowed(rt: Arc<Runtime>, inner: crate::Accelerator) -> Self {
+        Self { rt, inner: Some(inner), owned: false }
     }
 
     /// The async handle underneath.
@@ -125,9 +138,16 @@ impl Accelerator {
     }
 }
 
+impl Clone for Accelerator {
+    /// Another handle to the same connection; the original's owner closes it.
+    fn clone(&self) -> Self {
+        Self { rt: self.rt.clone(), inner: self.inner.clone(), owned: false }
+    }
+}
+
 impl Drop for Accelerator {
     fn drop(&mut self) {
-        if let Some(inner) = self.inner.take() {
+        if let Some(inner) = self.inner.take().filter(|_| self.owned) {
             // Let the backend learn at once that the session ended, rather than by time-out.
             self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(1), inner.close()).await }).ok();
         }
@@ -167,9 +187,32 @@ impl<T: Pod> DeviceBuffer<T> {
         self.rt.block_on(self.inner.copy_from_host(src))
     }
 
+    /// Copies `src` to elements `index..`.
+    pub fn copy_from_host_at(&self, index: usize, src: &[T]) -> Result<()> {
+        self.rt.block_on(self.inner.copy_from_host_at(index, src))
+    }
+
     /// Copies the start of the buffer into `dst` (`acMemCpy` device to host).
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         self.rt.block_on(self.inner.copy_to_host(dst))
+    }
+
+    /// Copies elements `index..` into `dst`.
+    pub fn copy_to_host_at(&self, index: usize, dst: &mut [T]) -> Result<()> {
+        self.rt.block_on(self.inner.copy_to_host_at(index, dst))
+    }
+
+    /// Queues a copy of `count` elements of `src` from `src_index` to `index..` of this
+    /// buffer, device to device, on `stream` (`acMemCpy` device to device).
+    pub fn copy_from_device_at(
+        &self,
+        stream: &Stream,
+        index: usize,
+        src: &DeviceBuffer<T>,
+        src_index: usize,
+        count: usize,
+    ) -> Result<()> {
+        self.rt.block_on(self.inner.copy_from_device_at(&stream.inner, index, &src.inner, src_index, count))
     }
 
     /// The whole buffer as a vector.
@@ -185,6 +228,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Queues setting every byte to `value` on `stream`.
     pub fn memset(&self, stream: &Stream, value: u8) -> Result<()> {
         self.rt.block_on(self.inner.memset(&stream.inner, value))
+    }
+
+    /// Queues setting every byte of elements `index..index + count` to `value` on `stream`.
+    pub fn memset_range(&self, stream: &Stream, index: usize, count: usize, value: u8) -> Result<()> {
+        self.rt.block_on(self.inner.memset_range(&stream.inner, index, count, value))
     }
 
     /// Frees the memory now (`acMemFree`).

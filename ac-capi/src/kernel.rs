@@ -1,0 +1,224 @@
+//! `acKernelCreate`, `acKernelSetArgs`, `acKernelRun`, `acKernelDestroy`.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Mutex;
+
+use ac_frontend::{blocking, KernelArg, LaunchDims};
+
+use crate::error::{acError, ffi, Failure, Outcome};
+use crate::handles::{handle, value, write_out, Table};
+use crate::memory::{in_range, MEMS};
+use crate::session::{acDevice, DEVICES};
+use crate::stream::{acStream, STREAMS};
+
+/// A kernel on one accelerator, with its arguments.
+#[allow(non_camel_case_types)]
+pub type acKernel = *mut acKernel_st;
+
+/// Never defined: a handle's value is a tagged number, not an address (opaque to C).
+#[allow(non_camel_case_types)]
+#[derive(Debug)]
+pub struct acKernel_st {
+    _never: [u8; 0],
+}
+
+/// What `acKernelCreate` loads the kernel from.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum acSourceKind {
+    /// The device's builtin module (`fill`, `vector_add`, `saxpy`, `sgemm`, `reduce_sum`); no source.
+    AC_SOURCE_BUILTIN = 0,
+    /// PTX text (a CUDA device).
+    AC_SOURCE_PTX = 1,
+    /// A cubin or fatbin image (a CUDA device).
+    AC_SOURCE_CUBIN = 2,
+    /// CUDA C, compiled on the accelerator's host with NVRTC (a CUDA device); kernels are
+    /// `extern "C"`.
+    AC_SOURCE_CUDA_C = 3,
+}
+
+/// The type of one kernel argument.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum acArgKind {
+    /// `int32_t`, in the low 32 bits of `bits`.
+    AC_ARG_I32 = 0,
+    /// `uint32_t`, in the low 32 bits of `bits`.
+    AC_ARG_U32 = 1,
+    /// `int64_t`.
+    AC_ARG_I64 = 2,
+    /// `uint64_t`.
+    AC_ARG_U64 = 3,
+    /// `float`, its bit pattern in the low 32 bits of `bits`.
+    AC_ARG_F32 = 4,
+    /// `double`, its bit pattern.
+    AC_ARG_F64 = 5,
+    /// A pointer into an `acMem` (the handle in `bits`) at byte `offset`.
+    AC_ARG_MEM = 6,
+}
+
+/// One kernel argument. Build it with `acArgF32(...)`, `acArgMem(...)` and the like.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct acArg {
+    /// One of `acArgKind`.
+    pub kind: c_int,
+    /// The value's bits (see `acArgKind`).
+    pub bits: u64,
+    /// For `AC_ARG_MEM`: the byte offset into the memory.
+    pub offset: u64,
+}
+
+/// Three dimensions of a launch, as CUDA's `dim3`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct acDim3 {
+    /// x.
+    pub x: u32,
+    /// y.
+    pub y: u32,
+    /// z.
+    pub z: u32,
+}
+
+/// A kernel and the arguments set so far.
+#[derive(Debug)]
+pub(crate) struct KernelEntry {
+    device: u64,
+    function: blocking::Function,
+    args: Mutex<Vec<acArg>>,
+    acc: blocking::Accelerator,
+}
+
+pub(crate) static KERNELS: Table<KernelEntry> = Table::new(0xac04, "acKernel");
+
+/// Forgets the kernels on `device`.
+pub(crate) fn forget_on(device: u64) {
+    KERNELS.remove_where(|k| k.device == device);
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, message)
+}
+
+fn text(source: &[u8], what: &str) -> Outcome<String> {
+    String::from_utf8(source.to_vec()).map_err(|_| invalid(format!("the {what} is not UTF-8")))
+}
+
+/// Loads kernel `name` on `device` from `source` (`len` bytes; NULL and 0 for the builtin
+/// module) of kind `kind` (one of `acSourceKind`).
+#[no_mangle]
+pub extern "C" fn acKernelCreate(
+    device: acDevice,
+    kind: c_int,
+    source: *const c_void,
+    len: usize,
+    name: *const c_char,
+    kernel: *mut acKernel,
+) -> acError {
+    ffi(|| {
+        if name.is_null() || kernel.is_null() {
+            return Err(invalid("NULL kernel name or acKernel pointer"));
+        }
+        // SAFETY: C passes a NUL-terminated name, as the header asks.
+        let name = unsafe { CStr::from_ptr(name) }.to_str().map_err(|_| invalid("the kernel name is not UTF-8"))?;
+        let source: &[u8] = match (source.is_null(), len) {
+            (_, 0) => &[],
+            (true, _) => return Err(invalid("NULL source with a length")),
+            // SAFETY: C passes `len` readable bytes at `source`, as the header asks.
+            (false, len) => unsafe { std::slice::from_raw_parts(source.cast(), len) },
+        };
+        let acc = DEVICES.get(value(device))?.acc.clone();
+        let module = match kind {
+            k if k == acSourceKind::AC_SOURCE_BUILTIN as c_int => acc.builtin()?,
+            k if k == acSourceKind::AC_SOURCE_PTX as c_int => acc.load_ptx(&text(source, "PTX")?)?,
+            k if k == acSourceKind::AC_SOURCE_CUBIN as c_int => acc.load_cubin(source)?,
+            k if k == acSourceKind::AC_SOURCE_CUDA_C as c_int => acc.compile_cuda(&text(source, "CUDA C")?, &[])?,
+            other => return Err(invalid(format!("{other} is not an acSourceKind"))),
+        };
+        let function = module.function(name)?;
+        let entry = KernelEntry { device: value(device), function, args: Mutex::new(Vec::new()), acc };
+        write_out(kernel, handle(KERNELS.insert(entry)), "the new acKernel")
+    })
+}
+
+/// Sets the kernel's `count` arguments (replacing any set before) for the next runs.
+#[no_mangle]
+pub extern "C" fn acKernelSetArgs(kernel: acKernel, count: c_int, args: *const acArg) -> acError {
+    ffi(|| {
+        let entry = KERNELS.get(value(kernel))?;
+        let count = usize::try_from(count).map_err(|_| invalid(format!("{count} arguments")))?;
+        let args: &[acArg] = match (args.is_null(), count) {
+            (_, 0) => &[],
+            (true, _) => return Err(invalid("NULL arguments with a count")),
+            // SAFETY: C passes `count` arguments at `args`, as the header asks.
+            (false, count) => unsafe { std::slice::from_raw_parts(args, count) },
+        };
+        // Checked now, so that a bad argument is reported by the call that set it.
+        for (i, arg) in args.iter().enumerate() {
+            kernel_arg(entry.device, arg).map_err(|f| Failure::new(f.code, format!("argument {i}: {}", f.message)))?;
+        }
+        *entry.args.lock().expect("arguments poisoned") = args.to_vec();
+        Ok(())
+    })
+}
+
+/// Queues the kernel on `stream` (NULL: the default stream) over a `grid` of blocks of
+/// `block` threads with `shared_mem` bytes of dynamic shared memory per block. Returns at once;
+/// errors of the run surface at the next synchronizing call, as in CUDA.
+#[no_mangle]
+pub extern "C" fn acKernelRun(
+    kernel: acKernel,
+    grid: acDim3,
+    block: acDim3,
+    shared_mem: u32,
+    stream: acStream,
+) -> acError {
+    ffi(|| {
+        let entry = KERNELS.get(value(kernel))?;
+        let args = entry.args.lock().expect("arguments poisoned").clone();
+        let args = args.iter().map(|a| kernel_arg(entry.device, a)).collect::<Outcome<Vec<_>>>()?;
+        let dims = LaunchDims::new([grid.x, grid.y, grid.z], [block.x, block.y, block.z]).with_shared_mem(shared_mem);
+        if stream.is_null() {
+            return Ok(entry.function.launch_on(&entry.acc.default_stream(), dims, &args)?);
+        }
+        let stream = STREAMS.get(value(stream))?;
+        if stream.device != entry.device {
+            return Err(invalid("the stream is on another accelerator than the kernel"));
+        }
+        Ok(entry.function.launch_on(&stream.stream, dims, &args)?)
+    })
+}
+
+/// Releases a kernel handle.
+#[no_mangle]
+pub extern "C" fn acKernelDestroy(kernel: acKernel) -> acError {
+    ffi(|| KERNELS.remove(value(kernel)).map(drop))
+}
+
+/// The SDK's argument for a C one.
+fn kernel_arg(device: u64, arg: &acArg) -> Outcome<KernelArg> {
+    let low = arg.bits as u32;
+    Ok(match arg.kind {
+        k if k == acArgKind::AC_ARG_I32 as c_int => KernelArg::I32(low as i32),
+        k if k == acArgKind::AC_ARG_U32 as c_int => KernelArg::U32(low),
+        k if k == acArgKind::AC_ARG_I64 as c_int => KernelArg::I64(arg.bits as i64),
+        k if k == acArgKind::AC_ARG_U64 as c_int => KernelArg::U64(arg.bits),
+        k if k == acArgKind::AC_ARG_F32 as c_int => KernelArg::F32(f32::from_bits(low)),
+        k if k == acArgKind::AC_ARG_F64 as c_int => KernelArg::F64(f64::from_bits(arg.bits)),
+        k if k == acArgKind::AC_ARG_MEM as c_int => {
+            let mem = MEMS.get(arg.bits)?;
+            if mem.device != device {
+                return Err(invalid("the acMem is on another accelerator than the kernel"));
+            }
+            let offset = usize::try_from(arg.offset).map_err(|_| invalid("offset too large"))?;
+            in_range(&mem, offset, 0)?;
+            mem.buffer.at(offset)
+        }
+        other => return Err(invalid(format!("{other} is not an acArgKind"))),
+    })
+}

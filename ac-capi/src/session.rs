@@ -1,0 +1,248 @@
+//! `AC_Init`, `AC_Get`, `AC_Free`, `AC_Finalize`, and the sets and devices they hand out.
+
+use std::ffi::{c_char, c_int};
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use ac_frontend::blocking::{self, Session};
+use ac_frontend::{DeviceKind, GetRequest};
+
+use crate::error::{acError, ffi, Failure, Outcome};
+use crate::handles::{handle, value, write_out, Table};
+use crate::{kernel, memory, stream};
+
+/// Accelerators obtained together: this node's static ones (`AC_Init`) or one `AC_Get`.
+#[allow(non_camel_case_types)]
+pub type acSet = *mut acSet_st;
+
+/// Never defined: a handle's value is a tagged number, not an address (opaque to C).
+#[allow(non_camel_case_types)]
+#[derive(Debug)]
+pub struct acSet_st {
+    _never: [u8; 0],
+}
+/// One accelerator of a set. It lives as long as its set.
+#[allow(non_camel_case_types)]
+pub type acDevice = *mut acDevice_st;
+
+/// Never defined: a handle's value is a tagged number, not an address (opaque to C).
+#[allow(non_camel_case_types)]
+#[derive(Debug)]
+pub struct acDevice_st {
+    _never: [u8; 0],
+}
+
+/// A set: its devices and, for a dynamic set, what `AC_Free` gives back.
+#[derive(Debug)]
+pub(crate) struct SetEntry {
+    devices: Vec<u64>,
+    dynamic: Mutex<Option<blocking::DynamicSet>>,
+}
+
+/// One accelerator.
+#[derive(Debug)]
+pub(crate) struct DeviceEntry {
+    pub(crate) acc: blocking::Accelerator,
+}
+
+pub(crate) static SETS: Table<SetEntry> = Table::new(0xac01, "acSet");
+pub(crate) static DEVICES: Table<DeviceEntry> = Table::new(0xac02, "acDevice");
+
+/// The process's session: one per process, as in the reference API.
+pub(crate) static SESSION: RwLock<Option<Session>> = RwLock::new(None);
+
+/// The session, for a call that needs it.
+pub(crate) fn session() -> Outcome<RwLockReadGuard<'static, Option<Session>>> {
+    let guard = SESSION.read().expect("session poisoned");
+    if guard.is_none() {
+        return Err(Failure::new(acError::AC_ERROR_NOT_INITIALIZED, "call AC_Init first"));
+    }
+    Ok(guard)
+}
+
+/// Registers accelerators as a set; returns the set's handle.
+pub(crate) fn register_set(accs: Vec<blocking::Accelerator>, dynamic: Option<blocking::DynamicSet>) -> u64 {
+    let devices = accs.into_iter().map(|acc| DEVICES.insert(DeviceEntry { acc })).collect();
+    SETS.insert(SetEntry { devices, dynamic: Mutex::new(dynamic) })
+}
+
+/// Registers a dynamic set.
+pub(crate) fn register_dynamic(set: blocking::DynamicSet) -> u64 {
+    let accs = set.handles.iter().map(|h| h.acc.clone()).collect();
+    register_set(accs, Some(set))
+}
+
+/// Takes a dynamic set out of its handle, with everything made on its devices.
+pub(crate) fn unregister_dynamic(set: acSet) -> Outcome<blocking::DynamicSet> {
+    let entry = SETS.get(value(set))?;
+    let Some(dynamic) = entry.dynamic.lock().expect("set poisoned").take() else {
+        return Err(Failure::new(
+            acError::AC_ERROR_INVALID_ARGUMENT,
+            "the static set is released by AC_Finalize, not AC_Free",
+        ));
+    };
+    SETS.remove(value(set))?;
+    for device in &entry.devices {
+        forget_device(*device);
+    }
+    Ok(dynamic)
+}
+
+/// Forgets a device and the memory, kernels and streams made on it.
+fn forget_device(device: u64) {
+    memory::forget_on(device);
+    kernel::forget_on(device);
+    stream::forget_on(device);
+    DEVICES.remove(device).ok();
+}
+
+/// Opens the process's session (`AC_Init`) with `open`, registering its static set.
+pub(crate) fn init_with(statics: *mut acSet, open: impl FnOnce() -> Outcome<Session>) -> Outcome {
+    if statics.is_null() {
+        return Err(Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, "NULL pointer for the static set"));
+    }
+    let mut slot = SESSION.write().expect("session poisoned");
+    if slot.is_some() {
+        return Err(Failure::new(acError::AC_ERROR_ALREADY_INITIALIZED, "AC_Init was already called"));
+    }
+    let session = open()?;
+    let set = register_set(session.accelerators().iter().map(|h| h.acc.clone()).collect(), None);
+    *slot = Some(session);
+    write_out(statics, handle(set), "the static set")
+}
+
+/// Ends the process's session (`AC_Finalize`) with `close`, forgetting every handle.
+pub(crate) fn finalize_with(close: impl FnOnce(Session) -> Outcome) -> Outcome {
+    let mut slot = SESSION.write().expect("session poisoned");
+    let session =
+        slot.take().ok_or_else(|| Failure::new(acError::AC_ERROR_NOT_INITIALIZED, "AC_Init was not called"))?;
+    for set in SETS.remove_where(|_| true) {
+        for device in &set.devices {
+            forget_device(*device);
+        }
+    }
+    close(session)
+}
+
+fn count_arg(n: c_int, what: &str) -> Outcome<u32> {
+    u32::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("{what} must be at least 1, got {n}")))
+}
+
+fn rejected(what: String) -> Failure {
+    Failure::new(acError::AC_ERROR_REJECTED, format!("the resource manager rejected {what}"))
+}
+
+/// Starts this process's use of accelerators and gives the set of accelerators bound to this
+/// job on this node before it started (empty if none). Waits while the job is queued.
+///
+/// The environment says where the resource manager is and who the job is: `ARM_ADDR`,
+/// `ARM_CA_CERT`, then `ARM_JOB_ID` and `ARM_JOB_CREDENTIAL` (a batch job) or `ARM_ACPN`
+/// (no batch system: an ad-hoc job of `ARM_ACPN` accelerators); optionally `ARM_NODE`,
+/// `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
+#[no_mangle]
+pub extern "C" fn AC_Init(statics: *mut acSet) -> acError {
+    ffi(|| init_with(statics, || Ok(Session::from_env()?)))
+}
+
+/// Asks for `count` more accelerators now: granted whole (`*set` is the new set) or rejected
+/// (`AC_ERROR_REJECTED`; the program goes on with what it has).
+#[no_mangle]
+pub extern "C" fn AC_Get(count: c_int, set: *mut acSet) -> acError {
+    AC_GetRange(count, count, 0, set)
+}
+
+/// Asks for between `min` and `max` more accelerators, waiting up to `wait_s` seconds for at
+/// least `min` of them. `AC_ERROR_REJECTED` if they cannot be had in time.
+#[no_mangle]
+pub extern "C" fn AC_GetRange(min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> acError {
+    ffi(|| {
+        let (min, max) = (count_arg(min, "min")?, count_arg(max, "max")?);
+        let wait = Duration::from_secs(u64::try_from(wait_s).unwrap_or(0));
+        let request = GetRequest::new(max).at_least(min).wait_up_to(wait);
+        let guard = session()?;
+        let granted = guard.as_ref().expect("checked").get_with(request)?;
+        let granted = granted.ok_or_else(|| rejected(format!("AC_Get of {min}..{max} accelerator(s)")))?;
+        write_out(set, handle(register_dynamic(granted)), "the new set")
+    })
+}
+
+/// Releases a set obtained by `AC_Get`, and everything made on its devices. The static set is
+/// released by `AC_Finalize`.
+#[no_mangle]
+pub extern "C" fn AC_Free(set: acSet) -> acError {
+    ffi(|| {
+        let guard = session()?;
+        let dynamic = unregister_dynamic(set)?;
+        Ok(guard.as_ref().expect("checked").free(dynamic)?)
+    })
+}
+
+/// Releases every accelerator of this process and ends its session. Every handle becomes
+/// invalid. `AC_Init` may be called again afterwards.
+#[no_mangle]
+pub extern "C" fn AC_Finalize() -> acError {
+    ffi(|| finalize_with(|session| Ok(session.finalize()?)))
+}
+
+/// How many accelerators `set` holds.
+#[no_mangle]
+pub extern "C" fn acSetSize(set: acSet, count: *mut c_int) -> acError {
+    ffi(|| {
+        let entry = SETS.get(value(set))?;
+        write_out(count, entry.devices.len() as c_int, "the count")
+    })
+}
+
+/// Accelerator `index` (from 0) of `set`.
+#[no_mangle]
+pub extern "C" fn acSetDevice(set: acSet, index: c_int, device: *mut acDevice) -> acError {
+    ffi(|| {
+        let entry = SETS.get(value(set))?;
+        let found = usize::try_from(index).ok().and_then(|i| entry.devices.get(i)).ok_or_else(|| {
+            Failure::new(
+                acError::AC_ERROR_OUT_OF_RANGE,
+                format!("index {index} outside a set of {}", entry.devices.len()),
+            )
+        })?;
+        write_out(device, handle(*found), "the device")
+    })
+}
+
+/// What `acDeviceGetInfo` tells of an accelerator.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct acDeviceInfo {
+    /// Its name, NUL-terminated (cut to fit).
+    pub name: [c_char; 64],
+    /// Total memory, bytes.
+    pub memory_total: u64,
+    /// Free memory when asked, bytes.
+    pub memory_free: u64,
+    /// 1 for a CUDA GPU, 0 for the CPU device.
+    pub is_cuda: c_int,
+}
+
+/// Describes `device` (a round trip: its free memory is current).
+#[no_mangle]
+pub extern "C" fn acDeviceGetInfo(device: acDevice, info: *mut acDeviceInfo) -> acError {
+    ffi(|| {
+        let found = DEVICES.get(value(device))?.acc.device_info()?;
+        let mut name = [0 as c_char; 64];
+        for (slot, byte) in name.iter_mut().zip(found.name.bytes().take(63)) {
+            *slot = byte as c_char;
+        }
+        let is_cuda = c_int::from(found.kind == DeviceKind::Cuda);
+        let out = acDeviceInfo { name, memory_total: found.memory_total, memory_free: found.memory_free, is_cuda };
+        write_out(info, out, "the device info")
+    })
+}
+
+/// Waits for all work queued on `device`; returns the first error of that work.
+#[no_mangle]
+pub extern "C" fn acDeviceSynchronize(device: acDevice) -> acError {
+    ffi(|| Ok(DEVICES.get(value(device))?.acc.synchronize()?))
+}

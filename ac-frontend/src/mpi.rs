@@ -1,0 +1,184 @@
+//! MPI programs (feature `mpi`): one session per rank, and collective `AC_Init`, `AC_Get`,
+//! `AC_Free` and `AC_Finalize` over a communicator.
+//!
+//! Every function here is collective: every rank of the communicator calls it, with its own
+//! arguments, and every rank gets the same outcome (all ranks succeed, or all fail with the same
+//! error). MPI must be initialized (by the program, or by `mpi::initialize`); when ranks call
+//! these functions from several threads, MPI needs `MPI_THREAD_MULTIPLE` (or serialized calls).
+//!
+//! - [`Session::init_on`]: each rank opens its own session. Ranks on one node share the node's
+//!   static accelerators, each through handles (connections) of its own. Without a batch system
+//!   (the ad-hoc default) rank 0 creates the job and the others join it; its ranks must then run
+//!   on one node.
+//! - [`Session::get_on`]: one request to the manager for the whole communicator, all or
+//!   nothing, one set id; each rank asks for its own count and gets handles to its own share.
+//! - [`Session::free_on`]: releases such a set once every rank has let go of it.
+//!
+//! A rank that dies in the middle leaves the others with an MPI error (or the MPI runtime ends
+//! the job); what the dead rank held is released by the manager when its session's lease runs
+//! out, and a collective set when the session of rank 0 ends.
+
+use ac_proto::arm::{Grant, JobAuth};
+use mpi::collective::SystemOperation;
+use mpi::traits::{Communicator, CommunicatorCollectives, Root};
+use serde::{de::DeserializeOwned, Serialize};
+
+use crate::blocking::{runtime, DynamicSet, Session};
+use crate::{Error, Result, SessionOptions};
+
+/// Node names travel in fixed slots of this many bytes.
+const NODE_SLOT: usize = 256;
+
+impl Session {
+    /// Collective `AC_Init`: a session for every rank of `comm`.
+    pub fn init_on<C: Communicator>(comm: &C, options: SessionOptions) -> Result<Self> {
+        let rt = runtime()?;
+        let opened = match &options.job {
+            // The job exists already: every rank presents the batch system's credential.
+            JobAuth::Credential { .. } | JobAuth::SameJob { .. } => rt.block_on(crate::Session::init(options)),
+            // Rank 0 creates the job; the others join it with its session's token.
+            JobAuth::AdHoc { .. } => {
+                let root = comm.process_at_rank(0);
+                let first = (comm.rank() == 0).then(|| rt.block_on(crate::Session::init(options.clone())));
+                let token = first.as_ref().and_then(|s| s.as_ref().ok()).map(|s| s.token().to_string());
+                let token: Option<String> = broadcast(&root, &token.ok_or(()))?.ok();
+                match (first, token) {
+                    (Some(first), _) => first,
+                    (None, Some(token)) => {
+                        let options = SessionOptions { job: JobAuth::SameJob { token }, ..options };
+                        rt.block_on(crate::Session::init(options))
+                    }
+                    (None, None) => Err(Error::Setup("AC_Init failed on rank 0".into())),
+                }
+            }
+        };
+        let opened = agree(comm, opened, |session| {
+            rt.block_on(session.finalize()).ok();
+        })?;
+        Ok(Self::wrap(rt, opened))
+    }
+
+    /// Collective `AC_Get`: `count` accelerators for this rank (0 is allowed), granted to all
+    /// ranks together or to none. `None` when the manager rejects the request.
+    pub fn get_on<C: Communicator>(&self, comm: &C, count: u32) -> Result<Option<DynamicSet>> {
+        let parts = gather_parts(comm, self.inner.node(), count)?;
+        let root = comm.process_at_rank(0);
+        let decided = match comm.rank() {
+            0 => Some(self.rt.block_on(self.inner.collective_grants(share_by_node(&parts))).map(|granted| {
+                granted.map(|(set, grants)| (set, split_by_rank(&parts, grants)))
+            })),
+            _ => None,
+        };
+        let decided: Result<Option<(u64, Vec<Vec<Grant>>)>> = broadcast(&root, &decided.unwrap_or(Ok(None)))?;
+        let Some((set, mut shares)) = decided? else { return Ok(None) };
+        let mine = std::mem::take(&mut shares[comm.rank() as usize]);
+        let connected = self.rt.block_on(self.inner.connect(set, &mine));
+        // All or nothing: if a rank cannot reach its share, the set goes back whole.
+        let connected = agree(comm, connected, |_| ());
+        if connected.is_err() && comm.rank() == 0 {
+            let empty = crate::DynamicSet { id: set, handles: Vec::new() };
+            self.rt.block_on(self.inner.free(empty)).ok();
+        }
+        Ok(Some(self.wrap_set(connected?)))
+    }
+
+    /// Collective `AC_Free` of a set obtained with [`Session::get_on`]: every rank's handles
+    /// close, then the set is released.
+    pub fn free_on<C: Communicator>(&self, comm: &C, set: DynamicSet) -> Result<()> {
+        let id = set.id;
+        let handles = set.inner.handles;
+        self.rt.block_on(futures_util::future::join_all(handles.into_iter().map(|h| h.acc.close())));
+        comm.barrier();
+        let freed = (comm.rank() == 0)
+            .then(|| self.rt.block_on(self.inner.free(crate::DynamicSet { id, handles: Vec::new() })));
+        broadcast(&comm.process_at_rank(0), &freed.unwrap_or(Ok(())))?
+    }
+
+    /// Collective `AC_Finalize`: waits until every rank is done with the collective sets, then
+    /// ends each rank's session.
+    pub fn finalize_on<C: Communicator>(self, comm: &C) -> Result<()> {
+        comm.barrier();
+        let result = self.finalize();
+        agree(comm, result, |_| ())
+    }
+}
+
+/// Every rank's node and count, in rank order.
+fn gather_parts<C: Communicator>(comm: &C, node: &str, count: u32) -> Result<Vec<(String, u32)>> {
+    if node.len() > NODE_SLOT - 4 {
+        return Err(Error::InvalidArgument(format!("node name longer than {} bytes", NODE_SLOT - 4)));
+    }
+    let mut slot = vec![0u8; NODE_SLOT];
+    slot[..4].copy_from_slice(&count.to_le_bytes());
+    slot[4..4 + node.len()].copy_from_slice(node.as_bytes());
+    let mut all = vec![0u8; NODE_SLOT * comm.size() as usize];
+    comm.all_gather_into(&slot[..], &mut all[..]);
+    Ok(all
+        .chunks(NODE_SLOT)
+        .map(|slot| {
+            let count = u32::from_le_bytes(slot[..4].try_into().expect("4 bytes"));
+            let name = &slot[4..];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            (String::from_utf8_lossy(&name[..end]).into_owned(), count)
+        })
+        .collect())
+}
+
+/// What the manager is asked for: the accelerators each node needs.
+fn share_by_node(parts: &[(String, u32)]) -> Vec<(String, u32)> {
+    let mut nodes: Vec<(String, u32)> = Vec::new();
+    for (node, count) in parts.iter().filter(|(_, c)| *c > 0) {
+        match nodes.iter_mut().find(|(n, _)| n == node) {
+            Some((_, total)) => *total += count,
+            None => nodes.push((node.clone(), *count)),
+        }
+    }
+    nodes
+}
+
+/// Hands each rank `count` of the grants made for its node, in rank order.
+fn split_by_rank(parts: &[(String, u32)], mut grants: Vec<Grant>) -> Vec<Vec<Grant>> {
+    parts
+        .iter()
+        .map(|(node, count)| {
+            let mut mine = Vec::new();
+            while mine.len() < *count as usize {
+                let Some(at) = grants.iter().position(|g| g.node == *node) else { break };
+                mine.push(grants.remove(at));
+            }
+            mine
+        })
+        .collect()
+}
+
+/// Sends `value` from `root` to every rank; every rank returns it.
+fn broadcast<R: Root, T: Serialize + DeserializeOwned>(root: &R, value: &T) -> Result<T> {
+    let mut bytes = Vec::new();
+    ac_proto::codec::encode_into(value, &mut bytes).map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut len = bytes.len() as u64;
+    root.broadcast_into(&mut len);
+    bytes.resize(len as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    ac_proto::codec::decode(&bytes).map_err(|e| Error::Protocol(e.to_string()))
+}
+
+/// Makes an outcome collective: every rank gets the first rank's error if any rank failed
+/// (`undo` lets a rank that succeeded give back what it got).
+fn agree<C: Communicator, T>(comm: &C, outcome: Result<T>, undo: impl FnOnce(T)) -> Result<T> {
+    let failed_at = if outcome.is_err() { comm.rank() } else { comm.size() };
+    let mut first = comm.size();
+    comm.all_reduce_into(&failed_at, &mut first, SystemOperation::min());
+    if first == comm.size() {
+        return outcome;
+    }
+    let root = comm.process_at_rank(first);
+    let error = match outcome {
+        Err(e) => e,
+        Ok(value) => {
+            undo(value);
+            Error::Setup(format!("failed on rank {first}"))
+        }
+    };
+    let error: Error = broadcast(&root, &error)?;
+    Err(error)
+}
