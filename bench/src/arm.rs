@@ -11,15 +11,15 @@ use ac_proto::transport::Tuning;
 
 use crate::setup::{percentiles, InProcess};
 
-struct Cluster {
-    arm: arm_server::RunningArm,
+pub(crate) struct Cluster {
+    pub(crate) arm: arm_server::RunningArm,
     _backends: Vec<InProcess>,
     _state: tempfile::TempDir,
     admin: ArmClient,
 }
 
 impl Cluster {
-    async fn start(n: usize) -> anyhow::Result<Self> {
+    pub(crate) async fn start(n: usize) -> anyhow::Result<Self> {
         let state = tempfile::tempdir()?;
         let config = arm_server::ArmConfig {
             listen: "127.0.0.1:0".parse()?,
@@ -47,7 +47,7 @@ impl Cluster {
         Ok(Self { arm, _backends: backends, _state: state, admin })
     }
 
-    async fn submit(&self, id: &str, acpn: u32) -> anyhow::Result<String> {
+    pub(crate) async fn submit(&self, id: &str, acpn: u32) -> anyhow::Result<String> {
         let request = Request::JobSubmit {
             id: id.into(),
             nodes: vec!["n1".into()],

@@ -7,6 +7,7 @@
 
 mod arm;
 mod baseline;
+mod capi;
 mod copies;
 mod gpu;
 mod latency;
@@ -27,7 +28,7 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// gpu); all when
+    /// capi, gpu); all when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -47,6 +48,14 @@ enum Helper {
         /// Where the certificates go.
         dir: std::path::PathBuf,
     },
+    /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
+    #[command(hide = true)]
+    SaxpyClient {
+        /// Elements.
+        n: usize,
+        /// Timed rounds.
+        rounds: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     match &args.helper {
         Some(Helper::UdpEcho) => return latency::udp_echo(),
         Some(Helper::QuinnPeer { dir }) => return baseline::quinn_peer(dir),
+        Some(Helper::SaxpyClient { n, rounds }) => return capi::saxpy_client(*n, *rounds),
         None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -88,6 +98,9 @@ fn main() -> anyhow::Result<()> {
     if wants("arm") {
         rt.block_on(arm::latencies(args.quick))?;
         rt.block_on(arm::scheduler_api(args.quick))?;
+    }
+    if wants("capi") {
+        rt.block_on(capi::c_abi(args.quick))?;
     }
     let gpu_asked = args.only.iter().any(|s| s == "gpu");
     if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {
