@@ -8,6 +8,8 @@
  * Threads: every function may be called from any thread and handles may be shared between
  * threads. Each thread's calls on one accelerator take effect in the order that thread made
  * them; calls of different threads that overlap in time take effect in some interleaving.
+ * The arguments set with acKernelSetArgs belong to the kernel handle: threads that share a
+ * kernel launch it with acKernelLaunch, which takes its arguments in the same call.
  * Kernel runs, memsets and device-to-device copies are queued: their errors surface at the next
  * synchronizing call (acDeviceSynchronize, acStreamSynchronize, or a host copy), as in CUDA.
  * Host copies see the results of all work queued before them, on every stream.
@@ -201,17 +203,30 @@ enum acError acKernelCreate(acDevice device,
                             const char *name,
                             acKernel *kernel);
 
-// Sets the kernel's `count` arguments (replacing any set before) for the next runs.
+// Sets the kernel's `count` arguments (replacing any set before) for the next `acKernelRun`.
+// The arguments belong to the kernel handle, shared by every thread that uses it: threads that
+// share a kernel launch with `acKernelLaunch` instead.
 enum acError acKernelSetArgs(acKernel kernel, int count, const struct acArg *args);
 
-// Queues the kernel on `stream` (NULL: the default stream) over a `grid` of blocks of
-// `block` threads with `shared_mem` bytes of dynamic shared memory per block. Returns at once;
-// errors of the run surface at the next synchronizing call, as in CUDA.
+// Queues the kernel with the arguments set by `acKernelSetArgs` on `stream` (NULL: the
+// default stream) over a `grid` of blocks of `block` threads with `shared_mem` bytes of dynamic
+// shared memory per block. Returns at once; errors of the run surface at the next
+// synchronizing call, as in CUDA.
 enum acError acKernelRun(acKernel kernel,
                          struct acDim3 grid,
                          struct acDim3 block,
                          uint32_t shared_mem,
                          acStream stream);
+
+// `acKernelRun` with its own `count` arguments: one call, safe for threads that share the
+// kernel handle.
+enum acError acKernelLaunch(acKernel kernel,
+                            struct acDim3 grid,
+                            struct acDim3 block,
+                            uint32_t shared_mem,
+                            acStream stream,
+                            int count,
+                            const struct acArg *args);
 
 // Releases a kernel handle.
 enum acError acKernelDestroy(acKernel kernel);

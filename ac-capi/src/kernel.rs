@@ -146,30 +146,46 @@ pub extern "C" fn acKernelCreate(
     })
 }
 
-/// Sets the kernel's `count` arguments (replacing any set before) for the next runs.
+/// The C arguments at `args`, checked against `device`.
+fn c_args<'a>(count: c_int, args: *const acArg) -> Outcome<&'a [acArg]> {
+    let count = usize::try_from(count).map_err(|_| invalid(format!("{count} arguments")))?;
+    match (args.is_null(), count) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(invalid("NULL arguments with a count")),
+        // SAFETY: C passes `count` arguments at `args`, as the header asks.
+        (false, count) => Ok(unsafe { std::slice::from_raw_parts(args, count) }),
+    }
+}
+
+/// The SDK's arguments for C ones, each checked (a bad one is named by its index).
+fn kernel_args(device: u64, args: &[acArg]) -> Outcome<Vec<KernelArg>> {
+    args.iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            kernel_arg(device, arg).map_err(|f| Failure::new(f.code, format!("argument {i}: {}", f.message)))
+        })
+        .collect()
+}
+
+/// Sets the kernel's `count` arguments (replacing any set before) for the next `acKernelRun`.
+/// The arguments belong to the kernel handle, shared by every thread that uses it: threads that
+/// share a kernel launch with `acKernelLaunch` instead.
 #[no_mangle]
 pub extern "C" fn acKernelSetArgs(kernel: acKernel, count: c_int, args: *const acArg) -> acError {
     ffi(|| {
         let entry = KERNELS.get(value(kernel))?;
-        let count = usize::try_from(count).map_err(|_| invalid(format!("{count} arguments")))?;
-        let args: &[acArg] = match (args.is_null(), count) {
-            (_, 0) => &[],
-            (true, _) => return Err(invalid("NULL arguments with a count")),
-            // SAFETY: C passes `count` arguments at `args`, as the header asks.
-            (false, count) => unsafe { std::slice::from_raw_parts(args, count) },
-        };
+        let args = c_args(count, args)?;
         // Checked now, so that a bad argument is reported by the call that set it.
-        for (i, arg) in args.iter().enumerate() {
-            kernel_arg(entry.device, arg).map_err(|f| Failure::new(f.code, format!("argument {i}: {}", f.message)))?;
-        }
+        kernel_args(entry.device, args)?;
         *entry.args.lock().expect("arguments poisoned") = args.to_vec();
         Ok(())
     })
 }
 
-/// Queues the kernel on `stream` (NULL: the default stream) over a `grid` of blocks of
-/// `block` threads with `shared_mem` bytes of dynamic shared memory per block. Returns at once;
-/// errors of the run surface at the next synchronizing call, as in CUDA.
+/// Queues the kernel with the arguments set by `acKernelSetArgs` on `stream` (NULL: the
+/// default stream) over a `grid` of blocks of `block` threads with `shared_mem` bytes of dynamic
+/// shared memory per block. Returns at once; errors of the run surface at the next
+/// synchronizing call, as in CUDA.
 #[no_mangle]
 pub extern "C" fn acKernelRun(
     kernel: acKernel,
@@ -181,17 +197,46 @@ pub extern "C" fn acKernelRun(
     ffi(|| {
         let entry = KERNELS.get(value(kernel))?;
         let args = entry.args.lock().expect("arguments poisoned").clone();
-        let args = args.iter().map(|a| kernel_arg(entry.device, a)).collect::<Outcome<Vec<_>>>()?;
-        let dims = LaunchDims::new([grid.x, grid.y, grid.z], [block.x, block.y, block.z]).with_shared_mem(shared_mem);
-        if stream.is_null() {
-            return Ok(entry.function.launch_on(&entry.acc.default_stream(), dims, &args)?);
-        }
-        let stream = STREAMS.get(value(stream))?;
-        if stream.device != entry.device {
-            return Err(invalid("the stream is on another accelerator than the kernel"));
-        }
-        Ok(entry.function.launch_on(&stream.stream, dims, &args)?)
+        launch(&entry, &kernel_args(entry.device, &args)?, grid, block, shared_mem, stream)
     })
+}
+
+/// `acKernelRun` with its own `count` arguments: one call, safe for threads that share the
+/// kernel handle.
+#[no_mangle]
+pub extern "C" fn acKernelLaunch(
+    kernel: acKernel,
+    grid: acDim3,
+    block: acDim3,
+    shared_mem: u32,
+    stream: acStream,
+    count: c_int,
+    args: *const acArg,
+) -> acError {
+    ffi(|| {
+        let entry = KERNELS.get(value(kernel))?;
+        let args = kernel_args(entry.device, c_args(count, args)?)?;
+        launch(&entry, &args, grid, block, shared_mem, stream)
+    })
+}
+
+fn launch(
+    entry: &KernelEntry,
+    args: &[KernelArg],
+    grid: acDim3,
+    block: acDim3,
+    shared_mem: u32,
+    stream: acStream,
+) -> Outcome {
+    let dims = LaunchDims::new([grid.x, grid.y, grid.z], [block.x, block.y, block.z]).with_shared_mem(shared_mem);
+    if stream.is_null() {
+        return Ok(entry.function.launch_on(&entry.acc.default_stream(), dims, args)?);
+    }
+    let stream = STREAMS.get(value(stream))?;
+    if stream.device != entry.device {
+        return Err(invalid("the stream is on another accelerator than the kernel"));
+    }
+    Ok(entry.function.launch_on(&stream.stream, dims, args)?)
 }
 
 /// Releases a kernel handle.

@@ -18,7 +18,9 @@
 //! SDK's ordering model, ARCHITECTURE.md "Order"); calls of different threads that overlap in
 //! time take effect in some interleaving. `AC_Finalize` waits for calls in flight.
 
-#![allow(clippy::missing_safety_doc)] // every pointer's contract is in the header
+// These functions are for C callers: each pointer's contract is stated in the header, and the
+// functions check what can be checked (NULL, handles, ranges) before reading through one.
+#![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
 mod error;
 mod handles;
@@ -31,7 +33,8 @@ mod stream;
 
 pub use error::{acError, acGetErrorString, acGetLastErrorMessage};
 pub use kernel::{
-    acArg, acArgKind, acDim3, acKernel, acKernelCreate, acKernelDestroy, acKernelRun, acKernelSetArgs, acSourceKind,
+    acArg, acArgKind, acDim3, acKernel, acKernelCreate, acKernelDestroy, acKernelLaunch, acKernelRun, acKernelSetArgs,
+    acSourceKind,
 };
 pub use memory::{acMem, acMemAlloc, acMemCpy, acMemCpyAt, acMemFree, acMemcpyKind, acMemset};
 #[cfg(feature = "mpi")]

@@ -7,11 +7,8 @@ use std::path::Path;
 fn the_committed_header_matches_the_code() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml");
-    let bindings = cbindgen::Builder::new()
-        .with_crate(dir)
-        .with_config(config)
-        .generate()
-        .expect("cbindgen reads the crate");
+    let bindings =
+        cbindgen::Builder::new().with_crate(dir).with_config(config).generate().expect("cbindgen reads the crate");
     let mut fresh = Vec::new();
     bindings.write(&mut fresh);
     let path = dir.join("include/ac.h");

@@ -64,9 +64,11 @@ impl Session {
         let parts = gather_parts(comm, self.inner.node(), count)?;
         let root = comm.process_at_rank(0);
         let decided = match comm.rank() {
-            0 => Some(self.rt.block_on(self.inner.collective_grants(share_by_node(&parts))).map(|granted| {
-                granted.map(|(set, grants)| (set, split_by_rank(&parts, grants)))
-            })),
+            0 => Some(
+                self.rt
+                    .block_on(self.inner.collective_grants(share_by_node(&parts)))
+                    .map(|granted| granted.map(|(set, grants)| (set, split_by_rank(&parts, grants)))),
+            ),
             _ => None,
         };
         let decided: Result<Option<(u64, Vec<Vec<Grant>>)>> = broadcast(&root, &decided.unwrap_or(Ok(None)))?;

@@ -9,17 +9,40 @@ use ac_frontend::{GetRequest, Session, SessionOptions};
 use ac_proto::arm::{Ask, JobAuth, Request, Response};
 use ac_proto::transport::Tuning;
 
-use crate::setup::{percentiles, InProcess};
+use crate::setup::{percentiles, Child_, InProcess};
 
 pub(crate) struct Cluster {
     pub(crate) arm: arm_server::RunningArm,
     _backends: Vec<InProcess>,
+    _children: Vec<Child_>,
     _state: tempfile::TempDir,
     admin: ArmClient,
 }
 
 impl Cluster {
+    /// A manager with `n` backends, all in this process.
     pub(crate) async fn start(n: usize) -> anyhow::Result<Self> {
+        let mut cluster = Self::manager().await?;
+        for i in 0..n {
+            let b = InProcess::start(64, Tuning::default(), CopySettings::default()).await?;
+            cluster.add_host(i, b.backend.addr(), b.backend.ca_cert()).await?;
+            cluster._backends.push(b);
+        }
+        Ok(cluster)
+    }
+
+    /// A manager in this process with `n` backends in processes of their own, as on a cluster.
+    pub(crate) async fn with_backend_processes(n: usize) -> anyhow::Result<Self> {
+        let mut cluster = Self::manager().await?;
+        for i in 0..n {
+            let b = Child_::start(256)?;
+            cluster.add_host(i, b.options.addr, b.options.ca_cert.clone()).await?;
+            cluster._children.push(b);
+        }
+        Ok(cluster)
+    }
+
+    async fn manager() -> anyhow::Result<Self> {
         let state = tempfile::tempdir()?;
         let config = arm_server::ArmConfig {
             listen: "127.0.0.1:0".parse()?,
@@ -30,21 +53,24 @@ impl Cluster {
         let mut options = ArmOptions::new(arm.addr(), arm.ca_cert());
         options.identity = Some(arm.admin_identity());
         let admin = ArmClient::connect(options).await?;
-        let mut backends = Vec::new();
-        for i in 0..n {
-            let b = InProcess::start(64, Tuning::default(), CopySettings::default()).await?;
-            admin
-                .request(Request::HostAdd {
-                    addr: b.backend.addr(),
-                    name: format!("h{i}"),
-                    server_name: "127.0.0.1".into(),
-                    ca_pem: std::fs::read_to_string(b.backend.ca_cert())?,
-                    labels: vec![],
-                })
-                .await?;
-            backends.push(b);
-        }
-        Ok(Self { arm, _backends: backends, _state: state, admin })
+        Ok(Self { arm, _backends: Vec::new(), _children: Vec::new(), _state: state, admin })
+    }
+
+    async fn add_host(
+        &self,
+        i: usize,
+        addr: std::net::SocketAddr,
+        ca: impl AsRef<std::path::Path>,
+    ) -> anyhow::Result<()> {
+        let request = Request::HostAdd {
+            addr,
+            name: format!("h{i}"),
+            server_name: "127.0.0.1".into(),
+            ca_pem: std::fs::read_to_string(ca)?,
+            labels: vec![],
+        };
+        self.admin.request(request).await?;
+        Ok(())
     }
 
     pub(crate) async fn submit(&self, id: &str, acpn: u32) -> anyhow::Result<String> {
