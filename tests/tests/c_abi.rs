@@ -61,6 +61,14 @@ fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
+/// Runs `program` as [`run`] does and returns what it printed; it must succeed.
+fn succeeds(c: &TestCluster, program: &mut Command, env: &[(&str, &str)]) -> String {
+    let output = run(c, program, env);
+    let out = text(&output);
+    assert!(output.status.success(), "{program:?} failed:\n{out}");
+    out
+}
+
 fn ad_hoc() -> [(&'static str, &'static str); 1] {
     [("ARM_ACPN", "1")]
 }
@@ -71,9 +79,7 @@ async fn a_c_program_runs_saxpy_on_an_accelerator_it_got_with_ac_get() {
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("saxpy");
     compile("gcc", &[repo().join("examples/c/saxpy.c")], &["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror"], &exe);
-    let output = run(&c, Command::new(&exe).arg("300000"), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, Command::new(&exe).arg("300000"), &ad_hoc());
     assert!(out.contains("AC_Init: 1 static accelerator(s)"), "{out}");
     assert!(out.contains("AC_Get(1): granted"), "{out}");
     assert!(out.contains("saxpy: 300000 elements OK"), "{out}");
@@ -86,9 +92,7 @@ async fn a_c_program_goes_on_with_its_static_accelerator_when_ac_get_is_rejected
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("saxpy");
     compile("gcc", &[repo().join("examples/c/saxpy.c")], &["-O2"], &exe);
-    let output = run(&c, Command::new(&exe).arg("1000"), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, Command::new(&exe).arg("1000"), &ad_hoc());
     assert!(out.contains("AC_Get(1): rejected"), "{out}");
     assert!(out.contains("saxpy: 1000 elements OK"), "{out}");
 }
@@ -106,9 +110,8 @@ async fn error_paths_through_the_abi_give_their_codes_in_c_and_cpp() {
     let as_cpp = dir.path().join("errors_cpp");
     compile("g++", &[source], &["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-Werror"], &as_cpp);
     for exe in [as_c, as_cpp] {
-        let output = run(&c, &mut Command::new(&exe), &ad_hoc());
-        let out = text(&output);
-        assert!(output.status.success() && out.contains("0 failure(s)"), "{}:\n{out}", exe.display());
+        let out = succeeds(&c, &mut Command::new(&exe), &ad_hoc());
+        assert!(out.contains("0 failure(s)"), "{}:\n{out}", exe.display());
         assert!(out.contains("wrong direction: host destination: 3 (operands do not match"), "{out}");
         assert!(out.contains("rejected AC_Get: 6 (the resource manager rejected the request)"), "{out}");
         assert_eq!(c.arm.free_accelerators(), 1, "nothing held after AC_Finalize");
@@ -122,9 +125,7 @@ async fn a_fortran_program_runs_saxpy_through_iso_c_binding() {
     let exe = dir.path().join("saxpy_f");
     let sources = [repo().join("ac-capi/include/ac.f90"), repo().join("examples/fortran/saxpy.f90")];
     compile("gfortran", &sources, &["-std=f2008", "-O2"], &exe);
-    let output = run(&c, &mut Command::new(&exe), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, &mut Command::new(&exe), &ad_hoc());
     assert!(out.contains("saxpy (Fortran): 1000000 elements OK"), "{out}");
     assert_eq!(c.arm.free_accelerators(), 1);
 }
@@ -147,9 +148,7 @@ async fn mpi_ranks_get_their_own_accelerators_with_one_collective_ac_get() {
     let c = TestCluster::start(3).await;
     let dir = tempfile::tempdir().unwrap();
     let exe = mpi_program("examples/c/mpi_saxpy.c", dir.path());
-    let output = run(&c, &mut mpirun(2, &exe, &["1"]), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, &mut mpirun(2, &exe, &["1"]), &ad_hoc());
     for rank in 0..2 {
         assert!(out.contains(&format!("rank {rank}: AC_Init_comm: 1 static accelerator(s)")), "{out}");
         assert!(out.contains(&format!("rank {rank}: AC_Get_comm: 1 accelerator(s) of my own; saxpy OK")), "{out}");
@@ -168,9 +167,7 @@ async fn a_collective_ac_get_that_cannot_be_met_is_rejected_on_every_rank() {
     let c = TestCluster::start(2).await;
     let dir = tempfile::tempdir().unwrap();
     let exe = mpi_program("examples/c/mpi_saxpy.c", dir.path());
-    let output = run(&c, &mut mpirun(2, &exe, &["1"]), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, &mut mpirun(2, &exe, &["1"]), &ad_hoc());
     for rank in 0..2 {
         assert!(out.contains(&format!("rank {rank}: AC_Get_comm(1 per rank): rejected")), "{out}");
     }
@@ -185,9 +182,7 @@ async fn an_mpi_batch_job_shares_its_node_accelerators_between_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = mpi_program("examples/c/mpi_saxpy.c", dir.path());
     let job = [("ARM_JOB_ID", "mpi-job"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
-    let output = run(&c, &mut mpirun(2, &exe, &["1"]), &job);
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, &mut mpirun(2, &exe, &["1"]), &job);
     assert_eq!(out.matches("AC_Init_comm: 1 static accelerator(s)").count(), 2, "{out}");
     assert_eq!(out.matches("accelerator(s) of my own; saxpy OK").count(), 2, "{out}");
     let view = c.job("mpi-job").await;
@@ -226,8 +221,6 @@ async fn c_threads_sharing_a_device_and_a_kernel_see_their_own_work_in_order() {
     let _load = ac_tests::Load::start();
     // 8 threads x 2 buffers of 4 MB (61 MiB) fit the test backend's 64 MiB only if each
     // round's frees reach it before the next round's allocations.
-    let output = run(&c, Command::new(&exe).args(["8", "10", "1000000"]), &ad_hoc());
-    let out = text(&output);
-    assert!(output.status.success(), "{out}");
+    let out = succeeds(&c, Command::new(&exe).args(["8", "10", "1000000"]), &ad_hoc());
     assert!(out.contains("threads: 8, rounds: 10, elements: 1000000, wrong: 0"), "{out}");
 }
