@@ -68,6 +68,33 @@ int main(void) {
            AC_ERROR_INVALID_ARGUMENT);
     acArg stale[] = {acArgMem((acMem)(uintptr_t)0xac03000000000999ull)};
     expect("argument: a released acMem", acKernelSetArgs(kernel, 1, stale), AC_ERROR_INVALID_HANDLE);
+    /* Streams, memset and a device-to-device copy: set 1 KiB to 9, copy it, read the copy. */
+    acStream stream;
+    acMem copy;
+    expect("stream", acStreamCreate(dev, &stream), AC_SUCCESS);
+    expect("memset", acMemset(mem, 9, 0, 1024), AC_SUCCESS);
+    expect("memset past the end", acMemset(mem, 9, 1000, 100), AC_ERROR_OUT_OF_RANGE);
+    expect("alloc the copy", acMemAlloc(dev, 1024, &copy), AC_SUCCESS);
+    expect("device to device", acMemCpy(copy, mem, 1024, acMemcpyDeviceToDevice), AC_SUCCESS);
+    expect("device to device from host memory", acMemCpy(copy, host, 16, acMemcpyDeviceToDevice),
+           AC_ERROR_INVALID_DIRECTION);
+    acArg none[] = {acArgF32(1.0f), acArgMem(mem), acArgMem(copy), acArgU64(0)}; /* 0 elements */
+    expect("launch on the stream", acKernelLaunch(kernel, acDim(1, 1, 1), acDim(1, 1, 1), 0, stream, 4, none),
+           AC_SUCCESS);
+    expect("launch without its arguments", acKernelLaunch(kernel, acDim(1, 1, 1), acDim(1, 1, 1), 0, stream, 0, NULL),
+           AC_ERROR_INVALID_ARGUMENT);
+    expect("synchronize the stream", acStreamSynchronize(stream), AC_SUCCESS);
+    expect("device synchronize", acDeviceSynchronize(dev), AC_SUCCESS);
+    memset(host, 0, sizeof host);
+    expect("read the copy", acMemCpy(host, copy, 1024, acMemcpyDeviceToHost), AC_SUCCESS);
+    if (host[0] != 9 || host[1023] != 9) {
+        printf("device to device: wrong bytes %d %d\n", host[0], host[1023]);
+        failures++;
+    }
+    expect("destroy the stream", acStreamDestroy(stream), AC_SUCCESS);
+    expect("synchronize a destroyed stream", acStreamSynchronize(stream), AC_ERROR_INVALID_HANDLE);
+    expect("free the copy", acMemFree(copy), AC_SUCCESS);
+
     expect("rejected AC_Get", AC_Get(1000, &more), AC_ERROR_REJECTED);
     expect("AC_Get of nothing", AC_Get(0, &more), AC_ERROR_INVALID_ARGUMENT);
     expect("free the static set", AC_Free(statics), AC_ERROR_INVALID_ARGUMENT);
