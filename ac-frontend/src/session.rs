@@ -34,24 +34,35 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// Options from the environment: `ARM_ADDR`, `ARM_CA_CERT`, then either `ARM_JOB_ID` and
-    /// `ARM_JOB_CREDENTIAL` (a batch job) or `ARM_ACPN` (an ad-hoc job, the embedded default);
-    /// optionally `ARM_NODE` (default: the host name), `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
+    /// Options from the environment: `ARM_ADDR`, `ARM_CA_CERT`, then one of: `ARM_JOB_ID` and
+    /// `ARM_JOB_CREDENTIAL` (a job submitted to the ARM); `ARM_JOB_ID` and `ARM_AUTH=munge` (a
+    /// Slurm job: the SPANK plugin sets these, and `ARM_MUNGE_SOCKET` if munged listens
+    /// elsewhere); `ARM_ACPN` (an ad-hoc job, the embedded default). Optionally `ARM_NODE`
+    /// (default: the host name), `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let need = |name: &str| var(name).ok_or_else(|| Error::Setup(format!("{name} is not set")));
         let addr = need("ARM_ADDR")?.parse().map_err(|e| Error::Setup(format!("ARM_ADDR: {e}")))?;
         let arm = ArmOptions::new(addr, need("ARM_CA_CERT")?);
+        let node = var("ARM_NODE")
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+            .unwrap_or_else(|| "localhost".into());
+        let munge = var("ARM_AUTH").is_some_and(|a| a == "munge");
         let job = match (var("ARM_JOB_ID"), var("ARM_JOB_CREDENTIAL"), var("ARM_ACPN")) {
+            (Some(job), _, _) if munge => {
+                let credential = munge_credential(&job, &node, var("ARM_MUNGE_SOCKET").as_deref())?;
+                JobAuth::Munge { job, credential }
+            }
             (Some(job), Some(secret), _) => JobAuth::Credential { job, secret },
             (_, _, Some(acpn)) => {
                 JobAuth::AdHoc { acpn: acpn.parse().map_err(|e| Error::Setup(format!("ARM_ACPN: {e}")))? }
             }
-            _ => return Err(Error::Setup("set ARM_JOB_ID and ARM_JOB_CREDENTIAL (batch job) or ARM_ACPN".into())),
+            _ => {
+                return Err(Error::Setup(
+                    "set ARM_JOB_ID with ARM_JOB_CREDENTIAL or ARM_AUTH=munge (batch job), or ARM_ACPN".into(),
+                ))
+            }
         };
-        let node = var("ARM_NODE")
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
-            .unwrap_or_else(|| "localhost".into());
         let init_timeout = var("ARM_INIT_TIMEOUT_S")
             .map(|s| {
                 s.parse().map(Duration::from_secs_f64).map_err(|e| Error::Setup(format!("ARM_INIT_TIMEOUT_S: {e}")))
@@ -60,6 +71,21 @@ impl SessionOptions {
         let stripes = var("AC_STRIPES").map(|s| s.parse().unwrap_or(1)).unwrap_or(1);
         Ok(Self { arm, job, node, init_timeout, stripes, progress: true })
     }
+}
+
+/// A munge credential of this process's user for `AC_Init` of `job` on `node` (from munge's own
+/// `munge` command, which asks the local munged).
+fn munge_credential(job: &str, node: &str, socket: Option<&str>) -> Result<String> {
+    let mut command = std::process::Command::new("munge");
+    command.arg("--string").arg(ac_proto::arm::munge_payload(job, node));
+    if let Some(socket) = socket {
+        command.arg("--socket").arg(socket);
+    }
+    let output = command.output().map_err(|e| Error::Setup(format!("cannot run munge (is it installed?): {e}")))?;
+    if !output.status.success() {
+        return Err(Error::Setup(format!("munge failed: {}", String::from_utf8_lossy(&output.stderr).trim())));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
 /// What an `AC_Get` asks for: `GetRequest::new(4)` is exactly four accelerators now, as

@@ -39,6 +39,15 @@ pub enum JobAuth {
         /// Accelerators wanted.
         acpn: u32,
     },
+    /// A process of a batch-system job (Slurm) proving its Unix user with a munge credential
+    /// whose payload is [`munge_payload`]`(job, node)`; the job must be bound by the batch
+    /// system's prolog ([`Request::JobBind`]) for that user.
+    Munge {
+        /// The batch system's job id.
+        job: String,
+        /// The munge credential (base64 text, as `munge` prints it).
+        credential: String,
+    },
     /// Another process of the program that opened the session with `token` (an MPI rank):
     /// a session of the same job. An ad-hoc job ends when its last session does.
     SameJob {
@@ -165,6 +174,24 @@ pub enum Request {
         /// starts; it grows into them without asking the fairness policy, and others may borrow
         /// the unused ones preemptibly.
         peak: Option<u32>,
+    },
+    /// Admin (the batch system's prolog): bind a job the batch system is starting, now or not
+    /// at all (`Conflict` when its accelerators cannot be bound now). `acpn` may be 0: the job
+    /// holds nothing static and may still ask for accelerators at run time. Its processes prove
+    /// their user (`uid`) with munge ([`JobAuth::Munge`]). Answers [`Response::Done`].
+    JobBind {
+        /// The batch system's job id.
+        id: String,
+        /// Its compute nodes.
+        nodes: Vec<String>,
+        /// Accelerators per node.
+        acpn: u32,
+        /// The user's name.
+        user: String,
+        /// The user's Unix uid.
+        uid: u32,
+        /// Walltime, seconds (0: none).
+        walltime_s: u64,
     },
     /// Admin: end a job, releasing everything it holds.
     JobEnd {
@@ -454,6 +481,8 @@ pub enum ArmErrorKind {
     VersionMismatch,
     /// A backend could not be reached or refused.
     Backend,
+    /// The batch system (Slurm) could not be reached or refused.
+    BatchSystem,
     /// The ARM failed (storage).
     Internal,
 }
@@ -473,4 +502,9 @@ impl ArmError {
     pub fn new(kind: ArmErrorKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into() }
     }
+}
+
+/// What a munge credential for `AC_Init` carries: it ties the credential to one job and node.
+pub fn munge_payload(job: &str, node: &str) -> String {
+    format!("ac-arm:{job}:{node}")
 }

@@ -41,6 +41,8 @@ pub struct ArmConfig {
     /// The scheduler: backfilling, priorities, the dynamic fairness policy (`[scheduler]`,
     /// the same document `arm-sim` reads; see SCHEDULING.md).
     pub scheduler: arm_sched::Config,
+    /// Working with a Slurm controller (`[slurm]`; docs/slurm.md).
+    pub slurm: crate::slurm::SlurmConfig,
 }
 
 impl Default for ArmConfig {
@@ -58,6 +60,7 @@ impl Default for ArmConfig {
             accounts: std::collections::BTreeMap::new(),
             transport: Tuning::default(),
             scheduler: arm_sched::Config::default(),
+            slurm: crate::slurm::SlurmConfig::default(),
         }
     }
 }

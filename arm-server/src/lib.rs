@@ -11,6 +11,7 @@
 //! - [`links`]: registration, heartbeats and revocations with each backend.
 //! - [`keys`]: credentials, tokens, the capability signing key.
 //! - [`config`]: configuration (TOML, flags, environment).
+//! - [`slurm`]: Slurm's commands and munge, for the ARM as a companion of a Slurm controller.
 //!
 //! # Invariants
 //! - An accelerator has at most one holder; the core never hands out more than exist.
@@ -25,6 +26,7 @@ pub mod links;
 pub mod model;
 pub mod policy;
 pub mod server;
+pub mod slurm;
 pub mod store;
 
 pub use config::ArmConfig;

@@ -148,6 +148,16 @@ pub struct Job {
     /// A pre-allocation (CooRMv2): accelerators set aside at start, in all (at least its static
     /// size); it grows up to them without asking the fairness policy.
     pub peak: Option<u32>,
+    /// Bound by the batch system (Slurm): it ends when the batch system says so, its
+    /// processes prove their user with munge, and its grants are recorded in the batch system.
+    pub batch: Option<BatchJob>,
+}
+
+/// What a job bound by the batch system carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchJob {
+    /// The Unix uid of its user, as munge reports it.
+    pub uid: u32,
 }
 
 /// An advance reservation: `count` accelerators from `start` for `duration` seconds, for the

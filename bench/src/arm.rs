@@ -356,6 +356,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
             ad_hoc: false,
             reservation: None,
             peak: None,
+            batch: None,
         };
         keys.insert(Key::Job(id.clone()));
         core.jobs.insert(id, job);

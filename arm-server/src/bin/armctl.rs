@@ -45,6 +45,19 @@ enum Command {
     /// Advance reservations.
     #[command(subcommand)]
     Reservation(ReservationCommand),
+    /// Slurm's side: `PrologSlurmctld` and `EpilogSlurmctld` (docs/slurm.md).
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SlurmCommand {
+    /// Bind the starting job's accelerators (`--acpn` per node) now; fails, so that Slurm
+    /// requeues the job, when they cannot be bound. Reads SLURM_JOB_ID, SLURM_JOB_NODELIST,
+    /// SLURM_JOB_USER, SLURM_JOB_UID and SPANK_ACPN, as Slurm sets them.
+    Prolog,
+    /// Release everything the ending job holds, static and dynamic. Reads SLURM_JOB_ID.
+    Epilog,
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,6 +198,30 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("`{s}` is not k=v"))
 }
 
+fn env(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).map_err(|_| anyhow::anyhow!("{name} is not set: run this as Slurm's PrologSlurmctld/EpilogSlurmctld"))
+}
+
+/// The node names of a Slurm node list (`n[1-2],x3`), as Slurm itself expands them.
+fn hostnames(list: &str) -> anyhow::Result<Vec<String>> {
+    let output = std::process::Command::new("scontrol").args(["show", "hostnames", list]).output()?;
+    anyhow::ensure!(output.status.success(), "scontrol show hostnames: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(String::from_utf8(output.stdout)?.lines().map(str::to_string).collect())
+}
+
+/// The binding Slurm's prolog asks for, from the environment Slurm gives it.
+fn prolog_request() -> anyhow::Result<Request> {
+    let acpn = std::env::var("SPANK_ACPN").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "0".into());
+    Ok(Request::JobBind {
+        id: env("SLURM_JOB_ID")?,
+        nodes: hostnames(&env("SLURM_JOB_NODELIST")?)?,
+        acpn: acpn.parse().map_err(|e| anyhow::anyhow!("SPANK_ACPN `{acpn}`: {e}"))?,
+        user: env("SLURM_JOB_USER")?,
+        uid: env("SLURM_JOB_UID")?.parse()?,
+        walltime_s: 0,
+    })
+}
+
 fn request(cli: &Cli) -> anyhow::Result<Request> {
     Ok(match &cli.command {
         Command::Host(HostCommand::Add { addr, backend_ca, name, server_name, labels }) => Request::HostAdd {
@@ -228,6 +265,8 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         }
         Command::Reservation(ReservationCommand::List) => Request::ReservationList,
         Command::Reservation(ReservationCommand::Delete { id }) => Request::ReservationDelete { id: *id },
+        Command::Slurm(SlurmCommand::Prolog) => prolog_request()?,
+        Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
     })
 }
 
@@ -351,6 +390,12 @@ async fn main() -> ExitCode {
     match result {
         Ok(response) => {
             print(&response, cli.json);
+            ExitCode::SUCCESS
+        }
+        // A job whose prolog failed was never bound: nothing to release.
+        Err(ac_frontend::Error::Manager { kind: ArmErrorKind::NotFound, .. })
+            if matches!(cli.command, Command::Slurm(SlurmCommand::Epilog)) =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {

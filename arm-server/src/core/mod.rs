@@ -230,7 +230,8 @@ impl Core {
         if self.jobs.contains_key(&job.id) {
             return Err(err(ArmErrorKind::Conflict, format!("job `{}` exists", job.id)));
         }
-        if job.nodes.is_empty() || job.acpn == 0 {
+        // A batch job may hold nothing static: its program can still ask at run time.
+        if job.nodes.is_empty() || (job.acpn == 0 && job.batch.is_none()) {
             return Err(err(ArmErrorKind::Invalid, "a job needs at least one node and acpn >= 1"));
         }
         let size = job.nodes.len() as u32 * job.acpn;
@@ -497,9 +498,13 @@ impl Core {
                     reservation: None,
                     peak: None,
                     ended: None,
+                    batch: None,
                 };
                 self.submit(job, now)?;
                 id
+            }
+            JobAuth::Munge { .. } => {
+                return Err(err(ArmErrorKind::Internal, "a munge credential is checked before the core sees it"));
             }
             JobAuth::SameJob { token } => {
                 let unknown = || err(ArmErrorKind::Unauthorized, "no session with that token");
@@ -515,12 +520,58 @@ impl Core {
                 job.id.clone()
             }
         };
-        self.sessions.insert(
-            token_hash.clone(),
-            Session { token_hash: token_hash.clone(), job: job_id.clone(), node: node.to_string() },
-        );
+        self.insert_session(token_hash, job_id, node)
+    }
+
+    /// `AC_Init` of a process whose user munge vouched for (`uid`): a session of batch job
+    /// `job` on `node`, if the job is that user's and runs there.
+    pub fn open_batch_session(&mut self, token_hash: String, job: &str, uid: u32, node: &str) -> Outcome<String> {
+        if let Some(session) = self.sessions.get(&token_hash) {
+            return Ok(session.job.clone());
+        }
+        let refused = |why: String| err(ArmErrorKind::Unauthorized, why);
+        let found = self.jobs.get(job).filter(|j| j.state == JobState::Running);
+        let found = found.ok_or_else(|| refused(format!("no running batch job `{job}`")))?;
+        match &found.batch {
+            Some(batch) if batch.uid == uid => {}
+            Some(_) => return Err(refused(format!("job `{job}` is not a job of uid {uid}"))),
+            None => return Err(refused(format!("job `{job}` was not bound by the batch system"))),
+        }
+        if !found.nodes.iter().any(|n| n == node) {
+            return Err(refused(format!("node `{node}` is not one of job `{job}`'s nodes")));
+        }
+        self.insert_session(token_hash, job.to_string(), node)
+    }
+
+    fn insert_session(&mut self, token_hash: String, job: String, node: &str) -> Outcome<String> {
+        let session = Session { token_hash: token_hash.clone(), job: job.clone(), node: node.to_string() };
+        self.sessions.insert(token_hash.clone(), session);
         self.dirty.insert(Key::Session(token_hash));
-        Ok(job_id)
+        Ok(job)
+    }
+
+    /// The batch system starts `job` (its prolog): binds its static accelerators now, or fails
+    /// and leaves no trace, so that the batch system requeues it. An ended job of the same id
+    /// (batch systems reuse ids) is forgotten first.
+    pub fn bind_batch_job(&mut self, job: Job, now: u64) -> Outcome<()> {
+        if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Ended) {
+            self.jobs.remove(&job.id);
+        }
+        if self.jobs.get(&job.id).is_some_and(|j| j.batch.is_some() && j.state == JobState::Running) {
+            return Ok(()); // a retried prolog
+        }
+        let (id, needed) = (job.id.clone(), job.nodes.len() as u32 * job.acpn);
+        self.submit(job, now)?;
+        if self.jobs[&id].state == JobState::Running {
+            return Ok(());
+        }
+        let free = usable_free(&self.hosts);
+        self.jobs.remove(&id);
+        self.dirty.insert(Key::Job(id.clone()));
+        Err(err(
+            ArmErrorKind::Conflict,
+            format!("job `{id}` needs {needed} accelerator(s) now and {free} are free: the batch system's pool is out of step"),
+        ))
     }
 
     /// The session for a token hash.

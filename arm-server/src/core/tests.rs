@@ -34,6 +34,7 @@ fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
         reservation: None,
         peak: None,
         ended: None,
+        batch: None,
     }
 }
 

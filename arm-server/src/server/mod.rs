@@ -30,6 +30,8 @@ use crate::model::{Device, Holder, Host, Job, JobState, Reservation};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
+mod batch;
+
 type Answer = Result<Response, ArmError>;
 
 fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
@@ -65,6 +67,11 @@ pub struct Arm {
     leases: Mutex<Leases>,
     /// Woken after every change, for requests that wait on the state (`AwaitGet`).
     changed: tokio::sync::Notify,
+    /// Slurm's commands, when the ARM works beside a Slurm controller.
+    slurm: Option<crate::slurm::Slurm>,
+    /// Grants are recorded in Slurm one at a time, so that each read-back of the pool's use
+    /// judges one update.
+    slurm_grants: tokio::sync::Mutex<()>,
     config: ArmConfig,
 }
 
@@ -158,13 +165,18 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         links,
         leases: Mutex::new(leases),
         changed: tokio::sync::Notify::new(),
+        slurm: config.slurm.enabled.then(|| crate::slurm::Slurm::new(config.slurm.clone())),
+        slurm_grants: tokio::sync::Mutex::new(()),
         config,
     });
-    let tasks = vec![
+    let mut tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), arm.clone())),
         tokio::spawn(host_events(arm.clone(), event_rx)),
         tokio::spawn(expire_loop(arm.clone())),
     ];
+    if arm.slurm.is_some() {
+        tasks.push(tokio::spawn(batch::reconcile_loop(arm.clone())));
+    }
     tracing::info!(%addr, "resource manager listening");
     Ok(RunningArm { addr, dir, endpoint, arm, tasks })
 }
@@ -223,7 +235,9 @@ async fn expire_loop(arm: Arc<Arm>) {
         };
         for token in expired {
             tracing::info!("a program's lease ran out: releasing its dynamic accelerators");
+            let job = arm.batch_job_for_release(&token);
             let _ = arm.mutate(|core, now| core.finalize(&token, now));
+            arm.record_release(job).await;
         }
         let (grace, retention) = (arm.config.walltime_grace_s, arm.config.job_retention_s);
         let _ = arm.mutate(|core, now| {
@@ -410,6 +424,7 @@ impl Arm {
                 | Request::HostDrain { .. }
                 | Request::HostRemove { .. }
                 | Request::JobSubmit { .. }
+                | Request::JobBind { .. }
                 | Request::JobEnd { .. }
                 | Request::JobList { .. }
                 | Request::JobShow { .. }
@@ -432,7 +447,12 @@ impl Arm {
                     ));
                 }
                 let token_hash = keys::hash(&token);
-                self.mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now))?;
+                match &auth {
+                    JobAuth::Munge { job, credential } => {
+                        self.open_munge_session(&token_hash, job, credential, &node).await?;
+                    }
+                    _ => self.mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now)).map(drop)?,
+                }
                 self.attach(&token_hash, tokens);
                 self.session_answer(token, &token_hash)
             }
@@ -445,6 +465,7 @@ impl Arm {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
                 let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now))?;
+                let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
             }
             Request::CollectiveGet { token, parts, key } => {
@@ -453,6 +474,7 @@ impl Arm {
                 let total = parts.iter().map(|(_, n)| n).sum();
                 let ask = Ask::exactly(total, key);
                 let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now))?;
+                let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, true, total)
             }
             Request::AwaitGet { token, request } => {
@@ -469,6 +491,7 @@ impl Arm {
                     Some(()) => self.mutate(|core, _| core.await_get(&token_hash, request))?,
                     None => GetOutcome::Waiting(request),
                 };
+                let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, 0)
             }
             Request::Notices { token } => {
@@ -494,13 +517,17 @@ impl Arm {
             }
             Request::Free { token, set, accelerators } => {
                 let token_hash = keys::hash(&token);
+                let job = self.batch_job_for_release(&token_hash);
                 self.mutate(|core, now| core.free(&token_hash, set, accelerators.as_deref(), now))?;
+                self.record_release(job).await;
                 Ok(Response::Done)
             }
             Request::Finalize { token } => {
                 let token_hash = keys::hash(&token);
+                let job = self.batch_job_for_release(&token_hash);
                 self.mutate(|core, now| core.finalize(&token_hash, now))?;
                 self.leases.lock().expect("leases poisoned").deadline.remove(&token_hash);
+                self.record_release(job).await;
                 Ok(Response::Done)
             }
             Request::HostAdd { addr, name, server_name, ca_pem, labels } => {
@@ -549,9 +576,14 @@ impl Arm {
                     reservation,
                     peak,
                     ended: None,
+                    batch: None,
                 };
                 self.mutate(|core, now| core.submit(job, now))?;
                 Ok(Response::Submitted { id, credential })
+            }
+            Request::JobBind { id, nodes, acpn, user, uid, walltime_s } => {
+                self.bind_job(id, nodes, acpn, user, uid, walltime_s)?;
+                Ok(Response::Done)
             }
             Request::JobEnd { id } => {
                 self.mutate(|core, now| core.end_job(&id, now))?;

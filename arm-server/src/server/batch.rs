@@ -1,0 +1,161 @@
+//! The ARM beside a Slurm controller: jobs bound by Slurm's prolog, processes proving their user
+//! with munge, grants recorded as the jobs' licenses before they are answered (and taken back
+//! when Slurm's pool turns out to be overdrawn), and the reconciliation that releases what
+//! Slurm no longer runs and keeps unusable accelerators out of Slurm's pool.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::arm::{munge_payload, ArmError, ArmErrorKind};
+
+use super::{err, Arm};
+use crate::core::GetOutcome;
+use crate::model::{BatchJob, Job, JobState};
+use crate::slurm::Slurm;
+
+impl Arm {
+    fn slurm(&self) -> Option<&Slurm> {
+        self.slurm.as_ref()
+    }
+
+    /// `AC_Init` with a munge credential: munge says who made it; the core checks that the
+    /// job is that user's and runs on `node`.
+    pub(super) async fn open_munge_session(
+        &self,
+        token_hash: &str,
+        job: &str,
+        credential: &str,
+        node: &str,
+    ) -> Result<(), ArmError> {
+        let slurm = self
+            .slurm()
+            .ok_or_else(|| err(ArmErrorKind::Unauthorized, "this resource manager does not work with Slurm"))?;
+        let identity = slurm.verify_munge(credential).await.map_err(|e| err(ArmErrorKind::Unauthorized, e))?;
+        if identity.payload != munge_payload(job, node) {
+            return Err(err(ArmErrorKind::Unauthorized, "the munge credential was made for another job or node"));
+        }
+        self.mutate(|core, _| core.open_batch_session(token_hash.to_string(), job, identity.uid, node)).map(drop)
+    }
+
+    /// The prolog's binding of a job Slurm starts.
+    pub(super) fn bind_job(&self, id: String, nodes: Vec<String>, acpn: u32, user: String, uid: u32, walltime_s: u64) -> Result<(), ArmError> {
+        let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
+        let job = Job {
+            id,
+            user,
+            group,
+            nodes,
+            acpn,
+            walltime_s,
+            submitted: 0,
+            started: None,
+            ended: None,
+            state: JobState::Queued,
+            credential_hash: String::new(),
+            seq: 0,
+            ad_hoc: false,
+            reservation: None,
+            peak: None,
+            batch: Some(BatchJob { uid }),
+        };
+        self.mutate(|core, now| core.bind_batch_job(job, now))
+    }
+
+    /// The batch job a session belongs to, if Slurm is in charge of it.
+    fn batch_job_of(&self, token_hash: &str) -> Option<String> {
+        self.slurm()?;
+        let core = self.core.lock().expect("core poisoned");
+        let job = &core.session(token_hash).ok()?.job;
+        core.jobs.get(job).filter(|j| j.batch.is_some()).map(|j| j.id.clone())
+    }
+
+    /// Accelerators `job` holds now, static and dynamic.
+    fn held_count(&self, job: &str) -> u32 {
+        self.core.lock().expect("core poisoned").held_by(job).len() as u32
+    }
+
+    /// Records a grant in Slurm before it is answered: the job's `ac` licenses become what it
+    /// holds. Slurm does not check capacity on such an update, so the pool's use is read back;
+    /// if Slurm is unreachable, or it started other work with those licenses meanwhile, the
+    /// grant is undone and the request rejected with the reason.
+    pub(super) async fn record_grant(&self, outcome: GetOutcome, token_hash: &str) -> Result<GetOutcome, ArmError> {
+        let GetOutcome::Granted(set) = outcome else { return Ok(outcome) };
+        let (Some(slurm), Some(job)) = (self.slurm(), self.batch_job_of(token_hash)) else { return Ok(outcome) };
+        let _one_at_a_time = self.slurm_grants.lock().await;
+        let recorded = async {
+            slurm.set_job_licenses(&job, self.held_count(&job)).await?;
+            let pool = slurm.license_use().await?;
+            if pool.used > pool.total {
+                return Err(format!("Slurm's pool is overdrawn ({} of {} used): raced with Slurm", pool.used, pool.total));
+            }
+            Ok(())
+        };
+        let Err(reason) = recorded.await else { return Ok(outcome) };
+        tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
+        self.mutate(|core, now| core.free(token_hash, set, None, now))?;
+        if let Err(e) = slurm.set_job_licenses(&job, self.held_count(&job)).await {
+            tracing::warn!(job, error = e, "could not restore the job's licenses in Slurm");
+        }
+        Ok(GetOutcome::Rejected(format!("Slurm: {reason}")))
+    }
+
+    /// After a release: the job's licenses in Slurm shrink back to what it holds.
+    pub(super) async fn record_release(&self, job: Option<String>) {
+        let (Some(slurm), Some(job)) = (self.slurm(), job) else { return };
+        let _one_at_a_time = self.slurm_grants.lock().await;
+        let still_running = {
+            let core = self.core.lock().expect("core poisoned");
+            core.jobs.get(&job).is_some_and(|j| j.state == JobState::Running)
+        };
+        if still_running {
+            if let Err(e) = slurm.set_job_licenses(&job, self.held_count(&job)).await {
+                tracing::warn!(job, error = e, "could not shrink the job's licenses in Slurm");
+            }
+        }
+    }
+
+    /// The session's batch job, for [`Arm::record_release`] after the session changes.
+    pub(super) fn batch_job_for_release(&self, token_hash: &str) -> Option<String> {
+        self.batch_job_of(token_hash)
+    }
+
+    /// One reconciliation with Slurm: batch jobs Slurm no longer runs are released, and the
+    /// licenses of unusable accelerators are held in the reservation.
+    async fn reconcile(&self, held_unavailable: &mut Option<u32>) {
+        let Some(slurm) = self.slurm() else { return };
+        match slurm.active_jobs().await {
+            Ok(active) => {
+                let gone: Vec<String> = {
+                    let core = self.core.lock().expect("core poisoned");
+                    let running = core.jobs.values().filter(|j| j.batch.is_some() && j.state == JobState::Running);
+                    running.filter(|j| !active.contains(&j.id)).map(|j| j.id.clone()).collect()
+                };
+                for job in gone {
+                    tracing::info!(job, "Slurm no longer runs this job: released");
+                    let _ = self.mutate(|core, now| core.end_job(&job, now));
+                }
+            }
+            Err(e) => tracing::warn!(error = e, "cannot list Slurm's jobs; reconciliation skipped"),
+        }
+        let unavailable = {
+            let core = self.core.lock().expect("core poisoned");
+            core.hosts.values().filter(|h| !h.up || h.draining).map(|h| h.devices.len() as u32).sum::<u32>()
+        };
+        if *held_unavailable != Some(unavailable) {
+            match slurm.hold_unavailable(unavailable).await {
+                Ok(()) => *held_unavailable = Some(unavailable),
+                Err(e) => tracing::warn!(error = e, "cannot resize Slurm's reservation of unusable accelerators"),
+            }
+        }
+    }
+}
+
+/// Reconciles with Slurm at start and then every `reconcile_s`.
+pub(super) async fn reconcile_loop(arm: Arc<Arm>) {
+    let period = Duration::from_secs(arm.config.slurm.reconcile_s.max(1));
+    let mut held_unavailable = None;
+    loop {
+        arm.reconcile(&mut held_unavailable).await;
+        tokio::time::sleep(period).await;
+    }
+}

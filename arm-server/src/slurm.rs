@@ -1,0 +1,239 @@
+//! The ARM as a companion of a real Slurm controller (`[slurm]` in the configuration): munge
+//! credentials of jobs' processes, accelerator grants recorded as the jobs' `ac` licenses, the
+//! license-only reservation that keeps unusable accelerators out of Slurm's pool, and the list of
+//! jobs Slurm still runs. Everything goes through Slurm's own commands (`scontrol`, `squeue`,
+//! `unmunge`), found on `PATH` or configured, with `SLURM_CONF` from the environment.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::process::Command;
+
+/// `[slurm]`: how to reach Slurm.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// Work with Slurm: jobs are bound by its prolog, grants recorded in it.
+    pub enabled: bool,
+    /// The cluster license that stands for the accelerator pool (`Licenses=ac:N`).
+    pub license: String,
+    /// The license-only reservation holding the licenses of unusable (down, draining)
+    /// accelerators.
+    pub unavailable_reservation: String,
+    /// munged's socket (default: munge's own).
+    pub munge_socket: Option<PathBuf>,
+    /// How often jobs Slurm no longer runs are released, and the reservation resized, seconds.
+    pub reconcile_s: u64,
+    /// `scontrol`.
+    pub scontrol: PathBuf,
+    /// `squeue`.
+    pub squeue: PathBuf,
+    /// `unmunge`.
+    pub unmunge: PathBuf,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            license: "ac".into(),
+            unavailable_reservation: "ac_unavailable".into(),
+            munge_socket: None,
+            reconcile_s: 10,
+            scontrol: "scontrol".into(),
+            squeue: "squeue".into(),
+            unmunge: "unmunge".into(),
+        }
+    }
+}
+
+/// What went wrong talking to Slurm or munge, for humans.
+pub type SlurmError = String;
+
+/// How long a Slurm command may take before the controller counts as unreachable.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Slurm's commands, as configured.
+#[derive(Debug, Clone)]
+pub struct Slurm {
+    config: SlurmConfig,
+}
+
+/// Who a munge credential vouches for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MungeIdentity {
+    /// The Unix uid of the process that made it.
+    pub uid: u32,
+    /// What it carries.
+    pub payload: String,
+}
+
+impl Slurm {
+    /// Slurm as `config` says.
+    pub fn new(config: SlurmConfig) -> Self {
+        Self { config }
+    }
+
+    /// Runs `program` with `args` (and `input` on its standard input); its standard output.
+    async fn run(&self, program: &PathBuf, args: &[&str], input: Option<&str>) -> Result<String, SlurmError> {
+        use tokio::io::AsyncWriteExt;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .stdin(if input.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let what = format!("{} {}", program.display(), args.join(" "));
+        let mut child = command.spawn().map_err(|e| format!("cannot run `{what}`: {e}"))?;
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin.write_all(input.as_bytes()).await.map_err(|e| format!("`{what}`: {e}"))?;
+        }
+        let output = tokio::time::timeout(COMMAND_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| format!("`{what}` did not answer in {COMMAND_TIMEOUT:?}"))?
+            .map_err(|e| format!("`{what}`: {e}"))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            return Err(format!("`{what}` failed: {}", stderr.trim()));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Decodes a munge credential (munged refuses expired and replayed ones).
+    pub async fn verify_munge(&self, credential: &str) -> Result<MungeIdentity, SlurmError> {
+        let socket = self.config.munge_socket.as_ref().map(|s| s.display().to_string());
+        let mut args = Vec::new();
+        if let Some(socket) = &socket {
+            args.extend(["--socket", socket.as_str()]);
+        }
+        let decoded = self.run(&self.config.unmunge, &args, Some(credential)).await?;
+        parse_unmunge(&decoded)
+    }
+
+    /// The `ac` licenses job `job` holds in Slurm.
+    pub async fn job_licenses(&self, job: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+        let shown = self.run(&self.config.scontrol, &["show", "job", "-o", job], None).await?;
+        Ok(parse_job_licenses(&shown))
+    }
+
+    /// Sets job `job`'s `ac` licenses to `count`, keeping its other licenses.
+    pub async fn set_job_licenses(&self, job: &str, count: u32) -> Result<(), SlurmError> {
+        let mut licenses: Vec<(String, u32)> =
+            self.job_licenses(job).await?.into_iter().filter(|(name, _)| *name != self.config.license).collect();
+        if count > 0 {
+            licenses.push((self.config.license.clone(), count));
+        }
+        let list: Vec<String> = licenses.iter().map(|(name, n)| format!("{name}:{n}")).collect();
+        let setting = format!("licenses={}", list.join(","));
+        self.run(&self.config.scontrol, &["update", &format!("jobid={job}"), &setting], None).await.map(drop)
+    }
+
+    /// The pool license's total and how much of it jobs and reservations use.
+    pub async fn license_use(&self) -> Result<LicenseUse, SlurmError> {
+        let shown = self.run(&self.config.scontrol, &["show", "lic", &self.config.license, "-o"], None).await?;
+        parse_license_use(&shown).ok_or_else(|| format!("no license `{}` in Slurm: {}", self.config.license, shown.trim()))
+    }
+
+    /// The jobs Slurm runs (or is ending): the ones whose accelerators must stay bound.
+    pub async fn active_jobs(&self) -> Result<BTreeSet<String>, SlurmError> {
+        let args = ["-h", "-o", "%i", "-t", "CONFIGURING,RUNNING,SUSPENDED,COMPLETING,STOPPED,RESIZING,SIGNALING"];
+        let listed = self.run(&self.config.squeue, &args, None).await?;
+        Ok(listed.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+    }
+
+    /// Holds `count` licenses of the pool in the unavailable-accelerators reservation (created
+    /// when needed, deleted at 0).
+    pub async fn hold_unavailable(&self, count: u32) -> Result<(), SlurmError> {
+        let name = format!("reservationname={}", self.config.unavailable_reservation);
+        let licenses = format!("licenses={}:{count}", self.config.license);
+        let exists = self
+            .run(&self.config.scontrol, &["show", "reservation", &self.config.unavailable_reservation], None)
+            .await
+            .is_ok();
+        let scontrol = &self.config.scontrol;
+        match (exists, count) {
+            (false, 0) => Ok(()),
+            (true, 0) => self.run(scontrol, &["delete", &name], None).await.map(drop),
+            (true, _) => self.run(scontrol, &["update", &name, &licenses], None).await.map(drop),
+            (false, _) => {
+                let args = [
+                    "create",
+                    &name,
+                    &licenses,
+                    "starttime=now",
+                    "duration=infinite",
+                    "flags=any_nodes",
+                    "users=root",
+                ];
+                self.run(scontrol, &args, None).await.map(drop)
+            }
+        }
+    }
+}
+
+/// A license's use, as `scontrol show lic -o` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LicenseUse {
+    /// `Total=`.
+    pub total: u32,
+    /// `Used=`: jobs' and reservations' holdings together.
+    pub used: u32,
+}
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// `LicenseName=ac Total=8 Used=4 Free=4 Reserved=0 Remote=no`.
+fn parse_license_use(shown: &str) -> Option<LicenseUse> {
+    let line = shown.lines().find(|l| l.contains("LicenseName="))?;
+    Some(LicenseUse { total: field(line, "Total")?.parse().ok()?, used: field(line, "Used")?.parse().ok()? })
+}
+
+/// The `Licenses=` of `scontrol show job -o`: `ac:4,matlab:1`, or `(null)`.
+fn parse_job_licenses(shown: &str) -> Vec<(String, u32)> {
+    let Some(list) = field(shown, "Licenses") else { return Vec::new() };
+    list.split(',')
+        .filter_map(|entry| {
+            let (name, count) = entry.split_once(':').unwrap_or((entry, "1"));
+            Some((name.to_string(), count.parse().ok()?))
+        })
+        .filter(|(name, _)| name != "(null)")
+        .collect()
+}
+
+/// `unmunge`'s report: `KEY: value` lines (`STATUS: Success (0)`, `UID: alice (1000)`), a
+/// blank line, then the payload.
+fn parse_unmunge(decoded: &str) -> Result<MungeIdentity, SlurmError> {
+    let (header, payload) = decoded.split_once("\n\n").unwrap_or((decoded, ""));
+    let value = |key: &str| header.lines().find_map(|l| l.strip_prefix(key)?.trim_start().strip_prefix(':'));
+    let status = value("STATUS").map(str::trim).unwrap_or("");
+    if !status.starts_with("Success") {
+        return Err(format!("munge credential refused: {status}"));
+    }
+    let uid = value("UID")
+        .and_then(|v| v.rsplit_once('(')?.1.trim_end().strip_suffix(')')?.parse().ok())
+        .ok_or_else(|| "munge's answer has no UID".to_string())?;
+    Ok(MungeIdentity { uid, payload: payload.trim_end_matches('\n').to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_and_munge_outputs_parse() {
+        let lic = "LicenseName=ac Total=8 Used=4 Free=4 Reserved=0 Remote=no\n";
+        assert_eq!(parse_license_use(lic), Some(LicenseUse { total: 8, used: 4 }));
+        let job = "JobId=7 JobName=wrap Licenses=ac:4,matlab:1 Network=(null)";
+        assert_eq!(parse_job_licenses(job), vec![("ac".into(), 4), ("matlab".into(), 1)]);
+        assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());
+        let decoded = "STATUS:          Success (0)\nUID:             alice (1000)\nGID:             alice (1000)\n\nac-arm:7:n1\n";
+        assert_eq!(parse_unmunge(decoded).unwrap(), MungeIdentity { uid: 1000, payload: "ac-arm:7:n1".into() });
+        let replayed = "STATUS:          Replayed credential (15)\nUID:             alice (1000)\n\n";
+        assert!(parse_unmunge(replayed).unwrap_err().contains("Replayed"));
+    }
+}
