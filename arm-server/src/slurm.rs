@@ -24,6 +24,9 @@ pub struct SlurmConfig {
     pub unavailable_reservation: String,
     /// munged's socket (default: munge's own).
     pub munge_socket: Option<PathBuf>,
+    /// Slurm's configuration file, handed to its commands as `SLURM_CONF` (default: the
+    /// ARM's own environment, else Slurm's default).
+    pub slurm_conf: Option<PathBuf>,
     /// How often jobs Slurm no longer runs are released, and the reservation resized, seconds.
     pub reconcile_s: u64,
     /// `scontrol`.
@@ -41,6 +44,7 @@ impl Default for SlurmConfig {
             license: "ac".into(),
             unavailable_reservation: "ac_unavailable".into(),
             munge_socket: None,
+            slurm_conf: None,
             reconcile_s: 10,
             scontrol: "scontrol".into(),
             squeue: "squeue".into(),
@@ -86,6 +90,9 @@ impl Slurm {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        if let Some(conf) = &self.config.slurm_conf {
+            command.env("SLURM_CONF", conf);
+        }
         let what = format!("{} {}", program.display(), args.join(" "));
         let mut child = command.spawn().map_err(|e| format!("cannot run `{what}`: {e}"))?;
         if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
@@ -134,7 +141,8 @@ impl Slurm {
     /// The pool license's total and how much of it jobs and reservations use.
     pub async fn license_use(&self) -> Result<LicenseUse, SlurmError> {
         let shown = self.run(&self.config.scontrol, &["show", "lic", &self.config.license, "-o"], None).await?;
-        parse_license_use(&shown).ok_or_else(|| format!("no license `{}` in Slurm: {}", self.config.license, shown.trim()))
+        parse_license_use(&shown)
+            .ok_or_else(|| format!("no license `{}` in Slurm: {}", self.config.license, shown.trim()))
     }
 
     /// The jobs Slurm runs (or is ending): the ones whose accelerators must stay bound.
@@ -142,6 +150,12 @@ impl Slurm {
         let args = ["-h", "-o", "%i", "-t", "CONFIGURING,RUNNING,SUSPENDED,COMPLETING,STOPPED,RESIZING,SIGNALING"];
         let listed = self.run(&self.config.squeue, &args, None).await?;
         Ok(listed.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+    }
+
+    /// Slurm's pending jobs that want licenses of the pool, highest priority first.
+    pub async fn pending_jobs(&self) -> Result<Vec<PendingJob>, SlurmError> {
+        let listed = self.run(&self.config.squeue, &["--json", "-t", "PENDING"], None).await?;
+        parse_pending(&listed, &self.config.license)
     }
 
     /// Holds `count` licenses of the pool in the unavailable-accelerators reservation (created
@@ -159,19 +173,59 @@ impl Slurm {
             (true, 0) => self.run(scontrol, &["delete", &name], None).await.map(drop),
             (true, _) => self.run(scontrol, &["update", &name, &licenses], None).await.map(drop),
             (false, _) => {
-                let args = [
-                    "create",
-                    &name,
-                    &licenses,
-                    "starttime=now",
-                    "duration=infinite",
-                    "flags=any_nodes",
-                    "users=root",
-                ];
+                let args =
+                    ["create", &name, &licenses, "starttime=now", "duration=infinite", "flags=any_nodes", "users=root"];
                 self.run(scontrol, &args, None).await.map(drop)
             }
         }
     }
+}
+
+/// A pending Slurm job, as the scheduler's view needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingJob {
+    /// Job id.
+    pub id: String,
+    /// User name.
+    pub user: String,
+    /// Licenses of the pool it asks for.
+    pub accelerators: u32,
+    /// Its time limit, seconds (0: none).
+    pub time_limit_s: u64,
+    /// Slurm's priority.
+    pub priority: u64,
+}
+
+/// `squeue --json`'s pending jobs with licenses of `license`, highest priority first.
+fn parse_pending(listed: &str, license: &str) -> Result<Vec<PendingJob>, SlurmError> {
+    let doc: serde_json::Value = serde_json::from_str(listed).map_err(|e| format!("squeue --json: {e}"))?;
+    let jobs = doc.get("jobs").and_then(|j| j.as_array()).ok_or("squeue --json: no `jobs`")?;
+    let number = |v: Option<&serde_json::Value>| -> u64 {
+        // 22.05 prints plain numbers; later versions wrap them as {"set": true, "number": N}.
+        v.and_then(|v| v.as_u64().or_else(|| v.get("number")?.as_u64())).unwrap_or(0)
+    };
+    let mut pending: Vec<PendingJob> = jobs
+        .iter()
+        .filter(|j| j.get("job_state").and_then(|s| s.as_str()).is_none_or(|s| s == "PENDING"))
+        .filter_map(|j| {
+            let licenses = j.get("licenses").and_then(|l| l.as_str()).unwrap_or("");
+            let accelerators = parse_job_licenses(&format!("Licenses={licenses}"))
+                .into_iter()
+                .find(|(name, _)| name == license)
+                .map(|(_, n)| n)?;
+            let limit_min = number(j.get("time_limit"));
+            Some(PendingJob {
+                id: number(j.get("job_id")).to_string(),
+                user: j.get("user_name").and_then(|u| u.as_str()).unwrap_or("").to_string(),
+                accelerators,
+                // Slurm's "infinite" is a huge number of minutes.
+                time_limit_s: if limit_min >= u32::MAX as u64 - 2 { 0 } else { limit_min * 60 },
+                priority: number(j.get("priority")),
+            })
+        })
+        .collect();
+    pending.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
+    Ok(pending)
 }
 
 /// A license's use, as `scontrol show lic -o` reports it.
@@ -233,6 +287,14 @@ mod tests {
         assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());
         let decoded = "STATUS:          Success (0)\nUID:             alice (1000)\nGID:             alice (1000)\n\nac-arm:7:n1\n";
         assert_eq!(parse_unmunge(decoded).unwrap(), MungeIdentity { uid: 1000, payload: "ac-arm:7:n1".into() });
+        let squeue = r#"{"jobs": [
+            {"job_id": 12, "job_state": "PENDING", "licenses": "ac:4", "priority": 10, "time_limit": 60, "user_name": "alice"},
+            {"job_id": 13, "job_state": "PENDING", "licenses": "", "priority": 50, "time_limit": 60, "user_name": "bob"},
+            {"job_id": 14, "job_state": "PENDING", "licenses": "matlab:1,ac:2", "priority": {"set": true, "number": 20}, "time_limit": 4294967295, "user_name": "carol"}
+        ]}"#;
+        let pending = parse_pending(squeue, "ac").unwrap();
+        assert_eq!(pending.iter().map(|p| (p.id.as_str(), p.accelerators)).collect::<Vec<_>>(), [("14", 2), ("12", 4)]);
+        assert_eq!((pending[0].time_limit_s, pending[1].time_limit_s), (0, 3600));
         let replayed = "STATUS:          Replayed credential (15)\nUID:             alice (1000)\n\n";
         assert!(parse_unmunge(replayed).unwrap_err().contains("Replayed"));
     }

@@ -4,6 +4,10 @@
 //!   `AC_BACKEND_ADDR` ([`ac_tests::saxpy_on_shared_handle`]); prints `wrong N`.
 //! - `ac-test-client finalize-at-once`: `AC_Init`, `AC_Get(1)`, `AC_Finalize`, and exits the
 //!   moment `AC_Finalize` returns (the usual `ARM_*` variables).
+//! - `ac-test-client slurm-task [GET [HOLD_S]]`: what a task of a Slurm job does: `AC_Init`
+//!   (the SPANK plugin's `ARM_*` variables), a kernel on each static accelerator, prints `node
+//!   N static K ok`; then `AC_Get(GET)` (prints `got M` or `rejected`), holds them `HOLD_S`
+//!   seconds (prints `holding`), `AC_Free`, `AC_Finalize`, prints `done`.
 //! - With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
 //!   accelerators with `AC_Get`, prints `holding` and waits (killed by the fault tests).
 //! - Otherwise it connects to `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies
@@ -60,9 +64,43 @@ fn finalize_at_once() -> Result<(), ac_frontend::Error> {
     std::process::exit(0)
 }
 
+fn slurm_task(args: &[String]) -> Result<(), ac_frontend::Error> {
+    use std::io::Write;
+    let get: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
+    let hold: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0.0);
+    let rt = tokio::runtime::Runtime::new().map_err(|e| ac_frontend::Error::Setup(e.to_string()))?;
+    rt.block_on(async {
+        let session = Session::init(SessionOptions::from_env()?).await?;
+        for handle in session.accelerators() {
+            ac_tests::computes(&handle.acc).await?;
+        }
+        println!("node {} static {} ok", session.node(), session.accelerators().len());
+        if get > 0 {
+            match session.get(get).await? {
+                Some(set) => {
+                    for handle in &set.handles {
+                        ac_tests::computes(&handle.acc).await?;
+                    }
+                    println!("got {}", set.handles.len());
+                    println!("holding");
+                    std::io::stdout().flush().ok();
+                    tokio::time::sleep(std::time::Duration::from_secs_f64(hold)).await;
+                    session.free(set).await?;
+                }
+                None => println!("rejected"),
+            }
+        }
+        session.finalize().await?;
+        println!("done");
+        Ok(())
+    })
+}
+
 fn main() -> Result<(), ac_frontend::Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("finalize-at-once") {
+    if args.first().map(String::as_str) == Some("slurm-task") {
+        slurm_task(&args[1..])
+    } else if args.first().map(String::as_str) == Some("finalize-at-once") {
         finalize_at_once()
     } else if args.first().map(String::as_str) == Some("share") {
         share(&args[1..])

@@ -199,7 +199,8 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 fn env(name: &str) -> anyhow::Result<String> {
-    std::env::var(name).map_err(|_| anyhow::anyhow!("{name} is not set: run this as Slurm's PrologSlurmctld/EpilogSlurmctld"))
+    std::env::var(name)
+        .map_err(|_| anyhow::anyhow!("{name} is not set: run this as Slurm's PrologSlurmctld/EpilogSlurmctld"))
 }
 
 /// The node names of a Slurm node list (`n[1-2],x3`), as Slurm itself expands them.

@@ -40,7 +40,7 @@ impl Core {
             return Err(err(ArmErrorKind::Invalid, format!("ask for 1 <= min <= max (got {}..{})", ask.min, ask.max)));
         }
         let id = self.fresh_id();
-        let mut view = self.view(now);
+        let mut view = self.view_with_batch_queue(now);
         let decision = view.request(&session.job, ask, id, now);
         self.keep_ledger(&view);
         match decision {

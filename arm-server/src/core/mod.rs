@@ -87,6 +87,10 @@ pub struct Core {
     pub notices: BTreeMap<String, Vec<Preemption>>,
     /// How long a preempted borrower keeps an accelerator before its capability is revoked.
     pub preemption_grace_s: u64,
+    /// The batch system's pending jobs that want accelerators, as last read from it, in its
+    /// priority order (in memory). `AC_Get` decides with them in the view as queued jobs, so
+    /// that the fairness policy plans around Slurm's queue; they are never started here.
+    pub batch_queue: Vec<Job>,
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }
@@ -145,6 +149,18 @@ impl Core {
 
     fn view(&self, now: u64) -> View {
         View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, &self.pending, &self.reservations, now)
+    }
+
+    /// The view with the batch system's queue in it, for decisions that only plan (`AC_Get`).
+    fn view_with_batch_queue(&self, now: u64) -> View {
+        if self.batch_queue.is_empty() {
+            return self.view(now);
+        }
+        let mut jobs = self.jobs.clone();
+        for queued in &self.batch_queue {
+            jobs.entry(queued.id.clone()).or_insert_with(|| queued.clone());
+        }
+        View::build(&self.scheduling, &self.ledger, &self.hosts, &jobs, &self.pending, &self.reservations, now)
     }
 
     fn keep_ledger(&mut self, view: &View) {
@@ -561,6 +577,13 @@ impl Core {
             return Ok(()); // a retried prolog
         }
         let (id, needed) = (job.id.clone(), job.nodes.len() as u32 * job.acpn);
+        if needed == 0 && !job.nodes.is_empty() {
+            // Nothing static to bind: the job runs, and may ask at run time.
+            let job = Job { state: JobState::Running, started: Some(now), submitted: now, seq: self.fresh_id(), ..job };
+            self.dirty.insert(Key::Job(id.clone()));
+            self.jobs.insert(id, job);
+            return Ok(());
+        }
         self.submit(job, now)?;
         if self.jobs[&id].state == JobState::Running {
             return Ok(());

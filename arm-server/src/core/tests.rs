@@ -209,3 +209,47 @@ fn processes_of_one_ad_hoc_program_share_its_job_until_the_last_one_finalizes() 
     assert_eq!(core.jobs[&job].state, JobState::Ended);
     assert_eq!(held(&core), 0);
 }
+
+fn batch_job(id: &str, nodes: &[&str], acpn: u32, uid: u32) -> Job {
+    Job { batch: Some(crate::model::BatchJob { uid }), credential_hash: String::new(), ..job(id, nodes, acpn) }
+}
+
+#[test]
+fn the_batch_system_binds_now_or_not_at_all_and_its_users_prove_themselves() {
+    let mut core = core(2);
+    core.bind_batch_job(batch_job("7", &["n1", "n2"], 1, 1000), 0).unwrap();
+    assert_eq!(core.jobs["7"].state, JobState::Running);
+    core.bind_batch_job(batch_job("7", &["n1", "n2"], 1, 1000), 1).expect("a retried prolog is answered again");
+    let refused = core.bind_batch_job(batch_job("8", &["n1"], 1, 1000), 1).unwrap_err();
+    assert_eq!(refused.kind, ArmErrorKind::Conflict, "nothing free: the prolog fails and Slurm requeues");
+    assert!(!core.jobs.contains_key("8"), "a refused binding leaves no trace");
+    core.bind_batch_job(batch_job("9", &["n1"], 0, 1000), 1).expect("a job may hold nothing static");
+
+    assert_eq!(core.open_batch_session("a".into(), "7", 1000, "n2").unwrap(), "7");
+    let StaticState::Bound(mine) = core.static_state("a", 1).unwrap() else { panic!("bound") };
+    assert_eq!(mine.len(), 1);
+    let stranger = core.open_batch_session("b".into(), "7", 1001, "n1").unwrap_err();
+    assert_eq!(stranger.kind, ArmErrorKind::Unauthorized, "another user's process");
+    let elsewhere = core.open_batch_session("c".into(), "7", 1000, "n3").unwrap_err();
+    assert_eq!(elsewhere.kind, ArmErrorKind::Unauthorized, "a node the job does not run on");
+    core.submit(job("arm-job", &["n1"], 1), 1).ok();
+    let not_batch = core.open_batch_session("d".into(), "arm-job", 1000, "n1").unwrap_err();
+    assert_eq!(not_batch.kind, ArmErrorKind::Unauthorized, "munge opens only batch jobs");
+
+    core.end_job("7", 2).unwrap();
+    core.bind_batch_job(batch_job("7", &["n1"], 1, 1000), 3).expect("Slurm reuses ids of ended jobs");
+    assert_eq!(core.jobs["7"].state, JobState::Running);
+}
+
+#[test]
+fn dynamic_decisions_plan_around_the_batch_systems_queue() {
+    let mut core = core(4);
+    core.bind_batch_job(batch_job("1", &["n1"], 1, 1000), 0).unwrap();
+    core.open_batch_session("s".into(), "1", 1000, "n1").unwrap();
+    // Slurm's queue holds a job that wants the 3 others: the view must see it.
+    let waiting_in_slurm = Job { walltime_s: 3600, ..job("2", &["(pending in Slurm)"], 3) };
+    core.batch_queue = vec![waiting_in_slurm];
+    let view = core.view_with_batch_queue(0);
+    assert_eq!(view.jobs.len(), 2, "the running job and Slurm's pending one");
+    assert!(core.jobs.get("2").is_none(), "Slurm's pending jobs are never ARM jobs");
+}

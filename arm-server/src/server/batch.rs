@@ -38,7 +38,15 @@ impl Arm {
     }
 
     /// The prolog's binding of a job Slurm starts.
-    pub(super) fn bind_job(&self, id: String, nodes: Vec<String>, acpn: u32, user: String, uid: u32, walltime_s: u64) -> Result<(), ArmError> {
+    pub(super) fn bind_job(
+        &self,
+        id: String,
+        nodes: Vec<String>,
+        acpn: u32,
+        user: String,
+        uid: u32,
+        walltime_s: u64,
+    ) -> Result<(), ArmError> {
         let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
         let job = Job {
             id,
@@ -86,7 +94,10 @@ impl Arm {
             slurm.set_job_licenses(&job, self.held_count(&job)).await?;
             let pool = slurm.license_use().await?;
             if pool.used > pool.total {
-                return Err(format!("Slurm's pool is overdrawn ({} of {} used): raced with Slurm", pool.used, pool.total));
+                return Err(format!(
+                    "Slurm's pool is overdrawn ({} of {} used): raced with Slurm",
+                    pool.used, pool.total
+                ));
             }
             Ok(())
         };
@@ -137,6 +148,13 @@ impl Arm {
             }
             Err(e) => tracing::warn!(error = e, "cannot list Slurm's jobs; reconciliation skipped"),
         }
+        match slurm.pending_jobs().await {
+            Ok(pending) => {
+                let queue = pending.into_iter().enumerate().map(|(order, p)| queued_job(p, order as u64)).collect();
+                self.core.lock().expect("core poisoned").batch_queue = queue;
+            }
+            Err(e) => tracing::warn!(error = e, "cannot read Slurm's queue; the view keeps the last one"),
+        }
         let unavailable = {
             let core = self.core.lock().expect("core poisoned");
             core.hosts.values().filter(|h| !h.up || h.draining).map(|h| h.devices.len() as u32).sum::<u32>()
@@ -147,6 +165,29 @@ impl Arm {
                 Err(e) => tracing::warn!(error = e, "cannot resize Slurm's reservation of unusable accelerators"),
             }
         }
+    }
+}
+
+/// A pending Slurm job as a queued job of the scheduler's view (`order`: its place in
+/// Slurm's priority order). Its accelerators count as one node's worth.
+fn queued_job(pending: crate::slurm::PendingJob, order: u64) -> Job {
+    Job {
+        id: pending.id,
+        group: pending.user.clone(),
+        user: pending.user,
+        nodes: vec!["(pending in Slurm)".into()],
+        acpn: pending.accelerators,
+        walltime_s: pending.time_limit_s,
+        submitted: 0,
+        started: None,
+        ended: None,
+        state: JobState::Queued,
+        credential_hash: String::new(),
+        seq: order,
+        ad_hoc: false,
+        reservation: None,
+        peak: None,
+        batch: None,
     }
 }
 
