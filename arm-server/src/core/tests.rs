@@ -251,5 +251,5 @@ fn dynamic_decisions_plan_around_the_batch_systems_queue() {
     core.batch_queue = vec![waiting_in_slurm];
     let view = core.view_with_batch_queue(0);
     assert_eq!(view.jobs.len(), 2, "the running job and Slurm's pending one");
-    assert!(core.jobs.get("2").is_none(), "Slurm's pending jobs are never ARM jobs");
+    assert!(!core.jobs.contains_key("2"), "Slurm's pending jobs are never ARM jobs");
 }
