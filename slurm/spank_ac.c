@@ -22,7 +22,6 @@
  * that Slurm owns and keeps for the plugin's lifetime, so nothing can leak.
  */
 #include <errno.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

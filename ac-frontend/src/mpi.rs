@@ -34,8 +34,10 @@ impl Session {
     pub fn init_on<C: Communicator>(comm: &C, options: SessionOptions) -> Result<Self> {
         let rt = runtime()?;
         let opened = match &options.job {
-            // The job exists already: every rank presents the batch system's credential.
-            JobAuth::Credential { .. } | JobAuth::SameJob { .. } => rt.block_on(crate::Session::init(options)),
+            // The job exists already: every rank presents its own credential.
+            JobAuth::Credential { .. } | JobAuth::Munge { .. } | JobAuth::SameJob { .. } => {
+                rt.block_on(crate::Session::init(options))
+            }
             // Rank 0 creates the job; the others join it with its session's token.
             JobAuth::AdHoc { .. } => {
                 let root = comm.process_at_rank(0);

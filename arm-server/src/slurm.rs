@@ -109,6 +109,11 @@ impl Slurm {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// The pool's license name.
+    pub fn license(&self) -> &str {
+        &self.config.license
+    }
+
     /// Decodes a munge credential (munged refuses expired and replayed ones).
     pub async fn verify_munge(&self, credential: &str) -> Result<MungeIdentity, SlurmError> {
         let socket = self.config.munge_socket.as_ref().map(|s| s.display().to_string());
@@ -140,7 +145,7 @@ impl Slurm {
 
     /// The pool license's total and how much of it jobs and reservations use.
     pub async fn license_use(&self) -> Result<LicenseUse, SlurmError> {
-        let shown = self.run(&self.config.scontrol, &["show", "lic", &self.config.license, "-o"], None).await?;
+        let shown = self.run(&self.config.scontrol, &["-o", "show", "lic", &self.config.license], None).await?;
         parse_license_use(&shown)
             .ok_or_else(|| format!("no license `{}` in Slurm: {}", self.config.license, shown.trim()))
     }
@@ -233,8 +238,22 @@ fn parse_pending(listed: &str, license: &str) -> Result<Vec<PendingJob>, SlurmEr
 pub struct LicenseUse {
     /// `Total=`.
     pub total: u32,
-    /// `Used=`: jobs' and reservations' holdings together.
+    /// `Used=`: what jobs hold.
     pub used: u32,
+    /// `Reserved=`: what reservations hold (Slurm's `Free=` does not subtract it).
+    pub reserved: u32,
+}
+
+impl LicenseUse {
+    /// What jobs may still take.
+    pub fn free(&self) -> u32 {
+        self.total.saturating_sub(self.used + self.reserved)
+    }
+
+    /// Whether jobs and reservations hold more than there is.
+    pub fn overdrawn(&self) -> bool {
+        self.used + self.reserved > self.total
+    }
 }
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -244,7 +263,8 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 /// `LicenseName=ac Total=8 Used=4 Free=4 Reserved=0 Remote=no`.
 fn parse_license_use(shown: &str) -> Option<LicenseUse> {
     let line = shown.lines().find(|l| l.contains("LicenseName="))?;
-    Some(LicenseUse { total: field(line, "Total")?.parse().ok()?, used: field(line, "Used")?.parse().ok()? })
+    let number = |key: &str| field(line, key).and_then(|v| v.parse().ok());
+    Some(LicenseUse { total: number("Total")?, used: number("Used")?, reserved: number("Reserved").unwrap_or(0) })
 }
 
 /// The `Licenses=` of `scontrol show job -o`: `ac:4,matlab:1`, or `(null)`.
@@ -281,7 +301,9 @@ mod tests {
     #[test]
     fn slurm_and_munge_outputs_parse() {
         let lic = "LicenseName=ac Total=8 Used=4 Free=4 Reserved=0 Remote=no\n";
-        assert_eq!(parse_license_use(lic), Some(LicenseUse { total: 8, used: 4 }));
+        assert_eq!(parse_license_use(lic), Some(LicenseUse { total: 8, used: 4, reserved: 0 }));
+        let reserved = parse_license_use("LicenseName=ac Total=8 Used=2 Free=6 Reserved=6 Remote=no").unwrap();
+        assert_eq!((reserved.free(), reserved.overdrawn()), (0, false));
         let job = "JobId=7 JobName=wrap Licenses=ac:4,matlab:1 Network=(null)";
         assert_eq!(parse_job_licenses(job), vec![("ac".into(), 4), ("matlab".into(), 1)]);
         assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());

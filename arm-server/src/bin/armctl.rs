@@ -210,16 +210,42 @@ fn hostnames(list: &str) -> anyhow::Result<Vec<String>> {
     Ok(String::from_utf8(output.stdout)?.lines().map(str::to_string).collect())
 }
 
+/// A job's time limit, in seconds (0: none), as `squeue -o %l` prints it: `UNLIMITED`,
+/// `MM:SS`, `HH:MM:SS` or `D-HH:MM:SS`.
+fn parse_time_limit(limit: &str) -> Option<u64> {
+    let limit = limit.trim();
+    if limit.eq_ignore_ascii_case("UNLIMITED") || limit.eq_ignore_ascii_case("NOT_SET") {
+        return Some(0);
+    }
+    let (days, clock) = limit.split_once('-').map_or(Ok((0, limit)), |(d, c)| d.parse().map(|d: u64| (d, c))).ok()?;
+    let parts: Vec<u64> = clock.split(':').map(str::parse).collect::<Result<_, _>>().ok()?;
+    let seconds = match parts[..] {
+        [m, s] => m * 60 + s,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some(days * 86_400 + seconds)
+}
+
+/// The time limit Slurm gives job `id` (the ARM plans dynamic grants with it).
+fn time_limit(id: &str) -> anyhow::Result<u64> {
+    let output = std::process::Command::new("squeue").args(["-h", "-j", id, "-o", "%l"]).output()?;
+    anyhow::ensure!(output.status.success(), "squeue: {}", String::from_utf8_lossy(&output.stderr));
+    let shown = String::from_utf8(output.stdout)?;
+    parse_time_limit(&shown).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", shown.trim()))
+}
+
 /// The binding Slurm's prolog asks for, from the environment Slurm gives it.
 fn prolog_request() -> anyhow::Result<Request> {
     let acpn = std::env::var("SPANK_ACPN").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "0".into());
+    let id = env("SLURM_JOB_ID")?;
     Ok(Request::JobBind {
-        id: env("SLURM_JOB_ID")?,
+        walltime_s: time_limit(&id)?,
+        id,
         nodes: hostnames(&env("SLURM_JOB_NODELIST")?)?,
         acpn: acpn.parse().map_err(|e| anyhow::anyhow!("SPANK_ACPN `{acpn}`: {e}"))?,
         user: env("SLURM_JOB_USER")?,
         uid: env("SLURM_JOB_UID")?.parse()?,
-        walltime_s: 0,
     })
 }
 
@@ -403,5 +429,18 @@ async fn main() -> ExitCode {
             eprintln!("armctl: {e}");
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slurm_time_limits_parse() {
+        use super::parse_time_limit;
+        assert_eq!(parse_time_limit("UNLIMITED\n"), Some(0));
+        assert_eq!(parse_time_limit("5:00"), Some(300));
+        assert_eq!(parse_time_limit("1:00:00"), Some(3600));
+        assert_eq!(parse_time_limit("2-00:00:10"), Some(2 * 86_400 + 10));
+        assert_eq!(parse_time_limit("soon"), None);
     }
 }

@@ -91,12 +91,22 @@ impl Arm {
         let (Some(slurm), Some(job)) = (self.slurm(), self.batch_job_of(token_hash)) else { return Ok(outcome) };
         let _one_at_a_time = self.slurm_grants.lock().await;
         let recorded = async {
-            slurm.set_job_licenses(&job, self.held_count(&job)).await?;
+            let held = self.held_count(&job);
+            let licenses = slurm.job_licenses(&job).await?;
+            let recorded: u32 = licenses.iter().filter(|(name, _)| name == slurm.license()).map(|(_, n)| n).sum();
+            // Checked first, so that Slurm's pool is overdrawn only if Slurm starts a job in the
+            // moment between this read and the update; checked again after.
             let pool = slurm.license_use().await?;
-            if pool.used > pool.total {
+            let more = held.saturating_sub(recorded);
+            if more > pool.free() {
+                return Err(format!("{more} more license(s) wanted, Slurm has {} free", pool.free()));
+            }
+            slurm.set_job_licenses(&job, held).await?;
+            let pool = slurm.license_use().await?;
+            if pool.overdrawn() {
                 return Err(format!(
-                    "Slurm's pool is overdrawn ({} of {} used): raced with Slurm",
-                    pool.used, pool.total
+                    "raced with Slurm: {} used and {} reserved of {}",
+                    pool.used, pool.reserved, pool.total
                 ));
             }
             Ok(())

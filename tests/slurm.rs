@@ -1,0 +1,202 @@
+//! A real Slurm beside a real manager, for the batch-integration tests: `slurm/testing/
+//! start-cluster` makes a two-node cluster (n1, n2, its own munged) in a temporary directory,
+//! with the SPANK plugin and `job_submit.lua` of `slurm/`, and `armctl slurm prolog`/`epilog`
+//! as `PrologSlurmctld`/`EpilogSlurmctld`; `arm-server` runs as a process with `[slurm]`
+//! pointing at that cluster, and CPU-device backends in this process are its pool.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{admin_of, register_hosts, workspace_binary, ArmProcess, TestBackend};
+
+/// A Slurm cluster, a manager working with it, and the manager's backends.
+#[derive(Debug)]
+pub struct SlurmCluster {
+    /// Everything's files: `arm/` (the manager's state), `slurm/` (the cluster's).
+    pub dir: tempfile::TempDir,
+    /// The manager (None while a test has it stopped).
+    pub arm: Option<ArmProcess>,
+    /// Its address (kept across restarts).
+    pub arm_addr: std::net::SocketAddr,
+    /// The backends, registered as `h0`, `h1`, ...
+    pub backends: Vec<TestBackend>,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
+}
+
+fn script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("script written");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("script mode");
+}
+
+impl SlurmCluster {
+    /// `backends` CPU-device backends, Slurm's pool of `licenses` accelerators.
+    pub async fn start(backends: usize, licenses: u32) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (arm_dir, slurm_dir) = (dir.path().join("arm"), dir.path().join("slurm"));
+        std::fs::create_dir_all(&arm_dir).expect("arm dir");
+        std::fs::create_dir_all(&slurm_dir).expect("slurm dir");
+        let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir));
+        let arm_addr = arm.addr;
+        let mut pool = Vec::new();
+        for _ in 0..backends {
+            pool.push(TestBackend::start(64).await);
+        }
+        register_hosts(&admin_of(arm_addr, &arm_dir).await, &pool).await;
+        let cluster = Self { dir, arm: Some(arm), arm_addr, backends: pool };
+        cluster.start_slurm(licenses);
+        cluster
+    }
+
+    fn arm_toml(slurm_dir: &Path) -> String {
+        format!(
+            "[slurm]\nenabled = true\nreconcile_s = 1\nmunge_socket = \"{}\"\nslurm_conf = \"{}\"\n",
+            slurm_dir.join("munge.sock").display(),
+            slurm_dir.join("slurm.conf").display()
+        )
+    }
+
+    /// The manager's state directory.
+    pub fn arm_dir(&self) -> PathBuf {
+        self.dir.path().join("arm")
+    }
+
+    /// The cluster's directory.
+    pub fn slurm_dir(&self) -> PathBuf {
+        self.dir.path().join("slurm")
+    }
+
+    /// What `armctl` needs to reach the manager as its admin.
+    fn armctl_env(&self) -> String {
+        let arm = self.arm_dir();
+        format!(
+            "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ARM_ADDR={} ARM_CA_CERT={} ARMCTL_CERT={} ARMCTL_KEY={}",
+            self.arm_addr,
+            arm.join("ca.pem").display(),
+            arm.join("admin.pem").display(),
+            arm.join("admin.key").display()
+        )
+    }
+
+    fn start_slurm(&self, licenses: u32) {
+        let (armctl, env) = (workspace_binary("armctl"), self.armctl_env());
+        let prolog = self.dir.path().join("prolog");
+        script(&prolog, &format!("{env}\nexec {} slurm prolog", armctl.display()));
+        let epilog = self.dir.path().join("epilog");
+        script(&epilog, &format!("{env}\nexec {} slurm epilog", armctl.display()));
+        let plugstack = format!(
+            "arm_addr={} arm_ca={} munge_socket={}",
+            self.arm_addr,
+            self.arm_dir().join("ca.pem").display(),
+            self.slurm_dir().join("munge.sock").display()
+        );
+        let output = Command::new(repo().join("slurm/testing/start-cluster"))
+            .arg(self.slurm_dir())
+            .args(["--licenses", &licenses.to_string()])
+            .arg("--prolog")
+            .arg(&prolog)
+            .arg("--epilog")
+            .arg(&epilog)
+            .args(["--plugstack-args", &plugstack])
+            .output()
+            .expect("start-cluster runs (./scripts/test installs slurm-wlm and munge)");
+        assert!(output.status.success(), "Slurm did not start:\n{}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    /// A Slurm command of this cluster.
+    pub fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", self.slurm_dir().join("slurm.conf"));
+        command
+    }
+
+    /// Runs a Slurm command; its standard output (panics on failure).
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let output = self.command(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(output.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Submits a batch script (`sbatch` with `args`); returns the job id. The job's output goes
+    /// to [`SlurmCluster::output`].
+    pub fn sbatch(&self, args: &[&str], body: &str) -> String {
+        let path = self.dir.path().join(format!("job-{}.sh", ac_proto::random_hex(4)));
+        script(&path, body);
+        let out = self.dir.path().join("out-%j.txt");
+        let mut all: Vec<String> = vec!["--parsable".into(), format!("--output={}", out.display())];
+        all.extend(args.iter().map(|a| a.to_string()));
+        all.push(path.display().to_string());
+        let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.run("sbatch", &refs).trim().split(';').next().unwrap_or("").to_string()
+    }
+
+    /// What job `job` has printed so far.
+    pub fn output(&self, job: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("out-{job}.txt"))).unwrap_or_default()
+    }
+
+    /// A field of `scontrol show job` (`JobState`, `Reason`, `Licenses`), or "" once Slurm
+    /// forgot the job.
+    pub fn job_field(&self, job: &str, field: &str) -> String {
+        let output = self.command("scontrol").args(["-o", "show", "job", job]).output().expect("scontrol");
+        let shown = String::from_utf8_lossy(&output.stdout);
+        let prefix = format!("{field}=");
+        shown.split_whitespace().find_map(|w| w.strip_prefix(&prefix)).unwrap_or("").to_string()
+    }
+
+    /// `(total, used, reserved)` of the `ac` license.
+    pub fn licenses(&self) -> (u32, u32, u32) {
+        let shown = self.run("scontrol", &["-o", "show", "lic", "ac"]);
+        let get = |key: &str| {
+            let prefix = format!("{key}=");
+            shown.split_whitespace().find_map(|w| w.strip_prefix(&prefix)?.parse().ok()).unwrap_or(u32::MAX)
+        };
+        (get("Total"), get("Used"), get("Reserved"))
+    }
+
+    /// Waits up to `limit` for `check`; whether it held.
+    pub async fn wait_until(&self, limit: Duration, mut check: impl FnMut(&Self) -> bool) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if check(self) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        check(self)
+    }
+
+    /// Whether Slurm has forgotten job `job` (it ended, its epilog ran, `MinJobAge` passed) or
+    /// lists it as ended.
+    pub fn job_over(&self, job: &str) -> bool {
+        matches!(self.job_field(job, "JobState").as_str(), "" | "COMPLETED" | "CANCELLED" | "FAILED" | "TIMEOUT")
+    }
+
+    /// SIGKILLs the manager, as a crash.
+    pub fn kill_arm(&mut self) {
+        if let Some(arm) = self.arm.take() {
+            arm.kill_9();
+        }
+    }
+
+    /// Starts the manager again, on the same address and state.
+    pub fn restart_arm(&mut self) {
+        let toml = Self::arm_toml(&self.slurm_dir());
+        self.arm = Some(ArmProcess::start_with_config(&self.arm_dir(), &self.arm_addr.to_string(), &toml));
+    }
+
+    /// An admin client of the manager.
+    pub async fn admin(&self) -> ac_frontend::arm::ArmClient {
+        admin_of(self.arm_addr, &self.arm_dir()).await
+    }
+}
+
+impl Drop for SlurmCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("slurm/testing/stop-cluster")).arg(self.slurm_dir()).status();
+    }
+}
