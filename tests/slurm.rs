@@ -36,7 +36,10 @@ fn script(path: &Path, body: &str) {
 impl SlurmCluster {
     /// `backends` CPU-device backends, Slurm's pool of `licenses` accelerators.
     pub async fn start(backends: usize, licenses: u32) -> Self {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
+        // Other users' processes (the refused-user test) reach the manager's CA in here.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("dir mode");
         let (arm_dir, slurm_dir) = (dir.path().join("arm"), dir.path().join("slurm"));
         std::fs::create_dir_all(&arm_dir).expect("arm dir");
         std::fs::create_dir_all(&slurm_dir).expect("slurm dir");
@@ -187,6 +190,37 @@ impl SlurmCluster {
     pub fn restart_arm(&mut self) {
         let toml = Self::arm_toml(&self.slurm_dir());
         self.arm = Some(ArmProcess::start_with_config(&self.arm_dir(), &self.arm_addr.to_string(), &toml));
+    }
+
+    /// Free, usable accelerators as the manager reports them.
+    pub async fn free_accelerators(&self) -> usize {
+        let request = ac_proto::arm::Request::HostList;
+        let Ok(ac_proto::arm::Response::Hosts(hosts)) = self.admin().await.request(request).await else {
+            return usize::MAX;
+        };
+        hosts.iter().filter(|h| h.state == "up").flat_map(|h| &h.accelerators).filter(|a| a.holder.is_none()).count()
+    }
+
+    /// The manager's view of a job.
+    pub async fn arm_job(&self, id: &str) -> Option<ac_proto::arm::JobView> {
+        match self.admin().await.request(ac_proto::arm::Request::JobShow { id: id.into() }).await {
+            Ok(ac_proto::arm::Response::Job(view)) => Some(*view),
+            _ => None,
+        }
+    }
+
+    /// The environment the SPANK plugin gives a task of job `job` on `node`.
+    pub fn task_env(&self, job: &str, node: &str) -> Vec<(String, String)> {
+        [
+            ("ARM_ADDR", self.arm_addr.to_string()),
+            ("ARM_CA_CERT", self.arm_dir().join("ca.pem").display().to_string()),
+            ("ARM_JOB_ID", job.to_string()),
+            ("ARM_NODE", node.to_string()),
+            ("ARM_AUTH", "munge".to_string()),
+            ("ARM_MUNGE_SOCKET", self.slurm_dir().join("munge.sock").display().to_string()),
+        ]
+        .map(|(k, v)| (k.to_string(), v))
+        .to_vec()
     }
 
     /// An admin client of the manager.

@@ -163,8 +163,8 @@ pub extern "C" fn AC_GetRange(min: c_int, max: c_int, wait_s: c_int, set: *mut a
         let wait = Duration::from_secs(u64::try_from(wait_s).unwrap_or(0));
         let request = GetRequest::new(max).at_least(min).wait_up_to(wait);
         let guard = session()?;
-        let granted = guard.as_ref().expect("checked").get_with(request)?;
-        let granted = granted.ok_or_else(|| rejected(format!("AC_Get of {min}..{max} accelerator(s)")))?;
+        let granted = guard.as_ref().expect("checked").get_or_why(request)?;
+        let granted = granted.map_err(|why| rejected(format!("AC_Get of {min}..{max} accelerator(s): {why}")))?;
         write_out(set, handle(register_dynamic(granted)), "the new set")
     })
 }

@@ -307,12 +307,17 @@ impl Session {
     }
 
     async fn granted(&self, response: Response, node_only: bool) -> Result<Option<DynamicSet>> {
+        Ok(self.granted_or_why(response, node_only).await?.ok())
+    }
+
+    /// The set granted, or why the manager rejected the request.
+    async fn granted_or_why(&self, response: Response, node_only: bool) -> Result<Result<DynamicSet, String>> {
         match response {
             Response::Granted { set, grants } => {
                 let mine: Vec<Grant> = grants.into_iter().filter(|g| !node_only || g.node == self.node).collect();
-                self.connect(set, &mine).await.map(Some)
+                self.connect(set, &mine).await.map(Ok)
             }
-            Response::Rejected { .. } => Ok(None),
+            Response::Rejected { reason } => Ok(Err(reason)),
             other => Err(Error::Protocol(format!("expected a grant, got {other:?}"))),
         }
     }
@@ -342,6 +347,12 @@ impl Session {
     /// `AC_Get` as `request` says: a partial grant, a wait for accelerators (with progress on
     /// stderr when the session prints progress), a preemptible loan. `None` when rejected.
     pub async fn get_with(&self, request: GetRequest) -> Result<Option<DynamicSet>> {
+        Ok(self.get_or_why(request).await?.ok())
+    }
+
+    /// [`Session::get_with`], saying why the manager rejected the request (`Err(reason)`: too
+    /// few idle, the fairness policy, the batch system refused, ...).
+    pub async fn get_or_why(&self, request: GetRequest) -> Result<Result<DynamicSet, String>> {
         let ask = request.ask();
         let mut response = self.client.request(Request::Get { token: self.token.clone(), ask }).await?;
         let mut last_report = None;
@@ -356,7 +367,7 @@ impl Session {
             }
             response = self.client.request(Request::AwaitGet { token: self.token.clone(), request: id }).await?;
         }
-        self.granted(response, true).await
+        self.granted_or_why(response, true).await
     }
 
     /// Collective `AC_Get` for several nodes of the job: all or nothing, one set id, released

@@ -56,8 +56,10 @@ impl Default for SlurmConfig {
 /// What went wrong talking to Slurm or munge, for humans.
 pub type SlurmError = String;
 
-/// How long a Slurm command may take before the controller counts as unreachable.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a Slurm command may take before the controller counts as unreachable: under the
+/// SDK's request timeout (3 s), so that an `AC_Get` is answered with the reason rather than
+/// retried. A healthy slurmctld answers in milliseconds.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Slurm's commands, as configured.
 #[derive(Debug, Clone)]

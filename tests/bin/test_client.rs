@@ -4,10 +4,13 @@
 //!   `AC_BACKEND_ADDR` ([`ac_tests::saxpy_on_shared_handle`]); prints `wrong N`.
 //! - `ac-test-client finalize-at-once`: `AC_Init`, `AC_Get(1)`, `AC_Finalize`, and exits the
 //!   moment `AC_Finalize` returns (the usual `ARM_*` variables).
-//! - `ac-test-client slurm-task [GET [HOLD_S]]`: what a task of a Slurm job does: `AC_Init`
-//!   (the SPANK plugin's `ARM_*` variables), a kernel on each static accelerator, prints `node
-//!   N static K ok`; then `AC_Get(GET)` (prints `got M` or `rejected`), holds them `HOLD_S`
-//!   seconds (prints `holding`), `AC_Free`, `AC_Finalize`, prints `done`.
+//! - `ac-test-client slurm-task [GET [HOLD_S [LINGER_S]]]`: what a task of a Slurm job does:
+//!   `AC_Init` (the SPANK plugin's `ARM_*` variables), a kernel on each static accelerator,
+//!   prints `node N static K ok`; then `AC_Get(GET)` (prints `got M` or `rejected: WHY`), holds
+//!   them `HOLD_S` seconds (prints `holding`), `AC_Free` (prints `freed`), waits `LINGER_S`
+//!   seconds, runs a kernel on each static accelerator again (prints `static again ok`),
+//!   `AC_Finalize`, prints `done`. With `AC_TEST_WAIT_FOR=PATH` it waits for that file before
+//!   `AC_Get`.
 //! - With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
 //!   accelerators with `AC_Get`, prints `holding` and waits (killed by the fault tests).
 //! - Otherwise it connects to `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies
@@ -68,6 +71,7 @@ fn slurm_task(args: &[String]) -> Result<(), ac_frontend::Error> {
     use std::io::Write;
     let get: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
     let hold: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0.0);
+    let linger: f64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(0.0);
     let rt = tokio::runtime::Runtime::new().map_err(|e| ac_frontend::Error::Setup(e.to_string()))?;
     rt.block_on(async {
         let session = Session::init(SessionOptions::from_env()?).await?;
@@ -75,9 +79,16 @@ fn slurm_task(args: &[String]) -> Result<(), ac_frontend::Error> {
             ac_tests::computes(&handle.acc).await?;
         }
         println!("node {} static {} ok", session.node(), session.accelerators().len());
+        if let Some(path) = std::env::var_os("AC_TEST_WAIT_FOR") {
+            println!("waiting");
+            std::io::stdout().flush().ok();
+            while !std::path::Path::new(&path).exists() {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
         if get > 0 {
-            match session.get(get).await? {
-                Some(set) => {
+            match session.get_or_why(ac_frontend::GetRequest::new(get)).await? {
+                Ok(set) => {
                     for handle in &set.handles {
                         ac_tests::computes(&handle.acc).await?;
                     }
@@ -86,9 +97,16 @@ fn slurm_task(args: &[String]) -> Result<(), ac_frontend::Error> {
                     std::io::stdout().flush().ok();
                     tokio::time::sleep(std::time::Duration::from_secs_f64(hold)).await;
                     session.free(set).await?;
+                    println!("freed");
                 }
-                None => println!("rejected"),
+                Err(why) => println!("rejected: {why}"),
             }
+            std::io::stdout().flush().ok();
+            tokio::time::sleep(std::time::Duration::from_secs_f64(linger)).await;
+            for handle in session.accelerators() {
+                ac_tests::computes(&handle.acc).await?;
+            }
+            println!("static again ok");
         }
         session.finalize().await?;
         println!("done");

@@ -76,8 +76,13 @@ impl Session {
 
     /// `AC_Get` as `request` says (partial grants, waits, preemptible loans).
     pub fn get_with(&self, request: GetRequest) -> Result<Option<DynamicSet>> {
-        let set = self.rt.block_on(self.inner.get_with(request))?;
-        Ok(set.map(|set| self.wrap_set(set)))
+        Ok(self.get_or_why(request)?.ok())
+    }
+
+    /// [`Session::get_with`], saying why the manager rejected the request.
+    pub fn get_or_why(&self, request: GetRequest) -> Result<std::result::Result<DynamicSet, String>> {
+        let answer = self.rt.block_on(self.inner.get_or_why(request))?;
+        Ok(answer.map(|set| self.wrap_set(set)))
     }
 
     pub(crate) fn wrap_set(&self, inner: crate::DynamicSet) -> DynamicSet {

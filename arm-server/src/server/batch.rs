@@ -114,9 +114,15 @@ impl Arm {
         let Err(reason) = recorded.await else { return Ok(outcome) };
         tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
         self.mutate(|core, now| core.free(token_hash, set, None, now))?;
-        if let Err(e) = slurm.set_job_licenses(&job, self.held_count(&job)).await {
-            tracing::warn!(job, error = e, "could not restore the job's licenses in Slurm");
-        }
+        drop(_one_at_a_time);
+        // Slurm's record goes back to what the job holds, without holding up the answer (Slurm
+        // may be the one not answering).
+        let arm = self.me.upgrade();
+        tokio::spawn(async move {
+            if let Some(arm) = arm {
+                arm.record_release(Some(job)).await;
+            }
+        });
         Ok(GetOutcome::Rejected(format!("Slurm: {reason}")))
     }
 

@@ -72,6 +72,8 @@ pub struct Arm {
     /// Grants are recorded in Slurm one at a time, so that each read-back of the pool's use
     /// judges one update.
     slurm_grants: tokio::sync::Mutex<()>,
+    /// Itself, for work a request hands to a task of its own.
+    me: std::sync::Weak<Arm>,
     config: ArmConfig,
 }
 
@@ -156,7 +158,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         // After a restart every program gets one lease to come back.
         leases.deadline.insert(token.clone(), grace);
     }
-    let arm = Arc::new(Arm {
+    let arm = Arc::new_cyclic(|me| Arm {
         core: Mutex::new(core),
         store,
         commits: Mutex::default(),
@@ -167,6 +169,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         changed: tokio::sync::Notify::new(),
         slurm: config.slurm.enabled.then(|| crate::slurm::Slurm::new(config.slurm.clone())),
         slurm_grants: tokio::sync::Mutex::new(()),
+        me: me.clone(),
         config,
     });
     let mut tasks = vec![
