@@ -281,10 +281,11 @@ pub async fn revoked_eventually(acc: &Accelerator) -> ac_frontend::Error {
 
 /// A binary of the workspace, built next to the test executables.
 pub fn workspace_binary(name: &str) -> std::path::PathBuf {
-    let deps = std::env::current_exe().expect("test executable");
-    let path = deps.parent().and_then(|d| d.parent()).expect("target dir").join(name);
-    assert!(path.exists(), "{} is not built (cargo build --workspace)", path.display());
-    path
+    // Tests run from target/<profile>/deps, benchmarks from target/<profile>.
+    let exe = std::env::current_exe().expect("test executable");
+    let dirs = exe.ancestors().skip(1).take(2);
+    let found = dirs.map(|d| d.join(name)).find(|p| p.exists());
+    found.unwrap_or_else(|| panic!("{name} is not built (cargo build --workspace --release)"))
 }
 
 /// Starts daemon `binary` with `args`, its state in `dir`, and waits for the address it writes

@@ -63,6 +63,12 @@ impl SlurmCluster {
         )
     }
 
+    /// How long each prolog binding took, in microseconds, in the order they ran.
+    pub fn prolog_times(&self) -> Vec<u64> {
+        let recorded = std::fs::read_to_string(self.dir.path().join("prolog-times")).unwrap_or_default();
+        recorded.lines().filter_map(|l| l.trim().parse().ok()).collect()
+    }
+
     /// The manager's state directory.
     pub fn arm_dir(&self) -> PathBuf {
         self.dir.path().join("arm")
@@ -87,8 +93,15 @@ impl SlurmCluster {
 
     fn start_slurm(&self, licenses: u32) {
         let (armctl, env) = (workspace_binary("armctl"), self.armctl_env());
+        // The prolog records how long each binding took (microseconds), for the benchmark.
         let prolog = self.dir.path().join("prolog");
-        script(&prolog, &format!("{env}\nexec {} slurm prolog", armctl.display()));
+        let times = self.dir.path().join("prolog-times");
+        let timed = format!(
+            "{env}\nstart=$(date +%s%N)\n{} slurm prolog\nrc=$?\necho $(( ($(date +%s%N) - start) / 1000 )) >> {}\nexit $rc",
+            armctl.display(),
+            times.display()
+        );
+        script(&prolog, &timed);
         let epilog = self.dir.path().join("epilog");
         script(&epilog, &format!("{env}\nexec {} slurm epilog", armctl.display()));
         let plugstack = format!(
@@ -221,6 +234,29 @@ impl SlurmCluster {
         ]
         .map(|(k, v)| (k.to_string(), v))
         .to_vec()
+    }
+
+    /// A session of batch job `job` on `node` opened by this (root) process, as a task would:
+    /// with a munge credential made by `munge`.
+    pub async fn task_session(&self, job: &str, node: &str) -> ac_frontend::Session {
+        let output = Command::new("munge")
+            .arg("-S")
+            .arg(self.slurm_dir().join("munge.sock"))
+            .args(["-s", &ac_proto::arm::munge_payload(job, node)])
+            .output()
+            .expect("munge");
+        let credential = String::from_utf8(output.stdout).expect("munge's credential").trim().to_string();
+        let mut arm = ac_frontend::arm::ArmOptions::new(self.arm_addr, self.arm_dir().join("ca.pem"));
+        arm.tuning = crate::quick_tuning();
+        let options = ac_frontend::SessionOptions {
+            arm,
+            job: ac_proto::arm::JobAuth::Munge { job: job.into(), credential },
+            node: node.into(),
+            init_timeout: Some(Duration::from_secs(10)),
+            stripes: 1,
+            progress: false,
+        };
+        ac_frontend::Session::init(options).await.expect("a task's session")
     }
 
     /// An admin client of the manager.

@@ -135,8 +135,19 @@ impl Slurm {
 
     /// Sets job `job`'s `ac` licenses to `count`, keeping its other licenses.
     pub async fn set_job_licenses(&self, job: &str, count: u32) -> Result<(), SlurmError> {
+        let current = self.job_licenses(job).await?;
+        self.replace_job_licenses(job, current, count).await
+    }
+
+    /// [`Slurm::set_job_licenses`] when the job's `current` licenses were just read.
+    pub async fn replace_job_licenses(
+        &self,
+        job: &str,
+        current: Vec<(String, u32)>,
+        count: u32,
+    ) -> Result<(), SlurmError> {
         let mut licenses: Vec<(String, u32)> =
-            self.job_licenses(job).await?.into_iter().filter(|(name, _)| *name != self.config.license).collect();
+            current.into_iter().filter(|(name, _)| *name != self.config.license).collect();
         if count > 0 {
             licenses.push((self.config.license.clone(), count));
         }

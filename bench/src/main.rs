@@ -13,6 +13,7 @@ mod gpu;
 mod latency;
 mod memory;
 mod setup;
+mod slurm;
 
 use clap::{Parser, Subcommand};
 
@@ -28,7 +29,7 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// capi, gpu); all when
+    /// capi, slurm, gpu); all but slurm when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -101,6 +102,10 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;
+    }
+    // Needs root and Slurm: only when asked for.
+    if args.only.iter().any(|s| s == "slurm") {
+        rt.block_on(slurm::with_slurm(args.quick))?;
     }
     let gpu_asked = args.only.iter().any(|s| s == "gpu");
     if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {

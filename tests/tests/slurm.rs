@@ -158,3 +158,77 @@ async fn with_slurmctld_unreachable_ac_get_is_rejected_and_static_accelerators_k
     assert!(rejected, "{out}");
     assert!(out.contains("rejected: ") && out.contains("Slurm: `scontrol"), "the reason names Slurm: {out}");
 }
+
+/// 100 concurrent dynamic requests while 20 jobs are submitted: Slurm's pool is never
+/// overdrawn, and no accelerator is granted twice at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_requests_racing_slurms_own_scheduling_never_overdraw_the_pool() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::{Arc, Mutex};
+    let c = Arc::new(SlurmCluster::start(8, 8).await);
+    let holders: Vec<String> = (0..2).map(|_| c.sbatch(&["--acpn=1"], "sleep 300")).collect();
+    for job in &holders {
+        assert!(c.wait_until(Duration::from_secs(10), |c| c.job_field(job, "JobState") == "RUNNING").await);
+    }
+    let mut sessions = Vec::new();
+    for i in 0..20 {
+        sessions.push(c.task_session(&holders[i % 2], "n1").await);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (samples, worst) = (Arc::new(AtomicU32::new(0)), Arc::new(Mutex::new((0u32, 0u32, 0u32))));
+    let monitor = {
+        let (c, stop, samples, worst) = (c.clone(), stop.clone(), samples.clone(), worst.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let (total, used, reserved) = c.licenses();
+                samples.fetch_add(1, Ordering::Relaxed);
+                let mut w = worst.lock().unwrap();
+                if used + reserved > w.1 + w.2 {
+                    *w = (total, used, reserved);
+                }
+            }
+        })
+    };
+    let submitter = {
+        let c = c.clone();
+        std::thread::spawn(move || (0..20).map(|_| c.sbatch(&["--acpn=1"], "sleep 1")).collect::<Vec<_>>())
+    };
+    let held: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let (granted, twice) = (AtomicU32::new(0), AtomicU32::new(0));
+    let requests = (0..100).map(|i| {
+        let (session, held, granted, twice) = (&sessions[i % 20], held.clone(), &granted, &twice);
+        async move {
+            let Ok(Some(set)) = session.get(1).await else { return };
+            granted.fetch_add(1, Ordering::Relaxed);
+            for h in &set.handles {
+                if !held.lock().unwrap().insert(h.id.clone()) {
+                    twice.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            for h in &set.handles {
+                held.lock().unwrap().remove(&h.id);
+            }
+            session.free(set).await.expect("free");
+        }
+    });
+    futures_util::future::join_all(requests).await;
+    let jobs = submitter.join().unwrap();
+    for job in &jobs {
+        assert!(c.wait_until(Duration::from_secs(60), |c| c.job_over(job)).await, "job {job} never ran");
+    }
+    stop.store(true, Ordering::Relaxed);
+    monitor.join().unwrap();
+    let (total, used, reserved) = *worst.lock().unwrap();
+    println!(
+        "granted {} of 100; {} samples of Slurm's pool; the fullest: {used} used + {reserved} reserved of {total}",
+        granted.load(Ordering::Relaxed),
+        samples.load(Ordering::Relaxed)
+    );
+    assert!(used + reserved <= total, "Slurm's pool was overdrawn: {used} + {reserved} of {total}");
+    assert_eq!(twice.load(Ordering::Relaxed), 0, "an accelerator was granted twice at once");
+    assert!(granted.load(Ordering::Relaxed) > 0, "no dynamic request was granted at all");
+    for job in &holders {
+        c.run("scancel", &[job]);
+    }
+}

@@ -101,7 +101,7 @@ impl Arm {
             if more > pool.free() {
                 return Err(format!("{more} more license(s) wanted, Slurm has {} free", pool.free()));
             }
-            slurm.set_job_licenses(&job, held).await?;
+            slurm.replace_job_licenses(&job, licenses, held).await?;
             let pool = slurm.license_use().await?;
             if pool.overdrawn() {
                 return Err(format!(
