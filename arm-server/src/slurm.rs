@@ -22,6 +22,9 @@ pub struct SlurmConfig {
     /// The license-only reservation holding the licenses of unusable (down, draining)
     /// accelerators.
     pub unavailable_reservation: String,
+    /// The license-only reservation that holds a grant's licenses while it is recorded, so
+    /// that Slurm cannot start a job into them meanwhile (empty between grants).
+    pub grant_reservation: String,
     /// munged's socket (default: munge's own).
     pub munge_socket: Option<PathBuf>,
     /// Slurm's configuration file, handed to its commands as `SLURM_CONF` (default: the
@@ -43,6 +46,7 @@ impl Default for SlurmConfig {
             enabled: false,
             license: "ac".into(),
             unavailable_reservation: "ac_unavailable".into(),
+            grant_reservation: "ac_granting".into(),
             munge_socket: None,
             slurm_conf: None,
             reconcile_s: 10,
@@ -179,23 +183,41 @@ impl Slurm {
     /// Holds `count` licenses of the pool in the unavailable-accelerators reservation (created
     /// when needed, deleted at 0).
     pub async fn hold_unavailable(&self, count: u32) -> Result<(), SlurmError> {
-        let name = format!("reservationname={}", self.config.unavailable_reservation);
-        let licenses = format!("licenses={}:{count}", self.config.license);
-        let exists = self
-            .run(&self.config.scontrol, &["show", "reservation", &self.config.unavailable_reservation], None)
-            .await
-            .is_ok();
-        let scontrol = &self.config.scontrol;
-        match (exists, count) {
+        let name = &self.config.unavailable_reservation;
+        match (self.reservation_exists(name).await, count) {
             (false, 0) => Ok(()),
-            (true, 0) => self.run(scontrol, &["delete", &name], None).await.map(drop),
-            (true, _) => self.run(scontrol, &["update", &name, &licenses], None).await.map(drop),
-            (false, _) => {
-                let args =
-                    ["create", &name, &licenses, "starttime=now", "duration=infinite", "flags=any_nodes", "users=root"];
-                self.run(scontrol, &args, None).await.map(drop)
+            (true, 0) => {
+                self.run(&self.config.scontrol, &["delete", &format!("reservationname={name}")], None).await.map(drop)
             }
+            (true, _) => self.resize_reservation(name, count).await,
+            (false, _) => self.create_reservation(name, count).await,
         }
+    }
+
+    /// Holds `count` licenses in the grant reservation (created on first use, kept at 0
+    /// between grants). Slurm checks a reservation against the pool's total only, and keeps
+    /// reserved licenses from jobs: what it holds, Slurm cannot start a job into.
+    pub async fn hold_for_grant(&self, count: u32) -> Result<(), SlurmError> {
+        let name = &self.config.grant_reservation;
+        match self.resize_reservation(name, count).await {
+            Err(_) if !self.reservation_exists(name).await => self.create_reservation(name, count).await,
+            done => done,
+        }
+    }
+
+    async fn reservation_exists(&self, name: &str) -> bool {
+        self.run(&self.config.scontrol, &["show", "reservation", name], None).await.is_ok()
+    }
+
+    async fn resize_reservation(&self, name: &str, count: u32) -> Result<(), SlurmError> {
+        let (name, licenses) = (format!("reservationname={name}"), format!("licenses={}:{count}", self.config.license));
+        self.run(&self.config.scontrol, &["update", &name, &licenses], None).await.map(drop)
+    }
+
+    async fn create_reservation(&self, name: &str, count: u32) -> Result<(), SlurmError> {
+        let (name, licenses) = (format!("reservationname={name}"), format!("licenses={}:{count}", self.config.license));
+        let args = ["create", &name, &licenses, "starttime=now", "duration=infinite", "flags=any_nodes", "users=root"];
+        self.run(&self.config.scontrol, &args, None).await.map(drop)
     }
 }
 

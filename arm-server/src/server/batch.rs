@@ -83,50 +83,61 @@ impl Arm {
     }
 
     /// Records a grant in Slurm before it is answered: the job's `ac` licenses become what it
-    /// holds. Slurm does not check capacity on such an update, so the pool's use is read back;
-    /// if Slurm is unreachable, or it started other work with those licenses meanwhile, the
-    /// grant is undone and the request rejected with the reason.
+    /// holds. Slurm does not check capacity on such an update, and may start a job between any
+    /// two commands, so the grant's licenses are first held in a reservation (which Slurm
+    /// checks against the total only, and keeps jobs out of); then the pool is read: if Slurm's
+    /// jobs and reservations now hold more than there is, Slurm got there first and the grant
+    /// is undone and rejected; else the job's licenses grow and the reservation empties. So
+    /// Slurm's `Used` never exceeds its total. If Slurm does not answer, the grant is undone and
+    /// rejected with that reason.
     pub(super) async fn record_grant(&self, outcome: GetOutcome, token_hash: &str) -> Result<GetOutcome, ArmError> {
         let GetOutcome::Granted(set) = outcome else { return Ok(outcome) };
         let (Some(slurm), Some(job)) = (self.slurm(), self.batch_job_of(token_hash)) else { return Ok(outcome) };
-        let _one_at_a_time = self.slurm_grants.lock().await;
+        let one_at_a_time = self.slurm_grants.lock().await;
         let recorded = async {
             let held = self.held_count(&job);
             let licenses = slurm.job_licenses(&job).await?;
             let recorded: u32 = licenses.iter().filter(|(name, _)| name == slurm.license()).map(|(_, n)| n).sum();
-            // Checked first, so that Slurm's pool is overdrawn only if Slurm starts a job in the
-            // moment between this read and the update; checked again after.
-            let pool = slurm.license_use().await?;
             let more = held.saturating_sub(recorded);
-            if more > pool.free() {
-                return Err(format!("{more} more license(s) wanted, Slurm has {} free", pool.free()));
+            if more == 0 {
+                return slurm.replace_job_licenses(&job, licenses, held).await;
             }
-            slurm.replace_job_licenses(&job, licenses, held).await?;
+            slurm.hold_for_grant(more).await?;
             let pool = slurm.license_use().await?;
             if pool.overdrawn() {
+                slurm.hold_for_grant(0).await?;
                 return Err(format!(
-                    "raced with Slurm: {} used and {} reserved of {}",
-                    pool.used, pool.reserved, pool.total
+                    "{more} license(s) wanted; Slurm's jobs hold {} and reservations {} of {}",
+                    pool.used,
+                    pool.reserved - more,
+                    pool.total
                 ));
             }
-            Ok(())
+            let updated = slurm.replace_job_licenses(&job, licenses, held).await;
+            slurm.hold_for_grant(0).await?;
+            updated
         };
         let Err(reason) = recorded.await else { return Ok(outcome) };
         tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
         self.mutate(|core, now| core.free(token_hash, set, None, now))?;
-        drop(_one_at_a_time);
+        drop(one_at_a_time);
         // Slurm's record goes back to what the job holds, without holding up the answer (Slurm
         // may be the one not answering).
         let arm = self.me.upgrade();
         tokio::spawn(async move {
             if let Some(arm) = arm {
                 arm.record_release(Some(job)).await;
+                if let Some(slurm) = arm.slurm() {
+                    let _one_at_a_time = arm.slurm_grants.lock().await;
+                    let _ = slurm.hold_for_grant(0).await;
+                }
             }
         });
         Ok(GetOutcome::Rejected(format!("Slurm: {reason}")))
     }
 
-    /// After a release: the job's licenses in Slurm shrink back to what it holds.
+    /// After a release: the job's licenses in Slurm shrink back to what it holds. Only shrink:
+    /// what it holds may include grants not yet recorded, which only `record_grant` may add.
     pub(super) async fn record_release(&self, job: Option<String>) {
         let (Some(slurm), Some(job)) = (self.slurm(), job) else { return };
         let _one_at_a_time = self.slurm_grants.lock().await;
@@ -134,10 +145,20 @@ impl Arm {
             let core = self.core.lock().expect("core poisoned");
             core.jobs.get(&job).is_some_and(|j| j.state == JobState::Running)
         };
-        if still_running {
-            if let Err(e) = slurm.set_job_licenses(&job, self.held_count(&job)).await {
-                tracing::warn!(job, error = e, "could not shrink the job's licenses in Slurm");
+        if !still_running {
+            return;
+        }
+        let shrunk = async {
+            let held = self.held_count(&job);
+            let licenses = slurm.job_licenses(&job).await?;
+            let recorded: u32 = licenses.iter().filter(|(name, _)| name == slurm.license()).map(|(_, n)| n).sum();
+            if held < recorded {
+                slurm.replace_job_licenses(&job, licenses, held).await?;
             }
+            Ok::<_, String>(())
+        };
+        if let Err(e) = shrunk.await {
+            tracing::warn!(job, error = e, "could not shrink the job's licenses in Slurm");
         }
     }
 
