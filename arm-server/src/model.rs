@@ -153,6 +153,31 @@ pub struct Job {
     pub batch: Option<BatchJob>,
 }
 
+impl Job {
+    /// A queued job of `user` (charged to `group`) for `acpn` accelerators on each of `nodes`,
+    /// with nothing else set.
+    pub fn queued(id: String, user: String, group: String, nodes: Vec<String>, acpn: u32, walltime_s: u64) -> Self {
+        Job {
+            id,
+            user,
+            group,
+            nodes,
+            acpn,
+            walltime_s,
+            submitted: 0,
+            started: None,
+            ended: None,
+            state: JobState::Queued,
+            credential_hash: String::new(),
+            seq: 0,
+            ad_hoc: false,
+            reservation: None,
+            peak: None,
+            batch: None,
+        }
+    }
+}
+
 /// What a job bound by the batch system carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchJob {

@@ -48,24 +48,7 @@ impl Arm {
         walltime_s: u64,
     ) -> Result<(), ArmError> {
         let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
-        let job = Job {
-            id,
-            user,
-            group,
-            nodes,
-            acpn,
-            walltime_s,
-            submitted: 0,
-            started: None,
-            ended: None,
-            state: JobState::Queued,
-            credential_hash: String::new(),
-            seq: 0,
-            ad_hoc: false,
-            reservation: None,
-            peak: None,
-            batch: Some(BatchJob { uid }),
-        };
+        let job = Job { batch: Some(BatchJob { uid }), ..Job::queued(id, user, group, nodes, acpn, walltime_s) };
         self.mutate(|core, now| core.bind_batch_job(job, now))
     }
 
@@ -208,24 +191,10 @@ impl Arm {
 /// A pending Slurm job as a queued job of the scheduler's view (`order`: its place in
 /// Slurm's priority order). Its accelerators count as one node's worth.
 fn queued_job(pending: crate::slurm::PendingJob, order: u64) -> Job {
-    Job {
-        id: pending.id,
-        group: pending.user.clone(),
-        user: pending.user,
-        nodes: vec!["(pending in Slurm)".into()],
-        acpn: pending.accelerators,
-        walltime_s: pending.time_limit_s,
-        submitted: 0,
-        started: None,
-        ended: None,
-        state: JobState::Queued,
-        credential_hash: String::new(),
-        seq: order,
-        ad_hoc: false,
-        reservation: None,
-        peak: None,
-        batch: None,
-    }
+    let nodes = vec!["(pending in Slurm)".to_string()];
+    let job =
+        Job::queued(pending.id, pending.user.clone(), pending.user, nodes, pending.accelerators, pending.time_limit_s);
+    Job { seq: order, ..job }
 }
 
 /// Reconciles with Slurm at start and then every `reconcile_s`.

@@ -564,22 +564,10 @@ impl Arm {
                 let credential = keys::random_secret();
                 let group = group.or_else(|| self.config.accounts.get(&user).cloned()).unwrap_or_else(|| user.clone());
                 let job = Job {
-                    id: id.clone(),
-                    user,
-                    group,
-                    nodes,
-                    acpn,
-                    walltime_s,
-                    submitted: 0,
-                    started: None,
-                    state: JobState::Queued,
                     credential_hash: keys::hash(&credential),
-                    seq: 0,
-                    ad_hoc: false,
                     reservation,
                     peak,
-                    ended: None,
-                    batch: None,
+                    ..Job::queued(id.clone(), user, group, nodes, acpn, walltime_s)
                 };
                 self.mutate(|core, now| core.submit(job, now))?;
                 Ok(Response::Submitted { id, credential })
