@@ -52,6 +52,32 @@ impl Arm {
         self.mutate(|core, now| core.bind_batch_job(job, now))
     }
 
+    /// [`Arm::bind_job`], but a binding short of accelerators waits (up to 3 s) while
+    /// `AC_Get`s are between their decision and their record in Slurm: Slurm counted this job's
+    /// licenses before the ARM held those grants, so their records fail and undo them, and the
+    /// job is bound instead of bounced back to Slurm's queue.
+    pub(super) async fn bind_job_when_settled(
+        &self,
+        id: String,
+        nodes: Vec<String>,
+        acpn: u32,
+        user: String,
+        uid: u32,
+        walltime_s: u64,
+    ) -> Result<(), ArmError> {
+        let start = std::time::Instant::now();
+        loop {
+            let bound = self.bind_job(id.clone(), nodes.clone(), acpn, user.clone(), uid, walltime_s);
+            let settling = self.grants_in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            match bound {
+                Err(e) if e.kind == ArmErrorKind::Conflict && settling && start.elapsed() < SETTLE_LIMIT => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The batch job a session belongs to, if Slurm is in charge of it.
     fn batch_job_of(&self, token_hash: &str) -> Option<String> {
         self.slurm()?;
@@ -185,6 +211,26 @@ impl Arm {
                 Err(e) => tracing::warn!(error = e, "cannot resize Slurm's reservation of unusable accelerators"),
             }
         }
+    }
+}
+
+/// How long a prolog's binding waits for `AC_Get`s in flight to settle.
+const SETTLE_LIMIT: Duration = Duration::from_secs(3);
+
+/// Counts an `AC_Get` from its decision to its record in Slurm.
+#[derive(Debug)]
+pub(super) struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    pub(super) fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

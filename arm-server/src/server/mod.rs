@@ -74,6 +74,8 @@ pub struct Arm {
     slurm_grants: tokio::sync::Mutex<()>,
     /// Itself, for work a request hands to a task of its own.
     me: std::sync::Weak<Arm>,
+    /// `AC_Get`s between their decision and their record in Slurm.
+    grants_in_flight: std::sync::atomic::AtomicUsize,
     config: ArmConfig,
 }
 
@@ -170,6 +172,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         slurm: config.slurm.enabled.then(|| crate::slurm::Slurm::new(config.slurm.clone())),
         slurm_grants: tokio::sync::Mutex::new(()),
         me: me.clone(),
+        grants_in_flight: std::sync::atomic::AtomicUsize::new(0),
         config,
     });
     let mut tasks = vec![
@@ -467,6 +470,7 @@ impl Arm {
             Request::Get { token, ask } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
+                let _in_flight = batch::InFlight::new(&self.grants_in_flight);
                 let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now))?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
@@ -476,6 +480,7 @@ impl Arm {
                 self.attach(&token_hash, tokens);
                 let total = parts.iter().map(|(_, n)| n).sum();
                 let ask = Ask::exactly(total, key);
+                let _in_flight = batch::InFlight::new(&self.grants_in_flight);
                 let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now))?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, true, total)
@@ -573,7 +578,7 @@ impl Arm {
                 Ok(Response::Submitted { id, credential })
             }
             Request::JobBind { id, nodes, acpn, user, uid, walltime_s } => {
-                self.bind_job(id, nodes, acpn, user, uid, walltime_s)?;
+                self.bind_job_when_settled(id, nodes, acpn, user, uid, walltime_s).await?;
                 Ok(Response::Done)
             }
             Request::JobEnd { id } => {
