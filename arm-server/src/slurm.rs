@@ -120,6 +120,11 @@ impl Slurm {
         &self.config.license
     }
 
+    /// How many of the pool's licenses a job's `licenses` hold.
+    pub fn pool_licenses(&self, licenses: &[(String, u32)]) -> u32 {
+        licenses.iter().filter(|(name, _)| *name == self.config.license).map(|(_, n)| n).sum()
+    }
+
     /// Decodes a munge credential (munged refuses expired and replayed ones).
     pub async fn verify_munge(&self, credential: &str) -> Result<MungeIdentity, SlurmError> {
         let socket = self.config.munge_socket.as_ref().map(|s| s.display().to_string());

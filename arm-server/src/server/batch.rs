@@ -37,8 +37,11 @@ impl Arm {
         self.mutate(|core, _| core.open_batch_session(token_hash.to_string(), job, identity.uid, node)).map(drop)
     }
 
-    /// The prolog's binding of a job Slurm starts.
-    pub(super) fn bind_job(
+    /// The prolog's binding of a job Slurm starts. A binding short of accelerators waits (up
+    /// to 3 s) while `AC_Get`s are between their decision and their record in Slurm: Slurm
+    /// counted this job's licenses before the ARM held those grants, so their records fail and
+    /// undo them, and the job is bound instead of bounced back to Slurm's queue.
+    pub(super) async fn bind_job(
         &self,
         id: String,
         nodes: Vec<String>,
@@ -49,25 +52,9 @@ impl Arm {
     ) -> Result<(), ArmError> {
         let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
         let job = Job { batch: Some(BatchJob { uid }), ..Job::queued(id, user, group, nodes, acpn, walltime_s) };
-        self.mutate(|core, now| core.bind_batch_job(job, now))
-    }
-
-    /// [`Arm::bind_job`], but a binding short of accelerators waits (up to 3 s) while
-    /// `AC_Get`s are between their decision and their record in Slurm: Slurm counted this job's
-    /// licenses before the ARM held those grants, so their records fail and undo them, and the
-    /// job is bound instead of bounced back to Slurm's queue.
-    pub(super) async fn bind_job_when_settled(
-        &self,
-        id: String,
-        nodes: Vec<String>,
-        acpn: u32,
-        user: String,
-        uid: u32,
-        walltime_s: u64,
-    ) -> Result<(), ArmError> {
         let start = std::time::Instant::now();
         loop {
-            let bound = self.bind_job(id.clone(), nodes.clone(), acpn, user.clone(), uid, walltime_s);
+            let bound = self.mutate(|core, now| core.bind_batch_job(job.clone(), now));
             let settling = self.grants_in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
             match bound {
                 Err(e) if e.kind == ArmErrorKind::Conflict && settling && start.elapsed() < SETTLE_LIMIT => {
@@ -106,7 +93,7 @@ impl Arm {
         let recorded = async {
             let held = self.held_count(&job);
             let licenses = slurm.job_licenses(&job).await?;
-            let recorded: u32 = licenses.iter().filter(|(name, _)| name == slurm.license()).map(|(_, n)| n).sum();
+            let recorded = slurm.pool_licenses(&licenses);
             let more = held.saturating_sub(recorded);
             if more == 0 {
                 return slurm.replace_job_licenses(&job, licenses, held).await;
@@ -160,7 +147,7 @@ impl Arm {
         let shrunk = async {
             let held = self.held_count(&job);
             let licenses = slurm.job_licenses(&job).await?;
-            let recorded: u32 = licenses.iter().filter(|(name, _)| name == slurm.license()).map(|(_, n)| n).sum();
+            let recorded = slurm.pool_licenses(&licenses);
             if held < recorded {
                 slurm.replace_job_licenses(&job, licenses, held).await?;
             }

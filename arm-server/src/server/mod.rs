@@ -578,7 +578,7 @@ impl Arm {
                 Ok(Response::Submitted { id, credential })
             }
             Request::JobBind { id, nodes, acpn, user, uid, walltime_s } => {
-                self.bind_job_when_settled(id, nodes, acpn, user, uid, walltime_s).await?;
+                self.bind_job(id, nodes, acpn, user, uid, walltime_s).await?;
                 Ok(Response::Done)
             }
             Request::JobEnd { id } => {
