@@ -1,6 +1,6 @@
 //! The control stream of a session: requests in order, replies and deferred errors.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use ac_proto::backend::{
@@ -48,6 +48,9 @@ pub fn closing_for(error: ProtoError) -> Option<Closing> {
 }
 
 /// A session's control-stream state: modules, kernels and streams are touched only here.
+///
+/// The maps hash with Fx, not SipHash: their keys are ids this backend hands out in sequence,
+/// so a client cannot choose colliding keys, and a launch looks several of them up.
 struct Control {
     session: Arc<Session>,
     replies: StreamWriter,
@@ -89,15 +92,19 @@ pub async fn serve(
         replies,
         budget: Arc::new(Semaphore::new(inline_budget as usize)),
         budget_total: inline_budget,
-        modules: HashMap::new(),
-        kernels: HashMap::new(),
-        streams: HashMap::from([(StreamId(0), worker)]),
+        modules: HashMap::default(),
+        kernels: HashMap::default(),
+        streams: HashMap::from_iter([(StreamId(0), worker)]),
         pending: None,
         next_id: 1,
         handled: 0,
     };
     let mut waiting = Waiting::default();
     loop {
+        if !reader.frame_buffered() {
+            // About to wait for the network: the workers get what is staged now.
+            control.hand_over_staged().await;
+        }
         // Both branches are cancel-safe: a frame is consumed only once whole.
         let read = tokio::select! {
             biased;
@@ -147,6 +154,10 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("copy panicked: {e}"))))
 }
 
+fn no_stream(id: StreamId) -> WireError {
+    WireError::new(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", id.0))
+}
+
 fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
     Response::Error(WireError::new(kind, message))
 }
@@ -157,10 +168,26 @@ impl Control {
         self.next_id
     }
 
-    fn stream(&self, id: StreamId) -> Result<&StreamWorker, WireError> {
-        self.streams.get(&id).ok_or_else(|| {
-            WireError::new(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", id.0))
-        })
+    fn stream(&mut self, id: StreamId) -> Result<&mut StreamWorker, WireError> {
+        self.streams.get_mut(&id).ok_or_else(|| no_stream(id))
+    }
+
+    /// Queues `op` on `stream`.
+    async fn enqueue_on(&mut self, stream: StreamId, op: StreamOp) -> Response {
+        match self.stream(stream) {
+            Ok(worker) => {
+                worker.enqueue(op).await;
+                Response::Ok
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// Hands every stream's staged operations to its worker.
+    async fn hand_over_staged(&mut self) {
+        for worker in self.streams.values_mut() {
+            worker.hand_over().await;
+        }
     }
 
     async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
@@ -216,6 +243,8 @@ impl Control {
                 "inline payload of {len} bytes exceeds the limit of {MAX_INLINE}; use a bulk copy"
             )));
         }
+        // The payload may take a while to arrive, and the budget to free up.
+        self.hand_over_staged().await;
         // A payload larger than the whole budget takes all of it rather than waiting forever.
         let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
         let permit = self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes");
@@ -232,11 +261,9 @@ impl Control {
         (data, budget): (bytes::Bytes, tokio::sync::OwnedSemaphorePermit),
         stream: StreamId,
     ) -> Response {
-        let checked = self.session.resolve(dst, data.len() as u64).and_then(|alloc| Ok((alloc, self.stream(stream)?)));
-        match checked {
-            Ok((dst_alloc, worker)) => {
-                worker.enqueue(StreamOp::Write { dst: dst_alloc, offset: dst.offset, data, _budget: budget }).await;
-                Response::Ok
+        match self.session.resolve(dst, data.len() as u64) {
+            Ok(alloc) => {
+                self.enqueue_on(stream, StreamOp::Write { dst: alloc, offset: dst.offset, data, _budget: budget }).await
             }
             Err(e) => Response::Error(e),
         }
@@ -303,10 +330,8 @@ impl Control {
     }
 
     async fn enqueue_copy(&mut self, dst: DevicePtr, src: DevicePtr, len: u64, stream: StreamId) -> Response {
-        let checked =
-            (|| Ok((self.session.resolve(dst, len)?, self.session.resolve(src, len)?, self.stream(stream)?)))();
-        match checked {
-            Ok((dst_alloc, src_alloc, worker)) => {
+        match self.session.resolve(dst, len).and_then(|d| Ok((d, self.session.resolve(src, len)?))) {
+            Ok((dst_alloc, src_alloc)) => {
                 let op = StreamOp::Copy {
                     dst: dst_alloc,
                     dst_offset: dst.offset,
@@ -314,19 +339,15 @@ impl Control {
                     src_offset: src.offset,
                     len,
                 };
-                worker.enqueue(op).await;
-                Response::Ok
+                self.enqueue_on(stream, op).await
             }
             Err(e) => Response::Error(e),
         }
     }
 
     async fn enqueue_memset(&mut self, dst: DevicePtr, len: u64, value: u8, stream: StreamId) -> Response {
-        match self.session.resolve(dst, len).and_then(|alloc| Ok((alloc, self.stream(stream)?))) {
-            Ok((alloc, worker)) => {
-                worker.enqueue(StreamOp::Memset { dst: alloc, offset: dst.offset, len, value }).await;
-                Response::Ok
-            }
+        match self.session.resolve(dst, len) {
+            Ok(alloc) => self.enqueue_on(stream, StreamOp::Memset { dst: alloc, offset: dst.offset, len, value }).await,
             Err(e) => Response::Error(e),
         }
     }
@@ -378,10 +399,7 @@ impl Control {
         stream: StreamId,
     ) -> Response {
         match self.prepare_launch(function, dims, args, stream) {
-            Ok(op) => {
-                self.stream(stream).expect("checked in prepare_launch").enqueue(op).await;
-                Response::Ok
-            }
+            Ok(op) => self.enqueue_on(stream, op).await,
             Err(e) => Response::Error(e),
         }
     }
@@ -402,7 +420,9 @@ impl Control {
         })?;
         check_signature(&kernel, args)?;
         validate_dims(&dims)?;
-        self.stream(stream)?;
+        if !self.streams.contains_key(&stream) {
+            return Err(no_stream(stream));
+        }
         let mut hold = Vec::new();
         let mut device_args = Vec::with_capacity(args.len());
         for arg in args {
@@ -438,8 +458,8 @@ impl Control {
         if stream == StreamId(0) {
             return error(ErrorKind::InvalidStream, "the default stream cannot be destroyed");
         }
-        let Some(worker) = self.streams.remove(&stream) else {
-            return error(ErrorKind::InvalidStream, format!("stream {} does not exist in this session", stream.0));
+        let Some(mut worker) = self.streams.remove(&stream) else {
+            return Response::Error(no_stream(stream));
         };
         worker.barrier().await.map_or(Response::Ok, Response::Error)
     }
@@ -458,7 +478,7 @@ impl Control {
     /// error, which the fence now reports.
     async fn fence(&mut self) -> Fence {
         let mut barriers = Vec::with_capacity(self.streams.len());
-        for worker in self.streams.values() {
+        for worker in self.streams.values_mut() {
             barriers.push(worker.post_barrier().await);
         }
         Fence { pending: self.pending.take(), barriers }
@@ -466,7 +486,7 @@ impl Control {
 
     /// Waits for every stream, keeping their errors pending for the next synchronize.
     async fn drain_streams(&mut self) {
-        for worker in self.streams.values() {
+        for worker in self.streams.values_mut() {
             if let Some(e) = worker.barrier().await {
                 self.pending.get_or_insert(e);
             }
@@ -479,7 +499,7 @@ impl Control {
                 self.drain_streams().await;
                 self.pending.take()
             }
-            Some(id) => match self.stream(id) {
+            Some(id) => match self.streams.get_mut(&id).ok_or_else(|| no_stream(id)) {
                 Ok(worker) => {
                     let stream_error = worker.barrier().await;
                     match self.pending.take() {

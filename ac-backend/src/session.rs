@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
+use rustc_hash::FxHashMap;
 
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
@@ -52,7 +53,8 @@ pub struct Session {
     pub capability: Option<u64>,
     /// Where synchronous copies ask the control loop for their fence.
     pub fences: Fences,
-    buffers: Mutex<HashMap<BufferId, Arc<Allocation>>>,
+    /// Fx-hashed: the backend hands out the ids in sequence, so clients cannot make them collide.
+    buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
     attached: Mutex<Vec<quinn::Connection>>,
 }
@@ -152,7 +154,7 @@ impl Registry {
             copy,
             capability,
             fences,
-            buffers: Mutex::new(HashMap::new()),
+            buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
         });

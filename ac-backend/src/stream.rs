@@ -3,6 +3,13 @@
 //! Operations arrive already checked and resolved (ownership, bounds, signature), each holding
 //! its allocations alive. The first error a stream meets is kept until the next barrier, which
 //! returns it: CUDA's rule that asynchronous errors surface at the next synchronizing call.
+//!
+//! The control loop **stages** small operations (launches, memsets, device copies) and hands
+//! them to the worker in batches: once the control stream has no further frame buffered, at a
+//! barrier, or every `BATCH` operations. Waking a sleeping worker thread costs a futex call and
+//! two context switches; one wake per batch instead of one per launch is what lets a burst of
+//! asynchronous launches go past a million per second (see BENCHMARKS.md, issue 13). Order is
+//! kept: a batch is handed over whole, in staging order, through one channel.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,7 +17,7 @@ use std::thread;
 
 use ac_proto::backend::{LaunchDims, WireError};
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::device::{Context, DeviceArg, DeviceStream, Kernel};
 use crate::session::Allocation;
@@ -68,34 +75,60 @@ pub enum StreamOp {
     Barrier(oneshot::Sender<Option<WireError>>),
 }
 
-/// A running stream.
+/// A running stream, as the control loop holds it.
 #[derive(Debug)]
 pub struct StreamWorker {
-    tx: mpsc::Sender<StreamOp>,
+    tx: mpsc::UnboundedSender<Vec<StreamOp>>,
+    /// Operations staged but not yet handed to the worker, in order.
+    staged: Vec<StreamOp>,
+    /// One permit per operation the worker may have queued (handed over, not yet done).
+    room: Arc<Semaphore>,
     cancelled: Arc<AtomicBool>,
 }
 
 /// Operations a stream may have queued before the control loop waits for room.
 const QUEUE_DEPTH: usize = 4096;
 
+/// Operations staged before they are handed over even though more frames are buffered.
+const BATCH: usize = 256;
+
 impl StreamWorker {
     /// Starts a worker for `stream` on `device`.
     pub fn spawn(device: Arc<dyn Context>, stream: DeviceStream, name: String) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let room = Arc::new(Semaphore::new(QUEUE_DEPTH));
         let cancelled = Arc::new(AtomicBool::new(false));
-        let flag = cancelled.clone();
-        thread::Builder::new().name(name).spawn(move || run(device, stream, rx, flag))?;
-        Ok(Self { tx, cancelled })
+        let (flag, worker_room) = (cancelled.clone(), room.clone());
+        thread::Builder::new().name(name).spawn(move || run(device, stream, rx, worker_room, flag))?;
+        Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, cancelled })
     }
 
-    /// Queues an operation, waiting for room when the stream is far behind.
-    pub async fn enqueue(&self, op: StreamOp) {
+    /// Queues an operation behind every one staged or queued before it. Small operations are
+    /// staged (see the module's doc); an inline write, which holds the session's payload budget,
+    /// is handed over at once, so that staged work never holds budget the control loop waits for.
+    pub async fn enqueue(&mut self, op: StreamOp) {
+        let urgent = matches!(op, StreamOp::Write { .. } | StreamOp::Barrier(_));
+        self.staged.push(op);
+        if urgent || self.staged.len() >= BATCH {
+            self.hand_over().await;
+        }
+    }
+
+    /// Hands every staged operation to the worker, waiting for room when the stream is far
+    /// behind.
+    pub async fn hand_over(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.staged, Vec::with_capacity(BATCH));
+        let permits = u32::try_from(batch.len().min(QUEUE_DEPTH)).expect("QUEUE_DEPTH fits u32");
+        self.room.acquire_many(permits).await.expect("room semaphore never closes").forget();
         // The worker only stops when this handle is dropped, so sending cannot fail.
-        let _ = self.tx.send(op).await;
+        let _ = self.tx.send(batch);
     }
 
     /// Waits until everything queued so far is done; returns the stream's pending error.
-    pub async fn barrier(&self) -> Option<WireError> {
+    pub async fn barrier(&mut self) -> Option<WireError> {
         self.post_barrier()
             .await
             .await
@@ -104,7 +137,7 @@ impl StreamWorker {
 
     /// Queues a barrier behind everything queued so far; the receiver gets the stream's pending
     /// error (taking it) once the barrier is reached.
-    pub async fn post_barrier(&self) -> oneshot::Receiver<Option<WireError>> {
+    pub async fn post_barrier(&mut self) -> oneshot::Receiver<Option<WireError>> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(StreamOp::Barrier(tx)).await;
         rx
@@ -119,24 +152,45 @@ impl Drop for StreamWorker {
     }
 }
 
-fn run(device: Arc<dyn Context>, stream: DeviceStream, mut rx: mpsc::Receiver<StreamOp>, cancelled: Arc<AtomicBool>) {
+fn run(
+    device: Arc<dyn Context>,
+    stream: DeviceStream,
+    mut rx: mpsc::UnboundedReceiver<Vec<StreamOp>>,
+    room: Arc<Semaphore>,
+    cancelled: Arc<AtomicBool>,
+) {
     let mut pending: Option<WireError> = None;
-    while let Some(op) = rx.blocking_recv() {
-        if let StreamOp::Barrier(done) = op {
-            if let Err(e) = device.synchronize(stream) {
-                pending.get_or_insert(e);
-            }
-            let _ = done.send(pending.take());
-            continue;
+    while let Some(batch) = rx.blocking_recv() {
+        let done = batch.len().min(QUEUE_DEPTH);
+        for op in batch {
+            run_one(device.as_ref(), stream, op, &mut pending, &cancelled);
         }
-        if cancelled.load(Ordering::Acquire) {
-            continue;
-        }
-        if let Err(e) = execute(device.as_ref(), stream, op) {
-            pending.get_or_insert(e);
-        }
+        room.add_permits(done);
     }
     device.destroy_stream(stream);
+}
+
+/// Runs one operation, keeping its error pending; a barrier answers with the pending error.
+fn run_one(
+    device: &dyn Context,
+    stream: DeviceStream,
+    op: StreamOp,
+    pending: &mut Option<WireError>,
+    cancelled: &AtomicBool,
+) {
+    if let StreamOp::Barrier(done) = op {
+        if let Err(e) = device.synchronize(stream) {
+            pending.get_or_insert(e);
+        }
+        let _ = done.send(pending.take());
+        return;
+    }
+    if cancelled.load(Ordering::Acquire) {
+        return;
+    }
+    if let Err(e) = execute(device, stream, op) {
+        pending.get_or_insert(e);
+    }
 }
 
 fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {

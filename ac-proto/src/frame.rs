@@ -85,6 +85,16 @@ impl FrameReader {
         Ok(self.buf.split_to(n).freeze())
     }
 
+    /// Whether a whole frame (or a length no frame may have) is already buffered: the next read
+    /// of a frame returns without waiting for the network.
+    pub fn frame_buffered(&self) -> bool {
+        if self.buf.len() < 4 {
+            return false;
+        }
+        let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        len > MAX_FRAME || self.buf.len() >= 4 + len
+    }
+
     /// Parses a frame already in the buffer, without reading.
     pub fn buffered_frame<T: DeserializeOwned>(&mut self) -> Option<Result<T, ProtoError>> {
         if self.buf.len() < 4 {

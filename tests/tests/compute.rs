@@ -129,6 +129,34 @@ async fn streams_run_in_order_and_sync_copies_see_async_work() {
     stream.destroy().await.unwrap();
 }
 
+/// The backend hands launches to a stream in batches (up to 256, or when the control stream
+/// goes quiet): bursts longer than a batch, interleaved over two streams, must all run, in
+/// order, before a synchronous copy that follows them with no synchronize in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_launches_longer_than_a_batch_all_run_before_a_copy() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let other = acc.create_stream().await.unwrap();
+    let n = 64usize;
+    let x = acc.alloc_from(&vec![1.0f32; n]).await.unwrap();
+    let zeros = vec![0.0f32; n];
+    let (y0, y1) = (acc.alloc_from(&zeros).await.unwrap(), acc.alloc_from(&zeros).await.unwrap());
+    let saxpy = acc.builtin().await.unwrap().function("saxpy").await.unwrap();
+    let dims = LaunchDims::linear(n as u64, 32);
+    for round in 1..=3u32 {
+        for _ in 0..1000 {
+            saxpy.launch(dims, &[1.0f32.into(), x.arg(), y0.arg(), (n as u64).into()]).await.unwrap();
+            saxpy.launch_on(&other, dims, &[2.0f32.into(), x.arg(), y1.arg(), (n as u64).into()]).await.unwrap();
+        }
+        // A synchronous copy names its position: it must see every launch before it, on both
+        // streams, although nothing synchronized.
+        let expected = (1000 * round) as f32;
+        assert!(y0.to_vec().await.unwrap().iter().all(|&v| v == expected), "default stream, round {round}");
+        assert!(y1.to_vec().await.unwrap().iter().all(|&v| v == 2.0 * expected), "other stream, round {round}");
+    }
+    acc.synchronize().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freeing_returns_memory_and_info_reports_it() {
     let tb = TestBackend::start(64).await;

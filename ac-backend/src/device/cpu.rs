@@ -3,11 +3,11 @@
 //! stream workers give it CUDA's asynchrony. Every session shares the device's one context
 //! (a fault cannot poison it: kernels are safe Rust that checks every access).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
+use rustc_hash::FxHashMap;
 
 use super::builtin;
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
@@ -45,7 +45,8 @@ pub struct CpuContext {
     capacity: u64,
     used: AtomicU64,
     next: AtomicU64,
-    allocations: Mutex<HashMap<u64, Memory>>,
+    /// Fx-hashed: the keys are handed out in sequence by `next`.
+    allocations: Mutex<FxHashMap<u64, Memory>>,
 }
 
 impl CpuContext {
@@ -56,7 +57,7 @@ impl CpuContext {
             capacity,
             used: AtomicU64::new(0),
             next: AtomicU64::new(1),
-            allocations: Mutex::new(HashMap::new()),
+            allocations: Mutex::new(FxHashMap::default()),
         }
     }
 
