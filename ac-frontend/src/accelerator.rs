@@ -7,11 +7,13 @@ use ac_proto::backend::{
     BulkHeader, DeviceInfo, DevicePtr, Direction, Envelope, ErrorKind, Hello, Reply, Request, Response, SessionId,
 };
 use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::pieces;
 use bytes::Bytes;
 use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
 
 use crate::control::ControlStream;
+
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
@@ -292,10 +294,19 @@ fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
         .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
 }
 
+/// Writes `data` to `send` in recycled pieces (see [`crate::pieces`]): the copy overlaps the
+/// sending, and no piece is a fresh allocation.
+async fn write_pieces(send: &mut quinn::SendStream, data: &[u8]) -> std::result::Result<(), quinn::WriteError> {
+    for piece in data.chunks(pieces::PIECE) {
+        send.write_chunk(pieces::copy_of(piece)).await?;
+    }
+    Ok(())
+}
+
 async fn bulk_write(conn: &Connection, header: BulkHeader, data: &[u8]) -> Result<()> {
     let (mut send, recv) = conn.open_bi().await?;
     send.write_all(&frame_bytes(&header)?).await.map_err(|e| map_write(e, conn))?;
-    let written = send.write_all(data).await;
+    let written = write_pieces(&mut send, data).await;
     let _ = send.finish();
     let mut reader = FrameReader::new(recv);
     // The reply explains a refusal (the backend stops the stream, failing our write).

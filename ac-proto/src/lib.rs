@@ -28,6 +28,7 @@ pub mod codec;
 pub mod daemon;
 pub mod error;
 pub mod frame;
+pub mod pieces;
 pub mod tls;
 pub mod transport;
 

@@ -12,6 +12,7 @@ mod copies;
 mod gpu;
 mod latency;
 mod memory;
+mod profile;
 mod setup;
 mod slurm;
 
@@ -49,6 +50,15 @@ enum Helper {
         /// Where the certificates go.
         dir: std::path::PathBuf,
     },
+    /// One workload in a loop against a backend process, to profile with `perf record`.
+    Profile {
+        /// The workload.
+        #[arg(value_enum)]
+        workload: profile::Workload,
+        /// How long, seconds.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+    },
     /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
     #[command(hide = true)]
     SaxpyClient {
@@ -65,9 +75,12 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::UdpEcho) => return latency::udp_echo(),
         Some(Helper::QuinnPeer { dir }) => return baseline::quinn_peer(dir),
         Some(Helper::SaxpyClient { n, rounds }) => return capi::saxpy_client(*n, *rounds),
-        None => {}
+        Some(Helper::Profile { .. }) | None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    if let Some(Helper::Profile { workload, seconds }) = args.helper {
+        return rt.block_on(profile::run(workload, seconds));
+    }
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     println!(
         "# ac-bench{}{}\n",

@@ -1,0 +1,87 @@
+//! Recycled buffers for the bytes a bulk copy hands to quinn.
+//!
+//! quinn sends only buffers it owns, so the sender of a bulk copy fills pieces: the client
+//! copies the caller's slice into them, the backend reads device memory into them. Fresh
+//! allocations cost more than the copy itself: glibc maps large ones anew and trims its heap as
+//! pieces are freed, so every piece page-faults and has its pages zeroed (on a 1 GiB copy, about a
+//! sixth of the sender's CPU; see "Profile" in BENCHMARKS.md). A piece's buffer comes back here
+//! when quinn drops it, up to [`KEPT`] buffers for the whole process, and stays initialized, so
+//! that the next fill neither faults nor zeroes.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+/// Bytes per piece, at most.
+pub const PIECE: usize = 1 << 20;
+
+/// Buffers kept for reuse, process-wide (16 MiB).
+const KEPT: usize = 16;
+
+/// Free buffers, each `PIECE` bytes long and initialized.
+static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// A filled buffer on loan to quinn; it goes back to the pool when dropped.
+struct Piece(Vec<u8>);
+
+impl AsRef<[u8]> for Piece {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        let mut buf = std::mem::take(&mut self.0);
+        // Only the tail past the last fill is zeroed: usually nothing.
+        buf.resize(PIECE, 0);
+        let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < KEPT {
+            free.push(buf);
+        }
+    }
+}
+
+/// A piece of `len` bytes that `fill` writes, in a recycled buffer when `len` is at most
+/// [`PIECE`]. `fill` gets initialized bytes: possibly an earlier piece's, which it must overwrite
+/// entirely.
+pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
+    if len > PIECE {
+        let mut buf = vec![0; len];
+        fill(&mut buf)?;
+        return Ok(buf.into());
+    }
+    let recycled = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let mut buf = recycled.unwrap_or_else(|| vec![0; PIECE]);
+    fill(&mut buf[..len])?;
+    buf.truncate(len);
+    Ok(Bytes::from_owner(Piece(buf)))
+}
+
+/// A copy of `data`, in a recycled buffer when it is at most [`PIECE`] bytes.
+pub fn copy_of(data: &[u8]) -> Bytes {
+    filled(data.len(), |buf| {
+        buf.copy_from_slice(data);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .unwrap_or_else(|never| match never {})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recycled_piece_holds_only_its_new_bytes() {
+        drop(copy_of(&[1; 30]));
+        // Most likely the same buffer again: nothing of the first copy may show.
+        let second = copy_of(&[9; 10]);
+        assert_eq!(&second[..], &[9; 10]);
+        assert!(FREE.lock().unwrap().iter().all(|b| b.len() == PIECE));
+    }
+
+    #[test]
+    fn a_failed_fill_gives_its_error() {
+        assert_eq!(filled(8, |_| Err("device gone")), Err("device gone"));
+    }
+}
