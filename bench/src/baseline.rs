@@ -5,18 +5,20 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ac_proto::transport::Tuning;
 use ac_proto::{tls, transport};
 use bytes::Bytes;
 
-use crate::latency::{launch_sync_latency, launches_per_second, ping_latency};
+use crate::latency::{launch_sync_samples, launches_per_second, ping_samples};
 use crate::setup::{connect, percentiles, sibling, Child_, CpuMeter};
 
 const ALPN: &[u8] = b"ac-bench-baseline";
 /// One small message: about a launch frame.
 const MESSAGE: usize = 64;
+/// Interleaved rounds of round-trip measurements.
+const ROUNDS: usize = 10;
 
 /// The helper process: serves the baseline's streams until killed. A stream starting with `e`
 /// echoes 64-byte messages; one starting with `s` is read to its end and answered with the
@@ -88,8 +90,9 @@ impl Peer {
         Ok(Self { child, conn, _endpoint: endpoint, _dir: dir })
     }
 
-    /// p50 and p99 µs of a 64-byte request and its answer on one long-lived stream.
-    async fn round_trip(&self, n: usize) -> anyhow::Result<(f64, f64)> {
+    /// `n` round trips of a 64-byte request and its answer on one long-lived stream, after
+    /// `n / 10` of warm-up.
+    async fn round_trip_samples(&self, n: usize) -> anyhow::Result<Vec<Duration>> {
         let (mut send, mut recv) = self.conn.open_bi().await?;
         send.write_all(b"e").await?;
         let mut message = [7u8; MESSAGE];
@@ -103,7 +106,7 @@ impl Peer {
             }
         }
         let _ = send.finish();
-        Ok(percentiles(samples))
+        Ok(samples)
     }
 
     /// Writes `payload` `times` over a fresh stream and waits for the count: bytes per second.
@@ -129,7 +132,17 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let launches = if quick { 50_000 } else { 500_000 };
     let copy = if quick { 64usize << 20 } else { 1 << 30 };
     let peer = Peer::start().await?;
-    let rtt = peer.round_trip(n).await?;
+    let remote = Child_::start(copy as u64 / (1 << 20) + 64)?;
+    let acc = connect(&remote.options).await?;
+    // Round trips in interleaved rounds, so that the machine's drift (±20% on this VM) falls on
+    // the baseline and the SDK alike.
+    let (mut rtt, mut ping, mut launch) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        rtt.extend(peer.round_trip_samples(n / ROUNDS).await?);
+        ping.extend(ping_samples(&acc, n / ROUNDS).await?);
+        launch.extend(launch_sync_samples(&acc, n / ROUNDS).await?);
+    }
+    let (rtt, ping, launch) = (percentiles(rtt), percentiles(ping), percentiles(launch));
     // 1,024 messages per write, as a client batching small one-way messages would.
     let batch = Bytes::from(vec![1u8; MESSAGE * 1024]);
     let messages = peer.one_way(batch, launches / 1024).await? / MESSAGE as f64;
@@ -137,10 +150,6 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let stream = peer.one_way(Bytes::from(vec![3u8; 1 << 20]), copy >> 20).await?;
     let stream_cpu = meter.bytes_per_cpu_second(copy);
 
-    let remote = Child_::start(copy as u64 / (1 << 20) + 64)?;
-    let acc = connect(&remote.options).await?;
-    let ping = ping_latency(&acc, n).await?;
-    let launch = launch_sync_latency(&acc, n).await?;
     let rate = launches_per_second(&acc, launches).await?;
     let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
     let mut back = vec![0u8; copy];
@@ -213,6 +222,9 @@ async fn copy_cpu(
     backend: u32,
 ) -> anyhow::Result<(f64, f64)> {
     let buf = acc.alloc::<u8>(src.len()).await?;
+    // The CPU device's memory is mapped on first touch, a GPU's is not: leave the page faults
+    // out of the count.
+    buf.copy_from_host(src).await?;
     let meter = CpuMeter::start(&[backend]);
     buf.copy_from_host(src).await?;
     let h2d = meter.bytes_per_cpu_second(src.len());

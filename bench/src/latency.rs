@@ -46,6 +46,11 @@ fn udp_floor(n: usize) -> anyhow::Result<(f64, f64)> {
 }
 
 pub(crate) async fn ping_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
+    Ok(percentiles(ping_samples(acc, n).await?))
+}
+
+/// `n` ping round trips after `n / 10` of warm-up.
+pub(crate) async fn ping_samples(acc: &Accelerator, n: usize) -> anyhow::Result<Vec<Duration>> {
     for _ in 0..n / 10 {
         acc.ping().await?;
     }
@@ -55,11 +60,17 @@ pub(crate) async fn ping_latency(acc: &Accelerator, n: usize) -> anyhow::Result<
         acc.ping().await?;
         samples.push(start.elapsed());
     }
-    Ok(percentiles(samples))
+    Ok(samples)
 }
 
 /// Launch + synchronize of `fill` on one element, p50 and p99 in µs over `n` after warm-up.
 pub async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<(f64, f64)> {
+    Ok(percentiles(launch_sync_samples(acc, n).await?))
+}
+
+/// `n` launches of `fill` on one element, each followed by a synchronize, after `n / 10` of
+/// warm-up.
+pub(crate) async fn launch_sync_samples(acc: &Accelerator, n: usize) -> anyhow::Result<Vec<Duration>> {
     let buf = acc.alloc::<f32>(1).await?;
     let fill = acc.builtin().await?.function("fill").await?;
     let args = [buf.arg(), 1.0f32.into(), 1u64.into()];
@@ -72,7 +83,7 @@ pub async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<
             samples.push(start.elapsed());
         }
     }
-    Ok(percentiles(samples))
+    Ok(samples)
 }
 
 /// Ping from a minimal client that writes and reads the control stream itself: the floor of

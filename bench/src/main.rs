@@ -58,6 +58,9 @@ enum Helper {
         /// How long, seconds.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
+        /// Connections a bulk copy is striped over.
+        #[arg(long, default_value_t = 2)]
+        stripes: usize,
     },
     /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
     #[command(hide = true)]
@@ -78,8 +81,8 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::Profile { .. }) | None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    if let Some(Helper::Profile { workload, seconds }) = args.helper {
-        return rt.block_on(profile::run(workload, seconds));
+    if let Some(Helper::Profile { workload, seconds, stripes }) = args.helper {
+        return rt.block_on(profile::run(workload, seconds, stripes));
     }
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     println!(

@@ -22,10 +22,11 @@ pub enum Workload {
 }
 
 /// Runs `workload` for `seconds` and prints how much it did.
-pub async fn run(workload: Workload, seconds: u64) -> anyhow::Result<()> {
+pub async fn run(workload: Workload, seconds: u64, stripes: usize) -> anyhow::Result<()> {
     const COPY: usize = 256 << 20;
-    let backend = Child_::start(COPY as u64 / (1 << 20) + 64)?;
+    let mut backend = Child_::start(COPY as u64 / (1 << 20) + 64)?;
     println!("backend pid {}", backend.pid());
+    backend.options.stripes = stripes;
     let acc = connect(&backend.options).await?;
     let buf = acc.alloc::<u8>(COPY).await?;
     let fill = acc.builtin().await?.function("fill").await?;
