@@ -133,6 +133,12 @@ async fn init_floor(cluster: &Cluster, n: usize) -> anyhow::Result<Duration> {
     Ok(elapsed)
 }
 
+/// Lets the previous sample's connections and sessions wind down, so that each sample starts
+/// on a quiet machine.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(30)).await;
+}
+
 fn row(label: &str, samples: Vec<Duration>) -> (f64, f64) {
     let (p50, p99) = percentiles(samples);
     println!("| {label} | {:.2} | {:.2} |", p50 / 1e3, p99 / 1e3);
@@ -155,35 +161,37 @@ pub async fn latencies(quick: bool) -> anyhow::Result<()> {
     println!("| operation | p50 ms | p99 ms |");
     println!("|---|---|---|");
     let mut job = 0;
-    let mut finalizes = Vec::new();
+    let (mut finalizes, mut floors, mut inits) = (Vec::new(), Vec::new(), (0.0, 0.0));
     for x in 1..=6u32 {
         let mut samples = Vec::new();
         for _ in 0..reps {
             job += 1;
             let id = format!("init-{job}");
             let credential = cluster.submit(&id, x).await?;
+            settle().await;
             let start = Instant::now();
             let session = Session::init(cluster.options(&id, &credential)).await?;
             samples.push(start.elapsed());
             anyhow::ensure!(session.accelerators().len() == x as usize, "wrong handle count");
             let start = Instant::now();
             session.finalize().await?;
-            if x == 6 {
-                finalizes.push(start.elapsed());
-            }
+            let finalized = start.elapsed();
             cluster.end(&id).await?;
+            if x == 6 {
+                finalizes.push(finalized);
+                // Interleaved with the inits it bounds, so that the machine's drift falls on both.
+                settle().await;
+                floors.push(init_floor(&cluster, 6).await?);
+            }
         }
-        row(&format!("AC_Init, {x} static accelerator(s)"), samples);
+        inits = row(&format!("AC_Init, {x} static accelerator(s)"), samples);
     }
     row("AC_Finalize, 6 static accelerators", finalizes);
-    let mut floors = Vec::new();
-    for _ in 0..reps {
-        floors.push(init_floor(&cluster, 6).await?);
-    }
-    row(
+    let floor = row(
         "the floor of AC_Init of 6: one handshake and request to the ARM, then 6 handshakes and hellos in parallel",
         floors,
     );
+    println!("| ... AC_Init of 6 / its floor | {:.2} | |", inits.0 / floor.0);
     let credential = cluster.submit("dyn", 1).await?;
     let session = Session::init(cluster.options("dyn", &credential)).await?;
     let mut lone = (0.0, 0.0);
