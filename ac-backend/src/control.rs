@@ -1,6 +1,5 @@
 //! The control stream of a session: requests in order, replies and deferred errors.
 
-use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use ac_proto::backend::{
@@ -9,6 +8,7 @@ use ac_proto::backend::{
 };
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::ProtoError;
+use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::{mpsc, Semaphore};
 use tracing::Instrument;
 
@@ -16,7 +16,7 @@ use crate::bulk;
 use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
 use crate::fence::{Fence, FenceRequest, Waiting};
 use crate::session::Session;
-use crate::stream::{StreamOp, StreamWorker};
+use crate::stream::{barrier_reached, StreamOp, StreamWorker};
 
 /// Largest payload carried inline on the control stream (async writes, module images, reads).
 pub const MAX_INLINE: u64 = 64 << 20;
@@ -172,22 +172,42 @@ impl Control {
         self.streams.get_mut(&id).ok_or_else(|| no_stream(id))
     }
 
-    /// Queues `op` on `stream`.
+    /// Stages `op` on `stream`, handing the staged work over when that is due.
     async fn enqueue_on(&mut self, stream: StreamId, op: StreamOp) -> Response {
         match self.stream(stream) {
             Ok(worker) => {
-                worker.enqueue(op).await;
+                if worker.stage(op) {
+                    self.hand_over_staged().await;
+                }
                 Response::Ok
             }
             Err(e) => Response::Error(e),
         }
     }
 
-    /// Hands every stream's staged operations to its worker.
+    /// Hands every stream's staged operations to its worker: first to every worker with room,
+    /// then, waiting, to the others. Called before the control loop waits for anything, so
+    /// that no stream's work waits behind another's (streams may overlap, and a kernel may
+    /// wait for one on another stream).
     async fn hand_over_staged(&mut self) {
-        for worker in self.streams.values_mut() {
-            worker.hand_over().await;
+        let mut full = Vec::new();
+        for (id, worker) in self.streams.iter_mut() {
+            if !worker.try_hand_over() {
+                full.push(*id);
+            }
         }
+        for id in full {
+            if let Some(worker) = self.streams.get_mut(&id) {
+                worker.hand_over().await;
+            }
+        }
+    }
+
+    /// Stages a barrier on every stream and hands everything over.
+    async fn barriers(&mut self) -> Vec<tokio::sync::oneshot::Receiver<Option<WireError>>> {
+        let barriers = self.streams.values_mut().map(StreamWorker::stage_barrier).collect();
+        self.hand_over_staged().await;
+        barriers
     }
 
     async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
@@ -461,7 +481,10 @@ impl Control {
         let Some(mut worker) = self.streams.remove(&stream) else {
             return Response::Error(no_stream(stream));
         };
-        worker.barrier().await.map_or(Response::Ok, Response::Error)
+        let barrier = worker.stage_barrier();
+        self.hand_over_staged().await;
+        worker.hand_over().await;
+        barrier_reached(barrier).await.map_or(Response::Ok, Response::Error)
     }
 
     /// Hands a fence to the copy that asked; if the copy is gone meanwhile, its pending error
@@ -477,17 +500,15 @@ impl Control {
     /// A fence behind everything handled so far: a barrier on every stream, and the pending
     /// error, which the fence now reports.
     async fn fence(&mut self) -> Fence {
-        let mut barriers = Vec::with_capacity(self.streams.len());
-        for worker in self.streams.values_mut() {
-            barriers.push(worker.post_barrier().await);
-        }
+        let barriers = self.barriers().await;
         Fence { pending: self.pending.take(), barriers }
     }
 
-    /// Waits for every stream, keeping their errors pending for the next synchronize.
+    /// Waits for every stream, keeping their errors pending for the next synchronize. Every
+    /// barrier is handed over before any is waited for: the streams drain together.
     async fn drain_streams(&mut self) {
-        for worker in self.streams.values_mut() {
-            if let Some(e) = worker.barrier().await {
+        for barrier in self.barriers().await {
+            if let Some(e) = barrier_reached(barrier).await {
                 self.pending.get_or_insert(e);
             }
         }
@@ -499,9 +520,10 @@ impl Control {
                 self.drain_streams().await;
                 self.pending.take()
             }
-            Some(id) => match self.streams.get_mut(&id).ok_or_else(|| no_stream(id)) {
-                Ok(worker) => {
-                    let stream_error = worker.barrier().await;
+            Some(id) => match self.streams.get_mut(&id).map(StreamWorker::stage_barrier).ok_or_else(|| no_stream(id)) {
+                Ok(barrier) => {
+                    self.hand_over_staged().await;
+                    let stream_error = barrier_reached(barrier).await;
                     match self.pending.take() {
                         // Report the older error now and keep the stream's for the next call.
                         Some(older) => {

@@ -4,9 +4,9 @@
 //! its allocations alive. The first error a stream meets is kept until the next barrier, which
 //! returns it: CUDA's rule that asynchronous errors surface at the next synchronizing call.
 //!
-//! The control loop **stages** small operations (launches, memsets, device copies) and hands
-//! them to the worker in batches: once the control stream has no further frame buffered, at a
-//! barrier, or every `BATCH` operations. Waking a sleeping worker thread costs a futex call and
+//! The control loop **stages** operations and hands them to the worker in batches: once the
+//! control stream has no further frame buffered, before it waits for anything (a barrier, an
+//! inline payload, room in a queue), every `BATCH` operations, and at once for an inline write. Waking a sleeping worker thread costs a futex call and
 //! two context switches; one wake per batch instead of one per launch is what lets a burst of
 //! asynchronous launches go past a million per second (see BENCHMARKS.md, issue 13). Order is
 //! kept: a batch is handed over whole, in staging order, through one channel.
@@ -103,14 +103,41 @@ impl StreamWorker {
         Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, cancelled })
     }
 
-    /// Queues an operation behind every one staged or queued before it. Small operations are
-    /// staged (see the module's doc); an inline write, which holds the session's payload budget,
-    /// is handed over at once, so that staged work never holds budget the control loop waits for.
-    pub async fn enqueue(&mut self, op: StreamOp) {
-        let urgent = matches!(op, StreamOp::Write { .. } | StreamOp::Barrier(_));
+    /// Stages an operation behind every one staged or queued before it; returns whether a
+    /// hand-over is due now: `BATCH` operations are staged, or `op` is an inline write, which
+    /// holds the session's payload budget and must not wait behind the control loop.
+    pub fn stage(&mut self, op: StreamOp) -> bool {
+        let urgent = matches!(op, StreamOp::Write { .. });
         self.staged.push(op);
-        if urgent || self.staged.len() >= BATCH {
-            self.hand_over().await;
+        urgent || self.staged.len() >= BATCH
+    }
+
+    /// Stages a barrier behind everything staged or queued so far; once the worker reaches it,
+    /// the receiver gets the stream's pending error (taking it). The caller hands it over.
+    pub fn stage_barrier(&mut self) -> oneshot::Receiver<Option<WireError>> {
+        let (tx, rx) = oneshot::channel();
+        self.staged.push(StreamOp::Barrier(tx));
+        rx
+    }
+
+    /// Hands the staged operations to the worker if its queue has room now; returns whether
+    /// nothing is left staged.
+    pub fn try_hand_over(&mut self) -> bool {
+        if self.staged.is_empty() {
+            return true;
+        }
+        match self.room.clone().try_acquire_many_owned(self.permits()) {
+            Ok(permits) => {
+                permits.forget();
+                self.send_staged();
+                true
+            }
+            // Closed: the worker is gone; sending drops the batch, and its barriers say so.
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                self.send_staged();
+                true
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => false,
         }
     }
 
@@ -120,28 +147,28 @@ impl StreamWorker {
         if self.staged.is_empty() {
             return;
         }
+        // An error means the worker is gone (see `RoomGuard`): the batch is dropped on sending.
+        if let Ok(permits) = self.room.acquire_many(self.permits()).await {
+            permits.forget();
+        }
+        self.send_staged();
+    }
+
+    fn permits(&self) -> u32 {
+        u32::try_from(self.staged.len().min(QUEUE_DEPTH)).expect("QUEUE_DEPTH fits u32")
+    }
+
+    fn send_staged(&mut self) {
         let batch = std::mem::replace(&mut self.staged, Vec::with_capacity(BATCH));
-        let permits = u32::try_from(batch.len().min(QUEUE_DEPTH)).expect("QUEUE_DEPTH fits u32");
-        self.room.acquire_many(permits).await.expect("room semaphore never closes").forget();
-        // The worker only stops when this handle is dropped, so sending cannot fail.
+        // Fails only when the worker is gone: the batch drops, and with it any barrier's
+        // sender, so that whoever waits on that barrier learns the worker died.
         let _ = self.tx.send(batch);
     }
+}
 
-    /// Waits until everything queued so far is done; returns the stream's pending error.
-    pub async fn barrier(&mut self) -> Option<WireError> {
-        self.post_barrier()
-            .await
-            .await
-            .unwrap_or_else(|_| Some(WireError::new(ac_proto::backend::ErrorKind::Internal, "stream worker died")))
-    }
-
-    /// Queues a barrier behind everything queued so far; the receiver gets the stream's pending
-    /// error (taking it) once the barrier is reached.
-    pub async fn post_barrier(&mut self) -> oneshot::Receiver<Option<WireError>> {
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(StreamOp::Barrier(tx)).await;
-        rx
-    }
+/// Waits for a staged barrier; a worker that died before reaching it is an error.
+pub async fn barrier_reached(barrier: oneshot::Receiver<Option<WireError>>) -> Option<WireError> {
+    barrier.await.unwrap_or_else(|_| Some(WireError::new(ac_proto::backend::ErrorKind::Internal, "stream worker died")))
 }
 
 impl Drop for StreamWorker {
@@ -159,6 +186,8 @@ fn run(
     room: Arc<Semaphore>,
     cancelled: Arc<AtomicBool>,
 ) {
+    // However the thread ends, even by a panic, the control loop must not wait for room again.
+    let _room_guard = RoomGuard(room.clone());
     let mut pending: Option<WireError> = None;
     while let Some(batch) = rx.blocking_recv() {
         let done = batch.len().min(QUEUE_DEPTH);
@@ -168,6 +197,16 @@ fn run(
         room.add_permits(done);
     }
     device.destroy_stream(stream);
+}
+
+/// Closes the stream's room when its worker thread ends, so that a hand-over to a dead worker
+/// does not wait for permits nobody will return.
+struct RoomGuard(Arc<Semaphore>);
+
+impl Drop for RoomGuard {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// Runs one operation, keeping its error pending; a barrier answers with the pending error.

@@ -15,38 +15,43 @@ use bytes::Bytes;
 /// Bytes per piece, at most.
 pub const PIECE: usize = 1 << 20;
 
+/// Pieces smaller than this are plain allocations: small ones come from the heap cheaply, and a
+/// recycled buffer would hold a whole `PIECE` for a few bytes.
+const SMALLEST_RECYCLED: usize = 64 << 10;
+
 /// Buffers kept for reuse, process-wide (16 MiB).
 const KEPT: usize = 16;
 
 /// Free buffers, each `PIECE` bytes long and initialized.
 static FREE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// A filled buffer on loan to quinn; it goes back to the pool when dropped.
-struct Piece(Vec<u8>);
+/// A filled buffer on loan to quinn: its first `len` bytes. The buffer keeps its full length,
+/// so that it goes back to the pool as it is, with nothing to zero.
+struct Piece {
+    buf: Vec<u8>,
+    len: usize,
+}
 
 impl AsRef<[u8]> for Piece {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.buf[..self.len]
     }
 }
 
 impl Drop for Piece {
     fn drop(&mut self) {
-        let mut buf = std::mem::take(&mut self.0);
-        // Only the tail past the last fill is zeroed: usually nothing.
-        buf.resize(PIECE, 0);
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
         if free.len() < KEPT {
-            free.push(buf);
+            free.push(std::mem::take(&mut self.buf));
         }
     }
 }
 
-/// A piece of `len` bytes that `fill` writes, in a recycled buffer when `len` is at most
-/// [`PIECE`]. `fill` gets initialized bytes: possibly an earlier piece's, which it must overwrite
-/// entirely.
+/// A piece of `len` bytes that `fill` writes, in a recycled buffer when `len` is between 64 KiB
+/// and [`PIECE`]. `fill` gets initialized bytes: possibly an earlier piece's, which it must
+/// overwrite entirely.
 pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
-    if len > PIECE {
+    if !(SMALLEST_RECYCLED..=PIECE).contains(&len) {
         let mut buf = vec![0; len];
         fill(&mut buf)?;
         return Ok(buf.into());
@@ -54,12 +59,14 @@ pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> R
     let recycled = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let mut buf = recycled.unwrap_or_else(|| vec![0; PIECE]);
     fill(&mut buf[..len])?;
-    buf.truncate(len);
-    Ok(Bytes::from_owner(Piece(buf)))
+    Ok(Bytes::from_owner(Piece { buf, len }))
 }
 
-/// A copy of `data`, in a recycled buffer when it is at most [`PIECE`] bytes.
+/// A copy of `data`, in a recycled buffer when it is between 64 KiB and [`PIECE`] bytes.
 pub fn copy_of(data: &[u8]) -> Bytes {
+    if !(SMALLEST_RECYCLED..=PIECE).contains(&data.len()) {
+        return Bytes::copy_from_slice(data);
+    }
     filled(data.len(), |buf| {
         buf.copy_from_slice(data);
         Ok::<(), std::convert::Infallible>(())
@@ -73,11 +80,15 @@ mod tests {
 
     #[test]
     fn a_recycled_piece_holds_only_its_new_bytes() {
-        drop(copy_of(&[1; 30]));
+        drop(copy_of(&vec![1; PIECE]));
         // Most likely the same buffer again: nothing of the first copy may show.
-        let second = copy_of(&[9; 10]);
-        assert_eq!(&second[..], &[9; 10]);
+        let second = copy_of(&vec![9; SMALLEST_RECYCLED]);
+        assert!(second.len() == SMALLEST_RECYCLED && second.iter().all(|&b| b == 9));
+        drop(second);
         assert!(FREE.lock().unwrap().iter().all(|b| b.len() == PIECE));
+        // Small and large pieces are plain allocations, with the right bytes too.
+        assert_eq!(&copy_of(&[7; 10])[..], &[7; 10]);
+        assert_eq!(copy_of(&vec![5; PIECE + 1]).len(), PIECE + 1);
     }
 
     #[test]

@@ -143,6 +143,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         launch.extend(launch_sync_samples(&acc, n / ROUNDS).await?);
     }
     let (rtt, ping, launch) = (percentiles(rtt), percentiles(ping), percentiles(launch));
+    let udp = crate::latency::udp_floor(n)?;
     // 1,024 messages per write, as a client batching small one-way messages would.
     let batch = Bytes::from(vec![1u8; MESSAGE * 1024]);
     let messages = peer.one_way(batch, launches / 1024).await? / MESSAGE as f64;
@@ -170,6 +171,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     println!("|---|---|---|---|");
     println!("| small request and answer, p50 µs | {:.1} | {:.1} (ping) | {:.2} |", rtt.0, ping.0, ping.0 / rtt.0);
     println!("| ... p99 µs | {:.1} | {:.1} | |", rtt.1, ping.1);
+    println!("| context: raw UDP ping-pong, p50 µs | {:.1} | | |", udp.0);
     println!(
         "| launch + synchronize, p50 µs | {:.1} (a round trip) | {:.1} | {:.2} |",
         rtt.0,
@@ -198,6 +200,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         d2h / mb(stream),
         one.1 / mb(stream)
     );
+    println!("| context: plain TCP, {size} one way, MB/s | {tcp:.0} | | |");
     println!();
     println!("Bytes moved per CPU-second of both processes (`/proc/PID/stat`, 10 ms ticks), {size} copies:\n");
     println!("| transfer | MB per CPU-second | / plain TCP |");

@@ -23,7 +23,7 @@ pub fn udp_echo() -> anyhow::Result<()> {
 }
 
 /// 64-byte UDP ping-pong with a child process: the floor of any round trip between processes.
-fn udp_floor(n: usize) -> anyhow::Result<(f64, f64)> {
+pub(crate) fn udp_floor(n: usize) -> anyhow::Result<(f64, f64)> {
     let mut child = Command::new(sibling("ac-bench")?).arg("udp-echo").stdout(Stdio::piped()).spawn()?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
