@@ -25,6 +25,11 @@ const REVOKED: TableDefinition<(&str, u64), ()> = TableDefinition::new("revoked"
 const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("state");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
+/// The layout of the records this build writes, stamped in the store's `meta` table. Bump it
+/// with any change to a stored type, and teach [`Store::open`] to migrate from the one before:
+/// bincode records carry no field names, so a store of another layout would be misread.
+pub const SCHEMA: u64 = 1;
+
 fn store_err(e: impl std::fmt::Display) -> ArmServerError {
     ArmServerError::Store(e.to_string())
 }
@@ -49,11 +54,30 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `dir`.
+    /// Opens (or creates) the database in `dir`. A store stamped with another [`SCHEMA`] is
+    /// refused, naming both; one without a stamp (created before stamps) is taken as schema 1.
     pub fn open(dir: &Path) -> Result<Self, ArmServerError> {
         std::fs::create_dir_all(dir)?;
-        let db = Database::create(dir.join("arm.redb")).map_err(store_err)?;
+        let path = dir.join("arm.redb");
+        let db = Database::create(&path).map_err(store_err)?;
         let txn = db.begin_write().map_err(store_err)?;
+        {
+            let mut meta = txn.open_table(META).map_err(store_err)?;
+            let stamped = meta.get("schema").map_err(store_err)?.map(|v| v.value());
+            match stamped {
+                None => {
+                    meta.insert("schema", SCHEMA).map_err(store_err)?;
+                }
+                Some(found) if found == SCHEMA => {}
+                Some(found) => {
+                    return Err(ArmServerError::Store(format!(
+                        "{} holds records of schema {found}, and this arm-server reads schema {SCHEMA}; \
+                         run the arm-server that wrote it, or start this one on a new state directory",
+                        path.display()
+                    )))
+                }
+            }
+        }
         {
             txn.open_table(HOSTS).map_err(store_err)?;
             txn.open_table(JOBS).map_err(store_err)?;
@@ -185,5 +209,35 @@ impl Store {
             }
         }
         txn.commit().map_err(store_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_store_is_stamped_and_one_of_another_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let stamp = |store: &Store| {
+            let txn = store.db.begin_read().unwrap();
+            txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value())
+        };
+        assert_eq!(stamp(&store), Some(SCHEMA));
+        // As a later arm-server would leave it.
+        let txn = store.db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("schema", SCHEMA + 1).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let refused = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            refused.contains(&format!("schema {}", SCHEMA + 1)) && refused.contains("new state directory"),
+            "{refused}"
+        );
+        // Nothing was changed by the refusal.
+        let db = Database::create(dir.path().join("arm.redb")).unwrap();
+        let txn = db.begin_read().unwrap();
+        assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA + 1));
     }
 }
