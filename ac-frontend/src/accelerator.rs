@@ -68,9 +68,18 @@ pub struct Accelerator {
 impl Accelerator {
     /// Connects to a backend, opens a session and attaches the striping connections.
     pub async fn connect(options: &ConnectOptions) -> Result<Self> {
+        Self::connect_via(options, None).await
+    }
+
+    /// [`connect`](Self::connect), opening the session on `dialed` when given: a connection to
+    /// the same backend that has run its handshake on `options.endpoint` and said nothing yet.
+    pub(crate) async fn connect_via(options: &ConnectOptions, dialed: Option<Connection>) -> Result<Self> {
         let crypto = link::client_crypto(options)?;
         let hello = Hello::Open { capability: options.capability.clone(), device: options.device };
-        let link = link::open_on(options, crypto.clone(), &hello, options.endpoint.as_ref()).await?;
+        let link = match (dialed, &options.endpoint) {
+            (Some(connection), Some(shared)) => link::greet(shared.clone(), false, connection, &hello).await?,
+            _ => link::open_on(options, crypto.clone(), &hello, options.endpoint.as_ref()).await?,
+        };
         let Response::Welcome { session, token, info } = link.welcome.clone() else {
             return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
         };

@@ -126,12 +126,27 @@ pub async fn open_on(
         Some(shared) => shared.clone(),
         None => transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning)?,
     };
+    let connection = dial(options, crypto, &endpoint).await?;
+    greet(endpoint, owns_endpoint, connection, hello).await
+}
+
+/// Runs the QUIC handshake with the backend of `options` on `endpoint`: a connection that has
+/// said nothing yet (see [`greet`]).
+pub async fn dial(
+    options: &ConnectOptions,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    endpoint: &Endpoint,
+) -> Result<Connection> {
     let mut client = quinn::ClientConfig::new(crypto);
     client.transport_config(Arc::new(options.tuning.transport_config()));
-    let connection = endpoint
+    Ok(endpoint
         .connect_with(client, options.addr, &options.server_name)
         .map_err(|e| Error::Setup(format!("cannot connect to {}: {e}", options.addr)))?
-        .await?;
+        .await?)
+}
+
+/// Says `hello` on a dialed connection; returns once the backend welcomed us.
+pub async fn greet(endpoint: Endpoint, owns_endpoint: bool, connection: Connection, hello: &Hello) -> Result<Link> {
     let (mut send, recv) = connection.open_bi().await?;
     let mut opening = Preamble::CURRENT.to_bytes().to_vec();
     opening.extend_from_slice(&frame_bytes(hello)?);

@@ -2,19 +2,20 @@
 //! `AC_Finalize`. Handles are ordinary [`Accelerator`]s, connected with the capabilities the
 //! manager issued; they keep working, unchanged, across `get` and `free`.
 
-use std::time::{Duration, Instant};
-
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ac_proto::arm::{Ask, Grant, JobAuth, Preemption, Request, Response, SessionState};
 use ac_proto::transport;
 use ac_proto::transport::Tuning;
 use futures_util::future::try_join_all;
-use quinn::Endpoint;
+use quinn::{Connection, Endpoint};
 use tokio::sync::mpsc;
 
 use crate::arm::{ArmClient, ArmOptions};
-use crate::{Accelerator, ConnectOptions, Error, Result};
+use crate::{link, Accelerator, ConnectOptions, Error, Result};
 
 /// How to start a session.
 #[derive(Debug, Clone)]
@@ -198,22 +199,69 @@ pub struct Session {
     progress: bool,
 }
 
-/// Connects to granted accelerators in parallel, over the session's shared endpoint.
-async fn connect_grants(grants: &[Grant], stripes: usize, tuning: &Tuning, endpoint: &Endpoint) -> Result<Vec<Handle>> {
-    try_join_all(grants.iter().map(|g| async move {
-        let mut options = ConnectOptions::new(g.addr, "");
-        options.server_name = g.server_name.clone();
-        options.ca_pem = Some(g.ca_pem.clone());
-        options.capability = g.capability.clone();
-        options.device = g.device;
-        options.stripes = stripes;
-        options.tuning = tuning.clone();
-        // The shared endpoint's socket speaks one address family.
-        let same_family = endpoint.local_addr().is_ok_and(|local| local.is_ipv6() == g.addr.is_ipv6());
-        options.endpoint = same_family.then(|| endpoint.clone());
-        Ok::<_, Error>(Handle { id: g.id.clone(), acc: Accelerator::connect(&options).await? })
+/// How to reach the backend at `addr` over the session's shared endpoint (a new endpoint when
+/// the shared one speaks the other address family).
+fn backend_options(
+    addr: SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+    tuning: &Tuning,
+    endpoint: &Endpoint,
+) -> ConnectOptions {
+    let mut options = ConnectOptions::new(addr, "");
+    options.server_name = server_name.to_string();
+    options.ca_pem = Some(ca_pem.to_string());
+    options.tuning = tuning.clone();
+    let same_family = endpoint.local_addr().is_ok_and(|local| local.is_ipv6() == addr.is_ipv6());
+    options.endpoint = same_family.then(|| endpoint.clone());
+    options
+}
+
+/// Connects to granted accelerators in parallel, over the session's shared endpoint, opening
+/// each session on its connection in `dialed` when there is one.
+async fn connect_grants(
+    grants: &[Grant],
+    stripes: usize,
+    tuning: &Tuning,
+    endpoint: &Endpoint,
+    mut dialed: HashMap<String, Connection>,
+) -> Result<Vec<Handle>> {
+    try_join_all(grants.iter().map(|g| {
+        let ready = dialed.remove(&g.id).filter(|c| c.remote_address() == g.addr);
+        async move {
+            let mut options = backend_options(g.addr, &g.server_name, &g.ca_pem, tuning, endpoint);
+            options.capability = g.capability.clone();
+            options.device = g.device;
+            options.stripes = stripes;
+            Ok::<_, Error>(Handle { id: g.id.clone(), acc: Accelerator::connect_via(&options, ready).await? })
+        }
     }))
     .await
+}
+
+/// Asks the manager where the job's accelerators on this node are and runs the handshakes with
+/// their backends, while `Init` is being committed: the connections `connect_grants` then opens
+/// sessions on. Best effort: whatever fails here is dialed again once the grants are known.
+async fn dial_routes(
+    client: &ArmClient,
+    auth: &JobAuth,
+    node: &str,
+    tuning: &Tuning,
+    endpoint: &Endpoint,
+) -> HashMap<String, Connection> {
+    let Ok(Response::Routes(routes)) =
+        client.request(Request::Routes { auth: auth.clone(), node: node.to_string() }).await
+    else {
+        return HashMap::new();
+    };
+    let dials = routes.into_iter().map(|route| async move {
+        let options = backend_options(route.addr, &route.server_name, &route.ca_pem, tuning, endpoint);
+        let shared = options.endpoint.as_ref()?;
+        let crypto = link::client_crypto(&options).ok()?;
+        let connection = link::dial(&options, crypto, shared).await.ok()?;
+        Some((route.id, connection))
+    });
+    futures_util::future::join_all(dials).await.into_iter().flatten().collect()
 }
 
 impl Session {
@@ -229,8 +277,11 @@ impl Session {
         let (client, endpoint) = (client?, endpoint?);
         // The token is ours: an `Init` retried after a lost answer finds the same session.
         let token = ac_proto::random_hex(32);
-        let mut response =
-            client.request(Request::Init { auth: options.job.clone(), node: options.node.clone(), token }).await?;
+        let init = client.request(Request::Init { auth: options.job.clone(), node: options.node.clone(), token });
+        // The handshakes with the job's backends run while the manager commits the session.
+        let dialing = dial_routes(&client, &options.job, &options.node, &options.arm.tuning, &endpoint);
+        let (response, mut dialed) = tokio::join!(init, dialing);
+        let mut response = response?;
         let mut last_report = None;
         loop {
             let Response::Session { token, job, state } = response else {
@@ -238,7 +289,9 @@ impl Session {
             };
             match state {
                 SessionState::Bound(grants) => {
-                    let handles = connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint).await?;
+                    let dialed = std::mem::take(&mut dialed);
+                    let handles =
+                        connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await?;
                     let client = Arc::new(client);
                     let listener = Listener::default();
                     let watcher = Watcher(tokio::spawn(watch(client.clone(), token.clone(), listener.clone())));
@@ -324,7 +377,7 @@ impl Session {
 
     /// Connects to `grants` of set `set`.
     pub(crate) async fn connect(&self, set: u64, grants: &[Grant]) -> Result<DynamicSet> {
-        let handles = connect_grants(grants, self.stripes, &self.tuning, &self.endpoint).await?;
+        let handles = connect_grants(grants, self.stripes, &self.tuning, &self.endpoint, HashMap::new()).await?;
         Ok(DynamicSet { id: set, handles })
     }
 

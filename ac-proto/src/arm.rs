@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
 
@@ -236,6 +236,16 @@ pub enum Request {
         /// The reservation.
         id: u64,
     },
+    /// Where the accelerators a job already holds on `node` are, without capabilities and
+    /// without changing anything: `AC_Init` asks it beside `Init`, and runs the handshakes with
+    /// those backends while the manager commits the session. Answers [`Response::Routes`];
+    /// empty for anything but a job credential.
+    Routes {
+        /// The job's credential, checked as `Init` checks it.
+        auth: JobAuth,
+        /// The compute node.
+        node: String,
+    },
 }
 
 /// Shortest session token [`Request::Init`] accepts.
@@ -331,6 +341,21 @@ pub enum Response {
     Reservation(ReservationView),
     /// Reservations.
     Reservations(Vec<ReservationView>),
+    /// Where a job's accelerators are (see [`Request::Routes`]).
+    Routes(Vec<Route>),
+}
+
+/// Where one accelerator is: enough to run the QUIC handshake with its backend, not to use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The accelerator's id (`host/device`), as its [`Grant`] will name it.
+    pub id: String,
+    /// The backend's address.
+    pub addr: SocketAddr,
+    /// The name in the backend's certificate.
+    pub server_name: String,
+    /// The CA that signed the backend's certificate (PEM).
+    pub ca_pem: String,
 }
 
 /// Accelerators of a preemptible set that their owner took back: the borrower may go on using

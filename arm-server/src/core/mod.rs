@@ -473,29 +473,43 @@ impl Core {
 
     /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked). A retry
     /// with the same token finds the session the first call opened.
+    /// The live, batch-submitted job `job` whose credential is `secret`, if `node` is one of its
+    /// nodes.
+    fn job_with_credential(&self, job: &str, secret: &str, node: &str) -> Outcome<&Job> {
+        let found = self.jobs.get(job).filter(|j| j.state != JobState::Ended && !j.ad_hoc);
+        let Some(found) =
+            found.filter(|j| crate::keys::constant_time_eq(&j.credential_hash, &crate::keys::hash(secret)))
+        else {
+            return Err(err(ArmErrorKind::Unauthorized, format!("no running job `{job}` with that credential")));
+        };
+        if !found.nodes.iter().any(|n| n == node) {
+            return Err(err(ArmErrorKind::Unauthorized, format!("node `{node}` is not one of job `{job}`'s nodes")));
+        }
+        Ok(found)
+    }
+
+    /// The accelerators the job of `auth` holds for `node`, with their hosts (`Request::Routes`):
+    /// read-only, and only for a job credential that checks out.
+    pub fn routes(&self, auth: &JobAuth, node: &str) -> Outcome<Vec<(String, &Host)>> {
+        let JobAuth::Credential { job, secret } = auth else {
+            return Ok(Vec::new());
+        };
+        let job = self.job_with_credential(job, secret, node)?;
+        let held = self.held_by(&job.id).into_iter().filter(|(_, holder)| holder.node == node);
+        Ok(held
+            .filter_map(|(id, _)| {
+                let host = self.hosts.get(id.rsplit_once('/')?.0)?;
+                Some((id, host))
+            })
+            .collect())
+    }
+
     pub fn open_session(&mut self, token_hash: String, auth: &JobAuth, node: &str, now: u64) -> Outcome<String> {
         if let Some(session) = self.sessions.get(&token_hash) {
             return Ok(session.job.clone());
         }
         let job_id = match auth {
-            JobAuth::Credential { job, secret } => {
-                let found = self.jobs.get(job).filter(|j| j.state != JobState::Ended && !j.ad_hoc);
-                let Some(found) =
-                    found.filter(|j| crate::keys::constant_time_eq(&j.credential_hash, &crate::keys::hash(secret)))
-                else {
-                    return Err(err(
-                        ArmErrorKind::Unauthorized,
-                        format!("no running job `{job}` with that credential"),
-                    ));
-                };
-                if !found.nodes.iter().any(|n| n == node) {
-                    return Err(err(
-                        ArmErrorKind::Unauthorized,
-                        format!("node `{node}` is not one of job `{job}`'s nodes"),
-                    ));
-                }
-                job.clone()
-            }
+            JobAuth::Credential { job, secret } => self.job_with_credential(job, secret, node)?.id.clone(),
             JobAuth::AdHoc { acpn } => {
                 let id = format!("adhoc-{}", self.next_id + 1);
                 let job = Job {

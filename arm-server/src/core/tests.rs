@@ -253,3 +253,26 @@ fn dynamic_decisions_plan_around_the_batch_systems_queue() {
     assert_eq!(view.jobs.len(), 2, "the running job and Slurm's pending one");
     assert!(!core.jobs.contains_key("2"), "Slurm's pending jobs are never ARM jobs");
 }
+
+#[test]
+fn routes_name_only_the_jobs_own_accelerators_on_that_node_and_need_its_credential() {
+    let mut core = core(4);
+    core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();
+    core.submit(job("b", &["n1"], 2), 0).unwrap();
+    core.take_dirty();
+    let auth = |j: &str, secret: &str| JobAuth::Credential { job: j.into(), secret: secret.into() };
+    let ids = |routes: Vec<(String, &Host)>| routes.into_iter().map(|(id, _)| id).collect::<Vec<_>>();
+    let a_n1 = ids(core.routes(&auth("a", "secret"), "n1").unwrap());
+    let a_n2 = ids(core.routes(&auth("a", "secret"), "n2").unwrap());
+    let b_n1 = ids(core.routes(&auth("b", "secret"), "n1").unwrap());
+    assert_eq!((a_n1.len(), a_n2.len(), b_n1.len()), (1, 1, 2));
+    assert!(a_n1.iter().chain(&a_n2).all(|id| !b_n1.contains(id)), "another job's accelerators are not named");
+    let held_by_a: Vec<String> = core.held_by("a").into_iter().map(|(id, _)| id).collect();
+    assert!(a_n1.iter().chain(&a_n2).all(|id| held_by_a.contains(id)));
+    // A wrong secret, a node outside the job and an ad-hoc request learn nothing.
+    assert!(core.routes(&auth("a", "wrong"), "n1").is_err());
+    assert!(core.routes(&auth("b", "secret"), "n2").is_err());
+    assert!(core.routes(&JobAuth::AdHoc { acpn: 1 }, "n1").unwrap().is_empty());
+    // Nothing changed: routes are read-only.
+    assert!(core.take_dirty().is_empty());
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::arm::{
     AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Ask, Grant, HostView, JobAuth, JobView, Request,
-    ReservationView, Response, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
+    ReservationView, Response, Route, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
 };
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
@@ -461,6 +461,21 @@ impl Arm {
                 }
                 self.attach(&token_hash, tokens);
                 self.session_answer(token, &token_hash)
+            }
+            Request::Routes { auth, node } => {
+                let core = self.core.lock().expect("core poisoned");
+                let routes = core.routes(&auth, &node)?;
+                Ok(Response::Routes(
+                    routes
+                        .into_iter()
+                        .map(|(id, host)| Route {
+                            id,
+                            addr: host.addr,
+                            server_name: host.server_name.clone(),
+                            ca_pem: host.ca_pem.clone(),
+                        })
+                        .collect(),
+                ))
             }
             Request::Poll { token } => {
                 let token_hash = keys::hash(&token);
