@@ -239,13 +239,8 @@ impl SlurmCluster {
     /// A session of batch job `job` on `node` opened by this (root) process, as a task would:
     /// with a munge credential made by `munge`.
     pub async fn task_session(&self, job: &str, node: &str) -> ac_frontend::Session {
-        let output = Command::new("munge")
-            .arg("-S")
-            .arg(self.slurm_dir().join("munge.sock"))
-            .args(["-s", &ac_proto::arm::munge_payload(job, node)])
-            .output()
-            .expect("munge");
-        let credential = String::from_utf8(output.stdout).expect("munge's credential").trim().to_string();
+        let socket = self.slurm_dir().join("munge.sock");
+        let credential = ac_frontend::munge_credential(job, node, socket.to_str()).expect("munge's credential");
         let mut arm = ac_frontend::arm::ArmOptions::new(self.arm_addr, self.arm_dir().join("ca.pem"));
         arm.tuning = crate::quick_tuning();
         let options = ac_frontend::SessionOptions {

@@ -520,7 +520,7 @@ impl Control {
                 self.drain_streams().await;
                 self.pending.take()
             }
-            Some(id) => match self.streams.get_mut(&id).map(StreamWorker::stage_barrier).ok_or_else(|| no_stream(id)) {
+            Some(id) => match self.stream(id).map(StreamWorker::stage_barrier) {
                 Ok(barrier) => {
                     self.hand_over_staged().await;
                     let stream_error = barrier_reached(barrier).await;

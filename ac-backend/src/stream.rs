@@ -6,10 +6,11 @@
 //!
 //! The control loop **stages** operations and hands them to the worker in batches: once the
 //! control stream has no further frame buffered, before it waits for anything (a barrier, an
-//! inline payload, room in a queue), every `BATCH` operations, and at once for an inline write. Waking a sleeping worker thread costs a futex call and
-//! two context switches; one wake per batch instead of one per launch is what lets a burst of
-//! asynchronous launches go past a million per second (see BENCHMARKS.md, issue 13). Order is
-//! kept: a batch is handed over whole, in staging order, through one channel.
+//! inline payload, room in a queue), every `BATCH` operations, and at once for an inline write.
+//! Waking a sleeping worker thread costs a futex call and two context switches; one wake per
+//! batch instead of one per launch is what lets a burst of asynchronous launches go past a
+//! million per second (see BENCHMARKS.md, issue 13). Order is kept: a batch is handed over
+//! whole, in staging order, through one channel.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -126,19 +127,14 @@ impl StreamWorker {
         if self.staged.is_empty() {
             return true;
         }
-        match self.room.clone().try_acquire_many_owned(self.permits()) {
-            Ok(permits) => {
-                permits.forget();
-                self.send_staged();
-                true
-            }
+        match self.room.try_acquire_many(self.permits()) {
+            Ok(permits) => permits.forget(),
+            Err(tokio::sync::TryAcquireError::NoPermits) => return false,
             // Closed: the worker is gone; sending drops the batch, and its barriers say so.
-            Err(tokio::sync::TryAcquireError::Closed) => {
-                self.send_staged();
-                true
-            }
-            Err(tokio::sync::TryAcquireError::NoPermits) => false,
+            Err(tokio::sync::TryAcquireError::Closed) => {}
         }
+        self.send_staged();
+        true
     }
 
     /// Hands every staged operation to the worker, waiting for room when the stream is far
@@ -187,14 +183,14 @@ fn run(
     cancelled: Arc<AtomicBool>,
 ) {
     // However the thread ends, even by a panic, the control loop must not wait for room again.
-    let _room_guard = RoomGuard(room.clone());
+    let room = RoomGuard(room);
     let mut pending: Option<WireError> = None;
     while let Some(batch) = rx.blocking_recv() {
         let done = batch.len().min(QUEUE_DEPTH);
         for op in batch {
             run_one(device.as_ref(), stream, op, &mut pending, &cancelled);
         }
-        room.add_permits(done);
+        room.0.add_permits(done);
     }
     device.destroy_stream(stream);
 }

@@ -13,7 +13,6 @@ use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
 
 use crate::control::ControlStream;
-
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
@@ -73,12 +72,16 @@ impl Accelerator {
 
     /// [`connect`](Self::connect), opening the session on `dialed` when given: a connection to
     /// the same backend that has run its handshake on `options.endpoint` and said nothing yet.
-    pub(crate) async fn connect_via(options: &ConnectOptions, dialed: Option<Connection>) -> Result<Self> {
-        let crypto = link::client_crypto(options)?;
+    pub(crate) async fn connect_via(options: &ConnectOptions, dialed: Option<link::Dialed>) -> Result<Self> {
         let hello = Hello::Open { capability: options.capability.clone(), device: options.device };
-        let link = match (dialed, &options.endpoint) {
-            (Some(connection), Some(shared)) => link::greet(shared.clone(), false, connection, &hello).await?,
-            _ => link::open_on(options, crypto.clone(), &hello, options.endpoint.as_ref()).await?,
+        let (crypto, link) = match (dialed, &options.endpoint) {
+            (Some(dialed), Some(shared)) => {
+                (dialed.crypto, link::greet(shared.clone(), false, dialed.connection, &hello).await?)
+            }
+            _ => {
+                let crypto = link::client_crypto(options)?;
+                (crypto.clone(), link::open_on(options, crypto, &hello, options.endpoint.as_ref()).await?)
+            }
         };
         let Response::Welcome { session, token, info } = link.welcome.clone() else {
             return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
@@ -303,7 +306,7 @@ fn copy_failed(e: impl std::fmt::Display, conn: &Connection) -> Error {
         .unwrap_or_else(|| Error::Remote { kind: ErrorKind::Device, message: format!("copy failed: {e}") })
 }
 
-/// Writes `data` to `send` in recycled pieces (see [`crate::pieces`]): the copy overlaps the
+/// Writes `data` to `send` in recycled pieces (see [`ac_proto::pieces`]): the copy overlaps the
 /// sending, and no piece is a fresh allocation.
 async fn write_pieces(send: &mut quinn::SendStream, data: &[u8]) -> std::result::Result<(), quinn::WriteError> {
     for piece in data.chunks(pieces::PIECE) {

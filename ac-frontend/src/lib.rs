@@ -61,5 +61,5 @@ pub use buffer::DeviceBuffer;
 pub use error::{Error, Result};
 pub use kernel::{Function, Module};
 pub use link::ConnectOptions;
-pub use session::{DynamicSet, GetRequest, Handle, Session, SessionOptions};
+pub use session::{munge_credential, DynamicSet, GetRequest, Handle, Session, SessionOptions};
 pub use stream::Stream;

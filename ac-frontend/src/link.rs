@@ -130,6 +130,21 @@ pub async fn open_on(
     greet(endpoint, owns_endpoint, connection, hello).await
 }
 
+/// A connection that has run its QUIC handshake with a backend and said nothing yet, with the
+/// TLS set-up it was made with (for the session's further connections).
+pub struct Dialed {
+    /// The connection.
+    pub connection: Connection,
+    /// Its TLS set-up.
+    pub crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+}
+
+impl std::fmt::Debug for Dialed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialed").field("connection", &self.connection).finish_non_exhaustive()
+    }
+}
+
 /// Runs the QUIC handshake with the backend of `options` on `endpoint`: a connection that has
 /// said nothing yet (see [`greet`]).
 pub async fn dial(

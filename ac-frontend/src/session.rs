@@ -11,7 +11,7 @@ use ac_proto::arm::{Ask, Grant, JobAuth, Preemption, Request, Response, SessionS
 use ac_proto::transport;
 use ac_proto::transport::Tuning;
 use futures_util::future::try_join_all;
-use quinn::{Connection, Endpoint};
+use quinn::Endpoint;
 use tokio::sync::mpsc;
 
 use crate::arm::{ArmClient, ArmOptions};
@@ -75,8 +75,8 @@ impl SessionOptions {
 }
 
 /// A munge credential of this process's user for `AC_Init` of `job` on `node` (from munge's own
-/// `munge` command, which asks the local munged).
-fn munge_credential(job: &str, node: &str, socket: Option<&str>) -> Result<String> {
+/// `munge` command, which asks the local munged at `socket`, or its default one).
+pub fn munge_credential(job: &str, node: &str, socket: Option<&str>) -> Result<String> {
     let mut command = std::process::Command::new("munge");
     command.arg("--string").arg(ac_proto::arm::munge_payload(job, node));
     if let Some(socket) = socket {
@@ -224,10 +224,10 @@ async fn connect_grants(
     stripes: usize,
     tuning: &Tuning,
     endpoint: &Endpoint,
-    mut dialed: HashMap<String, Connection>,
+    mut dialed: HashMap<String, link::Dialed>,
 ) -> Result<Vec<Handle>> {
     try_join_all(grants.iter().map(|g| {
-        let ready = dialed.remove(&g.id).filter(|c| c.remote_address() == g.addr);
+        let ready = dialed.remove(&g.id).filter(|d| d.connection.remote_address() == g.addr);
         async move {
             let mut options = backend_options(g.addr, &g.server_name, &g.ca_pem, tuning, endpoint);
             options.capability = g.capability.clone();
@@ -248,7 +248,7 @@ async fn dial_routes(
     node: &str,
     tuning: &Tuning,
     endpoint: &Endpoint,
-) -> HashMap<String, Connection> {
+) -> HashMap<String, link::Dialed> {
     let Ok(Response::Routes(routes)) =
         client.request(Request::Routes { auth: auth.clone(), node: node.to_string() }).await
     else {
@@ -258,8 +258,8 @@ async fn dial_routes(
         let options = backend_options(route.addr, &route.server_name, &route.ca_pem, tuning, endpoint);
         let shared = options.endpoint.as_ref()?;
         let crypto = link::client_crypto(&options).ok()?;
-        let connection = link::dial(&options, crypto, shared).await.ok()?;
-        Some((route.id, connection))
+        let connection = link::dial(&options, crypto.clone(), shared).await.ok()?;
+        Some((route.id, link::Dialed { connection, crypto }))
     });
     futures_util::future::join_all(dials).await.into_iter().flatten().collect()
 }

@@ -88,22 +88,31 @@ impl FrameReader {
     /// Whether a whole frame (or a length no frame may have) is already buffered: the next read
     /// of a frame returns without waiting for the network.
     pub fn frame_buffered(&self) -> bool {
-        if self.buf.len() < 4 {
-            return false;
+        match self.next_frame_len() {
+            None => false,
+            Some(Err(_)) => true,
+            Some(Ok(len)) => self.buf.len() >= 4 + len,
         }
-        let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
-        len > MAX_FRAME || self.buf.len() >= 4 + len
+    }
+
+    /// The length of the frame at the front of the buffer, once its header is buffered; an
+    /// error for a length no frame may have.
+    fn next_frame_len(&self) -> Option<Result<usize, ProtoError>> {
+        let header = self.buf.get(..4)?;
+        let len = u32::from_le_bytes(header.try_into().expect("4 bytes")) as usize;
+        Some(if len > MAX_FRAME {
+            Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 })
+        } else {
+            Ok(len)
+        })
     }
 
     /// Parses a frame already in the buffer, without reading.
     pub fn buffered_frame<T: DeserializeOwned>(&mut self) -> Option<Result<T, ProtoError>> {
-        if self.buf.len() < 4 {
-            return None;
-        }
-        let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
-        if len > MAX_FRAME {
-            return Some(Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 }));
-        }
+        let len = match self.next_frame_len()? {
+            Ok(len) => len,
+            Err(e) => return Some(Err(e)),
+        };
         if self.buf.len() < 4 + len {
             return None;
         }
@@ -138,11 +147,8 @@ impl FrameReader {
         max_payload: u64,
     ) -> Result<Option<(T, Bytes)>, ProtoError> {
         loop {
-            if self.buf.len() >= 4 {
-                let len = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
-                if len > MAX_FRAME {
-                    return Err(ProtoError::FrameTooLarge { len: len as u64, limit: MAX_FRAME as u64 });
-                }
+            if let Some(len) = self.next_frame_len() {
+                let len = len?;
                 if self.buf.len() >= 4 + len {
                     let msg: T = codec::decode(&self.buf[4..4 + len])?;
                     let extra = payload_len(&msg);

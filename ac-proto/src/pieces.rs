@@ -47,11 +47,16 @@ impl Drop for Piece {
     }
 }
 
+/// Whether a piece of `len` bytes goes in a recycled buffer.
+fn recycled(len: usize) -> bool {
+    (SMALLEST_RECYCLED..=PIECE).contains(&len)
+}
+
 /// A piece of `len` bytes that `fill` writes, in a recycled buffer when `len` is between 64 KiB
 /// and [`PIECE`]. `fill` gets initialized bytes: possibly an earlier piece's, which it must
 /// overwrite entirely.
 pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
-    if !(SMALLEST_RECYCLED..=PIECE).contains(&len) {
+    if !recycled(len) {
         let mut buf = vec![0; len];
         fill(&mut buf)?;
         return Ok(buf.into());
@@ -64,7 +69,7 @@ pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> R
 
 /// A copy of `data`, in a recycled buffer when it is between 64 KiB and [`PIECE`] bytes.
 pub fn copy_of(data: &[u8]) -> Bytes {
-    if !(SMALLEST_RECYCLED..=PIECE).contains(&data.len()) {
+    if !recycled(data.len()) {
         return Bytes::copy_from_slice(data);
     }
     filled(data.len(), |buf| {

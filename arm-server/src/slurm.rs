@@ -115,11 +115,6 @@ impl Slurm {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// The pool's license name.
-    pub fn license(&self) -> &str {
-        &self.config.license
-    }
-
     /// How many of the pool's licenses a job's `licenses` hold.
     pub fn pool_licenses(&self, licenses: &[(String, u32)]) -> u32 {
         licenses.iter().filter(|(name, _)| *name == self.config.license).map(|(_, n)| n).sum()
@@ -142,13 +137,8 @@ impl Slurm {
         Ok(parse_job_licenses(&shown))
     }
 
-    /// Sets job `job`'s `ac` licenses to `count`, keeping its other licenses.
-    pub async fn set_job_licenses(&self, job: &str, count: u32) -> Result<(), SlurmError> {
-        let current = self.job_licenses(job).await?;
-        self.replace_job_licenses(job, current, count).await
-    }
-
-    /// [`Slurm::set_job_licenses`] when the job's `current` licenses were just read.
+    /// Sets job `job`'s `ac` licenses to `count`, keeping its other licenses: `current`, as
+    /// [`Slurm::job_licenses`] just read them.
     pub async fn replace_job_licenses(
         &self,
         job: &str,

@@ -253,15 +253,7 @@ async fn jobs_slurm_ended_while_the_manager_was_down_are_released_when_it_comes_
     c.run("scancel", &[&job]);
     assert!(c.wait_until(Duration::from_secs(30), |c| c.job_over(&job)).await, "Slurm did not end the job");
     c.restart_arm();
-    let released = {
-        let start = Instant::now();
-        let mut free = 0;
-        while start.elapsed() < Duration::from_secs(10) && free != 2 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            free = c.free_accelerators().await;
-        }
-        free == 2
-    };
+    let released = ac_tests::eventually(Duration::from_secs(10), || async { c.free_accelerators().await == 2 }).await;
     assert!(released, "the manager still holds the ended job's accelerators");
     assert_eq!(c.arm_job(&job).await.map(|v| v.state), Some("ended".into()));
 }

@@ -471,8 +471,6 @@ impl Core {
         Ok(())
     }
 
-    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked). A retry
-    /// with the same token finds the session the first call opened.
     /// The live, batch-submitted job `job` whose credential is `secret`, if `node` is one of its
     /// nodes.
     fn job_with_credential(&self, job: &str, secret: &str, node: &str) -> Outcome<&Job> {
@@ -504,6 +502,8 @@ impl Core {
             .collect())
     }
 
+    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked). A retry
+    /// with the same token finds the session the first call opened.
     pub fn open_session(&mut self, token_hash: String, auth: &JobAuth, node: &str, now: u64) -> Outcome<String> {
         if let Some(session) = self.sessions.get(&token_hash) {
             return Ok(session.job.clone());

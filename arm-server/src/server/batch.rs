@@ -105,7 +105,7 @@ impl Arm {
                 return Err(format!(
                     "{more} license(s) wanted; Slurm's jobs hold {} and reservations {} of {}",
                     pool.used,
-                    pool.reserved - more,
+                    pool.reserved.saturating_sub(more),
                     pool.total
                 ));
             }
