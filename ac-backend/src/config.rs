@@ -59,7 +59,8 @@ pub struct BackendConfig {
     pub cert: Option<PathBuf>,
     /// Private key (PEM) of `cert`.
     pub key: Option<PathBuf>,
-    /// Extra names (DNS or IP) for a created certificate.
+    /// Extra names (DNS or IP) for a created certificate, besides loopback, the host name and
+    /// the listening address when it is a specific one.
     pub names: Vec<String>,
     /// The resource manager's Ed25519 public key (hex) to trust. Unset: the first manager that
     /// registers this backend is trusted and remembered in `state_dir` (trust on first use).

@@ -30,6 +30,9 @@ struct Args {
     /// Pinned host memory for staging bulk copies, per GPU, MiB.
     #[arg(long, env = "AC_BACKEND_STAGING_MIB")]
     staging_mib: Option<u64>,
+    /// Extra names (DNS names or addresses) for the certificate it makes, comma-separated.
+    #[arg(long, env = "AC_BACKEND_NAMES", value_delimiter = ',')]
+    names: Option<Vec<String>>,
     /// Memory of each CPU device, MiB.
     #[arg(long, env = "AC_BACKEND_MEMORY_MIB")]
     memory_mib: Option<u64>,
@@ -68,6 +71,9 @@ impl Args {
         }
         if let Some(v) = self.staging_mib {
             config.staging_mib = v;
+        }
+        if let Some(v) = self.names {
+            config.names = v;
         }
         if let Some(v) = self.memory_mib {
             config.memory_mib = v;

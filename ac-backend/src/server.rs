@@ -123,9 +123,9 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
     match (&config.cert, &config.key) {
         (Some(cert), Some(key)) => Ok((tls::load_identity(cert, key)?, cert.clone())),
         _ => {
-            let mut names = tls::default_names();
-            names.extend(config.names.iter().cloned());
+            let names = tls::certificate_names(config.listen, &config.names);
             let files = tls::ensure_self_signed(&config.state_dir, &names, &[])?;
+            tracing::info!(?names, "the certificate holds these names; clients must dial one of them");
             Ok((tls::load_identity(&files.cert, &files.key)?, files.ca_cert))
         }
     }
@@ -137,7 +137,12 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     let devices = make_devices(&config)?;
     let (identity, ca_cert) = identity(&config)?;
     let crypto = tls::server_crypto(identity, ALPN)?;
-    let endpoint = transport::server_endpoint(config.listen, crypto, &config.transport)?;
+    let endpoint = transport::server_endpoint(
+        config.listen,
+        crypto,
+        &config.transport,
+        Some(&transport::lasting_keys(&config.state_dir)?),
+    )?;
     let addr = endpoint.local_addr()?;
     let pinned = match &config.arm_public_key {
         Some(hex) => Some(

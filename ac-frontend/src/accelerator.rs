@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     info: DeviceInfo,
     session: SessionId,
     copy: Mutex<CopyOptions>,
+    /// Closes the connections when the backend's host says its process is gone.
+    _watch: Option<crate::watch::PortWatch>,
 }
 
 impl Drop for Inner {
@@ -101,6 +103,7 @@ impl Accelerator {
             data.push(link.connection);
             endpoints.extend(link.owns_endpoint.then_some(link.endpoint));
         }
+        let watch = crate::watch::PortWatch::start(control.connection.remote_address(), data.clone());
         let inner = Inner {
             control: control.connection,
             data,
@@ -111,6 +114,7 @@ impl Accelerator {
             info,
             session,
             copy: Mutex::new(CopyOptions::default()),
+            _watch: watch,
         };
         Self { inner: Arc::new(inner) }
     }

@@ -27,7 +27,8 @@ pub struct ArmOptions {
     pub ca_cert: PathBuf,
     /// An admin client certificate and key (PEM files), for `armctl`.
     pub identity: Option<(PathBuf, PathBuf)>,
-    /// QUIC settings; the idle timeout is the lease a program holds.
+    /// QUIC settings, for the manager's connection and the accelerators' (the manager's own
+    /// idle timeout, half its lease, bounds the first).
     pub tuning: Tuning,
 }
 

@@ -37,6 +37,11 @@ pub enum Error {
     /// The connection to the accelerator failed or was closed; the message says why.
     #[error("connection to the accelerator lost: {0}")]
     Disconnected(String),
+    /// The accelerator's daemon ended or refused this program's use of it on the resource
+    /// manager's word: the capability was revoked (the set was freed, a preemptible loan's owner
+    /// took it back, the job ended, its host was removed). Its handles no longer work.
+    #[error("the accelerator was taken back: {0}")]
+    Revoked(String),
     /// The backend sent something this SDK does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -74,6 +79,9 @@ impl From<quinn::ConnectionError> for Error {
             quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::VERSION_MISMATCH.into() => {
                 Error::VersionMismatch(String::from_utf8_lossy(&c.reason).into_owned())
             }
+            quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::UNAUTHORIZED.into() => {
+                Error::Revoked(String::from_utf8_lossy(&c.reason).into_owned())
+            }
             quinn::ConnectionError::ApplicationClosed(c) => {
                 Error::Disconnected(String::from_utf8_lossy(&c.reason).into_owned())
             }
@@ -81,6 +89,11 @@ impl From<quinn::ConnectionError> for Error {
                 if c.reason.as_ref() == b"peer doesn't support any known protocol" =>
             {
                 Error::VersionMismatch("the backend does not speak this protocol (ALPN)".into())
+            }
+            // Only the port watch closes a connection that still has calls in flight.
+            quinn::ConnectionError::LocallyClosed => Error::Disconnected(crate::watch::GONE.into()),
+            quinn::ConnectionError::TransportError(t) if t.to_string().contains("not valid for name") => {
+                Error::Setup(format!("{e}; {}", ac_proto::tls::ADD_NAME_HINT))
             }
             _ => Error::Disconnected(e.to_string()),
         }

@@ -53,6 +53,7 @@ pub mod mpi;
 mod replies;
 mod session;
 mod stream;
+mod watch;
 
 pub use ac_proto::arm::Preemption;
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};

@@ -59,11 +59,13 @@ impl ConnectOptions {
     }
 
     /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME`,
-    /// `AC_DEVICE` (the device index on the backend, default 0) and `AC_STRIPES`.
+    /// `AC_DEVICE` (the device index on the backend, default 0), `AC_STRIPES` and the transport
+    /// settings of [`ac_proto::transport::ENV_SETTINGS`].
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
         let addr = var("AC_BACKEND_ADDR")?.parse().map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
         let mut options = Self::new(addr, var("AC_CA_CERT")?);
+        options.tuning = Tuning::default().with_env()?;
         if let Ok(name) = std::env::var("AC_SERVER_NAME") {
             options.server_name = name;
         }

@@ -39,12 +39,14 @@ impl SessionOptions {
     /// `ARM_JOB_CREDENTIAL` (a job submitted to the ARM); `ARM_JOB_ID` and `ARM_AUTH=munge` (a
     /// Slurm job: the SPANK plugin sets these, and `ARM_MUNGE_SOCKET` if munged listens
     /// elsewhere); `ARM_ACPN` (an ad-hoc job, the embedded default). Optionally `ARM_NODE`
-    /// (default: the host name), `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
+    /// (default: the host name), `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`, and the transport settings
+    /// of [`ac_proto::transport::ENV_SETTINGS`] (`AC_MTU`, `AC_IDLE_TIMEOUT_MS`, ...).
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let need = |name: &str| var(name).ok_or_else(|| Error::Setup(format!("{name} is not set")));
         let addr = need("ARM_ADDR")?.parse().map_err(|e| Error::Setup(format!("ARM_ADDR: {e}")))?;
-        let arm = ArmOptions::new(addr, need("ARM_CA_CERT")?);
+        let mut arm = ArmOptions::new(addr, need("ARM_CA_CERT")?);
+        arm.tuning = Tuning::default().with_env()?;
         let node = var("ARM_NODE")
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
             .unwrap_or_else(|| "localhost".into());
@@ -119,7 +121,8 @@ impl GetRequest {
         self
     }
 
-    /// Wait up to `wait` for accelerators instead of being rejected at once (whole seconds).
+    /// Wait up to `wait` for accelerators instead of being rejected at once. The wait ends at its
+    /// deadline (not before), whatever the manager and the network do.
     pub fn wait_up_to(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -145,7 +148,10 @@ impl GetRequest {
         Ask {
             min: self.min,
             max: self.max,
-            wait_s: self.wait.as_secs_f64().ceil() as u64,
+            // The manager counts whole seconds from the second it reads; one more than the wait
+            // rounded up means it never decides before the program's own deadline, which the
+            // program keeps to the millisecond (it withdraws the request then).
+            wait_s: if self.wait.is_zero() { 0 } else { self.wait.as_secs_f64().ceil() as u64 + 1 },
             preemptible: self.preemptible,
             key: ac_proto::random_hex(16),
         }
@@ -381,12 +387,16 @@ impl Session {
         Ok(DynamicSet { id: set, handles })
     }
 
-    /// A collective set's id and every participant's grants, unconnected (`None`: rejected).
-    pub(crate) async fn collective_grants(&self, parts: Vec<(String, u32)>) -> Result<Option<(u64, Vec<Grant>)>> {
+    /// A collective set's id and every participant's grants, unconnected (`Err(reason)`:
+    /// rejected, and why).
+    pub(crate) async fn collective_grants(
+        &self,
+        parts: Vec<(String, u32)>,
+    ) -> Result<Result<(u64, Vec<Grant>), String>> {
         let key = ac_proto::random_hex(16);
         match self.client.request(Request::CollectiveGet { token: self.token.clone(), parts, key }).await? {
-            Response::Granted { set, grants } => Ok(Some((set, grants))),
-            Response::Rejected { .. } => Ok(None),
+            Response::Granted { set, grants } => Ok(Ok((set, grants))),
+            Response::Rejected { reason } => Ok(Err(reason)),
             other => Err(Error::Protocol(format!("expected a grant, got {other:?}"))),
         }
     }
@@ -407,27 +417,53 @@ impl Session {
     /// few idle, the fairness policy, the batch system refused, ...).
     pub async fn get_or_why(&self, request: GetRequest) -> Result<Result<DynamicSet, String>> {
         let ask = request.ask();
-        let mut response = self.client.request(Request::Get { token: self.token.clone(), ask }).await?;
+        let deadline = (!request.wait.is_zero()).then(|| tokio::time::Instant::now() + request.wait);
+        let first = self.client.request(Request::Get { token: self.token.clone(), ask });
+        let mut response = match deadline {
+            Some(at) => tokio::time::timeout_at(at, first).await.map_err(|_| {
+                Error::Timeout(format!(
+                    "AC_Get: the resource manager did not answer within the {:?} wait",
+                    request.wait
+                ))
+            })??,
+            None => first.await?,
+        };
         let mut last_report = None;
-        while let Response::Waiting { request: id, idle, ahead, deadline } = response {
+        while let Response::Waiting { request: id, idle, ahead, .. } = response {
+            let at = deadline.unwrap_or_else(tokio::time::Instant::now);
             if self.progress && last_report != Some((idle, ahead)) {
-                let left = deadline.saturating_sub(ac_proto::capability::unix_now());
+                let left = at.saturating_duration_since(tokio::time::Instant::now()).as_secs_f64();
                 eprintln!(
-                    "AC_Get: waiting for {}..{} accelerator(s): {idle} idle, {ahead} request(s) ahead, up to {left} s more",
+                    "AC_Get: waiting for {}..{} accelerator(s): {idle} idle, {ahead} request(s) ahead, up to {left:.1} s more",
                     request.min, request.max
                 );
                 last_report = Some((idle, ahead));
             }
-            response = self.client.request(Request::AwaitGet { token: self.token.clone(), request: id }).await?;
+            let poll = self.client.request(Request::AwaitGet { token: self.token.clone(), request: id });
+            response = match tokio::time::timeout_at(at, poll).await {
+                Ok(answer) => answer?,
+                Err(_) => self.withdraw(id, request.wait).await,
+            };
         }
         self.granted_or_why(response, true).await
+    }
+
+    /// Withdraws waiting request `id` at its deadline: the manager's answer when it gives one in
+    /// time (a grant made meanwhile is kept), else a rejection; the program's deadline holds
+    /// even when the manager cannot be reached.
+    async fn withdraw(&self, id: u64, wait: Duration) -> Response {
+        let cancel = self.client.request(Request::CancelGet { token: self.token.clone(), request: id });
+        match tokio::time::timeout(WITHDRAW_LIMIT, cancel).await {
+            Ok(Ok(answer @ (Response::Granted { .. } | Response::Rejected { .. }))) => answer,
+            _ => Response::Rejected { reason: format!("no accelerators were granted within the {wait:?} wait") },
+        }
     }
 
     /// Collective `AC_Get` for several nodes of the job: all or nothing, one set id, released
     /// only as a whole. Returns this node's share; other participants call [`Session::join_set`].
     pub async fn get_collective(&self, parts: &[(&str, u32)]) -> Result<Option<DynamicSet>> {
         let parts = parts.iter().map(|(n, c)| (n.to_string(), *c)).collect();
-        let Some((set, grants)) = self.collective_grants(parts).await? else { return Ok(None) };
+        let Ok((set, grants)) = self.collective_grants(parts).await? else { return Ok(None) };
         let mine: Vec<Grant> = grants.into_iter().filter(|g| g.node == self.node).collect();
         self.connect(set, &mine).await.map(Some)
     }
@@ -484,6 +520,9 @@ impl Session {
         result
     }
 }
+
+/// How long withdrawing a waiting `AC_Get` at its deadline may take.
+const WITHDRAW_LIMIT: Duration = Duration::from_millis(40);
 
 /// How long `AC_Finalize` lets the close frames leave (the draining period is 3 PTOs, tens of
 /// ms on loopback; the frames go out within microseconds of the close).

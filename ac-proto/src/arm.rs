@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
 
@@ -97,6 +97,14 @@ pub enum Request {
     /// Waits (up to about a second) for the answer to a waiting `AC_Get`. Answers
     /// [`Response::Granted`], [`Response::Rejected`] or [`Response::Waiting`] again.
     AwaitGet {
+        /// The session token.
+        token: String,
+        /// The request id from [`Response::Waiting`].
+        request: u64,
+    },
+    /// The program stopped waiting for a waiting `AC_Get` (its deadline passed): withdraw it.
+    /// Answers [`Response::Granted`] when it was granted meanwhile, else [`Response::Rejected`].
+    CancelGet {
         /// The session token.
         token: String,
         /// The request id from [`Response::Waiting`].
@@ -246,6 +254,10 @@ pub enum Request {
         /// The compute node.
         node: String,
     },
+    /// Admin: what the manager finds wrong with its surroundings now (a batch system's pool
+    /// that disagrees with its own, a batch system it cannot reach). Answers
+    /// [`Response::Health`].
+    Health,
 }
 
 /// Shortest session token [`Request::Init`] accepts.
@@ -343,6 +355,8 @@ pub enum Response {
     Reservations(Vec<ReservationView>),
     /// Where a job's accelerators are (see [`Request::Routes`]).
     Routes(Vec<Route>),
+    /// Problems found, one sentence each; empty when there are none.
+    Health(Vec<String>),
 }
 
 /// Where one accelerator is: enough to run the QUIC handshake with its backend, not to use it.

@@ -58,6 +58,9 @@ pub mod close {
     pub const UNAUTHORIZED: u32 = 4;
     /// Stop code for a bulk stream whose copy was refused.
     pub const COPY_REFUSED: u32 = 5;
+    /// The client closed its connections because the backend's host said no process listens
+    /// on the backend's port (never sent by a backend).
+    pub const BACKEND_GONE: u32 = 6;
 }
 
 /// The four bytes opening a connection's first stream: magic, then the version, little-endian.

@@ -48,6 +48,14 @@ pub enum ProtoError {
     /// A TLS configuration could not be built.
     #[error("TLS configuration error: {0}")]
     Tls(#[from] rustls::Error),
+    /// A setting from the environment could not be understood.
+    #[error("{name}: {message}")]
+    Setting {
+        /// The variable.
+        name: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
     /// A local I/O operation failed (socket, certificate files).
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),

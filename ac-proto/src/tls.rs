@@ -52,7 +52,7 @@ fn cert_err(e: impl std::fmt::Display) -> ProtoError {
 }
 
 /// Writes `contents` to `path`, readable by the owner only when `secret`.
-fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoError> {
+pub(crate) fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoError> {
     let mode = if secret { 0o600 } else { 0o644 };
     let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path)?;
     f.write_all(contents.as_bytes())?;
@@ -60,28 +60,50 @@ fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), ProtoErro
     Ok(())
 }
 
+/// The CA's parameters: the same every time, so that a leaf signed later with the stored CA
+/// key chains to the stored CA certificate.
+fn ca_params() -> Result<CertificateParams, ProtoError> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
+    params.distinguished_name.push(DnType::CommonName, "accelerator manager local CA");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+/// The file beside `cert.pem` that lists the names it was issued for, one a line.
+fn names_file(dir: &Path) -> PathBuf {
+    dir.join("cert.names")
+}
+
+/// The names the certificate in `dir` was issued for, when recorded.
+pub fn issued_names(dir: &Path) -> Option<Vec<String>> {
+    let text = fs::read_to_string(names_file(dir)).ok()?;
+    Some(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
+}
+
 /// Makes sure `dir` holds a CA and a certificate for `names` signed by it, creating them on
 /// first use, together with a client certificate `NAME.pem`/`NAME.key` for each of `clients`
-/// (for mutual TLS). Existing files are kept as they are.
+/// (for mutual TLS). Existing files are kept as they are, except that a certificate lacking one
+/// of `names` is issued again from the same CA: clients that trust the CA need nothing new when
+/// an admin adds an address.
 pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Result<IdentityFiles, ProtoError> {
     let files = IdentityFiles::in_dir(dir);
     if files.ca_cert.exists() && files.cert.exists() && files.key.exists() {
+        let covered = issued_names(dir).is_some_and(|have| names.iter().all(|n| have.contains(n)));
+        let ca_key = dir.join("ca.key");
+        if !covered && ca_key.exists() {
+            let ca_key = KeyPair::from_pem(&fs::read_to_string(&ca_key)?).map_err(cert_err)?;
+            let ca_pem = fs::read_to_string(&files.ca_cert)?;
+            issue_leaf(dir, &files, names, &ca_params()?, &ca_key, &ca_pem)?;
+            tracing::info!(dir = %dir.display(), ?names, "issued the certificate again for new names");
+        }
         return Ok(files);
     }
     fs::create_dir_all(dir)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
-    ca_params.distinguished_name.push(DnType::CommonName, "accelerator manager local CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_params = ca_params()?;
     let ca_key = KeyPair::generate().map_err(cert_err)?;
     let ca_cert = ca_params.self_signed(&ca_key).map_err(cert_err)?;
-
-    let mut leaf_params = CertificateParams::new(names.to_vec()).map_err(cert_err)?;
-    leaf_params.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("ac"));
-    let leaf_key = KeyPair::generate().map_err(cert_err)?;
     let issuer = Issuer::from_params(&ca_params, &ca_key);
-    let leaf = leaf_params.signed_by(&leaf_key, &issuer).map_err(cert_err)?;
-
     for client in clients {
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
         params.distinguished_name.push(DnType::CommonName, *client);
@@ -91,12 +113,47 @@ pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Res
         write_file(&dir.join(format!("{client}.pem")), &cert.pem(), false)?;
     }
     write_file(&dir.join("ca.key"), &ca_key.serialize_pem(), true)?;
-    write_file(&files.key, &leaf_key.serialize_pem(), true)?;
-    write_file(&files.cert, &format!("{}{}", leaf.pem(), ca_cert.pem()), false)?;
     write_file(&files.ca_cert, &ca_cert.pem(), false)?;
+    issue_leaf(dir, &files, names, &ca_params, &ca_key, &ca_cert.pem())?;
     tracing::info!(dir = %dir.display(), "created a self-signed CA and certificate");
     Ok(files)
 }
+
+/// Signs a certificate for `names` with the CA and writes it, its key and its names.
+fn issue_leaf(
+    dir: &Path,
+    files: &IdentityFiles,
+    names: &[String],
+    ca_params: &CertificateParams,
+    ca_key: &KeyPair,
+    ca_pem: &str,
+) -> Result<(), ProtoError> {
+    let mut leaf_params = CertificateParams::new(names.to_vec()).map_err(cert_err)?;
+    leaf_params.distinguished_name.push(DnType::CommonName, names.first().map(String::as_str).unwrap_or("ac"));
+    let leaf_key = KeyPair::generate().map_err(cert_err)?;
+    let leaf = leaf_params.signed_by(&leaf_key, &Issuer::from_params(ca_params, ca_key)).map_err(cert_err)?;
+    write_file(&files.key, &leaf_key.serialize_pem(), true)?;
+    write_file(&files.cert, &format!("{}{ca_pem}", leaf.pem()), false)?;
+    write_file(&names_file(dir), &names.join("\n"), false)
+}
+
+/// The names a daemon listening on `listen` puts in a certificate it makes: loopback, this
+/// host's name, the listening address when it is a specific one (not `0.0.0.0` or `::`), and
+/// the configured `extra` names, without repeats.
+pub fn certificate_names(listen: std::net::SocketAddr, extra: &[String]) -> Vec<String> {
+    let mut names = default_names();
+    let specific = (!listen.ip().is_unspecified()).then(|| listen.ip().to_string());
+    for name in specific.into_iter().chain(extra.iter().cloned()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
+/// How to reach a daemon by a name its certificate lacks, for error messages.
+pub const ADD_NAME_HINT: &str = "add the name or address to the daemon's certificate names (`names` in its TOML file, \
+    `--names`, or ARM_NAMES / AC_BACKEND_NAMES) and restart it: it issues its certificate again from the same CA";
 
 /// The names a daemon's certificate covers by default: loopback and this host's name.
 pub fn default_names() -> Vec<String> {
@@ -229,6 +286,43 @@ mod tests {
         assert_eq!(load_roots(&files.ca_cert).unwrap().len(), 1);
         let mode = fs::metadata(dir.join("ca.key")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_new_name_reissues_the_certificate_from_the_same_ca() {
+        let dir = std::env::temp_dir().join(format!("ac-tls-names-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let listen: std::net::SocketAddr = "10.213.0.1:7000".parse().unwrap();
+        let names = certificate_names(listen, &[]);
+        assert!(names.contains(&"10.213.0.1".to_string()) && names.contains(&"127.0.0.1".to_string()));
+        assert!(!certificate_names("0.0.0.0:7000".parse().unwrap(), &[]).contains(&"0.0.0.0".to_string()));
+        let files = ensure_self_signed(&dir, &names, &[]).unwrap();
+        let (ca, first) = (fs::read(&files.ca_cert).unwrap(), fs::read(&files.cert).unwrap());
+        assert_eq!(issued_names(&dir).unwrap(), names);
+        let more = certificate_names(listen, &["arm.example".to_string()]);
+        ensure_self_signed(&dir, &more, &[]).unwrap();
+        assert_ne!(first, fs::read(&files.cert).unwrap(), "a missing name issues the certificate again");
+        assert_eq!(ca, fs::read(&files.ca_cert).unwrap(), "the CA stays, so clients keep trusting it");
+        assert_eq!(issued_names(&dir).unwrap(), more);
+        // The new leaf chains to the kept CA for the new name.
+        let roots = load_roots(&files.ca_cert).unwrap();
+        let id = load_identity(&files.cert, &files.key).unwrap();
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider()).build().unwrap();
+        use rustls::client::danger::ServerCertVerifier;
+        for name in ["arm.example", "10.213.0.1"] {
+            let server = rustls_pki_types::ServerName::try_from(name).unwrap();
+            verifier
+                .verify_server_cert(&id.chain[0], &id.chain[1..], &server, &[], rustls_pki_types::UnixTime::now())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let other = rustls_pki_types::ServerName::try_from("10.213.0.9").unwrap();
+        let refused = verifier
+            .verify_server_cert(&id.chain[0], &id.chain[1..], &other, &[], rustls_pki_types::UnixTime::now())
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("10.213.0.1"), "the refusal lists the names held: {refused}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,9 +6,11 @@
 //! loopback: one stream moves at most `stream_window / RTT`.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use quinn::crypto::HmacKey;
 use quinn::{Endpoint, EndpointConfig, IdleTimeout, MtuDiscoveryConfig, TransportConfig, VarInt};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -47,7 +49,65 @@ impl Default for Tuning {
     }
 }
 
+/// The program-side settings read from the environment by [`Tuning::with_env`]: variable, what
+/// it sets. The same names serve Rust programs and `libac`.
+pub const ENV_SETTINGS: [(&str, &str); 6] = [
+    ("AC_MTU", "initial and largest UDP payload, bytes (1200..=65527; 1452 on a 1500-byte link)"),
+    ("AC_IDLE_TIMEOUT_MS", "a peer silent this long is dead, ms"),
+    ("AC_KEEP_ALIVE_MS", "keep-alive interval, ms"),
+    ("AC_STREAM_WINDOW", "per-stream receive window, bytes"),
+    ("AC_CONNECTION_WINDOW", "per-connection receive and send window, bytes"),
+    ("AC_SOCKET_BUFFER", "UDP socket buffers, bytes"),
+];
+
 impl Tuning {
+    /// These settings, overridden by the variables of [`ENV_SETTINGS`] that are set.
+    pub fn with_env(self) -> Result<Self, ProtoError> {
+        self.with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`Tuning::with_env`] over any source of variables.
+    pub fn with_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Self, ProtoError> {
+        fn parse<T: std::str::FromStr>(name: &'static str, value: &str) -> Result<T, ProtoError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.trim().parse().map_err(|e: T::Err| ProtoError::Setting { name, message: format!("{value:?}: {e}") })
+        }
+        let [mtu, idle, keep, stream, conn, socket] = ENV_SETTINGS.map(|(name, _)| name);
+        if let Some(v) = var(mtu) {
+            self.mtu = parse(mtu, &v)?;
+            if !(1200..=65527).contains(&self.mtu) {
+                return Err(ProtoError::Setting { name: mtu, message: format!("{v} is outside 1200..=65527") });
+            }
+        }
+        if let Some(v) = var(idle) {
+            self.idle_timeout_ms = parse(idle, &v)?;
+        }
+        if let Some(v) = var(keep) {
+            self.keep_alive_ms = parse(keep, &v)?;
+        }
+        if let Some(v) = var(stream) {
+            self.stream_window = parse(stream, &v)?;
+        }
+        if let Some(v) = var(conn) {
+            self.connection_window = parse(conn, &v)?;
+        }
+        if let Some(v) = var(socket) {
+            self.socket_buffer = parse(socket, &v)?;
+        }
+        if self.keep_alive_ms == 0 || self.keep_alive_ms >= self.idle_timeout_ms {
+            return Err(ProtoError::Setting {
+                name: keep,
+                message: format!(
+                    "the keep-alive ({} ms) must be positive and shorter than the idle timeout ({} ms)",
+                    self.keep_alive_ms, self.idle_timeout_ms
+                ),
+            });
+        }
+        Ok(self)
+    }
+
     /// quinn's defaults with the same timeouts: the baseline of the benchmark.
     pub fn quinn_defaults() -> Self {
         Self {
@@ -101,16 +161,89 @@ impl Tuning {
     }
 }
 
-/// A server endpoint on `addr`.
+/// The keys a server derives its connection ids and stateless-reset tokens from, kept so that
+/// they outlive the process: a daemon that comes back on the same port recognises its previous
+/// life's connection ids and answers their packets with a reset the peers accept, so they learn
+/// at once that the process they talked to is gone (instead of after their idle timeout).
+#[derive(Clone)]
+pub struct LastingKeys {
+    reset: Arc<dyn HmacKey>,
+    cid: u64,
+}
+
+impl std::fmt::Debug for LastingKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LastingKeys(..)")
+    }
+}
+
+impl LastingKeys {
+    /// Signs `data` with the reset key (for tests: equal keys sign alike).
+    pub fn sign(&self, data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; self.reset.signature_len()];
+        self.reset.sign(data, &mut out);
+        out
+    }
+
+    fn apply(&self, config: &mut EndpointConfig) {
+        config.reset_key(self.reset.clone());
+        let cid = self.cid;
+        config.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid)));
+    }
+}
+
+/// The [`LastingKeys`] kept in `dir` (`reset.key`, owner only), made on first use.
+pub fn lasting_keys(dir: &Path) -> Result<LastingKeys, ProtoError> {
+    let path = dir.join("reset.key");
+    let secret = match std::fs::read_to_string(&path) {
+        Ok(hex) => decode_hex(hex.trim()).ok_or_else(|| {
+            ProtoError::Certificate(format!("{}: not 64 hex digits; remove it to make a new one", path.display()))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut secret = [0u8; 32];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+                .map_err(|_| ProtoError::Certificate("no randomness for the reset key".into()))?;
+            std::fs::create_dir_all(dir)?;
+            let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+            crate::tls::write_file(&path, &hex, true)?;
+            secret
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let reset = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    // The connection-id key is derived from the same secret, apart from the reset tokens.
+    let tag = ring::hmac::sign(&reset, b"connection ids");
+    let cid = u64::from_le_bytes(tag.as_ref()[..8].try_into().expect("8 bytes"));
+    Ok(LastingKeys { reset: Arc::new(reset), cid })
+}
+
+fn decode_hex(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if hex.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// A server endpoint on `addr`; with `keys`, its connection ids and stateless resets survive
+/// restarts (see [`LastingKeys`]).
 pub fn server_endpoint(
     addr: SocketAddr,
     crypto: quinn::crypto::rustls::QuicServerConfig,
     tuning: &Tuning,
+    keys: Option<&LastingKeys>,
 ) -> Result<Endpoint, ProtoError> {
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(tuning.transport_config()));
     let socket = tuning.bind(addr)?;
-    Ok(Endpoint::new(tuning.endpoint_config(), Some(server), socket, Arc::new(quinn::TokioRuntime))?)
+    let mut config = tuning.endpoint_config();
+    if let Some(keys) = keys {
+        keys.apply(&mut config);
+    }
+    Ok(Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))?)
 }
 
 /// A client endpoint able to reach `peer`, with `crypto` as its default configuration when given
@@ -130,4 +263,39 @@ pub fn client_endpoint(
         endpoint.set_default_client_config(client);
     }
     Ok(endpoint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_from_the_environment_override_and_are_checked() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string())
+        };
+        let t = Tuning::default().with_vars(vars(&[("AC_MTU", "1452"), ("AC_IDLE_TIMEOUT_MS", "4000")])).unwrap();
+        assert_eq!((t.mtu, t.idle_timeout_ms, t.keep_alive_ms), (1452, 4000, Tuning::default().keep_alive_ms));
+        let e = Tuning::default().with_vars(vars(&[("AC_MTU", "9x")])).unwrap_err().to_string();
+        assert!(e.starts_with("AC_MTU: \"9x\""), "{e}");
+        let e = Tuning::default().with_vars(vars(&[("AC_MTU", "800")])).unwrap_err().to_string();
+        assert!(e.contains("outside 1200..=65527"), "{e}");
+        let e = Tuning::default().with_vars(vars(&[("AC_KEEP_ALIVE_MS", "20000")])).unwrap_err().to_string();
+        assert!(e.contains("shorter than the idle timeout"), "{e}");
+    }
+
+    #[test]
+    fn the_lasting_keys_are_made_once_and_kept() {
+        let dir = std::env::temp_dir().join(format!("ac-reset-key-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let first = lasting_keys(&dir).unwrap();
+        let file = std::fs::read_to_string(dir.join("reset.key")).unwrap();
+        let again = lasting_keys(&dir).unwrap();
+        assert_eq!(file, std::fs::read_to_string(dir.join("reset.key")).unwrap());
+        assert_eq!(first.sign(b"connection id"), again.sign(b"connection id"), "alike after a restart");
+        assert_eq!(first.cid, again.cid);
+        std::fs::write(dir.join("reset.key"), "zz").unwrap();
+        assert!(lasting_keys(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

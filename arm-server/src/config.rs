@@ -16,6 +16,9 @@ pub struct ArmConfig {
     pub listen: SocketAddr,
     /// Certificates, keys and the database.
     pub state_dir: PathBuf,
+    /// Extra names (DNS names or addresses) for the certificate it makes, besides loopback,
+    /// the host name and the listening address when it is a specific one.
+    pub names: Vec<String>,
     /// A program silent this long loses its dynamic accelerators (and an ad-hoc job ends),
     /// milliseconds. Also the grace given to programs to reconnect after a restart.
     pub lease_ms: u64,
@@ -50,6 +53,7 @@ impl Default for ArmConfig {
         Self {
             listen: "127.0.0.1:7000".parse().expect("addr"),
             state_dir: PathBuf::from(".state/arm-server"),
+            names: Vec::new(),
             lease_ms: 10_000,
             backend_timeout_ms: 3_000,
             walltime_grace_s: 60,

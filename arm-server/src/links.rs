@@ -96,6 +96,14 @@ impl Links {
     }
 }
 
+/// How long one dial of a backend may take. A dial into a partition would otherwise wait for
+/// its idle timeout (seconds) and hold back the next one; with these two, a host whose link
+/// heals is up again within `DIAL_LIMIT + REDIAL_PAUSE` plus one handshake (under a second on a
+/// LAN, where a handshake takes a few milliseconds).
+const DIAL_LIMIT: Duration = Duration::from_millis(500);
+/// The pause between two dials of a host that is down.
+const REDIAL_PAUSE: Duration = Duration::from_millis(200);
+
 async fn run(
     host: String,
     options: ConnectOptions,
@@ -116,7 +124,9 @@ async fn run(
         };
         // The CA was checked at registration; a store edited since must not bring the task down.
         let opened = match link::client_crypto(&options) {
-            Ok(crypto) => link::open(&options, crypto, &hello).await,
+            Ok(crypto) => tokio::time::timeout(DIAL_LIMIT, link::open(&options, crypto, &hello))
+                .await
+                .unwrap_or_else(|_| Err(ac_frontend::Error::Timeout(format!("no answer in {DIAL_LIMIT:?}")))),
             Err(e) => Err(e),
         };
         match opened {
@@ -167,7 +177,7 @@ async fn run(
                 }
             }
         }
-        let retry = tokio::time::sleep(Duration::from_millis(300));
+        let retry = tokio::time::sleep(REDIAL_PAUSE);
         tokio::pin!(retry);
         loop {
             tokio::select! {

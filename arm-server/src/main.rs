@@ -20,6 +20,9 @@ struct Args {
     /// Directory for certificates, keys and the database.
     #[arg(long, env = "ARM_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Extra names (DNS names or addresses) for the certificate it makes, comma-separated.
+    #[arg(long, env = "ARM_NAMES", value_delimiter = ',')]
+    names: Option<Vec<String>>,
     /// Lease of a program's dynamic accelerators, milliseconds.
     #[arg(long, env = "ARM_LEASE_MS")]
     lease_ms: Option<u64>,
@@ -49,6 +52,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.state_dir {
         config.state_dir = v;
+    }
+    if let Some(v) = args.names {
+        config.names = v;
     }
     if let Some(v) = args.lease_ms {
         config.lease_ms = v;

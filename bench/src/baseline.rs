@@ -29,7 +29,7 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
     rt.block_on(async {
         let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
         let crypto = tls::server_crypto(tls::load_identity(&files.cert, &files.key)?, ALPN)?;
-        let endpoint = transport::server_endpoint("127.0.0.1:0".parse()?, crypto, &Tuning::default())?;
+        let endpoint = transport::server_endpoint("127.0.0.1:0".parse()?, crypto, &Tuning::default(), None)?;
         println!("{}", endpoint.local_addr()?.port());
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(async move {

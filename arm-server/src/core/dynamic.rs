@@ -108,6 +108,20 @@ impl Core {
         Ok(outcome)
     }
 
+    /// Withdraws a waiting `AC_Get` whose program stopped waiting (its deadline passed): a
+    /// request decided meanwhile keeps its answer (the program takes a grant made in time).
+    pub fn cancel_get(&mut self, token_hash: &str, request: u64, now: u64) -> Outcome<GetOutcome> {
+        let outcome = self.await_get(token_hash, request)?;
+        if let GetOutcome::Waiting(_) = outcome {
+            self.pending.remove(&request);
+            self.dirty.insert(Key::Pending(request));
+            // Requests behind it may now be served.
+            self.schedule(now);
+            return Ok(GetOutcome::Rejected("no accelerators were granted before the deadline".into()));
+        }
+        Ok(outcome)
+    }
+
     /// Waiting requests ahead of `request`.
     pub fn waiting_ahead(&self, request: u64) -> u32 {
         self.pending.values().filter(|g| g.rejected.is_none() && g.id < request).count() as u32

@@ -76,6 +76,8 @@ pub struct Arm {
     me: std::sync::Weak<Arm>,
     /// `AC_Get`s between their decision and their record in Slurm.
     grants_in_flight: std::sync::atomic::AtomicUsize,
+    /// What the last reconciliation with Slurm found wrong (`armctl health`).
+    slurm_problems: Mutex<Vec<String>>,
     config: ArmConfig,
 }
 
@@ -131,15 +133,17 @@ impl RunningArm {
 /// Starts the resource manager on the current tokio runtime.
 pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     let dir = config.state_dir.clone();
-    let files = tls::ensure_self_signed(&dir, &tls::default_names(), &["admin"])?;
+    let names = tls::certificate_names(config.listen, &config.names);
+    let files = tls::ensure_self_signed(&dir, &names, &["admin"])?;
+    tracing::info!(?names, "the certificate holds these names; programs and armctl must dial one of them");
     let identity = tls::load_identity(&files.cert, &files.key)?;
     let crypto = tls::server_crypto_with_clients(identity, ALPN, tls::load_roots(&files.ca_cert)?)?;
-    let tuning = Tuning {
-        idle_timeout_ms: config.lease_ms,
-        keep_alive_ms: (config.lease_ms / 4).max(100),
-        ..config.transport.clone()
-    };
-    let endpoint = transport::server_endpoint(config.listen, crypto, &tuning)?;
+    let endpoint = transport::server_endpoint(
+        config.listen,
+        crypto,
+        &program_tuning(&config),
+        Some(&transport::lasting_keys(&dir)?),
+    )?;
     let addr = endpoint.local_addr()?;
     let store = Store::open(&dir)?;
     let mut core = store.load()?;
@@ -173,6 +177,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         slurm_grants: tokio::sync::Mutex::new(()),
         me: me.clone(),
         grants_in_flight: std::sync::atomic::AtomicUsize::new(0),
+        slurm_problems: Mutex::default(),
         config,
     });
     let mut tasks = vec![
@@ -185,6 +190,28 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     }
     tracing::info!(%addr, "resource manager listening");
     Ok(RunningArm { addr, dir, endpoint, arm, tasks })
+}
+
+/// The transport of programs' connections. A lease runs from a program's last sign of life
+/// (see [`lease_deadline`]), so its connection must notice silence well before the lease is
+/// over: it idles out after half the lease, and the manager pings every eighth of it, so that a
+/// live program (which acknowledges every ping) is never silent that long.
+fn program_tuning(config: &ArmConfig) -> Tuning {
+    Tuning {
+        idle_timeout_ms: (config.lease_ms / 2).max(200),
+        keep_alive_ms: (config.lease_ms / 8).max(50),
+        ..config.transport.clone()
+    }
+}
+
+/// When the lease of a program whose connection just ended runs out: `lease` after its last
+/// sign of life. A connection that idled out heard the program last `idle` ago; one the program
+/// closed (or that failed otherwise) heard it just now.
+fn lease_deadline(reason: Option<&quinn::ConnectionError>, now: Instant, idle: Duration, lease: Duration) -> Instant {
+    match reason {
+        Some(quinn::ConnectionError::TimedOut) => now.checked_sub(idle).unwrap_or(now) + lease,
+        _ => now + lease,
+    }
 }
 
 async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
@@ -297,8 +324,10 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
             }
         });
     }
-    // The connection is gone: its sessions' leases start running.
-    let deadline = Instant::now() + Duration::from_millis(arm.config.lease_ms);
+    // The connection is gone: its sessions' leases run from the program's last sign of life.
+    let idle = Duration::from_millis(program_tuning(&arm.config).idle_timeout_ms);
+    let lease = Duration::from_millis(arm.config.lease_ms);
+    let deadline = lease_deadline(conn.close_reason().as_ref(), Instant::now(), idle, lease);
     let mut leases = arm.leases.lock().expect("leases poisoned");
     for token in tokens.lock().expect("tokens poisoned").drain() {
         let live = leases.live.entry(token.clone()).or_default();
@@ -437,6 +466,7 @@ impl Arm {
                 | Request::ReservationCreate { .. }
                 | Request::ReservationList
                 | Request::ReservationDelete { .. }
+                | Request::Health
         );
         if needs_admin && !admin {
             return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
@@ -514,6 +544,13 @@ impl Arm {
                     Some(()) => self.mutate(|core, _| core.await_get(&token_hash, request))?,
                     None => GetOutcome::Waiting(request),
                 };
+                let outcome = self.record_grant(outcome, &token_hash).await?;
+                self.get_answer(outcome, &token_hash, false, 0)
+            }
+            Request::CancelGet { token, request } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let outcome = self.mutate(|core, now| core.cancel_get(&token_hash, request, now))?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, 0)
             }
@@ -597,9 +634,10 @@ impl Arm {
                 Ok(Response::Done)
             }
             Request::JobEnd { id } => {
-                self.mutate(|core, now| core.end_job(&id, now))?;
+                self.end_job(id).await?;
                 Ok(Response::Done)
             }
+            Request::Health => Ok(Response::Health(self.health())),
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());

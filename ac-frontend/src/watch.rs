@@ -1,0 +1,84 @@
+//! Knowing that a backend *process* died, from positive signals, without waiting for the idle
+//! timeout.
+//!
+//! Silence is not death: a network outage shorter than the idle timeout is survived with every
+//! result intact. But a host that is up and has no process on the backend's port says so: its
+//! kernel answers every datagram with ICMP "port unreachable". quinn's socket is unconnected and
+//! never sees those answers, so each accelerator has a small *connected* UDP socket of its own
+//! that, whenever the backend has been silent for a probe interval, sends it one empty datagram.
+//! A live backend's QUIC endpoint drops it unread (an empty datagram is no QUIC packet); a dead
+//! one's host answers with the ICMP error, which a connected socket reports as
+//! `ECONNREFUSED`, and the watch closes the accelerator's connections with the reason. (A backend
+//! that came back as a new process on the same port answers the old connection with a stateless
+//! reset instead, which quinn reports by itself: its reset key outlives it,
+//! `ac_proto::transport::reset_key`.)
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use quinn::Connection;
+use tokio::net::UdpSocket;
+
+/// How often a silent backend is probed. Several probes must go unanswered by the backend
+/// (while the host refuses them) before the program learns of it, within a few intervals.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The close reason the program sees when its backend's port is closed.
+pub const GONE: &str = "the backend process is gone: its host answers that no process listens on its port \
+    (ICMP port unreachable); device memory and handles of this session are lost";
+
+/// The watch of one accelerator's connections; it stops when dropped.
+#[derive(Debug)]
+pub(crate) struct PortWatch(tokio::task::JoinHandle<()>);
+
+impl Drop for PortWatch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl PortWatch {
+    /// Starts watching `addr` for the connections of one accelerator (the control one first).
+    /// `None` when no probe socket can be made (then only the idle timeout tells).
+    pub(crate) fn start(addr: SocketAddr, connections: Vec<Connection>) -> Option<Self> {
+        let local: SocketAddr =
+            if addr.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
+        let std_socket = std::net::UdpSocket::bind(local).ok()?;
+        std_socket.set_nonblocking(true).ok()?;
+        std_socket.connect(addr).ok()?;
+        let socket = UdpSocket::from_std(std_socket).ok()?;
+        Some(Self(tokio::spawn(watch(socket, connections))))
+    }
+}
+
+/// Probes while the backend is silent; closes every connection on a refusal.
+async fn watch(socket: UdpSocket, connections: Vec<Connection>) {
+    let received = |conns: &[Connection]| conns.iter().map(|c| c.stats().udp_rx.datagrams).sum::<u64>();
+    let mut heard = received(&connections);
+    let mut buf = [0u8; 16];
+    loop {
+        let refused = tokio::select! {
+            // Nothing but an error ever arrives on this socket: the backend never answers it.
+            result = socket.recv(&mut buf) => is_refusal(result.err()),
+            () = tokio::time::sleep(PROBE_INTERVAL) => false,
+        };
+        if connections.iter().all(|c| c.close_reason().is_some()) {
+            return;
+        }
+        let now = received(&connections);
+        if refused || (now == heard && is_refusal(socket.send(&[]).await.err())) {
+            tracing::warn!(peer = %socket.peer_addr().map(|a| a.to_string()).unwrap_or_default(), "{GONE}");
+            for conn in &connections {
+                conn.close(ac_proto::backend::close::BACKEND_GONE.into(), GONE.as_bytes());
+            }
+            return;
+        }
+        heard = now;
+    }
+}
+
+/// Only "connection refused" (port unreachable) is a death; other errors (no route, host
+/// unreachable) may be a network that comes back.
+fn is_refusal(error: Option<std::io::Error>) -> bool {
+    error.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+}

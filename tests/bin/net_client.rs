@@ -1,0 +1,146 @@
+//! The program of the network tests (`tests/tests/network.rs`), run inside an emulated host.
+//! It prints one line per event, flushed at once, so that the test sees when it happened.
+//!
+//! With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables) and works on its
+//! accelerators; otherwise it connects straight to `AC_BACKEND_ADDR` (`AC_CA_CERT`).
+//!
+//! - `ac-net-client work ROUNDS PAUSE_MS`: each round copies 256 KiB of round-specific data to
+//!   the device (a bulk copy), runs the builtin `saxpy` on it, reads it back and checks every
+//!   value; prints `round N ok` (or `wrong round N` and exits 1). `ROUNDS` 0: forever. On an
+//!   error prints `error: MESSAGE`, then, in a session, `AC_Finalize` and `finalized`; exits 2.
+//! - `ac-net-client hold MIB`: allocates `MIB` on each accelerator, prints `holding`, waits.
+//! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
+//! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
+//!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
+//!   `error after MS: WHY`.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use ac_frontend::{Accelerator, ConnectOptions, Error, GetRequest, LaunchDims, Session, SessionOptions};
+
+const ELEMENTS: usize = 64 << 10;
+
+fn say(line: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// One round on `acc`: the values that came back wrong.
+async fn round(acc: &Accelerator, n: u32) -> Result<usize, Error> {
+    let x = ac_tests::pattern(ELEMENTS, n);
+    let mut y = ac_tests::pattern(ELEMENTS, n.wrapping_add(7));
+    let dx = acc.alloc_from(&x).await?;
+    let dy = acc.alloc_from(&y).await?;
+    let saxpy = acc.builtin().await?.function("saxpy").await?;
+    let dims = LaunchDims::linear(ELEMENTS as u64, 256);
+    saxpy.launch(dims, &[2.0f32.into(), dx.arg(), dy.arg(), (ELEMENTS as u64).into()]).await?;
+    let got = dy.to_vec().await?;
+    for (yi, xi) in y.iter_mut().zip(&x) {
+        *yi += 2.0 * xi;
+    }
+    Ok(got.iter().zip(&y).filter(|(a, b)| a != b).count())
+}
+
+async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), Error> {
+    let mut n = 0;
+    while rounds == 0 || n < rounds {
+        for acc in accs {
+            let wrong = round(acc, n).await?;
+            if wrong > 0 {
+                say(format_args!("wrong round {n}: {wrong} values"));
+                std::process::exit(1);
+            }
+        }
+        say(format_args!("round {n} ok"));
+        n += 1;
+        tokio::time::sleep(pause).await;
+    }
+    Ok(())
+}
+
+fn usage() -> ! {
+    eprintln!("usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | memory | get WAIT_MS TIMES PAUSE_MS");
+    std::process::exit(64)
+}
+
+fn number<T: std::str::FromStr>(args: &[String], i: usize) -> T {
+    args.get(i).and_then(|a| a.parse().ok()).unwrap_or_else(|| usage())
+}
+
+async fn run(args: &[String]) -> Result<(), Error> {
+    let session = if std::env::var_os("ARM_ADDR").is_some() {
+        Some(Session::init(SessionOptions::from_env()?).await?)
+    } else {
+        None
+    };
+    let accs: Vec<Accelerator> = match &session {
+        Some(s) => s.accelerators().iter().map(|h| h.acc.clone()).collect(),
+        None => vec![Accelerator::connect(&ConnectOptions::from_env()?).await?],
+    };
+    say("connected");
+    match args.first().map(String::as_str) {
+        Some("work") => {
+            if let Err(e) = work(&accs, number(args, 1), Duration::from_millis(number(args, 2))).await {
+                say(format_args!("error: {e}"));
+                if let Some(session) = session {
+                    drop(accs);
+                    session.finalize().await?;
+                    say("finalized");
+                }
+                std::process::exit(2);
+            }
+            say("done");
+        }
+        Some("hold") => {
+            let mib: usize = number(args, 1);
+            let mut held = Vec::new();
+            for acc in &accs {
+                held.push(acc.alloc::<u8>(mib << 20).await?);
+            }
+            say("holding");
+            std::future::pending::<()>().await;
+        }
+        Some("memory") => {
+            for acc in &accs {
+                let info = acc.device_info().await?;
+                say(format_args!("memory {} {}", info.memory_free, info.memory_total));
+            }
+        }
+        Some("get") => {
+            let session = session.as_ref().expect("get needs ARM_ADDR");
+            let wait = Duration::from_millis(number(args, 1));
+            for i in 0..number::<u32>(args, 2) {
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(number(args, 3))).await;
+                }
+                let start = Instant::now();
+                let answer = session.get_or_why(GetRequest::new(1).wait_up_to(wait)).await;
+                let ms = start.elapsed().as_millis();
+                match answer {
+                    Ok(Ok(_)) => say("granted"),
+                    Ok(Err(why)) => say(format_args!("rejected after {ms}: {why}")),
+                    Err(e) => say(format_args!("error after {ms}: {e}")),
+                }
+            }
+            // The manager may be gone: leave without AC_Finalize.
+            std::process::exit(0);
+        }
+        _ => usage(),
+    }
+    if let Some(session) = session {
+        drop(accs);
+        session.finalize().await?;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Err(e) = run(&args).await {
+        say(format_args!("error: {e}"));
+        std::process::exit(2);
+    }
+}

@@ -1,0 +1,356 @@
+//! Across a real network: the manager, backends and programs each in its own emulated host
+//! (`ac_tests::netns`), deployed as the README says (certificates made by the daemons
+//! themselves, `armctl host add` by address), with partitions, random loss and dead processes.
+//! Skipped, saying so, where namespaces cannot be made (not root); CI runs them.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ac_tests::netns::{Bed, Proc};
+use ac_tests::{need_netns, workspace_binary};
+
+const ARM: usize = 0;
+const BACKEND: usize = 1;
+const PROGRAM: usize = 2;
+
+/// A site: the manager on host 0, a backend with `devices` CPU accelerators on host 1,
+/// programs on hosts 2 and up; the backend registered by address from a program's host (a
+/// remote admin).
+struct Site {
+    bed: Bed,
+    dir: tempfile::TempDir,
+    arm: Option<Proc>,
+    _backend: Proc,
+}
+
+fn wait_file(path: &Path) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        assert!(Instant::now() < end, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Site {
+    fn start(hosts: usize, devices: &str, arm_flags: &[&str]) -> Self {
+        let bed = Bed::new(hosts, 1500);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let backend = start_backend(&bed, dir.path(), devices);
+        let mut site = Self { bed, dir, arm: None, _backend: backend };
+        let listen = site.bed.sock(ARM, 7000).to_string();
+        site.start_arm(&listen, arm_flags, &[]);
+        let backend_ca = site.path("backend/ca.pem");
+        let addr = site.bed.sock(BACKEND, 7100).to_string();
+        site.armctl(&["host", "add", &addr, "--backend-ca", &backend_ca, "--name", "gpu1"])
+            .unwrap_or_else(|e| panic!("host add: {e}"));
+        site
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.dir.path().join(rel).to_string_lossy().into_owned()
+    }
+
+    fn start_arm(&mut self, listen: &str, flags: &[&str], env: &[(&str, String)]) {
+        let addr_file = self.dir.path().join("arm.addr");
+        let _ = std::fs::remove_file(&addr_file);
+        let state = self.path("arm");
+        let mut args = vec!["--listen", listen, "--state-dir", &state, "--addr-file"];
+        let addr_arg = addr_file.to_string_lossy().into_owned();
+        args.push(&addr_arg);
+        args.extend_from_slice(flags);
+        let log = self.dir.path().join("arm.log");
+        self.arm = Some(self.bed.spawn(ARM, &workspace_binary("arm-server"), &args, env, &log));
+        wait_file(&addr_file);
+    }
+
+    fn stop_arm(&mut self) {
+        self.arm.take();
+    }
+
+    /// `armctl` from the first program's host, by address.
+    fn armctl(&self, args: &[&str]) -> Result<String, String> {
+        let env = [
+            ("ARM_ADDR", self.bed.sock(ARM, 7000).to_string()),
+            ("ARM_CA_CERT", self.path("arm/ca.pem")),
+            ("ARMCTL_CERT", self.path("arm/admin.pem")),
+            ("ARMCTL_KEY", self.path("arm/admin.key")),
+        ];
+        self.bed.exec(PROGRAM, &workspace_binary("armctl").to_string_lossy(), args, &env)
+    }
+
+    /// `armctl host list --json`.
+    fn hosts(&self) -> Vec<ac_proto::arm::HostView> {
+        let out = self.armctl(&["host", "list", "--json"]).unwrap_or_else(|e| panic!("host list: {e}"));
+        match serde_json::from_str(&out).expect("host list JSON") {
+            ac_proto::arm::Response::Hosts(hosts) => hosts,
+            other => panic!("host list answered {other:?}"),
+        }
+    }
+
+    /// Accelerator states: (id, state, holder).
+    fn accelerators(&self) -> Vec<(String, String, Option<String>)> {
+        self.hosts().into_iter().flat_map(|h| h.accelerators).map(|a| (a.id, a.state, a.holder)).collect()
+    }
+
+    fn host_state(&self) -> String {
+        self.hosts()[0].state.clone()
+    }
+
+    /// A program on host `host`, an ad-hoc job of `acpn` accelerators.
+    fn program(&self, host: usize, acpn: u32, args: &[&str], extra: &[(&str, String)]) -> Proc {
+        let mut env = vec![
+            ("ARM_ADDR", self.bed.sock(ARM, 7000).to_string()),
+            ("ARM_CA_CERT", self.path("arm/ca.pem")),
+            ("ARM_ACPN", acpn.to_string()),
+            ("ARM_NODE", format!("node{host}")),
+        ];
+        env.extend(extra.iter().cloned());
+        let log = self.dir.path().join(format!("program-{host}-{}.log", args.join("-")));
+        self.bed.spawn(host, &workspace_binary("ac-net-client"), args, &env, &log)
+    }
+}
+
+fn start_backend(bed: &Bed, dir: &Path, devices: &str) -> Proc {
+    let addr_file = dir.join("backend.addr");
+    let _ = std::fs::remove_file(&addr_file);
+    let state = dir.join("backend").to_string_lossy().into_owned();
+    let listen = bed.sock(BACKEND, 7100).to_string();
+    let addr_arg = addr_file.to_string_lossy().into_owned();
+    let args = [
+        "--listen",
+        &listen,
+        "--state-dir",
+        &state,
+        "--device",
+        "cpu",
+        "--devices",
+        devices,
+        "--memory-mib",
+        "256",
+        "--addr-file",
+        &addr_arg,
+    ];
+    let proc = bed.spawn(BACKEND, &workspace_binary("ac-backend"), &args, &[], &dir.join("backend.log"));
+    wait_file(&addr_file);
+    proc
+}
+
+fn expect_line(proc: &mut Proc, needle: &str, limit: Duration) -> Instant {
+    match proc.wait_for(needle, limit) {
+        Some((at, _)) => at,
+        None => panic!("no `{needle}` within {limit:?}; output:\n{}", proc.output()),
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+#[test]
+fn a_program_and_armctl_reach_the_manager_by_address_with_certificates_the_daemons_made() {
+    need_netns!();
+    let mut site = Site::start(3, "0", &[]);
+    let mut program = site.program(PROGRAM, 1, &["work", "3", "0"], &[]);
+    expect_line(&mut program, "done", Duration::from_secs(20));
+    assert!(program.wait(Duration::from_secs(5)).is_some_and(|s| s.success()), "{}", program.output());
+
+    // A manager listening on every address does not know which one programs dial: the error
+    // says which names its certificate holds and how to add one.
+    site.stop_arm();
+    std::fs::remove_dir_all(site.dir.path().join("arm")).expect("fresh manager state");
+    let any = "0.0.0.0:7000";
+    site.start_arm(any, &[], &[]);
+    let refused = site.armctl(&["host", "list"]).expect_err("the address is not in the certificate");
+    assert!(refused.contains("not valid for name \"10.213.0.1\""), "{refused}");
+    assert!(refused.contains("127.0.0.1") && refused.contains("ARM_NAMES"), "names held and the fix: {refused}");
+    // Adding the name re-issues the certificate from the same CA: the CA file clients hold works.
+    site.stop_arm();
+    site.start_arm(any, &[], &[("ARM_NAMES", "10.213.0.1".into())]);
+    site.armctl(&["host", "list"]).unwrap_or_else(|e| panic!("with the name added: {e}"));
+}
+
+#[test]
+fn a_killed_backend_reaches_its_program_within_two_seconds() {
+    need_netns!();
+    let bed = Bed::new(2, 1500);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [
+        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
+        ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
+    ];
+    let mut times = Vec::new();
+    // 20 kills with the port left closed (the host answers "port unreachable"), then 5 where the
+    // backend comes straight back (its stateless reset, or the port's refusal before it is up).
+    for trial in 0..25 {
+        let mut backend = start_backend(&bed, dir.path(), "0");
+        let log = dir.path().join(format!("program-{trial}.log"));
+        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["work", "0", "20"], &env, &log);
+        expect_line(&mut program, "round 0 ok", Duration::from_secs(10));
+        backend.kill();
+        let killed = Instant::now();
+        let _restarted = (trial >= 20).then(|| start_backend(&bed, dir.path(), "0"));
+        let (at, line) = program
+            .wait_for("error: ", Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("trial {trial}: no error within 5 s:\n{}", program.output()));
+        let took = at.duration_since(killed).as_secs_f64();
+        assert!(
+            line.contains("backend process is gone") || line.contains("reset"),
+            "trial {trial}: the error says the process died: {line}"
+        );
+        assert!(took < 2.0, "trial {trial}: the program learned of the death after {took:.3} s: {line}");
+        times.push(took);
+    }
+    let mut kills = times[..20].to_vec();
+    kills.sort_by(f64::total_cmp);
+    eprintln!(
+        "time to error after kill -9, 20 trials: p50 {:.3} s, p99 {:.3} s; with a restart: {:?}",
+        percentile(&kills, 0.5),
+        percentile(&kills, 0.99),
+        &times[20..]
+    );
+}
+
+#[test]
+fn outages_shorter_than_the_idle_timeout_are_survived_and_a_longer_one_frees_both_sides() {
+    need_netns!();
+    let site = Site::start(4, "0,1", &[]);
+    // Default transport (10 s idle timeout) on host 2; a 3 s idle timeout on host 3.
+    let mut patient = site.program(PROGRAM, 1, &["work", "0", "50"], &[]);
+    let short = [("AC_IDLE_TIMEOUT_MS", "3000".to_string()), ("AC_KEEP_ALIVE_MS", "1000".to_string())];
+    let mut hasty = site.program(3, 1, &["work", "0", "50"], &short);
+    for p in [&mut patient, &mut hasty] {
+        expect_line(p, "round 1 ok", Duration::from_secs(20));
+    }
+    // 2 s: both survive.
+    for h in [PROGRAM, 3] {
+        site.bed.partition(h, BACKEND);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    for h in [PROGRAM, 3] {
+        site.bed.heal(h);
+    }
+    for p in [&mut patient, &mut hasty] {
+        expect_line(p, "ok", Duration::from_secs(5));
+        expect_line(p, "ok", Duration::from_secs(5));
+    }
+    // 8 s: the default survives; the 3 s idle timeout gives a clear error, and the program's
+    // AC_Finalize frees its accelerator.
+    for h in [PROGRAM, 3] {
+        site.bed.partition(h, BACKEND);
+    }
+    let (_, error) = hasty.wait_for("error: ", Duration::from_secs(8)).expect("the hasty program gives up");
+    assert!(error.contains("timed out"), "a clear error: {error}");
+    std::thread::sleep(Duration::from_secs(4));
+    for h in [PROGRAM, 3] {
+        site.bed.heal(h);
+    }
+    expect_line(&mut hasty, "finalized", Duration::from_secs(5));
+    expect_line(&mut patient, "ok", Duration::from_secs(5));
+    expect_line(&mut patient, "ok", Duration::from_secs(5));
+    assert!(!patient.output().contains("error"), "the patient program saw no error:\n{}", patient.output());
+    // The backend freed the hasty program's session: a new program finds its device empty.
+    let mut probe = site.program(3, 1, &["memory"], &[]);
+    let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
+    let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
+    assert_eq!(numbers[0], numbers[1], "all device memory free again: {line}");
+}
+
+#[test]
+fn a_partition_between_manager_and_backend_keeps_programs_working_and_heals_within_a_second() {
+    need_netns!();
+    let site = Site::start(4, "0,1", &["--backend-timeout-ms", "1000"]);
+    let mut first = site.program(PROGRAM, 1, &["work", "0", "50"], &[]);
+    expect_line(&mut first, "round 0 ok", Duration::from_secs(20));
+    site.bed.partition(BACKEND, ARM);
+    let end = Instant::now() + Duration::from_secs(10);
+    while site.host_state() != "down" {
+        assert!(Instant::now() < end, "the host is never marked down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The program talks to its backend directly: it goes on working.
+    let before = first.output().matches(" ok").count();
+    expect_line(&mut first, "ok", Duration::from_secs(5));
+    expect_line(&mut first, "ok", Duration::from_secs(5));
+    assert!(first.output().matches(" ok").count() > before);
+    // Nothing is granted from a host that is down: a second program waits, granted nothing.
+    let mut second = site.program(3, 1, &["work", "0", "50"], &[]);
+    assert!(second.wait_for("connected", Duration::from_secs(2)).is_none(), "nothing granted from a down host");
+    site.bed.heal(BACKEND);
+    let healed = Instant::now();
+    while site.host_state() != "up" {
+        assert!(healed.elapsed() < Duration::from_secs(5), "the host never comes back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let back = healed.elapsed().as_secs_f64();
+    eprintln!("host back up {back:.3} s after the partition healed");
+    assert!(back < 1.5, "host up {back:.3} s after healing");
+    expect_line(&mut second, "round 0 ok", Duration::from_secs(20));
+    // Each accelerator went to one job.
+    let held: Vec<_> = site.accelerators().into_iter().filter_map(|(id, _, holder)| holder.map(|h| (id, h))).collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+    assert_ne!(held[0].1, held[1].1, "two jobs, one accelerator each: {held:?}");
+    expect_line(&mut first, "ok", Duration::from_secs(5));
+}
+
+#[test]
+fn a_vanished_program_frees_its_accelerators_and_memory_within_its_lease() {
+    need_netns!();
+    let lease_ms = 3000;
+    let site = Site::start(3, "0,1", &["--lease-ms", &lease_ms.to_string()]);
+    let mut program = site.program(PROGRAM, 2, &["hold", "64"], &[]);
+    expect_line(&mut program, "holding", Duration::from_secs(20));
+    assert!(site.accelerators().iter().all(|(_, state, _)| state == "allocated"));
+    program.kill();
+    let killed = Instant::now();
+    let limit = Duration::from_millis(lease_ms + 1000);
+    while !site.accelerators().iter().all(|(_, state, _)| state == "free") {
+        assert!(killed.elapsed() < limit + Duration::from_secs(3), "never freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let freed = killed.elapsed();
+    eprintln!("accelerators free {:.3} s after the program vanished (lease {lease_ms} ms)", freed.as_secs_f64());
+    assert!(freed <= limit, "free after {freed:?}, promised within {limit:?}");
+    let mut probe = site.program(PROGRAM, 2, &["memory"], &[]);
+    for _ in 0..2 {
+        let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
+        let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
+        assert_eq!(numbers[0], numbers[1], "the vanished program's device memory is freed: {line}");
+    }
+}
+
+#[test]
+fn copies_are_exact_under_random_loss() {
+    need_netns!();
+    let site = Site::start(3, "0", &[]);
+    for percent in [1, 5] {
+        site.bed.loss(PROGRAM, percent);
+        let mut program = site.program(PROGRAM, 1, &["work", "8", "0"], &[]);
+        expect_line(&mut program, "done", Duration::from_secs(60));
+        let output = program.output();
+        assert!(!output.contains("error") && !output.contains("wrong"), "{percent}% loss:\n{output}");
+        assert!(program.wait(Duration::from_secs(10)).is_some_and(|s| s.success()), "{output}");
+        site.bed.heal(PROGRAM);
+    }
+}
+
+#[test]
+fn a_waiting_get_ends_at_its_deadline_whatever_the_manager_does() {
+    need_netns!();
+    let mut site = Site::start(3, "0", &[]);
+    // The program holds the only accelerator: a further AC_Get waits, then is rejected.
+    let mut program = site.program(PROGRAM, 1, &["get", "2000", "2", "2000"], &[]);
+    let (_, line) = program.wait_for("after ", Duration::from_secs(10)).expect("first answer");
+    let ms = after_ms(&line);
+    assert!(line.starts_with("rejected"), "{line}");
+    assert!((2000..2100).contains(&ms), "a 2 s wait ends at its deadline, not before: {line}");
+    // The manager dies during the pause: the second wait still ends at its deadline.
+    site.stop_arm();
+    let (_, line) = program.wait_for("after ", Duration::from_secs(10)).expect("second answer");
+    let ms = after_ms(&line);
+    assert!((2000..2500).contains(&ms), "the deadline holds with the manager gone: {line}");
+}
+
+fn after_ms(line: &str) -> u128 {
+    let rest = line.split("after ").nth(1).expect("after MS");
+    rest.split(':').next().and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("no time in {line}"))
+}
