@@ -9,6 +9,8 @@
 //!   value; prints `round N ok` (or `wrong round N` and exits 1). `ROUNDS` 0: forever. On an
 //!   error prints `error: MESSAGE`, then, in a session, `AC_Finalize` and `finalized`; exits 2.
 //! - `ac-net-client hold MIB`: allocates `MIB` on each accelerator, prints `holding`, waits.
+//! - `ac-net-client copy MIB REPS`: copies `MIB` to the device and back `REPS` times, checks
+//!   the bytes, prints `h2d MBIT d2h MBIT` (megabits per second) for each repetition.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
@@ -61,7 +63,9 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
 }
 
 fn usage() -> ! {
-    eprintln!("usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | memory | get WAIT_MS TIMES PAUSE_MS");
+    eprintln!(
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | memory | get WAIT_MS TIMES PAUSE_MS"
+    );
     std::process::exit(64)
 }
 
@@ -101,6 +105,26 @@ async fn run(args: &[String]) -> Result<(), Error> {
             }
             say("holding");
             std::future::pending::<()>().await;
+        }
+        Some("copy") => {
+            let (mib, reps): (usize, u32) = (number(args, 1), number(args, 2));
+            let data: Vec<u8> = (0..mib << 20).map(|i| (i % 251) as u8).collect();
+            let buf = accs[0].alloc::<u8>(data.len()).await?;
+            let mut back = vec![0u8; data.len()];
+            for _ in 0..reps {
+                let start = Instant::now();
+                buf.copy_from_host(&data).await?;
+                let h2d = start.elapsed().as_secs_f64();
+                let start = Instant::now();
+                buf.copy_to_host(&mut back).await?;
+                let d2h = start.elapsed().as_secs_f64();
+                if back != data {
+                    say("wrong bytes");
+                    std::process::exit(1);
+                }
+                let mbit = |s: f64| (data.len() * 8) as f64 / s / 1e6;
+                say(format_args!("h2d {:.0} d2h {:.0}", mbit(h2d), mbit(d2h)));
+            }
         }
         Some("memory") => {
             for acc in &accs {
