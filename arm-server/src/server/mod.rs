@@ -1,7 +1,7 @@
 //! The daemon: the QUIC API, leases, and the glue between the core, the store and the backend
 //! links. Every change is committed to the store before the request is answered.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,6 @@ use ac_proto::arm::{
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
 use ac_proto::frame::{frame_bytes, FrameReader};
-use ac_proto::transport::Tuning;
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
 use tokio::sync::mpsc;
@@ -31,18 +30,14 @@ use crate::store::{Change, Store};
 use crate::ArmServerError;
 
 mod batch;
+mod lease;
+
+use lease::{lease_deadline, program_tuning, Leases};
 
 type Answer = Result<Response, ArmError>;
 
 fn err(kind: ArmErrorKind, message: impl Into<String>) -> ArmError {
     ArmError::new(kind, message)
-}
-
-/// Live connections per session, and when a session with none loses its lease.
-#[derive(Debug, Default)]
-struct Leases {
-    live: HashMap<String, usize>,
-    deadline: HashMap<String, Instant>,
 }
 
 /// Changes waiting to be committed, in the order the core made them (group commit).
@@ -190,28 +185,6 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     }
     tracing::info!(%addr, "resource manager listening");
     Ok(RunningArm { addr, dir, endpoint, arm, tasks })
-}
-
-/// The transport of programs' connections. A lease runs from a program's last sign of life
-/// (see [`lease_deadline`]), so its connection must notice silence well before the lease is
-/// over: it idles out after half the lease, and the manager pings every eighth of it, so that a
-/// live program (which acknowledges every ping) is never silent that long.
-fn program_tuning(config: &ArmConfig) -> Tuning {
-    Tuning {
-        idle_timeout_ms: (config.lease_ms / 2).max(200),
-        keep_alive_ms: (config.lease_ms / 8).max(50),
-        ..config.transport.clone()
-    }
-}
-
-/// When the lease of a program whose connection just ended runs out: `lease` after its last
-/// sign of life. A connection that idled out heard the program last `idle` ago; one the program
-/// closed (or that failed otherwise) heard it just now.
-fn lease_deadline(reason: Option<&quinn::ConnectionError>, now: Instant, idle: Duration, lease: Duration) -> Instant {
-    match reason {
-        Some(quinn::ConnectionError::TimedOut) => now.checked_sub(idle).unwrap_or(now) + lease,
-        _ => now + lease,
-    }
 }
 
 async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {

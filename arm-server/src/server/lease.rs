@@ -1,0 +1,68 @@
+//! Leases: a program's dynamic accelerators (and an ad-hoc job) are held while a connection of
+//! its session is open, and for `lease_ms` after its last sign of life once none is.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ac_proto::transport::Tuning;
+
+use crate::config::ArmConfig;
+
+/// Live connections per session, and when a session with none loses its lease.
+#[derive(Debug, Default)]
+pub(super) struct Leases {
+    pub(super) live: HashMap<String, usize>,
+    pub(super) deadline: HashMap<String, Instant>,
+}
+
+/// The transport of programs' connections. A lease runs from a program's last sign of life
+/// (see [`lease_deadline`]), so its connection must notice silence well before the lease is
+/// over: it idles out after half the lease, and the manager pings every eighth of it, so that a
+/// live program (which acknowledges every ping) is never silent that long.
+pub(super) fn program_tuning(config: &ArmConfig) -> Tuning {
+    Tuning {
+        idle_timeout_ms: (config.lease_ms / 2).max(200),
+        keep_alive_ms: (config.lease_ms / 8).max(50),
+        ..config.transport.clone()
+    }
+}
+
+/// When the lease of a program whose connection just ended runs out: `lease` after its last
+/// sign of life. A connection that idled out heard the program last `idle` ago; one the program
+/// closed (or that failed otherwise) heard it just now.
+pub(super) fn lease_deadline(
+    reason: Option<&quinn::ConnectionError>,
+    now: Instant,
+    idle: Duration,
+    lease: Duration,
+) -> Instant {
+    match reason {
+        Some(quinn::ConnectionError::TimedOut) => now.checked_sub(idle).unwrap_or(now) + lease,
+        _ => now + lease,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_runs_from_the_last_sign_of_life() {
+        let (now, idle, lease) = (Instant::now(), Duration::from_secs(5), Duration::from_secs(10));
+        // Idled out: the program was last heard `idle` ago.
+        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::TimedOut), now, idle, lease), now + idle);
+        // Closed by the program, or reset: heard just now.
+        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::Reset), now, idle, lease), now + lease);
+        assert_eq!(lease_deadline(None, now, idle, lease), now + lease);
+    }
+
+    #[test]
+    fn a_live_program_is_pinged_well_within_its_connection_idle_timeout() {
+        for lease_ms in [300, 1_000, 3_000, 10_000, 60_000] {
+            let config = ArmConfig { lease_ms, ..ArmConfig::default() };
+            let t = program_tuning(&config);
+            assert!(t.idle_timeout_ms < lease_ms, "idles out before the lease ends ({lease_ms})");
+            assert!(t.keep_alive_ms * 3 < t.idle_timeout_ms, "several pings per idle timeout ({lease_ms})");
+        }
+    }
+}
