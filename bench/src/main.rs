@@ -12,6 +12,7 @@ mod copies;
 mod gpu;
 mod latency;
 mod memory;
+mod net;
 mod profile;
 mod setup;
 mod slurm;
@@ -30,7 +31,7 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// capi, slurm, gpu); all but slurm when
+    /// capi, net, slurm, gpu); all but net and slurm when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -118,6 +119,10 @@ fn main() -> anyhow::Result<()> {
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;
+    }
+    // Needs root: only when asked for.
+    if args.only.iter().any(|s| s == "net") {
+        net::between_hosts(args.quick)?;
     }
     // Needs root and Slurm: only when asked for.
     if args.only.iter().any(|s| s == "slurm") {

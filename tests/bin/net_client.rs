@@ -11,6 +11,9 @@
 //! - `ac-net-client hold MIB`: allocates `MIB` on each accelerator, prints `holding`, waits.
 //! - `ac-net-client copy MIB REPS`: copies `MIB` to the device and back `REPS` times, checks
 //!   the bytes, prints `h2d MBIT d2h MBIT` (megabits per second) for each repetition.
+//! - `ac-net-client tcp-recv PORT MIB` / `tcp-send ADDR MIB`: the plain-TCP baseline on the
+//!   same link (one stream, no encryption): the sender prints `tcp MBIT` once the receiver has
+//!   read everything and closed.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
@@ -64,7 +67,7 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
 
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | memory | get WAIT_MS TIMES PAUSE_MS"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | memory | get WAIT_MS TIMES PAUSE_MS"
     );
     std::process::exit(64)
 }
@@ -73,7 +76,45 @@ fn number<T: std::str::FromStr>(args: &[String], i: usize) -> T {
     args.get(i).and_then(|a| a.parse().ok()).unwrap_or_else(|| usage())
 }
 
+/// The plain-TCP baseline: one stream of `mib` MiB, timed from connect to the receiver's close.
+fn tcp(args: &[String]) -> std::io::Result<()> {
+    use std::io::{Read, Write as _};
+    let mib: usize = number(args, 2);
+    let mut buf = vec![0x5au8; 1 << 20];
+    match args[0].as_str() {
+        "tcp-recv" => {
+            let listener = std::net::TcpListener::bind(("0.0.0.0", number::<u16>(args, 1)))?;
+            say("listening");
+            let (mut conn, _) = listener.accept()?;
+            let mut left = mib << 20;
+            while left > 0 {
+                let n = conn.read(&mut buf[..left.min(1 << 20)])?;
+                if n == 0 {
+                    break;
+                }
+                left -= n;
+            }
+            say(format_args!("received {}", (mib << 20) - left));
+        }
+        _ => {
+            let start = Instant::now();
+            let mut conn = std::net::TcpStream::connect(args[1].as_str())?;
+            for _ in 0..mib {
+                conn.write_all(&buf)?;
+            }
+            conn.shutdown(std::net::Shutdown::Write)?;
+            // The receiver closes once it has read everything.
+            let _ = conn.read(&mut buf)?;
+            say(format_args!("tcp {:.0}", (mib << 23) as f64 / start.elapsed().as_secs_f64() / 1e6));
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: &[String]) -> Result<(), Error> {
+    if args.first().is_some_and(|a| a.starts_with("tcp-")) {
+        return tcp(args).map_err(|e| Error::Setup(format!("tcp: {e}")));
+    }
     let session = if std::env::var_os("ARM_ADDR").is_some() {
         Some(Session::init(SessionOptions::from_env()?).await?)
     } else {
