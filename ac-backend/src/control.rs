@@ -57,7 +57,10 @@ struct Control {
     budget: Arc<Semaphore>,
     budget_total: u32,
     modules: HashMap<ModuleId, DeviceModule>,
-    kernels: HashMap<FunctionId, Arc<Kernel>>,
+    /// Each function with the module it was looked up in.
+    kernels: HashMap<FunctionId, (ModuleId, Arc<Kernel>)>,
+    /// Functions whose module was unloaded, so that a launch of one says so.
+    unloaded: HashMap<FunctionId, ModuleId>,
     streams: HashMap<StreamId, StreamWorker>,
     /// First failure of an asynchronous call rejected before reaching a stream.
     pending: Option<WireError>,
@@ -94,6 +97,7 @@ pub async fn serve(
         budget_total: inline_budget,
         modules: HashMap::default(),
         kernels: HashMap::default(),
+        unloaded: HashMap::default(),
         streams: HashMap::from_iter([(StreamId(0), worker)]),
         pending: None,
         next_id: 1,
@@ -392,6 +396,13 @@ impl Control {
             return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
         };
         self.drain_streams().await;
+        // Its functions die with it, here and in the context: a later launch is an error, never
+        // a dead handle handed to the device.
+        let dead: Vec<FunctionId> = self.kernels.iter().filter(|(_, (m, _))| *m == module).map(|(f, _)| *f).collect();
+        for function in dead {
+            self.kernels.remove(&function);
+            self.unloaded.insert(function, module);
+        }
         self.session.context.unload_module(device_module);
         Response::Ok
     }
@@ -404,7 +415,7 @@ impl Control {
             Ok(kernel) => {
                 let id = FunctionId(self.fresh_id());
                 let params = kernel.params.clone();
-                self.kernels.insert(id, Arc::new(kernel));
+                self.kernels.insert(id, (module, Arc::new(kernel)));
                 Response::Function { id, params }
             }
             Err(e) => Response::Error(e),
@@ -432,11 +443,12 @@ impl Control {
         args: &[KernelArg],
         stream: StreamId,
     ) -> Result<StreamOp, WireError> {
-        let kernel = self.kernels.get(&function).cloned().ok_or_else(|| {
-            WireError::new(
-                ErrorKind::InvalidFunction,
-                format!("function {} does not exist in this session", function.0),
-            )
+        let kernel = self.kernels.get(&function).map(|(_, k)| k.clone()).ok_or_else(|| {
+            let message = match self.unloaded.get(&function) {
+                Some(module) => format!("function {} belongs to module {}, which was unloaded", function.0, module.0),
+                None => format!("function {} does not exist in this session", function.0),
+            };
+            WireError::new(ErrorKind::InvalidFunction, message)
         })?;
         check_signature(&kernel, args)?;
         validate_dims(&dims)?;

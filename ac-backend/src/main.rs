@@ -94,6 +94,9 @@ async fn main() -> anyhow::Result<()> {
     let (config, addr_file) = Args::parse().into_config()?;
     let backend = ac_backend::start(config).await.context("starting the backend")?;
     eprintln!("ac-backend listening on {}; clients trust {}", backend.addr(), backend.ca_cert().display());
+    if let Some(names) = backend.ca_cert().parent().and_then(ac_proto::tls::issued_names) {
+        eprintln!("  its certificate names {} (add more with --names or AC_BACKEND_NAMES)", names.join(", "));
+    }
     for info in backend.devices() {
         eprintln!("  device {}: {} ({:?}, {} MiB free)", info.index, info.name, info.kind, info.memory_free >> 20);
     }

@@ -92,3 +92,11 @@ fn a_real_cubin_passes_the_image_checks_and_a_cut_one_does_not() {
         assert!(image::check_binary(&cubin[..cut]).is_err(), "cut at {cut} of {}", cubin.len());
     }
 }
+
+#[test]
+#[ignore = "rewrites the prebuilt builtin kernels: run after editing kernels.cu, with NVRTC"]
+fn regenerate_prebuilt_builtin_kernels() {
+    assert!(nvrtc_here(), "NVRTC is needed to make the prebuilt images");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/device/cuda/prebuilt");
+    ac_backend::device::cuda::prebuilt::write_all(std::path::Path::new(dir)).unwrap();
+}

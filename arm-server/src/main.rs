@@ -71,6 +71,9 @@ async fn main() -> anyhow::Result<()> {
         cert.display(),
         key.display()
     );
+    if let Some(names) = arm.ca_cert().parent().and_then(ac_proto::tls::issued_names) {
+        eprintln!("  its certificate names {} (add more with --names or ARM_NAMES)", names.join(", "));
+    }
     if let Some(path) = args.addr_file {
         daemon::write_addr_file(&path, arm.addr()).with_context(|| format!("writing {}", path.display()))?;
     }

@@ -1,40 +1,58 @@
 //! Kernel arguments as `cuLaunchKernel` takes them: an array of pointers, one to each
-//! argument's value. Values are laid out here, one 8-byte slot each, with no driver involved, so
+//! argument's value, checked against the kernel's parameter sizes. Values are laid out here, one 8-byte slot each, with no driver involved, so
 //! the layout is tested on any machine.
 
-use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+use ac_proto::backend::{ErrorKind, KernelArg, ParamKind, WireError};
 
 use crate::device::{DeviceArg, DeviceResult};
+
+/// The width in bytes of a kernel parameter of this kind.
+pub fn kind_width(kind: ParamKind) -> usize {
+    match kind {
+        ParamKind::U32 | ParamKind::I32 | ParamKind::F32 => 4,
+        ParamKind::U64 | ParamKind::I64 | ParamKind::F64 | ParamKind::Ptr => 8,
+    }
+}
 
 /// The width in bytes a kernel parameter of this argument's type has.
 pub fn width(arg: &DeviceArg) -> usize {
     match arg {
-        DeviceArg::Scalar(KernelArg::U32(_) | KernelArg::I32(_) | KernelArg::F32(_)) => 4,
-        DeviceArg::Scalar(_) | DeviceArg::Mem { .. } => 8,
+        DeviceArg::Scalar(scalar) => kind_width(scalar.kind()),
+        DeviceArg::Mem { .. } => 8,
     }
 }
 
 /// Lays the arguments out, one slot each, value in the slot's first bytes (native order, as
 /// the kernel reads them). Device pointers become `mem + offset` (on CUDA a [`DeviceMem`] is the
-/// allocation's device address). When the kernel's parameter sizes are known (the driver
-/// reports them from CUDA 12.4), the count and each width must match.
+/// allocation's device address). The count and each width must match the kernel's parameter
+/// sizes; with no sizes known the launch is refused: `cuLaunchKernel` reads one
+/// `kernelParams` entry per parameter of the kernel, so a blind launch with too few arguments
+/// would make the driver read past the array (issue 24, finding 1).
 ///
 /// [`DeviceMem`]: crate::device::DeviceMem
 pub fn pack(kernel: &str, args: &[DeviceArg], sizes: Option<&[usize]>) -> DeviceResult<Vec<u64>> {
-    if let Some(sizes) = sizes {
-        if sizes.len() != args.len() {
+    let Some(sizes) = sizes else {
+        return Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "kernel `{kernel}`: its parameters are unknown (this driver predates CUDA 12.4's \
+                 cuFuncGetParamInfo and the image declares none readable, e.g. a fatbin), so it is \
+                 not launched; load it as PTX or cubin, or update the driver"
+            ),
+        ));
+    };
+    if sizes.len() != args.len() {
+        return Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("kernel `{kernel}` takes {} arguments, got {}", sizes.len(), args.len()),
+        ));
+    }
+    for (i, (arg, &size)) in args.iter().zip(sizes).enumerate() {
+        if width(arg) != size {
             return Err(WireError::new(
                 ErrorKind::InvalidArgument,
-                format!("kernel `{kernel}` takes {} arguments, got {}", sizes.len(), args.len()),
+                format!("kernel `{kernel}` argument {i} is {size} bytes wide, got a {}-byte {arg:?}", width(arg)),
             ));
-        }
-        for (i, (arg, &size)) in args.iter().zip(sizes).enumerate() {
-            if width(arg) != size {
-                return Err(WireError::new(
-                    ErrorKind::InvalidArgument,
-                    format!("kernel `{kernel}` argument {i} is {size} bytes wide, got a {}-byte {arg:?}", width(arg)),
-                ));
-            }
         }
     }
     Ok(args.iter().map(slot).collect())
@@ -85,9 +103,12 @@ mod tests {
     }
 
     #[test]
-    fn count_and_widths_are_checked_when_known() {
+    fn count_and_widths_are_checked_and_unknown_signatures_refused() {
         let args = [DeviceArg::Scalar(KernelArg::U32(1)), DeviceArg::Scalar(KernelArg::U64(2))];
-        assert!(pack("k", &args, None).is_ok());
+        assert!(pack("k", &args, Some(&[4, 8])).is_ok());
+        let e = pack("k", &args, None).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message.contains("parameters are unknown"), "{}", e.message);
         let e = pack("k", &args, Some(&[4])).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
         assert!(e.message.contains("takes 1 arguments, got 2"), "{}", e.message);

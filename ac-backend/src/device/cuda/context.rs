@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::driver::{self, bind, Handle};
+use super::driver::{self, bind, blocking, Handle};
+use super::signature::{self, Signatures};
 use super::{args, image, staging, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
@@ -21,13 +22,18 @@ const JIT_LOG_BYTES: usize = 16 << 10;
 struct Module {
     raw: Handle<sys::CUmodule>,
     builtin: bool,
+    /// Its kernels' parameter sizes as the image declares them (see [`signature`]).
+    signatures: Signatures,
 }
 
 struct Function {
     raw: Handle<sys::CUfunction>,
-    /// Parameter sizes, when the driver reports them.
+    /// Parameter sizes: the driver's when it reports them, else the image's; `None`: unknown,
+    /// and the kernel is never launched.
     sizes: Option<Vec<usize>>,
     builtin: bool,
+    /// The module it belongs to: unloading that module removes it.
+    module: u64,
 }
 
 /// A session's own CUDA context on one GPU. Dropping it destroys the context, and with it
@@ -52,19 +58,29 @@ impl std::fmt::Debug for CudaContext {
 
 impl Drop for CudaContext {
     fn drop(&mut self) {
-        // SAFETY: the context was created by `open` and nothing uses it any more (every user
-        // holds an `Arc` to this value). Destroying it frees its memory, modules and streams.
-        unsafe { sys::cuCtxDestroy_v2(self.raw.0) };
+        let raw = self.raw;
+        // On the GPU's janitor thread, after the frees handed over before: destroying waits for
+        // the context's work, and this drop may run on an async thread.
+        self.gpu.janitor.defer(move || {
+            let raw: Handle<sys::CUcontext> = raw; // the whole `Send` handle, not its pointer
+                                                   // SAFETY: the context was created by `open` and nothing uses it any more (every
+                                                   // user held an `Arc` to this value). Destroying it frees its memory, modules and
+                                                   // streams.
+            unsafe { sys::cuCtxDestroy_v2(raw.0) };
+        });
     }
 }
 
 impl CudaContext {
-    /// Creates a context of its own on `gpu`.
+    /// Creates a context of its own on `gpu`, unless the GPU failed its check after a fault.
     pub fn open(gpu: Arc<Gpu>) -> DeviceResult<Self> {
+        gpu.usable()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: valid out-pointer and device. Flags 0: the driver spins while the GPU has
-        // fewer active contexts than the host has cores, else yields (lowest launch latency).
-        driver::check("cuCtxCreate", unsafe { sys::cuCtxCreate_v2(&mut raw, 0, gpu.device) })?;
+        // Blocking sync: a thread waiting for the GPU sleeps instead of spinning (see the
+        // module documentation of `cuda`, "Waiting").
+        let flags = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
+        // SAFETY: valid out-pointer and device.
+        driver::check("cuCtxCreate", unsafe { sys::cuCtxCreate_v2(&mut raw, flags, gpu.device) })?;
         Ok(Self {
             gpu,
             raw: Handle(raw),
@@ -90,6 +106,7 @@ impl CudaContext {
         driver::check(call, code).inspect_err(|e| {
             if e.kind == ErrorKind::ContextLost {
                 self.lost.lock().expect("lost poisoned").get_or_insert_with(|| e.clone());
+                self.gpu.after_fault();
             }
         })
     }
@@ -120,18 +137,24 @@ impl CudaContext {
             .ok_or_else(|| WireError::new(ErrorKind::InvalidStream, "device stream does not exist"))
     }
 
-    fn load_image(&self, image: &[u8], builtin: bool) -> DeviceResult<DeviceModule> {
+    /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets
+    /// an 8-byte-aligned copy: a payload cut out of a network frame may lie at any address,
+    /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as
+    /// `unsigned long long` arrays).
+    fn load_image(&self, image: &[u8], builtin: bool, signatures: Signatures) -> DeviceResult<DeviceModule> {
+        let aligned = aligned_copy(image);
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options =
             [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
         let mut values = [log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
         let mut raw = std::ptr::null_mut();
         // SAFETY: the image was checked to be PTX text ending in NUL, or a cubin/fatbin whose
-        // headers lie inside the buffer; the log buffer is as large as announced.
+        // headers lie inside the buffer, and its aligned copy holds all of it; the log buffer
+        // is as large as announced.
         let code = unsafe {
             sys::cuModuleLoadDataEx(
                 &mut raw,
-                image.as_ptr() as *const c_void,
+                aligned.as_ptr() as *const c_void,
                 options.len() as u32,
                 options.as_mut_ptr(),
                 values.as_mut_ptr(),
@@ -146,7 +169,7 @@ impl CudaContext {
             return Err(e);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin });
+        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin, signatures });
         Ok(DeviceModule(id))
     }
 
@@ -185,6 +208,17 @@ impl CudaContext {
     }
 }
 
+/// `image` copied into 8-byte-aligned memory (zero-padded to whole words).
+fn aligned_copy(image: &[u8]) -> Vec<u64> {
+    let mut aligned = vec![0u64; image.len().div_ceil(8)];
+    for (word, bytes) in aligned.iter_mut().zip(image.chunks(8)) {
+        let mut padded = [0u8; 8];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        *word = u64::from_ne_bytes(padded);
+    }
+    aligned
+}
+
 impl Context for CudaContext {
     fn info(&self) -> DeviceInfo {
         self.gpu.info()
@@ -197,7 +231,14 @@ impl Context for CudaContext {
         self.enter()?;
         let mut ptr = 0;
         // SAFETY: valid out-pointer; the context is current.
-        let code = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+        let mut code = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+        if code == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            // Frees run on the janitor thread: once those in flight are done, try again.
+            blocking(|| self.gpu.janitor.flush());
+            self.enter()?;
+            // SAFETY: as above.
+            code = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes as usize) };
+        }
         if let Err(mut e) = self.check("cuMemAlloc", code) {
             if e.kind == ErrorKind::OutOfMemory {
                 let free = driver::memory_free().unwrap_or(0);
@@ -210,21 +251,33 @@ impl Context for CudaContext {
     }
 
     fn free(&self, mem: DeviceMem) {
-        if self.allocations.lock().expect("allocations poisoned").remove(&mem.0).is_some() && bind(self.raw).is_ok() {
-            // SAFETY: allocated by cuMemAlloc in this context and removed from the table, so
-            // freed once. A lost context keeps its memory until it is destroyed.
-            unsafe { sys::cuMemFree_v2(mem.0) };
+        if self.allocations.lock().expect("allocations poisoned").remove(&mem.0).is_none() {
+            return;
         }
+        // On the janitor thread: cuMemFree waits for the device, and frees come from drops
+        // on async threads. The context is destroyed after this job (same queue), not before.
+        let raw = self.raw;
+        self.gpu.janitor.defer(move || {
+            if bind(raw).is_ok() {
+                // SAFETY: allocated by cuMemAlloc in this context and removed from the table,
+                // so freed once. A lost context keeps its memory until it is destroyed.
+                unsafe { sys::cuMemFree_v2(mem.0) };
+            }
+        });
     }
 
     fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()> {
         self.enter()?;
         let address = self.address(dst, offset, data.len() as u64)?;
         let stream = self.stream(stream)?;
-        // SAFETY: the range is inside the allocation. `data` is pageable, so the driver has
-        // staged it by the time the call returns and the caller may drop it.
+        // SAFETY: the range is inside the allocation; `data` outlives the copy, which is waited
+        // for below.
         let code = unsafe { sys::cuMemcpyHtoDAsync_v2(address, data.as_ptr() as *const c_void, data.len(), stream) };
-        self.check("cuMemcpyHtoDAsync", code)
+        self.check("cuMemcpyHtoDAsync", code)?;
+        // `data` is pageable and the caller reuses it once this returns: the driver may still
+        // be staging it after the call (finding 6), so the copy is waited for.
+        // SAFETY: a stream of this context.
+        self.check("cuStreamSynchronize", blocking(|| unsafe { sys::cuStreamSynchronize(stream) }))
     }
 
     fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()> {
@@ -238,7 +291,7 @@ impl Context for CudaContext {
                 "cuMemcpyDtoHAsync",
                 sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut c_void, address, out.len(), stream),
             )?;
-            self.check("cuStreamSynchronize", sys::cuStreamSynchronize(stream))
+            self.check("cuStreamSynchronize", blocking(|| sys::cuStreamSynchronize(stream)))
         }
     }
 
@@ -290,30 +343,37 @@ impl Context for CudaContext {
         match source {
             ModuleSource::Builtin(name) if name == builtin::MODULE => {
                 let cubin = self.gpu.builtin.clone()?;
-                self.load_image(&cubin, true)
+                let signatures = builtin::KERNELS
+                    .iter()
+                    .map(|(name, params)| (name.to_string(), params.iter().map(|&p| args::kind_width(p)).collect()))
+                    .collect();
+                self.load_image(&cubin, true, signatures)
             }
             ModuleSource::Builtin(name) => Err(WireError::new(
                 ErrorKind::ModuleLoad,
                 format!("no builtin module `{name}` (the CUDA device has `{}`)", builtin::MODULE),
             )),
-            ModuleSource::Ptx => self.load_image(&image::ptx_text(payload)?, false),
+            ModuleSource::Ptx => self.load_image(&image::ptx_text(payload)?, false, signature::from_ptx(payload)),
             ModuleSource::Cubin => {
                 image::check_binary(payload)?;
-                self.load_image(payload, false)
+                self.load_image(payload, false, signature::from_cubin(payload))
             }
             ModuleSource::CudaC { options } => {
                 let source = std::str::from_utf8(payload)
                     .map_err(|_| WireError::new(ErrorKind::ModuleLoad, "CUDA C source is not UTF-8"))?;
                 let cubin = self.gpu.compiler.compile(source, options, self.gpu.properties.capability)?;
-                self.load_image(&cubin, false)
+                self.load_image(&cubin, false, signature::from_cubin(&cubin))
             }
         }
     }
 
     fn unload_module(&self, module: DeviceModule) {
-        let Some(module) = self.modules.lock().expect("modules poisoned").remove(&module.0) else {
+        let Some(unloaded) = self.modules.lock().expect("modules poisoned").remove(&module.0) else {
             return;
         };
+        // Its functions die with it: a launch of one is an error, never a dead handle.
+        self.kernels.lock().expect("kernels poisoned").retain(|_, f| f.module != module.0);
+        let module = unloaded;
         if bind(self.raw).is_ok() {
             // SAFETY: loaded in this context, removed from the table, so unloaded once.
             unsafe { sys::cuModuleUnload(module.raw.0) };
@@ -322,11 +382,11 @@ impl Context for CudaContext {
 
     fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
         self.enter()?;
-        let (raw_module, is_builtin) = {
+        let (raw_module, is_builtin, declared) = {
             let modules = self.modules.lock().expect("modules poisoned");
             let m =
                 modules.get(&module.0).ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?;
-            (m.raw, m.builtin)
+            (m.raw, m.builtin, m.signatures.get(name).cloned())
         };
         let params = if is_builtin {
             let (_, params) = builtin::lookup(name).ok_or_else(|| {
@@ -345,9 +405,9 @@ impl Context for CudaContext {
             return Err(WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in the module")));
         }
         self.check("cuModuleGetFunction", code)?;
-        let sizes = self.param_sizes(raw);
+        let sizes = self.param_sizes(raw).or(declared);
         let handle = self.next.fetch_add(1, Ordering::Relaxed);
-        let function = Function { raw: Handle(raw), sizes, builtin: is_builtin };
+        let function = Function { raw: Handle(raw), sizes, builtin: is_builtin, module: module.0 };
         self.kernels.lock().expect("kernels poisoned").insert(handle, function);
         Ok(Kernel { handle, name: name.to_string(), params })
     }
@@ -358,9 +418,9 @@ impl Context for CudaContext {
         // Checked and laid out under the lock, so the launch path copies no parameter list.
         let (raw, mut slots) = {
             let kernels = self.kernels.lock().expect("kernels poisoned");
-            let f = kernels
-                .get(&kernel.handle)
-                .ok_or_else(|| WireError::new(ErrorKind::InvalidFunction, "kernel not loaded"))?;
+            let f = kernels.get(&kernel.handle).ok_or_else(|| {
+                WireError::new(ErrorKind::InvalidFunction, "kernel not loaded (or its module unloaded)")
+            })?;
             if f.builtin {
                 builtin::check_footprint(&kernel.name, args)?;
             }
@@ -414,6 +474,22 @@ impl Context for CudaContext {
         self.enter()?;
         let stream = self.stream(stream)?;
         // SAFETY: a stream of this context.
-        self.check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream) })
+        self.check("cuStreamSynchronize", blocking(|| unsafe { sys::cuStreamSynchronize(stream) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_reach_the_driver_aligned_and_whole() {
+        let frame: Vec<u8> = (0..=255u8).cycle().take(1001).collect();
+        let image = &frame[3..1000]; // as cut out of a frame: at an odd address, odd length
+        let aligned = aligned_copy(image);
+        assert_eq!(aligned.as_ptr() as usize % 8, 0);
+        let bytes: Vec<u8> = aligned.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(&bytes[..image.len()], image);
+        assert!(bytes[image.len()..].iter().all(|&b| b == 0));
     }
 }

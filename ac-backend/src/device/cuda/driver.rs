@@ -125,7 +125,39 @@ pub fn init() -> Result<c_int, String> {
     Ok(count)
 }
 
-/// A device's static description: name, compute capability, total memory.
+/// Runs a driver call that may wait (for the GPU, or to pin memory) without holding up the
+/// async runtime: on a Tokio worker thread through `block_in_place`, which first hands the
+/// thread's other tasks to another worker; elsewhere (stream workers, blocking tasks, a
+/// current-thread runtime, where `block_in_place` is not allowed) as it is.
+pub fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(call),
+        _ => call(),
+    }
+}
+
+/// How the driver lets processes share a device (`nvidia-smi -c`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ComputeMode {
+    /// Any number of processes and contexts.
+    Default,
+    /// One process at a time may hold contexts on it: the backend's sessions share it (they
+    /// are contexts of one process), nothing else on the host can use it while it runs.
+    ExclusiveProcess,
+    /// No context may be created: the device is unusable.
+    Prohibited,
+}
+
+/// The driver's CUDA version as (major, minor), e.g. (12, 8), once `cuInit` has succeeded.
+pub fn version() -> Option<(i32, i32)> {
+    let mut version = 0;
+    // SAFETY: valid out-pointer.
+    let code = unsafe { sys::cuDriverGetVersion(&mut version) };
+    (code == CUresult::CUDA_SUCCESS).then_some((version / 1000, version % 1000 / 10))
+}
+
+/// A device's static description: name, compute capability, total memory, compute mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Properties {
     /// The driver's name for it.
@@ -134,6 +166,8 @@ pub struct Properties {
     pub capability: (u32, u32),
     /// Total memory, bytes.
     pub memory_total: u64,
+    /// Who may create contexts on it.
+    pub compute_mode: ComputeMode,
 }
 
 /// Reads a device's properties.
@@ -154,7 +188,12 @@ pub fn properties(device: sys::CUdevice) -> DeviceResult<Properties> {
     let mut total = 0usize;
     // SAFETY: `total` is a valid out-pointer.
     check("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) })?;
-    Ok(Properties { name, capability: (major, minor), memory_total: total as u64 })
+    let compute_mode = match attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)? {
+        2 => ComputeMode::Prohibited,
+        3 => ComputeMode::ExclusiveProcess,
+        _ => ComputeMode::Default,
+    };
+    Ok(Properties { name, capability: (major, minor), memory_total: total as u64, compute_mode })
 }
 
 /// Makes `context` current on the calling thread.

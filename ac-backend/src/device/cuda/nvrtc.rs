@@ -8,32 +8,28 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, CString};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{ErrorKind, WireError};
-use cudarc::nvrtc::sys::{self, nvrtcResult};
 
+use super::nvrtc_loader::{nvrtc, Code, Nvrtc};
 use crate::device::DeviceResult;
 
 /// A compiled image.
 pub type Cubin = Arc<Vec<u8>>;
 
-/// Whether `libnvrtc` can be loaded (cudarc panics on the first call when it cannot).
+/// Whether NVRTC was found (see [`nvrtc_loader`](super::nvrtc_loader)).
 pub fn nvrtc_present() -> bool {
-    static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to dlopen the library.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    nvrtc().is_some()
 }
 
-/// NVRTC's version, when it is present.
-pub fn version() -> Option<(i32, i32)> {
-    if !nvrtc_present() {
-        return None;
-    }
+/// NVRTC's version and the library it was loaded from, when it is present.
+pub fn version() -> Option<((i32, i32), String)> {
+    let api = nvrtc()?;
     let (mut major, mut minor) = (0, 0);
     // SAFETY: valid out-pointers.
-    let code = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
-    (code == nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+    let code = unsafe { (api.version)(&mut major, &mut minor) };
+    (code == 0).then(|| ((major, minor), api.found.clone()))
 }
 
 /// Compiles and remembers; shared by every GPU of the backend.
@@ -111,20 +107,23 @@ fn compile_error(message: impl Into<String>) -> WireError {
     WireError::new(ErrorKind::ModuleLoad, message)
 }
 
-fn nvrtc_check(call: &str, code: nvrtcResult) -> DeviceResult<()> {
+fn nvrtc_check(api: &Nvrtc, call: &str, code: Code) -> DeviceResult<()> {
     match code {
-        nvrtcResult::NVRTC_SUCCESS => Ok(()),
-        code => Err(compile_error(format!("{call}: {code:?}"))),
+        0 => Ok(()),
+        code => Err(compile_error(format!("{call}: {}", api.error_string(code)))),
     }
 }
 
 /// An NVRTC program, destroyed on drop.
-struct Program(sys::nvrtcProgram);
+struct Program {
+    api: &'static Nvrtc,
+    raw: super::nvrtc_loader::Program,
+}
 
 impl Drop for Program {
     fn drop(&mut self) {
         // SAFETY: created by nvrtcCreateProgram and destroyed only here.
-        unsafe { sys::nvrtcDestroyProgram(&mut self.0) };
+        unsafe { (self.api.destroy_program)(&mut self.raw) };
     }
 }
 
@@ -132,22 +131,34 @@ impl Program {
     fn log(&self) -> String {
         let mut size = 0usize;
         // SAFETY: valid program and out-pointer.
-        if unsafe { sys::nvrtcGetProgramLogSize(self.0, &mut size) } != nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        if unsafe { (self.api.get_program_log_size)(self.raw, &mut size) } != 0 || size == 0 {
             return String::new();
         }
         let mut log = vec![0u8; size];
         // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
-        unsafe { sys::nvrtcGetProgramLog(self.0, log.as_mut_ptr() as *mut c_char) };
+        unsafe { (self.api.get_program_log)(self.raw, log.as_mut_ptr() as *mut c_char) };
         String::from_utf8_lossy(&log).trim_end_matches('\0').trim_end().to_string()
+    }
+
+    fn ptx(&self) -> DeviceResult<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: valid program and out-pointer.
+        nvrtc_check(self.api, "nvrtcGetPTXSize", unsafe { (self.api.get_ptx_size)(self.raw, &mut size) })?;
+        let mut text = vec![0u8; size];
+        // SAFETY: the buffer holds `size` bytes, as NVRTC asked (the text and its NUL).
+        let code = unsafe { (self.api.get_ptx)(self.raw, text.as_mut_ptr() as *mut c_char) };
+        nvrtc_check(self.api, "nvrtcGetPTX", code)?;
+        Ok(text)
     }
 
     fn cubin(&self) -> DeviceResult<Vec<u8>> {
         let mut size = 0usize;
         // SAFETY: valid program and out-pointer.
-        nvrtc_check("nvrtcGetCUBINSize", unsafe { sys::nvrtcGetCUBINSize(self.0, &mut size) })?;
+        nvrtc_check(self.api, "nvrtcGetCUBINSize", unsafe { (self.api.get_cubin_size)(self.raw, &mut size) })?;
         let mut image = vec![0u8; size];
         // SAFETY: the buffer holds `size` bytes, as NVRTC asked.
-        nvrtc_check("nvrtcGetCUBIN", unsafe { sys::nvrtcGetCUBIN(self.0, image.as_mut_ptr() as *mut c_char) })?;
+        let code = unsafe { (self.api.get_cubin)(self.raw, image.as_mut_ptr() as *mut c_char) };
+        nvrtc_check(self.api, "nvrtcGetCUBIN", code)?;
         Ok(image)
     }
 }
@@ -234,15 +245,33 @@ fn strip_comments(source: &str) -> String {
     out
 }
 
+/// What a compile produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Machine code for one architecture (`sm_XY`).
+    Cubin((u32, u32)),
+    /// PTX for a virtual architecture (`compute_XY`) and newer, NUL-terminated.
+    Ptx((u32, u32)),
+}
+
 fn compile_uncached(source: &str, options: &[String], arch: (u32, u32)) -> DeviceResult<Vec<u8>> {
-    if !nvrtc_present() {
+    compile_to(source, options, Target::Cubin(arch))
+}
+
+/// Compiles `source` to `target` without the cache (also makes the prebuilt builtin images).
+pub fn compile_to(source: &str, options: &[String], target: Target) -> DeviceResult<Vec<u8>> {
+    let Some(api) = nvrtc() else {
         return Err(WireError::new(
             ErrorKind::NeedsCuda,
-            "CUDA C needs NVRTC (libnvrtc.so), which is not installed on the backend host; load PTX or a cubin instead",
+            "CUDA C needs NVRTC (libnvrtc.so, .so.13 or .so.12, or the library AC_BACKEND_NVRTC names), \
+             which the backend host lacks; load PTX or a cubin instead",
         ));
-    }
+    };
     let source = CString::new(source).map_err(|_| compile_error("the CUDA C source contains a NUL byte"))?;
-    let mut all = vec![format!("--gpu-architecture=sm_{}{}", arch.0, arch.1)];
+    let mut all = vec![match target {
+        Target::Cubin((major, minor)) => format!("--gpu-architecture=sm_{major}{minor}"),
+        Target::Ptx((major, minor)) => format!("--gpu-architecture=compute_{major}{minor}"),
+    }];
     all.extend(options.iter().cloned());
     let all: Vec<CString> = all
         .into_iter()
@@ -253,16 +282,19 @@ fn compile_uncached(source: &str, options: &[String], arch: (u32, u32)) -> Devic
     let mut raw = std::ptr::null_mut();
     // SAFETY: NUL-terminated source and name; no headers.
     let code = unsafe {
-        sys::nvrtcCreateProgram(&mut raw, source.as_ptr(), c"module.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        (api.create_program)(&mut raw, source.as_ptr(), c"module.cu".as_ptr(), 0, std::ptr::null(), std::ptr::null())
     };
-    nvrtc_check("nvrtcCreateProgram", code)?;
-    let program = Program(raw);
+    nvrtc_check(api, "nvrtcCreateProgram", code)?;
+    let program = Program { api, raw };
     // SAFETY: the options outlive the call.
-    let code = unsafe { sys::nvrtcCompileProgram(program.0, pointers.len() as i32, pointers.as_ptr()) };
-    if code != nvrtcResult::NVRTC_SUCCESS {
-        return Err(compile_error(format!("NVRTC compile failed ({code:?}):\n{}", program.log())));
+    let code = unsafe { (api.compile_program)(program.raw, pointers.len() as i32, pointers.as_ptr()) };
+    if code != 0 {
+        return Err(compile_error(format!("NVRTC compile failed ({}):\n{}", api.error_string(code), program.log())));
     }
-    program.cubin()
+    match target {
+        Target::Cubin(_) => program.cubin(),
+        Target::Ptx(_) => program.ptx(),
+    }
 }
 
 #[cfg(test)]

@@ -9,10 +9,12 @@
 //! - device to host: the DMAs of the next `depth` chunks are queued ahead; each piece asked for
 //!   waits for its own chunk's event, so the GPU reads ahead while the network sends.
 //!
-//! A copy that finds the pool empty still works, through the driver's own staging of pageable
-//! memory (synchronous, slower): staging memory stays bounded and no copy ever waits for a
-//! buffer. Buffers are allocated with `CU_MEMHOSTALLOC_PORTABLE` under the GPU's primary
-//! context, so they serve every session's context and outlive them.
+//! A copy that finds the pool empty still works, through one pageable buffer that is refilled
+//! only after its copy has completed (the driver may stage a pageable copy after the call
+//! returns): slower, but staging memory stays bounded and no copy ever waits for a buffer.
+//! Buffers are allocated with `CU_MEMHOSTALLOC_PORTABLE` under the GPU's primary context, so
+//! they serve every session's context and outlive them; the pool frees them when the GPU goes.
+//! Every wait for the GPU goes through [`blocking`]: bulk copies run on async threads.
 
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -22,7 +24,7 @@ use bytes::{Bytes, BytesMut};
 use cudarc::driver::sys;
 
 use super::context::CudaContext;
-use super::driver::{bind, check, Handle};
+use super::driver::{bind, blocking, check, Handle};
 use super::gather::{Gather, Step};
 use crate::device::{check_piece, DeviceResult, Download, Upload};
 
@@ -68,23 +70,42 @@ impl StagingPool {
     }
 
     /// Up to `want` buffers, fewer (maybe none) when the pool is spent. Leaves the primary
-    /// context current: callers bind their own again.
+    /// context current: callers bind their own again. New buffers are pinned outside the lock
+    /// (pinning takes milliseconds per MiB): the count is reserved under it.
     fn take(&self, want: usize) -> Vec<Pinned> {
-        let mut state = self.state.lock().expect("pool poisoned");
-        let mut taken: Vec<Pinned> = (0..want).map_while(|_| state.free.pop()).collect();
-        while taken.len() < want && state.allocated < self.limit {
-            match self.allocate() {
-                Ok(buffer) => {
-                    state.allocated += 1;
-                    taken.push(buffer);
-                }
+        let (mut taken, new) = {
+            let mut state = self.state.lock().expect("pool poisoned");
+            let taken: Vec<Pinned> = (0..want).map_while(|_| state.free.pop()).collect();
+            let new = (want - taken.len()).min(self.limit - state.allocated);
+            state.allocated += new;
+            (taken, new)
+        };
+        for i in 0..new {
+            match blocking(|| self.allocate()) {
+                Ok(buffer) => taken.push(buffer),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot allocate pinned staging memory");
+                    self.state.lock().expect("pool poisoned").allocated -= new - i;
                     break;
                 }
             }
         }
         taken
+    }
+
+    /// Frees the buffers in the pool (all of them once no copy runs: at the GPU's end).
+    pub fn release(&self) {
+        let mut state = self.state.lock().expect("pool poisoned");
+        if state.free.is_empty() || bind(self.primary).is_err() {
+            return;
+        }
+        let buffers = std::mem::take(&mut state.free);
+        state.allocated -= buffers.len();
+        for buffer in buffers {
+            // SAFETY: allocated by cuMemHostAlloc and owned by the pool; no DMA uses a buffer
+            // in the pool (lanes wait for theirs before giving them back).
+            unsafe { sys::cuMemFreeHost(buffer.ptr.0 as *mut c_void) };
+        }
     }
 
     fn allocate(&self) -> DeviceResult<Pinned> {
@@ -99,6 +120,12 @@ impl StagingPool {
 
     fn give_back(&self, buffers: impl IntoIterator<Item = Pinned>) {
         self.state.lock().expect("pool poisoned").free.extend(buffers);
+    }
+}
+
+impl Drop for StagingPool {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -154,14 +181,16 @@ impl<'a> Lane<'a> {
     }
 
     fn wait(&self, slot: usize) -> DeviceResult<()> {
+        let event = self.slots[slot].event;
         // SAFETY: an event of this context; waiting on one never recorded returns at once.
-        self.context.check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.slots[slot].event.0) })
+        self.context.check("cuEventSynchronize", blocking(|| unsafe { sys::cuEventSynchronize(event.0) }))
     }
 
     fn finish(&self) -> DeviceResult<()> {
         self.context.enter()?;
+        let stream = self.stream;
         // SAFETY: the lane's stream.
-        self.context.check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.stream.0) })
+        self.context.check("cuStreamSynchronize", blocking(|| unsafe { sys::cuStreamSynchronize(stream.0) }))
     }
 }
 
@@ -172,7 +201,8 @@ impl Drop for Lane<'_> {
         // DMA left that touches the buffers handed back below.
         unsafe {
             if !self.stream.0.is_null() {
-                sys::cuStreamSynchronize(self.stream.0);
+                let stream = self.stream;
+                blocking(|| sys::cuStreamSynchronize(stream.0));
                 sys::cuStreamDestroy_v2(self.stream.0);
             }
             for slot in &self.slots {
@@ -193,7 +223,7 @@ pub struct PinnedUpload<'a> {
     lane: Lane<'a>,
     address: u64,
     len: u64,
-    /// The one buffer, when the pool gave none (the driver stages it; reusable at once).
+    /// The one buffer, when the pool gave none: refilled only once its copy has completed.
     pageable: Option<Vec<u8>>,
     gather: Gather,
     steps: Vec<Step>,
@@ -232,12 +262,16 @@ impl<'a> PinnedUpload<'a> {
                 Step::Dma { slot, at, len } => {
                     let source = self.buffer(slot).as_ptr() as *const c_void;
                     // SAFETY: a pinned buffer is not refilled before the event recorded below has
-                    // completed (Gather's `Wait`); a pageable one is staged by the driver during
-                    // the call. The target range lies inside the copy, checked when it started.
+                    // completed (Gather's `Wait`); a pageable one not before the stream has
+                    // drained (below). The target range lies inside the copy, checked when it
+                    // started.
                     let code = unsafe { sys::cuMemcpyHtoDAsync_v2(self.address + at, source, len, self.lane.stream.0) };
                     self.lane.context.check("cuMemcpyHtoDAsync", code)?;
                     if self.pageable.is_none() {
                         self.lane.record(slot)?;
+                    } else {
+                        // The driver may read pageable memory after the call returns.
+                        self.lane.finish()?;
                     }
                 }
             }

@@ -1,0 +1,532 @@
+//! A stand-in for the CUDA driver library, for tests only: it is loaded in place of
+//! `libcuda.so` by the stand-in tests (`tests/tests/device_contract.rs`), and never installed
+//! or shipped. It is **not a GPU** and says nothing about one: it checks the backend's CUDA code
+//! against the driver API's documented contract instead of assuming it, and runs the builtin
+//! kernels by name on the CPU. `scripts/gpu-check` on real hardware stays the judge.
+//!
+//! What it enforces (each breach is an error code, and where the real driver would not
+//! report it, a recorded violation that the tests read through `standin_violations`):
+//! - a context must be current on the calling thread for every call that works in one;
+//! - handles belong to one context and die with it; functions die with their module;
+//! - streams run in order, events complete when the work before their record has run, and
+//!   queued work runs as late as allowed: a host-to-device copy reads host memory only when
+//!   waited for, from pageable and pinned memory alike (device-to-host into pageable memory
+//!   completes before the call returns, as documented);
+//! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
+//!   one allocated when its context goes, is a violation;
+//! - a launch's arguments are read as the kernel's signature says (count and sizes), so the
+//!   backend must check them first; only the builtin kernels run, any other kernel answers
+//!   `CUDA_ERROR_NOT_SUPPORTED`, and `illegal_store` faults (`CUDA_ERROR_ILLEGAL_ADDRESS`,
+//!   sticky for its context) so that tests can inject a fault into one session;
+//! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
+//!   or PTX; fatbins are not supported.
+//!
+//! It has two devices (compute capability 9.0, 4 GiB each, allocated from host memory as used). Device calls and their semantics
+//! follow the CUDA driver API reference; where that reference leaves a choice, the stand-in
+//! takes the one least kind to the caller.
+
+// An FFI test fixture: it exports C functions that take raw pointers from their caller, as the
+// driver does. Every unsafe block states what the contract promises.
+#![allow(unsafe_code)]
+#![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
+
+mod kernels;
+mod memory;
+mod state;
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use state::{code, Driver, Event, Function, Module, Op, Stream};
+
+static DRIVER: LazyLock<Mutex<Driver>> = LazyLock::new(|| Mutex::new(Driver::default()));
+
+thread_local! {
+    /// The context current on this thread (0: none).
+    static CURRENT: Cell<u64> = const { Cell::new(0) };
+}
+
+pub(crate) fn driver() -> MutexGuard<'static, Driver> {
+    DRIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub(crate) type Handle = *mut c_void;
+
+pub(crate) fn id(handle: Handle) -> u64 {
+    handle as u64
+}
+
+fn handle(id: u64) -> Handle {
+    id as Handle
+}
+
+/// The current context, alive and not lost; records a violation when there is none.
+fn current(d: &mut Driver, call: &str) -> Result<u64, u32> {
+    let context = CURRENT.with(Cell::get);
+    if context == 0 {
+        d.violation(format!("{call} without a current context on this thread"));
+        return Err(code::INVALID_CONTEXT);
+    }
+    d.usable(context).map(|_| context)
+}
+
+/// Runs `body` with the lock and the current context; its error is the call's result.
+pub(crate) fn with_context(call: &str, body: impl FnOnce(&mut Driver, u64) -> Result<(), u32>) -> u32 {
+    let mut d = driver();
+    match current(&mut d, call).and_then(|context| body(&mut d, context)) {
+        Ok(()) => code::SUCCESS,
+        Err(code) => code,
+    }
+}
+
+/// Checks that a handle lives and belongs to `context`, recording a violation if not.
+pub(crate) fn owned(d: &mut Driver, what: &str, owner: Option<u64>, context: u64) -> Result<(), u32> {
+    match owner {
+        Some(owner) if owner == context => Ok(()),
+        Some(_) => {
+            d.violation(format!("{what} of another context used"));
+            Err(code::INVALID_HANDLE)
+        }
+        None => {
+            d.violation(format!("dead or unknown {what} used"));
+            Err(code::INVALID_HANDLE)
+        }
+    }
+}
+
+// ---- Initialisation and devices ----
+
+#[no_mangle]
+pub extern "C" fn cuInit(_flags: c_uint) -> u32 {
+    driver().initialized = true;
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
+    // A driver with cuFuncGetParamInfo is CUDA 12.4 or newer.
+    *version = if driver().no_param_info { 12030 } else { 12080 };
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
+    if !driver().initialized {
+        return code::NOT_INITIALIZED;
+    }
+    *count = state::DEVICES;
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
+    if !(0..state::DEVICES).contains(&ordinal) {
+        return code::INVALID_DEVICE;
+    }
+    *device = ordinal;
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> u32 {
+    if !(0..state::DEVICES).contains(&device) || len <= 0 {
+        return code::INVALID_VALUE;
+    }
+    let text = format!("CUDA driver stand-in {device} (not a GPU)\0");
+    let n = text.len().min(len as usize);
+    std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, name, n);
+    *name.add(n - 1) = 0;
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: c_int) -> u32 {
+    if !(0..state::DEVICES).contains(&device) {
+        return code::INVALID_DEVICE;
+    }
+    *value = match attribute {
+        75 => 9, // compute capability major
+        76 => 0, // minor
+        _ => 0,  // compute mode DEFAULT, and the rest
+    };
+    code::SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -> u32 {
+    if !(0..state::DEVICES).contains(&device) {
+        return code::INVALID_DEVICE;
+    }
+    *bytes = state::DEVICE_MEMORY as usize;
+    code::SUCCESS
+}
+
+// ---- Contexts ----
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut Handle, device: c_int) -> u32 {
+    let mut d = driver();
+    if let Some(&primary) = d.primaries.get(&device) {
+        if let Some(refs) = d.contexts.get_mut(&primary).and_then(|c| c.primary_refs.as_mut()) {
+            *refs += 1;
+            *context = handle(primary);
+            return code::SUCCESS;
+        }
+    }
+    match d.create_context(device, true) {
+        Ok(primary) => {
+            d.primaries.insert(device, primary);
+            *context = handle(primary);
+            code::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
+    let mut d = driver();
+    let Some(&primary) = d.primaries.get(&device) else { return code::INVALID_CONTEXT };
+    let refs = d.contexts.get_mut(&primary).and_then(|c| c.primary_refs.as_mut()).expect("primary context");
+    *refs -= 1;
+    if *refs > 0 {
+        return code::SUCCESS;
+    }
+    let leaked = d.pinned.values().filter(|(_, owner)| *owner == primary).count();
+    if leaked > 0 {
+        d.violation(format!("{leaked} pinned host allocations still allocated when their context was released"));
+    }
+    d.pinned.retain(|_, (_, owner)| *owner != primary);
+    d.primaries.remove(&device);
+    d.destroy_context(primary).err().unwrap_or(code::SUCCESS)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(context: *mut Handle, _flags: c_uint, device: c_int) -> u32 {
+    match driver().create_context(device, false) {
+        Ok(id) => {
+            CURRENT.with(|c| c.set(id));
+            *context = handle(id);
+            code::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDestroy_v2(context: Handle) -> u32 {
+    let mut d = driver();
+    let leaked = d.pinned.values().filter(|(_, owner)| *owner == id(context)).count();
+    if leaked > 0 {
+        d.violation(format!("{leaked} pinned host allocations still allocated when their context was destroyed"));
+    }
+    match d.destroy_context(id(context)) {
+        Ok(()) => {
+            CURRENT.with(|c| {
+                if c.get() == id(context) {
+                    c.set(0)
+                }
+            });
+            code::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSetCurrent(context: Handle) -> u32 {
+    if !context.is_null() && !driver().contexts.contains_key(&id(context)) {
+        return code::INVALID_CONTEXT;
+    }
+    CURRENT.with(|c| c.set(id(context)));
+    code::SUCCESS
+}
+
+// ---- Modules and kernels ----
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut Handle,
+    image: *const c_void,
+    _count: c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+) -> u32 {
+    with_context("cuModuleLoadData", |d, context| {
+        if image.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let start = image as *const u8;
+        let magic = std::slice::from_raw_parts(start, 4);
+        let binary = magic == b"\x7fELF" || magic == 0xBA55_ED50u32.to_le_bytes();
+        if binary && (image as usize) & 7 != 0 {
+            d.violation(format!("module image at {image:p}: not 8-byte aligned"));
+            return Err(code::INVALID_IMAGE);
+        }
+        let names = if magic == b"\x7fELF" {
+            // The image's own headers give its length, as the driver reads them.
+            let table = kernels::elf_table_end(std::slice::from_raw_parts(start, 64)).ok_or(code::INVALID_IMAGE)?;
+            let len = kernels::elf_len(std::slice::from_raw_parts(start, table)).ok_or(code::INVALID_IMAGE)?;
+            kernels::names(std::slice::from_raw_parts(start, len))
+        } else if binary {
+            return Err(code::NOT_SUPPORTED);
+        } else {
+            kernels::names(CStr::from_ptr(image as *const c_char).to_bytes())
+        };
+        let kernels = names.filter(|n| !n.is_empty()).ok_or(code::INVALID_IMAGE)?;
+        let id = d.handle();
+        d.modules.insert(id, Module { context, kernels });
+        *module = handle(id);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(module: Handle) -> u32 {
+    with_context("cuModuleUnload", |d, context| {
+        let owner = d.modules.get(&id(module)).map(|m| m.context);
+        owned(d, "module", owner, context)?;
+        d.modules.remove(&id(module));
+        d.functions.retain(|_, f| f.module != id(module));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(function: *mut Handle, module: Handle, name: *const c_char) -> u32 {
+    with_context("cuModuleGetFunction", |d, context| {
+        let owner = d.modules.get(&id(module)).map(|m| m.context);
+        owned(d, "module", owner, context)?;
+        let name = CStr::from_ptr(name).to_string_lossy().into_owned();
+        if !d.modules[&id(module)].kernels.contains(&name) {
+            return Err(code::NOT_FOUND);
+        }
+        let f = d.handle();
+        d.functions.insert(f, Function { context, module: id(module), name });
+        *function = handle(f);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    function: Handle,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> u32 {
+    with_context("cuFuncGetParamInfo", |d, context| {
+        let owner = d.functions.get(&id(function)).map(|f| f.context);
+        owned(d, "function", owner, context)?;
+        if d.no_param_info {
+            return Err(code::NOT_SUPPORTED);
+        }
+        let sizes = kernels::signature(&d.functions[&id(function)].name).ok_or(code::NOT_SUPPORTED)?;
+        let &wanted = sizes.get(index).ok_or(code::INVALID_VALUE)?;
+        let at = sizes[..index].iter().fold(0usize, |at, &s| at.next_multiple_of(s) + s);
+        *offset = at.next_multiple_of(wanted);
+        *size = wanted;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the driver API's signature
+pub unsafe extern "C" fn cuLaunchKernel(
+    function: Handle,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> u32 {
+    with_context("cuLaunchKernel", |d, context| {
+        let owner = d.functions.get(&id(function)).map(|f| f.context);
+        owned(d, "function", owner, context)?;
+        let stream = d.stream(context, id(stream))?;
+        let threads = block_x as u64 * block_y as u64 * block_z as u64;
+        let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+        if shape.contains(&0) || threads > 1024 || shared > 48 << 10 || !extra.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let name = d.functions[&id(function)].name.clone();
+        let sizes = kernels::signature(&name).ok_or(code::NOT_SUPPORTED)?;
+        if !sizes.is_empty() && params.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        // As the driver: one kernelParams entry per parameter of the kernel, each read for the
+        // parameter's size. A caller that passed fewer made this read past its array.
+        let args = (0..sizes.len())
+            .map(|i| std::slice::from_raw_parts(*params.add(i) as *const u8, sizes[i]).to_vec())
+            .collect();
+        d.queue(stream, Op::Launch { name, args });
+        Ok(())
+    })
+}
+
+// ---- Streams and events ----
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, _flags: c_uint) -> u32 {
+    with_context("cuStreamCreate", |d, context| {
+        let id = d.handle();
+        d.streams.insert(id, Stream { context, queue: Default::default() });
+        *stream = handle(id);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> u32 {
+    with_context("cuStreamDestroy", |d, context| {
+        let owner = d.streams.get(&id(stream)).map(|s| s.context);
+        owned(d, "stream", owner, context)?;
+        // Documented: work still queued completes, then the stream's resources go.
+        d.run(id(stream), u64::MAX);
+        d.streams.remove(&id(stream));
+        Ok(())
+    })
+}
+
+/// Waits for work: runs it, then reports a fault it caused (sticky for the context).
+fn wait(call: &str, body: impl FnOnce(&mut Driver, u64) -> Result<(), u32>) -> u32 {
+    let mut d = driver();
+    let context = CURRENT.with(Cell::get);
+    if context == 0 {
+        d.violation(format!("{call} without a current context on this thread"));
+        return code::INVALID_CONTEXT;
+    }
+    let outcome = match d.contexts.get(&context) {
+        None => Err(code::CONTEXT_IS_DESTROYED),
+        Some(_) => body(&mut d, context).and_then(|()| d.usable(context).map(|_| ())),
+    };
+    outcome.err().unwrap_or(code::SUCCESS)
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(stream: Handle) -> u32 {
+    wait("cuStreamSynchronize", |d, context| {
+        let stream = d.stream(context, id(stream))?;
+        d.run(stream, u64::MAX);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> u32 {
+    with_context("cuEventCreate", |d, context| {
+        let id = d.handle();
+        d.events.insert(id, Event { context, recorded: None });
+        *event = handle(id);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> u32 {
+    with_context("cuEventRecord", |d, context| {
+        let owner = d.events.get(&id(event)).map(|e| e.context);
+        owned(d, "event", owner, context)?;
+        let stream = d.stream(context, id(stream))?;
+        let seq = d.queue(stream, Op::Record);
+        d.events.get_mut(&id(event)).expect("checked").recorded = Some((stream, seq));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(event: Handle) -> u32 {
+    wait("cuEventSynchronize", |d, context| {
+        let owner = d.events.get(&id(event)).map(|e| e.context);
+        owned(d, "event", owner, context)?;
+        if let Some((stream, seq)) = d.events[&id(event)].recorded {
+            d.run(stream, seq);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(event: Handle) -> u32 {
+    with_context("cuEventDestroy", |d, context| {
+        let owner = d.events.get(&id(event)).map(|e| e.context);
+        owned(d, "event", owner, context)?;
+        d.events.remove(&id(event));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(error: u32, text: *mut *const c_char) -> u32 {
+    let message: &'static CStr = match error {
+        code::SUCCESS => c"no error",
+        code::INVALID_VALUE => c"invalid argument",
+        code::OUT_OF_MEMORY => c"out of memory",
+        code::NOT_INITIALIZED => c"initialization error",
+        code::INVALID_DEVICE => c"invalid device ordinal",
+        code::INVALID_IMAGE => c"device kernel image is invalid",
+        code::INVALID_CONTEXT => c"invalid device context",
+        code::INVALID_HANDLE => c"invalid resource handle",
+        code::NOT_FOUND => c"named symbol not found",
+        code::ILLEGAL_ADDRESS => c"an illegal memory access was encountered (injected by the CUDA driver stand-in)",
+        code::CONTEXT_IS_DESTROYED => c"context is destroyed",
+        code::NOT_SUPPORTED => {
+            c"operation not supported: the CUDA driver stand-in runs only the builtin kernels (not a GPU)"
+        }
+        _ => return code::INVALID_VALUE,
+    };
+    *text = message.as_ptr();
+    code::SUCCESS
+}
+
+// ---- For the tests: switches and what the stand-in saw ----
+
+/// Pinned host allocations not freed.
+#[no_mangle]
+pub extern "C" fn standin_pinned_outstanding() -> usize {
+    driver().pinned.len()
+}
+
+/// Contexts alive, primary ones included.
+#[no_mangle]
+pub extern "C" fn standin_contexts() -> usize {
+    driver().contexts.len()
+}
+
+/// Contract violations seen; their text, one a line, goes into `buffer` (cut at `len` bytes).
+#[no_mangle]
+pub unsafe extern "C" fn standin_violations(buffer: *mut u8, len: usize) -> usize {
+    let d = driver();
+    let text = d.violations.join("\n");
+    let n = text.len().min(len);
+    std::ptr::copy_nonoverlapping(text.as_ptr(), buffer, n);
+    d.violations.len()
+}
+
+/// Back to the defaults: parameter info on, faults confined to their context, nothing seen.
+#[no_mangle]
+pub extern "C" fn standin_reset() {
+    let mut d = driver();
+    d.no_param_info = false;
+    d.fault_poisons_process = false;
+    d.process_poisoned = false;
+    d.violations.clear();
+}
+
+/// Whether `cuFuncGetParamInfo` answers (a CUDA 12.4+ driver, the default) or not (older).
+#[no_mangle]
+pub extern "C" fn standin_set_param_info(on: c_int) {
+    driver().no_param_info = on == 0;
+}
+
+/// Whether a fault breaks every context created after it in the process (what NVIDIA allows).
+#[no_mangle]
+pub extern "C" fn standin_set_fault_poisons_process(on: c_int) {
+    driver().fault_poisons_process = on != 0;
+}

@@ -1,0 +1,332 @@
+//! The stand-in's model of the driver: devices, contexts, device memory, pinned host memory,
+//! modules, functions, streams and events, and the work queued on streams.
+//!
+//! Work queued on a stream runs only when someone waits for it (the stream, an event recorded
+//! after it, or a call documented to synchronize), as late as the documented contract allows:
+//! a host-to-device copy reads host memory then, not when it was queued. A caller that reuses
+//! a pageable or pinned source before the copy is known complete sends the new bytes, and the
+//! test comparing the data fails.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use crate::kernels;
+
+/// `CUresult` values the stand-in returns (the driver API's numbering).
+pub mod code {
+    /// Success.
+    pub const SUCCESS: u32 = 0;
+    /// A parameter is invalid.
+    pub const INVALID_VALUE: u32 = 1;
+    /// Out of memory.
+    pub const OUT_OF_MEMORY: u32 = 2;
+    /// `cuInit` was not called.
+    pub const NOT_INITIALIZED: u32 = 3;
+    /// No such device.
+    pub const INVALID_DEVICE: u32 = 101;
+    /// The image is not one the stand-in reads.
+    pub const INVALID_IMAGE: u32 = 200;
+    /// No context is current on the calling thread.
+    pub const INVALID_CONTEXT: u32 = 201;
+    /// A dead or foreign handle.
+    pub const INVALID_HANDLE: u32 = 400;
+    /// No such symbol.
+    pub const NOT_FOUND: u32 = 500;
+    /// A kernel or copy touched memory outside the context's allocations (sticky).
+    pub const ILLEGAL_ADDRESS: u32 = 700;
+    /// The current context was destroyed.
+    pub const CONTEXT_IS_DESTROYED: u32 = 709;
+    /// Not something the stand-in does (user kernels, fatbins).
+    pub const NOT_SUPPORTED: u32 = 801;
+}
+
+/// Device memory of each stand-in GPU.
+pub const DEVICE_MEMORY: u64 = 4 << 30;
+/// Stand-in GPUs.
+pub const DEVICES: i32 = 2;
+
+type Result<T> = std::result::Result<T, u32>;
+
+/// One queued operation.
+#[derive(Debug)]
+pub enum Op {
+    /// Host (a raw address, read when the copy runs) to device.
+    HtoD { dst: u64, src: usize, len: usize },
+    /// Device to host (written when the copy runs).
+    DtoH { dst: usize, src: u64, len: usize },
+    /// Device to device.
+    DtoD { dst: u64, src: u64, len: usize },
+    /// Sets bytes.
+    Memset { dst: u64, value: u8, len: usize },
+    /// A kernel with its argument bytes (copied at launch, as the driver does).
+    Launch { name: String, args: Vec<Vec<u8>> },
+    /// An event's record: nothing to do but be reached.
+    Record,
+    /// A stream-ordered free.
+    Free { address: u64 },
+}
+
+#[derive(Debug)]
+pub struct Context {
+    pub device: i32,
+    pub lost: Option<u32>,
+    pub default_stream: u64,
+    /// References held through `cuDevicePrimaryCtxRetain` (primary contexts only).
+    pub primary_refs: Option<u32>,
+}
+
+#[derive(Debug)]
+pub struct Allocation {
+    pub context: u64,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Stream {
+    pub context: u64,
+    pub queue: VecDeque<(u64, Op)>,
+}
+
+#[derive(Debug)]
+pub struct Event {
+    pub context: u64,
+    /// The stream and position of its last record.
+    pub recorded: Option<(u64, u64)>,
+}
+
+#[derive(Debug)]
+pub struct Module {
+    pub context: u64,
+    pub kernels: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Function {
+    pub context: u64,
+    pub module: u64,
+    pub name: String,
+}
+
+/// Everything the stand-in holds, behind one lock.
+#[derive(Debug, Default)]
+pub struct Driver {
+    pub initialized: bool,
+    next: u64,
+    next_address: u64,
+    pub contexts: HashMap<u64, Context>,
+    pub primaries: HashMap<i32, u64>,
+    pub memory: BTreeMap<u64, Allocation>,
+    /// Pinned host allocations: address -> (length, the context current when allocated).
+    pub pinned: HashMap<usize, (usize, u64)>,
+    pub streams: HashMap<u64, Stream>,
+    pub events: HashMap<u64, Event>,
+    pub modules: HashMap<u64, Module>,
+    pub functions: HashMap<u64, Function>,
+    /// Contract breaches seen (also printed as they happen).
+    pub violations: Vec<String>,
+    /// Whether `cuFuncGetParamInfo` answers (a CUDA 12.4+ driver) or not (an older one).
+    pub no_param_info: bool,
+    /// Whether a fault breaks every later context of the process (what NVIDIA allows).
+    pub fault_poisons_process: bool,
+    pub process_poisoned: bool,
+}
+
+impl Driver {
+    /// A fresh handle, never 0 and never reused.
+    pub fn handle(&mut self) -> u64 {
+        self.next += 1;
+        0x1000 + self.next * 16
+    }
+
+    /// Records a breach of the contract.
+    pub fn violation(&mut self, what: String) {
+        eprintln!("cuda-standin: contract violation: {what}");
+        self.violations.push(what);
+    }
+
+    /// Creates a context on `device`.
+    pub fn create_context(&mut self, device: i32, primary: bool) -> Result<u64> {
+        if !self.initialized {
+            return Err(code::NOT_INITIALIZED);
+        }
+        if !(0..DEVICES).contains(&device) {
+            return Err(code::INVALID_DEVICE);
+        }
+        if self.process_poisoned {
+            return Err(code::ILLEGAL_ADDRESS);
+        }
+        let (id, default_stream) = (self.handle(), self.handle());
+        self.streams.insert(default_stream, Stream { context: id, queue: VecDeque::new() });
+        let primary_refs = primary.then_some(1);
+        self.contexts.insert(id, Context { device, lost: None, default_stream, primary_refs });
+        Ok(id)
+    }
+
+    /// Waits for the context's work, then destroys it and every handle of it.
+    pub fn destroy_context(&mut self, id: u64) -> Result<()> {
+        if !self.contexts.contains_key(&id) {
+            return Err(code::INVALID_CONTEXT);
+        }
+        let streams: Vec<u64> = self.streams.iter().filter(|(_, s)| s.context == id).map(|(k, _)| *k).collect();
+        for stream in &streams {
+            self.run(*stream, u64::MAX);
+        }
+        self.contexts.remove(&id);
+        self.memory.retain(|_, a| a.context != id);
+        self.streams.retain(|_, s| s.context != id);
+        self.events.retain(|_, e| e.context != id);
+        self.modules.retain(|_, m| m.context != id);
+        self.functions.retain(|_, f| f.context != id);
+        Ok(())
+    }
+
+    /// The context `id`, checked to be alive and not lost.
+    pub fn usable(&self, id: u64) -> Result<&Context> {
+        let context = self.contexts.get(&id).ok_or(code::CONTEXT_IS_DESTROYED)?;
+        match context.lost {
+            Some(lost) => Err(lost),
+            None => Ok(context),
+        }
+    }
+
+    /// Device memory of `context` in use, bytes.
+    pub fn used(&self, device: i32) -> u64 {
+        let on_device = |a: &&Allocation| self.contexts.get(&a.context).is_some_and(|c| c.device == device);
+        self.memory.values().filter(on_device).map(|a| a.bytes.len() as u64).sum()
+    }
+
+    /// Allocates device memory for `context`.
+    pub fn alloc(&mut self, context: u64, len: usize) -> Result<u64> {
+        let device = self.usable(context)?.device;
+        if len == 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        if self.used(device) + len as u64 > DEVICE_MEMORY {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        if self.next_address == 0 {
+            self.next_address = 0x7f00_0000_0000;
+        }
+        let address = self.next_address;
+        // Never reused, with a gap: a stale or overrunning address meets no other allocation.
+        self.next_address += (len as u64).div_ceil(4096) * 4096 + 4096;
+        self.memory.insert(address, Allocation { context, bytes: vec![0; len] });
+        Ok(address)
+    }
+
+    /// The allocation of `context` holding `[address, address + len)`, and the offset in it.
+    pub fn locate(&mut self, context: u64, address: u64, len: usize) -> Option<(&mut Allocation, usize)> {
+        let (&base, allocation) = self.memory.range_mut(..=address).next_back()?;
+        let offset = (address - base) as usize;
+        (allocation.context == context && offset.checked_add(len)? <= allocation.bytes.len())
+            .then_some((allocation, offset))
+    }
+
+    /// The stream `stream` of the current context (0: its default stream).
+    pub fn stream(&self, context: u64, stream: u64) -> Result<u64> {
+        let id = if stream == 0 { self.usable(context)?.default_stream } else { stream };
+        match self.streams.get(&id) {
+            Some(s) if s.context == context => Ok(id),
+            _ => Err(code::INVALID_HANDLE),
+        }
+    }
+
+    /// Queues `op` on `stream`; returns its position.
+    pub fn queue(&mut self, stream: u64, op: Op) -> u64 {
+        let seq = self.handle();
+        self.streams.get_mut(&stream).expect("stream checked").queue.push_back((seq, op));
+        seq
+    }
+
+    /// Runs `stream`'s work up to position `upto`. A fault loses the context (sticky); the
+    /// work queued after it in a lost context is dropped.
+    pub fn run(&mut self, stream: u64, upto: u64) {
+        loop {
+            let Some(s) = self.streams.get_mut(&stream) else { return };
+            let context = s.context;
+            match s.queue.front() {
+                Some((seq, _)) if *seq <= upto => {}
+                _ => return,
+            }
+            let (_, op) = s.queue.pop_front().expect("front exists");
+            if self.contexts.get(&context).is_none_or(|c| c.lost.is_some()) {
+                continue;
+            }
+            if self.execute(context, op).is_none() {
+                if let Some(c) = self.contexts.get_mut(&context) {
+                    c.lost = Some(code::ILLEGAL_ADDRESS);
+                }
+                if self.fault_poisons_process {
+                    self.process_poisoned = true;
+                }
+            }
+        }
+    }
+
+    /// Runs one operation; `None`: it faulted.
+    fn execute(&mut self, context: u64, op: Op) -> Option<()> {
+        match op {
+            Op::HtoD { dst, src, len } => {
+                // SAFETY: the caller promised that `src` holds `len` bytes until this copy is
+                // known complete (the contract under test); reading it now is the driver's right.
+                let host = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+                let (a, at) = self.locate(context, dst, len)?;
+                a.bytes[at..at + len].copy_from_slice(host);
+            }
+            Op::DtoH { dst, src, len } => {
+                let (a, at) = self.locate(context, src, len)?;
+                // SAFETY: as above, for the destination.
+                let host = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+                host.copy_from_slice(&a.bytes[at..at + len]);
+            }
+            Op::DtoD { dst, src, len } => {
+                let (a, at) = self.locate(context, src, len)?;
+                let bytes = a.bytes[at..at + len].to_vec();
+                let (b, to) = self.locate(context, dst, len)?;
+                b.bytes[to..to + len].copy_from_slice(&bytes);
+            }
+            Op::Memset { dst, value, len } => {
+                let (a, at) = self.locate(context, dst, len)?;
+                a.bytes[at..at + len].fill(value);
+            }
+            Op::Launch { name, args } => {
+                let mut memory = ContextMemory { driver: self, context };
+                kernels::run(&name, &args, &mut memory)?;
+            }
+            Op::Record => {}
+            Op::Free { address } => {
+                self.memory.remove(&address);
+            }
+        }
+        Some(())
+    }
+
+    /// Whether queued work of any stream still uses the pinned buffer at `[address, +len)`.
+    pub fn pinned_in_flight(&self, address: usize, len: usize) -> bool {
+        let inside = |p: usize| p >= address && p < address + len;
+        self.streams.values().flat_map(|s| &s.queue).any(|(_, op)| match op {
+            Op::HtoD { src, .. } => inside(*src),
+            Op::DtoH { dst, .. } => inside(*dst),
+            _ => false,
+        })
+    }
+}
+
+struct ContextMemory<'a> {
+    driver: &'a mut Driver,
+    context: u64,
+}
+
+impl kernels::Memory for ContextMemory<'_> {
+    fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
+        let (a, at) = self.driver.locate(self.context, address, n.checked_mul(4)?)?;
+        Some(a.bytes[at..at + n * 4].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect())
+    }
+
+    fn store(&mut self, address: u64, values: &[f32]) -> Option<()> {
+        let (a, at) = self.driver.locate(self.context, address, values.len().checked_mul(4)?)?;
+        for (dst, v) in a.bytes[at..at + values.len() * 4].chunks_exact_mut(4).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Some(())
+    }
+}

@@ -1,0 +1,154 @@
+//! The CUDA device's end-to-end cases that need no user kernel: run on a GPU by `gpu.rs`
+//! (through `scripts/gpu-check`) and against the CUDA driver stand-in by `device_contract.rs`
+//! (in `scripts/test`). Each takes a backend already started on the device to test.
+
+use std::time::Duration;
+
+use ac_frontend::{Accelerator, DeviceKind, ErrorKind, LaunchDims};
+use ac_tests::{pattern, TestBackend};
+
+/// A kernel that stores to an address outside every allocation (a real fault on a GPU, an
+/// injected one in the stand-in).
+pub const ILLEGAL_STORE_PTX: &str = include_str!("../../fixtures/illegal_store.ptx");
+
+fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+    let norm = want.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let diff = got.iter().zip(want).map(|(g, w)| (*g as f64 - w).powi(2)).sum::<f64>().sqrt();
+    diff / norm.max(f64::MIN_POSITIVE)
+}
+
+pub async fn reports_itself(tb: &TestBackend) {
+    let acc = tb.connect().await;
+    let info = acc.info();
+    assert_eq!(info.kind, DeviceKind::Cuda);
+    assert!(info.compute_capability.is_some_and(|(major, _)| major >= 5), "{info:?}");
+    assert!(info.memory_total > 1 << 30 && info.memory_free <= info.memory_total, "{info:?}");
+    eprintln!("device: {} (compute {:?}), {} MiB", info.name, info.compute_capability, info.memory_total >> 20);
+}
+
+pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
+    let acc = tb.connect().await;
+    let builtin = acc.builtin().await.unwrap();
+
+    let n = 1usize << 22;
+    let (x, y) = (pattern(n, 1), pattern(n, 2));
+    let (dx, dy) = (acc.alloc_from(&x).await.unwrap(), acc.alloc_from(&y).await.unwrap());
+    let saxpy = builtin.function("saxpy").await.unwrap();
+    saxpy
+        .launch(LaunchDims::linear(n as u64, 256), &[1.5f32.into(), dx.arg(), dy.arg(), (n as u64).into()])
+        .await
+        .unwrap();
+    let got = dy.to_vec().await.unwrap();
+    assert!(got.iter().zip(x.iter().zip(&y)).all(|(g, (a, b))| (g - (1.5 * a + b)).abs() <= 1e-5));
+
+    let (m, nn, k) = (300usize, 200usize, 150usize);
+    let (a, b, c) = (pattern(m * k, 3), pattern(k * nn, 4), pattern(m * nn, 5));
+    let mut want = c.clone();
+    ac_backend::device::builtin::sgemm(m, nn, k, 1.25, &a, &b, 0.5, &mut want);
+    let (da, db, dc) =
+        (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap(), acc.alloc_from(&c).await.unwrap());
+    let sgemm = builtin.function("sgemm").await.unwrap();
+    let args = [
+        (m as u32).into(),
+        (nn as u32).into(),
+        (k as u32).into(),
+        1.25f32.into(),
+        da.arg(),
+        db.arg(),
+        0.5f32.into(),
+        dc.arg(),
+    ];
+    sgemm.launch(LaunchDims::new([13, 19, 1], [16, 16, 1]), &args).await.unwrap();
+    let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+    let rel = relative_error(&dc.to_vec().await.unwrap(), &want);
+    assert!(rel <= 1e-5, "sgemm relative error {rel:e}");
+
+    let data = pattern(10_000_019, 6);
+    let expected: f64 = data.iter().map(|&v| v as f64).sum();
+    let (din, dout) = (acc.alloc_from(&data).await.unwrap(), acc.alloc_from(&[0.0f32]).await.unwrap());
+    let reduce = builtin.function("reduce_sum").await.unwrap();
+    reduce
+        .launch(LaunchDims::new([512, 1, 1], [96, 1, 1]), &[din.arg(), dout.arg(), (data.len() as u64).into()])
+        .await
+        .unwrap();
+    let sum = dout.to_vec().await.unwrap()[0] as f64;
+    assert!((sum - expected).abs() <= 1e-5 * expected.abs().max(1.0), "sum {sum} vs {expected}");
+
+    // The builtins check their footprint before launching, as on the CPU device.
+    let short = acc.alloc::<f32>(10).await.unwrap();
+    saxpy.launch(LaunchDims::linear(100, 64), &[1.0f32.into(), short.arg(), short.arg(), 100u64.into()]).await.unwrap();
+    let err = acc.synchronize().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "{err}");
+}
+
+/// Bulk copies, pipelined through the pinned pool and not, plus device-to-device, memset and a
+/// failed allocation. With `staging_mib = 0` in the backend, they take the pageable path.
+pub async fn copies_round_trip_through_the_staging_pipeline(tb: &TestBackend) {
+    let acc = tb.connect().await;
+    let n = (96usize << 20) / 4 + 3;
+    let data = pattern(n, 7);
+    for pipelined in [true, false] {
+        let mut options = acc.copy_options();
+        options.pipelined = pipelined;
+        acc.set_copy_options(options);
+        let buf = acc.alloc_from(&data).await.unwrap();
+        assert!(buf.to_vec().await.unwrap() == data, "pipelined {pipelined}");
+    }
+    // Device to device, overlapping, on one GPU; memset.
+    let buf = acc.alloc_from(&(0..1024).map(|i| i as f32).collect::<Vec<_>>()).await.unwrap();
+    let stream = acc.default_stream();
+    let view = acc.alloc_from(&vec![0.0f32; 1024]).await.unwrap();
+    view.copy_from_device(&stream, &buf).await.unwrap();
+    view.memset(&stream, 0).await.unwrap();
+    acc.synchronize().await.unwrap();
+    assert!(view.to_vec().await.unwrap().iter().all(|&v| v == 0.0));
+    let err = acc.alloc::<u8>(acc.info().memory_total as usize * 2).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::OutOfMemory), "{err}");
+    assert_eq!(buf.to_vec().await.unwrap()[1023], 1023.0, "the session survives a failed allocation");
+}
+
+pub async fn fault_in_one_session_leaves_the_others_working(tb: &TestBackend) {
+    let healthy = tb.connect().await;
+    let victim = tb.connect().await;
+    ac_tests::computes(&healthy).await.unwrap();
+
+    let wild = victim.load_ptx(ILLEGAL_STORE_PTX).await.unwrap().function("illegal_store").await.unwrap();
+    // Keep the healthy session busy while the fault happens.
+    let busy = {
+        let healthy = healthy.clone();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                ac_tests::computes(&healthy).await?;
+            }
+            Ok::<_, ac_frontend::Error>(())
+        })
+    };
+    wild.launch(LaunchDims::linear(1, 1), &[0x10u64.into()]).await.unwrap();
+    let err = victim.synchronize().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ContextLost), "{err}");
+    assert!(err.to_string().contains("CUDA_ERROR_"), "the CUDA error is named: {err}");
+    let again = victim.alloc::<f32>(4).await.unwrap_err();
+    assert_eq!(again.kind(), Some(ErrorKind::ContextLost), "{again}");
+    busy.await.unwrap().expect("the other session never noticed");
+    ac_tests::computes(&tb.connect().await).await.expect("a new session works");
+    // The function holds the session too: both go, and the lost context with them.
+    drop((wild, victim));
+    assert!(tb.eventually(Duration::from_secs(5), |b| b.sessions() == 1).await);
+}
+
+/// Unloading a module ends its functions: a launch of one is refused with a clear error, and
+/// other modules' functions go on (finding 3). Needs only the builtin module: runs on the CPU
+/// device too.
+pub async fn functions_of_an_unloaded_module_are_refused(acc: &Accelerator) {
+    let (kept, gone) = (acc.builtin().await.unwrap(), acc.builtin().await.unwrap());
+    let fill_kept = kept.function("fill").await.unwrap();
+    let fill_gone = gone.function("fill").await.unwrap();
+    let out = acc.alloc::<f32>(16).await.unwrap();
+    gone.unload().await.unwrap();
+    fill_gone.launch(LaunchDims::linear(16, 16), &[out.arg(), 2.0f32.into(), 16u64.into()]).await.unwrap();
+    let err = acc.synchronize().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidFunction), "{err}");
+    assert!(err.to_string().contains("which was unloaded"), "{err}");
+    fill_kept.launch(LaunchDims::linear(16, 16), &[out.arg(), 3.0f32.into(), 16u64.into()]).await.unwrap();
+    assert_eq!(out.to_vec().await.unwrap(), vec![3.0; 16]);
+}

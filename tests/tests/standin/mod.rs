@@ -1,0 +1,97 @@
+//! Loads the CUDA driver stand-in (`cuda-standin`, a test-only library that is not a GPU) in
+//! place of `libcuda.so`, and reads what it saw.
+//!
+//! cudarc finds the driver with `dlopen("libcuda.so")` (then other names). The stand-in's
+//! soname is `libcuda.so`, so once this process has loaded it by its path, the loader answers
+//! cudarc with it. It must be loaded before the backend first asks for the driver (cudarc and
+//! the backend remember the answer): every test calls [`exclusive`] first.
+//!
+//! The stand-in's state is the process's: tests that run in one process (`cargo test`) take
+//! turns through [`exclusive`]; nextest runs each in a process of its own anyway.
+
+// FFI: dlopen/dlsym from the C library, to load a test fixture and call its C functions.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+extern "C" {
+    fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    fn dlerror() -> *const c_char;
+}
+
+const RTLD_NOW: c_int = 2;
+
+struct Library(*mut c_void);
+
+// SAFETY: a dlopen handle is a process-wide token, usable from any thread.
+unsafe impl Send for Library {}
+// SAFETY: as above; it is never dereferenced here.
+unsafe impl Sync for Library {}
+
+fn library() -> &'static Library {
+    static LIBRARY: OnceLock<Library> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let path = ac_tests::workspace_binary("libcuda_standin.so");
+        let c_path = CString::new(path.to_string_lossy().as_bytes()).expect("path");
+        // SAFETY: a NUL-terminated path; loading runs no code of the stand-in but statics'.
+        let handle = unsafe { dlopen(c_path.as_ptr(), RTLD_NOW) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns a NUL-terminated message after a failed dlopen.
+            let why = unsafe { CStr::from_ptr(dlerror()) }.to_string_lossy().into_owned();
+            panic!("cannot load the CUDA driver stand-in {}: {why}", path.display());
+        }
+        Library(handle)
+    })
+}
+
+/// The stand-in's function `name`, of C type `F` (a function pointer type).
+fn function<F: Copy>(name: &str) -> F {
+    let c_name = CString::new(name).expect("name");
+    // SAFETY: a live handle and a NUL-terminated name.
+    let symbol = unsafe { dlsym(library().0, c_name.as_ptr()) };
+    assert!(!symbol.is_null(), "the stand-in lacks {name}");
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: `F` is the function pointer type the stand-in exports under `name`.
+    unsafe { std::mem::transmute_copy(&symbol) }
+}
+
+/// Loads the stand-in and takes this process's turn with it (held for the whole test), with
+/// its switches at their defaults and no violation recorded.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = TURN.lock().await;
+    function::<extern "C" fn()>("standin_reset")();
+    turn
+}
+
+/// Pinned host allocations the stand-in holds (not freed).
+pub fn pinned_outstanding() -> usize {
+    function::<extern "C" fn() -> usize>("standin_pinned_outstanding")()
+}
+
+/// Contexts alive in the stand-in, primary ones included.
+pub fn contexts() -> usize {
+    function::<extern "C" fn() -> usize>("standin_contexts")()
+}
+
+/// Panics with the stand-in's record if it saw the contract broken.
+pub fn assert_no_violations() {
+    let mut text = vec![0u8; 8192];
+    let count = function::<unsafe extern "C" fn(*mut u8, usize) -> usize>("standin_violations");
+    // SAFETY: the buffer holds `len` bytes.
+    let n = unsafe { count(text.as_mut_ptr(), text.len()) };
+    let text = String::from_utf8_lossy(&text).trim_end_matches('\0').to_string();
+    assert_eq!(n, 0, "the CUDA driver stand-in saw the contract broken:\n{text}");
+}
+
+/// Whether `cuFuncGetParamInfo` answers (CUDA 12.4+ drivers) or not (older ones).
+pub fn set_param_info(on: bool) {
+    function::<extern "C" fn(c_int)>("standin_set_param_info")(on as c_int)
+}
+
+/// Whether a fault breaks every context created after it in the process.
+pub fn set_fault_poisons_process(on: bool) {
+    function::<extern "C" fn(c_int)>("standin_set_fault_poisons_process")(on as c_int)
+}
