@@ -169,6 +169,34 @@ impl Bed {
         Proc { child, lines, seen: Vec::new() }
     }
 
+    /// Starts daemon `binary` (`arm-server`, `ac-backend`) in host `i` with `args`, and returns
+    /// once it listens (it writes `DIR/TAG.addr`; its log is `DIR/TAG.log`).
+    pub fn start_daemon(
+        &self,
+        i: usize,
+        binary: &str,
+        args: &[&str],
+        env: &[(&str, String)],
+        dir: &Path,
+        tag: &str,
+    ) -> Proc {
+        let addr_file = dir.join(format!("{tag}.addr"));
+        let _ = std::fs::remove_file(&addr_file);
+        let addr_arg = addr_file.to_string_lossy().into_owned();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--addr-file", &addr_arg]);
+        let mut proc = self.spawn(i, &crate::workspace_binary(binary), &all, env, &dir.join(format!("{tag}.log")));
+        let end = Instant::now() + Duration::from_secs(10);
+        while !addr_file.exists() {
+            if Instant::now() > end || proc.child.try_wait().ok().flatten().is_some() {
+                let log = std::fs::read_to_string(dir.join(format!("{tag}.log"))).unwrap_or_default();
+                panic!("{binary} did not start in host {i}:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        proc
+    }
+
     /// Drops every packet between hosts `a` and `b` (both ways), until [`Bed::heal`].
     pub fn partition(&self, a: usize, b: usize) {
         let b = self.addr(b);

@@ -81,12 +81,7 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
             "--memory-mib",
             "2048",
         ];
-        let mut backend =
-            bed.spawn(BACKEND, &workspace_binary("ac-backend"), &backend_args, &[], &dir.path().join("backend.log"));
-        std::thread::sleep(Duration::from_millis(300));
-        if !state.join("ca.pem").exists() {
-            anyhow::bail!("the backend did not start: {}", backend.output());
-        }
+        let _backend = bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir.path(), "backend");
         for &mib in sizes {
             let (mut tcp, mut h2d, mut d2h) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..reps {

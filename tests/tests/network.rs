@@ -23,14 +23,6 @@ struct Site {
     _backend: Proc,
 }
 
-fn wait_file(path: &Path) {
-    let end = Instant::now() + Duration::from_secs(10);
-    while !path.exists() {
-        assert!(Instant::now() < end, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 impl Site {
     fn start(hosts: usize, devices: &str, arm_flags: &[&str]) -> Self {
         let bed = Bed::new(hosts, 1500);
@@ -51,16 +43,10 @@ impl Site {
     }
 
     fn start_arm(&mut self, listen: &str, flags: &[&str], env: &[(&str, String)]) {
-        let addr_file = self.dir.path().join("arm.addr");
-        let _ = std::fs::remove_file(&addr_file);
         let state = self.path("arm");
-        let mut args = vec!["--listen", listen, "--state-dir", &state, "--addr-file"];
-        let addr_arg = addr_file.to_string_lossy().into_owned();
-        args.push(&addr_arg);
+        let mut args = vec!["--listen", listen, "--state-dir", &state];
         args.extend_from_slice(flags);
-        let log = self.dir.path().join("arm.log");
-        self.arm = Some(self.bed.spawn(ARM, &workspace_binary("arm-server"), &args, env, &log));
-        wait_file(&addr_file);
+        self.arm = Some(self.bed.start_daemon(ARM, "arm-server", &args, env, self.dir.path(), "arm"));
     }
 
     fn stop_arm(&mut self) {
