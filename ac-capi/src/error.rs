@@ -21,7 +21,7 @@ pub enum acError {
     AC_ERROR_INVALID_ARGUMENT = 2,
     /// A copy's operands do not match its direction (a host pointer where an `acMem` belongs).
     AC_ERROR_INVALID_DIRECTION = 3,
-    /// A copy or argument reaches outside its device memory.
+    /// A copy, memset or kernel argument reaches outside its `acMem`.
     AC_ERROR_OUT_OF_RANGE = 4,
     /// The accelerator has not enough free memory.
     AC_ERROR_OUT_OF_MEMORY = 5,
@@ -31,11 +31,13 @@ pub enum acError {
     AC_ERROR_NOT_INITIALIZED = 7,
     /// `AC_Init` was called twice.
     AC_ERROR_ALREADY_INITIALIZED = 8,
-    /// The resource manager refused the request (unknown job, wrong credential, bad request).
+    /// The resource manager refused the request as malformed or conflicting with its state, or
+    /// failed (its storage, the batch system); the message has its reason.
     AC_ERROR_MANAGER = 9,
     /// The resource manager cannot be reached.
     AC_ERROR_MANAGER_UNREACHABLE = 10,
-    /// The connection to an accelerator was lost (its lease ended, the daemon died).
+    /// The connection to an accelerator was lost (its daemon died or stopped answering, the
+    /// network failed); its handles no longer work.
     AC_ERROR_DISCONNECTED = 11,
     /// A kernel module did not load or compile, or has no kernel of that name.
     AC_ERROR_KERNEL = 12,
@@ -45,7 +47,9 @@ pub enum acError {
     AC_ERROR_DEVICE = 14,
     /// A kernel fault left this process's context on the accelerator unusable.
     AC_ERROR_CONTEXT_LOST = 15,
-    /// This job may not use that accelerator (a revoked or missing capability).
+    /// `AC_Init`: the resource manager refused this process's job credentials (unknown job,
+    /// wrong credential, a node that is not the job's, another user's job); or an accelerator
+    /// refused the capability it was handed.
     AC_ERROR_UNAUTHORIZED = 16,
     /// Waiting took longer than allowed.
     AC_ERROR_TIMEOUT = 17,
@@ -57,6 +61,16 @@ pub enum acError {
     AC_ERROR_MPI = 20,
     /// A bug in this library (it was caught; the process goes on).
     AC_ERROR_INTERNAL = 21,
+    /// The resource manager took the accelerator back: its set was freed, the owner of a
+    /// preemptible loan took it back after the grace, or its host was removed. Its handles no
+    /// longer work; `AC_Free` its set and go on without it (or `AC_Get` another).
+    AC_ERROR_REVOKED = 22,
+    /// The job's allocation has ended (`armctl job end`, its walltime, the batch system, or this
+    /// process's session expired): every accelerator is released already. Stop using them; the
+    /// failed `AC_Free` or `AC_Finalize` has released everything locally all the same.
+    AC_ERROR_JOB_ENDED = 23,
+    /// `acSetDevice`: no accelerator at that index of the set (see `acSetSize`).
+    AC_ERROR_INVALID_DEVICE = 24,
 }
 
 use acError::*;
@@ -96,11 +110,35 @@ impl From<Error> for Failure {
             Error::ManagerUnreachable { .. } => AC_ERROR_MANAGER_UNREACHABLE,
             Error::VersionMismatch(_) => AC_ERROR_VERSION_MISMATCH,
             Error::Disconnected(_) | Error::Protocol(_) => AC_ERROR_DISCONNECTED,
+            Error::Revoked(_) => {
+                let what = "its set was freed, a preemptible loan's owner took it back, the job ended or its \
+                            host was removed: its handles no longer work; AC_Free its set and go on without it";
+                let message = format!("{e} ({what}){}", crate::preempt::revoked_hint());
+                return Self { code: AC_ERROR_REVOKED, message };
+            }
             Error::InvalidArgument(_) => AC_ERROR_INVALID_ARGUMENT,
             Error::Timeout(_) => AC_ERROR_TIMEOUT,
             Error::Setup(_) => AC_ERROR_SETUP,
         };
         Self { code, message: e.to_string() }
+    }
+}
+
+/// The failure of a call made within the session (`AC_Get`, `AC_Free`, `AC_Finalize` and their
+/// collective forms): the manager no longer knowing the session's token means that the job's
+/// allocation has ended, which the program must hear as such, not as a refused credential.
+pub(crate) fn in_session(e: Error) -> Failure {
+    match e {
+        Error::Manager { kind: ArmErrorKind::Unauthorized, message } => Failure::new(
+            AC_ERROR_JOB_ENDED,
+            format!(
+                "the job's allocation has ended (armctl job end, its walltime, the batch system, or this \
+                 process's session expired; the resource manager says: {message}): all its accelerators \
+                 are released already; stop using accelerators and finish (AC_Free and AC_Finalize release \
+                 what this process still holds here, answering this same code)"
+            ),
+        ),
+        other => other.into(),
     }
 }
 
@@ -136,27 +174,31 @@ const DESCRIPTIONS: &[(acError, &[u8])] = &[
     (AC_ERROR_INVALID_HANDLE, b"invalid handle\0"),
     (AC_ERROR_INVALID_ARGUMENT, b"invalid argument\0"),
     (AC_ERROR_INVALID_DIRECTION, b"operands do not match the copy direction\0"),
-    (AC_ERROR_OUT_OF_RANGE, b"outside the device memory\0"),
+    (AC_ERROR_OUT_OF_RANGE, b"outside the acMem (a copy, memset or kernel argument past its end)\0"),
     (AC_ERROR_OUT_OF_MEMORY, b"out of device memory\0"),
     (AC_ERROR_REJECTED, b"the resource manager rejected the request\0"),
     (AC_ERROR_NOT_INITIALIZED, b"AC_Init has not been called\0"),
     (AC_ERROR_ALREADY_INITIALIZED, b"AC_Init was already called\0"),
     (AC_ERROR_MANAGER, b"the resource manager refused the request\0"),
     (AC_ERROR_MANAGER_UNREACHABLE, b"the resource manager cannot be reached\0"),
-    (AC_ERROR_DISCONNECTED, b"the connection to the accelerator was lost\0"),
+    (AC_ERROR_DISCONNECTED, b"the connection to the accelerator was lost (its daemon or the network failed)\0"),
     (AC_ERROR_KERNEL, b"kernel module or kernel not found or not loadable\0"),
     (AC_ERROR_NEEDS_CUDA, b"the operation needs a CUDA device\0"),
     (AC_ERROR_DEVICE, b"the device failed\0"),
     (AC_ERROR_CONTEXT_LOST, b"the device context was lost after a kernel fault\0"),
-    (AC_ERROR_UNAUTHORIZED, b"not authorized\0"),
+    (AC_ERROR_UNAUTHORIZED, b"not authorized (the job's credentials or a capability were refused)\0"),
     (AC_ERROR_TIMEOUT, b"timed out\0"),
     (AC_ERROR_VERSION_MISMATCH, b"protocol version mismatch\0"),
     (AC_ERROR_SETUP, b"set-up failed (environment, certificates, sockets)\0"),
     (AC_ERROR_MPI, b"MPI failed, or the collective call failed on another rank\0"),
     (AC_ERROR_INTERNAL, b"internal error\0"),
+    (AC_ERROR_REVOKED, b"the resource manager took the accelerator back (revoked)\0"),
+    (AC_ERROR_JOB_ENDED, b"the job's allocation has ended; its accelerators are released\0"),
+    (AC_ERROR_INVALID_DEVICE, b"no accelerator at that index of the set\0"),
 ];
 
 /// A short description of error code `code`, for humans. The string is static; never free it.
+/// Never fails: an unknown code gives "unknown error code".
 #[no_mangle]
 pub extern "C" fn acGetErrorString(code: c_int) -> *const c_char {
     let found = DESCRIPTIONS.iter().find(|(c, _)| *c as c_int == code).map(|(_, text)| *text);

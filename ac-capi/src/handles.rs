@@ -63,6 +63,12 @@ impl<T> Table<T> {
         self.items.lock().expect("handle table poisoned").remove(&id).ok_or_else(|| self.gone(handle))
     }
 
+    /// The handle and item of the first item for which `which` holds.
+    pub(crate) fn find(&self, which: impl Fn(&T) -> bool) -> Option<(u64, Arc<T>)> {
+        let items = self.items.lock().expect("handle table poisoned");
+        items.iter().find(|(_, item)| which(item)).map(|(id, item)| ((self.tag << TAG_SHIFT) | id, item.clone()))
+    }
+
     /// Takes out every item for which `which` holds.
     pub(crate) fn remove_where(&self, which: impl Fn(&T) -> bool) -> Vec<Arc<T>> {
         let mut items = self.items.lock().expect("handle table poisoned");

@@ -27,7 +27,22 @@ pub struct acKernel_st {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum acSourceKind {
-    /// The device's builtin module (`fill`, `vector_add`, `saxpy`, `sgemm`, `reduce_sum`); no source.
+    /// The device's builtin module: these kernels exist on every device (the CPU device and
+    /// CUDA), with these arguments, in this order (`float *` is an `acArgMem`/`acArgMemAt` of
+    /// `float`s; `uint32_t` an `acArgU32`, `uint64_t` an `acArgU64`, `float` an `acArgF32`).
+    /// All are grid-stride loops: any launch shape computes the whole result. Matrices are
+    /// row-major. No source (NULL, 0).
+    ///
+    /// - `fill(float *out, float value, uint64_t n)`: `out[i] = value` for i < n.
+    /// - `vector_add(const float *a, const float *b, float *c, uint64_t n)`: `c[i] = a[i] + b[i]`.
+    /// - `saxpy(float a, const float *x, float *y, uint64_t n)`: `y[i] = a * x[i] + y[i]`.
+    /// - `sgemm(uint32_t m, uint32_t n, uint32_t k, float alpha, const float *A, const float *B, float beta, float *C)`:
+    ///   `C = alpha * A * B + beta * C`, A m x k, B k x n, C m x n (sizes are `uint32_t`).
+    /// - `reduce_sum(const float *in, float *out, uint64_t n)`: `out[0] += in[0] + ... + in[n-1]`;
+    ///   it adds to `out[0]`, so zero it first (`acMemset`).
+    ///
+    /// A pointer whose `acMem` is too small for what the kernel touches, or that is not 4-byte
+    /// aligned, fails the launch with `AC_ERROR_OUT_OF_RANGE` or `AC_ERROR_INVALID_ARGUMENT`.
     AC_SOURCE_BUILTIN = 0,
     /// PTX text (a CUDA device).
     AC_SOURCE_PTX = 1,
@@ -111,6 +126,11 @@ fn text(source: &[u8], what: &str) -> Outcome<String> {
 
 /// Loads kernel `name` on `device` from `source` (`len` bytes; NULL and 0 for the builtin
 /// module) of kind `kind` (one of `acSourceKind`).
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `name` or `kernel`, an
+/// unknown `kind`, text that is not UTF-8), `AC_ERROR_KERNEL` (no kernel of that name, a module
+/// that does not load or compile: the message has the compiler's log), `AC_ERROR_NEEDS_CUDA`
+/// (PTX, cubin or CUDA C on the CPU device), and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acKernelCreate(
     device: acDevice,
@@ -170,6 +190,10 @@ fn kernel_args(device: u64, args: &[acArg]) -> Outcome<Vec<KernelArg>> {
 /// Sets the kernel's `count` arguments (replacing any set before) for the next `acKernelRun`.
 /// The arguments belong to the kernel handle, shared by every thread that uses it: threads that
 /// share a kernel launch with `acKernelLaunch` instead.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE` (the kernel, or an `acMem` argument), `AC_ERROR_INVALID_ARGUMENT`
+/// (a NULL `args` with a count, an unknown kind, an `acMem` of another accelerator),
+/// `AC_ERROR_OUT_OF_RANGE` (an offset past its `acMem`). The message names the argument.
 #[no_mangle]
 pub extern "C" fn acKernelSetArgs(kernel: acKernel, count: c_int, args: *const acArg) -> acError {
     ffi(|| {
@@ -186,6 +210,9 @@ pub extern "C" fn acKernelSetArgs(kernel: acKernel, count: c_int, args: *const a
 /// default stream) over a `grid` of blocks of `block` threads with `shared_mem` bytes of dynamic
 /// shared memory per block. Returns at once; errors of the run surface at the next
 /// synchronizing call, as in CUDA.
+///
+/// Errors: as `acKernelSetArgs`, and `AC_ERROR_INVALID_ARGUMENT` (arguments that do not match
+/// the kernel's parameters, a stream of another accelerator), and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acKernelRun(
     kernel: acKernel,
@@ -203,6 +230,8 @@ pub extern "C" fn acKernelRun(
 
 /// `acKernelRun` with its own `count` arguments: one call, safe for threads that share the
 /// kernel handle.
+///
+/// Errors: as `acKernelRun`.
 #[no_mangle]
 pub extern "C" fn acKernelLaunch(
     kernel: acKernel,
@@ -240,6 +269,8 @@ fn launch(
 }
 
 /// Releases a kernel handle.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`.
 #[no_mangle]
 pub extern "C" fn acKernelDestroy(kernel: acKernel) -> acError {
     ffi(|| KERNELS.remove(value(kernel)).map(drop))

@@ -6,11 +6,14 @@
 //! - `error.rs`: `acError`, `acGetErrorString`, the thread's last message, and [`ffi`]: the
 //!   wrapper every exported function runs its body in (no panic crosses the boundary).
 //! - `handles.rs`: opaque handles as tagged numbers in per-kind tables.
-//! - `session.rs`: `AC_Init`, `AC_Get`, `AC_GetRange`, `AC_Free`, `AC_Finalize`; sets and devices.
+//! - `session.rs`: `AC_Init`, `AC_Get`, `AC_GetRange`, `AC_GetPreemptible`, `AC_Free`,
+//!   `AC_Finalize`; sets and devices.
+//! - `preempt.rs`: `AC_PollPreemption`, and the hint a revoked borrower's error carries.
 //! - `memory.rs`: `acMemAlloc`, `acMemCpy`, `acMemset`, `acMemFree`.
 //! - `kernel.rs`: `acKernelCreate`, `acKernelSetArgs`, `acKernelRun`.
 //! - `stream.rs`: streams.
-//! - `mpi.rs` (feature `mpi`): `AC_Init_comm`, `AC_Get_comm`, `AC_Free_comm`, `AC_Finalize_comm`.
+//! - `mpi.rs` (feature `mpi`): `AC_Init_comm`, `AC_Get_comm`, `AC_Free_comm`, `AC_Finalize_comm`,
+//!   and their `_fcomm` forms for Fortran communicators.
 //!
 //! # Threads
 //! Every function may be called from any thread, and handles may be shared between threads.
@@ -28,6 +31,7 @@ mod kernel;
 mod memory;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod preempt;
 mod session;
 mod stream;
 
@@ -38,9 +42,13 @@ pub use kernel::{
 };
 pub use memory::{acMem, acMemAlloc, acMemCpy, acMemCpyAt, acMemFree, acMemcpyKind, acMemset};
 #[cfg(feature = "mpi")]
-pub use mpi::{AC_Finalize_comm, AC_Free_comm, AC_Get_comm, AC_Init_comm};
+pub use mpi::{
+    AC_Finalize_comm, AC_Finalize_fcomm, AC_Free_comm, AC_Free_fcomm, AC_Get_comm, AC_Get_fcomm, AC_Init_comm,
+    AC_Init_fcomm,
+};
+pub use preempt::AC_PollPreemption;
 pub use session::{
     acDevice, acDeviceGetInfo, acDeviceInfo, acDeviceSynchronize, acSet, acSetDevice, acSetSize, AC_Finalize, AC_Free,
-    AC_Get, AC_GetRange, AC_Init,
+    AC_Get, AC_GetPreemptible, AC_GetRange, AC_Init,
 };
 pub use stream::{acStream, acStreamCreate, acStreamDestroy, acStreamSynchronize};

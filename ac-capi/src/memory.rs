@@ -53,6 +53,9 @@ fn failure(code: acError, message: impl Into<String>) -> Failure {
 }
 
 /// Allocates `bytes` of zeroed memory on `device`.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `mem`),
+/// `AC_ERROR_OUT_OF_MEMORY`, and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acMemAlloc(device: acDevice, bytes: usize, mem: *mut acMem) -> acError {
     ffi(|| {
@@ -66,6 +69,8 @@ pub extern "C" fn acMemAlloc(device: acDevice, bytes: usize, mem: *mut acMem) ->
 }
 
 /// Frees device memory. Work queued before on the accelerator still sees it.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE` (NULL, or freed already), and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acMemFree(mem: acMem) -> acError {
     ffi(|| {
@@ -81,6 +86,11 @@ pub extern "C" fn acMemFree(mem: acMem) -> acError {
 /// Copies `bytes` bytes from `src` to `dst` in direction `kind` (one of `acMemcpyKind`), as
 /// `cudaMemcpy`: host-to-device and device-to-host copies return when done and see all work
 /// queued before them; device-to-device copies are queued.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE` (a released `acMem`), `AC_ERROR_INVALID_DIRECTION` (a host
+/// pointer where `kind` wants an `acMem`, or the reverse), `AC_ERROR_INVALID_ARGUMENT` (an
+/// unknown `kind`, a NULL host pointer, `acMem`s of two accelerators), `AC_ERROR_OUT_OF_RANGE`
+/// (past the end of an `acMem`), the first error of work queued before a host copy, and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acMemCpy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int) -> acError {
     acMemCpyAt(dst, 0, src, 0, bytes, kind)
@@ -88,6 +98,8 @@ pub extern "C" fn acMemCpy(dst: *mut c_void, src: *const c_void, bytes: usize, k
 
 /// `acMemCpy` at byte offsets into `dst` and `src` (an offset into host memory is added to the
 /// pointer).
+///
+/// Errors: as `acMemCpy`.
 #[no_mangle]
 pub extern "C" fn acMemCpyAt(
     dst: *mut c_void,
@@ -135,7 +147,11 @@ pub extern "C" fn acMemCpyAt(
     })
 }
 
-/// Sets `bytes` bytes of `mem` from `offset` to `value` (queued on the default stream).
+/// Sets `bytes` bytes of `mem` from `offset` to `value_byte` (0 to 255; queued on the default
+/// stream).
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_OUT_OF_RANGE`, `AC_ERROR_INVALID_ARGUMENT`
+/// (`value_byte` outside 0..255), and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acMemset(mem: acMem, value_byte: c_int, offset: usize, bytes: usize) -> acError {
     ffi(|| {

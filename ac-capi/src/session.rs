@@ -7,9 +7,9 @@ use std::time::Duration;
 use ac_frontend::blocking::{self, Session};
 use ac_frontend::{DeviceKind, GetRequest};
 
-use crate::error::{acError, ffi, Failure, Outcome};
+use crate::error::{acError, ffi, in_session, Failure, Outcome};
 use crate::handles::{handle, value, write_out, Table};
-use crate::{kernel, memory, stream};
+use crate::{kernel, memory, preempt, stream};
 
 /// Accelerators obtained together: this node's static ones (`AC_Init`) or one `AC_Get`.
 #[allow(non_camel_case_types)]
@@ -32,16 +32,20 @@ pub struct acDevice_st {
     _never: [u8; 0],
 }
 
-/// A set: its devices and, for a dynamic set, what `AC_Free` gives back.
+/// A set: its devices and, for a dynamic set, its id at the manager and what `AC_Free` gives
+/// back.
 #[derive(Debug)]
 pub(crate) struct SetEntry {
-    devices: Vec<u64>,
+    pub(crate) devices: Vec<u64>,
+    pub(crate) id: Option<u64>,
     dynamic: Mutex<Option<blocking::DynamicSet>>,
 }
 
 /// One accelerator.
 #[derive(Debug)]
 pub(crate) struct DeviceEntry {
+    /// Its id at the manager (`host/device`), which preemption notices name.
+    pub(crate) id: String,
     pub(crate) acc: blocking::Accelerator,
 }
 
@@ -61,15 +65,19 @@ pub(crate) fn session() -> Outcome<RwLockReadGuard<'static, Option<Session>>> {
 }
 
 /// Registers accelerators as a set; returns the set's handle.
-pub(crate) fn register_set(accs: Vec<blocking::Accelerator>, dynamic: Option<blocking::DynamicSet>) -> u64 {
-    let devices = accs.into_iter().map(|acc| DEVICES.insert(DeviceEntry { acc })).collect();
-    SETS.insert(SetEntry { devices, dynamic: Mutex::new(dynamic) })
+fn register_set(handles: &[blocking::Handle], dynamic: Option<blocking::DynamicSet>) -> u64 {
+    let devices =
+        handles.iter().map(|h| DEVICES.insert(DeviceEntry { id: h.id.clone(), acc: h.acc.clone() })).collect();
+    let id = dynamic.as_ref().map(|set| set.id);
+    SETS.insert(SetEntry { devices, id, dynamic: Mutex::new(dynamic) })
 }
 
 /// Registers a dynamic set.
-pub(crate) fn register_dynamic(set: blocking::DynamicSet) -> u64 {
-    let accs = set.handles.iter().map(|h| h.acc.clone()).collect();
-    register_set(accs, Some(set))
+pub(crate) fn register_dynamic(mut set: blocking::DynamicSet) -> u64 {
+    // The device entries take the handles' ids and connections; the set keeps what `AC_Free`
+    // gives back.
+    let handles = std::mem::take(&mut set.handles);
+    register_set(&handles, Some(set))
 }
 
 /// Takes a dynamic set out of its handle, with everything made on its devices.
@@ -106,7 +114,7 @@ pub(crate) fn init_with(statics: *mut acSet, open: impl FnOnce() -> Outcome<Sess
         return Err(Failure::new(acError::AC_ERROR_ALREADY_INITIALIZED, "AC_Init was already called"));
     }
     let session = open()?;
-    let set = register_set(session.accelerators().iter().map(|h| h.acc.clone()).collect(), None);
+    let set = register_set(session.accelerators(), None);
     *slot = Some(session);
     write_out(statics, handle(set), "the static set")
 }
@@ -121,6 +129,7 @@ pub(crate) fn finalize_with(close: impl FnOnce(Session) -> Outcome) -> Outcome {
             forget_device(*device);
         }
     }
+    preempt::forget();
     close(session)
 }
 
@@ -131,7 +140,7 @@ fn count_arg(n: c_int, what: &str) -> Outcome<u32> {
         .ok_or_else(|| Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("{what} must be at least 1, got {n}")))
 }
 
-fn rejected(what: String) -> Failure {
+pub(crate) fn rejected(what: String) -> Failure {
     Failure::new(acError::AC_ERROR_REJECTED, format!("the resource manager rejected {what}"))
 }
 
@@ -142,6 +151,13 @@ fn rejected(what: String) -> Failure {
 /// `ARM_CA_CERT`, then `ARM_JOB_ID` and `ARM_JOB_CREDENTIAL` (a batch job) or `ARM_ACPN`
 /// (no batch system: an ad-hoc job of `ARM_ACPN` accelerators); optionally `ARM_NODE`,
 /// `ARM_INIT_TIMEOUT_S`, `AC_STRIPES`.
+///
+/// Errors: `AC_ERROR_INVALID_ARGUMENT` (NULL `statics`), `AC_ERROR_ALREADY_INITIALIZED`,
+/// `AC_ERROR_SETUP` (a variable missing or wrong, an unreadable CA file),
+/// `AC_ERROR_MANAGER_UNREACHABLE`, `AC_ERROR_UNAUTHORIZED` (unknown job, wrong credential, a
+/// node that is not the job's), `AC_ERROR_MANAGER` (ad-hoc jobs not allowed, too many
+/// accelerators asked), `AC_ERROR_TIMEOUT` (still queued after `ARM_INIT_TIMEOUT_S`),
+/// `AC_ERROR_DISCONNECTED`, `AC_ERROR_VERSION_MISMATCH`.
 #[no_mangle]
 pub extern "C" fn AC_Init(statics: *mut acSet) -> acError {
     ffi(|| init_with(statics, || Ok(Session::from_env()?)))
@@ -149,6 +165,12 @@ pub extern "C" fn AC_Init(statics: *mut acSet) -> acError {
 
 /// Asks for `count` more accelerators now: granted whole (`*set` is the new set) or rejected
 /// (`AC_ERROR_REJECTED`; the program goes on with what it has).
+///
+/// Errors: `AC_ERROR_INVALID_ARGUMENT` (`count` < 1, NULL `set`), `AC_ERROR_NOT_INITIALIZED`,
+/// `AC_ERROR_REJECTED` (the message says why: too few idle, an advance reservation, the
+/// fairness policy), `AC_ERROR_MANAGER` (more than exist), `AC_ERROR_MANAGER_UNREACHABLE`,
+/// `AC_ERROR_JOB_ENDED`, `AC_ERROR_DISCONNECTED` (a granted accelerator could not be reached;
+/// the grant is released).
 #[no_mangle]
 pub extern "C" fn AC_Get(count: c_int, set: *mut acSet) -> acError {
     AC_GetRange(count, count, 0, set)
@@ -156,38 +178,78 @@ pub extern "C" fn AC_Get(count: c_int, set: *mut acSet) -> acError {
 
 /// Asks for between `min` and `max` more accelerators, waiting up to `wait_s` seconds for at
 /// least `min` of them. `AC_ERROR_REJECTED` if they cannot be had in time.
+///
+/// Errors: as `AC_Get` (`AC_ERROR_INVALID_ARGUMENT` also for `min` > `max`).
 #[no_mangle]
 pub extern "C" fn AC_GetRange(min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> acError {
-    ffi(|| {
-        let (min, max) = (count_arg(min, "min")?, count_arg(max, "max")?);
-        let wait = Duration::from_secs(u64::try_from(wait_s).unwrap_or(0));
-        let request = GetRequest::new(max).at_least(min).wait_up_to(wait);
-        let guard = session()?;
-        let granted = guard.as_ref().expect("checked").get_or_why(request)?;
-        let granted = granted.map_err(|why| rejected(format!("AC_Get of {min}..{max} accelerator(s): {why}")))?;
-        write_out(set, handle(register_dynamic(granted)), "the new set")
-    })
+    ffi(|| get(false, min, max, wait_s, set))
+}
+
+/// Borrows between `min` and `max` accelerators that other jobs pre-allocated and do not use,
+/// waiting up to `wait_s` seconds for at least `min`. Their owner may take them back: the
+/// program is told by `AC_PollPreemption` and may go on using them for the manager's grace
+/// (`preemption_grace_s`, 10 s by default); then they are revoked and calls on them fail with
+/// `AC_ERROR_REVOKED`. Free the set (`AC_Free`) as usual.
+///
+/// Errors: as `AC_GetRange` (`AC_ERROR_REJECTED` when nothing is spare to borrow).
+#[no_mangle]
+pub extern "C" fn AC_GetPreemptible(min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> acError {
+    ffi(|| get(true, min, max, wait_s, set))
+}
+
+/// `AC_GetRange`, or a preemptible loan.
+fn get(preemptible: bool, min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> Outcome {
+    let (min, max) = (count_arg(min, "min")?, count_arg(max, "max")?);
+    if min > max {
+        return Err(Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("min {min} is above max {max}")));
+    }
+    if set.is_null() {
+        return Err(Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, "NULL pointer for the new set"));
+    }
+    let wait = Duration::from_secs(u64::try_from(wait_s).unwrap_or(0));
+    let request = GetRequest::new(max).at_least(min).wait_up_to(wait);
+    let guard = session()?;
+    let session = guard.as_ref().expect("checked");
+    if preemptible {
+        // Listening before the loan exists, so that no notice of it can go elsewhere.
+        preempt::listen(session);
+    }
+    let request = if preemptible { request.preemptible() } else { request };
+    let granted = session.get_or_why(request).map_err(in_session)?;
+    let kind = if preemptible { "preemptible AC_Get" } else { "AC_Get" };
+    let granted = granted.map_err(|why| rejected(format!("{kind} of {min}..{max} accelerator(s): {why}")))?;
+    write_out(set, handle(register_dynamic(granted)), "the new set")
 }
 
 /// Releases a set obtained by `AC_Get`, and everything made on its devices. The static set is
 /// released by `AC_Finalize`.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (the static set),
+/// `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED` (released already; the handle is released
+/// all the same), `AC_ERROR_MANAGER_UNREACHABLE`.
 #[no_mangle]
 pub extern "C" fn AC_Free(set: acSet) -> acError {
     ffi(|| {
         let guard = session()?;
         let dynamic = unregister_dynamic(set)?;
-        Ok(guard.as_ref().expect("checked").free(dynamic)?)
+        guard.as_ref().expect("checked").free(dynamic).map_err(in_session)
     })
 }
 
 /// Releases every accelerator of this process and ends its session. Every handle becomes
 /// invalid. `AC_Init` may be called again afterwards.
+///
+/// Errors: `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED` (the job had ended before:
+/// everything is released and the session is closed all the same), `AC_ERROR_MANAGER_UNREACHABLE`
+/// (the session is closed here; the manager releases its accelerators when its lease runs out).
 #[no_mangle]
 pub extern "C" fn AC_Finalize() -> acError {
-    ffi(|| finalize_with(|session| Ok(session.finalize()?)))
+    ffi(|| finalize_with(|session| session.finalize().map_err(in_session)))
 }
 
 /// How many accelerators `set` holds.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `count`).
 #[no_mangle]
 pub extern "C" fn acSetSize(set: acSet, count: *mut c_int) -> acError {
     ffi(|| {
@@ -197,14 +259,17 @@ pub extern "C" fn acSetSize(set: acSet, count: *mut c_int) -> acError {
 }
 
 /// Accelerator `index` (from 0) of `set`.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_DEVICE` (`index` not below
+/// `acSetSize`), `AC_ERROR_INVALID_ARGUMENT` (NULL `device`).
 #[no_mangle]
 pub extern "C" fn acSetDevice(set: acSet, index: c_int, device: *mut acDevice) -> acError {
     ffi(|| {
         let entry = SETS.get(value(set))?;
         let found = usize::try_from(index).ok().and_then(|i| entry.devices.get(i)).ok_or_else(|| {
             Failure::new(
-                acError::AC_ERROR_OUT_OF_RANGE,
-                format!("index {index} outside a set of {}", entry.devices.len()),
+                acError::AC_ERROR_INVALID_DEVICE,
+                format!("no accelerator {index} in a set of {} (indices start at 0)", entry.devices.len()),
             )
         })?;
         write_out(device, handle(*found), "the device")
@@ -227,6 +292,9 @@ pub struct acDeviceInfo {
 }
 
 /// Describes `device` (a round trip: its free memory is current).
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `info`), and those of
+/// any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acDeviceGetInfo(device: acDevice, info: *mut acDeviceInfo) -> acError {
     ffi(|| {
@@ -242,6 +310,10 @@ pub extern "C" fn acDeviceGetInfo(device: acDevice, info: *mut acDeviceInfo) -> 
 }
 
 /// Waits for all work queued on `device`; returns the first error of that work.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, the first error of the queued work (`AC_ERROR_OUT_OF_RANGE`,
+/// `AC_ERROR_INVALID_ARGUMENT`, `AC_ERROR_DEVICE`, `AC_ERROR_CONTEXT_LOST`, ...), and those of
+/// any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acDeviceSynchronize(device: acDevice) -> acError {
     ffi(|| Ok(DEVICES.get(value(device))?.acc.synchronize()?))

@@ -32,6 +32,8 @@ pub(crate) fn forget_on(device: u64) {
 }
 
 /// Creates a stream on `device`.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `stream`), and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acStreamCreate(device: acDevice, stream: *mut acStream) -> acError {
     ffi(|| {
@@ -42,12 +44,16 @@ pub extern "C" fn acStreamCreate(device: acDevice, stream: *mut acStream) -> acE
 }
 
 /// Waits for the stream's work; returns its first error since the last synchronize.
+///
+/// Errors: `AC_ERROR_INVALID_HANDLE`, the first error of the stream's work, and those of any call that reaches the accelerator.
 #[no_mangle]
 pub extern "C" fn acStreamSynchronize(stream: acStream) -> acError {
     ffi(|| Ok(STREAMS.get(value(stream))?.stream.synchronize()?))
 }
 
 /// Waits for the stream's work, then destroys it.
+///
+/// Errors: as `acStreamSynchronize`.
 #[no_mangle]
 pub extern "C" fn acStreamDestroy(stream: acStream) -> acError {
     ffi(|| {

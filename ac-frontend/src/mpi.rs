@@ -63,18 +63,33 @@ impl Session {
     /// Collective `AC_Get`: `count` accelerators for this rank (0 is allowed), granted to all
     /// ranks together or to none. `None` when the manager rejects the request.
     pub fn get_on<C: Communicator>(&self, comm: &C, count: u32) -> Result<Option<DynamicSet>> {
+        Ok(self.get_on_or_why(comm, count)?.ok())
+    }
+
+    /// [`Session::get_on`], saying why the manager rejected the request: its reason, after
+    /// what each rank asked for (every rank gets the same).
+    pub fn get_on_or_why<C: Communicator>(
+        &self,
+        comm: &C,
+        count: u32,
+    ) -> Result<std::result::Result<DynamicSet, String>> {
         let parts = gather_parts(comm, self.inner.node(), count)?;
         let root = comm.process_at_rank(0);
         let decided = match comm.rank() {
-            0 => Some(
-                self.rt
-                    .block_on(self.inner.collective_grants(share_by_node(&parts)))
-                    .map(|granted| granted.map(|(set, grants)| (set, split_by_rank(&parts, grants)))),
-            ),
+            0 => Some(self.rt.block_on(self.inner.collective_grants(share_by_node(&parts))).map(|granted| {
+                granted
+                    .map(|(set, grants)| (set, split_by_rank(&parts, grants)))
+                    .map_err(|reason| format!("{}: {reason}", asked(&parts)))
+            })),
             _ => None,
         };
-        let decided: Result<Option<(u64, Vec<Vec<Grant>>)>> = broadcast(&root, &decided.unwrap_or(Ok(None)))?;
-        let Some((set, mut shares)) = decided? else { return Ok(None) };
+        type Decided = std::result::Result<(u64, Vec<Vec<Grant>>), String>;
+        let decided = decided.unwrap_or_else(|| Ok(Err(String::new())));
+        let decided: Result<Decided> = broadcast(&root, &decided)?;
+        let (set, mut shares) = match decided? {
+            Ok(granted) => granted,
+            Err(reason) => return Ok(Err(reason)),
+        };
         let mine = std::mem::take(&mut shares[comm.rank() as usize]);
         let connected = self.rt.block_on(self.inner.connect(set, &mine));
         // All or nothing: if a rank cannot reach its share, the set goes back whole.
@@ -83,7 +98,7 @@ impl Session {
             let empty = crate::DynamicSet { id: set, handles: Vec::new() };
             self.rt.block_on(self.inner.free(empty)).ok();
         }
-        Ok(Some(self.wrap_set(connected?)))
+        Ok(Ok(self.wrap_set(connected?)))
     }
 
     /// Collective `AC_Free` of a set obtained with [`Session::get_on`]: every rank's handles
@@ -126,6 +141,21 @@ fn gather_parts<C: Communicator>(comm: &C, node: &str, count: u32) -> Result<Vec
             (String::from_utf8_lossy(&name[..end]).into_owned(), count)
         })
         .collect())
+}
+
+/// What the ranks asked for, for a rejection: `1 accelerator(s) for rank 0 on n1, 1 for rank 1
+/// on n1 (2 in all)`.
+fn asked(parts: &[(String, u32)]) -> String {
+    let ranks: Vec<String> = parts
+        .iter()
+        .enumerate()
+        .map(|(rank, (node, count))| match rank {
+            0 => format!("{count} accelerator(s) for rank 0 on {node}"),
+            _ => format!("{count} for rank {rank} on {node}"),
+        })
+        .collect();
+    let total: u32 = parts.iter().map(|(_, count)| count).sum();
+    format!("{} ({total} in all)", ranks.join(", "))
 }
 
 /// What the manager is asked for: the accelerators each node needs.

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
 
     acError got = AC_Get_comm(MPI_COMM_WORLD, per_rank, &mine);
     if (got == AC_ERROR_REJECTED) {
-        printf("rank %d: AC_Get_comm(%d per rank): rejected\n", rank, per_rank);
+        printf("rank %d: AC_Get_comm(%d per rank): rejected: %s\n", rank, per_rank, acGetLastErrorMessage());
     } else {
         CHECK(got);
         CHECK(acSetSize(mine, &count));

@@ -111,3 +111,62 @@ async fn armctl_reserves_pre_allocates_and_lists_ended_jobs_on_request() {
     let (_, out, _) = run(&["--json", "job", "show", "in"]);
     assert!(out.contains("\"reservation\": null"), "{out}");
 }
+
+/// An open advance reservation: `host list` shows what it holds as reserved, with its id, and an
+/// `AC_Get` it stops is rejected naming it; `job show`'s table has a job's peak, spare
+/// accelerators and waiting requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armctl_shows_reservations_spares_and_waits_and_rejections_name_the_reservation() {
+    use ac_proto::arm::{Request, Response};
+    use std::time::Duration;
+    let c = TestCluster::start(4).await;
+    let run = |args: &[&str]| tokio::task::block_in_place(|| armctl(&c, true, args));
+    let (code, _, err) = run(&["job", "submit", "--job", "pre", "--nodes", "n2", "--acpn", "1", "--peak", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let credential = c.submit("a", &["n1"], 1).await;
+    let start = ac_proto::capability::unix_now() + 5;
+    let create = Request::ReservationCreate { count: 1, start, duration_s: 600, user: Some("carol".into()), job: None };
+    let Response::Reservation(reservation) = c.admin().await.request(create).await.unwrap() else { panic!() };
+    let named = format!("advance reservation {}", reservation.id);
+
+    let session =
+        std::sync::Arc::new(ac_frontend::Session::init(c.session_options("a", &credential, "n1")).await.unwrap());
+    // Before it opens or after, the rejection names it.
+    let why = session.get_or_why(ac_frontend::GetRequest::new(1)).await.unwrap().unwrap_err();
+    assert!(why.contains(&named), "{why}");
+    let open = ac_tests::eventually(Duration::from_secs(15), || async {
+        let Ok(Response::Reservations(list)) = c.admin().await.request(Request::ReservationList).await else {
+            return false;
+        };
+        list.iter().any(|r| r.id == reservation.id && r.state == "active")
+    })
+    .await;
+    assert!(open, "the reservation never opened");
+    let why = session.get_or_why(ac_frontend::GetRequest::new(1)).await.unwrap().unwrap_err();
+    assert!(why.contains("only 0 accelerator(s) idle") && why.contains(&format!("{named} holds 1")), "{why}");
+    let (code, out, _) = run(&["host", "list"]);
+    assert_eq!(code, 0);
+    let reserved: Vec<&str> = out.lines().filter(|l| l.contains(" reserved ")).collect();
+    assert_eq!(reserved.len(), 1, "{out}");
+    assert!(reserved[0].ends_with(&format!("reservation {}", reservation.id)), "{out}");
+    assert!(!out.contains(" free "), "nothing else is free: {out}");
+    let (_, json, _) = run(&["--json", "host", "list"]);
+    assert_eq!(json.matches("\"reserved\"").count(), 1, "{json}");
+
+    // A waiting request, counted by `job show` with the peak and the spare accelerator.
+    let waiting = session.clone();
+    let wait = ac_frontend::GetRequest::new(1).wait_up_to(Duration::from_secs(60));
+    let request = tokio::spawn(async move { waiting.get_with(wait).await });
+    let counted =
+        ac_tests::eventually(Duration::from_secs(10), || async { c.job("a").await.waiting_requests == 1 }).await;
+    assert!(counted, "the request never waited");
+    let (code, out, _) = run(&["job", "show", "a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("WAITING REQUESTS  1") && out.contains("PEAK              -"), "{out}");
+    let (_, out, _) = run(&["job", "show", "pre"]);
+    let spare = c.job("pre").await.preallocated_unused;
+    assert_eq!(spare.len(), 1);
+    assert!(out.contains("PEAK              2") && out.contains(&format!("SPARE             {}", spare[0])), "{out}");
+    assert!(out.contains("WAITING REQUESTS  0"), "{out}");
+    request.abort();
+}

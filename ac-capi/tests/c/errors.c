@@ -2,6 +2,8 @@
  * Each case prints "case: code (string): message"; a code other than the expected one ends
  * the program with status 1. */
 #include <ac.h>
+/* Included twice, as a program does whose own header includes it too. */
+#include <ac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,8 @@ int main(void) {
     expect("init", AC_Init(&statics), AC_SUCCESS);
     expect("init twice", AC_Init(&statics), AC_ERROR_ALREADY_INITIALIZED);
     expect("device 0", acSetDevice(statics, 0, &dev), AC_SUCCESS);
-    expect("device 5", acSetDevice(statics, 5, &dev), AC_ERROR_OUT_OF_RANGE);
+    expect("device 5", acSetDevice(statics, 5, &dev), AC_ERROR_INVALID_DEVICE);
+    expect("device -1", acSetDevice(statics, -1, &dev), AC_ERROR_INVALID_DEVICE);
     expect("alloc", acMemAlloc(dev, 1024, &mem), AC_SUCCESS);
     expect("alloc on a NULL device", acMemAlloc(NULL, 1024, &other), AC_ERROR_INVALID_HANDLE);
     expect("alloc on a forged device", acMemAlloc((acDevice)(uintptr_t)0x1234, 1024, &other),
@@ -97,6 +100,26 @@ int main(void) {
 
     expect("rejected AC_Get", AC_Get(1000, &more), AC_ERROR_REJECTED);
     expect("AC_Get of nothing", AC_Get(0, &more), AC_ERROR_INVALID_ARGUMENT);
+    expect("AC_GetRange with min above max", AC_GetRange(2, 1, 0, &more), AC_ERROR_INVALID_ARGUMENT);
+    expect("AC_Get into NULL", AC_Get(1, NULL), AC_ERROR_INVALID_ARGUMENT);
+    expect("borrow with nothing spare", AC_GetPreemptible(1, 1, 0, &more), AC_ERROR_REJECTED);
+    acSet taken_set;
+    acDevice taken;
+    int64_t revoke_at;
+    expect("poll preemptions: none", AC_PollPreemption(0, &taken_set, &taken, &revoke_at), AC_SUCCESS);
+    if (taken != NULL || taken_set != NULL || revoke_at != 0) {
+        printf("poll preemptions: told of one that never happened\n");
+        failures++;
+    }
+    expect("poll preemptions into NULL", AC_PollPreemption(0, NULL, &taken, &revoke_at), AC_ERROR_INVALID_ARGUMENT);
+    expect("memset with a value that is not a byte", acMemset(mem, 300, 0, 4), AC_ERROR_INVALID_ARGUMENT);
+    acDeviceInfo info;
+    expect("device info", acDeviceGetInfo(dev, &info), AC_SUCCESS);
+    if (info.memory_total == 0 || info.name[0] == 0 || info.is_cuda != 0) {
+        printf("device info: %s, %llu bytes, cuda %d\n", info.name, (unsigned long long)info.memory_total,
+               info.is_cuda);
+        failures++;
+    }
     expect("free the static set", AC_Free(statics), AC_ERROR_INVALID_ARGUMENT);
     expect("free memory", acMemFree(mem), AC_SUCCESS);
     expect("free it again", acMemFree(mem), AC_ERROR_INVALID_HANDLE);
@@ -107,6 +130,21 @@ int main(void) {
     expect("finalize", AC_Finalize(), AC_SUCCESS);
     expect("a device after finalize", acMemAlloc(dev, 16, &other), AC_ERROR_INVALID_HANDLE);
     expect("finalize twice", AC_Finalize(), AC_ERROR_NOT_INITIALIZED);
+    expect("poll preemptions after finalize", AC_PollPreemption(0, &taken_set, &taken, &revoke_at),
+           AC_ERROR_NOT_INITIALIZED);
+    /* Every code has its own description. */
+    for (int code = 0; code <= (int)AC_ERROR_INVALID_DEVICE; code++) {
+        for (int other = 0; other < code; other++) {
+            if (strcmp(acGetErrorString(code), acGetErrorString(other)) == 0) {
+                printf("codes %d and %d share the description %s\n", other, code, acGetErrorString(code));
+                failures++;
+            }
+        }
+        if (strcmp(acGetErrorString(code), "unknown error code") == 0) {
+            printf("code %d has no description\n", code);
+            failures++;
+        }
+    }
     printf("%d failure(s)\n", failures);
     return failures == 0 ? 0 : 1;
 }

@@ -14,7 +14,7 @@ use crate::{ConnectOptions, CopyOptions, Error, Result};
 
 mod session;
 
-pub use session::{DynamicSet, Handle, Session};
+pub use session::{DynamicSet, Handle, Preemptions, Session};
 
 /// A remote accelerator, driven by a runtime of its own.
 #[derive(Debug)]

@@ -1,11 +1,13 @@
 //! `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` without `.await`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
 
 use super::{runtime, Accelerator};
-use crate::{GetRequest, Result, SessionOptions};
+use crate::{GetRequest, Preemption, Result, SessionOptions};
 
 /// One accelerator handed to this program (blocking). The session closes its connection.
 #[derive(Debug)]
@@ -95,6 +97,12 @@ impl Session {
         self.rt.block_on(self.inner.free(set.inner))
     }
 
+    /// Preemptions of this session's preemptible sets, as [`crate::Session::preemptions`]: from
+    /// now on they go to the returned receiver instead of stderr.
+    pub fn preemptions(&self) -> Preemptions {
+        Preemptions { rt: self.rt.clone(), rx: self.inner.preemptions() }
+    }
+
     /// `AC_Finalize`: releases every dynamic set and ends the session.
     #[doc(alias = "AC_Finalize")]
     pub fn finalize(self) -> Result<()> {
@@ -104,4 +112,25 @@ impl Session {
 
 fn blocking_handles(rt: &Arc<Runtime>, handles: &[crate::Handle]) -> Vec<Handle> {
     handles.iter().map(|h| Handle { id: h.id.clone(), acc: Accelerator::borrowed(rt.clone(), h.acc.clone()) }).collect()
+}
+
+/// Where a blocking program learns of its preemptible sets' preemptions.
+#[derive(Debug)]
+pub struct Preemptions {
+    rt: Arc<Runtime>,
+    rx: mpsc::UnboundedReceiver<Preemption>,
+}
+
+impl Preemptions {
+    /// The next preemption, waiting up to `wait` for one; `None` if none came (or the session
+    /// ended).
+    pub fn next(&mut self, wait: Duration) -> Option<Preemption> {
+        if let Ok(notice) = self.rx.try_recv() {
+            return Some(notice);
+        }
+        if wait.is_zero() {
+            return None;
+        }
+        self.rt.block_on(async { tokio::time::timeout(wait, self.rx.recv()).await.ok().flatten() })
+    }
 }

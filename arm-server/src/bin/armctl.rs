@@ -48,6 +48,8 @@ enum Command {
     /// Slurm's side: `PrologSlurmctld` and `EpilogSlurmctld` (docs/slurm.md).
     #[command(subcommand)]
     Slurm(SlurmCommand),
+    /// What the manager finds wrong (a Slurm pool out of step with it, Slurm unreachable).
+    Health,
 }
 
 #[derive(Debug, Subcommand)]
@@ -229,10 +231,14 @@ fn parse_time_limit(limit: &str) -> Option<u64> {
 
 /// The time limit Slurm gives job `id` (the ARM plans dynamic grants with it).
 fn time_limit(id: &str) -> anyhow::Result<u64> {
-    let output = std::process::Command::new("squeue").args(["-h", "-j", id, "-o", "%l"]).output()?;
+    // `-j` of an array's own id lists every task of the array: `%A` (each task's own id)
+    // picks the job itself.
+    let output = std::process::Command::new("squeue").args(["-h", "-j", id, "-o", "%A %l"]).output()?;
     anyhow::ensure!(output.status.success(), "squeue: {}", String::from_utf8_lossy(&output.stderr));
     let shown = String::from_utf8(output.stdout)?;
-    parse_time_limit(&shown).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", shown.trim()))
+    let limit = shown.lines().find_map(|l| l.trim().strip_prefix(id)?.strip_prefix(' '));
+    let limit = limit.ok_or_else(|| anyhow::anyhow!("squeue does not list job {id}: `{}`", shown.trim()))?;
+    parse_time_limit(limit).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", limit.trim()))
 }
 
 /// The binding Slurm's prolog asks for, from the environment Slurm gives it.
@@ -294,6 +300,7 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         Command::Reservation(ReservationCommand::Delete { id }) => Request::ReservationDelete { id: *id },
         Command::Slurm(SlurmCommand::Prolog) => prolog_request()?,
         Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
+        Command::Health => Request::Health,
     })
 }
 
@@ -311,6 +318,35 @@ fn print_reservations(reservations: &[ReservationView]) {
             format!("{}s", r.duration_s),
             r.jobs.join(",")
         );
+    }
+}
+
+/// A host list with the free accelerators that open advance reservations hold shown as
+/// `reserved`, held by `reservation ID`: the manager lists them as free, yet an `AC_Get` cannot
+/// have them. A reservation holds a number of accelerators, not particular ones: those shown are
+/// the first free ones, which the manager's planning keeps for it.
+async fn with_reservations(client: &ArmClient, response: Response) -> Result<Response, ac_frontend::Error> {
+    let Response::Hosts(mut hosts) = response else { return Ok(response) };
+    if let Response::Reservations(reservations) = client.request(Request::ReservationList).await? {
+        mark_reserved(&mut hosts, &reservations);
+    }
+    Ok(Response::Hosts(hosts))
+}
+
+fn mark_reserved(hosts: &mut [HostView], reservations: &[ReservationView]) {
+    for r in reservations.iter().filter(|r| r.state == "active") {
+        // What the reservation's running jobs hold counts toward it.
+        let used = hosts
+            .iter()
+            .flat_map(|h| &h.accelerators)
+            .filter(|a| a.holder.as_ref().is_some_and(|job| r.jobs.contains(job)))
+            .count();
+        let rest = (r.count as usize).saturating_sub(used);
+        let free = hosts.iter_mut().flat_map(|h| h.accelerators.iter_mut()).filter(|a| a.state == "free");
+        for a in free.take(rest) {
+            a.state = "reserved".into();
+            a.holder = Some(format!("reservation {}", r.id));
+        }
     }
 }
 
@@ -363,6 +399,20 @@ fn print_jobs(jobs: &[JobView]) {
     }
 }
 
+/// `job show`: the table's row, then what only one job's view has: its peak, its spare
+/// pre-allocated accelerators, its waiting requests, its reservation.
+fn print_job(job: &JobView) {
+    print_jobs(std::slice::from_ref(job));
+    let spare = match job.preallocated_unused.is_empty() {
+        true => "-".to_string(),
+        false => job.preallocated_unused.join(" "),
+    };
+    println!("PEAK              {}", job.peak.map_or("-".into(), |p| p.to_string()));
+    println!("SPARE             {spare}");
+    println!("WAITING REQUESTS  {}", job.waiting_requests);
+    println!("RESERVATION       {}", job.reservation.map_or("-".into(), |r| r.to_string()));
+}
+
 fn print(response: &Response, json: bool) {
     if json {
         println!("{}", serde_json::to_string_pretty(response).unwrap_or_default());
@@ -372,7 +422,7 @@ fn print(response: &Response, json: bool) {
         Response::Hosts(hosts) => print_hosts(hosts),
         Response::Host(host) => print_hosts(std::slice::from_ref(host)),
         Response::Jobs(jobs) => print_jobs(jobs),
-        Response::Job(job) => print_jobs(std::slice::from_ref(job)),
+        Response::Job(job) => print_job(job),
         Response::Submitted { id, credential } => {
             println!("job {id} queued");
             println!("ARM_JOB_ID={id}");
@@ -381,6 +431,8 @@ fn print(response: &Response, json: bool) {
         Response::Reservations(reservations) => print_reservations(reservations),
         Response::Reservation(reservation) => print_reservations(std::slice::from_ref(reservation)),
         Response::Done => println!("done"),
+        Response::Health(problems) if problems.is_empty() => println!("ok"),
+        Response::Health(problems) => problems.iter().for_each(|p| println!("{p}")),
         other => println!("{other:?}"),
     }
 }
@@ -406,6 +458,7 @@ async fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("armctl: {e}");
+            slurm_refusal(&cli.command, &e.to_string());
             return ExitCode::from(2);
         }
     };
@@ -413,7 +466,12 @@ async fn main() -> ExitCode {
     if cli.cert.exists() && cli.key.exists() {
         options.identity = Some((cli.cert.clone(), cli.key.clone()));
     }
-    let result = async { ArmClient::connect(options).await?.request(request).await }.await;
+    let result = async {
+        let client = ArmClient::connect(options).await?;
+        let response = client.request(request).await?;
+        with_reservations(&client, response).await
+    }
+    .await;
     match result {
         Ok(response) => {
             print(&response, cli.json);
@@ -427,8 +485,30 @@ async fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("armctl: {e}");
+            slurm_refusal(&cli.command, &e.to_string());
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// Slurm keeps nothing of what a failing PrologSlurmctld or EpilogSlurmctld prints: the reason
+/// goes to syslog and to the job's `AdminComment` (`scontrol show job`), where an admin looks.
+fn slurm_refusal(command: &Command, reason: &str) {
+    let Command::Slurm(which) = command else { return };
+    let what = match which {
+        SlurmCommand::Prolog => "prolog",
+        SlurmCommand::Epilog => "epilog",
+    };
+    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    let line = format!("ac {what} of job {job}: {reason}");
+    let _ = std::process::Command::new("logger").args(["-t", "armctl", "-p", "user.err", "--", &line]).output();
+    // `jobid=A` of an array's own id would comment every task of the array: `A_T` is this one.
+    let task =
+        std::env::var("SLURM_ARRAY_JOB_ID").and_then(|a| Ok(format!("{a}_{}", std::env::var("SLURM_ARRAY_TASK_ID")?)));
+    let target = task.unwrap_or_else(|_| job.clone());
+    if !target.is_empty() {
+        let comment = format!("admincomment={line}");
+        let _ = std::process::Command::new("scontrol").args(["update", &format!("jobid={target}"), &comment]).output();
     }
 }
 

@@ -49,7 +49,7 @@ impl Core {
                 self.hold_set(id, &session.job, token_hash, &parts, picked, collective, ask.key.clone(), now);
                 Ok(GetOutcome::Granted(id))
             }
-            Decision::Rejected(reason) => Ok(GetOutcome::Rejected(reason)),
+            Decision::Rejected(reason) => Ok(GetOutcome::Rejected(self.with_reservations(reason, now))),
             Decision::Waiting => {
                 let get = PendingGet {
                     id,

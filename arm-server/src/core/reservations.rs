@@ -88,6 +88,38 @@ impl Core {
         !over.is_empty()
     }
 
+    /// A rejected `AC_Get`'s reason with the advance reservations that take accelerators out of
+    /// the pool, now or later, by id: the scheduler's reason ("only 0 accelerator(s) idle", "it
+    /// would collide with an advance reservation") does not say which, nor that one is why.
+    pub(super) fn with_reservations(&self, reason: String, now: u64) -> String {
+        let notes: Vec<String> = self
+            .reservations
+            .values()
+            .filter(|r| r.end() > now)
+            .map(|r| match r.start <= now {
+                true => format!(
+                    "advance reservation {} holds {} accelerator(s) for {}'s jobs until it ends in {} s",
+                    r.id,
+                    r.count,
+                    r.user,
+                    r.end() - now
+                ),
+                false => format!(
+                    "advance reservation {} takes {} accelerator(s) for {}'s jobs in {} s, for {} s",
+                    r.id,
+                    r.count,
+                    r.user,
+                    r.start - now,
+                    r.duration
+                ),
+            })
+            .collect();
+        match notes.is_empty() {
+            true => reason,
+            false => format!("{reason} ({})", notes.join("; ")),
+        }
+    }
+
     /// Whether a reservation that has begun still has a queued job to start.
     pub(super) fn reservation_due(&self, now: u64) -> bool {
         self.reservations
