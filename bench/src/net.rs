@@ -79,7 +79,7 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
             "--device",
             "cpu",
             "--memory-mib",
-            "2048",
+            "8192",
         ];
         let _backend = bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir.path(), "backend");
         for &mib in sizes {

@@ -194,9 +194,18 @@ async fn run(args: &[String]) -> Result<(), Error> {
         }
         _ => usage(),
     }
-    if let Some(session) = session {
-        drop(accs);
-        session.finalize().await?;
+    match session {
+        Some(session) => {
+            drop(accs);
+            session.finalize().await?;
+        }
+        // Closed before exiting, so that the backend frees the session's memory now rather than
+        // after its idle timeout.
+        None => {
+            for acc in accs {
+                acc.close().await;
+            }
+        }
     }
     Ok(())
 }
