@@ -97,28 +97,11 @@ impl Site {
 }
 
 fn start_backend(bed: &Bed, dir: &Path, devices: &str) -> Proc {
-    let addr_file = dir.join("backend.addr");
-    let _ = std::fs::remove_file(&addr_file);
     let state = dir.join("backend").to_string_lossy().into_owned();
     let listen = bed.sock(BACKEND, 7100).to_string();
-    let addr_arg = addr_file.to_string_lossy().into_owned();
-    let args = [
-        "--listen",
-        &listen,
-        "--state-dir",
-        &state,
-        "--device",
-        "cpu",
-        "--devices",
-        devices,
-        "--memory-mib",
-        "256",
-        "--addr-file",
-        &addr_arg,
-    ];
-    let proc = bed.spawn(BACKEND, &workspace_binary("ac-backend"), &args, &[], &dir.join("backend.log"));
-    wait_file(&addr_file);
-    proc
+    let args =
+        ["--listen", &listen, "--state-dir", &state, "--device", "cpu", "--devices", devices, "--memory-mib", "256"];
+    bed.start_daemon(BACKEND, "ac-backend", &args, &[], dir, "backend")
 }
 
 fn expect_line(proc: &mut Proc, needle: &str, limit: Duration) -> Instant {
