@@ -63,6 +63,32 @@ local function with_ac(licenses, count)
    return table.concat(out, ",")
 end
 
+-- The pool: the `ac` count of `Licenses=` in slurm.conf (SLURM_CONF, else
+-- Slurm's default path), read at each submission so that a reconfigured total
+-- counts at once; nil when it cannot be read (Slurm still refuses a request
+-- above its total, in fewer words).
+local function pool_total()
+   local path = os.getenv("SLURM_CONF") or "/etc/slurm/slurm.conf"
+   local conf = io.open(path, "r")
+   if conf == nil then
+      return nil
+   end
+   local total = nil
+   for line in conf:lines() do
+      local list = string.match(line, "^%s*[Ll][Ii][Cc][Ee][Nn][Ss][Ee][Ss]%s*=%s*(%S+)")
+      if list ~= nil then
+         for item in string.gmatch(list, "[^,]+") do
+            local name, count = string.match(item, "^([^:*]+)[:*]?(%d*)$")
+            if name == LICENSE then
+               total = tonumber(count) or 1
+            end
+         end
+      end
+   end
+   conf:close()
+   return total
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
    local acpn, err = get_acpn(job_desc)
    if err ~= nil then
@@ -72,7 +98,24 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
    if acpn == nil or acpn <= 0 then
       return slurm.SUCCESS
    end
+   -- A heterogeneous job's components are bound one by one, and --acpn given
+   -- before the first ':' reaches every component: what a component was meant
+   -- to get cannot be told. Refused in words; AC_Get works in any component.
+   local offset = job_desc.het_job_offset
+   if offset ~= nil and offset ~= slurm.NO_VAL and offset < 0xfffffffe then
+      slurm.log_user("ac: --acpn is not supported on heterogeneous jobs (component " ..
+                     offset .. " asks for " .. acpn .. " per node): submit the " ..
+                     "components as separate jobs, or call AC_Get at run time")
+      return slurm.ERROR
+   end
    local nodes = min_nodes(job_desc)
+   local total = pool_total()
+   if total ~= nil and nodes * acpn > total then
+      slurm.log_user(string.format("ac: --acpn=%d on %d node(s) asks for %d accelerator(s) in all; " ..
+                                   "the pool holds %d (Licenses=%s:%d)", acpn, nodes, nodes * acpn,
+                                   total, LICENSE, total))
+      return slurm.ERROR
+   end
    local before = job_desc.licenses
    job_desc.licenses = with_ac(before, nodes * acpn)
    slurm.log_info("ac: uid %d acpn=%d nodes=%d licenses '%s' -> '%s'",

@@ -21,6 +21,8 @@ pub struct SlurmCluster {
     pub arm_addr: std::net::SocketAddr,
     /// The backends, registered as `h0`, `h1`, ...
     pub backends: Vec<TestBackend>,
+    /// How often the manager reconciles with Slurm, seconds.
+    reconcile_s: u64,
 }
 
 fn repo() -> PathBuf {
@@ -43,21 +45,21 @@ impl SlurmCluster {
         let (arm_dir, slurm_dir) = (dir.path().join("arm"), dir.path().join("slurm"));
         std::fs::create_dir_all(&arm_dir).expect("arm dir");
         std::fs::create_dir_all(&slurm_dir).expect("slurm dir");
-        let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir));
+        let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir, 1));
         let arm_addr = arm.addr;
         let mut pool = Vec::new();
         for _ in 0..backends {
             pool.push(TestBackend::start(64).await);
         }
         register_hosts(&admin_of(arm_addr, &arm_dir).await, &pool).await;
-        let cluster = Self { dir, arm: Some(arm), arm_addr, backends: pool };
+        let cluster = Self { dir, arm: Some(arm), arm_addr, backends: pool, reconcile_s: 1 };
         cluster.start_slurm(licenses);
         cluster
     }
 
-    fn arm_toml(slurm_dir: &Path) -> String {
+    fn arm_toml(slurm_dir: &Path, reconcile_s: u64) -> String {
         format!(
-            "[slurm]\nenabled = true\nreconcile_s = 1\nmunge_socket = \"{}\"\nslurm_conf = \"{}\"\n",
+            "[slurm]\nenabled = true\nreconcile_s = {reconcile_s}\nmunge_socket = \"{}\"\nslurm_conf = \"{}\"\n",
             slurm_dir.join("munge.sock").display(),
             slurm_dir.join("slurm.conf").display()
         )
@@ -89,6 +91,74 @@ impl SlurmCluster {
             arm.join("admin.pem").display(),
             arm.join("admin.key").display()
         )
+    }
+
+    /// From the next restart of the manager on, it reconciles every `seconds`.
+    pub fn set_reconcile_s(&mut self, seconds: u64) {
+        self.reconcile_s = seconds;
+    }
+
+    /// Stops Slurm (its jobs are cancelled first).
+    pub fn stop_slurm(&self) {
+        let _ = Command::new(repo().join("slurm/testing/stop-cluster")).arg(self.slurm_dir()).status();
+    }
+
+    /// Starts a new cluster in place of a stopped one (same files, same manager): its job ids
+    /// start again at 1.
+    pub fn start_slurm_afresh(&self, licenses: u32) {
+        std::fs::remove_dir_all(self.slurm_dir()).expect("old cluster removed");
+        std::fs::create_dir_all(self.slurm_dir()).expect("slurm dir");
+        self.start_slurm(licenses);
+    }
+
+    /// Sets Slurm's pool (`Licenses=ac:N` in slurm.conf) and reconfigures Slurm.
+    pub fn set_slurm_pool(&self, licenses: u32) {
+        let path = self.slurm_dir().join("slurm.conf");
+        let conf = std::fs::read_to_string(&path).expect("slurm.conf");
+        let conf: Vec<String> = conf
+            .lines()
+            .map(|l| if l.starts_with("Licenses=") { format!("Licenses=ac:{licenses}") } else { l.to_string() })
+            .collect();
+        std::fs::write(&path, conf.join("\n") + "\n").expect("slurm.conf written");
+        self.run("scontrol", &["reconfigure"]);
+    }
+
+    /// Runs `armctl` as the manager's admin; its exit status and standard output.
+    pub fn armctl(&self, args: &[&str]) -> (bool, String) {
+        let arm = self.arm_dir();
+        let output = self
+            .command(workspace_binary("armctl").to_str().expect("path"))
+            .args(args)
+            .env("ARM_ADDR", self.arm_addr.to_string())
+            .env("ARM_CA_CERT", arm.join("ca.pem"))
+            .env("ARMCTL_CERT", arm.join("admin.pem"))
+            .env("ARMCTL_KEY", arm.join("admin.key"))
+            .output()
+            .expect("armctl runs");
+        (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Everything `scontrol show job` says of job `job` ("" once Slurm forgot it).
+    pub fn show_job(&self, job: &str) -> String {
+        let output = self.command("scontrol").args(["show", "job", job]).output().expect("scontrol");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `sbatch` with `args` (no script: `--wrap` or a script among them); its exit status
+    /// and everything it printed.
+    pub fn try_sbatch(&self, args: &[&str]) -> (bool, String) {
+        let output = self.command("sbatch").args(args).output().expect("sbatch runs");
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.success(), said)
+    }
+
+    /// The outputs of every job so far (`out-*.txt`), for jobs whose ids are not known ahead
+    /// (array tasks).
+    pub fn outputs(&self) -> Vec<String> {
+        let files = std::fs::read_dir(self.dir.path()).expect("cluster dir");
+        let names = files.filter_map(|e| e.ok()).map(|e| e.path());
+        let outputs = names.filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("out-")));
+        outputs.map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect()
     }
 
     fn start_slurm(&self, licenses: u32) {
@@ -201,7 +271,7 @@ impl SlurmCluster {
 
     /// Starts the manager again, on the same address and state.
     pub fn restart_arm(&mut self) {
-        let toml = Self::arm_toml(&self.slurm_dir());
+        let toml = Self::arm_toml(&self.slurm_dir(), self.reconcile_s);
         self.arm = Some(ArmProcess::start_with_config(&self.arm_dir(), &self.arm_addr.to_string(), &toml));
     }
 

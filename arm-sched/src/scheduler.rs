@@ -237,9 +237,6 @@ impl Scheduler {
         if self.jobs.contains_key(&spec.id) {
             return Err(Error::DuplicateJob(spec.id));
         }
-        if spec.size == 0 {
-            return Err(Error::Invalid("a job needs at least one unit".into()));
-        }
         if spec.footprint() as usize > self.units.len() {
             return Err(Error::Invalid(format!(
                 "the job needs {} units, the pool has {}",
@@ -254,6 +251,11 @@ impl Scheduler {
     /// running jobs and the other advance reservations; queued jobs are planned around it.
     pub fn submit(&mut self, spec: JobSpec, now: Time) -> Result<(), Error> {
         self.check_new(&spec)?;
+        // A job of no units never waits: it is recorded as running (`restore_running`), and
+        // asks for units at run time.
+        if spec.footprint() == 0 {
+            return Err(Error::Invalid("a queued job needs at least one unit".into()));
+        }
         if let Some(at) = spec.start_at.filter(|at| *at > now) {
             if spec.walltime.is_none() {
                 return Err(Error::Invalid("an advance reservation needs a walltime".into()));

@@ -4,7 +4,7 @@
 //! jobs Slurm still runs. Everything goes through Slurm's own commands (`scontrol`, `squeue`,
 //! `unmunge`), found on `PATH` or configured, with `SLURM_CONF` from the environment.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -115,9 +115,14 @@ impl Slurm {
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    /// How many of the pool's licenses a job's `licenses` hold.
-    pub fn pool_licenses(&self, licenses: &[(String, u32)]) -> u32 {
-        licenses.iter().filter(|(name, _)| *name == self.config.license).map(|(_, n)| n).sum()
+    /// The license that stands for the pool.
+    pub fn license(&self) -> &str {
+        &self.config.license
+    }
+
+    /// How many of the pool's licenses a job holds.
+    pub fn pool_licenses(&self, job: &JobLicenses) -> u32 {
+        job.licenses.iter().filter(|(name, _)| *name == self.config.license).map(|(_, n)| n).sum()
     }
 
     /// Decodes a munge credential (munged refuses expired and replayed ones).
@@ -131,28 +136,24 @@ impl Slurm {
         parse_unmunge(&decoded)
     }
 
-    /// The `ac` licenses job `job` holds in Slurm.
-    pub async fn job_licenses(&self, job: &str) -> Result<Vec<(String, u32)>, SlurmError> {
+    /// The licenses job `job` holds in Slurm.
+    pub async fn job_licenses(&self, job: &str) -> Result<JobLicenses, SlurmError> {
         let shown = self.run(&self.config.scontrol, &["show", "job", "-o", job], None).await?;
-        Ok(parse_job_licenses(&shown))
+        parse_job(&shown, job).ok_or_else(|| format!("Slurm does not list job {job}"))
     }
 
-    /// Sets job `job`'s `ac` licenses to `count`, keeping its other licenses: `current`, as
-    /// [`Slurm::job_licenses`] just read them.
-    pub async fn replace_job_licenses(
-        &self,
-        job: &str,
-        current: Vec<(String, u32)>,
-        count: u32,
-    ) -> Result<(), SlurmError> {
+    /// Sets the job's `ac` licenses to `count`, keeping its other licenses (`current`, as
+    /// [`Slurm::job_licenses`] just read them).
+    pub async fn replace_job_licenses(&self, current: JobLicenses, count: u32) -> Result<(), SlurmError> {
         let mut licenses: Vec<(String, u32)> =
-            current.into_iter().filter(|(name, _)| *name != self.config.license).collect();
+            current.licenses.into_iter().filter(|(name, _)| *name != self.config.license).collect();
         if count > 0 {
             licenses.push((self.config.license.clone(), count));
         }
         let list: Vec<String> = licenses.iter().map(|(name, n)| format!("{name}:{n}")).collect();
         let setting = format!("licenses={}", list.join(","));
-        self.run(&self.config.scontrol, &["update", &format!("jobid={job}"), &setting], None).await.map(drop)
+        let target = format!("jobid={}", current.target);
+        self.run(&self.config.scontrol, &["update", &target, &setting], None).await.map(drop)
     }
 
     /// The pool license's total and how much of it jobs and reservations use.
@@ -162,17 +163,13 @@ impl Slurm {
             .ok_or_else(|| format!("no license `{}` in Slurm: {}", self.config.license, shown.trim()))
     }
 
-    /// The jobs Slurm runs (or is ending): the ones whose accelerators must stay bound.
-    pub async fn active_jobs(&self) -> Result<BTreeSet<String>, SlurmError> {
-        let args = ["-h", "-o", "%i", "-t", "CONFIGURING,RUNNING,SUSPENDED,COMPLETING,STOPPED,RESIZING,SIGNALING"];
-        let listed = self.run(&self.config.squeue, &args, None).await?;
-        Ok(listed.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect())
-    }
-
-    /// Slurm's pending jobs that want licenses of the pool, highest priority first.
-    pub async fn pending_jobs(&self) -> Result<Vec<PendingJob>, SlurmError> {
-        let listed = self.run(&self.config.squeue, &["--json", "-t", "PENDING"], None).await?;
-        parse_pending(&listed, &self.config.license)
+    /// Every job Slurm lists, in one `squeue --json` (which ignores `-t` in 22.05): the ones it
+    /// runs (whose accelerators stay bound, with their current time limits and licenses) and the
+    /// pending ones that want licenses of the pool, highest priority first. Job ids are the
+    /// unique ones (`job_id`), never an array's `1_3` form, which names no job the manager binds.
+    pub async fn jobs(&self) -> Result<SlurmJobs, SlurmError> {
+        let listed = self.run(&self.config.squeue, &["--json"], None).await?;
+        parse_jobs(&listed, &self.config.license)
     }
 
     /// Holds `count` licenses of the pool in the unavailable-accelerators reservation (created
@@ -231,36 +228,80 @@ pub struct PendingJob {
     pub priority: u64,
 }
 
-/// `squeue --json`'s pending jobs with licenses of `license`, highest priority first.
-fn parse_pending(listed: &str, license: &str) -> Result<Vec<PendingJob>, SlurmError> {
+/// A job Slurm runs (or is starting, suspending, ending), as the reconciliation needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveJob {
+    /// Its time limit now (an admin may have changed it), seconds (0: none).
+    pub time_limit_s: u64,
+    /// Licenses of the pool it holds in Slurm's count.
+    pub accelerators: u32,
+    /// When Slurm started this run of it (Unix time; a requeued job starts again).
+    pub start_time: u64,
+}
+
+/// What `squeue --json` lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlurmJobs {
+    /// Jobs Slurm runs, by job id.
+    pub active: BTreeMap<String, ActiveJob>,
+    /// Pending jobs that want licenses of the pool, highest priority first.
+    pub pending: Vec<PendingJob>,
+}
+
+/// States of a job whose processes may still run (22.05's JSON names the base state only: a
+/// completing job already shows as COMPLETED, and its epilog releases it as the reconciliation
+/// would).
+const ACTIVE_STATES: [&str; 6] = ["CONFIGURING", "RUNNING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"];
+
+/// `squeue --json`'s jobs: the active ones, and the pending ones with licenses of `license`.
+fn parse_jobs(listed: &str, license: &str) -> Result<SlurmJobs, SlurmError> {
     let doc: serde_json::Value = serde_json::from_str(listed).map_err(|e| format!("squeue --json: {e}"))?;
     let jobs = doc.get("jobs").and_then(|j| j.as_array()).ok_or("squeue --json: no `jobs`")?;
     let number = |v: Option<&serde_json::Value>| -> u64 {
         // 22.05 prints plain numbers; later versions wrap them as {"set": true, "number": N}.
         v.and_then(|v| v.as_u64().or_else(|| v.get("number")?.as_u64())).unwrap_or(0)
     };
-    let mut pending: Vec<PendingJob> = jobs
-        .iter()
-        .filter(|j| j.get("job_state").and_then(|s| s.as_str()).is_none_or(|s| s == "PENDING"))
-        .filter_map(|j| {
-            let licenses = j.get("licenses").and_then(|l| l.as_str()).unwrap_or("");
-            let accelerators = parse_job_licenses(&format!("Licenses={licenses}"))
-                .into_iter()
-                .find(|(name, _)| name == license)
-                .map(|(_, n)| n)?;
-            let limit_min = number(j.get("time_limit"));
-            Some(PendingJob {
-                id: number(j.get("job_id")).to_string(),
+    // Slurm's "infinite" is a huge number of minutes.
+    let limit_s = |j: &serde_json::Value| match number(j.get("time_limit")) {
+        m if m >= u32::MAX as u64 - 2 => 0,
+        m => m * 60,
+    };
+    let pool = |j: &serde_json::Value| {
+        let licenses = j.get("licenses").and_then(|l| l.as_str()).unwrap_or("");
+        parse_job_licenses(&format!("Licenses={licenses}"))
+            .into_iter()
+            .find(|(name, _)| name == license)
+            .map(|(_, n)| n)
+    };
+    let mut listed = SlurmJobs::default();
+    for j in jobs {
+        let id = number(j.get("job_id")).to_string();
+        // Later versions print the state as a list of words.
+        let state = match j.get("job_state") {
+            Some(serde_json::Value::Array(words)) => words.first().and_then(|w| w.as_str()).unwrap_or(""),
+            Some(state) => state.as_str().unwrap_or(""),
+            None => "",
+        };
+        if ACTIVE_STATES.contains(&state) {
+            let active = ActiveJob {
+                time_limit_s: limit_s(j),
+                accelerators: pool(j).unwrap_or(0),
+                start_time: number(j.get("start_time")),
+            };
+            listed.active.insert(id, active);
+        } else if state == "PENDING" {
+            let Some(accelerators) = pool(j) else { continue };
+            listed.pending.push(PendingJob {
+                id,
                 user: j.get("user_name").and_then(|u| u.as_str()).unwrap_or("").to_string(),
                 accelerators,
-                // Slurm's "infinite" is a huge number of minutes.
-                time_limit_s: if limit_min >= u32::MAX as u64 - 2 { 0 } else { limit_min * 60 },
+                time_limit_s: limit_s(j),
                 priority: number(j.get("priority")),
-            })
-        })
-        .collect();
-    pending.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
-    Ok(pending)
+            });
+        }
+    }
+    listed.pending.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.id.cmp(&b.id)));
+    Ok(listed)
 }
 
 /// A license's use, as `scontrol show lic -o` reports it.
@@ -295,6 +336,28 @@ fn parse_license_use(shown: &str) -> Option<LicenseUse> {
     let line = shown.lines().find(|l| l.contains("LicenseName="))?;
     let number = |key: &str| field(line, key).and_then(|v| v.parse().ok());
     Some(LicenseUse { total: number("Total")?, used: number("Used")?, reserved: number("Reserved").unwrap_or(0) })
+}
+
+/// A job's licenses in Slurm, and how to name that job alone in an update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLicenses {
+    /// `A_T` for a task of array `A` (an update of job id `A` would change every task of the
+    /// array when `A` is the task that keeps the array's id), else the job id.
+    pub target: String,
+    /// Its licenses, by name.
+    pub licenses: Vec<(String, u32)>,
+}
+
+/// Job `job` in `scontrol show job -o`: an array's own id lists every task of the array, one
+/// line each, and only the line of the job itself counts.
+fn parse_job(shown: &str, job: &str) -> Option<JobLicenses> {
+    let own = format!("JobId={job} ");
+    let line = shown.lines().find(|l| l.starts_with(&own))?;
+    let target = match (field(line, "ArrayJobId"), field(line, "ArrayTaskId")) {
+        (Some(array), Some(task)) => format!("{array}_{task}"),
+        _ => job.to_string(),
+    };
+    Some(JobLicenses { target, licenses: parse_job_licenses(line) })
 }
 
 /// The `Licenses=` of `scontrol show job -o`: `ac:4,matlab:1`, or `(null)`.
@@ -337,16 +400,30 @@ mod tests {
         let job = "JobId=7 JobName=wrap Licenses=ac:4,matlab:1 Network=(null)";
         assert_eq!(parse_job_licenses(job), vec![("ac".into(), 4), ("matlab".into(), 1)]);
         assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());
+        let array =
+            "JobId=2 ArrayJobId=1 ArrayTaskId=1 Licenses=ac:2\nJobId=1 ArrayJobId=1 ArrayTaskId=4 Licenses=ac:1\n";
+        let own = JobLicenses { target: "1_4".into(), licenses: vec![("ac".into(), 1)] };
+        assert_eq!(parse_job(array, "1"), Some(own), "the array's own id names its last task alone");
+        assert_eq!(parse_job(job, "7").map(|j| j.target), Some("7".into()));
+        assert_eq!(parse_job(job, "70"), None);
         let decoded = "STATUS:          Success (0)\nUID:             alice (1000)\nGID:             alice (1000)\n\nac-arm:7:n1\n";
         assert_eq!(parse_unmunge(decoded).unwrap(), MungeIdentity { uid: 1000, payload: "ac-arm:7:n1".into() });
         let squeue = r#"{"jobs": [
             {"job_id": 12, "job_state": "PENDING", "licenses": "ac:4", "priority": 10, "time_limit": 60, "user_name": "alice"},
             {"job_id": 13, "job_state": "PENDING", "licenses": "", "priority": 50, "time_limit": 60, "user_name": "bob"},
-            {"job_id": 14, "job_state": "PENDING", "licenses": "matlab:1,ac:2", "priority": {"set": true, "number": 20}, "time_limit": 4294967295, "user_name": "carol"}
+            {"job_id": 14, "job_state": "PENDING", "licenses": "matlab:1,ac:2", "priority": {"set": true, "number": 20}, "time_limit": 4294967295, "user_name": "carol"},
+            {"job_id": 3, "array_job_id": 1, "array_task_id": 2, "job_state": "RUNNING", "licenses": "ac:2", "time_limit": 10, "start_time": 1700000000},
+            {"job_id": 4, "job_state": ["RUNNING"], "licenses": "", "time_limit": 4294967295},
+            {"job_id": 5, "job_state": "COMPLETED", "licenses": "ac:1", "time_limit": 10}
         ]}"#;
-        let pending = parse_pending(squeue, "ac").unwrap();
+        let jobs = parse_jobs(squeue, "ac").unwrap();
+        let pending = &jobs.pending;
         assert_eq!(pending.iter().map(|p| (p.id.as_str(), p.accelerators)).collect::<Vec<_>>(), [("14", 2), ("12", 4)]);
         assert_eq!((pending[0].time_limit_s, pending[1].time_limit_s), (0, 3600));
+        let array_task = ActiveJob { time_limit_s: 600, accelerators: 2, start_time: 1_700_000_000 };
+        assert_eq!(jobs.active.get("3"), Some(&array_task), "an array task by its own job id");
+        assert_eq!(jobs.active.keys().collect::<Vec<_>>(), ["3", "4"]);
+        assert_eq!(jobs.active["4"].time_limit_s, 0);
         let replayed = "STATUS:          Replayed credential (15)\nUID:             alice (1000)\n\n";
         assert!(parse_unmunge(replayed).unwrap_err().contains("Replayed"));
     }

@@ -4,8 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use ac_proto::arm::{Request, Response};
 use ac_tests::slurm::SlurmCluster;
-use ac_tests::workspace_binary;
+use ac_tests::{eventually, workspace_binary};
 
 fn client() -> String {
     workspace_binary("ac-test-client").display().to_string()
@@ -76,9 +77,13 @@ async fn a_process_of_another_user_is_refused_the_jobs_accelerators() {
     let c = SlurmCluster::start(1, 1).await;
     let job = c.sbatch(&["--acpn=1"], "sleep 60");
     assert!(c.wait_until(Duration::from_secs(10), |c| c.job_field(&job, "JobState") == "RUNNING").await);
+    // The other user may not enter the checkout (cloned under /root, or a private temporary
+    // directory): it runs a copy in the cluster's directory, which every user may enter.
+    let copy = c.dir.path().join("ac-test-client");
+    std::fs::copy(client(), &copy).expect("client copied");
     let run_as = |user: &str| {
         let mut command = std::process::Command::new("runuser");
-        command.args(["-u", user, "--", &client(), "slurm-task"]).envs(c.task_env(&job, "n1"));
+        command.args(["-u", user, "--", copy.to_str().expect("path"), "slurm-task"]).envs(c.task_env(&job, "n1"));
         command.output().expect("runuser")
     };
     let stranger = run_as("acother");
@@ -256,4 +261,240 @@ async fn jobs_slurm_ended_while_the_manager_was_down_are_released_when_it_comes_
     let released = ac_tests::eventually(Duration::from_secs(10), || async { c.free_accelerators().await == 2 }).await;
     assert!(released, "the manager still holds the ended job's accelerators");
     assert_eq!(c.arm_job(&job).await.map(|v| v.state), Some("ended".into()));
+}
+
+/// The tasks of a job array are jobs of their own to the manager (Slurm's `job_id`, never the
+/// `1_3` form): each is bound when it starts, none is released while it runs (each holds its
+/// accelerator across several reconciliations, then uses it again), and the task that keeps
+/// the array's own id starts at its first try (its prolog reads its own time limit, not every
+/// task's), so the array runs in a few rounds instead of waiting out a requeue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_tasks_are_bound_and_kept_as_jobs_of_their_own() {
+    let c = SlurmCluster::start(4, 4).await;
+    c.sbatch(&["-a", "1-6", "-N1", "--acpn=1"], &format!("{} slurm-task 1 0 3", client()));
+    let finished = |c: &SlurmCluster| c.outputs().iter().filter(|o| o.contains("static again ok\ndone")).count();
+    // 6 tasks, 4 at a time, about 5 s each; a requeue would add 2 minutes.
+    let all = c.wait_until(Duration::from_secs(60), |c| finished(c) == 6).await;
+    assert!(all, "{} of 6 tasks finished: {:#?}", finished(&c), c.outputs());
+    assert!(c.outputs().iter().all(|o| o.starts_with("node n")), "each task ran once: {:#?}", c.outputs());
+    assert!(c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await, "{:?}", c.licenses());
+}
+
+/// A job requeued after a dynamic grant goes back to Slurm's queue with its static licenses
+/// only, and runs again with them: Slurm and the manager agree on what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_job_starts_again_with_its_static_licenses_only() {
+    let c = SlurmCluster::start(3, 3).await;
+    let body = format!(
+        "if [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ]; then {0} slurm-task 1 600; else {0} slurm-task && sleep 600; fi",
+        client()
+    );
+    let job = c.sbatch(&["--acpn=1"], &body);
+    assert!(c.wait_until(Duration::from_secs(15), |c| c.output(&job).contains("holding")).await, "{}", c.output(&job));
+    assert_eq!(c.job_field(&job, "Licenses"), "ac:2");
+    c.run("scontrol", &["requeue", &job]);
+    let requeued = c
+        .wait_until(Duration::from_secs(15), |c| {
+            c.job_field(&job, "Restarts") == "1" && c.job_field(&job, "JobState") == "PENDING"
+        })
+        .await;
+    assert!(requeued, "{}", c.show_job(&job));
+    // Slurm holds a requeued job back for a while; `starttime=now` releases it, once the
+    // job's first run is over (its epilog reached the manager, and Slurm no longer lists it as
+    // completing).
+    let ended = eventually(Duration::from_secs(10), || async {
+        c.arm_job(&job).await.is_some_and(|v| v.state == "ended")
+            && c.run("squeue", &["-h", "-t", "CG", "-o", "%A"]).trim().is_empty()
+    })
+    .await;
+    assert!(ended, "the first run did not end: {}", c.show_job(&job));
+    c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now"]);
+    let again = c.wait_until(Duration::from_secs(30), |c| c.output(&job).contains("done")).await;
+    assert!(again, "the second run: {}\n{}\npool {:?}", c.output(&job), c.show_job(&job), c.licenses());
+    assert_eq!((c.job_field(&job, "JobState").as_str(), c.job_field(&job, "Licenses").as_str()), ("RUNNING", "ac:1"));
+    assert_eq!(c.licenses().1, 1, "Slurm counts what the manager holds");
+    let view = c.arm_job(&job).await.expect("the second run is bound");
+    assert_eq!((view.static_accelerators.len(), view.dynamic_accelerators.len()), (1, 0));
+    c.run("scancel", &[&job]);
+    let back = c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await;
+    assert!(back, "Slurm lost count of the pool: {:?}", c.licenses());
+}
+
+/// The manager plans with Slurm's current time limit of a running job, raised or lowered by an
+/// admin (`scontrol update timelimit=`); it never ends a batch job itself (the core's test
+/// `batch_jobs_outlive_their_walltime_at_the_manager` checks that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_follows_a_running_jobs_changed_time_limit() {
+    let c = SlurmCluster::start(1, 1).await;
+    let job = c.sbatch(&["--acpn=1", "-t", "5"], "sleep 600");
+    assert!(c.wait_until(Duration::from_secs(10), |c| c.job_field(&job, "JobState") == "RUNNING").await);
+    let walltime = || async { c.arm_job(&job).await.map(|v| v.walltime_s) };
+    assert_eq!(walltime().await, Some(300), "the prolog's limit");
+    for (minutes, seconds) in [("10", 600), ("3", 180)] {
+        c.run("scontrol", &["update", &format!("jobid={job}"), &format!("timelimit={minutes}")]);
+        let followed = eventually(Duration::from_secs(10), || async { walltime().await == Some(seconds) }).await;
+        assert!(followed, "time limit {minutes} min: the manager has {:?}", walltime().await);
+    }
+    c.run("scancel", &[&job]);
+}
+
+/// A job with no static accelerators (no `--acpn`, or `--acpn=0`) is an ordinary job: its
+/// processes find an empty set at `AC_Init` and get accelerators with `AC_Get`, through the SDK
+/// and through the C ABI; and the same without Slurm (`ARM_ACPN=0`, `armctl job submit --acpn
+/// 0`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_without_static_accelerators_get_them_with_ac_get_with_slurm_and_without() {
+    let c = SlurmCluster::start(2, 2).await;
+    let saxpy = c.dir.path().join("saxpy");
+    compile_c_example("saxpy.c", &saxpy);
+    let sdk = c.sbatch(&[], &format!("{} slurm-task 1", client()));
+    let cabi = c.sbatch(&["--acpn=0"], &format!("{} 1000", saxpy.display()));
+    for job in [&sdk, &cabi] {
+        assert!(c.wait_until(Duration::from_secs(30), |c| c.job_over(job)).await, "{}", c.output(job));
+    }
+    let (sdk, cabi) = (c.output(&sdk), c.output(&cabi));
+    assert!(sdk.contains("static 0 ok") && sdk.contains("got 1") && sdk.contains("done"), "{sdk}");
+    assert!(cabi.contains("AC_Init: 0 static accelerator(s)") && cabi.contains("AC_Get(1): granted"), "{cabi}");
+    assert!(cabi.contains("saxpy: 1000 elements OK"), "{cabi}");
+
+    let without_slurm = |program: &std::path::Path, args: &[&str], env: &[(&str, &str)]| {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .env("ARM_ADDR", c.arm_addr.to_string())
+            .env("ARM_CA_CERT", c.arm_dir().join("ca.pem"))
+            .env("ARM_NODE", "n1")
+            .envs(env.iter().copied())
+            .output()
+            .expect("the program runs");
+        let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{program:?}: {said}");
+        said
+    };
+    let ad_hoc = without_slurm(&saxpy, &["1000"], &[("ARM_ACPN", "0")]);
+    assert!(ad_hoc.contains("AC_Init: 0 static accelerator(s)") && ad_hoc.contains("AC_Get(1): granted"), "{ad_hoc}");
+    let (submitted, said) = c.armctl(&["job", "submit", "--job", "plain", "--nodes", "n1", "--acpn", "0"]);
+    assert!(submitted, "armctl job submit --acpn 0: {said}");
+    let credential = said.lines().find_map(|l| l.strip_prefix("ARM_JOB_CREDENTIAL=")).expect("a credential");
+    let env = [("ARM_JOB_ID", "plain"), ("ARM_JOB_CREDENTIAL", credential)];
+    let plain = without_slurm(&workspace_binary("ac-test-client"), &["slurm-task", "1"], &env);
+    assert!(plain.contains("static 0 ok") && plain.contains("got 1") && plain.contains("done"), "{plain}");
+}
+
+/// Compiles `examples/c/NAME` against libac (built with the workspace) into `out`.
+fn compile_c_example(name: &str, out: &std::path::Path) {
+    let lib = workspace_binary("ac-test-client").parent().expect("target dir").to_path_buf();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
+    let output = std::process::Command::new("gcc")
+        .args(["-std=c99", "-O2", "-I"])
+        .arg(repo.join("ac-capi/include"))
+        .arg(repo.join("examples/c").join(name))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lac")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("gcc runs (./scripts/test installs it)");
+    assert!(output.status.success(), "gcc: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// A Slurm pool that disagrees with the manager's (an admin raised `Licenses=` and
+/// reconfigured) is reported by `armctl health` with both numbers; when Slurm then starts a job
+/// the manager cannot bind, the prolog's refusal and its reason reach the job's
+/// `AdminComment`, where an admin sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_out_of_step_is_reported_and_the_prologs_refusal_reaches_the_admin() {
+    let c = SlurmCluster::start(2, 2).await;
+    let ok = c.wait_until(Duration::from_secs(10), |c| c.armctl(&["health"]) == (true, "ok\n".to_string())).await;
+    assert!(ok, "pools that agree: {}", c.armctl(&["health"]).1);
+    c.set_slurm_pool(3);
+    let reported = c
+        .wait_until(Duration::from_secs(10), |c| {
+            let (_, said) = c.armctl(&["health"]);
+            said.contains("Licenses=ac:3") && said.contains("2 accelerator(s) registered")
+        })
+        .await;
+    assert!(reported, "armctl health: {}", c.armctl(&["health"]).1);
+    let Ok(Response::Health(problems)) = c.admin().await.request(Request::Health).await else { panic!("health") };
+    assert!(problems.iter().any(|p| p.contains("out of step")), "{problems:?}");
+    let first = c.sbatch(&["--acpn=2"], "sleep 600");
+    assert!(c.wait_until(Duration::from_secs(10), |c| c.job_field(&first, "JobState") == "RUNNING").await);
+    let second = c.sbatch(&["--acpn=1"], "echo ran");
+    let told = c
+        .wait_until(Duration::from_secs(20), |c| {
+            c.show_job(&second).contains(&format!("AdminComment=ac prolog of job {second}: "))
+        })
+        .await;
+    let shown = c.show_job(&second);
+    assert!(told && shown.contains("out of step"), "{shown}");
+    assert!(c.output(&second).is_empty(), "it must not run without its accelerator");
+    c.run("scancel", &[&first, &second]);
+}
+
+/// `--acpn` beyond the pool is refused at submission, in words: what was asked per node and in
+/// all, and what the pool holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asking_for_more_than_the_pool_is_refused_at_submit_in_words() {
+    let c = SlurmCluster::start(1, 4).await;
+    let (ok, said) = c.try_sbatch(&["-N1", "--acpn=8", "--wrap", "true"]);
+    assert!(!ok && said.contains("--acpn=8 on 1 node(s) asks for 8 accelerator(s) in all; the pool holds 4"), "{said}");
+    let (ok, said) = c.try_sbatch(&["-N2", "--acpn=3", "--wrap", "true"]);
+    assert!(!ok && said.contains("--acpn=3 on 2 node(s) asks for 6 accelerator(s) in all"), "{said}");
+    let (ok, said) = c.try_sbatch(&["-N2", "--acpn=2", "-o", "/dev/null", "--wrap", "true"]);
+    assert!(ok, "the whole pool is not too much: {said}");
+}
+
+/// Heterogeneous jobs: `--acpn` on any component is refused at submission with the reason;
+/// without it, the job runs and its program gets accelerators with `AC_Get`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heterogeneous_jobs_refuse_acpn_at_submit_and_may_ac_get() {
+    let c = SlurmCluster::start(1, 1).await;
+    let first = ["--acpn=1", "-N1", "--wrap", "true", ":", "-N1", "--wrap", "true"];
+    let second = ["-N1", "--wrap", "true", ":", "-N1", "--acpn=1", "--wrap", "true"];
+    for args in [first, second] {
+        let (ok, said) = c.try_sbatch(&args);
+        assert!(!ok && said.contains("--acpn is not supported on heterogeneous jobs"), "{args:?}: {said}");
+    }
+    let out = c.dir.path().join("out-het.txt");
+    let script = c.dir.path().join("het.sh");
+    std::fs::write(&script, format!("#!/bin/sh\n{} slurm-task 1\n", client())).unwrap();
+    let output = format!("--output={}", out.display());
+    let (ok, said) = c.try_sbatch(&["-N1", &output, ":", "-N1", script.to_str().unwrap()]);
+    assert!(ok, "{said}");
+    let ran = c
+        .wait_until(Duration::from_secs(30), |_| std::fs::read_to_string(&out).is_ok_and(|o| o.contains("done")))
+        .await;
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(ran && said.contains("static 0 ok") && said.contains("got 1"), "{said}");
+}
+
+/// Slurm reuses job ids (here a new cluster starts again at 1). A job that ended while the
+/// manager could not hear of it (down through the epilog, and the reconciliation not yet run)
+/// is not confused with the new job of its id: the new one is bound afresh, with nothing of the
+/// old one's (its grant, its user's sessions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_job_reusing_an_old_jobs_id_gets_a_binding_of_its_own() {
+    let mut c = SlurmCluster::start(2, 2).await;
+    let old = c.sbatch(&["--acpn=1"], &format!("{} slurm-task 1 600", client()));
+    assert!(c.wait_until(Duration::from_secs(15), |c| c.output(&old).contains("holding")).await, "{}", c.output(&old));
+    c.kill_arm();
+    c.stop_slurm();
+    // Back while Slurm is down (its reconciliation at start fails), with no other for the
+    // test's length: the old job stays bound here, and only the new job's prolog can tell the
+    // two apart.
+    c.set_reconcile_s(3600);
+    c.restart_arm();
+    c.start_slurm_afresh(2);
+    let view = c.arm_job(&old).await.expect("the old binding survived");
+    assert_eq!((view.state.as_str(), view.dynamic_accelerators.len()), ("running", 1));
+    let new = c.sbatch(&["--acpn=1"], &format!("{} slurm-task\nsleep 600", client()));
+    assert_eq!(new, old, "the new cluster reuses the id");
+    let ran = c.wait_until(Duration::from_secs(30), |c| c.output(&new).contains("done")).await;
+    assert!(ran, "{}", c.output(&new));
+    let view = c.arm_job(&new).await.expect("bound");
+    assert_eq!((view.static_accelerators.len(), view.dynamic_accelerators.len()), (1, 0), "{view:?}");
+    assert_eq!(c.free_accelerators().await, 1, "the old job's grant went back");
+    assert_eq!(c.job_field(&new, "Licenses"), "ac:1");
+    c.run("scancel", &[&new]);
 }

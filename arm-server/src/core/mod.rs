@@ -246,9 +246,10 @@ impl Core {
         if self.jobs.contains_key(&job.id) {
             return Err(err(ArmErrorKind::Conflict, format!("job `{}` exists", job.id)));
         }
-        // A batch job may hold nothing static: its program can still ask at run time.
-        if job.nodes.is_empty() || (job.acpn == 0 && job.batch.is_none()) {
-            return Err(err(ArmErrorKind::Invalid, "a job needs at least one node and acpn >= 1"));
+        // A job may hold nothing static (acpn 0): it starts at once, and its program asks at run
+        // time.
+        if job.nodes.is_empty() {
+            return Err(err(ArmErrorKind::Invalid, "a job needs at least one node"));
         }
         let size = job.nodes.len() as u32 * job.acpn;
         let total: usize = self.hosts.values().map(|h| h.devices.len()).sum();
@@ -277,6 +278,10 @@ impl Core {
         job.seq = self.fresh_id();
         job.state = JobState::Queued;
         job.submitted = now;
+        if size == 0 && job.peak.unwrap_or(0) == 0 {
+            // Nothing to wait for: it runs, and asks at run time.
+            (job.state, job.started) = (JobState::Running, Some(now));
+        }
         self.dirty.insert(Key::Job(job.id.clone()));
         self.jobs.insert(job.id.clone(), job);
         self.schedule(now);
@@ -581,26 +586,25 @@ impl Core {
     }
 
     /// The batch system starts `job` (its prolog): binds its static accelerators now, or fails
-    /// and leaves no trace, so that the batch system requeues it. An ended job of the same id
-    /// (batch systems reuse ids) is forgotten first.
-    pub fn bind_batch_job(&mut self, job: Job, now: u64) -> Outcome<()> {
+    /// and leaves no trace, so that the batch system requeues it. A prolog runs once per start,
+    /// before the job's processes: a batch job of the same id still bound here is an earlier
+    /// run (requeued, or the id reused after its epilog was missed) and is ended first, so
+    /// nothing of it passes to the new one; returns when that earlier run was bound. An ended
+    /// job of the same id is forgotten.
+    pub fn bind_batch_job(&mut self, job: Job, now: u64) -> Outcome<Option<u64>> {
+        let earlier = self.jobs.get(&job.id).filter(|j| j.batch.is_some() && j.state != JobState::Ended);
+        let earlier = earlier.map(|j| j.started.unwrap_or(j.submitted));
+        if earlier.is_some() {
+            self.end_job(&job.id, now)?;
+        }
         if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Ended) {
             self.jobs.remove(&job.id);
         }
-        if self.jobs.get(&job.id).is_some_and(|j| j.batch.is_some() && j.state == JobState::Running) {
-            return Ok(()); // a retried prolog
-        }
-        let (id, needed) = (job.id.clone(), job.nodes.len() as u32 * job.acpn);
-        if needed == 0 && !job.nodes.is_empty() {
-            // Nothing static to bind: the job runs, and may ask at run time.
-            let job = Job { state: JobState::Running, started: Some(now), submitted: now, seq: self.fresh_id(), ..job };
-            self.dirty.insert(Key::Job(id.clone()));
-            self.jobs.insert(id, job);
-            return Ok(());
-        }
+        let id = job.id.clone();
+        let needed = job.nodes.len() as u32 * job.acpn;
         self.submit(job, now)?;
         if self.jobs[&id].state == JobState::Running {
-            return Ok(());
+            return Ok(earlier);
         }
         let free = usable_free(&self.hosts);
         self.jobs.remove(&id);
@@ -653,12 +657,23 @@ impl Core {
         old.len()
     }
 
-    /// Ends jobs whose walltime plus `grace` has passed.
+    /// A batch job's walltime as the batch system has it now (an admin raised or lowered it).
+    pub fn set_walltime(&mut self, job: &str, walltime_s: u64) -> Outcome<()> {
+        let found = self.jobs.get_mut(job).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{job}`")))?;
+        if found.walltime_s != walltime_s {
+            found.walltime_s = walltime_s;
+            self.dirty.insert(Key::Job(job.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Ends jobs whose walltime plus `grace` has passed. Batch jobs are not: the batch system
+    /// ends them (its epilog), and its limit may have changed since the last reconciliation.
     pub fn expire_walltimes(&mut self, now: u64, grace: u64) -> Vec<String> {
         let over: Vec<String> = self
             .jobs
             .values()
-            .filter(|j| j.state == JobState::Running && j.walltime_s > 0)
+            .filter(|j| j.state == JobState::Running && j.walltime_s > 0 && j.batch.is_none())
             .filter(|j| j.started.is_some_and(|s| s + j.walltime_s + grace <= now))
             .map(|j| j.id.clone())
             .collect();

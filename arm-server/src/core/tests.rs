@@ -219,7 +219,11 @@ fn the_batch_system_binds_now_or_not_at_all_and_its_users_prove_themselves() {
     let mut core = core(2);
     core.bind_batch_job(batch_job("7", &["n1", "n2"], 1, 1000), 0).unwrap();
     assert_eq!(core.jobs["7"].state, JobState::Running);
-    core.bind_batch_job(batch_job("7", &["n1", "n2"], 1, 1000), 1).expect("a retried prolog is answered again");
+    core.open_batch_session("old".into(), "7", 1000, "n1").unwrap();
+    let again = core.bind_batch_job(batch_job("7", &["n1", "n2"], 1, 1000), 1).expect("the job runs again");
+    assert_eq!(again, Some(0), "an earlier run of the same id (requeued, or the id reused) was ended");
+    assert!(core.session("old").is_err(), "nothing of the earlier run passes to the new one");
+    assert_eq!(core.jobs["7"].started, Some(1));
     let refused = core.bind_batch_job(batch_job("8", &["n1"], 1, 1000), 1).unwrap_err();
     assert_eq!(refused.kind, ArmErrorKind::Conflict, "nothing free: the prolog fails and Slurm requeues");
     assert!(!core.jobs.contains_key("8"), "a refused binding leaves no trace");
@@ -237,7 +241,8 @@ fn the_batch_system_binds_now_or_not_at_all_and_its_users_prove_themselves() {
     assert_eq!(not_batch.kind, ArmErrorKind::Unauthorized, "munge opens only batch jobs");
 
     core.end_job("7", 2).unwrap();
-    core.bind_batch_job(batch_job("7", &["n1"], 1, 1000), 3).expect("Slurm reuses ids of ended jobs");
+    let reused = core.bind_batch_job(batch_job("7", &["n1"], 1, 1000), 3).expect("Slurm reuses ids of ended jobs");
+    assert_eq!(reused, None);
     assert_eq!(core.jobs["7"].state, JobState::Running);
 }
 
@@ -275,4 +280,31 @@ fn routes_name_only_the_jobs_own_accelerators_on_that_node_and_need_its_credenti
     assert!(core.routes(&JobAuth::AdHoc { acpn: 1 }, "n1").unwrap().is_empty());
     // Nothing changed: routes are read-only.
     assert!(core.take_dirty().is_empty());
+}
+
+#[test]
+fn a_job_with_no_static_accelerators_runs_at_once_and_asks_at_run_time() {
+    let mut core = core(2);
+    core.submit(job("busy", &["n1"], 2), 0).unwrap();
+    core.submit(job("none", &["n1"], 0), 0).expect("acpn 0 is an ordinary job");
+    assert_eq!(core.jobs["none"].state, JobState::Running, "nothing to wait for, even on a full pool");
+    core.bind_batch_job(batch_job("b", &["n1"], 0, 1000), 1).unwrap();
+    core.open_batch_session("s".into(), "b", 1000, "n1").unwrap();
+    assert_eq!(core.static_state("s", 1).unwrap(), StaticState::Bound(vec![]));
+    let full = core.get("s", &[], false, &Ask::exactly(1, String::new()), 1).unwrap();
+    assert!(matches!(full, GetOutcome::Rejected(_)), "decided by the policy: {full:?}");
+    core.end_job("busy", 2).unwrap();
+    let granted = core.get("s", &[], false, &Ask::exactly(1, String::new()), 2).unwrap();
+    assert!(matches!(granted, GetOutcome::Granted(_)), "{granted:?}");
+}
+
+#[test]
+fn batch_jobs_outlive_their_walltime_at_the_manager() {
+    let mut core = core(2);
+    core.bind_batch_job(Job { walltime_s: 60, ..batch_job("slurm", &["n1"], 1, 1000) }, 0).unwrap();
+    core.submit(Job { walltime_s: 60, ..job("own", &["n1"], 1) }, 0).unwrap();
+    assert_eq!(core.expire_walltimes(1000, 10), vec!["own".to_string()], "the manager's own job ends");
+    assert_eq!(core.jobs["slurm"].state, JobState::Running, "Slurm ends its jobs, with its current limit");
+    core.set_walltime("slurm", 600).unwrap();
+    assert_eq!(core.jobs["slurm"].walltime_s, 600);
 }

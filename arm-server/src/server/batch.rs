@@ -3,6 +3,7 @@
 //! when Slurm's pool turns out to be overdrawn), and the reconciliation that releases what
 //! Slurm no longer runs and keeps unusable accelerators out of Slurm's pool.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use ac_proto::arm::{munge_payload, ArmError, ArmErrorKind};
 use super::{err, Arm};
 use crate::core::GetOutcome;
 use crate::model::{BatchJob, Job, JobState};
-use crate::slurm::Slurm;
+use crate::slurm::{ActiveJob, Slurm};
 
 impl Arm {
     fn slurm(&self) -> Option<&Slurm> {
@@ -50,19 +51,59 @@ impl Arm {
         uid: u32,
         walltime_s: u64,
     ) -> Result<(), ArmError> {
+        // A job id seen before is a requeued job (or a reused id): Slurm may count the grants
+        // of its last run in its licenses, fixed once it is bound.
+        let rerun = self.core.lock().expect("core poisoned").jobs.contains_key(&id);
         let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
         let job = Job { batch: Some(BatchJob { uid }), ..Job::queued(id, user, group, nodes, acpn, walltime_s) };
         let start = std::time::Instant::now();
-        loop {
+        let bound = loop {
             let bound = self.mutate(|core, now| core.bind_batch_job(job.clone(), now));
             let settling = self.grants_in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
             match bound {
                 Err(e) if e.kind == ArmErrorKind::Conflict && settling && start.elapsed() < SETTLE_LIMIT => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                other => return other,
+                other => break other,
             }
+        };
+        match &bound {
+            Ok(None) => tracing::info!(job = job.id, acpn, "prolog: bound"),
+            Ok(Some(earlier)) => tracing::info!(
+                job = job.id,
+                acpn,
+                earlier_start = earlier,
+                "prolog: bound; the binding of an earlier run of this job id (requeued, or the id reused) was ended"
+            ),
+            // The prolog's refusal reaches slurmctld only as an exit status: say why here.
+            Err(e) => tracing::warn!(job = job.id, acpn, reason = e.message, "prolog refused: Slurm requeues the job"),
         }
+        if bound.is_ok() && rerun {
+            // Slurm counted this run's licenses as the last run left them (grants included:
+            // they cannot be shrunk while the job is pending or completing, since Slurm returns
+            // a changed count when the job ends and would lose the difference). Running, they
+            // can: the job holds its static ones only, in Slurm as here.
+            self.record_release(Some(job.id.clone())).await;
+        }
+        bound.map(drop)
+    }
+
+    /// The epilog: the job ends at the manager.
+    pub(super) async fn end_job(&self, id: String) -> Result<(), ArmError> {
+        let ended = self.mutate(|core, now| core.end_job(&id, now));
+        match &ended {
+            // A job whose prolog failed was never bound: nothing to end.
+            Err(e) if e.kind == ArmErrorKind::NotFound => {}
+            // Slurm keeps nothing of what a failing epilog says: the manager's log does.
+            Err(e) => tracing::warn!(job = id, reason = e.message, "job end (epilog) refused"),
+            Ok(()) => {}
+        }
+        ended
+    }
+
+    /// What the last reconciliation found wrong.
+    pub(super) fn health(&self) -> Vec<String> {
+        self.slurm_problems.lock().expect("problems poisoned").clone()
     }
 
     /// The batch job a session belongs to, if Slurm is in charge of it.
@@ -96,7 +137,7 @@ impl Arm {
             let recorded = slurm.pool_licenses(&licenses);
             let more = held.saturating_sub(recorded);
             if more == 0 {
-                return slurm.replace_job_licenses(&job, licenses, held).await;
+                return slurm.replace_job_licenses(licenses, held).await;
             }
             slurm.hold_for_grant(more).await?;
             let pool = slurm.license_use().await?;
@@ -109,7 +150,7 @@ impl Arm {
                     pool.total
                 ));
             }
-            let updated = slurm.replace_job_licenses(&job, licenses, held).await;
+            let updated = slurm.replace_job_licenses(licenses, held).await;
             slurm.hold_for_grant(0).await?;
             updated
         };
@@ -149,7 +190,7 @@ impl Arm {
             let licenses = slurm.job_licenses(&job).await?;
             let recorded = slurm.pool_licenses(&licenses);
             if held < recorded {
-                slurm.replace_job_licenses(&job, licenses, held).await?;
+                slurm.replace_job_licenses(licenses, held).await?;
             }
             Ok::<_, String>(())
         };
@@ -163,40 +204,93 @@ impl Arm {
         self.batch_job_of(token_hash)
     }
 
-    /// One reconciliation with Slurm: batch jobs Slurm no longer runs are released, and the
-    /// licenses of unusable accelerators are held in the reservation.
+    /// One reconciliation with Slurm: batch jobs Slurm no longer runs are released, running
+    /// ones follow Slurm's time limits and licenses, Slurm's queue goes into the view, Slurm's
+    /// pool is checked against the manager's, and the licenses of unusable accelerators are
+    /// held in the reservation. What is wrong is logged once when it appears, and kept for
+    /// `armctl health`.
     async fn reconcile(&self, held_unavailable: &mut Option<u32>) {
         let Some(slurm) = self.slurm() else { return };
-        match slurm.active_jobs().await {
-            Ok(active) => {
-                let gone: Vec<String> = {
-                    let core = self.core.lock().expect("core poisoned");
-                    let running = core.jobs.values().filter(|j| j.batch.is_some() && j.state == JobState::Running);
-                    running.filter(|j| !active.contains(&j.id)).map(|j| j.id.clone()).collect()
-                };
-                for job in gone {
-                    tracing::info!(job, "Slurm no longer runs this job: released");
-                    let _ = self.mutate(|core, now| core.end_job(&job, now));
-                }
-            }
-            Err(e) => tracing::warn!(error = e, "cannot list Slurm's jobs; reconciliation skipped"),
-        }
-        match slurm.pending_jobs().await {
-            Ok(pending) => {
-                let queue = pending.into_iter().enumerate().map(|(order, p)| queued_job(p, order as u64)).collect();
+        let mut problems = Vec::new();
+        // A job bound after this point is missing from the listing because it is new, not
+        // because it ended: only jobs bound before it may be found gone.
+        let listed_after = self.core.lock().expect("core poisoned").next_id;
+        match slurm.jobs().await {
+            Ok(jobs) => {
+                self.follow_active(&jobs.active, listed_after).await;
+                let queue =
+                    jobs.pending.into_iter().enumerate().map(|(order, p)| queued_job(p, order as u64)).collect();
                 self.core.lock().expect("core poisoned").batch_queue = queue;
             }
-            Err(e) => tracing::warn!(error = e, "cannot read Slurm's queue; the view keeps the last one"),
+            Err(e) => problems.push(format!("cannot list Slurm's jobs (jobs that ended are not released): {e}")),
         }
-        let unavailable = {
+        let (registered, unavailable) = {
             let core = self.core.lock().expect("core poisoned");
-            core.hosts.values().filter(|h| !h.up || h.draining).map(|h| h.devices.len() as u32).sum::<u32>()
+            let count = |unusable: bool| {
+                let hosts = core.hosts.values().filter(|h| !unusable || !h.up || h.draining);
+                hosts.map(|h| h.devices.len() as u32).sum::<u32>()
+            };
+            (count(false), count(true))
         };
+        match slurm.license_use().await {
+            Ok(pool) if pool.total != registered => problems.push(format!(
+                "Slurm's pool is out of step: Licenses={}:{} in slurm.conf, {registered} accelerator(s) registered \
+                 with the manager; jobs are refused at their prolog when Slurm grants what the manager lacks",
+                slurm.license(),
+                pool.total
+            )),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("cannot read Slurm's pool: {e}")),
+        }
         if *held_unavailable != Some(unavailable) {
             match slurm.hold_unavailable(unavailable).await {
                 Ok(()) => *held_unavailable = Some(unavailable),
-                Err(e) => tracing::warn!(error = e, "cannot resize Slurm's reservation of unusable accelerators"),
+                Err(e) => problems.push(format!("cannot resize Slurm's reservation of unusable accelerators: {e}")),
             }
+        }
+        let mut kept = self.slurm_problems.lock().expect("problems poisoned");
+        for problem in problems.iter().filter(|p| !kept.contains(p)) {
+            tracing::warn!(problem, "reconciliation with Slurm");
+        }
+        if problems.is_empty() && !kept.is_empty() {
+            tracing::info!("reconciliation with Slurm: nothing wrong any more");
+        }
+        *kept = problems;
+    }
+
+    /// Running batch jobs against what Slurm runs (`active`): ended if Slurm no longer runs them
+    /// (and they were bound before the listing, `seq < listed_after`), given Slurm's current
+    /// time limit, and their licenses shrunk back where Slurm counts more than they hold (a
+    /// release whose record failed).
+    async fn follow_active(&self, active: &BTreeMap<String, ActiveJob>, listed_after: u64) {
+        let (gone, limits, shrink) = {
+            let core = self.core.lock().expect("core poisoned");
+            let running = || core.jobs.values().filter(|j| j.batch.is_some() && j.state == JobState::Running);
+            let gone: Vec<String> = running()
+                .filter(|j| j.seq < listed_after && !active.contains_key(&j.id))
+                .map(|j| j.id.clone())
+                .collect();
+            let limits: Vec<(String, u64)> = running()
+                .filter_map(|j| Some((j, active.get(&j.id)?.time_limit_s)))
+                .filter(|(j, limit)| j.walltime_s != *limit)
+                .map(|(j, limit)| (j.id.clone(), limit))
+                .collect();
+            let shrink: Vec<String> = running()
+                .filter(|j| active.get(&j.id).is_some_and(|a| a.accelerators > core.held_by(&j.id).len() as u32))
+                .map(|j| j.id.clone())
+                .collect();
+            (gone, limits, shrink)
+        };
+        for job in gone {
+            tracing::info!(job, "Slurm no longer runs this job: released");
+            let _ = self.mutate(|core, now| core.end_job(&job, now));
+        }
+        for (job, limit_s) in limits {
+            tracing::info!(job, limit_s, "Slurm's time limit of the job changed: followed");
+            let _ = self.mutate(|core, _| core.set_walltime(&job, limit_s));
+        }
+        for job in shrink {
+            self.record_release(Some(job)).await;
         }
     }
 }
