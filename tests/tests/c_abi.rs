@@ -343,13 +343,58 @@ async fn ac_init_failures_have_one_code_per_cause() {
     assert!(init_code(&out).starts_with("16 (not authorized"), "a wrong credential: {out}");
     assert!(out.contains("nobody"), "{out}");
     // The only accelerator is held by a job: an ad-hoc one waits, then gives up.
-    let _holder = c.submit("holder", &["n1"], 1).await;
+    let holder = c.submit("holder", &["n1"], 1).await;
     let out = init(&[("ARM_ACPN", "1"), ("ARM_INIT_TIMEOUT_S", "1")], &[]);
     assert!(init_code(&out).starts_with("17 (timed out"), "still queued: {out}");
+    // The manager refuses a node that is not the job's.
+    let out = init(&[("ARM_JOB_ID", "holder"), ("ARM_JOB_CREDENTIAL", &holder), ("ARM_NODE", "n9")], &[]);
+    assert!(init_code(&out).starts_with("16 (not authorized"), "a node not the job's: {out}");
+    assert!(out.contains("n9"), "it names the node: {out}");
     // A manager that is not there (a port nothing listens on).
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let out = init(&[("ARM_ACPN", "1"), ("ARM_ADDR", &port.to_string())], &[]);
     assert!(init_code(&out).starts_with("10 (the resource manager cannot be reached"), "{out}");
+    // Managers that answer every request with one refusal, as a real one does: one of another
+    // protocol version, and one whose store failed.
+    use ac_proto::arm::{ArmError, ArmErrorKind, VERSION};
+    let version = format!("protocol version mismatch: the resource manager speaks 99, the client {VERSION}");
+    let cases = [
+        (ArmError::new(ArmErrorKind::VersionMismatch, version), "18 (", "speaks 99"),
+        (ArmError::new(ArmErrorKind::Internal, "store: disk full"), "9 (", "disk full"),
+    ];
+    for (i, (refusal, code, words)) in cases.into_iter().enumerate() {
+        let (addr, ca) = refusing_manager(&dir.path().join(format!("refusing{i}")), refusal).await;
+        let out = init(&[("ARM_ACPN", "1"), ("ARM_ADDR", &addr.to_string()), ("ARM_CA_CERT", &ca)], &[]);
+        assert!(init_code(&out).starts_with(code), "expected {code}: {out}");
+        assert!(out.contains(words), "the manager's words reach the program: {out}");
+    }
+}
+
+/// A manager that answers every request with `refusal`. Returns its address and the CA to
+/// trust.
+async fn refusing_manager(dir: &Path, refusal: ac_proto::arm::ArmError) -> (std::net::SocketAddr, String) {
+    use ac_proto::arm::{ArmResponse, ALPN};
+    use ac_proto::{frame, tls, transport};
+    let files = tls::ensure_self_signed(dir, &tls::default_names(), &[]).expect("certificate");
+    let identity = tls::load_identity(&files.cert, &files.key).expect("identity");
+    let crypto = tls::server_crypto(identity, ALPN).expect("TLS");
+    let tuning = ac_proto::transport::Tuning::default();
+    let endpoint = transport::server_endpoint("127.0.0.1:0".parse().unwrap(), crypto, &tuning, None).expect("endpoint");
+    let addr = endpoint.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Some(incoming) = endpoint.accept().await {
+            let Ok(conn) = incoming.await else { continue };
+            let answer = frame::frame_bytes(&ArmResponse::Err(refusal.clone())).expect("encodes");
+            tokio::spawn(async move {
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    let _ = recv.read_to_end(1 << 20).await;
+                    let _ = send.write_all(&answer).await;
+                    let _ = send.finish();
+                }
+            });
+        }
+    });
+    (addr, files.ca_cert.to_string_lossy().into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
