@@ -202,6 +202,25 @@ impl TestCluster {
         submit_job(&self.admin().await, id, nodes, acpn, user, walltime_s).await
     }
 
+    /// Submits a job of `acpn` on `node` for `user` that pre-allocates up to `peak` (spare units
+    /// other jobs may borrow); returns its credential.
+    pub async fn submit_with_peak(&self, id: &str, node: &str, acpn: u32, user: &str, peak: u32) -> String {
+        let submit = ac_proto::arm::Request::JobSubmit {
+            id: id.into(),
+            nodes: vec![node.into()],
+            acpn,
+            user: user.into(),
+            walltime_s: 0,
+            group: None,
+            reservation: None,
+            peak: Some(peak),
+        };
+        match self.admin().await.request(submit).await.expect("submitted") {
+            ac_proto::arm::Response::Submitted { credential, .. } => credential,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
     /// Session options for a job's node.
     pub fn session_options(&self, job: &str, credential: &str, node: &str) -> ac_frontend::SessionOptions {
         ac_frontend::SessionOptions {

@@ -452,19 +452,7 @@ async fn a_c_program_whose_accelerator_daemon_stops_is_told_disconnected() {
 /// and a borrower job on n2; returns the cluster and the two credentials.
 async fn preallocation() -> (TestCluster, String, String) {
     let c = TestCluster::start_with(4, |config| config.preemption_grace_s = 1).await;
-    let submit = Request::JobSubmit {
-        id: "owner".into(),
-        nodes: vec!["n1".into()],
-        acpn: 1,
-        user: "olga".into(),
-        walltime_s: 0,
-        group: None,
-        reservation: None,
-        peak: Some(3),
-    };
-    let Response::Submitted { credential: owner, .. } = c.admin().await.request(submit).await.unwrap() else {
-        panic!("submitted")
-    };
+    let owner = c.submit_with_peak("owner", "n1", 1, "olga", 3).await;
     let borrower = c.submit_as("borrower", &["n2"], 1, "bert", 0).await;
     (c, owner, borrower)
 }

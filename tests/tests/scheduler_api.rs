@@ -285,19 +285,7 @@ async fn a_reservation_is_respected_by_static_and_dynamic_decisions() {
 async fn a_borrower_is_preempted_when_the_owner_grows() {
     let c = TestCluster::start_with(4, |config| config.preemption_grace_s = 1).await;
     let admin = c.admin().await;
-    let submit = Request::JobSubmit {
-        id: "owner".into(),
-        nodes: vec!["n1".into()],
-        acpn: 1,
-        user: "olga".into(),
-        walltime_s: 0,
-        group: None,
-        reservation: None,
-        peak: Some(3),
-    };
-    let Response::Submitted { credential: owner_credential, .. } = admin.request(submit).await.unwrap() else {
-        panic!()
-    };
+    let owner_credential = c.submit_with_peak("owner", "n1", 1, "olga", 3).await;
     let borrower_credential = c.submit_as("borrower", &["n2"], 1, "bert", 0).await;
     let owner_view = c.job("owner").await;
     assert_eq!((owner_view.static_accelerators.len(), owner_view.preallocated_unused.len()), (1, 2));

@@ -226,7 +226,7 @@ pub fn check_untrusted(source: &str, options: &[String]) -> DeviceResult<()> {
 
 /// The source with comments replaced by a space (strings are not parsed, so a `//` or `/*` in a
 /// string literal hides the rest: that only ever refuses more).
-fn strip_comments(source: &str) -> String {
+pub(super) fn strip_comments(source: &str) -> String {
     let mut out = String::with_capacity(source.len());
     let mut rest = source;
     while !rest.is_empty() {

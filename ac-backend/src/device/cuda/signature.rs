@@ -16,7 +16,7 @@ pub type Signatures = HashMap<String, Vec<usize>>;
 /// The kernels' parameter sizes declared in PTX text.
 pub fn from_ptx(text: &[u8]) -> Signatures {
     let text = String::from_utf8_lossy(text);
-    let code = strip_ptx_comments(&text);
+    let code = super::nvrtc::strip_comments(&text);
     let mut found = Signatures::new();
     let mut rest = code.as_str();
     while let Some(at) = rest.find(".entry") {
@@ -38,24 +38,6 @@ pub fn from_ptx(text: &[u8]) -> Signatures {
         found.insert(name.to_string(), sizes);
     }
     found
-}
-
-fn strip_ptx_comments(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        if let Some(after) = rest.strip_prefix("//") {
-            rest = after.find('\n').map_or("", |i| &after[i..]);
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
-            out.push(' ');
-        } else {
-            let c = rest.chars().next().expect("not empty");
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
-        }
-    }
-    out
 }
 
 /// The size of one `.param` declaration: a scalar type, or `.b8 name[N]` (an aggregate).
