@@ -284,7 +284,6 @@ async fn a_reservation_is_respected_by_static_and_dynamic_decisions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_borrower_is_preempted_when_the_owner_grows() {
     let c = TestCluster::start_with(4, |config| config.preemption_grace_s = 1).await;
-    let admin = c.admin().await;
     let owner_credential = c.submit_with_peak("owner", "n1", 1, "olga", 3).await;
     let borrower_credential = c.submit_as("borrower", &["n2"], 1, "bert", 0).await;
     let owner_view = c.job("owner").await;
