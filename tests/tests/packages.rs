@@ -40,6 +40,7 @@ fn packages_install_and_run_the_demo_flow() {
     let mut installed = Installed::new();
     run(Command::new("dpkg").arg("--install").args(&files));
     installed.check_files();
+    keeps_edited_conffile_on_upgrade(&files);
     let ctl = installed.start_daemons(dir.path());
 
     // The demo's flow: register the backend, programs built against the installed library.
@@ -76,6 +77,20 @@ fn packages_install_and_run_the_demo_flow() {
 
     ctl.stop();
     installed.purge();
+}
+
+/// An admin's edit of the manager's configuration survives installing the package again (an
+/// upgrade to the same version: dpkg keeps an edited conffile whose packaged text is unchanged,
+/// without asking), and the postinst's upgrade path runs.
+fn keeps_edited_conffile_on_upgrade(debs: &[PathBuf]) {
+    let conffile = "/etc/arm-server/arm-server.toml";
+    let edit = "# edited by the site\n";
+    let text = std::fs::read_to_string(conffile).expect("installed configuration");
+    std::fs::write(conffile, format!("{text}{edit}")).expect("configuration edited");
+    let deb = debs.iter().find(|f| deb_field(f, "Package") == "arm-server").expect("arm-server's .deb");
+    run(Command::new("dpkg").arg("--install").arg(deb));
+    let kept = std::fs::read_to_string(conffile).expect("configuration after the upgrade");
+    assert!(kept.ends_with(edit), "the upgrade replaced the edited {conffile}:\n{kept}");
 }
 
 /// The packages installed by this test: purged on drop, with the users their postinst made.
