@@ -138,6 +138,14 @@ impl Installed {
             Command::new("systemd-analyze").arg("verify").args(units).output().expect("systemd-analyze runs");
         let said = String::from_utf8_lossy(&verified.stderr).into_owned() + &String::from_utf8_lossy(&verified.stdout);
         assert!(verified.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
+        // Their hardening, as systemd rates it: an exposure of 2.0 or less (of 10) each.
+        for unit in units {
+            let rated = Command::new("systemd-analyze")
+                .args(["security", "--offline=true", "--threshold=20", unit])
+                .output()
+                .expect("systemd-analyze runs");
+            assert!(rated.status.success(), "{unit} is exposed: {}", String::from_utf8_lossy(&rated.stdout));
+        }
         // Each daemon's own user, and its state directory.
         for user in USERS {
             run(Command::new("id").arg(user));
