@@ -156,8 +156,8 @@ impl Installed {
     }
 
     /// The manager and a backend, as their units run them but without systemd: their users,
-    /// the installed configuration; only the ports differ (free ones, announced in a file),
-    /// and the backend serves three CPU devices (its configuration says `device = "auto"`,
+    /// the installed configuration, the units' confinement; only the ports differ (free ones,
+    /// announced in a file), and the backend serves three CPU devices (its configuration says `device = "auto"`,
     /// which finds no GPU here).
     fn start_daemons(&self, dir: &Path) -> Armctl {
         let arm = Daemon::start(dir, "arm-server", &[]);
@@ -218,12 +218,21 @@ struct Daemon {
 
 impl Daemon {
     /// Starts `/usr/bin/<name>` as user `name` with `/etc/<name>/<name>.toml`, listening on a
-    /// free loopback port.
+    /// free loopback port, in the confinement its unit gives it, built here without systemd:
+    /// a mount namespace where everything but its state directory is read-only
+    /// (`ProtectSystem=strict`), `/tmp` its own (`PrivateTmp`), `/home` and `/root` empty
+    /// (`ProtectHome`), no capabilities and no new privileges.
     fn start(dir: &Path, name: &str, extra: &[&str]) -> Self {
-        let addr_file = format!("/var/lib/{name}/test.addr");
+        let state = format!("/var/lib/{name}");
+        let addr_file = format!("{state}/test.addr");
         let log = dir.join(format!("{name}.log"));
-        let child = Command::new("setpriv")
-            .args([&format!("--reuid={name}"), &format!("--regid={name}"), "--init-groups"])
+        let confine = "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro / \
+            && mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs tmpfs /home \
+            && mount -t tmpfs tmpfs /root && shift && exec \"$@\"";
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", confine, "sh", &state])
+            .args(["setpriv", &format!("--reuid={name}"), &format!("--regid={name}"), "--init-groups"])
+            .args(["--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"])
             .arg(format!("/usr/bin/{name}"))
             .args([
                 "--config",
