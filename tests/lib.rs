@@ -323,11 +323,33 @@ fn spawn_daemon(
         .arg(dir)
         .arg("--addr-file")
         .arg(addr_file)
-        .env("RUST_LOG", "warn")
-        .stderr(std::process::Stdio::null())
+        // The log stays beside the state, for a failing test to show.
+        .env("RUST_LOG", "info")
+        .stderr(daemon_log(dir, binary))
         .spawn()
         .unwrap_or_else(|e| panic!("{binary} starts: {e}"));
     (child, wait_for_address(addr_file, binary))
+}
+
+/// The log file of daemon `binary` in its state directory `dir`, appended to across restarts.
+fn daemon_log(dir: &std::path::Path, binary: &str) -> std::fs::File {
+    let path = dir.join(format!("{binary}.log"));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The last `lines` lines of a file, or what kept it from being read.
+pub fn tail(path: &std::path::Path, lines: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("({}: {e})", path.display()),
+    }
 }
 
 /// Registers `backends` as `h0`, `h1`, ... with a manager, through an admin client.

@@ -138,6 +138,13 @@ impl SlurmCluster {
         (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// The ends of the manager's and slurmctld's logs, for a failing test to show.
+    pub fn logs(&self) -> String {
+        let arm = crate::tail(&self.arm_dir().join("arm-server.log"), 40);
+        let ctld = crate::tail(&self.slurm_dir().join("log/slurmctld.log"), 40);
+        format!("--- arm-server.log\n{arm}\n--- slurmctld.log\n{ctld}")
+    }
+
     /// Everything `scontrol show job` says of job `job` ("" once Slurm forgot it).
     pub fn show_job(&self, job: &str) -> String {
         let output = self.command("scontrol").args(["show", "job", job]).output().expect("scontrol");

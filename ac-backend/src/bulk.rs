@@ -1,4 +1,5 @@
-//! Bulk copies: one QUIC stream per copy (or per stripe of a copy), header then raw bytes.
+//! Bulk copies: one QUIC stream per copy (or per stripe of a copy), or one copy after another on
+//! a bulk lane (TLS over TCP, see `ac_proto::lane`); header then raw bytes either way.
 //!
 //! Pipelined (the default), the copy streams: each piece quinn hands us (at most `chunk_bytes`,
 //! no copy) is written to device memory as soon as it arrives, while quinn's connection task
@@ -12,20 +13,138 @@
 //! the device in one call; device to host reads it all before sending. Time is network plus
 //! device copy instead of the larger of the two, and memory grows with the copy.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use ac_proto::backend::{close, BulkHeader, Direction, ErrorKind, Reply, Response, WireError};
-use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::frame::{frame_bytes, FrameReader, Source};
+use ac_proto::lane::LaneStream;
 use ac_proto::ProtoError;
 use bytes::{Bytes, BytesMut};
-use quinn::SendStream;
+use quinn::{RecvStream, SendStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::session::{Allocation, Session};
 
+/// What carries a copy: a QUIC bulk stream or a lane. They differ in what a refusal or a
+/// failure does to them.
+trait Carrier: Send {
+    /// Where the header and the host-to-device payload come from.
+    type Incoming: Source + Send;
+
+    /// The incoming side.
+    fn reader(&mut self) -> &mut FrameReader<Self::Incoming>;
+
+    /// Sends reply frames and device-to-host bytes.
+    fn put(&mut self, bytes: Bytes) -> impl Future<Output = Result<(), ProtoError>> + Send;
+
+    /// A host-to-device copy is refused with `left` of its payload bytes not read.
+    fn refuse_rest(&mut self, left: u64) -> impl Future<Output = Result<(), ProtoError>> + Send;
+
+    /// A device-to-host copy cannot send the bytes its header promised.
+    fn abort(&mut self) -> Result<(), ProtoError>;
+
+    /// The copy is over: everything put is on its way.
+    fn finish(&mut self) -> impl Future<Output = Result<(), ProtoError>> + Send;
+}
+
+/// One QUIC bidirectional stream per copy.
+struct QuicCopy {
+    send: SendStream,
+    reader: FrameReader<RecvStream>,
+}
+
+impl Carrier for QuicCopy {
+    type Incoming = RecvStream;
+
+    fn reader(&mut self) -> &mut FrameReader<RecvStream> {
+        &mut self.reader
+    }
+
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ProtoError> {
+        Ok(self.send.write_chunk(bytes).await?)
+    }
+
+    /// Stopping the stream fails the client's writes at once: nothing more is sent.
+    async fn refuse_rest(&mut self, _left: u64) -> Result<(), ProtoError> {
+        let _ = self.reader.stream_mut().stop(close::COPY_REFUSED.into());
+        Ok(())
+    }
+
+    /// The stream is reset and the client reports the copy as failed.
+    fn abort(&mut self) -> Result<(), ProtoError> {
+        let _ = self.send.reset(close::COPY_REFUSED.into());
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<(), ProtoError> {
+        let _ = self.send.finish();
+        Ok(())
+    }
+}
+
+/// A bulk lane: copies one after another on one TLS stream.
+struct Lane<T> {
+    reader: FrameReader<LaneStream<T>>,
+}
+
+/// How much of a refused copy's payload a lane reads (and drops) at a time.
+const DRAIN_PIECE: u64 = 256 << 10;
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Carrier for Lane<T> {
+    type Incoming = LaneStream<T>;
+
+    fn reader(&mut self) -> &mut FrameReader<LaneStream<T>> {
+        &mut self.reader
+    }
+
+    async fn put(&mut self, bytes: Bytes) -> Result<(), ProtoError> {
+        Ok(self.reader.stream_mut().0.write_all(&bytes).await?)
+    }
+
+    /// The client sends the whole payload before it reads the reply: the lane reads it to the
+    /// end, so that the next copy's header is where the client puts it.
+    async fn refuse_rest(&mut self, mut left: u64) -> Result<(), ProtoError> {
+        while left > 0 {
+            let piece = self.reader.next_chunk(left.min(DRAIN_PIECE) as usize).await?;
+            left -= piece.ok_or(ProtoError::UnexpectedEnd)?.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The header promised bytes that will not come: only closing the lane says so.
+    fn abort(&mut self) -> Result<(), ProtoError> {
+        Err(ProtoError::Io(std::io::Error::other("device read failed during a copy: lane closed")))
+    }
+
+    async fn finish(&mut self) -> Result<(), ProtoError> {
+        Ok(self.reader.stream_mut().0.flush().await?)
+    }
+}
+
 /// Serves one bulk stream to completion. Errors of the copy go to the client on the stream;
 /// returns `Err` only for a protocol violation that must close the connection.
-pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: FrameReader) -> Result<(), ProtoError> {
-    let header: BulkHeader = reader.expect_frame().await?;
+pub async fn serve(session: Arc<Session>, send: SendStream, reader: FrameReader) -> Result<(), ProtoError> {
+    let mut stream = QuicCopy { send, reader };
+    let header: BulkHeader = stream.reader.expect_frame().await?;
+    copy(&session, header, &mut stream).await
+}
+
+/// Serves a lane whose hello was read by `reader`, one copy after another, until the client
+/// closes it (`Ok`) or breaks it (`Err`: the lane is closed).
+pub async fn serve_lane<T: AsyncRead + AsyncWrite + Unpin + Send>(
+    session: Arc<Session>,
+    reader: FrameReader<LaneStream<T>>,
+) -> Result<(), ProtoError> {
+    let mut lane = Lane { reader };
+    while let Some(header) = lane.reader.read_frame::<BulkHeader>().await? {
+        copy(&session, header, &mut lane).await?;
+    }
+    Ok(())
+}
+
+/// Runs one copy on `carrier`, whose header was read.
+async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier) -> Result<(), ProtoError> {
     tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, after = header.after, "bulk copy");
     let checked = match session.resolve(header.ptr, header.len) {
         // A synchronous copy: after the work queued before its position (see `fence`).
@@ -36,49 +155,47 @@ pub async fn serve(session: Arc<Session>, mut send: SendStream, mut reader: Fram
         Ok(alloc) => alloc,
         Err(e) => {
             if header.direction == Direction::HostToDevice {
-                let _ = reader.stream_mut().stop(close::COPY_REFUSED.into());
+                carrier.refuse_rest(header.len).await?;
             }
-            return reply(&mut send, Response::Error(e)).await;
+            return reply(carrier, Response::Error(e)).await;
         }
     };
     match header.direction {
         Direction::HostToDevice => {
+            let mut received = 0;
             let result = if header.pipelined {
-                receive_streaming(&session, &alloc, &header, &mut reader).await
+                receive_streaming(session, &alloc, &header, carrier.reader(), &mut received).await
             } else {
-                receive_staged(&session, &alloc, &header, &mut reader).await
+                receive_staged(session, &alloc, &header, carrier.reader(), &mut received).await
             };
             let response = match result {
                 Ok(()) => Response::Ok,
                 Err(e) => {
-                    let _ = reader.stream_mut().stop(close::COPY_REFUSED.into());
+                    carrier.refuse_rest(header.len - received).await?;
                     Response::Error(e)
                 }
             };
-            reply(&mut send, response).await
+            reply(carrier, response).await
         }
         Direction::DeviceToHost => {
-            reply_header(&mut send, Response::Data { len: header.len }).await?;
-            if header.pipelined {
-                send_streaming(&session, &alloc, &header, &mut send).await?;
+            carrier.put(frame_bytes(&Reply { id: 0, response: Response::Data { len: header.len } })?).await?;
+            let sent = if header.pipelined {
+                send_streaming(session, &alloc, &header, carrier).await?
             } else {
-                send_staged(&session, &alloc, &header, &mut send).await?;
+                send_staged(session, &alloc, &header, carrier).await?
+            };
+            if let Err(error) = sent {
+                tracing::warn!(%error, "device read failed during a copy");
+                return carrier.abort();
             }
-            let _ = send.finish();
-            Ok(())
+            carrier.finish().await
         }
     }
 }
 
-async fn reply_header(send: &mut SendStream, response: Response) -> Result<(), ProtoError> {
-    send.write_chunk(frame_bytes(&Reply { id: 0, response })?).await?;
-    Ok(())
-}
-
-async fn reply(send: &mut SendStream, response: Response) -> Result<(), ProtoError> {
-    reply_header(send, response).await?;
-    let _ = send.finish();
-    Ok(())
+async fn reply(carrier: &mut impl Carrier, response: Response) -> Result<(), ProtoError> {
+    carrier.put(frame_bytes(&Reply { id: 0, response })?).await?;
+    carrier.finish().await
 }
 
 fn ended_early(received: u64, header: &BulkHeader) -> WireError {
@@ -86,8 +203,8 @@ fn ended_early(received: u64, header: &BulkHeader) -> WireError {
 }
 
 /// Reads the next piece of payload; fails when the stream ends before `header.len` bytes.
-async fn next_piece(
-    reader: &mut FrameReader,
+async fn next_piece<S: Source + Send>(
+    reader: &mut FrameReader<S>,
     received: u64,
     header: &BulkHeader,
     max: usize,
@@ -99,31 +216,34 @@ async fn next_piece(
     }
 }
 
-/// Receives the copy's payload piece by piece, handing each to `sink` with its offset in the copy.
-async fn receive(
+/// Receives the copy's payload piece by piece, handing each to `sink` with its offset in the
+/// copy; `received` counts what was read.
+async fn receive<S: Source + Send>(
     session: &Session,
     header: &BulkHeader,
-    reader: &mut FrameReader,
+    reader: &mut FrameReader<S>,
+    received: &mut u64,
     mut sink: impl FnMut(u64, &[u8]) -> Result<(), WireError>,
 ) -> Result<(), WireError> {
-    let mut received = 0u64;
-    while received < header.len {
-        let max = (header.len - received).min(session.copy.chunk_bytes as u64) as usize;
-        let piece = next_piece(reader, received, header, max).await?;
-        sink(received, &piece)?;
-        received += piece.len() as u64;
+    while *received < header.len {
+        let max = (header.len - *received).min(session.copy.chunk_bytes as u64) as usize;
+        let piece = next_piece(reader, *received, header, max).await?;
+        let at = *received;
+        *received += piece.len() as u64;
+        sink(at, &piece)?;
     }
     Ok(())
 }
 
-async fn receive_streaming(
+async fn receive_streaming<S: Source + Send>(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    reader: &mut FrameReader,
+    reader: &mut FrameReader<S>,
+    received: &mut u64,
 ) -> Result<(), WireError> {
     let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
-    receive(session, header, reader, |at, piece| upload.push(at, piece)).await?;
+    receive(session, header, reader, received, |at, piece| upload.push(at, piece)).await?;
     upload.finish()
 }
 
@@ -139,14 +259,15 @@ pub fn read_whole(session: &Session, alloc: &Allocation, offset: u64, len: u64) 
     session.context.download(alloc.mem, offset, len).and_then(|mut d| d.next(len as usize))
 }
 
-async fn receive_staged(
+async fn receive_staged<S: Source + Send>(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    reader: &mut FrameReader,
+    reader: &mut FrameReader<S>,
+    received: &mut u64,
 ) -> Result<(), WireError> {
     let mut staging = BytesMut::with_capacity(header.len as usize);
-    receive(session, header, reader, |_, piece| {
+    receive(session, header, reader, received, |_, piece| {
         staging.extend_from_slice(piece);
         Ok(())
     })
@@ -154,44 +275,38 @@ async fn receive_staged(
     write_whole(session, alloc, header.ptr.offset, &staging)
 }
 
+/// Sends the copy's bytes chunk by chunk as the device reads them. The outer error is the
+/// carrier's, the inner one the device's.
 async fn send_streaming(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    send: &mut SendStream,
-) -> Result<(), ProtoError> {
+    carrier: &mut impl Carrier,
+) -> Result<Result<(), WireError>, ProtoError> {
     let mut download = match session.context.download(alloc.mem, header.ptr.offset, header.len) {
         Ok(download) => download,
-        Err(e) => return abort_send(send, e),
+        Err(e) => return Ok(Err(e)),
     };
     let mut sent = 0u64;
     while sent < header.len {
         let len = (header.len - sent).min(session.copy.chunk_bytes as u64) as usize;
         match download.next(len) {
-            Ok(chunk) => send.write_chunk(chunk).await?,
-            Err(e) => return abort_send(send, e),
+            Ok(chunk) => carrier.put(chunk).await?,
+            Err(e) => return Ok(Err(e)),
         }
         sent += len as u64;
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 async fn send_staged(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    send: &mut SendStream,
-) -> Result<(), ProtoError> {
+    carrier: &mut impl Carrier,
+) -> Result<Result<(), WireError>, ProtoError> {
     match read_whole(session, alloc, header.ptr.offset, header.len) {
-        Ok(all) => Ok(send.write_chunk(all).await?),
-        Err(e) => abort_send(send, e),
+        Ok(all) => carrier.put(all).await.map(Ok),
+        Err(e) => Ok(Err(e)),
     }
-}
-
-/// A device failure in the middle of a device-to-host copy: the header already promised the
-/// bytes, so the stream is reset and the client reports the copy as failed.
-fn abort_send(send: &mut SendStream, error: WireError) -> Result<(), ProtoError> {
-    tracing::warn!(%error, "device read failed during a copy");
-    let _ = send.reset(close::COPY_REFUSED.into());
-    Ok(())
 }

@@ -73,6 +73,10 @@ pub struct BackendConfig {
     pub copy: CopySettings,
     /// QUIC transport.
     pub transport: Tuning,
+    /// Serve bulk lanes (TLS over TCP, on the TCP port of the same number as the QUIC port when
+    /// it is free): large copies move several times faster than over QUIC streams (see
+    /// `ac_proto::lane`). Off: copies use QUIC streams only.
+    pub lanes: bool,
 }
 
 impl Default for BackendConfig {
@@ -92,6 +96,7 @@ impl Default for BackendConfig {
             inline_budget_mib: 64,
             copy: CopySettings::default(),
             transport: Tuning::default(),
+            lanes: true,
         }
     }
 }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{
-    close, DeviceInfo, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, ALPN, VERSION,
+    close, DeviceInfo, ErrorKind, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, WireError, ALPN, VERSION,
 };
-use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
-use ac_proto::{tls, transport};
+use ac_proto::frame::{frame_bytes, FrameReader, Source, StreamWriter};
+use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
+use ac_proto::{lane, tls, transport};
 use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -31,6 +32,8 @@ struct Shared {
     registry: Registry,
     trust: Trust,
     config: BackendConfig,
+    /// The bulk lanes' TCP port; 0 without lanes.
+    lane_port: u16,
 }
 
 /// A backend serving in this process.
@@ -41,6 +44,7 @@ pub struct RunningBackend {
     endpoint: Endpoint,
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    lane_task: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -85,6 +89,9 @@ impl RunningBackend {
     pub async fn shutdown(self) {
         self.endpoint.close(close::NORMAL.into(), b"backend shutting down");
         self.task.abort();
+        if let Some(lanes) = self.lane_task {
+            lanes.abort();
+        }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
     }
 }
@@ -136,6 +143,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     config.validate()?;
     let devices = make_devices(&config)?;
     let (identity, ca_cert) = identity(&config)?;
+    let lane_tls = tls::server_tls(identity.clone(), lane::ALPN)?;
     let crypto = tls::server_crypto(identity, ALPN)?;
     let endpoint = transport::server_endpoint(
         config.listen,
@@ -151,12 +159,112 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         None => None,
     };
     let trust = Trust::load(&config.state_dir, pinned);
-    let shared = Arc::new(Shared { devices, registry: Registry::default(), trust, config });
+    let listener = if config.lanes { Some(lane_listener(addr, config.listen.port() == 0)?) } else { None };
+    let lane_port = match &listener {
+        Some(l) => l.local_addr()?.port(),
+        None => 0,
+    };
+    let shared = Arc::new(Shared { devices, registry: Registry::default(), trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
+    let acceptor = TlsAcceptor::from(Arc::new(lane_tls));
+    let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
+    if lane_port != 0 {
+        tracing::info!(%addr, lane_port, "serving bulk lanes (TLS over TCP)");
+    }
     for info in shared.device_infos() {
         tracing::info!(%addr, index = info.index, device = %info.name, "serving device");
     }
-    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task })
+    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task, lane_task })
+}
+
+/// The lanes' TCP listener: on the QUIC port's number, so that one port (UDP and TCP) is all a
+/// firewall must open; on any free port when the QUIC port was picked freely and its TCP twin
+/// is taken.
+fn lane_listener(quic: SocketAddr, picked: bool) -> Result<tokio::net::TcpListener, BackendError> {
+    let bind = |addr: SocketAddr| -> std::io::Result<tokio::net::TcpListener> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(256)
+    };
+    match bind(quic) {
+        Ok(listener) => Ok(listener),
+        Err(_) if picked => Ok(bind(SocketAddr::new(quic.ip(), 0))?),
+        Err(e) => Err(BackendError::Config(format!(
+            "cannot listen for bulk lanes on TCP port {} ({e}); free it or set `lanes = false`",
+            quic.port()
+        ))),
+    }
+}
+
+async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, shared: Arc<Shared>) {
+    loop {
+        let (socket, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors and the like: wait rather than spin.
+                tracing::warn!(error = %e, "cannot accept a bulk lane");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, shared) = (acceptor.clone(), shared.clone());
+        let span = tracing::info_span!("lane", %peer);
+        tokio::spawn(serve_lane(socket, acceptor, shared).instrument(span));
+    }
+}
+
+/// A lane: the TLS handshake, a hello that attaches it to a session, then copies until either
+/// side closes it or the session ends.
+async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
+    let opened = async {
+        lane::tune(&socket).map_err(|e| e.to_string())?;
+        let stream = acceptor.accept(socket).await.map_err(|e| format!("TLS handshake: {e}"))?;
+        let mut reader = FrameReader::new(LaneStream(stream));
+        let hello = read_hello(&mut reader).await.map_err(|(_, reason)| reason)?;
+        Ok::<_, String>((hello, reader))
+    };
+    let (hello, mut reader) = match tokio::time::timeout(HELLO_TIMEOUT, opened).await {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(reason)) => return tracing::info!(reason, "lane refused"),
+        Err(_) => return tracing::info!("lane refused: no hello in time"),
+    };
+    let session = match hello {
+        Hello::Attach { session, token } => shared.registry.find(session, &token),
+        _ => None,
+    };
+    let Some(session) = session else {
+        let refusal = WireError::new(ErrorKind::Unauthorized, "unknown session or wrong token: a lane only attaches");
+        let refusal = frame_bytes(&Reply { id: 0, response: Response::Error(refusal) }).expect("a refusal encodes");
+        let _ = lane_reply(&mut reader, refusal).await;
+        return tracing::info!("lane refused: unknown session or wrong token");
+    };
+    if lane_reply(&mut reader, welcome(&session, shared.lane_port)).await.is_err() {
+        return;
+    }
+    tracing::debug!(session = session.id.0, "lane attached");
+    tokio::select! {
+        served = bulk::serve_lane(session.clone(), reader) => {
+            if let Err(e) = served {
+                tracing::info!(session = session.id.0, error = %e, "lane closed");
+            }
+        }
+        () = session.ended() => {}
+    }
+}
+
+/// Writes `bytes` to a lane and flushes them.
+async fn lane_reply<T: tokio::io::AsyncWrite + Unpin>(
+    reader: &mut FrameReader<LaneStream<T>>,
+    bytes: bytes::Bytes,
+) -> std::io::Result<()>
+where
+    LaneStream<T>: Source + Send,
+{
+    use tokio::io::AsyncWriteExt;
+    let stream = &mut reader.stream_mut().0;
+    stream.write_all(&bytes).await?;
+    stream.flush().await
 }
 
 async fn accept_loop(endpoint: Endpoint, shared: Arc<Shared>) {
@@ -212,7 +320,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             let Some(session) = shared.registry.find(session, &token) else {
                 return refuse(&conn, close::UNAUTHORIZED, "unknown session or wrong token");
             };
-            let welcome = welcome(&session);
+            let welcome = welcome(&session, shared.lane_port);
             let mut send = send;
             if send.write_chunk(welcome).await.is_err() {
                 return;
@@ -225,7 +333,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
 }
 
 /// Reads and checks the preamble and the hello frame.
-async fn read_hello(reader: &mut FrameReader) -> Result<Hello, (u32, String)> {
+async fn read_hello<S: Source + Send>(reader: &mut FrameReader<S>) -> Result<Hello, (u32, String)> {
     let raw = reader.read_exact_raw(4).await.map_err(|e| (close::PROTOCOL, format!("no preamble: {e}")))?;
     let preamble = Preamble::parse(raw[..].try_into().expect("4 bytes"))
         .ok_or((close::MALFORMED, "not an accelerator protocol client (bad magic)".to_string()))?;
@@ -238,8 +346,9 @@ async fn read_hello(reader: &mut FrameReader) -> Result<Hello, (u32, String)> {
     reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
 }
 
-fn welcome(session: &Session) -> bytes::Bytes {
-    let response = Response::Welcome { session: session.id, token: session.token, info: session.context.info() };
+fn welcome(session: &Session, lane_port: u16) -> bytes::Bytes {
+    let response =
+        Response::Welcome { session: session.id, token: session.token, info: session.context.info(), lane_port };
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }
 
@@ -298,7 +407,7 @@ async fn serve_session(
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
-    if replies.send(welcome(&session)).await.is_err() {
+    if replies.send(welcome(&session, shared.lane_port)).await.is_err() {
         return;
     }
     let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));

@@ -57,6 +57,8 @@ pub struct Session {
     buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
     attached: Mutex<Vec<quinn::Connection>>,
+    /// Turns true when the session ends: its bulk lanes close.
+    ended: tokio::sync::watch::Sender<bool>,
 }
 
 impl Session {
@@ -117,12 +119,19 @@ impl Session {
         self.close_with(close::NORMAL, "session ended");
     }
 
-    /// Ends the session, telling the client why.
+    /// Ends the session, telling the client why. The QUIC connections close first, so that the
+    /// reason is on its way before the lanes break.
     pub fn close_with(&self, code: u32, reason: &str) {
         for conn in self.attached.lock().expect("attached list poisoned").drain(..) {
             conn.close(code.into(), reason.as_bytes());
         }
+        self.ended.send_replace(true);
         self.buffers.lock().expect("buffer table poisoned").clear();
+    }
+
+    /// Returns once the session has ended.
+    pub async fn ended(&self) {
+        let _ = self.ended.subscribe().wait_for(|ended| *ended).await;
     }
 }
 
@@ -157,6 +166,7 @@ impl Registry {
             buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
+            ended: tokio::sync::watch::Sender::new(false),
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         session

@@ -13,6 +13,7 @@ use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
 
 use crate::control::ControlStream;
+use crate::lane::{Broken, Lanes, Payload};
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     copy: Mutex<CopyOptions>,
     /// Closes the connections when the backend's host says its process is gone.
     _watch: Option<crate::watch::PortWatch>,
+    /// Bulk lanes (TLS over TCP) for large copies, when the backend serves them.
+    lanes: Option<Arc<Lanes>>,
 }
 
 impl Drop for Inner {
@@ -85,16 +88,18 @@ impl Accelerator {
                 (crypto.clone(), link::open_on(options, crypto, &hello, options.endpoint.as_ref()).await?)
             }
         };
-        let Response::Welcome { session, token, info } = link.welcome.clone() else {
+        let Response::Welcome { session, token, info, lane_port } = link.welcome.clone() else {
             return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
         };
         let attach = Hello::Attach { session, token };
-        let extra =
-            try_join_all((1..options.stripes.max(1)).map(|_| link::open(options, crypto.clone(), &attach))).await?;
-        Ok(Self::from_links(link, extra, session, info))
+        let lanes = Lanes::new(options, lane_port, options.lanes, &attach)?;
+        // With lanes, the QUIC connections carry control and small copies only: one is enough.
+        let stripes = if lanes.is_some() { 1 } else { options.stripes.max(1) };
+        let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;
+        Ok(Self::from_links(link, extra, session, info, lanes))
     }
 
-    fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo) -> Self {
+    fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo, lanes: Option<Lanes>) -> Self {
         let mut data = vec![control.connection.clone()];
         // Only endpoints made for this accelerator are waited for on close: a shared one stays
         // busy with the session's other accelerators.
@@ -103,7 +108,8 @@ impl Accelerator {
             data.push(link.connection);
             endpoints.extend(link.owns_endpoint.then_some(link.endpoint));
         }
-        let watch = crate::watch::PortWatch::start(control.connection.remote_address(), data.clone());
+        let lanes = lanes.map(Arc::new);
+        let watch = crate::watch::PortWatch::start(control.connection.remote_address(), data.clone(), lanes.clone());
         let inner = Inner {
             control: control.connection,
             data,
@@ -115,6 +121,7 @@ impl Accelerator {
             session,
             copy: Mutex::new(CopyOptions::default()),
             _watch: watch,
+            lanes,
         };
         Self { inner: Arc::new(inner) }
     }
@@ -242,9 +249,44 @@ impl Accelerator {
             };
         }
         let after = self.copy_position().await?;
-        let stripes = self.stripes(Direction::HostToDevice, dst, data.len(), &options, after);
-        try_join_all(stripes.into_iter().map(|(conn, range, header)| bulk_write(conn, header, &data[range]))).await?;
+        if let Some(lanes) = self.lanes().await {
+            let stripes = stripes(lanes.usable(), Direction::HostToDevice, dst, data.len(), &options, after);
+            let copies = stripes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (range, header))| self.lane_copy(lanes, i, header, Payload::ToDevice(&data[range])));
+            try_join_all(copies).await?;
+            return Ok(());
+        }
+        let stripes = stripes(self.inner.data.len(), Direction::HostToDevice, dst, data.len(), &options, after);
+        let copies = stripes
+            .into_iter()
+            .enumerate()
+            .map(|(i, (range, header))| bulk_write(&self.inner.data[i], header, &data[range]));
+        try_join_all(copies).await?;
         Ok(())
+    }
+
+    /// The lanes, when copies can use them (dialed at the first copy that asks).
+    async fn lanes(&self) -> Option<&Lanes> {
+        let lanes = self.inner.lanes.as_deref().filter(|lanes| lanes.usable() > 0)?;
+        lanes.ready().await.then_some(lanes)
+    }
+
+    /// One stripe of a copy on lane `index`. A lane that breaks is explained by the session's
+    /// end when that is the cause (the backend closes the QUIC connection, with its reason,
+    /// before the lanes).
+    async fn lane_copy(&self, lanes: &Lanes, index: usize, header: BulkHeader, payload: Payload<'_>) -> Result<()> {
+        match lanes.copy(index, header, payload).await {
+            Ok(outcome) => outcome,
+            Err(Broken(e)) => {
+                let closed = tokio::time::timeout(LANE_REASON_WAIT, self.inner.control.closed()).await;
+                Err(closed.map(Error::from).unwrap_or_else(|_| Error::Remote {
+                    kind: ErrorKind::Device,
+                    message: format!("copy failed: the bulk lane to the backend broke: {e}"),
+                }))
+            }
+        }
     }
 
     /// Copies device memory into host bytes, after all work sent before it.
@@ -261,43 +303,51 @@ impl Accelerator {
             };
         }
         let after = self.copy_position().await?;
-        let stripes = self.stripes(Direction::DeviceToHost, src, out.len(), &options, after);
+        let lanes = self.lanes().await;
+        let count = lanes.map_or(self.inner.data.len(), Lanes::usable);
+        let stripes = stripes(count, Direction::DeviceToHost, src, out.len(), &options, after);
         let mut rest = out;
         let mut jobs = Vec::with_capacity(stripes.len());
-        for (conn, range, header) in stripes {
+        for (i, (range, header)) in stripes.into_iter().enumerate() {
             let (head, tail) = rest.split_at_mut(range.len());
             rest = tail;
-            jobs.push(bulk_read(conn, header, head));
+            jobs.push(async move {
+                match lanes {
+                    Some(lanes) => self.lane_copy(lanes, i, header, Payload::FromDevice(head)).await,
+                    None => bulk_read(&self.inner.data[i], header, head).await,
+                }
+            });
         }
         try_join_all(jobs).await?;
         Ok(())
     }
+}
 
-    /// Splits `len` bytes over the data connections, in 64 KiB-aligned contiguous stripes.
-    /// Each stripe comes with the header of its bulk copy: `len` bytes at `ptr` in all, the copy
-    /// following position `after`.
-    fn stripes(
-        &self,
-        direction: Direction,
-        ptr: DevicePtr,
-        len: usize,
-        options: &CopyOptions,
-        after: u64,
-    ) -> Vec<(&Connection, std::ops::Range<usize>, BulkHeader)> {
-        let conns = &self.inner.data;
-        let n = conns.len().min(len / options.stripe_min.max(1)).max(1);
-        let per = len.div_ceil(n).next_multiple_of(64 << 10);
-        (0..n)
-            .map(|i| (&conns[i], (i * per).min(len)..((i + 1) * per).min(len)))
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(conn, range)| {
-                let at = DevicePtr { buffer: ptr.buffer, offset: ptr.offset + range.start as u64 };
-                let len = range.len() as u64;
-                let header = BulkHeader { direction, ptr: at, len, pipelined: options.pipelined, after };
-                (conn, range, header)
-            })
-            .collect()
-    }
+/// How long a broken lane waits for the session's close reason, which explains it better.
+const LANE_REASON_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Splits `len` bytes over `count` carriers (lanes or connections), in 64 KiB-aligned contiguous
+/// stripes of at least `options.stripe_min` unless there is only one. Each stripe comes with the
+/// header of its bulk copy: `len` bytes at `ptr` in all, the copy following position `after`.
+fn stripes(
+    count: usize,
+    direction: Direction,
+    ptr: DevicePtr,
+    len: usize,
+    options: &CopyOptions,
+    after: u64,
+) -> Vec<(std::ops::Range<usize>, BulkHeader)> {
+    let n = count.min(len / options.stripe_min.max(1)).max(1);
+    let per = len.div_ceil(n).next_multiple_of(64 << 10);
+    (0..n)
+        .map(|i| (i * per).min(len)..((i + 1) * per).min(len))
+        .filter(|r| !r.is_empty())
+        .map(|range| {
+            let at = DevicePtr { buffer: ptr.buffer, offset: ptr.offset + range.start as u64 };
+            let len = range.len() as u64;
+            (range, BulkHeader { direction, ptr: at, len, pipelined: options.pipelined, after })
+        })
+        .collect()
 }
 
 pub(crate) fn unexpected(answer: Answer) -> Error {

@@ -19,7 +19,8 @@
 //! - [`link`]: connecting to a backend (TLS, tuning, preamble, hello). Reused by the resource
 //!   manager's client.
 //! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
-//!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it.
+//!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it;
+//!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them.
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
@@ -47,6 +48,7 @@ mod buffer;
 mod control;
 mod error;
 mod kernel;
+mod lane;
 pub mod link;
 #[cfg(feature = "mpi")]
 pub mod mpi;

@@ -33,8 +33,12 @@ pub struct ConnectOptions {
     pub device: u32,
     /// QUIC transport settings.
     pub tuning: Tuning,
-    /// Connections over which large copies are striped (1 = no striping).
+    /// Connections over which large copies are striped (1 = no striping), when the backend has
+    /// no bulk lanes or `lanes` is 0.
     pub stripes: usize,
+    /// Bulk lanes (TLS over TCP, see `ac_proto::lane`) over which large copies are striped; 0:
+    /// QUIC streams only.
+    pub lanes: usize,
     /// A client endpoint to reuse for the first connection. Creating one (a socket, its
     /// buffers, a driver task) costs about as much as a handshake's crypto, so a session that
     /// connects to many accelerators shares one. Striping connections always get their own, so
@@ -54,12 +58,13 @@ impl ConnectOptions {
             device: 0,
             tuning: Tuning::default(),
             stripes: 2,
+            lanes: 2,
             endpoint: None,
         }
     }
 
     /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME`,
-    /// `AC_DEVICE` (the device index on the backend, default 0), `AC_STRIPES` and the transport
+    /// `AC_DEVICE` (the device index on the backend, default 0), `AC_STRIPES`, `AC_LANES` and the transport
     /// settings of [`ac_proto::transport::ENV_SETTINGS`].
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
@@ -74,6 +79,9 @@ impl ConnectOptions {
         }
         if let Ok(stripes) = std::env::var("AC_STRIPES") {
             options.stripes = stripes.parse().map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
+        }
+        if let Ok(lanes) = std::env::var("AC_LANES") {
+            options.lanes = lanes.parse().map_err(|e| Error::Setup(format!("AC_LANES: {e}")))?;
         }
         Ok(options)
     }

@@ -16,16 +16,20 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use quinn::Connection;
 use tokio::net::UdpSocket;
+
+use crate::lane::Lanes;
 
 /// How often a silent backend is probed. Several probes must go unanswered by the backend
 /// (while the host refuses them) before the program learns of it, within a few intervals.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The close reason the program sees when its backend's port is closed.
-pub const GONE: &str = "the backend process is gone: its host answers that no process listens on its port \
-    (ICMP port unreachable); device memory and handles of this session are lost";
+pub const GONE: &str = "the backend process is gone: its host answers that no process listens on its port; \
+    device memory and handles of this session are lost";
 
 /// The watch of one accelerator's connections; it stops when dropped.
 #[derive(Debug)]
@@ -38,21 +42,24 @@ impl Drop for PortWatch {
 }
 
 impl PortWatch {
-    /// Starts watching `addr` for the connections of one accelerator (the control one first).
-    /// `None` when no probe socket can be made (then only the idle timeout tells).
-    pub(crate) fn start(addr: SocketAddr, connections: Vec<Connection>) -> Option<Self> {
+    /// Starts watching `addr` for the connections of one accelerator (the control one first),
+    /// and its bulk lanes. `None` when no probe socket can be made (then only the idle timeout
+    /// and the lanes tell).
+    pub(crate) fn start(addr: SocketAddr, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>) -> Option<Self> {
         let local: SocketAddr =
             if addr.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
         let std_socket = std::net::UdpSocket::bind(local).ok()?;
         std_socket.set_nonblocking(true).ok()?;
         std_socket.connect(addr).ok()?;
         let socket = UdpSocket::from_std(std_socket).ok()?;
-        Some(Self(tokio::spawn(watch(socket, connections))))
+        Some(Self(tokio::spawn(watch(socket, connections, lanes))))
     }
 }
 
-/// Probes while the backend is silent; closes every connection on a refusal.
-async fn watch(socket: UdpSocket, connections: Vec<Connection>) {
+/// Probes while the backend is silent; closes every connection on a refusal. Idle lanes closed
+/// under it tell too: their TCP closes are not rate-limited as the host's ICMP answers are (about
+/// one a second per peer once a burst is spent, shared with QUIC's own retransmissions).
+async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>) {
     let received = |conns: &[Connection]| conns.iter().map(|c| c.stats().udp_rx.datagrams).sum::<u64>();
     let mut heard = received(&connections);
     let mut buf = [0u8; 16];
@@ -66,7 +73,7 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>) {
             return;
         }
         let now = received(&connections);
-        if refused || (now == heard && is_refusal(socket.send(&[]).await.err())) {
+        if refused || (now == heard && is_refusal(socket.send(&[]).await.err())) || lanes_gone(&lanes).await {
             tracing::warn!(peer = %socket.peer_addr().map(|a| a.to_string()).unwrap_or_default(), "{GONE}");
             for conn in &connections {
                 conn.close(ac_proto::backend::close::BACKEND_GONE.into(), GONE.as_bytes());
@@ -81,4 +88,12 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>) {
 /// unreachable) may be a network that comes back.
 fn is_refusal(error: Option<std::io::Error>) -> bool {
     error.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// Whether the lanes found the backend's process gone.
+async fn lanes_gone(lanes: &Option<Arc<Lanes>>) -> bool {
+    match lanes {
+        Some(lanes) => lanes.backend_gone().await,
+        None => false,
+    }
 }

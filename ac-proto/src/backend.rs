@@ -38,7 +38,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// The ALPN of the backend service.
 pub const ALPN: &[u8] = b"ac-backend";
 /// The preamble's magic bytes.
@@ -491,6 +491,9 @@ pub enum Response {
         token: [u8; 16],
         /// The device this session runs on.
         info: DeviceInfo,
+        /// The TCP port of the backend's bulk lanes ([`crate::lane`]) on the address the
+        /// client dialed; 0 when it has none (copies then use QUIC streams only).
+        lane_port: u16,
     },
     /// Done.
     Ok,

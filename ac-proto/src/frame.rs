@@ -1,11 +1,13 @@
-//! Framing on QUIC streams.
+//! Framing on QUIC streams and bulk lanes.
 //!
 //! A frame is a little-endian `u32` length followed by that many bytes of one encoded message.
 //! A message may announce a raw payload; its bytes follow the frame directly and never pass
-//! through the codec. [`FrameReader`] parses frames and payloads out of a stream;
-//! [`StreamWriter`] lets several tasks and threads write whole frames to one stream.
+//! through the codec. [`FrameReader`] parses frames and payloads out of a [`Source`]: a QUIC
+//! receive stream, or a bulk lane ([`crate::lane`]); [`StreamWriter`] lets several tasks and
+//! threads write whole frames to one stream.
 
 use bytes::{Buf, Bytes, BytesMut};
+use std::future::Future;
 use std::sync::Arc;
 
 use quinn::{RecvStream, SendStream};
@@ -43,32 +45,67 @@ pub async fn write_with_payload(stream: &mut SendStream, frame: Bytes, payload: 
     Ok(())
 }
 
-/// Reads frames and raw payloads from one QUIC receive stream.
+/// Where a [`FrameReader`] reads bytes from.
+pub trait Source {
+    /// The next bytes, at least one and at most `max`, as soon as any are there; `None` at the
+    /// end of the stream.
+    fn read_some(&mut self, max: usize) -> impl Future<Output = Result<Option<Bytes>, ProtoError>> + Send;
+
+    /// The next bytes of a raw payload of which at least `max` are still to come: a source may
+    /// wait for all `max` to hand them over in one piece.
+    fn read_payload(&mut self, max: usize) -> impl Future<Output = Result<Option<Bytes>, ProtoError>> + Send {
+        self.read_some(max)
+    }
+
+    /// Fills `out` with the next bytes; an error if the stream ends first.
+    fn read_into(&mut self, out: &mut [u8]) -> impl Future<Output = Result<(), ProtoError>> + Send
+    where
+        Self: Send,
+    {
+        async move {
+            let mut filled = 0;
+            while filled < out.len() {
+                let chunk = self.read_payload(out.len() - filled).await?.ok_or(ProtoError::UnexpectedEnd)?;
+                out[filled..filled + chunk.len()].copy_from_slice(&chunk);
+                filled += chunk.len();
+            }
+            Ok(())
+        }
+    }
+}
+
+impl Source for RecvStream {
+    async fn read_some(&mut self, max: usize) -> Result<Option<Bytes>, ProtoError> {
+        Ok(self.read_chunk(max, true).await?.map(|c| c.bytes))
+    }
+}
+
+/// Reads frames and raw payloads from one QUIC receive stream (or another [`Source`]).
 #[derive(Debug)]
-pub struct FrameReader {
-    stream: RecvStream,
+pub struct FrameReader<S = RecvStream> {
+    stream: S,
     buf: BytesMut,
 }
 
 /// How much one read from the stream asks for.
 const READ_CHUNK: usize = 256 * 1024;
 
-impl FrameReader {
+impl<S: Source + Send> FrameReader<S> {
     /// Wraps a receive stream.
-    pub fn new(stream: RecvStream) -> Self {
+    pub fn new(stream: S) -> Self {
         Self { stream, buf: BytesMut::new() }
     }
 
-    /// The underlying stream, e.g. to `stop` it with an error code.
-    pub fn stream_mut(&mut self) -> &mut RecvStream {
+    /// The underlying stream, e.g. to `stop` it with an error code, or to write to a lane.
+    pub fn stream_mut(&mut self) -> &mut S {
         &mut self.stream
     }
 
     /// Reads more bytes into the buffer; `false` at the end of the stream.
     async fn fill(&mut self) -> Result<bool, ProtoError> {
-        match self.stream.read_chunk(READ_CHUNK, true).await? {
+        match self.stream.read_some(READ_CHUNK).await? {
             Some(chunk) => {
-                self.buf.extend_from_slice(&chunk.bytes);
+                self.buf.extend_from_slice(&chunk);
                 Ok(true)
             }
             None => Ok(false),
@@ -167,25 +204,21 @@ impl FrameReader {
         }
     }
 
-    /// The next piece of raw payload, at most `max` bytes, without copying when the buffer is
-    /// empty. `None` at the end of the stream.
+    /// The next piece of raw payload, at most `max` bytes, all of which the sender promised,
+    /// without copying when the buffer is empty. `None` at the end of the stream.
     pub async fn next_chunk(&mut self, max: usize) -> Result<Option<Bytes>, ProtoError> {
         if !self.buf.is_empty() {
             let n = self.buf.len().min(max);
             return Ok(Some(self.buf.split_to(n).freeze()));
         }
-        Ok(self.stream.read_chunk(max, true).await?.map(|c| c.bytes))
+        self.stream.read_payload(max).await
     }
 
-    /// Fills `out` with raw payload bytes.
+    /// Fills `out` with raw payload bytes: what is buffered, then straight from the stream.
     pub async fn read_payload_into(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
-        let mut filled = 0;
-        while filled < out.len() {
-            let chunk = self.next_chunk(out.len() - filled).await?.ok_or(ProtoError::UnexpectedEnd)?;
-            out[filled..filled + chunk.len()].copy_from_slice(&chunk);
-            filled += chunk.len();
-        }
-        Ok(())
+        let buffered = self.buf.len().min(out.len());
+        out[..buffered].copy_from_slice(&self.buf.split_to(buffered));
+        self.stream.read_into(&mut out[buffered..]).await
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`capability`]: signed permissions to use one accelerator (Ed25519).
 //! - [`tls`]: the self-signed CA, certificates and rustls configurations (TLS 1.3, verified).
 //! - [`transport`]: tuned QUIC transport parameters and endpoint construction.
+//! - [`lane`]: bulk lanes, TLS 1.3 over TCP beside QUIC for the bytes of large copies.
 //! - [`daemon`]: the address file and shutdown signal every daemon uses.
 //! - [`error`]: [`ProtoError`], the crate's one error type.
 //!
@@ -28,6 +29,7 @@ pub mod codec;
 pub mod daemon;
 pub mod error;
 pub mod frame;
+pub mod lane;
 pub mod pieces;
 pub mod tls;
 pub mod transport;

@@ -56,15 +56,52 @@ fn recycled(len: usize) -> bool {
 /// and [`PIECE`]. `fill` gets initialized bytes: possibly an earlier piece's, which it must
 /// overwrite entirely.
 pub fn filled<E>(len: usize, fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> Result<Bytes, E> {
-    if !recycled(len) {
-        let mut buf = vec![0; len];
-        fill(&mut buf)?;
-        return Ok(buf.into());
+    let mut blank = Blank::new(len);
+    fill(blank.bytes_mut())?;
+    Ok(blank.into_bytes())
+}
+
+/// A piece being filled, possibly asynchronously (a bulk lane reads into it): `len` initialized
+/// bytes, in a recycled buffer under the same rule as [`filled`]. Dropped unfilled, its buffer
+/// goes back to the pool too.
+#[derive(Debug)]
+pub struct Blank {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Blank {
+    /// A piece of `len` bytes to fill entirely: they may be an earlier piece's.
+    pub fn new(len: usize) -> Self {
+        if !recycled(len) {
+            return Self { buf: vec![0; len], len };
+        }
+        let recycled = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        Self { buf: recycled.unwrap_or_else(|| vec![0; PIECE]), len }
     }
-    let recycled = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    let mut buf = recycled.unwrap_or_else(|| vec![0; PIECE]);
-    fill(&mut buf[..len])?;
-    Ok(Bytes::from_owner(Piece { buf, len }))
+
+    /// The bytes to fill.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+
+    /// The filled piece.
+    pub fn into_bytes(mut self) -> Bytes {
+        let buf = std::mem::take(&mut self.buf);
+        if recycled(self.len) {
+            Bytes::from_owner(Piece { buf, len: self.len })
+        } else {
+            buf.into()
+        }
+    }
+}
+
+impl Drop for Blank {
+    fn drop(&mut self) {
+        if self.buf.len() == PIECE {
+            drop(Piece { buf: std::mem::take(&mut self.buf), len: 0 });
+        }
+    }
 }
 
 /// A copy of `data`, in a recycled buffer when it is between 64 KiB and [`PIECE`] bytes.

@@ -29,6 +29,12 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
 }
 
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Self { chain: self.chain.clone(), key: self.key.clone_key() }
+    }
+}
+
 /// Paths of the files [`ensure_self_signed`] manages in a state directory.
 #[derive(Debug, Clone)]
 pub struct IdentityFiles {
@@ -218,13 +224,19 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// A QUIC server configuration presenting `identity`, for clients speaking `alpn`.
 pub fn server_crypto(identity: Identity, alpn: &[u8]) -> Result<QuicServerConfig, ProtoError> {
+    QuicServerConfig::try_from(server_tls(identity, alpn)?).map_err(|e| ProtoError::Certificate(e.to_string()))
+}
+
+/// The TLS 1.3 server configuration presenting `identity`, for clients speaking `alpn` (under
+/// QUIC, or over TCP for a bulk lane).
+pub fn server_tls(identity: Identity, alpn: &[u8]) -> Result<rustls::ServerConfig, ProtoError> {
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(identity.chain, identity.key)?;
     tls.alpn_protocols = vec![alpn.to_vec()];
     tls.max_early_data_size = 0;
-    QuicServerConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
+    Ok(tls)
 }
 
 /// A QUIC server configuration that also asks clients for a certificate signed by `client_roots`
@@ -257,6 +269,16 @@ pub fn client_crypto_with_identity(
     alpn: &[u8],
     identity: Option<Identity>,
 ) -> Result<QuicClientConfig, ProtoError> {
+    QuicClientConfig::try_from(client_tls(roots, alpn, identity)?).map_err(|e| ProtoError::Certificate(e.to_string()))
+}
+
+/// The TLS 1.3 client configuration trusting `roots`, speaking `alpn`, presenting `identity`
+/// when given (under QUIC, or over TCP for a bulk lane).
+pub fn client_tls(
+    roots: RootCertStore,
+    alpn: &[u8],
+    identity: Option<Identity>,
+) -> Result<rustls::ClientConfig, ProtoError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_root_certificates(roots);
@@ -265,7 +287,7 @@ pub fn client_crypto_with_identity(
         None => builder.with_no_client_auth(),
     };
     tls.alpn_protocols = vec![alpn.to_vec()];
-    QuicClientConfig::try_from(tls).map_err(|e| ProtoError::Certificate(e.to_string()))
+    Ok(tls)
 }
 
 #[cfg(test)]

@@ -307,10 +307,10 @@ async fn a_requeued_job_starts_again_with_its_static_licenses_only() {
             && c.run("squeue", &["-h", "-t", "CG", "-o", "%A"]).trim().is_empty()
     })
     .await;
-    assert!(ended, "the first run did not end: {}", c.show_job(&job));
+    assert!(ended, "the first run did not end: {}\n{}", c.show_job(&job), c.logs());
     c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now"]);
     let again = c.wait_until(Duration::from_secs(30), |c| c.output(&job).contains("done")).await;
-    assert!(again, "the second run: {}\n{}\npool {:?}", c.output(&job), c.show_job(&job), c.licenses());
+    assert!(again, "the second run: {}\n{}\npool {:?}\n{}", c.output(&job), c.show_job(&job), c.licenses(), c.logs());
     assert_eq!((c.job_field(&job, "JobState").as_str(), c.job_field(&job, "Licenses").as_str()), ("RUNNING", "ac:1"));
     assert_eq!(c.licenses().1, 1, "Slurm counts what the manager holds");
     let view = c.arm_job(&job).await.expect("the second run is bound");

@@ -1,0 +1,244 @@
+//! The client's bulk lanes: TLS over TCP to the backend for the bytes of large copies (see
+//! `ac_proto::lane` for the why and the format).
+//!
+//! Lanes are dialed at an accelerator's first large copy, not when it connects: `AC_Init` pays
+//! no extra handshakes, and a program that only launches kernels never opens one. A lane carries
+//! one copy at a time; a copy takes its lane out of its slot for the duration, so a copy given up
+//! halfway (its future dropped) leaves the slot empty and the half-used lane is closed, never
+//! reused. The next copy dials a new one.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{BulkHeader, Hello, Preamble, Reply, Response};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
+use ac_proto::lane::tokio_rustls::{client::TlsStream, TlsConnector};
+use ac_proto::lane::{self, LaneStream};
+use ac_proto::{tls, ProtoError};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::link::ConnectOptions;
+use crate::{Error, Result};
+
+/// How long dialing a lane (TCP, TLS, hello) may take before copies go over QUIC instead.
+const DIAL_LIMIT: Duration = Duration::from_secs(3);
+
+/// One open lane.
+type Lane = FrameReader<LaneStream<TlsStream<TcpStream>>>;
+
+/// What a lane failure was: the copy's outcome is unknown and the lane is closed.
+#[derive(Debug)]
+pub(crate) struct Broken(pub(crate) ProtoError);
+
+/// An accelerator's lanes and how to dial more.
+pub(crate) struct Lanes {
+    addr: SocketAddr,
+    server_name: ServerName<'static>,
+    connector: TlsConnector,
+    /// The preamble and the attach hello, sent first on every lane.
+    opening: Vec<u8>,
+    slots: Vec<tokio::sync::Mutex<Option<Lane>>>,
+    /// Set when a dial failed: copies use QUIC streams from then on.
+    unreachable: AtomicBool,
+}
+
+impl std::fmt::Debug for Lanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lanes").field("addr", &self.addr).field("slots", &self.slots.len()).finish_non_exhaustive()
+    }
+}
+
+impl Lanes {
+    /// `count` lanes to port `port` of the backend of `options`, for the session `attach`
+    /// joins; `None` when there are to be none (`count` 0 or no port).
+    pub(crate) fn new(options: &ConnectOptions, port: u16, count: usize, attach: &Hello) -> Result<Option<Self>> {
+        if port == 0 || count == 0 {
+            return Ok(None);
+        }
+        let roots = match &options.ca_pem {
+            Some(pem) => tls::roots_from_pem(pem.as_bytes())?,
+            None => tls::load_roots(&options.ca_cert)?,
+        };
+        let config = tls::client_tls(roots, lane::ALPN, None)?;
+        let server_name = ServerName::try_from(options.server_name.clone())
+            .map_err(|e| Error::Setup(format!("server name {:?}: {e}", options.server_name)))?;
+        let mut opening = Preamble::CURRENT.to_bytes().to_vec();
+        opening.extend_from_slice(&frame_bytes(attach)?);
+        Ok(Some(Self {
+            addr: SocketAddr::new(options.addr.ip(), port),
+            server_name,
+            connector: TlsConnector::from(Arc::new(config)),
+            opening,
+            slots: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            unreachable: AtomicBool::new(false),
+        }))
+    }
+
+    /// How many lanes a copy may stripe over: none once one could not be dialed.
+    pub(crate) fn usable(&self) -> usize {
+        if self.unreachable.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.slots.len()
+        }
+    }
+
+    /// Dials the lanes whose slots are empty and not in use; whether copies can use lanes (a
+    /// failed dial says they cannot: copies then use QUIC streams).
+    pub(crate) async fn ready(&self) -> bool {
+        let dials = self.slots.iter().filter_map(|slot| {
+            let mut slot = slot.try_lock().ok()?;
+            slot.is_none().then_some(async move {
+                if let Ok(lane) = self.dial().await {
+                    *slot = Some(lane);
+                }
+            })
+        });
+        futures_util::future::join_all(dials).await;
+        self.usable() > 0
+    }
+
+    /// Whether an idle lane found its backend gone: closed by the peer with no copy on it. A
+    /// live backend closes lanes only when the session ends, after its QUIC connections, or
+    /// when it shuts down; a killed one's kernel closes them at once. So the port watch asks
+    /// the lane port itself (a refused TCP connect) before it believes it. Such lanes are
+    /// dropped.
+    pub(crate) async fn backend_gone(&self) -> bool {
+        let mut closed = false;
+        for slot in &self.slots {
+            let Ok(mut slot) = slot.try_lock() else { continue };
+            let Some(lane) = slot.as_mut() else { continue };
+            let tcp = lane.stream_mut().0.get_ref().0;
+            match tcp.try_read(&mut [0u8; 1]) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                // End of stream, a reset, or bytes nobody asked for: the lane is done either way.
+                Ok(0) | Err(_) => closed = true,
+                Ok(_) => {}
+            }
+            *slot = None;
+        }
+        if !closed {
+            return false;
+        }
+        let dialed = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(self.addr)).await;
+        matches!(dialed, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
+
+    /// Runs a copy on lane `index`, dialing it first when its slot is empty. `Ok(Err(_))`: the
+    /// backend refused or failed the copy (or no lane could be dialed) and the lane goes on;
+    /// `Err(Broken)`: the lane broke. The lane goes back to its slot only if the copy left it in
+    /// step.
+    pub(crate) async fn copy(
+        &self,
+        index: usize,
+        header: BulkHeader,
+        payload: Payload<'_>,
+    ) -> std::result::Result<Result<()>, Broken> {
+        let mut slot = self.slots[index].lock().await;
+        let mut lane = match slot.take() {
+            Some(lane) => lane,
+            None => match self.dial().await {
+                Ok(lane) => lane,
+                Err(e) => return Ok(Err(e)),
+            },
+        };
+        let outcome = match payload {
+            Payload::ToDevice(data) => write_on(&mut lane, header, data).await,
+            Payload::FromDevice(out) => read_on(&mut lane, header, out).await,
+        };
+        if outcome.is_ok() {
+            *slot = Some(lane);
+        }
+        outcome
+    }
+
+    /// Dials a lane: TCP, TLS (the backend's certificate verified as for QUIC), the attach
+    /// hello and the backend's welcome. A failure marks the lanes unreachable.
+    async fn dial(&self) -> Result<Lane> {
+        let dialed = tokio::time::timeout(DIAL_LIMIT, self.dial_once()).await;
+        let failure = match dialed {
+            Ok(Ok(lane)) => return Ok(lane),
+            Ok(Err(e)) => e,
+            Err(_) => Error::Timeout(format!("dialing {} took over {DIAL_LIMIT:?}", self.addr)),
+        };
+        if !self.unreachable.swap(true, Ordering::Relaxed) {
+            tracing::warn!(addr = %self.addr, error = %failure, "no bulk lane to the backend: large copies use QUIC streams");
+        }
+        Err(failure)
+    }
+
+    async fn dial_once(&self) -> Result<Lane> {
+        let socket = TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| Error::Setup(format!("cannot reach the bulk lane port {}: {e}", self.addr)))?;
+        lane::tune(&socket)?;
+        let mut stream = self
+            .connector
+            .connect(self.server_name.clone(), socket)
+            .await
+            .map_err(|e| Error::Setup(format!("bulk lane to {}: TLS: {e}", self.addr)))?;
+        stream.write_all(&self.opening).await.map_err(ProtoError::from)?;
+        stream.flush().await.map_err(ProtoError::from)?;
+        let mut lane = FrameReader::new(LaneStream(stream));
+        let reply: Reply = lane.expect_frame().await?;
+        match reply.response {
+            Response::Welcome { .. } => Ok(lane),
+            Response::Error(e) => Err(e.into()),
+            other => Err(Error::Protocol(format!("expected a lane welcome, got {other:?}"))),
+        }
+    }
+}
+
+/// A copy's bytes.
+#[derive(Debug)]
+pub(crate) enum Payload<'a> {
+    /// Host to device: the bytes to send.
+    ToDevice(&'a [u8]),
+    /// Device to host: where the bytes go.
+    FromDevice(&'a mut [u8]),
+}
+
+/// The lane's raw stream, to write to.
+fn stream(lane: &mut Lane) -> &mut TlsStream<TcpStream> {
+    &mut lane.stream_mut().0
+}
+
+async fn write_on(lane: &mut Lane, header: BulkHeader, data: &[u8]) -> std::result::Result<Result<()>, Broken> {
+    let sent = async {
+        let stream = stream(lane);
+        stream.write_all(&frame_bytes(&header)?).await?;
+        stream.write_all(data).await?;
+        stream.flush().await?;
+        Ok::<_, ProtoError>(())
+    };
+    sent.await.map_err(Broken)?;
+    let reply: Reply = lane.expect_frame().await.map_err(Broken)?;
+    Ok(match reply.response {
+        Response::Ok => Ok(()),
+        Response::Error(e) => Err(e.into()),
+        other => return Err(Broken(ProtoError::Malformed(format!("unexpected bulk reply {other:?}")))),
+    })
+}
+
+async fn read_on(lane: &mut Lane, header: BulkHeader, out: &mut [u8]) -> std::result::Result<Result<()>, Broken> {
+    let sent = async {
+        let stream = stream(lane);
+        stream.write_all(&frame_bytes(&header)?).await?;
+        stream.flush().await?;
+        Ok::<_, ProtoError>(())
+    };
+    sent.await.map_err(Broken)?;
+    let reply: Reply = lane.expect_frame().await.map_err(Broken)?;
+    match reply.response {
+        Response::Data { len } if len == out.len() as u64 => {
+            lane.read_payload_into(out).await.map_err(Broken)?;
+            Ok(Ok(()))
+        }
+        Response::Error(e) => Ok(Err(e.into())),
+        other => Err(Broken(ProtoError::Malformed(format!("unexpected bulk reply {other:?}")))),
+    }
+}
