@@ -219,7 +219,7 @@ async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, 
 async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let opened = async {
         lane::tune(&socket).map_err(|e| e.to_string())?;
-        let stream = acceptor.accept(socket).await.map_err(|e| format!("TLS handshake: {e}"))?;
+        let stream = acceptor.accept(lane::buffered(socket)).await.map_err(|e| format!("TLS handshake: {e}"))?;
         let mut reader = FrameReader::new(LaneStream(stream));
         let hello = read_hello(&mut reader).await.map_err(|(_, reason)| reason)?;
         Ok::<_, String>((hello, reader))

@@ -28,7 +28,7 @@ use crate::{Error, Result};
 const DIAL_LIMIT: Duration = Duration::from_secs(3);
 
 /// One open lane.
-type Lane = FrameReader<LaneStream<TlsStream<TcpStream>>>;
+type Lane = FrameReader<LaneStream<TlsStream<lane::Socket>>>;
 
 /// What a lane failure was: the copy's outcome is unknown and the lane is closed.
 #[derive(Debug)]
@@ -112,7 +112,7 @@ impl Lanes {
         for slot in &self.slots {
             let Ok(mut slot) = slot.try_lock() else { continue };
             let Some(lane) = slot.as_mut() else { continue };
-            let tcp = lane.stream_mut().0.get_ref().0;
+            let tcp = lane.stream_mut().0.get_ref().0.get_ref();
             match tcp.try_read(&mut [0u8; 1]) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 // End of stream, a reset, or bytes nobody asked for: the lane is done either way.
@@ -178,7 +178,7 @@ impl Lanes {
         lane::tune(&socket)?;
         let mut stream = self
             .connector
-            .connect(self.server_name.clone(), socket)
+            .connect(self.server_name.clone(), lane::buffered(socket))
             .await
             .map_err(|e| Error::Setup(format!("bulk lane to {}: TLS: {e}", self.addr)))?;
         stream.write_all(&self.opening).await.map_err(ProtoError::from)?;
@@ -203,7 +203,7 @@ pub(crate) enum Payload<'a> {
 }
 
 /// The lane's raw stream, to write to.
-fn stream(lane: &mut Lane) -> &mut TlsStream<TcpStream> {
+fn stream(lane: &mut Lane) -> &mut TlsStream<lane::Socket> {
     &mut lane.stream_mut().0
 }
 

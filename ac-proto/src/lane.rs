@@ -64,6 +64,18 @@ impl<T: AsyncRead + Unpin + Send> Source for LaneStream<T> {
     }
 }
 
+/// A lane's socket under its TLS layer: reads go through a buffer, because rustls asks the
+/// socket for 4 KiB at a time (a system call each); the buffer asks for up to [`READ_BUFFER`].
+pub type Socket = tokio::io::BufReader<tokio::net::TcpStream>;
+
+/// How much one read from a lane's socket may bring.
+pub const READ_BUFFER: usize = 256 << 10;
+
+/// Wraps a connected, tuned socket for its TLS layer.
+pub fn buffered(socket: tokio::net::TcpStream) -> Socket {
+    tokio::io::BufReader::with_capacity(READ_BUFFER, socket)
+}
+
 /// Sets up a lane's TCP socket (either side): no Nagle delay, since a lane's last segment of a
 /// copy and its small reply frames must not wait for acknowledgements. The buffers stay under
 /// the kernel's auto-tuning, which sizes them to the path.

@@ -32,11 +32,25 @@ fn tcp_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
     Ok(numbers(&line(&mut source, "tcp ")?)[0])
 }
 
-fn sdk_once(bed: &Bed, dir: &Path, mib: usize, transport_mtu: u16) -> anyhow::Result<(f64, f64)> {
+/// The bare encrypted stream: TLS 1.3 over TCP as the SDK's lanes make it, nothing around it.
+fn tls_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
+    let client = workspace_binary("ac-net-client");
+    let (size, certs) = (mib.to_string(), dir.join("bare-tls").to_string_lossy().into_owned());
+    let mut sink = bed.spawn(BACKEND, &client, &["tls-recv", "7300", &size, &certs], &[], &dir.join("tls-sink.log"));
+    line(&mut sink, "listening")?;
+    let target = bed.sock(BACKEND, 7300).to_string();
+    let args = ["tls-send", &target, &size, &certs];
+    let mut source = bed.spawn(CLIENT, &client, &args, &[], &dir.join("tls-source.log"));
+    Ok(numbers(&line(&mut source, "tls ")?)[0])
+}
+
+/// One SDK copy each way; `lanes` 0 keeps the bytes on QUIC streams (the design before lanes).
+fn sdk_once(bed: &Bed, dir: &Path, mib: usize, transport_mtu: u16, lanes: usize) -> anyhow::Result<(f64, f64)> {
     let env = [
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.join("backend/ca.pem").to_string_lossy().into_owned()),
         ("AC_MTU", transport_mtu.to_string()),
+        ("AC_LANES", lanes.to_string()),
     ];
     let args = ["copy", &mib.to_string(), "1"].map(String::from);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -50,6 +64,56 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A row's medians, Mbit/s.
+struct Row {
+    tcp: f64,
+    tls: f64,
+    h2d: f64,
+    d2h: f64,
+    quic_h2d: f64,
+    quic_d2h: f64,
+}
+
+/// `reps` alternating runs of every contender at `mib` MiB.
+fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -> anyhow::Result<Row> {
+    let mut runs: [Vec<f64>; 6] = Default::default();
+    for _ in 0..reps {
+        runs[0].push(tcp_once(bed, dir, mib)?);
+        runs[1].push(tls_once(bed, dir, mib)?);
+        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, 2)?;
+        runs[2].push(up);
+        runs[3].push(down);
+        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, 0)?;
+        runs[4].push(up);
+        runs[5].push(down);
+    }
+    let [tcp, tls, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
+    Ok(Row { tcp, tls, h2d, d2h, quic_h2d, quic_d2h })
+}
+
+/// Starts the backend on host `BACKEND` of `bed`, its state in `dir`.
+fn start_backend(bed: &Bed, dir: &Path, transport_mtu: u16) -> anyhow::Result<Proc> {
+    let state = dir.join("backend");
+    let (listen, state_arg) = (bed.sock(BACKEND, 7100).to_string(), state.to_string_lossy().into_owned());
+    // As the README advises: the daemon's transport mtu fits the link too.
+    let config = dir.join("backend.toml");
+    std::fs::write(&config, format!("[transport]\nmtu = {transport_mtu}\n"))?;
+    let config_arg = config.to_string_lossy().into_owned();
+    let backend_args = [
+        "--config",
+        &config_arg,
+        "--listen",
+        &listen,
+        "--state-dir",
+        &state_arg,
+        "--device",
+        "cpu",
+        "--memory-mib",
+        "8192",
+    ];
+    Ok(bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir, "backend"))
+}
+
 /// Runs the section; `quick` moves 64 MiB once per row.
 pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     if let Some(why) = ac_tests::netns::unavailable() {
@@ -57,45 +121,42 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let (sizes, reps): (&[usize], usize) = if quick { (&[64], 1) } else { (&[256, 1024], 3) };
-    println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP, same run\n");
-    println!("| link MTU | transport mtu | MiB | plain TCP Mbit/s | SDK H2D Mbit/s | SDK D2H Mbit/s | H2D / TCP | D2H / TCP |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for (mtu, transport_mtu) in [(1500u32, 1452u16), (9000, 6400)] {
+    println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
+    println!("| link | MiB | TCP | bare TLS | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | QUIC-only H2D | QUIC-only D2H |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let links: [(u32, u16, Option<&str>); 4] =
+        [(1500, 1452, None), (9000, 6400, None), (1500, 1452, Some("1gbit")), (1500, 1452, Some("5gbit"))];
+    for (mtu, transport_mtu, rate) in links {
         let bed = Bed::new(2, mtu);
+        if let Some(rate) = rate {
+            bed.rate(CLIENT, rate);
+        }
         let dir = tempfile::tempdir()?;
-        let state = dir.path().join("backend");
-        let (listen, state_arg) = (bed.sock(BACKEND, 7100).to_string(), state.to_string_lossy().into_owned());
-        // As the README advises: the daemon's transport mtu fits the link too.
-        let config = dir.path().join("backend.toml");
-        std::fs::write(&config, format!("[transport]\nmtu = {transport_mtu}\n"))?;
-        let config_arg = config.to_string_lossy().into_owned();
-        let backend_args = [
-            "--config",
-            &config_arg,
-            "--listen",
-            &listen,
-            "--state-dir",
-            &state_arg,
-            "--device",
-            "cpu",
-            "--memory-mib",
-            "8192",
-        ];
-        let _backend = bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir.path(), "backend");
+        let _backend = start_backend(&bed, dir.path(), transport_mtu)?;
         for &mib in sizes {
-            let (mut tcp, mut h2d, mut d2h) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..reps {
-                tcp.push(tcp_once(&bed, dir.path(), mib)?);
-                let (up, down) = sdk_once(&bed, dir.path(), mib, transport_mtu)?;
-                h2d.push(up);
-                d2h.push(down);
-            }
-            let (t, u, d) = (median(tcp), median(h2d), median(d2h));
-            println!("| {mtu} | {transport_mtu} | {mib} | {t:.0} | {u:.0} | {d:.0} | {:.2} | {:.2} |", u / t, d / t);
+            let r = measure(&bed, dir.path(), mib, reps, transport_mtu)?;
+            let link = match rate {
+                Some(rate) => format!("MTU {mtu}, tbf {rate}"),
+                None => format!("MTU {mtu} (transport {transport_mtu})"),
+            };
+            println!(
+                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
+                r.tcp,
+                r.tls,
+                r.h2d,
+                r.d2h,
+                r.h2d / r.tcp,
+                r.d2h / r.tcp,
+                r.h2d / r.tls,
+                r.d2h / r.tls,
+                r.quic_h2d,
+                r.quic_d2h
+            );
         }
     }
     println!(
-        "\n(medians of {reps} alternating runs; one TCP stream, unencrypted; SDK: TLS 1.3 over QUIC, 2 connections)\n"
+        "\n(Mbit/s, medians of {reps} alternating runs; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
+         TCP as the lanes make it; SDK: the default, 2 bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
     );
     Ok(())
 }

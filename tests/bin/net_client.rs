@@ -67,7 +67,7 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
 
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | memory | get WAIT_MS TIMES PAUSE_MS"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR | tls-send ADDR MIB DIR | memory | get WAIT_MS TIMES PAUSE_MS"
     );
     std::process::exit(64)
 }
@@ -111,9 +111,58 @@ fn tcp(args: &[String]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The bare encrypted baseline: one TLS 1.3 stream over TCP of `mib` MiB, made as the SDK's
+/// bulk lanes are (same crates, provider, cipher order, ALPN, socket set-up) with nothing around
+/// it; timed as [`tcp`]. `tls-recv PORT MIB DIR` makes a certificate in DIR; `tls-send ADDR MIB
+/// DIR` trusts its CA.
+async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
+    use ac_proto::lane::tokio_rustls::{TlsAcceptor, TlsConnector};
+    use ac_proto::{lane, tls};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mib, dir): (usize, &std::path::Path) = (number(args, 2), args.get(3).unwrap_or_else(|| usage()).as_ref());
+    let mut buf = vec![0x5au8; 1 << 20];
+    if args[0] == "tls-recv" {
+        let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
+        let config = tls::server_tls(tls::load_identity(&files.cert, &files.key)?, lane::ALPN)?;
+        let listener = tokio::net::TcpListener::bind(("0.0.0.0", number::<u16>(args, 1))).await?;
+        say("listening");
+        let (socket, _) = listener.accept().await?;
+        lane::tune(&socket)?;
+        let mut conn = TlsAcceptor::from(std::sync::Arc::new(config)).accept(lane::buffered(socket)).await?;
+        let mut left = mib << 20;
+        while left > 0 {
+            match conn.read(&mut buf[..left.min(1 << 20)]).await? {
+                0 => break,
+                n => left -= n,
+            }
+        }
+        say(format_args!("received {}", (mib << 20) - left));
+        return Ok(());
+    }
+    let config = tls::client_tls(tls::load_roots(&dir.join("ca.pem"))?, lane::ALPN, None)?;
+    let addr: std::net::SocketAddr = args[1].parse().unwrap_or_else(|_| usage());
+    // The certificate names the receiver's loopback names only; the check costs the same.
+    let name = ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a name");
+    let start = Instant::now();
+    let socket = tokio::net::TcpStream::connect(addr).await?;
+    lane::tune(&socket)?;
+    let mut conn = TlsConnector::from(std::sync::Arc::new(config)).connect(name, lane::buffered(socket)).await?;
+    for _ in 0..mib {
+        conn.write_all(&buf).await?;
+    }
+    conn.shutdown().await?;
+    // The receiver closes once it has read everything.
+    let _ = conn.read(&mut buf).await;
+    say(format_args!("tls {:.0}", (mib << 23) as f64 / start.elapsed().as_secs_f64() / 1e6));
+    Ok(())
+}
+
 async fn run(args: &[String]) -> Result<(), Error> {
     if args.first().is_some_and(|a| a.starts_with("tcp-")) {
         return tcp(args).map_err(|e| Error::Setup(format!("tcp: {e}")));
+    }
+    if args.first().is_some_and(|a| a.starts_with("tls-")) {
+        return tls(args).await.map_err(|e| Error::Setup(format!("tls: {e}")));
     }
     let session = if std::env::var_os("ARM_ADDR").is_some() {
         Some(Session::init(SessionOptions::from_env()?).await?)

@@ -1,0 +1,188 @@
+//! Bulk lanes (TLS over TCP beside QUIC, `ac_proto::lane`): only a session's own secret attaches
+//! one, a refused copy leaves the lane in step for the next, a lane ends with its session, a copy
+//! given up halfway costs nothing but its lane, and the daemon shrugs off what is not a lane.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{
+    BufferId, BulkHeader, DevicePtr, Direction, Envelope, ErrorKind, Hello, Preamble, Reply, Request, Response,
+    SessionId,
+};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::lane::tokio_rustls::{client::TlsStream, rustls::pki_types::ServerName, TlsConnector};
+use ac_proto::lane::{self, LaneStream};
+use ac_proto::tls;
+use ac_tests::TestBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+type RawLane = FrameReader<LaneStream<TlsStream<lane::Socket>>>;
+
+/// A session opened by hand: its id, secret and lane port, and its control stream.
+struct RawSession {
+    session: SessionId,
+    token: [u8; 16],
+    lane_port: u16,
+    link: ac_frontend::link::Link,
+}
+
+async fn raw_session(tb: &TestBackend) -> RawSession {
+    let options = tb.options();
+    let crypto = ac_frontend::link::client_crypto(&options).unwrap();
+    let link = ac_frontend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
+    let Response::Welcome { session, token, lane_port, .. } = link.welcome.clone() else { panic!("no welcome") };
+    RawSession { session, token, lane_port, link }
+}
+
+impl RawSession {
+    /// Allocates `bytes` on the control stream; the buffer's id.
+    async fn alloc(&mut self, bytes: u64) -> BufferId {
+        let envelope = Envelope { id: 1, request: Request::MemAlloc { bytes } };
+        self.link.send.write_all(&frame_bytes(&envelope).unwrap()).await.unwrap();
+        let reply: Reply = self.link.reader.expect_frame().await.unwrap();
+        match reply.response {
+            Response::Buffer(id) => id,
+            other => panic!("no buffer: {other:?}"),
+        }
+    }
+}
+
+/// A TLS connection to the lane port that has said `hello`, and the backend's reply.
+async fn raw_lane(tb: &TestBackend, port: u16, hello: &Hello) -> (RawLane, Response) {
+    let roots = tls::load_roots(tb.backend.ca_cert()).unwrap();
+    let config = tls::client_tls(roots, lane::ALPN, None).unwrap();
+    let socket = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let mut stream = TlsConnector::from(Arc::new(config)).connect(name, lane::buffered(socket)).await.unwrap();
+    let mut opening = Preamble::CURRENT.to_bytes().to_vec();
+    opening.extend_from_slice(&frame_bytes(hello).unwrap());
+    stream.write_all(&opening).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut lane = FrameReader::new(LaneStream(stream));
+    let reply: Reply = lane.expect_frame().await.unwrap();
+    (lane, reply.response)
+}
+
+/// Sends a copy's header (and its payload, host to device) on a lane; the reply.
+async fn lane_copy(lane: &mut RawLane, header: BulkHeader, payload: &[u8]) -> Response {
+    let stream = &mut lane.stream_mut().0;
+    stream.write_all(&frame_bytes(&header).unwrap()).await.unwrap();
+    stream.write_all(payload).await.unwrap();
+    stream.flush().await.unwrap();
+    let reply: Reply = lane.expect_frame().await.unwrap();
+    reply.response
+}
+
+fn header(direction: Direction, buffer: BufferId, offset: u64, len: u64) -> BulkHeader {
+    BulkHeader { direction, ptr: DevicePtr { buffer, offset }, len, pipelined: true, after: 0 }
+}
+
+/// The daemon still serves a normal client, whose large copies use lanes.
+async fn still_serves(tb: &TestBackend) {
+    let acc = tb.connect().await;
+    let data: Vec<u32> = (0..1 << 20).collect();
+    let buf = acc.alloc_from(&data).await.unwrap();
+    assert_eq!(buf.to_vec().await.unwrap(), data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_attaches_only_with_its_sessions_secret() {
+    let tb = TestBackend::start(64).await;
+    let raw = raw_session(&tb).await;
+    assert_ne!(raw.lane_port, 0, "the backend serves lanes by default");
+    let wrong = Hello::Attach { session: raw.session, token: [0; 16] };
+    let (_, refused) = raw_lane(&tb, raw.lane_port, &wrong).await;
+    assert!(matches!(&refused, Response::Error(e) if e.kind == ErrorKind::Unauthorized), "{refused:?}");
+    // A lane cannot open a session of its own.
+    let open = Hello::Open { capability: vec![], device: 0 };
+    let (_, refused) = raw_lane(&tb, raw.lane_port, &open).await;
+    assert!(matches!(&refused, Response::Error(e) if e.message.contains("only attaches")), "{refused:?}");
+    let right = Hello::Attach { session: raw.session, token: raw.token };
+    let (_, welcome) = raw_lane(&tb, raw.lane_port, &right).await;
+    assert!(matches!(welcome, Response::Welcome { session, .. } if session == raw.session), "{welcome:?}");
+    still_serves(&tb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_not_a_lane_is_dropped_and_the_daemon_serves_on() {
+    let tb = TestBackend::start(64).await;
+    let port = raw_session(&tb).await.lane_port;
+    // Plain text instead of a TLS handshake: the backend closes the connection.
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    plain.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut rest)).await;
+    assert!(read.expect("closed in time").is_err() || rest.is_empty() || !rest.starts_with(b"HTTP"));
+    // A connection that says nothing, and one that stops in the middle of its hello, take nothing
+    // from anyone else.
+    let _silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut half = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    half.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+    still_serves(&tb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_copies_leave_the_lane_in_step_for_the_next() {
+    let tb = TestBackend::start(64).await;
+    let mut raw = raw_session(&tb).await;
+    let buffer = raw.alloc(1 << 20).await;
+    let attach = Hello::Attach { session: raw.session, token: raw.token };
+    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    let data: Vec<u8> = (0..256 << 10).map(|i| (i % 251) as u8).collect();
+    // Out of bounds, and an unknown buffer: refused, their payloads read and dropped.
+    let beyond = lane_copy(&mut lane, header(Direction::HostToDevice, buffer, 1 << 20, data.len() as u64), &data).await;
+    assert!(matches!(&beyond, Response::Error(e) if e.kind == ErrorKind::OutOfBounds), "{beyond:?}");
+    let stranger = header(Direction::HostToDevice, BufferId(999), 0, data.len() as u64);
+    let unknown = lane_copy(&mut lane, stranger, &data).await;
+    assert!(matches!(&unknown, Response::Error(e) if e.kind == ErrorKind::InvalidBuffer), "{unknown:?}");
+    let refused_read = lane_copy(&mut lane, header(Direction::DeviceToHost, buffer, 1 << 19, 1 << 20), &[]).await;
+    assert!(matches!(&refused_read, Response::Error(e) if e.kind == ErrorKind::OutOfBounds), "{refused_read:?}");
+    // The lane is where the client left it: a good copy each way is exact.
+    let written = lane_copy(&mut lane, header(Direction::HostToDevice, buffer, 4096, data.len() as u64), &data).await;
+    assert_eq!(written, Response::Ok);
+    let read = lane_copy(&mut lane, header(Direction::DeviceToHost, buffer, 4096, data.len() as u64), &[]).await;
+    assert_eq!(read, Response::Data { len: data.len() as u64 });
+    let mut back = vec![0u8; data.len()];
+    lane.read_payload_into(&mut back).await.unwrap();
+    assert!(back == data, "the bytes read back differ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_ends_with_its_session() {
+    let tb = TestBackend::start(64).await;
+    let raw = raw_session(&tb).await;
+    let attach = Hello::Attach { session: raw.session, token: raw.token };
+    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    raw.link.connection.close(0u32.into(), b"done");
+    let ended = tokio::time::timeout(Duration::from_secs(10), lane.read_frame::<Reply>()).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the lane outlived its session: {ended:?}");
+    assert!(tb.eventually(Duration::from_secs(5), |b| b.sessions() == 0).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_given_up_halfway_costs_only_its_lane() {
+    let tb = TestBackend::start(256).await;
+    let acc = tb.connect().await;
+    let data: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
+    let buf = acc.alloc::<u8>(data.len()).await.unwrap();
+    for _ in 0..3 {
+        // Given up after a moment: the lanes are cut mid-copy, never reused.
+        let _ = tokio::time::timeout(Duration::from_millis(2), buf.copy_from_host(&data)).await;
+        let mut back = vec![0u8; 8 << 20];
+        let _ = tokio::time::timeout(Duration::from_millis(2), buf.copy_to_host(&mut back)).await;
+    }
+    buf.copy_from_host(&data).await.unwrap();
+    assert!(buf.to_vec().await.unwrap() == data, "the bytes read back differ");
+    acc.ping().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_lanes_copies_use_quic_streams() {
+    let tb = TestBackend::start_with(|c| c.lanes = false).await;
+    assert_eq!(raw_session(&tb).await.lane_port, 0, "the welcome names no lane port");
+    let data: Vec<u32> = (0..1 << 20).collect();
+    let acc = tb.connect().await;
+    let buf = acc.alloc_from(&data).await.unwrap();
+    assert_eq!(buf.to_vec().await.unwrap(), data);
+}
