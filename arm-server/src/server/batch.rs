@@ -88,8 +88,16 @@ impl Arm {
         bound.map(drop)
     }
 
-    /// The epilog: the job ends at the manager.
+    /// The epilog: the job ends at the manager. An epilog may come late, after Slurm started
+    /// the job again (requeued): when Slurm runs the job now, the epilog is an earlier run's and
+    /// the current run's binding stays.
     pub(super) async fn end_job(&self, id: String) -> Result<(), ArmError> {
+        if let Some(slurm) = self.slurm() {
+            if slurm.jobs().await.is_ok_and(|jobs| jobs.active.contains_key(&id)) {
+                tracing::info!(job = id, "epilog of an earlier run: Slurm runs the job again, its binding stays");
+                return Ok(());
+            }
+        }
         let ended = self.mutate(|core, now| core.end_job(&id, now));
         match &ended {
             // A job whose prolog failed was never bound: nothing to end.
