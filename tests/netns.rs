@@ -209,9 +209,27 @@ impl Bed {
         self.nft(a, &rules);
     }
 
-    /// Ends the partitions and losses of host `a`.
+    /// Host `a` refuses TCP connections to `port` (a firewall that passes only UDP), until
+    /// [`Bed::heal`].
+    pub fn refuse_tcp(&self, a: usize, port: u16) {
+        let rules = format!(
+            "table inet acrefuse {{\n\
+             chain input {{ type filter hook input priority 0; tcp dport {port} counter reject with tcp reset; }}\n\
+             }}\n"
+        );
+        self.nft(a, &rules);
+    }
+
+    /// How many connection attempts [`Bed::refuse_tcp`] refused on host `a`.
+    pub fn refused_tcp(&self, a: usize) -> u64 {
+        let listed = self.exec_ok(&self.ns(a), "nft", &["list", "table", "inet", "acrefuse"]).unwrap_or_default();
+        let after = listed.split("packets ").nth(1).unwrap_or("");
+        after.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// Ends the partitions, losses and refusals of host `a`.
     pub fn heal(&self, a: usize) {
-        for table in ["acpart", "acloss"] {
+        for table in ["acpart", "acloss", "acrefuse"] {
             let _ = self.exec_ok(&self.ns(a), "nft", &["delete", "table", "inet", table]);
         }
     }

@@ -348,3 +348,24 @@ fn after_ms(line: &str) -> u128 {
     let rest = line.split("after ").nth(1).expect("after MS");
     rest.split(':').next().and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("no time in {line}"))
 }
+
+/// A backend host whose firewall passes UDP only: programs cannot dial its bulk lanes, so their
+/// large copies go over QUIC streams, exact.
+#[test]
+fn copies_use_quic_streams_when_the_lane_port_is_refused() {
+    need_netns!();
+    let bed = Bed::new(2, 1500);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _backend = start_backend(&bed, dir.path(), "0");
+    bed.refuse_tcp(BACKEND, 7100);
+    let env = [
+        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
+        ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
+    ];
+    let log = dir.path().join("program.log");
+    let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["copy", "16", "2"], &env, &log);
+    let status = program.wait(Duration::from_secs(60)).expect("the copies end");
+    let output = program.output();
+    assert!(status.success() && output.matches("h2d ").count() == 2, "{output}");
+    assert!(bed.refused_tcp(BACKEND) >= 1, "the program tried a lane first");
+}
