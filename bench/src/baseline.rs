@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ac_proto::transport::Tuning;
-use ac_proto::{tls, transport};
+use ac_proto::{lane, tls, transport};
 use bytes::Bytes;
 
 use crate::latency::{launch_sync_samples, launches_per_second, ping_samples};
@@ -30,7 +30,10 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
         let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
         let crypto = tls::server_crypto(tls::load_identity(&files.cert, &files.key)?, ALPN)?;
         let endpoint = transport::server_endpoint("127.0.0.1:0".parse()?, crypto, &Tuning::default(), None)?;
-        println!("{}", endpoint.local_addr()?.port());
+        let lanes = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let lane_tls = tls::server_tls(tls::load_identity(&files.cert, &files.key)?, lane::ALPN)?;
+        println!("{} {}", endpoint.local_addr()?.port(), lanes.local_addr()?.port());
+        tokio::spawn(serve_lanes(lanes, lane_tls));
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else { return };
@@ -41,6 +44,26 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) to its end and
+/// answers with the byte count.
+async fn serve_lanes(listener: tokio::net::TcpListener, config: lane::tokio_rustls::rustls::ServerConfig) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let acceptor = lane::tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    while let Ok((socket, _)) = listener.accept().await {
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let _ = lane::tune(&socket);
+            let Ok(mut stream) = acceptor.accept(lane::buffered(socket)).await else { return };
+            let (mut buf, mut total) = (vec![0u8; 1 << 20], 0u64);
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                total += n as u64;
+            }
+            let _ = stream.write_all(&total.to_le_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
+    }
 }
 
 async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) -> anyhow::Result<()> {
@@ -65,6 +88,7 @@ async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) 
 struct Peer {
     child: std::process::Child,
     conn: quinn::Connection,
+    lane_port: u16,
     _endpoint: quinn::Endpoint,
     _dir: tempfile::TempDir,
 }
@@ -83,11 +107,15 @@ impl Peer {
             Command::new(sibling("ac-bench")?).arg("quinn-peer").arg(dir.path()).stdout(Stdio::piped()).spawn()?;
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line)?;
-        let addr = format!("127.0.0.1:{}", line.trim()).parse()?;
+        let mut ports = line.split_whitespace().map(str::parse::<u16>);
+        let (Some(Ok(quic)), Some(Ok(lane_port))) = (ports.next(), ports.next()) else {
+            anyhow::bail!("the peer said {line:?}, not its two ports");
+        };
+        let addr = format!("127.0.0.1:{quic}").parse()?;
         let crypto = tls::client_crypto(tls::load_roots(&dir.path().join("ca.pem"))?, ALPN)?;
         let endpoint = transport::client_endpoint(addr, Some(std::sync::Arc::new(crypto)), &Tuning::default())?;
         let conn = endpoint.connect(addr, "127.0.0.1")?.await?;
-        Ok(Self { child, conn, _endpoint: endpoint, _dir: dir })
+        Ok(Self { child, conn, lane_port, _endpoint: endpoint, _dir: dir })
     }
 
     /// `n` round trips of a 64-byte request and its answer on one long-lived stream, after
@@ -107,6 +135,29 @@ impl Peer {
         }
         let _ = send.finish();
         Ok(samples)
+    }
+
+    /// Writes `payload` `times` over a fresh TLS stream over TCP, made as a lane is, and waits
+    /// for the count: bytes per second.
+    async fn lane_one_way(&self, payload: &[u8], times: usize) -> anyhow::Result<f64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let roots = tls::load_roots(&self._dir.path().join("ca.pem"))?;
+        let config = tls::client_tls(roots, lane::ALPN, None)?;
+        let start = Instant::now();
+        let socket = tokio::net::TcpStream::connect(("127.0.0.1", self.lane_port)).await?;
+        lane::tune(&socket)?;
+        let name = lane::tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+        let connector = lane::tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+        let mut stream = connector.connect(name, lane::buffered(socket)).await?;
+        for _ in 0..times {
+            stream.write_all(payload).await?;
+        }
+        stream.shutdown().await?;
+        let mut count = [0u8; 8];
+        stream.read_exact(&mut count).await?;
+        let elapsed = start.elapsed().as_secs_f64();
+        anyhow::ensure!(u64::from_le_bytes(count) == (payload.len() * times) as u64, "bytes lost");
+        Ok((payload.len() * times) as f64 / elapsed)
     }
 
     /// Writes `payload` `times` over a fresh stream and waits for the count: bytes per second.
@@ -150,6 +201,9 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let meter = CpuMeter::start(&[peer.child.id()]);
     let stream = peer.one_way(Bytes::from(vec![3u8; 1 << 20]), copy >> 20).await?;
     let stream_cpu = meter.bytes_per_cpu_second(copy);
+    let meter = CpuMeter::start(&[peer.child.id()]);
+    let lane_stream = peer.lane_one_way(&vec![3u8; 1 << 20], copy >> 20).await?;
+    let lane_cpu = meter.bytes_per_cpu_second(copy);
 
     let rate = launches_per_second(&acc, launches).await?;
     let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
@@ -161,7 +215,13 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let tcp_cpu = meter.bytes_per_cpu_second(copy);
     let one = {
         let mut options = remote.options.clone();
-        options.stripes = 1;
+        options.lanes = 1;
+        let acc = connect(&options).await?;
+        crate::copies::measure(&acc, &data, &mut back, 2).await?
+    };
+    let quic = {
+        let mut options = remote.options.clone();
+        options.lanes = 0;
         let acc = connect(&options).await?;
         crate::copies::measure(&acc, &data, &mut back, 2).await?
     };
@@ -185,21 +245,25 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let mb = |b: f64| b / 1e6;
     let size = crate::setup::mib(copy);
     println!(
-        "| {size} one way, MB/s | {:.0} | H2D {:.0} (2 connections), {:.0} (1) | {:.2}, {:.2} |",
+        "| {size} one way, MB/s: SDK over QUIC streams (`lanes = 0`) | {:.0} | H2D {:.0}, D2H {:.0} | {:.2}, {:.2} |",
         mb(stream),
-        h2d,
-        one.0,
-        h2d / mb(stream),
-        one.0 / mb(stream)
+        quic.0,
+        quic.1,
+        quic.0 / mb(stream),
+        quic.1 / mb(stream)
     );
-    println!(
-        "| {size} one way, MB/s | {:.0} | D2H {:.0} (2 connections), {:.0} (1) | {:.2}, {:.2} |",
-        mb(stream),
-        d2h,
-        one.1,
-        d2h / mb(stream),
-        one.1 / mb(stream)
-    );
+    println!();
+    println!("Bulk copies move on lanes (TLS 1.3 over TCP); their baseline is a bare TLS stream made the same way:\n");
+    println!("| what | bare TLS over TCP | SDK | SDK / bare TLS |");
+    println!("|---|---|---|---|");
+    for (way, two, one_lane) in [("H2D", h2d, one.0), ("D2H", d2h, one.1)] {
+        println!(
+            "| {size} one way, MB/s | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",
+            mb(lane_stream),
+            two / mb(lane_stream),
+            one_lane / mb(lane_stream)
+        );
+    }
     println!("| context: plain TCP, {size} one way, MB/s | {tcp:.0} | | |");
     println!();
     println!("Bytes moved per CPU-second of both processes (`/proc/PID/stat`, 10 ms ticks), {size} copies:\n");
@@ -208,8 +272,9 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     for (what, per_cpu) in [
         (format!("plain TCP ({tcp:.0} MB/s)"), tcp_cpu),
         ("bare quinn stream".to_string(), stream_cpu),
-        ("SDK host to device, 2 connections".to_string(), h2d_cpu),
-        ("SDK device to host, 2 connections".to_string(), d2h_cpu),
+        ("bare TLS over TCP (a lane)".to_string(), lane_cpu),
+        ("SDK host to device, 2 lanes".to_string(), h2d_cpu),
+        ("SDK device to host, 2 lanes".to_string(), d2h_cpu),
     ] {
         println!("| {what} | {:.0} | {:.2} |", mb(per_cpu), per_cpu / tcp_cpu);
     }

@@ -44,14 +44,15 @@ fn tls_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
     Ok(numbers(&line(&mut source, "tls ")?)[0])
 }
 
-/// One SDK copy each way; `lanes` 0 keeps the bytes on QUIC streams (the design before lanes).
-fn sdk_once(bed: &Bed, dir: &Path, mib: usize, transport_mtu: u16, lanes: usize) -> anyhow::Result<(f64, f64)> {
-    let env = [
+/// One SDK copy each way; `lanes` `Some(0)` keeps the bytes on QUIC streams (the design before
+/// lanes), `None` leaves the SDK's default (or `AC_LANES` of the benchmark's environment).
+fn sdk_once(bed: &Bed, dir: &Path, mib: usize, transport_mtu: u16, lanes: Option<usize>) -> anyhow::Result<(f64, f64)> {
+    let mut env = vec![
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.join("backend/ca.pem").to_string_lossy().into_owned()),
         ("AC_MTU", transport_mtu.to_string()),
-        ("AC_LANES", lanes.to_string()),
     ];
+    env.extend(lanes.map(|n| ("AC_LANES", n.to_string())));
     let args = ["copy", &mib.to_string(), "1"].map(String::from);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut client = bed.spawn(CLIENT, &workspace_binary("ac-net-client"), &args, &env, &dir.join("sdk.log"));
@@ -80,10 +81,10 @@ fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -
     for _ in 0..reps {
         runs[0].push(tcp_once(bed, dir, mib)?);
         runs[1].push(tls_once(bed, dir, mib)?);
-        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, 2)?;
+        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, None)?;
         runs[2].push(up);
         runs[3].push(down);
-        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, 0)?;
+        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, Some(0))?;
         runs[4].push(up);
         runs[5].push(down);
     }
@@ -156,7 +157,7 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     }
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
-         TCP as the lanes make it; SDK: the default, 2 bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+         TCP as the lanes make it; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
     );
     Ok(())
 }
