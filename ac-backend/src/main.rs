@@ -90,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        .with_ansi(ac_proto::daemon::log_colours())
         .init();
     let (config, addr_file) = Args::parse().into_config()?;
     let backend = ac_backend::start(config).await.context("starting the backend")?;

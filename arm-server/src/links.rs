@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_frontend::link::{self, ConnectOptions};
-use ac_proto::backend::{register_message, Hello, Report, Revoke};
+use ac_proto::backend::{close, register_message, Hello, Report, Revoke};
 use ac_proto::capability::{unix_now, Signer};
 use ac_proto::frame::frame_bytes;
 use ac_proto::transport::Tuning;
@@ -164,9 +164,20 @@ async fn run(
                         },
                     }
                 }
+                // A backend that shuts down in order closes its connections with NORMAL: that
+                // is no fault, and neither are the refused redials that follow.
+                let orderly = matches!(
+                    link.connection.close_reason(),
+                    Some(quinn::ConnectionError::ApplicationClosed(c)) if c.error_code == close::NORMAL.into()
+                );
                 link.connection.close(0u32.into(), b"link lost");
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: false });
-                tracing::warn!(host, "backend link down");
+                if orderly {
+                    tracing::info!(host, "the backend shut down; its link is closed");
+                    warned = true;
+                } else {
+                    tracing::warn!(host, "backend link down");
+                }
             }
             Err(e) => {
                 // Also when the link never came up: the host may have been marked up before.

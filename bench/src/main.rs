@@ -74,6 +74,7 @@ enum Helper {
 }
 
 fn main() -> anyhow::Result<()> {
+    ac_proto::daemon::quiet_on_closed_pipe();
     let args = Args::parse();
     match &args.helper {
         Some(Helper::UdpEcho) => return latency::udp_echo(),

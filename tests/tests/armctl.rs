@@ -170,3 +170,54 @@ async fn armctl_shows_reservations_spares_and_waits_and_rejections_name_the_rese
     assert!(out.contains("WAITING REQUESTS  0"), "{out}");
     request.abort();
 }
+
+/// A reader that stops early (`armctl host list | head -1`) ends `armctl` quietly: no panic, no
+/// backtrace, the status a closed pipe gives any Unix tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_armctl_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let c = TestCluster::start(2).await;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    // The reader is gone before armctl prints its first line.
+    drop(reader);
+    let mut cmd = Command::new(workspace_binary("armctl"));
+    cmd.args(["--arm", &c.arm.addr().to_string()]).arg("--ca").arg(c.arm.ca_cert());
+    let (cert, key) = c.arm.admin_identity();
+    cmd.arg("--cert").arg(cert).arg("--key").arg(key).args(["host", "list"]);
+    let out = tokio::task::block_in_place(|| cmd.stdout(writer).output().expect("armctl runs"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert_eq!(out.status.signal(), Some(SIGPIPE), "ended by SIGPIPE, as `ls | head` would be: {:?}", out.status);
+}
+
+/// SIGPIPE's number on Linux.
+const SIGPIPE: i32 = 13;
+
+/// Daemons' logs written to a file carry no terminal colour codes.
+#[test]
+fn logs_to_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let arm = ac_tests::ArmProcess::start(dir.path(), "127.0.0.1:0");
+    drop(arm);
+    let log = std::fs::read_to_string(dir.path().join("arm-server.log")).expect("the manager's log");
+    assert!(log.contains("INFO"), "the log has lines: {log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in the log: {log:?}");
+}
+
+/// A backend that shuts down in order is no fault: the manager logs it without a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orderly_backend_shutdown_is_not_a_warning() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let arm = ac_tests::ArmProcess::start(dir.path(), "127.0.0.1:0");
+    let backend = ac_tests::TestBackend::start(64).await;
+    ac_tests::register_hosts(&ac_tests::admin_of(arm.addr, dir.path()).await, std::slice::from_ref(&backend)).await;
+    backend.backend.shutdown().await;
+    let log = dir.path().join("arm-server.log");
+    let said = ac_tests::eventually(std::time::Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("the backend shut down")
+    })
+    .await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(said, "the manager saw the shutdown: {text}");
+    assert!(!text.contains("WARN"), "warnings for an orderly shutdown: {text}");
+}

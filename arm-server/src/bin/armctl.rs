@@ -453,6 +453,7 @@ fn exit_code(e: &ac_frontend::Error) -> u8 {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    ac_proto::daemon::quiet_on_closed_pipe();
     let cli = Cli::parse();
     let request = match request(&cli) {
         Ok(r) => r,
