@@ -221,3 +221,51 @@ async fn an_orderly_backend_shutdown_is_not_a_warning() {
     assert!(said, "the manager saw the shutdown: {text}");
     assert!(!text.contains("WARN"), "warnings for an orderly shutdown: {text}");
 }
+
+/// `armctl status`: one screen with the pool by state, the queue, who holds what and the health
+/// of the backend links; `--json` carries the same facts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn armctl_status_shows_pool_queue_holders_and_health() {
+    let mut c = TestCluster::start(3).await;
+    c.backends.remove(2).backend.shutdown().await;
+    let run = |args: &[&str]| tokio::task::block_in_place(|| armctl(&c, true, args));
+    let down = ac_tests::eventually(std::time::Duration::from_secs(15), || async {
+        run(&["--json", "host", "list"]).1.contains("\"down\"")
+    })
+    .await;
+    assert!(down, "h2 never went down");
+    let (code, _, err) = run(&["job", "submit", "--job", "runs", "--nodes", "a", "--acpn", "1", "--user", "alice"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&["job", "submit", "--job", "waits", "--nodes", "a,b", "--acpn", "1", "--user", "bob"]);
+    assert_eq!(code, 0, "{err}");
+    let held = c.job("runs").await.static_accelerators;
+    assert_eq!(held.len(), 1, "{held:?}");
+    let accelerator = format!("{}@{}", held[0].1, held[0].0);
+
+    let (code, out, err) = run(&["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("POOL: 3 hosts, 3 accelerators: 1 free, 1 allocated, 0 reserved, 0 draining, 1 down"),
+        "{out}"
+    );
+    for host in ["h0", "h1", "h2"] {
+        assert!(out.contains(&format!("  {host} ")), "{host} missing:\n{out}");
+    }
+    assert!(out.contains("QUEUE: 1 jobs waiting to start") && out.contains("  waits "), "{out}");
+    let holder = out.lines().find(|l| l.starts_with("  runs ")).unwrap_or_else(|| panic!("no holder line:\n{out}"));
+    assert!(holder.contains("alice") && holder.ends_with(&accelerator), "{out}");
+    assert!(out.contains("HEALTH: PROBLEMS") && out.contains("backend links: 2 up, 1 down: h2"), "{out}");
+
+    let (code, json, err) = run(&["--json", "status"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let names: Vec<&str> = v["pool"]["hosts"].as_array().unwrap().iter().map(|h| h["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["h0", "h1", "h2"], "{json}");
+    assert_eq!(v["pool"]["accelerators"]["free"], 1, "{json}");
+    assert_eq!(v["pool"]["accelerators"]["down"], 1, "{json}");
+    assert_eq!(v["queue"]["jobs"][0]["id"], "waits", "{json}");
+    assert_eq!(v["holders"][0]["job"], "runs", "{json}");
+    assert_eq!(v["holders"][0]["accelerators"][0], accelerator.as_str(), "{json}");
+    assert_eq!(v["health"]["links_down"][0], "h2", "{json}");
+    assert_eq!(v["health"]["ok"], false, "{json}");
+}

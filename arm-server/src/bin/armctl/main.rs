@@ -11,6 +11,8 @@ use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, ReservationView, Response};
 use clap::{Parser, Subcommand};
 
+mod status;
+
 /// Manage the accelerator pool and jobs.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -50,6 +52,9 @@ enum Command {
     Slurm(SlurmCommand),
     /// What the manager finds wrong (a Slurm pool out of step with it, Slurm unreachable).
     Health,
+    /// One screen: the pool by state, the queue, who holds what, and health (backend links,
+    /// Slurm's agreement).
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -255,8 +260,9 @@ fn prolog_request() -> anyhow::Result<Request> {
     })
 }
 
-fn request(cli: &Cli) -> anyhow::Result<Request> {
-    Ok(match &cli.command {
+/// The one request a command makes; none for `status`, which makes several.
+fn request(cli: &Cli) -> anyhow::Result<Option<Request>> {
+    Ok(Some(match &cli.command {
         Command::Host(HostCommand::Add { addr, backend_ca, name, server_name, labels }) => Request::HostAdd {
             addr: *addr,
             name: name.clone().unwrap_or_else(|| addr.to_string()),
@@ -301,7 +307,8 @@ fn request(cli: &Cli) -> anyhow::Result<Request> {
         Command::Slurm(SlurmCommand::Prolog) => prolog_request()?,
         Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
         Command::Health => Request::Health,
-    })
+        Command::Status => return Ok(None),
+    }))
 }
 
 fn print_reservations(reservations: &[ReservationView]) {
@@ -383,8 +390,7 @@ fn print_jobs(jobs: &[JobView]) {
             ("queued", None) => "never".into(),
             _ => "-".into(),
         };
-        let mut accels: Vec<String> = j.static_accelerators.iter().map(|(n, a)| format!("{a}@{n}")).collect();
-        accels.extend(j.dynamic_accelerators.iter().map(|(s, a)| format!("{a}(set {s})")));
+        let accels = status::held(j);
         println!(
             "{:<16} {:<10} {:<10} {:<8} {:>4} {:<24} {:<10} {}",
             j.id,
@@ -451,6 +457,14 @@ fn exit_code(e: &ac_frontend::Error) -> u8 {
     }
 }
 
+/// What a command got from the manager.
+enum Output {
+    /// The answer to its one request.
+    One(Response),
+    /// `status`'s screen.
+    Status(status::Status),
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     ac_proto::daemon::quiet_on_closed_pipe();
@@ -469,13 +483,22 @@ async fn main() -> ExitCode {
     }
     let result = async {
         let client = ArmClient::connect(options).await?;
+        let Some(request) = request else { return status::gather(&client).await.map(Output::Status) };
         let response = client.request(request).await?;
-        with_reservations(&client, response).await
+        with_reservations(&client, response).await.map(Output::One)
     }
     .await;
     match result {
-        Ok(response) => {
+        Ok(Output::One(response)) => {
             print(&response, cli.json);
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Status(s)) if cli.json => {
+            println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(Output::Status(s)) => {
+            status::print(&s);
             ExitCode::SUCCESS
         }
         // A job whose prolog failed was never bound: nothing to release.
