@@ -11,6 +11,7 @@ mod capi;
 mod copies;
 mod gpu;
 mod latency;
+mod load;
 mod memory;
 mod net;
 mod profile;
@@ -31,7 +32,7 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// capi, net, slurm, gpu); all but net and slurm when
+    /// load, capi, net, slurm, gpu); all but net, slurm and load when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -117,6 +118,10 @@ fn main() -> anyhow::Result<()> {
     if wants("arm") {
         rt.block_on(arm::latencies(args.quick))?;
         rt.block_on(arm::scheduler_api(args.quick))?;
+    }
+    // A minute of the manager under 1,000 programs: only when asked for.
+    if args.only.iter().any(|s| s == "load") {
+        rt.block_on(load::under_load(args.quick))?;
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;

@@ -1,0 +1,288 @@
+//! The manager under load (issue 27, item 3): many connected programs loop `AC_Get(1)` /
+//! `AC_Free` on a pool of 64 accelerators, and the manager's side is measured: the request and
+//! its answer over each program's own QUIC connection, not the handshakes with the backends
+//! (the programs speak the manager's protocol through `ArmClient`, as `Session` does, and never
+//! dial the granted backends).
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ac_backend::{BackendConfig, DeviceChoice};
+use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_proto::arm::{Ask, JobAuth, Request, Response};
+use anyhow::{bail, Context};
+
+use crate::setup::{cpu_seconds, percentiles, sibling, InProcess};
+
+const HOSTS: usize = 8;
+const DEVICES: u32 = 8;
+
+/// The `arm-server` binary in a process of its own, so that its CPU time and memory are its own.
+struct Manager {
+    child: Child,
+    addr: std::net::SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Manager {
+    fn start() -> anyhow::Result<Self> {
+        let exe = sibling("arm-server")?;
+        let dir = tempfile::tempdir()?;
+        let addr_file = dir.path().join("addr");
+        let child = Command::new(&exe)
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--state-dir")
+            .arg(dir.path().join("arm"))
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let start = Instant::now();
+        while std::fs::read_to_string(&addr_file).map_or(true, |s| s.trim().is_empty()) {
+            if start.elapsed() > Duration::from_secs(10) {
+                bail!("{} did not start", exe.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let addr = std::fs::read_to_string(&addr_file)?.trim().parse()?;
+        Ok(Self { child, addr, dir })
+    }
+
+    fn options(&self) -> ArmOptions {
+        ArmOptions::new(self.addr, self.dir.path().join("arm/ca.pem"))
+    }
+
+    fn admin_options(&self) -> ArmOptions {
+        let mut options = self.options();
+        let arm = self.dir.path().join("arm");
+        options.identity = Some((arm.join("admin.pem"), arm.join("admin.key")));
+        options
+    }
+
+    /// CPU seconds so far and resident memory in KiB.
+    fn usage(&self) -> (f64, u64) {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let rss = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        (cpu_seconds(pid), rss)
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What every program counts.
+#[derive(Default)]
+struct Tally {
+    pairs: AtomicU64,
+    rejections: AtomicU64,
+    errors: AtomicU64,
+    double_grants: AtomicU64,
+}
+
+/// Which program holds each accelerator, by the grant answers, and whether it has sent its
+/// `AC_Free` yet. A grant of an accelerator whose holder has not sent its `AC_Free` is a double
+/// grant; one whose holder's `AC_Free` is on its way may be a legitimate grant after it, so it
+/// is not counted.
+type Holders = Mutex<HashMap<String, (usize, bool)>>;
+
+/// Moves each of `grants` that is still in state `from` to `to` (`None`: forgotten).
+fn mark(holders: &Holders, grants: &[ac_proto::arm::Grant], from: (usize, bool), to: Option<(usize, bool)>) {
+    let mut held = holders.lock().expect("holders poisoned");
+    for grant in grants {
+        if held.get(&grant.id) == Some(&from) {
+            match to {
+                Some(state) => held.insert(grant.id.clone(), state),
+                None => held.remove(&grant.id),
+            };
+        }
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+async fn add_hosts(admin: &ArmClient) -> anyhow::Result<Vec<InProcess>> {
+    let mut backends = Vec::new();
+    for i in 0..HOSTS {
+        let state = tempfile::tempdir()?;
+        let config = BackendConfig {
+            listen: "127.0.0.1:0".parse()?,
+            state_dir: state.path().to_path_buf(),
+            device: DeviceChoice::Cpu,
+            devices: Some((0..DEVICES).collect()),
+            memory_mib: 16,
+            ..BackendConfig::default()
+        };
+        let backend = InProcess::from_parts(ac_backend::start(config).await?, state);
+        let request = Request::HostAdd {
+            addr: backend.backend.addr(),
+            name: format!("h{i}"),
+            server_name: "127.0.0.1".into(),
+            ca_pem: std::fs::read_to_string(backend.backend.ca_cert())?,
+            labels: vec![],
+        };
+        match admin.request(request).await? {
+            Response::Host(view) if view.accelerators.len() == DEVICES as usize => {}
+            other => bail!("host h{i} not added with {DEVICES} accelerators: {other:?}"),
+        }
+        backends.push(backend);
+    }
+    Ok(backends)
+}
+
+/// A job with nothing static and its program's session: a connection of its own, bound.
+async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Result<(ArmClient, String)> {
+    let id = format!("load-{i}");
+    let submit = Request::JobSubmit {
+        id: id.clone(),
+        nodes: vec!["n1".into()],
+        acpn: 0,
+        user: "bench".into(),
+        walltime_s: 0,
+        group: None,
+        reservation: None,
+        peak: None,
+    };
+    let Response::Submitted { credential, .. } = admin.request(submit).await? else {
+        bail!("job {id} not submitted");
+    };
+    let client = ArmClient::connect(manager.options()).await?;
+    let token = ac_proto::random_hex(32);
+    let auth = JobAuth::Credential { job: id, secret: credential };
+    client.request(Request::Init { auth, node: "n1".into(), token: token.clone() }).await?;
+    Ok((client, token))
+}
+
+/// One program's loop until `end`: the latency of each granted-and-freed pair.
+async fn churn(
+    me: usize,
+    client: ArmClient,
+    token: String,
+    end: Instant,
+    tally: Arc<Tally>,
+    holders: Arc<Holders>,
+) -> Vec<Duration> {
+    let mut samples = Vec::new();
+    while Instant::now() < end {
+        let start = Instant::now();
+        let ask = Ask { min: 1, max: 1, wait_s: 0, preemptible: false, key: ac_proto::random_hex(16) };
+        match client.request(Request::Get { token: token.clone(), ask }).await {
+            Ok(Response::Granted { set, grants }) => {
+                for grant in &grants {
+                    let previous = holders.lock().expect("holders poisoned").insert(grant.id.clone(), (me, false));
+                    // Held by a program that has not sent its AC_Free yet: granted twice.
+                    if matches!(previous, Some((_, false))) {
+                        tally.double_grants.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                mark(&holders, &grants, (me, false), Some((me, true)));
+                match client.request(Request::Free { token: token.clone(), set, accelerators: None }).await {
+                    Ok(Response::Done) => {
+                        samples.push(start.elapsed());
+                        tally.pairs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {
+                        tally.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                mark(&holders, &grants, (me, true), None);
+            }
+            Ok(Response::Rejected { .. }) => {
+                tally.rejections.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                tally.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    client.close_now().await;
+    samples
+}
+
+pub async fn under_load(quick: bool) -> anyhow::Result<()> {
+    let (programs, seconds) = if quick { (100, 10) } else { (1000, 60) };
+    let manager = Manager::start()?;
+    let admin = ArmClient::connect(manager.admin_options()).await?;
+    let _backends = add_hosts(&admin).await?;
+    let connect_start = Instant::now();
+    let mut sessions = Vec::with_capacity(programs);
+    // A few dozen handshakes at a time, as programs starting on a cluster would.
+    for chunk in (0..programs).collect::<Vec<_>>().chunks(50) {
+        let batch = chunk.iter().map(|&i| program(&manager, &admin, i));
+        sessions.extend(futures_util::future::try_join_all(batch).await?);
+    }
+    let connecting = connect_start.elapsed();
+    let load_before = load_average();
+    let (cpu_before, rss_before) = manager.usage();
+    let client_cpu_before = cpu_seconds(std::process::id());
+    let tally = Arc::new(Tally::default());
+    let holders = Arc::new(Holders::default());
+    let start = Instant::now();
+    let end = start + Duration::from_secs(seconds);
+    let tasks: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(me, (client, token))| tokio::spawn(churn(me, client, token, end, tally.clone(), holders.clone())))
+        .collect();
+    let mut samples = Vec::new();
+    for task in tasks {
+        samples.extend(task.await?);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let (cpu_after, rss_after) = manager.usage();
+    let client_cpu = cpu_seconds(std::process::id()) - client_cpu_before;
+    let load_after = load_average();
+    let pairs = tally.pairs.load(Ordering::Relaxed);
+    let rejections = tally.rejections.load(Ordering::Relaxed);
+    println!(
+        "## The manager under load ({programs} programs, each its own QUIC connection, looping AC_Get(1)/AC_Free on {} CPU-device accelerators ({HOSTS} backends x {DEVICES}) for {seconds} s)\n",
+        HOSTS as u32 * DEVICES
+    );
+    println!(
+        "arm-server in its own process; programs are tasks of this process (2 runtime workers); {programs} sessions connected in {:.1} s; load average {load_before} before, {load_after} after.\n",
+        connecting.as_secs_f64()
+    );
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| pairs (granted AC_Get + AC_Free) | {pairs} |");
+    println!("| pairs per second | {:.0} |", pairs as f64 / elapsed);
+    if !samples.is_empty() {
+        let (p50, p99) = percentiles(samples);
+        println!("| pair latency p50 / p99, ms | {:.2} / {:.2} |", p50 / 1e3, p99 / 1e3);
+    }
+    println!("| rejections (pool empty), per second | {rejections}, {:.0} |", rejections as f64 / elapsed);
+    println!(
+        "| manager requests per second (Get + Free + rejected Get) | {:.0} |",
+        (2 * pairs + rejections) as f64 / elapsed
+    );
+    println!("| errors | {} |", tally.errors.load(Ordering::Relaxed));
+    println!("| double grants | {} |", tally.double_grants.load(Ordering::Relaxed));
+    println!(
+        "| manager CPU seconds (of {elapsed:.1} s wall) | {:.1} ({:.0}% of one core) |",
+        cpu_after - cpu_before,
+        (cpu_after - cpu_before) / elapsed * 100.0
+    );
+    println!("| client CPU seconds (programs and backends) | {client_cpu:.1} |");
+    println!("| manager RSS start / end, MiB | {:.1} / {:.1} |", rss_before as f64 / 1024.0, rss_after as f64 / 1024.0);
+    println!();
+    admin.close_now().await;
+    Ok(())
+}
