@@ -71,11 +71,7 @@ impl TestBackend {
 
     /// A raw QUIC connection with the backend's ALPN and no hello sent yet.
     pub async fn raw_connection(&self) -> quinn::Connection {
-        let roots = tls::load_roots(self.backend.ca_cert()).expect("CA");
-        let crypto = Arc::new(tls::client_crypto(roots, ALPN).expect("client TLS"));
-        let endpoint =
-            transport::client_endpoint(self.backend.addr(), Some(crypto), &quick_tuning()).expect("endpoint");
-        endpoint.connect(self.backend.addr(), "127.0.0.1").expect("connect").await.expect("handshake")
+        raw_backend_connection(self.backend.addr(), self.backend.ca_cert()).await.expect("handshake")
     }
 
     /// A raw connection whose first stream has sent the preamble and `hello_frame` bytes.
@@ -90,6 +86,18 @@ impl TestBackend {
         send.write_all(&bytes).await.expect("write");
         (conn, send, recv)
     }
+}
+
+/// A raw QUIC connection to the backend at `addr` (whose CA is `ca`), with the backend's ALPN
+/// and no hello sent yet.
+pub async fn raw_backend_connection(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+) -> Result<quinn::Connection, quinn::ConnectionError> {
+    let roots = tls::load_roots(ca).expect("CA");
+    let crypto = Arc::new(tls::client_crypto(roots, ALPN).expect("client TLS"));
+    let endpoint = transport::client_endpoint(addr, Some(crypto), &quick_tuning()).expect("endpoint");
+    endpoint.connect(addr, "127.0.0.1").expect("connect").await
 }
 
 /// Polls `check` until it holds or `limit` has passed; returns whether it held.

@@ -256,7 +256,7 @@ impl Control {
     }
 
     /// Reads an inline payload under the session's budget, so that queued asynchronous writes
-    /// cannot hold more than the budget in memory.
+    /// cannot hold more than the budget in memory (read replies waiting to leave share it).
     async fn read_inline(
         &mut self,
         reader: &mut FrameReader,
@@ -268,15 +268,21 @@ impl Control {
             )));
         }
         // The payload may take a while to arrive, and the budget to free up.
-        self.hand_over_staged().await;
-        // A payload larger than the whole budget takes all of it rather than waiting forever.
-        let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
-        let permit = self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes");
+        let permit = self.reserve_inline(len).await;
         let data = reader
             .read_exact_raw(len as usize)
             .await
             .map_err(|e| closing_for(e).unwrap_or_else(|| Closing::protocol("connection lost inside a payload")))?;
         Ok((data, permit))
+    }
+
+    /// Takes `len` bytes (at most `MAX_INLINE`) of the session's inline budget, waiting until
+    /// earlier inline payloads (writes queued, read replies not yet sent) have let go of theirs.
+    async fn reserve_inline(&mut self, len: u64) -> tokio::sync::OwnedSemaphorePermit {
+        self.hand_over_staged().await;
+        // A payload larger than the whole budget takes all of it rather than waiting forever.
+        let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
+        self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes")
     }
 
     async fn enqueue_write(
@@ -336,6 +342,9 @@ impl Control {
             Ok(alloc) => alloc,
             Err(e) => return Outcome::Now(Response::Error(e)),
         };
+        // The data waits in memory until the client takes it: a client that asks and never
+        // reads must stall its own session, not fill the host's memory.
+        let budget = self.reserve_inline(len).await;
         let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
         tokio::spawn(async move {
             let read = match fence.passed().await {
@@ -349,6 +358,7 @@ impl Control {
                 }
                 Err(e) => replies.send_frame(&Reply { id, response: Response::Error(e) }).await,
             };
+            drop(budget);
         });
         Outcome::Later
     }
