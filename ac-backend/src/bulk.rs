@@ -11,7 +11,8 @@
 //! Unpipelined (store-and-forward, what a remote-GPU protocol without pipelining does, kept as
 //! the benchmark's baseline), the whole copy is staged in host memory first and then written to
 //! the device in one call; device to host reads it all before sending. Time is network plus
-//! device copy instead of the larger of the two, and memory grows with the copy.
+//! device copy instead of the larger of the two, and memory grows with the copy: up to the
+//! session's payload budget (`inline_budget_mib`), beyond which such a copy is refused.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -143,10 +144,27 @@ pub async fn serve_lane<T: AsyncRead + AsyncWrite + Unpin + Send>(
     Ok(())
 }
 
+/// Refuses an unpipelined copy larger than the session's payload budget (it would be staged
+/// whole in memory).
+fn staging_fits(session: &Session, header: &BulkHeader, alloc: Arc<Allocation>) -> Result<Arc<Allocation>, WireError> {
+    if header.pipelined || header.len <= session.budget() {
+        return Ok(alloc);
+    }
+    Err(WireError::new(
+        ErrorKind::InvalidArgument,
+        format!(
+            "an unpipelined copy of {} bytes exceeds the session's payload budget of {} bytes; pipeline it",
+            header.len,
+            session.budget()
+        ),
+    ))
+}
+
 /// Runs one copy on `carrier`, whose header was read.
 async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier) -> Result<(), ProtoError> {
     tracing::debug!(session = session.id.0, dir = ?header.direction, len = header.len, after = header.after, "bulk copy");
-    let checked = match session.resolve(header.ptr, header.len) {
+    let checked = match session.resolve(header.ptr, header.len).and_then(|alloc| staging_fits(session, &header, alloc))
+    {
         // A synchronous copy: after the work queued before its position (see `fence`).
         Ok(alloc) => session.fences.wait(header.after).await.map(|()| alloc),
         Err(e) => Err(e),
@@ -160,6 +178,9 @@ async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier)
             return reply(carrier, Response::Error(e)).await;
         }
     };
+    // An unpipelined copy holds all its bytes in memory at once: they count against the
+    // session's payload budget until the copy is done.
+    let _staged = if header.pipelined { None } else { Some(session.reserve(header.len).await) };
     match header.direction {
         Direction::HostToDevice => {
             let mut received = 0;
@@ -290,6 +311,9 @@ async fn send_streaming(
     let mut sent = 0u64;
     while sent < header.len {
         let len = (header.len - sent).min(session.copy.chunk_bytes as u64) as usize;
+        // The chunk waits for the client's reading: it counts against the session's budget, so
+        // that many copies nobody reads cannot fill the host.
+        let _held = session.reserve(len as u64).await;
         match download.next(len) {
             Ok(chunk) => carrier.put(chunk).await?,
             Err(e) => return Ok(Err(e)),

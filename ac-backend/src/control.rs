@@ -9,7 +9,7 @@ use ac_proto::backend::{
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::ProtoError;
 use rustc_hash::FxHashMap as HashMap;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::bulk;
@@ -54,8 +54,6 @@ pub fn closing_for(error: ProtoError) -> Option<Closing> {
 struct Control {
     session: Arc<Session>,
     replies: StreamWriter,
-    budget: Arc<Semaphore>,
-    budget_total: u32,
     modules: HashMap<ModuleId, DeviceModule>,
     /// Each function with the module it was looked up in.
     kernels: HashMap<FunctionId, (ModuleId, Arc<Kernel>)>,
@@ -84,7 +82,6 @@ pub async fn serve(
     session: Arc<Session>,
     mut reader: FrameReader,
     replies: StreamWriter,
-    inline_budget: u32,
     mut fences: mpsc::UnboundedReceiver<FenceRequest>,
 ) -> Result<(), Closing> {
     let default_stream = session.context.create_stream().map_err(|e| Closing::protocol(e.message))?;
@@ -93,8 +90,6 @@ pub async fn serve(
     let mut control = Control {
         session,
         replies,
-        budget: Arc::new(Semaphore::new(inline_budget as usize)),
-        budget_total: inline_budget,
         modules: HashMap::default(),
         kernels: HashMap::default(),
         unloaded: HashMap::default(),
@@ -276,13 +271,11 @@ impl Control {
         Ok((data, permit))
     }
 
-    /// Takes `len` bytes (at most `MAX_INLINE`) of the session's inline budget, waiting until
-    /// earlier inline payloads (writes queued, read replies not yet sent) have let go of theirs.
+    /// Takes `len` bytes of the session's payload budget, once the operations staged so far
+    /// are on their streams (they may be what holds the budget).
     async fn reserve_inline(&mut self, len: u64) -> tokio::sync::OwnedSemaphorePermit {
         self.hand_over_staged().await;
-        // A payload larger than the whole budget takes all of it rather than waiting forever.
-        let permits = u32::try_from(len).expect("MAX_INLINE fits u32").min(self.budget_total);
-        self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes")
+        self.session.reserve(len).await
     }
 
     async fn enqueue_write(

@@ -403,7 +403,8 @@ async fn serve_session(
         Err(e) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {e}")),
     };
     let (fences, fence_requests) = Fences::channel();
-    let session = shared.registry.open(context, shared.config.copy, capability, fences);
+    let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
+    let session = shared.registry.open(context, shared.config.copy, capability, fences, budget);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
@@ -411,8 +412,7 @@ async fn serve_session(
         return;
     }
     let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));
-    let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
-    let result = control::serve(session.clone(), reader, replies, budget, fence_requests).await;
+    let result = control::serve(session.clone(), reader, replies, fence_requests).await;
     bulk.abort();
     shared.registry.remove(session.id);
     match result {

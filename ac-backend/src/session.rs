@@ -53,6 +53,9 @@ pub struct Session {
     pub capability: Option<u64>,
     /// Where synchronous copies ask the control loop for their fence.
     pub fences: Fences,
+    /// Payload bytes the session may hold in the backend's memory at once (see [`Session::reserve`]).
+    budget: Arc<tokio::sync::Semaphore>,
+    budget_total: u32,
     /// Fx-hashed: the backend hands out the ids in sequence, so clients cannot make them collide.
     buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
@@ -62,6 +65,21 @@ pub struct Session {
 }
 
 impl Session {
+    /// Takes `len` bytes of the session's payload budget (all of it when `len` is larger),
+    /// waiting until earlier payloads let go of theirs. Everything a session's client makes the
+    /// backend hold in memory passes through it: queued inline writes, read replies the client
+    /// has not taken, bulk pieces on their way. A client that stops reading stalls its own
+    /// session; it cannot fill the host.
+    pub async fn reserve(&self, len: u64) -> tokio::sync::OwnedSemaphorePermit {
+        let permits = u32::try_from(len).unwrap_or(u32::MAX).min(self.budget_total);
+        self.budget.clone().acquire_many_owned(permits).await.expect("budget semaphore never closes")
+    }
+
+    /// The session's whole payload budget, bytes.
+    pub fn budget(&self) -> u64 {
+        u64::from(self.budget_total)
+    }
+
     /// Allocates device memory and returns the new buffer's id.
     pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
         let mem = self.context.alloc(bytes)?;
@@ -147,13 +165,15 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Creates and registers a session; its control loop admits the fences asked on `fences`.
+    /// Creates and registers a session; its control loop admits the fences asked on `fences`;
+    /// it may hold `budget` payload bytes at once.
     pub fn open(
         &self,
         context: Arc<dyn Context>,
         copy: CopySettings,
         capability: Option<u64>,
         fences: Fences,
+        budget: u32,
     ) -> Arc<Session> {
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
@@ -163,6 +183,8 @@ impl Registry {
             copy,
             capability,
             fences,
+            budget: Arc::new(tokio::sync::Semaphore::new(budget as usize)),
+            budget_total: budget,
             buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),

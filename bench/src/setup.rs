@@ -22,6 +22,9 @@ impl InProcess {
             listen: "127.0.0.1:0".parse()?,
             state_dir: state.path().to_path_buf(),
             memory_mib,
+            // Unpipelined copies (the store-and-forward baseline) stage whole copies: let them
+            // be as large as the device.
+            inline_budget_mib: u32::try_from(memory_mib).unwrap_or(u32::MAX),
             transport: tuning,
             copy,
             ..BackendConfig::default()

@@ -188,3 +188,26 @@ async fn a_synchronous_read_reports_an_earlier_launch_error_once() {
     assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "{err}");
     assert_eq!(buf.to_vec().await.unwrap(), vec![1.0; 8]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unpipelined_copy_over_the_payload_budget_is_refused() {
+    let tb = TestBackend::start_with(|c| {
+        c.memory_mib = 64;
+        c.inline_budget_mib = 1;
+    })
+    .await;
+    let acc = tb.connect().await;
+    let buf = acc.alloc::<u8>(4 << 20).await.unwrap();
+    // Staged whole in the backend's memory, a 4 MiB copy would hold four times the budget.
+    acc.set_copy_options(ac_frontend::CopyOptions { pipelined: false, ..Default::default() });
+    let err = buf.copy_from_host(&vec![7u8; 4 << 20]).await.unwrap_err();
+    assert!(err.to_string().contains("exceeds the session's payload budget of 1048576 bytes"), "{err}");
+    let mut back = vec![0u8; 4 << 20];
+    let err = buf.copy_to_host(&mut back).await.unwrap_err();
+    assert!(err.to_string().contains("exceeds the session's payload budget"), "{err}");
+    // Pipelined, a copy of any size holds a chunk at a time, and the session goes on.
+    acc.set_copy_options(ac_frontend::CopyOptions::default());
+    buf.copy_from_host(&vec![7u8; 4 << 20]).await.unwrap();
+    buf.copy_to_host(&mut back).await.unwrap();
+    assert!(back.iter().all(|&b| b == 7));
+}

@@ -392,6 +392,36 @@ async fn never_reading_session(addr: std::net::SocketAddr, ca: &Path) -> quinn::
     conn
 }
 
+/// A session that starts 32 bulk downloads of 16 MiB (half of them unpipelined: staged whole)
+/// and reads none. Returns the connection.
+async fn never_reading_bulk_session(addr: std::net::SocketAddr, ca: &Path) -> quinn::Connection {
+    const LEN: u64 = 16 << 20;
+    let conn = raw_backend_connection(addr, ca).await.unwrap();
+    let (mut send, recv) = conn.open_bi().await.unwrap();
+    let mut bytes = Preamble::CURRENT.to_bytes().to_vec();
+    bytes.extend_from_slice(&frame_bytes(&Hello::Open { capability: vec![], device: 0 }).unwrap());
+    bytes.extend_from_slice(&frame_bytes(&Envelope { id: 1, request: Request::MemAlloc { bytes: LEN } }).unwrap());
+    send.write_all(&bytes).await.unwrap();
+    let mut control = FrameReader::new(recv);
+    let _welcome: Reply = control.expect_frame().await.unwrap();
+    let allocated: Reply = control.expect_frame().await.unwrap();
+    assert_eq!(allocated.response, Response::Buffer(BufferId(1)));
+    std::mem::forget((send, control));
+    let header = |len, pipelined| ac_proto::backend::BulkHeader {
+        direction: ac_proto::backend::Direction::DeviceToHost,
+        ptr: DevicePtr { buffer: BufferId(1), offset: 0 },
+        len,
+        pipelined,
+        after: 0,
+    };
+    for i in 0..32 {
+        let (mut send, recv) = conn.open_bi().await.unwrap();
+        send.write_all(&frame_bytes(&header(LEN, i % 2 == 0)).unwrap()).await.unwrap();
+        std::mem::forget((send, recv));
+    }
+    conn
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_silent_clients_do_not_hold_up_a_backend() {
     let dir = tempfile::tempdir().unwrap();
@@ -420,20 +450,22 @@ async fn slow_and_silent_clients_do_not_hold_up_a_backend() {
         }
         silent.push(conn);
     }
-    // Sessions that ask for gigabytes of replies and never read one.
+    // Sessions that ask for gigabytes of replies and never read one, inline and bulk.
     let mut readers = Vec::new();
     for _ in 0..4 {
         readers.push(never_reading_session(backend.addr, &ca).await);
     }
+    readers.push(never_reading_bulk_session(backend.addr, &ca).await);
     for round in 0..20 {
         bystander_round(&bystander, &kept, &data, round).await;
     }
     let peak = watch.peak().await;
     eprintln!("backend with slow clients: RSS {} MiB before, peak {} MiB", baseline / 1024, peak / 1024);
-    // Each never-reading session may hold its inline budget (64 MiB by default) of replies it
-    // has not taken, besides 1 MiB of device memory; the rest is connection state. Nothing like
-    // the 16 GiB the four asked for.
-    let bound = readers.len() as u64 * (64 + 1) * 1024 + 128 * 1024;
+    // Each never-reading session may hold its payload budget (64 MiB by default) of replies it
+    // has not taken, and the bulk one what its connection's send window (64 MiB) holds too,
+    // besides device memory (4 x 1 + 16 MiB); the rest is connection state. Nothing like the
+    // 16 GiB the first four asked for, or the 512 MiB of the bulk one.
+    let bound = (5 * 64 + 64 + 20 + 128) * 1024;
     assert!(peak <= baseline + bound, "RSS grew from {baseline} KiB to {peak} KiB");
     for conn in readers.iter().chain(&silent) {
         conn.close(0u32.into(), b"done");
