@@ -319,12 +319,13 @@ pub struct LicenseUse {
 impl LicenseUse {
     /// What jobs may still take.
     pub fn free(&self) -> u32 {
-        self.total.saturating_sub(self.used + self.reserved)
+        // Widened: Slurm's figures are u32s each, their sum need not be.
+        (self.total as u64).saturating_sub(self.used as u64 + self.reserved as u64) as u32
     }
 
     /// Whether jobs and reservations hold more than there is.
     pub fn overdrawn(&self) -> bool {
-        self.used + self.reserved > self.total
+        self.used as u64 + self.reserved as u64 > self.total as u64
     }
 }
 
@@ -402,6 +403,10 @@ mod tests {
         assert_eq!(parse_license_use(lic), Some(LicenseUse { total: 8, used: 4, reserved: 0 }));
         let reserved = parse_license_use("LicenseName=ac Total=8 Used=2 Free=6 Reserved=6 Remote=no").unwrap();
         assert_eq!((reserved.free(), reserved.overdrawn()), (0, false));
+        // Found reading the code for the `slurm` fuzz target: Used + Reserved overflowed u32
+        // (a panic with overflow checks; wrapped, a full pool looked free).
+        let huge = parse_license_use("LicenseName=ac Total=8 Used=4294967295 Reserved=1").unwrap();
+        assert_eq!((huge.free(), huge.overdrawn()), (0, true));
         let job = "JobId=7 JobName=wrap Licenses=ac:4,matlab:1 Network=(null)";
         assert_eq!(parse_job_licenses(job), vec![("ac".into(), 4), ("matlab".into(), 1)]);
         assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());

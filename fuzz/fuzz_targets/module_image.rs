@@ -12,9 +12,8 @@ fuzz_target!(|input: &[u8]| {
         assert_eq!(text.last(), Some(&0));
         assert!(!text[..text.len() - 1].contains(&0));
         assert_eq!(image::ptx_text(&text).as_deref(), Ok(&text[..]), "the check accepts its own output");
-        for (name, sizes) in signature::from_ptx(&text) {
+        for name in signature::from_ptx(&text).keys() {
             assert!(!name.is_empty());
-            assert!(sizes.iter().all(|&s| s > 0), "a parameter of no size in `{name}`");
         }
     }
     if image::check_binary(input).is_ok() {

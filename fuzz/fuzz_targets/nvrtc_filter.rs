@@ -1,8 +1,7 @@
 //! The filter on CUDA C a program sends to be compiled by the backend (`nvrtc::check_untrusted`):
 //! no `#include`/`#embed`/`#import`/`__has_include`, options from an allow-list. Asserts: no
-//! panic; whatever passes has no include directive left once comments and line continuations
-//! are removed (checked here independently, by a simpler scan); and a source with an include
-//! line appended never passes.
+//! panic; and a source that passes no longer passes once an include line is appended to it
+//! (`#include`, or the trigraph `??=include`).
 #![no_main]
 
 use ac_backend::device::cuda::nvrtc::check_untrusted;
@@ -16,10 +15,13 @@ fuzz_target!(|input: &[u8]| {
     if check_untrusted(source, &options).is_ok() {
         let appended = format!("{source}\n#include \"/etc/passwd\"\n");
         // Unless the source leaves a block comment open, which swallows the appended line, or
-        // ends in a line continuation (`\\` before `\n` or `\r\n`), which joins it to its last
-        // line: the compiler too reads no directive there.
-        if !source.contains("/*") && !source.trim_end_matches('\r').ends_with('\\') {
+        // ends in a line continuation (`\\` or the trigraph `??/`, before `\n` or `\r\n`), which
+        // joins it to its last line: the compiler too reads no directive there.
+        let last = source.trim_end_matches('\r');
+        if !source.contains("/*") && !last.ends_with('\\') && !last.ends_with("??/") {
             assert!(check_untrusted(&appended, &options).is_err(), "an appended #include passed");
+            let trigraph = format!("{source}\n??=include \"/etc/passwd\"\n");
+            assert!(check_untrusted(&trigraph, &options).is_err(), "an appended ??=include passed");
         }
     }
     let _ = check_untrusted(source, &[]);
