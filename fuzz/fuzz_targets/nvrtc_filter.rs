@@ -14,11 +14,11 @@ fuzz_target!(|input: &[u8]| {
     let options: Vec<String> = options.lines().map(str::to_string).collect();
     if check_untrusted(source, &options).is_ok() {
         let appended = format!("{source}\n#include \"/etc/passwd\"\n");
-        // Unless the source leaves a block comment open, which swallows the appended line, or
-        // ends in a line continuation (`\\` or the trigraph `??/`, before `\n` or `\r\n`), which
-        // joins it to its last line: the compiler too reads no directive there.
-        let last = source.trim_end_matches('\r');
-        if !source.contains("/*") && !last.ends_with('\\') && !last.ends_with("??/") {
+        // Unless the source may leave a block comment open (which swallows the appended line,
+        // also when `/` and `*` are spliced together) or end in a line continuation (`\\` or
+        // the trigraph `??/`, which joins the line to its last one): the compiler too reads no
+        // directive there.
+        if !source.contains('*') && !source.contains('\\') && !source.contains("??/") {
             assert!(check_untrusted(&appended, &options).is_err(), "an appended #include passed");
             let trigraph = format!("{source}\n??=include \"/etc/passwd\"\n");
             assert!(check_untrusted(&trigraph, &options).is_err(), "an appended ??=include passed");
