@@ -254,7 +254,8 @@ pub struct SlurmJobs {
 const ACTIVE_STATES: [&str; 6] = ["CONFIGURING", "RUNNING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"];
 
 /// `squeue --json`'s jobs: the active ones, and the pending ones with licenses of `license`.
-fn parse_jobs(listed: &str, license: &str) -> Result<SlurmJobs, SlurmError> {
+#[doc(hidden)] // public for the fuzz targets (`fuzz/`), not API
+pub fn parse_jobs(listed: &str, license: &str) -> Result<SlurmJobs, SlurmError> {
     let doc: serde_json::Value = serde_json::from_str(listed).map_err(|e| format!("squeue --json: {e}"))?;
     let jobs = doc.get("jobs").and_then(|j| j.as_array()).ok_or("squeue --json: no `jobs`")?;
     let number = |v: Option<&serde_json::Value>| -> u64 {
@@ -318,12 +319,13 @@ pub struct LicenseUse {
 impl LicenseUse {
     /// What jobs may still take.
     pub fn free(&self) -> u32 {
-        self.total.saturating_sub(self.used + self.reserved)
+        // Widened: Slurm's figures are u32s each, their sum need not be.
+        (self.total as u64).saturating_sub(self.used as u64 + self.reserved as u64) as u32
     }
 
     /// Whether jobs and reservations hold more than there is.
     pub fn overdrawn(&self) -> bool {
-        self.used + self.reserved > self.total
+        self.used as u64 + self.reserved as u64 > self.total as u64
     }
 }
 
@@ -332,7 +334,8 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// `LicenseName=ac Total=8 Used=4 Free=4 Reserved=0 Remote=no`.
-fn parse_license_use(shown: &str) -> Option<LicenseUse> {
+#[doc(hidden)] // public for the fuzz targets (`fuzz/`), not API
+pub fn parse_license_use(shown: &str) -> Option<LicenseUse> {
     let line = shown.lines().find(|l| l.contains("LicenseName="))?;
     let number = |key: &str| field(line, key).and_then(|v| v.parse().ok());
     Some(LicenseUse { total: number("Total")?, used: number("Used")?, reserved: number("Reserved").unwrap_or(0) })
@@ -350,7 +353,8 @@ pub struct JobLicenses {
 
 /// Job `job` in `scontrol show job -o`: an array's own id lists every task of the array, one
 /// line each, and only the line of the job itself counts.
-fn parse_job(shown: &str, job: &str) -> Option<JobLicenses> {
+#[doc(hidden)] // public for the fuzz targets (`fuzz/`), not API
+pub fn parse_job(shown: &str, job: &str) -> Option<JobLicenses> {
     let own = format!("JobId={job} ");
     let line = shown.lines().find(|l| l.starts_with(&own))?;
     let target = match (field(line, "ArrayJobId"), field(line, "ArrayTaskId")) {
@@ -361,7 +365,8 @@ fn parse_job(shown: &str, job: &str) -> Option<JobLicenses> {
 }
 
 /// The `Licenses=` of `scontrol show job -o`: `ac:4,matlab:1`, or `(null)`.
-fn parse_job_licenses(shown: &str) -> Vec<(String, u32)> {
+#[doc(hidden)] // public for the fuzz targets (`fuzz/`), not API
+pub fn parse_job_licenses(shown: &str) -> Vec<(String, u32)> {
     let Some(list) = field(shown, "Licenses") else { return Vec::new() };
     list.split(',')
         .filter_map(|entry| {
@@ -374,7 +379,8 @@ fn parse_job_licenses(shown: &str) -> Vec<(String, u32)> {
 
 /// `unmunge`'s report: `KEY: value` lines (`STATUS: Success (0)`, `UID: alice (1000)`), a
 /// blank line, then the payload.
-fn parse_unmunge(decoded: &str) -> Result<MungeIdentity, SlurmError> {
+#[doc(hidden)] // public for the fuzz targets (`fuzz/`), not API
+pub fn parse_unmunge(decoded: &str) -> Result<MungeIdentity, SlurmError> {
     let (header, payload) = decoded.split_once("\n\n").unwrap_or((decoded, ""));
     let value = |key: &str| header.lines().find_map(|l| l.strip_prefix(key)?.trim_start().strip_prefix(':'));
     let status = value("STATUS").map(str::trim).unwrap_or("");
@@ -397,6 +403,10 @@ mod tests {
         assert_eq!(parse_license_use(lic), Some(LicenseUse { total: 8, used: 4, reserved: 0 }));
         let reserved = parse_license_use("LicenseName=ac Total=8 Used=2 Free=6 Reserved=6 Remote=no").unwrap();
         assert_eq!((reserved.free(), reserved.overdrawn()), (0, false));
+        // Found reading the code for the `slurm` fuzz target: Used + Reserved overflowed u32
+        // (a panic with overflow checks; wrapped, a full pool looked free).
+        let huge = parse_license_use("LicenseName=ac Total=8 Used=4294967295 Reserved=1").unwrap();
+        assert_eq!((huge.free(), huge.overdrawn()), (0, true));
         let job = "JobId=7 JobName=wrap Licenses=ac:4,matlab:1 Network=(null)";
         assert_eq!(parse_job_licenses(job), vec![("ac".into(), 4), ("matlab".into(), 1)]);
         assert!(parse_job_licenses("JobId=7 Licenses=(null) Network=(null)").is_empty());

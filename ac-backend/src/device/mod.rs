@@ -201,7 +201,8 @@ pub fn validate_dims(dims: &LaunchDims) -> DeviceResult<()> {
     if dims.grid.contains(&0) || dims.block.contains(&0) {
         return Err(WireError::new(InvalidArgument, "grid and block dimensions must be at least 1"));
     }
-    let threads: u64 = dims.block.iter().map(|&d| d as u64).product();
+    // Saturating: three u32s can overflow a u64 product, and a wrapped one can look small.
+    let threads = dims.block.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
     if threads > 1024 {
         return Err(WireError::new(InvalidArgument, format!("{threads} threads per block exceed 1024")));
     }
@@ -235,4 +236,20 @@ pub fn check_signature(kernel: &Kernel, args: &[KernelArg]) -> DeviceResult<()> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_whose_thread_count_overflows_is_refused() {
+        // 2^22 * 2^21 * 2^21 = 2^64: wrapped to 0 it passed as "at most 1024 threads", and with
+        // overflow checks it panicked (found by the `kernel_args` fuzz target).
+        let dims = LaunchDims::new([1, 1, 1], [1 << 22, 1 << 21, 1 << 21]);
+        assert!(validate_dims(&dims).unwrap_err().message.contains("exceed 1024"));
+        let dims = LaunchDims::new([1, 1, 1], [u32::MAX, u32::MAX, u32::MAX]);
+        assert!(validate_dims(&dims).is_err());
+        assert!(validate_dims(&LaunchDims::new([1, 1, 1], [32, 32, 1])).is_ok());
+    }
 }

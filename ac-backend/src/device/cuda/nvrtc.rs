@@ -207,7 +207,10 @@ pub fn check_untrusted(source: &str, options: &[String]) -> DeviceResult<()> {
             "compile option `{option}` is not allowed (macros and code generation only)"
         )));
     }
-    let code = strip_comments(&source.replace("\\\r\n", "").replace("\\\n", ""));
+    // The compiler's first phases, in its order: trigraphs (which `-std=c++03/11/14`
+    // turn on: `??=include` is an `#include`, `??/` a backslash), line splicing, comments.
+    let code = source.replace("??=", "#").replace("??/", "\\");
+    let code = strip_comments(&code.replace("\\\r\n", "").replace("\\\n", ""));
     if code.contains("__has_include") {
         return Err(compile_error("`__has_include` is not allowed: the backend's files are not yours to read"));
     }
@@ -324,6 +327,10 @@ mod tests {
             "%:include \"a\"\n",
             "#embed \"/etc/passwd\"\n",
             "#if __has_include(\"/etc/shadow\")\n#endif\n",
+            // Trigraphs: NVRTC 12.9 reads these as `#include` under `-std=c++03/11/14`.
+            "??=include \"/etc/passwd\"\n",
+            "#??/\ninclude \"a\"\n",
+            "??=??/\ninclude \"a\"\n",
         ] {
             assert_eq!(check_untrusted(bad, &[]).unwrap_err().kind, ErrorKind::ModuleLoad, "{bad:?}");
         }

@@ -28,6 +28,10 @@ pub fn from_ptx(text: &[u8]) -> Signatures {
         let trimmed = after_name.trim_start();
         let sizes = if let Some(list) = trimmed.strip_prefix('(') {
             let Some(end) = list.find(')') else { break };
+            // The scan goes on after the list whatever it holds: a `.entry` inside it declares
+            // no kernel, and scanning the rest of the list again from each one took quadratic
+            // time (a 90 kB payload held a backend thread for minutes).
+            rest = &list[end + 1..];
             match list[..end].split(',').filter(|p| !p.trim().is_empty()).map(ptx_param_size).collect() {
                 Some(sizes) => sizes,
                 None => continue,
@@ -88,13 +92,16 @@ pub fn from_cubin(image: &[u8]) -> Signatures {
 
 /// `(name, contents)` of every section.
 fn sections(image: &[u8]) -> Option<Vec<(String, &[u8])>> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(image.get(at..at + 2)?.try_into().ok()?) as usize);
-    let u32_at = |at: usize| Some(u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?) as usize);
-    let u64_at = |at: usize| Some(u64::from_le_bytes(image.get(at..at + 8)?.try_into().ok()?) as usize);
+    // Offsets come from the image: every sum is checked (a header near the end of the address
+    // space overflowed, found by the `module_image` fuzz target).
+    let bytes = |at: usize, n: usize| image.get(at..at.checked_add(n)?);
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes(at, 2)?.try_into().ok()?) as usize);
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes(at, 4)?.try_into().ok()?) as usize);
+    let u64_at = |at: usize| Some(u64::from_le_bytes(bytes(at, 8)?.try_into().ok()?) as usize);
     let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28)?, u16_at(0x3A)?, u16_at(0x3C)?, u16_at(0x3E)?);
     let header = |i: usize| shoff.checked_add(i.checked_mul(shentsize)?);
     let contents = |at: usize| -> Option<&[u8]> {
-        let (offset, size) = (u64_at(at + 0x18)?, u64_at(at + 0x20)?);
+        let (offset, size) = (u64_at(at.checked_add(0x18)?)?, u64_at(at.checked_add(0x20)?)?);
         image.get(offset..offset.checked_add(size)?)
     };
     let names = contents(header(shstrndx)?)?;
@@ -104,7 +111,7 @@ fn sections(image: &[u8]) -> Option<Vec<(String, &[u8])>> {
         let name_at = u32_at(at)?;
         let name = names.get(name_at..)?;
         let name = &name[..name.iter().position(|&b| b == 0)?];
-        if u32_at(at + 4)? == 8 {
+        if u32_at(at.checked_add(4)?)? == 8 {
             continue; // SHT_NOBITS: no contents in the file
         }
         out.push((String::from_utf8_lossy(name).into_owned(), contents(at)?));
@@ -161,11 +168,37 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_inside_a_parameter_list_is_no_kernel_and_the_scan_is_linear() {
+        // Found by the `module_image` fuzz target: after a list that did not parse, the scan
+        // resumed inside it, so each `.entry` in it rescanned the rest of the list.
+        let ptx = b".version 7.0\n.entry a(.entry b(.param .u32 x)\n.entry c(.param .u64 y)\n";
+        let found = from_ptx(ptx);
+        assert!(!found.contains_key("b"), "declared inside `a`'s list: {found:?}");
+        assert_eq!(found["c"], vec![8]);
+        let mut hostile = b".version 7.0\n".to_vec();
+        hostile.extend(b".entry a(".repeat(50_000));
+        hostile.push(b')');
+        assert!(from_ptx(&hostile).is_empty());
+    }
+
+    #[test]
     fn cubin_records_give_their_parameter_sizes() {
         // Assembled by ptxas 12.9 from tests/fixtures/add_one.ptx: (float* x, unsigned n).
         let cubin = include_bytes!("../../../../tests/fixtures/add_one.sm_90.cubin");
         assert_eq!(from_cubin(cubin)["add_one"], vec![8, 4]);
         assert!(from_cubin(b"\x7fELF").is_empty(), "a truncated image gives nothing");
+    }
+
+    #[test]
+    fn section_headers_at_the_end_of_the_address_space_give_nothing() {
+        // Found by the `module_image` fuzz target: a section header table at offset 2^64 - 8
+        // made `at + 8` overflow (a panic with overflow checks, a wrapped read without).
+        let mut image = vec![0u8; 64];
+        image[..4].copy_from_slice(b"\x7fELF");
+        image[0x28..0x30].copy_from_slice(&(u64::MAX - 7).to_le_bytes());
+        image[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        image[0x3C..0x3E].copy_from_slice(&1u16.to_le_bytes());
+        assert!(from_cubin(&image).is_empty());
     }
 
     #[test]
