@@ -122,6 +122,7 @@ pub async fn run(config: &Config, dir: &Path) -> Report {
         log: dir.join("programs.log"),
         churn_end: start + config.duration,
         problems: Mutex::new(Vec::new()),
+        lost_answers: Default::default(),
     });
     let slots: Vec<_> = (0..config.programs)
         .map(|s| tokio::spawn(programs::slot(shared.clone(), s, config.seed.wrapping_mul(1_000) + s as u64)))
@@ -134,7 +135,10 @@ pub async fn run(config: &Config, dir: &Path) -> Report {
     let churn_over = Instant::now();
     let (leaked_accelerators, live_jobs) = settle(&shared.admin).await;
     let settle_s = churn_over.elapsed().as_secs_f64();
-    let (device_memory_in_use, devices_checked) = device_memory(&daemons, config).await;
+    let (device_memory_in_use, devices_checked) = device_memory(&daemons, config).await.unwrap_or_else(|e| {
+        shared.problem(format!("reading device memory: {e}"));
+        (BTreeMap::new(), 0)
+    });
     // The probe's own session ends too; the pool must be free again for the end figures.
     let (leaked_after_probe, _) = settle(&shared.admin).await;
     let end = daemons.samples();
@@ -154,6 +158,7 @@ pub async fn run(config: &Config, dir: &Path) -> Report {
         devices_checked,
         daemons: daemons_figures,
         problems,
+        lost_submit_answers: shared.lost_answers.load(std::sync::atomic::Ordering::Relaxed),
         settle_s,
     }
 }
@@ -274,7 +279,7 @@ async fn settle(admin: &ac_frontend::arm::ArmClient) -> (Vec<String>, Vec<String
 /// Takes the whole pool in an ad-hoc job and reads each device's memory in use from its
 /// backend (`DeviceInfo`), waiting up to the settling limit for sessions the backend is still
 /// closing; returns the devices with memory in use and how many were read.
-async fn device_memory(daemons: &Daemons, config: &Config) -> (BTreeMap<String, u64>, usize) {
+async fn device_memory(daemons: &Daemons, config: &Config) -> Result<(BTreeMap<String, u64>, usize), String> {
     let pool = config.backends as u32 * config.devices;
     let mut arm = ac_frontend::arm::ArmOptions::new(daemons.arm_addr, daemons.arm_dir().join("ca.pem"));
     arm.tuning = crate::quick_tuning();
@@ -286,12 +291,12 @@ async fn device_memory(daemons: &Daemons, config: &Config) -> (BTreeMap<String, 
         stripes: 1,
         progress: false,
     };
-    let session = Session::init(options).await.expect("the probe takes the whole pool");
+    let session = Session::init(options).await.map_err(|e| format!("taking the whole pool: {e}"))?;
     let deadline = Instant::now() + SETTLE_LIMIT;
     let mut in_use = BTreeMap::new();
     for handle in session.accelerators() {
         loop {
-            let info = handle.acc.device_info().await.expect("device info");
+            let info = handle.acc.device_info().await.map_err(|e| format!("{}: {e}", handle.id))?;
             let used = info.memory_total - info.memory_free;
             if used == 0 || Instant::now() > deadline {
                 if used > 0 {
@@ -303,6 +308,6 @@ async fn device_memory(daemons: &Daemons, config: &Config) -> (BTreeMap<String, 
         }
     }
     let read = session.accelerators().len();
-    session.finalize().await.expect("the probe finalizes");
-    (in_use, read)
+    session.finalize().await.map_err(|e| format!("the probe's AC_Finalize: {e}"))?;
+    Ok((in_use, read))
 }

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,8 @@ pub struct Shared {
     pub churn_end: Instant,
     /// What went wrong on the driver's side (a manager that never answered again).
     pub problems: Mutex<Vec<String>>,
+    /// Job submissions whose answer the manager's kill lost (the job was ended unused).
+    pub lost_answers: AtomicU64,
 }
 
 /// A small deterministic generator (xorshift64*): the same seed gives the same churn.
@@ -101,18 +104,46 @@ impl Rng {
     }
 }
 
-/// Asks the manager until it answers (it may be restarting), for at most [`MANAGER_PATIENCE`].
-async fn ask(shared: &Shared, request: Request) -> Option<Response> {
+/// Asks the manager, again while it cannot be reached (it may be restarting), for at most
+/// [`MANAGER_PATIENCE`]; a refusal is an answer.
+async fn ask(shared: &Shared, request: &Request) -> Result<Response, ac_frontend::Error> {
     let start = Instant::now();
     loop {
         match shared.admin.request(request.clone()).await {
-            Ok(response) => return Some(response),
-            Err(e) if start.elapsed() > MANAGER_PATIENCE => {
-                shared.problems.lock().expect("problems").push(format!("{request:?}: {e}"));
-                return None;
+            Err(ac_frontend::Error::ManagerUnreachable { .. }) if start.elapsed() < MANAGER_PATIENCE => {
+                tokio::time::sleep(Duration::from_millis(200)).await
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            answer => return answer,
         }
+    }
+}
+
+/// Submits a static job; its credential, or `None` (the job is then ended).
+async fn submit(shared: &Shared, request: Request, job: &str) -> Option<String> {
+    match ask(shared, &request).await {
+        Ok(Response::Submitted { credential, .. }) => return Some(credential),
+        // Job ids are unique: the manager committed an earlier attempt whose answer was lost when
+        // it was killed. That job's credential is gone with the answer, so it is ended unused.
+        Err(ac_frontend::Error::Manager { kind: ac_proto::arm::ArmErrorKind::Conflict, .. }) => {
+            shared.lost_answers.fetch_add(1, Ordering::Relaxed);
+        }
+        other => shared.problem(format!("submit {job}: {other:?}")),
+    }
+    end_job(shared, job).await;
+    None
+}
+
+/// Ends a static job, as Slurm's epilog does once the job's programs are gone.
+async fn end_job(shared: &Shared, job: &str) {
+    if let Err(e) = ask(shared, &Request::JobEnd { id: job.to_string() }).await {
+        shared.problem(format!("end {job}: {e}"));
+    }
+}
+
+impl Shared {
+    /// Notes a problem on the driver's side.
+    pub fn problem(&self, what: String) {
+        self.problems.lock().expect("problems").push(what);
     }
 }
 
@@ -129,7 +160,7 @@ pub async fn slot(shared: Arc<Shared>, slot: usize, seed: u64) -> Vec<Program> {
         let job = format!("s{slot}-{}", programs.len());
         let env = match kind {
             Kind::Static => {
-                let submit = Request::JobSubmit {
+                let submit_request = Request::JobSubmit {
                     id: job.clone(),
                     nodes: vec![node.clone()],
                     acpn: 1 + rng.below(2) as u32,
@@ -139,22 +170,16 @@ pub async fn slot(shared: Arc<Shared>, slot: usize, seed: u64) -> Vec<Program> {
                     reservation: None,
                     peak: None,
                 };
-                match ask(&shared, submit).await {
-                    Some(Response::Submitted { credential, .. }) => {
-                        vec![("ARM_JOB_ID", job.clone()), ("ARM_JOB_CREDENTIAL", credential)]
-                    }
-                    other => {
-                        shared.problems.lock().expect("problems").push(format!("submit {job}: {other:?}"));
-                        continue;
-                    }
+                match submit(&shared, submit_request, &job).await {
+                    Some(credential) => vec![("ARM_JOB_ID", job.clone()), ("ARM_JOB_CREDENTIAL", credential)],
+                    None => continue,
                 }
             }
             Kind::Dynamic => vec![("ARM_ACPN", "0".to_string())],
         };
         let program = run_one(&shared, kind, &node, env, rounds, rng.below(1 << 20) as u32, kill_after).await;
         if kind == Kind::Static {
-            // As Slurm's epilog does once the job's programs are gone, however they ended.
-            ask(&shared, Request::JobEnd { id: job }).await;
+            end_job(&shared, &job).await;
         }
         programs.push(program);
     }

@@ -105,6 +105,9 @@ pub struct Report {
     pub daemons: Vec<DaemonFigures>,
     /// Problems on the driver's side (a manager that stopped answering, a step that failed).
     pub problems: Vec<String>,
+    /// Static jobs whose submission the manager committed but whose answer its kill lost (the
+    /// driver ended them unused; job ids are unique, so the retry's "exists" says so).
+    pub lost_submit_answers: u64,
     /// Seconds from the end of the churn until the pool was free again.
     pub settle_s: f64,
 }
@@ -168,6 +171,7 @@ impl Report {
             let _ = writeln!(out, "  {why}");
         }
         let _ = writeln!(out, "restarts: {} backend, {} manager", self.backend_restarts, self.manager_restarts);
+        let _ = writeln!(out, "submissions whose answer the manager's kill lost: {}", self.lost_submit_answers);
         let _ = writeln!(out, "settled in {:.1} s after the churn", self.settle_s);
         let _ = writeln!(out, "leaked accelerators: {}", or_none(&self.leaked_accelerators.join(", ")));
         let _ = writeln!(out, "live jobs: {}", or_none(&self.live_jobs.join(", ")));
