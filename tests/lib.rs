@@ -3,6 +3,7 @@
 
 pub mod netns;
 pub mod slurm;
+pub mod soak;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -533,9 +534,16 @@ pub struct BackendProcess {
 impl BackendProcess {
     /// Starts `ac-backend` on `listen` with its state (certificates, trust, revocations) in `dir`.
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
+        Self::start_with(dir, listen, &[])
+    }
+
+    /// The same, with more command-line arguments (`--devices 0,1,2,3`).
+    pub fn start_with(dir: &std::path::Path, listen: &str, extra: &[&str]) -> Self {
         let addr_file = dir.join("addr");
         let _ = std::fs::remove_file(&addr_file);
-        let args = ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(std::ffi::OsString::from);
+        let mut args: Vec<std::ffi::OsString> =
+            ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(Into::into).to_vec();
+        args.extend(extra.iter().map(Into::into));
         let (child, addr) = spawn_daemon("ac-backend", &args, dir, &addr_file);
         Self { child, addr, dir: dir.to_path_buf() }
     }
