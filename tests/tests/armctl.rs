@@ -1,6 +1,8 @@
 //! The `armctl` binary: tables, `--json`, and exit codes scripts can rely on.
 
-use ac_tests::{armctl, TestCluster};
+use std::process::Command;
+
+use ac_tests::{armctl, workspace_binary, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn armctl_prints_tables_json_and_meaningful_exit_codes() {
