@@ -259,6 +259,25 @@ impl TestCluster {
     }
 }
 
+/// Runs the `armctl` binary against `c`'s manager, with its admin certificate or with none;
+/// returns the exit code, stdout and stderr.
+pub fn armctl(c: &TestCluster, admin: bool, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(workspace_binary("armctl"));
+    cmd.args(["--arm", &c.arm.addr().to_string()]).arg("--ca").arg(c.arm.ca_cert());
+    let (cert, key) = c.arm.admin_identity();
+    if admin {
+        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
+    } else {
+        cmd.args(["--cert", "/nonexistent", "--key", "/nonexistent"]);
+    }
+    let out = cmd.args(args).output().expect("armctl runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
 /// Submits a job through an admin client; returns its credential.
 pub async fn submit_job(
     admin: &ac_frontend::arm::ArmClient,

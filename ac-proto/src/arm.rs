@@ -258,6 +258,43 @@ pub enum Request {
     /// that disagrees with its own, a batch system it cannot reach). Answers
     /// [`Response::Health`].
     Health,
+    /// Admin: accelerator time per user, group or job, static and dynamic apart, in the window
+    /// `[since_ms, until_ms)` (Unix milliseconds; `None`: from the first record, up to now).
+    /// Holdings still open count up to now. Answers [`Response::Accounting`].
+    Accounting {
+        /// Start of the window (inclusive).
+        since_ms: Option<u64>,
+        /// End of the window (exclusive).
+        until_ms: Option<u64>,
+        /// What the rows are.
+        by: UsageBy,
+    },
+}
+
+/// What the rows of [`Response::Accounting`] add up by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UsageBy {
+    /// One row per user.
+    User,
+    /// One row per group (account).
+    Group,
+    /// One row per job.
+    Job,
+}
+
+/// One row of [`Response::Accounting`]: accelerator time, in accelerator-milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The user, group or job.
+    pub key: String,
+    /// The user of every record in the row (`None` when they differ).
+    pub user: Option<String>,
+    /// The group of every record in the row (`None` when they differ).
+    pub group: Option<String>,
+    /// Accelerator-milliseconds of accelerators bound before the job started.
+    pub static_ms: u64,
+    /// Accelerator-milliseconds of accelerators granted by `AC_Get`.
+    pub dynamic_ms: u64,
 }
 
 /// Shortest session token [`Request::Init`] accepts.
@@ -357,6 +394,15 @@ pub enum Response {
     Routes(Vec<Route>),
     /// Problems found, one sentence each; empty when there are none.
     Health(Vec<String>),
+    /// Accelerator time in a window (see [`Request::Accounting`]).
+    Accounting {
+        /// Start of the window, Unix milliseconds.
+        since_ms: u64,
+        /// End of the window (exclusive), Unix milliseconds.
+        until_ms: u64,
+        /// Rows, by key.
+        rows: Vec<UsageRow>,
+    },
 }
 
 /// Where one accelerator is: enough to run the QUIC handshake with its backend, not to use it.

@@ -32,6 +32,9 @@ pub struct ArmConfig {
     pub allow_ad_hoc: bool,
     /// Ended jobs are kept this long, then purged from the store, seconds (default 7 days).
     pub job_retention_s: u64,
+    /// Accounting records are kept this long after they end, then purged from the store,
+    /// seconds (default 366 days; 0: kept forever).
+    pub accounting_retention_s: u64,
     /// A preemptible borrower whose accelerators their owner takes back keeps them this long
     /// before their capabilities are revoked, seconds.
     pub preemption_grace_s: u64,
@@ -60,6 +63,7 @@ impl Default for ArmConfig {
             capability_ttl_s: 24 * 3600,
             allow_ad_hoc: true,
             job_retention_s: 7 * 24 * 3600,
+            accounting_retention_s: 366 * 24 * 3600,
             preemption_grace_s: 10,
             accounts: std::collections::BTreeMap::new(),
             transport: Tuning::default(),

@@ -263,3 +263,38 @@ pub struct Session {
     /// Node.
     pub node: String,
 }
+
+/// How a job came to hold an accelerator, for accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum UsageKind {
+    /// Bound before the job started: `AC_Init`'s accelerators, a Slurm prolog's binding, a
+    /// scheduler-API job's static grant (a holder without a set).
+    Static,
+    /// Granted while it ran: an `AC_Get` (its own or a borrowed pre-allocated unit; a holder with
+    /// a set).
+    Dynamic,
+}
+
+/// One accelerator held by one job from `start_ms` to `end_ms` (Unix milliseconds): the
+/// accounting record. Open (`end_ms: None`) while the holding lasts; closed when it goes.
+/// `user` and `group` are copied from the job when the holding starts, so a record outlives the
+/// job's purge.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Usage {
+    /// The job.
+    pub job: String,
+    /// Its user.
+    pub user: String,
+    /// Its group (account).
+    pub group: String,
+    /// Static or dynamic.
+    pub kind: UsageKind,
+    /// The accelerator (`host/index`).
+    pub accelerator: String,
+    /// The capability of the holding: another capability is another holding.
+    pub capability: u64,
+    /// Unix milliseconds when the grant was committed.
+    pub start_ms: u64,
+    /// Unix milliseconds when it was released; `None` while held.
+    pub end_ms: Option<u64>,
+}

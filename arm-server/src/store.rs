@@ -9,6 +9,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::core::{Core, Key};
+use crate::model::Usage;
 use crate::ArmServerError;
 
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
@@ -24,11 +25,19 @@ const REVOKED: TableDefinition<(&str, u64), ()> = TableDefinition::new("revoked"
 /// Single values of the core (the fairness ledger).
 const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("state");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Open accounting intervals, by accelerator (schema 2).
+const USAGE_OPEN: TableDefinition<&str, &[u8]> = TableDefinition::new("usage_open");
+/// Closed accounting records, by (end ms, accelerator, start ms): ordered by time, so that a
+/// report from `since` and the purge of old records read only what they need (schema 2).
+const USAGE: TableDefinition<(u64, &str, u64), &[u8]> = TableDefinition::new("usage");
 
 /// The layout of the records this build writes, stamped in the store's `meta` table. Bump it
 /// with any change to a stored type, and teach [`Store::open`] to migrate from the one before:
 /// bincode records carry no field names, so a store of another layout would be misread.
-pub const SCHEMA: u64 = 1;
+///
+/// 1: the first. 2: accounting (`usage_open`, `usage`); the tables of 1 unchanged, so 1 is
+/// migrated by stamping it (its holders' intervals open when the new manager starts).
+pub const SCHEMA: u64 = 2;
 
 fn store_err(e: impl std::fmt::Display) -> ArmServerError {
     ArmServerError::Store(e.to_string())
@@ -54,8 +63,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `dir`. A store stamped with another [`SCHEMA`] is
-    /// refused, naming both; one without a stamp (created before stamps) is taken as schema 1.
+    /// Opens (or creates) the database in `dir`. A store of schema 1 (or without a stamp,
+    /// created before stamps) is migrated to [`SCHEMA`]; one stamped with another is refused,
+    /// naming both.
     pub fn open(dir: &Path) -> Result<Self, ArmServerError> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("arm.redb");
@@ -69,6 +79,11 @@ impl Store {
                     meta.insert("schema", SCHEMA).map_err(store_err)?;
                 }
                 Some(found) if found == SCHEMA => {}
+                Some(1) => {
+                    // 1 -> 2 adds the accounting tables (created below) and changes nothing else.
+                    tracing::info!(path = %path.display(), "store migrated from schema 1 to {SCHEMA} (accounting)");
+                    meta.insert("schema", SCHEMA).map_err(store_err)?;
+                }
                 Some(found) => {
                     return Err(ArmServerError::Store(format!(
                         "{} holds records of schema {found}, and this arm-server reads schema {SCHEMA}; \
@@ -89,6 +104,8 @@ impl Store {
             txn.open_table(REVOKED).map_err(store_err)?;
             txn.open_table(STATE).map_err(store_err)?;
             txn.open_table(META).map_err(store_err)?;
+            txn.open_table(USAGE_OPEN).map_err(store_err)?;
+            txn.open_table(USAGE).map_err(store_err)?;
         }
         txn.commit().map_err(store_err)?;
         Ok(Self { db })
@@ -132,6 +149,10 @@ impl Store {
             let (host, capability) = k.value();
             core.unacked.insert((host.to_string(), capability));
         }
+        for row in txn.open_table(USAGE_OPEN).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.usage.insert(k.value().to_string(), decode(v.value())?);
+        }
         if let Some(ledger) = txn.open_table(STATE).map_err(store_err)?.get("ledger").map_err(store_err)? {
             core.ledger = decode(ledger.value())?;
         }
@@ -156,6 +177,8 @@ impl Store {
                     Key::Revocation(h, c) => core.unacked.contains(&(h.clone(), *c)).then(Vec::new),
                     Key::Ledger => Some(encode(&core.ledger)?),
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
+                    Key::OpenUsage(a) => core.usage.get(a).map(encode).transpose()?,
+                    Key::UsageRecord(usage) => Some(encode(usage)?),
                 };
                 Ok((key.clone(), value))
             })
@@ -179,6 +202,8 @@ impl Store {
             let mut delayed = txn.open_table(DELAYED).map_err(store_err)?;
             let mut state = txn.open_table(STATE).map_err(store_err)?;
             let mut meta = txn.open_table(META).map_err(store_err)?;
+            let mut usage_open = txn.open_table(USAGE_OPEN).map_err(store_err)?;
+            let mut usage = txn.open_table(USAGE).map_err(store_err)?;
             for (key, value) in changes {
                 let value = value.as_deref();
                 match (key, value) {
@@ -204,11 +229,47 @@ impl Store {
                         let id = v.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0);
                         meta.insert("next_id", id).map(drop)
                     }
+                    (Key::OpenUsage(a), Some(v)) => usage_open.insert(a.as_str(), v).map(drop),
+                    (Key::OpenUsage(a), None) => usage_open.remove(a.as_str()).map(drop),
+                    (Key::UsageRecord(u), Some(v)) => {
+                        usage.insert((u.end_ms.unwrap_or(u.start_ms), u.accelerator.as_str(), u.start_ms), v).map(drop)
+                    }
+                    // Records are only ever appended (and purged by age, `purge_usage`).
+                    (Key::UsageRecord(_), None) => Ok(()),
                 }
                 .map_err(store_err)?;
             }
         }
         txn.commit().map_err(store_err)
+    }
+
+    /// The closed accounting records that end after `since_ms` (Unix ms), in order of their end.
+    pub fn usage_since(&self, since_ms: u64) -> Result<Vec<Usage>, ArmServerError> {
+        let txn = self.db.begin_read().map_err(store_err)?;
+        let table = txn.open_table(USAGE).map_err(store_err)?;
+        let mut found = Vec::new();
+        for row in table.range((since_ms.saturating_add(1), "", 0)..).map_err(store_err)? {
+            let (_, v) = row.map_err(store_err)?;
+            found.push(decode(v.value())?);
+        }
+        Ok(found)
+    }
+
+    /// Deletes the accounting records that ended before `before_ms` (Unix ms); returns how many.
+    pub fn purge_usage(&self, before_ms: u64) -> Result<usize, ArmServerError> {
+        let txn = self.db.begin_write().map_err(store_err)?;
+        let mut purged = 0;
+        {
+            let mut table = txn.open_table(USAGE).map_err(store_err)?;
+            table
+                .retain_in(..(before_ms, "", 0), |_, _| {
+                    purged += 1;
+                    false
+                })
+                .map_err(store_err)?;
+        }
+        txn.commit().map_err(store_err)?;
+        Ok(purged)
     }
 }
 
@@ -239,5 +300,43 @@ mod tests {
         let db = Database::create(dir.path().join("arm.redb")).unwrap();
         let txn = db.begin_read().unwrap();
         assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA + 1));
+    }
+
+    fn record(accelerator: &str, start_ms: u64, end_ms: u64) -> Usage {
+        Usage {
+            job: "j".into(),
+            user: "u".into(),
+            group: "g".into(),
+            kind: crate::model::UsageKind::Static,
+            accelerator: accelerator.into(),
+            capability: 1,
+            start_ms,
+            end_ms: Some(end_ms),
+        }
+    }
+
+    #[test]
+    fn a_schema_1_store_is_migrated_and_records_are_read_and_purged_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let txn = store.db.begin_write().unwrap();
+        txn.open_table(META).unwrap().insert("schema", 1).unwrap();
+        txn.commit().unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        let txn = store.db.begin_read().unwrap();
+        assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA));
+        drop(txn);
+
+        let records = [record("h/0", 0, 1_000), record("h/1", 500, 2_000), record("h/0", 1_000, 3_000)];
+        let changes: Vec<Change> =
+            records.iter().map(|r| (Key::UsageRecord(r.clone()), Some(encode(r).unwrap()))).collect();
+        store.commit(&changes).unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.usage_since(0).unwrap(), records, "all, in order of their end, after a reopen");
+        assert_eq!(store.usage_since(1_000).unwrap(), records[1..], "only those ending after `since`");
+        assert_eq!(store.purge_usage(2_000).unwrap(), 1, "ended before 2 s");
+        assert_eq!(store.usage_since(0).unwrap(), records[1..]);
     }
 }

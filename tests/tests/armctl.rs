@@ -2,24 +2,7 @@
 
 use std::process::Command;
 
-use ac_tests::{workspace_binary, TestCluster};
-
-fn armctl(c: &TestCluster, admin: bool, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new(workspace_binary("armctl"));
-    cmd.args(["--arm", &c.arm.addr().to_string()]).arg("--ca").arg(c.arm.ca_cert());
-    let (cert, key) = c.arm.admin_identity();
-    if admin {
-        cmd.arg("--cert").arg(cert).arg("--key").arg(key);
-    } else {
-        cmd.args(["--cert", "/nonexistent", "--key", "/nonexistent"]);
-    }
-    let out = cmd.args(args).output().expect("armctl runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
+use ac_tests::{armctl, workspace_binary, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn armctl_prints_tables_json_and_meaningful_exit_codes() {

@@ -4,8 +4,9 @@
 //!
 //! This file holds the pool, jobs, sessions and the scheduling pass; `dynamic.rs` the `AC_Get`
 //! family (sets, waiting requests, pre-allocations, loans and preemption); `reservations.rs` the
-//! advance reservations.
+//! advance reservations; `accounting.rs` the intervals of accelerator use.
 
+pub mod accounting;
 mod dynamic;
 mod reservations;
 #[cfg(test)]
@@ -18,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
 
-use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Reservation, Session};
+use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Reservation, Session, Usage};
 use crate::policy::{usable_free, View};
 
 /// A key of the durable store that changed.
@@ -44,6 +45,10 @@ pub enum Key {
     Ledger,
     /// The id counter.
     NextId,
+    /// The open accounting interval of an accelerator.
+    OpenUsage(String),
+    /// A closed accounting interval, to append (records are never kept in the core).
+    UsageRecord(Usage),
 }
 
 /// A capability to revoke on a backend.
@@ -91,6 +96,9 @@ pub struct Core {
     /// priority order (in memory). `AC_Get` decides with them in the view as queued jobs, so
     /// that the fairness policy plans around Slurm's queue; they are never started here.
     pub batch_queue: Vec<Job>,
+    /// Open accounting intervals, by accelerator: one per accelerator in a job's use (stored;
+    /// see `accounting.rs`).
+    pub usage: BTreeMap<String, Usage>,
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }

@@ -17,7 +17,7 @@ fn host(name: &str, up: bool) -> Host {
     }
 }
 
-fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
+pub(super) fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
     Job {
         id: id.into(),
         user: "u".into(),
@@ -38,11 +38,11 @@ fn job(id: &str, nodes: &[&str], acpn: u32) -> Job {
     }
 }
 
-fn ask(min: u32, max: u32, key: &str) -> Ask {
+pub(super) fn ask(min: u32, max: u32, key: &str) -> Ask {
     Ask { min, max, wait_s: 0, preemptible: false, key: key.into() }
 }
 
-fn core(hosts: usize) -> Core {
+pub(super) fn core(hosts: usize) -> Core {
     let mut core = Core::default();
     for i in 0..hosts {
         core.add_host(host(&format!("h{i}"), true)).unwrap();

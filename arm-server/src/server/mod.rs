@@ -29,6 +29,7 @@ use crate::model::{Device, Holder, Host, Job, JobState, Reservation};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
+mod accounting;
 mod batch;
 mod lease;
 
@@ -175,8 +176,16 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         slurm_problems: Mutex::default(),
         config,
     });
+    // Holders and intervals were stored together; what a migrated store or a host removed
+    // while the manager was down leaves out of step is put right now (`account_all`).
+    arm.mutate(|core, _| {
+        core.account_all(accounting::unix_now_ms());
+        Ok(())
+    })
+    .map_err(|e| ArmServerError::Store(e.to_string()))?;
     let mut tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), arm.clone())),
+        tokio::spawn(accounting::purge_loop(arm.clone())),
         tokio::spawn(host_events(arm.clone(), event_rx)),
         tokio::spawn(expire_loop(arm.clone())),
     ];
@@ -317,11 +326,14 @@ impl Arm {
     /// revocations. The core lock is not held while the disk syncs: concurrent requests queue
     /// their changes, and whoever commits next writes them all in one transaction.
     fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
-        let now = unix_now();
+        let now_ms = accounting::unix_now_ms();
+        let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
         let (result, revocations, mine, changed) = {
             let mut core = self.core.lock().expect("core poisoned");
             let result = change(&mut core, now);
+            // The accounting intervals of what the change granted or released commit with it.
+            core.account(now_ms);
             let dirty = core.take_dirty();
             let changed = !dirty.is_empty();
             let changes = Store::snapshot(&core, &dirty).map_err(internal)?;
@@ -440,6 +452,7 @@ impl Arm {
                 | Request::ReservationList
                 | Request::ReservationDelete { .. }
                 | Request::Health
+                | Request::Accounting { .. }
         );
         if needs_admin && !admin {
             return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
@@ -611,6 +624,7 @@ impl Arm {
                 Ok(Response::Done)
             }
             Request::Health => Ok(Response::Health(self.health())),
+            Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by),
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());

@@ -11,6 +11,7 @@ use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, ReservationView, Response};
 use clap::{Parser, Subcommand};
 
+mod accounting;
 mod status;
 
 /// Manage the accelerator pool and jobs.
@@ -55,6 +56,10 @@ enum Command {
     /// One screen: the pool by state, the queue, who holds what, and health (backend links,
     /// Slurm's agreement).
     Status,
+    /// Accelerator time per user, group or job, static and dynamic apart (like Slurm's
+    /// `sreport`): records of released holdings clipped to the window, holdings still open up
+    /// to now.
+    Accounting(accounting::AccountingArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +313,7 @@ fn request(cli: &Cli) -> anyhow::Result<Option<Request>> {
         Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
         Command::Health => Request::Health,
         Command::Status => return Ok(None),
+        Command::Accounting(args) => args.request(),
     }))
 }
 
@@ -439,6 +445,7 @@ fn print(response: &Response, json: bool) {
         Response::Done => println!("done"),
         Response::Health(problems) if problems.is_empty() => println!("ok"),
         Response::Health(problems) => problems.iter().for_each(|p| println!("{p}")),
+        Response::Accounting { since_ms, until_ms, rows } => accounting::print(*since_ms, *until_ms, rows),
         other => println!("{other:?}"),
     }
 }
