@@ -2,6 +2,7 @@
 //! clients, and a raw QUIC client that can send what the SDK never would.
 
 pub mod netns;
+pub mod prometheus;
 pub mod slurm;
 
 use std::sync::Arc;
@@ -316,12 +317,13 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     found.unwrap_or_else(|| panic!("{name} is not built (cargo build --workspace --release)"))
 }
 
-/// Starts daemon `binary` with `args`, its state in `dir`, and waits for the address it writes
-/// to `addr_file`.
+/// Starts daemon `binary` with `args` and environment `envs`, its state in `dir`, and waits for
+/// the address it writes to `addr_file`.
 #[allow(clippy::zombie_processes)] // the child goes to a struct whose `Drop` reaps it
 fn spawn_daemon(
     binary: &str,
     args: &[std::ffi::OsString],
+    envs: &[(&str, &str)],
     dir: &std::path::Path,
     addr_file: &std::path::Path,
 ) -> (std::process::Child, std::net::SocketAddr) {
@@ -333,6 +335,7 @@ fn spawn_daemon(
         .arg(addr_file)
         // The log stays beside the state, for a failing test to show.
         .env("RUST_LOG", "info")
+        .envs(envs.iter().copied())
         .stderr(daemon_log(dir, binary))
         .spawn()
         .unwrap_or_else(|e| panic!("{binary} starts: {e}"));
@@ -430,7 +433,7 @@ impl ArmProcess {
         std::fs::write(&config, toml).expect("configuration written");
         let mut args: Vec<std::ffi::OsString> = vec!["--config".into(), config.into()];
         args.extend(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"].map(Into::into));
-        let (child, addr) = spawn_daemon("arm-server", &args, dir, &addr_file);
+        let (child, addr) = spawn_daemon("arm-server", &args, &[], dir, &addr_file);
         Self { child, addr }
     }
 
@@ -533,10 +536,15 @@ pub struct BackendProcess {
 impl BackendProcess {
     /// Starts `ac-backend` on `listen` with its state (certificates, trust, revocations) in `dir`.
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
+        Self::start_with_env(dir, listen, &[])
+    }
+
+    /// The same, with these environment variables (`AC_BACKEND_*` settings).
+    pub fn start_with_env(dir: &std::path::Path, listen: &str, envs: &[(&str, &str)]) -> Self {
         let addr_file = dir.join("addr");
         let _ = std::fs::remove_file(&addr_file);
         let args = ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(std::ffi::OsString::from);
-        let (child, addr) = spawn_daemon("ac-backend", &args, dir, &addr_file);
+        let (child, addr) = spawn_daemon("ac-backend", &args, envs, dir, &addr_file);
         Self { child, addr, dir: dir.to_path_buf() }
     }
 

@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
 use crate::fence::Fences;
+use crate::metrics::Metrics;
 
 /// A device allocation. Dropping the last reference frees the device memory, so an operation
 /// still in flight keeps its memory alive even after the client freed the buffer.
@@ -53,6 +54,8 @@ pub struct Session {
     pub capability: Option<u64>,
     /// Where synchronous copies ask the control loop for their fence.
     pub fences: Fences,
+    /// The backend's counters.
+    pub metrics: Arc<Metrics>,
     /// Fx-hashed: the backend hands out the ids in sequence, so clients cannot make them collide.
     buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
@@ -154,7 +157,9 @@ impl Registry {
         copy: CopySettings,
         capability: Option<u64>,
         fences: Fences,
+        metrics: Arc<Metrics>,
     ) -> Arc<Session> {
+        metrics.session_opened();
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
             id,
@@ -163,6 +168,7 @@ impl Registry {
             copy,
             capability,
             fences,
+            metrics,
             buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
