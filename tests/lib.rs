@@ -2,6 +2,7 @@
 //! clients, and a raw QUIC client that can send what the SDK never would.
 
 pub mod netns;
+pub mod prometheus;
 pub mod slurm;
 pub mod soak;
 
@@ -336,12 +337,13 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     found.unwrap_or_else(|| panic!("{name} is not built (cargo build --workspace --release)"))
 }
 
-/// Starts daemon `binary` with `args`, its state in `dir`, and waits for the address it writes
-/// to `addr_file`.
+/// Starts daemon `binary` with `args` and environment `envs`, its state in `dir`, and waits for
+/// the address it writes to `addr_file`.
 #[allow(clippy::zombie_processes)] // the child goes to a struct whose `Drop` reaps it
 fn spawn_daemon(
     binary: &str,
     args: &[std::ffi::OsString],
+    envs: &[(&str, &str)],
     dir: &std::path::Path,
     addr_file: &std::path::Path,
 ) -> (std::process::Child, std::net::SocketAddr) {
@@ -353,6 +355,7 @@ fn spawn_daemon(
         .arg(addr_file)
         // The log stays beside the state, for a failing test to show.
         .env("RUST_LOG", "info")
+        .envs(envs.iter().copied())
         .stderr(daemon_log(dir, binary))
         .spawn()
         .unwrap_or_else(|e| panic!("{binary} starts: {e}"));
@@ -450,7 +453,7 @@ impl ArmProcess {
         std::fs::write(&config, toml).expect("configuration written");
         let mut args: Vec<std::ffi::OsString> = vec!["--config".into(), config.into()];
         args.extend(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"].map(Into::into));
-        let (child, addr) = spawn_daemon("arm-server", &args, dir, &addr_file);
+        let (child, addr) = spawn_daemon("arm-server", &args, &[], dir, &addr_file);
         Self { child, addr }
     }
 
@@ -553,17 +556,26 @@ pub struct BackendProcess {
 impl BackendProcess {
     /// Starts `ac-backend` on `listen` with its state (certificates, trust, revocations) in `dir`.
     pub fn start(dir: &std::path::Path, listen: &str) -> Self {
-        Self::start_with(dir, listen, &[])
+        Self::spawn(dir, listen, &[], &[])
     }
 
     /// The same, with more command-line arguments (`--devices 0,1,2,3`).
     pub fn start_with(dir: &std::path::Path, listen: &str, extra: &[&str]) -> Self {
+        Self::spawn(dir, listen, extra, &[])
+    }
+
+    /// The same, with these environment variables (`AC_BACKEND_*` settings).
+    pub fn start_with_env(dir: &std::path::Path, listen: &str, envs: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, listen, &[], envs)
+    }
+
+    fn spawn(dir: &std::path::Path, listen: &str, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let addr_file = dir.join("addr");
         let _ = std::fs::remove_file(&addr_file);
         let mut args: Vec<std::ffi::OsString> =
             ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(Into::into).to_vec();
         args.extend(extra.iter().map(Into::into));
-        let (child, addr) = spawn_daemon("ac-backend", &args, dir, &addr_file);
+        let (child, addr) = spawn_daemon("ac-backend", &args, envs, dir, &addr_file);
         Self { child, addr, dir: dir.to_path_buf() }
     }
 

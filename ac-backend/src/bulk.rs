@@ -175,7 +175,14 @@ async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier)
             if header.direction == Direction::HostToDevice {
                 carrier.refuse_rest(header.len).await?;
             }
-            return reply(carrier, Response::Error(e)).await;
+            return reply(session, carrier, Response::Error(e)).await;
+        }
+    };
+    // Timed from its fence: the copy's own time, not the work it waited for.
+    let start = std::time::Instant::now();
+    let copied = |ok: bool| {
+        if ok {
+            session.metrics.copied(header.direction, header.len, Some(start.elapsed()));
         }
     };
     // An unpipelined copy holds all its bytes in memory at once: they count against the
@@ -196,7 +203,8 @@ async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier)
                     Response::Error(e)
                 }
             };
-            reply(carrier, response).await
+            copied(matches!(response, Response::Ok));
+            reply(session, carrier, response).await
         }
         Direction::DeviceToHost => {
             carrier.put(frame_bytes(&Reply { id: 0, response: Response::Data { len: header.len } })?).await?;
@@ -207,14 +215,18 @@ async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier)
             };
             if let Err(error) = sent {
                 tracing::warn!(%error, "device read failed during a copy");
+                session.metrics.answered(&Response::Error(error));
                 return carrier.abort();
             }
-            carrier.finish().await
+            carrier.finish().await?;
+            copied(true);
+            Ok(())
         }
     }
 }
 
-async fn reply(carrier: &mut impl Carrier, response: Response) -> Result<(), ProtoError> {
+async fn reply(session: &Session, carrier: &mut impl Carrier, response: Response) -> Result<(), ProtoError> {
+    session.metrics.answered(&response);
     carrier.put(frame_bytes(&Reply { id: 0, response })?).await?;
     carrier.finish().await
 }

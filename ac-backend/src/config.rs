@@ -77,6 +77,9 @@ pub struct BackendConfig {
     /// it is free): large copies move several times faster than over QUIC streams (see
     /// `ac_proto::lane`). Off: copies use QUIC streams only.
     pub lanes: bool,
+    /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`ac_backend_*`; see
+    /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for BackendConfig {
@@ -97,6 +100,7 @@ impl Default for BackendConfig {
             copy: CopySettings::default(),
             transport: Tuning::default(),
             lanes: true,
+            metrics_listen: None,
         }
     }
 }
@@ -136,5 +140,8 @@ mod tests {
         assert_eq!(c.transport.mtu, 1452);
         assert_eq!(c.copy.chunk_bytes, CopySettings::default().chunk_bytes);
         assert!(BackendConfig::from_toml("memroy_mib = 1").is_err());
+        let c = BackendConfig::from_toml("metrics_listen = \"127.0.0.1:9101\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9101".parse().unwrap()));
+        assert_eq!(BackendConfig::default().metrics_listen, None);
     }
 }

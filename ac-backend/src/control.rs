@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    close, DevicePtr, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply, Request,
-    Response, StreamId, WireError,
+    close, DevicePtr, Direction, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply,
+    Request, Response, StreamId, WireError,
 };
 use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
 use ac_proto::ProtoError;
@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::bulk;
 use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
 use crate::fence::{Fence, FenceRequest, Waiting};
+use crate::metrics::Metrics;
 use crate::session::Session;
 use crate::stream::{barrier_reached, StreamOp, StreamWorker};
 
@@ -128,6 +129,7 @@ pub async fn serve(
         control.handled += 1;
         match outcome {
             Outcome::Now(response) if id != 0 => {
+                control.session.metrics.answered(&response);
                 if control.replies.send_frame(&Reply { id, response }).await.is_err() {
                     return Ok(());
                 }
@@ -142,6 +144,22 @@ pub async fn serve(
             control.admit(admitted).await;
         }
     }
+}
+
+/// Runs a synchronous inline copy of `len` bytes (behind its fence) off the async threads, and
+/// counts it once done.
+async fn counted_copy<T: Send + 'static>(
+    metrics: &Metrics,
+    way: Direction,
+    len: u64,
+    copy: impl FnOnce() -> Result<T, WireError> + Send + 'static,
+) -> Result<T, WireError> {
+    let start = std::time::Instant::now();
+    let done = blocking(copy).await;
+    if done.is_ok() {
+        metrics.copied(way, len, Some(start.elapsed()));
+    }
+    done
 }
 
 /// Runs a device copy off the async threads (it may take a while: up to `MAX_INLINE` bytes).
@@ -286,6 +304,8 @@ impl Control {
     ) -> Response {
         match self.session.resolve(dst, data.len() as u64) {
             Ok(alloc) => {
+                // Counted as it is queued: the stream's worker reports its failure, if any.
+                self.session.metrics.copied(Direction::HostToDevice, data.len() as u64, None);
                 self.enqueue_on(stream, StreamOp::Write { dst: alloc, offset: dst.offset, data, _budget: budget }).await
             }
             Err(e) => Response::Error(e),
@@ -309,12 +329,18 @@ impl Control {
         };
         let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
         tokio::spawn(async move {
+            let metrics = session.metrics.clone();
+            let len = data.len() as u64;
             let written = match fence.passed().await {
-                Ok(()) => blocking(move || bulk::write_whole(&session, &alloc, dst.offset, &data)).await,
+                Ok(()) => {
+                    let write = move || bulk::write_whole(&session, &alloc, dst.offset, &data);
+                    counted_copy(&metrics, Direction::HostToDevice, len, write).await
+                }
                 Err(e) => Err(e),
             };
             drop(budget);
             let response = written.map_or_else(Response::Error, |()| Response::Ok);
+            metrics.answered(&response);
             let _ = replies.send_frame(&Reply { id, response }).await;
         });
         Outcome::Later
@@ -340,8 +366,12 @@ impl Control {
         let budget = self.reserve_inline(len).await;
         let (fence, session, replies) = (self.fence().await, self.session.clone(), self.replies.clone());
         tokio::spawn(async move {
+            let metrics = session.metrics.clone();
             let read = match fence.passed().await {
-                Ok(()) => blocking(move || bulk::read_whole(&session, &alloc, src.offset, len)).await,
+                Ok(()) => {
+                    let read = move || bulk::read_whole(&session, &alloc, src.offset, len);
+                    counted_copy(&metrics, Direction::DeviceToHost, len, read).await
+                }
                 Err(e) => Err(e),
             };
             let _ = match read {
@@ -349,7 +379,11 @@ impl Control {
                     let frame = frame_bytes(&Reply { id, response: Response::Data { len } }).expect("reply encodes");
                     replies.send_with_payload(frame, data).await
                 }
-                Err(e) => replies.send_frame(&Reply { id, response: Response::Error(e) }).await,
+                Err(e) => {
+                    let response = Response::Error(e);
+                    metrics.answered(&response);
+                    replies.send_frame(&Reply { id, response }).await
+                }
             };
             drop(budget);
         });
@@ -433,7 +467,10 @@ impl Control {
         stream: StreamId,
     ) -> Response {
         match self.prepare_launch(function, dims, args, stream) {
-            Ok(op) => self.enqueue_on(stream, op).await,
+            Ok(op) => {
+                self.session.metrics.launched();
+                self.enqueue_on(stream, op).await
+            }
             Err(e) => Response::Error(e),
         }
     }

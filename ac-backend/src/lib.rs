@@ -9,6 +9,7 @@
 //! - [`stream`]: one worker thread per device stream runs its operations in order.
 //! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
 //! - [`device`]: the `Device` trait, the CPU device and the `builtin` kernels.
+//! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`trust`]: whose capabilities are accepted (the registered resource manager), revocations.
 //! - [`config`]: configuration (TOML, flags, environment).
 //!
@@ -27,6 +28,7 @@ pub mod control;
 pub mod device;
 mod error;
 pub mod fence;
+pub mod metrics;
 pub mod server;
 pub mod session;
 pub mod stream;

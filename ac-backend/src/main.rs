@@ -39,6 +39,10 @@ struct Args {
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
+    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 0.0.0.0:9101
+    /// (default: none).
+    #[arg(long, env = "AC_BACKEND_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Threads serving the network (0: one per core). Device work runs on threads of its own.
     #[arg(long, env = "AC_BACKEND_IO_THREADS", default_value_t = 0)]
     io_threads: usize,
@@ -78,6 +82,9 @@ impl Args {
         if let Some(v) = self.memory_mib {
             config.memory_mib = v;
         }
+        if let Some(v) = self.metrics_listen {
+            config.metrics_listen = Some(v);
+        }
         if let Some(v) = self.chunk_kib {
             config.copy.chunk_bytes = v * 1024;
         }
@@ -97,6 +104,9 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("ac-backend listening on {}; clients trust {}", backend.addr(), backend.ca_cert().display());
     if let Some(names) = backend.ca_cert().parent().and_then(ac_proto::tls::issued_names) {
         eprintln!("  its certificate names {} (add more with --names or AC_BACKEND_NAMES)", names.join(", "));
+    }
+    if let Some(addr) = backend.metrics_addr() {
+        eprintln!("  metrics at http://{addr}/metrics");
     }
     for info in backend.devices() {
         eprintln!("  device {}: {} ({:?}, {} MiB free)", info.index, info.name, info.kind, info.memory_free >> 20);

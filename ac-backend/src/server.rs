@@ -11,6 +11,7 @@ use ac_proto::backend::{
 };
 use ac_proto::frame::{frame_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
+use ac_proto::metrics::MetricsServer;
 use ac_proto::{lane, tls, transport};
 use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
@@ -20,6 +21,7 @@ use crate::config::{BackendConfig, DeviceChoice};
 use crate::control::{self, closing_for};
 use crate::device::{CpuDevice, Device};
 use crate::fence::Fences;
+use crate::metrics::Metrics;
 use crate::session::{Registry, Session};
 use crate::trust::{self, Trust};
 use crate::{bulk, BackendError};
@@ -29,7 +31,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Shared {
     devices: BTreeMap<u32, Arc<dyn Device>>,
-    registry: Registry,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
     trust: Trust,
     config: BackendConfig,
     /// The bulk lanes' TCP port; 0 without lanes.
@@ -45,6 +48,7 @@ pub struct RunningBackend {
     shared: Arc<Shared>,
     task: JoinHandle<()>,
     lane_task: Option<JoinHandle<()>>,
+    metrics: Option<MetricsServer>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -68,6 +72,11 @@ impl RunningBackend {
     /// The CA certificate clients must trust.
     pub fn ca_cert(&self) -> &std::path::Path {
         &self.ca_cert
+    }
+
+    /// Where Prometheus scrapes it (`metrics_listen`), if it serves metrics.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::addr)
     }
 
     /// Live sessions.
@@ -164,7 +173,17 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         Some(l) => l.local_addr()?.port(),
         None => 0,
     };
-    let shared = Arc::new(Shared { devices, registry: Registry::default(), trust, config, lane_port });
+    let (registry, metrics) = (Arc::new(Registry::default()), Arc::new(Metrics::default()));
+    let metrics_server = match config.metrics_listen {
+        Some(listen) => {
+            let devices = devices.values().cloned().collect();
+            let served = metrics.registry(devices, Arc::downgrade(&registry));
+            let server = MetricsServer::start(listen, served).await;
+            Some(server.map_err(|e| BackendError::Config(format!("cannot serve metrics on {listen}: {e}")))?)
+        }
+        None => None,
+    };
+    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let acceptor = TlsAcceptor::from(Arc::new(lane_tls));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
@@ -174,7 +193,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     for info in shared.device_infos() {
         tracing::info!(%addr, index = info.index, device = %info.name, "serving device");
     }
-    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task, lane_task })
+    Ok(RunningBackend { addr, ca_cert, endpoint, shared, task, lane_task, metrics: metrics_server })
 }
 
 /// The lanes' TCP listener: on the QUIC port's number, so that one port (UDP and TCP) is all a
@@ -404,7 +423,8 @@ async fn serve_session(
     };
     let (fences, fence_requests) = Fences::channel();
     let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
-    let session = shared.registry.open(context, shared.config.copy, capability, fences, budget);
+    let metrics = shared.metrics.clone();
+    let session = shared.registry.open(context, shared.config.copy, capability, fences, budget, metrics);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);

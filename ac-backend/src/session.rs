@@ -14,6 +14,7 @@ use rustc_hash::FxHashMap;
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
 use crate::fence::Fences;
+use crate::metrics::Metrics;
 
 /// A device allocation. Dropping the last reference frees the device memory, so an operation
 /// still in flight keeps its memory alive even after the client freed the buffer.
@@ -56,6 +57,8 @@ pub struct Session {
     /// Payload bytes the session may hold in the backend's memory at once (see [`Session::reserve`]).
     budget: Arc<tokio::sync::Semaphore>,
     budget_total: u32,
+    /// The backend's counters.
+    pub metrics: Arc<Metrics>,
     /// Fx-hashed: the backend hands out the ids in sequence, so clients cannot make them collide.
     buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
@@ -174,7 +177,9 @@ impl Registry {
         capability: Option<u64>,
         fences: Fences,
         budget: u32,
+        metrics: Arc<Metrics>,
     ) -> Arc<Session> {
+        metrics.session_opened();
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
             id,
@@ -185,6 +190,7 @@ impl Registry {
             fences,
             budget: Arc::new(tokio::sync::Semaphore::new(budget as usize)),
             budget_total: budget,
+            metrics,
             buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),

@@ -13,6 +13,7 @@
 //! - [`transport`]: tuned QUIC transport parameters and endpoint construction.
 //! - [`lane`]: bulk lanes, TLS 1.3 over TCP beside QUIC for the bytes of large copies.
 //! - [`daemon`]: the address file and shutdown signal every daemon uses.
+//! - `metrics` (feature `metrics`, the daemons'): the HTTP endpoint Prometheus scrapes.
 //! - [`error`]: [`ProtoError`], the crate's one error type.
 //!
 //! # Invariants
@@ -30,6 +31,8 @@ pub mod daemon;
 pub mod error;
 pub mod frame;
 pub mod lane;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod pieces;
 pub mod tls;
 pub mod transport;

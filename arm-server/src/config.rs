@@ -49,6 +49,9 @@ pub struct ArmConfig {
     pub scheduler: arm_sched::Config,
     /// Working with a Slurm controller (`[slurm]`; docs/slurm.md).
     pub slurm: crate::slurm::SlurmConfig,
+    /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`arm_*`; see
+    /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for ArmConfig {
@@ -69,6 +72,7 @@ impl Default for ArmConfig {
             transport: Tuning::default(),
             scheduler: arm_sched::Config::default(),
             slurm: crate::slurm::SlurmConfig::default(),
+            metrics_listen: None,
         }
     }
 }

@@ -29,6 +29,10 @@ struct Args {
     /// A backend silent this long is marked down, milliseconds.
     #[arg(long, env = "ARM_BACKEND_TIMEOUT_MS")]
     backend_timeout_ms: Option<u64>,
+    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 0.0.0.0:9100
+    /// (default: none).
+    #[arg(long, env = "ARM_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Write the bound address to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
@@ -63,6 +67,9 @@ async fn main() -> anyhow::Result<()> {
     if let Some(v) = args.backend_timeout_ms {
         config.backend_timeout_ms = v;
     }
+    if let Some(v) = args.metrics_listen {
+        config.metrics_listen = Some(v);
+    }
     let arm = arm_server::start(config).await.context("starting the resource manager")?;
     let (cert, key) = arm.admin_identity();
     eprintln!(
@@ -74,6 +81,9 @@ async fn main() -> anyhow::Result<()> {
     );
     if let Some(names) = arm.ca_cert().parent().and_then(ac_proto::tls::issued_names) {
         eprintln!("  its certificate names {} (add more with --names or ARM_NAMES)", names.join(", "));
+    }
+    if let Some(addr) = arm.metrics_addr() {
+        eprintln!("  metrics at http://{addr}/metrics");
     }
     if let Some(path) = args.addr_file {
         daemon::write_addr_file(&path, arm.addr()).with_context(|| format!("writing {}", path.display()))?;

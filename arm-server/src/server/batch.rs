@@ -338,6 +338,7 @@ pub(super) async fn reconcile_loop(arm: Arc<Arm>) {
     let mut held_unavailable = None;
     loop {
         arm.reconcile(&mut held_unavailable).await;
+        arm.metrics.reconciled(!arm.health().is_empty());
         tokio::time::sleep(period).await;
     }
 }

@@ -15,6 +15,7 @@ use ac_proto::arm::{
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
 use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::metrics::MetricsServer;
 use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint};
 use tokio::sync::mpsc;
@@ -32,6 +33,9 @@ use crate::ArmServerError;
 mod accounting;
 mod batch;
 mod lease;
+mod metrics;
+
+pub use metrics::{mark_reserved, ACCELERATOR_STATES};
 
 use lease::{lease_deadline, program_tuning, Leases};
 
@@ -74,6 +78,8 @@ pub struct Arm {
     grants_in_flight: std::sync::atomic::AtomicUsize,
     /// What the last reconciliation with Slurm found wrong (`armctl health`).
     slurm_problems: Mutex<Vec<String>>,
+    /// What Prometheus scrapes (`metrics.rs`); counted whether or not it is served.
+    metrics: metrics::Metrics,
     config: ArmConfig,
 }
 
@@ -89,12 +95,18 @@ pub struct RunningArm {
     endpoint: Endpoint,
     arm: Arc<Arm>,
     tasks: Vec<JoinHandle<()>>,
+    metrics: Option<MetricsServer>,
 }
 
 impl RunningArm {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where Prometheus scrapes it (`metrics_listen`), if it serves metrics.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::addr)
     }
 
     /// The CA clients must trust.
@@ -174,6 +186,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         me: me.clone(),
         grants_in_flight: std::sync::atomic::AtomicUsize::new(0),
         slurm_problems: Mutex::default(),
+        metrics: metrics::Metrics::default(),
         config,
     });
     // Holders and intervals were stored together; what a migrated store or a host removed
@@ -183,6 +196,14 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         Ok(())
     })
     .map_err(|e| ArmServerError::Store(e.to_string()))?;
+    let metrics = match arm.config.metrics_listen {
+        Some(listen) => Some(
+            MetricsServer::start(listen, arm.metrics.registry(Arc::downgrade(&arm)))
+                .await
+                .map_err(|e| ArmServerError::Config(format!("cannot serve metrics on {listen}: {e}")))?,
+        ),
+        None => None,
+    };
     let mut tasks = vec![
         tokio::spawn(accept_loop(endpoint.clone(), arm.clone())),
         tokio::spawn(accounting::purge_loop(arm.clone())),
@@ -193,7 +214,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         tasks.push(tokio::spawn(batch::reconcile_loop(arm.clone())));
     }
     tracing::info!(%addr, "resource manager listening");
-    Ok(RunningArm { addr, dir, endpoint, arm, tasks })
+    Ok(RunningArm { addr, dir, endpoint, arm, tasks, metrics })
 }
 
 async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
@@ -250,6 +271,7 @@ async fn expire_loop(arm: Arc<Arm>) {
         };
         for token in expired {
             tracing::info!("a program's lease ran out: releasing its dynamic accelerators");
+            arm.metrics.lease_expired();
             let job = arm.batch_job_for_release(&token);
             let _ = arm.mutate(|core, now| core.finalize(&token, now));
             arm.record_release(job).await;
@@ -294,7 +316,12 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
                 ))
             } else {
                 let span = tracing::debug_span!("request", admin);
-                arm.handle(request.request, admin, &tokens).instrument(span).await
+                let (call, start) = (metrics::call_label(&request.request), Instant::now());
+                let answer = arm.handle(request.request, admin, &tokens).instrument(span).await;
+                if let Some(call) = call {
+                    arm.metrics.answered(call, start.elapsed());
+                }
+                answer
             };
             let reply = match answer {
                 Ok(response) => ArmResponse::Ok(response),
@@ -689,6 +716,11 @@ impl Arm {
     /// The answer to an `AC_Get`: this node's share of a granted set (every node's for a
     /// collective one), the rejection, or where a waiting request stands.
     fn get_answer(&self, outcome: GetOutcome, token_hash: &str, collective: bool, asked: u32) -> Answer {
+        match &outcome {
+            GetOutcome::Granted(_) => self.metrics.granted(),
+            GetOutcome::Rejected(reason) => self.metrics.rejected(reason),
+            GetOutcome::Waiting(_) => {}
+        }
         match outcome {
             GetOutcome::Granted(set) => {
                 let node = self.core.lock().expect("core poisoned").session(token_hash)?.node.clone();

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{ArmErrorKind, HostView, JobView, Request, ReservationView, Response};
+use arm_server::server::mark_reserved;
 use clap::{Parser, Subcommand};
 
 mod accounting;
@@ -344,23 +345,6 @@ async fn with_reservations(client: &ArmClient, response: Response) -> Result<Res
         mark_reserved(&mut hosts, &reservations);
     }
     Ok(Response::Hosts(hosts))
-}
-
-fn mark_reserved(hosts: &mut [HostView], reservations: &[ReservationView]) {
-    for r in reservations.iter().filter(|r| r.state == "active") {
-        // What the reservation's running jobs hold counts toward it.
-        let used = hosts
-            .iter()
-            .flat_map(|h| &h.accelerators)
-            .filter(|a| a.holder.as_ref().is_some_and(|job| r.jobs.contains(job)))
-            .count();
-        let rest = (r.count as usize).saturating_sub(used);
-        let free = hosts.iter_mut().flat_map(|h| h.accelerators.iter_mut()).filter(|a| a.state == "free");
-        for a in free.take(rest) {
-            a.state = "reserved".into();
-            a.holder = Some(format!("reservation {}", r.id));
-        }
-    }
 }
 
 fn print_hosts(hosts: &[HostView]) {

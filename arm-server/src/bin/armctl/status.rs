@@ -7,8 +7,8 @@ use ac_frontend::arm::ArmClient;
 use ac_proto::arm::{HostView, JobView, Request, Response};
 use serde::Serialize;
 
-/// The accelerator states a status counts, in the order it shows them.
-const STATES: [&str; 5] = ["free", "allocated", "reserved", "draining", "down"];
+/// The accelerator states a status counts, in the order it shows them (the metrics' too).
+use arm_server::server::ACCELERATOR_STATES as STATES;
 
 /// Everything `armctl status` shows; `--json` prints it as it is.
 #[derive(Debug, Serialize)]

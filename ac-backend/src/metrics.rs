@@ -1,0 +1,172 @@
+//! The backend's Prometheus metrics (`ac_backend_*`). Counters and histograms are bumped where
+//! the event happens (a copy completes, a launch is queued, an error is answered); sessions and
+//! device memory are read from the live state at each scrape ([`StateCollector`]).
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ac_proto::backend::{DeviceInfo, Direction, ErrorKind, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+use crate::device::Device;
+use crate::session::Registry as Sessions;
+
+type Labels = [(&'static str, &'static str); 1];
+type OwnedLabels = [(&'static str, String); 1];
+
+/// What the backend counts as it works.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    copied: Family<Labels, Counter>,
+    copy_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    launches: Counter,
+    errors: Family<OwnedLabels, Counter>,
+    sessions_opened: Counter,
+}
+
+/// Copy durations from 100 µs to about 100 s, a factor of 4 apart.
+fn copy_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 4.0, 11))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Self {
+            copied: Family::default(),
+            copy_seconds: Family::new_with_constructor(copy_histogram),
+            launches: Counter::default(),
+            errors: Family::default(),
+            sessions_opened: Counter::default(),
+        };
+        // Both directions exist from the start, so that `rate()` sees the first copy.
+        for way in [Direction::HostToDevice, Direction::DeviceToHost] {
+            let _ = metrics.copied.get_or_create(&direction(way));
+            let _ = metrics.copy_seconds.get_or_create(&direction(way));
+        }
+        metrics
+    }
+}
+
+fn direction(direction: Direction) -> Labels {
+    match direction {
+        Direction::HostToDevice => [("direction", "host_to_device")],
+        Direction::DeviceToHost => [("direction", "device_to_host")],
+    }
+}
+
+impl Metrics {
+    /// A registry holding these metrics and a collector of `devices` and `sessions`' state.
+    pub fn registry(&self, devices: Vec<Arc<dyn Device>>, sessions: Weak<Sessions>) -> Registry {
+        let mut registry = Registry::with_prefix("ac_backend");
+        registry.register_with_unit(
+            "copied",
+            "Bytes of completed copies between a program's memory and device memory",
+            Unit::Bytes,
+            self.copied.clone(),
+        );
+        registry.register_with_unit(
+            "copy_duration",
+            "Time of completed synchronous copies, from their fence (the work before them done) to their last byte",
+            Unit::Seconds,
+            self.copy_seconds.clone(),
+        );
+        registry.register("launches", "Kernel launches queued on a device stream", self.launches.clone());
+        registry.register("errors", "Errors answered to programs, by kind", self.errors.clone());
+        registry.register("sessions_opened", "Sessions opened", self.sessions_opened.clone());
+        registry.register_collector(Box::new(StateCollector { devices, sessions }));
+        registry
+    }
+
+    /// A copy of `bytes` completed; `took` is its time behind its fence (asynchronous writes,
+    /// queued on a stream, have none).
+    pub fn copied(&self, way: Direction, bytes: u64, took: Option<Duration>) {
+        self.copied.get_or_create(&direction(way)).inc_by(bytes);
+        if let Some(took) = took {
+            self.copy_seconds.get_or_create(&direction(way)).observe(took.as_secs_f64());
+        }
+    }
+
+    /// A launch was queued.
+    pub fn launched(&self) {
+        self.launches.inc();
+    }
+
+    /// A session opened.
+    pub fn session_opened(&self) {
+        self.sessions_opened.inc();
+    }
+
+    /// A response is about to go to a program: an error is counted by its kind.
+    pub fn answered(&self, response: &Response) {
+        if let Response::Error(e) = response {
+            self.errors.get_or_create(&[("kind", kind_label(e.kind))]).inc();
+        }
+    }
+}
+
+/// `OutOfMemory` -> `out_of_memory`: label values in Prometheus's usual snake case.
+fn kind_label(kind: ErrorKind) -> String {
+    let mut label = String::new();
+    for (i, c) in format!("{kind:?}").chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            label.push('_');
+        }
+        label.push(c.to_ascii_lowercase());
+    }
+    label
+}
+
+/// Sessions and device memory, read at each scrape.
+struct StateCollector {
+    devices: Vec<Arc<dyn Device>>,
+    sessions: Weak<Sessions>,
+}
+
+impl std::fmt::Debug for StateCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateCollector").field("devices", &self.devices.len()).finish()
+    }
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let sessions = ConstGauge::new(self.sessions.upgrade().map_or(0, |s| s.len() as i64));
+        sessions.encode(encoder.encode_descriptor("sessions", "Live sessions", None, sessions.metric_type())?)?;
+        let infos: Vec<DeviceInfo> = self.devices.iter().map(|d| d.info()).collect();
+        let total = |i: &DeviceInfo| i.memory_total;
+        let used = |i: &DeviceInfo| i.memory_total.saturating_sub(i.memory_free);
+        let families: [(&str, &str, &dyn Fn(&DeviceInfo) -> u64); 2] = [
+            ("device_memory_total", "Memory of each device", &total),
+            ("device_memory_used", "Memory of each device in use (by sessions; on a GPU also by others)", &used),
+        ];
+        let bytes = Unit::Bytes;
+        for (name, help, value) in families {
+            let kind = ConstGauge::new(0i64).metric_type();
+            let mut family = encoder.encode_descriptor(name, help, Some(&bytes), kind)?;
+            for info in &infos {
+                let index = info.index.to_string();
+                let gauge = ConstGauge::new(value(info) as i64);
+                gauge.encode(family.encode_family(&[("device", index.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_become_snake_case_labels() {
+        assert_eq!(kind_label(ErrorKind::OutOfMemory), "out_of_memory");
+        assert_eq!(kind_label(ErrorKind::Device), "device");
+        assert_eq!(kind_label(ErrorKind::ContextLost), "context_lost");
+    }
+}
