@@ -134,6 +134,9 @@ impl std::fmt::Debug for StateCollector {
     }
 }
 
+/// One per-device memory gauge family: name, help and how to read it.
+type MemoryFamily<'a> = (&'a str, &'a str, &'a dyn Fn(&DeviceInfo) -> u64);
+
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let sessions = ConstGauge::new(self.sessions.upgrade().map_or(0, |s| s.len() as i64));
@@ -141,7 +144,7 @@ impl Collector for StateCollector {
         let infos: Vec<DeviceInfo> = self.devices.iter().map(|d| d.info()).collect();
         let total = |i: &DeviceInfo| i.memory_total;
         let used = |i: &DeviceInfo| i.memory_total.saturating_sub(i.memory_free);
-        let families: [(&str, &str, &dyn Fn(&DeviceInfo) -> u64); 2] = [
+        let families: [MemoryFamily; 2] = [
             ("device_memory_total", "Memory of each device", &total),
             ("device_memory_used", "Memory of each device in use (by sessions; on a GPU also by others)", &used),
         ];
