@@ -13,6 +13,7 @@ use ac_proto::frame::{frame_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
 use ac_proto::metrics::MetricsServer;
 use ac_proto::{lane, tls, transport};
+use futures_util::FutureExt;
 use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -391,16 +392,29 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
             }
         })
     };
-    while let Ok(Some(revoke)) = reader.read_frame::<Revoke>().await {
-        let stored = shared.trust.revoke(revoke.capability, revoke.expires);
-        let ended = shared.registry.revoke(revoke.capability);
-        tracing::info!(capability = revoke.capability, ended, "capability revoked");
+    while let Ok(Some(first)) = reader.read_frame::<Revoke>().await {
+        // Every revocation already received is stored with this one: one sync for all.
+        let mut batch = vec![first];
+        while let Some(Ok(Some(more))) = reader.read_frame::<Revoke>().now_or_never() {
+            batch.push(more);
+        }
+        let revokes: Vec<(u64, u64)> = batch.iter().map(|r| (r.capability, r.expires)).collect();
+        let trust = shared.clone();
+        let stored = tokio::task::spawn_blocking(move || trust.trust.revoke(&revokes))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        for revoke in &batch {
+            let ended = shared.registry.revoke(revoke.capability);
+            tracing::info!(capability = revoke.capability, ended, "capability revoked");
+        }
         match stored {
-            // Acknowledged only once it survives a restart; otherwise the manager sends it again.
+            // Acknowledged only once they survive a restart; otherwise the manager sends them again.
             Ok(()) => {
-                let _ = writer.send_frame(&Report::Revoked { capability: revoke.capability }).await;
+                for revoke in &batch {
+                    let _ = writer.send_frame(&Report::Revoked { capability: revoke.capability }).await;
+                }
             }
-            Err(e) => tracing::error!(error = %e, "cannot store a revocation; it holds until this process ends"),
+            Err(e) => tracing::error!(error = %e, "cannot store revocations; they hold until this process ends"),
         }
     }
     beat.abort();

@@ -8,7 +8,10 @@
 //!
 //! Revoked capabilities are kept on disk (`revoked` in the state directory, one `id expires` per
 //! line) until they expire, so that a backend restarted by a crash still refuses them. A
-//! revocation is acknowledged to the manager only once it is on disk.
+//! revocation is acknowledged to the manager only once it is on disk. The file is a log:
+//! revocations are appended (one sync per batch, however many revocations the manager has
+//! sent), and it is rewritten with only the live ones once most of its lines are expired, so
+//! that a revocation costs the same however many came before.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,10 +33,21 @@ pub struct Trust {
     pinned: Option<[u8; 32]>,
     file: PathBuf,
     manager: Mutex<Option<Manager>>,
-    /// Revoked capability id -> when it expires anyway.
-    revoked: Mutex<HashMap<u64, u64>>,
+    revoked: Mutex<Revoked>,
     revoked_file: PathBuf,
 }
+
+/// The revocations in force, and how many lines the file holds.
+#[derive(Debug, Default)]
+struct Revoked {
+    /// Revoked capability id -> when it expires anyway.
+    live: HashMap<u64, u64>,
+    /// Lines in the file, live or not.
+    lines: usize,
+}
+
+/// Lines of expired revocations the file may carry beyond as many as are live.
+const COMPACT_SLACK: usize = 4096;
 
 /// Parses a 32-byte key written as 64 hex digits.
 pub fn parse_key(hex: &str) -> Option<[u8; 32]> {
@@ -63,8 +77,10 @@ impl Trust {
         });
         let revoked_file = state_dir.join("revoked");
         let now = unix_now();
-        let revoked = std::fs::read_to_string(&revoked_file)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&revoked_file).unwrap_or_default();
+        // A line torn by a crash parses as nothing or as expired: it was never acknowledged, so
+        // the manager sends it again.
+        let live = text
             .lines()
             .filter_map(|line| {
                 let (id, expires) = line.split_once(' ')?;
@@ -72,6 +88,7 @@ impl Trust {
             })
             .filter(|(_, expires)| *expires > now)
             .collect();
+        let revoked = Revoked { live, lines: text.lines().count() };
         Self { pinned, file, manager: Mutex::new(manager), revoked: Mutex::new(revoked), revoked_file }
     }
 
@@ -118,7 +135,7 @@ impl Trust {
             return Err("this backend is managed: a capability from the resource manager is required".into());
         }
         let grant = capability::verify(&manager.public_key, capability, &manager.host, unix_now())?;
-        if self.revoked.lock().expect("trust poisoned").contains_key(&grant.id) {
+        if self.revoked.lock().expect("trust poisoned").live.contains_key(&grant.id) {
             return Err("capability was revoked".into());
         }
         if grant.device != device {
@@ -127,16 +144,34 @@ impl Trust {
         Ok(Some(grant))
     }
 
-    /// Refuses a capability from now until it expires, and records that on disk first: `Ok`
-    /// means a restart will still refuse it.
-    pub fn revoke(&self, id: u64, expires: u64) -> std::io::Result<()> {
+    /// Refuses each capability of `revokes` (id, expiry) from now until it expires, and records
+    /// that on disk first: `Ok` means a restart will still refuse them. Blocks on the disk.
+    pub fn revoke(&self, revokes: &[(u64, u64)]) -> std::io::Result<()> {
         let mut revoked = self.revoked.lock().expect("trust poisoned");
         let now = unix_now();
-        revoked.retain(|_, e| *e > now);
-        revoked.insert(id, expires);
-        let text: String = revoked.iter().map(|(id, expires)| format!("{id} {expires}\n")).collect();
-        write_durably(&self.revoked_file, text.as_bytes())
+        revoked.live.retain(|_, e| *e > now);
+        revoked.live.extend(revokes.iter().copied());
+        let lines = revoked.lines + revokes.len();
+        if lines > 2 * revoked.live.len() + COMPACT_SLACK || !self.revoked_file.exists() {
+            let text: String = revoked.live.iter().map(|(id, expires)| format!("{id} {expires}\n")).collect();
+            write_durably(&self.revoked_file, text.as_bytes())?;
+            revoked.lines = revoked.live.len();
+        } else {
+            // Each record starts on a line of its own, so a torn one never spoils the next.
+            let text: String = revokes.iter().map(|(id, expires)| format!("\n{id} {expires}")).collect();
+            append_durably(&self.revoked_file, text.as_bytes())?;
+            revoked.lines = lines;
+        }
+        Ok(())
     }
+}
+
+/// Appends `bytes` to the existing file `path`, synced.
+fn append_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
+    file.write_all(bytes)?;
+    file.sync_data()
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves the old or the new contents, synced.
@@ -151,4 +186,58 @@ fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ac-trust-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn live(trust: &Trust) -> Vec<u64> {
+        let mut ids: Vec<u64> = trust.revoked.lock().unwrap().live.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn revocations_are_appended_survive_a_restart_and_a_torn_line_spoils_nothing_else() {
+        let dir = state_dir("append");
+        let later = unix_now() + 3600;
+        let trust = Trust::load(&dir, None);
+        trust.revoke(&[(1, later)]).unwrap();
+        trust.revoke(&[(2, later), (3, later), (4, unix_now() - 1)]).unwrap();
+        // A crash in the middle of an append: part of a record, no newline.
+        let file = dir.join("revoked");
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        text.push_str("\n5 17");
+        std::fs::write(&file, text).unwrap();
+        let restarted = Trust::load(&dir, None);
+        assert_eq!(live(&restarted), [1, 2, 3], "the expired and the torn ones are not in force");
+        restarted.revoke(&[(6, later)]).unwrap();
+        assert_eq!(live(&Trust::load(&dir, None)), [1, 2, 3, 6], "the record after the torn one counts");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_file_mostly_of_expired_revocations_is_rewritten_with_the_live_ones() {
+        let dir = state_dir("compact");
+        let trust = Trust::load(&dir, None);
+        let later = unix_now() + 3600;
+        let expired: Vec<(u64, u64)> = (100..100 + 2 * COMPACT_SLACK as u64).map(|id| (id, 1)).collect();
+        trust.revoke(&[(1, later)]).unwrap();
+        for chunk in expired.chunks(512) {
+            trust.revoke(chunk).unwrap();
+        }
+        trust.revoke(&[(2, later)]).unwrap();
+        let lines = std::fs::read_to_string(dir.join("revoked")).unwrap().lines().filter(|l| !l.is_empty()).count();
+        assert!(lines <= COMPACT_SLACK + 2, "{lines} lines: the expired ones were dropped");
+        assert_eq!(live(&Trust::load(&dir, None)), [1, 2]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

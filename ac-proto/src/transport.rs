@@ -34,6 +34,9 @@ pub struct Tuning {
     pub idle_timeout_ms: u64,
     /// Keep-alive interval, milliseconds.
     pub keep_alive_ms: u64,
+    /// Streams the peer may have open at once. quinn keeps (and recycles) the receive state of
+    /// every stream slot it has used on a connection, so this also bounds a connection's memory.
+    pub concurrent_streams: u32,
 }
 
 impl Default for Tuning {
@@ -45,6 +48,7 @@ impl Default for Tuning {
             socket_buffer: 4 << 20,
             idle_timeout_ms: 10_000,
             keep_alive_ms: 2_000,
+            concurrent_streams: 1024,
         }
     }
 }
@@ -131,7 +135,7 @@ impl Tuning {
         t.stream_receive_window(VarInt::from_u64(self.stream_window).unwrap_or(VarInt::MAX));
         t.receive_window(VarInt::from_u64(self.connection_window).unwrap_or(VarInt::MAX));
         t.send_window(self.connection_window);
-        t.max_concurrent_bidi_streams(VarInt::from_u32(1024));
+        t.max_concurrent_bidi_streams(VarInt::from_u32(self.concurrent_streams));
         t.max_concurrent_uni_streams(VarInt::from_u32(0));
         t.max_idle_timeout(IdleTimeout::try_from(Duration::from_millis(self.idle_timeout_ms)).ok());
         t.keep_alive_interval(Some(Duration::from_millis(self.keep_alive_ms)));

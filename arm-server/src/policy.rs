@@ -2,9 +2,10 @@
 //! rebuilt as a [`Scheduler`] (usable accelerators as units, running jobs with what they hold,
 //! queued jobs in submission order), the core decides, and the answer is mapped back to
 //! accelerator ids. Rebuilding keeps one source of truth (the stored model) at a cost linear
-//! in the pool and queue, microseconds at the sizes an ARM serves.
+//! in the pool, the queue and the jobs holding something, microseconds at the sizes an ARM
+//! serves; running jobs that hold nothing are left out (see [`View::build`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use arm_sched::{Config, DynOutcome, DynRequest, Event, JobSpec, Ledger, Planned, Scheduler, Unit, UnitId};
 
@@ -51,7 +52,14 @@ fn spec(number: u64, job: &Job, reservation: Option<&Reservation>, now: u64) -> 
 
 impl View {
     /// Loads the pool, the jobs and the waiting dynamic requests. `ledger` carries the fairness
-    /// accounting across decisions.
+    /// accounting across decisions. `requester` is the job whose dynamic request is about to be
+    /// decided, if any.
+    ///
+    /// A running job that holds nothing, lends nothing, borrows nothing and waits for nothing
+    /// changes no decision (it adds no release to the profile, no usage to fair share and no
+    /// delay to count), so it is left out unless it is the requester: the view's cost follows
+    /// the pool and the queue, not the number of connected programs.
+    #[allow(clippy::too_many_arguments)] // the parts of the model a decision reads
     pub fn build(
         config: &Config,
         ledger: &Ledger,
@@ -59,18 +67,22 @@ impl View {
         jobs: &BTreeMap<String, Job>,
         pending: &BTreeMap<u64, PendingGet>,
         reservations: &BTreeMap<u64, Reservation>,
+        requester: Option<&str>,
         now: u64,
     ) -> Self {
         let mut scheduler = Scheduler::new(config.clone());
         scheduler.set_ledger(ledger.clone());
         let mut accelerators = Vec::new();
-        let mut unit_of: BTreeMap<String, UnitId> = BTreeMap::new();
+        // Units are numbered in host order, device by device: `first_unit[h] + d`.
+        let mut first_unit = Vec::with_capacity(hosts.len());
         for host in hosts.values() {
+            first_unit.push(accelerators.len() as UnitId);
             for device in &host.devices {
-                let id = scheduler.add_unit(Unit { host: host.name.clone(), labels: host.labels.clone() });
-                scheduler.set_usable(id, host.up && !host.draining).expect("just added");
-                unit_of.insert(host.accelerator_id(device.index), id);
+                scheduler.add_unit(Unit { host: host.name.clone(), labels: host.labels.clone() });
                 accelerators.push(host.accelerator_id(device.index));
+            }
+            for unit in first_unit[first_unit.len() - 1]..accelerators.len() as UnitId {
+                scheduler.set_usable(unit, host.up && !host.draining).expect("just added");
             }
         }
         // Per owner: the units it uses and its spare (pre-allocated, unused or lent) ones; and
@@ -78,10 +90,9 @@ impl View {
         let mut busy: BTreeMap<&str, Vec<UnitId>> = BTreeMap::new();
         let mut spare: BTreeMap<&str, Vec<UnitId>> = BTreeMap::new();
         let mut loans: Vec<(UnitId, &str)> = Vec::new();
-        for host in hosts.values() {
-            for device in &host.devices {
+        for (host, &first) in hosts.values().zip(&first_unit) {
+            for (unit, device) in (first..).zip(&host.devices) {
                 let Some(holder) = &device.holder else { continue };
-                let unit = unit_of[&host.accelerator_id(device.index)];
                 if holder.spare() || holder.loan.is_some() {
                     spare.entry(&holder.job).or_default().push(unit);
                 } else {
@@ -92,7 +103,12 @@ impl View {
                 }
             }
         }
-        let mut ordered: Vec<&Job> = jobs.values().filter(|j| j.state != JobState::Ended).collect();
+        let mut involved: BTreeSet<&str> = busy.keys().chain(spare.keys()).copied().collect();
+        involved.extend(loans.iter().map(|(_, borrower)| *borrower));
+        involved.extend(pending.values().map(|g| g.job.as_str()));
+        involved.extend(requester);
+        let mut ordered: Vec<&Job> = jobs.values().filter(|j| j.state == JobState::Queued).collect();
+        ordered.extend(involved.into_iter().filter_map(|id| jobs.get(id)).filter(|j| j.state == JobState::Running));
         ordered.sort_by_key(|j| j.seq);
         let mut numbers = BTreeMap::new();
         let placeholders_from = ordered.len() as u64;
@@ -127,8 +143,9 @@ impl View {
         }
         let free: Vec<UnitId> = hosts
             .values()
-            .filter(|h| h.up && !h.draining)
-            .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none()).map(|d| unit_of[&h.accelerator_id(d.index)]))
+            .zip(&first_unit)
+            .filter(|(h, _)| h.up && !h.draining)
+            .flat_map(|(h, &first)| (first..).zip(&h.devices).filter(|(_, d)| d.holder.is_none()).map(|(u, _)| u))
             .collect();
         Self::hold_reservations(&mut scheduler, reservations, jobs, free, placeholders_from, now);
         let mut view = Self { scheduler, accelerators, jobs: numbers };

@@ -56,6 +56,11 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ArmServerError> {
 /// One key's new encoded value (`None`: deleted), captured when the change was made.
 pub type Change = (Key, Option<Vec<u8>>);
 
+/// The store's page cache. redb's default (1 GiB) fills with the pages every commit rewrites,
+/// so the manager's memory would grow with its request count; the state it serves from is in
+/// memory anyway, and reads of the store are rare (start, accounting queries).
+const CACHE_BYTES: usize = 16 << 20;
+
 /// The database file.
 #[derive(Debug)]
 pub struct Store {
@@ -69,7 +74,7 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Self, ArmServerError> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("arm.redb");
-        let db = Database::create(&path).map_err(store_err)?;
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(store_err)?;
         let txn = db.begin_write().map_err(store_err)?;
         {
             let mut meta = txn.open_table(META).map_err(store_err)?;

@@ -171,20 +171,45 @@ async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Resu
     Ok((client, token))
 }
 
-/// One program's loop until `end`: the latency of each granted-and-freed pair.
+/// What one program measured: each granted-and-freed pair, and each request (granted,
+/// rejected or freed) from its sending to its answer.
+#[derive(Default)]
+struct Samples {
+    pairs: Vec<Duration>,
+    requests: Vec<Duration>,
+}
+
+/// After a rejection, how long a program waits before it asks again: `None` asks again at
+/// once; `Some(mean)` waits between half and one and a half times `mean` (a program that goes
+/// on computing with what it holds and asks again later).
+type BackOff = Option<Duration>;
+
+/// A small xorshift generator: each program's back-offs differ without a dependency.
+fn next_random(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// One program's loop until `end`.
 async fn churn(
     me: usize,
-    client: ArmClient,
+    client: &ArmClient,
     token: String,
     end: Instant,
+    back_off: BackOff,
     tally: Arc<Tally>,
     holders: Arc<Holders>,
-) -> Vec<Duration> {
-    let mut samples = Vec::new();
+) -> Samples {
+    let mut samples = Samples::default();
+    let mut random = 0x9E37_79B9_7F4A_7C15 ^ (me as u64 + 1);
     while Instant::now() < end {
         let start = Instant::now();
         let ask = Ask { min: 1, max: 1, wait_s: 0, preemptible: false, key: ac_proto::random_hex(16) };
-        match client.request(Request::Get { token: token.clone(), ask }).await {
+        let answer = client.request(Request::Get { token: token.clone(), ask }).await;
+        samples.requests.push(start.elapsed());
+        match answer {
             Ok(Response::Granted { set, grants }) => {
                 for grant in &grants {
                     let previous = holders.lock().expect("holders poisoned").insert(grant.id.clone(), (me, false));
@@ -194,9 +219,11 @@ async fn churn(
                     }
                 }
                 mark(&holders, &grants, (me, false), Some((me, true)));
+                let freeing = Instant::now();
                 match client.request(Request::Free { token: token.clone(), set, accelerators: None }).await {
                     Ok(Response::Done) => {
-                        samples.push(start.elapsed());
+                        samples.requests.push(freeing.elapsed());
+                        samples.pairs.push(start.elapsed());
                         tally.pairs.fetch_add(1, Ordering::Relaxed);
                     }
                     _ => {
@@ -207,18 +234,45 @@ async fn churn(
             }
             Ok(Response::Rejected { .. }) => {
                 tally.rejections.fetch_add(1, Ordering::Relaxed);
+                if let Some(mean) = back_off {
+                    let spread = next_random(&mut random) % 1000;
+                    tokio::time::sleep(mean / 2 + mean * spread as u32 / 1000).await;
+                }
             }
             _ => {
                 tally.errors.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
-    client.close_now().await;
     samples
 }
 
 pub async fn under_load(quick: bool) -> anyhow::Result<()> {
-    let (programs, seconds) = if quick { (100, 10) } else { (1000, 60) };
+    let (programs, seconds) = if quick { (100, 5) } else { (1000, 60) };
+    println!(
+        "## The manager under load ({programs} programs, each its own QUIC connection, looping AC_Get(1)/AC_Free on {} CPU-device accelerators ({HOSTS} backends x {DEVICES}) for {seconds} s)\n",
+        HOSTS as u32 * DEVICES
+    );
+    println!(
+        "arm-server in its own process; programs are tasks of this process (2 runtime workers). Saturated: a rejected program asks again at once. Paced: it asks again after 100-300 ms, as a program that goes on computing with what it holds.\n"
+    );
+    let runs = [("saturated", None), ("paced", Some(Duration::from_millis(200)))];
+    let mut tables = Vec::new();
+    for (name, back_off) in runs {
+        tables.push((name, run_load(programs, seconds, back_off).await?));
+    }
+    println!("| measure | {} |", tables.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
+    println!("|---|{}", "---|".repeat(tables.len()));
+    for row in 0..tables[0].1.len() {
+        let cells: Vec<&str> = tables.iter().map(|(_, rows)| rows[row].1.as_str()).collect();
+        println!("| {} | {} |", tables[0].1[row].0, cells.join(" | "));
+    }
+    println!();
+    Ok(())
+}
+
+/// One run on a fresh manager: the table's rows (measure, value).
+async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::Result<Vec<(String, String)>> {
     let manager = Manager::start()?;
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
@@ -240,49 +294,57 @@ pub async fn under_load(quick: bool) -> anyhow::Result<()> {
     let tasks: Vec<_> = sessions
         .into_iter()
         .enumerate()
-        .map(|(me, (client, token))| tokio::spawn(churn(me, client, token, end, tally.clone(), holders.clone())))
+        .map(|(me, (client, token))| {
+            let (tally, holders) = (tally.clone(), holders.clone());
+            tokio::spawn(async move {
+                let samples = churn(me, &client, token, end, back_off, tally, holders).await;
+                (client, samples)
+            })
+        })
         .collect();
-    let mut samples = Vec::new();
+    let mut samples = Samples::default();
+    let mut clients = Vec::with_capacity(programs);
     for task in tasks {
-        samples.extend(task.await?);
+        let (client, mine) = task.await?;
+        samples.pairs.extend(mine.pairs);
+        samples.requests.extend(mine.requests);
+        clients.push(client);
     }
     let elapsed = start.elapsed().as_secs_f64();
     let (cpu_after, rss_after) = manager.usage();
     let client_cpu = cpu_seconds(std::process::id()) - client_cpu_before;
     let load_after = load_average();
+    for client in clients {
+        client.close_now().await;
+    }
+    admin.close_now().await;
     let pairs = tally.pairs.load(Ordering::Relaxed);
     let rejections = tally.rejections.load(Ordering::Relaxed);
-    println!(
-        "## The manager under load ({programs} programs, each its own QUIC connection, looping AC_Get(1)/AC_Free on {} CPU-device accelerators ({HOSTS} backends x {DEVICES}) for {seconds} s)\n",
-        HOSTS as u32 * DEVICES
-    );
-    println!(
-        "arm-server in its own process; programs are tasks of this process (2 runtime workers); {programs} sessions connected in {:.1} s; load average {load_before} before, {load_after} after.\n",
-        connecting.as_secs_f64()
-    );
-    println!("| measure | value |");
-    println!("|---|---|");
-    println!("| pairs (granted AC_Get + AC_Free) | {pairs} |");
-    println!("| pairs per second | {:.0} |", pairs as f64 / elapsed);
-    if !samples.is_empty() {
-        let (p50, p99) = percentiles(samples);
-        println!("| pair latency p50 / p99, ms | {:.2} / {:.2} |", p50 / 1e3, p99 / 1e3);
-    }
-    println!("| rejections (pool empty), per second | {rejections}, {:.0} |", rejections as f64 / elapsed);
-    println!(
-        "| manager requests per second (Get + Free + rejected Get) | {:.0} |",
-        (2 * pairs + rejections) as f64 / elapsed
-    );
-    println!("| errors | {} |", tally.errors.load(Ordering::Relaxed));
-    println!("| double grants | {} |", tally.double_grants.load(Ordering::Relaxed));
-    println!(
-        "| manager CPU seconds (of {elapsed:.1} s wall) | {:.1} ({:.0}% of one core) |",
-        cpu_after - cpu_before,
-        (cpu_after - cpu_before) / elapsed * 100.0
-    );
-    println!("| client CPU seconds (programs and backends) | {client_cpu:.1} |");
-    println!("| manager RSS start / end, MiB | {:.1} / {:.1} |", rss_before as f64 / 1024.0, rss_after as f64 / 1024.0);
-    println!();
-    admin.close_now().await;
-    Ok(())
+    let ms = |(p50, p99): (f64, f64)| format!("{:.2} / {:.2}", p50 / 1e3, p99 / 1e3);
+    let or_none = |v: Vec<Duration>| if v.is_empty() { "-".to_string() } else { ms(percentiles(v)) };
+    let manager_cpu = cpu_after - cpu_before;
+    Ok(vec![
+        ("sessions connected in, s".into(), format!("{:.1}", connecting.as_secs_f64())),
+        ("pairs (granted AC_Get + AC_Free)".into(), pairs.to_string()),
+        ("pairs per second".into(), format!("{:.0}", pairs as f64 / elapsed)),
+        ("request latency p50 / p99, ms (Get or Free, sent to answered)".into(), or_none(samples.requests)),
+        ("pair latency p50 / p99, ms".into(), or_none(samples.pairs)),
+        ("rejections (pool empty), per second".into(), format!("{rejections}, {:.0}", rejections as f64 / elapsed)),
+        (
+            "manager requests per second (Get + Free + rejected Get)".into(),
+            format!("{:.0}", (2 * pairs + rejections) as f64 / elapsed),
+        ),
+        ("errors".into(), tally.errors.load(Ordering::Relaxed).to_string()),
+        ("double grants".into(), tally.double_grants.load(Ordering::Relaxed).to_string()),
+        (
+            format!("manager CPU seconds (of {elapsed:.1} s wall)"),
+            format!("{manager_cpu:.1} ({:.0}% of one core)", manager_cpu / elapsed * 100.0),
+        ),
+        ("client CPU seconds (programs and backends)".into(), format!("{client_cpu:.1}")),
+        (
+            "manager RSS start / end, MiB".into(),
+            format!("{:.1} / {:.1}", rss_before as f64 / 1024.0, rss_after as f64 / 1024.0),
+        ),
+        ("load average before / after".into(), format!("{load_before} / {load_after}")),
+    ])
 }

@@ -156,19 +156,25 @@ impl Core {
     }
 
     fn view(&self, now: u64) -> View {
-        View::build(&self.scheduling, &self.ledger, &self.hosts, &self.jobs, &self.pending, &self.reservations, now)
+        self.view_of(&self.jobs, None, now)
     }
 
-    /// The view with the batch system's queue in it, for decisions that only plan (`AC_Get`).
-    fn view_with_batch_queue(&self, now: u64) -> View {
+    fn view_of(&self, jobs: &BTreeMap<String, Job>, requester: Option<&str>, now: u64) -> View {
+        let (hosts, pending, reservations) = (&self.hosts, &self.pending, &self.reservations);
+        View::build(&self.scheduling, &self.ledger, hosts, jobs, pending, reservations, requester, now)
+    }
+
+    /// The view with the batch system's queue in it, for decisions that only plan: a dynamic
+    /// request of `requester`.
+    fn view_with_batch_queue(&self, requester: &str, now: u64) -> View {
         if self.batch_queue.is_empty() {
-            return self.view(now);
+            return self.view_of(&self.jobs, Some(requester), now);
         }
         let mut jobs = self.jobs.clone();
         for queued in &self.batch_queue {
             jobs.entry(queued.id.clone()).or_insert_with(|| queued.clone());
         }
-        View::build(&self.scheduling, &self.ledger, &self.hosts, &jobs, &self.pending, &self.reservations, now)
+        self.view_of(&jobs, Some(requester), now)
     }
 
     fn keep_ledger(&mut self, view: &View) {

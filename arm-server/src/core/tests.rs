@@ -254,7 +254,7 @@ fn dynamic_decisions_plan_around_the_batch_systems_queue() {
     // Slurm's queue holds a job that wants the 3 others: the view must see it.
     let waiting_in_slurm = Job { walltime_s: 3600, ..job("2", &["(pending in Slurm)"], 3) };
     core.batch_queue = vec![waiting_in_slurm];
-    let view = core.view_with_batch_queue(0);
+    let view = core.view_with_batch_queue("1", 0);
     assert_eq!(view.jobs.len(), 2, "the running job and Slurm's pending one");
     assert!(!core.jobs.contains_key("2"), "Slurm's pending jobs are never ARM jobs");
 }
@@ -307,4 +307,75 @@ fn batch_jobs_outlive_their_walltime_at_the_manager() {
     assert_eq!(core.jobs["slurm"].state, JobState::Running, "Slurm ends its jobs, with its current limit");
     core.set_walltime("slurm", 600).unwrap();
     assert_eq!(core.jobs["slurm"].walltime_s, 600);
+}
+
+#[test]
+fn running_jobs_that_hold_nothing_stay_out_of_the_view_and_rejections_change_nothing() {
+    let mut core = core(2);
+    // Fifty running jobs that hold nothing, as programs that only ever use AC_Get.
+    for i in 0..50 {
+        core.submit(job(&format!("idle{i}"), &["n1"], 0), 0).unwrap();
+    }
+    let auth = |j: &str| JobAuth::Credential { job: j.into(), secret: "secret".into() };
+    core.open_session("t0".into(), &auth("idle0"), "n1", 0).unwrap();
+    core.open_session("t1".into(), &auth("idle1"), "n1", 0).unwrap();
+    assert_eq!(core.view_with_batch_queue("idle0", 0).jobs.len(), 1, "only the requester");
+
+    let GetOutcome::Granted(set) = core.get("t0", &[], false, &ask(2, 2, "a"), 1).unwrap() else { panic!() };
+    let view = core.view_with_batch_queue("idle1", 1);
+    let mut in_view: Vec<&str> = view.jobs.values().map(String::as_str).collect();
+    in_view.sort_unstable();
+    assert_eq!(in_view, ["idle0", "idle1"], "the holder and the requester");
+
+    core.take_dirty();
+    let next_id = core.next_id;
+    assert!(matches!(core.get("t1", &[], false, &ask(1, 1, "b"), 2).unwrap(), GetOutcome::Rejected(_)));
+    assert!(core.take_dirty().is_empty(), "a rejection is no durable change");
+    assert_eq!(core.next_id, next_id, "a rejection takes no id");
+
+    core.free("t0", set, None, 3).unwrap();
+    let GetOutcome::Granted(again) = core.get("t1", &[], false, &ask(1, 1, "c"), 4).unwrap() else { panic!() };
+    assert_eq!(again, next_id + 1, "the id a rejection did not take");
+    assert_eq!(held(&core), 1);
+}
+
+/// The view's answer to a request, built the long way.
+fn full_decision(core: &Core, job: &str, ask: &Ask, now: u64) -> crate::policy::Decision {
+    core.view_with_batch_queue(job, now).request(job, ask, core.next_id + 1, now)
+}
+
+#[test]
+fn the_quick_refusal_is_the_cores_own_answer_and_only_when_it_is_sure() {
+    let mut core = core(4);
+    core.preemption_grace_s = 10;
+    core.submit(Job { peak: Some(3), ..job("owner", &["n1"], 1) }, 0).unwrap();
+    core.submit(job("a", &["n1"], 1), 0).unwrap();
+    core.submit(job("idle", &["n1"], 0), 0).unwrap();
+    assert_eq!(held(&core), 4, "the pool is full: the owner's 1 static and 2 spare, a's 1 static");
+    let (one, two, five) = (ask(1, 1, ""), ask(2, 2, ""), ask(5, 5, ""));
+
+    let sure = core.too_few_idle("idle", &one, 1).expect("nothing idle, nothing spare: sure");
+    assert_eq!(full_decision(&core, "idle", &one, 1), crate::policy::Decision::Rejected(sure));
+    assert_eq!(core.too_few_idle("owner", &one, 1), None, "the owner grows into its spare unit");
+    assert!(matches!(full_decision(&core, "owner", &one, 1), crate::policy::Decision::Granted(_)));
+    assert_eq!(core.too_few_idle("idle", &Ask { preemptible: true, ..one.clone() }, 1), None, "may borrow");
+    assert_eq!(core.too_few_idle("idle", &Ask { wait_s: 5, ..one.clone() }, 1), None, "may wait");
+    assert_eq!(core.too_few_idle("idle", &five, 1), None, "more than the pool: the core words it");
+
+    // One unit freed, another host down: 1 usable idle unit.
+    let freed = core.held_by("a")[0].0.clone();
+    let down = core.hosts.keys().find(|h| !freed.starts_with(&format!("{h}/"))).unwrap().clone();
+    core.end_job("a", 2).unwrap();
+    core.set_up(&down, false, 2);
+    assert_eq!(usable_free(&core.hosts), 1);
+    let sure = core.too_few_idle("idle", &two, 3).expect("fewer idle than the minimum");
+    assert_eq!(full_decision(&core, "idle", &two, 3), crate::policy::Decision::Rejected(sure.clone()));
+    assert!(sure.contains("only 1 "), "{sure}");
+    assert_eq!(core.too_few_idle("idle", &one, 3), None, "enough idle: only the core can tell");
+
+    // An open reservation holds units the model shows free: only the core can tell.
+    core.set_up(&down, true, 4);
+    core.reserve(1, 10, 100, ReservationOwner::User("v".into()), 5).unwrap();
+    assert!(core.too_few_idle("idle", &five, 20).is_none());
+    assert_eq!(core.too_few_idle("idle", &ask(4, 4, ""), 20), None, "a reservation is open");
 }

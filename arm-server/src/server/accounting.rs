@@ -20,7 +20,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(3600);
 impl Arm {
     /// The rows of `[since, until)` (default: everything, up to now), by `by`.
     #[tracing::instrument(skip(self))]
-    pub(super) fn accounting(&self, since: Option<u64>, until: Option<u64>, by: UsageBy) -> Answer {
+    pub(super) async fn accounting(&self, since: Option<u64>, until: Option<u64>, by: UsageBy) -> Answer {
         let internal = |e: crate::ArmServerError| err(ArmErrorKind::Internal, e.to_string());
         let now_ms = unix_now_ms();
         let (since, until) = (since.unwrap_or(0), until.unwrap_or(now_ms));
@@ -37,7 +37,7 @@ impl Arm {
             let queued = self.commits.lock().expect("commits poisoned").queued;
             (core.usage.values().filter(|u| u.start_ms < until).cloned().collect(), queued)
         };
-        self.commit_through(queued).map_err(internal)?;
+        self.commit_through(queued).await.map_err(internal)?;
         let mut closed = self.store.usage_since(since).map_err(internal)?;
         closed.retain(|u| u.start_ms < until);
         open.retain(|o| !closed.iter().any(|c| c.accelerator == o.accelerator && c.start_ms == o.start_ms));

@@ -35,7 +35,7 @@ impl Arm {
         if identity.payload != munge_payload(job, node) {
             return Err(err(ArmErrorKind::Unauthorized, "the munge credential was made for another job or node"));
         }
-        self.mutate(|core, _| core.open_batch_session(token_hash.to_string(), job, identity.uid, node)).map(drop)
+        self.mutate(|core, _| core.open_batch_session(token_hash.to_string(), job, identity.uid, node)).await.map(drop)
     }
 
     /// The prolog's binding of a job Slurm starts. A binding short of accelerators waits (up
@@ -58,7 +58,7 @@ impl Arm {
         let job = Job { batch: Some(BatchJob { uid }), ..Job::queued(id, user, group, nodes, acpn, walltime_s) };
         let start = std::time::Instant::now();
         let bound = loop {
-            let bound = self.mutate(|core, now| core.bind_batch_job(job.clone(), now));
+            let bound = self.mutate(|core, now| core.bind_batch_job(job.clone(), now)).await;
             let settling = self.grants_in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0;
             match bound {
                 Err(e) if e.kind == ArmErrorKind::Conflict && settling && start.elapsed() < SETTLE_LIMIT => {
@@ -98,7 +98,7 @@ impl Arm {
                 return Ok(());
             }
         }
-        let ended = self.mutate(|core, now| core.end_job(&id, now));
+        let ended = self.mutate(|core, now| core.end_job(&id, now)).await;
         match &ended {
             // A job whose prolog failed was never bound: nothing to end.
             Err(e) if e.kind == ArmErrorKind::NotFound => {}
@@ -164,7 +164,7 @@ impl Arm {
         };
         let Err(reason) = recorded.await else { return Ok(outcome) };
         tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
-        self.mutate(|core, now| core.free(token_hash, set, None, now))?;
+        self.mutate(|core, now| core.free(token_hash, set, None, now)).await?;
         drop(one_at_a_time);
         // Slurm's record goes back to what the job holds, without holding up the answer (Slurm
         // may be the one not answering).
@@ -291,11 +291,11 @@ impl Arm {
         };
         for job in gone {
             tracing::info!(job, "Slurm no longer runs this job: released");
-            let _ = self.mutate(|core, now| core.end_job(&job, now));
+            let _ = self.mutate(|core, now| core.end_job(&job, now)).await;
         }
         for (job, limit_s) in limits {
             tracing::info!(job, limit_s, "Slurm's time limit of the job changed: followed");
-            let _ = self.mutate(|core, _| core.set_walltime(&job, limit_s));
+            let _ = self.mutate(|core, _| core.set_walltime(&job, limit_s)).await;
         }
         for job in shrink {
             self.record_release(Some(job)).await;

@@ -18,14 +18,20 @@ pub(super) struct Leases {
 /// The transport of programs' connections. A lease runs from a program's last sign of life
 /// (see [`lease_deadline`]), so its connection must notice silence well before the lease is
 /// over: it idles out after half the lease, and the manager pings every eighth of it, so that a
-/// live program (which acknowledges every ping) is never silent that long.
+/// live program (which acknowledges every ping) is never silent that long. A program has a
+/// few requests in flight at most (one per thread, and one long poll), so [`PROGRAM_STREAMS`]
+/// at once is plenty, and it bounds what each of thousands of connections keeps.
 pub(super) fn program_tuning(config: &ArmConfig) -> Tuning {
     Tuning {
         idle_timeout_ms: (config.lease_ms / 2).max(200),
         keep_alive_ms: (config.lease_ms / 8).max(50),
+        concurrent_streams: PROGRAM_STREAMS,
         ..config.transport.clone()
     }
 }
+
+/// Requests one program connection may have open at once; more wait for one to finish.
+pub(super) const PROGRAM_STREAMS: u32 = 64;
 
 /// When the lease of a program whose connection just ended runs out: `lease` after its last
 /// sign of life. A connection that idled out heard the program last `idle` ago; one the program

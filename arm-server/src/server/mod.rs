@@ -59,9 +59,11 @@ struct Commits {
 #[derive(Debug)]
 pub struct Arm {
     core: Mutex<Core>,
-    store: Store,
+    store: Arc<Store>,
     commits: Mutex<Commits>,
-    committing: Mutex<()>,
+    /// Held by the request that commits for everyone queued; the others wait on it, off the
+    /// runtime's threads.
+    committing: tokio::sync::Mutex<()>,
     signer: Arc<Signer>,
     links: Links,
     leases: Mutex<Leases>,
@@ -174,9 +176,9 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     }
     let arm = Arc::new_cyclic(|me| Arm {
         core: Mutex::new(core),
-        store,
+        store: Arc::new(store),
         commits: Mutex::default(),
-        committing: Mutex::new(()),
+        committing: tokio::sync::Mutex::new(()),
         signer,
         links,
         leases: Mutex::new(leases),
@@ -195,6 +197,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         core.account_all(accounting::unix_now_ms());
         Ok(())
     })
+    .await
     .map_err(|e| ArmServerError::Store(e.to_string()))?;
     let metrics = match arm.config.metrics_listen {
         Some(listen) => Some(
@@ -230,28 +233,58 @@ async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
 }
 
 async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEvent>) {
-    while let Some(event) = events.recv().await {
-        if let LinkEvent::Up { host, up: true } = &event {
-            // What the backend had not acknowledged (it may have died before storing it) goes
-            // out again on the new link.
-            let unacked: Vec<u64> = {
-                let core = arm.core.lock().expect("core poisoned");
-                core.unacked.iter().filter(|(h, _)| h == host).map(|(_, c)| *c).collect()
-            };
-            let expires = unix_now() + arm.config.capability_ttl_s + 86_400;
-            for capability in unacked {
-                arm.links.revoke(host, capability, expires);
+    let mut next = events.recv().await;
+    while let Some(event) = next.take() {
+        match event {
+            LinkEvent::Up { host, up } => {
+                if up {
+                    resend_unacked(&arm, &host);
+                }
+                let _ = arm
+                    .mutate(|core, now| {
+                        core.set_up(&host, up, now);
+                        Ok(())
+                    })
+                    .await;
+            }
+            LinkEvent::Revoked { host, capability } => {
+                // One acknowledgement comes per freed accelerator: those already queued commit
+                // together rather than one transaction each.
+                let mut acks = vec![(host, capability)];
+                loop {
+                    match events.try_recv() {
+                        Ok(LinkEvent::Revoked { host, capability }) => acks.push((host, capability)),
+                        Ok(other) => {
+                            next = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let _ = arm
+                    .mutate(|core, _| {
+                        acks.iter().for_each(|(host, capability)| core.acknowledge(host, *capability));
+                        Ok(())
+                    })
+                    .await;
             }
         }
-        let _ = arm.mutate(|core, now| {
-            match &event {
-                LinkEvent::Up { host, up } => {
-                    core.set_up(host, *up, now);
-                }
-                LinkEvent::Revoked { host, capability } => core.acknowledge(host, *capability),
-            }
-            Ok(())
-        });
+        if next.is_none() {
+            next = events.recv().await;
+        }
+    }
+}
+
+/// What `host` had not acknowledged (it may have died before storing it) goes out again on its
+/// new link.
+fn resend_unacked(arm: &Arm, host: &str) {
+    let unacked: Vec<u64> = {
+        let core = arm.core.lock().expect("core poisoned");
+        core.unacked.iter().filter(|(h, _)| h == host).map(|(_, c)| *c).collect()
+    };
+    let expires = unix_now() + arm.config.capability_ttl_s + 86_400;
+    for capability in unacked {
+        arm.links.revoke(host, capability, expires);
     }
 }
 
@@ -273,23 +306,25 @@ async fn expire_loop(arm: Arc<Arm>) {
             tracing::info!("a program's lease ran out: releasing its dynamic accelerators");
             arm.metrics.lease_expired();
             let job = arm.batch_job_for_release(&token);
-            let _ = arm.mutate(|core, now| core.finalize(&token, now));
+            let _ = arm.mutate(|core, now| core.finalize(&token, now)).await;
             arm.record_release(job).await;
         }
         let (grace, retention) = (arm.config.walltime_grace_s, arm.config.job_retention_s);
-        let _ = arm.mutate(|core, now| {
-            for job in core.expire_walltimes(now, grace) {
-                tracing::info!(job, "walltime passed: job ended");
-            }
-            // A pass only when time alone decides something: a deadline or a reservation's start.
-            core.tick(now);
-            core.revoke_due(now);
-            let purged = core.purge_ended(now, retention);
-            if purged > 0 {
-                tracing::info!(purged, "ended jobs past their retention purged");
-            }
-            Ok(())
-        });
+        let _ = arm
+            .mutate(|core, now| {
+                for job in core.expire_walltimes(now, grace) {
+                    tracing::info!(job, "walltime passed: job ended");
+                }
+                // A pass only when time alone decides something: a deadline or a reservation's start.
+                core.tick(now);
+                core.revoke_due(now);
+                let purged = core.purge_ended(now, retention);
+                if purged > 0 {
+                    tracing::info!(purged, "ended jobs past their retention purged");
+                }
+                Ok(())
+            })
+            .await;
     }
 }
 
@@ -350,9 +385,10 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
 
 impl Arm {
     /// Runs a change on the core, waits until what it touched is durable, then sends its
-    /// revocations. The core lock is not held while the disk syncs: concurrent requests queue
-    /// their changes, and whoever commits next writes them all in one transaction.
-    fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
+    /// revocations. The core lock is not held while the disk syncs, nor is a runtime thread
+    /// blocked: concurrent requests queue their changes, and whoever commits next writes them
+    /// all in one transaction.
+    async fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
         let now_ms = accounting::unix_now_ms();
         let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
@@ -370,7 +406,7 @@ impl Arm {
             commits.queued += 1;
             (result, core.take_revocations(), commits.queued, changed)
         };
-        self.commit_through(mine).map_err(internal)?;
+        self.commit_through(mine).await.map_err(internal)?;
         // Only a change can answer a long poll; waking them for nothing would make them spin.
         if changed {
             self.changed.notify_waiters();
@@ -383,8 +419,8 @@ impl Arm {
     }
 
     /// Returns once change `seq` is durable, committing everything queued if nobody else is.
-    fn commit_through(&self, seq: u64) -> Result<(), ArmServerError> {
-        let _committer = self.committing.lock().expect("commit lock poisoned");
+    async fn commit_through(&self, seq: u64) -> Result<(), ArmServerError> {
+        let _committer = self.committing.lock().await;
         let (batch, last) = {
             let mut commits = self.commits.lock().expect("commits poisoned");
             if commits.durable >= seq {
@@ -392,7 +428,10 @@ impl Arm {
             }
             (std::mem::take(&mut commits.pending), commits.queued)
         };
-        self.store.commit(&batch)?;
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.commit(&batch))
+            .await
+            .map_err(|e| ArmServerError::Store(format!("the commit did not finish: {e}")))??;
         self.commits.lock().expect("commits poisoned").durable = last;
         Ok(())
     }
@@ -500,7 +539,10 @@ impl Arm {
                     JobAuth::Munge { job, credential } => {
                         self.open_munge_session(&token_hash, job, credential, &node).await?;
                     }
-                    _ => self.mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now)).map(drop)?,
+                    _ => self
+                        .mutate(|core, now| core.open_session(token_hash.clone(), &auth, &node, now))
+                        .await
+                        .map(drop)?,
                 }
                 self.attach(&token_hash, tokens);
                 self.session_answer(token, &token_hash)
@@ -529,7 +571,7 @@ impl Arm {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
-                let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now))?;
+                let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
             }
@@ -539,7 +581,7 @@ impl Arm {
                 let total = parts.iter().map(|(_, n)| n).sum();
                 let ask = Ask::exactly(total, key);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
-                let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now))?;
+                let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, true, total)
             }
@@ -554,7 +596,7 @@ impl Arm {
                     .await?;
                 // Granted, or rejected (then forgotten, durably, once told); or still waiting.
                 let outcome = match decided {
-                    Some(()) => self.mutate(|core, _| core.await_get(&token_hash, request))?,
+                    Some(()) => self.mutate(|core, _| core.await_get(&token_hash, request)).await?,
                     None => GetOutcome::Waiting(request),
                 };
                 let outcome = self.record_grant(outcome, &token_hash).await?;
@@ -563,7 +605,7 @@ impl Arm {
             Request::CancelGet { token, request } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);
-                let outcome = self.mutate(|core, now| core.cancel_get(&token_hash, request, now))?;
+                let outcome = self.mutate(|core, now| core.cancel_get(&token_hash, request, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, 0)
             }
@@ -591,21 +633,21 @@ impl Arm {
             Request::Free { token, set, accelerators } => {
                 let token_hash = keys::hash(&token);
                 let job = self.batch_job_for_release(&token_hash);
-                self.mutate(|core, now| core.free(&token_hash, set, accelerators.as_deref(), now))?;
+                self.mutate(|core, now| core.free(&token_hash, set, accelerators.as_deref(), now)).await?;
                 self.record_release(job).await;
                 Ok(Response::Done)
             }
             Request::Finalize { token } => {
                 let token_hash = keys::hash(&token);
                 let job = self.batch_job_for_release(&token_hash);
-                self.mutate(|core, now| core.finalize(&token_hash, now))?;
+                self.mutate(|core, now| core.finalize(&token_hash, now)).await?;
                 self.leases.lock().expect("leases poisoned").deadline.remove(&token_hash);
                 self.record_release(job).await;
                 Ok(Response::Done)
             }
             Request::HostAdd { addr, name, server_name, ca_pem, labels } => {
                 let host = self.probe(addr, name, server_name, ca_pem, labels).await?;
-                self.mutate(|core, _| core.add_host(host.clone()))?;
+                self.mutate(|core, _| core.add_host(host.clone())).await?;
                 // Only a live link marks a host up; answer once it is (or say it is not, yet).
                 self.links.start(&host);
                 for _ in 0..150 {
@@ -622,11 +664,11 @@ impl Arm {
                 Ok(Response::Hosts(core.hosts.values().map(host_view).collect()))
             }
             Request::HostDrain { name, drain } => {
-                self.mutate(|core, now| core.drain(&name, drain, now))?;
+                self.mutate(|core, now| core.drain(&name, drain, now)).await?;
                 Ok(Response::Done)
             }
             Request::HostRemove { name, force } => {
-                self.mutate(|core, _| core.remove_host(&name, force))?;
+                self.mutate(|core, _| core.remove_host(&name, force)).await?;
                 self.links.stop(&name);
                 Ok(Response::Done)
             }
@@ -639,7 +681,7 @@ impl Arm {
                     peak,
                     ..Job::queued(id.clone(), user, group, nodes, acpn, walltime_s)
                 };
-                self.mutate(|core, now| core.submit(job, now))?;
+                self.mutate(|core, now| core.submit(job, now)).await?;
                 Ok(Response::Submitted { id, credential })
             }
             Request::JobBind { id, nodes, acpn, user, uid, walltime_s } => {
@@ -651,7 +693,7 @@ impl Arm {
                 Ok(Response::Done)
             }
             Request::Health => Ok(Response::Health(self.health())),
-            Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by),
+            Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by).await,
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());
@@ -665,7 +707,7 @@ impl Arm {
                     (None, Some(job)) => ReservationOwner::Job(job),
                     _ => return Err(err(ArmErrorKind::Invalid, "a reservation is for a user or for a job")),
                 };
-                let id = self.mutate(|core, now| core.reserve(count, start, duration_s, owner, now))?;
+                let id = self.mutate(|core, now| core.reserve(count, start, duration_s, owner, now)).await?;
                 let core = self.core.lock().expect("core poisoned");
                 let reservation =
                     core.reservations.get(&id).ok_or_else(|| err(ArmErrorKind::NotFound, "deleted meanwhile"))?;
@@ -679,7 +721,7 @@ impl Arm {
                 ))
             }
             Request::ReservationDelete { id } => {
-                self.mutate(|core, now| core.unreserve(id, now))?;
+                self.mutate(|core, now| core.unreserve(id, now)).await?;
                 Ok(Response::Done)
             }
             Request::JobShow { id } => {
