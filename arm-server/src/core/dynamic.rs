@@ -7,7 +7,7 @@ use ac_proto::arm::{ArmErrorKind, Ask};
 
 use super::{err, Core, GetOutcome, Key, Outcome};
 use crate::model::{DynSet, Holder, JobState, Loan, PendingGet};
-use crate::policy::{usable_free, Decision};
+use crate::policy::Decision;
 
 pub use ac_proto::arm::Preemption;
 
@@ -42,8 +42,11 @@ impl Core {
         // The id is taken (a durable change) only if the request is granted or waits: a
         // rejection changes nothing, so it commits nothing.
         let id = self.next_id + 1;
-        let decision = match self.too_few_idle(&session.job, ask, now) {
-            Some(reason) => Decision::Rejected(reason),
+        let decision = match self.plain_decision(&session.job, ask, now) {
+            Some(decision) => {
+                self.roll_ledger(now);
+                decision
+            }
             None => {
                 let mut view = self.view_with_batch_queue(&session.job, now);
                 let decision = view.request(&session.job, ask, id, now);
@@ -80,31 +83,6 @@ impl Core {
                 Ok(GetOutcome::Waiting(id))
             }
         }
-    }
-
-    /// The core's first refusal, known without building its view: a request that may not wait
-    /// or borrow, of a job with no spare units of its own, when fewer accelerators are idle
-    /// than it needs at least. That is what a saturated pool answers most, so it stays cheap
-    /// however many jobs run. `None` when only the core can tell. (Rolling the fairness ledger
-    /// over is left to the next decision: rolled late, it decays by the same factor.)
-    pub(super) fn too_few_idle(&self, job: &str, ask: &Ask, now: u64) -> Option<String> {
-        if ask.wait_s > 0 || ask.preemptible {
-            return None;
-        }
-        // An open reservation holds idle units the model shows as free.
-        if self.reservations.values().any(|r| r.start <= now && now < r.end()) {
-            return None;
-        }
-        let devices = || self.hosts.values().flat_map(|h| &h.devices);
-        let pool = devices().count() as u32;
-        let own_spare =
-            devices().filter_map(|d| d.holder.as_ref()).any(|h| h.job == job && h.preallocated && h.set.is_none());
-        let idle = usable_free(&self.hosts) as u32;
-        // More than the pool is the core's error to word.
-        if own_spare || ask.min > pool || idle >= ask.min {
-            return None;
-        }
-        Some(arm_sched::Rejection::NoIdleUnits { idle }.to_string())
     }
 
     /// The answer already given to the request with `key` of this session, if any.

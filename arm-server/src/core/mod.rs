@@ -8,6 +8,7 @@
 
 pub mod accounting;
 mod dynamic;
+mod plain;
 mod reservations;
 #[cfg(test)]
 mod tests;

@@ -345,7 +345,8 @@ fn full_decision(core: &Core, job: &str, ask: &Ask, now: u64) -> crate::policy::
 }
 
 #[test]
-fn the_quick_refusal_is_the_cores_own_answer_and_only_when_it_is_sure() {
+fn plain_decisions_are_the_cores_own_answers_and_only_when_they_are_sure() {
+    use crate::policy::Decision;
     let mut core = core(4);
     core.preemption_grace_s = 10;
     core.submit(Job { peak: Some(3), ..job("owner", &["n1"], 1) }, 0).unwrap();
@@ -354,13 +355,14 @@ fn the_quick_refusal_is_the_cores_own_answer_and_only_when_it_is_sure() {
     assert_eq!(held(&core), 4, "the pool is full: the owner's 1 static and 2 spare, a's 1 static");
     let (one, two, five) = (ask(1, 1, ""), ask(2, 2, ""), ask(5, 5, ""));
 
-    let sure = core.too_few_idle("idle", &one, 1).expect("nothing idle, nothing spare: sure");
-    assert_eq!(full_decision(&core, "idle", &one, 1), crate::policy::Decision::Rejected(sure));
-    assert_eq!(core.too_few_idle("owner", &one, 1), None, "the owner grows into its spare unit");
-    assert!(matches!(full_decision(&core, "owner", &one, 1), crate::policy::Decision::Granted(_)));
-    assert_eq!(core.too_few_idle("idle", &Ask { preemptible: true, ..one.clone() }, 1), None, "may borrow");
-    assert_eq!(core.too_few_idle("idle", &Ask { wait_s: 5, ..one.clone() }, 1), None, "may wait");
-    assert_eq!(core.too_few_idle("idle", &five, 1), None, "more than the pool: the core words it");
+    let sure = core.plain_decision("idle", &one, 1).expect("nothing idle, nothing spare: sure");
+    assert!(matches!(sure, Decision::Rejected(_)));
+    assert_eq!(full_decision(&core, "idle", &one, 1), sure);
+    assert_eq!(core.plain_decision("owner", &one, 1), None, "the owner grows into its spare unit");
+    assert!(matches!(full_decision(&core, "owner", &one, 1), Decision::Granted(_)));
+    assert_eq!(core.plain_decision("idle", &Ask { preemptible: true, ..one.clone() }, 1), None, "may borrow");
+    assert_eq!(core.plain_decision("idle", &Ask { wait_s: 5, ..one.clone() }, 1), None, "may wait");
+    assert_eq!(core.plain_decision("idle", &five, 1), None, "more than the pool: the core words it");
 
     // One unit freed, another host down: 1 usable idle unit.
     let freed = core.held_by("a")[0].0.clone();
@@ -368,14 +370,67 @@ fn the_quick_refusal_is_the_cores_own_answer_and_only_when_it_is_sure() {
     core.end_job("a", 2).unwrap();
     core.set_up(&down, false, 2);
     assert_eq!(usable_free(&core.hosts), 1);
-    let sure = core.too_few_idle("idle", &two, 3).expect("fewer idle than the minimum");
-    assert_eq!(full_decision(&core, "idle", &two, 3), crate::policy::Decision::Rejected(sure.clone()));
-    assert!(sure.contains("only 1 "), "{sure}");
-    assert_eq!(core.too_few_idle("idle", &one, 3), None, "enough idle: only the core can tell");
+    let sure = core.plain_decision("idle", &two, 3).expect("fewer idle than the minimum");
+    assert_eq!(full_decision(&core, "idle", &two, 3), sure);
+    assert!(matches!(&sure, Decision::Rejected(r) if r.contains("only 1 ")), "{sure:?}");
+    let granted = core.plain_decision("idle", &ask(1, 3, ""), 3).expect("nothing queued: a plain grant");
+    assert_eq!(granted, Decision::Granted(vec![freed]));
+    assert_eq!(full_decision(&core, "idle", &ask(1, 3, ""), 3), granted);
 
-    // An open reservation holds units the model shows free: only the core can tell.
+    // A queued job could be delayed, a reservation holds units: only the core can tell.
+    core.submit(job("big", &["n1", "n2", "n3", "n4"], 1), 3).unwrap();
+    assert_eq!(core.plain_decision("idle", &one, 3), None, "a job is queued");
+    core.end_job("big", 3).unwrap();
     core.set_up(&down, true, 4);
     core.reserve(1, 10, 100, ReservationOwner::User("v".into()), 5).unwrap();
-    assert!(core.too_few_idle("idle", &five, 20).is_none());
-    assert_eq!(core.too_few_idle("idle", &ask(4, 4, ""), 20), None, "a reservation is open");
+    assert_eq!(core.plain_decision("idle", &one, 5), None, "a reservation is ahead");
+    assert_eq!(core.plain_decision("idle", &ask(4, 4, ""), 20), None, "a reservation is open");
+}
+
+#[test]
+fn plain_decisions_match_the_core_across_many_pools() {
+    use crate::policy::Decision;
+    let mut random = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % n
+    };
+    let (mut plain, mut compared) = (0, 0);
+    for round in 0..300 {
+        let hosts = 2 + next(5) as usize;
+        let mut core = core(hosts);
+        for j in 0..next(4) {
+            let peak = (next(3) == 0).then_some(2);
+            let _ = core.submit(Job { peak, ..job(&format!("s{j}"), &["n1"], next(2) as u32) }, 0);
+        }
+        core.submit(job("me", &["n1"], 0), 0).unwrap();
+        core.open_session("t".into(), &JobAuth::Credential { job: "me".into(), secret: "secret".into() }, "n1", 0)
+            .unwrap();
+        // Some of its own grants, a host down or draining, sometimes a queued job.
+        if next(2) == 0 {
+            let _ = core.get("t", &[], false, &ask(1, 1 + next(2) as u32, &format!("k{round}")), 1);
+        }
+        let name = format!("h{}", next(hosts as u64));
+        match next(4) {
+            0 => drop(core.set_up(&name, false, 1)),
+            1 => drop(core.drain(&name, true, 1)),
+            _ => {}
+        }
+        if next(4) == 0 {
+            let _ = core.submit(Job { walltime_s: 100, ..job("q", &["n1", "n2"], 1) }, 1);
+        }
+        let min = 1 + next(3) as u32;
+        let asked = Ask { wait_s: if next(4) == 0 { 5 } else { 0 }, ..ask(min, min + next(3) as u32, "") };
+        let full = full_decision(&core, "me", &asked, 2);
+        if let Some(quick) = core.plain_decision("me", &asked, 2) {
+            assert_eq!(quick, full, "round {round}: {asked:?}");
+            plain += 1;
+            if matches!(quick, Decision::Granted(_)) {
+                compared += 1;
+            }
+        }
+    }
+    assert!(plain > 100 && compared > 30, "{plain} plain decisions, {compared} grants: the comparison means something");
 }
