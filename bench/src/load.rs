@@ -5,7 +5,7 @@
 //! dial the granted backends).
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use ac_backend::{BackendConfig, DeviceChoice};
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{Ask, JobAuth, Request, Response};
-use anyhow::{bail, Context};
+use anyhow::bail;
 
-use crate::setup::{cpu_seconds, percentiles, sibling, InProcess};
+use crate::setup::{cpu_seconds, percentiles, spawn_daemon, InProcess};
 
 const HOSTS: usize = 8;
 const DEVICES: u32 = 8;
@@ -29,27 +29,8 @@ struct Manager {
 
 impl Manager {
     fn start() -> anyhow::Result<Self> {
-        let exe = sibling("arm-server")?;
         let dir = tempfile::tempdir()?;
-        let addr_file = dir.path().join("addr");
-        let child = Command::new(&exe)
-            .args(["--listen", "127.0.0.1:0"])
-            .arg("--state-dir")
-            .arg(dir.path().join("arm"))
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .env("RUST_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let start = Instant::now();
-        while std::fs::read_to_string(&addr_file).map_or(true, |s| s.trim().is_empty()) {
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!("{} did not start", exe.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let addr = std::fs::read_to_string(&addr_file)?.trim().parse()?;
+        let (child, addr) = spawn_daemon("arm-server", &[], &dir.path().join("arm"))?;
         Ok(Self { child, addr, dir })
     }
 

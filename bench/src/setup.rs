@@ -1,5 +1,6 @@
 //! Starting backends (in this process or as a child process) and connecting clients.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -53,27 +54,9 @@ pub struct Child_ {
 
 impl Child_ {
     pub fn start(memory_mib: u64) -> anyhow::Result<Self> {
-        let exe = sibling("ac-backend")?;
         let state = tempfile::tempdir()?;
-        let addr_file = state.path().join("addr");
-        let child = Command::new(&exe)
-            .args(["--listen", "127.0.0.1:0", "--memory-mib", &memory_mib.to_string()])
-            .arg("--state-dir")
-            .arg(state.path().join("backend"))
-            .arg("--addr-file")
-            .arg(&addr_file)
-            .env("RUST_LOG", "warn")
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
-        let start = Instant::now();
-        while !addr_file.exists() || std::fs::read_to_string(&addr_file)?.trim().is_empty() {
-            if start.elapsed() > Duration::from_secs(10) {
-                bail!("{} did not start", exe.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let addr = std::fs::read_to_string(&addr_file)?.trim().parse()?;
+        let memory = memory_mib.to_string();
+        let (child, addr) = spawn_daemon("ac-backend", &["--memory-mib", &memory], &state.path().join("backend"))?;
         let options = ConnectOptions::new(addr, state.path().join("backend/ca.pem"));
         Ok(Self { child, options, _state: state })
     }
@@ -88,6 +71,32 @@ impl Drop for Child_ {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Starts daemon `name` (a sibling binary) on a free loopback port with its state in
+/// `state_dir` and `args` besides, quiet but for warnings, and waits for its address.
+pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> anyhow::Result<(Child, SocketAddr)> {
+    let exe = sibling(name)?;
+    let addr_file = state_dir.with_extension("addr");
+    let child = Command::new(&exe)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .arg("--addr-file")
+        .arg(&addr_file)
+        .env("RUST_LOG", "warn")
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    let start = Instant::now();
+    while std::fs::read_to_string(&addr_file).map_or(true, |s| s.trim().is_empty()) {
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("{} did not start", exe.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok((child, std::fs::read_to_string(&addr_file)?.trim().parse()?))
 }
 
 /// A binary built next to this one.

@@ -305,6 +305,16 @@ fn backend_options(backend: &BackendProcess) -> ConnectOptions {
     options
 }
 
+/// Messages sent and answers received by all the hostile clients.
+async fn totals<N: std::ops::Add<Output = N> + Default>(clients: Vec<tokio::task::JoinHandle<(N, N)>>) -> (N, N) {
+    let (mut sent, mut answered) = (N::default(), N::default());
+    for client in clients {
+        let (s, a) = client.await.expect("hostile client");
+        (sent, answered) = (sent + s, answered + a);
+    }
+    (sent, answered)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_under_hostile_clients_stays_up_exact_and_bounded() {
     let seed = seed();
@@ -335,11 +345,7 @@ async fn a_backend_under_hostile_clients_stays_up_exact_and_bounded() {
         bystander_round(&bystander, &kept, &data, round).await;
         round += 1;
     }
-    let (mut sent, mut answered) = (0, 0);
-    for client in clients {
-        let (s, a) = client.await.expect("hostile client");
-        (sent, answered) = (sent + s, answered + a);
-    }
+    let (sent, answered) = totals(clients).await;
     let peak = watch.peak().await;
     eprintln!(
         "backend: {sent} hostile messages ({answered} replies) in {:.1} s, {round} bystander rounds, RSS {} MiB \
@@ -716,11 +722,7 @@ async fn a_manager_under_hostile_clients_stays_up_and_keeps_other_jobs_whole() {
         assert_eq!(bed.victim_view().await, before, "the victim's holdings changed (seed {seed})");
         round += 1;
     }
-    let (mut sent, mut answered) = (0, 0);
-    for client in clients {
-        let (s, a) = client.await.expect("hostile client");
-        (sent, answered) = (sent + s, answered + a);
-    }
+    let (sent, answered) = totals(clients).await;
     let peak = watch.peak().await;
     eprintln!(
         "manager: {sent} hostile requests ({answered} answers) in {:.1} s, {round} victim rounds, RSS {} MiB before, peak {} MiB",
