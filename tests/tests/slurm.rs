@@ -109,7 +109,8 @@ async fn with_the_manager_down_the_prolog_fails_and_slurm_requeues_the_job() {
     assert!(requeued, "state {} reason {}", c.job_field(&job, "JobState"), c.job_field(&job, "Reason"));
     assert!(c.output(&job).is_empty(), "the job must not start without its accelerators: {}", c.output(&job));
     c.restart_arm();
-    c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now"]);
+    // Not within the second of the requeue (see the requeue test below).
+    c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now+2"]);
     let ran = c.wait_until(Duration::from_secs(30), |c| c.output(&job).contains("done")).await;
     assert!(ran, "after the manager came back: {}", c.output(&job));
 }
@@ -299,16 +300,18 @@ async fn a_requeued_job_starts_again_with_its_static_licenses_only() {
         })
         .await;
     assert!(requeued, "{}", c.show_job(&job));
-    // Slurm holds a requeued job back for a while; `starttime=now` releases it, once the
-    // job's first run is over (its epilog reached the manager, and Slurm no longer lists it as
-    // completing).
+    // Slurm holds a requeued job back for a while; `starttime` releases it, once the job's
+    // first run is over (its epilog reached the manager, and Slurm no longer lists it as
+    // completing). Not within the second of the requeue: slurmd refuses a credential made in
+    // the second its job's earlier credential was revoked ("Job credential revoked"), so the
+    // second run starts 2 s on.
     let ended = eventually(Duration::from_secs(10), || async {
         c.arm_job(&job).await.is_some_and(|v| v.state == "ended")
             && c.run("squeue", &["-h", "-t", "CG", "-o", "%A"]).trim().is_empty()
     })
     .await;
     assert!(ended, "the first run did not end: {}\n{}", c.show_job(&job), c.logs());
-    c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now"]);
+    c.run("scontrol", &["update", &format!("jobid={job}"), "starttime=now+2"]);
     let again = c.wait_until(Duration::from_secs(30), |c| c.output(&job).contains("done")).await;
     assert!(again, "the second run: {}\n{}\npool {:?}\n{}", c.output(&job), c.show_job(&job), c.licenses(), c.logs());
     assert_eq!((c.job_field(&job, "JobState").as_str(), c.job_field(&job, "Licenses").as_str()), ("RUNNING", "ac:1"));
