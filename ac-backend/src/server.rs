@@ -399,8 +399,8 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
             batch.push(more);
         }
         let revokes: Vec<(u64, u64)> = batch.iter().map(|r| (r.capability, r.expires)).collect();
-        let trust = shared.clone();
-        let stored = tokio::task::spawn_blocking(move || trust.trust.revoke(&revokes))
+        let on_disk = shared.clone();
+        let stored = tokio::task::spawn_blocking(move || on_disk.trust.revoke(&revokes))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         for revoke in &batch {

@@ -78,11 +78,9 @@ impl View {
         for host in hosts.values() {
             first_unit.push(accelerators.len() as UnitId);
             for device in &host.devices {
-                scheduler.add_unit(Unit { host: host.name.clone(), labels: host.labels.clone() });
-                accelerators.push(host.accelerator_id(device.index));
-            }
-            for unit in first_unit[first_unit.len() - 1]..accelerators.len() as UnitId {
+                let unit = scheduler.add_unit(Unit { host: host.name.clone(), labels: host.labels.clone() });
                 scheduler.set_usable(unit, host.up && !host.draining).expect("just added");
+                accelerators.push(host.accelerator_id(device.index));
             }
         }
         // Per owner: the units it uses and its spare (pre-allocated, unused or lent) ones; and
@@ -322,5 +320,13 @@ pub enum Decision {
 
 /// Free accelerators on hosts that are up and not draining.
 pub fn usable_free(hosts: &BTreeMap<String, Host>) -> usize {
-    hosts.values().filter(|h| h.up && !h.draining).flat_map(|h| &h.devices).filter(|d| d.holder.is_none()).count()
+    usable_free_ids(hosts).count()
+}
+
+/// The ids of [`usable_free`]'s accelerators, in host and device order (the core's unit order).
+pub fn usable_free_ids(hosts: &BTreeMap<String, Host>) -> impl Iterator<Item = String> + '_ {
+    hosts
+        .values()
+        .filter(|h| h.up && !h.draining)
+        .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none()).map(|d| h.accelerator_id(d.index)))
 }

@@ -9,7 +9,7 @@ use arm_sched::Rejection;
 
 use super::{Core, Key};
 use crate::model::JobState;
-use crate::policy::Decision;
+use crate::policy::{usable_free, usable_free_ids, Decision};
 
 impl Core {
     /// The core's answer to `job`'s request `ask`, if it is plain: `None` when only the core
@@ -35,23 +35,18 @@ impl Core {
         if own_spare || ask.min > pool || footprint > pool {
             return None;
         }
-        let idle: Vec<String> = self
-            .hosts
-            .values()
-            .filter(|h| h.up && !h.draining)
-            .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none()).map(|d| h.accelerator_id(d.index)))
-            .collect();
-        if (idle.len() as u32) < ask.min {
+        let idle = usable_free(&self.hosts) as u32;
+        if idle < ask.min {
             let reservation_open = self.reservations.values().any(|r| r.start <= now && now < r.end());
             return (ask.wait_s == 0 && !reservation_open)
-                .then(|| Decision::Rejected(Rejection::NoIdleUnits { idle: idle.len() as u32 }.to_string()));
+                .then(|| Decision::Rejected(Rejection::NoIdleUnits { idle }.to_string()));
         }
         let queued = !self.batch_queue.is_empty() || self.jobs.values().any(|j| j.state == JobState::Queued);
         if queued || !self.reservations.is_empty() {
             return None;
         }
         let take = ask.max.min(pool) as usize;
-        Some(Decision::Granted(idle.into_iter().take(take).collect()))
+        Some(Decision::Granted(usable_free_ids(&self.hosts).take(take).collect()))
     }
 
     /// Rolls the fairness ledger over to `now`, as the core does at every request.
