@@ -153,7 +153,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     config.validate()?;
     let devices = make_devices(&config)?;
     let (identity, ca_cert) = identity(&config)?;
-    let lane_tls = tls::server_tls(identity.clone(), lane::ALPN)?;
+    let acceptor = lane::server_config(identity.clone())?;
     let crypto = tls::server_crypto(identity, ALPN)?;
     let endpoint = transport::server_endpoint(
         config.listen,
@@ -186,7 +186,6 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     };
     let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
-    let acceptor = TlsAcceptor::from(Arc::new(lane_tls));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
         tracing::info!(%addr, lane_port, "serving bulk lanes (TLS over TCP)");
@@ -239,7 +238,7 @@ async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, 
 async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let opened = async {
         lane::tune(&socket).map_err(|e| e.to_string())?;
-        let stream = acceptor.accept(lane::buffered(socket)).await.map_err(|e| format!("TLS handshake: {e}"))?;
+        let stream = lane::accept(socket, &acceptor).await.map_err(|e| format!("TLS handshake: {e}"))?;
         let mut reader = FrameReader::new(LaneStream(stream));
         let hello = read_hello(&mut reader).await.map_err(|(_, reason)| reason)?;
         Ok::<_, String>((hello, reader))

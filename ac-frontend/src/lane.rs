@@ -9,14 +9,13 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{BulkHeader, Hello, Preamble, Reply, Response};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
-use ac_proto::lane::tokio_rustls::{client::TlsStream, TlsConnector};
-use ac_proto::lane::{self, LaneStream};
+use ac_proto::lane::tokio_rustls::TlsConnector;
+use ac_proto::lane::{self, LaneStream, LaneTls};
 use ac_proto::{tls, ProtoError};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -28,7 +27,7 @@ use crate::{Error, Result};
 const DIAL_LIMIT: Duration = Duration::from_secs(3);
 
 /// One open lane.
-type Lane = FrameReader<LaneStream<TlsStream<lane::Socket>>>;
+type Lane = FrameReader<LaneStream<LaneTls>>;
 
 /// What a lane failure was: the copy's outcome is unknown and the lane is closed.
 #[derive(Debug)]
@@ -63,7 +62,6 @@ impl Lanes {
             Some(pem) => tls::roots_from_pem(pem.as_bytes())?,
             None => tls::load_roots(&options.ca_cert)?,
         };
-        let config = tls::client_tls(roots, lane::ALPN, None)?;
         let server_name = ServerName::try_from(options.server_name.clone())
             .map_err(|e| Error::Setup(format!("server name {:?}: {e}", options.server_name)))?;
         let mut opening = Preamble::CURRENT.to_bytes().to_vec();
@@ -71,7 +69,7 @@ impl Lanes {
         Ok(Some(Self {
             addr: SocketAddr::new(options.addr.ip(), port),
             server_name,
-            connector: TlsConnector::from(Arc::new(config)),
+            connector: lane::client_config(roots)?,
             opening,
             slots: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
             unreachable: AtomicBool::new(false),
@@ -112,7 +110,7 @@ impl Lanes {
         for slot in &self.slots {
             let Ok(mut slot) = slot.try_lock() else { continue };
             let Some(lane) = slot.as_mut() else { continue };
-            let tcp = lane.stream_mut().0.get_ref().0.get_ref();
+            let tcp = lane.stream_mut().0.tcp();
             match tcp.try_read(&mut [0u8; 1]) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 // End of stream, a reset, or bytes nobody asked for: the lane is done either way.
@@ -139,7 +137,8 @@ impl Lanes {
         payload: Payload<'_>,
     ) -> std::result::Result<Result<()>, Broken> {
         let mut slot = self.slots[index].lock().await;
-        let mut lane = match slot.take() {
+        // A lane whose keys could not carry the whole copy is closed: a fresh one has fresh keys.
+        let mut lane = match slot.take().filter(|lane| lane.stream().0.fits(header.len)) {
             Some(lane) => lane,
             None => match self.dial().await {
                 Ok(lane) => lane,
@@ -176,9 +175,7 @@ impl Lanes {
             .await
             .map_err(|e| Error::Setup(format!("cannot reach the bulk lane port {}: {e}", self.addr)))?;
         lane::tune(&socket)?;
-        let mut stream = self
-            .connector
-            .connect(self.server_name.clone(), lane::buffered(socket))
+        let mut stream = lane::connect(socket, &self.connector, self.server_name.clone())
             .await
             .map_err(|e| Error::Setup(format!("bulk lane to {}: TLS: {e}", self.addr)))?;
         stream.write_all(&self.opening).await.map_err(ProtoError::from)?;
@@ -203,7 +200,7 @@ pub(crate) enum Payload<'a> {
 }
 
 /// The lane's raw stream, to write to.
-fn stream(lane: &mut Lane) -> &mut TlsStream<lane::Socket> {
+fn stream(lane: &mut Lane) -> &mut LaneTls {
     &mut lane.stream_mut().0
 }
 

@@ -96,6 +96,11 @@ impl<S: Source + Send> FrameReader<S> {
         Self { stream, buf: BytesMut::new() }
     }
 
+    /// The underlying stream, to look at.
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+
     /// The underlying stream, e.g. to `stop` it with an error code, or to write to a lane.
     pub fn stream_mut(&mut self) -> &mut S {
         &mut self.stream

@@ -31,9 +31,9 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
         let crypto = tls::server_crypto(tls::load_identity(&files.cert, &files.key)?, ALPN)?;
         let endpoint = transport::server_endpoint("127.0.0.1:0".parse()?, crypto, &Tuning::default(), None)?;
         let lanes = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let lane_tls = tls::server_tls(tls::load_identity(&files.cert, &files.key)?, lane::ALPN)?;
+        let acceptor = lane::server_config(tls::load_identity(&files.cert, &files.key)?)?;
         println!("{} {}", endpoint.local_addr()?.port(), lanes.local_addr()?.port());
-        tokio::spawn(serve_lanes(lanes, lane_tls));
+        tokio::spawn(serve_lanes(lanes, acceptor));
         while let Some(incoming) = endpoint.accept().await {
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else { return };
@@ -48,14 +48,13 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
 
 /// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) to its end and
 /// answers with the byte count.
-async fn serve_lanes(listener: tokio::net::TcpListener, config: lane::tokio_rustls::rustls::ServerConfig) {
+async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_rustls::TlsAcceptor) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let acceptor = lane::tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     while let Ok((socket, _)) = listener.accept().await {
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             let _ = lane::tune(&socket);
-            let Ok(mut stream) = acceptor.accept(lane::buffered(socket)).await else { return };
+            let Ok(mut stream) = lane::accept(socket, &acceptor).await else { return };
             let (mut buf, mut total) = (vec![0u8; 1 << 20], 0u64);
             while let Ok(n @ 1..) = stream.read(&mut buf).await {
                 total += n as u64;
@@ -142,13 +141,11 @@ impl Peer {
     async fn lane_one_way(&self, payload: &[u8], times: usize) -> anyhow::Result<f64> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let roots = tls::load_roots(&self._dir.path().join("ca.pem"))?;
-        let config = tls::client_tls(roots, lane::ALPN, None)?;
         let start = Instant::now();
         let socket = tokio::net::TcpStream::connect(("127.0.0.1", self.lane_port)).await?;
         lane::tune(&socket)?;
         let name = lane::tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")?;
-        let connector = lane::tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-        let mut stream = connector.connect(name, lane::buffered(socket)).await?;
+        let mut stream = lane::connect(socket, &lane::client_config(roots)?, name).await?;
         for _ in 0..times {
             stream.write_all(payload).await?;
         }

@@ -116,19 +116,18 @@ fn tcp(args: &[String]) -> std::io::Result<()> {
 /// it; timed as [`tcp`]. `tls-recv PORT MIB DIR` makes a certificate in DIR; `tls-send ADDR MIB
 /// DIR` trusts its CA.
 async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
-    use ac_proto::lane::tokio_rustls::{TlsAcceptor, TlsConnector};
     use ac_proto::{lane, tls};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mib, dir): (usize, &std::path::Path) = (number(args, 2), args.get(3).unwrap_or_else(|| usage()).as_ref());
     let mut buf = vec![0x5au8; 1 << 20];
     if args[0] == "tls-recv" {
         let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
-        let config = tls::server_tls(tls::load_identity(&files.cert, &files.key)?, lane::ALPN)?;
+        let acceptor = lane::server_config(tls::load_identity(&files.cert, &files.key)?)?;
         let listener = tokio::net::TcpListener::bind(("0.0.0.0", number::<u16>(args, 1))).await?;
         say("listening");
         let (socket, _) = listener.accept().await?;
         lane::tune(&socket)?;
-        let mut conn = TlsAcceptor::from(std::sync::Arc::new(config)).accept(lane::buffered(socket)).await?;
+        let mut conn = lane::accept(socket, &acceptor).await?;
         let mut left = mib << 20;
         while left > 0 {
             match conn.read(&mut buf[..left.min(1 << 20)]).await? {
@@ -139,14 +138,14 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
         say(format_args!("received {}", (mib << 20) - left));
         return Ok(());
     }
-    let config = tls::client_tls(tls::load_roots(&dir.join("ca.pem"))?, lane::ALPN, None)?;
+    let connector = lane::client_config(tls::load_roots(&dir.join("ca.pem"))?)?;
     let addr: std::net::SocketAddr = args[1].parse().unwrap_or_else(|_| usage());
     // The certificate names the receiver's loopback names only; the check costs the same.
     let name = ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName::try_from("localhost").expect("a name");
     let start = Instant::now();
     let socket = tokio::net::TcpStream::connect(addr).await?;
     lane::tune(&socket)?;
-    let mut conn = TlsConnector::from(std::sync::Arc::new(config)).connect(name, lane::buffered(socket)).await?;
+    let mut conn = lane::connect(socket, &connector, name).await?;
     for _ in 0..mib {
         conn.write_all(&buf).await?;
     }

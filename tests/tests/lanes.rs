@@ -2,7 +2,6 @@
 //! one, a refused copy leaves the lane in step for the next, a lane ends with its session, a copy
 //! given up halfway costs nothing but its lane, and the daemon shrugs off what is not a lane.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{
@@ -10,14 +9,14 @@ use ac_proto::backend::{
     SessionId,
 };
 use ac_proto::frame::{frame_bytes, FrameReader};
-use ac_proto::lane::tokio_rustls::{client::TlsStream, rustls::pki_types::ServerName, TlsConnector};
-use ac_proto::lane::{self, LaneStream};
+use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
+use ac_proto::lane::{self, LaneStream, LaneTls};
 use ac_proto::tls;
 use ac_tests::TestBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-type RawLane = FrameReader<LaneStream<TlsStream<lane::Socket>>>;
+type RawLane = FrameReader<LaneStream<LaneTls>>;
 
 /// A session opened by hand: its id, secret and lane port, and its control stream.
 struct RawSession {
@@ -51,10 +50,9 @@ impl RawSession {
 /// A TLS connection to the lane port that has said `hello`, and the backend's reply.
 async fn raw_lane(tb: &TestBackend, port: u16, hello: &Hello) -> (RawLane, Response) {
     let roots = tls::load_roots(tb.backend.ca_cert()).unwrap();
-    let config = tls::client_tls(roots, lane::ALPN, None).unwrap();
     let socket = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let name = ServerName::try_from("127.0.0.1").unwrap();
-    let mut stream = TlsConnector::from(Arc::new(config)).connect(name, lane::buffered(socket)).await.unwrap();
+    let mut stream = lane::connect(socket, &lane::client_config(roots).unwrap(), name).await.unwrap();
     let mut opening = Preamble::CURRENT.to_bytes().to_vec();
     opening.extend_from_slice(&frame_bytes(hello).unwrap());
     stream.write_all(&opening).await.unwrap();

@@ -15,6 +15,9 @@
 //! payload (device to host). A copy's order among the session's work is still its header's
 //! `after` (see "Order" in [`crate::backend`]): the lane only carries bytes.
 //!
+//! The bytes travel in TLS 1.3 records of the lane's own record layer ([`record`], [`LaneTls`]):
+//! rustls runs the handshake and hands over the traffic secrets, as it does for kernel TLS.
+//!
 //! The backend drains the payload of a copy it refuses, so that the lane stays in step; a
 //! device failure after a device-to-host header closes the lane, and the client opens another.
 
@@ -25,6 +28,10 @@ use crate::frame::Source;
 use crate::pieces::Blank;
 use crate::ProtoError;
 
+pub mod record;
+mod stream;
+
+pub use stream::{accept, connect, LaneTls, READ_BUFFER, WRITE_BUFFER};
 pub use tokio_rustls;
 
 /// The lanes' ALPN: not the QUIC protocol's, so that neither can be mistaken for the other.
@@ -64,16 +71,22 @@ impl<T: AsyncRead + Unpin + Send> Source for LaneStream<T> {
     }
 }
 
-/// A lane's socket under its TLS layer: reads go through a buffer, because rustls asks the
-/// socket for 4 KiB at a time (a system call each); the buffer asks for up to [`READ_BUFFER`].
-pub type Socket = tokio::io::BufReader<tokio::net::TcpStream>;
+/// The lanes' server TLS configuration presenting `identity`: TLS 1.3 as for QUIC, no session
+/// tickets (nothing may follow the handshake before the ready record, see [`stream`]), and the
+/// traffic secrets handed to the lane's record layer.
+pub fn server_config(identity: crate::tls::Identity) -> Result<tokio_rustls::TlsAcceptor, ProtoError> {
+    let mut config = crate::tls::server_tls(identity, ALPN)?;
+    config.send_tls13_tickets = 0;
+    config.enable_secret_extraction = true;
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+}
 
-/// How much one read from a lane's socket may bring.
-pub const READ_BUFFER: usize = 256 << 10;
-
-/// Wraps a connected, tuned socket for its TLS layer.
-pub fn buffered(socket: tokio::net::TcpStream) -> Socket {
-    tokio::io::BufReader::with_capacity(READ_BUFFER, socket)
+/// The lanes' client TLS configuration trusting `roots` (the backend's certificate is verified
+/// as for QUIC), the traffic secrets handed to the lane's record layer.
+pub fn client_config(roots: rustls::RootCertStore) -> Result<tokio_rustls::TlsConnector, ProtoError> {
+    let mut config = crate::tls::client_tls(roots, ALPN, None)?;
+    config.enable_secret_extraction = true;
+    Ok(tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)))
 }
 
 /// Sets up a lane's TCP socket (either side): no Nagle delay, since a lane's last segment of a

@@ -1,0 +1,277 @@
+//! A lane's TLS 1.3 record layer (RFC 8446 §5), over the traffic secrets rustls negotiated: no
+//! I/O here, only sealing records into a buffer and opening them in place.
+//!
+//! Why not rustls's own: its buffered connection copies every received record twice more (into a
+//! fresh `Vec`, then into the caller's buffer) and reads the socket 4 KiB at a time, and it
+//! allocates a `Vec` per record sent. On a 2-core host those copies and allocations were a tenth
+//! of a lane's CPU (`BENCHMARKS.md`, "Bulk copies between two hosts"). rustls hands its secrets
+//! out for exactly this (`dangerous_extract_secrets`, the kernel TLS path); the records on the
+//! wire are the same TLS 1.3 records, and this is also where kernel TLS would take over.
+//!
+//! What is not supported, and why that is safe: post-handshake messages (key updates, session
+//! tickets). The lane's server sends no tickets, neither side sends key updates, and one that
+//! arrives is an error that closes the lane. Instead of a key update, a direction stops at
+//! [`RECORD_LIMIT`] records, below AES-GCM's confidentiality limit (RFC 8446 §5.5); the client
+//! dials a fresh lane (fresh keys) before a copy that would cross it.
+
+use std::ops::Range;
+
+use ring::aead;
+use rustls::ConnectionTrafficSecrets;
+
+use crate::ProtoError;
+
+/// A record's header: outer content type, legacy version, length.
+pub const HEADER: usize = 5;
+/// The most plaintext one record carries (2^14).
+pub const MAX_PLAIN: usize = 1 << 14;
+/// The inner content type byte and the AEAD tag each record adds after its plaintext.
+pub const OVERHEAD: usize = 1 + TAG;
+/// The longest record this layer accepts: RFC 8446 allows 2^14 + 256 bytes of ciphertext.
+pub const MAX_RECORD: usize = HEADER + MAX_PLAIN + 256;
+/// Records one direction of a lane may carry: AES-GCM's limit is 2^24.5 full-size records
+/// (RFC 8446 §5.5); one bound below it serves all three AEADs.
+pub const RECORD_LIMIT: u64 = 1 << 24;
+
+const TAG: usize = 16;
+const NONCE: usize = 12;
+const APPLICATION_DATA: u8 = 23;
+const ALERT: u8 = 21;
+const HANDSHAKE: u8 = 22;
+const LEGACY_VERSION: [u8; 2] = [3, 3];
+
+/// One direction's key, IV and record sequence number.
+struct Keys {
+    key: aead::LessSafeKey,
+    iv: [u8; NONCE],
+    seq: u64,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys").field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
+
+impl Keys {
+    fn new((seq, secrets): (u64, ConnectionTrafficSecrets)) -> Result<Self, ProtoError> {
+        let (algorithm, key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (&aead::CHACHA20_POLY1305, key, iv),
+            _ => return Err(ProtoError::Malformed("a lane negotiated an AEAD it cannot use".into())),
+        };
+        let key = aead::UnboundKey::new(algorithm, key.as_ref())
+            .map_err(|_| ProtoError::Malformed("a lane's traffic key has the wrong length".into()))?;
+        let iv =
+            iv.as_ref().try_into().map_err(|_| ProtoError::Malformed("a lane's IV has the wrong length".into()))?;
+        Ok(Self { key: aead::LessSafeKey::new(key), iv, seq })
+    }
+
+    /// The next record's nonce (the IV XOR the sequence number, RFC 8446 §5.3), taking the
+    /// sequence number; fails once the direction has carried [`RECORD_LIMIT`] records.
+    fn next_nonce(&mut self) -> Result<aead::Nonce, ProtoError> {
+        if self.seq >= RECORD_LIMIT {
+            return Err(ProtoError::Malformed("the lane's keys carried their limit of records".into()));
+        }
+        let mut nonce = self.iv;
+        for (n, s) in nonce[NONCE - 8..].iter_mut().zip(self.seq.to_be_bytes()) {
+            *n ^= s;
+        }
+        self.seq += 1;
+        Ok(aead::Nonce::assume_unique_for_key(nonce))
+    }
+}
+
+/// The sending direction: seals plaintext into records.
+#[derive(Debug)]
+pub struct Sealer(Keys);
+
+impl Sealer {
+    /// The sending direction of `secrets.tx`.
+    pub fn new(tx: (u64, ConnectionTrafficSecrets)) -> Result<Self, ProtoError> {
+        Keys::new(tx).map(Self)
+    }
+
+    /// Records this direction may still seal.
+    pub fn records_left(&self) -> u64 {
+        RECORD_LIMIT.saturating_sub(self.0.seq)
+    }
+
+    /// Appends `plain` (at most [`MAX_PLAIN`] bytes) to `out` as one application-data record.
+    pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+        assert!(plain.len() <= MAX_PLAIN, "a record carries at most 2^14 bytes");
+        self.seal_typed(APPLICATION_DATA, plain, out)
+    }
+
+    /// Appends a close_notify alert to `out`: the sender's end of the stream.
+    pub fn seal_close(&mut self, out: &mut Vec<u8>) -> Result<(), ProtoError> {
+        self.seal_typed(ALERT, &[1, 0], out)
+    }
+
+    fn seal_typed(&mut self, content: u8, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+        let nonce = self.0.next_nonce()?;
+        let len = plain.len() + OVERHEAD;
+        let header = [APPLICATION_DATA, LEGACY_VERSION[0], LEGACY_VERSION[1], (len >> 8) as u8, len as u8];
+        out.reserve(HEADER + len);
+        out.extend_from_slice(&header);
+        let body = out.len();
+        out.extend_from_slice(plain);
+        out.push(content);
+        let tag = self
+            .0
+            .key
+            .seal_in_place_separate_tag(nonce, aead::Aad::from(header), &mut out[body..])
+            .map_err(|_| ProtoError::Malformed("sealing a lane record failed".into()))?;
+        out.extend_from_slice(tag.as_ref());
+        Ok(())
+    }
+}
+
+/// What a record held.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// Application data: where its plaintext lies in the buffer given to [`Opener::open`]
+    /// (possibly empty).
+    Data(Range<usize>),
+    /// The peer's close_notify: nothing follows.
+    Closed,
+}
+
+/// The receiving direction: opens records in place.
+#[derive(Debug)]
+pub struct Opener(Keys);
+
+impl Opener {
+    /// The receiving direction of `secrets.rx`.
+    pub fn new(rx: (u64, ConnectionTrafficSecrets)) -> Result<Self, ProtoError> {
+        Keys::new(rx).map(Self)
+    }
+
+    /// Records this direction may still open.
+    pub fn records_left(&self) -> u64 {
+        RECORD_LIMIT.saturating_sub(self.0.seq)
+    }
+
+    /// The length of the record at the start of `buf`, header included, once all of it is
+    /// there (`None` before); fails on a header no TLS 1.3 peer sends.
+    pub fn record_len(buf: &[u8]) -> Result<Option<usize>, ProtoError> {
+        let Some(header) = buf.get(..HEADER) else { return Ok(None) };
+        if header[0] != APPLICATION_DATA || header[1..3] != LEGACY_VERSION {
+            return Err(ProtoError::Malformed(format!("not a TLS 1.3 record on a lane: {:02x?}", header)));
+        }
+        let len = HEADER + usize::from(u16::from_be_bytes([header[3], header[4]]));
+        if !(HEADER + OVERHEAD..=MAX_RECORD).contains(&len) {
+            return Err(ProtoError::Malformed(format!("a lane record of {len} bytes")));
+        }
+        Ok((buf.len() >= len).then_some(len))
+    }
+
+    /// Authenticates and decrypts the record that fills `record` (as long as
+    /// [`Opener::record_len`] said) in place.
+    pub fn open(&mut self, record: &mut [u8]) -> Result<Opened, ProtoError> {
+        let nonce = self.0.next_nonce()?;
+        let (header, body) = record.split_at_mut(HEADER);
+        let aad = aead::Aad::from(<[u8; HEADER]>::try_from(&*header).expect("a header's length"));
+        let inner = self
+            .0
+            .key
+            .open_in_place(nonce, aad, body)
+            .map_err(|_| ProtoError::Malformed("a lane record failed authentication".into()))?;
+        // The content type is the last non-zero byte; zeros after it are padding.
+        let Some(end) = inner.iter().rposition(|&b| b != 0) else {
+            return Err(ProtoError::Malformed("a lane record with no content type".into()));
+        };
+        match inner[end] {
+            APPLICATION_DATA => Ok(Opened::Data(HEADER..HEADER + end)),
+            ALERT if inner[..end] == [1, 0] => Ok(Opened::Closed),
+            ALERT => Err(ProtoError::Malformed(format!("the lane's peer sent TLS alert {:?}", &inner[..end]))),
+            HANDSHAKE => Err(ProtoError::Malformed("a post-handshake message (key update or ticket) on a lane".into())),
+            other => Err(ProtoError::Malformed(format!("a lane record of content type {other}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::crypto::cipher::{AeadKey, Iv};
+
+    fn secrets(seq: u64) -> (u64, ConnectionTrafficSecrets) {
+        (seq, ConnectionTrafficSecrets::Aes256Gcm { key: AeadKey::from([7; 32]), iv: Iv::from([9; 12]) })
+    }
+
+    fn pair() -> (Sealer, Opener) {
+        (Sealer::new(secrets(0)).unwrap(), Opener::new(secrets(0)).unwrap())
+    }
+
+    #[test]
+    fn records_open_to_what_was_sealed_in_order() {
+        let (mut sealer, mut opener) = pair();
+        let mut wire = Vec::new();
+        let plains: Vec<Vec<u8>> = vec![vec![], vec![1; 10], (0..MAX_PLAIN).map(|i| i as u8).collect()];
+        for plain in &plains {
+            sealer.seal(plain, &mut wire).unwrap();
+        }
+        sealer.seal_close(&mut wire).unwrap();
+        let mut at = 0;
+        for plain in &plains {
+            let len = Opener::record_len(&wire[at..]).unwrap().unwrap();
+            assert_eq!(len, HEADER + plain.len() + OVERHEAD);
+            assert_eq!(Opener::record_len(&wire[at..at + len - 1]).unwrap(), None, "incomplete");
+            let Opened::Data(range) = opener.open(&mut wire[at..at + len]).unwrap() else { panic!("data") };
+            assert_eq!(&wire[at..][range], &plain[..]);
+            at += len;
+        }
+        let len = Opener::record_len(&wire[at..]).unwrap().unwrap();
+        assert_eq!(opener.open(&mut wire[at..at + len]).unwrap(), Opened::Closed);
+        assert_eq!(sealer.records_left(), RECORD_LIMIT - 4);
+        assert_eq!(opener.records_left(), RECORD_LIMIT - 4);
+    }
+
+    #[test]
+    fn a_changed_byte_a_replayed_or_reordered_record_fails_authentication() {
+        let (mut sealer, _) = pair();
+        let mut wire = Vec::new();
+        sealer.seal(b"first", &mut wire).unwrap();
+        let first_len = wire.len();
+        sealer.seal(b"second", &mut wire).unwrap();
+        for flip in [0, 3, HEADER, first_len - 1] {
+            let mut bad = wire.clone();
+            bad[flip] ^= 1;
+            let mut opener = Opener::new(secrets(0)).unwrap();
+            let len = Opener::record_len(&bad);
+            if let Ok(Some(len)) = len {
+                assert!(opener.open(&mut bad[..len]).is_err(), "flip at {flip} accepted");
+            }
+        }
+        // The second record opened first: its sequence number differs.
+        let mut opener = Opener::new(secrets(0)).unwrap();
+        assert!(opener.open(&mut wire.clone()[first_len..]).is_err());
+        // The first opened twice.
+        let mut opener = Opener::new(secrets(0)).unwrap();
+        opener.open(&mut wire.clone()[..first_len]).unwrap();
+        assert!(opener.open(&mut wire.clone()[..first_len]).is_err());
+    }
+
+    #[test]
+    fn headers_no_tls_13_peer_sends_are_refused() {
+        assert!(Opener::record_len(&[22, 3, 3, 0, 40]).is_err(), "outer handshake type");
+        assert!(Opener::record_len(&[23, 3, 1, 0, 40]).is_err(), "old version");
+        assert!(Opener::record_len(&[23, 3, 3, 0, 2]).is_err(), "shorter than a tag");
+        assert!(Opener::record_len(&[23, 3, 3, 0xff, 0xff]).is_err(), "longer than TLS allows");
+        assert_eq!(Opener::record_len(&[23, 3, 3]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_direction_stops_at_its_record_limit() {
+        let mut sealer = Sealer::new(secrets(RECORD_LIMIT - 1)).unwrap();
+        let mut wire = Vec::new();
+        sealer.seal(b"last", &mut wire).unwrap();
+        assert_eq!(sealer.records_left(), 0);
+        assert!(sealer.seal(b"one more", &mut wire).is_err());
+        let mut opener = Opener::new(secrets(RECORD_LIMIT - 1)).unwrap();
+        assert!(matches!(opener.open(&mut wire), Ok(Opened::Data(_))));
+        assert!(opener.open(&mut wire).is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! A lane's TLS stream: rustls's handshake, then the lane's own record layer ([`super::record`])
+//! over the TCP socket, with large reads and writes.
+//!
+//! The handshake and the first record: rustls runs the handshake and hands over the traffic
+//! secrets. Anything the peer sent after its Finished that rustls read with it would be lost with
+//! rustls's buffers, so the server speaks first: once its handshake is done it sends one empty
+//! record ("ready"), and the client sends nothing before that record has arrived. The client's
+//! rustls cannot hold it either: the server sends it only after the client's Finished, which the
+//! client sends last. It costs one round trip when a lane is dialed, not per copy.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use rustls::pki_types::ServerName;
+use rustls::ExtractedSecrets;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use super::record::{Opened, Opener, Sealer, MAX_PLAIN, MAX_RECORD};
+use crate::ProtoError;
+
+/// How much one read from a lane's socket may bring (a few dozen records).
+pub const READ_BUFFER: usize = 256 << 10;
+/// How many sealed bytes a lane gathers before it writes them to the socket in one call (or
+/// fewer, on a flush).
+pub const WRITE_BUFFER: usize = 512 << 10;
+
+/// A lane's TLS 1.3 stream over TCP. Reads open records in place in one buffer and copy their
+/// plaintext once, to the caller; writes seal into one buffer sent in large writes.
+#[derive(Debug)]
+pub struct LaneTls {
+    tcp: TcpStream,
+    sealer: Sealer,
+    opener: Opener,
+    /// Bytes read from the socket: `inbuf[start..end]` is not yet opened.
+    inbuf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    /// Opened plaintext in `inbuf` not yet read.
+    plain: std::ops::Range<usize>,
+    /// The peer's stream ended (close_notify, or the socket's end between records).
+    ended: bool,
+    /// Sealed records, `out[sent..]` not yet written to the socket.
+    out: Vec<u8>,
+    sent: usize,
+    closing: bool,
+}
+
+/// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
+/// verified by `connector`'s configuration, which must allow secret extraction), then the
+/// server's ready record.
+pub async fn connect(
+    tcp: TcpStream,
+    connector: &TlsConnector,
+    name: ServerName<'static>,
+) -> Result<LaneTls, ProtoError> {
+    let (tcp, connection) = connector.connect(name, tcp).await?.into_inner();
+    let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
+    match lane.next_record().await? {
+        Some(Opened::Data(range)) if range.is_empty() => Ok(lane),
+        _ => Err(ProtoError::Malformed("the lane's first record was not its ready record".into())),
+    }
+}
+
+/// Accepts a lane's TLS over `tcp`: the handshake (with `acceptor`'s configuration, which must
+/// send no tickets and allow secret extraction), then the ready record.
+pub async fn accept(tcp: TcpStream, acceptor: &TlsAcceptor) -> Result<LaneTls, ProtoError> {
+    let (tcp, connection) = acceptor.accept(tcp).await?.into_inner();
+    let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
+    lane.sealer.seal(&[], &mut lane.out)?;
+    std::future::poll_fn(|cx| lane.poll_send_out(cx)).await?;
+    Ok(lane)
+}
+
+impl LaneTls {
+    fn new(tcp: TcpStream, secrets: ExtractedSecrets) -> Result<Self, ProtoError> {
+        Ok(Self {
+            tcp,
+            sealer: Sealer::new(secrets.tx)?,
+            opener: Opener::new(secrets.rx)?,
+            inbuf: vec![0; READ_BUFFER].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            plain: 0..0,
+            ended: false,
+            out: Vec::with_capacity(WRITE_BUFFER + MAX_RECORD),
+            sent: 0,
+            closing: false,
+        })
+    }
+
+    /// The TCP socket under the lane (to look at, not to read or write).
+    pub fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// Whether `bytes` more can go each way on this lane's keys: a copy that would cross the
+    /// record limit is sent on a fresh lane instead.
+    pub fn fits(&self, bytes: u64) -> bool {
+        // A copy's bytes, its header and reply, and records cut short by the chunks it is sent in.
+        let records = bytes / MAX_PLAIN as u64 + bytes / (64 << 10) + 16;
+        self.sealer.records_left() > records && self.opener.records_left() > records
+    }
+
+    /// Opens the next complete record in the buffer, if there is one.
+    fn open_buffered(&mut self) -> Result<Option<Opened>, ProtoError> {
+        let Some(len) = Opener::record_len(&self.inbuf[self.start..self.end])? else { return Ok(None) };
+        let at = self.start;
+        self.start += len;
+        Ok(Some(match self.opener.open(&mut self.inbuf[at..at + len])? {
+            Opened::Data(range) => Opened::Data(at + range.start..at + range.end),
+            Opened::Closed => Opened::Closed,
+        }))
+    }
+
+    /// Reads more bytes from the socket behind those not yet opened; `Ok(0)` at its end.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.inbuf.len() - self.end < MAX_RECORD {
+            // Room for at least one whole record: the partial one moves to the front.
+            self.inbuf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        let mut room = ReadBuf::new(&mut self.inbuf[self.end..]);
+        ready!(Pin::new(&mut self.tcp).poll_read(cx, &mut room))?;
+        let n = room.filled().len();
+        self.end += n;
+        Poll::Ready(Ok(n))
+    }
+
+    /// The next record, read from the socket as needed; `None` when the socket ended between
+    /// records.
+    async fn next_record(&mut self) -> Result<Option<Opened>, ProtoError> {
+        loop {
+            if let Some(opened) = self.open_buffered()? {
+                return Ok(Some(opened));
+            }
+            if std::future::poll_fn(|cx| self.poll_fill(cx)).await? == 0 {
+                return self.socket_ended().map(|()| None).map_err(ProtoError::from);
+            }
+        }
+    }
+
+    /// The socket ended: fine between records (a lane's frames say where a copy ends), not
+    /// inside one.
+    fn socket_ended(&mut self) -> io::Result<()> {
+        self.ended = true;
+        if self.start == self.end {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the lane ended inside a TLS record"))
+        }
+    }
+
+    /// Writes the sealed bytes not yet written.
+    fn poll_send_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.sent < self.out.len() {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.out[self.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += n;
+        }
+        self.out.clear();
+        self.sent = 0;
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn io_error(e: ProtoError) -> io::Error {
+    match e {
+        ProtoError::Io(e) => e,
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
+impl AsyncRead for LaneTls {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.plain.is_empty() {
+                let n = this.plain.len().min(buf.remaining());
+                buf.put_slice(&this.inbuf[this.plain.start..this.plain.start + n]);
+                this.plain.start += n;
+                return Poll::Ready(Ok(()));
+            }
+            if this.ended {
+                return Poll::Ready(Ok(()));
+            }
+            match this.open_buffered().map_err(io_error)? {
+                Some(Opened::Data(range)) => this.plain = range,
+                Some(Opened::Closed) => this.ended = true,
+                None => {
+                    if ready!(this.poll_fill(cx))? == 0 {
+                        this.socket_ended()?;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for LaneTls {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.out.len() >= WRITE_BUFFER {
+            ready!(this.poll_send_out(cx))?;
+        }
+        let mut taken = 0;
+        while taken < data.len() && this.out.len() < WRITE_BUFFER {
+            let piece = &data[taken..data.len().min(taken + MAX_PLAIN)];
+            this.sealer.seal(piece, &mut this.out).map_err(io_error)?;
+            taken += piece.len();
+        }
+        Poll::Ready(Ok(taken))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send_out(cx))?;
+        Pin::new(&mut this.tcp).poll_flush(cx)
+    }
+
+    /// Sends close_notify, then ends the socket's sending side.
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.closing {
+            this.closing = true;
+            this.sealer.seal_close(&mut this.out).map_err(io_error)?;
+        }
+        ready!(this.poll_send_out(cx))?;
+        Pin::new(&mut this.tcp).poll_shutdown(cx)
+    }
+}
