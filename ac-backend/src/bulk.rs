@@ -19,12 +19,13 @@ use std::sync::Arc;
 
 use ac_proto::backend::{close, BulkHeader, Direction, ErrorKind, Reply, Response, WireError};
 use ac_proto::frame::{frame_bytes, FrameReader, Source};
-use ac_proto::lane::LaneStream;
+use ac_proto::lane::{LaneStream, LaneTls};
 use ac_proto::ProtoError;
 use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
+use crate::device::Download;
 use crate::session::{Allocation, Session};
 
 /// What carries a copy: a QUIC bulk stream or a lane. They differ in what a refusal or a
@@ -36,8 +37,16 @@ trait Carrier: Send {
     /// The incoming side.
     fn reader(&mut self) -> &mut FrameReader<Self::Incoming>;
 
-    /// Sends reply frames and device-to-host bytes.
+    /// Sends reply frames.
     fn put(&mut self, bytes: Bytes) -> impl Future<Output = Result<(), ProtoError>> + Send;
+
+    /// Sends the next `len` bytes of `download`. The outer error is the carrier's, the inner
+    /// one the device's.
+    fn put_download(
+        &mut self,
+        download: &mut dyn Download,
+        len: usize,
+    ) -> impl Future<Output = Result<Result<(), WireError>, ProtoError>> + Send;
 
     /// A host-to-device copy is refused with `left` of its payload bytes not read.
     fn refuse_rest(&mut self, left: u64) -> impl Future<Output = Result<(), ProtoError>> + Send;
@@ -66,6 +75,18 @@ impl Carrier for QuicCopy {
         Ok(self.send.write_chunk(bytes).await?)
     }
 
+    /// The device's piece goes to quinn as it is (no copy).
+    async fn put_download(
+        &mut self,
+        download: &mut dyn Download,
+        len: usize,
+    ) -> Result<Result<(), WireError>, ProtoError> {
+        match download.next(len) {
+            Ok(chunk) => self.put(chunk).await.map(Ok),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
     /// Stopping the stream fails the client's writes at once: nothing more is sent.
     async fn refuse_rest(&mut self, _left: u64) -> Result<(), ProtoError> {
         let _ = self.reader.stream_mut().stop(close::COPY_REFUSED.into());
@@ -85,22 +106,31 @@ impl Carrier for QuicCopy {
 }
 
 /// A bulk lane: copies one after another on one TLS stream.
-struct Lane<T> {
-    reader: FrameReader<LaneStream<T>>,
+struct Lane {
+    reader: FrameReader<LaneStream<LaneTls>>,
 }
 
 /// How much of a refused copy's payload a lane reads (and drops) at a time.
 const DRAIN_PIECE: u64 = 256 << 10;
 
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Carrier for Lane<T> {
-    type Incoming = LaneStream<T>;
+impl Carrier for Lane {
+    type Incoming = LaneStream<LaneTls>;
 
-    fn reader(&mut self) -> &mut FrameReader<LaneStream<T>> {
+    fn reader(&mut self) -> &mut FrameReader<LaneStream<LaneTls>> {
         &mut self.reader
     }
 
     async fn put(&mut self, bytes: Bytes) -> Result<(), ProtoError> {
         Ok(self.reader.stream_mut().0.write_all(&bytes).await?)
+    }
+
+    /// The device reads straight into the lane's records, which are sealed where they lie.
+    async fn put_download(
+        &mut self,
+        download: &mut dyn Download,
+        len: usize,
+    ) -> Result<Result<(), WireError>, ProtoError> {
+        self.reader.stream_mut().0.write_filled(len, |out| download.next_into(out)).await
     }
 
     /// The client sends the whole payload before it reads the reply: the lane reads it to the
@@ -133,10 +163,7 @@ pub async fn serve(session: Arc<Session>, send: SendStream, reader: FrameReader)
 
 /// Serves a lane whose hello was read by `reader`, one copy after another, until the client
 /// closes it (`Ok`) or breaks it (`Err`: the lane is closed).
-pub async fn serve_lane<T: AsyncRead + AsyncWrite + Unpin + Send>(
-    session: Arc<Session>,
-    reader: FrameReader<LaneStream<T>>,
-) -> Result<(), ProtoError> {
+pub async fn serve_lane(session: Arc<Session>, reader: FrameReader<LaneStream<LaneTls>>) -> Result<(), ProtoError> {
     let mut lane = Lane { reader };
     while let Some(header) = lane.reader.read_frame::<BulkHeader>().await? {
         copy(&session, header, &mut lane).await?;
@@ -326,9 +353,8 @@ async fn send_streaming(
         // The chunk waits for the client's reading: it counts against the session's budget, so
         // that many copies nobody reads cannot fill the host.
         let _held = session.reserve(len as u64).await;
-        match download.next(len) {
-            Ok(chunk) => carrier.put(chunk).await?,
-            Err(e) => return Ok(Err(e)),
+        if let Err(e) = carrier.put_download(&mut *download, len).await? {
+            return Ok(Err(e));
         }
         sent += len as u64;
     }

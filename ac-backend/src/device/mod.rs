@@ -142,6 +142,14 @@ pub trait Upload: Send {
 pub trait Download: Send {
     /// The next `len` bytes of the copy.
     fn next(&mut self, len: usize) -> DeviceResult<Bytes>;
+
+    /// The next `out.len()` bytes of the copy, into `out` (a bulk lane's record, sealed where it
+    /// lies). Devices that can read straight into host memory override it.
+    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        let piece = self.next(out.len())?;
+        out.copy_from_slice(&piece);
+        Ok(())
+    }
 }
 
 /// An upload that writes each piece as it comes (devices whose writes are synchronous and
@@ -180,6 +188,14 @@ impl<C: Context + ?Sized> Download for DirectDownload<'_, C> {
         self.offset += len;
         self.len -= len;
         Ok(piece)
+    }
+
+    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        check_piece(0, out.len(), self.len)?;
+        self.context.read(self.src, self.offset, out, DeviceStream(0))?;
+        self.offset += out.len() as u64;
+        self.len -= out.len() as u64;
+        Ok(())
     }
 }
 

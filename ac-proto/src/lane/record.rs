@@ -29,6 +29,8 @@ pub const MAX_PLAIN: usize = 1 << 14;
 pub const OVERHEAD: usize = 1 + TAG;
 /// The longest record this layer accepts: RFC 8446 allows 2^14 + 256 bytes of ciphertext.
 pub const MAX_RECORD: usize = HEADER + MAX_PLAIN + 256;
+/// The length of a close_notify record.
+pub const CLOSE_RECORD: usize = HEADER + 2 + OVERHEAD;
 /// Records one direction of a lane may carry: AES-GCM's limit is 2^24.5 full-size records
 /// (RFC 8446 §5.5); one bound below it serves all three AEADs.
 pub const RECORD_LIMIT: u64 = 1 << 24;
@@ -100,31 +102,48 @@ impl Sealer {
 
     /// Appends `plain` (at most [`MAX_PLAIN`] bytes) to `out` as one application-data record.
     pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
-        assert!(plain.len() <= MAX_PLAIN, "a record carries at most 2^14 bytes");
-        self.seal_typed(APPLICATION_DATA, plain, out)
+        let at = out.len();
+        out.resize(at + HEADER + plain.len() + OVERHEAD, 0);
+        out[at + HEADER..at + HEADER + plain.len()].copy_from_slice(plain);
+        match self.seal_in_place(plain.len(), &mut out[at..]) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                out.truncate(at);
+                Err(e)
+            }
+        }
     }
 
-    /// Appends a close_notify alert to `out`: the sender's end of the stream.
-    pub fn seal_close(&mut self, out: &mut Vec<u8>) -> Result<(), ProtoError> {
-        self.seal_typed(ALERT, &[1, 0], out)
+    /// Seals a close_notify alert (the sender's end of the stream) at the start of `record`,
+    /// which has room for [`CLOSE_RECORD`] bytes. The record's length.
+    pub fn seal_close_in_place(&mut self, record: &mut [u8]) -> Result<usize, ProtoError> {
+        record[HEADER..HEADER + 2].copy_from_slice(&[1, 0]);
+        self.seal_typed(ALERT, 2, record)
     }
 
-    fn seal_typed(&mut self, content: u8, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+    /// Seals the `len` bytes of plaintext at `record[HEADER..]` (at most [`MAX_PLAIN`]) into
+    /// one application-data record where they lie: the header goes before them, the content
+    /// type and the tag after. `record` has room for [`HEADER`] + `len` + [`OVERHEAD`] bytes.
+    /// The record's length.
+    pub fn seal_in_place(&mut self, len: usize, record: &mut [u8]) -> Result<usize, ProtoError> {
+        self.seal_typed(APPLICATION_DATA, len, record)
+    }
+
+    fn seal_typed(&mut self, content: u8, len: usize, record: &mut [u8]) -> Result<usize, ProtoError> {
+        assert!(len <= MAX_PLAIN, "a record carries at most 2^14 bytes");
         let nonce = self.0.next_nonce()?;
-        let len = plain.len() + OVERHEAD;
-        let header = [APPLICATION_DATA, LEGACY_VERSION[0], LEGACY_VERSION[1], (len >> 8) as u8, len as u8];
-        out.reserve(HEADER + len);
-        out.extend_from_slice(&header);
-        let body = out.len();
-        out.extend_from_slice(plain);
-        out.push(content);
-        let tag = self
+        let body = len + OVERHEAD;
+        let header = [APPLICATION_DATA, LEGACY_VERSION[0], LEGACY_VERSION[1], (body >> 8) as u8, body as u8];
+        record[..HEADER].copy_from_slice(&header);
+        record[HEADER + len] = content;
+        let (sealed, tag) = record[HEADER..HEADER + body].split_at_mut(len + 1);
+        let computed = self
             .0
             .key
-            .seal_in_place_separate_tag(nonce, aead::Aad::from(header), &mut out[body..])
+            .seal_in_place_separate_tag(nonce, aead::Aad::from(header), sealed)
             .map_err(|_| ProtoError::Malformed("sealing a lane record failed".into()))?;
-        out.extend_from_slice(tag.as_ref());
-        Ok(())
+        tag.copy_from_slice(computed.as_ref());
+        Ok(HEADER + body)
     }
 }
 
@@ -213,7 +232,9 @@ mod tests {
         for plain in &plains {
             sealer.seal(plain, &mut wire).unwrap();
         }
-        sealer.seal_close(&mut wire).unwrap();
+        let at = wire.len();
+        wire.resize(at + CLOSE_RECORD, 0);
+        assert_eq!(sealer.seal_close_in_place(&mut wire[at..]).unwrap(), CLOSE_RECORD);
         let mut at = 0;
         for plain in &plains {
             let len = Opener::record_len(&wire[at..]).unwrap().unwrap();
@@ -270,6 +291,7 @@ mod tests {
         sealer.seal(b"last", &mut wire).unwrap();
         assert_eq!(sealer.records_left(), 0);
         assert!(sealer.seal(b"one more", &mut wire).is_err());
+        assert_eq!(wire.len(), HEADER + 4 + OVERHEAD, "a refused record leaves nothing behind");
         let mut opener = Opener::new(secrets(RECORD_LIMIT - 1)).unwrap();
         assert!(matches!(opener.open(&mut wire), Ok(Opened::Data(_))));
         assert!(opener.open(&mut wire).is_err());

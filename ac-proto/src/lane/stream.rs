@@ -18,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::record::{Opened, Opener, Sealer, MAX_PLAIN, MAX_RECORD};
+use super::record::{Opened, Opener, Sealer, CLOSE_RECORD, HEADER, MAX_PLAIN, MAX_RECORD};
 use crate::ProtoError;
 
 /// How much one read from a lane's socket may bring (a few dozen records).
@@ -42,8 +42,9 @@ pub struct LaneTls {
     plain: std::ops::Range<usize>,
     /// The peer's stream ended (close_notify, or the socket's end between records).
     ended: bool,
-    /// Sealed records, `out[sent..]` not yet written to the socket.
-    out: Vec<u8>,
+    /// Sealed records, `out[sent..filled]` not yet written to the socket.
+    out: Box<[u8]>,
+    filled: usize,
     sent: usize,
     closing: bool,
 }
@@ -69,7 +70,7 @@ pub async fn connect(
 pub async fn accept(tcp: TcpStream, acceptor: &TlsAcceptor) -> Result<LaneTls, ProtoError> {
     let (tcp, connection) = acceptor.accept(tcp).await?.into_inner();
     let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
-    lane.sealer.seal(&[], &mut lane.out)?;
+    lane.seal_with(0, |_| Ok::<_, ProtoError>(()))??;
     std::future::poll_fn(|cx| lane.poll_send_out(cx)).await?;
     Ok(lane)
 }
@@ -85,7 +86,8 @@ impl LaneTls {
             end: 0,
             plain: 0..0,
             ended: false,
-            out: Vec::with_capacity(WRITE_BUFFER + MAX_RECORD),
+            out: vec![0; WRITE_BUFFER + MAX_RECORD].into_boxed_slice(),
+            filled: 0,
             sent: 0,
             closing: false,
         })
@@ -102,6 +104,43 @@ impl LaneTls {
         // A copy's bytes, its header and reply, and records cut short by the chunks it is sent in.
         let records = bytes / MAX_PLAIN as u64 + bytes / (64 << 10) + 16;
         self.sealer.records_left() > records && self.opener.records_left() > records
+    }
+
+    /// Writes `len` bytes that `fill` puts in place, piece by piece (each piece straight into
+    /// its record, so a device's bytes are copied once before they are sealed). `Ok(Err(_))`
+    /// when `fill` fails: what it filled before is sent, that piece is not.
+    pub async fn write_filled<E>(
+        &mut self,
+        len: usize,
+        mut fill: impl FnMut(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ProtoError> {
+        let mut done = 0;
+        while done < len {
+            if self.filled >= WRITE_BUFFER {
+                std::future::poll_fn(|cx| self.poll_send_out(cx)).await?;
+            }
+            let piece = (len - done).min(MAX_PLAIN);
+            if let Err(e) = self.seal_with(piece, &mut fill)? {
+                return Ok(Err(e));
+            }
+            done += piece;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Seals one record of `len` bytes that `fill` writes in place behind what is waiting to
+    /// be sent (room for one record is always there: see [`AsyncWrite::poll_write`]).
+    fn seal_with<E>(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ProtoError> {
+        let record = &mut self.out[self.filled..];
+        if let Err(e) = fill(&mut record[HEADER..HEADER + len]) {
+            return Ok(Err(e));
+        }
+        self.filled += self.sealer.seal_in_place(len, record)?;
+        Ok(Ok(()))
     }
 
     /// Opens the next complete record in the buffer, if there is one.
@@ -157,15 +196,14 @@ impl LaneTls {
 
     /// Writes the sealed bytes not yet written.
     fn poll_send_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.sent < self.out.len() {
-            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.out[self.sent..]))?;
+        while self.sent < self.filled {
+            let n = ready!(Pin::new(&mut self.tcp).poll_write(cx, &self.out[self.sent..self.filled]))?;
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
             self.sent += n;
         }
-        self.out.clear();
-        self.sent = 0;
+        (self.filled, self.sent) = (0, 0);
         Poll::Ready(Ok(()))
     }
 }
@@ -204,15 +242,19 @@ impl AsyncRead for LaneTls {
 }
 
 impl AsyncWrite for LaneTls {
+    /// Seals records into the write buffer until it holds [`WRITE_BUFFER`] bytes (so one more
+    /// record always fits behind them); they go to the socket when it is full or flushed.
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.out.len() >= WRITE_BUFFER {
+        if this.filled >= WRITE_BUFFER {
             ready!(this.poll_send_out(cx))?;
         }
         let mut taken = 0;
-        while taken < data.len() && this.out.len() < WRITE_BUFFER {
+        while taken < data.len() && this.filled < WRITE_BUFFER {
             let piece = &data[taken..data.len().min(taken + MAX_PLAIN)];
-            this.sealer.seal(piece, &mut this.out).map_err(io_error)?;
+            this.seal_with(piece.len(), |room| Ok::<_, ProtoError>(room.copy_from_slice(piece)))
+                .and_then(|r| r)
+                .map_err(io_error)?;
             taken += piece.len();
         }
         Poll::Ready(Ok(taken))
@@ -228,8 +270,11 @@ impl AsyncWrite for LaneTls {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if !this.closing {
+            if this.filled + CLOSE_RECORD > this.out.len() {
+                ready!(this.poll_send_out(cx))?;
+            }
+            this.filled += this.sealer.seal_close_in_place(&mut this.out[this.filled..]).map_err(io_error)?;
             this.closing = true;
-            this.sealer.seal_close(&mut this.out).map_err(io_error)?;
         }
         ready!(this.poll_send_out(cx))?;
         Pin::new(&mut this.tcp).poll_shutdown(cx)
