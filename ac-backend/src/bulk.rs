@@ -48,6 +48,18 @@ trait Carrier: Send {
         len: usize,
     ) -> impl Future<Output = Result<Result<(), WireError>, ProtoError>> + Send;
 
+    /// Reads the copy's host-to-device payload, handing each piece to `sink` with its offset in
+    /// the copy; `received` counts what was read.
+    fn receive(
+        &mut self,
+        session: &Session,
+        header: &BulkHeader,
+        received: &mut u64,
+        sink: impl FnMut(u64, &[u8]) -> Result<(), WireError> + Send,
+    ) -> impl Future<Output = Result<(), WireError>> + Send {
+        receive(session, header, self.reader(), received, sink)
+    }
+
     /// A host-to-device copy is refused with `left` of its payload bytes not read.
     fn refuse_rest(&mut self, left: u64) -> impl Future<Output = Result<(), ProtoError>> + Send;
 
@@ -122,6 +134,34 @@ impl Carrier for Lane {
 
     async fn put(&mut self, bytes: Bytes) -> Result<(), ProtoError> {
         Ok(self.reader.stream_mut().0.write_all(&bytes).await?)
+    }
+
+    /// Each record's plaintext goes to the device from where it was opened: what the frame
+    /// reader holds first, then straight from the lane's records.
+    async fn receive(
+        &mut self,
+        _session: &Session,
+        header: &BulkHeader,
+        received: &mut u64,
+        mut sink: impl FnMut(u64, &[u8]) -> Result<(), WireError> + Send,
+    ) -> Result<(), WireError> {
+        while *received < header.len {
+            let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
+            let at = *received;
+            *received += piece.len() as u64;
+            sink(at, &piece)?;
+        }
+        let left = header.len - *received;
+        let read = self.reader.stream_mut().0.read_with(left, |piece| {
+            let at = *received;
+            *received += piece.len() as u64;
+            sink(at, piece)
+        });
+        match read.await {
+            Ok(sunk) => sunk,
+            Err(ProtoError::UnexpectedEnd) => Err(ended_early(*received, header)),
+            Err(e) => Err(WireError::new(ErrorKind::Internal, format!("copy interrupted: {e}"))),
+        }
     }
 
     /// The device reads straight into the lane's records, which are sealed where they lie.
@@ -219,9 +259,9 @@ async fn copy(session: &Session, header: BulkHeader, carrier: &mut impl Carrier)
         Direction::HostToDevice => {
             let mut received = 0;
             let result = if header.pipelined {
-                receive_streaming(session, &alloc, &header, carrier.reader(), &mut received).await
+                receive_streaming(session, &alloc, &header, carrier, &mut received).await
             } else {
-                receive_staged(session, &alloc, &header, carrier.reader(), &mut received).await
+                receive_staged(session, &alloc, &header, carrier, &mut received).await
             };
             let response = match result {
                 Ok(()) => Response::Ok,
@@ -295,15 +335,15 @@ async fn receive<S: Source + Send>(
     Ok(())
 }
 
-async fn receive_streaming<S: Source + Send>(
+async fn receive_streaming(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    reader: &mut FrameReader<S>,
+    carrier: &mut impl Carrier,
     received: &mut u64,
 ) -> Result<(), WireError> {
     let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
-    receive(session, header, reader, received, |at, piece| upload.push(at, piece)).await?;
+    carrier.receive(session, header, received, |at, piece| upload.push(at, piece)).await?;
     upload.finish()
 }
 
@@ -319,19 +359,20 @@ pub fn read_whole(session: &Session, alloc: &Allocation, offset: u64, len: u64) 
     session.context.download(alloc.mem, offset, len).and_then(|mut d| d.next(len as usize))
 }
 
-async fn receive_staged<S: Source + Send>(
+async fn receive_staged(
     session: &Session,
     alloc: &Allocation,
     header: &BulkHeader,
-    reader: &mut FrameReader<S>,
+    carrier: &mut impl Carrier,
     received: &mut u64,
 ) -> Result<(), WireError> {
     let mut staging = BytesMut::with_capacity(header.len as usize);
-    receive(session, header, reader, received, |_, piece| {
-        staging.extend_from_slice(piece);
-        Ok(())
-    })
-    .await?;
+    carrier
+        .receive(session, header, received, |_, piece| {
+            staging.extend_from_slice(piece);
+            Ok(())
+        })
+        .await?;
     write_whole(session, alloc, header.ptr.offset, &staging)
 }
 

@@ -219,6 +219,12 @@ impl<S: Source + Send> FrameReader<S> {
         self.stream.read_payload(max).await
     }
 
+    /// Up to `max` raw payload bytes already read from the stream, if any.
+    pub fn take_buffered(&mut self, max: usize) -> Option<Bytes> {
+        let n = self.buf.len().min(max);
+        (n > 0).then(|| self.buf.split_to(n).freeze())
+    }
+
     /// Fills `out` with raw payload bytes: what is buffered, then straight from the stream.
     pub async fn read_payload_into(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
         let buffered = self.buf.len().min(out.len());

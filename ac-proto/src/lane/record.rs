@@ -114,6 +114,19 @@ impl Sealer {
         }
     }
 
+    /// Appends one record whose inner plaintext (content, content type, padding) is `inner`
+    /// as given: for the fuzz target, which must reach every branch of [`Opener::open`].
+    #[doc(hidden)]
+    pub fn seal_inner(&mut self, inner: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
+        let Some((&content, plain)) = inner.split_last() else {
+            return Err(ProtoError::Malformed("an empty inner plaintext".into()));
+        };
+        let at = out.len();
+        out.resize(at + HEADER + inner.len() + TAG, 0);
+        out[at + HEADER..at + HEADER + plain.len()].copy_from_slice(plain);
+        self.seal_typed(content, plain.len(), &mut out[at..]).map(drop)
+    }
+
     /// Seals a close_notify alert (the sender's end of the stream) at the start of `record`,
     /// which has room for [`CLOSE_RECORD`] bytes. The record's length.
     pub fn seal_close_in_place(&mut self, record: &mut [u8]) -> Result<usize, ProtoError> {

@@ -106,6 +106,34 @@ impl LaneTls {
         self.sealer.records_left() > records && self.opener.records_left() > records
     }
 
+    /// Reads `len` bytes of plaintext, handing each piece to `sink` where it was opened (no
+    /// copy in between); [`ProtoError::UnexpectedEnd`] if the stream ends first. `Ok(Err(_))`
+    /// when `sink` fails: the pieces it was given, that one included, are read.
+    pub async fn read_with<E>(
+        &mut self,
+        len: u64,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, ProtoError> {
+        let mut left = len;
+        while left > 0 {
+            if !self.plain.is_empty() {
+                let n = (self.plain.len() as u64).min(left) as usize;
+                let piece = self.plain.start..self.plain.start + n;
+                self.plain.start += n;
+                left -= n as u64;
+                if let Err(e) = sink(&self.inbuf[piece]) {
+                    return Ok(Err(e));
+                }
+                continue;
+            }
+            match self.next_record().await? {
+                Some(Opened::Data(range)) => self.plain = range,
+                Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
+            }
+        }
+        Ok(Ok(()))
+    }
+
     /// Writes `len` bytes that `fill` puts in place, piece by piece (each piece straight into
     /// its record, so a device's bytes are copied once before they are sealed). `Ok(Err(_))`
     /// when `fill` fails: what it filled before is sent, that piece is not.
