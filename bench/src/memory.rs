@@ -2,6 +2,7 @@
 
 use ac_backend::CopySettings;
 use ac_frontend::CopyOptions;
+use ac_proto::lane;
 use ac_proto::transport::Tuning;
 
 use crate::setup::{connect, mib, Child_};
@@ -17,16 +18,19 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
     let backend = Child_::start(2048)?;
     let pid = backend.pid();
     let acc = connect(&backend.options).await?;
-    let stripes = backend.options.stripes;
+    let (stripes, lanes) = (backend.options.stripes, backend.options.lanes);
     let copy = CopySettings::default();
     let tuning = Tuning::default();
     let pipeline = copy.chunk_bytes * stripes;
     let windows = tuning.connection_window as usize * stripes;
-    println!("## Backend peak memory while copying (separate process, {stripes} connections)\n");
+    let lane_buffers = (lane::READ_BUFFER + lane::WRITE_BUFFER + lane::record::MAX_RECORD) * lanes;
+    println!("## Backend peak memory while copying (separate process, {lanes} bulk lanes)\n");
     println!(
-        "Overhead = peak RSS during one host-to-device and one device-to-host copy, minus the RSS before it, minus the device memory itself. Bound from the configuration: one chunk per connection = {}, plus the QUIC connection windows, up to {} (what the peer has sent and the backend not yet written, or what the backend has sent and the peer not yet acknowledged).\n",
+        "Overhead = peak RSS during one host-to-device and one device-to-host copy, minus the RSS before it, minus the device memory itself. Bound from the configuration: on lanes, each lane's read and write buffers, {} in all, plus the TCP sockets' buffers (the kernel's, outside RSS); over QUIC streams (`AC_LANES=0`), one chunk per connection, {}, plus the connection windows, up to {}. Store-and-forward copies hold the whole copy and are refused over the session's payload budget ({} MiB).\n",
+        format!("{} KiB", lane_buffers >> 10),
         mib(pipeline),
-        mib(windows)
+        mib(windows),
+        backend_budget_mib()
     );
     println!("| copy size | pipelined | RSS before MiB | peak RSS MiB | device memory MiB | overhead MiB |");
     println!("|---|---|---|---|---|---|");
@@ -38,6 +42,13 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
             let buf = acc.alloc::<u8>(size).await?;
             std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?; // reset the peak (VmHWM)
             let before = status_kib(pid, "VmRSS:")?;
+            if !pipelined && size > backend_budget_mib() << 20 {
+                let refused = buf.copy_from_host(&src).await.is_err();
+                anyhow::ensure!(refused, "a store-and-forward copy over the payload budget was not refused");
+                println!("| {} | no (store-and-forward) | refused: over the payload budget | | | |", mib(size));
+                buf.free().await?;
+                continue;
+            }
             buf.copy_from_host(&src).await?;
             buf.copy_to_host(&mut dst).await?;
             let peak = status_kib(pid, "VmHWM:")?;
@@ -57,4 +68,9 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
     }
     println!();
     Ok(())
+}
+
+/// The session's payload budget of a backend with the default configuration.
+fn backend_budget_mib() -> usize {
+    ac_backend::BackendConfig::default().inline_budget_mib as usize
 }
