@@ -308,3 +308,102 @@ impl AsyncWrite for LaneTls {
         Pin::new(&mut this.tcp).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lane::record::RECORD_LIMIT;
+    use crate::tls;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A client and a server lane over loopback TCP, with a fresh self-signed certificate.
+    async fn pair(name: &str) -> (LaneTls, LaneTls) {
+        let dir = std::env::temp_dir().join(format!("ac-lane-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = tls::ensure_self_signed(&dir, &tls::default_names(), &[]).unwrap();
+        let acceptor = super::super::server_config(tls::load_identity(&files.cert, &files.key).unwrap()).unwrap();
+        let connector = super::super::client_config(tls::load_roots(&files.ca_cert).unwrap()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            accept(tcp, &acceptor).await.unwrap()
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let client = connect(tcp, &connector, ServerName::try_from("localhost").unwrap()).await.unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (client, server.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn bytes_cross_both_ways_in_order_and_close_notify_ends_the_stream() {
+        let (mut client, mut server) = pair("both").await;
+        let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            client.write_all(&sent).await.unwrap();
+            client.flush().await.unwrap();
+            let mut answer = Vec::new();
+            client.read_to_end(&mut answer).await.unwrap();
+            answer
+        });
+        let mut got = vec![0; data.len()];
+        server.read_exact(&mut got).await.unwrap();
+        assert!(got == data, "host to device bytes differ");
+        // Filled in place, in pieces of a record or less, as a device-to-host copy is.
+        let mut at = 0;
+        let filled = server.write_filled(data.len(), |room: &mut [u8]| {
+            room.copy_from_slice(&data[at..at + room.len()]);
+            at += room.len();
+            Ok::<_, ()>(())
+        });
+        filled.await.unwrap().unwrap();
+        server.shutdown().await.unwrap();
+        assert!(writer.await.unwrap() == data, "device to host bytes differ");
+    }
+
+    #[tokio::test]
+    async fn read_with_hands_over_exactly_what_was_asked_and_the_rest_stays() {
+        let (mut client, mut server) = pair("with").await;
+        client.write_all(&[7; 40_000]).await.unwrap();
+        client.write_all(&[8; 10]).await.unwrap();
+        client.flush().await.unwrap();
+        let mut pieces = Vec::new();
+        server.read_with(40_000, |p| Ok::<_, ()>(pieces.push(p.to_vec()))).await.unwrap().unwrap();
+        assert!(pieces.iter().all(|p| p.len() <= super::MAX_PLAIN && p.iter().all(|&b| b == 7)));
+        assert_eq!(pieces.iter().map(Vec::len).sum::<usize>(), 40_000);
+        let mut rest = [0; 10];
+        server.read_exact(&mut rest).await.unwrap();
+        assert_eq!(rest, [8; 10]);
+        // The stream ends early: an error, not a short read.
+        drop(client);
+        assert!(matches!(server.read_with(1, |_| Ok::<_, ()>(())).await, Err(ProtoError::UnexpectedEnd)));
+    }
+
+    #[tokio::test]
+    async fn a_byte_altered_on_the_wire_fails_the_read() {
+        let (mut client, mut server) = pair("altered").await;
+        // What the client would send, sealed with its keys, one byte flipped on the way.
+        client.seal_with(5, |room| Ok::<_, ()>(room.copy_from_slice(b"hello"))).unwrap().unwrap();
+        let mut wire = client.out[..client.filled].to_vec();
+        wire[super::HEADER + 2] ^= 0x40;
+        client.tcp.write_all(&wire).await.unwrap();
+        let error = server.read_exact(&mut [0; 5]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_copy_that_would_cross_the_record_limit_does_not_fit() {
+        let (mut client, _server) = pair("limit").await;
+        assert!(client.fits(1 << 30));
+        client.sealer = Sealer::new((RECORD_LIMIT - 1000, secrets())).unwrap();
+        assert!(client.fits(1 << 20), "64 records and a few");
+        assert!(!client.fits(16 << 20), "1,024 records");
+    }
+
+    fn secrets() -> rustls::ConnectionTrafficSecrets {
+        use rustls::crypto::cipher::{AeadKey, Iv};
+        rustls::ConnectionTrafficSecrets::Aes256Gcm { key: AeadKey::from([1; 32]), iv: Iv::from([2; 12]) }
+    }
+}
