@@ -26,8 +26,8 @@ pub async fn peak(quick: bool) -> anyhow::Result<()> {
     let lane_buffers = (lane::READ_BUFFER + lane::WRITE_BUFFER + lane::record::MAX_RECORD) * lanes;
     println!("## Backend peak memory while copying (separate process, {lanes} bulk lanes)\n");
     println!(
-        "Overhead = peak RSS during one host-to-device and one device-to-host copy, minus the RSS before it, minus the device memory itself. Bound from the configuration: on lanes, each lane's read and write buffers, {} in all, plus the TCP sockets' buffers (the kernel's, outside RSS); over QUIC streams (`AC_LANES=0`), one chunk per connection, {}, plus the connection windows, up to {}. Store-and-forward copies hold the whole copy and are refused over the session's payload budget ({} MiB).\n",
-        format!("{} KiB", lane_buffers >> 10),
+        "Overhead = peak RSS during one host-to-device and one device-to-host copy, minus the RSS before it, minus the device memory itself. Bound from the configuration: on lanes, each lane's read and write buffers, {} KiB in all, plus the TCP sockets' buffers (the kernel's, outside RSS); over QUIC streams (`AC_LANES=0`), one chunk per connection, {}, plus the connection windows, up to {}. Store-and-forward copies hold the whole copy and are refused over the session's payload budget ({} MiB).\n",
+        lane_buffers >> 10,
         mib(pipeline),
         mib(windows),
         backend_budget_mib()

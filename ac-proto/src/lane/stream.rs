@@ -280,9 +280,12 @@ impl AsyncWrite for LaneTls {
         let mut taken = 0;
         while taken < data.len() && this.filled < WRITE_BUFFER {
             let piece = &data[taken..data.len().min(taken + MAX_PLAIN)];
-            this.seal_with(piece.len(), |room| Ok::<_, ProtoError>(room.copy_from_slice(piece)))
-                .and_then(|r| r)
-                .map_err(io_error)?;
+            this.seal_with(piece.len(), |room| {
+                room.copy_from_slice(piece);
+                Ok::<_, ProtoError>(())
+            })
+            .and_then(|r| r)
+            .map_err(io_error)?;
             taken += piece.len();
         }
         Poll::Ready(Ok(taken))
@@ -370,7 +373,11 @@ mod tests {
         client.write_all(&[8; 10]).await.unwrap();
         client.flush().await.unwrap();
         let mut pieces = Vec::new();
-        server.read_with(40_000, |p| Ok::<_, ()>(pieces.push(p.to_vec()))).await.unwrap().unwrap();
+        let sink = |p: &[u8]| {
+            pieces.push(p.to_vec());
+            Ok::<_, ()>(())
+        };
+        server.read_with(40_000, sink).await.unwrap().unwrap();
         assert!(pieces.iter().all(|p| p.len() <= super::MAX_PLAIN && p.iter().all(|&b| b == 7)));
         assert_eq!(pieces.iter().map(Vec::len).sum::<usize>(), 40_000);
         let mut rest = [0; 10];
@@ -385,7 +392,11 @@ mod tests {
     async fn a_byte_altered_on_the_wire_fails_the_read() {
         let (mut client, mut server) = pair("altered").await;
         // What the client would send, sealed with its keys, one byte flipped on the way.
-        client.seal_with(5, |room| Ok::<_, ()>(room.copy_from_slice(b"hello"))).unwrap().unwrap();
+        let hello = |room: &mut [u8]| {
+            room.copy_from_slice(b"hello");
+            Ok::<_, ()>(())
+        };
+        client.seal_with(5, hello).unwrap().unwrap();
         let mut wire = client.out[..client.filled].to_vec();
         wire[super::HEADER + 2] ^= 0x40;
         client.tcp.write_all(&wire).await.unwrap();
