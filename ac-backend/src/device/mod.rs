@@ -182,12 +182,9 @@ struct DirectDownload<'a, C: ?Sized> {
 
 impl<C: Context + ?Sized> Download for DirectDownload<'_, C> {
     fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
-        let len = (len as u64).min(self.len);
+        let len = (len as u64).min(self.len) as usize;
         // A recycled buffer: no page faults, no zeroing (see `ac_proto::pieces`).
-        let piece = pieces::filled(len as usize, |buf| self.context.read(self.src, self.offset, buf, DeviceStream(0)))?;
-        self.offset += len;
-        self.len -= len;
-        Ok(piece)
+        pieces::filled(len, |buf| self.next_into(buf))
     }
 
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {

@@ -70,6 +70,11 @@ impl Keys {
         Ok(Self { key: aead::LessSafeKey::new(key), iv, seq })
     }
 
+    /// Records this direction may still carry.
+    fn records_left(&self) -> u64 {
+        RECORD_LIMIT.saturating_sub(self.seq)
+    }
+
     /// The next record's nonce (the IV XOR the sequence number, RFC 8446 §5.3), taking the
     /// sequence number; fails once the direction has carried [`RECORD_LIMIT`] records.
     fn next_nonce(&mut self) -> Result<aead::Nonce, ProtoError> {
@@ -97,21 +102,12 @@ impl Sealer {
 
     /// Records this direction may still seal.
     pub fn records_left(&self) -> u64 {
-        RECORD_LIMIT.saturating_sub(self.0.seq)
+        self.0.records_left()
     }
 
     /// Appends `plain` (at most [`MAX_PLAIN`] bytes) to `out` as one application-data record.
     pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
-        let at = out.len();
-        out.resize(at + HEADER + plain.len() + OVERHEAD, 0);
-        out[at + HEADER..at + HEADER + plain.len()].copy_from_slice(plain);
-        match self.seal_in_place(plain.len(), &mut out[at..]) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                out.truncate(at);
-                Err(e)
-            }
-        }
+        self.append(APPLICATION_DATA, plain, out)
     }
 
     /// Appends one record whose inner plaintext (content, content type, padding) is `inner`
@@ -121,10 +117,22 @@ impl Sealer {
         let Some((&content, plain)) = inner.split_last() else {
             return Err(ProtoError::Malformed("an empty inner plaintext".into()));
         };
+        self.append(content, plain, out)
+    }
+
+    /// Appends `plain` with inner content type `content` to `out` as one record; nothing on
+    /// failure.
+    fn append(&mut self, content: u8, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
         let at = out.len();
-        out.resize(at + HEADER + inner.len() + TAG, 0);
+        out.resize(at + HEADER + plain.len() + OVERHEAD, 0);
         out[at + HEADER..at + HEADER + plain.len()].copy_from_slice(plain);
-        self.seal_typed(content, plain.len(), &mut out[at..]).map(drop)
+        match self.seal_typed(content, plain.len(), &mut out[at..]) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                out.truncate(at);
+                Err(e)
+            }
+        }
     }
 
     /// Seals a close_notify alert (the sender's end of the stream) at the start of `record`,
@@ -182,7 +190,7 @@ impl Opener {
 
     /// Records this direction may still open.
     pub fn records_left(&self) -> u64 {
-        RECORD_LIMIT.saturating_sub(self.0.seq)
+        self.0.records_left()
     }
 
     /// The length of the record at the start of `buf`, header included, once all of it is

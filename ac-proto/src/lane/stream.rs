@@ -126,6 +126,9 @@ impl LaneTls {
                 }
                 continue;
             }
+            if self.ended {
+                return Err(ProtoError::UnexpectedEnd);
+            }
             match self.next_record().await? {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
@@ -171,14 +174,18 @@ impl LaneTls {
         Ok(Ok(()))
     }
 
-    /// Opens the next complete record in the buffer, if there is one.
+    /// Opens the next complete record in the buffer, if there is one; a close_notify ends the
+    /// stream.
     fn open_buffered(&mut self) -> Result<Option<Opened>, ProtoError> {
         let Some(len) = Opener::record_len(&self.inbuf[self.start..self.end])? else { return Ok(None) };
         let at = self.start;
         self.start += len;
         Ok(Some(match self.opener.open(&mut self.inbuf[at..at + len])? {
             Opened::Data(range) => Opened::Data(at + range.start..at + range.end),
-            Opened::Closed => Opened::Closed,
+            Opened::Closed => {
+                self.ended = true;
+                Opened::Closed
+            }
         }))
     }
 
@@ -258,7 +265,7 @@ impl AsyncRead for LaneTls {
             }
             match this.open_buffered().map_err(io_error)? {
                 Some(Opened::Data(range)) => this.plain = range,
-                Some(Opened::Closed) => this.ended = true,
+                Some(Opened::Closed) => {}
                 None => {
                     if ready!(this.poll_fill(cx))? == 0 {
                         this.socket_ended()?;
