@@ -153,11 +153,20 @@ impl ArmClient {
         let frame = frame_bytes(&ArmRequest { version: VERSION, request: request.clone() })?;
         send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, conn))?;
         let _ = send.finish();
-        let answer: ArmResponse = FrameReader::new(recv).expect_frame().await?;
+        let mut reader = FrameReader::new(recv);
+        let answer: ArmResponse = reader.expect_frame().await?;
+        // The answer's end nearly always comes in its packet; waiting for a late one would
+        // hold the program back, so a stream whose end is not there yet is stopped instead.
+        reader.read_end_if_arrived();
         match answer {
             ArmResponse::Ok(response) => Ok(response),
             ArmResponse::Err(e) => Err(e.into()),
         }
+    }
+
+    /// The live connection's QUIC statistics (datagrams and frames each way), if connected.
+    pub async fn stats(&self) -> Option<quinn::ConnectionStats> {
+        self.link.lock().await.as_ref().map(|(_, conn)| conn.stats())
     }
 
     /// Closes the connection without waiting for it to drain (after a request that ended the

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::backend::{close, register_message, Hello, Report, Revoke};
 use ac_proto::capability::{unix_now, Signer};
-use ac_proto::frame::frame_bytes;
+use ac_proto::frame::{encode_frame, frame_bytes};
 use ac_proto::transport::Tuning;
 use tokio::sync::mpsc;
 
@@ -135,11 +135,19 @@ async fn run(
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: true });
                 tracing::info!(host, "backend link up");
                 'serve: loop {
-                    while let Some(revoke) = pending.first().copied() {
-                        if link.send.write_all(&frame_bytes(&revoke).expect("encodes")).await.is_err() {
+                    // Whatever is pending goes in one write: one packet for a burst of frees.
+                    while let Ok(revoke) = revokes.try_recv() {
+                        pending.push(revoke);
+                    }
+                    if !pending.is_empty() {
+                        let mut frames = Vec::new();
+                        for revoke in &pending {
+                            encode_frame(revoke, &mut frames).expect("encodes");
+                        }
+                        if link.send.write_all(&frames).await.is_err() {
                             break 'serve;
                         }
-                        pending.remove(0);
+                        pending.clear();
                     }
                     tokio::select! {
                         report = tokio::time::timeout(timeout, link.reader.read_frame::<Report>()) => match report {

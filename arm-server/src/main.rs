@@ -7,6 +7,12 @@ use anyhow::Context;
 use arm_server::ArmConfig;
 use clap::Parser;
 
+// Every request allocates and frees dozens of small strings and buffers across two runtime
+// threads; glibc's malloc spent a seventh of the manager's CPU on them under load
+// (`ac-bench --only load`, BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Accelerator Resource Manager: owns the pool, serves AC_Init / AC_Get / AC_Free over QUIC.
 #[derive(Debug, Parser)]
 #[command(version, about)]

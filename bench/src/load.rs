@@ -228,8 +228,9 @@ async fn churn(
     samples
 }
 
-pub async fn under_load(quick: bool) -> anyhow::Result<()> {
-    let (programs, seconds) = if quick { (100, 5) } else { (1000, 60) };
+pub async fn under_load(quick: bool, only: &[String], seconds: Option<u64>) -> anyhow::Result<()> {
+    let (programs, default_seconds) = if quick { (100, 5) } else { (1000, 60) };
+    let seconds = seconds.unwrap_or(default_seconds);
     println!(
         "## The manager under load ({programs} programs, each its own QUIC connection, looping AC_Get(1)/AC_Free on {} CPU-device accelerators ({HOSTS} backends x {DEVICES}) for {seconds} s)\n",
         HOSTS as u32 * DEVICES
@@ -239,8 +240,11 @@ pub async fn under_load(quick: bool) -> anyhow::Result<()> {
     );
     let runs = [("saturated", None), ("paced", Some(Duration::from_millis(200)))];
     let mut tables = Vec::new();
-    for (name, back_off) in runs {
+    for (name, back_off) in runs.into_iter().filter(|(name, _)| only.is_empty() || only.iter().any(|o| o == name)) {
         tables.push((name, run_load(programs, seconds, back_off).await?));
+    }
+    if tables.is_empty() {
+        bail!("no load run is named {only:?}: saturated or paced");
     }
     println!("| measure | {} |", tables.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
     println!("|---|{}", "---|".repeat(tables.len()));
@@ -295,6 +299,13 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
     let (cpu_after, rss_after) = manager.usage();
     let client_cpu = cpu_seconds(std::process::id()) - client_cpu_before;
     let load_after = load_average();
+    let mut stats = Vec::with_capacity(clients.len());
+    for client in &clients {
+        stats.extend(client.stats().await);
+    }
+    let sum = |f: &dyn Fn(&quinn::ConnectionStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let (sent, received) = (sum(&|s| s.udp_tx.datagrams), sum(&|s| s.udp_rx.datagrams));
+    let stopped = sum(&|s| s.frame_tx.stop_sending + s.frame_rx.stop_sending);
     for client in clients {
         client.close_now().await;
     }
@@ -315,6 +326,10 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
             "manager requests per second (Get + Free + rejected Get)".into(),
             format!("{:.0}", (2 * pairs + rejections) as f64 / elapsed),
         ),
+        ("programs' datagrams per request, sent / received (whole connections, handshakes included)".into(), {
+            let requests = (2 * pairs + rejections).max(1) as f64;
+            format!("{:.2} / {:.2} ({stopped} STOP_SENDING frames)", sent as f64 / requests, received as f64 / requests)
+        }),
         ("errors".into(), tally.errors.load(Ordering::Relaxed).to_string()),
         ("double grants".into(), tally.double_grants.load(Ordering::Relaxed).to_string()),
         (

@@ -20,6 +20,11 @@ mod slurm;
 
 use clap::{Parser, Subcommand};
 
+// The bench plays a thousand programs and eight backends at once beside the manager on the
+// same two cores: what its allocator spends, the manager does not get (`--only load`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Data-plane benchmarks.
 #[derive(Debug, Parser)]
 #[command(version, about)]
@@ -36,6 +41,12 @@ struct Args {
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// The load section's runs (saturated, paced); both when empty.
+    #[arg(long, value_delimiter = ',')]
+    load_runs: Vec<String>,
+    /// The load section's length per run, seconds (60, or 5 with --quick, when not given).
+    #[arg(long)]
+    load_seconds: Option<u64>,
     #[command(subcommand)]
     helper: Option<Helper>,
 }
@@ -121,7 +132,7 @@ fn main() -> anyhow::Result<()> {
     }
     // A minute of the manager under 1,000 programs: only when asked for.
     if args.only.iter().any(|s| s == "load") {
-        rt.block_on(load::under_load(args.quick))?;
+        rt.block_on(load::under_load(args.quick, &args.load_runs, args.load_seconds))?;
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;

@@ -191,6 +191,20 @@ async fn capability_of(c: &TestCluster, job: &str, cred: &str, node: &str) -> Ve
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_reads_each_request_to_its_end_and_never_stops_a_stream() {
+    let c = TestCluster::start(1).await;
+    let client = ac_frontend::arm::ArmClient::connect(c.arm_options()).await.unwrap();
+    // Refusals and answers alike: each is a stream of its own.
+    for _ in 0..50 {
+        let err = client.request(Request::HostList).await.unwrap_err();
+        assert_eq!(manager_error(&err), Some(ArmErrorKind::Unauthorized), "{err}");
+    }
+    let stats = client.stats().await.expect("connected");
+    assert_eq!(stats.frame_rx.stop_sending, 0, "the manager stopped a request stream it had answered");
+    assert!(stats.frame_rx.stream >= 50, "every answer arrived: {:?}", stats.frame_rx);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_requests_need_the_admin_certificate() {
     let c = TestCluster::start(1).await;
     let anonymous = ac_frontend::arm::ArmClient::connect(c.arm_options()).await.unwrap();

@@ -334,7 +334,8 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
     while let Ok((mut send, recv)) = conn.accept_bi().await {
         let (arm, tokens, conn) = (arm.clone(), tokens.clone(), conn.clone());
         tokio::spawn(async move {
-            let request: ArmRequest = match FrameReader::new(recv).expect_frame().await {
+            let mut reader = FrameReader::new(recv);
+            let request: ArmRequest = match reader.expect_frame().await {
                 Ok(request) => request,
                 Err(e) => {
                     conn.close(2u32.into(), format!("malformed request: {e}").as_bytes());
@@ -366,6 +367,9 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
                 let _ = send.write_all(&frame).await;
                 let _ = send.finish();
             }
+            // A client always ends its request's stream; one that does not keeps only this
+            // task, and one of its connection's few stream slots, until it closes.
+            let _ = reader.read_end().await;
         });
     }
     // The connection is gone: its sessions' leases run from the program's last sign of life.
