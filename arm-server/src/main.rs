@@ -9,7 +9,8 @@ use clap::Parser;
 
 // Every request allocates and frees dozens of small strings and buffers across two runtime
 // threads; glibc's malloc spent a seventh of the manager's CPU on them under load
-// (`ac-bench --only load`, BENCHMARKS.md).
+// (`ac-bench --only load`, BENCHMARKS.md). Without transparent huge pages (`no_thp`): with
+// them its resident memory doubled, and faulting in 2 MiB pages slowed the handshakes.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

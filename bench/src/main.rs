@@ -20,11 +20,6 @@ mod slurm;
 
 use clap::{Parser, Subcommand};
 
-// The bench plays a thousand programs and eight backends at once beside the manager on the
-// same two cores: what its allocator spends, the manager does not get (`--only load`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Data-plane benchmarks.
 #[derive(Debug, Parser)]
 #[command(version, about)]
