@@ -32,14 +32,17 @@ fn tcp_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
     Ok(numbers(&line(&mut source, "tcp ")?)[0])
 }
 
-/// The bare encrypted stream: TLS 1.3 over TCP as the SDK's lanes make it, nothing around it.
-fn tls_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
+/// The bare encrypted stream: TLS 1.3 over TCP as the SDK's lanes make it, nothing around it;
+/// `whole`: from and into copy-sized buffers instead of one cache-resident MiB.
+fn tls_once(bed: &Bed, dir: &Path, mib: usize, whole: bool) -> anyhow::Result<f64> {
     let client = workspace_binary("ac-net-client");
     let (size, certs) = (mib.to_string(), dir.join("bare-tls").to_string_lossy().into_owned());
-    let mut sink = bed.spawn(BACKEND, &client, &["tls-recv", "7300", &size, &certs], &[], &dir.join("tls-sink.log"));
+    let buffers = if whole { "whole" } else { "one" };
+    let sink_args = ["tls-recv", "7300", &size, &certs, buffers];
+    let mut sink = bed.spawn(BACKEND, &client, &sink_args, &[], &dir.join("tls-sink.log"));
     line(&mut sink, "listening")?;
     let target = bed.sock(BACKEND, 7300).to_string();
-    let args = ["tls-send", &target, &size, &certs];
+    let args = ["tls-send", &target, &size, &certs, buffers];
     let mut source = bed.spawn(CLIENT, &client, &args, &[], &dir.join("tls-source.log"));
     Ok(numbers(&line(&mut source, "tls ")?)[0])
 }
@@ -69,6 +72,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct Row {
     tcp: f64,
     tls: f64,
+    tls_whole: f64,
     h2d: f64,
     d2h: f64,
     quic_h2d: f64,
@@ -77,19 +81,20 @@ struct Row {
 
 /// `reps` alternating runs of every contender at `mib` MiB.
 fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -> anyhow::Result<Row> {
-    let mut runs: [Vec<f64>; 6] = Default::default();
+    let mut runs: [Vec<f64>; 7] = Default::default();
     for _ in 0..reps {
         runs[0].push(tcp_once(bed, dir, mib)?);
-        runs[1].push(tls_once(bed, dir, mib)?);
+        runs[1].push(tls_once(bed, dir, mib, false)?);
+        runs[2].push(tls_once(bed, dir, mib, true)?);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, None)?;
-        runs[2].push(up);
-        runs[3].push(down);
+        runs[3].push(up);
+        runs[4].push(down);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, Some(0))?;
-        runs[4].push(up);
-        runs[5].push(down);
+        runs[5].push(up);
+        runs[6].push(down);
     }
-    let [tcp, tls, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
-    Ok(Row { tcp, tls, h2d, d2h, quic_h2d, quic_d2h })
+    let [tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
+    Ok(Row { tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h })
 }
 
 /// Starts the backend on host `BACKEND` of `bed`, its state in `dir`.
@@ -123,8 +128,10 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     }
     let (sizes, reps): (&[usize], usize) = if quick { (&[64], 1) } else { (&[256, 1024], 3) };
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
-    println!("| link | MiB | TCP | bare TLS | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | QUIC-only H2D | QUIC-only D2H |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | QUIC-only H2D | QUIC-only D2H |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let links: [(u32, u16, Option<&str>); 4] =
         [(1500, 1452, None), (9000, 6400, None), (1500, 1452, Some("1gbit")), (1500, 1452, Some("5gbit"))];
     for (mtu, transport_mtu, rate) in links {
@@ -141,15 +148,18 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 None => format!("MTU {mtu} (transport {transport_mtu})"),
             };
             println!(
-                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
+                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
                 r.tcp,
                 r.tls,
+                r.tls_whole,
                 r.h2d,
                 r.d2h,
                 r.h2d / r.tcp,
                 r.d2h / r.tcp,
                 r.h2d / r.tls,
                 r.d2h / r.tls,
+                r.h2d / r.tls_whole,
+                r.d2h / r.tls_whole,
                 r.quic_h2d,
                 r.quic_d2h
             );
@@ -157,7 +167,8 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     }
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
-         TCP as the lanes make it; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+         TCP as the lanes make it, from and into one MiB, or from and into copy-sized buffers (as a copy reads the \
+         program's memory and writes the device's); SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
     );
     Ok(())
 }

@@ -67,7 +67,7 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
 
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR | tls-send ADDR MIB DIR | memory | get WAIT_MS TIMES PAUSE_MS"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | memory | get WAIT_MS TIMES PAUSE_MS"
     );
     std::process::exit(64)
 }
@@ -114,12 +114,17 @@ fn tcp(args: &[String]) -> std::io::Result<()> {
 /// The bare encrypted baseline: one TLS 1.3 stream over TCP of `mib` MiB, made as the SDK's
 /// bulk lanes are (same crates, provider, cipher order, ALPN, socket set-up) with nothing around
 /// it; timed as [`tcp`]. `tls-recv PORT MIB DIR` makes a certificate in DIR; `tls-send ADDR MIB
-/// DIR` trusts its CA.
+/// DIR` trusts its CA. With `whole` after DIR, each side streams from (into) a buffer of all
+/// `mib` MiB, touched before the clock starts, as a copy reads the program's memory and writes
+/// the device's; without, from (into) one cache-resident MiB.
 async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
     use ac_proto::{lane, tls};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mib, dir): (usize, &std::path::Path) = (number(args, 2), args.get(3).unwrap_or_else(|| usage()).as_ref());
-    let mut buf = vec![0x5au8; 1 << 20];
+    let whole = args.get(4).is_some_and(|a| a == "whole");
+    let mut buf = vec![0x5au8; if whole { mib << 20 } else { 1 << 20 }];
+    // Where the n-th MiB goes to or comes from.
+    let span = move |n: usize| if whole { n << 20..(n + 1) << 20 } else { 0..1 << 20 };
     if args[0] == "tls-recv" {
         let files = tls::ensure_self_signed(dir, &tls::default_names(), &[])?;
         let acceptor = lane::server_config(tls::load_identity(&files.cert, &files.key)?)?;
@@ -130,7 +135,9 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
         let mut conn = lane::accept(socket, &acceptor).await?;
         let mut left = mib << 20;
         while left > 0 {
-            match conn.read(&mut buf[..left.min(1 << 20)]).await? {
+            let at = (mib << 20) - left;
+            let into = &mut buf[span(at >> 20)][at & ((1 << 20) - 1)..];
+            match conn.read(into).await? {
                 0 => break,
                 n => left -= n,
             }
@@ -146,12 +153,12 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
     let socket = tokio::net::TcpStream::connect(addr).await?;
     lane::tune(&socket)?;
     let mut conn = lane::connect(socket, &connector, name).await?;
-    for _ in 0..mib {
-        conn.write_all(&buf).await?;
+    for n in 0..mib {
+        conn.write_all(&buf[span(n)]).await?;
     }
     conn.shutdown().await?;
     // The receiver closes once it has read everything.
-    let _ = conn.read(&mut buf).await;
+    let _ = conn.read(&mut buf[..1]).await;
     say(format_args!("tls {:.0}", (mib << 23) as f64 / start.elapsed().as_secs_f64() / 1e6));
     Ok(())
 }
