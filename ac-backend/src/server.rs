@@ -9,7 +9,7 @@ use std::time::Duration;
 use ac_proto::backend::{
     close, DeviceInfo, ErrorKind, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, WireError, ALPN, VERSION,
 };
-use ac_proto::frame::{encode_frame, frame_bytes, FrameReader, Source, StreamWriter};
+use ac_proto::frame::{frame_bytes, frames_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
 use ac_proto::metrics::MetricsServer;
 use ac_proto::{lane, tls, transport};
@@ -410,11 +410,8 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
             // Acknowledged only once they survive a restart; otherwise the manager sends them again.
             // One write for the batch's acknowledgements: one packet where it fits.
             Ok(()) => {
-                let mut acks = Vec::new();
-                for revoke in &batch {
-                    encode_frame(&Report::Revoked { capability: revoke.capability }, &mut acks).expect("encodes");
-                }
-                let _ = writer.send(acks.into()).await;
+                let acks = batch.iter().map(|r| Report::Revoked { capability: r.capability });
+                let _ = writer.send(frames_bytes(acks).expect("encodes")).await;
             }
             Err(e) => tracing::error!(error = %e, "cannot store revocations; they hold until this process ends"),
         }

@@ -35,6 +35,15 @@ pub fn frame_bytes<T: Serialize>(msg: &T) -> Result<Bytes, ProtoError> {
     Ok(out.into())
 }
 
+/// `msgs` as consecutive frames in one buffer: a burst of messages goes out in one write.
+pub fn frames_bytes<T: Serialize>(msgs: impl IntoIterator<Item = T>) -> Result<Bytes, ProtoError> {
+    let mut out = Vec::new();
+    for msg in msgs {
+        encode_frame(&msg, &mut out)?;
+    }
+    Ok(out.into())
+}
+
 /// Writes a frame and the raw payload it announces (empty: none) to `stream`, without copying.
 pub async fn write_with_payload(stream: &mut SendStream, frame: Bytes, payload: Bytes) -> Result<(), ProtoError> {
     if payload.is_empty() {

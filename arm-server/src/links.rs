@@ -10,7 +10,7 @@ use std::time::Duration;
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::backend::{close, register_message, Hello, Report, Revoke};
 use ac_proto::capability::{unix_now, Signer};
-use ac_proto::frame::{encode_frame, frame_bytes};
+use ac_proto::frame::frames_bytes;
 use ac_proto::transport::Tuning;
 use tokio::sync::mpsc;
 
@@ -140,11 +140,7 @@ async fn run(
                         pending.push(revoke);
                     }
                     if !pending.is_empty() {
-                        let mut frames = Vec::new();
-                        for revoke in &pending {
-                            encode_frame(revoke, &mut frames).expect("encodes");
-                        }
-                        if link.send.write_all(&frames).await.is_err() {
+                        if link.send.write_all(&frames_bytes(&pending).expect("encodes")).await.is_err() {
                             break 'serve;
                         }
                         pending.clear();
@@ -161,9 +157,7 @@ async fn run(
                             Some(revoke) => pending.push(revoke),
                             None => {
                                 // Removed: deliver what is pending, then leave.
-                                for revoke in pending.drain(..) {
-                                    let _ = link.send.write_all(&frame_bytes(&revoke).expect("encodes")).await;
-                                }
+                                let _ = link.send.write_all(&frames_bytes(&pending).expect("encodes")).await;
                                 let _ = link.send.finish();
                                 tokio::time::sleep(Duration::from_millis(100)).await;
                                 link.connection.close(0u32.into(), b"host removed");
