@@ -276,8 +276,17 @@ impl Accelerator {
     /// One stripe of a copy on lane `index`. A lane that breaks is explained by the session's
     /// end when that is the cause (the backend closes the QUIC connection, with its reason,
     /// before the lanes).
+    ///
+    /// A partition stalls a lane's TCP for minutes of retransmissions, where the session's QUIC
+    /// connection gives up within its idle timeout: the copy ends with the session, its lane
+    /// dropped (closed, never reused).
     async fn lane_copy(&self, lanes: &Lanes, index: usize, header: BulkHeader, payload: Payload<'_>) -> Result<()> {
-        match lanes.copy(index, header, payload).await {
+        let copied = tokio::select! {
+            biased;
+            copied = lanes.copy(index, header, payload) => copied,
+            reason = self.inner.control.closed() => return Err(reason.into()),
+        };
+        match copied {
             Ok(outcome) => outcome,
             Err(Broken(e)) => {
                 let closed = tokio::time::timeout(LANE_REASON_WAIT, self.inner.control.closed()).await;
