@@ -11,6 +11,18 @@
 //! batch instead of one per launch is what lets a burst of asynchronous launches go past a
 //! million per second (see BENCHMARKS.md, issue 13). Order is kept: a batch is handed over
 //! whole, in staging order, through one channel.
+//!
+//! **Settled on the control loop.** A barrier costs two more wake-ups (the worker's, then the
+//! control loop's), which made launch + synchronize half again as slow as a round trip
+//! (BENCHMARKS.md, issue 25). On a device whose calls finish their work before returning (the
+//! CPU device), a barrier staged while the worker is idle, behind at most `QUICK_RUN` quick
+//! operations (small launches the device vouches for, small memory operations), runs those
+//! operations on the control loop and answers at once. Nothing else can touch the stream then:
+//! the worker is idle and only the control loop hands it work. A long kernel still runs on the
+//! worker, so it never stalls the session's other streams and copies.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,7 +89,6 @@ pub enum StreamOp {
 }
 
 /// A running stream, as the control loop holds it.
-#[derive(Debug)]
 pub struct StreamWorker {
     tx: mpsc::UnboundedSender<Vec<StreamOp>>,
     /// Operations staged but not yet handed to the worker, in order.
@@ -85,6 +96,16 @@ pub struct StreamWorker {
     /// One permit per operation the worker may have queued (handed over, not yet done).
     room: Arc<Semaphore>,
     cancelled: Arc<AtomicBool>,
+    /// The first error the stream met since its last barrier, wherever the operation ran.
+    pending: Arc<Mutex<Option<WireError>>>,
+    device: Arc<dyn Context>,
+    stream: DeviceStream,
+}
+
+impl std::fmt::Debug for StreamWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamWorker").field("stream", &self.stream).field("staged", &self.staged.len()).finish()
+    }
 }
 
 /// Operations a stream may have queued before the control loop waits for room.
@@ -93,15 +114,23 @@ const QUEUE_DEPTH: usize = 4096;
 /// Operations staged before they are handed over even though more frames are buffered.
 const BATCH: usize = 256;
 
+/// Operations a barrier may run on the control loop (see "Settled on the control loop").
+const QUICK_RUN: usize = 8;
+
+/// Bytes a memory operation moves at most to count as quick.
+const QUICK_BYTES: u64 = 16 << 10;
+
 impl StreamWorker {
     /// Starts a worker for `stream` on `device`.
     pub fn spawn(device: Arc<dyn Context>, stream: DeviceStream, name: String) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         let room = Arc::new(Semaphore::new(QUEUE_DEPTH));
         let cancelled = Arc::new(AtomicBool::new(false));
-        let (flag, worker_room) = (cancelled.clone(), room.clone());
-        thread::Builder::new().name(name).spawn(move || run(device, stream, rx, worker_room, flag))?;
-        Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, cancelled })
+        let pending = Arc::new(Mutex::new(None));
+        let worker = Worker { device: device.clone(), stream, pending: pending.clone(), cancelled: cancelled.clone() };
+        let worker_room = room.clone();
+        thread::Builder::new().name(name).spawn(move || worker.run(rx, worker_room))?;
+        Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, cancelled, pending, device, stream })
     }
 
     /// Stages an operation behind every one staged or queued before it; returns whether a
@@ -114,11 +143,44 @@ impl StreamWorker {
     }
 
     /// Stages a barrier behind everything staged or queued so far; once the worker reaches it,
-    /// the receiver gets the stream's pending error (taking it). The caller hands it over.
+    /// the receiver gets the stream's pending error (taking it). The caller hands it over. A
+    /// barrier that can be settled on the control loop is answered before this returns.
     pub fn stage_barrier(&mut self) -> oneshot::Receiver<Option<WireError>> {
         let (tx, rx) = oneshot::channel();
-        self.staged.push(StreamOp::Barrier(tx));
+        if self.settle_here() {
+            let _ = tx.send(take_pending(&self.pending));
+        } else {
+            self.staged.push(StreamOp::Barrier(tx));
+        }
         rx
+    }
+
+    /// Runs the staged operations on this thread if a barrier behind them may be settled here
+    /// (see "Settled on the control loop"); returns whether it did.
+    fn settle_here(&mut self) -> bool {
+        let quick = self.device.finishes_in_call()
+            && self.worker_is_idle()
+            && self.staged.len() <= QUICK_RUN
+            && self.staged.iter().all(|op| is_quick(self.device.as_ref(), op));
+        if !quick {
+            return false;
+        }
+        let worker = Worker {
+            device: self.device.clone(),
+            stream: self.stream,
+            pending: self.pending.clone(),
+            cancelled: self.cancelled.clone(),
+        };
+        for op in self.staged.drain(..) {
+            worker.run_one(op);
+        }
+        true
+    }
+
+    /// Whether everything handed to the worker is done (it returns a batch's permits after
+    /// the batch's last operation), and the worker is alive to take more.
+    fn worker_is_idle(&self) -> bool {
+        !self.room.is_closed() && self.room.available_permits() == QUEUE_DEPTH
     }
 
     /// Hands the staged operations to the worker if its queue has room now; returns whether
@@ -175,24 +237,70 @@ impl Drop for StreamWorker {
     }
 }
 
-fn run(
+/// What runs a stream's operations: its worker thread, or the control loop when it settles a
+/// barrier itself.
+struct Worker {
     device: Arc<dyn Context>,
     stream: DeviceStream,
-    mut rx: mpsc::UnboundedReceiver<Vec<StreamOp>>,
-    room: Arc<Semaphore>,
+    pending: Arc<Mutex<Option<WireError>>>,
     cancelled: Arc<AtomicBool>,
-) {
-    // However the thread ends, even by a panic, the control loop must not wait for room again.
-    let room = RoomGuard(room);
-    let mut pending: Option<WireError> = None;
-    while let Some(batch) = rx.blocking_recv() {
-        let done = batch.len().min(QUEUE_DEPTH);
-        for op in batch {
-            run_one(device.as_ref(), stream, op, &mut pending, &cancelled);
+}
+
+impl Worker {
+    /// The worker thread: batches in order until the control loop drops the stream.
+    fn run(self, mut rx: mpsc::UnboundedReceiver<Vec<StreamOp>>, room: Arc<Semaphore>) {
+        // However the thread ends, even by a panic, the control loop must not wait for room again.
+        let room = RoomGuard(room);
+        while let Some(batch) = rx.blocking_recv() {
+            let done = batch.len().min(QUEUE_DEPTH);
+            for op in batch {
+                self.run_one(op);
+            }
+            room.0.add_permits(done);
         }
-        room.0.add_permits(done);
+        self.device.destroy_stream(self.stream);
     }
-    device.destroy_stream(stream);
+
+    /// Runs one operation, keeping its error pending; a barrier answers with the pending error.
+    fn run_one(&self, op: StreamOp) {
+        if let StreamOp::Barrier(done) = op {
+            if let Err(e) = self.device.synchronize(self.stream) {
+                self.record(e);
+            }
+            let _ = done.send(take_pending(&self.pending));
+            return;
+        }
+        if self.cancelled.load(Ordering::Acquire) {
+            return;
+        }
+        // A panic is the device's bug; on the control loop it must not end the session with it.
+        let outcome = catch_unwind(AssertUnwindSafe(|| execute(self.device.as_ref(), self.stream, op)));
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.record(e),
+            Err(_) => self.record(WireError::new(ac_proto::backend::ErrorKind::Internal, "a stream operation panicked")),
+        }
+    }
+
+    /// Keeps `error` unless an earlier one is pending.
+    fn record(&self, error: WireError) {
+        self.pending.lock().expect("pending error poisoned").get_or_insert(error);
+    }
+}
+
+/// Takes the stream's pending error: a barrier reports it once.
+fn take_pending(pending: &Mutex<Option<WireError>>) -> Option<WireError> {
+    pending.lock().expect("pending error poisoned").take()
+}
+
+/// Whether `op` may run on the control loop at a barrier.
+fn is_quick(device: &dyn Context, op: &StreamOp) -> bool {
+    match op {
+        StreamOp::Launch { kernel, args, .. } => device.is_quick_launch(kernel, args),
+        StreamOp::Write { data, .. } => data.len() as u64 <= QUICK_BYTES,
+        StreamOp::Copy { len, .. } | StreamOp::Memset { len, .. } => *len <= QUICK_BYTES,
+        StreamOp::Barrier(_) => false,
+    }
 }
 
 /// Closes the stream's room when its worker thread ends, so that a hand-over to a dead worker
@@ -205,29 +313,6 @@ impl Drop for RoomGuard {
     }
 }
 
-/// Runs one operation, keeping its error pending; a barrier answers with the pending error.
-fn run_one(
-    device: &dyn Context,
-    stream: DeviceStream,
-    op: StreamOp,
-    pending: &mut Option<WireError>,
-    cancelled: &AtomicBool,
-) {
-    if let StreamOp::Barrier(done) = op {
-        if let Err(e) = device.synchronize(stream) {
-            pending.get_or_insert(e);
-        }
-        let _ = done.send(pending.take());
-        return;
-    }
-    if cancelled.load(Ordering::Acquire) {
-        return;
-    }
-    if let Err(e) = execute(device, stream, op) {
-        pending.get_or_insert(e);
-    }
-}
-
 fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(), WireError> {
     match op {
         StreamOp::Write { dst, offset, data, .. } => device.write(dst.mem, offset, &data, stream),
@@ -237,5 +322,96 @@ fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(
         StreamOp::Memset { dst, offset, len, value } => device.memset(dst.mem, offset, len, value, stream),
         StreamOp::Launch { kernel, dims, args, .. } => device.launch(&kernel, &dims, &args, stream),
         StreamOp::Barrier(_) => unreachable!("handled by the caller"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ac_proto::backend::{ErrorKind, KernelArg};
+
+    use super::*;
+    use crate::device::{CpuDevice, Device, DeviceMem};
+
+    fn worker() -> (Arc<dyn Context>, StreamWorker) {
+        let context = CpuDevice::new(0, 64 << 20).open_context().unwrap();
+        let stream = context.create_stream().unwrap();
+        let worker = StreamWorker::spawn(context.clone(), stream, "test-stream".into()).unwrap();
+        (context, worker)
+    }
+
+    /// A launch of the builtin `fill` of `n` floats of `value` over `mem` (of `len` bytes).
+    fn fill(context: &dyn Context, mem: DeviceMem, len: u64, value: f32, n: u64) -> StreamOp {
+        let kernel = Arc::new(context.kernel(crate::device::DeviceModule(0), "fill").unwrap());
+        let args = vec![
+            DeviceArg::Mem { mem, offset: 0, len },
+            DeviceArg::Scalar(KernelArg::F32(value)),
+            DeviceArg::Scalar(KernelArg::U64(n)),
+        ];
+        StreamOp::Launch { kernel, dims: LaunchDims::linear(1, 1), args, _hold: Vec::new() }
+    }
+
+    fn floats(context: &dyn Context, mem: DeviceMem, n: usize) -> Vec<f32> {
+        let mut bytes = vec![0u8; n * 4];
+        context.read(mem, 0, &mut bytes, DeviceStream(0)).unwrap();
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn a_barrier_behind_quick_work_on_an_idle_stream_is_answered_before_any_hand_over() {
+        let (context, mut worker) = worker();
+        let mem = context.alloc(16).unwrap();
+        worker.stage(fill(context.as_ref(), mem, 16, 2.0, 4));
+        let mut barrier = worker.stage_barrier();
+        assert_eq!(barrier.try_recv().expect("answered at once"), None);
+        assert!(worker.staged.is_empty(), "nothing is left for the worker");
+        assert_eq!(floats(context.as_ref(), mem, 4), [2.0; 4]);
+    }
+
+    #[test]
+    fn an_error_of_work_run_on_the_control_loop_is_reported_by_one_barrier() {
+        let (context, mut worker) = worker();
+        let mem = context.alloc(16).unwrap();
+        // Eight floats into a buffer of four: quick, and out of bounds.
+        worker.stage(fill(context.as_ref(), mem, 16, 2.0, 8));
+        let error = worker.stage_barrier().try_recv().expect("answered at once").expect("an error");
+        assert_eq!(error.kind, ErrorKind::OutOfBounds);
+        assert_eq!(worker.stage_barrier().try_recv().expect("answered at once"), None);
+    }
+
+    #[tokio::test]
+    async fn a_long_launch_is_left_to_the_worker() {
+        let (context, mut worker) = worker();
+        let n = 1u64 << 20;
+        let mem = context.alloc(n * 4).unwrap();
+        worker.stage(fill(context.as_ref(), mem, n * 4, 3.0, n));
+        let mut barrier = worker.stage_barrier();
+        assert!(barrier.try_recv().is_err(), "a long launch must not run on the control loop");
+        worker.hand_over().await;
+        assert_eq!(barrier_reached(barrier).await, None);
+        assert!(floats(context.as_ref(), mem, n as usize).iter().all(|&v| v == 3.0));
+    }
+
+    #[tokio::test]
+    async fn quick_work_staged_behind_work_on_the_worker_runs_after_it() {
+        let (context, mut worker) = worker();
+        let n = 1u64 << 20;
+        let mem = context.alloc(n * 4).unwrap();
+        for round in 0..20 {
+            let value = round as f32;
+            worker.stage(fill(context.as_ref(), mem, n * 4, value, n));
+            worker.hand_over().await;
+            // Whether the worker is still busy or already idle, the small fill lands second.
+            worker.stage(fill(context.as_ref(), mem, n * 4, -value, 4));
+            assert_eq!(barrier_reached(stage_and_hand_over(&mut worker).await).await, None);
+            let data = floats(context.as_ref(), mem, n as usize);
+            assert_eq!(data[..4], [-value; 4], "round {round}");
+            assert!(data[4..].iter().all(|&v| v == value), "round {round}");
+        }
+    }
+
+    async fn stage_and_hand_over(worker: &mut StreamWorker) -> oneshot::Receiver<Option<WireError>> {
+        let barrier = worker.stage_barrier();
+        worker.hand_over().await;
+        barrier
     }
 }

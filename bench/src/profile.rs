@@ -19,6 +19,10 @@ pub enum Workload {
     Launches,
     /// Small synchronous calls.
     Ping,
+    /// One launch, then a synchronize: the latency row's loop.
+    LaunchSync,
+    /// A synchronize alone: the stream barrier's round trip without a launch.
+    Sync,
 }
 
 /// Runs `workload` for `seconds` and prints how much it did.
@@ -46,11 +50,16 @@ pub async fn run(workload: Workload, seconds: u64, stripes: usize) -> anyhow::Re
                 acc.synchronize().await?;
             }
             Workload::Ping => acc.ping().await?,
+            Workload::LaunchSync => {
+                fill.launch(LaunchDims::linear(1, 1), &args).await?;
+                acc.synchronize().await?;
+            }
+            Workload::Sync => acc.synchronize().await?,
         }
         units += match workload {
             Workload::H2d | Workload::D2h => COPY as u64,
             Workload::Launches => 10_000,
-            Workload::Ping => 1,
+            Workload::Ping | Workload::LaunchSync | Workload::Sync => 1,
         };
     }
     let rate = units as f64 / start.elapsed().as_secs_f64();

@@ -39,6 +39,9 @@ async fn out_of_bounds_accesses_are_refused_and_change_nothing() {
     // A pointer past the end.
     fill.launch(LaunchDims::linear(1, 1), &[buf.at(5000), 0.0f32.into(), 1u64.into()]).await.unwrap();
     assert_eq!(acc.synchronize().await.unwrap_err().kind(), Some(ErrorKind::OutOfBounds));
+    // A size of four TiB of floats: once aborted the whole backend (it built them first).
+    fill.launch(LaunchDims::linear(1, 1), &[buf.arg(), 0.0f32.into(), (1u64 << 40).into()]).await.unwrap();
+    assert_eq!(acc.synchronize().await.unwrap_err().kind(), Some(ErrorKind::OutOfBounds));
     // The error was reported once; nothing was written.
     acc.synchronize().await.unwrap();
     assert_eq!(buf.to_vec().await.unwrap(), data);

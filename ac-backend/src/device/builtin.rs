@@ -38,11 +38,7 @@ pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
 /// kernel touches and is 4-byte aligned. Devices that cannot check accesses while a kernel runs
 /// (CUDA) call this, so that a builtin never reads or writes outside the session's buffers.
 pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
-    let scalar = |i: usize| match args.get(i) {
-        Some(DeviceArg::Scalar(KernelArg::U64(v))) => Ok(*v),
-        Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(*v as u64),
-        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
-    };
+    let scalar = |i: usize| size_arg(name, args, i);
     let footprint: Vec<(usize, u64)> = match name {
         "fill" => vec![(0, scalar(2)?)],
         "vector_add" => {
@@ -84,6 +80,27 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         }
     }
     Ok(())
+}
+
+/// Elements a launch of builtin `name` works on (multiply-adds for `sgemm`): how a device
+/// judges whether the launch is quick.
+pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
+    let scalar = |i: usize| size_arg(name, args, i);
+    Ok(match name {
+        "fill" | "reduce_sum" => scalar(2)?,
+        "vector_add" | "saxpy" => scalar(3)?,
+        "sgemm" => scalar(0)?.saturating_mul(scalar(1)?).saturating_mul(scalar(2)?),
+        other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
+    })
+}
+
+/// Size argument `i` of builtin `name` (a `u64`, or a `u32` widened).
+fn size_arg(name: &str, args: &[DeviceArg], i: usize) -> DeviceResult<u64> {
+    match args.get(i) {
+        Some(DeviceArg::Scalar(KernelArg::U64(v))) => Ok(*v),
+        Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(u64::from(*v)),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
+    }
 }
 
 /// `C = alpha A B + beta C` on row-major slices; `c` holds C on entry.

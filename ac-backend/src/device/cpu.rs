@@ -12,6 +12,10 @@ use rustc_hash::FxHashMap;
 use super::builtin;
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
+/// Elements of work (see [`builtin::work`]) that a quick launch does at most: 4,096 floats
+/// take a microsecond or two here.
+const QUICK_WORK: u64 = 4096;
+
 type Memory = Arc<RwLock<Vec<u8>>>;
 
 /// An accelerator emulated in host memory.
@@ -334,7 +338,20 @@ impl Context for CpuContext {
         if index >= builtin::KERNELS.len() || builtin::KERNELS[index].1.len() != args.len() {
             return Err(WireError::new(ErrorKind::InvalidArgument, format!("bad launch of `{}`", kernel.name)));
         }
+        // Before any buffer of the kernel's size is built: a size the arguments cannot hold
+        // must be an error, not an allocation of terabytes.
+        builtin::check_footprint(builtin::KERNELS[index].0, args)?;
         self.run_builtin(index, args)
+    }
+
+    fn finishes_in_call(&self) -> bool {
+        true
+    }
+
+    fn is_quick_launch(&self, kernel: &Kernel, args: &[DeviceArg]) -> bool {
+        builtin::KERNELS
+            .get(kernel.handle as usize)
+            .is_some_and(|(name, _)| builtin::work(name, args).is_ok_and(|work| work <= QUICK_WORK))
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {
@@ -374,6 +391,22 @@ mod tests {
         let mut out = [0; 16];
         dev.read(a, 0, &mut out, s).unwrap();
         assert_eq!(out, [7; 16]);
+    }
+
+    #[test]
+    fn a_launch_larger_than_its_buffers_fails_before_building_anything_of_its_size() {
+        let dev = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+        let a = dev.alloc(16).unwrap();
+        let fill = dev.kernel(DeviceModule(0), "fill").unwrap();
+        let args = [
+            DeviceArg::Mem { mem: a, offset: 0, len: 16 },
+            DeviceArg::Scalar(KernelArg::F32(1.0)),
+            // Four TiB of floats: building them first would abort the backend.
+            DeviceArg::Scalar(KernelArg::U64(1 << 40)),
+        ];
+        let error = dev.launch(&fill, &LaunchDims::linear(1, 1), &args, DeviceStream(0)).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::OutOfBounds);
+        assert!(!dev.is_quick_launch(&fill, &args));
     }
 
     #[test]

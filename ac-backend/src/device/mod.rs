@@ -126,6 +126,16 @@ pub trait Context: Send + Sync + 'static {
     fn destroy_stream(&self, stream: DeviceStream);
     /// Waits for everything queued on `stream`.
     fn synchronize(&self, stream: DeviceStream) -> DeviceResult<()>;
+    /// Whether stream-ordered calls finish their work before they return (the CPU device), so
+    /// that a stream whose worker is idle has nothing left in flight.
+    fn finishes_in_call(&self) -> bool {
+        false
+    }
+    /// Whether launching `kernel` with `args` takes no more than a few microseconds: a stream
+    /// that is idle may then run it on the control loop (see `stream.rs`).
+    fn is_quick_launch(&self, _kernel: &Kernel, _args: &[DeviceArg]) -> bool {
+        false
+    }
 }
 
 /// A host-to-device bulk copy in progress. Pieces come in order; a device with asynchronous
