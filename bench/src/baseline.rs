@@ -47,7 +47,9 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) to its end and
-/// answers with the byte count.
+/// answers with the byte count. The stream opens with the size of the buffer to read into (0:
+/// one cache-resident MiB, reused), which the peer touches before it answers "ready", so that
+/// a copy-sized receiver writes memory as a copy writes the device's.
 async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_rustls::TlsAcceptor) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     while let Ok((socket, _)) = listener.accept().await {
@@ -55,9 +57,20 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
         tokio::spawn(async move {
             let _ = lane::tune(&socket);
             let Ok(mut stream) = lane::accept(socket, &acceptor).await else { return };
-            let (mut buf, mut total) = (vec![0u8; 1 << 20], 0u64);
-            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+            let mut size = [0u8; 8];
+            if stream.read_exact(&mut size).await.is_err() {
+                return;
+            }
+            let whole = u64::from_le_bytes(size) as usize;
+            let mut buf = vec![1u8; if whole > 0 { whole } else { 1 << 20 }];
+            let (mut total, mut at) = (0u64, 0usize);
+            // A lane's writer keeps a record open until it is flushed.
+            if stream.write_all(b"r").await.is_err() || stream.flush().await.is_err() {
+                return;
+            }
+            while let Ok(n @ 1..) = stream.read(&mut buf[at..]).await {
                 total += n as u64;
+                at = if whole > 0 { at + n } else { 0 };
             }
             let _ = stream.write_all(&total.to_le_bytes()).await;
             let _ = stream.shutdown().await;
@@ -136,25 +149,32 @@ impl Peer {
         Ok(samples)
     }
 
-    /// Writes `payload` `times` over a fresh TLS stream over TCP, made as a lane is, and waits
-    /// for the count: bytes per second.
-    async fn lane_one_way(&self, payload: &[u8], times: usize) -> anyhow::Result<f64> {
+    /// Writes `pieces` over a fresh TLS stream over TCP, made as a lane is, and waits for the
+    /// count: bytes per second, from the first byte written (the handshake is not timed). With
+    /// `whole`, the peer reads into one buffer of the total size, touched before the clock
+    /// starts; otherwise into one reused MiB.
+    async fn lane_one_way(&self, pieces: &[&[u8]], whole: bool) -> anyhow::Result<f64> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
         let roots = tls::load_roots(&self._dir.path().join("ca.pem"))?;
-        let start = Instant::now();
         let socket = tokio::net::TcpStream::connect(("127.0.0.1", self.lane_port)).await?;
         lane::tune(&socket)?;
         let name = lane::tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")?;
         let mut stream = lane::connect(socket, &lane::client_config(roots)?, name).await?;
-        for _ in 0..times {
-            stream.write_all(payload).await?;
+        stream.write_all(&(if whole { total as u64 } else { 0 }).to_le_bytes()).await?;
+        stream.flush().await?;
+        let mut ready = [0u8; 1];
+        stream.read_exact(&mut ready).await?;
+        let start = Instant::now();
+        for piece in pieces {
+            stream.write_all(piece).await?;
         }
         stream.shutdown().await?;
         let mut count = [0u8; 8];
         stream.read_exact(&mut count).await?;
         let elapsed = start.elapsed().as_secs_f64();
-        anyhow::ensure!(u64::from_le_bytes(count) == (payload.len() * times) as u64, "bytes lost");
-        Ok((payload.len() * times) as f64 / elapsed)
+        anyhow::ensure!(u64::from_le_bytes(count) == total as u64, "bytes lost");
+        Ok(total as f64 / elapsed)
     }
 
     /// Writes `payload` `times` over a fresh stream and waits for the count: bytes per second.
@@ -199,13 +219,17 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let stream = peer.one_way(Bytes::from(vec![3u8; 1 << 20]), copy >> 20).await?;
     let stream_cpu = meter.bytes_per_cpu_second(copy);
     let meter = CpuMeter::start(&[peer.child.id()]);
-    let lane_stream = peer.lane_one_way(&vec![3u8; 1 << 20], copy >> 20).await?;
+    let one_mib = vec![3u8; 1 << 20];
+    let lane_stream = peer.lane_one_way(&vec![&one_mib[..]; copy >> 20], false).await?;
     let lane_cpu = meter.bytes_per_cpu_second(copy);
 
     let rate = launches_per_second(&acc, launches).await?;
     let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
     let mut back = vec![0u8; copy];
     let (h2d, d2h) = crate::copies::measure(&acc, &data, &mut back, 2).await?;
+    // From and into copy-sized memory, as a copy reads the program's buffer and writes the
+    // device's: `data` is touched, and the peer touches its buffer before the clock starts.
+    let lane_whole = peer.lane_one_way(&data.chunks(1 << 20).collect::<Vec<_>>(), true).await?;
     let (h2d_cpu, d2h_cpu) = copy_cpu(&acc, &data, &mut back, remote.pid()).await?;
     let meter = CpuMeter::start(&[]);
     let tcp = crate::copies::tcp_stream(&data, 1)?;
@@ -253,13 +277,15 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     println!("Bulk copies move on lanes (TLS 1.3 over TCP); their baseline is a bare TLS stream made the same way:\n");
     println!("| what | bare TLS over TCP | SDK | SDK / bare TLS |");
     println!("|---|---|---|---|");
-    for (way, two, one_lane) in [("H2D", h2d, one.0), ("D2H", d2h, one.1)] {
-        println!(
-            "| {size} one way, MB/s | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",
-            mb(lane_stream),
-            two / mb(lane_stream),
-            one_lane / mb(lane_stream)
-        );
+    for (memory, bare) in [("one cache-resident MiB", lane_stream), ("copy-sized buffers", lane_whole)] {
+        for (way, two, one_lane) in [("H2D", h2d, one.0), ("D2H", d2h, one.1)] {
+            println!(
+                "| {size} one way, MB/s, bare from and into {memory} | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",
+                mb(bare),
+                two / mb(bare),
+                one_lane / mb(bare)
+            );
+        }
     }
     println!("| context: plain TCP, {size} one way, MB/s | {tcp:.0} | | |");
     println!();

@@ -369,3 +369,54 @@ fn copies_use_quic_streams_when_the_lane_port_is_refused() {
     assert!(status.success() && output.matches("h2d ").count() == 2, "{output}");
     assert!(bed.refused_tcp(BACKEND) >= 1, "the program tried a lane first");
 }
+
+/// A partition that falls on a copy on a bulk lane: the lane's TCP would retransmit for
+/// minutes, but the copy ends with the session, at the QUIC idle timeout, with a clear error.
+/// The backend, meanwhile, frees the session (and the lane with it) at its own idle timeout,
+/// while the partition still stands: another host finds the device's memory free.
+#[test]
+fn a_partition_during_a_lane_copy_ends_the_copy_at_the_idle_timeout_on_both_sides() {
+    need_netns!();
+    const PROBE: usize = 2;
+    let bed = Bed::new(3, 1500);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let _backend = start_backend(&bed, dir.path(), "0");
+    let direct = [
+        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
+        ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
+    ];
+    // 64 MiB at 40 Mbit/s: the first copy takes some 13 s, so the partition catches it.
+    bed.rate(0, "40mbit");
+    let mut env = direct.to_vec();
+    env.extend([("AC_IDLE_TIMEOUT_MS", "3000".to_string()), ("AC_KEEP_ALIVE_MS", "1000".to_string())]);
+    let log = dir.path().join("program.log");
+    let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["copy", "64", "1"], &env, &log);
+    expect_line(&mut program, "connected", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let lanes = bed.exec(0, "ss", &["-Htn", "state", "established", "dst", &bed.sock(BACKEND, 7100).to_string()], &[]);
+    assert!(lanes.as_ref().is_ok_and(|l| !l.trim().is_empty()), "the copy runs on a lane: {lanes:?}");
+    bed.partition(0, BACKEND);
+    let partitioned = Instant::now();
+    let (at, error) = program.wait_for("error: ", Duration::from_secs(10)).unwrap_or_else(|| {
+        panic!("the copy did not end within 10 s of a partition, with a 3 s idle timeout:\n{}", program.output())
+    });
+    assert!(error.contains("timed out"), "a clear error: {error}");
+    assert!(!program.output().contains("h2d "), "the partition fell on the first copy");
+    eprintln!("the copy ended {:.1} s into the partition", (at - partitioned).as_secs_f64());
+    // QUIC's idle timeout is the smaller of the two sides' (3 s): the backend's session ends
+    // too, and the lane and the 64 MiB with it.
+    let deadline = partitioned + Duration::from_secs(30);
+    let freed = loop {
+        let log = dir.path().join("probe.log");
+        let mut probe = bed.spawn(PROBE, &workspace_binary("ac-net-client"), &["memory"], &direct, &log);
+        let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
+        let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
+        if numbers[0] == numbers[1] {
+            break Instant::now();
+        }
+        assert!(Instant::now() < deadline, "the partitioned session still holds memory after 30 s: {line}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    eprintln!("the backend freed the session {:.1} s into the partition", (freed - partitioned).as_secs_f64());
+    bed.heal(0);
+}
