@@ -278,7 +278,9 @@ impl Worker {
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.record(e),
-            Err(_) => self.record(WireError::new(ac_proto::backend::ErrorKind::Internal, "a stream operation panicked")),
+            Err(_) => {
+                self.record(WireError::new(ac_proto::backend::ErrorKind::Internal, "a stream operation panicked"))
+            }
         }
     }
 
