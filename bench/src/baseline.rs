@@ -11,7 +11,7 @@ use ac_proto::transport::Tuning;
 use ac_proto::{lane, tls, transport};
 use bytes::Bytes;
 
-use crate::latency::{launch_sync_samples, launches_per_second, ping_samples};
+use crate::latency::{fill_sync_samples, launch_sync_samples, launches_per_second, ping_samples};
 use crate::setup::{connect, percentiles, sibling, Child_, CpuMeter};
 
 const ALPN: &[u8] = b"ac-bench-baseline";
@@ -19,6 +19,9 @@ const ALPN: &[u8] = b"ac-bench-baseline";
 const MESSAGE: usize = 64;
 /// Interleaved rounds of round-trip measurements.
 const ROUNDS: usize = 10;
+/// Elements of a `fill` just over what the CPU device runs on the control loop at a barrier
+/// (see `ac-backend/src/stream.rs`): the stream worker's path, kernel time included.
+const WORKER_FILL: u64 = 4097;
 
 /// The helper process: serves the baseline's streams until killed. A stream starting with `e`
 /// echoes 64-byte messages; one starting with `s` is read to its end and answered with the
@@ -204,13 +207,14 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let acc = connect(&remote.options).await?;
     // Round trips in interleaved rounds, so that the machine's drift (±20% on this VM) falls on
     // the baseline and the SDK alike.
-    let (mut rtt, mut ping, mut launch) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rtt, mut ping, mut launch, mut worker) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         rtt.extend(peer.round_trip_samples(n / ROUNDS).await?);
         ping.extend(ping_samples(&acc, n / ROUNDS).await?);
         launch.extend(launch_sync_samples(&acc, n / ROUNDS).await?);
+        worker.extend(fill_sync_samples(&acc, n / ROUNDS / 4, WORKER_FILL).await?);
     }
-    let (rtt, ping, launch) = (percentiles(rtt), percentiles(ping), percentiles(launch));
+    let (rtt, ping, launch, worker) = (percentiles(rtt), percentiles(ping), percentiles(launch), percentiles(worker));
     let udp = crate::latency::udp_floor(n)?;
     // 1,024 messages per write, as a client batching small one-way messages would.
     let batch = Bytes::from(vec![1u8; MESSAGE * 1024]);
@@ -258,6 +262,12 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         rtt.0,
         launch.0,
         launch.0 / rtt.0
+    );
+    println!(
+        "| ... a launch too long for the control loop ({WORKER_FILL} elements) + synchronize, p50 µs | {:.1} (a round trip) | {:.1} | {:.2} |",
+        rtt.0,
+        worker.0,
+        worker.0 / rtt.0
     );
     println!(
         "| small one-way messages / s | {messages:.0} (64 B, batched) | {rate:.0} (async launches) | {:.3} |",

@@ -71,9 +71,15 @@ pub async fn launch_sync_latency(acc: &Accelerator, n: usize) -> anyhow::Result<
 /// `n` launches of `fill` on one element, each followed by a synchronize, after `n / 10` of
 /// warm-up.
 pub(crate) async fn launch_sync_samples(acc: &Accelerator, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let buf = acc.alloc::<f32>(1).await?;
+    fill_sync_samples(acc, n, 1).await
+}
+
+/// `n` launches of `fill` on `elements` floats, each followed by a synchronize, after `n / 10`
+/// of warm-up.
+pub(crate) async fn fill_sync_samples(acc: &Accelerator, n: usize, elements: u64) -> anyhow::Result<Vec<Duration>> {
+    let buf = acc.alloc::<f32>(elements as usize).await?;
     let fill = acc.builtin().await?.function("fill").await?;
-    let args = [buf.arg(), 1.0f32.into(), 1u64.into()];
+    let args = [buf.arg(), 1.0f32.into(), elements.into()];
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + n / 10 {
         let start = Instant::now();
