@@ -546,6 +546,13 @@ impl Control {
             if let Some(e) = fence.pending {
                 self.pending.get_or_insert(e);
             }
+            // A barrier already answered (settled on the control loop) holds its stream's
+            // error; the others give theirs back to their stream when their send fails.
+            for mut barrier in fence.barriers {
+                if let Ok(Some(e)) = barrier.try_recv() {
+                    self.pending.get_or_insert(e);
+                }
+            }
         }
     }
 

@@ -19,7 +19,9 @@
 //! operations (small launches the device vouches for, small memory operations), runs those
 //! operations on the control loop and answers at once. Nothing else can touch the stream then:
 //! the worker is idle and only the control loop hands it work. A long kernel still runs on the
-//! worker, so it never stalls the session's other streams and copies.
+//! worker, so it never stalls the session's other streams and copies. (A quick operation on a
+//! buffer that another stream's worker is busy with waits for it, as the CPU device locks a
+//! buffer per operation; a barrier on the control loop waited for that stream before as well.)
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
@@ -267,7 +269,11 @@ impl Worker {
             if let Err(e) = self.device.synchronize(self.stream) {
                 self.record(e);
             }
-            let _ = done.send(take_pending(&self.pending));
+            // Nobody waits any more (a copy given up after its fence was admitted): the error
+            // stays pending for the next barrier instead of being lost.
+            if let Err(Some(error)) = done.send(take_pending(&self.pending)) {
+                self.record(error);
+            }
             return;
         }
         if self.cancelled.load(Ordering::Acquire) {
@@ -378,6 +384,39 @@ mod tests {
         let error = worker.stage_barrier().try_recv().expect("answered at once").expect("an error");
         assert_eq!(error.kind, ErrorKind::OutOfBounds);
         assert_eq!(worker.stage_barrier().try_recv().expect("answered at once"), None);
+    }
+
+    #[tokio::test]
+    async fn an_error_whose_barrier_nobody_awaits_stays_pending_for_the_next_one() {
+        let (context, mut worker) = worker();
+        let mem = context.alloc(16).unwrap();
+        // Too long to be quick, and out of bounds: the worker meets the error.
+        worker.stage(fill(context.as_ref(), mem, 16, 2.0, 5000));
+        drop(worker.stage_barrier());
+        worker.hand_over().await;
+        let error = barrier_reached(stage_and_hand_over(&mut worker).await).await.expect("the error, kept");
+        assert_eq!(error.kind, ErrorKind::OutOfBounds);
+        assert_eq!(barrier_reached(stage_and_hand_over(&mut worker).await).await, None, "reported once");
+    }
+
+    #[test]
+    fn a_matrix_product_with_an_empty_dimension_is_not_quick_when_its_matrices_are_large() {
+        let context = CpuDevice::new(0, 64 << 20).open_context().unwrap();
+        let sgemm = context.kernel(crate::device::DeviceModule(0), "sgemm").unwrap();
+        let c = context.alloc(16 << 20).unwrap();
+        let mem = DeviceArg::Mem { mem: c, offset: 0, len: 16 << 20 };
+        let args = |m: u32, n: u32, k: u32| {
+            [m, n, k].map(|v| DeviceArg::Scalar(KernelArg::U32(v))).into_iter().chain([
+                DeviceArg::Scalar(KernelArg::F32(1.0)),
+                mem,
+                mem,
+                DeviceArg::Scalar(KernelArg::F32(0.0)),
+                mem,
+            ])
+        };
+        let quick = |m, n, k| context.is_quick_launch(&sgemm, &args(m, n, k).collect::<Vec<_>>());
+        assert!(quick(8, 8, 8));
+        assert!(!quick(2048, 2048, 0), "k = 0 still walks C's four million elements");
     }
 
     #[tokio::test]

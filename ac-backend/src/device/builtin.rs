@@ -82,14 +82,20 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
     Ok(())
 }
 
-/// Elements a launch of builtin `name` works on (multiply-adds for `sgemm`): how a device
+/// Elements a launch of builtin `name` works on (for `sgemm`, its multiply-adds plus the
+/// elements of its three matrices, which it reads even when one dimension is 0): how a device
 /// judges whether the launch is quick.
 pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
     let scalar = |i: usize| size_arg(name, args, i);
     Ok(match name {
         "fill" | "reduce_sum" => scalar(2)?,
         "vector_add" | "saxpy" => scalar(3)?,
-        "sgemm" => scalar(0)?.saturating_mul(scalar(1)?).saturating_mul(scalar(2)?),
+        "sgemm" => {
+            let (m, n, k) = (scalar(0)?, scalar(1)?, scalar(2)?);
+            [m.saturating_mul(n).saturating_mul(k), m.saturating_mul(k), k.saturating_mul(n), m.saturating_mul(n)]
+                .into_iter()
+                .fold(0u64, u64::saturating_add)
+        }
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })
 }
