@@ -24,10 +24,8 @@
 //! buffer per operation; a barrier on the control loop waited for that stream before as well.)
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
-
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 use ac_proto::backend::{LaunchDims, WireError};
@@ -97,16 +95,14 @@ pub struct StreamWorker {
     staged: Vec<StreamOp>,
     /// One permit per operation the worker may have queued (handed over, not yet done).
     room: Arc<Semaphore>,
-    cancelled: Arc<AtomicBool>,
-    /// The first error the stream met since its last barrier, wherever the operation ran.
-    pending: Arc<Mutex<Option<WireError>>>,
-    device: Arc<dyn Context>,
-    stream: DeviceStream,
+    /// Runs operations here when a barrier is settled on the control loop; shares the device,
+    /// the pending error and the cancel flag with the worker thread.
+    runner: Worker,
 }
 
 impl std::fmt::Debug for StreamWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamWorker").field("stream", &self.stream).field("staged", &self.staged.len()).finish()
+        f.debug_struct("StreamWorker").field("stream", &self.runner.stream).field("staged", &self.staged.len()).finish()
     }
 }
 
@@ -128,11 +124,10 @@ impl StreamWorker {
         let (tx, rx) = mpsc::unbounded_channel();
         let room = Arc::new(Semaphore::new(QUEUE_DEPTH));
         let cancelled = Arc::new(AtomicBool::new(false));
-        let pending = Arc::new(Mutex::new(None));
-        let worker = Worker { device: device.clone(), stream, pending: pending.clone(), cancelled: cancelled.clone() };
-        let worker_room = room.clone();
-        thread::Builder::new().name(name).spawn(move || worker.run(rx, worker_room))?;
-        Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, cancelled, pending, device, stream })
+        let runner = Worker { device, stream, pending: Arc::new(Mutex::new(None)), cancelled };
+        let (thread_runner, worker_room) = (runner.clone(), room.clone());
+        thread::Builder::new().name(name).spawn(move || thread_runner.run(rx, worker_room))?;
+        Ok(Self { tx, staged: Vec::with_capacity(BATCH), room, runner })
     }
 
     /// Stages an operation behind every one staged or queued before it; returns whether a
@@ -150,7 +145,7 @@ impl StreamWorker {
     pub fn stage_barrier(&mut self) -> oneshot::Receiver<Option<WireError>> {
         let (tx, rx) = oneshot::channel();
         if self.settle_here() {
-            let _ = tx.send(take_pending(&self.pending));
+            let _ = tx.send(take_pending(&self.runner.pending));
         } else {
             self.staged.push(StreamOp::Barrier(tx));
         }
@@ -160,21 +155,16 @@ impl StreamWorker {
     /// Runs the staged operations on this thread if a barrier behind them may be settled here
     /// (see "Settled on the control loop"); returns whether it did.
     fn settle_here(&mut self) -> bool {
-        let quick = self.device.finishes_in_call()
+        let device = self.runner.device.as_ref();
+        let quick = device.finishes_in_call()
             && self.worker_is_idle()
             && self.staged.len() <= QUICK_RUN
-            && self.staged.iter().all(|op| is_quick(self.device.as_ref(), op));
+            && self.staged.iter().all(|op| is_quick(device, op));
         if !quick {
             return false;
         }
-        let worker = Worker {
-            device: self.device.clone(),
-            stream: self.stream,
-            pending: self.pending.clone(),
-            cancelled: self.cancelled.clone(),
-        };
         for op in self.staged.drain(..) {
-            worker.run_one(op);
+            self.runner.run_one(op);
         }
         true
     }
@@ -235,12 +225,13 @@ impl Drop for StreamWorker {
     fn drop(&mut self) {
         // Skip whatever is still queued: nobody waits for it. The thread ends by itself once
         // the queue is closed; joining here could block an async thread behind a long kernel.
-        self.cancelled.store(true, Ordering::Release);
+        self.runner.cancelled.store(true, Ordering::Release);
     }
 }
 
 /// What runs a stream's operations: its worker thread, or the control loop when it settles a
 /// barrier itself.
+#[derive(Clone)]
 struct Worker {
     device: Arc<dyn Context>,
     stream: DeviceStream,
