@@ -49,10 +49,12 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
     })
 }
 
-/// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) to its end and
-/// answers with the byte count. The stream opens with the size of the buffer to read into (0:
-/// one cache-resident MiB, reused), which the peer touches before it answers "ready", so that
-/// a copy-sized receiver writes memory as a copy writes the device's.
+/// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) for as many bytes
+/// as it opens with, as a lane reads a copy (`LaneTls::read_with`, the socket's low-water mark
+/// included), and answers with the byte count. After the count comes whether to read into a
+/// buffer of that size (1) or one cache-resident MiB, reused (0); the peer touches the buffer
+/// before it answers "ready", so that a copy-sized receiver writes memory as a copy writes the
+/// device's.
 async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_rustls::TlsAcceptor) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     while let Ok((socket, _)) = listener.accept().await {
@@ -60,22 +62,30 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
         tokio::spawn(async move {
             let _ = lane::tune(&socket);
             let Ok(mut stream) = lane::accept(socket, &acceptor).await else { return };
-            let mut size = [0u8; 8];
-            if stream.read_exact(&mut size).await.is_err() {
+            let mut opening = [0u8; 9];
+            if stream.read_exact(&mut opening).await.is_err() {
                 return;
             }
-            let whole = u64::from_le_bytes(size) as usize;
-            let mut buf = vec![1u8; if whole > 0 { whole } else { 1 << 20 }];
-            let (mut total, mut at) = (0u64, 0usize);
+            let total = u64::from_le_bytes(opening[..8].try_into().expect("8 bytes"));
+            let whole = opening[8] == 1;
+            let mut buf = vec![1u8; if whole { total as usize } else { 1 << 20 }];
             // A lane's writer keeps a record open until it is flushed.
             if stream.write_all(b"r").await.is_err() || stream.flush().await.is_err() {
                 return;
             }
-            while let Ok(n @ 1..) = stream.read(&mut buf[at..]).await {
-                total += n as u64;
-                at = if whole > 0 { at + n } else { 0 };
+            let (mut received, mut at) = (0u64, 0usize);
+            let read = stream.read_with(total, |piece| {
+                if at + piece.len() > buf.len() {
+                    at = 0;
+                }
+                buf[at..at + piece.len()].copy_from_slice(piece);
+                (received, at) = (received + piece.len() as u64, at + piece.len());
+                Ok::<_, std::convert::Infallible>(())
+            });
+            if !matches!(read.await, Ok(Ok(()))) {
+                return;
             }
-            let _ = stream.write_all(&total.to_le_bytes()).await;
+            let _ = stream.write_all(&received.to_le_bytes()).await;
             let _ = stream.shutdown().await;
         });
     }
@@ -164,7 +174,8 @@ impl Peer {
         lane::tune(&socket)?;
         let name = lane::tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")?;
         let mut stream = lane::connect(socket, &lane::client_config(roots)?, name).await?;
-        stream.write_all(&(if whole { total as u64 } else { 0 }).to_le_bytes()).await?;
+        stream.write_all(&(total as u64).to_le_bytes()).await?;
+        stream.write_all(&[u8::from(whole)]).await?;
         stream.flush().await?;
         let mut ready = [0u8; 1];
         stream.read_exact(&mut ready).await?;

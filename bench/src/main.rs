@@ -66,9 +66,16 @@ enum Helper {
         /// How long, seconds.
         #[arg(long, default_value_t = 5)]
         seconds: u64,
-        /// Connections a bulk copy is striped over.
+        /// Connections a bulk copy is striped over (QUIC connections when `--lanes 0`).
         #[arg(long, default_value_t = 2)]
         stripes: usize,
+        /// Bulk lanes a copy is striped over (0: QUIC streams).
+        #[arg(long, default_value_t = 2)]
+        lanes: usize,
+        /// Run the loop in a task on the runtime's workers, not on the thread that blocks on it
+        /// (as `#[tokio::main]`, the blocking API and the C ABI do).
+        #[arg(long)]
+        in_task: bool,
     },
     /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
     #[command(hide = true)]
@@ -90,8 +97,11 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::Profile { .. }) | None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    if let Some(Helper::Profile { workload, seconds, stripes }) = args.helper {
-        return rt.block_on(profile::run(workload, seconds, stripes));
+    if let Some(Helper::Profile { workload, seconds, stripes, lanes, in_task }) = args.helper {
+        if in_task {
+            return rt.block_on(async move { tokio::spawn(profile::run(workload, seconds, stripes, lanes)).await? });
+        }
+        return rt.block_on(profile::run(workload, seconds, stripes, lanes));
     }
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     println!(

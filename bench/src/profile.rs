@@ -26,11 +26,12 @@ pub enum Workload {
 }
 
 /// Runs `workload` for `seconds` and prints how much it did.
-pub async fn run(workload: Workload, seconds: u64, stripes: usize) -> anyhow::Result<()> {
+pub async fn run(workload: Workload, seconds: u64, stripes: usize, lanes: usize) -> anyhow::Result<()> {
     const COPY: usize = 256 << 20;
     let mut backend = Child_::start(COPY as u64 / (1 << 20) + 64)?;
     println!("backend pid {}", backend.pid());
     backend.options.stripes = stripes;
+    backend.options.lanes = lanes;
     let acc = connect(&backend.options).await?;
     let buf = acc.alloc::<u8>(COPY).await?;
     let fill = acc.builtin().await?.function("fill").await?;

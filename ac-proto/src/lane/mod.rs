@@ -22,7 +22,7 @@
 //! device failure after a device-to-host header closes the lane, and the client opens another.
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncReadExt;
 
 use crate::frame::Source;
 use crate::pieces::Blank;
@@ -31,7 +31,7 @@ use crate::ProtoError;
 pub mod record;
 mod stream;
 
-pub use stream::{accept, connect, LaneTls, READ_BUFFER, WRITE_BUFFER};
+pub use stream::{accept, connect, LaneTls, LOW_WATER, READ_BUFFER, WRITE_BUFFER};
 pub use tokio_rustls;
 
 /// The lanes' ALPN: not the QUIC protocol's, so that neither can be mistaken for the other.
@@ -42,7 +42,7 @@ pub const ALPN: &[u8] = b"ac-lane/1";
 #[derive(Debug)]
 pub struct LaneStream<T>(pub T);
 
-impl<T: AsyncRead + Unpin + Send> Source for LaneStream<T> {
+impl Source for LaneStream<LaneTls> {
     async fn read_some(&mut self, max: usize) -> Result<Option<Bytes>, ProtoError> {
         let mut buf = vec![0; max.min(64 << 10)];
         match self.0.read(&mut buf).await? {
@@ -63,11 +63,7 @@ impl<T: AsyncRead + Unpin + Send> Source for LaneStream<T> {
     }
 
     async fn read_into(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
-        match self.0.read_exact(out).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ProtoError::UnexpectedEnd),
-            Err(e) => Err(e.into()),
-        }
+        self.0.read_exact_plain(out).await
     }
 }
 

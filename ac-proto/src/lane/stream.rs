@@ -22,10 +22,13 @@ use super::record::{Opened, Opener, Sealer, CLOSE_RECORD, HEADER, MAX_PLAIN, MAX
 use crate::ProtoError;
 
 /// How much one read from a lane's socket may bring (a few dozen records).
-pub const READ_BUFFER: usize = 256 << 10;
+pub const READ_BUFFER: usize = 512 << 10;
 /// How many sealed bytes a lane gathers before it writes them to the socket in one call (or
 /// fewer, on a flush).
 pub const WRITE_BUFFER: usize = 512 << 10;
+/// How many bytes a lane's socket gathers before it wakes a reader that knows at least that many
+/// are coming (`SO_RCVLOWAT`; see [`LaneTls::read_with`]).
+pub const LOW_WATER: usize = 256 << 10;
 
 /// A lane's TLS 1.3 stream over TCP. Reads open records in place in one buffer and copy their
 /// plaintext once, to the caller; writes seal into one buffer sent in large writes.
@@ -42,6 +45,8 @@ pub struct LaneTls {
     plain: std::ops::Range<usize>,
     /// The peer's stream ended (close_notify, or the socket's end between records).
     ended: bool,
+    /// The socket's `SO_RCVLOWAT` as last set (the kernel's default is 1).
+    low_water: usize,
     /// Sealed records, `out[sent..filled]` not yet written to the socket.
     out: Box<[u8]>,
     filled: usize,
@@ -59,7 +64,7 @@ pub async fn connect(
 ) -> Result<LaneTls, ProtoError> {
     let (tcp, connection) = connector.connect(name, tcp).await?.into_inner();
     let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
-    match lane.next_record().await? {
+    match lane.next_record(0).await? {
         Some(Opened::Data(range)) if range.is_empty() => Ok(lane),
         _ => Err(ProtoError::Malformed("the lane's first record was not its ready record".into())),
     }
@@ -86,6 +91,7 @@ impl LaneTls {
             end: 0,
             plain: 0..0,
             ended: false,
+            low_water: 1,
             out: vec![0; WRITE_BUFFER + MAX_RECORD].into_boxed_slice(),
             filled: 0,
             sent: 0,
@@ -109,6 +115,12 @@ impl LaneTls {
     /// Reads `len` bytes of plaintext, handing each piece to `sink` where it was opened (no
     /// copy in between); [`ProtoError::UnexpectedEnd`] if the stream ends first. `Ok(Err(_))`
     /// when `sink` fails: the pieces it was given, that one included, are read.
+    ///
+    /// Since `len` bytes are known to be coming, the socket wakes the reader only once
+    /// [`LOW_WATER`] bytes are there (or all that are still to come, if fewer), not at every
+    /// segment: each wake-up costs the sender a cross-CPU wake in the kernel and the reader a
+    /// pass through its runtime's I/O driver, a third of a loopback copy's CPU when it came per
+    /// 64 KiB segment (`BENCHMARKS.md`, "Issue 25, stop 35").
     pub async fn read_with<E>(
         &mut self,
         len: u64,
@@ -129,12 +141,26 @@ impl LaneTls {
             if self.ended {
                 return Err(ProtoError::UnexpectedEnd);
             }
-            match self.next_record().await? {
+            match self.next_record(left).await? {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
             }
         }
         Ok(Ok(()))
+    }
+
+    /// Fills `out` with the next plaintext (see [`LaneTls::read_with`]); an error if the stream
+    /// ends first.
+    pub async fn read_exact_plain(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
+        let mut at = 0;
+        let read = self.read_with(out.len() as u64, |piece| {
+            out[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+            Ok::<_, std::convert::Infallible>(())
+        });
+        match read.await? {
+            Ok(()) => Ok(()),
+        }
     }
 
     /// Writes `len` bytes that `fill` puts in place, piece by piece (each piece straight into
@@ -190,7 +216,9 @@ impl LaneTls {
     }
 
     /// Reads more bytes from the socket behind those not yet opened; `Ok(0)` at its end.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    /// `coming`: plaintext bytes the peer is known to be sending, buffered ones included (0:
+    /// unknown).
+    fn poll_fill(&mut self, cx: &mut Context<'_>, coming: u64) -> Poll<io::Result<usize>> {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
         } else if self.inbuf.len() - self.end < MAX_RECORD {
@@ -198,6 +226,7 @@ impl LaneTls {
             self.inbuf.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
         }
+        self.set_low_water(coming)?;
         let mut room = ReadBuf::new(&mut self.inbuf[self.end..]);
         ready!(Pin::new(&mut self.tcp).poll_read(cx, &mut room))?;
         let n = room.filled().len();
@@ -205,14 +234,28 @@ impl LaneTls {
         Poll::Ready(Ok(n))
     }
 
-    /// The next record, read from the socket as needed; `None` when the socket ended between
-    /// records.
-    async fn next_record(&mut self) -> Result<Option<Opened>, ProtoError> {
+    /// Sets the socket's low-water mark for `coming` plaintext bytes still to be read: never
+    /// more than the bytes still to arrive (a reader waiting for bytes that never come would
+    /// hang), so the bytes already buffered count as plaintext; 1 (any byte) when nothing is
+    /// known. Records add to their plaintext, so at least this many do arrive.
+    fn set_low_water(&mut self, coming: u64) -> io::Result<()> {
+        let buffered = (self.end - self.start) as u64;
+        let mark = coming.saturating_sub(buffered).clamp(1, LOW_WATER as u64) as usize;
+        if mark != self.low_water {
+            set_receive_low_water(&self.tcp, mark)?;
+            self.low_water = mark;
+        }
+        Ok(())
+    }
+
+    /// The next record, read from the socket as needed (`coming`: as for
+    /// [`LaneTls::poll_fill`]); `None` when the socket ended between records.
+    async fn next_record(&mut self, coming: u64) -> Result<Option<Opened>, ProtoError> {
         loop {
             if let Some(opened) = self.open_buffered()? {
                 return Ok(Some(opened));
             }
-            if std::future::poll_fn(|cx| self.poll_fill(cx)).await? == 0 {
+            if std::future::poll_fn(|cx| self.poll_fill(cx, coming)).await? == 0 {
                 return self.socket_ended().map(|()| None).map_err(ProtoError::from);
             }
         }
@@ -243,6 +286,30 @@ impl LaneTls {
     }
 }
 
+/// Sets `SO_RCVLOWAT` on `tcp`: the socket reports itself readable once `bytes` are there (or
+/// at its end, or when the kernel runs short of receive memory).
+#[allow(unsafe_code)]
+fn set_receive_low_water(tcp: &TcpStream, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: the descriptor is `tcp`'s, open for the call; the option's value is a c_int that
+    // outlives the call, and its length is given.
+    let done = unsafe {
+        libc::setsockopt(
+            tcp.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn io_error(e: ProtoError) -> io::Error {
     match e {
         ProtoError::Io(e) => e,
@@ -267,7 +334,7 @@ impl AsyncRead for LaneTls {
                 Some(Opened::Data(range)) => this.plain = range,
                 Some(Opened::Closed) => {}
                 None => {
-                    if ready!(this.poll_fill(cx))? == 0 {
+                    if ready!(this.poll_fill(cx, 0))? == 0 {
                         this.socket_ended()?;
                     }
                 }
@@ -324,6 +391,7 @@ mod tests {
     use super::*;
     use crate::lane::record::RECORD_LIMIT;
     use crate::tls;
+    use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -393,6 +461,34 @@ mod tests {
         // The stream ends early: an error, not a short read.
         drop(client);
         assert!(matches!(server.read_with(1, |_| Ok::<_, ()>(())).await, Err(ProtoError::UnexpectedEnd)));
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_knows_what_is_coming_gets_all_of_it_while_the_writer_waits() {
+        let (mut client, mut server) = pair("low-water").await;
+        // Sizes around the low-water mark, each written and flushed, then the writer waits for
+        // the reader's answer: a mark above the bytes still to come would leave the reader
+        // waiting for ever.
+        let sizes = [LOW_WATER - 1, LOW_WATER, LOW_WATER + 1, 3 * LOW_WATER + 12_345, 1, 70_000];
+        let writer = tokio::spawn(async move {
+            for (i, &size) in sizes.iter().enumerate() {
+                client.write_all(&vec![i as u8; size]).await.unwrap();
+                client.flush().await.unwrap();
+                let mut answer = [0; 1];
+                client.read_exact(&mut answer).await.unwrap();
+                assert_eq!(answer, [i as u8]);
+            }
+        });
+        for (i, &size) in sizes.iter().enumerate() {
+            let mut got = vec![0xffu8; size];
+            let read = server.read_exact_plain(&mut got);
+            tokio::time::timeout(Duration::from_secs(20), read).await.expect("the read hung").unwrap();
+            assert!(got.iter().all(|&b| b == i as u8), "size {size}");
+            assert!(server.low_water <= LOW_WATER);
+            server.write_all(&[i as u8]).await.unwrap();
+            server.flush().await.unwrap();
+        }
+        writer.await.unwrap();
     }
 
     #[tokio::test]
