@@ -20,7 +20,8 @@
 //!   manager's client.
 //! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
 //!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it;
-//!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them.
+//!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them;
+//!   `task.rs` owns the tasks the SDK starts (aborted when dropped).
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
@@ -55,6 +56,7 @@ pub mod mpi;
 mod replies;
 mod session;
 mod stream;
+mod task;
 mod watch;
 
 pub use ac_proto::arm::Preemption;

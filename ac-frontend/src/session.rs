@@ -15,6 +15,7 @@ use quinn::Endpoint;
 use tokio::sync::mpsc;
 
 use crate::arm::{ArmClient, ArmOptions};
+use crate::task::Owned;
 use crate::{link, Accelerator, ConnectOptions, Error, Result};
 
 /// How to start a session.
@@ -181,12 +182,8 @@ type Listener = Arc<Mutex<Option<mpsc::UnboundedSender<Preemption>>>>;
 
 /// The task that watches the manager for news of the session; stopped with the session.
 #[derive(Debug)]
-struct Watcher(tokio::task::JoinHandle<()>);
-
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+struct Watcher {
+    _task: Owned<()>,
 }
 
 /// A program's session.
@@ -300,7 +297,8 @@ impl Session {
                         connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await?;
                     let client = Arc::new(client);
                     let listener = Listener::default();
-                    let watcher = Watcher(tokio::spawn(watch(client.clone(), token.clone(), listener.clone())));
+                    let watcher =
+                        Watcher { _task: Owned::spawn(watch(client.clone(), token.clone(), listener.clone())) };
                     return Ok(Self {
                         client,
                         listener,

@@ -22,6 +22,7 @@ use quinn::Connection;
 use tokio::net::UdpSocket;
 
 use crate::lane::Lanes;
+use crate::task::Owned;
 
 /// How often a silent backend is probed. Several probes must go unanswered by the backend
 /// (while the host refuses them) before the program learns of it, within a few intervals.
@@ -33,12 +34,8 @@ pub const GONE: &str = "the backend process is gone: its host answers that no pr
 
 /// The watch of one accelerator's connections; it stops when dropped.
 #[derive(Debug)]
-pub(crate) struct PortWatch(tokio::task::JoinHandle<()>);
-
-impl Drop for PortWatch {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+pub(crate) struct PortWatch {
+    _task: Owned<()>,
 }
 
 impl PortWatch {
@@ -52,7 +49,7 @@ impl PortWatch {
         std_socket.set_nonblocking(true).ok()?;
         std_socket.connect(addr).ok()?;
         let socket = UdpSocket::from_std(std_socket).ok()?;
-        Some(Self(tokio::spawn(watch(socket, connections, lanes))))
+        Some(Self { _task: Owned::spawn(watch(socket, connections, lanes)) })
     }
 }
 

@@ -175,6 +175,42 @@ async fn a_copy_given_up_halfway_costs_only_its_lane() {
     acc.ping().await.unwrap();
 }
 
+/// A program's thread blocked on a copy has its lane's records opened on a task of the runtime
+/// (from 1 MiB on), a task reads them itself: the bytes are the same either way, at every offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_is_a_task() {
+    let tb = TestBackend::start(256).await;
+    let acc = tb.connect().await;
+    let data: Vec<u8> = (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let buf = std::sync::Arc::new(acc.alloc_from(&data).await.unwrap());
+    // Around the opener's threshold, at an odd offset, and striped over both lanes.
+    for (at, len) in [(0, (1 << 20) - 1), (0, 1 << 20), (7, (1 << 20) + 12_345), (0, 40 << 20), (4093, 17 << 20)] {
+        let want = &data[at..at + len];
+        let mut back = vec![0u8; len];
+        buf.copy_to_host_at(at, &mut back).await.unwrap();
+        assert!(back == want, "{len} bytes at {at}, read by a blocked thread, differ");
+        let from_task = buf.clone();
+        let back = tokio::spawn(async move {
+            let mut back = vec![0u8; len];
+            from_task.copy_to_host_at(at, &mut back).await.map(|()| back)
+        });
+        assert!(back.await.unwrap().unwrap() == want, "{len} bytes at {at}, read by a task, differ");
+    }
+    // Both ways at once from two threads, as a program's threads sharing a handle do.
+    let (one, two) = (buf.clone(), buf.clone());
+    let (a, b) = tokio::join!(
+        async move {
+            let mut back = vec![0u8; 20 << 20];
+            one.copy_to_host(&mut back).await.map(|()| back)
+        },
+        tokio::spawn(async move {
+            let mut back = vec![0u8; 20 << 20];
+            two.copy_to_host_at(20 << 20, &mut back).await.map(|()| back)
+        }),
+    );
+    assert!(a.unwrap() == data[..20 << 20] && b.unwrap().unwrap() == data[20 << 20..]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_lanes_copies_use_quic_streams() {
     let tb = TestBackend::start_with(|c| c.lanes = false).await;
