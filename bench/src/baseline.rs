@@ -49,12 +49,13 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
     })
 }
 
-/// The bare lane baseline: reads each TLS stream (made as the SDK's lanes are) for as many bytes
-/// as it opens with, as a lane reads a copy (`LaneTls::read_with`, the socket's low-water mark
-/// included), and answers with the byte count. After the count comes whether to read into a
-/// buffer of that size (1) or one cache-resident MiB, reused (0); the peer touches the buffer
-/// before it answers "ready", so that a copy-sized receiver writes memory as a copy writes the
-/// device's.
+/// The bare lane baseline: TLS streams made as the SDK's lanes are. Each opens with a byte
+/// count, whether to use a buffer of that size (1) or one cache-resident MiB, reused (0), and
+/// the direction: 0, the peer reads that many bytes as a lane reads a copy's
+/// (`LaneTls::read_with`, the socket's low-water mark included) and answers with the count; 1,
+/// the peer writes them as a backend writes a device-to-host copy's (`LaneTls::write_filled`).
+/// The peer touches its buffer before it answers "ready", so that a copy-sized peer reads and
+/// writes memory as a backend reads and writes the device's.
 async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_rustls::TlsAcceptor) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     while let Ok((socket, _)) = listener.accept().await {
@@ -62,24 +63,33 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
         tokio::spawn(async move {
             let _ = lane::tune(&socket);
             let Ok(mut stream) = lane::accept(socket, &acceptor).await else { return };
-            let mut opening = [0u8; 9];
+            let mut opening = [0u8; 10];
             if stream.read_exact(&mut opening).await.is_err() {
                 return;
             }
             let total = u64::from_le_bytes(opening[..8].try_into().expect("8 bytes"));
-            let whole = opening[8] == 1;
+            let (whole, peer_writes) = (opening[8] == 1, opening[9] == 1);
             let mut buf = vec![1u8; if whole { total as usize } else { 1 << 20 }];
             // A lane's writer keeps a record open until it is flushed.
             if stream.write_all(b"r").await.is_err() || stream.flush().await.is_err() {
                 return;
             }
-            let (mut received, mut at) = (0u64, 0usize);
+            if peer_writes {
+                let mut at = 0;
+                let filled = stream.write_filled(total as usize, |room| {
+                    at = if at + room.len() > buf.len() { 0 } else { at };
+                    room.copy_from_slice(&buf[at..at + room.len()]);
+                    at += room.len();
+                    Ok::<_, std::convert::Infallible>(())
+                });
+                let _ = filled.await;
+                let _ = stream.shutdown().await;
+                return;
+            }
+            let mut received = 0u64;
             let read = stream.read_with(total, |piece| {
-                if at + piece.len() > buf.len() {
-                    at = 0;
-                }
-                buf[at..at + piece.len()].copy_from_slice(piece);
-                (received, at) = (received + piece.len() as u64, at + piece.len());
+                into_reused(&mut buf, received as usize, piece);
+                received += piece.len() as u64;
                 Ok::<_, std::convert::Infallible>(())
             });
             if !matches!(read.await, Ok(Ok(()))) {
@@ -89,6 +99,14 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
             let _ = stream.shutdown().await;
         });
     }
+}
+
+/// Copies `piece`, byte `at` of a stream, into `buf`: at `at` when the buffer is the stream's
+/// size, else where it fits in the reused buffer.
+fn into_reused(buf: &mut [u8], at: usize, piece: &[u8]) {
+    let at = at % buf.len();
+    let at = if at + piece.len() > buf.len() { 0 } else { at };
+    buf[at..at + piece.len()].copy_from_slice(piece);
 }
 
 async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) -> anyhow::Result<()> {
@@ -162,23 +180,31 @@ impl Peer {
         Ok(samples)
     }
 
-    /// Writes `pieces` over a fresh TLS stream over TCP, made as a lane is, and waits for the
-    /// count: bytes per second, from the first byte written (the handshake is not timed). With
-    /// `whole`, the peer reads into one buffer of the total size, touched before the clock
-    /// starts; otherwise into one reused MiB.
-    async fn lane_one_way(&self, pieces: &[&[u8]], whole: bool) -> anyhow::Result<f64> {
+    /// A fresh TLS stream over TCP to the peer, made as a lane is, opened for `total` bytes
+    /// (`whole`: the peer uses a buffer of that size) in the direction `peer_writes`; returns
+    /// once the peer has touched its buffer (the handshake is not timed).
+    async fn bare_lane(&self, total: usize, whole: bool, peer_writes: bool) -> anyhow::Result<lane::LaneTls> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let total: usize = pieces.iter().map(|p| p.len()).sum();
         let roots = tls::load_roots(&self._dir.path().join("ca.pem"))?;
         let socket = tokio::net::TcpStream::connect(("127.0.0.1", self.lane_port)).await?;
         lane::tune(&socket)?;
         let name = lane::tokio_rustls::rustls::pki_types::ServerName::try_from("127.0.0.1")?;
         let mut stream = lane::connect(socket, &lane::client_config(roots)?, name).await?;
         stream.write_all(&(total as u64).to_le_bytes()).await?;
-        stream.write_all(&[u8::from(whole)]).await?;
+        stream.write_all(&[u8::from(whole), u8::from(peer_writes)]).await?;
         stream.flush().await?;
         let mut ready = [0u8; 1];
         stream.read_exact(&mut ready).await?;
+        Ok(stream)
+    }
+
+    /// Writes `pieces` to the peer on a bare lane and waits for the count: bytes per second,
+    /// from the first byte written. With `whole`, the peer reads into one buffer of the total
+    /// size; otherwise into one reused MiB.
+    async fn lane_one_way(&self, pieces: &[&[u8]], whole: bool) -> anyhow::Result<f64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let mut stream = self.bare_lane(total, whole, false).await?;
         let start = Instant::now();
         for piece in pieces {
             stream.write_all(piece).await?;
@@ -189,6 +215,24 @@ impl Peer {
         let elapsed = start.elapsed().as_secs_f64();
         anyhow::ensure!(u64::from_le_bytes(count) == total as u64, "bytes lost");
         Ok(total as f64 / elapsed)
+    }
+
+    /// Reads `out.len()` bytes from the peer on a bare lane, as a device-to-host copy's
+    /// payload is read, into `out` (`whole`: the peer writes from a buffer of that size) or,
+    /// without `whole`, into one reused MiB of it: bytes per second, from the first byte read.
+    async fn lane_from_peer(&self, out: &mut [u8], whole: bool) -> anyhow::Result<f64> {
+        let total = out.len();
+        let mut stream = self.bare_lane(total, whole, true).await?;
+        let into = if whole { out } else { &mut out[..1 << 20] };
+        let mut received = 0usize;
+        let start = Instant::now();
+        let read = stream.read_with(total as u64, |piece| {
+            into_reused(into, received, piece);
+            received += piece.len();
+            Ok::<_, std::convert::Infallible>(())
+        });
+        let Ok(()) = read.await?;
+        Ok(total as f64 / start.elapsed().as_secs_f64())
     }
 
     /// Writes `payload` `times` over a fresh stream and waits for the count: bytes per second.
@@ -245,6 +289,8 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     // From and into copy-sized memory, as a copy reads the program's buffer and writes the
     // device's: `data` is touched, and the peer touches its buffer before the clock starts.
     let lane_whole = peer.lane_one_way(&data.chunks(1 << 20).collect::<Vec<_>>(), true).await?;
+    let lane_back = peer.lane_from_peer(&mut back, false).await?;
+    let lane_back_whole = peer.lane_from_peer(&mut back, true).await?;
     let (h2d_cpu, d2h_cpu) = copy_cpu(&acc, &data, &mut back, remote.pid()).await?;
     let meter = CpuMeter::start(&[]);
     let tcp = crate::copies::tcp_stream(&data, 1)?;
@@ -298,10 +344,15 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     println!("Bulk copies move on lanes (TLS 1.3 over TCP); their baseline is a bare TLS stream made the same way:\n");
     println!("| what | bare TLS over TCP | SDK | SDK / bare TLS |");
     println!("|---|---|---|---|");
-    for (memory, bare) in [("one cache-resident MiB", lane_stream), ("copy-sized buffers", lane_whole)] {
-        for (way, two, one_lane) in [("H2D", h2d, one.0), ("D2H", d2h, one.1)] {
+    let bare = [
+        ("program to peer, from and into", "H2D", [lane_stream, lane_whole], h2d, one.0),
+        ("peer to program, from and into", "D2H", [lane_back, lane_back_whole], d2h, one.1),
+    ];
+    for (memory, index) in [("one cache-resident MiB", 0), ("copy-sized buffers", 1)] {
+        for (way_bare, way, rates, two, one_lane) in bare {
+            let bare = rates[index];
             println!(
-                "| {size} one way, MB/s, bare from and into {memory} | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",
+                "| {size}, MB/s, bare {way_bare} {memory} | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",
                 mb(bare),
                 two / mb(bare),
                 one_lane / mb(bare)
