@@ -15,13 +15,12 @@ use ac_proto::backend::{BulkHeader, Hello, Preamble, Reply, Response};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
 use ac_proto::lane::tokio_rustls::TlsConnector;
-use ac_proto::lane::{self, Batch, LaneStream, LaneTls};
+use ac_proto::lane::{self, LaneStream, LaneTls};
 use ac_proto::{tls, ProtoError};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::link::ConnectOptions;
-use crate::task::Owned;
 use crate::{Error, Result};
 
 /// How long dialing a lane (TCP, TLS, hello) may take before copies go over QUIC instead.
@@ -147,12 +146,13 @@ impl Lanes {
             },
         };
         let outcome = match payload {
-            Payload::ToDevice(data) => write_on(&mut lane, header, data).await.map(|outcome| (outcome, lane)),
-            Payload::FromDevice(out) => read_on(lane, header, out).await,
+            Payload::ToDevice(data) => write_on(&mut lane, header, data).await,
+            Payload::FromDevice(out) => read_on(&mut lane, header, out).await,
         };
-        let (outcome, lane) = outcome?;
-        *slot = Some(lane);
-        Ok(outcome)
+        if outcome.is_ok() {
+            *slot = Some(lane);
+        }
+        outcome
     }
 
     /// Dials a lane: TCP, TLS (the backend's certificate verified as for QUIC), the attach
@@ -221,13 +221,9 @@ async fn write_on(lane: &mut Lane, header: BulkHeader, data: &[u8]) -> std::resu
     })
 }
 
-async fn read_on(
-    mut lane: Lane,
-    header: BulkHeader,
-    out: &mut [u8],
-) -> std::result::Result<(Result<()>, Lane), Broken> {
+async fn read_on(lane: &mut Lane, header: BulkHeader, out: &mut [u8]) -> std::result::Result<Result<()>, Broken> {
     let sent = async {
-        let stream = stream(&mut lane);
+        let stream = stream(lane);
         stream.write_all(&frame_bytes(&header)?).await?;
         stream.flush().await?;
         Ok::<_, ProtoError>(())
@@ -236,81 +232,10 @@ async fn read_on(
     let reply: Reply = lane.expect_frame().await.map_err(Broken)?;
     match reply.response {
         Response::Data { len } if len == out.len() as u64 => {
-            Ok((Ok(()), read_payload(lane, out).await.map_err(Broken)?))
+            lane.read_payload_into(out).await.map_err(Broken)?;
+            Ok(Ok(()))
         }
-        Response::Error(e) => Ok((Err(e.into()), lane)),
+        Response::Error(e) => Ok(Err(e.into())),
         other => Err(Broken(ProtoError::Malformed(format!("unexpected bulk reply {other:?}")))),
     }
-}
-
-/// Payloads from this size on may be read by [`read_payload`]'s two tasks; smaller ones are
-/// read by the caller alone, which saves the hand-overs.
-const OPENER_MIN: usize = 1 << 20;
-
-/// Whether a payload of `len` bytes is read on a task of its own ([`read_payload`]): when it is
-/// large and the caller blocks a thread that is not one of a multi-threaded runtime's workers
-/// (`block_on` runs no task). A caller that is a task already reads on a worker, and handing
-/// batches over between two tasks cost 8% on the 2-core VM (`BENCHMARKS.md`, "Issue 25, stop
-/// 35"); a current-thread runtime has no other thread to open on.
-fn opener_pays(len: usize) -> bool {
-    len >= OPENER_MIN
-        && tokio::task::try_id().is_none()
-        && tokio::runtime::Handle::try_current()
-            .is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
-}
-
-/// Batches of opened records on their way from a lane's opener to the caller: with the one being
-/// opened and the one being copied, a lane holds at most four read buffers.
-const BATCHES_IN_FLIGHT: usize = 2;
-
-/// Reads a copy's payload into `out`. When [`opener_pays`], a task of the runtime's opens the
-/// lane's records, batch by batch ([`LaneTls::read_batch`]), while the caller copies their
-/// plaintext into place.
-///
-/// Why: the blocking API, the C ABI and `#[tokio::main]` block a thread of their own on the
-/// copy, not a worker of the runtime. Every time the socket had bytes, a worker woke from the
-/// I/O driver only to wake that thread, and that one thread opened every record of every lane.
-/// Reading on a worker keeps the socket's wake-ups on the thread that reads it, and opens the
-/// lanes' records on as many cores as there are lanes (`BENCHMARKS.md`, "Issue 25, stop 35").
-/// The batches are the buffers the records were read into, handed over and back: no copy is
-/// added.
-///
-/// Dropping the read (a copy given up) aborts the opener and with it the lane.
-async fn read_payload(mut lane: Lane, out: &mut [u8]) -> std::result::Result<Lane, ProtoError> {
-    if !opener_pays(out.len()) {
-        lane.read_payload_into(out).await?;
-        return Ok(lane);
-    }
-    let mut at = 0;
-    while let Some(bytes) = lane.take_buffered(out.len() - at) {
-        out[at..at + bytes.len()].copy_from_slice(&bytes);
-        at += bytes.len();
-    }
-    let (batches, mut opened) = tokio::sync::mpsc::channel::<Batch>(BATCHES_IN_FLIGHT);
-    let (spares, mut returned) = tokio::sync::mpsc::unbounded_channel::<Box<[u8]>>();
-    let mut left = (out.len() - at) as u64;
-    let opener = Owned::spawn(async move {
-        while left > 0 {
-            let spare = returned.try_recv().unwrap_or_default();
-            let batch = stream(&mut lane).read_batch(left, spare).await?;
-            left -= batch.len() as u64;
-            if batches.send(batch).await.is_err() {
-                // The caller is gone: the copy was given up, and the lane goes with it.
-                return Err(ProtoError::UnexpectedEnd);
-            }
-        }
-        Ok(lane)
-    });
-    while let Some(batch) = opened.recv().await {
-        for piece in batch.pieces() {
-            out[at..at + piece.len()].copy_from_slice(piece);
-            at += piece.len();
-        }
-        // The opener may have finished and dropped its end: the buffer then goes too.
-        let _ = spares.send(batch.into_buffer());
-    }
-    let lane =
-        opener.join().await.map_err(|e| ProtoError::Io(std::io::Error::other(format!("lane opener: {e}"))))??;
-    debug_assert_eq!(at, out.len(), "the opener reads the whole payload");
-    Ok(lane)
 }

@@ -1,6 +1,6 @@
 //! Tasks the SDK starts on the program's runtime and owns: dropping the owner stops the task.
 
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::JoinHandle;
 
 /// A spawned task that is aborted when this is dropped, so that nothing it holds (a socket, a
 /// lane) outlives the call or handle that started it.
@@ -11,11 +11,6 @@ impl<T: Send + 'static> Owned<T> {
     /// Spawns `task` on the current runtime.
     pub(crate) fn spawn(task: impl std::future::Future<Output = T> + Send + 'static) -> Self {
         Self(tokio::spawn(task))
-    }
-
-    /// Waits for the task's output; `Err` if it panicked.
-    pub(crate) async fn join(mut self) -> Result<T, JoinError> {
-        (&mut self.0).await
     }
 }
 

@@ -175,15 +175,15 @@ async fn a_copy_given_up_halfway_costs_only_its_lane() {
     acc.ping().await.unwrap();
 }
 
-/// A program's thread blocked on a copy has its lane's records opened on a task of the runtime
-/// (from 1 MiB on), a task reads them itself: the bytes are the same either way, at every offset.
+/// A device-to-host copy on lanes is exact whether the program's thread blocks on it or a task
+/// of the runtime's awaits it, at every size around the socket's low-water mark and offset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_is_a_task() {
     let tb = TestBackend::start(256).await;
     let acc = tb.connect().await;
     let data: Vec<u8> = (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let buf = std::sync::Arc::new(acc.alloc_from(&data).await.unwrap());
-    // Around the opener's threshold, at an odd offset, and striped over both lanes.
+    // Around 1 MiB, at odd offsets, and striped over both lanes.
     for (at, len) in [(0, (1 << 20) - 1), (0, 1 << 20), (7, (1 << 20) + 12_345), (0, 40 << 20), (4093, 17 << 20)] {
         let want = &data[at..at + len];
         let mut back = vec![0u8; len];

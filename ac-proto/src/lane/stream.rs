@@ -9,7 +9,6 @@
 //! client sends last. It costs one round trip when a lane is dialed, not per copy.
 
 use std::io;
-use std::ops::Range;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -53,42 +52,6 @@ pub struct LaneTls {
     filled: usize,
     sent: usize,
     closing: bool,
-}
-
-/// Records a lane opened, handed over in the buffer they were read into
-/// ([`LaneTls::read_batch`]).
-#[derive(Debug)]
-pub struct Batch {
-    buf: Box<[u8]>,
-    /// Where each record's plaintext lies in `buf`, in order.
-    pieces: Vec<Range<usize>>,
-}
-
-impl Batch {
-    /// A batch of the first `len` bytes of `buf`.
-    fn whole(buf: Box<[u8]>, len: usize) -> Self {
-        Self { buf, pieces: std::iter::once(0..len).collect() }
-    }
-
-    /// The plaintext, record by record.
-    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
-        self.pieces.iter().map(|piece| &self.buf[piece.clone()])
-    }
-
-    /// Bytes of plaintext in all.
-    pub fn len(&self) -> usize {
-        self.pieces.iter().map(Range::len).sum()
-    }
-
-    /// Whether the batch holds no plaintext (a record may be empty).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The buffer, to be the next batch's `spare`.
-    pub fn into_buffer(self) -> Box<[u8]> {
-        self.buf
-    }
 }
 
 /// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
@@ -198,61 +161,6 @@ impl LaneTls {
         match read.await? {
             Ok(()) => Ok(()),
         }
-    }
-
-    /// Reads the next records of a payload of which `want` bytes of plaintext are still to
-    /// come (at least one record's worth, never more than `want` bytes) and hands them over
-    /// opened, in the buffer they were read into; `spare` (the buffer of a batch handed over
-    /// before, or an empty one) takes its place. So one task opens a copy's records while
-    /// another copies their plaintext into place, with no copy in between (see
-    /// `ac-frontend/src/lane.rs`). [`ProtoError::UnexpectedEnd`] if the stream ends first.
-    pub async fn read_batch(&mut self, want: u64, spare: Box<[u8]>) -> Result<Batch, ProtoError> {
-        if !self.plain.is_empty() {
-            return Ok(self.copy_out(want, spare));
-        }
-        if self.ended {
-            return Err(ProtoError::UnexpectedEnd);
-        }
-        let (mut pieces, mut total) = (Vec::new(), 0u64);
-        while total < want {
-            let next = if pieces.is_empty() { self.next_record(want).await? } else { self.open_buffered()? };
-            let range = match next {
-                Some(Opened::Data(range)) => range,
-                Some(Opened::Closed) | None if pieces.is_empty() => return Err(ProtoError::UnexpectedEnd),
-                Some(Opened::Closed) | None => break,
-            };
-            let take = (range.len() as u64).min(want - total) as usize;
-            pieces.push(range.start..range.start + take);
-            total += take as u64;
-            if take < range.len() {
-                // A record that runs past the payload: its rest stays here, so the batch is
-                // copied out (no lane's peer sends one; this keeps such a stream readable).
-                self.plain = range.start + take..range.end;
-                let mut batch = Batch::whole(vec![0; total as usize].into_boxed_slice(), total as usize);
-                let mut at = 0;
-                for piece in pieces {
-                    batch.buf[at..at + piece.len()].copy_from_slice(&self.inbuf[piece.clone()]);
-                    at += piece.len();
-                }
-                return Ok(batch);
-            }
-        }
-        // What is not yet opened moves to the new buffer: at most a record.
-        let mut next = if spare.len() == READ_BUFFER { spare } else { vec![0; READ_BUFFER].into_boxed_slice() };
-        let rest = self.end - self.start;
-        next[..rest].copy_from_slice(&self.inbuf[self.start..self.end]);
-        (self.start, self.end, self.plain) = (0, rest, 0..0);
-        Ok(Batch { buf: std::mem::replace(&mut self.inbuf, next), pieces })
-    }
-
-    /// Plaintext opened by an earlier read, up to `want` bytes, copied into a batch of its own
-    /// (it shares its buffer with records not yet opened).
-    fn copy_out(&mut self, want: u64, spare: Box<[u8]>) -> Batch {
-        let n = (self.plain.len() as u64).min(want) as usize;
-        let mut buf = if spare.len() >= n { spare } else { vec![0; n].into_boxed_slice() };
-        buf[..n].copy_from_slice(&self.inbuf[self.plain.start..self.plain.start + n]);
-        self.plain.start += n;
-        Batch::whole(buf, n)
     }
 
     /// Writes `len` bytes that `fill` puts in place, piece by piece (each piece straight into
@@ -581,40 +489,6 @@ mod tests {
             server.flush().await.unwrap();
         }
         writer.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn batches_hand_over_exactly_the_bytes_asked_for_in_order_whatever_was_read_before() {
-        let (mut client, mut server) = pair("batches").await;
-        let first: Vec<u8> = (0..3 * MAX_PLAIN + 100).map(|i| (i % 251) as u8).collect();
-        let second: Vec<u8> = (0..50).map(|i| 200 - i as u8).collect();
-        client.write_all(&first).await.unwrap();
-        client.flush().await.unwrap();
-        client.write_all(&second).await.unwrap();
-        client.flush().await.unwrap();
-        // A plain read first leaves most of the first record opened and unread.
-        let mut head = [0; 10];
-        server.read_exact(&mut head).await.unwrap();
-        assert_eq!(head[..], first[..10]);
-        // Then batches for the rest of `first` and 20 bytes of `second`, whose record runs past.
-        let want = first.len() - 10 + 20;
-        let (mut got, mut spare, mut sizes) = (Vec::new(), Box::default(), Vec::new());
-        while got.len() < want {
-            let batch = server.read_batch((want - got.len()) as u64, spare).await.unwrap();
-            assert!(batch.len() <= want - got.len(), "a batch past what was asked");
-            sizes.push(batch.len());
-            batch.pieces().for_each(|piece| got.extend_from_slice(piece));
-            spare = batch.into_buffer();
-        }
-        assert!(got[..first.len() - 10] == first[10..], "the first payload differs");
-        assert_eq!(got[first.len() - 10..], second[..20]);
-        assert_eq!(sizes[0], MAX_PLAIN - 10, "what the plain read left is a batch of its own");
-        // What the last record held past the batches is still there, in order.
-        let mut tail = [0; 30];
-        server.read_exact(&mut tail).await.unwrap();
-        assert_eq!(tail[..], second[20..]);
-        drop(client);
-        assert!(matches!(server.read_batch(1, Box::default()).await, Err(ProtoError::UnexpectedEnd)));
     }
 
     #[tokio::test]
