@@ -2,8 +2,8 @@
 
 use tokio::task::JoinHandle;
 
-/// A spawned task that is aborted when this is dropped, so that nothing it holds (a socket, a
-/// lane) outlives the call or handle that started it.
+/// A spawned task that is aborted when this is dropped, so that it stops with the handle that
+/// started it (the port watch with its accelerator, the manager's watcher with its session).
 #[derive(Debug)]
 pub(crate) struct Owned<T>(JoinHandle<T>);
 

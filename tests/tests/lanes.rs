@@ -176,38 +176,47 @@ async fn a_copy_given_up_halfway_costs_only_its_lane() {
 }
 
 /// A device-to-host copy on lanes is exact whether the program's thread blocks on it or a task
-/// of the runtime's awaits it, at every size around the socket's low-water mark and offset.
+/// of the runtime's awaits it, at sizes around the socket's low-water mark and 1 MiB, at odd
+/// offsets, striped or not, and with two readers at once. A mark above what is still to come
+/// would hang a read: each copy has a deadline far beyond its time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_is_a_task() {
     let tb = TestBackend::start(256).await;
     let acc = tb.connect().await;
     let data: Vec<u8> = (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let buf = std::sync::Arc::new(acc.alloc_from(&data).await.unwrap());
-    // Around 1 MiB, at odd offsets, and striped over both lanes.
-    for (at, len) in [(0, (1 << 20) - 1), (0, 1 << 20), (7, (1 << 20) + 12_345), (0, 40 << 20), (4093, 17 << 20)] {
+    // Around the mark (256 KiB) and 1 MiB, at odd offsets, and striped over both lanes.
+    let sizes = [(0, (256 << 10) - 1), (3, 256 << 10), (0, (256 << 10) + 1), (0, (1 << 20) - 1), (0, 1 << 20)];
+    let deadline = Duration::from_secs(60);
+    for (at, len) in sizes.into_iter().chain([(7, (1 << 20) + 12_345), (0, 40 << 20), (4093, 17 << 20)]) {
         let want = &data[at..at + len];
         let mut back = vec![0u8; len];
-        buf.copy_to_host_at(at, &mut back).await.unwrap();
+        let copied = tokio::time::timeout(deadline, buf.copy_to_host_at(at, &mut back)).await;
+        copied.expect("a copy hung").unwrap();
         assert!(back == want, "{len} bytes at {at}, read by a blocked thread, differ");
         let from_task = buf.clone();
         let back = tokio::spawn(async move {
             let mut back = vec![0u8; len];
             from_task.copy_to_host_at(at, &mut back).await.map(|()| back)
         });
-        assert!(back.await.unwrap().unwrap() == want, "{len} bytes at {at}, read by a task, differ");
+        let back = tokio::time::timeout(deadline, back).await.expect("a copy hung");
+        assert!(back.unwrap().unwrap() == want, "{len} bytes at {at}, read by a task, differ");
     }
-    // Both ways at once from two threads, as a program's threads sharing a handle do.
+    // Two readers at once, one a thread, one a task, as a program's threads sharing a handle.
     let (one, two) = (buf.clone(), buf.clone());
-    let (a, b) = tokio::join!(
-        async move {
-            let mut back = vec![0u8; 20 << 20];
-            one.copy_to_host(&mut back).await.map(|()| back)
-        },
-        tokio::spawn(async move {
-            let mut back = vec![0u8; 20 << 20];
-            two.copy_to_host_at(20 << 20, &mut back).await.map(|()| back)
-        }),
-    );
+    let both = async move {
+        tokio::join!(
+            async move {
+                let mut back = vec![0u8; 20 << 20];
+                one.copy_to_host(&mut back).await.map(|()| back)
+            },
+            tokio::spawn(async move {
+                let mut back = vec![0u8; 20 << 20];
+                two.copy_to_host_at(20 << 20, &mut back).await.map(|()| back)
+            }),
+        )
+    };
+    let (a, b) = tokio::time::timeout(deadline, both).await.expect("a copy hung");
     assert!(a.unwrap() == data[..20 << 20] && b.unwrap().unwrap() == data[20 << 20..]);
 }
 
