@@ -75,11 +75,11 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
                 return;
             }
             if peer_writes {
-                let mut at = 0;
+                let mut sent = 0;
                 let filled = stream.write_filled(total as usize, |room| {
-                    at = if at + room.len() > buf.len() { 0 } else { at };
-                    room.copy_from_slice(&buf[at..at + room.len()]);
-                    at += room.len();
+                    let span = reused_span(buf.len(), sent, room.len());
+                    room.copy_from_slice(&buf[span]);
+                    sent += room.len();
                     Ok::<_, std::convert::Infallible>(())
                 });
                 let _ = filled.await;
@@ -101,12 +101,18 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
     }
 }
 
-/// Copies `piece`, byte `at` of a stream, into `buf`: at `at` when the buffer is the stream's
-/// size, else where it fits in the reused buffer.
+/// Where `len` bytes from byte `at` of a stream lie in a buffer of `size`: at `at` when the
+/// buffer is the stream's size, else where they fit in the reused buffer.
+fn reused_span(size: usize, at: usize, len: usize) -> std::ops::Range<usize> {
+    let at = at % size;
+    let at = if at + len > size { 0 } else { at };
+    at..at + len
+}
+
+/// Copies `piece`, byte `at` of a stream, into `buf` (see [`reused_span`]).
 fn into_reused(buf: &mut [u8], at: usize, piece: &[u8]) {
-    let at = at % buf.len();
-    let at = if at + piece.len() > buf.len() { 0 } else { at };
-    buf[at..at + piece.len()].copy_from_slice(piece);
+    let span = reused_span(buf.len(), at, piece.len());
+    buf[span].copy_from_slice(piece);
 }
 
 async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) -> anyhow::Result<()> {
@@ -344,12 +350,12 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     println!("Bulk copies move on lanes (TLS 1.3 over TCP); their baseline is a bare TLS stream made the same way:\n");
     println!("| what | bare TLS over TCP | SDK | SDK / bare TLS |");
     println!("|---|---|---|---|");
-    let bare = [
+    let baselines = [
         ("program to peer, from and into", "H2D", [lane_stream, lane_whole], h2d, one.0),
         ("peer to program, from and into", "D2H", [lane_back, lane_back_whole], d2h, one.1),
     ];
     for (memory, index) in [("one cache-resident MiB", 0), ("copy-sized buffers", 1)] {
-        for (way_bare, way, rates, two, one_lane) in bare {
+        for (way_bare, way, rates, two, one_lane) in baselines {
             let bare = rates[index];
             println!(
                 "| {size}, MB/s, bare {way_bare} {memory} | {:.0} | {way} {two:.0} (2 lanes), {one_lane:.0} (1) | {:.2}, {:.2} |",

@@ -31,7 +31,7 @@ use crate::ProtoError;
 pub mod record;
 mod stream;
 
-pub use stream::{accept, connect, LaneTls, LOW_WATER, READ_BUFFER, WRITE_BUFFER};
+pub use stream::{accept, connect, LaneTls, READ_BUFFER, WRITE_BUFFER};
 pub use tokio_rustls;
 
 /// The lanes' ALPN: not the QUIC protocol's, so that neither can be mistaken for the other.
