@@ -37,7 +37,9 @@ pub struct ConnectOptions {
     /// no bulk lanes or `lanes` is 0.
     pub stripes: usize,
     /// Bulk lanes (TLS over TCP, see `ac_proto::lane`) over which large copies are striped; 0:
-    /// QUIC streams only.
+    /// QUIC streams only. One by default: a copy's records are sealed and opened on one thread
+    /// of the program whatever the count, so a second lane adds only the backend's side, and
+    /// on 2 cores it lost (see "Bulk lanes" in `ARCHITECTURE.md`).
     pub lanes: usize,
     /// A client endpoint to reuse for the first connection. Creating one (a socket, its
     /// buffers, a driver task) costs about as much as a handshake's crypto, so a session that
@@ -58,7 +60,7 @@ impl ConnectOptions {
             device: 0,
             tuning: Tuning::default(),
             stripes: 2,
-            lanes: 2,
+            lanes: 1,
             endpoint: None,
         }
     }

@@ -1,9 +1,11 @@
 //! Bulk lanes (TLS over TCP beside QUIC, `ac_proto::lane`): only a session's own secret attaches
 //! one, a refused copy leaves the lane in step for the next, a lane ends with its session, a copy
-//! given up halfway costs nothing but its lane, and the daemon shrugs off what is not a lane.
+//! given up halfway costs nothing but its lane, copies striped over two lanes are exact however
+//! they are made, and the daemon shrugs off what is not a lane.
 
 use std::time::Duration;
 
+use ac_frontend::{Accelerator, ConnectOptions};
 use ac_proto::backend::{
     BufferId, BulkHeader, DevicePtr, Direction, Envelope, ErrorKind, Hello, Preamble, Reply, Request, Response,
     SessionId,
@@ -182,7 +184,7 @@ async fn a_copy_given_up_halfway_costs_only_its_lane() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_is_a_task() {
     let tb = TestBackend::start(256).await;
-    let acc = tb.connect().await;
+    let acc = Accelerator::connect(&ConnectOptions { lanes: 2, ..tb.options() }).await.unwrap();
     let data: Vec<u8> = (0..40u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let buf = std::sync::Arc::new(acc.alloc_from(&data).await.unwrap());
     // Around the mark (256 KiB) and 1 MiB, at odd offsets, and striped over both lanes.
@@ -218,6 +220,54 @@ async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_i
     };
     let (a, b) = tokio::time::timeout(deadline, both).await.expect("a copy hung");
     assert!(a.unwrap() == data[..20 << 20] && b.unwrap().unwrap() == data[20 << 20..]);
+}
+
+/// The blocking API (the C ABI's path) with copies striped over two lanes: the bytes are exact,
+/// from threads sharing a handle too, and once the backend is gone a copy ends with an error
+/// instead of waiting.
+#[test]
+fn blocking_striped_copies_are_exact_from_threads_sharing_a_handle_and_fail_once_the_backend_is_gone() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let tb = rt.block_on(TestBackend::start(256));
+    let data: Vec<u8> = (0..48u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let (copied_tx, copied_rx) = std::sync::mpsc::channel();
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    let options = ConnectOptions { lanes: 2, ..tb.options() };
+    let program = std::thread::spawn(move || {
+        let acc = ac_frontend::blocking::Accelerator::connect(&options).unwrap();
+        let buf = acc.alloc_from(&data).unwrap();
+        // Under the striping threshold (one stripe), at two stripes' minimum, at odd offsets.
+        for (at, len) in [(5, 3 << 20), (0, 16 << 20), (4093, (17 << 20) + 7), (0, 48 << 20)] {
+            let mut back = vec![0u8; len];
+            buf.copy_to_host_at(at, &mut back).unwrap();
+            assert!(back == data[at..at + len], "{len} bytes at {at} differ");
+        }
+        let parts: Vec<Vec<u8>> = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..3)
+                .map(|k| {
+                    let buf = &buf;
+                    s.spawn(move || {
+                        let mut back = vec![0u8; 16 << 20];
+                        buf.copy_to_host_at(k * (16 << 20), &mut back).map(|()| back)
+                    })
+                })
+                .collect();
+            readers.into_iter().map(|r| r.join().unwrap().unwrap()).collect()
+        });
+        assert!(parts.concat() == data, "copies made by threads sharing the handle differ");
+        copied_tx.send(()).unwrap();
+        gone_rx.recv().unwrap();
+        let mut back = vec![0u8; 48 << 20];
+        buf.copy_to_host(&mut back).expect_err("a copy from a backend that is gone")
+    });
+    let within = Duration::from_secs(120);
+    copied_rx.recv_timeout(within).expect("the copies hung or failed");
+    rt.block_on(tb.backend.shutdown());
+    gone_tx.send(()).unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done_tx.send(program.join()));
+    let error = done_rx.recv_timeout(within).expect("a copy from a backend that is gone hung").unwrap();
+    println!("the copy after the backend went: {error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
