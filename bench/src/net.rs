@@ -32,18 +32,19 @@ fn tcp_once(bed: &Bed, dir: &Path, mib: usize) -> anyhow::Result<f64> {
     Ok(numbers(&line(&mut source, "tcp ")?)[0])
 }
 
-/// The bare encrypted stream: TLS 1.3 over TCP as the SDK's lanes make it, nothing around it;
-/// `whole`: from and into copy-sized buffers instead of one cache-resident MiB.
-fn tls_once(bed: &Bed, dir: &Path, mib: usize, whole: bool) -> anyhow::Result<f64> {
+/// The bare encrypted stream: TLS 1.3 over TCP as the SDK's lanes make it, nothing around it,
+/// from host `from` to host `to`; `whole`: from and into copy-sized buffers instead of one
+/// cache-resident MiB.
+fn tls_once(bed: &Bed, dir: &Path, mib: usize, whole: bool, from: usize, to: usize) -> anyhow::Result<f64> {
     let client = workspace_binary("ac-net-client");
     let (size, certs) = (mib.to_string(), dir.join("bare-tls").to_string_lossy().into_owned());
     let buffers = if whole { "whole" } else { "one" };
     let sink_args = ["tls-recv", "7300", &size, &certs, buffers];
-    let mut sink = bed.spawn(BACKEND, &client, &sink_args, &[], &dir.join("tls-sink.log"));
+    let mut sink = bed.spawn(to, &client, &sink_args, &[], &dir.join("tls-sink.log"));
     line(&mut sink, "listening")?;
-    let target = bed.sock(BACKEND, 7300).to_string();
+    let target = bed.sock(to, 7300).to_string();
     let args = ["tls-send", &target, &size, &certs, buffers];
-    let mut source = bed.spawn(CLIENT, &client, &args, &[], &dir.join("tls-source.log"));
+    let mut source = bed.spawn(from, &client, &args, &[], &dir.join("tls-source.log"));
     Ok(numbers(&line(&mut source, "tls ")?)[0])
 }
 
@@ -73,6 +74,9 @@ struct Row {
     tcp: f64,
     tls: f64,
     tls_whole: f64,
+    /// The copy-sized bare stream the other way, backend host to program host, as a
+    /// device-to-host copy goes.
+    tls_back: f64,
     h2d: f64,
     d2h: f64,
     quic_h2d: f64,
@@ -81,11 +85,12 @@ struct Row {
 
 /// `reps` alternating runs of every contender at `mib` MiB.
 fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -> anyhow::Result<Row> {
-    let mut runs: [Vec<f64>; 7] = Default::default();
+    let mut runs: [Vec<f64>; 8] = Default::default();
     for _ in 0..reps {
         runs[0].push(tcp_once(bed, dir, mib)?);
-        runs[1].push(tls_once(bed, dir, mib, false)?);
-        runs[2].push(tls_once(bed, dir, mib, true)?);
+        runs[1].push(tls_once(bed, dir, mib, false, CLIENT, BACKEND)?);
+        runs[2].push(tls_once(bed, dir, mib, true, CLIENT, BACKEND)?);
+        runs[7].push(tls_once(bed, dir, mib, true, BACKEND, CLIENT)?);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, None)?;
         runs[3].push(up);
         runs[4].push(down);
@@ -93,8 +98,8 @@ fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -
         runs[5].push(up);
         runs[6].push(down);
     }
-    let [tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
-    Ok(Row { tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h })
+    let [tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h, tls_back] = runs.map(median);
+    Ok(Row { tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h })
 }
 
 /// Starts the backend on host `BACKEND` of `bed`, its state in `dir`.
@@ -129,9 +134,9 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     let (sizes, reps): (&[usize], usize) = if quick { (&[64], 1) } else { (&[256, 1024], 3) };
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
     println!(
-        "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | QUIC-only H2D | QUIC-only D2H |"
+        "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let links: [(u32, u16, Option<&str>); 4] =
         [(1500, 1452, None), (9000, 6400, None), (1500, 1452, Some("1gbit")), (1500, 1452, Some("5gbit"))];
     for (mtu, transport_mtu, rate) in links {
@@ -148,7 +153,7 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 None => format!("MTU {mtu} (transport {transport_mtu})"),
             };
             println!(
-                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
+                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} |",
                 r.tcp,
                 r.tls,
                 r.tls_whole,
@@ -160,6 +165,8 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 r.d2h / r.tls,
                 r.h2d / r.tls_whole,
                 r.d2h / r.tls_whole,
+                r.tls_back,
+                r.d2h / r.tls_back,
                 r.quic_h2d,
                 r.quic_d2h
             );
@@ -167,8 +174,9 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
     }
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
-         TCP as the lanes make it, from and into one MiB, or from and into copy-sized buffers (as a copy reads the \
-         program's memory and writes the device's); SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+         TCP as the lanes make it, program host to backend host, from and into one MiB, or from and into copy-sized \
+         buffers (as a copy reads the program's memory and writes the device's), and the copy-sized one from the \
+         backend host to the program's, as a device-to-host copy goes; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
     );
     Ok(())
 }
