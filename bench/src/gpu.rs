@@ -110,7 +110,7 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
             let (h2d, d2h) = remote(&gpu_acc, &src, 1).await?;
             [format!("{h2d:.0}"), format!("{d2h:.0}")]
         } else {
-            ["refused: over the payload budget".to_string(), "refused: over the payload budget".to_string()]
+            ["refused: over the payload budget"; 2].map(String::from)
         };
         let [h2d_staged, d2h_staged] = staged;
         for (dir, local, net, got, staged) in

@@ -90,15 +90,15 @@ fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -
         runs[0].push(tcp_once(bed, dir, mib)?);
         runs[1].push(tls_once(bed, dir, mib, false, CLIENT, BACKEND)?);
         runs[2].push(tls_once(bed, dir, mib, true, CLIENT, BACKEND)?);
-        runs[7].push(tls_once(bed, dir, mib, true, BACKEND, CLIENT)?);
+        runs[3].push(tls_once(bed, dir, mib, true, BACKEND, CLIENT)?);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, None)?;
-        runs[3].push(up);
-        runs[4].push(down);
+        runs[4].push(up);
+        runs[5].push(down);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, Some(0))?;
-        runs[5].push(up);
-        runs[6].push(down);
+        runs[6].push(up);
+        runs[7].push(down);
     }
-    let [tcp, tls, tls_whole, h2d, d2h, quic_h2d, quic_d2h, tls_back] = runs.map(median);
+    let [tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
     Ok(Row { tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h })
 }
 
