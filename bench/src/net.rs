@@ -51,17 +51,57 @@ fn tls_once(bed: &Bed, dir: &Path, mib: usize, whole: bool, from: usize, to: usi
 /// One SDK copy each way; `lanes` `Some(0)` keeps the bytes on QUIC streams (the design before
 /// lanes), `None` leaves the SDK's default (or `AC_LANES` of the benchmark's environment).
 fn sdk_once(bed: &Bed, dir: &Path, mib: usize, transport_mtu: u16, lanes: Option<usize>) -> anyhow::Result<(f64, f64)> {
+    Ok(sdk_copies(bed, dir, mib, transport_mtu, lanes, 1)?[0])
+}
+
+/// `copies` SDK copies each way in one program, in turn (H2D, then D2H): each pair's Mbit/s.
+fn sdk_copies(
+    bed: &Bed,
+    dir: &Path,
+    mib: usize,
+    transport_mtu: u16,
+    lanes: Option<usize>,
+    copies: usize,
+) -> anyhow::Result<Vec<(f64, f64)>> {
     let mut env = vec![
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.join("backend/ca.pem").to_string_lossy().into_owned()),
         ("AC_MTU", transport_mtu.to_string()),
     ];
     env.extend(lanes.map(|n| ("AC_LANES", n.to_string())));
-    let args = ["copy", &mib.to_string(), "1"].map(String::from);
+    let args = ["copy", &mib.to_string(), &copies.to_string()].map(String::from);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut client = bed.spawn(CLIENT, &workspace_binary("ac-net-client"), &args, &env, &dir.join("sdk.log"));
-    let n = numbers(&line(&mut client, "h2d ")?);
-    Ok((n[0], n[1]))
+    let mut pairs = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        let n = numbers(&line(&mut client, "h2d ")?);
+        pairs.push((n[0], n[1]));
+    }
+    Ok(pairs)
+}
+
+/// A program's first copy each way against its later ones (the first device-to-host copy is
+/// the first time a lane carries bulk bytes towards the program): `programs` programs of
+/// `copies` copies each way. Medians: first H2D, later H2D, first D2H, later D2H.
+fn first_and_later(
+    bed: &Bed,
+    dir: &Path,
+    mib: usize,
+    transport_mtu: u16,
+    programs: usize,
+    copies: usize,
+) -> anyhow::Result<[f64; 4]> {
+    let mut runs: [Vec<f64>; 4] = Default::default();
+    for _ in 0..programs {
+        let pairs = sdk_copies(bed, dir, mib, transport_mtu, None, copies)?;
+        runs[0].push(pairs[0].0);
+        runs[2].push(pairs[0].1);
+        for &(up, down) in &pairs[1..] {
+            runs[1].push(up);
+            runs[3].push(down);
+        }
+    }
+    Ok(runs.map(median))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -132,6 +172,9 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let (sizes, reps): (&[usize], usize) = if quick { (&[64], 1) } else { (&[256, 1024], 3) };
+    // The first-and-later table: 256 MiB, 3 programs of 5 copies each way.
+    let (series_mib, programs, copies) = if quick { (64, 1, 2) } else { (256, 3, 5) };
+    let mut series = Vec::new();
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
     println!(
         "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
@@ -171,12 +214,32 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 r.quic_d2h
             );
         }
+        if rate.is_none() {
+            let [h2d_first, h2d_later, d2h_first, d2h_later] =
+                first_and_later(&bed, dir.path(), series_mib, transport_mtu, programs, copies)?;
+            series.push(format!(
+                "| MTU {mtu} (transport {transport_mtu}) | {series_mib} | {h2d_first:.0} | {h2d_later:.0} | {:.2} | {d2h_first:.0} | {d2h_later:.0} | {:.2} |",
+                h2d_first / h2d_later,
+                d2h_first / d2h_later
+            ));
+        }
     }
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
          TCP as the lanes make it, program host to backend host, from and into one MiB, or from and into copy-sized \
          buffers (as a copy reads the program's memory and writes the device's), and the copy-sized one from the \
          backend host to the program's, as a device-to-host copy goes; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+    );
+    println!("### A program's first copy each way against its later ones\n");
+    println!("| link | MiB | first H2D | later H2D | first/later | first D2H | later D2H | first/later |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for row in series {
+        println!("{row}");
+    }
+    println!(
+        "\n(Mbit/s, medians; {programs} programs, each {copies} copies each way in turn, H2D then D2H, on the default \
+         lanes, after one untimed H2D copy that maps the CPU device's memory; the first timed pair of each program against \
+         the later ones)\n"
     );
     Ok(())
 }

@@ -121,6 +121,15 @@ impl LaneTls {
     /// segment: each wake-up costs the sender a cross-CPU wake in the kernel (16.6% of a
     /// loopback backend's CPU while it sent a copy) and the reader a pass through its runtime's
     /// I/O driver (`BENCHMARKS.md`, "Issue 25, stop 35").
+    ///
+    /// While more than one record's worth is coming, a reader that finds the socket empty puts
+    /// it back in quick-ack mode before it waits. A lane's ends take turns (a request, then a
+    /// copy, then a reply), which the kernel takes for an interactive connection: it delays its
+    /// acknowledgements to ride on the next reply, but on a copy's bytes nothing rides back, and
+    /// a reader waiting for the low-water mark reads nothing that would acknowledge them. Between
+    /// hosts the first device-to-host copy of a lane ran at 0.8 of the later ones
+    /// (`BENCHMARKS.md`, "Issue 25, stop 37"). Asking at every read cost 6% on loopback, asking
+    /// once per copy did not help; asking before each wait costs nothing measurable.
     pub async fn read_with<E>(
         &mut self,
         len: u64,
@@ -231,7 +240,12 @@ impl LaneTls {
         }
         self.set_low_water(coming)?;
         let mut room = ReadBuf::new(&mut self.inbuf[self.end..]);
-        ready!(Pin::new(&mut self.tcp).poll_read(cx, &mut room))?;
+        let polled = Pin::new(&mut self.tcp).poll_read(cx, &mut room);
+        if polled.is_pending() && coming > MAX_PLAIN as u64 {
+            // The reader is about to wait (see `read_with`). A failure only costs delayed acks.
+            let _ = set_quick_ack(&self.tcp);
+        }
+        ready!(polled)?;
         let n = room.filled().len();
         self.end += n;
         Poll::Ready(Ok(n))
@@ -297,17 +311,28 @@ impl LaneTls {
 
 /// Sets `SO_RCVLOWAT` on `tcp`: the socket reports itself readable once `bytes` are there (or
 /// at its end, or when the kernel runs short of receive memory).
-#[allow(unsafe_code)]
 fn set_receive_low_water(tcp: &TcpStream, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    set_option(tcp, libc::SOL_SOCKET, libc::SO_RCVLOWAT, value)
+}
+
+/// Sets `TCP_QUICKACK` on `tcp`: the kernel leaves its interactive ("ping-pong") mode and
+/// acknowledges received segments without delay, for now (`tcp(7)`: not permanent).
+fn set_quick_ack(tcp: &TcpStream) -> io::Result<()> {
+    set_option(tcp, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+}
+
+/// Sets the integer socket option `level`/`name` on `tcp` to `value`.
+#[allow(unsafe_code)]
+fn set_option(tcp: &TcpStream, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: the descriptor is `tcp`'s, open for the call; the option's value is a c_int that
     // outlives the call, and its length is given.
     let done = unsafe {
         libc::setsockopt(
             tcp.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            level,
+            name,
             std::ptr::from_ref(&value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -501,6 +526,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reader_in_ping_pong_mode_acknowledges_at_once_while_a_copy_comes_in() {
+        let (mut client, mut server) = pair("quick-ack").await;
+        // As a lane's end is after a request and a reply: the kernel delays its acks.
+        set_option(&server.tcp, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 0).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&server.tcp);
+        assert!(!quick_ack(fd), "the kernel took the socket out of ping-pong mode");
+        let writer = tokio::spawn(async move {
+            client.write_all(&vec![5; 3 * LOW_WATER]).await.unwrap();
+            client.flush().await.unwrap();
+            client
+        });
+        // On this test's one-thread runtime the writer runs only once the reader waits, so the
+        // reader finds the socket empty first.
+        let mut quick_at_first_piece = None;
+        let sink = |_: &[u8]| {
+            quick_at_first_piece.get_or_insert_with(|| quick_ack(fd));
+            Ok::<_, ()>(())
+        };
+        server.read_with(3 * LOW_WATER as u64, sink).await.unwrap().unwrap();
+        assert_eq!(quick_at_first_piece, Some(true), "still delaying acks while the copy came in");
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
     async fn a_byte_altered_on_the_wire_fails_the_read() {
         let (mut client, mut server) = pair("altered").await;
         // What the client would send, sealed with its keys, one byte flipped on the way.
@@ -523,6 +572,21 @@ mod tests {
         client.sealer = Sealer::new((RECORD_LIMIT - 1000, secrets())).unwrap();
         assert!(client.fits(1 << 20), "64 records and a few");
         assert!(!client.fits(16 << 20), "1,024 records");
+    }
+
+    /// Whether the socket `fd` acknowledges at once (`TCP_QUICKACK` reads as "not in ping-pong
+    /// mode").
+    #[allow(unsafe_code)]
+    fn quick_ack(fd: std::os::fd::RawFd) -> bool {
+        let mut value: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `fd` is an open socket for the call; value and len outlive it, len gives
+        // value's size.
+        let done = unsafe {
+            libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, std::ptr::from_mut(&mut value).cast(), &mut len)
+        };
+        assert_eq!(done, 0, "getsockopt: {}", io::Error::last_os_error());
+        value != 0
     }
 
     fn secrets() -> rustls::ConnectionTrafficSecrets {
