@@ -91,6 +91,7 @@ fn first_and_later(
     programs: usize,
     copies: usize,
 ) -> anyhow::Result<[f64; 4]> {
+    anyhow::ensure!(programs > 0 && copies > 1, "a first copy and later ones need programs and 2 copies");
     let mut runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..programs {
         let pairs = sdk_copies(bed, dir, mib, transport_mtu, None, copies)?;
@@ -172,7 +173,8 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let (sizes, reps): (&[usize], usize) = if quick { (&[64], 1) } else { (&[256, 1024], 3) };
-    // The first-and-later table: 256 MiB, 3 programs of 5 copies each way.
+    // Programs of several copies each way, so that each has a first copy and later ones to
+    // compare it with (at least 2 copies: `first_and_later`).
     let (series_mib, programs, copies) = if quick { (64, 1, 2) } else { (256, 3, 5) };
     let mut series = Vec::new();
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
@@ -214,6 +216,7 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 r.quic_d2h
             );
         }
+        // On a shaped link every copy runs at the shaper's rate, first or not.
         if rate.is_none() {
             let [h2d_first, h2d_later, d2h_first, d2h_later] =
                 first_and_later(&bed, dir.path(), series_mib, transport_mtu, programs, copies)?;

@@ -124,12 +124,12 @@ impl LaneTls {
     ///
     /// While more than one record's worth is coming, a reader that finds the socket empty puts
     /// it back in quick-ack mode before it waits. A lane's ends take turns (a request, then a
-    /// copy, then a reply), which the kernel takes for an interactive connection: it delays its
-    /// acknowledgements to ride on the next reply, but on a copy's bytes nothing rides back, and
-    /// a reader waiting for the low-water mark reads nothing that would acknowledge them. Between
-    /// hosts the first device-to-host copy of a lane ran at 0.8 of the later ones
-    /// (`BENCHMARKS.md`, "Issue 25, stop 37"). Asking at every read cost 6% on loopback, asking
-    /// once per copy did not help; asking before each wait costs nothing measurable.
+    /// copy, then a reply), which the kernel takes for an interactive connection: it gives up
+    /// quick acks and holds back acknowledgements to ride on the next reply, but on a copy's
+    /// bytes nothing rides back. Between hosts the first device-to-host copy of a lane ran at
+    /// 0.76-0.83 of the later ones (`BENCHMARKS.md`, "Issue 25, stop 37"). Asking at every read
+    /// cost 6% on loopback, asking once per copy did not help; asking before each wait costs
+    /// nothing measurable.
     pub async fn read_with<E>(
         &mut self,
         len: u64,
