@@ -243,7 +243,7 @@ impl LaneTls {
         let polled = Pin::new(&mut self.tcp).poll_read(cx, &mut room);
         if polled.is_pending() && coming > MAX_PLAIN as u64 {
             // The reader is about to wait (see `read_with`). A failure only costs delayed acks.
-            let _ = set_quick_ack(&self.tcp);
+            let _ = socket2::SockRef::from(&self.tcp).set_tcp_quickack(true);
         }
         ready!(polled)?;
         let n = room.filled().len();
@@ -310,29 +310,18 @@ impl LaneTls {
 }
 
 /// Sets `SO_RCVLOWAT` on `tcp`: the socket reports itself readable once `bytes` are there (or
-/// at its end, or when the kernel runs short of receive memory).
-fn set_receive_low_water(tcp: &TcpStream, bytes: usize) -> io::Result<()> {
-    let value = libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    set_option(tcp, libc::SOL_SOCKET, libc::SO_RCVLOWAT, value)
-}
-
-/// Sets `TCP_QUICKACK` on `tcp`: the kernel leaves its interactive ("ping-pong") mode and
-/// acknowledges received segments without delay, for now (`tcp(7)`: not permanent).
-fn set_quick_ack(tcp: &TcpStream) -> io::Result<()> {
-    set_option(tcp, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
-}
-
-/// Sets the integer socket option `level`/`name` on `tcp` to `value`.
+/// at its end, or when the kernel runs short of receive memory). `socket2` has no setter for it.
 #[allow(unsafe_code)]
-fn set_option(tcp: &TcpStream, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn set_receive_low_water(tcp: &TcpStream, bytes: usize) -> io::Result<()> {
     use std::os::fd::AsRawFd;
+    let value = libc::c_int::try_from(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: the descriptor is `tcp`'s, open for the call; the option's value is a c_int that
     // outlives the call, and its length is given.
     let done = unsafe {
         libc::setsockopt(
             tcp.as_raw_fd(),
-            level,
-            name,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
             std::ptr::from_ref(&value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -529,9 +518,11 @@ mod tests {
     async fn a_reader_in_ping_pong_mode_acknowledges_at_once_while_a_copy_comes_in() {
         let (mut client, mut server) = pair("quick-ack").await;
         // As a lane's end is after a request and a reply: the kernel delays its acks.
-        set_option(&server.tcp, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 0).unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&server.tcp);
-        assert!(!quick_ack(fd), "the kernel took the socket out of ping-pong mode");
+        socket2::SockRef::from(&server.tcp).set_tcp_quickack(false).unwrap();
+        // The same socket, to look at while the read holds `server`.
+        let watched = std::os::fd::AsFd::as_fd(&server.tcp).try_clone_to_owned().unwrap();
+        let quick_ack = || socket2::SockRef::from(&watched).tcp_quickack().unwrap();
+        assert!(!quick_ack(), "the kernel took the socket out of ping-pong mode");
         let writer = tokio::spawn(async move {
             client.write_all(&vec![5; 3 * LOW_WATER]).await.unwrap();
             client.flush().await.unwrap();
@@ -541,7 +532,7 @@ mod tests {
         // reader finds the socket empty first.
         let mut quick_at_first_piece = None;
         let sink = |_: &[u8]| {
-            quick_at_first_piece.get_or_insert_with(|| quick_ack(fd));
+            quick_at_first_piece.get_or_insert_with(quick_ack);
             Ok::<_, ()>(())
         };
         server.read_with(3 * LOW_WATER as u64, sink).await.unwrap().unwrap();
@@ -572,21 +563,6 @@ mod tests {
         client.sealer = Sealer::new((RECORD_LIMIT - 1000, secrets())).unwrap();
         assert!(client.fits(1 << 20), "64 records and a few");
         assert!(!client.fits(16 << 20), "1,024 records");
-    }
-
-    /// Whether the socket `fd` acknowledges at once (`TCP_QUICKACK` reads as "not in ping-pong
-    /// mode").
-    #[allow(unsafe_code)]
-    fn quick_ack(fd: std::os::fd::RawFd) -> bool {
-        let mut value: libc::c_int = -1;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `fd` is an open socket for the call; value and len outlive it, len gives
-        // value's size.
-        let done = unsafe {
-            libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, std::ptr::from_mut(&mut value).cast(), &mut len)
-        };
-        assert_eq!(done, 0, "getsockopt: {}", io::Error::last_os_error());
-        value != 0
     }
 
     fn secrets() -> rustls::ConnectionTrafficSecrets {
