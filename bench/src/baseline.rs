@@ -12,13 +12,15 @@ use ac_proto::{lane, tls, transport};
 use bytes::Bytes;
 
 use crate::latency::{fill_sync_samples, launch_sync_samples, launches_per_second, ping_samples};
-use crate::setup::{connect, percentiles, sibling, Child_, CpuMeter};
+use crate::setup::{connect, median, percentiles, sibling, Child_, CpuMeter};
 
 const ALPN: &[u8] = b"ac-bench-baseline";
 /// One small message: about a launch frame.
 const MESSAGE: usize = 64;
 /// Interleaved rounds of round-trip measurements.
 const ROUNDS: usize = 10;
+/// Alternating rounds of bulk copies against the bare lane.
+const COPY_ROUNDS: usize = 7;
 /// Elements of a `fill` just over what the CPU device runs on the control loop at a barrier
 /// (see `ac-backend/src/stream.rs`): the stream worker's path, kernel time included.
 const WORKER_FILL: u64 = 4097;
@@ -54,12 +56,14 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
 /// the direction: 0, the peer reads that many bytes as a lane reads a copy's
 /// (`LaneTls::read_with`, the socket's low-water mark included) and answers with the count; 1,
 /// the peer writes them as a backend writes a device-to-host copy's (`LaneTls::write_filled`).
-/// The peer touches its buffer before it answers "ready", so that a copy-sized peer reads and
-/// writes memory as a backend reads and writes the device's.
+/// A copy-sized peer reads and writes one buffer that lives as long as the peer, touched before
+/// it answers "ready", as a backend reads and writes device memory that outlives a copy
+/// (allocating and freeing a fresh one per stream put the freeing beside the next measurement).
 async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_rustls::TlsAcceptor) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let memory = std::sync::Arc::new(tokio::sync::Mutex::new(Vec::<u8>::new()));
     while let Ok((socket, _)) = listener.accept().await {
-        let acceptor = acceptor.clone();
+        let (acceptor, memory) = (acceptor.clone(), memory.clone());
         tokio::spawn(async move {
             let _ = lane::tune(&socket);
             let Ok(mut stream) = lane::accept(socket, &acceptor).await else { return };
@@ -69,7 +73,16 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
             }
             let total = u64::from_le_bytes(opening[..8].try_into().expect("8 bytes"));
             let (whole, peer_writes) = (opening[8] == 1, opening[9] == 1);
-            let mut buf = vec![1u8; if whole { total as usize } else { 1 << 20 }];
+            let (mut memory, mut one_mib) = (memory.lock().await, Vec::new());
+            let buf = if whole {
+                if memory.len() < total as usize {
+                    memory.resize(total as usize, 1);
+                }
+                &mut memory[..total as usize]
+            } else {
+                one_mib.resize(1 << 20, 1);
+                &mut one_mib[..]
+            };
             // A lane's writer keeps a record open until it is flushed.
             if stream.write_all(b"r").await.is_err() || stream.flush().await.is_err() {
                 return;
@@ -88,7 +101,7 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
             }
             let mut received = 0u64;
             let read = stream.read_with(total, |piece| {
-                into_reused(&mut buf, received as usize, piece);
+                into_reused(buf, received as usize, piece);
                 received += piece.len() as u64;
                 Ok::<_, std::convert::Infallible>(())
             });
@@ -285,21 +298,20 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let stream_cpu = meter.bytes_per_cpu_second(copy);
     let meter = CpuMeter::start(&[peer.child.id()]);
     let one_mib = vec![3u8; 1 << 20];
-    let lane_stream = peer.lane_one_way(&vec![&one_mib[..]; copy >> 20], false).await?;
+    let lane_stream = peer.lane_one_way(&vec![&one_mib[..]; copy >> 20], false).await? / 1e6;
     let lane_cpu = meter.bytes_per_cpu_second(copy);
 
     let rate = launches_per_second(&acc, launches).await?;
     let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
-    let mut back = vec![0u8; copy];
-    let (h2d, d2h) = crate::copies::measure(&acc, &data, &mut back, 2).await?;
-    // From and into copy-sized memory, as a copy reads the program's buffer and writes the
-    // device's: `data` is touched, and the peer touches its buffer before the clock starts.
-    let lane_whole = peer.lane_one_way(&data.chunks(1 << 20).collect::<Vec<_>>(), true).await?;
-    let lane_back = peer.lane_from_peer(&mut back, false).await?;
-    let lane_back_whole = peer.lane_from_peer(&mut back, true).await?;
+    // Touched, as a buffer a program reuses: first-touch page faults are not the copy's.
+    let mut back = vec![1u8; copy];
+    let [h2d, d2h, lane_whole, lane_back_whole] = copies_against_lanes(&peer, &acc, &data, &mut back).await?;
+    let lane_back = peer.lane_from_peer(&mut back, false).await? / 1e6;
     let (h2d_cpu, d2h_cpu) = copy_cpu(&acc, &data, &mut back, remote.pid()).await?;
+    // The receiver's buffer is touched before the meter starts, as the other rows' are.
+    let sink = crate::copies::TcpSink::start(copy, 1)?;
     let meter = CpuMeter::start(&[]);
-    let tcp = crate::copies::tcp_stream(&data, 1)?;
+    let tcp = sink.stream(&data)?;
     let tcp_cpu = meter.bytes_per_cpu_second(copy);
     let two = {
         let mut options = remote.options.clone();
@@ -307,11 +319,14 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         let acc = connect(&options).await?;
         crate::copies::measure(&acc, &data, &mut back, 2).await?
     };
-    let quic = {
+    // Copies over QUIC streams, the design before lanes: their rate, and their bytes per
+    // CPU-second beside the lanes' (the issue's "not worse than today").
+    let (quic, quic_cpu) = {
         let mut options = remote.options.clone();
         options.lanes = 0;
         let acc = connect(&options).await?;
-        crate::copies::measure(&acc, &data, &mut back, 2).await?
+        let rate = crate::copies::measure(&acc, &data, &mut back, 2).await?;
+        (rate, copy_cpu(&acc, &data, &mut back, remote.pid()).await?)
     };
 
     println!("## The data plane against bare quinn (two processes, same TLS and `Tuning`, one run)\n");
@@ -359,14 +374,17 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
             let bare = rates[index];
             println!(
                 "| {size}, MB/s, bare {way_bare} {memory} | {:.0} | {way} {one_lane:.0} (1 lane, the default), {two_lanes:.0} (2) | {:.2}, {:.2} |",
-                mb(bare),
-                one_lane / mb(bare),
-                two_lanes / mb(bare)
+                bare,
+                one_lane / bare,
+                two_lanes / bare
             );
         }
     }
     println!("| context: plain TCP, {size} one way, MB/s | {tcp:.0} | | |");
-    println!();
+    println!(
+        "\n(1 lane and the copy-sized bare lanes: medians of {COPY_ROUNDS} alternating rounds; 2 lanes and QUIC streams: best of 2; \
+         the bare lanes from one cache-resident MiB: one run)\n"
+    );
     println!("Bytes moved per CPU-second of both processes (`/proc/PID/stat`, 10 ms ticks), {size} copies:\n");
     println!("| transfer | MB per CPU-second | / plain TCP |");
     println!("|---|---|---|");
@@ -376,11 +394,44 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         ("bare TLS over TCP (a lane)".to_string(), lane_cpu),
         ("SDK host to device, 1 lane".to_string(), h2d_cpu),
         ("SDK device to host, 1 lane".to_string(), d2h_cpu),
+        ("SDK host to device, QUIC streams (`lanes = 0`)".to_string(), quic_cpu.0),
+        ("SDK device to host, QUIC streams (`lanes = 0`)".to_string(), quic_cpu.1),
     ] {
         println!("| {what} | {:.0} | {:.2} |", mb(per_cpu), per_cpu / tcp_cpu);
     }
     println!();
     Ok(())
+}
+
+/// The SDK's copies each way against the bare lane's from and into copy-sized memory (as a copy
+/// reads the program's buffer and writes the device's: `src` is touched, and the peer touches
+/// its buffer before the clock starts), in `COPY_ROUNDS` alternating rounds so that the
+/// machine's drift falls on both alike. Medians, MB/s: SDK H2D, SDK D2H, bare lane to the peer,
+/// bare lane from it.
+async fn copies_against_lanes(
+    peer: &Peer,
+    acc: &ac_frontend::Accelerator,
+    src: &[u8],
+    dst: &mut [u8],
+) -> anyhow::Result<[f64; 4]> {
+    let buf = acc.alloc::<u8>(src.len()).await?;
+    // The CPU device's memory is mapped on first touch, a GPU's is not: this copy is not timed.
+    buf.copy_from_host(src).await?;
+    let mb_per_s = |start: Instant| src.len() as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let mut runs: [Vec<f64>; 4] = Default::default();
+    for _ in 0..COPY_ROUNDS {
+        let start = Instant::now();
+        buf.copy_from_host(src).await?;
+        runs[0].push(mb_per_s(start));
+        let start = Instant::now();
+        buf.copy_to_host(dst).await?;
+        runs[1].push(mb_per_s(start));
+        anyhow::ensure!(dst == src, "a device-to-host copy brought back other bytes");
+        runs[2].push(peer.lane_one_way(&src.chunks(1 << 20).collect::<Vec<_>>(), true).await? / 1e6);
+        runs[3].push(peer.lane_from_peer(dst, true).await? / 1e6);
+    }
+    buf.free().await?;
+    Ok(runs.map(median))
 }
 
 /// Bytes per CPU-second (client and backend) of one host-to-device and one device-to-host copy.

@@ -11,7 +11,7 @@ use ac_frontend::LaunchDims;
 use anyhow::{bail, Context};
 
 use crate::arm::Cluster;
-use crate::setup::{percentiles, sibling};
+use crate::setup::{median, percentiles, sibling};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
@@ -97,11 +97,6 @@ pub fn saxpy_client(n: usize, rounds: usize) -> anyhow::Result<()> {
     }
     session.finalize()?;
     Ok(())
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 pub async fn c_abi(quick: bool) -> anyhow::Result<()> {

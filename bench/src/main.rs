@@ -76,6 +76,9 @@ enum Helper {
         /// (as `#[tokio::main]`, the blocking API and the C ABI do).
         #[arg(long)]
         in_task: bool,
+        /// The size of each copy, MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: usize,
     },
     /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
     #[command(hide = true)]
@@ -97,11 +100,12 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::Profile { .. }) | None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    if let Some(Helper::Profile { workload, seconds, stripes, lanes, in_task }) = args.helper {
+    if let Some(Helper::Profile { workload, seconds, stripes, lanes, in_task, mib }) = args.helper {
+        let run = profile::run(workload, seconds, stripes, lanes, mib << 20);
         if in_task {
-            return rt.block_on(async move { tokio::spawn(profile::run(workload, seconds, stripes, lanes)).await? });
+            return rt.block_on(async move { tokio::spawn(run).await? });
         }
-        return rt.block_on(profile::run(workload, seconds, stripes, lanes));
+        return rt.block_on(run);
     }
     let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     println!(

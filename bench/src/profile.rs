@@ -11,9 +11,9 @@ use crate::setup::{connect, Child_};
 /// What the profile loop does.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Workload {
-    /// 256 MiB host-to-device copies.
+    /// Host-to-device copies (`--mib`).
     H2d,
-    /// 256 MiB device-to-host copies.
+    /// Device-to-host copies (`--mib`).
     D2h,
     /// Bursts of 10,000 asynchronous launches, each burst then synchronized.
     Launches,
@@ -25,19 +25,21 @@ pub enum Workload {
     Sync,
 }
 
-/// Runs `workload` for `seconds` and prints how much it did.
-pub async fn run(workload: Workload, seconds: u64, stripes: usize, lanes: usize) -> anyhow::Result<()> {
-    const COPY: usize = 256 << 20;
-    let mut backend = Child_::start(COPY as u64 / (1 << 20) + 64)?;
+/// Runs `workload` for `seconds` (copies of `copy` bytes) and prints how much it did.
+pub async fn run(workload: Workload, seconds: u64, stripes: usize, lanes: usize, copy: usize) -> anyhow::Result<()> {
+    let mut backend = Child_::start(copy as u64 / (1 << 20) + 64)?;
     println!("backend pid {}", backend.pid());
     backend.options.stripes = stripes;
     backend.options.lanes = lanes;
     let acc = connect(&backend.options).await?;
-    let buf = acc.alloc::<u8>(COPY).await?;
+    let buf = acc.alloc::<u8>(copy).await?;
     let fill = acc.builtin().await?.function("fill").await?;
     let small = acc.alloc::<f32>(1).await?;
     let args = [small.arg(), 1.0f32.into(), 1u64.into()];
-    let mut host = vec![7u8; COPY];
+    let mut host = vec![7u8; copy];
+    // Device memory that holds data, as a program's does: the CPU device maps it on first
+    // touch, and a device-to-host copy of memory never written reads the kernel's zero page.
+    buf.copy_from_host(&host).await?;
     let (deadline, mut units) = (Instant::now() + Duration::from_secs(seconds), 0u64);
     let start = Instant::now();
     while Instant::now() < deadline {
@@ -58,7 +60,7 @@ pub async fn run(workload: Workload, seconds: u64, stripes: usize, lanes: usize)
             Workload::Sync => acc.synchronize().await?,
         }
         units += match workload {
-            Workload::H2d | Workload::D2h => COPY as u64,
+            Workload::H2d | Workload::D2h => copy as u64,
             Workload::Launches => 10_000,
             Workload::Ping | Workload::LaunchSync | Workload::Sync => 1,
         };

@@ -130,6 +130,12 @@ pub fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
     (at(0.50), at(0.99))
 }
 
+/// The middle value of `values` (the upper one of an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 pub fn mib(bytes: usize) -> String {
     if bytes >= 1 << 30 {
         format!("{} GiB", bytes >> 30)

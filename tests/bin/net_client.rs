@@ -229,6 +229,9 @@ async fn run(args: &[String]) -> Result<(), Error> {
                 let mbit = |s: f64| (data.len() * 8) as f64 / s / 1e6;
                 say(format_args!("h2d {:.0} d2h {:.0}", mbit(h2d), mbit(d2h)));
             }
+            // Freed before the program ends, so that whoever waits for its end (the net bench,
+            // before it times the next contender) also waits for the backend to unmap it.
+            buf.free().await?;
         }
         Some("memory") => {
             for acc in &accs {
