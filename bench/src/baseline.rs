@@ -73,15 +73,20 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
             }
             let total = u64::from_le_bytes(opening[..8].try_into().expect("8 bytes"));
             let (whole, peer_writes) = (opening[8] == 1, opening[9] == 1);
-            let (mut memory, mut one_mib) = (memory.lock().await, Vec::new());
-            let buf = if whole {
-                if memory.len() < total as usize {
-                    memory.resize(total as usize, 1);
+            // Only a copy-sized stream takes the shared buffer (streams come one at a time).
+            let mut shared = if whole { Some(memory.lock().await) } else { None };
+            let mut one_mib = Vec::new();
+            let buf = match shared.as_deref_mut() {
+                Some(memory) => {
+                    if memory.len() < total as usize {
+                        memory.resize(total as usize, 1);
+                    }
+                    &mut memory[..total as usize]
                 }
-                &mut memory[..total as usize]
-            } else {
-                one_mib.resize(1 << 20, 1);
-                &mut one_mib[..]
+                None => {
+                    one_mib.resize(1 << 20, 1);
+                    &mut one_mib[..]
+                }
             };
             // A lane's writer keeps a record open until it is flushed.
             if stream.write_all(b"r").await.is_err() || stream.flush().await.is_err() {
@@ -311,8 +316,9 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     // The receiver's buffer is touched before the meter starts, as the other rows' are.
     let sink = crate::copies::TcpSink::start(copy, 1)?;
     let meter = CpuMeter::start(&[]);
-    let tcp = sink.stream(&data)?;
+    let (tcp, received) = sink.stream(&data)?;
     let tcp_cpu = meter.bytes_per_cpu_second(copy);
+    drop(received);
     let two = {
         let mut options = remote.options.clone();
         options.lanes = 2;

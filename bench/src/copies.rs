@@ -21,7 +21,7 @@ fn rate(bytes: usize, elapsed: Duration) -> f64 {
 /// kernel maps only as a stream first writes each page.
 pub(crate) struct TcpSink {
     addr: std::net::SocketAddr,
-    server: std::thread::JoinHandle<std::io::Result<()>>,
+    server: std::thread::JoinHandle<std::io::Result<Vec<u8>>>,
     reps: usize,
 }
 
@@ -31,19 +31,20 @@ impl TcpSink {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let mut dst = vec![1u8; len];
-        let server = std::thread::spawn(move || -> std::io::Result<()> {
+        let server = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
             for _ in 0..reps {
                 let (mut s, _) = listener.accept()?;
                 s.read_exact(&mut dst)?;
                 s.write_all(&[1])?;
             }
-            Ok(())
+            Ok(dst)
         });
         Ok(Self { addr, server, reps })
     }
 
-    /// Streams `src` once per rep: the best MB/s.
-    pub(crate) fn stream(self, src: &[u8]) -> anyhow::Result<f64> {
+    /// Streams `src` once per rep: the best MB/s, and the receiver's buffer, for the caller to
+    /// free outside whatever it measures (unmapping a GiB is not the stream's cost).
+    pub(crate) fn stream(self, src: &[u8]) -> anyhow::Result<(f64, Vec<u8>)> {
         let mut best = 0.0f64;
         for _ in 0..self.reps {
             let mut s = TcpStream::connect(self.addr)?;
@@ -54,14 +55,14 @@ impl TcpSink {
             s.read_exact(&mut ack)?;
             best = best.max(rate(src.len(), start.elapsed()));
         }
-        self.server.join().expect("tcp server")?;
-        Ok(best)
+        let dst = self.server.join().expect("tcp server")?;
+        Ok((best, dst))
     }
 }
 
 /// A plain TCP stream of `src` on loopback (see [`TcpSink`]); best of `reps`, MB/s.
 pub(crate) fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
-    TcpSink::start(src.len(), reps)?.stream(src)
+    Ok(TcpSink::start(src.len(), reps)?.stream(src)?.0)
 }
 
 /// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
@@ -112,7 +113,8 @@ pub async fn throughput(quick: bool) -> anyhow::Result<()> {
             20
         };
         let src = host_data(size);
-        let mut dst = vec![0u8; size];
+        // Touched, as the TCP receiver's is: zeroed memory is mapped as a copy first writes it.
+        let mut dst = vec![1u8; size];
         let tcp = tcp_stream(&src, reps)?;
         for (&(stripes, pipelined), acc) in configs.iter().zip(&clients) {
             acc.set_copy_options(CopyOptions { pipelined, ..CopyOptions::default() });
@@ -135,7 +137,7 @@ pub async fn tuning(quick: bool) -> anyhow::Result<()> {
     let size = if quick { 32 << 20 } else { 1 << 30 };
     let reps = if quick { 2 } else { 3 };
     let src = host_data(size);
-    let mut dst = vec![0u8; size];
+    let mut dst = vec![1u8; size];
     let defaults = Tuning::quinn_defaults();
     let big_mtu = Tuning { mtu: 6400, ..defaults.clone() };
     let windows = Tuning {
