@@ -307,7 +307,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     let lane_cpu = meter.bytes_per_cpu_second(copy);
 
     let rate = launches_per_second(&acc, launches).await?;
-    let data: Vec<u8> = (0..copy).map(|i| (i * 131 % 251) as u8).collect();
+    let data = crate::copies::host_data(copy);
     // Touched, as a buffer a program reuses: first-touch page faults are not the copy's.
     let mut back = vec![1u8; copy];
     let [h2d, d2h, lane_whole, lane_back_whole] = copies_against_lanes(&peer, &acc, &data, &mut back).await?;
@@ -423,17 +423,14 @@ async fn copies_against_lanes(
     let buf = acc.alloc::<u8>(src.len()).await?;
     // The CPU device's memory is mapped on first touch, a GPU's is not: this copy is not timed.
     buf.copy_from_host(src).await?;
-    let mb_per_s = |start: Instant| src.len() as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let pieces: Vec<&[u8]> = src.chunks(1 << 20).collect();
     let mut runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..COPY_ROUNDS {
-        let start = Instant::now();
-        buf.copy_from_host(src).await?;
-        runs[0].push(mb_per_s(start));
-        let start = Instant::now();
-        buf.copy_to_host(dst).await?;
-        runs[1].push(mb_per_s(start));
+        let (h2d, d2h) = crate::copies::copy_pair(&buf, src, dst).await?;
         anyhow::ensure!(dst == src, "a device-to-host copy brought back other bytes");
-        runs[2].push(peer.lane_one_way(&src.chunks(1 << 20).collect::<Vec<_>>(), true).await? / 1e6);
+        runs[0].push(h2d);
+        runs[1].push(d2h);
+        runs[2].push(peer.lane_one_way(&pieces, true).await? / 1e6);
         runs[3].push(peer.lane_from_peer(dst, true).await? / 1e6);
     }
     buf.free().await?;

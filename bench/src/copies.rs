@@ -6,7 +6,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use ac_backend::CopySettings;
-use ac_frontend::{Accelerator, CopyOptions};
+use ac_frontend::{Accelerator, CopyOptions, DeviceBuffer};
 use ac_proto::transport::Tuning;
 
 use crate::setup::{connect, mib, InProcess};
@@ -65,24 +65,32 @@ pub(crate) fn tcp_stream(src: &[u8], reps: usize) -> anyhow::Result<f64> {
     Ok(TcpSink::start(src.len(), reps)?.stream(src)?.0)
 }
 
+/// One host-to-device copy of `src` into `buf`, then one device-to-host copy back into `dst`:
+/// their MB/s.
+pub(crate) async fn copy_pair(buf: &DeviceBuffer<u8>, src: &[u8], dst: &mut [u8]) -> anyhow::Result<(f64, f64)> {
+    let start = Instant::now();
+    buf.copy_from_host(src).await?;
+    let h2d = rate(src.len(), start.elapsed());
+    let start = Instant::now();
+    buf.copy_to_host(dst).await?;
+    Ok((h2d, rate(src.len(), start.elapsed())))
+}
+
 /// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
 pub async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
     let buf = acc.alloc::<u8>(src.len()).await?;
     let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
     for _ in 0..reps {
-        let start = Instant::now();
-        buf.copy_from_host(src).await?;
-        h2d = h2d.max(rate(src.len(), start.elapsed()));
-        let start = Instant::now();
-        buf.copy_to_host(dst).await?;
-        d2h = d2h.max(rate(src.len(), start.elapsed()));
+        let (up, down) = copy_pair(&buf, src, dst).await?;
+        (h2d, d2h) = (h2d.max(up), d2h.max(down));
     }
     anyhow::ensure!(dst[0] == src[0] && dst[src.len() - 1] == src[src.len() - 1], "copy corrupted data");
     buf.free().await?;
     Ok((h2d, d2h))
 }
 
-fn host_data(len: usize) -> Vec<u8> {
+/// A copy's source: bytes that differ from their neighbours, touched.
+pub(crate) fn host_data(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 131 % 251) as u8).collect()
 }
 
