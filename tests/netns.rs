@@ -258,6 +258,22 @@ impl Bed {
         self.exec_ok(&self.switch(), "tc", &theirs).expect("tc on the switch");
     }
 
+    /// The TCP congestion control that host `i`'s new sockets get (`bbr`, `cubic`, ...): a new
+    /// namespace starts with the machine's default.
+    pub fn congestion(&self, i: usize) -> Result<String, String> {
+        Ok(self.exec_ok(&self.ns(i), "sysctl", &["-n", "net.ipv4.tcp_congestion_control"])?.trim().to_owned())
+    }
+
+    /// Gives every host's new TCP sockets congestion control `name`. Inside a namespace the
+    /// kernel accepts only an algorithm that `net.ipv4.tcp_allowed_congestion_control` lists.
+    pub fn set_congestion(&self, name: &str) -> Result<(), String> {
+        let setting = format!("net.ipv4.tcp_congestion_control={name}");
+        for i in 0..self.hosts {
+            self.exec_ok(&self.ns(i), "sysctl", &["-w", &setting])?;
+        }
+        Ok(())
+    }
+
     fn nft(&self, a: usize, rules: &str) {
         let file = std::env::temp_dir().join(format!("{}-{a}.nft", self.name));
         std::fs::write(&file, rules).expect("nft rules");

@@ -323,7 +323,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         let mut options = remote.options.clone();
         options.lanes = 2;
         let acc = connect(&options).await?;
-        crate::copies::measure(&acc, &data, &mut back, 2).await?
+        crate::copies::median_pair(&acc, &data, &mut back, COPY_ROUNDS).await?
     };
     // Copies over QUIC streams, the design before lanes: their rate, and their bytes per
     // CPU-second beside the lanes' (the issue's "not worse than today").
@@ -331,7 +331,7 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
         let mut options = remote.options.clone();
         options.lanes = 0;
         let acc = connect(&options).await?;
-        let rate = crate::copies::measure(&acc, &data, &mut back, 2).await?;
+        let rate = crate::copies::median_pair(&acc, &data, &mut back, COPY_ROUNDS).await?;
         (rate, copy_cpu(&acc, &data, &mut back, remote.pid()).await?)
     };
 
@@ -388,7 +388,8 @@ pub async fn against_quinn(quick: bool) -> anyhow::Result<()> {
     }
     println!("| context: plain TCP, {size} one way, MB/s | {tcp:.0} | | |");
     println!(
-        "\n(1 lane and the copy-sized bare lanes: medians of {COPY_ROUNDS} alternating rounds; 2 lanes and QUIC streams: best of 2; \
+        "\n(1 lane and the copy-sized bare lanes: medians of {COPY_ROUNDS} alternating rounds; 2 lanes and QUIC streams: medians of \
+         {COPY_ROUNDS} copies each way of their own, after those rounds; \
          the bare lanes from one cache-resident MiB: one run)\n"
     );
     println!("Bytes moved per CPU-second of both processes (`/proc/PID/stat`, 10 ms ticks), {size} copies:\n");

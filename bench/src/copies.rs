@@ -9,7 +9,7 @@ use ac_backend::CopySettings;
 use ac_frontend::{Accelerator, CopyOptions, DeviceBuffer};
 use ac_proto::transport::Tuning;
 
-use crate::setup::{connect, mib, InProcess};
+use crate::setup::{connect, median, mib, InProcess};
 
 /// MB/s (10^6 bytes per second) of `bytes` moved in `elapsed`.
 fn rate(bytes: usize, elapsed: Duration) -> f64 {
@@ -76,17 +76,35 @@ pub(crate) async fn copy_pair(buf: &DeviceBuffer<u8>, src: &[u8], dst: &mut [u8]
     Ok((h2d, rate(src.len(), start.elapsed())))
 }
 
-/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
-pub async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
+/// `reps` copy pairs through a fresh buffer of `acc`, after one untimed host-to-device copy
+/// (the CPU device maps its memory on first touch, a GPU at allocation): each pair's MB/s.
+async fn copy_pairs(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<Vec<(f64, f64)>> {
     let buf = acc.alloc::<u8>(src.len()).await?;
-    let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
+    buf.copy_from_host(src).await?;
+    let mut pairs = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let (up, down) = copy_pair(&buf, src, dst).await?;
-        (h2d, d2h) = (h2d.max(up), d2h.max(down));
+        pairs.push(copy_pair(&buf, src, dst).await?);
     }
     anyhow::ensure!(dst[0] == src[0] && dst[src.len() - 1] == src[src.len() - 1], "copy corrupted data");
     buf.free().await?;
-    Ok((h2d, d2h))
+    Ok(pairs)
+}
+
+/// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`.
+pub async fn measure(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<(f64, f64)> {
+    let pairs = copy_pairs(acc, src, dst, reps).await?;
+    Ok(pairs.iter().fold((0.0f64, 0.0f64), |(h2d, d2h), &(up, down)| (h2d.max(up), d2h.max(down))))
+}
+
+/// Median host-to-device and device-to-host MB/s of `reps` copy pairs through `acc`.
+pub(crate) async fn median_pair(
+    acc: &Accelerator,
+    src: &[u8],
+    dst: &mut [u8],
+    reps: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let pairs = copy_pairs(acc, src, dst, reps).await?;
+    Ok((median(pairs.iter().map(|p| p.0).collect()), median(pairs.iter().map(|p| p.1).collect())))
 }
 
 /// A copy's source: bytes that differ from their neighbours, touched.

@@ -42,6 +42,11 @@ struct Args {
     /// The load section's length per run, seconds (60, or 5 with --quick, when not given).
     #[arg(long)]
     load_seconds: Option<u64>,
+    /// The net section's TCP congestion control on its emulated hosts (`cubic`, `bbr`, ...);
+    /// the machine's default when not given. The kernel must list it in
+    /// `net.ipv4.tcp_allowed_congestion_control`.
+    #[arg(long)]
+    net_congestion: Option<String>,
     #[command(subcommand)]
     helper: Option<Helper>,
 }
@@ -148,7 +153,7 @@ fn main() -> anyhow::Result<()> {
     }
     // Needs root: only when asked for.
     if args.only.iter().any(|s| s == "net") {
-        net::between_hosts(args.quick)?;
+        net::between_hosts(args.quick, args.net_congestion.as_deref())?;
     }
     // Needs root and Slurm: only when asked for.
     if args.only.iter().any(|s| s == "slurm") {

@@ -124,6 +124,11 @@ fn first_and_later(
     Ok(runs.map(median))
 }
 
+/// `ratios` as `0.97 1.02 0.91`.
+fn listed(ratios: &[f64]) -> String {
+    ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(" ")
+}
+
 /// A row's medians, Mbit/s.
 struct Row {
     tcp: f64,
@@ -136,6 +141,10 @@ struct Row {
     d2h: f64,
     quic_h2d: f64,
     quic_d2h: f64,
+    /// Each repetition's SDK H2D over the copy-sized bare stream and SDK D2H over the bare
+    /// stream back, both taken within seconds of each other.
+    paired_h2d: Vec<f64>,
+    paired_d2h: Vec<f64>,
 }
 
 /// `reps` alternating runs of every contender at `mib` MiB.
@@ -153,8 +162,10 @@ fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -
         runs[6].push(up);
         runs[7].push(down);
     }
+    let ratios = |sdk: &[f64], bare: &[f64]| sdk.iter().zip(bare).map(|(s, b)| s / b).collect::<Vec<_>>();
+    let (paired_h2d, paired_d2h) = (ratios(&runs[4], &runs[2]), ratios(&runs[5], &runs[3]));
     let [tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h] = runs.map(median);
-    Ok(Row { tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h })
+    Ok(Row { tcp, tls, tls_whole, tls_back, h2d, d2h, quic_h2d, quic_d2h, paired_h2d, paired_d2h })
 }
 
 /// Starts the backend on host `BACKEND` of `bed`, its state in `dir`.
@@ -180,19 +191,24 @@ fn start_backend(bed: &Bed, dir: &Path, transport_mtu: u16) -> anyhow::Result<Pr
     Ok(bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir, "backend"))
 }
 
-/// Runs the section; `quick` moves 64 MiB once per row.
-pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
+/// Runs the section; `quick` moves 64 MiB once per row; `congestion`: the hosts' TCP
+/// congestion control, the machine's default if `None`.
+pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()> {
     if let Some(why) = ac_tests::netns::unavailable() {
         println!("## Between two hosts: skipped ({why})\n");
         return Ok(());
     }
-    // Five repetitions where the link is the machine's own speed, which swings by about ±20%
-    // from run to run on a small VM; three where a shaper sets it.
-    let (sizes, reps, shaped_reps): (&[usize], usize, usize) = if quick { (&[64], 1, 1) } else { (&[256, 1024], 5, 3) };
+    // Each contender's single transfer swings by about ±10% on a small VM (a sender and a
+    // receiver that share its two cores), and the swings of two contenders are independent:
+    // medians of 11 where the link is the machine's own speed, of 3 where a shaper sets it.
+    let (sizes, reps, shaped_reps): (&[usize], usize, usize) =
+        if quick { (&[64], 1, 1) } else { (&[256, 1024], 11, 3) };
     // Programs of several copies each way, so that each has a first copy and later ones to
     // compare it with (at least 2 copies: `first_and_later`).
     let (series_mib, programs, copies) = if quick { (64, 1, 2) } else { (256, 3, 5) };
     let mut series = Vec::new();
+    let mut paired = Vec::new();
+    let mut algorithm = String::new();
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
     println!(
         "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
@@ -202,6 +218,14 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
         [(1500, 1452, None), (9000, 6400, None), (1500, 1452, Some("1gbit")), (1500, 1452, Some("5gbit"))];
     for (mtu, transport_mtu, rate) in links {
         let bed = Bed::new(2, mtu);
+        if let Some(name) = congestion {
+            bed.set_congestion(name).map_err(|e| {
+                anyhow::anyhow!("congestion control {name} on the emulated hosts: {e} (the kernel takes only one that net.ipv4.tcp_allowed_congestion_control lists)")
+            })?;
+        }
+        // Every contender's TCP runs under it: its name goes with the figures.
+        algorithm =
+            bed.congestion(CLIENT).map_err(|e| anyhow::anyhow!("reading the hosts' congestion control: {e}"))?;
         if let Some(rate) = rate {
             bed.rate(CLIENT, rate);
         }
@@ -231,6 +255,13 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
                 r.quic_h2d,
                 r.quic_d2h
             );
+            paired.push(format!(
+                "| {link} | {mib} | {} | {:.2} | {} | {:.2} |",
+                listed(&r.paired_h2d),
+                median(r.paired_h2d.clone()),
+                listed(&r.paired_d2h),
+                median(r.paired_d2h.clone())
+            ));
         }
         // On a shaped link every copy runs at the shaper's rate, first or not.
         if rate.is_none() {
@@ -244,10 +275,24 @@ pub fn between_hosts(quick: bool) -> anyhow::Result<()> {
         }
     }
     println!(
-        "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
+        "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; TCP congestion control on both hosts: {algorithm}; \
+         TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
          TCP as the lanes make it, program host to backend host, from and into one MiB, or from and into copy-sized \
          buffers (as a copy reads the program's memory and writes the device's), and the copy-sized one from the \
          backend host to the program's, as a device-to-host copy goes; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+    );
+    println!("### Each repetition's SDK copy against the bare stream measured beside it\n");
+    println!(
+        "| link | MiB | H2D / bare copy-sized, each repetition | median | D2H / bare back, each repetition | median |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row in paired {
+        println!("{row}");
+    }
+    println!(
+        "\n(ratios within one repetition, in the order they ran: the spread behind the medians above. The SDK's copy and \
+         the bare stream it is compared with run seconds apart, yet their swings are independent: a ratio of one \
+         repetition says little, a median of many says what the link gives each)\n"
     );
     println!("### A program's first copy each way against its later ones\n");
     println!("| link | MiB | first H2D | later H2D | first/later | first D2H | later D2H | first/later |");

@@ -344,6 +344,23 @@ fn copies_over_a_shaped_link_measure_the_link() {
     }
 }
 
+/// The bed's hosts take the TCP congestion control they are given (the net bench names the one
+/// its figures were taken under); one the kernel does not know is refused with the kernel's
+/// word, and the hosts keep what they had.
+#[test]
+fn a_bed_gives_its_hosts_a_congestion_control_and_reports_it() {
+    need_netns!();
+    let bed = Bed::new(2, 1500);
+    // Reno is built into every kernel and allowed in every namespace.
+    bed.set_congestion("reno").expect("reno on both hosts");
+    for host in 0..2 {
+        assert_eq!(bed.congestion(host).expect("read back"), "reno", "host {host}");
+    }
+    let refused = bed.set_congestion("no-such-algorithm").expect_err("an algorithm the kernel does not have");
+    assert!(refused.contains("tcp_congestion_control"), "{refused}");
+    assert_eq!(bed.congestion(0).expect("read back"), "reno");
+}
+
 fn after_ms(line: &str) -> u128 {
     let rest = line.split("after ").nth(1).expect("after MS");
     rest.split(':').next().and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("no time in {line}"))
