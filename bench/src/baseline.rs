@@ -421,9 +421,7 @@ async fn copies_against_lanes(
     src: &[u8],
     dst: &mut [u8],
 ) -> anyhow::Result<[f64; 4]> {
-    let buf = acc.alloc::<u8>(src.len()).await?;
-    // The CPU device's memory is mapped on first touch, a GPU's is not: this copy is not timed.
-    buf.copy_from_host(src).await?;
+    let buf = crate::copies::mapped(acc, src).await?;
     let pieces: Vec<&[u8]> = src.chunks(1 << 20).collect();
     let mut runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..COPY_ROUNDS {
@@ -445,10 +443,8 @@ async fn copy_cpu(
     dst: &mut [u8],
     backend: u32,
 ) -> anyhow::Result<(f64, f64)> {
-    let buf = acc.alloc::<u8>(src.len()).await?;
-    // The CPU device's memory is mapped on first touch, a GPU's is not: leave the page faults
-    // out of the count.
-    buf.copy_from_host(src).await?;
+    // Page faults of first touch are left out of the count.
+    let buf = crate::copies::mapped(acc, src).await?;
     let meter = CpuMeter::start(&[backend]);
     buf.copy_from_host(src).await?;
     let h2d = meter.bytes_per_cpu_second(src.len());

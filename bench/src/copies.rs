@@ -76,11 +76,18 @@ pub(crate) async fn copy_pair(buf: &DeviceBuffer<u8>, src: &[u8], dst: &mut [u8]
     Ok((h2d, rate(src.len(), start.elapsed())))
 }
 
-/// `reps` copy pairs through a fresh buffer of `acc`, after one untimed host-to-device copy
-/// (the CPU device maps its memory on first touch, a GPU at allocation): each pair's MB/s.
-async fn copy_pairs(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<Vec<(f64, f64)>> {
+/// A device buffer of `src`'s size holding `src`, written by one untimed copy: the CPU device
+/// maps its memory on first touch (a GPU at allocation), and a device-to-host copy of memory
+/// never written reads the kernel's zero page. Timed copies start from this.
+pub(crate) async fn mapped(acc: &Accelerator, src: &[u8]) -> anyhow::Result<DeviceBuffer<u8>> {
     let buf = acc.alloc::<u8>(src.len()).await?;
     buf.copy_from_host(src).await?;
+    Ok(buf)
+}
+
+/// `reps` copy pairs through a fresh buffer of `acc` ([`mapped`]): each pair's MB/s.
+async fn copy_pairs(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<Vec<(f64, f64)>> {
+    let buf = mapped(acc, src).await?;
     let mut pairs = Vec::with_capacity(reps);
     for _ in 0..reps {
         pairs.push(copy_pair(&buf, src, dst).await?);

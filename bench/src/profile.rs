@@ -32,14 +32,12 @@ pub async fn run(workload: Workload, seconds: u64, stripes: usize, lanes: usize,
     backend.options.stripes = stripes;
     backend.options.lanes = lanes;
     let acc = connect(&backend.options).await?;
-    let buf = acc.alloc::<u8>(copy).await?;
     let fill = acc.builtin().await?.function("fill").await?;
     let small = acc.alloc::<f32>(1).await?;
     let args = [small.arg(), 1.0f32.into(), 1u64.into()];
     let mut host = vec![7u8; copy];
-    // Device memory that holds data, as a program's does: the CPU device maps it on first
-    // touch, and a device-to-host copy of memory never written reads the kernel's zero page.
-    buf.copy_from_host(&host).await?;
+    // Device memory that holds data, as a program's does.
+    let buf = crate::copies::mapped(&acc, &host).await?;
     let (deadline, mut units) = (Instant::now() + Duration::from_secs(seconds), 0u64);
     let start = Instant::now();
     while Instant::now() < deadline {
