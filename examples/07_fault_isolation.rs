@@ -1,6 +1,8 @@
 //! 07: a kernel that faults on purpose (a write to an illegal address) in one session, while a
 //! second session on the same GPU keeps computing. The faulting session gets `ContextLost` and
-//! must reconnect; the other never notices. Needs a backend with a CUDA device.
+//! must reconnect; the other never notices. Needs a backend with a CUDA device and its default
+//! `--isolation process` (a worker process per session): CUDA makes a fault sticky for the
+//! whole process, so with `--isolation context` the other session is lost too.
 //!
 //! `AC_BACKEND_ADDR=... AC_CA_CERT=... cargo run --bin 07_fault_isolation`
 

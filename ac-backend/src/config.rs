@@ -20,6 +20,18 @@ pub enum DeviceChoice {
     Cuda,
 }
 
+/// Where a GPU session's CUDA context lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// A worker process per session (`ac-backend --session-worker`): a kernel fault, which
+    /// CUDA makes sticky for the whole process, ends only the session that caused it.
+    Process,
+    /// A CUDA context per session inside the daemon: no process start per session, but one
+    /// session's kernel fault ends every session of the daemon (see `device::worker`).
+    Context,
+}
+
 /// How bulk copies are cut into chunks. Chosen from the measurements in `BENCHMARKS.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -52,6 +64,14 @@ pub struct BackendConfig {
     pub devices: Option<Vec<u32>>,
     /// Memory of each CPU device, MiB.
     pub memory_mib: u64,
+    /// Where GPU sessions run (the CPU device has no faults to confine and ignores it).
+    pub isolation: Isolation,
+    /// The `ac-backend` program that session workers run. Unset: this program, when it is
+    /// `ac-backend`, else an `ac-backend` beside it or one directory up.
+    pub worker_program: Option<PathBuf>,
+    /// The NVIDIA driver library to load (`libcuda.so`) when it is not where the dynamic
+    /// loader looks. Unset: the loader's search.
+    pub cuda_driver: Option<PathBuf>,
     /// Page-locked host memory for staging bulk copies to and from each GPU, MiB. Copies that
     /// find the pool empty fall back to the driver's own (slower) staging.
     pub staging_mib: u64,
@@ -90,6 +110,9 @@ impl Default for BackendConfig {
             device: DeviceChoice::Cpu,
             devices: None,
             memory_mib: 4096,
+            isolation: Isolation::Process,
+            worker_program: None,
+            cuda_driver: None,
             staging_mib: 256,
             cert: None,
             key: None,
@@ -109,6 +132,25 @@ impl BackendConfig {
     /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<Self, BackendError> {
         toml::from_str(text).map_err(|e| BackendError::Config(e.to_string()))
+    }
+
+    /// The program session workers run (see [`BackendConfig::worker_program`]).
+    pub fn worker_program(&self) -> Result<PathBuf, BackendError> {
+        if let Some(program) = &self.worker_program {
+            return Ok(program.clone());
+        }
+        let exe = std::env::current_exe()?;
+        if exe.file_name().is_some_and(|n| n == "ac-backend") {
+            return Ok(exe);
+        }
+        // Tests and benchmarks run the backend in-process from target/<profile>[/deps].
+        let beside = exe.ancestors().skip(1).take(2).map(|d| d.join("ac-backend")).find(|p| p.is_file());
+        beside.ok_or_else(|| {
+            BackendError::Config(format!(
+                "isolation = \"process\" needs the ac-backend program, and none is beside {}: set worker_program",
+                exe.display()
+            ))
+        })
     }
 
     /// Checks values that would make the daemon misbehave.

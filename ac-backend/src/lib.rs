@@ -8,7 +8,8 @@
 //! - [`fence`]: how a synchronous copy waits for the work queued before its position.
 //! - [`stream`]: one worker thread per device stream runs its operations in order.
 //! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
-//! - [`device`]: the `Device` trait, the CPU device and the `builtin` kernels.
+//! - [`device`]: the `Device` trait, the CPU device, the CUDA device, the `builtin` kernels, and
+//!   session workers (`device::worker`: a GPU session's context in a process of its own).
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`trust`]: whose capabilities are accepted (the registered resource manager), revocations.
 //! - [`config`]: configuration (TOML, flags, environment).
@@ -34,6 +35,6 @@ pub mod session;
 pub mod stream;
 pub mod trust;
 
-pub use config::{BackendConfig, CopySettings, DeviceChoice};
+pub use config::{BackendConfig, CopySettings, DeviceChoice, Isolation};
 pub use error::BackendError;
 pub use server::{start, RunningBackend};

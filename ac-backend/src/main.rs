@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use ac_backend::{BackendConfig, DeviceChoice};
+use ac_backend::{BackendConfig, DeviceChoice, Isolation};
 use ac_proto::daemon;
 use anyhow::Context;
 use clap::Parser;
@@ -36,6 +36,18 @@ struct Args {
     /// Memory of each CPU device, MiB.
     #[arg(long, env = "AC_BACKEND_MEMORY_MIB")]
     memory_mib: Option<u64>,
+    /// Where GPU sessions run: `process` (a worker process per session: a kernel fault ends
+    /// only its session) or `context` (a CUDA context per session in this process: a fault
+    /// ends every session).
+    #[arg(long, env = "AC_BACKEND_ISOLATION", value_enum)]
+    isolation: Option<Isolation>,
+    /// The NVIDIA driver library (libcuda.so) to load, when the loader does not find it.
+    #[arg(long, env = "AC_BACKEND_CUDA_DRIVER")]
+    cuda_driver: Option<PathBuf>,
+    /// Serve one session's device calls on stdin and stdout, on GPU INDEX (the backend starts
+    /// its session workers so; not for people).
+    #[arg(long, hide = true, value_name = "INDEX")]
+    session_worker: Option<u32>,
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
@@ -82,6 +94,12 @@ impl Args {
         if let Some(v) = self.memory_mib {
             config.memory_mib = v;
         }
+        if let Some(v) = self.isolation {
+            config.isolation = v;
+        }
+        if let Some(v) = self.cuda_driver {
+            config.cuda_driver = Some(v);
+        }
         if let Some(v) = self.metrics_listen {
             config.metrics_listen = Some(v);
         }
@@ -92,14 +110,31 @@ impl Args {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    // A session worker logs warnings only unless asked: one starts per GPU session.
+    let default_filter = if args.session_worker.is_some() { "warn" } else { "info" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        )
         .with_writer(std::io::stderr)
         .with_ansi(ac_proto::daemon::log_colours())
         .init();
-    let (config, addr_file) = Args::parse().into_config()?;
+    let worker = args.session_worker;
+    let io_threads = args.io_threads;
+    let (config, addr_file) = args.into_config()?;
+    if let Some(index) = worker {
+        return ac_backend::device::worker::serve::run_worker(&config, index).context("serving a session");
+    }
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if io_threads > 0 {
+        runtime.worker_threads(io_threads);
+    }
+    runtime.enable_all().build().context("starting the runtime")?.block_on(serve(config, addr_file))
+}
+
+async fn serve(config: BackendConfig, addr_file: Option<PathBuf>) -> anyhow::Result<()> {
     let backend = ac_backend::start(config).await.context("starting the backend")?;
     eprintln!("ac-backend listening on {}; clients trust {}", backend.addr(), backend.ca_cert().display());
     if let Some(names) = backend.ca_cert().parent().and_then(ac_proto::tls::issued_names) {

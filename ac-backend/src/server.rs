@@ -126,8 +126,42 @@ fn cpu_devices(config: &BackendConfig) -> BTreeMap<u32, Arc<dyn Device>> {
 
 #[cfg(feature = "cuda")]
 fn cuda_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, String> {
+    use crate::device::worker::{WorkerCommand, WorkerDevice};
+    if let Some(path) = &config.cuda_driver {
+        crate::device::cuda::driver::load_from(path)?;
+    }
     let gpus = crate::device::cuda::discover(config.devices.as_deref(), config.staging_mib << 20, config.copy)?;
-    Ok(gpus.into_iter().map(|g| (g.index(), Arc::new(g) as Arc<dyn Device>)).collect())
+    let command = match config.isolation {
+        crate::Isolation::Context => None,
+        crate::Isolation::Process => {
+            let program = config.worker_program().map_err(|e| e.to_string())?;
+            Some(WorkerCommand { program, args: worker_args(config) })
+        }
+    };
+    let serve = |index: u32, gpu: crate::device::cuda::CudaDevice| -> Arc<dyn Device> {
+        match &command {
+            None => Arc::new(gpu),
+            Some(command) => Arc::new(WorkerDevice::new(Arc::new(gpu), index, command.clone())),
+        }
+    };
+    Ok(gpus.into_iter().map(|g| (g.index(), serve(g.index(), g))).collect())
+}
+
+/// The flags that give a session worker this backend's GPU settings.
+#[cfg(feature = "cuda")]
+fn worker_args(config: &BackendConfig) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--device".into(),
+        "cuda".into(),
+        "--staging-mib".into(),
+        config.staging_mib.to_string().into(),
+        "--chunk-kib".into(),
+        (config.copy.chunk_bytes / 1024).to_string().into(),
+    ];
+    if let Some(path) = &config.cuda_driver {
+        args.extend(["--cuda-driver".into(), path.into()]);
+    }
+    args
 }
 
 #[cfg(not(feature = "cuda"))]

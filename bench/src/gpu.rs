@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ac_backend::device::cuda::{self, driver};
 use ac_backend::device::{Device, DeviceStream};
-use ac_backend::{BackendConfig, CopySettings, DeviceChoice};
+use ac_backend::{BackendConfig, CopySettings, DeviceChoice, Isolation};
 use ac_frontend::{Accelerator, CopyOptions, LaunchDims};
 use ac_proto::backend::{KernelArg, ModuleSource};
 use ac_proto::transport::Tuning;
@@ -61,7 +61,7 @@ async fn remote(acc: &Accelerator, src: &[u8], reps: usize) -> anyhow::Result<(f
     Ok(rates)
 }
 
-async fn backend(device: DeviceChoice, memory_mib: u64) -> anyhow::Result<InProcess> {
+async fn backend(device: DeviceChoice, memory_mib: u64, isolation: Isolation) -> anyhow::Result<InProcess> {
     if device == DeviceChoice::Cpu {
         return InProcess::start(memory_mib, Tuning::default(), CopySettings::default()).await;
     }
@@ -70,6 +70,7 @@ async fn backend(device: DeviceChoice, memory_mib: u64) -> anyhow::Result<InProc
         listen: "127.0.0.1:0".parse()?,
         state_dir: state.path().to_path_buf(),
         device,
+        isolation,
         ..BackendConfig::default()
     };
     Ok(InProcess::from_parts(ac_backend::start(config).await?, state))
@@ -84,18 +85,20 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
     let sizes: &[usize] = if quick { &[64 << 20] } else { &[64 << 20, 1 << 30, 4 << 30] };
     let stripes = 4;
     let tuning = Tuning::default();
-    let gpu = backend(DeviceChoice::Cuda, 0).await.context("CUDA backend")?;
-    let net = backend(DeviceChoice::Cpu, (sizes[sizes.len() - 1] >> 20) as u64 + 512).await?;
+    let gpu = backend(DeviceChoice::Cuda, 0, Isolation::Process).await.context("CUDA backend")?;
+    let shared = backend(DeviceChoice::Cuda, 0, Isolation::Context).await.context("CUDA backend")?;
+    let net = backend(DeviceChoice::Cpu, (sizes[sizes.len() - 1] >> 20) as u64 + 512, Isolation::Process).await?;
     let (gpu_acc, net_acc) =
         (connect(&gpu.options(stripes, &tuning)).await?, connect(&net.options(stripes, &tuning)).await?);
+    let shared_acc = connect(&shared.options(stripes, &tuning)).await?;
     let info = gpu_acc.info().clone();
     println!("## CUDA device: copy pipelining (backend in-process, loopback, {stripes} connections)\n");
     println!(
-        "GPU: {} (compute {:?}). Local: cuMemcpyHtoD/DtoH from pinned memory on the same GPU. Network alone: the same bulk copy into a CPU-device backend. Efficiency = remote / min(network, local). MB/s = 10^6 bytes/s, best of the repetitions.\n",
+        "GPU: {} (compute {:?}). Local: cuMemcpyHtoD/DtoH from pinned memory on the same GPU. Network alone: the same bulk copy into a CPU-device backend. Remote: through the backend's default session worker process (`isolation = process`); efficiency = remote / min(network, local). Context: the same copy with the session's context in the backend's process (`isolation = context`). MB/s = 10^6 bytes/s, best of the repetitions.\n",
         info.name, info.compute_capability
     );
-    println!("| size | direction | local pinned MB/s | network alone MB/s | remote MB/s | efficiency | remote, not pipelined MB/s |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| size | direction | local pinned MB/s | network alone MB/s | remote MB/s | efficiency | context MB/s | remote, not pipelined MB/s |");
+    println!("|---|---|---|---|---|---|---|---|");
     for &size in sizes {
         let reps = if size >= 1 << 30 { 2 } else { 4 };
         let src: Vec<u8> = (0..size).map(|i| (i * 131 % 251) as u8).collect();
@@ -103,6 +106,7 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
         let (net_h2d, net_d2h) = remote(&net_acc, &src, reps).await?;
         gpu_acc.set_copy_options(CopyOptions::default());
         let (h2d, d2h) = remote(&gpu_acc, &src, reps).await?;
+        let (shared_h2d, shared_d2h) = remote(&shared_acc, &src, reps).await?;
         // Store-and-forward holds the whole copy: over the session's payload budget the backend
         // refuses it.
         let staged = if size as u64 <= u64::from(BackendConfig::default().inline_budget_mib) << 20 {
@@ -113,11 +117,15 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
             ["refused: over the payload budget"; 2].map(String::from)
         };
         let [h2d_staged, d2h_staged] = staged;
-        for (dir, local, net, got, staged) in
-            [("H2D", local_h2d, net_h2d, h2d, h2d_staged), ("D2H", local_d2h, net_d2h, d2h, d2h_staged)]
-        {
+        for (dir, local, net, got, shared, staged) in [
+            ("H2D", local_h2d, net_h2d, h2d, shared_h2d, h2d_staged),
+            ("D2H", local_d2h, net_d2h, d2h, shared_d2h, d2h_staged),
+        ] {
             let efficiency = got / local.min(net);
-            println!("| {} | {dir} | {local:.0} | {net:.0} | {got:.0} | {efficiency:.2} | {staged} |", mib(size));
+            println!(
+                "| {} | {dir} | {local:.0} | {net:.0} | {got:.0} | {efficiency:.2} | {shared:.0} | {staged} |",
+                mib(size)
+            );
         }
     }
     println!();
@@ -131,14 +139,18 @@ pub async fn launch_latency(quick: bool) -> anyhow::Result<()> {
         bail!("the gpu section needs an NVIDIA GPU and driver (libcuda.so)");
     }
     let n = if quick { 200 } else { 5_000 };
-    let gpu = backend(DeviceChoice::Cuda, 0).await?;
+    let gpu = backend(DeviceChoice::Cuda, 0, Isolation::Process).await?;
     let acc = connect(&gpu.options(1, &Tuning::default())).await?;
     let (remote_p50, remote_p99) = crate::latency::launch_sync_latency(&acc, n).await?;
+    let shared = backend(DeviceChoice::Cuda, 0, Isolation::Context).await?;
+    let acc = connect(&shared.options(1, &Tuning::default())).await?;
+    let (shared_p50, shared_p99) = crate::latency::launch_sync_latency(&acc, n).await?;
     let (local_p50, local_p99) = tokio::task::spawn_blocking(move || local_launch_latency(n)).await??;
     println!("## CUDA device: launch + synchronize latency (µs)\n");
     println!("| path | p50 | p99 |\n|---|---|---|");
     println!("| local (device layer in-process, no network) | {local_p50:.1} | {local_p99:.1} |");
-    println!("| remote (QUIC on loopback) | {remote_p50:.1} | {remote_p99:.1} |\n");
+    println!("| remote (QUIC on loopback, session worker process) | {remote_p50:.1} | {remote_p99:.1} |");
+    println!("| remote (QUIC on loopback, context in the backend) | {shared_p50:.1} | {shared_p99:.1} |\n");
     Ok(())
 }
 

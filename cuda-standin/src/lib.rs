@@ -17,7 +17,8 @@
 //! - a launch's arguments are read as the kernel's signature says (count and sizes), so the
 //!   backend must check them first; only the builtin kernels run, any other kernel answers
 //!   `CUDA_ERROR_NOT_SUPPORTED`, and `illegal_store` faults (`CUDA_ERROR_ILLEGAL_ADDRESS`,
-//!   sticky for its context) so that tests can inject a fault into one session;
+//!   sticky for every context of the process, as on an H100) so that tests can inject a fault
+//!   into one session;
 //! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
 //!   or PTX; fatbins are not supported.
 //!
@@ -509,12 +510,12 @@ pub unsafe extern "C" fn standin_violations(buffer: *mut u8, len: usize) -> usiz
     d.violations.len()
 }
 
-/// Back to the defaults: parameter info on, faults confined to their context, nothing seen.
+/// Back to the defaults: parameter info on, a fault breaks the whole process, nothing seen.
 #[no_mangle]
 pub extern "C" fn standin_reset() {
     let mut d = driver();
     d.no_param_info = false;
-    d.fault_poisons_process = false;
+    d.fault_confined = false;
     d.process_poisoned = false;
     d.violations.clear();
 }
@@ -525,8 +526,9 @@ pub extern "C" fn standin_set_param_info(on: c_int) {
     driver().no_param_info = on == 0;
 }
 
-/// Whether a fault breaks every context created after it in the process (what NVIDIA allows).
+/// Whether a fault breaks every context of the process (the default, as on an H100 with
+/// driver 580) or only its own (what the backend once assumed).
 #[no_mangle]
 pub extern "C" fn standin_set_fault_poisons_process(on: c_int) {
-    driver().fault_poisons_process = on != 0;
+    driver().fault_confined = on == 0;
 }

@@ -125,8 +125,10 @@ pub struct Driver {
     pub violations: Vec<String>,
     /// Whether `cuFuncGetParamInfo` answers (a CUDA 12.4+ driver) or not (an older one).
     pub no_param_info: bool,
-    /// Whether a fault breaks every later context of the process (what NVIDIA allows).
-    pub fault_poisons_process: bool,
+    /// Whether a fault stays in its context. Off by default: a fault breaks every context of
+    /// the process, existing and new, as it did on an H100 (driver 580) and as NVIDIA allows.
+    pub fault_confined: bool,
+    /// A fault has broken the process (every context answers `CUDA_ERROR_ILLEGAL_ADDRESS`).
     pub process_poisoned: bool,
 }
 
@@ -182,6 +184,9 @@ impl Driver {
     /// The context `id`, checked to be alive and not lost.
     pub fn usable(&self, id: u64) -> Result<&Context> {
         let context = self.contexts.get(&id).ok_or(code::CONTEXT_IS_DESTROYED)?;
+        if self.process_poisoned {
+            return Err(code::ILLEGAL_ADDRESS);
+        }
         match context.lost {
             Some(lost) => Err(lost),
             None => Ok(context),
@@ -255,7 +260,7 @@ impl Driver {
                 if let Some(c) = self.contexts.get_mut(&context) {
                     c.lost = Some(code::ILLEGAL_ADDRESS);
                 }
-                if self.fault_poisons_process {
+                if !self.fault_confined {
                     self.process_poisoned = true;
                 }
             }

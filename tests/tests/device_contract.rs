@@ -14,17 +14,46 @@ mod standin;
 
 use std::time::Duration;
 
-use ac_backend::DeviceChoice;
+use ac_backend::{DeviceChoice, Isolation};
 use ac_frontend::{ErrorKind, LaunchDims};
 use ac_tests::TestBackend;
 
 /// A backend whose CUDA device is the stand-in's, with 64 MiB of pinned staging per device.
+/// Its sessions' contexts live in the backend's process (`isolation = "context"`), so that the
+/// tests read what the stand-in saw.
 async fn standin_backend(staging_mib: u64) -> TestBackend {
     TestBackend::start_with(|c| {
         c.device = DeviceChoice::Cuda;
         c.staging_mib = staging_mib;
+        c.isolation = Isolation::Context;
     })
     .await
+}
+
+/// A backend whose GPU sessions each run in a worker process (`ac-backend --session-worker`,
+/// the default for GPUs), each loading the stand-in as its driver.
+async fn standin_workers_backend() -> TestBackend {
+    TestBackend::start_with(|c| {
+        c.device = DeviceChoice::Cuda;
+        c.staging_mib = 64;
+        c.isolation = Isolation::Process;
+        c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+    })
+    .await
+}
+
+/// This process's children that are session workers.
+fn session_workers() -> Vec<u32> {
+    let me = std::process::id();
+    let tasks = std::fs::read_dir(format!("/proc/{me}/task")).expect("/proc");
+    let children: String =
+        tasks.flatten().map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ").collect();
+    let pids = children.split_whitespace().filter_map(|p| p.parse::<u32>().ok());
+    let is_worker = |pid: &u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--session-worker"))
+    };
+    pids.filter(is_worker).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -66,8 +95,55 @@ async fn standin_copies_round_trip_through_pageable_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_fault_in_one_session_leaves_the_others_working() {
     let _turn = standin::exclusive().await;
-    gpu_cases::fault_in_one_session_leaves_the_others_working(&standin_backend(64).await).await;
+    gpu_cases::fault_in_one_session_leaves_the_others_working(&standin_workers_backend().await).await;
     standin::assert_no_violations();
+}
+
+/// Bulk copies in both directions through a session worker: its context's pinned pipeline,
+/// with pieces passed between the processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_copies_round_trip_through_a_session_worker() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::copies_round_trip_through_the_staging_pipeline(&standin_workers_backend().await).await;
+}
+
+/// With contexts in one process, a fault breaks every session of it (the stand-in breaks the
+/// process as the H100 did): the reason session workers are the default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_fault_in_a_shared_process_reaches_the_other_session() {
+    let _turn = standin::exclusive().await;
+    let tb = standin_backend(64).await;
+    let (healthy, victim) = (tb.connect().await, tb.connect().await);
+    ac_tests::computes(&healthy).await.unwrap();
+    let wild = victim.load_ptx(gpu_cases::ILLEGAL_STORE_PTX).await.unwrap().function("illegal_store").await.unwrap();
+    wild.launch(LaunchDims::linear(1, 1), &[0x10u64.into()]).await.unwrap();
+    assert_eq!(victim.synchronize().await.unwrap_err().kind(), Some(ErrorKind::ContextLost));
+    let err = ac_tests::computes(&healthy).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ContextLost), "{err}");
+}
+
+/// A worker that dies (killed here) ends its session with a clear error naming how it ended;
+/// the backend and the other sessions go on, and sessions that end take their workers along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_killed_session_worker_ends_only_its_session() {
+    let _turn = standin::exclusive().await;
+    let tb = standin_workers_backend().await;
+    let healthy = tb.connect().await;
+    let before = session_workers();
+    let victim = tb.connect().await;
+    let buffer = victim.alloc_from(&[1.0f32; 64]).await.unwrap();
+    let new: Vec<u32> = session_workers().into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(new.len(), 1, "one worker per session: {before:?} then {new:?}");
+    let killed = std::process::Command::new("kill").args(["-KILL", &new[0].to_string()]).status().unwrap();
+    assert!(killed.success());
+    let err = buffer.to_vec().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ContextLost), "{err}");
+    assert!(err.to_string().contains("worker process ended") && err.to_string().contains("signal: 9"), "{err}");
+    ac_tests::computes(&healthy).await.expect("the other session goes on");
+    ac_tests::computes(&tb.connect().await).await.expect("a new session works");
+    drop((buffer, victim, healthy));
+    let gone = ac_tests::eventually(Duration::from_secs(20), || async { session_workers().is_empty() }).await;
+    assert!(gone, "workers outlived their sessions: {:?}", session_workers());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,7 +5,7 @@
 
 mod gpu_cases;
 
-use ac_backend::DeviceChoice;
+use ac_backend::{DeviceChoice, Isolation};
 use ac_frontend::{Accelerator, ErrorKind, LaunchDims};
 use ac_tests::TestBackend;
 
@@ -100,23 +100,31 @@ async fn gpu_functions_of_an_unloaded_module_are_refused() {
     gpu_cases::functions_of_an_unloaded_module_are_refused(&gpu_backend().await.connect().await).await;
 }
 
-/// Sessions on one GPU each get a context of their own: measures what one costs.
+/// Sessions on one GPU each get a context of their own, in a worker process (the default) or
+/// in the backend's process: measures what one session costs either way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_context_cost() {
-    let tb = gpu_backend().await;
-    let first = tb.connect().await;
-    let before = first.device_info().await.unwrap().memory_free;
-    let mut sessions: Vec<Accelerator> = Vec::new();
-    let start = std::time::Instant::now();
-    for _ in 0..4 {
-        sessions.push(tb.connect().await);
-    }
-    let per_session = start.elapsed() / 4;
-    let after = first.device_info().await.unwrap().memory_free;
-    let mib = (before.saturating_sub(after) / 4) >> 20;
-    println!("GPU-CONTEXT open_ms={:.1} device_mib={mib}", per_session.as_secs_f64() * 1e3);
-    for s in &sessions {
-        ac_tests::computes(s).await.unwrap();
+    for isolation in [Isolation::Process, Isolation::Context] {
+        let tb = TestBackend::start_with(|c| {
+            c.device = DeviceChoice::Cuda;
+            c.staging_mib = 64;
+            c.isolation = isolation;
+        })
+        .await;
+        let first = tb.connect().await;
+        let before = first.device_info().await.unwrap().memory_free;
+        let mut sessions: Vec<Accelerator> = Vec::new();
+        let start = std::time::Instant::now();
+        for _ in 0..4 {
+            sessions.push(tb.connect().await);
+        }
+        let per_session = start.elapsed() / 4;
+        let after = first.device_info().await.unwrap().memory_free;
+        let mib = (before.saturating_sub(after) / 4) >> 20;
+        println!("GPU-CONTEXT isolation={isolation:?} open_ms={:.1} device_mib={mib}", per_session.as_secs_f64() * 1e3);
+        for s in &sessions {
+            ac_tests::computes(s).await.unwrap();
+        }
     }
 }

@@ -18,12 +18,14 @@ pub mod builtin;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod worker;
 
 use std::sync::Arc;
 
 use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ModuleSource, ParamKind, WireError};
 use ac_proto::pieces;
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 pub use cpu::CpuDevice;
 
@@ -31,19 +33,19 @@ pub use cpu::CpuDevice;
 pub type DeviceResult<T> = Result<T, WireError>;
 
 /// An allocation in a context (opaque to the session layer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceMem(pub u64);
 
 /// A loaded module in a context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceModule(pub u64);
 
 /// A stream of a context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DeviceStream(pub u64);
 
 /// A kernel found in a module.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Kernel {
     /// Device-specific handle.
     pub handle: u64,
@@ -54,7 +56,7 @@ pub struct Kernel {
 }
 
 /// A kernel argument with buffer references resolved to device memory.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum DeviceArg {
     /// A scalar, passed by value (never [`KernelArg::Ptr`]).
     Scalar(KernelArg),

@@ -30,6 +30,17 @@ pub fn driver_present() -> bool {
     *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
 }
 
+/// Loads the driver library at `path` for the life of the process, before anything asks for
+/// the driver by name: the dynamic loader then answers `libcuda.so` with it (its soname).
+pub fn load_from(path: &std::path::Path) -> Result<(), String> {
+    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+    // SAFETY: loading a library runs its initializers; a driver library's are the driver's own.
+    let library = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }
+        .map_err(|e| format!("cannot load the CUDA driver {}: {e}", path.display()))?;
+    std::mem::forget(library); // cudarc keeps using it until the process ends
+    Ok(())
+}
+
 /// Whether the loaded driver exports `symbol` (newer entry points are missing from older
 /// drivers, and cudarc panics when one is called).
 pub fn has_symbol(symbol: &str) -> bool {
@@ -88,7 +99,7 @@ pub fn wire_error(call: &str, code: CUresult) -> WireError {
         message.push_str(&format!(" ({text})"));
     }
     if is_sticky(code) {
-        message.push_str("; this session's CUDA context is lost, open a new session (other sessions are unaffected)");
+        message.push_str("; this session's CUDA context is lost, open a new session");
     }
     WireError::new(kind_of(code), message)
 }

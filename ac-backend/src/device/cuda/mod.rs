@@ -6,21 +6,25 @@
 //! (all but `staging` work without a GPU and are tested everywhere); [`context`] implements the session's
 //! [`Context`] on top of them, and this module discovers the GPUs.
 //!
-//! # Isolation: one CUDA context per session
+//! # Isolation: one CUDA context per session, in a process of its own
 //! A kernel fault (illegal address, trap, misaligned access) poisons the CUDA context it happens
-//! in: every later call in that context fails. Sessions therefore never share a context: each
-//! opens its own with `cuCtxCreate` ([`context::CudaContext`]), and a fault ends only the
-//! session that caused it, which gets [`ErrorKind::ContextLost`] from then on. Other sessions
-//! on the same GPU go on, and so does the backend.
+//! in, and on the GPUs measured so far the whole process with it: on an H100 (driver
+//! 580.159.04) a fault in one context made the other contexts of the process, and new ones,
+//! answer `CUDA_ERROR_ILLEGAL_ADDRESS` (`scripts/gpu-check`, 2026-11-26). Sessions therefore
+//! never share a context, and by default not a process either: each session's context
+//! ([`context::CudaContext`]) lives in a session worker process ([`crate::device::worker`],
+//! `isolation = "process"`), so a fault ends only the session that caused it, which gets
+//! [`ErrorKind::ContextLost`] from then on. Other sessions on the same GPU go on, and so does
+//! the backend. With `isolation = "context"` the contexts live in the backend's process: a
+//! session opens faster and takes less device memory, and a fault ends every session of the
+//! backend (measured in `BENCHMARKS.md`, "CUDA device").
 //!
-//! The cost, per session: the context's creation (tens to hundreds of milliseconds, paid when
-//! the session opens, off the async threads) and its device memory (the driver reserves memory
-//! for each context's local memory, printf buffer and loaded modules: hundreds of MiB on recent
-//! GPUs), and the GPU time-slices between contexts instead of running their kernels
-//! concurrently. `scripts/gpu-check` measures both on the GPU at hand and `BENCHMARKS.md`
-//! records them. A worker process per session would isolate as well (a fault stays in a
-//! process) at the price of a process start and an extra copy of every transfer between
-//! processes; contexts keep the pipelined copies zero-extra-copy and cost less.
+//! The cost, per session: the context's creation (paid when the session opens, off the async
+//! threads) and its device memory (the driver reserves memory for each context's local memory,
+//! printf buffer and loaded modules: about 520 MiB on an H100); with process isolation also a
+//! process start and the worker's own primary context; and the GPU time-slices between contexts
+//! instead of running their kernels concurrently. `scripts/gpu-check` measures them on the GPU
+//! at hand.
 //!
 //! # Issue 24: what a line-by-line reading found, and what was done
 //! The CUDA path has not yet run on a GPU. The CUDA driver stand-in (`cuda-standin`, a
@@ -68,17 +72,13 @@
 //!    itself embeds fatbins as `unsigned long long` arrays); the payload cut out of a frame may
 //!    lie at any address.
 //! 8. **Faults and the process.** NVIDIA allows a fault to require the whole process to be
-//!    restarted. The design stays (a context per session), made safe: after the first fault on
-//!    a GPU, the janitor thread opens a fresh context and moves bytes through it; if that fails,
-//!    the GPU refuses every new session with the reason. The fallback, for hosts where this
-//!    happens, is one backend process per GPU (`--devices N`, each registered as its own host):
-//!    a fault then takes down one GPU's sessions at most, and the supervisor restarts that
-//!    process; `scripts/gpu-check` runs the fault example against such a per-GPU backend. A
-//!    worker process per session was not built: the per-GPU process gives the same guarantee
-//!    for other GPUs at no per-session cost. A device in `EXCLUSIVE_PROCESS` compute mode is
-//!    detected and logged: the backend's sessions share it (contexts of one process), nothing
-//!    else on the host can use it, and a second backend on it cannot open; `PROHIBITED` devices
-//!    are refused.
+//!    restarted, and on an H100 it did (see "Isolation" above): sessions run in worker
+//!    processes by default. With `isolation = "context"`, after the first fault on a GPU the
+//!    janitor thread opens a fresh context and moves bytes through it; if that fails, the GPU
+//!    refuses every new session with the reason (restart the backend). A device in
+//!    `EXCLUSIVE_PROCESS` compute mode is detected and logged: it admits one process, so only
+//!    `isolation = "context"` serves more than one session on it; `PROHIBITED` devices are
+//!    refused.
 //!
 //! [`ErrorKind::ContextLost`]: ac_proto::backend::ErrorKind::ContextLost
 
@@ -229,8 +229,8 @@ impl CudaDevice {
             }
             ComputeMode::ExclusiveProcess => tracing::info!(
                 gpu = ordinal,
-                "EXCLUSIVE_PROCESS compute mode: this backend's sessions share the GPU (contexts of one process); \
-                 no other process can use it while the backend runs, and a second backend on it fails to open"
+                "EXCLUSIVE_PROCESS compute mode: one process may use the GPU at a time, so session workers \
+                 (isolation = process) cannot open it while another process holds it; use --isolation context"
             ),
             ComputeMode::Default => {}
         }
@@ -262,6 +262,12 @@ impl CudaDevice {
     /// The device's index (its CUDA ordinal).
     pub fn index(&self) -> u32 {
         self.gpu.index
+    }
+
+    /// For a session worker, which serves one session: after a fault there is no other
+    /// session to keep going, so no check that a fresh context still works.
+    pub fn serve_one_session(&self) {
+        self.gpu.fault_seen.store(true, Ordering::Release);
     }
 }
 
@@ -345,8 +351,8 @@ fn fresh_context_works(gpu: &Arc<Gpu>) -> Result<(), String> {
     probe().map_err(|e| {
         format!(
             "GPU {}: after a kernel fault in one session, a fresh context no longer works ({}); \
-             no new session opens on it. Restart the backend; to confine faults, run one backend \
-             process per GPU (`--devices N`)",
+             no new session opens on it. Restart the backend; to confine faults to their \
+             session, run sessions in worker processes (`--isolation process`, the default)",
             gpu.index, e.message
         )
     })

@@ -1,0 +1,568 @@
+//! Process isolation: each session's context lives in a worker process of its own.
+//!
+//! # Why
+//! On a GPU, a kernel fault (an illegal address, a trap) is sticky for the whole process, not
+//! only for the CUDA context it happened in: on an H100 (driver 580.159.04, `scripts/gpu-check`,
+//! 2026-11-26) the fault in one session's context made the next `cuMemAlloc` of another
+//! session's context, and `cuCtxCreate` itself, fail with `CUDA_ERROR_ILLEGAL_ADDRESS`, as
+//! NVIDIA's documentation allows ("the process must be terminated and relaunched"). Contexts of
+//! one process therefore cannot keep one session's fault from the others; processes can.
+//!
+//! # How
+//! [`WorkerDevice`] wraps the backend's own [`Device`] (which answers `info` and opens nothing
+//! else). Each `open_context` starts `ac-backend --session-worker INDEX` with the device's
+//! settings; the worker opens one context ([`serve`]) and answers [`wire::Call`]s on its stdin
+//! and stdout. [`WorkerContext`] is the session's [`Context`]: each call is a frame to the
+//! worker and, unless it is a release, a wait for the reply; calls from several threads are in
+//! flight at once (ids match replies to callers). A bulk copy runs in the worker through its context's own `upload` or
+//! `download` (the CUDA device's pinned pipeline); pieces are gathered into
+//! large ones, several in flight at once.
+//!
+//! When the session ends its context is dropped: the worker's stdin closes, the worker releases
+//! its context and exits, and is killed if it has not after [`EXIT_GRACE`] (a kernel that never
+//! ends). When the worker dies, every call in flight and every later one answers
+//! `ContextLost`, naming how it ended; nothing else in the backend notices.
+//!
+//! # Cost
+//! Per session: a process start, the driver's initialization and a context (measured by
+//! `scripts/gpu-check`; see `BENCHMARKS.md`). Per call: a round trip over two pipes. Per byte
+//! copied: one more copy between processes.
+
+pub mod serve;
+pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+
+use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
+use bytes::Bytes;
+
+use crate::device::{
+    Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel, Upload,
+};
+
+/// How long a worker may take to exit once its session has ended before it is killed.
+pub const EXIT_GRACE: Duration = Duration::from_secs(10);
+
+/// Bytes of a bulk copy passed to or from the worker in one call.
+const PIECE: usize = 1 << 20;
+
+/// Pieces of a bulk copy in flight between the backend and the worker at once.
+const IN_FLIGHT: usize = 3;
+
+/// How to start a worker: the `ac-backend` program and the arguments that give it the
+/// backend's device settings (`--session-worker INDEX` is added per device).
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    /// The `ac-backend` executable.
+    pub program: PathBuf,
+    /// Device settings, as flags.
+    pub args: Vec<OsString>,
+}
+
+/// A device whose sessions each run in a worker process.
+#[allow(missing_debug_implementations)] // holds a `dyn Device`
+pub struct WorkerDevice {
+    inner: Arc<dyn Device>,
+    index: u32,
+    command: WorkerCommand,
+}
+
+impl WorkerDevice {
+    /// Serves `inner`'s sessions (device `index`) from workers started with `command`.
+    pub fn new(inner: Arc<dyn Device>, index: u32, command: WorkerCommand) -> Self {
+        Self { inner, index, command }
+    }
+}
+
+impl Device for WorkerDevice {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+
+    fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {
+        Ok(Arc::new(WorkerContext::start(&self.command, self.index, self.inner.info())?))
+    }
+}
+
+/// A reply, or why none will come.
+type Answer = DeviceResult<(Reply, Vec<u8>)>;
+
+/// Callers waiting for replies, and whether the worker has ended.
+#[derive(Default)]
+struct Waiters {
+    by_id: HashMap<u32, SyncSender<Answer>>,
+    /// Why the worker ended, once it has.
+    ended: Option<String>,
+}
+
+/// One session's context, in a worker process.
+#[allow(missing_debug_implementations)] // pipes and channels: nothing to show
+pub struct WorkerContext {
+    input: Mutex<Option<BufWriter<ChildStdin>>>,
+    waiters: Arc<Mutex<Waiters>>,
+    child: Arc<Mutex<Child>>,
+    next_id: AtomicU32,
+    finishes_in_call: bool,
+    /// What `info` answers if the worker cannot.
+    last_info: DeviceInfo,
+}
+
+impl WorkerContext {
+    /// Starts a worker for device `index` and waits until its context is open.
+    fn start(command: &WorkerCommand, index: u32, last_info: DeviceInfo) -> DeviceResult<Self> {
+        let cannot = |why: String| WireError::new(ErrorKind::Device, format!("cannot start a session worker: {why}"));
+        let mut child = Command::new(&command.program)
+            .args(&command.args)
+            .arg("--session-worker")
+            .arg(index.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| cannot(format!("{}: {e}", command.program.display())))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(cannot("no pipes".into()));
+        };
+        let mut output = BufReader::with_capacity(1 << 20, stdout);
+        let finishes_in_call = match read_frame::<Reply>(&mut output) {
+            Ok(Some(Frame { header: Reply::Opened { finishes_in_call }, .. })) => finishes_in_call,
+            Ok(Some(Frame { header: Reply::Failed(e), .. })) => {
+                let _ = child.wait();
+                return Err(e);
+            }
+            other => {
+                let _ = child.kill();
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                return Err(cannot(format!("it answered {other:?} ({status})")));
+            }
+        };
+        let waiters = Arc::new(Mutex::new(Waiters::default()));
+        let child = Arc::new(Mutex::new(child));
+        let (w, c) = (waiters.clone(), child.clone());
+        std::thread::Builder::new()
+            .name("ac-worker-replies".into())
+            .spawn(move || deliver_replies(output, w, c))
+            .map_err(|e| cannot(format!("no thread: {e}")))?;
+        Ok(Self {
+            input: Mutex::new(Some(BufWriter::with_capacity(1 << 20, stdin))),
+            waiters,
+            child,
+            next_id: AtomicU32::new(1),
+            finishes_in_call,
+            last_info,
+        })
+    }
+
+    /// A fresh id for a call or a bulk copy (never 0, which means "no reply").
+    fn new_id(&self) -> u32 {
+        self.next_id.fetch_add(1, Ordering::Relaxed).max(1)
+    }
+
+    /// Sends `call`; with `reply`, returns where its answer will come.
+    fn send(&self, call: &Call, payload: &[u8], reply: bool) -> DeviceResult<Option<Receiver<Answer>>> {
+        let (id, answer) = if reply {
+            let id = self.new_id();
+            let (tx, rx) = sync_channel(1);
+            let mut waiters = lock(&self.waiters);
+            if let Some(why) = &waiters.ended {
+                return Err(worker_gone(why));
+            }
+            waiters.by_id.insert(id, tx);
+            (id, Some(rx))
+        } else {
+            (0, None)
+        };
+        let written = match lock(&self.input).as_mut() {
+            Some(input) => write_frame(input, id, call, payload).and_then(|()| input.flush()),
+            None => Err(std::io::Error::other("the session has ended")),
+        };
+        if let Err(e) = written {
+            lock(&self.waiters).by_id.remove(&id);
+            // A closed pipe means the worker is exiting: say how it ended.
+            return Err(worker_gone(&how_it_ended(&self.child).unwrap_or_else(|| e.to_string())));
+        }
+        Ok(answer)
+    }
+
+    /// Sends `call` and waits for its answer.
+    fn call(&self, call: &Call, payload: &[u8]) -> Answer {
+        let answer = self.send(call, payload, true)?.expect("a reply was asked for");
+        wait(&answer)
+    }
+
+    /// Sends a call that returns nothing and waits for it.
+    fn call_done(&self, call: &Call, payload: &[u8]) -> DeviceResult<()> {
+        self.call(call, payload).and_then(|(reply, _)| expect_done(reply))
+    }
+
+    /// Sends a call that returns a handle and waits for it.
+    fn call_handle(&self, call: &Call) -> DeviceResult<u64> {
+        match self.call(call, &[])?.0 {
+            Reply::Handle(h) => Ok(h),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sends a release: nothing to wait for, nothing to report (the worker may be gone).
+    fn release(&self, call: &Call) {
+        let _ = self.send(call, &[], false);
+    }
+}
+
+impl Drop for WorkerContext {
+    fn drop(&mut self) {
+        // Closing stdin ends the worker; one that does not end (a kernel that never returns)
+        // is killed after the grace period.
+        lock(&self.input).take();
+        let child = self.child.clone();
+        let _ = std::thread::Builder::new().name("ac-worker-reaper".into()).spawn(move || {
+            let deadline = Instant::now() + EXIT_GRACE;
+            while Instant::now() < deadline {
+                if !matches!(lock(&child).try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let mut child = lock(&child);
+            tracing::warn!(
+                pid = child.id(),
+                "a session worker did not exit {EXIT_GRACE:?} after its session ended: killed"
+            );
+            let _ = child.kill();
+        });
+    }
+}
+
+/// Reads the worker's replies and hands each to its caller; when the worker's output ends,
+/// answers every caller, present and future, with how the worker ended.
+fn deliver_replies(
+    mut output: BufReader<std::process::ChildStdout>,
+    waiters: Arc<Mutex<Waiters>>,
+    child: Arc<Mutex<Child>>,
+) {
+    let broken = loop {
+        match read_frame::<Reply>(&mut output) {
+            Ok(Some(frame)) => {
+                if let Some(tx) = lock(&waiters).by_id.remove(&frame.id) {
+                    let _ = tx.send(Ok((frame.header, frame.payload)));
+                }
+            }
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string()),
+        }
+    };
+    // The output closes as the worker exits (the reaper kills one that lingers).
+    let status = how_it_ended(&child).unwrap_or_else(|| "its output closed".into());
+    let why = match broken {
+        Some(e) => format!("{status}; its output broke: {e}"),
+        None => status,
+    };
+    let mut waiters = lock(&waiters);
+    for (_, tx) in waiters.by_id.drain() {
+        let _ = tx.send(Err(worker_gone(&why)));
+    }
+    waiters.ended = Some(why);
+}
+
+/// How the worker ended ("signal: 9 (SIGKILL)", "exit status: 0"), once it has, waiting for it
+/// up to [`EXIT_GRACE`]; polled, so that the lock is free for the reaper in between.
+fn how_it_ended(child: &Mutex<Child>) -> Option<String> {
+    let deadline = Instant::now() + EXIT_GRACE;
+    while Instant::now() < deadline {
+        match lock(child).try_wait() {
+            Ok(Some(status)) => return Some(status.to_string()),
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Some(e.to_string()),
+        }
+    }
+    None
+}
+
+fn wait(answer: &Receiver<Answer>) -> Answer {
+    let (reply, payload) = answer.recv().unwrap_or_else(|_| Err(worker_gone("no answer")))?;
+    match reply {
+        Reply::Failed(e) => Err(e),
+        reply => Ok((reply, payload)),
+    }
+}
+
+fn expect_done(reply: Reply) -> DeviceResult<()> {
+    match reply {
+        Reply::Done => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Copies what the worker read into `out`, which it must fill exactly.
+fn fill(out: &mut [u8], read: &[u8]) -> DeviceResult<()> {
+    if read.len() != out.len() {
+        return Err(WireError::new(ErrorKind::Internal, "the session worker read the wrong length"));
+    }
+    out.copy_from_slice(read);
+    Ok(())
+}
+
+fn unexpected(reply: Reply) -> WireError {
+    WireError::new(ErrorKind::Internal, format!("the session worker answered {reply:?}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Context for WorkerContext {
+    fn info(&self) -> DeviceInfo {
+        match self.call(&Call::Info, &[]) {
+            Ok((Reply::Info(info), _)) => info,
+            _ => self.last_info.clone(),
+        }
+    }
+
+    fn alloc(&self, bytes: u64) -> DeviceResult<DeviceMem> {
+        self.call_handle(&Call::Alloc { bytes }).map(DeviceMem)
+    }
+
+    fn free(&self, mem: DeviceMem) {
+        self.release(&Call::Free { mem });
+    }
+
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()> {
+        self.call_done(&Call::Write { dst, offset, stream }, data)
+    }
+
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()> {
+        let (reply, payload) = self.call(&Call::Read { src, offset, len: out.len() as u64, stream }, &[])?;
+        expect_done(reply)?;
+        fill(out, &payload)
+    }
+
+    fn copy(
+        &self,
+        dst: DeviceMem,
+        dst_offset: u64,
+        src: DeviceMem,
+        src_offset: u64,
+        len: u64,
+        stream: DeviceStream,
+    ) -> DeviceResult<()> {
+        self.call_done(&Call::Copy { dst, dst_offset, src, src_offset, len, stream }, &[])
+    }
+
+    fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8, stream: DeviceStream) -> DeviceResult<()> {
+        self.call_done(&Call::Memset { dst, offset, len, value, stream }, &[])
+    }
+
+    fn upload(&self, dst: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Upload + '_>> {
+        let transfer = self.new_id();
+        self.call_done(&Call::UploadStart { transfer, dst, offset, len }, &[])?;
+        let upload = WorkerUpload {
+            context: self,
+            transfer,
+            gathered: Vec::with_capacity(PIECE),
+            gathered_at: 0,
+            in_flight: VecDeque::new(),
+            finished: false,
+        };
+        Ok(Box::new(upload))
+    }
+
+    fn download(&self, src: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Download + '_>> {
+        let transfer = self.new_id();
+        self.call_done(&Call::DownloadStart { transfer, src, offset, len }, &[])?;
+        Ok(Box::new(WorkerDownload {
+            context: self,
+            transfer,
+            unasked: len,
+            ahead: VecDeque::new(),
+            ready: Bytes::new(),
+        }))
+    }
+
+    fn load_module(&self, source: &ModuleSource, image: &[u8]) -> DeviceResult<DeviceModule> {
+        let (reply, _) = self.call(&Call::LoadModule { source: source.clone() }, image)?;
+        match reply {
+            Reply::Handle(h) => Ok(DeviceModule(h)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn unload_module(&self, module: DeviceModule) {
+        self.release(&Call::UnloadModule { module });
+    }
+
+    fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
+        match self.call(&Call::Kernel { module, name: name.to_owned() }, &[])?.0 {
+            Reply::Kernel(kernel) => Ok(kernel),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
+        let call = Call::Launch { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream };
+        self.call_done(&call, &[])
+    }
+
+    fn create_stream(&self) -> DeviceResult<DeviceStream> {
+        self.call_handle(&Call::CreateStream).map(DeviceStream)
+    }
+
+    fn destroy_stream(&self, stream: DeviceStream) {
+        self.release(&Call::DestroyStream { stream });
+    }
+
+    fn synchronize(&self, stream: DeviceStream) -> DeviceResult<()> {
+        self.call_done(&Call::Synchronize { stream }, &[])
+    }
+
+    fn finishes_in_call(&self) -> bool {
+        self.finishes_in_call
+    }
+}
+
+/// A bulk upload: pieces that follow each other are gathered into [`PIECE`]s, of which up to
+/// [`IN_FLIGHT`] are on their way to the worker at once (the network hands over pieces as
+/// small as a TLS record; a round trip each would bound the copy).
+struct WorkerUpload<'a> {
+    context: &'a WorkerContext,
+    transfer: u32,
+    /// Bytes gathered, to land `gathered_at` bytes from the copy's start.
+    gathered: Vec<u8>,
+    gathered_at: u64,
+    in_flight: VecDeque<Receiver<Answer>>,
+    finished: bool,
+}
+
+impl WorkerUpload<'_> {
+    /// Sends what is gathered, waiting first for the oldest piece when enough are in flight.
+    fn send_gathered(&mut self) -> DeviceResult<()> {
+        if self.gathered.is_empty() {
+            return Ok(());
+        }
+        if self.in_flight.len() >= IN_FLIGHT {
+            self.wait_oldest()?;
+        }
+        let call = Call::UploadPiece { transfer: self.transfer, at: self.gathered_at };
+        let answer = self.context.send(&call, &self.gathered, true)?.expect("a reply was asked for");
+        self.in_flight.push_back(answer);
+        self.gathered_at += self.gathered.len() as u64;
+        self.gathered.clear();
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> DeviceResult<()> {
+        match self.in_flight.pop_front() {
+            Some(answer) => wait(&answer).and_then(|(reply, _)| expect_done(reply)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Upload for WorkerUpload<'_> {
+    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
+        if at != self.gathered_at + self.gathered.len() as u64 {
+            self.send_gathered()?;
+            self.gathered_at = at;
+        }
+        self.gathered.extend_from_slice(data);
+        if self.gathered.len() >= PIECE {
+            self.send_gathered()?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> DeviceResult<()> {
+        let mut first_error = self.send_gathered();
+        while !self.in_flight.is_empty() {
+            first_error = first_error.and(self.wait_oldest());
+        }
+        self.finished = true;
+        first_error.and(self.context.call_done(&Call::UploadFinish { transfer: self.transfer }, &[]))
+    }
+}
+
+impl Drop for WorkerUpload<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.context.release(&Call::TransferEnd { transfer: self.transfer });
+        }
+    }
+}
+
+/// A bulk download, read from the worker in [`PIECE`]s, up to [`IN_FLIGHT`] of them asked for
+/// ahead of the caller, and handed out in whatever sizes the caller asks for.
+struct WorkerDownload<'a> {
+    context: &'a WorkerContext,
+    transfer: u32,
+    /// Bytes of the copy not yet asked of the worker.
+    unasked: u64,
+    ahead: VecDeque<Receiver<Answer>>,
+    /// Bytes received and not yet handed out.
+    ready: Bytes,
+}
+
+impl WorkerDownload<'_> {
+    /// Keeps [`IN_FLIGHT`] pieces asked for, while the copy has bytes left to ask.
+    fn ask_ahead(&mut self) -> DeviceResult<()> {
+        while self.ahead.len() < IN_FLIGHT && self.unasked > 0 {
+            let len = self.unasked.min(PIECE as u64);
+            let call = Call::DownloadNext { transfer: self.transfer, len };
+            self.ahead.push_back(self.context.send(&call, &[], true)?.expect("a reply was asked for"));
+            self.unasked -= len;
+        }
+        Ok(())
+    }
+
+    /// Makes sure some bytes are ready.
+    fn receive(&mut self) -> DeviceResult<()> {
+        self.ask_ahead()?;
+        if self.ready.is_empty() {
+            let Some(answer) = self.ahead.pop_front() else {
+                return Err(WireError::new(ErrorKind::OutOfBounds, "read past the end of the copy"));
+            };
+            let (reply, payload) = wait(&answer)?;
+            expect_done(reply)?;
+            self.ready = Bytes::from(payload);
+            self.ask_ahead()?;
+        }
+        Ok(())
+    }
+}
+
+impl Download for WorkerDownload<'_> {
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
+        self.receive()?;
+        if len <= self.ready.len() {
+            return Ok(self.ready.split_to(len));
+        }
+        let mut out = vec![0u8; len];
+        self.next_into(&mut out)?;
+        Ok(Bytes::from(out))
+    }
+
+    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        let mut filled = 0;
+        while filled < out.len() {
+            self.receive()?;
+            let n = self.ready.len().min(out.len() - filled);
+            out[filled..filled + n].copy_from_slice(&self.ready.split_to(n));
+            filled += n;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WorkerDownload<'_> {
+    fn drop(&mut self) {
+        self.context.release(&Call::TransferEnd { transfer: self.transfer });
+    }
+}

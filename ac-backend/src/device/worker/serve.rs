@@ -1,0 +1,256 @@
+//! The worker process's side: one context on one device, its calls served from stdin to stdout.
+//!
+//! Calls run on a pool of threads that grows whenever every thread is busy, so that a call never
+//! waits behind another (a `synchronize` that blocks on one stream must not hold up a launch on
+//! another; the backend's stream workers call concurrently). Replies go out as calls finish.
+//! A bulk copy (the context's `upload` or `download`, which borrows the context) runs on a
+//! thread of its own, which gets the copy's calls in the order they came.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use ac_proto::backend::WireError;
+
+use super::wire::{read_frame, write_frame, Call, Frame, Reply};
+use crate::device::{Context, Device, DeviceResult};
+
+/// Replies, written whole under the lock.
+type Out = Arc<Mutex<BufWriter<io::Stdout>>>;
+
+/// The worker process's work: opens GPU `index` as `config` says and serves one session's
+/// calls on it. A device that cannot be opened is reported as the first frame.
+pub fn run_worker(config: &crate::BackendConfig, index: u32) -> io::Result<()> {
+    match open_gpu(config, index) {
+        Ok(device) => serve(device),
+        Err(why) => {
+            let out: Out = Arc::new(Mutex::new(BufWriter::new(io::stdout())));
+            send(&out, 0, &Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why)), &[])
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_gpu(config: &crate::BackendConfig, index: u32) -> Result<Arc<dyn Device>, String> {
+    use crate::device::cuda;
+    if let Some(path) = &config.cuda_driver {
+        cuda::driver::load_from(path)?;
+    }
+    let mut gpus = cuda::discover(Some(&[index]), config.staging_mib << 20, config.copy)?;
+    let gpu = gpus.pop().ok_or("no GPU")?;
+    gpu.serve_one_session();
+    Ok(Arc::new(gpu))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_gpu(_config: &crate::BackendConfig, _index: u32) -> Result<Arc<dyn Device>, String> {
+    Err("this ac-backend was built without the `cuda` feature".into())
+}
+
+/// Opens a context on `device` and serves calls from stdin until it closes (the session
+/// ended). The context is released before this returns.
+pub fn serve(device: Arc<dyn Device>) -> io::Result<()> {
+    let out: Out = Arc::new(Mutex::new(BufWriter::with_capacity(1 << 20, io::stdout())));
+    let context = match device.open_context() {
+        Ok(context) => context,
+        Err(e) => return send(&out, 0, &Reply::Failed(e), &[]),
+    };
+    send(&out, 0, &Reply::Opened { finishes_in_call: context.finishes_in_call() }, &[])?;
+    let pool = Pool::new(context.clone(), out.clone());
+    let transfers = Transfers::default();
+    let mut input = BufReader::with_capacity(1 << 20, io::stdin().lock());
+    while let Some(frame) = read_frame::<Call>(&mut input)? {
+        match (&frame.header, frame.header.transfer()) {
+            (_, Some(transfer)) => transfers.forward(transfer, frame, &out),
+            (Call::UploadStart { transfer, .. } | Call::DownloadStart { transfer, .. }, None) => {
+                transfers.start(*transfer, frame, &context, &out)
+            }
+            _ => pool.run(frame),
+        }
+    }
+    Ok(())
+}
+
+/// The bulk copies in progress, each on its thread, by id.
+#[derive(Clone, Default)]
+struct Transfers(Arc<Mutex<HashMap<u32, Sender<Frame<Call>>>>>);
+
+impl Transfers {
+    /// Starts the copy that `frame` asks for on a thread of its own.
+    fn start(&self, transfer: u32, frame: Frame<Call>, context: &Arc<dyn Context>, out: &Out) {
+        let (tx, rx) = channel();
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(transfer, tx);
+        let (this, context, out) = (self.clone(), context.clone(), out.clone());
+        let started = std::thread::Builder::new().name("ac-worker-copy".into()).spawn(move || {
+            run_transfer(&*context, frame, rx, &out);
+            this.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&transfer);
+        });
+        if let Err(e) = started {
+            tracing::error!("cannot start a thread: {e}");
+            std::process::exit(3);
+        }
+    }
+
+    /// Hands a call to its copy's thread, or answers that the copy is not there.
+    fn forward(&self, transfer: u32, frame: Frame<Call>, out: &Out) {
+        let id = frame.id;
+        let sent = match self.0.lock().unwrap_or_else(|p| p.into_inner()).get(&transfer) {
+            Some(tx) => tx.send(frame).is_ok(),
+            None => false,
+        };
+        if !sent && id != 0 {
+            let gone = WireError::new(ac_proto::backend::ErrorKind::Internal, format!("no bulk copy {transfer}"));
+            answer(out, id, (Reply::Failed(gone), Vec::new()));
+        }
+    }
+}
+
+/// Runs one bulk copy: its start, then the calls for it until it finishes or ends.
+fn run_transfer(context: &dyn Context, start: Frame<Call>, calls: Receiver<Frame<Call>>, out: &Out) {
+    match start.header {
+        Call::UploadStart { dst, offset, len, .. } => match context.upload(dst, offset, len) {
+            Ok(mut upload) => {
+                answer(out, start.id, (Reply::Done, Vec::new()));
+                while let Ok(call) = calls.recv() {
+                    match call.header {
+                        Call::UploadPiece { at, .. } => answer(out, call.id, done(upload.push(at, &call.payload))),
+                        Call::UploadFinish { .. } => return answer(out, call.id, done(upload.finish())),
+                        _ => return,
+                    }
+                }
+            }
+            Err(e) => answer(out, start.id, (Reply::Failed(e), Vec::new())),
+        },
+        Call::DownloadStart { src, offset, len, .. } => match context.download(src, offset, len) {
+            Ok(mut download) => {
+                answer(out, start.id, (Reply::Done, Vec::new()));
+                while let Ok(call) = calls.recv() {
+                    let Call::DownloadNext { len, .. } = call.header else { return };
+                    let mut bytes = vec![0u8; len as usize]; // at most a chunk: the backend asks
+                    match download.next_into(&mut bytes) {
+                        Ok(()) => answer(out, call.id, (Reply::Done, bytes)),
+                        Err(e) => answer(out, call.id, (Reply::Failed(e), Vec::new())),
+                    }
+                }
+            }
+            Err(e) => answer(out, start.id, (Reply::Failed(e), Vec::new())),
+        },
+        _ => {}
+    }
+}
+
+/// A reply with no value, or the error.
+fn done(result: DeviceResult<()>) -> (Reply, Vec<u8>) {
+    match result {
+        Ok(()) => (Reply::Done, Vec::new()),
+        Err(e) => (Reply::Failed(e), Vec::new()),
+    }
+}
+
+/// Sends the answer to call `id`; a backend that is gone leaves nobody to answer, and the
+/// worker exits.
+fn answer(out: &Out, id: u32, (reply, payload): (Reply, Vec<u8>)) {
+    if id != 0 && send(out, id, &reply, &payload).is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// Writes one frame and flushes it.
+fn send(out: &Out, id: u32, reply: &Reply, payload: &[u8]) -> io::Result<()> {
+    let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+    write_frame(&mut *out, id, reply, payload)?;
+    out.flush()
+}
+
+/// Threads that run calls, one more whenever all are busy.
+struct Pool {
+    jobs: Sender<Frame<Call>>,
+    queue: Arc<Mutex<Receiver<Frame<Call>>>>,
+    /// Threads waiting for a job and not yet promised one.
+    idle: Arc<AtomicUsize>,
+    context: Arc<dyn Context>,
+    out: Out,
+}
+
+impl Pool {
+    fn new(context: Arc<dyn Context>, out: Out) -> Self {
+        let (jobs, queue) = channel();
+        Self { jobs, queue: Arc::new(Mutex::new(queue)), idle: Arc::new(AtomicUsize::new(0)), context, out }
+    }
+
+    /// Hands `frame` to an idle thread, or to a new one.
+    fn run(&self, frame: Frame<Call>) {
+        let promised = self.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
+        if !promised {
+            self.spawn();
+        }
+        // The receiver lives as long as a thread does; the send only fails if none could start,
+        // and then the call's reply is lost with the worker, which exits below.
+        if self.jobs.send(frame).is_err() {
+            std::process::exit(3);
+        }
+    }
+
+    fn spawn(&self) {
+        let (queue, idle, context, out) =
+            (self.queue.clone(), self.idle.clone(), self.context.clone(), self.out.clone());
+        let started = std::thread::Builder::new().name("ac-worker-call".into()).spawn(move || loop {
+            let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            let Ok(frame) = job else { return };
+            let id = frame.id;
+            answer(&out, id, execute(&*context, frame));
+            idle.fetch_add(1, Ordering::AcqRel);
+        });
+        if let Err(e) = started {
+            tracing::error!("cannot start a thread: {e}");
+            std::process::exit(3);
+        }
+    }
+}
+
+/// Runs one call on the context.
+fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
+    let unit = |r: DeviceResult<()>| r.map(|()| Reply::Done);
+    let handle = |r: DeviceResult<u64>| r.map(Reply::Handle);
+    let mut payload = Vec::new();
+    let reply = match frame.header {
+        Call::Info => Ok(Reply::Info(context.info())),
+        Call::Alloc { bytes } => handle(context.alloc(bytes).map(|m| m.0)),
+        Call::Free { mem } => {
+            context.free(mem);
+            Ok(Reply::Done)
+        }
+        Call::Write { dst, offset, stream } => unit(context.write(dst, offset, &frame.payload, stream)),
+        Call::Read { src, offset, len, stream } => match usize::try_from(len) {
+            Ok(len) => {
+                payload = vec![0u8; len];
+                unit(context.read(src, offset, &mut payload, stream))
+            }
+            Err(_) => Err(WireError::new(ac_proto::backend::ErrorKind::OutOfBounds, "read too large")),
+        },
+        Call::Copy { dst, dst_offset, src, src_offset, len, stream } => {
+            unit(context.copy(dst, dst_offset, src, src_offset, len, stream))
+        }
+        Call::Memset { dst, offset, len, value, stream } => unit(context.memset(dst, offset, len, value, stream)),
+        Call::LoadModule { source } => handle(context.load_module(&source, &frame.payload).map(|m| m.0)),
+        Call::UnloadModule { module } => {
+            context.unload_module(module);
+            Ok(Reply::Done)
+        }
+        Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
+        Call::Launch { kernel, dims, args, stream } => unit(context.launch(&kernel, &dims, &args, stream)),
+        Call::CreateStream => handle(context.create_stream().map(|s| s.0)),
+        Call::DestroyStream { stream } => {
+            context.destroy_stream(stream);
+            Ok(Reply::Done)
+        }
+        Call::Synchronize { stream } => unit(context.synchronize(stream)),
+        _ => Err(WireError::new(ac_proto::backend::ErrorKind::Internal, "a bulk copy's call outside its copy")),
+    };
+    match reply {
+        Ok(reply) => (reply, payload),
+        Err(e) => (Reply::Failed(e), Vec::new()),
+    }
+}

@@ -1,0 +1,182 @@
+//! What the backend and a session's worker process say to each other over the worker's stdin
+//! and stdout: one frame per call or reply.
+//!
+//! A frame is `id: u32`, `header_len: u32`, `payload_len: u64` (little-endian), then the header
+//! ([`Call`] or [`Reply`], through `ac_proto::codec`) and the payload: the raw bytes of a write,
+//! a read's result or a module's image, never serialized element by element. Id 0 asks for no
+//! reply (releases); every other id gets exactly one.
+
+use std::io::{self, Read, Write};
+
+use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+use serde::{Deserialize, Serialize};
+
+use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel};
+
+/// A header larger than this is not a worker's: the stream is broken.
+const MAX_HEADER: usize = ac_proto::codec::MAX_FRAME;
+
+/// One [`crate::device::Context`] call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Call {
+    /// `info`.
+    Info,
+    /// `alloc`.
+    Alloc { bytes: u64 },
+    /// `free` (no reply).
+    Free { mem: DeviceMem },
+    /// `write`; the payload is the data.
+    Write { dst: DeviceMem, offset: u64, stream: DeviceStream },
+    /// `read` of `len` bytes; the reply's payload is the data.
+    Read { src: DeviceMem, offset: u64, len: u64, stream: DeviceStream },
+    /// `copy`.
+    Copy { dst: DeviceMem, dst_offset: u64, src: DeviceMem, src_offset: u64, len: u64, stream: DeviceStream },
+    /// `memset`.
+    Memset { dst: DeviceMem, offset: u64, len: u64, value: u8, stream: DeviceStream },
+    /// `load_module`; the payload is the image.
+    LoadModule { source: ModuleSource },
+    /// `unload_module` (no reply).
+    UnloadModule { module: DeviceModule },
+    /// `kernel`.
+    Kernel { module: DeviceModule, name: String },
+    /// `launch`.
+    Launch { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
+    /// `create_stream`.
+    CreateStream,
+    /// `destroy_stream` (no reply).
+    DestroyStream { stream: DeviceStream },
+    /// `synchronize`.
+    Synchronize { stream: DeviceStream },
+    /// `upload`: starts bulk copy `transfer` (an id the backend chose) into the device.
+    UploadStart { transfer: u32, dst: DeviceMem, offset: u64, len: u64 },
+    /// `Upload::push` to `transfer`; the payload is the piece.
+    UploadPiece { transfer: u32, at: u64 },
+    /// `Upload::finish` of `transfer`.
+    UploadFinish { transfer: u32 },
+    /// `download`: starts bulk copy `transfer` out of the device.
+    DownloadStart { transfer: u32, src: DeviceMem, offset: u64, len: u64 },
+    /// `Download::next` of `len` bytes of `transfer`; the reply's payload is the bytes.
+    DownloadNext { transfer: u32, len: u64 },
+    /// Drops `transfer`, finished or not (no reply).
+    TransferEnd { transfer: u32 },
+}
+
+impl Call {
+    /// The bulk copy this call belongs to, for calls after its start: they go to the copy's
+    /// own thread, in the order they came.
+    pub fn transfer(&self) -> Option<u32> {
+        match self {
+            Call::UploadPiece { transfer, .. }
+            | Call::UploadFinish { transfer }
+            | Call::DownloadNext { transfer, .. }
+            | Call::TransferEnd { transfer } => Some(*transfer),
+            _ => None,
+        }
+    }
+}
+
+/// The answer to a [`Call`], or the worker's first frame.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    /// The worker's first frame: its context is open.
+    Opened {
+        /// The device's `finishes_in_call`.
+        finishes_in_call: bool,
+    },
+    /// The call succeeded and returns nothing (a read's bytes are the payload).
+    Done,
+    /// `info`'s answer.
+    Info(DeviceInfo),
+    /// A new handle: memory, module or stream.
+    Handle(u64),
+    /// `kernel`'s answer.
+    Kernel(Kernel),
+    /// The call failed (the worker's first frame: the context could not be opened).
+    Failed(WireError),
+}
+
+/// One frame as read.
+#[derive(Debug)]
+pub struct Frame<T> {
+    /// The call's id (0: no reply wanted).
+    pub id: u32,
+    /// The call or reply.
+    pub header: T,
+    /// Raw bytes after it.
+    pub payload: Vec<u8>,
+}
+
+/// Writes one frame (the caller flushes when a batch ends).
+pub fn write_frame<T: Serialize>(out: &mut impl Write, id: u32, header: &T, payload: &[u8]) -> io::Result<()> {
+    let mut encoded = Vec::with_capacity(64);
+    ac_proto::codec::encode_into(header, &mut encoded).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut prefix = [0u8; 16];
+    prefix[..4].copy_from_slice(&id.to_le_bytes());
+    prefix[4..8].copy_from_slice(&(encoded.len() as u32).to_le_bytes());
+    prefix[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.write_all(&prefix)?;
+    out.write_all(&encoded)?;
+    out.write_all(payload)
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of the stream.
+pub fn read_frame<T: serde::de::DeserializeOwned>(input: &mut impl Read) -> io::Result<Option<Frame<T>>> {
+    let mut prefix = [0u8; 16];
+    match input.read_exact(&mut prefix) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let id = u32::from_le_bytes(prefix[..4].try_into().expect("4 bytes"));
+    let header_len = u32::from_le_bytes(prefix[4..8].try_into().expect("4 bytes")) as usize;
+    let payload_len = u64::from_le_bytes(prefix[8..].try_into().expect("8 bytes"));
+    if header_len > MAX_HEADER {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a header of {header_len} bytes")));
+    }
+    let mut header = vec![0u8; header_len];
+    input.read_exact(&mut header)?;
+    let header = ac_proto::codec::decode(&header).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let payload_len = usize::try_from(payload_len).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut payload = vec![0u8; payload_len];
+    input.read_exact(&mut payload)?;
+    Ok(Some(Frame { id, header, payload }))
+}
+
+/// The error every call gets once the worker is gone.
+pub fn worker_gone(why: &str) -> WireError {
+    WireError::new(
+        ErrorKind::ContextLost,
+        format!("the session's worker process ended ({why}); its device state is lost, open a new session"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_round_trips_with_its_payload_and_a_clean_end_reads_as_none() {
+        let mut bytes = Vec::new();
+        let call = Call::Write { dst: DeviceMem(7), offset: 3, stream: DeviceStream(2) };
+        write_frame(&mut bytes, 9, &call, b"payload").unwrap();
+        write_frame(&mut bytes, 0, &Call::Free { mem: DeviceMem(7) }, &[]).unwrap();
+        let mut input = &bytes[..];
+        let frame: Frame<Call> = read_frame(&mut input).unwrap().unwrap();
+        assert_eq!((frame.id, frame.payload.as_slice()), (9, &b"payload"[..]));
+        assert!(matches!(frame.header, Call::Write { dst: DeviceMem(7), offset: 3, stream: DeviceStream(2) }));
+        let frame: Frame<Call> = read_frame(&mut input).unwrap().unwrap();
+        assert!(matches!(frame.header, Call::Free { mem: DeviceMem(7) }));
+        assert!(read_frame::<Call>(&mut input).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_cut_or_oversized_frame_is_an_error() {
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, 1, &Call::Info, b"abc").unwrap();
+        let cut = &bytes[..bytes.len() - 1];
+        assert!(read_frame::<Call>(&mut &cut[..]).is_err());
+        let mut huge = bytes.clone();
+        huge[4..8].copy_from_slice(&(MAX_HEADER as u32 + 1).to_le_bytes());
+        assert!(read_frame::<Call>(&mut &huge[..]).is_err());
+    }
+}
