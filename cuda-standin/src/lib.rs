@@ -185,6 +185,15 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut Handle, device: 
     }
 }
 
+/// Scheduling flags change nothing here (nothing spins); the device must exist.
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(device: c_int, _flags: c_uint) -> u32 {
+    match (0..state::DEVICES).contains(&device) {
+        true => code::SUCCESS,
+        false => code::INVALID_DEVICE,
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
     let mut d = driver();

@@ -37,10 +37,13 @@ struct Function {
 }
 
 /// A session's own CUDA context on one GPU. Dropping it destroys the context, and with it
-/// everything the session allocated, loaded or queued.
+/// everything the session allocated, loaded or queued; unless it is the GPU's primary context
+/// (a session worker's one session), which goes when the GPU does.
 pub struct CudaContext {
     pub(super) gpu: Arc<Gpu>,
     pub(super) raw: Handle<sys::CUcontext>,
+    /// Whether `raw` was created for this session (else it is the GPU's primary context).
+    owned: bool,
     allocations: Mutex<HashMap<u64, u64>>,
     modules: Mutex<HashMap<u64, Module>>,
     kernels: Mutex<HashMap<u64, Function>>,
@@ -58,6 +61,9 @@ impl std::fmt::Debug for CudaContext {
 
 impl Drop for CudaContext {
     fn drop(&mut self) {
+        if !self.owned {
+            return; // the primary context: released, with what it holds, when the GPU goes
+        }
         let raw = self.raw;
         // On the GPU's janitor thread, after the frees handed over before: destroying waits for
         // the context's work, and this drop may run on an async thread.
@@ -81,16 +87,28 @@ impl CudaContext {
         let flags = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
         // SAFETY: valid out-pointer and device.
         driver::check("cuCtxCreate", unsafe { sys::cuCtxCreate_v2(&mut raw, flags, gpu.device) })?;
-        Ok(Self {
+        Ok(Self::around(gpu, Handle(raw), true))
+    }
+
+    /// The session in the GPU's primary context: for a session worker, whose process serves one
+    /// session, so that it needs no second context (half its device memory, and its time).
+    pub fn in_primary(gpu: Arc<Gpu>) -> Self {
+        let primary = gpu.primary;
+        Self::around(gpu, primary, false)
+    }
+
+    fn around(gpu: Arc<Gpu>, raw: Handle<sys::CUcontext>, owned: bool) -> Self {
+        Self {
             gpu,
-            raw: Handle(raw),
+            raw,
+            owned,
             allocations: Mutex::new(HashMap::new()),
             modules: Mutex::new(HashMap::new()),
             kernels: Mutex::new(HashMap::new()),
             streams: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             lost: Mutex::new(None),
-        })
+        }
     }
 
     /// Makes the context current on this thread, unless a fault has lost it.

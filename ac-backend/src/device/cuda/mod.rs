@@ -15,16 +15,18 @@
 //! ([`context::CudaContext`]) lives in a session worker process ([`crate::device::worker`],
 //! `isolation = "process"`), so a fault ends only the session that caused it, which gets
 //! [`ErrorKind::ContextLost`] from then on. Other sessions on the same GPU go on, and so does
-//! the backend. With `isolation = "context"` the contexts live in the backend's process: a
-//! session opens faster and takes less device memory, and a fault ends every session of the
-//! backend (measured in `BENCHMARKS.md`, "CUDA device").
+//! the backend. A worker's one session runs in the worker's primary context
+//! ([`context::CudaContext::in_primary`]): no second context. With `isolation = "context"` the
+//! contexts live in the backend's process: a session opens a little faster and copies move up
+//! to twice as much, and a fault ends every session of the backend (measured in
+//! `BENCHMARKS.md`, "CUDA device on a GPU").
 //!
 //! The cost, per session: the context's creation (paid when the session opens, off the async
 //! threads) and its device memory (the driver reserves memory for each context's local memory,
 //! printf buffer and loaded modules: about 520 MiB on an H100); with process isolation also a
-//! process start and the worker's own primary context; and the GPU time-slices between contexts
-//! instead of running their kernels concurrently. `scripts/gpu-check` measures them on the GPU
-//! at hand.
+//! process start and the driver's initialization in it, and every copied byte passing between
+//! two processes; and the GPU time-slices between contexts instead of running their kernels
+//! concurrently. `scripts/gpu-check` measures them on the GPU at hand.
 //!
 //! # Issue 24: what a line-by-line reading found, and what was done
 //! The CUDA path has not yet run on a GPU. The CUDA driver stand-in (`cuda-standin`, a
@@ -129,7 +131,8 @@ pub struct Gpu {
     device: sys::CUdevice,
     /// Name, compute capability, memory.
     pub properties: Properties,
-    /// The device's primary context: staging buffers and memory queries live there.
+    /// The device's primary context: staging buffers and memory queries live there, and a
+    /// session worker's session.
     primary: Handle<sys::CUcontext>,
     /// Pinned staging buffers for bulk copies.
     pub pool: StagingPool,
@@ -211,6 +214,8 @@ impl Gpu {
 #[derive(Debug)]
 pub struct CudaDevice {
     gpu: Arc<Gpu>,
+    /// A session worker's device: its one session runs in the primary context.
+    one_session: bool,
 }
 
 impl CudaDevice {
@@ -234,6 +239,14 @@ impl CudaDevice {
             ),
             ComputeMode::Default => {}
         }
+        // Blocking sync for the primary context too, which a session worker's session runs in
+        // (see "Waiting"); a driver that refuses it once the context is active only spins.
+        let flags = sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32;
+        // SAFETY: a valid device; only scheduling flags.
+        let code = unsafe { sys::cuDevicePrimaryCtxSetFlags_v2(device, flags) };
+        if let Err(e) = driver::check("cuDevicePrimaryCtxSetFlags", code) {
+            tracing::debug!(gpu = ordinal, "{}", e.message);
+        }
         let mut primary = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device; retained for the life of the process.
         driver::check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut primary, device) })?;
@@ -256,6 +269,7 @@ impl CudaDevice {
                 fault_seen: AtomicBool::new(false),
                 fault_check: OnceLock::new(),
             }),
+            one_session: false,
         })
     }
 
@@ -264,10 +278,12 @@ impl CudaDevice {
         self.gpu.index
     }
 
-    /// For a session worker, which serves one session: after a fault there is no other
-    /// session to keep going, so no check that a fresh context still works.
-    pub fn serve_one_session(&self) {
+    /// For a session worker, which serves one session: its session runs in the primary
+    /// context (no second context), and after a fault there is no other session to keep going,
+    /// so no check that a fresh context still works.
+    pub fn serve_one_session(&mut self) {
         self.gpu.fault_seen.store(true, Ordering::Release);
+        self.one_session = true;
     }
 }
 
@@ -277,7 +293,10 @@ impl Device for CudaDevice {
     }
 
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {
-        Ok(Arc::new(CudaContext::open(self.gpu.clone())?))
+        match self.one_session {
+            true => Ok(Arc::new(CudaContext::in_primary(self.gpu.clone()))),
+            false => Ok(Arc::new(CudaContext::open(self.gpu.clone())?)),
+        }
     }
 }
 

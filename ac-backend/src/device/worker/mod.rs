@@ -24,9 +24,11 @@
 //! `ContextLost`, naming how it ended; nothing else in the backend notices.
 //!
 //! # Cost
-//! Per session: a process start, the driver's initialization and a context (measured by
-//! `scripts/gpu-check`; see `BENCHMARKS.md`). Per call: a round trip over two pipes. Per byte
-//! copied: one more copy between processes.
+//! Per session: a process start and the driver's initialization (the session runs in the
+//! worker's primary context, so no more device memory than a context; measured by
+//! `scripts/gpu-check`, see `BENCHMARKS.md`). Per call: a round trip over two pipes. Per byte
+//! copied: a pass through a pipe and one more copy, which halves copies on a GPU host's
+//! loopback; shared memory registered with the driver would take both away (not built).
 
 pub mod serve;
 pub mod wire;

@@ -39,7 +39,7 @@ fn open_gpu(config: &crate::BackendConfig, index: u32) -> Result<Arc<dyn Device>
         cuda::driver::load_from(path)?;
     }
     let mut gpus = cuda::discover(Some(&[index]), config.staging_mib << 20, config.copy)?;
-    let gpu = gpus.pop().ok_or("no GPU")?;
+    let mut gpu = gpus.pop().ok_or("no GPU")?;
     gpu.serve_one_session();
     Ok(Arc::new(gpu))
 }
