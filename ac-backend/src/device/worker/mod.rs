@@ -198,10 +198,14 @@ impl WorkerContext {
         Ok(answer)
     }
 
+    /// Sends `call` and returns where its answer will come, without waiting for it.
+    fn ask(&self, call: &Call, payload: &[u8]) -> DeviceResult<Receiver<Answer>> {
+        Ok(self.send(call, payload, true)?.expect("a reply was asked for"))
+    }
+
     /// Sends `call` and waits for its answer.
     fn call(&self, call: &Call, payload: &[u8]) -> Answer {
-        let answer = self.send(call, payload, true)?.expect("a reply was asked for");
-        wait(&answer)
+        wait(&self.ask(call, payload)?)
     }
 
     /// Sends a call that returns nothing and waits for it.
@@ -471,7 +475,7 @@ impl WorkerUpload<'_> {
             self.wait_oldest()?;
         }
         let call = Call::UploadPiece { transfer: self.transfer, at: self.gathered_at };
-        let answer = self.context.send(&call, &self.gathered, true)?.expect("a reply was asked for");
+        let answer = self.context.ask(&call, &self.gathered)?;
         self.in_flight.push_back(answer);
         self.gathered_at += self.gathered.len() as u64;
         self.gathered.clear();
@@ -535,7 +539,7 @@ impl WorkerDownload<'_> {
         while self.ahead.len() < IN_FLIGHT && self.unasked > 0 {
             let len = self.unasked.min(PIECE as u64);
             let call = Call::DownloadNext { transfer: self.transfer, len };
-            self.ahead.push_back(self.context.send(&call, &[], true)?.expect("a reply was asked for"));
+            self.ahead.push_back(self.context.ask(&call, &[])?);
             self.unasked -= len;
         }
         Ok(())
