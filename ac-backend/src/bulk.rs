@@ -122,6 +122,16 @@ struct Lane {
     reader: FrameReader<LaneStream<LaneTls>>,
 }
 
+impl Lane {
+    /// The lane's TCP state, when debug logs would show it.
+    fn tcp_info(&self) -> Option<ac_proto::lane::TcpInfo> {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return None;
+        }
+        ac_proto::lane::TcpInfo::of(self.reader.stream().0.tcp()).ok()
+    }
+}
+
 /// How much of a refused copy's payload a lane reads (and drops) at a time.
 const DRAIN_PIECE: u64 = 256 << 10;
 
@@ -206,9 +216,37 @@ pub async fn serve(session: Arc<Session>, send: SendStream, reader: FrameReader)
 pub async fn serve_lane(session: Arc<Session>, reader: FrameReader<LaneStream<LaneTls>>) -> Result<(), ProtoError> {
     let mut lane = Lane { reader };
     while let Some(header) = lane.reader.read_frame::<BulkHeader>().await? {
+        let (direction, len) = (header.direction, header.len);
+        let before = lane.tcp_info();
+        let start = std::time::Instant::now();
         copy(&session, header, &mut lane).await?;
+        if let (Some(before), Some(after)) = (before, lane.tcp_info()) {
+            log_lane_copy(direction, len, start.elapsed(), &after.since(&before));
+        }
     }
     Ok(())
+}
+
+/// Why a lane's copy ran at its rate, at debug level: for a device-to-host copy, the time TCP
+/// spent limited by the program's receive window or by the backend filling the socket, and
+/// the congestion control's state at the end.
+fn log_lane_copy(direction: Direction, len: u64, took: std::time::Duration, tcp: &ac_proto::lane::TcpInfo) {
+    tracing::debug!(
+        ?direction,
+        len,
+        ms = took.as_secs_f64() * 1e3,
+        busy_ms = tcp.busy_us as f64 / 1e3,
+        window_limited_ms = tcp.rwnd_limited_us as f64 / 1e3,
+        sender_limited_ms = tcp.sndbuf_limited_us as f64 / 1e3,
+        retransmitted = tcp.bytes_retrans,
+        cwnd = tcp.cwnd,
+        rtt_us = tcp.rtt_us,
+        min_rtt_us = tcp.min_rtt_us,
+        pacing_mbit = tcp.pacing_rate * 8 / 1_000_000,
+        delivery_mbit = tcp.delivery_rate * 8 / 1_000_000,
+        peer_window = tcp.peer_window,
+        "lane copy"
+    );
 }
 
 /// Refuses an unpipelined copy larger than the session's payload budget (it would be staged

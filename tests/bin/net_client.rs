@@ -157,6 +157,7 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
     let socket = tokio::net::TcpStream::connect(addr).await?;
     lane::tune(&socket)?;
     let mut conn = lane::connect(socket, &connector, name).await?;
+    let before = lane::TcpInfo::of(conn.tcp())?;
     for n in 0..mib {
         conn.write_all(&buf[span(n)]).await?;
     }
@@ -164,6 +165,8 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
     // The receiver closes once it has read everything.
     let _ = conn.read(&mut buf[..1]).await;
     say(format_args!("tls {:.0}", (mib << 23) as f64 / start.elapsed().as_secs_f64() / 1e6));
+    // As the backend logs a lane's copy: what held the sender back.
+    say(format_args!("sender {:?}", lane::TcpInfo::of(conn.tcp())?.since(&before)));
     Ok(())
 }
 

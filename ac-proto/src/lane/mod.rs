@@ -30,8 +30,10 @@ use crate::ProtoError;
 
 pub mod record;
 mod stream;
+mod tcp_info;
 
 pub use stream::{accept, connect, LaneTls, READ_BUFFER, WRITE_BUFFER};
+pub use tcp_info::TcpInfo;
 pub use tokio_rustls;
 
 /// The lanes' ALPN: not the QUIC protocol's, so that neither can be mistaken for the other.
