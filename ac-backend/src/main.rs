@@ -48,6 +48,10 @@ struct Args {
     /// its session workers so; not for people).
     #[arg(long, hide = true, value_name = "INDEX")]
     session_worker: Option<u32>,
+    /// The session worker's shared memory for bulk copies, as an inherited descriptor (the
+    /// backend passes it; not for people).
+    #[arg(long, hide = true, value_name = "FD", requires = "session_worker")]
+    session_shared: Option<i32>,
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
@@ -121,11 +125,11 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(ac_proto::daemon::log_colours())
         .init();
-    let worker = args.session_worker;
+    let (worker, shared) = (args.session_worker, args.session_shared);
     let io_threads = args.io_threads;
     let (config, addr_file) = args.into_config()?;
     if let Some(index) = worker {
-        return ac_backend::device::worker::serve::run_worker(&config, index).context("serving a session");
+        return ac_backend::device::worker::serve::run_worker(&config, index, shared).context("serving a session");
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if io_threads > 0 {

@@ -86,7 +86,12 @@ pub(crate) async fn mapped(acc: &Accelerator, src: &[u8]) -> anyhow::Result<Devi
 }
 
 /// `reps` copy pairs through a fresh buffer of `acc` ([`mapped`]): each pair's MB/s.
-async fn copy_pairs(acc: &Accelerator, src: &[u8], dst: &mut [u8], reps: usize) -> anyhow::Result<Vec<(f64, f64)>> {
+pub(crate) async fn copy_pairs(
+    acc: &Accelerator,
+    src: &[u8],
+    dst: &mut [u8],
+    reps: usize,
+) -> anyhow::Result<Vec<(f64, f64)>> {
     let buf = mapped(acc, src).await?;
     let mut pairs = Vec::with_capacity(reps);
     for _ in 0..reps {

@@ -5,6 +5,7 @@
 #![allow(unsafe_code)] // the local baselines call the CUDA driver directly
 
 use std::ffi::c_void;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ac_backend::device::cuda::{self, driver};
@@ -62,6 +63,16 @@ async fn remote(acc: &Accelerator, src: &[u8], reps: usize) -> anyhow::Result<(f
 }
 
 async fn backend(device: DeviceChoice, memory_mib: u64, isolation: Isolation) -> anyhow::Result<InProcess> {
+    cuda_backend(device, memory_mib, isolation, None).await
+}
+
+/// A backend on `device`; a CUDA one loads the driver library `driver` (and so do its workers).
+async fn cuda_backend(
+    device: DeviceChoice,
+    memory_mib: u64,
+    isolation: Isolation,
+    driver: Option<&Path>,
+) -> anyhow::Result<InProcess> {
     if device == DeviceChoice::Cpu {
         return InProcess::start(memory_mib, Tuning::default(), CopySettings::default()).await;
     }
@@ -71,6 +82,7 @@ async fn backend(device: DeviceChoice, memory_mib: u64, isolation: Isolation) ->
         state_dir: state.path().to_path_buf(),
         device,
         isolation,
+        cuda_driver: driver.map(Path::to_path_buf),
         ..BackendConfig::default()
     };
     Ok(InProcess::from_parts(ac_backend::start(config).await?, state))
@@ -125,6 +137,64 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
             println!(
                 "| {} | {dir} | {local:.0} | {net:.0} | {got:.0} | {efficiency:.2} | {shared:.0} | {staged} |",
                 mib(size)
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Bulk copies through a session worker against the same copies with the context in the
+/// backend's process, and the network alone (a CPU-device backend), on whichever driver is
+/// loaded: with the CUDA stand-in (`--cuda-driver`), what a worker's plumbing costs per byte,
+/// without a GPU. Medians of the repetitions.
+pub async fn isolation(quick: bool, driver: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(path) = driver {
+        driver::load_from(path).map_err(|e| anyhow::anyhow!(e))?;
+    }
+    if driver.is_none() && !driver::driver_present() {
+        bail!("the isolation section needs a CUDA driver: an NVIDIA one, or the stand-in through --cuda-driver");
+    }
+    let (sizes, reps): (&[usize], usize) = if quick { (&[64 << 20], 2) } else { (&[256 << 20, 1 << 30], 7) };
+    let tuning = Tuning::default();
+    let worker = cuda_backend(DeviceChoice::Cuda, 0, Isolation::Process, driver).await.context("worker backend")?;
+    let context = cuda_backend(DeviceChoice::Cuda, 0, Isolation::Context, driver).await.context("context backend")?;
+    let net = backend(DeviceChoice::Cpu, (sizes[sizes.len() - 1] >> 20) as u64 + 512, Isolation::Process).await?;
+    let worker_acc = connect(&worker.options(1, &tuning)).await?;
+    let (context_acc, net_acc) =
+        (connect(&context.options(1, &tuning)).await?, connect(&net.options(1, &tuning)).await?);
+    println!("## Session workers against contexts (loopback, default lanes)\n");
+    println!(
+        "Device: {}. Worker: the session's context in `ac-backend --session-worker` (`isolation = process`); context: in the backend's process (`isolation = context`); network alone: the same copy into a CPU-device backend. MB/s = 10^6 bytes/s, medians of {reps}, alternating.\n",
+        worker_acc.info().name
+    );
+    println!("| size | direction | network alone MB/s | worker MB/s | context MB/s | worker / context |");
+    println!("|---|---|---|---|---|---|");
+    for &size in sizes {
+        let src = crate::copies::host_data(size);
+        let mut dst = vec![0u8; size];
+        let mut runs: [Vec<(f64, f64)>; 3] = Default::default();
+        for _ in 0..reps {
+            for (acc, run) in [&net_acc, &worker_acc, &context_acc].into_iter().zip(runs.iter_mut()) {
+                run.extend(crate::copies::copy_pairs(acc, &src, &mut dst, 1).await?);
+                anyhow::ensure!(dst == src, "copy corrupted data");
+            }
+        }
+        let [net, worker, context] = runs.map(|r| {
+            (
+                crate::setup::median(r.iter().map(|p| p.0).collect()),
+                crate::setup::median(r.iter().map(|p| p.1).collect()),
+            )
+        });
+        for (dir, pick) in [("H2D", 0), ("D2H", 1)] {
+            let at = |p: (f64, f64)| if pick == 0 { p.0 } else { p.1 };
+            println!(
+                "| {} | {dir} | {:.0} | {:.0} | {:.0} | {:.2} |",
+                mib(size),
+                at(net),
+                at(worker),
+                at(context),
+                at(worker) / at(context)
             );
         }
     }

@@ -32,7 +32,7 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// load, capi, net, slurm, gpu); all but net, slurm and load when
+    /// load, capi, net, slurm, gpu, isolation); all but net, slurm, load and isolation when
     /// empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -47,6 +47,10 @@ struct Args {
     /// `net.ipv4.tcp_allowed_congestion_control`.
     #[arg(long)]
     net_congestion: Option<String>,
+    /// The CUDA driver library the isolation section loads (e.g. the stand-in,
+    /// `target/release/libcuda_standin.so`); the system's when not given.
+    #[arg(long)]
+    cuda_driver: Option<std::path::PathBuf>,
     #[command(subcommand)]
     helper: Option<Helper>,
 }
@@ -158,6 +162,10 @@ fn main() -> anyhow::Result<()> {
     // Needs root and Slurm: only when asked for.
     if args.only.iter().any(|s| s == "slurm") {
         rt.block_on(slurm::with_slurm(args.quick))?;
+    }
+    // Session workers against contexts, on a GPU or the stand-in: only when asked for.
+    if args.only.iter().any(|s| s == "isolation") {
+        rt.block_on(gpu::isolation(args.quick, args.cuda_driver.as_deref()))?;
     }
     let gpu_asked = args.only.iter().any(|s| s == "gpu");
     if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {

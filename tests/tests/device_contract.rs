@@ -107,6 +107,36 @@ async fn standin_copies_round_trip_through_a_session_worker() {
     gpu_cases::copies_round_trip_through_the_staging_pipeline(&standin_workers_backend().await).await;
 }
 
+/// More bulk copies at once than a session worker's shared memory has bays (a copy striped
+/// over 6 lanes, three such copies at once): copies without a bay go through the worker's pipe,
+/// and every byte lands where it belongs, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_copies_outnumbering_a_workers_shared_bays_all_arrive() {
+    let _turn = standin::exclusive().await;
+    let tb = standin_workers_backend().await;
+    let mut options = tb.options();
+    options.lanes = 6;
+    let acc = ac_frontend::Accelerator::connect(&options).await.unwrap();
+    let copies: Vec<_> = (0..3u32)
+        .map(|seed| {
+            let acc = acc.clone();
+            tokio::spawn(async move {
+                // Six stripes of several pieces each, and a short last one.
+                let data = ac_tests::pattern((24 << 20) / 4 + 5, seed);
+                for _ in 0..2 {
+                    let buf = acc.alloc_from(&data).await?;
+                    assert!(buf.to_vec().await? == data, "copy {seed} came back changed");
+                }
+                Ok::<_, ac_frontend::Error>(())
+            })
+        })
+        .collect();
+    for copy in copies {
+        copy.await.unwrap().unwrap();
+    }
+    ac_tests::computes(&acc).await.expect("the session goes on");
+}
+
 /// With contexts in one process, a fault breaks every session of it (the stand-in breaks the
 /// process as the H100 did): the reason session workers are the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

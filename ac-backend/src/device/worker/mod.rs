@@ -14,9 +14,9 @@
 //! settings; the worker opens one context ([`serve`]) and answers [`wire::Call`]s on its stdin
 //! and stdout. [`WorkerContext`] is the session's [`Context`]: each call is a frame to the
 //! worker and, unless it is a release, a wait for the reply; calls from several threads are in
-//! flight at once (ids match replies to callers). A bulk copy runs in the worker through its context's own `upload` or
-//! `download` (the CUDA device's pinned pipeline); pieces are gathered into
-//! large ones, several in flight at once.
+//! flight at once (ids match replies to callers). A bulk copy runs in the worker through its
+//! context's own `upload` or `download` (the CUDA device's pinned pipeline); its pieces cross a
+//! shared memory region ([`shared`], [`transfer`]), several in flight at once.
 //!
 //! When the session ends its context is dropped: the worker's stdin closes, the worker releases
 //! its context and exits, and is killed if it has not after [`EXIT_GRACE`] (a kernel that never
@@ -27,13 +27,16 @@
 //! Per session: a process start and the driver's initialization (the session runs in the
 //! worker's primary context, so no more device memory than a context; measured by
 //! `scripts/gpu-check`, see `BENCHMARKS.md`). Per call: a round trip over two pipes. Per byte
-//! copied: a pass through a pipe and one more copy, which halves copies on a GPU host's
-//! loopback; shared memory registered with the driver would take both away (not built).
+//! copied: one more copy on the host than with the context in the backend's process (into or
+//! out of a shared slot); through the pipes, before the shared region, it was three more
+//! (`BENCHMARKS.md`, "Session workers' copies through shared memory").
 
 pub mod serve;
+pub mod shared;
+mod transfer;
 pub mod wire;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -45,8 +48,9 @@ use std::time::{Duration, Instant};
 
 use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
 
+use self::shared::{Bays, PIECE};
+use self::transfer::{WorkerDownload, WorkerUpload};
 use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
-use bytes::Bytes;
 
 use crate::device::{
     Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel, Upload,
@@ -54,12 +58,6 @@ use crate::device::{
 
 /// How long a worker may take to exit once its session has ended before it is killed.
 pub const EXIT_GRACE: Duration = Duration::from_secs(10);
-
-/// Bytes of a bulk copy passed to or from the worker in one call.
-const PIECE: usize = 1 << 20;
-
-/// Pieces of a bulk copy in flight between the backend and the worker at once.
-const IN_FLIGHT: usize = 3;
 
 /// How to start a worker: the `ac-backend` program and the arguments that give it the
 /// backend's device settings (`--session-worker INDEX` is added per device).
@@ -114,6 +112,8 @@ pub struct WorkerContext {
     waiters: Arc<Mutex<Waiters>>,
     child: Arc<Mutex<Child>>,
     next_id: AtomicU32,
+    /// The shared region bulk copies cross (none if it could not be made: the pipes carry them).
+    bays: Option<Arc<Bays>>,
     finishes_in_call: bool,
     /// What `info` answers if the worker cannot.
     last_info: DeviceInfo,
@@ -123,10 +123,19 @@ impl WorkerContext {
     /// Starts a worker for device `index` and waits until its context is open.
     fn start(command: &WorkerCommand, index: u32, last_info: DeviceInfo) -> DeviceResult<Self> {
         let cannot = |why: String| WireError::new(ErrorKind::Device, format!("cannot start a session worker: {why}"));
-        let mut child = Command::new(&command.program)
-            .args(&command.args)
-            .arg("--session-worker")
-            .arg(index.to_string())
+        let mut worker = Command::new(&command.program);
+        worker.args(&command.args).arg("--session-worker").arg(index.to_string());
+        let bays = match Bays::create() {
+            Ok(bays) => {
+                hand_down(&mut worker, bays.fd());
+                Some(Arc::new(bays))
+            }
+            Err(e) => {
+                tracing::warn!("no shared memory for a session worker's copies ({e}): they go through its pipes");
+                None
+            }
+        };
+        let mut child = worker
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -162,6 +171,7 @@ impl WorkerContext {
             waiters,
             child,
             next_id: AtomicU32::new(1),
+            bays,
             finishes_in_call,
             last_info,
         })
@@ -297,6 +307,24 @@ fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
     }
 }
 
+/// Opens descriptor `fd` (close-on-exec here) to the worker `command` starts, and tells it
+/// which it is: only that child inherits it.
+#[allow(unsafe_code)]
+fn hand_down(command: &mut Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    command.arg("--session-shared").arg(fd.to_string());
+    // SAFETY: runs in the child between fork and exec and calls only fcntl, which is
+    // async-signal-safe; it changes the child's descriptor table alone.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// How the worker ended ("signal: 9 (SIGKILL)", "exit status: 0"), once it has, waiting for it
 /// up to [`EXIT_GRACE`]; polled, so that the lock is free for the reaper in between.
 fn how_it_ended(child: &Mutex<Child>) -> Option<String> {
@@ -388,27 +416,13 @@ impl Context for WorkerContext {
     fn upload(&self, dst: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Upload + '_>> {
         let transfer = self.new_id();
         self.call_done(&Call::UploadStart { transfer, dst, offset, len }, &[])?;
-        let upload = WorkerUpload {
-            context: self,
-            transfer,
-            gathered: Vec::with_capacity(PIECE),
-            gathered_at: 0,
-            in_flight: VecDeque::new(),
-            finished: false,
-        };
-        Ok(Box::new(upload))
+        Ok(Box::new(WorkerUpload::new(self, transfer)))
     }
 
     fn download(&self, src: DeviceMem, offset: u64, len: u64) -> DeviceResult<Box<dyn Download + '_>> {
         let transfer = self.new_id();
         self.call_done(&Call::DownloadStart { transfer, src, offset, len }, &[])?;
-        Ok(Box::new(WorkerDownload {
-            context: self,
-            transfer,
-            unasked: len,
-            ahead: VecDeque::new(),
-            ready: Bytes::new(),
-        }))
+        Ok(Box::new(WorkerDownload::new(self, transfer, len)))
     }
 
     fn load_module(&self, source: &ModuleSource, image: &[u8]) -> DeviceResult<DeviceModule> {
@@ -449,143 +463,5 @@ impl Context for WorkerContext {
 
     fn finishes_in_call(&self) -> bool {
         self.finishes_in_call
-    }
-}
-
-/// A bulk upload: pieces that follow each other are gathered into [`PIECE`]s, of which up to
-/// [`IN_FLIGHT`] are on their way to the worker at once (the network hands over pieces as
-/// small as a TLS record; a round trip each would bound the copy).
-struct WorkerUpload<'a> {
-    context: &'a WorkerContext,
-    transfer: u32,
-    /// Bytes gathered, to land `gathered_at` bytes from the copy's start.
-    gathered: Vec<u8>,
-    gathered_at: u64,
-    in_flight: VecDeque<Receiver<Answer>>,
-    finished: bool,
-}
-
-impl WorkerUpload<'_> {
-    /// Sends what is gathered, waiting first for the oldest piece when enough are in flight.
-    fn send_gathered(&mut self) -> DeviceResult<()> {
-        if self.gathered.is_empty() {
-            return Ok(());
-        }
-        if self.in_flight.len() >= IN_FLIGHT {
-            self.wait_oldest()?;
-        }
-        let call = Call::UploadPiece { transfer: self.transfer, at: self.gathered_at };
-        let answer = self.context.ask(&call, &self.gathered)?;
-        self.in_flight.push_back(answer);
-        self.gathered_at += self.gathered.len() as u64;
-        self.gathered.clear();
-        Ok(())
-    }
-
-    fn wait_oldest(&mut self) -> DeviceResult<()> {
-        match self.in_flight.pop_front() {
-            Some(answer) => wait(&answer).and_then(|(reply, _)| expect_done(reply)),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Upload for WorkerUpload<'_> {
-    fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
-        if at != self.gathered_at + self.gathered.len() as u64 {
-            self.send_gathered()?;
-            self.gathered_at = at;
-        }
-        self.gathered.extend_from_slice(data);
-        if self.gathered.len() >= PIECE {
-            self.send_gathered()?;
-        }
-        Ok(())
-    }
-
-    fn finish(mut self: Box<Self>) -> DeviceResult<()> {
-        let mut first_error = self.send_gathered();
-        while !self.in_flight.is_empty() {
-            first_error = first_error.and(self.wait_oldest());
-        }
-        self.finished = true;
-        first_error.and(self.context.call_done(&Call::UploadFinish { transfer: self.transfer }, &[]))
-    }
-}
-
-impl Drop for WorkerUpload<'_> {
-    fn drop(&mut self) {
-        if !self.finished {
-            self.context.release(&Call::TransferEnd { transfer: self.transfer });
-        }
-    }
-}
-
-/// A bulk download, read from the worker in [`PIECE`]s, up to [`IN_FLIGHT`] of them asked for
-/// ahead of the caller, and handed out in whatever sizes the caller asks for.
-struct WorkerDownload<'a> {
-    context: &'a WorkerContext,
-    transfer: u32,
-    /// Bytes of the copy not yet asked of the worker.
-    unasked: u64,
-    ahead: VecDeque<Receiver<Answer>>,
-    /// Bytes received and not yet handed out.
-    ready: Bytes,
-}
-
-impl WorkerDownload<'_> {
-    /// Keeps [`IN_FLIGHT`] pieces asked for, while the copy has bytes left to ask.
-    fn ask_ahead(&mut self) -> DeviceResult<()> {
-        while self.ahead.len() < IN_FLIGHT && self.unasked > 0 {
-            let len = self.unasked.min(PIECE as u64);
-            let call = Call::DownloadNext { transfer: self.transfer, len };
-            self.ahead.push_back(self.context.ask(&call, &[])?);
-            self.unasked -= len;
-        }
-        Ok(())
-    }
-
-    /// Makes sure some bytes are ready.
-    fn receive(&mut self) -> DeviceResult<()> {
-        self.ask_ahead()?;
-        if self.ready.is_empty() {
-            let Some(answer) = self.ahead.pop_front() else {
-                return Err(WireError::new(ErrorKind::OutOfBounds, "read past the end of the copy"));
-            };
-            let (reply, payload) = wait(&answer)?;
-            expect_done(reply)?;
-            self.ready = Bytes::from(payload);
-            self.ask_ahead()?;
-        }
-        Ok(())
-    }
-}
-
-impl Download for WorkerDownload<'_> {
-    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
-        self.receive()?;
-        if len <= self.ready.len() {
-            return Ok(self.ready.split_to(len));
-        }
-        let mut out = vec![0u8; len];
-        self.next_into(&mut out)?;
-        Ok(Bytes::from(out))
-    }
-
-    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
-        let mut filled = 0;
-        while filled < out.len() {
-            self.receive()?;
-            let n = self.ready.len().min(out.len() - filled);
-            out[filled..filled + n].copy_from_slice(&self.ready.split_to(n));
-            filled += n;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for WorkerDownload<'_> {
-    fn drop(&mut self) {
-        self.context.release(&Call::TransferEnd { transfer: self.transfer });
     }
 }

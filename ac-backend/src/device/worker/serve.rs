@@ -14,17 +14,20 @@ use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::WireError;
 
-use super::wire::{read_frame, write_frame, Call, Frame, Reply};
+use super::shared::Region;
+use super::wire::{read_frame, write_frame, Call, Frame, Reply, Shared};
 use crate::device::{Context, Device, DeviceResult};
 
 /// Replies, written whole under the lock.
 type Out = Arc<Mutex<BufWriter<io::Stdout>>>;
 
 /// The worker process's work: opens GPU `index` as `config` says and serves one session's
-/// calls on it. A device that cannot be opened is reported as the first frame.
-pub fn run_worker(config: &crate::BackendConfig, index: u32) -> io::Result<()> {
+/// calls on it, bulk copies through the shared region the backend handed down as descriptor
+/// `shared`, if any. A device that cannot be opened is reported as the first frame.
+pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>) -> io::Result<()> {
+    let region = shared.map(Region::inherited).transpose()?.map(Arc::new);
     match open_gpu(config, index) {
-        Ok(device) => serve(device),
+        Ok(device) => serve(device, region),
         Err(why) => {
             let out: Out = Arc::new(Mutex::new(BufWriter::new(io::stdout())));
             send(&out, 0, &Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why)), &[])
@@ -50,8 +53,9 @@ fn open_gpu(_config: &crate::BackendConfig, _index: u32) -> Result<Arc<dyn Devic
 }
 
 /// Opens a context on `device` and serves calls from stdin until it closes (the session
-/// ended). The context is released before this returns.
-pub fn serve(device: Arc<dyn Device>) -> io::Result<()> {
+/// ended), bulk copies' pieces through `region` where a call names a slot of it. The context
+/// is released before this returns.
+pub fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>) -> io::Result<()> {
     let out: Out = Arc::new(Mutex::new(BufWriter::with_capacity(1 << 20, io::stdout())));
     let context = match device.open_context() {
         Ok(context) => context,
@@ -65,7 +69,7 @@ pub fn serve(device: Arc<dyn Device>) -> io::Result<()> {
         match (&frame.header, frame.header.transfer()) {
             (_, Some(transfer)) => transfers.forward(transfer, frame, &out),
             (Call::UploadStart { transfer, .. } | Call::DownloadStart { transfer, .. }, None) => {
-                transfers.start(*transfer, frame, &context, &out)
+                transfers.start(*transfer, frame, &context, region.clone(), &out)
             }
             // A launch only queues work: run it here, sparing a thread hand-over on the path
             // whose latency users see most.
@@ -82,12 +86,19 @@ struct Transfers(Arc<Mutex<HashMap<u32, Sender<Frame<Call>>>>>);
 
 impl Transfers {
     /// Starts the copy that `frame` asks for on a thread of its own.
-    fn start(&self, transfer: u32, frame: Frame<Call>, context: &Arc<dyn Context>, out: &Out) {
+    fn start(
+        &self,
+        transfer: u32,
+        frame: Frame<Call>,
+        context: &Arc<dyn Context>,
+        region: Option<Arc<Region>>,
+        out: &Out,
+    ) {
         let (tx, rx) = channel();
         self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(transfer, tx);
         let (this, context, out) = (self.clone(), context.clone(), out.clone());
         let started = std::thread::Builder::new().name("ac-worker-copy".into()).spawn(move || {
-            run_transfer(&*context, frame, rx, &out);
+            run_transfer(&*context, frame, rx, region.as_deref(), &out);
             this.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&transfer);
         });
         if let Err(e) = started {
@@ -111,14 +122,29 @@ impl Transfers {
 }
 
 /// Runs one bulk copy: its start, then the calls for it until it finishes or ends.
-fn run_transfer(context: &dyn Context, start: Frame<Call>, calls: Receiver<Frame<Call>>, out: &Out) {
+fn run_transfer(
+    context: &dyn Context,
+    start: Frame<Call>,
+    calls: Receiver<Frame<Call>>,
+    region: Option<&Region>,
+    out: &Out,
+) {
     match start.header {
         Call::UploadStart { dst, offset, len, .. } => match context.upload(dst, offset, len) {
             Ok(mut upload) => {
                 answer(out, start.id, (Reply::Done, Vec::new()));
                 while let Ok(call) = calls.recv() {
                     match call.header {
-                        Call::UploadPiece { at, .. } => answer(out, call.id, done(upload.push(at, &call.payload))),
+                        Call::UploadPiece { at, shared: None, .. } => {
+                            answer(out, call.id, done(upload.push(at, &call.payload)))
+                        }
+                        Call::UploadPiece { at, shared: Some(Shared { slot, len }), .. } => {
+                            // SAFETY: the backend wrote the slot before this call and leaves it
+                            // alone until the answer (`shared`'s protocol).
+                            #[allow(unsafe_code)]
+                            let piece = unsafe { slot_of(region, slot, len as u64) };
+                            answer(out, call.id, done(piece.and_then(|piece| upload.push(at, piece))))
+                        }
                         Call::UploadFinish { .. } => return answer(out, call.id, done(upload.finish())),
                         _ => return,
                     }
@@ -130,18 +156,44 @@ fn run_transfer(context: &dyn Context, start: Frame<Call>, calls: Receiver<Frame
             Ok(mut download) => {
                 answer(out, start.id, (Reply::Done, Vec::new()));
                 while let Ok(call) = calls.recv() {
-                    let Call::DownloadNext { len, .. } = call.header else { return };
-                    let mut bytes = vec![0u8; len as usize]; // at most a chunk: the backend asks
-                    match download.next_into(&mut bytes) {
-                        Ok(()) => answer(out, call.id, (Reply::Done, bytes)),
-                        Err(e) => answer(out, call.id, (Reply::Failed(e), Vec::new())),
-                    }
+                    let Call::DownloadNext { len, slot, .. } = call.header else { return };
+                    let reply = match slot {
+                        Some(slot) => {
+                            // SAFETY: the backend leaves the slot alone from this call until its
+                            // answer (`shared`'s protocol).
+                            #[allow(unsafe_code)]
+                            let piece = unsafe { slot_of(region, slot, len) };
+                            done(piece.and_then(|piece| download.next_into(piece)))
+                        }
+                        None => {
+                            let mut bytes = vec![0u8; len as usize]; // at most a piece: the backend asks
+                            match download.next_into(&mut bytes) {
+                                Ok(()) => (Reply::Done, bytes),
+                                Err(e) => (Reply::Failed(e), Vec::new()),
+                            }
+                        }
+                    };
+                    answer(out, call.id, reply)
                 }
             }
             Err(e) => answer(out, start.id, (Reply::Failed(e), Vec::new())),
         },
         _ => {}
     }
+}
+
+/// The first `len` bytes of slot `slot` of `region`, or why there are none.
+///
+/// # Safety
+/// As [`Region::slot`]: the call being served holds the slot.
+#[allow(unsafe_code, clippy::mut_from_ref)]
+unsafe fn slot_of(region: Option<&Region>, slot: u32, len: u64) -> DeviceResult<&mut [u8]> {
+    let internal = |why: String| WireError::new(ac_proto::backend::ErrorKind::Internal, why);
+    let region = region.ok_or_else(|| internal("a piece in shared memory, but this worker has none".into()))?;
+    let len = usize::try_from(len).map_err(|_| internal(format!("a piece of {len} bytes")))?;
+    // SAFETY: the caller's contract.
+    unsafe { region.slot(slot as usize, len) }
+        .ok_or_else(|| internal(format!("no slot {slot} of {len} bytes in the shared region")))
 }
 
 /// A reply with no value, or the error.

@@ -49,16 +49,27 @@ pub enum Call {
     Synchronize { stream: DeviceStream },
     /// `upload`: starts bulk copy `transfer` (an id the backend chose) into the device.
     UploadStart { transfer: u32, dst: DeviceMem, offset: u64, len: u64 },
-    /// `Upload::push` to `transfer`; the payload is the piece.
-    UploadPiece { transfer: u32, at: u64 },
+    /// `Upload::push` to `transfer`: the piece is the payload, or in a slot of the shared region.
+    UploadPiece { transfer: u32, at: u64, shared: Option<Shared> },
     /// `Upload::finish` of `transfer`.
     UploadFinish { transfer: u32 },
     /// `download`: starts bulk copy `transfer` out of the device.
     DownloadStart { transfer: u32, src: DeviceMem, offset: u64, len: u64 },
-    /// `Download::next` of `len` bytes of `transfer`; the reply's payload is the bytes.
-    DownloadNext { transfer: u32, len: u64 },
+    /// `Download::next` of `len` bytes of `transfer`: into slot `slot` of the shared region, or
+    /// (`None`) as the reply's payload.
+    DownloadNext { transfer: u32, len: u64, slot: Option<u32> },
     /// Drops `transfer`, finished or not (no reply).
     TransferEnd { transfer: u32 },
+}
+
+/// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot
+/// `slot`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Shared {
+    /// The slot.
+    pub slot: u32,
+    /// Bytes of it that hold the piece.
+    pub len: u32,
 }
 
 impl Call {

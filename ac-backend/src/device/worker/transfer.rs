@@ -1,0 +1,279 @@
+//! The backend's side of a bulk copy through a worker: pieces of up to [`PIECE`] bytes, up to
+//! [`IN_FLIGHT`] of them on their way at once (the network hands over pieces as small as a TLS
+//! record; a round trip each would bound the copy). A piece lies in a slot of the copy's bay of
+//! the shared region ([`super::shared`]) when the copy got one; otherwise it is a frame's
+//! payload on the pipe.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::Receiver;
+
+use ac_proto::backend::{ErrorKind, WireError};
+use bytes::Bytes;
+
+use super::shared::{Bay, IN_FLIGHT, PIECE};
+use super::wire::{Call, Shared};
+use super::{expect_done, wait, Answer, WorkerContext};
+use crate::device::{DeviceResult, Download, Upload};
+
+/// A free bay of `context`'s region, if it has one.
+fn take_bay(context: &WorkerContext) -> Option<Bay> {
+    context.bays.as_ref().and_then(|bays| bays.take())
+}
+
+/// Frees `bay` once `answers` have come: until then the worker may still read or write its
+/// slots for a copy given up halfway, and another copy must not get them.
+fn free_after(bay: Option<Bay>, answers: Vec<Receiver<Answer>>) {
+    let Some(bay) = bay else { return };
+    if answers.is_empty() {
+        return;
+    }
+    // The answers come as the worker gets through the copy's calls, or all at once when it ends.
+    let waited = std::thread::Builder::new().name("ac-worker-bay".into()).spawn(move || {
+        for answer in answers {
+            let _ = answer.recv();
+        }
+        drop(bay);
+    });
+    if let Err(e) = waited {
+        // Without a thread to wait, the bay stays taken: the session's copies use the pipe.
+        tracing::debug!("cannot free a bay of shared memory: {e}");
+    }
+}
+
+/// A bulk upload: pieces that follow each other are gathered into one piece.
+pub(super) struct WorkerUpload<'a> {
+    context: &'a WorkerContext,
+    transfer: u32,
+    /// The slots the pieces go through, or none (the pipe).
+    bay: Option<Bay>,
+    /// The piece being gathered, when it goes through the pipe.
+    piece: Vec<u8>,
+    /// Pieces sent: the one being gathered is piece `sent` of the copy (which picks its slot).
+    sent: u64,
+    /// Bytes gathered, to land `gathered_at` bytes from the copy's start.
+    gathered: usize,
+    gathered_at: u64,
+    in_flight: VecDeque<Receiver<Answer>>,
+    finished: bool,
+}
+
+impl<'a> WorkerUpload<'a> {
+    /// Upload `transfer`, which the worker has started, through a bay if one is free.
+    pub(super) fn new(context: &'a WorkerContext, transfer: u32) -> Self {
+        let bay = take_bay(context);
+        let piece = if bay.is_some() { Vec::new() } else { Vec::with_capacity(PIECE) };
+        Self {
+            context,
+            transfer,
+            bay,
+            piece,
+            sent: 0,
+            gathered: 0,
+            gathered_at: 0,
+            in_flight: VecDeque::new(),
+            finished: false,
+        }
+    }
+
+    /// Copies as much of `data` as the piece has room for behind what is gathered; how much.
+    fn gather(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(PIECE - self.gathered);
+        match &self.bay {
+            Some(bay) => {
+                // SAFETY: the slot of the piece being gathered: the call of the piece before
+                // it in this slot was answered before this piece's first byte (`send_gathered`
+                // keeps at most IN_FLIGHT in flight, and a bay has one slot more), and no other
+                // slice of it lives.
+                #[allow(unsafe_code)]
+                let slot = unsafe { bay.slot(bay.slot_for(self.sent), self.gathered + n) };
+                slot[self.gathered..].copy_from_slice(&data[..n]);
+            }
+            None => self.piece.extend_from_slice(&data[..n]),
+        }
+        self.gathered += n;
+        n
+    }
+
+    /// Sends what is gathered, waiting first for the oldest piece when enough are in flight.
+    fn send_gathered(&mut self) -> DeviceResult<()> {
+        if self.gathered == 0 {
+            return Ok(());
+        }
+        if self.in_flight.len() >= IN_FLIGHT {
+            self.wait_oldest()?;
+        }
+        let (transfer, at) = (self.transfer, self.gathered_at);
+        let shared = self.bay.as_ref().map(|bay| Shared { slot: bay.slot_for(self.sent), len: self.gathered as u32 });
+        let answer = self.context.ask(&Call::UploadPiece { transfer, at, shared }, &self.piece)?;
+        self.in_flight.push_back(answer);
+        self.piece.clear();
+        self.sent += 1;
+        self.gathered_at += self.gathered as u64;
+        self.gathered = 0;
+        Ok(())
+    }
+
+    fn wait_oldest(&mut self) -> DeviceResult<()> {
+        match self.in_flight.pop_front() {
+            Some(answer) => wait(&answer).and_then(|(reply, _)| expect_done(reply)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Upload for WorkerUpload<'_> {
+    fn push(&mut self, at: u64, mut data: &[u8]) -> DeviceResult<()> {
+        if at != self.gathered_at + self.gathered as u64 {
+            self.send_gathered()?;
+            self.gathered_at = at;
+        }
+        while !data.is_empty() {
+            let n = self.gather(data);
+            data = &data[n..];
+            if self.gathered == PIECE {
+                self.send_gathered()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> DeviceResult<()> {
+        let mut first_error = self.send_gathered();
+        while !self.in_flight.is_empty() {
+            first_error = first_error.and(self.wait_oldest());
+        }
+        self.finished = true;
+        first_error.and(self.context.call_done(&Call::UploadFinish { transfer: self.transfer }, &[]))
+    }
+}
+
+impl Drop for WorkerUpload<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.context.release(&Call::TransferEnd { transfer: self.transfer });
+        }
+        free_after(self.bay.take(), self.in_flight.drain(..).collect());
+    }
+}
+
+/// A bulk download, read from the worker in pieces asked for ahead of the caller, and handed
+/// out in whatever sizes the caller asks for.
+pub(super) struct WorkerDownload<'a> {
+    context: &'a WorkerContext,
+    transfer: u32,
+    /// The slots the pieces come through, or none (the pipe).
+    bay: Option<Bay>,
+    /// Bytes of the copy not yet asked of the worker.
+    unasked: u64,
+    /// Pieces asked for: the next one is piece `asked` of the copy (which picks its slot).
+    asked: u64,
+    /// Pieces asked for and not yet handed out: the answer, the slot and the length.
+    ahead: VecDeque<(Receiver<Answer>, Option<u32>, usize)>,
+    /// The piece being handed out.
+    ready: Ready,
+}
+
+/// The piece a download is handing out.
+enum Ready {
+    /// Bytes that came through the pipe.
+    Payload(Bytes),
+    /// The bytes `at..end` of a slot.
+    Slot { slot: u32, at: usize, end: usize },
+}
+
+impl<'a> WorkerDownload<'a> {
+    /// Download `transfer` of `len` bytes, which the worker has started, through a bay if one
+    /// is free.
+    pub(super) fn new(context: &'a WorkerContext, transfer: u32, len: u64) -> Self {
+        let bay = take_bay(context);
+        let ready = Ready::Payload(Bytes::new());
+        Self { context, transfer, bay, unasked: len, asked: 0, ahead: VecDeque::new(), ready }
+    }
+
+    /// Keeps [`IN_FLIGHT`] pieces asked for, while the copy has bytes left to ask.
+    fn ask_ahead(&mut self) -> DeviceResult<()> {
+        while self.ahead.len() < IN_FLIGHT && self.unasked > 0 {
+            let len = self.unasked.min(PIECE as u64);
+            let slot = self.bay.as_ref().map(|bay| bay.slot_for(self.asked));
+            let answer = self.context.ask(&Call::DownloadNext { transfer: self.transfer, len, slot }, &[])?;
+            self.ahead.push_back((answer, slot, len as usize));
+            self.asked += 1;
+            self.unasked -= len;
+        }
+        Ok(())
+    }
+
+    /// Makes sure some bytes are ready.
+    fn receive(&mut self) -> DeviceResult<()> {
+        self.ask_ahead()?;
+        if self.ready_len() == 0 {
+            let Some((answer, slot, len)) = self.ahead.pop_front() else {
+                return Err(WireError::new(ErrorKind::OutOfBounds, "read past the end of the copy"));
+            };
+            let (reply, payload) = wait(&answer)?;
+            expect_done(reply)?;
+            self.ready = match slot {
+                Some(slot) => Ready::Slot { slot, at: 0, end: len },
+                None => Ready::Payload(Bytes::from(payload)),
+            };
+            // Asked only now: the slot of the piece handed out before this one is free again.
+            self.ask_ahead()?;
+        }
+        Ok(())
+    }
+
+    fn ready_len(&self) -> usize {
+        match &self.ready {
+            Ready::Payload(bytes) => bytes.len(),
+            Ready::Slot { at, end, .. } => end - at,
+        }
+    }
+
+    /// Moves up to `out.len()` ready bytes into `out`; how many.
+    fn take_into(&mut self, out: &mut [u8]) -> usize {
+        let n = self.ready_len().min(out.len());
+        match (&mut self.ready, &self.bay) {
+            (Ready::Payload(bytes), _) => out[..n].copy_from_slice(&bytes.split_to(n)),
+            (Ready::Slot { slot, at, .. }, Some(bay)) => {
+                // SAFETY: the slot's piece was answered, and the slot is asked again only after
+                // this piece is handed out (`receive`); the slice ends here.
+                #[allow(unsafe_code)]
+                let piece = unsafe { bay.slot(*slot, *at + n) };
+                out[..n].copy_from_slice(&piece[*at..]);
+                *at += n;
+            }
+            (Ready::Slot { .. }, None) => unreachable!("a slot is only ever ready through a bay"),
+        }
+        n
+    }
+}
+
+impl Download for WorkerDownload<'_> {
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
+        self.receive()?;
+        if let Ready::Payload(bytes) = &mut self.ready {
+            if len <= bytes.len() {
+                return Ok(bytes.split_to(len));
+            }
+        }
+        let mut out = vec![0u8; len];
+        self.next_into(&mut out)?;
+        Ok(Bytes::from(out))
+    }
+
+    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        let mut filled = 0;
+        while filled < out.len() {
+            self.receive()?;
+            filled += self.take_into(&mut out[filled..]);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WorkerDownload<'_> {
+    fn drop(&mut self) {
+        self.context.release(&Call::TransferEnd { transfer: self.transfer });
+        free_after(self.bay.take(), self.ahead.drain(..).map(|(answer, ..)| answer).collect());
+    }
+}
