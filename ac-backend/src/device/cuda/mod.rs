@@ -17,9 +17,11 @@
 //! [`ErrorKind::ContextLost`] from then on. Other sessions on the same GPU go on, and so does
 //! the backend. A worker's one session runs in the worker's primary context
 //! ([`context::CudaContext::in_primary`]): no second context. With `isolation = "context"` the
-//! contexts live in the backend's process: a session opens a little faster and copies move up
-//! to twice as much, and a fault ends every session of the backend (measured in
-//! `BENCHMARKS.md`, "CUDA device on a GPU").
+//! contexts live in the backend's process: a session opens a little faster and copies move
+//! more (twice as much on the H100 while a worker's copies crossed pipes; since they cross
+//! shared memory, 1.1-1.5 times as much on the CUDA stand-in), and a fault ends every session
+//! of the backend (measured in `BENCHMARKS.md`, "CUDA device on a GPU" and "Session workers'
+//! copies through shared memory").
 //!
 //! The cost, per session: the context's creation (paid when the session opens, off the async
 //! threads) and its device memory (the driver reserves memory for each context's local memory,

@@ -342,42 +342,41 @@ impl<'a> PinnedDownload<'a> {
         Ok(())
     }
 
-    /// Without pinned buffers: a synchronous read through the driver's staging.
-    fn read_direct(&mut self, len: usize) -> DeviceResult<Bytes> {
-        let mut piece = BytesMut::zeroed(len);
-        // SAFETY: `piece` outlives the copy (the stream is synchronized below); the source
-        // range lies inside the checked copy.
+    /// Without pinned buffers: a synchronous read through the driver's staging, into `out`.
+    fn read_direct_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        // SAFETY: `out` outlives the copy (the stream is synchronized below); the source range
+        // lies inside the checked copy (`next` and `next_into` keep within it).
         unsafe {
             let code = sys::cuMemcpyDtoHAsync_v2(
-                piece.as_mut_ptr() as *mut c_void,
+                out.as_mut_ptr() as *mut c_void,
                 self.address + self.issued,
-                len,
+                out.len(),
                 self.lane.stream.0,
             );
             self.lane.context.check("cuMemcpyDtoHAsync", code)?;
         }
         self.lane.finish()?;
-        self.issued += len as u64;
-        Ok(piece.freeze())
+        self.issued += out.len() as u64;
+        Ok(())
     }
-}
 
-impl Download for PinnedDownload<'_> {
-    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
-        self.lane.context.enter()?;
-        if self.lane.slots.is_empty() {
-            let len = (len as u64).min(self.len - self.issued) as usize;
-            return self.read_direct(len);
-        }
-        let mut piece = BytesMut::with_capacity(len);
-        while piece.len() < len {
+    /// Bytes read from the device and not yet handed out.
+    fn held(&self) -> usize {
+        self.in_flight.iter().map(|&(_, filled, taken)| filled - taken).sum()
+    }
+
+    /// Hands up to `want` bytes of the chunks read ahead to `put`, in order, waiting for each
+    /// chunk's DMA; how many (fewer only at the copy's end).
+    fn hand_out(&mut self, want: usize, mut put: impl FnMut(&[u8])) -> DeviceResult<usize> {
+        let mut given = 0;
+        while given < want {
             let Some(&(slot, filled, taken)) = self.in_flight.front() else { break };
             if taken == 0 {
                 self.lane.wait(slot)?;
             }
-            let n = (filled - taken).min(len - piece.len());
-            let buffer = &mut self.lane.slots[slot].buffer;
-            piece.extend_from_slice(&buffer.as_mut_slice()[taken..taken + n]);
+            let n = (filled - taken).min(want - given);
+            put(&self.lane.slots[slot].buffer.as_mut_slice()[taken..taken + n]);
+            given += n;
             if taken + n == filled {
                 self.in_flight.pop_front();
                 self.idle.push(slot);
@@ -386,6 +385,36 @@ impl Download for PinnedDownload<'_> {
                 self.in_flight.front_mut().expect("front exists").2 = taken + n;
             }
         }
+        Ok(given)
+    }
+}
+
+impl Download for PinnedDownload<'_> {
+    fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
+        self.lane.context.enter()?;
+        if self.lane.slots.is_empty() {
+            let mut piece = BytesMut::zeroed((len as u64).min(self.len - self.issued) as usize);
+            self.read_direct_into(&mut piece)?;
+            return Ok(piece.freeze());
+        }
+        let mut piece = BytesMut::with_capacity(len);
+        self.hand_out(len, |bytes| piece.extend_from_slice(bytes))?;
         Ok(piece.freeze())
+    }
+
+    /// Straight from the pinned buffers into `out` (a lane's record, a session worker's shared
+    /// slot): one host copy, not two through a piece of its own.
+    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        self.lane.context.enter()?;
+        check_piece(self.issued - self.held() as u64, out.len(), self.len)?;
+        if self.lane.slots.is_empty() {
+            return self.read_direct_into(out);
+        }
+        let mut at = 0;
+        self.hand_out(out.len(), |bytes| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        })?;
+        Ok(())
     }
 }
