@@ -16,7 +16,7 @@ use ac_proto::backend::WireError;
 
 use super::shared::Region;
 use super::wire::{read_frame, write_frame, Call, Frame, Reply, Shared};
-use crate::device::{Context, Device, DeviceResult};
+use crate::device::{Context, Device, DeviceResult, Download, Upload};
 
 /// Replies, written whole under the lock.
 type Out = Arc<Mutex<BufWriter<io::Stdout>>>;
@@ -129,56 +129,75 @@ fn run_transfer(
     region: Option<&Region>,
     out: &Out,
 ) {
-    match start.header {
-        Call::UploadStart { dst, offset, len, .. } => match context.upload(dst, offset, len) {
-            Ok(mut upload) => {
-                answer(out, start.id, (Reply::Done, Vec::new()));
-                while let Ok(call) = calls.recv() {
-                    match call.header {
-                        Call::UploadPiece { at, shared: None, .. } => {
-                            answer(out, call.id, done(upload.push(at, &call.payload)))
-                        }
-                        Call::UploadPiece { at, shared: Some(Shared { slot, len }), .. } => {
-                            // SAFETY: the backend wrote the slot before this call and leaves it
-                            // alone until the answer (`shared`'s protocol).
-                            #[allow(unsafe_code)]
-                            let piece = unsafe { slot_of(region, slot, len as u64) };
-                            answer(out, call.id, done(piece.and_then(|piece| upload.push(at, piece))))
-                        }
-                        Call::UploadFinish { .. } => return answer(out, call.id, done(upload.finish())),
-                        _ => return,
-                    }
+    let started = match start.header {
+        Call::UploadStart { dst, offset, len, .. } => {
+            context.upload(dst, offset, len).map(|upload| serve_upload(upload, &calls, region, out, start.id))
+        }
+        Call::DownloadStart { src, offset, len, .. } => {
+            context.download(src, offset, len).map(|download| serve_download(download, &calls, region, out, start.id))
+        }
+        _ => Ok(()),
+    };
+    if let Err(e) = started {
+        answer(out, start.id, (Reply::Failed(e), Vec::new()));
+    }
+}
+
+/// Answers the upload's start (call `id`), then its pieces, until it finishes or ends.
+fn serve_upload(
+    mut upload: Box<dyn Upload + '_>,
+    calls: &Receiver<Frame<Call>>,
+    region: Option<&Region>,
+    out: &Out,
+    id: u32,
+) {
+    answer(out, id, (Reply::Done, Vec::new()));
+    while let Ok(call) = calls.recv() {
+        let pushed = match call.header {
+            Call::UploadPiece { at, shared: None, .. } => upload.push(at, &call.payload),
+            Call::UploadPiece { at, shared: Some(Shared { slot, len }), .. } => {
+                // SAFETY: the backend wrote the slot before this call and leaves it alone until
+                // the answer (`shared`'s protocol).
+                #[allow(unsafe_code)]
+                let piece = unsafe { slot_of(region, slot, len as u64) };
+                piece.and_then(|piece| upload.push(at, piece))
+            }
+            Call::UploadFinish { .. } => return answer(out, call.id, done(upload.finish())),
+            _ => return,
+        };
+        answer(out, call.id, done(pushed));
+    }
+}
+
+/// Answers the download's start (call `id`), then its pieces, each into its slot or as the
+/// reply's payload, until it ends.
+fn serve_download(
+    mut download: Box<dyn Download + '_>,
+    calls: &Receiver<Frame<Call>>,
+    region: Option<&Region>,
+    out: &Out,
+    id: u32,
+) {
+    answer(out, id, (Reply::Done, Vec::new()));
+    while let Ok(call) = calls.recv() {
+        let Call::DownloadNext { len, slot, .. } = call.header else { return };
+        let reply = match slot {
+            Some(slot) => {
+                // SAFETY: the backend leaves the slot alone from this call until its answer
+                // (`shared`'s protocol).
+                #[allow(unsafe_code)]
+                let piece = unsafe { slot_of(region, slot, len) };
+                done(piece.and_then(|piece| download.next_into(piece)))
+            }
+            None => {
+                let mut bytes = vec![0u8; len as usize]; // at most a piece: the backend asks
+                match download.next_into(&mut bytes) {
+                    Ok(()) => (Reply::Done, bytes),
+                    Err(e) => (Reply::Failed(e), Vec::new()),
                 }
             }
-            Err(e) => answer(out, start.id, (Reply::Failed(e), Vec::new())),
-        },
-        Call::DownloadStart { src, offset, len, .. } => match context.download(src, offset, len) {
-            Ok(mut download) => {
-                answer(out, start.id, (Reply::Done, Vec::new()));
-                while let Ok(call) = calls.recv() {
-                    let Call::DownloadNext { len, slot, .. } = call.header else { return };
-                    let reply = match slot {
-                        Some(slot) => {
-                            // SAFETY: the backend leaves the slot alone from this call until its
-                            // answer (`shared`'s protocol).
-                            #[allow(unsafe_code)]
-                            let piece = unsafe { slot_of(region, slot, len) };
-                            done(piece.and_then(|piece| download.next_into(piece)))
-                        }
-                        None => {
-                            let mut bytes = vec![0u8; len as usize]; // at most a piece: the backend asks
-                            match download.next_into(&mut bytes) {
-                                Ok(()) => (Reply::Done, bytes),
-                                Err(e) => (Reply::Failed(e), Vec::new()),
-                            }
-                        }
-                    };
-                    answer(out, call.id, reply)
-                }
-            }
-            Err(e) => answer(out, start.id, (Reply::Failed(e), Vec::new())),
-        },
-        _ => {}
+        };
+        answer(out, call.id, reply)
     }
 }
 
