@@ -47,15 +47,22 @@ pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Why namespaces cannot be made here, if they cannot (not root, no `ip`, no `nft`).
+/// Why namespaces cannot be made here, if they cannot (not root, no `ip`, no `nft`, no `tc`).
 pub fn unavailable() -> Option<String> {
+    unavailable_with(&["ip", "nft", "tc"])
+}
+
+/// Why namespaces cannot be made here with only `tools` (of `ip`, `nft`, `tc`), if they
+/// cannot: a benchmark that shapes no link and drops nothing needs only `ip`.
+pub fn unavailable_with(tools: &[&str]) -> Option<String> {
     let uid = run("id", &["-u"]).unwrap_or_default();
     if uid.trim() != "0" {
         return Some("not root: network namespaces need CAP_SYS_ADMIN".into());
     }
-    for tool in [("ip", "-V"), ("nft", "--version"), ("tc", "-V")] {
-        if run(tool.0, &[tool.1]).is_err() {
-            return Some(format!("`{}` is missing (scripts/install-packages installs it)", tool.0));
+    for tool in tools {
+        let version = if *tool == "nft" { "--version" } else { "-V" };
+        if run(tool, &[version]).is_err() {
+            return Some(format!("`{tool}` is missing (scripts/install-packages installs it)"));
         }
     }
     None

@@ -13,10 +13,11 @@ use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
 
 use crate::control::ControlStream;
-use crate::lane::{Broken, Lanes, Payload};
+use crate::lane::{Broken, Lanes, Payload, Slot};
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
+use crate::stripes;
 use crate::{Error, Result};
 
 /// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
@@ -250,15 +251,15 @@ impl Accelerator {
         }
         let after = self.copy_position().await?;
         if let Some(lanes) = self.lanes().await {
-            let stripes = stripes(lanes.usable(), Direction::HostToDevice, dst, data.len(), &options, after);
+            let stripes = stripes::split(lanes.usable(), Direction::HostToDevice, dst, data.len(), &options, after);
+            let (slots, claimed) = stripes::slots(lanes, stripes.len());
             let copies = stripes
                 .into_iter()
-                .enumerate()
-                .map(|(i, (range, header))| self.lane_copy(lanes, i, header, Payload::ToDevice(&data[range])));
-            try_join_all(copies).await?;
-            return Ok(());
+                .zip(slots)
+                .map(|((range, header), slot)| self.lane_copy(lanes, slot, header, Payload::ToDevice(&data[range])));
+            return stripes::run(copies.collect(), claimed).await;
         }
-        let stripes = stripes(self.inner.data.len(), Direction::HostToDevice, dst, data.len(), &options, after);
+        let stripes = stripes::split(self.inner.data.len(), Direction::HostToDevice, dst, data.len(), &options, after);
         let copies = stripes
             .into_iter()
             .enumerate()
@@ -280,10 +281,10 @@ impl Accelerator {
     /// A partition stalls a lane's TCP for minutes of retransmissions, where the session's QUIC
     /// connection gives up within its idle timeout: the copy ends with the session, its lane
     /// dropped (closed, never reused).
-    async fn lane_copy(&self, lanes: &Lanes, index: usize, header: BulkHeader, payload: Payload<'_>) -> Result<()> {
+    async fn lane_copy(&self, lanes: &Lanes, slot: Slot<'_>, header: BulkHeader, payload: Payload<'_>) -> Result<()> {
         let copied = tokio::select! {
             biased;
-            copied = lanes.copy(index, header, payload) => copied,
+            copied = lanes.copy(slot, header, payload) => copied,
             reason = self.inner.control.closed() => return Err(reason.into()),
         };
         match copied {
@@ -312,52 +313,37 @@ impl Accelerator {
             };
         }
         let after = self.copy_position().await?;
-        let lanes = self.lanes().await;
-        let count = lanes.map_or(self.inner.data.len(), Lanes::usable);
-        let stripes = stripes(count, Direction::DeviceToHost, src, out.len(), &options, after);
-        let mut rest = out;
-        let mut jobs = Vec::with_capacity(stripes.len());
-        for (i, (range, header)) in stripes.into_iter().enumerate() {
-            let (head, tail) = rest.split_at_mut(range.len());
-            rest = tail;
-            jobs.push(async move {
-                match lanes {
-                    Some(lanes) => self.lane_copy(lanes, i, header, Payload::FromDevice(head)).await,
-                    None => bulk_read(&self.inner.data[i], header, head).await,
-                }
-            });
-        }
-        try_join_all(jobs).await?;
-        Ok(())
+        let Some(lanes) = self.lanes().await else {
+            let stripes =
+                stripes::split(self.inner.data.len(), Direction::DeviceToHost, src, out.len(), &options, after);
+            let copies = each_part(out, stripes)
+                .enumerate()
+                .map(|(i, (head, header))| bulk_read(&self.inner.data[i], header, head));
+            return try_join_all(copies).await.map(drop);
+        };
+        let stripes = stripes::split(lanes.usable(), Direction::DeviceToHost, src, out.len(), &options, after);
+        let (slots, claimed) = stripes::slots(lanes, stripes.len());
+        let copies = each_part(out, stripes)
+            .zip(slots)
+            .map(|((head, header), slot)| self.lane_copy(lanes, slot, header, Payload::FromDevice(head)));
+        stripes::run(copies.collect(), claimed).await
     }
+}
+
+/// `out` cut into the parts that `stripes` cover, each with its stripe's header.
+fn each_part(
+    mut out: &mut [u8],
+    stripes: Vec<(std::ops::Range<usize>, BulkHeader)>,
+) -> impl Iterator<Item = (&mut [u8], BulkHeader)> {
+    stripes.into_iter().map(move |(range, header)| {
+        let (head, tail) = std::mem::take(&mut out).split_at_mut(range.len());
+        out = tail;
+        (head, header)
+    })
 }
 
 /// How long a broken lane waits for the session's close reason, which explains it better.
 const LANE_REASON_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Splits `len` bytes over `count` carriers (lanes or connections), in 64 KiB-aligned contiguous
-/// stripes of at least `options.stripe_min` unless there is only one. Each stripe comes with the
-/// header of its bulk copy: `len` bytes at `ptr` in all, the copy following position `after`.
-fn stripes(
-    count: usize,
-    direction: Direction,
-    ptr: DevicePtr,
-    len: usize,
-    options: &CopyOptions,
-    after: u64,
-) -> Vec<(std::ops::Range<usize>, BulkHeader)> {
-    let n = count.min(len / options.stripe_min.max(1)).max(1);
-    let per = len.div_ceil(n).next_multiple_of(64 << 10);
-    (0..n)
-        .map(|i| (i * per).min(len)..((i + 1) * per).min(len))
-        .filter(|r| !r.is_empty())
-        .map(|range| {
-            let at = DevicePtr { buffer: ptr.buffer, offset: ptr.offset + range.start as u64 };
-            let len = range.len() as u64;
-            (range, BulkHeader { direction, ptr: at, len, pipelined: options.pipelined, after })
-        })
-        .collect()
-}
 
 pub(crate) fn unexpected(answer: Answer) -> Error {
     Error::Protocol(format!("unexpected answer {answer:?}"))

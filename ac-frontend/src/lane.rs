@@ -29,6 +29,14 @@ const DIAL_LIMIT: Duration = Duration::from_secs(3);
 /// One open lane.
 type Lane = FrameReader<LaneStream<LaneTls>>;
 
+/// The slot of the lane a stripe runs on: claimed before the copy started, or waited for by it.
+pub(crate) enum Slot<'a> {
+    /// Held already ([`Lanes::claim`]).
+    Claimed(tokio::sync::MutexGuard<'a, Option<Lane>>),
+    /// Slot `index`, locked when the stripe starts.
+    Index(usize),
+}
+
 /// What a lane failure was: the copy's outcome is unknown and the lane is closed.
 #[derive(Debug)]
 pub(crate) struct Broken(pub(crate) ProtoError);
@@ -126,17 +134,27 @@ impl Lanes {
         matches!(dialed, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
     }
 
-    /// Runs a copy on lane `index`, dialing it first when its slot is empty. `Ok(Err(_))`: the
-    /// backend refused or failed the copy (or no lane could be dialed) and the lane goes on;
+    /// The first `count` slots, if no copy holds any of them now: a copy that holds all its
+    /// slots before it starts waits for nothing else of this program's (see `stripes.rs`).
+    pub(crate) fn claim(&self, count: usize) -> Option<Vec<Slot<'_>>> {
+        let slots = self.slots.get(..count)?;
+        slots.iter().map(|slot| slot.try_lock().ok().map(Slot::Claimed)).collect()
+    }
+
+    /// Runs a copy on the lane of `slot`, dialing it first when the slot is empty. `Ok(Err(_))`:
+    /// the backend refused or failed the copy (or no lane could be dialed) and the lane goes on;
     /// `Err(Broken)`: the lane broke. The lane goes back to its slot only if the copy left it in
     /// step.
     pub(crate) async fn copy(
         &self,
-        index: usize,
+        slot: Slot<'_>,
         header: BulkHeader,
         payload: Payload<'_>,
     ) -> std::result::Result<Result<()>, Broken> {
-        let mut slot = self.slots[index].lock().await;
+        let mut slot = match slot {
+            Slot::Claimed(slot) => slot,
+            Slot::Index(index) => self.slots[index].lock().await,
+        };
         // A lane whose keys could not carry the whole copy is closed: a fresh one has fresh keys.
         let mut lane = match slot.take().filter(|lane| lane.stream().0.fits(header.len)) {
             Some(lane) => lane,

@@ -20,7 +20,9 @@
 //!   manager's client.
 //! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
 //!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it;
-//!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them;
+//!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them,
+//!   `stripes.rs` splits a copy over lanes or connections and runs a copy's lane stripes on
+//!   threads of their own;
 //!   `task.rs` owns the tasks the SDK starts (aborted when dropped).
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
@@ -56,6 +58,7 @@ pub mod mpi;
 mod replies;
 mod session;
 mod stream;
+mod stripes;
 mod task;
 mod watch;
 

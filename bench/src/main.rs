@@ -47,6 +47,20 @@ struct Args {
     /// `net.ipv4.tcp_allowed_congestion_control`.
     #[arg(long)]
     net_congestion: Option<String>,
+    /// The net section's links (mtu1500, mtu9000, tbf1gbit, tbf5gbit); all when empty. Only
+    /// the shaped ones need `tc`.
+    #[arg(long, value_delimiter = ',')]
+    net_links: Vec<String>,
+    /// The net section's repetitions on unshaped links (11, or 1 with --quick, when not given).
+    #[arg(long)]
+    net_reps: Option<usize>,
+    /// The net section's copy sizes, MiB (256 and 1024, or 64 with --quick, when not given).
+    #[arg(long, value_delimiter = ',')]
+    net_mib: Vec<usize>,
+    /// The bulk lanes of the net section's SDK programs (`AC_LANES`); the SDK's default when
+    /// not given. On a host with cores to spare, more lanes seal and open on more of them.
+    #[arg(long)]
+    net_lanes: Option<usize>,
     /// The CUDA driver library the isolation section loads (e.g. the stand-in,
     /// `target/release/libcuda_standin.so`); the system's when not given.
     #[arg(long)]
@@ -157,7 +171,15 @@ fn main() -> anyhow::Result<()> {
     }
     // Needs root: only when asked for.
     if args.only.iter().any(|s| s == "net") {
-        net::between_hosts(args.quick, args.net_congestion.as_deref())?;
+        let plan = net::Plan {
+            quick: args.quick,
+            congestion: args.net_congestion.clone(),
+            links: args.net_links.clone(),
+            reps: args.net_reps,
+            mib: args.net_mib.clone(),
+            lanes: args.net_lanes,
+        };
+        net::between_hosts(&plan)?;
     }
     // Needs root and Slurm: only when asked for.
     if args.only.iter().any(|s| s == "slurm") {

@@ -13,6 +13,54 @@ use crate::setup::median;
 const BACKEND: usize = 0;
 const CLIENT: usize = 1;
 
+/// A link the section can build: name (`--net-links`), MTU, the transport mtu the README
+/// advises for it, and a tbf rate that shapes it.
+type Link = (&'static str, u32, u16, Option<&'static str>);
+
+const LINKS: [Link; 4] = [
+    ("mtu1500", 1500, 1452, None),
+    ("mtu9000", 9000, 6400, None),
+    ("tbf1gbit", 1500, 1452, Some("1gbit")),
+    ("tbf5gbit", 1500, 1452, Some("5gbit")),
+];
+
+/// What a run of the section measures; `Default` is the whole section as `BENCHMARKS.md`
+/// records it.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// 64 MiB once per row: checks that the section runs.
+    pub quick: bool,
+    /// The hosts' TCP congestion control; the machine's default when `None`.
+    pub congestion: Option<String>,
+    /// Names from `LINKS`; every link when empty.
+    pub links: Vec<String>,
+    /// Repetitions on unshaped links (11, or 1 when quick, when `None`).
+    pub reps: Option<usize>,
+    /// Copy sizes, MiB (256 and 1024, or 64 when quick, when empty).
+    pub mib: Vec<usize>,
+    /// The SDK's bulk lanes (`AC_LANES` of its programs); its default when `None`.
+    pub lanes: Option<usize>,
+}
+
+impl Plan {
+    /// The links to build, in `LINKS`' order; an unknown name is an error naming the known ones.
+    fn links(&self) -> anyhow::Result<Vec<Link>> {
+        if let Some(unknown) = self.links.iter().find(|l| !LINKS.iter().any(|k| k.0 == l.as_str())) {
+            let known: Vec<&str> = LINKS.iter().map(|k| k.0).collect();
+            anyhow::bail!("no link `{unknown}` in the net section (known: {})", known.join(", "));
+        }
+        Ok(LINKS.into_iter().filter(|k| self.links.is_empty() || self.links.iter().any(|l| l == k.0)).collect())
+    }
+
+    /// The SDK's lanes, as the caption names them.
+    fn lanes_named(&self) -> String {
+        match self.lanes {
+            Some(n) => format!("`AC_LANES={n}`"),
+            None => "the default bulk lanes".into(),
+        }
+    }
+}
+
 fn line(proc: &mut Proc, needle: &str) -> anyhow::Result<String> {
     proc.wait_for(needle, Duration::from_secs(120))
         .map(|(_, l)| l)
@@ -107,13 +155,13 @@ fn first_and_later(
     dir: &Path,
     mib: usize,
     transport_mtu: u16,
-    programs: usize,
-    copies: usize,
+    lanes: Option<usize>,
+    (programs, copies): (usize, usize),
 ) -> anyhow::Result<[f64; 4]> {
     anyhow::ensure!(programs > 0 && copies > 1, "a first copy and later ones need programs and 2 copies");
     let mut runs: [Vec<f64>; 4] = Default::default();
     for _ in 0..programs {
-        let pairs = sdk_copies(bed, dir, mib, transport_mtu, None, copies)?;
+        let pairs = sdk_copies(bed, dir, mib, transport_mtu, lanes, copies)?;
         runs[0].push(pairs[0].0);
         runs[2].push(pairs[0].1);
         for &(up, down) in &pairs[1..] {
@@ -148,14 +196,21 @@ struct Row {
 }
 
 /// `reps` alternating runs of every contender at `mib` MiB.
-fn measure(bed: &Bed, dir: &Path, mib: usize, reps: usize, transport_mtu: u16) -> anyhow::Result<Row> {
+fn measure(
+    bed: &Bed,
+    dir: &Path,
+    mib: usize,
+    reps: usize,
+    transport_mtu: u16,
+    lanes: Option<usize>,
+) -> anyhow::Result<Row> {
     let mut runs: [Vec<f64>; 8] = Default::default();
     for _ in 0..reps {
         runs[0].push(tcp_once(bed, dir, mib)?);
         runs[1].push(tls_once(bed, dir, mib, false, CLIENT, BACKEND)?);
         runs[2].push(tls_once(bed, dir, mib, true, CLIENT, BACKEND)?);
         runs[3].push(tls_once(bed, dir, mib, true, BACKEND, CLIENT)?);
-        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, None)?;
+        let (up, down) = sdk_once(bed, dir, mib, transport_mtu, lanes)?;
         runs[4].push(up);
         runs[5].push(down);
         let (up, down) = sdk_once(bed, dir, mib, transport_mtu, Some(0))?;
@@ -191,18 +246,22 @@ fn start_backend(bed: &Bed, dir: &Path, transport_mtu: u16) -> anyhow::Result<Pr
     Ok(bed.start_daemon(BACKEND, "ac-backend", &backend_args, &[], dir, "backend"))
 }
 
-/// Runs the section; `quick` moves 64 MiB once per row; `congestion`: the hosts' TCP
-/// congestion control, the machine's default if `None`.
-pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()> {
-    if let Some(why) = ac_tests::netns::unavailable() {
+/// Runs the section as `plan` says.
+pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
+    let (quick, congestion, links) = (plan.quick, plan.congestion.as_deref(), plan.links()?);
+    // `tc` shapes links, `nft` is for the tests' faults: a run of unshaped links needs `ip` only.
+    let tools: &[&str] = if links.iter().any(|l| l.3.is_some()) { &["ip", "tc"] } else { &["ip"] };
+    if let Some(why) = ac_tests::netns::unavailable_with(tools) {
         println!("## Between two hosts: skipped ({why})\n");
         return Ok(());
     }
     // Each contender's single transfer swings by about ±10% on a small VM (a sender and a
     // receiver that share its two cores), and the swings of two contenders are independent:
     // medians of 11 where the link is the machine's own speed, of 3 where a shaper sets it.
-    let (sizes, reps, shaped_reps): (&[usize], usize, usize) =
+    let (default_sizes, default_reps, shaped_reps): (&[usize], usize, usize) =
         if quick { (&[64], 1, 1) } else { (&[256, 1024], 11, 3) };
+    let sizes = if plan.mib.is_empty() { default_sizes } else { &plan.mib[..] };
+    let reps = plan.reps.unwrap_or(default_reps);
     // Programs of several copies each way, so that each has a first copy and later ones to
     // compare it with (at least 2 copies: `first_and_later`).
     let (series_mib, programs, copies) = if quick { (64, 1, 2) } else { (256, 3, 5) };
@@ -214,9 +273,7 @@ pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()
         "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-    let links: [(u32, u16, Option<&str>); 4] =
-        [(1500, 1452, None), (9000, 6400, None), (1500, 1452, Some("1gbit")), (1500, 1452, Some("5gbit"))];
-    for (mtu, transport_mtu, rate) in links {
+    for (_, mtu, transport_mtu, rate) in links {
         let bed = Bed::new(2, mtu);
         if let Some(name) = congestion {
             bed.set_congestion(name).map_err(|e| {
@@ -232,7 +289,8 @@ pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()
         let dir = tempfile::tempdir()?;
         let _backend = start_backend(&bed, dir.path(), transport_mtu)?;
         for &mib in sizes {
-            let r = measure(&bed, dir.path(), mib, if rate.is_some() { shaped_reps } else { reps }, transport_mtu)?;
+            let reps = if rate.is_some() { shaped_reps } else { reps };
+            let r = measure(&bed, dir.path(), mib, reps, transport_mtu, plan.lanes)?;
             let link = match rate {
                 Some(rate) => format!("MTU {mtu}, tbf {rate}"),
                 None => format!("MTU {mtu} (transport {transport_mtu})"),
@@ -266,7 +324,7 @@ pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()
         // On a shaped link every copy runs at the shaper's rate, first or not.
         if rate.is_none() {
             let [h2d_first, h2d_later, d2h_first, d2h_later] =
-                first_and_later(&bed, dir.path(), series_mib, transport_mtu, programs, copies)?;
+                first_and_later(&bed, dir.path(), series_mib, transport_mtu, plan.lanes, (programs, copies))?;
             series.push(format!(
                 "| MTU {mtu} (transport {transport_mtu}) | {series_mib} | {h2d_first:.0} | {h2d_later:.0} | {:.2} | {d2h_first:.0} | {d2h_later:.0} | {:.2} |",
                 h2d_first / h2d_later,
@@ -274,12 +332,13 @@ pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()
             ));
         }
     }
+    let (lanes, cores) = (plan.lanes_named(), std::thread::available_parallelism().map_or(0, |n| n.get()));
     println!(
-        "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; TCP congestion control on both hosts: {algorithm}; \
+        "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; {cores} cores shared by both hosts; TCP congestion control on both hosts: {algorithm}; \
          TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
          TCP as the lanes make it, program host to backend host, from and into one MiB, or from and into copy-sized \
          buffers (as a copy reads the program's memory and writes the device's), and the copy-sized one from the \
-         backend host to the program's, as a device-to-host copy goes; SDK: the default bulk lanes; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
+         backend host to the program's, as a device-to-host copy goes; SDK: {lanes}; QUIC-only: `AC_LANES=0`, 2 QUIC connections)\n"
     );
     println!("### Each repetition's SDK copy against the bare stream measured beside it\n");
     println!(
@@ -301,8 +360,7 @@ pub fn between_hosts(quick: bool, congestion: Option<&str>) -> anyhow::Result<()
         println!("{row}");
     }
     println!(
-        "\n(Mbit/s, medians; {programs} programs, each {copies} copies each way in turn, H2D then D2H, on the default \
-         lanes, after one untimed H2D copy that maps the CPU device's memory; the first timed pair of each program against \
+        "\n(Mbit/s, medians; {programs} programs, each {copies} copies each way in turn, H2D then D2H, on {lanes}, after one untimed H2D copy that maps the CPU device's memory; the first timed pair of each program against \
          the later ones)\n"
     );
     Ok(())

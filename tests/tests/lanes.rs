@@ -3,6 +3,7 @@
 //! given up halfway costs nothing but its lane, copies striped over two lanes are exact however
 //! they are made, and the daemon shrugs off what is not a lane.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ac_frontend::{Accelerator, ConnectOptions};
@@ -220,6 +221,42 @@ async fn device_to_host_copies_are_exact_whether_the_caller_blocks_a_thread_or_i
     };
     let (a, b) = tokio::time::timeout(deadline, both).await.expect("a copy hung");
     assert!(a.unwrap() == data[..20 << 20] && b.unwrap().unwrap() == data[20 << 20..]);
+}
+
+/// Copies of one task joined together over shared lanes: a striped copy runs its stripes on
+/// threads of their own only when it holds its lanes first, so a small copy that holds one
+/// while it waits is never starved by a striped copy that holds the task. Both orders, both
+/// directions; a copy that waited forever would trip the deadline, watched from another task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_joined_in_one_task_over_shared_lanes_end_and_are_exact() {
+    let tb = TestBackend::start(256).await;
+    let acc = Accelerator::connect(&ConnectOptions { lanes: 2, ..tb.options() }).await.unwrap();
+    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect();
+    let small: Vec<u8> = data[..1 << 20].iter().map(|b| b ^ 0x5a).collect();
+    let (big, little) = (acc.alloc_from(&data).await.unwrap(), acc.alloc::<u8>(small.len()).await.unwrap());
+    let (big, little, data, small) = (Arc::new(big), Arc::new(little), Arc::new(data), Arc::new(small));
+    for small_first in [true, false] {
+        let (big, little, data, small) = (big.clone(), little.clone(), data.clone(), small.clone());
+        let joined = tokio::spawn(async move {
+            let mut back = vec![0u8; data.len()];
+            let (put, read) = if small_first {
+                tokio::join!(little.copy_from_host(&small), big.copy_to_host(&mut back))
+            } else {
+                let (read, put) = tokio::join!(big.copy_to_host(&mut back), little.copy_from_host(&small));
+                (put, read)
+            };
+            put.unwrap();
+            read.unwrap();
+            assert!(back == *data, "the striped copy read back differs (small first: {small_first})");
+            assert!(little.to_vec().await.unwrap() == *small, "the small copy differs");
+        });
+        let Ok(joined) = tokio::time::timeout(Duration::from_secs(60), joined).await else {
+            // A task held forever keeps the runtime from shutting down: end the test here.
+            eprintln!("joined copies hung (small first: {small_first})");
+            std::process::exit(1);
+        };
+        joined.unwrap();
+    }
 }
 
 /// The blocking API (the C ABI's path) with copies striped over two lanes: the bytes are exact,
