@@ -37,9 +37,10 @@ pub struct ConnectOptions {
     /// no bulk lanes or `lanes` is 0.
     pub stripes: usize,
     /// Bulk lanes (TLS over TCP, see `ac_proto::lane`) over which large copies are striped; 0:
-    /// QUIC streams only. One by default: a copy's records are sealed and opened on one thread
-    /// of the program whatever the count, so a second lane adds only the backend's side, and
-    /// on 2 cores it lost (see "Bulk lanes" in `ARCHITECTURE.md`).
+    /// QUIC streams only. With more than one, on a multi-thread runtime, a striped copy seals or
+    /// opens each lane's records on a thread of its own (see `stripes.rs`): for nodes with cores
+    /// to spare. One by default: on 2 cores more threads than cores lost (see "Bulk lanes" in
+    /// `ARCHITECTURE.md`).
     pub lanes: usize,
     /// A client endpoint to reuse for the first connection. Creating one (a socket, its
     /// buffers, a driver task) costs about as much as a handshake's crypto, so a session that

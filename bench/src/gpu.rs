@@ -104,7 +104,9 @@ pub async fn copies(quick: bool) -> anyhow::Result<()> {
         (connect(&gpu.options(stripes, &tuning)).await?, connect(&net.options(stripes, &tuning)).await?);
     let shared_acc = connect(&shared.options(stripes, &tuning)).await?;
     let info = gpu_acc.info().clone();
-    println!("## CUDA device: copy pipelining (backend in-process, loopback, {stripes} connections)\n");
+    // The lanes carry the copies (`stripes` counts QUIC connections, used only without lanes).
+    let lanes = gpu.options(stripes, &tuning).lanes;
+    println!("## CUDA device: copy pipelining (backend in-process, loopback, {lanes} bulk lane(s))\n");
     println!(
         "GPU: {} (compute {:?}). Local: cuMemcpyHtoD/DtoH from pinned memory on the same GPU. Network alone: the same bulk copy into a CPU-device backend. Remote: through the backend's default session worker process (`isolation = process`); efficiency = remote / min(network, local). Context: the same copy with the session's context in the backend's process (`isolation = context`). MB/s = 10^6 bytes/s, best of the repetitions.\n",
         info.name, info.compute_capability
