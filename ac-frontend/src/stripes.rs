@@ -87,13 +87,13 @@ where
     if stripes.len() < 2 || handle.runtime_flavor() != RuntimeFlavor::MultiThread {
         return try_join_all(stripes).await.map(drop);
     }
-    let aborts: Vec<AbortHandle> = Vec::with_capacity(stripes.len());
-    let (aborts, stripes) = stripes.into_iter().fold((aborts, Vec::new()), |(mut aborts, mut futures), stripe| {
-        let (abort, registration) = AbortHandle::new_pair();
-        aborts.push(abort);
-        futures.push(Abortable::new(stripe, registration));
-        (aborts, futures)
-    });
+    let (aborts, stripes): (Vec<AbortHandle>, Vec<Abortable<F>>) = stripes
+        .into_iter()
+        .map(|stripe| {
+            let (abort, registration) = AbortHandle::new_pair();
+            (abort, Abortable::new(stripe, registration))
+        })
+        .unzip();
     // `None`: ended by another stripe's error.
     let run = |stripe: Abortable<F>| {
         let outcome = handle.block_on(stripe).ok();
