@@ -4,7 +4,7 @@
 //! A lane seals (host to device) or opens (device to host) every byte of its stripe in the task
 //! that polls it, at about one core's worth of AES-GCM. Joined in the caller's task, the stripes
 //! of one copy would take turns on one thread: on a 16-core host, 1, 4 and 8 lanes all moved
-//! 18-21 Gbit/s (`BENCHMARKS.md`, stop 42). So on a multi-thread runtime [`run_at_once`] gives
+//! 17-21 Gbit/s (`BENCHMARKS.md`, stop 42). So on a multi-thread runtime [`run_at_once`] gives
 //! every stripe past the first a thread of its own, scoped to the copy (the stripes borrow the
 //! caller's buffer). QUIC stripes need none of this: each connection's driver task already seals
 //! on a worker of its own.
