@@ -247,15 +247,16 @@ impl Peer {
     async fn lane_from_peer(&self, out: &mut [u8], whole: bool) -> anyhow::Result<f64> {
         let total = out.len();
         let mut stream = self.bare_lane(total, whole, true).await?;
-        let into = if whole { out } else { &mut out[..1 << 20] };
-        let mut received = 0usize;
         let start = Instant::now();
-        let read = stream.read_with(total as u64, |piece| {
-            into_reused(into, received, piece);
-            received += piece.len();
-            Ok::<_, std::convert::Infallible>(())
-        });
-        let Ok(()) = read.await?;
+        // As the SDK reads a copy's payload: full records opened where their plaintext goes.
+        if whole {
+            stream.read_exact_plain(out).await?;
+        } else {
+            let mib = 1 << 20;
+            for at in (0..total).step_by(mib) {
+                stream.read_exact_plain(&mut out[..mib.min(total - at)]).await?;
+            }
+        }
         Ok(total as f64 / start.elapsed().as_secs_f64())
     }
 

@@ -134,18 +134,15 @@ async fn tls(args: &[String]) -> Result<(), ac_proto::ProtoError> {
         lane::tune(&socket)?;
         let mut conn = lane::accept(socket, &acceptor).await?;
         // Read as a lane reads a copy's bytes: knowing how many are coming (the socket's
-        // low-water mark), each record's plaintext copied once, from where it was opened.
-        let mut received = 0usize;
-        let read = conn.read_with((mib << 20) as u64, |piece| {
-            let at = received & ((1 << 20) - 1);
-            let into = &mut buf[span(received >> 20)];
-            // A piece that crosses a MiB boundary: the reused MiB takes it from its start.
-            let at = if at + piece.len() > into.len() { 0 } else { at };
-            into[at..at + piece.len()].copy_from_slice(piece);
-            received += piece.len();
-            Ok::<_, std::convert::Infallible>(())
-        });
-        let Ok(()) = read.await?;
+        // low-water mark), full records opened where their plaintext goes.
+        let received = mib << 20;
+        if whole {
+            conn.read_exact_plain(&mut buf).await?;
+        } else {
+            for _ in 0..mib {
+                conn.read_exact_plain(&mut buf).await?;
+            }
+        }
         say(format_args!("received {received}"));
         return Ok(());
     }

@@ -31,6 +31,17 @@ pub const OVERHEAD: usize = 1 + TAG;
 pub const MAX_RECORD: usize = HEADER + MAX_PLAIN + 256;
 /// The length of a close_notify record.
 pub const CLOSE_RECORD: usize = HEADER + 2 + OVERHEAD;
+/// The length of a full record: [`MAX_PLAIN`] bytes of application data, no padding. A copy's
+/// bytes travel in full records but for its last (see [`Opener::open_full`]).
+pub const FULL_RECORD: usize = HEADER + MAX_PLAIN + OVERHEAD;
+/// The header of a full record.
+pub const FULL_HEADER: [u8; HEADER] = [
+    APPLICATION_DATA,
+    LEGACY_VERSION[0],
+    LEGACY_VERSION[1],
+    ((FULL_RECORD - HEADER) >> 8) as u8,
+    (FULL_RECORD - HEADER) as u8,
+];
 /// Records one direction of a lane may carry: AES-GCM's limit is 2^24.5 full-size records
 /// (RFC 8446 §5.5); one bound below it serves all three AEADs.
 pub const RECORD_LIMIT: u64 = 1 << 24;
@@ -182,6 +193,9 @@ pub enum Opened {
 #[derive(Debug)]
 pub struct Opener(Keys);
 
+/// The AEAD tag of a record, apart from its ciphertext.
+pub type Tag = [u8; TAG];
+
 impl Opener {
     /// The receiving direction of `secrets.rx`.
     pub fn new(rx: (u64, ConnectionTrafficSecrets)) -> Result<Self, ProtoError> {
@@ -196,7 +210,14 @@ impl Opener {
     /// The length of the record at the start of `buf`, header included, once all of it is
     /// there (`None` before); fails on a header no TLS 1.3 peer sends.
     pub fn record_len(buf: &[u8]) -> Result<Option<usize>, ProtoError> {
-        let Some(header) = buf.get(..HEADER) else { return Ok(None) };
+        let Some(header) = buf.first_chunk() else { return Ok(None) };
+        let len = Self::declared_len(header)?;
+        Ok((buf.len() >= len).then_some(len))
+    }
+
+    /// The length of the record that `header` starts, header included; fails on a header no
+    /// TLS 1.3 peer sends.
+    pub fn declared_len(header: &[u8; HEADER]) -> Result<usize, ProtoError> {
         if header[0] != APPLICATION_DATA || header[1..3] != LEGACY_VERSION {
             return Err(ProtoError::Malformed(format!("not a TLS 1.3 record on a lane: {:02x?}", header)));
         }
@@ -204,7 +225,7 @@ impl Opener {
         if !(HEADER + OVERHEAD..=MAX_RECORD).contains(&len) {
             return Err(ProtoError::Malformed(format!("a lane record of {len} bytes")));
         }
-        Ok((buf.len() >= len).then_some(len))
+        Ok(len)
     }
 
     /// Authenticates and decrypts the record that fills `record` (as long as
@@ -228,6 +249,30 @@ impl Opener {
             ALERT => Err(ProtoError::Malformed(format!("the lane's peer sent TLS alert {:?}", &inner[..end]))),
             HANDSHAKE => Err(ProtoError::Malformed("a post-handshake message (key update or ticket) on a lane".into())),
             other => Err(ProtoError::Malformed(format!("a lane record of content type {other}"))),
+        }
+    }
+
+    /// Authenticates and decrypts a full record ([`FULL_HEADER`]) whose parts lie apart:
+    /// `body` holds its [`MAX_PLAIN`] bytes of ciphertext then the encrypted content type byte,
+    /// `tag` its tag. In place: on success `body[..MAX_PLAIN]` is the plaintext (and the last
+    /// byte the content type). Fails unless the record authenticates and holds application
+    /// data with no padding, as every record but a copy's last does.
+    ///
+    /// Why: a reader that knows a copy's bytes are coming reads full records straight into the
+    /// copy's destination, their tags elsewhere, and opens them there, instead of opening them
+    /// in its buffer and copying the plaintext out (`stream::LaneTls::read_exact_plain`).
+    pub fn open_full(&mut self, body: &mut [u8], tag: &Tag) -> Result<(), ProtoError> {
+        assert_eq!(body.len(), MAX_PLAIN + 1, "a full record's body");
+        let nonce = self.0.next_nonce()?;
+        self.0
+            .key
+            .open_in_place_separate_tag(nonce, aead::Aad::from(FULL_HEADER), aead::Tag::from(*tag), body, 0..)
+            .map_err(|_| ProtoError::Malformed("a lane record failed authentication".into()))?;
+        match body[MAX_PLAIN] {
+            APPLICATION_DATA => Ok(()),
+            other => Err(ProtoError::Malformed(format!(
+                "a full-length lane record inside a copy's bytes of content type {other}, not application data"
+            ))),
         }
     }
 }

@@ -18,7 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::record::{Opened, Opener, Sealer, CLOSE_RECORD, HEADER, MAX_PLAIN, MAX_RECORD};
+use super::record::{
+    Opened, Opener, Sealer, Tag, CLOSE_RECORD, FULL_HEADER, FULL_RECORD, HEADER, MAX_PLAIN, MAX_RECORD, OVERHEAD,
+};
 use crate::ProtoError;
 
 /// How much one read from a lane's socket may bring (a few dozen records).
@@ -30,8 +32,13 @@ pub const WRITE_BUFFER: usize = 512 << 10;
 /// are coming (`SO_RCVLOWAT`; see [`LaneTls::read_with`]).
 pub const LOW_WATER: usize = 256 << 10;
 
+/// The most full records one read straight into a caller's buffer takes: their bytes fit the
+/// read buffer, where they are gathered back if the peer's records are not full ones.
+const DIRECT_RECORDS: usize = READ_BUFFER / FULL_RECORD;
+
 /// A lane's TLS 1.3 stream over TCP. Reads open records in place in one buffer and copy their
-/// plaintext once, to the caller; writes seal into one buffer sent in large writes.
+/// plaintext once, to the caller, or open full records where the caller wants their plaintext
+/// ([`LaneTls::read_exact_plain`]); writes seal into one buffer sent in large writes.
 #[derive(Debug)]
 pub struct LaneTls {
     tcp: TcpStream,
@@ -52,6 +59,8 @@ pub struct LaneTls {
     filled: usize,
     sent: usize,
     closing: bool,
+    /// Records opened where the caller wanted their plaintext ([`LaneTls::read_direct`]).
+    opened_in_place: u64,
 }
 
 /// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
@@ -96,6 +105,7 @@ impl LaneTls {
             filled: 0,
             sent: 0,
             closing: false,
+            opened_in_place: 0,
         })
     }
 
@@ -161,17 +171,116 @@ impl LaneTls {
         Ok(Ok(()))
     }
 
-    /// Fills `out` with the next plaintext (see [`LaneTls::read_with`]); an error if the stream
-    /// ends first.
+    /// Fills `out` with the next plaintext (the socket's low-water mark as for
+    /// [`LaneTls::read_with`]); an error if the stream ends first.
+    ///
+    /// Full records are read straight into `out`, each record's plaintext where it belongs and
+    /// its header and tag apart, and opened there ([`LaneTls::read_direct`]): the kernel's copy
+    /// out of the socket is the only one. Plaintext already opened, records already buffered,
+    /// and the last record of `out` go through the read buffer, as for `read_with`.
     pub async fn read_exact_plain(&mut self, out: &mut [u8]) -> Result<(), ProtoError> {
         let mut at = 0;
-        let read = self.read_with(out.len() as u64, |piece| {
-            out[at..at + piece.len()].copy_from_slice(piece);
-            at += piece.len();
-            Ok::<_, std::convert::Infallible>(())
-        });
-        match read.await? {
-            Ok(()) => Ok(()),
+        while at < out.len() {
+            if !self.plain.is_empty() {
+                let n = self.plain.len().min(out.len() - at);
+                out[at..at + n].copy_from_slice(&self.inbuf[self.plain.start..self.plain.start + n]);
+                self.plain.start += n;
+                at += n;
+                continue;
+            }
+            if self.ended {
+                return Err(ProtoError::UnexpectedEnd);
+            }
+            let left = out.len() - at;
+            if self.start == self.end && left > MAX_PLAIN {
+                at += self.read_direct(&mut out[at..]).await?;
+                continue;
+            }
+            match self.next_record_alone(left as u64).await? {
+                Some(Opened::Data(range)) => self.plain = range,
+                Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
+            }
+        }
+        // As at the end of `read_with`.
+        let _ = self.set_low_water(0);
+        Ok(())
+    }
+
+    /// Reads up to [`DIRECT_RECORDS`] full records whose plaintext fits `out` with a byte to
+    /// spare, each into place (`out[i * MAX_PLAIN..]`), and opens them there; the plaintext
+    /// bytes placed. The read buffer must be empty (the stream at a record's start).
+    ///
+    /// Why the byte to spare: a record's encrypted content type follows its plaintext, and is
+    /// opened with it. It is read apart, with the tag; to open record `i`, it is put in the
+    /// first byte of record `i + 1`'s place for the call, and that byte put back after.
+    ///
+    /// A header that is not a full record's (a copy cut into chunks that are not whole records,
+    /// or a peer's own choice) stops it: the bytes read from that record on are gathered back
+    /// into the read buffer, in stream order, and read from there. So any stream of records
+    /// reads the same, and only full ones skip the copy.
+    async fn read_direct(&mut self, out: &mut [u8]) -> Result<usize, ProtoError> {
+        debug_assert!(self.start == self.end && out.len() > MAX_PLAIN);
+        (self.start, self.end) = (0, 0);
+        let records = ((out.len() - 1) / MAX_PLAIN).min(DIRECT_RECORDS);
+        let mut layout =
+            Layout { heads: [[0; HEADER]; DIRECT_RECORDS], tails: [[0; OVERHEAD]; DIRECT_RECORDS], records };
+        let (mut got, mut opened) = (0, 0);
+        while opened < records {
+            let coming = (records * FULL_RECORD - got) as u64;
+            let n = std::future::poll_fn(|cx| self.poll_read_vectored(cx, &mut layout, out, got, coming)).await?;
+            if n == 0 {
+                self.ended = true;
+                return Err(ProtoError::UnexpectedEnd);
+            }
+            got += n;
+            while opened < records && got >= opened * FULL_RECORD + HEADER {
+                if layout.heads[opened] != FULL_HEADER {
+                    self.end = layout.gather(out, opened * FULL_RECORD..got, &mut self.inbuf);
+                    return Ok(opened * MAX_PLAIN);
+                }
+                if got < (opened + 1) * FULL_RECORD {
+                    break;
+                }
+                self.open_in_out(out, opened, &layout.tails[opened])?;
+                opened += 1;
+            }
+        }
+        Ok(records * MAX_PLAIN)
+    }
+
+    /// Opens full record `i` read into `out` (see [`LaneTls::read_direct`]).
+    fn open_in_out(&mut self, out: &mut [u8], i: usize, tail: &[u8; OVERHEAD]) -> Result<(), ProtoError> {
+        let body = &mut out[i * MAX_PLAIN..=(i + 1) * MAX_PLAIN];
+        let next = body[MAX_PLAIN];
+        body[MAX_PLAIN] = tail[0];
+        let tag: &Tag = tail[1..].try_into().expect("a tag's length");
+        let opened = self.opener.open_full(body, tag);
+        body[MAX_PLAIN] = next;
+        self.opened_in_place += u64::from(opened.is_ok());
+        opened
+    }
+
+    /// Reads from the socket into the layout's parts from raw byte `got` on (see
+    /// [`LaneTls::read_direct`]); `coming`: raw bytes the peer is known to be sending.
+    fn poll_read_vectored(
+        &mut self,
+        cx: &mut Context<'_>,
+        layout: &mut Layout,
+        out: &mut [u8],
+        got: usize,
+        coming: u64,
+    ) -> Poll<io::Result<usize>> {
+        self.set_low_water(coming)?;
+        loop {
+            ready!(self.tcp.poll_read_ready(cx))?;
+            let mut parts = layout.parts(out, got);
+            match self.tcp.try_read_vectored(&mut parts) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // As in `poll_fill`: the reader is about to wait for a copy's bytes.
+                    let _ = socket2::SockRef::from(&self.tcp).set_tcp_quickack(true);
+                }
+                done => return Poll::Ready(done),
+            }
         }
     }
 
@@ -227,10 +336,10 @@ impl LaneTls {
         }))
     }
 
-    /// Reads more bytes from the socket behind those not yet opened; `Ok(0)` at its end.
-    /// `coming`: plaintext bytes the peer is known to be sending, buffered ones included (0:
-    /// unknown).
-    fn poll_fill(&mut self, cx: &mut Context<'_>, coming: u64) -> Poll<io::Result<usize>> {
+    /// Reads more bytes from the socket behind those not yet opened, at most `limit`; `Ok(0)` at
+    /// its end. `coming`: plaintext bytes the peer is known to be sending, buffered ones
+    /// included (0: unknown).
+    fn poll_fill(&mut self, cx: &mut Context<'_>, coming: u64, limit: usize) -> Poll<io::Result<usize>> {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
         } else if self.inbuf.len() - self.end < MAX_RECORD {
@@ -239,7 +348,8 @@ impl LaneTls {
             (self.start, self.end) = (0, self.end - self.start);
         }
         self.set_low_water(coming)?;
-        let mut room = ReadBuf::new(&mut self.inbuf[self.end..]);
+        let room_end = self.inbuf.len().min(self.end.saturating_add(limit));
+        let mut room = ReadBuf::new(&mut self.inbuf[self.end..room_end]);
         let polled = Pin::new(&mut self.tcp).poll_read(cx, &mut room);
         if polled.is_pending() && coming > MAX_PLAIN as u64 {
             // The reader is about to wait (see `read_with`). A failure only costs delayed acks.
@@ -278,7 +388,26 @@ impl LaneTls {
             if let Some(opened) = self.open_buffered()? {
                 return Ok(Some(opened));
             }
-            if std::future::poll_fn(|cx| self.poll_fill(cx, coming)).await? == 0 {
+            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, usize::MAX)).await? == 0 {
+                return self.socket_ended().map(|()| None).map_err(ProtoError::from);
+            }
+        }
+    }
+
+    /// The next record, as [`LaneTls::next_record`] reads it, but reading from the socket no
+    /// further than that record's end: what follows stays in the socket, where
+    /// [`LaneTls::read_direct`] can take it.
+    async fn next_record_alone(&mut self, coming: u64) -> Result<Option<Opened>, ProtoError> {
+        loop {
+            if let Some(opened) = self.open_buffered()? {
+                return Ok(Some(opened));
+            }
+            let buffered = &self.inbuf[self.start..self.end];
+            let missing = match buffered.first_chunk() {
+                Some(header) => Opener::declared_len(header)? - buffered.len(),
+                None => HEADER - buffered.len(),
+            };
+            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, missing)).await? == 0 {
                 return self.socket_ended().map(|()| None).map_err(ProtoError::from);
             }
         }
@@ -306,6 +435,51 @@ impl LaneTls {
         }
         (self.filled, self.sent) = (0, 0);
         Poll::Ready(Ok(()))
+    }
+}
+
+/// Where the raw bytes of a direct read go, in stream order: for each record, its header to
+/// `heads`, its plaintext's bytes to their place in the caller's buffer, its content type byte
+/// and tag to `tails`.
+struct Layout {
+    heads: [[u8; HEADER]; DIRECT_RECORDS],
+    tails: [[u8; OVERHEAD]; DIRECT_RECORDS],
+    records: usize,
+}
+
+impl Layout {
+    /// The parts still to fill once `got` raw bytes are in, for one vectored read.
+    fn parts<'a>(&'a mut self, out: &'a mut [u8], got: usize) -> Vec<io::IoSliceMut<'a>> {
+        let mut skip = got;
+        let records = self.heads.iter_mut().zip(out.chunks_mut(MAX_PLAIN)).zip(self.tails.iter_mut());
+        let mut parts = Vec::with_capacity(3 * self.records);
+        for ((head, plain), tail) in records.take(self.records) {
+            for part in [&mut head[..], plain, &mut tail[..]] {
+                if skip >= part.len() {
+                    skip -= part.len();
+                } else {
+                    parts.push(io::IoSliceMut::new(&mut part[skip..]));
+                    skip = 0;
+                }
+            }
+        }
+        parts
+    }
+
+    /// Copies raw bytes `range` (from a record's start) into `to` from its start, in stream
+    /// order; their count.
+    fn gather(&self, out: &[u8], range: std::ops::Range<usize>, to: &mut [u8]) -> usize {
+        let first = range.start / FULL_RECORD;
+        let mut left = range.len();
+        let mut at = 0;
+        for i in first..self.records {
+            for part in [&self.heads[i][..], &out[i * MAX_PLAIN..(i + 1) * MAX_PLAIN], &self.tails[i][..]] {
+                let n = part.len().min(left);
+                to[at..at + n].copy_from_slice(&part[..n]);
+                (at, left) = (at + n, left - n);
+            }
+        }
+        at
     }
 }
 
@@ -357,7 +531,7 @@ impl AsyncRead for LaneTls {
                 Some(Opened::Data(range)) => this.plain = range,
                 Some(Opened::Closed) => {}
                 None => {
-                    if ready!(this.poll_fill(cx, 0))? == 0 {
+                    if ready!(this.poll_fill(cx, 0, usize::MAX))? == 0 {
                         this.socket_ended()?;
                     }
                 }
@@ -538,6 +712,108 @@ mod tests {
         server.read_with(3 * LOW_WATER as u64, sink).await.unwrap().unwrap();
         assert_eq!(quick_at_first_piece, Some(true), "still delaying acks while the copy came in");
         drop(writer.await.unwrap());
+    }
+
+    /// `len` bytes of a pattern that differs from record to record and from byte to byte.
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8 ^ (i / MAX_PLAIN) as u8 ^ seed).collect()
+    }
+
+    #[tokio::test]
+    async fn full_records_are_read_straight_into_place_and_the_last_through_the_buffer() {
+        let (mut client, mut server) = pair("direct").await;
+        // Sizes around a record and around a direct read's most records, then a large copy.
+        let sizes = [MAX_PLAIN + 1, 2 * MAX_PLAIN, 2 * MAX_PLAIN + 1, DIRECT_RECORDS * MAX_PLAIN + 1, 5 << 20];
+        let sent: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &len)| pattern(len, i as u8)).collect();
+        let copies = sent.clone();
+        let writer = tokio::spawn(async move {
+            for copy in &copies {
+                client.write_all(copy).await.unwrap();
+                client.flush().await.unwrap();
+            }
+            client
+        });
+        let mut before = 0;
+        for (copy, &len) in sent.iter().zip(&sizes) {
+            let mut got = vec![0u8; len];
+            server.read_exact_plain(&mut got).await.unwrap();
+            assert!(got == *copy, "a copy of {len} bytes differs");
+            // Each copy starts at a record's start, so all its records but the last are full.
+            let full = ((len - 1) / MAX_PLAIN) as u64;
+            assert_eq!(server.opened_in_place - before, full, "records opened in place, copy of {len}");
+            before = server.opened_in_place;
+        }
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn records_that_are_not_full_are_gathered_back_and_read_the_same() {
+        let (mut client, mut server) = pair("gather").await;
+        // Written in pieces that are not whole records (each write seals its own records), as a
+        // copy cut into chunks of another size would be: full records and short ones mixed.
+        let data = pattern(3 << 20, 7);
+        let pieces = [3 * MAX_PLAIN + 5, 100, MAX_PLAIN, 40 * MAX_PLAIN - 1, 1];
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            let mut at = 0;
+            for &piece in pieces.iter().cycle() {
+                let end = (at + piece).min(sent.len());
+                client.write_all(&sent[at..end]).await.unwrap();
+                at = end;
+                if at == sent.len() {
+                    break;
+                }
+            }
+            client.flush().await.unwrap();
+            client
+        });
+        let mut got = vec![0u8; data.len()];
+        server.read_exact_plain(&mut got).await.unwrap();
+        assert!(got == data, "the bytes differ");
+        assert!(server.opened_in_place > 0, "no full record was read in place");
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_byte_altered_in_a_record_read_in_place_fails_the_read_and_an_early_end_is_an_error() {
+        let (mut client, mut server) = pair("direct-altered").await;
+        // Two full records sealed by the client, a byte of the second's plaintext flipped.
+        let mut wire = Vec::new();
+        for i in 0..2 {
+            client
+                .seal_with(MAX_PLAIN, |room| {
+                    room.fill(i);
+                    Ok::<_, ()>(())
+                })
+                .unwrap()
+                .unwrap();
+            wire.extend_from_slice(&client.out[..client.filled]);
+            client.filled = 0;
+        }
+        let mut altered = wire.clone();
+        altered[FULL_RECORD + HEADER + 3] ^= 1;
+        client.tcp.write_all(&altered).await.unwrap();
+        let mut got = vec![0u8; 2 * MAX_PLAIN + 1];
+        let error = server.read_exact_plain(&mut got).await.unwrap_err();
+        assert!(matches!(&error, ProtoError::Malformed(m) if m.contains("authentication")), "{error}");
+        assert_eq!(server.opened_in_place, 1, "the first record opened");
+
+        // The stream ends inside a direct read: an error, not a short read.
+        let (mut client, mut server) = pair("direct-end").await;
+        client
+            .seal_with(MAX_PLAIN, |room| {
+                room.fill(3);
+                Ok::<_, ()>(())
+            })
+            .unwrap()
+            .unwrap();
+        let record = client.out[..client.filled].to_vec();
+        client.tcp.write_all(&record[..record.len() - 4]).await.unwrap();
+        client.tcp.shutdown().await.unwrap();
+        let mut got = vec![0u8; 4 * MAX_PLAIN];
+        let read = server.read_exact_plain(&mut got);
+        let ended = tokio::time::timeout(Duration::from_secs(20), read).await.expect("the read hung");
+        assert!(matches!(ended, Err(ProtoError::UnexpectedEnd)), "{ended:?}");
     }
 
     #[tokio::test]
