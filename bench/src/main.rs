@@ -57,10 +57,11 @@ struct Args {
     /// The net section's copy sizes, MiB (256 and 1024, or 64 with --quick, when not given).
     #[arg(long, value_delimiter = ',')]
     net_mib: Vec<usize>,
-    /// The bulk lanes of the net section's SDK programs (`AC_LANES`); the SDK's default when
-    /// not given. On a host with cores to spare, more lanes seal and open on more of them.
-    #[arg(long)]
-    net_lanes: Option<usize>,
+    /// The bulk lanes of the net section's SDK programs (`AC_LANES`), a row for each in turn
+    /// (`1,4,8`); the SDK's default when not given. On a host with cores to spare, more lanes
+    /// seal and open on more of them.
+    #[arg(long, value_delimiter = ',')]
+    net_lanes: Vec<usize>,
     /// The CUDA driver library the isolation section loads (e.g. the stand-in,
     /// `target/release/libcuda_standin.so`); the system's when not given.
     #[arg(long)]
@@ -177,7 +178,7 @@ fn main() -> anyhow::Result<()> {
             links: args.net_links.clone(),
             reps: args.net_reps,
             mib: args.net_mib.clone(),
-            lanes: args.net_lanes,
+            lanes: args.net_lanes.clone(),
         };
         net::between_hosts(&plan)?;
     }

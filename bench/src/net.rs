@@ -38,8 +38,9 @@ pub struct Plan {
     pub reps: Option<usize>,
     /// Copy sizes, MiB (256 and 1024, or 64 when quick, when empty).
     pub mib: Vec<usize>,
-    /// The SDK's bulk lanes (`AC_LANES` of its programs); its default when `None`.
-    pub lanes: Option<usize>,
+    /// The SDK's bulk lanes (`AC_LANES` of its programs), a row for each; its default when
+    /// empty.
+    pub lanes: Vec<usize>,
 }
 
 impl Plan {
@@ -52,11 +53,24 @@ impl Plan {
         Ok(LINKS.into_iter().filter(|k| self.links.is_empty() || self.links.iter().any(|l| l == k.0)).collect())
     }
 
+    /// The lane counts to measure, in turn within each row (`None`: the SDK's default).
+    fn lane_counts(&self) -> Vec<Option<usize>> {
+        if self.lanes.is_empty() {
+            vec![None]
+        } else {
+            self.lanes.iter().map(|&n| Some(n)).collect()
+        }
+    }
+
     /// The SDK's lanes, as the caption names them.
     fn lanes_named(&self) -> String {
-        match self.lanes {
-            Some(n) => format!("`AC_LANES={n}`"),
-            None => "the default bulk lanes".into(),
+        match &self.lanes[..] {
+            [] => "the default bulk lanes".into(),
+            [n] => format!("`AC_LANES={n}`"),
+            many => format!(
+                "`AC_LANES` {} (the lanes column)",
+                many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
 }
@@ -270,9 +284,9 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
     let mut algorithm = String::new();
     println!("## Between two hosts (veth, network namespaces): SDK copies against plain TCP and a bare TLS stream, same run\n");
     println!(
-        "| link | MiB | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
+        "| link | MiB | lanes | TCP | bare TLS | bare TLS, copy-sized | SDK H2D | SDK D2H | H2D/TCP | D2H/TCP | H2D/TLS | D2H/TLS | H2D/TLS copy-sized | D2H/TLS copy-sized | bare TLS copy-sized, backend to program | D2H/that | QUIC-only H2D | QUIC-only D2H |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (_, mtu, transport_mtu, rate) in links {
         let bed = Bed::new(2, mtu);
         if let Some(name) = congestion {
@@ -288,15 +302,17 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
         }
         let dir = tempfile::tempdir()?;
         let _backend = start_backend(&bed, dir.path(), transport_mtu)?;
-        for &mib in sizes {
+        // Each lane count in turn within a row: a run cut short still compares them.
+        for (&mib, lanes) in sizes.iter().flat_map(|mib| plan.lane_counts().into_iter().map(move |l| (mib, l))) {
             let reps = if rate.is_some() { shaped_reps } else { reps };
-            let r = measure(&bed, dir.path(), mib, reps, transport_mtu, plan.lanes)?;
+            let r = measure(&bed, dir.path(), mib, reps, transport_mtu, lanes)?;
             let link = match rate {
                 Some(rate) => format!("MTU {mtu}, tbf {rate}"),
                 None => format!("MTU {mtu} (transport {transport_mtu})"),
             };
+            let lanes = lanes.map_or("default".to_string(), |n| n.to_string());
             println!(
-                "| {link} | {mib} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} |",
+                "| {link} | {mib} | {lanes} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.2} | {:.0} | {:.0} |",
                 r.tcp,
                 r.tls,
                 r.tls_whole,
@@ -314,7 +330,7 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
                 r.quic_d2h
             );
             paired.push(format!(
-                "| {link} | {mib} | {} | {:.2} | {} | {:.2} |",
+                "| {link} | {mib} | {lanes} | {} | {:.2} | {} | {:.2} |",
                 listed(&r.paired_h2d),
                 median(r.paired_h2d.clone()),
                 listed(&r.paired_d2h),
@@ -323,8 +339,14 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
         }
         // On a shaped link every copy runs at the shaper's rate, first or not.
         if rate.is_none() {
-            let [h2d_first, h2d_later, d2h_first, d2h_later] =
-                first_and_later(&bed, dir.path(), series_mib, transport_mtu, plan.lanes, (programs, copies))?;
+            let [h2d_first, h2d_later, d2h_first, d2h_later] = first_and_later(
+                &bed,
+                dir.path(),
+                series_mib,
+                transport_mtu,
+                plan.lane_counts()[0],
+                (programs, copies),
+            )?;
             series.push(format!(
                 "| MTU {mtu} (transport {transport_mtu}) | {series_mib} | {h2d_first:.0} | {h2d_later:.0} | {:.2} | {d2h_first:.0} | {d2h_later:.0} | {:.2} |",
                 h2d_first / h2d_later,
@@ -333,6 +355,8 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
         }
     }
     let (lanes, cores) = (plan.lanes_named(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    let series_lanes =
+        plan.lane_counts()[0].map_or("the default bulk lanes".to_string(), |n| format!("`AC_LANES={n}`"));
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; {cores} cores shared by both hosts; TCP congestion control on both hosts: {algorithm}; \
          TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
@@ -342,9 +366,9 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
     );
     println!("### Each repetition's SDK copy against the bare stream measured beside it\n");
     println!(
-        "| link | MiB | H2D / bare copy-sized, each repetition | median | D2H / bare back, each repetition | median |"
+        "| link | MiB | lanes | H2D / bare copy-sized, each repetition | median | D2H / bare back, each repetition | median |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for row in paired {
         println!("{row}");
     }
@@ -360,7 +384,7 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
         println!("{row}");
     }
     println!(
-        "\n(Mbit/s, medians; {programs} programs, each {copies} copies each way in turn, H2D then D2H, on {lanes}, after one untimed H2D copy that maps the CPU device's memory; the first timed pair of each program against \
+        "\n(Mbit/s, medians; {programs} programs, each {copies} copies each way in turn, H2D then D2H, on {series_lanes}, after one untimed H2D copy that maps the CPU device's memory; the first timed pair of each program against \
          the later ones)\n"
     );
     Ok(())
