@@ -25,7 +25,7 @@ use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream};
 use tokio::io::AsyncWriteExt;
 
-use crate::device::Download;
+use crate::device::{Download, Upload};
 use crate::session::{Allocation, Session};
 
 /// What carries a copy: a QUIC bulk stream or a lane. They differ in what a refusal or a
@@ -58,6 +58,18 @@ trait Carrier: Send {
         sink: impl FnMut(u64, &[u8]) -> Result<(), WireError> + Send,
     ) -> impl Future<Output = Result<(), WireError>> + Send {
         receive(session, header, self.reader(), received, sink)
+    }
+
+    /// Reads the copy's host-to-device payload into `upload`, a piece at a time; `received`
+    /// counts what was read.
+    fn receive_upload(
+        &mut self,
+        session: &Session,
+        header: &BulkHeader,
+        received: &mut u64,
+        upload: &mut dyn Upload,
+    ) -> impl Future<Output = Result<(), WireError>> + Send {
+        self.receive(session, header, received, |at, piece| upload.push(at, piece))
     }
 
     /// A host-to-device copy is refused with `left` of its payload bytes not read.
@@ -167,11 +179,34 @@ impl Carrier for Lane {
             *received += piece.len() as u64;
             sink(at, piece)
         });
-        match read.await {
-            Ok(sunk) => sunk,
-            Err(ProtoError::UnexpectedEnd) => Err(ended_early(*received, header)),
-            Err(e) => Err(WireError::new(ErrorKind::Internal, format!("copy interrupted: {e}"))),
+        read.await.unwrap_or_else(|e| Err(interrupted(e, *received, header)))
+    }
+
+    /// Where the device has rooms (a staging buffer's free part), the records go straight into
+    /// them (`LaneTls::read_exact_plain`): no copy between the socket's and the device's
+    /// buffers. What the frame reader holds, and a device without rooms, go through `receive`.
+    async fn receive_upload(
+        &mut self,
+        session: &Session,
+        header: &BulkHeader,
+        received: &mut u64,
+        upload: &mut dyn Upload,
+    ) -> Result<(), WireError> {
+        while *received < header.len {
+            let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
+            upload.push(*received, &piece)?;
+            *received += piece.len() as u64;
         }
+        while *received < header.len {
+            let most = usize::try_from(header.len - *received).unwrap_or(usize::MAX);
+            let Some(room) = upload.room(*received, most)? else { break };
+            let len = room.len();
+            let read = self.reader.stream_mut().0.read_exact_plain(room).await;
+            read.map_err(|e| interrupted(e, *received, header))?;
+            upload.commit(len)?;
+            *received += len as u64;
+        }
+        self.receive(session, header, received, |at, piece| upload.push(at, piece)).await
     }
 
     /// The device reads straight into the lane's records, which are sealed where they lie.
@@ -350,6 +385,14 @@ fn ended_early(received: u64, header: &BulkHeader) -> WireError {
     WireError::new(ErrorKind::InvalidArgument, format!("copy ended after {received} of {} bytes", header.len))
 }
 
+/// What a lane's failure while reading a copy's payload tells the copy.
+fn interrupted(e: ProtoError, received: u64, header: &BulkHeader) -> WireError {
+    match e {
+        ProtoError::UnexpectedEnd => ended_early(received, header),
+        e => WireError::new(ErrorKind::Internal, format!("copy interrupted: {e}")),
+    }
+}
+
 /// Reads the next piece of payload; fails when the stream ends before `header.len` bytes.
 async fn next_piece<S: Source + Send>(
     reader: &mut FrameReader<S>,
@@ -391,7 +434,7 @@ async fn receive_streaming(
     received: &mut u64,
 ) -> Result<(), WireError> {
     let mut upload = session.context.upload(alloc.mem, header.ptr.offset, header.len)?;
-    carrier.receive(session, header, received, |at, piece| upload.push(at, piece)).await?;
+    carrier.receive_upload(session, header, received, &mut *upload).await?;
     upload.finish()
 }
 

@@ -61,6 +61,9 @@ pub struct LaneTls {
     closing: bool,
     /// Records opened where the caller wanted their plaintext ([`LaneTls::read_direct`]).
     opened_in_place: u64,
+    /// A direct read stopped halfway (an error, or its future dropped): the bytes it had read
+    /// are gone, so the stream is no longer at a record's start and every later read fails.
+    torn: bool,
 }
 
 /// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
@@ -106,6 +109,7 @@ impl LaneTls {
             sent: 0,
             closing: false,
             opened_in_place: 0,
+            torn: false,
         })
     }
 
@@ -216,11 +220,18 @@ impl LaneTls {
     ///
     /// A header that is not a full record's (a copy cut into chunks that are not whole records,
     /// or a peer's own choice) stops it: the bytes read from that record on are gathered back
-    /// into the read buffer, in stream order, and read from there. So any stream of records
-    /// reads the same, and only full ones skip the copy.
+    /// into the read buffer, in stream order, and read from there. So records of any length
+    /// read the same, and only full ones skip the copy. One thing reads differently: a record
+    /// of full length with padding after its content type (TLS 1.3 allows it; no sealer here
+    /// makes one) is refused, since its plaintext would not fill its place.
+    ///
+    /// Stopped halfway (an error, or the future dropped), the bytes read are lost: the lane
+    /// then refuses every later read (`torn`); the SDK drops such a lane anyway.
     async fn read_direct(&mut self, out: &mut [u8]) -> Result<usize, ProtoError> {
         debug_assert!(self.start == self.end && out.len() > MAX_PLAIN);
+        self.check_in_step()?;
         (self.start, self.end) = (0, 0);
+        self.torn = true;
         let records = ((out.len() - 1) / MAX_PLAIN).min(DIRECT_RECORDS);
         let mut layout =
             Layout { heads: [[0; HEADER]; DIRECT_RECORDS], tails: [[0; OVERHEAD]; DIRECT_RECORDS], records };
@@ -236,6 +247,7 @@ impl LaneTls {
             while opened < records && got >= opened * FULL_RECORD + HEADER {
                 if layout.heads[opened] != FULL_HEADER {
                     self.end = layout.gather(out, opened * FULL_RECORD..got, &mut self.inbuf);
+                    self.torn = false;
                     return Ok(opened * MAX_PLAIN);
                 }
                 if got < (opened + 1) * FULL_RECORD {
@@ -245,7 +257,16 @@ impl LaneTls {
                 opened += 1;
             }
         }
+        self.torn = false;
         Ok(records * MAX_PLAIN)
+    }
+
+    /// Fails once a direct read has stopped halfway (see `torn`).
+    fn check_in_step(&self) -> Result<(), ProtoError> {
+        if self.torn {
+            return Err(ProtoError::Malformed("the lane stopped inside a copy's records: it cannot be read on".into()));
+        }
+        Ok(())
     }
 
     /// Opens full record `i` read into `out` (see [`LaneTls::read_direct`]).
@@ -274,12 +295,28 @@ impl LaneTls {
         loop {
             ready!(self.tcp.poll_read_ready(cx))?;
             let mut parts = layout.parts(out, got);
-            match self.tcp.try_read_vectored(&mut parts) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // As in `poll_fill`: the reader is about to wait for a copy's bytes.
-                    let _ = socket2::SockRef::from(&self.tcp).set_tcp_quickack(true);
+            let want: usize = parts.iter().map(|part| part.len()).sum();
+            let mut short = None;
+            let read = self.tcp.try_io(tokio::io::Interest::READABLE, || {
+                let n = read_vectored(&self.tcp, &mut parts)?;
+                if n > 0 && n < want {
+                    // A short read drained the socket: as tokio's own reads do, the readiness
+                    // is cleared (by `WouldBlock`), so the next read waits for the low-water
+                    // mark instead of taking what trickles in.
+                    short = Some(n);
+                    return Err(io::ErrorKind::WouldBlock.into());
                 }
-                done => return Poll::Ready(done),
+                Ok(n)
+            });
+            match (read, short) {
+                (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => return Poll::Ready(Ok(n)),
+                (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if coming > MAX_PLAIN as u64 {
+                        // As in `poll_fill`: the reader is about to wait for a copy's bytes.
+                        let _ = socket2::SockRef::from(&self.tcp).set_tcp_quickack(true);
+                    }
+                }
+                (done, _) => return Poll::Ready(done),
             }
         }
     }
@@ -324,6 +361,7 @@ impl LaneTls {
     /// Opens the next complete record in the buffer, if there is one; a close_notify ends the
     /// stream.
     fn open_buffered(&mut self) -> Result<Option<Opened>, ProtoError> {
+        self.check_in_step()?;
         let Some(len) = Opener::record_len(&self.inbuf[self.start..self.end])? else { return Ok(None) };
         let at = self.start;
         self.start += len;
@@ -481,6 +519,18 @@ impl Layout {
         }
         at
     }
+}
+
+/// `readv(2)` from `tcp` into `parts`: the bytes read (0 at the stream's end).
+#[allow(unsafe_code)]
+fn read_vectored(tcp: &TcpStream, parts: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let count = libc::c_int::try_from(parts.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std guarantees it); each one
+    // points into a live buffer that the call may write, borrowed mutably for the call; the
+    // descriptor is `tcp`'s, open for the call.
+    let n = unsafe { libc::readv(tcp.as_raw_fd(), parts.as_mut_ptr().cast::<libc::iovec>(), count) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// Sets `SO_RCVLOWAT` on `tcp`: the socket reports itself readable once `bytes` are there (or
@@ -774,22 +824,68 @@ mod tests {
         drop(writer.await.unwrap());
     }
 
+    /// `count` full records sealed by `lane` (record `i` filled with `i`), as they go on the
+    /// wire; not sent.
+    fn full_records(lane: &mut LaneTls, count: u8) -> Vec<u8> {
+        let mut wire = Vec::new();
+        for i in 0..count {
+            let fill = |room: &mut [u8]| {
+                room.fill(i);
+                Ok::<_, ()>(())
+            };
+            lane.seal_with(MAX_PLAIN, fill).unwrap().unwrap();
+            wire.extend_from_slice(&lane.out[..lane.filled]);
+            lane.filled = 0;
+        }
+        wire
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Whatever records the writer makes (pieces of any size, each write sealing its own
+        /// records: full ones and short ones in any order) and however the reader cuts its
+        /// reads (under a record, through the read buffer; over one, straight into place), the
+        /// reader gets every byte, in order.
+        #[test]
+        fn any_records_read_in_any_cuts_arrive_in_order(
+            pieces in proptest::collection::vec(1usize..3 * MAX_PLAIN, 1..40),
+            cuts in proptest::collection::vec(1usize..40 * MAX_PLAIN, 1..12),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let (mut client, mut server) = pair("any-records").await;
+                let data = pattern(pieces.iter().sum(), 5);
+                let sent = data.clone();
+                let writer = tokio::spawn(async move {
+                    let mut at = 0;
+                    for piece in pieces {
+                        client.write_all(&sent[at..at + piece]).await.unwrap();
+                        at += piece;
+                    }
+                    client.flush().await.unwrap();
+                    client
+                });
+                let mut got = Vec::with_capacity(data.len());
+                for cut in cuts.iter().cycle() {
+                    let mut buf = vec![0u8; (*cut).min(data.len() - got.len())];
+                    server.read_exact_plain(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf);
+                    if got.len() == data.len() {
+                        break;
+                    }
+                }
+                assert!(got == data, "the bytes differ");
+                drop(writer.await.unwrap());
+            });
+        }
+    }
+
     #[tokio::test]
     async fn a_byte_altered_in_a_record_read_in_place_fails_the_read_and_an_early_end_is_an_error() {
         let (mut client, mut server) = pair("direct-altered").await;
         // Two full records sealed by the client, a byte of the second's plaintext flipped.
-        let mut wire = Vec::new();
-        for i in 0..2 {
-            client
-                .seal_with(MAX_PLAIN, |room| {
-                    room.fill(i);
-                    Ok::<_, ()>(())
-                })
-                .unwrap()
-                .unwrap();
-            wire.extend_from_slice(&client.out[..client.filled]);
-            client.filled = 0;
-        }
+        let wire = full_records(&mut client, 2);
         let mut altered = wire.clone();
         altered[FULL_RECORD + HEADER + 3] ^= 1;
         client.tcp.write_all(&altered).await.unwrap();
@@ -797,17 +893,25 @@ mod tests {
         let error = server.read_exact_plain(&mut got).await.unwrap_err();
         assert!(matches!(&error, ProtoError::Malformed(m) if m.contains("authentication")), "{error}");
         assert_eq!(server.opened_in_place, 1, "the first record opened");
+        // What the failed read had taken from the socket is lost: the lane reads no more.
+        let after = server.read_exact_plain(&mut [0u8; 10]).await.unwrap_err();
+        assert!(matches!(&after, ProtoError::Malformed(m) if m.contains("stopped inside")), "{after}");
+
+        // A direct read given up halfway (its future dropped while it waits for bytes that
+        // will not come) leaves the lane refusing reads too.
+        let (mut client, mut server) = pair("direct-dropped").await;
+        let wire = full_records(&mut client, 2);
+        client.tcp.write_all(&wire[..FULL_RECORD + 100]).await.unwrap();
+        let mut got = vec![0u8; 4 * MAX_PLAIN];
+        let waited = tokio::time::timeout(Duration::from_millis(200), server.read_exact_plain(&mut got)).await;
+        assert!(waited.is_err(), "the read ended without the bytes it waited for");
+        let after = server.read_exact_plain(&mut [0u8; 10]).await.unwrap_err();
+        assert!(matches!(&after, ProtoError::Malformed(m) if m.contains("stopped inside")), "{after}");
+        drop(client);
 
         // The stream ends inside a direct read: an error, not a short read.
         let (mut client, mut server) = pair("direct-end").await;
-        client
-            .seal_with(MAX_PLAIN, |room| {
-                room.fill(3);
-                Ok::<_, ()>(())
-            })
-            .unwrap()
-            .unwrap();
-        let record = client.out[..client.filled].to_vec();
+        let record = full_records(&mut client, 1);
         client.tcp.write_all(&record[..record.len() - 4]).await.unwrap();
         client.tcp.shutdown().await.unwrap();
         let mut got = vec![0u8; 4 * MAX_PLAIN];

@@ -54,22 +54,36 @@ impl Gather {
 
     /// The steps for a piece of `len` bytes landing `at` bytes into the copy.
     pub fn push(&mut self, mut at: u64, len: usize, steps: &mut Vec<Step>) {
+        let mut from = 0;
+        while from < len {
+            let (slot, into, n) = self.reserve(at, len - from, steps);
+            steps.push(Step::Fill { slot, into, from, len: n });
+            self.commit(n, steps);
+            from += n;
+            at += n as u64;
+        }
+    }
+
+    /// Where the next bytes of a piece landing `at` bytes into the copy go, filled in place by
+    /// the caller instead of copied from a piece: the steps to take first (the DMA of a buffer
+    /// the piece does not continue, a wait before a buffer is refilled), then the buffer, the
+    /// offset in it and how many bytes fit there, at most `max`. [`Gather::commit`] follows.
+    pub fn reserve(&mut self, at: u64, max: usize, steps: &mut Vec<Step>) -> (usize, usize, usize) {
         if self.open && at != self.start + self.filled as u64 {
             self.flush(steps);
         }
-        let mut from = 0;
-        while from < len {
-            if !self.open {
-                self.open_slot(at, steps);
-            }
-            let n = (self.chunk - self.filled).min(len - from);
-            steps.push(Step::Fill { slot: self.current, into: self.filled, from, len: n });
-            self.filled += n;
-            from += n;
-            at += n as u64;
-            if self.filled == self.chunk {
-                self.flush(steps);
-            }
+        if !self.open {
+            self.open_slot(at, steps);
+        }
+        (self.current, self.filled, (self.chunk - self.filled).min(max))
+    }
+
+    /// `len` bytes were put where [`Gather::reserve`] said: the DMA's step once the buffer is
+    /// full.
+    pub fn commit(&mut self, len: usize, steps: &mut Vec<Step>) {
+        self.filled += len;
+        if self.filled == self.chunk {
+            self.flush(steps);
         }
     }
 
@@ -108,38 +122,78 @@ mod tests {
     /// with a DMA in flight must not be filled before a `Wait`, and every byte must land where
     /// it belongs. Returns the device memory and the DMAs queued.
     fn run(len: usize, chunk: usize, slots: usize, pieces: &[(u64, usize)]) -> (Vec<u8>, usize) {
+        run_with(len, chunk, slots, pieces, None)
+    }
+
+    /// As [`run`]; with `rooms`, each piece is filled in place instead of pushed, through rooms
+    /// of at most that many bytes (`reserve`, the bytes written into the buffer, `commit`).
+    fn run_with(
+        len: usize,
+        chunk: usize,
+        slots: usize,
+        pieces: &[(u64, usize)],
+        rooms: Option<usize>,
+    ) -> (Vec<u8>, usize) {
         let source: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-        let mut device = vec![0u8; len];
-        let mut buffers = vec![vec![0u8; chunk]; slots];
-        let mut in_flight = vec![false; slots];
+        let mut model = Model {
+            device: vec![0u8; len],
+            buffers: vec![vec![0u8; chunk]; slots],
+            in_flight: vec![false; slots],
+            dmas: 0,
+        };
         let mut gather = Gather::new(chunk, slots, true);
-        let (mut steps, mut dmas) = (Vec::new(), 0);
-        let mut apply = |steps: &mut Vec<Step>, piece: Option<(u64, usize)>| {
+        let mut steps = Vec::new();
+        for &(at, n) in pieces {
+            let Some(most) = rooms else {
+                gather.push(at, n, &mut steps);
+                model.apply(&mut steps, &source[at as usize..at as usize + n]);
+                continue;
+            };
+            let mut done = 0;
+            while done < n {
+                let (slot, into, room) = gather.reserve(at + done as u64, most.min(n - done), &mut steps);
+                model.apply(&mut steps, &[]);
+                assert!(room > 0, "an empty room");
+                assert!(!model.in_flight[slot], "buffer {slot} handed out while its DMA may still read it");
+                let from = at as usize + done;
+                model.buffers[slot][into..into + room].copy_from_slice(&source[from..from + room]);
+                gather.commit(room, &mut steps);
+                model.apply(&mut steps, &[]);
+                done += room;
+            }
+        }
+        gather.finish(&mut steps);
+        model.apply(&mut steps, &[]);
+        (model.device, model.dmas)
+    }
+
+    /// The staging buffers and the device memory, as the steps change them.
+    struct Model {
+        device: Vec<u8>,
+        buffers: Vec<Vec<u8>>,
+        in_flight: Vec<bool>,
+        dmas: usize,
+    }
+
+    impl Model {
+        /// Carries `steps` out; `piece` is the data the fills copy from.
+        fn apply(&mut self, steps: &mut Vec<Step>, piece: &[u8]) {
             for step in steps.drain(..) {
                 match step {
-                    Step::Wait(slot) => in_flight[slot] = false,
+                    Step::Wait(slot) => self.in_flight[slot] = false,
                     Step::Fill { slot, into, from, len: n } => {
-                        assert!(!in_flight[slot], "buffer {slot} refilled while its DMA may still read it");
-                        let (at, _) = piece.expect("fills only come with a piece");
-                        let from = at as usize + from;
-                        buffers[slot][into..into + n].copy_from_slice(&source[from..from + n]);
+                        assert!(!self.in_flight[slot], "buffer {slot} refilled while its DMA may still read it");
+                        self.buffers[slot][into..into + n].copy_from_slice(&piece[from..from + n]);
                     }
                     Step::Dma { slot, at, len: n } => {
-                        assert!(n <= chunk);
-                        device[at as usize..at as usize + n].copy_from_slice(&buffers[slot][..n]);
-                        in_flight[slot] = true;
-                        dmas += 1;
+                        assert!(n <= self.buffers[slot].len());
+                        self.device[at as usize..at as usize + n].copy_from_slice(&self.buffers[slot][..n]);
+                        self.in_flight[slot] = true;
+                        self.dmas += 1;
                     }
                 }
             }
-        };
-        for &(at, n) in pieces {
-            gather.push(at, n, &mut steps);
-            apply(&mut steps, Some((at, n)));
         }
-        gather.finish(&mut steps);
-        apply(&mut steps, None);
-        (device, dmas)
     }
 
     fn in_order(len: usize, piece: usize) -> Vec<(u64, usize)> {
@@ -173,6 +227,19 @@ mod tests {
         assert_eq!(device, (0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
     }
 
+    /// Pieces of the sizes `cuts`, one after the other from the copy's start, and their total.
+    fn contiguous(cuts: &[usize]) -> (Vec<(u64, usize)>, usize) {
+        let mut at = 0;
+        let pieces = cuts
+            .iter()
+            .map(|&n| {
+                at += n;
+                ((at - n) as u64, n)
+            })
+            .collect();
+        (pieces, at)
+    }
+
     proptest::proptest! {
         /// Any buffer size, ring size and cut of the copy into contiguous pieces: every byte
         /// lands, no buffer is refilled under a DMA, no DMA exceeds a buffer.
@@ -182,14 +249,26 @@ mod tests {
             slots in 1usize..5,
             cuts in proptest::collection::vec(0usize..150, 0..40),
         ) {
-            let mut pieces = Vec::new();
-            let mut at = 0usize;
-            for n in cuts {
-                pieces.push((at as u64, n));
-                at += n;
-            }
+            let (pieces, at) = contiguous(&cuts);
             let (device, _) = run(at, chunk, slots, &pieces);
             proptest::prop_assert_eq!(device, (0..at).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+        }
+
+        /// The same, with every piece filled in place through rooms of any size: as many DMAs
+        /// as when pushed, every byte lands, no buffer is handed out under a DMA.
+        #[test]
+        fn any_cut_filled_in_place_lands_whole(
+            chunk in 1usize..64,
+            slots in 1usize..5,
+            cuts in proptest::collection::vec(0usize..150, 0..40),
+            room in 1usize..100,
+        ) {
+            let (pieces, at) = contiguous(&cuts);
+            let (pushed, pushed_dmas) = run(at, chunk, slots, &pieces);
+            let (device, dmas) = run_with(at, chunk, slots, &pieces, Some(room));
+            proptest::prop_assert_eq!(&device, &pushed);
+            proptest::prop_assert_eq!(device, (0..at).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+            proptest::prop_assert_eq!(dmas, pushed_dmas);
         }
     }
 

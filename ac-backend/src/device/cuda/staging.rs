@@ -290,6 +290,25 @@ impl Upload for PinnedUpload<'_> {
         self.apply(data)
     }
 
+    /// The free part of the pinned buffer being filled (waited for first if a DMA may still
+    /// read it); a pageable buffer has none, since the driver copies it during the call.
+    fn room(&mut self, at: u64, max: usize) -> DeviceResult<Option<&mut [u8]>> {
+        if self.pageable.is_some() {
+            return Ok(None);
+        }
+        check_piece(at, max, self.len)?;
+        self.lane.context.enter()?;
+        let (slot, into, len) = self.gather.reserve(at, max, &mut self.steps);
+        self.apply(&[])?;
+        Ok(Some(&mut self.buffer(slot)[into..into + len]))
+    }
+
+    fn commit(&mut self, len: usize) -> DeviceResult<()> {
+        self.lane.context.enter()?;
+        self.gather.commit(len, &mut self.steps);
+        self.apply(&[])
+    }
+
     fn finish(mut self: Box<Self>) -> DeviceResult<()> {
         self.lane.context.enter()?;
         self.gather.finish(&mut self.steps);

@@ -137,6 +137,34 @@ impl Upload for WorkerUpload<'_> {
         Ok(())
     }
 
+    /// The rest of the slot being gathered, when the copy has a bay (a copy through the pipe
+    /// has none).
+    fn room(&mut self, at: u64, max: usize) -> DeviceResult<Option<&mut [u8]>> {
+        if self.bay.is_none() {
+            return Ok(None);
+        }
+        if at != self.gathered_at + self.gathered as u64 {
+            self.send_gathered()?;
+            self.gathered_at = at;
+        }
+        let n = max.min(PIECE - self.gathered);
+        let Some(bay) = &self.bay else { return Ok(None) };
+        // SAFETY: as in `gather`: the slot of the piece being gathered, whose previous piece
+        // was answered before this one's first byte; the room is the only slice of it until
+        // `commit`, which the caller calls before anything else.
+        #[allow(unsafe_code)]
+        let slot = unsafe { bay.slot(bay.slot_for(self.sent), self.gathered + n) };
+        Ok(Some(&mut slot[self.gathered..]))
+    }
+
+    fn commit(&mut self, len: usize) -> DeviceResult<()> {
+        self.gathered += len;
+        if self.gathered == PIECE {
+            self.send_gathered()?;
+        }
+        Ok(())
+    }
+
     fn finish(mut self: Box<Self>) -> DeviceResult<()> {
         let mut first_error = self.send_gathered();
         while !self.in_flight.is_empty() {
