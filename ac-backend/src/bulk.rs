@@ -192,10 +192,13 @@ impl Carrier for Lane {
         received: &mut u64,
         upload: &mut dyn Upload,
     ) -> Result<(), WireError> {
+        // `received` counts bytes taken off the lane before the device takes them: a refusal
+        // after a device failure drains only what the client has still to send.
         while *received < header.len {
             let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
-            upload.push(*received, &piece)?;
+            let at = *received;
             *received += piece.len() as u64;
+            upload.push(at, &piece)?;
         }
         while *received < header.len {
             let most = usize::try_from(header.len - *received).unwrap_or(usize::MAX);
@@ -203,8 +206,8 @@ impl Carrier for Lane {
             let len = room.len();
             let read = self.reader.stream_mut().0.read_exact_plain(room).await;
             read.map_err(|e| interrupted(e, *received, header))?;
-            upload.commit(len)?;
             *received += len as u64;
+            upload.commit(len)?;
         }
         self.receive(session, header, received, |at, piece| upload.push(at, piece)).await
     }
