@@ -142,6 +142,23 @@ impl Lane {
         }
         ac_proto::lane::TcpInfo::of(self.reader.stream().0.tcp()).ok()
     }
+
+    /// Hands `sink` the copy's payload bytes the frame reader already holds, each with its
+    /// offset in the copy; `received` counts them before `sink` takes them.
+    fn drain_buffered(
+        &mut self,
+        header: &BulkHeader,
+        received: &mut u64,
+        mut sink: impl FnMut(u64, &[u8]) -> Result<(), WireError>,
+    ) -> Result<(), WireError> {
+        while *received < header.len {
+            let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
+            let at = *received;
+            *received += piece.len() as u64;
+            sink(at, &piece)?;
+        }
+        Ok(())
+    }
 }
 
 /// How much of a refused copy's payload a lane reads (and drops) at a time.
@@ -167,12 +184,7 @@ impl Carrier for Lane {
         received: &mut u64,
         mut sink: impl FnMut(u64, &[u8]) -> Result<(), WireError> + Send,
     ) -> Result<(), WireError> {
-        while *received < header.len {
-            let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
-            let at = *received;
-            *received += piece.len() as u64;
-            sink(at, &piece)?;
-        }
+        self.drain_buffered(header, received, &mut sink)?;
         let left = header.len - *received;
         let read = self.reader.stream_mut().0.read_with(left, |piece| {
             let at = *received;
@@ -194,12 +206,7 @@ impl Carrier for Lane {
     ) -> Result<(), WireError> {
         // `received` counts bytes taken off the lane before the device takes them: a refusal
         // after a device failure drains only what the client has still to send.
-        while *received < header.len {
-            let Some(piece) = self.reader.take_buffered((header.len - *received) as usize) else { break };
-            let at = *received;
-            *received += piece.len() as u64;
-            upload.push(at, &piece)?;
-        }
+        self.drain_buffered(header, received, |at, piece| upload.push(at, piece))?;
         while *received < header.len {
             let most = usize::try_from(header.len - *received).unwrap_or(usize::MAX);
             let Some(room) = upload.room(*received, most)? else { break };

@@ -76,7 +76,7 @@ pub async fn connect(
 ) -> Result<LaneTls, ProtoError> {
     let (tcp, connection) = connector.connect(name, tcp).await?.into_inner();
     let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
-    match lane.next_record(0).await? {
+    match lane.next_record(0, false).await? {
         Some(Opened::Data(range)) if range.is_empty() => Ok(lane),
         _ => Err(ProtoError::Malformed("the lane's first record was not its ready record".into())),
     }
@@ -164,7 +164,7 @@ impl LaneTls {
             if self.ended {
                 return Err(ProtoError::UnexpectedEnd);
             }
-            match self.next_record(left).await? {
+            match self.next_record(left, false).await? {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
             }
@@ -200,7 +200,7 @@ impl LaneTls {
                 at += self.read_direct(&mut out[at..]).await?;
                 continue;
             }
-            match self.next_record_alone(left as u64).await? {
+            match self.next_record(left as u64, true).await? {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
             }
@@ -420,35 +420,29 @@ impl LaneTls {
     }
 
     /// The next record, read from the socket as needed (`coming`: as for
-    /// [`LaneTls::poll_fill`]); `None` when the socket ended between records.
-    async fn next_record(&mut self, coming: u64) -> Result<Option<Opened>, ProtoError> {
+    /// [`LaneTls::poll_fill`]); `None` when the socket ended between records. `alone`: reading
+    /// no further than that record's end, so that what follows stays in the socket, where
+    /// [`LaneTls::read_direct`] can take it.
+    async fn next_record(&mut self, coming: u64, alone: bool) -> Result<Option<Opened>, ProtoError> {
         loop {
             if let Some(opened) = self.open_buffered()? {
                 return Ok(Some(opened));
             }
-            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, usize::MAX)).await? == 0 {
+            let limit = if alone { self.missing_of_record()? } else { usize::MAX };
+            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, limit)).await? == 0 {
                 return self.socket_ended().map(|()| None).map_err(ProtoError::from);
             }
         }
     }
 
-    /// The next record, as [`LaneTls::next_record`] reads it, but reading from the socket no
-    /// further than that record's end: what follows stays in the socket, where
-    /// [`LaneTls::read_direct`] can take it.
-    async fn next_record_alone(&mut self, coming: u64) -> Result<Option<Opened>, ProtoError> {
-        loop {
-            if let Some(opened) = self.open_buffered()? {
-                return Ok(Some(opened));
-            }
-            let buffered = &self.inbuf[self.start..self.end];
-            let missing = match buffered.first_chunk() {
-                Some(header) => Opener::declared_len(header)? - buffered.len(),
-                None => HEADER - buffered.len(),
-            };
-            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, missing)).await? == 0 {
-                return self.socket_ended().map(|()| None).map_err(ProtoError::from);
-            }
-        }
+    /// The bytes still missing of the record that the buffer starts (of its header, while that
+    /// is not all there).
+    fn missing_of_record(&self) -> Result<usize, ProtoError> {
+        let buffered = &self.inbuf[self.start..self.end];
+        Ok(match buffered.first_chunk() {
+            Some(header) => Opener::declared_len(header)? - buffered.len(),
+            None => HEADER - buffered.len(),
+        })
     }
 
     /// The socket ended: fine between records (a lane's frames say where a copy ends), not

@@ -78,20 +78,42 @@ impl<'a> WorkerUpload<'a> {
     /// Copies as much of `data` as the piece has room for behind what is gathered; how much.
     fn gather(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(PIECE - self.gathered);
-        match &self.bay {
-            Some(bay) => {
-                // SAFETY: the slot of the piece being gathered: the call of the piece before
-                // it in this slot was answered before this piece's first byte (`send_gathered`
-                // keeps at most IN_FLIGHT in flight, and a bay has one slot more), and no other
-                // slice of it lives.
-                #[allow(unsafe_code)]
-                let slot = unsafe { bay.slot(bay.slot_for(self.sent), self.gathered + n) };
-                slot[self.gathered..].copy_from_slice(&data[..n]);
-            }
+        match self.slot_room(n) {
+            Some(room) => room.copy_from_slice(&data[..n]),
             None => self.piece.extend_from_slice(&data[..n]),
         }
-        self.gathered += n;
         n
+    }
+
+    /// The next `n` bytes of the slot of the piece being gathered (`n` fits it), or `None`
+    /// when the copy goes through the pipe.
+    fn slot_room(&mut self, n: usize) -> Option<&mut [u8]> {
+        let bay = self.bay.as_ref()?;
+        // SAFETY: the slot of the piece being gathered: the call of the piece before it in this
+        // slot was answered before this piece's first byte (`send_gathered` keeps at most
+        // IN_FLIGHT in flight, and a bay has one slot more), and no other slice of it lives
+        // (the room borrows the upload until it is filled and committed).
+        #[allow(unsafe_code)]
+        let slot = unsafe { bay.slot(bay.slot_for(self.sent), self.gathered + n) };
+        Some(&mut slot[self.gathered..])
+    }
+
+    /// Gathers from `at` on: what is gathered is sent first unless `at` follows it.
+    fn gather_at(&mut self, at: u64) -> DeviceResult<()> {
+        if at != self.gathered_at + self.gathered as u64 {
+            self.send_gathered()?;
+            self.gathered_at = at;
+        }
+        Ok(())
+    }
+
+    /// `n` more bytes are gathered: the piece is sent once full.
+    fn add_gathered(&mut self, n: usize) -> DeviceResult<()> {
+        self.gathered += n;
+        if self.gathered == PIECE {
+            self.send_gathered()?;
+        }
+        Ok(())
     }
 
     /// Sends what is gathered, waiting first for the oldest piece when enough are in flight.
@@ -123,16 +145,11 @@ impl<'a> WorkerUpload<'a> {
 
 impl Upload for WorkerUpload<'_> {
     fn push(&mut self, at: u64, mut data: &[u8]) -> DeviceResult<()> {
-        if at != self.gathered_at + self.gathered as u64 {
-            self.send_gathered()?;
-            self.gathered_at = at;
-        }
+        self.gather_at(at)?;
         while !data.is_empty() {
             let n = self.gather(data);
             data = &data[n..];
-            if self.gathered == PIECE {
-                self.send_gathered()?;
-            }
+            self.add_gathered(n)?;
         }
         Ok(())
     }
@@ -143,26 +160,12 @@ impl Upload for WorkerUpload<'_> {
         if self.bay.is_none() {
             return Ok(None);
         }
-        if at != self.gathered_at + self.gathered as u64 {
-            self.send_gathered()?;
-            self.gathered_at = at;
-        }
-        let n = max.min(PIECE - self.gathered);
-        let Some(bay) = &self.bay else { return Ok(None) };
-        // SAFETY: as in `gather`: the slot of the piece being gathered, whose previous piece
-        // was answered before this one's first byte; the room is the only slice of it until
-        // `commit`, which the caller calls before anything else.
-        #[allow(unsafe_code)]
-        let slot = unsafe { bay.slot(bay.slot_for(self.sent), self.gathered + n) };
-        Ok(Some(&mut slot[self.gathered..]))
+        self.gather_at(at)?;
+        Ok(self.slot_room(max.min(PIECE - self.gathered)))
     }
 
     fn commit(&mut self, len: usize) -> DeviceResult<()> {
-        self.gathered += len;
-        if self.gathered == PIECE {
-            self.send_gathered()?;
-        }
-        Ok(())
+        self.add_gathered(len)
     }
 
     fn finish(mut self: Box<Self>) -> DeviceResult<()> {
