@@ -65,14 +65,19 @@ impl Plan {
     /// The SDK's lanes, as the caption names them.
     fn lanes_named(&self) -> String {
         match &self.lanes[..] {
-            [] => "the default bulk lanes".into(),
-            [n] => format!("`AC_LANES={n}`"),
+            [] => lanes_of(None),
+            [n] => lanes_of(Some(*n)),
             many => format!(
                 "`AC_LANES` {} (the lanes column)",
                 many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             ),
         }
     }
+}
+
+/// One lane count as a caption names it (`None`: the SDK's default).
+fn lanes_of(count: Option<usize>) -> String {
+    count.map_or("the default bulk lanes".into(), |n| format!("`AC_LANES={n}`"))
 }
 
 fn line(proc: &mut Proc, needle: &str) -> anyhow::Result<String> {
@@ -355,8 +360,7 @@ pub fn between_hosts(plan: &Plan) -> anyhow::Result<()> {
         }
     }
     let (lanes, cores) = (plan.lanes_named(), std::thread::available_parallelism().map_or(0, |n| n.get()));
-    let series_lanes =
-        plan.lane_counts()[0].map_or("the default bulk lanes".to_string(), |n| format!("`AC_LANES={n}`"));
+    let series_lanes = lanes_of(plan.lane_counts()[0]);
     println!(
         "\n(Mbit/s, medians of {reps} alternating runs, {shaped_reps} on shaped links; {cores} cores shared by both hosts; TCP congestion control on both hosts: {algorithm}; \
          TCP: one stream, unencrypted; bare TLS: one TLS 1.3 stream over \
