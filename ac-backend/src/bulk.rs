@@ -219,13 +219,14 @@ impl Carrier for Lane {
         self.receive(session, header, received, |at, piece| upload.push(at, piece)).await
     }
 
-    /// The device reads straight into the lane's records, which are sealed where they lie.
+    /// The device hands its bytes where they lie, and the lane seals them from there into its
+    /// records.
     async fn put_download(
         &mut self,
         download: &mut dyn Download,
         len: usize,
     ) -> Result<Result<(), WireError>, ProtoError> {
-        self.reader.stream_mut().0.write_filled(len, |out| download.next_into(out)).await
+        self.reader.stream_mut().0.write_from(len, |n, take| download.next_with(n, take)).await
     }
 
     /// The client sends the whole payload before it reads the reply: the lane reads it to the

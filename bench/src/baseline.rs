@@ -55,7 +55,7 @@ pub fn quinn_peer(dir: &std::path::Path) -> anyhow::Result<()> {
 /// count, whether to use a buffer of that size (1) or one cache-resident MiB, reused (0), and
 /// the direction: 0, the peer reads that many bytes as a lane reads a copy's
 /// (`LaneTls::read_with`, the socket's low-water mark included) and answers with the count; 1,
-/// the peer writes them as a backend writes a device-to-host copy's (`LaneTls::write_filled`).
+/// the peer writes them as a backend writes a device-to-host copy's (`LaneTls::write_from`).
 /// A copy-sized peer reads and writes one buffer that lives as long as the peer, touched before
 /// it answers "ready", as a backend reads and writes device memory that outlives a copy
 /// (allocating and freeing a fresh one per stream put the freeing beside the next measurement).
@@ -94,10 +94,9 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
             }
             if peer_writes {
                 let mut sent = 0;
-                let filled = stream.write_filled(total as usize, |room| {
-                    let span = reused_span(buf.len(), sent, room.len());
-                    room.copy_from_slice(&buf[span]);
-                    sent += room.len();
+                let filled = stream.write_from(total as usize, |n, take| {
+                    take(&buf[reused_span(buf.len(), sent, n)]);
+                    sent += n;
                     Ok::<_, std::convert::Infallible>(())
                 });
                 let _ = filled.await;

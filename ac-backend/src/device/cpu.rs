@@ -254,11 +254,24 @@ impl Context for CpuContext {
         Ok(())
     }
 
-    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], _stream: DeviceStream) -> DeviceResult<()> {
+    fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()> {
+        self.read_with(src, offset, out.len(), stream, &mut |bytes| out.copy_from_slice(bytes))
+    }
+
+    /// Hands the bytes where they lie, under the allocation's read lock: a launch that writes
+    /// this allocation waits for one record's sealing at most.
+    fn read_with(
+        &self,
+        src: DeviceMem,
+        offset: u64,
+        len: usize,
+        _stream: DeviceStream,
+        take: &mut dyn FnMut(&[u8]),
+    ) -> DeviceResult<()> {
         let memory = self.memory(src)?;
         let guard = memory.read().expect("device memory poisoned");
-        let range = check_range(guard.len(), offset, out.len() as u64)?;
-        out.copy_from_slice(&guard[range]);
+        let range = check_range(guard.len(), offset, len as u64)?;
+        take(&guard[range]);
         Ok(())
     }
 

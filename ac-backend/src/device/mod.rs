@@ -93,6 +93,21 @@ pub trait Context: Send + Sync + 'static {
     fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()>;
     /// Copies device memory into host bytes, in order on `stream`, and waits for them.
     fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()>;
+    /// Hands `len` bytes of device memory to `take`, in order on `stream`, in one slice or
+    /// several. Devices whose memory lies in host memory hand it where it lies, so that a lane
+    /// seals it from there; the others read it into a recycled buffer first.
+    fn read_with(
+        &self,
+        src: DeviceMem,
+        offset: u64,
+        len: usize,
+        stream: DeviceStream,
+        take: &mut dyn FnMut(&[u8]),
+    ) -> DeviceResult<()> {
+        let piece = pieces::filled(len, |buf| self.read(src, offset, buf, stream))?;
+        take(&piece);
+        Ok(())
+    }
     /// Copies between two places in this context's memory (they may be the same allocation).
     fn copy(
         &self,
@@ -174,6 +189,14 @@ pub trait Download: Send {
         out.copy_from_slice(&piece);
         Ok(())
     }
+
+    /// Hands the next `len` bytes of the copy to `take`, in one slice or several in order (a
+    /// bulk lane seals a slice from where it lies: `LaneTls::write_from`). Devices that hold
+    /// the bytes in host memory override it to hand them without a copy.
+    fn next_with(&mut self, len: usize, take: &mut dyn FnMut(&[u8])) -> DeviceResult<()> {
+        take(&self.next(len)?);
+        Ok(())
+    }
 }
 
 /// An upload that writes each piece as it comes (devices whose writes are synchronous and
@@ -214,9 +237,23 @@ impl<C: Context + ?Sized> Download for DirectDownload<'_, C> {
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
         check_piece(0, out.len(), self.len)?;
         self.context.read(self.src, self.offset, out, DeviceStream(0))?;
-        self.offset += out.len() as u64;
-        self.len -= out.len() as u64;
+        self.advance(out.len());
         Ok(())
+    }
+
+    fn next_with(&mut self, len: usize, take: &mut dyn FnMut(&[u8])) -> DeviceResult<()> {
+        check_piece(0, len, self.len)?;
+        self.context.read_with(self.src, self.offset, len, DeviceStream(0), take)?;
+        self.advance(len);
+        Ok(())
+    }
+}
+
+impl<C: ?Sized> DirectDownload<'_, C> {
+    /// Moves past `n` bytes handed out.
+    fn advance(&mut self, n: usize) {
+        self.offset += n as u64;
+        self.len -= n as u64;
     }
 }
 

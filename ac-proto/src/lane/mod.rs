@@ -28,6 +28,7 @@ use crate::frame::Source;
 use crate::pieces::Blank;
 use crate::ProtoError;
 
+mod aead;
 pub mod record;
 mod stream;
 mod tcp_info;

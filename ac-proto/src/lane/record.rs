@@ -16,9 +16,9 @@
 
 use std::ops::Range;
 
-use ring::aead;
 use rustls::ConnectionTrafficSecrets;
 
+use super::aead::{Cipher, Key, NONCE, TAG};
 use crate::ProtoError;
 
 /// A record's header: outer content type, legacy version, length.
@@ -46,8 +46,6 @@ pub const FULL_HEADER: [u8; HEADER] = [
 /// (RFC 8446 §5.5); one bound below it serves all three AEADs.
 pub const RECORD_LIMIT: u64 = 1 << 24;
 
-const TAG: usize = 16;
-const NONCE: usize = 12;
 const APPLICATION_DATA: u8 = 23;
 const ALERT: u8 = 21;
 const HANDSHAKE: u8 = 22;
@@ -55,7 +53,7 @@ const LEGACY_VERSION: [u8; 2] = [3, 3];
 
 /// One direction's key, IV and record sequence number.
 struct Keys {
-    key: aead::LessSafeKey,
+    key: Key,
     iv: [u8; NONCE],
     seq: u64,
 }
@@ -68,17 +66,17 @@ impl std::fmt::Debug for Keys {
 
 impl Keys {
     fn new((seq, secrets): (u64, ConnectionTrafficSecrets)) -> Result<Self, ProtoError> {
-        let (algorithm, key, iv) = match &secrets {
-            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&aead::AES_128_GCM, key, iv),
-            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&aead::AES_256_GCM, key, iv),
-            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (&aead::CHACHA20_POLY1305, key, iv),
+        let (cipher, key, iv) = match &secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (Cipher::Aes128Gcm, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (Cipher::Aes256Gcm, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (Cipher::Chacha20Poly1305, key, iv),
             _ => return Err(ProtoError::Malformed("a lane negotiated an AEAD it cannot use".into())),
         };
-        let key = aead::UnboundKey::new(algorithm, key.as_ref())
+        let key = Key::new(cipher, key.as_ref())
             .map_err(|_| ProtoError::Malformed("a lane's traffic key has the wrong length".into()))?;
         let iv =
             iv.as_ref().try_into().map_err(|_| ProtoError::Malformed("a lane's IV has the wrong length".into()))?;
-        Ok(Self { key: aead::LessSafeKey::new(key), iv, seq })
+        Ok(Self { key, iv, seq })
     }
 
     /// Records this direction may still carry.
@@ -88,7 +86,7 @@ impl Keys {
 
     /// The next record's nonce (the IV XOR the sequence number, RFC 8446 §5.3), taking the
     /// sequence number; fails once the direction has carried [`RECORD_LIMIT`] records.
-    fn next_nonce(&mut self) -> Result<aead::Nonce, ProtoError> {
+    fn next_nonce(&mut self) -> Result<[u8; NONCE], ProtoError> {
         if self.seq >= RECORD_LIMIT {
             return Err(ProtoError::Malformed("the lane's keys carried their limit of records".into()));
         }
@@ -97,7 +95,7 @@ impl Keys {
             *n ^= s;
         }
         self.seq += 1;
-        Ok(aead::Nonce::assume_unique_for_key(nonce))
+        Ok(nonce)
     }
 }
 
@@ -136,8 +134,7 @@ impl Sealer {
     fn append(&mut self, content: u8, plain: &[u8], out: &mut Vec<u8>) -> Result<(), ProtoError> {
         let at = out.len();
         out.resize(at + HEADER + plain.len() + OVERHEAD, 0);
-        out[at + HEADER..at + HEADER + plain.len()].copy_from_slice(plain);
-        match self.seal_typed(content, plain.len(), &mut out[at..]) {
+        match self.seal_typed(content, Plain::Apart(plain), &mut out[at..]) {
             Ok(_) => Ok(()),
             Err(e) => {
                 out.truncate(at);
@@ -146,11 +143,18 @@ impl Sealer {
         }
     }
 
+    /// Seals `plain` (at most [`MAX_PLAIN`] bytes) from where it lies into one
+    /// application-data record at the start of `record`, which has room for [`HEADER`] +
+    /// `plain.len()` + [`OVERHEAD`] bytes: one pass over the plaintext, no copy before it
+    /// (see [`super::aead`]). The record's length.
+    pub fn seal_from(&mut self, plain: &[u8], record: &mut [u8]) -> Result<usize, ProtoError> {
+        self.seal_typed(APPLICATION_DATA, Plain::Apart(plain), record)
+    }
+
     /// Seals a close_notify alert (the sender's end of the stream) at the start of `record`,
     /// which has room for [`CLOSE_RECORD`] bytes. The record's length.
     pub fn seal_close_in_place(&mut self, record: &mut [u8]) -> Result<usize, ProtoError> {
-        record[HEADER..HEADER + 2].copy_from_slice(&[1, 0]);
-        self.seal_typed(ALERT, 2, record)
+        self.seal_typed(ALERT, Plain::Apart(&[1, 0]), record)
     }
 
     /// Seals the `len` bytes of plaintext at `record[HEADER..]` (at most [`MAX_PLAIN`]) into
@@ -158,25 +162,39 @@ impl Sealer {
     /// type and the tag after. `record` has room for [`HEADER`] + `len` + [`OVERHEAD`] bytes.
     /// The record's length.
     pub fn seal_in_place(&mut self, len: usize, record: &mut [u8]) -> Result<usize, ProtoError> {
-        self.seal_typed(APPLICATION_DATA, len, record)
+        self.seal_typed(APPLICATION_DATA, Plain::InPlace(len), record)
     }
 
-    fn seal_typed(&mut self, content: u8, len: usize, record: &mut [u8]) -> Result<usize, ProtoError> {
+    /// Seals one record of inner content type `content` at the start of `record`; its length.
+    fn seal_typed(&mut self, content: u8, plain: Plain<'_>, record: &mut [u8]) -> Result<usize, ProtoError> {
+        let len = match plain {
+            Plain::Apart(plain) => plain.len(),
+            Plain::InPlace(len) => len,
+        };
         assert!(len <= MAX_PLAIN, "a record carries at most 2^14 bytes");
         let nonce = self.0.next_nonce()?;
         let body = len + OVERHEAD;
         let header = [APPLICATION_DATA, LEGACY_VERSION[0], LEGACY_VERSION[1], (body >> 8) as u8, body as u8];
         record[..HEADER].copy_from_slice(&header);
-        record[HEADER + len] = content;
-        let (sealed, tag) = record[HEADER..HEADER + body].split_at_mut(len + 1);
-        let computed = self
-            .0
-            .key
-            .seal_in_place_separate_tag(nonce, aead::Aad::from(header), sealed)
-            .map_err(|_| ProtoError::Malformed("sealing a lane record failed".into()))?;
-        tag.copy_from_slice(computed.as_ref());
+        let (sealed, trailer) = record[HEADER..HEADER + body].split_at_mut(len);
+        let trailer: &mut [u8; OVERHEAD] = trailer.try_into().expect("the content type and the tag");
+        let key = &self.0.key;
+        match plain {
+            Plain::Apart(plain) => key.seal_into(&nonce, &header, plain, sealed, content, trailer),
+            Plain::InPlace(_) => key.seal_in_place(&nonce, &header, sealed, content, trailer),
+        }
+        .map_err(|_| ProtoError::Malformed("sealing a lane record failed".into()))?;
         Ok(HEADER + body)
     }
+}
+
+/// Where a record's plaintext lies.
+#[derive(Debug, Clone, Copy)]
+enum Plain<'a> {
+    /// Elsewhere: sealed from there into the record.
+    Apart(&'a [u8]),
+    /// Already in the record, this many bytes after its header.
+    InPlace(usize),
 }
 
 /// What a record held.
@@ -233,12 +251,16 @@ impl Opener {
     pub fn open(&mut self, record: &mut [u8]) -> Result<Opened, ProtoError> {
         let nonce = self.0.next_nonce()?;
         let (header, body) = record.split_at_mut(HEADER);
-        let aad = aead::Aad::from(<[u8; HEADER]>::try_from(&*header).expect("a header's length"));
-        let inner = self
-            .0
+        let Some(inner_len) = body.len().checked_sub(TAG) else {
+            return Err(ProtoError::Malformed("a lane record shorter than its tag".into()));
+        };
+        let (inner, tag) = body.split_at_mut(inner_len);
+        let tag: &Tag = (&*tag).try_into().expect("a tag's length");
+        self.0
             .key
-            .open_in_place(nonce, aad, body)
+            .open_in_place(&nonce, header, inner, tag)
             .map_err(|_| ProtoError::Malformed("a lane record failed authentication".into()))?;
+        let inner = &*inner;
         // The content type is the last non-zero byte; zeros after it are padding.
         let Some(end) = inner.iter().rposition(|&b| b != 0) else {
             return Err(ProtoError::Malformed("a lane record with no content type".into()));
@@ -266,7 +288,7 @@ impl Opener {
         let nonce = self.0.next_nonce()?;
         self.0
             .key
-            .open_in_place_separate_tag(nonce, aead::Aad::from(FULL_HEADER), aead::Tag::from(*tag), body, 0..)
+            .open_in_place(&nonce, &FULL_HEADER, body, tag)
             .map_err(|_| ProtoError::Malformed("a lane record failed authentication".into()))?;
         match body[MAX_PLAIN] {
             APPLICATION_DATA => Ok(()),

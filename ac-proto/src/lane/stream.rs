@@ -87,10 +87,13 @@ pub async fn connect(
 pub async fn accept(tcp: TcpStream, acceptor: &TlsAcceptor) -> Result<LaneTls, ProtoError> {
     let (tcp, connection) = acceptor.accept(tcp).await?.into_inner();
     let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
-    lane.seal_with(0, |_| Ok::<_, ProtoError>(()))??;
+    lane.filled += lane.sealer.seal_from(&[], &mut lane.out)?;
     std::future::poll_fn(|cx| lane.poll_send_out(cx)).await?;
     Ok(lane)
 }
+
+/// What a copy's source hands its bytes to, in order ([`LaneTls::write_from`]).
+pub type Take<'a> = dyn FnMut(&[u8]) + 'a;
 
 impl LaneTls {
     fn new(tcp: TcpStream, secrets: ExtractedSecrets) -> Result<Self, ProtoError> {
@@ -321,13 +324,15 @@ impl LaneTls {
         }
     }
 
-    /// Writes `len` bytes that `fill` puts in place, piece by piece (each piece straight into
-    /// its record, so a device's bytes are copied once before they are sealed). `Ok(Err(_))`
-    /// when `fill` fails: what it filled before is sent, that piece is not.
-    pub async fn write_filled<E>(
+    /// Writes `len` bytes that `next` hands over, a record's worth at a time: `next(n, take)`
+    /// gives the next `n` bytes to `take`, in one slice or several in order. One slice is
+    /// sealed from where it lies (a device's bytes in host memory are read once, by the cipher);
+    /// several are gathered into the record, then sealed there. `Ok(Err(_))` when `next` fails:
+    /// what it handed before is sent, that piece is not unless it was already sealed.
+    pub async fn write_from<E>(
         &mut self,
         len: usize,
-        mut fill: impl FnMut(&mut [u8]) -> Result<(), E>,
+        mut next: impl FnMut(usize, &mut Take<'_>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ProtoError> {
         let mut done = 0;
         while done < len {
@@ -335,7 +340,7 @@ impl LaneTls {
                 std::future::poll_fn(|cx| self.poll_send_out(cx)).await?;
             }
             let piece = (len - done).min(MAX_PLAIN);
-            if let Err(e) = self.seal_with(piece, &mut fill)? {
+            if let Err(e) = self.seal_next(piece, &mut next)? {
                 return Ok(Err(e));
             }
             done += piece;
@@ -343,18 +348,35 @@ impl LaneTls {
         Ok(Ok(()))
     }
 
-    /// Seals one record of `len` bytes that `fill` writes in place behind what is waiting to
+    /// Seals one record of the `len` bytes that `next` hands over, behind what is waiting to
     /// be sent (room for one record is always there: see [`AsyncWrite::poll_write`]).
-    fn seal_with<E>(
+    fn seal_next<E>(
         &mut self,
         len: usize,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+        next: impl FnOnce(usize, &mut Take<'_>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ProtoError> {
-        let record = &mut self.out[self.filled..];
-        if let Err(e) = fill(&mut record[HEADER..HEADER + len]) {
+        let (record, sealer) = (&mut self.out[self.filled..], &mut self.sealer);
+        let (mut got, mut sealed) = (0, None);
+        let handed = next(len, &mut |slice: &[u8]| {
+            if got == 0 && slice.len() == len {
+                sealed = Some(sealer.seal_from(slice, record));
+            } else if got + slice.len() <= len {
+                record[HEADER + got..HEADER + got + slice.len()].copy_from_slice(slice);
+            }
+            got += slice.len();
+        });
+        // A record sealed is sent even if `next` failed after it: the sequence numbers moved on.
+        if let Some(sealed) = sealed {
+            self.filled += sealed?;
+            return Ok(handed);
+        }
+        if let Err(e) = handed {
             return Ok(Err(e));
         }
-        self.filled += self.sealer.seal_in_place(len, record)?;
+        if got != len {
+            return Err(ProtoError::Malformed(format!("a copy's source handed {got} bytes for a record of {len}")));
+        }
+        self.filled += self.sealer.seal_in_place(len, &mut self.out[self.filled..])?;
         Ok(Ok(()))
     }
 
@@ -585,8 +607,9 @@ impl AsyncRead for LaneTls {
 }
 
 impl AsyncWrite for LaneTls {
-    /// Seals records into the write buffer until it holds [`WRITE_BUFFER`] bytes (so one more
-    /// record always fits behind them); they go to the socket when it is full or flushed.
+    /// Seals records from `data` straight into the write buffer (no copy before sealing) until
+    /// it holds [`WRITE_BUFFER`] bytes (so one more record always fits behind them); they go to
+    /// the socket when it is full or flushed.
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         if this.filled >= WRITE_BUFFER {
@@ -595,12 +618,7 @@ impl AsyncWrite for LaneTls {
         let mut taken = 0;
         while taken < data.len() && this.filled < WRITE_BUFFER {
             let piece = &data[taken..data.len().min(taken + MAX_PLAIN)];
-            this.seal_with(piece.len(), |room| {
-                room.copy_from_slice(piece);
-                Ok::<_, ProtoError>(())
-            })
-            .and_then(|r| r)
-            .map_err(io_error)?;
+            this.filled += this.sealer.seal_from(piece, &mut this.out[this.filled..]).map_err(io_error)?;
             taken += piece.len();
         }
         Poll::Ready(Ok(taken))
@@ -670,11 +688,19 @@ mod tests {
         let mut got = vec![0; data.len()];
         server.read_exact(&mut got).await.unwrap();
         assert!(got == data, "host to device bytes differ");
-        // Filled in place, in pieces of a record or less, as a device-to-host copy is.
-        let mut at = 0;
-        let filled = server.write_filled(data.len(), |room: &mut [u8]| {
-            room.copy_from_slice(&data[at..at + room.len()]);
-            at += room.len();
+        // Handed over a record's worth at a time, as a device-to-host copy is: every other
+        // record in one slice (sealed from it), the others in three (gathered, then sealed).
+        let (mut at, mut records) = (0, 0);
+        let filled = server.write_from(data.len(), |n, take| {
+            let piece = &data[at..at + n];
+            if records % 2 == 0 {
+                take(piece);
+            } else {
+                let (a, rest) = piece.split_at(n / 3);
+                let (b, c) = rest.split_at(rest.len() / 2);
+                [a, b, c].into_iter().for_each(&mut *take);
+            }
+            (at, records) = (at + n, records + 1);
             Ok::<_, ()>(())
         });
         filled.await.unwrap().unwrap();
@@ -818,16 +844,20 @@ mod tests {
         drop(writer.await.unwrap());
     }
 
+    /// A source for [`LaneTls::seal_next`] that hands `bytes` in one slice.
+    fn handing(bytes: &[u8]) -> impl FnOnce(usize, &mut Take<'_>) -> Result<(), ()> + '_ {
+        move |_, take| {
+            take(bytes);
+            Ok(())
+        }
+    }
+
     /// `count` full records sealed by `lane` (record `i` filled with `i`), as they go on the
     /// wire; not sent.
     fn full_records(lane: &mut LaneTls, count: u8) -> Vec<u8> {
         let mut wire = Vec::new();
         for i in 0..count {
-            let fill = |room: &mut [u8]| {
-                room.fill(i);
-                Ok::<_, ()>(())
-            };
-            lane.seal_with(MAX_PLAIN, fill).unwrap().unwrap();
+            lane.seal_next(MAX_PLAIN, handing(&[i; MAX_PLAIN])).unwrap().unwrap();
             wire.extend_from_slice(&lane.out[..lane.filled]);
             lane.filled = 0;
         }
@@ -918,16 +948,50 @@ mod tests {
     async fn a_byte_altered_on_the_wire_fails_the_read() {
         let (mut client, mut server) = pair("altered").await;
         // What the client would send, sealed with its keys, one byte flipped on the way.
-        let hello = |room: &mut [u8]| {
-            room.copy_from_slice(b"hello");
-            Ok::<_, ()>(())
-        };
-        client.seal_with(5, hello).unwrap().unwrap();
+        client.seal_next(5, handing(b"hello")).unwrap().unwrap();
         let mut wire = client.out[..client.filled].to_vec();
         wire[super::HEADER + 2] ^= 0x40;
         client.tcp.write_all(&wire).await.unwrap();
         let error = server.read_exact(&mut [0; 5]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_source_that_fails_or_hands_too_little_sends_only_whole_records() {
+        let (mut client, mut server) = pair("source").await;
+        // Fails before its third record: the two before it arrive, nothing of the third.
+        let mut records = 0;
+        let written = client.write_from(3 * MAX_PLAIN, |n, take| {
+            records += 1;
+            if records == 3 {
+                return Err("device gone");
+            }
+            take(&vec![records as u8; n]);
+            Ok(())
+        });
+        assert_eq!(written.await.unwrap(), Err("device gone"));
+        // Fails after handing its whole record: the record was sealed, so it is sent.
+        let written = client.write_from(10, |n, take| {
+            take(&vec![9; n]);
+            Err("after")
+        });
+        assert_eq!(written.await.unwrap(), Err("after"));
+        client.flush().await.unwrap();
+        let mut got = vec![0; 2 * MAX_PLAIN + 10];
+        server.read_exact(&mut got).await.unwrap();
+        assert!(got[..MAX_PLAIN].iter().all(|&b| b == 1) && got[MAX_PLAIN..2 * MAX_PLAIN].iter().all(|&b| b == 2));
+        assert_eq!(got[2 * MAX_PLAIN..], [9; 10]);
+
+        // A source that hands less than a record, or more, is an error of the lane, not a
+        // short or overlong record.
+        for handed in [MAX_PLAIN - 1, MAX_PLAIN + 1] {
+            let short = client.write_from(MAX_PLAIN, |_, take| {
+                take(&vec![0; handed / 2]);
+                take(&vec![0; handed - handed / 2]);
+                Ok::<_, ()>(())
+            });
+            assert!(matches!(short.await, Err(ProtoError::Malformed(_))), "{handed} bytes handed");
+        }
     }
 
     #[tokio::test]

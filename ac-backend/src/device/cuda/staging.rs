@@ -20,6 +20,7 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
+use ac_proto::pieces;
 use bytes::{Bytes, BytesMut};
 use cudarc::driver::sys;
 
@@ -434,6 +435,19 @@ impl Download for PinnedDownload<'_> {
             out[at..at + bytes.len()].copy_from_slice(bytes);
             at += bytes.len();
         })?;
+        Ok(())
+    }
+
+    /// Straight out of the pinned buffers, where a lane seals them: no host copy at all.
+    fn next_with(&mut self, len: usize, take: &mut dyn FnMut(&[u8])) -> DeviceResult<()> {
+        self.lane.context.enter()?;
+        check_piece(self.issued - self.held() as u64, len, self.len)?;
+        if self.lane.slots.is_empty() {
+            let piece = pieces::filled(len, |buf| self.read_direct_into(buf))?;
+            take(&piece);
+            return Ok(());
+        }
+        self.hand_out(len, take)?;
         Ok(())
     }
 }

@@ -260,17 +260,17 @@ impl<'a> WorkerDownload<'a> {
         }
     }
 
-    /// Moves up to `out.len()` ready bytes into `out`; how many.
-    fn take_into(&mut self, out: &mut [u8]) -> usize {
-        let n = self.ready_len().min(out.len());
+    /// Hands up to `most` ready bytes to `put`, where they lie; how many.
+    fn hand_ready(&mut self, most: usize, put: &mut dyn FnMut(&[u8])) -> usize {
+        let n = self.ready_len().min(most);
         match (&mut self.ready, &self.bay) {
-            (Ready::Payload(bytes), _) => out[..n].copy_from_slice(&bytes.split_to(n)),
+            (Ready::Payload(bytes), _) => put(&bytes.split_to(n)),
             (Ready::Slot { slot, at, .. }, Some(bay)) => {
                 // SAFETY: the slot's piece was answered, and the slot is asked again only after
                 // this piece is handed out (`receive`); the slice ends here.
                 #[allow(unsafe_code)]
                 let piece = unsafe { bay.slot(*slot, *at + n) };
-                out[..n].copy_from_slice(&piece[*at..]);
+                put(&piece[*at..]);
                 *at += n;
             }
             (Ready::Slot { .. }, None) => unreachable!("a slot is only ever ready through a bay"),
@@ -294,9 +294,18 @@ impl Download for WorkerDownload<'_> {
 
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
         let mut filled = 0;
-        while filled < out.len() {
+        self.next_with(out.len(), &mut |bytes| {
+            out[filled..filled + bytes.len()].copy_from_slice(bytes);
+            filled += bytes.len();
+        })
+    }
+
+    /// Straight out of the shared slots (or the pipe's payload), where a lane seals them.
+    fn next_with(&mut self, len: usize, take: &mut dyn FnMut(&[u8])) -> DeviceResult<()> {
+        let mut handed = 0;
+        while handed < len {
             self.receive()?;
-            filled += self.take_into(&mut out[filled..]);
+            handed += self.hand_ready(len - handed, take);
         }
         Ok(())
     }
