@@ -526,6 +526,7 @@ pub extern "C" fn standin_reset() {
     d.no_param_info = false;
     d.fault_confined = false;
     d.process_poisoned = false;
+    d.host_to_device_budget = None;
     d.violations.clear();
 }
 
@@ -533,6 +534,13 @@ pub extern "C" fn standin_reset() {
 #[no_mangle]
 pub extern "C" fn standin_set_param_info(on: c_int) {
     driver().no_param_info = on == 0;
+}
+
+/// Refuses the host-to-device copy (`cuMemcpyHtoDAsync`) that would take the bytes accepted
+/// past `bytes` from now, with `CUDA_ERROR_INVALID_VALUE`, once: a copy that fails halfway.
+#[no_mangle]
+pub extern "C" fn standin_fail_host_to_device_after(bytes: usize) {
+    driver().host_to_device_budget = Some(bytes);
 }
 
 /// Whether a fault breaks every context of the process (the default, as on an H100 with

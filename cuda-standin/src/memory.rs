@@ -104,6 +104,12 @@ pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, len: usize,
     with_context("cuMemcpyHtoDAsync", |d, context| {
         let stream = d.stream(context, id(stream))?;
         device_range(d, context, dst, len)?;
+        if let Some(budget) = d.host_to_device_budget {
+            d.host_to_device_budget = budget.checked_sub(len);
+            if len > budget {
+                return Err(code::INVALID_VALUE);
+            }
+        }
         // Deferred until waited for, pageable or pinned: see the crate documentation.
         d.queue(stream, Op::HtoD { dst, src: src as usize, len });
         Ok(())

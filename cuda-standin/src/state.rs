@@ -130,6 +130,9 @@ pub struct Driver {
     pub fault_confined: bool,
     /// A fault has broken the process (every context answers `CUDA_ERROR_ILLEGAL_ADDRESS`).
     pub process_poisoned: bool,
+    /// Bytes of host-to-device copies still accepted before one is refused (once, then no
+    /// limit): a copy that fails halfway, injected by a test. `None`: no limit.
+    pub host_to_device_budget: Option<usize>,
 }
 
 impl Driver {

@@ -137,6 +137,28 @@ async fn standin_copies_outnumbering_a_workers_shared_bays_all_arrive() {
     ac_tests::computes(&acc).await.expect("the session goes on");
 }
 
+/// A host-to-device copy whose DMA fails halfway, after the lane has put bytes into pinned
+/// buffers: the copy answers the driver's error, and the lane stays in step, so the next copy
+/// on it arrives whole (the bytes taken off the lane are counted before the device takes them;
+/// counted after, the lane waited for bytes the program never sends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_copy_failing_halfway_on_the_device_leaves_the_lane_in_step() {
+    let _turn = standin::exclusive().await;
+    let tb = standin_backend(64).await;
+    let acc = tb.connect().await;
+    let data = ac_tests::pattern((24 << 20) / 4 + 3, 5);
+    let buf = acc.alloc::<f32>(data.len()).await.unwrap();
+    standin::fail_host_to_device_after(5 << 20);
+    // A bound on a hang, not a measurement: the refusal answers at once.
+    let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let err = failed.expect("the failed copy was never answered").unwrap_err();
+    assert!(err.to_string().contains("cuMemcpyHtoDAsync"), "{err}");
+    buf.copy_from_host(&data).await.expect("the next copy on the lane");
+    assert!(buf.to_vec().await.unwrap() == data, "the next copy arrived changed");
+    ac_tests::computes(&acc).await.expect("the session goes on");
+    standin::assert_no_violations();
+}
+
 /// With contexts in one process, a fault breaks every session of it (the stand-in breaks the
 /// process as the H100 did): the reason session workers are the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -95,3 +95,8 @@ pub fn set_param_info(on: bool) {
 pub fn set_fault_poisons_process(on: bool) {
     function::<extern "C" fn(c_int)>("standin_set_fault_poisons_process")(on as c_int)
 }
+
+/// Makes the host-to-device copy that takes the driver past `bytes` more fail, once.
+pub fn fail_host_to_device_after(bytes: usize) {
+    function::<extern "C" fn(usize)>("standin_fail_host_to_device_after")(bytes)
+}
