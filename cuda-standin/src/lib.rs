@@ -19,6 +19,8 @@
 //!   `CUDA_ERROR_NOT_SUPPORTED`, and `illegal_store` faults (`CUDA_ERROR_ILLEGAL_ADDRESS`,
 //!   sticky for every context of the process, as on an H100) so that tests can inject a fault
 //!   into one session;
+//! - a test can make one host-to-device copy fail halfway through a bulk copy
+//!   (`standin_fail_host_to_device_after`), which no real driver does on demand;
 //! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
 //!   or PTX; fatbins are not supported.
 //!
