@@ -15,6 +15,7 @@ mod load;
 mod memory;
 mod net;
 mod profile;
+mod records;
 mod setup;
 mod slurm;
 
@@ -31,9 +32,9 @@ struct Args {
     /// workers: fewer cross-thread wake-ups per round trip, no parallelism.
     #[arg(long)]
     current_thread: bool,
-    /// Only these sections (baseline, copies, tuning, latency, ordering, launches, memory, arm,
-    /// load, capi, net, slurm, gpu, isolation); all but net, slurm, load and isolation when
-    /// empty (gpu only where an NVIDIA driver is found).
+    /// Only these sections (baseline, records, copies, tuning, latency, ordering, launches,
+    /// memory, arm, load, capi, net, slurm, gpu, isolation); all but net, slurm, load and
+    /// isolation when empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The load section's runs (saturated, paced); both when empty.
@@ -140,6 +141,9 @@ fn main() -> anyhow::Result<()> {
     println!("machine: {} cores, {}\n", std::thread::available_parallelism()?.get(), setup::cpu_model());
     if wants("baseline") {
         rt.block_on(baseline::against_quinn(args.quick))?;
+    }
+    if wants("records") {
+        rt.block_on(records::one_core(args.quick))?;
     }
     if wants("copies") {
         rt.block_on(copies::throughput(args.quick))?;

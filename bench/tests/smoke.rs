@@ -19,3 +19,21 @@ fn quick_in_process_sections_print_their_tables() {
         assert!(rate > 1.0, "no throughput measured in {row}");
     }
 }
+
+#[test]
+fn quick_record_layer_section_measures_both_ways_of_sealing_and_opening() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ac-bench"))
+        .args(["--quick", "--only", "records"])
+        .output()
+        .expect("ac-bench runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ac-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let rates: Vec<f64> = ["| copy each", "| seal from", "| open in place"]
+        .iter()
+        .map(|start| {
+            let row = text.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no {start} row:\n{text}"));
+            row.split('|').nth(2).unwrap().trim().parse().unwrap()
+        })
+        .collect();
+    assert!(rates.iter().all(|&r| r > 0.05), "no rate measured: {rates:?}\n{text}");
+}
