@@ -182,12 +182,11 @@ pub trait Download: Send {
     /// The next `len` bytes of the copy.
     fn next(&mut self, len: usize) -> DeviceResult<Bytes>;
 
-    /// The next `out.len()` bytes of the copy, into `out` (a bulk lane's record, sealed where it
-    /// lies). Devices that can read straight into host memory override it.
+    /// The next `out.len()` bytes of the copy, into `out` (a session worker's shared slot),
+    /// gathered from what [`Download::next_with`] hands over. Devices that can read straight
+    /// into host memory override it.
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
-        let piece = self.next(out.len())?;
-        out.copy_from_slice(&piece);
-        Ok(())
+        gather_next(self, out)
     }
 
     /// Hands the next `len` bytes of the copy to `take`, in one slice or several in order (a
@@ -255,6 +254,15 @@ impl<C: ?Sized> DirectDownload<'_, C> {
         self.offset += n as u64;
         self.len -= n as u64;
     }
+}
+
+/// Fills `out` with the next bytes of `download`, gathered from the slices it hands over.
+pub fn gather_next(download: &mut (impl Download + ?Sized), out: &mut [u8]) -> DeviceResult<()> {
+    let mut at = 0;
+    download.next_with(out.len(), &mut |bytes| {
+        out[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    })
 }
 
 /// Checks that a piece of `n` bytes at `at` lies inside a copy of `len` bytes.

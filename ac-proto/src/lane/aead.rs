@@ -78,8 +78,11 @@ impl Key {
         if key.len() != cipher.key_len() {
             return Err(Failed);
         }
-        // SAFETY: `key` is valid for `key.len()` bytes; the algorithm is a static table. The
-        // library initialises itself on first use (AWS-LC's constructor), as aws-lc-rs relies on.
+        static INIT: std::sync::Once = std::sync::Once::new();
+        // SAFETY: takes no arguments; AWS-LC asks for it before first use where its static
+        // constructor does not run (aws-lc-rs calls it once the same way).
+        INIT.call_once(|| unsafe { sys::CRYPTO_library_init() });
+        // SAFETY: `key` is valid for `key.len()` bytes; the algorithm is a static table.
         let ctx = unsafe { sys::EVP_AEAD_CTX_new(cipher.algorithm(), key.as_ptr(), key.len(), TAG) };
         NonNull::new(ctx).map(|ctx| Self { ctx }).ok_or(Failed)
     }
@@ -153,7 +156,7 @@ impl Key {
         if ok == 1 && written == trailer.len() {
             Ok(())
         } else {
-            Err(Failed)
+            Err(failed())
         }
     }
 
@@ -186,9 +189,18 @@ impl Key {
         if ok == 1 {
             Ok(())
         } else {
-            Err(Failed)
+            Err(failed())
         }
     }
+}
+
+/// The failure of a call, leaving no entry on AWS-LC's error queue for this thread (it keeps
+/// one per failure until cleared; a lane that refuses a hostile record is dropped, the thread
+/// goes on serving).
+fn failed() -> Failed {
+    // SAFETY: takes no arguments; clears only this thread's queue.
+    unsafe { sys::ERR_clear_error() };
+    Failed
 }
 
 impl Drop for Key {

@@ -153,7 +153,7 @@ impl Sealer {
 
     /// Seals a close_notify alert (the sender's end of the stream) at the start of `record`,
     /// which has room for [`CLOSE_RECORD`] bytes. The record's length.
-    pub fn seal_close_in_place(&mut self, record: &mut [u8]) -> Result<usize, ProtoError> {
+    pub fn seal_close(&mut self, record: &mut [u8]) -> Result<usize, ProtoError> {
         self.seal_typed(ALERT, Plain::Apart(&[1, 0]), record)
     }
 
@@ -322,7 +322,7 @@ mod tests {
         }
         let at = wire.len();
         wire.resize(at + CLOSE_RECORD, 0);
-        assert_eq!(sealer.seal_close_in_place(&mut wire[at..]).unwrap(), CLOSE_RECORD);
+        assert_eq!(sealer.seal_close(&mut wire[at..]).unwrap(), CLOSE_RECORD);
         let mut at = 0;
         for plain in &plains {
             let len = Opener::record_len(&wire[at..]).unwrap().unwrap();

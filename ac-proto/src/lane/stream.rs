@@ -328,7 +328,9 @@ impl LaneTls {
     /// gives the next `n` bytes to `take`, in one slice or several in order. One slice is
     /// sealed from where it lies (a device's bytes in host memory are read once, by the cipher);
     /// several are gathered into the record, then sealed there. `Ok(Err(_))` when `next` fails:
-    /// what it handed before is sent, that piece is not unless it was already sealed.
+    /// the records it handed before are in the write buffer, that piece is not unless it was
+    /// already sealed (each sealed record has taken its sequence number). Handing more or fewer
+    /// bytes than asked is an error of the lane.
     pub async fn write_from<E>(
         &mut self,
         len: usize,
@@ -365,10 +367,10 @@ impl LaneTls {
             }
             got += slice.len();
         });
-        // A record sealed is sent even if `next` failed after it: the sequence numbers moved on.
+        // A record sealed stays in the write buffer whatever follows: it took a sequence number.
+        let was_sealed = sealed.is_some();
         if let Some(sealed) = sealed {
             self.filled += sealed?;
-            return Ok(handed);
         }
         if let Err(e) = handed {
             return Ok(Err(e));
@@ -376,7 +378,9 @@ impl LaneTls {
         if got != len {
             return Err(ProtoError::Malformed(format!("a copy's source handed {got} bytes for a record of {len}")));
         }
-        self.filled += self.sealer.seal_in_place(len, &mut self.out[self.filled..])?;
+        if !was_sealed {
+            self.filled += self.sealer.seal_in_place(len, &mut self.out[self.filled..])?;
+        }
         Ok(Ok(()))
     }
 
@@ -637,7 +641,7 @@ impl AsyncWrite for LaneTls {
             if this.filled + CLOSE_RECORD > this.out.len() {
                 ready!(this.poll_send_out(cx))?;
             }
-            this.filled += this.sealer.seal_close_in_place(&mut this.out[this.filled..]).map_err(io_error)?;
+            this.filled += this.sealer.seal_close(&mut this.out[this.filled..]).map_err(io_error)?;
             this.closing = true;
         }
         ready!(this.poll_send_out(cx))?;
@@ -970,7 +974,7 @@ mod tests {
             Ok(())
         });
         assert_eq!(written.await.unwrap(), Err("device gone"));
-        // Fails after handing its whole record: the record was sealed, so it is sent.
+        // Fails after handing its whole record: the record was sealed, so it is kept and sent.
         let written = client.write_from(10, |n, take| {
             take(&vec![9; n]);
             Err("after")
@@ -982,15 +986,17 @@ mod tests {
         assert!(got[..MAX_PLAIN].iter().all(|&b| b == 1) && got[MAX_PLAIN..2 * MAX_PLAIN].iter().all(|&b| b == 2));
         assert_eq!(got[2 * MAX_PLAIN..], [9; 10]);
 
-        // A source that hands less than a record, or more, is an error of the lane, not a
-        // short or overlong record.
-        for handed in [MAX_PLAIN - 1, MAX_PLAIN + 1] {
-            let short = client.write_from(MAX_PLAIN, |_, take| {
-                take(&vec![0; handed / 2]);
-                take(&vec![0; handed - handed / 2]);
+        // A source that hands less than a record, or more (in two slices, or in a whole
+        // record's slice and one byte after it), is an error of the lane, not a short, overlong
+        // or shifted record.
+        for (first, second) in [(MAX_PLAIN / 2, MAX_PLAIN / 2 - 1), (MAX_PLAIN / 2, MAX_PLAIN / 2 + 1), (MAX_PLAIN, 1)]
+        {
+            let wrong = client.write_from(MAX_PLAIN, |_, take| {
+                take(&vec![0; first]);
+                take(&vec![0; second]);
                 Ok::<_, ()>(())
             });
-            assert!(matches!(short.await, Err(ProtoError::Malformed(_))), "{handed} bytes handed");
+            assert!(matches!(wrong.await, Err(ProtoError::Malformed(_))), "{first} + {second} bytes handed");
         }
     }
 

@@ -27,7 +27,7 @@ use cudarc::driver::sys;
 use super::context::CudaContext;
 use super::driver::{bind, blocking, check, Handle};
 use super::gather::{Gather, Step};
-use crate::device::{check_piece, DeviceResult, Download, Upload};
+use crate::device::{check_piece, gather_next, DeviceResult, Download, Upload};
 
 /// One pinned host buffer of the pool.
 #[derive(Debug)]
@@ -365,7 +365,7 @@ impl<'a> PinnedDownload<'a> {
     /// Without pinned buffers: a synchronous read through the driver's staging, into `out`.
     fn read_direct_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
         // SAFETY: `out` outlives the copy (the stream is synchronized below); the source range
-        // lies inside the checked copy (`next` and `next_into` keep within it).
+        // lies inside the checked copy (`next`, `next_into` and `next_with` keep within it).
         unsafe {
             let code = sys::cuMemcpyDtoHAsync_v2(
                 out.as_mut_ptr() as *mut c_void,
@@ -422,20 +422,15 @@ impl Download for PinnedDownload<'_> {
         Ok(piece.freeze())
     }
 
-    /// Straight from the pinned buffers into `out` (a lane's record, a session worker's shared
-    /// slot): one host copy, not two through a piece of its own.
+    /// Straight from the pinned buffers into `out` (a session worker's shared slot): one host
+    /// copy, not two through a piece of its own; without pinned buffers, a DMA into `out`.
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
+        if !self.lane.slots.is_empty() {
+            return gather_next(self, out);
+        }
         self.lane.context.enter()?;
         check_piece(self.issued - self.held() as u64, out.len(), self.len)?;
-        if self.lane.slots.is_empty() {
-            return self.read_direct_into(out);
-        }
-        let mut at = 0;
-        self.hand_out(out.len(), |bytes| {
-            out[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
-        })?;
-        Ok(())
+        self.read_direct_into(out)
     }
 
     /// Straight out of the pinned buffers, where a lane seals them: no host copy at all.

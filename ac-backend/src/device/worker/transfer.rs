@@ -292,14 +292,6 @@ impl Download for WorkerDownload<'_> {
         Ok(Bytes::from(out))
     }
 
-    fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
-        let mut filled = 0;
-        self.next_with(out.len(), &mut |bytes| {
-            out[filled..filled + bytes.len()].copy_from_slice(bytes);
-            filled += bytes.len();
-        })
-    }
-
     /// Straight out of the shared slots (or the pipe's payload), where a lane seals them.
     fn next_with(&mut self, len: usize, take: &mut dyn FnMut(&[u8])) -> DeviceResult<()> {
         let mut handed = 0;
