@@ -9,8 +9,10 @@
 //! ciphertext to another, and encrypts a few trailing bytes (TLS 1.3's inner content type)
 //! from a third into the tag's place, so a record is sealed in one pass over its plaintext.
 //!
-//! This is the crate's only foreign call into cryptography: three functions, each checked
-//! here for the lengths AWS-LC requires.
+//! This is the crate's only foreign call into cryptography: a handful of functions, each
+//! checked here for the lengths AWS-LC requires. AWS-LC is linked statically, its symbols carry
+//! a version prefix and `libac.so` exports none of them, so a C, Fortran or MPI program that
+//! also links OpenSSL sees no clash.
 
 #![allow(unsafe_code)]
 
