@@ -1,13 +1,18 @@
 //! The benchmark must keep running: a quick pass of its in-process sections prints full tables.
 
-#[test]
-fn quick_in_process_sections_print_their_tables() {
+/// What `ac-bench --quick --only SECTIONS` prints; fails the test if it fails.
+fn quick_run(sections: &str) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ac-bench"))
-        .args(["--quick", "--only", "copies,tuning"])
+        .args(["--quick", "--only", sections])
         .output()
         .expect("ac-bench runs");
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "ac-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn quick_in_process_sections_print_their_tables() {
+    let text = quick_run("copies,tuning");
     let rows: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("| 16 MiB") || l.starts_with("| quinn") || l.starts_with("| default"))
@@ -22,12 +27,7 @@ fn quick_in_process_sections_print_their_tables() {
 
 #[test]
 fn quick_record_layer_section_measures_both_ways_of_sealing_and_opening() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ac-bench"))
-        .args(["--quick", "--only", "records"])
-        .output()
-        .expect("ac-bench runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "ac-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = quick_run("records");
     let rates: Vec<f64> = ["| copy each", "| seal from", "| open in place"]
         .iter()
         .map(|start| {

@@ -184,7 +184,8 @@ pub trait Download: Send {
 
     /// The next `out.len()` bytes of the copy, into `out` (a session worker's shared slot),
     /// gathered from what [`Download::next_with`] hands over. Devices that can read straight
-    /// into host memory override it.
+    /// into host memory override it. The defaults go `next_into`, `next_with`, `next`: a `next`
+    /// that calls `next_into` needs a `next_with` of its own (as the session worker's has).
     fn next_into(&mut self, out: &mut [u8]) -> DeviceResult<()> {
         gather_next(self, out)
     }
