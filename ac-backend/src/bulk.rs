@@ -159,6 +159,29 @@ impl Lane {
         }
         Ok(())
     }
+
+    /// Reads the rest of the copy's payload into device memory that `upload` lends where it
+    /// lies (a CPU device's, under its lock), opening full records straight into it
+    /// (`LaneTls::read_placed`): the plaintext is written once, by the cipher.
+    async fn receive_placed(
+        &mut self,
+        header: &BulkHeader,
+        received: &mut u64,
+        upload: &mut dyn Upload,
+    ) -> Result<(), WireError> {
+        let start = *received;
+        let read = self.reader.stream_mut().0.read_placed(header.len - start, |at, n, fill| {
+            // As in `receive_upload`: counted once taken off the lane.
+            let mut taken = false;
+            let placed = upload.fill_with(start + at, n, &mut |memory| {
+                fill(memory);
+                taken = true;
+            });
+            *received += if taken { n as u64 } else { 0 };
+            placed
+        });
+        read.await.unwrap_or_else(|e| Err(interrupted(e, *received, header)))
+    }
 }
 
 /// How much of a refused copy's payload a lane reads (and drops) at a time.
@@ -215,6 +238,9 @@ impl Carrier for Lane {
             read.map_err(|e| interrupted(e, *received, header))?;
             *received += len as u64;
             upload.commit(len)?;
+        }
+        if upload.fills_in_place() {
+            return self.receive_placed(header, received, upload).await;
         }
         self.receive(session, header, received, |at, piece| upload.push(at, piece)).await
     }

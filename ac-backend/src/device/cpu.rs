@@ -246,12 +246,29 @@ impl Context for CpuContext {
         }
     }
 
-    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], _stream: DeviceStream) -> DeviceResult<()> {
+    fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()> {
+        self.write_with(dst, offset, data.len(), stream, &mut |memory| memory.copy_from_slice(data))
+    }
+
+    /// Lends the memory where it lies, under the allocation's write lock: a launch that reads
+    /// this allocation waits for one read buffer's records to be opened at most.
+    fn write_with(
+        &self,
+        dst: DeviceMem,
+        offset: u64,
+        len: usize,
+        _stream: DeviceStream,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> DeviceResult<()> {
         let memory = self.memory(dst)?;
         let mut guard = memory.write().expect("device memory poisoned");
-        let range = check_range(guard.len(), offset, data.len() as u64)?;
-        guard[range].copy_from_slice(data);
+        let range = check_range(guard.len(), offset, len as u64)?;
+        fill(&mut guard[range]);
         Ok(())
+    }
+
+    fn writes_in_place(&self) -> bool {
+        true
     }
 
     fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()> {

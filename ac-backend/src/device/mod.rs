@@ -91,6 +91,28 @@ pub trait Context: Send + Sync + 'static {
     /// Copies host bytes into device memory, in order on `stream`; `data` may be reused once
     /// the call returns.
     fn write(&self, dst: DeviceMem, offset: u64, data: &[u8], stream: DeviceStream) -> DeviceResult<()>;
+    /// Lends `fill` the `len` bytes of device memory at `offset` to write all of them, in order
+    /// on `stream`: devices whose memory lies in host memory lend it where it lies (under a
+    /// lock: `fill` must not wait), so that a lane opens its records straight into it; the
+    /// others lend a recycled buffer and write it after. See [`Context::writes_in_place`].
+    fn write_with(
+        &self,
+        dst: DeviceMem,
+        offset: u64,
+        len: usize,
+        stream: DeviceStream,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> DeviceResult<()> {
+        let piece = pieces::filled(len, |buf| {
+            fill(buf);
+            Ok::<_, WireError>(())
+        })?;
+        self.write(dst, offset, &piece, stream)
+    }
+    /// Whether [`Context::write_with`] lends device memory itself (no copy after `fill`).
+    fn writes_in_place(&self) -> bool {
+        false
+    }
     /// Copies device memory into host bytes, in order on `stream`, and waits for them.
     fn read(&self, src: DeviceMem, offset: u64, out: &mut [u8], stream: DeviceStream) -> DeviceResult<()>;
     /// Hands `len` bytes of device memory to `take`, in order on `stream`, in one slice or
@@ -172,6 +194,22 @@ pub trait Upload: Send {
     fn commit(&mut self, _len: usize) -> DeviceResult<()> {
         Ok(())
     }
+    /// Lends `fill` host memory for the next `len` bytes of the copy, landing `at` bytes from
+    /// its start, to write all of them: device memory itself where
+    /// [`Upload::fills_in_place`] (under a lock: `fill` must not wait), otherwise a recycled
+    /// piece that is then pushed. `fill` is not called if the copy cannot take the bytes.
+    fn fill_with(&mut self, at: u64, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> DeviceResult<()> {
+        let piece = pieces::filled(len, |buf| {
+            fill(buf);
+            Ok::<_, WireError>(())
+        })?;
+        self.push(at, &piece)
+    }
+    /// Whether [`Upload::fill_with`] writes device memory in place (a CPU device), so that a
+    /// carrier opens its records straight into it instead of handing plaintext to `push`.
+    fn fills_in_place(&self) -> bool {
+        false
+    }
     /// Waits until every piece is in device memory.
     fn finish(self: Box<Self>) -> DeviceResult<()>;
 }
@@ -212,6 +250,15 @@ impl<C: Context + ?Sized> Upload for DirectUpload<'_, C> {
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
         self.context.write(self.dst, self.offset + at, data, DeviceStream(0))
+    }
+
+    fn fill_with(&mut self, at: u64, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> DeviceResult<()> {
+        check_piece(at, len, self.len)?;
+        self.context.write_with(self.dst, self.offset + at, len, DeviceStream(0), fill)
+    }
+
+    fn fills_in_place(&self) -> bool {
+        self.context.writes_in_place()
     }
 
     fn finish(self: Box<Self>) -> DeviceResult<()> {

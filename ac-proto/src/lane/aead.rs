@@ -8,6 +8,8 @@
 //! AWS-LC's `EVP_AEAD_CTX_seal_scatter` reads its input from one buffer and writes the
 //! ciphertext to another, and encrypts a few trailing bytes (TLS 1.3's inner content type)
 //! from a third into the tag's place, so a record is sealed in one pass over its plaintext.
+//! `EVP_AEAD_CTX_open_gather` likewise opens a record from the buffer it was read into straight
+//! to where its plaintext belongs (a CPU device's memory), which ring cannot do either.
 //!
 //! This is the crate's only foreign call into cryptography: a handful of functions, each
 //! checked here for the lengths AWS-LC requires. AWS-LC is linked statically, its symbols carry
@@ -172,16 +174,48 @@ impl Key {
         tag: &[u8; TAG],
     ) -> Result<(), Failed> {
         let at = in_out.as_mut_ptr();
-        // SAFETY: input and output are exactly the same bytes, valid for `in_out.len()`; the
-        // tag, nonce and aad are valid slices of the lengths passed.
+        // SAFETY: input and output are exactly the same bytes, which AWS-LC allows.
+        unsafe { self.open_raw(nonce, aad, at, at, in_out.len(), tag) }
+    }
+
+    /// Authenticates `sealed` (ciphertext) against `tag` and decrypts it into `out`, as long as
+    /// `sealed`: a record opened from the buffer it was read into straight to where its
+    /// plaintext belongs. On failure the bytes of `out` are unspecified.
+    pub fn open_into(
+        &self,
+        nonce: &[u8; NONCE],
+        aad: &[u8],
+        sealed: &[u8],
+        out: &mut [u8],
+        tag: &[u8; TAG],
+    ) -> Result<(), Failed> {
+        assert_eq!(sealed.len(), out.len(), "an opened record's plaintext is as long as its ciphertext");
+        // SAFETY: `sealed` and `out` are distinct borrows (so they do not overlap), each valid
+        // for `sealed.len()` bytes.
+        unsafe { self.open_raw(nonce, aad, sealed.as_ptr(), out.as_mut_ptr(), sealed.len(), tag) }
+    }
+
+    /// # Safety
+    /// `input` and `out` are valid for `len` bytes, and either equal or not overlapping.
+    unsafe fn open_raw(
+        &self,
+        nonce: &[u8; NONCE],
+        aad: &[u8],
+        input: *const u8,
+        out: *mut u8,
+        len: usize,
+        tag: &[u8; TAG],
+    ) -> Result<(), Failed> {
+        // SAFETY: the caller vouches for `input` and `out`; the tag, nonce and aad are valid
+        // slices of the lengths passed.
         let ok = unsafe {
             sys::EVP_AEAD_CTX_open_gather(
                 self.ctx.as_ptr(),
-                at,
+                out,
                 nonce.as_ptr(),
                 NONCE,
-                at,
-                in_out.len(),
+                input,
+                len,
                 tag.as_ptr(),
                 TAG,
                 aad.as_ptr(),
@@ -255,8 +289,11 @@ mod tests {
 
                 let mut body = expected[..len + 1].to_vec();
                 let tag: [u8; TAG] = expected[len + 1..].try_into().unwrap();
+                let mut apart = vec![0; len + 1];
+                key(cipher).open_into(&nonce, &aad, &body, &mut apart, &tag).unwrap();
                 key(cipher).open_in_place(&nonce, &aad, &mut body, &tag).unwrap();
                 assert_eq!(body, [&plain[..], &[23]].concat(), "{cipher:?} {len} opened");
+                assert_eq!(apart, body, "{cipher:?} {len} opened apart");
             }
         }
     }
@@ -269,7 +306,10 @@ mod tests {
             let (body, tag) = sealed.split_at(301);
             let tag: [u8; TAG] = tag.try_into().unwrap();
             let opens = |nonce: &[u8; NONCE], aad: &[u8], body: &[u8], tag: &[u8; TAG]| {
-                key(cipher).open_in_place(nonce, aad, &mut body.to_vec(), tag).is_ok()
+                let in_place = key(cipher).open_in_place(nonce, aad, &mut body.to_vec(), tag).is_ok();
+                let apart = key(cipher).open_into(nonce, aad, body, &mut vec![0; body.len()], tag).is_ok();
+                assert_eq!(in_place, apart, "{cipher:?}: opening in place and apart disagree");
+                in_place
             };
             assert!(opens(&nonce, &aad, body, &tag));
             let mut changed = body.to_vec();

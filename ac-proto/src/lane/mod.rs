@@ -33,7 +33,7 @@ pub mod record;
 mod stream;
 mod tcp_info;
 
-pub use stream::{accept, connect, LaneTls, Take, READ_BUFFER, WRITE_BUFFER};
+pub use stream::{accept, connect, Fill, LaneTls, Take, READ_BUFFER, WRITE_BUFFER};
 pub use tcp_info::TcpInfo;
 pub use tokio_rustls;
 

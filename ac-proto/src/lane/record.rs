@@ -286,16 +286,36 @@ impl Opener {
     pub fn open_full(&mut self, body: &mut [u8], tag: &Tag) -> Result<(), ProtoError> {
         assert_eq!(body.len(), MAX_PLAIN + 1, "a full record's body");
         let nonce = self.0.next_nonce()?;
-        self.0
-            .key
-            .open_in_place(&nonce, &FULL_HEADER, body, tag)
-            .map_err(|_| ProtoError::Malformed("a lane record failed authentication".into()))?;
-        match body[MAX_PLAIN] {
-            APPLICATION_DATA => Ok(()),
-            other => Err(ProtoError::Malformed(format!(
-                "a full-length lane record inside a copy's bytes of content type {other}, not application data"
-            ))),
-        }
+        let opened = self.0.key.open_in_place(&nonce, &FULL_HEADER, body, tag);
+        full_record_opened(opened.is_ok(), body[MAX_PLAIN])
+    }
+
+    /// As [`Opener::open_full`], the plaintext (and the content type after it) written into
+    /// `out` instead of over `body`, which stays as it was.
+    ///
+    /// Why: a reader whose destination is behind a lock (a CPU device's memory) cannot read
+    /// records into it across a wait for the socket; it reads them into its buffer, then opens
+    /// them from there into the destination under the lock, so the plaintext is written once,
+    /// by the cipher (`stream::LaneTls::read_placed`).
+    pub fn open_full_into(&mut self, body: &[u8], tag: &Tag, out: &mut [u8]) -> Result<(), ProtoError> {
+        assert_eq!((body.len(), out.len()), (MAX_PLAIN + 1, MAX_PLAIN + 1), "a full record's body");
+        let nonce = self.0.next_nonce()?;
+        let opened = self.0.key.open_into(&nonce, &FULL_HEADER, body, out, tag);
+        full_record_opened(opened.is_ok(), out[MAX_PLAIN])
+    }
+}
+
+/// Whether a full record opened ([`Opener::open_full`]): it authenticated, and its content
+/// type is application data.
+fn full_record_opened(authenticated: bool, content_type: u8) -> Result<(), ProtoError> {
+    if !authenticated {
+        return Err(ProtoError::Malformed("a lane record failed authentication".into()));
+    }
+    match content_type {
+        APPLICATION_DATA => Ok(()),
+        other => Err(ProtoError::Malformed(format!(
+            "a full-length lane record inside a copy's bytes of content type {other}, not application data"
+        ))),
     }
 }
 
