@@ -18,10 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::record::{Opened, Opener, Sealer, CLOSE_RECORD, FULL_RECORD, HEADER, MAX_PLAIN, MAX_RECORD};
+use super::record::{Opened, Opener, Sealer, CLOSE_RECORD, HEADER, MAX_PLAIN, MAX_RECORD};
 use crate::ProtoError;
 
-mod direct;
 mod placed;
 
 pub use placed::Fill;
@@ -35,13 +34,10 @@ pub const WRITE_BUFFER: usize = 512 << 10;
 /// are coming (`SO_RCVLOWAT`; see [`LaneTls::read_with`]).
 pub const LOW_WATER: usize = 256 << 10;
 
-/// The most full records one read straight into a caller's buffer takes: their bytes fit the
-/// read buffer, where they are gathered back if the peer's records are not full ones.
-const DIRECT_RECORDS: usize = READ_BUFFER / FULL_RECORD;
-
 /// A lane's TLS 1.3 stream over TCP. Reads open records in place in one buffer and copy their
-/// plaintext once, to the caller, or open full records where the caller wants their plaintext
-/// ([`LaneTls::read_exact_plain`]); writes seal into one buffer sent in large writes.
+/// plaintext once, to the caller, or open full records from that buffer to where the caller
+/// wants their plaintext ([`LaneTls::read_exact_plain`], [`LaneTls::read_placed`]); writes seal
+/// into one buffer sent in large writes.
 #[derive(Debug)]
 pub struct LaneTls {
     tcp: TcpStream,
@@ -62,11 +58,9 @@ pub struct LaneTls {
     filled: usize,
     sent: usize,
     closing: bool,
-    /// Records opened where the caller wanted their plaintext ([`LaneTls::read_direct`]).
+    /// Records opened straight to where the caller wanted their plaintext
+    /// ([`LaneTls::read_placed`]).
     opened_in_place: u64,
-    /// A direct read stopped halfway (an error, or its future dropped): the bytes it had read
-    /// are gone, so the stream is no longer at a record's start and every later read fails.
-    torn: bool,
 }
 
 /// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
@@ -115,7 +109,6 @@ impl LaneTls {
             sent: 0,
             closing: false,
             opened_in_place: 0,
-            torn: false,
         })
     }
 
@@ -181,14 +174,6 @@ impl LaneTls {
         Ok(Ok(()))
     }
 
-    /// Fails once a direct read has stopped halfway (see `torn`).
-    fn check_in_step(&self) -> Result<(), ProtoError> {
-        if self.torn {
-            return Err(ProtoError::Malformed("the lane stopped inside a copy's records: it cannot be read on".into()));
-        }
-        Ok(())
-    }
-
     /// Writes `len` bytes that `next` hands over, a record's worth at a time: `next(n, take)`
     /// gives the next `n` bytes to `take`, in one slice or several in order. One slice is
     /// sealed from where it lies (a device's bytes in host memory are read once, by the cipher);
@@ -252,7 +237,6 @@ impl LaneTls {
     /// Opens the next complete record in the buffer, if there is one; a close_notify ends the
     /// stream.
     fn open_buffered(&mut self) -> Result<Option<Opened>, ProtoError> {
-        self.check_in_step()?;
         let Some(len) = Opener::record_len(&self.inbuf[self.start..self.end])? else { return Ok(None) };
         let at = self.start;
         self.start += len;
