@@ -217,9 +217,10 @@ impl Carrier for Lane {
         read.await.unwrap_or_else(|e| Err(interrupted(e, *received, header)))
     }
 
-    /// Where the device has rooms (a staging buffer's free part), the records go straight into
-    /// them (`LaneTls::read_exact_plain`): no copy between the socket's and the device's
-    /// buffers. What the frame reader holds, and a device without rooms, go through `receive`.
+    /// Where the device has rooms (a staging buffer's free part), or lends its memory (a CPU
+    /// device), full records are opened from the lane's read buffer straight into them
+    /// (`LaneTls::read_exact_plain`, `read_placed`): no copy between the socket's and the
+    /// device's buffers. What the frame reader holds, and other devices, go through `receive`.
     async fn receive_upload(
         &mut self,
         session: &Session,

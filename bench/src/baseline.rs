@@ -103,10 +103,13 @@ async fn serve_lanes(listener: tokio::net::TcpListener, acceptor: lane::tokio_ru
                 let _ = stream.shutdown().await;
                 return;
             }
+            // As a backend's CPU device takes a host-to-device copy: full records opened
+            // straight into its memory.
             let mut received = 0u64;
-            let read = stream.read_with(total, |piece| {
-                into_reused(buf, received as usize, piece);
-                received += piece.len() as u64;
+            let size = buf.len();
+            let read = stream.read_placed(total, |at, n, fill| {
+                fill(&mut buf[reused_span(size, at as usize, n)]);
+                received += n as u64;
                 Ok::<_, std::convert::Infallible>(())
             });
             if !matches!(read.await, Ok(Ok(()))) {
@@ -124,12 +127,6 @@ fn reused_span(size: usize, at: usize, len: usize) -> std::ops::Range<usize> {
     let at = at % size;
     let at = if at + len > size { 0 } else { at };
     at..at + len
-}
-
-/// Copies `piece`, byte `at` of a stream, into `buf` (see [`reused_span`]).
-fn into_reused(buf: &mut [u8], at: usize, piece: &[u8]) {
-    let span = reused_span(buf.len(), at, piece.len());
-    buf[span].copy_from_slice(piece);
 }
 
 async fn serve_stream(mut send: quinn::SendStream, mut recv: quinn::RecvStream) -> anyhow::Result<()> {

@@ -183,8 +183,8 @@ pub trait Upload: Send {
     /// Copies `data`, which lands `at` bytes from the copy's start.
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()>;
     /// Host memory for the next bytes of the copy, landing `at` bytes from its start, at most
-    /// `max` of them (a staging buffer's free part), for a carrier that can read them straight
-    /// there; `None` where the device has none (then `push`). The caller fills all of it and
+    /// `max` of them (a staging buffer's free part), for a carrier that can open its records
+    /// straight there; `None` where the device has none (then `push` or `fill_with`). The caller fills all of it and
     /// calls [`Upload::commit`] with its length before anything else; a room given up unfilled
     /// ends the copy (it is dropped, never finished).
     fn room(&mut self, _at: u64, _max: usize) -> DeviceResult<Option<&mut [u8]>> {

@@ -274,15 +274,11 @@ impl Opener {
         }
     }
 
-    /// Authenticates and decrypts a full record ([`FULL_HEADER`]) whose parts lie apart:
-    /// `body` holds its [`MAX_PLAIN`] bytes of ciphertext then the encrypted content type byte,
-    /// `tag` its tag. In place: on success `body[..MAX_PLAIN]` is the plaintext (and the last
-    /// byte the content type). Fails unless the record authenticates and holds application
-    /// data with no padding, as every record but a copy's last does.
-    ///
-    /// Why: a reader that knows a copy's bytes are coming reads full records straight into the
-    /// copy's destination, their tags elsewhere, and opens them there, instead of opening them
-    /// in its buffer and copying the plaintext out (`stream::LaneTls::read_exact_plain`).
+    /// Authenticates and decrypts a full record ([`FULL_HEADER`]): `body` holds its
+    /// [`MAX_PLAIN`] bytes of ciphertext then the encrypted content type byte, `tag` its tag.
+    /// In place: on success `body[..MAX_PLAIN]` is the plaintext (and the last byte the content
+    /// type). Fails unless the record authenticates and holds application data with no
+    /// padding, as every record of a copy but its last does.
     pub fn open_full(&mut self, body: &mut [u8], tag: &Tag) -> Result<(), ProtoError> {
         assert_eq!(body.len(), MAX_PLAIN + 1, "a full record's body");
         let nonce = self.0.next_nonce()?;
@@ -293,9 +289,8 @@ impl Opener {
     /// As [`Opener::open_full`], the plaintext (and the content type after it) written into
     /// `out` instead of over `body`, which stays as it was.
     ///
-    /// Why: a reader whose destination is behind a lock (a CPU device's memory) cannot read
-    /// records into it across a wait for the socket; it reads them into its buffer, then opens
-    /// them from there into the destination under the lock, so the plaintext is written once,
+    /// Why: a reader that knows where a copy's plaintext goes opens its full records from the
+    /// read buffer, which stays in cache, straight there, so the destination is written once,
     /// by the cipher (`stream::LaneTls::read_placed`).
     pub fn open_full_into(&mut self, body: &[u8], tag: &Tag, out: &mut [u8]) -> Result<(), ProtoError> {
         assert_eq!((body.len(), out.len()), (MAX_PLAIN + 1, MAX_PLAIN + 1), "a full record's body");
