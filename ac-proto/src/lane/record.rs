@@ -354,6 +354,39 @@ mod tests {
     }
 
     #[test]
+    fn a_full_record_opens_the_same_in_place_and_apart_and_an_altered_one_neither_way() {
+        let (mut sealer, _) = pair();
+        let plain: Vec<u8> = (0..MAX_PLAIN).map(|i| (i % 253) as u8).collect();
+        let mut wire = Vec::new();
+        sealer.seal(&plain, &mut wire).unwrap();
+        sealer.seal(&plain, &mut wire).unwrap();
+        assert_eq!(wire[..HEADER], FULL_HEADER);
+        let body = |record: &[u8]| record[HEADER..HEADER + MAX_PLAIN + 1].to_vec();
+        let tag = |record: &[u8]| -> Tag { record[HEADER + MAX_PLAIN + 1..FULL_RECORD].try_into().unwrap() };
+        let (first, second) = wire.split_at(FULL_RECORD);
+
+        let (_, mut in_place) = pair();
+        let (_, mut apart) = pair();
+        for record in [first, second] {
+            let mut opened = body(record);
+            in_place.open_full(&mut opened, &tag(record)).unwrap();
+            let (source, mut out) = (body(record), vec![0; MAX_PLAIN + 1]);
+            apart.open_full_into(&source, &tag(record), &mut out).unwrap();
+            assert_eq!(opened[..MAX_PLAIN], plain[..]);
+            assert_eq!(out, opened, "opened apart");
+            assert_eq!(source, body(record), "the source changed");
+        }
+
+        let (_, mut opener) = pair();
+        let mut altered = body(first);
+        altered[MAX_PLAIN / 2] ^= 1;
+        let error = opener.open_full_into(&altered, &tag(first), &mut vec![0; MAX_PLAIN + 1]).unwrap_err();
+        assert!(error.to_string().contains("authentication"), "{error}");
+        let (_, mut opener) = pair();
+        assert!(opener.open_full(&mut altered, &tag(first)).is_err());
+    }
+
+    #[test]
     fn a_changed_byte_a_replayed_or_reordered_record_fails_authentication() {
         let (mut sealer, _) = pair();
         let mut wire = Vec::new();
