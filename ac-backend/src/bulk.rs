@@ -259,6 +259,8 @@ impl Carrier for Lane {
     /// The client sends the whole payload before it reads the reply: the lane reads it to the
     /// end, so that the next copy's header is where the client puts it.
     async fn refuse_rest(&mut self, mut left: u64) -> Result<(), ProtoError> {
+        // After a record that failed to open nothing is read in step: the lane ends unanswered.
+        self.reader.stream().0.ensure_readable()?;
         while left > 0 {
             let piece = self.reader.next_chunk(left.min(DRAIN_PIECE) as usize).await?;
             left -= piece.ok_or(ProtoError::UnexpectedEnd)?.len() as u64;

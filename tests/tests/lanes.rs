@@ -1,7 +1,8 @@
 //! Bulk lanes (TLS over TCP beside QUIC, `ac_proto::lane`): only a session's own secret attaches
 //! one, a refused copy leaves the lane in step for the next, a lane ends with its session, a copy
-//! given up halfway costs nothing but its lane, copies striped over two lanes are exact however
-//! they are made, and the daemon shrugs off what is not a lane.
+//! given up halfway costs nothing but its lane, a record that fails to open ends its lane,
+//! copies striped over two lanes are exact however they are made, and the daemon shrugs off
+//! what is not a lane.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,6 +148,39 @@ async fn refused_copies_leave_the_lane_in_step_for_the_next() {
     let mut back = vec![0u8; data.len()];
     lane.read_payload_into(&mut back).await.unwrap();
     assert!(back == data, "the bytes read back differ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_fails_to_open_ends_its_lane_and_the_session_serves_on() {
+    let tb = TestBackend::start(64).await;
+    let mut raw = raw_session(&tb).await;
+    let buffer = raw.alloc(1 << 20).await;
+    let attach = Hello::Attach { session: raw.session, token: raw.token };
+    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    // A host-to-device copy's header, then, straight on the socket, the copy's four full
+    // records, never sealed with the lane's key.
+    let copy = header(Direction::HostToDevice, buffer, 0, 4 * lane::record::MAX_PLAIN as u64);
+    let stream = &mut lane.stream_mut().0;
+    stream.write_all(&frame_bytes(&copy).unwrap()).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut record = lane::record::FULL_HEADER.to_vec();
+    record.resize(lane::record::FULL_RECORD, 0x55);
+    let forged = record.repeat(4);
+    let tcp = stream.tcp();
+    let mut at = 0;
+    while at < forged.len() {
+        tcp.writable().await.unwrap();
+        match tcp.try_write(&forged[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The backend ends the lane (a TLS stream ends at its first bad record): it neither
+    // answers on it nor reads on.
+    let ended = tokio::time::timeout(Duration::from_secs(20), lane.read_frame::<Reply>()).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the lane outlived a forged record: {ended:?}");
+    still_serves(&tb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

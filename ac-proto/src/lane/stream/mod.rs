@@ -61,6 +61,11 @@ pub struct LaneTls {
     /// Records opened straight to where the caller wanted their plaintext
     /// ([`LaneTls::read_placed`]).
     opened_in_place: u64,
+    /// A record failed to open: every later read fails. TLS ends a connection at the first
+    /// record that fails (RFC 8446, section 5.2), and a reader would otherwise go on at the next
+    /// record while its caller counted the failed one's bytes as read or as not (a copy's
+    /// refusal then drains the wrong number of bytes, and the lane falls out of step).
+    failed: bool,
 }
 
 /// Dials a lane's TLS over `tcp` as a client of `name`: the handshake (the server's certificate
@@ -73,7 +78,7 @@ pub async fn connect(
 ) -> Result<LaneTls, ProtoError> {
     let (tcp, connection) = connector.connect(name, tcp).await?.into_inner();
     let mut lane = LaneTls::new(tcp, connection.dangerous_extract_secrets()?)?;
-    match lane.next_record(0, false).await? {
+    match lane.next_record(0).await? {
         Some(Opened::Data(range)) if range.is_empty() => Ok(lane),
         _ => Err(ProtoError::Malformed("the lane's first record was not its ready record".into())),
     }
@@ -109,6 +114,7 @@ impl LaneTls {
             sent: 0,
             closing: false,
             opened_in_place: 0,
+            failed: false,
         })
     }
 
@@ -163,7 +169,7 @@ impl LaneTls {
             if self.ended {
                 return Err(ProtoError::UnexpectedEnd);
             }
-            match self.next_record(left, false).await? {
+            match self.next_record(left).await? {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) | None => return Err(ProtoError::UnexpectedEnd),
             }
@@ -237,10 +243,13 @@ impl LaneTls {
     /// Opens the next complete record in the buffer, if there is one; a close_notify ends the
     /// stream.
     fn open_buffered(&mut self) -> Result<Option<Opened>, ProtoError> {
+        self.ensure_readable()?;
         let Some(len) = Opener::record_len(&self.inbuf[self.start..self.end])? else { return Ok(None) };
         let at = self.start;
         self.start += len;
-        Ok(Some(match self.opener.open(&mut self.inbuf[at..at + len])? {
+        let opened = self.opener.open(&mut self.inbuf[at..at + len]);
+        self.failed = opened.is_err();
+        Ok(Some(match opened? {
             Opened::Data(range) => Opened::Data(at + range.start..at + range.end),
             Opened::Closed => {
                 self.ended = true;
@@ -249,20 +258,26 @@ impl LaneTls {
         }))
     }
 
-    /// Reads more bytes from the socket behind those not yet opened, at most `limit`; `Ok(0)` at
-    /// its end. `coming`: plaintext bytes the peer is known to be sending, buffered ones
-    /// included (0: unknown).
-    fn poll_fill(&mut self, cx: &mut Context<'_>, coming: u64, limit: usize) -> Poll<io::Result<usize>> {
-        if self.start == self.end {
-            (self.start, self.end) = (0, 0);
-        } else if self.inbuf.len() - self.end < MAX_RECORD {
-            // Room for at least one whole record: the partial one moves to the front.
-            self.inbuf.copy_within(self.start..self.end, 0);
-            (self.start, self.end) = (0, self.end - self.start);
+    /// Fails once a record has failed to open: the lane reads no more (a copy's refusal, which
+    /// reads the rest of its payload to keep the lane in step, cannot).
+    pub fn ensure_readable(&self) -> Result<(), ProtoError> {
+        if self.failed {
+            return Err(ProtoError::Malformed("a record of this lane failed to open: it reads no more".into()));
         }
+        Ok(())
+    }
+
+    /// Reads more bytes from the socket behind those not yet opened; `Ok(0)` at its end. Called
+    /// only when no whole record is buffered. `coming`: plaintext bytes the peer is known to be
+    /// sending, buffered ones included (0: unknown).
+    fn poll_fill(&mut self, cx: &mut Context<'_>, coming: u64) -> Poll<io::Result<usize>> {
+        // The partial record (less than one) moves to the front, so that the read may fill the
+        // whole buffer: a reader that opens records into place then takes many at once, and
+        // copies only the last of them (`read_placed`).
+        self.inbuf.copy_within(self.start..self.end, 0);
+        (self.start, self.end) = (0, self.end - self.start);
         self.set_low_water(coming)?;
-        let room_end = self.inbuf.len().min(self.end.saturating_add(limit));
-        let mut room = ReadBuf::new(&mut self.inbuf[self.end..room_end]);
+        let mut room = ReadBuf::new(&mut self.inbuf[self.end..]);
         let polled = Pin::new(&mut self.tcp).poll_read(cx, &mut room);
         if polled.is_pending() && coming > MAX_PLAIN as u64 {
             // The reader is about to wait (see `read_with`). A failure only costs delayed acks.
@@ -295,29 +310,16 @@ impl LaneTls {
     }
 
     /// The next record, read from the socket as needed (`coming`: as for
-    /// [`LaneTls::poll_fill`]); `None` when the socket ended between records. `alone`: reading
-    /// no further than that record's end, so that what follows stays in the socket, where
-    /// [`LaneTls::read_direct`] can take it.
-    async fn next_record(&mut self, coming: u64, alone: bool) -> Result<Option<Opened>, ProtoError> {
+    /// [`LaneTls::poll_fill`]); `None` when the socket ended between records.
+    async fn next_record(&mut self, coming: u64) -> Result<Option<Opened>, ProtoError> {
         loop {
             if let Some(opened) = self.open_buffered()? {
                 return Ok(Some(opened));
             }
-            let limit = if alone { self.missing_of_record()? } else { usize::MAX };
-            if std::future::poll_fn(|cx| self.poll_fill(cx, coming, limit)).await? == 0 {
+            if std::future::poll_fn(|cx| self.poll_fill(cx, coming)).await? == 0 {
                 return self.socket_ended().map(|()| None).map_err(ProtoError::from);
             }
         }
-    }
-
-    /// The bytes still missing of the record that the buffer starts (of its header, while that
-    /// is not all there).
-    fn missing_of_record(&self) -> Result<usize, ProtoError> {
-        let buffered = &self.inbuf[self.start..self.end];
-        Ok(match buffered.first_chunk() {
-            Some(header) => Opener::declared_len(header)? - buffered.len(),
-            None => HEADER - buffered.len(),
-        })
     }
 
     /// The socket ended: fine between records (a lane's frames say where a copy ends), not
@@ -393,7 +395,7 @@ impl AsyncRead for LaneTls {
                 Some(Opened::Data(range)) => this.plain = range,
                 Some(Opened::Closed) => {}
                 None => {
-                    if ready!(this.poll_fill(cx, 0, usize::MAX))? == 0 {
+                    if ready!(this.poll_fill(cx, 0))? == 0 {
                         this.socket_ended()?;
                     }
                 }
@@ -609,12 +611,18 @@ pub(super) mod tests {
     async fn a_byte_altered_on_the_wire_fails_the_read() {
         let (mut client, mut server) = pair("altered").await;
         // What the client would send, sealed with its keys, one byte flipped on the way.
+        // A sound record follows it.
         client.seal_next(5, handing(b"hello")).unwrap().unwrap();
+        client.seal_next(5, handing(b"world")).unwrap().unwrap();
         let mut wire = client.out[..client.filled].to_vec();
         wire[super::HEADER + 2] ^= 0x40;
         client.tcp.write_all(&wire).await.unwrap();
         let error = server.read_exact(&mut [0; 5]).await.unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
+        // The stream ends at the record that failed: the sound one is not read.
+        let mut sink = |_: &[u8]| Ok::<_, ()>(());
+        let after = server.read_with(5, &mut sink).await.unwrap_err();
+        assert!(matches!(&after, ProtoError::Malformed(m) if m.contains("reads no more")), "{after}");
     }
 
     #[tokio::test]

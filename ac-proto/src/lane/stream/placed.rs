@@ -38,7 +38,8 @@ impl LaneTls {
     /// `place(at, n, fill)` calls `fill` once with the `n` bytes of memory where plaintext
     /// bytes `at..at + n` belong, or fails without calling it. `Ok(Err(_))` when `place`
     /// fails: the bytes placed before are read, the ones it was offered are not unless it
-    /// called `fill` (then they are read, and where they went is up to `place`).
+    /// called `fill` (then they are read, and where they went is up to `place`). `Err(_)`: the
+    /// lane's error; after a record that failed to open, every later read fails too.
     ///
     /// Full records that lie whole in the read buffer are opened from there straight into
     /// their place, so the plaintext is written once, by the cipher. Each record's encrypted
@@ -56,6 +57,7 @@ impl LaneTls {
         len: u64,
         mut place: impl FnMut(u64, usize, &mut Fill<'_>) -> Result<(), E>,
     ) -> Result<Result<(), E>, ProtoError> {
+        self.ensure_readable()?;
         let mut at = 0;
         while at < len {
             let left = len - at;
@@ -71,10 +73,11 @@ impl LaneTls {
                     self.plain.start += n;
                     at += n as u64;
                 }
-                if let Err(e) = placed {
-                    return Ok(Err(e));
+                match placed {
+                    Err(e) => return Ok(Err(e)),
+                    Ok(()) if !filled => return Err(unfilled()),
+                    Ok(()) => continue,
                 }
-                continue;
             }
             if self.ended {
                 return Err(ProtoError::UnexpectedEnd);
@@ -83,11 +86,16 @@ impl LaneTls {
             if records > 0 {
                 let n = records * MAX_PLAIN;
                 let mut opened = None;
-                let placed = place(at, n, &mut |dst| opened = Some(self.open_buffered_into(dst)));
-                if let Some(opened) = opened {
-                    opened?;
-                    at += n as u64;
-                }
+                let placed = place(at, n, &mut |dst| {
+                    if opened.is_none() {
+                        opened = Some(self.open_buffered_into(dst));
+                    }
+                });
+                let Some(opened) = opened else {
+                    return placed.map_or_else(|e| Ok(Err(e)), |()| Err(unfilled()));
+                };
+                opened?;
+                at += n as u64;
                 if let Err(e) = placed {
                     return Ok(Err(e));
                 }
@@ -99,7 +107,7 @@ impl LaneTls {
                 Some(Opened::Data(range)) => self.plain = range,
                 Some(Opened::Closed) => return Err(ProtoError::UnexpectedEnd),
                 None => {
-                    if std::future::poll_fn(|cx| self.poll_fill(cx, left, usize::MAX)).await? == 0 {
+                    if std::future::poll_fn(|cx| self.poll_fill(cx, left)).await? == 0 {
                         self.socket_ended()?;
                         return Err(ProtoError::UnexpectedEnd);
                     }
@@ -125,6 +133,13 @@ impl LaneTls {
     /// Opens the full records at the read buffer's start into `dst`, one record's plaintext
     /// after another (see [`LaneTls::read_placed`]).
     fn open_buffered_into(&mut self, dst: &mut [u8]) -> Result<(), ProtoError> {
+        let opened = self.open_run_into(dst);
+        self.failed = opened.is_err();
+        opened
+    }
+
+    /// As [`LaneTls::open_buffered_into`], without marking the lane failed.
+    fn open_run_into(&mut self, dst: &mut [u8]) -> Result<(), ProtoError> {
         let records = dst.len() / MAX_PLAIN;
         debug_assert!(
             records > 0 && dst.len().is_multiple_of(MAX_PLAIN) && records <= self.full_records_buffered(u64::MAX)
@@ -146,6 +161,11 @@ impl LaneTls {
     }
 }
 
+/// The error of a `place` that neither filled its memory nor refused it: its caller's bug.
+fn unfilled() -> ProtoError {
+    ProtoError::Io(std::io::Error::other("a reader's place was neither filled nor refused"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{full_records, pair, pattern};
@@ -153,9 +173,8 @@ mod tests {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// Reads `len` bytes with [`LaneTls::read_placed`] into `into` from `from` on, in places
-    /// of at most `most` bytes (as a device lends whatever the lane asks; the cut tests pieces
-    /// that end inside a record's plaintext); the places lent.
+    /// Reads `len` bytes with [`LaneTls::read_placed`] into `into` from `from` on, lending
+    /// whatever place the lane asks for; the places lent.
     async fn read_placed_into(lane: &mut LaneTls, into: &mut [u8], from: usize, len: usize) -> usize {
         let mut places = 0;
         let read = lane.read_placed(len as u64, |at, n, fill| {
@@ -326,6 +345,10 @@ mod tests {
         });
         let error = tokio::time::timeout(Duration::from_secs(20), read).await.expect("the read hung").unwrap_err();
         assert!(matches!(&error, ProtoError::Malformed(m) if m.contains("authentication")), "{error}");
+        // The third record is sound, but the lane reads no more: a TLS stream ends at the first
+        // record that fails.
+        let after = server.read_exact_plain(&mut [0u8; 10]).await.unwrap_err();
+        assert!(matches!(&after, ProtoError::Malformed(m) if m.contains("reads no more")), "{after}");
 
         // The stream ends inside a record: an error, not a short read.
         let (mut client, mut server) = pair("placed-end").await;
