@@ -68,6 +68,6 @@ pub use accelerator::{Accelerator, CopyOptions};
 pub use buffer::DeviceBuffer;
 pub use error::{Error, Result};
 pub use kernel::{Function, Module};
-pub use link::ConnectOptions;
+pub use link::{default_lanes, ConnectOptions};
 pub use session::{munge_credential, DynamicSet, GetRequest, Handle, Session, SessionOptions};
 pub use stream::Stream;

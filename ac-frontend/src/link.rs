@@ -39,8 +39,7 @@ pub struct ConnectOptions {
     /// Bulk lanes (TLS over TCP, see `ac_proto::lane`) over which large copies are striped; 0:
     /// QUIC streams only. With more than one, on a multi-thread runtime, a striped copy seals or
     /// opens each lane's records on a thread of its own (see `stripes.rs`): for nodes with cores
-    /// to spare. One by default: on 2 cores more threads than cores lost (see "Bulk lanes" in
-    /// `ARCHITECTURE.md`).
+    /// to spare. By default [`default_lanes`], by this node's cores.
     pub lanes: usize,
     /// A client endpoint to reuse for the first connection. Creating one (a socket, its
     /// buffers, a driver task) costs about as much as a handshake's crypto, so a session that
@@ -61,7 +60,7 @@ impl ConnectOptions {
             device: 0,
             tuning: Tuning::default(),
             stripes: 2,
-            lanes: 1,
+            lanes: default_lanes(),
             endpoint: None,
         }
     }
@@ -88,6 +87,16 @@ impl ConnectOptions {
         }
         Ok(options)
     }
+}
+
+/// The bulk lanes a copy uses unless told otherwise: one per four cores this process may run
+/// on, from one to four. A lane seals or opens its records on a core of its own on each side,
+/// so more lanes than cores to spare lose: on 2 cores one lane moved more than two (stop 36),
+/// on 16 four moved 1.5-3x what one did (`BENCHMARKS.md`, stop 46; see "How many lanes" in
+/// `ARCHITECTURE.md`).
+pub fn default_lanes() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 4).clamp(1, 4)
 }
 
 /// A connection that said hello, with its first stream still open.

@@ -4,10 +4,12 @@
 //! (a fault cannot poison it: kernels are safe Rust that checks every access).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ModuleSource, WireError};
 use rustc_hash::FxHashMap;
+
+mod memory;
 
 use super::builtin;
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
@@ -16,7 +18,8 @@ use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, 
 /// take a microsecond or two here.
 const QUICK_WORK: u64 = 4096;
 
-type Memory = Arc<RwLock<Vec<u8>>>;
+/// An allocation, shared by the table and the calls that use it.
+type Allocation = Arc<memory::Memory>;
 
 /// An accelerator emulated in host memory.
 #[derive(Debug)]
@@ -50,7 +53,7 @@ pub struct CpuContext {
     used: AtomicU64,
     next: AtomicU64,
     /// Fx-hashed: the keys are handed out in sequence by `next`.
-    allocations: Mutex<FxHashMap<u64, Memory>>,
+    allocations: Mutex<FxHashMap<u64, Allocation>>,
 }
 
 impl CpuContext {
@@ -65,7 +68,7 @@ impl CpuContext {
         }
     }
 
-    fn memory(&self, mem: DeviceMem) -> DeviceResult<Memory> {
+    fn memory(&self, mem: DeviceMem) -> DeviceResult<Allocation> {
         self.allocations
             .lock()
             .expect("allocation table poisoned")
@@ -77,26 +80,23 @@ impl CpuContext {
     /// Reads `n` f32 values at a pointer argument.
     fn read_f32s(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<f32>> {
         let (mem, offset) = self.span(arg, n, what)?;
-        let bytes = n as usize * 4;
-        let guard = mem.read().expect("device memory poisoned");
-        Ok(guard[offset..offset + bytes]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
-            .collect())
+        let range = check_range(mem.len(), offset, n * 4)?;
+        let values = mem.read(range).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+        Ok(values)
     }
 
     /// Writes f32 values at a pointer argument.
     fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
         let (mem, offset) = self.span(arg, values.len() as u64, what)?;
-        let mut guard = mem.write().expect("device memory poisoned");
-        for (dst, v) in guard[offset..offset + values.len() * 4].chunks_exact_mut(4).zip(values) {
+        let range = check_range(mem.len(), offset, values.len() as u64 * 4)?;
+        for (dst, v) in mem.write(range).chunks_exact_mut(4).zip(values) {
             dst.copy_from_slice(&v.to_le_bytes());
         }
         Ok(())
     }
 
     /// Resolves a pointer argument that must hold `n` f32 values.
-    fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Memory, usize)> {
+    fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Allocation, u64)> {
         let DeviceArg::Mem { mem, offset, len } = *arg else {
             return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
         };
@@ -115,7 +115,7 @@ impl CpuContext {
                 format!("{what}: misaligned address (offset {offset})"),
             ));
         }
-        Ok((self.memory(mem)?, offset as usize))
+        Ok((self.memory(mem)?, offset))
     }
 
     fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -232,8 +232,7 @@ impl Context for CpuContext {
                 ),
             ));
         }
-        // calloc: pages are mapped on first touch, as device memory is committed lazily.
-        let memory = Arc::new(RwLock::new(vec![0u8; bytes as usize]));
+        let memory = Arc::new(memory::Memory::zeroed(bytes as usize));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.allocations.lock().expect("allocation table poisoned").insert(id, memory);
         Ok(DeviceMem(id))
@@ -241,8 +240,7 @@ impl Context for CpuContext {
 
     fn free(&self, mem: DeviceMem) {
         if let Some(memory) = self.allocations.lock().expect("allocation table poisoned").remove(&mem.0) {
-            let size = memory.read().expect("device memory poisoned").len() as u64;
-            self.used.fetch_sub(size, Ordering::AcqRel);
+            self.used.fetch_sub(memory.len() as u64, Ordering::AcqRel);
         }
     }
 
@@ -250,8 +248,9 @@ impl Context for CpuContext {
         self.write_with(dst, offset, data.len(), stream, &mut |memory| memory.copy_from_slice(data))
     }
 
-    /// Lends the memory where it lies, under the allocation's write lock: a launch that reads
-    /// this allocation waits for one read buffer's records to be opened at most.
+    /// Lends the memory where it lies, locked for writing over this range only: the other
+    /// lanes of the same copy write their own ranges meanwhile, and a launch that reads this
+    /// range waits for one read buffer's records to be opened at most.
     fn write_with(
         &self,
         dst: DeviceMem,
@@ -261,9 +260,8 @@ impl Context for CpuContext {
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> DeviceResult<()> {
         let memory = self.memory(dst)?;
-        let mut guard = memory.write().expect("device memory poisoned");
-        let range = check_range(guard.len(), offset, len as u64)?;
-        fill(&mut guard[range]);
+        let range = check_range(memory.len(), offset, len as u64)?;
+        fill(&mut memory.write(range));
         Ok(())
     }
 
@@ -275,8 +273,8 @@ impl Context for CpuContext {
         self.read_with(src, offset, out.len(), stream, &mut |bytes| out.copy_from_slice(bytes))
     }
 
-    /// Hands the bytes where they lie, under the allocation's read lock: a launch that writes
-    /// this allocation waits for one record's sealing at most.
+    /// Hands the bytes where they lie, locked for reading over this range only: a launch that
+    /// writes this range waits for one record's sealing at most.
     fn read_with(
         &self,
         src: DeviceMem,
@@ -286,9 +284,8 @@ impl Context for CpuContext {
         take: &mut dyn FnMut(&[u8]),
     ) -> DeviceResult<()> {
         let memory = self.memory(src)?;
-        let guard = memory.read().expect("device memory poisoned");
-        let range = check_range(guard.len(), offset, len as u64)?;
-        take(&guard[range]);
+        let range = check_range(memory.len(), offset, len as u64)?;
+        take(&memory.read(range));
         Ok(())
     }
 
@@ -302,34 +299,35 @@ impl Context for CpuContext {
         _stream: DeviceStream,
     ) -> DeviceResult<()> {
         if dst == src {
+            // One guard over both ranges: a thread never holds two of one allocation.
             let memory = self.memory(dst)?;
-            let mut guard = memory.write().expect("device memory poisoned");
-            let from = check_range(guard.len(), src_offset, len)?;
-            let to = check_range(guard.len(), dst_offset, len)?;
-            guard.copy_within(from, to.start);
+            let from = check_range(memory.len(), src_offset, len)?;
+            let to = check_range(memory.len(), dst_offset, len)?;
+            let base = from.start.min(to.start);
+            let mut both = memory.write(base..from.end.max(to.end));
+            both.copy_within(from.start - base..from.end - base, to.start - base);
             return Ok(());
         }
         let (src_mem, dst_mem) = (self.memory(src)?, self.memory(dst)?);
+        let from = check_range(src_mem.len(), src_offset, len)?;
+        let to = check_range(dst_mem.len(), dst_offset, len)?;
         // Lock in handle order so that two opposite copies cannot deadlock.
         let (src_guard, mut dst_guard);
         if src.0 < dst.0 {
-            src_guard = src_mem.read().expect("device memory poisoned");
-            dst_guard = dst_mem.write().expect("device memory poisoned");
+            src_guard = src_mem.read(from);
+            dst_guard = dst_mem.write(to);
         } else {
-            dst_guard = dst_mem.write().expect("device memory poisoned");
-            src_guard = src_mem.read().expect("device memory poisoned");
+            dst_guard = dst_mem.write(to);
+            src_guard = src_mem.read(from);
         }
-        let from = check_range(src_guard.len(), src_offset, len)?;
-        let to = check_range(dst_guard.len(), dst_offset, len)?;
-        dst_guard[to].copy_from_slice(&src_guard[from]);
+        dst_guard.copy_from_slice(&src_guard);
         Ok(())
     }
 
     fn memset(&self, dst: DeviceMem, offset: u64, len: u64, value: u8, _stream: DeviceStream) -> DeviceResult<()> {
         let memory = self.memory(dst)?;
-        let mut guard = memory.write().expect("device memory poisoned");
-        let range = check_range(guard.len(), offset, len)?;
-        guard[range].fill(value);
+        let range = check_range(memory.len(), offset, len)?;
+        memory.write(range).fill(value);
         Ok(())
     }
 
@@ -437,6 +435,36 @@ mod tests {
         let error = dev.launch(&fill, &LaunchDims::linear(1, 1), &args, DeviceStream(0)).unwrap_err();
         assert_eq!(error.kind, ErrorKind::OutOfBounds);
         assert!(!dev.is_quick_launch(&fill, &args));
+    }
+
+    #[test]
+    fn lanes_fill_their_own_ranges_of_one_allocation_at_once() {
+        let dev = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+        let a = dev.alloc(1 << 20).unwrap();
+        let inside = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for i in 0..2u64 {
+                let (dev, inside) = (&dev, &inside);
+                scope.spawn(move || {
+                    let mut fill = |part: &mut [u8]| {
+                        // Each waits inside its fill for the other to be inside its own: under
+                        // one lock per allocation the second never gets in. (The deadline only
+                        // ends that wait; a correct device meets it at once.)
+                        inside.fetch_add(1, Ordering::SeqCst);
+                        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                        while inside.load(Ordering::SeqCst) < 2 {
+                            assert!(std::time::Instant::now() < deadline, "the other range was not lent meanwhile");
+                            std::thread::yield_now();
+                        }
+                        part.fill(i as u8 + 1);
+                    };
+                    dev.write_with(a, i << 19, 1 << 19, DeviceStream(i), &mut fill).unwrap();
+                });
+            }
+        });
+        let mut out = vec![0; 1 << 20];
+        dev.read(a, 0, &mut out, DeviceStream(0)).unwrap();
+        assert!(out[..1 << 19].iter().all(|&b| b == 1) && out[1 << 19..].iter().all(|&b| b == 2));
     }
 
     #[test]
