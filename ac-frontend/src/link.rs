@@ -92,7 +92,7 @@ impl ConnectOptions {
 /// The bulk lanes a copy uses unless told otherwise: one per four cores this process may run
 /// on, from one to four. A lane seals or opens its records on a core of its own on each side,
 /// so more lanes than cores to spare lose: on 2 cores one lane moved more than two (stop 36),
-/// on 16 four moved 1.5-3x what one did (`BENCHMARKS.md`, stop 46; see "How many lanes" in
+/// on 16 four moved 2.5-3.2x what one did (`BENCHMARKS.md`, stop 46; see "How many lanes" in
 /// `ARCHITECTURE.md`).
 pub fn default_lanes() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

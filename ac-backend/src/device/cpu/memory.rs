@@ -44,6 +44,9 @@ impl std::fmt::Debug for Memory {
 struct Requests {
     next: u64,
     queue: Vec<Request>,
+    /// Requests waiting for a release: only then does a release wake anyone (a wake-up is a
+    /// system call, and a copy's lane asks for a range per 16 KiB record).
+    waiting: usize,
 }
 
 struct Request {
@@ -101,8 +104,12 @@ impl Memory {
         let id = requests.next;
         requests.next += 1;
         requests.queue.push(Request { id, range, write });
-        while !requests.may_proceed(id) {
-            requests = self.released.wait(requests).expect("range requests poisoned");
+        if !requests.may_proceed(id) {
+            requests.waiting += 1;
+            while !requests.may_proceed(id) {
+                requests = self.released.wait(requests).expect("range requests poisoned");
+            }
+            requests.waiting -= 1;
         }
         id
     }
@@ -110,8 +117,11 @@ impl Memory {
     fn release(&self, id: u64) {
         let mut requests = self.requests.lock().expect("range requests poisoned");
         requests.queue.retain(|r| r.id != id);
+        let anyone_waits = requests.waiting > 0;
         drop(requests);
-        self.released.notify_all();
+        if anyone_waits {
+            self.released.notify_all();
+        }
     }
 
     /// A raw pointer to the first byte of `range`, which a granted request covers.
