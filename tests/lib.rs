@@ -53,6 +53,8 @@ impl TestBackend {
     pub fn options(&self) -> ConnectOptions {
         let mut options = ConnectOptions::new(self.backend.addr(), self.backend.ca_cert());
         options.tuning = quick_tuning();
+        // One lane on any machine (the default follows the cores): tests that mean more set it.
+        options.lanes = 1;
         options
     }
 

@@ -20,7 +20,9 @@
 //!   sticky for every context of the process, as on an H100) so that tests can inject a fault
 //!   into one session;
 //! - a test can make one host-to-device copy fail halfway through a bulk copy
-//!   (`standin_fail_host_to_device_after`), which no real driver does on demand;
+//!   (`standin_fail_host_to_device_after`, or for a stand-in another process loads, a session
+//!   worker's, the environment variable `CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER` it inherits),
+//!   which no real driver does on demand;
 //! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
 //!   or PTX; fatbins are not supported.
 //!
@@ -43,7 +45,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use state::{code, Driver, Event, Function, Module, Op, Stream};
 
-static DRIVER: LazyLock<Mutex<Driver>> = LazyLock::new(|| Mutex::new(Driver::default()));
+static DRIVER: LazyLock<Mutex<Driver>> = LazyLock::new(|| Mutex::new(Driver::from_env()));
 
 thread_local! {
     /// The context current on this thread (0: none).

@@ -135,7 +135,18 @@ pub struct Driver {
     pub host_to_device_budget: Option<usize>,
 }
 
+/// Read when the stand-in is first called: the byte count of
+/// `standin_fail_host_to_device_after`, for a stand-in loaded by a process a test cannot call
+/// into (a session worker, which inherits the variable).
+const FAIL_HOST_TO_DEVICE_AFTER: &str = "CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER";
+
 impl Driver {
+    /// The defaults, with a host-to-device failure injected through the environment if any.
+    pub fn from_env() -> Self {
+        let budget = std::env::var(FAIL_HOST_TO_DEVICE_AFTER).ok().and_then(|bytes| bytes.parse().ok());
+        Self { host_to_device_budget: budget, ..Self::default() }
+    }
+
     /// A fresh handle, never 0 and never reused.
     pub fn handle(&mut self) -> u64 {
         self.next += 1;

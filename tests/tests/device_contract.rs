@@ -159,6 +159,36 @@ async fn standin_a_copy_failing_halfway_on_the_device_leaves_the_lane_in_step() 
     standin::assert_no_violations();
 }
 
+/// The same through a session worker (the default for GPUs): the pieces cross its shared bays
+/// and its DMA fails halfway; the copy answers the worker's driver error and the lane stays in
+/// step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_copy_failing_halfway_in_a_session_worker_leaves_the_lane_in_step() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let program = standin::failing_worker_program(dir.path(), 5 << 20);
+    let tb = TestBackend::start_with(|c| {
+        c.device = DeviceChoice::Cuda;
+        c.staging_mib = 64;
+        c.isolation = Isolation::Process;
+        c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+        c.worker_program = Some(program);
+    })
+    .await;
+    let before = session_workers();
+    let acc = tb.connect().await;
+    assert!(session_workers().iter().any(|p| !before.contains(p)), "the session runs in a worker");
+    let data = ac_tests::pattern((24 << 20) / 4 + 3, 5);
+    let buf = acc.alloc::<f32>(data.len()).await.unwrap();
+    // A bound on a hang, not a measurement: the refusal answers at once.
+    let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let err = failed.expect("the failed copy was never answered").unwrap_err();
+    assert!(err.to_string().contains("cuMemcpyHtoDAsync"), "{err}");
+    buf.copy_from_host(&data).await.expect("the next copy on the lane");
+    assert!(buf.to_vec().await.unwrap() == data, "the next copy arrived changed");
+    ac_tests::computes(&acc).await.expect("the session goes on");
+}
+
 /// With contexts in one process, a fault breaks every session of it (the stand-in breaks the
 /// process as the H100 did): the reason session workers are the default.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -100,3 +100,17 @@ pub fn set_fault_poisons_process(on: bool) {
 pub fn fail_host_to_device_after(bytes: usize) {
     function::<extern "C" fn(usize)>("standin_fail_host_to_device_after")(bytes)
 }
+
+/// A session worker program whose stand-in makes the host-to-device copy that takes it past
+/// `bytes` fail, once: `ac-backend` started with `CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER` in
+/// its environment alone (the stand-in reads it when first called), written into `dir`.
+pub fn failing_worker_program(dir: &std::path::Path, bytes: usize) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let backend = ac_tests::workspace_binary("ac-backend");
+    let script = dir.join("ac-backend-failing");
+    let text =
+        format!("#!/bin/sh\nCUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER={bytes} exec '{}' \"$@\"\n", backend.display());
+    std::fs::write(&script, text).expect("write the worker program");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("make it executable");
+    script
+}

@@ -9,16 +9,18 @@
 //! Invariants:
 //! - a byte is borrowed mutably by at most one guard, and then by no shared guard: a request
 //!   waits until no earlier request that overlaps it conflicts (two reads never conflict);
-//! - requests are granted in the order they were made among those that overlap, so a steady
+//! - requests are granted in the order they were made among those that conflict, so a steady
 //!   stream of reads cannot starve a write (nor writes a read);
 //! - a thread holds at most one guard of an allocation at a time (the device's code never nests
-//!   them), so waiting in order cannot deadlock.
+//!   them), so waiting in order cannot deadlock; a guard cannot leave its thread (it is not
+//!   `Send`), so it is never held across an `.await`.
 //!
 //! The guards lend their ranges as slices of one allocation, which safe Rust cannot split by
 //! ranges chosen at run time; this module's `unsafe` is that lending, bounded by the invariants.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut, Range};
 use std::sync::{Condvar, Mutex};
 
@@ -89,13 +91,13 @@ impl Memory {
     /// Borrows `range` to read, once no earlier overlapping write is pending.
     pub(super) fn read(&self, range: Range<usize>) -> Reading<'_> {
         let id = self.acquire(range.clone(), false);
-        Reading { memory: self, range, id }
+        Reading { memory: self, range, id, _here: PhantomData }
     }
 
     /// Borrows `range` to write, once no earlier overlapping read or write is pending.
     pub(super) fn write(&self, range: Range<usize>) -> Writing<'_> {
         let id = self.acquire(range.clone(), true);
-        Writing { memory: self, range, id }
+        Writing { memory: self, range, id, _here: PhantomData }
     }
 
     fn acquire(&self, range: Range<usize>, write: bool) -> u64 {
@@ -135,6 +137,8 @@ pub(super) struct Reading<'a> {
     memory: &'a Memory,
     range: Range<usize>,
     id: u64,
+    /// Not `Send`: released on the thread that took it.
+    _here: PhantomData<*const ()>,
 }
 
 impl Deref for Reading<'_> {
@@ -158,6 +162,8 @@ pub(super) struct Writing<'a> {
     memory: &'a Memory,
     range: Range<usize>,
     id: u64,
+    /// Not `Send`: released on the thread that took it.
+    _here: PhantomData<*const ()>,
 }
 
 impl Deref for Writing<'_> {

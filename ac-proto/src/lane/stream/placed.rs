@@ -49,7 +49,7 @@ impl LaneTls {
     /// are not full and plaintext already opened (as [`LaneTls::read_with`] hands them).
     ///
     /// `place` is called only while records are buffered, never across a wait for the socket:
-    /// a CPU device lends its memory under the allocation's lock, which no one may hold while
+    /// a CPU device lends its memory under a lock on that range, which no one may hold while
     /// the network is slow. A read dropped while it waits leaves the stream at a record's
     /// start, the bytes placed before read.
     pub async fn read_placed<E>(
