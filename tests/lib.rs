@@ -42,6 +42,9 @@ impl TestBackend {
             state_dir: state.path().to_path_buf(),
             memory_mib: 256,
             transport: quick_tuning(),
+            // Tests that stripe over lanes say how many, on any machine (the default follows
+            // the host's cores).
+            lanes_per_session: Some(8),
             ..BackendConfig::default()
         };
         adjust(&mut config);

@@ -97,6 +97,10 @@ pub struct BackendConfig {
     /// it is free): large copies move several times faster than over QUIC streams (see
     /// `ac_proto::lane`). Off: copies use QUIC streams only.
     pub lanes: bool,
+    /// The most lanes one session may attach at once; its welcome says so, and a lane past them
+    /// is refused. Unset: one per four of this host's cores, from 1 to 4 (each lane opens or
+    /// seals its records on a core of its own; see `ac_proto::lane::lanes_here`).
+    pub lanes_per_session: Option<u16>,
     /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`ac_backend_*`; see
     /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
     pub metrics_listen: Option<SocketAddr>,
@@ -123,6 +127,7 @@ impl Default for BackendConfig {
             copy: CopySettings::default(),
             transport: Tuning::default(),
             lanes: true,
+            lanes_per_session: None,
             metrics_listen: None,
         }
     }

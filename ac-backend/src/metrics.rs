@@ -28,6 +28,7 @@ pub struct Metrics {
     launches: Counter,
     errors: Family<OwnedLabels, Counter>,
     sessions_opened: Counter,
+    lanes_refused: Counter,
 }
 
 /// Copy durations from 100 µs to about 100 s, a factor of 4 apart.
@@ -43,6 +44,7 @@ impl Default for Metrics {
             launches: Counter::default(),
             errors: Family::default(),
             sessions_opened: Counter::default(),
+            lanes_refused: Counter::default(),
         };
         // Both directions exist from the start, so that `rate()` sees the first copy.
         for way in [Direction::HostToDevice, Direction::DeviceToHost] {
@@ -79,6 +81,11 @@ impl Metrics {
         registry.register("launches", "Kernel launches queued on a device stream", self.launches.clone());
         registry.register("errors", "Errors answered to programs, by kind", self.errors.clone());
         registry.register("sessions_opened", "Sessions opened", self.sessions_opened.clone());
+        registry.register(
+            "lanes_refused",
+            "Bulk lanes refused: an unknown session or wrong secret, or a session with all its lanes (lanes_per_session)",
+            self.lanes_refused.clone(),
+        );
         registry.register_collector(Box::new(StateCollector { devices, sessions }));
         registry
     }
@@ -100,6 +107,11 @@ impl Metrics {
     /// A session opened.
     pub fn session_opened(&self) {
         self.sessions_opened.inc();
+    }
+
+    /// A bulk lane was refused.
+    pub fn lane_refused(&self) {
+        self.lanes_refused.inc();
     }
 
     /// A response is about to go to a program: an error is counted by its kind.

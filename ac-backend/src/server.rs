@@ -38,6 +38,8 @@ struct Shared {
     config: BackendConfig,
     /// The bulk lanes' TCP port; 0 without lanes.
     lane_port: u16,
+    /// The most lanes one session may attach at once.
+    lanes_per_session: u16,
 }
 
 /// A backend serving in this process.
@@ -218,7 +220,16 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port });
+    let lanes_per_session = match config.lanes_per_session {
+        Some(0) => {
+            return Err(BackendError::Config(
+                "lanes_per_session must be at least 1 (`lanes = false` serves none)".into(),
+            ))
+        }
+        Some(most) => most,
+        None => lane::lanes_here() as u16,
+    };
+    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port, lanes_per_session });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
@@ -288,11 +299,19 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
     };
     let Some(session) = session else {
         let refusal = WireError::new(ErrorKind::Unauthorized, "unknown session or wrong token: a lane only attaches");
-        let refusal = frame_bytes(&Reply { id: 0, response: Response::Error(refusal) }).expect("a refusal encodes");
-        let _ = lane_reply(&mut reader, refusal).await;
+        refuse_lane(&mut reader, refusal, &shared.metrics).await;
         return tracing::info!("lane refused: unknown session or wrong token");
     };
-    if lane_reply(&mut reader, welcome(&session, shared.lane_port)).await.is_err() {
+    let Some(_counted) = session.attach_lane(shared.lanes_per_session as usize) else {
+        let most = shared.lanes_per_session;
+        let refusal = WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("the session has {most} lanes already, the most this backend serves one (lanes_per_session)"),
+        );
+        refuse_lane(&mut reader, refusal, &shared.metrics).await;
+        return tracing::info!(session = session.id.0, most, "lane refused: the session has all its lanes");
+    };
+    if lane_reply(&mut reader, welcome(&session, &shared)).await.is_err() {
         return;
     }
     tracing::debug!(session = session.id.0, "lane attached");
@@ -304,6 +323,19 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
         }
         () = session.ended() => {}
     }
+}
+
+/// Answers a lane with `error` instead of a welcome, and counts it; the lane then closes.
+async fn refuse_lane<T: tokio::io::AsyncWrite + Unpin>(
+    reader: &mut FrameReader<LaneStream<T>>,
+    error: WireError,
+    metrics: &Metrics,
+) where
+    LaneStream<T>: Source + Send,
+{
+    metrics.lane_refused();
+    let refusal = frame_bytes(&Reply { id: 0, response: Response::Error(error) }).expect("a refusal encodes");
+    let _ = lane_reply(reader, refusal).await;
 }
 
 /// Writes `bytes` to a lane and flushes them.
@@ -373,7 +405,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             let Some(session) = shared.registry.find(session, &token) else {
                 return refuse(&conn, close::UNAUTHORIZED, "unknown session or wrong token");
             };
-            let welcome = welcome(&session, shared.lane_port);
+            let welcome = welcome(&session, &shared);
             let mut send = send;
             if send.write_chunk(welcome).await.is_err() {
                 return;
@@ -399,9 +431,14 @@ async fn read_hello<S: Source + Send>(reader: &mut FrameReader<S>) -> Result<Hel
     reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
 }
 
-fn welcome(session: &Session, lane_port: u16) -> bytes::Bytes {
-    let response =
-        Response::Welcome { session: session.id, token: session.token, info: session.context.info(), lane_port };
+fn welcome(session: &Session, shared: &Shared) -> bytes::Bytes {
+    let response = Response::Welcome {
+        session: session.id,
+        token: session.token,
+        info: session.context.info(),
+        lane_port: shared.lane_port,
+        lanes: shared.lanes_per_session,
+    };
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }
 
@@ -475,7 +512,7 @@ async fn serve_session(
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
-    if replies.send(welcome(&session, shared.lane_port)).await.is_err() {
+    if replies.send(welcome(&session, &shared)).await.is_err() {
         return;
     }
     let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));

@@ -5,7 +5,7 @@
 //! to it. Buffer ids are per session, so another session's id is simply unknown here.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
@@ -63,6 +63,8 @@ pub struct Session {
     buffers: Mutex<FxHashMap<BufferId, Arc<Allocation>>>,
     next_buffer: AtomicU64,
     attached: Mutex<Vec<quinn::Connection>>,
+    /// Bulk lanes attached now (see [`Session::attach_lane`]).
+    lanes: Arc<AtomicUsize>,
     /// Turns true when the session ends: its bulk lanes close.
     ended: tokio::sync::watch::Sender<bool>,
 }
@@ -130,6 +132,13 @@ impl Session {
         Ok(alloc)
     }
 
+    /// Counts a bulk lane in, unless the session has `most` already: the lane holds the
+    /// returned ticket for its life, and dropping it counts the lane out.
+    pub fn attach_lane(&self, most: usize) -> Option<LaneTicket> {
+        let counted = self.lanes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1));
+        counted.ok().map(|_| LaneTicket(self.lanes.clone()))
+    }
+
     /// Records a connection attached to this session, to close it when the session ends.
     pub fn attach(&self, conn: quinn::Connection) {
         self.attached.lock().expect("attached list poisoned").push(conn);
@@ -194,6 +203,7 @@ impl Registry {
             buffers: Mutex::new(FxHashMap::default()),
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
+            lanes: Arc::new(AtomicUsize::new(0)),
             ended: tokio::sync::watch::Sender::new(false),
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
@@ -245,4 +255,14 @@ fn random_token() -> [u8; 16] {
     let mut token = [0u8; 16];
     ring::rand::SystemRandom::new().fill(&mut token).expect("system randomness");
     token
+}
+
+/// One lane of a session counted in ([`Session::attach_lane`]) until it drops.
+#[derive(Debug)]
+pub struct LaneTicket(Arc<AtomicUsize>);
+
+impl Drop for LaneTicket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }

@@ -89,11 +89,12 @@ impl Accelerator {
                 (crypto.clone(), link::open_on(options, crypto, &hello, options.endpoint.as_ref()).await?)
             }
         };
-        let Response::Welcome { session, token, info, lane_port } = link.welcome.clone() else {
+        let Response::Welcome { session, token, info, lane_port, lanes } = link.welcome.clone() else {
             return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
         };
         let attach = Hello::Attach { session, token };
-        let lanes = Lanes::new(options, lane_port, options.lanes, &attach)?;
+        // No more lanes than the backend serves a session: it refuses the rest.
+        let lanes = Lanes::new(options, lane_port, options.lanes.min(lanes as usize), &attach)?;
         // With lanes, the QUIC connections carry control and small copies only: one is enough.
         let stripes = if lanes.is_some() { 1 } else { options.stripes.max(1) };
         let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;

@@ -90,16 +90,10 @@ impl ConnectOptions {
 }
 
 /// The bulk lanes a copy uses unless told otherwise: one per four cores this process may run
-/// on, from one to four. A lane seals or opens its records on a core of its own on each side,
-/// so more lanes than cores to spare lose: on 2 cores one lane moved more than two (stop 36),
-/// on 16 four moved 2.5-3.2x what one did (`BENCHMARKS.md`, stop 46; see "How many lanes" in
-/// `ARCHITECTURE.md`).
+/// on, from one to four ([`ac_proto::lane::lanes_here`]), and no more than the backend serves
+/// a session (its welcome says how many).
 pub fn default_lanes() -> usize {
-    lanes_for_cores(std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
-fn lanes_for_cores(cores: usize) -> usize {
-    (cores / 4).clamp(1, 4)
+    ac_proto::lane::lanes_here()
 }
 
 /// A connection that said hello, with its first stream still open.
@@ -209,15 +203,4 @@ pub async fn greet(endpoint: Endpoint, owns_endpoint: bool, connection: Connecti
 /// A write failure, explained by the connection's close reason when there is one.
 pub fn map_write(e: quinn::WriteError, connection: &Connection) -> Error {
     connection.close_reason().map(Error::from).unwrap_or_else(|| Error::from(ac_proto::ProtoError::from(e)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_lane_per_four_cores_from_one_to_four() {
-        let lanes: Vec<usize> = [1, 2, 4, 7, 8, 12, 16, 64].into_iter().map(lanes_for_cores).collect();
-        assert_eq!(lanes, [1, 1, 1, 1, 2, 3, 4, 4]);
-    }
 }

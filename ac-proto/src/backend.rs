@@ -38,7 +38,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// The ALPN of the backend service.
 pub const ALPN: &[u8] = b"ac-backend";
 /// The preamble's magic bytes.
@@ -494,6 +494,9 @@ pub enum Response {
         /// The TCP port of the backend's bulk lanes ([`crate::lane`]) on the address the
         /// client dialed; 0 when it has none (copies then use QUIC streams only).
         lane_port: u16,
+        /// The most lanes the session may attach at once (the backend's `lanes_per_session`);
+        /// a client stripes over no more, and a lane past them is refused.
+        lanes: u16,
     },
     /// Done.
     Ok,

@@ -106,6 +106,61 @@ async fn a_lane_attaches_only_with_its_sessions_secret() {
     still_serves(&tb).await;
 }
 
+/// A session attaches no more lanes than its welcome names; one that ends makes room for the
+/// next; a program asking for more stripes over those the backend serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_attaches_at_most_its_lanes() {
+    let tb = TestBackend::start_with(|c| {
+        c.lanes_per_session = Some(2);
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let raw = raw_session(&tb).await;
+    let Response::Welcome { lanes, .. } = raw.link.welcome else { panic!("no welcome") };
+    assert_eq!(lanes, 2, "the welcome names the backend's lanes per session");
+    let attach = Hello::Attach { session: raw.session, token: raw.token };
+    let (first, welcome) = raw_lane(&tb, raw.lane_port, &attach).await;
+    assert!(matches!(welcome, Response::Welcome { .. }), "{welcome:?}");
+    let (_second, welcome) = raw_lane(&tb, raw.lane_port, &attach).await;
+    assert!(matches!(welcome, Response::Welcome { .. }), "{welcome:?}");
+    let (_, refused) = raw_lane(&tb, raw.lane_port, &attach).await;
+    assert!(
+        matches!(&refused, Response::Error(e) if e.kind == ErrorKind::InvalidArgument && e.message.contains("lanes_per_session")),
+        "{refused:?}"
+    );
+    assert_eq!(lanes_refused(&tb).await, 1, "the refusal is counted");
+    // The backend counts a lane out once it has seen it close, which this side cannot observe
+    // but by trying again: a bound on the wait, not a measurement.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, reply) = raw_lane(&tb, raw.lane_port, &attach).await;
+        match reply {
+            Response::Welcome { .. } => break,
+            refused => assert!(tokio::time::Instant::now() < deadline, "no room after a lane closed: {refused:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A program that asks for 6 lanes stripes over the 2 a session may attach: it dials no
+    // lane that the backend refuses.
+    let refused_before = lanes_refused(&tb).await;
+    let acc = Accelerator::connect(&ConnectOptions { lanes: 6, ..tb.options() }).await.unwrap();
+    let data = ac_tests::pattern((16 << 20) / 4, 9);
+    let buf = acc.alloc_from(&data).await.unwrap();
+    assert!(buf.to_vec().await.unwrap() == data, "the copies arrived changed");
+    assert_eq!(lanes_refused(&tb).await, refused_before, "the program dialed lanes past the session's");
+    still_serves(&tb).await;
+}
+
+/// The backend's count of refused lanes, from its Prometheus endpoint.
+async fn lanes_refused(tb: &TestBackend) -> u64 {
+    let addr = tb.backend.metrics_addr().expect("metrics served");
+    let (status, body) = ac_tests::prometheus::http_get(addr, "/metrics").await.expect("scrape");
+    assert_eq!(status, 200, "{body}");
+    let line = body.lines().find(|l| l.starts_with("ac_backend_lanes_refused_total ")).expect("the counter");
+    line.rsplit(' ').next().unwrap().parse().expect("a count")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_not_a_lane_is_dropped_and_the_daemon_serves_on() {
     let tb = TestBackend::start(64).await;

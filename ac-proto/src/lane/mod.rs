@@ -95,3 +95,28 @@ pub fn tune(socket: &tokio::net::TcpStream) -> Result<(), ProtoError> {
     socket.set_nodelay(true)?;
     Ok(())
 }
+
+/// The lanes a host drives at once by default: one per four cores this process may run on,
+/// from one to four. A lane seals or opens its records on a core of its own, so more lanes
+/// than cores to spare lose: on 2 cores one lane moved more than two (stop 36), on 16 four
+/// moved 2.5-3.2x what one did (`BENCHMARKS.md`, stop 46; "How many lanes" in
+/// `ARCHITECTURE.md`). The program's default (`ac_frontend::default_lanes`) and the
+/// backend's cap per session (`lanes_per_session`) both start here.
+pub fn lanes_here() -> usize {
+    lanes_for_cores(std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+fn lanes_for_cores(cores: usize) -> usize {
+    (cores / 4).clamp(1, 4)
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    #[test]
+    fn one_lane_per_four_cores_from_one_to_four() {
+        let lanes: Vec<usize> = [1, 2, 4, 7, 8, 12, 16, 64].into_iter().map(lanes_for_cores).collect();
+        assert_eq!(lanes, [1, 1, 1, 1, 2, 3, 4, 4]);
+    }
+}
