@@ -15,7 +15,7 @@ mod standin;
 use std::time::Duration;
 
 use ac_backend::{DeviceChoice, Isolation};
-use ac_frontend::{ErrorKind, LaunchDims};
+use ac_frontend::{Accelerator, ErrorKind, LaunchDims};
 use ac_tests::TestBackend;
 
 /// A backend whose CUDA device is the stand-in's, with 64 MiB of pinned staging per device.
@@ -146,17 +146,23 @@ async fn standin_a_copy_failing_halfway_on_the_device_leaves_the_lane_in_step() 
     let _turn = standin::exclusive().await;
     let tb = standin_backend(64).await;
     let acc = tb.connect().await;
+    standin::fail_host_to_device_after(5 << 20);
+    a_copy_fails_halfway_and_the_next_arrives_whole(&acc).await;
+    standin::assert_no_violations();
+}
+
+/// A 24 MiB host-to-device copy that the driver fails past its first 5 MiB answers the
+/// driver's error; the next copy on the lane arrives whole and the session computes on.
+async fn a_copy_fails_halfway_and_the_next_arrives_whole(acc: &Accelerator) {
     let data = ac_tests::pattern((24 << 20) / 4 + 3, 5);
     let buf = acc.alloc::<f32>(data.len()).await.unwrap();
-    standin::fail_host_to_device_after(5 << 20);
     // A bound on a hang, not a measurement: the refusal answers at once.
     let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
     let err = failed.expect("the failed copy was never answered").unwrap_err();
     assert!(err.to_string().contains("cuMemcpyHtoDAsync"), "{err}");
     buf.copy_from_host(&data).await.expect("the next copy on the lane");
     assert!(buf.to_vec().await.unwrap() == data, "the next copy arrived changed");
-    ac_tests::computes(&acc).await.expect("the session goes on");
-    standin::assert_no_violations();
+    ac_tests::computes(acc).await.expect("the session goes on");
 }
 
 /// The same through a session worker (the default for GPUs): the pieces cross its shared bays
@@ -178,15 +184,7 @@ async fn standin_a_copy_failing_halfway_in_a_session_worker_leaves_the_lane_in_s
     let before = session_workers();
     let acc = tb.connect().await;
     assert!(session_workers().iter().any(|p| !before.contains(p)), "the session runs in a worker");
-    let data = ac_tests::pattern((24 << 20) / 4 + 3, 5);
-    let buf = acc.alloc::<f32>(data.len()).await.unwrap();
-    // A bound on a hang, not a measurement: the refusal answers at once.
-    let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
-    let err = failed.expect("the failed copy was never answered").unwrap_err();
-    assert!(err.to_string().contains("cuMemcpyHtoDAsync"), "{err}");
-    buf.copy_from_host(&data).await.expect("the next copy on the lane");
-    assert!(buf.to_vec().await.unwrap() == data, "the next copy arrived changed");
-    ac_tests::computes(&acc).await.expect("the session goes on");
+    a_copy_fails_halfway_and_the_next_arrives_whole(&acc).await;
 }
 
 /// With contexts in one process, a fault breaks every session of it (the stand-in breaks the
