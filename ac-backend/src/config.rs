@@ -97,9 +97,11 @@ pub struct BackendConfig {
     /// it is free): large copies move several times faster than over QUIC streams (see
     /// `ac_proto::lane`). Off: copies use QUIC streams only.
     pub lanes: bool,
-    /// The most lanes one session may attach at once; its welcome says so, and a lane past them
-    /// is refused. Unset: one per four of this host's cores, from 1 to 4 (each lane opens or
-    /// seals its records on a core of its own; see `ac_proto::lane::lanes_here`).
+    /// The lanes one session may use at once, which its welcome names (1 to 64). Unset: one per
+    /// four of this host's cores, from 1 to 4 (each lane opens or seals its records on a core of
+    /// its own; see `ac_proto::lane::lanes_here`). A lane past twice this many is refused: the
+    /// room is for lanes a program replaced (after a copy given up halfway) before the backend
+    /// has seen the old ones close.
     pub lanes_per_session: Option<u16>,
     /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`ac_backend_*`; see
     /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
@@ -132,6 +134,9 @@ impl Default for BackendConfig {
         }
     }
 }
+
+/// The most lanes `lanes_per_session` may name: each holds about 1 MiB of buffers.
+pub const MAX_LANES_PER_SESSION: u16 = 64;
 
 impl BackendConfig {
     /// Parses a TOML configuration.
@@ -172,13 +177,40 @@ impl BackendConfig {
         if self.devices.as_ref().is_some_and(|d| d.is_empty()) {
             return Err(BackendError::Config("devices must list at least one device".into()));
         }
+        if self.lanes_per_session.is_some_and(|n| !(1..=MAX_LANES_PER_SESSION).contains(&n)) {
+            return Err(BackendError::Config(format!(
+                "lanes_per_session must be 1 to {MAX_LANES_PER_SESSION} (`lanes = false` serves none)"
+            )));
+        }
         Ok(())
+    }
+
+    /// The lanes one session may use at once: 0 without lanes.
+    pub fn session_lanes(&self) -> u16 {
+        match (self.lanes, self.lanes_per_session) {
+            (false, _) => 0,
+            (true, Some(most)) => most,
+            (true, None) => ac_proto::lane::lanes_here() as u16,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lanes_per_session_is_bounded_and_none_without_lanes() {
+        for (most, valid) in [(0, false), (1, true), (MAX_LANES_PER_SESSION, true), (MAX_LANES_PER_SESSION + 1, false)]
+        {
+            let config = BackendConfig { lanes_per_session: Some(most), ..BackendConfig::default() };
+            assert_eq!(config.validate().is_ok(), valid, "lanes_per_session = {most}");
+        }
+        let config = BackendConfig { lanes_per_session: Some(3), ..BackendConfig::default() };
+        assert_eq!(config.session_lanes(), 3);
+        assert_eq!(BackendConfig { lanes: false, ..config }.session_lanes(), 0);
+        assert!((1..=4).contains(&BackendConfig::default().session_lanes()));
+    }
 
     #[test]
     fn toml_overrides_defaults_and_rejects_typos() {

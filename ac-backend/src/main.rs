@@ -59,6 +59,9 @@ struct Args {
     /// (default: none).
     #[arg(long, env = "AC_BACKEND_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Bulk lanes one session may use at once (default: one per four cores, 1 to 4).
+    #[arg(long, env = "AC_BACKEND_LANES_PER_SESSION")]
+    lanes_per_session: Option<u16>,
     /// Threads serving the network (0: one per core). Device work runs on threads of its own.
     #[arg(long, env = "AC_BACKEND_IO_THREADS", default_value_t = 0)]
     io_threads: usize,
@@ -106,6 +109,9 @@ impl Args {
         }
         if let Some(v) = self.metrics_listen {
             config.metrics_listen = Some(v);
+        }
+        if let Some(v) = self.lanes_per_session {
+            config.lanes_per_session = Some(v);
         }
         if let Some(v) = self.chunk_kib {
             config.copy.chunk_bytes = v * 1024;

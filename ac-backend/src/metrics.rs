@@ -83,7 +83,7 @@ impl Metrics {
         registry.register("sessions_opened", "Sessions opened", self.sessions_opened.clone());
         registry.register(
             "lanes_refused",
-            "Bulk lanes refused: an unknown session or wrong secret, or a session with all its lanes (lanes_per_session)",
+            "Bulk lanes refused: an unknown session or wrong secret, or a session holding twice its lanes_per_session",
             self.lanes_refused.clone(),
         );
         registry.register_collector(Box::new(StateCollector { devices, sessions }));

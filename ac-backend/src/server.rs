@@ -38,7 +38,7 @@ struct Shared {
     config: BackendConfig,
     /// The bulk lanes' TCP port; 0 without lanes.
     lane_port: u16,
-    /// The most lanes one session may attach at once.
+    /// The lanes one session may use at once (its welcome names them); 0 without lanes.
     lanes_per_session: u16,
 }
 
@@ -220,15 +220,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let lanes_per_session = match config.lanes_per_session {
-        Some(0) => {
-            return Err(BackendError::Config(
-                "lanes_per_session must be at least 1 (`lanes = false` serves none)".into(),
-            ))
-        }
-        Some(most) => most,
-        None => lane::lanes_here() as u16,
-    };
+    let lanes_per_session = config.session_lanes();
     let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port, lanes_per_session });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
@@ -302,11 +294,13 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
         refuse_lane(&mut reader, refusal, &shared.metrics).await;
         return tracing::info!("lane refused: unknown session or wrong token");
     };
-    let Some(_counted) = session.attach_lane(shared.lanes_per_session as usize) else {
-        let most = shared.lanes_per_session;
+    // Twice the lanes the welcome names: room for a program's replacements of lanes it gave
+    // up, which the backend may not have seen close yet (a copy waiting on its fence).
+    let most = 2 * shared.lanes_per_session as usize;
+    let Some(_counted) = session.attach_lane(most) else {
         let refusal = WireError::new(
             ErrorKind::InvalidArgument,
-            format!("the session has {most} lanes already, the most this backend serves one (lanes_per_session)"),
+            format!("the session has {most} lanes already, twice what this backend serves one (lanes_per_session)"),
         );
         refuse_lane(&mut reader, refusal, &shared.metrics).await;
         return tracing::info!(session = session.id.0, most, "lane refused: the session has all its lanes");

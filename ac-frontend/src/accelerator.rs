@@ -133,6 +133,13 @@ impl Accelerator {
         &self.inner.info
     }
 
+    /// The bulk lanes large copies stripe over (TLS over TCP), 0 when they use QUIC streams
+    /// (no lane port, `lanes` 0, or a lane that could not be dialed): how a program tells a
+    /// fast path from its fallback.
+    pub fn bulk_lanes(&self) -> usize {
+        self.inner.lanes.as_deref().map_or(0, Lanes::usable)
+    }
+
     /// The backend session.
     pub fn session(&self) -> SessionId {
         self.inner.session

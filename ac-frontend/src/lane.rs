@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ac_proto::backend::{BulkHeader, Hello, Preamble, Reply, Response};
+use ac_proto::backend::{BulkHeader, ErrorKind, Hello, Preamble, Reply, Response};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
 use ac_proto::lane::tokio_rustls::TlsConnector;
@@ -175,8 +175,26 @@ impl Lanes {
 
     /// Dials a lane: TCP, TLS (the backend's certificate verified as for QUIC), the attach
     /// hello and the backend's welcome. A failure marks the lanes unreachable.
+    ///
+    /// A backend that counts the session's lanes full is asked again for a while: the lanes
+    /// this program gave up (a copy cut halfway) count there until the backend sees them close,
+    /// which takes a moment, or as long as a copy waiting on its fence. Past `DIAL_LIMIT` the
+    /// lanes are given up as for any failure, and copies use QUIC streams.
     async fn dial(&self) -> Result<Lane> {
-        let dialed = tokio::time::timeout(DIAL_LIMIT, self.dial_once()).await;
+        let dialed = tokio::time::timeout(DIAL_LIMIT, async {
+            let mut pause = Duration::from_millis(5);
+            loop {
+                match self.dial_once().await {
+                    Err(e) if e.kind() == Some(ErrorKind::InvalidArgument) => {
+                        tracing::debug!(error = %e, "the session's lanes are full at the backend; dialing again");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_millis(200));
+                    }
+                    dialed => return dialed,
+                }
+            }
+        })
+        .await;
         let failure = match dialed {
             Ok(Ok(lane)) => return Ok(lane),
             Ok(Err(e)) => e,

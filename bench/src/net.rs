@@ -8,7 +8,7 @@ use std::time::Duration;
 use ac_tests::netns::{Bed, Proc};
 use ac_tests::workspace_binary;
 
-use crate::setup::median;
+use crate::setup::{median, BENCH_LANES};
 
 const BACKEND: usize = 0;
 const CLIENT: usize = 1;
@@ -248,7 +248,8 @@ fn start_backend(bed: &Bed, dir: &Path, transport_mtu: u16) -> anyhow::Result<Pr
     let (listen, state_arg) = (bed.sock(BACKEND, 7100).to_string(), state.to_string_lossy().into_owned());
     // As the README advises: the daemon's transport mtu fits the link too.
     let config = dir.join("backend.toml");
-    std::fs::write(&config, format!("[transport]\nmtu = {transport_mtu}\n"))?;
+    // The programs' lane counts are what is measured: the backend serves as many as they ask.
+    std::fs::write(&config, format!("lanes_per_session = {BENCH_LANES}\n[transport]\nmtu = {transport_mtu}\n"))?;
     let config_arg = config.to_string_lossy().into_owned();
     let backend_args = [
         "--config",

@@ -16,6 +16,9 @@ pub struct InProcess {
     _state: tempfile::TempDir,
 }
 
+/// Lanes per session the benches' backends serve: more than any measured program asks for.
+pub const BENCH_LANES: u16 = 16;
+
 impl InProcess {
     pub async fn start(memory_mib: u64, tuning: Tuning, copy: CopySettings) -> anyhow::Result<Self> {
         let state = tempfile::tempdir()?;
@@ -26,6 +29,8 @@ impl InProcess {
             // Unpipelined copies (the store-and-forward baseline) stage whole copies: let them
             // be as large as the device.
             inline_budget_mib: u32::try_from(memory_mib).unwrap_or(u32::MAX),
+            // The programs' lane counts are what is measured: serve as many as they ask.
+            lanes_per_session: Some(BENCH_LANES),
             transport: tuning,
             copy,
             ..BackendConfig::default()
@@ -56,7 +61,9 @@ impl Child_ {
     pub fn start(memory_mib: u64) -> anyhow::Result<Self> {
         let state = tempfile::tempdir()?;
         let memory = memory_mib.to_string();
-        let (child, addr) = spawn_daemon("ac-backend", &["--memory-mib", &memory], &state.path().join("backend"))?;
+        let lanes = BENCH_LANES.to_string();
+        let args = ["--memory-mib", &memory, "--lanes-per-session", &lanes];
+        let (child, addr) = spawn_daemon("ac-backend", &args, &state.path().join("backend"))?;
         let options = ConnectOptions::new(addr, state.path().join("backend/ca.pem"));
         Ok(Self { child, options, _state: state })
     }
