@@ -38,8 +38,6 @@ struct Shared {
     config: BackendConfig,
     /// The bulk lanes' TCP port; 0 without lanes.
     lane_port: u16,
-    /// The lanes one session may use at once (its welcome names them); 0 without lanes.
-    lanes_per_session: u16,
 }
 
 /// A backend serving in this process.
@@ -220,8 +218,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let lanes_per_session = config.session_lanes();
-    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port, lanes_per_session });
+    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
@@ -296,7 +293,7 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
     };
     // Twice the lanes the welcome names: room for a program's replacements of lanes it gave
     // up, which the backend may not have seen close yet (a copy waiting on its fence).
-    let most = 2 * shared.lanes_per_session as usize;
+    let most = 2 * shared.config.session_lanes() as usize;
     let Some(_counted) = session.attach_lane(most) else {
         let refusal = WireError::new(
             ErrorKind::InvalidArgument,
@@ -431,7 +428,7 @@ fn welcome(session: &Session, shared: &Shared) -> bytes::Bytes {
         token: session.token,
         info: session.context.info(),
         lane_port: shared.lane_port,
-        lanes: shared.lanes_per_session,
+        lanes: shared.config.session_lanes(),
     };
     frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
 }

@@ -49,6 +49,16 @@ impl RawSession {
             other => panic!("no buffer: {other:?}"),
         }
     }
+
+    /// The hello that attaches a lane to this session.
+    fn attach(&self) -> Hello {
+        Hello::Attach { session: self.session, token: self.token }
+    }
+
+    /// A lane attached to this session, and the backend's reply.
+    async fn lane(&self, tb: &TestBackend) -> (RawLane, Response) {
+        raw_lane(tb, self.lane_port, &self.attach()).await
+    }
 }
 
 /// A TLS connection to the lane port that has said `hello`, and the backend's reply.
@@ -100,8 +110,7 @@ async fn a_lane_attaches_only_with_its_sessions_secret() {
     let open = Hello::Open { capability: vec![], device: 0 };
     let (_, refused) = raw_lane(&tb, raw.lane_port, &open).await;
     assert!(matches!(&refused, Response::Error(e) if e.message.contains("only attaches")), "{refused:?}");
-    let right = Hello::Attach { session: raw.session, token: raw.token };
-    let (_, welcome) = raw_lane(&tb, raw.lane_port, &right).await;
+    let (_, welcome) = raw.lane(&tb).await;
     assert!(matches!(welcome, Response::Welcome { session, .. } if session == raw.session), "{welcome:?}");
     still_serves(&tb).await;
 }
@@ -119,14 +128,13 @@ async fn a_session_attaches_at_most_its_lanes() {
     let Response::Welcome { lanes, .. } = raw.link.welcome else { panic!("no welcome") };
     assert_eq!(lanes, 2, "the welcome names the backend's lanes per session");
     // Twice that attach (room for replacements of lanes the backend has not seen close).
-    let attach = Hello::Attach { session: raw.session, token: raw.token };
     let mut held = Vec::new();
     for _ in 0..4 {
-        let (lane, welcome) = raw_lane(&tb, raw.lane_port, &attach).await;
+        let (lane, welcome) = raw.lane(&tb).await;
         assert!(matches!(welcome, Response::Welcome { .. }), "{welcome:?}");
         held.push(lane);
     }
-    let (_, refused) = raw_lane(&tb, raw.lane_port, &attach).await;
+    let (_, refused) = raw.lane(&tb).await;
     assert!(
         matches!(&refused, Response::Error(e) if e.kind == ErrorKind::InvalidArgument && e.message.contains("lanes_per_session")),
         "{refused:?}"
@@ -137,7 +145,7 @@ async fn a_session_attaches_at_most_its_lanes() {
     drop(held.pop());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, reply) = raw_lane(&tb, raw.lane_port, &attach).await;
+        let (_, reply) = raw.lane(&tb).await;
         match reply {
             Response::Welcome { .. } => break,
             refused => assert!(tokio::time::Instant::now() < deadline, "no room after a lane closed: {refused:?}"),
@@ -187,8 +195,7 @@ async fn refused_copies_leave_the_lane_in_step_for_the_next() {
     let tb = TestBackend::start(64).await;
     let mut raw = raw_session(&tb).await;
     let buffer = raw.alloc(1 << 20).await;
-    let attach = Hello::Attach { session: raw.session, token: raw.token };
-    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    let (mut lane, _) = raw.lane(&tb).await;
     let data: Vec<u8> = (0..256 << 10).map(|i| (i % 251) as u8).collect();
     // Out of bounds, and an unknown buffer: refused, their payloads read and dropped.
     let beyond = lane_copy(&mut lane, header(Direction::HostToDevice, buffer, 1 << 20, data.len() as u64), &data).await;
@@ -213,8 +220,7 @@ async fn a_record_that_fails_to_open_ends_its_lane_and_the_session_serves_on() {
     let tb = TestBackend::start(64).await;
     let mut raw = raw_session(&tb).await;
     let buffer = raw.alloc(1 << 20).await;
-    let attach = Hello::Attach { session: raw.session, token: raw.token };
-    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    let (mut lane, _) = raw.lane(&tb).await;
     // A host-to-device copy's header, then, straight on the socket, the copy's four full
     // records, never sealed with the lane's key.
     let copy = header(Direction::HostToDevice, buffer, 0, 4 * lane::record::MAX_PLAIN as u64);
@@ -245,8 +251,7 @@ async fn a_record_that_fails_to_open_ends_its_lane_and_the_session_serves_on() {
 async fn a_lane_ends_with_its_session() {
     let tb = TestBackend::start(64).await;
     let raw = raw_session(&tb).await;
-    let attach = Hello::Attach { session: raw.session, token: raw.token };
-    let (mut lane, _) = raw_lane(&tb, raw.lane_port, &attach).await;
+    let (mut lane, _) = raw.lane(&tb).await;
     raw.link.connection.close(0u32.into(), b"done");
     let ended = tokio::time::timeout(Duration::from_secs(10), lane.read_frame::<Reply>()).await;
     assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the lane outlived its session: {ended:?}");

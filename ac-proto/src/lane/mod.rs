@@ -103,7 +103,10 @@ pub fn tune(socket: &tokio::net::TcpStream) -> Result<(), ProtoError> {
 /// `ARCHITECTURE.md`). The program's default (`ac_frontend::default_lanes`) and the
 /// backend's cap per session (`lanes_per_session`) both start here.
 pub fn lanes_here() -> usize {
-    lanes_for_cores(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    // Asked once: on Linux the answer reads the cgroup's files, and every `ConnectOptions`
+    // asks.
+    static LANES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LANES.get_or_init(|| lanes_for_cores(std::thread::available_parallelism().map_or(1, |n| n.get())))
 }
 
 fn lanes_for_cores(cores: usize) -> usize {

@@ -90,22 +90,20 @@ impl Memory {
 
     /// Borrows `range` to read, once no earlier overlapping write is pending.
     pub(super) fn read(&self, range: Range<usize>) -> Reading<'_> {
-        let id = self.acquire(range.clone(), false);
-        Reading { memory: self, range, id, _here: PhantomData }
+        Reading(self.acquire(range, false))
     }
 
     /// Borrows `range` to write, once no earlier overlapping read or write is pending.
     pub(super) fn write(&self, range: Range<usize>) -> Writing<'_> {
-        let id = self.acquire(range.clone(), true);
-        Writing { memory: self, range, id, _here: PhantomData }
+        Writing(self.acquire(range, true))
     }
 
-    fn acquire(&self, range: Range<usize>, write: bool) -> u64 {
+    fn acquire(&self, range: Range<usize>, write: bool) -> Grant<'_> {
         assert!(range.start <= range.end && range.end <= self.len(), "range checked by the caller");
         let mut requests = self.requests.lock().expect("range requests poisoned");
         let id = requests.next;
         requests.next += 1;
-        requests.queue.push(Request { id, range, write });
+        requests.queue.push(Request { id, range: range.clone(), write });
         if !requests.may_proceed(id) {
             requests.waiting += 1;
             while !requests.may_proceed(id) {
@@ -113,7 +111,7 @@ impl Memory {
             }
             requests.waiting -= 1;
         }
-        id
+        Grant { memory: self, range, id, _here: PhantomData }
     }
 
     fn release(&self, id: u64) {
@@ -125,15 +123,10 @@ impl Memory {
             self.released.notify_all();
         }
     }
-
-    /// A raw pointer to the first byte of `range`, which a granted request covers.
-    fn start_of(&self, range: &Range<usize>) -> *mut u8 {
-        UnsafeCell::raw_get(self.bytes[range.start..range.end].as_ptr())
-    }
 }
 
-/// A range of an allocation lent to read; others may read it too, none may write it.
-pub(super) struct Reading<'a> {
+/// A granted request: its range is lent until it drops.
+struct Grant<'a> {
     memory: &'a Memory,
     range: Range<usize>,
     id: u64,
@@ -141,51 +134,49 @@ pub(super) struct Reading<'a> {
     _here: PhantomData<*const ()>,
 }
 
-impl Deref for Reading<'_> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        // SAFETY: this guard's granted request keeps every writer of these bytes out until it
-        // drops, and the slice lives no longer than the guard.
-        unsafe { std::slice::from_raw_parts(self.memory.start_of(&self.range), self.range.len()) }
+impl Grant<'_> {
+    /// A raw pointer to the first byte of the range.
+    fn start(&self) -> *mut u8 {
+        UnsafeCell::raw_get(self.memory.bytes[self.range.start..self.range.end].as_ptr())
     }
 }
 
-impl Drop for Reading<'_> {
+impl Drop for Grant<'_> {
     fn drop(&mut self) {
         self.memory.release(self.id);
     }
 }
 
-/// A range of an allocation lent to write; no one else may read or write it meanwhile.
-pub(super) struct Writing<'a> {
-    memory: &'a Memory,
-    range: Range<usize>,
-    id: u64,
-    /// Not `Send`: released on the thread that took it.
-    _here: PhantomData<*const ()>,
+/// A range of an allocation lent to read; others may read it too, none may write it.
+pub(super) struct Reading<'a>(Grant<'a>);
+
+impl Deref for Reading<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: this read's granted request keeps every writer of these bytes out until it
+        // drops, and the slice lives no longer than the guard.
+        unsafe { std::slice::from_raw_parts(self.0.start(), self.0.range.len()) }
+    }
 }
+
+/// A range of an allocation lent to write; no one else may read or write it meanwhile.
+pub(super) struct Writing<'a>(Grant<'a>);
 
 impl Deref for Writing<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
         // SAFETY: as in `deref_mut`; a shared borrow of the guard gives a shared slice.
-        unsafe { std::slice::from_raw_parts(self.memory.start_of(&self.range), self.range.len()) }
+        unsafe { std::slice::from_raw_parts(self.0.start(), self.0.range.len()) }
     }
 }
 
 impl DerefMut for Writing<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: this guard's granted request excludes every other guard of these bytes until
+        // SAFETY: this write's granted request excludes every other guard of these bytes until
         // it drops, and the slice borrows the guard mutably, so it is the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.memory.start_of(&self.range), self.range.len()) }
-    }
-}
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        self.memory.release(self.id);
+        unsafe { std::slice::from_raw_parts_mut(self.0.start(), self.0.range.len()) }
     }
 }
 
