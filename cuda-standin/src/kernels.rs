@@ -1,9 +1,51 @@
 //! What the stand-in knows of kernels: the names in an image, the signatures of the builtin
 //! kernels (from `kernels.cu`, written out here independently of the backend, so that a
-//! mistake in the backend's table shows), and the builtin kernels themselves, run on the CPU.
-//! Any other kernel is "not supported by the stand-in", except `illegal_store`
-//! (`tests/fixtures/illegal_store.ptx`), which faults (an illegal address) so that tests can
-//! inject a fault into one session: on a GPU the same PTX faults for real.
+//! mistake in the backend's table shows), and the builtin kernels themselves, run on the CPU
+//! by the threads a launch starts, as the CUDA source says. Any other kernel is "not supported
+//! by the stand-in", except two test fixtures: `add_one` (`tests/fixtures/add_one.ptx`), whose
+//! threads each touch one element, so that a launch's shape shows in its result, and
+//! `illegal_store` (`tests/fixtures/illegal_store.ptx`), which faults (an illegal address) so
+//! that tests can inject a fault into one session: on a GPU the same PTX faults for real.
+
+/// A launch's grid and block, as `cuLaunchKernel` was given them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads of a block in x, y, z.
+    pub block: [u32; 3],
+}
+
+impl Shape {
+    /// Threads launched.
+    pub fn threads(&self) -> u64 {
+        self.grid.iter().chain(&self.block).map(|&d| d as u64).product()
+    }
+
+    /// The elements below `n` that a grid-stride loop over the whole launch visits (the loops
+    /// of `kernels.cu`: thread `t` of `T` visits `t, t + T, ...`): all of them when any thread
+    /// runs, none otherwise.
+    fn grid_stride(&self, n: usize) -> std::ops::Range<usize> {
+        if self.threads() == 0 {
+            0..0
+        } else {
+            0..n
+        }
+    }
+
+    /// For each thread launched, `blockIdx.x * blockDim.x + threadIdx.x` (the index of
+    /// `add_one`), in launch order: threads that differ only in y or z repeat it.
+    fn x_indices(&self) -> impl Iterator<Item = u64> + '_ {
+        let replicas = self.threads() / (self.grid[0] as u64 * self.block[0] as u64).max(1);
+        let x = (0..self.grid[0] as u64)
+            .flat_map(move |b| (0..self.block[0] as u64).map(move |t| b * self.block[0] as u64 + t));
+        (0..replicas).flat_map(move |_| x.clone())
+    }
+}
+
+/// The kernel of `tests/fixtures/add_one.ptx`: `x[i] += 1` for `i < n`, one element a thread,
+/// no loop, so that a launch with too few threads leaves elements as they were.
+pub const ADD_ONE_KERNEL: &str = "add_one";
 
 /// The kernel that faults when it runs: `illegal_store(u64* p)`.
 pub const FAULT_KERNEL: &str = "illegal_store";
@@ -16,6 +58,7 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         "saxpy" => &[4, 8, 8, 8],
         "sgemm" => &[4, 4, 4, 4, 8, 8, 4, 8],
         "reduce_sum" => &[8, 8, 8],
+        ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
         _ => return None,
     })
@@ -113,21 +156,31 @@ fn u32_arg(arg: &[u8]) -> usize {
     u32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter")) as usize
 }
 
-/// Runs kernel `name` (whose arguments were checked against [`signature`]); `None`: it faulted.
-pub fn run(name: &str, args: &[Vec<u8>], memory: &mut dyn Memory) -> Option<()> {
+/// Runs kernel `name` (whose arguments were checked against [`signature`]) with the threads
+/// of `shape`; `None`: it faulted.
+pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
     match name {
         "fill" => {
-            let n = u64_arg(&args[2]) as usize;
+            let n = shape.grid_stride(u64_arg(&args[2]) as usize).len();
             memory.store(u64_arg(&args[0]), &vec![f32_arg(&args[1]); n])
         }
+        ADD_ONE_KERNEL => {
+            let (x, n) = (u64_arg(&args[0]), u32_arg(&args[1]) as u64);
+            for i in shape.x_indices().filter(|&i| i < n) {
+                let at = x.checked_add(i * 4)?;
+                let v = memory.load(at, 1)?[0];
+                memory.store(at, &[v + 1.0])?;
+            }
+            Some(())
+        }
         "vector_add" => {
-            let n = u64_arg(&args[3]) as usize;
+            let n = shape.grid_stride(u64_arg(&args[3]) as usize).len();
             let (a, b) = (memory.load(u64_arg(&args[0]), n)?, memory.load(u64_arg(&args[1]), n)?);
             let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
             memory.store(u64_arg(&args[2]), &c)
         }
         "saxpy" => {
-            let (a, n) = (f32_arg(&args[0]), u64_arg(&args[3]) as usize);
+            let (a, n) = (f32_arg(&args[0]), shape.grid_stride(u64_arg(&args[3]) as usize).len());
             let x = memory.load(u64_arg(&args[1]), n)?;
             let mut y = memory.load(u64_arg(&args[2]), n)?;
             for (yi, xi) in y.iter_mut().zip(&x) {
@@ -137,6 +190,9 @@ pub fn run(name: &str, args: &[Vec<u8>], memory: &mut dyn Memory) -> Option<()> 
         }
         "sgemm" => {
             let (m, n, k) = (u32_arg(&args[0]), u32_arg(&args[1]), u32_arg(&args[2]));
+            if shape.grid_stride(m * n).is_empty() {
+                return Some(());
+            }
             let (alpha, beta) = (f32_arg(&args[3]), f32_arg(&args[6]));
             let a = memory.load(u64_arg(&args[4]), m * k)?;
             let b = memory.load(u64_arg(&args[5]), k * n)?;
@@ -150,7 +206,7 @@ pub fn run(name: &str, args: &[Vec<u8>], memory: &mut dyn Memory) -> Option<()> 
             memory.store(u64_arg(&args[7]), &c)
         }
         "reduce_sum" => {
-            let n = u64_arg(&args[2]) as usize;
+            let n = shape.grid_stride(u64_arg(&args[2]) as usize).len();
             let sum: f64 = memory.load(u64_arg(&args[0]), n)?.iter().map(|&v| v as f64).sum();
             let out = memory.load(u64_arg(&args[1]), 1)?[0];
             memory.store(u64_arg(&args[1]), &[out + sum as f32])
@@ -173,6 +229,31 @@ mod tests {
         assert!(elf_table_end(cubin).unwrap() <= cubin.len());
         assert!(names(b"garbage").is_none());
         assert_eq!(signature("saxpy"), Some(&[4usize, 8, 8, 8][..]));
-        assert!(signature("add_one").is_none(), "user kernels are not run");
+        assert!(signature("vector_sub").is_none(), "user kernels are not run");
+    }
+
+    #[test]
+    fn add_one_runs_only_the_threads_launched() {
+        struct Flat(Vec<f32>);
+        impl Memory for Flat {
+            fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
+                self.0.get(address as usize / 4..address as usize / 4 + n).map(<[f32]>::to_vec)
+            }
+            fn store(&mut self, address: u64, values: &[f32]) -> Option<()> {
+                self.0.get_mut(address as usize / 4..address as usize / 4 + values.len())?.copy_from_slice(values);
+                Some(())
+            }
+        }
+        let args = |n: u32| vec![0u64.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
+        let mut memory = Flat(vec![0.0; 100]);
+        let short = Shape { grid: [3, 1, 1], block: [32, 1, 1] };
+        run(ADD_ONE_KERNEL, &args(100), short, &mut memory).unwrap();
+        assert!(memory.0[..96].iter().all(|&v| v == 1.0) && memory.0[96..].iter().all(|&v| v == 0.0));
+        let whole = Shape { grid: [4, 1, 1], block: [32, 1, 1] };
+        run(ADD_ONE_KERNEL, &args(100), whole, &mut memory).unwrap();
+        assert!(memory.0[..96].iter().all(|&v| v == 2.0) && memory.0[96..].iter().all(|&v| v == 1.0));
+        let twice_in_y = Shape { grid: [1, 2, 1], block: [10, 1, 1] };
+        run(ADD_ONE_KERNEL, &args(100), twice_in_y, &mut memory).unwrap();
+        assert_eq!(memory.0[0], 4.0, "both rows of blocks ran");
     }
 }

@@ -14,19 +14,25 @@
 //!   completes before the call returns, as documented);
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
 //!   one allocated when its context goes, is a violation;
+//! - new device memory holds stale bytes (`0xA5`), not zeros, as on a GPU;
 //! - a launch's arguments are read as the kernel's signature says (count and sizes), so the
-//!   backend must check them first; only the builtin kernels run, any other kernel answers
-//!   `CUDA_ERROR_NOT_SUPPORTED`, and `illegal_store` faults (`CUDA_ERROR_ILLEGAL_ADDRESS`,
-//!   sticky for every context of the process, as on an H100) so that tests can inject a fault
-//!   into one session;
-//! - a test can make one host-to-device copy fail halfway through a bulk copy
+//!   backend must check them first; a kernel runs only the threads its grid and block launch
+//!   (the builtin kernels' grid-stride loops, and the `add_one` fixture's one element a
+//!   thread); other kernels answer `CUDA_ERROR_NOT_SUPPORTED`, and `illegal_store` faults
+//!   (`CUDA_ERROR_ILLEGAL_ADDRESS`, sticky for every context of the process, as on an H100) so
+//!   that tests can inject a fault into one session;
+//! - a test can make one host-to-device DMA fault halfway through a bulk copy
 //!   (`standin_fail_host_to_device_after`, or for a stand-in another process loads, a session
 //!   worker's, the environment variable `CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER` it inherits),
-//!   which no real driver does on demand;
+//!   which no real driver does on demand. As a real DMA fault, it arrives when the copy runs,
+//!   after the call that queued it returned success, and loses the context (sticky);
+//! - violations are also appended to the file `CUDA_STANDIN_VIOLATIONS` names, when set, so
+//!   that a test sees those of every process that loaded the stand-in (session workers too);
 //! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
 //!   or PTX; fatbins are not supported.
 //!
-//! It has two devices (compute capability 9.0, 4 GiB each, allocated from host memory as used). Device calls and their semantics
+//! It has two devices (compute capability 9.0, 4 GiB each, allocated from host memory as
+//! used). Device calls and their semantics
 //! follow the CUDA driver API reference; where that reference leaves a choice, the stand-in
 //! takes the one least kind to the caller.
 
@@ -379,7 +385,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
         let args = (0..sizes.len())
             .map(|i| std::slice::from_raw_parts(*params.add(i) as *const u8, sizes[i]).to_vec())
             .collect();
-        d.queue(stream, Op::Launch { name, args });
+        let shape = kernels::Shape { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z] };
+        d.queue(stream, Op::Launch { name, args, shape });
         Ok(())
     })
 }
@@ -540,8 +547,10 @@ pub extern "C" fn standin_set_param_info(on: c_int) {
     driver().no_param_info = on == 0;
 }
 
-/// Refuses the host-to-device copy (`cuMemcpyHtoDAsync`) that would take the bytes accepted
-/// past `bytes` from now, with `CUDA_ERROR_INVALID_VALUE`, once: a copy that fails halfway.
+/// Makes the host-to-device copy that takes the bytes copied past `bytes` from now fault when it
+/// runs, once: a DMA that fails halfway. The call that queued it has returned success; the
+/// fault is reported by the next wait and loses the context (and the process's other contexts
+/// unless faults are confined), as `CUDA_ERROR_ILLEGAL_ADDRESS`.
 #[no_mangle]
 pub extern "C" fn standin_fail_host_to_device_after(bytes: usize) {
     driver().host_to_device_budget = Some(bytes);

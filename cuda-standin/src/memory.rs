@@ -64,10 +64,12 @@ pub extern "C" fn cuMemFreeAsync(address: u64, stream: Handle) -> u32 {
 pub unsafe extern "C" fn cuMemHostAlloc(pointer: *mut *mut c_void, len: usize, _flags: c_uint) -> u32 {
     with_context("cuMemHostAlloc", |d, context| {
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).map_err(|_| code::INVALID_VALUE)?;
-        let memory = std::alloc::alloc_zeroed(layout);
+        let memory = std::alloc::alloc(layout);
         if memory.is_null() {
             return Err(code::OUT_OF_MEMORY);
         }
+        // Pinned memory is not cleared either: a caller that sends bytes it did not write shows.
+        std::ptr::write_bytes(memory, state::STALE_BYTE, len.max(1));
         d.pinned.insert(memory as usize, (len.max(1), context));
         *pointer = memory as *mut c_void;
         Ok(())
@@ -104,13 +106,8 @@ pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, len: usize,
     with_context("cuMemcpyHtoDAsync", |d, context| {
         let stream = d.stream(context, id(stream))?;
         device_range(d, context, dst, len)?;
-        if let Some(budget) = d.host_to_device_budget {
-            d.host_to_device_budget = budget.checked_sub(len);
-            if len > budget {
-                return Err(code::INVALID_VALUE);
-            }
-        }
-        // Deferred until waited for, pageable or pinned: see the crate documentation.
+        // Deferred until waited for, pageable or pinned: see the crate documentation. An
+        // injected DMA fault (`host_to_device_budget`) arrives then too, as a real one does.
         d.queue(stream, Op::HtoD { dst, src: src as usize, len });
         Ok(())
     })

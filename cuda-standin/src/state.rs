@@ -57,8 +57,8 @@ pub enum Op {
     DtoD { dst: u64, src: u64, len: usize },
     /// Sets bytes.
     Memset { dst: u64, value: u8, len: usize },
-    /// A kernel with its argument bytes (copied at launch, as the driver does).
-    Launch { name: String, args: Vec<Vec<u8>> },
+    /// A kernel with its argument bytes (copied at launch, as the driver does) and its shape.
+    Launch { name: String, args: Vec<Vec<u8>>, shape: kernels::Shape },
     /// An event's record: nothing to do but be reached.
     Record,
     /// A stream-ordered free.
@@ -130,21 +130,33 @@ pub struct Driver {
     pub fault_confined: bool,
     /// A fault has broken the process (every context answers `CUDA_ERROR_ILLEGAL_ADDRESS`).
     pub process_poisoned: bool,
-    /// Bytes of host-to-device copies still accepted before one is refused (once, then no
-    /// limit): a copy that fails halfway, injected by a test. `None`: no limit.
+    /// Bytes of host-to-device copies that still run before one faults (once, then no limit):
+    /// a DMA that fails halfway, injected by a test. The fault arrives when the copy runs, not
+    /// when it is queued, and loses the context as any fault does. `None`: no limit.
     pub host_to_device_budget: Option<usize>,
+    /// Where violations are also appended, one a line, so that a test reads those of every
+    /// process that loaded the stand-in (session workers included). `None`: kept in memory only.
+    pub violations_file: Option<std::path::PathBuf>,
 }
 
 /// Read when the stand-in is first called: the byte count of
 /// `standin_fail_host_to_device_after`, for a stand-in loaded by a process a test cannot call
 /// into (a session worker, which inherits the variable).
 const FAIL_HOST_TO_DEVICE_AFTER: &str = "CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER";
+/// Read when the stand-in is first called: the file [`Driver::violations_file`].
+const VIOLATIONS_FILE: &str = "CUDA_STANDIN_VIOLATIONS";
+
+/// What a new allocation holds: not zeros, as on a GPU, where a fresh allocation holds whatever
+/// the memory held last (possibly another process's data). A caller that promises zeroed memory
+/// must clear it.
+pub const STALE_BYTE: u8 = 0xA5;
 
 impl Driver {
-    /// The defaults, with a host-to-device failure injected through the environment if any.
+    /// The defaults, with a host-to-device fault and a violations file from the environment.
     pub fn from_env() -> Self {
         let budget = std::env::var(FAIL_HOST_TO_DEVICE_AFTER).ok().and_then(|bytes| bytes.parse().ok());
-        Self { host_to_device_budget: budget, ..Self::default() }
+        let violations_file = std::env::var_os(VIOLATIONS_FILE).map(Into::into);
+        Self { host_to_device_budget: budget, violations_file, ..Self::default() }
     }
 
     /// A fresh handle, never 0 and never reused.
@@ -153,9 +165,23 @@ impl Driver {
         0x1000 + self.next * 16
     }
 
-    /// Records a breach of the contract.
+    /// Records a breach of the contract, in memory and in the violations file if there is one.
     pub fn violation(&mut self, what: String) {
         eprintln!("cuda-standin: contract violation: {what}");
+        if let Some(path) = &self.violations_file {
+            use std::io::Write;
+            // One write per line with O_APPEND: lines of several processes do not interleave.
+            let line = format!("pid {}: {what}\n", std::process::id());
+            let written = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+            if let Err(e) = written {
+                // The record must not be lost silently: the test reading the file would pass.
+                panic!("cuda-standin: cannot record a violation in {}: {e}", path.display());
+            }
+        }
         self.violations.push(what);
     }
 
@@ -228,7 +254,7 @@ impl Driver {
         let address = self.next_address;
         // Never reused, with a gap: a stale or overrunning address meets no other allocation.
         self.next_address += (len as u64).div_ceil(4096) * 4096 + 4096;
-        self.memory.insert(address, Allocation { context, bytes: vec![0; len] });
+        self.memory.insert(address, Allocation { context, bytes: vec![STALE_BYTE; len] });
         Ok(address)
     }
 
@@ -285,6 +311,12 @@ impl Driver {
     fn execute(&mut self, context: u64, op: Op) -> Option<()> {
         match op {
             Op::HtoD { dst, src, len } => {
+                if let Some(budget) = self.host_to_device_budget {
+                    self.host_to_device_budget = budget.checked_sub(len);
+                    if len > budget {
+                        return None; // the injected DMA fault: sticky, as every fault here
+                    }
+                }
                 // SAFETY: the caller promised that `src` holds `len` bytes until this copy is
                 // known complete (the contract under test); reading it now is the driver's right.
                 let host = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
@@ -307,9 +339,9 @@ impl Driver {
                 let (a, at) = self.locate(context, dst, len)?;
                 a.bytes[at..at + len].fill(value);
             }
-            Op::Launch { name, args } => {
+            Op::Launch { name, args, shape } => {
                 let mut memory = ContextMemory { driver: self, context };
-                kernels::run(&name, &args, &mut memory)?;
+                kernels::run(&name, &args, shape, &mut memory)?;
             }
             Op::Record => {}
             Op::Free { address } => {
@@ -347,5 +379,51 @@ impl kernels::Memory for ContextMemory<'_> {
             dst.copy_from_slice(&v.to_le_bytes());
         }
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn violations_reach_the_file_a_test_names() {
+        let dir = std::env::temp_dir().join(format!("standin-violations-{}", std::process::id()));
+        let _ = std::fs::remove_file(&dir);
+        let mut d = Driver { violations_file: Some(dir.clone()), ..Driver::default() };
+        d.violation("first".into());
+        d.violation("second".into());
+        let text = std::fs::read_to_string(&dir).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        let pid = std::process::id();
+        assert_eq!(text, format!("pid {pid}: first\npid {pid}: second\n"));
+        assert_eq!(d.violations, ["first", "second"]);
+    }
+
+    #[test]
+    fn new_device_memory_holds_stale_bytes() {
+        let mut d = Driver { initialized: true, ..Driver::default() };
+        let context = d.create_context(0, false).unwrap();
+        let address = d.alloc(context, 64).unwrap();
+        let (a, at) = d.locate(context, address, 64).unwrap();
+        assert!(a.bytes[at..].iter().all(|&b| b == STALE_BYTE));
+    }
+
+    #[test]
+    fn an_injected_dma_fault_arrives_when_the_copy_runs_and_sticks() {
+        let mut d = Driver { initialized: true, host_to_device_budget: Some(8), ..Driver::default() };
+        let context = d.create_context(0, false).unwrap();
+        let address = d.alloc(context, 64).unwrap();
+        let stream = d.stream(context, 0).unwrap();
+        let host = [7u8; 16];
+        d.queue(stream, Op::HtoD { dst: address, src: host.as_ptr() as usize, len: 8 });
+        d.queue(stream, Op::HtoD { dst: address + 8, src: host.as_ptr() as usize, len: 8 });
+        assert!(d.usable(context).is_ok(), "queued, not run: no fault yet");
+        d.run(stream, u64::MAX);
+        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS);
+        assert!(d.process_poisoned, "by default a fault breaks the whole process");
+        d.fault_confined = true;
+        d.process_poisoned = false;
+        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "sticky");
     }
 }

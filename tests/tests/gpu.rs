@@ -1,6 +1,6 @@
 //! The CUDA device, end to end: a real backend with `--device cuda` on loopback and real
 //! clients. These need an NVIDIA GPU and run through `scripts/gpu-check`. The cases that need
-//! no user kernel (`gpu_cases`) also run against the CUDA driver stand-in in `scripts/test`
+//! no user kernel but the fixtures the stand-in knows (`gpu_cases`) also run against the CUDA driver stand-in in `scripts/test`
 //! (`device_contract.rs`); here they run on the GPU, which judges.
 
 mod gpu_cases;
@@ -92,6 +92,18 @@ async fn gpu_copies_round_trip_through_the_staging_pipeline() {
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_fault_in_one_session_leaves_the_others_working() {
     gpu_cases::fault_in_one_session_leaves_the_others_working(&gpu_backend().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_new_memory_reads_as_zeros() {
+    gpu_cases::new_memory_reads_as_zeros(&gpu_backend().await.connect().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_a_launch_runs_only_the_threads_it_launched() {
+    gpu_cases::a_launch_runs_only_the_threads_it_launched(&gpu_backend().await.connect().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -153,3 +153,57 @@ pub async fn functions_of_an_unloaded_module_are_refused(acc: &Accelerator) {
     fill_kept.launch(LaunchDims::linear(16, 16), &[out.arg(), 3.0f32.into(), 16u64.into()]).await.unwrap();
     assert_eq!(out.to_vec().await.unwrap(), vec![3.0; 16]);
 }
+
+/// New memory reads as zeros, as the SDK and `ac.h` promise: fresh, large, and allocated again
+/// where a freed buffer full of data was (a GPU hands that memory out again as it was, possibly
+/// another session's; the stand-in fills new memory with stale bytes). Runs on the CPU device
+/// too.
+pub async fn new_memory_reads_as_zeros(acc: &Accelerator) {
+    for len in [1usize, 1000, (16 << 20) / 4 + 1] {
+        let fresh = acc.alloc::<f32>(len).await.unwrap();
+        assert!(fresh.to_vec().await.unwrap().iter().all(|&v| v.to_bits() == 0), "a fresh {len}-float buffer");
+        drop(fresh);
+        let written = acc.alloc_from(&pattern(len, 11)).await.unwrap();
+        acc.synchronize().await.unwrap();
+        drop(written);
+        acc.synchronize().await.unwrap();
+        let again = acc.alloc::<f32>(len).await.unwrap();
+        assert!(again.to_vec().await.unwrap().iter().all(|&v| v.to_bits() == 0), "a {len}-float buffer after a free");
+    }
+}
+
+/// `add_one` (one element a thread, no loop: `tests/fixtures/add_one.ptx`) changes only the
+/// elements its launch has threads for: 3 blocks of 32 threads over 100 elements leave the last
+/// 4 as they were; a fourth block reaches them.
+pub async fn a_launch_runs_only_the_threads_it_launched(acc: &Accelerator) {
+    let ptx = acc.load_ptx(include_str!("../../fixtures/add_one.ptx")).await.unwrap();
+    let add_one = ptx.function("add_one").await.unwrap();
+    let buf = acc.alloc_from(&[0.0f32; 100]).await.unwrap();
+    add_one.launch(LaunchDims::new([3, 1, 1], [32, 1, 1]), &[buf.arg(), 100u32.into()]).await.unwrap();
+    let got = buf.to_vec().await.unwrap();
+    assert!(got[..96].iter().all(|&v| v == 1.0), "the launched threads ran: {:?}", &got[..96]);
+    assert!(got[96..].iter().all(|&v| v == 0.0), "threads not launched ran: {:?}", &got[96..]);
+    add_one.launch(LaunchDims::new([4, 1, 1], [32, 1, 1]), &[buf.arg(), 100u32.into()]).await.unwrap();
+    let got = buf.to_vec().await.unwrap();
+    assert!(got[..96].iter().all(|&v| v == 2.0) && got[96..].iter().all(|&v| v == 1.0), "{got:?}");
+}
+
+/// A host-to-device DMA that faults partway through a bulk copy, after the call that queued it
+/// succeeded (the stand-in injects it; on a GPU a real one is sticky the same way): the copy
+/// answers "context lost" naming the driver's error, every later call of the session answers
+/// the same at once, and the backend serves new sessions.
+pub async fn a_dma_fault_halfway_loses_only_its_session(tb: &TestBackend, victim: &Accelerator) {
+    let data = pattern((24 << 20) / 4 + 3, 5);
+    let buf = victim.alloc::<f32>(data.len()).await.unwrap();
+    // A bound on a hang, not a measurement: the fault is answered when the copy is waited for.
+    let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let err = failed.expect("the faulted copy was never answered").unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ContextLost), "{err}");
+    assert!(err.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "the driver's error is named: {err}");
+    let again = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let again = again.expect("a copy after the fault was never answered").unwrap_err();
+    assert_eq!(again.kind(), Some(ErrorKind::ContextLost), "sticky: {again}");
+    let read = buf.to_vec().await.unwrap_err();
+    assert_eq!(read.kind(), Some(ErrorKind::ContextLost), "sticky: {read}");
+    ac_tests::computes(&tb.connect().await).await.expect("a new session works");
+}

@@ -101,16 +101,52 @@ pub fn fail_host_to_device_after(bytes: usize) {
     function::<extern "C" fn(usize)>("standin_fail_host_to_device_after")(bytes)
 }
 
-/// A session worker program whose stand-in makes the host-to-device copy that takes it past
-/// `bytes` fail, once: `ac-backend` started with `CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER` in
-/// its environment alone (the stand-in reads it when first called), written into `dir`.
-pub fn failing_worker_program(dir: &std::path::Path, bytes: usize) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let backend = ac_tests::workspace_binary("ac-backend");
-    let script = dir.join("ac-backend-failing");
-    let text =
-        format!("#!/bin/sh\nCUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER={bytes} exec '{}' \"$@\"\n", backend.display());
-    std::fs::write(&script, text).expect("write the worker program");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("make it executable");
-    script
+/// The stand-in's violations in session workers, which a test cannot call into: their program
+/// is a wrapper around `ac-backend` that names a file for them (`CUDA_STANDIN_VIOLATIONS`), and
+/// the file must be empty when the test ends. Dropped without [`WorkerRecord::assert_none`] in a
+/// test that did not fail, it checks then.
+pub struct WorkerRecord {
+    dir: tempfile::TempDir,
+    checked: bool,
+}
+
+impl WorkerRecord {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("a directory for the worker program"), checked: false }
+    }
+
+    fn file(&self) -> std::path::PathBuf {
+        self.dir.path().join("violations")
+    }
+
+    /// A session worker program: `ac-backend` with the violations file and `env` in its
+    /// environment alone (the stand-in reads them when first called).
+    pub fn program(&self, env: &[(&str, String)]) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let backend = ac_tests::workspace_binary("ac-backend");
+        let script = self.dir.path().join("ac-backend-worker");
+        let mut text = format!("#!/bin/sh\nexport CUDA_STANDIN_VIOLATIONS='{}'\n", self.file().display());
+        for (name, value) in env {
+            text += &format!("export {name}='{value}'\n");
+        }
+        text += &format!("exec '{}' \"$@\"\n", backend.display());
+        std::fs::write(&script, text).expect("write the worker program");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("make it executable");
+        script
+    }
+
+    /// Panics with what the session workers' stand-ins recorded, if anything.
+    pub fn assert_none(&mut self) {
+        self.checked = true;
+        let text = std::fs::read_to_string(self.file()).unwrap_or_default();
+        assert!(text.is_empty(), "the CUDA driver stand-in saw the contract broken in a session worker:\n{text}");
+    }
+}
+
+impl Drop for WorkerRecord {
+    fn drop(&mut self) {
+        if !self.checked && !std::thread::panicking() {
+            self.assert_none();
+        }
+    }
 }

@@ -211,6 +211,18 @@ impl CudaContext {
         }
     }
 
+    /// Clears new memory before a session sees it: `cuMemAlloc` hands out whatever the memory
+    /// held last, possibly another session's data, and the SDK promises zeroed memory. On the
+    /// null stream, waited for here, so that work on the session's streams (non-blocking, not
+    /// ordered after the null stream) finds it done.
+    fn zero(&self, ptr: u64, bytes: u64) -> DeviceResult<()> {
+        let null = std::ptr::null_mut();
+        // SAFETY: `ptr` holds `bytes` bytes of this context, which is current.
+        self.check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(ptr, 0, bytes as usize, null) })?;
+        // SAFETY: the null stream of the current context.
+        self.check("cuStreamSynchronize", blocking(|| unsafe { sys::cuStreamSynchronize(null) }))
+    }
+
     /// Copies within one allocation whose source and destination overlap: CUDA's copies do
     /// not allow overlap, so it goes through a stream-ordered temporary.
     fn copy_overlapping(&self, dst: u64, src: u64, len: u64, stream: sys::CUstream) -> DeviceResult<()> {
@@ -262,6 +274,11 @@ impl Context for CudaContext {
                 let free = driver::memory_free().unwrap_or(0);
                 e.message = format!("out of device memory: {bytes} bytes requested, {free} free ({})", e.message);
             }
+            return Err(e);
+        }
+        if let Err(e) = self.zero(ptr, bytes) {
+            // SAFETY: allocated just above in this context and known to nobody else.
+            unsafe { sys::cuMemFree_v2(ptr) };
             return Err(e);
         }
         self.allocations.lock().expect("allocations poisoned").insert(ptr, bytes);
