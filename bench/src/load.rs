@@ -4,7 +4,6 @@
 //! (the programs speak the manager's protocol through `ArmClient`, as `Session` does, and never
 //! dial the granted backends).
 
-use std::collections::HashMap;
 use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,26 +71,71 @@ struct Tally {
     pairs: AtomicU64,
     rejections: AtomicU64,
     errors: AtomicU64,
-    double_grants: AtomicU64,
+    /// The first few errors, said, for the run's verdict.
+    first_errors: Mutex<Vec<String>>,
 }
 
-/// Which program holds each accelerator, by the grant answers, and whether it has sent its
-/// `AC_Free` yet. A grant of an accelerator whose holder has not sent its `AC_Free` is a double
-/// grant; one whose holder's `AC_Free` is on its way may be a legitimate grant after it, so it
-/// is not counted.
-type Holders = Mutex<HashMap<String, (usize, bool)>>;
-
-/// Moves each of `grants` that is still in state `from` to `to` (`None`: forgotten).
-fn mark(holders: &Holders, grants: &[ac_proto::arm::Grant], from: (usize, bool), to: Option<(usize, bool)>) {
-    let mut held = holders.lock().expect("holders poisoned");
-    for grant in grants {
-        if held.get(&grant.id) == Some(&from) {
-            match to {
-                Some(state) => held.insert(grant.id.clone(), state),
-                None => held.remove(&grant.id),
-            };
+impl Tally {
+    fn error(&self, what: String) {
+        if self.errors.fetch_add(1, Ordering::Relaxed) < 5 {
+            self.first_errors.lock().expect("errors poisoned").push(what);
         }
     }
+}
+
+/// One grant as its program saw it: from its answer's arrival until the program sent its
+/// `AC_Free`. The manager held it at least that long (it grants before it answers, and cannot
+/// release before the free reaches it), so two of these on one accelerator that overlap are a
+/// double grant in the manager's own view, whatever the delays on the way. The free's answer is
+/// no such bound: the manager answers it after it released, and the answer granting the
+/// accelerator to another program may arrive first.
+#[derive(Debug, Clone)]
+struct Holding {
+    accelerator: String,
+    granted: Instant,
+    freeing: Instant,
+}
+
+/// The holdings that began while another holding of the same accelerator had not ended.
+fn double_grants(mut holdings: Vec<Holding>) -> u64 {
+    holdings.sort_by(|a, b| a.accelerator.cmp(&b.accelerator).then(a.granted.cmp(&b.granted)));
+    let mut count = 0;
+    // The accelerator being swept and the latest end of its holdings so far.
+    let mut held: Option<(&str, Instant)> = None;
+    for holding in &holdings {
+        held = match held {
+            Some((accelerator, until)) if accelerator == holding.accelerator => {
+                if holding.granted < until {
+                    count += 1;
+                }
+                Some((accelerator, until.max(holding.freeing)))
+            }
+            _ => Some((&holding.accelerator, holding.freeing)),
+        };
+    }
+    count
+}
+
+/// The order of a program's hold and its `AC_Free`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Order {
+    /// Hold, then free: what a program does.
+    HoldThenFree,
+    /// A fault, to show that the run fails on a double grant: free first and hold after, so
+    /// the manager grants the accelerator again while the program still counts it held.
+    FreeThenHold,
+}
+
+/// What the load section runs.
+pub struct Plan {
+    pub quick: bool,
+    /// The runs (saturated, paced); both when empty.
+    pub runs: Vec<String>,
+    /// Seconds per run (60, or 5 with `quick`, when not given).
+    pub seconds: Option<u64>,
+    /// How long a program holds each grant before it frees it.
+    pub hold: Duration,
+    pub order: Order,
 }
 
 fn load_average() -> String {
@@ -153,11 +197,12 @@ async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Resu
 }
 
 /// What one program measured: each granted-and-freed pair, and each request (granted,
-/// rejected or freed) from its sending to its answer.
+/// rejected or freed) from its sending to its answer; and what it held when.
 #[derive(Default)]
 struct Samples {
     pairs: Vec<Duration>,
     requests: Vec<Duration>,
+    holdings: Vec<Holding>,
 }
 
 /// After a rejection, how long a program waits before it asks again: `None` asks again at
@@ -173,15 +218,23 @@ fn next_random(state: &mut u64) -> u64 {
     *state
 }
 
+/// How one program behaves: its back-off after a rejection, its hold, and in which order it
+/// holds and frees.
+#[derive(Clone, Copy)]
+struct Behaviour {
+    back_off: BackOff,
+    hold: Duration,
+    order: Order,
+}
+
 /// One program's loop until `end`.
 async fn churn(
     me: usize,
     client: &ArmClient,
     token: String,
     end: Instant,
-    back_off: BackOff,
+    behaviour: Behaviour,
     tally: Arc<Tally>,
-    holders: Arc<Holders>,
 ) -> Samples {
     let mut samples = Samples::default();
     let mut random = 0x9E37_79B9_7F4A_7C15 ^ (me as u64 + 1);
@@ -189,62 +242,95 @@ async fn churn(
         let start = Instant::now();
         let ask = Ask { min: 1, max: 1, wait_s: 0, preemptible: false, key: ac_proto::random_hex(16) };
         let answer = client.request(Request::Get { token: token.clone(), ask }).await;
-        samples.requests.push(start.elapsed());
+        let granted = Instant::now();
+        samples.requests.push(granted - start);
         match answer {
             Ok(Response::Granted { set, grants }) => {
-                for grant in &grants {
-                    let previous = holders.lock().expect("holders poisoned").insert(grant.id.clone(), (me, false));
-                    // Held by a program that has not sent its AC_Free yet: granted twice.
-                    if matches!(previous, Some((_, false))) {
-                        tally.double_grants.fetch_add(1, Ordering::Relaxed);
-                    }
+                if grants.len() != 1 {
+                    tally.error(format!("AC_Get(1) granted {} accelerators", grants.len()));
                 }
-                mark(&holders, &grants, (me, false), Some((me, true)));
-                let freeing = Instant::now();
-                match client.request(Request::Free { token: token.clone(), set, accelerators: None }).await {
+                let free = || async {
+                    let sent = Instant::now();
+                    let answer = client.request(Request::Free { token: token.clone(), set, accelerators: None }).await;
+                    (answer, sent.elapsed())
+                };
+                let (freeing, (freed, latency)) = match behaviour.order {
+                    Order::HoldThenFree => {
+                        hold(behaviour.hold).await;
+                        (Instant::now(), free().await)
+                    }
+                    Order::FreeThenHold => {
+                        let freed = free().await;
+                        hold(behaviour.hold).await;
+                        (Instant::now(), freed)
+                    }
+                };
+                let holdings = grants.iter().map(|g| Holding { accelerator: g.id.clone(), granted, freeing });
+                samples.holdings.extend(holdings);
+                match freed {
                     Ok(Response::Done) => {
-                        samples.requests.push(freeing.elapsed());
+                        samples.requests.push(latency);
                         samples.pairs.push(start.elapsed());
                         tally.pairs.fetch_add(1, Ordering::Relaxed);
                     }
-                    _ => {
-                        tally.errors.fetch_add(1, Ordering::Relaxed);
-                    }
+                    other => tally.error(format!("AC_Free answered {other:?}")),
                 }
-                mark(&holders, &grants, (me, true), None);
             }
             Ok(Response::Rejected { .. }) => {
                 tally.rejections.fetch_add(1, Ordering::Relaxed);
-                if let Some(mean) = back_off {
+                if let Some(mean) = behaviour.back_off {
                     let spread = next_random(&mut random) % 1000;
                     tokio::time::sleep(mean / 2 + mean * spread as u32 / 1000).await;
                 }
             }
-            _ => {
-                tally.errors.fetch_add(1, Ordering::Relaxed);
-            }
+            other => tally.error(format!("AC_Get answered {other:?}")),
         }
     }
     samples
 }
 
-pub async fn under_load(quick: bool, only: &[String], seconds: Option<u64>) -> anyhow::Result<()> {
-    let (programs, default_seconds) = if quick { (100, 5) } else { (1000, 60) };
-    let seconds = seconds.unwrap_or(default_seconds);
+/// Keeps a grant for `hold` (not even a yield when zero).
+async fn hold(hold: Duration) {
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
+}
+
+/// The load section: each of `plan`'s runs on a fresh manager, one table. Fails after printing
+/// it if any run saw an error or a double grant.
+pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
+    let (programs, default_seconds) = if plan.quick { (100, 5) } else { (1000, 60) };
+    let seconds = plan.seconds.unwrap_or(default_seconds);
     println!(
         "## The manager under load ({programs} programs, each its own QUIC connection, looping AC_Get(1)/AC_Free on {} CPU-device accelerators ({HOSTS} backends x {DEVICES}) for {seconds} s)\n",
         HOSTS as u32 * DEVICES
     );
+    let hold = match (plan.order, plan.hold.as_millis()) {
+        (Order::FreeThenHold, ms) => format!("Each grant is held {ms} ms after its AC_Free (a fault: the run must fail)."),
+        (Order::HoldThenFree, 0) => "Each grant is freed at once: a double grant is seen only if it falls in the microseconds between a grant's answer and its AC_Free (--load-hold-ms widens them).".into(),
+        (Order::HoldThenFree, ms) => format!("Each grant is held {ms} ms before its AC_Free."),
+    };
     println!(
-        "arm-server in its own process; programs are tasks of this process (2 runtime workers). Saturated: a rejected program asks again at once. Paced: it asks again after 100-300 ms, as a program that goes on computing with what it holds.\n"
+        "arm-server in its own process; programs are tasks of this process (2 runtime workers). Saturated: a rejected program asks again at once. Paced: it asks again after 100-300 ms, as a program that goes on computing with what it holds. {hold}\n"
     );
     let runs = [("saturated", None), ("paced", Some(Duration::from_millis(200)))];
     let mut tables = Vec::new();
-    for (name, back_off) in runs.into_iter().filter(|(name, _)| only.is_empty() || only.iter().any(|o| o == name)) {
-        tables.push((name, run_load(programs, seconds, back_off).await?));
+    let mut failures = Vec::new();
+    for (name, back_off) in
+        runs.into_iter().filter(|(name, _)| plan.runs.is_empty() || plan.runs.iter().any(|o| o == name))
+    {
+        let behaviour = Behaviour { back_off, hold: plan.hold, order: plan.order };
+        let run = run_load(programs, seconds, behaviour).await?;
+        if run.errors > 0 || run.double_grants > 0 {
+            failures.push(format!(
+                "{name}: {} errors (first: {:?}), {} double grants",
+                run.errors, run.first_errors, run.double_grants
+            ));
+        }
+        tables.push((name, run.rows));
     }
     if tables.is_empty() {
-        bail!("no load run is named {only:?}: saturated or paced");
+        bail!("no load run is named {:?}: saturated or paced", plan.runs);
     }
     println!("| measure | {} |", tables.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
     println!("|---|{}", "---|".repeat(tables.len()));
@@ -253,11 +339,23 @@ pub async fn under_load(quick: bool, only: &[String], seconds: Option<u64>) -> a
         println!("| {} | {} |", tables[0].1[row].0, cells.join(" | "));
     }
     println!();
+    if !failures.is_empty() {
+        bail!("the manager under load failed: {}", failures.join("; "));
+    }
     Ok(())
 }
 
-/// One run on a fresh manager: the table's rows (measure, value).
-async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::Result<Vec<(String, String)>> {
+/// What one run measured and found.
+struct Run {
+    /// The table's rows (measure, value).
+    rows: Vec<(String, String)>,
+    errors: u64,
+    first_errors: Vec<String>,
+    double_grants: u64,
+}
+
+/// One run on a fresh manager.
+async fn run_load(programs: usize, seconds: u64, behaviour: Behaviour) -> anyhow::Result<Run> {
     let manager = Manager::start()?;
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
@@ -273,16 +371,15 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
     let (cpu_before, rss_before) = manager.usage();
     let client_cpu_before = cpu_seconds(std::process::id());
     let tally = Arc::new(Tally::default());
-    let holders = Arc::new(Holders::default());
     let start = Instant::now();
     let end = start + Duration::from_secs(seconds);
     let tasks: Vec<_> = sessions
         .into_iter()
         .enumerate()
         .map(|(me, (client, token))| {
-            let (tally, holders) = (tally.clone(), holders.clone());
+            let tally = tally.clone();
             tokio::spawn(async move {
-                let samples = churn(me, &client, token, end, back_off, tally, holders).await;
+                let samples = churn(me, &client, token, end, behaviour, tally).await;
                 (client, samples)
             })
         })
@@ -293,6 +390,7 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
         let (client, mine) = task.await?;
         samples.pairs.extend(mine.pairs);
         samples.requests.extend(mine.requests);
+        samples.holdings.extend(mine.holdings);
         clients.push(client);
     }
     let elapsed = start.elapsed().as_secs_f64();
@@ -312,10 +410,12 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
     admin.close_now().await;
     let pairs = tally.pairs.load(Ordering::Relaxed);
     let rejections = tally.rejections.load(Ordering::Relaxed);
+    let errors = tally.errors.load(Ordering::Relaxed);
+    let double_grants = double_grants(samples.holdings);
     let ms = |(p50, p99): (f64, f64)| format!("{:.2} / {:.2}", p50 / 1e3, p99 / 1e3);
     let or_none = |v: Vec<Duration>| if v.is_empty() { "-".to_string() } else { ms(percentiles(v)) };
     let manager_cpu = cpu_after - cpu_before;
-    Ok(vec![
+    let rows = vec![
         ("sessions connected in, s".into(), format!("{:.1}", connecting.as_secs_f64())),
         ("pairs (granted AC_Get + AC_Free)".into(), pairs.to_string()),
         ("pairs per second".into(), format!("{:.0}", pairs as f64 / elapsed)),
@@ -330,8 +430,11 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
             let requests = (2 * pairs + rejections).max(1) as f64;
             format!("{:.2} / {:.2} ({stopped} STOP_SENDING frames)", sent as f64 / requests, received as f64 / requests)
         }),
-        ("errors".into(), tally.errors.load(Ordering::Relaxed).to_string()),
-        ("double grants".into(), tally.double_grants.load(Ordering::Relaxed).to_string()),
+        ("errors".into(), errors.to_string()),
+        (
+            "double grants (an accelerator held by two programs at once, grant answered to AC_Free sent)".into(),
+            double_grants.to_string(),
+        ),
         (
             format!("manager CPU seconds (of {elapsed:.1} s wall)"),
             format!("{manager_cpu:.1} ({:.0}% of one core)", manager_cpu / elapsed * 100.0),
@@ -342,5 +445,29 @@ async fn run_load(programs: usize, seconds: u64, back_off: BackOff) -> anyhow::R
             format!("{:.1} / {:.1}", rss_before as f64 / 1024.0, rss_after as f64 / 1024.0),
         ),
         ("load average before / after".into(), format!("{load_before} / {load_after}")),
-    ])
+    ];
+    let first_errors = std::mem::take(&mut *tally.first_errors.lock().expect("errors poisoned"));
+    Ok(Run { rows, errors, first_errors, double_grants })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(accelerator: &str, granted_ms: u64, freeing_ms: u64, zero: Instant) -> Holding {
+        let at = |ms| zero + Duration::from_millis(ms);
+        Holding { accelerator: accelerator.into(), granted: at(granted_ms), freeing: at(freeing_ms) }
+    }
+
+    #[test]
+    fn a_grant_inside_another_holding_of_its_accelerator_is_a_double_grant() {
+        let zero = Instant::now();
+        let h = |a, g, f| holding(a, g, f, zero);
+        // One after another, touching, and on other accelerators: none.
+        assert_eq!(double_grants(vec![h("a/0", 0, 10), h("a/0", 10, 20), h("a/1", 5, 15), h("b/0", 0, 30)]), 0);
+        // Granted while held, whatever order the programs reported them in.
+        assert_eq!(double_grants(vec![h("a/0", 10, 20), h("a/1", 0, 30), h("a/0", 0, 11)]), 1);
+        // Inside a long holding, after a short one that ended: still held by the long one.
+        assert_eq!(double_grants(vec![h("a/0", 0, 100), h("a/0", 10, 20), h("a/0", 50, 60)]), 2);
+    }
 }

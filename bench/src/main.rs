@@ -43,6 +43,14 @@ struct Args {
     /// The load section's length per run, seconds (60, or 5 with --quick, when not given).
     #[arg(long)]
     load_seconds: Option<u64>,
+    /// How long each program of the load section holds a grant before its `AC_Free`, ms: a
+    /// double grant can only be seen while both programs hold (0 measures the manager alone).
+    #[arg(long, default_value_t = 0)]
+    load_hold_ms: u64,
+    /// The load section's programs hold, then free; `free-then-hold` is a fault that makes the
+    /// manager's regrants during a hold double grants, to show that the run fails on them.
+    #[arg(long, value_enum, default_value_t = load::Order::HoldThenFree, hide = true)]
+    load_order: load::Order,
     /// The net section's TCP congestion control on its emulated hosts (`cubic`, `bbr`, ...);
     /// the machine's default when not given. The kernel must list it in
     /// `net.ipv4.tcp_allowed_congestion_control`.
@@ -169,7 +177,14 @@ fn main() -> anyhow::Result<()> {
     }
     // A minute of the manager under 1,000 programs: only when asked for.
     if args.only.iter().any(|s| s == "load") {
-        rt.block_on(load::under_load(args.quick, &args.load_runs, args.load_seconds))?;
+        let plan = load::Plan {
+            quick: args.quick,
+            runs: args.load_runs.clone(),
+            seconds: args.load_seconds,
+            hold: std::time::Duration::from_millis(args.load_hold_ms),
+            order: args.load_order,
+        };
+        rt.block_on(load::under_load(&plan))?;
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;

@@ -1,9 +1,10 @@
 //! Accounting: accelerator time per job, user and group, static and dynamic apart, durable
 //! across a `kill -9` of the manager, reported by `armctl accounting`.
 //!
-//! Bounds, not exact figures: an interval starts somewhere inside the call that granted it and
-//! ends inside the call that released it, so its length lies between the inner and the outer
-//! wall time measured around those calls (plus a few milliseconds of rounding).
+//! A whole interval's length has bounds, not an exact figure: it starts somewhere inside the
+//! call that granted it and ends inside the call that released it, so it lies between the inner
+//! and the outer wall time measured around those calls (plus a few milliseconds of rounding). A
+//! window between those calls is exact: the holding covers all of it.
 
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -157,9 +158,25 @@ fn options(addr: std::net::SocketAddr, dir: &Path, job: &str, secret: String, no
     }
 }
 
+/// The lease the restarted manager gives each program to come back (`ArmProcess`'s
+/// `--lease-ms`): a program that does not is released no sooner.
+const RESTART_LEASE_MS: u64 = 3_000;
+
+/// `job`'s (static, dynamic) milliseconds in `rows`; (0, 0) when it has no row (a report leaves
+/// out rows with no time in its window).
+fn times(rows: &[UsageRow], job: &str) -> (u64, u64) {
+    rows.iter().find(|r| r.key == job).map_or((0, 0), |r| (r.static_ms, r.dynamic_ms))
+}
+
 /// Records made before the crash are still there; a holding across it is one interval; a
 /// holding whose program died while the manager was down ends when the restarted manager
 /// releases it (its lease after the restart), never before the crash nor twice.
+///
+/// Exact, not bounds: the manager stamps an interval's start before it commits the grant and
+/// answers, and its end before it commits the release and answers, so a window read by this
+/// test after a grant returned and before its release was sent lies wholly inside the holding,
+/// and a job holding one accelerator of a kind has exactly the window's length of it there. A
+/// window counted twice would have twice that, one cut at the crash less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_9_of_the_manager_loses_no_interval_and_counts_none_twice() {
     let state = tempfile::tempdir().unwrap();
@@ -168,58 +185,79 @@ async fn a_kill_9_of_the_manager_loses_no_interval_and_counts_none_twice() {
     let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
     let ctl = admin_of(addr, state.path()).await;
     register_hosts(&ctl, &backends).await;
-    let t0 = Instant::now();
     let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
-    let t1 = Instant::now();
     let session = Session::init(options(addr, state.path(), "j", credential, "n1")).await.unwrap();
     // Released before the crash: a record in the store.
-    let t2 = Instant::now();
     let early = session.get(1).await.unwrap().expect("granted");
-    let t3 = Instant::now();
+    let e0 = unix_ms();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let t4 = Instant::now();
+    let e1 = unix_ms();
     session.free(early).await.unwrap();
-    let t5 = Instant::now();
     // Held across the crash.
-    let t6 = Instant::now();
     let held = session.get(1).await.unwrap().expect("granted");
-    let t7 = Instant::now();
     // Held by a program that dies while the manager is down.
     let credential = submit_job(&ctl, "k", &["n2"], 0, "v", 0).await;
     let orphan_session = Session::init(options(addr, state.path(), "k", credential, "n2")).await.unwrap();
-    let t8 = Instant::now();
     let orphan = orphan_session.get(1).await.unwrap().expect("granted");
-    let t9 = Instant::now();
+    // From here to the crash j holds its static and its dynamic accelerator, k its orphan.
+    let a = unix_ms();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let b = unix_ms();
+    let early_before = report(&ctl, Some(e0), Some(e1), UsageBy::Job).await;
+    let held_before = report(&ctl, Some(a), Some(b), UsageBy::Job).await;
+    assert_eq!(times(&early_before, "j"), (e1 - e0, e1 - e0), "the early holding and the static one: {early_before:?}");
+    assert_eq!(times(&held_before, "j"), (b - a, b - a), "{held_before:?}");
+    assert_eq!(times(&held_before, "k"), (0, b - a), "{held_before:?}");
 
     arm.kill_9();
-    let killed = Instant::now();
     drop(orphan);
     drop(orphan_session);
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let restart = unix_ms();
     let _arm = ArmProcess::start(state.path(), &addr.to_string());
     let ctl = admin_of(addr, state.path()).await;
-    let t10 = Instant::now();
+    let c = unix_ms();
     session.free(held).await.unwrap();
-    let t11 = Instant::now();
+    let freed = unix_ms();
     // The orphan's lease runs out a lease after the restart.
     let released =
         eventually(Duration::from_secs(20), || async { job_of(&ctl, "k").await.dynamic_accelerators.is_empty() }).await;
     assert!(released, "the dead program's accelerator was never released");
-    let t12 = Instant::now();
+    // Every window below is at least a millisecond long (an empty one is refused).
+    let pause = || tokio::time::sleep(Duration::from_millis(5));
+    pause().await;
+    let seen_released = unix_ms();
     ctl.request(Request::JobEnd { id: "j".into() }).await.unwrap();
-    let t13 = Instant::now();
+    let ended = unix_ms();
+    pause().await;
     session.finalize().await.ok();
 
-    let jobs = report(&ctl, None, None, UsageBy::Job).await;
-    let j = row(&jobs, "j");
-    between("j static, across the crash", j.static_ms, t12 - t1, t13 - t0);
-    between(
-        "j dynamic, one before and one across the crash",
-        j.dynamic_ms,
-        (t4 - t3) + (t10 - t7),
-        (t5 - t2) + (t11 - t6),
+    // The windows read before the crash, again: nothing lost, nothing added.
+    assert_eq!(report(&ctl, Some(e0), Some(e1), UsageBy::Job).await, early_before, "the record before the crash");
+    assert_eq!(report(&ctl, Some(a), Some(b), UsageBy::Job).await, held_before, "the open intervals at the crash");
+    // From before the crash to after the restart, through the kill and the downtime, once.
+    let across = report(&ctl, Some(a), Some(c), UsageBy::Job).await;
+    assert_eq!(times(&across, "j"), (c - a, c - a), "j's holdings across the crash: {across:?}");
+    let downtime = report(&ctl, Some(b), Some(restart), UsageBy::Job).await;
+    assert_eq!(times(&downtime, "j"), (restart - b, restart - b), "j while the manager was down: {downtime:?}");
+    assert_eq!(times(&downtime, "k"), (0, restart - b), "k while the manager was down: {downtime:?}");
+    // The orphan is held through the restarted manager's lease, ...
+    let lease_end = restart + RESTART_LEASE_MS;
+    let orphaned = report(&ctl, Some(a), Some(lease_end), UsageBy::Job).await;
+    assert_eq!(times(&orphaned, "k"), (0, lease_end - a), "k up to its lease's end: {orphaned:?}");
+    // ... and released when it ran out: its interval ends then, as j's ends at its free.
+    let k_until = a + times(&report(&ctl, Some(a), Some(seen_released), UsageBy::Job).await, "k").1;
+    assert!(
+        (lease_end..=seen_released).contains(&k_until),
+        "k's interval ended at {k_until}, not in [{lease_end}, {seen_released}]"
     );
-    let k = row(&jobs, "k");
-    assert_eq!(k.static_ms, 0);
-    between("k dynamic, up to its release after the restart", k.dynamic_ms, killed - t9, t12 - t8);
+    let j_until = a + times(&report(&ctl, Some(a), Some(freed), UsageBy::Job).await, "j").1;
+    assert!((c..=freed).contains(&j_until), "j's held interval ended at {j_until}, not in [{c}, {freed}]");
+    // Nothing counts on after its release: k's after its lease, j's dynamic after its free, and
+    // j's static after its end.
+    let after = report(&ctl, Some(seen_released), None, UsageBy::Job).await;
+    assert_eq!(times(&after, "k"), (0, 0), "{after:?}");
+    let after_free = report(&ctl, Some(freed), Some(seen_released), UsageBy::Job).await;
+    assert_eq!(times(&after_free, "j"), (seen_released - freed, 0), "{after_free:?}");
+    assert_eq!(times(&report(&ctl, Some(ended), None, UsageBy::Job).await, "j"), (0, 0), "j ended");
 }

@@ -15,7 +15,7 @@ mod standin;
 use std::time::Duration;
 
 use ac_backend::{DeviceChoice, Isolation};
-use ac_frontend::{ErrorKind, LaunchDims};
+use ac_frontend::{Accelerator, ErrorKind, LaunchDims};
 use ac_tests::TestBackend;
 
 /// A backend whose CUDA device is the stand-in's, with 64 MiB of pinned staging per device.
@@ -158,7 +158,7 @@ async fn standin_a_dma_fault_halfway_on_the_device_loses_only_its_session() {
     let tb = standin_backend(64).await;
     let (healthy, victim) = (tb.connect().await, tb.connect().await);
     standin::fail_host_to_device_after(5 << 20);
-    gpu_cases::a_dma_fault_halfway_loses_only_its_session(&tb, &victim).await;
+    a_dma_fault_halfway_loses_only_its_session(&tb, &victim).await;
     ac_tests::computes(&healthy).await.expect("the other session goes on");
     standin::assert_no_violations();
 }
@@ -176,10 +176,30 @@ async fn standin_a_dma_fault_halfway_in_a_session_worker_loses_only_its_session(
     let before = session_workers();
     let victim = tb.connect().await;
     assert!(session_workers().iter().any(|p| !before.contains(p)), "the session runs in a worker");
-    gpu_cases::a_dma_fault_halfway_loses_only_its_session(&tb, &victim).await;
+    a_dma_fault_halfway_loses_only_its_session(&tb, &victim).await;
     ac_tests::computes(&healthy).await.expect("the other session goes on");
     standin::assert_no_violations();
     record.assert_none();
+}
+
+/// A host-to-device DMA that faults partway through a bulk copy, after the call that queued it
+/// succeeded (the stand-in injects it, so this runs only against it; a real one is sticky the same way): the copy
+/// answers "context lost" naming the driver's error, every later call of the session answers
+/// the same at once, and the backend serves new sessions.
+pub async fn a_dma_fault_halfway_loses_only_its_session(tb: &TestBackend, victim: &Accelerator) {
+    let data = ac_tests::pattern((24 << 20) / 4 + 3, 5);
+    let buf = victim.alloc::<f32>(data.len()).await.unwrap();
+    // A bound on a hang, not a measurement: the fault is answered when the copy is waited for.
+    let failed = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let err = failed.expect("the faulted copy was never answered").unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ContextLost), "{err}");
+    assert!(err.to_string().contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "the driver's error is named: {err}");
+    let again = tokio::time::timeout(Duration::from_secs(60), buf.copy_from_host(&data)).await;
+    let again = again.expect("a copy after the fault was never answered").unwrap_err();
+    assert_eq!(again.kind(), Some(ErrorKind::ContextLost), "sticky: {again}");
+    let read = buf.to_vec().await.unwrap_err();
+    assert_eq!(read.kind(), Some(ErrorKind::ContextLost), "sticky: {read}");
+    ac_tests::computes(&tb.connect().await).await.expect("a new session works");
 }
 
 /// New memory reads as zeros on the stand-in, whose new memory holds stale bytes as a GPU's

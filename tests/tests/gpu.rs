@@ -140,3 +140,25 @@ async fn gpu_context_cost() {
         }
     }
 }
+
+/// What clearing new memory costs (the backend zeroes every allocation before a session sees
+/// it): an allocation's round trip by size, through a session worker. Printed for BENCHMARKS.md
+/// and compared there with the same sizes' host-to-device copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_allocation_cost() {
+    let acc = gpu_backend().await.connect().await;
+    for mib in [0usize, 1, 64, 1024] {
+        let len = (mib << 20).max(4) / 4;
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            let start = std::time::Instant::now();
+            let buf = acc.alloc::<f32>(len).await.unwrap();
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+            drop(buf);
+            acc.synchronize().await.unwrap();
+        }
+        times.sort_by(f64::total_cmp);
+        println!("GPU-ALLOC mib={mib} p50_us={:.0} max_us={:.0}", times[3], times[6]);
+    }
+}
