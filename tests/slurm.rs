@@ -241,14 +241,11 @@ impl SlurmCluster {
         shown.split_whitespace().find_map(|w| w.strip_prefix(&prefix)).unwrap_or("").to_string()
     }
 
-    /// `(total, used, reserved)` of the `ac` license.
+    /// `(total, used, reserved)` of the `ac` license; fails the test on an answer it cannot
+    /// read ([`parse_licenses`]).
     pub fn licenses(&self) -> (u32, u32, u32) {
         let shown = self.run("scontrol", &["-o", "show", "lic", "ac"]);
-        let get = |key: &str| {
-            let prefix = format!("{key}=");
-            shown.split_whitespace().find_map(|w| w.strip_prefix(&prefix)?.parse().ok()).unwrap_or(u32::MAX)
-        };
-        (get("Total"), get("Used"), get("Reserved"))
+        parse_licenses(&shown).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Waits up to `limit` for `check`; whether it held.
@@ -340,5 +337,51 @@ impl SlurmCluster {
 impl Drop for SlurmCluster {
     fn drop(&mut self) {
         let _ = Command::new(repo().join("slurm/testing/stop-cluster")).arg(self.slurm_dir()).status();
+    }
+}
+
+/// `(total, used, reserved)` from `scontrol -o show lic ac`: one line naming the `ac` license,
+/// each count given once as a number. Anything else is an error, never a stand-in number: a
+/// count that was not read must not pass a comparison (`used <= total` holds for any two equal
+/// stand-ins).
+pub fn parse_licenses(shown: &str) -> Result<(u32, u32, u32), String> {
+    let lines: Vec<&str> = shown.lines().filter(|l| !l.trim().is_empty()).collect();
+    let [line] = lines[..] else { return Err(format!("`scontrol -o show lic ac`: not one line: {shown:?}")) };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if !words.contains(&"LicenseName=ac") {
+        return Err(format!("`scontrol -o show lic ac`: not the `ac` license: {shown:?}"));
+    }
+    let get = |key: &str| {
+        let prefix = format!("{key}=");
+        let values: Vec<&str> = words.iter().filter_map(|w| w.strip_prefix(prefix.as_str())).collect();
+        match values[..] {
+            [value] => value.parse::<u32>().map_err(|e| format!("`scontrol -o show lic ac`: {key}={value}: {e}")),
+            _ => Err(format!("`scontrol -o show lic ac`: {} `{key}=` in {shown:?}", values.len())),
+        }
+    };
+    Ok((get("Total")?, get("Used")?, get("Reserved")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_licenses;
+
+    #[test]
+    fn license_counts_are_read_or_refused() {
+        let shown = "LicenseName=ac Total=8 Used=3 Free=5 Reserved=1 Remote=no\n";
+        assert_eq!(parse_licenses(shown), Ok((8, 3, 1)));
+        // What a lax reading turned into equal stand-ins, and so into `used <= total`.
+        for bad in [
+            "",
+            "slurm_load_licenses error: Unable to contact slurm controller\n",
+            "LicenseName=ac Total=8 Free=5 Reserved=0\n",
+            "LicenseName=ac Total=8 Used=x Free=5 Reserved=0\n",
+            "LicenseName=ac Total=8 Used=-1 Free=5 Reserved=0\n",
+            "LicenseName=ac Total=8 Used=1 Used=2 Reserved=0\n",
+            "LicenseName=gpu Total=8 Used=3 Free=5 Reserved=0\n",
+            "LicenseName=ac Total=8 Used=3 Reserved=0\nLicenseName=ac Total=9 Used=3 Reserved=0\n",
+        ] {
+            assert!(parse_licenses(bad).is_err(), "read {bad:?} as {:?}", parse_licenses(bad));
+        }
     }
 }

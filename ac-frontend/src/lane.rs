@@ -127,9 +127,14 @@ impl Lanes {
             }
             *slot = None;
         }
-        if !closed {
-            return false;
-        }
+        closed && self.port_refuses().await
+    }
+
+    /// Whether the backend's host refuses a connection to the lane port: no process listens on
+    /// it. A lane that broke under a copy asks this, since the port watch may take a probe
+    /// interval or more to learn it (a copy keeps the connections busy, and the host's ICMP
+    /// answers are rate-limited).
+    pub(crate) async fn port_refuses(&self) -> bool {
         let dialed = tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(self.addr)).await;
         matches!(dialed, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
     }

@@ -72,12 +72,17 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Ar
         let now = received(&connections);
         if refused || (now == heard && is_refusal(socket.send(&[]).await.err())) || lanes_gone(&lanes).await {
             tracing::warn!(peer = %socket.peer_addr().map(|a| a.to_string()).unwrap_or_default(), "{GONE}");
-            for conn in &connections {
-                conn.close(ac_proto::backend::close::BACKEND_GONE.into(), GONE.as_bytes());
-            }
+            close_gone(&connections);
             return;
         }
         heard = now;
+    }
+}
+
+/// Closes an accelerator's connections with [`GONE`]: its backend's process is known dead.
+pub(crate) fn close_gone(connections: &[Connection]) {
+    for conn in connections {
+        conn.close(ac_proto::backend::close::BACKEND_GONE.into(), GONE.as_bytes());
     }
 }
 

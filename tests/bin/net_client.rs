@@ -6,8 +6,12 @@
 //!
 //! - `ac-net-client work ROUNDS PAUSE_MS`: each round copies 256 KiB of round-specific data to
 //!   the device (a bulk copy), runs the builtin `saxpy` on it, reads it back and checks every
-//!   value; prints `round N ok` (or `wrong round N` and exits 1). `ROUNDS` 0: forever. On an
-//!   error prints `error: MESSAGE`, then, in a session, `AC_Finalize` and `finalized`; exits 2.
+//!   value; prints `round N ok mark M` (or `wrong round N` and exits 1), where `M` is the number
+//!   the file `AC_NET_MARK` held when the round *started* (0 without one): a test that writes
+//!   `k` there after healing a partition knows that a round marked `k` or more began after the
+//!   heal, not before it, and so shows the session surviving the outage. `ROUNDS` 0: forever.
+//!   On an error prints `error: MESSAGE`, then, in a session, `AC_Finalize` and `finalized`;
+//!   exits 2.
 //! - `ac-net-client hold MIB`: allocates `MIB` on each accelerator, prints `holding`, waits.
 //! - `ac-net-client copy MIB REPS`: copies `MIB` to the device and back `REPS` times, checks
 //!   the bytes, prints `h2d MBIT d2h MBIT` (megabits per second) for each repetition.
@@ -48,9 +52,17 @@ async fn round(acc: &Accelerator, n: u32) -> Result<usize, Error> {
     Ok(got.iter().zip(&y).filter(|(a, b)| a != b).count())
 }
 
+/// The number in the file `AC_NET_MARK` names, read now: 0 without the variable, the file, or a
+/// number in it (the test writes the file whole, so a partial read is not expected).
+fn mark() -> u64 {
+    let Some(path) = std::env::var_os("AC_NET_MARK") else { return 0 };
+    std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse().ok()).unwrap_or(0)
+}
+
 async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), Error> {
     let mut n = 0;
     while rounds == 0 || n < rounds {
+        let mark = mark();
         for acc in accs {
             let wrong = round(acc, n).await?;
             if wrong > 0 {
@@ -58,7 +70,7 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
                 std::process::exit(1);
             }
         }
-        say(format_args!("round {n} ok"));
+        say(format_args!("round {n} ok mark {mark}"));
         n += 1;
         tokio::time::sleep(pause).await;
     }

@@ -129,6 +129,15 @@ impl RssWatch {
     }
 }
 
+/// How long a daemon that stayed up has to answer a fresh client.
+const ANSWER_LIMIT: Duration = Duration::from_secs(10);
+
+/// Whether `child` has not exited. Not proof that it is up: a process that still has its
+/// `/proc` entry may be a zombie (exited, not reaped) or hung; only an answer shows it serving.
+fn running(child: &mut std::process::Child) -> bool {
+    matches!(child.try_wait(), Ok(None))
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backend.
 
@@ -305,6 +314,20 @@ fn backend_options(backend: &BackendProcess) -> ConnectOptions {
     options
 }
 
+/// The backend is up: a fresh connection is welcomed and its request answered with the device's
+/// description, within [`ANSWER_LIMIT`].
+async fn backend_answers(backend: &BackendProcess) {
+    let asked = async {
+        let acc = Accelerator::connect(&backend_options(backend)).await?;
+        acc.device_info().await
+    };
+    match tokio::time::timeout(ANSWER_LIMIT, asked).await {
+        Ok(Ok(info)) => assert!(info.memory_total > 0, "a device without memory: {info:?}"),
+        Ok(Err(e)) => panic!("the backend is not up: a fresh client got {e}"),
+        Err(_) => panic!("the backend is not up: a fresh client got no answer within {ANSWER_LIMIT:?}"),
+    }
+}
+
 /// Messages sent and answers received by all the hostile clients.
 async fn totals<N: std::ops::Add<Output = N> + Default>(clients: Vec<tokio::task::JoinHandle<(N, N)>>) -> (N, N) {
     let (mut sent, mut answered) = (N::default(), N::default());
@@ -319,7 +342,7 @@ async fn totals<N: std::ops::Add<Output = N> + Default>(clients: Vec<tokio::task
 async fn a_backend_under_hostile_clients_stays_up_exact_and_bounded() {
     let seed = seed();
     let dir = tempfile::tempdir().unwrap();
-    let backend = BackendProcess::start(dir.path(), "127.0.0.1:0");
+    let mut backend = BackendProcess::start(dir.path(), "127.0.0.1:0");
     let pid = backend.child.id();
     let ca = backend.dir.join("ca.pem");
     let bystander = Accelerator::connect(&backend_options(&backend)).await.unwrap();
@@ -359,7 +382,8 @@ async fn a_backend_under_hostile_clients_stays_up_exact_and_bounded() {
     // Most messages are answered (posts with id 0 are not, nor what follows a message that
     // closes its connection): the backend really read them.
     assert!(answered >= MESSAGES / 4, "only {answered} replies (seed {seed})");
-    assert!(backend.child.id() == pid && std::fs::metadata(format!("/proc/{pid}")).is_ok(), "the backend is up");
+    assert!(running(&mut backend.child), "the backend exited (seed {seed})");
+    backend_answers(&backend).await;
     bystander_round(&bystander, &kept, &data, round).await;
     // Every hostile allocation went with its session.
     let freed = ac_tests::eventually(Duration::from_secs(10), || async {
@@ -473,6 +497,8 @@ async fn slow_and_silent_clients_do_not_hold_up_a_backend() {
     // 16 GiB the first four asked for, or the 512 MiB of the bulk one.
     let bound = (5 * 64 + 64 + 20 + 128) * 1024;
     assert!(peak <= baseline + bound, "RSS grew from {baseline} KiB to {peak} KiB");
+    // While they are all still held, a newcomer is served.
+    backend_answers(&backend).await;
     for conn in readers.iter().chain(&silent) {
         conn.close(0u32.into(), b"done");
     }
@@ -625,7 +651,8 @@ impl Victim {
 /// A manager with two one-accelerator backends (processes), and a victim job that holds one of
 /// them statically and the other dynamically.
 struct ManagerBed {
-    _dirs: Vec<tempfile::TempDir>,
+    /// The manager's state (its CA and admin identity) first, then the backends'.
+    dirs: Vec<tempfile::TempDir>,
     _backends: Vec<BackendProcess>,
     manager: ArmProcess,
     ca: std::path::PathBuf,
@@ -664,7 +691,7 @@ impl ManagerBed {
         };
         let session = ac_frontend::Session::init(options).await.expect("the victim's AC_Init");
         let set = session.get(1).await.expect("AC_Get").expect("granted");
-        Self { _dirs: dirs, _backends: backends, manager, ca, admin, session, set }
+        Self { dirs, _backends: backends, manager, ca, admin, session, set }
     }
 
     async fn victims(&self) -> Vec<Victim> {
@@ -679,6 +706,20 @@ impl ManagerBed {
     async fn victim_view(&self) -> (Vec<(String, String)>, Vec<(u64, String)>) {
         let job = ac_tests::job_of(&self.admin, "victim").await;
         (job.static_accelerators, job.dynamic_accelerators)
+    }
+
+    /// The manager is up: a fresh admin connection's host list is answered, with both hosts,
+    /// within [`ANSWER_LIMIT`].
+    async fn answers(&self) {
+        let asked = async {
+            let admin = ac_tests::admin_of(self.manager.addr, self.dirs[0].path()).await;
+            admin.request(arm::Request::HostList).await
+        };
+        match tokio::time::timeout(ANSWER_LIMIT, asked).await {
+            Ok(Ok(arm::Response::Hosts(hosts))) => assert_eq!(hosts.len(), 2, "{hosts:?}"),
+            Ok(other) => panic!("the manager is not up: a fresh admin got {other:?}"),
+            Err(_) => panic!("the manager is not up: a fresh admin got no answer within {ANSWER_LIMIT:?}"),
+        }
     }
 
     /// Every accelerator is held by the victim and nobody else, and every host is up.
@@ -696,7 +737,7 @@ impl ManagerBed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_under_hostile_clients_stays_up_and_keeps_other_jobs_whole() {
     let seed = seed();
-    let bed = ManagerBed::start().await;
+    let mut bed = ManagerBed::start().await;
     let pid = bed.manager.child.id();
     let victims = bed.victims().await;
     let before = bed.victim_view().await;
@@ -732,7 +773,8 @@ async fn a_manager_under_hostile_clients_stays_up_and_keeps_other_jobs_whole() {
     );
     assert!(sent >= MESSAGES, "sent {sent}");
     assert!(answered >= MESSAGES / 2, "only {answered} answers (seed {seed})");
-    assert!(std::fs::metadata(format!("/proc/{pid}")).is_ok(), "the manager is up");
+    assert!(running(&mut bed.manager.child), "the manager exited (seed {seed})");
+    bed.answers().await;
     assert_eq!(bed.victim_view().await, before, "the victim's holdings changed (seed {seed})");
     // Ad-hoc jobs the hostile clients opened end with their connections' leases.
     let settled = ac_tests::eventually(Duration::from_secs(15), || bed.pool_is_the_victims()).await;
@@ -793,6 +835,8 @@ async fn slow_and_silent_clients_do_not_hold_up_a_manager() {
     eprintln!("manager with slow clients: RSS {} MiB before, peak {} MiB", baseline / 1024, peak / 1024);
     assert!(peak <= baseline + 64 * 1024, "RSS grew from {baseline} KiB to {peak} KiB");
     assert!(bed.pool_is_the_victims().await);
+    // While they are all still held, a newcomer is served.
+    bed.answers().await;
     drop((half_open, unread));
     for conn in &silent {
         conn.close(0u32.into(), b"done");

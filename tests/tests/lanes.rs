@@ -90,12 +90,87 @@ fn header(direction: Direction, buffer: BufferId, offset: u64, len: u64) -> Bulk
     BulkHeader { direction, ptr: DevicePtr { buffer, offset }, len, pipelined: true, after: 0 }
 }
 
-/// The daemon still serves a normal client, whose large copies use lanes.
+/// The daemon still serves a normal client, whose large copies use lanes: a lane that could not
+/// be dialed would send them over QUIC streams, exact too, and leave the client none.
 async fn still_serves(tb: &TestBackend) {
     let acc = tb.connect().await;
     let data: Vec<u32> = (0..1 << 20).collect();
     let buf = acc.alloc_from(&data).await.unwrap();
     assert_eq!(buf.to_vec().await.unwrap(), data);
+    assert!(acc.bulk_lanes() > 0, "the copies went over QUIC: no lane could be dialed");
+}
+
+/// This process's established TCP connections to lane port `port` (the client ends; the
+/// backend's own ends have it as their source), as `ss` shows them: (local port, bytes acked by
+/// the backend, bytes received from it).
+fn client_lanes(port: u16) -> Vec<(u16, u64, u64)> {
+    let out = std::process::Command::new("ss")
+        .args(["-Htin", "state", "established", "dst", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(out.status.success(), "ss: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lanes = Vec::new();
+    for line in text.lines() {
+        let counter = |key: &str| {
+            let found = line.split_whitespace().find_map(|w| w.strip_prefix(key));
+            found.map(|n| n.parse::<u64>().expect("a byte count"))
+        };
+        if !line.starts_with(char::is_whitespace) {
+            // `RECV-Q SEND-Q LOCAL PEER`: the local address comes first.
+            let local = line.split_whitespace().find_map(|w| w.parse::<std::net::SocketAddr>().ok());
+            lanes.push((local.expect("a local address").port(), 0, 0));
+        } else if let Some(last) = lanes.last_mut() {
+            last.1 = counter("bytes_acked:").unwrap_or(0);
+            last.2 = counter("bytes_received:").unwrap_or(0);
+        }
+    }
+    lanes
+}
+
+/// The one lane open to `port` now (the session may have one).
+fn the_lane(port: u16) -> (u16, u64, u64) {
+    match client_lanes(port)[..] {
+        [lane] => lane,
+        ref other => panic!("not one lane open: {other:?}"),
+    }
+}
+
+/// Bytes that must have gone over the lane, in a copy's direction, before it is given up.
+const FLOWED: u64 = 1 << 20;
+
+/// Drives `copy` on the open lane `lane` (to `port`) and gives it up (drops it) once at least
+/// [`FLOWED`] bytes of it went over that lane in its direction (`to_device`: acked by the
+/// backend; else received from it): cut mid-copy, on a lane dialed before, never while dialing.
+/// The copy is polled one step at a time and looked at between steps. A step moves bytes for as
+/// long as the other side keeps up (mostly a few MiB, up to 70 seen), so a step may end the copy
+/// before a look: then it was not cut, and `false` says so (the caller tries again).
+async fn give_up_mid_copy<F: std::future::Future<Output = ac_frontend::Result<()>>>(
+    copy: F,
+    port: u16,
+    lane: (u16, u64, u64),
+    to_device: bool,
+) -> bool {
+    let moved = |now: (u16, u64, u64)| if to_device { now.1 - lane.1 } else { now.2 - lane.2 };
+    let mut copy = std::pin::pin!(copy);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let step = std::future::poll_fn(|cx| std::task::Poll::Ready(copy.as_mut().poll(cx))).await;
+        if let std::task::Poll::Ready(copied) = step {
+            copied.expect("a whole copy");
+            return false;
+        }
+        // Unpolled, the copy moves no more than the sockets hold: look a few times.
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let now = the_lane(port);
+            assert_eq!(now.0, lane.0, "the copy dialed a lane of its own");
+            if moved(now) >= FLOWED {
+                return true;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no byte of the copy went over its lane");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,6 +238,13 @@ async fn a_session_attaches_at_most_its_lanes() {
     still_serves(&tb).await;
 }
 
+/// The lane port of `tb`'s backend (the TCP port of its QUIC port's number).
+async fn acc_lane_port(tb: &TestBackend) -> u16 {
+    let port = raw_session(tb).await.lane_port;
+    assert_ne!(port, 0, "the backend serves lanes");
+    port
+}
+
 /// The backend's count of refused lanes, from its Prometheus endpoint.
 async fn lanes_refused(tb: &TestBackend) -> u64 {
     let addr = tb.backend.metrics_addr().expect("metrics served");
@@ -172,22 +254,53 @@ async fn lanes_refused(tb: &TestBackend) -> u64 {
     line.rsplit(' ').next().unwrap().parse().expect("a count")
 }
 
+/// Whether `bytes` are nothing but TLS alert records (content type 21, two bytes each): all
+/// that a TLS server may say to a client it drops.
+fn only_tls_alerts(mut bytes: &[u8]) -> bool {
+    while let [21, 3, _, 0, 2, _, _, rest @ ..] = bytes {
+        bytes = rest;
+    }
+    bytes.is_empty()
+}
+
+/// Reads `socket` until the backend closes it (an end of stream or a reset), within `limit`;
+/// what the backend said before. A connection still open after `limit` fails the test.
+async fn dropped_within(socket: &mut TcpStream, limit: Duration) -> Vec<u8> {
+    let mut said = Vec::new();
+    match tokio::time::timeout(limit, socket.read_to_end(&mut said)).await {
+        Ok(_) => said,
+        Err(_) => panic!("the backend kept what is not a lane open for {limit:?} (it said {said:?})"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_is_not_a_lane_is_dropped_and_the_daemon_serves_on() {
     let tb = TestBackend::start(64).await;
-    let port = raw_session(&tb).await.lane_port;
-    // Plain text instead of a TLS handshake: the backend closes the connection.
-    let mut plain = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    plain.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
-    let mut rest = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut rest)).await;
-    assert!(read.expect("closed in time").is_err() || rest.is_empty() || !rest.starts_with(b"HTTP"));
+    let raw = raw_session(&tb).await;
+    let port = raw.lane_port;
+    // Plain text instead of a TLS handshake, and a handshake record of garbage: the backend
+    // closes the connection at once, having said nothing but a TLS alert.
+    for hello in [b"GET / HTTP/1.1\r\n\r\n".as_slice(), &[0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5]] {
+        let mut socket = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        socket.write_all(hello).await.unwrap();
+        let said = dropped_within(&mut socket, Duration::from_secs(5)).await;
+        assert!(only_tls_alerts(&said), "the backend answered {hello:?} with {said:?}");
+    }
     // A connection that says nothing, and one that stops in the middle of its hello, take nothing
-    // from anyone else.
-    let _silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    // from anyone else: while they are open, a session attaches a lane and a program's copies go
+    // over lanes.
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let mut half = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     half.write_all(&[0x16, 0x03, 0x01]).await.unwrap();
+    let attached =
+        tokio::time::timeout(Duration::from_secs(5), raw.lane(&tb)).await.expect("a lane attaches meanwhile");
+    assert!(matches!(attached.1, Response::Welcome { .. }), "{:?}", attached.1);
     still_serves(&tb).await;
+    // And they are dropped at the backend's hello timeout (10 s), not kept for ever.
+    for socket in [&mut silent, &mut half] {
+        let said = dropped_within(socket, Duration::from_secs(20)).await;
+        assert!(only_tls_alerts(&said), "{said:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,13 +381,31 @@ async fn a_copy_given_up_halfway_costs_only_its_lane() {
     })
     .await;
     let acc = tb.connect().await;
-    let data: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
+    let port = acc_lane_port(&tb).await;
+    // Large enough that a step of a copy ([`give_up_mid_copy`]) seldom reaches its end.
+    let data: Vec<u8> = (0..128 << 20).map(|i| (i % 251) as u8).collect();
     let buf = acc.alloc::<u8>(data.len()).await.unwrap();
-    for _ in 0..3 {
-        // Given up after a moment: the lanes are cut mid-copy, never reused.
-        let _ = tokio::time::timeout(Duration::from_millis(2), buf.copy_from_host(&data)).await;
-        let mut back = vec![0u8; 8 << 20];
-        let _ = tokio::time::timeout(Duration::from_millis(2), buf.copy_to_host(&mut back)).await;
+    let mut back = vec![0u8; data.len()];
+    for to_device in [true, false] {
+        let (mut cut, mut tries) = (0, 0);
+        while cut < 3 {
+            tries += 1;
+            assert!(tries <= 10, "{cut} of 10 copies (to device: {to_device}) ended before a look could cut them");
+            // A whole copy first (1 MiB: over a lane), so that a lane is open when the next
+            // starts; that one is given up with bytes on it, and its lane closes.
+            buf.copy_from_host(&data[..1 << 20]).await.unwrap();
+            let lane = the_lane(port);
+            let given_up = if to_device {
+                give_up_mid_copy(buf.copy_from_host(&data), port, lane, true).await
+            } else {
+                give_up_mid_copy(buf.copy_to_host(&mut back), port, lane, false).await
+            };
+            if given_up {
+                cut += 1;
+                let open = client_lanes(port);
+                assert!(open.iter().all(|l| l.0 != lane.0), "a lane cut mid-copy is kept: {open:?}");
+            }
+        }
     }
     buf.copy_from_host(&data).await.unwrap();
     assert!(buf.to_vec().await.unwrap() == data, "the bytes read back differ");

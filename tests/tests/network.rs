@@ -82,17 +82,27 @@ impl Site {
         self.hosts()[0].state.clone()
     }
 
-    /// A program on host `host`, an ad-hoc job of `acpn` accelerators.
+    /// A program on host `host`, an ad-hoc job of `acpn` accelerators. Its rounds read the
+    /// site's mark ([`Site::mark`]).
     fn program(&self, host: usize, acpn: u32, args: &[&str], extra: &[(&str, String)]) -> Proc {
         let mut env = vec![
             ("ARM_ADDR", self.bed.sock(ARM, 7000).to_string()),
             ("ARM_CA_CERT", self.path("arm/ca.pem")),
             ("ARM_ACPN", acpn.to_string()),
             ("ARM_NODE", format!("node{host}")),
+            ("AC_NET_MARK", self.path("mark")),
         ];
         env.extend(extra.iter().cloned());
         let log = self.dir.path().join(format!("program-{host}-{}.log", args.join("-")));
         self.bed.spawn(host, &workspace_binary("ac-net-client"), args, &env, &log)
+    }
+
+    /// Sets the mark that the programs' rounds read when they start to `n` (written whole, by a
+    /// rename): a round that prints `mark n` began after this call.
+    fn mark(&self, n: u64) {
+        let fresh = self.path("mark.new");
+        std::fs::write(&fresh, n.to_string()).expect("mark written");
+        std::fs::rename(&fresh, self.path("mark")).expect("mark in place");
     }
 }
 
@@ -108,6 +118,23 @@ fn expect_line(proc: &mut Proc, needle: &str, limit: Duration) -> Instant {
     match proc.wait_for(needle, limit) {
         Some((at, _)) => at,
         None => panic!("no `{needle}` within {limit:?}; output:\n{}", proc.output()),
+    }
+}
+
+/// Waits for a round that began after mark `n` was set ([`Site::mark`]): one that says `mark n`
+/// or later. A line read now may have been printed long ago (before a partition, say); the mark
+/// says when its round started, and so that the session worked after that moment.
+fn expect_round_after_mark(proc: &mut Proc, n: u64, limit: Duration) -> Instant {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let Some((at, line)) = proc.wait_for(" ok mark ", left) else {
+            panic!("no round begun after mark {n} within {limit:?}; output:\n{}", proc.output());
+        };
+        let mark: u64 = line.rsplit(' ').next().and_then(|m| m.parse().ok()).expect("a mark");
+        if mark >= n {
+            return at;
+        }
     }
 }
 
@@ -138,8 +165,33 @@ fn a_program_and_armctl_reach_the_manager_by_address_with_certificates_the_daemo
     site.armctl(&["host", "list"]).unwrap_or_else(|e| panic!("with the name added: {e}"));
 }
 
+/// How soon a program with a bulk lane open learns that its backend process was `kill -9`ed,
+/// the host staying up (ARCHITECTURE.md, "a backend process dies": "within a probe interval
+/// with lanes (measured p99 0.25 s)"). What the code guarantees: the port watch
+/// (`ac_frontend`'s `watch.rs`) wakes at least every probe interval (`PROBE_INTERVAL`, 0.25 s);
+/// the killed process's kernel closes its end of the idle lane at once, so the first wake-up
+/// after the kill finds the lane closed, dials the lane port, is refused at once (the host is
+/// up), and closes the session. So the error comes within one interval plus the scheduling of
+/// the program and of this test's reader: the bound asserted is twice the interval, the other
+/// half being room for a loaded 2-core machine. (Without a lane the program waits on ICMP
+/// answers, which the kernel rate-limits: p99 1.3 s, and 0.45-1.27 s seen here, over the bound.)
+const KILL_NOTICE: f64 = 0.5;
+
+/// The program's pause between rounds in the kill test, by trial: in even trials the kill falls
+/// in a 200 ms pause, with the lane idle, and the program's next call fails once the watch has
+/// closed the session; in odd ones the program copies without pause, so the kill mostly cuts a
+/// copy on the lane, which must wait for the session's reason and name the death (it once waited
+/// 100 ms, less than the watch's interval, and said only "the bulk lane broke").
+fn kill_pause(trial: usize) -> &'static str {
+    if trial % 2 == 0 {
+        "200"
+    } else {
+        "0"
+    }
+}
+
 #[test]
-fn a_killed_backend_reaches_its_program_within_two_seconds() {
+fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() {
     need_netns!();
     let bed = Bed::new(2, 1500);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -147,14 +199,20 @@ fn a_killed_backend_reaches_its_program_within_two_seconds() {
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
     ];
+    let lane_port = bed.sock(BACKEND, 7100).to_string();
     let mut times = Vec::new();
-    // 20 kills with the port left closed (the host answers "port unreachable"), then 5 where the
-    // backend comes straight back (its stateless reset, or the port's refusal before it is up).
+    // 20 kills with the port left closed (the host refuses the lane port and answers "port
+    // unreachable"), then 5 where the backend comes straight back (its stateless reset answers
+    // the program's next call, after its pause; or the port's refusal before it is up).
     for trial in 0..25 {
         let mut backend = start_backend(&bed, dir.path(), "0");
         let log = dir.path().join(format!("program-{trial}.log"));
-        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["work", "0", "20"], &env, &log);
+        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["work", "0", kill_pause(trial)], &env, &log);
         expect_line(&mut program, "round 0 ok", Duration::from_secs(10));
+        // Round 0 copied 256 KiB each way, over the accelerator's lane: it is open now (a lane
+        // that could not be dialed would have sent the copies over QUIC, with no TCP here).
+        let lanes = bed.exec(0, "ss", &["-Htn", "state", "established", "dst", &lane_port], &[]);
+        assert!(lanes.as_ref().is_ok_and(|l| !l.trim().is_empty()), "trial {trial}: no lane open: {lanes:?}");
         backend.kill();
         let killed = Instant::now();
         let _restarted = (trial >= 20).then(|| start_backend(&bed, dir.path(), "0"));
@@ -166,22 +224,19 @@ fn a_killed_backend_reaches_its_program_within_two_seconds() {
             line.contains("backend process is gone") || line.contains("reset"),
             "trial {trial}: the error says the process died: {line}"
         );
-        assert!(
-            took < 2.0,
-            "trial {trial}: the program learned of the death after {took:.3} s: {line}\n{}",
-            program.output()
-        );
         eprintln!("trial {trial}: {took:.3} s: {line}");
         times.push(took);
     }
     let mut kills = times[..20].to_vec();
     kills.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&kills, 0.5), percentile(&kills, 0.99));
     eprintln!(
-        "time to error after kill -9, 20 trials: p50 {:.3} s, p99 {:.3} s; with a restart: {:?}",
-        percentile(&kills, 0.5),
-        percentile(&kills, 0.99),
+        "time to error after kill -9 with a lane open, 20 trials: p50 {p50:.3} s, p99 {p99:.3} s; with a restart: {:?}",
         &times[20..]
     );
+    assert!(p99 <= KILL_NOTICE, "p99 {p99:.3} s over 20 kills, promised within {KILL_NOTICE} s: {kills:?}");
+    let restarts = times[20..].iter().copied().fold(0.0, f64::max);
+    assert!(restarts <= KILL_NOTICE, "a restarted backend told after {restarts:.3} s: {:?}", &times[20..]);
 }
 
 #[test]
@@ -203,9 +258,17 @@ fn outages_shorter_than_the_idle_timeout_are_survived_and_a_longer_one_frees_bot
     for h in [PROGRAM, 3] {
         site.bed.heal(h);
     }
-    for p in [&mut patient, &mut hasty] {
-        expect_line(p, "ok", Duration::from_secs(5));
-        expect_line(p, "ok", Duration::from_secs(5));
+    // A round begun after the heal ends: the session outlived the outage (a line printed
+    // before the partition would not say mark 1). Not a timed claim: the round cut by the
+    // partition waits for the retransmissions' backed-off timers first.
+    let healed = Instant::now();
+    site.mark(1);
+    for (name, p) in [("patient", &mut patient), ("hasty", &mut hasty)] {
+        let at = expect_round_after_mark(p, 1, Duration::from_secs(20));
+        eprintln!(
+            "{name}: a round begun after the 2 s outage ended {:.1} s after the heal",
+            (at - healed).as_secs_f64()
+        );
     }
     // 8 s: the default survives; the 3 s idle timeout gives a clear error, and the program's
     // AC_Finalize frees its accelerator.
@@ -218,9 +281,11 @@ fn outages_shorter_than_the_idle_timeout_are_survived_and_a_longer_one_frees_bot
     for h in [PROGRAM, 3] {
         site.bed.heal(h);
     }
+    let healed = Instant::now();
+    site.mark(2);
     expect_line(&mut hasty, "finalized", Duration::from_secs(5));
-    expect_line(&mut patient, "ok", Duration::from_secs(5));
-    expect_line(&mut patient, "ok", Duration::from_secs(5));
+    let at = expect_round_after_mark(&mut patient, 2, Duration::from_secs(30));
+    eprintln!("patient: a round begun after the long outage ended {:.1} s after the heal", (at - healed).as_secs_f64());
     assert!(!patient.output().contains("error"), "the patient program saw no error:\n{}", patient.output());
     // The backend freed the hasty program's session: a new program finds its device empty.
     let mut probe = site.program(3, 1, &["memory"], &[]);
@@ -241,11 +306,10 @@ fn a_partition_between_manager_and_backend_keeps_programs_working_and_heals_with
         assert!(Instant::now() < end, "the host is never marked down");
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The program talks to its backend directly: it goes on working.
-    let before = first.output().matches(" ok").count();
-    expect_line(&mut first, "ok", Duration::from_secs(5));
-    expect_line(&mut first, "ok", Duration::from_secs(5));
-    assert!(first.output().matches(" ok").count() > before);
+    // The program talks to its backend directly: it goes on working, a round begun while the
+    // host is down ends.
+    site.mark(1);
+    expect_round_after_mark(&mut first, 1, Duration::from_secs(5));
     // Nothing is granted from a host that is down: a second program waits, granted nothing.
     let mut second = site.program(3, 1, &["work", "0", "50"], &[]);
     assert!(second.wait_for("connected", Duration::from_secs(2)).is_none(), "nothing granted from a down host");
@@ -263,7 +327,8 @@ fn a_partition_between_manager_and_backend_keeps_programs_working_and_heals_with
     let held: Vec<_> = site.accelerators().into_iter().filter_map(|(id, _, holder)| holder.map(|h| (id, h))).collect();
     assert_eq!(held.len(), 2, "{held:?}");
     assert_ne!(held[0].1, held[1].1, "two jobs, one accelerator each: {held:?}");
-    expect_line(&mut first, "ok", Duration::from_secs(5));
+    site.mark(2);
+    expect_round_after_mark(&mut first, 2, Duration::from_secs(5));
 }
 
 #[test]
