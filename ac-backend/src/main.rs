@@ -55,8 +55,8 @@ struct Args {
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
-    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 0.0.0.0:9101
-    /// (default: none).
+    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 10.1.0.2:7101: a
+    /// management address, as it has no authentication (default: none).
     #[arg(long, env = "AC_BACKEND_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// Bulk lanes one session may use at once (default: one per four cores, 1 to 4).

@@ -36,8 +36,8 @@ struct Args {
     /// A backend silent this long is marked down, milliseconds.
     #[arg(long, env = "ARM_BACKEND_TIMEOUT_MS")]
     backend_timeout_ms: Option<u64>,
-    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 0.0.0.0:9100
-    /// (default: none).
+    /// Serve Prometheus metrics over HTTP at /metrics on this address, e.g. 10.1.0.1:7001: a
+    /// management address, as it has no authentication (default: none).
     #[arg(long, env = "ARM_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// Write the bound address to this file once listening.

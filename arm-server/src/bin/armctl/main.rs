@@ -22,13 +22,14 @@ struct Cli {
     /// The resource manager's address.
     #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
     arm: SocketAddr,
-    /// Its CA certificate.
+    /// Its CA certificate (the packaged manager's: /var/lib/arm-server/ca.pem).
     #[arg(long, env = "ARM_CA_CERT", global = true, default_value = ".state/arm-server/ca.pem")]
     ca: PathBuf,
-    /// Admin client certificate.
+    /// Admin client certificate, which every command needs, `slurm prolog` and `slurm epilog`
+    /// included (the packaged manager's: /var/lib/arm-server/admin.pem).
     #[arg(long, env = "ARMCTL_CERT", global = true, default_value = ".state/arm-server/admin.pem")]
     cert: PathBuf,
-    /// Admin client key.
+    /// Admin client key (the packaged manager's: /var/lib/arm-server/admin.key).
     #[arg(long, env = "ARMCTL_KEY", global = true, default_value = ".state/arm-server/admin.key")]
     key: PathBuf,
     /// Print JSON instead of tables.
@@ -65,9 +66,10 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum SlurmCommand {
-    /// Bind the starting job's accelerators (`--acpn` per node) now; fails, so that Slurm
-    /// requeues the job, when they cannot be bound. Reads SLURM_JOB_ID, SLURM_JOB_NODELIST,
-    /// SLURM_JOB_USER, SLURM_JOB_UID and SPANK_ACPN, as Slurm sets them.
+    /// Bind the starting job's accelerators (`--acpn` per node) now; fails when they cannot be
+    /// bound, and Slurm then requeues the job, or kills it where it cannot be requeued
+    /// (interactive jobs, `JobRequeue=0`, `--no-requeue`). Reads SLURM_JOB_ID,
+    /// SLURM_JOB_NODELIST, SLURM_JOB_USER, SLURM_JOB_UID and SPANK_ACPN, as Slurm sets them.
     Prolog,
     /// Release everything the ending job holds, static and dynamic. Reads SLURM_JOB_ID.
     Epilog,
