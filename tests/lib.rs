@@ -388,6 +388,15 @@ pub fn tail(path: &std::path::Path, lines: usize) -> String {
     }
 }
 
+/// Says why a test cannot run here (not root, a tool missing) before its caller returns, and
+/// so passes it; but where the environment variable `required` is set, fails it instead:
+/// `scripts/test` sets `AC_NETNS_REQUIRED` and `AC_PACKAGES_REQUIRED` (as it sets
+/// `AC_NVRTC_REQUIRED`), so that a skip in CI cannot pass what never ran.
+pub fn skip(required: &str, why: &str) {
+    assert!(std::env::var_os(required).is_none(), "{required} is set, but this test cannot run here: {why}");
+    eprintln!("SKIPPED: {why} (with {required} set, this fails)");
+}
+
 /// Registers `backends` as `h0`, `h1`, ... with a manager, through an admin client.
 pub async fn register_hosts(admin: &ac_frontend::arm::ArmClient, backends: &[TestBackend]) {
     for (i, b) in backends.iter().enumerate() {

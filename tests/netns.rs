@@ -68,12 +68,13 @@ pub fn unavailable_with(tools: &[&str]) -> Option<String> {
     None
 }
 
-/// Skips the calling test (returns from it) when namespaces cannot be made, saying why.
+/// Skips the calling test (returns from it) when namespaces cannot be made, saying why; fails
+/// it instead where `AC_NETNS_REQUIRED` is set ([`crate::skip`]).
 #[macro_export]
 macro_rules! need_netns {
     () => {
         if let Some(why) = $crate::netns::unavailable() {
-            eprintln!("SKIPPED: {why}");
+            $crate::skip("AC_NETNS_REQUIRED", &why);
             return;
         }
     };

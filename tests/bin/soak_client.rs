@@ -12,12 +12,15 @@
 //! host's `y + 2x`; it alternates between inline (4 KiB) and bulk (1 MiB) copies. The last line
 //! is the outcome for the driver: `outcome ok`, `outcome wrong N` (elements that differ) or
 //! `outcome error CLASS MESSAGE` ([`ac_tests::soak::error_class`]); `rejected` is printed for
-//! each `AC_Get` the manager rejected.
+//! each `AC_Get` the manager rejected. `job ID` and `using ID...` (after `AC_Init` and each
+//! `AC_Get`) tell the driver which backends the program uses; on an error the program prints
+//! `failed` and, its session still open, waits for a line on its standard input, so that the
+//! driver can read from the manager what its job holds (a grant it never connected to).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ac_frontend::{Accelerator, Error, GetRequest, LaunchDims, Session, SessionOptions};
+use ac_frontend::{Accelerator, Error, GetRequest, Handle, LaunchDims, Session, SessionOptions};
 
 /// Elements of a round: inline copies on even rounds, bulk ones on odd rounds.
 fn elements(round: u32) -> usize {
@@ -55,28 +58,55 @@ async fn work<'a>(accs: impl Iterator<Item = &'a Accelerator> + Clone, rounds: u
     Ok(wrong)
 }
 
+/// `using ID...`: the accelerators of `handles`.
+fn using(handles: &[Handle]) {
+    println!("using {}", handles.iter().map(|h| h.id.as_str()).collect::<Vec<_>>().join(" "));
+}
+
+/// Says `failed` and waits for the driver's line (or the end of standard input), the session
+/// still open, when `result` is an error.
+async fn hold_if_failed<T>(result: Result<T, Error>) -> Result<T, Error> {
+    if result.is_err() {
+        println!("failed");
+        let _ = tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new())).await;
+    }
+    result
+}
+
 async fn run_static(rounds: u32, seed: u32) -> Result<u64, Error> {
-    let session = Session::init(SessionOptions::from_env()?).await?;
-    let wrong = work(session.accelerators().iter().map(|h| &h.acc), rounds, seed).await?;
+    let options = SessionOptions::from_env()?;
+    // The driver submitted the job: it knows what the manager bound even if AC_Init fails.
+    println!("job {}", std::env::var("ARM_JOB_ID").unwrap_or_default());
+    let session = hold_if_failed(Session::init(options).await).await?;
+    using(session.accelerators());
+    let wrong = hold_if_failed(work(session.accelerators().iter().map(|h| &h.acc), rounds, seed).await).await?;
     session.finalize().await?;
     Ok(wrong)
 }
 
 async fn run_dynamic(rounds: u32, seed: u32) -> Result<u64, Error> {
     let session = Session::init(SessionOptions::from_env()?).await?;
+    println!("job {}", session.job());
+    let wrong = hold_if_failed(gets(&session, rounds, seed).await).await?;
+    session.finalize().await?;
+    Ok(wrong)
+}
+
+/// Three `AC_Get`s of 1 or 2 accelerators, each worked on and freed.
+async fn gets(session: &Session, rounds: u32, seed: u32) -> Result<u64, Error> {
     let mut wrong = 0;
     for get in 0..3u32 {
         let want = 1 + (seed + get) % 2;
         let request = GetRequest::new(want).at_least(1).wait_up_to(Duration::from_secs(5));
         match session.get_or_why(request).await? {
             Ok(set) => {
+                using(&set.handles);
                 wrong += work(set.handles.iter().map(|h| &h.acc), rounds, seed.wrapping_add(get)).await?;
                 session.free(set).await?;
             }
             Err(_) => println!("rejected"),
         }
     }
-    session.finalize().await?;
     Ok(wrong)
 }
 

@@ -4,12 +4,19 @@
 //! One `arm-server` and a few CPU-device `ac-backend`s run as processes. Slots run
 //! `ac-soak-client` programs one after another (static and dynamic, one in five killed with
 //! `kill -9` mid-work; [`programs`]), while the driver restarts a backend (`kill -9`, then the
-//! same port and state directory) every few minutes, in turn, never `h0`, and the manager once.
-//! Every program checks its results exactly; one that loses its accelerator to a restart must
-//! end with a clear error, counted by class, and only if a restart happened while it ran.
-//! After the churn: the pool is all free and no job is live, every device's memory is free
-//! again (read from each backend with `DeviceInfo`), and the daemons' resident memory and open
-//! descriptors are compared with their values after warm-up ([`report`] has the bounds).
+//! same port and state directory) every few minutes, in turn, never `h0`, and the manager once,
+//! after the first backend. Every program checks its results exactly; one that loses its
+//! accelerator to a restart must end with a clear error, counted by class, and only if a
+//! restart that can cause that class happened while it ran: of the manager, or of a backend
+//! whose accelerators it held (not any backend).
+//!
+//! Half-way between restarts, and at the end, the driver takes a checkpoint: it holds new
+//! programs back, waits for the running ones and for the pool to be free, and reads every
+//! daemon's resident memory and open descriptors. These quiet moments are equivalent, so a
+//! process's descriptors must be the same at each of its checkpoints (one leaked per restart
+//! of another daemon, or per program, shows), and its memory may grow only by a small bound
+//! ([`report`] says why). After the churn: the pool is all free and no job is live, and every
+//! device's memory is free again (read from each backend with `DeviceInfo`).
 //! Used by `ac-soak` (`scripts/soak`) and by `tests/tests/soak.rs`.
 
 mod daemons;
@@ -25,7 +32,7 @@ use ac_frontend::{Session, SessionOptions};
 use ac_proto::arm::{JobAuth, Request, Response};
 
 pub use daemons::ProcSample;
-pub use report::{DaemonFigures, Programs, Report, FD_BOUND, RSS_BOUND_MIB};
+pub use report::{Checkpoint, DaemonFigures, Programs, Report, FD_SETTLE_S, RSS_BOUND_MIB};
 
 use daemons::Daemons;
 use programs::{Ended, Kind, Program};
@@ -44,7 +51,7 @@ pub struct Config {
     /// Programs running at once.
     pub programs: usize,
     /// Backends (at least 2: `h0` is never restarted, so that one backend is measured across
-    /// the whole soak).
+    /// the whole soak, every restart of another daemon between its checkpoints).
     pub backends: usize,
     /// CPU devices per backend.
     pub devices: u32,
@@ -63,14 +70,17 @@ impl Config {
         (self.duration / 4).clamp(Duration::from_secs(30), Duration::from_secs(180))
     }
 
-    /// The manager's restart: a sixth into the soak.
+    /// The manager's restart: a quarter period after the first backend's, so that its first
+    /// process sees a backend restart between two checkpoints, and its second one the others.
     fn manager_restart(&self) -> Duration {
-        self.duration / 6
+        self.backend_period() * 5 / 4
     }
 
-    /// The daemons' figures after warm-up: a third into the soak, after the manager's restart.
-    fn baseline(&self) -> Duration {
-        self.duration / 3
+    /// The checkpoints during the churn: half-way between restarts, the first after half a
+    /// period of warm-up.
+    fn checkpoints(&self) -> impl Iterator<Item = Duration> + '_ {
+        let period = self.backend_period();
+        (0..).map(move |k| period / 2 + period * k).take_while(|at| *at < self.duration)
     }
 }
 
@@ -101,12 +111,13 @@ fn causes(class: &str) -> (bool, bool) {
     }
 }
 
-/// A restart: from the kill until the daemon listens again, and whether it was the manager's.
-#[derive(Debug, Clone, Copy)]
+/// A restart: from the kill until the daemon listens again, and which backend's (`h1`, ...),
+/// `None` for the manager's.
+#[derive(Debug, Clone)]
 struct Restart {
     killed: Instant,
     back: Instant,
-    manager: bool,
+    backend: Option<String>,
 }
 
 /// Runs the soak with its state under `dir` and reports.
@@ -123,11 +134,13 @@ pub async fn run(config: &Config, dir: &Path) -> Report {
         churn_end: start + config.duration,
         problems: Mutex::new(Vec::new()),
         lost_answers: Default::default(),
+        gate: Default::default(),
+        ended: Default::default(),
     });
     let slots: Vec<_> = (0..config.programs)
         .map(|s| tokio::spawn(programs::slot(shared.clone(), s, config.seed.wrapping_mul(1_000) + s as u64)))
         .collect();
-    let (restarts, baseline) = chaos(config, &mut daemons, start).await;
+    let (restarts, mut checkpoints) = chaos(config, &mut daemons, &shared, start).await;
     let mut all = Vec::new();
     for slot in slots {
         all.extend(slot.await.expect("slot task"));
@@ -139,44 +152,45 @@ pub async fn run(config: &Config, dir: &Path) -> Report {
         shared.problem(format!("reading device memory: {e}"));
         (BTreeMap::new(), 0)
     });
-    // The probe's own session ends too; the pool must be free again for the end figures.
+    // The probe's own session ends too; the pool must be free again for the last checkpoint.
     let (leaked_after_probe, _) = settle(&shared.admin).await;
-    let end = daemons.samples();
-    let daemons_figures =
-        baseline.into_iter().zip(end).map(|((name, start), (_, end))| DaemonFigures { name, start, end }).collect();
+    checkpoints.push(checkpoint(&daemons, &shared, &checkpoints, start).await);
     let problems = shared.problems.lock().expect("problems").clone();
     Report {
         minutes: config.duration.as_secs_f64() / 60.0,
         concurrency: config.programs,
         pool: config.backends * config.devices as usize,
         programs: tally(&all, &restarts, start),
-        backend_restarts: restarts.iter().filter(|r| !r.manager).count() as u64,
-        manager_restarts: restarts.iter().filter(|r| r.manager).count() as u64,
+        backend_restarts: restarts.iter().filter(|r| r.backend.is_some()).count() as u64,
+        manager_restarts: restarts.iter().filter(|r| r.backend.is_none()).count() as u64,
         leaked_accelerators: leaked_accelerators.into_iter().chain(leaked_after_probe).collect(),
         live_jobs,
         device_memory_in_use,
         devices_checked,
-        daemons: daemons_figures,
+        daemons: DaemonFigures::of(&checkpoints),
+        checkpoints,
         problems,
         lost_submit_answers: shared.lost_answers.load(std::sync::atomic::Ordering::Relaxed),
         settle_s,
     }
 }
 
-/// Restarts backends in turn and the manager once, and takes the daemons' figures after
-/// warm-up, until the churn ends; returns the restarts and those figures.
+/// Restarts backends in turn and the manager once, and takes the checkpoints between them,
+/// until the churn ends; returns the restarts and the checkpoints.
 async fn chaos(
     config: &Config,
     daemons: &mut Daemons,
+    shared: &programs::Shared,
     start: Instant,
-) -> (Vec<Restart>, Vec<(String, Option<ProcSample>)>) {
+) -> (Vec<Restart>, Vec<Checkpoint>) {
     #[derive(Clone, Copy)]
     enum Event {
         Backend(usize),
         Manager,
-        Baseline,
+        Checkpoint,
     }
-    let mut events = vec![(config.manager_restart(), Event::Manager), (config.baseline(), Event::Baseline)];
+    let mut events = vec![(config.manager_restart(), Event::Manager)];
+    events.extend(config.checkpoints().map(|at| (at, Event::Checkpoint)));
     let period = config.backend_period();
     let mut at = period;
     let mut turn = 0;
@@ -185,33 +199,74 @@ async fn chaos(
         at += period;
         turn += 1;
     }
+    events.retain(|(at, _)| *at < config.duration);
     events.sort_by_key(|(at, _)| *at);
     let mut restarts = Vec::new();
-    let mut baseline = Vec::new();
+    let mut checkpoints = Vec::new();
     for (at, event) in events {
         tokio::time::sleep_until((start + at).into()).await;
         match event {
             Event::Backend(i) => {
                 let killed = Instant::now();
                 tokio::task::block_in_place(|| daemons.restart_backend(i));
-                restarts.push(Restart { killed, back: Instant::now(), manager: false });
+                restarts.push(Restart { killed, back: Instant::now(), backend: Some(format!("h{i}")) });
                 eprintln!("soak: h{i} restarted at {:.1} s", (killed - start).as_secs_f64());
             }
             Event::Manager => {
                 let killed = Instant::now();
                 tokio::task::block_in_place(|| daemons.restart_manager());
-                restarts.push(Restart { killed, back: Instant::now(), manager: true });
+                restarts.push(Restart { killed, back: Instant::now(), backend: None });
                 eprintln!("soak: the manager restarted at {:.1} s", (killed - start).as_secs_f64());
             }
-            Event::Baseline => baseline = daemons.samples(),
+            Event::Checkpoint => {
+                // New programs wait, running ones end; then the pool must come free.
+                let _quiet = shared.gate.write().await;
+                let (busy, live) = settle(&shared.admin).await;
+                if !busy.is_empty() || !live.is_empty() {
+                    shared.problem(format!("not quiet at a checkpoint: busy {busy:?}, live jobs {live:?}"));
+                }
+                let taken = checkpoint(daemons, shared, &checkpoints, start).await;
+                eprintln!(
+                    "soak: checkpoint at {:.1} s (quiet after {:.1} s)",
+                    at.as_secs_f64(),
+                    taken.at_s - at.as_secs_f64()
+                );
+                checkpoints.push(taken);
+            }
         }
     }
     tokio::time::sleep_until((start + config.duration).into()).await;
-    (restarts, baseline)
+    (restarts, checkpoints)
+}
+
+/// Every daemon's figures now, once each process's open descriptors are back at their number
+/// at its first checkpoint (in `earlier`), or after [`FD_SETTLE_S`].
+async fn checkpoint(
+    daemons: &Daemons,
+    shared: &programs::Shared,
+    earlier: &[Checkpoint],
+    start: Instant,
+) -> Checkpoint {
+    let first: BTreeMap<u32, u64> =
+        earlier.iter().rev().flat_map(|c| c.daemons.iter().filter_map(|(_, s)| s.map(|s| (s.pid, s.fds)))).collect();
+    let deadline = Instant::now() + Duration::from_secs(FD_SETTLE_S);
+    loop {
+        let now = daemons.samples();
+        let back = now.iter().all(|(_, s)| s.is_none_or(|s| first.get(&s.pid).is_none_or(|fds| *fds == s.fds)));
+        if back || Instant::now() > deadline {
+            return Checkpoint {
+                at_s: start.elapsed().as_secs_f64(),
+                programs: shared.ended.load(std::sync::atomic::Ordering::Relaxed),
+                daemons: now,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Counts the programs' ends; an error counts as clear only if a restart that can cause its
-/// class happened while the program ran.
+/// class happened while the program ran: the manager's, or that of a backend whose accelerators
+/// the program held.
 fn tally(all: &[Program], restarts: &[Restart], start: Instant) -> Programs {
     let mut p = Programs { started: all.len() as u64, ..Programs::default() };
     for program in all {
@@ -231,17 +286,20 @@ fn tally(all: &[Program], restarts: &[Restart], start: Instant) -> Programs {
             Ended::Hung => p.hung += 1,
             Ended::Error { class, message } => {
                 let (backend, manager) = causes(class);
+                let cause = |r: &Restart| match &r.backend {
+                    Some(host) => backend && program.hosts.contains(host),
+                    None => manager,
+                };
                 let during = |r: &&Restart| {
-                    r.back + EXPLAIN_BEFORE >= program.started
-                        && r.killed <= program.finished
-                        && ((backend && !r.manager) || (manager && r.manager))
+                    r.back + EXPLAIN_BEFORE >= program.started && r.killed <= program.finished && cause(r)
                 };
                 if restarts.iter().any(|r| during(&r)) {
                     *p.errors.entry(class.clone()).or_default() += 1;
                     p.error_examples.entry(class.clone()).or_insert_with(|| message.clone());
                 } else {
                     let (from, to) = (program.started - start, program.finished - start);
-                    let when = format!("ran {:.1}-{:.1} s", from.as_secs_f64(), to.as_secs_f64());
+                    let when =
+                        format!("ran {:.1}-{:.1} s on {:?}", from.as_secs_f64(), to.as_secs_f64(), program.hosts);
                     p.unexplained.push(format!("{class}: {message} ({when})"));
                 }
             }
@@ -310,4 +368,48 @@ async fn device_memory(daemons: &Daemons, config: &Config) -> Result<(BTreeMap<S
     let read = session.accelerators().len();
     session.finalize().await.map_err(|e| format!("the probe's AC_Finalize: {e}"))?;
     Ok((in_use, read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program that held `hosts` and failed with `class` while it ran, from `start` + 10 s
+    /// to `start` + 20 s.
+    fn failed(start: Instant, class: &str, hosts: &[&str]) -> Program {
+        Program {
+            kind: Kind::Dynamic,
+            started: start + Duration::from_secs(10),
+            finished: start + Duration::from_secs(20),
+            ended: Ended::Error { class: class.into(), message: "lost".into() },
+            rejected: 0,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        }
+    }
+
+    /// A restart of `backend` (the manager's when `None`) 15 s in, while the program ran.
+    fn restart(start: Instant, backend: Option<&str>) -> Restart {
+        let killed = start + Duration::from_secs(15);
+        Restart { killed, back: killed + Duration::from_millis(300), backend: backend.map(Into::into) }
+    }
+
+    #[test]
+    fn an_error_is_explained_only_by_a_restart_of_a_backend_the_program_used() {
+        let start = Instant::now();
+        let program = [failed(start, "disconnected", &["h1"])];
+        let explained = |restarts: &[Restart]| tally(&program, restarts, start).unexplained.is_empty();
+        assert!(explained(&[restart(start, Some("h1"))]));
+        assert!(!explained(&[restart(start, Some("h2"))]), "h2's restart excused an error on h1");
+        assert!(!explained(&[restart(start, None)]), "the manager's restart excused a backend's error");
+        assert!(!explained(&[]));
+        // A class either daemon can cause: the manager's restart, or h1's; still not h2's.
+        let program = [failed(start, "timeout", &["h1"])];
+        let explained = |restarts: &[Restart]| tally(&program, restarts, start).unexplained.is_empty();
+        assert!(explained(&[restart(start, None)]) && explained(&[restart(start, Some("h1"))]));
+        assert!(!explained(&[restart(start, Some("h2"))]));
+        // A restart long before the program started explains nothing.
+        let early = Restart { killed: start, back: start + Duration::from_secs(1), backend: Some("h1".into()) };
+        let program = [failed(start, "disconnected", &["h1"])];
+        assert!(!tally(&program, &[early], start).unexplained.is_empty());
+    }
 }

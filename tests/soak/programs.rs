@@ -1,8 +1,15 @@
 //! The soak's programs: each slot runs one `ac-soak-client` process after another until the
 //! churn ends, static (a submitted job, bound before the program starts, ended afterwards as
 //! Slurm's epilog would) or dynamic (an ad-hoc job that takes and frees accelerators at run
-//! time), and kills some of them with `kill -9` mid-work.
+//! time), and kills some of them with `kill -9` mid-work. A checkpoint of the driver holds new
+//! programs back until it is done ([`Shared::gate`]).
+//!
+//! The driver learns which backends a program used: from its `using` lines, and, when it
+//! fails, from the manager's view of its job, read while the failed program waits (an
+//! accelerator granted but never connected is known only there); only a restart of one of
+//! those backends can explain the program's error.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ac_frontend::arm::ArmClient;
 use ac_proto::arm::{Request, Response};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// The longest a program may run before it counts as hung (and is killed).
 const PROGRAM_LIMIT: Duration = Duration::from_secs(120);
@@ -62,6 +69,8 @@ pub struct Program {
     pub ended: Ended,
     /// `AC_Get`s the manager rejected.
     pub rejected: u64,
+    /// The backends (`h0`, `h1`, ...) whose accelerators it held.
+    pub hosts: BTreeSet<String>,
 }
 
 /// What every slot shares.
@@ -83,6 +92,12 @@ pub struct Shared {
     pub problems: Mutex<Vec<String>>,
     /// Job submissions whose answer the manager's kill lost (the job was ended unused).
     pub lost_answers: AtomicU64,
+    /// Held (read) by each program from its job's submission to its end; a checkpoint takes it
+    /// (write), so that it waits for the running programs and new ones wait for it (tokio's
+    /// lock queues readers behind a waiting writer).
+    pub gate: tokio::sync::RwLock<()>,
+    /// Programs ended so far.
+    pub ended: AtomicU64,
 }
 
 /// A small deterministic generator (xorshift64*): the same seed gives the same churn.
@@ -152,6 +167,10 @@ pub async fn slot(shared: Arc<Shared>, slot: usize, seed: u64) -> Vec<Program> {
     let mut rng = Rng::new(seed);
     let mut programs = Vec::new();
     while Instant::now() < shared.churn_end {
+        let _running = shared.gate.read().await;
+        if Instant::now() >= shared.churn_end {
+            break;
+        }
         let kind = if rng.below(2) == 0 { Kind::Static } else { Kind::Dynamic };
         let rounds = 4 + rng.below(12) as u32;
         // One program in five is killed, at some point of its first few seconds.
@@ -182,13 +201,14 @@ pub async fn slot(shared: Arc<Shared>, slot: usize, seed: u64) -> Vec<Program> {
             end_job(&shared, &job).await;
         }
         programs.push(program);
+        shared.ended.fetch_add(1, Ordering::Relaxed);
     }
     programs
 }
 
 /// Starts one `ac-soak-client` and waits for it (or kills it after `kill_after`).
 async fn run_one(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     kind: Kind,
     node: &str,
     env: Vec<(&str, String)>,
@@ -207,21 +227,15 @@ async fn run_one(
         .env("ARM_NODE", node)
         .env("ARM_INIT_TIMEOUT_S", "60")
         .envs(env)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log)
         .kill_on_drop(true);
     let started = Instant::now();
     let mut child = command.spawn().expect("ac-soak-client starts");
     let stdout = child.stdout.take().expect("piped stdout");
-    let reader = tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let mut all = Vec::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            all.push(line);
-        }
-        all
-    });
+    let stdin = child.stdin.take().expect("piped stdin");
+    let reader = tokio::spawn(follow(shared.clone(), stdout, stdin));
     let limit = kill_after.unwrap_or(PROGRAM_LIMIT);
     let (status, killed) = match tokio::time::timeout(limit, child.wait()).await {
         Ok(status) => (status, false),
@@ -230,14 +244,62 @@ async fn run_one(
             (child.wait().await, true)
         }
     };
-    let lines = reader.await.unwrap_or_default();
+    let (lines, hosts) = reader.await.unwrap_or_default();
     let rejected = lines.iter().filter(|l| *l == "rejected").count() as u64;
     let ended = match (killed, kill_after) {
         (true, Some(_)) => Ended::Killed,
         (true, None) => Ended::Hung,
         _ => outcome(&lines, status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
     };
-    Program { kind, started, finished: Instant::now(), ended, rejected }
+    Program { kind, started, finished: Instant::now(), ended, rejected, hosts }
+}
+
+/// Reads a program's lines until it ends: `job ID` (its job), `using ID...` (accelerators it
+/// connected to), and `failed`, after which it waits for a line on its standard input while
+/// the driver reads from the manager which accelerators its job holds. Returns every line and
+/// the backends the program used.
+async fn follow(
+    shared: Arc<Shared>,
+    stdout: tokio::process::ChildStdout,
+    mut stdin: tokio::process::ChildStdin,
+) -> (Vec<String>, BTreeSet<String>) {
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let (mut all, mut hosts, mut job) = (Vec::new(), BTreeSet::new(), None);
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(id) = line.strip_prefix("job ") {
+            job = Some(id.to_string());
+        } else if let Some(ids) = line.strip_prefix("using ") {
+            hosts.extend(ids.split_whitespace().map(host_of));
+        } else if line == "failed" {
+            if let Some(job) = &job {
+                hosts.extend(held(&shared, job).await);
+            }
+            // A program killed meanwhile reads nothing: nothing to do.
+            let _ = stdin.write_all(b"go\n").await;
+        }
+        all.push(line);
+    }
+    (all, hosts)
+}
+
+/// The backend of accelerator `id` (`host/device`).
+fn host_of(id: &str) -> String {
+    id.split('/').next().unwrap_or(id).to_string()
+}
+
+/// The backends of the accelerators job `job` holds, statically and dynamically, as the
+/// manager says.
+async fn held(shared: &Shared, job: &str) -> BTreeSet<String> {
+    match ask(shared, &Request::JobShow { id: job.to_string() }).await {
+        Ok(Response::Job(view)) => {
+            let statics = view.static_accelerators.iter().map(|(_, a)| host_of(a));
+            statics.chain(view.dynamic_accelerators.iter().map(|(_, a)| host_of(a))).collect()
+        }
+        other => {
+            shared.problem(format!("show {job} after its program failed: {other:?}"));
+            BTreeSet::new()
+        }
+    }
 }
 
 /// The program's last `outcome` line, or a crash.

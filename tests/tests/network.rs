@@ -1,7 +1,8 @@
 //! Across a real network: the manager, backends and programs each in its own emulated host
 //! (`ac_tests::netns`), deployed as the README says (certificates made by the daemons
 //! themselves, `armctl host add` by address), with partitions, random loss and dead processes.
-//! Skipped, saying so, where namespaces cannot be made (not root); CI runs them.
+//! Skipped, saying so, where namespaces cannot be made (not root, no `ip` or `nft`), unless
+//! `AC_NETNS_REQUIRED` is set, as `scripts/test` sets it: then a skip is a failure.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,11 +3,14 @@
 //! installed daemons run the demo's flow as their own system users with the installed
 //! configuration (started directly: systemd is not the init of a CI container), and C,
 //! Fortran and MPI programs built with CMake against the installed libac-dev
-//! (`find_package(ac)`, no paths given) run against them. Everything is purged at the end,
-//! whatever happens, and the packages' system users deleted.
+//! (`find_package(ac)`, no paths given) run against them. Before that, both daemons' packages
+//! are upgraded to a second, higher version built by `scripts/package --version`, with their
+//! conffiles edited. Everything is purged at the end, whatever happens (the purge must leave
+//! nothing of them in `/etc`), and the packages' system users deleted.
 //!
-//! Root only (dpkg); skipped, saying so, elsewhere. It replaces packages of these names that
-//! are installed on the machine (CI's is thrown away).
+//! Root only (dpkg); skipped, saying so, elsewhere, and failed where `AC_PACKAGES_REQUIRED` is
+//! set (`scripts/test` sets it). It replaces packages of these names that are installed on the
+//! machine (CI's is thrown away).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,32 +18,33 @@ use std::time::{Duration, Instant};
 
 /// The packages `scripts/package` builds, in the order dpkg removes them.
 const PACKAGES: [&str; 5] = ["ac-slurm", "libac-dev", "libac", "ac-backend", "arm-server"];
-/// The system users the daemons' packages create.
+/// The system users the daemons' packages create (each package is named as its user).
 const USERS: [&str; 2] = ["arm-server", "ac-backend"];
+/// The daemons' configuration files, conffiles of the packages of the same names.
+const CONFFILES: [(&str, &str); 2] =
+    [("arm-server", "/etc/arm-server/arm-server.toml"), ("ac-backend", "/etc/ac-backend/ac-backend.toml")];
+/// Appended to the workspace's version for the upgrade's packages: Debian orders `0.1.0+upgrade1`
+/// after `0.1.0`.
+const UPGRADE_SUFFIX: &str = "+upgrade1";
 const NODE: &str = "pkg-node";
 
 #[test]
 fn packages_install_and_run_the_demo_flow() {
     if !is_root() {
-        eprintln!("skipped: installing Debian packages needs root (CI runs it)");
+        ac_tests::skip("AC_PACKAGES_REQUIRED", "installing Debian packages needs root");
         return;
     }
     let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("checkout").to_path_buf();
     let dir = tempfile::tempdir().expect("temp dir");
     let debs = dir.path().join("debs");
 
-    let built = run(Command::new(checkout.join("scripts/package")).args(["--no-build", "--out"]).arg(&debs));
-    let files: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
-    let mut names: Vec<String> = files.iter().map(|f| deb_field(f, "Package")).collect();
-    names.sort();
-    let mut expected: Vec<String> = PACKAGES.iter().map(|p| p.to_string()).collect();
-    expected.sort();
-    assert_eq!(names, expected, "scripts/package built {built}");
+    let files = package(&checkout, &debs, None);
+    let version = deb_field(&files[0], "Version");
 
     let mut installed = Installed::new();
     run(Command::new("dpkg").arg("--install").args(&files));
     installed.check_files();
-    keeps_edited_conffile_on_upgrade(&files);
+    upgrade_keeps_edited_conffiles(&checkout, dir.path(), &version);
     let ctl = installed.start_daemons(dir.path());
 
     // The demo's flow: register the backend, programs built against the installed library.
@@ -79,18 +83,55 @@ fn packages_install_and_run_the_demo_flow() {
     installed.purge();
 }
 
-/// An admin's edit of the manager's configuration survives installing the package again (an
-/// upgrade to the same version: dpkg keeps an edited conffile whose packaged text is unchanged,
-/// without asking), and the postinst's upgrade path runs.
-fn keeps_edited_conffile_on_upgrade(debs: &[PathBuf]) {
-    let conffile = "/etc/arm-server/arm-server.toml";
+/// `scripts/package` of the release build into `out`, at `version` (the workspace's when
+/// `None`): the .debs, one of each of [`PACKAGES`].
+fn package(checkout: &Path, out: &Path, version: Option<&str>) -> Vec<PathBuf> {
+    let mut command = Command::new(checkout.join("scripts/package"));
+    command.args(["--no-build", "--out"]).arg(out);
+    if let Some(version) = version {
+        command.args(["--version", version]);
+    }
+    let built = run(&mut command);
+    let files: Vec<PathBuf> = built.lines().map(PathBuf::from).collect();
+    let mut names: Vec<String> = files.iter().map(|f| deb_field(f, "Package")).collect();
+    names.sort();
+    let mut expected: Vec<String> = PACKAGES.iter().map(|p| p.to_string()).collect();
+    expected.sort();
+    assert_eq!(names, expected, "scripts/package built {built}");
+    for file in &files {
+        let packaged = deb_field(file, "Version");
+        assert!(version.is_none_or(|v| v == packaged), "{} is version {packaged}, not {version:?}", file.display());
+    }
+    files
+}
+
+/// An upgrade of both daemons' packages, from `version` to a higher one built for it, keeps
+/// the admin's edits of their conffiles (dpkg keeps an edited conffile whose packaged text is
+/// unchanged, without asking) and runs the maintainer scripts' upgrade paths.
+fn upgrade_keeps_edited_conffiles(checkout: &Path, dir: &Path, version: &str) {
+    let newer = format!("{version}{UPGRADE_SUFFIX}");
+    let higher = Command::new("dpkg").args(["--compare-versions", &newer, "gt", version]).status();
+    assert!(higher.is_ok_and(|s| s.success()), "{newer} does not upgrade {version}");
+    let debs = package(checkout, &dir.join("upgrade"), Some(&newer));
     let edit = "# edited by the site\n";
-    let text = std::fs::read_to_string(conffile).expect("installed configuration");
-    std::fs::write(conffile, format!("{text}{edit}")).expect("configuration edited");
-    let deb = debs.iter().find(|f| deb_field(f, "Package") == "arm-server").expect("arm-server's .deb");
-    run(Command::new("dpkg").arg("--install").arg(deb));
-    let kept = std::fs::read_to_string(conffile).expect("configuration after the upgrade");
-    assert!(kept.ends_with(edit), "the upgrade replaced the edited {conffile}:\n{kept}");
+    for (_, conffile) in CONFFILES {
+        let text = std::fs::read_to_string(conffile).expect("installed configuration");
+        std::fs::write(conffile, format!("{text}{edit}")).expect("configuration edited");
+    }
+    let daemons: Vec<&PathBuf> = debs.iter().filter(|f| USERS.contains(&deb_field(f, "Package").as_str())).collect();
+    assert_eq!(daemons.len(), USERS.len(), "the daemons' packages of {debs:?}");
+    run(Command::new("dpkg").arg("--install").args(&daemons));
+    for (package, conffile) in CONFFILES {
+        let state = run(Command::new("dpkg-query").args(["--showformat=${Version} ${Status}", "--show", package]));
+        assert_eq!(state, format!("{newer} install ok installed"), "{package} after the upgrade");
+        let kept = std::fs::read_to_string(conffile).expect("configuration after the upgrade");
+        assert!(kept.ends_with(edit), "the upgrade replaced the edited {conffile}:\n{kept}");
+        let beside = std::fs::read_dir(Path::new(conffile).parent().expect("its directory"))
+            .expect("configuration directory")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect::<Vec<_>>();
+        assert_eq!(beside.len(), 1, "dpkg left other files beside {conffile}: {beside:?}");
+    }
 }
 
 /// The packages installed by this test: purged on drop, with the users their postinst made.
@@ -123,9 +164,7 @@ impl Installed {
             assert!(Path::new(&path).exists(), "{path} is not installed");
         }
         // The configuration files are conffiles, kept across upgrades.
-        for (package, conffile) in
-            [("arm-server", "/etc/arm-server/arm-server.toml"), ("ac-backend", "/etc/ac-backend/ac-backend.toml")]
-        {
+        for (package, conffile) in CONFFILES {
             let listed = run(Command::new("dpkg-query").args(["--showformat=${Conffiles}", "--show", package]));
             assert!(listed.contains(conffile), "{package}'s conffiles: {listed}");
         }
@@ -175,8 +214,10 @@ impl Installed {
         remove_packages();
         for path in [
             "/usr/bin/arm-server",
+            "/usr/bin/armctl",
             "/usr/bin/ac-backend",
             "/etc/arm-server",
+            "/etc/ac-backend",
             "/var/lib/arm-server",
             "/var/lib/ac-backend",
         ] {
