@@ -208,7 +208,8 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
     for trial in 0..25 {
         let mut backend = start_backend(&bed, dir.path(), "0");
         let log = dir.path().join(format!("program-{trial}.log"));
-        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["work", "0", kill_pause(trial)], &env, &log);
+        let mut program =
+            bed.spawn(0, &workspace_binary("ac-net-client"), &["work", "0", kill_pause(trial)], &env, &log);
         expect_line(&mut program, "round 0 ok", Duration::from_secs(10));
         // Round 0 copied 256 KiB each way, over the accelerator's lane: it is open now (a lane
         // that could not be dialed would have sent the copies over QUIC, with no TCP here).
