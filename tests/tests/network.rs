@@ -184,7 +184,7 @@ const KILL_NOTICE: f64 = 0.5;
 /// copy on the lane, which must wait for the session's reason and name the death (it once waited
 /// 100 ms, less than the watch's interval, and said only "the bulk lane broke").
 fn kill_pause(trial: usize) -> &'static str {
-    if trial % 2 == 0 {
+    if trial.is_multiple_of(2) {
         "200"
     } else {
         "0"
