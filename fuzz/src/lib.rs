@@ -1,10 +1,14 @@
 //! What the fuzz targets share: a [`Source`] that hands a fuzz input to a `FrameReader` in
 //! pieces of input-chosen sizes, a poll loop for its futures (the source never waits, so no
-//! runtime is needed), and the codec round-trip every message target asserts.
+//! runtime is needed), and the codec round-trip every message target asserts. Its tests make
+//! the seeds of the message targets (`seeds.rs`).
 
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
+
+#[cfg(test)]
+mod seeds;
 
 use ac_proto::frame::Source;
 use ac_proto::{codec, ProtoError};
