@@ -298,17 +298,21 @@ impl Accelerator {
         match copied {
             Ok(outcome) => outcome,
             Err(Broken(e)) => {
+                // The session's own reason first (an orderly shutdown closes QUIC before lanes).
+                if let Ok(reason) = tokio::time::timeout(LANE_REASON_WAIT, self.inner.control.closed()).await {
+                    return Err(reason.into());
+                }
                 // A killed backend's kernel cuts the lane at once; the port watch may learn it a
                 // probe interval or more later, while the copy keeps the connections busy (a
                 // third of the copies cut by a kill once said only "the lane broke"). Ask now.
                 if lanes.port_refuses().await {
                     crate::watch::close_gone(&self.inner.data);
+                    return Err(self.inner.control.closed().await.into());
                 }
-                let closed = tokio::time::timeout(LANE_REASON_WAIT, self.inner.control.closed()).await;
-                Err(closed.map(Error::from).unwrap_or_else(|_| Error::Remote {
+                Err(Error::Remote {
                     kind: ErrorKind::Device,
                     message: format!("copy failed: the bulk lane to the backend broke: {e}"),
-                }))
+                })
             }
         }
     }

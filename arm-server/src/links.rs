@@ -130,8 +130,14 @@ async fn run(
         let opened = match link::client_crypto(&options) {
             Ok(crypto) => {
                 if endpoint.is_none() {
-                    endpoint =
-                        ac_proto::transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning).ok();
+                    // No default client configuration: each dial passes the crypto it reads now.
+                    endpoint = match ac_proto::transport::client_endpoint(options.addr, None, &options.tuning) {
+                        Ok(made) => Some(made),
+                        Err(e) => {
+                            tracing::warn!(host, error = %e, "cannot make a QUIC endpoint; one per dial instead");
+                            None
+                        }
+                    };
                 }
                 tokio::time::timeout(DIAL_LIMIT, link::open_on(&options, crypto, &hello, endpoint.as_ref()))
                     .await
@@ -192,6 +198,11 @@ async fn run(
                 }
             }
             Err(e) => {
+                // An endpoint whose socket failed answers every dial with a setup error: make a
+                // new one for the next dial rather than keep the host down until a restart.
+                if matches!(e, ac_frontend::Error::Setup(_)) {
+                    endpoint = None;
+                }
                 // Also when the link never came up: the host may have been marked up before.
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: false });
                 if !warned {

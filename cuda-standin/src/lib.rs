@@ -372,7 +372,10 @@ pub unsafe extern "C" fn cuLaunchKernel(
         let stream = d.stream(context, id(stream))?;
         let threads = block_x as u64 * block_y as u64 * block_z as u64;
         let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
-        if shape.contains(&0) || threads > 1024 || shared > 48 << 10 || !extra.is_null() {
+        // The driver's limits: a block of at most 1024 threads, a grid of at most 65535 blocks in y
+        // and z (2^31 - 1 in x), 48 KiB of static shared memory.
+        let grid_too_large = grid_x > i32::MAX as c_uint || grid_y > 65535 || grid_z > 65535;
+        if shape.contains(&0) || threads > 1024 || grid_too_large || shared > 48 << 10 || !extra.is_null() {
             return Err(code::INVALID_VALUE);
         }
         let name = d.functions[&id(function)].name.clone();

@@ -178,7 +178,8 @@ impl Driver {
                 .open(path)
                 .and_then(|mut f| f.write_all(line.as_bytes()));
             if let Err(e) = written {
-                // The record must not be lost silently: the test reading the file would pass.
+                // The record must not be lost silently: the test reading the file would pass. (A
+                // panic in the driver's `extern "C"` calls aborts the process: loud, as meant.)
                 panic!("cuda-standin: cannot record a violation in {}: {e}", path.display());
             }
         }
