@@ -52,6 +52,15 @@ impl SlurmCluster {
             pool.push(TestBackend::start(64).await);
         }
         register_hosts(&admin_of(arm_addr, &arm_dir).await, &pool).await;
+        // The prolog and epilog hold a certificate of the batch role, as docs/slurm.md says.
+        let issued = Command::new(workspace_binary("armctl"))
+            .args(["cert", "issue", "--role", "batch", "--name", "slurmctld", "--out"])
+            .arg(&arm_dir)
+            .arg("--state-dir")
+            .arg(&arm_dir)
+            .output()
+            .expect("armctl runs");
+        assert!(issued.status.success(), "armctl cert issue: {}", String::from_utf8_lossy(&issued.stderr));
         let cluster = Self { dir, arm: Some(arm), arm_addr, backends: pool, reconcile_s: 1 };
         cluster.start_slurm(licenses);
         cluster
@@ -59,7 +68,8 @@ impl SlurmCluster {
 
     fn arm_toml(slurm_dir: &Path, reconcile_s: u64) -> String {
         format!(
-            "[slurm]\nenabled = true\nreconcile_s = {reconcile_s}\nmunge_socket = \"{}\"\nslurm_conf = \"{}\"\n",
+            // Ad-hoc programs beside Slurm (one test runs one), counted against Slurm's pool.
+            "allow_ad_hoc = true\n[slurm]\nenabled = true\nreconcile_s = {reconcile_s}\nmunge_socket = \"{}\"\nslurm_conf = \"{}\"\n",
             slurm_dir.join("munge.sock").display(),
             slurm_dir.join("slurm.conf").display()
         )
@@ -88,8 +98,8 @@ impl SlurmCluster {
             "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ARM_ADDR={} ARM_CA_CERT={} ARMCTL_CERT={} ARMCTL_KEY={}",
             self.arm_addr,
             arm.join("ca.pem").display(),
-            arm.join("admin.pem").display(),
-            arm.join("admin.key").display()
+            arm.join("slurmctld.pem").display(),
+            arm.join("slurmctld.key").display()
         )
     }
 

@@ -82,9 +82,19 @@ pub struct BackendConfig {
     /// Extra names (DNS or IP) for a created certificate, besides loopback, the host name and
     /// the listening address when it is a specific one.
     pub names: Vec<String>,
-    /// The resource manager's Ed25519 public key (hex) to trust. Unset: the first manager that
-    /// registers this backend is trusted and remembered in `state_dir` (trust on first use).
+    /// The resource manager's Ed25519 public key (hex) to trust (`armctl manager-key` prints
+    /// it). Unset: the first manager that registers this backend is trusted and remembered in
+    /// `state_dir` (trust on first use), which `open_until_registered = false` refuses.
     pub arm_public_key: Option<String>,
+    /// Serve sessions without a capability until a manager registers this backend (standalone
+    /// use, the embedded default). `false` (the packaged default): nobody is served until the
+    /// manager named by `arm_public_key` registers it, and no other manager may.
+    pub open_until_registered: bool,
+    /// Speak only this protocol version, as a backend of that version would (tests of rolling
+    /// upgrades); unset: every version this build speaks.
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub only_protocol: Option<u16>,
     /// Interval of heartbeats to the resource manager, milliseconds.
     pub heartbeat_ms: u64,
     /// Bytes of asynchronous-write payload a session may have queued.
@@ -115,6 +125,8 @@ impl Default for BackendConfig {
             state_dir: PathBuf::from(".state/ac-backend"),
             device: DeviceChoice::Cpu,
             devices: None,
+            open_until_registered: true,
+            only_protocol: None,
             memory_mib: 4096,
             isolation: Isolation::Process,
             worker_program: None,
@@ -183,6 +195,15 @@ impl BackendConfig {
             )));
         }
         Ok(())
+    }
+
+    /// The protocol versions this backend speaks (see `ac_proto::backend`'s "Versions").
+    pub fn protocols(&self) -> std::ops::RangeInclusive<u16> {
+        use ac_proto::backend::{MIN_VERSION, VERSION};
+        match self.only_protocol {
+            Some(version) => version..=version,
+            None => MIN_VERSION..=VERSION,
+        }
     }
 
     /// The lanes one session may use at once: 0 without lanes.

@@ -1,15 +1,28 @@
 //! The `ac-backend` daemon.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use ac_backend::{BackendConfig, DeviceChoice, Isolation};
 use ac_proto::daemon;
 use anyhow::Context;
 use clap::Parser;
 
+/// `--version`'s text: the release and the protocol versions it speaks, which say what it can
+/// run beside during a rolling upgrade (docs/admin.md).
+fn long_version() -> &'static str {
+    use ac_proto::{arm, backend};
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let (v, min, arm_v, arm_min) = (backend::VERSION, backend::MIN_VERSION, arm::VERSION, arm::MIN_VERSION);
+        let version = env!("CARGO_PKG_VERSION");
+        format!("{version} (backend protocol {v}, accepts {min}-{v}; ARM protocol {arm_v}, accepts {arm_min}-{arm_v})")
+    })
+}
+
 /// Accelerator host daemon: serves memory, copy and kernel calls over QUIC.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, long_version = long_version(), about)]
 struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "AC_BACKEND_CONFIG")]
@@ -59,6 +72,10 @@ struct Args {
     /// management address, as it has no authentication (default: none).
     #[arg(long, env = "AC_BACKEND_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// The resource manager's public key to trust (64 hex digits; `armctl manager-key` prints
+    /// it).
+    #[arg(long, env = "AC_BACKEND_ARM_PUBLIC_KEY")]
+    arm_public_key: Option<String>,
     /// Bulk lanes one session may use at once (default: one per four cores, 1 to 4).
     #[arg(long, env = "AC_BACKEND_LANES_PER_SESSION")]
     lanes_per_session: Option<u16>,
@@ -113,6 +130,9 @@ impl Args {
         if let Some(v) = self.lanes_per_session {
             config.lanes_per_session = Some(v);
         }
+        if let Some(v) = self.arm_public_key {
+            config.arm_public_key = Some(v);
+        }
         if let Some(v) = self.chunk_kib {
             config.copy.chunk_bytes = v * 1024;
         }
@@ -120,7 +140,7 @@ impl Args {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     // A session worker logs warnings only unless asked: one starts per GPU session.
     let default_filter = if args.session_worker.is_some() { "warn" } else { "info" };
@@ -135,7 +155,8 @@ fn main() -> anyhow::Result<()> {
     let io_threads = args.io_threads;
     let (config, addr_file) = args.into_config()?;
     if let Some(index) = worker {
-        return ac_backend::device::worker::serve::run_worker(&config, index, shared).context("serving a session");
+        ac_backend::device::worker::serve::run_worker(&config, index, shared).context("serving a session")?;
+        return Ok(ExitCode::SUCCESS);
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if io_threads > 0 {
@@ -144,7 +165,17 @@ fn main() -> anyhow::Result<()> {
     runtime.enable_all().build().context("starting the runtime")?.block_on(serve(config, addr_file))
 }
 
-async fn serve(config: BackendConfig, addr_file: Option<PathBuf>) -> anyhow::Result<()> {
+/// The exit status after a restart asked for with SIGUSR2 (`systemctl reload`): the unit's
+/// `RestartForceExitStatus=` starts the installed binary again. 75 is sysexits' EX_TEMPFAIL.
+const EXIT_RESTART: u8 = 75;
+/// How often a backend that is to restart when idle counts its sessions.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+async fn serve(config: BackendConfig, addr_file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    // Set up before anything else, so that a package upgrade (its postinst reads the signals this
+    // process catches) never sends SIGUSR2 to a backend that would die of it.
+    let mut restart =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2()).context("handling SIGUSR2")?;
     let backend = ac_backend::start(config).await.context("starting the backend")?;
     eprintln!("ac-backend listening on {}; clients trust {}", backend.addr(), backend.ca_cert().display());
     if let Some(names) = backend.ca_cert().parent().and_then(ac_proto::tls::issued_names) {
@@ -159,8 +190,24 @@ async fn serve(config: BackendConfig, addr_file: Option<PathBuf>) -> anyhow::Res
     if let Some(path) = addr_file {
         daemon::write_addr_file(&path, backend.addr()).with_context(|| format!("writing {}", path.display()))?;
     }
-    daemon::shutdown_signal().await?;
+    let code = tokio::select! {
+        stopped = daemon::shutdown_signal() => stopped.map(|()| ExitCode::SUCCESS)?,
+        _ = restart_when_idle(&backend, &mut restart) => ExitCode::from(EXIT_RESTART),
+    };
     eprintln!("ac-backend shutting down");
     backend.shutdown().await;
-    Ok(())
+    Ok(code)
+}
+
+/// Returns once SIGUSR2 has come and no session is left: an upgrade's restart that ends no
+/// program's session (packaging/daemon.postinst). Until then the backend serves as before,
+/// new sessions included.
+async fn restart_when_idle(backend: &ac_backend::RunningBackend, signal: &mut tokio::signal::unix::Signal) {
+    signal.recv().await;
+    let live = backend.sessions();
+    tracing::info!(sessions = live, "restart asked for (SIGUSR2): restarting when no session is left");
+    while backend.sessions() > 0 {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    tracing::info!("no session left: restarting (exit status {EXIT_RESTART})");
 }

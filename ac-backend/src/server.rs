@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{
-    close, DeviceInfo, ErrorKind, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, WireError, ALPN, VERSION,
+    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, WireError, ALPN,
 };
 use ac_proto::frame::{frame_bytes, frames_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
@@ -106,14 +106,17 @@ impl RunningBackend {
     }
 }
 
-/// The devices `config` asks for. `auto` falls back to the CPU device when CUDA is not usable,
-/// and says why.
+/// The devices `config` asks for. `auto` falls back to the CPU device when CUDA is not usable
+/// on a host without the NVIDIA driver, and says why; on a host with it, it fails
+/// (`device::auto_fallback`).
 fn make_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, BackendError> {
     match config.device {
         DeviceChoice::Cpu => Ok(cpu_devices(config)),
-        DeviceChoice::Cuda => cuda_devices(config).map_err(BackendError::NoCuda),
-        DeviceChoice::Auto => cuda_devices(config).or_else(|reason| {
-            tracing::warn!("no usable CUDA device ({reason}); falling back to the CPU device");
+        DeviceChoice::Cuda => {
+            cuda_devices(config).map_err(|r| BackendError::NoCuda(crate::device::explain_cuda_failure(r)))
+        }
+        DeviceChoice::Auto => cuda_devices(config).map_err(crate::device::explain_cuda_failure).or_else(|reason| {
+            crate::device::auto_fallback(&reason, config.cuda_driver.is_some()).map_err(BackendError::NoCuda)?;
             Ok(cpu_devices(config))
         }),
     }
@@ -202,7 +205,13 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         ),
         None => None,
     };
-    let trust = Trust::load(&config.state_dir, pinned);
+    if !config.open_until_registered && pinned.is_none() {
+        tracing::warn!(
+            "open_until_registered = false and no arm_public_key: no manager can register this backend, so it \
+             serves nobody; set arm_public_key to what `armctl manager-key` prints"
+        );
+    }
+    let trust = Trust::load_closed(&config.state_dir, pinned, !config.open_until_registered);
     let listener = if config.lanes { Some(lane_listener(addr, config.listen.port() == 0)?) } else { None };
     let lane_port = match &listener {
         Some(l) => l.local_addr()?.port(),
@@ -274,10 +283,10 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
         lane::tune(&socket).map_err(|e| e.to_string())?;
         let stream = lane::accept(socket, &acceptor).await.map_err(|e| format!("TLS handshake: {e}"))?;
         let mut reader = FrameReader::new(LaneStream(stream));
-        let hello = read_hello(&mut reader).await.map_err(|(_, reason)| reason)?;
+        let hello = read_hello(&mut reader, shared.config.protocols()).await.map_err(|(_, reason)| reason)?;
         Ok::<_, String>((hello, reader))
     };
-    let (hello, mut reader) = match tokio::time::timeout(HELLO_TIMEOUT, opened).await {
+    let ((hello, version), mut reader) = match tokio::time::timeout(HELLO_TIMEOUT, opened).await {
         Ok(Ok(opened)) => opened,
         Ok(Err(reason)) => return tracing::info!(reason, "lane refused"),
         Err(_) => return tracing::info!("lane refused: no hello in time"),
@@ -302,7 +311,7 @@ async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared
         refuse_lane(&mut reader, refusal, &shared.metrics).await;
         return tracing::info!(session = session.id.0, most, "lane refused: the session has all its lanes");
     };
-    if lane_reply(&mut reader, welcome(&session, &shared)).await.is_err() {
+    if lane_reply(&mut reader, welcome(&session, &shared, version)).await.is_err() {
         return;
     }
     tracing::debug!(session = session.id.0, "lane attached");
@@ -369,11 +378,12 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
         return refuse(&conn, close::PROTOCOL, "no hello stream in time");
     };
     let mut reader = FrameReader::new(recv);
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader, shared.config.protocols())).await {
         Ok(Ok(hello)) => hello,
         Ok(Err((code, reason))) => return refuse(&conn, code, &reason),
         Err(_) => return refuse(&conn, close::PROTOCOL, "no hello in time"),
     };
+    let (hello, version) = hello;
     match hello {
         Hello::Open { capability, device: index } => {
             let Some(device) = shared.devices.get(&index).cloned() else {
@@ -381,7 +391,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 return refuse(&conn, close::PROTOCOL, &format!("no device {index} here (devices: {served:?})"));
             };
             match shared.trust.admit(&capability, index) {
-                Ok(grant) => serve_session(conn, shared, device, send, reader, grant.map(|g| g.id)).await,
+                Ok(grant) => serve_session(conn, shared, device, (send, reader), grant.map(|g| g.id), version).await,
                 Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
             }
         }
@@ -396,7 +406,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             let Some(session) = shared.registry.find(session, &token) else {
                 return refuse(&conn, close::UNAUTHORIZED, "unknown session or wrong token");
             };
-            let welcome = welcome(&session, &shared);
+            let welcome = welcome(&session, &shared, version);
             let mut send = send;
             if send.write_chunk(welcome).await.is_err() {
                 return;
@@ -408,21 +418,28 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
     }
 }
 
-/// Reads and checks the preamble and the hello frame.
-async fn read_hello<S: Source + Send>(reader: &mut FrameReader<S>) -> Result<Hello, (u32, String)> {
+/// Reads and checks the preamble and the hello frame: the hello and the version the connection
+/// speaks, one of `spoken` (this build's `MIN_VERSION..=VERSION`).
+async fn read_hello<S: Source + Send>(
+    reader: &mut FrameReader<S>,
+    spoken: std::ops::RangeInclusive<u16>,
+) -> Result<(Hello, u16), (u32, String)> {
     let raw = reader.read_exact_raw(4).await.map_err(|e| (close::PROTOCOL, format!("no preamble: {e}")))?;
     let preamble = Preamble::parse(raw[..].try_into().expect("4 bytes"))
         .ok_or((close::MALFORMED, "not an accelerator protocol client (bad magic)".to_string()))?;
-    if preamble.version != VERSION {
+    if !spoken.contains(&preamble.version) {
+        let (min, max) = spoken.into_inner();
         return Err((
             close::VERSION_MISMATCH,
-            format!("protocol version mismatch: backend speaks {VERSION}, client sent {}", preamble.version),
+            format!("protocol version mismatch: backend speaks {min} to {max}, client sent {}", preamble.version),
         ));
     }
-    reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))
+    let hello = reader.expect_frame::<Hello>().await.map_err(|e| (close::MALFORMED, format!("bad hello: {e}")))?;
+    Ok((hello, preamble.version))
 }
 
-fn welcome(session: &Session, shared: &Shared) -> bytes::Bytes {
+/// The welcome of a session's connection, in the connection's protocol `version`.
+fn welcome(session: &Session, shared: &Shared, version: u16) -> bytes::Bytes {
     let response = Response::Welcome {
         session: session.id,
         token: session.token,
@@ -430,7 +447,11 @@ fn welcome(session: &Session, shared: &Shared) -> bytes::Bytes {
         lane_port: shared.lane_port,
         lanes: shared.config.session_lanes(),
     };
-    frame_bytes(&Reply { id: 0, response }).expect("welcome encodes")
+    match version {
+        v4::VERSION => frame_bytes(&v4::WelcomeReply::from_current(&response).expect("a welcome")),
+        _ => frame_bytes(&Reply { id: 0, response }),
+    }
+    .expect("welcome encodes")
 }
 
 /// The resource manager's link: heartbeats out, revocations in, until either side goes away.
@@ -486,9 +507,9 @@ async fn serve_session(
     conn: Connection,
     shared: Arc<Shared>,
     device: Arc<dyn Device>,
-    send: quinn::SendStream,
-    reader: FrameReader,
+    (send, reader): (quinn::SendStream, FrameReader),
     capability: Option<u64>,
+    version: u16,
 ) {
     // Creating a CUDA context takes a while: keep it off the async threads.
     let context = match tokio::task::spawn_blocking(move || device.open_context()).await {
@@ -503,7 +524,7 @@ async fn serve_session(
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
-    if replies.send(welcome(&session, &shared)).await.is_err() {
+    if replies.send(welcome(&session, &shared, version)).await.is_err() {
         return;
     }
     let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));

@@ -1,6 +1,8 @@
 //! Trust in the resource manager: whose capabilities this backend accepts.
 //!
-//! A backend nobody registered serves anyone who trusts its CA (standalone use). Once a resource
+//! A backend nobody registered serves anyone who trusts its CA (standalone use), unless it is
+//! closed (`open_until_registered = false`, the packaged default): then it serves nobody until
+//! the manager whose key is pinned registers it, and no unpinned manager may. Once a resource
 //! manager registers it, with a proof signed by the manager's key, every new session must
 //! present a capability signed by that key, for this host, unexpired and not revoked. The key is
 //! either pinned in the configuration or remembered from the first registration (`arm.pub` in the
@@ -31,6 +33,8 @@ struct Manager {
 #[derive(Debug)]
 pub struct Trust {
     pinned: Option<[u8; 32]>,
+    /// Whether sessions are served before a manager registers this backend.
+    open_until_registered: bool,
     file: PathBuf,
     manager: Mutex<Option<Manager>>,
     revoked: Mutex<Revoked>,
@@ -70,8 +74,14 @@ pub fn key_hex(key: &[u8; 32]) -> String {
 }
 
 impl Trust {
-    /// Loads the remembered manager, if any.
+    /// Loads the remembered manager, if any, for a backend that is open until registered.
     pub fn load(state_dir: &std::path::Path, pinned: Option<[u8; 32]>) -> Self {
+        Self::load_closed(state_dir, pinned, false)
+    }
+
+    /// Loads the remembered manager, if any; `closed`: nobody is served until the pinned manager
+    /// registers this backend.
+    pub fn load_closed(state_dir: &std::path::Path, pinned: Option<[u8; 32]>, closed: bool) -> Self {
         let file = state_dir.join("arm.pub");
         let manager = std::fs::read_to_string(&file).ok().and_then(|text| {
             let (key, host) = text.trim().split_once(' ')?;
@@ -91,7 +101,16 @@ impl Trust {
             .filter(|(_, expires)| *expires > now)
             .collect();
         let revoked = Revoked { live, lines: text.lines().count(), swept: 0 };
-        Self { pinned, file, manager: Mutex::new(manager), revoked: Mutex::new(revoked), revoked_file }
+        // A remembered manager that is not the pinned one is forgotten: the admin named another.
+        let manager = manager.filter(|m| pinned.is_none_or(|key| key == m.public_key));
+        Self {
+            pinned,
+            open_until_registered: !closed,
+            file,
+            manager: Mutex::new(manager),
+            revoked: Mutex::new(revoked),
+            revoked_file,
+        }
     }
 
     /// Whether sessions need capabilities.
@@ -107,10 +126,17 @@ impl Trust {
         if unix_now().abs_diff(time) > 300 {
             return Err("registration proof is more than 5 minutes old".into());
         }
-        if let Some(pinned) = self.pinned {
-            if pinned != public_key {
-                return Err("this backend trusts another resource manager (pinned key)".into());
+        match self.pinned {
+            Some(pinned) if pinned != public_key => {
+                return Err("this backend trusts another resource manager (arm_public_key)".into())
             }
+            None if !self.open_until_registered => {
+                return Err("this backend trusts only the resource manager named by arm_public_key, and none is \
+                            named (open_until_registered = false): set arm_public_key to what `armctl manager-key` \
+                            prints"
+                    .into())
+            }
+            _ => {}
         }
         let mut manager = self.manager.lock().expect("trust poisoned");
         if let Some(current) = manager.as_ref() {
@@ -131,7 +157,12 @@ impl Trust {
     /// needed.
     pub fn admit(&self, capability: &[u8], device: u32) -> Result<Option<Grant>, String> {
         let Some(manager) = self.manager.lock().expect("trust poisoned").clone() else {
-            return Ok(None);
+            if self.open_until_registered {
+                return Ok(None);
+            }
+            return Err("this backend serves nobody until its resource manager registers it \
+                        (open_until_registered = false): ask the pool's admin"
+                .into());
         };
         if capability.is_empty() {
             return Err("this backend is managed: a capability from the resource manager is required".into());
@@ -210,6 +241,46 @@ mod tests {
         let mut ids: Vec<u64> = trust.revoked.lock().unwrap().live.keys().copied().collect();
         ids.sort_unstable();
         ids
+    }
+
+    fn registration(key: &ac_proto::capability::Signer, host: &str) -> ([u8; 32], u64, Vec<u8>) {
+        let time = unix_now();
+        (key.public_key(), time, key.sign(&register_message(host, time)))
+    }
+
+    #[test]
+    fn a_closed_backend_serves_nobody_until_the_pinned_manager_registers_it() {
+        let dir = state_dir("closed");
+        let (ours, theirs) = (signer(), signer());
+        let trust = Trust::load_closed(&dir, Some(ours.public_key()), true);
+        let refused = trust.admit(&[], 0).unwrap_err();
+        assert!(refused.contains("serves nobody until"), "{refused}");
+        let (key, time, proof) = registration(&theirs, "h");
+        assert!(trust.register(key, "h", time, &proof).unwrap_err().contains("another resource manager"));
+        assert!(trust.admit(&[], 0).is_err(), "another manager's attempt opened nothing");
+        let (key, time, proof) = registration(&ours, "h");
+        trust.register(key, "h", time, &proof).unwrap();
+        assert!(trust.admit(&[], 0).unwrap_err().contains("capability from the resource manager is required"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_closed_backend_without_a_pinned_key_accepts_no_manager() {
+        let dir = state_dir("unpinned");
+        let trust = Trust::load_closed(&dir, None, true);
+        let (key, time, proof) = registration(&signer(), "h");
+        let refused = trust.register(key, "h", time, &proof).unwrap_err();
+        assert!(refused.contains("armctl manager-key"), "{refused}");
+        assert!(trust.admit(&[], 0).is_err());
+        // Open (the embedded default): served until registered, the first manager trusted.
+        let open = Trust::load(&dir, None);
+        assert_eq!(open.admit(&[], 0), Ok(None));
+        open.register(key, "h", time, &proof).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn signer() -> ac_proto::capability::Signer {
+        ac_proto::capability::Signer::from_pkcs8(&ac_proto::capability::Signer::generate_pkcs8().unwrap()).unwrap()
     }
 
     #[test]

@@ -82,7 +82,14 @@ impl Accelerator {
         let hello = Hello::Open { capability: options.capability.clone(), device: options.device };
         let (crypto, link) = match (dialed, &options.endpoint) {
             (Some(dialed), Some(shared)) => {
-                (dialed.crypto, link::greet(shared.clone(), false, dialed.connection, &hello).await?)
+                let greeted = link::greet(shared.clone(), false, dialed.connection, &hello, options.protocol).await;
+                match greeted {
+                    // A backend of the version before: dialed again, and greeted in its version.
+                    Err(Error::VersionMismatch(_)) => {
+                        (dialed.crypto.clone(), link::open_on(options, dialed.crypto, &hello, Some(shared)).await?)
+                    }
+                    greeted => (dialed.crypto, greeted?),
+                }
             }
             _ => {
                 let crypto = link::client_crypto(options)?;
@@ -93,8 +100,11 @@ impl Accelerator {
             return Err(Error::Protocol(format!("expected a session welcome, got {:?}", link.welcome)));
         };
         let attach = Hello::Attach { session, token };
+        // The session's connections all speak the version its backend answered in.
+        let version = link.version;
+        let options = &ConnectOptions { protocol: version, ..options.clone() };
         // No more lanes than the backend serves a session: it refuses the rest.
-        let lanes = Lanes::new(options, lane_port, options.lanes.min(lanes as usize), &attach)?;
+        let lanes = Lanes::new(options, lane_port, options.lanes.min(lanes as usize), &attach, version)?;
         // With lanes, the QUIC connections carry control and small copies only: one is enough.
         let stripes = if lanes.is_some() { 1 } else { options.stripes.max(1) };
         let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ac_proto::arm::{ArmError, ArmErrorKind, ArmRequest, ArmResponse, Request, Response, ALPN, VERSION};
+use ac_proto::arm::{ArmError, ArmErrorKind, ArmRequest, ArmResponse, Request, Response, ALPN, MIN_VERSION, VERSION};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::transport::Tuning;
 use ac_proto::{tls, transport};
@@ -15,6 +15,12 @@ use crate::{Error, Result};
 
 /// How long one request may take before the connection is considered dead.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether `request` came after protocol `MIN_VERSION`, so that a manager of that version cannot
+/// be asked it.
+fn introduced_after_min(request: &Request) -> bool {
+    matches!(request, Request::ManagerKey)
+}
 
 /// How to reach the resource manager.
 #[derive(Debug, Clone)]
@@ -30,6 +36,9 @@ pub struct ArmOptions {
     /// QUIC settings, for the manager's connection and the accelerators' (the manager's own
     /// idle timeout, half its lease, bounds the first).
     pub tuning: Tuning,
+    /// The protocol version to ask in first (this build's `VERSION`); a manager that refuses
+    /// it is asked again in `MIN_VERSION` (a manager not yet upgraded).
+    pub protocol: u16,
 }
 
 impl ArmOptions {
@@ -41,6 +50,7 @@ impl ArmOptions {
             ca_cert: ca_cert.into(),
             identity: None,
             tuning: Tuning::default(),
+            protocol: VERSION,
         }
     }
 }
@@ -50,6 +60,9 @@ pub struct ArmClient {
     options: ArmOptions,
     crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
     link: Mutex<Option<(Endpoint, Connection)>>,
+    /// The protocol version requests are sent in: `options.protocol`, or `MIN_VERSION` once the
+    /// manager refused that.
+    version: std::sync::atomic::AtomicU16,
 }
 
 impl std::fmt::Debug for ArmClient {
@@ -76,7 +89,8 @@ impl ArmClient {
             None => None,
         };
         let crypto = Arc::new(tls::client_crypto_with_identity(roots, ALPN, identity)?);
-        let client = Self { options, crypto, link: Mutex::new(None) };
+        let version = std::sync::atomic::AtomicU16::new(options.protocol);
+        let client = Self { options, crypto, link: Mutex::new(None), version };
         client.connection().await.map_err(|e| client.unreachable(e))?;
         Ok(client)
     }
@@ -114,12 +128,34 @@ impl ArmClient {
     /// that change state carry an idempotency key (a session's token, an `AC_Get`'s key), so
     /// the retry gets the first answer if the first request was carried out: never a second set.
     pub async fn request(&self, request: Request) -> Result<Response> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let tried = self.version.load(Relaxed);
+        if tried == MIN_VERSION && introduced_after_min(&request) {
+            return Err(Error::VersionMismatch(format!(
+                "the resource manager speaks protocol {MIN_VERSION}, which lacks this request: upgrade it"
+            )));
+        }
+        match self.request_in(&request, tried).await {
+            // A manager of the version before (a rolling upgrade): asked again in its version,
+            // unless the request is newer than that version.
+            Err(Error::VersionMismatch(reason)) if tried > MIN_VERSION && !introduced_after_min(&request) => {
+                tracing::info!(reason, version = MIN_VERSION, "asking the resource manager in its version");
+                self.version.store(MIN_VERSION, Relaxed);
+                self.request_in(&request, MIN_VERSION).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// [`Self::request`] in protocol `version`.
+    async fn request_in(&self, request: &Request, version: u16) -> Result<Response> {
+        let request = &(version, request.clone());
         let answer = match self.connection().await {
-            Ok(conn) => match self.try_request(&conn, &request).await {
+            Ok(conn) => match self.try_request(&conn, request).await {
                 Err(Error::Disconnected(_)) => {
                     self.forget(&conn).await;
                     match self.connection().await {
-                        Ok(conn) => self.try_request(&conn, &request).await,
+                        Ok(conn) => self.try_request(&conn, request).await,
                         Err(e) => Err(e),
                     }
                 }
@@ -142,15 +178,15 @@ impl ArmClient {
         }
     }
 
-    async fn try_request(&self, conn: &Connection, request: &Request) -> Result<Response> {
+    async fn try_request(&self, conn: &Connection, request: &(u16, Request)) -> Result<Response> {
         tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(conn, request)).await.unwrap_or_else(|_| {
             Err(Error::Disconnected(format!("no answer from the resource manager in {REQUEST_TIMEOUT:?}")))
         })
     }
 
-    async fn exchange(&self, conn: &Connection, request: &Request) -> Result<Response> {
+    async fn exchange(&self, conn: &Connection, (version, request): &(u16, Request)) -> Result<Response> {
         let (mut send, recv) = conn.open_bi().await?;
-        let frame = frame_bytes(&ArmRequest { version: VERSION, request: request.clone() })?;
+        let frame = frame_bytes(&ArmRequest { version: *version, request: request.clone() })?;
         send.write_all(&frame).await.map_err(|e| crate::link::map_write(e, conn))?;
         let _ = send.finish();
         let mut reader = FrameReader::new(recv);

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ac_proto::backend::{BulkHeader, ErrorKind, Hello, Preamble, Reply, Response};
+use ac_proto::backend::{BulkHeader, ErrorKind, Hello, Reply, Response};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::lane::tokio_rustls::rustls::pki_types::ServerName;
 use ac_proto::lane::tokio_rustls::TlsConnector;
@@ -48,6 +48,8 @@ pub(crate) struct Lanes {
     connector: TlsConnector,
     /// The preamble and the attach hello, sent first on every lane.
     opening: Vec<u8>,
+    /// The protocol version of the session, in which lanes say hello.
+    version: u16,
     slots: Vec<tokio::sync::Mutex<Option<Lane>>>,
     /// Set when a dial failed: copies use QUIC streams from then on.
     unreachable: AtomicBool,
@@ -62,7 +64,14 @@ impl std::fmt::Debug for Lanes {
 impl Lanes {
     /// `count` lanes to port `port` of the backend of `options`, for the session `attach`
     /// joins; `None` when there are to be none (`count` 0 or no port).
-    pub(crate) fn new(options: &ConnectOptions, port: u16, count: usize, attach: &Hello) -> Result<Option<Self>> {
+    /// `version`: the protocol version the session speaks.
+    pub(crate) fn new(
+        options: &ConnectOptions,
+        port: u16,
+        count: usize,
+        attach: &Hello,
+        version: u16,
+    ) -> Result<Option<Self>> {
         if port == 0 || count == 0 {
             return Ok(None);
         }
@@ -72,13 +81,13 @@ impl Lanes {
         };
         let server_name = ServerName::try_from(options.server_name.clone())
             .map_err(|e| Error::Setup(format!("server name {:?}: {e}", options.server_name)))?;
-        let mut opening = Preamble::CURRENT.to_bytes().to_vec();
-        opening.extend_from_slice(&frame_bytes(attach)?);
+        let opening = crate::link::opening(attach, version)?;
         Ok(Some(Self {
             addr: SocketAddr::new(options.addr.ip(), port),
             server_name,
             connector: lane::client_config(roots)?,
             opening,
+            version,
             slots: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
             unreachable: AtomicBool::new(false),
         }))
@@ -222,7 +231,7 @@ impl Lanes {
         stream.write_all(&self.opening).await.map_err(ProtoError::from)?;
         stream.flush().await.map_err(ProtoError::from)?;
         let mut lane = FrameReader::new(LaneStream(stream));
-        let reply: Reply = lane.expect_frame().await?;
+        let reply = crate::link::read_welcome(&mut lane, self.version).await?;
         match reply.response {
             Response::Welcome { .. } => Ok(lane),
             Response::Error(e) => Err(e.into()),

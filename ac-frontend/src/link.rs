@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ac_proto::backend::{Hello, Preamble, Reply, Response, ALPN};
+use ac_proto::backend::{v4, Hello, Preamble, Reply, Response, ALPN, MIN_VERSION, VERSION};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::transport::Tuning;
 use ac_proto::{tls, transport};
@@ -46,6 +46,9 @@ pub struct ConnectOptions {
     /// connects to many accelerators shares one. Striping connections always get their own, so
     /// that each can use another core.
     pub endpoint: Option<Endpoint>,
+    /// The protocol version to say hello in first (this build's `VERSION`); a backend that
+    /// refuses it is greeted again in `MIN_VERSION` (a backend not yet upgraded).
+    pub protocol: u16,
 }
 
 impl ConnectOptions {
@@ -62,6 +65,7 @@ impl ConnectOptions {
             stripes: 2,
             lanes: default_lanes(),
             endpoint: None,
+            protocol: VERSION,
         }
     }
 
@@ -113,6 +117,8 @@ pub struct Link {
     /// The welcome ([`Response::Welcome`] for a session, [`Response::Devices`] for a
     /// registration).
     pub welcome: Response,
+    /// The protocol version the connection speaks.
+    pub version: u16,
 }
 
 /// Client TLS set-up for a backend, built once per options.
@@ -145,8 +151,16 @@ pub async fn open_on(
         Some(shared) => shared.clone(),
         None => transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning)?,
     };
-    let connection = dial(options, crypto, &endpoint).await?;
-    greet(endpoint, owns_endpoint, connection, hello).await
+    let connection = dial(options, crypto.clone(), &endpoint).await?;
+    match greet(endpoint.clone(), owns_endpoint, connection, hello, options.protocol).await {
+        Err(Error::VersionMismatch(reason)) if options.protocol > MIN_VERSION => {
+            // A backend of the version before (a rolling upgrade): it closed the connection.
+            tracing::info!(addr = %options.addr, reason, version = MIN_VERSION, "greeting the backend in its version");
+            let connection = dial(options, crypto, &endpoint).await?;
+            greet(endpoint, owns_endpoint, connection, hello, MIN_VERSION).await
+        }
+        greeted => greeted,
+    }
 }
 
 /// A connection that has run its QUIC handshake with a backend and said nothing yet, with the
@@ -179,21 +193,46 @@ pub async fn dial(
         .await?)
 }
 
-/// Says `hello` on a dialed connection; returns once the backend welcomed us.
-pub async fn greet(endpoint: Endpoint, owns_endpoint: bool, connection: Connection, hello: &Hello) -> Result<Link> {
-    let (mut send, recv) = connection.open_bi().await?;
-    let mut opening = Preamble::CURRENT.to_bytes().to_vec();
+/// The opening of a connection: the preamble of protocol `version`, then `hello`.
+pub fn opening(hello: &Hello, version: u16) -> Result<Vec<u8>> {
+    let mut opening = Preamble { version }.to_bytes().to_vec();
     opening.extend_from_slice(&frame_bytes(hello)?);
-    send.write_all(&opening).await.map_err(|e| map_write(e, &connection))?;
+    Ok(opening)
+}
+
+/// Reads the reply to a hello said in protocol `version`, in this version's form.
+pub async fn read_welcome<S: ac_proto::frame::Source + Send>(reader: &mut FrameReader<S>, version: u16) -> Result<Reply> {
+    if version != v4::VERSION {
+        return Ok(reader.expect_frame().await?);
+    }
+    // Protocol 4 leaves the session's lanes to the client: its own count.
+    let bytes = reader.expect_frame_body().await?;
+    match ac_proto::codec::decode::<v4::WelcomeReply>(&bytes) {
+        Ok(welcome) => Ok(Reply { id: 0, response: welcome.into_current(default_lanes() as u16) }),
+        Err(_) => Ok(ac_proto::codec::decode(&bytes)?),
+    }
+}
+
+/// Says `hello` on a dialed connection in protocol `version`; returns once the backend
+/// welcomed us.
+pub async fn greet(
+    endpoint: Endpoint,
+    owns_endpoint: bool,
+    connection: Connection,
+    hello: &Hello,
+    version: u16,
+) -> Result<Link> {
+    let (mut send, recv) = connection.open_bi().await?;
+    send.write_all(&opening(hello, version)?).await.map_err(|e| map_write(e, &connection))?;
     let mut reader = FrameReader::new(recv);
-    let reply: Reply = match reader.expect_frame().await {
+    let reply = match read_welcome(&mut reader, version).await {
         Ok(reply) => reply,
         // A refused hello closes the connection: report the backend's reason.
-        Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or_else(|| e.into())),
+        Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or(e)),
     };
     match reply.response {
         welcome @ (Response::Welcome { .. } | Response::Devices(_)) => {
-            Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome })
+            Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome, version })
         }
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),

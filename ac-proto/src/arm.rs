@@ -11,7 +11,13 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
+/// The oldest version the manager still answers, so that programs and `armctl` of the last
+/// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
+/// in this one. A new version only appends variants to [`Request`] and [`Response`] (and
+/// answers the new requests only), so the encodings of the version before stay valid. 5 added
+/// [`Request::ManagerKey`].
+pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
 
@@ -269,6 +275,9 @@ pub enum Request {
         /// What the rows are.
         by: UsageBy,
     },
+    /// The manager's public key, which backends pin (`arm_public_key`); anyone may ask, as it
+    /// is public. Answers [`Response::ManagerKey`]. Protocol 5.
+    ManagerKey,
 }
 
 /// What the rows of [`Response::Accounting`] add up by.
@@ -403,6 +412,8 @@ pub enum Response {
         /// Rows, by key.
         rows: Vec<UsageRow>,
     },
+    /// The manager's Ed25519 public key, 64 hex digits (see [`Request::ManagerKey`]).
+    ManagerKey(String),
 }
 
 /// Where one accelerator is: enough to run the QUIC handshake with its backend, not to use it.

@@ -30,6 +30,14 @@
 //! of its own, so it carries its position explicitly: the number of envelopes the client had
 //! written to the control stream when it started the copy.
 //!
+//! # Versions
+//! Each connection's preamble names the version it speaks; the backend answers in that version
+//! when it is one of [`MIN_VERSION`]`..=`[`VERSION`] and closes with
+//! [`close::VERSION_MISMATCH`] otherwise. A new version may add messages and change existing
+//! ones; whatever it changes, the encoding of the version before is kept (in a module named
+//! for it, like [`v4`]) and used on connections that speak it. Protocol 5 differs from 4 in the
+//! welcome only: [`Response::Welcome`] names the session's lanes.
+//!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
 //! an oversized frame or a wrong version close the connection with one of the [`close`] codes and
@@ -39,6 +47,11 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
 pub const VERSION: u16 = 5;
+/// The oldest version this build still speaks, so that backends and programs can be upgraded
+/// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
+/// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
+/// version changes is kept for the one before in [`v4`]; see "Versions" above.
+pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the backend service.
 pub const ALPN: &[u8] = b"ac-backend";
 /// The preamble's magic bytes.
@@ -73,6 +86,11 @@ pub struct Preamble {
 impl Preamble {
     /// The preamble of this build.
     pub const CURRENT: Preamble = Preamble { version: VERSION };
+
+    /// Whether this build speaks the preamble's version.
+    pub fn spoken(self) -> bool {
+        (MIN_VERSION..=VERSION).contains(&self.version)
+    }
 
     /// Its four bytes.
     pub fn to_bytes(self) -> [u8; 4] {
@@ -575,6 +593,58 @@ impl WireError {
     /// Builds an error.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into() }
+    }
+}
+
+/// Protocol 4, the version before this one: the encodings that differ from [`VERSION`]'s.
+pub mod v4 {
+    use serde::{Deserialize, Serialize};
+
+    use super::{DeviceInfo, SessionId};
+
+    /// The version.
+    pub const VERSION: u16 = 4;
+
+    /// Protocol 4's [`super::Response`], of which only the welcome differs (variant 0, without
+    /// `lanes`: a protocol-4 client stripes over lanes by its own count).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum Welcome {
+        /// The hello was accepted.
+        Welcome {
+            /// The session (new or joined).
+            session: SessionId,
+            /// Secret to attach more connections to the session.
+            token: [u8; 16],
+            /// The device this session runs on.
+            info: DeviceInfo,
+            /// The TCP port of the backend's bulk lanes; 0 when it has none.
+            lane_port: u16,
+        },
+    }
+
+    /// Protocol 4's reply frame carrying its welcome.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct WelcomeReply {
+        /// Always 0.
+        pub id: u64,
+        /// The welcome.
+        pub response: Welcome,
+    }
+
+    impl WelcomeReply {
+        /// Protocol 4's form of a welcome; `None` for any other response, which protocol 4
+        /// encodes as this version does.
+        pub fn from_current(response: &super::Response) -> Option<Self> {
+            let super::Response::Welcome { session, token, info, lane_port, .. } = response else { return None };
+            let response = Welcome::Welcome { session: *session, token: *token, info: info.clone(), lane_port: *lane_port };
+            Some(Self { id: 0, response })
+        }
+
+        /// This version's form, naming `lanes`, which protocol 4 leaves to the client.
+        pub fn into_current(self, lanes: u16) -> super::Response {
+            let Welcome::Welcome { session, token, info, lane_port } = self.response;
+            super::Response::Welcome { session, token, info, lane_port, lanes }
+        }
     }
 }
 

@@ -178,6 +178,11 @@ impl<S: Source + Send> FrameReader<S> {
 
     /// Parses a frame already in the buffer, without reading.
     pub fn buffered_frame<T: DeserializeOwned>(&mut self) -> Option<Result<T, ProtoError>> {
+        Some(self.buffered_body()?.and_then(|body| codec::decode(&body)))
+    }
+
+    /// Takes the body of a frame already in the buffer, without reading.
+    fn buffered_body(&mut self) -> Option<Result<BytesMut, ProtoError>> {
         let len = match self.next_frame_len()? {
             Ok(len) => len,
             Err(e) => return Some(Err(e)),
@@ -186,8 +191,20 @@ impl<S: Source + Send> FrameReader<S> {
             return None;
         }
         self.buf.advance(4);
-        let body = self.buf.split_to(len);
-        Some(codec::decode(&body))
+        Some(Ok(self.buf.split_to(len)))
+    }
+
+    /// Reads the next frame's body undecoded (for a message whose form depends on the protocol
+    /// version), treating the end of the stream as an error.
+    pub async fn expect_frame_body(&mut self) -> Result<BytesMut, ProtoError> {
+        loop {
+            if let Some(body) = self.buffered_body() {
+                return body;
+            }
+            if !self.fill().await? {
+                return Err(ProtoError::UnexpectedEnd);
+            }
+        }
     }
 
     /// Reads the next frame; `Ok(None)` when the stream ends cleanly between frames.

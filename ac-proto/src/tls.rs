@@ -125,6 +125,29 @@ pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Res
     Ok(files)
 }
 
+/// A client certificate for mutual TLS, signed by the CA kept in `dir` (`ca.key`): common
+/// name `name`, organisational unit `unit` (the role the resource manager reads from it), valid
+/// from now until `not_after` (Unix seconds). Returns the certificate and its key, both PEM.
+pub fn issue_client(dir: &Path, name: &str, unit: &str, not_after: i64) -> Result<(String, String), ProtoError> {
+    let ca_key = fs::read_to_string(dir.join("ca.key"))
+        .map_err(|e| ProtoError::Certificate(format!("the CA key {}: {e}", dir.join("ca.key").display())))?;
+    let ca_key = KeyPair::from_pem(&ca_key).map_err(cert_err)?;
+    let ca_params = ca_params()?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.distinguished_name.push(DnType::OrganizationalUnitName, unit);
+    params.not_before = time::OffsetDateTime::now_utc() - time::Duration::minutes(5);
+    params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).map_err(cert_err)?;
+    // A serial of its own: two certificates issued for one name are told apart (revocation).
+    let mut serial = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut serial).map_err(cert_err)?;
+    serial[0] &= 0x7f; // a positive DER integer
+    params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial));
+    let key = KeyPair::generate().map_err(cert_err)?;
+    let cert = params.signed_by(&key, &Issuer::from_params(&ca_params, &ca_key)).map_err(cert_err)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 /// Signs a certificate for `names` with the CA and writes it, its key and its names.
 fn issue_leaf(
     dir: &Path,

@@ -28,8 +28,10 @@ pub struct ArmConfig {
     pub walltime_grace_s: u64,
     /// Validity of capabilities for jobs without a walltime, seconds.
     pub capability_ttl_s: u64,
-    /// Let programs without a batch job create ad-hoc jobs (the embedded default).
-    pub allow_ad_hoc: bool,
+    /// Let programs without a batch job create ad-hoc jobs. Unset: allowed without `[slurm]`
+    /// (the embedded default) and refused with it, where what ad-hoc jobs hold is counted
+    /// against Slurm's pool when allowed (see [`ArmConfig::ad_hoc_allowed`]).
+    pub allow_ad_hoc: Option<bool>,
     /// Ended jobs are kept this long, then purged from the store, seconds (default 7 days).
     pub job_retention_s: u64,
     /// Accounting records are kept this long after they end, then purged from the store,
@@ -52,6 +54,11 @@ pub struct ArmConfig {
     /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`arm_*`; see
     /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// Answer only this ARM protocol version, as a manager of that version would (tests of
+    /// rolling upgrades); unset: every version this build speaks.
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub only_protocol: Option<u16>,
 }
 
 impl Default for ArmConfig {
@@ -64,7 +71,7 @@ impl Default for ArmConfig {
             backend_timeout_ms: 3_000,
             walltime_grace_s: 60,
             capability_ttl_s: 24 * 3600,
-            allow_ad_hoc: true,
+            allow_ad_hoc: None,
             job_retention_s: 7 * 24 * 3600,
             accounting_retention_s: 366 * 24 * 3600,
             preemption_grace_s: 10,
@@ -73,11 +80,27 @@ impl Default for ArmConfig {
             scheduler: arm_sched::Config::default(),
             slurm: crate::slurm::SlurmConfig::default(),
             metrics_listen: None,
+            only_protocol: None,
         }
     }
 }
 
 impl ArmConfig {
+    /// Whether programs without a batch job may create ad-hoc jobs: `allow_ad_hoc`, by default
+    /// only without Slurm, whose pool ad-hoc jobs would otherwise take from unseen.
+    pub fn ad_hoc_allowed(&self) -> bool {
+        self.allow_ad_hoc.unwrap_or(!self.slurm.enabled)
+    }
+
+    /// The ARM protocol versions the manager answers.
+    pub fn protocols(&self) -> std::ops::RangeInclusive<u16> {
+        use ac_proto::arm::{MIN_VERSION, VERSION};
+        match self.only_protocol {
+            Some(version) => version..=version,
+            None => MIN_VERSION..=VERSION,
+        }
+    }
+
     /// Parses a TOML configuration.
     pub fn from_toml(text: &str) -> Result<Self, ArmServerError> {
         toml::from_str(text).map_err(|e| ArmServerError::Config(e.to_string()))

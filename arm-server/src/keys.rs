@@ -14,7 +14,8 @@ pub fn random_secret() -> String {
     ac_proto::random_hex(32)
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -10,6 +10,7 @@
 //! - [`server`]: the QUIC API, admin checks (mutual TLS), leases.
 //! - [`links`]: registration, heartbeats and revocations with each backend.
 //! - [`keys`]: credentials, tokens, the capability signing key.
+//! - [`roles`]: who may do what: roles from client certificates, revoked certificates.
 //! - [`config`]: configuration (TOML, flags, environment).
 //! - [`slurm`]: Slurm's commands and munge, for the ARM as a companion of a Slurm controller.
 //!
@@ -25,6 +26,7 @@ pub mod keys;
 pub mod links;
 pub mod model;
 pub mod policy;
+pub mod roles;
 pub mod server;
 pub mod slurm;
 pub mod store;

@@ -142,6 +142,15 @@ impl Slurm {
         parse_job(&shown, job).ok_or_else(|| format!("Slurm does not list job {job}"))
     }
 
+    /// What the manager needs to register running job `job` on demand (a job without static
+    /// accelerators, whose prolog did not call the manager): its user, nodes and time limit.
+    pub async fn running_job(&self, job: &str) -> Result<RunningJob, SlurmError> {
+        let shown = self.run(&self.config.scontrol, &["show", "job", "-o", job], None).await?;
+        let (running, node_list) = parse_running_job(&shown, job)?;
+        let nodes = self.run(&self.config.scontrol, &["show", "hostnames", &node_list], None).await?;
+        Ok(RunningJob { nodes: nodes.lines().map(str::to_string).filter(|n| !n.is_empty()).collect(), ..running })
+    }
+
     /// Sets the job's `ac` licenses to `count`, keeping its other licenses (`current`, as
     /// [`Slurm::job_licenses`] just read them).
     pub async fn replace_job_licenses(&self, current: JobLicenses, count: u32) -> Result<(), SlurmError> {
@@ -329,6 +338,59 @@ impl LicenseUse {
     }
 }
 
+/// A job Slurm runs, as an on-demand registration needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningJob {
+    /// User name.
+    pub user: String,
+    /// User id.
+    pub uid: u32,
+    /// Its nodes, expanded.
+    pub nodes: Vec<String>,
+    /// Its time limit, seconds (0: none).
+    pub time_limit_s: u64,
+}
+
+/// Job `job` of `scontrol show job -o` when it runs: the job (nodes not yet expanded) and its
+/// node list.
+#[doc(hidden)] // public for tests, not API
+pub fn parse_running_job(shown: &str, job: &str) -> Result<(RunningJob, String), SlurmError> {
+    let own = format!("JobId={job} ");
+    let line = shown.lines().find(|l| l.starts_with(&own)).ok_or_else(|| format!("Slurm does not list job {job}"))?;
+    let state = field(line, "JobState").unwrap_or("");
+    if state != "RUNNING" {
+        return Err(format!("job {job} is {state} in Slurm, not running"));
+    }
+    // `UserId=alice(1000)`.
+    let (user, uid) = field(line, "UserId")
+        .and_then(|u| {
+            let (name, rest) = u.split_once('(')?;
+            Some((name.to_string(), rest.strip_suffix(')')?.parse().ok()?))
+        })
+        .ok_or_else(|| format!("job {job}: no UserId in Slurm's answer"))?;
+    let nodes = field(line, "NodeList").ok_or_else(|| format!("job {job}: no NodeList in Slurm's answer"))?;
+    let limit = field(line, "TimeLimit").unwrap_or("UNLIMITED");
+    let time_limit_s = parse_time_limit(limit).ok_or_else(|| format!("job {job}: time limit `{limit}` not understood"))?;
+    Ok((RunningJob { user, uid, nodes: Vec::new(), time_limit_s }, nodes.to_string()))
+}
+
+/// A time limit in seconds (0: none), as Slurm prints it: `UNLIMITED`, `MM:SS`, `HH:MM:SS` or
+/// `D-HH:MM:SS`.
+pub fn parse_time_limit(limit: &str) -> Option<u64> {
+    let limit = limit.trim();
+    if limit.eq_ignore_ascii_case("UNLIMITED") || limit.eq_ignore_ascii_case("NOT_SET") {
+        return Some(0);
+    }
+    let (days, clock) = limit.split_once('-').map_or(Ok((0, limit)), |(d, c)| d.parse().map(|d: u64| (d, c))).ok()?;
+    let parts: Vec<u64> = clock.split(':').map(str::parse).collect::<Result<_, _>>().ok()?;
+    let seconds = match parts[..] {
+        [m, s] => m * 60 + s,
+        [h, m, s] => h * 3600 + m * 60 + s,
+        _ => return None,
+    };
+    Some(days * 86_400 + seconds)
+}
+
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace().find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
 }
@@ -396,6 +458,26 @@ pub fn parse_unmunge(decoded: &str) -> Result<MungeIdentity, SlurmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_job_parses_and_a_pending_one_is_refused() {
+        let shown = "JobId=7 JobName=x UserId=alice(1000) GroupId=alice(1000) JobState=RUNNING Reason=None \
+                     TimeLimit=01:00:00 NodeList=n[1-2] BatchHost=n1\n";
+        let (job, nodes) = parse_running_job(shown, "7").unwrap();
+        assert_eq!((job.user.as_str(), job.uid, job.time_limit_s, nodes.as_str()), ("alice", 1000, 3600, "n[1-2]"));
+        let pending = shown.replace("RUNNING", "PENDING");
+        assert!(parse_running_job(&pending, "7").unwrap_err().contains("PENDING"));
+        assert!(parse_running_job(shown, "8").is_err());
+    }
+
+    #[test]
+    fn slurm_time_limits_parse() {
+        assert_eq!(parse_time_limit("UNLIMITED\n"), Some(0));
+        assert_eq!(parse_time_limit("5:00"), Some(300));
+        assert_eq!(parse_time_limit("1:00:00"), Some(3600));
+        assert_eq!(parse_time_limit("2-00:00:10"), Some(2 * 86_400 + 10));
+        assert_eq!(parse_time_limit("soon"), None);
+    }
 
     #[test]
     fn slurm_and_munge_outputs_parse() {

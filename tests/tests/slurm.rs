@@ -115,6 +115,33 @@ async fn with_the_manager_down_the_prolog_fails_and_slurm_requeues_the_job() {
     assert!(ran, "after the manager came back: {}", c.output(&job));
 }
 
+/// With the manager down, only jobs that asked for accelerators fail: a job without `--acpn`
+/// starts and ends as if the manager were not there, and one with `--acpn` is held back with
+/// the reason appended to what its AdminComment already said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_manager_down_only_jobs_that_asked_for_accelerators_fail() {
+    let mut c = SlurmCluster::start(1, 1).await;
+    c.kill_arm();
+    let plain = c.sbatch(&[], "echo plain ran");
+    let asked = c.sbatch(&["--acpn=1", "--hold"], &format!("{} slurm-task", client()));
+    c.run("scontrol", &["update", &format!("jobid={asked}"), "admincomment=site: checked by ops"]);
+    c.run("scontrol", &["release", &asked]);
+    let ran = c.wait_until(Duration::from_secs(30), |c| c.job_over(&plain)).await;
+    assert!(ran && c.output(&plain).contains("plain ran"), "{}: {}", c.show_job(&plain), c.output(&plain));
+    assert_eq!(c.job_field(&plain, "JobState"), "COMPLETED", "{}", c.show_job(&plain));
+    let told = c
+        .wait_until(Duration::from_secs(30), |c| c.show_job(&asked).contains(&format!("ac prolog of job {asked}: ")))
+        .await;
+    let shown = c.show_job(&asked);
+    assert!(told, "{shown}");
+    assert!(
+        shown.contains(&format!("AdminComment=site: checked by ops; ac prolog of job {asked}: ")),
+        "the reason is appended to the comment that was there: {shown}"
+    );
+    assert!(c.output(&asked).is_empty(), "it must not run without its accelerator: {}", c.output(&asked));
+    c.run("scancel", &[&asked]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_keeps_its_binding_across_kill_9_of_the_manager() {
     let mut c = SlurmCluster::start(3, 3).await;

@@ -35,7 +35,27 @@ impl Arm {
         if identity.payload != munge_payload(job, node) {
             return Err(err(ArmErrorKind::Unauthorized, "the munge credential was made for another job or node"));
         }
+        let known = self.core.lock().expect("core poisoned").jobs.contains_key(job);
+        if !known {
+            self.register_on_demand(slurm, job).await?;
+        }
         self.mutate(|core, _| core.open_batch_session(token_hash.to_string(), job, identity.uid, node)).await.map(drop)
+    }
+
+    /// Registers a running Slurm job the manager has not seen: one without static
+    /// accelerators, whose prolog does not call the manager (so that a manager outage fails
+    /// only the jobs that asked for accelerators). Slurm says whose it is and where it runs;
+    /// the session that asked is then checked against that like any other.
+    async fn register_on_demand(&self, slurm: &Slurm, job: &str) -> Result<(), ArmError> {
+        // One at a time, so that the job's processes starting together register it once (a
+        // second binding would end the first's). A job not yet known binds nothing in Slurm.
+        let _one_at_a_time = self.slurm_grants.lock().await;
+        if self.core.lock().expect("core poisoned").jobs.contains_key(job) {
+            return Ok(());
+        }
+        let running = slurm.running_job(job).await.map_err(|e| err(ArmErrorKind::Unauthorized, e))?;
+        tracing::info!(job, user = running.user, nodes = ?running.nodes, "registered on demand (no static accelerators)");
+        self.bind_job(job.to_string(), running.nodes, 0, running.user, running.uid, running.time_limit_s).await
     }
 
     /// The prolog's binding of a job Slurm starts. A binding short of accelerators waits (up
@@ -109,9 +129,13 @@ impl Arm {
         ended
     }
 
-    /// What the last reconciliation found wrong.
+    /// A store that cannot write, hosts whose backends serve other devices than registered,
+    /// then what the last reconciliation with Slurm found wrong.
     pub(super) fn health(&self) -> Vec<String> {
-        self.slurm_problems.lock().expect("problems poisoned").clone()
+        let mut problems: Vec<String> = self.store_health().into_iter().collect();
+        problems.extend(self.core.lock().expect("core poisoned").host_problems());
+        problems.extend(self.slurm_problems.lock().expect("problems poisoned").iter().cloned());
+        problems
     }
 
     /// The batch job a session belongs to, if Slurm is in charge of it.
@@ -235,10 +259,15 @@ impl Arm {
         let (registered, unavailable) = {
             let core = self.core.lock().expect("core poisoned");
             let count = |unusable: bool| {
-                let hosts = core.hosts.values().filter(|h| !unusable || !h.up || h.draining);
-                hosts.map(|h| h.devices.len() as u32).sum::<u32>()
+                // Unusable: on a host down or draining, or not served by its backend.
+                let devices = core.hosts.values().flat_map(|h| h.devices.iter().map(move |d| (h, d)));
+                devices.filter(|(h, d)| !unusable || !h.grantable(d)).count() as u32
             };
-            (count(false), count(true))
+            // What jobs Slurm does not know hold (ad-hoc jobs, `armctl job submit`) is kept out
+            // of its pool with the unusable accelerators.
+            let running = core.jobs.values().filter(|j| j.batch.is_none() && j.state == JobState::Running);
+            let outside: u32 = running.map(|j| core.held_by(&j.id).len() as u32).sum();
+            (count(false), count(true) + outside)
         };
         match slurm.license_use().await {
             Ok(pool) if pool.total != registered => problems.push(format!(

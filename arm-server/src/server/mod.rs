@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::arm::{
     AcceleratorView, ArmError, ArmErrorKind, ArmRequest, ArmResponse, Ask, Grant, HostView, JobAuth, JobView, Request,
-    ReservationView, Response, Route, SessionState, ALPN, MIN_TOKEN_LEN, VERSION,
+    ReservationView, Response, Route, SessionState, ALPN, MIN_TOKEN_LEN,
 };
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::{self, unix_now, Signer};
@@ -25,6 +25,7 @@ use tracing::Instrument;
 use crate::config::ArmConfig;
 use crate::core::{Core, GetOutcome, ReservationOwner, StaticState};
 use crate::keys;
+use crate::roles::{self, Caller, Revocations, Role};
 use crate::links::{LinkEvent, Links};
 use crate::model::{Device, Holder, Host, Job, JobState, Reservation};
 use crate::store::{Change, Store};
@@ -53,6 +54,24 @@ struct Commits {
     queued: u64,
     /// Sequence number of the last change durable.
     durable: u64,
+    /// The changes through this sequence number were rolled back: their commit failed.
+    failed: u64,
+    /// What their callers are told.
+    failure: String,
+    /// Memory holds changes the store lacks: a rollback could not read the store back. No
+    /// change is made until it can (`reload_if_stale`).
+    stale: bool,
+}
+
+/// How long after its last failed write a store is tried again, changes or not (`expire_loop`).
+const STORE_RETRY: Duration = Duration::from_secs(5);
+
+/// What a caller is told of a failed commit: the store's words, without "store error: ".
+fn store_failure(e: ArmServerError) -> ArmError {
+    match e {
+        ArmServerError::Store(message) => err(ArmErrorKind::Internal, message),
+        other => err(ArmErrorKind::Internal, other.to_string()),
+    }
 }
 
 /// The resource manager's shared state.
@@ -65,6 +84,8 @@ pub struct Arm {
     /// runtime's threads.
     committing: tokio::sync::Mutex<()>,
     signer: Arc<Signer>,
+    /// Client certificates revoked before they expire (`revoked-certs`).
+    revocations: Revocations,
     links: Links,
     leases: Mutex<Leases>,
     /// Woken after every change, for requests that wait on the state (`AwaitGet`).
@@ -160,6 +181,8 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     core.scheduling = config.scheduler.clone();
     core.preemption_grace_s = config.preemption_grace_s;
     let signer = Arc::new(keys::signer(&dir)?);
+    // What each backend's `arm_public_key` names (also `armctl manager-key`).
+    tracing::info!(public_key = keys::hex(&signer.public_key()), "the manager's public key");
     let (events, event_rx) = mpsc::unbounded_channel();
     let links =
         Links::new(signer.clone(), events, Duration::from_millis(config.backend_timeout_ms), config.transport.clone());
@@ -180,6 +203,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         commits: Mutex::default(),
         committing: tokio::sync::Mutex::new(()),
         signer,
+        revocations: Revocations::new(&dir),
         links,
         leases: Mutex::new(leases),
         changed: tokio::sync::Notify::new(),
@@ -247,6 +271,19 @@ async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEven
                     })
                     .await;
             }
+            LinkEvent::Served { host, devices } => {
+                let changed = arm.mutate(|core, now| Ok(core.set_served(&host, &devices, now))).await;
+                if changed.unwrap_or(false) {
+                    match arm.core.lock().expect("core poisoned").hosts.get(&host).and_then(|h| h.mismatch.clone()) {
+                        Some(m) => tracing::warn!(
+                            host,
+                            differences = %m.differences.join("; "),
+                            "the backend serves other devices than it was registered with: those are not granted"
+                        ),
+                        None => tracing::info!(host, "the backend serves the devices it was registered with"),
+                    }
+                }
+            }
             LinkEvent::Revoked { host, capability } => {
                 // One acknowledgement comes per freed accelerator: those already queued commit
                 // together rather than one transaction each.
@@ -292,6 +329,10 @@ async fn expire_loop(arm: Arc<Arm>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
+        // Health turns good again once space is back, without a change to commit.
+        if arm.store.trouble().is_some_and(|t| t.last.elapsed().is_ok_and(|d| d >= STORE_RETRY)) {
+            arm.retry_store().await;
+        }
         let expired: Vec<String> = {
             let mut leases = arm.leases.lock().expect("leases poisoned");
             let now = Instant::now();
@@ -329,10 +370,10 @@ async fn expire_loop(arm: Arc<Arm>) {
 }
 
 async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
-    let admin = conn.peer_identity().is_some();
+    let caller = Arc::new(caller_of(&conn));
     let tokens: Arc<Mutex<HashSet<String>>> = Arc::default();
     while let Ok((mut send, recv)) = conn.accept_bi().await {
-        let (arm, tokens, conn) = (arm.clone(), tokens.clone(), conn.clone());
+        let (arm, tokens, conn, caller) = (arm.clone(), tokens.clone(), conn.clone(), caller.clone());
         tokio::spawn(async move {
             let mut reader = FrameReader::new(recv);
             let request: ArmRequest = match reader.expect_frame().await {
@@ -342,18 +383,21 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
                     return;
                 }
             };
-            let answer = if request.version != VERSION {
+            let spoken = arm.config.protocols();
+            let answer = if !spoken.contains(&request.version) {
                 Err(err(
                     ArmErrorKind::VersionMismatch,
                     format!(
-                        "protocol version mismatch: the resource manager speaks {VERSION}, the client {}",
+                        "protocol version mismatch: the resource manager speaks {} to {}, the client {}",
+                        spoken.start(),
+                        spoken.end(),
                         request.version
                     ),
                 ))
             } else {
-                let span = tracing::debug_span!("request", admin);
+                let span = tracing::debug_span!("request", caller = caller.name, role = ?caller.role);
                 let (call, start) = (metrics::call_label(&request.request), Instant::now());
-                let answer = arm.handle(request.request, admin, &tokens).instrument(span).await;
+                let answer = arm.handle(request.request, &caller, &tokens).instrument(span).await;
                 if let Some(call) = call {
                     arm.metrics.answered(call, start.elapsed());
                 }
@@ -387,17 +431,47 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
     }
 }
 
+/// The client of `conn`, from the certificate it presented (none: a program).
+fn caller_of(conn: &Connection) -> Caller {
+    let chain = conn.peer_identity().and_then(|id| id.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok());
+    Caller::from_certificate(chain.as_ref().and_then(|c| c.first()).map(|c| c.as_ref()))
+}
+
+/// What an admin or batch request asks, for the audit log: its arguments, never a secret or a
+/// certificate.
+fn audit_summary(request: &Request) -> String {
+    match request {
+        Request::HostAdd { addr, name, labels, .. } => format!("host add {name} at {addr} {labels:?}"),
+        Request::HostDrain { name, drain } => format!("host {} {name}", if *drain { "drain" } else { "undrain" }),
+        Request::HostRemove { name, force } => format!("host remove {name} (force {force})"),
+        Request::JobSubmit { id, nodes, acpn, user, .. } => format!("job submit {id} user {user} acpn {acpn} on {nodes:?}"),
+        Request::JobBind { id, nodes, acpn, user, .. } => format!("job bind {id} user {user} acpn {acpn} on {nodes:?}"),
+        Request::JobEnd { id } => format!("job end {id}"),
+        Request::ReservationCreate { count, user, .. } => format!("reservation create of {count} for {user:?}"),
+        Request::ReservationDelete { id } => format!("reservation delete {id}"),
+        other => roles::request_name(other).to_string(),
+    }
+}
+
 impl Arm {
     /// Runs a change on the core, waits until what it touched is durable, then sends its
     /// revocations. The core lock is not held while the disk syncs, nor is a runtime thread
     /// blocked: concurrent requests queue their changes, and whoever commits next writes them
-    /// all in one transaction.
+    /// all in one transaction. A failed commit rolls memory back (`roll_back`): the change is
+    /// not made, its revocations are not sent, and the caller is told why.
     async fn mutate<T>(&self, change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>) -> Result<T, ArmError> {
         let now_ms = accounting::unix_now_ms();
         let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
+        self.reload_if_stale().await;
         let (result, revocations, mine, changed) = {
             let mut core = self.core.lock().expect("core poisoned");
+            {
+                let commits = self.commits.lock().expect("commits poisoned");
+                if commits.stale {
+                    return Err(err(ArmErrorKind::Internal, commits.failure.clone()));
+                }
+            }
             let result = change(&mut core, now);
             // The accounting intervals of what the change granted or released commit with it.
             core.account(now_ms);
@@ -410,7 +484,7 @@ impl Arm {
             commits.queued += 1;
             (result, core.take_revocations(), commits.queued, changed)
         };
-        self.commit_through(mine).await.map_err(internal)?;
+        self.commit_through(mine).await.map_err(store_failure)?;
         // Only a change can answer a long poll; waking them for nothing would make them spin.
         if changed {
             self.changed.notify_waiters();
@@ -422,7 +496,8 @@ impl Arm {
         result
     }
 
-    /// Returns once change `seq` is durable, committing everything queued if nobody else is.
+    /// Returns once change `seq` is durable, committing everything queued if nobody else is;
+    /// fails if it was rolled back.
     async fn commit_through(&self, seq: u64) -> Result<(), ArmServerError> {
         let _committer = self.committing.lock().await;
         let (batch, last) = {
@@ -430,14 +505,115 @@ impl Arm {
             if commits.durable >= seq {
                 return Ok(());
             }
+            if commits.failed >= seq {
+                return Err(ArmServerError::Store(commits.failure.clone()));
+            }
             (std::mem::take(&mut commits.pending), commits.queued)
         };
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.commit(&batch))
+        let written = tokio::task::spawn_blocking(move || store.commit(&batch))
             .await
-            .map_err(|e| ArmServerError::Store(format!("the commit did not finish: {e}")))??;
-        self.commits.lock().expect("commits poisoned").durable = last;
+            .unwrap_or_else(|e| Err(ArmServerError::Store(format!("the commit did not finish: {e}"))));
+        match written {
+            Ok(()) => {
+                self.commits.lock().expect("commits poisoned").durable = last;
+                Ok(())
+            }
+            Err(e) => Err(self.roll_back(e).await),
+        }
+    }
+
+    /// After a failed commit, puts memory back to what the store holds: every change queued
+    /// since the last durable one (the whole group, and those queued meanwhile) is dropped, and
+    /// each of their callers gets the returned error. Called with `committing` held.
+    async fn roll_back(&self, error: ArmServerError) -> ArmServerError {
+        let failure = format!("{}; the change was not made", store_failure(error).message);
+        self.commits.lock().expect("commits poisoned").failure = failure.clone();
+        match self.reload().await {
+            Ok(()) => tracing::warn!(failure, "memory rolled back to what the store holds"),
+            Err(e) => tracing::error!(
+                failure,
+                error = %e,
+                "the store cannot be read back: no change is made until it can"
+            ),
+        }
+        self.changed.notify_waiters();
+        ArmServerError::Store(failure)
+    }
+
+    /// Replaces memory with what the store holds, keeping what is never stored (whether each
+    /// host's link is up and what its backend serves, the scheduler's settings, Slurm's queue, notices not yet told).
+    /// Called with `committing` held: nothing commits meanwhile, so what is read is durable,
+    /// and whatever is queued was made on the memory being dropped: it fails.
+    async fn reload(&self) -> Result<(), ArmServerError> {
+        let store = self.store.clone();
+        let loaded = tokio::task::spawn_blocking(move || store.load())
+            .await
+            .unwrap_or_else(|e| Err(ArmServerError::Store(format!("reading the store did not finish: {e}"))));
+        let mut core = self.core.lock().expect("core poisoned");
+        let mut commits = self.commits.lock().expect("commits poisoned");
+        commits.pending.clear();
+        commits.failed = commits.queued;
+        let mut fresh = match loaded {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                commits.stale = true;
+                return Err(e);
+            }
+        };
+        commits.stale = false;
+        for (name, host) in &mut fresh.hosts {
+            if let Some(old) = core.hosts.get_mut(name) {
+                host.up = old.up;
+                host.mismatch = old.mismatch.take();
+            }
+        }
+        fresh.scheduling = std::mem::take(&mut core.scheduling);
+        fresh.preemption_grace_s = core.preemption_grace_s;
+        fresh.batch_queue = std::mem::take(&mut core.batch_queue);
+        fresh.notices = std::mem::take(&mut core.notices);
+        *core = fresh;
         Ok(())
+    }
+
+    /// Reads the store back if a rollback could not.
+    async fn reload_if_stale(&self) {
+        if !self.commits.lock().expect("commits poisoned").stale {
+            return;
+        }
+        let _committer = self.committing.lock().await;
+        if self.commits.lock().expect("commits poisoned").stale && self.reload().await.is_ok() {
+            tracing::info!("memory read back from the store");
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Tries a store that cannot write again: reads memory back if it must, then writes a
+    /// probe, whose success clears the store's trouble.
+    async fn retry_store(&self) {
+        self.reload_if_stale().await;
+        let _committer = self.committing.lock().await;
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.probe()).await;
+    }
+
+    /// What is wrong with the store, as `armctl health` says it; `None`: it writes.
+    fn store_health(&self) -> Option<String> {
+        let trouble = self.store.trouble()?;
+        let since = trouble.since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let ago = trouble.since.elapsed().map_or(0, |d| d.as_secs());
+        let stale = if self.commits.lock().expect("commits poisoned").stale {
+            "; memory could not be read back from it, so no change is made"
+        } else {
+            ""
+        };
+        Some(format!(
+            "store: {} cannot write since Unix time {since} ({ago} s ago): {}; changes fail until it writes again \
+             (tried every {} s){stale}",
+            self.store.path().display(),
+            trouble.error,
+            STORE_RETRY.as_secs()
+        ))
     }
 
     /// Ties a session to a connection: its lease runs only while none is connected.
@@ -506,31 +682,34 @@ impl Arm {
         Ok(Response::Granted { set, grants })
     }
 
-    async fn handle(&self, request: Request, admin: bool, tokens: &Mutex<HashSet<String>>) -> Answer {
-        let needs_admin = matches!(
-            request,
-            Request::HostAdd { .. }
-                | Request::HostList
-                | Request::HostDrain { .. }
-                | Request::HostRemove { .. }
-                | Request::JobSubmit { .. }
-                | Request::JobBind { .. }
-                | Request::JobEnd { .. }
-                | Request::JobList { .. }
-                | Request::JobShow { .. }
-                | Request::ReservationCreate { .. }
-                | Request::ReservationList
-                | Request::ReservationDelete { .. }
-                | Request::Health
-                | Request::Accounting { .. }
-        );
-        if needs_admin && !admin {
-            return Err(err(ArmErrorKind::Unauthorized, "this request needs an admin client certificate"));
+    async fn handle(&self, request: Request, caller: &Caller, tokens: &Mutex<HashSet<String>>) -> Answer {
+        if let Some(needed) = roles::needs(&request) {
+            let (call, role) = (roles::request_name(&request), caller.role.map(Role::unit));
+            let revoked = self.revocations.revoked(&caller.fingerprint);
+            if revoked || !caller.may(&request) {
+                let why = match (revoked, caller.role) {
+                    (true, _) => "its certificate was revoked".to_string(),
+                    (false, None) => format!("it needs a client certificate of role {}", needed.unit()),
+                    (false, Some(role)) => {
+                        format!("the {} role may not make it (role {} may)", role.unit(), needed.unit())
+                    }
+                };
+                tracing::warn!(target: "audit", who = caller.name, ?role, call, why, "request refused");
+                return Err(err(ArmErrorKind::Unauthorized, format!("{call} refused: {why}")));
+            }
+            // Who did what: every admin and batch request, at info (`target: audit`).
+            let cert = caller.fingerprint.get(..16).unwrap_or("");
+            tracing::info!(target: "audit", who = caller.name, ?role, cert, "{}", audit_summary(&request));
         }
         match request {
+            Request::ManagerKey => Ok(Response::ManagerKey(crate::keys::hex(&self.signer.public_key()))),
             Request::Init { auth, node, token } => {
-                if matches!(auth, JobAuth::AdHoc { .. }) && !self.config.allow_ad_hoc {
-                    return Err(err(ArmErrorKind::Unauthorized, "ad-hoc jobs are disabled: run inside a batch job"));
+                if matches!(auth, JobAuth::AdHoc { .. }) && !self.config.ad_hoc_allowed() {
+                    return Err(err(
+                        ArmErrorKind::Unauthorized,
+                        "ad-hoc jobs are disabled (allow_ad_hoc = false, the default with [slurm]): run inside a \
+                         batch job",
+                    ));
                 }
                 if token.len() < MIN_TOKEN_LEN {
                     return Err(err(
@@ -825,7 +1004,7 @@ impl Arm {
             .map(|info| Device { index: info.index, name: info.name.clone(), memory: info.memory_total, holder: None })
             .collect();
         probe.connection.close(0u32.into(), b"probe done");
-        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices })
+        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices, mismatch: None })
     }
 }
 
@@ -834,6 +1013,9 @@ fn host_view(host: &Host) -> HostView {
         "down"
     } else if host.draining {
         "draining"
+    } else if host.mismatch.is_some() {
+        // Its backend serves other devices than registered: `armctl health` says which.
+        "mismatch"
     } else {
         "up"
     };
@@ -849,7 +1031,7 @@ fn host_view(host: &Host) -> HostView {
                 id: host.accelerator_id(d.index),
                 device: d.name.clone(),
                 memory: d.memory,
-                state: match (&d.holder, host.up, host.draining) {
+                state: match (&d.holder, host.up && !host.unserved(d.index), host.draining) {
                     (_, false, _) => "down",
                     (Some(_), _, _) => "allocated",
                     (None, _, true) => "draining",

@@ -13,11 +13,24 @@ use arm_server::server::mark_reserved;
 use clap::{Parser, Subcommand};
 
 mod accounting;
+mod cert;
 mod status;
+
+/// `--version`'s text: the release and the protocol versions it speaks, which say what it can
+/// run beside during a rolling upgrade (docs/admin.md).
+fn long_version() -> &'static str {
+    use ac_proto::{arm, backend};
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let (v, min, arm_v, arm_min) = (backend::VERSION, backend::MIN_VERSION, arm::VERSION, arm::MIN_VERSION);
+        let version = env!("CARGO_PKG_VERSION");
+        format!("{version} (backend protocol {v}, accepts {min}-{v}; ARM protocol {arm_v}, accepts {arm_min}-{arm_v})")
+    })
+}
 
 /// Manage the accelerator pool and jobs.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "armctl", version, long_version = long_version(), about)]
 struct Cli {
     /// The resource manager's address.
     #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
@@ -25,13 +38,15 @@ struct Cli {
     /// Its CA certificate (the packaged manager's: /var/lib/arm-server/ca.pem).
     #[arg(long, env = "ARM_CA_CERT", global = true, default_value = ".state/arm-server/ca.pem")]
     ca: PathBuf,
-    /// Admin client certificate, which every command needs, `slurm prolog` and `slurm epilog`
-    /// included (the packaged manager's: /var/lib/arm-server/admin.pem).
-    #[arg(long, env = "ARMCTL_CERT", global = true, default_value = ".state/arm-server/admin.pem")]
-    cert: PathBuf,
-    /// Admin client key (the packaged manager's: /var/lib/arm-server/admin.key).
-    #[arg(long, env = "ARMCTL_KEY", global = true, default_value = ".state/arm-server/admin.key")]
-    key: PathBuf,
+    /// Client certificate: role admin for every command but `manager-key` and `cert`, role
+    /// batch enough for `slurm prolog` and `slurm epilog` (the packaged manager's admin:
+    /// /var/lib/arm-server/admin.pem; `armctl cert issue` makes others). Unset: the embedded
+    /// default's .state/arm-server/admin.pem when it exists.
+    #[arg(long, env = "ARMCTL_CERT", global = true)]
+    cert: Option<PathBuf>,
+    /// The certificate's key (the packaged manager's admin: /var/lib/arm-server/admin.key).
+    #[arg(long, env = "ARMCTL_KEY", global = true)]
+    key: Option<PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -58,6 +73,12 @@ enum Command {
     /// One screen: the pool by state, the queue, who holds what, and health (backend links,
     /// Slurm's agreement).
     Status,
+    /// The manager's public key: what backends pin as `arm_public_key`.
+    ManagerKey,
+    /// Client certificates of the manager's CA, with roles: issue, revoke (on the manager's
+    /// host).
+    #[command(subcommand)]
+    Cert(cert::CertCommand),
     /// Accelerator time per user, group or job, static and dynamic apart (like Slurm's
     /// `sreport`): records of released holdings clipped to the window, holdings still open up
     /// to now.
@@ -68,10 +89,14 @@ enum Command {
 enum SlurmCommand {
     /// Bind the starting job's accelerators (`--acpn` per node) now; fails when they cannot be
     /// bound, and Slurm then requeues the job, or kills it where it cannot be requeued
-    /// (interactive jobs, `JobRequeue=0`, `--no-requeue`). Reads SLURM_JOB_ID,
-    /// SLURM_JOB_NODELIST, SLURM_JOB_USER, SLURM_JOB_UID and SPANK_ACPN, as Slurm sets them.
+    /// (interactive jobs, `JobRequeue=0`, `--no-requeue`). A job without `--acpn` is left alone:
+    /// it starts whether the manager is up or not, and an `AC_Get` registers it then. Reads
+    /// SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_JOB_USER, SLURM_JOB_UID and SPANK_ACPN, as Slurm
+    /// sets them.
     Prolog,
-    /// Release everything the ending job holds, static and dynamic. Reads SLURM_JOB_ID.
+    /// Release everything the ending job holds, static and dynamic. Reads SLURM_JOB_ID. For a
+    /// job without `--acpn` an unreachable manager is no failure: its reconciliation with Slurm
+    /// releases what such a job held.
     Epilog,
 }
 
@@ -225,23 +250,6 @@ fn hostnames(list: &str) -> anyhow::Result<Vec<String>> {
     Ok(String::from_utf8(output.stdout)?.lines().map(str::to_string).collect())
 }
 
-/// A job's time limit, in seconds (0: none), as `squeue -o %l` prints it: `UNLIMITED`,
-/// `MM:SS`, `HH:MM:SS` or `D-HH:MM:SS`.
-fn parse_time_limit(limit: &str) -> Option<u64> {
-    let limit = limit.trim();
-    if limit.eq_ignore_ascii_case("UNLIMITED") || limit.eq_ignore_ascii_case("NOT_SET") {
-        return Some(0);
-    }
-    let (days, clock) = limit.split_once('-').map_or(Ok((0, limit)), |(d, c)| d.parse().map(|d: u64| (d, c))).ok()?;
-    let parts: Vec<u64> = clock.split(':').map(str::parse).collect::<Result<_, _>>().ok()?;
-    let seconds = match parts[..] {
-        [m, s] => m * 60 + s,
-        [h, m, s] => h * 3600 + m * 60 + s,
-        _ => return None,
-    };
-    Some(days * 86_400 + seconds)
-}
-
 /// The time limit Slurm gives job `id` (the ARM plans dynamic grants with it).
 fn time_limit(id: &str) -> anyhow::Result<u64> {
     // `-j` of an array's own id lists every task of the array: `%A` (each task's own id)
@@ -251,26 +259,47 @@ fn time_limit(id: &str) -> anyhow::Result<u64> {
     let shown = String::from_utf8(output.stdout)?;
     let limit = shown.lines().find_map(|l| l.trim().strip_prefix(id)?.strip_prefix(' '));
     let limit = limit.ok_or_else(|| anyhow::anyhow!("squeue does not list job {id}: `{}`", shown.trim()))?;
-    parse_time_limit(limit).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", limit.trim()))
+    arm_server::slurm::parse_time_limit(limit).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", limit.trim()))
 }
 
-/// The binding Slurm's prolog asks for, from the environment Slurm gives it.
-fn prolog_request() -> anyhow::Result<Request> {
+/// The static accelerators per node the job asked for (`--acpn`, which the SPANK plugin passes
+/// as SPANK_ACPN); 0 when it asked for none.
+fn spank_acpn() -> anyhow::Result<u32> {
     let acpn = std::env::var("SPANK_ACPN").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "0".into());
+    acpn.parse().map_err(|e| anyhow::anyhow!("SPANK_ACPN `{acpn}`: {e}"))
+}
+
+/// The binding Slurm's prolog asks for, from the environment Slurm gives it; `None` for a job
+/// without static accelerators, which does not depend on the manager to start.
+fn prolog_request() -> anyhow::Result<Option<Request>> {
+    let acpn = spank_acpn()?;
+    if acpn == 0 {
+        return Ok(None);
+    }
     let id = env("SLURM_JOB_ID")?;
-    Ok(Request::JobBind {
+    Ok(Some(Request::JobBind {
         walltime_s: time_limit(&id)?,
         id,
         nodes: hostnames(&env("SLURM_JOB_NODELIST")?)?,
-        acpn: acpn.parse().map_err(|e| anyhow::anyhow!("SPANK_ACPN `{acpn}`: {e}"))?,
+        acpn,
         user: env("SLURM_JOB_USER")?,
         uid: env("SLURM_JOB_UID")?.parse()?,
-    })
+    }))
 }
 
-/// The one request a command makes; none for `status`, which makes several.
-fn request(cli: &Cli) -> anyhow::Result<Option<Request>> {
-    Ok(Some(match &cli.command {
+/// What a command asks of the manager.
+enum Asked {
+    /// One request.
+    One(Request),
+    /// `status`'s several.
+    Status,
+    /// Nothing: the command is done (a prolog with nothing to bind, `cert`), with this to print.
+    Nothing(String),
+}
+
+/// What a command asks of the manager.
+fn request(cli: &Cli) -> anyhow::Result<Asked> {
+    Ok(Asked::One(match &cli.command {
         Command::Host(HostCommand::Add { addr, backend_ca, name, server_name, labels }) => Request::HostAdd {
             addr: *addr,
             name: name.clone().unwrap_or_else(|| addr.to_string()),
@@ -312,10 +341,15 @@ fn request(cli: &Cli) -> anyhow::Result<Option<Request>> {
         }
         Command::Reservation(ReservationCommand::List) => Request::ReservationList,
         Command::Reservation(ReservationCommand::Delete { id }) => Request::ReservationDelete { id: *id },
-        Command::Slurm(SlurmCommand::Prolog) => prolog_request()?,
+        Command::Slurm(SlurmCommand::Prolog) => match prolog_request()? {
+            Some(request) => request,
+            None => return Ok(Asked::Nothing(String::new())),
+        },
         Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
         Command::Health => Request::Health,
-        Command::Status => return Ok(None),
+        Command::ManagerKey => Request::ManagerKey,
+        Command::Cert(command) => return Ok(Asked::Nothing(cert::run(command)?)),
+        Command::Status => return Ok(Asked::Status),
         Command::Accounting(args) => args.request(),
     }))
 }
@@ -431,6 +465,7 @@ fn print(response: &Response, json: bool) {
         Response::Done => println!("done"),
         Response::Health(problems) if problems.is_empty() => println!("ok"),
         Response::Health(problems) => problems.iter().for_each(|p| println!("{p}")),
+        Response::ManagerKey(key) => println!("{key}"),
         Response::Accounting { since_ms, until_ms, rows } => accounting::print(*since_ms, *until_ms, rows),
         other => println!("{other:?}"),
     }
@@ -462,7 +497,13 @@ enum Output {
 async fn main() -> ExitCode {
     ac_proto::daemon::quiet_on_closed_pipe();
     let cli = Cli::parse();
-    let request = match request(&cli) {
+    let request = match request(&cli).and_then(|asked| Ok((asked, identity(&cli)?))) {
+        Ok((Asked::Nothing(said), _)) => {
+            if !said.is_empty() {
+                println!("{said}");
+            }
+            return ExitCode::SUCCESS;
+        }
         Ok(r) => r,
         Err(e) => {
             eprintln!("armctl: {e}");
@@ -470,13 +511,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let (request, identity) = request;
     let mut options = ArmOptions::new(cli.arm, &cli.ca);
-    if cli.cert.exists() && cli.key.exists() {
-        options.identity = Some((cli.cert.clone(), cli.key.clone()));
-    }
+    options.identity = identity;
     let result = async {
         let client = ArmClient::connect(options).await?;
-        let Some(request) = request else { return status::gather(&client).await.map(Output::Status) };
+        let Asked::One(request) = request else { return status::gather(&client).await.map(Output::Status) };
         let response = client.request(request).await?;
         with_reservations(&client, response).await.map(Output::One)
     }
@@ -500,12 +540,48 @@ async fn main() -> ExitCode {
         {
             ExitCode::SUCCESS
         }
+        // A job without static accelerators may have registered on demand; the manager's
+        // reconciliation with Slurm releases it when it cannot be told here.
+        Err(e @ (ac_frontend::Error::ManagerUnreachable { .. } | ac_frontend::Error::Timeout(_)))
+            if matches!(cli.command, Command::Slurm(SlurmCommand::Epilog)) && spank_acpn().is_ok_and(|n| n == 0) =>
+        {
+            log_slurm_line(&format!("ac epilog of job {}: {e}; left to the manager's reconciliation", slurm_job()));
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("armctl: {e}");
             slurm_refusal(&cli.command, &e.to_string());
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// The client identity to present: `--cert`/`--key` (or their variables), which must exist
+/// when given, else the embedded default's admin identity when it exists.
+fn identity(cli: &Cli) -> anyhow::Result<Option<(PathBuf, PathBuf)>> {
+    match (&cli.cert, &cli.key) {
+        (Some(cert), Some(key)) => {
+            for file in [cert, key] {
+                std::fs::metadata(file).map_err(|e| anyhow::anyhow!("client identity {}: {e}", file.display()))?;
+            }
+            Ok(Some((cert.clone(), key.clone())))
+        }
+        (None, None) => {
+            let (cert, key) = (PathBuf::from(".state/arm-server/admin.pem"), PathBuf::from(".state/arm-server/admin.key"));
+            Ok((cert.exists() && key.exists()).then_some((cert, key)))
+        }
+        _ => anyhow::bail!("a client identity needs both --cert (ARMCTL_CERT) and --key (ARMCTL_KEY)"),
+    }
+}
+
+/// The job Slurm runs this prolog or epilog for.
+fn slurm_job() -> String {
+    std::env::var("SLURM_JOB_ID").unwrap_or_default()
+}
+
+/// Logs a line of the prolog or epilog to syslog, where Slurm's admins look.
+fn log_slurm_line(line: &str) {
+    let _ = std::process::Command::new("logger").args(["-t", "armctl", "-p", "user.err", "--", line]).output();
 }
 
 /// Slurm keeps nothing of what a failing PrologSlurmctld or EpilogSlurmctld prints: the reason
@@ -516,28 +592,28 @@ fn slurm_refusal(command: &Command, reason: &str) {
         SlurmCommand::Prolog => "prolog",
         SlurmCommand::Epilog => "epilog",
     };
-    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    let job = slurm_job();
     let line = format!("ac {what} of job {job}: {reason}");
-    let _ = std::process::Command::new("logger").args(["-t", "armctl", "-p", "user.err", "--", &line]).output();
+    log_slurm_line(&line);
     // `jobid=A` of an array's own id would comment every task of the array: `A_T` is this one.
     let task =
         std::env::var("SLURM_ARRAY_JOB_ID").and_then(|a| Ok(format!("{a}_{}", std::env::var("SLURM_ARRAY_TASK_ID")?)));
     let target = task.unwrap_or_else(|_| job.clone());
     if !target.is_empty() {
-        let comment = format!("admincomment={line}");
-        let _ = std::process::Command::new("scontrol").args(["update", &format!("jobid={target}"), &comment]).output();
+        // Appended: a site's own prolog or a requeue's reason may be there already.
+        let comment = match admin_comment(&target) {
+            Some(earlier) if !earlier.is_empty() && !earlier.contains(&line) => format!("{earlier}; {line}"),
+            _ => line,
+        };
+        let setting = format!("admincomment={comment}");
+        let _ = std::process::Command::new("scontrol").args(["update", &format!("jobid={target}"), &setting]).output();
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn slurm_time_limits_parse() {
-        use super::parse_time_limit;
-        assert_eq!(parse_time_limit("UNLIMITED\n"), Some(0));
-        assert_eq!(parse_time_limit("5:00"), Some(300));
-        assert_eq!(parse_time_limit("1:00:00"), Some(3600));
-        assert_eq!(parse_time_limit("2-00:00:10"), Some(2 * 86_400 + 10));
-        assert_eq!(parse_time_limit("soon"), None);
-    }
+/// The job's AdminComment now, as `scontrol show job` prints it (the rest of its line, as it
+/// may hold spaces).
+fn admin_comment(job: &str) -> Option<String> {
+    let output = std::process::Command::new("scontrol").args(["show", "job", job]).output().ok()?;
+    let shown = String::from_utf8_lossy(&output.stdout).into_owned();
+    shown.lines().find_map(|l| l.trim_start().strip_prefix("AdminComment=").map(|c| c.trim_end().to_string()))
 }
