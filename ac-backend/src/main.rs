@@ -8,21 +8,9 @@ use ac_proto::daemon;
 use anyhow::Context;
 use clap::Parser;
 
-/// `--version`'s text: the release and the protocol versions it speaks, which say what it can
-/// run beside during a rolling upgrade (docs/admin.md).
-fn long_version() -> &'static str {
-    use ac_proto::{arm, backend};
-    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TEXT.get_or_init(|| {
-        let (v, min, arm_v, arm_min) = (backend::VERSION, backend::MIN_VERSION, arm::VERSION, arm::MIN_VERSION);
-        let version = env!("CARGO_PKG_VERSION");
-        format!("{version} (backend protocol {v}, accepts {min}-{v}; ARM protocol {arm_v}, accepts {arm_min}-{arm_v})")
-    })
-}
-
 /// Accelerator host daemon: serves memory, copy and kernel calls over QUIC.
 #[derive(Debug, Parser)]
-#[command(version, long_version = long_version(), about)]
+#[command(version, long_version = ac_proto::long_version(), about)]
 struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "AC_BACKEND_CONFIG")]

@@ -47,3 +47,15 @@ pub fn random_hex(bytes: usize) -> String {
     ring::rand::SystemRandom::new().fill(&mut raw).expect("system randomness");
     raw.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// `--version`'s long text for the project's binaries: the release and the protocol versions
+/// they speak, which say what they can run beside during a rolling upgrade (docs/admin.md,
+/// "Upgrading"). All crates share the workspace's version.
+pub fn long_version() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        let (v, min, arm_v, arm_min) = (backend::VERSION, backend::MIN_VERSION, arm::VERSION, arm::MIN_VERSION);
+        let version = env!("CARGO_PKG_VERSION");
+        format!("{version} (backend protocol {v}, accepts {min}-{v}; ARM protocol {arm_v}, accepts {arm_min}-{arm_v})")
+    })
+}

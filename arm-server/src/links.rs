@@ -1,14 +1,14 @@
 //! Links to the registered backends: the ARM registers itself (so backends accept only its
-//! capabilities), reads heartbeats to know they are up, sends revocations and reads their
-//! acknowledgements. A link that breaks or goes silent marks the host down and is dialled again
-//! until the host returns.
+//! capabilities), reads heartbeats to know they are up and which devices they serve, sends
+//! revocations and reads their acknowledgements. A link that breaks or goes silent marks the
+//! host down and is dialled again until the host returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_frontend::link::{self, ConnectOptions};
-use ac_proto::backend::{close, register_message, Hello, Report, Revoke};
+use ac_proto::backend::{close, register_message, DeviceInfo, Hello, Report, Response, Revoke};
 use ac_proto::capability::{unix_now, Signer};
 use ac_proto::frame::frames_bytes;
 use ac_proto::transport::Tuning;
@@ -25,6 +25,15 @@ pub enum LinkEvent {
         host: String,
         /// Up or down.
         up: bool,
+    },
+    /// The devices a host's backend serves: sent as its link comes up (before `Up`) and when a
+    /// heartbeat lists other devices (free memory aside), for the manager to compare with what
+    /// it registered.
+    Served {
+        /// The host.
+        host: String,
+        /// Its devices.
+        devices: Vec<DeviceInfo>,
     },
     /// A host stored a revocation: the manager may forget it.
     Revoked {
@@ -148,6 +157,12 @@ async fn run(
         match opened {
             Ok(mut link) => {
                 warned = false;
+                // What it serves is known before it is up, so nothing it lacks is granted.
+                let mut served = match &link.welcome {
+                    Response::Devices(devices) => shape(devices),
+                    _ => Vec::new(),
+                };
+                let _ = events.send(LinkEvent::Served { host: host.clone(), devices: served.clone() });
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: true });
                 tracing::info!(host, "backend link up");
                 'serve: loop {
@@ -163,7 +178,13 @@ async fn run(
                     }
                     tokio::select! {
                         report = tokio::time::timeout(timeout, link.reader.read_frame::<Report>()) => match report {
-                            Ok(Ok(Some(Report::Heartbeat(_)))) => {}
+                            Ok(Ok(Some(Report::Heartbeat(beat)))) => {
+                                let devices = shape(&beat.devices);
+                                if devices != served {
+                                    served = devices;
+                                    let _ = events.send(LinkEvent::Served { host: host.clone(), devices: served.clone() });
+                                }
+                            }
                             Ok(Ok(Some(Report::Revoked { capability }))) => {
                                 let _ = events.send(LinkEvent::Revoked { host: host.clone(), capability });
                             }
@@ -223,4 +244,10 @@ async fn run(
             }
         }
     }
+}
+
+/// `devices` without their free memory, which changes with every allocation: what is left
+/// changes only when the backend serves other devices.
+fn shape(devices: &[DeviceInfo]) -> Vec<DeviceInfo> {
+    devices.iter().map(|d| DeviceInfo { memory_free: 0, ..d.clone() }).collect()
 }

@@ -16,7 +16,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Accelerator Resource Manager: owns the pool, serves AC_Init / AC_Get / AC_Free over QUIC.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, long_version = ac_proto::long_version(), about)]
 struct Args {
     /// TOML configuration file (flags and environment override it).
     #[arg(long, env = "ARM_CONFIG")]

@@ -94,12 +94,72 @@ pub struct Host {
     pub up: bool,
     /// Its accelerators.
     pub devices: Vec<Device>,
+    /// How what its backend serves differs from `devices` (runtime state, from its link's
+    /// device lists): a backend restarted on the CPU device, or with a GPU gone, must not be
+    /// advertised with the GPUs it was registered with.
+    #[serde(skip)]
+    pub mismatch: Option<Mismatch>,
+}
+
+/// What a backend serves that differs from its registration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Mismatch {
+    /// Registered devices (indexes) it does not serve, or serves as another device: never granted
+    /// while the mismatch lasts.
+    pub unserved: Vec<u32>,
+    /// Each difference, for admins (`armctl health`).
+    pub differences: Vec<String>,
 }
 
 impl Host {
     /// `host/index`.
     pub fn accelerator_id(&self, index: u32) -> String {
         format!("{}/{index}", self.name)
+    }
+
+    /// Whether `device` may be granted now: the host is up and not draining, and its backend
+    /// serves the device it was registered with.
+    pub fn grantable(&self, device: &Device) -> bool {
+        self.up && !self.draining && !self.unserved(device.index)
+    }
+
+    /// Whether the backend does not serve the registered device `index` as registered.
+    pub fn unserved(&self, index: u32) -> bool {
+        self.mismatch.as_ref().is_some_and(|m| m.unserved.contains(&index))
+    }
+
+    /// Compares what the backend serves with the registered devices; `None` when they agree
+    /// (index, name, kind through the name, and total memory: free memory varies).
+    pub fn compare(&self, served: &[ac_proto::backend::DeviceInfo]) -> Option<Mismatch> {
+        const MIB: u64 = 1 << 20;
+        let mut mismatch = Mismatch::default();
+        for device in &self.devices {
+            let id = self.accelerator_id(device.index);
+            let registered = format!("{} ({} MiB)", device.name, device.memory / MIB);
+            match served.iter().find(|s| s.index == device.index) {
+                None => mismatch.differences.push(format!("{id}: registered as {registered}, not served")),
+                Some(s) if s.name != device.name || s.memory_total != device.memory => {
+                    mismatch.differences.push(format!(
+                        "{id}: registered as {registered}, served as {} ({:?}, {} MiB)",
+                        s.name,
+                        s.kind,
+                        s.memory_total / MIB
+                    ))
+                }
+                Some(_) => continue,
+            }
+            mismatch.unserved.push(device.index);
+        }
+        for s in served.iter().filter(|s| !self.devices.iter().any(|d| d.index == s.index)) {
+            mismatch.differences.push(format!(
+                "{}: served ({}, {:?}, {} MiB), not registered",
+                self.accelerator_id(s.index),
+                s.name,
+                s.kind,
+                s.memory_total / MIB
+            ));
+        }
+        (!mismatch.differences.is_empty()).then_some(mismatch)
     }
 }
 

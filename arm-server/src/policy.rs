@@ -79,7 +79,7 @@ impl View {
             first_unit.push(accelerators.len() as UnitId);
             for device in &host.devices {
                 let unit = scheduler.add_unit(Unit { host: host.name.clone(), labels: host.labels.clone() });
-                scheduler.set_usable(unit, host.up && !host.draining).expect("just added");
+                scheduler.set_usable(unit, host.grantable(device)).expect("just added");
                 accelerators.push(host.accelerator_id(device.index));
             }
         }
@@ -142,8 +142,9 @@ impl View {
         let free: Vec<UnitId> = hosts
             .values()
             .zip(&first_unit)
-            .filter(|(h, _)| h.up && !h.draining)
-            .flat_map(|(h, &first)| (first..).zip(&h.devices).filter(|(_, d)| d.holder.is_none()).map(|(u, _)| u))
+            .flat_map(|(h, &first)| {
+                (first..).zip(&h.devices).filter(|(_, d)| d.holder.is_none() && h.grantable(d)).map(|(u, _)| u)
+            })
             .collect();
         Self::hold_reservations(&mut scheduler, reservations, jobs, free, placeholders_from, now);
         let mut view = Self { scheduler, accelerators, jobs: numbers };
@@ -318,7 +319,7 @@ pub enum Decision {
     Waiting,
 }
 
-/// Free accelerators on hosts that are up and not draining.
+/// Free accelerators on hosts that are up and not draining, that their backends serve.
 pub fn usable_free(hosts: &BTreeMap<String, Host>) -> usize {
     usable_free_ids(hosts).count()
 }
@@ -327,6 +328,5 @@ pub fn usable_free(hosts: &BTreeMap<String, Host>) -> usize {
 pub fn usable_free_ids(hosts: &BTreeMap<String, Host>) -> impl Iterator<Item = String> + '_ {
     hosts
         .values()
-        .filter(|h| h.up && !h.draining)
-        .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none()).map(|d| h.accelerator_id(d.index)))
+        .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none() && h.grantable(d)).map(|d| h.accelerator_id(d.index)))
 }

@@ -342,6 +342,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
         draining: false,
         up: false,
         devices: (0..8).map(|i| Device { index: i, name: "cpu".into(), memory: 1, holder: None }).collect(),
+        mismatch: None,
     };
     keys.insert(Key::Host(host.name.clone()));
     core.hosts.insert(host.name.clone(), host);

@@ -28,6 +28,9 @@
 //!   after the call that queued it returned success, and loses the context (sticky);
 //! - violations are also appended to the file `CUDA_STANDIN_VIOLATIONS` names, when set, so
 //!   that a test sees those of every process that loaded the stand-in (session workers too);
+//! - `cuInit` fails with the code `CUDA_STANDIN_INIT_ERROR` names, when set (802
+//!   `CUDA_ERROR_SYSTEM_NOT_READY`, the fabric manager not ready, or 999 `CUDA_ERROR_UNKNOWN`,
+//!   as with `/dev/nvidia-uvm` missing), for a test of a daemon whose driver does not start;
 //! - module images must be 8-byte aligned (nvcc's own embedding) and are read as cubin (ELF)
 //!   or PTX; fatbins are not supported.
 //!
@@ -110,7 +113,11 @@ pub(crate) fn owned(d: &mut Driver, what: &str, owner: Option<u64>, context: u64
 
 #[no_mangle]
 pub extern "C" fn cuInit(_flags: c_uint) -> u32 {
-    driver().initialized = true;
+    let mut d = driver();
+    if let Some(error) = d.init_error {
+        return error;
+    }
+    d.initialized = true;
     code::SUCCESS
 }
 
@@ -503,6 +510,8 @@ pub unsafe extern "C" fn cuGetErrorString(error: u32, text: *mut *const c_char) 
         code::NOT_SUPPORTED => {
             c"operation not supported: the CUDA driver stand-in runs only the builtin kernels (not a GPU)"
         }
+        code::SYSTEM_NOT_READY => c"system not yet initialized",
+        code::UNKNOWN => c"unknown error",
         _ => return code::INVALID_VALUE,
     };
     *text = message.as_ptr();

@@ -37,6 +37,10 @@ pub mod code {
     pub const CONTEXT_IS_DESTROYED: u32 = 709;
     /// Not something the stand-in does (user kernels, fatbins).
     pub const NOT_SUPPORTED: u32 = 801;
+    /// What `cuInit` answers on an NVSwitch host whose fabric manager has not set the fabric up.
+    pub const SYSTEM_NOT_READY: u32 = 802;
+    /// What `cuInit` answers when the driver cannot start (e.g. `/dev/nvidia-uvm` missing).
+    pub const UNKNOWN: u32 = 999;
 }
 
 /// Device memory of each stand-in GPU.
@@ -137,6 +141,9 @@ pub struct Driver {
     /// Where violations are also appended, one a line, so that a test reads those of every
     /// process that loaded the stand-in (session workers included). `None`: kept in memory only.
     pub violations_file: Option<std::path::PathBuf>,
+    /// What `cuInit` answers instead of success: a driver that does not start, for a test of
+    /// what a daemon does then. `None`: it starts.
+    pub init_error: Option<u32>,
 }
 
 /// Read when the stand-in is first called: the byte count of
@@ -145,6 +152,10 @@ pub struct Driver {
 const FAIL_HOST_TO_DEVICE_AFTER: &str = "CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER";
 /// Read when the stand-in is first called: the file [`Driver::violations_file`].
 const VIOLATIONS_FILE: &str = "CUDA_STANDIN_VIOLATIONS";
+/// Read when the stand-in is first called: [`Driver::init_error`], one of `code::SYSTEM_NOT_READY`
+/// (802) and `code::UNKNOWN` (999); other values are ignored (the caller's `CUresult` is an enum,
+/// which must never hold a value the driver API lacks).
+const INIT_ERROR: &str = "CUDA_STANDIN_INIT_ERROR";
 
 /// What a new allocation holds: not zeros, as on a GPU, where a fresh allocation holds whatever
 /// the memory held last (possibly another process's data). A caller that promises zeroed memory
@@ -152,11 +163,16 @@ const VIOLATIONS_FILE: &str = "CUDA_STANDIN_VIOLATIONS";
 pub const STALE_BYTE: u8 = 0xA5;
 
 impl Driver {
-    /// The defaults, with a host-to-device fault and a violations file from the environment.
+    /// The defaults, with a host-to-device fault, a violations file and a failing `cuInit`
+    /// from the environment.
     pub fn from_env() -> Self {
         let budget = std::env::var(FAIL_HOST_TO_DEVICE_AFTER).ok().and_then(|bytes| bytes.parse().ok());
         let violations_file = std::env::var_os(VIOLATIONS_FILE).map(Into::into);
-        Self { host_to_device_budget: budget, violations_file, ..Self::default() }
+        let init_error = std::env::var(INIT_ERROR)
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .filter(|c| [code::SYSTEM_NOT_READY, code::UNKNOWN].contains(c));
+        Self { host_to_device_budget: budget, violations_file, init_error, ..Self::default() }
     }
 
     /// A fresh handle, never 0 and never reused.

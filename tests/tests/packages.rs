@@ -56,6 +56,12 @@ fn packages_install_and_run_the_demo_flow() {
 
     let programs = build_with_cmake(&checkout, dir.path());
     let ad_hoc = [("ARM_ACPN", "1".to_string())];
+    // The packaged manager is closed to programs without a job; a site without a batch system
+    // opens it in its configuration.
+    let refused = ctl.failing_program(&programs.join("saxpy"), &ad_hoc);
+    assert!(refused.contains("ad-hoc jobs are disabled"), "{refused}");
+    let mut ctl = ctl;
+    ctl.restart_arm_with(dir.path(), ("allow_ad_hoc = false", "allow_ad_hoc = true"));
     let out = ctl.program(&programs.join("saxpy"), &ad_hoc);
     assert!(out.contains("AC_Get(1): granted") && out.contains("saxpy: 1048576 elements OK"), "{out}");
     let out = ctl.program(&programs.join("saxpy_f"), &ad_hoc);
@@ -154,12 +160,14 @@ impl Installed {
             "/usr/bin/armctl".into(),
             "/usr/bin/ac-backend".into(),
             format!("/usr/lib/{multiarch}/libac.so"),
+            format!("/usr/lib/{multiarch}/libac.so.0"),
             "/usr/include/ac.h".into(),
             "/usr/include/ac.f90".into(),
             format!("/usr/lib/{multiarch}/cmake/ac/acConfig.cmake"),
             format!("/usr/lib/{multiarch}/pkgconfig/ac.pc"),
             format!("/usr/lib/{multiarch}/slurm-wlm/spank_ac.so"),
             "/usr/share/ac-slurm/job_submit.lua".into(),
+            "/usr/lib/ac-backend/ac-backend-devices".into(),
         ] {
             assert!(Path::new(&path).exists(), "{path} is not installed");
         }
@@ -173,8 +181,14 @@ impl Installed {
         assert_eq!(verify.trim(), "", "dpkg --verify");
         // The units as systemd reads them: no warning, no error.
         let units = ["/lib/systemd/system/arm-server.service", "/lib/systemd/system/ac-backend.service"];
-        let verified =
-            Command::new("systemd-analyze").arg("verify").args(units).output().expect("systemd-analyze runs");
+        // The device bring-up runs as root, unsandboxed by design: verified, not rated.
+        let devices = "/lib/systemd/system/ac-backend-devices.service";
+        let verified = Command::new("systemd-analyze")
+            .arg("verify")
+            .args(units)
+            .arg(devices)
+            .output()
+            .expect("systemd-analyze runs");
         let said = String::from_utf8_lossy(&verified.stderr).into_owned() + &String::from_utf8_lossy(&verified.stdout);
         assert!(verified.status.success() && said.trim().is_empty(), "systemd-analyze verify: {said}");
         // Their hardening, as systemd rates it: an exposure of 2.0 or less (of 10) each.
@@ -185,6 +199,21 @@ impl Installed {
                 .expect("systemd-analyze runs");
             assert!(rated.status.success(), "{unit} is exposed: {}", String::from_utf8_lossy(&rated.stdout));
         }
+        // libac's soname, which programs record, is the runtime package's; the linker's name
+        // (libac.so) the development package's.
+        let lib = format!("/usr/lib/{multiarch}/libac.so.0");
+        let soname = run(Command::new("readelf").args(["-d", &lib]));
+        assert!(soname.contains("Library soname: [libac.so.0]"), "{lib}: {soname}");
+        let owner = |path: String| run(Command::new("dpkg").args(["-S", &path]));
+        assert!(owner(lib.clone()).starts_with("libac:"), "{lib} is libac's");
+        assert!(owner(format!("/usr/lib/{multiarch}/libac.so")).starts_with("libac-dev:"), "libac.so is libac-dev's");
+        // An upgrade restarts ac-backend only once its sessions end (tests/tests/upgrade.rs runs
+        // the script); arm-server at once.
+        let postinst = |package: &str| std::fs::read_to_string(format!("/var/lib/dpkg/info/{package}.postinst"));
+        let backend = postinst("ac-backend").expect("ac-backend's postinst");
+        assert!(backend.contains("deb-systemd-invoke reload ac-backend.service"), "{backend}");
+        let unit = std::fs::read_to_string("/lib/systemd/system/ac-backend.service").expect("unit");
+        assert!(unit.contains("RestartForceExitStatus=75") && unit.contains("ExecReload="), "{unit}");
         // Each daemon's own user, and its state directory.
         for user in USERS {
             run(Command::new("id").arg(user));
@@ -200,7 +229,10 @@ impl Installed {
     /// which finds no GPU here).
     fn start_daemons(&self, dir: &Path) -> Armctl {
         let arm = Daemon::start(dir, "arm-server", &[]);
-        let backend = Daemon::start(dir, "ac-backend", &["--devices", "0,1,2"]);
+        // The packaged backend serves nobody until the manager it names registers it.
+        let key = Armctl::manager_key(&arm);
+        assert_eq!(key.len(), 64, "armctl manager-key: {key}");
+        let backend = Daemon::start(dir, "ac-backend", &["--devices", "0,1,2", "--arm-public-key", &key]);
         let state = Path::new("/var/lib/arm-server");
         for file in ["ca.pem", "admin.pem", "signing.key", "arm.redb"] {
             assert!(state.join(file).exists(), "the installed manager made no {file} in {}", state.display());
@@ -336,6 +368,38 @@ impl Armctl {
         ]
     }
 
+    /// The installed manager's public key, as `armctl manager-key` prints it (no certificate).
+    fn manager_key(arm: &Daemon) -> String {
+        let out = Command::new("/usr/bin/armctl")
+            .args(["--arm", &arm.addr, "--ca", "/var/lib/arm-server/ca.pem", "manager-key"])
+            .output()
+            .expect("armctl runs");
+        assert!(out.status.success(), "armctl manager-key: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Restarts the manager after replacing `edit.0` by `edit.1` in its configuration.
+    fn restart_arm_with(&mut self, dir: &Path, edit: (&str, &str)) {
+        let conffile = "/etc/arm-server/arm-server.toml";
+        let text = std::fs::read_to_string(conffile).expect("installed configuration");
+        assert!(text.contains(edit.0), "{conffile} has no `{}`:\n{text}", edit.0);
+        std::fs::write(conffile, text.replace(edit.0, edit.1)).expect("configuration edited");
+        // Stopped first: the new process opens the same store.
+        let _ = self.arm.child.kill();
+        let _ = self.arm.child.wait();
+        let _ = std::fs::remove_file("/var/lib/arm-server/test.addr");
+        self.arm = Daemon::start(dir, "arm-server", &[]);
+    }
+
+    /// Runs a program that must fail; what it said.
+    fn failing_program(&self, path: &Path, env: &[(&str, String)]) -> String {
+        let mut command = Command::new(path);
+        command.env_remove("LD_LIBRARY_PATH").envs(self.env()).envs(env.iter().map(|(k, v)| (k, v)));
+        let out = command.output().unwrap_or_else(|e| panic!("{command:?}: {e}"));
+        assert!(!out.status.success(), "{command:?} succeeded");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    }
+
     fn run(&self, args: &[&str]) -> String {
         let mut armctl = Command::new("/usr/bin/armctl");
         armctl.args(args);
@@ -362,7 +426,7 @@ impl Armctl {
 }
 
 /// Builds the C, Fortran and MPI examples with CMake against the installed package; returns
-/// the build directory. Each program must load the installed libac.so.
+/// the build directory. Each program must load the installed libac, by its soname.
 fn build_with_cmake(checkout: &Path, dir: &Path) -> PathBuf {
     let build = dir.join("build");
     run(Command::new("cmake")
@@ -373,12 +437,12 @@ fn build_with_cmake(checkout: &Path, dir: &Path) -> PathBuf {
         .arg(format!("-DAC_EXAMPLES={}", checkout.join("examples").display())));
     run(Command::new("cmake").arg("--build").arg(&build));
     let multiarch = run(Command::new("dpkg-architecture").arg("-qDEB_HOST_MULTIARCH")).trim().to_string();
-    let installed = std::fs::canonicalize(format!("/usr/lib/{multiarch}/libac.so")).expect("installed libac.so");
+    let installed = std::fs::canonicalize(format!("/usr/lib/{multiarch}/libac.so.0")).expect("installed libac.so.0");
     for program in ["saxpy", "saxpy_f", "mpi_saxpy"] {
         let ldd = run(Command::new("ldd").env_remove("LD_LIBRARY_PATH").arg(build.join(program)));
         let loaded = ldd
             .lines()
-            .find_map(|l| l.trim().strip_prefix("libac.so => "))
+            .find_map(|l| l.trim().strip_prefix("libac.so.0 => "))
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|path| std::fs::canonicalize(path).ok());
         assert_eq!(loaded.as_ref(), Some(&installed), "{program} loads {loaded:?}: {ldd}");

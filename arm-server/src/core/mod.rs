@@ -211,6 +211,41 @@ impl Core {
         true
     }
 
+    /// Records the devices `name`'s backend serves (from its link): registered devices it does
+    /// not serve as registered are not granted until it does again (runtime state, not
+    /// stored). Returns whether that changed.
+    pub fn set_served(&mut self, name: &str, served: &[ac_proto::backend::DeviceInfo], now: u64) -> bool {
+        let Some(host) = self.hosts.get_mut(name) else { return false };
+        let mismatch = host.compare(served);
+        if host.mismatch == mismatch {
+            return false;
+        }
+        let unserved = |m: &Option<crate::model::Mismatch>| m.as_ref().map_or(0, |m| m.unserved.len());
+        let fewer = unserved(&mismatch) < unserved(&host.mismatch);
+        host.mismatch = mismatch;
+        if fewer {
+            self.schedule(now);
+        }
+        true
+    }
+
+    /// What admins should know about the hosts: backends that serve other devices than they were
+    /// registered with.
+    pub fn host_problems(&self) -> Vec<String> {
+        let mismatched = self.hosts.values().filter_map(|h| Some((h, h.mismatch.as_ref()?)));
+        mismatched
+            .map(|(h, m)| {
+                format!(
+                    "host {} serves other devices than it was registered with ({}); {} of its accelerator(s) are not \
+                     granted until its backend serves them again (or remove and add the host to register what it serves)",
+                    h.name,
+                    m.differences.join("; "),
+                    m.unserved.len()
+                )
+            })
+            .collect()
+    }
+
     /// Drains (or resumes) a host.
     pub fn drain(&mut self, name: &str, drain: bool, now: u64) -> Outcome<()> {
         let host = self.hosts.get_mut(name).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no host `{name}`")))?;

@@ -14,6 +14,7 @@ fn host(name: &str, up: bool) -> Host {
         draining: false,
         up,
         devices: vec![Device { index: 0, name: "cpu".into(), memory: 1, holder: None }],
+        mismatch: None,
     }
 }
 
@@ -433,4 +434,41 @@ fn plain_decisions_match_the_core_across_many_pools() {
         }
     }
     assert!(plain > 100 && compared > 30, "{plain} plain decisions, {compared} grants: the comparison means something");
+}
+
+#[test]
+fn a_cpu_device_served_where_a_gpu_was_registered_is_not_granted() {
+    use ac_proto::backend::{DeviceInfo, DeviceKind};
+    let mut core = Core::default();
+    let mut h = host("h", true);
+    h.devices = vec![Device { index: 0, name: "NVIDIA H100 80GB HBM3".into(), memory: 80 << 30, holder: None }];
+    core.add_host(h).unwrap();
+    let gpu = DeviceInfo {
+        index: 0,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        kind: DeviceKind::Cuda,
+        compute_capability: Some((9, 0)),
+        memory_total: 80 << 30,
+        memory_free: 1 << 30,
+    };
+    assert!(!core.set_served("h", std::slice::from_ref(&gpu), 0), "as registered: nothing changes");
+    assert_eq!(usable_free(&core.hosts), 1);
+    let cpu = DeviceInfo {
+        name: "CPU device".into(),
+        kind: DeviceKind::Cpu,
+        compute_capability: None,
+        memory_total: 256 << 20,
+        ..gpu.clone()
+    };
+    assert!(core.set_served("h", &[cpu], 0));
+    assert_eq!(usable_free(&core.hosts), 0, "a CPU device is not the GPU registered");
+    let problems = core.host_problems();
+    assert!(
+        problems[0]
+            .contains("h/0: registered as NVIDIA H100 80GB HBM3 (81920 MiB), served as CPU device (Cpu, 256 MiB)"),
+        "{problems:?}"
+    );
+    assert!(core.set_served("h", &[gpu], 0));
+    assert_eq!(usable_free(&core.hosts), 1);
+    assert!(core.host_problems().is_empty());
 }

@@ -16,21 +16,9 @@ mod accounting;
 mod cert;
 mod status;
 
-/// `--version`'s text: the release and the protocol versions it speaks, which say what it can
-/// run beside during a rolling upgrade (docs/admin.md).
-fn long_version() -> &'static str {
-    use ac_proto::{arm, backend};
-    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TEXT.get_or_init(|| {
-        let (v, min, arm_v, arm_min) = (backend::VERSION, backend::MIN_VERSION, arm::VERSION, arm::MIN_VERSION);
-        let version = env!("CARGO_PKG_VERSION");
-        format!("{version} (backend protocol {v}, accepts {min}-{v}; ARM protocol {arm_v}, accepts {arm_min}-{arm_v})")
-    })
-}
-
 /// Manage the accelerator pool and jobs.
 #[derive(Debug, Parser)]
-#[command(name = "armctl", version, long_version = long_version(), about)]
+#[command(name = "armctl", version, long_version = ac_proto::long_version(), about)]
 struct Cli {
     /// The resource manager's address.
     #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
