@@ -504,7 +504,8 @@ pub struct HostView {
     pub name: String,
     /// Its address.
     pub addr: SocketAddr,
-    /// `up`, `down` or `draining`.
+    /// `up`, `down`, `draining`, or `mismatch` (its backend serves other devices than it was
+    /// registered with: `armctl health` names the difference).
     pub state: String,
     /// Labels.
     pub labels: Vec<(String, String)>,

@@ -3,7 +3,10 @@
 //! transaction and returns only once it is durable: the server answers after that.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::SystemTime;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
@@ -61,10 +64,42 @@ pub type Change = (Key, Option<Vec<u8>>);
 /// memory anyway, and reads of the store are rare (start, accounting queries).
 const CACHE_BYTES: usize = 16 << 20;
 
-/// The database file.
+/// Why the store cannot write, since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trouble {
+    /// The first failed write of this spell.
+    pub since: SystemTime,
+    /// The last one (a retry waits a while after it).
+    pub last: SystemTime,
+    /// What the last failed write (or reopen) said: the OS error, where there was one.
+    pub error: String,
+}
+
+/// The database file. After one failed write redb refuses every later operation until the
+/// database is reopened, so a failed write marks it `broken` and the next use reopens it: once
+/// space is back, the manager writes again without a restart.
 #[derive(Debug)]
 pub struct Store {
-    db: Database,
+    path: PathBuf,
+    /// `None` while a reopen failed (the next use tries again). Readers hold the read lock for
+    /// their whole transaction: a reopen must close the file (redb locks it) before opening it.
+    db: RwLock<Option<Database>>,
+    broken: AtomicBool,
+    /// Set by a failed write, cleared by the next write that succeeds (`armctl health`).
+    trouble: Mutex<Option<Trouble>>,
+    /// Commits of changes that failed (the metric `arm_store_commit_failures_total`).
+    commit_failures: AtomicU64,
+    /// The size of the last commit that failed: a probe writes as much ([`Store::probe`]).
+    failed_bytes: AtomicUsize,
+}
+
+/// What a failed write says, without redb's "I/O error: " before the OS's words.
+fn cause(e: &ArmServerError) -> String {
+    let text = match e {
+        ArmServerError::Store(text) => text.clone(),
+        other => other.to_string(),
+    };
+    text.strip_prefix("I/O error: ").map(str::to_string).unwrap_or(text)
 }
 
 impl Store {
@@ -74,7 +109,115 @@ impl Store {
     pub fn open(dir: &Path) -> Result<Self, ArmServerError> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join("arm.redb");
-        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(&path).map_err(store_err)?;
+        let db = Self::open_database(&path)?;
+        Ok(Self {
+            path,
+            db: RwLock::new(Some(db)),
+            broken: AtomicBool::new(false),
+            trouble: Mutex::new(None),
+            commit_failures: AtomicU64::new(0),
+            failed_bytes: AtomicUsize::new(0),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Why the store cannot write, while it cannot.
+    pub fn trouble(&self) -> Option<Trouble> {
+        self.trouble.lock().expect("store trouble poisoned").clone()
+    }
+
+    /// Commits of changes that failed since the manager started.
+    pub fn commit_failures(&self) -> u64 {
+        self.commit_failures.load(Ordering::Relaxed)
+    }
+
+    /// Runs `use_db` on the open database, reopening it first after a failed write.
+    fn with_db<T>(&self, use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>) -> Result<T, ArmServerError> {
+        if self.broken.load(Ordering::Acquire) {
+            self.reopen()?;
+        }
+        let db = self.db.read().expect("store poisoned");
+        let db = db.as_ref().ok_or_else(|| {
+            ArmServerError::Store(format!("the manager's store ({}) is not open", self.path.display()))
+        })?;
+        use_db(db)
+    }
+
+    /// Closes the database and opens it again, as redb requires after a failed write.
+    fn reopen(&self) -> Result<(), ArmServerError> {
+        let mut db = self.db.write().expect("store poisoned");
+        if !self.broken.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // Closed first: redb holds a lock on the file while it is open.
+        drop(db.take());
+        let fresh = Self::open_database(&self.path).inspect_err(|e| self.failed(e))?;
+        *db = Some(fresh);
+        self.broken.store(false, Ordering::Release);
+        tracing::info!(path = %self.path.display(), "store reopened after a failed write");
+        Ok(())
+    }
+
+    /// Runs a write (`use_db`), recording its failure (`trouble`) or its success; the error of
+    /// a failure names the store and the cause.
+    fn write<T>(&self, use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>) -> Result<T, ArmServerError> {
+        match self.with_db(use_db) {
+            Ok(done) => {
+                if self.trouble.lock().expect("store trouble poisoned").take().is_some() {
+                    tracing::info!(path = %self.path.display(), "the store writes again");
+                }
+                Ok(done)
+            }
+            Err(e) => {
+                self.broken.store(true, Ordering::Release);
+                self.failed(&e);
+                Err(ArmServerError::Store(format!(
+                    "the manager's store ({}) cannot write: {}",
+                    self.path.display(),
+                    cause(&e)
+                )))
+            }
+        }
+    }
+
+    fn failed(&self, e: &ArmServerError) {
+        let error = cause(e);
+        tracing::error!(path = %self.path.display(), error, "the store cannot write");
+        let mut trouble = self.trouble.lock().expect("store trouble poisoned");
+        let last = SystemTime::now();
+        let since = trouble.as_ref().map_or(last, |t| t.since);
+        *trouble = Some(Trouble { since, last, error });
+    }
+
+    /// Writes as much as the last failed commit (then deletes it), to learn whether the store
+    /// writes again (space came back) while no change comes to commit. As much: on a full
+    /// disk a small write may still fit in the file's free pages, and would say all is well.
+    pub fn probe(&self) -> Result<(), ArmServerError> {
+        let blob = vec![0u8; self.failed_bytes.load(Ordering::Relaxed).max(4096)];
+        self.write(|db| {
+            for value in [Some(blob.as_slice()), None] {
+                let txn = db.begin_write().map_err(store_err)?;
+                {
+                    let mut state = txn.open_table(STATE).map_err(store_err)?;
+                    match value {
+                        Some(blob) => state.insert("probe", blob).map(drop),
+                        None => state.remove("probe").map(drop),
+                    }
+                    .map_err(store_err)?;
+                }
+                txn.commit().map_err(store_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Opens (or creates) the database file and stamps or checks its schema ([`Store::open`]).
+    fn open_database(path: &Path) -> Result<Database, ArmServerError> {
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(path).map_err(store_err)?;
         let txn = db.begin_write().map_err(store_err)?;
         {
             let mut meta = txn.open_table(META).map_err(store_err)?;
@@ -113,12 +256,16 @@ impl Store {
             txn.open_table(USAGE).map_err(store_err)?;
         }
         txn.commit().map_err(store_err)?;
-        Ok(Self { db })
+        Ok(db)
     }
 
     /// Reads everything back.
     pub fn load(&self) -> Result<Core, ArmServerError> {
-        let txn = self.db.begin_read().map_err(store_err)?;
+        self.with_db(Self::load_from)
+    }
+
+    fn load_from(db: &Database) -> Result<Core, ArmServerError> {
+        let txn = db.begin_read().map_err(store_err)?;
         let mut core = Core::default();
         for row in txn.open_table(HOSTS).map_err(store_err)?.iter().map_err(store_err)? {
             let (k, v) = row.map_err(store_err)?;
@@ -195,7 +342,15 @@ impl Store {
         if changes.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(store_err)?;
+        self.write(|db| Self::write_changes(db, changes)).inspect_err(|_| {
+            self.commit_failures.fetch_add(1, Ordering::Relaxed);
+            let bytes = changes.iter().map(|(_, value)| value.as_ref().map_or(0, Vec::len)).sum();
+            self.failed_bytes.store(bytes, Ordering::Relaxed);
+        })
+    }
+
+    fn write_changes(db: &Database, changes: &[Change]) -> Result<(), ArmServerError> {
+        let txn = db.begin_write().map_err(store_err)?;
         {
             let mut hosts = txn.open_table(HOSTS).map_err(store_err)?;
             let mut jobs = txn.open_table(JOBS).map_err(store_err)?;
@@ -250,31 +405,35 @@ impl Store {
 
     /// The closed accounting records that end after `since_ms` (Unix ms), in order of their end.
     pub fn usage_since(&self, since_ms: u64) -> Result<Vec<Usage>, ArmServerError> {
-        let txn = self.db.begin_read().map_err(store_err)?;
-        let table = txn.open_table(USAGE).map_err(store_err)?;
-        let mut found = Vec::new();
-        for row in table.range((since_ms.saturating_add(1), "", 0)..).map_err(store_err)? {
-            let (_, v) = row.map_err(store_err)?;
-            found.push(decode(v.value())?);
-        }
-        Ok(found)
+        self.with_db(|db| {
+            let txn = db.begin_read().map_err(store_err)?;
+            let table = txn.open_table(USAGE).map_err(store_err)?;
+            let mut found = Vec::new();
+            for row in table.range((since_ms.saturating_add(1), "", 0)..).map_err(store_err)? {
+                let (_, v) = row.map_err(store_err)?;
+                found.push(decode(v.value())?);
+            }
+            Ok(found)
+        })
     }
 
     /// Deletes the accounting records that ended before `before_ms` (Unix ms); returns how many.
     pub fn purge_usage(&self, before_ms: u64) -> Result<usize, ArmServerError> {
-        let txn = self.db.begin_write().map_err(store_err)?;
-        let mut purged = 0;
-        {
-            let mut table = txn.open_table(USAGE).map_err(store_err)?;
-            table
-                .retain_in(..(before_ms, "", 0), |_, _| {
-                    purged += 1;
-                    false
-                })
-                .map_err(store_err)?;
-        }
-        txn.commit().map_err(store_err)?;
-        Ok(purged)
+        self.write(|db| {
+            let txn = db.begin_write().map_err(store_err)?;
+            let mut purged = 0;
+            {
+                let mut table = txn.open_table(USAGE).map_err(store_err)?;
+                table
+                    .retain_in(..(before_ms, "", 0), |_, _| {
+                        purged += 1;
+                        false
+                    })
+                    .map_err(store_err)?;
+            }
+            txn.commit().map_err(store_err)?;
+            Ok(purged)
+        })
     }
 }
 
@@ -287,12 +446,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let stamp = |store: &Store| {
-            let txn = store.db.begin_read().unwrap();
-            txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value())
+            store
+                .with_db(|db| {
+                    let txn = db.begin_read().unwrap();
+                    Ok(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()))
+                })
+                .unwrap()
         };
         assert_eq!(stamp(&store), Some(SCHEMA));
         // As a later arm-server would leave it.
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db.read().unwrap().as_ref().unwrap().begin_write().unwrap();
         txn.open_table(META).unwrap().insert("schema", SCHEMA + 1).unwrap();
         txn.commit().unwrap();
         drop(store);
@@ -324,12 +487,12 @@ mod tests {
     fn a_schema_1_store_is_migrated_and_records_are_read_and_purged_by_time() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let txn = store.db.begin_write().unwrap();
+        let txn = store.db.read().unwrap().as_ref().unwrap().begin_write().unwrap();
         txn.open_table(META).unwrap().insert("schema", 1).unwrap();
         txn.commit().unwrap();
         drop(store);
         let store = Store::open(dir.path()).unwrap();
-        let txn = store.db.begin_read().unwrap();
+        let txn = store.db.read().unwrap().as_ref().unwrap().begin_read().unwrap();
         assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA));
         drop(txn);
 

@@ -142,7 +142,7 @@ async fn static_and_dynamic_time_adds_up_per_job_user_and_group_and_clips_to_the
     assert!(err.contains("is not a time"), "{err}");
     let (code, _, err) = run(false, &["accounting"]);
     assert_eq!(code, 3, "no admin certificate: {err}");
-    assert!(err.contains("admin client certificate"), "{err}");
+    assert!(err.contains("client certificate of role admin"), "{err}");
 }
 
 fn options(addr: std::net::SocketAddr, dir: &Path, job: &str, secret: String, node: &str) -> SessionOptions {

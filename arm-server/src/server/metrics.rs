@@ -11,7 +11,7 @@ use ac_proto::arm::{HostView, Request, ReservationView};
 use ac_proto::capability::unix_now;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -191,6 +191,8 @@ struct Snapshot {
     waiting: i64,
     unacknowledged: i64,
     slurm_problems: i64,
+    store_writable: i64,
+    store_commit_failures: u64,
 }
 
 impl Snapshot {
@@ -224,7 +226,9 @@ impl Snapshot {
         snapshot.waiting = core.pending.values().filter(|g| g.rejected.is_none()).count() as i64;
         snapshot.unacknowledged = core.unacked.len() as i64;
         drop(core);
-        snapshot.slurm_problems = arm.health().len() as i64;
+        snapshot.slurm_problems = arm.slurm_problems.lock().expect("problems poisoned").len() as i64;
+        snapshot.store_writable = i64::from(arm.store.trouble().is_none());
+        snapshot.store_commit_failures = arm.store.commit_failures();
         snapshot
     }
 }
@@ -269,7 +273,25 @@ impl Collector for StateCollector {
             "Revocations a backend has not yet confirmed it stored",
             s.unacknowledged,
         )?;
-        gauge(e, "slurm_problems", "What the last reconciliation found wrong with Slurm (0: in step)", s.slurm_problems)
+        gauge(
+            e,
+            "slurm_problems",
+            "What the last reconciliation found wrong with Slurm (0: in step)",
+            s.slurm_problems,
+        )?;
+        gauge(
+            e,
+            "store_writable",
+            "Whether the store's last write succeeded (1) or failed (0: changes fail; `armctl health` says why)",
+            s.store_writable,
+        )?;
+        let failures = ConstCounter::new(s.store_commit_failures);
+        failures.encode(e.encode_descriptor(
+            "store_commit_failures",
+            "Commits of changes to the store that failed (each rolled back: the changes were not made)",
+            None,
+            failures.metric_type(),
+        )?)
     }
 }
 

@@ -91,10 +91,10 @@ pub struct Health {
     pub links_up: usize,
     /// Hosts whose backend link is down.
     pub links_down: Vec<String>,
-    /// What the manager finds wrong with Slurm (out of step, unreachable); empty: in agreement
-    /// or no Slurm.
-    pub slurm_problems: Vec<String>,
-    /// No link down and no Slurm problem.
+    /// What the manager finds wrong (`armctl health`): its store (`store: ...`), hosts whose
+    /// backend serves other devices (`host ...`), Slurm out of step or unreachable; empty: none.
+    pub problems: Vec<String>,
+    /// No link down and no problem.
     pub ok: bool,
 }
 
@@ -128,7 +128,7 @@ fn by_state<'a>(states: impl Iterator<Item = &'a str>) -> BTreeMap<String, usize
     counts
 }
 
-fn summarize(hosts: &[HostView], jobs: &[JobView], slurm_problems: Vec<String>) -> Status {
+fn summarize(hosts: &[HostView], jobs: &[JobView], problems: Vec<String>) -> Status {
     let pool = Pool {
         hosts: hosts
             .iter()
@@ -169,9 +169,9 @@ fn summarize(hosts: &[HostView], jobs: &[JobView], slurm_problems: Vec<String>) 
     let links_down: Vec<String> = hosts.iter().filter(|h| h.state == "down").map(|h| h.name.clone()).collect();
     let health = Health {
         links_up: hosts.len() - links_down.len(),
-        ok: links_down.is_empty() && slurm_problems.is_empty(),
+        ok: links_down.is_empty() && problems.is_empty(),
         links_down,
-        slurm_problems,
+        problems,
     };
     Status { pool, queue, holders, health }
 }
@@ -232,10 +232,10 @@ pub fn print(status: &Status) {
     println!("HEALTH: {}", if health.ok { "ok" } else { "PROBLEMS" });
     let down = if health.links_down.is_empty() { String::new() } else { format!(": {}", health.links_down.join(", ")) };
     println!("  backend links: {} up, {} down{down}", health.links_up, health.links_down.len());
-    if health.slurm_problems.is_empty() {
-        println!("  slurm: no disagreement");
+    if health.problems.is_empty() {
+        println!("  nothing wrong");
     }
-    health.slurm_problems.iter().for_each(|p| println!("  slurm: {p}"));
+    health.problems.iter().for_each(|p| println!("  {p}"));
 }
 
 #[cfg(test)]
