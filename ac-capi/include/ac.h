@@ -341,7 +341,7 @@ enum acError acMemset(acMem mem, int value_byte, size_t offset, size_t bytes);
 // rank 0 creates the job and the others join it (they must run on rank 0's node).
 //
 // Errors: as `AC_Init`, on every rank (the first failing rank's), and `AC_ERROR_MPI` (MPI not
-// initialized, or an MPI call failed).
+// loaded in the program, not Open MPI, not initialized, or an MPI call failed).
 enum acError AC_Init_comm(MPI_Comm comm, acSet *statics);
 #endif
 

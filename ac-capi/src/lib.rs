@@ -13,7 +13,8 @@
 //! - `kernel.rs`: `acKernelCreate`, `acKernelSetArgs`, `acKernelRun`.
 //! - `stream.rs`: streams.
 //! - `mpi.rs` (feature `mpi`): `AC_Init_comm`, `AC_Get_comm`, `AC_Free_comm`, `AC_Finalize_comm`,
-//!   and their `_fcomm` forms for Fortran communicators.
+//!   and their `_fcomm` forms for Fortran communicators; `dlmpi.rs`: the program's MPI, which
+//!   they call, found at run time (libac.so needs no libmpi.so).
 //!
 //! # Threads
 //! Every function may be called from any thread, and handles may be shared between threads.
@@ -25,6 +26,8 @@
 // functions check what can be checked (NULL, handles, ranges) before reading through one.
 #![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
+#[cfg(feature = "mpi")]
+mod dlmpi;
 mod error;
 mod handles;
 mod kernel;

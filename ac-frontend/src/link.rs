@@ -201,7 +201,10 @@ pub fn opening(hello: &Hello, version: u16) -> Result<Vec<u8>> {
 }
 
 /// Reads the reply to a hello said in protocol `version`, in this version's form.
-pub async fn read_welcome<S: ac_proto::frame::Source + Send>(reader: &mut FrameReader<S>, version: u16) -> Result<Reply> {
+pub async fn read_welcome<S: ac_proto::frame::Source + Send>(
+    reader: &mut FrameReader<S>,
+    version: u16,
+) -> Result<Reply> {
     if version != v4::VERSION {
         return Ok(reader.expect_frame().await?);
     }

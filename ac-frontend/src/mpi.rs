@@ -1,6 +1,11 @@
 //! MPI programs (feature `mpi`): one session per rank, and collective `AC_Init`, `AC_Get`,
 //! `AC_Free` and `AC_Finalize` over a communicator.
 //!
+//! The communicator is anything that implements [`Communicator`]: the few collectives these
+//! functions need. With feature `rsmpi`, every rsmpi communicator does; libac implements it
+//! over the program's own MPI, found at run time, so that the library needs no one MPI's
+//! `libmpi.so` (programs without MPI run with any MPI, or none, installed).
+//!
 //! Every function here is collective: every rank of the communicator calls it, with its own
 //! arguments, and every rank gets the same outcome (all ranks succeed, or all fail with the same
 //! error). MPI must be initialized (by the program, or by `mpi::initialize`); when ranks call
@@ -19,8 +24,6 @@
 //! out, and a collective set when the session of rank 0 ends.
 
 use ac_proto::arm::{Grant, JobAuth};
-use mpi::collective::SystemOperation;
-use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::blocking::{runtime, DynamicSet, Session};
@@ -29,9 +32,63 @@ use crate::{Error, Result, SessionOptions};
 /// Node names travel in fixed slots of this many bytes.
 const NODE_SLOT: usize = 256;
 
+/// The collectives of an MPI communicator that the collective session calls use. Every rank
+/// calls each method in the same order, as MPI requires; an `Err` fails the collective call
+/// on this rank (MPI's default error handler aborts the program before one is returned).
+pub trait Communicator {
+    /// This process's rank, `0..size()`.
+    fn rank(&self) -> i32;
+    /// How many ranks the communicator has.
+    fn size(&self) -> i32;
+    /// Returns once every rank has called it.
+    fn barrier(&self) -> Result<()>;
+    /// Replaces `bytes` with rank `root`'s (every rank passes the same length).
+    fn broadcast(&self, root: i32, bytes: &mut [u8]) -> Result<()>;
+    /// Fills `all` with every rank's `mine`, in rank order (every rank passes the same length;
+    /// `all` is `size()` times as long).
+    fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()>;
+    /// The least of every rank's `value`.
+    fn all_reduce_min(&self, value: i32) -> Result<i32>;
+}
+
+/// rsmpi's communicators (their calls do not return MPI's error codes: they abort on errors).
+#[cfg(feature = "rsmpi")]
+impl<C: ::mpi::traits::Communicator> Communicator for C {
+    fn rank(&self) -> i32 {
+        ::mpi::traits::Communicator::rank(self)
+    }
+
+    fn size(&self) -> i32 {
+        ::mpi::traits::Communicator::size(self)
+    }
+
+    fn barrier(&self) -> Result<()> {
+        ::mpi::traits::CommunicatorCollectives::barrier(self);
+        Ok(())
+    }
+
+    fn broadcast(&self, root: i32, bytes: &mut [u8]) -> Result<()> {
+        use ::mpi::traits::Root;
+        self.process_at_rank(root).broadcast_into(bytes);
+        Ok(())
+    }
+
+    fn all_gather(&self, mine: &[u8], all: &mut [u8]) -> Result<()> {
+        ::mpi::traits::CommunicatorCollectives::all_gather_into(self, mine, all);
+        Ok(())
+    }
+
+    fn all_reduce_min(&self, value: i32) -> Result<i32> {
+        let mut least = value;
+        let min = ::mpi::collective::SystemOperation::min();
+        ::mpi::traits::CommunicatorCollectives::all_reduce_into(self, &value, &mut least, min);
+        Ok(least)
+    }
+}
+
 impl Session {
     /// Collective `AC_Init`: a session for every rank of `comm`.
-    pub fn init_on<C: Communicator>(comm: &C, options: SessionOptions) -> Result<Self> {
+    pub fn init_on<C: Communicator + ?Sized>(comm: &C, options: SessionOptions) -> Result<Self> {
         let rt = runtime()?;
         let opened = match &options.job {
             // The job exists already: every rank presents its own credential.
@@ -40,10 +97,9 @@ impl Session {
             }
             // Rank 0 creates the job; the others join it with its session's token.
             JobAuth::AdHoc { .. } => {
-                let root = comm.process_at_rank(0);
                 let first = (comm.rank() == 0).then(|| rt.block_on(crate::Session::init(options.clone())));
                 let token = first.as_ref().and_then(|s| s.as_ref().ok()).map(|s| s.token().to_string());
-                let token: Option<String> = broadcast(&root, &token.ok_or(()))?.ok();
+                let token: Option<String> = broadcast(comm, &token.ok_or(()))?.ok();
                 match (first, token) {
                     (Some(first), _) => first,
                     (None, Some(token)) => {
@@ -62,19 +118,18 @@ impl Session {
 
     /// Collective `AC_Get`: `count` accelerators for this rank (0 is allowed), granted to all
     /// ranks together or to none. `None` when the manager rejects the request.
-    pub fn get_on<C: Communicator>(&self, comm: &C, count: u32) -> Result<Option<DynamicSet>> {
+    pub fn get_on<C: Communicator + ?Sized>(&self, comm: &C, count: u32) -> Result<Option<DynamicSet>> {
         Ok(self.get_on_or_why(comm, count)?.ok())
     }
 
     /// [`Session::get_on`], saying why the manager rejected the request: its reason, after
     /// what each rank asked for (every rank gets the same).
-    pub fn get_on_or_why<C: Communicator>(
+    pub fn get_on_or_why<C: Communicator + ?Sized>(
         &self,
         comm: &C,
         count: u32,
     ) -> Result<std::result::Result<DynamicSet, String>> {
         let parts = gather_parts(comm, self.inner.node(), count)?;
-        let root = comm.process_at_rank(0);
         let decided = match comm.rank() {
             0 => Some(self.rt.block_on(self.inner.collective_grants(share_by_node(&parts))).map(|granted| {
                 granted
@@ -85,7 +140,7 @@ impl Session {
         };
         type Decided = std::result::Result<(u64, Vec<Vec<Grant>>), String>;
         let decided = decided.unwrap_or_else(|| Ok(Err(String::new())));
-        let decided: Result<Decided> = broadcast(&root, &decided)?;
+        let decided: Result<Decided> = broadcast(comm, &decided)?;
         let (set, mut shares) = match decided? {
             Ok(granted) => granted,
             Err(reason) => return Ok(Err(reason)),
@@ -103,27 +158,27 @@ impl Session {
 
     /// Collective `AC_Free` of a set obtained with [`Session::get_on`]: every rank's handles
     /// close, then the set is released.
-    pub fn free_on<C: Communicator>(&self, comm: &C, set: DynamicSet) -> Result<()> {
+    pub fn free_on<C: Communicator + ?Sized>(&self, comm: &C, set: DynamicSet) -> Result<()> {
         let id = set.id;
         let handles = set.inner.handles;
         self.rt.block_on(futures_util::future::join_all(handles.into_iter().map(|h| h.acc.close())));
-        comm.barrier();
+        comm.barrier()?;
         let freed = (comm.rank() == 0)
             .then(|| self.rt.block_on(self.inner.free(crate::DynamicSet { id, handles: Vec::new() })));
-        broadcast(&comm.process_at_rank(0), &freed.unwrap_or(Ok(())))?
+        broadcast(comm, &freed.unwrap_or(Ok(())))?
     }
 
     /// Collective `AC_Finalize`: waits until every rank is done with the collective sets, then
     /// ends each rank's session.
-    pub fn finalize_on<C: Communicator>(self, comm: &C) -> Result<()> {
-        comm.barrier();
+    pub fn finalize_on<C: Communicator + ?Sized>(self, comm: &C) -> Result<()> {
+        comm.barrier()?;
         let result = self.finalize();
         agree(comm, result, |_| ())
     }
 }
 
 /// Every rank's node and count, in rank order.
-fn gather_parts<C: Communicator>(comm: &C, node: &str, count: u32) -> Result<Vec<(String, u32)>> {
+fn gather_parts<C: Communicator + ?Sized>(comm: &C, node: &str, count: u32) -> Result<Vec<(String, u32)>> {
     if node.len() > NODE_SLOT - 4 {
         return Err(Error::InvalidArgument(format!("node name longer than {} bytes", NODE_SLOT - 4)));
     }
@@ -131,7 +186,7 @@ fn gather_parts<C: Communicator>(comm: &C, node: &str, count: u32) -> Result<Vec
     slot[..4].copy_from_slice(&count.to_le_bytes());
     slot[4..4 + node.len()].copy_from_slice(node.as_bytes());
     let mut all = vec![0u8; NODE_SLOT * comm.size() as usize];
-    comm.all_gather_into(&slot[..], &mut all[..]);
+    comm.all_gather(&slot, &mut all)?;
     Ok(all
         .chunks(NODE_SLOT)
         .map(|slot| {
@@ -185,27 +240,42 @@ fn split_by_rank(parts: &[(String, u32)], mut grants: Vec<Grant>) -> Vec<Vec<Gra
         .collect()
 }
 
-/// Sends `value` from `root` to every rank; every rank returns it.
-fn broadcast<R: Root, T: Serialize + DeserializeOwned>(root: &R, value: &T) -> Result<T> {
+/// Sends rank 0's `value` to every rank; every rank returns it.
+fn broadcast<C: Communicator + ?Sized, T: Serialize + DeserializeOwned>(comm: &C, value: &T) -> Result<T> {
+    broadcast_from(comm, 0, value)
+}
+
+/// Sends rank `root`'s `value` to every rank (its length first, then its bytes).
+fn broadcast_from<C: Communicator + ?Sized, T: Serialize + DeserializeOwned>(
+    comm: &C,
+    root: i32,
+    value: &T,
+) -> Result<T> {
     let mut bytes = Vec::new();
     ac_proto::codec::encode_into(value, &mut bytes).map_err(|e| Error::Protocol(e.to_string()))?;
-    let mut len = bytes.len() as u64;
-    root.broadcast_into(&mut len);
-    bytes.resize(len as usize, 0);
-    root.broadcast_into(&mut bytes[..]);
+    let mut len = (bytes.len() as u64).to_le_bytes();
+    comm.broadcast(root, &mut len)?;
+    bytes.resize(u64::from_le_bytes(len) as usize, 0);
+    comm.broadcast(root, &mut bytes)?;
     ac_proto::codec::decode(&bytes).map_err(|e| Error::Protocol(e.to_string()))
 }
 
 /// Makes an outcome collective: every rank gets the first rank's error if any rank failed
 /// (`undo` lets a rank that succeeded give back what it got).
-fn agree<C: Communicator, T>(comm: &C, outcome: Result<T>, undo: impl FnOnce(T)) -> Result<T> {
+fn agree<C: Communicator + ?Sized, T>(comm: &C, outcome: Result<T>, undo: impl FnOnce(T)) -> Result<T> {
     let failed_at = if outcome.is_err() { comm.rank() } else { comm.size() };
-    let mut first = comm.size();
-    comm.all_reduce_into(&failed_at, &mut first, SystemOperation::min());
+    let first = match comm.all_reduce_min(failed_at) {
+        Ok(first) => first,
+        Err(e) => {
+            if let Ok(value) = outcome {
+                undo(value);
+            }
+            return Err(e);
+        }
+    };
     if first == comm.size() {
         return outcome;
     }
-    let root = comm.process_at_rank(first);
     let error = match outcome {
         Err(e) => e,
         Ok(value) => {
@@ -213,6 +283,6 @@ fn agree<C: Communicator, T>(comm: &C, outcome: Result<T>, undo: impl FnOnce(T))
             Error::Setup(format!("failed on rank {first}"))
         }
     };
-    let error: Error = broadcast(&root, &error)?;
+    let error: Error = broadcast_from(comm, first, &error)?;
     Err(error)
 }

@@ -636,7 +636,8 @@ pub mod v4 {
         /// encodes as this version does.
         pub fn from_current(response: &super::Response) -> Option<Self> {
             let super::Response::Welcome { session, token, info, lane_port, .. } = response else { return None };
-            let response = Welcome::Welcome { session: *session, token: *token, info: info.clone(), lane_port: *lane_port };
+            let response =
+                Welcome::Welcome { session: *session, token: *token, info: info.clone(), lane_port: *lane_port };
             Some(Self { id: 0, response })
         }
 

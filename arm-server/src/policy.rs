@@ -326,7 +326,7 @@ pub fn usable_free(hosts: &BTreeMap<String, Host>) -> usize {
 
 /// The ids of [`usable_free`]'s accelerators, in host and device order (the core's unit order).
 pub fn usable_free_ids(hosts: &BTreeMap<String, Host>) -> impl Iterator<Item = String> + '_ {
-    hosts
-        .values()
-        .flat_map(|h| h.devices.iter().filter(|d| d.holder.is_none() && h.grantable(d)).map(|d| h.accelerator_id(d.index)))
+    hosts.values().flat_map(|h| {
+        h.devices.iter().filter(|d| d.holder.is_none() && h.grantable(d)).map(|d| h.accelerator_id(d.index))
+    })
 }

@@ -370,7 +370,8 @@ pub fn parse_running_job(shown: &str, job: &str) -> Result<(RunningJob, String),
         .ok_or_else(|| format!("job {job}: no UserId in Slurm's answer"))?;
     let nodes = field(line, "NodeList").ok_or_else(|| format!("job {job}: no NodeList in Slurm's answer"))?;
     let limit = field(line, "TimeLimit").unwrap_or("UNLIMITED");
-    let time_limit_s = parse_time_limit(limit).ok_or_else(|| format!("job {job}: time limit `{limit}` not understood"))?;
+    let time_limit_s =
+        parse_time_limit(limit).ok_or_else(|| format!("job {job}: time limit `{limit}` not understood"))?;
     Ok((RunningJob { user, uid, nodes: Vec::new(), time_limit_s }, nodes.to_string()))
 }
 

@@ -408,6 +408,46 @@ async fn a_collective_call_before_mpi_init_fails_with_the_mpi_code() {
     assert!(out.contains("call MPI_Init first"), "{out}");
 }
 
+/// libac built with MPI needs no MPI library (issue 54): it finds the program's MPI at run time,
+/// so a program without MPI neither loads one nor needs one installed, and a collective call in
+/// it says that MPI is not loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libac_with_mpi_needs_no_mpi_library_and_runs_programs_without_mpi() {
+    let dynamic = Command::new("readelf").arg("-d").arg(lib_dir().join("libac.so")).output().expect("readelf runs");
+    let dynamic = String::from_utf8_lossy(&dynamic.stdout);
+    assert!(dynamic.contains("(SONAME)"), "readelf -d libac.so:\n{dynamic}");
+    let needed: Vec<&str> = dynamic.lines().filter(|l| l.contains("(NEEDED)")).collect();
+    assert!(!needed.iter().any(|l| l.contains("libmpi")), "libac.so needs an MPI library: {needed:#?}");
+
+    let c = TestCluster::start(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program("init", dir.path());
+    let libraries = Command::new("ldd").arg(&exe).output().expect("ldd runs");
+    let libraries = String::from_utf8_lossy(&libraries.stdout);
+    assert!(libraries.contains("libac.so") && !libraries.contains("libmpi"), "ldd init:\n{libraries}");
+    let out = text(&run(&c, Command::new(&exe).arg("nompi"), &ad_hoc()));
+    assert!(out.contains("AC_Init_fcomm: 20 (MPI failed"), "{out}");
+    assert!(out.contains("MPI is not loaded in this program"), "{out}");
+    let out = text(&run(&c, &mut Command::new(&exe), &ad_hoc()));
+    assert!(out.contains("AC_Init: 0 "), "{out}");
+}
+
+/// libac speaks Open MPI's ABI only: a program with another MPI (MPICH's handles are ints) is
+/// told so by name, rather than having its handles misread.
+#[test]
+fn a_collective_call_in_a_program_with_another_mpi_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("not_openmpi");
+    let source = repo().join("ac-capi/tests/c/not_openmpi.c");
+    compile("gcc", &[source], &["-std=c99", "-Wall", "-Wextra", "-Werror", "-rdynamic"], &exe);
+    let out = text(&Command::new(&exe).output().expect("the program starts"));
+    assert!(out.contains("AC_Init_fcomm: 20 (MPI failed"), "{out}");
+    assert!(
+        out.contains("MPICH Version: 4.1 (a stand-in): libac's collective forms speak Open MPI's ABI only"),
+        "{out}"
+    );
+}
+
 /// A job ended under a running C program: its accelerators' calls say they were taken back,
 /// `AC_Get`, `AC_Free` and `AC_Finalize` that the job's allocation has ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,7 +112,8 @@ impl Host {
             std::fs::create_dir_all(caps.join("mig")).unwrap();
             std::fs::create_dir_all(caps.join("gpu0/mig/gi1/ci0")).unwrap();
             for file in ["mig/config", "mig/monitor", "gpu0/mig/gi1/access", "gpu0/mig/gi1/ci0/access"] {
-                std::fs::write(caps.join(file), "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n").unwrap();
+                std::fs::write(caps.join(file), "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+                    .unwrap();
             }
         }
         let log = r.join("modprobe.log");
@@ -140,7 +141,10 @@ impl Host {
             .env("AC_NVIDIA_MODPROBE", &self.modprobe)
             .output()
             .expect("the script runs");
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+        )
     }
 
     fn calls(&self) -> String {

@@ -208,7 +208,10 @@ async fn programs_and_backends_one_protocol_version_apart_work_together() {
     let newer = TestBackend::start_with(|b| b.only_protocol = Some(VERSION)).await;
     let refused = Accelerator::connect(&old_program_for(&newer)).await.unwrap_err();
     assert!(matches!(refused, ac_frontend::Error::VersionMismatch(_)), "{refused}");
-    assert!(refused.to_string().contains(&format!("backend speaks {VERSION} to {VERSION}, client sent 4")), "{refused}");
+    assert!(
+        refused.to_string().contains(&format!("backend speaks {VERSION} to {VERSION}, client sent 4")),
+        "{refused}"
+    );
 }
 
 fn old_program_for(backend: &TestBackend) -> ConnectOptions {
@@ -228,7 +231,8 @@ async fn programs_and_managers_one_protocol_version_apart_work_together() {
         })
         .await;
         let arm = ArmOptions { protocol: program, ..c.arm_options() };
-        let admin = ArmClient::connect(ArmOptions { identity: Some(c.arm.admin_identity()), ..arm.clone() }).await.unwrap();
+        let admin =
+            ArmClient::connect(ArmOptions { identity: Some(c.arm.admin_identity()), ..arm.clone() }).await.unwrap();
         let Response::Hosts(hosts) = admin.request(Request::HostList).await.unwrap() else { panic!("hosts") };
         assert_eq!(hosts.len(), 1);
         let session = ac_frontend::Session::init(ad_hoc(arm)).await.expect("AC_Init across versions");
@@ -236,7 +240,10 @@ async fn programs_and_managers_one_protocol_version_apart_work_together() {
         session.finalize().await.unwrap();
         if manager == Some(MIN_VERSION) {
             let refused = admin.request(Request::ManagerKey).await.unwrap_err().to_string();
-            assert!(refused.contains("speaks protocol 4, which lacks this request"), "newer than the manager: {refused}");
+            assert!(
+                refused.contains("speaks protocol 4, which lacks this request"),
+                "newer than the manager: {refused}"
+            );
             let fresh = ArmClient::connect(ArmOptions { identity: None, ..c.arm_options() }).await.unwrap();
             let refused = fresh.request(Request::ManagerKey).await.unwrap_err().to_string();
             assert!(refused.contains("speaks 4 to 4, the client 5"), "asked first, refused in words: {refused}");

@@ -25,9 +25,9 @@ use tracing::Instrument;
 use crate::config::ArmConfig;
 use crate::core::{Core, GetOutcome, ReservationOwner, StaticState};
 use crate::keys;
-use crate::roles::{self, Caller, Revocations, Role};
 use crate::links::{LinkEvent, Links};
 use crate::model::{Device, Holder, Host, Job, JobState, Reservation};
+use crate::roles::{self, Caller, Revocations, Role};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
@@ -433,7 +433,8 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
 
 /// The client of `conn`, from the certificate it presented (none: a program).
 fn caller_of(conn: &Connection) -> Caller {
-    let chain = conn.peer_identity().and_then(|id| id.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok());
+    let chain =
+        conn.peer_identity().and_then(|id| id.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok());
     Caller::from_certificate(chain.as_ref().and_then(|c| c.first()).map(|c| c.as_ref()))
 }
 
@@ -444,7 +445,9 @@ fn audit_summary(request: &Request) -> String {
         Request::HostAdd { addr, name, labels, .. } => format!("host add {name} at {addr} {labels:?}"),
         Request::HostDrain { name, drain } => format!("host {} {name}", if *drain { "drain" } else { "undrain" }),
         Request::HostRemove { name, force } => format!("host remove {name} (force {force})"),
-        Request::JobSubmit { id, nodes, acpn, user, .. } => format!("job submit {id} user {user} acpn {acpn} on {nodes:?}"),
+        Request::JobSubmit { id, nodes, acpn, user, .. } => {
+            format!("job submit {id} user {user} acpn {acpn} on {nodes:?}")
+        }
         Request::JobBind { id, nodes, acpn, user, .. } => format!("job bind {id} user {user} acpn {acpn} on {nodes:?}"),
         Request::JobEnd { id } => format!("job end {id}"),
         Request::ReservationCreate { count, user, .. } => format!("reservation create of {count} for {user:?}"),

@@ -247,7 +247,8 @@ fn time_limit(id: &str) -> anyhow::Result<u64> {
     let shown = String::from_utf8(output.stdout)?;
     let limit = shown.lines().find_map(|l| l.trim().strip_prefix(id)?.strip_prefix(' '));
     let limit = limit.ok_or_else(|| anyhow::anyhow!("squeue does not list job {id}: `{}`", shown.trim()))?;
-    arm_server::slurm::parse_time_limit(limit).ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", limit.trim()))
+    arm_server::slurm::parse_time_limit(limit)
+        .ok_or_else(|| anyhow::anyhow!("time limit `{}` not understood", limit.trim()))
 }
 
 /// The static accelerators per node the job asked for (`--acpn`, which the SPANK plugin passes
@@ -555,7 +556,8 @@ fn identity(cli: &Cli) -> anyhow::Result<Option<(PathBuf, PathBuf)>> {
             Ok(Some((cert.clone(), key.clone())))
         }
         (None, None) => {
-            let (cert, key) = (PathBuf::from(".state/arm-server/admin.pem"), PathBuf::from(".state/arm-server/admin.key"));
+            let (cert, key) =
+                (PathBuf::from(".state/arm-server/admin.pem"), PathBuf::from(".state/arm-server/admin.key"));
             Ok((cert.exists() && key.exists()).then_some((cert, key)))
         }
         _ => anyhow::bail!("a client identity needs both --cert (ARMCTL_CERT) and --key (ARMCTL_KEY)"),
