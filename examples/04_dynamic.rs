@@ -4,9 +4,21 @@
 //! With no batch system (the embedded default): `ARM_ADDR=... ARM_CA_CERT=... ARM_ACPN=2
 //! cargo run --bin 04_dynamic`. In a batch job, `ARM_JOB_ID` and `ARM_JOB_CREDENTIAL` replace
 //! `ARM_ACPN`.
+//!
+//! `AC_GET` (default 2) is how many it asks for at runtime: on a one-GPU host, `ARM_ACPN=0
+//! AC_GET=1` holds no static accelerator and is granted the GPU dynamically
+//! (`scripts/gpu-check` runs it so).
 
 use ac_frontend::{Accelerator, LaunchDims, Session, SessionOptions};
-use anyhow::ensure;
+use anyhow::{ensure, Context};
+
+/// How many accelerators `AC_Get` asks for: `AC_GET`, or 2.
+fn get_count() -> anyhow::Result<u32> {
+    match std::env::var("AC_GET") {
+        Ok(n) => n.parse().with_context(|| format!("AC_GET must be a count, not `{n}`")),
+        Err(_) => Ok(2),
+    }
+}
 
 /// Runs saxpy on one accelerator over `x` and checks the result.
 async fn saxpy_on(acc: &Accelerator, x: &[f32]) -> anyhow::Result<()> {
@@ -22,6 +34,7 @@ async fn saxpy_on(acc: &Accelerator, x: &[f32]) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let count = get_count()?;
     let x: Vec<f32> = (0..1 << 20).map(|i| (i % 1000) as f32).collect();
     let start = std::time::Instant::now();
     let session = Session::init(SessionOptions::from_env()?).await?; // AC_Init
@@ -37,10 +50,15 @@ async fn main() -> anyhow::Result<()> {
         println!("  {}: saxpy OK", handle.id);
     }
     let start = std::time::Instant::now();
-    match session.get(2).await? {
+    match session.get(count).await? {
         // AC_Get
         Some(set) => {
-            println!("AC_Get(2): granted set {} in {:.1} ms", set.id, start.elapsed().as_secs_f64() * 1e3);
+            println!(
+                "AC_Get({count}): granted set {} of {} in {:.1} ms",
+                set.id,
+                set.handles.len(),
+                start.elapsed().as_secs_f64() * 1e3
+            );
             for handle in &set.handles {
                 saxpy_on(&handle.acc, &x).await?;
                 println!("  {}: saxpy OK", handle.id);
@@ -49,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
             session.free(set).await?; // AC_Free
             println!("AC_Free: released in {:.1} ms", start.elapsed().as_secs_f64() * 1e3);
         }
-        None => println!("AC_Get(2): rejected, carrying on with the static accelerators"),
+        None => println!("AC_Get({count}): rejected, carrying on with the static accelerators"),
     }
     let start = std::time::Instant::now();
     session.finalize().await?; // AC_Finalize

@@ -59,9 +59,27 @@ pub struct BackendConfig {
     pub state_dir: PathBuf,
     /// Which device to run.
     pub device: DeviceChoice,
-    /// Which devices to serve, by index (CUDA ordinals). Unset: every GPU of the host, or one
-    /// CPU device. For the CPU device, each index listed is one emulated accelerator.
+    /// Which devices to serve, by index. Unset: every GPU (or MIG instance) of the host, or one
+    /// CPU device. Where NVML is (every host with NVIDIA's driver), a GPU's index is its place
+    /// in NVML's list, which is PCI order and what `nvidia-smi` shows, with a GPU in MIG mode
+    /// replaced by its instances; without NVML, the CUDA ordinal. For the CPU device, each
+    /// index listed is one emulated accelerator.
     pub devices: Option<Vec<u32>>,
+    /// Which GPUs or MIG instances to serve, by UUID (`GPU-...`, `MIG-...`, as `nvidia-smi -L`
+    /// lists them): names that survive reboots and `CUDA_VISIBLE_DEVICES`. Needs NVML; not
+    /// together with `devices`.
+    pub gpu_uuids: Option<Vec<String>>,
+    /// NVIDIA's management library to load (`libnvidia-ml.so.1`) for GPU identity and health.
+    /// Unset: the loader's search. Without it GPU health is "unknown" (said, never a failure).
+    pub nvml_library: Option<PathBuf>,
+    /// How often the health watch polls each GPU, milliseconds (critical Xids arrive as events
+    /// in between).
+    pub health_poll_ms: u64,
+    /// The most sessions a device serves at once. Unset: for a GPU, half its memory divided by
+    /// what a session's context costs ([`SESSION_CONTEXT_MIB`]); for a CPU device, 1024.
+    pub max_sessions: Option<u32>,
+    /// The most device memory one session may allocate, MiB. Unset: no limit but the device's.
+    pub session_memory_mib: Option<u64>,
     /// Memory of each CPU device, MiB.
     pub memory_mib: u64,
     /// Where GPU sessions run (the CPU device has no faults to confine and ignores it).
@@ -125,6 +143,11 @@ impl Default for BackendConfig {
             state_dir: PathBuf::from(".state/ac-backend"),
             device: DeviceChoice::Cpu,
             devices: None,
+            gpu_uuids: None,
+            nvml_library: None,
+            health_poll_ms: 5000,
+            max_sessions: None,
+            session_memory_mib: None,
             open_until_registered: true,
             only_protocol: None,
             memory_mib: 4096,
@@ -149,6 +172,14 @@ impl Default for BackendConfig {
 
 /// The most lanes `lanes_per_session` may name: each holds about 1 MiB of buffers.
 pub const MAX_LANES_PER_SESSION: u16 = 64;
+
+/// Device memory a GPU session costs before it allocates anything: its context's local memory,
+/// printf buffer and loaded modules (523 MiB measured on an H100 with driver 580, `BENCHMARKS.md`,
+/// rounded up).
+pub const SESSION_CONTEXT_MIB: u64 = 544;
+
+/// Sessions a CPU device serves at once unless `max_sessions` says otherwise.
+pub const CPU_MAX_SESSIONS: u32 = 1024;
 
 impl BackendConfig {
     /// Parses a TOML configuration.
@@ -189,6 +220,15 @@ impl BackendConfig {
         if self.devices.as_ref().is_some_and(|d| d.is_empty()) {
             return Err(BackendError::Config("devices must list at least one device".into()));
         }
+        if self.gpu_uuids.as_ref().is_some_and(|d| d.is_empty()) {
+            return Err(BackendError::Config("gpu_uuids must list at least one UUID".into()));
+        }
+        if self.devices.is_some() && self.gpu_uuids.is_some() {
+            return Err(BackendError::Config("set devices or gpu_uuids, not both".into()));
+        }
+        if self.max_sessions == Some(0) || self.session_memory_mib == Some(0) || self.health_poll_ms == 0 {
+            return Err(BackendError::Config("max_sessions, session_memory_mib and health_poll_ms must be positive".into()));
+        }
         if self.lanes_per_session.is_some_and(|n| !(1..=MAX_LANES_PER_SESSION).contains(&n)) {
             return Err(BackendError::Config(format!(
                 "lanes_per_session must be 1 to {MAX_LANES_PER_SESSION} (`lanes = false` serves none)"
@@ -204,6 +244,11 @@ impl BackendConfig {
             Some(version) => version..=version,
             None => MIN_VERSION..=VERSION,
         }
+    }
+
+    /// The session limit of a GPU with `memory_total` bytes (see [`BackendConfig::max_sessions`]).
+    pub fn gpu_max_sessions(&self, memory_total: u64) -> u32 {
+        self.max_sessions.unwrap_or_else(|| ((memory_total / 2) / (SESSION_CONTEXT_MIB << 20)).clamp(1, 4096) as u32)
     }
 
     /// The lanes one session may use at once: 0 without lanes.

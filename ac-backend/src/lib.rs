@@ -10,6 +10,10 @@
 //! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
 //! - [`device`]: the `Device` trait, the CPU device, the CUDA device, the `builtin` kernels, and
 //!   session workers (`device::worker`: a GPU session's context in a process of its own).
+//! - [`served`]: which devices the backend serves (CPU, GPUs by NVML UUID or CUDA ordinal, MIG
+//!   instances), each with its watched state.
+//! - [`health`]: each device's health, identity and admission (session limits, compute modes),
+//!   as plain state: no I/O, no clock. `nvml`: the NVML inventory and health watch feeding it.
 //! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
 //! - [`trust`]: whose capabilities are accepted (the registered resource manager), revocations.
 //! - [`config`]: configuration (TOML, flags, environment).
@@ -29,7 +33,11 @@ pub mod control;
 pub mod device;
 mod error;
 pub mod fence;
+pub mod health;
 pub mod metrics;
+#[cfg(feature = "cuda")]
+pub mod nvml;
+pub mod served;
 pub mod server;
 pub mod session;
 pub mod stream;

@@ -24,10 +24,24 @@ struct Args {
     /// Device to run: `cuda` (fail without a GPU), `auto` (CUDA, else the CPU device) or `cpu`.
     #[arg(long, env = "AC_BACKEND_DEVICE", value_enum)]
     device: Option<DeviceChoice>,
-    /// Devices to serve, by index (CUDA ordinals), e.g. `0,2`; default every GPU, or one CPU
-    /// device. With `--device cpu`, each index is one emulated accelerator.
+    /// Devices to serve, by index (NVML's order, as `nvidia-smi` shows; CUDA ordinals without
+    /// NVML), e.g. `0,2`; default every GPU, or one CPU device. With `--device cpu`, each index
+    /// is one emulated accelerator.
     #[arg(long, env = "AC_BACKEND_DEVICES", value_delimiter = ',')]
     devices: Option<Vec<u32>>,
+    /// GPUs or MIG instances to serve, by UUID (`nvidia-smi -L`), comma-separated.
+    #[arg(long, env = "AC_BACKEND_GPU_UUIDS", value_delimiter = ',')]
+    gpu_uuids: Option<Vec<String>>,
+    /// NVIDIA's management library (libnvidia-ml.so.1), when the loader does not find it.
+    #[arg(long, env = "AC_BACKEND_NVML_LIBRARY")]
+    nvml_library: Option<PathBuf>,
+    /// The most sessions one device serves at once (default: from a GPU's memory).
+    #[arg(long, env = "AC_BACKEND_MAX_SESSIONS")]
+    max_sessions: Option<u32>,
+    /// A session worker's GPU, by UUID: set as CUDA_VISIBLE_DEVICES before CUDA loads (the
+    /// backend starts its session workers so; not for people).
+    #[arg(long, hide = true, value_name = "UUID", requires = "session_worker")]
+    visible_device: Option<String>,
     /// Pinned host memory for staging bulk copies, per GPU, MiB.
     #[arg(long, env = "AC_BACKEND_STAGING_MIB")]
     staging_mib: Option<u64>,
@@ -97,6 +111,15 @@ impl Args {
         if let Some(v) = self.devices {
             config.devices = Some(v);
         }
+        if let Some(v) = self.gpu_uuids {
+            config.gpu_uuids = Some(v);
+        }
+        if let Some(v) = self.nvml_library {
+            config.nvml_library = Some(v);
+        }
+        if let Some(v) = self.max_sessions {
+            config.max_sessions = Some(v);
+        }
         if let Some(v) = self.staging_mib {
             config.staging_mib = v;
         }
@@ -130,6 +153,11 @@ impl Args {
 
 fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
+    if let Some(uuid) = &args.visible_device {
+        // Before any thread starts and before CUDA loads: the driver reads it once, at cuInit,
+        // and then numbers only this GPU (or MIG instance), as device 0.
+        std::env::set_var("CUDA_VISIBLE_DEVICES", uuid);
+    }
     // A session worker logs warnings only unless asked: one starts per GPU session.
     let default_filter = if args.session_worker.is_some() { "warn" } else { "info" };
     tracing_subscriber::fmt()

@@ -3,11 +3,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_proto::backend::{
-    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Preamble, Reply, Report, Response, Revoke, WireError, ALPN,
+    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Order, Preamble, Reply, Report, Response, Revoke, Status, WireError,
+    ALPN,
 };
 use ac_proto::frame::{frame_bytes, frames_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
@@ -18,12 +19,13 @@ use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::config::{BackendConfig, DeviceChoice};
+use crate::config::BackendConfig;
 use crate::control::{self, closing_for};
-use crate::device::{CpuDevice, Device};
+use crate::device::Device;
+use crate::health::Board;
 use crate::fence::Fences;
 use crate::metrics::Metrics;
-use crate::session::{Registry, Session};
+use crate::session::{Limits, Registry, Session};
 use crate::trust::{self, Trust};
 use crate::{bulk, BackendError};
 
@@ -32,6 +34,10 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Shared {
     devices: BTreeMap<u32, Arc<dyn Device>>,
+    /// Each device's health, identity and sessions (see [`crate::health`]).
+    board: Arc<Mutex<Board>>,
+    /// Woken when a device's health changes: the manager hears of it at once.
+    changed: Arc<tokio::sync::Notify>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     trust: Trust,
@@ -61,6 +67,30 @@ impl std::fmt::Debug for Shared {
 impl Shared {
     fn device_infos(&self) -> Vec<DeviceInfo> {
         self.devices.values().map(|d| d.info()).collect()
+    }
+
+    /// What a registration of protocol 6 reports.
+    fn status(&self) -> Status {
+        let states = self.board.lock().expect("board").states();
+        Status { sessions: self.registry.len() as u32, devices: self.device_infos(), states }
+    }
+
+    /// A session slot on device `index`, held until the session ends, or why there is none.
+    fn admit(self: &Arc<Self>, index: u32) -> Result<Slot, String> {
+        self.board.lock().expect("board").admit(index)?;
+        Ok(Slot { shared: self.clone(), index })
+    }
+}
+
+/// A session's place on its device (see [`Board::admit`]): given back when dropped.
+struct Slot {
+    shared: Arc<Shared>,
+    index: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.board.lock().expect("board").release(self.index);
     }
 }
 
@@ -95,6 +125,11 @@ impl RunningBackend {
         self.shared.device_infos()
     }
 
+    /// Each served device's identity, health and sessions, as the manager is told.
+    pub fn device_states(&self) -> Vec<ac_proto::backend::DeviceState> {
+        self.shared.board.lock().expect("board").states()
+    }
+
     /// Stops accepting, closes every connection and waits for the endpoint to go idle.
     pub async fn shutdown(self) {
         self.endpoint.close(close::NORMAL.into(), b"backend shutting down");
@@ -104,72 +139,6 @@ impl RunningBackend {
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
     }
-}
-
-/// The devices `config` asks for. `auto` falls back to the CPU device when CUDA is not usable
-/// on a host without the NVIDIA driver, and says why; on a host with it, it fails
-/// (`device::auto_fallback`).
-fn make_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, BackendError> {
-    match config.device {
-        DeviceChoice::Cpu => Ok(cpu_devices(config)),
-        DeviceChoice::Cuda => {
-            cuda_devices(config).map_err(|r| BackendError::NoCuda(crate::device::explain_cuda_failure(r)))
-        }
-        DeviceChoice::Auto => cuda_devices(config).map_err(crate::device::explain_cuda_failure).or_else(|reason| {
-            crate::device::auto_fallback(&reason, config.cuda_driver.is_some()).map_err(BackendError::NoCuda)?;
-            Ok(cpu_devices(config))
-        }),
-    }
-}
-
-fn cpu_devices(config: &BackendConfig) -> BTreeMap<u32, Arc<dyn Device>> {
-    let indexes = config.devices.clone().unwrap_or_else(|| vec![0]);
-    indexes.into_iter().map(|i| (i, Arc::new(CpuDevice::new(i, config.memory_mib << 20)) as Arc<dyn Device>)).collect()
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_devices(config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, String> {
-    use crate::device::worker::{WorkerCommand, WorkerDevice};
-    if let Some(path) = &config.cuda_driver {
-        crate::device::cuda::driver::load_from(path)?;
-    }
-    let gpus = crate::device::cuda::discover(config.devices.as_deref(), config.staging_mib << 20, config.copy)?;
-    let command = match config.isolation {
-        crate::Isolation::Context => None,
-        crate::Isolation::Process => {
-            let program = config.worker_program().map_err(|e| e.to_string())?;
-            Some(WorkerCommand { program, args: worker_args(config) })
-        }
-    };
-    let serve = |index: u32, gpu: crate::device::cuda::CudaDevice| -> Arc<dyn Device> {
-        match &command {
-            None => Arc::new(gpu),
-            Some(command) => Arc::new(WorkerDevice::new(Arc::new(gpu), index, command.clone())),
-        }
-    };
-    Ok(gpus.into_iter().map(|g| (g.index(), serve(g.index(), g))).collect())
-}
-
-/// The flags that give a session worker this backend's GPU settings.
-#[cfg(feature = "cuda")]
-fn worker_args(config: &BackendConfig) -> Vec<std::ffi::OsString> {
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "--device".into(),
-        "cuda".into(),
-        "--staging-mib".into(),
-        config.staging_mib.to_string().into(),
-        "--chunk-kib".into(),
-        (config.copy.chunk_bytes / 1024).to_string().into(),
-    ];
-    if let Some(path) = &config.cuda_driver {
-        args.extend(["--cuda-driver".into(), path.into()]);
-    }
-    args
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_devices(_config: &BackendConfig) -> Result<BTreeMap<u32, Arc<dyn Device>>, String> {
-    Err("this ac-backend was built without the `cuda` feature".into())
 }
 
 /// The certificate to present, and the CA file to give clients.
@@ -188,7 +157,15 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
 /// Starts a backend on the current tokio runtime.
 pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError> {
     config.validate()?;
-    let devices = make_devices(&config)?;
+    let served = crate::served::serve(&config)?;
+    let devices = served.devices;
+    let board = Arc::new(Mutex::new(served.board));
+    let changed = Arc::new(tokio::sync::Notify::new());
+    #[cfg(feature = "cuda")]
+    if let Some((host, watched)) = served.watch {
+        let every = Duration::from_millis(config.health_poll_ms);
+        host.watch(watched, board.clone(), changed.clone(), every)?;
+    }
     let (identity, ca_cert) = identity(&config)?;
     let acceptor = lane::server_config(identity.clone())?;
     let crypto = tls::server_crypto(identity, ALPN)?;
@@ -227,7 +204,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let shared = Arc::new(Shared { devices, registry, metrics, trust, config, lane_port });
+    let shared = Arc::new(Shared { devices, board, changed, registry, metrics, trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
@@ -390,17 +367,22 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 let served: Vec<u32> = shared.devices.keys().copied().collect();
                 return refuse(&conn, close::PROTOCOL, &format!("no device {index} here (devices: {served:?})"));
             };
-            match shared.trust.admit(&capability, index) {
-                Ok(grant) => serve_session(conn, shared, device, (send, reader), grant.map(|g| g.id), version).await,
-                Err(reason) => refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
-            }
+            let grant = match shared.trust.admit(&capability, index) {
+                Ok(grant) => grant,
+                Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
+            };
+            let slot = match shared.admit(index) {
+                Ok(slot) => slot,
+                Err(reason) => return refuse(&conn, close::DEVICE_REFUSED, &reason),
+            };
+            serve_session(conn, shared, device, (send, reader), grant.map(|g| g.id), version, slot).await
         }
         Hello::Register { public_key, host, time, proof } => {
             if let Err(reason) = shared.trust.register(public_key, &host, time, &proof) {
                 return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
             }
             tracing::info!(host, "registered by a resource manager; sessions now need capabilities");
-            serve_registration(conn, shared, send, reader).await;
+            serve_registration(conn, shared, send, reader, version).await;
         }
         Hello::Attach { session, token } => {
             let Some(session) = shared.registry.find(session, &token) else {
@@ -438,6 +420,51 @@ async fn read_hello<S: Source + Send>(
     Ok((hello, preamble.version))
 }
 
+/// The manager's next orders on a registration of protocol `version` (every one already
+/// received, so that revocations are stored with one sync); `None` when the link ends.
+async fn read_orders(reader: &mut FrameReader, version: u16) -> Option<Vec<Order>> {
+    match version {
+        ..=5 => {
+            let first = reader.read_frame::<Revoke>().await.ok()??;
+            let mut orders = vec![Order::Revoke(first)];
+            while let Some(Ok(Some(more))) = reader.read_frame::<Revoke>().now_or_never() {
+                orders.push(Order::Revoke(more));
+            }
+            Some(orders)
+        }
+        _ => {
+            let first = reader.read_frame::<Order>().await.ok()??;
+            let mut orders = vec![first];
+            while let Some(Ok(Some(more))) = reader.read_frame::<Order>().now_or_never() {
+                orders.push(more);
+            }
+            Some(orders)
+        }
+    }
+}
+
+/// Stores revocations, ends their sessions, and acknowledges them once on disk.
+async fn store_revocations(shared: &Arc<Shared>, writer: &StreamWriter, batch: Vec<Revoke>) {
+    let revokes: Vec<(u64, u64)> = batch.iter().map(|r| (r.capability, r.expires)).collect();
+    let on_disk = shared.clone();
+    let stored = tokio::task::spawn_blocking(move || on_disk.trust.revoke(&revokes))
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+    for revoke in &batch {
+        let ended = shared.registry.revoke(revoke.capability);
+        tracing::info!(capability = revoke.capability, ended, "capability revoked");
+    }
+    match stored {
+        // Acknowledged only once they survive a restart; otherwise the manager sends them again.
+        // One write for the batch's acknowledgements: one packet where it fits.
+        Ok(()) => {
+            let acks = batch.iter().map(|r| Report::Revoked { capability: r.capability });
+            let _ = writer.send(frames_bytes(acks).expect("encodes")).await;
+        }
+        Err(e) => tracing::error!(error = %e, "cannot store revocations; they hold until this process ends"),
+    }
+}
+
 /// The welcome of a session's connection, in the connection's protocol `version`.
 fn welcome(session: &Session, shared: &Shared, version: u16) -> bytes::Bytes {
     let response = Response::Welcome {
@@ -454,8 +481,15 @@ fn welcome(session: &Session, shared: &Shared, version: u16) -> bytes::Bytes {
     .expect("welcome encodes")
 }
 
-/// The resource manager's link: heartbeats out, revocations in, until either side goes away.
-async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::SendStream, mut reader: FrameReader) {
+/// The resource manager's link: heartbeats out (with every device's state from protocol 6 on,
+/// and at once when a device's health changes), revocations in, until either side goes away.
+async fn serve_registration(
+    conn: Connection,
+    shared: Arc<Shared>,
+    send: quinn::SendStream,
+    mut reader: FrameReader,
+    version: u16,
+) {
     let welcome = Reply { id: 0, response: Response::Devices(shared.device_infos()) };
     let writer = StreamWriter::new(send);
     if writer.send_frame(&welcome).await.is_err() {
@@ -466,37 +500,38 @@ async fn serve_registration(conn: Connection, shared: Arc<Shared>, send: quinn::
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(shared.config.heartbeat_ms));
             loop {
-                tick.tick().await;
-                let heartbeat = Heartbeat { sessions: shared.registry.len() as u32, devices: shared.device_infos() };
-                if writer.send_frame(&Report::Heartbeat(heartbeat)).await.is_err() {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = shared.changed.notified() => {}
+                }
+                let report = match version {
+                    ..=5 => Report::Heartbeat(Heartbeat {
+                        sessions: shared.registry.len() as u32,
+                        devices: shared.device_infos(),
+                    }),
+                    _ => Report::Status(shared.status()),
+                };
+                if writer.send_frame(&report).await.is_err() {
                     return;
                 }
             }
         })
     };
-    while let Ok(Some(first)) = reader.read_frame::<Revoke>().await {
-        // Every revocation already received is stored with this one: one sync for all.
-        let mut batch = vec![first];
-        while let Some(Ok(Some(more))) = reader.read_frame::<Revoke>().now_or_never() {
-            batch.push(more);
-        }
-        let revokes: Vec<(u64, u64)> = batch.iter().map(|r| (r.capability, r.expires)).collect();
-        let on_disk = shared.clone();
-        let stored = tokio::task::spawn_blocking(move || on_disk.trust.revoke(&revokes))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-        for revoke in &batch {
-            let ended = shared.registry.revoke(revoke.capability);
-            tracing::info!(capability = revoke.capability, ended, "capability revoked");
-        }
-        match stored {
-            // Acknowledged only once they survive a restart; otherwise the manager sends them again.
-            // One write for the batch's acknowledgements: one packet where it fits.
-            Ok(()) => {
-                let acks = batch.iter().map(|r| Report::Revoked { capability: r.capability });
-                let _ = writer.send(frames_bytes(acks).expect("encodes")).await;
+    while let Some(orders) = read_orders(&mut reader, version).await {
+        let mut batch = Vec::new();
+        for order in orders {
+            match order {
+                Order::Revoke(revoke) => batch.push(revoke),
+                Order::ClearFaults { index } => {
+                    tracing::info!(device = index, "an admin cleared the device's faults");
+                    if shared.board.lock().expect("board").clear_faults(index) {
+                        shared.changed.notify_one();
+                    }
+                }
             }
-            Err(e) => tracing::error!(error = %e, "cannot store revocations; they hold until this process ends"),
+        }
+        if !batch.is_empty() {
+            store_revocations(&shared, &writer, batch).await;
         }
     }
     beat.abort();
@@ -510,6 +545,7 @@ async fn serve_session(
     (send, reader): (quinn::SendStream, FrameReader),
     capability: Option<u64>,
     version: u16,
+    slot: Slot,
 ) {
     // Creating a CUDA context takes a while: keep it off the async threads.
     let context = match tokio::task::spawn_blocking(move || device.open_context()).await {
@@ -520,7 +556,8 @@ async fn serve_session(
     let (fences, fence_requests) = Fences::channel();
     let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
     let metrics = shared.metrics.clone();
-    let session = shared.registry.open(context, shared.config.copy, capability, fences, budget, metrics);
+    let limits = Limits { budget, quota: shared.config.session_memory_mib.map(|mib| mib << 20) };
+    let session = shared.registry.open(context, shared.config.copy, capability, fences, limits, metrics);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
     let replies = StreamWriter::new(send);
@@ -538,6 +575,7 @@ async fn serve_session(
             session.close_with(closing.code, &closing.reason);
         }
     }
+    drop(slot);
     tracing::info!(session = session.id.0, "session closed");
 }
 

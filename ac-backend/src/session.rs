@@ -25,11 +25,14 @@ pub struct Allocation {
     /// Its size in bytes.
     pub size: u64,
     context: Arc<dyn Context>,
+    /// The session's count of allocated bytes, which this leaves when its memory goes.
+    held: Arc<AtomicU64>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
         self.context.free(self.mem);
+        self.held.fetch_sub(self.size, Ordering::AcqRel);
     }
 }
 
@@ -67,6 +70,10 @@ pub struct Session {
     lanes: Arc<AtomicUsize>,
     /// Turns true when the session ends: its bulk lanes close.
     ended: tokio::sync::watch::Sender<bool>,
+    /// Device memory the session holds (its allocations not yet freed), bytes.
+    held: Arc<AtomicU64>,
+    /// The most it may hold (`session_memory_mib`).
+    quota: Option<u64>,
 }
 
 impl Session {
@@ -87,11 +94,41 @@ impl Session {
 
     /// Allocates device memory and returns the new buffer's id.
     pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
-        let mem = self.context.alloc(bytes)?;
-        let entry = Arc::new(Allocation { mem, size: bytes, context: self.context.clone() });
+        self.charge(bytes)?;
+        let mem = match self.context.alloc(bytes) {
+            Ok(mem) => mem,
+            Err(e) => {
+                self.held.fetch_sub(bytes, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
+        let held = self.held.clone();
+        let entry = Arc::new(Allocation { mem, size: bytes, context: self.context.clone(), held });
         let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
         self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
         Ok(id)
+    }
+
+    /// Counts `bytes` more against the session's quota, or refuses them.
+    fn charge(&self, bytes: u64) -> Result<(), WireError> {
+        let quota = self.quota.unwrap_or(u64::MAX);
+        let charged = self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            held.checked_add(bytes).filter(|&total| total <= quota)
+        });
+        charged.map(drop).map_err(|held| {
+            WireError::new(
+                ErrorKind::OutOfMemory,
+                format!(
+                    "{bytes} bytes more would pass this session's quota of {} MiB (session_memory_mib): it holds {held} bytes",
+                    quota >> 20
+                ),
+            )
+        })
+    }
+
+    /// Device memory the session holds now, bytes.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
     }
 
     /// Removes a buffer from the table; its memory goes when no operation holds it.
@@ -176,6 +213,15 @@ pub struct Registry {
     next: AtomicU64,
 }
 
+/// What one session may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Payload bytes in the backend's memory at once (see [`Session::reserve`]).
+    pub budget: u32,
+    /// Device memory, bytes (`session_memory_mib`).
+    pub quota: Option<u64>,
+}
+
 impl Registry {
     /// Creates and registers a session; its control loop admits the fences asked on `fences`;
     /// it may hold `budget` payload bytes at once.
@@ -185,9 +231,10 @@ impl Registry {
         copy: CopySettings,
         capability: Option<u64>,
         fences: Fences,
-        budget: u32,
+        limits: Limits,
         metrics: Arc<Metrics>,
     ) -> Arc<Session> {
+        let Limits { budget, quota } = limits;
         metrics.session_opened();
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let session = Arc::new(Session {
@@ -205,6 +252,8 @@ impl Registry {
             attached: Mutex::new(Vec::new()),
             lanes: Arc::new(AtomicUsize::new(0)),
             ended: tokio::sync::watch::Sender::new(false),
+            held: Arc::new(AtomicU64::new(0)),
+            quota,
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         session

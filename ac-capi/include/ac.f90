@@ -22,7 +22,7 @@ module ac
        AC_ERROR_DEVICE = 14, AC_ERROR_CONTEXT_LOST = 15, AC_ERROR_UNAUTHORIZED = 16, &
        AC_ERROR_TIMEOUT = 17, AC_ERROR_VERSION_MISMATCH = 18, AC_ERROR_SETUP = 19, &
        AC_ERROR_MPI = 20, AC_ERROR_INTERNAL = 21, AC_ERROR_REVOKED = 22, AC_ERROR_JOB_ENDED = 23, &
-       AC_ERROR_INVALID_DEVICE = 24
+       AC_ERROR_INVALID_DEVICE = 24, AC_ERROR_DEVICE_REFUSED = 25
 
   ! acMemcpyKind
   integer(c_int), parameter :: acMemcpyHostToDevice = 1, acMemcpyDeviceToHost = 2, &

@@ -71,6 +71,9 @@ pub enum acError {
     AC_ERROR_JOB_ENDED = 23,
     /// `acSetDevice`: no accelerator at that index of the set (see `acSetSize`).
     AC_ERROR_INVALID_DEVICE = 24,
+    /// The accelerator refuses a new session: its backend's session limit, a GPU in
+    /// `EXCLUSIVE_PROCESS` compute mode already in use, or its health. The message says which.
+    AC_ERROR_DEVICE_REFUSED = 25,
 }
 
 use acError::*;
@@ -110,6 +113,7 @@ impl From<Error> for Failure {
             Error::ManagerUnreachable { .. } => AC_ERROR_MANAGER_UNREACHABLE,
             Error::VersionMismatch(_) => AC_ERROR_VERSION_MISMATCH,
             Error::Disconnected(_) | Error::Protocol(_) => AC_ERROR_DISCONNECTED,
+            Error::DeviceRefused(_) => AC_ERROR_DEVICE_REFUSED,
             Error::Revoked(_) => {
                 let what = "its set was freed, a preemptible loan's owner took it back, the job ended or its \
                             host was removed: its handles no longer work; AC_Free its set and go on without it";
@@ -195,6 +199,7 @@ const DESCRIPTIONS: &[(acError, &[u8])] = &[
     (AC_ERROR_REVOKED, b"the resource manager took the accelerator back (revoked)\0"),
     (AC_ERROR_JOB_ENDED, b"the job's allocation has ended; its accelerators are released\0"),
     (AC_ERROR_INVALID_DEVICE, b"no accelerator at that index of the set\0"),
+    (AC_ERROR_DEVICE_REFUSED, b"the accelerator refuses a new session (its limit, its compute mode or its health)\0"),
 ];
 
 /// A short description of error code `code`, for humans. The string is static; never free it.

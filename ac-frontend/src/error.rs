@@ -42,6 +42,10 @@ pub enum Error {
     /// took it back, the job ended, its host was removed). Its handles no longer work.
     #[error("the accelerator was taken back: {0}")]
     Revoked(String),
+    /// The accelerator refuses a new session: its backend's session limit, a GPU in
+    /// `EXCLUSIVE_PROCESS` compute mode already in use, or its health. The message says which.
+    #[error("the accelerator refuses a new session: {0}")]
+    DeviceRefused(String),
     /// The backend sent something this SDK does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -81,6 +85,9 @@ impl From<quinn::ConnectionError> for Error {
             }
             quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::UNAUTHORIZED.into() => {
                 Error::Revoked(String::from_utf8_lossy(&c.reason).into_owned())
+            }
+            quinn::ConnectionError::ApplicationClosed(c) if c.error_code == close::DEVICE_REFUSED.into() => {
+                Error::DeviceRefused(String::from_utf8_lossy(&c.reason).into_owned())
             }
             quinn::ConnectionError::ApplicationClosed(c) => {
                 Error::Disconnected(String::from_utf8_lossy(&c.reason).into_owned())

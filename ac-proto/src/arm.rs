@@ -11,12 +11,12 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
 /// in this one. A new version only appends variants to [`Request`] and [`Response`] (and
 /// answers the new requests only), so the encodings of the version before stay valid. 5 added
-/// [`Request::ManagerKey`].
+/// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`].
 pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
@@ -278,6 +278,16 @@ pub enum Request {
     /// The manager's public key, which backends pin (`arm_public_key`); anyone may ask, as it
     /// is public. Answers [`Response::ManagerKey`]. Protocol 5.
     ManagerKey,
+    /// Admin: every accelerator's identity, health, compute mode and sessions, as its backend
+    /// last reported them. Answers [`Response::Devices`]. Protocol 6.
+    Devices,
+    /// Admin: put an accelerator that its backend reported faulty (a critical Xid) back in the
+    /// pool. A condition that persists (a lost GPU) keeps it out all the same. Answers
+    /// [`Response::Done`]. Protocol 6.
+    ClearDevice {
+        /// `host/index`.
+        accelerator: String,
+    },
 }
 
 /// What the rows of [`Response::Accounting`] add up by.
@@ -414,6 +424,34 @@ pub enum Response {
     },
     /// The manager's Ed25519 public key, 64 hex digits (see [`Request::ManagerKey`]).
     ManagerKey(String),
+    /// Every accelerator's state (see [`Request::Devices`]).
+    Devices(Vec<DeviceView>),
+}
+
+/// One accelerator's identity, health and load as admins see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceView {
+    /// `host/index`.
+    pub id: String,
+    /// The GPU's or MIG instance's UUID.
+    pub uuid: Option<String>,
+    /// The GPU's PCI bus id.
+    pub pci_bus_id: Option<String>,
+    /// `healthy`, `unhealthy`, `unknown` (nothing watches it), or `unreported` (its backend
+    /// has not said: down, or older than protocol 6).
+    pub health: String,
+    /// Why it is unhealthy or unknown.
+    pub reason: Option<String>,
+    /// `default`, `exclusive_process`, `prohibited`, or `n/a`.
+    pub compute_mode: String,
+    /// Its MIG profile, for a MIG instance.
+    pub mig_profile: Option<String>,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// Sessions open on it now.
+    pub sessions: u32,
+    /// The most sessions its backend admits at once.
+    pub max_sessions: u32,
 }
 
 /// Where one accelerator is: enough to run the QUIC handshake with its backend, not to use it.

@@ -36,7 +36,10 @@
 //! [`close::VERSION_MISMATCH`] otherwise. A new version may add messages and change existing
 //! ones; whatever it changes, the encoding of the version before is kept (in a module named
 //! for it, like [`v4`]) and used on connections that speak it. Protocol 5 differs from 4 in the
-//! welcome only: [`Response::Welcome`] names the session's lanes.
+//! welcome only: [`Response::Welcome`] names the session's lanes. Protocol 6 adds
+//! [`Report::Status`], which a backend sends instead of [`Report::Heartbeat`] on a registration
+//! that speaks 6: every device's identity, health, compute mode and session count; and the
+//! manager sends [`Order`] frames on such a registration instead of bare [`Revoke`]s.
 //!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
@@ -46,7 +49,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -74,6 +77,9 @@ pub mod close {
     /// The client closed its connections because the backend's host said no process listens
     /// on the backend's port (never sent by a backend).
     pub const BACKEND_GONE: u32 = 6;
+    /// The device refuses a new session: its session limit, its compute mode (one process at a
+    /// time), or its health. The reason says which. Other devices of the backend may serve.
+    pub const DEVICE_REFUSED: u32 = 7;
 }
 
 /// The four bytes opening a connection's first stream: magic, then the version, little-endian.
@@ -179,6 +185,73 @@ pub enum Report {
         /// The capability's id.
         capability: u64,
     },
+    /// Protocol 6, in place of [`Report::Heartbeat`]: at every heartbeat interval, and at once
+    /// when a device's health changes.
+    Status(Status),
+}
+
+/// What a backend reports of itself on a registration that speaks protocol 6.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Live sessions.
+    pub sessions: u32,
+    /// Every device the backend serves.
+    pub devices: Vec<DeviceInfo>,
+    /// Each served device's state, by the same indexes.
+    pub states: Vec<DeviceState>,
+}
+
+/// One served device's identity, health and load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceState {
+    /// Index on its backend.
+    pub index: u32,
+    /// The GPU's UUID (`GPU-...`), or the MIG instance's (`MIG-...`); none for a CPU device.
+    pub uuid: Option<String>,
+    /// The GPU's PCI bus id (`00000000:17:00.0`).
+    pub pci_bus_id: Option<String>,
+    /// What the health watch sees now.
+    pub health: Health,
+    /// Critical events (Xids that are not an application's fault) since the backend started or
+    /// an admin last cleared them ([`Order::ClearFaults`]): the manager grants the device only
+    /// while this is 0.
+    pub faults: u32,
+    /// The last such event, for admins.
+    pub last_fault: Option<String>,
+    /// The GPU's compute mode.
+    pub compute_mode: ComputeMode,
+    /// The MIG profile (`1g.10gb`) of a MIG instance.
+    pub mig_profile: Option<String>,
+    /// Its sessions now.
+    pub sessions: u32,
+    /// The most sessions it admits at once.
+    pub max_sessions: u32,
+}
+
+/// A device's health as its backend's watch sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Health {
+    /// Nothing watches it (no NVML on the host, a CPU device); the reason says why. Never a
+    /// failure: the device is served.
+    Unknown(String),
+    /// The watch sees nothing wrong.
+    Healthy,
+    /// A condition that persists (the GPU fell off the bus, pages wait for retirement,
+    /// uncorrectable ECC errors, a mode that admits no session): not served, the reason says why.
+    Unhealthy(String),
+}
+
+/// A GPU's compute mode (`nvidia-smi -q`, "Compute Mode"); the backend never changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ComputeMode {
+    /// Not a GPU, or not known.
+    NotApplicable,
+    /// Any number of processes.
+    Default,
+    /// One process at a time: one session at a time.
+    ExclusiveProcess,
+    /// No process: not served.
+    Prohibited,
 }
 
 /// Sent by a backend on its registration stream at every heartbeat interval.
@@ -188,6 +261,20 @@ pub struct Heartbeat {
     pub sessions: u32,
     /// Every device the backend serves.
     pub devices: Vec<DeviceInfo>,
+}
+
+/// What the resource manager sends on a registration stream of protocol 6 (protocol 5 and
+/// before: bare [`Revoke`] frames).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    /// See [`Revoke`].
+    Revoke(Revoke),
+    /// An admin cleared the device's faults (`armctl device clear`): its
+    /// [`DeviceState::faults`] count starts again from zero.
+    ClearFaults {
+        /// The device.
+        index: u32,
+    },
 }
 
 /// Sent by the resource manager on a registration stream: end the sessions opened with this

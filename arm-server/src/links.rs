@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_frontend::link::{self, ConnectOptions};
-use ac_proto::backend::{close, register_message, DeviceInfo, Hello, Report, Response, Revoke};
+use ac_proto::backend::{close, register_message, DeviceInfo, DeviceState, Hello, Order, Report, Response, Revoke};
 use ac_proto::capability::{unix_now, Signer};
 use ac_proto::frame::frames_bytes;
 use ac_proto::transport::Tuning;
@@ -35,6 +35,14 @@ pub enum LinkEvent {
         /// Its devices.
         devices: Vec<DeviceInfo>,
     },
+    /// A device's health, faults, compute mode or identity changed, as a protocol-6 backend
+    /// reports them (sessions aside: [`Links::states`] has the latest).
+    States {
+        /// The host.
+        host: String,
+        /// Every device's state.
+        states: Vec<DeviceState>,
+    },
     /// A host stored a revocation: the manager may forget it.
     Revoked {
         /// The host.
@@ -45,7 +53,7 @@ pub enum LinkEvent {
 }
 
 struct Handle {
-    revokes: mpsc::UnboundedSender<Revoke>,
+    orders: mpsc::UnboundedSender<Order>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -56,6 +64,8 @@ pub struct Links {
     timeout: Duration,
     tuning: Tuning,
     handles: Mutex<HashMap<String, Handle>>,
+    /// Each host's devices as its backend last reported them, sessions included.
+    latest: Arc<Mutex<HashMap<String, Vec<DeviceState>>>>,
 }
 
 impl std::fmt::Debug for Links {
@@ -72,7 +82,7 @@ impl Links {
         timeout: Duration,
         tuning: Tuning,
     ) -> Self {
-        Self { signer, events, timeout, tuning, handles: Mutex::new(HashMap::new()) }
+        Self { signer, events, timeout, tuning, handles: Mutex::new(HashMap::new()), latest: Default::default() }
     }
 
     /// Starts (or restarts) the link to `host`.
@@ -82,10 +92,10 @@ impl Links {
         options.server_name = host.server_name.clone();
         options.ca_pem = Some(host.ca_pem.clone());
         options.tuning = Tuning { idle_timeout_ms: self.timeout.as_millis() as u64, ..self.tuning.clone() };
-        let task =
-            tokio::spawn(run(host.name.clone(), options, self.signer.clone(), self.events.clone(), self.timeout, rx));
+        let report = Reporting { events: self.events.clone(), latest: self.latest.clone() };
+        let task = tokio::spawn(run(host.name.clone(), options, self.signer.clone(), report, self.timeout, rx));
         if let Some(old) =
-            self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { revokes: tx, task })
+            self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { orders: tx, task })
         {
             old.task.abort();
         }
@@ -95,12 +105,28 @@ impl Links {
     pub fn stop(&self, host: &str) {
         // Dropping the sender lets the task deliver what is queued, then end.
         drop(self.handles.lock().expect("links poisoned").remove(host));
+        self.latest.lock().expect("links poisoned").remove(host);
+    }
+
+    /// `host`'s devices as its backend last reported them (empty: not reported, or a backend
+    /// older than protocol 6).
+    pub fn states(&self, host: &str) -> Vec<DeviceState> {
+        self.latest.lock().expect("links poisoned").get(host).cloned().unwrap_or_default()
+    }
+
+    /// Tells `host`'s backend that an admin cleared device `index`'s faults; sent now, or when
+    /// the host is back. Whether the host is linked.
+    pub fn clear_faults(&self, host: &str, index: u32) -> bool {
+        match self.handles.lock().expect("links poisoned").get(host) {
+            Some(handle) => handle.orders.send(Order::ClearFaults { index }).is_ok(),
+            None => false,
+        }
     }
 
     /// Queues a revocation for `host`; it is sent now, or when the host is back.
     pub fn revoke(&self, host: &str, capability: u64, expires: u64) {
         if let Some(handle) = self.handles.lock().expect("links poisoned").get(host) {
-            let _ = handle.revokes.send(Revoke { capability, expires });
+            let _ = handle.orders.send(Order::Revoke(Revoke { capability, expires }));
         }
     }
 }
@@ -113,15 +139,55 @@ const DIAL_LIMIT: Duration = Duration::from_millis(500);
 /// The pause between two dials of a host that is down.
 const REDIAL_PAUSE: Duration = Duration::from_millis(200);
 
+/// Where a link reports.
+struct Reporting {
+    events: mpsc::UnboundedSender<LinkEvent>,
+    latest: Arc<Mutex<HashMap<String, Vec<DeviceState>>>>,
+}
+
+impl Reporting {
+    /// A backend's status: the latest kept, and an event when more than sessions changed.
+    fn status(&self, host: &str, states: Vec<DeviceState>) {
+        let unloaded = |s: &[DeviceState]| -> Vec<DeviceState> {
+            s.iter().map(|d| DeviceState { sessions: 0, ..d.clone() }).collect()
+        };
+        let mut latest = self.latest.lock().expect("links poisoned");
+        let before = latest.insert(host.to_string(), states.clone());
+        if before.as_deref().map(unloaded) != Some(unloaded(&states)) {
+            let _ = self.events.send(LinkEvent::States { host: host.to_string(), states });
+        }
+    }
+}
+
+/// `orders` as the link's protocol `version` sends them: protocol 5 and before know bare
+/// revocations only.
+fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
+    if version >= 6 {
+        return frames_bytes(orders).expect("encodes").to_vec();
+    }
+    let revokes: Vec<Revoke> = orders
+        .iter()
+        .filter_map(|order| match order {
+            Order::Revoke(revoke) => Some(*revoke),
+            Order::ClearFaults { index } => {
+                tracing::warn!(host, device = index, "the backend is older than protocol 6: it keeps no faults to clear");
+                None
+            }
+        })
+        .collect();
+    frames_bytes(&revokes).expect("encodes").to_vec()
+}
+
 async fn run(
     host: String,
     options: ConnectOptions,
     signer: Arc<Signer>,
-    events: mpsc::UnboundedSender<LinkEvent>,
+    reporting: Reporting,
     timeout: Duration,
-    mut revokes: mpsc::UnboundedReceiver<Revoke>,
+    mut revokes: mpsc::UnboundedReceiver<Order>,
 ) {
-    let mut pending: Vec<Revoke> = Vec::new();
+    let events = reporting.events.clone();
+    let mut pending: Vec<Order> = Vec::new();
     let mut warned = false;
     // One endpoint for every dial of this host: a new one per dial allocates its receive
     // buffer again (mtu x 64 GRO segments x 32 datagrams: 12.5 MiB by default), and memory the
@@ -171,7 +237,7 @@ async fn run(
                         pending.push(revoke);
                     }
                     if !pending.is_empty() {
-                        if link.send.write_all(&frames_bytes(&pending).expect("encodes")).await.is_err() {
+                        if link.send.write_all(&orders_bytes(&host, &pending, link.version)).await.is_err() {
                             break 'serve;
                         }
                         pending.clear();
@@ -185,6 +251,14 @@ async fn run(
                                     let _ = events.send(LinkEvent::Served { host: host.clone(), devices: served.clone() });
                                 }
                             }
+                            Ok(Ok(Some(Report::Status(status)))) => {
+                                let devices = shape(&status.devices);
+                                if devices != served {
+                                    served = devices;
+                                    let _ = events.send(LinkEvent::Served { host: host.clone(), devices: served.clone() });
+                                }
+                                reporting.status(&host, status.states);
+                            }
                             Ok(Ok(Some(Report::Revoked { capability }))) => {
                                 let _ = events.send(LinkEvent::Revoked { host: host.clone(), capability });
                             }
@@ -194,7 +268,7 @@ async fn run(
                             Some(revoke) => pending.push(revoke),
                             None => {
                                 // Removed: deliver what is pending, then leave.
-                                let _ = link.send.write_all(&frames_bytes(&pending).expect("encodes")).await;
+                                let _ = link.send.write_all(&orders_bytes(&host, &pending, link.version)).await;
                                 let _ = link.send.finish();
                                 tokio::time::sleep(Duration::from_millis(100)).await;
                                 link.connection.close(0u32.into(), b"host removed");

@@ -99,6 +99,11 @@ pub struct Host {
     /// advertised with the GPUs it was registered with.
     #[serde(skip)]
     pub mismatch: Option<Mismatch>,
+    /// Each device's identity, health and sessions, as its backend last reported them
+    /// (runtime state: protocol 6 backends report them with every heartbeat, and at once when
+    /// one changes). A device its backend reports unhealthy or faulty is not granted.
+    #[serde(skip)]
+    pub states: std::collections::BTreeMap<u32, ac_proto::backend::DeviceState>,
 }
 
 /// What a backend serves that differs from its registration.
@@ -120,7 +125,23 @@ impl Host {
     /// Whether `device` may be granted now: the host is up and not draining, and its backend
     /// serves the device it was registered with.
     pub fn grantable(&self, device: &Device) -> bool {
-        self.up && !self.draining && !self.unserved(device.index)
+        self.up && !self.draining && !self.unserved(device.index) && self.unhealthy(device.index).is_none()
+    }
+
+    /// Why its backend says device `index` must not be granted: a condition that persists
+    /// (unhealthy), or a critical fault an admin has not cleared. `None` for a device that is
+    /// healthy, unwatched, or not reported (a backend older than protocol 6).
+    pub fn unhealthy(&self, index: u32) -> Option<String> {
+        let state = self.states.get(&index)?;
+        match (&state.health, state.faults) {
+            (ac_proto::backend::Health::Unhealthy(reason), _) => Some(reason.clone()),
+            (_, 0) => None,
+            (_, faults) => Some(format!(
+                "{} ({faults} critical fault(s) since its backend started; `armctl device clear {}` once it is checked)",
+                state.last_fault.as_deref().unwrap_or("a critical Xid"),
+                self.accelerator_id(index)
+            )),
+        }
     }
 
     /// Whether the backend does not serve the registered device `index` as registered.

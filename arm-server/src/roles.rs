@@ -104,6 +104,8 @@ pub fn needs(request: &Request) -> Option<Role> {
         | Request::ReservationList
         | Request::ReservationDelete { .. }
         | Request::Health
+        | Request::Devices
+        | Request::ClearDevice { .. }
         | Request::Accounting { .. } => Some(Role::Admin),
         _ => None,
     }
@@ -125,6 +127,8 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::ReservationList => "reservation list",
         Request::ReservationDelete { .. } => "reservation delete",
         Request::Health => "health",
+        Request::Devices => "device list",
+        Request::ClearDevice { .. } => "device clear",
         Request::Accounting { .. } => "accounting",
         _ => "a program's request",
     }

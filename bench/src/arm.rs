@@ -343,6 +343,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
         up: false,
         devices: (0..8).map(|i| Device { index: i, name: "cpu".into(), memory: 1, holder: None }).collect(),
         mismatch: None,
+        states: Default::default(),
     };
     keys.insert(Key::Host(host.name.clone()));
     core.hosts.insert(host.name.clone(), host);

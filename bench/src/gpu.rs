@@ -30,28 +30,54 @@ fn cu(call: &str, code: sys::CUresult) -> anyhow::Result<()> {
 /// Local host-to-device and device-to-host copies of `len` bytes between pinned host memory and
 /// GPU 0, best of `reps`, MB/s: the ceiling a remote copy is compared with.
 fn local_pinned(len: usize, reps: usize) -> anyhow::Result<(f64, f64)> {
+    let pairs = local_pinned_pairs(len, reps)?;
+    Ok(pairs.iter().fold((0.0f64, 0.0f64), |(h, d), &(h2d, d2h)| (h.max(h2d), d.max(d2h))))
+}
+
+/// `reps` timed pairs of local copies (host-to-device, then device-to-host) of `len` bytes
+/// between pinned host memory and GPU 0, after one untimed pair, MB/s each.
+fn local_pinned_pairs(len: usize, reps: usize) -> anyhow::Result<Vec<(f64, f64)>> {
     let (mut device, mut ctx, mut dptr, mut host) = (0, std::ptr::null_mut(), 0, std::ptr::null_mut());
     // SAFETY: valid out-pointers; the buffers are freed below and used only in between.
     unsafe {
+        // Called any number of times; the first call of a process that has no backend in it.
+        cu("cuInit", sys::cuInit(0))?;
         cu("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
         cu("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, device))?;
         cu("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
         cu("cuMemAlloc", sys::cuMemAlloc_v2(&mut dptr, len))?;
         cu("cuMemHostAlloc", sys::cuMemHostAlloc(&mut host, len, 0))?;
         std::ptr::write_bytes(host as *mut u8, 7, len);
-        let (mut h2d, mut d2h) = (0.0f64, 0.0f64);
-        for _ in 0..reps + 1 {
+        let mut pairs = Vec::with_capacity(reps);
+        for i in 0..reps + 1 {
             let start = Instant::now();
             cu("cuMemcpyHtoD", sys::cuMemcpyHtoD_v2(dptr, host as *const c_void, len))?;
-            h2d = h2d.max(rate(len, start.elapsed()));
+            let h2d = rate(len, start.elapsed());
             let start = Instant::now();
             cu("cuMemcpyDtoH", sys::cuMemcpyDtoH_v2(host, dptr, len))?;
-            d2h = d2h.max(rate(len, start.elapsed()));
+            let d2h = rate(len, start.elapsed());
+            if i > 0 {
+                pairs.push((h2d, d2h));
+            }
         }
         sys::cuMemFreeHost(host);
         sys::cuMemFree_v2(dptr);
-        Ok((h2d, d2h))
+        Ok(pairs)
     }
+}
+
+/// `ac-bench local-pinned`: [`local_pinned_pairs`] on the system's driver, a line per pair in
+/// megabits per second, for `scripts/gpu-check` to set beside the SDK's and plain TCP's copies.
+pub fn print_local_pinned(len: usize, reps: usize) -> anyhow::Result<()> {
+    if !driver::driver_present() {
+        bail!("local-pinned needs an NVIDIA GPU and driver (libcuda.so)");
+    }
+    anyhow::ensure!(len > 0 && reps > 0, "local-pinned needs a size and repetitions");
+    for (h2d, d2h) in local_pinned_pairs(len, reps)? {
+        // MB/s to Mbit/s.
+        println!("h2d {:.0} d2h {:.0}", h2d * 8.0, d2h * 8.0);
+    }
+    Ok(())
 }
 
 /// Best-of-`reps` host-to-device and device-to-host MB/s through `acc`, every byte checked.

@@ -16,6 +16,7 @@ mod memory;
 mod net;
 mod profile;
 mod records;
+mod sessions;
 mod setup;
 mod slurm;
 
@@ -33,8 +34,8 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, records, copies, tuning, latency, ordering, launches,
-    /// memory, arm, load, capi, net, slurm, gpu, isolation); all but net, slurm, load and
-    /// isolation when empty (gpu only where an NVIDIA driver is found).
+    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions); all but net, slurm,
+    /// load, isolation and sessions when empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The load section's runs (saturated, paced); both when empty.
@@ -75,6 +76,16 @@ struct Args {
     /// `target/release/libcuda_standin.so`); the system's when not given.
     #[arg(long)]
     cuda_driver: Option<std::path::PathBuf>,
+    /// The sessions section's rows: sessions open at once (1, 4, 16, 64 when empty). It
+    /// connects to the backend of `AC_BACKEND_ADDR` and `AC_CA_CERT`.
+    #[arg(long, value_delimiter = ',')]
+    sessions: Vec<usize>,
+    /// The process of the sessions section's backend, whose session workers it counts.
+    #[arg(long)]
+    backend_pid: Option<u32>,
+    /// The sessions section without device memory (no NVML: the CUDA stand-in).
+    #[arg(long)]
+    sessions_no_nvml: bool,
     #[command(subcommand)]
     helper: Option<Helper>,
 }
@@ -113,6 +124,17 @@ enum Helper {
         #[arg(long, default_value_t = 256)]
         mib: usize,
     },
+    /// Local copies between pinned host memory and GPU 0 (`cuMemcpyHtoD`/`DtoH`, no network):
+    /// prints `h2d MBIT d2h MBIT` (megabits per second, as `ac-net-client copy` does) for each
+    /// repetition, after one untimed pair.
+    LocalPinned {
+        /// The size of each copy, MiB.
+        #[arg(long, default_value_t = 256)]
+        mib: usize,
+        /// Timed repetitions.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+    },
     /// The C saxpy's work through the Rust blocking API (the C ABI's comparison).
     #[command(hide = true)]
     SaxpyClient {
@@ -130,6 +152,7 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::UdpEcho) => return latency::udp_echo(),
         Some(Helper::QuinnPeer { dir }) => return baseline::quinn_peer(dir),
         Some(Helper::SaxpyClient { n, rounds }) => return capi::saxpy_client(*n, *rounds),
+        Some(Helper::LocalPinned { mib, reps }) => return gpu::print_local_pinned(*mib << 20, *reps),
         Some(Helper::Profile { .. }) | None => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -208,6 +231,15 @@ fn main() -> anyhow::Result<()> {
     // Session workers against contexts, on a GPU or the stand-in: only when asked for.
     if args.only.iter().any(|s| s == "isolation") {
         rt.block_on(gpu::isolation(args.quick, args.cuda_driver.as_deref()))?;
+    }
+    // Many sessions on a running CUDA backend: only when asked for.
+    if args.only.iter().any(|s| s == "sessions") {
+        let Some(backend_pid) = args.backend_pid else {
+            anyhow::bail!("the sessions section needs --backend-pid (the backend of AC_BACKEND_ADDR)");
+        };
+        let plan = sessions::Plan { counts: args.sessions.clone(), backend_pid, nvml: !args.sessions_no_nvml };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(8).enable_all().build()?;
+        rt.block_on(sessions::sweep(&plan))?;
     }
     let gpu_asked = args.only.iter().any(|s| s == "gpu");
     if gpu_asked || (args.only.is_empty() && ac_backend::device::cuda::driver::driver_present()) {

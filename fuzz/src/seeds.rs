@@ -483,6 +483,7 @@ fn arm_messages() -> Vec<Seed> {
             arm_server::model::Device { index: 2, name: "H100".into(), memory: 80 << 30, holder: Some(lent) },
         ],
         mismatch: None,
+        states: Default::default(),
     };
     add("host".into(), selected(2, &host));
     let mut job = Job::queued("j1".into(), "alice".into(), "physics".into(), vec!["n1".into()], 2, 60);

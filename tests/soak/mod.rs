@@ -94,6 +94,7 @@ pub fn error_class(e: &ac_frontend::Error) -> String {
         Error::VersionMismatch(_) => "version-mismatch".into(),
         Error::Disconnected(_) => "disconnected".into(),
         Error::Revoked(_) => "revoked".into(),
+        Error::DeviceRefused(_) => "device-refused".into(),
         Error::Protocol(_) => "protocol".into(),
         Error::InvalidArgument(_) => "invalid-argument".into(),
         Error::Timeout(_) => "timeout".into(),

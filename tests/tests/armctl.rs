@@ -253,7 +253,7 @@ async fn armctl_status_shows_pool_queue_holders_and_health() {
     let (code, out, err) = run(&["status"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("POOL: 3 hosts, 3 accelerators: 1 free, 1 allocated, 0 reserved, 0 draining, 1 down"),
+        out.contains("POOL: 3 hosts, 3 accelerators: 1 free, 1 allocated, 0 reserved, 0 draining, 0 unhealthy, 1 down"),
         "{out}"
     );
     for host in ["h0", "h1", "h2"] {

@@ -83,6 +83,13 @@ fn the_device_nodes_come_first_after_the_fabric_manager() {
     assert_eq!(values(backend, "DevicePolicy"), ["closed"]);
     let files: u64 = values(backend, "LimitNOFILE")[0].parse().expect("a number");
     assert!(files >= 65_536, "LimitNOFILE={files}");
+    // What sessions cost the host is bounded: tasks for 8 GPUs' default session limits (a worker
+    // and its threads each), memory short of the whole host.
+    let tasks: u64 = values(backend, "TasksMax")[0].parse().expect("a number");
+    let config = ac_backend::BackendConfig::default();
+    let per_gpu = u64::from(config.gpu_max_sessions(80 << 30));
+    assert!(tasks >= 8 * per_gpu * 16, "TasksMax={tasks} for 8 GPUs of {per_gpu} sessions");
+    assert_eq!(values(backend, "MemoryMax"), ["80%"]);
 }
 
 /// A stand-in host for the device script: `root/proc/driver/nvidia` (when `driver`) with GPUs

@@ -18,6 +18,7 @@ pub mod builtin;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod described;
 pub mod worker;
 
 use std::sync::Arc;
@@ -366,6 +367,18 @@ pub fn check_signature(kernel: &Kernel, args: &[KernelArg]) -> DeviceResult<()> 
         }
     }
     Ok(())
+}
+
+/// Runs a call that may wait (for the GPU, to pin memory, for a session worker's reply)
+/// without holding up the async runtime: on a Tokio worker thread through `block_in_place`,
+/// which first hands the thread's other tasks to another worker; elsewhere (stream workers,
+/// blocking tasks, a current-thread runtime, where `block_in_place` is not allowed) as it is.
+pub fn blocking<T>(call: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(call),
+        _ => call(),
+    }
 }
 
 /// `device = "auto"` after CUDA failed to start with `reason`: the CPU device (`Ok`, with a

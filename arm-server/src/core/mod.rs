@@ -229,11 +229,35 @@ impl Core {
         true
     }
 
+    /// Records each device's state as `name`'s backend reports it. Returns whether a device
+    /// became grantable or ungrantable (health or faults).
+    pub fn set_states(&mut self, name: &str, states: Vec<ac_proto::backend::DeviceState>, now: u64) -> bool {
+        let Some(host) = self.hosts.get_mut(name) else { return false };
+        let out = |h: &crate::model::Host| -> Vec<u32> {
+            h.devices.iter().map(|d| d.index).filter(|&i| h.unhealthy(i).is_some()).collect()
+        };
+        let before = out(host);
+        host.states = states.into_iter().map(|s| (s.index, s)).collect();
+        let after = out(host);
+        // One back in the pool may start a queued job.
+        if before.iter().any(|i| !after.contains(i)) {
+            self.schedule(now);
+        }
+        before != after
+    }
+
     /// What admins should know about the hosts: backends that serve other devices than they were
-    /// registered with.
+    /// registered with, and accelerators their backends report unhealthy or faulty.
     pub fn host_problems(&self) -> Vec<String> {
+        let unhealthy = self.hosts.values().flat_map(|h| {
+            h.devices.iter().filter_map(move |d| {
+                let reason = h.unhealthy(d.index)?;
+                Some(format!("accelerator {} is not granted: {reason}", h.accelerator_id(d.index)))
+            })
+        });
         let mismatched = self.hosts.values().filter_map(|h| Some((h, h.mismatch.as_ref()?)));
-        mismatched
+        let mut problems: Vec<String> = unhealthy.collect();
+        problems.extend(mismatched
             .map(|(h, m)| {
                 format!(
                     "host {} serves other devices than it was registered with ({}); {} of its accelerator(s) are not \
@@ -242,8 +266,8 @@ impl Core {
                     m.differences.join("; "),
                     m.unserved.len()
                 )
-            })
-            .collect()
+            }));
+        problems
     }
 
     /// Drains (or resumes) a host.

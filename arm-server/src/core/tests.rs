@@ -15,6 +15,7 @@ fn host(name: &str, up: bool) -> Host {
         up,
         devices: vec![Device { index: 0, name: "cpu".into(), memory: 1, holder: None }],
         mismatch: None,
+        states: Default::default(),
     }
 }
 

@@ -23,7 +23,7 @@ use crate::model::JobState;
 type Labels = [(&'static str, &'static str); 1];
 
 /// The accelerator states, as `armctl status` shows them.
-pub const ACCELERATOR_STATES: [&str; 5] = ["free", "allocated", "reserved", "draining", "down"];
+pub const ACCELERATOR_STATES: [&str; 6] = ["free", "allocated", "reserved", "draining", "unhealthy", "down"];
 
 /// Why an `AC_Get` was rejected, as the `reason` label: (label, what the reason's text starts
 /// with). The texts are the scheduler's (`arm_sched::Rejection`) and the manager's own.

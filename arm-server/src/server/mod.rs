@@ -33,6 +33,7 @@ use crate::ArmServerError;
 
 mod accounting;
 mod batch;
+mod devices;
 mod lease;
 mod metrics;
 
@@ -284,6 +285,20 @@ async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiver<LinkEven
                     }
                 }
             }
+            LinkEvent::States { host, states } => {
+                let changed = arm.mutate(|core, now| Ok(core.set_states(&host, states, now))).await;
+                if changed.unwrap_or(false) {
+                    let core = arm.core.lock().expect("core poisoned");
+                    for (h, d) in core.hosts.get(&host).iter().flat_map(|h| h.devices.iter().map(move |d| (*h, d))) {
+                        match h.unhealthy(d.index) {
+                            Some(reason) => {
+                                tracing::error!(accelerator = h.accelerator_id(d.index), reason, "not granted")
+                            }
+                            None => tracing::info!(accelerator = h.accelerator_id(d.index), "grantable"),
+                        }
+                    }
+                }
+            }
             LinkEvent::Revoked { host, capability } => {
                 // One acknowledgement comes per freed accelerator: those already queued commit
                 // together rather than one transaction each.
@@ -452,6 +467,7 @@ fn audit_summary(request: &Request) -> String {
         Request::JobEnd { id } => format!("job end {id}"),
         Request::ReservationCreate { count, user, .. } => format!("reservation create of {count} for {user:?}"),
         Request::ReservationDelete { id } => format!("reservation delete {id}"),
+        Request::ClearDevice { accelerator } => format!("device clear {accelerator}"),
         other => roles::request_name(other).to_string(),
     }
 }
@@ -879,6 +895,8 @@ impl Arm {
                 Ok(Response::Done)
             }
             Request::Health => Ok(Response::Health(self.health())),
+            Request::Devices => self.devices(),
+            Request::ClearDevice { accelerator } => self.clear_device(&accelerator),
             Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by).await,
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
@@ -1007,7 +1025,7 @@ impl Arm {
             .map(|info| Device { index: info.index, name: info.name.clone(), memory: info.memory_total, holder: None })
             .collect();
         probe.connection.close(0u32.into(), b"probe done");
-        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices, mismatch: None })
+        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices, mismatch: None, states: Default::default() })
     }
 }
 
@@ -1038,6 +1056,7 @@ fn host_view(host: &Host) -> HostView {
                     (_, false, _) => "down",
                     (Some(_), _, _) => "allocated",
                     (None, _, true) => "draining",
+                    (None, _, false) if host.unhealthy(d.index).is_some() => "unhealthy",
                     (None, _, false) => "free",
                 }
                 .into(),

@@ -136,17 +136,9 @@ pub fn init() -> Result<c_int, String> {
     Ok(count)
 }
 
-/// Runs a driver call that may wait (for the GPU, or to pin memory) without holding up the
-/// async runtime: on a Tokio worker thread through `block_in_place`, which first hands the
-/// thread's other tasks to another worker; elsewhere (stream workers, blocking tasks, a
-/// current-thread runtime, where `block_in_place` is not allowed) as it is.
-pub fn blocking<T>(call: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(call),
-        _ => call(),
-    }
-}
+/// Driver calls that may wait (for the GPU, or to pin memory) go through this; it lives in
+/// [`crate::device`] because session workers' waits (built without CUDA too) use it as well.
+pub use crate::device::blocking;
 
 /// How the driver lets processes share a device (`nvidia-smi -c`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +197,14 @@ pub fn properties(device: sys::CUdevice) -> DeviceResult<Properties> {
         _ => ComputeMode::Default,
     };
     Ok(Properties { name, capability: (major, minor), memory_total: total as u64, compute_mode })
+}
+
+/// The device of CUDA ordinal `ordinal` (no context is made).
+pub fn device(ordinal: u32) -> DeviceResult<sys::CUdevice> {
+    let mut device = 0;
+    // SAFETY: valid out-pointer; cuInit has succeeded (`init`).
+    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut device, ordinal as c_int) })?;
+    Ok(device)
 }
 
 /// Makes `context` current on the calling thread.

@@ -280,6 +280,11 @@ impl CudaDevice {
         self.gpu.index
     }
 
+    /// Its memory, bytes.
+    pub fn memory_total(&self) -> u64 {
+        self.gpu.properties.memory_total
+    }
+
     /// For a session worker, which serves one session: its session runs in the primary
     /// context (no second context), and after a fault there is no other session to keep going,
     /// so no check that a fresh context still works.

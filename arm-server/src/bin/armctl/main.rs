@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 
 mod accounting;
 mod cert;
+mod device;
 mod status;
 
 /// Manage the accelerator pool and jobs.
@@ -47,6 +48,9 @@ enum Command {
     /// Accelerator hosts.
     #[command(subcommand)]
     Host(HostCommand),
+    /// Accelerators' identity and health: list, clear a fault.
+    #[command(subcommand)]
+    Device(device::DeviceCommand),
     /// Jobs.
     #[command(subcommand)]
     Job(JobCommand),
@@ -336,6 +340,7 @@ fn request(cli: &Cli) -> anyhow::Result<Asked> {
         },
         Command::Slurm(SlurmCommand::Epilog) => Request::JobEnd { id: env("SLURM_JOB_ID")? },
         Command::Health => Request::Health,
+        Command::Device(command) => command.request(),
         Command::ManagerKey => Request::ManagerKey,
         Command::Cert(command) => return Ok(Asked::Nothing(cert::run(command)?)),
         Command::Status => return Ok(Asked::Status),
@@ -455,6 +460,7 @@ fn print(response: &Response, json: bool) {
         Response::Health(problems) if problems.is_empty() => println!("ok"),
         Response::Health(problems) => problems.iter().for_each(|p| println!("{p}")),
         Response::ManagerKey(key) => println!("{key}"),
+        Response::Devices(devices) => device::print(devices),
         Response::Accounting { since_ms, until_ms, rows } => accounting::print(*since_ms, *until_ms, rows),
         other => println!("{other:?}"),
     }

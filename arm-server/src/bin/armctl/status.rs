@@ -192,13 +192,13 @@ pub fn print(status: &Status) {
     let total: usize = pool.accelerators.values().sum();
     println!("POOL: {} hosts, {total} accelerators: {}", pool.hosts.len(), counts(&pool.accelerators));
     println!(
-        "  {:<20} {:<22} {:<9} {:>5} {:>9} {:>8} {:>8} {:>5}",
-        "HOST", "ADDRESS", "STATE", "FREE", "ALLOCATED", "RESERVED", "DRAINING", "DOWN"
+        "  {:<20} {:<22} {:<9} {:>5} {:>9} {:>8} {:>8} {:>9} {:>5}",
+        "HOST", "ADDRESS", "STATE", "FREE", "ALLOCATED", "RESERVED", "DRAINING", "UNHEALTHY", "DOWN"
     );
     for h in &pool.hosts {
         let n = |s: &str| h.accelerators.get(s).copied().unwrap_or(0);
         println!(
-            "  {:<20} {:<22} {:<9} {:>5} {:>9} {:>8} {:>8} {:>5}",
+            "  {:<20} {:<22} {:<9} {:>5} {:>9} {:>8} {:>8} {:>9} {:>5}",
             h.name,
             h.addr,
             h.state,
@@ -206,6 +206,7 @@ pub fn print(status: &Status) {
             n("allocated"),
             n("reserved"),
             n("draining"),
+            n("unhealthy"),
             n("down")
         );
     }

@@ -1,0 +1,338 @@
+//! What NVML (NVIDIA's management library, `libnvidia-ml.so.1`, loaded at run time as cudarc
+//! loads CUDA) tells the backend: the GPUs and MIG instances of the host by UUID, without a
+//! CUDA context, and their health ([`crate::health`]): critical-Xid events as they happen and a
+//! periodic poll for conditions that persist.
+//!
+//! Queries go through `nvml-wrapper`; the event wait and a MIG instance's GPU-instance id go
+//! through its raw bindings (`nvml-wrapper-sys`), because the wrapper drops the instance an
+//! event names. Nothing here changes a GPU's settings: no `set_*` call.
+
+#![allow(unsafe_code)] // two raw NVML calls the wrapper does not expose; each block states why it holds.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ac_proto::backend::ComputeMode;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{ComputeMode as NvmlMode, EccCounter, MemoryError};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings::{nvmlEventData_t, NvmlLib};
+
+use crate::health::{Board, Poll};
+
+/// Where NVML is looked for when `nvml_library` is unset: the loader's search, as NVIDIA's own
+/// tools do.
+pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// `gpuInstanceId` of an event that names no MIG instance.
+const NO_INSTANCE: u32 = u32::MAX;
+
+/// One accelerator NVML knows: a whole GPU, or one MIG instance of a GPU in MIG mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accelerator {
+    /// `GPU-...`, or `MIG-...` for an instance: what `CUDA_VISIBLE_DEVICES` names.
+    pub uuid: String,
+    /// The GPU's UUID (its own for a whole GPU).
+    pub gpu_uuid: String,
+    /// The GPU's index in NVML (PCI order: what `nvidia-smi` shows).
+    pub gpu_index: u32,
+    /// The GPU's PCI bus id.
+    pub pci_bus_id: String,
+    /// NVML's name (a MIG instance's names its profile).
+    pub name: String,
+    /// Memory, bytes (an instance's own).
+    pub memory_total: u64,
+    /// Compute capability of the GPU.
+    pub capability: (u32, u32),
+    /// The GPU's compute mode.
+    pub compute_mode: ComputeMode,
+    /// For an instance: its profile (`1g.10gb`) and GPU-instance id.
+    pub mig: Option<(String, u32)>,
+}
+
+/// NVML, loaded and initialized for the life of the process.
+#[derive(Clone, Copy)]
+pub struct NvmlHost {
+    nvml: &'static Nvml,
+    raw: &'static NvmlLib,
+}
+
+impl std::fmt::Debug for NvmlHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NvmlHost")
+    }
+}
+
+impl NvmlHost {
+    /// Loads NVML from `library` (a path, or a name for the loader) and initializes it. Kept
+    /// for the life of the process, as the CUDA driver is.
+    pub fn load(library: &OsStr) -> Result<Self, String> {
+        let nvml = Nvml::builder().lib_path(library).init().map_err(|e| format!("NVML ({library:?}): {e}"))?;
+        // SAFETY: loading the library runs no code of it but initializers, as above; the
+        // handle is only used for two calls whose arguments come from `nvml`'s own objects.
+        let raw = unsafe { NvmlLib::new(library) }.map_err(|e| format!("NVML ({library:?}): {e}"))?;
+        Ok(Self { nvml: Box::leak(Box::new(nvml)), raw: Box::leak(Box::new(raw)) })
+    }
+
+    /// The driver's version, for the log.
+    pub fn driver_version(&self) -> String {
+        self.nvml.sys_driver_version().unwrap_or_else(|e| format!("unknown ({e})"))
+    }
+
+    /// Every accelerator of the host, in NVML's order: each GPU, or each MIG instance of a GPU
+    /// in MIG mode (a GPU in MIG mode with no instance serves nothing).
+    pub fn inventory(&self) -> Result<Vec<Accelerator>, String> {
+        let count = self.nvml.device_count().map_err(|e| format!("NVML device count: {e}"))?;
+        let mut found = Vec::new();
+        for index in 0..count {
+            let gpu = self.nvml.device_by_index(index).map_err(|e| format!("NVML GPU {index}: {e}"))?;
+            found.extend(self.accelerators_of(index, &gpu).map_err(|e| format!("NVML GPU {index}: {e}"))?);
+        }
+        Ok(found)
+    }
+
+    fn accelerators_of(&self, index: u32, gpu: &Device) -> Result<Vec<Accelerator>, NvmlError> {
+        let capability = gpu.cuda_compute_capability()?;
+        let whole = Accelerator {
+            uuid: gpu.uuid()?,
+            gpu_uuid: gpu.uuid()?,
+            gpu_index: index,
+            pci_bus_id: gpu.pci_info()?.bus_id,
+            name: gpu.name()?,
+            memory_total: gpu.memory_info()?.total,
+            capability: (capability.major as u32, capability.minor as u32),
+            compute_mode: mode_of(gpu.compute_mode()?),
+            mig: None,
+        };
+        if !mig_enabled(gpu) {
+            return Ok(vec![whole]);
+        }
+        let slots = gpu.mig_device_count()?;
+        let mut instances = Vec::new();
+        for slot in 0..slots {
+            let Ok(instance) = gpu.mig_device_by_index(slot) else { continue };
+            let name = instance.name()?;
+            let profile = name.rsplit_once("MIG ").map(|(_, p)| p.to_string()).unwrap_or_else(|| name.clone());
+            instances.push(Accelerator {
+                uuid: instance.uuid()?,
+                name,
+                memory_total: instance.memory_info()?.total,
+                mig: Some((profile, self.gpu_instance_id(&instance))),
+                ..whole.clone()
+            });
+        }
+        Ok(instances)
+    }
+
+    /// A MIG instance's GPU-instance id (which an event names), or [`NO_INSTANCE`].
+    fn gpu_instance_id(&self, instance: &Device) -> u32 {
+        let Ok(call) = self.raw.nvmlDeviceGetGpuInstanceId.as_ref() else { return NO_INSTANCE };
+        let mut id = NO_INSTANCE;
+        // SAFETY: a live device handle from this NVML and a valid out-pointer.
+        match unsafe { call(instance.handle(), &mut id) } {
+            0 => id,
+            _ => NO_INSTANCE,
+        }
+    }
+
+    /// Free memory of an accelerator now.
+    pub fn memory_free(&self, accelerator: &Accelerator) -> Option<u64> {
+        self.nvml.device_by_uuid(accelerator.uuid.as_str()).and_then(|d| d.memory_info()).ok().map(|m| m.free)
+    }
+
+    /// One poll of an accelerator: whether it answers, and conditions of its GPU that persist.
+    /// `uncorrected_at_start` is the GPU's uncorrected-ECC count when the backend started.
+    pub fn poll(&self, accelerator: &Accelerator, uncorrected_at_start: u64) -> Poll {
+        let device = match self.nvml.device_by_uuid(accelerator.uuid.as_str()) {
+            Ok(device) => device,
+            Err(NvmlError::GpuLost) => return Poll::Condition(lost()),
+            Err(NvmlError::NotFound) => {
+                return Poll::Condition("NVML no longer lists it (the GPU was removed or its MIG instance destroyed)".into())
+            }
+            Err(e) => return Poll::Unknown(format!("NVML: {e}")),
+        };
+        if let Err(NvmlError::GpuLost) = device.memory_info() {
+            return Poll::Condition(lost());
+        }
+        let gpu = match self.nvml.device_by_uuid(accelerator.gpu_uuid.as_str()) {
+            Ok(gpu) => gpu,
+            Err(NvmlError::GpuLost) => return Poll::Condition(lost()),
+            Err(e) => return Poll::Unknown(format!("NVML: {e}")),
+        };
+        if gpu.are_pages_pending_retired().unwrap_or(false) {
+            return Poll::Condition("ECC pages wait for retirement: drain the GPU and reset it".into());
+        }
+        let uncorrected = uncorrected_ecc(&gpu);
+        if uncorrected > uncorrected_at_start {
+            return Poll::Condition(format!(
+                "{} uncorrectable ECC errors since the backend started",
+                uncorrected - uncorrected_at_start
+            ));
+        }
+        if mig_enabled(&gpu) != accelerator.mig.is_some() {
+            return Poll::Condition("the GPU's MIG mode changed: restart the backend to serve what it is now".into());
+        }
+        match gpu.compute_mode() {
+            Ok(mode) => Poll::Fine(mode_of(mode)),
+            Err(NvmlError::GpuLost) => Poll::Condition(lost()),
+            Err(e) => Poll::Unknown(format!("NVML: {e}")),
+        }
+    }
+
+    /// The GPU's uncorrected-ECC count (0 where ECC is off or not counted).
+    pub fn uncorrected_ecc_of(&self, accelerator: &Accelerator) -> u64 {
+        self.nvml.device_by_uuid(accelerator.gpu_uuid.as_str()).map(|gpu| uncorrected_ecc(&gpu)).unwrap_or(0)
+    }
+
+    /// Watches `served` (backend index -> accelerator) on a thread of its own for the life of
+    /// the process: critical-Xid events as they come, a poll every `every`. Each change lands
+    /// in `board` and wakes `changed`, which pushes it to the manager.
+    pub fn watch(
+        self,
+        served: BTreeMap<u32, Accelerator>,
+        board: Arc<Mutex<Board>>,
+        changed: Arc<tokio::sync::Notify>,
+        every: Duration,
+    ) -> std::io::Result<()> {
+        let baseline: BTreeMap<u32, u64> = served.iter().map(|(&i, a)| (i, self.uncorrected_ecc_of(a))).collect();
+        std::thread::Builder::new().name("ac-gpu-health".into()).spawn(move || {
+            let watch = Watch { host: self, served, baseline, board, changed };
+            watch.run(every)
+        })?;
+        Ok(())
+    }
+}
+
+/// The watch thread's state.
+struct Watch {
+    host: NvmlHost,
+    served: BTreeMap<u32, Accelerator>,
+    baseline: BTreeMap<u32, u64>,
+    board: Arc<Mutex<Board>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Watch {
+    fn run(self, every: Duration) {
+        let events = self.register();
+        if events.is_none() {
+            tracing::warn!("NVML events unavailable: GPU health comes from polls alone");
+        }
+        let mut next_poll = Instant::now();
+        loop {
+            if Instant::now() >= next_poll {
+                self.poll_all();
+                next_poll = Instant::now() + every;
+            }
+            let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_millis(500));
+            match &events {
+                Some(set) => {
+                    // SAFETY: the set lives as long as this loop (leaked below, as NVML is).
+                    if let Some((gpu_uuid, instance, xid)) = self.wait_event(unsafe { set.handle() }, wait) {
+                        self.on_xid(&gpu_uuid, instance, xid);
+                    }
+                }
+                None => std::thread::sleep(wait),
+            }
+        }
+    }
+
+    /// An event set with every served GPU registered for critical Xids.
+    fn register(&self) -> Option<&'static nvml_wrapper::EventSet<'static>> {
+        let mut set = self.host.nvml.create_event_set().ok()?;
+        let gpus: std::collections::BTreeSet<&str> = self.served.values().map(|a| a.gpu_uuid.as_str()).collect();
+        for uuid in gpus {
+            let gpu = self.host.nvml.device_by_uuid(uuid).ok()?;
+            set = match gpu.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!(gpu = uuid, error = %e.error, "cannot watch the GPU's Xid events");
+                    return None;
+                }
+            };
+        }
+        Some(Box::leak(Box::new(set)))
+    }
+
+    /// Waits up to `wait` for an event: the GPU's UUID, the MIG instance it names, its Xid.
+    fn wait_event(
+        &self,
+        set: nvml_wrapper_sys::bindings::nvmlEventSet_t,
+        wait: Duration,
+    ) -> Option<(String, u32, u64)> {
+        let call = self.host.raw.nvmlEventSetWait_v2.as_ref().ok()?;
+        // SAFETY: an all-zero nvmlEventData_t is a valid value (null handle, zero numbers).
+        let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a live event set and a valid out-pointer.
+        if unsafe { call(set, &mut data, wait.as_millis() as u32) } != 0 {
+            return None;
+        }
+        // SAFETY: the device handle NVML put in the event, of this NVML's library.
+        let device = unsafe { Device::new(data.device, self.host.nvml) };
+        Some((device.uuid().ok()?, data.gpuInstanceId, data.eventData))
+    }
+
+    fn on_xid(&self, gpu_uuid: &str, instance: u32, xid: u64) {
+        let hit: Vec<u32> = self
+            .served
+            .iter()
+            .filter(|(_, a)| a.gpu_uuid == gpu_uuid)
+            .filter(|(_, a)| instance == NO_INSTANCE || a.mig.as_ref().is_none_or(|(_, gi)| *gi == instance))
+            .map(|(&index, _)| index)
+            .collect();
+        let what = crate::health::describe_xid(xid);
+        let application = crate::health::is_application_xid(xid);
+        match application {
+            true => tracing::info!(gpu = gpu_uuid, devices = ?hit, "{what}: the faulting session ends, the GPU serves on"),
+            false => tracing::error!(gpu = gpu_uuid, devices = ?hit, "{what}: reported to the manager, which stops granting it"),
+        }
+        let mut board = self.board.lock().expect("board");
+        let changed = hit.iter().fold(false, |changed, &index| board.xid(index, xid) | changed);
+        drop(board);
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
+    fn poll_all(&self) {
+        let polls: Vec<(u32, Poll)> =
+            self.served.iter().map(|(&i, a)| (i, self.host.poll(a, self.baseline.get(&i).copied().unwrap_or(0)))).collect();
+        let mut board = self.board.lock().expect("board");
+        let mut changed = false;
+        for (index, poll) in polls {
+            if let Poll::Condition(reason) = &poll {
+                if board.get(index).is_some_and(|d| d.health != ac_proto::backend::Health::Unhealthy(reason.clone())) {
+                    tracing::error!(device = index, "unhealthy: {reason}");
+                }
+            }
+            changed |= board.polled(index, poll);
+        }
+        drop(board);
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+}
+
+fn lost() -> String {
+    "GPU lost: it fell off the bus or stopped answering (NVML); drain it and reset it".into()
+}
+
+fn mig_enabled(gpu: &Device) -> bool {
+    gpu.mig_mode().is_ok_and(|m| m.current == 1)
+}
+
+fn uncorrected_ecc(gpu: &Device) -> u64 {
+    gpu.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap_or(0)
+}
+
+fn mode_of(mode: NvmlMode) -> ComputeMode {
+    match mode {
+        NvmlMode::Default => ComputeMode::Default,
+        NvmlMode::ExclusiveThread | NvmlMode::ExclusiveProcess => ComputeMode::ExclusiveProcess,
+        NvmlMode::Prohibited => ComputeMode::Prohibited,
+    }
+}
