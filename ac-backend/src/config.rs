@@ -80,6 +80,17 @@ pub struct BackendConfig {
     pub max_sessions: Option<u32>,
     /// The most device memory one session may allocate, MiB. Unset: no limit but the device's.
     pub session_memory_mib: Option<u64>,
+    /// Devices (indexes) whose sessions run as clients of NVIDIA's Multi-Process Service: the
+    /// backend runs an MPS control daemon for each, and a fatal fault in one session then ends
+    /// every session of that GPU (`crate::mps`). Needs NVML and session workers. Unset: none.
+    pub mps_devices: Option<Vec<u32>>,
+    /// The MPS control program. Unset: `nvidia-cuda-mps-control` on the `PATH`.
+    pub mps_control: Option<PathBuf>,
+    /// The share of an MPS GPU's threads each session may use, percent.
+    pub mps_thread_percentage: u32,
+    /// The device memory an MPS session may pin, MiB. Unset: the GPU's memory divided by its
+    /// session limit.
+    pub mps_pinned_memory_mib: Option<u64>,
     /// Memory of each CPU device, MiB.
     pub memory_mib: u64,
     /// Where GPU sessions run (the CPU device has no faults to confine and ignores it).
@@ -148,6 +159,10 @@ impl Default for BackendConfig {
             health_poll_ms: 5000,
             max_sessions: None,
             session_memory_mib: None,
+            mps_devices: None,
+            mps_control: None,
+            mps_thread_percentage: 25,
+            mps_pinned_memory_mib: None,
             open_until_registered: true,
             only_protocol: None,
             memory_mib: 4096,
@@ -226,8 +241,16 @@ impl BackendConfig {
         if self.devices.is_some() && self.gpu_uuids.is_some() {
             return Err(BackendError::Config("set devices or gpu_uuids, not both".into()));
         }
+        if !(1..=100).contains(&self.mps_thread_percentage) {
+            return Err(BackendError::Config("mps_thread_percentage must be 1 to 100".into()));
+        }
+        if self.mps_devices.is_some() && self.isolation != Isolation::Process {
+            return Err(BackendError::Config("mps_devices needs isolation = \"process\"".into()));
+        }
         if self.max_sessions == Some(0) || self.session_memory_mib == Some(0) || self.health_poll_ms == 0 {
-            return Err(BackendError::Config("max_sessions, session_memory_mib and health_poll_ms must be positive".into()));
+            return Err(BackendError::Config(
+                "max_sessions, session_memory_mib and health_poll_ms must be positive".into(),
+            ));
         }
         if self.lanes_per_session.is_some_and(|n| !(1..=MAX_LANES_PER_SESSION).contains(&n)) {
             return Err(BackendError::Config(format!(

@@ -91,6 +91,9 @@ pub struct Watched {
     pub max_sessions: u32,
     /// Sessions open now.
     pub sessions: u32,
+    /// Its sessions are MPS clients: one process (the MPS server) holds the GPU, whatever the
+    /// compute mode.
+    pub mps: bool,
 }
 
 impl Watched {
@@ -106,13 +109,14 @@ impl Watched {
             last_fault: None,
             max_sessions,
             sessions: 0,
+            mps: false,
         }
     }
 
     /// The sessions it admits at once: one in `EXCLUSIVE_PROCESS` mode, else its limit.
     pub fn capacity(&self) -> u32 {
         match self.compute_mode {
-            ComputeMode::ExclusiveProcess => self.max_sessions.min(1),
+            ComputeMode::ExclusiveProcess if !self.mps => self.max_sessions.min(1),
             ComputeMode::Prohibited => 0,
             _ => self.max_sessions,
         }

@@ -35,6 +35,7 @@ mod error;
 pub mod fence;
 pub mod health;
 pub mod metrics;
+pub mod mps;
 #[cfg(feature = "cuda")]
 pub mod nvml;
 pub mod served;

@@ -150,7 +150,9 @@ impl NvmlHost {
             Ok(device) => device,
             Err(NvmlError::GpuLost) => return Poll::Condition(lost()),
             Err(NvmlError::NotFound) => {
-                return Poll::Condition("NVML no longer lists it (the GPU was removed or its MIG instance destroyed)".into())
+                return Poll::Condition(
+                    "NVML no longer lists it (the GPU was removed or its MIG instance destroyed)".into(),
+                )
             }
             Err(e) => return Poll::Unknown(format!("NVML: {e}")),
         };
@@ -286,8 +288,12 @@ impl Watch {
         let what = crate::health::describe_xid(xid);
         let application = crate::health::is_application_xid(xid);
         match application {
-            true => tracing::info!(gpu = gpu_uuid, devices = ?hit, "{what}: the faulting session ends, the GPU serves on"),
-            false => tracing::error!(gpu = gpu_uuid, devices = ?hit, "{what}: reported to the manager, which stops granting it"),
+            true => {
+                tracing::info!(gpu = gpu_uuid, devices = ?hit, "{what}: the faulting session ends, the GPU serves on")
+            }
+            false => {
+                tracing::error!(gpu = gpu_uuid, devices = ?hit, "{what}: reported to the manager, which stops granting it")
+            }
         }
         let mut board = self.board.lock().expect("board");
         let changed = hit.iter().fold(false, |changed, &index| board.xid(index, xid) | changed);
@@ -298,8 +304,11 @@ impl Watch {
     }
 
     fn poll_all(&self) {
-        let polls: Vec<(u32, Poll)> =
-            self.served.iter().map(|(&i, a)| (i, self.host.poll(a, self.baseline.get(&i).copied().unwrap_or(0)))).collect();
+        let polls: Vec<(u32, Poll)> = self
+            .served
+            .iter()
+            .map(|(&i, a)| (i, self.host.poll(a, self.baseline.get(&i).copied().unwrap_or(0))))
+            .collect();
         let mut board = self.board.lock().expect("board");
         let mut changed = false;
         for (index, poll) in polls {

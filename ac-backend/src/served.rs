@@ -21,6 +21,8 @@ pub struct Served {
     pub devices: BTreeMap<u32, Arc<dyn Device>>,
     /// Each device's state.
     pub board: Board,
+    /// The MPS control daemons of the GPUs served through MPS (asked to quit when dropped).
+    pub mps: Vec<crate::mps::MpsDaemon>,
     /// What the NVML health watch follows (backend index -> accelerator), when there is NVML.
     #[cfg(feature = "cuda")]
     pub watch: Option<(crate::nvml::NvmlHost, BTreeMap<u32, crate::nvml::Accelerator>)>,
@@ -59,6 +61,7 @@ fn cpu_devices(config: &BackendConfig) -> Served {
     Served {
         devices,
         board,
+        mps: Vec::new(),
         #[cfg(feature = "cuda")]
         watch: None,
     }
@@ -89,9 +92,11 @@ fn gpus_in_daemon(config: &BackendConfig) -> Result<Served, String> {
     }
     let gpus = crate::device::cuda::discover(config.devices.as_deref(), config.staging_mib << 20, config.copy)?;
     let why = "isolation = \"context\": the health watch follows GPUs served by session workers";
-    let board = Board::new(gpus.iter().map(|g| (g.index(), Watched::unwatched(why, config.gpu_max_sessions(g.memory_total())))));
+    let board = Board::new(
+        gpus.iter().map(|g| (g.index(), Watched::unwatched(why, config.gpu_max_sessions(g.memory_total())))),
+    );
     let devices = gpus.into_iter().map(|g| (g.index(), Arc::new(g) as Arc<dyn Device>)).collect();
-    Ok(Served { devices, board, watch: None })
+    Ok(Served { devices, board, mps: Vec::new(), watch: None })
 }
 
 #[cfg(feature = "cuda")]
@@ -124,7 +129,7 @@ mod gpus {
     pub fn by_workers(config: &BackendConfig) -> Result<Served, String> {
         let count = driver::init()?;
         let program = config.worker_program().map_err(|e| e.to_string())?;
-        let command = WorkerCommand { program, args: worker_args(config) };
+        let command = WorkerCommand { program, args: worker_args(config), env: Vec::new() };
         let library = config.nvml_library.clone().map(OsString::from).unwrap_or_else(|| DEFAULT_LIBRARY.into());
         match NvmlHost::load(&library) {
             Ok(host) => {
@@ -144,7 +149,12 @@ mod gpus {
     fn from_nvml(config: &BackendConfig, host: NvmlHost, command: &WorkerCommand) -> Result<Served, String> {
         let inventory = host.inventory()?;
         let chosen = choose(config, &inventory)?;
-        let (mut devices, mut watched, mut watch) = (BTreeMap::new(), Vec::new(), BTreeMap::new());
+        let (mut devices, mut watched, mut watch, mut daemons) =
+            (BTreeMap::new(), Vec::new(), BTreeMap::new(), Vec::new());
+        let mps_devices = config.mps_devices.clone().unwrap_or_default();
+        if let Some(stray) = mps_devices.iter().find(|i| !chosen.contains(i)) {
+            return Err(format!("mps_devices names device {stray}, which this backend does not serve"));
+        }
         for index in chosen {
             let accelerator = inventory[index as usize].clone();
             if accelerator.compute_mode == ComputeMode::Prohibited {
@@ -158,13 +168,29 @@ mod gpus {
                 memory_total: accelerator.memory_total,
                 memory_free: accelerator.memory_total,
             };
-            tracing::info!(device = index, uuid = accelerator.uuid, pci = accelerator.pci_bus_id, name = info.name, "GPU");
+            tracing::info!(
+                device = index,
+                uuid = accelerator.uuid,
+                pci = accelerator.pci_bus_id,
+                name = info.name,
+                "GPU"
+            );
             let free: Arc<dyn FreeMemory> = Arc::new(NvmlFree(host, accelerator.clone()));
             let described = Arc::new(DescribedGpu::new(info, Some(free)));
             let mut command = command.clone();
             command.args.extend(["--visible-device".into(), accelerator.uuid.clone().into()]);
+            let mut state = watched_of(config, &accelerator);
+            if mps_devices.contains(&index) {
+                let daemon = start_mps(config, &accelerator)?;
+                let pinned = config
+                    .mps_pinned_memory_mib
+                    .unwrap_or((accelerator.memory_total >> 20) / u64::from(state.max_sessions));
+                command.env.extend(daemon.client_env(config.mps_thread_percentage, pinned));
+                state.mps = true;
+                daemons.push(daemon);
+            }
             devices.insert(index, Arc::new(WorkerDevice::new(described, 0, command)) as Arc<dyn Device>);
-            watched.push((index, watched_of(config, &accelerator)));
+            watched.push((index, state));
             watch.insert(index, accelerator);
         }
         // The first poll now: the manager's first report says what the GPUs are.
@@ -172,13 +198,21 @@ mod gpus {
         for (&index, accelerator) in &watch {
             board.polled(index, host.poll(accelerator, 0));
         }
-        Ok(Served { devices, board, watch: Some((host, watch)) })
+        Ok(Served { devices, board, mps: daemons, watch: Some((host, watch)) })
+    }
+
+    /// The MPS control daemon of one GPU, its directories under the state directory.
+    fn start_mps(config: &BackendConfig, accelerator: &Accelerator) -> Result<crate::mps::MpsDaemon, String> {
+        let control = config.mps_control.clone().unwrap_or_else(|| crate::mps::DEFAULT_CONTROL.into());
+        let dir = config.state_dir.join("mps").join(&accelerator.uuid);
+        crate::mps::MpsDaemon::start(&control, &accelerator.uuid, &dir)
     }
 
     /// The inventory positions `config` selects (`devices` by index, `gpu_uuids` by UUID), or
     /// every one.
     fn choose(config: &BackendConfig, inventory: &[Accelerator]) -> Result<Vec<u32>, String> {
-        let listed = || inventory.iter().enumerate().map(|(i, a)| format!("{i}: {}", a.uuid)).collect::<Vec<_>>().join(", ");
+        let listed =
+            || inventory.iter().enumerate().map(|(i, a)| format!("{i}: {}", a.uuid)).collect::<Vec<_>>().join(", ");
         match (&config.devices, &config.gpu_uuids) {
             (Some(indexes), _) => match indexes.iter().find(|&&i| i as usize >= inventory.len()) {
                 Some(missing) => Err(format!("device {missing} was asked for; this host has [{}]", listed())),
@@ -210,6 +244,7 @@ mod gpus {
             last_fault: None,
             max_sessions: config.gpu_max_sessions(accelerator.memory_total),
             sessions: 0,
+            mps: false,
         }
     }
 
@@ -239,12 +274,16 @@ mod gpus {
                 driver::ComputeMode::Prohibited => ComputeMode::Prohibited,
             };
             let described = Arc::new(DescribedGpu::new(info, None));
-            devices.insert(ordinal, Arc::new(WorkerDevice::new(described, ordinal, command.clone())) as Arc<dyn Device>);
+            devices
+                .insert(ordinal, Arc::new(WorkerDevice::new(described, ordinal, command.clone())) as Arc<dyn Device>);
             let max = config.gpu_max_sessions(properties.memory_total);
             let unknown = format!("no NVML ({why})");
             watched.push((ordinal, Watched { compute_mode: mode, ..Watched::unwatched(&unknown, max) }));
         }
-        Ok(Served { devices, board: Board::new(watched), watch: None })
+        if config.mps_devices.is_some() {
+            return Err(format!("mps_devices needs NVML, which is not usable: {why}"));
+        }
+        Ok(Served { devices, board: Board::new(watched), mps: Vec::new(), watch: None })
     }
 
     /// The flags that give a session worker this backend's GPU settings.

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_proto::backend::{
-    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Order, Preamble, Reply, Report, Response, Revoke, Status, WireError,
-    ALPN,
+    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Order, Preamble, Reply, Report, Response, Revoke, Status,
+    WireError, ALPN,
 };
 use ac_proto::frame::{frame_bytes, frames_bytes, FrameReader, Source, StreamWriter};
 use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
@@ -22,8 +22,8 @@ use tracing::Instrument;
 use crate::config::BackendConfig;
 use crate::control::{self, closing_for};
 use crate::device::Device;
-use crate::health::Board;
 use crate::fence::Fences;
+use crate::health::Board;
 use crate::metrics::Metrics;
 use crate::session::{Limits, Registry, Session};
 use crate::trust::{self, Trust};
@@ -38,6 +38,8 @@ struct Shared {
     board: Arc<Mutex<Board>>,
     /// Woken when a device's health changes: the manager hears of it at once.
     changed: Arc<tokio::sync::Notify>,
+    /// The MPS control daemons, asked to quit at shutdown.
+    mps: Mutex<Vec<crate::mps::MpsDaemon>>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     trust: Trust,
@@ -138,6 +140,9 @@ impl RunningBackend {
             lanes.abort();
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+        // Its clients (the workers) are gone with their sessions.
+        let daemons = std::mem::take(&mut *self.shared.mps.lock().expect("mps"));
+        let _ = tokio::task::spawn_blocking(move || drop(daemons)).await;
     }
 }
 
@@ -158,7 +163,7 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
 pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError> {
     config.validate()?;
     let served = crate::served::serve(&config)?;
-    let devices = served.devices;
+    let (devices, mps) = (served.devices, Mutex::new(served.mps));
     let board = Arc::new(Mutex::new(served.board));
     let changed = Arc::new(tokio::sync::Notify::new());
     #[cfg(feature = "cuda")]
@@ -204,7 +209,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let shared = Arc::new(Shared { devices, board, changed, registry, metrics, trust, config, lane_port });
+    let shared = Arc::new(Shared { devices, board, changed, mps, registry, metrics, trust, config, lane_port });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {

@@ -170,7 +170,11 @@ fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
         .filter_map(|order| match order {
             Order::Revoke(revoke) => Some(*revoke),
             Order::ClearFaults { index } => {
-                tracing::warn!(host, device = index, "the backend is older than protocol 6: it keeps no faults to clear");
+                tracing::warn!(
+                    host,
+                    device = index,
+                    "the backend is older than protocol 6: it keeps no faults to clear"
+                );
                 None
             }
         })

@@ -28,6 +28,9 @@
 //!   after the call that queued it returned success, and loses the context (sticky);
 //! - violations are also appended to the file `CUDA_STANDIN_VIOLATIONS` names, when set, so
 //!   that a test sees those of every process that loaded the stand-in (session workers too);
+//! - each host-to-device and device-to-host copy takes `CUDA_STANDIN_COPY_DELAY_MS`
+//!   milliseconds when it runs, when set (the thread sleeps: a slow device that burns no CPU),
+//!   so that a test keeps session workers' copies in flight for seconds;
 //! - `cuInit` fails with the code `CUDA_STANDIN_INIT_ERROR` names, when set (802
 //!   `CUDA_ERROR_SYSTEM_NOT_READY`, the fabric manager not ready, or 999 `CUDA_ERROR_UNKNOWN`,
 //!   as with `/dev/nvidia-uvm` missing), for a test of a daemon whose driver does not start;

@@ -144,6 +144,11 @@ pub struct Driver {
     /// What `cuInit` answers instead of success: a driver that does not start, for a test of
     /// what a daemon does then. `None`: it starts.
     pub init_error: Option<u32>,
+    /// How long each host-to-device and device-to-host copy takes when it runs: a slow device
+    /// that does not burn the host's CPU (the thread sleeps, holding the stand-in's lock, as
+    /// a process whose driver is busy), so that a test can keep copies in flight for seconds.
+    /// `None`: copies run at memory speed.
+    pub copy_delay: Option<std::time::Duration>,
 }
 
 /// Read when the stand-in is first called: the byte count of
@@ -156,6 +161,9 @@ const VIOLATIONS_FILE: &str = "CUDA_STANDIN_VIOLATIONS";
 /// (802) and `code::UNKNOWN` (999); other values are ignored (the caller's `CUresult` is an enum,
 /// which must never hold a value the driver API lacks).
 const INIT_ERROR: &str = "CUDA_STANDIN_INIT_ERROR";
+/// Read when the stand-in is first called: [`Driver::copy_delay`], in milliseconds, for the
+/// stand-in of a session worker (which inherits it through its program's environment).
+const COPY_DELAY_MS: &str = "CUDA_STANDIN_COPY_DELAY_MS";
 
 /// What a new allocation holds: not zeros, as on a GPU, where a fresh allocation holds whatever
 /// the memory held last (possibly another process's data). A caller that promises zeroed memory
@@ -172,7 +180,9 @@ impl Driver {
             .ok()
             .and_then(|c| c.parse().ok())
             .filter(|c| [code::SYSTEM_NOT_READY, code::UNKNOWN].contains(c));
-        Self { host_to_device_budget: budget, violations_file, init_error, ..Self::default() }
+        let copy_delay =
+            std::env::var(COPY_DELAY_MS).ok().and_then(|ms| ms.parse().ok()).map(std::time::Duration::from_millis);
+        Self { host_to_device_budget: budget, violations_file, init_error, copy_delay, ..Self::default() }
     }
 
     /// A fresh handle, never 0 and never reused.
@@ -326,6 +336,9 @@ impl Driver {
 
     /// Runs one operation; `None`: it faulted.
     fn execute(&mut self, context: u64, op: Op) -> Option<()> {
+        if let (Some(delay), Op::HtoD { .. } | Op::DtoH { .. }) = (self.copy_delay, &op) {
+            std::thread::sleep(delay);
+        }
         match op {
             Op::HtoD { dst, src, len } => {
                 if let Some(budget) = self.host_to_device_budget {

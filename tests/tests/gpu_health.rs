@@ -72,7 +72,10 @@ fn gpu(uuid: &str, bus: u32, mode: &str, extra: &str) -> String {
 
 /// A backend on the stand-ins: session workers, NVML from `nvml` (a path that does not exist:
 /// no NVML), health polled every 100 ms.
-async fn backend(nvml: &Path, adjust: impl FnOnce(&mut ac_backend::BackendConfig)) -> (TestBackend, standin::WorkerRecord) {
+async fn backend(
+    nvml: &Path,
+    adjust: impl FnOnce(&mut ac_backend::BackendConfig),
+) -> (TestBackend, standin::WorkerRecord) {
     let record = standin::WorkerRecord::new();
     let program = record.program(&[]);
     let backend = TestBackend::start_with(|c| {
@@ -102,7 +105,12 @@ async fn devices(c: &TestCluster) -> Vec<DeviceView> {
 }
 
 /// Waits up to `limit` for the manager's view of `id` to satisfy `check`; how long it took.
-async fn until_device(c: &TestCluster, id: &str, limit: Duration, check: impl Fn(&DeviceView) -> bool) -> Option<Duration> {
+async fn until_device(
+    c: &TestCluster,
+    id: &str,
+    limit: Duration,
+    check: impl Fn(&DeviceView) -> bool,
+) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < limit {
         if devices(c).await.iter().any(|d| d.id == id && check(d)) {
@@ -241,7 +249,8 @@ async fn three_mig_instances_are_three_accelerators() {
              name = \"NVIDIA H100 80GB HBM3 MIG 2g.20gb\"\nmemory_mib = 19968\ngpu_instance = {gi}\ncompute_instance = 0\n"
         )
     };
-    let split = gpu(GPU_B, 0x65, "default", "").replace("mig = false", "mig = true") + &mig(1, 3) + &mig(2, 4) + &mig(3, 5);
+    let split =
+        gpu(GPU_B, 0x65, "default", "").replace("mig = false", "mig = true") + &mig(1, 3) + &mig(2, 4) + &mig(3, 5);
     let _machine = Machine::new(&(gpu(GPU_A, 0x17, "default", "") + &split)).await;
     let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
     let served = backend.backend.devices();
@@ -258,7 +267,9 @@ async fn three_mig_instances_are_three_accelerators() {
     // The manager registers four accelerators.
     let c = cluster_with(backend).await;
     assert_eq!(c.hosts().await[0].accelerators.len(), 4);
-    assert!(until_device(&c, "h0/3", Duration::from_secs(5), |d| d.mig_profile.as_deref() == Some("2g.20gb")).await.is_some());
+    assert!(until_device(&c, "h0/3", Duration::from_secs(5), |d| d.mig_profile.as_deref() == Some("2g.20gb"))
+        .await
+        .is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +288,7 @@ async fn a_session_memory_quota_refuses_past_it_and_freed_memory_counts_again() 
     let backend = TestBackend::start_with(|c| c.session_memory_mib = Some(8)).await;
     let acc = backend.connect().await;
     let first = acc.alloc::<u8>(6 << 20).await.unwrap();
-    let err = acc.alloc::<u8>(4 << 20).await.unwrap_err();
+    let err = acc.alloc::<u8>(4 << 20).await.map(|_| ()).unwrap_err();
     assert_eq!(err.kind(), Some(ac_proto::backend::ErrorKind::OutOfMemory), "{err}");
     assert!(err.to_string().contains("quota of 8 MiB"), "{err}");
     // Another session has a quota of its own.
@@ -296,4 +307,64 @@ async fn a_session_memory_quota_refuses_past_it_and_freed_memory_counts_again() 
         }
     }
     assert!(again.is_some(), "the freed 6 MiB count again");
+}
+
+/// Session workers that are this process's children, with their environments.
+fn worker_environments() -> Vec<String> {
+    let me = std::process::id();
+    let tasks = std::fs::read_dir(format!("/proc/{me}/task")).expect("/proc");
+    let children: String =
+        tasks.flatten().map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ").collect();
+    let workers = children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).filter(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--session-worker"))
+    });
+    workers
+        .map(|pid| {
+            String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default())
+                .replace('\0', "\n")
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mps_gpu_runs_its_control_daemon_and_its_sessions_as_clients() {
+    use std::os::unix::fs::PermissionsExt;
+    let machine = Machine::new(&gpu(GPU_A, 0x17, "exclusive_process", "")).await;
+    // A stand-in for NVIDIA's control program: records how it was run.
+    let log = machine.dir.path().join("mps.log");
+    let control = machine.dir.path().join("nvidia-cuda-mps-control");
+    let script = format!(
+        "#!/bin/sh\n{{ echo \"args: $*\"; echo \"gpu: $CUDA_VISIBLE_DEVICES\"; echo \"pipes: $CUDA_MPS_PIPE_DIRECTORY\"; \
+         [ \"$1\" = -d ] || cat; }} >> '{}'\n",
+        log.display()
+    );
+    std::fs::write(&control, script).unwrap();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (backend, _record) = backend(&nvml_standin(), |c| {
+        c.mps_devices = Some(vec![0]);
+        c.mps_control = Some(control.clone());
+        c.max_sessions = Some(4);
+    })
+    .await;
+    let started = std::fs::read_to_string(&log).unwrap();
+    assert!(started.contains("args: -d") && started.contains(&format!("gpu: {GPU_A}")), "{started}");
+    assert!(started.contains(&format!("mps/{GPU_A}/pipe")), "{started}");
+    // EXCLUSIVE_PROCESS admits one process, the MPS server: both sessions are its clients.
+    let (a, b) = (backend.connect().await, backend.connect().await);
+    computes(&a).await.unwrap();
+    computes(&b).await.unwrap();
+    let environments = worker_environments();
+    assert_eq!(environments.len(), 2);
+    for env in &environments {
+        let pipes = env.lines().find_map(|l| l.strip_prefix("CUDA_MPS_PIPE_DIRECTORY="));
+        assert!(pipes.is_some_and(|p| p.ends_with(&format!("mps/{GPU_A}/pipe"))), "{env}");
+        assert!(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25"), "{env}");
+        assert!(env.contains(&format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={}M", 81559 / 4)), "{env}");
+    }
+    drop((a, b));
+    let TestBackend { backend, .. } = backend;
+    backend.shutdown().await;
+    let after = std::fs::read_to_string(&log).unwrap();
+    assert!(after.contains("quit"), "asked to quit at shutdown: {after}");
 }

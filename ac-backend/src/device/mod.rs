@@ -5,8 +5,11 @@
 //! fault, which poisons the context it happens in, ends only the session that caused it; on the
 //! CPU device every context is the device itself.
 //!
-//! Context calls are blocking and are made from the session's stream worker threads, the
-//! bulk-copy pipeline and blocking tasks, never while holding an async lock. Stream-ordered calls
+//! Context calls are blocking. They are made from the session's stream worker threads and
+//! blocking tasks, and also from async code (the control loop's allocations, device info,
+//! kernel lookups and stream creation; `bulk.rs`'s uploads and downloads): a device whose calls
+//! wait (CUDA, session workers) waits through [`blocking`], which moves the Tokio worker
+//! thread's other tasks away first. Never while holding an async lock. Stream-ordered calls
 //! (`launch`, `memset`, `copy`, `write`) may return before the work is done on devices that
 //! queue work themselves (CUDA); `synchronize` waits for a stream and returns the first error
 //! met. The CPU device does the work inside the call.

@@ -1025,7 +1025,18 @@ impl Arm {
             .map(|info| Device { index: info.index, name: info.name.clone(), memory: info.memory_total, holder: None })
             .collect();
         probe.connection.close(0u32.into(), b"probe done");
-        Ok(Host { name, addr, server_name, ca_pem, labels, draining: false, up: false, devices, mismatch: None, states: Default::default() })
+        Ok(Host {
+            name,
+            addr,
+            server_name,
+            ca_pem,
+            labels,
+            draining: false,
+            up: false,
+            devices,
+            mismatch: None,
+            states: Default::default(),
+        })
     }
 }
 

@@ -79,10 +79,10 @@
 //!    restarted, and on an H100 it did (see "Isolation" above): sessions run in worker
 //!    processes by default. With `isolation = "context"`, after the first fault on a GPU the
 //!    janitor thread opens a fresh context and moves bytes through it; if that fails, the GPU
-//!    refuses every new session with the reason (restart the backend). A device in
-//!    `EXCLUSIVE_PROCESS` compute mode is detected and logged: it admits one process, so only
-//!    `isolation = "context"` serves more than one session on it; `PROHIBITED` devices are
-//!    refused.
+//!    refuses every new session with the reason (restart the backend). With session workers the
+//!    daemon opens no context at all (`crate::served`): a device in `EXCLUSIVE_PROCESS` compute
+//!    mode serves one session at a time, through its worker (`crate::health`); `PROHIBITED`
+//!    devices are not offered.
 //!
 //! [`ErrorKind::ContextLost`]: ac_proto::backend::ErrorKind::ContextLost
 

@@ -23,10 +23,33 @@
 //! ends). When the worker dies, every call in flight and every later one answers
 //! `ContextLost`, naming how it ended; nothing else in the backend notices.
 //!
+//! # A worker dies with its daemon
+//! A daemon that crashes (or is killed with SIGKILL) cleans nothing up, and a worker that is
+//! not reading its input (its reading thread runs launches, which wait in the driver behind a
+//! hung GPU's full queue) would never see it close, and keep its GPU memory. Each worker is
+//! therefore started with `PR_SET_PDEATHSIG(SIGKILL)` (`tie_to_this_process`), and checks in
+//! the child, after that `prctl`, that its parent is still the daemon (which may have died
+//! between the fork and the `prctl`). The kernel sends that signal when the *thread* that
+//! forked the child ends (prctl(2)), not the process: workers are forked by one thread that
+//! lives as long as the daemon (`spawner`), never by the blocking-pool thread that opens the
+//! session, which Tokio ends after 10 s idle.
+//!
+//! # No waits on the async threads
+//! The backend calls a [`Context`] from async code too (`control.rs`: device info, alloc,
+//! kernel lookup, stream creation; `bulk.rs` through [`transfer`]: copies, their pieces and
+//! their end, which waits for the device to finish). Every call here waits, for the worker's
+//! reply or for room in its pipe, and goes through [`blocking`]: on a Tokio worker thread,
+//! `block_in_place` first hands the thread's other tasks to another thread, so that many
+//! sessions waiting for a slow device (32 copying at once in `tests/tests/worker_path.rs`) do
+//! not stall the host's network handling and every other session's calls. The trait stays
+//! synchronous (the CPU device and CUDA's stream workers call it from plain threads, where
+//! [`blocking`] is a plain call); an async reply channel would have had to change every caller.
+//!
 //! # Cost
 //! Per session: a process start and the driver's initialization (the session runs in the
 //! worker's primary context, so no more device memory than a context; measured by
-//! `scripts/gpu-check`, see `BENCHMARKS.md`). Per call: a round trip over two pipes. Per byte
+//! `scripts/gpu-check`, see `BENCHMARKS.md`). Per call: a round trip over two pipes, and from a
+//! Tokio worker thread a `block_in_place` hand-over (once per call or per 1 MiB piece). Per byte
 //! copied: one more copy on the host than with the context in the backend's process (into or
 //! out of a shared slot); through the pipes, before the shared region, it was three more
 //! (`BENCHMARKS.md`, "Session workers' copies through shared memory").
@@ -43,7 +66,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
@@ -53,7 +76,7 @@ use self::transfer::{WorkerDownload, WorkerUpload};
 use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
 
 use crate::device::{
-    Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel, Upload,
+    blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel, Upload,
 };
 
 /// How long a worker may take to exit once its session has ended before it is killed.
@@ -67,6 +90,8 @@ pub struct WorkerCommand {
     pub program: PathBuf,
     /// Device settings, as flags.
     pub args: Vec<OsString>,
+    /// Variables added to the worker's environment (an MPS client's, `crate::mps`).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 /// A device whose sessions each run in a worker process.
@@ -89,8 +114,11 @@ impl Device for WorkerDevice {
         self.inner.info()
     }
 
+    /// Starts a worker and waits for its context: the backend calls this on a blocking task;
+    /// [`blocking`] covers any other caller.
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {
-        Ok(Arc::new(WorkerContext::start(&self.command, self.index, self.inner.info())?))
+        let started = blocking(|| WorkerContext::start(&self.command, self.index, self.inner.info()));
+        Ok(Arc::new(started?))
     }
 }
 
@@ -124,7 +152,7 @@ impl WorkerContext {
     fn start(command: &WorkerCommand, index: u32, last_info: DeviceInfo) -> DeviceResult<Self> {
         let cannot = |why: String| WireError::new(ErrorKind::Device, format!("cannot start a session worker: {why}"));
         let mut worker = Command::new(&command.program);
-        worker.args(&command.args).arg("--session-worker").arg(index.to_string());
+        worker.args(&command.args).arg("--session-worker").arg(index.to_string()).envs(command.env.iter().cloned());
         let bays = match Bays::create() {
             Ok(bays) => {
                 hand_down(&mut worker, bays.fd());
@@ -135,12 +163,9 @@ impl WorkerContext {
                 None
             }
         };
-        let mut child = worker
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| cannot(format!("{}: {e}", command.program.display())))?;
+        tie_to_this_process(&mut worker);
+        worker.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = spawn(worker).map_err(|e| cannot(format!("{}: {e}", command.program.display())))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(cannot("no pipes".into()));
         };
@@ -213,9 +238,9 @@ impl WorkerContext {
         Ok(self.send(call, payload, true)?.expect("a reply was asked for"))
     }
 
-    /// Sends `call` and waits for its answer.
+    /// Sends `call` and waits for its answer, off the async threads ([`blocking`]).
     fn call(&self, call: &Call, payload: &[u8]) -> Answer {
-        wait(&self.ask(call, payload)?)
+        blocking(|| wait(&self.ask(call, payload)?))
     }
 
     /// Sends a call that returns nothing and waits for it.
@@ -231,9 +256,13 @@ impl WorkerContext {
         }
     }
 
-    /// Sends a release: nothing to wait for, nothing to report (the worker may be gone).
+    /// Sends a release: nothing to wait for, nothing to report (the worker may be gone). The
+    /// write may still wait (for the input's lock while another caller writes a large frame, or
+    /// for room in the pipe), so it too goes through [`blocking`].
     fn release(&self, call: &Call) {
-        let _ = self.send(call, &[], false);
+        blocking(|| {
+            let _ = self.send(call, &[], false);
+        });
     }
 }
 
@@ -325,6 +354,65 @@ fn hand_down(command: &mut Command, fd: std::os::fd::RawFd) {
     }
 }
 
+/// Makes the worker `command` starts die (SIGKILL) when this process does, however it ends:
+/// `PR_SET_PDEATHSIG`, set in the child between fork and exec. It is kept across the exec of
+/// `ac-backend` (or of a wrapper that execs it), which is neither set-user-ID nor given
+/// capabilities. If this process died before the `prctl`, the child is already an orphan
+/// (its parent is no longer this process) and must not start: it checks `getppid()` after
+/// the `prctl` (prctl(2)'s advice), so either the signal or the check catches every order.
+#[allow(unsafe_code)]
+fn tie_to_this_process(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: runs in the child between fork and exec and calls only prctl and getppid, which
+    // are async-signal-safe; the error is made from a code, without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A worker to start, and where the started child (or why none) goes.
+type SpawnRequest = (Command, SyncSender<std::io::Result<Child>>);
+
+/// Starts `command` on the one thread that starts every session worker (`spawner`).
+fn spawn(command: Command) -> std::io::Result<Child> {
+    let (tx, rx) = sync_channel(1);
+    spawner()?.send((command, tx)).map_err(|_| std::io::Error::other("the worker spawner has ended"))?;
+    rx.recv().map_err(|_| std::io::Error::other("the worker spawner has ended"))?
+}
+
+/// The thread that forks every session worker. `PR_SET_PDEATHSIG` fires when the *thread*
+/// that forked the child ends, not the process (prctl(2)): forked from a task of Tokio's
+/// blocking pool (`open_context` runs on one), a worker would be killed when that pool
+/// thread idles out (10 s), with its session live. This thread lives as long as the process:
+/// it waits on a channel whose sender is a static, never dropped.
+fn spawner() -> std::io::Result<&'static SyncSender<SpawnRequest>> {
+    static SPAWNER: OnceLock<SyncSender<SpawnRequest>> = OnceLock::new();
+    static START: Mutex<()> = Mutex::new(());
+    if let Some(tx) = SPAWNER.get() {
+        return Ok(tx);
+    }
+    let _once = lock(&START);
+    if let Some(tx) = SPAWNER.get() {
+        return Ok(tx);
+    }
+    let (tx, rx) = sync_channel::<SpawnRequest>(0);
+    std::thread::Builder::new().name("ac-worker-spawner".into()).spawn(move || {
+        for (mut command, started) in rx {
+            let _ = started.send(command.spawn());
+        }
+    })?;
+    Ok(SPAWNER.get_or_init(|| tx))
+}
+
 /// How the worker ended ("signal: 9 (SIGKILL)", "exit status: 0"), once it has, waiting for it
 /// up to [`EXIT_GRACE`]; polled, so that the lock is free for the reaper in between.
 fn how_it_ended(child: &Mutex<Child>) -> Option<String> {
@@ -339,8 +427,10 @@ fn how_it_ended(child: &Mutex<Child>) -> Option<String> {
     None
 }
 
+/// Waits for an answer. Its callers already hold [`blocking`] around their writes as well;
+/// the wait says so again (nested, it costs nothing) so that no new caller can forget.
 fn wait(answer: &Receiver<Answer>) -> Answer {
-    let (reply, payload) = answer.recv().unwrap_or_else(|_| Err(worker_gone("no answer")))?;
+    let (reply, payload) = blocking(|| answer.recv()).unwrap_or_else(|_| Err(worker_gone("no answer")))?;
     match reply {
         Reply::Failed(e) => Err(e),
         reply => Ok((reply, payload)),

@@ -2,9 +2,12 @@
 //!
 //! Calls run on a pool of threads that grows whenever every thread is busy, so that a call never
 //! waits behind another (a `synchronize` that blocks on one stream must not hold up a launch on
-//! another; the backend's stream workers call concurrently). Replies go out as calls finish.
-//! A bulk copy (the context's `upload` or `download`, which borrows the context) runs on a
-//! thread of its own, which gets the copy's calls in the order they came.
+//! another; the backend's stream workers call concurrently), up to [`MAX_CALL_THREADS`]; past
+//! it a call waits for a thread. Replies go out as calls finish. A bulk copy (the context's
+//! `upload` or `download`, which borrows the context) runs on a thread of its own, which gets the
+//! copy's calls in the order they came; a copy past [`MAX_COPIES`] running at once is refused.
+//! So a session's threads are bounded whatever its program does (the unit's `TasksMax` counts
+//! every worker's).
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Write};
@@ -80,6 +83,13 @@ pub fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>) -> io::Result
     Ok(())
 }
 
+/// Threads the call pool grows to: more calls than this at once wait for one to finish (the
+/// backend's callers are a session's stream workers and control loop: a few per stream).
+pub const MAX_CALL_THREADS: usize = 64;
+
+/// Bulk copies one session runs at once; one more is refused with the reason.
+pub const MAX_COPIES: usize = 64;
+
 /// The bulk copies in progress, each on its thread, by id.
 #[derive(Clone, Default)]
 struct Transfers(Arc<Mutex<HashMap<u32, Sender<Frame<Call>>>>>);
@@ -95,7 +105,15 @@ impl Transfers {
         out: &Out,
     ) {
         let (tx, rx) = channel();
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(transfer, tx);
+        {
+            let mut running = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if running.len() >= MAX_COPIES {
+                let why = format!("this session runs {MAX_COPIES} bulk copies already: wait for one to finish");
+                let refused = WireError::new(ac_proto::backend::ErrorKind::InvalidArgument, why);
+                return answer(out, frame.id, (Reply::Failed(refused), Vec::new()));
+            }
+            running.insert(transfer, tx);
+        }
         let (this, context, out) = (self.clone(), context.clone(), out.clone());
         let started = std::thread::Builder::new().name("ac-worker-copy".into()).spawn(move || {
             run_transfer(&*context, frame, rx, region.as_deref(), &out);
@@ -244,6 +262,8 @@ struct Pool {
     queue: Arc<Mutex<Receiver<Frame<Call>>>>,
     /// Threads waiting for a job and not yet promised one.
     idle: Arc<AtomicUsize>,
+    /// Threads started.
+    threads: AtomicUsize,
     context: Arc<dyn Context>,
     out: Out,
 }
@@ -251,13 +271,18 @@ struct Pool {
 impl Pool {
     fn new(context: Arc<dyn Context>, out: Out) -> Self {
         let (jobs, queue) = channel();
-        Self { jobs, queue: Arc::new(Mutex::new(queue)), idle: Arc::new(AtomicUsize::new(0)), context, out }
+        let idle = Arc::new(AtomicUsize::new(0));
+        Self { jobs, queue: Arc::new(Mutex::new(queue)), idle, threads: AtomicUsize::new(0), context, out }
     }
 
     /// Hands `frame` to an idle thread, or to a new one.
     fn run(&self, frame: Frame<Call>) {
         let promised = self.idle.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok();
-        if !promised {
+        let room = || {
+            self.threads.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_CALL_THREADS).then_some(n + 1))
+        };
+        // At the bound the call queues: the next thread to finish takes it.
+        if !promised && room().is_ok() {
             self.spawn();
         }
         // The receiver lives as long as a thread does; the send only fails if none could start,

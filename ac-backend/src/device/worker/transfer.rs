@@ -3,6 +3,12 @@
 //! record; a round trip each would bound the copy). A piece lies in a slot of the copy's bay of
 //! the shared region ([`super::shared`]) when the copy got one; otherwise it is a frame's
 //! payload on the pipe.
+//!
+//! Both sides are called from async code (`bulk.rs`). Every wait here (for the answer of a
+//! piece in flight, for a piece asked ahead, for room in the pipe to the worker) goes through
+//! [`blocking`], once per piece, not per byte handed over: a copy that waits for a slow device
+//! gives its Tokio worker thread's other tasks (other sessions' calls, the network) to another
+//! thread first.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::Receiver;
@@ -13,7 +19,7 @@ use bytes::Bytes;
 use super::shared::{Bay, IN_FLIGHT, PIECE};
 use super::wire::{Call, Shared};
 use super::{expect_done, wait, Answer, WorkerContext};
-use crate::device::{DeviceResult, Download, Upload};
+use crate::device::{blocking, DeviceResult, Download, Upload};
 
 /// A free bay of `context`'s region, if it has one.
 fn take_bay(context: &WorkerContext) -> Option<Bay> {
@@ -121,6 +127,11 @@ impl<'a> WorkerUpload<'a> {
         if self.gathered == 0 {
             return Ok(());
         }
+        blocking(|| self.send_piece())
+    }
+
+    /// [`Self::send_gathered`]'s work, which may wait.
+    fn send_piece(&mut self) -> DeviceResult<()> {
         if self.in_flight.len() >= IN_FLIGHT {
             self.wait_oldest()?;
         }
@@ -169,12 +180,14 @@ impl Upload for WorkerUpload<'_> {
     }
 
     fn finish(mut self: Box<Self>) -> DeviceResult<()> {
-        let mut first_error = self.send_gathered();
-        while !self.in_flight.is_empty() {
-            first_error = first_error.and(self.wait_oldest());
-        }
-        self.finished = true;
-        first_error.and(self.context.call_done(&Call::UploadFinish { transfer: self.transfer }, &[]))
+        blocking(|| {
+            let mut first_error = self.send_gathered();
+            while !self.in_flight.is_empty() {
+                first_error = first_error.and(self.wait_oldest());
+            }
+            self.finished = true;
+            first_error.and(self.context.call_done(&Call::UploadFinish { transfer: self.transfer }, &[]))
+        })
     }
 }
 
@@ -234,8 +247,18 @@ impl<'a> WorkerDownload<'a> {
         Ok(())
     }
 
-    /// Makes sure some bytes are ready.
+    /// Makes sure some bytes are ready; waits (through [`blocking`]) only to ask for pieces or
+    /// for one to come.
     fn receive(&mut self) -> DeviceResult<()> {
+        let may_ask = self.ahead.len() < IN_FLIGHT && self.unasked > 0;
+        if self.ready_len() > 0 && !may_ask {
+            return Ok(());
+        }
+        blocking(|| self.receive_now())
+    }
+
+    /// [`Self::receive`]'s work, which may wait.
+    fn receive_now(&mut self) -> DeviceResult<()> {
         self.ask_ahead()?;
         if self.ready_len() == 0 {
             let Some((answer, slot, len)) = self.ahead.pop_front() else {
