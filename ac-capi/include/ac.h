@@ -106,8 +106,7 @@ typedef enum acError {
   // `acSetDevice`: no accelerator at that index of the set (see `acSetSize`).
   AC_ERROR_INVALID_DEVICE = 24,
   // The accelerator refuses a new session: its backend's session limit, a GPU in
-  // EXCLUSIVE_PROCESS compute mode already in use, or its health. The message says which;
-  // the job's other accelerators are not affected.
+  // `EXCLUSIVE_PROCESS` compute mode already in use, or its health. The message says which.
   AC_ERROR_DEVICE_REFUSED = 25,
 } acError;
 

@@ -152,6 +152,7 @@ async fn a_gpu_that_falls_off_the_bus_leaves_the_pool_while_the_other_serves_on_
     let took = until_device(&c, other, Duration::from_secs(5), |d| d.health == "unhealthy").await;
     let took = took.expect("the manager hears of Xid 79");
     assert!(took <= Duration::from_secs(2), "out of the pool within 2 s, took {took:?}");
+    eprintln!("Xid 79 to out of the pool (the manager's view): {took:?}");
     let view = devices(&c).await.into_iter().find(|d| d.id == other).unwrap();
     assert!(view.reason.as_deref().unwrap().contains("Xid 79"), "{view:?}");
     assert_eq!(c.arm.free_accelerators(), 0, "not granted");
