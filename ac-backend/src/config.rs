@@ -76,7 +76,7 @@ pub struct BackendConfig {
     /// in between).
     pub health_poll_ms: u64,
     /// The most sessions a device serves at once. Unset: for a GPU, half its memory divided by
-    /// what a session's context costs ([`SESSION_CONTEXT_MIB`]); for a CPU device, 1024.
+    /// what a session's context costs ([`SESSION_CONTEXT_MIB`]); for a CPU device, none.
     pub max_sessions: Option<u32>,
     /// The most device memory one session may allocate, MiB. Unset: no limit but the device's.
     pub session_memory_mib: Option<u64>,
@@ -193,8 +193,8 @@ pub const MAX_LANES_PER_SESSION: u16 = 64;
 /// rounded up).
 pub const SESSION_CONTEXT_MIB: u64 = 544;
 
-/// Sessions a CPU device serves at once unless `max_sessions` says otherwise.
-pub const CPU_MAX_SESSIONS: u32 = 1024;
+/// Sessions a CPU device serves at once unless `max_sessions` says otherwise: no limit.
+pub const CPU_MAX_SESSIONS: u32 = u32::MAX;
 
 impl BackendConfig {
     /// Parses a TOML configuration.

@@ -169,6 +169,9 @@ impl Board {
                 device.compute_mode = mode;
             }
             Poll::Condition(reason) => device.health = Health::Unhealthy(reason),
+            // An NVML that cannot answer says nothing about a condition seen before: it stays
+            // until a poll sees the device fine.
+            Poll::Unknown(_) if matches!(device.health, Health::Unhealthy(_)) => {}
             Poll::Unknown(reason) => device.health = Health::Unknown(reason),
         }
         before != (device.health.clone(), device.compute_mode)
@@ -260,6 +263,8 @@ mod tests {
         assert!(board.polled(0, Poll::Condition("GPU lost".into())));
         assert!(board.admit(0).unwrap_err().contains("unhealthy: GPU lost"));
         assert!(!board.polled(0, Poll::Condition("GPU lost".into())), "no change, no push");
+        assert!(!board.polled(0, Poll::Unknown("NVML timed out".into())), "no answer clears nothing");
+        assert!(board.admit(0).is_err());
         assert!(board.polled(0, Poll::Fine(ComputeMode::Default)));
         assert!(board.admit(0).is_ok());
     }

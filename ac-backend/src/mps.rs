@@ -37,6 +37,8 @@ impl MpsDaemon {
         for d in [&daemon.pipes, &daemon.logs] {
             std::fs::create_dir_all(d).map_err(|e| format!("MPS for {uuid}: {}: {e}", d.display()))?;
         }
+        // One left by a backend that did not stop in order (killed, crashed) would refuse -d.
+        daemon.quit();
         let status = daemon
             .command()
             .arg("-d")
@@ -78,6 +80,13 @@ impl MpsDaemon {
 
 impl Drop for MpsDaemon {
     fn drop(&mut self) {
+        self.quit();
+    }
+}
+
+impl MpsDaemon {
+    /// Asks the control daemon on this pipe directory, if one runs, to quit.
+    fn quit(&self) {
         use std::io::Write;
         let quit = self.command().stdin(Stdio::piped()).stdout(Stdio::null()).spawn().and_then(|mut child| {
             if let Some(mut input) = child.stdin.take() {

@@ -51,6 +51,27 @@ pub struct Accelerator {
     pub compute_mode: ComputeMode,
     /// For an instance: its profile (`1g.10gb`) and GPU-instance id.
     pub mig: Option<(String, u32)>,
+    /// Why NVML could not describe this GPU (lost before the backend started): it keeps its
+    /// place, so that the indexes after it do not move, and is never served.
+    pub unreadable: Option<String>,
+}
+
+impl Accelerator {
+    /// The place of GPU `index`, which NVML could not describe.
+    fn unreadable(index: u32, why: String) -> Self {
+        Self {
+            uuid: format!("GPU-unreadable-{index}"),
+            gpu_uuid: format!("GPU-unreadable-{index}"),
+            gpu_index: index,
+            pci_bus_id: String::new(),
+            name: "unreadable GPU".into(),
+            memory_total: 0,
+            capability: (0, 0),
+            compute_mode: ComputeMode::NotApplicable,
+            mig: None,
+            unreadable: Some(why),
+        }
+    }
 }
 
 /// NVML, loaded and initialized for the life of the process.
@@ -88,8 +109,14 @@ impl NvmlHost {
         let count = self.nvml.device_count().map_err(|e| format!("NVML device count: {e}"))?;
         let mut found = Vec::new();
         for index in 0..count {
-            let gpu = self.nvml.device_by_index(index).map_err(|e| format!("NVML GPU {index}: {e}"))?;
-            found.extend(self.accelerators_of(index, &gpu).map_err(|e| format!("NVML GPU {index}: {e}"))?);
+            // One broken GPU must not keep the others from being served.
+            match self.nvml.device_by_index(index).and_then(|gpu| self.accelerators_of(index, &gpu)) {
+                Ok(accelerators) => found.extend(accelerators),
+                Err(e) => {
+                    tracing::error!(gpu = index, error = %e, "NVML cannot describe the GPU: not served");
+                    found.push(Accelerator::unreadable(index, format!("NVML cannot describe it: {e}")));
+                }
+            }
         }
         Ok(found)
     }
@@ -106,6 +133,7 @@ impl NvmlHost {
             capability: (capability.major as u32, capability.minor as u32),
             compute_mode: mode_of(gpu.compute_mode()?),
             mig: None,
+            unreadable: None,
         };
         if !mig_enabled(gpu) {
             return Ok(vec![whole]);
@@ -146,6 +174,9 @@ impl NvmlHost {
     /// One poll of an accelerator: whether it answers, and conditions of its GPU that persist.
     /// `uncorrected_at_start` is the GPU's uncorrected-ECC count when the backend started.
     pub fn poll(&self, accelerator: &Accelerator, uncorrected_at_start: u64) -> Poll {
+        if let Some(why) = &accelerator.unreadable {
+            return Poll::Condition(why.clone());
+        }
         let device = match self.nvml.device_by_uuid(accelerator.uuid.as_str()) {
             Ok(device) => device,
             Err(NvmlError::GpuLost) => return Poll::Condition(lost()),
@@ -178,6 +209,9 @@ impl NvmlHost {
             return Poll::Condition("the GPU's MIG mode changed: restart the backend to serve what it is now".into());
         }
         match gpu.compute_mode() {
+            Ok(NvmlMode::Prohibited) => {
+                Poll::Condition("PROHIBITED compute mode: it admits no process (nvidia-smi -c)".into())
+            }
             Ok(mode) => Poll::Fine(mode_of(mode)),
             Err(NvmlError::GpuLost) => Poll::Condition(lost()),
             Err(e) => Poll::Unknown(format!("NVML: {e}")),
@@ -208,6 +242,16 @@ impl NvmlHost {
     }
 }
 
+/// What one wait for an event gave.
+enum Waited {
+    /// An event: the GPU's UUID, the MIG instance it names, its Xid.
+    Event(String, u32, u64),
+    /// None before the time-out.
+    Nothing,
+    /// NVML answered an error at once (a lost GPU, a missing function).
+    Failed,
+}
+
 /// The watch thread's state.
 struct Watch {
     host: NvmlHost,
@@ -233,8 +277,12 @@ impl Watch {
             match &events {
                 Some(set) => {
                     // SAFETY: the set lives as long as this loop (leaked below, as NVML is).
-                    if let Some((gpu_uuid, instance, xid)) = self.wait_event(unsafe { set.handle() }, wait) {
-                        self.on_xid(&gpu_uuid, instance, xid);
+                    match self.wait_event(unsafe { set.handle() }, wait) {
+                        Waited::Event(gpu_uuid, instance, xid) => self.on_xid(&gpu_uuid, instance, xid),
+                        Waited::Nothing => {}
+                        // A lost GPU answers at once, every time: no spinning on it; the polls
+                        // say what is wrong.
+                        Waited::Failed => std::thread::sleep(wait),
                     }
                 }
                 None => std::thread::sleep(wait),
@@ -259,22 +307,25 @@ impl Watch {
         Some(Box::leak(Box::new(set)))
     }
 
-    /// Waits up to `wait` for an event: the GPU's UUID, the MIG instance it names, its Xid.
-    fn wait_event(
-        &self,
-        set: nvml_wrapper_sys::bindings::nvmlEventSet_t,
-        wait: Duration,
-    ) -> Option<(String, u32, u64)> {
-        let call = self.host.raw.nvmlEventSetWait_v2.as_ref().ok()?;
+    /// Waits up to `wait` for an event.
+    fn wait_event(&self, set: nvml_wrapper_sys::bindings::nvmlEventSet_t, wait: Duration) -> Waited {
+        /// NVML's `NVML_ERROR_TIMEOUT`.
+        const TIMEOUT: u32 = 10;
+        let Ok(call) = self.host.raw.nvmlEventSetWait_v2.as_ref() else { return Waited::Failed };
         // SAFETY: an all-zero nvmlEventData_t is a valid value (null handle, zero numbers).
         let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
         // SAFETY: a live event set and a valid out-pointer.
-        if unsafe { call(set, &mut data, wait.as_millis() as u32) } != 0 {
-            return None;
+        match unsafe { call(set, &mut data, wait.as_millis() as u32) } {
+            0 => {}
+            TIMEOUT => return Waited::Nothing,
+            _ => return Waited::Failed,
         }
         // SAFETY: the device handle NVML put in the event, of this NVML's library.
         let device = unsafe { Device::new(data.device, self.host.nvml) };
-        Some((device.uuid().ok()?, data.gpuInstanceId, data.eventData))
+        match device.uuid() {
+            Ok(uuid) => Waited::Event(uuid, data.gpuInstanceId, data.eventData),
+            Err(_) => Waited::Failed,
+        }
     }
 
     fn on_xid(&self, gpu_uuid: &str, instance: u32, xid: u64) {

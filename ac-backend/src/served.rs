@@ -196,7 +196,7 @@ mod gpus {
         // The first poll now: the manager's first report says what the GPUs are.
         let mut board = Board::new(watched);
         for (&index, accelerator) in &watch {
-            board.polled(index, host.poll(accelerator, 0));
+            board.polled(index, host.poll(accelerator, host.uncorrected_ecc_of(accelerator)));
         }
         Ok(Served { devices, board, mps: daemons, watch: Some((host, watch)) })
     }

@@ -509,13 +509,16 @@ async fn serve_registration(
                     _ = tick.tick() => {}
                     () = shared.changed.notified() => {}
                 }
-                let report = match version {
+                // A GPU's free memory comes from NVML, which a failing GPU may keep waiting.
+                let reported = shared.clone();
+                let report = tokio::task::spawn_blocking(move || match version {
                     ..=5 => Report::Heartbeat(Heartbeat {
-                        sessions: shared.registry.len() as u32,
-                        devices: shared.device_infos(),
+                        sessions: reported.registry.len() as u32,
+                        devices: reported.device_infos(),
                     }),
-                    _ => Report::Status(shared.status()),
-                };
+                    _ => Report::Status(reported.status()),
+                });
+                let Ok(report) = report.await else { return };
                 if writer.send_frame(&report).await.is_err() {
                     return;
                 }

@@ -18,8 +18,13 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Whether `request` came after protocol `MIN_VERSION`, so that a manager of that version cannot
 /// be asked it.
-fn introduced_after_min(request: &Request) -> bool {
-    matches!(request, Request::ManagerKey)
+/// The protocol version that introduced `request`: older managers cannot answer it.
+fn introduced_in(request: &Request) -> u16 {
+    match request {
+        Request::ManagerKey => 5,
+        Request::Devices | Request::ClearDevice { .. } => 6,
+        _ => MIN_VERSION,
+    }
 }
 
 /// How to reach the resource manager.
@@ -129,21 +134,25 @@ impl ArmClient {
     /// the retry gets the first answer if the first request was carried out: never a second set.
     pub async fn request(&self, request: Request) -> Result<Response> {
         use std::sync::atomic::Ordering::Relaxed;
-        let tried = self.version.load(Relaxed);
-        if tried == MIN_VERSION && introduced_after_min(&request) {
+        let mut tried = self.version.load(Relaxed);
+        let needs = introduced_in(&request);
+        if tried < needs {
             return Err(Error::VersionMismatch(format!(
-                "the resource manager speaks protocol {MIN_VERSION}, which lacks this request: upgrade it"
+                "the resource manager speaks protocol {tried}, which lacks this request (protocol {needs}): upgrade it"
             )));
         }
-        match self.request_in(&request, tried).await {
-            // A manager of the version before (a rolling upgrade): asked again in its version,
-            // unless the request is newer than that version.
-            Err(Error::VersionMismatch(reason)) if tried > MIN_VERSION && !introduced_after_min(&request) => {
-                tracing::info!(reason, version = MIN_VERSION, "asking the resource manager in its version");
-                self.version.store(MIN_VERSION, Relaxed);
-                self.request_in(&request, MIN_VERSION).await
+        loop {
+            match self.request_in(&request, tried).await {
+                // A manager of an older version (a rolling upgrade): asked again one version
+                // down, unless the request is newer than that (then the manager's refusal says
+                // which versions it speaks).
+                Err(Error::VersionMismatch(reason)) if tried > MIN_VERSION && tried > needs => {
+                    tried -= 1;
+                    tracing::info!(reason, version = tried, "asking the resource manager in an older version");
+                    self.version.store(tried, Relaxed);
+                }
+                answer => return answer,
             }
-            answer => answer,
         }
     }
 

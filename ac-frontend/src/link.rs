@@ -151,15 +151,18 @@ pub async fn open_on(
         Some(shared) => shared.clone(),
         None => transport::client_endpoint(options.addr, Some(crypto.clone()), &options.tuning)?,
     };
-    let connection = dial(options, crypto.clone(), &endpoint).await?;
-    match greet(endpoint.clone(), owns_endpoint, connection, hello, options.protocol).await {
-        Err(Error::VersionMismatch(reason)) if options.protocol > MIN_VERSION => {
-            // A backend of the version before (a rolling upgrade): it closed the connection.
-            tracing::info!(addr = %options.addr, reason, version = MIN_VERSION, "greeting the backend in its version");
-            let connection = dial(options, crypto, &endpoint).await?;
-            greet(endpoint, owns_endpoint, connection, hello, MIN_VERSION).await
+    let mut version = options.protocol;
+    loop {
+        let connection = dial(options, crypto.clone(), &endpoint).await?;
+        match greet(endpoint.clone(), owns_endpoint, connection, hello, version).await {
+            // A backend of an older version (a rolling upgrade) closed the connection: greeted
+            // again one version down.
+            Err(Error::VersionMismatch(reason)) if version > MIN_VERSION => {
+                version -= 1;
+                tracing::info!(addr = %options.addr, reason, version, "greeting the backend in an older version");
+            }
+            greeted => return greeted,
         }
-        greeted => greeted,
     }
 }
 

@@ -133,6 +133,9 @@ impl Host {
     /// healthy, unwatched, or not reported (a backend older than protocol 6).
     pub fn unhealthy(&self, index: u32) -> Option<String> {
         let state = self.states.get(&index)?;
+        if state.compute_mode == ac_proto::backend::ComputeMode::Prohibited {
+            return Some("PROHIBITED compute mode: it admits no process".into());
+        }
         match (&state.health, state.faults) {
             (ac_proto::backend::Health::Unhealthy(reason), _) => Some(reason.clone()),
             (_, 0) => None,

@@ -350,6 +350,7 @@ async fn an_mps_gpu_runs_its_control_daemon_and_its_sessions_as_clients() {
     .await;
     let started = std::fs::read_to_string(&log).unwrap();
     assert!(started.contains("args: -d") && started.contains(&format!("gpu: {GPU_A}")), "{started}");
+    assert_eq!(started.matches("quit").count(), 1, "one left by an earlier backend is asked to quit first: {started}");
     assert!(started.contains(&format!("mps/{GPU_A}/pipe")), "{started}");
     // EXCLUSIVE_PROCESS admits one process, the MPS server: both sessions are its clients.
     let (a, b) = (backend.connect().await, backend.connect().await);
@@ -367,5 +368,45 @@ async fn an_mps_gpu_runs_its_control_daemon_and_its_sessions_as_clients() {
     let TestBackend { backend, .. } = backend;
     backend.shutdown().await;
     let after = std::fs::read_to_string(&log).unwrap();
-    assert!(after.contains("quit"), "asked to quit at shutdown: {after}");
+    assert_eq!(after.matches("quit").count(), 2, "asked to quit at shutdown: {after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditions_that_last_refuse_new_sessions_and_old_ecc_counts_do_not() {
+    // ECC errors counted before the backend started are history, not a condition.
+    let machine = Machine::new(&gpu(GPU_A, 0x17, "default", "uncorrected_ecc = 5")).await;
+    let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
+    assert_eq!(backend.backend.device_states()[0].health, Health::Healthy);
+    let running = backend.connect().await;
+    computes(&running).await.unwrap();
+    let health = |b: &ac_backend::RunningBackend| b.device_states()[0].health.clone();
+    machine.describe(&gpu(GPU_A, 0x17, "default", "uncorrected_ecc = 6"));
+    let unhealthy =
+        |b: &ac_backend::RunningBackend| matches!(health(b), Health::Unhealthy(r) if r.contains("1 uncorrectable"));
+    assert!(backend.eventually(Duration::from_secs(5), unhealthy).await, "{:?}", health(&backend.backend));
+    let err = backend.connect_raw().await.map(|_| ()).unwrap_err();
+    assert!(matches!(&err, ac_frontend::Error::DeviceRefused(m) if m.contains("unhealthy")), "{err:?}");
+    // A GPU that stops answering.
+    machine.describe(&gpu(GPU_A, 0x17, "default", "uncorrected_ecc = 5\nlost = true"));
+    let lost = |b: &ac_backend::RunningBackend| matches!(health(b), Health::Unhealthy(r) if r.contains("GPU lost"));
+    assert!(backend.eventually(Duration::from_secs(5), lost).await, "{:?}", health(&backend.backend));
+    // It comes back (a reset): sessions open again.
+    machine.describe(&gpu(GPU_A, 0x17, "default", "uncorrected_ecc = 5"));
+    assert!(backend.eventually(Duration::from_secs(5), |b| health(b) == Health::Healthy).await);
+    computes(&backend.connect().await).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_lost_before_the_backend_starts_keeps_its_place_and_the_others_serve() {
+    let _machine = Machine::new(&(gpu(GPU_A, 0x17, "default", "lost = true") + &gpu(GPU_B, 0x65, "default", ""))).await;
+    let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
+    let states = backend.backend.device_states();
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(matches!(&states[0].health, Health::Unhealthy(r) if r.contains("NVML cannot describe it")), "{states:?}");
+    assert_eq!(states[1].uuid.as_deref(), Some(GPU_B), "GPU B keeps index 1");
+    let err = backend.connect_raw().await.map(|_| ()).unwrap_err();
+    assert!(matches!(err, ac_frontend::Error::DeviceRefused(_)), "{err:?}");
+    let mut options = backend.options();
+    options.device = 1;
+    computes(&ac_frontend::Accelerator::connect(&options).await.unwrap()).await.unwrap();
 }

@@ -585,6 +585,7 @@ impl Arm {
             if let Some(old) = core.hosts.get_mut(name) {
                 host.up = old.up;
                 host.mismatch = old.mismatch.take();
+                host.states = std::mem::take(&mut old.states);
             }
         }
         fresh.scheduling = std::mem::take(&mut core.scheduling);

@@ -87,8 +87,10 @@ pub fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>) -> io::Result
 /// backend's callers are a session's stream workers and control loop: a few per stream).
 pub const MAX_CALL_THREADS: usize = 64;
 
-/// Bulk copies one session runs at once; one more is refused with the reason.
-pub const MAX_COPIES: usize = 64;
+/// Bulk copies one session runs at once; one more is refused with the reason. Above what a
+/// program stripes over (up to 64 lanes, each replaced once after a copy given up halfway, and
+/// its QUIC streams).
+pub const MAX_COPIES: usize = 256;
 
 /// The bulk copies in progress, each on its thread, by id.
 #[derive(Clone, Default)]
