@@ -258,6 +258,18 @@ impl Control {
             }
             Request::ModuleUnload { module } => Outcome::Now(self.unload_module(module).await),
             Request::FunctionLookup { module, name } => Outcome::Now(self.lookup(module, &name)),
+            Request::MemAllocAt { bytes } => Outcome::Now(
+                self.session
+                    .alloc_at(bytes)
+                    .map_or_else(Response::Error, |(buffer, address)| Response::BufferAt { buffer, address }),
+            ),
+            Request::FunctionLayout { module, name } => Outcome::Now(match self.lookup(module, &name) {
+                Response::Function { id, .. } => {
+                    let sizes = self.kernels[&id].1.sizes.as_ref().map(|s| s.iter().map(|&b| b as u32).collect());
+                    Response::FunctionLayout { id, sizes }
+                }
+                other => other,
+            }),
             Request::Launch { function, dims, args, stream } => {
                 Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await)
             }

@@ -94,6 +94,12 @@ impl Session {
 
     /// Allocates device memory and returns the new buffer's id.
     pub fn alloc(&self, bytes: u64) -> Result<BufferId, WireError> {
+        self.alloc_at(bytes).map(|(id, _)| id)
+    }
+
+    /// Allocates as [`Session::alloc`] does; also answers the allocation's device address (on
+    /// CUDA, where the CUDA shim's kernels take it as a raw pointer; an opaque number elsewhere).
+    pub fn alloc_at(&self, bytes: u64) -> Result<(BufferId, u64), WireError> {
         self.charge(bytes)?;
         let mem = match self.context.alloc(bytes) {
             Ok(mem) => mem,
@@ -106,7 +112,7 @@ impl Session {
         let entry = Arc::new(Allocation { mem, size: bytes, context: self.context.clone(), held });
         let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
         self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
-        Ok(id)
+        Ok((id, mem.0))
     }
 
     /// Counts `bytes` more against the session's quota, or refuses them.

@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     _watch: Option<crate::watch::PortWatch>,
     /// Bulk lanes (TLS over TCP) for large copies, when the backend serves them.
     lanes: Option<Arc<Lanes>>,
+    /// The protocol version the backend answered in.
+    pub(crate) version: u16,
 }
 
 impl Drop for Inner {
@@ -108,10 +110,17 @@ impl Accelerator {
         // With lanes, the QUIC connections carry control and small copies only: one is enough.
         let stripes = if lanes.is_some() { 1 } else { options.stripes.max(1) };
         let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;
-        Ok(Self::from_links(link, extra, session, info, lanes))
+        Ok(Self::from_links(link, extra, session, info, lanes, version))
     }
 
-    fn from_links(control: Link, extra: Vec<Link>, session: SessionId, info: DeviceInfo, lanes: Option<Lanes>) -> Self {
+    fn from_links(
+        control: Link,
+        extra: Vec<Link>,
+        session: SessionId,
+        info: DeviceInfo,
+        lanes: Option<Lanes>,
+        version: u16,
+    ) -> Self {
         let mut data = vec![control.connection.clone()];
         // Only endpoints made for this accelerator are waited for on close: a shared one stays
         // busy with the session's other accelerators.
@@ -134,6 +143,7 @@ impl Accelerator {
             copy: Mutex::new(CopyOptions::default()),
             _watch: watch,
             lanes,
+            version,
         };
         Self { inner: Arc::new(inner) }
     }

@@ -33,9 +33,7 @@ impl Accelerator {
     pub async fn alloc<T: Pod>(&self, len: usize) -> Result<DeviceBuffer<T>> {
         let bytes = byte_len::<T>(len)?;
         match self.call(Request::MemAlloc { bytes }, Bytes::new()).await? {
-            Answer::Response(Response::Buffer(id)) => {
-                Ok(DeviceBuffer { acc: self.clone(), id, len, freed: false, _elem: PhantomData })
-            }
+            Answer::Response(Response::Buffer(id)) => Ok(DeviceBuffer::adopt(self.clone(), id, len)),
             other => Err(unexpected(other)),
         }
     }
@@ -49,6 +47,11 @@ impl Accelerator {
 }
 
 impl<T: Pod> DeviceBuffer<T> {
+    /// Takes charge of buffer `id` of `acc`, `len` elements long: dropping it frees it.
+    pub(crate) fn adopt(acc: Accelerator, id: BufferId, len: usize) -> Self {
+        DeviceBuffer { acc, id, len, freed: false, _elem: PhantomData }
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         self.len

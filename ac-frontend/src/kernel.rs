@@ -58,13 +58,21 @@ impl Accelerator {
 }
 
 impl Module {
+    /// The accelerator it is loaded on.
+    pub(crate) fn accelerator(&self) -> &Accelerator {
+        &self.acc
+    }
+
+    /// Its id in the session.
+    pub(crate) fn id(&self) -> ModuleId {
+        self.id
+    }
+
     /// Looks a kernel up by name.
     pub async fn function(&self, name: &str) -> Result<Function> {
         let request = Request::FunctionLookup { module: self.id, name: name.to_string() };
         match self.acc.call(request, Bytes::new()).await? {
-            Answer::Response(Response::Function { id, params }) => {
-                Ok(Function { acc: self.acc.clone(), id, name: name.to_string(), params })
-            }
+            Answer::Response(Response::Function { id, params }) => Ok(Function::new(self.acc.clone(), id, name, params)),
             other => Err(unexpected(other)),
         }
     }
@@ -76,6 +84,11 @@ impl Module {
 }
 
 impl Function {
+    /// Kernel `id` of `acc`, named `name`.
+    pub(crate) fn new(acc: Accelerator, id: FunctionId, name: &str, params: Option<Vec<ParamKind>>) -> Self {
+        Function { acc, id, name: name.to_string(), params }
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name

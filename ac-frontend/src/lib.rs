@@ -49,6 +49,7 @@ pub mod arm;
 pub mod blocking;
 mod buffer;
 mod control;
+mod driver;
 mod error;
 mod kernel;
 mod lane;

@@ -40,6 +40,10 @@
 //! [`Report::Status`], which a backend sends instead of [`Report::Heartbeat`] on a registration
 //! that speaks 6: every device's identity, health, compute mode and session count; and the
 //! manager sends [`Order`] frames on such a registration instead of bare [`Revoke`]s.
+//! Protocol 7 adds the two requests the CUDA driver shim (`ac-cuda`) needs, appended so that
+//! everything else encodes as in 6: [`Request::MemAllocAt`] (an allocation with its device
+//! address, which the program's kernels take as raw pointers) and [`Request::FunctionLayout`]
+//! (a lookup that also answers the parameter sizes, since `cuLaunchKernel` passes none).
 //!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
@@ -49,7 +53,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -574,6 +578,21 @@ pub enum Request {
         /// The stream, or all.
         stream: Option<StreamId>,
     },
+    /// *Protocol 7.* Allocates device memory as [`Request::MemAlloc`] does and answers its
+    /// device address too ([`Response::BufferAt`]): the CUDA shim hands programs addresses, which
+    /// their kernels take as raw pointers (a kernel reaches nothing outside its own context).
+    MemAllocAt {
+        /// Size in bytes.
+        bytes: u64,
+    },
+    /// *Protocol 7.* Looks a kernel up by name as [`Request::FunctionLookup`] does and answers
+    /// its parameter sizes too ([`Response::FunctionLayout`]).
+    FunctionLayout {
+        /// The module.
+        module: ModuleId,
+        /// The kernel's name.
+        name: String,
+    },
 }
 
 /// A reply on a control stream.
@@ -629,6 +648,21 @@ pub enum Response {
     },
     /// The request failed.
     Error(WireError),
+    /// *Protocol 7.* A new buffer and its device address.
+    BufferAt {
+        /// The buffer.
+        buffer: BufferId,
+        /// Where it starts in the session's device address space.
+        address: u64,
+    },
+    /// *Protocol 7.* A kernel and its parameter layout.
+    FunctionLayout {
+        /// The kernel's id.
+        id: FunctionId,
+        /// The size in bytes of each parameter, in order, when the device knows them (a
+        /// launch of a kernel whose sizes are unknown is refused).
+        sizes: Option<Vec<u32>>,
+    },
 }
 
 /// Error categories a caller can act on.

@@ -1,11 +1,16 @@
-//! What the stand-in knows of kernels: the names in an image, the signatures of the builtin
-//! kernels (from `kernels.cu`, written out here independently of the backend, so that a
-//! mistake in the backend's table shows), and the builtin kernels themselves, run on the CPU
-//! by the threads a launch starts, as the CUDA source says. Any other kernel is "not supported
-//! by the stand-in", except two test fixtures: `add_one` (`tests/fixtures/add_one.ptx`), whose
-//! threads each touch one element, so that a launch's shape shows in its result, and
-//! `illegal_store` (`tests/fixtures/illegal_store.ptx`), which faults (an illegal address) so
-//! that tests can inject a fault into one session: on a GPU the same PTX faults for real.
+//! What the stand-in knows of kernels: the names in an image (a cubin, PTX, or the one a fat
+//! binary holds for the device), the signatures of the builtin kernels (from `kernels.cu`,
+//! written out here independently of the backend, so that a mistake in the backend's table
+//! shows), and the builtin kernels themselves, run on the CPU by the threads a launch starts,
+//! as the CUDA source says. Any other kernel is "not supported by the stand-in", except test
+//! fixtures: `add_one` (`tests/fixtures/add_one.ptx`), whose threads each touch one element, so
+//! that a launch's shape shows in its result; `illegal_store` (`tests/fixtures/illegal_store.ptx`),
+//! which faults (an illegal address) so that tests can inject a fault into one session: on a GPU
+//! the same PTX faults for real; and the kernels of `tests/fixtures/shim_kernels.cu` (`vadd`,
+//! `scale`, `iota`, by their mangled names, as a program compiled by nvcc asks for them), one
+//! element a thread as `add_one`, for the tests of unmodified CUDA programs.
+
+use crate::state::code;
 
 /// A launch's grid and block, as `cuLaunchKernel` was given them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +55,18 @@ pub const ADD_ONE_KERNEL: &str = "add_one";
 /// The kernel that faults when it runs: `illegal_store(u64* p)`.
 pub const FAULT_KERNEL: &str = "illegal_store";
 
+/// `vadd(const float* a, const float* b, float* c, int n)` of `tests/fixtures/shim_kernels.cu`:
+/// `c[i] = a[i] + b[i]` for `i < n`, one element a thread.
+pub const VADD_KERNEL: &str = "_Z4vaddPKfS0_Pfi";
+
+/// `scale(float* x, float a, int n)` of `tests/fixtures/shim_kernels.cu`: `x[i] *= a` for
+/// `i < n`, one element a thread.
+pub const SCALE_KERNEL: &str = "_Z5scalePffi";
+
+/// `iota(unsigned* x, unsigned n)` of `tests/fixtures/shim_kernels.cu`: `x[i] = i` for `i < n`,
+/// one element a thread.
+pub const IOTA_KERNEL: &str = "_Z4iotaPjj";
+
 /// Parameter sizes of the kernels the stand-in can run, as `kernels.cu` declares them.
 pub fn signature(name: &str) -> Option<&'static [usize]> {
     Some(match name {
@@ -60,12 +77,15 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         "reduce_sum" => &[8, 8, 8],
         ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
+        VADD_KERNEL => &[8, 8, 8, 4],
+        SCALE_KERNEL => &[8, 4, 4],
+        IOTA_KERNEL => &[8, 4],
         _ => return None,
     })
 }
 
 /// The kernel names of an image: a cubin's `.text.<name>` sections, or PTX's `.entry <name>`.
-/// `None` for what the stand-in cannot read (fatbins, anything else).
+/// `None` for what the stand-in cannot read (fatbins: see [`fatbin_image`]; anything else).
 pub fn names(image: &[u8]) -> Option<Vec<String>> {
     if image.starts_with(b"\x7fELF") {
         return elf_kernels(image);
@@ -85,6 +105,105 @@ pub fn names(image: &[u8]) -> Option<Vec<String>> {
         }
     }
     Some(names)
+}
+
+/// The magic number that opens a fat binary, as nvcc embeds it (`.nv_fatbin`).
+pub const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+
+/// A fatbin's header: magic, version, header size, then the bytes of entries that follow.
+const FATBIN_HEADER: usize = 16;
+/// The smallest entry header holding every field read here (64 for a cubin, 80 for PTX seen).
+const ENTRY_HEADER: usize = 64;
+/// Entry kinds.
+const ENTRY_PTX: u16 = 1;
+const ENTRY_ELF: u16 = 2;
+/// Entry flags of a compressed payload: LZ4 (0x2000), and the compression CUDA 13 applies to
+/// PTX by default (0x8000, zstd). The stand-in decompresses neither.
+const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
+
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(bytes.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(bytes.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// The bytes a fat binary spans (the driver is given no length), from its first 16 bytes:
+/// the header and the entries its `fat_size` counts. `None`: not a fatbin header.
+pub fn fatbin_len(header: &[u8]) -> Option<usize> {
+    if u32_at(header, 0)? != FATBIN_MAGIC || usize::from(u16_at(header, 6)?) != FATBIN_HEADER {
+        return None;
+    }
+    usize::try_from(u64_at(header, 8)?).ok()?.checked_add(FATBIN_HEADER)
+}
+
+/// One fatbin entry's header fields: kind, header size, padded payload size, architecture, flags.
+struct Entry {
+    kind: u16,
+    header: usize,
+    padded: usize,
+    arch: u32,
+    flags: u64,
+}
+
+impl Entry {
+    /// The header at the start of `entry`; `None` where it is cut short or too small.
+    fn read(entry: &[u8]) -> Option<Self> {
+        let header = u32_at(entry, 4)? as usize;
+        if header < ENTRY_HEADER {
+            return None;
+        }
+        Some(Entry {
+            kind: u16_at(entry, 0)?,
+            header,
+            padded: usize::try_from(u64_at(entry, 8)?).ok()?,
+            arch: u32_at(entry, 28)?,
+            flags: u64_at(entry, 40)?,
+        })
+    }
+}
+
+/// The image a fat binary (`fatbin`, at least [`fatbin_len`] bytes) holds for a device of
+/// architecture `arch` (`major * 10 + minor`), as the driver picks it: an uncompressed cubin
+/// built for that architecture, else uncompressed PTX for it or an older one (which the driver
+/// would compile). A PTX payload ends at its first NUL (entries are padded). The error is the
+/// load's `CUresult`: `CUDA_ERROR_INVALID_IMAGE` for inconsistent headers,
+/// `CUDA_ERROR_NOT_SUPPORTED` when the image for the device is there but only compressed (a
+/// legal image the stand-in cannot read, not a violation), `CUDA_ERROR_NO_BINARY_FOR_GPU`
+/// when there is none, as the driver answers.
+pub fn fatbin_image(fatbin: &[u8], arch: u32) -> Result<&[u8], u32> {
+    let end = fatbin_len(fatbin).filter(|&end| end <= fatbin.len()).ok_or(code::INVALID_IMAGE)?;
+    let (mut cubin, mut ptx, mut compressed) = (None, None, false);
+    let mut at = FATBIN_HEADER;
+    while at < end {
+        let entry = &fatbin[at..end];
+        let e = Entry::read(entry).ok_or(code::INVALID_IMAGE)?;
+        let payload = e.header.checked_add(e.padded).and_then(|stop| entry.get(e.header..stop));
+        let payload = payload.ok_or(code::INVALID_IMAGE)?;
+        let runs = match e.kind {
+            ENTRY_ELF => e.arch == arch,
+            ENTRY_PTX => e.arch <= arch,
+            _ => false,
+        };
+        if runs && e.flags & ENTRY_COMPRESSED != 0 {
+            compressed = true;
+        } else if runs && e.kind == ENTRY_ELF {
+            cubin.get_or_insert(payload);
+        } else if runs {
+            ptx.get_or_insert(&payload[..payload.iter().position(|&b| b == 0).unwrap_or(payload.len())]);
+        }
+        at += e.header + e.padded;
+    }
+    match cubin.or(ptx) {
+        Some(image) => Ok(image),
+        None if compressed => Err(code::NOT_SUPPORTED),
+        None => Err(code::NO_BINARY_FOR_GPU),
+    }
 }
 
 /// Where an ELF image's section and program header tables end, from its first 64 bytes.
@@ -140,6 +259,8 @@ pub trait Memory {
     fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>>;
     /// Stores floats at `address`.
     fn store(&mut self, address: u64, values: &[f32]) -> Option<()>;
+    /// Stores 32-bit unsigned integers at `address`.
+    fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()>;
 }
 
 fn u64_arg(arg: &[u8]) -> u64 {
@@ -156,6 +277,28 @@ fn u32_arg(arg: &[u8]) -> usize {
     u32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter")) as usize
 }
 
+fn i32_arg(arg: &[u8]) -> i32 {
+    i32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
+}
+
+/// The address of 4-byte element `index` (possibly negative, as a kernel's `int` index) of the
+/// array at `base`; `None` (a fault) where it leaves the address space.
+fn element(base: u64, index: i64) -> Option<u64> {
+    base.checked_add_signed(index.checked_mul(4)?)
+}
+
+/// A thread's `int i = blockIdx.x * blockDim.x + threadIdx.x`: computed in 32 bits as in
+/// CUDA, so that a thread past `2^31` gets a negative index, reads below the array and faults,
+/// as it would on a GPU.
+fn int_index(x: u64) -> i64 {
+    i64::from(x as u32 as i32)
+}
+
+/// The elements `int i = ...; if (i < n)` selects, one a thread, in launch order.
+fn int_elements(shape: &Shape, n: i32) -> impl Iterator<Item = i64> + '_ {
+    shape.x_indices().map(int_index).filter(move |&i| i < i64::from(n))
+}
+
 /// Runs kernel `name` (whose arguments were checked against [`signature`]) with the threads
 /// of `shape`; `None`: it faulted.
 pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
@@ -170,6 +313,31 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
                 let at = x.checked_add(i * 4)?;
                 let v = memory.load(at, 1)?[0];
                 memory.store(at, &[v + 1.0])?;
+            }
+            Some(())
+        }
+        VADD_KERNEL => {
+            let (a, b, c) = (u64_arg(&args[0]), u64_arg(&args[1]), u64_arg(&args[2]));
+            for i in int_elements(&shape, i32_arg(&args[3])) {
+                let sum = memory.load(element(a, i)?, 1)?[0] + memory.load(element(b, i)?, 1)?[0];
+                memory.store(element(c, i)?, &[sum])?;
+            }
+            Some(())
+        }
+        SCALE_KERNEL => {
+            let (x, a) = (u64_arg(&args[0]), f32_arg(&args[1]));
+            for i in int_elements(&shape, i32_arg(&args[2])) {
+                let at = element(x, i)?;
+                let v = memory.load(at, 1)?[0];
+                memory.store(at, &[v * a])?;
+            }
+            Some(())
+        }
+        IOTA_KERNEL => {
+            // `unsigned i = ...; if (i < n)`: the index wraps to 32 bits and never goes negative.
+            let (x, n) = (u64_arg(&args[0]), u32_arg(&args[1]) as u64);
+            for i in shape.x_indices().map(|i| i as u32).filter(|&i| u64::from(i) < n) {
+                memory.store_u32(element(x, i.into())?, &[i])?;
             }
             Some(())
         }
@@ -232,18 +400,25 @@ mod tests {
         assert!(signature("vector_sub").is_none(), "user kernels are not run");
     }
 
+    /// Device memory as one array of 4-byte words from address 0, for kernels run directly.
+    struct Flat(Vec<f32>);
+
+    impl Memory for Flat {
+        fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
+            self.0.get(address as usize / 4..address as usize / 4 + n).map(<[f32]>::to_vec)
+        }
+        fn store(&mut self, address: u64, values: &[f32]) -> Option<()> {
+            self.0.get_mut(address as usize / 4..address as usize / 4 + values.len())?.copy_from_slice(values);
+            Some(())
+        }
+        fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
+            let floats: Vec<f32> = values.iter().map(|&v| f32::from_bits(v)).collect();
+            self.store(address, &floats)
+        }
+    }
+
     #[test]
     fn add_one_runs_only_the_threads_launched() {
-        struct Flat(Vec<f32>);
-        impl Memory for Flat {
-            fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
-                self.0.get(address as usize / 4..address as usize / 4 + n).map(<[f32]>::to_vec)
-            }
-            fn store(&mut self, address: u64, values: &[f32]) -> Option<()> {
-                self.0.get_mut(address as usize / 4..address as usize / 4 + values.len())?.copy_from_slice(values);
-                Some(())
-            }
-        }
         let args = |n: u32| vec![0u64.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
         let mut memory = Flat(vec![0.0; 100]);
         let short = Shape { grid: [3, 1, 1], block: [32, 1, 1] };
@@ -255,5 +430,131 @@ mod tests {
         let twice_in_y = Shape { grid: [1, 2, 1], block: [10, 1, 1] };
         run(ADD_ONE_KERNEL, &args(100), twice_in_y, &mut memory).unwrap();
         assert_eq!(memory.0[0], 4.0, "both rows of blocks ran");
+    }
+
+    const SM_90: &[u8] = include_bytes!("../../tests/fixtures/shim_kernels.sm_90.fatbin");
+    const PTX_COMPRESSED: &[u8] = include_bytes!("../../tests/fixtures/shim_kernels.compute_90.fatbin");
+    const PTX: &[u8] = include_bytes!("../../tests/fixtures/shim_kernels.compute_90.no-compress.fatbin");
+    const PROGRAM: &[u8] = include_bytes!("../../tests/fixtures/vadd_program.nv_fatbin");
+    /// The kernels of `shim_kernels.cu`, sorted.
+    const SHIM_KERNELS: [&str; 3] = [IOTA_KERNEL, VADD_KERNEL, SCALE_KERNEL];
+
+    /// The kernel names of `image`, sorted (a cubin lists them in reverse).
+    fn sorted_names(image: &[u8]) -> Vec<String> {
+        let mut names = names(image).unwrap();
+        names.sort();
+        names
+    }
+
+    /// The entries of a one-fatbin image, each with its header and padded payload.
+    fn entries(fatbin: &[u8]) -> Vec<Vec<u8>> {
+        let (mut at, end, mut out) = (FATBIN_HEADER, fatbin_len(fatbin).unwrap(), Vec::new());
+        while at < end {
+            let e = Entry::read(&fatbin[at..]).unwrap();
+            out.push(fatbin[at..at + e.header + e.padded].to_vec());
+            at += e.header + e.padded;
+        }
+        out
+    }
+
+    /// A fatbin of `entries`, as nvcc lays one out.
+    fn fatbin(entries: &[Vec<u8>]) -> Vec<u8> {
+        let size: usize = entries.iter().map(Vec::len).sum();
+        let mut out = FATBIN_MAGIC.to_le_bytes().to_vec();
+        out.extend(1u16.to_le_bytes().into_iter().chain(16u16.to_le_bytes()).chain((size as u64).to_le_bytes()));
+        entries.iter().for_each(|e| out.extend(e));
+        out
+    }
+
+    /// `entry` claiming architecture `arch`.
+    fn for_arch(mut entry: Vec<u8>, arch: u32) -> Vec<u8> {
+        entry[28..32].copy_from_slice(&arch.to_le_bytes());
+        entry
+    }
+
+    #[test]
+    fn a_fatbin_yields_the_cubin_for_sm_90_else_uncompressed_ptx() {
+        let cubin = fatbin_image(SM_90, 90).unwrap();
+        assert!(cubin.starts_with(b"\x7fELF"), "the sm_90 cubin, not the compressed PTX beside it");
+        assert_eq!(sorted_names(cubin), SHIM_KERNELS);
+        let ptx = fatbin_image(PTX, 90).unwrap();
+        assert!(ptx.starts_with(b"\n") && !ptx.contains(&0), "PTX text, cut at its NUL");
+        assert_eq!(sorted_names(ptx), SHIM_KERNELS);
+        assert_eq!(fatbin_image(PTX, 80), Err(code::NO_BINARY_FOR_GPU), "compute_90 PTX does not run on sm_80");
+
+        let (elf, ptx_entry) = (entries(SM_90).remove(0), entries(PTX).remove(0));
+        let ptx_first = fatbin(&[ptx_entry.clone(), elf.clone()]);
+        assert!(fatbin_image(&ptx_first, 90).unwrap().starts_with(b"\x7fELF"), "a cubin is preferred to PTX");
+        let other_cubin = fatbin(&[for_arch(elf.clone(), 80), ptx_entry]);
+        assert!(!fatbin_image(&other_cubin, 90).unwrap().starts_with(b"\x7fELF"), "an sm_80 cubin is skipped");
+        assert_eq!(fatbin_image(&fatbin(&[for_arch(elf.clone(), 80)]), 90), Err(code::NO_BINARY_FOR_GPU));
+        assert_eq!(fatbin_len(&ptx_first), Some(ptx_first.len()));
+    }
+
+    #[test]
+    fn a_fatbin_whose_image_for_the_device_is_compressed_is_not_supported() {
+        assert_eq!(fatbin_image(PTX_COMPRESSED, 90), Err(code::NOT_SUPPORTED));
+        let compressed_ptx = entries(SM_90).remove(1);
+        let elf = entries(SM_90).remove(0);
+        let with_foreign_cubin = fatbin(&[for_arch(elf, 100), compressed_ptx]);
+        assert_eq!(fatbin_image(&with_foreign_cubin, 90), Err(code::NOT_SUPPORTED));
+    }
+
+    #[test]
+    fn a_fatbin_with_inconsistent_headers_is_invalid() {
+        let cut = &SM_90[..SM_90.len() - 1];
+        assert_eq!(fatbin_image(cut, 90), Err(code::INVALID_IMAGE), "shorter than its fat_size");
+        let mut overrun = entries(SM_90).remove(0);
+        overrun[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert_eq!(fatbin_image(&fatbin(&[overrun]), 90), Err(code::INVALID_IMAGE), "an entry past the end");
+        let mut tiny = entries(SM_90).remove(0);
+        tiny[4..8].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(fatbin_image(&fatbin(&[tiny]), 90), Err(code::INVALID_IMAGE), "a header of 0 bytes");
+        assert_eq!(fatbin_len(b"\x50\xed\x55\xba\x01\x00\x20\x00"), None, "cut short");
+    }
+
+    #[test]
+    fn a_real_programs_section_holds_two_fatbins() {
+        let first = fatbin_len(PROGRAM).unwrap();
+        assert_eq!(names(fatbin_image(PROGRAM, 90).unwrap()).unwrap(), Vec::<String>::new(), "nvlink's module");
+        let second = &PROGRAM[first..];
+        assert_eq!(fatbin_len(second), Some(second.len()));
+        assert_eq!(names(fatbin_image(second, 90).unwrap()).unwrap(), [VADD_KERNEL]);
+    }
+
+    /// The argument bytes of a launch, as `cuLaunchKernel` copies them.
+    fn args(values: &[&[u8]]) -> Vec<Vec<u8>> {
+        values.iter().map(|v| v.to_vec()).collect()
+    }
+
+    #[test]
+    fn the_shim_kernels_touch_one_element_a_thread() {
+        let (a, b, c) = (0u64, 400u64, 800u64); // three arrays of 100 floats
+        let mut memory = Flat((0..300).map(|i| i as f32).collect());
+        let vadd = |n: i32| args(&[&a.to_ne_bytes(), &b.to_ne_bytes(), &c.to_ne_bytes(), &n.to_ne_bytes()]);
+        let short = Shape { grid: [3, 1, 1], block: [32, 1, 1] };
+        run(VADD_KERNEL, &vadd(100), short, &mut memory).unwrap();
+        assert!((0..96).all(|i| memory.0[200 + i] == (i + 100 + i) as f32));
+        assert!((96..100).all(|i| memory.0[200 + i] == (200 + i) as f32), "no thread for 96..100");
+        let scale = |n: i32| args(&[&a.to_ne_bytes(), &2.5f32.to_ne_bytes(), &n.to_ne_bytes()]);
+        run(SCALE_KERNEL, &scale(50), Shape { grid: [4, 1, 1], block: [32, 1, 1] }, &mut memory).unwrap();
+        assert!((0..100).all(|i| memory.0[i] == if i < 50 { i as f32 * 2.5 } else { i as f32 }));
+        let iota = |n: u32| args(&[&b.to_ne_bytes(), &n.to_ne_bytes()]);
+        run(IOTA_KERNEL, &iota(70), Shape { grid: [1, 1, 1], block: [64, 1, 1] }, &mut memory).unwrap();
+        assert!((0..64).all(|i| memory.0[100 + i].to_bits() == i as u32));
+        assert!((64..100).all(|i| memory.0[100 + i] == (100 + i) as f32));
+        assert!(run(VADD_KERNEL, &vadd(301), Shape { grid: [1, 1, 1], block: [1024, 1, 1] }, &mut memory).is_none());
+        assert_eq!(signature(VADD_KERNEL), Some(&[8usize, 8, 8, 4][..]));
+        assert_eq!(signature(SCALE_KERNEL), Some(&[8usize, 4, 4][..]));
+        assert_eq!(signature(IOTA_KERNEL), Some(&[8usize, 4][..]));
+    }
+
+    #[test]
+    fn a_thread_index_past_2_31_wraps_negative_as_in_cuda() {
+        assert_eq!(int_index((1 << 31) - 1), i32::MAX.into());
+        assert_eq!(int_index(1 << 31), i32::MIN.into());
+        assert_eq!(int_index(1 << 32), 0);
+        assert_eq!(element(0x1000, -1), Some(0x0ffc));
+        assert_eq!(element(0, -1), None, "below address 0: a fault");
     }
 }

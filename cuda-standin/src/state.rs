@@ -25,6 +25,8 @@ pub mod code {
     pub const INVALID_DEVICE: u32 = 101;
     /// The image is not one the stand-in reads.
     pub const INVALID_IMAGE: u32 = 200;
+    /// A fat binary holds no image for the device's architecture.
+    pub const NO_BINARY_FOR_GPU: u32 = 209;
     /// No context is current on the calling thread.
     pub const INVALID_CONTEXT: u32 = 201;
     /// A dead or foreign handle.
@@ -35,7 +37,7 @@ pub mod code {
     pub const ILLEGAL_ADDRESS: u32 = 700;
     /// The current context was destroyed.
     pub const CONTEXT_IS_DESTROYED: u32 = 709;
-    /// Not something the stand-in does (user kernels, fatbins).
+    /// Not something the stand-in does (kernels it does not know, compressed fatbin images).
     pub const NOT_SUPPORTED: u32 = 801;
     /// What `cuInit` answers on an NVSwitch host whose fabric manager has not set the fabric up.
     pub const SYSTEM_NOT_READY: u32 = 802;
@@ -47,6 +49,9 @@ pub mod code {
 pub const DEVICE_MEMORY: u64 = 4 << 30;
 /// Stand-in GPUs.
 pub const DEVICES: i32 = 2;
+/// Compute capability (major, minor) of every stand-in GPU: an H100's, so that the images
+/// nvcc builds for `sm_90` are the ones a fat binary yields.
+pub const COMPUTE_CAPABILITY: (u32, u32) = (9, 0);
 
 type Result<T> = std::result::Result<T, u32>;
 
@@ -410,6 +415,14 @@ impl kernels::Memory for ContextMemory<'_> {
         }
         Some(())
     }
+
+    fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
+        let (a, at) = self.driver.locate(self.context, address, values.len().checked_mul(4)?)?;
+        for (dst, v) in a.bytes[at..at + values.len() * 4].chunks_exact_mut(4).zip(values) {
+            dst.copy_from_slice(&v.to_le_bytes());
+        }
+        Some(())
+    }
 }
 
 #[cfg(test)]
@@ -455,5 +468,23 @@ mod tests {
         d.fault_confined = true;
         d.process_poisoned = false;
         assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "sticky");
+    }
+
+    #[test]
+    fn a_shim_kernel_past_its_allocation_faults() {
+        let mut d = Driver { initialized: true, fault_confined: true, ..Driver::default() };
+        let context = d.create_context(0, false).unwrap();
+        let x = d.alloc(context, 64 * 4).unwrap();
+        let stream = d.stream(context, 0).unwrap();
+        let shape = kernels::Shape { grid: [1, 1, 1], block: [128, 1, 1] };
+        let iota = |n: u32| vec![x.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
+        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(64), shape });
+        d.run(stream, u64::MAX);
+        let (a, at) = d.locate(context, x, 64 * 4).unwrap();
+        assert_eq!(a.bytes[at + 63 * 4..at + 64 * 4], 63u32.to_le_bytes(), "iota within its 64 words");
+        assert!(d.usable(context).is_ok());
+        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(65), shape });
+        d.run(stream, u64::MAX);
+        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "word 64 is past the allocation");
     }
 }

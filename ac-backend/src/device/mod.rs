@@ -57,6 +57,9 @@ pub struct Kernel {
     pub name: String,
     /// Its parameter kinds, when the device knows them.
     pub params: Option<Vec<ParamKind>>,
+    /// Its parameters' sizes in bytes, when the device knows them (CUDA: the driver's
+    /// `cuFuncGetParamInfo` or the image's declarations; builtins: their kinds' widths).
+    pub sizes: Option<Vec<usize>>,
 }
 
 /// A kernel argument with buffer references resolved to device memory.
@@ -73,6 +76,14 @@ pub enum DeviceArg {
         /// Bytes valid from the offset to the end of the allocation.
         len: u64,
     },
+}
+
+/// The width in bytes of a kernel parameter of this kind.
+pub fn param_width(kind: ParamKind) -> usize {
+    match kind {
+        ParamKind::U32 | ParamKind::I32 | ParamKind::F32 => 4,
+        ParamKind::U64 | ParamKind::I64 | ParamKind::F64 | ParamKind::Ptr => 8,
+    }
 }
 
 /// One accelerator of the host.

@@ -351,7 +351,8 @@ impl Context for CpuContext {
         let (index, params) = builtin::lookup(name).ok_or_else(|| {
             WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))
         })?;
-        Ok(Kernel { handle: index as u64, name: name.to_string(), params: Some(params.to_vec()) })
+        let sizes = params.iter().map(|&kind| crate::device::param_width(kind)).collect();
+        Ok(Kernel { handle: index as u64, name: name.to_string(), params: Some(params.to_vec()), sizes: Some(sizes) })
     }
 
     fn launch(

@@ -2,17 +2,11 @@
 //! argument's value, checked against the kernel's parameter sizes. Values are laid out here, one 8-byte slot each, with no driver involved, so
 //! the layout is tested on any machine.
 
-use ac_proto::backend::{ErrorKind, KernelArg, ParamKind, WireError};
+use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
 use crate::device::{DeviceArg, DeviceResult};
 
-/// The width in bytes of a kernel parameter of this kind.
-pub fn kind_width(kind: ParamKind) -> usize {
-    match kind {
-        ParamKind::U32 | ParamKind::I32 | ParamKind::F32 => 4,
-        ParamKind::U64 | ParamKind::I64 | ParamKind::F64 | ParamKind::Ptr => 8,
-    }
-}
+pub use crate::device::param_width as kind_width;
 
 /// The width in bytes a kernel parameter of this argument's type has.
 pub fn width(arg: &DeviceArg) -> usize {

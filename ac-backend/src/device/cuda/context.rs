@@ -442,9 +442,9 @@ impl Context for CudaContext {
         self.check("cuModuleGetFunction", code)?;
         let sizes = self.param_sizes(raw).or(declared);
         let handle = self.next.fetch_add(1, Ordering::Relaxed);
-        let function = Function { raw: Handle(raw), sizes, builtin: is_builtin, module: module.0 };
+        let function = Function { raw: Handle(raw), sizes: sizes.clone(), builtin: is_builtin, module: module.0 };
         self.kernels.lock().expect("kernels poisoned").insert(handle, function);
-        Ok(Kernel { handle, name: name.to_string(), params })
+        Ok(Kernel { handle, name: name.to_string(), params, sizes })
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {

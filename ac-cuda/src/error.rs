@@ -1,0 +1,99 @@
+//! The shim's error: a `CUresult` and, where there is more to say, why (on stderr once).
+
+/// `CUresult` values (cuda.h).
+pub mod code {
+    pub const SUCCESS: u32 = 0;
+    pub const INVALID_VALUE: u32 = 1;
+    pub const OUT_OF_MEMORY: u32 = 2;
+    pub const NOT_INITIALIZED: u32 = 3;
+    pub const DEINITIALIZED: u32 = 4;
+    pub const NO_DEVICE: u32 = 100;
+    pub const INVALID_DEVICE: u32 = 101;
+    pub const INVALID_IMAGE: u32 = 200;
+    pub const INVALID_CONTEXT: u32 = 201;
+    pub const NO_BINARY_FOR_GPU: u32 = 209;
+    pub const INVALID_HANDLE: u32 = 400;
+    pub const NOT_FOUND: u32 = 500;
+    pub const NOT_READY: u32 = 600;
+    pub const ILLEGAL_ADDRESS: u32 = 700;
+    pub const LAUNCH_FAILED: u32 = 719;
+    pub const NOT_PERMITTED: u32 = 800;
+    pub const NOT_SUPPORTED: u32 = 801;
+    pub const UNKNOWN: u32 = 999;
+}
+
+/// Why a driver call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A plain `CUresult`, nothing more to say (a bad argument, a stale handle).
+    #[error("CUresult {0}")]
+    Code(u32),
+    /// A `CUresult` with a reason the program's user should read (printed once per call name).
+    #[error("{message}")]
+    Said {
+        /// The result.
+        code: u32,
+        /// Why.
+        message: String,
+    },
+    /// The SDK failed the call: the accelerator, its connection or the resource manager.
+    #[error(transparent)]
+    Remote(#[from] ac_frontend::Error),
+}
+
+/// A driver call's result.
+pub type CuResult<T> = Result<T, Error>;
+
+impl Error {
+    /// An error with a reason for the user.
+    pub fn said(code: u32, message: impl Into<String>) -> Self {
+        Error::Said { code, message: message.into() }
+    }
+
+    /// The `CUresult` the program gets.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Code(code) | Error::Said { code, .. } => *code,
+            Error::Remote(e) => remote_code(e),
+        }
+    }
+
+    /// Says why on stderr (what the driver would keep for `cuGetErrorString`) and answers the
+    /// code.
+    pub fn report(&self, call: &str) -> u32 {
+        if !matches!(self, Error::Code(_)) {
+            eprintln!("ac-cuda: {call}: {self}");
+        }
+        self.code()
+    }
+}
+
+/// The `CUresult` closest to an SDK error.
+fn remote_code(e: &ac_frontend::Error) -> u32 {
+    use ac_frontend::{Error as E, ErrorKind as K};
+    match e {
+        E::Remote { kind, .. } => match kind {
+            K::OutOfMemory => code::OUT_OF_MEMORY,
+            K::InvalidBuffer | K::OutOfBounds | K::InvalidArgument => code::INVALID_VALUE,
+            K::InvalidModule | K::InvalidFunction | K::InvalidStream => code::INVALID_HANDLE,
+            K::UnknownKernel => code::NOT_FOUND,
+            K::NeedsCuda => code::NO_BINARY_FOR_GPU,
+            K::ModuleLoad => code::INVALID_IMAGE,
+            // A kernel fault poisoned the remote context, as CUDA's sticky errors do.
+            K::ContextLost => code::LAUNCH_FAILED,
+            K::Unauthorized => code::NOT_PERMITTED,
+            K::Device | K::Internal => code::UNKNOWN,
+        },
+        E::InvalidArgument(_) => code::INVALID_VALUE,
+        E::DeviceRefused(_) | E::Manager { .. } | E::ManagerUnreachable { .. } => code::NO_DEVICE,
+        E::Revoked(_) | E::Disconnected(_) | E::Timeout(_) => code::LAUNCH_FAILED,
+        E::VersionMismatch(_) => code::NOT_SUPPORTED,
+        E::Protocol(_) | E::Setup(_) => code::UNKNOWN,
+    }
+}
+
+impl From<u32> for Error {
+    fn from(code: u32) -> Self {
+        Error::Code(code)
+    }
+}

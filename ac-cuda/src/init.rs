@@ -1,0 +1,215 @@
+//! `cuInit`, versions, device queries and error strings: all answered locally, from what the
+//! session learned when it opened (queries that cannot change never cross the network).
+
+use std::ffi::{c_char, c_int, c_uint, CStr};
+
+use crate::error::{code, Error};
+use crate::state::{self, put, Device};
+use crate::guard;
+
+/// The CUDA version this driver reports: what `cuda.h` 13.0 programs and runtimes need.
+pub const DRIVER_VERSION: c_int = 13000;
+
+#[no_mangle]
+pub extern "C" fn cuInit(flags: c_uint) -> u32 {
+    guard("cuInit", || {
+        if flags != 0 {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        state::init().map(drop)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
+    guard("cuDriverGetVersion", || put(version, DRIVER_VERSION))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> u32 {
+    guard("cuDeviceGetCount", || put(count, state::shim()?.devices.len() as c_int))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut c_int, ordinal: c_int) -> u32 {
+    guard("cuDeviceGet", || {
+        state::shim()?.device(ordinal)?;
+        put(device, ordinal)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> u32 {
+    guard("cuDeviceGetName", || {
+        let d = state::shim()?.device(device)?;
+        copy_name(name, len, &d.info.name)
+    })
+}
+
+/// Copies `text` into a C buffer of `len` bytes, cut to fit, NUL-terminated.
+unsafe fn copy_name(out: *mut c_char, len: c_int, text: &str) -> Result<(), Error> {
+    if out.is_null() || len <= 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let n = text.len().min(len as usize - 1);
+    std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, out, n);
+    *out.add(n) = 0;
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: c_int) -> u32 {
+    guard("cuDeviceTotalMem", || put(bytes, state::shim()?.device(device)?.info.memory_total as usize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], device: c_int) -> u32 {
+    guard("cuDeviceGetUuid", || put(uuid, state::shim()?.device(device)?.uuid))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetUuid_v2(uuid: *mut [u8; 16], device: c_int) -> u32 {
+    cuDeviceGetUuid(uuid, device)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetLuid(_luid: *mut c_char, _mask: *mut c_uint, device: c_int) -> u32 {
+    // LUIDs are Windows's.
+    guard("cuDeviceGetLuid", || {
+        state::shim()?.device(device)?;
+        Err(Error::Code(code::NOT_SUPPORTED))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int, device: c_int) -> u32 {
+    guard("cuDeviceComputeCapability", || {
+        let (ma, mi) = capability(state::shim()?.device(device)?);
+        put(major, ma)?;
+        put(minor, mi)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: c_int) -> u32 {
+    guard("cuDeviceGetAttribute", || {
+        let d = state::shim()?.device(device)?;
+        put(value, attribute_of(d, device, attribute))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, device: c_int) -> u32 {
+    guard("cuDeviceGetPCIBusId", || {
+        state::shim()?.device(device)?;
+        copy_name(out, len, &format!("0000:{:02x}:00.0", device + 1))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(_pool: *mut usize, device: c_int) -> u32 {
+    guard("cuDeviceGetDefaultMemPool", || {
+        state::shim()?.device(device)?;
+        Err(Error::Code(code::NOT_SUPPORTED))
+    })
+}
+
+/// The device's compute capability; a CUDA accelerator always reports one.
+pub fn capability(d: &Device) -> (c_int, c_int) {
+    let (major, minor) = d.info.compute_capability.unwrap_or((9, 0));
+    (major as c_int, minor as c_int)
+}
+
+/// One attribute of a device. The compute capability and memory are the remote GPU's; the
+/// limits are its architecture's (the same for every GPU of a compute capability); sizes
+/// that vary between models of one architecture (multiprocessors, clocks, L2) are the
+/// architecture's flagship's, and the PCI location is a per-ordinal placeholder (the
+/// runtime's integrity check hashes it, nothing else reads it).
+pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
+    let (major, minor) = capability(d);
+    let hopper = major >= 9;
+    match attribute {
+        1 => 1024,                               // max threads per block
+        2 | 3 => 1024,                           // max block dim x, y
+        4 => 64,                                 // max block dim z
+        5 => i32::MAX,                           // max grid dim x
+        6 | 7 => 65535,                          // max grid dim y, z
+        8 => 48 << 10,                           // shared memory per block
+        9 => 64 << 10,                           // constant memory
+        10 => 32,                                // warp size
+        11 => i32::MAX,                          // max pitch
+        12 => 65536,                             // registers per block
+        13 => 1_755_000,                         // clock (kHz)
+        14 => 512,                               // texture alignment
+        15 => 1,                                 // gpu overlap
+        16 => if hopper { 132 } else { 108 },    // multiprocessors
+        17 => 0,                                 // kernel exec timeout
+        18 => 0,                                 // integrated
+        19 => 1,                                 // can map host memory
+        20 => 0,                                 // compute mode: default
+        31 => 1,                                 // concurrent kernels
+        32 => 1,                                 // ECC enabled
+        33 => ordinal + 1,                       // PCI bus
+        34 => 0,                                 // PCI device
+        35 => 0,                                 // TCC driver
+        36 => 2_619_000,                         // memory clock (kHz)
+        37 => 5120,                              // memory bus width
+        38 => if hopper { 50 << 20 } else { 40 << 20 }, // L2 bytes
+        39 => 2048,                              // threads per multiprocessor
+        40 => 2,                                 // async engines
+        41 => 1,                                 // unified addressing
+        50 => 0,                                 // PCI domain
+        75 => major,
+        76 => minor,
+        78 => 1,                                 // stream priorities
+        79 | 80 => 1,                            // global/local L1 cache
+        81 => if hopper { 228 << 10 } else { 164 << 10 }, // shared memory per multiprocessor
+        82 => 65536,                             // registers per multiprocessor
+        83 => 0,                                 // managed memory: not served
+        84 => 0,                                 // multi-GPU board
+        86 => 32,                                // single/double perf ratio
+        88 => 1,                                 // compute preemption
+        95 => 1,                                 // cooperative launch
+        97 => if hopper { 227 << 10 } else { 163 << 10 }, // opt-in shared memory per block
+        106 => 32,                               // blocks per multiprocessor
+        111 => 1 << 10,                          // reserved shared memory per block
+        115 => 0,                                // memory pools: not served
+        120 => major,                            // virtual memory management? (kept conservative)
+        _ => 0,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(error: u32, out: *mut *const c_char) -> u32 {
+    guard("cuGetErrorName", || put(out, describe(error).ok_or(Error::Code(code::INVALID_VALUE))?.0.as_ptr()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(error: u32, out: *mut *const c_char) -> u32 {
+    guard("cuGetErrorString", || put(out, describe(error).ok_or(Error::Code(code::INVALID_VALUE))?.1.as_ptr()))
+}
+
+/// The name and description of a `CUresult`.
+fn describe(error: u32) -> Option<(&'static CStr, &'static CStr)> {
+    Some(match error {
+        0 => (c"CUDA_SUCCESS", c"no error"),
+        1 => (c"CUDA_ERROR_INVALID_VALUE", c"invalid argument"),
+        2 => (c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
+        3 => (c"CUDA_ERROR_NOT_INITIALIZED", c"initialization error"),
+        4 => (c"CUDA_ERROR_DEINITIALIZED", c"driver shutting down"),
+        100 => (c"CUDA_ERROR_NO_DEVICE", c"no CUDA-capable device is detected"),
+        101 => (c"CUDA_ERROR_INVALID_DEVICE", c"invalid device ordinal"),
+        200 => (c"CUDA_ERROR_INVALID_IMAGE", c"device kernel image is invalid"),
+        201 => (c"CUDA_ERROR_INVALID_CONTEXT", c"invalid device context"),
+        209 => (c"CUDA_ERROR_NO_BINARY_FOR_GPU", c"no kernel image is available for execution on the device"),
+        400 => (c"CUDA_ERROR_INVALID_HANDLE", c"invalid resource handle"),
+        500 => (c"CUDA_ERROR_NOT_FOUND", c"named symbol not found"),
+        600 => (c"CUDA_ERROR_NOT_READY", c"device not ready"),
+        700 => (c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered"),
+        719 => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
+        800 => (c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
+        801 => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
+        999 => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
+        _ => return None,
+    })
+}

@@ -1,0 +1,105 @@
+//! `libcuda.so.1` for unmodified CUDA programs: the CUDA driver API, served by the job's
+//! remote accelerators through the offload SDK.
+//!
+//! A CUDA program, the CUDA runtime linked into it (statically, as `nvcc` does by default),
+//! and the libraries built on CUDA all end in the driver API, one stable C ABI. Found first
+//! through `LD_LIBRARY_PATH`, this library answers it: the program's CUDA devices are its
+//! job's accelerators (`AC_Init`'s static set, plus `AC_GET=N` more asked at start), memory
+//! and copies go over the SDK's data plane and lanes, kernels run on the remote GPU.
+//!
+//! # Layout
+//! - [`state`]: the process's session, its devices, and the handles the program holds
+//!   (contexts, modules, kernels, streams, events), each checked before use.
+//! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
+//!   learned at open), errors' names and strings.
+//! - [`context`]: primary contexts and the per-thread context stack, kept locally.
+//! - [`memory`]: allocations (by device address), memsets and copies.
+//! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
+//! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
+//! - [`stream`]: streams and events.
+//! - [`procs`]: `cuGetProcAddress`, by name and version.
+//! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
+//!   [`integrity`] is the check one of them computes.
+//! - [`image`]: lengths of the images the driver is handed without one.
+//! - `generated.rs` (by `scripts/gen-cuda-exports`): every other entry point of `cuda.h`,
+//!   answering `CUDA_ERROR_NOT_SUPPORTED` and naming itself once on stderr.
+//!
+//! # Invariants
+//! - No entry point panics across the C boundary: each body runs under [`guard`].
+//! - A handle from the program is looked up in its registry before use; a stale or forged
+//!   one is `CUDA_ERROR_INVALID_HANDLE`, never a dereference.
+//! - Asynchronous calls (launches, memsets, async copies) return without a round trip; their
+//!   errors surface at the next synchronizing call, as the SDK's ordering model says.
+
+#![allow(non_snake_case)] // the driver API's names
+#![allow(clippy::missing_safety_doc)] // every entry point is the driver API's, documented by NVIDIA
+
+pub mod context;
+pub mod error;
+pub mod export_tables;
+pub mod generated;
+pub mod image;
+pub mod init;
+pub mod integrity;
+pub mod launch;
+pub mod memory;
+pub mod module;
+pub mod procs;
+pub mod state;
+pub mod stream;
+
+pub use error::{CuResult, Error};
+
+/// Runs an entry point's body: its error becomes the call's `CUresult`, and a panic (a bug)
+/// becomes `CUDA_ERROR_UNKNOWN` with a line on stderr instead of unwinding into C.
+pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Error>) -> u32 {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => error::code::SUCCESS,
+        Ok(Err(e)) => e.report(call),
+        Err(_) => {
+            eprintln!("ac-cuda: {call} failed unexpectedly (a bug in the shim)");
+            error::code::UNKNOWN
+        }
+    }
+}
+
+/// The answer of an entry point the shim does not implement: `CUDA_ERROR_NOT_SUPPORTED`, its
+/// name on stderr the first time.
+pub fn not_supported(name: &'static str) -> u32 {
+    static SAID: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.contains(&name) {
+        said.push(name);
+        eprintln!("ac-cuda: {name} is not supported on remote accelerators (CUDA_ERROR_NOT_SUPPORTED)");
+    }
+    error::code::NOT_SUPPORTED
+}
+
+/// Defines each named entry point as [`not_supported`]. They take no parameters: on x86-64
+/// and AArch64 the caller cleans up its arguments, so a C caller passing any is unharmed.
+#[macro_export]
+macro_rules! not_supported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name() -> u32 {
+                $crate::not_supported(stringify!($name))
+            }
+        )*
+    };
+}
+
+/// Exports `alias` as a second name of `target` (the per-thread-default-stream variants,
+/// which share their base's signature).
+#[macro_export]
+macro_rules! per_thread_aliases {
+    ($($alias:ident => $target:ident),* $(,)?) => {
+        $(
+            core::arch::global_asm!(
+                concat!(".globl ", stringify!($alias)),
+                concat!(".type ", stringify!($alias), ", @function"),
+                concat!(".set ", stringify!($alias), ", ", stringify!($target)),
+            );
+        )*
+    };
+}

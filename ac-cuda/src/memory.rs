@@ -1,0 +1,432 @@
+//! Device memory by address: allocations, frees, copies and memsets.
+//!
+//! An allocation answers its remote device address, which the program keeps, offsets and
+//! passes to kernels as it would a local one. Copies find the allocation holding an address
+//! (on the current device first) and go over the SDK's data plane: large ones stripe over the
+//! lanes. Page-locked host memory is plain host memory here: every copy is staged anyway.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::state::{self, put, Allocation};
+use crate::stream::stream_of;
+use crate::guard;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut u64, bytes: usize) -> u32 {
+    guard("cuMemAlloc", || alloc(address, bytes))
+}
+
+unsafe fn alloc(address: *mut u64, bytes: usize) -> CuResult<()> {
+    if address.is_null() || bytes == 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let shim = state::shim()?;
+    let device = current_device()?;
+    let (buffer, at) = shim.block_on(shim.devices[device].acc.alloc_addressed(bytes as u64))?;
+    let allocation = Allocation { device, size: bytes as u64, buffer: std::sync::Arc::new(buffer) };
+    shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, at), allocation);
+    put(address, at)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(address: *mut u64, bytes: usize, _stream: usize) -> u32 {
+    // Ordered after nothing it needs to be: a new allocation holds no one's data.
+    guard("cuMemAllocAsync", || alloc(address, bytes))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocPitch_v2(
+    address: *mut u64,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    _element: c_uint,
+) -> u32 {
+    guard("cuMemAllocPitch", || {
+        let row = width.next_multiple_of(512);
+        put(pitch, row)?;
+        alloc(address, row.checked_mul(height).ok_or(Error::Code(code::INVALID_VALUE))?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
+    guard("cuMemFree", || free(address))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemFreeAsync(address: u64, _stream: usize) -> u32 {
+    // The backend frees after the work queued before it, on every stream.
+    guard("cuMemFreeAsync", || free(address))
+}
+
+fn free(address: u64) -> CuResult<()> {
+    if address == 0 {
+        return Ok(());
+    }
+    let shim = state::shim()?;
+    let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
+    let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
+    // Only an allocation's start may be freed; dropping the buffer frees it remotely.
+    memory.remove(&(device, address)).map(drop).ok_or(Error::Code(code::INVALID_VALUE))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
+    guard("cuMemGetInfo", || {
+        let shim = state::shim()?;
+        let device = &shim.devices[current_device()?];
+        let info = shim.block_on(device.acc.device_info())?;
+        put(free, info.memory_free as usize)?;
+        put(total, info.memory_total as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, address: u64) -> u32 {
+    guard("cuMemGetAddressRange", || {
+        let (alloc, offset) = locate(address, 1)?;
+        if !base.is_null() {
+            *base = address - offset;
+        }
+        if !size.is_null() {
+            *size = alloc.size as usize;
+        }
+        Ok(())
+    })
+}
+
+/// The allocation holding `len` bytes at `address`, and the offset into it.
+fn locate(address: u64, len: u64) -> CuResult<(Allocation, u64)> {
+    let shim = state::shim()?;
+    let device = shim.device_of(address, current_device().ok()).ok_or_else(|| {
+        Error::said(code::INVALID_VALUE, format!("{address:#x} is not device memory of this program"))
+    })?;
+    shim.find(device, address, len)
+}
+
+// ---- Page-locked host memory: plain host memory (every copy is staged). ----
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost_v2(out: *mut *mut c_void, bytes: usize) -> u32 {
+    cuMemHostAlloc(out, bytes, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(out: *mut *mut c_void, bytes: usize, _flags: c_uint) -> u32 {
+    guard("cuMemHostAlloc", || {
+        let p = libc::malloc(bytes.max(1));
+        if p.is_null() {
+            return Err(Error::Code(code::OUT_OF_MEMORY));
+        }
+        put(out, p)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> u32 {
+    guard("cuMemFreeHost", || {
+        libc::free(p);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemHostRegister_v2(_p: *mut c_void, _bytes: usize, _flags: c_uint) -> u32 {
+    guard("cuMemHostRegister", || Ok(()))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemHostUnregister(_p: *mut c_void) -> u32 {
+    guard("cuMemHostUnregister", || Ok(()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, _p: *mut c_void) -> u32 {
+    guard("cuMemHostGetFlags", || put(flags, 0))
+}
+
+// ---- Copies ----
+
+/// Host to device, synchronous (after the work queued before it).
+unsafe fn host_to_device(dst: u64, src: *const c_void, len: usize) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (alloc, offset) = locate(dst, len as u64)?;
+    let data = std::slice::from_raw_parts(src as *const u8, len);
+    let shim = state::shim()?;
+    Ok(shim.block_on(alloc.buffer.copy_from_host_at(offset as usize, data))?)
+}
+
+/// Device to host, synchronous.
+unsafe fn device_to_host(dst: *mut c_void, src: u64, len: usize) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (alloc, offset) = locate(src, len as u64)?;
+    let out = std::slice::from_raw_parts_mut(dst as *mut u8, len);
+    let shim = state::shim()?;
+    Ok(shim.block_on(alloc.buffer.copy_to_host_at(offset as usize, out))?)
+}
+
+/// Device to device, queued on `stream` (through the host between two devices).
+fn device_to_device(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (to, to_offset) = locate(dst, len as u64)?;
+    let (from, from_offset) = locate(src, len as u64)?;
+    let shim = state::shim()?;
+    if to.device == from.device {
+        let stream = stream_of(stream, to.device)?;
+        let copy = to.buffer.copy_from_device_at(&stream, to_offset as usize, &from.buffer, from_offset as usize, len);
+        return Ok(shim.block_on(copy)?);
+    }
+    let mut staged = vec![0u8; len];
+    shim.block_on(from.buffer.copy_to_host_at(from_offset as usize, &mut staged))?;
+    Ok(shim.block_on(to.buffer.copy_from_host_at(to_offset as usize, &staged))?)
+}
+
+/// Host to device, queued on `stream`: the bytes are sent now.
+unsafe fn host_to_device_async(dst: u64, src: *const c_void, len: usize, stream: usize) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (alloc, offset) = locate(dst, len as u64)?;
+    let data = std::slice::from_raw_parts(src as *const u8, len);
+    let shim = state::shim()?;
+    let stream = stream_of(stream, alloc.device)?;
+    Ok(shim.block_on(alloc.buffer.copy_from_host_async(&stream, offset as usize, data))?)
+}
+
+/// Device to host on `stream`: the bytes must be in host memory when the stream reaches this
+/// point, so the copy waits for the stream's work and then reads (synchronous, as CUDA's own
+/// copy to pageable memory is).
+unsafe fn device_to_host_async(dst: *mut c_void, src: u64, len: usize, stream: usize) -> CuResult<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (alloc, _) = locate(src, len as u64)?;
+    let shim = state::shim()?;
+    shim.block_on(stream_of(stream, alloc.device)?.synchronize())?;
+    device_to_host(dst, src, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, len: usize) -> u32 {
+    guard("cuMemcpyHtoD", || host_to_device(dst, src, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, len: usize) -> u32 {
+    guard("cuMemcpyDtoH", || device_to_host(dst, src, len))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, len: usize) -> u32 {
+    guard("cuMemcpyDtoD", || {
+        device_to_device(dst, src, len, 0)?;
+        synchronize_device_of(dst)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, len: usize, stream: usize) -> u32 {
+    guard("cuMemcpyHtoDAsync", || host_to_device_async(dst, src, len, stream))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, len: usize, stream: usize) -> u32 {
+    guard("cuMemcpyDtoHAsync", || device_to_host_async(dst, src, len, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
+    guard("cuMemcpyDtoDAsync", || device_to_device(dst, src, len, stream))
+}
+
+/// Which side of a unified-addressing copy an address is on.
+fn is_device(address: u64) -> bool {
+    state::shim().is_ok_and(|shim| shim.device_of(address, current_device().ok()).is_some())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy(dst: u64, src: u64, len: usize) -> u32 {
+    guard("cuMemcpy", || match (is_device(dst), is_device(src)) {
+        (true, true) => {
+            device_to_device(dst, src, len, 0)?;
+            synchronize_device_of(dst)
+        }
+        (true, false) => host_to_device(dst, src as *const c_void, len),
+        (false, true) => device_to_host(dst as *mut c_void, src, len),
+        (false, false) => {
+            std::ptr::copy(src as *const u8, dst as *mut u8, len);
+            Ok(())
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
+    guard("cuMemcpyAsync", || match (is_device(dst), is_device(src)) {
+        (true, true) => device_to_device(dst, src, len, stream),
+        (true, false) => host_to_device_async(dst, src as *const c_void, len, stream),
+        (false, true) => device_to_host_async(dst as *mut c_void, src, len, stream),
+        (false, false) => {
+            std::ptr::copy(src as *const u8, dst as *mut u8, len);
+            Ok(())
+        }
+    })
+}
+
+fn synchronize_device_of(address: u64) -> CuResult<()> {
+    let (alloc, _) = locate(address, 0)?;
+    let shim = state::shim()?;
+    Ok(shim.block_on(shim.devices[alloc.device].acc.synchronize())?)
+}
+
+// ---- Memsets ----
+
+/// Sets `count` elements of `width` bytes at `dst` to `pattern`, on `stream`.
+fn memset(dst: u64, pattern: u32, width: usize, count: usize, stream: usize) -> CuResult<()> {
+    let len = count.checked_mul(width).ok_or(Error::Code(code::INVALID_VALUE))?;
+    if len == 0 {
+        return Ok(());
+    }
+    let (alloc, offset) = locate(dst, len as u64)?;
+    let shim = state::shim()?;
+    let stream = stream_of(stream, alloc.device)?;
+    let bytes = &pattern.to_le_bytes()[..width];
+    if bytes.iter().all(|&b| b == bytes[0]) {
+        return Ok(shim.block_on(alloc.buffer.memset_range(&stream, offset as usize, len, bytes[0]))?);
+    }
+    // A pattern of unequal bytes: written as data, in the stream's order.
+    let data: Vec<u8> = bytes.iter().copied().cycle().take(len).collect();
+    Ok(shim.block_on(alloc.buffer.copy_from_host_async(&stream, offset as usize, &data))?)
+}
+
+/// A synchronous memset: queued on the default stream, then waited for.
+fn memset_sync(dst: u64, pattern: u32, width: usize, count: usize) -> CuResult<()> {
+    memset(dst, pattern, width, count, 0)?;
+    let (alloc, _) = locate(dst, 0)?;
+    let shim = state::shim()?;
+    Ok(shim.block_on(stream_of(0, alloc.device)?.synchronize())?)
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8_v2(dst: u64, value: u8, count: usize) -> u32 {
+    guard("cuMemsetD8", || memset_sync(dst, value as u32, 1, count))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD16_v2(dst: u64, value: u16, count: usize) -> u32 {
+    guard("cuMemsetD16", || memset_sync(dst, value as u32, 2, count))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32_v2(dst: u64, value: u32, count: usize) -> u32 {
+    guard("cuMemsetD32", || memset_sync(dst, value, 4, count))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, count: usize, stream: usize) -> u32 {
+    guard("cuMemsetD8Async", || memset(dst, value as u32, 1, count, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: usize) -> u32 {
+    guard("cuMemsetD16Async", || memset(dst, value as u32, 2, count, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: usize) -> u32 {
+    guard("cuMemsetD32Async", || memset(dst, value, 4, count, stream))
+}
+
+// ---- Pointer attributes ----
+
+/// `CU_POINTER_ATTRIBUTE_*` values the shim answers.
+mod attribute {
+    pub const CONTEXT: c_int = 1;
+    pub const MEMORY_TYPE: c_int = 2;
+    pub const DEVICE_POINTER: c_int = 3;
+    pub const HOST_POINTER: c_int = 4;
+    pub const IS_MANAGED: c_int = 8;
+    pub const DEVICE_ORDINAL: c_int = 9;
+    pub const RANGE_START_ADDR: c_int = 11;
+    pub const RANGE_SIZE: c_int = 12;
+    pub const MAPPED: c_int = 13;
+    use std::ffi::c_int;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attr: c_int, address: u64) -> u32 {
+    guard("cuPointerGetAttribute", || pointer_attribute(data, attr, address))
+}
+
+unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuResult<()> {
+    if data.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let shim = state::shim()?;
+    let Ok((alloc, offset)) = locate(address, 1) else {
+        // Host memory the driver does not know: CUDA answers "invalid value" for most
+        // attributes, and a memory type of 0 through cuPointerGetAttributes.
+        return Err(Error::Code(code::INVALID_VALUE));
+    };
+    match attr {
+        attribute::CONTEXT => *(data as *mut usize) = crate::context::handle_of(&shim.devices[alloc.device].context),
+        attribute::MEMORY_TYPE => *(data as *mut c_uint) = 2, // CU_MEMORYTYPE_DEVICE
+        attribute::DEVICE_POINTER => *(data as *mut u64) = address,
+        attribute::HOST_POINTER => return Err(Error::Code(code::INVALID_VALUE)),
+        attribute::IS_MANAGED | attribute::MAPPED => *(data as *mut c_uint) = 0,
+        attribute::DEVICE_ORDINAL => *(data as *mut c_int) = alloc.device as c_int,
+        attribute::RANGE_START_ADDR => *(data as *mut u64) = address - offset,
+        attribute::RANGE_SIZE => *(data as *mut usize) = alloc.size as usize,
+        _ => return Err(Error::Code(code::NOT_SUPPORTED)),
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerGetAttributes(
+    count: c_uint,
+    attrs: *const c_int,
+    data: *mut *mut c_void,
+    address: u64,
+) -> u32 {
+    guard("cuPointerGetAttributes", || {
+        if attrs.is_null() || data.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let device = locate(address, 1).is_ok();
+        for i in 0..count as usize {
+            let (attr, out) = (*attrs.add(i), *data.add(i));
+            if out.is_null() {
+                continue;
+            }
+            // Host memory answers zeros here (memory type 0: unregistered), as CUDA does.
+            if !device {
+                match attr {
+                    attribute::DEVICE_ORDINAL => *(out as *mut c_int) = -2,
+                    attribute::CONTEXT | attribute::DEVICE_POINTER | attribute::HOST_POINTER => {
+                        *(out as *mut usize) = 0
+                    }
+                    _ => *(out as *mut c_uint) = 0,
+                }
+                continue;
+            }
+            match pointer_attribute(out, attr, address) {
+                Ok(()) => {}
+                Err(e) if e.code() == code::NOT_SUPPORTED || attr == attribute::HOST_POINTER => {
+                    *(out as *mut usize) = 0
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,355 @@
+//! Module images and kernels. A library (`cuLibraryLoadData`, how the CUDA runtime registers
+//! a program's fat binaries) belongs to no context: it is uploaded to a device the first time
+//! one of its kernels runs there. A module (`cuModuleLoadData`) is loaded at once on the
+//! current device, so that a bad image fails the call that loads it. A kernel's parameter
+//! sizes come with its lookup (backend protocol 7) and are kept per device.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ac_frontend::{Function, Module};
+use ac_proto::backend::ModuleSource;
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::image::{self, Kind};
+use crate::state::{self, put, Registry};
+
+/// An image the program loaded: a library, or a module bound to one device.
+#[derive(Debug)]
+pub struct Image {
+    kind: Kind,
+    bytes: Vec<u8>,
+    /// The device a module was loaded on; `None` for a library.
+    bound: Option<usize>,
+    /// Where it is loaded, by device.
+    loaded: Mutex<HashMap<usize, Module>>,
+    /// Kernel handles already given, by name.
+    kernels: Mutex<HashMap<String, usize>>,
+}
+
+/// A kernel the program holds (`CUfunction` and `CUkernel` alike).
+#[derive(Debug)]
+pub struct Kernel {
+    /// Its name, NUL-terminated for `cuFuncGetName`.
+    pub name: CString,
+    image: Arc<Image>,
+    resolved: Mutex<HashMap<usize, Arc<Resolved>>>,
+}
+
+/// A kernel looked up on one device.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The session's function.
+    pub function: Function,
+    /// Its parameters' sizes, when the device knows them.
+    pub sizes: Option<Vec<u32>>,
+}
+
+fn images() -> &'static Registry<Image> {
+    static IMAGES: OnceLock<Registry<Image>> = OnceLock::new();
+    IMAGES.get_or_init(Registry::default)
+}
+
+/// Kernels, by handle.
+pub fn kernels() -> &'static Registry<Kernel> {
+    static KERNELS: OnceLock<Registry<Kernel>> = OnceLock::new();
+    KERNELS.get_or_init(Registry::default)
+}
+
+impl Image {
+    /// The image loaded on `device` (uploaded the first time).
+    fn on(&self, device: usize) -> CuResult<Module> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(module) = loaded.get(&device) {
+            return Ok(module.clone());
+        }
+        let shim = state::shim()?;
+        let source = match self.kind {
+            Kind::Binary => ModuleSource::Cubin,
+            Kind::Ptx => ModuleSource::Ptx,
+        };
+        let module = shim.block_on(shim.devices[device].acc.load_module(source, &self.bytes))?;
+        loaded.insert(device, module.clone());
+        Ok(module)
+    }
+}
+
+impl Kernel {
+    /// The device a launch of this kernel runs on: its module's, or the current one.
+    pub fn device(&self) -> CuResult<usize> {
+        self.image.bound.map_or_else(current_device, Ok)
+    }
+
+    /// The kernel as looked up on `device` (looked up the first time).
+    pub fn on(&self, device: usize) -> CuResult<Arc<Resolved>> {
+        let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = resolved.get(&device) {
+            return Ok(r.clone());
+        }
+        let module = self.image.on(device)?;
+        let shim = state::shim()?;
+        let name = self.name.to_str().map_err(|_| Error::Code(code::NOT_FOUND))?;
+        let (function, sizes) = shim.block_on(module.function_layout(name))?;
+        let r = Arc::new(Resolved { function, sizes });
+        resolved.insert(device, r.clone());
+        Ok(r)
+    }
+}
+
+/// Loads the image at `ptr` as a library, or as a module on the current device.
+unsafe fn load(ptr: *const c_void, module: bool) -> CuResult<usize> {
+    let (kind, bytes) = image::read(ptr as *const u8)?;
+    let bound = if module { Some(current_device()?) } else { None };
+    let image = Image { kind, bytes, bound, loaded: Mutex::default(), kernels: Mutex::default() };
+    if let Some(device) = bound {
+        image.on(device)?;
+    }
+    Ok(images().insert(image))
+}
+
+/// A kernel handle for `name` of image `handle` (the same handle for the same name).
+unsafe fn kernel(handle: usize, name: *const c_char, look_up_now: bool) -> CuResult<usize> {
+    if name.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let image = images().get(handle)?;
+    let name = CStr::from_ptr(name).to_owned();
+    let key = name.to_string_lossy().into_owned();
+    if let Some(&k) = image.kernels.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(k);
+    }
+    let record = Kernel { name, image: image.clone(), resolved: Mutex::default() };
+    if look_up_now {
+        record.on(record.device()?)?;
+    }
+    let k = kernels().insert(record);
+    image.kernels.lock().unwrap_or_else(|p| p.into_inner()).insert(key, k);
+    Ok(k)
+}
+
+/// Unloads an image from every device it was uploaded to.
+fn unload(handle: usize) -> CuResult<()> {
+    let image = images().remove(handle)?;
+    let modules: Vec<Module> = image.loaded.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, m)| m).collect();
+    for k in image.kernels.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+        let _ = kernels().remove(k.1);
+    }
+    let shim = state::shim()?;
+    for module in modules {
+        shim.block_on(module.unload())?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadData(out: *mut usize, image: *const c_void) -> u32 {
+    guard("cuModuleLoadData", || put(out, load(image, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    out: *mut usize,
+    image: *const c_void,
+    _count: c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+) -> u32 {
+    guard("cuModuleLoadDataEx", || put(out, load(image, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(out: *mut usize, image: *const c_void) -> u32 {
+    guard("cuModuleLoadFatBinary", || put(out, load(image, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoad(out: *mut usize, path: *const c_char) -> u32 {
+    guard("cuModuleLoad", || {
+        if path.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let path = CStr::from_ptr(path).to_string_lossy().into_owned();
+        let mut bytes = std::fs::read(&path).map_err(|e| Error::said(301, format!("{path}: {e}")))?;
+        bytes.push(0); // PTX is read as C text
+        put(out, load(bytes.as_ptr() as *const c_void, true)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuModuleUnload(module: usize) -> u32 {
+    guard("cuModuleUnload", || unload(module))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, module: usize, name: *const c_char) -> u32 {
+    guard("cuModuleGetFunction", || put(out, kernel(module, name, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_int) -> u32 {
+    // CU_MODULE_LAZY_LOADING: libraries are uploaded when first used.
+    guard("cuModuleGetLoadingMode", || put(mode, 2))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    out: *mut usize,
+    code: *const c_void,
+    _jit_options: *mut c_int,
+    _jit_values: *mut *mut c_void,
+    _jit_count: c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+    _count: c_uint,
+) -> u32 {
+    guard("cuLibraryLoadData", || put(out, load(code, false)?))
+}
+
+#[no_mangle]
+pub extern "C" fn cuLibraryUnload(library: usize) -> u32 {
+    guard("cuLibraryUnload", || unload(library))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetKernel(out: *mut usize, library: usize, name: *const c_char) -> u32 {
+    guard("cuLibraryGetKernel", || put(out, kernel(library, name, false)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetModule(out: *mut usize, library: usize) -> u32 {
+    // A library and its module share a handle: module calls on it act on the library.
+    guard("cuLibraryGetModule", || {
+        images().get(library)?;
+        put(out, library)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetFunction(out: *mut usize, kernel: usize) -> u32 {
+    guard("cuKernelGetFunction", || {
+        kernels().get(kernel)?;
+        put(out, kernel)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetName(out: *mut *const c_char, kernel: usize) -> u32 {
+    guard("cuKernelGetName", || put(out, kernels().get(kernel)?.name.as_ptr()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetName(out: *mut *const c_char, function: usize) -> u32 {
+    guard("cuFuncGetName", || put(out, kernels().get(function)?.name.as_ptr()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetParamInfo(function: usize, index: usize, offset: *mut usize, size: *mut usize) -> u32 {
+    guard("cuFuncGetParamInfo", || {
+        let k = kernels().get(function)?;
+        let sizes = k.on(k.device()?)?.sizes.clone().ok_or(Error::Code(code::NOT_SUPPORTED))?;
+        let layout = crate::launch::layout(&sizes);
+        let &(at, width) = layout.get(index).ok_or(Error::Code(code::INVALID_VALUE))?;
+        put(offset, at)?;
+        put(size, width)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, function: usize) -> u32 {
+    guard("cuFuncGetAttribute", || {
+        let k = kernels().get(function)?;
+        put(value, function_attribute(k.device()?, attribute)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetAttribute(value: *mut c_int, attribute: c_int, kernel: usize, device: c_int) -> u32 {
+    guard("cuKernelGetAttribute", || {
+        kernels().get(kernel)?;
+        put(value, function_attribute(device as usize, attribute)?)
+    })
+}
+
+/// A kernel attribute: the architecture's limits (the image's resource use is not known here).
+fn function_attribute(device: usize, attribute: c_int) -> CuResult<c_int> {
+    let shim = state::shim()?;
+    let d = shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
+    let (major, minor) = crate::init::capability(d);
+    Ok(match attribute {
+        0 => 1024,                      // max threads per block
+        1..=3 => 0,                     // static shared, constant, local bytes
+        4 => 32,                        // registers per thread
+        5 | 6 => major * 10 + minor,    // PTX and binary versions
+        7 => 0,                         // cache mode
+        8 => 48 << 10,                  // max dynamic shared memory
+        9 => -1,                        // preferred shared memory carveout
+        _ => 0,
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuFuncSetAttribute(function: usize, _attribute: c_int, _value: c_int) -> u32 {
+    // Accepted and not forwarded: a launch that needs more than the defaults fails remotely.
+    guard("cuFuncSetAttribute", || kernels().get(function).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuKernelSetAttribute(_attribute: c_int, _value: c_int, kernel: usize, _device: c_int) -> u32 {
+    guard("cuKernelSetAttribute", || kernels().get(kernel).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuFuncSetCacheConfig(function: usize, _config: c_int) -> u32 {
+    guard("cuFuncSetCacheConfig", || kernels().get(function).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuKernelSetCacheConfig(kernel: usize, _config: c_int, _device: c_int) -> u32 {
+    guard("cuKernelSetCacheConfig", || kernels().get(kernel).map(drop))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    blocks: *mut c_int,
+    function: usize,
+    block_size: c_int,
+    _dynamic_shared: usize,
+) -> u32 {
+    guard("cuOccupancyMaxActiveBlocksPerMultiprocessor", || {
+        kernels().get(function)?;
+        put(blocks, (2048 / block_size.max(1)).clamp(1, 32))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    blocks: *mut c_int,
+    function: usize,
+    block_size: c_int,
+    dynamic_shared: usize,
+    _flags: c_uint,
+) -> u32 {
+    cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, block_size, dynamic_shared)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
+    min_grid: *mut c_int,
+    block: *mut c_int,
+    function: usize,
+    _shared_of_block: *const c_void,
+    _dynamic_shared: usize,
+    limit: c_int,
+) -> u32 {
+    guard("cuOccupancyMaxPotentialBlockSize", || {
+        let k = kernels().get(function)?;
+        let size = if limit > 0 { limit.min(1024) } else { 1024 };
+        let shim = state::shim()?;
+        let sms = crate::init::attribute_of(&shim.devices[k.device()?], 0, 16);
+        put(block, size)?;
+        put(min_grid, sms * (2048 / size))
+    })
+}

@@ -1,0 +1,267 @@
+//! The process's state: the session with the resource manager, the devices it gave, and the
+//! handles the program holds.
+//!
+//! The session opens at `cuInit` (the CUDA runtime calls it first) and is finalized when the
+//! process exits (`atexit`), so that a program that never frees anything leaves nothing held.
+//! Handles the program gets are the addresses of records kept in a [`Registry`]: every call
+//! looks its handles up there first.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ac_frontend::{Accelerator, DeviceBuffer, DeviceInfo, DeviceKind, Session, SessionOptions};
+use tokio::runtime::Runtime;
+
+use crate::error::{code, CuResult, Error};
+
+/// One CUDA device of the program: an accelerator of its job.
+#[derive(Debug)]
+pub struct Device {
+    /// The accelerator's id (`host/device`).
+    pub id: String,
+    /// Its connection.
+    pub acc: Accelerator,
+    /// What the session learned at open.
+    pub info: DeviceInfo,
+    /// A UUID for it, stable for the accelerator's id.
+    pub uuid: [u8; 16],
+    /// Its primary context (the only kind of context the shim keeps).
+    pub context: Arc<Context>,
+}
+
+/// A context: the shim keeps one per device, its primary context.
+#[derive(Debug)]
+pub struct Context {
+    /// The device's ordinal.
+    pub device: usize,
+    /// Context-local storage of the runtime (its export table), by key.
+    pub storage: Mutex<HashMap<usize, usize>>,
+}
+
+/// One allocation, by its device address.
+#[derive(Debug, Clone)]
+pub struct Allocation {
+    /// The device's ordinal.
+    pub device: usize,
+    /// Bytes.
+    pub size: u64,
+    /// The buffer (freed when the last reference goes).
+    pub buffer: Arc<DeviceBuffer<u8>>,
+}
+
+/// The session and everything opened with it.
+#[derive(Debug)]
+pub struct Shim {
+    /// Drives every connection; program threads block on it.
+    pub rt: Runtime,
+    /// The program's CUDA devices, in ordinal order.
+    pub devices: Vec<Device>,
+    /// The session, until the process exits.
+    session: Mutex<Option<(Session, Option<ac_frontend::DynamicSet>)>>,
+    /// Allocations, by (device, start address).
+    pub memory: Mutex<BTreeMap<(usize, u64), Allocation>>,
+}
+
+static SHIM: OnceLock<Result<Shim, (u32, String)>> = OnceLock::new();
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Opens the session (once): the job's static accelerators, plus `AC_GET=N` more.
+pub fn init() -> CuResult<&'static Shim> {
+    match SHIM.get_or_init(open) {
+        Ok(shim) => Ok(shim),
+        Err((code, why)) => Err(Error::said(*code, why.clone())),
+    }
+}
+
+/// The shim, once `cuInit` succeeded and before the process's exit finalized it.
+pub fn shim() -> CuResult<&'static Shim> {
+    if FINALIZED.load(Ordering::Acquire) {
+        return Err(Error::Code(code::DEINITIALIZED));
+    }
+    match SHIM.get() {
+        Some(Ok(shim)) => Ok(shim),
+        _ => Err(Error::Code(code::NOT_INITIALIZED)),
+    }
+}
+
+fn open() -> Result<Shim, (u32, String)> {
+    let no_device = |why: String| (code::NO_DEVICE, why);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ac-cuda")
+        .enable_all()
+        .build()
+        .map_err(|e| no_device(format!("cannot start the I/O runtime: {e}")))?;
+    let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
+    let session = rt.block_on(Session::init(options)).map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
+    let mut handles: Vec<(String, Accelerator)> =
+        session.accelerators().iter().map(|h| (h.id.clone(), h.acc.clone())).collect();
+    let extra = match requested_extra().map_err(no_device)? {
+        0 => None,
+        n => match rt.block_on(session.get_or_why(ac_frontend::GetRequest::new(n))) {
+            Ok(Ok(set)) => {
+                handles.extend(set.handles.iter().map(|h| (h.id.clone(), h.acc.clone())));
+                Some(set)
+            }
+            Ok(Err(why)) => {
+                eprintln!("ac-cuda: AC_GET={n}: rejected: {why}");
+                None
+            }
+            Err(e) => {
+                eprintln!("ac-cuda: AC_GET={n}: {e}");
+                None
+            }
+        },
+    };
+    let devices: Vec<Device> = handles
+        .into_iter()
+        .filter(|(_, acc)| acc.info().kind == DeviceKind::Cuda)
+        .enumerate()
+        .map(|(ordinal, (id, acc))| Device {
+            uuid: uuid_of(&id),
+            info: acc.info().clone(),
+            id,
+            acc,
+            context: Arc::new(Context { device: ordinal, storage: Mutex::default() }),
+        })
+        .collect();
+    if devices.is_empty() {
+        let _ = rt.block_on(session.finalize());
+        return Err(no_device("the job holds no CUDA accelerator on this node (AC_Init gave none; AC_GET asks for more)".into()));
+    }
+    // SAFETY: registering a plain `extern "C" fn` with the C library.
+    unsafe { libc::atexit(finalize_at_exit) };
+    Ok(Shim { rt, devices, session: Mutex::new(Some((session, extra))), memory: Mutex::default() })
+}
+
+/// `AC_GET`: how many accelerators to ask for at start, beyond the static ones.
+fn requested_extra() -> Result<u32, String> {
+    match std::env::var("AC_GET") {
+        Err(_) => Ok(0),
+        Ok(v) if v.trim().is_empty() => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| format!("AC_GET={v}: not a count of accelerators")),
+    }
+}
+
+/// A UUID derived from the accelerator's id (FNV-1a, twice, over the id): the same
+/// accelerator always gets the same UUID, in every process of the job.
+fn uuid_of(id: &str) -> [u8; 16] {
+    let fnv = |seed: u64| {
+        id.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    };
+    let mut uuid = [0u8; 16];
+    uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    uuid[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
+    uuid
+}
+
+/// The process exits: frees what the job was given for it (`AC_Free`, `AC_Finalize`). Calls
+/// after this (the runtime's own exit handlers) answer `CUDA_ERROR_DEINITIALIZED`.
+extern "C" fn finalize_at_exit() {
+    FINALIZED.store(true, Ordering::Release);
+    let Some(Ok(shim)) = SHIM.get() else { return };
+    shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some((session, extra)) = taken else { return };
+    let finalize = async move {
+        if let Some(set) = extra {
+            let _ = session.free(set).await;
+        }
+        if let Err(e) = session.finalize().await {
+            eprintln!("ac-cuda: AC_Finalize at exit: {e}");
+        }
+    };
+    // On a thread of its own: the exiting thread's thread-locals (the runtime's among them)
+    // are already destroyed when atexit handlers run.
+    let finished = std::thread::spawn(move || shim.rt.block_on(finalize)).join();
+    if finished.is_err() {
+        eprintln!("ac-cuda: AC_Finalize at exit failed");
+    }
+}
+
+impl Shim {
+    /// Device `ordinal`, or `CUDA_ERROR_INVALID_DEVICE`.
+    pub fn device(&self, ordinal: i32) -> CuResult<&Device> {
+        usize::try_from(ordinal).ok().and_then(|i| self.devices.get(i)).ok_or(Error::Code(code::INVALID_DEVICE))
+    }
+
+    /// Runs `future` to its end on the shim's runtime (from a program thread).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.rt.block_on(future)
+    }
+
+    /// The allocation holding `address` on `device` and the offset into it, if `len` bytes
+    /// from there lie inside it.
+    pub fn find(&self, device: usize, address: u64, len: u64) -> CuResult<(Allocation, u64)> {
+        let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let (&(_, start), alloc) = memory
+            .range((device, 0)..=(device, address))
+            .next_back()
+            .ok_or_else(|| Error::said(code::INVALID_VALUE, format!("{address:#x} is not device memory of this program")))?;
+        let offset = address - start;
+        if offset.checked_add(len).is_none_or(|end| end > alloc.size) {
+            return Err(Error::said(
+                code::INVALID_VALUE,
+                format!("{len} bytes at {address:#x} run past the allocation of {} bytes at {start:#x}", alloc.size),
+            ));
+        }
+        Ok((alloc.clone(), offset))
+    }
+
+    /// The device whose memory holds `address` (the current device first: two remote GPUs may
+    /// hand out the same addresses).
+    pub fn device_of(&self, address: u64, preferred: Option<usize>) -> Option<usize> {
+        let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let holds = |d: usize| {
+            memory.range((d, 0)..=(d, address)).next_back().is_some_and(|(&(_, s), a)| address < s + a.size)
+        };
+        preferred.filter(|&d| holds(d)).or_else(|| (0..self.devices.len()).find(|&d| holds(d)))
+    }
+}
+
+/// Records the program holds by handle: the handle is the record's address, and is looked up
+/// here before use, so a stale or forged handle is an error, never a dereference.
+#[derive(Debug)]
+pub struct Registry<T> {
+    live: Mutex<HashMap<usize, Arc<T>>>,
+}
+
+impl<T> Default for Registry<T> {
+    fn default() -> Self {
+        Self { live: Mutex::default() }
+    }
+}
+
+impl<T> Registry<T> {
+    /// Keeps `record` and answers its handle.
+    pub fn insert(&self, record: T) -> usize {
+        let record = Arc::new(record);
+        let handle = Arc::as_ptr(&record) as usize;
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, record);
+        handle
+    }
+
+    /// The record of `handle`, or `CUDA_ERROR_INVALID_HANDLE`.
+    pub fn get(&self, handle: usize) -> CuResult<Arc<T>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).get(&handle).cloned().ok_or(Error::Code(code::INVALID_HANDLE))
+    }
+
+    /// Forgets `handle`, answering its record.
+    pub fn remove(&self, handle: usize) -> CuResult<Arc<T>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&handle).ok_or(Error::Code(code::INVALID_HANDLE))
+    }
+}
+
+/// Writes `value` through an out-pointer from the program, or answers `CUDA_ERROR_INVALID_VALUE`
+/// for a null one.
+///
+/// # Safety
+/// `out` is null or valid for a write of `T`.
+pub unsafe fn put<T>(out: *mut T, value: T) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    out.write(value);
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Streams and events. A stream is a stream of the device's session; the null stream and the
+//! legacy and per-thread default streams are the session's default stream. Events are kept
+//! locally: recording one notes its stream, and waiting for it waits for that stream (a
+//! stream that waits for an event waits on the host, which orders it correctly). Their times
+//! are the host's: recorded when the record was queued, ended when the wait returned.
+
+use std::ffi::{c_int, c_uint};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::state::{self, put, Registry};
+
+/// A stream the program created.
+#[derive(Debug)]
+pub struct StreamRecord {
+    /// Its device's ordinal.
+    pub device: usize,
+    /// The session's stream.
+    pub stream: ac_frontend::Stream,
+}
+
+/// An event the program created.
+#[derive(Debug, Default)]
+pub struct EventRecord {
+    /// Where it was last recorded: the device and the stream handle (0 for the default).
+    marked: Mutex<Option<(usize, usize, Instant)>>,
+    /// When a wait for it last returned.
+    reached: Mutex<Option<Instant>>,
+}
+
+fn streams() -> &'static Registry<StreamRecord> {
+    static STREAMS: OnceLock<Registry<StreamRecord>> = OnceLock::new();
+    STREAMS.get_or_init(Registry::default)
+}
+
+fn events() -> &'static Registry<EventRecord> {
+    static EVENTS: OnceLock<Registry<EventRecord>> = OnceLock::new();
+    EVENTS.get_or_init(Registry::default)
+}
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: both the default stream here.
+const DEFAULT_STREAMS: [usize; 3] = [0, 1, 2];
+
+/// The session stream a handle names on `device`.
+pub fn stream_of(handle: usize, device: usize) -> CuResult<ac_frontend::Stream> {
+    let shim = state::shim()?;
+    if DEFAULT_STREAMS.contains(&handle) {
+        return Ok(shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc.default_stream());
+    }
+    let record = streams().get(handle)?;
+    if record.device != device {
+        return Err(Error::said(code::INVALID_HANDLE, "a stream of another device"));
+    }
+    Ok(record.stream.clone())
+}
+
+/// The device a stream handle belongs to (the current device for the default streams).
+pub fn device_of_stream(handle: usize) -> CuResult<usize> {
+    if DEFAULT_STREAMS.contains(&handle) {
+        return current_device();
+    }
+    Ok(streams().get(handle)?.device)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(out: *mut usize, _flags: c_uint) -> u32 {
+    guard("cuStreamCreate", || create(out))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreateWithPriority(out: *mut usize, _flags: c_uint, _priority: c_int) -> u32 {
+    guard("cuStreamCreateWithPriority", || create(out))
+}
+
+unsafe fn create(out: *mut usize) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let shim = state::shim()?;
+    let device = current_device()?;
+    let stream = shim.block_on(shim.devices[device].acc.create_stream())?;
+    put(out, streams().insert(StreamRecord { device, stream }))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
+    guard("cuStreamDestroy", || {
+        let record = streams().remove(handle)?;
+        let shim = state::shim()?;
+        Ok(shim.block_on(record.stream.clone().destroy())?)
+    })
+}
+
+/// Waits for everything queued on `handle`.
+fn synchronize(handle: usize) -> CuResult<()> {
+    let shim = state::shim()?;
+    let device = device_of_stream(handle)?;
+    Ok(shim.block_on(stream_of(handle, device)?.synchronize())?)
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamSynchronize(handle: usize) -> u32 {
+    guard("cuStreamSynchronize", || synchronize(handle))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamQuery(handle: usize) -> u32 {
+    // Answered by waiting: "done" is then always true, and never early.
+    guard("cuStreamQuery", || synchronize(handle))
+}
+
+#[no_mangle]
+pub extern "C" fn cuStreamWaitEvent(handle: usize, event: usize, _flags: c_uint) -> u32 {
+    guard("cuStreamWaitEvent", || {
+        device_of_stream(handle)?;
+        wait_for(event)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetFlags(handle: usize, flags: *mut c_uint) -> u32 {
+    guard("cuStreamGetFlags", || {
+        device_of_stream(handle)?;
+        put(flags, 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetPriority(handle: usize, priority: *mut c_int) -> u32 {
+    guard("cuStreamGetPriority", || {
+        device_of_stream(handle)?;
+        put(priority, 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u32 {
+    guard("cuStreamGetCtx", || {
+        let device = device_of_stream(handle)?;
+        put(context, crate::context::handle_of(&state::shim()?.devices[device].context))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetId(handle: usize, id: *mut u64) -> u32 {
+    guard("cuStreamGetId", || {
+        let device = device_of_stream(handle)?;
+        put(id, stream_of(handle, device)?.id().0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(handle: usize, status: *mut c_int) -> u32 {
+    // Graph capture is not served: no stream is ever capturing.
+    guard("cuStreamIsCapturing", || {
+        device_of_stream(handle)?;
+        put(status, 0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
+    handle: usize,
+    status: *mut c_int,
+    id: *mut u64,
+    _graph: *mut usize,
+    _deps: *mut *const usize,
+    count: *mut usize,
+) -> u32 {
+    guard("cuStreamGetCaptureInfo", || {
+        device_of_stream(handle)?;
+        put(status, 0)?;
+        if !id.is_null() {
+            *id = 0;
+        }
+        if !count.is_null() {
+            *count = 0;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> u32 {
+    guard("cuThreadExchangeStreamCaptureMode", || {
+        if mode.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        Ok(())
+    })
+}
+
+// ---- Events ----
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(out: *mut usize, _flags: c_uint) -> u32 {
+    guard("cuEventCreate", || {
+        state::shim()?;
+        put(out, events().insert(EventRecord::default()))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(event: usize) -> u32 {
+    guard("cuEventDestroy", || events().remove(event).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(event: usize, stream: usize) -> u32 {
+    guard("cuEventRecord", || record(event, stream))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecordWithFlags(event: usize, stream: usize, _flags: c_uint) -> u32 {
+    guard("cuEventRecordWithFlags", || record(event, stream))
+}
+
+fn record(event: usize, stream: usize) -> CuResult<()> {
+    let record = events().get(event)?;
+    let device = device_of_stream(stream)?;
+    *record.marked.lock().unwrap_or_else(|p| p.into_inner()) = Some((device, stream, Instant::now()));
+    *record.reached.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    Ok(())
+}
+
+/// Waits until the work before the event's last record is done (at once if never recorded).
+fn wait_for(event: usize) -> CuResult<()> {
+    let record = events().get(event)?;
+    let marked = *record.marked.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((device, stream, _)) = marked {
+        let shim = state::shim()?;
+        // A stream destroyed since: its work was waited for when it was destroyed.
+        if let Ok(stream) = stream_of(stream, device) {
+            shim.block_on(stream.synchronize())?;
+        }
+    }
+    let mut reached = record.reached.lock().unwrap_or_else(|p| p.into_inner());
+    reached.get_or_insert_with(Instant::now);
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(event: usize) -> u32 {
+    guard("cuEventSynchronize", || wait_for(event))
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(event: usize) -> u32 {
+    guard("cuEventQuery", || wait_for(event))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: usize, end: usize) -> u32 {
+    guard("cuEventElapsedTime", || {
+        wait_for(end)?;
+        let (start, end) = (events().get(start)?, events().get(end)?);
+        let began = start.marked.lock().unwrap_or_else(|p| p.into_inner()).map(|m| m.2);
+        let ended = *end.reached.lock().unwrap_or_else(|p| p.into_inner());
+        let (Some(began), Some(ended)) = (began, ended) else {
+            return Err(Error::Code(code::INVALID_HANDLE));
+        };
+        put(ms, ended.saturating_duration_since(began).as_secs_f32() * 1e3)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: usize, end: usize) -> u32 {
+    cuEventElapsedTime(ms, start, end)
+}
