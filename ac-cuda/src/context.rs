@@ -155,12 +155,15 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> u32 {
     guard("cuCtxGetLimit", || {
         current_device()?;
         // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE: the driver's defaults.
-        put(value, match limit {
-            0 => 1024,
-            1 => 1 << 20,
-            2 => 8 << 20,
-            _ => return Err(Error::Code(code::NOT_SUPPORTED)),
-        })
+        put(
+            value,
+            match limit {
+                0 => 1024,
+                1 => 1 << 20,
+                2 => 8 << 20,
+                _ => return Err(Error::Code(code::NOT_SUPPORTED)),
+            },
+        )
     })
 }
 

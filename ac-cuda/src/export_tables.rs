@@ -215,7 +215,8 @@ unsafe extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *m
 static INTEGRITY_CHECK: Table<3> = table(true, &[(1, integrity_check as *const c_void)]);
 
 /// The start-up shortcut's table, which the shim does not serve.
-const SKIP_INIT: [u8; 16] = [0xF8, 0xCF, 0xF9, 0x51, 0x21, 0x46, 0x8B, 0x4E, 0xB9, 0xE2, 0xFB, 0x46, 0x9E, 0x7C, 0x0D, 0xD9];
+const SKIP_INIT: [u8; 16] =
+    [0xF8, 0xCF, 0xF9, 0x51, 0x21, 0x46, 0x8B, 0x4E, 0xB9, 0xE2, 0xFB, 0x46, 0x9E, 0x7C, 0x0D, 0xD9];
 
 /// The tables, by UUID (as the runtime passes it: 16 bytes).
 fn table_for(uuid: &[u8; 16]) -> Option<*const c_void> {

@@ -89,11 +89,6 @@ unsafe fn elf_len(ptr: *const u8) -> CuResult<usize> {
     Ok(end)
 }
 
-/// A 64-bit FNV-1a digest of an image: the key under which a process loads it once per device.
-pub fn digest(image: &[u8]) -> u64 {
-    image.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
 use crate::error::{code, Error};
-use crate::state::{self, put, Device};
 use crate::guard;
+use crate::state::{self, put, Device};
 
 /// The CUDA version this driver reports: what `cuda.h` 13.0 programs and runtimes need.
 pub const DRIVER_VERSION: c_int = 13000;
@@ -129,52 +129,76 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
     let (major, minor) = capability(d);
     let hopper = major >= 9;
     match attribute {
-        1 => 1024,                               // max threads per block
-        2 | 3 => 1024,                           // max block dim x, y
-        4 => 64,                                 // max block dim z
-        5 => i32::MAX,                           // max grid dim x
-        6 | 7 => 65535,                          // max grid dim y, z
-        8 => 48 << 10,                           // shared memory per block
-        9 => 64 << 10,                           // constant memory
-        10 => 32,                                // warp size
-        11 => i32::MAX,                          // max pitch
-        12 => 65536,                             // registers per block
-        13 => 1_755_000,                         // clock (kHz)
-        14 => 512,                               // texture alignment
-        15 => 1,                                 // gpu overlap
-        16 => if hopper { 132 } else { 108 },    // multiprocessors
-        17 => 0,                                 // kernel exec timeout
-        18 => 0,                                 // integrated
-        19 => 1,                                 // can map host memory
-        20 => 0,                                 // compute mode: default
-        31 => 1,                                 // concurrent kernels
-        32 => 1,                                 // ECC enabled
-        33 => ordinal + 1,                       // PCI bus
-        34 => 0,                                 // PCI device
-        35 => 0,                                 // TCC driver
-        36 => 2_619_000,                         // memory clock (kHz)
-        37 => 5120,                              // memory bus width
-        38 => if hopper { 50 << 20 } else { 40 << 20 }, // L2 bytes
-        39 => 2048,                              // threads per multiprocessor
-        40 => 2,                                 // async engines
-        41 => 1,                                 // unified addressing
-        50 => 0,                                 // PCI domain
+        1 => 1024,       // max threads per block
+        2 | 3 => 1024,   // max block dim x, y
+        4 => 64,         // max block dim z
+        5 => i32::MAX,   // max grid dim x
+        6 | 7 => 65535,  // max grid dim y, z
+        8 => 48 << 10,   // shared memory per block
+        9 => 64 << 10,   // constant memory
+        10 => 32,        // warp size
+        11 => i32::MAX,  // max pitch
+        12 => 65536,     // registers per block
+        13 => 1_755_000, // clock (kHz)
+        14 => 512,       // texture alignment
+        15 => 1,         // gpu overlap
+        16 => {
+            if hopper {
+                132
+            } else {
+                108
+            }
+        } // multiprocessors
+        17 => 0,         // kernel exec timeout
+        18 => 0,         // integrated
+        19 => 1,         // can map host memory
+        20 => 0,         // compute mode: default
+        31 => 1,         // concurrent kernels
+        32 => 1,         // ECC enabled
+        33 => ordinal + 1, // PCI bus
+        34 => 0,         // PCI device
+        35 => 0,         // TCC driver
+        36 => 2_619_000, // memory clock (kHz)
+        37 => 5120,      // memory bus width
+        38 => {
+            if hopper {
+                50 << 20
+            } else {
+                40 << 20
+            }
+        } // L2 bytes
+        39 => 2048,      // threads per multiprocessor
+        40 => 2,         // async engines
+        41 => 1,         // unified addressing
+        50 => 0,         // PCI domain
         75 => major,
         76 => minor,
-        78 => 1,                                 // stream priorities
-        79 | 80 => 1,                            // global/local L1 cache
-        81 => if hopper { 228 << 10 } else { 164 << 10 }, // shared memory per multiprocessor
-        82 => 65536,                             // registers per multiprocessor
-        83 => 0,                                 // managed memory: not served
-        84 => 0,                                 // multi-GPU board
-        86 => 32,                                // single/double perf ratio
-        88 => 1,                                 // compute preemption
-        95 => 1,                                 // cooperative launch
-        97 => if hopper { 227 << 10 } else { 163 << 10 }, // opt-in shared memory per block
-        106 => 32,                               // blocks per multiprocessor
-        111 => 1 << 10,                          // reserved shared memory per block
-        115 => 0,                                // memory pools: not served
-        120 => major,                            // virtual memory management? (kept conservative)
+        78 => 1,      // stream priorities
+        79 | 80 => 1, // global/local L1 cache
+        81 => {
+            if hopper {
+                228 << 10
+            } else {
+                164 << 10
+            }
+        } // shared memory per multiprocessor
+        82 => 65536,  // registers per multiprocessor
+        83 => 0,      // managed memory: not served
+        84 => 0,      // multi-GPU board
+        86 => 32,     // single/double perf ratio
+        88 => 1,      // compute preemption
+        95 => 0,      // cooperative launch: not served
+        97 => {
+            if hopper {
+                227 << 10
+            } else {
+                163 << 10
+            }
+        } // opt-in shared memory per block
+        106 => 32,    // blocks per multiprocessor
+        111 => 1 << 10, // reserved shared memory per block
+        115 => 0,     // memory pools: not served
+        120 => 0,     // cluster launch: not served
         _ => 0,
     }
 }

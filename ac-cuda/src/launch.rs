@@ -40,14 +40,21 @@ fn argument(kernel: &str, index: usize, bytes: &[u8]) -> CuResult<KernelArg> {
         8 => Ok(KernelArg::U64(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")))),
         n => Err(Error::said(
             code::NOT_SUPPORTED,
-            format!("kernel `{kernel}` parameter {index} is {n} bytes wide; the shim sends 4- and 8-byte parameters only"),
+            format!(
+                "kernel `{kernel}` parameter {index} is {n} bytes wide; the shim sends 4- and 8-byte parameters only"
+            ),
         )),
     }
 }
 
 /// The arguments of a launch, read through `params` (one pointer per parameter) or from the
 /// `extra` parameter buffer.
-unsafe fn arguments(kernel: &str, sizes: &[u32], params: *mut *mut c_void, extra: *mut *mut c_void) -> CuResult<Vec<KernelArg>> {
+unsafe fn arguments(
+    kernel: &str,
+    sizes: &[u32],
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<Vec<KernelArg>> {
     let layout = layout(sizes);
     if !params.is_null() {
         return layout
@@ -136,7 +143,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> u32 {
     guard("cuLaunchKernel", || {
-        let dims = LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
+        let dims =
+            LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
         launch(function, dims, stream, params, extra)
     })
 }

@@ -37,6 +37,7 @@
 pub mod context;
 pub mod error;
 pub mod export_tables;
+#[rustfmt::skip] // as scripts/gen-cuda-exports writes it
 pub mod generated;
 pub mod image;
 pub mod init;

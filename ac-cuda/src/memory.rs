@@ -9,9 +9,9 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::guard;
 use crate::state::{self, put, Allocation};
 use crate::stream::stream_of;
-use crate::guard;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut u64, bytes: usize) -> u32 {

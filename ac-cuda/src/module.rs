@@ -246,7 +246,12 @@ pub unsafe extern "C" fn cuFuncGetName(out: *mut *const c_char, function: usize)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuFuncGetParamInfo(function: usize, index: usize, offset: *mut usize, size: *mut usize) -> u32 {
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    function: usize,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> u32 {
     guard("cuFuncGetParamInfo", || {
         let k = kernels().get(function)?;
         let sizes = k.on(k.device()?)?.sizes.clone().ok_or(Error::Code(code::NOT_SUPPORTED))?;
@@ -266,7 +271,12 @@ pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuKernelGetAttribute(value: *mut c_int, attribute: c_int, kernel: usize, device: c_int) -> u32 {
+pub unsafe extern "C" fn cuKernelGetAttribute(
+    value: *mut c_int,
+    attribute: c_int,
+    kernel: usize,
+    device: c_int,
+) -> u32 {
     guard("cuKernelGetAttribute", || {
         kernels().get(kernel)?;
         put(value, function_attribute(device as usize, attribute)?)
@@ -279,13 +289,13 @@ fn function_attribute(device: usize, attribute: c_int) -> CuResult<c_int> {
     let d = shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
     let (major, minor) = crate::init::capability(d);
     Ok(match attribute {
-        0 => 1024,                      // max threads per block
-        1..=3 => 0,                     // static shared, constant, local bytes
-        4 => 32,                        // registers per thread
-        5 | 6 => major * 10 + minor,    // PTX and binary versions
-        7 => 0,                         // cache mode
-        8 => 48 << 10,                  // max dynamic shared memory
-        9 => -1,                        // preferred shared memory carveout
+        0 => 1024,                   // max threads per block
+        1..=3 => 0,                  // static shared, constant, local bytes
+        4 => 32,                     // registers per thread
+        5 | 6 => major * 10 + minor, // PTX and binary versions
+        7 => 0,                      // cache mode
+        8 => 48 << 10,               // max dynamic shared memory
+        9 => -1,                     // preferred shared memory carveout
         _ => 0,
     })
 }

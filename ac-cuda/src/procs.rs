@@ -73,7 +73,8 @@ fn tracing() -> bool {
 unsafe fn lookup(symbol: *const c_char, out: *mut *mut c_void, version: c_int, flags: u64) -> Result<(), c_int> {
     let name = CStr::from_ptr(symbol).to_string_lossy();
     let found = symbol_for(&name, version.max(0) as u32, flags).and_then(|s| address_of(s).ok_or(SYMBOL_NOT_FOUND));
-    if tracing() {
+    // The runtime probes with an empty name first; not a function it lacks.
+    if tracing() && !name.is_empty() {
         match found {
             Ok(_) => eprintln!("ac-cuda: cuGetProcAddress({name}, {version}, {flags}): found"),
             Err(why) => eprintln!("ac-cuda: cuGetProcAddress({name}, {version}, {flags}): unresolved ({why})"),
@@ -84,7 +85,12 @@ unsafe fn lookup(symbol: *const c_char, out: *mut *mut c_void, version: c_int, f
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, out: *mut *mut c_void, version: c_int, flags: u64) -> u32 {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    out: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> u32 {
     guard("cuGetProcAddress", || {
         if symbol.is_null() || out.is_null() {
             return Err(Error::Code(code::INVALID_VALUE));

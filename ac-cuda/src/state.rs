@@ -128,7 +128,9 @@ fn open() -> Result<Shim, (u32, String)> {
         .collect();
     if devices.is_empty() {
         let _ = rt.block_on(session.finalize());
-        return Err(no_device("the job holds no CUDA accelerator on this node (AC_Init gave none; AC_GET asks for more)".into()));
+        return Err(no_device(
+            "the job holds no CUDA accelerator on this node (AC_Init gave none; AC_GET asks for more)".into(),
+        ));
     }
     // SAFETY: registering a plain `extern "C" fn` with the C library.
     unsafe { libc::atexit(finalize_at_exit) };
@@ -147,9 +149,7 @@ fn requested_extra() -> Result<u32, String> {
 /// A UUID derived from the accelerator's id (FNV-1a, twice, over the id): the same
 /// accelerator always gets the same UUID, in every process of the job.
 fn uuid_of(id: &str) -> [u8; 16] {
-    let fnv = |seed: u64| {
-        id.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-    };
+    let fnv = |seed: u64| id.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
     uuid[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
@@ -195,10 +195,9 @@ impl Shim {
     /// from there lie inside it.
     pub fn find(&self, device: usize, address: u64, len: u64) -> CuResult<(Allocation, u64)> {
         let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
-        let (&(_, start), alloc) = memory
-            .range((device, 0)..=(device, address))
-            .next_back()
-            .ok_or_else(|| Error::said(code::INVALID_VALUE, format!("{address:#x} is not device memory of this program")))?;
+        let (&(_, start), alloc) = memory.range((device, 0)..=(device, address)).next_back().ok_or_else(|| {
+            Error::said(code::INVALID_VALUE, format!("{address:#x} is not device memory of this program"))
+        })?;
         let offset = address - start;
         if offset.checked_add(len).is_none_or(|end| end > alloc.size) {
             return Err(Error::said(
@@ -213,9 +212,8 @@ impl Shim {
     /// hand out the same addresses).
     pub fn device_of(&self, address: u64, preferred: Option<usize>) -> Option<usize> {
         let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner());
-        let holds = |d: usize| {
-            memory.range((d, 0)..=(d, address)).next_back().is_some_and(|(&(_, s), a)| address < s + a.size)
-        };
+        let holds =
+            |d: usize| memory.range((d, 0)..=(d, address)).next_back().is_some_and(|(&(_, s), a)| address < s + a.size);
         preferred.filter(|&d| holds(d)).or_else(|| (0..self.devices.len()).find(|&d| holds(d)))
     }
 }
@@ -244,7 +242,12 @@ impl<T> Registry<T> {
 
     /// The record of `handle`, or `CUDA_ERROR_INVALID_HANDLE`.
     pub fn get(&self, handle: usize) -> CuResult<Arc<T>> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).get(&handle).cloned().ok_or(Error::Code(code::INVALID_HANDLE))
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&handle)
+            .cloned()
+            .ok_or(Error::Code(code::INVALID_HANDLE))
     }
 
     /// Forgets `handle`, answering its record.

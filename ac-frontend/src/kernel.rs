@@ -72,7 +72,9 @@ impl Module {
     pub async fn function(&self, name: &str) -> Result<Function> {
         let request = Request::FunctionLookup { module: self.id, name: name.to_string() };
         match self.acc.call(request, Bytes::new()).await? {
-            Answer::Response(Response::Function { id, params }) => Ok(Function::new(self.acc.clone(), id, name, params)),
+            Answer::Response(Response::Function { id, params }) => {
+                Ok(Function::new(self.acc.clone(), id, name, params))
+            }
             other => Err(unexpected(other)),
         }
     }

@@ -207,6 +207,12 @@ impl Installed {
         let owner = |path: String| run(Command::new("dpkg").args(["-S", &path]));
         assert!(owner(lib.clone()).starts_with("libac:"), "{lib} is libac's");
         assert!(owner(format!("/usr/lib/{multiarch}/libac.so")).starts_with("libac-dev:"), "libac.so is libac-dev's");
+        // The CUDA driver shim: libac's, answering to libcuda.so.1, and found only through
+        // LD_LIBRARY_PATH (never the loader's cache: the node's NVIDIA driver stays the system's).
+        let shim = format!("/usr/lib/{multiarch}/ac/cuda/libcuda.so.1");
+        assert!(run(Command::new("readelf").args(["-d", &shim])).contains("Library soname: [libcuda.so.1]"), "{shim}");
+        assert!(owner(shim.clone()).starts_with("libac:"), "{shim} is libac's");
+        assert!(!run(Command::new("ldconfig").arg("-p")).contains("/ac/cuda/"), "ldconfig's cache lists the CUDA shim");
         // An upgrade restarts ac-backend only once its sessions end (tests/tests/upgrade.rs runs
         // the script); arm-server at once.
         let postinst = |package: &str| std::fs::read_to_string(format!("/var/lib/dpkg/info/{package}.postinst"));
