@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: a real backend on a loopback port chosen by the OS, real
 //! clients, and a raw QUIC client that can send what the SDK never would.
 
+pub mod cuda;
 pub mod netns;
 pub mod prometheus;
 pub mod slurm;

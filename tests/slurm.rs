@@ -38,6 +38,16 @@ fn script(path: &Path, body: &str) {
 impl SlurmCluster {
     /// `backends` CPU-device backends, Slurm's pool of `licenses` accelerators.
     pub async fn start(backends: usize, licenses: u32) -> Self {
+        let mut pool = Vec::new();
+        for _ in 0..backends {
+            pool.push(TestBackend::start(64).await);
+        }
+        Self::start_with_pool(pool, licenses).await
+    }
+
+    /// The backends of `pool` (registered as `h0`, `h1`, ...), Slurm's pool of `licenses`
+    /// accelerators.
+    pub async fn start_with_pool(pool: Vec<TestBackend>, licenses: u32) -> Self {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
         // Other users' processes (the refused-user test) reach the manager's CA in here.
@@ -47,10 +57,6 @@ impl SlurmCluster {
         std::fs::create_dir_all(&slurm_dir).expect("slurm dir");
         let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir, 1));
         let arm_addr = arm.addr;
-        let mut pool = Vec::new();
-        for _ in 0..backends {
-            pool.push(TestBackend::start(64).await);
-        }
         register_hosts(&admin_of(arm_addr, &arm_dir).await, &pool).await;
         // The prolog and epilog hold a certificate of the batch role, as docs/slurm.md says.
         let issued = Command::new(workspace_binary("armctl"))

@@ -258,6 +258,13 @@ impl Control {
             }
             Request::ModuleUnload { module } => Outcome::Now(self.unload_module(module).await),
             Request::FunctionLookup { module, name } => Outcome::Now(self.lookup(module, &name)),
+            Request::ModuleLoadCached { source, digest } => {
+                let owner = self.session.image_owner();
+                Outcome::Now(match self.session.images.get(owner, &digest) {
+                    Some(image) => self.load_module(source, image).await,
+                    None => Response::NotCached,
+                })
+            }
             Request::MemAllocAt { bytes } => Outcome::Now(
                 self.session
                     .alloc_at(bytes)
@@ -427,8 +434,17 @@ impl Control {
 
     async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
         let device = self.session.context.clone();
-        // Compiling (NVRTC, large images) may take long: keep it off the async threads.
-        let loaded = tokio::task::spawn_blocking(move || device.load_module(&source, &image)).await;
+        let (images, owner) = (self.session.images.clone(), self.session.image_owner());
+        // Compiling (NVRTC, large images) and hashing may take long: off the async threads.
+        let loaded = tokio::task::spawn_blocking(move || {
+            let module = device.load_module(&source, &image)?;
+            // What loaded is kept by content, for this owner's next processes.
+            if matches!(source, ModuleSource::Ptx | ModuleSource::Cubin) {
+                images.put(owner, ac_proto::backend::image_digest(&image), image);
+            }
+            Ok(module)
+        })
+        .await;
         match loaded {
             Ok(Ok(module)) => {
                 let id = ModuleId(self.fresh_id());

@@ -34,6 +34,7 @@ pub mod device;
 mod error;
 pub mod fence;
 pub mod health;
+pub mod images;
 pub mod metrics;
 pub mod mps;
 #[cfg(feature = "cuda")]

@@ -55,6 +55,8 @@ pub struct Session {
     pub copy: CopySettings,
     /// The capability the session was opened with, if the backend is managed.
     pub capability: Option<u64>,
+    /// The backend's module images, by content (shared by every session).
+    pub images: Arc<crate::images::ImageCache>,
     /// Where synchronous copies ask the control loop for their fence.
     pub fences: Fences,
     /// Payload bytes the session may hold in the backend's memory at once (see [`Session::reserve`]).
@@ -202,6 +204,14 @@ impl Session {
         self.buffers.lock().expect("buffer table poisoned").clear();
     }
 
+    /// Whose module images this session may load from the cache.
+    pub fn image_owner(&self) -> crate::images::Owner {
+        match self.capability {
+            Some(id) => crate::images::Owner::Capability(id),
+            None => crate::images::Owner::Session(self.id.0),
+        }
+    }
+
     /// Returns once the session has ended.
     pub async fn ended(&self) {
         let _ = self.ended.subscribe().wait_for(|ended| *ended).await;
@@ -217,6 +227,7 @@ fn unknown_buffer(id: BufferId) -> WireError {
 pub struct Registry {
     sessions: Mutex<HashMap<SessionId, Weak<Session>>>,
     next: AtomicU64,
+    images: Arc<crate::images::ImageCache>,
 }
 
 /// What one session may hold.
@@ -249,6 +260,7 @@ impl Registry {
             context,
             copy,
             capability,
+            images: self.images.clone(),
             fences,
             budget: Arc::new(tokio::sync::Semaphore::new(budget as usize)),
             budget_total: budget,
@@ -286,6 +298,7 @@ impl Registry {
         for session in &sessions {
             session.close_with(close::UNAUTHORIZED, "allocation revoked by the resource manager");
         }
+        self.images.forget(crate::images::Owner::Capability(id));
         sessions.len()
     }
 

@@ -36,9 +36,17 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut usize, device: c
     guard("cuDevicePrimaryCtxRetain", || put(context, handle_of(&state::shim()?.device(device)?.context)))
 }
 
+// Primary contexts live as long as the process: releasing, resetting and flags change nothing
+// (the remote session ends when the process exits). The names before CUDA 11 are the same calls.
+
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
     guard("cuDevicePrimaryCtxRelease", || state::shim()?.device(device).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxRelease(device: c_int) -> u32 {
+    cuDevicePrimaryCtxRelease_v2(device)
 }
 
 #[no_mangle]
@@ -47,8 +55,18 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
 }
 
 #[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxReset(device: c_int) -> u32 {
+    cuDevicePrimaryCtxReset_v2(device)
+}
+
+#[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(device: c_int, _flags: c_uint) -> u32 {
     guard("cuDevicePrimaryCtxSetFlags", || state::shim()?.device(device).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuDevicePrimaryCtxSetFlags(device: c_int, flags: c_uint) -> u32 {
+    cuDevicePrimaryCtxSetFlags_v2(device, flags)
 }
 
 #[no_mangle]
@@ -143,11 +161,20 @@ pub unsafe extern "C" fn cuCtxGetId(context: usize, id: *mut u64) -> u32 {
 
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> u32 {
+    guard("cuCtxSynchronize", || synchronize(current_device()?))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize_v2(context: usize) -> u32 {
     guard("cuCtxSynchronize", || {
-        let shim = state::shim()?;
-        let device = &shim.devices[current_device()?];
-        Ok(shim.block_on(device.acc.synchronize())?)
+        synchronize(if context == 0 { current_device()? } else { context_of(context)?.device })
     })
+}
+
+/// Waits for everything queued on `device`, and answers the first error of that work.
+fn synchronize(device: usize) -> CuResult<()> {
+    let shim = state::shim()?;
+    Ok(shim.block_on(shim.devices[device].acc.synchronize())?)
 }
 
 #[no_mangle]

@@ -18,32 +18,36 @@ const PARAM_END: usize = 0;
 const PARAM_BUFFER_POINTER: usize = 1;
 const PARAM_BUFFER_SIZE: usize = 2;
 
-/// Each parameter's (offset, size) in a parameter buffer: each aligned to its size (scalars
-/// and pointers, the parameters the shim sends).
+/// Each parameter's (offset, size) in a parameter buffer (the `extra` form, and
+/// `cuFuncGetParamInfo`'s answer). Only sizes are known: each is aligned to the largest power
+/// of two dividing its size, up to 16 (exact for scalars, pointers and vector types; a struct
+/// of mixed members may be aligned less than that guess).
 pub fn layout(sizes: &[u32]) -> Vec<(usize, usize)> {
     let mut at = 0usize;
     sizes
         .iter()
         .map(|&s| {
             let s = s as usize;
-            let offset = at.next_multiple_of(s.clamp(1, 8));
+            let align = 1usize << s.max(1).trailing_zeros().min(4);
+            let offset = at.next_multiple_of(align);
             at = offset + s;
             (offset, s)
         })
         .collect()
 }
 
-/// One parameter's bytes as an SDK argument.
-fn argument(kernel: &str, index: usize, bytes: &[u8]) -> CuResult<KernelArg> {
+/// One parameter's bytes as SDK arguments: a 4- or 8-byte scalar, or the bytes of any other
+/// width (a struct by value, a `char`) in order as 8-byte pieces, zero-padded, which the
+/// backend lays in consecutive slots (`args::pieces` there).
+fn argument(bytes: &[u8], out: &mut Vec<KernelArg>) {
     match bytes.len() {
-        4 => Ok(KernelArg::U32(u32::from_ne_bytes(bytes.try_into().expect("4 bytes")))),
-        8 => Ok(KernelArg::U64(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")))),
-        n => Err(Error::said(
-            code::NOT_SUPPORTED,
-            format!(
-                "kernel `{kernel}` parameter {index} is {n} bytes wide; the shim sends 4- and 8-byte parameters only"
-            ),
-        )),
+        4 => out.push(KernelArg::U32(u32::from_ne_bytes(bytes.try_into().expect("4 bytes")))),
+        8 => out.push(KernelArg::U64(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")))),
+        _ => out.extend(bytes.chunks(8).map(|piece| {
+            let mut word = [0u8; 8];
+            word[..piece.len()].copy_from_slice(piece);
+            KernelArg::U64(u64::from_ne_bytes(word))
+        })),
     }
 }
 
@@ -56,18 +60,16 @@ unsafe fn arguments(
     extra: *mut *mut c_void,
 ) -> CuResult<Vec<KernelArg>> {
     let layout = layout(sizes);
+    let mut args = Vec::with_capacity(layout.len());
     if !params.is_null() {
-        return layout
-            .iter()
-            .enumerate()
-            .map(|(i, &(_, size))| {
-                let p = *params.add(i);
-                if p.is_null() {
-                    return Err(Error::said(code::INVALID_VALUE, format!("kernel `{kernel}`: parameter {i} is null")));
-                }
-                argument(kernel, i, std::slice::from_raw_parts(p as *const u8, size))
-            })
-            .collect();
+        for (i, &(_, size)) in layout.iter().enumerate() {
+            let p = *params.add(i);
+            if p.is_null() {
+                return Err(Error::said(code::INVALID_VALUE, format!("kernel `{kernel}`: parameter {i} is null")));
+            }
+            argument(std::slice::from_raw_parts(p as *const u8, size), &mut args);
+        }
+        return Ok(args);
     }
     let (buffer, len) = parameter_buffer(extra)?;
     let needed = layout.last().map_or(0, |&(o, s)| o + s);
@@ -78,7 +80,10 @@ unsafe fn arguments(
         ));
     }
     let bytes = std::slice::from_raw_parts(buffer, len);
-    layout.iter().enumerate().map(|(i, &(o, s))| argument(kernel, i, &bytes[o..o + s])).collect()
+    for &(o, s) in &layout {
+        argument(&bytes[o..o + s], &mut args);
+    }
+    Ok(args)
 }
 
 /// The parameter buffer an `extra` array names.
@@ -187,6 +192,7 @@ mod tests {
     #[test]
     fn parameters_are_aligned_to_their_size() {
         assert_eq!(layout(&[8, 4, 8, 4, 4, 8]), [(0, 8), (8, 4), (16, 8), (24, 4), (28, 4), (32, 8)]);
+        assert_eq!(layout(&[1, 12, 2, 16]), [(0, 1), (4, 12), (16, 2), (32, 16)]);
     }
 
     #[test]
@@ -209,9 +215,11 @@ mod tests {
     }
 
     #[test]
-    fn a_parameter_of_another_width_is_refused_by_name() {
-        let e = argument("k", 2, &[0u8; 16]).unwrap_err();
-        assert_eq!(e.code(), code::NOT_SUPPORTED);
-        assert!(e.to_string().contains("parameter 2 is 16 bytes"), "{e}");
+    fn a_parameter_of_another_width_travels_as_8_byte_pieces() {
+        let mut args = Vec::new();
+        let bytes: Vec<u8> = (1..=12).collect();
+        argument(&bytes, &mut args);
+        argument(&[9], &mut args);
+        assert_eq!(args, [KernelArg::U64(0x0807_0605_0403_0201), KernelArg::U64(0x0c0b_0a09), KernelArg::U64(9)]);
     }
 }

@@ -190,7 +190,11 @@ fn device_to_device(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<(
     Ok(shim.block_on(to.buffer.copy_from_host_at(to_offset as usize, &staged))?)
 }
 
-/// Host to device, queued on `stream`: the bytes are sent now.
+/// Copies at least this large go over the bulk lanes even when asked asynchronously.
+const BULK_ASYNC: usize = 1 << 20;
+
+/// Host to device, queued on `stream`: the bytes are sent now. A large one waits for the stream
+/// and goes over the lanes, as CUDA's own copy from pageable memory waits for its stream.
 unsafe fn host_to_device_async(dst: u64, src: *const c_void, len: usize, stream: usize) -> CuResult<()> {
     if len == 0 {
         return Ok(());
@@ -199,6 +203,10 @@ unsafe fn host_to_device_async(dst: u64, src: *const c_void, len: usize, stream:
     let data = std::slice::from_raw_parts(src as *const u8, len);
     let shim = state::shim()?;
     let stream = stream_of(stream, alloc.device)?;
+    if len >= BULK_ASYNC {
+        shim.block_on(stream.synchronize())?;
+        return Ok(shim.block_on(alloc.buffer.copy_from_host_at(offset as usize, data))?);
+    }
     Ok(shim.block_on(alloc.buffer.copy_from_host_async(&stream, offset as usize, data))?)
 }
 

@@ -71,7 +71,7 @@ impl Image {
             Kind::Binary => ModuleSource::Cubin,
             Kind::Ptx => ModuleSource::Ptx,
         };
-        let module = shim.block_on(shim.devices[device].acc.load_module(source, &self.bytes))?;
+        let (module, _sent) = shim.block_on(shim.devices[device].acc.load_module_cached(source, &self.bytes))?;
         loaded.insert(device, module.clone());
         Ok(module)
     }

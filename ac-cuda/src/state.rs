@@ -93,6 +93,9 @@ fn open() -> Result<Shim, (u32, String)> {
         .enable_all()
         .build()
         .map_err(|e| no_device(format!("cannot start the I/O runtime: {e}")))?;
+    if std::env::var_os("ARM_ADDR").is_none() && std::env::var_os("AC_BACKEND_ADDR").is_some() {
+        return open_direct(rt);
+    }
     let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
     let session = rt.block_on(Session::init(options)).map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
     let mut handles: Vec<(String, Accelerator)> =
@@ -135,6 +138,24 @@ fn open() -> Result<Shim, (u32, String)> {
     // SAFETY: registering a plain `extern "C" fn` with the C library.
     unsafe { libc::atexit(finalize_at_exit) };
     Ok(Shim { rt, devices, session: Mutex::new(Some((session, extra))), memory: Mutex::default() })
+}
+
+/// One backend's device, named by the environment (`AC_BACKEND_ADDR`, `AC_CA_CERT`, `AC_DEVICE`,
+/// as the SDK's `ConnectOptions::from_env`), with no resource manager: for a workstation or a
+/// check of a GPU host (`scripts/gpu-check`), where the backend serves whoever reaches it.
+fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
+    let no_device = |why: String| (code::NO_DEVICE, why);
+    let options = ac_frontend::ConnectOptions::from_env().map_err(|e| no_device(format!("AC_BACKEND_ADDR: {e}")))?;
+    let acc = rt.block_on(Accelerator::connect(&options)).map_err(|e| no_device(format!("{}: {e}", options.addr)))?;
+    if acc.info().kind != DeviceKind::Cuda {
+        return Err(no_device(format!("the device at {} is not a CUDA device", options.addr)));
+    }
+    let id = format!("{}/{}", options.addr, acc.info().index);
+    let context = Arc::new(Context { device: 0, storage: Mutex::default() });
+    let device = Device { uuid: uuid_of(&id), info: acc.info().clone(), id, acc, context };
+    // SAFETY: registering a plain `extern "C" fn` with the C library.
+    unsafe { libc::atexit(finalize_at_exit) };
+    Ok(Shim { rt, devices: vec![device], session: Mutex::new(None), memory: Mutex::default() })
 }
 
 /// `AC_GET`: how many accelerators to ask for at start, beyond the static ones.

@@ -4,7 +4,7 @@
 //! the parameters' sizes (`cuLaunchKernel` is given a pointer per parameter and no sizes).
 //! Both need backend protocol 7.
 
-use ac_proto::backend::{Request, Response};
+use ac_proto::backend::{image_digest, ModuleSource, Request, Response};
 use bytes::Bytes;
 
 use crate::accelerator::{unexpected, Answer};
@@ -34,6 +34,21 @@ impl Accelerator {
             Answer::Response(Response::BufferAt { buffer, address }) => {
                 Ok((DeviceBuffer::adopt(self.clone(), buffer, len), address))
             }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Accelerator {
+    /// Loads a module image, sending it only if the backend does not hold it for this session's
+    /// owner already (by its SHA-256): a framework's images are hundreds of MB, and each of a
+    /// job's processes loads the same ones. Answers the module and whether the image was sent.
+    pub async fn load_module_cached(&self, source: ModuleSource, image: &[u8]) -> Result<(Module, bool)> {
+        self.needs_driver_calls("a module load by digest")?;
+        let request = Request::ModuleLoadCached { source: source.clone(), digest: image_digest(image) };
+        match self.call(request, Bytes::new()).await? {
+            Answer::Response(Response::Module(id)) => Ok((Module::new(self.clone(), id), false)),
+            Answer::Response(Response::NotCached) => Ok((self.load_module(source, image).await?, true)),
             other => Err(unexpected(other)),
         }
     }

@@ -27,7 +27,7 @@ impl Accelerator {
     pub async fn load_module(&self, source: ModuleSource, image: &[u8]) -> Result<Module> {
         let request = Request::ModuleLoad { source, len: image.len() as u64 };
         match self.call(request, Bytes::copy_from_slice(image)).await? {
-            Answer::Response(Response::Module(id)) => Ok(Module { acc: self.clone(), id }),
+            Answer::Response(Response::Module(id)) => Ok(Module::new(self.clone(), id)),
             other => Err(unexpected(other)),
         }
     }
@@ -58,6 +58,11 @@ impl Accelerator {
 }
 
 impl Module {
+    /// Module `id` of `acc`.
+    pub(crate) fn new(acc: Accelerator, id: ModuleId) -> Self {
+        Module { acc, id }
+    }
+
     /// The accelerator it is loaded on.
     pub(crate) fn accelerator(&self) -> &Accelerator {
         &self.acc

@@ -43,7 +43,9 @@
 //! Protocol 7 adds the two requests the CUDA driver shim (`ac-cuda`) needs, appended so that
 //! everything else encodes as in 6: [`Request::MemAllocAt`] (an allocation with its device
 //! address, which the program's kernels take as raw pointers) and [`Request::FunctionLayout`]
-//! (a lookup that also answers the parameter sizes, since `cuLaunchKernel` passes none).
+//! (a lookup that also answers the parameter sizes, since `cuLaunchKernel` passes none), and
+//! [`Request::ModuleLoadCached`] (a module image named by its digest, sent only if the backend
+//! does not hold it already).
 //!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
@@ -593,6 +595,23 @@ pub enum Request {
         /// The kernel's name.
         name: String,
     },
+    /// *Protocol 7.* Loads the image whose [`image_digest`] is `digest`, if the backend holds it
+    /// for this session's owner (the capability it was opened with; the session itself without
+    /// one) from an earlier [`Request::ModuleLoad`]: replies [`Response::Module`], or
+    /// [`Response::NotCached`] (then send it with `ModuleLoad`). A framework's images are
+    /// hundreds of MB; each of its processes sends them once.
+    ModuleLoadCached {
+        /// What the module is made of (PTX or cubin).
+        source: ModuleSource,
+        /// SHA-256 of the image's bytes.
+        digest: [u8; 32],
+    },
+}
+
+/// The digest under which a backend keeps a module image (SHA-256 of its bytes).
+pub fn image_digest(image: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, image);
+    digest.as_ref().try_into().expect("32 bytes")
 }
 
 /// A reply on a control stream.
@@ -663,6 +682,8 @@ pub enum Response {
         /// launch of a kernel whose sizes are unknown is refused).
         sizes: Option<Vec<u32>>,
     },
+    /// *Protocol 7.* The backend does not hold the image a [`Request::ModuleLoadCached`] named.
+    NotCached,
 }
 
 /// Error categories a caller can act on.

@@ -18,6 +18,7 @@ mod profile;
 mod records;
 mod sessions;
 mod setup;
+mod shim;
 mod slurm;
 
 use clap::{Parser, Subcommand};
@@ -34,10 +35,14 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, records, copies, tuning, latency, ordering, launches,
-    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions); all but net, slurm,
-    /// load, isolation and sessions when empty (gpu only where an NVIDIA driver is found).
+    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions, shim); all but net, slurm,
+    /// load, isolation, sessions and shim when empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// The shim section's backend serves the machine's own CUDA driver (a GPU host) instead of
+    /// the driver stand-in.
+    #[arg(long)]
+    shim_real_gpu: bool,
     /// The load section's runs (saturated, paced); both when empty.
     #[arg(long, value_delimiter = ',')]
     load_runs: Vec<String>,
@@ -208,6 +213,10 @@ fn main() -> anyhow::Result<()> {
             order: args.load_order,
         };
         rt.block_on(load::under_load(&plan))?;
+    }
+    // Needs nvcc (scripts/test fetches it): only when asked for.
+    if args.only.iter().any(|s| s == "shim") {
+        rt.block_on(shim::compare(args.quick, args.shim_real_gpu))?;
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;

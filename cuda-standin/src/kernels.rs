@@ -67,6 +67,11 @@ pub const SCALE_KERNEL: &str = "_Z5scalePffi";
 /// one element a thread.
 pub const IOTA_KERNEL: &str = "_Z4iotaPjj";
 
+/// `affine(float* x, Affine p)` of `tests/cuda/struct_param.cu`, with
+/// `struct Affine { float a; float b; int n; }` passed by value (12 bytes):
+/// `x[i] = p.a * x[i] + p.b` for `i < p.n`, one element a thread.
+pub const AFFINE_KERNEL: &str = "_Z6affinePf6Affine";
+
 /// Parameter sizes of the kernels the stand-in can run, as `kernels.cu` declares them.
 pub fn signature(name: &str) -> Option<&'static [usize]> {
     Some(match name {
@@ -80,6 +85,7 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         VADD_KERNEL => &[8, 8, 8, 4],
         SCALE_KERNEL => &[8, 4, 4],
         IOTA_KERNEL => &[8, 4],
+        AFFINE_KERNEL => &[8, 12],
         _ => return None,
     })
 }
@@ -330,6 +336,16 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
                 let at = element(x, i)?;
                 let v = memory.load(at, 1)?[0];
                 memory.store(at, &[v * a])?;
+            }
+            Some(())
+        }
+        AFFINE_KERNEL => {
+            let (x, p) = (u64_arg(&args[0]), &args[1]);
+            let (a, b, n) = (f32_arg(&p[0..4]), f32_arg(&p[4..8]), i32_arg(&p[8..12]));
+            for i in int_elements(&shape, n) {
+                let at = element(x, i)?;
+                let v = memory.load(at, 1)?[0];
+                memory.store(at, &[a * v + b])?;
             }
             Some(())
         }

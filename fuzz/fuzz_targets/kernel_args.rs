@@ -3,7 +3,8 @@
 //! into allocations (offset inside the allocation, as `resolve_pointer` guarantees), a
 //! builtin's memory footprint, and the argument array laid out for `cuLaunchKernel` against
 //! the parameter sizes read from the image. Asserts: no panic; a layout is made only when the
-//! count and every width match, one 8-byte slot per argument holding its value.
+//! count and every width match (a parameter of another width than 4 or 8 as its 8-byte
+//! pieces), one 8-byte slot per argument holding its value.
 #![no_main]
 
 use ac_backend::device::cuda::args;
@@ -61,7 +62,8 @@ fuzz_target!(|launch: Launch| {
         Some((_, kinds)) => Some(kinds.to_vec()),
         None => launch.params.map(|p| p.iter().map(|&k| KINDS[k as usize % KINDS.len()]).collect()),
     };
-    let kernel = Kernel { handle: 1, name: name.to_string(), params };
+    let sizes: Option<Vec<usize>> = launch.sizes.map(|s| s.iter().map(|&b| b as usize).collect());
+    let kernel = Kernel { handle: 1, name: name.to_string(), params, sizes: sizes.clone() };
     let wire: Vec<KernelArg> = launch
         .args
         .iter()
@@ -92,12 +94,24 @@ fuzz_target!(|launch: Launch| {
     if builtin.is_some() {
         let _ = builtin::check_footprint(name, &resolved);
     }
-    let sizes: Option<Vec<usize>> = launch.sizes.map(|s| s.iter().map(|&b| b as usize).collect());
-    if let Ok(slots) = args::pack(name, &resolved, sizes.as_deref()) {
+    if let Ok(packed) = args::pack(name, &resolved, sizes.as_deref()) {
         let sizes = sizes.expect("a layout needs the sizes");
-        assert_eq!(slots.len(), resolved.len());
-        for ((slot, arg), size) in slots.iter().zip(&resolved).zip(&sizes) {
-            assert_eq!(args::width(arg), *size);
+        assert_eq!(packed.slots.len(), resolved.len());
+        assert_eq!(packed.starts.len(), sizes.len());
+        // Each parameter starts where the ones before it ended: one slot for 4 and 8 bytes
+        // (of that width), else its 8-byte pieces.
+        let mut at = 0;
+        for (&start, &size) in packed.starts.iter().zip(&sizes) {
+            assert_eq!(start, at);
+            let pieces = args::pieces(size);
+            for arg in &resolved[at..at + pieces] {
+                let width = if size == 4 || size == 8 { size } else { 8 };
+                assert_eq!(args::width(arg), width);
+            }
+            at += pieces;
+        }
+        assert_eq!(at, resolved.len());
+        for (slot, arg) in packed.slots.iter().zip(&resolved) {
             if let DeviceArg::Mem { mem, offset, .. } = arg {
                 assert_eq!(*slot, mem.0 + offset);
             }

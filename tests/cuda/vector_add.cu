@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(b, hb, n * sizeof(float), cudaMemcpyHostToDevice));
     vadd<<<(n + 255) / 256, 256>>>(a, b, c, n);
     CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(hc, c, n * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i++) {
         if (hc[i] != 3.0f * i) {

@@ -2,57 +2,15 @@
 //! its default static runtime, run with `ac-cuda`'s `libcuda.so.1` first on
 //! `LD_LIBRARY_PATH`, against a manager and backends whose CUDA devices are the driver
 //! stand-in's (`cuda-standin`, which runs these programs' kernels on the CPU; not a GPU).
-//!
-//! `nvcc` comes from NVIDIA's PyPI wheels, which `scripts/test` fetches into `.cache/nvcc`
-//! (`AC_NVCC` names another). Without it the tests skip, unless `AC_CUDA_SHIM_REQUIRED` is set.
+//! The programs and their build: `ac_tests::cuda`.
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
 mod standin;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use ac_backend::{DeviceChoice, Isolation};
-use ac_tests::{TestBackend, TestCluster};
-
-fn checkout() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf()
-}
-
-/// `nvcc`, if this machine has one.
-fn nvcc() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("AC_NVCC") {
-        return Some(PathBuf::from(path));
-    }
-    let cached = checkout().join(".cache/nvcc/nvidia/cu13/bin/nvcc");
-    cached.exists().then_some(cached)
-}
-
-/// Builds `tests/cuda/<name>.cu` into `dir` with nvcc's defaults (static runtime), for sm_90
-/// (the stand-in's compute capability).
-fn build(name: &str, dir: &Path) -> Option<PathBuf> {
-    let Some(nvcc) = nvcc() else {
-        ac_tests::skip("AC_CUDA_SHIM_REQUIRED", "no nvcc (scripts/test fetches it into .cache/nvcc)");
-        return None;
-    };
-    let exe = dir.join(name);
-    let out = Command::new(&nvcc)
-        .args(["-arch=sm_90", "-o"])
-        .arg(&exe)
-        .arg(checkout().join(format!("tests/cuda/{name}.cu")))
-        .output()
-        .expect("nvcc runs");
-    assert!(out.status.success(), "nvcc failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    Some(exe)
-}
-
-/// A directory holding the shim as `libcuda.so.1`, as the package installs it.
-fn shim_dir(dir: &Path) -> PathBuf {
-    let lib = dir.join("shim");
-    std::fs::create_dir_all(&lib).unwrap();
-    std::os::unix::fs::symlink(ac_tests::workspace_binary("libac_cuda.so"), lib.join("libcuda.so.1")).unwrap();
-    lib
-}
+use ac_tests::{cuda, TestCluster};
 
 /// A manager and `hosts` backends, each serving the stand-in's two CUDA devices.
 async fn cuda_cluster(hosts: usize) -> TestCluster {
@@ -60,14 +18,7 @@ async fn cuda_cluster(hosts: usize) -> TestCluster {
     let arm = arm_server::start(ac_tests::arm_config(state.path())).await.expect("arm starts");
     let mut backends = Vec::new();
     for _ in 0..hosts {
-        backends.push(
-            TestBackend::start_with(|c| {
-                c.device = DeviceChoice::Cuda;
-                c.staging_mib = 16;
-                c.isolation = Isolation::Context;
-            })
-            .await,
-        );
+        backends.push(cuda::standin_backend().await);
     }
     let cluster = TestCluster { arm, backends, state };
     for i in 0..hosts {
@@ -106,14 +57,16 @@ fn said(out: &Output) -> String {
 async fn an_unmodified_vector_add_runs_on_a_remote_accelerator_exactly() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = build("vector_add", dir.path()) else { return };
+    let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
-    let shim = shim_dir(dir.path());
+    let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
     assert!(out.status.success(), "{}", said(&out));
     let text = said(&out);
     assert!(text.contains("vector_add: 100000 elements on device 0 exact"), "{text}");
     assert!(text.contains("devices: 1; device 0:"), "{text}");
+    // Everything it called, the runtime's start and exit included, is served.
+    assert!(!text.contains("not supported") && !text.contains("unexpectedly"), "{text}");
     standin::assert_no_violations();
 }
 
@@ -121,10 +74,10 @@ async fn an_unmodified_vector_add_runs_on_a_remote_accelerator_exactly() {
 async fn streams_events_and_memsets_from_threads_sharing_a_device() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = build("streams", dir.path()) else { return };
+    let Some(exe) = cuda::build("streams", dir.path()) else { return };
     let c = cuda_cluster(1).await;
     let all_free = c.arm.free_accelerators();
-    let shim = shim_dir(dir.path());
+    let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &["4"], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
@@ -155,9 +108,9 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
 async fn every_driver_function_the_runtime_asks_for_resolves() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = build("vector_add", dir.path()) else { return };
+    let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
-    let shim = shim_dir(dir.path());
+    let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1"), ("AC_CUDA_TRACE", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
@@ -171,9 +124,9 @@ async fn every_driver_function_the_runtime_asks_for_resolves() {
 async fn two_accelerators_are_two_cuda_devices() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = build("vector_add", dir.path()) else { return };
+    let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
-    let shim = shim_dir(dir.path());
+    let shim = cuda::shim_dir(dir.path());
     // Two static accelerators (as `--acpn=2` gives a job), the program on the second.
     let out = run(&c, &shim, &exe, &["5000", "1"], &[("ARM_ACPN", "2")]).await;
     let text = said(&out);
@@ -189,9 +142,9 @@ async fn two_accelerators_are_two_cuda_devices() {
 async fn a_program_without_accelerators_is_told_there_is_no_device_and_why() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = build("vector_add", dir.path()) else { return };
+    let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
-    let shim = shim_dir(dir.path());
+    let shim = cuda::shim_dir(dir.path());
     // No static accelerators and a dynamic request the pool cannot grant.
     let out = run(&c, &shim, &exe, &["10"], &[("ARM_ACPN", "0"), ("AC_GET", "5")]).await;
     let text = said(&out);
@@ -204,18 +157,60 @@ async fn a_program_without_accelerators_is_told_there_is_no_device_and_why() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_python_program_drives_the_12_9_runtime_through_ctypes() {
     let _turn = standin::exclusive().await;
-    let runtime = checkout().join(".cache/nvcc/nvidia/cuda_runtime/lib/libcudart.so.12");
-    if !runtime.exists() {
+    let Some(runtime) = cuda::runtime_12() else {
         return ac_tests::skip("AC_CUDA_SHIM_REQUIRED", "no libcudart.so.12 (scripts/test fetches it)");
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let c = cuda_cluster(1).await;
-    let shim = shim_dir(dir.path());
-    let probe = checkout().join("tests/cuda/probe.py");
+    let shim = cuda::shim_dir(dir.path());
+    let probe = cuda::source("tests/cuda/probe.py");
     let python = Path::new("python3");
     let out = run(&c, &shim, python, &[probe.to_str().unwrap(), runtime.to_str().unwrap()], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("runtime 12090: 1 device(s), compute 9.0, 132 SMs"), "{text}");
     assert!(text.contains("65536-byte round trip exact"), "{text}");
+}
+
+/// Module images go to a backend once per owner: the processes of one job's grant send a
+/// framework's images once, and another job's processes learn nothing of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_processes_send_a_module_image_once() {
+    let _turn = standin::exclusive().await;
+    let c = cuda_cluster(1).await;
+    let image = std::fs::read(cuda::source("tests/fixtures/shim_kernels.sm_90.fatbin")).unwrap();
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let open = || ac_frontend::Session::init(c.session_options("j1", &credential, "n1"));
+    let (first, second) = (open().await.expect("AC_Init"), open().await.expect("AC_Init"));
+    let source = ac_proto::backend::ModuleSource::Cubin;
+    let acc = &first.accelerators()[0].acc;
+    let (module, sent) = acc.load_module_cached(source.clone(), &image).await.expect("loaded");
+    assert!(sent, "the first load sends the image");
+    module.function("_Z4iotaPjj").await.expect("the kernel is in it");
+    // The job's second process, on the same accelerator: the backend has it already.
+    let acc = &second.accelerators()[0].acc;
+    let (module, sent) = acc.load_module_cached(source.clone(), &image).await.expect("loaded");
+    assert!(!sent, "the job's second process sent the image again");
+    module.function("_Z4vaddPKfS0_Pfi").await.expect("the kernel is in it");
+    // Another job on the same backend: its own copy.
+    let other = c.submit("j2", &["n1"], 1).await;
+    let third = ac_frontend::Session::init(c.session_options("j2", &other, "n1")).await.expect("AC_Init");
+    let (_, sent) = third.accelerators()[0].acc.load_module_cached(source, &image).await.expect("loaded");
+    assert!(sent, "another job's process loaded an image it never sent");
+    for session in [first, second, third] {
+        session.finalize().await.expect("finalized");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kernel_taking_a_struct_by_value_runs_exactly() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("struct_param", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["10000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("struct_param: 10000 elements exact"), "{text}");
+    standin::assert_no_violations();
 }

@@ -4,6 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)] // the stand-in's helpers these tests do not need
+mod standin;
+
 use ac_proto::arm::{Request, Response};
 use ac_tests::slurm::SlurmCluster;
 use ac_tests::{eventually, workspace_binary};
@@ -534,4 +537,23 @@ async fn a_new_job_reusing_an_old_jobs_id_gets_a_binding_of_its_own() {
     assert_eq!(c.free_accelerators().await, 1, "the old job's grant went back");
     assert_eq!(c.job_field(&new, "Licenses"), "ac:1");
     c.run("scancel", &[&new]);
+}
+
+/// An unmodified CUDA program in a batch job with `--acpn=2`: its two CUDA devices are the
+/// job's two accelerators (issue 48). The backend's devices are the CUDA driver stand-in's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_job_runs_an_unmodified_cuda_program_on_both_its_accelerators() {
+    let _turn = standin::exclusive().await;
+    let c = SlurmCluster::start_with_pool(vec![ac_tests::cuda::standin_backend().await], 2).await;
+    let Some(exe) = ac_tests::cuda::build("vector_add", c.dir.path()) else { return };
+    let shim = ac_tests::cuda::shim_dir(c.dir.path());
+    let run = |device: u32| format!("LD_LIBRARY_PATH={} {} 20000 {device}", shim.display(), exe.display());
+    let job = c.sbatch(&["--acpn=2"], &format!("{} && {}", run(0), run(1)));
+    assert!(c.wait_until(Duration::from_secs(60), |c| c.job_over(&job)).await, "{}", c.output(&job));
+    let out = c.output(&job);
+    assert!(out.contains("devices: 2; device 0:") && out.contains("20000 elements on device 0 exact"), "{out}");
+    assert!(out.contains("20000 elements on device 1 exact"), "{out}");
+    let back = c.wait_until(Duration::from_secs(5), |c| c.licenses().1 == 0).await;
+    assert!(back, "Slurm's licenses: {:?}", c.licenses());
+    standin::assert_no_violations();
 }

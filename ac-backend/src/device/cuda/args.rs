@@ -16,15 +16,35 @@ pub fn width(arg: &DeviceArg) -> usize {
     }
 }
 
-/// Lays the arguments out, one slot each, value in the slot's first bytes (native order, as
-/// the kernel reads them). Device pointers become `mem + offset` (on CUDA a [`DeviceMem`] is the
-/// allocation's device address). The count and each width must match the kernel's parameter
-/// sizes; with no sizes known the launch is refused: `cuLaunchKernel` reads one
-/// `kernelParams` entry per parameter of the kernel, so a blind launch with too few arguments
-/// would make the driver read past the array (issue 24, finding 1).
+/// Arguments laid out for `cuLaunchKernel`: 8-byte slots, and where each parameter starts.
+#[derive(Debug)]
+pub struct Packed {
+    /// The values, each in the first bytes of its slot (native order, as the kernel reads them).
+    pub slots: Vec<u64>,
+    /// The slot each parameter starts at (`kernelParams[i]` points there).
+    pub starts: Vec<usize>,
+}
+
+/// How many arguments a parameter of `size` bytes takes: one for 4 and 8 bytes (a scalar or a
+/// pointer of that width), else its bytes in order as 8-byte pieces (a struct passed by value,
+/// a 1- or 2-byte scalar): `ceil(size / 8)` 8-byte arguments, laid in consecutive slots, of
+/// which the driver reads `size` bytes.
+pub fn pieces(size: usize) -> usize {
+    match size {
+        4 | 8 => 1,
+        other => other.div_ceil(8).max(1),
+    }
+}
+
+/// Lays the arguments out, one slot each (value in the slot's first bytes). Device pointers
+/// become `mem + offset` (on CUDA a [`DeviceMem`] is the allocation's device address). The
+/// count and each width must match the kernel's parameter sizes ([`pieces`]); with no sizes
+/// known the launch is refused: `cuLaunchKernel` reads one `kernelParams` entry per parameter
+/// of the kernel, so a blind launch with too few arguments would make the driver read past the
+/// array (issue 24, finding 1).
 ///
 /// [`DeviceMem`]: crate::device::DeviceMem
-pub fn pack(kernel: &str, args: &[DeviceArg], sizes: Option<&[usize]>) -> DeviceResult<Vec<u64>> {
+pub fn pack(kernel: &str, args: &[DeviceArg], sizes: Option<&[usize]>) -> DeviceResult<Packed> {
     let Some(sizes) = sizes else {
         return Err(WireError::new(
             ErrorKind::InvalidArgument,
@@ -35,21 +55,35 @@ pub fn pack(kernel: &str, args: &[DeviceArg], sizes: Option<&[usize]>) -> Device
             ),
         ));
     };
-    if sizes.len() != args.len() {
+    let needed: usize = sizes.iter().map(|&s| pieces(s)).sum();
+    if needed != args.len() {
+        let pieces = if needed == sizes.len() { String::new() } else { format!(" ({needed} with its 8-byte pieces)") };
         return Err(WireError::new(
             ErrorKind::InvalidArgument,
-            format!("kernel `{kernel}` takes {} arguments, got {}", sizes.len(), args.len()),
+            format!("kernel `{kernel}` takes {} arguments{pieces}, got {}", sizes.len(), args.len()),
         ));
     }
-    for (i, (arg, &size)) in args.iter().zip(sizes).enumerate() {
-        if width(arg) != size {
-            return Err(WireError::new(
-                ErrorKind::InvalidArgument,
-                format!("kernel `{kernel}` argument {i} is {size} bytes wide, got a {}-byte {arg:?}", width(arg)),
-            ));
+    let mut starts = Vec::with_capacity(sizes.len());
+    let mut at = 0;
+    for (i, &size) in sizes.iter().enumerate() {
+        starts.push(at);
+        let (count, width) = if pieces(size) == 1 && (size == 4 || size == 8) { (1, size) } else { (pieces(size), 8) };
+        for arg in &args[at..at + count] {
+            if self::width(arg) != width {
+                let what = if width == size {
+                    format!("{size} bytes wide")
+                } else {
+                    format!("{size} bytes wide, given as 8-byte pieces")
+                };
+                return Err(WireError::new(
+                    ErrorKind::InvalidArgument,
+                    format!("kernel `{kernel}` argument {i} is {what}, got a {}-byte {arg:?}", self::width(arg)),
+                ));
+            }
         }
+        at += count;
     }
-    Ok(args.iter().map(slot).collect())
+    Ok(Packed { slots: args.iter().map(slot).collect(), starts })
 }
 
 fn slot(arg: &DeviceArg) -> u64 {
@@ -88,7 +122,7 @@ mod tests {
             DeviceArg::Scalar(KernelArg::U64(1 << 40)),
             DeviceArg::Scalar(KernelArg::F64(0.5)),
         ];
-        let slots = pack("k", &args, Some(&[4, 8, 4, 8, 8])).unwrap();
+        let slots = pack("k", &args, Some(&[4, 8, 4, 8, 8])).unwrap().slots;
         assert_eq!(first_bytes(slots[0], 4), 2.5f32.to_ne_bytes());
         assert_eq!(slots[1], 0x7f00_0000_1040);
         assert_eq!(first_bytes(slots[2], 4), (-3i32).to_ne_bytes());
@@ -108,5 +142,27 @@ mod tests {
         assert!(e.message.contains("takes 1 arguments, got 2"), "{}", e.message);
         let e = pack("k", &args, Some(&[4, 4])).unwrap_err();
         assert!(e.message.contains("argument 1 is 4 bytes wide"), "{}", e.message);
+    }
+
+    #[test]
+    fn other_widths_travel_as_consecutive_8_byte_pieces() {
+        // (int, struct of 12 bytes, char, pointer)
+        let args = [
+            DeviceArg::Scalar(KernelArg::I32(7)),
+            DeviceArg::Scalar(KernelArg::U64(0x0807_0605_0403_0201)),
+            DeviceArg::Scalar(KernelArg::U64(0x0c0b_0a09)),
+            DeviceArg::Scalar(KernelArg::U64(b'x' as u64)),
+            DeviceArg::Scalar(KernelArg::U64(0x7f00_0000_2000)),
+        ];
+        let packed = pack("k", &args, Some(&[4, 12, 1, 8])).unwrap();
+        assert_eq!(packed.starts, [0, 1, 3, 4]);
+        let bytes: Vec<u8> = packed.slots[1..3].iter().flat_map(|s| s.to_ne_bytes()).collect();
+        assert_eq!(bytes[..12], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], "the struct's bytes lie in order");
+        assert_eq!(first_bytes(packed.slots[3], 1), [b'x']);
+        let e = pack("k", &args[..4], Some(&[4, 12, 1, 8])).unwrap_err();
+        assert!(e.message.contains("takes 4 arguments (5 with its 8-byte pieces), got 4"), "{}", e.message);
+        let narrow = [DeviceArg::Scalar(KernelArg::U32(1)), DeviceArg::Scalar(KernelArg::U32(2))];
+        let e = pack("k", &narrow, Some(&[16])).unwrap_err();
+        assert!(e.message.contains("16 bytes wide, given as 8-byte pieces"), "{}", e.message);
     }
 }

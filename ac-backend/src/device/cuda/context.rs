@@ -461,10 +461,14 @@ impl Context for CudaContext {
             }
             (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
         };
-        let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        let base = slots.slots.as_mut_ptr();
+        // SAFETY: every start is an index into `slots` (`pack` made them from its count).
+        let mut params: Vec<*mut c_void> =
+            slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
         let stream = self.stream(stream)?;
-        // SAFETY: one pointer per parameter, each to an 8-byte slot holding the value in its
-        // first bytes; the driver copies the values before returning.
+        // SAFETY: one pointer per parameter, each to its first 8-byte slot, holding the value in
+        // its first bytes (a wider parameter in the consecutive slots after it); the driver
+        // copies the values before returning.
         let code = unsafe {
             sys::cuLaunchKernel(
                 raw.0,

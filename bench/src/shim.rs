@@ -1,0 +1,122 @@
+//! The CUDA shim (issue 48) against the SDK, in the same run and on the same backend: a plain
+//! CUDA program (`tests/cuda/shim_bench.cu`, built by nvcc, run through `libcuda.so.1`) and the
+//! same work through the SDK: asynchronous launches of a one-thread kernel, then one
+//! synchronize; one copy each way. The backend is a process of its own on loopback, serving
+//! the CUDA driver stand-in (`--shim-driver`, default) or a real GPU (`--shim-driver real`).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use ac_frontend::{ConnectOptions, KernelArg, LaunchDims};
+use anyhow::{bail, Context};
+
+use crate::setup::{connect, sibling, spawn_daemon};
+
+/// What one side measured.
+#[derive(Debug, Default)]
+struct Rates {
+    launches: f64,
+    h2d: f64,
+    d2h: f64,
+}
+
+/// Runs the comparison; `real_gpu` serves the machine's own driver instead of the stand-in.
+pub async fn compare(quick: bool, real_gpu: bool) -> anyhow::Result<()> {
+    let (launches, mib) = if quick { (2_000, 16) } else { (20_000, 1024) };
+    let state = tempfile::tempdir()?;
+    let config = state.path().join("ac-backend.toml");
+    let driver = if real_gpu {
+        String::new()
+    } else {
+        format!("cuda_driver = \"{}\"\nisolation = \"context\"\n", sibling("libcuda_standin.so")?.display())
+    };
+    std::fs::write(&config, format!("device = \"cuda\"\nstaging_mib = 256\n{driver}"))?;
+    let args = ["--config", config.to_str().context("path")?];
+    let (mut child, addr) = spawn_daemon("ac-backend", &args, &state.path().join("backend"))?;
+    let ca = state.path().join("backend/ca.pem");
+    let result = async {
+        let sdk = sdk_rates(&ConnectOptions::new(addr, &ca), launches, mib).await?;
+        let shim = shim_rates(addr, &ca, state.path(), launches, mib).await?;
+        anyhow::Ok((sdk, shim))
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let (sdk, shim) = result?;
+    let device = if real_gpu { "the machine's GPU" } else { "the CUDA driver stand-in (kernels on the CPU)" };
+    println!("## The CUDA shim against the SDK (backend on loopback, {device})\n");
+    println!("| measure | SDK | CUDA program through the shim | shim / SDK |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, a: f64, b: f64| println!("| {name} | {a:.0} | {b:.0} | {:.2} |", b / a);
+    row(&format!("async launches / s ({launches}, then one synchronize)"), sdk.launches, shim.launches);
+    row(&format!("host to device, MB/s ({mib} MiB)"), sdk.h2d, shim.h2d);
+    row(&format!("device to host, MB/s ({mib} MiB)"), sdk.d2h, shim.d2h);
+    println!();
+    Ok(())
+}
+
+/// The work through the SDK: the fixture's `iota` launched asynchronously, then copies.
+async fn sdk_rates(options: &ConnectOptions, launches: usize, mib: usize) -> anyhow::Result<Rates> {
+    let acc = connect(options).await?;
+    let image = std::fs::read(ac_tests::cuda::source("tests/fixtures/shim_kernels.sm_90.fatbin"))?;
+    let iota = acc.load_cubin(&image).await?.function("_Z4iotaPjj").await?;
+    let x = acc.alloc::<u32>(1).await?;
+    let args = [x.arg(), KernelArg::U32(1)];
+    let dims = LaunchDims { grid: [1, 1, 1], block: [1, 1, 1], shared_mem: 0 };
+    for _ in 0..launches / 10 {
+        iota.launch(dims, &args).await?;
+    }
+    acc.synchronize().await?;
+    let start = Instant::now();
+    for _ in 0..launches {
+        iota.launch(dims, &args).await?;
+    }
+    acc.synchronize().await?;
+    let launches = launches as f64 / start.elapsed().as_secs_f64();
+    let bytes = mib << 20;
+    let host = vec![7u8; bytes];
+    let mut back = vec![0u8; bytes];
+    let device = acc.alloc::<u8>(bytes).await?;
+    // A copy each way first, as the program does: pages touched, staging warm.
+    device.copy_from_host(&host).await?;
+    device.copy_to_host(&mut back).await?;
+    let start = Instant::now();
+    device.copy_from_host(&host).await?;
+    let h2d = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let start = Instant::now();
+    device.copy_to_host(&mut back).await?;
+    let d2h = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    device.free().await?;
+    acc.close().await;
+    Ok(Rates { launches, h2d, d2h })
+}
+
+/// The same work as a CUDA program through the shim.
+async fn shim_rates(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+    dir: &Path,
+    launches: usize,
+    mib: usize,
+) -> anyhow::Result<Rates> {
+    let Some(exe) = ac_tests::cuda::build("shim_bench", dir) else { bail!("no nvcc: scripts/test fetches it") };
+    let shim = ac_tests::cuda::shim_dir(dir);
+    let mut command = Command::new(exe);
+    command
+        .args([launches.to_string(), mib.to_string()])
+        .env("LD_LIBRARY_PATH", &shim)
+        .env("AC_BACKEND_ADDR", addr.to_string())
+        .env("AC_CA_CERT", ca)
+        .env_remove("ARM_ADDR");
+    let out = tokio::task::spawn_blocking(move || command.output()).await??;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("shim_bench failed: {text}");
+    }
+    let value = |key: &str| -> anyhow::Result<f64> {
+        let line = text.lines().find_map(|l| l.strip_prefix(key)).with_context(|| format!("no `{key}` in {text}"))?;
+        Ok(line.trim().parse()?)
+    };
+    Ok(Rates { launches: value("launches/s ")?, h2d: value("h2d MB/s ")?, d2h: value("d2h MB/s ")? })
+}

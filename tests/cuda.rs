@@ -1,0 +1,76 @@
+//! Plain CUDA programs for the CUDA shim's tests (`tests/cuda/*.cu`): built by `nvcc` with its
+//! default static runtime, run with `ac-cuda`'s `libcuda.so.1` first on `LD_LIBRARY_PATH`.
+//!
+//! `nvcc` comes from NVIDIA's PyPI wheels, which `scripts/test` fetches into `.cache/nvcc`
+//! (`AC_NVCC` names another). Without it the tests skip, unless `AC_CUDA_SHIM_REQUIRED` is set.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::TestBackend;
+
+/// The sources: `AC_CHECKOUT` (a GPU machine's copy, unpacked from a `gpu-check` bundle), else
+/// the checkout this was built from.
+fn checkout() -> PathBuf {
+    if let Some(dir) = std::env::var_os("AC_CHECKOUT") {
+        return PathBuf::from(dir);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf()
+}
+
+/// `nvcc`, if this machine has one.
+pub fn nvcc() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("AC_NVCC") {
+        return Some(PathBuf::from(path));
+    }
+    let cached = checkout().join(".cache/nvcc/nvidia/cu13/bin/nvcc");
+    cached.exists().then_some(cached)
+}
+
+/// NVIDIA's CUDA 12.9 runtime library (`libcudart.so.12`), if fetched.
+pub fn runtime_12() -> Option<PathBuf> {
+    let path = checkout().join(".cache/nvcc/nvidia/cuda_runtime/lib/libcudart.so.12");
+    path.exists().then_some(path)
+}
+
+/// A file of the checkout.
+pub fn source(relative: &str) -> PathBuf {
+    checkout().join(relative)
+}
+
+/// Builds `tests/cuda/<name>.cu` into `dir` with nvcc's defaults (static runtime), for sm_90
+/// (the stand-in's compute capability); `None` (a skip) without nvcc.
+pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
+    let Some(nvcc) = nvcc() else {
+        crate::skip("AC_CUDA_SHIM_REQUIRED", "no nvcc (scripts/test fetches it into .cache/nvcc)");
+        return None;
+    };
+    let exe = dir.join(name);
+    let out = Command::new(&nvcc)
+        .args(["-arch=sm_90", "-o"])
+        .arg(&exe)
+        .arg(source(&format!("tests/cuda/{name}.cu")))
+        .output()
+        .expect("nvcc runs");
+    assert!(out.status.success(), "nvcc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    Some(exe)
+}
+
+/// A directory in `dir` holding the shim as `libcuda.so.1`, as the package installs it.
+pub fn shim_dir(dir: &Path) -> PathBuf {
+    let lib = dir.join("shim");
+    std::fs::create_dir_all(&lib).expect("shim dir");
+    std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join("libcuda.so.1")).expect("link");
+    lib
+}
+
+/// A backend in this process whose CUDA devices are the driver stand-in's two (the stand-in
+/// must be loaded first: `tests/tests/standin`), contexts in the daemon.
+pub async fn standin_backend() -> TestBackend {
+    TestBackend::start_with(|c| {
+        c.device = ac_backend::DeviceChoice::Cuda;
+        c.staging_mib = 16;
+        c.isolation = ac_backend::Isolation::Context;
+    })
+    .await
+}

@@ -1,0 +1,58 @@
+// The CUDA shim's costs, as a plain CUDA program measures them: asynchronous launches of a
+// one-thread kernel, then one synchronize; a cudaMemcpy each way. `ac-bench --only shim` runs it
+// through the shim and the same work through the SDK against the same backend.
+// Usage: shim_bench [launches] [copy MiB]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_runtime.h>
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        cudaError_t e_ = (call);                                                         \
+        if (e_ != cudaSuccess) {                                                         \
+            printf("FAILED %s: %d %s\n", #call, (int)e_, cudaGetErrorString(e_));        \
+            return 1;                                                                    \
+        }                                                                                \
+    } while (0)
+
+// The same kernel as tests/fixtures/shim_kernels.cu's, which the SDK side launches.
+__global__ void iota(unsigned* x, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i;
+}
+
+static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int main(int argc, char** argv) {
+    int launches = argc > 1 ? atoi(argv[1]) : 20000;
+    size_t bytes = (size_t)(argc > 2 ? atoi(argv[2]) : 256) << 20;
+    unsigned* x;
+    CHECK(cudaMalloc(&x, sizeof(unsigned)));
+    for (int i = 0; i < launches / 10; i++) iota<<<1, 1>>>(x, 1);
+    CHECK(cudaDeviceSynchronize());
+    auto t = std::chrono::steady_clock::now();
+    for (int i = 0; i < launches; i++) iota<<<1, 1>>>(x, 1);
+    CHECK(cudaDeviceSynchronize());
+    printf("launches/s %.0f\n", launches / seconds_since(t));
+
+    char* host = (char*)malloc(bytes);
+    memset(host, 7, bytes);
+    char* device;
+    CHECK(cudaMalloc(&device, bytes));
+    // A copy each way first, as the SDK side does: pages touched, staging warm.
+    CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+    t = std::chrono::steady_clock::now();
+    CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+    printf("h2d MB/s %.0f\n", bytes / seconds_since(t) / 1e6);
+    t = std::chrono::steady_clock::now();
+    CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+    printf("d2h MB/s %.0f\n", bytes / seconds_since(t) / 1e6);
+    CHECK(cudaFree(device));
+    CHECK(cudaFree(x));
+    return 0;
+}
