@@ -214,45 +214,48 @@ unsafe extern "C" fn integrity_check(version: u32, unix_seconds: u64, result: *m
 
 static INTEGRITY_CHECK: Table<3> = table(true, &[(1, integrity_check as *const c_void)]);
 
-/// The start-up shortcut's table, which the shim does not serve.
-const SKIP_INIT: [u8; 16] =
-    [0xF8, 0xCF, 0xF9, 0x51, 0x21, 0x46, 0x8B, 0x4E, 0xB9, 0xE2, 0xFB, 0x46, 0x9E, 0x7C, 0x0D, 0xD9];
+/// A table's UUID from its 32 hex digits, its bytes in the order the runtime passes them.
+const fn uuid(hex: &str) -> [u8; 16] {
+    const fn digit(c: u8) -> u8 {
+        match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => panic!("not a lower-case hex digit"),
+        }
+    }
+    let hex = hex.as_bytes();
+    assert!(hex.len() == 32, "a UUID is 32 hex digits");
+    let mut out = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        out[i] = digit(hex[2 * i]) << 4 | digit(hex[2 * i + 1]);
+        i += 1;
+    }
+    out
+}
 
-/// The tables, by UUID (as the runtime passes it: 16 bytes).
-fn table_for(uuid: &[u8; 16]) -> Option<*const c_void> {
-    Some(match uuid {
-        [0x6B, 0xD5, 0xFB, 0x6C, 0x5B, 0xF4, 0xE7, 0x4A, 0x89, 0x87, 0xD9, 0x39, 0x12, 0xFD, 0x9D, 0xF9] => {
-            CUDART_INTERFACE.address()
-        }
-        [0x42, 0xD8, 0x5A, 0x81, 0x23, 0xF6, 0xCB, 0x47, 0x82, 0x98, 0xF6, 0xE7, 0x8A, 0x3A, 0xEC, 0xDC] => {
-            TOOLS_TLS.address()
-        }
-        [0xA0, 0x94, 0x79, 0x8C, 0x2E, 0x74, 0x2E, 0x74, 0x93, 0xF2, 0x08, 0x00, 0x20, 0x0C, 0x0A, 0x66] => {
-            TOOLS_RUNTIME_CALLBACK_HOOKS.address()
-        }
-        [0xC6, 0x93, 0x33, 0x6E, 0x11, 0x21, 0xDF, 0x11, 0xA8, 0xC3, 0x68, 0xF3, 0x55, 0xD8, 0x95, 0x93] => {
-            CONTEXT_LOCAL_STORAGE.address()
-        }
-        [0x0C, 0xA5, 0x0B, 0x8C, 0x10, 0x04, 0x92, 0x9A, 0x89, 0xA7, 0xD0, 0xDF, 0x10, 0xE7, 0x72, 0x86] => {
-            CTX_CREATE_BYPASS.address()
-        }
-        [0x19, 0x5B, 0xCB, 0xF4, 0xD6, 0x7D, 0x02, 0x4A, 0xAC, 0xC5, 0x1D, 0x29, 0xCE, 0xA6, 0x31, 0xAE] => {
-            HEAP_ACCESS.address()
-        }
-        [0xB1, 0x05, 0x41, 0xE1, 0xF7, 0xC7, 0xC7, 0x4A, 0x9F, 0x64, 0xF2, 0x23, 0xBE, 0x99, 0xF1, 0xE2] => {
-            DEVICE_EXTENDED_RT.address()
-        }
-        [0xD4, 0x08, 0x20, 0x55, 0xBD, 0xE6, 0x70, 0x4B, 0x8D, 0x34, 0xBA, 0x12, 0x3C, 0x66, 0xE1, 0xF2] => {
-            INTEGRITY_CHECK.address()
-        }
-        [0x26, 0x3E, 0x88, 0x60, 0x7C, 0xD2, 0x61, 0x43, 0x92, 0xF6, 0xBB, 0xD5, 0x00, 0x6D, 0xFA, 0x7E] => {
-            CONTEXT_CHECKS.address()
-        }
-        [0x21, 0x31, 0x8C, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8C, 0xA6, 0x41, 0xFF, 0x73, 0x24, 0xC8, 0xF2] => {
-            CUDA13_CONTEXT.address()
-        }
-        _ => return None,
-    })
+/// The start-up shortcut's table, which the shim does not serve.
+const SKIP_INIT: [u8; 16] = uuid("f8cff95121468b4eb9e2fb469e7c0dd9");
+
+/// The tables the shim serves, by UUID.
+fn tables() -> [([u8; 16], *const c_void); 10] {
+    [
+        (uuid("6bd5fb6c5bf4e74a8987d93912fd9df9"), CUDART_INTERFACE.address()),
+        (uuid("42d85a8123f6cb478298f6e78a3aecdc"), TOOLS_TLS.address()),
+        (uuid("a094798c2e742e7493f20800200c0a66"), TOOLS_RUNTIME_CALLBACK_HOOKS.address()),
+        (uuid("c693336e1121df11a8c368f355d89593"), CONTEXT_LOCAL_STORAGE.address()),
+        (uuid("0ca50b8c1004929a89a7d0df10e77286"), CTX_CREATE_BYPASS.address()),
+        (uuid("195bcbf4d67d024aacc51d29cea631ae"), HEAP_ACCESS.address()),
+        (uuid("b10541e1f7c7c74a9f64f223be99f1e2"), DEVICE_EXTENDED_RT.address()),
+        (uuid("d4082055bde6704b8d34ba123c66e1f2"), INTEGRITY_CHECK.address()),
+        (uuid("263e88607cd2614392f6bbd5006dfa7e"), CONTEXT_CHECKS.address()),
+        (uuid("21318c60971432488ca641ff7324c8f2"), CUDA13_CONTEXT.address()),
+    ]
+}
+
+/// The table the runtime names by `id`.
+fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
+    tables().into_iter().find(|(uuid, _)| uuid == id).map(|(_, table)| table)
 }
 
 #[no_mangle]
@@ -278,4 +281,17 @@ pub unsafe extern "C" fn cuGetExportTable(out: *mut *const c_void, uuid: *const 
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_read_in_the_runtimes_byte_order() {
+        assert_eq!(SKIP_INIT[..4], [0xF8, 0xCF, 0xF9, 0x51]);
+        let cudart = [0x6B, 0xD5, 0xFB, 0x6C, 0x5B, 0xF4, 0xE7, 0x4A, 0x89, 0x87, 0xD9, 0x39, 0x12, 0xFD, 0x9D, 0xF9];
+        assert_eq!(table_for(&cudart), Some(CUDART_INTERFACE.address()));
+        assert_eq!(table_for(&SKIP_INIT), None);
+    }
 }
