@@ -8,14 +8,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            printf("FAILED %s: %d %s\n", #call, (int)e_, cudaGetErrorString(e_));        \
-            return 1;                                                                    \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 // The same kernel as tests/fixtures/shim_kernels.cu's, which the SDK side launches.
 __global__ void iota(unsigned* x, unsigned n) {

@@ -8,14 +8,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            printf("FAILED %s: %d %s\n", #call, (int)e_, cudaGetErrorString(e_));        \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 __global__ void scale(float* x, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -6,14 +6,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            printf("FAILED %s: %d %s\n", #call, (int)e_, cudaGetErrorString(e_));        \
-            return 1;                                                                    \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 struct Affine {
     float a;

@@ -5,14 +5,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t e_ = (call);                                                         \
-        if (e_ != cudaSuccess) {                                                         \
-            printf("FAILED %s: %d %s\n", #call, (int)e_, cudaGetErrorString(e_));        \
-            return 1;                                                                    \
-        }                                                                                \
-    } while (0)
+#include "check.h"
 
 __global__ void vadd(const float* a, const float* b, float* c, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
