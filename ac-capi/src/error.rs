@@ -146,6 +146,14 @@ pub(crate) fn in_session(e: Error) -> Failure {
     }
 }
 
+/// The code and message that libac returns for `e`, for the SDK's other bindings (the Python
+/// SDK's exceptions carry the same codes). `in_session`: the call was one of the session's own
+/// (`AC_Get`, `AC_Free`, `AC_Finalize`), where an unknown session token means the job ended.
+pub fn code_of(e: Error, in_session: bool) -> (acError, String) {
+    let failure = if in_session { self::in_session(e) } else { Failure::from(e) };
+    (failure.code, failure.message)
+}
+
 pub(crate) type Outcome<T = ()> = Result<T, Failure>;
 
 thread_local! {

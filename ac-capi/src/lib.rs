@@ -38,7 +38,7 @@ mod preempt;
 mod session;
 mod stream;
 
-pub use error::{acError, acGetErrorString, acGetLastErrorMessage};
+pub use error::{acError, acGetErrorString, acGetLastErrorMessage, code_of};
 pub use kernel::{
     acArg, acArgKind, acDim3, acKernel, acKernelCreate, acKernelDestroy, acKernelLaunch, acKernelRun, acKernelSetArgs,
     acSourceKind,

@@ -60,6 +60,12 @@ impl Session {
         &self.handles
     }
 
+    /// The runtime that drives the session's connections: a binding that waits on the async
+    /// calls itself (the Python SDK, to stay interruptible) drives them here.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
     /// The async session underneath.
     pub fn as_async(&self) -> &crate::Session {
         &self.inner
@@ -87,7 +93,9 @@ impl Session {
         Ok(answer.map(|set| self.wrap_set(set)))
     }
 
-    pub(crate) fn wrap_set(&self, inner: crate::DynamicSet) -> DynamicSet {
+    /// Wraps a set that the async session granted (to a binding that waits on
+    /// [`crate::Session::get_or_why`] itself).
+    pub fn wrap_set(&self, inner: crate::DynamicSet) -> DynamicSet {
         DynamicSet { id: inner.id, handles: blocking_handles(&self.rt, &inner.handles), inner }
     }
 

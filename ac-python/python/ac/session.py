@@ -1,0 +1,129 @@
+"""Sessions: ``ac.init()`` (``AC_Init``), ``get`` (``AC_Get``), ``free`` (``AC_Free``),
+``finalize`` (``AC_Finalize``), preemption notices, and their collective forms over an
+mpi4py communicator."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Iterator, List, NamedTuple, Optional, Type
+
+from ac import _ac
+from ac.device import Accelerator
+
+
+class Preemption(NamedTuple):
+    """A preemptible set is being taken back."""
+
+    set: int
+    accelerators: List[str]
+    revoke_at: int
+
+
+class AcceleratorSet:
+    """Accelerators granted together by one ``get``. As a context manager it frees itself on
+    exit."""
+
+    __slots__ = ("_raw", "_session", "_comm", "accelerators")
+
+    def __init__(self, raw: _ac.Set, session: "Session", comm: Any) -> None:
+        self._raw = raw
+        self._session = session
+        self._comm = comm
+        self.accelerators = [Accelerator(a) for a in raw.accelerators]
+
+    @property
+    def id(self) -> int:
+        return self._raw.id
+
+    @property
+    def freed(self) -> bool:
+        return self._raw.freed
+
+    def __len__(self) -> int:
+        return len(self.accelerators)
+
+    def __iter__(self) -> Iterator[Accelerator]:
+        return iter(self.accelerators)
+
+    def __getitem__(self, i: int) -> Accelerator:
+        return self.accelerators[i]
+
+    def __enter__(self) -> "AcceleratorSet":
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], value: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        if not self.freed and not self._session.finalized:
+            self._session.free(self)
+
+
+class Session:
+    """A program's session with the resource manager. As a context manager it finalizes on
+    exit (releasing every set)."""
+
+    __slots__ = ("_raw", "_comm", "accelerators")
+
+    def __init__(self, raw: _ac.Session, comm: Any = None) -> None:
+        self._raw = raw
+        self._comm = comm
+        self.accelerators = [Accelerator(a) for a in raw.accelerators]
+
+    @property
+    def job(self) -> str:
+        return self._raw.job
+
+    @property
+    def rejection(self) -> Optional[str]:
+        """Why the last ``get`` returned ``None``."""
+        return self._raw.rejection
+
+    @property
+    def finalized(self) -> bool:
+        return self._raw.finalized
+
+    def get(
+        self,
+        count: int,
+        min: Optional[int] = None,
+        wait: Optional[float] = None,
+        preemptible: bool = False,
+        comm: Any = None,
+    ) -> Optional[AcceleratorSet]:
+        """``AC_Get``: ``count`` more accelerators now (at least ``min``, waiting up to ``wait``
+        seconds; ``preemptible``: borrowed, taken back with notice), or ``None`` when the manager
+        rejects the request (``rejection`` says why). With ``comm`` (mpi4py), collective: every
+        rank asks for its own count; all ranks are granted, or none."""
+        raw = self._raw.get(count, min, wait, preemptible, comm)
+        return None if raw is None else AcceleratorSet(raw, self, comm)
+
+    def free(self, set: AcceleratorSet, comm: Any = None) -> None:
+        """``AC_Free``: releases a set (collectively with the communicator it was got with)."""
+        self._raw.free(set._raw, comm if comm is not None else set._comm)
+
+    def finalize(self, comm: Any = None) -> None:
+        """``AC_Finalize``: releases every set and ends the session (collectively over the
+        communicator given to ``ac.init``). A second call does nothing."""
+        self._raw.finalize(comm if comm is not None else self._comm)
+
+    def next_preemption(self, timeout: float = 0.0) -> Optional[Preemption]:
+        """The next notice that a preemptible set is being taken back, waiting up to
+        ``timeout`` seconds (from the first call on, notices come here instead of stderr)."""
+        notice = self._raw.next_preemption(timeout)
+        return None if notice is None else Preemption(*notice)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], value: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.finalize()
+
+
+def init(comm: Any = None) -> Session:
+    """``AC_Init``: the session, and this node's accelerators allocated to the job before it
+    started. The environment names the manager and the job, as for libac (``ARM_ADDR``,
+    ``ARM_CA_CERT``; Slurm's or ``armctl job submit``'s credentials; ``ARM_ACPN`` for an ad-hoc
+    job). With ``comm`` (an mpi4py communicator), collective over its ranks."""
+    return Session(_ac.Session.init(comm), comm)

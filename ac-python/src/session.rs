@@ -1,0 +1,285 @@
+//! `AC_Init`, `AC_Get`, `AC_Free`, `AC_Finalize`, and preemption notices.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ac_frontend::blocking;
+use ac_frontend::{GetRequest, SessionOptions};
+use pyo3::prelude::*;
+
+use crate::comm::PyComm;
+use crate::device::Accelerator;
+use crate::error;
+use crate::wait::{Local, Owner};
+
+/// A program's session with the resource manager (`ac.init()`).
+#[pyclass(module = "ac._ac", frozen)]
+#[derive(Debug)]
+pub struct Session {
+    owner: Owner,
+    /// Taken out by `finalize`. Calls clone the `Arc` out and never hold the lock while they
+    /// wait (the lock is taken with the GIL held).
+    inner: Local<Mutex<Option<Arc<blocking::Session>>>>,
+    job: String,
+    accelerators: Vec<Py<Accelerator>>,
+    preemptions: Local<Mutex<Option<blocking::Preemptions>>>,
+    rejection: Mutex<Option<String>>,
+}
+
+/// Accelerators obtained together by one `get` (`AC_Get`).
+#[pyclass(module = "ac._ac", frozen)]
+#[derive(Debug)]
+pub struct Set {
+    id: u64,
+    accelerators: Vec<Py<Accelerator>>,
+    inner: Local<Mutex<Option<blocking::DynamicSet>>>,
+}
+
+fn wrap_handles(py: Python<'_>, owner: &Owner, handles: &[blocking::Handle]) -> PyResult<Vec<Py<Accelerator>>> {
+    handles.iter().map(|h| Py::new(py, Accelerator::new(owner.clone(), h.id.clone(), h.acc.clone()))).collect()
+}
+
+fn get_request(count: u32, min: Option<u32>, wait: Option<f64>, preemptible: bool) -> PyResult<GetRequest> {
+    let mut request = GetRequest::new(count);
+    if let Some(min) = min {
+        if min > count {
+            return Err(error::invalid(format!("min={min} is more than count={count}")));
+        }
+        request = request.at_least(min);
+    }
+    if let Some(wait) = wait {
+        let wait = Duration::try_from_secs_f64(wait)
+            .map_err(|_| error::invalid(format!("wait={wait} is not a number of seconds >= 0")))?;
+        request = request.wait_up_to(wait);
+    }
+    if preemptible {
+        request = request.preemptible();
+    }
+    Ok(request)
+}
+
+impl Session {
+    /// The open session; a finalized one is an error.
+    fn open(&self) -> PyResult<Arc<blocking::Session>> {
+        self.owner.check()?;
+        self.inner.lock().expect("session lock").clone().ok_or_else(|| error::released("the session"))
+    }
+
+    /// Takes the session's preemption notices (off stderr), once.
+    fn subscribe(&self, session: &blocking::Session) -> PyResult<MutexGuard<'_, Option<blocking::Preemptions>>> {
+        // Never block on this lock with the GIL held: a waiting thread would need the GIL back.
+        let mut slot = self
+            .preemptions
+            .try_lock()
+            .map_err(|_| error::invalid("another thread is already waiting for preemption notices"))?;
+        if slot.is_none() {
+            *slot = Some(session.preemptions());
+        }
+        Ok(slot)
+    }
+
+    fn wrap_set(&self, py: Python<'_>, set: blocking::DynamicSet) -> PyResult<Set> {
+        let accelerators = wrap_handles(py, &self.owner, &set.handles)?;
+        Ok(Set { id: set.id, accelerators, inner: Local::new(Mutex::new(Some(set))) })
+    }
+}
+
+#[pymethods]
+impl Session {
+    /// `AC_Init`: opens the session (the environment names the manager and the job, as for
+    /// libac), collectively over `comm` (an mpi4py communicator) when given.
+    #[staticmethod]
+    #[pyo3(signature = (comm=None))]
+    fn init(py: Python<'_>, comm: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let options = SessionOptions::from_env().map_err(error::session)?;
+        let opened = match comm {
+            None => py.detach(|| blocking::Session::init(options)),
+            Some(comm) => {
+                let comm = PyComm::new(comm)?;
+                py.detach(|| blocking::Session::init_on(&comm, options))
+            }
+        };
+        let session = opened.map_err(error::session)?;
+        let owner = Owner::new(session.runtime().clone());
+        let accelerators = wrap_handles(py, &owner, session.accelerators())?;
+        Ok(Self {
+            job: session.job().to_string(),
+            owner,
+            accelerators,
+            preemptions: Local::new(Mutex::new(None)),
+            rejection: Mutex::new(None),
+            inner: Local::new(Mutex::new(Some(Arc::new(session)))),
+        })
+    }
+
+    /// The job's static accelerators on this node (`AC_Init`'s set).
+    #[getter]
+    fn accelerators(&self, py: Python<'_>) -> Vec<Py<Accelerator>> {
+        self.accelerators.iter().map(|a| a.clone_ref(py)).collect()
+    }
+
+    /// The job this session belongs to.
+    #[getter]
+    fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// Why the last `get` was rejected (`None` after a grant).
+    #[getter]
+    fn rejection(&self) -> Option<String> {
+        self.rejection.lock().expect("rejection lock").clone()
+    }
+
+    /// Whether `finalize` has run.
+    #[getter]
+    fn finalized(&self) -> bool {
+        self.inner.lock().expect("session lock").is_none()
+    }
+
+    /// `AC_Get`: `count` more accelerators (at least `min`, waiting up to `wait` seconds for
+    /// them; `preemptible`: borrowed from idle reservations, taken back with notice), or `None`
+    /// when the manager rejects the request (`rejection` says why). With `comm`, collective:
+    /// every rank asks for its own count and all are granted together, or none.
+    #[pyo3(signature = (count, min=None, wait=None, preemptible=false, comm=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        count: u32,
+        min: Option<u32>,
+        wait: Option<f64>,
+        preemptible: bool,
+        comm: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Set>> {
+        let session = self.open()?;
+        let answer = match comm {
+            Some(comm) => {
+                if min.is_some() || wait.is_some() || preemptible {
+                    return Err(error::invalid("a collective get takes no min, wait or preemptible"));
+                }
+                let comm = PyComm::new(comm)?;
+                py.detach(|| session.get_on_or_why(&comm, count))
+            }
+            None => {
+                let request = get_request(count, min, wait, preemptible)?;
+                if preemptible {
+                    // As libac: from the first preemptible get on, notices are the program's.
+                    drop(self.subscribe(&session)?);
+                }
+                let asked = self.owner.wait(py, session.as_async().get_or_why(request))?;
+                asked.map(|answer| answer.map(|set| session.wrap_set(set)))
+            }
+        };
+        match answer.map_err(error::session)? {
+            Ok(set) => {
+                *self.rejection.lock().expect("rejection lock") = None;
+                self.wrap_set(py, set).map(Some)
+            }
+            Err(reason) => {
+                *self.rejection.lock().expect("rejection lock") = Some(reason);
+                Ok(None)
+            }
+        }
+    }
+
+    /// `AC_Free`: releases a set got by `get` (collectively, with the `comm` it was got with).
+    #[pyo3(signature = (set, comm=None))]
+    fn free(&self, py: Python<'_>, set: &Set, comm: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let session = self.open()?;
+        let taken = set.inner.lock().expect("set lock").take().ok_or_else(|| error::released("the set"))?;
+        let freed = match comm {
+            Some(comm) => {
+                let comm = PyComm::new(comm)?;
+                py.detach(|| session.free_on(&comm, taken))
+            }
+            None => py.detach(|| session.free(taken)),
+        };
+        freed.map_err(error::session)
+    }
+
+    /// `AC_Finalize`: releases every set and ends the session (collectively over `comm`). It
+    /// waits for the calls of other threads in flight.
+    #[pyo3(signature = (comm=None))]
+    fn finalize(&self, py: Python<'_>, comm: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.owner.check()?;
+        let Some(mut session) = self.inner.lock().expect("session lock").take() else {
+            return Ok(());
+        };
+        let session = py.detach(|| loop {
+            match Arc::try_unwrap(session) {
+                Ok(session) => break session,
+                Err(shared) => {
+                    session = shared;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
+        let ended = match comm {
+            Some(comm) => {
+                let comm = PyComm::new(comm)?;
+                py.detach(|| session.finalize_on(&comm))
+            }
+            None => py.detach(|| session.finalize()),
+        };
+        ended.map_err(error::session)
+    }
+
+    /// The next notice that a preemptible set is being taken back, waiting up to `timeout`
+    /// seconds: `(set id, accelerator ids, unix time of the revocation)`, or `None`. From the
+    /// first call on, notices come here instead of stderr.
+    #[pyo3(signature = (timeout=0.0))]
+    fn next_preemption(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<(u64, Vec<String>, u64)>> {
+        let session = self.open()?;
+        let wait = Duration::try_from_secs_f64(timeout)
+            .map_err(|_| error::invalid(format!("timeout={timeout} is not a number of seconds >= 0")))?;
+        // Never block on this lock with the GIL held: a waiting thread would need the GIL back.
+        let mut slot = self.subscribe(&session)?;
+        let notices = slot.as_mut().expect("subscribed");
+        // Wait in slices so that Ctrl-C is heard.
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let slice = left.min(Duration::from_millis(100));
+            if let Some(p) = py.detach(|| notices.next(slice)) {
+                return Ok(Some((p.set, p.accelerators, p.revoke_at)));
+            }
+            if left.is_zero() {
+                return Ok(None);
+            }
+            py.check_signals()?;
+        }
+    }
+}
+
+#[pymethods]
+impl Set {
+    /// The set's id at the manager.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// This process's accelerators of the set.
+    #[getter]
+    fn accelerators(&self, py: Python<'_>) -> Vec<Py<Accelerator>> {
+        self.accelerators.iter().map(|a| a.clone_ref(py)).collect()
+    }
+
+    /// Whether the set was freed.
+    #[getter]
+    fn freed(&self) -> bool {
+        self.inner.lock().expect("set lock").is_none()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.owner.is_current() {
+            return; // `Local` leaks it: the connections are the parent's.
+        }
+        // Dropped by the garbage collector without finalize: end the session without the GIL
+        // (ending it waits for the manager).
+        if let Some(Ok(session)) = self.inner.get_mut().expect("session lock").take().map(Arc::try_unwrap) {
+            Python::try_attach(|py| py.detach(|| session.finalize().ok()));
+        }
+    }
+}

@@ -1,0 +1,128 @@
+"""Each exception from a real failure: argument errors before anything is sent, out of memory,
+a killed backend, a revoked borrow, a rejected get; the session goes on after each."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import ac
+from pool import Pool
+
+
+def test_argument_errors_name_what_is_wrong(session):
+    acc = session.accelerators[0]
+    dev = acc.zeros(4, np.float32)
+    with pytest.raises(ac.InvalidArgumentError, match="float64") as e:
+        dev.set(np.zeros(4))
+    assert e.value.code == 2 and isinstance(e.value, ValueError)
+    with pytest.raises(ac.InvalidArgumentError, match="shape"):
+        dev.set(np.zeros(5, np.float32))
+    with pytest.raises(ac.InvalidArgumentError, match="do not fit") as e:
+        dev.buffer.write(8, np.zeros(4, np.float32))
+    assert e.value.code == 4  # AC_ERROR_OUT_OF_RANGE
+    readonly = np.zeros(4, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(ac.InvalidArgumentError, match="read-only"):
+        dev.get(out=readonly)
+    with pytest.raises(ac.InvalidArgumentError):
+        acc.empty((-1, 2))
+    acc.ping()
+
+
+def test_kernel_arguments_are_checked_against_the_parameters(session):
+    acc = session.accelerators[0]
+    x = acc.zeros(4, np.float32)
+    saxpy = acc.builtin().get_function("saxpy")
+    assert saxpy.params == ["float32", "pointer (a device array)", "pointer (a device array)", "uint64"]
+    with pytest.raises(TypeError, match="float32 parameter; got a float64"):
+        saxpy(1, 4, (np.float64(1.0), x, x, np.uint64(4)))
+    with pytest.raises(TypeError, match="numpy int8 cannot be a kernel argument"):
+        saxpy(1, 4, (np.int8(1), x, x, np.uint64(4)))
+    with pytest.raises(TypeError, match="a Python float given for a uint64 parameter"):
+        saxpy(1, 4, (1.0, x, x, 4.0))
+    with pytest.raises(TypeError, match="does not fit in uint64"):
+        saxpy(1, 4, (1.0, x, x, -4))
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        saxpy(1, 4, (1.0, x, x))
+    with pytest.raises(TypeError, match="bool"):
+        saxpy(1, 4, (True, x, x, 4))
+    with pytest.raises(TypeError, match="pointer"):
+        saxpy(1, 4, (1.0, 7, x, 4))
+    with pytest.raises(ac.InvalidArgumentError, match="grid"):
+        saxpy((0,), 4, (1.0, x, x, 4))
+    # Python numbers convert where the types are known; numpy scalars keep their width.
+    saxpy(1, 4, (2.0, x, x, 4))
+    saxpy[1, 4](np.float32(2.0), x, x, np.uint64(4))
+    acc.synchronize()
+
+
+def test_out_of_memory_is_a_memory_error_and_the_session_goes_on(session):
+    acc = session.accelerators[0]
+    with pytest.raises(ac.OutOfMemoryError) as e:
+        acc.empty(100 << 20, np.uint8)
+    assert isinstance(e.value, MemoryError) and e.value.code == 5
+    assert acc.to_device(np.arange(3)).get().tolist() == [0, 1, 2]
+
+
+def test_a_killed_backend_is_a_connection_error(pool, session):
+    acc = session.accelerators[0]
+    dev = acc.to_device(np.arange(4))
+    pool.kill_backend(acc.id.split("/")[0])
+    with pytest.raises(ac.DisconnectedError) as e:
+        dev.get()
+    assert isinstance(e.value, ConnectionError) and e.value.code == 11
+    with pytest.raises(ac.DisconnectedError):
+        acc.ping()
+
+
+def test_a_rejected_get_returns_none_with_the_reason(session):
+    more = session.get(5)
+    assert more is None
+    assert session.rejection and "5" in session.rejection
+    granted = session.get(1)
+    assert granted is not None and len(granted) == 1 and session.rejection is None
+    granted[0].ping()
+    session.free(granted)
+    assert granted.freed
+    with pytest.raises(ac.InvalidHandleError):
+        session.free(granted)
+
+
+def test_a_compile_on_a_cpu_device_is_a_kernel_error(session):
+    with pytest.raises(ac.KernelError) as e:
+        session.accelerators[0].compile('extern "C" __global__ void k() {}')
+    assert e.value.code == 13  # AC_ERROR_NEEDS_CUDA
+
+
+def test_a_borrower_that_keeps_a_preempted_accelerator_is_revoked(monkeypatch):
+    # An owner with a pre-allocation (peak 3) holds 1 and leaves 2 idle; a borrower takes them
+    # preemptibly; the owner grows; the borrower is told, ignores it, and is revoked.
+    with Pool(backends=4, grace_s=1) as p:
+        owner_env = p.submit("owner", "n1", 1, "olga", peak=3)
+        borrower_env = p.submit("borrower", "n2", 1, "bert")
+        for k, v in borrower_env.items():
+            monkeypatch.setenv(k, v)
+        borrower = ac.init()
+        loan = borrower.get(2, preemptible=True)
+        assert loan is not None and len(loan) == 2
+        arrays = [a.to_device(np.arange(4)) for a in loan]
+        for k, v in owner_env.items():
+            monkeypatch.setenv(k, v)
+        owner = ac.init()
+        grown = owner.get(1)
+        assert grown is not None
+        notice = borrower.next_preemption(timeout=30)
+        assert notice is not None and notice.set == loan.id and len(notice.accelerators) == 1
+        taken = next(i for i, a in enumerate(loan) if a.id == notice.accelerators[0])
+        with pytest.raises(ac.RevokedError) as e:
+            for _ in range(600):  # the grace is 1 s; at most a minute
+                arrays[taken].get()
+                time.sleep(0.1)
+        assert e.value.code == 22 and "taken back" in str(e.value)
+        assert arrays[1 - taken].get().tolist() == [0, 1, 2, 3]  # the other goes on
+        borrower.free(loan)
+        borrower.finalize()
+        owner.finalize()
