@@ -1,7 +1,7 @@
 //! `Accelerator` and `Stream`.
 
 use ac_frontend::blocking;
-use ac_frontend::DeviceKind;
+use ac_frontend::{ConnectOptions, DeviceKind};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -44,6 +44,26 @@ impl Accelerator {
 
 #[pymethods]
 impl Accelerator {
+    /// Connects to one backend directly, without the resource manager (a GPU host's check, a
+    /// benchmark): `addr` and `ca_cert`, or `AC_BACKEND_ADDR` and `AC_CA_CERT`. The connection
+    /// closes when the object is dropped.
+    #[staticmethod]
+    #[pyo3(signature = (addr=None, ca_cert=None))]
+    fn connect(py: Python<'_>, addr: Option<&str>, ca_cert: Option<&str>) -> PyResult<Self> {
+        let options = match (addr, ca_cert) {
+            (None, None) => ConnectOptions::from_env().map_err(error::sdk)?,
+            (Some(addr), Some(ca)) => {
+                let addr = addr.parse().map_err(|e| error::invalid(format!("address {addr:?}: {e}")))?;
+                ConnectOptions::new(addr, ca)
+            }
+            _ => return Err(error::invalid("give both addr and ca_cert, or neither (the environment's)")),
+        };
+        let acc = py.detach(|| blocking::Accelerator::connect(&options)).map_err(error::sdk)?;
+        let owner = Owner::new(acc.runtime().clone());
+        let id = format!("{}/{}", options.addr, acc.info().index);
+        Ok(Self::new(owner, id, acc))
+    }
+
     /// Its id at the manager (`host/device`).
     #[getter]
     fn id(&self) -> &str {

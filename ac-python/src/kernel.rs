@@ -10,7 +10,7 @@ use ac_frontend::{KernelArg, LaunchDims, ParamKind};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyType};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple, PyType};
 
 use crate::device::Stream;
 use crate::error;
@@ -62,8 +62,42 @@ fn kind_name(kind: ParamKind) -> &'static str {
 }
 
 static NUMPY_GENERIC: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static DEVICE_ARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+/// numpy's scalar types that are kernel arguments, looked up once (a launch compares types,
+/// not dtypes: the launch rate depends on it).
+static NUMPY_SCALARS: PyOnceLock<[(Py<PyType>, ParamKind); 6]> = PyOnceLock::new();
 
-/// A numpy scalar at its own width.
+fn numpy_scalars(py: Python<'_>) -> PyResult<&[(Py<PyType>, ParamKind); 6]> {
+    NUMPY_SCALARS.get_or_try_init(py, || {
+        let numpy = py.import("numpy")?;
+        let get = |name: &str| -> PyResult<Py<PyType>> { Ok(numpy.getattr(name)?.cast_into::<PyType>()?.unbind()) };
+        Ok([
+            (get("float32")?, ParamKind::F32),
+            (get("float64")?, ParamKind::F64),
+            (get("int32")?, ParamKind::I32),
+            (get("uint32")?, ParamKind::U32),
+            (get("int64")?, ParamKind::I64),
+            (get("uint64")?, ParamKind::U64),
+        ])
+    })
+}
+
+/// A numpy scalar of one of the six argument types, at its width.
+fn exact_scalar(value: &Bound<'_, PyAny>) -> PyResult<Option<KernelArg>> {
+    let kind = value.get_type();
+    let Some((_, kind)) = numpy_scalars(value.py())?.iter().find(|(t, _)| kind.is(t)) else { return Ok(None) };
+    Ok(Some(match kind {
+        ParamKind::F32 => KernelArg::F32(value.extract::<f64>()? as f32),
+        ParamKind::F64 => KernelArg::F64(value.extract()?),
+        ParamKind::I32 => KernelArg::I32(value.extract()?),
+        ParamKind::U32 => KernelArg::U32(value.extract()?),
+        ParamKind::I64 => KernelArg::I64(value.extract()?),
+        ParamKind::U64 => KernelArg::U64(value.extract()?),
+        ParamKind::Ptr => unreachable!("no numpy scalar is a pointer"),
+    }))
+}
+
+/// A numpy scalar at its own width (the six types, and their aliases such as `longlong`).
 fn numpy_scalar(value: &Bound<'_, PyAny>, index: usize) -> PyResult<KernelArg> {
     let dtype = value.getattr(intern!(value.py(), "dtype"))?;
     let kind: char = dtype.getattr(intern!(value.py(), "kind"))?.extract()?;
@@ -120,11 +154,14 @@ fn plain_number(value: &Bound<'_, PyAny>, index: usize, kind: Option<ParamKind>)
 /// One Python value as the kernel argument at `index` (`kind`: the parameter's type, if known).
 fn kernel_arg(value: &Bound<'_, PyAny>, index: usize, kind: Option<ParamKind>) -> PyResult<KernelArg> {
     let py = value.py();
-    let arg = if let Ok(buffer) = value.cast::<Buffer>() {
-        buffer.get().arg_at(0)?
-    } else if let Ok(buffer) = value.getattr(intern!(py, "_ac_buffer")) {
+    let arg = if value.is_instance(DEVICE_ARRAY.import(py, "ac.array", "DeviceArray")?)? {
+        let buffer = value.getattr(intern!(py, "_ac_buffer"))?;
         let offset: usize = value.getattr(intern!(py, "_ac_offset"))?.extract()?;
         buffer.cast::<Buffer>()?.get().arg_at(offset)?
+    } else if let Some(arg) = exact_scalar(value)? {
+        arg
+    } else if let Ok(buffer) = value.cast::<Buffer>() {
+        buffer.get().arg_at(0)?
     } else if value.is_instance(NUMPY_GENERIC.import(py, "numpy", "generic")?)? {
         numpy_scalar(value, index)?
     } else if value.is_instance_of::<PyBool>() {
@@ -178,8 +215,49 @@ impl Function {
         self.function.params().map(|p| p.iter().map(|&k| kind_name(k)).collect())
     }
 
-    /// Launches the kernel (`acKernelRun`); returns without a round trip. A failure surfaces at
-    /// the next synchronizing call.
+    /// Launches the kernel (`acKernelRun`, CuPy's `RawKernel` form); returns without a round
+    /// trip. A failure surfaces at the next synchronizing call.
+    #[pyo3(signature = (grid, block, args, shared_mem=0, stream=None))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        shared_mem: u32,
+        stream: Option<&Stream>,
+    ) -> PyResult<()> {
+        self.launch(py, grid, block, args, shared_mem, stream)
+    }
+
+    /// Numba's form: `f[grid, block](*args)`, or `f[grid, block, stream, shared_mem]`.
+    fn __getitem__(slf: &Bound<'_, Self>, config: &Bound<'_, PyTuple>) -> PyResult<Launcher> {
+        let n = config.len();
+        if !(2..=4).contains(&n) {
+            return Err(error::type_error("kernel[grid, block] or kernel[grid, block, stream, shared_mem]"));
+        }
+        let stream = match n {
+            2 => None,
+            _ => Some(config.get_item(2)?)
+                .filter(|s| !s.is_none())
+                .map(|s| s.cast_into::<Stream>().map(Bound::unbind))
+                .transpose()?,
+        };
+        let shared_mem = if n == 4 { config.get_item(3)?.extract()? } else { 0 };
+        Ok(Launcher {
+            function: slf.clone().unbind(),
+            grid: config.get_item(0)?.unbind(),
+            block: config.get_item(1)?.unbind(),
+            stream,
+            shared_mem,
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<ac.Function {}>", self.function.name())
+    }
+
+    /// Launches the kernel: as calling it.
     #[pyo3(signature = (grid, block, args, shared_mem=0, stream=None))]
     fn launch(
         &self,
@@ -209,5 +287,25 @@ impl Function {
             Some(s) => self.owner.run(py, self.function.launch_on(&s.stream, launch, &converted))?,
         };
         sent.map_err(error::sdk)
+    }
+}
+
+/// A kernel with its launch configuration (`f[grid, block]`): calling it launches.
+#[pyclass(module = "ac._ac", frozen)]
+#[derive(Debug)]
+pub struct Launcher {
+    function: Py<Function>,
+    grid: Py<PyAny>,
+    block: Py<PyAny>,
+    stream: Option<Py<Stream>>,
+    shared_mem: u32,
+}
+
+#[pymethods]
+impl Launcher {
+    #[pyo3(signature = (*args))]
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        let stream = self.stream.as_ref().map(|s| s.get());
+        self.function.get().launch(py, self.grid.bind(py), self.block.bind(py), args, self.shared_mem, stream)
     }
 }

@@ -42,6 +42,7 @@ fn _ac(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::Buffer>()?;
     m.add_class::<kernel::Module>()?;
     m.add_class::<kernel::Function>()?;
+    m.add_class::<kernel::Launcher>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

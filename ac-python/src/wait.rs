@@ -4,6 +4,7 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -106,13 +107,22 @@ impl Owner {
     }
 
     /// Runs a call that does not wait on the network (a launch, a memset: they queue without a
-    /// round trip), with the GIL released but without the signal checks' timer.
+    /// round trip): polled once in place, which finishes it unless its queue is full; only then
+    /// does it wait, with the GIL released. (A launch rate of Python's own is the point.)
     pub(crate) fn run<F>(&self, py: Python<'_>, fut: F) -> PyResult<F::Output>
     where
         F: Future + Send,
         F::Output: Send,
     {
         self.check()?;
+        let mut fut = std::pin::pin!(fut);
+        let polled = {
+            let _context = self.rt.enter();
+            fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+        };
+        if let Poll::Ready(out) = polled {
+            return Ok(out);
+        }
         let rt = &self.rt;
         Ok(py.detach(|| rt.block_on(fut)))
     }

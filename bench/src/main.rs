@@ -15,6 +15,7 @@ mod load;
 mod memory;
 mod net;
 mod profile;
+mod python;
 mod records;
 mod sessions;
 mod setup;
@@ -35,8 +36,8 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, records, copies, tuning, latency, ordering, launches,
-    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions, shim); all but net, slurm,
-    /// load, isolation, sessions and shim when empty (gpu only where an NVIDIA driver is found).
+    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions, shim, python); all but net,
+    /// slurm, load, isolation, sessions, shim and python when empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The shim section's backend serves the machine's own CUDA driver (a GPU host) instead of
@@ -217,6 +218,10 @@ fn main() -> anyhow::Result<()> {
     // Needs nvcc (scripts/test fetches it): only when asked for.
     if args.only.iter().any(|s| s == "shim") {
         rt.block_on(shim::compare(args.quick, args.shim_real_gpu))?;
+    }
+    // Needs AC_PYTHON (an interpreter with the wheel; scripts/test makes one): only when asked.
+    if args.only.iter().any(|s| s == "python") {
+        rt.block_on(python::compare(args.quick))?;
     }
     if wants("capi") {
         rt.block_on(capi::c_abi(args.quick))?;

@@ -557,3 +557,21 @@ async fn a_batch_job_runs_an_unmodified_cuda_program_on_both_its_accelerators() 
     assert!(back, "Slurm's licenses: {:?}", c.licenses());
     standin::assert_no_violations();
 }
+
+/// A Python program in a batch job with `--acpn=1` (issue 49): `import ac` finds the job's
+/// accelerator through Slurm as libac does. The interpreter is the test environment's
+/// (`AC_PYTHON`: scripts/test's virtual environment, with the wheel installed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_job_runs_a_python_program_on_its_accelerator() {
+    let Some(python) = std::env::var_os("AC_PYTHON") else {
+        return ac_tests::skip("AC_PYTHON_REQUIRED", "no AC_PYTHON (scripts/test builds the wheel into .cache/py)");
+    };
+    let c = SlurmCluster::start(2, 2).await;
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python/saxpy.py");
+    let job = c.sbatch(&["--acpn=1"], &format!("{} {}", python.to_string_lossy(), example.display()));
+    assert!(c.wait_until(Duration::from_secs(60), |c| c.job_over(&job)).await, "{}", c.output(&job));
+    let out = c.output(&job);
+    assert!(out.contains("saxpy on h") && out.contains("saxpy OK: 1048576 results checked"), "{out}");
+    let back = c.wait_until(Duration::from_secs(5), |c| c.licenses().1 == 0).await;
+    assert!(back, "Slurm's licenses: {:?}", c.licenses());
+}

@@ -60,6 +60,12 @@ impl Accelerator {
         Self { rt, inner: Some(inner), owned: false }
     }
 
+    /// The runtime that drives the connection (for a binding that waits on the async calls
+    /// itself).
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
     /// The async handle underneath.
     pub fn as_async(&self) -> &crate::Accelerator {
         self.inner.as_ref().expect("present until drop")

@@ -15,7 +15,7 @@ and Ctrl-C.
 
 from ac._ac import Buffer, __version__
 from ac.array import DeviceArray
-from ac.device import Accelerator, Event, Stream
+from ac.device import Accelerator, Event, Stream, connect
 from ac.errors import (
     DeviceRefusedError,
     DisconnectedError,
@@ -63,5 +63,6 @@ __all__ = [
     "Stream",
     "TimeoutError",
     "__version__",
+    "connect",
     "init",
 ]

@@ -1,8 +1,10 @@
 # The extension module's types (ac-python/src). The package `ac` wraps them.
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, final
 
+__all__ = ["Accelerator", "Buffer", "Function", "Launcher", "Module", "Session", "Set", "Stream", "__version__"]
 __version__: str
 
+@final
 class Session:
     @staticmethod
     def init(comm: Any = None) -> Session: ...
@@ -26,6 +28,7 @@ class Session:
     def finalize(self, comm: Any = None) -> None: ...
     def next_preemption(self, timeout: float = 0.0) -> Optional[Tuple[int, List[str], int]]: ...
 
+@final
 class Set:
     @property
     def id(self) -> int: ...
@@ -34,7 +37,10 @@ class Set:
     @property
     def freed(self) -> bool: ...
 
+@final
 class Accelerator:
+    @staticmethod
+    def connect(addr: Optional[str] = None, ca_cert: Optional[str] = None) -> Accelerator: ...
     @property
     def id(self) -> str: ...
     @property
@@ -57,11 +63,13 @@ class Accelerator:
     def compile(self, source: str, options: Sequence[str] = ...) -> Module: ...
     def create_stream(self) -> Stream: ...
 
+@final
 class Stream:
     @property
     def id(self) -> int: ...
     def synchronize(self) -> None: ...
 
+@final
 class Buffer:
     @property
     def nbytes(self) -> int: ...
@@ -75,14 +83,24 @@ class Buffer:
     ) -> None: ...
     def free(self) -> None: ...
 
+@final
 class Module:
     def get_function(self, name: str) -> Function: ...
 
+@final
 class Function:
     @property
     def name(self) -> str: ...
     @property
     def params(self) -> Optional[List[str]]: ...
+    def __call__(
+        self, grid: Any, block: Any, args: Any, shared_mem: int = 0, stream: Optional[Stream] = None
+    ) -> None: ...
+    def __getitem__(self, key: Tuple[Any, ...], /) -> Launcher: ...
     def launch(
         self, grid: Any, block: Any, args: Any, shared_mem: int = 0, stream: Optional[Stream] = None
     ) -> None: ...
+
+@final
+class Launcher:
+    def __call__(self, *args: Any) -> None: ...

@@ -115,6 +115,13 @@ class Accelerator:
         return repr(self._raw)
 
 
+def connect(addr: Optional[str] = None, ca_cert: Optional[str] = None) -> Accelerator:
+    """One backend, directly, without the resource manager (a GPU host's check, a benchmark):
+    ``addr`` (``host:port``) and ``ca_cert`` (its CA's PEM file), or ``AC_BACKEND_ADDR`` and
+    ``AC_CA_CERT``. Programs of a job use ``ac.init()`` instead."""
+    return Accelerator(_ac.Accelerator.connect(addr, ca_cert))
+
+
 class Event:
     """A point in a stream's work. ``synchronize()`` returns once the work recorded before it
     has run (it waits on the stream, so it may also wait for work queued after the record)."""
