@@ -177,6 +177,30 @@ pub struct DynamicSet {
     pub handles: Vec<Handle>,
 }
 
+/// A waiting `AC_Get` whose caller stopped waiting (its future dropped): on drop, the request
+/// is withdrawn from a task of the runtime, and a grant made meanwhile is freed, so that the
+/// job does not hold accelerators nobody will use until `AC_Finalize`.
+struct Abandoned<'a> {
+    session: &'a Session,
+    request: Option<u64>,
+    /// The runtime polling the request (a future may be dropped outside it).
+    rt: Option<tokio::runtime::Handle>,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        let (Some(id), Some(rt)) = (self.request, self.rt.as_ref()) else { return };
+        let (client, token) = (self.session.client.clone(), self.session.token.clone());
+        rt.spawn(async move {
+            let cancel = Request::CancelGet { token: token.clone(), request: id };
+            if let Ok(Response::Granted { set, .. }) = client.request(cancel).await {
+                let free = Request::Free { token, set, accelerators: None };
+                client.request(free).await.ok();
+            }
+        });
+    }
+}
+
 /// Where the preemptions of a session's loans go: to the program, if it listens.
 type Listener = Arc<Mutex<Option<mpsc::UnboundedSender<Preemption>>>>;
 
@@ -427,7 +451,12 @@ impl Session {
             None => first.await?,
         };
         let mut last_report = None;
+        // Dropped while the request waits at the manager (the caller gave up: Ctrl-C in Python),
+        // it withdraws the request in the background and gives back a grant made meanwhile.
+        let rt = tokio::runtime::Handle::try_current().ok();
+        let mut abandoned = Abandoned { session: self, request: None, rt };
         while let Response::Waiting { request: id, idle, ahead, .. } = response {
+            abandoned.request = Some(id);
             let at = deadline.unwrap_or_else(tokio::time::Instant::now);
             if self.progress && last_report != Some((idle, ahead)) {
                 let left = at.saturating_duration_since(tokio::time::Instant::now()).as_secs_f64();
@@ -443,6 +472,7 @@ impl Session {
                 Err(_) => self.withdraw(id, request.wait).await,
             };
         }
+        abandoned.request = None;
         self.granted_or_why(response, true).await
     }
 

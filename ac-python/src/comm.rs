@@ -4,7 +4,12 @@
 //! The SDK calls these from the thread that made the collective call, with the GIL released;
 //! each takes the GIL back for the mpi4py call (mpi4py releases it while MPI waits).
 
+use std::sync::Mutex;
+
 use ac_frontend::mpi::Communicator;
+use pyo3::exceptions::PyKeyboardInterrupt;
+
+use crate::error;
 use ac_frontend::{Error, Result};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -15,6 +20,9 @@ pub(crate) struct PyComm {
     comm: Py<PyAny>,
     rank: i32,
     size: i32,
+    /// The first mpi4py call that raised: the collective call raises it (a `KeyboardInterrupt`
+    /// as itself, anything else as `ac.MpiError`).
+    failed: Mutex<Option<PyErr>>,
 }
 
 impl PyComm {
@@ -22,11 +30,28 @@ impl PyComm {
     pub(crate) fn new(comm: &Bound<'_, PyAny>) -> PyResult<Self> {
         let rank = comm.call_method0("Get_rank")?.extract()?;
         let size = comm.call_method0("Get_size")?.extract()?;
-        Ok(Self { comm: comm.clone().unbind(), rank, size })
+        Ok(Self { comm: comm.clone().unbind(), rank, size, failed: Mutex::new(None) })
     }
 
     fn call<T>(&self, what: &str, f: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>) -> Result<T> {
-        Python::attach(|py| f(self.comm.bind(py))).map_err(|e| Error::Setup(format!("mpi4py {what} failed: {e}")))
+        Python::attach(|py| f(self.comm.bind(py))).map_err(|e| {
+            let message = format!("mpi4py {what} failed: {e}");
+            self.failed.lock().expect("failed lock").get_or_insert(e);
+            Error::Setup(message)
+        })
+    }
+
+    /// The Python error of a collective call that failed with `e`: what mpi4py raised, if it
+    /// raised (`KeyboardInterrupt` as itself, else `ac.MpiError`), else `sdk(e)`.
+    pub(crate) fn error(&self, e: Error, sdk: fn(Error) -> PyErr) -> PyErr {
+        let Some(raised) = self.failed.lock().expect("failed lock").take() else { return sdk(e) };
+        Python::attach(|py| {
+            if raised.is_instance_of::<PyKeyboardInterrupt>(py) {
+                raised
+            } else {
+                error::mpi(format!("{e} ({raised})"))
+            }
+        })
     }
 }
 

@@ -67,6 +67,11 @@ pub(crate) fn fork_error(parent: u32) -> PyErr {
     make("ForkError", message, acError::AC_ERROR_NOT_INITIALIZED as i32)
 }
 
+/// A collective call whose mpi4py collective raised.
+pub(crate) fn mpi(message: String) -> PyErr {
+    make("MpiError", message, acError::AC_ERROR_MPI as i32)
+}
+
 /// A call on something already released (a finalized session, a freed buffer or set).
 pub(crate) fn released(what: &str) -> PyErr {
     make("InvalidHandleError", format!("{what} was already released"), acError::AC_ERROR_INVALID_HANDLE as i32)

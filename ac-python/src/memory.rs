@@ -167,9 +167,20 @@ impl Buffer {
         let stream: &ac_frontend::Stream = stream.map_or(&self.default, |s| &s.stream);
         self.owner
             .wait(py, async {
-                let dst = self.memory.read().await;
-                let from = src.memory.read().await;
-                let (Some(dst), Some(from)) = (dst.as_ref(), from.as_ref()) else { return None };
+                // One guard for a copy within a buffer, else both in address order: a reader
+                // queued behind a waiting `free` must not hold the other lock meanwhile.
+                let same = std::ptr::eq(self, src);
+                let (first, second) =
+                    if same || (self as *const Self) < (src as *const Self) { (self, src) } else { (src, self) };
+                let first_guard = first.memory.read().await;
+                let second_guard = if same { None } else { Some(second.memory.read().await) };
+                let second_memory = second_guard.as_ref().map_or(first_guard.as_ref(), |g| g.as_ref());
+                let (dst, from) = if std::ptr::eq(first, self) {
+                    (first_guard.as_ref(), second_memory)
+                } else {
+                    (second_memory, first_guard.as_ref())
+                };
+                let (Some(dst), Some(from)) = (dst, from) else { return None };
                 Some(dst.copy_from_device_at(stream, offset, from, src_offset, count).await)
             })?
             .ok_or_else(|| error::released("the device buffer"))?

@@ -91,15 +91,15 @@ impl Session {
     #[staticmethod]
     #[pyo3(signature = (comm=None))]
     fn init(py: Python<'_>, comm: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let options = SessionOptions::from_env().map_err(error::session)?;
-        let opened = match comm {
-            None => py.detach(|| blocking::Session::init(options)),
+        let options = SessionOptions::from_env().map_err(error::sdk)?;
+        // AC_Init's failures are libac's AC_Init's: a refused credential is not an ended job.
+        let session = match comm {
+            None => py.detach(|| blocking::Session::init(options)).map_err(error::sdk)?,
             Some(comm) => {
                 let comm = PyComm::new(comm)?;
-                py.detach(|| blocking::Session::init_on(&comm, options))
+                py.detach(|| blocking::Session::init_on(&comm, options)).map_err(|e| comm.error(e, error::sdk))?
             }
         };
-        let session = opened.map_err(error::session)?;
         let owner = Owner::new(session.runtime().clone());
         let accelerators = wrap_handles(py, &owner, session.accelerators())?;
         Ok(Self {
@@ -157,19 +157,22 @@ impl Session {
                     return Err(error::invalid("a collective get takes no min, wait or preemptible"));
                 }
                 let comm = PyComm::new(comm)?;
-                py.detach(|| session.get_on_or_why(&comm, count))
+                py.detach(|| session.get_on_or_why(&comm, count)).map_err(|e| comm.error(e, error::session))
             }
             None => {
                 let request = get_request(count, min, wait, preemptible)?;
                 if preemptible {
                     // As libac: from the first preemptible get on, notices are the program's.
-                    drop(self.subscribe(&session)?);
+                    // (A thread waiting for notices holds the slot: subscribed already.)
+                    if let Ok(mut slot) = self.preemptions.try_lock() {
+                        slot.get_or_insert_with(|| session.preemptions());
+                    }
                 }
                 let asked = self.owner.wait(py, session.as_async().get_or_why(request))?;
-                asked.map(|answer| answer.map(|set| session.wrap_set(set)))
+                asked.map(|answer| answer.map(|set| session.wrap_set(set))).map_err(error::session)
             }
         };
-        match answer.map_err(error::session)? {
+        match answer? {
             Ok(set) => {
                 *self.rejection.lock().expect("rejection lock") = None;
                 self.wrap_set(py, set).map(Some)
@@ -185,15 +188,12 @@ impl Session {
     #[pyo3(signature = (set, comm=None))]
     fn free(&self, py: Python<'_>, set: &Set, comm: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let session = self.open()?;
+        let comm = comm.map(PyComm::new).transpose()?;
         let taken = set.inner.lock().expect("set lock").take().ok_or_else(|| error::released("the set"))?;
-        let freed = match comm {
-            Some(comm) => {
-                let comm = PyComm::new(comm)?;
-                py.detach(|| session.free_on(&comm, taken))
-            }
-            None => py.detach(|| session.free(taken)),
-        };
-        freed.map_err(error::session)
+        match comm {
+            Some(comm) => py.detach(|| session.free_on(&comm, taken)).map_err(|e| comm.error(e, error::session)),
+            None => py.detach(|| session.free(taken)).map_err(error::session),
+        }
     }
 
     /// `AC_Finalize`: releases every set and ends the session (collectively over `comm`). It
@@ -201,26 +201,32 @@ impl Session {
     #[pyo3(signature = (comm=None))]
     fn finalize(&self, py: Python<'_>, comm: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.owner.check()?;
+        let comm = comm.map(PyComm::new).transpose()?;
         let Some(mut session) = self.inner.lock().expect("session lock").take() else {
             return Ok(());
         };
-        let session = py.detach(|| loop {
+        // Other threads' calls in flight hold the session: wait for them, hearing Ctrl-C (which
+        // leaves the session open).
+        let waited_at = std::time::Instant::now();
+        let session = loop {
             match Arc::try_unwrap(session) {
                 Ok(session) => break session,
                 Err(shared) => {
                     session = shared;
-                    std::thread::sleep(Duration::from_millis(5));
+                    py.detach(|| std::thread::sleep(Duration::from_millis(5)));
+                    if waited_at.elapsed() >= Duration::from_millis(100) {
+                        if let Err(interrupted) = py.check_signals() {
+                            *self.inner.lock().expect("session lock") = Some(session);
+                            return Err(interrupted);
+                        }
+                    }
                 }
             }
-        });
-        let ended = match comm {
-            Some(comm) => {
-                let comm = PyComm::new(comm)?;
-                py.detach(|| session.finalize_on(&comm))
-            }
-            None => py.detach(|| session.finalize()),
         };
-        ended.map_err(error::session)
+        match comm {
+            Some(comm) => py.detach(|| session.finalize_on(&comm)).map_err(|e| comm.error(e, error::session)),
+            None => py.detach(|| session.finalize()).map_err(error::session),
+        }
     }
 
     /// The next notice that a preemptible set is being taken back, waiting up to `timeout`
@@ -233,6 +239,8 @@ impl Session {
             .map_err(|_| error::invalid(format!("timeout={timeout} is not a number of seconds >= 0")))?;
         // Never block on this lock with the GIL held: a waiting thread would need the GIL back.
         let mut slot = self.subscribe(&session)?;
+        // The wait holds the notices, not the session: finalize need not wait for it.
+        drop(session);
         let notices = slot.as_mut().expect("subscribed");
         // Wait in slices so that Ctrl-C is heard.
         let deadline = std::time::Instant::now() + wait;

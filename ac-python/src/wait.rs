@@ -108,7 +108,7 @@ impl Owner {
 
     /// Runs a call that does not wait on the network (a launch, a memset: they queue without a
     /// round trip): polled once in place, which finishes it unless its queue is full; only then
-    /// does it wait, with the GIL released. (A launch rate of Python's own is the point.)
+    /// does it wait, as [`Owner::wait`]. (A launch rate of Python's own is the point.)
     pub(crate) fn run<F>(&self, py: Python<'_>, fut: F) -> PyResult<F::Output>
     where
         F: Future + Send,
@@ -120,10 +120,9 @@ impl Owner {
             let _context = self.rt.enter();
             fut.as_mut().poll(&mut Context::from_waker(Waker::noop()))
         };
-        if let Poll::Ready(out) = polled {
-            return Ok(out);
+        match polled {
+            Poll::Ready(out) => Ok(out),
+            Poll::Pending => self.wait(py, fut),
         }
-        let rt = &self.rt;
-        Ok(py.detach(|| rt.block_on(fut)))
     }
 }

@@ -52,7 +52,9 @@ class Pool:
         for i in range(backends):
             self.add_backend(f"h{i}", memory_mib)
 
-    def add_backend(self, name: str, memory_mib: int) -> None:
+    def add_backend(self, name: str, memory_mib: int, register: bool = True) -> str:
+        """Starts a backend; registers it with the manager unless told not to (a backend no
+        manager registered serves anyone: a GPU host's check). Returns its address."""
         state = self.dir / name
         proc = subprocess.Popen(
             [BIN / "ac-backend", "--listen", "127.0.0.1:0", "--state-dir", state, "--memory-mib", str(memory_mib),
@@ -62,7 +64,9 @@ class Pool:
         self.procs.append(proc)
         self.backends[name] = proc
         addr = _wait_for(self.dir / f"{name}.addr", f"ac-backend {name}", proc)
-        self.armctl("host", "add", addr, "--backend-ca", str(state / "ca.pem"), "--name", name)
+        if register:
+            self.armctl("host", "add", addr, "--backend-ca", str(state / "ca.pem"), "--name", name)
+        return addr
 
     def armctl(self, *args: str) -> str:
         done = subprocess.run(

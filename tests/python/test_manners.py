@@ -10,11 +10,13 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import ac
+from pool import Pool
 
 
 def test_eight_threads_share_an_accelerator(session):
@@ -43,9 +45,27 @@ def test_eight_threads_share_an_accelerator(session):
     assert failures == []
 
 
-def run_script(pool, body: str, *, until: str, then_signal: bool = True) -> subprocess.CompletedProcess:
-    """Runs ``body`` in a child Python with the pool's environment; once it prints ``until``,
-    sends it SIGINT. Returns what it printed."""
+def queued_gets(pool) -> int:
+    """How many AC_Get requests wait at the manager."""
+    return int(pool.armctl_json("status")["queue"]["waiting_requests"])
+
+
+def wait_for(condition, seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def wait_for_queued_get(pool) -> None:
+    assert wait_for(lambda: queued_gets(pool) == 1), pool.armctl("status")
+
+
+def run_script(pool, body: str, *, until: str, then_signal: bool = True, before_signal=None) -> subprocess.CompletedProcess:
+    """Runs ``body`` in a child Python with the pool's environment; once it prints ``until``
+    (and ``before_signal()`` returned), sends it SIGINT. Returns what it printed."""
     script = "import numpy as np, ac, sys, time\n" + textwrap.dedent(body)
     env = {**os.environ, **pool.session_env()}
     child = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -56,6 +76,8 @@ def run_script(pool, body: str, *, until: str, then_signal: bool = True) -> subp
         if until in line:
             break
     if then_signal:
+        if before_signal is not None:
+            before_signal()
         child.send_signal(signal.SIGINT)
     rest, _ = child.communicate(timeout=60)
     return subprocess.CompletedProcess(child.args, child.returncode, "".join(lines) + rest, "")
@@ -63,6 +85,7 @@ def run_script(pool, body: str, *, until: str, then_signal: bool = True) -> subp
 
 def test_ctrl_c_interrupts_a_long_wait_and_the_session_goes_on(pool):
     # The pool has 2 accelerators, the job holds 1: a get of 2 waiting 60 s cannot be granted.
+    # SIGINT goes once the manager shows the request waiting: the program is in the wait.
     done = run_script(
         pool,
         """
@@ -80,20 +103,25 @@ def test_ctrl_c_interrupts_a_long_wait_and_the_session_goes_on(pool):
         s.finalize()
         """,
         until="waiting",
+        before_signal=lambda: wait_for_queued_get(pool),
     )
     assert done.returncode == 0, done.stdout
     assert "interrupted after" in done.stdout and "session goes on" in done.stdout, done.stdout
     waited = float(done.stdout.split("interrupted after ")[1].split(" s")[0])
     assert waited < 50, done.stdout  # not the 60 s the get would have waited
+    # The abandoned request was withdrawn at the manager.
+    assert wait_for(lambda: queued_gets(pool) == 0), pool.armctl("status")
 
 
-def test_ctrl_c_during_copies_leaves_no_half_done_copy(pool):
+def test_ctrl_c_during_copies_leaves_the_connection_whole(pool):
+    # 4 MiB copies go on QUIC streams (lanes carry 8 MiB and more), so SIGINT may drop one
+    # halfway: the next copies must still be whole.
     done = run_script(
         pool,
         """
         s = ac.init()
         acc = s.accelerators[0]
-        big = np.ones(6 << 20, np.float64)  # 48 MiB of a 64 MiB device
+        big = np.ones(1 << 19, np.float64)  # 4 MiB
         dev = acc.empty(big.shape, big.dtype)
         try:
             print("copying", flush=True)
@@ -117,30 +145,47 @@ def test_ctrl_c_during_copies_leaves_no_half_done_copy(pool):
     assert "interrupted" in done.stdout and "copies whole" in done.stdout, done.stdout
 
 
-def test_a_forked_child_is_refused_and_the_parent_goes_on(session):
-    acc = session.accelerators[0]
-    dev = acc.to_device(np.arange(6))
-    pid = os.fork()
-    if pid == 0:  # the child: every call refuses; dropping the objects touches nothing
-        code = 1
-        try:
-            dev.get()
-        except ac.ForkError as e:
-            code = 0 if "forked" in str(e) else 2
-        except BaseException:  # noqa: BLE001
-            code = 3
-        try:
-            acc.ping()
-            code = 4
-        except ac.ForkError:
-            pass
-        del dev
-        gc.collect()
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert dev.get().tolist() == [0, 1, 2, 3, 4, 5]
-    acc.ping()
+def test_a_forked_child_is_refused_and_the_parent_goes_on(pool):
+    # The child ends as a program does: its interpreter exits and drops everything it has of
+    # the parent's (session, sets, accelerators, buffers, streams, modules).
+    done = run_script(
+        pool,
+        """
+        import os
+        s = ac.init()
+        acc = s.accelerators[0]
+        more = s.get(1)
+        dev = acc.to_device(np.arange(6))
+        stream = acc.create_stream()
+        saxpy = acc.builtin().get_function("saxpy")
+        pid = os.fork()
+        if pid == 0:
+            for call in (dev.get, acc.ping, lambda: s.get(1), s.finalize, lambda: more[0].ping()):
+                try:
+                    call()
+                    print("child: a call went through", flush=True)
+                except ac.ForkError as e:
+                    assert "forked" in str(e)
+            print("child: every call refused", flush=True)
+            sys.exit(0)  # a normal exit: the objects are dropped
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert dev.get().tolist() == [0, 1, 2, 3, 4, 5]
+        x, y = acc.to_device(np.ones(6, np.float32)), acc.zeros(6, np.float32)
+        saxpy(1, 8, (2.0, x, y, 6))
+        assert y.get().tolist() == [2.0] * 6
+        stream.synchronize()
+        more[0].ping()
+        s.free(more)
+        s.finalize()
+        print("parent goes on", flush=True)
+        """,
+        until="",
+        then_signal=False,
+    )
+    assert done.returncode == 0, done.stdout
+    assert "child: every call refused" in done.stdout and "went through" not in done.stdout, done.stdout
+    assert "parent goes on" in done.stdout, done.stdout
 
 
 def test_the_garbage_collector_frees_remote_memory(session):
@@ -165,7 +210,8 @@ def test_streams_order_their_work_and_events_wait_for_it(session):
     stream = acc.create_stream()
     n = 4096
     x = acc.empty(n, np.float32)
-    y = acc.zeros(n, np.float32)
+    y = acc.empty(n, np.float32)
+    y.fill(0, stream=stream)  # on the stream: CUDA runs other streams' work concurrently
     host = np.arange(n, dtype=np.float32)
     x.set(host, stream=stream)
     saxpy = acc.builtin().get_function("saxpy")
@@ -195,3 +241,16 @@ def test_the_context_managers_release_on_exit(pool):
             assert len(more) == 1
         assert more.freed
     assert s.finalized
+
+
+def test_direct_mode_is_one_backend_without_a_manager(monkeypatch):
+    with Pool(backends=0) as p:
+        addr = p.add_backend("solo", 64, register=False)
+        monkeypatch.delenv("ARM_ADDR", raising=False)
+        monkeypatch.setenv("AC_BACKEND_ADDR", addr)
+        monkeypatch.setenv("AC_CA_CERT", str(p.dir / "solo" / "ca.pem"))
+        with ac.init() as s:
+            assert [a.id for a in s.accelerators] == [f"{addr}/0"]
+            assert s.accelerators[0].to_device(np.arange(3)).get().tolist() == [0, 1, 2]
+            assert s.get(1) is None and "direct mode" in (s.rejection or "")
+        assert s.finalized

@@ -137,6 +137,9 @@ class DeviceArray:
             out = np.empty(self._shape, self._dtype)
         else:
             self._check_host(out, "out")
+            if not out.flags.c_contiguous or not out.flags.writeable:
+                # reshape(-1) below would copy a strided `out`, and the bytes would land there.
+                raise InvalidArgumentError("out must be a writable C-contiguous array", 2)
         if self.nbytes:
             self._ac_buffer.read(self._ac_offset, out.reshape(-1))  # a 0-d buffer has no shape
         return out
@@ -177,10 +180,10 @@ class DeviceArray:
 
     def reshape(self, *shape: Any) -> "DeviceArray":
         """The same memory with another shape (one size may be -1)."""
-        dims = list(normalize_shape(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape)
-        dims = [int(d) for d in dims]
-        if dims.count(-1) > 1:
-            raise InvalidArgumentError("only one size may be -1", 2)
+        given = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
+        dims = [int(d) for d in given]
+        if dims.count(-1) > 1 or any(d < -1 for d in dims):
+            raise InvalidArgumentError(f"bad shape {tuple(dims)}: sizes >= 0, and at most one -1", 2)
         if -1 in dims:
             known = math.prod(d for d in dims if d != -1)
             dims[dims.index(-1)] = self.size // known if known else 0

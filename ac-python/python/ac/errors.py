@@ -43,6 +43,10 @@ class Error(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> "tuple[type, tuple[str, int]]":
+        # Exceptions pickle their args only; the code must travel too (multiprocessing).
+        return (type(self), (self.message, self.code))
+
 
 class OutOfMemoryError(Error, MemoryError):
     """The accelerator has not that much free memory."""

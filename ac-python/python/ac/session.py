@@ -4,11 +4,13 @@ mpi4py communicator."""
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
 from typing import Any, Iterator, List, NamedTuple, Optional, Type
 
 from ac import _ac
-from ac.device import Accelerator
+from ac.device import Accelerator, connect
+from ac.errors import InvalidHandleError
 
 
 class Preemption(NamedTuple):
@@ -62,25 +64,26 @@ class Session:
     """A program's session with the resource manager. As a context manager it finalizes on
     exit (releasing every set)."""
 
-    __slots__ = ("_raw", "_comm", "accelerators")
+    __slots__ = ("_raw", "_comm", "_direct_open", "accelerators")
 
-    def __init__(self, raw: _ac.Session, comm: Any = None) -> None:
+    def __init__(self, raw: Optional[_ac.Session], comm: Any = None, direct: Optional[Accelerator] = None) -> None:
         self._raw = raw
         self._comm = comm
-        self.accelerators = [Accelerator(a) for a in raw.accelerators]
+        self._direct_open = direct is not None
+        self.accelerators = [Accelerator(a) for a in raw.accelerators] if raw is not None else [direct]
 
     @property
     def job(self) -> str:
-        return self._raw.job
+        return self._raw.job if self._raw is not None else ""
 
     @property
     def rejection(self) -> Optional[str]:
         """Why the last ``get`` returned ``None``."""
-        return self._raw.rejection
+        return self._raw.rejection if self._raw is not None else DIRECT
 
     @property
     def finalized(self) -> bool:
-        return self._raw.finalized
+        return self._raw.finalized if self._raw is not None else not self._direct_open
 
     def get(
         self,
@@ -94,21 +97,31 @@ class Session:
         seconds; ``preemptible``: borrowed, taken back with notice), or ``None`` when the manager
         rejects the request (``rejection`` says why). With ``comm`` (mpi4py), collective: every
         rank asks for its own count; all ranks are granted, or none."""
+        if self._raw is None:
+            return None
         raw = self._raw.get(count, min, wait, preemptible, comm)
         return None if raw is None else AcceleratorSet(raw, self, comm)
 
     def free(self, set: AcceleratorSet, comm: Any = None) -> None:
         """``AC_Free``: releases a set (collectively with the communicator it was got with)."""
+        if self._raw is None:
+            raise InvalidHandleError("a direct session has no sets", 1)
         self._raw.free(set._raw, comm if comm is not None else set._comm)
 
     def finalize(self, comm: Any = None) -> None:
         """``AC_Finalize``: releases every set and ends the session (collectively over the
         communicator given to ``ac.init``). A second call does nothing."""
+        if self._raw is None:
+            self._direct_open = False
+            self.accelerators = []  # the connection closes when the last reference goes
+            return
         self._raw.finalize(comm if comm is not None else self._comm)
 
     def next_preemption(self, timeout: float = 0.0) -> Optional[Preemption]:
         """The next notice that a preemptible set is being taken back, waiting up to
         ``timeout`` seconds (from the first call on, notices come here instead of stderr)."""
+        if self._raw is None:
+            return None
         notice = self._raw.next_preemption(timeout)
         return None if notice is None else Preemption(*notice)
 
@@ -125,5 +138,15 @@ def init(comm: Any = None) -> Session:
     """``AC_Init``: the session, and this node's accelerators allocated to the job before it
     started. The environment names the manager and the job, as for libac (``ARM_ADDR``,
     ``ARM_CA_CERT``; Slurm's or ``armctl job submit``'s credentials; ``ARM_ACPN`` for an ad-hoc
-    job). With ``comm`` (an mpi4py communicator), collective over its ranks."""
+    job). With ``comm`` (an mpi4py communicator), collective over its ranks.
+
+    Direct mode, for a GPU host's checks (as the CUDA shim's): with ``AC_BACKEND_ADDR`` and
+    ``AC_CA_CERT`` set and no ``ARM_ADDR``, the session is that one backend's accelerator, with
+    no manager (``get`` returns ``None``)."""
+    env = os.environ
+    if comm is None and "ARM_ADDR" not in env and env.get("AC_BACKEND_ADDR") and env.get("AC_CA_CERT"):
+        return Session(None, direct=connect())
     return Session(_ac.Session.init(comm), comm)
+
+
+DIRECT = "direct mode (AC_BACKEND_ADDR, no ARM_ADDR): there is no resource manager to ask"
