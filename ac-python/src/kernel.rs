@@ -201,6 +201,39 @@ fn dims(value: &Bound<'_, PyAny>, what: &str) -> PyResult<[u32; 3]> {
     Ok(out)
 }
 
+impl Function {
+    /// Launches the kernel with `args` (both launch forms come here).
+    fn launch(
+        &self,
+        py: Python<'_>,
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        shared_mem: u32,
+        stream: Option<&Stream>,
+    ) -> PyResult<()> {
+        let launch = LaunchDims::new(dims(grid, "grid")?, dims(block, "block")?).with_shared_mem(shared_mem);
+        let params = self.function.params();
+        let given = args.len()?;
+        if let Some(params) = params.filter(|p| p.len() != given) {
+            return Err(error::type_error(format!(
+                "{} takes {} arguments ({given} given)",
+                self.function.name(),
+                params.len()
+            )));
+        }
+        let mut converted = Vec::with_capacity(given);
+        for (index, value) in args.try_iter()?.enumerate() {
+            converted.push(kernel_arg(&value?, index, params.map(|p| p[index]))?);
+        }
+        let sent = match stream {
+            None => self.owner.run(py, self.function.launch(launch, &converted))?,
+            Some(s) => self.owner.run(py, self.function.launch_on(&s.stream, launch, &converted))?,
+        };
+        sent.map_err(error::sdk)
+    }
+}
+
 #[pymethods]
 impl Function {
     /// The kernel's name.
@@ -255,38 +288,6 @@ impl Function {
 
     fn __repr__(&self) -> String {
         format!("<ac.Function {}>", self.function.name())
-    }
-
-    /// Launches the kernel: as calling it.
-    #[pyo3(signature = (grid, block, args, shared_mem=0, stream=None))]
-    fn launch(
-        &self,
-        py: Python<'_>,
-        grid: &Bound<'_, PyAny>,
-        block: &Bound<'_, PyAny>,
-        args: &Bound<'_, PyAny>,
-        shared_mem: u32,
-        stream: Option<&Stream>,
-    ) -> PyResult<()> {
-        let launch = LaunchDims::new(dims(grid, "grid")?, dims(block, "block")?).with_shared_mem(shared_mem);
-        let params = self.function.params();
-        let given = args.len()?;
-        if let Some(params) = params.filter(|p| p.len() != given) {
-            return Err(error::type_error(format!(
-                "{} takes {} arguments ({given} given)",
-                self.function.name(),
-                params.len()
-            )));
-        }
-        let mut converted = Vec::with_capacity(given);
-        for (index, value) in args.try_iter()?.enumerate() {
-            converted.push(kernel_arg(&value?, index, params.map(|p| p[index]))?);
-        }
-        let sent = match stream {
-            None => self.owner.run(py, self.function.launch(launch, &converted))?,
-            Some(s) => self.owner.run(py, self.function.launch_on(&s.stream, launch, &converted))?,
-        };
-        sent.map_err(error::sdk)
     }
 }
 

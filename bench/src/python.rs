@@ -20,7 +20,7 @@ use std::time::Instant;
 use ac_frontend::{ConnectOptions, KernelArg, LaunchDims};
 use anyhow::{bail, Context};
 
-use crate::setup::{connect, spawn_daemon};
+use crate::setup::{connect, copy_rates, launch_rate, spawn_daemon};
 
 /// What one side measured.
 #[derive(Debug, Default)]
@@ -144,30 +144,8 @@ async fn rust_measures(
     let fill = acc.builtin().await?.function("fill").await?;
     let x = acc.alloc::<f32>(1).await?;
     let args = [x.arg(), KernelArg::F32(1.0), KernelArg::U64(1)];
-    let dims = LaunchDims::new([1, 1, 1], [1, 1, 1]);
-    for _ in 0..launches / 10 {
-        fill.launch(dims, &args).await?;
-    }
-    acc.synchronize().await?;
-    let start = Instant::now();
-    for _ in 0..launches {
-        fill.launch(dims, &args).await?;
-    }
-    acc.synchronize().await?;
-    let launches = launches as f64 / start.elapsed().as_secs_f64();
-
-    let bytes = mib << 20;
-    let host = vec![7u8; bytes];
-    let mut back = vec![0u8; bytes];
-    let device = acc.alloc_from(&host).await?;
-    device.copy_to_host(&mut back).await?;
-    let start = Instant::now();
-    device.copy_from_host(&host).await?;
-    let h2d = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
-    let start = Instant::now();
-    device.copy_to_host(&mut back).await?;
-    let d2h = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
-    device.free().await?;
+    let launches = launch_rate(&acc, &fill, &args, launches).await?;
+    let (h2d, d2h) = copy_rates(&acc, mib).await?;
     acc.close().await;
     Ok(Measures { small_call_us, launches, h2d, d2h })
 }

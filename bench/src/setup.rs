@@ -184,3 +184,43 @@ impl CpuMeter {
         bytes as f64 / spent.max(0.01)
     }
 }
+
+/// Asynchronous launches per second of `function`: a tenth of `launches` and a synchronize
+/// first (warm-up), then `launches` and one synchronize, timed.
+pub async fn launch_rate(
+    acc: &Accelerator,
+    function: &ac_frontend::Function,
+    args: &[ac_frontend::KernelArg],
+    launches: usize,
+) -> anyhow::Result<f64> {
+    let dims = ac_frontend::LaunchDims::new([1, 1, 1], [1, 1, 1]);
+    for _ in 0..launches / 10 {
+        function.launch(dims, args).await?;
+    }
+    acc.synchronize().await?;
+    let start = Instant::now();
+    for _ in 0..launches {
+        function.launch(dims, args).await?;
+    }
+    acc.synchronize().await?;
+    Ok(launches as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One copy of `mib` MiB each way, MB/s (host to device, device to host), after one each way
+/// (pages touched, staging warm), as the programs compared with do.
+pub async fn copy_rates(acc: &Accelerator, mib: usize) -> anyhow::Result<(f64, f64)> {
+    let bytes = mib << 20;
+    let host = vec![7u8; bytes];
+    let mut back = vec![0u8; bytes];
+    let device = acc.alloc::<u8>(bytes).await?;
+    device.copy_from_host(&host).await?;
+    device.copy_to_host(&mut back).await?;
+    let start = Instant::now();
+    device.copy_from_host(&host).await?;
+    let h2d = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    let start = Instant::now();
+    device.copy_to_host(&mut back).await?;
+    let d2h = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
+    device.free().await?;
+    Ok((h2d, d2h))
+}

@@ -6,12 +6,11 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
 
-use ac_frontend::{ConnectOptions, KernelArg, LaunchDims};
+use ac_frontend::{ConnectOptions, KernelArg};
 use anyhow::{bail, Context};
 
-use crate::setup::{connect, sibling, spawn_daemon};
+use crate::setup::{connect, copy_rates, launch_rate, sibling, spawn_daemon};
 
 /// What one side measured.
 #[derive(Debug, Default)]
@@ -62,32 +61,8 @@ async fn sdk_rates(options: &ConnectOptions, launches: usize, mib: usize) -> any
     let image = std::fs::read(ac_tests::cuda::source("tests/fixtures/shim_kernels.sm_90.fatbin"))?;
     let iota = acc.load_cubin(&image).await?.function("_Z4iotaPjj").await?;
     let x = acc.alloc::<u32>(1).await?;
-    let args = [x.arg(), KernelArg::U32(1)];
-    let dims = LaunchDims { grid: [1, 1, 1], block: [1, 1, 1], shared_mem: 0 };
-    for _ in 0..launches / 10 {
-        iota.launch(dims, &args).await?;
-    }
-    acc.synchronize().await?;
-    let start = Instant::now();
-    for _ in 0..launches {
-        iota.launch(dims, &args).await?;
-    }
-    acc.synchronize().await?;
-    let launches = launches as f64 / start.elapsed().as_secs_f64();
-    let bytes = mib << 20;
-    let host = vec![7u8; bytes];
-    let mut back = vec![0u8; bytes];
-    let device = acc.alloc::<u8>(bytes).await?;
-    // A copy each way first, as the program does: pages touched, staging warm.
-    device.copy_from_host(&host).await?;
-    device.copy_to_host(&mut back).await?;
-    let start = Instant::now();
-    device.copy_from_host(&host).await?;
-    let h2d = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
-    let start = Instant::now();
-    device.copy_to_host(&mut back).await?;
-    let d2h = bytes as f64 / start.elapsed().as_secs_f64() / 1e6;
-    device.free().await?;
+    let launches = launch_rate(&acc, &iota, &[x.arg(), KernelArg::U32(1)], launches).await?;
+    let (h2d, d2h) = copy_rates(&acc, mib).await?;
     acc.close().await;
     Ok(Rates { launches, h2d, d2h })
 }

@@ -97,9 +97,6 @@ class Function:
         self, grid: Any, block: Any, args: Any, shared_mem: int = 0, stream: Optional[Stream] = None
     ) -> None: ...
     def __getitem__(self, key: Tuple[Any, ...], /) -> Launcher: ...
-    def launch(
-        self, grid: Any, block: Any, args: Any, shared_mem: int = 0, stream: Optional[Stream] = None
-    ) -> None: ...
 
 @final
 class Launcher:
