@@ -4,6 +4,7 @@
 pub mod cuda;
 pub mod netns;
 pub mod prometheus;
+pub mod site;
 pub mod slurm;
 pub mod soak;
 

@@ -36,6 +36,8 @@ pub struct Proc {
     lines: mpsc::Receiver<(Instant, String)>,
     /// Every line read so far.
     pub seen: Vec<String>,
+    /// Where its stderr goes.
+    log: std::path::PathBuf,
 }
 
 /// Runs `ip`/`nft`/`tc` (or any command) and fails with its stderr.
@@ -174,7 +176,7 @@ impl Bed {
                 }
             }
         });
-        Proc { child, lines, seen: Vec::new() }
+        Proc { child, lines, seen: Vec::new(), log: log.to_path_buf() }
     }
 
     /// Starts daemon `binary` (`arm-server`, `ac-backend`) in host `i` with `args`, and returns
@@ -364,6 +366,11 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Every line read so far and those still buffered.

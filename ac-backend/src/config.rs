@@ -126,6 +126,11 @@ pub struct BackendConfig {
     pub only_protocol: Option<u16>,
     /// Interval of heartbeats to the resource manager, milliseconds.
     pub heartbeat_ms: u64,
+    /// How long a session whose connection timed out (a network outage) is held for its
+    /// program to resume it, milliseconds: its memory, modules, streams and queued work stay.
+    /// Set it to the manager's `lease_ms`, which keeps the program's grants as long (both 60 s
+    /// by default). 0: a session ends with its connection.
+    pub session_hold_ms: u64,
     /// Bytes of asynchronous-write payload a session may have queued.
     pub inline_budget_mib: u32,
     /// Bulk copy chunking.
@@ -175,6 +180,7 @@ impl Default for BackendConfig {
             names: Vec::new(),
             arm_public_key: None,
             heartbeat_ms: 500,
+            session_hold_ms: 60_000,
             inline_budget_mib: 64,
             copy: CopySettings::default(),
             transport: Tuning::default(),

@@ -6,7 +6,7 @@ use ac_proto::backend::{
     close, DevicePtr, Direction, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply,
     Request, Response, StreamId, WireError,
 };
-use ac_proto::frame::{frame_bytes, FrameReader, StreamWriter};
+use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::ProtoError;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
@@ -16,6 +16,7 @@ use crate::bulk;
 use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
 use crate::fence::{Fence, FenceRequest, Waiting};
 use crate::metrics::Metrics;
+use crate::resume::{Outbox, Rejoin};
 use crate::session::Session;
 use crate::stream::{barrier_reached, StreamOp, StreamWorker};
 
@@ -54,7 +55,7 @@ pub fn closing_for(error: ProtoError) -> Option<Closing> {
 /// so a client cannot choose colliding keys, and a launch looks several of them up.
 struct Control {
     session: Arc<Session>,
-    replies: StreamWriter,
+    replies: Arc<Outbox>,
     modules: HashMap<ModuleId, DeviceModule>,
     /// Each function with the module it was looked up in.
     kernels: HashMap<FunctionId, (ModuleId, Arc<Kernel>)>,
@@ -76,13 +77,46 @@ enum Outcome {
     Later,
 }
 
+/// How a session's control loop reaches its client, and how long it holds the session for a
+/// client whose connection timed out (see [`crate::resume`]).
+#[derive(Debug)]
+pub struct Line {
+    /// The control connection.
+    pub conn: quinn::Connection,
+    /// Its control stream's envelopes, past the hello.
+    pub reader: FrameReader,
+    /// Where replies go (and are logged).
+    pub outbox: Arc<Outbox>,
+    /// The new connections of resumptions.
+    pub rejoins: mpsc::UnboundedReceiver<Rejoin>,
+    /// How long a session whose connection timed out waits for its client to resume it;
+    /// zero: it ends at once.
+    pub hold: std::time::Duration,
+}
+
+/// Why a request's handling stopped the control loop.
+enum Halt {
+    /// The client broke the protocol: the connection closes.
+    Close(Closing),
+    /// The connection was lost in the middle of the request (its payload): the request was
+    /// not handled.
+    Lost,
+}
+
+impl From<Closing> for Halt {
+    fn from(closing: Closing) -> Self {
+        Halt::Close(closing)
+    }
+}
+
 /// Serves a session's control stream until the client closes it; returns why the connection
 /// must close when the client broke the protocol. Meanwhile it admits the fences that bulk copies
-/// ask for on `fences`, each once the envelopes before its position have been handled.
+/// ask for on `fences`, each once the envelopes before its position have been handled. A
+/// connection that times out is held for `line.hold`: a resumption's new connection takes its
+/// place, and handling goes on from the first envelope not handled.
 pub async fn serve(
     session: Arc<Session>,
-    mut reader: FrameReader,
-    replies: StreamWriter,
+    mut line: Line,
     mut fences: mpsc::UnboundedReceiver<FenceRequest>,
 ) -> Result<(), Closing> {
     let default_stream = session.context.create_stream().map_err(|e| Closing::protocol(e.message))?;
@@ -90,7 +124,7 @@ pub async fn serve(
         .map_err(|e| Closing::protocol(format!("cannot start stream: {e}")))?;
     let mut control = Control {
         session,
-        replies,
+        replies: line.outbox.clone(),
         modules: HashMap::default(),
         kernels: HashMap::default(),
         unloaded: HashMap::default(),
@@ -101,38 +135,46 @@ pub async fn serve(
     };
     let mut waiting = Waiting::default();
     loop {
-        if !reader.frame_buffered() {
+        if !line.reader.frame_buffered() {
             // About to wait for the network: the workers get what is staged now.
             control.hand_over_staged().await;
         }
-        // Both branches are cancel-safe: a frame is consumed only once whole.
+        // Every branch is cancel-safe: a frame is consumed only once whole.
         let read = tokio::select! {
             biased;
             Some(request) = fences.recv() => {
-                if request.after <= control.handled {
-                    control.admit(request.admitted).await;
-                } else {
-                    waiting.hold(request);
-                }
+                control.fence_asked(request, &mut waiting).await;
                 continue;
             }
-            read = reader.read_frame::<Envelope>() => read,
+            // The client resumed before this side saw its old connection time out.
+            Some(rejoin) = line.rejoins.recv() => {
+                control.take(rejoin, &mut line).await?;
+                continue;
+            }
+            read = line.reader.read_frame::<Envelope>() => read,
         };
         let envelope = match read {
             Ok(Some(envelope)) => envelope,
             Ok(None) => return Ok(()),
-            Err(e) => return closing_for(e).map_or(Ok(()), Err),
+            Err(e) => match closing_for(e) {
+                Some(closing) => return Err(closing),
+                None if control.hold(&mut line, &mut fences, &mut waiting).await? => continue,
+                None => return Ok(()),
+            },
         };
         let id = envelope.id;
         let span = tracing::debug_span!("request", session = control.session.id.0, id);
-        let outcome = control.handle(envelope.request, id, &mut reader).instrument(span).await?;
+        let outcome = match control.handle(envelope.request, id, &mut line.reader).instrument(span).await {
+            Ok(outcome) => outcome,
+            Err(Halt::Close(closing)) => return Err(closing),
+            Err(Halt::Lost) if control.hold(&mut line, &mut fences, &mut waiting).await? => continue,
+            Err(Halt::Lost) => return Ok(()),
+        };
         control.handled += 1;
         match outcome {
             Outcome::Now(response) if id != 0 => {
                 control.session.metrics.answered(&response);
-                if control.replies.send_frame(&Reply { id, response }).await.is_err() {
-                    return Ok(());
-                }
+                control.replies.send_frame(&Reply { id, response }).await;
             }
             Outcome::Now(Response::Error(e)) => {
                 tracing::debug!(error = %e, "asynchronous call failed");
@@ -180,6 +222,74 @@ fn error(kind: ErrorKind, message: impl Into<String>) -> Response {
 }
 
 impl Control {
+    /// A bulk copy asks for its fence: admitted now if the envelopes before it are handled.
+    async fn fence_asked(&mut self, request: FenceRequest, waiting: &mut Waiting) {
+        if request.after <= self.handled {
+            self.admit(request.admitted).await;
+        } else {
+            waiting.hold(request);
+        }
+    }
+
+    /// The control connection is gone. A connection that timed out (silence, not a close) is
+    /// held for `line.hold`, admitting fences meanwhile, until a resumption brings a new one
+    /// (`true`); otherwise, or when the hold runs out or the session is revoked, the session
+    /// ends (`false`, or why the resumption was refused).
+    async fn hold(
+        &mut self,
+        line: &mut Line,
+        fences: &mut mpsc::UnboundedReceiver<FenceRequest>,
+        waiting: &mut Waiting,
+    ) -> Result<bool, Closing> {
+        let timed_out = matches!(line.conn.close_reason(), Some(quinn::ConnectionError::TimedOut));
+        if !timed_out || line.hold.is_zero() {
+            return Ok(false);
+        }
+        self.replies.detach().await;
+        self.hand_over_staged().await;
+        tracing::info!(
+            session = self.session.id.0,
+            hold_ms = line.hold.as_millis() as u64,
+            "connection lost; session held"
+        );
+        let session = self.session.clone();
+        let held = tokio::time::sleep(line.hold);
+        tokio::pin!(held);
+        loop {
+            tokio::select! {
+                biased;
+                () = session.ended() => return Ok(false),
+                Some(request) = fences.recv() => self.fence_asked(request, waiting).await,
+                Some(rejoin) = line.rejoins.recv() => return self.take(rejoin, line).await.map(|()| true),
+                () = &mut held => {
+                    tracing::info!(session = self.session.id.0, "not resumed within its hold; session ends");
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Makes a resumption's connection the control connection: the old one (if still open)
+    /// closes, the client learns how many envelopes were handled, and gets again the replies it
+    /// lacks. A session that cannot be resumed exactly once ends with the reason.
+    async fn take(&mut self, rejoin: Rejoin, line: &mut Line) -> Result<(), Closing> {
+        let Rejoin { conn, send, reader, replies } = rejoin;
+        line.conn.close(close::NORMAL.into(), b"the session resumed on another connection");
+        self.replies.detach().await;
+        line.conn = conn;
+        line.reader = reader;
+        let handled = self.handled;
+        self.replies.rejoin(send, handled, replies).await.map_err(|reason| {
+            tracing::warn!(session = self.session.id.0, reason, "cannot resume exactly once");
+            Closing {
+                code: close::SESSION_GONE,
+                reason: format!("the session cannot be resumed exactly once: {reason}"),
+            }
+        })?;
+        tracing::info!(session = self.session.id.0, handled, replies, "session resumed");
+        Ok(())
+    }
+
     fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -227,7 +337,7 @@ impl Control {
         barriers
     }
 
-    async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Closing> {
+    async fn handle(&mut self, request: Request, id: u64, reader: &mut FrameReader) -> Result<Outcome, Halt> {
         let outcome = match request {
             Request::Ping => Outcome::Now(Response::Ok),
             Request::DeviceInfo => Outcome::Now(Response::Info(self.session.context.info())),
@@ -293,18 +403,16 @@ impl Control {
         &mut self,
         reader: &mut FrameReader,
         len: u64,
-    ) -> Result<(bytes::Bytes, tokio::sync::OwnedSemaphorePermit), Closing> {
+    ) -> Result<(bytes::Bytes, tokio::sync::OwnedSemaphorePermit), Halt> {
         if len > MAX_INLINE {
-            return Err(Closing::protocol(format!(
+            return Err(Halt::Close(Closing::protocol(format!(
                 "inline payload of {len} bytes exceeds the limit of {MAX_INLINE}; use a bulk copy"
-            )));
+            ))));
         }
         // The payload may take a while to arrive, and the budget to free up.
         let permit = self.reserve_inline(len).await;
-        let data = reader
-            .read_exact_raw(len as usize)
-            .await
-            .map_err(|e| closing_for(e).unwrap_or_else(|| Closing::protocol("connection lost inside a payload")))?;
+        let data =
+            reader.read_exact_raw(len as usize).await.map_err(|e| closing_for(e).map_or(Halt::Lost, Halt::Close))?;
         Ok((data, permit))
     }
 
@@ -360,7 +468,7 @@ impl Control {
             drop(budget);
             let response = written.map_or_else(Response::Error, |()| Response::Ok);
             metrics.answered(&response);
-            let _ = replies.send_frame(&Reply { id, response }).await;
+            replies.send_frame(&Reply { id, response }).await;
         });
         Outcome::Later
     }
@@ -393,17 +501,17 @@ impl Control {
                 }
                 Err(e) => Err(e),
             };
-            let _ = match read {
+            match read {
                 Ok(data) => {
                     let frame = frame_bytes(&Reply { id, response: Response::Data { len } }).expect("reply encodes");
-                    replies.send_with_payload(frame, data).await
+                    replies.send_with_payload(frame, data).await;
                 }
                 Err(e) => {
                     let response = Response::Error(e);
                     metrics.answered(&response);
-                    replies.send_frame(&Reply { id, response }).await
+                    replies.send_frame(&Reply { id, response }).await;
                 }
-            };
+            }
             drop(budget);
         });
         Outcome::Later

@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod mps;
 #[cfg(feature = "cuda")]
 pub mod nvml;
+pub mod resume;
 pub mod served;
 pub mod server;
 pub mod session;

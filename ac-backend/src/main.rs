@@ -51,6 +51,10 @@ struct Args {
     /// Memory of each CPU device, MiB.
     #[arg(long, env = "AC_BACKEND_MEMORY_MIB")]
     memory_mib: Option<u64>,
+    /// How long a session whose connection timed out is held for its program to resume it,
+    /// milliseconds (0: not at all).
+    #[arg(long, env = "AC_BACKEND_SESSION_HOLD_MS")]
+    session_hold_ms: Option<u64>,
     /// Where GPU sessions run: `process` (a worker process per session: a kernel fault ends
     /// only its session) or `context` (a CUDA context per session in this process: a fault
     /// ends every session).
@@ -125,6 +129,9 @@ impl Args {
         }
         if let Some(v) = self.names {
             config.names = v;
+        }
+        if let Some(v) = self.session_hold_ms {
+            config.session_hold_ms = v;
         }
         if let Some(v) = self.memory_mib {
             config.memory_mib = v;

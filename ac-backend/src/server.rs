@@ -25,6 +25,7 @@ use crate::device::Device;
 use crate::fence::Fences;
 use crate::health::Board;
 use crate::metrics::Metrics;
+use crate::resume::Outbox;
 use crate::session::{Limits, Registry, Session};
 use crate::trust::{self, Trust};
 use crate::{bulk, BackendError};
@@ -46,6 +47,9 @@ struct Shared {
     config: BackendConfig,
     /// The bulk lanes' TCP port; 0 without lanes.
     lane_port: u16,
+    /// How long a session whose connection timed out is held: `session_hold_ms`, or the
+    /// registered manager's lease ([`Order::Hold`]).
+    hold_ms: std::sync::atomic::AtomicU64,
 }
 
 /// A backend serving in this process.
@@ -209,7 +213,9 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         }
         None => None,
     };
-    let shared = Arc::new(Shared { devices, board, changed, mps, registry, metrics, trust, config, lane_port });
+    let hold_ms = std::sync::atomic::AtomicU64::new(config.session_hold_ms);
+    let shared =
+        Arc::new(Shared { devices, board, changed, mps, registry, metrics, trust, config, lane_port, hold_ms });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
     let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
@@ -380,7 +386,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 Ok(slot) => slot,
                 Err(reason) => return refuse(&conn, close::DEVICE_REFUSED, &reason),
             };
-            serve_session(conn, shared, device, (send, reader), grant.map(|g| g.id), version, slot).await
+            serve_session(conn, shared, (index, device), (send, reader), grant.map(|g| g.id), version, slot).await
         }
         Hello::Register { public_key, host, time, proof } => {
             if let Err(reason) = shared.trust.register(public_key, &host, time, &proof) {
@@ -402,7 +408,47 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             session.attach(conn.clone());
             serve_bulk_streams(conn, session).await;
         }
+        Hello::Resume { session, token, capability, replies } => {
+            resume_session(conn, &shared, (send, reader), (session, token, capability, replies), version).await;
+        }
     }
+}
+
+/// A client takes its held session onto this connection (protocol 8): it must name a session
+/// this backend holds, know its secret, and hold the capability it was opened with, still
+/// valid. A session that is not here (ended, its hold run out, or the backend restarted) is
+/// not resumable, and the client is told so at once.
+async fn resume_session(
+    conn: Connection,
+    shared: &Arc<Shared>,
+    (send, reader): (quinn::SendStream, FrameReader),
+    (id, token, capability, replies): (ac_proto::backend::SessionId, [u8; 16], Vec<u8>, u64),
+    version: u16,
+) {
+    if version < 8 {
+        return refuse(&conn, close::PROTOCOL, "resumption needs protocol 8");
+    }
+    let Some(session) = shared.registry.get(id) else {
+        let reason = format!(
+            "session {} is not on this backend: it ended, was not resumed within its hold, or the backend restarted (its memory is gone)",
+            id.0
+        );
+        return refuse(&conn, close::SESSION_GONE, &reason);
+    };
+    if !session.owns(&token) {
+        return refuse(&conn, close::UNAUTHORIZED, "wrong session token");
+    }
+    match shared.trust.admit(&capability, session.device) {
+        Ok(grant) if grant.as_ref().map(|g| g.id) == session.capability => {}
+        Ok(_) => return refuse(&conn, close::UNAUTHORIZED, "not the capability the session was opened with"),
+        Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
+    }
+    session.attach(conn.clone());
+    let rejoin = crate::resume::Rejoin { conn: conn.clone(), send, reader, replies };
+    if session.rejoin(rejoin).is_err() {
+        return refuse(&conn, close::SESSION_GONE, &format!("session {} has just ended", id.0));
+    }
+    serve_bulk_streams(conn, session).await;
 }
 
 /// Reads and checks the preamble and the hello frame: the hello and the version the connection
@@ -536,6 +582,13 @@ async fn serve_registration(
                         shared.changed.notify_one();
                     }
                 }
+                Order::Hold { ms } => {
+                    tracing::info!(
+                        hold_ms = ms,
+                        "sessions whose connection times out are held as long as the manager's lease"
+                    );
+                    shared.hold_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+                }
             }
         }
         if !batch.is_empty() {
@@ -549,7 +602,7 @@ async fn serve_registration(
 async fn serve_session(
     conn: Connection,
     shared: Arc<Shared>,
-    device: Arc<dyn Device>,
+    (index, device): (u32, Arc<dyn Device>),
     (send, reader): (quinn::SendStream, FrameReader),
     capability: Option<u64>,
     version: u16,
@@ -565,16 +618,20 @@ async fn serve_session(
     let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
     let metrics = shared.metrics.clone();
     let limits = Limits { budget, quota: shared.config.session_memory_mib.map(|mib| mib << 20) };
-    let session = shared.registry.open(context, shared.config.copy, capability, fences, limits, metrics);
+    let opened = (capability, index);
+    let (session, rejoins) = shared.registry.open(context, shared.config.copy, opened, fences, limits, metrics);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");
-    let replies = StreamWriter::new(send);
-    if replies.send(welcome(&session, &shared, version)).await.is_err() {
+    let mut send = send;
+    if send.write_chunk(welcome(&session, &shared, version)).await.is_err() {
         return;
     }
-    let bulk = tokio::spawn(serve_bulk_streams(conn.clone(), session.clone()));
-    let result = control::serve(session.clone(), reader, replies, fence_requests).await;
-    bulk.abort();
+    // Sessions of protocol 8 and later are held through an outage, for their client to resume.
+    let hold_ms = shared.hold_ms.load(std::sync::atomic::Ordering::Relaxed);
+    let hold = if version >= 8 { Duration::from_millis(hold_ms) } else { Duration::ZERO };
+    let line = control::Line { conn: conn.clone(), reader, outbox: Arc::new(Outbox::new(send)), rejoins, hold };
+    tokio::spawn(serve_bulk_streams(conn, session.clone()));
+    let result = control::serve(session.clone(), line, fence_requests).await;
     shared.registry.remove(session.id);
     match result {
         Ok(()) => session.close(),

@@ -1,6 +1,8 @@
 //! Sessions: what one client owns on this backend.
 //!
-//! A session is created by a control connection's `Hello::Open` and ends with that connection.
+//! A session is created by a control connection's `Hello::Open` and ends with that connection,
+//! unless the connection timed out: then its control loop holds it for a while, and a
+//! `Hello::Resume` hands it a new connection ([`Session::rejoin`]).
 //! Its buffers live in a table shared with the bulk-copy streams of every connection attached
 //! to it. Buffer ids are per session, so another session's id is simply unknown here.
 
@@ -55,6 +57,10 @@ pub struct Session {
     pub copy: CopySettings,
     /// The capability the session was opened with, if the backend is managed.
     pub capability: Option<u64>,
+    /// The device (its index on the backend) the session runs on.
+    pub device: u32,
+    /// Where a resumed session's new connection goes to its control loop.
+    rejoins: tokio::sync::mpsc::UnboundedSender<crate::resume::Rejoin>,
     /// The backend's module images, by content (shared by every session).
     pub images: Arc<crate::images::ImageCache>,
     /// Where synchronous copies ask the control loop for their fence.
@@ -212,6 +218,18 @@ impl Session {
         }
     }
 
+    /// Whether `token` is the session's secret. Every byte is compared whatever the first
+    /// difference, so timing tells nothing.
+    pub fn owns(&self, token: &[u8; 16]) -> bool {
+        self.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+    }
+
+    /// Hands a resumed session's new connection to its control loop; gives it back when the
+    /// loop has ended.
+    pub fn rejoin(&self, rejoin: crate::resume::Rejoin) -> Result<(), crate::resume::Rejoin> {
+        self.rejoins.send(rejoin).map_err(|e| e.0)
+    }
+
     /// Returns once the session has ended.
     pub async fn ended(&self) {
         let _ = self.ended.subscribe().wait_for(|ended| *ended).await;
@@ -240,26 +258,30 @@ pub struct Limits {
 }
 
 impl Registry {
-    /// Creates and registers a session; its control loop admits the fences asked on `fences`;
-    /// it may hold `budget` payload bytes at once.
+    /// Creates and registers a session on device `device`, opened with `capability`; its
+    /// control loop admits the fences asked on `fences` and takes the new connections of a
+    /// resumption from the receiver returned; it may hold `budget` payload bytes at once.
     pub fn open(
         &self,
         context: Arc<dyn Context>,
         copy: CopySettings,
-        capability: Option<u64>,
+        (capability, device): (Option<u64>, u32),
         fences: Fences,
         limits: Limits,
         metrics: Arc<Metrics>,
-    ) -> Arc<Session> {
+    ) -> (Arc<Session>, tokio::sync::mpsc::UnboundedReceiver<crate::resume::Rejoin>) {
         let Limits { budget, quota } = limits;
         metrics.session_opened();
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let (rejoins, rejoined) = tokio::sync::mpsc::unbounded_channel();
         let session = Arc::new(Session {
             id,
             token: random_token(),
             context,
             copy,
             capability,
+            device,
+            rejoins,
             images: self.images.clone(),
             fences,
             budget: Arc::new(tokio::sync::Semaphore::new(budget as usize)),
@@ -274,15 +296,17 @@ impl Registry {
             quota,
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
-        session
+        (session, rejoined)
     }
 
     /// The live session `id` if `token` is its secret.
     pub fn find(&self, id: SessionId, token: &[u8; 16]) -> Option<Arc<Session>> {
-        let session = self.sessions.lock().expect("registry poisoned").get(&id)?.upgrade()?;
-        // Compare every byte whatever the first difference, so timing tells nothing.
-        let diff = session.token.iter().zip(token).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        (diff == 0).then_some(session)
+        self.get(id).filter(|session| session.owns(token))
+    }
+
+    /// The live (or held) session `id`, whoever asks: check [`Session::owns`] before use.
+    pub fn get(&self, id: SessionId) -> Option<Arc<Session>> {
+        self.sessions.lock().expect("registry poisoned").get(&id)?.upgrade()
     }
 
     /// Ends every session opened with capability `id`.

@@ -11,13 +11,16 @@ use ac_proto::pieces;
 use bytes::Bytes;
 use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
+use tokio::sync::watch;
 
 use crate::control::ControlStream;
 use crate::lane::{Broken, Lanes, Payload, Slot};
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
+use crate::resume::{Credentials, Phase, Resumed, Resumes};
 use crate::stripes;
+use crate::task::Owned;
 use crate::{Error, Result};
 
 /// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
@@ -40,9 +43,8 @@ impl Default for CopyOptions {
 /// State shared by every handle to one accelerator.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    control: Connection,
-    /// Connections for bulk copies: the control connection first, then attached ones.
-    data: Vec<Connection>,
+    /// The session's connections now: replaced when it resumes after an outage.
+    wire: Mutex<Arc<Wire>>,
     _endpoints: Vec<Endpoint>,
     control_stream: Arc<ControlStream>,
     replies: Replies,
@@ -50,19 +52,68 @@ pub(crate) struct Inner {
     info: DeviceInfo,
     session: SessionId,
     copy: Mutex<CopyOptions>,
-    /// Closes the connections when the backend's host says its process is gone.
-    _watch: Option<crate::watch::PortWatch>,
     /// Bulk lanes (TLS over TCP) for large copies, when the backend serves them.
     lanes: Option<Arc<Lanes>>,
     /// The protocol version the backend answered in.
     pub(crate) version: u16,
+    /// How to reach the session again after an outage.
+    credentials: Credentials,
+    /// Where the session stands (see [`crate::resume`]).
+    phase: Arc<watch::Sender<Phase>>,
+    /// Resumes the session when its connection times out.
+    _lifeline: Owned<()>,
+}
+
+/// The connections of one accelerator's session, from one connection of its control stream
+/// (an epoch) to the next.
+#[derive(Debug)]
+struct Wire {
+    control: Connection,
+    /// Connections for bulk copies: the control connection first, then attached ones.
+    data: Vec<Connection>,
+    epoch: u64,
+    /// Closes the connections when the backend's host says its process is gone.
+    _watch: Option<crate::watch::PortWatch>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        for conn in &self.data {
+        for conn in &self.wire.lock().expect("wire poisoned").data {
             conn.close(0u32.into(), b"client finished");
         }
+    }
+}
+
+impl Resumes for Inner {
+    fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
+    fn version(&self) -> u16 {
+        self.version
+    }
+
+    fn replies_read(&self) -> u64 {
+        self.replies.read()
+    }
+
+    async fn resumed(&self, resumed: Resumed, epoch: u64) -> Result<()> {
+        let Resumed { link, handled } = resumed;
+        let control = link.connection.clone();
+        if let Err(reason) = self.control_stream.resume(link.send, handled).await {
+            control.close(0u32.into(), b"cannot resume exactly once");
+            return Err(Error::Disconnected(format!("the session cannot be resumed exactly once: {reason}")));
+        }
+        self.replies.resume(link.reader, epoch).await;
+        let Credentials { options, crypto, session, token, .. } = &self.credentials;
+        let stripes = if self.lanes.is_some() { 1 } else { options.stripes.max(1) };
+        let attach = Hello::Attach { session: *session, token: *token };
+        let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;
+        let data: Vec<Connection> =
+            std::iter::once(control.clone()).chain(extra.into_iter().map(|link| link.connection)).collect();
+        let watch = crate::watch::PortWatch::start(control.remote_address(), data.clone(), self.lanes.clone());
+        *self.wire.lock().expect("wire poisoned") = Arc::new(Wire { control, data, epoch, _watch: watch });
+        Ok(())
     }
 }
 
@@ -110,16 +161,17 @@ impl Accelerator {
         // With lanes, the QUIC connections carry control and small copies only: one is enough.
         let stripes = if lanes.is_some() { 1 } else { options.stripes.max(1) };
         let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;
-        Ok(Self::from_links(link, extra, session, info, lanes, version))
+        let credentials =
+            Credentials { options: options.clone(), crypto, endpoint: link.endpoint.clone(), session, token };
+        Ok(Self::from_links(link, extra, credentials, info, lanes))
     }
 
     fn from_links(
         control: Link,
         extra: Vec<Link>,
-        session: SessionId,
+        credentials: Credentials,
         info: DeviceInfo,
         lanes: Option<Lanes>,
-        version: u16,
     ) -> Self {
         let mut data = vec![control.connection.clone()];
         // Only endpoints made for this accelerator are waited for on close: a shared one stays
@@ -131,21 +183,29 @@ impl Accelerator {
         }
         let lanes = lanes.map(Arc::new);
         let watch = crate::watch::PortWatch::start(control.connection.remote_address(), data.clone(), lanes.clone());
-        let inner = Inner {
-            control: control.connection,
-            data,
+        let phase = Arc::new(watch::Sender::new(Phase::Up(0)));
+        let conn = control.connection.clone();
+        let inner = Arc::new_cyclic(|owner| Inner {
+            wire: Mutex::new(Arc::new(Wire { control: control.connection, data, epoch: 0, _watch: watch })),
             _endpoints: endpoints,
             control_stream: Arc::new(ControlStream::new(control.send)),
-            replies: Replies::new(control.reader),
+            replies: Replies::new(control.reader, phase.subscribe()),
             next_id: AtomicU64::new(1),
             info,
-            session,
+            session: credentials.session,
             copy: Mutex::new(CopyOptions::default()),
-            _watch: watch,
             lanes,
-            version,
-        };
-        Self { inner: Arc::new(inner) }
+            version: control.version,
+            credentials,
+            _lifeline: Owned::spawn(crate::resume::lifeline(owner.clone(), conn, 0, phase.clone())),
+            phase,
+        });
+        Self { inner }
+    }
+
+    /// The session's connections now.
+    fn wire(&self) -> Arc<Wire> {
+        self.inner.wire.lock().expect("wire poisoned").clone()
     }
 
     /// The device as the backend described it when the session opened.
@@ -198,7 +258,7 @@ impl Accelerator {
     pub async fn close(self) {
         // Calls still queued (launches, frees from `Drop`) leave before the connection closes.
         let _ = self.inner.control_stream.position().await;
-        let conns = self.inner.data.clone();
+        let conns = self.wire().data.clone();
         let endpoints = self.inner._endpoints.clone();
         drop(self);
         for conn in &conns {
@@ -210,23 +270,58 @@ impl Accelerator {
         }
     }
 
+    /// Why the session is over: the reason its lifeline gave, else its connection's.
     fn disconnected(&self) -> Error {
-        self.inner
+        if let Phase::Ended(e) = &*self.inner.phase.borrow() {
+            return e.clone();
+        }
+        self.wire()
             .control
             .close_reason()
             .map(Error::from)
             .unwrap_or_else(|| Error::Disconnected("the session's reply stream ended".into()))
     }
 
-    /// Sends a request and waits for its answer; a remote error becomes `Err`.
+    /// The session's end, when it has ended (a copy cut by it failed for that reason, whatever
+    /// the copy saw), else `e`.
+    fn ended_or(&self, e: Error) -> Error {
+        match &*self.inner.phase.borrow() {
+            Phase::Ended(ended) => ended.clone(),
+            _ => e,
+        }
+    }
+
+    /// Whether the session went on past the connection of `epoch`, which is lost: waits for
+    /// its lifeline to resume it or give up.
+    async fn outlived(&self, epoch: u64) -> bool {
+        crate::resume::resumed_since(&self.inner.phase, epoch, true).await
+    }
+
+    /// Whether a copy that failed on the connections of `wire` may run again: they were lost,
+    /// and the session resumed on new ones.
+    async fn copy_outlived(&self, wire: &Wire) -> bool {
+        let lost = wire.control.close_reason().is_some();
+        crate::resume::resumed_since(&self.inner.phase, wire.epoch, lost).await
+    }
+
+    /// Sends a request and waits for its answer; a remote error becomes `Err`. Through an
+    /// outage it waits for the session to resume (the envelope is sent again if the backend
+    /// lacks it, the reply if this side does).
     pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let rx = self.inner.replies.register(id);
-        if let Err(e) = self.inner.control_stream.send(&Envelope { id, request }, payload).await {
-            self.inner.replies.forget(id);
-            return Err(self.send_failed(e));
-        }
-        match self.inner.replies.wait(id, rx).await.ok_or_else(|| self.disconnected())? {
+        let epoch = self.wire().epoch;
+        let position = match self.inner.control_stream.send(&Envelope { id, request }, payload).await {
+            Ok((position, Ok(()))) => position,
+            Ok((position, Err(_))) if self.outlived(epoch).await => position,
+            Ok((_, Err(e))) | Err(e) => {
+                self.inner.replies.forget(id);
+                return Err(self.send_failed(e));
+            }
+        };
+        let answer = self.inner.replies.wait(id, rx).await.ok_or_else(|| self.disconnected())?;
+        self.inner.control_stream.handled_through(position);
+        match answer {
             Answer::Response(Response::Error(e)) => Err(e.into()),
             answer => Ok(answer),
         }
@@ -242,8 +337,20 @@ impl Accelerator {
 
     /// Sends an asynchronous request: no round trip, errors surface at the next synchronizing
     /// call.
+    /// A write lost with its connection is no error while the session may resume: the
+    /// envelope is logged and sent again.
     pub(crate) async fn post(&self, request: Request, payload: Bytes) -> Result<()> {
-        self.inner.control_stream.post(&Envelope { id: 0, request }, payload).await.map_err(|e| self.send_failed(e))
+        match self.inner.control_stream.post(&Envelope { id: 0, request }, payload).await {
+            Ok(()) => Ok(()),
+            Err(e @ (ac_proto::ProtoError::Encode(_) | ac_proto::ProtoError::FrameTooLarge { .. })) => Err(e.into()),
+            Err(e) => match &*self.inner.phase.borrow() {
+                Phase::Ended(ended) => Err(ended.clone()),
+                _ if self.inner.credentials.options.resume.is_zero() || self.inner.version < 8 => {
+                    Err(self.send_failed(e))
+                }
+                _ => Ok(()),
+            },
+        }
     }
 
     /// A request that could not be encoded is the caller's error; any other failure to write
@@ -261,13 +368,20 @@ impl Accelerator {
         self.inner.control_stream.defer(&Envelope { id: 0, request });
     }
 
-    /// The position a synchronous bulk copy starting now follows (see `control.rs`).
-    async fn copy_position(&self) -> Result<u64> {
-        self.inner.control_stream.position().await.map_err(|_| self.disconnected())
+    /// The position a synchronous bulk copy starting now follows (see `control.rs`), once
+    /// every envelope before it is written (on a resumed connection, if the one of `epoch` is
+    /// lost meanwhile).
+    async fn copy_position(&self, epoch: u64) -> Result<u64> {
+        match self.inner.control_stream.position().await {
+            (position, Ok(())) => Ok(position),
+            (position, Err(_)) if self.outlived(epoch).await => Ok(position),
+            (_, Err(_)) => Err(self.disconnected()),
+        }
     }
 
     /// Copies host bytes to device memory and waits until they are there. The backend starts
-    /// the copy after all work sent before it (see "Order" in `ac_proto::backend`).
+    /// the copy after all work sent before it (see "Order" in `ac_proto::backend`). A bulk copy
+    /// cut by an outage runs again, whole, once the session has resumed.
     pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
         let options = self.copy_options();
         if data.len() <= options.inline_max {
@@ -277,21 +391,30 @@ impl Accelerator {
                 other => Err(unexpected(other)),
             };
         }
-        let after = self.copy_position().await?;
+        loop {
+            let wire = self.wire();
+            match self.write_bulk(&wire, dst, data, &options).await {
+                Err(_) if self.copy_outlived(&wire).await => continue,
+                Err(e) => return Err(self.ended_or(e)),
+                done => return done,
+            }
+        }
+    }
+
+    /// One try of a bulk host-to-device copy, on the connections (or lanes) of `wire`.
+    async fn write_bulk(&self, wire: &Wire, dst: DevicePtr, data: &[u8], options: &CopyOptions) -> Result<()> {
+        let after = self.copy_position(wire.epoch).await?;
         if let Some(lanes) = self.lanes().await {
-            let stripes = stripes::split(lanes.usable(), Direction::HostToDevice, dst, data.len(), &options, after);
+            let stripes = stripes::split(lanes.usable(), Direction::HostToDevice, dst, data.len(), options, after);
             let (slots, claimed) = stripes::slots(lanes, stripes.len());
-            let copies = stripes
-                .into_iter()
-                .zip(slots)
-                .map(|((range, header), slot)| self.lane_copy(lanes, slot, header, Payload::ToDevice(&data[range])));
+            let copies = stripes.into_iter().zip(slots).map(|((range, header), slot)| {
+                self.lane_copy(wire, lanes, slot, header, Payload::ToDevice(&data[range]))
+            });
             return stripes::run(copies.collect(), claimed).await;
         }
-        let stripes = stripes::split(self.inner.data.len(), Direction::HostToDevice, dst, data.len(), &options, after);
-        let copies = stripes
-            .into_iter()
-            .enumerate()
-            .map(|(i, (range, header))| bulk_write(&self.inner.data[i], header, &data[range]));
+        let stripes = stripes::split(wire.data.len(), Direction::HostToDevice, dst, data.len(), options, after);
+        let copies =
+            stripes.into_iter().enumerate().map(|(i, (range, header))| bulk_write(&wire.data[i], header, &data[range]));
         try_join_all(copies).await?;
         Ok(())
     }
@@ -307,27 +430,34 @@ impl Accelerator {
     /// before the lanes).
     ///
     /// A partition stalls a lane's TCP for minutes of retransmissions, where the session's QUIC
-    /// connection gives up within its idle timeout: the copy ends with the session, its lane
-    /// dropped (closed, never reused).
-    async fn lane_copy(&self, lanes: &Lanes, slot: Slot<'_>, header: BulkHeader, payload: Payload<'_>) -> Result<()> {
+    /// connection gives up within its idle timeout: the copy ends with that connection, its lane
+    /// dropped (closed, never reused), and runs again if the session resumes.
+    async fn lane_copy(
+        &self,
+        wire: &Wire,
+        lanes: &Lanes,
+        slot: Slot<'_>,
+        header: BulkHeader,
+        payload: Payload<'_>,
+    ) -> Result<()> {
         let copied = tokio::select! {
             biased;
             copied = lanes.copy(slot, header, payload) => copied,
-            reason = self.inner.control.closed() => return Err(reason.into()),
+            reason = wire.control.closed() => return Err(reason.into()),
         };
         match copied {
             Ok(outcome) => outcome,
             Err(Broken(e)) => {
                 // The session's own reason first (an orderly shutdown closes QUIC before lanes).
-                if let Ok(reason) = tokio::time::timeout(LANE_REASON_WAIT, self.inner.control.closed()).await {
+                if let Ok(reason) = tokio::time::timeout(LANE_REASON_WAIT, wire.control.closed()).await {
                     return Err(reason.into());
                 }
                 // A killed backend's kernel cuts the lane at once; the port watch may learn it a
                 // probe interval or more later, while the copy keeps the connections busy (a
                 // third of the copies cut by a kill once said only "the lane broke"). Ask now.
                 if lanes.port_refuses().await {
-                    crate::watch::close_gone(&self.inner.data);
-                    return Err(self.inner.control.closed().await.into());
+                    crate::watch::close_gone(&wire.data);
+                    return Err(wire.control.closed().await.into());
                 }
                 Err(Error::Remote {
                     kind: ErrorKind::Device,
@@ -337,7 +467,8 @@ impl Accelerator {
         }
     }
 
-    /// Copies device memory into host bytes, after all work sent before it.
+    /// Copies device memory into host bytes, after all work sent before it. A bulk copy cut
+    /// by an outage runs again, whole, once the session has resumed.
     pub(crate) async fn read_bytes(&self, src: DevicePtr, out: &mut [u8]) -> Result<()> {
         let options = self.copy_options();
         if out.len() <= options.inline_max {
@@ -350,20 +481,30 @@ impl Accelerator {
                 other => Err(unexpected(other)),
             };
         }
-        let after = self.copy_position().await?;
+        loop {
+            let wire = self.wire();
+            match self.read_bulk(&wire, src, out, &options).await {
+                Err(_) if self.copy_outlived(&wire).await => continue,
+                Err(e) => return Err(self.ended_or(e)),
+                done => return done,
+            }
+        }
+    }
+
+    /// One try of a bulk device-to-host copy, on the connections (or lanes) of `wire`.
+    async fn read_bulk(&self, wire: &Wire, src: DevicePtr, out: &mut [u8], options: &CopyOptions) -> Result<()> {
+        let after = self.copy_position(wire.epoch).await?;
         let Some(lanes) = self.lanes().await else {
-            let stripes =
-                stripes::split(self.inner.data.len(), Direction::DeviceToHost, src, out.len(), &options, after);
-            let copies = each_part(out, stripes)
-                .enumerate()
-                .map(|(i, (head, header))| bulk_read(&self.inner.data[i], header, head));
+            let stripes = stripes::split(wire.data.len(), Direction::DeviceToHost, src, out.len(), options, after);
+            let copies =
+                each_part(out, stripes).enumerate().map(|(i, (head, header))| bulk_read(&wire.data[i], header, head));
             return try_join_all(copies).await.map(drop);
         };
-        let stripes = stripes::split(lanes.usable(), Direction::DeviceToHost, src, out.len(), &options, after);
+        let stripes = stripes::split(lanes.usable(), Direction::DeviceToHost, src, out.len(), options, after);
         let (slots, claimed) = stripes::slots(lanes, stripes.len());
         let copies = each_part(out, stripes)
             .zip(slots)
-            .map(|((head, header), slot)| self.lane_copy(lanes, slot, header, Payload::FromDevice(head)));
+            .map(|((head, header), slot)| self.lane_copy(wire, lanes, slot, header, Payload::FromDevice(head)));
         stripes::run(copies.collect(), claimed).await
     }
 }

@@ -13,6 +13,10 @@ use tokio::sync::Mutex;
 
 use crate::{Error, Result};
 
+/// The idle timeout a program offers on its manager connection: longer than any manager's
+/// (half its lease), so that the manager's governs (QUIC takes the smaller of the two).
+const IDLE_TO_THE_MANAGER_MS: u64 = 3_600_000;
+
 /// How long one request may take before the connection is considered dead.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -106,7 +110,11 @@ impl ArmClient {
         if let Some((_, conn)) = link.as_ref().filter(|(_, c)| c.close_reason().is_none()) {
             return Ok(conn.clone());
         }
-        let endpoint = transport::client_endpoint(self.options.addr, Some(self.crypto.clone()), &self.options.tuning)?;
+        // The manager's idle timeout (half its lease) must be the connection's: it dates a
+        // silent program's last sign of life from it. A shorter one of ours would end the
+        // connection earlier, and the manager would date the program's silence too early.
+        let tuning = Tuning { idle_timeout_ms: IDLE_TO_THE_MANAGER_MS, ..self.options.tuning.clone() };
+        let endpoint = transport::client_endpoint(self.options.addr, Some(self.crypto.clone()), &tuning)?;
         let conn = endpoint
             .connect(self.options.addr, &self.options.server_name)
             .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?

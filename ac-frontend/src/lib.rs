@@ -57,6 +57,7 @@ pub mod link;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod replies;
+mod resume;
 mod session;
 mod stream;
 mod stripes;

@@ -49,7 +49,15 @@ pub struct ConnectOptions {
     /// The protocol version to say hello in first (this build's `VERSION`); a backend that
     /// refuses it is greeted again in `MIN_VERSION` (a backend not yet upgraded).
     pub protocol: u16,
+    /// How long a session whose connection timed out (a network outage) tries to resume it;
+    /// its calls wait meanwhile, and fail with [`Error::Timeout`] past it. Zero: the session
+    /// ends with its connection. 60 s by default (`AC_RESUME_MS`), as long as the manager's lease
+    /// and the backend's hold by default.
+    pub resume: std::time::Duration,
 }
+
+/// How long a session tries to resume unless told otherwise (see [`ConnectOptions::resume`]).
+pub const DEFAULT_RESUME: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ConnectOptions {
     /// Options for `addr`, trusting `ca_cert`, with measured defaults.
@@ -66,6 +74,7 @@ impl ConnectOptions {
             lanes: default_lanes(),
             endpoint: None,
             protocol: VERSION,
+            resume: resume_from_env().unwrap_or(DEFAULT_RESUME),
         }
     }
 
@@ -90,6 +99,18 @@ impl ConnectOptions {
             options.lanes = lanes.parse().map_err(|e| Error::Setup(format!("AC_LANES: {e}")))?;
         }
         Ok(options)
+    }
+}
+
+/// `AC_RESUME_MS`, when set to a number of milliseconds.
+fn resume_from_env() -> Option<std::time::Duration> {
+    let ms = std::env::var("AC_RESUME_MS").ok()?;
+    match ms.trim().parse() {
+        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
+        Err(e) => {
+            tracing::warn!(value = ms, error = %e, "AC_RESUME_MS is not a number of milliseconds; ignored");
+            None
+        }
     }
 }
 
@@ -237,7 +258,7 @@ pub async fn greet(
         Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or(e)),
     };
     match reply.response {
-        welcome @ (Response::Welcome { .. } | Response::Devices(_)) => {
+        welcome @ (Response::Welcome { .. } | Response::Devices(_) | Response::Resumed { .. }) => {
             Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome, version })
         }
         Response::Error(e) => Err(e.into()),

@@ -1,13 +1,15 @@
 //! The reply side of a control stream, shared by the callers waiting for answers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ac_proto::backend::{Reply, Response};
 use ac_proto::frame::FrameReader;
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
+
+use crate::resume::Phase;
 
 /// An answer to a request.
 #[derive(Debug)]
@@ -22,16 +24,31 @@ const MAX_REPLY_PAYLOAD: u64 = 64 << 20;
 /// The reply side of the control stream. There is no reader task: a caller waiting for its
 /// answer takes the reader and reads until its own reply arrives, handing other callers' replies
 /// to them on the way. That saves a task hop (a cross-thread wake-up) on every round trip.
+///
+/// When the stream ends because the connection was lost, the reader waits for the session's
+/// lifeline ([`crate::resume`]): a resumed session's new stream takes its place
+/// ([`Replies::resume`]) and the waiters go on waiting there, where the backend answers again
+/// what they lack; only the session's end wakes them empty-handed.
 #[derive(Debug)]
 pub(crate) struct Replies {
-    reader: tokio::sync::Mutex<FrameReader>,
+    /// The stream's reader, with the epoch of the connection it reads.
+    reader: tokio::sync::Mutex<(u64, FrameReader)>,
     waiters: Mutex<HashMap<u64, oneshot::Sender<Answer>>>,
     closed: AtomicBool,
+    /// Reply frames read so far, on every stream of the session (a resumption names it).
+    read: AtomicU64,
+    phase: watch::Receiver<Phase>,
 }
 
 impl Replies {
-    pub(crate) fn new(reader: FrameReader) -> Self {
-        Self { reader: tokio::sync::Mutex::new(reader), waiters: Mutex::default(), closed: AtomicBool::new(false) }
+    pub(crate) fn new(reader: FrameReader, phase: watch::Receiver<Phase>) -> Self {
+        Self {
+            reader: tokio::sync::Mutex::new((0, reader)),
+            waiters: Mutex::default(),
+            closed: AtomicBool::new(false),
+            read: AtomicU64::new(0),
+            phase,
+        }
     }
 
     pub(crate) fn register(&self, id: u64) -> oneshot::Receiver<Answer> {
@@ -44,33 +61,55 @@ impl Replies {
         self.waiters.lock().expect("waiters poisoned").remove(&id);
     }
 
+    /// Reply frames read so far.
+    pub(crate) fn read(&self) -> u64 {
+        self.read.load(Ordering::Acquire)
+    }
+
+    /// Reads from a resumed session's new stream, of connection `epoch`, from now on.
+    pub(crate) async fn resume(&self, reader: FrameReader, epoch: u64) {
+        *self.reader.lock().await = (epoch, reader);
+    }
+
     /// Marks the stream dead and wakes every waiter (their answers will not come).
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.waiters.lock().expect("waiters poisoned").clear();
     }
 
-    /// Waits for the answer to `id`; `None` when the reply stream ended first.
+    /// Waits for the answer to `id`; `None` when the session ended first.
     pub(crate) async fn wait(&self, id: u64, mut rx: oneshot::Receiver<Answer>) -> Option<Answer> {
         loop {
             if self.closed.load(Ordering::Acquire) {
                 self.forget(id);
                 return rx.try_recv().ok();
             }
-            tokio::select! {
+            let lost = tokio::select! {
                 biased;
                 answer = &mut rx => return answer.ok(),
                 mut reader = self.reader.lock() => {
                     if let Ok(answer) = rx.try_recv() {
                         return Some(answer);
                     }
-                    match self.read_until(&mut reader, id).await {
+                    let (epoch, reader) = &mut *reader;
+                    match self.read_until(reader, id).await {
                         Some(answer) => return Some(answer),
-                        None => continue,
+                        None => *epoch,
                     }
                 }
+            };
+            if !self.outlived(lost).await {
+                self.close();
             }
         }
+    }
+
+    /// The stream of connection `epoch` ended: whether the session resumed on a later one
+    /// (whose stream is then in place), waiting for its lifeline to decide.
+    async fn outlived(&self, epoch: u64) -> bool {
+        let mut phase = self.phase.clone();
+        let settled = phase.wait_for(|p| matches!(p, Phase::Up(e) if *e > epoch) || matches!(p, Phase::Ended(_))).await;
+        matches!(settled.as_deref(), Ok(Phase::Up(_)))
     }
 
     /// Reads replies, delivering others', until `id`'s arrives (`Some`) or the stream ends.
@@ -86,9 +125,9 @@ impl Replies {
                 )
                 .await;
             let Ok(Some((reply, payload))) = read else {
-                self.close();
                 return None;
             };
+            self.read.fetch_add(1, Ordering::AcqRel);
             let answer = match reply.response {
                 Response::Data { .. } => Answer::Data(payload),
                 response => Answer::Response(response),

@@ -86,6 +86,23 @@ pub(crate) fn close_gone(connections: &[Connection]) {
     }
 }
 
+/// Whether the host of `addr` answers an empty datagram with "port unreachable" within a short
+/// while: no process listens there (asked while a lost session is dialed again, since QUIC's
+/// own socket never hears those answers).
+pub(crate) async fn port_refused(addr: SocketAddr) -> bool {
+    let local: SocketAddr =
+        if addr.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
+    let Ok(socket) = UdpSocket::bind(local).await else { return false };
+    if socket.connect(addr).await.is_err() {
+        return false;
+    }
+    if let Err(e) = socket.send(&[]).await {
+        return is_refusal(Some(e));
+    }
+    let answer = tokio::time::timeout(Duration::from_millis(200), socket.recv(&mut [0u8; 16])).await;
+    matches!(answer, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
 /// Only "connection refused" (port unreachable) is a death; other errors (no route, host
 /// unreachable) may be a network that comes back.
 fn is_refusal(error: Option<std::io::Error>) -> bool {

@@ -46,6 +46,32 @@
 //! (a lookup that also answers the parameter sizes, since `cuLaunchKernel` passes none), and
 //! [`Request::ModuleLoadCached`] (a module image named by its digest, sent only if the backend
 //! does not hold it already).
+//! Protocol 8 adds resumption, appended likewise: [`Hello::Resume`] takes a session whose
+//! control connection was lost (a network outage) onto a new connection, the backend answers
+//! [`Response::Resumed`] or closes with [`close::SESSION_GONE`]; see "Resumption" below. The
+//! manager sends [`Order::Hold`] first on a registration of protocol 8.
+//!
+//! # Resumption
+//! A session whose control connection times out (silence: a partition, a cable) is **held**
+//! by its backend for its hold time (the manager's lease, `session_hold_ms` unmanaged): its
+//! memory, modules, streams and queued work stay, and its streams go on running. Within it the
+//! client may resume it with [`Hello::Resume`], proving it owns it twice over: the session's
+//! secret token (from its welcome, never sent to anyone else) and the capability it was opened
+//! with (still valid: not expired, not revoked). Every call then runs exactly once:
+//! - The backend answers [`Response::Resumed`] with the number of envelopes it has handled
+//!   (its position); the client sends again every envelope after it, from a log of the ones it
+//!   sent that the backend may not have had whole. An envelope cut off by the outage, or whose
+//!   payload was, was never handled.
+//! - [`Hello::Resume::replies`] counts the reply frames the client has read on the session's
+//!   control streams; the backend sends again every reply frame after that many, from a log of
+//!   what it sent. Replies are numbered by the order they leave in, one stream after another,
+//!   so those the client lacks are always the last ones.
+//! - Bulk copies in flight fail with their connection or lane, and the client runs them again,
+//!   with the same position, once the session is back.
+//!
+//! Both logs keep at least twice the default stream window (a peer cannot have more than one
+//! stream window of the other's bytes unread); a resume whose envelopes or replies fell out of
+//! a log is refused with a reason, never carried out twice or skipped.
 //!
 //! # Errors
 //! A request that fails gets [`Response::Error`]; the session goes on. Bytes that do not parse,
@@ -55,7 +81,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 7;
+pub const VERSION: u16 = 8;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -86,6 +112,9 @@ pub mod close {
     /// The device refuses a new session: its session limit, its compute mode (one process at a
     /// time), or its health. The reason says which. Other devices of the backend may serve.
     pub const DEVICE_REFUSED: u32 = 7;
+    /// *Protocol 8.* A [`super::Hello::Resume`] named a session this backend does not hold: it
+    /// ended, its hold ran out, or the backend restarted (its memory is gone). Not resumable.
+    pub const SESSION_GONE: u32 = 8;
 }
 
 /// The four bytes opening a connection's first stream: magic, then the version, little-endian.
@@ -172,6 +201,19 @@ pub enum Hello {
         session: SessionId,
         /// The secret returned in [`Response::Welcome`].
         token: [u8; 16],
+    },
+    /// *Protocol 8.* Take over a held session (see "Resumption"): this connection becomes its
+    /// control connection. Answered by [`Response::Resumed`].
+    Resume {
+        /// The session.
+        session: SessionId,
+        /// The secret returned in [`Response::Welcome`].
+        token: [u8; 16],
+        /// The capability the session was opened with (empty when it was opened without).
+        capability: Vec<u8>,
+        /// Reply frames the client has read on the session's control streams so far, the
+        /// welcome not counted.
+        replies: u64,
     },
 }
 
@@ -280,6 +322,13 @@ pub enum Order {
     ClearFaults {
         /// The device.
         index: u32,
+    },
+    /// *Protocol 8.* Sent first on a registration: hold a session whose connection timed out
+    /// this long for its program to resume it (the manager's lease, which keeps the program's
+    /// grants as long), in place of the backend's own `session_hold_ms`.
+    Hold {
+        /// Milliseconds.
+        ms: u64,
     },
 }
 
@@ -684,6 +733,12 @@ pub enum Response {
     },
     /// *Protocol 7.* The backend does not hold the image a [`Request::ModuleLoadCached`] named.
     NotCached,
+    /// *Protocol 8.* The answer to [`Hello::Resume`]: the session is back on this connection.
+    /// The reply frames the client lacks follow it, then replies as usual.
+    Resumed {
+        /// Envelopes the backend has handled: the client sends again every one after it.
+        handled: u64,
+    },
 }
 
 /// Error categories a caller can act on.

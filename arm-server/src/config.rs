@@ -67,7 +67,7 @@ impl Default for ArmConfig {
             listen: "127.0.0.1:7000".parse().expect("addr"),
             state_dir: PathBuf::from(".state/arm-server"),
             names: Vec::new(),
-            lease_ms: 10_000,
+            lease_ms: 60_000,
             backend_timeout_ms: 3_000,
             walltime_grace_s: 60,
             capability_ttl_s: 24 * 3600,

@@ -62,6 +62,8 @@ pub struct Links {
     signer: Arc<Signer>,
     events: mpsc::UnboundedSender<LinkEvent>,
     timeout: Duration,
+    /// How long backends hold a session whose program lost its connection: the lease.
+    hold: Duration,
     tuning: Tuning,
     handles: Mutex<HashMap<String, Handle>>,
     /// Each host's devices as its backend last reported them, sessions included.
@@ -75,14 +77,16 @@ impl std::fmt::Debug for Links {
 }
 
 impl Links {
-    /// Links that report to `events`.
+    /// Links that report to `events`, a backend silent for `timeout` being down; backends
+    /// hold a session that lost its connection for `hold` (the lease).
     pub fn new(
         signer: Arc<Signer>,
         events: mpsc::UnboundedSender<LinkEvent>,
-        timeout: Duration,
+        (timeout, hold): (Duration, Duration),
         tuning: Tuning,
     ) -> Self {
-        Self { signer, events, timeout, tuning, handles: Mutex::new(HashMap::new()), latest: Default::default() }
+        let handles = Mutex::new(HashMap::new());
+        Self { signer, events, timeout, hold, tuning, handles, latest: Default::default() }
     }
 
     /// Starts (or restarts) the link to `host`.
@@ -93,7 +97,8 @@ impl Links {
         options.ca_pem = Some(host.ca_pem.clone());
         options.tuning = Tuning { idle_timeout_ms: self.timeout.as_millis() as u64, ..self.tuning.clone() };
         let report = Reporting { events: self.events.clone(), latest: self.latest.clone() };
-        let task = tokio::spawn(run(host.name.clone(), options, self.signer.clone(), report, self.timeout, rx));
+        let timing = (self.timeout, self.hold);
+        let task = tokio::spawn(run(host.name.clone(), options, self.signer.clone(), report, timing, rx));
         if let Some(old) =
             self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { orders: tx, task })
         {
@@ -177,6 +182,7 @@ fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
                 );
                 None
             }
+            Order::Hold { .. } => None,
         })
         .collect();
     frames_bytes(&revokes).expect("encodes").to_vec()
@@ -187,7 +193,7 @@ async fn run(
     options: ConnectOptions,
     signer: Arc<Signer>,
     reporting: Reporting,
-    timeout: Duration,
+    (timeout, hold): (Duration, Duration),
     mut revokes: mpsc::UnboundedReceiver<Order>,
 ) {
     let events = reporting.events.clone();
@@ -235,6 +241,10 @@ async fn run(
                 let _ = events.send(LinkEvent::Served { host: host.clone(), devices: served.clone() });
                 let _ = events.send(LinkEvent::Up { host: host.clone(), up: true });
                 tracing::info!(host, "backend link up");
+                // Programs' sessions are held as long as their grants (protocol 8 on).
+                if link.version >= 8 {
+                    pending.insert(0, Order::Hold { ms: hold.as_millis() as u64 });
+                }
                 'serve: loop {
                     // Whatever is pending goes in one write: one packet for a burst of frees.
                     while let Ok(revoke) = revokes.try_recv() {

@@ -18,6 +18,14 @@
 //! - `ac-net-client tcp-recv PORT MIB` / `tcp-send ADDR MIB`: the plain-TCP baseline on the
 //!   same link (one stream, no encryption): the sender prints `tcp MBIT` once the receiver has
 //!   read everything and closed.
+//! - `ac-net-client count TASKS PAUSE_MS`: `TASKS` tasks of a multi-thread runtime share the
+//!   first accelerator's handle. Each, round after round, queues 50 asynchronous launches of
+//!   `saxpy` that add 1 to each of its counters, copies 4 MiB of round-specific bytes to the
+//!   device and back (bulk copies) and checks them byte for byte, then reads its counters: each
+//!   must equal the launches it made (every launch ran exactly once). Prints `task T round N ok
+//!   mark M launches L`, or `wrong ...` (exit 1), or `error: ...` (exit 2). Beside them a task
+//!   pings the backend without pause and prints `ping mark M` the first time a ping begun
+//!   with mark `M` completes: the first call completed after the test set that mark.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
@@ -77,9 +85,83 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
     Ok(())
 }
 
+/// Counters per task in `count`.
+const COUNTERS: usize = 4096;
+/// Launches queued per round in `count`.
+const LAUNCHES: u32 = 50;
+
+/// One `count` task's rounds, until an error; `wrong` results end the process.
+async fn count_task(acc: Accelerator, task: usize, pause: Duration) -> Result<(), Error> {
+    let saxpy = acc.builtin().await?.function("saxpy").await?;
+    let counters = acc.alloc_from(&vec![0.0f32; COUNTERS]).await?;
+    let ones = acc.alloc_from(&vec![1.0f32; COUNTERS]).await?;
+    let bytes = acc.alloc::<u8>(4 << 20).await?;
+    let dims = LaunchDims::linear(COUNTERS as u64, 256);
+    let args = [1.0f32.into(), ones.arg(), counters.arg(), (COUNTERS as u64).into()];
+    let mut launches = 0u32;
+    for round in 0u32.. {
+        let mark = mark();
+        for _ in 0..LAUNCHES {
+            saxpy.launch(dims, &args).await?;
+        }
+        launches += LAUNCHES;
+        let seed = (task as u32) << 20 | round;
+        let data: Vec<u8> = (0..4usize << 20)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed).to_le_bytes()[3])
+            .collect();
+        bytes.copy_from_host(&data).await?;
+        let mut back = vec![0u8; data.len()];
+        bytes.copy_to_host(&mut back).await?;
+        if back != data {
+            let wrong = back.iter().zip(&data).filter(|(a, b)| a != b).count();
+            say(format_args!("wrong task {task} round {round}: {wrong} bytes differ"));
+            std::process::exit(1);
+        }
+        let counted = counters.to_vec().await?;
+        if let Some(bad) = counted.iter().find(|&&c| c != launches as f32) {
+            say(format_args!("wrong task {task} round {round}: a counter holds {bad} after {launches} launches"));
+            std::process::exit(1);
+        }
+        say(format_args!("task {task} round {round} ok mark {mark} launches {launches}"));
+        tokio::time::sleep(pause).await;
+    }
+    Ok(())
+}
+
+/// Pings without pause; says `ping mark M` when the first ping begun with mark `M` completes.
+async fn ping_marks(acc: Accelerator) -> Result<(), Error> {
+    let mut said = None;
+    loop {
+        let mark = mark();
+        acc.ping().await?;
+        if said != Some(mark) {
+            say(format_args!("ping mark {mark}"));
+            said = Some(mark);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `count TASKS PAUSE_MS` (see the module's doc): runs until an error.
+async fn count(acc: &Accelerator, tasks: usize, pause: Duration) -> Error {
+    let mut set = tokio::task::JoinSet::new();
+    for task in 0..tasks {
+        set.spawn(count_task(acc.clone(), task, pause));
+    }
+    set.spawn(ping_marks(acc.clone()));
+    loop {
+        match set.join_next().await {
+            Some(Ok(Err(e))) => return e,
+            Some(Ok(Ok(()))) => continue,
+            Some(Err(e)) => return Error::Setup(format!("a task panicked: {e}")),
+            None => return Error::Setup("every task ended".into()),
+        }
+    }
+}
+
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | memory | get WAIT_MS TIMES PAUSE_MS"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | count TASKS PAUSE_MS | memory | get WAIT_MS TIMES PAUSE_MS"
     );
     std::process::exit(64)
 }
@@ -208,6 +290,11 @@ async fn run(args: &[String]) -> Result<(), Error> {
                 std::process::exit(2);
             }
             say("done");
+        }
+        Some("count") => {
+            let e = count(&accs[0], number(args, 1), Duration::from_millis(number(args, 2))).await;
+            say(format_args!("error: {e}"));
+            std::process::exit(2);
         }
         Some("hold") => {
             let mib: usize = number(args, 1);

@@ -185,8 +185,12 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     // What each backend's `arm_public_key` names (also `armctl manager-key`).
     tracing::info!(public_key = keys::hex(&signer.public_key()), "the manager's public key");
     let (events, event_rx) = mpsc::unbounded_channel();
-    let links =
-        Links::new(signer.clone(), events, Duration::from_millis(config.backend_timeout_ms), config.transport.clone());
+    let links = Links::new(
+        signer.clone(),
+        events,
+        (Duration::from_millis(config.backend_timeout_ms), Duration::from_millis(config.lease_ms)),
+        config.transport.clone(),
+    );
     for host in core.hosts.values() {
         links.start(host);
     }
