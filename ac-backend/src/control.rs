@@ -247,6 +247,7 @@ impl Control {
         }
         self.replies.detach().await;
         self.hand_over_staged().await;
+        self.session.metrics.session_held();
         tracing::info!(
             session = self.session.id.0,
             hold_ms = line.hold.as_millis() as u64,
@@ -286,6 +287,7 @@ impl Control {
                 reason: format!("the session cannot be resumed exactly once: {reason}"),
             }
         })?;
+        self.session.metrics.session_resumed();
         tracing::info!(session = self.session.id.0, handled, replies, "session resumed");
         Ok(())
     }

@@ -28,6 +28,8 @@ pub struct Metrics {
     launches: Counter,
     errors: Family<OwnedLabels, Counter>,
     sessions_opened: Counter,
+    sessions_held: Counter,
+    sessions_resumed: Counter,
     lanes_refused: Counter,
 }
 
@@ -44,6 +46,8 @@ impl Default for Metrics {
             launches: Counter::default(),
             errors: Family::default(),
             sessions_opened: Counter::default(),
+            sessions_held: Counter::default(),
+            sessions_resumed: Counter::default(),
             lanes_refused: Counter::default(),
         };
         // Both directions exist from the start, so that `rate()` sees the first copy.
@@ -82,6 +86,16 @@ impl Metrics {
         registry.register("errors", "Errors answered to programs, by kind", self.errors.clone());
         registry.register("sessions_opened", "Sessions opened", self.sessions_opened.clone());
         registry.register(
+            "sessions_held",
+            "Sessions whose connection timed out (a network outage), held for their program to resume them",
+            self.sessions_held.clone(),
+        );
+        registry.register(
+            "sessions_resumed",
+            "Sessions resumed on a new connection after an outage",
+            self.sessions_resumed.clone(),
+        );
+        registry.register(
             "lanes_refused",
             "Bulk lanes refused: an unknown session or wrong secret, or a session holding twice its lanes_per_session",
             self.lanes_refused.clone(),
@@ -107,6 +121,16 @@ impl Metrics {
     /// A session opened.
     pub fn session_opened(&self) {
         self.sessions_opened.inc();
+    }
+
+    /// A session's connection timed out: the session is held.
+    pub fn session_held(&self) {
+        self.sessions_held.inc();
+    }
+
+    /// A held (or still attached) session was resumed on a new connection.
+    pub fn session_resumed(&self) {
+        self.sessions_resumed.inc();
     }
 
     /// A bulk lane was refused.

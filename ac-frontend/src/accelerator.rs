@@ -105,6 +105,9 @@ impl Resumes for Inner {
             return Err(Error::Disconnected(format!("the session cannot be resumed exactly once: {reason}")));
         }
         self.replies.resume(link.reader, epoch).await;
+        if let Some(lanes) = &self.lanes {
+            lanes.retry();
+        }
         let Credentials { options, crypto, session, token, .. } = &self.credentials;
         let stripes = if self.lanes.is_some() { 1 } else { options.stripes.max(1) };
         let attach = Hello::Attach { session: *session, token: *token };

@@ -112,13 +112,19 @@ impl ArmClient {
         }
         // The manager's idle timeout (half its lease) must be the connection's: it dates a
         // silent program's last sign of life from it. A shorter one of ours would end the
-        // connection earlier, and the manager would date the program's silence too early.
+        // connection earlier, and the manager would date the program's silence too early. The
+        // handshake is still given up after our own idle timeout (quinn bounds it by the idle
+        // timeout it offers): a manager that cannot be reached is said so as soon as before.
         let tuning = Tuning { idle_timeout_ms: IDLE_TO_THE_MANAGER_MS, ..self.options.tuning.clone() };
         let endpoint = transport::client_endpoint(self.options.addr, Some(self.crypto.clone()), &tuning)?;
-        let conn = endpoint
+        let connecting = endpoint
             .connect(self.options.addr, &self.options.server_name)
-            .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?
-            .await?;
+            .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?;
+        let handshake = std::time::Duration::from_millis(self.options.tuning.idle_timeout_ms);
+        let conn = match tokio::time::timeout(handshake, connecting).await {
+            Ok(connected) => connected?,
+            Err(_) => return Err(Error::Disconnected(quinn::ConnectionError::TimedOut.to_string())),
+        };
         *link = Some((endpoint, conn.clone()));
         Ok(conn)
     }

@@ -102,6 +102,13 @@ impl Lanes {
         }
     }
 
+    /// Gives the lanes another chance after the session resumed from an outage: a dial that
+    /// failed during it (the network was down, not the lane port shut) must not leave every later
+    /// copy on QUIC streams.
+    pub(crate) fn retry(&self) {
+        self.unreachable.store(false, Ordering::Relaxed);
+    }
+
     /// Dials the lanes whose slots are empty and not in use; whether copies can use lanes (a
     /// failed dial says they cannot: copies then use QUIC streams).
     pub(crate) async fn ready(&self) -> bool {

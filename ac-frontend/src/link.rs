@@ -71,10 +71,10 @@ impl ConnectOptions {
             device: 0,
             tuning: Tuning::default(),
             stripes: 2,
-            lanes: default_lanes(),
+            lanes: env_number("AC_LANES").unwrap_or_else(default_lanes),
             endpoint: None,
             protocol: VERSION,
-            resume: resume_from_env().unwrap_or(DEFAULT_RESUME),
+            resume: env_number("AC_RESUME_MS").map_or(DEFAULT_RESUME, std::time::Duration::from_millis),
         }
     }
 
@@ -102,13 +102,14 @@ impl ConnectOptions {
     }
 }
 
-/// `AC_RESUME_MS`, when set to a number of milliseconds.
-fn resume_from_env() -> Option<std::time::Duration> {
-    let ms = std::env::var("AC_RESUME_MS").ok()?;
-    match ms.trim().parse() {
-        Ok(ms) => Some(std::time::Duration::from_millis(ms)),
+/// The number the environment variable `name` holds, when it is set to one (a program's
+/// accelerators from a session read their settings so, as those of [`ConnectOptions::from_env`]).
+fn env_number<T: std::str::FromStr<Err: std::fmt::Display>>(name: &str) -> Option<T> {
+    let value = std::env::var(name).ok()?;
+    match value.trim().parse() {
+        Ok(number) => Some(number),
         Err(e) => {
-            tracing::warn!(value = ms, error = %e, "AC_RESUME_MS is not a number of milliseconds; ignored");
+            tracing::warn!(name, value, error = %e, "not a number; ignored");
             None
         }
     }

@@ -136,6 +136,7 @@ fn responses() -> Vec<(&'static str, Response)> {
         ("data", Response::Data { len: 8 }),
         ("error", Response::Error(WireError::new(ErrorKind::OutOfBounds, "offset 8 + 16 > 16"))),
         ("context-lost", Response::Error(WireError::new(ErrorKind::ContextLost, "illegal address"))),
+        ("resumed", Response::Resumed { handled: 652 }),
     ]
 }
 
@@ -148,6 +149,7 @@ fn hellos() -> Vec<(&'static str, Hello)> {
             Hello::Register { public_key: [3; 32], host: "h1".into(), time: 1_700_000_000, proof: vec![9; 64] },
         ),
         ("attach", Hello::Attach { session: SessionId(9), token: [5; 16] }),
+        ("resume", Hello::Resume { session: SessionId(9), token: [5; 16], capability: vec![1, 2, 3, 4], replies: 38 }),
     ]
 }
 

@@ -23,7 +23,8 @@
 //!   `saxpy` that add 1 to each of its counters, copies 4 MiB of round-specific bytes to the
 //!   device and back (bulk copies) and checks them byte for byte, then reads its counters: each
 //!   must equal the launches it made (every launch ran exactly once). Prints `task T round N ok
-//!   mark M launches L`, or `wrong ...` (exit 1), or `error: ...` (exit 2). Beside them a task
+//!   mark M launches L lanes B` (B: the bulk lanes its copies use, 0 on QUIC streams), or
+//!   `wrong ...` (exit 1), or `error: ...` (exit 2). Beside them a task
 //!   pings the backend without pause and prints `ping mark M` the first time a ping begun
 //!   with mark `M` completes: the first call completed after the test set that mark.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
@@ -122,7 +123,8 @@ async fn count_task(acc: Accelerator, task: usize, pause: Duration) -> Result<()
             say(format_args!("wrong task {task} round {round}: a counter holds {bad} after {launches} launches"));
             std::process::exit(1);
         }
-        say(format_args!("task {task} round {round} ok mark {mark} launches {launches}"));
+        let lanes = acc.bulk_lanes();
+        say(format_args!("task {task} round {round} ok mark {mark} launches {launches} lanes {lanes}"));
         tokio::time::sleep(pause).await;
     }
     Ok(())

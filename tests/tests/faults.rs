@@ -156,9 +156,15 @@ async fn a_client_closing_mid_transfer_is_cleaned_up() {
     assert!(freed, "sessions {} free {} of {total}", tb.backend.sessions(), tb.backend.memory_free());
 }
 
+/// A killed program is silence, as an outage is: its session is held for its hold (1 s here;
+/// the lease, 60 s, by default: `tests/resumption.rs`), then freed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_client_process_is_freed_after_the_idle_timeout() {
-    let tb = TestBackend::start(512).await;
+async fn a_killed_client_process_is_freed_after_the_idle_timeout_and_its_hold() {
+    let tb = TestBackend::start_with(|c| {
+        c.memory_mib = 512;
+        c.session_hold_ms = 1_000;
+    })
+    .await;
     let total = tb.backend.memory_free();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ac-test-client"))
         .env("AC_BACKEND_ADDR", tb.backend.addr().to_string())
@@ -175,7 +181,7 @@ async fn a_killed_client_process_is_freed_after_the_idle_timeout() {
     child.kill().await.unwrap(); // SIGKILL in the middle of a 128 MiB copy
     let bystander = tb.connect().await;
     still_serves(&tb).await;
-    let freed = tb.eventually(Duration::from_secs(6), |b| b.sessions() == 1 && b.memory_free() == total).await;
+    let freed = tb.eventually(Duration::from_secs(7), |b| b.sessions() == 1 && b.memory_free() == total).await;
     assert!(freed, "sessions {} free {} of {total}", tb.backend.sessions(), tb.backend.memory_free());
     bystander.ping().await.unwrap();
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use ac_tests::netns::Bed;
 use ac_tests::{need_netns, workspace_binary};
 
-use ac_tests::site::{expect_line, expect_round_after_mark, start_backend, Site, ARM, BACKEND, PROGRAM};
+use ac_tests::site::{
+    expect_line, expect_round_after_mark, start_backend, start_backend_with, Site, ARM, BACKEND, PROGRAM,
+};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
@@ -332,16 +334,18 @@ fn copies_use_quic_streams_when_the_lane_port_is_refused() {
 }
 
 /// A partition that falls on a copy on a bulk lane: the lane's TCP would retransmit for
-/// minutes, but the copy ends with the session, at the QUIC idle timeout, with a clear error.
-/// The backend, meanwhile, frees the session (and the lane with it) at its own idle timeout,
-/// while the partition still stands: another host finds the device's memory free.
+/// minutes, but the copy ends with the session's QUIC connection, at the idle timeout; the
+/// session is not resumed within the program's deadline (2 s here), and the copy ends with a
+/// clear error. The backend, meanwhile, frees the session (and the lane with it) at its own
+/// idle timeout and hold (2 s here), while the partition still stands: another host finds the
+/// device's memory free.
 #[test]
-fn a_partition_during_a_lane_copy_ends_the_copy_at_the_idle_timeout_on_both_sides() {
+fn a_partition_during_a_lane_copy_ends_the_copy_past_the_hold_on_both_sides() {
     need_netns!();
     const PROBE: usize = 2;
     let bed = Bed::new(3, 1500);
     let dir = tempfile::tempdir().expect("temp dir");
-    let _backend = start_backend(&bed, dir.path(), "0");
+    let _backend = start_backend_with(&bed, dir.path(), "0", &[("AC_BACKEND_SESSION_HOLD_MS", "2000".into())]);
     let direct = [
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
@@ -349,7 +353,11 @@ fn a_partition_during_a_lane_copy_ends_the_copy_at_the_idle_timeout_on_both_side
     // 64 MiB at 40 Mbit/s: the first copy takes some 13 s, so the partition catches it.
     bed.rate(0, "40mbit");
     let mut env = direct.to_vec();
-    env.extend([("AC_IDLE_TIMEOUT_MS", "3000".to_string()), ("AC_KEEP_ALIVE_MS", "1000".to_string())]);
+    env.extend([
+        ("AC_IDLE_TIMEOUT_MS", "3000".to_string()),
+        ("AC_KEEP_ALIVE_MS", "1000".to_string()),
+        ("AC_RESUME_MS", "2000".to_string()),
+    ]);
     let log = dir.path().join("program.log");
     let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["copy", "64", "1"], &env, &log);
     expect_line(&mut program, "connected", Duration::from_secs(20));
@@ -359,13 +367,16 @@ fn a_partition_during_a_lane_copy_ends_the_copy_at_the_idle_timeout_on_both_side
     bed.partition(0, BACKEND);
     let partitioned = Instant::now();
     let (at, error) = program.wait_for("error: ", Duration::from_secs(10)).unwrap_or_else(|| {
-        panic!("the copy did not end within 10 s of a partition, with a 3 s idle timeout:\n{}", program.output())
+        panic!(
+            "the copy did not end within 10 s of a partition, with a 3 s idle timeout and a 2 s deadline:\n{}",
+            program.output()
+        )
     });
-    assert!(error.contains("timed out"), "a clear error: {error}");
+    assert!(error.contains("could not be resumed within"), "a clear error: {error}");
     assert!(!program.output().contains("h2d "), "the partition fell on the first copy");
     eprintln!("the copy ended {:.1} s into the partition", (at - partitioned).as_secs_f64());
-    // QUIC's idle timeout is the smaller of the two sides' (3 s): the backend's session ends
-    // too, and the lane and the 64 MiB with it.
+    // QUIC's idle timeout is the smaller of the two sides' (3 s): the backend's session is
+    // held 2 s more, then ends too, and the lane and the 64 MiB with it.
     let deadline = partitioned + Duration::from_secs(30);
     let freed = loop {
         let log = dir.path().join("probe.log");

@@ -32,10 +32,12 @@ fn ping_after_mark(site: &Site, proc: &mut Proc, n: u64, limit: Duration) -> Ins
     }
 }
 
-/// Waits for each task's first round begun after mark `n` to pass its checks.
-fn rounds_after_mark(proc: &mut Proc, tasks: usize, n: u64, limit: Duration) {
+/// Waits for each task's first round begun after mark `n` to pass its checks; returns the bulk
+/// lanes the last of those rounds' copies used.
+fn rounds_after_mark(proc: &mut Proc, tasks: usize, n: u64, limit: Duration) -> u64 {
     let end = Instant::now() + limit;
     let mut seen = vec![false; tasks];
+    let mut lanes = 0;
     while seen.iter().any(|s| !s) {
         let left = end.saturating_duration_since(Instant::now());
         let Some((_, line)) = proc.wait_for(" ok mark ", left) else {
@@ -45,8 +47,10 @@ fn rounds_after_mark(proc: &mut Proc, tasks: usize, n: u64, limit: Duration) {
         let (task, mark): (usize, u64) = (words[1].parse().expect("task"), words[6].parse().expect("mark"));
         if mark >= n {
             seen[task] = true;
+            lanes = words[10].parse().expect("lanes");
         }
     }
+    lanes
 }
 
 /// Three tasks share one accelerator handle in each of four programs, two copying over bulk
@@ -71,8 +75,9 @@ fn outages_of_15_and_45_s_are_survived_with_every_call_run_exactly_once() {
         [("lanes", PROGRAM, 15, &[]), ("quic", 3, 15, &quic), ("lanes", 4, 45, &[]), ("quic", 5, 45, &quic)];
     let mut programs: Vec<Proc> =
         plan.iter().map(|(_, host, _, env)| site.program(*host, 1, &["count", &tasks, "100"], env)).collect();
-    for p in &mut programs {
-        rounds_after_mark(p, TASKS, 0, Duration::from_secs(60));
+    for (i, p) in programs.iter_mut().enumerate() {
+        let lanes = rounds_after_mark(p, TASKS, 0, Duration::from_secs(60));
+        assert_eq!(lanes > 0, plan[i].0 == "lanes", "{} copies over {lanes} lanes", plan[i].0);
     }
     let held = site.accelerators();
     assert_eq!(held.iter().filter(|(_, _, holder)| holder.is_some()).count(), 4, "one accelerator each: {held:?}");
@@ -97,7 +102,10 @@ fn outages_of_15_and_45_s_are_survived_with_every_call_run_exactly_once() {
             );
         }
         for &i in &ending {
-            rounds_after_mark(&mut programs[i], TASKS, mark, Duration::from_secs(30));
+            // Lanes, again, for the program that copies over them (a lane dialed while the
+            // network was down must not leave its copies on QUIC streams for good).
+            let lanes = rounds_after_mark(&mut programs[i], TASKS, mark, Duration::from_secs(30));
+            assert_eq!(lanes > 0, plan[i].0 == "lanes", "{} copies over {lanes} lanes", plan[i].0);
         }
     }
     assert_eq!(site.accelerators(), held, "the manager kept every grant through the outages");
