@@ -285,26 +285,23 @@ impl Accelerator {
             .unwrap_or_else(|| Error::Disconnected("the session's reply stream ended".into()))
     }
 
-    /// The session's end, when it has ended (a copy cut by it failed for that reason, whatever
-    /// the copy saw), else `e`.
-    fn ended_or(&self, e: Error) -> Error {
-        match &*self.inner.phase.borrow() {
-            Phase::Ended(ended) => ended.clone(),
-            _ => e,
-        }
-    }
-
     /// Whether the session went on past the connection of `epoch`, which is lost: waits for
     /// its lifeline to resume it or give up.
     async fn outlived(&self, epoch: u64) -> bool {
-        crate::resume::resumed_since(&self.inner.phase, epoch, true).await
+        crate::resume::resumed_since(self.inner.phase.subscribe(), epoch).await
     }
 
-    /// Whether a copy that failed on the connections of `wire` may run again: they were lost,
-    /// and the session resumed on new ones.
-    async fn copy_outlived(&self, wire: &Wire) -> bool {
-        let lost = wire.control.close_reason().is_some();
-        crate::resume::resumed_since(&self.inner.phase, wire.epoch, lost).await
+    /// After a copy on the connections of `wire` failed with `e`: `Ok` when it may run again
+    /// (they were lost, and the session resumed on new ones); else the error to report: the
+    /// session's end when it has ended (whatever the copy saw of it), else `e`.
+    async fn run_again(&self, wire: &Wire, e: Error) -> Result<()> {
+        if wire.control.close_reason().is_some() && self.outlived(wire.epoch).await {
+            return Ok(());
+        }
+        match &*self.inner.phase.borrow() {
+            Phase::Ended(ended) => Err(ended.clone()),
+            _ => Err(e),
+        }
     }
 
     /// Sends a request and waits for its answer; a remote error becomes `Err`. Through an
@@ -397,9 +394,8 @@ impl Accelerator {
         loop {
             let wire = self.wire();
             match self.write_bulk(&wire, dst, data, &options).await {
-                Err(_) if self.copy_outlived(&wire).await => continue,
-                Err(e) => return Err(self.ended_or(e)),
-                done => return done,
+                Ok(()) => return Ok(()),
+                Err(e) => self.run_again(&wire, e).await?,
             }
         }
     }
@@ -487,9 +483,8 @@ impl Accelerator {
         loop {
             let wire = self.wire();
             match self.read_bulk(&wire, src, out, &options).await {
-                Err(_) if self.copy_outlived(&wire).await => continue,
-                Err(e) => return Err(self.ended_or(e)),
-                done => return done,
+                Ok(()) => return Ok(()),
+                Err(e) => self.run_again(&wire, e).await?,
             }
         }
     }

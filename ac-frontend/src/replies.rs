@@ -98,18 +98,11 @@ impl Replies {
                     }
                 }
             };
-            if !self.outlived(lost).await {
+            // The stream of connection `lost` ended: the session may have resumed on a later one.
+            if !crate::resume::resumed_since(self.phase.clone(), lost).await {
                 self.close();
             }
         }
-    }
-
-    /// The stream of connection `epoch` ended: whether the session resumed on a later one
-    /// (whose stream is then in place), waiting for its lifeline to decide.
-    async fn outlived(&self, epoch: u64) -> bool {
-        let mut phase = self.phase.clone();
-        let settled = phase.wait_for(|p| matches!(p, Phase::Up(e) if *e > epoch) || matches!(p, Phase::Ended(_))).await;
-        matches!(settled.as_deref(), Ok(Phase::Up(_)))
     }
 
     /// Reads replies, delivering others', until `id`'s arrives (`Some`) or the stream ends.

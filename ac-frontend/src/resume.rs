@@ -185,13 +185,9 @@ pub(crate) trait Resumes: Send + Sync + 'static {
     fn resumed(&self, resumed: Resumed, epoch: u64) -> impl std::future::Future<Output = Result<()>> + Send;
 }
 
-/// Waits until the session has left `epoch` behind: `true` once it is up on a later
-/// connection, `false` when it ended (or `epoch` is still up: nothing was lost).
-pub(crate) async fn resumed_since(phase: &watch::Sender<Phase>, epoch: u64, lost: bool) -> bool {
-    if !lost {
-        return matches!(*phase.borrow(), Phase::Up(e) if e > epoch);
-    }
-    let mut rx = phase.subscribe();
-    let settled = rx.wait_for(|p| matches!(p, Phase::Up(e) if *e > epoch) || matches!(p, Phase::Ended(_))).await;
+/// Waits until the session has left the connection of `epoch` behind: `true` once it is up
+/// on a later one, `false` when it ended.
+pub(crate) async fn resumed_since(mut phase: watch::Receiver<Phase>, epoch: u64) -> bool {
+    let settled = phase.wait_for(|p| matches!(p, Phase::Up(e) if *e > epoch) || matches!(p, Phase::Ended(_))).await;
     matches!(settled.as_deref(), Ok(Phase::Up(_)))
 }
