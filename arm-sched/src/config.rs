@@ -164,6 +164,17 @@ pub struct DynamicConfig {
     pub users: BTreeMap<String, Limits>,
     /// Per-group limits.
     pub groups: BTreeMap<String, Limits>,
+    /// Elastic requests.
+    pub elastic: ElasticConfig,
+}
+
+/// How elastic requests (those that accept reclaims) are granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ElasticConfig {
+    /// Grant an elastic request firm when the policy grants it whole, and lend only what it
+    /// would not grant (revocable fragments). Off: every unit of an elastic request is lent.
+    pub firm_first: bool,
 }
 
 impl Default for DynamicConfig {
@@ -177,6 +188,7 @@ impl Default for DynamicConfig {
             default: Limits::default(),
             users: BTreeMap::new(),
             groups: BTreeMap::new(),
+            elastic: ElasticConfig::default(),
         }
     }
 }

@@ -41,7 +41,7 @@ mod model;
 pub mod profile;
 pub mod scheduler;
 
-pub use config::{Backfill, Config, DelayModel, DynPolicy, Limits, Seconds};
+pub use config::{Backfill, Config, DelayModel, DynPolicy, ElasticConfig, Limits, Seconds};
 pub use error::Error;
 pub use fairness::Ledger;
 pub use model::{DynOutcome, DynRequest, Event, JobId, JobSpec, Planned, Rejection, Time, Unit, UnitId};

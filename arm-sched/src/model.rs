@@ -75,6 +75,13 @@ pub struct DynRequest {
     /// When the job will end if granted `max` units (its declared speed-up); used by
     /// [`crate::DelayModel::Declared`] and then binding as its new walltime end.
     pub end_if_granted: Option<Time>,
+    /// Elastic: the units are lent, and the scheduler may reclaim them with this much notice
+    /// (seconds) when a queued job could start with them ([`Event::Reclaim`]). The planner
+    /// counts them free from `now + notice`, so they delay no plan by more than the notice.
+    /// A waiting elastic request (with a timeout) is an offer: it is granted what stays idle
+    /// after the static jobs have started.
+    #[serde(default)]
+    pub elastic: Option<Time>,
 }
 
 /// Why a dynamic request was not granted.
@@ -166,6 +173,26 @@ pub enum Event {
         job: JobId,
         /// Why.
         reason: Rejection,
+    },
+    /// Elastic units are reclaimed: the job gives them back ([`crate::Scheduler::release`])
+    /// by `by`, or loses them then ([`Event::Revoked`]).
+    Reclaim {
+        /// The job that lent them.
+        job: JobId,
+        /// The units.
+        units: Vec<UnitId>,
+        /// When they are taken back.
+        by: Time,
+        /// The queued job they are reclaimed for.
+        for_job: JobId,
+    },
+    /// Reclaimed units that were not given back by their deadline: the scheduler took them,
+    /// and the caller must revoke them from the job.
+    Revoked {
+        /// The job that kept them.
+        job: JobId,
+        /// The units.
+        units: Vec<UnitId>,
     },
     /// Borrowed units were taken back from a preemptible holder.
     Preempted {

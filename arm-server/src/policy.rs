@@ -242,7 +242,8 @@ impl View {
                 }
                 Event::Granted { request, units, .. } => pass.granted.push((request, self.names(&units))),
                 Event::Rejected { request, reason, .. } => pass.rejected.push((request, reason.to_string())),
-                Event::Preempted { .. } => {}
+                // The manager makes no elastic requests (yet), so nothing is lent to reclaim.
+                Event::Preempted { .. } | Event::Reclaim { .. } | Event::Revoked { .. } => {}
             }
         }
         pass

@@ -24,11 +24,32 @@ pub struct Behaviour {
     pub min_units: Option<u32>,
     /// Tell the scheduler when the job will end if granted (its linear speed-up).
     pub declare_speedup: bool,
+    /// Ask elastically, accepting reclaims with this notice (seconds); a reclaimed job gives
+    /// the units back at once.
+    pub elastic: Option<Time>,
+    /// A request the scheduler cannot grant now waits (for an offer, if elastic) until the job's
+    /// walltime ends, instead of asking again at the retry point.
+    pub offers: bool,
+    /// Seconds of no progress that each resize (a grant, a reclaim or a revocation) costs.
+    pub resize_cost: Time,
+    /// Evolving jobs are malleable (as in DMR): from their first request on, they take units
+    /// up to this multiple of their size in extra units, and ask again (elastically, waiting
+    /// for offers) after each partial grant or reclaim. Needs `elastic` and `offers`.
+    pub malleable: Option<f64>,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Self { dynamic: true, wait_until_retry: false, min_units: None, declare_speedup: false }
+        Self {
+            dynamic: true,
+            wait_until_retry: false,
+            min_units: None,
+            declare_speedup: false,
+            elastic: None,
+            offers: false,
+            resize_cost: 0,
+            malleable: None,
+        }
     }
 }
 
@@ -51,6 +72,9 @@ pub struct JobRecord {
     pub end: Option<Time>,
     /// Units granted dynamically.
     pub granted: u32,
+    /// Of those, units reclaimed or revoked before the job ended.
+    #[serde(default)]
+    pub reclaimed: u32,
     /// It asked for units.
     pub evolving: bool,
     /// It started out of priority order.
@@ -75,6 +99,12 @@ pub struct SimResult {
     pub busy: Vec<(Time, u32)>,
     /// Dynamic requests made.
     pub requests: u64,
+    /// Reclaims issued (one per lending job and reclaim).
+    #[serde(default)]
+    pub reclaims: u64,
+    /// Units revoked because a job kept them past a reclaim's deadline.
+    #[serde(default)]
+    pub revoked: u64,
     /// The scheduler's counters.
     pub stats: arm_sched::Stats,
     /// Delay that dynamic grants caused to each user's jobs, seconds.
@@ -89,7 +119,7 @@ pub struct SimResult {
 enum Kind {
     /// A job ends, if its generation still matches (a grant moves the end).
     End { generation: u32 },
-    /// An evolving job asks (attempt 0 or 1).
+    /// An evolving job asks (attempt 0 or 1; 2: a malleable job asks for more).
     Ask { attempt: u8 },
     /// A job arrives.
     Arrive,
@@ -114,8 +144,12 @@ struct Engine<'w> {
     index: BTreeMap<u64, usize>,
     records: Vec<JobRecord>,
     progress: Vec<Option<Progress>>,
+    /// A request of the job waits in the scheduler.
+    asking: Vec<bool>,
     busy: Vec<(Time, u32)>,
     requests: u64,
+    reclaims: u64,
+    revoked: u64,
     refused: Vec<u64>,
 }
 
@@ -139,8 +173,11 @@ pub fn simulate(
         index: BTreeMap::new(),
         records: Vec::with_capacity(workload.jobs.len()),
         progress: vec![None; workload.jobs.len()],
+        asking: vec![false; workload.jobs.len()],
         busy: Vec::new(),
         requests: 0,
+        reclaims: 0,
+        revoked: 0,
         refused: Vec::new(),
     };
     for (i, job) in workload.jobs.iter().enumerate() {
@@ -156,6 +193,7 @@ pub fn simulate(
             start: None,
             end: None,
             granted: 0,
+            reclaimed: 0,
             evolving: false,
             backfilled: false,
         });
@@ -167,6 +205,8 @@ pub fn simulate(
         jobs: engine.records,
         busy: engine.busy,
         requests: engine.requests,
+        reclaims: engine.reclaims,
+        revoked: engine.revoked,
         stats: engine.scheduler.stats(),
         delay_caused: engine.scheduler.ledger().caused.clone(),
         delay_worst_interval: engine.scheduler.ledger().worst.clone(),
@@ -213,7 +253,7 @@ impl Engine<'_> {
                 }
             }
             let events = self.scheduler.schedule(now);
-            self.apply(events, now);
+            self.apply(events, now)?;
             if let Some(w) = self.scheduler.next_wakeup().filter(|w| *w > now) {
                 self.queue.push(Reverse((w, Kind::Wake, 0)));
             }
@@ -233,15 +273,36 @@ impl Engine<'_> {
         Ok(())
     }
 
-    fn apply(&mut self, events: Vec<Event>, now: Time) {
+    fn apply(&mut self, events: Vec<Event>, now: Time) -> Result<(), SimError> {
         for event in events {
             match event {
                 Event::Started { job, backfilled, .. } => self.start(self.index[&job], backfilled, now),
-                Event::Granted { job, units, .. } => self.grow(self.index[&job], units.len() as u32, now),
+                Event::Granted { job, units, .. } => {
+                    let i = self.index[&job];
+                    self.asking[i] = false;
+                    self.grow(i, units.len() as u32, now);
+                    self.ask_for_more(i, now);
+                }
+                Event::Reclaim { job, units, .. } => {
+                    // The simulated application complies at once: it gives the units back and
+                    // pays the resize; the units start the queued job in a pass at this instant.
+                    self.reclaims += 1;
+                    self.scheduler.release(job, &units, now)?;
+                    self.shrink(self.index[&job], units.len() as u32, now);
+                    self.queue.push(Reverse((now, Kind::Wake, 0)));
+                    self.ask_for_more(self.index[&job], now);
+                }
+                Event::Revoked { job, units } => {
+                    self.revoked += units.len() as u64;
+                    self.shrink(self.index[&job], units.len() as u32, now);
+                    self.ask_for_more(self.index[&job], now);
+                }
                 // Only waiting requests end this way; they waited until the retry point.
-                Event::Rejected { .. } | Event::Preempted { .. } => {}
+                Event::Rejected { job, .. } => self.asking[self.index[&job]] = false,
+                Event::Preempted { .. } => {}
             }
         }
+        Ok(())
     }
 
     fn start(&mut self, i: usize, backfilled: bool, now: Time) {
@@ -260,60 +321,113 @@ impl Engine<'_> {
     /// Work left, in static-speed seconds, at `now`.
     fn remaining(&self, i: usize, now: Time) -> f64 {
         let p = self.progress[i].expect("running");
-        (self.workload.jobs[i].runtime as f64 - p.done - (now - p.since) as f64 * p.rate).max(0.0)
+        let ran = now.saturating_sub(p.since) as f64;
+        (self.workload.jobs[i].runtime as f64 - p.done - ran * p.rate).max(0.0)
     }
 
     fn ask(&mut self, i: usize, attempt: u8, now: Time) -> Result<(), SimError> {
         let job = &self.workload.jobs[i];
         let (Some(evolve), Some(_)) = (job.evolve, self.progress[i]) else { return Ok(()) };
-        if self.records[i].granted > 0 {
+        let extra = self.records[i].granted - self.records[i].reclaimed;
+        let most = match self.behaviour.malleable {
+            Some(factor) => evolve.extra.max((factor * f64::from(job.size)).round() as u32),
+            None if self.records[i].granted > 0 => return Ok(()),
+            None => evolve.extra,
+        };
+        if self.asking[i] || extra >= most || (attempt == 2 && !self.records[i].evolving) {
             return Ok(());
         }
         let retry_at = evolve.retry.filter(|_| attempt == 0).map(|r| self.records[i].start.unwrap_or(now) + r);
+        let run_end = self.records[i].start.unwrap_or(now) + job.walltime;
         let timeout = match retry_at {
+            _ if self.behaviour.offers => run_end.saturating_sub(now),
             Some(at) if self.behaviour.wait_until_retry => at.saturating_sub(now),
             _ => 0,
         };
-        let sped_up = (job.size + evolve.extra) as f64 / job.size as f64;
+        let worth = self.worth_asking(i, now, extra);
+        if worth > most - extra {
+            return Ok(());
+        }
+        let sped_up = (job.size + most) as f64 / job.size as f64;
         let end_if_granted = self.behaviour.declare_speedup.then(|| {
             now + (self.remaining(i, now) / (self.progress[i].expect("running").rate * sped_up)).ceil() as Time
         });
         let req = DynRequest {
             id: i as u64,
             job: job.id,
-            min: self.behaviour.min_units.unwrap_or(evolve.extra).clamp(1, evolve.extra),
-            max: evolve.extra,
+            min: worth.max(self.behaviour.min_units.unwrap_or(most - extra)).clamp(1, most - extra),
+            max: most - extra,
             preemptible: false,
             timeout,
             end_if_granted,
+            elastic: self.behaviour.elastic,
         };
         self.requests += 1;
         self.records[i].evolving = true;
         let (outcome, events) = self.scheduler.request(req, now)?;
-        self.apply(events, now);
+        self.apply(events, now)?;
         match outcome {
-            DynOutcome::Granted(units) => self.grow(i, units.len() as u32, now),
+            DynOutcome::Granted(units) => {
+                self.grow(i, units.len() as u32, now);
+                self.ask_for_more(i, now);
+            }
             DynOutcome::Rejected(_) => {
-                if let Some(at) = retry_at.filter(|at| *at > now) {
+                if let Some(at) = retry_at.filter(|at| *at > now && attempt == 0) {
                     self.queue.push(Reverse((at, Kind::Ask { attempt: 1 }, i)));
                 }
             }
-            DynOutcome::Pending => {}
+            DynOutcome::Pending => self.asking[i] = true,
         }
         Ok(())
     }
 
-    /// Linear speed-up: the remaining work runs `(size + granted) / size` times faster.
-    fn grow(&mut self, i: usize, granted: u32, now: Time) {
-        let size = self.workload.jobs[i].size;
+    /// The fewest extra units whose speed-up saves more than the resizes cost (growing now
+    /// and, for lent units, maybe shrinking later): a program that knows its resize cost
+    /// does not ask for less. 1 when resizing is free.
+    fn worth_asking(&self, i: usize, now: Time, extra: u32) -> u32 {
+        let cost = self.behaviour.resize_cost as f64 * if self.behaviour.elastic.is_some() { 2.0 } else { 1.0 };
+        if cost == 0.0 {
+            return 1;
+        }
+        let size = f64::from(self.workload.jobs[i].size);
         let remaining = self.remaining(i, now);
+        let time_at = |k: f64| remaining * size / (size + k);
+        let now_extra = f64::from(extra);
+        (1..=4 * self.workload.jobs[i].size)
+            .find(|k| time_at(now_extra) - time_at(now_extra + f64::from(*k)) > cost)
+            .unwrap_or(u32::MAX)
+    }
+
+    /// A malleable job that holds less than it would take asks again, at this instant but
+    /// after the events being applied.
+    fn ask_for_more(&mut self, i: usize, now: Time) {
+        if self.behaviour.malleable.is_some() && self.progress[i].is_some() {
+            self.queue.push(Reverse((now, Kind::Ask { attempt: 2 }, i)));
+        }
+    }
+
+    fn grow(&mut self, i: usize, granted: u32, now: Time) {
         self.records[i].granted += granted;
+        self.resize(i, now);
+    }
+
+    fn shrink(&mut self, i: usize, lost: u32, now: Time) {
+        self.records[i].reclaimed += lost;
+        self.resize(i, now);
+    }
+
+    /// Linear speed-up: the remaining work runs `(size + extra) / size` times faster, after
+    /// the resize's cost.
+    fn resize(&mut self, i: usize, now: Time) {
+        let size = self.workload.jobs[i].size;
+        let extra = self.records[i].granted - self.records[i].reclaimed;
+        let remaining = self.remaining(i, now);
         let p = self.progress[i].as_mut().expect("running");
         p.done = self.workload.jobs[i].runtime as f64 - remaining;
-        p.since = now;
-        p.rate = f64::from(size + self.records[i].granted) / f64::from(size);
+        p.since = now.max(p.since) + self.behaviour.resize_cost;
+        p.rate = f64::from(size + extra) / f64::from(size);
         p.generation += 1;
-        let end = now + (remaining / p.rate).ceil() as Time;
+        let end = p.since + (remaining / p.rate).ceil() as Time;
         let generation = p.generation;
         self.queue.push(Reverse((end, Kind::End { generation }, i)));
     }

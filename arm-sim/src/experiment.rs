@@ -23,12 +23,14 @@ pub struct Named {
 }
 
 /// The paper's configurations and ours.
-pub const CONFIGS: [Named; 5] = [
+pub const CONFIGS: [Named; 7] = [
     Named { name: "Static", text: include_str!("../configs/static.toml"), paper: Some((265.78, 0, 77.45, 0.86)) },
     Named { name: "Dyn-HP", text: include_str!("../configs/dyn-hp.toml"), paper: Some((238.78, 43, 85.02, 0.96)) },
     Named { name: "Dyn-500", text: include_str!("../configs/dyn-500.toml"), paper: Some((248.85, 20, 82.26, 0.92)) },
     Named { name: "Dyn-600", text: include_str!("../configs/dyn-600.toml"), paper: Some((241.06, 27, 83.57, 0.95)) },
     Named { name: "Dyn-Plan (ours)", text: include_str!("../configs/dyn-plan.toml"), paper: None },
+    Named { name: "Dyn-Elastic (ours)", text: include_str!("../configs/dyn-elastic.toml"), paper: None },
+    Named { name: "Dyn-Malleable (ours)", text: include_str!("../configs/dyn-malleable.toml"), paper: None },
 ];
 
 /// Reads a simulation configuration: the scheduler's TOML, plus an optional `[sim]` table

@@ -9,8 +9,10 @@
 //! - [`plot`]: SVG charts of two runs side by side.
 //! - [`bench`]: the speed measurements behind `arm-sim bench`.
 //! - [`experiment`]: the paper's four configurations and ours over several submission orders.
+//! - [`compare`]: one configuration against another on the same orders, paired.
 
 pub mod bench;
+pub mod compare;
 pub mod engine;
 pub mod esp;
 pub mod experiment;

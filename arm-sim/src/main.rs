@@ -74,6 +74,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compare a configuration with a baseline on the same Dynamic ESP orders, paired:
+    /// makespan and mean wait (difference, standard error, orders won), waits per job type.
+    Compare {
+        /// The baseline configuration (TOML with an optional [sim] table).
+        #[arg(long)]
+        baseline: PathBuf,
+        /// The candidate configuration.
+        #[arg(long)]
+        config: PathBuf,
+        /// Submission orders, as FIRST-LAST (the rule: tune on 1-100, report 101-200).
+        #[arg(long, default_value = "101-200")]
+        seeds: String,
+        /// Units of the machine.
+        #[arg(long, default_value_t = 120)]
+        units: u32,
+        /// Seconds each resize costs the resized job, in both setups (overrides [sim]).
+        #[arg(long)]
+        resize_cost: Option<u64>,
+        /// Print JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the paper's four configurations and ours over several submission orders; write
     /// table.md, results.json and the comparison plots.
     Reproduce {
@@ -103,6 +125,9 @@ fn main() -> Result<()> {
             std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))
         }
         Command::Reproduce { seeds, units, out } => reproduce_all(seeds, units, &out),
+        Command::Compare { baseline, config, seeds, units, resize_cost, json } => {
+            compare(&baseline, &config, &seeds, units, resize_cost, json)
+        }
         Command::Bench { quick, json } => bench(quick, json),
     }
 }
@@ -169,6 +194,36 @@ fn reproduce_all(seeds: u64, units: u32, out: &Path) -> Result<()> {
         elapsed.as_secs_f64(),
         elapsed.as_secs_f64() * 1e3 / runs as f64
     );
+    Ok(())
+}
+
+fn read_setup(path: &Path, resize_cost: Option<u64>) -> Result<arm_sim::compare::Setup> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (config, mut behaviour) = parse_config(&text)?;
+    if let Some(cost) = resize_cost {
+        behaviour.resize_cost = cost;
+    }
+    Ok((config, behaviour))
+}
+
+fn compare(
+    baseline: &Path,
+    candidate: &Path,
+    seeds: &str,
+    units: u32,
+    resize_cost: Option<u64>,
+    json: bool,
+) -> Result<()> {
+    let (first, last) = seeds.split_once('-').context("--seeds is FIRST-LAST")?;
+    let seeds: Vec<u64> = (first.parse()?..=last.parse()?).collect();
+    let (a, b) = (read_setup(baseline, resize_cost)?, read_setup(candidate, resize_cost)?);
+    let comparison = arm_sim::compare::compare(&a, &b, &seeds, units)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&comparison)?);
+    } else {
+        let name = |p: &Path| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        print!("{}", arm_sim::compare::report(&comparison, &name(baseline), &name(candidate)));
+    }
     Ok(())
 }
 

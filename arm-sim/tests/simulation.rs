@@ -45,6 +45,48 @@ fn fairness_limits_hold_in_the_simulation() {
 }
 
 #[test]
+fn elastic_and_malleable_grants_are_reclaimed_and_every_job_completes() {
+    for seed in 1..=3 {
+        for name in ["Dyn-Elastic (ours)", "Dyn-Malleable (ours)"] {
+            let named = CONFIGS.iter().find(|c| c.name == name).unwrap();
+            let (config, behaviour) = parse_config(named.text).unwrap();
+            let result = simulate(&dynamic_esp(seed, 120), config, 120, behaviour, &mut |_| {}).unwrap();
+            let m = Metrics::of(&result);
+            assert_eq!(m.completed, 230, "{name} seed {seed}");
+            assert!(result.reclaims > 0, "{name} seed {seed}: queued jobs reclaimed lent units");
+            assert_eq!(result.revoked, 0, "the simulated programs give units back in time");
+            let extra_held = result.jobs.iter().map(|j| j.granted - j.reclaimed).max().unwrap();
+            assert!(extra_held > 0, "{name}: some job kept lent units to its end");
+            if name.starts_with("Dyn-Malleable") {
+                let widest = result.jobs.iter().filter(|j| j.size > 4).map(|j| j.granted).max().unwrap();
+                assert!(widest > 4, "malleable jobs grow beyond the 4 units of an evolving request");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cli_compares_two_configurations_paired() {
+    let sim = env!("CARGO_BIN_EXE_arm-sim");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/configs/");
+    let out = Command::new(sim)
+        .args(["compare", "--seeds", "1-4", "--baseline"])
+        .arg(format!("{dir}dyn-hp.toml"))
+        .arg("--config")
+        .arg(format!("{dir}dyn-elastic.toml"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["makespan_min"]["n"], 4);
+    assert_eq!(json["wait_by_type_s"].as_object().unwrap().len(), 14, "every ESP job type");
+    assert!((json["lower_bound_min"].as_f64().unwrap() - 187.36).abs() < 0.1);
+    let bad = Command::new(sim).args(["compare", "--seeds", "7", "--baseline", "x", "--config", "y"]).output().unwrap();
+    assert!(!bad.status.success());
+}
+
+#[test]
 fn the_cli_replays_a_workload_it_wrote() {
     let dir = std::env::temp_dir().join(format!("arm-sim-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

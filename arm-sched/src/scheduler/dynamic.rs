@@ -49,9 +49,14 @@ impl Scheduler {
         Ok(())
     }
 
-    pub(super) fn retry_pending(&mut self, now: Time, events: &mut Vec<Event>) {
+    /// Tries again the waiting requests that are elastic (offers), or those that are not.
+    pub(super) fn retry_pending(&mut self, now: Time, elastic: bool, events: &mut Vec<Event>) {
         for (req, deadline) in std::mem::take(&mut self.pending) {
             if self.jobs.get(&req.job).is_none_or(|j| j.run.is_none()) {
+                continue;
+            }
+            if req.elastic.is_some() != elastic {
+                self.pending.push((req, deadline));
                 continue;
             }
             match self.try_grant(&req, now, events) {
@@ -75,6 +80,7 @@ impl Scheduler {
         let own = self.preallocated(req.job).min(req.max);
         let (rest_min, rest_max) = (req.min.saturating_sub(own), req.max - own);
         let mut extra = (0, Vec::new(), None);
+        let mut lent = None;
         if rest_max > 0 && req.preemptible {
             let lendable = self.lendable(req.job).min(rest_max);
             if lendable < rest_min {
@@ -82,7 +88,20 @@ impl Scheduler {
             }
             extra.0 = lendable;
         } else if rest_max > 0 {
-            match self.decide_idle(req, rest_min, rest_max, now) {
+            let decided = match req.elastic {
+                // Firm if the policy grants it whole; what it would not grant is lent.
+                Some(notice) if self.config.dynamic.elastic.firm_first => {
+                    self.decide_idle(req, rest_max, rest_max, now, None).or_else(|_| {
+                        lent = Some(notice);
+                        self.decide_idle(req, rest_min, rest_max, now, lent)
+                    })
+                }
+                notice => {
+                    lent = notice;
+                    self.decide_idle(req, rest_min, rest_max, now, lent)
+                }
+            };
+            match decided {
                 Ok(decided) => extra = decided,
                 Err(reason) if rest_min > 0 => return Err(reason),
                 Err(_) => {}
@@ -93,7 +112,11 @@ impl Scheduler {
         if req.preemptible {
             units.extend(self.borrow(req.job, extra.0));
         } else {
-            units.extend(self.take_idle(req.job, extra.0, extra.2));
+            let taken = self.take_idle(req.job, extra.0, extra.2);
+            if let Some(notice) = lent {
+                self.lend(req.job, &taken, notice, now);
+            }
+            units.extend(taken);
             self.ledger.charge(&extra.1);
         }
         self.stats.granted += 1;
@@ -101,41 +124,51 @@ impl Scheduler {
     }
 
     /// How many idle units to grant (between `min` and `max`), the delays that causes, and the
-    /// job's new end if it declared one; or why none.
+    /// job's new end if it declared one; or why none. Units lent with a `notice` are planned
+    /// as held only until `now + notice`, so that is all the delay they can cause.
     pub(super) fn decide_idle(
         &self,
         req: &DynRequest,
         min: u32,
         max: u32,
         now: Time,
+        notice: Option<Time>,
     ) -> Result<(u32, Vec<Delay>, Option<Time>), Rejection> {
-        let idle = self.idle_units();
+        // Units just given back by a reclaim wait for the job they were reclaimed for.
+        let idle = self.idle_units() - self.returned_idle();
         if idle < min.max(1) {
             return Err(Rejection::NoIdleUnits { idle });
         }
         let run = self.jobs[&req.job].run.as_ref().expect("running");
         let declared = match self.config.dynamic.delay_model {
-            DelayModel::Declared => req.end_if_granted.filter(|e| *e < run.end && *e > now),
-            DelayModel::Walltime => None,
+            DelayModel::Declared if notice.is_none() => req.end_if_granted.filter(|e| *e < run.end && *e > now),
+            _ => None,
         };
         let base = self.base_profile(now);
-        let hold_end = declared.unwrap_or(run.end);
-        let window_free = base.min_free(now, hold_end).clamp(0, i64::from(idle)) as u32;
-        let most = max.min(window_free);
-        if most < min.max(1) {
-            return Err(Rejection::Reserved);
-        }
+        let hold_end = match notice {
+            Some(notice) => run.end.min(now.saturating_add(notice)),
+            None => declared.unwrap_or(run.end),
+        };
         // Highest priority never refuses, but still measures the delays it causes, for the
         // ledger's report (with a delay depth of 0 that costs nothing).
         let enforce = self.config.dynamic.policy != DynPolicy::HighestPriority;
         let depth = self.config.dynamic.reservation_delay_depth;
         let depth = if depth == 0 { 0 } else { depth.max(self.config.queue.reservation_depth) };
         let top = self.priority_order(now, Some(depth));
-        let before = self.walk(base.clone(), &top, now);
+        let mut planned = base.clone();
+        let before = self.walk_on(&mut planned, &top, now);
+        // Nothing is lent that a planned job needs before the notice is up: it would only be
+        // reclaimed at once.
+        let window = if notice.is_some() { &planned } else { &base };
+        let window_free = window.min_free(now, hold_end).clamp(0, i64::from(idle)) as u32;
+        let most = max.min(window_free);
+        if most < min.max(1) {
+            return Err(Rejection::Reserved);
+        }
         let verdict = |k: u32| -> Result<(Vec<Delay>, Option<Time>), Rejection> {
             let new_end = declared.filter(|_| k == max);
             let mut profile = base.clone();
-            profile.reserve(now, new_end.unwrap_or(run.end), k);
+            profile.reserve(now, new_end.unwrap_or(hold_end), k);
             if let Some(end) = new_end {
                 profile.release(end, run.end, self.usable_count(&run.owned));
             }
@@ -242,7 +275,8 @@ impl Scheduler {
     }
 
     pub(super) fn take_idle(&mut self, job: JobId, n: u32, new_end: Option<Time>) -> Vec<UnitId> {
-        let picked: Vec<UnitId> = self.free.iter().take(n as usize).copied().collect();
+        let unheld = self.free.iter().filter(|u| !self.returned.contains_key(u));
+        let picked: Vec<UnitId> = unheld.take(n as usize).copied().collect();
         for &u in &picked {
             self.free.remove(&u);
             self.units[u as usize].slot = Slot::Busy(job);

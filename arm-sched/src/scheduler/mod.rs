@@ -8,6 +8,8 @@
 //!   starts jobs with reservations and backfilling.
 //! - `dynamic`: dynamic requests: the fairness decision, partial grants, waiting requests,
 //!   pre-allocations and loans.
+//! - `elastic`: elastic units: lent with a notice, reclaimed for queued jobs, revoked when
+//!   kept past their deadline.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +21,10 @@ use crate::fairness::Ledger;
 use crate::{DynRequest, Error, Event, JobId, JobSpec, Time, Unit, UnitId};
 
 mod dynamic;
+mod elastic;
 mod queue;
+
+use elastic::Lease;
 
 /// What one unit is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +135,13 @@ pub struct Scheduler {
     advance: BTreeSet<(Time, JobId)>,
     /// Dynamic requests waiting, with their deadlines, in arrival order.
     pending: Vec<(DynRequest, Time)>,
+    /// Elastic units, by unit.
+    leases: BTreeMap<UnitId, Lease>,
+    /// When the last pass saw a reclaim coming due (a reserved job's start within its notice).
+    reclaim_due: Option<Time>,
+    /// Reclaimed units given back, held for the queued job they were reclaimed for until it
+    /// starts: no dynamic request takes them, and other jobs take them last.
+    returned: BTreeMap<UnitId, JobId>,
     ledger: Ledger,
     usage: Usage,
     next_seq: u64,
@@ -150,6 +162,9 @@ impl Scheduler {
             exclusive: 0,
             advance: BTreeSet::new(),
             pending: Vec::new(),
+            leases: BTreeMap::new(),
+            reclaim_due: None,
+            returned: BTreeMap::new(),
             ledger: Ledger::default(),
             usage: Usage::default(),
             next_seq: 0,
@@ -344,6 +359,9 @@ impl Scheduler {
         self.running.remove(&id);
         self.pending.retain(|(r, _)| r.job != id);
         let Some(run) = job.run else { return Ok(()) };
+        for u in &run.owned {
+            self.leases.remove(u);
+        }
         for u in run.owned {
             match self.units[u as usize].slot {
                 Slot::Lent { borrower, .. } => {
@@ -392,6 +410,13 @@ impl Scheduler {
             if let Slot::Lent { owner, .. } = self.units[u as usize].slot {
                 run.borrowed.retain(|x| *x != u);
                 self.units[u as usize].slot = Slot::Idle(owner);
+            } else if let Some(lease) = self.leases.remove(&u) {
+                // An elastic unit goes back to the pool, never into a pre-allocation.
+                run.owned.retain(|x| *x != u);
+                self.free_unit(u);
+                if let Some((_, for_job)) = lease.reclaim {
+                    self.returned.insert(u, for_job);
+                }
             } else if peak.is_some_and(|p| run.owned.len() <= p as usize) {
                 self.units[u as usize].slot = Slot::Idle(id);
             } else {
@@ -402,23 +427,30 @@ impl Scheduler {
         Ok(())
     }
 
-    /// One scheduling pass (the paper's Algorithm 2): waiting dynamic requests first, then
-    /// static jobs in priority order with reservations and backfilling.
+    /// One scheduling pass (the paper's Algorithm 2): reclaimed units kept past their
+    /// deadline are revoked, waiting dynamic requests are served, then static jobs in priority
+    /// order with reservations, backfilling and reclaims; last, waiting elastic requests are
+    /// offered what no queued job could start on.
     pub fn schedule(&mut self, now: Time) -> Vec<Event> {
         self.ledger.roll(now, &self.config.dynamic);
         self.roll_usage(now);
         let mut events = Vec::new();
-        self.retry_pending(now, &mut events);
+        self.revoke_overdue(now, &mut events);
+        self.retry_pending(now, false, &mut events);
         self.start_static(now, &mut events);
+        self.retry_pending(now, true, &mut events);
+        self.forget_returned();
         events
     }
 
     /// The earliest time a pass has something to do without any other event: a waiting
-    /// dynamic request times out, or an advance reservation begins.
+    /// dynamic request times out, an advance reservation begins, a reclaim comes due or a
+    /// reclaim's deadline passes.
     pub fn next_wakeup(&self) -> Option<Time> {
         let deadline = self.pending.iter().map(|(_, d)| *d).min();
         let advance = self.advance.first().map(|(t, _)| *t);
-        deadline.into_iter().chain(advance).min()
+        let reclaims = self.leases.values().filter_map(|l| l.reclaim.map(|(by, _)| by)).min();
+        [deadline, advance, reclaims, self.reclaim_due].into_iter().flatten().min()
     }
 
     fn usable_count(&self, units: &[UnitId]) -> u32 {
@@ -468,6 +500,11 @@ impl Scheduler {
             }
             if run.start > run.end {
                 return Err(format!("job {id} ends before it starts"));
+            }
+        }
+        for (u, lease) in &self.leases {
+            if self.units.get(*u as usize).map(|e| e.slot) != Some(Slot::Busy(lease.job)) {
+                return Err(format!("elastic unit {u} of job {} is not in its use", lease.job));
             }
         }
         for (u, entry) in self.units.iter().enumerate() {

@@ -38,6 +38,7 @@ impl Scheduler {
 
     /// Starts every static job that may start now.
     pub(super) fn start_static(&mut self, now: Time, events: &mut Vec<Event>) {
+        self.clear_reclaim_due();
         let order = self.priority_order(now, None);
         if order.is_empty() {
             return;
@@ -57,17 +58,32 @@ impl Scheduler {
         for (i, &id) in order.iter().enumerate() {
             let free = profile.free_now();
             // Nothing further down the queue can start now; reservations would only matter
-            // for jobs that could.
-            if free <= 0 || i64::from(smallest_after[i]) > free {
+            // for jobs that could, or for reclaiming lent units.
+            let may_start = free > 0 && i64::from(smallest_after[i]) <= free;
+            let notice = self.longest_notice();
+            if !may_start && notice.is_none() {
                 break;
             }
             let (size, duration) = (self.jobs[&id].spec.footprint(), self.jobs[&id].spec.duration());
-            if profile.fits_at(now, size, duration) {
+            if may_start && profile.fits_at(now, size, duration) {
                 profile.reserve(now, now.saturating_add(duration), size);
                 let units = self.start(id, now);
                 self.stats.backfilled += u64::from(skipped);
                 events.push(Event::Started { job: id, units, backfilled: skipped });
                 continue;
+            }
+            let protected = strict || reserved < depth;
+            if let Some(notice) = notice {
+                // A reserved job reclaims when its start comes within the notice; any other
+                // job only if the reclaim lets it start within the notice, and then it keeps
+                // a reservation so that nothing else takes the units it reclaimed.
+                let soon = |t: Time| t <= now.saturating_add(notice);
+                if protected || profile.earliest(size, duration, now).is_some_and(soon) {
+                    let reclaimed = self.reclaim_for(id, &profile, now, events);
+                    if let Some(t) = reclaimed.filter(|_| !protected) {
+                        profile.reserve(t, t.saturating_add(duration), size);
+                    }
+                }
             }
             if strict {
                 break;
@@ -94,9 +110,10 @@ impl Scheduler {
     pub(super) fn start(&mut self, id: JobId, now: Time) -> Vec<UnitId> {
         self.dequeue(id);
         self.running.insert(id);
+        let mut units = self.free_for(id);
         let job = self.jobs.get_mut(&id).expect("queued");
         let (size, footprint) = (job.spec.size as usize, job.spec.footprint() as usize);
-        let units: Vec<UnitId> = self.free.iter().take(footprint).copied().collect();
+        units.truncate(footprint);
         for (i, &u) in units.iter().enumerate() {
             self.free.remove(&u);
             self.units[u as usize].slot = if i < size { Slot::Busy(id) } else { Slot::Idle(id) };
@@ -110,12 +127,15 @@ impl Scheduler {
     /// Free units now, each running job's usable units back at its walltime end, and the
     /// future advance reservations taken out.
     pub(super) fn base_profile(&self, now: Time) -> Profile {
+        let lent = if self.leases.is_empty() { Default::default() } else { self.lent_per_job() };
         let releases = self.running.iter().filter_map(|id| {
             let run = self.jobs[id].run.as_ref()?;
+            let firm = self.usable_count(&run.owned) - lent.get(id).copied().unwrap_or(0);
             // A job past its walltime still holds its units until it is ended.
-            Some((run.end.max(now + 1), self.usable_count(&run.owned)))
+            Some((run.end.max(now + 1), firm))
         });
-        let mut profile = Profile::new(now, self.idle_units(), releases.filter(|(t, _)| *t != Time::MAX));
+        let releases = releases.chain(self.lent_releases(now)).filter(|(t, _)| *t != Time::MAX);
+        let mut profile = Profile::new(now, self.idle_units(), releases);
         for &(at, id) in self.advance.iter().filter(|(t, _)| *t > now) {
             let spec = &self.jobs[&id].spec;
             profile.reserve(at, at.saturating_add(spec.duration()), spec.footprint());
@@ -125,6 +145,11 @@ impl Scheduler {
 
     /// Conservative planning of `order` on `profile`: each job's earliest start, in turn.
     pub(super) fn walk(&self, mut profile: Profile, order: &[JobId], now: Time) -> Vec<Option<Time>> {
+        self.walk_on(&mut profile, order, now)
+    }
+
+    /// The same, leaving the jobs' reservations in `profile`.
+    pub(super) fn walk_on(&self, profile: &mut Profile, order: &[JobId], now: Time) -> Vec<Option<Time>> {
         let strict = self.strict();
         let mut not_before = now;
         order
