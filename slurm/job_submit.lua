@@ -36,13 +36,21 @@ local function get_acpn(job_desc)
    return nil
 end
 
--- Minimum node count the job asked for; 1 when unset (NO_VAL or 0).
-local function min_nodes(job_desc)
-   local n = job_desc.min_nodes
+-- A node count the job asked for, or nil when unset (NO_VAL or 0).
+local function node_count(n)
    if n == nil or n == 0 or n == slurm.NO_VAL or n >= 0xfffffffe then
-      return 1
+      return nil
    end
    return n
+end
+
+-- How many nodes to count licenses for: the most a node range (-N1-2) may get,
+-- since the prolog binds --acpn on every node Slurm gives; else the least
+-- (1 when unset). A job that gives only a task count may still be spread over
+-- more nodes: the manager's prolog then grows the count in Slurm first, or
+-- binds on as many nodes as Slurm counted.
+local function nodes_to_count(job_desc)
+   return node_count(job_desc.max_nodes) or node_count(job_desc.min_nodes) or 1
 end
 
 -- Rebuild the job's license string with `ac:<count>`, dropping any `ac`
@@ -108,7 +116,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
                      "components as separate jobs, or call AC_Get at run time")
       return slurm.ERROR
    end
-   local nodes = min_nodes(job_desc)
+   local nodes = nodes_to_count(job_desc)
    local total = pool_total()
    if total ~= nil and nodes * acpn > total then
       slurm.log_user(string.format("ac: --acpn=%d on %d node(s) asks for %d accelerator(s) in all; " ..

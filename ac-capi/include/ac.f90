@@ -96,6 +96,15 @@ module ac
        type(c_ptr), intent(out) :: set
      end function AC_GetPreemptible
 
+     integer(c_int) function AC_GetElastic(min, max, wait_s, notice_s, set) bind(c, name="AC_GetElastic")
+       import :: c_int, c_ptr
+       integer(c_int), value :: min
+       integer(c_int), value :: max
+       integer(c_int), value :: wait_s
+       integer(c_int), value :: notice_s
+       type(c_ptr), intent(out) :: set
+     end function AC_GetElastic
+
      integer(c_int) function AC_PollPreemption(wait_ms, set, device, revoke_at) &
           bind(c, name="AC_PollPreemption")
        import :: c_int, c_ptr, c_int64_t

@@ -447,6 +447,17 @@ enum acError AC_GetRange(int min, int max, int wait_s, acSet *set);
 // Errors: as `AC_GetRange` (`AC_ERROR_REJECTED` when nothing is spare to borrow).
 enum acError AC_GetPreemptible(int min, int max, int wait_s, acSet *set);
 
+// Asks for between `min` and `max` accelerators elastically: they are lent, and the manager
+// may reclaim some when a queued job could start with them, with at least `notice_s` seconds
+// of notice. `AC_PollPreemption` tells the program which accelerator and by when; it may go on
+// using it until then, and should free what it can (`AC_Free` of the set), since afterwards
+// calls on it fail with `AC_ERROR_REVOKED`. With `wait_s` > 0 the request is an offer: it is
+// granted what no queued job can start on, as soon as there is some. Needs a manager of
+// protocol 7.
+//
+// Errors: as `AC_GetRange` (`AC_ERROR_INVALID_ARGUMENT` also for `notice_s` < 0).
+enum acError AC_GetElastic(int min, int max, int wait_s, int notice_s, acSet *set);
+
 // Releases a set obtained by `AC_Get`, and everything made on its devices. The static set is
 // released by `AC_Finalize`.
 //

@@ -182,7 +182,7 @@ pub extern "C" fn AC_Get(count: c_int, set: *mut acSet) -> acError {
 /// Errors: as `AC_Get` (`AC_ERROR_INVALID_ARGUMENT` also for `min` > `max`).
 #[no_mangle]
 pub extern "C" fn AC_GetRange(min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> acError {
-    ffi(|| get(false, min, max, wait_s, set))
+    ffi(|| get(Kind::Firm, min, max, wait_s, set))
 }
 
 /// Borrows between `min` and `max` accelerators that other jobs pre-allocated and do not use,
@@ -194,11 +194,41 @@ pub extern "C" fn AC_GetRange(min: c_int, max: c_int, wait_s: c_int, set: *mut a
 /// Errors: as `AC_GetRange` (`AC_ERROR_REJECTED` when nothing is spare to borrow).
 #[no_mangle]
 pub extern "C" fn AC_GetPreemptible(min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> acError {
-    ffi(|| get(true, min, max, wait_s, set))
+    ffi(|| get(Kind::Preemptible, min, max, wait_s, set))
 }
 
-/// `AC_GetRange`, or a preemptible loan.
-fn get(preemptible: bool, min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> Outcome {
+/// Asks for between `min` and `max` accelerators elastically: they are lent, and the manager
+/// may reclaim some when a queued job could start with them, with at least `notice_s` seconds
+/// of notice. `AC_PollPreemption` tells the program which accelerator and by when; it may go on
+/// using it until then, and should free what it can (`AC_Free` of the set), since afterwards
+/// calls on it fail with `AC_ERROR_REVOKED`. With `wait_s` > 0 the request is an offer: it is
+/// granted what no queued job can start on, as soon as there is some. Needs a manager of
+/// protocol 7.
+///
+/// Errors: as `AC_GetRange` (`AC_ERROR_INVALID_ARGUMENT` also for `notice_s` < 0).
+#[no_mangle]
+pub extern "C" fn AC_GetElastic(min: c_int, max: c_int, wait_s: c_int, notice_s: c_int, set: *mut acSet) -> acError {
+    ffi(|| {
+        let notice = u64::try_from(notice_s).map_err(|_| {
+            Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("notice_s must be at least 0, got {notice_s}"))
+        })?;
+        get(Kind::Elastic(Duration::from_secs(notice)), min, max, wait_s, set)
+    })
+}
+
+/// What a dynamic request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Accelerators of the job's own until freed.
+    Firm,
+    /// A loan of other jobs' spare ones, which their owners may take back.
+    Preemptible,
+    /// Lent, reclaimed for queued jobs with this notice.
+    Elastic(Duration),
+}
+
+/// `AC_GetRange`, a preemptible loan, or an elastic grant.
+fn get(kind: Kind, min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> Outcome {
     let (min, max) = (count_arg(min, "min")?, count_arg(max, "max")?);
     if min > max {
         return Err(Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("min {min} is above max {max}")));
@@ -210,14 +240,17 @@ fn get(preemptible: bool, min: c_int, max: c_int, wait_s: c_int, set: *mut acSet
     let request = GetRequest::new(max).at_least(min).wait_up_to(wait);
     let guard = session()?;
     let session = guard.as_ref().expect("checked");
-    if preemptible {
+    if kind != Kind::Firm {
         // Listening before the loan exists, so that no notice of it can go elsewhere.
         preempt::listen(session);
     }
-    let request = if preemptible { request.preemptible() } else { request };
+    let (request, name) = match kind {
+        Kind::Firm => (request, "AC_Get"),
+        Kind::Preemptible => (request.preemptible(), "preemptible AC_Get"),
+        Kind::Elastic(notice) => (request.elastic(notice), "elastic AC_Get"),
+    };
     let granted = session.get_or_why(request).map_err(in_session)?;
-    let kind = if preemptible { "preemptible AC_Get" } else { "AC_Get" };
-    let granted = granted.map_err(|why| rejected(format!("{kind} of {min}..{max} accelerator(s): {why}")))?;
+    let granted = granted.map_err(|why| rejected(format!("{name} of {min}..{max} accelerator(s): {why}")))?;
     write_out(set, handle(register_dynamic(granted)), "the new set")
 }
 

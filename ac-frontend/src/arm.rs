@@ -27,6 +27,7 @@ fn introduced_in(request: &Request) -> u16 {
     match request {
         Request::ManagerKey => 5,
         Request::Devices | Request::ClearDevice { .. } => 6,
+        Request::GetElastic { .. } => 7,
         _ => MIN_VERSION,
     }
 }

@@ -108,12 +108,13 @@ pub struct GetRequest {
     max: u32,
     wait: Duration,
     preemptible: bool,
+    notice: Option<Duration>,
 }
 
 impl GetRequest {
     /// Up to `max` accelerators, and by default exactly that many, now.
     pub fn new(max: u32) -> Self {
-        Self { min: max, max, wait: Duration::ZERO, preemptible: false }
+        Self { min: max, max, wait: Duration::ZERO, preemptible: false, notice: None }
     }
 
     /// Accept a partial grant of at least `min` (the manager grants between `min` and `max`).
@@ -132,6 +133,17 @@ impl GetRequest {
     /// Borrow other jobs' idle pre-allocated accelerators; their owners may take them back.
     pub fn preemptible(mut self) -> Self {
         self.preemptible = true;
+        self
+    }
+
+    /// Elastic: the accelerators are lent, and the manager may reclaim some when a queued job
+    /// could start with them. A reclaim arrives as a [`crate::Preemption`] notice
+    /// ([`Session::preemptions`]) at least `notice` before its deadline; free the accelerators
+    /// by then ([`Session::free_some`]) or their capabilities are revoked. With
+    /// [`GetRequest::wait_up_to`], the request is an offer: it is granted what no queued job
+    /// can start on, as soon as there is some. Needs a manager of protocol 7.
+    pub fn elastic(mut self, notice: Duration) -> Self {
+        self.notice = Some(notice);
         self
     }
 
@@ -440,7 +452,12 @@ impl Session {
     pub async fn get_or_why(&self, request: GetRequest) -> Result<Result<DynamicSet, String>> {
         let ask = request.ask();
         let deadline = (!request.wait.is_zero()).then(|| tokio::time::Instant::now() + request.wait);
-        let first = self.client.request(Request::Get { token: self.token.clone(), ask });
+        let token = self.token.clone();
+        let first = self.client.request(match request.notice {
+            // Whole seconds, rounded up: never less notice than asked for.
+            Some(notice) => Request::GetElastic { token, ask, notice_s: notice.as_secs_f64().ceil() as u64 },
+            None => Request::Get { token, ask },
+        });
         let mut response = match deadline {
             Some(at) => tokio::time::timeout_at(at, first).await.map_err(|_| {
                 Error::Timeout(format!(

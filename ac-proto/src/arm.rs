@@ -11,12 +11,13 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
 /// in this one. A new version only appends variants to [`Request`] and [`Response`] (and
 /// answers the new requests only), so the encodings of the version before stay valid. 5 added
-/// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`].
+/// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`]; 7 added
+/// [`Request::GetElastic`].
 pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
@@ -288,6 +289,19 @@ pub enum Request {
         /// `host/index`.
         accelerator: String,
     },
+    /// An elastic `AC_Get`: answered as [`Request::Get`], but the accelerators are lent. When a
+    /// queued job could start with them, the manager reclaims some: the program is told (a
+    /// [`Preemption`] notice, [`Request::Notices`]) and frees them by `revoke_at`, or loses
+    /// them then; it gets at least `notice_s` seconds. A request that waits
+    /// (`ask.wait_s > 0`) is an offer: it is granted what no queued job can start on. Protocol 7.
+    GetElastic {
+        /// The session token.
+        token: String,
+        /// What is asked.
+        ask: Ask,
+        /// The least notice a reclaim gives, seconds.
+        notice_s: u64,
+    },
 }
 
 /// What the rows of [`Response::Accounting`] add up by.
@@ -467,8 +481,10 @@ pub struct Route {
     pub ca_pem: String,
 }
 
-/// Accelerators of a preemptible set that their owner took back: the borrower may go on using
-/// them until `revoke_at`, then their capabilities are revoked.
+/// Accelerators taken back from a set: from a preemptible set, by the owner of the
+/// pre-allocation it borrowed; from an elastic set ([`Request::GetElastic`]), for a queued job.
+/// The program may go on using them until `revoke_at`, and should free them before: then
+/// their capabilities are revoked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preemption {
     /// The borrower's set.

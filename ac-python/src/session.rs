@@ -39,7 +39,13 @@ fn wrap_handles(py: Python<'_>, owner: &Owner, handles: &[blocking::Handle]) -> 
     handles.iter().map(|h| Py::new(py, Accelerator::new(owner.clone(), h.id.clone(), h.acc.clone()))).collect()
 }
 
-fn get_request(count: u32, min: Option<u32>, wait: Option<f64>, preemptible: bool) -> PyResult<GetRequest> {
+fn get_request(
+    count: u32,
+    min: Option<u32>,
+    wait: Option<f64>,
+    preemptible: bool,
+    notice: Option<f64>,
+) -> PyResult<GetRequest> {
     let mut request = GetRequest::new(count);
     if let Some(min) = min {
         if min > count {
@@ -54,6 +60,11 @@ fn get_request(count: u32, min: Option<u32>, wait: Option<f64>, preemptible: boo
     }
     if preemptible {
         request = request.preemptible();
+    }
+    if let Some(notice) = notice {
+        let notice = Duration::try_from_secs_f64(notice)
+            .map_err(|_| error::invalid(format!("notice={notice} is not a number of seconds >= 0")))?;
+        request = request.elastic(notice);
     }
     Ok(request)
 }
@@ -140,7 +151,8 @@ impl Session {
     /// them; `preemptible`: borrowed from idle reservations, taken back with notice), or `None`
     /// when the manager rejects the request (`rejection` says why). With `comm`, collective:
     /// every rank asks for its own count and all are granted together, or none.
-    #[pyo3(signature = (count, min=None, wait=None, preemptible=false, comm=None))]
+    #[pyo3(signature = (count, min=None, wait=None, preemptible=false, comm=None, notice=None))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments, each optional
     fn get(
         &self,
         py: Python<'_>,
@@ -149,19 +161,20 @@ impl Session {
         wait: Option<f64>,
         preemptible: bool,
         comm: Option<&Bound<'_, PyAny>>,
+        notice: Option<f64>,
     ) -> PyResult<Option<Set>> {
         let session = self.open()?;
         let answer = match comm {
             Some(comm) => {
-                if min.is_some() || wait.is_some() || preemptible {
-                    return Err(error::invalid("a collective get takes no min, wait or preemptible"));
+                if min.is_some() || wait.is_some() || preemptible || notice.is_some() {
+                    return Err(error::invalid("a collective get takes no min, wait, preemptible or notice"));
                 }
                 let comm = PyComm::new(comm)?;
                 py.detach(|| session.get_on_or_why(&comm, count)).map_err(|e| comm.error(e, error::session))
             }
             None => {
-                let request = get_request(count, min, wait, preemptible)?;
-                if preemptible {
+                let request = get_request(count, min, wait, preemptible, notice)?;
+                if preemptible || notice.is_some() {
                     // As libac: from the first preemptible get on, notices are the program's.
                     // (A thread waiting for notices holds the slot: subscribed already.)
                     if let Ok(mut slot) = self.preemptions.try_lock() {

@@ -310,6 +310,21 @@ pub struct DynSet {
     pub key: String,
 }
 
+/// An accelerator of an elastic set (`AC_Get` with a notice): lent, and reclaimed with at least
+/// `notice_s` seconds of notice when a queued job could start with it. Stored in a table of its
+/// own, by accelerator, so the records of schema 2 are unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The job it is lent to.
+    pub job: String,
+    /// Its set.
+    pub set: u64,
+    /// The least notice a reclaim gives, seconds.
+    pub notice_s: u64,
+    /// Being reclaimed: when it is revoked unless freed, and the queued job it is for.
+    pub reclaim: Option<(u64, String)>,
+}
+
 /// An `AC_Get` that waits for accelerators (it asked to wait up to a deadline). Each scheduling
 /// pass tries it before starting static jobs; granted, it becomes the [`DynSet`] with the same
 /// id; rejected, it stays until its program learns why.

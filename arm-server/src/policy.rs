@@ -11,7 +11,7 @@ use arm_sched::{Config, DynOutcome, DynRequest, Event, JobSpec, Ledger, Planned,
 
 use ac_proto::arm::Ask;
 
-use crate::model::{Host, Job, JobState, PendingGet, Reservation};
+use crate::model::{Host, Job, JobState, Lease, PendingGet, Reservation};
 
 /// The core's view of the ARM's pool, with the maps back to names.
 #[derive(Debug)]
@@ -242,8 +242,13 @@ impl View {
                 }
                 Event::Granted { request, units, .. } => pass.granted.push((request, self.names(&units))),
                 Event::Rejected { request, reason, .. } => pass.rejected.push((request, reason.to_string())),
-                // The manager makes no elastic requests (yet), so nothing is lent to reclaim.
-                Event::Preempted { .. } | Event::Reclaim { .. } | Event::Revoked { .. } => {}
+                Event::Reclaim { units, by, for_job, .. } => {
+                    let for_job = self.jobs.get(&for_job).cloned().unwrap_or_default();
+                    pass.reclaimed.push((self.names(&units), by, for_job));
+                }
+                Event::Revoked { units, .. } => pass.revoked.extend(self.names(&units)),
+                // Preemptions of loans are carried out by the core when a spare is taken.
+                Event::Preempted { .. } => {}
             }
         }
         pass
@@ -251,7 +256,7 @@ impl View {
 
     /// A dynamic request of `job`: granted now (between `ask.min` and `ask.max`), rejected
     /// with the reason, or waiting (only when `wait_s > 0`; a later [`View::pass`] decides).
-    pub fn request(&mut self, job: &str, ask: &Ask, id: u64, now: u64) -> Decision {
+    pub fn request(&mut self, job: &str, ask: &Ask, elastic: Option<u64>, id: u64, now: u64) -> Decision {
         let Some(number) = self.number(job) else {
             return Decision::Rejected("the job is not known to the scheduler".into());
         };
@@ -264,6 +269,7 @@ impl View {
             max: ask.max.min(pool.max(ask.min)),
             preemptible: ask.preemptible,
             timeout: ask.wait_s,
+            elastic,
             ..Default::default()
         };
         match self.scheduler.request(req, now) {
@@ -272,6 +278,36 @@ impl View {
             Ok((DynOutcome::Pending, _)) => Decision::Waiting,
             Err(e) => Decision::Rejected(e.to_string()),
         }
+    }
+
+    /// Puts the stored leases (and their reclaims) and the notices of waiting elastic
+    /// requests into the scheduler. Call once, after [`View::build`].
+    pub fn restore_elastic(&mut self, leases: &BTreeMap<String, Lease>, elastic_gets: &BTreeMap<u64, u64>) {
+        for (accel, lease) in leases {
+            let (Some(unit), Some(job)) = (self.unit_of(accel), self.number(&lease.job)) else { continue };
+            let reclaim = lease.reclaim.as_ref().map(|(by, for_job)| (*by, self.number(for_job).unwrap_or(job)));
+            // A unit no longer in the job's use (its host went) is simply not lent.
+            let _ = self.scheduler.restore_lease(unit, job, lease.notice_s, reclaim);
+        }
+        if !elastic_gets.is_empty() {
+            self.scheduler.set_elastic_pending(|request| elastic_gets.get(&request).copied());
+        }
+    }
+
+    /// The accelerators lent to `job`, with their notice.
+    pub fn lent_to(&self, job: &str) -> Vec<(String, u64)> {
+        let Some(number) = self.number(job) else { return Vec::new() };
+        let lent = self.scheduler.lent_units(number).into_iter();
+        lent.map(|(unit, notice, _)| (self.accelerators[unit as usize].clone(), notice)).collect()
+    }
+
+    /// When the scheduler next wants a pass without any other event.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        self.scheduler.next_wakeup()
+    }
+
+    fn unit_of(&self, accel: &str) -> Option<UnitId> {
+        self.accelerators.iter().position(|a| a == accel).map(|u| u as UnitId)
     }
 
     /// Usable accelerators nobody holds.
@@ -307,6 +343,10 @@ pub struct Pass {
     pub granted: Vec<(u64, Vec<String>)>,
     /// Waiting requests rejected (timed out), with why.
     pub rejected: Vec<(u64, String)>,
+    /// Lent accelerators reclaimed: due back by when, for which queued job.
+    pub reclaimed: Vec<(Vec<String>, u64, String)>,
+    /// Reclaimed accelerators kept past their deadline, now taken.
+    pub revoked: Vec<String>,
 }
 
 /// The answer to a dynamic request.

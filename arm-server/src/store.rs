@@ -33,6 +33,10 @@ const USAGE_OPEN: TableDefinition<&str, &[u8]> = TableDefinition::new("usage_ope
 /// Closed accounting records, by (end ms, accelerator, start ms): ordered by time, so that a
 /// report from `since` and the purge of old records read only what they need (schema 2).
 const USAGE: TableDefinition<(u64, &str, u64), &[u8]> = TableDefinition::new("usage");
+/// Lent accelerators of elastic sets, by accelerator (schema 3).
+const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
+/// The notices of waiting elastic requests, by request id (schema 3).
+const ELASTIC_GETS: TableDefinition<u64, u64> = TableDefinition::new("elastic_gets");
 
 /// The layout of the records this build writes, stamped in the store's `meta` table. Bump it
 /// with any change to a stored type, and teach [`Store::open`] to migrate from the one before:
@@ -40,7 +44,10 @@ const USAGE: TableDefinition<(u64, &str, u64), &[u8]> = TableDefinition::new("us
 ///
 /// 1: the first. 2: accounting (`usage_open`, `usage`); the tables of 1 unchanged, so 1 is
 /// migrated by stamping it (its holders' intervals open when the new manager starts).
-pub const SCHEMA: u64 = 2;
+/// 3: elastic sets (`leases`, `elastic_gets`); the tables of 2 unchanged, so 1 and 2 are
+/// migrated by stamping. A manager of schema 2 refuses a store of 3, rather than take its
+/// lent accelerators for firm ones.
+pub const SCHEMA: u64 = 3;
 
 fn store_err(e: impl std::fmt::Display) -> ArmServerError {
     ArmServerError::Store(e.to_string())
@@ -227,9 +234,10 @@ impl Store {
                     meta.insert("schema", SCHEMA).map_err(store_err)?;
                 }
                 Some(found) if found == SCHEMA => {}
-                Some(1) => {
-                    // 1 -> 2 adds the accounting tables (created below) and changes nothing else.
-                    tracing::info!(path = %path.display(), "store migrated from schema 1 to {SCHEMA} (accounting)");
+                Some(old @ (1 | 2)) => {
+                    // 1 -> 2 adds the accounting tables, 2 -> 3 those of elastic sets (created
+                    // below); nothing else changes.
+                    tracing::info!(path = %path.display(), "store migrated from schema {old} to {SCHEMA}");
                     meta.insert("schema", SCHEMA).map_err(store_err)?;
                 }
                 Some(found) => {
@@ -254,6 +262,8 @@ impl Store {
             txn.open_table(META).map_err(store_err)?;
             txn.open_table(USAGE_OPEN).map_err(store_err)?;
             txn.open_table(USAGE).map_err(store_err)?;
+            txn.open_table(LEASES).map_err(store_err)?;
+            txn.open_table(ELASTIC_GETS).map_err(store_err)?;
         }
         txn.commit().map_err(store_err)?;
         Ok(db)
@@ -305,6 +315,16 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.usage.insert(k.value().to_string(), decode(v.value())?);
         }
+        for row in txn.open_table(LEASES).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.leases.insert(k.value().to_string(), decode(v.value())?);
+        }
+        for row in txn.open_table(ELASTIC_GETS).map_err(store_err)?.iter().map_err(store_err)? {
+            let (k, v) = row.map_err(store_err)?;
+            core.elastic_gets.insert(k.value(), v.value());
+        }
+        // Reclaims are planned in passes: the first tick runs one.
+        core.wake_at = (!core.leases.is_empty()).then_some(0);
         if let Some(ledger) = txn.open_table(STATE).map_err(store_err)?.get("ledger").map_err(store_err)? {
             core.ledger = decode(ledger.value())?;
         }
@@ -331,6 +351,8 @@ impl Store {
                     Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
                     Key::OpenUsage(a) => core.usage.get(a).map(encode).transpose()?,
                     Key::UsageRecord(usage) => Some(encode(usage)?),
+                    Key::Lease(a) => core.leases.get(a).map(encode).transpose()?,
+                    Key::ElasticGet(id) => core.elastic_gets.get(id).map(|n| n.to_le_bytes().to_vec()),
                 };
                 Ok((key.clone(), value))
             })
@@ -364,6 +386,8 @@ impl Store {
             let mut meta = txn.open_table(META).map_err(store_err)?;
             let mut usage_open = txn.open_table(USAGE_OPEN).map_err(store_err)?;
             let mut usage = txn.open_table(USAGE).map_err(store_err)?;
+            let mut leases = txn.open_table(LEASES).map_err(store_err)?;
+            let mut elastic_gets = txn.open_table(ELASTIC_GETS).map_err(store_err)?;
             for (key, value) in changes {
                 let value = value.as_deref();
                 match (key, value) {
@@ -396,6 +420,13 @@ impl Store {
                     }
                     // Records are only ever appended (and purged by age, `purge_usage`).
                     (Key::UsageRecord(_), None) => Ok(()),
+                    (Key::Lease(a), Some(v)) => leases.insert(a.as_str(), v).map(drop),
+                    (Key::Lease(a), None) => leases.remove(a.as_str()).map(drop),
+                    (Key::ElasticGet(id), Some(v)) => {
+                        let notice = v.try_into().map(u64::from_le_bytes).unwrap_or(0);
+                        elastic_gets.insert(*id, notice).map(drop)
+                    }
+                    (Key::ElasticGet(id), None) => elastic_gets.remove(*id).map(drop),
                 }
                 .map_err(store_err)?;
             }

@@ -297,6 +297,14 @@ fn arm_requests() -> Vec<(&'static str, arm::Request)> {
                 key: "k2".into(),
             },
         ),
+        (
+            "get-elastic",
+            R::GetElastic {
+                token: token.clone(),
+                ask: Ask { min: 1, max: 8, wait_s: 600, preemptible: false, key: "k3".into() },
+                notice_s: 30,
+            },
+        ),
         ("await", R::AwaitGet { token: token.clone(), request: 5 }),
         ("cancel", R::CancelGet { token: token.clone(), request: 5 }),
         ("join", R::JoinSet { token: token.clone(), set: 6 }),

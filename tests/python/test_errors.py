@@ -126,3 +126,27 @@ def test_a_borrower_that_keeps_a_preempted_accelerator_is_revoked(monkeypatch):
         borrower.free(loan)
         borrower.finalize()
         owner.finalize()
+
+
+def test_an_elastic_set_is_reclaimed_for_a_queued_job_and_revoked_if_kept(monkeypatch):
+    # A lender holds 1 and borrows the 2 idle elastically (2 s of notice); a queued job of 2
+    # could start with them: the lender is told, ignores it, and is revoked at the deadline.
+    with Pool(backends=3) as p:
+        for k, v in p.submit("lender", "n1", 1, "lena").items():
+            monkeypatch.setenv(k, v)
+        lender = ac.init()
+        lent = lender.get(2, notice=2)
+        assert lent is not None and len(lent) == 2
+        arrays = [a.to_device(np.arange(4)) for a in lent]
+        p.submit("queued", "n2", 2, "quinn")
+        notice = lender.next_preemption(timeout=30)
+        assert notice is not None and notice.set == lent.id
+        assert sorted(notice.accelerators) == sorted(a.id for a in lent)
+        assert arrays[0].get().tolist() == [0, 1, 2, 3]  # until the deadline it goes on
+        with pytest.raises(ac.RevokedError) as e:
+            for _ in range(600):  # at most a minute
+                arrays[0].get()
+                time.sleep(0.1)
+        assert e.value.code == 22
+        assert time.time() >= notice.revoke_at
+        lender.finalize()

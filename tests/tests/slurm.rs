@@ -575,3 +575,28 @@ async fn a_batch_job_runs_a_python_program_on_its_accelerator() {
     let back = c.wait_until(Duration::from_secs(5), |c| c.licenses().1 == 0).await;
     assert!(back, "Slurm's licenses: {:?}", c.licenses());
 }
+
+/// Licenses follow the nodes a job gets. With a node range (`-N1-2`) or a task count alone
+/// (`-n2 --ntasks-per-node=1`), Slurm chooses how many nodes at start, and the prolog binds
+/// `--acpn` on each; Slurm must count every accelerator bound, or it could start another job
+/// on one that is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_ranges_and_task_counts_are_counted_on_the_nodes_slurm_gives() {
+    let c = SlurmCluster::start(2, 2).await;
+    for args in
+        [&["-N1-2", "--acpn=1"][..], &["-n2", "--ntasks-per-node=1", "--acpn=1"], &["-n2", "--spread-job", "--acpn=1"]]
+    {
+        let job = c.sbatch(args, &format!("srun --ntasks-per-node=1 {} slurm-task\nsleep 3", client()));
+        let ran = c.wait_until(Duration::from_secs(30), |c| c.output(&job).matches("done").count() == 2).await;
+        assert!(ran, "{args:?}: {}\n{}\n{}", c.output(&job), c.show_job(&job), c.logs());
+        let out = c.output(&job);
+        assert!(out.contains("node n1 static 1 ok") && out.contains("node n2 static 1 ok"), "{args:?}: {out}");
+        let bound = c.arm_job(&job).await.expect("bound").static_accelerators.len();
+        assert_eq!(bound, 2, "{args:?}");
+        assert_eq!(c.job_field(&job, "Licenses"), "ac:2", "{args:?}: Slurm counts what is bound");
+        let (total, used, _) = c.licenses();
+        assert_eq!((total, used), (2, 2), "{args:?}");
+        assert!(c.wait_until(Duration::from_secs(15), |c| c.job_over(&job)).await);
+        assert!(c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await, "{:?}", c.licenses());
+    }
+}

@@ -92,14 +92,18 @@ class Session:
         wait: Optional[float] = None,
         preemptible: bool = False,
         comm: Any = None,
+        notice: Optional[float] = None,
     ) -> Optional[AcceleratorSet]:
         """``AC_Get``: ``count`` more accelerators now (at least ``min``, waiting up to ``wait``
         seconds; ``preemptible``: borrowed, taken back with notice), or ``None`` when the manager
         rejects the request (``rejection`` says why). With ``comm`` (mpi4py), collective: every
-        rank asks for its own count; all ranks are granted, or none."""
+        rank asks for its own count; all ranks are granted, or none. With ``notice`` (seconds),
+        elastic: the accelerators are lent, and the manager may reclaim some for a queued job,
+        telling the program (``next_preemption``) at least ``notice`` seconds before revoking
+        them."""
         if self._raw is None:
             return None
-        raw = self._raw.get(count, min, wait, preemptible, comm)
+        raw = self._raw.get(count, min, wait, preemptible, comm, notice)
         return None if raw is None else AcceleratorSet(raw, self, comm)
 
     def free(self, set: AcceleratorSet, comm: Any = None) -> None:

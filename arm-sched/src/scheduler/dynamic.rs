@@ -49,6 +49,16 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Marks waiting requests elastic, with the notice `notice_of(request id)` gives (how
+    /// `arm-server` restores them: its store keeps the notices apart).
+    pub fn set_elastic_pending(&mut self, notice_of: impl Fn(u64) -> Option<Time>) {
+        for (req, _) in &mut self.pending {
+            if let Some(notice) = notice_of(req.id) {
+                req.elastic = Some(notice);
+            }
+        }
+    }
+
     /// Tries again the waiting requests that are elastic (offers), or those that are not.
     pub(super) fn retry_pending(&mut self, now: Time, elastic: bool, events: &mut Vec<Event>) {
         for (req, deadline) in std::mem::take(&mut self.pending) {

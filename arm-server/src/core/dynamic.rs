@@ -23,6 +23,24 @@ impl Core {
         ask: &Ask,
         now: u64,
     ) -> Outcome<GetOutcome> {
+        self.decide_get(token_hash, parts, collective, ask, None, now)
+    }
+
+    /// An elastic `AC_Get`: as [`Core::get`], but what it gets is lent, reclaimed with at
+    /// least `notice_s` seconds of notice (`elastic.rs`); waiting, it is an offer.
+    pub fn get_elastic(&mut self, token_hash: &str, ask: &Ask, notice_s: u64, now: u64) -> Outcome<GetOutcome> {
+        self.decide_get(token_hash, &[], false, ask, Some(notice_s), now)
+    }
+
+    fn decide_get(
+        &mut self,
+        token_hash: &str,
+        parts: &[(String, u32)],
+        collective: bool,
+        ask: &Ask,
+        elastic: Option<u64>,
+        now: u64,
+    ) -> Outcome<GetOutcome> {
         let session = self.session(token_hash)?.clone();
         if let Some(seen) = self.replay(token_hash, &ask.key) {
             return Ok(seen);
@@ -42,15 +60,18 @@ impl Core {
         // The id is taken (a durable change) only if the request is granted or waits: a
         // rejection changes nothing, so it commits nothing.
         let id = self.next_id + 1;
-        let decision = match self.plain_decision(&session.job, ask, now) {
+        let plain = if elastic.is_some() { None } else { self.plain_decision(&session.job, ask, now) };
+        let mut lent_by = None;
+        let decision = match plain {
             Some(decision) => {
                 self.roll_ledger(now);
                 decision
             }
             None => {
                 let mut view = self.view_with_batch_queue(&session.job, now);
-                let decision = view.request(&session.job, ask, id, now);
+                let decision = view.request(&session.job, ask, elastic, id, now);
                 self.keep_ledger(&view);
+                lent_by = elastic.map(|_| view);
                 decision
             }
         };
@@ -62,6 +83,9 @@ impl Core {
             Decision::Granted(picked) => {
                 let parts = if collective { parts.to_vec() } else { vec![(session.node.clone(), picked.len() as u32)] };
                 self.hold_set(id, &session.job, token_hash, &parts, picked, collective, ask.key.clone(), now);
+                if let Some(view) = &lent_by {
+                    self.lend_granted(view, id, &session.job);
+                }
                 Ok(GetOutcome::Granted(id))
             }
             Decision::Rejected(reason) => Ok(GetOutcome::Rejected(self.with_reservations(reason, now))),
@@ -80,6 +104,10 @@ impl Core {
                 };
                 self.pending.insert(id, get);
                 self.dirty.insert(Key::Pending(id));
+                if let Some(notice) = elastic {
+                    self.elastic_gets.insert(id, notice);
+                    self.dirty.insert(Key::ElasticGet(id));
+                }
                 Ok(GetOutcome::Waiting(id))
             }
         }
@@ -119,6 +147,7 @@ impl Core {
         if let GetOutcome::Rejected(_) = outcome {
             self.pending.remove(&request);
             self.dirty.insert(Key::Pending(request));
+            self.forget_elastic_get(request);
         }
         Ok(outcome)
     }
@@ -130,6 +159,7 @@ impl Core {
         if let GetOutcome::Waiting(_) = outcome {
             self.pending.remove(&request);
             self.dirty.insert(Key::Pending(request));
+            self.forget_elastic_get(request);
             // Requests behind it may now be served.
             self.schedule(now);
             return Ok(GetOutcome::Rejected("no accelerators were granted before the deadline".into()));
@@ -246,6 +276,14 @@ impl Core {
         for id in gone {
             self.pending.remove(&id);
             self.dirty.insert(Key::Pending(id));
+            self.forget_elastic_get(id);
+        }
+    }
+
+    /// A waiting request is gone (granted, told its rejection, withdrawn): so is its notice.
+    pub(super) fn forget_elastic_get(&mut self, id: u64) {
+        if self.elastic_gets.remove(&id).is_some() {
+            self.dirty.insert(Key::ElasticGet(id));
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod accounting;
 mod dynamic;
+mod elastic;
 mod plain;
 mod reservations;
 #[cfg(test)]
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
 
-use crate::model::{DynSet, Holder, Host, Job, JobState, PendingGet, Reservation, Session, Usage};
+use crate::model::{DynSet, Holder, Host, Job, JobState, Lease, PendingGet, Reservation, Session, Usage};
 use crate::policy::{usable_free, View};
 
 /// A key of the durable store that changed.
@@ -50,6 +51,10 @@ pub enum Key {
     OpenUsage(String),
     /// A closed accounting interval, to append (records are never kept in the core).
     UsageRecord(Usage),
+    /// A lent accelerator of an elastic set.
+    Lease(String),
+    /// The notice of a waiting elastic request.
+    ElasticGet(u64),
 }
 
 /// A capability to revoke on a backend.
@@ -100,6 +105,19 @@ pub struct Core {
     /// Open accounting intervals, by accelerator: one per accelerator in a job's use (stored;
     /// see `accounting.rs`).
     pub usage: BTreeMap<String, Usage>,
+    /// Lent accelerators of elastic sets, by accelerator (stored).
+    pub leases: BTreeMap<String, Lease>,
+    /// The notice of each waiting elastic request, by request id (stored).
+    pub elastic_gets: BTreeMap<u64, u64>,
+    /// When the scheduler next wants a pass (a reclaim coming due or its deadline), as the
+    /// last decision left it (in memory: a restart plans again at its first pass).
+    pub wake_at: Option<u64>,
+    /// Reclaims sent to programs, and accelerators revoked because a program kept them past
+    /// a reclaim's deadline, since the manager started (in memory, for the metrics).
+    pub reclaim_counts: (u64, u64),
+    /// Seconds usable accelerators were held by nobody, summed at each tick since the manager
+    /// started, and the tick they are summed to (in memory, for the metrics).
+    pub idle_seconds: (u64, u64),
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }
@@ -162,7 +180,9 @@ impl Core {
 
     fn view_of(&self, jobs: &BTreeMap<String, Job>, requester: Option<&str>, now: u64) -> View {
         let (hosts, pending, reservations) = (&self.hosts, &self.pending, &self.reservations);
-        View::build(&self.scheduling, &self.ledger, hosts, jobs, pending, reservations, requester, now)
+        let mut view = View::build(&self.scheduling, &self.ledger, hosts, jobs, pending, reservations, requester, now);
+        view.restore_elastic(&self.leases, &self.elastic_gets);
+        view
     }
 
     /// The view with the batch system's queue in it, for decisions that only plan: a dynamic
@@ -373,17 +393,25 @@ impl Core {
     /// deadline passed), then every queued job that may start now is bound.
     pub fn schedule(&mut self, now: u64) {
         let waiting = self.pending.values().any(|g| g.rejected.is_none());
-        if !waiting && !self.jobs.values().any(|j| j.state == JobState::Queued) {
+        let reclaiming = self.leases.values().any(|l| l.reclaim.is_some());
+        if !waiting && !reclaiming && !self.jobs.values().any(|j| j.state == JobState::Queued) {
+            self.wake_at = None;
             return;
         }
         let mut view = self.view(now);
         let pass = view.pass(now);
         self.keep_ledger(&view);
+        self.wake_at = view.next_wakeup();
+        self.take_back(&pass);
         for (request, picked) in pass.granted {
             if let Some(get) = self.pending.remove(&request) {
                 self.dirty.insert(Key::Pending(request));
                 let parts = [(get.node.clone(), picked.len() as u32)];
                 self.hold_set(get.id, &get.job, &get.session, &parts, picked, false, get.key, now);
+                if self.elastic_gets.contains_key(&get.id) {
+                    self.forget_elastic_get(get.id);
+                    self.lend_granted(&view, get.id, &get.job);
+                }
             }
         }
         for (request, reason) in pass.rejected {
@@ -417,9 +445,14 @@ impl Core {
     /// pass runs if a waiting request's deadline passed or a reservation began with jobs queued
     /// in it. Anything else that can start something runs its own pass when it happens.
     pub fn tick(&mut self, now: u64) {
+        let (idle, since) = self.idle_seconds;
+        let elapsed = if since == 0 { 0 } else { now.saturating_sub(since) };
+        self.idle_seconds = (idle + elapsed * usable_free(&self.hosts) as u64, now);
         let purged = self.purge_reservations(now);
         let deadline = self.pending.values().any(|g| g.rejected.is_none() && g.deadline <= now);
-        if purged || deadline || self.reservation_due(now) {
+        let woken = self.wake_at.is_some_and(|at| at <= now)
+            || self.leases.values().any(|l| l.reclaim.as_ref().is_some_and(|(by, _)| *by <= now));
+        if purged || deadline || woken || self.reservation_due(now) {
             self.schedule(now);
         }
     }
@@ -460,6 +493,9 @@ impl Core {
 
     /// Frees an accelerator: back to the pool, its capabilities revoked.
     fn release(&mut self, accel: &str) {
+        if self.leases.remove(accel).is_some() {
+            self.dirty.insert(Key::Lease(accel.to_string()));
+        }
         let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
         if let Some(holder) = self.device_mut(accel).and_then(|d| d.holder.take()) {
             for capability in [Some(holder.capability), holder.loan.map(|l| l.capability)].into_iter().flatten() {

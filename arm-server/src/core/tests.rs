@@ -343,7 +343,7 @@ fn running_jobs_that_hold_nothing_stay_out_of_the_view_and_rejections_change_not
 
 /// The view's answer to a request, built the long way.
 fn full_decision(core: &Core, job: &str, ask: &Ask, now: u64) -> crate::policy::Decision {
-    core.view_with_batch_queue(job, now).request(job, ask, core.next_id + 1, now)
+    core.view_with_batch_queue(job, now).request(job, ask, None, core.next_id + 1, now)
 }
 
 #[test]

@@ -12,7 +12,7 @@ use ac_proto::arm::{munge_payload, ArmError, ArmErrorKind};
 use super::{err, Arm};
 use crate::core::GetOutcome;
 use crate::model::{BatchJob, Job, JobState};
-use crate::slurm::{ActiveJob, Slurm};
+use crate::slurm::{ActiveJob, JobLicenses, Slurm, SlurmError};
 
 impl Arm {
     fn slurm(&self) -> Option<&Slurm> {
@@ -71,9 +71,10 @@ impl Arm {
         uid: u32,
         walltime_s: u64,
     ) -> Result<(), ArmError> {
-        // A job id seen before is a requeued job (or a reused id): Slurm may count the grants
-        // of its last run in its licenses, fixed once it is bound.
-        let rerun = self.core.lock().expect("core poisoned").jobs.contains_key(&id);
+        let nodes = match self.slurm() {
+            Some(slurm) if acpn > 0 => self.licensed_nodes(slurm, &id, nodes, acpn).await,
+            _ => nodes,
+        };
         let group = self.config.accounts.get(&user).cloned().unwrap_or_else(|| user.clone());
         let job = Job { batch: Some(BatchJob { uid }), ..Job::queued(id, user, group, nodes, acpn, walltime_s) };
         let start = std::time::Instant::now();
@@ -98,14 +99,48 @@ impl Arm {
             // The prolog's refusal reaches slurmctld only as an exit status: say why here.
             Err(e) => tracing::warn!(job = job.id, acpn, reason = e.message, "prolog refused: Slurm requeues the job"),
         }
-        if bound.is_ok() && rerun {
-            // Slurm counted this run's licenses as the last run left them (grants included:
-            // they cannot be shrunk while the job is pending or completing, since Slurm returns
-            // a changed count when the job ends and would lose the difference). Running, they
-            // can: the job holds its static ones only, in Slurm as here.
+        if bound.is_ok() {
+            // Slurm may count more than is bound: a node range counted at its largest, or a
+            // requeued job's licenses as its last run left them (grants included: they cannot
+            // be shrunk while the job is pending or completing, since Slurm returns a changed
+            // count when the job ends and would lose the difference). Running, they can.
             self.record_release(Some(job.id.clone())).await;
         }
         bound.map(drop)
+    }
+
+    /// The nodes on which the prolog binds `acpn` accelerators each, with Slurm counting
+    /// every one. Slurm counted the job's licenses at submission, and may start it on more
+    /// nodes than that count covers (a task count alone lets it spread the tasks); the count
+    /// grows first, as a grant's does ([`Arm::grow_licenses`]). If Slurm has too few
+    /// licenses left, accelerators are bound only on as many nodes as it counted, so that
+    /// Slurm never starts another job on an accelerator that is taken.
+    async fn licensed_nodes(&self, slurm: &Slurm, job: &str, nodes: Vec<String>, acpn: u32) -> Vec<String> {
+        let _one_at_a_time = self.slurm_grants.lock().await;
+        let wanted = acpn * nodes.len() as u32;
+        let counted = async {
+            let licenses = slurm.job_licenses(job).await.map_err(|e| (e, 0))?;
+            let recorded = slurm.pool_licenses(&licenses);
+            if wanted <= recorded {
+                return Ok(());
+            }
+            grow_licenses(slurm, licenses, recorded, wanted).await.map_err(|e| (e, recorded))
+        };
+        match counted.await {
+            Ok(()) => nodes,
+            Err((reason, recorded)) => {
+                let covered = (recorded / acpn).max(1) as usize;
+                tracing::warn!(
+                    job,
+                    acpn,
+                    nodes = nodes.len(),
+                    covered,
+                    reason,
+                    "prolog: Slurm counts too few licenses for every node: accelerators bound on the nodes it counted"
+                );
+                nodes.into_iter().take(covered).collect()
+            }
+        }
     }
 
     /// The epilog: the job ends at the manager. An epilog may come late, after Slurm started
@@ -152,13 +187,8 @@ impl Arm {
     }
 
     /// Records a grant in Slurm before it is answered: the job's `ac` licenses become what it
-    /// holds. Slurm does not check capacity on such an update, and may start a job between any
-    /// two commands, so the grant's licenses are first held in a reservation (which Slurm
-    /// checks against the total only, and keeps jobs out of); then the pool is read: if Slurm's
-    /// jobs and reservations now hold more than there is, Slurm got there first and the grant
-    /// is undone and rejected; else the job's licenses grow and the reservation empties. So
-    /// Slurm's `Used` never exceeds its total. If Slurm does not answer, the grant is undone and
-    /// rejected with that reason.
+    /// holds ([`grow_licenses`], which never overdraws Slurm's pool). If Slurm got there first
+    /// or does not answer, the grant is undone and rejected with that reason.
     pub(super) async fn record_grant(&self, outcome: GetOutcome, token_hash: &str) -> Result<GetOutcome, ArmError> {
         let GetOutcome::Granted(set) = outcome else { return Ok(outcome) };
         let (Some(slurm), Some(job)) = (self.slurm(), self.batch_job_of(token_hash)) else { return Ok(outcome) };
@@ -167,24 +197,7 @@ impl Arm {
             let held = self.held_count(&job);
             let licenses = slurm.job_licenses(&job).await?;
             let recorded = slurm.pool_licenses(&licenses);
-            let more = held.saturating_sub(recorded);
-            if more == 0 {
-                return slurm.replace_job_licenses(licenses, held).await;
-            }
-            slurm.hold_for_grant(more).await?;
-            let pool = slurm.license_use().await?;
-            if pool.overdrawn() {
-                slurm.hold_for_grant(0).await?;
-                return Err(format!(
-                    "{more} license(s) wanted; Slurm's jobs hold {} and reservations {} of {}",
-                    pool.used,
-                    pool.reserved.saturating_sub(more),
-                    pool.total
-                ));
-            }
-            let updated = slurm.replace_job_licenses(licenses, held).await;
-            slurm.hold_for_grant(0).await?;
-            updated
+            grow_licenses(slurm, licenses, recorded, held).await
         };
         let Err(reason) = recorded.await else { return Ok(outcome) };
         tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
@@ -370,4 +383,31 @@ pub(super) async fn reconcile_loop(arm: Arc<Arm>) {
         arm.metrics.reconciled(!arm.health().is_empty());
         tokio::time::sleep(period).await;
     }
+}
+
+/// Sets a job's `ac` licenses in Slurm to `held`, which may be more than the `recorded` count.
+/// Slurm does not check capacity on such an update, and may start a job between any two
+/// commands, so the difference is first held in a reservation (which Slurm checks against the
+/// total only, and keeps jobs out of); then the pool is read: if Slurm's jobs and reservations
+/// now hold more than there is, Slurm got there first and nothing changes (`Err`); else the
+/// job's licenses grow and the reservation empties. So Slurm's `Used` never exceeds its total.
+async fn grow_licenses(slurm: &Slurm, licenses: JobLicenses, recorded: u32, held: u32) -> Result<(), SlurmError> {
+    let more = held.saturating_sub(recorded);
+    if more == 0 {
+        return slurm.replace_job_licenses(licenses, held).await;
+    }
+    slurm.hold_for_grant(more).await?;
+    let pool = slurm.license_use().await?;
+    if pool.overdrawn() {
+        slurm.hold_for_grant(0).await?;
+        return Err(format!(
+            "{more} license(s) wanted; Slurm's jobs hold {} and reservations {} of {}",
+            pool.used,
+            pool.reserved.saturating_sub(more),
+            pool.total
+        ));
+    }
+    let updated = slurm.replace_job_licenses(licenses, held).await;
+    slurm.hold_for_grant(0).await?;
+    updated
 }

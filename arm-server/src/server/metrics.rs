@@ -51,7 +51,7 @@ fn reason_label(reason: &str) -> &'static str {
 pub(super) fn call_label(request: &Request) -> Option<&'static str> {
     match request {
         Request::Init { .. } => Some("init"),
-        Request::Get { .. } | Request::CollectiveGet { .. } => Some("get"),
+        Request::Get { .. } | Request::CollectiveGet { .. } | Request::GetElastic { .. } => Some("get"),
         Request::Free { .. } => Some("free"),
         _ => None,
     }
@@ -193,6 +193,10 @@ struct Snapshot {
     slurm_problems: i64,
     store_writable: i64,
     store_commit_failures: u64,
+    lent: i64,
+    reclaims: u64,
+    reclaim_revocations: u64,
+    idle_seconds: u64,
 }
 
 impl Snapshot {
@@ -225,6 +229,9 @@ impl Snapshot {
         snapshot.queue = snapshot.jobs["queued"] + core.batch_queue.len() as i64;
         snapshot.waiting = core.pending.values().filter(|g| g.rejected.is_none()).count() as i64;
         snapshot.unacknowledged = core.unacked.len() as i64;
+        snapshot.lent = core.leases.len() as i64;
+        (snapshot.reclaims, snapshot.reclaim_revocations) = core.reclaim_counts;
+        snapshot.idle_seconds = core.idle_seconds.0;
         drop(core);
         snapshot.slurm_problems = arm.slurm_problems.lock().expect("problems poisoned").len() as i64;
         snapshot.store_writable = i64::from(arm.store.trouble().is_none());
@@ -285,14 +292,28 @@ impl Collector for StateCollector {
             "Whether the store's last write succeeded (1) or failed (0: changes fail; `armctl health` says why)",
             s.store_writable,
         )?;
-        let failures = ConstCounter::new(s.store_commit_failures);
-        failures.encode(e.encode_descriptor(
+        gauge(e, "accelerators_lent", "Accelerators of elastic sets, which the manager may reclaim", s.lent)?;
+        counter(
+            e,
             "store_commit_failures",
             "Commits of changes to the store that failed (each rolled back: the changes were not made)",
-            None,
-            failures.metric_type(),
-        )?)
+            s.store_commit_failures,
+        )?;
+        counter(e, "reclaims", "Reclaims of lent accelerators sent to programs (one per set)", s.reclaims)?;
+        counter(
+            e,
+            "reclaim_revocations",
+            "Reclaimed accelerators revoked because their program kept them past the deadline",
+            s.reclaim_revocations,
+        )?;
+        counter(e, "idle_accelerator_seconds", "Seconds of usable accelerators held by nobody", s.idle_seconds)
     }
+}
+
+/// Encodes one counter without labels.
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
+    let counter = ConstCounter::new(value);
+    counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
 }
 
 #[cfg(test)]

@@ -782,6 +782,14 @@ impl Arm {
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
             }
+            Request::GetElastic { token, ask, notice_s } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, tokens);
+                let _in_flight = batch::InFlight::new(&self.grants_in_flight);
+                let outcome = self.mutate(|core, now| core.get_elastic(&token_hash, &ask, notice_s, now)).await?;
+                let outcome = self.record_grant(outcome, &token_hash).await?;
+                self.get_answer(outcome, &token_hash, false, ask.max)
+            }
             Request::CollectiveGet { token, parts, key } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, tokens);

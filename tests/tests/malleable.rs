@@ -1,0 +1,121 @@
+//! Elastic grants through the real manager: a program lent accelerators
+//! (`GetRequest::elastic`) is told of a reclaim when a queued job could start with them, may
+//! use them until the deadline, and loses them then unless it frees them; other programs are
+//! unaffected; a reclaim survives a `kill -9` of the manager.
+
+use std::time::Duration;
+
+use ac_frontend::arm::ArmOptions;
+use ac_frontend::{GetRequest, Session};
+use ac_proto::arm::JobAuth;
+use ac_proto::capability::unix_now;
+use ac_tests::{
+    admin_of, computes, eventually, job_of, quick_tuning, register_hosts, revoked_eventually, submit_job, ArmProcess,
+    TestBackend, TestCluster,
+};
+
+/// A job `lender` (1 static, on `n1`) holds 2 more lent with `notice`, a job `other` runs beside
+/// it, and the pool of 4 is full.
+async fn lent(c: &TestCluster, notice: Duration) -> (Session, Session, ac_frontend::DynamicSet) {
+    let lender_credential = c.submit_as("lender", &["n1"], 1, "lena", 0).await;
+    let other_credential = c.submit_as("other", &["n2"], 1, "otto", 0).await;
+    let lender = Session::init(c.session_options("lender", &lender_credential, "n1")).await.unwrap();
+    let other = Session::init(c.session_options("other", &other_credential, "n2")).await.unwrap();
+    let set = lender.get_with(GetRequest::new(2).elastic(notice)).await.unwrap().expect("lent what is idle");
+    assert_eq!(set.handles.len(), 2);
+    for handle in &set.handles {
+        computes(&handle.acc).await.unwrap();
+    }
+    (lender, other, set)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_ignores_a_reclaim_loses_the_accelerators_at_the_deadline_and_only_those() {
+    let c = TestCluster::start(4).await;
+    let (lender, other, set) = lent(&c, Duration::from_secs(3)).await;
+    let mut reclaims = lender.preemptions();
+    // A queued job of 2 could start with the lent accelerators: they are reclaimed for it.
+    let asked = unix_now();
+    c.submit_as("queued", &["n3"], 2, "quinn", 60).await;
+    let notice = tokio::time::timeout(Duration::from_secs(10), reclaims.recv()).await.expect("told").unwrap();
+    assert_eq!(notice.set, set.id);
+    assert_eq!(notice.accelerators.len(), 2);
+    assert!(notice.revoke_at >= asked + 3, "at least the notice: {} from {asked}", notice.revoke_at);
+    // Until the deadline the program may go on; the job waits for them.
+    for handle in &set.handles {
+        computes(&handle.acc).await.unwrap();
+    }
+    assert_eq!(c.job("queued").await.state, "queued");
+    // The program ignores it: at the deadline its capabilities go and the job starts.
+    let error = revoked_eventually(&set.handles[0].acc).await;
+    assert!(unix_now() >= notice.revoke_at, "not before the deadline");
+    assert!(matches!(error, ac_frontend::Error::Revoked(_)), "{error}");
+    let started = eventually(Duration::from_secs(5), || async { c.job("queued").await.state == "running" }).await;
+    assert!(started, "the queued job did not start: {:?}", c.job("queued").await);
+    assert_eq!(c.job("lender").await.dynamic_accelerators.len(), 0);
+    // Nothing else was touched: the lender's static accelerator, the other job's.
+    computes(&lender.accelerators()[0].acc).await.unwrap();
+    computes(&other.accelerators()[0].acc).await.unwrap();
+    lender.finalize().await.unwrap();
+    other.finalize().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_that_frees_reclaimed_accelerators_lets_the_queued_job_start_before_the_deadline() {
+    let c = TestCluster::start(4).await;
+    let (lender, other, mut set) = lent(&c, Duration::from_secs(30)).await;
+    let mut reclaims = lender.preemptions();
+    c.submit_as("queued", &["n3"], 1, "quinn", 60).await;
+    let notice = tokio::time::timeout(Duration::from_secs(10), reclaims.recv()).await.expect("told").unwrap();
+    assert_eq!(notice.accelerators.len(), 1, "the fewest accelerators that start the job");
+    let ids: Vec<&str> = notice.accelerators.iter().map(String::as_str).collect();
+    lender.free_some(&mut set, &ids).await.unwrap();
+    let started = eventually(Duration::from_secs(10), || async { c.job("queued").await.state == "running" }).await;
+    assert!(started && unix_now() < notice.revoke_at, "started at once, well before the deadline");
+    // The other lent accelerator stays lent, and in use.
+    assert_eq!(set.handles.len(), 1);
+    computes(&set.handles[0].acc).await.unwrap();
+    computes(&other.accelerators()[0].acc).await.unwrap();
+    lender.finalize().await.unwrap();
+    other.finalize().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_in_progress_survives_a_kill_9_of_the_manager() {
+    let state = tempfile::tempdir().unwrap();
+    let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
+    let addr = arm.addr;
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await];
+    let ctl = admin_of(addr, state.path()).await;
+    register_hosts(&ctl, &backends).await;
+    let credential = submit_job(&ctl, "lender", &["n1"], 1, "lena", 0).await;
+    let mut arm_options = ArmOptions::new(addr, state.path().join("ca.pem"));
+    arm_options.tuning = quick_tuning();
+    let options = ac_frontend::SessionOptions {
+        arm: arm_options,
+        job: JobAuth::Credential { job: "lender".into(), secret: credential },
+        node: "n1".into(),
+        init_timeout: Some(Duration::from_secs(5)),
+        stripes: 1,
+        progress: false,
+    };
+    let lender = Session::init(options).await.unwrap();
+    let mut reclaims = lender.preemptions();
+    let set = lender.get_with(GetRequest::new(1).elastic(Duration::from_secs(4))).await.unwrap().expect("lent");
+    submit_job(&ctl, "queued", &["n2"], 1, "quinn", 60).await;
+    let notice = tokio::time::timeout(Duration::from_secs(10), reclaims.recv()).await.expect("told").unwrap();
+    arm.kill_9();
+    let _arm = ArmProcess::start(state.path(), &addr.to_string());
+    let ctl = admin_of(addr, state.path()).await;
+    assert_eq!(job_of(&ctl, "queued").await.state, "queued", "the job still waits for the reclaimed accelerator");
+    // The restarted manager keeps the deadline: the accelerator is revoked then, and the job
+    // starts on it.
+    revoked_eventually(&set.handles[0].acc).await;
+    assert!(unix_now() >= notice.revoke_at, "not before the deadline");
+    let started =
+        eventually(Duration::from_secs(5), || async { job_of(&ctl, "queued").await.state == "running" }).await;
+    assert!(started, "{:?}", job_of(&ctl, "queued").await);
+    // The same reclaim, not a new one with a later deadline.
+    assert!(reclaims.try_recv().is_err(), "a second reclaim: {:?}", reclaims.try_recv());
+    lender.finalize().await.unwrap();
+}
