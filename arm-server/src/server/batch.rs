@@ -71,6 +71,9 @@ impl Arm {
         uid: u32,
         walltime_s: u64,
     ) -> Result<(), ArmError> {
+        // A job id seen before is a requeued job (or a reused id): Slurm may count the grants
+        // of its last run in its licenses, fixed once it is bound.
+        let rerun = self.core.lock().expect("core poisoned").jobs.contains_key(&id);
         let nodes = match self.slurm() {
             Some(slurm) if acpn > 0 => self.licensed_nodes(slurm, &id, nodes, acpn).await,
             _ => nodes,
@@ -99,11 +102,12 @@ impl Arm {
             // The prolog's refusal reaches slurmctld only as an exit status: say why here.
             Err(e) => tracing::warn!(job = job.id, acpn, reason = e.message, "prolog refused: Slurm requeues the job"),
         }
-        if bound.is_ok() {
-            // Slurm may count more than is bound: a node range counted at its largest, or a
-            // requeued job's licenses as its last run left them (grants included: they cannot
-            // be shrunk while the job is pending or completing, since Slurm returns a changed
-            // count when the job ends and would lose the difference). Running, they can.
+        // Slurm may count more than is bound: a node range counted at its largest, or a
+        // requeued job's licenses as its last run left them (grants included: they cannot be
+        // shrunk while the job is pending or completing, since Slurm returns a changed count
+        // when the job ends and would lose the difference). Running, they can. (A job
+        // registered on demand binds nothing, and its caller holds the Slurm lock.)
+        if bound.is_ok() && (acpn > 0 || rerun) {
             self.record_release(Some(job.id.clone())).await;
         }
         bound.map(drop)
