@@ -30,6 +30,16 @@ fn granted(outcome: DynOutcome) -> Vec<UnitId> {
     }
 }
 
+/// A pool of `units` where job 1 (`size` units, 10,000 s) runs and has `lent` more lent with
+/// `notice`.
+fn lending(units: u32, size: u32, lent: u32, notice: Time) -> Scheduler {
+    let mut s = pool(units, Config::default());
+    s.submit(job(1, size, 10_000), 0).unwrap();
+    s.schedule(0);
+    assert_eq!(granted(s.request(elastic(1, 1, lent, notice), 0).unwrap().0).len(), lent as usize);
+    s
+}
+
 #[test]
 fn a_reclaim_takes_the_fewest_units_and_gives_the_notice() {
     let mut s = pool(6, Config::default());
@@ -56,10 +66,7 @@ fn a_reclaim_takes_the_fewest_units_and_gives_the_notice() {
 
 #[test]
 fn a_program_that_ignores_a_reclaim_loses_the_units_exactly_at_the_deadline() {
-    let mut s = pool(3, Config::default());
-    s.submit(job(1, 1, 10_000), 0).unwrap();
-    s.schedule(0);
-    granted(s.request(elastic(1, 1, 2, 45), 0).unwrap().0);
+    let mut s = lending(3, 1, 2, 45);
     s.submit(job(2, 2, 100), 100).unwrap();
     let events = s.schedule(100);
     let [Event::Reclaim { by: 145, units, .. }] = &events[..] else { panic!("{events:?}") };
@@ -92,10 +99,7 @@ fn a_reclaim_waits_until_the_start_is_within_the_notice() {
 
 #[test]
 fn units_given_back_are_held_for_the_job_they_were_reclaimed_for() {
-    let mut s = pool(3, Config::default());
-    s.submit(job(1, 1, 10_000), 0).unwrap();
-    s.schedule(0);
-    granted(s.request(elastic(1, 1, 2, 60), 0).unwrap().0);
+    let mut s = lending(3, 1, 2, 60);
     s.submit(job(2, 2, 100), 10).unwrap();
     let events = s.schedule(10);
     let [Event::Reclaim { units, .. }] = &events[..] else { panic!("{events:?}") };

@@ -162,14 +162,15 @@ impl Scheduler {
             self.reclaim_due = Some(self.reclaim_due.map_or(due, |d| d.min(due)));
             return None;
         }
-        let mut reclaimed: BTreeMap<JobId, Vec<UnitId>> = BTreeMap::new();
+        let mut reclaimed: BTreeMap<JobId, (Vec<UnitId>, Time)> = BTreeMap::new();
         for c in chosen {
             let lease = self.leases.get_mut(&c.unit).expect("a candidate is lent");
             lease.reclaim = Some((c.back, job));
-            reclaimed.entry(lease.job).or_default().push(c.unit);
+            let (units, by) = reclaimed.entry(lease.job).or_default();
+            units.push(c.unit);
+            *by = (*by).max(c.back);
         }
-        for (holder, units) in reclaimed {
-            let by = units.iter().map(|u| self.back_at(&self.leases[u], now)).max().expect("at least one");
+        for (holder, (units, by)) in reclaimed {
             events.push(Event::Reclaim { job: holder, units, by, for_job: job });
         }
         Some(start)
