@@ -3,8 +3,8 @@
 //! capabilities backends check, and keeps all of it durably.
 //!
 //! # Layout
-//! - [`core`]: the decision core, plain functions over the state (no I/O, time is an input).
-//! - [`policy`]: the one interface deciding who gets what (FIFO baseline here).
+//! - [`core`]: the decision core, plain functions over the state (no I/O, time is an input);
+//!   it asks `arm-sched`'s scheduler (backfilling, fairness, reservations) for each decision.
 //! - [`model`]: hosts, accelerators, jobs, sets, sessions as stored.
 //! - [`store`]: the redb store; a change is durable before it is acknowledged.
 //! - [`server`]: the QUIC API, admin checks (mutual TLS), leases.
@@ -25,7 +25,6 @@ mod error;
 pub mod keys;
 pub mod links;
 pub mod model;
-pub mod policy;
 pub mod roles;
 pub mod server;
 pub mod slurm;

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
-use crate::core::{Core, Key};
+use crate::core::{Core, Durable, Key};
 use crate::model::Usage;
 use crate::ArmServerError;
 
@@ -276,7 +276,7 @@ impl Store {
 
     fn load_from(db: &Database) -> Result<Core, ArmServerError> {
         let txn = db.begin_read().map_err(store_err)?;
-        let mut core = Core::default();
+        let mut core = Durable::default();
         for row in txn.open_table(HOSTS).map_err(store_err)?.iter().map_err(store_err)? {
             let (k, v) = row.map_err(store_err)?;
             core.hosts.insert(k.value().to_string(), decode(v.value())?);
@@ -323,14 +323,12 @@ impl Store {
             let (k, v) = row.map_err(store_err)?;
             core.elastic_gets.insert(k.value(), v.value());
         }
-        // Reclaims are planned in passes: the first tick runs one.
-        core.wake_at = (!core.leases.is_empty()).then_some(0);
         if let Some(ledger) = txn.open_table(STATE).map_err(store_err)?.get("ledger").map_err(store_err)? {
             core.ledger = decode(ledger.value())?;
         }
         core.next_id =
             txn.open_table(META).map_err(store_err)?.get("next_id").map_err(store_err)?.map_or(0, |v| v.value());
-        Ok(core)
+        Ok(Core::restore(core))
     }
 
     /// The current encoded value of every key in `dirty` (`None`: deleted), to commit later.
@@ -339,20 +337,20 @@ impl Store {
             .iter()
             .map(|key| {
                 let value = match key {
-                    Key::Host(k) => core.hosts.get(k).map(encode).transpose()?,
-                    Key::Job(k) => core.jobs.get(k).map(encode).transpose()?,
-                    Key::Set(k) => core.sets.get(k).map(encode).transpose()?,
-                    Key::Session(k) => core.sessions.get(k).map(encode).transpose()?,
-                    Key::Pending(k) => core.pending.get(k).map(encode).transpose()?,
-                    Key::Reservation(k) => core.reservations.get(k).map(encode).transpose()?,
-                    Key::Delayed(at, h, c) => core.delayed.contains(&(*at, h.clone(), *c)).then(Vec::new),
-                    Key::Revocation(h, c) => core.unacked.contains(&(h.clone(), *c)).then(Vec::new),
-                    Key::Ledger => Some(encode(&core.ledger)?),
-                    Key::NextId => Some(core.next_id.to_le_bytes().to_vec()),
-                    Key::OpenUsage(a) => core.usage.get(a).map(encode).transpose()?,
+                    Key::Host(k) => core.hosts().get(k).map(encode).transpose()?,
+                    Key::Job(k) => core.jobs().get(k).map(encode).transpose()?,
+                    Key::Set(k) => core.sets().get(k).map(encode).transpose()?,
+                    Key::Session(k) => core.sessions().get(k).map(encode).transpose()?,
+                    Key::Pending(k) => core.pending().get(k).map(encode).transpose()?,
+                    Key::Reservation(k) => core.reservations().get(k).map(encode).transpose()?,
+                    Key::Delayed(at, h, c) => core.delayed().contains(&(*at, h.clone(), *c)).then(Vec::new),
+                    Key::Revocation(h, c) => core.unacked().contains(&(h.clone(), *c)).then(Vec::new),
+                    Key::Ledger => Some(encode(core.ledger())?),
+                    Key::NextId => Some(core.next_id().to_le_bytes().to_vec()),
+                    Key::OpenUsage(a) => core.usage().get(a).map(encode).transpose()?,
                     Key::UsageRecord(usage) => Some(encode(usage)?),
-                    Key::Lease(a) => core.leases.get(a).map(encode).transpose()?,
-                    Key::ElasticGet(id) => core.elastic_gets.get(id).map(|n| n.to_le_bytes().to_vec()),
+                    Key::Lease(a) => core.leases().get(a).map(encode).transpose()?,
+                    Key::ElasticGet(id) => core.elastic_gets().get(id).map(|n| n.to_le_bytes().to_vec()),
                 };
                 Ok((key.clone(), value))
             })

@@ -327,11 +327,11 @@ pub async fn scheduler_api(quick: bool) -> anyhow::Result<()> {
 /// Builds a store with `ended` ended and `live` queued jobs, then times a restart until the first
 /// request is answered.
 async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
-    use arm_server::core::{Core, Key};
+    use arm_server::core::{Core, Durable, Key};
     use arm_server::model::{Device, Host, Job, JobState};
     let (ended, live) = if quick { (1_000, 100) } else { (10_000, 1_000) };
     let state = tempfile::tempdir()?;
-    let mut core = Core::default();
+    let mut durable = Durable::default();
     let mut keys = std::collections::BTreeSet::new();
     let host = Host {
         name: "h0".into(),
@@ -346,7 +346,7 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
         states: Default::default(),
     };
     keys.insert(Key::Host(host.name.clone()));
-    core.hosts.insert(host.name.clone(), host);
+    durable.hosts.insert(host.name.clone(), host);
     let now = ac_proto::capability::unix_now();
     for i in 0..ended + live {
         let id = format!("job-{i}");
@@ -369,11 +369,11 @@ async fn restart_with_large_store(quick: bool) -> anyhow::Result<()> {
             batch: None,
         };
         keys.insert(Key::Job(id.clone()));
-        core.jobs.insert(id, job);
+        durable.jobs.insert(id, job);
     }
     {
         let store = arm_server::store::Store::open(state.path())?;
-        store.commit(&arm_server::store::Store::snapshot(&core, &keys)?)?;
+        store.commit(&arm_server::store::Store::snapshot(&Core::restore(durable), &keys)?)?;
     }
     let config = arm_server::ArmConfig {
         listen: "127.0.0.1:0".parse()?,

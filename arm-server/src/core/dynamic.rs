@@ -5,9 +5,9 @@
 
 use ac_proto::arm::{ArmErrorKind, Ask};
 
+use super::view::Decision;
 use super::{err, Core, GetOutcome, Key, Outcome};
 use crate::model::{DynSet, Holder, JobState, Loan, PendingGet};
-use crate::policy::Decision;
 
 pub use ac_proto::arm::Preemption;
 

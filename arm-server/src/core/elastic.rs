@@ -3,9 +3,9 @@
 //! the accelerators by its deadline, or their capabilities are revoked then. Leases and their
 //! reclaims are stored, so a reclaim survives a restart of the manager.
 
+use super::view::{Pass, View};
 use super::{Core, Key};
 use crate::model::Lease;
-use crate::policy::{Pass, View};
 
 pub use ac_proto::arm::Preemption;
 

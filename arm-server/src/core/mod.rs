@@ -2,27 +2,44 @@
 //! argument, Unix seconds), deterministic. The server persists what [`Core::take_dirty`] names
 //! and turns revocations into messages; tests drive it directly.
 //!
-//! This file holds the pool, jobs, sessions and the scheduling pass; `dynamic.rs` the `AC_Get`
-//! family (sets, waiting requests, pre-allocations, loans and preemption); `reservations.rs` the
-//! advance reservations; `accounting.rs` the intervals of accelerator use.
+//! # Layout
+//! - this file: the state ([`Core`], its fields private), dirty tracking, holding and releasing
+//!   an accelerator, and the scheduling pass;
+//! - `state.rs`: what the store holds ([`Durable`]) and read-only access for everyone else;
+//! - `hosts.rs`, `jobs.rs`, `sessions.rs`: the pool's hosts, jobs' lives, programs' sessions;
+//! - `dynamic.rs` (`AC_Get`: sets, waiting requests, pre-allocations, loans, preemption),
+//!   `plain.rs` (its fast path), `elastic.rs` (lent accelerators and reclaims);
+//! - `reservations.rs`: advance reservations; `accounting.rs`: intervals of accelerator use;
+//! - `view.rs`: the bridge to `arm-sched`: the state rebuilt as a scheduler for each decision.
+//!
+//! # Invariant
+//! Every change goes through a method here that marks what it touched dirty, so that the
+//! store gets it: no field is writable from outside `core/`.
 
 pub mod accounting;
 mod dynamic;
 mod elastic;
+mod hosts;
+mod jobs;
 mod plain;
 mod reservations;
+mod sessions;
+mod state;
 #[cfg(test)]
 mod tests;
+mod view;
 
 pub use dynamic::Preemption;
 pub use reservations::ReservationOwner;
+pub use sessions::StaticState;
+pub use state::Durable;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ac_proto::arm::{ArmError, ArmErrorKind, JobAuth};
+use ac_proto::arm::{ArmError, ArmErrorKind};
 
 use crate::model::{DynSet, Holder, Host, Job, JobState, Lease, PendingGet, Reservation, Session, Usage};
-use crate::policy::{usable_free, View};
+use view::{usable_free, View};
 
 /// A key of the durable store that changed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -70,54 +87,54 @@ pub struct Revocation {
 #[derive(Debug, Default)]
 pub struct Core {
     /// Hosts by name.
-    pub hosts: BTreeMap<String, Host>,
+    hosts: BTreeMap<String, Host>,
     /// Jobs by id.
-    pub jobs: BTreeMap<String, Job>,
+    jobs: BTreeMap<String, Job>,
     /// Dynamic sets by id.
-    pub sets: BTreeMap<u64, DynSet>,
+    sets: BTreeMap<u64, DynSet>,
     /// Sessions by token hash.
-    pub sessions: BTreeMap<String, Session>,
+    sessions: BTreeMap<String, Session>,
     /// Dynamic requests waiting for accelerators (or rejected, until their program learns it).
-    pub pending: BTreeMap<u64, PendingGet>,
+    pending: BTreeMap<u64, PendingGet>,
     /// Advance reservations not yet over, by id.
-    pub reservations: BTreeMap<u64, Reservation>,
+    reservations: BTreeMap<u64, Reservation>,
     /// Next id for jobs' order, sets and capabilities.
-    pub next_id: u64,
+    next_id: u64,
     /// The scheduler's settings.
-    pub scheduling: arm_sched::Config,
+    scheduling: arm_sched::Config,
     /// Delay accounting of the dynamic fairness policy (stored: a restart keeps the
     /// interval's charges).
-    pub ledger: arm_sched::Ledger,
+    ledger: arm_sched::Ledger,
     /// Revocations sent but not yet acknowledged by their backend: (host, capability). Stored,
     /// and sent again after a restart.
-    pub unacked: BTreeSet<(String, u64)>,
+    unacked: BTreeSet<(String, u64)>,
     /// Revocations of preempted loans, due at the end of their grace: (when, host, capability).
-    pub delayed: BTreeSet<(u64, String, u64)>,
+    delayed: BTreeSet<(u64, String, u64)>,
     /// Preemptions not yet told to the borrowing program, by session (in memory: a program
     /// that reconnects after a restart of the manager learns of it when its capability goes).
-    pub notices: BTreeMap<String, Vec<Preemption>>,
+    notices: BTreeMap<String, Vec<Preemption>>,
     /// How long a preempted borrower keeps an accelerator before its capability is revoked.
-    pub preemption_grace_s: u64,
+    preemption_grace_s: u64,
     /// The batch system's pending jobs that want accelerators, as last read from it, in its
     /// priority order (in memory). `AC_Get` decides with them in the view as queued jobs, so
     /// that the fairness policy plans around Slurm's queue; they are never started here.
-    pub batch_queue: Vec<Job>,
+    batch_queue: Vec<Job>,
     /// Open accounting intervals, by accelerator: one per accelerator in a job's use (stored;
     /// see `accounting.rs`).
-    pub usage: BTreeMap<String, Usage>,
+    usage: BTreeMap<String, Usage>,
     /// Lent accelerators of elastic sets, by accelerator (stored).
-    pub leases: BTreeMap<String, Lease>,
+    leases: BTreeMap<String, Lease>,
     /// The notice of each waiting elastic request, by request id (stored).
-    pub elastic_gets: BTreeMap<u64, u64>,
+    elastic_gets: BTreeMap<u64, u64>,
     /// When the scheduler next wants a pass (a reclaim coming due or its deadline), as the
     /// last decision left it (in memory: a restart plans again at its first pass).
-    pub wake_at: Option<u64>,
+    wake_at: Option<u64>,
     /// Reclaims sent to programs, and accelerators revoked because a program kept them past
     /// a reclaim's deadline, since the manager started (in memory, for the metrics).
-    pub reclaim_counts: (u64, u64),
+    reclaim_counts: (u64, u64),
     /// Seconds usable accelerators were held by nobody, summed at each tick since the manager
     /// started, and the tick they are summed to (in memory, for the metrics).
-    pub idle_seconds: (u64, u64),
+    idle_seconds: (u64, u64),
     dirty: BTreeSet<Key>,
     revocations: Vec<Revocation>,
 }
@@ -137,24 +154,6 @@ pub enum GetOutcome {
     Rejected(String),
     /// Waiting, as this request.
     Waiting(u64),
-}
-
-/// What a session sees of its static allocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StaticState {
-    /// Bound: accelerator ids for the session's node, in a stable order.
-    Bound(Vec<String>),
-    /// Queued behind `position` jobs; needs `needed`, `free` are free.
-    Queued {
-        /// Jobs ahead.
-        position: u32,
-        /// Accelerators needed.
-        needed: u32,
-        /// Accelerators free.
-        free: u32,
-        /// When the plan expects it to start (Unix time).
-        expected_start: Option<u64>,
-    },
 }
 
 impl Core {
@@ -205,183 +204,7 @@ impl Core {
         }
     }
 
-    /// Registers a host with its devices.
-    pub fn add_host(&mut self, host: Host) -> Outcome<()> {
-        if self.hosts.contains_key(&host.name) {
-            return Err(err(ArmErrorKind::Conflict, format!("host `{}` is already registered", host.name)));
-        }
-        if host.name.contains('/') || host.name.is_empty() {
-            return Err(err(ArmErrorKind::Invalid, "host names must be non-empty and contain no `/`"));
-        }
-        self.dirty.insert(Key::Host(host.name.clone()));
-        self.hosts.insert(host.name.clone(), host);
-        Ok(())
-    }
-
-    /// Marks a host up or down (heartbeats). Returns whether it changed.
-    pub fn set_up(&mut self, name: &str, up: bool, now: u64) -> bool {
-        let Some(host) = self.hosts.get_mut(name) else { return false };
-        if host.up == up {
-            return false;
-        }
-        host.up = up;
-        if up {
-            self.schedule(now);
-        }
-        true
-    }
-
-    /// Records the devices `name`'s backend serves (from its link): registered devices it does
-    /// not serve as registered are not granted until it does again (runtime state, not
-    /// stored). Returns whether that changed.
-    pub fn set_served(&mut self, name: &str, served: &[ac_proto::backend::DeviceInfo], now: u64) -> bool {
-        let Some(host) = self.hosts.get_mut(name) else { return false };
-        let mismatch = host.compare(served);
-        if host.mismatch == mismatch {
-            return false;
-        }
-        let unserved = |m: &Option<crate::model::Mismatch>| m.as_ref().map_or(0, |m| m.unserved.len());
-        let fewer = unserved(&mismatch) < unserved(&host.mismatch);
-        host.mismatch = mismatch;
-        if fewer {
-            self.schedule(now);
-        }
-        true
-    }
-
-    /// Records each device's state as `name`'s backend reports it. Returns whether a device
-    /// became grantable or ungrantable (health or faults).
-    pub fn set_states(&mut self, name: &str, states: Vec<ac_proto::backend::DeviceState>, now: u64) -> bool {
-        let Some(host) = self.hosts.get_mut(name) else { return false };
-        let out = |h: &crate::model::Host| -> Vec<u32> {
-            h.devices.iter().map(|d| d.index).filter(|&i| h.unhealthy(i).is_some()).collect()
-        };
-        let before = out(host);
-        host.states = states.into_iter().map(|s| (s.index, s)).collect();
-        let after = out(host);
-        // One back in the pool may start a queued job.
-        if before.iter().any(|i| !after.contains(i)) {
-            self.schedule(now);
-        }
-        before != after
-    }
-
-    /// What admins should know about the hosts: backends that serve other devices than they were
-    /// registered with, and accelerators their backends report unhealthy or faulty.
-    pub fn host_problems(&self) -> Vec<String> {
-        let unhealthy = self.hosts.values().flat_map(|h| {
-            h.devices.iter().filter_map(move |d| {
-                let reason = h.unhealthy(d.index)?;
-                Some(format!("accelerator {} is not granted: {reason}", h.accelerator_id(d.index)))
-            })
-        });
-        let mismatched = self.hosts.values().filter_map(|h| Some((h, h.mismatch.as_ref()?)));
-        let mut problems: Vec<String> = unhealthy.collect();
-        problems.extend(mismatched
-            .map(|(h, m)| {
-                format!(
-                    "host {} serves other devices than it was registered with ({}); {} of its accelerator(s) are not \
-                     granted until its backend serves them again (or remove and add the host to register what it serves)",
-                    h.name,
-                    m.differences.join("; "),
-                    m.unserved.len()
-                )
-            }));
-        problems
-    }
-
-    /// Drains (or resumes) a host.
-    pub fn drain(&mut self, name: &str, drain: bool, now: u64) -> Outcome<()> {
-        let host = self.hosts.get_mut(name).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no host `{name}`")))?;
-        host.draining = drain;
-        self.dirty.insert(Key::Host(name.to_string()));
-        if !drain {
-            self.schedule(now);
-        }
-        Ok(())
-    }
-
-    /// Removes a host: refused while allocated unless `force`, which revokes the allocations.
-    pub fn remove_host(&mut self, name: &str, force: bool) -> Outcome<Host> {
-        let host = self.hosts.get(name).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no host `{name}`")))?;
-        let held: Vec<Holder> = host.devices.iter().filter_map(|d| d.holder.clone()).collect();
-        if !held.is_empty() && !force {
-            return Err(err(
-                ArmErrorKind::Conflict,
-                format!("host `{name}` has {} allocated accelerator(s); drain it, or remove with --force", held.len()),
-            ));
-        }
-        for holder in held.iter().filter_map(Holder::user) {
-            // Sent as the link closes; a removed host acknowledges nothing, so none is kept.
-            self.revocations.push(Revocation { host: name.to_string(), capability: holder.capability });
-            if let Some(set_id) = holder.set {
-                let prefix = format!("{name}/");
-                if let Some(set) = self.sets.get_mut(&set_id) {
-                    set.accelerators.retain(|a| !a.starts_with(&prefix));
-                    self.dirty.insert(Key::Set(set_id));
-                }
-            }
-        }
-        let delayed: Vec<(u64, String, u64)> = self.delayed.iter().filter(|(_, h, _)| h == name).cloned().collect();
-        for (at, host, capability) in delayed {
-            self.delayed.remove(&(at, host.clone(), capability));
-            self.dirty.insert(Key::Delayed(at, host, capability));
-        }
-        let forgotten: Vec<(String, u64)> = self.unacked.iter().filter(|(h, _)| h == name).cloned().collect();
-        for (host, capability) in forgotten {
-            self.acknowledge(&host, capability);
-        }
-        self.dirty.insert(Key::Host(name.to_string()));
-        Ok(self.hosts.remove(name).expect("checked above"))
-    }
-
     /// Queues a static request.
-    pub fn submit(&mut self, mut job: Job, now: u64) -> Outcome<()> {
-        if self.jobs.contains_key(&job.id) {
-            return Err(err(ArmErrorKind::Conflict, format!("job `{}` exists", job.id)));
-        }
-        // A job may hold nothing static (acpn 0): it starts at once, and its program asks at run
-        // time.
-        if job.nodes.is_empty() {
-            return Err(err(ArmErrorKind::Invalid, "a job needs at least one node"));
-        }
-        let size = job.nodes.len() as u32 * job.acpn;
-        let total: usize = self.hosts.values().map(|h| h.devices.len()).sum();
-        if job.peak.is_some_and(|peak| peak < size || peak as usize > total) {
-            return Err(err(
-                ArmErrorKind::Invalid,
-                format!("a peak is between the job's size ({size}) and the pool ({total})"),
-            ));
-        }
-        if let Some(id) = job.reservation {
-            let r = self
-                .reservations
-                .get(&id)
-                .ok_or_else(|| err(ArmErrorKind::NotFound, format!("no reservation {id}")))?;
-            if r.user != job.user {
-                return Err(err(ArmErrorKind::Invalid, format!("reservation {id} is for {}'s jobs", r.user)));
-            }
-        }
-        let total: usize = self.hosts.values().map(|h| h.devices.len()).sum();
-        if job.nodes.len() * job.acpn as usize > total {
-            return Err(err(
-                ArmErrorKind::Invalid,
-                format!("job needs {} accelerators, the pool has {total}", job.nodes.len() * job.acpn as usize),
-            ));
-        }
-        job.seq = self.fresh_id();
-        job.state = JobState::Queued;
-        job.submitted = now;
-        if size == 0 && job.peak.unwrap_or(0) == 0 {
-            // Nothing to wait for: it runs, and asks at run time.
-            (job.state, job.started) = (JobState::Running, Some(now));
-        }
-        self.dirty.insert(Key::Job(job.id.clone()));
-        self.jobs.insert(job.id.clone(), job);
-        self.schedule(now);
-        Ok(())
-    }
-
     /// Queued jobs in the order the policy serves them.
     pub fn queue(&self) -> Vec<&Job> {
         let mut queued: Vec<&Job> = self.jobs.values().filter(|j| j.state == JobState::Queued).collect();
@@ -541,255 +364,5 @@ impl Core {
             }
         }
         out
-    }
-
-    /// Ends a job: everything it holds goes back, its sessions end.
-    pub fn end_job(&mut self, id: &str, now: u64) -> Outcome<()> {
-        let job = self.jobs.get_mut(id).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{id}`")))?;
-        if job.state == JobState::Ended {
-            return Ok(());
-        }
-        job.state = JobState::Ended;
-        job.ended = Some(now);
-        self.dirty.insert(Key::Job(id.to_string()));
-        self.drop_pending(|g| g.job == id);
-        for (accel, holder) in self.owned_by(id) {
-            match holder.loan {
-                // What it lent stays with the borrower, as the borrower's own.
-                Some(loan) => {
-                    let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
-                    if holder.capability != 0 {
-                        self.revoke(&host, holder.capability);
-                    }
-                    let kept = Holder::using(&loan.job, &loan.node, Some(loan.set), loan.capability);
-                    *self.holder_mut(&accel).expect("owned") = kept;
-                }
-                None => self.release(&accel),
-            }
-        }
-        for (accel, _) in self.held_by(id) {
-            self.return_loan(&accel);
-        }
-        let sets: Vec<u64> = self.sets.values().filter(|s| s.job == id).map(|s| s.id).collect();
-        for set in sets {
-            self.sets.remove(&set);
-            self.dirty.insert(Key::Set(set));
-        }
-        let sessions: Vec<String> =
-            self.sessions.values().filter(|s| s.job == id).map(|s| s.token_hash.clone()).collect();
-        for token in sessions {
-            self.notices.remove(&token);
-            self.sessions.remove(&token);
-            self.dirty.insert(Key::Session(token));
-        }
-        self.schedule(now);
-        Ok(())
-    }
-
-    /// The live, batch-submitted job `job` whose credential is `secret`, if `node` is one of its
-    /// nodes.
-    fn job_with_credential(&self, job: &str, secret: &str, node: &str) -> Outcome<&Job> {
-        let found = self.jobs.get(job).filter(|j| j.state != JobState::Ended && !j.ad_hoc);
-        let Some(found) =
-            found.filter(|j| crate::keys::constant_time_eq(&j.credential_hash, &crate::keys::hash(secret)))
-        else {
-            return Err(err(ArmErrorKind::Unauthorized, format!("no running job `{job}` with that credential")));
-        };
-        if !found.nodes.iter().any(|n| n == node) {
-            return Err(err(ArmErrorKind::Unauthorized, format!("node `{node}` is not one of job `{job}`'s nodes")));
-        }
-        Ok(found)
-    }
-
-    /// The accelerators the job of `auth` holds for `node`, with their hosts (`Request::Routes`):
-    /// read-only, and only for a job credential that checks out.
-    pub fn routes(&self, auth: &JobAuth, node: &str) -> Outcome<Vec<(String, &Host)>> {
-        let JobAuth::Credential { job, secret } = auth else {
-            return Ok(Vec::new());
-        };
-        let job = self.job_with_credential(job, secret, node)?;
-        let held = self.held_by(&job.id).into_iter().filter(|(_, holder)| holder.node == node);
-        Ok(held
-            .filter_map(|(id, _)| {
-                let host = self.hosts.get(id.rsplit_once('/')?.0)?;
-                Some((id, host))
-            })
-            .collect())
-    }
-
-    /// `AC_Init`: opens a session for a job's node (creating an ad-hoc job if asked). A retry
-    /// with the same token finds the session the first call opened.
-    pub fn open_session(&mut self, token_hash: String, auth: &JobAuth, node: &str, now: u64) -> Outcome<String> {
-        if let Some(session) = self.sessions.get(&token_hash) {
-            return Ok(session.job.clone());
-        }
-        let job_id = match auth {
-            JobAuth::Credential { job, secret } => self.job_with_credential(job, secret, node)?.id.clone(),
-            JobAuth::AdHoc { acpn } => {
-                let id = format!("adhoc-{}", self.next_id + 1);
-                let job = Job {
-                    id: id.clone(),
-                    user: "adhoc".into(),
-                    group: "adhoc".into(),
-                    nodes: vec![node.to_string()],
-                    acpn: *acpn,
-                    walltime_s: 0,
-                    submitted: now,
-                    started: None,
-                    state: JobState::Queued,
-                    credential_hash: String::new(),
-                    seq: 0,
-                    ad_hoc: true,
-                    reservation: None,
-                    peak: None,
-                    ended: None,
-                    batch: None,
-                };
-                self.submit(job, now)?;
-                id
-            }
-            JobAuth::Munge { .. } => {
-                return Err(err(ArmErrorKind::Internal, "a munge credential is checked before the core sees it"));
-            }
-            JobAuth::SameJob { token } => {
-                let unknown = || err(ArmErrorKind::Unauthorized, "no session with that token");
-                let first = self.sessions.get(&crate::keys::hash(token)).ok_or_else(unknown)?;
-                let job = self.jobs.get(&first.job).filter(|j| j.state != JobState::Ended).ok_or_else(unknown)?;
-                // An ad-hoc job lives on its first node; its other processes must run there too.
-                if !job.nodes.iter().any(|n| n == node) {
-                    return Err(err(
-                        ArmErrorKind::Unauthorized,
-                        format!("node `{node}` is not one of job `{}`'s nodes", job.id),
-                    ));
-                }
-                job.id.clone()
-            }
-        };
-        self.insert_session(token_hash, job_id, node)
-    }
-
-    /// `AC_Init` of a process whose user munge vouched for (`uid`): a session of batch job
-    /// `job` on `node`, if the job is that user's and runs there.
-    pub fn open_batch_session(&mut self, token_hash: String, job: &str, uid: u32, node: &str) -> Outcome<String> {
-        if let Some(session) = self.sessions.get(&token_hash) {
-            return Ok(session.job.clone());
-        }
-        let refused = |why: String| err(ArmErrorKind::Unauthorized, why);
-        let found = self.jobs.get(job).filter(|j| j.state == JobState::Running);
-        let found = found.ok_or_else(|| refused(format!("no running batch job `{job}`")))?;
-        match &found.batch {
-            Some(batch) if batch.uid == uid => {}
-            Some(_) => return Err(refused(format!("job `{job}` is not a job of uid {uid}"))),
-            None => return Err(refused(format!("job `{job}` was not bound by the batch system"))),
-        }
-        if !found.nodes.iter().any(|n| n == node) {
-            return Err(refused(format!("node `{node}` is not one of job `{job}`'s nodes")));
-        }
-        self.insert_session(token_hash, job.to_string(), node)
-    }
-
-    fn insert_session(&mut self, token_hash: String, job: String, node: &str) -> Outcome<String> {
-        let session = Session { token_hash: token_hash.clone(), job: job.clone(), node: node.to_string() };
-        self.sessions.insert(token_hash.clone(), session);
-        self.dirty.insert(Key::Session(token_hash));
-        Ok(job)
-    }
-
-    /// The batch system starts `job` (its prolog): binds its static accelerators now, or fails
-    /// and leaves no trace, so that the batch system requeues it. A prolog runs once per start,
-    /// before the job's processes: a batch job of the same id still bound here is an earlier
-    /// run (requeued, or the id reused after its epilog was missed) and is ended first, so
-    /// nothing of it passes to the new one; returns when that earlier run was bound. An ended
-    /// job of the same id is forgotten.
-    pub fn bind_batch_job(&mut self, job: Job, now: u64) -> Outcome<Option<u64>> {
-        let earlier = self.jobs.get(&job.id).filter(|j| j.batch.is_some() && j.state != JobState::Ended);
-        let earlier = earlier.map(|j| j.started.unwrap_or(j.submitted));
-        if earlier.is_some() {
-            self.end_job(&job.id, now)?;
-        }
-        if self.jobs.get(&job.id).is_some_and(|j| j.state == JobState::Ended) {
-            self.jobs.remove(&job.id);
-        }
-        let id = job.id.clone();
-        let needed = job.nodes.len() as u32 * job.acpn;
-        self.submit(job, now)?;
-        if self.jobs[&id].state == JobState::Running {
-            return Ok(earlier);
-        }
-        let free = usable_free(&self.hosts);
-        self.jobs.remove(&id);
-        self.dirty.insert(Key::Job(id.clone()));
-        Err(err(
-            ArmErrorKind::Conflict,
-            format!("job `{id}` needs {needed} accelerator(s) now and {free} are free: the batch system's pool is out of step"),
-        ))
-    }
-
-    /// The session for a token hash.
-    pub fn session(&self, token_hash: &str) -> Outcome<&Session> {
-        self.sessions.get(token_hash).ok_or_else(|| err(ArmErrorKind::Unauthorized, "unknown or expired session"))
-    }
-
-    /// Where a session's static allocation stands.
-    pub fn static_state(&self, token_hash: &str, now: u64) -> Outcome<StaticState> {
-        let session = self.session(token_hash)?;
-        let job = &self.jobs[&session.job];
-        if job.state == JobState::Queued {
-            let position = self.queue().iter().position(|j| j.id == job.id).unwrap_or(0) as u32;
-            return Ok(StaticState::Queued {
-                position,
-                needed: job.nodes.len() as u32 * job.acpn,
-                free: usable_free(&self.hosts) as u32,
-                expected_start: self.expected_start(&job.id, now),
-            });
-        }
-        let bound = self
-            .held_by(&job.id)
-            .into_iter()
-            .filter(|(_, h)| h.set.is_none() && h.node == session.node)
-            .map(|(a, _)| a)
-            .collect();
-        Ok(StaticState::Bound(bound))
-    }
-
-    /// Forgets jobs that ended `retention` seconds ago or more; returns how many.
-    pub fn purge_ended(&mut self, now: u64, retention: u64) -> usize {
-        let old: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Ended && j.ended.is_some_and(|e| e.saturating_add(retention) <= now))
-            .map(|j| j.id.clone())
-            .collect();
-        for id in &old {
-            self.jobs.remove(id);
-            self.dirty.insert(Key::Job(id.clone()));
-        }
-        old.len()
-    }
-
-    /// A batch job's walltime as the batch system has it now (an admin raised or lowered it).
-    pub fn set_walltime(&mut self, job: &str, walltime_s: u64) -> Outcome<()> {
-        let found = self.jobs.get_mut(job).ok_or_else(|| err(ArmErrorKind::NotFound, format!("no job `{job}`")))?;
-        if found.walltime_s != walltime_s {
-            found.walltime_s = walltime_s;
-            self.dirty.insert(Key::Job(job.to_string()));
-        }
-        Ok(())
-    }
-
-    /// Ends jobs whose walltime plus `grace` has passed. Batch jobs are not: the batch system
-    /// ends them (its epilog), and its limit may have changed since the last reconciliation.
-    pub fn expire_walltimes(&mut self, now: u64, grace: u64) -> Vec<String> {
-        let over: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Running && j.walltime_s > 0 && j.batch.is_none())
-            .filter(|j| j.started.is_some_and(|s| s + j.walltime_s + grace <= now))
-            .map(|j| j.id.clone())
-            .collect();
-        for id in &over {
-            let _ = self.end_job(id, now);
-        }
-        over
     }
 }

@@ -1,5 +1,5 @@
 //! Decisions of the scheduling core that are plain enough to know without building its view
-//! (see `policy.rs`), taken on the hot path of `AC_Get`: a refusal when fewer accelerators are
+//! (see `view.rs`), taken on the hot path of `AC_Get`: a refusal when fewer accelerators are
 //! idle than a request needs, and a grant when nothing is queued or reserved that it could
 //! delay. Each is exactly the core's answer (`tests.rs` compares them); anything less plain
 //! goes to the core.
@@ -7,9 +7,9 @@
 use ac_proto::arm::Ask;
 use arm_sched::Rejection;
 
+use super::view::{usable_free, usable_free_ids, Decision};
 use super::{Core, Key};
 use crate::model::JobState;
-use crate::policy::{usable_free, usable_free_ids, Decision};
 
 impl Core {
     /// The core's answer to `job`'s request `ask`, if it is plain: `None` when only the core

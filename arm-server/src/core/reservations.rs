@@ -1,5 +1,5 @@
 //! Advance reservations: a window of accelerators for a user's jobs or one job, which the
-//! scheduling core plans around (see `policy.rs`).
+//! scheduling core plans around (see `view.rs`).
 
 use ac_proto::arm::ArmErrorKind;
 

@@ -1,5 +1,5 @@
 //! The core driven directly: no I/O, no clock.
-use ac_proto::arm::Ask;
+use ac_proto::arm::{Ask, JobAuth};
 
 use super::*;
 use crate::model::Device;
@@ -342,13 +342,13 @@ fn running_jobs_that_hold_nothing_stay_out_of_the_view_and_rejections_change_not
 }
 
 /// The view's answer to a request, built the long way.
-fn full_decision(core: &Core, job: &str, ask: &Ask, now: u64) -> crate::policy::Decision {
+fn full_decision(core: &Core, job: &str, ask: &Ask, now: u64) -> super::view::Decision {
     core.view_with_batch_queue(job, now).request(job, ask, None, core.next_id + 1, now)
 }
 
 #[test]
 fn plain_decisions_are_the_cores_own_answers_and_only_when_they_are_sure() {
-    use crate::policy::Decision;
+    use super::view::Decision;
     let mut core = core(4);
     core.preemption_grace_s = 10;
     core.submit(Job { peak: Some(3), ..job("owner", &["n1"], 1) }, 0).unwrap();
@@ -391,7 +391,7 @@ fn plain_decisions_are_the_cores_own_answers_and_only_when_they_are_sure() {
 
 #[test]
 fn plain_decisions_match_the_core_across_many_pools() {
-    use crate::policy::Decision;
+    use super::view::Decision;
     let mut random = 0x2545_F491_4F6C_DD1Du64;
     let mut next = |n: u64| {
         random ^= random << 13;

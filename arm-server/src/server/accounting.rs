@@ -34,8 +34,8 @@ impl Arm {
         // interval closed meanwhile is then in the store as well, and counted once, as a record.
         let (mut open, queued): (Vec<Usage>, u64) = {
             let core = self.core.lock().expect("core poisoned");
-            let queued = self.commits.lock().expect("commits poisoned").queued;
-            (core.usage.values().filter(|u| u.start_ms < until).cloned().collect(), queued)
+            let queued = self.last_queued();
+            (core.usage().values().filter(|u| u.start_ms < until).cloned().collect(), queued)
         };
         self.commit_through(queued).await.map_err(internal)?;
         let mut closed = self.store.usage_since(since).map_err(internal)?;

@@ -35,7 +35,7 @@ impl Arm {
         if identity.payload != munge_payload(job, node) {
             return Err(err(ArmErrorKind::Unauthorized, "the munge credential was made for another job or node"));
         }
-        let known = self.core.lock().expect("core poisoned").jobs.contains_key(job);
+        let known = self.core.lock().expect("core poisoned").jobs().contains_key(job);
         if !known {
             self.register_on_demand(slurm, job).await?;
         }
@@ -50,7 +50,7 @@ impl Arm {
         // One at a time, so that the job's processes starting together register it once (a
         // second binding would end the first's). A job not yet known binds nothing in Slurm.
         let _one_at_a_time = self.slurm_grants.lock().await;
-        if self.core.lock().expect("core poisoned").jobs.contains_key(job) {
+        if self.core.lock().expect("core poisoned").jobs().contains_key(job) {
             return Ok(());
         }
         let running = slurm.running_job(job).await.map_err(|e| err(ArmErrorKind::Unauthorized, e))?;
@@ -73,7 +73,7 @@ impl Arm {
     ) -> Result<(), ArmError> {
         // A job id seen before is a requeued job (or a reused id): Slurm may count the grants
         // of its last run in its licenses, fixed once it is bound.
-        let rerun = self.core.lock().expect("core poisoned").jobs.contains_key(&id);
+        let rerun = self.core.lock().expect("core poisoned").jobs().contains_key(&id);
         let nodes = match self.slurm() {
             Some(slurm) if acpn > 0 => self.licensed_nodes(slurm, &id, nodes, acpn).await,
             _ => nodes,
@@ -182,7 +182,7 @@ impl Arm {
         self.slurm()?;
         let core = self.core.lock().expect("core poisoned");
         let job = &core.session(token_hash).ok()?.job;
-        core.jobs.get(job).filter(|j| j.batch.is_some()).map(|j| j.id.clone())
+        core.jobs().get(job).filter(|j| j.batch.is_some()).map(|j| j.id.clone())
     }
 
     /// Accelerators `job` holds now, static and dynamic.
@@ -229,7 +229,7 @@ impl Arm {
         let _one_at_a_time = self.slurm_grants.lock().await;
         let still_running = {
             let core = self.core.lock().expect("core poisoned");
-            core.jobs.get(&job).is_some_and(|j| j.state == JobState::Running)
+            core.jobs().get(&job).is_some_and(|j| j.state == JobState::Running)
         };
         if !still_running {
             return;
@@ -263,13 +263,13 @@ impl Arm {
         let mut problems = Vec::new();
         // A job bound after this point is missing from the listing because it is new, not
         // because it ended: only jobs bound before it may be found gone.
-        let listed_after = self.core.lock().expect("core poisoned").next_id;
+        let listed_after = self.core.lock().expect("core poisoned").next_id();
         match slurm.jobs().await {
             Ok(jobs) => {
                 self.follow_active(&jobs.active, listed_after).await;
                 let queue =
                     jobs.pending.into_iter().enumerate().map(|(order, p)| queued_job(p, order as u64)).collect();
-                self.core.lock().expect("core poisoned").batch_queue = queue;
+                self.core.lock().expect("core poisoned").set_batch_queue(queue);
             }
             Err(e) => problems.push(format!("cannot list Slurm's jobs (jobs that ended are not released): {e}")),
         }
@@ -277,12 +277,12 @@ impl Arm {
             let core = self.core.lock().expect("core poisoned");
             let count = |unusable: bool| {
                 // Unusable: on a host down or draining, or not served by its backend.
-                let devices = core.hosts.values().flat_map(|h| h.devices.iter().map(move |d| (h, d)));
+                let devices = core.hosts().values().flat_map(|h| h.devices.iter().map(move |d| (h, d)));
                 devices.filter(|(h, d)| !unusable || !h.grantable(d)).count() as u32
             };
             // What jobs Slurm does not know hold (ad-hoc jobs, `armctl job submit`) is kept out
             // of its pool with the unusable accelerators.
-            let running = core.jobs.values().filter(|j| j.batch.is_none() && j.state == JobState::Running);
+            let running = core.jobs().values().filter(|j| j.batch.is_none() && j.state == JobState::Running);
             let outside: u32 = running.map(|j| core.held_by(&j.id).len() as u32).sum();
             (count(false), count(true) + outside)
         };
@@ -319,7 +319,7 @@ impl Arm {
     async fn follow_active(&self, active: &BTreeMap<String, ActiveJob>, listed_after: u64) {
         let (gone, limits, shrink) = {
             let core = self.core.lock().expect("core poisoned");
-            let running = || core.jobs.values().filter(|j| j.batch.is_some() && j.state == JobState::Running);
+            let running = || core.jobs().values().filter(|j| j.batch.is_some() && j.state == JobState::Running);
             let gone: Vec<String> = running()
                 .filter(|j| j.seq < listed_after && !active.contains_key(&j.id))
                 .map(|j| j.id.clone())

@@ -12,7 +12,7 @@ impl Arm {
     /// Every accelerator, host by host.
     pub(super) fn devices(&self) -> Answer {
         let core = self.core.lock().expect("core poisoned");
-        let views = core.hosts.values().flat_map(|host| {
+        let views = core.hosts().values().flat_map(|host| {
             let states = self.links.states(&host.name);
             host.devices
                 .iter()
@@ -30,7 +30,7 @@ impl Arm {
         let index: u32 = index.parse().map_err(|_| not_found())?;
         let known = {
             let core = self.core.lock().expect("core poisoned");
-            core.hosts.get(host).is_some_and(|h| h.devices.iter().any(|d| d.index == index))
+            core.hosts().get(host).is_some_and(|h| h.devices.iter().any(|d| d.index == index))
         };
         if !known {
             return Err(not_found());

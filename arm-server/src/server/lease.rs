@@ -1,11 +1,13 @@
 //! Leases: a program's dynamic accelerators (and an ad-hoc job) are held while a connection of
 //! its session is open, and for `lease_ms` after its last sign of life once none is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ac_proto::transport::Tuning;
 
+use super::Arm;
 use crate::config::ArmConfig;
 
 /// Live connections per session, and when a session with none loses its lease.
@@ -69,6 +71,34 @@ mod tests {
             let t = program_tuning(&config);
             assert!(t.idle_timeout_ms < lease_ms, "idles out before the lease ends ({lease_ms})");
             assert!(t.keep_alive_ms * 3 < t.idle_timeout_ms, "several pings per idle timeout ({lease_ms})");
+        }
+    }
+}
+
+impl Arm {
+    /// Ties a session to a connection: its lease runs only while none is connected.
+    pub(super) fn attach(&self, token_hash: &str, tokens: &Mutex<HashSet<String>>) {
+        if tokens.lock().expect("tokens poisoned").insert(token_hash.to_string()) {
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            *leases.live.entry(token_hash.to_string()).or_default() += 1;
+            leases.deadline.remove(token_hash);
+        }
+    }
+
+    /// A connection is gone: the leases of the sessions it carried (and no other connection
+    /// does) run from the program's last sign of life.
+    pub(super) fn connection_closed(&self, conn: &quinn::Connection, tokens: &Mutex<HashSet<String>>) {
+        let idle = Duration::from_millis(program_tuning(&self.config).idle_timeout_ms);
+        let lease = Duration::from_millis(self.config.lease_ms);
+        let deadline = lease_deadline(conn.close_reason().as_ref(), Instant::now(), idle, lease);
+        let mut leases = self.leases.lock().expect("leases poisoned");
+        for token in tokens.lock().expect("tokens poisoned").drain() {
+            let live = leases.live.entry(token.clone()).or_default();
+            *live = live.saturating_sub(1);
+            if *live == 0 {
+                leases.live.remove(&token);
+                leases.deadline.insert(token, deadline);
+            }
         }
     }
 }

@@ -17,7 +17,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{host_view, reservation_view, Arm};
+use super::views::{host_view, reservation_view};
+use super::Arm;
 use crate::model::JobState;
 
 type Labels = [(&'static str, &'static str); 1];
@@ -203,9 +204,9 @@ impl Snapshot {
     fn of(arm: &Arm) -> Self {
         let core = arm.core.lock().expect("core poisoned");
         let now = unix_now();
-        let mut hosts: Vec<HostView> = core.hosts.values().map(host_view).collect();
+        let mut hosts: Vec<HostView> = core.hosts().values().map(host_view).collect();
         let reservations: Vec<ReservationView> =
-            core.reservations.values().map(|r| reservation_view(&core, r, now)).collect();
+            core.reservations().values().map(|r| reservation_view(&core, r, now)).collect();
         mark_reserved(&mut hosts, &reservations);
         let mut snapshot = Snapshot {
             accelerators: ACCELERATOR_STATES.iter().map(|s| (*s, 0)).collect(),
@@ -218,7 +219,7 @@ impl Snapshot {
             }
         }
         snapshot.hosts_up = hosts.iter().map(|h| (h.name.clone(), i64::from(h.state != "down"))).collect();
-        for job in core.jobs.values() {
+        for job in core.jobs().values() {
             let state = match job.state {
                 JobState::Queued => "queued",
                 JobState::Running => "running",
@@ -226,12 +227,12 @@ impl Snapshot {
             };
             *snapshot.jobs.entry(state).or_default() += 1;
         }
-        snapshot.queue = snapshot.jobs["queued"] + core.batch_queue.len() as i64;
-        snapshot.waiting = core.pending.values().filter(|g| g.rejected.is_none()).count() as i64;
-        snapshot.unacknowledged = core.unacked.len() as i64;
-        snapshot.lent = core.leases.len() as i64;
-        (snapshot.reclaims, snapshot.reclaim_revocations) = core.reclaim_counts;
-        snapshot.idle_seconds = core.idle_seconds.0;
+        snapshot.queue = snapshot.jobs["queued"] + core.batch_queue().len() as i64;
+        snapshot.waiting = core.pending().values().filter(|g| g.rejected.is_none()).count() as i64;
+        snapshot.unacknowledged = core.unacked().len() as i64;
+        snapshot.lent = core.leases().len() as i64;
+        (snapshot.reclaims, snapshot.reclaim_revocations) = core.reclaim_counts();
+        snapshot.idle_seconds = core.idle_seconds();
         drop(core);
         snapshot.slurm_problems = arm.slurm_problems.lock().expect("problems poisoned").len() as i64;
         snapshot.store_writable = i64::from(arm.store.trouble().is_none());

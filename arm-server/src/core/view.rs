@@ -310,11 +310,6 @@ impl View {
         self.accelerators.iter().position(|a| a == accel).map(|u| u as UnitId)
     }
 
-    /// Usable accelerators nobody holds.
-    pub fn idle_units(&self) -> u32 {
-        self.scheduler.idle_units()
-    }
-
     /// Expected start of one queued job.
     pub fn expected_start(&self, job: &str, now: u64) -> Option<u64> {
         self.scheduler.expected_start(self.number(job)?, now)
