@@ -141,7 +141,7 @@ impl Accelerator {
                 let greeted = link::greet(shared.clone(), false, dialed.connection, &hello, options.protocol).await;
                 match greeted {
                     // A backend of the version before: dialed again, and greeted in its version.
-                    Err(Error::VersionMismatch(_)) => {
+                    Err(refused) if refused.is_version_refusal() => {
                         (dialed.crypto.clone(), link::open_on(options, dialed.crypto, &hello, Some(shared)).await?)
                     }
                     greeted => (dialed.crypto, greeted?),
@@ -550,10 +550,10 @@ async fn bulk_write(conn: &Connection, header: BulkHeader, data: &[u8]) -> Resul
     // The reply explains a refusal (the backend stops the stream, failing our write).
     let reply: Reply = match reader.expect_frame().await {
         Ok(reply) => reply,
-        Err(e) => return Err(written.err().map(|w| map_write(w, conn)).unwrap_or_else(|| copy_failed(e, conn))),
+        Err(e) => return Err(written.err().map(|w| map_write(w, conn).into()).unwrap_or_else(|| copy_failed(e, conn))),
     };
     match reply.response {
-        Response::Ok => written.map_err(|e| map_write(e, conn)),
+        Response::Ok => written.map_err(|e| map_write(e, conn).into()),
         Response::Error(e) => Err(e.into()),
         other => Err(Error::Protocol(format!("unexpected bulk reply {other:?}"))),
     }

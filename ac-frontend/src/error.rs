@@ -92,9 +92,7 @@ impl From<quinn::ConnectionError> for Error {
             quinn::ConnectionError::ApplicationClosed(c) => {
                 Error::Disconnected(String::from_utf8_lossy(&c.reason).into_owned())
             }
-            quinn::ConnectionError::ConnectionClosed(c)
-                if c.reason.as_ref() == b"peer doesn't support any known protocol" =>
-            {
+            quinn::ConnectionError::ConnectionClosed(c) if c.reason.as_ref() == ac_proto::error::ALPN_REFUSED => {
                 Error::VersionMismatch("the backend does not speak this protocol (ALPN)".into())
             }
             // Only the port watch closes a connection that still has calls in flight.
@@ -114,10 +112,13 @@ impl From<ProtoError> for Error {
             ProtoError::Read(quinn::ReadError::ConnectionLost(c)) => c.into(),
             ProtoError::Write(quinn::WriteError::ConnectionLost(c)) => c.into(),
             ProtoError::VersionMismatch { .. } => Error::VersionMismatch(e.to_string()),
+            ProtoError::Refused(refusal) => refusal.into(),
             ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. } => Error::Protocol(e.to_string()),
-            ProtoError::Certificate(_) | ProtoError::Tls(_) | ProtoError::Io(_) | ProtoError::Connect(_) => {
-                Error::Setup(e.to_string())
-            }
+            ProtoError::Certificate(_)
+            | ProtoError::Tls(_)
+            | ProtoError::Io(_)
+            | ProtoError::Connect(_)
+            | ProtoError::Setting { .. } => Error::Setup(e.to_string()),
             other => Error::Disconnected(other.to_string()),
         }
     }

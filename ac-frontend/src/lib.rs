@@ -16,8 +16,8 @@
 //! ```
 //!
 //! # Layout
-//! - [`link`]: connecting to a backend (TLS, tuning, preamble, hello). Reused by the resource
-//!   manager's client.
+//! - `ac_proto::backend::link`: connecting to a backend (TLS, tuning, preamble, hello), shared
+//!   with the resource manager's registration links; [`ConnectOptions`] is re-exported here.
 //! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
 //!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it;
 //!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them,
@@ -53,7 +53,6 @@ mod driver;
 mod error;
 mod kernel;
 mod lane;
-pub mod link;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod replies;
@@ -65,6 +64,8 @@ mod task;
 mod watch;
 
 pub use ac_proto::arm::Preemption;
+/// Connecting to a backend lives in `ac-proto`, which the manager shares.
+pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
 pub use accelerator::{Accelerator, CopyOptions};
 pub use buffer::DeviceBuffer;

@@ -99,7 +99,7 @@ pub(crate) async fn reconnect(credentials: &Credentials, replies: u64, deadline:
                         other => return Err(Error::Protocol(format!("expected a resumption, got {other:?}"))),
                     },
                     // The backend answered: asking again would get the same answer.
-                    Err(e) if answered(conn.close_reason()) => return Err(gone(e)),
+                    Err(e) if answered(conn.close_reason()) => return Err(gone(e.into())),
                     Err(e) => last = e.to_string(),
                 }
             }

@@ -59,4 +59,27 @@ pub enum ProtoError {
     /// A local I/O operation failed (socket, certificate files).
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
+    /// A backend refused a hello with an error (not by closing the connection).
+    #[error("the backend refused: {0:?}")]
+    Refused(crate::backend::WireError),
 }
+
+impl ProtoError {
+    /// Whether the peer refused the protocol version this side spoke: a preamble of another
+    /// version, a connection closed with [`crate::backend::close::VERSION_MISMATCH`], or an ALPN
+    /// it does not serve. A client may then try an older version.
+    pub fn is_version_refusal(&self) -> bool {
+        use quinn::ConnectionError::{ApplicationClosed, ConnectionClosed};
+        match self {
+            ProtoError::VersionMismatch { .. } => true,
+            ProtoError::Connection(ApplicationClosed(c)) => {
+                c.error_code == crate::backend::close::VERSION_MISMATCH.into()
+            }
+            ProtoError::Connection(ConnectionClosed(c)) => c.reason.as_ref() == ALPN_REFUSED,
+            _ => false,
+        }
+    }
+}
+
+/// What quinn says of a connection whose peer serves none of the ALPNs offered.
+pub const ALPN_REFUSED: &[u8] = b"peer doesn't support any known protocol";

@@ -51,7 +51,7 @@ impl Accelerator {
     #[pyo3(signature = (addr=None, ca_cert=None))]
     fn connect(py: Python<'_>, addr: Option<&str>, ca_cert: Option<&str>) -> PyResult<Self> {
         let options = match (addr, ca_cert) {
-            (None, None) => ConnectOptions::from_env().map_err(error::sdk)?,
+            (None, None) => ConnectOptions::from_env().map_err(|e| error::sdk(e.into()))?,
             (Some(addr), Some(ca)) => {
                 let addr = addr.parse().map_err(|e| error::invalid(format!("address {addr:?}: {e}")))?;
                 ConnectOptions::new(addr, ca)

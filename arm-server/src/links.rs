@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ac_frontend::link::{self, ConnectOptions};
+use ac_proto::backend::link::{self, ConnectOptions};
 use ac_proto::backend::{close, register_message, DeviceInfo, DeviceState, Hello, Order, Report, Response, Revoke};
 use ac_proto::capability::{unix_now, Signer};
 use ac_proto::frame::frames_bytes;
 use ac_proto::transport::Tuning;
+use ac_proto::ProtoError;
 use tokio::sync::mpsc;
 
 use crate::model::Host;
@@ -224,11 +225,13 @@ async fn run(
                         }
                     };
                 }
-                tokio::time::timeout(DIAL_LIMIT, link::open_on(&options, crypto, &hello, endpoint.as_ref()))
-                    .await
-                    .unwrap_or_else(|_| Err(ac_frontend::Error::Timeout(format!("no answer in {DIAL_LIMIT:?}"))))
+                match tokio::time::timeout(DIAL_LIMIT, link::open_on(&options, crypto, &hello, endpoint.as_ref())).await
+                {
+                    Ok(opened) => opened.map_err(DialError::Failed),
+                    Err(_) => Err(DialError::Silent),
+                }
             }
-            Err(e) => Err(e),
+            Err(e) => Err(DialError::Failed(e)),
         };
         match opened {
             Ok(mut link) => {
@@ -309,7 +312,7 @@ async fn run(
             Err(e) => {
                 // An endpoint whose socket failed answers every dial with a setup error: make a
                 // new one for the next dial rather than keep the host down until a restart.
-                if matches!(e, ac_frontend::Error::Setup(_)) {
+                if matches!(e, DialError::Failed(ProtoError::Connect(_) | ProtoError::Io(_))) {
                     endpoint = None;
                 }
                 // Also when the link never came up: the host may have been marked up before.
@@ -338,4 +341,22 @@ async fn run(
 /// changes only when the backend serves other devices.
 fn shape(devices: &[DeviceInfo]) -> Vec<DeviceInfo> {
     devices.iter().map(|d| DeviceInfo { memory_free: 0, ..d.clone() }).collect()
+}
+
+/// Why a registration link did not open.
+#[derive(Debug)]
+enum DialError {
+    /// Dialing, the handshake or the hello failed.
+    Failed(ProtoError),
+    /// The backend did not answer within [`DIAL_LIMIT`].
+    Silent,
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Failed(e) => e.fmt(f),
+            DialError::Silent => write!(f, "no answer in {DIAL_LIMIT:?}"),
+        }
+    }
 }

@@ -122,9 +122,9 @@ async fn init_floor(cluster: &Cluster, n: usize) -> anyhow::Result<Duration> {
     let _ = client.request(Request::Poll { token: ac_proto::random_hex(32) }).await;
     let hello = ac_proto::backend::Hello::Open { capability: vec![], device: 0 };
     let opens = options.iter().map(|o| async {
-        let crypto = ac_frontend::link::client_crypto(o)?;
+        let crypto = ac_proto::backend::link::client_crypto(o)?;
         // Refused (no capability), after the same handshake and hello a real open costs.
-        let _ = ac_frontend::link::open_on(o, crypto, &hello, Some(&endpoint)).await;
+        let _ = ac_proto::backend::link::open_on(o, crypto, &hello, Some(&endpoint)).await;
         Ok::<_, ac_frontend::Error>(())
     });
     futures_util::future::try_join_all(opens).await?;

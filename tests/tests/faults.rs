@@ -120,9 +120,9 @@ async fn a_client_closing_mid_transfer_is_cleaned_up() {
     let bystander = tb.connect().await;
     let data: Vec<u8> = (0..(16 << 20)).map(|i| (i % 251) as u8).collect();
     // A raw session allocates 64 MiB, starts a 64 MiB bulk copy, sends 8 MiB and vanishes.
-    let raw = ac_frontend::link::open(
+    let raw = ac_proto::backend::link::open(
         &tb.options(),
-        ac_frontend::link::client_crypto(&tb.options()).unwrap(),
+        ac_proto::backend::link::client_crypto(&tb.options()).unwrap(),
         &Hello::Open { capability: vec![], device: 0 },
     )
     .await

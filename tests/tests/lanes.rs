@@ -27,13 +27,13 @@ struct RawSession {
     session: SessionId,
     token: [u8; 16],
     lane_port: u16,
-    link: ac_frontend::link::Link,
+    link: ac_proto::backend::link::Link,
 }
 
 async fn raw_session(tb: &TestBackend) -> RawSession {
     let options = tb.options();
-    let crypto = ac_frontend::link::client_crypto(&options).unwrap();
-    let link = ac_frontend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
+    let crypto = ac_proto::backend::link::client_crypto(&options).unwrap();
+    let link = ac_proto::backend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
     let Response::Welcome { session, token, lane_port, .. } = link.welcome.clone() else { panic!("no welcome") };
     RawSession { session, token, lane_port, link }
 }

@@ -234,7 +234,7 @@ fn rounds_after_mark_direct(program: &mut Proc) {
 /// refused: a wrong token, a session the backend does not hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_session_runs_every_envelope_once_and_answers_again_what_was_lost() {
-    use ac_frontend::link;
+    use ac_proto::backend::link;
     use ac_proto::backend::{
         close, DevicePtr, Envelope, Hello, KernelArg, LaunchDims, ModuleSource, Reply, Request, Response, SessionId,
         StreamId,
@@ -311,7 +311,7 @@ async fn a_resumed_session_runs_every_envelope_once_and_answers_again_what_was_l
     for (hello, code) in
         [(resume(session, [0; 16], 6), close::UNAUTHORIZED), (resume(SessionId(999), token, 6), close::SESSION_GONE)]
     {
-        let refused = link::open(&options, crypto.clone(), &hello).await.expect_err("refused");
+        let refused: ac_frontend::Error = link::open(&options, crypto.clone(), &hello).await.expect_err("refused").into();
         assert!(matches!(refused, ac_frontend::Error::Revoked(_) | ac_frontend::Error::Disconnected(_)), "{refused}");
         let expected = if code == close::UNAUTHORIZED { "wrong session token" } else { "not on this backend" };
         assert!(refused.to_string().contains(expected), "{refused}");

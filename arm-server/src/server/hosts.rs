@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_frontend::link::{self, ConnectOptions};
 use ac_proto::arm::{ArmError, ArmErrorKind};
+use ac_proto::backend::link::{self, ConnectOptions};
 use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::unix_now;
 use tokio::sync::mpsc;
@@ -108,7 +108,7 @@ impl Arm {
         ca_pem: String,
         labels: Vec<(String, String)>,
     ) -> Result<Host, ArmError> {
-        let backend = |e: ac_frontend::Error| err(ArmErrorKind::Backend, format!("backend {addr}: {e}"));
+        let backend = |e: ac_proto::ProtoError| err(ArmErrorKind::Backend, format!("backend {addr}: {e}"));
         let mut options = ConnectOptions::new(addr, "");
         options.server_name = server_name.clone();
         options.ca_pem = Some(ca_pem.clone());

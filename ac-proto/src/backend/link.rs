@@ -1,19 +1,18 @@
-//! Connecting to a backend: TLS, transport tuning, preamble and hello.
-//!
-//! Kept apart from the compute API so that the resource manager's client can hand out backend
-//! addresses and capabilities and reuse it unchanged.
+//! Connecting to a backend: TLS, transport tuning, preamble and hello. The SDK's sessions and
+//! the manager's registration links both connect so (the SDK re-exports [`ConnectOptions`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ac_proto::backend::{v4, Hello, Preamble, Reply, Response, ALPN, MIN_VERSION, VERSION};
-use ac_proto::frame::{frame_bytes, FrameReader};
-use ac_proto::transport::Tuning;
-use ac_proto::{tls, transport};
 use quinn::{Connection, Endpoint, SendStream};
 
-use crate::{Error, Result};
+use super::{v4, Hello, Preamble, Reply, Response, ALPN, MIN_VERSION, VERSION};
+use crate::frame::{frame_bytes, FrameReader};
+use crate::transport::Tuning;
+use crate::{tls, transport, ProtoError};
+
+type Result<T> = std::result::Result<T, ProtoError>;
 
 /// How to reach one backend.
 #[derive(Debug, Clone)]
@@ -38,7 +37,7 @@ pub struct ConnectOptions {
     pub stripes: usize,
     /// Bulk lanes (TLS over TCP, see `ac_proto::lane`) over which large copies are striped; 0:
     /// QUIC streams only. With more than one, on a multi-thread runtime, a striped copy seals or
-    /// opens each lane's records on a thread of its own (see `stripes.rs`): for nodes with cores
+    /// opens each lane's records on a thread of its own (see the SDK's `stripes.rs`): for nodes with cores
     /// to spare. By default [`default_lanes`], by this node's cores.
     pub lanes: usize,
     /// A client endpoint to reuse for the first connection. Creating one (a socket, its
@@ -50,7 +49,7 @@ pub struct ConnectOptions {
     /// refuses it is greeted again in `MIN_VERSION` (a backend not yet upgraded).
     pub protocol: u16,
     /// How long a session whose connection timed out (a network outage) tries to resume it;
-    /// its calls wait meanwhile, and fail with [`Error::Timeout`] past it. Zero: the session
+    /// its calls wait meanwhile, and fail with a timeout past it. Zero: the session
     /// ends with its connection. 60 s by default (`AC_RESUME_MS`), as long as the manager's lease
     /// and the backend's hold by default.
     pub resume: std::time::Duration,
@@ -80,23 +79,27 @@ impl ConnectOptions {
 
     /// Options from `AC_BACKEND_ADDR`, `AC_CA_CERT` and optionally `AC_SERVER_NAME`,
     /// `AC_DEVICE` (the device index on the backend, default 0), `AC_STRIPES`, `AC_LANES` and the transport
-    /// settings of [`ac_proto::transport::ENV_SETTINGS`].
+    /// settings of [`crate::transport::ENV_SETTINGS`].
     pub fn from_env() -> Result<Self> {
-        let var = |name: &str| std::env::var(name).map_err(|_| Error::Setup(format!("{name} is not set")));
-        let addr = var("AC_BACKEND_ADDR")?.parse().map_err(|e| Error::Setup(format!("AC_BACKEND_ADDR: {e}")))?;
+        let var = |name: &'static str| {
+            std::env::var(name).map_err(|_| ProtoError::Setting { name, message: "not set".into() })
+        };
+        let invalid =
+            |name: &'static str| move |e: &dyn std::fmt::Display| ProtoError::Setting { name, message: e.to_string() };
+        let addr = var("AC_BACKEND_ADDR")?.parse().map_err(|e| invalid("AC_BACKEND_ADDR")(&e))?;
         let mut options = Self::new(addr, var("AC_CA_CERT")?);
         options.tuning = Tuning::default().with_env()?;
         if let Ok(name) = std::env::var("AC_SERVER_NAME") {
             options.server_name = name;
         }
         if let Ok(device) = std::env::var("AC_DEVICE") {
-            options.device = device.parse().map_err(|e| Error::Setup(format!("AC_DEVICE: {e}")))?;
+            options.device = device.parse().map_err(|e| invalid("AC_DEVICE")(&e))?;
         }
         if let Ok(stripes) = std::env::var("AC_STRIPES") {
-            options.stripes = stripes.parse().map_err(|e| Error::Setup(format!("AC_STRIPES: {e}")))?;
+            options.stripes = stripes.parse().map_err(|e| invalid("AC_STRIPES")(&e))?;
         }
         if let Ok(lanes) = std::env::var("AC_LANES") {
-            options.lanes = lanes.parse().map_err(|e| Error::Setup(format!("AC_LANES: {e}")))?;
+            options.lanes = lanes.parse().map_err(|e| invalid("AC_LANES")(&e))?;
         }
         Ok(options)
     }
@@ -116,10 +119,10 @@ fn env_number<T: std::str::FromStr<Err: std::fmt::Display>>(name: &str) -> Optio
 }
 
 /// The bulk lanes a copy uses unless told otherwise: one per four cores this process may run
-/// on, from one to four ([`ac_proto::lane::lanes_here`]), and no more than the backend serves
+/// on, from one to four ([`crate::lane::lanes_here`]), and no more than the backend serves
 /// a session (its welcome says how many).
 pub fn default_lanes() -> usize {
-    ac_proto::lane::lanes_here()
+    crate::lane::lanes_here()
 }
 
 /// A connection that said hello, with its first stream still open.
@@ -179,9 +182,9 @@ pub async fn open_on(
         match greet(endpoint.clone(), owns_endpoint, connection, hello, version).await {
             // A backend of an older version (a rolling upgrade) closed the connection: greeted
             // again one version down.
-            Err(Error::VersionMismatch(reason)) if version > MIN_VERSION => {
+            Err(refused) if refused.is_version_refusal() && version > MIN_VERSION => {
                 version -= 1;
-                tracing::info!(addr = %options.addr, reason, version, "greeting the backend in an older version");
+                tracing::info!(addr = %options.addr, reason = %refused, version, "greeting the backend in an older version");
             }
             greeted => return greeted,
         }
@@ -212,10 +215,7 @@ pub async fn dial(
 ) -> Result<Connection> {
     let mut client = quinn::ClientConfig::new(crypto);
     client.transport_config(Arc::new(options.tuning.transport_config()));
-    Ok(endpoint
-        .connect_with(client, options.addr, &options.server_name)
-        .map_err(|e| Error::Setup(format!("cannot connect to {}: {e}", options.addr)))?
-        .await?)
+    Ok(endpoint.connect_with(client, options.addr, &options.server_name)?.await?)
 }
 
 /// The opening of a connection: the preamble of protocol `version`, then `hello`.
@@ -226,18 +226,15 @@ pub fn opening(hello: &Hello, version: u16) -> Result<Vec<u8>> {
 }
 
 /// Reads the reply to a hello said in protocol `version`, in this version's form.
-pub async fn read_welcome<S: ac_proto::frame::Source + Send>(
-    reader: &mut FrameReader<S>,
-    version: u16,
-) -> Result<Reply> {
+pub async fn read_welcome<S: crate::frame::Source + Send>(reader: &mut FrameReader<S>, version: u16) -> Result<Reply> {
     if version != v4::VERSION {
         return Ok(reader.expect_frame().await?);
     }
     // Protocol 4 leaves the session's lanes to the client: its own count.
     let bytes = reader.expect_frame_body().await?;
-    match ac_proto::codec::decode::<v4::WelcomeReply>(&bytes) {
+    match crate::codec::decode::<v4::WelcomeReply>(&bytes) {
         Ok(welcome) => Ok(Reply { id: 0, response: welcome.into_current(default_lanes() as u16) }),
-        Err(_) => Ok(ac_proto::codec::decode(&bytes)?),
+        Err(_) => Ok(crate::codec::decode(&bytes)?),
     }
 }
 
@@ -256,18 +253,18 @@ pub async fn greet(
     let reply = match read_welcome(&mut reader, version).await {
         Ok(reply) => reply,
         // A refused hello closes the connection: report the backend's reason.
-        Err(e) => return Err(connection.close_reason().map(Error::from).unwrap_or(e)),
+        Err(e) => return Err(connection.close_reason().map(ProtoError::Connection).unwrap_or(e)),
     };
     match reply.response {
         welcome @ (Response::Welcome { .. } | Response::Devices(_) | Response::Resumed { .. }) => {
             Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome, version })
         }
-        Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!("expected a welcome, got {other:?}"))),
+        Response::Error(e) => Err(ProtoError::Refused(e)),
+        other => Err(ProtoError::Malformed(format!("expected a welcome, got {other:?}"))),
     }
 }
 
 /// A write failure, explained by the connection's close reason when there is one.
-pub fn map_write(e: quinn::WriteError, connection: &Connection) -> Error {
-    connection.close_reason().map(Error::from).unwrap_or_else(|| Error::from(ac_proto::ProtoError::from(e)))
+pub fn map_write(e: quinn::WriteError, connection: &Connection) -> ProtoError {
+    connection.close_reason().map(ProtoError::Connection).unwrap_or_else(|| ProtoError::from(e))
 }
