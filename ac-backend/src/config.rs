@@ -82,7 +82,7 @@ pub struct BackendConfig {
     pub session_memory_mib: Option<u64>,
     /// Devices (indexes) whose sessions run as clients of NVIDIA's Multi-Process Service: the
     /// backend runs an MPS control daemon for each, and a fatal fault in one session then ends
-    /// every session of that GPU (`crate::mps`). Needs NVML and session workers. Unset: none.
+    /// every session of that GPU (`crate::device::mps`). Needs NVML and session workers. Unset: none.
     pub mps_devices: Option<Vec<u32>>,
     /// The MPS control program. Unset: `nvidia-cuda-mps-control` on the `PATH`.
     pub mps_control: Option<PathBuf>,

@@ -2,21 +2,24 @@
 //! for remote clients on a [`device::Device`].
 //!
 //! # Layout
-//! - [`server`]: endpoint, preamble and hello checks, one task per connection.
-//! - [`session`]: what one client owns (buffers), and the registry of live sessions.
-//! - [`control`]: a session's control stream: requests in order, replies, deferred errors.
-//! - [`fence`]: how a synchronous copy waits for the work queued before its position.
-//! - [`stream`]: one worker thread per device stream runs its operations in order.
-//! - [`bulk`]: pipelined bulk copies, one QUIC stream per copy or stripe.
-//! - [`device`]: the `Device` trait, the CPU device, the CUDA device, the `builtin` kernels, and
-//!   session workers (`device::worker`: a GPU session's context in a process of its own).
-//! - [`served`]: which devices the backend serves (CPU, GPUs by NVML UUID or CUDA ordinal, MIG
-//!   instances), each with its watched state.
-//! - [`health`]: each device's health, identity and admission (session limits, compute modes),
-//!   as plain state: no I/O, no clock. `nvml`: the NVML inventory and health watch feeding it.
-//! - [`metrics`]: the Prometheus metrics (`--metrics-listen`).
-//! - [`trust`]: whose capabilities are accepted (the registered resource manager), revocations.
-//! - [`config`]: configuration (TOML, flags, environment).
+//! Three layers, each a folder; a module's name says which side of a conversation it is on.
+//! - [`network`]: the serving side of the wire. `network/mod.rs` owns the endpoint, checks
+//!   preamble and hello and runs one task per connection; [`network::bulk`] serves bulk copies
+//!   (one QUIC stream per copy or stripe, or a bulk lane); [`network::trust`] decides whose
+//!   capabilities are accepted (the registered resource manager) and keeps revocations.
+//! - [`session`]: what one client owns (buffers) and the registry of live sessions;
+//!   [`session::serve_control`] serves a session's control stream (requests in order, replies,
+//!   deferred errors); [`session::fence`] makes a synchronous copy wait for the work queued
+//!   before its position; [`session::resume`] lets a session outlive its connection;
+//!   [`session::images`] keeps loaded module images by content.
+//! - [`device`]: the `Device` trait, the CPU device, the CUDA device, the `builtin` kernels,
+//!   session workers (`device::worker`: a GPU session's context in a process of its own),
+//!   [`device::stream_workers`] (one thread per device stream runs its operations in order),
+//!   [`device::served`] (which devices the backend serves, each with its watched state),
+//!   [`device::health`] (health, identity and admission as plain state: no I/O, no clock),
+//!   `device::nvml` (the NVML inventory and health watch feeding it) and [`device::mps`].
+//! - [`metrics`]: the Prometheus metrics (`--metrics-listen`); [`config`]: configuration (TOML,
+//!   flags, environment).
 //!
 //! # Invariants
 //! - A session sees only its own buffers, modules, kernels and streams: ids are looked up in the
@@ -27,25 +30,13 @@
 //! - A request that fails answers with an error and changes nothing else; bytes that do not
 //!   parse close that connection only.
 
-pub mod bulk;
 pub mod config;
-pub mod control;
 pub mod device;
 mod error;
-pub mod fence;
-pub mod health;
-pub mod images;
 pub mod metrics;
-pub mod mps;
-#[cfg(feature = "cuda")]
-pub mod nvml;
-pub mod resume;
-pub mod served;
-pub mod server;
+pub mod network;
 pub mod session;
-pub mod stream;
-pub mod trust;
 
 pub use config::{BackendConfig, CopySettings, DeviceChoice, Isolation};
 pub use error::BackendError;
-pub use server::{start, RunningBackend};
+pub use network::{start, RunningBackend};

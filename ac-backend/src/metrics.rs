@@ -2,7 +2,7 @@
 //! the event happens (a copy completes, a launch is queued, an error is answered); sessions and
 //! device memory are read from the live state at each scrape ([`StateCollector`]).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ac_proto::backend::{DeviceInfo, Direction, ErrorKind, Response};
@@ -15,7 +15,6 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::device::Device;
-use crate::session::Registry as Sessions;
 
 type Labels = [(&'static str, &'static str); 1];
 type OwnedLabels = [(&'static str, String); 1];
@@ -67,8 +66,9 @@ fn direction(direction: Direction) -> Labels {
 }
 
 impl Metrics {
-    /// A registry holding these metrics and a collector of `devices` and `sessions`' state.
-    pub fn registry(&self, devices: Vec<Arc<dyn Device>>, sessions: Weak<Sessions>) -> Registry {
+    /// A registry holding these metrics and a collector of `devices`' state and the number of
+    /// live sessions (`sessions`, counted at each scrape).
+    pub fn registry(&self, devices: Vec<Arc<dyn Device>>, sessions: LiveSessions) -> Registry {
         let mut registry = Registry::with_prefix("ac_backend");
         registry.register_with_unit(
             "copied",
@@ -158,10 +158,14 @@ fn kind_label(kind: ErrorKind) -> String {
     label
 }
 
+/// Counts the live sessions when asked (the session registry, which itself counts opened
+/// sessions here: a function keeps the two modules from depending on each other).
+pub type LiveSessions = Box<dyn Fn() -> usize + Send + Sync>;
+
 /// Sessions and device memory, read at each scrape.
 struct StateCollector {
     devices: Vec<Arc<dyn Device>>,
-    sessions: Weak<Sessions>,
+    sessions: LiveSessions,
 }
 
 impl std::fmt::Debug for StateCollector {
@@ -175,7 +179,7 @@ type MemoryFamily<'a> = (&'a str, &'a str, &'a dyn Fn(&DeviceInfo) -> u64);
 
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let sessions = ConstGauge::new(self.sessions.upgrade().map_or(0, |s| s.len() as i64));
+        let sessions = ConstGauge::new((self.sessions)() as i64);
         sessions.encode(encoder.encode_descriptor("sessions", "Live sessions", None, sessions.metric_type())?)?;
         let infos: Vec<DeviceInfo> = self.devices.iter().map(|d| d.info()).collect();
         let total = |i: &DeviceInfo| i.memory_total;

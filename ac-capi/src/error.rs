@@ -117,7 +117,7 @@ impl From<Error> for Failure {
             Error::Revoked(_) => {
                 let what = "its set was freed, a preemptible loan's owner took it back, the job ended or its \
                             host was removed: its handles no longer work; AC_Free its set and go on without it";
-                let message = format!("{e} ({what}){}", crate::preempt::revoked_hint());
+                let message = format!("{e} ({what}){}", crate::notices::revoked_hint());
                 return Self { code: AC_ERROR_REVOKED, message };
             }
             Error::InvalidArgument(_) => AC_ERROR_INVALID_ARGUMENT,

@@ -5,10 +5,10 @@ use std::sync::Mutex;
 
 use ac_frontend::{blocking, KernelArg, LaunchDims};
 
+use crate::devices::{acDevice, DEVICES};
 use crate::error::{acError, ffi, Failure, Outcome};
 use crate::handles::{handle, value, write_out, Table};
 use crate::memory::{in_range, MEMS};
-use crate::session::{acDevice, DEVICES};
 use crate::stream::{acStream, STREAMS};
 
 /// A kernel on one accelerator, with its arguments.

@@ -27,6 +27,7 @@
 #![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
 #[cfg(feature = "mpi")]
+mod devices;
 mod dlmpi;
 mod error;
 mod handles;
@@ -34,10 +35,12 @@ mod kernel;
 mod memory;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod notices;
 mod preempt;
 mod session;
 mod stream;
 
+pub use devices::{acDevice, acSet};
 pub use error::{acError, acGetErrorString, acGetLastErrorMessage, code_of};
 pub use kernel::{
     acArg, acArgKind, acDim3, acKernel, acKernelCreate, acKernelDestroy, acKernelLaunch, acKernelRun, acKernelSetArgs,
@@ -51,7 +54,7 @@ pub use mpi::{
 };
 pub use preempt::AC_PollPreemption;
 pub use session::{
-    acDevice, acDeviceGetInfo, acDeviceInfo, acDeviceSynchronize, acSet, acSetDevice, acSetSize, AC_Finalize, AC_Free,
-    AC_Get, AC_GetPreemptible, AC_GetRange, AC_Init,
+    acDeviceGetInfo, acDeviceInfo, acDeviceSynchronize, acSetDevice, acSetSize, AC_Finalize, AC_Free, AC_Get,
+    AC_GetPreemptible, AC_GetRange, AC_Init,
 };
 pub use stream::{acStream, acStreamCreate, acStreamDestroy, acStreamSynchronize};

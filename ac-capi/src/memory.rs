@@ -4,9 +4,9 @@ use std::ffi::{c_int, c_void};
 
 use ac_frontend::blocking;
 
+use crate::devices::{acDevice, DEVICES};
 use crate::error::{acError, ffi, Failure, Outcome};
 use crate::handles::{handle, value, write_out, Table};
-use crate::session::{acDevice, DEVICES};
 
 /// Device memory on one accelerator. In `acMemCpy` an `acMem` stands where CUDA has a
 /// device pointer.

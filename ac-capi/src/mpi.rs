@@ -7,10 +7,11 @@ use std::ffi::c_int;
 use ac_frontend::blocking::Session;
 use ac_frontend::SessionOptions;
 
+use crate::devices::{acSet, session};
 use crate::dlmpi::{DlComm, MPI_Comm};
 use crate::error::{acError, ffi, in_session, Failure, Outcome};
 use crate::handles::{handle, write_out};
-use crate::session::{acSet, finalize_with, init_with, register_dynamic, rejected, session, unregister_dynamic};
+use crate::session::{finalize_with, init_with, register_dynamic, rejected, unregister_dynamic};
 
 /// Collective `AC_Init` over `comm`: a session for every rank; ranks on one node share its
 /// static accelerators, each with handles of its own. Without a batch system (`ARM_ACPN`)

@@ -1,95 +1,15 @@
 //! `AC_PollPreemption`: how a C program learns that the owner of accelerators it borrowed with
-//! `AC_GetPreemptible` takes them back, and the hint a revoked borrower's error carries.
+//! `AC_GetPreemptible` takes them back (or the manager reclaims an elastic grant's); the
+//! notices themselves are kept in `notices.rs`.
 
-use std::collections::VecDeque;
 use std::ffi::c_int;
-use std::sync::Mutex;
+
 use std::time::Duration;
 
-use ac_frontend::blocking::{Preemptions, Session};
-use ac_frontend::Preemption;
-
+use crate::devices::{acDevice, acSet, session, DEVICES, SETS};
 use crate::error::{acError, ffi, Failure};
 use crate::handles::{handle, write_out};
-use crate::session::{acDevice, acSet, session, DEVICES, SETS};
-
-/// One accelerator taken back.
-#[derive(Debug, Clone)]
-struct Taken {
-    set: u64,
-    accelerator: String,
-    revoke_at: u64,
-}
-
-/// The session's preemption notices: the receiver (from the first preemptible `AC_Get` on),
-/// the accelerators told and not yet polled, and every one told (for errors' hints).
-#[derive(Debug)]
-struct Notices {
-    rx: Option<Preemptions>,
-    queue: VecDeque<Taken>,
-    told: Vec<Taken>,
-    /// Counts sessions ended, so that a receiver taken out to wait on is not put back into
-    /// the next session's notices.
-    generation: u64,
-}
-
-static NOTICES: Mutex<Notices> =
-    Mutex::new(Notices { rx: None, queue: VecDeque::new(), told: Vec::new(), generation: 0 });
-
-fn notices() -> std::sync::MutexGuard<'static, Notices> {
-    NOTICES.lock().expect("notices poisoned")
-}
-
-impl Notices {
-    fn record(&mut self, notice: Preemption) {
-        for accelerator in notice.accelerators {
-            let taken = Taken { set: notice.set, accelerator, revoke_at: notice.revoke_at };
-            self.told.push(taken.clone());
-            self.queue.push_back(taken);
-        }
-    }
-
-    /// Takes in the notices that have arrived, without waiting.
-    fn drain(&mut self) {
-        while let Some(notice) = self.rx.as_mut().and_then(|rx| rx.next(Duration::ZERO)) {
-            self.record(notice);
-        }
-    }
-}
-
-/// From now on the session's preemption notices come here (not to stderr).
-pub(crate) fn listen(session: &Session) {
-    let mut notices = notices();
-    if notices.rx.is_none() {
-        notices.rx = Some(session.preemptions());
-    }
-}
-
-/// Forgets the session's notices (`AC_Finalize`).
-pub(crate) fn forget() {
-    let mut notices = notices();
-    let generation = notices.generation + 1;
-    *notices = Notices { rx: None, queue: VecDeque::new(), told: Vec::new(), generation };
-}
-
-/// For the message of an `AC_ERROR_REVOKED`: the preemptions this process was told of, so that
-/// a borrower that did not poll learns why its accelerator is gone.
-pub(crate) fn revoked_hint() -> String {
-    let mut notices = notices();
-    notices.drain();
-    if notices.told.is_empty() {
-        return String::new();
-    }
-    let told: Vec<String> = notices
-        .told
-        .iter()
-        .map(|t| format!("{} of preemptible set {} (revoked at unix time {})", t.accelerator, t.set, t.revoke_at))
-        .collect();
-    format!(
-        "; the owner of borrowed accelerators took back {} after the grace, as AC_PollPreemption would have told",
-        told.join(", ")
-    )
-}
+use crate::notices::{notices, Taken};
 
 /// The next accelerator that the owner of a preemptible set (`AC_GetPreemptible`) takes back,
 /// waiting up to `wait_ms` milliseconds for one (0: only what has arrived). `*device` is the

@@ -1,68 +1,17 @@
-//! `AC_Init`, `AC_Get`, `AC_Free`, `AC_Finalize`, and the sets and devices they hand out.
+//! `AC_Init`, `AC_Get`, `AC_Free`, `AC_Finalize`, and what a program asks of the sets and devices
+//! they hand out (their size, members, information); `devices.rs` holds their handles.
 
 use std::ffi::{c_char, c_int};
-use std::sync::{Mutex, RwLock, RwLockReadGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use ac_frontend::blocking::{self, Session};
 use ac_frontend::{DeviceKind, GetRequest};
 
+use crate::devices::{acDevice, acSet, session, DeviceEntry, SetEntry, DEVICES, SESSION, SETS};
 use crate::error::{acError, ffi, in_session, Failure, Outcome};
-use crate::handles::{handle, value, write_out, Table};
-use crate::{kernel, memory, preempt, stream};
-
-/// Accelerators obtained together: this node's static ones (`AC_Init`) or one `AC_Get`.
-#[allow(non_camel_case_types)]
-pub type acSet = *mut acSet_st;
-
-/// Never defined: a handle's value is a tagged number, not an address (opaque to C).
-#[allow(non_camel_case_types)]
-#[derive(Debug)]
-pub struct acSet_st {
-    _never: [u8; 0],
-}
-/// One accelerator of a set. It lives as long as its set.
-#[allow(non_camel_case_types)]
-pub type acDevice = *mut acDevice_st;
-
-/// Never defined: a handle's value is a tagged number, not an address (opaque to C).
-#[allow(non_camel_case_types)]
-#[derive(Debug)]
-pub struct acDevice_st {
-    _never: [u8; 0],
-}
-
-/// A set: its devices and, for a dynamic set, its id at the manager and what `AC_Free` gives
-/// back.
-#[derive(Debug)]
-pub(crate) struct SetEntry {
-    pub(crate) devices: Vec<u64>,
-    pub(crate) id: Option<u64>,
-    dynamic: Mutex<Option<blocking::DynamicSet>>,
-}
-
-/// One accelerator.
-#[derive(Debug)]
-pub(crate) struct DeviceEntry {
-    /// Its id at the manager (`host/device`), which preemption notices name.
-    pub(crate) id: String,
-    pub(crate) acc: blocking::Accelerator,
-}
-
-pub(crate) static SETS: Table<SetEntry> = Table::new(0xac01, "acSet");
-pub(crate) static DEVICES: Table<DeviceEntry> = Table::new(0xac02, "acDevice");
-
-/// The process's session: one per process, as in the reference API.
-pub(crate) static SESSION: RwLock<Option<Session>> = RwLock::new(None);
-
-/// The session, for a call that needs it.
-pub(crate) fn session() -> Outcome<RwLockReadGuard<'static, Option<Session>>> {
-    let guard = SESSION.read().expect("session poisoned");
-    if guard.is_none() {
-        return Err(Failure::new(acError::AC_ERROR_NOT_INITIALIZED, "call AC_Init first"));
-    }
-    Ok(guard)
-}
+use crate::handles::{handle, value, write_out};
+use crate::{kernel, memory, notices, stream};
 
 /// Registers accelerators as a set; returns the set's handle.
 fn register_set(handles: &[blocking::Handle], dynamic: Option<blocking::DynamicSet>) -> u64 {
@@ -129,7 +78,7 @@ pub(crate) fn finalize_with(close: impl FnOnce(Session) -> Outcome) -> Outcome {
             forget_device(*device);
         }
     }
-    preempt::forget();
+    notices::forget();
     close(session)
 }
 
@@ -242,7 +191,7 @@ fn get(kind: Kind, min: c_int, max: c_int, wait_s: c_int, set: *mut acSet) -> Ou
     let session = guard.as_ref().expect("checked");
     if kind != Kind::Firm {
         // Listening before the loan exists, so that no notice of it can go elsewhere.
-        preempt::listen(session);
+        notices::listen(session);
     }
     let (request, name) = match kind {
         Kind::Firm => (request, "AC_Get"),

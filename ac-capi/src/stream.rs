@@ -2,9 +2,9 @@
 
 use ac_frontend::blocking;
 
+use crate::devices::{acDevice, DEVICES};
 use crate::error::{acError, ffi};
 use crate::handles::{handle, value, write_out, Table};
-use crate::session::{acDevice, DEVICES};
 
 /// A stream on one accelerator: work queued on it runs in order; streams may overlap.
 #[allow(non_camel_case_types)]

@@ -9,7 +9,7 @@ use ac_frontend::{KernelArg, LaunchDims};
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::module::kernels;
+use crate::module::{kernels, layout};
 use crate::state;
 use crate::stream::stream_of;
 
@@ -17,24 +17,6 @@ use crate::stream::stream_of;
 const PARAM_END: usize = 0;
 const PARAM_BUFFER_POINTER: usize = 1;
 const PARAM_BUFFER_SIZE: usize = 2;
-
-/// Each parameter's (offset, size) in a parameter buffer (the `extra` form, and
-/// `cuFuncGetParamInfo`'s answer). Only sizes are known: each is aligned to the largest power
-/// of two dividing its size, up to 16 (exact for scalars, pointers and vector types; a struct
-/// of mixed members may be aligned less than that guess).
-pub fn layout(sizes: &[u32]) -> Vec<(usize, usize)> {
-    let mut at = 0usize;
-    sizes
-        .iter()
-        .map(|&s| {
-            let s = s as usize;
-            let align = 1usize << s.max(1).trailing_zeros().min(4);
-            let offset = at.next_multiple_of(align);
-            at = offset + s;
-            (offset, s)
-        })
-        .collect()
-}
 
 /// One parameter's bytes as SDK arguments: a 4- or 8-byte scalar, or the bytes of any other
 /// width (a struct by value, a `char`) in order as 8-byte pieces, zero-padded, which the

@@ -255,7 +255,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     guard("cuFuncGetParamInfo", || {
         let k = kernels().get(function)?;
         let sizes = k.on(k.device()?)?.sizes.clone().ok_or(Error::Code(code::NOT_SUPPORTED))?;
-        let layout = crate::launch::layout(&sizes);
+        let layout = layout(&sizes);
         let &(at, width) = layout.get(index).ok_or(Error::Code(code::INVALID_VALUE))?;
         put(offset, at)?;
         put(size, width)
@@ -362,4 +362,22 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
         put(block, size)?;
         put(min_grid, sms * (2048 / size))
     })
+}
+
+/// Each parameter's (offset, size) in a parameter buffer (the `extra` form, and
+/// `cuFuncGetParamInfo`'s answer). Only sizes are known: each is aligned to the largest power
+/// of two dividing its size, up to 16 (exact for scalars, pointers and vector types; a struct
+/// of mixed members may be aligned less than that guess).
+pub fn layout(sizes: &[u32]) -> Vec<(usize, usize)> {
+    let mut at = 0usize;
+    sizes
+        .iter()
+        .map(|&s| {
+            let s = s as usize;
+            let align = 1usize << s.max(1).trailing_zeros().min(4);
+            let offset = at.next_multiple_of(align);
+            at = offset + s;
+            (offset, s)
+        })
+        .collect()
 }

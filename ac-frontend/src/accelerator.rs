@@ -13,32 +13,15 @@ use futures_util::future::try_join_all;
 use quinn::{Connection, Endpoint};
 use tokio::sync::watch;
 
-use crate::control::ControlStream;
 use crate::lane::{Broken, Lanes, Payload, Slot};
 use crate::link::{self, map_write, ConnectOptions, Link};
 pub(crate) use crate::replies::Answer;
 use crate::replies::Replies;
 use crate::resume::{Credentials, Phase, Resumed, Resumes};
-use crate::stripes;
+use crate::send_control::ControlStream;
+use crate::stripes::{self, CopyOptions};
 use crate::task::Owned;
 use crate::{Error, Result};
-
-/// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyOptions {
-    /// Copies up to this size go inline on the control stream; larger ones on bulk streams.
-    pub inline_max: usize,
-    /// A bulk copy is striped over the connections only when each stripe gets at least this.
-    pub stripe_min: usize,
-    /// Ask the backend to overlap network and device copies (off only for measurements).
-    pub pipelined: bool,
-}
-
-impl Default for CopyOptions {
-    fn default() -> Self {
-        Self { inline_max: 64 << 10, stripe_min: 8 << 20, pipelined: true }
-    }
-}
 
 /// State shared by every handle to one accelerator.
 #[derive(Debug)]

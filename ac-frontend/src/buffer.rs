@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use ac_proto::backend::{BufferId, DevicePtr, KernelArg, Request, Response, StreamId};
+use ac_proto::backend::{BufferId, DevicePtr, KernelArg, Request, Response};
 use bytemuck::Pod;
 use bytes::Bytes;
 
@@ -184,6 +184,3 @@ impl<T: Pod> Drop for DeviceBuffer<T> {
         }
     }
 }
-
-/// The default stream, for the buffer methods that take one.
-pub(crate) const DEFAULT_STREAM: StreamId = StreamId(0);

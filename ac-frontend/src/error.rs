@@ -96,7 +96,7 @@ impl From<quinn::ConnectionError> for Error {
                 Error::VersionMismatch("the backend does not speak this protocol (ALPN)".into())
             }
             // Only the port watch closes a connection that still has calls in flight.
-            quinn::ConnectionError::LocallyClosed => Error::Disconnected(crate::watch::GONE.into()),
+            quinn::ConnectionError::LocallyClosed => Error::Disconnected(GONE.into()),
             quinn::ConnectionError::TransportError(t) if t.to_string().contains("not valid for name") => {
                 Error::Setup(format!("{e}; {}", ac_proto::tls::ADD_NAME_HINT))
             }
@@ -123,6 +123,10 @@ impl From<ProtoError> for Error {
         }
     }
 }
+
+/// The close reason the program sees when its backend's port is closed.
+pub(crate) const GONE: &str = "the backend process is gone: its host answers that no process listens on its port; \
+    device memory and handles of this session are lost";
 
 /// Result of an SDK call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

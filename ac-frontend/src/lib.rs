@@ -18,7 +18,7 @@
 //! # Layout
 //! - `ac_proto::backend::link`: connecting to a backend (TLS, tuning, preamble, hello), shared
 //!   with the resource manager's registration links; [`ConnectOptions`] is re-exported here.
-//! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `control.rs`
+//! - [`Accelerator`] (`accelerator.rs`): requests and answers, the bulk copy path; `send_control.rs`
 //!   writes the control stream (positions, frees deferred from `Drop`), `replies.rs` reads it;
 //!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them,
 //!   `stripes.rs` splits a copy over lanes or connections and runs a copy's lane stripes on
@@ -48,7 +48,6 @@ mod accelerator;
 pub mod arm;
 pub mod blocking;
 mod buffer;
-mod control;
 mod driver;
 mod error;
 mod kernel;
@@ -57,6 +56,7 @@ mod lane;
 pub mod mpi;
 mod replies;
 mod resume;
+mod send_control;
 mod session;
 mod stream;
 mod stripes;
@@ -67,10 +67,11 @@ pub use ac_proto::arm::Preemption;
 /// Connecting to a backend lives in `ac-proto`, which the manager shares.
 pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
-pub use accelerator::{Accelerator, CopyOptions};
+pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;
 pub use error::{Error, Result};
 pub use kernel::{Function, Module};
 pub use link::{default_lanes, ConnectOptions};
 pub use session::{munge_credential, DynamicSet, GetRequest, Handle, Session, SessionOptions};
 pub use stream::Stream;
+pub use stripes::CopyOptions;

@@ -107,7 +107,7 @@ pub(crate) async fn reconnect(credentials: &Credentials, replies: u64, deadline:
             Err(_) => last = format!("no answer in {REDIAL:?}"),
         }
         if crate::watch::port_refused(options.addr).await {
-            return Err(Error::Disconnected(crate::watch::GONE.into()));
+            return Err(Error::Disconnected(crate::error::GONE.into()));
         }
         tokio::time::sleep_until((started + REDIAL).into()).await;
     }

@@ -4,7 +4,6 @@ use ac_proto::backend::{Request, Response, StreamId};
 use bytes::Bytes;
 
 use crate::accelerator::{unexpected, Answer};
-use crate::buffer::DEFAULT_STREAM;
 use crate::{Accelerator, Result};
 
 /// A stream on an accelerator.
@@ -45,3 +44,6 @@ impl Stream {
         self.acc.call_ok(Request::StreamDestroy { stream: self.id }).await
     }
 }
+
+/// The default stream, for the buffer methods that take one.
+pub(crate) const DEFAULT_STREAM: StreamId = StreamId(0);

@@ -16,9 +16,25 @@ use ac_proto::backend::{BulkHeader, DevicePtr, Direction};
 use futures_util::future::{try_join_all, AbortHandle, Abortable};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use crate::accelerator::CopyOptions;
 use crate::lane::{Lanes, Slot};
 use crate::Result;
+
+/// How copies travel. The defaults are the measured choices (see `BENCHMARKS.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyOptions {
+    /// Copies up to this size go inline on the control stream; larger ones on bulk streams.
+    pub inline_max: usize,
+    /// A bulk copy is striped over the connections only when each stripe gets at least this.
+    pub stripe_min: usize,
+    /// Ask the backend to overlap network and device copies (off only for measurements).
+    pub pipelined: bool,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        Self { inline_max: 64 << 10, stripe_min: 8 << 20, pipelined: true }
+    }
+}
 
 /// Splits `len` bytes over `count` carriers (lanes or connections), in 64 KiB-aligned contiguous
 /// stripes of at least `options.stripe_min` unless there is only one. Each stripe comes with the

@@ -21,16 +21,13 @@ use std::sync::Arc;
 use quinn::Connection;
 use tokio::net::UdpSocket;
 
+use crate::error::GONE;
 use crate::lane::Lanes;
 use crate::task::Owned;
 
 /// How often a silent backend is probed. Several probes must go unanswered by the backend
 /// (while the host refuses them) before the program learns of it, within a few intervals.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
-
-/// The close reason the program sees when its backend's port is closed.
-pub const GONE: &str = "the backend process is gone: its host answers that no process listens on its port; \
-    device memory and handles of this session are lost";
 
 /// The watch of one accelerator's connections; it stops when dropped.
 #[derive(Debug)]
@@ -79,7 +76,7 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Ar
     }
 }
 
-/// Closes an accelerator's connections with [`GONE`]: its backend's process is known dead.
+/// Closes an accelerator's connections with [`crate::error::GONE`]: its backend's process is known dead.
 pub(crate) fn close_gone(connections: &[Connection]) {
     for conn in connections {
         conn.close(ac_proto::backend::close::BACKEND_GONE.into(), GONE.as_bytes());

@@ -1,4 +1,4 @@
-//! `Accelerator` and `Stream`.
+//! `Accelerator`: one accelerator of the session (its streams are in `stream.rs`).
 
 use ac_frontend::blocking;
 use ac_frontend::{ConnectOptions, DeviceKind};
@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 use crate::error;
 use crate::kernel::Module;
 use crate::memory::Buffer;
+use crate::stream::Stream;
 use crate::wait::{Local, Owner};
 
 /// One accelerator of the session: its handle (a connection to its backend).
@@ -17,14 +18,6 @@ pub struct Accelerator {
     owner: Owner,
     id: String,
     acc: Local<blocking::Accelerator>,
-}
-
-/// A stream of an accelerator: work on one stream runs in order.
-#[pyclass(module = "ac._ac", frozen)]
-#[derive(Debug)]
-pub struct Stream {
-    pub(crate) owner: Owner,
-    pub(crate) stream: Local<ac_frontend::Stream>,
 }
 
 impl Accelerator {
@@ -165,19 +158,5 @@ impl Accelerator {
 
     fn __repr__(&self) -> String {
         format!("<ac.Accelerator {} ({}, {} MiB)>", self.id, self.acc.info().name, self.acc.info().memory_total >> 20)
-    }
-}
-
-#[pymethods]
-impl Stream {
-    /// Waits for the work sent on this stream; its failure is raised here.
-    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        self.owner.wait(py, self.stream.synchronize())?.map_err(error::sdk)
-    }
-
-    /// The stream's number on its accelerator (0: the default stream).
-    #[getter]
-    fn id(&self) -> u64 {
-        self.stream.id().0
     }
 }

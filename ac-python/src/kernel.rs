@@ -12,9 +12,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyTuple, PyType};
 
-use crate::device::Stream;
 use crate::error;
 use crate::memory::Buffer;
+use crate::stream::Stream;
 use crate::wait::{Local, Owner};
 
 /// A loaded module.

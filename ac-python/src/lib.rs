@@ -29,6 +29,7 @@ mod error;
 mod kernel;
 mod memory;
 mod session;
+mod stream;
 mod wait;
 
 use pyo3::prelude::*;
@@ -38,7 +39,7 @@ fn _ac(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::Session>()?;
     m.add_class::<session::Set>()?;
     m.add_class::<device::Accelerator>()?;
-    m.add_class::<device::Stream>()?;
+    m.add_class::<stream::Stream>()?;
     m.add_class::<memory::Buffer>()?;
     m.add_class::<kernel::Module>()?;
     m.add_class::<kernel::Function>()?;

@@ -6,8 +6,8 @@ use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
 use tokio::sync::RwLock;
 
-use crate::device::Stream;
 use crate::error;
+use crate::stream::Stream;
 use crate::wait::{Local, Owner};
 
 /// Device memory: freed by `free()`, or when the garbage collector drops it (no round trip:

@@ -97,7 +97,8 @@ pub(crate) async fn fill_sync_samples(acc: &Accelerator, n: usize, elements: u64
 async fn bare_ping_latency(options: &ac_frontend::ConnectOptions, n: usize) -> anyhow::Result<(f64, f64)> {
     use ac_proto::backend::{Envelope, Hello, Reply, Request};
     let crypto = ac_proto::backend::link::client_crypto(options)?;
-    let mut link = ac_proto::backend::link::open(options, crypto, &Hello::Open { capability: vec![], device: 0 }).await?;
+    let mut link =
+        ac_proto::backend::link::open(options, crypto, &Hello::Open { capability: vec![], device: 0 }).await?;
     let mut samples = Vec::with_capacity(n);
     for i in 0..n + n / 10 {
         let frame = ac_proto::frame::frame_bytes(&Envelope { id: i as u64 + 1, request: Request::Ping })?;

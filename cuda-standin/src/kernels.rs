@@ -10,7 +10,7 @@
 //! `scale`, `iota`, by their mangled names, as a program compiled by nvcc asks for them), one
 //! element a thread as `add_one`, for the tests of unmodified CUDA programs.
 
-use crate::state::code;
+use crate::code;
 
 /// A launch's grid and block, as `cuLaunchKernel` was given them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

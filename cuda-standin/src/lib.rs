@@ -51,6 +51,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
+mod code;
 mod kernels;
 mod memory;
 mod state;
@@ -59,7 +60,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
-use state::{code, Driver, Event, Function, Module, Op, Stream};
+use state::{Driver, Event, Function, Module, Op, Stream};
 
 static DRIVER: LazyLock<Mutex<Driver>> = LazyLock::new(|| Mutex::new(Driver::from_env()));
 

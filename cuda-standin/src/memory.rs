@@ -4,7 +4,8 @@
 
 use std::ffi::{c_uint, c_void};
 
-use crate::state::{self, code, Driver, Op};
+use crate::code;
+use crate::state::{self, Driver, Op};
 use crate::{id, owned, with_context, Handle};
 
 #[no_mangle]

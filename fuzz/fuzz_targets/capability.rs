@@ -42,8 +42,8 @@ fuzz_target!(|input: &[u8]| {
         }
         _ => {
             if let Ok(text) = std::str::from_utf8(bytes) {
-                if let Some(parsed) = ac_backend::trust::parse_key(text) {
-                    assert_eq!(ac_backend::trust::parse_key(&ac_backend::trust::key_hex(&parsed)), Some(parsed));
+                if let Some(parsed) = ac_backend::network::trust::parse_key(text) {
+                    assert_eq!(ac_backend::network::trust::parse_key(&ac_backend::network::trust::key_hex(&parsed)), Some(parsed));
                 }
             }
         }

@@ -33,7 +33,8 @@ struct RawSession {
 async fn raw_session(tb: &TestBackend) -> RawSession {
     let options = tb.options();
     let crypto = ac_proto::backend::link::client_crypto(&options).unwrap();
-    let link = ac_proto::backend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
+    let link =
+        ac_proto::backend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
     let Response::Welcome { session, token, lane_port, .. } = link.welcome.clone() else { panic!("no welcome") };
     RawSession { session, token, lane_port, link }
 }

@@ -311,7 +311,8 @@ async fn a_resumed_session_runs_every_envelope_once_and_answers_again_what_was_l
     for (hello, code) in
         [(resume(session, [0; 16], 6), close::UNAUTHORIZED), (resume(SessionId(999), token, 6), close::SESSION_GONE)]
     {
-        let refused: ac_frontend::Error = link::open(&options, crypto.clone(), &hello).await.expect_err("refused").into();
+        let refused: ac_frontend::Error =
+            link::open(&options, crypto.clone(), &hello).await.expect_err("refused").into();
         assert!(matches!(refused, ac_frontend::Error::Revoked(_) | ac_frontend::Error::Disconnected(_)), "{refused}");
         let expected = if code == close::UNAUTHORIZED { "wrong session token" } else { "not on this backend" };
         assert!(refused.to_string().contains(expected), "{refused}");

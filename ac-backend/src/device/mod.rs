@@ -22,11 +22,17 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod described;
+pub mod health;
+pub mod mps;
+#[cfg(feature = "cuda")]
+pub mod nvml;
+pub mod served;
+pub mod stream_workers;
 pub mod worker;
 
 use std::sync::Arc;
 
-use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ModuleSource, ParamKind, WireError};
+use ac_proto::backend::{DeviceInfo, ErrorKind, KernelArg, LaunchDims, ModuleSource, ParamKind, WireError};
 use ac_proto::pieces;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -192,41 +198,55 @@ pub trait Context: Send + Sync + 'static {
     }
 }
 
+/// How an upload takes the bytes of its copy: the device says so once ([`Upload::feed`]), and
+/// a carrier that can do better than pieces feeds it that way alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// Pieces of plaintext, wherever the carrier has them ([`Upload::push`]).
+    Pieces,
+    /// Host memory the device lends for the next bytes, a staging buffer's free part
+    /// ([`Upload::room`], then [`Upload::commit`]): a carrier opens its records straight there.
+    Rooms,
+    /// Device memory itself, under a lock ([`Upload::fill_with`]): a carrier opens its records
+    /// straight into it (a CPU device).
+    InPlace,
+}
+
 /// A host-to-device bulk copy in progress. Pieces come in order; a device with asynchronous
 /// copies moves piece n to the device while the network delivers piece n+1.
 pub trait Upload: Send {
+    /// How this copy takes its bytes. Whatever it says, [`Upload::push`] works too: a carrier
+    /// with only pieces (a QUIC stream) pushes them.
+    fn feed(&self) -> Feed {
+        Feed::Pieces
+    }
     /// Copies `data`, which lands `at` bytes from the copy's start.
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()>;
-    /// Host memory for the next bytes of the copy, landing `at` bytes from its start, at most
-    /// `max` of them (a staging buffer's free part), for a carrier that can open its records
-    /// straight there; `None` where the device has none (then `push` or `fill_with`). The caller fills all of it and
-    /// calls [`Upload::commit`] with its length before anything else; a room given up unfilled
-    /// ends the copy (it is dropped, never finished).
-    fn room(&mut self, _at: u64, _max: usize) -> DeviceResult<Option<&mut [u8]>> {
-        Ok(None)
+    /// [`Feed::Rooms`]: host memory for the next bytes of the copy, landing `at` bytes from its
+    /// start, at most `max` of them. The caller fills all of it and calls [`Upload::commit`]
+    /// with its length before anything else; a room given up unfilled ends the copy (it is
+    /// dropped, never finished).
+    fn room(&mut self, _at: u64, _max: usize) -> DeviceResult<&mut [u8]> {
+        Err(not_fed_so("rooms"))
     }
-    /// The room [`Upload::room`] gave, `len` bytes, is filled: the device takes it as a piece.
+    /// [`Feed::Rooms`]: the room [`Upload::room`] gave, `len` bytes, is filled: the device takes
+    /// it as a piece.
     fn commit(&mut self, _len: usize) -> DeviceResult<()> {
-        Ok(())
+        Err(not_fed_so("rooms"))
     }
-    /// Lends `fill` host memory for the next `len` bytes of the copy, landing `at` bytes from
-    /// its start, to write all of them: device memory itself where
-    /// [`Upload::fills_in_place`] (under a lock: `fill` must not wait), otherwise a recycled
-    /// piece that is then pushed. `fill` is not called if the copy cannot take the bytes.
-    fn fill_with(&mut self, at: u64, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> DeviceResult<()> {
-        let piece = pieces::filled(len, |buf| {
-            fill(buf);
-            Ok::<_, WireError>(())
-        })?;
-        self.push(at, &piece)
-    }
-    /// Whether [`Upload::fill_with`] writes device memory in place (a CPU device), so that a
-    /// carrier opens its records straight into it instead of handing plaintext to `push`.
-    fn fills_in_place(&self) -> bool {
-        false
+    /// [`Feed::InPlace`]: lends `fill` the device memory of the next `len` bytes of the copy,
+    /// landing `at` bytes from its start, to write all of them (under a lock: `fill` must not
+    /// wait). `fill` is not called if the copy cannot take the bytes.
+    fn fill_with(&mut self, _at: u64, _len: usize, _fill: &mut dyn FnMut(&mut [u8])) -> DeviceResult<()> {
+        Err(not_fed_so("place"))
     }
     /// Waits until every piece is in device memory.
     fn finish(self: Box<Self>) -> DeviceResult<()>;
+}
+
+/// A carrier fed an upload another way than its [`Upload::feed`] said: a bug of the carrier.
+fn not_fed_so(way: &str) -> WireError {
+    WireError::new(ErrorKind::Internal, format!("this upload is not fed by {way}: see Upload::feed"))
 }
 
 /// A device-to-host bulk copy in progress. A device with asynchronous copies reads the next
@@ -262,6 +282,14 @@ struct DirectUpload<'a, C: ?Sized> {
 }
 
 impl<C: Context + ?Sized> Upload for DirectUpload<'_, C> {
+    fn feed(&self) -> Feed {
+        if self.context.writes_in_place() {
+            Feed::InPlace
+        } else {
+            Feed::Pieces
+        }
+    }
+
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
         self.context.write(self.dst, self.offset + at, data, DeviceStream(0))
@@ -270,10 +298,6 @@ impl<C: Context + ?Sized> Upload for DirectUpload<'_, C> {
     fn fill_with(&mut self, at: u64, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> DeviceResult<()> {
         check_piece(at, len, self.len)?;
         self.context.write_with(self.dst, self.offset + at, len, DeviceStream(0), fill)
-    }
-
-    fn fills_in_place(&self) -> bool {
-        self.context.writes_in_place()
     }
 
     fn finish(self: Box<Self>) -> DeviceResult<()> {

@@ -228,13 +228,13 @@ pub fn opening(hello: &Hello, version: u16) -> Result<Vec<u8>> {
 /// Reads the reply to a hello said in protocol `version`, in this version's form.
 pub async fn read_welcome<S: crate::frame::Source + Send>(reader: &mut FrameReader<S>, version: u16) -> Result<Reply> {
     if version != v4::VERSION {
-        return Ok(reader.expect_frame().await?);
+        return reader.expect_frame().await;
     }
     // Protocol 4 leaves the session's lanes to the client: its own count.
     let bytes = reader.expect_frame_body().await?;
     match crate::codec::decode::<v4::WelcomeReply>(&bytes) {
         Ok(welcome) => Ok(Reply { id: 0, response: welcome.into_current(default_lanes() as u16) }),
-        Err(_) => Ok(crate::codec::decode(&bytes)?),
+        Err(_) => crate::codec::decode(&bytes),
     }
 }
 

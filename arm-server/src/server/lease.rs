@@ -50,31 +50,6 @@ pub(super) fn lease_deadline(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_runs_from_the_last_sign_of_life() {
-        let (now, idle, lease) = (Instant::now(), Duration::from_secs(5), Duration::from_secs(10));
-        // Idled out: the program was last heard `idle` ago.
-        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::TimedOut), now, idle, lease), now + idle);
-        // Closed by the program, or reset: heard just now.
-        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::Reset), now, idle, lease), now + lease);
-        assert_eq!(lease_deadline(None, now, idle, lease), now + lease);
-    }
-
-    #[test]
-    fn a_live_program_is_pinged_well_within_its_connection_idle_timeout() {
-        for lease_ms in [300, 1_000, 3_000, 10_000, 60_000] {
-            let config = ArmConfig { lease_ms, ..ArmConfig::default() };
-            let t = program_tuning(&config);
-            assert!(t.idle_timeout_ms < lease_ms, "idles out before the lease ends ({lease_ms})");
-            assert!(t.keep_alive_ms * 3 < t.idle_timeout_ms, "several pings per idle timeout ({lease_ms})");
-        }
-    }
-}
-
 impl Arm {
     /// Ties a session to a connection: its lease runs only while none is connected.
     pub(super) fn attach(&self, token_hash: &str, tokens: &Mutex<HashSet<String>>) {
@@ -99,6 +74,31 @@ impl Arm {
                 leases.live.remove(&token);
                 leases.deadline.insert(token, deadline);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_runs_from_the_last_sign_of_life() {
+        let (now, idle, lease) = (Instant::now(), Duration::from_secs(5), Duration::from_secs(10));
+        // Idled out: the program was last heard `idle` ago.
+        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::TimedOut), now, idle, lease), now + idle);
+        // Closed by the program, or reset: heard just now.
+        assert_eq!(lease_deadline(Some(&quinn::ConnectionError::Reset), now, idle, lease), now + lease);
+        assert_eq!(lease_deadline(None, now, idle, lease), now + lease);
+    }
+
+    #[test]
+    fn a_live_program_is_pinged_well_within_its_connection_idle_timeout() {
+        for lease_ms in [300, 1_000, 3_000, 10_000, 60_000] {
+            let config = ArmConfig { lease_ms, ..ArmConfig::default() };
+            let t = program_tuning(&config);
+            assert!(t.idle_timeout_ms < lease_ms, "idles out before the lease ends ({lease_ms})");
+            assert!(t.keep_alive_ms * 3 < t.idle_timeout_ms, "several pings per idle timeout ({lease_ms})");
         }
     }
 }

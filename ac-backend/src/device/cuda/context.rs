@@ -10,7 +10,8 @@ use cudarc::driver::sys::{self, CUresult};
 
 use super::driver::{self, bind, blocking, Handle};
 use super::signature::{self, Signatures};
-use super::{args, image, staging, Gpu};
+use super::staging::{self, StagingContext, StagingPool};
+use super::{args, image, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
     Upload,
@@ -514,6 +515,28 @@ impl Context for CudaContext {
         let stream = self.stream(stream)?;
         // SAFETY: a stream of this context.
         self.check("cuStreamSynchronize", blocking(|| unsafe { sys::cuStreamSynchronize(stream) }))
+    }
+}
+
+impl StagingContext for CudaContext {
+    fn enter(&self) -> DeviceResult<()> {
+        CudaContext::enter(self)
+    }
+
+    fn check(&self, call: &str, code: CUresult) -> DeviceResult<()> {
+        CudaContext::check(self, call, code)
+    }
+
+    fn raw(&self) -> Handle<sys::CUcontext> {
+        self.raw
+    }
+
+    fn pool(&self) -> &StagingPool {
+        &self.gpu.pool
+    }
+
+    fn depth(&self) -> usize {
+        self.gpu.depth
     }
 }
 

@@ -80,8 +80,8 @@
 //!    processes by default. With `isolation = "context"`, after the first fault on a GPU the
 //!    janitor thread opens a fresh context and moves bytes through it; if that fails, the GPU
 //!    refuses every new session with the reason (restart the backend). With session workers the
-//!    daemon opens no context at all (`crate::served`): a device in `EXCLUSIVE_PROCESS` compute
-//!    mode serves one session at a time, through its worker (`crate::health`); `PROHIBITED`
+//!    daemon opens no context at all (`crate::device::served`): a device in `EXCLUSIVE_PROCESS` compute
+//!    mode serves one session at a time, through its worker (`crate::device::health`); `PROHIBITED`
 //!    devices are not offered.
 //!
 //! [`ErrorKind::ContextLost`]: ac_proto::backend::ErrorKind::ContextLost

@@ -24,10 +24,24 @@ use ac_proto::pieces;
 use bytes::{Bytes, BytesMut};
 use cudarc::driver::sys;
 
-use super::context::CudaContext;
 use super::driver::{bind, blocking, check, Handle};
 use super::gather::{Gather, Step};
-use crate::device::{check_piece, gather_next, DeviceResult, Download, Upload};
+use crate::device::{check_piece, gather_next, DeviceResult, Download, Feed, Upload};
+
+/// What a staged copy needs of the session's context. A trait, so that this module does not
+/// depend on the context's (which starts staged copies: `upload`, `download`).
+pub trait StagingContext: std::fmt::Debug + Sync {
+    /// Makes the context current on this thread, unless a fault has lost it.
+    fn enter(&self) -> DeviceResult<()>;
+    /// Checks a driver result, remembering a fault that loses the context.
+    fn check(&self, call: &str, code: sys::CUresult) -> DeviceResult<()>;
+    /// The context, to make current again when a copy ends.
+    fn raw(&self) -> Handle<sys::CUcontext>;
+    /// The GPU's pinned buffers.
+    fn pool(&self) -> &StagingPool;
+    /// How many buffers one copy keeps in flight at most.
+    fn depth(&self) -> usize;
+}
 
 /// One pinned host buffer of the pool.
 #[derive(Debug)]
@@ -141,17 +155,17 @@ struct Slot {
 /// flight (they read or write the pinned buffers), then returns the buffers to the pool.
 #[derive(Debug)]
 struct Lane<'a> {
-    context: &'a CudaContext,
+    context: &'a dyn StagingContext,
     stream: Handle<sys::CUstream>,
     slots: Vec<Slot>,
 }
 
 impl<'a> Lane<'a> {
-    fn open(context: &'a CudaContext, want: usize) -> DeviceResult<Self> {
+    fn open(context: &'a dyn StagingContext, want: usize) -> DeviceResult<Self> {
         context.enter()?;
-        let buffers = context.gpu.pool.take(want);
-        if let Err(e) = bind(context.raw) {
-            context.gpu.pool.give_back(buffers);
+        let buffers = context.pool().take(want);
+        if let Err(e) = bind(context.raw()) {
+            context.pool().give_back(buffers);
             return Err(e);
         }
         let mut lane = Self { context, stream: Handle(std::ptr::null_mut()), slots: Vec::new() };
@@ -159,7 +173,7 @@ impl<'a> Lane<'a> {
         // SAFETY: valid out-pointer; the session's context is current.
         let code = unsafe { sys::cuStreamCreate(&mut stream, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
         if let Err(e) = context.check("cuStreamCreate", code) {
-            context.gpu.pool.give_back(buffers);
+            context.pool().give_back(buffers);
             return Err(e);
         }
         lane.stream = Handle(stream);
@@ -168,7 +182,7 @@ impl<'a> Lane<'a> {
             // SAFETY: valid out-pointer. No timing: cheaper to record and wait on.
             let code = unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) };
             if context.check("cuEventCreate", code).is_err() {
-                context.gpu.pool.give_back([buffer]);
+                context.pool().give_back([buffer]);
                 continue;
             }
             lane.slots.push(Slot { buffer, event: Handle(event) });
@@ -197,7 +211,7 @@ impl<'a> Lane<'a> {
 
 impl Drop for Lane<'_> {
     fn drop(&mut self) {
-        let _ = bind(self.context.raw);
+        let _ = bind(self.context.raw());
         // SAFETY: stream and events of this context, destroyed once, after the stream has no
         // DMA left that touches the buffers handed back below.
         unsafe {
@@ -210,7 +224,7 @@ impl Drop for Lane<'_> {
                 sys::cuEventDestroy_v2(slot.event.0);
             }
         }
-        self.context.gpu.pool.give_back(self.slots.drain(..).map(|s| s.buffer));
+        self.context.pool().give_back(self.slots.drain(..).map(|s| s.buffer));
     }
 }
 
@@ -232,9 +246,9 @@ pub struct PinnedUpload<'a> {
 
 impl<'a> PinnedUpload<'a> {
     /// Starts a copy of `len` bytes to device address `address`.
-    pub fn start(context: &'a CudaContext, address: u64, len: u64) -> DeviceResult<Self> {
-        let chunk = context.gpu.pool.chunk();
-        let depth = context.gpu.depth.min(len.div_ceil(chunk as u64).max(1) as usize);
+    pub fn start(context: &'a dyn StagingContext, address: u64, len: u64) -> DeviceResult<Self> {
+        let chunk = context.pool().chunk();
+        let depth = context.depth().min(len.div_ceil(chunk as u64).max(1) as usize);
         let lane = Lane::open(context, depth)?;
         let (pageable, gather) = if lane.slots.is_empty() {
             (Some(vec![0u8; chunk]), Gather::new(chunk, 1, false))
@@ -291,17 +305,24 @@ impl Upload for PinnedUpload<'_> {
         self.apply(data)
     }
 
-    /// The free part of the pinned buffer being filled (waited for first if a DMA may still
-    /// read it); a pageable buffer has none, since the driver copies it during the call.
-    fn room(&mut self, at: u64, max: usize) -> DeviceResult<Option<&mut [u8]>> {
+    /// Rooms in the pinned buffers; a pageable buffer has none, since the driver copies it
+    /// during the call.
+    fn feed(&self) -> Feed {
         if self.pageable.is_some() {
-            return Ok(None);
+            Feed::Pieces
+        } else {
+            Feed::Rooms
         }
+    }
+
+    /// The free part of the pinned buffer being filled (waited for first if a DMA may still
+    /// read it).
+    fn room(&mut self, at: u64, max: usize) -> DeviceResult<&mut [u8]> {
         check_piece(at, max, self.len)?;
         self.lane.context.enter()?;
         let (slot, into, len) = self.gather.reserve(at, max, &mut self.steps);
         self.apply(&[])?;
-        Ok(Some(&mut self.buffer(slot)[into..into + len]))
+        Ok(&mut self.buffer(slot)[into..into + len])
     }
 
     fn commit(&mut self, len: usize) -> DeviceResult<()> {
@@ -334,8 +355,8 @@ pub struct PinnedDownload<'a> {
 
 impl<'a> PinnedDownload<'a> {
     /// Starts a copy of `len` bytes from device address `address`, queuing the first DMAs.
-    pub fn start(context: &'a CudaContext, address: u64, len: u64) -> DeviceResult<Self> {
-        let depth = context.gpu.depth.min(len.div_ceil(context.gpu.pool.chunk() as u64).max(1) as usize);
+    pub fn start(context: &'a dyn StagingContext, address: u64, len: u64) -> DeviceResult<Self> {
+        let depth = context.depth().min(len.div_ceil(context.pool().chunk() as u64).max(1) as usize);
         let lane = Lane::open(context, depth)?;
         let idle = (0..lane.slots.len()).rev().collect();
         let mut download = Self { lane, address, len, issued: 0, in_flight: VecDeque::new(), idle };
@@ -347,7 +368,7 @@ impl<'a> PinnedDownload<'a> {
     fn read_ahead(&mut self) -> DeviceResult<()> {
         while self.issued < self.len {
             let Some(slot) = self.idle.pop() else { break };
-            let n = (self.len - self.issued).min(self.lane.context.gpu.pool.chunk() as u64) as usize;
+            let n = (self.len - self.issued).min(self.lane.context.pool().chunk() as u64) as usize;
             let buffer = self.lane.slots[slot].buffer.ptr.0;
             // SAFETY: the buffer is pinned and holds a chunk; it is read only after this DMA's
             // event completes. The source range was checked when the copy started.

@@ -90,7 +90,7 @@ pub struct WorkerCommand {
     pub program: PathBuf,
     /// Device settings, as flags.
     pub args: Vec<OsString>,
-    /// Variables added to the worker's environment (an MPS client's, `crate::mps`).
+    /// Variables added to the worker's environment (an MPS client's, `crate::device::mps`).
     pub env: Vec<(OsString, OsString)>,
 }
 

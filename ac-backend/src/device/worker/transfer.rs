@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::shared::{Bay, IN_FLIGHT, PIECE};
 use super::wire::{Call, Shared};
 use super::{expect_done, wait, Answer, WorkerContext};
-use crate::device::{blocking, DeviceResult, Download, Upload};
+use crate::device::{blocking, DeviceResult, Download, Feed, Upload};
 
 /// A free bay of `context`'s region, if it has one.
 fn take_bay(context: &WorkerContext) -> Option<Bay> {
@@ -165,14 +165,20 @@ impl Upload for WorkerUpload<'_> {
         Ok(())
     }
 
-    /// The rest of the slot being gathered, when the copy has a bay (a copy through the pipe
-    /// has none).
-    fn room(&mut self, at: u64, max: usize) -> DeviceResult<Option<&mut [u8]>> {
-        if self.bay.is_none() {
-            return Ok(None);
+    /// Rooms in the bay's slots; a copy through the pipe has none.
+    fn feed(&self) -> Feed {
+        if self.bay.is_some() {
+            Feed::Rooms
+        } else {
+            Feed::Pieces
         }
+    }
+
+    /// The rest of the slot being gathered.
+    fn room(&mut self, at: u64, max: usize) -> DeviceResult<&mut [u8]> {
         self.gather_at(at)?;
-        Ok(self.slot_room(max.min(PIECE - self.gathered)))
+        let n = max.min(PIECE - self.gathered);
+        self.slot_room(n).ok_or_else(|| WireError::new(ErrorKind::Internal, "a copy through the pipe has no rooms"))
     }
 
     fn commit(&mut self, len: usize) -> DeviceResult<()> {

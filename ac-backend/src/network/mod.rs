@@ -20,27 +20,30 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::BackendConfig;
-use crate::control::{self, closing_for};
+use crate::device::health::Board;
 use crate::device::Device;
-use crate::fence::Fences;
-use crate::health::Board;
 use crate::metrics::Metrics;
-use crate::resume::Outbox;
+use crate::session::fence::Fences;
+use crate::session::resume::Outbox;
+use crate::session::serve_control::{self, closing_for};
 use crate::session::{Limits, Registry, Session};
-use crate::trust::{self, Trust};
-use crate::{bulk, BackendError};
+use crate::BackendError;
+use trust::Trust;
+
+pub mod bulk;
+pub mod trust;
 
 /// How long a new connection may take to say hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Shared {
     devices: BTreeMap<u32, Arc<dyn Device>>,
-    /// Each device's health, identity and sessions (see [`crate::health`]).
+    /// Each device's health, identity and sessions (see [`crate::device::health`]).
     board: Arc<Mutex<Board>>,
     /// Woken when a device's health changes: the manager hears of it at once.
     changed: Arc<tokio::sync::Notify>,
     /// The MPS control daemons, asked to quit at shutdown.
-    mps: Mutex<Vec<crate::mps::MpsDaemon>>,
+    mps: Mutex<Vec<crate::device::mps::MpsDaemon>>,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     trust: Trust,
@@ -166,7 +169,7 @@ fn identity(config: &BackendConfig) -> Result<(tls::Identity, PathBuf), BackendE
 /// Starts a backend on the current tokio runtime.
 pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError> {
     config.validate()?;
-    let served = crate::served::serve(&config)?;
+    let served = crate::device::served::serve(&config)?;
     let (devices, mps) = (served.devices, Mutex::new(served.mps));
     let board = Arc::new(Mutex::new(served.board));
     let changed = Arc::new(tokio::sync::Notify::new());
@@ -207,7 +210,9 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     let metrics_server = match config.metrics_listen {
         Some(listen) => {
             let devices = devices.values().cloned().collect();
-            let served = metrics.registry(devices, Arc::downgrade(&registry));
+            let sessions = Arc::downgrade(&registry);
+            let live = Box::new(move || sessions.upgrade().map_or(0, |s| s.len()));
+            let served = metrics.registry(devices, live);
             let server = MetricsServer::start(listen, served).await;
             Some(server.map_err(|e| BackendError::Config(format!("cannot serve metrics on {listen}: {e}")))?)
         }
@@ -260,13 +265,13 @@ async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, 
         };
         let (acceptor, shared) = (acceptor.clone(), shared.clone());
         let span = tracing::info_span!("lane", %peer);
-        tokio::spawn(serve_lane(socket, acceptor, shared).instrument(span));
+        tokio::spawn(accept_lane(socket, acceptor, shared).instrument(span));
     }
 }
 
 /// A lane: the TLS handshake, a hello that attaches it to a session, then copies until either
 /// side closes it or the session ends.
-async fn serve_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
+async fn accept_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let opened = async {
         lane::tune(&socket).map_err(|e| e.to_string())?;
         let stream = lane::accept(socket, &acceptor).await.map_err(|e| format!("TLS handshake: {e}"))?;
@@ -444,7 +449,7 @@ async fn resume_session(
         Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
     }
     session.attach(conn.clone());
-    let rejoin = crate::resume::Rejoin { conn: conn.clone(), send, reader, replies };
+    let rejoin = crate::session::resume::Rejoin { conn: conn.clone(), send, reader, replies };
     if session.rejoin(rejoin).is_err() {
         return refuse(&conn, close::SESSION_GONE, &format!("session {} has just ended", id.0));
     }
@@ -629,9 +634,9 @@ async fn serve_session(
     // Sessions of protocol 8 and later are held through an outage, for their client to resume.
     let hold_ms = shared.hold_ms.load(std::sync::atomic::Ordering::Relaxed);
     let hold = if version >= 8 { Duration::from_millis(hold_ms) } else { Duration::ZERO };
-    let line = control::Line { conn: conn.clone(), reader, outbox: Arc::new(Outbox::new(send)), rejoins, hold };
+    let line = serve_control::Line { conn: conn.clone(), reader, outbox: Arc::new(Outbox::new(send)), rejoins, hold };
     tokio::spawn(serve_bulk_streams(conn, session.clone()));
-    let result = control::serve(session.clone(), line, fence_requests).await;
+    let result = serve_control::serve(session.clone(), line, fence_requests).await;
     shared.registry.remove(session.id);
     match result {
         Ok(()) => session.close(),
@@ -648,7 +653,7 @@ async fn serve_bulk_streams(conn: Connection, session: Arc<Session>) {
     while let Ok((send, recv)) = conn.accept_bi().await {
         let (conn, session) = (conn.clone(), session.clone());
         tokio::spawn(async move {
-            if let Err(e) = bulk::serve(session, send, FrameReader::new(recv)).await {
+            if let Err(e) = bulk::serve_stream(session, send, FrameReader::new(recv)).await {
                 if let Some(closing) = closing_for(e) {
                     refuse(&conn, closing.code, &closing.reason);
                 }

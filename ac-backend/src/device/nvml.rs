@@ -1,6 +1,6 @@
 //! What NVML (NVIDIA's management library, `libnvidia-ml.so.1`, loaded at run time as cudarc
 //! loads CUDA) tells the backend: the GPUs and MIG instances of the host by UUID, without a
-//! CUDA context, and their health ([`crate::health`]): critical-Xid events as they happen and a
+//! CUDA context, and their health ([`crate::device::health`]): critical-Xid events as they happen and a
 //! periodic poll for conditions that persist.
 //!
 //! Queries go through `nvml-wrapper`; the event wait and a MIG instance's GPU-instance id go
@@ -21,7 +21,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlEventData_t, NvmlLib};
 
-use crate::health::{Board, Poll};
+use crate::device::health::{Board, Poll};
 
 /// Where NVML is looked for when `nvml_library` is unset: the loader's search, as NVIDIA's own
 /// tools do.
@@ -336,8 +336,8 @@ impl Watch {
             .filter(|(_, a)| instance == NO_INSTANCE || a.mig.as_ref().is_none_or(|(_, gi)| *gi == instance))
             .map(|(&index, _)| index)
             .collect();
-        let what = crate::health::describe_xid(xid);
-        let application = crate::health::is_application_xid(xid);
+        let what = crate::device::health::describe_xid(xid);
+        let application = crate::device::health::is_application_xid(xid);
         match application {
             true => {
                 tracing::info!(gpu = gpu_uuid, devices = ?hit, "{what}: the faulting session ends, the GPU serves on")

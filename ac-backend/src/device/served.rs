@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, DeviceChoice, CPU_MAX_SESSIONS};
+use crate::device::health::{Board, Watched};
 use crate::device::{CpuDevice, Device};
-use crate::health::{Board, Watched};
 use crate::BackendError;
 
 /// The devices, their board, and the watch to start.
@@ -22,10 +22,10 @@ pub struct Served {
     /// Each device's state.
     pub board: Board,
     /// The MPS control daemons of the GPUs served through MPS (asked to quit when dropped).
-    pub mps: Vec<crate::mps::MpsDaemon>,
+    pub mps: Vec<crate::device::mps::MpsDaemon>,
     /// What the NVML health watch follows (backend index -> accelerator), when there is NVML.
     #[cfg(feature = "cuda")]
-    pub watch: Option<(crate::nvml::NvmlHost, BTreeMap<u32, crate::nvml::Accelerator>)>,
+    pub watch: Option<(crate::device::nvml::NvmlHost, BTreeMap<u32, crate::device::nvml::Accelerator>)>,
 }
 
 impl std::fmt::Debug for Served {
@@ -111,10 +111,10 @@ mod gpus {
     use crate::config::BackendConfig;
     use crate::device::cuda::driver;
     use crate::device::described::{DescribedGpu, FreeMemory};
+    use crate::device::health::{Board, Watched};
+    use crate::device::nvml::{Accelerator, NvmlHost, DEFAULT_LIBRARY};
     use crate::device::worker::{WorkerCommand, WorkerDevice};
     use crate::device::Device;
-    use crate::health::{Board, Watched};
-    use crate::nvml::{Accelerator, NvmlHost, DEFAULT_LIBRARY};
 
     /// Free memory of an accelerator, from NVML.
     struct NvmlFree(NvmlHost, Accelerator);
@@ -202,10 +202,10 @@ mod gpus {
     }
 
     /// The MPS control daemon of one GPU, its directories under the state directory.
-    fn start_mps(config: &BackendConfig, accelerator: &Accelerator) -> Result<crate::mps::MpsDaemon, String> {
-        let control = config.mps_control.clone().unwrap_or_else(|| crate::mps::DEFAULT_CONTROL.into());
+    fn start_mps(config: &BackendConfig, accelerator: &Accelerator) -> Result<crate::device::mps::MpsDaemon, String> {
+        let control = config.mps_control.clone().unwrap_or_else(|| crate::device::mps::DEFAULT_CONTROL.into());
         let dir = config.state_dir.join("mps").join(&accelerator.uuid);
-        crate::mps::MpsDaemon::start(&control, &accelerator.uuid, &dir)
+        crate::device::mps::MpsDaemon::start(&control, &accelerator.uuid, &dir)
     }
 
     /// The inventory positions `config` selects (`devices` by index, `gpu_uuids` by UUID), or

@@ -13,10 +13,15 @@ use std::sync::{Arc, Mutex, Weak};
 use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
 use rustc_hash::FxHashMap;
 
+pub mod fence;
+pub mod images;
+pub mod resume;
+pub mod serve_control;
+
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
-use crate::fence::Fences;
 use crate::metrics::Metrics;
+use crate::session::fence::Fences;
 
 /// A device allocation. Dropping the last reference frees the device memory, so an operation
 /// still in flight keeps its memory alive even after the client freed the buffer.
@@ -60,9 +65,9 @@ pub struct Session {
     /// The device (its index on the backend) the session runs on.
     pub device: u32,
     /// Where a resumed session's new connection goes to its control loop.
-    rejoins: tokio::sync::mpsc::UnboundedSender<crate::resume::Rejoin>,
+    rejoins: tokio::sync::mpsc::UnboundedSender<crate::session::resume::Rejoin>,
     /// The backend's module images, by content (shared by every session).
-    pub images: Arc<crate::images::ImageCache>,
+    pub images: Arc<crate::session::images::ImageCache>,
     /// Where synchronous copies ask the control loop for their fence.
     pub fences: Fences,
     /// Payload bytes the session may hold in the backend's memory at once (see [`Session::reserve`]).
@@ -211,10 +216,10 @@ impl Session {
     }
 
     /// Whose module images this session may load from the cache.
-    pub fn image_owner(&self) -> crate::images::Owner {
+    pub fn image_owner(&self) -> crate::session::images::Owner {
         match self.capability {
-            Some(id) => crate::images::Owner::Capability(id),
-            None => crate::images::Owner::Session(self.id.0),
+            Some(id) => crate::session::images::Owner::Capability(id),
+            None => crate::session::images::Owner::Session(self.id.0),
         }
     }
 
@@ -226,7 +231,7 @@ impl Session {
 
     /// Hands a resumed session's new connection to its control loop; gives it back when the
     /// loop has ended.
-    pub fn rejoin(&self, rejoin: crate::resume::Rejoin) -> Result<(), crate::resume::Rejoin> {
+    pub fn rejoin(&self, rejoin: crate::session::resume::Rejoin) -> Result<(), crate::session::resume::Rejoin> {
         self.rejoins.send(rejoin).map_err(|e| e.0)
     }
 
@@ -245,7 +250,7 @@ fn unknown_buffer(id: BufferId) -> WireError {
 pub struct Registry {
     sessions: Mutex<HashMap<SessionId, Weak<Session>>>,
     next: AtomicU64,
-    images: Arc<crate::images::ImageCache>,
+    images: Arc<crate::session::images::ImageCache>,
 }
 
 /// What one session may hold.
@@ -269,7 +274,7 @@ impl Registry {
         fences: Fences,
         limits: Limits,
         metrics: Arc<Metrics>,
-    ) -> (Arc<Session>, tokio::sync::mpsc::UnboundedReceiver<crate::resume::Rejoin>) {
+    ) -> (Arc<Session>, tokio::sync::mpsc::UnboundedReceiver<crate::session::resume::Rejoin>) {
         let Limits { budget, quota } = limits;
         metrics.session_opened();
         let id = SessionId(self.next.fetch_add(1, Ordering::Relaxed) + 1);
@@ -322,7 +327,7 @@ impl Registry {
         for session in &sessions {
             session.close_with(close::UNAUTHORIZED, "allocation revoked by the resource manager");
         }
-        self.images.forget(crate::images::Owner::Capability(id));
+        self.images.forget(crate::session::images::Owner::Capability(id));
         sessions.len()
     }
 

@@ -25,7 +25,7 @@ use bytes::{Bytes, BytesMut};
 use quinn::{RecvStream, SendStream};
 use tokio::io::AsyncWriteExt;
 
-use crate::device::{Download, Upload};
+use crate::device::{Download, Feed, Upload};
 use crate::session::{Allocation, Session};
 
 /// What carries a copy: a QUIC bulk stream or a lane. They differ in what a refusal or a
@@ -160,6 +160,26 @@ impl Lane {
         Ok(())
     }
 
+    /// Reads the rest of the copy's payload into the rooms `upload` lends (a staging buffer's
+    /// free part), opening full records straight into them (`LaneTls::read_exact_plain`).
+    async fn receive_in_rooms(
+        &mut self,
+        header: &BulkHeader,
+        received: &mut u64,
+        upload: &mut dyn Upload,
+    ) -> Result<(), WireError> {
+        while *received < header.len {
+            let most = usize::try_from(header.len - *received).unwrap_or(usize::MAX);
+            let room = upload.room(*received, most)?;
+            let len = room.len();
+            let read = self.reader.stream_mut().0.read_exact_plain(room).await;
+            read.map_err(|e| interrupted(e, *received, header))?;
+            *received += len as u64;
+            upload.commit(len)?;
+        }
+        Ok(())
+    }
+
     /// Reads the rest of the copy's payload into device memory that `upload` lends where it
     /// lies (a CPU device's, under its lock), opening full records straight into it
     /// (`LaneTls::read_placed`): the plaintext is written once, by the cipher.
@@ -231,19 +251,11 @@ impl Carrier for Lane {
         // `received` counts bytes taken off the lane before the device takes them: a refusal
         // after a device failure drains only what the client has still to send.
         self.drain_buffered(header, received, |at, piece| upload.push(at, piece))?;
-        while *received < header.len {
-            let most = usize::try_from(header.len - *received).unwrap_or(usize::MAX);
-            let Some(room) = upload.room(*received, most)? else { break };
-            let len = room.len();
-            let read = self.reader.stream_mut().0.read_exact_plain(room).await;
-            read.map_err(|e| interrupted(e, *received, header))?;
-            *received += len as u64;
-            upload.commit(len)?;
+        match upload.feed() {
+            Feed::Rooms => self.receive_in_rooms(header, received, upload).await,
+            Feed::InPlace => self.receive_placed(header, received, upload).await,
+            Feed::Pieces => self.receive(session, header, received, |at, piece| upload.push(at, piece)).await,
         }
-        if upload.fills_in_place() {
-            return self.receive_placed(header, received, upload).await;
-        }
-        self.receive(session, header, received, |at, piece| upload.push(at, piece)).await
     }
 
     /// The device hands its bytes where they lie, and the lane seals them from there into its
@@ -280,7 +292,7 @@ impl Carrier for Lane {
 
 /// Serves one bulk stream to completion. Errors of the copy go to the client on the stream;
 /// returns `Err` only for a protocol violation that must close the connection.
-pub async fn serve(session: Arc<Session>, send: SendStream, reader: FrameReader) -> Result<(), ProtoError> {
+pub async fn serve_stream(session: Arc<Session>, send: SendStream, reader: FrameReader) -> Result<(), ProtoError> {
     let mut stream = QuicCopy { send, reader };
     let header: BulkHeader = stream.reader.expect_frame().await?;
     copy(&session, header, &mut stream).await

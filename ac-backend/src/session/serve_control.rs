@@ -12,13 +12,13 @@ use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::bulk;
+use crate::device::stream_workers::{barrier_reached, StreamOp, StreamWorker};
 use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
-use crate::fence::{Fence, FenceRequest, Waiting};
 use crate::metrics::Metrics;
-use crate::resume::{Outbox, Rejoin};
+use crate::network::bulk;
+use crate::session::fence::{Fence, FenceRequest, Waiting};
+use crate::session::resume::{Outbox, Rejoin};
 use crate::session::Session;
-use crate::stream::{barrier_reached, StreamOp, StreamWorker};
 
 /// Largest payload carried inline on the control stream (async writes, module images, reads).
 pub const MAX_INLINE: u64 = 64 << 20;
@@ -78,7 +78,7 @@ enum Outcome {
 }
 
 /// How a session's control loop reaches its client, and how long it holds the session for a
-/// client whose connection timed out (see [`crate::resume`]).
+/// client whose connection timed out (see [`crate::session::resume`]).
 #[derive(Debug)]
 pub struct Line {
     /// The control connection.

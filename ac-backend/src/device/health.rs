@@ -1,6 +1,6 @@
 //! Each served device's health, identity and admission: what the backend reports to its manager
 //! ([`DeviceState`]) and what decides whether a device takes one more session. No I/O and no
-//! clock: the NVML watch ([`crate::nvml`]) feeds it observations; tests feed it their own.
+//! clock: the NVML watch ([`crate::device::nvml`]) feeds it observations; tests feed it their own.
 //!
 //! # The model
 //! - A **condition** is what a poll sees now and holds while it lasts: the GPU fell off the bus
