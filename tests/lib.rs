@@ -1,3 +1,5 @@
+// shape: the test bed every scenario shares (daemons, namespaces, certificates); split by what
+// a scenario needs would scatter the one place a test's set-up is read.
 //! Helpers for the end-to-end tests: a real backend on a loopback port chosen by the OS, real
 //! clients, and a raw QUIC client that can send what the SDK never would.
 

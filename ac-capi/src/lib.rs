@@ -26,8 +26,8 @@
 // functions check what can be checked (NULL, handles, ranges) before reading through one.
 #![allow(clippy::missing_safety_doc, clippy::not_unsafe_ptr_arg_deref)]
 
-#[cfg(feature = "mpi")]
 mod devices;
+#[cfg(feature = "mpi")]
 mod dlmpi;
 mod error;
 mod handles;

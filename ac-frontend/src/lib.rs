@@ -50,6 +50,7 @@ pub mod blocking;
 mod buffer;
 mod driver;
 mod error;
+mod get_request;
 mod kernel;
 mod lane;
 #[cfg(feature = "mpi")]
@@ -70,8 +71,9 @@ pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, Launch
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;
 pub use error::{Error, Result};
+pub use get_request::GetRequest;
 pub use kernel::{Function, Module};
 pub use link::{default_lanes, ConnectOptions};
-pub use session::{munge_credential, DynamicSet, GetRequest, Handle, Session, SessionOptions};
+pub use session::{munge_credential, DynamicSet, Handle, Session, SessionOptions};
 pub use stream::Stream;
 pub use stripes::CopyOptions;

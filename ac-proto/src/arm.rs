@@ -1,3 +1,5 @@
+// shape: the ARM protocol's every message in one file, so that what a protocol version changes
+// is read in one place; plain data and its documentation, no logic.
 //! The protocol of the Accelerator Resource Manager (ARM), version [`VERSION`], ALPN [`ALPN`].
 //!
 //! Every request travels on its own bidirectional stream: one [`ArmRequest`] frame, then one

@@ -1,3 +1,4 @@
+// shape: one seed builder per message type, a list that follows the protocols' types.
 //! Seeds made by the project's own encoders (messages, sealed records, SWF written by the
 //! simulator): valid inputs start the fuzzer deep inside the decoders instead of at their first
 //! length check. Each input's layout (a selector

@@ -1,3 +1,5 @@
+// shape: one scenario per hostile input (malformed frames, wrong tokens, floods), each short;
+// together they are the list SECURITY.md's threat model points to.
 //! Live daemons under hostile clients (issue 27, item 2). Real QUIC connections send random and
 //! mutated messages: valid frames with invalid contents, requests in the wrong order, huge
 //! counts, the ids of other sessions and jobs, and bytes that are no frame at all. Slow clients

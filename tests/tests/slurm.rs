@@ -1,3 +1,5 @@
+// shape: the batch integration's scenarios against a real Slurm, each a short story on a cluster
+// of its own; together they are the checks of what docs/slurm.md promises.
 //! Batch integration with a real Slurm (`ac_tests::slurm::SlurmCluster`): `--acpn` through the
 //! SPANK plugin and `job_submit.lua`, licenses, the prolog's binding, munge-authenticated
 //! `AC_Init` in `srun` tasks, dynamic grants recorded in Slurm, and the failure cases.

@@ -31,6 +31,8 @@ use crate::BackendError;
 use trust::Trust;
 
 pub mod bulk;
+mod lanes;
+mod registration;
 pub mod trust;
 
 /// How long a new connection may take to say hello.
@@ -201,7 +203,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         );
     }
     let trust = Trust::load_closed(&config.state_dir, pinned, !config.open_until_registered);
-    let listener = if config.lanes { Some(lane_listener(addr, config.listen.port() == 0)?) } else { None };
+    let listener = if config.lanes { Some(lanes::lane_listener(addr, config.listen.port() == 0)?) } else { None };
     let lane_port = match &listener {
         Some(l) => l.local_addr()?.port(),
         None => 0,
@@ -222,7 +224,7 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     let shared =
         Arc::new(Shared { devices, board, changed, mps, registry, metrics, trust, config, lane_port, hold_ms });
     let task = tokio::spawn(accept_loop(endpoint.clone(), shared.clone()));
-    let lane_task = listener.map(|l| tokio::spawn(accept_lanes(l, acceptor, shared.clone())));
+    let lane_task = listener.map(|l| tokio::spawn(lanes::accept_lanes(l, acceptor, shared.clone())));
     if lane_port != 0 {
         tracing::info!(%addr, lane_port, "serving bulk lanes (TLS over TCP)");
     }
@@ -230,119 +232,6 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
         tracing::info!(%addr, index = info.index, device = %info.name, "serving device");
     }
     Ok(RunningBackend { addr, ca_cert, endpoint, shared, task, lane_task, metrics: metrics_server })
-}
-
-/// The lanes' TCP listener: on the QUIC port's number, so that one port (UDP and TCP) is all a
-/// firewall must open; on any free port when the QUIC port was picked freely and its TCP twin
-/// is taken.
-fn lane_listener(quic: SocketAddr, picked: bool) -> Result<tokio::net::TcpListener, BackendError> {
-    let bind = |addr: SocketAddr| -> std::io::Result<tokio::net::TcpListener> {
-        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(256)
-    };
-    match bind(quic) {
-        Ok(listener) => Ok(listener),
-        Err(_) if picked => Ok(bind(SocketAddr::new(quic.ip(), 0))?),
-        Err(e) => Err(BackendError::Config(format!(
-            "cannot listen for bulk lanes on TCP port {} ({e}); free it or set `lanes = false`",
-            quic.port()
-        ))),
-    }
-}
-
-async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, shared: Arc<Shared>) {
-    loop {
-        let (socket, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of descriptors and the like: wait rather than spin.
-                tracing::warn!(error = %e, "cannot accept a bulk lane");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (acceptor, shared) = (acceptor.clone(), shared.clone());
-        let span = tracing::info_span!("lane", %peer);
-        tokio::spawn(accept_lane(socket, acceptor, shared).instrument(span));
-    }
-}
-
-/// A lane: the TLS handshake, a hello that attaches it to a session, then copies until either
-/// side closes it or the session ends.
-async fn accept_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
-    let opened = async {
-        lane::tune(&socket).map_err(|e| e.to_string())?;
-        let stream = lane::accept(socket, &acceptor).await.map_err(|e| format!("TLS handshake: {e}"))?;
-        let mut reader = FrameReader::new(LaneStream(stream));
-        let hello = read_hello(&mut reader, shared.config.protocols()).await.map_err(|(_, reason)| reason)?;
-        Ok::<_, String>((hello, reader))
-    };
-    let ((hello, version), mut reader) = match tokio::time::timeout(HELLO_TIMEOUT, opened).await {
-        Ok(Ok(opened)) => opened,
-        Ok(Err(reason)) => return tracing::info!(reason, "lane refused"),
-        Err(_) => return tracing::info!("lane refused: no hello in time"),
-    };
-    let session = match hello {
-        Hello::Attach { session, token } => shared.registry.find(session, &token),
-        _ => None,
-    };
-    let Some(session) = session else {
-        let refusal = WireError::new(ErrorKind::Unauthorized, "unknown session or wrong token: a lane only attaches");
-        refuse_lane(&mut reader, refusal, &shared.metrics).await;
-        return tracing::info!("lane refused: unknown session or wrong token");
-    };
-    // Twice the lanes the welcome names: room for a program's replacements of lanes it gave
-    // up, which the backend may not have seen close yet (a copy waiting on its fence).
-    let most = 2 * shared.config.session_lanes() as usize;
-    let Some(_counted) = session.attach_lane(most) else {
-        let refusal = WireError::new(
-            ErrorKind::InvalidArgument,
-            format!("the session has {most} lanes already, twice what this backend serves one (lanes_per_session)"),
-        );
-        refuse_lane(&mut reader, refusal, &shared.metrics).await;
-        return tracing::info!(session = session.id.0, most, "lane refused: the session has all its lanes");
-    };
-    if lane_reply(&mut reader, welcome(&session, &shared, version)).await.is_err() {
-        return;
-    }
-    tracing::debug!(session = session.id.0, "lane attached");
-    tokio::select! {
-        served = bulk::serve_lane(session.clone(), reader) => {
-            if let Err(e) = served {
-                tracing::info!(session = session.id.0, error = %e, "lane closed");
-            }
-        }
-        () = session.ended() => {}
-    }
-}
-
-/// Answers a lane with `error` instead of a welcome, and counts it; the lane then closes.
-async fn refuse_lane<T: tokio::io::AsyncWrite + Unpin>(
-    reader: &mut FrameReader<LaneStream<T>>,
-    error: WireError,
-    metrics: &Metrics,
-) where
-    LaneStream<T>: Source + Send,
-{
-    metrics.lane_refused();
-    let refusal = frame_bytes(&Reply { id: 0, response: Response::Error(error) }).expect("a refusal encodes");
-    let _ = lane_reply(reader, refusal).await;
-}
-
-/// Writes `bytes` to a lane and flushes them.
-async fn lane_reply<T: tokio::io::AsyncWrite + Unpin>(
-    reader: &mut FrameReader<LaneStream<T>>,
-    bytes: bytes::Bytes,
-) -> std::io::Result<()>
-where
-    LaneStream<T>: Source + Send,
-{
-    use tokio::io::AsyncWriteExt;
-    let stream = &mut reader.stream_mut().0;
-    stream.write_all(&bytes).await?;
-    stream.flush().await
 }
 
 async fn accept_loop(endpoint: Endpoint, shared: Arc<Shared>) {
@@ -398,7 +287,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
             }
             tracing::info!(host, "registered by a resource manager; sessions now need capabilities");
-            serve_registration(conn, shared, send, reader, version).await;
+            registration::serve_registration(conn, shared, send, reader, version).await;
         }
         Hello::Attach { session, token } => {
             let Some(session) = shared.registry.find(session, &token) else {
@@ -476,51 +365,6 @@ async fn read_hello<S: Source + Send>(
     Ok((hello, preamble.version))
 }
 
-/// The manager's next orders on a registration of protocol `version` (every one already
-/// received, so that revocations are stored with one sync); `None` when the link ends.
-async fn read_orders(reader: &mut FrameReader, version: u16) -> Option<Vec<Order>> {
-    match version {
-        ..=5 => {
-            let first = reader.read_frame::<Revoke>().await.ok()??;
-            let mut orders = vec![Order::Revoke(first)];
-            while let Some(Ok(Some(more))) = reader.read_frame::<Revoke>().now_or_never() {
-                orders.push(Order::Revoke(more));
-            }
-            Some(orders)
-        }
-        _ => {
-            let first = reader.read_frame::<Order>().await.ok()??;
-            let mut orders = vec![first];
-            while let Some(Ok(Some(more))) = reader.read_frame::<Order>().now_or_never() {
-                orders.push(more);
-            }
-            Some(orders)
-        }
-    }
-}
-
-/// Stores revocations, ends their sessions, and acknowledges them once on disk.
-async fn store_revocations(shared: &Arc<Shared>, writer: &StreamWriter, batch: Vec<Revoke>) {
-    let revokes: Vec<(u64, u64)> = batch.iter().map(|r| (r.capability, r.expires)).collect();
-    let on_disk = shared.clone();
-    let stored = tokio::task::spawn_blocking(move || on_disk.trust.revoke(&revokes))
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-    for revoke in &batch {
-        let ended = shared.registry.revoke(revoke.capability);
-        tracing::info!(capability = revoke.capability, ended, "capability revoked");
-    }
-    match stored {
-        // Acknowledged only once they survive a restart; otherwise the manager sends them again.
-        // One write for the batch's acknowledgements: one packet where it fits.
-        Ok(()) => {
-            let acks = batch.iter().map(|r| Report::Revoked { capability: r.capability });
-            let _ = writer.send(frames_bytes(acks).expect("encodes")).await;
-        }
-        Err(e) => tracing::error!(error = %e, "cannot store revocations; they hold until this process ends"),
-    }
-}
-
 /// The welcome of a session's connection, in the connection's protocol `version`.
 fn welcome(session: &Session, shared: &Shared, version: u16) -> bytes::Bytes {
     let response = Response::Welcome {
@@ -535,73 +379,6 @@ fn welcome(session: &Session, shared: &Shared, version: u16) -> bytes::Bytes {
         _ => frame_bytes(&Reply { id: 0, response }),
     }
     .expect("welcome encodes")
-}
-
-/// The resource manager's link: heartbeats out (with every device's state from protocol 6 on,
-/// and at once when a device's health changes), revocations in, until either side goes away.
-async fn serve_registration(
-    conn: Connection,
-    shared: Arc<Shared>,
-    send: quinn::SendStream,
-    mut reader: FrameReader,
-    version: u16,
-) {
-    let welcome = Reply { id: 0, response: Response::Devices(shared.device_infos()) };
-    let writer = StreamWriter::new(send);
-    if writer.send_frame(&welcome).await.is_err() {
-        return;
-    }
-    let beat = {
-        let (shared, writer) = (shared.clone(), writer.clone());
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(shared.config.heartbeat_ms));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = shared.changed.notified() => {}
-                }
-                // A GPU's free memory comes from NVML, which a failing GPU may keep waiting.
-                let reported = shared.clone();
-                let report = tokio::task::spawn_blocking(move || match version {
-                    ..=5 => Report::Heartbeat(Heartbeat {
-                        sessions: reported.registry.len() as u32,
-                        devices: reported.device_infos(),
-                    }),
-                    _ => Report::Status(reported.status()),
-                });
-                let Ok(report) = report.await else { return };
-                if writer.send_frame(&report).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    while let Some(orders) = read_orders(&mut reader, version).await {
-        let mut batch = Vec::new();
-        for order in orders {
-            match order {
-                Order::Revoke(revoke) => batch.push(revoke),
-                Order::ClearFaults { index } => {
-                    tracing::info!(device = index, "an admin cleared the device's faults");
-                    if shared.board.lock().expect("board").clear_faults(index) {
-                        shared.changed.notify_one();
-                    }
-                }
-                Order::Hold { ms } => {
-                    tracing::info!(
-                        hold_ms = ms,
-                        "sessions whose connection times out are held as long as the manager's lease"
-                    );
-                    shared.hold_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        }
-        if !batch.is_empty() {
-            store_revocations(&shared, &writer, batch).await;
-        }
-    }
-    beat.abort();
-    conn.close(close::NORMAL.into(), b"registration ended");
 }
 
 async fn serve_session(

@@ -1,3 +1,5 @@
+// shape: the backend protocol's session messages in one file (the registration link's and
+// protocol 4's have their own), so that what a version changes is read in one place.
 //! The frontend <-> backend protocol, version [`VERSION`].
 //!
 //! # Connections and streams

@@ -44,6 +44,8 @@ mod hosts;
 mod lease;
 mod metrics;
 mod program;
+#[cfg(test)]
+mod tests;
 mod ticks;
 mod views;
 

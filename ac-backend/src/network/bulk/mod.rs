@@ -556,3 +556,6 @@ async fn send_staged(
         Err(e) => Ok(Err(e)),
     }
 }
+
+#[cfg(test)]
+mod tests;

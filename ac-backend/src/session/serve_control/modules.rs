@@ -1,0 +1,113 @@
+//! Modules and launches on the control stream: loading (from the image cache or the payload),
+//! unloading, looking up a function, and checking and queuing a launch.
+
+use super::*;
+
+impl Control {
+    pub(super) async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
+        let device = self.session.context.clone();
+        let (images, owner) = (self.session.images.clone(), self.session.image_owner());
+        // Compiling (NVRTC, large images) and hashing may take long: off the async threads.
+        let loaded = tokio::task::spawn_blocking(move || {
+            let module = device.load_module(&source, &image)?;
+            // What loaded is kept by content, for this owner's next processes.
+            if matches!(source, ModuleSource::Ptx | ModuleSource::Cubin) {
+                images.put(owner, ac_proto::backend::image_digest(&image), image);
+            }
+            Ok(module)
+        })
+        .await;
+        match loaded {
+            Ok(Ok(module)) => {
+                let id = ModuleId(self.fresh_id());
+                self.modules.insert(id, module);
+                Response::Module(id)
+            }
+            Ok(Err(e)) => Response::Error(e),
+            Err(e) => error(ErrorKind::Internal, format!("module load panicked: {e}")),
+        }
+    }
+
+    pub(super) async fn unload_module(&mut self, module: ModuleId) -> Response {
+        let Some(device_module) = self.modules.remove(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        self.drain_streams().await;
+        // Its functions die with it, here and in the context: a later launch is an error, never
+        // a dead handle handed to the device.
+        let dead: Vec<FunctionId> = self.kernels.iter().filter(|(_, (m, _))| *m == module).map(|(f, _)| *f).collect();
+        for function in dead {
+            self.kernels.remove(&function);
+            self.unloaded.insert(function, module);
+        }
+        self.session.context.unload_module(device_module);
+        Response::Ok
+    }
+
+    pub(super) fn lookup(&mut self, module: ModuleId, name: &str) -> Response {
+        let Some(&device_module) = self.modules.get(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        match self.session.context.kernel(device_module, name) {
+            Ok(kernel) => {
+                let id = FunctionId(self.fresh_id());
+                let params = kernel.params.clone();
+                self.kernels.insert(id, (module, Arc::new(kernel)));
+                Response::Function { id, params }
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    pub(super) async fn enqueue_launch(
+        &mut self,
+        function: FunctionId,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        stream: StreamId,
+    ) -> Response {
+        match self.prepare_launch(function, dims, args, stream) {
+            Ok(op) => {
+                self.session.metrics.launched();
+                self.enqueue_on(stream, op).await
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// Checks a launch completely before it is queued: kernel, signature, shape, buffers.
+    pub(super) fn prepare_launch(
+        &self,
+        function: FunctionId,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        stream: StreamId,
+    ) -> Result<StreamOp, WireError> {
+        let kernel = self.kernels.get(&function).map(|(_, k)| k.clone()).ok_or_else(|| {
+            let message = match self.unloaded.get(&function) {
+                Some(module) => format!("function {} belongs to module {}, which was unloaded", function.0, module.0),
+                None => format!("function {} does not exist in this session", function.0),
+            };
+            WireError::new(ErrorKind::InvalidFunction, message)
+        })?;
+        check_signature(&kernel, args)?;
+        validate_dims(&dims)?;
+        if !self.streams.contains_key(&stream) {
+            return Err(no_stream(stream));
+        }
+        let mut hold = Vec::new();
+        let mut device_args = Vec::with_capacity(args.len());
+        for arg in args {
+            device_args.push(match arg {
+                KernelArg::Ptr(ptr) => {
+                    let alloc = self.session.resolve_pointer(*ptr)?;
+                    let arg = DeviceArg::Mem { mem: alloc.mem, offset: ptr.offset, len: alloc.size - ptr.offset };
+                    hold.push(alloc);
+                    arg
+                }
+                scalar => DeviceArg::Scalar(*scalar),
+            });
+        }
+        Ok(StreamOp::Launch { kernel, dims, args: device_args, _hold: hold })
+    }
+}
