@@ -6,9 +6,11 @@
 //! - `error.rs`: `acError`, `acGetErrorString`, the thread's last message, and [`ffi`]: the
 //!   wrapper every exported function runs its body in (no panic crosses the boundary).
 //! - `handles.rs`: opaque handles as tagged numbers in per-kind tables.
-//! - `session.rs`: `AC_Init`, `AC_Get`, `AC_GetRange`, `AC_GetPreemptible`, `AC_Free`,
-//!   `AC_Finalize`; sets and devices.
-//! - `preempt.rs`: `AC_PollPreemption`, and the hint a revoked borrower's error carries.
+//! - `devices.rs`: the handles of sets and devices, and the process's session.
+//! - `session.rs`: `AC_Init`, `AC_Get`, `AC_GetRange`, `AC_GetPreemptible`, `AC_GetElastic`,
+//!   `AC_Free`, `AC_Finalize`, and what a program asks of sets and devices.
+//! - `notices.rs`: the preemption notices this process was told, and the hint a revoked
+//!   borrower's error carries; `preempt.rs`: `AC_PollPreemption`.
 //! - `memory.rs`: `acMemAlloc`, `acMemCpy`, `acMemset`, `acMemFree`.
 //! - `kernel.rs`: `acKernelCreate`, `acKernelSetArgs`, `acKernelRun`.
 //! - `stream.rs`: streams.

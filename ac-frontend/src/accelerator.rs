@@ -351,7 +351,7 @@ impl Accelerator {
         self.inner.control_stream.defer(&Envelope { id: 0, request });
     }
 
-    /// The position a synchronous bulk copy starting now follows (see `control.rs`), once
+    /// The position a synchronous bulk copy starting now follows (see `send_control.rs`), once
     /// every envelope before it is written (on a resumed connection, if the one of `epoch` is
     /// lost meanwhile).
     async fn copy_position(&self, epoch: u64) -> Result<u64> {

@@ -47,7 +47,8 @@ pub struct ArmOptions {
     /// idle timeout, half its lease, bounds the first).
     pub tuning: Tuning,
     /// The protocol version to ask in first (this build's `VERSION`); a manager that refuses
-    /// it is asked again in `MIN_VERSION` (a manager not yet upgraded).
+    /// it is asked again one version lower each time, down to `MIN_VERSION` (a manager not yet
+    /// upgraded).
     pub protocol: u16,
 }
 

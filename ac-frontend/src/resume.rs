@@ -6,7 +6,7 @@
 //! session's end: the backend holds the session, and the lifeline dials it again, once a second
 //! until the program's resume deadline (`ConnectOptions::resume`, `AC_RESUME_MS`), and resumes
 //! it with the session's secret and capability. Calls made meanwhile wait; the envelopes the
-//! backend had not handled are sent again from the control stream's log (`control.rs`), the
+//! backend had not handled are sent again from the control stream's log (`send_control.rs`), the
 //! replies the program had not read come again (`replies.rs`), and bulk copies cut by the
 //! outage run again (`accelerator.rs`). Any other end (a close by the backend, a revocation,
 //! the backend's port refused, a session the backend no longer holds) ends the session at once,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const VERSION: u16 = 7;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
-/// in this one. A new version only appends variants to [`Request`] and [`Response`] (and
+/// one version lower each time, down to this one. A new version only appends variants to [`Request`] and [`Response`] (and
 /// answers the new requests only), so the encodings of the version before stay valid. 5 added
 /// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`]; 7 added
 /// [`Request::GetElastic`].

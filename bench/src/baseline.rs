@@ -23,7 +23,7 @@ const ROUNDS: usize = 10;
 /// Alternating rounds of bulk copies against the bare lane.
 const COPY_ROUNDS: usize = 7;
 /// Elements of a `fill` just over what the CPU device runs on the control loop at a barrier
-/// (see `ac-backend/src/stream.rs`): the stream worker's path, kernel time included.
+/// (see `ac-backend/src/device/stream_workers.rs`): the stream worker's path, kernel time included.
 const WORKER_FILL: u64 = 4097;
 
 /// The helper process: serves the baseline's streams until killed. A stream starting with `e`

@@ -23,7 +23,7 @@ fn payload_len(request: &Request) -> u64 {
     }
 }
 
-/// A backend's control stream: what `server.rs` and `control.rs` read.
+/// A backend's control stream: what `network/mod.rs` and `session/serve_control/` read.
 fn control_stream(input: &[u8]) -> Vec<Vec<u8>> {
     let mut reader = FrameReader::new(Pieces::from_input(input));
     let mut read = Vec::new();

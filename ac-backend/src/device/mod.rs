@@ -192,7 +192,7 @@ pub trait Context: Send + Sync + 'static {
         false
     }
     /// Whether launching `kernel` with `args` takes no more than a few microseconds: a stream
-    /// that is idle may then run it on the control loop (see `stream.rs`).
+    /// that is idle may then run it on the control loop (see `stream_workers.rs`).
     fn is_quick_launch(&self, _kernel: &Kernel, _args: &[DeviceArg]) -> bool {
         false
     }

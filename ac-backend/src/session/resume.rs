@@ -2,7 +2,7 @@
 //! `ac_proto::backend`): the log of the replies it sent, and the hand-over of a new connection
 //! to its control loop.
 //!
-//! A session whose control connection timed out is held by its control loop (`control.rs`) for
+//! A session whose control connection timed out is held by its control loop (`serve_control/`) for
 //! its hold time. [`Outbox`] numbers every reply frame the session sends and keeps the last ones,
 //! so that a client that resumes gets again exactly the replies it had not read: they are always
 //! the last ones sent, since replies leave in one order, one stream after another.

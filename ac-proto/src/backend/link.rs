@@ -46,7 +46,8 @@ pub struct ConnectOptions {
     /// that each can use another core.
     pub endpoint: Option<Endpoint>,
     /// The protocol version to say hello in first (this build's `VERSION`); a backend that
-    /// refuses it is greeted again in `MIN_VERSION` (a backend not yet upgraded).
+    /// refuses it is greeted again one version lower each time, down to `MIN_VERSION` (a backend
+    /// not yet upgraded).
     pub protocol: u16,
     /// How long a session whose connection timed out (a network outage) tries to resume it;
     /// its calls wait meanwhile, and fail with a timeout past it. Zero: the session

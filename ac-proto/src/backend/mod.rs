@@ -69,7 +69,7 @@
 //!   what it sent. Replies are numbered by the order they leave in, one stream after another,
 //!   so those the client lacks are always the last ones.
 //! - Bulk copies in flight fail with their connection or lane, and the client runs them again,
-//!   with the same position, once the session is back.
+//!   with a fresh position (the envelopes written by then), once the session is back.
 //!
 //! Both logs keep at least twice the default stream window (a peer cannot have more than one
 //! stream window of the other's bytes unread); a resume whose envelopes or replies fell out of

@@ -5,40 +5,40 @@ use std::io::Write;
 const XID: u64 = nvmlEventTypeXidCriticalError as u64;
 
 const MACHINE: &str = r#"
-    driver_version = "570.1.2"
-    [[gpu]]
-    uuid = "GPU-0"
-    name = "NVIDIA H100 80GB HBM3"
-    pci_bus_id = "00000000:17:00.0"
-    memory_mib = 81559
-    used_mib = 559
-    compute_mode = "exclusive_process"
-    capability = [9, 0]
-    uncorrected_ecc = 2
-    corrected_ecc = 5
-    pcie_replays = 3
-    retired_pages_pending = true
-    [[gpu]]
-    uuid = "GPU-1"
-    name = "NVIDIA A100-SXM4-40GB"
-    pci_bus_id = "00000001:2A:00.0"
-    memory_mib = 40960
-    capability = [8, 0]
-    mig = true
-      [[gpu.instance]]
-      uuid = "MIG-a"
-      name = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
-      memory_mib = 4864
-      gpu_instance = 7
-      compute_instance = 0
-      [[gpu.instance]]
-      uuid = "MIG-b"
-      name = "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
-      memory_mib = 19968
-      used_mib = 100
-      gpu_instance = 2
-      compute_instance = 1
-"#;
+        driver_version = "570.1.2"
+        [[gpu]]
+        uuid = "GPU-0"
+        name = "NVIDIA H100 80GB HBM3"
+        pci_bus_id = "00000000:17:00.0"
+        memory_mib = 81559
+        used_mib = 559
+        compute_mode = "exclusive_process"
+        capability = [9, 0]
+        uncorrected_ecc = 2
+        corrected_ecc = 5
+        pcie_replays = 3
+        retired_pages_pending = true
+        [[gpu]]
+        uuid = "GPU-1"
+        name = "NVIDIA A100-SXM4-40GB"
+        pci_bus_id = "00000001:2A:00.0"
+        memory_mib = 40960
+        capability = [8, 0]
+        mig = true
+          [[gpu.instance]]
+          uuid = "MIG-a"
+          name = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+          memory_mib = 4864
+          gpu_instance = 7
+          compute_instance = 0
+          [[gpu.instance]]
+          uuid = "MIG-b"
+          name = "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
+          memory_mib = 19968
+          used_mib = 100
+          gpu_instance = 2
+          compute_instance = 1
+    "#;
 
 /// A library initialised on `text`, with its state and events files.
 fn library(test: &str, text: &str) -> (Library, PathBuf, PathBuf) {

@@ -19,9 +19,9 @@
 //! ([`context::CudaContext::in_primary`]): no second context. With `isolation = "context"` the
 //! contexts live in the backend's process: a session opens a little faster and copies move
 //! more (twice as much on the H100 while a worker's copies crossed pipes; since they cross
-//! shared memory, 1.1-1.5 times as much on the CUDA stand-in), and a fault ends every session
-//! of the backend (measured in `BENCHMARKS.md`, "CUDA device on a GPU" and "Session workers'
-//! copies through shared memory").
+//! shared memory, about as much: a worker moved 0.78-1.21 of a context's on the H100, runs 6
+//! and 7), and a fault ends every session of the backend (measured in
+//! `docs/benchmarks/gpu.md`).
 //!
 //! The cost, per session: the context's creation (paid when the session opens, off the async
 //! threads) and its device memory (the driver reserves memory for each context's local memory,
@@ -31,7 +31,8 @@
 //! concurrently. `scripts/gpu-check` measures them on the GPU at hand.
 //!
 //! # Issue 24: what a line-by-line reading found, and what was done
-//! The CUDA path has not yet run on a GPU. The CUDA driver stand-in (`cuda-standin`, a
+//! The CUDA path has since run on an H100 (`scripts/gpu-check` runs 1-7, 2026-11-26/27; every
+//! check passed in runs 6 and 7: `docs/benchmarks/gpu.md`). The CUDA driver stand-in (`cuda-standin`, a
 //! test-only library, not a GPU) runs it in `scripts/test` against the driver API's documented
 //! contract (`tests/tests/device_contract.rs`); `scripts/gpu-check` remains the judge.
 //!

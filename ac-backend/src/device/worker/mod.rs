@@ -35,7 +35,7 @@
 //! session, which Tokio ends after 10 s idle.
 //!
 //! # No waits on the async threads
-//! The backend calls a [`Context`] from async code too (`control.rs`: device info, alloc,
+//! The backend calls a [`Context`] from async code too (`session/serve_control/`: device info, alloc,
 //! kernel lookup, stream creation; `bulk.rs` through [`transfer`]: copies, their pieces and
 //! their end, which waits for the device to finish). Every call here waits, for the worker's
 //! reply or for room in its pipe, and goes through [`blocking`]: on a Tokio worker thread,

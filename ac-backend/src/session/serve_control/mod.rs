@@ -22,6 +22,8 @@ use crate::session::Session;
 
 mod copies;
 mod modules;
+#[cfg(test)]
+mod tests;
 
 /// Largest payload carried inline on the control stream (async writes, module images, reads).
 pub const MAX_INLINE: u64 = 64 << 20;
