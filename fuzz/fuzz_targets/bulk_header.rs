@@ -14,7 +14,7 @@ fuzz_target!(|input: &[u8]| {
     block_on(async {
         while let Ok(Some(header)) = lane.read_frame::<BulkHeader>().await {
             if header.direction == Direction::HostToDevice {
-                // The backend drains a copy's payload in pieces (`bulk.rs`).
+                // The backend drains a copy's payload in pieces (`ac-backend`'s `network/bulk/`).
                 let mut left = header.len;
                 while left > 0 {
                     match lane.next_chunk(left.min(64 * 1024) as usize).await {

@@ -7,7 +7,7 @@
 //!
 //! Context calls are blocking. They are made from the session's stream worker threads and
 //! blocking tasks, and also from async code (the control loop's allocations, device info,
-//! kernel lookups and stream creation; `bulk.rs`'s uploads and downloads): a device whose calls
+//! kernel lookups and stream creation; `network/bulk/`'s uploads and downloads): a device whose calls
 //! wait (CUDA, session workers) waits through [`blocking`], which moves the Tokio worker
 //! thread's other tasks away first. Never while holding an async lock. Stream-ordered calls
 //! (`launch`, `memset`, `copy`, `write`) may return before the work is done on devices that

@@ -36,7 +36,7 @@
 //!
 //! # No waits on the async threads
 //! The backend calls a [`Context`] from async code too (`session/serve_control/`: device info, alloc,
-//! kernel lookup, stream creation; `bulk.rs` through [`transfer`]: copies, their pieces and
+//! kernel lookup, stream creation; `network/bulk/` through [`transfer`]: copies, their pieces and
 //! their end, which waits for the device to finish). Every call here waits, for the worker's
 //! reply or for room in its pipe, and goes through [`blocking`]: on a Tokio worker thread,
 //! `block_in_place` first hands the thread's other tasks to another thread, so that many

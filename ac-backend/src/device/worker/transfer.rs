@@ -4,7 +4,7 @@
 //! the shared region ([`super::shared`]) when the copy got one; otherwise it is a frame's
 //! payload on the pipe.
 //!
-//! Both sides are called from async code (`bulk.rs`). Every wait here (for the answer of a
+//! Both sides are called from async code (`network/bulk/`). Every wait here (for the answer of a
 //! piece in flight, for a piece asked ahead, for room in the pipe to the worker) goes through
 //! [`blocking`], once per piece, not per byte handed over: a copy that waits for a slow device
 //! gives its Tokio worker thread's other tasks (other sessions' calls, the network) to another
