@@ -312,7 +312,12 @@ async fn run(
             Err(e) => {
                 // An endpoint whose socket failed answers every dial with a setup error: make a
                 // new one for the next dial rather than keep the host down until a restart.
-                if matches!(e, DialError::Failed(ProtoError::Connect(_) | ProtoError::Io(_))) {
+                if matches!(
+                    e,
+                    DialError::Failed(
+                        ProtoError::Connect(_) | ProtoError::Io(_) | ProtoError::Certificate(_) | ProtoError::Tls(_)
+                    )
+                ) {
                     endpoint = None;
                 }
                 // Also when the link never came up: the host may have been marked up before.

@@ -1,8 +1,18 @@
 //! Bulk lanes (TLS over TCP beside QUIC, `ac_proto::lane`): their listener on the QUIC port's
 //! number, and each lane's handshake and hello, which attach it to a session's copies.
 
-// The parent's imports and its `Shared` state: this file is a part of `network/mod.rs`.
-use super::*;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{ErrorKind, Hello, Reply, Response, WireError};
+use ac_proto::frame::{frame_bytes, FrameReader, Source};
+use ac_proto::lane::{self, tokio_rustls::TlsAcceptor, LaneStream};
+use tracing::Instrument;
+
+use super::{bulk, read_hello, welcome, Shared, HELLO_TIMEOUT};
+use crate::metrics::Metrics;
+use crate::BackendError;
 
 /// The lanes' TCP listener: on the QUIC port's number, so that one port (UDP and TCP) is all a
 /// firewall must open; on any free port when the QUIC port was picked freely and its TCP twin

@@ -6,15 +6,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ac_proto::backend::{
-    close, v4, DeviceInfo, ErrorKind, Heartbeat, Hello, Order, Preamble, Reply, Report, Response, Revoke, Status,
-    WireError, ALPN,
-};
-use ac_proto::frame::{frame_bytes, frames_bytes, FrameReader, Source, StreamWriter};
-use ac_proto::lane::{tokio_rustls::TlsAcceptor, LaneStream};
+use ac_proto::backend::{close, v4, DeviceInfo, Hello, Preamble, Reply, Response, Status, ALPN};
+use ac_proto::frame::{frame_bytes, FrameReader, Source};
 use ac_proto::metrics::MetricsServer;
 use ac_proto::{lane, tls, transport};
-use futures_util::FutureExt;
 use quinn::{Connection, Endpoint};
 use tokio::task::JoinHandle;
 use tracing::Instrument;

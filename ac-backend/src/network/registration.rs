@@ -1,8 +1,15 @@
 //! The resource manager's registration link: heartbeats and device states out, orders in
 //! (revocations, stored before they are acknowledged; faults cleared; the hold time).
 
-// The parent's imports and its `Shared` state: this file is a part of `network/mod.rs`.
-use super::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ac_proto::backend::{close, Heartbeat, Order, Reply, Report, Response, Revoke};
+use ac_proto::frame::{frames_bytes, FrameReader, StreamWriter};
+use futures_util::FutureExt;
+use quinn::Connection;
+
+use super::Shared;
 
 /// The manager's next orders on a registration of protocol `version` (every one already
 /// received, so that revocations are stored with one sync); `None` when the link ends.

@@ -29,7 +29,8 @@ use super::gather::{Gather, Step};
 use crate::device::{check_piece, gather_next, DeviceResult, Download, Feed, Upload};
 
 /// What a staged copy needs of the session's context. A trait, so that this module does not
-/// depend on the context's (which starts staged copies: `upload`, `download`).
+/// depend on the context's (which starts staged copies: `upload`, `download`); the copies are
+/// generic over it, so that the calls of a copy's hot loop stay static.
 pub trait StagingContext: std::fmt::Debug + Sync {
     /// Makes the context current on this thread, unless a fault has lost it.
     fn enter(&self) -> DeviceResult<()>;
@@ -154,14 +155,14 @@ struct Slot {
 /// What a bulk copy holds: its stream and its slots. Dropping it waits for the DMAs still in
 /// flight (they read or write the pinned buffers), then returns the buffers to the pool.
 #[derive(Debug)]
-struct Lane<'a> {
-    context: &'a dyn StagingContext,
+struct Lane<'a, C: StagingContext> {
+    context: &'a C,
     stream: Handle<sys::CUstream>,
     slots: Vec<Slot>,
 }
 
-impl<'a> Lane<'a> {
-    fn open(context: &'a dyn StagingContext, want: usize) -> DeviceResult<Self> {
+impl<'a, C: StagingContext> Lane<'a, C> {
+    fn open(context: &'a C, want: usize) -> DeviceResult<Self> {
         context.enter()?;
         let buffers = context.pool().take(want);
         if let Err(e) = bind(context.raw()) {
@@ -209,7 +210,7 @@ impl<'a> Lane<'a> {
     }
 }
 
-impl Drop for Lane<'_> {
+impl<C: StagingContext> Drop for Lane<'_, C> {
     fn drop(&mut self) {
         let _ = bind(self.context.raw());
         // SAFETY: stream and events of this context, destroyed once, after the stream has no
@@ -234,8 +235,8 @@ impl Drop for Lane<'_> {
 /// each: [`Gather`] decides how pieces fill the buffers and when a full one goes to the GPU;
 /// this carries its steps out.
 #[derive(Debug)]
-pub struct PinnedUpload<'a> {
-    lane: Lane<'a>,
+pub struct PinnedUpload<'a, C: StagingContext> {
+    lane: Lane<'a, C>,
     address: u64,
     len: u64,
     /// The one buffer, when the pool gave none: refilled only once its copy has completed.
@@ -244,9 +245,9 @@ pub struct PinnedUpload<'a> {
     steps: Vec<Step>,
 }
 
-impl<'a> PinnedUpload<'a> {
+impl<'a, C: StagingContext> PinnedUpload<'a, C> {
     /// Starts a copy of `len` bytes to device address `address`.
-    pub fn start(context: &'a dyn StagingContext, address: u64, len: u64) -> DeviceResult<Self> {
+    pub fn start(context: &'a C, address: u64, len: u64) -> DeviceResult<Self> {
         let chunk = context.pool().chunk();
         let depth = context.depth().min(len.div_ceil(chunk as u64).max(1) as usize);
         let lane = Lane::open(context, depth)?;
@@ -297,7 +298,7 @@ impl<'a> PinnedUpload<'a> {
     }
 }
 
-impl Upload for PinnedUpload<'_> {
+impl<C: StagingContext> Upload for PinnedUpload<'_, C> {
     fn push(&mut self, at: u64, data: &[u8]) -> DeviceResult<()> {
         check_piece(at, data.len(), self.len)?;
         self.lane.context.enter()?;
@@ -341,8 +342,8 @@ impl Upload for PinnedUpload<'_> {
 
 /// A device-to-host bulk copy through pinned buffers, reading ahead.
 #[derive(Debug)]
-pub struct PinnedDownload<'a> {
-    lane: Lane<'a>,
+pub struct PinnedDownload<'a, C: StagingContext> {
+    lane: Lane<'a, C>,
     address: u64,
     len: u64,
     /// Bytes whose DMA has been queued.
@@ -353,9 +354,9 @@ pub struct PinnedDownload<'a> {
     idle: Vec<usize>,
 }
 
-impl<'a> PinnedDownload<'a> {
+impl<'a, C: StagingContext> PinnedDownload<'a, C> {
     /// Starts a copy of `len` bytes from device address `address`, queuing the first DMAs.
-    pub fn start(context: &'a dyn StagingContext, address: u64, len: u64) -> DeviceResult<Self> {
+    pub fn start(context: &'a C, address: u64, len: u64) -> DeviceResult<Self> {
         let depth = context.depth().min(len.div_ceil(context.pool().chunk() as u64).max(1) as usize);
         let lane = Lane::open(context, depth)?;
         let idle = (0..lane.slots.len()).rev().collect();
@@ -430,7 +431,7 @@ impl<'a> PinnedDownload<'a> {
     }
 }
 
-impl Download for PinnedDownload<'_> {
+impl<C: StagingContext> Download for PinnedDownload<'_, C> {
     fn next(&mut self, len: usize) -> DeviceResult<Bytes> {
         self.lane.context.enter()?;
         if self.lane.slots.is_empty() {

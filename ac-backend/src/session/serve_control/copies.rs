@@ -1,7 +1,12 @@
 //! Copies on the control stream: inline writes and reads (payload after the envelope),
 //! synchronous ones behind their fence, and stream-ordered device copies and memsets.
 
-use super::*;
+use ac_proto::backend::{DevicePtr, Direction, ErrorKind, Reply, Response, StreamId};
+use ac_proto::frame::{frame_bytes, FrameReader};
+
+use super::{closing_for, counted_copy, error, Closing, Control, Halt, Outcome, MAX_INLINE};
+use crate::device::stream_workers::StreamOp;
+use crate::network::bulk;
 
 impl Control {
     /// Reads an inline payload under the session's budget, so that queued asynchronous writes

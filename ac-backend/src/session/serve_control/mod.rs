@@ -3,19 +3,17 @@
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    close, DevicePtr, Direction, Envelope, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Reply,
-    Request, Response, StreamId, WireError,
+    close, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response, StreamId, WireError,
 };
-use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::frame::FrameReader;
 use ac_proto::ProtoError;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::device::stream_workers::{barrier_reached, StreamOp, StreamWorker};
-use crate::device::{check_signature, validate_dims, DeviceArg, DeviceModule, Kernel};
+use crate::device::{DeviceModule, Kernel};
 use crate::metrics::Metrics;
-use crate::network::bulk;
 use crate::session::fence::{Fence, FenceRequest, Waiting};
 use crate::session::resume::{Outbox, Rejoin};
 use crate::session::Session;

@@ -1,7 +1,15 @@
 //! Modules and launches on the control stream: loading (from the image cache or the payload),
 //! unloading, looking up a function, and checking and queuing a launch.
 
-use super::*;
+use std::sync::Arc;
+
+use ac_proto::backend::{
+    ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Response, StreamId, WireError,
+};
+
+use super::{error, no_stream, Control};
+use crate::device::stream_workers::StreamOp;
+use crate::device::{check_signature, validate_dims, DeviceArg};
 
 impl Control {
     pub(super) async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
