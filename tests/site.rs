@@ -93,6 +93,12 @@ impl Site {
     /// A program on host `host`, an ad-hoc job of `acpn` accelerators. Its rounds read the
     /// site's mark ([`Site::mark`]).
     pub fn program(&self, host: usize, acpn: u32, args: &[&str], extra: &[(&str, String)]) -> Proc {
+        self.program_of(&workspace_binary("ac-net-client"), host, acpn, args, extra)
+    }
+
+    /// [`Site::program`] for any program `exe` (one linked with libac, or an interpreter), with
+    /// the same environment; its output goes to a log named after it and its arguments.
+    pub fn program_of(&self, exe: &Path, host: usize, acpn: u32, args: &[&str], extra: &[(&str, String)]) -> Proc {
         let mut env = vec![
             ("ARM_ADDR", self.bed.sock(ARM, 7000).to_string()),
             ("ARM_CA_CERT", self.path("arm/ca.pem")),
@@ -101,8 +107,9 @@ impl Site {
             ("AC_NET_MARK", self.path("mark")),
         ];
         env.extend(extra.iter().cloned());
-        let log = self.dir.path().join(format!("program-{host}-{}.log", args.join("-")));
-        self.bed.spawn(host, &workspace_binary("ac-net-client"), args, &env, &log)
+        let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let log = self.dir.path().join(format!("program-{host}-{name}-{}.log", args.join("-").replace('/', "_")));
+        self.bed.spawn(host, exe, args, &env, &log)
     }
 
     /// Sets the mark that the programs' rounds read when they start to `n` (written whole, by a

@@ -110,6 +110,17 @@ typedef enum acError {
   AC_ERROR_DEVICE_REFUSED = 25,
 } acError;
 
+// What `AC_Check` tells the program to do before its next iteration.
+typedef enum acCheckAction {
+  // Go on with what it holds.
+  AC_CHECK_KEEP = 0,
+  // Run on the accelerators of `set` too: an elastic set, lent until a queued job needs them.
+  AC_CHECK_EXPAND = 1,
+  // Give back `device` of `set` (`AC_FreeDevice`) by `by`; after that, calls on it fail with
+  // `AC_ERROR_REVOKED`.
+  AC_CHECK_SHRINK = 2,
+} acCheckAction;
+
 // The direction of an `acMemCpy`, as CUDA's `cudaMemcpyKind`.
 typedef enum acMemcpyKind {
   // `src` is host memory, `dst` an `acMem`.
@@ -216,6 +227,19 @@ typedef struct acMem_st *acMem;
 
 // Accelerators obtained together: this node's static ones (`AC_Init`) or one `AC_Get`.
 typedef struct acSet_st *acSet;
+
+// `AC_Check`'s answer.
+typedef struct acCheck {
+  // What to do.
+  enum acCheckAction action;
+  // The new set (`AC_CHECK_EXPAND`), or the set of the device to give back
+  // (`AC_CHECK_SHRINK`); NULL for `AC_CHECK_KEEP`.
+  acSet set;
+  // The device to give back (`AC_CHECK_SHRINK`); NULL otherwise.
+  acDevice device;
+  // Unix time (seconds, as `time()`) by which to give it back (`AC_CHECK_SHRINK`); 0 otherwise.
+  int64_t by;
+} acCheck;
 
 // What `acDeviceGetInfo` tells of an accelerator.
 typedef struct acDeviceInfo {
@@ -405,6 +429,33 @@ enum acError AC_Finalize_fcomm(int comm);
 // Errors: `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_INVALID_ARGUMENT` (a NULL pointer, `wait_ms`
 // < 0).
 enum acError AC_PollPreemption(int wait_ms, acSet *set, acDevice *device, int64_t *revoke_at);
+
+// A reconfiguration point for an iterative program holding `held` accelerators that can run on
+// `min` to `max`, best on `preferred`: call it between iterations. A reclaim comes first,
+// one accelerator per call (`AC_CHECK_SHRINK`: free it with `AC_FreeDevice` by `by`); else,
+// below `preferred`, it asks the manager for what is idle, lent as `AC_GetElastic` with
+// `notice_s` (`AC_CHECK_EXPAND` with the new set), at most once per `AC_CHECK_EVERY_MS`
+// milliseconds (1000 by default) however often it is called; else `AC_CHECK_KEEP`. Needs a
+// manager of protocol 7.
+//
+// Errors: `AC_ERROR_INVALID_ARGUMENT` (NULL `result`, `held` or `notice_s` below 0, `min` or
+// `max` below 1, `min` above `max`), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_MANAGER_UNREACHABLE`,
+// `AC_ERROR_MANAGER`, `AC_ERROR_VERSION_MISMATCH`.
+enum acError AC_Check(int held,
+                      int min,
+                      int max,
+                      int preferred,
+                      int notice_s,
+                      struct acCheck *result);
+
+// Gives back `device` of dynamic set `set` (as a reclaim asks); the set's other accelerators
+// keep working, and its size and indices shrink by one. Everything made on the device is
+// released and its handle becomes invalid. A set's last device may be given back too; the set
+// is then empty until `AC_Free`.
+//
+// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (the static set, a device of
+// another set), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_MANAGER_UNREACHABLE`.
+enum acError AC_FreeDevice(acSet set, acDevice device);
 
 // Starts this process's use of accelerators and gives the set of accelerators bound to this
 // job on this node before it started (empty if none). Waits while the job is queued.

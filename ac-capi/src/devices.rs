@@ -33,9 +33,17 @@ pub struct acDevice_st {
 /// back.
 #[derive(Debug)]
 pub(crate) struct SetEntry {
-    pub(crate) devices: Vec<u64>,
+    /// Its devices' handles; `AC_FreeDevice` takes one out.
+    pub(crate) devices: Mutex<Vec<u64>>,
     pub(crate) id: Option<u64>,
     pub(crate) dynamic: Mutex<Option<blocking::DynamicSet>>,
+}
+
+impl SetEntry {
+    /// Its devices' handles now.
+    pub(crate) fn devices(&self) -> Vec<u64> {
+        self.devices.lock().expect("set poisoned").clone()
+    }
 }
 
 /// One accelerator.

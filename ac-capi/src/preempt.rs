@@ -46,7 +46,7 @@ pub extern "C" fn AC_PollPreemption(
 
 /// The next accelerator taken back that the program still holds a handle of: (set, device,
 /// revoke_at), waiting up to `wait` for a notice.
-fn next(wait: Duration) -> Option<(u64, u64, i64)> {
+pub(crate) fn next(wait: Duration) -> Option<(u64, u64, i64)> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         let (mut rx, generation) = {
@@ -80,6 +80,6 @@ fn next(wait: Duration) -> Option<(u64, u64, i64)> {
 /// The handles of the set and device a notice names, if the program still has them.
 fn handles_of(taken: &Taken) -> Option<(u64, u64, i64)> {
     let (set, entry) = SETS.find(|s| s.id == Some(taken.set))?;
-    let device = entry.devices.iter().copied().find(|d| DEVICES.get(*d).is_ok_and(|e| e.id == taken.accelerator))?;
+    let device = entry.devices().into_iter().find(|d| DEVICES.get(*d).is_ok_and(|e| e.id == taken.accelerator))?;
     Some((set, device, i64::try_from(taken.revoke_at).unwrap_or(i64::MAX)))
 }

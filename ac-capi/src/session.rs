@@ -18,7 +18,7 @@ fn register_set(handles: &[blocking::Handle], dynamic: Option<blocking::DynamicS
     let devices =
         handles.iter().map(|h| DEVICES.insert(DeviceEntry { id: h.id.clone(), acc: h.acc.clone() })).collect();
     let id = dynamic.as_ref().map(|set| set.id);
-    SETS.insert(SetEntry { devices, id, dynamic: Mutex::new(dynamic) })
+    SETS.insert(SetEntry { devices: Mutex::new(devices), id, dynamic: Mutex::new(dynamic) })
 }
 
 /// Registers a dynamic set.
@@ -39,14 +39,14 @@ pub(crate) fn unregister_dynamic(set: acSet) -> Outcome<blocking::DynamicSet> {
         ));
     };
     SETS.remove(value(set))?;
-    for device in &entry.devices {
-        forget_device(*device);
+    for device in entry.devices() {
+        forget_device(device);
     }
     Ok(dynamic)
 }
 
 /// Forgets a device and the memory, kernels and streams made on it.
-fn forget_device(device: u64) {
+pub(crate) fn forget_device(device: u64) {
     memory::forget_on(device);
     kernel::forget_on(device);
     stream::forget_on(device);
@@ -74,15 +74,15 @@ pub(crate) fn finalize_with(close: impl FnOnce(Session) -> Outcome) -> Outcome {
     let session =
         slot.take().ok_or_else(|| Failure::new(acError::AC_ERROR_NOT_INITIALIZED, "AC_Init was not called"))?;
     for set in SETS.remove_where(|_| true) {
-        for device in &set.devices {
-            forget_device(*device);
+        for device in set.devices() {
+            forget_device(device);
         }
     }
     notices::forget();
     close(session)
 }
 
-fn count_arg(n: c_int, what: &str) -> Outcome<u32> {
+pub(crate) fn count_arg(n: c_int, what: &str) -> Outcome<u32> {
     u32::try_from(n)
         .ok()
         .filter(|&n| n > 0)
@@ -236,7 +236,7 @@ pub extern "C" fn AC_Finalize() -> acError {
 pub extern "C" fn acSetSize(set: acSet, count: *mut c_int) -> acError {
     ffi(|| {
         let entry = SETS.get(value(set))?;
-        write_out(count, entry.devices.len() as c_int, "the count")
+        write_out(count, entry.devices().len() as c_int, "the count")
     })
 }
 
@@ -248,10 +248,11 @@ pub extern "C" fn acSetSize(set: acSet, count: *mut c_int) -> acError {
 pub extern "C" fn acSetDevice(set: acSet, index: c_int, device: *mut acDevice) -> acError {
     ffi(|| {
         let entry = SETS.get(value(set))?;
-        let found = usize::try_from(index).ok().and_then(|i| entry.devices.get(i)).ok_or_else(|| {
+        let devices = entry.devices();
+        let found = usize::try_from(index).ok().and_then(|i| devices.get(i)).ok_or_else(|| {
             Failure::new(
                 acError::AC_ERROR_INVALID_DEVICE,
-                format!("no accelerator {index} in a set of {} (indices start at 0)", entry.devices.len()),
+                format!("no accelerator {index} in a set of {} (indices start at 0)", devices.len()),
             )
         })?;
         write_out(device, handle(*found), "the device")

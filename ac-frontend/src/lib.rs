@@ -56,6 +56,7 @@ mod lane;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 mod replies;
+mod resize;
 mod resume;
 mod send_control;
 mod session;
@@ -74,6 +75,7 @@ pub use error::{Error, Result};
 pub use get_request::GetRequest;
 pub use kernel::{Function, Module};
 pub use link::{default_lanes, ConnectOptions};
+pub use resize::{Bounds, Pacing, Reconfiguration, Resizer};
 pub use session::{munge_credential, DynamicSet, Handle, Session, SessionOptions};
 pub use stream::Stream;
 pub use stripes::CopyOptions;

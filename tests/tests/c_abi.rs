@@ -10,38 +10,8 @@ use std::time::Duration;
 
 use ac_frontend::Session;
 use ac_proto::arm::{Request, Response};
-use ac_tests::{eventually, workspace_binary, TestCluster};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf()
-}
-
-/// Where libac is built (`cargo build -p ac-capi --release --features mpi`).
-fn lib_dir() -> PathBuf {
-    let dir = workspace_binary("ac-test-client").parent().expect("target dir").to_path_buf();
-    assert!(dir.join("libac.so").exists(), "libac.so is not built: cargo build -p ac-capi --release --features mpi");
-    dir
-}
-
-/// Compiles `sources` with `compiler` into `out` (in a fresh directory), linked with libac.
-fn compile(compiler: &str, sources: &[PathBuf], flags: &[&str], out: &Path) {
-    let lib = lib_dir();
-    let output = Command::new(compiler)
-        .args(flags)
-        .arg("-I")
-        .arg(repo().join("ac-capi/include"))
-        .args(sources)
-        .arg("-L")
-        .arg(&lib)
-        .arg("-lac")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(out)
-        .current_dir(out.parent().expect("build dir"))
-        .output()
-        .unwrap_or_else(|e| panic!("{compiler} runs (./scripts/test installs it): {e}"));
-    assert!(output.status.success(), "{compiler} failed:\n{}", String::from_utf8_lossy(&output.stderr));
-}
+use ac_tests::libac::{c_test_program, compile, lib_dir, repo};
+use ac_tests::{eventually, TestCluster};
 
 /// Runs `program` as a job's process: `ARM_ACPN` (ad hoc) unless `env` names a job.
 fn run(c: &TestCluster, program: &mut Command, env: &[(&str, &str)]) -> Output {
@@ -311,10 +281,7 @@ async fn c_threads_sharing_a_device_and_a_kernel_see_their_own_work_in_order() {
 
 /// Compiles a test program of libac's (`ac-capi/tests/c/NAME.c`) with gcc.
 fn c_program(name: &str, dir: &Path) -> PathBuf {
-    let exe = dir.join(name);
-    let source = repo().join(format!("ac-capi/tests/c/{name}.c"));
-    compile("gcc", &[source], &["-std=c99", "-Wall", "-Wextra", "-Werror"], &exe);
-    exe
+    c_test_program(name, dir, &[])
 }
 
 /// The code an `AC_Init` line of `init.c` reports.
@@ -530,4 +497,26 @@ async fn a_c_borrower_that_ignores_the_preemption_is_revoked_with_a_clear_error(
     assert!(out.contains("of preemptible set"), "the error names the preemption: {out}");
     assert!(out.contains("as AC_PollPreemption would have told"), "{out}");
     assert!(out.contains("done"), "AC_Free and AC_Finalize work after it: {out}");
+}
+
+/// A C program that resizes at reconfiguration points (`AC_Check`, `AC_FreeDevice`;
+/// `ac-capi/tests/c/resize.c`) computes the right result across resizes: from its one static
+/// accelerator in a pool of 4 it expands to its preferred 4 (lent), then, once a queued job of 2
+/// could start on the lent ones, gives back one per check as the reclaim asks, and the queued
+/// job starts; no check expands it again onto that job's accelerators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_program_resizing_at_check_points_computes_right_across_resizes() {
+    let c = TestCluster::start(4).await;
+    let credential = c.submit_as("iter", &["n1"], 1, "ida", 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program("resize", dir.path());
+    let job = [("ARM_JOB_ID", "iter"), ("ARM_JOB_CREDENTIAL", credential.as_str()), ("AC_CHECK_EVERY_MS", "200")];
+    let mut program = Running::start(&c, &mut Command::new(&exe), &job);
+    tokio::task::block_in_place(|| program.wait_for("size 4"));
+    c.submit_as("queued", &["n3"], 2, "quinn", 60).await;
+    let out = tokio::task::block_in_place(|| program.finish(""));
+    assert!(out.contains("size 1\nsize 4\nsize 3\nsize 2\nrounds "), "expanded, then shrunk by the reclaim:\n{out}");
+    assert!(out.contains(" wrong 0\ndone"), "every iteration right:\n{out}");
+    assert!(!out.contains("short notice"), "{out}");
+    assert_eq!(c.job("queued").await.state, "running", "the queued job started on what was given back");
 }

@@ -119,3 +119,75 @@ async fn a_reclaim_in_progress_survives_a_kill_9_of_the_manager() {
     assert!(reclaims.try_recv().is_err(), "a second reclaim: {:?}", reclaims.try_recv());
     lender.finalize().await.unwrap();
 }
+
+/// One iteration of a program spread over `accs`: `y = 2x + y` on `n` elements, each
+/// accelerator computing its share; the values that came back wrong.
+async fn spread_saxpy(accs: &[ac_frontend::Accelerator], n: usize, round: u32) -> usize {
+    let x = ac_tests::pattern(n, round);
+    let y = ac_tests::pattern(n, round + 1);
+    let share = n.div_ceil(accs.len());
+    let parts = accs.iter().zip(x.chunks(share).zip(y.chunks(share))).map(|(acc, (x, y))| async move {
+        let (dx, dy) = (acc.alloc_from(x).await.unwrap(), acc.alloc_from(y).await.unwrap());
+        let saxpy = acc.builtin().await.unwrap().function("saxpy").await.unwrap();
+        let args = [2.0f32.into(), dx.arg(), dy.arg(), (x.len() as u64).into()];
+        saxpy.launch(ac_frontend::LaunchDims::linear(x.len() as u64, 256), &args).await.unwrap();
+        dy.to_vec().await.unwrap()
+    });
+    let got: Vec<f32> = futures_util::future::join_all(parts).await.concat();
+    assert_eq!(got.len(), n);
+    got.iter().zip(x.iter().zip(&y)).filter(|(g, (x, y))| **g != 2.0 * **x + **y).count()
+}
+
+/// A program that resizes at reconfiguration points (`Resizer::check`, `AC_Check`'s Rust form)
+/// computes the right result across resizes. With one static accelerator in a pool of 4, its
+/// first check expands it to its preferred 4 (lent); a queued job of 2 then could start on the
+/// lent ones: a check says to shrink, the program gives back what is reclaimed, and the queued
+/// job starts well before the notice runs out. Every iteration, on 1, 4 or 2 accelerators, is
+/// right, and no check expands it again onto the queued job's accelerators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_resizing_at_check_points_computes_right_across_resizes() {
+    use ac_frontend::{Bounds, Reconfiguration};
+    let c = TestCluster::start(4).await;
+    let credential = c.submit_as("iter", &["n1"], 1, "ida", 0).await;
+    let session = Session::init(c.session_options("iter", &credential, "n1")).await.unwrap();
+    let notice = Duration::from_secs(30);
+    let mut resizer = session.resizer(notice, Duration::ZERO);
+    let bounds = Bounds::new(1, 4, 4);
+    let mut lent: Vec<ac_frontend::DynamicSet> = Vec::new();
+    let (mut sizes, mut queued_at, mut started_at) = (Vec::new(), None, None);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for round in 0u32.. {
+        let mut accs: Vec<_> = session.accelerators().iter().map(|h| h.acc.clone()).collect();
+        accs.extend(lent.iter().flat_map(|set| set.handles.iter().map(|h| h.acc.clone())));
+        assert_eq!(spread_saxpy(&accs, 100_000, round).await, 0, "round {round} on {} accelerators", accs.len());
+        if sizes.last() != Some(&accs.len()) {
+            sizes.push(accs.len());
+        }
+        match resizer.check(&session, accs.len() as u32, bounds).await.unwrap() {
+            Reconfiguration::Keep => {}
+            Reconfiguration::Expand { set } => lent.push(set),
+            Reconfiguration::Shrink { set, accelerators, by } => {
+                assert!(by >= unix_now() + notice.as_secs() - 5, "the notice is given: {by}");
+                let set = lent.iter_mut().find(|s| s.id == set).expect("a lent set of this program's");
+                let ids: Vec<&str> = accelerators.iter().map(String::as_str).collect();
+                session.free_some(set, &ids).await.unwrap();
+            }
+        }
+        if accs.len() == 4 && queued_at.is_none() {
+            c.submit_as("queued", &["n3"], 2, "quinn", 60).await;
+            queued_at = Some(unix_now());
+        }
+        if started_at.is_none() && queued_at.is_some() && c.job("queued").await.state == "running" {
+            started_at = Some(unix_now());
+        }
+        // A few more rounds after the job started: no check may expand onto its accelerators.
+        if started_at.is_some_and(|at| unix_now() >= at + 2) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sizes so far: {sizes:?}");
+    }
+    assert_eq!(sizes, vec![1, 4, 2], "expanded to the preferred count, then shrunk by the reclaim");
+    let waited = started_at.unwrap() - queued_at.unwrap();
+    assert!(waited < notice.as_secs() / 2, "the queued job started {waited} s after it was queued");
+    session.finalize().await.unwrap();
+}

@@ -424,21 +424,8 @@ async fn jobs_without_static_accelerators_get_them_with_ac_get_with_slurm_and_wi
 
 /// Compiles `examples/c/NAME` against libac (built with the workspace) into `out`.
 fn compile_c_example(name: &str, out: &std::path::Path) {
-    let lib = workspace_binary("ac-test-client").parent().expect("target dir").to_path_buf();
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
-    let output = std::process::Command::new("gcc")
-        .args(["-std=c99", "-O2", "-I"])
-        .arg(repo.join("ac-capi/include"))
-        .arg(repo.join("examples/c").join(name))
-        .arg("-L")
-        .arg(&lib)
-        .arg("-lac")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(out)
-        .output()
-        .expect("gcc runs (./scripts/test installs it)");
-    assert!(output.status.success(), "gcc: {}", String::from_utf8_lossy(&output.stderr));
+    let source = ac_tests::libac::repo().join("examples/c").join(name);
+    ac_tests::libac::compile("gcc", &[source], &["-std=c99", "-O2"], out);
 }
 
 /// A Slurm pool that disagrees with the manager's (an admin raised `Licenses=` and

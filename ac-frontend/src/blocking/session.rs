@@ -105,6 +105,13 @@ impl Session {
         self.rt.block_on(self.inner.free(set.inner))
     }
 
+    /// `AC_Free` of some accelerators of a set (by id); the others keep working.
+    pub fn free_some(&self, set: &mut DynamicSet, ids: &[&str]) -> Result<()> {
+        self.rt.block_on(self.inner.free_some(&mut set.inner, ids))?;
+        set.handles.retain(|h| !ids.contains(&h.id.as_str()));
+        Ok(())
+    }
+
     /// Preemptions of this session's preemptible sets, as [`crate::Session::preemptions`]: from
     /// now on they go to the returned receiver instead of stderr.
     pub fn preemptions(&self) -> Preemptions {
