@@ -2,7 +2,7 @@
 //! `AC_Finalize`. Handles are ordinary [`Accelerator`]s, connected with the capabilities the
 //! manager issued; they keep working, unchanged, across `get` and `free`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -496,13 +496,18 @@ const WITHDRAW_LIMIT: Duration = Duration::from_millis(40);
 const CLOSE_FLUSH: Duration = Duration::from_millis(2);
 
 /// Asks the manager for news of the session (a long poll) until the session ends, and hands
-/// each preemption to the program's listener, or to stderr.
+/// each preemption to the program's listener, or to stderr, once: the manager tells again, on
+/// a new connection, what it told on one that was lost, in case the answer was lost with it.
 async fn watch(client: Arc<ArmClient>, token: String, listener: Listener) {
+    let mut heard: HashSet<(u64, String)> = HashSet::new();
     loop {
         match client.request(Request::Notices { token: token.clone() }).await {
             Ok(Response::Notices(notices)) => {
-                for notice in notices {
-                    tell(&listener, notice);
+                for mut notice in notices {
+                    notice.accelerators.retain(|a| heard.insert((notice.set, a.clone())));
+                    if !notice.accelerators.is_empty() {
+                        tell(&listener, notice);
+                    }
                 }
             }
             // The session is gone (finalized, or its job ended): nothing more will come.

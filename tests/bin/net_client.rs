@@ -31,6 +31,9 @@
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
 //!   `error after MS: WHY`.
+//! - `ac-net-client lend NOTICE_S`: asks for one more accelerator lent (elastic, with
+//!   `NOTICE_S` of notice), prints `lent`, then for each reclaim prints `reclaim N`, gives the
+//!   accelerators back and prints `freed N`; runs until killed.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -163,7 +166,7 @@ async fn count(acc: &Accelerator, tasks: usize, pause: Duration) -> Error {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | count TASKS PAUSE_MS | memory | get WAIT_MS TIMES PAUSE_MS"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | count TASKS PAUSE_MS | memory | get WAIT_MS TIMES PAUSE_MS | lend NOTICE_S"
     );
     std::process::exit(64)
 }
@@ -357,6 +360,21 @@ async fn run(args: &[String]) -> Result<(), Error> {
                 }
             }
             // The manager may be gone: leave without AC_Finalize.
+            std::process::exit(0);
+        }
+        Some("lend") => {
+            let session = session.as_ref().expect("lend needs ARM_ADDR");
+            let mut reclaims = session.preemptions();
+            let request = GetRequest::new(1).elastic(Duration::from_secs(number(args, 1)));
+            let mut set = session.get_with(request).await?.ok_or_else(|| Error::Setup("nothing lent".into()))?;
+            say("lent");
+            while let Some(reclaim) = reclaims.recv().await {
+                let n = reclaim.accelerators.len();
+                say(format_args!("reclaim {n}"));
+                let ids: Vec<&str> = reclaim.accelerators.iter().map(String::as_str).collect();
+                session.free_some(&mut set, &ids).await?;
+                say(format_args!("freed {n}"));
+            }
             std::process::exit(0);
         }
         _ => usage(),

@@ -201,6 +201,92 @@ fn a_cut_between_program_and_manager_alone_costs_the_program_nothing() {
     assert_eq!(now.iter().filter(|(_, _, holder)| holder.is_some()).count(), 3, "{now:?}");
 }
 
+/// The manager's jobs (`armctl job list --json`).
+fn jobs(site: &Site) -> Vec<ac_proto::arm::JobView> {
+    let out = site.armctl(&["job", "list", "--json"]).unwrap_or_else(|e| panic!("job list: {e}"));
+    match serde_json::from_str(&out).expect("job list JSON") {
+        ac_proto::arm::Response::Jobs(jobs) => jobs,
+        other => panic!("job list answered {other:?}"),
+    }
+}
+
+/// The job of the program on host `host` (its ad-hoc job's node is `node{host}`), or a job by id.
+fn job(site: &Site, host: Option<usize>, id: &str) -> ac_proto::arm::JobView {
+    let node = host.map(|h| format!("node{h}"));
+    let found = jobs(site).into_iter().find(|j| node.as_ref().map_or(j.id == id, |n| j.nodes.contains(n)));
+    found.unwrap_or_else(|| panic!("no job {node:?} {id}"))
+}
+
+/// Waits up to `limit` for `ok`; panics saying `what`.
+fn until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What the manager decides for a program while its link is cut reaches it once the link is
+/// back: a waiting `AC_Get` granted during the cut, and a reclaim of an elastic grant told
+/// during the cut. Four accelerators: `lender` holds its static one and one lent, `waiter` its
+/// static one and waits for one more, `holder` the last. Both programs' nodes are cut off from
+/// the manager (not from the backend) for longer than that link's idle timeout (half the 20 s
+/// lease); meanwhile an admin ends `holder`'s job (its accelerator goes to the waiting request)
+/// and submits a job of one (the lent accelerator is reclaimed for it). Nothing reaches the
+/// programs during the cut; once the link is back the waiter is granted, the lender is told and
+/// gives back, the queued job starts, and both programs keep their static accelerators.
+#[test]
+fn a_waiting_request_and_a_reclaim_decided_during_a_cut_reach_the_program_after_it() {
+    need_netns!();
+    // Not the first program's host: `armctl` runs there.
+    const LENDER: usize = 3;
+    const WAITER: usize = 4;
+    const HOLDER: usize = 5;
+    let site = Site::start(6, "0,1,2,3", &["--lease-ms", "20000"]);
+    let mut holder = site.program(HOLDER, 1, &["hold", "1"], &[]);
+    expect_line(&mut holder, "holding", Duration::from_secs(20));
+    let mut lender = site.program(LENDER, 1, &["lend", "20"], &[]);
+    expect_line(&mut lender, "lent", Duration::from_secs(20));
+    let mut waiter = site.program(WAITER, 1, &["get", "90000", "1", "0"], &[]);
+    until(Duration::from_secs(20), "the waiter's AC_Get waits", || {
+        jobs(&site).iter().any(|j| j.nodes.contains(&format!("node{WAITER}")) && j.waiting_requests == 1)
+    });
+    let statics = |host| job(&site, Some(host), "").static_accelerators;
+    let (lender_statics, waiter_statics) = (statics(LENDER), statics(WAITER));
+    site.bed.partition(LENDER, ARM);
+    site.bed.partition(WAITER, ARM);
+    let cut_at = Instant::now();
+    let held = job(&site, Some(HOLDER), "").id;
+    site.armctl(&["job", "end", &held]).unwrap_or_else(|e| panic!("job end: {e}"));
+    site.armctl(&["job", "submit", "--job", "queued", "--nodes", "nodeq", "--acpn", "1"])
+        .unwrap_or_else(|e| panic!("job submit: {e}"));
+    std::thread::sleep((cut_at + Duration::from_secs(14)).saturating_duration_since(Instant::now()));
+    assert!(!lender.output().contains("reclaim"), "nothing came through the cut: {}", lender.output());
+    assert!(!waiter.output().contains("granted"), "nothing came through the cut: {}", waiter.output());
+    site.bed.heal(LENDER);
+    site.bed.heal(WAITER);
+    let healed = Instant::now();
+    expect_line(&mut waiter, "granted", Duration::from_secs(20));
+    if lender.wait_for("freed 1", Duration::from_secs(20)).is_none() {
+        let log = std::fs::read_to_string(site.dir.path().join("arm.log")).unwrap_or_default();
+        panic!(
+            "the lender was not told: {}\n{}\njobs: {:#?}\narm: {log}",
+            lender.output(),
+            lender.stderr(),
+            jobs(&site)
+        );
+    }
+    eprintln!("granted and reclaimed by {:.3} s after the link came back", healed.elapsed().as_secs_f64());
+    until(Duration::from_secs(10), "the queued job starts on what the lender gave back", || {
+        job(&site, None, "queued").state == "running"
+    });
+    assert_eq!(statics(LENDER), lender_statics, "the lender kept its static accelerator");
+    assert_eq!(statics(WAITER), waiter_statics, "the waiter kept its static accelerator");
+    for out in [lender.output(), waiter.output()] {
+        assert!(!out.contains("error"), "{out}");
+    }
+}
+
 /// Past the program's resume deadline and the backend's hold (both 4 s here, after a 3 s idle
 /// timeout), an outage ends the session on both sides, cleanly: the program is told why, and
 /// the backend frees its memory while the partition still stands. Then a backend restarted

@@ -6,7 +6,7 @@
 use ac_proto::arm::{ArmErrorKind, Ask};
 
 use super::view::Decision;
-use super::{err, Core, GetOutcome, Key, Outcome};
+use super::{err, Core, GetOutcome, Key, Outcome, Told};
 use crate::model::{DynSet, Holder, JobState, Loan, PendingGet};
 
 pub use ac_proto::arm::Preemption;
@@ -265,10 +265,26 @@ impl Core {
         }
     }
 
-    /// Preemptions this session's program has not been told of; told now.
-    pub fn take_notices(&mut self, token_hash: &str) -> Outcome<Vec<Preemption>> {
+    /// Preemptions (and reclaims) this session's program has not been told of on connection
+    /// `link`, told now (at Unix time `now`): the new ones, and, on a connection other than the
+    /// one that last carried them, those told before whose deadline has not passed. An answer
+    /// lost with its connection is so told again; a program may hear a notice twice.
+    pub fn take_notices(&mut self, token_hash: &str, link: u64, now: u64) -> Outcome<Vec<Preemption>> {
         self.session(token_hash)?;
-        Ok(self.notices.remove(token_hash).unwrap_or_default())
+        let fresh = self.notices.remove(token_hash).unwrap_or_default();
+        let told = self.told.entry(token_hash.to_string()).or_insert_with(|| Told { link, notices: Vec::new() });
+        told.notices.retain(|n| n.revoke_at > now);
+        let mut out = if told.link == link { Vec::new() } else { told.notices.clone() };
+        told.link = link;
+        told.notices.extend(fresh.iter().cloned());
+        out.extend(fresh);
+        Ok(out)
+    }
+
+    /// A session is gone: so are its notices, told or not.
+    pub(super) fn forget_notices(&mut self, token_hash: &str) {
+        self.notices.remove(token_hash);
+        self.told.remove(token_hash);
     }
 
     pub(super) fn drop_pending(&mut self, which: impl Fn(&PendingGet) -> bool) {
@@ -342,7 +358,7 @@ impl Core {
             self.free(token_hash, set, None, now)?;
         }
         self.drop_pending(|g| g.session == token_hash);
-        self.notices.remove(token_hash);
+        self.forget_notices(token_hash);
         self.sessions.remove(token_hash);
         self.dirty.insert(Key::Session(token_hash.to_string()));
         let last = !self.sessions.values().any(|s| s.job == session.job);

@@ -120,7 +120,7 @@ impl Core {
         let sessions: Vec<String> =
             self.sessions.values().filter(|s| s.job == id).map(|s| s.token_hash.clone()).collect();
         for token in sessions {
-            self.notices.remove(&token);
+            self.forget_notices(&token);
             self.sessions.remove(&token);
             self.dirty.insert(Key::Session(token));
         }

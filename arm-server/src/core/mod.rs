@@ -84,6 +84,13 @@ pub struct Revocation {
 }
 
 /// The state of the pool.
+/// The notices told to one session, and on which connection ([`Core::take_notices`]).
+#[derive(Debug, Default)]
+struct Told {
+    link: u64,
+    notices: Vec<Preemption>,
+}
+
 #[derive(Debug, Default)]
 pub struct Core {
     /// Hosts by name.
@@ -113,6 +120,10 @@ pub struct Core {
     /// Preemptions not yet told to the borrowing program, by session (in memory: a program
     /// that reconnects after a restart of the manager learns of it when its capability goes).
     notices: BTreeMap<String, Vec<Preemption>>,
+    /// Notices told, by session, and the connection they went out on: until their deadline
+    /// they are told again on the session's next connection, as a connection lost while its
+    /// answer was in flight may have taken them with it (in memory, as `notices`).
+    told: BTreeMap<String, Told>,
     /// How long a preempted borrower keeps an accelerator before its capability is revoked.
     preemption_grace_s: u64,
     /// The batch system's pending jobs that want accelerators, as last read from it, in its

@@ -100,6 +100,7 @@ impl Core {
         self.preemption_grace_s = old.preemption_grace_s;
         self.batch_queue = std::mem::take(&mut old.batch_queue);
         self.notices = std::mem::take(&mut old.notices);
+        self.told = std::mem::take(&mut old.told);
     }
 
     /// Replaces the batch system's pending jobs (as last read from it, in its priority order).

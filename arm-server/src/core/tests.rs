@@ -175,8 +175,14 @@ fn a_preallocation_grows_lends_and_preempts() {
     let GetOutcome::Granted(grown) = core.get("to", &[], false, &ask(1, 1, "o1"), 5).unwrap() else { panic!() };
     let taken = core.sets[&grown].accelerators.clone();
     assert_eq!(core.sets[&loan].accelerators.len(), 1);
-    let notices = core.take_notices("tb").unwrap();
+    let notices = core.take_notices("tb", 1, 5).unwrap();
     assert_eq!((notices[0].set, &notices[0].accelerators, notices[0].revoke_at), (loan, &taken, 15));
+    assert!(core.take_notices("tb", 1, 6).unwrap().is_empty(), "told once on a connection");
+    // The answer may have been lost with its connection: the next one hears it again, until
+    // its deadline.
+    assert_eq!(core.take_notices("tb", 2, 7).unwrap(), notices, "told again on a new connection");
+    assert!(core.take_notices("tb", 2, 8).unwrap().is_empty());
+    assert!(core.take_notices("tb", 3, 15).unwrap().is_empty(), "not past its deadline");
     core.take_revocations();
     core.revoke_due(14);
     assert!(core.take_revocations().is_empty(), "still in its grace");

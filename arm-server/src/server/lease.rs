@@ -2,6 +2,7 @@
 //! its session is open, and for `lease_ms` after its last sign of life once none is.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,25 @@ use ac_proto::transport::Tuning;
 
 use super::Arm;
 use crate::config::ArmConfig;
+
+/// One program connection: a number no other connection of this manager's life has, and the
+/// sessions it carries.
+#[derive(Debug)]
+pub(super) struct Link {
+    /// Told apart from every earlier connection, so that what went out on a lost one (a
+    /// notice) can be sent again on the next ([`crate::core::Core::take_notices`]).
+    pub(super) id: u64,
+    /// The sessions (token hashes) it carries.
+    pub(super) tokens: Mutex<HashSet<String>>,
+}
+
+impl Link {
+    /// A new connection's.
+    pub(super) fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self { id: NEXT.fetch_add(1, Ordering::Relaxed), tokens: Mutex::default() }
+    }
+}
 
 /// Live connections per session, and when a session with none loses its lease.
 #[derive(Debug, Default)]
@@ -52,8 +72,8 @@ pub(super) fn lease_deadline(
 
 impl Arm {
     /// Ties a session to a connection: its lease runs only while none is connected.
-    pub(super) fn attach(&self, token_hash: &str, tokens: &Mutex<HashSet<String>>) {
-        if tokens.lock().expect("tokens poisoned").insert(token_hash.to_string()) {
+    pub(super) fn attach(&self, token_hash: &str, link: &Link) {
+        if link.tokens.lock().expect("tokens poisoned").insert(token_hash.to_string()) {
             let mut leases = self.leases.lock().expect("leases poisoned");
             *leases.live.entry(token_hash.to_string()).or_default() += 1;
             leases.deadline.remove(token_hash);
@@ -62,12 +82,12 @@ impl Arm {
 
     /// A connection is gone: the leases of the sessions it carried (and no other connection
     /// does) run from the program's last sign of life.
-    pub(super) fn connection_closed(&self, conn: &quinn::Connection, tokens: &Mutex<HashSet<String>>) {
+    pub(super) fn connection_closed(&self, conn: &quinn::Connection, link: &Link) {
         let idle = Duration::from_millis(program_tuning(&self.config).idle_timeout_ms);
         let lease = Duration::from_millis(self.config.lease_ms);
         let deadline = lease_deadline(conn.close_reason().as_ref(), Instant::now(), idle, lease);
         let mut leases = self.leases.lock().expect("leases poisoned");
-        for token in tokens.lock().expect("tokens poisoned").drain() {
+        for token in link.tokens.lock().expect("tokens poisoned").drain() {
             let live = leases.live.entry(token.clone()).or_default();
             *live = live.saturating_sub(1);
             if *live == 0 {

@@ -11,7 +11,6 @@
 //!   time alone changes; `hosts.rs`: backends' registration and link events;
 //! - `views.rs`, `devices.rs`, `accounting.rs`, `metrics.rs`: what admins and Prometheus see.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -51,7 +50,7 @@ mod views;
 
 pub use metrics::{mark_reserved, ACCELERATOR_STATES};
 
-use lease::{program_tuning, Leases};
+use lease::{program_tuning, Leases, Link};
 
 type Answer = Result<Response, ArmError>;
 
@@ -242,9 +241,9 @@ async fn accept_loop(endpoint: Endpoint, arm: Arc<Arm>) {
 
 async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
     let caller = Arc::new(caller_of(&conn));
-    let tokens: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let link = Arc::new(Link::new());
     while let Ok((mut send, recv)) = conn.accept_bi().await {
-        let (arm, tokens, conn, caller) = (arm.clone(), tokens.clone(), conn.clone(), caller.clone());
+        let (arm, link, conn, caller) = (arm.clone(), link.clone(), conn.clone(), caller.clone());
         tokio::spawn(async move {
             let mut reader = FrameReader::new(recv);
             let request: ArmRequest = match reader.expect_frame().await {
@@ -268,7 +267,7 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
             } else {
                 let span = tracing::debug_span!("request", caller = caller.name, role = ?caller.role);
                 let (call, start) = (metrics::call_label(&request.request), Instant::now());
-                let answer = arm.handle(request.request, &caller, &tokens).instrument(span).await;
+                let answer = arm.handle(request.request, &caller, &link).instrument(span).await;
                 if let Some(call) = call {
                     arm.metrics.answered(call, start.elapsed());
                 }
@@ -287,7 +286,7 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
             let _ = reader.read_end().await;
         });
     }
-    arm.connection_closed(&conn, &tokens);
+    arm.connection_closed(&conn, &link);
 }
 
 /// The client of `conn`, from the certificate it presented (none: a program).
@@ -300,9 +299,9 @@ fn caller_of(conn: &Connection) -> Caller {
 impl Arm {
     /// Answers one request: a program's, or, once its caller's role allows it, an admin's or a
     /// batch system's.
-    async fn handle(&self, request: Request, caller: &Caller, tokens: &Mutex<HashSet<String>>) -> Answer {
+    async fn handle(&self, request: Request, caller: &Caller, link: &Link) -> Answer {
         match roles::needs(&request) {
-            None => self.program_request(request, tokens).await,
+            None => self.program_request(request, link).await,
             Some(needed) => {
                 self.authorize(&request, caller, needed)?;
                 self.admin_request(request).await

@@ -2,8 +2,6 @@
 //! cancelled and collective forms), notices, frees and `AC_Finalize`. Each is answered with the
 //! capabilities the manager signs for what the program holds.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use ac_proto::arm::{
@@ -11,6 +9,7 @@ use ac_proto::arm::{
 };
 use ac_proto::capability::{self, unix_now};
 
+use super::lease::Link;
 use super::{batch, err, Answer, Arm};
 use crate::core::{Core, GetOutcome, StaticState};
 use crate::keys;
@@ -22,7 +21,7 @@ const AWAIT_LIMIT: Duration = Duration::from_secs(1);
 
 impl Arm {
     /// Answers a program's request (one that needs no role).
-    pub(super) async fn program_request(&self, request: Request, tokens: &Mutex<HashSet<String>>) -> Answer {
+    pub(super) async fn program_request(&self, request: Request, link: &Link) -> Answer {
         match request {
             Request::ManagerKey => Ok(Response::ManagerKey(crate::keys::hex(&self.signer.public_key()))),
             Request::Init { auth, node, token } => {
@@ -49,7 +48,7 @@ impl Arm {
                         .await
                         .map(drop)?,
                 }
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 self.session_answer(token, &token_hash)
             }
             Request::Routes { auth, node } => {
@@ -69,12 +68,12 @@ impl Arm {
             }
             Request::Poll { token } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 self.session_answer(token, &token_hash)
             }
             Request::Get { token, ask } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
                 let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
@@ -82,7 +81,7 @@ impl Arm {
             }
             Request::GetElastic { token, ask, notice_s } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
                 let outcome = self.mutate(|core, now| core.get_elastic(&token_hash, &ask, notice_s, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
@@ -90,7 +89,7 @@ impl Arm {
             }
             Request::CollectiveGet { token, parts, key } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let total = parts.iter().map(|(_, n)| n).sum();
                 let ask = Ask::exactly(total, key);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
@@ -100,7 +99,7 @@ impl Arm {
             }
             Request::AwaitGet { token, request } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let decided = self
                     .long_poll(|core| {
                         let outcome = core.peek_get(&token_hash, request)?;
@@ -117,17 +116,17 @@ impl Arm {
             }
             Request::CancelGet { token, request } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let outcome = self.mutate(|core, now| core.cancel_get(&token_hash, request, now)).await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, 0)
             }
             Request::Notices { token } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let notices = self
                     .long_poll(|core| {
-                        let notices = core.take_notices(&token_hash)?;
+                        let notices = core.take_notices(&token_hash, link.id, unix_now())?;
                         Ok((!notices.is_empty()).then_some(notices))
                     })
                     .await?;
@@ -135,7 +134,7 @@ impl Arm {
             }
             Request::JoinSet { token, set } => {
                 let token_hash = keys::hash(&token);
-                self.attach(&token_hash, tokens);
+                self.attach(&token_hash, link);
                 let node = {
                     let core = self.core.lock().expect("core poisoned");
                     core.own_set(&token_hash, set)?;

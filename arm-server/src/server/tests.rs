@@ -2,12 +2,9 @@
 //! connection's task hands it over (no QUIC in between), against a real store in a temporary
 //! directory. What a client sees on the wire is tested end to end in `tests/`.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
-
 use ac_proto::arm::{ArmErrorKind, Ask, JobAuth, Request, Response, SessionState, MIN_TOKEN_LEN};
 
-use super::{start, Answer, RunningArm};
+use super::{start, Answer, Link, RunningArm};
 use crate::config::ArmConfig;
 use crate::roles::{Caller, Role};
 
@@ -24,8 +21,7 @@ fn caller(role: Option<Role>) -> Caller {
 }
 
 async fn ask(arm: &RunningArm, request: Request, role: Option<Role>) -> Answer {
-    let tokens = Mutex::new(HashSet::new());
-    arm.arm.handle(request, &caller(role), &tokens).await
+    arm.arm.handle(request, &caller(role), &Link::new()).await
 }
 
 fn submit(id: &str, acpn: u32) -> Request {
@@ -109,8 +105,7 @@ async fn a_program_is_told_what_is_wrong_with_its_request() {
 async fn an_admin_request_never_reaches_the_programs_handler() {
     let dir = tempfile::tempdir().unwrap();
     let arm = manager(&dir).await;
-    let tokens = Mutex::new(HashSet::new());
-    let misrouted = arm.arm.program_request(Request::HostList, &tokens).await.unwrap_err();
+    let misrouted = arm.arm.program_request(Request::HostList, &Link::new()).await.unwrap_err();
     assert_eq!(misrouted.kind, ArmErrorKind::Internal);
     let misrouted = arm.arm.admin_request(Request::Poll { token: token('p') }).await.unwrap_err();
     assert_eq!(misrouted.kind, ArmErrorKind::Internal);
