@@ -30,6 +30,8 @@ module ac
   ! acSourceKind
   integer(c_int), parameter :: AC_SOURCE_BUILTIN = 0, AC_SOURCE_PTX = 1, AC_SOURCE_CUBIN = 2, &
        AC_SOURCE_CUDA_C = 3
+  ! acCheckAction (what AC_Check says to do)
+  integer(c_int), parameter :: AC_CHECK_KEEP = 0, AC_CHECK_EXPAND = 1, AC_CHECK_SHRINK = 2
   ! acArgKind
   integer(c_int), parameter :: AC_ARG_I32 = 0, AC_ARG_U32 = 1, AC_ARG_I64 = 2, AC_ARG_U64 = 3, &
        AC_ARG_F32 = 4, AC_ARG_F64 = 5, AC_ARG_MEM = 6
@@ -56,6 +58,14 @@ module ac
      integer(c_int64_t) :: memory_free
      integer(c_int) :: is_cuda
   end type ac_device_info
+
+  ! What AC_Check says (acCheckResult): action, the set (and device) it concerns, and by when.
+  type, bind(c) :: ac_check_result
+     integer(c_int) :: action
+     type(c_ptr) :: set
+     type(c_ptr) :: device
+     integer(c_int64_t) :: by
+  end type ac_check_result
 
   interface
      ! Errors
@@ -113,6 +123,22 @@ module ac
        type(c_ptr), intent(out) :: device
        integer(c_int64_t), intent(out) :: revoke_at
      end function AC_PollPreemption
+
+     integer(c_int) function AC_Check(held, min, max, preferred, notice_s, result) bind(c, name="AC_Check")
+       import :: c_int, ac_check_result
+       integer(c_int), value :: held
+       integer(c_int), value :: min
+       integer(c_int), value :: max
+       integer(c_int), value :: preferred
+       integer(c_int), value :: notice_s
+       type(ac_check_result), intent(out) :: result
+     end function AC_Check
+
+     integer(c_int) function AC_FreeDevice(set, device) bind(c, name="AC_FreeDevice")
+       import :: c_int, c_ptr
+       type(c_ptr), value :: set
+       type(c_ptr), value :: device
+     end function AC_FreeDevice
 
      integer(c_int) function AC_Free(set) bind(c, name="AC_Free")
        import :: c_int, c_ptr

@@ -229,7 +229,7 @@ typedef struct acMem_st *acMem;
 typedef struct acSet_st *acSet;
 
 // `AC_Check`'s answer.
-typedef struct acCheck {
+typedef struct acCheckResult {
   // What to do.
   enum acCheckAction action;
   // The new set (`AC_CHECK_EXPAND`), or the set of the device to give back
@@ -239,7 +239,7 @@ typedef struct acCheck {
   acDevice device;
   // Unix time (seconds, as `time()`) by which to give it back (`AC_CHECK_SHRINK`); 0 otherwise.
   int64_t by;
-} acCheck;
+} acCheckResult;
 
 // What `acDeviceGetInfo` tells of an accelerator.
 typedef struct acDeviceInfo {
@@ -431,7 +431,8 @@ enum acError AC_Finalize_fcomm(int comm);
 enum acError AC_PollPreemption(int wait_ms, acSet *set, acDevice *device, int64_t *revoke_at);
 
 // A reconfiguration point for an iterative program holding `held` accelerators that can run on
-// `min` to `max`, best on `preferred`: call it between iterations. A reclaim comes first,
+// `min` to `max`, best on `preferred`: call it between iterations. A reclaim (or the
+// preemption of an `AC_GetPreemptible` loan) comes first,
 // one accelerator per call (`AC_CHECK_SHRINK`: free it with `AC_FreeDevice` by `by`); else,
 // below `preferred`, it asks the manager for what is idle, lent as `AC_GetElastic` with
 // `notice_s` (`AC_CHECK_EXPAND` with the new set), at most once per `AC_CHECK_EVERY_MS`
@@ -440,21 +441,23 @@ enum acError AC_PollPreemption(int wait_ms, acSet *set, acDevice *device, int64_
 //
 // Errors: `AC_ERROR_INVALID_ARGUMENT` (NULL `result`, `held` or `notice_s` below 0, `min` or
 // `max` below 1, `min` above `max`), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_MANAGER_UNREACHABLE`,
-// `AC_ERROR_MANAGER`, `AC_ERROR_VERSION_MISMATCH`.
+// `AC_ERROR_MANAGER`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_VERSION_MISMATCH`.
 enum acError AC_Check(int held,
                       int min,
                       int max,
                       int preferred,
                       int notice_s,
-                      struct acCheck *result);
+                      struct acCheckResult *result);
 
 // Gives back `device` of dynamic set `set` (as a reclaim asks); the set's other accelerators
 // keep working, and its size and indices shrink by one. Everything made on the device is
-// released and its handle becomes invalid. A set's last device may be given back too; the set
-// is then empty until `AC_Free`.
+// released and its handle becomes invalid. Giving back a set's last device releases the set,
+// as `AC_Free` does: its handle becomes invalid too.
 //
 // Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (the static set, a device of
-// another set), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_MANAGER_UNREACHABLE`.
+// another set), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_MANAGER` (the
+// manager no longer counts the device in the set: revoked at its deadline, say),
+// `AC_ERROR_MANAGER_UNREACHABLE`.
 enum acError AC_FreeDevice(acSet set, acDevice device);
 
 // Starts this process's use of accelerators and gives the set of accelerators bound to this

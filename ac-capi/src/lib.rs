@@ -56,7 +56,7 @@ pub use mpi::{
     AC_Init_fcomm,
 };
 pub use preempt::AC_PollPreemption;
-pub use resize::{acCheck, acCheckAction, AC_Check, AC_FreeDevice};
+pub use resize::{acCheckAction, acCheckResult, AC_Check, AC_FreeDevice};
 pub use session::{
     acDeviceGetInfo, acDeviceInfo, acDeviceSynchronize, acSetDevice, acSetSize, AC_Finalize, AC_Free, AC_Get,
     AC_GetPreemptible, AC_GetRange, AC_Init,

@@ -10,7 +10,7 @@ use ac_frontend::{Bounds, Pacing};
 use crate::devices::{acDevice, acSet, session, DEVICES, SETS};
 use crate::error::{acError, ffi, in_session, Failure, Outcome};
 use crate::handles::{handle, value, write_out};
-use crate::session::{count_arg, forget_device, register_dynamic};
+use crate::session::{count_arg, forget_device, register_dynamic, unregister_dynamic};
 use crate::{notices, preempt};
 
 /// What `AC_Check` tells the program to do before its next iteration.
@@ -31,7 +31,7 @@ pub enum acCheckAction {
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub struct acCheck {
+pub struct acCheckResult {
     /// What to do.
     pub action: acCheckAction,
     /// The new set (`AC_CHECK_EXPAND`), or the set of the device to give back
@@ -53,7 +53,8 @@ fn check_interval() -> Duration {
 }
 
 /// A reconfiguration point for an iterative program holding `held` accelerators that can run on
-/// `min` to `max`, best on `preferred`: call it between iterations. A reclaim comes first,
+/// `min` to `max`, best on `preferred`: call it between iterations. A reclaim (or the
+/// preemption of an `AC_GetPreemptible` loan) comes first,
 /// one accelerator per call (`AC_CHECK_SHRINK`: free it with `AC_FreeDevice` by `by`); else,
 /// below `preferred`, it asks the manager for what is idle, lent as `AC_GetElastic` with
 /// `notice_s` (`AC_CHECK_EXPAND` with the new set), at most once per `AC_CHECK_EVERY_MS`
@@ -62,7 +63,7 @@ fn check_interval() -> Duration {
 ///
 /// Errors: `AC_ERROR_INVALID_ARGUMENT` (NULL `result`, `held` or `notice_s` below 0, `min` or
 /// `max` below 1, `min` above `max`), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_MANAGER_UNREACHABLE`,
-/// `AC_ERROR_MANAGER`, `AC_ERROR_VERSION_MISMATCH`.
+/// `AC_ERROR_MANAGER`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_VERSION_MISMATCH`.
 #[no_mangle]
 pub extern "C" fn AC_Check(
     held: c_int,
@@ -70,7 +71,7 @@ pub extern "C" fn AC_Check(
     max: c_int,
     preferred: c_int,
     notice_s: c_int,
-    result: *mut acCheck,
+    result: *mut acCheckResult,
 ) -> acError {
     ffi(|| {
         let (min, max) = (count_arg(min, "min")?, count_arg(max, "max")?);
@@ -93,13 +94,18 @@ pub extern "C" fn AC_Check(
 }
 
 /// `AC_Check`'s decision.
-fn check(held: u32, bounds: Bounds, notice: Duration) -> Outcome<acCheck> {
+fn check(held: u32, bounds: Bounds, notice: Duration) -> Outcome<acCheckResult> {
     let guard = session()?;
     let session = guard.as_ref().expect("checked");
     // Listening before any elastic set exists, so that no reclaim of one goes to stderr.
     notices::listen(session);
     if let Some((set, device, by)) = preempt::next(Duration::ZERO) {
-        return Ok(acCheck { action: acCheckAction::AC_CHECK_SHRINK, set: handle(set), device: handle(device), by });
+        return Ok(acCheckResult {
+            action: acCheckAction::AC_CHECK_SHRINK,
+            set: handle(set),
+            device: handle(device),
+            by,
+        });
     }
     let request = PACING.lock().expect("pacing poisoned").get_or_insert_with(|| Pacing::new(check_interval())).ask(
         held,
@@ -107,40 +113,53 @@ fn check(held: u32, bounds: Bounds, notice: Duration) -> Outcome<acCheck> {
         notice,
         Instant::now(),
     );
-    let keep = acCheck { action: acCheckAction::AC_CHECK_KEEP, set: handle(0), device: handle(0), by: 0 };
+    let keep = acCheckResult { action: acCheckAction::AC_CHECK_KEEP, set: handle(0), device: handle(0), by: 0 };
     let Some(request) = request else { return Ok(keep) };
     match session.get_or_why(request).map_err(in_session)? {
-        Ok(set) => Ok(acCheck { set: handle(register_dynamic(set)), action: acCheckAction::AC_CHECK_EXPAND, ..keep }),
+        Ok(set) => {
+            Ok(acCheckResult { set: handle(register_dynamic(set)), action: acCheckAction::AC_CHECK_EXPAND, ..keep })
+        }
         Err(_) => Ok(keep),
     }
 }
 
 /// Gives back `device` of dynamic set `set` (as a reclaim asks); the set's other accelerators
 /// keep working, and its size and indices shrink by one. Everything made on the device is
-/// released and its handle becomes invalid. A set's last device may be given back too; the set
-/// is then empty until `AC_Free`.
+/// released and its handle becomes invalid. Giving back a set's last device releases the set,
+/// as `AC_Free` does: its handle becomes invalid too.
 ///
 /// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (the static set, a device of
-/// another set), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_MANAGER_UNREACHABLE`.
+/// another set), `AC_ERROR_NOT_INITIALIZED`, `AC_ERROR_JOB_ENDED`, `AC_ERROR_MANAGER` (the
+/// manager no longer counts the device in the set: revoked at its deadline, say),
+/// `AC_ERROR_MANAGER_UNREACHABLE`.
 #[no_mangle]
 pub extern "C" fn AC_FreeDevice(set: acSet, device: acDevice) -> acError {
     ffi(|| {
         let guard = session()?;
+        let session = guard.as_ref().expect("checked");
         let entry = SETS.get(value(set))?;
         let id = DEVICES.get(value(device))?.id.clone();
-        let mut devices = entry.devices.lock().expect("set poisoned");
-        let Some(at) = devices.iter().position(|d| *d == value(device)) else {
+        let devices = entry.devices();
+        if !devices.contains(&value(device)) {
             return Err(Failure::new(acError::AC_ERROR_INVALID_ARGUMENT, format!("{id} is not a device of this set")));
-        };
-        let mut dynamic = entry.dynamic.lock().expect("set poisoned");
-        let Some(dynamic) = dynamic.as_mut() else {
-            return Err(Failure::new(
-                acError::AC_ERROR_INVALID_ARGUMENT,
-                "the static set is released by AC_Finalize, not AC_FreeDevice",
-            ));
-        };
-        guard.as_ref().expect("checked").free_some(dynamic, &[&id]).map_err(in_session)?;
-        devices.remove(at);
+        }
+        if devices.len() == 1 {
+            let whole = unregister_dynamic(set)?;
+            return session.free(whole).map_err(in_session);
+        }
+        {
+            // The set's `devices` lock is not held across the request: notices and errors
+            // (`preempt.rs`) look the set's devices up meanwhile.
+            let mut dynamic = entry.dynamic.lock().expect("set poisoned");
+            let Some(dynamic) = dynamic.as_mut() else {
+                return Err(Failure::new(
+                    acError::AC_ERROR_INVALID_ARGUMENT,
+                    "the static set is released by AC_Finalize, not AC_FreeDevice",
+                ));
+            };
+            session.free_some(dynamic, &[&id]).map_err(in_session)?;
+        }
+        entry.devices.lock().expect("set poisoned").retain(|d| *d != value(device));
         forget_device(value(device));
         Ok(())
     })

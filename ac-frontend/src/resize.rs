@@ -44,8 +44,9 @@ pub enum Reconfiguration {
         /// The new set.
         set: DynamicSet,
     },
-    /// Give back `accelerators` of elastic set `set` by `by` ([`Session::free_some`]); after
-    /// `by`, calls on them fail as revoked.
+    /// Give back `accelerators` of set `set` by `by` ([`Session::free_some`]): a reclaim of an
+    /// elastic set, or the preemption of a preemptible loan. After `by`, calls on them fail as
+    /// revoked.
     Shrink {
         /// The set they belong to.
         set: u64,

@@ -232,7 +232,7 @@ fn until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
 /// static one and waits for one more, `holder` the last. Both programs' nodes are cut off from
 /// the manager (not from the backend) for longer than that link's idle timeout (half the 20 s
 /// lease); meanwhile an admin ends `holder`'s job (its accelerator goes to the waiting request)
-/// and submits a job of one (the lent accelerator is reclaimed for it). Nothing reaches the
+/// and submits a job of one (the lent accelerator is reclaimed for it, with 40 s of notice). Nothing reaches the
 /// programs during the cut; once the link is back the waiter is granted, the lender is told and
 /// gives back, the queued job starts, and both programs keep their static accelerators.
 #[test]
@@ -245,7 +245,10 @@ fn a_waiting_request_and_a_reclaim_decided_during_a_cut_reach_the_program_after_
     let site = Site::start(6, "0,1,2,3", &["--lease-ms", "20000"]);
     let mut holder = site.program(HOLDER, 1, &["hold", "1"], &[]);
     expect_line(&mut holder, "holding", Duration::from_secs(20));
-    let mut lender = site.program(LENDER, 1, &["lend", "20"], &[]);
+    // 40 s of notice: the reclaim's deadline falls well after the heal, whatever the SDK's
+    // redial cadence; without the manager telling it again the test still fails (it waits
+    // 20 s for the lender to give back).
+    let mut lender = site.program(LENDER, 1, &["lend", "40"], &[]);
     expect_line(&mut lender, "lent", Duration::from_secs(20));
     let mut waiter = site.program(WAITER, 1, &["get", "90000", "1", "0"], &[]);
     until(Duration::from_secs(20), "the waiter's AC_Get waits", || {

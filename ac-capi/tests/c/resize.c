@@ -84,7 +84,7 @@ int main(void) {
             last = n;
         }
         wrong += iterate(devices, n, round, x, y);
-        acCheck check;
+        acCheckResult check;
         if (AC_Check(n, 1, 4, 4, 30, &check)) fail("AC_Check");
         if (check.action == AC_CHECK_EXPAND && nsets < MAX_SETS) {
             sets[nsets++] = check.set;

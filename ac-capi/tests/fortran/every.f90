@@ -9,6 +9,7 @@ program every
   type(c_ptr) :: statics, more, none, device, other, taken_set, taken
   type(c_ptr) :: dx, dy, dc, dsum, saxpy, sgemm, reduce, fill, stream
   type(ac_device_info) :: info
+  type(ac_check_result) :: check
   type(ac_arg) :: args(4), gemm(8)
   integer(c_int) :: count, i
   integer(c_int64_t) :: revoke_at
@@ -108,6 +109,13 @@ program every
   call expect("AC_PollPreemption", AC_PollPreemption(0, taken_set, taken, revoke_at), AC_SUCCESS)
   if (c_associated(taken) .or. c_associated(taken_set)) call fail("told of a preemption")
   call expect("AC_Free", AC_Free(more), AC_SUCCESS)
+  ! A reconfiguration point: one more lent (the one just freed), then given back device by device
+  ! (its last device releases the set).
+  call expect("AC_Check", AC_Check(1, 1, 2, 2, 30, check), AC_SUCCESS)
+  if (check%action /= AC_CHECK_EXPAND) call fail("AC_Check expands onto the idle accelerator")
+  call expect("acSetDevice of the lent set", acSetDevice(check%set, 0, device), AC_SUCCESS)
+  call expect("AC_FreeDevice", AC_FreeDevice(check%set, device), AC_SUCCESS)
+  call expect("AC_Free after its last device", AC_Free(check%set), AC_ERROR_INVALID_HANDLE)
 
   call expect("acKernelDestroy", acKernelDestroy(saxpy), AC_SUCCESS)
   call expect("acKernelDestroy again", acKernelDestroy(saxpy), AC_ERROR_INVALID_HANDLE)

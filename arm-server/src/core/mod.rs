@@ -83,7 +83,6 @@ pub struct Revocation {
     pub capability: u64,
 }
 
-/// The state of the pool.
 /// The notices told to one session, and on which connection ([`Core::take_notices`]).
 #[derive(Debug, Default)]
 struct Told {
@@ -91,6 +90,7 @@ struct Told {
     notices: Vec<Preemption>,
 }
 
+/// The state of the pool.
 #[derive(Debug, Default)]
 pub struct Core {
     /// Hosts by name.
