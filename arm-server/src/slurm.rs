@@ -25,6 +25,10 @@ pub struct SlurmConfig {
     /// The license-only reservation that holds a grant's licenses while it is recorded, so
     /// that Slurm cannot start a job into them meanwhile (empty between grants).
     pub grant_reservation: String,
+    /// The license-only reservation holding the licenses of accelerators lent to batch jobs
+    /// (elastic grants), ending when the first of them is due back: Slurm plans its pending
+    /// jobs onto them then, and counts none of them as the jobs' own.
+    pub lent_reservation: String,
     /// munged's socket (default: munge's own).
     pub munge_socket: Option<PathBuf>,
     /// Slurm's configuration file, handed to its commands as `SLURM_CONF` (default: the
@@ -47,6 +51,7 @@ impl Default for SlurmConfig {
             license: "ac".into(),
             unavailable_reservation: "ac_unavailable".into(),
             grant_reservation: "ac_granting".into(),
+            lent_reservation: "ac_lent".into(),
             munge_socket: None,
             slurm_conf: None,
             reconcile_s: 10,
@@ -206,6 +211,23 @@ impl Slurm {
         }
     }
 
+    /// Holds `count` licenses in the lent-accelerators reservation, ending `ends_in_s` from
+    /// now (created when needed, kept at 0 until it ends on its own). Slurm keeps its pending
+    /// jobs off them until then, and plans them onto them from then.
+    pub async fn hold_lent(&self, count: u32, ends_in_s: u64) -> Result<(), SlurmError> {
+        let name = &self.config.lent_reservation;
+        let (named, licenses) =
+            (format!("reservationname={name}"), format!("licenses={}:{count}", self.config.license));
+        let end = format!("endtime=now+{}", ends_in_s.max(1));
+        match self.run(&self.config.scontrol, &["update", &named, &licenses, &end], None).await {
+            Err(_) if count > 0 && !self.reservation_exists(name).await => {
+                let args = ["create", &named, &licenses, "starttime=now", &end, "flags=any_nodes", "users=root"];
+                self.run(&self.config.scontrol, &args, None).await.map(drop)
+            }
+            done => done.map(drop),
+        }
+    }
+
     async fn reservation_exists(&self, name: &str) -> bool {
         self.run(&self.config.scontrol, &["show", "reservation", name], None).await.is_ok()
     }
@@ -235,6 +257,8 @@ pub struct PendingJob {
     pub time_limit_s: u64,
     /// Slurm's priority.
     pub priority: u64,
+    /// Why it is pending (`Licenses`: it would start if Slurm had the licenses).
+    pub reason: String,
 }
 
 /// A job Slurm runs (or is starting, suspending, ending), as the reconciliation needs it.
@@ -307,6 +331,7 @@ pub fn parse_jobs(listed: &str, license: &str) -> Result<SlurmJobs, SlurmError> 
                 accelerators,
                 time_limit_s: limit_s(j),
                 priority: number(j.get("priority")),
+                reason: j.get("state_reason").and_then(|r| r.as_str()).unwrap_or("").to_string(),
             });
         }
     }

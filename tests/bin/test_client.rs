@@ -11,6 +11,9 @@
 //!   seconds, runs a kernel on each static accelerator again (prints `static again ok`),
 //!   `AC_Finalize`, prints `done`. With `AC_TEST_WAIT_FOR=PATH` it waits for that file before
 //!   `AC_Get`.
+//! - `ac-test-client slurm-lend NOTICE_S`: a Slurm task that borrows one accelerator elastically,
+//!   prints `lent 1`, gives it back at the first reclaim (prints `freed N`), checks its static
+//!   accelerators (prints `static again ok`) and stays until killed.
 //! - With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables), takes 2 more
 //!   accelerators with `AC_Get`, prints `holding` and waits (killed by the fault tests).
 //! - Otherwise it connects to `AC_BACKEND_ADDR`, allocates 128 MiB, prints `copying` and copies
@@ -67,6 +70,37 @@ fn finalize_at_once() -> Result<(), ac_frontend::Error> {
     std::process::exit(0)
 }
 
+/// `slurm-lend NOTICE_S`: a batch task that borrows one accelerator elastically (NOTICE_S of
+/// notice), prints `lent`, computes on it until a reclaim arrives, gives it back and prints
+/// `freed N`, then computes on its static accelerators and prints `static again ok`; it stays
+/// until killed, so that its job keeps running.
+fn slurm_lend(args: &[String]) -> Result<(), ac_frontend::Error> {
+    use std::io::Write;
+    let notice: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let rt = tokio::runtime::Runtime::new().map_err(|e| ac_frontend::Error::Setup(e.to_string()))?;
+    rt.block_on(async {
+        let session = Session::init(SessionOptions::from_env()?).await?;
+        let mut reclaims = session.preemptions();
+        let request = ac_frontend::GetRequest::new(1).elastic(std::time::Duration::from_secs(notice));
+        let mut set =
+            session.get_with(request).await?.ok_or_else(|| ac_frontend::Error::Setup("nothing lent".into()))?;
+        ac_tests::computes(&set.handles[0].acc).await?;
+        println!("lent {}", set.handles.len());
+        std::io::stdout().flush().ok();
+        let reclaim = reclaims.recv().await.ok_or_else(|| ac_frontend::Error::Setup("no reclaim".into()))?;
+        let ids: Vec<&str> = reclaim.accelerators.iter().map(String::as_str).collect();
+        session.free_some(&mut set, &ids).await?;
+        println!("freed {}", ids.len());
+        for handle in session.accelerators() {
+            ac_tests::computes(&handle.acc).await?;
+        }
+        println!("static again ok");
+        std::io::stdout().flush().ok();
+        std::future::pending::<()>().await;
+        Ok(())
+    })
+}
+
 fn slurm_task(args: &[String]) -> Result<(), ac_frontend::Error> {
     use std::io::Write;
     let get: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(0);
@@ -118,6 +152,8 @@ fn main() -> Result<(), ac_frontend::Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("slurm-task") {
         slurm_task(&args[1..])
+    } else if args.first().map(String::as_str) == Some("slurm-lend") {
+        slurm_lend(&args[1..])
     } else if args.first().map(String::as_str) == Some("finalize-at-once") {
         finalize_at_once()
     } else if args.first().map(String::as_str) == Some("share") {

@@ -589,3 +589,46 @@ async fn node_ranges_and_task_counts_are_counted_on_the_nodes_slurm_gives() {
         assert!(c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await, "{:?}", c.licenses());
     }
 }
+
+/// Accelerators lent to a batch job (an elastic `AC_Get`) are announced to Slurm as the ARM's
+/// lent reservation, ending when they are due back, not as the job's licenses; a job that
+/// Slurm then holds back for want of licenses makes the manager reclaim them, and starts once
+/// they are given back. Slurm's count never exceeds its total meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_for_licenses_reclaims_lent_accelerators_and_starts_once_they_are_back() {
+    let c = SlurmCluster::start(2, 2).await;
+    let lender = c.sbatch(&["--acpn=1"], &format!("{} slurm-lend 5", client()));
+    let lent = c.wait_until(Duration::from_secs(20), |c| c.output(&lender).contains("lent 1")).await;
+    assert!(lent, "{}\n{}", c.output(&lender), c.logs());
+    assert_eq!(c.job_field(&lender, "Licenses"), "ac:1", "the lent accelerator is not the job's own");
+    assert_eq!(c.licenses(), (2, 1, 1), "(total, used, reserved): the lent one is in the reservation");
+    let reservation = c.run("scontrol", &["-o", "show", "reservation", "ac_lent"]);
+    assert!(reservation.contains("Licenses=ac:1"), "{reservation}");
+    let waiting = c.sbatch(&["--acpn=1"], &format!("{} slurm-task", client()));
+    let (mut peak, mut reasons, mut freed) = (0, std::collections::BTreeSet::new(), None);
+    let ran = c
+        .wait_until(Duration::from_secs(40), |c| {
+            let (total, used, reserved) = c.licenses();
+            assert!(used + reserved <= total, "Slurm's count exceeds its total: {used} + {reserved} of {total}");
+            peak = peak.max(used + reserved);
+            if c.job_field(&waiting, "JobState") == "PENDING" {
+                reasons.insert(c.job_field(&waiting, "Reason"));
+            }
+            if freed.is_none() && c.output(&lender).contains("freed 1") {
+                freed = Some(Instant::now());
+            }
+            c.output(&waiting).contains("static 1 ok")
+        })
+        .await;
+    assert!(ran, "the waiting job: {}\nlender: {}\n{}", c.show_job(&waiting), c.output(&lender), c.logs());
+    println!("given back to the waiting job's task running: {:?}", freed.map(|f| f.elapsed()));
+    assert!(reasons.contains("Licenses"), "it waited for licenses, as Slurm said: {reasons:?}");
+    let out = c.output(&lender);
+    assert!(out.contains("freed 1") && out.contains("static again ok"), "lender: {out}");
+    assert_eq!(peak, 2);
+    let given_back = c.arm_job(&lender).await.expect("the lender still runs");
+    assert_eq!((given_back.static_accelerators.len(), given_back.dynamic_accelerators.len()), (1, 0));
+    assert!(c.wait_until(Duration::from_secs(15), |c| c.job_over(&waiting)).await);
+    c.run("scancel", &[&lender]);
+    assert!(c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await, "{:?}", c.licenses());
+}

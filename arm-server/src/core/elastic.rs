@@ -24,6 +24,22 @@ impl Core {
         self.wake_at = Some(0);
     }
 
+    /// Accelerators lent to jobs the batch system runs, and when the first is back in the
+    /// plan (its reclaim's deadline, or its notice from `now`): Slurm holds them in a
+    /// reservation that ends then, rather than as the jobs' own licenses.
+    pub fn lent_to_batch_jobs(&self, now: u64) -> (u32, Option<u64>) {
+        let batch = |job: &str| self.jobs.get(job).is_some_and(|j| j.batch.is_some());
+        let lent = self.leases.values().filter(|l| batch(&l.job));
+        let backs: Vec<u64> = lent.map(|l| l.reclaim.as_ref().map_or(now + l.notice_s, |(by, _)| *by)).collect();
+        (backs.len() as u32, backs.into_iter().min())
+    }
+
+    /// How many accelerators `job` holds that are its own rather than lent to it.
+    pub fn firm_held_by(&self, job: &str) -> usize {
+        let held = self.held_by(job);
+        held.iter().filter(|(accel, _)| self.leases.get(accel).is_none_or(|l| l.job != job)).count()
+    }
+
     /// Carries out a pass's reclaims (the programs are told) and its revocations of reclaimed
     /// accelerators kept past their deadline (their sets lose them).
     pub(super) fn take_back(&mut self, pass: &Pass) {

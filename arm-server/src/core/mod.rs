@@ -130,6 +130,9 @@ pub struct Core {
     /// priority order (in memory). `AC_Get` decides with them in the view as queued jobs, so
     /// that the fairness policy plans around Slurm's queue; they are never started here.
     batch_queue: Vec<Job>,
+    /// The jobs of `batch_queue` that Slurm holds back for want of licenses alone: a pass
+    /// reclaims lent accelerators for them as for queued jobs of its own (in memory).
+    batch_on_licenses: BTreeSet<String>,
     /// Open accounting intervals, by accelerator: one per accelerator in a job's use (stored;
     /// see `accounting.rs`).
     usage: BTreeMap<String, Usage>,
@@ -198,14 +201,20 @@ impl Core {
     /// The view with the batch system's queue in it, for decisions that only plan: a dynamic
     /// request of `requester`.
     fn view_with_batch_queue(&self, requester: &str, now: u64) -> View {
-        if self.batch_queue.is_empty() {
-            return self.view_of(&self.jobs, Some(requester), now);
+        self.view_with_batch_jobs(|_| true, Some(requester), now)
+    }
+
+    /// The view with the batch system's pending jobs that `which` picks in it as queued jobs.
+    fn view_with_batch_jobs(&self, which: impl Fn(&Job) -> bool, requester: Option<&str>, now: u64) -> View {
+        let mut picked = self.batch_queue.iter().filter(|j| which(j)).peekable();
+        if picked.peek().is_none() {
+            return self.view_of(&self.jobs, requester, now);
         }
         let mut jobs = self.jobs.clone();
-        for queued in &self.batch_queue {
+        for queued in picked {
             jobs.entry(queued.id.clone()).or_insert_with(|| queued.clone());
         }
-        self.view_of(&jobs, Some(requester), now)
+        self.view_of(&jobs, requester, now)
     }
 
     fn keep_ledger(&mut self, view: &View) {
@@ -228,12 +237,19 @@ impl Core {
     pub fn schedule(&mut self, now: u64) {
         let waiting = self.pending.values().any(|g| g.rejected.is_none());
         let reclaiming = self.leases.values().any(|l| l.reclaim.is_some());
-        if !waiting && !reclaiming && !self.jobs.values().any(|j| j.state == JobState::Queued) {
+        // Slurm's jobs waiting for licenses may start on lent accelerators once reclaimed.
+        let batch_waits = !self.leases.is_empty() && !self.batch_on_licenses.is_empty();
+        if !waiting && !reclaiming && !batch_waits && !self.jobs.values().any(|j| j.state == JobState::Queued) {
             self.wake_at = None;
             return;
         }
-        let mut view = self.view(now);
-        let pass = view.pass(now);
+        let mut view = match batch_waits {
+            true => self.view_with_batch_jobs(|j| self.batch_on_licenses.contains(&j.id), None, now),
+            false => self.view(now),
+        };
+        let mut pass = view.pass(now);
+        // Slurm starts its own jobs (their prologs bind them): the view has them for reclaims.
+        pass.started.retain(|(job, _)| self.jobs.contains_key(job));
         self.keep_ledger(&view);
         self.wake_at = view.next_wakeup();
         self.take_back(&pass);

@@ -99,13 +99,21 @@ impl Core {
         self.scheduling = std::mem::take(&mut old.scheduling);
         self.preemption_grace_s = old.preemption_grace_s;
         self.batch_queue = std::mem::take(&mut old.batch_queue);
+        self.batch_on_licenses = std::mem::take(&mut old.batch_on_licenses);
         self.notices = std::mem::take(&mut old.notices);
         self.told = std::mem::take(&mut old.told);
     }
 
-    /// Replaces the batch system's pending jobs (as last read from it, in its priority order).
-    pub fn set_batch_queue(&mut self, queue: Vec<Job>) {
+    /// Replaces the batch system's pending jobs (as last read from it, in its priority order),
+    /// and which of them wait for licenses alone. A pass follows if one of those could start
+    /// on lent accelerators (it plans their reclaim).
+    pub fn set_batch_queue(&mut self, queue: Vec<Job>, on_licenses: BTreeSet<String>) {
+        let newly_waiting = on_licenses.iter().any(|id| !self.batch_on_licenses.contains(id));
+        if newly_waiting && !self.leases.is_empty() {
+            self.wake_at = Some(0);
+        }
         self.batch_queue = queue;
+        self.batch_on_licenses = on_licenses;
     }
 
     /// Free accelerators that may be granted now (up, served, healthy, not drained).

@@ -268,6 +268,33 @@ fn dynamic_decisions_plan_around_the_batch_systems_queue() {
 }
 
 #[test]
+fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slurm_only() {
+    let mut core = core(3);
+    core.bind_batch_job(batch_job("1", &["n1"], 1, 1000), 0).unwrap();
+    core.open_batch_session("s".into(), "1", 1000, "n1").unwrap();
+    let GetOutcome::Granted(set) = core.get_elastic("s", &ask(2, 2, "k"), 30, 1).unwrap() else { panic!("lent") };
+    assert_eq!((core.held_by("1").len(), core.firm_held_by("1")), (3, 1), "one own, two lent");
+    assert_eq!(core.lent_to_batch_jobs(10), (2, Some(40)), "back at the notice from now");
+    let pending = Job { walltime_s: 600, ..job("2", &["(pending in Slurm)"], 1) };
+    // Slurm holds it back for another reason: nothing is reclaimed for it.
+    core.set_batch_queue(vec![pending.clone()], BTreeSet::new());
+    core.tick(10);
+    assert!(core.take_notices("s", 1, 10).unwrap().is_empty(), "not waiting for licenses");
+    core.set_batch_queue(vec![pending], BTreeSet::from(["2".to_string()]));
+    core.tick(11);
+    let notices = core.take_notices("s", 1, 11).unwrap();
+    assert_eq!(notices.len(), 1, "reclaimed for Slurm's job");
+    assert_eq!((notices[0].set, notices[0].revoke_at, notices[0].accelerators.len()), (set, 41, 1), "the fewest");
+    assert_eq!(core.lent_to_batch_jobs(12), (2, Some(41)), "the first due back by the reclaim's deadline");
+    core.free("s", set, Some(&notices[0].accelerators), 12).unwrap();
+    assert_eq!(core.lent_to_batch_jobs(13), (1, Some(43)));
+    // The pass sees Slurm's job start on the accelerator given back: Slurm starts it, not the
+    // manager, and the accelerator stays free for its prolog.
+    core.schedule(13);
+    assert!(!core.jobs.contains_key("2") && core.usable_free() == 1, "kept free for Slurm's job");
+}
+
+#[test]
 fn routes_name_only_the_jobs_own_accelerators_on_that_node_and_need_its_credential() {
     let mut core = core(4);
     core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();

@@ -158,6 +158,7 @@ impl Arm {
             }
         }
         let ended = self.mutate(|core, now| core.end_job(&id, now)).await;
+        self.shrink_lent_if_returned().await;
         match &ended {
             // A job whose prolog failed was never bound: nothing to end.
             Err(e) if e.kind == ArmErrorKind::NotFound => {}
@@ -185,9 +186,42 @@ impl Arm {
         core.jobs().get(job).filter(|j| j.batch.is_some()).map(|j| j.id.clone())
     }
 
-    /// Accelerators `job` holds now, static and dynamic.
+    /// Accelerators `job` holds now as its own (static and dynamic, not lent): what Slurm
+    /// counts as its licenses.
     fn held_count(&self, job: &str) -> u32 {
-        self.core.lock().expect("core poisoned").held_by(job).len() as u32
+        self.core.lock().expect("core poisoned").firm_held_by(job) as u32
+    }
+
+    /// Sets the lent reservation to what batch jobs are lent now, ending when the first is
+    /// due back (never sooner than two reconciliations away, so that it cannot lapse between
+    /// them while they are lent). `lent` is what it holds, as last set (0 after a restart, so
+    /// the first reconciliation adopts what was lent before). It grows as a grant's licenses
+    /// do: the pool is read back, and if Slurm's jobs and reservations now hold more than
+    /// there is, it goes back (`Err`), so Slurm's count never exceeds its total.
+    async fn hold_lent(&self, slurm: &Slurm, lent: &mut u32) -> Result<(), SlurmError> {
+        let now = super::accounting::unix_now_ms() / 1000;
+        let (count, first_back) = self.core.lock().expect("core poisoned").lent_to_batch_jobs(now);
+        if count == 0 && *lent == 0 {
+            return Ok(());
+        }
+        let floor = 2 * self.config.slurm.reconcile_s.max(1) + 5;
+        let ends_in = first_back.map_or(0, |back| back.saturating_sub(now)).max(floor);
+        slurm.hold_lent(count, ends_in).await?;
+        if count > *lent {
+            let pool = slurm.license_use().await?;
+            if pool.overdrawn() {
+                slurm.hold_lent(*lent, ends_in).await?;
+                return Err(format!(
+                    "{} lent license(s) wanted; Slurm's jobs hold {} and reservations {} of {}",
+                    count - *lent,
+                    pool.used,
+                    pool.reserved.saturating_sub(count - *lent),
+                    pool.total
+                ));
+            }
+        }
+        *lent = count;
+        Ok(())
     }
 
     /// Records a grant in Slurm before it is answered: the job's `ac` licenses become what it
@@ -196,12 +230,16 @@ impl Arm {
     pub(super) async fn record_grant(&self, outcome: GetOutcome, token_hash: &str) -> Result<GetOutcome, ArmError> {
         let GetOutcome::Granted(set) = outcome else { return Ok(outcome) };
         let (Some(slurm), Some(job)) = (self.slurm(), self.batch_job_of(token_hash)) else { return Ok(outcome) };
-        let one_at_a_time = self.slurm_grants.lock().await;
+        let mut one_at_a_time = self.slurm_grants.lock().await;
+        let lent = &mut *one_at_a_time;
         let recorded = async {
             let held = self.held_count(&job);
             let licenses = slurm.job_licenses(&job).await?;
             let recorded = slurm.pool_licenses(&licenses);
-            grow_licenses(slurm, licenses, recorded, held).await
+            if held > recorded {
+                grow_licenses(slurm, licenses, recorded, held).await?;
+            }
+            self.hold_lent(slurm, lent).await
         };
         let Err(reason) = recorded.await else { return Ok(outcome) };
         tracing::warn!(job, set, reason, "a grant could not be recorded in Slurm: undone");
@@ -214,19 +252,42 @@ impl Arm {
             if let Some(arm) = arm {
                 arm.record_release(Some(job)).await;
                 if let Some(slurm) = arm.slurm() {
-                    let _one_at_a_time = arm.slurm_grants.lock().await;
+                    let mut lent = arm.slurm_grants.lock().await;
                     let _ = slurm.hold_for_grant(0).await;
+                    let _ = arm.hold_lent(slurm, &mut lent).await;
                 }
             }
         });
         Ok(GetOutcome::Rejected(format!("Slurm: {reason}")))
     }
 
-    /// After a release: the job's licenses in Slurm shrink back to what it holds. Only shrink:
-    /// what it holds may include grants not yet recorded, which only `record_grant` may add.
+    /// Lent accelerators given back or revoked since Slurm's reservation of them was last set:
+    /// it shrinks now, so that a job Slurm holds back for want of them starts at its next
+    /// cycle rather than after the next reconciliation.
+    pub(super) async fn shrink_lent_if_returned(&self) {
+        let Some(slurm) = self.slurm() else { return };
+        let mut lent = self.slurm_grants.lock().await;
+        self.shrink_lent(slurm, &mut lent).await;
+    }
+
+    /// [`Arm::shrink_lent_if_returned`] with the Slurm lock held (`lent`).
+    async fn shrink_lent(&self, slurm: &Slurm, lent: &mut u32) {
+        let (count, _) = self.core.lock().expect("core poisoned").lent_to_batch_jobs(0);
+        if count < *lent {
+            if let Err(e) = self.hold_lent(slurm, lent).await {
+                tracing::warn!(error = e, "could not shrink Slurm's reservation of lent accelerators");
+            }
+        }
+    }
+
+    /// After a release: the job's licenses in Slurm shrink back to what it holds, and the
+    /// lent reservation to what is still lent. Only shrink: what it holds may include grants
+    /// not yet recorded, which only `record_grant` may add.
     pub(super) async fn record_release(&self, job: Option<String>) {
         let (Some(slurm), Some(job)) = (self.slurm(), job) else { return };
-        let _one_at_a_time = self.slurm_grants.lock().await;
+        let mut lent = self.slurm_grants.lock().await;
+        // What it gave back may have been lent to it.
+        self.shrink_lent(slurm, &mut lent).await;
         let still_running = {
             let core = self.core.lock().expect("core poisoned");
             core.jobs().get(&job).is_some_and(|j| j.state == JobState::Running)
@@ -267,9 +328,11 @@ impl Arm {
         match slurm.jobs().await {
             Ok(jobs) => {
                 self.follow_active(&jobs.active, listed_after).await;
+                let on_licenses =
+                    jobs.pending.iter().filter(|p| p.reason == "Licenses").map(|p| p.id.clone()).collect();
                 let queue =
                     jobs.pending.into_iter().enumerate().map(|(order, p)| queued_job(p, order as u64)).collect();
-                self.core.lock().expect("core poisoned").set_batch_queue(queue);
+                self.core.lock().expect("core poisoned").set_batch_queue(queue, on_licenses);
             }
             Err(e) => problems.push(format!("cannot list Slurm's jobs (jobs that ended are not released): {e}")),
         }
@@ -295,6 +358,12 @@ impl Arm {
             )),
             Ok(_) => {}
             Err(e) => problems.push(format!("cannot read Slurm's pool: {e}")),
+        }
+        {
+            let mut lent = self.slurm_grants.lock().await;
+            if let Err(e) = self.hold_lent(slurm, &mut lent).await {
+                problems.push(format!("cannot update Slurm's reservation of lent accelerators: {e}"));
+            }
         }
         if *held_unavailable != Some(unavailable) {
             match slurm.hold_unavailable(unavailable).await {
@@ -330,7 +399,7 @@ impl Arm {
                 .map(|(j, limit)| (j.id.clone(), limit))
                 .collect();
             let shrink: Vec<String> = running()
-                .filter(|j| active.get(&j.id).is_some_and(|a| a.accelerators > core.held_by(&j.id).len() as u32))
+                .filter(|j| active.get(&j.id).is_some_and(|a| a.accelerators > core.firm_held_by(&j.id) as u32))
                 .map(|j| j.id.clone())
                 .collect();
             (gone, limits, shrink)

@@ -77,8 +77,8 @@ pub struct Arm {
     /// Slurm's commands, when the ARM works beside a Slurm controller.
     slurm: Option<crate::slurm::Slurm>,
     /// Grants are recorded in Slurm one at a time, so that each read-back of the pool's use
-    /// judges one update.
-    slurm_grants: tokio::sync::Mutex<()>,
+    /// judges one update; it guards the licenses the lent reservation holds, as last set.
+    slurm_grants: tokio::sync::Mutex<u32>,
     /// Itself, for work a request hands to a task of its own.
     me: std::sync::Weak<Arm>,
     /// `AC_Get`s between their decision and their record in Slurm.
@@ -191,7 +191,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         leases: Mutex::new(leases),
         changed: tokio::sync::Notify::new(),
         slurm: config.slurm.enabled.then(|| crate::slurm::Slurm::new(config.slurm.clone())),
-        slurm_grants: tokio::sync::Mutex::new(()),
+        slurm_grants: tokio::sync::Mutex::new(0),
         me: me.clone(),
         grants_in_flight: std::sync::atomic::AtomicUsize::new(0),
         slurm_problems: Mutex::default(),

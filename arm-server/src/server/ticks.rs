@@ -48,5 +48,6 @@ pub(super) async fn expire_loop(arm: Arc<Arm>) {
                 Ok(())
             })
             .await;
+        arm.shrink_lent_if_returned().await;
     }
 }
