@@ -25,6 +25,11 @@ impl Accelerator {
         Self { owner, id, acc: Local::new(acc) }
     }
 
+    /// Its id at the manager (`host/index`).
+    pub(crate) fn id_str(&self) -> &str {
+        &self.id
+    }
+
     fn sdk(&self) -> &ac_frontend::Accelerator {
         self.acc.as_async()
     }

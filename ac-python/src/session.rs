@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use ac_frontend::blocking;
-use ac_frontend::{GetRequest, SessionOptions};
+use ac_frontend::{Bounds, GetRequest, Pacing, SessionOptions};
 use pyo3::prelude::*;
 
 use crate::comm::PyComm;
@@ -24,14 +24,21 @@ pub struct Session {
     accelerators: Vec<Py<Accelerator>>,
     preemptions: Local<Mutex<Option<blocking::Preemptions>>>,
     rejection: Mutex<Option<String>>,
+    /// `check`'s pacing of its requests, and the interval it was made with.
+    pacing: Mutex<Option<(Pacing, Duration)>>,
 }
+
+/// What `check` tells the program: `("keep", None, None, [], 0)`, `("expand", set, its id, [],
+/// 0)` or `("shrink", None, set id, accelerator ids, unix time of their revocation)`.
+type Check = (&'static str, Option<Set>, Option<u64>, Vec<String>, u64);
 
 /// Accelerators obtained together by one `get` (`AC_Get`).
 #[pyclass(module = "ac._ac", frozen)]
 #[derive(Debug)]
 pub struct Set {
     id: u64,
-    accelerators: Vec<Py<Accelerator>>,
+    /// Fewer after a partial free.
+    accelerators: Mutex<Vec<Py<Accelerator>>>,
     inner: Local<Mutex<Option<blocking::DynamicSet>>>,
 }
 
@@ -91,7 +98,7 @@ impl Session {
 
     fn wrap_set(&self, py: Python<'_>, set: blocking::DynamicSet) -> PyResult<Set> {
         let accelerators = wrap_handles(py, &self.owner, &set.handles)?;
-        Ok(Set { id: set.id, accelerators, inner: Local::new(Mutex::new(Some(set))) })
+        Ok(Set { id: set.id, accelerators: Mutex::new(accelerators), inner: Local::new(Mutex::new(Some(set))) })
     }
 }
 
@@ -119,6 +126,7 @@ impl Session {
             accelerators,
             preemptions: Local::new(Mutex::new(None)),
             rejection: Mutex::new(None),
+            pacing: Mutex::new(None),
             inner: Local::new(Mutex::new(Some(Arc::new(session)))),
         })
     }
@@ -209,6 +217,80 @@ impl Session {
         }
     }
 
+    /// `AC_Free` of some accelerators of a set (by id): the others keep working. Freeing the
+    /// last of them frees the set.
+    fn free_some(&self, py: Python<'_>, set: &Set, accelerators: Vec<String>) -> PyResult<()> {
+        let session = self.open()?;
+        let mut slot = set.inner.lock().expect("set lock");
+        let inner = slot.as_mut().ok_or_else(|| error::released("the set"))?;
+        let ids: Vec<&str> = accelerators.iter().map(String::as_str).collect();
+        if let Some(unknown) = ids.iter().find(|id| !inner.handles.iter().any(|h| h.id == **id)) {
+            return Err(error::invalid(format!("accelerator {unknown} is not in set {}", set.id)));
+        }
+        py.detach(|| session.free_some(inner, &ids)).map_err(error::session)?;
+        let kept = |a: &Py<Accelerator>| !accelerators.iter().any(|id| id == a.get().id_str());
+        set.accelerators.lock().expect("set lock").retain(kept);
+        if inner.handles.is_empty() {
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    /// `AC_Check`, a reconfiguration point: what to do before the next iteration of a program
+    /// holding `held` accelerators that can run on `min..=max`, best on `preferred`. A reclaim
+    /// first (`"shrink"`: give those back by then); else, below `preferred`, an elastic `get`
+    /// of what is idle, lent with `notice` seconds, at most once per `every` seconds
+    /// (`"expand"`: the new set); else `"keep"`. It becomes the session's listener of notices.
+    #[pyo3(signature = (held, min, max, preferred, notice=30.0, every=1.0))]
+    #[allow(clippy::too_many_arguments)] // Python's keyword arguments
+    fn check(
+        &self,
+        py: Python<'_>,
+        held: u32,
+        min: u32,
+        max: u32,
+        preferred: u32,
+        notice: f64,
+        every: f64,
+    ) -> PyResult<Check> {
+        let session = self.open()?;
+        let seconds = |name: &str, value: f64| {
+            Duration::try_from_secs_f64(value)
+                .map_err(|_| error::invalid(format!("{name}={value} is not a number of seconds >= 0")))
+        };
+        let (notice, every) = (seconds("notice", notice)?, seconds("every", every)?);
+        if min > max {
+            return Err(error::invalid(format!("min={min} is more than max={max}")));
+        }
+        {
+            let mut slot = self.subscribe(&session)?;
+            if let Some(p) = slot.as_mut().expect("subscribed").next(Duration::ZERO) {
+                return Ok(("shrink", None, Some(p.set), p.accelerators, p.revoke_at));
+            }
+        }
+        let request = {
+            let mut pacing = self.pacing.lock().expect("pacing lock");
+            if pacing.as_ref().is_none_or(|(_, made_with)| *made_with != every) {
+                *pacing = Some((Pacing::new(every), every));
+            }
+            let (pacing, _) = pacing.as_mut().expect("made");
+            pacing.ask(held, Bounds::new(min, max, preferred), notice, std::time::Instant::now())
+        };
+        let Some(request) = request else { return Ok(("keep", None, None, Vec::new(), 0)) };
+        let asked = self.owner.wait(py, session.as_async().get_or_why(request))?.map_err(error::session)?;
+        match asked {
+            Ok(set) => {
+                let set = self.wrap_set(py, session.wrap_set(set))?;
+                let id = set.id;
+                Ok(("expand", Some(set), Some(id), Vec::new(), 0))
+            }
+            Err(reason) => {
+                *self.rejection.lock().expect("rejection lock") = Some(reason);
+                Ok(("keep", None, None, Vec::new(), 0))
+            }
+        }
+    }
+
     /// `AC_Finalize`: releases every set and ends the session (collectively over `comm`). It
     /// waits for the calls of other threads in flight.
     #[pyo3(signature = (comm=None))]
@@ -282,7 +364,7 @@ impl Set {
     /// This process's accelerators of the set.
     #[getter]
     fn accelerators(&self, py: Python<'_>) -> Vec<Py<Accelerator>> {
-        self.accelerators.iter().map(|a| a.clone_ref(py)).collect()
+        self.accelerators.lock().expect("set lock").iter().map(|a| a.clone_ref(py)).collect()
     }
 
     /// Whether the set was freed.

@@ -150,3 +150,58 @@ def test_an_elastic_set_is_reclaimed_for_a_queued_job_and_revoked_if_kept(monkey
         assert e.value.code == 22
         assert time.time() >= notice.revoke_at
         lender.finalize()
+
+
+def saxpy_spread(accelerators, n: int, a: float) -> bool:
+    """y = a*x + y over ``n`` elements spread across ``accelerators``; whether every one is right."""
+    x = np.arange(n, dtype=np.float32)
+    y = np.ones(n, dtype=np.float32)
+    parts = np.array_split(np.arange(n), len(accelerators))
+    got = np.empty(n, dtype=np.float32)
+    for acc, part in zip(accelerators, parts):
+        dx, dy = acc.to_device(x[part]), acc.to_device(y[part])
+        acc.builtin().get_function("saxpy")((len(part) + 255) // 256, 256, (a, dx, dy, np.uint64(len(part))))
+        got[part] = dy.get()
+    return bool(np.array_equal(got, a * x + y))
+
+
+def test_a_program_resizing_at_check_points_computes_right_across_resizes(monkeypatch):
+    # One static accelerator in a pool of 4: the first check expands onto the 3 idle ones; a
+    # queued job of 2 arrives, a later check says to give 2 back; the job starts on them. Every
+    # iteration's saxpy is right at every size.
+    with Pool(backends=4) as p:
+        for k, v in p.submit("malleable", "n1", 1, "mal").items():
+            monkeypatch.setenv(k, v)
+        s = ac.init()
+        held, sets, queued = list(s.accelerators), [], False
+        sizes = [len(held)]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            step = s.check(len(held), 1, 4, 4, notice=5, every=0.2)
+            if isinstance(step, ac.Expand):
+                sets.append(step.set)
+                held += step.set.accelerators
+            elif isinstance(step, ac.Shrink):
+                owner = next(x for x in sets if x.id == step.set)
+                s.free_some(owner, step.accelerators)
+                assert all(a.id not in step.accelerators for a in owner.accelerators)
+                held = [a for a in held if a.id not in step.accelerators]
+                holders = p.armctl_json("status")["holders"]
+                mine = [h for h in holders if h["job"] == "malleable"]
+                assert len(mine[0]["accelerators"]) == len(held), f"the manager has them back at once: {holders}"
+            else:
+                assert isinstance(step, ac.Keep)
+            assert saxpy_spread(held, 100_000, 2.0), f"wrong at {len(held)} accelerators"
+            if sizes[-1] != len(held):
+                sizes.append(len(held))
+            if len(held) == 4 and not queued:
+                p.submit("queued", "n2", 2, "quinn")
+                queued = True
+            jobs = {j["id"]: j for j in p.armctl_json("job", "list")["Jobs"]}
+            if queued and jobs["queued"]["state"] == "running" and len(held) == 2:
+                break
+            time.sleep(0.05)
+        assert sizes == [1, 4, 2], sizes
+        assert jobs["queued"]["state"] == "running", jobs
+        assert s.check(2, 1, 2, 2) == ac.Keep()  # at its preferred count: nothing asked
+        s.finalize()

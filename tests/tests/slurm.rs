@@ -604,6 +604,7 @@ async fn a_job_waiting_for_licenses_reclaims_lent_accelerators_and_starts_once_t
     assert_eq!(c.licenses(), (2, 1, 1), "(total, used, reserved): the lent one is in the reservation");
     let reservation = c.run("scontrol", &["-o", "show", "reservation", "ac_lent"]);
     assert!(reservation.contains("Licenses=ac:1"), "{reservation}");
+    let submitted = Instant::now();
     let waiting = c.sbatch(&["--acpn=1"], &format!("{} slurm-task", client()));
     let (mut peak, mut reasons, mut freed) = (0, std::collections::BTreeSet::new(), None);
     let ran = c
@@ -621,7 +622,11 @@ async fn a_job_waiting_for_licenses_reclaims_lent_accelerators_and_starts_once_t
         })
         .await;
     assert!(ran, "the waiting job: {}\nlender: {}\n{}", c.show_job(&waiting), c.output(&lender), c.logs());
-    println!("given back to the waiting job's task running: {:?}", freed.map(|f| f.elapsed()));
+    println!(
+        "submitted to running: {:?}; given back to running: {:?}",
+        submitted.elapsed(),
+        freed.map(|f| f.elapsed())
+    );
     assert!(reasons.contains("Licenses"), "it waited for licenses, as Slurm said: {reasons:?}");
     let out = c.output(&lender);
     assert!(out.contains("freed 1") && out.contains("static again ok"), "lender: {out}");

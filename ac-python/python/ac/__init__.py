@@ -34,7 +34,7 @@ from ac.errors import (
     TimeoutError,
 )
 from ac.kernel import Function, Module
-from ac.session import AcceleratorSet, Preemption, Session, init
+from ac.session import AcceleratorSet, Expand, Keep, Preemption, Reconfiguration, Session, Shrink, init
 
 __all__ = [
     "Accelerator",
@@ -43,6 +43,7 @@ __all__ = [
     "DeviceArray",
     "DeviceRefusedError",
     "DisconnectedError",
+    "Expand",
     "Error",
     "Event",
     "ForkError",
@@ -50,6 +51,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidHandleError",
     "JobEndedError",
+    "Keep",
     "KernelError",
     "KernelFaultError",
     "ManagerError",
@@ -57,9 +59,11 @@ __all__ = [
     "MpiError",
     "OutOfMemoryError",
     "Preemption",
+    "Reconfiguration",
     "RejectedError",
     "RevokedError",
     "Session",
+    "Shrink",
     "Stream",
     "TimeoutError",
     "__version__",

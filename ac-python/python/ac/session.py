@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Any, Iterator, List, NamedTuple, Optional, Type
+from typing import Any, Iterator, List, NamedTuple, Optional, Type, Union
 
 from ac import _ac
 from ac.device import Accelerator, connect
@@ -19,6 +19,29 @@ class Preemption(NamedTuple):
     set: int
     accelerators: List[str]
     revoke_at: int
+
+
+class Keep(NamedTuple):
+    """``check``: go on with what the program holds."""
+
+
+class Expand(NamedTuple):
+    """``check``: run on this elastic set too (lent until a queued job needs it; a later
+    check then says ``Shrink``)."""
+
+    set: "AcceleratorSet"
+
+
+class Shrink(NamedTuple):
+    """``check``: give back these accelerators of set ``set`` (``Session.free_some``) by unix
+    time ``by``; after it, calls on them fail with ``RevokedError``."""
+
+    set: int
+    accelerators: List[str]
+    by: int
+
+
+Reconfiguration = Union[Keep, Expand, Shrink]
 
 
 class AcceleratorSet:
@@ -111,6 +134,32 @@ class Session:
         if self._raw is None:
             raise InvalidHandleError("a direct session has no sets", 1)
         self._raw.free(set._raw, comm if comm is not None else set._comm)
+
+    def free_some(self, set: AcceleratorSet, accelerators: List[str]) -> None:
+        """``AC_Free`` of some accelerators of a set, by id (as a ``Shrink`` names them): the
+        others keep working; freeing the last frees the set."""
+        if self._raw is None:
+            raise InvalidHandleError("a direct session has no sets", 1)
+        self._raw.free_some(set._raw, list(accelerators))
+        set.accelerators = [a for a in set.accelerators if a.id not in accelerators]
+
+    def check(
+        self, held: int, min: int, max: int, preferred: int, notice: float = 30.0, every: float = 1.0
+    ) -> Reconfiguration:
+        """``AC_Check``, a reconfiguration point between two iterations of a program holding
+        ``held`` accelerators that can run on ``min`` to ``max``, best on ``preferred``: a
+        reclaim first (``Shrink``: give those back by then); else, below ``preferred``, an
+        elastic ``get`` of what is idle, lent with ``notice`` seconds, at most once per ``every``
+        seconds (``Expand``: the new set); else ``Keep``. From the first call on, notices come
+        here (not to ``next_preemption``)."""
+        if self._raw is None:
+            return Keep()
+        action, raw, set_id, accelerators, by = self._raw.check(held, min, max, preferred, notice, every)
+        if action == "shrink" and set_id is not None:
+            return Shrink(set_id, accelerators, by)
+        if action == "expand" and raw is not None:
+            return Expand(AcceleratorSet(raw, self, None))
+        return Keep()
 
     def finalize(self, comm: Any = None) -> None:
         """``AC_Finalize``: releases every set and ends the session (collectively over the
