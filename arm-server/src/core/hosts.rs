@@ -124,6 +124,13 @@ impl Core {
                 }
             }
         }
+        // Its accelerators lent are lent no more (nor counted in Slurm's lent reservation).
+        let prefix = format!("{name}/");
+        let lent: Vec<String> = self.leases.keys().filter(|a| a.starts_with(&prefix)).cloned().collect();
+        for accel in lent {
+            self.leases.remove(&accel);
+            self.dirty.insert(Key::Lease(accel));
+        }
         let delayed: Vec<(u64, String, u64)> = self.delayed.iter().filter(|(_, h, _)| h == name).cloned().collect();
         for (at, host, capability) in delayed {
             self.delayed.remove(&(at, host.clone(), capability));

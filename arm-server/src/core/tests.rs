@@ -295,6 +295,21 @@ fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slur
 }
 
 #[test]
+fn a_host_removed_takes_its_lent_accelerators_out_of_the_leases() {
+    let mut core = core(3);
+    core.bind_batch_job(batch_job("1", &["n1"], 1, 1000), 0).unwrap();
+    core.open_batch_session("s".into(), "1", 1000, "n1").unwrap();
+    let GetOutcome::Granted(set) = core.get_elastic("s", &ask(2, 2, "k"), 30, 1).unwrap() else { panic!("lent") };
+    let lent_host = core.leases.keys().next().unwrap().split('/').next().unwrap().to_string();
+    core.take_dirty();
+    core.remove_host(&lent_host, true).unwrap();
+    assert_eq!(core.lent_to_batch_jobs(2).0, 1, "only the other host's is still lent");
+    assert!(core.leases.keys().all(|a| !a.starts_with(&format!("{lent_host}/"))));
+    assert!(core.take_dirty().iter().any(|k| matches!(k, Key::Lease(a) if a.starts_with(&lent_host))), "stored");
+    assert_eq!(core.sets[&set].accelerators.len(), 1);
+}
+
+#[test]
 fn routes_name_only_the_jobs_own_accelerators_on_that_node_and_need_its_credential() {
     let mut core = core(4);
     core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();
