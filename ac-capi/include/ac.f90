@@ -65,6 +65,7 @@ module ac
      type(c_ptr) :: set
      type(c_ptr) :: device
      integer(c_int64_t) :: by
+     integer(c_int64_t) :: until
   end type ac_check_result
 
   interface

@@ -239,6 +239,11 @@ typedef struct acCheckResult {
   acDevice device;
   // Unix time (seconds, as `time()`) by which to give it back (`AC_CHECK_SHRINK`); 0 otherwise.
   int64_t by;
+  // Unix time until which the manager's plan leaves the new set to the program, the planned
+  // start of the first queued job (`AC_CHECK_EXPAND`; its reclaim falls due by then at the
+  // latest, or sooner for a job that arrives meanwhile); 0 otherwise, or when no queued job
+  // is planned.
+  int64_t until;
 } acCheckResult;
 
 // What `acDeviceGetInfo` tells of an accelerator.

@@ -41,6 +41,11 @@ pub struct acCheckResult {
     pub device: acDevice,
     /// Unix time (seconds, as `time()`) by which to give it back (`AC_CHECK_SHRINK`); 0 otherwise.
     pub by: i64,
+    /// Unix time until which the manager's plan leaves the new set to the program, the planned
+    /// start of the first queued job (`AC_CHECK_EXPAND`; its reclaim falls due by then at the
+    /// latest, or sooner for a job that arrives meanwhile); 0 otherwise, or when no queued job
+    /// is planned.
+    pub until: i64,
 }
 
 /// The pacing of this process's `AC_Check` requests (`AC_CHECK_EVERY_MS`, 1000 by default).
@@ -105,6 +110,7 @@ fn check(held: u32, bounds: Bounds, notice: Duration) -> Outcome<acCheckResult> 
             set: handle(set),
             device: handle(device),
             by,
+            until: 0,
         });
     }
     let request = PACING.lock().expect("pacing poisoned").get_or_insert_with(|| Pacing::new(check_interval())).ask(
@@ -113,11 +119,14 @@ fn check(held: u32, bounds: Bounds, notice: Duration) -> Outcome<acCheckResult> 
         notice,
         Instant::now(),
     );
-    let keep = acCheckResult { action: acCheckAction::AC_CHECK_KEEP, set: handle(0), device: handle(0), by: 0 };
+    let keep =
+        acCheckResult { action: acCheckAction::AC_CHECK_KEEP, set: handle(0), device: handle(0), by: 0, until: 0 };
     let Some(request) = request else { return Ok(keep) };
     match session.get_or_why(request).map_err(in_session)? {
         Ok(set) => {
-            Ok(acCheckResult { set: handle(register_dynamic(set)), action: acCheckAction::AC_CHECK_EXPAND, ..keep })
+            let until = set.until.map_or(0, |t| t as i64);
+            let set = handle(register_dynamic(set));
+            Ok(acCheckResult { set, action: acCheckAction::AC_CHECK_EXPAND, until, ..keep })
         }
         Err(_) => Ok(keep),
     }

@@ -28,6 +28,7 @@ fn introduced_in(request: &Request) -> u16 {
         Request::ManagerKey => 5,
         Request::Devices | Request::ClearDevice { .. } => 6,
         Request::GetElastic { .. } => 7,
+        Request::LentUntil { .. } => 8,
         _ => MIN_VERSION,
     }
 }

@@ -150,7 +150,7 @@ impl Session {
         // All or nothing: if a rank cannot reach its share, the set goes back whole.
         let connected = agree(comm, connected, |_| ());
         if connected.is_err() && comm.rank() == 0 {
-            let empty = crate::DynamicSet { id: set, handles: Vec::new() };
+            let empty = crate::DynamicSet { id: set, handles: Vec::new(), until: None };
             self.rt.block_on(self.inner.free(empty)).ok();
         }
         Ok(Ok(self.wrap_set(connected?)))
@@ -164,7 +164,7 @@ impl Session {
         self.rt.block_on(futures_util::future::join_all(handles.into_iter().map(|h| h.acc.close())));
         comm.barrier()?;
         let freed = (comm.rank() == 0)
-            .then(|| self.rt.block_on(self.inner.free(crate::DynamicSet { id, handles: Vec::new() })));
+            .then(|| self.rt.block_on(self.inner.free(crate::DynamicSet { id, handles: Vec::new(), until: None })));
         broadcast(comm, &freed.unwrap_or(Ok(())))?
     }
 

@@ -43,6 +43,8 @@ pub enum Reconfiguration {
     Expand {
         /// The new set.
         set: DynamicSet,
+        /// Until when the manager's plan leaves it to the program ([`DynamicSet::until`]).
+        until: Option<u64>,
     },
     /// Give back `accelerators` of set `set` by `by` ([`Session::free_some`]): a reclaim of an
     /// elastic set, or the preemption of a preemptible loan. After `by`, calls on them fail as
@@ -120,7 +122,7 @@ impl Resizer {
             return Ok(Reconfiguration::Keep);
         };
         Ok(match session.get_with(request).await? {
-            Some(set) => Reconfiguration::Expand { set },
+            Some(set) => Reconfiguration::Expand { until: set.until, set },
             None => Reconfiguration::Keep,
         })
     }

@@ -109,6 +109,11 @@ pub struct DynamicSet {
     pub id: u64,
     /// This node's accelerators of the set.
     pub handles: Vec<Handle>,
+    /// A lent (elastic) set: Unix time (seconds) until which the manager's plan leaves it to
+    /// the program, the earliest planned start of a queued job: a reclaim (with its notice)
+    /// falls due by then at the latest, or sooner for a job that arrives meanwhile. `None`: a
+    /// firm set, no queued job planned, or a manager older than protocol 8.
+    pub until: Option<u64>,
 }
 
 /// A waiting `AC_Get` whose caller stopped waiting (its future dropped): on drop, the request
@@ -340,7 +345,7 @@ impl Session {
     /// Connects to `grants` of set `set`.
     pub(crate) async fn connect(&self, set: u64, grants: &[Grant]) -> Result<DynamicSet> {
         let handles = connect_grants(grants, self.stripes, &self.tuning, &self.endpoint, HashMap::new()).await?;
-        Ok(DynamicSet { id: set, handles })
+        Ok(DynamicSet { id: set, handles, until: None })
     }
 
     /// A collective set's id and every participant's grants, unconnected (`Err(reason)`:
@@ -412,7 +417,24 @@ impl Session {
             };
         }
         abandoned.request = None;
-        self.granted_or_why(response, true).await
+        let mut answer = self.granted_or_why(response, true).await?;
+        if let (Ok(set), Some(_)) = (&mut answer, request.notice) {
+            set.until = self.lent_until(set.id).await;
+        }
+        Ok(answer)
+    }
+
+    /// Until when the manager's plan leaves lent set `set` to this program
+    /// ([`DynamicSet::until`]). Asked after the grant, so a manager that cannot say (older
+    /// than protocol 8, or unreachable a moment) leaves it unknown rather than failing it.
+    async fn lent_until(&self, set: u64) -> Option<u64> {
+        match self.client.request(Request::LentUntil { token: self.token.clone(), set }).await {
+            Ok(Response::LentUntil(until)) => until,
+            other => {
+                tracing::debug!(set, answer = ?other, "the manager did not say until when the set is lent");
+                None
+            }
+        }
     }
 
     /// Withdraws waiting request `id` at its deadline: the manager's answer when it gives one in

@@ -13,13 +13,13 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 7;
+pub const VERSION: u16 = 8;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
 /// one version lower each time, down to this one. A new version only appends variants to [`Request`] and [`Response`] (and
 /// answers the new requests only), so the encodings of the version before stay valid. 5 added
 /// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`]; 7 added
-/// [`Request::GetElastic`].
+/// [`Request::GetElastic`]; 8 added [`Request::LentUntil`].
 pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
@@ -304,6 +304,16 @@ pub enum Request {
         /// The least notice a reclaim gives, seconds.
         notice_s: u64,
     },
+    /// Until when the plan leaves set `set`, lent by [`Request::GetElastic`], to its program:
+    /// the earliest planned start of a queued job (a reclaim, with its notice, falls due by
+    /// then at the latest, or sooner for a job that arrives meanwhile). Answers
+    /// [`Response::LentUntil`]. Protocol 8.
+    LentUntil {
+        /// The session token.
+        token: String,
+        /// The set.
+        set: u64,
+    },
 }
 
 /// What the rows of [`Response::Accounting`] add up by.
@@ -442,6 +452,9 @@ pub enum Response {
     ManagerKey(String),
     /// Every accelerator's state (see [`Request::Devices`]).
     Devices(Vec<DeviceView>),
+    /// Unix time (seconds) until which the plan leaves a lent set to its program; `None`: no
+    /// queued job is planned, or the set is not lent (see [`Request::LentUntil`]).
+    LentUntil(Option<u64>),
 }
 
 /// One accelerator's identity, health and load as admins see it.

@@ -29,7 +29,8 @@ pub struct Session {
 }
 
 /// What `check` tells the program: `("keep", None, None, [], 0)`, `("expand", set, its id, [],
-/// 0)` or `("shrink", None, set id, accelerator ids, unix time of their revocation)`.
+/// until: unix time, 0 if unknown)` or `("shrink", None, set id, accelerator ids, unix time of
+/// their revocation)`.
 type Check = (&'static str, Option<Set>, Option<u64>, Vec<String>, u64);
 
 /// Accelerators obtained together by one `get` (`AC_Get`).
@@ -37,6 +38,7 @@ type Check = (&'static str, Option<Set>, Option<u64>, Vec<String>, u64);
 #[derive(Debug)]
 pub struct Set {
     id: u64,
+    until: Option<u64>,
     /// Fewer after a partial free.
     accelerators: Mutex<Vec<Py<Accelerator>>>,
     inner: Local<Mutex<Option<blocking::DynamicSet>>>,
@@ -98,7 +100,12 @@ impl Session {
 
     fn wrap_set(&self, py: Python<'_>, set: blocking::DynamicSet) -> PyResult<Set> {
         let accelerators = wrap_handles(py, &self.owner, &set.handles)?;
-        Ok(Set { id: set.id, accelerators: Mutex::new(accelerators), inner: Local::new(Mutex::new(Some(set))) })
+        Ok(Set {
+            id: set.id,
+            until: set.until,
+            accelerators: Mutex::new(accelerators),
+            inner: Local::new(Mutex::new(Some(set))),
+        })
     }
 }
 
@@ -281,8 +288,8 @@ impl Session {
         match asked {
             Ok(set) => {
                 let set = self.wrap_set(py, session.wrap_set(set))?;
-                let id = set.id;
-                Ok(("expand", Some(set), Some(id), Vec::new(), 0))
+                let (id, until) = (set.id, set.until.unwrap_or(0));
+                Ok(("expand", Some(set), Some(id), Vec::new(), until))
             }
             Err(reason) => {
                 *self.rejection.lock().expect("rejection lock") = Some(reason);
@@ -359,6 +366,13 @@ impl Set {
     #[getter]
     fn id(&self) -> u64 {
         self.id
+    }
+
+    /// A lent set: unix time until which the manager's plan leaves it to the program (the
+    /// planned start of the first queued job); `None` otherwise.
+    #[getter]
+    fn until(&self) -> Option<u64> {
+        self.until
     }
 
     /// This process's accelerators of the set.

@@ -79,11 +79,13 @@ class Pool:
     def armctl_json(self, *args: str) -> object:
         return json.loads(self.armctl("--json", *args))
 
-    def submit(self, job: str, node: str, acpn: int, user: str, peak: int = 0) -> Dict[str, str]:
+    def submit(self, job: str, node: str, acpn: int, user: str, peak: int = 0, walltime: int = 0) -> Dict[str, str]:
         """A batch job's environment (``armctl job submit``): its id, credential and node."""
         args = ["job", "submit", "--job", job, "--nodes", node, "--acpn", str(acpn), "--user", user]
         if peak:
             args += ["--peak", str(peak)]
+        if walltime:
+            args += ["--walltime", str(walltime)]
         out = self.armctl(*args)
         env = dict(line.split("=", 1) for line in out.splitlines() if line.startswith("ARM_"))
         return {"ARM_ADDR": self.addr, "ARM_CA_CERT": self.env["ARM_CA_CERT"], "ARM_NODE": node, **env}

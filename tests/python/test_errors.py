@@ -205,3 +205,24 @@ def test_a_program_resizing_at_check_points_computes_right_across_resizes(monkey
         assert jobs["queued"]["state"] == "running", jobs
         assert s.check(2, 1, 2, 2) == ac.Keep()  # at its preferred count: nothing asked
         s.finalize()
+
+
+def test_a_lent_set_says_until_when_the_plan_leaves_it(monkeypatch):
+    # Pool of 4: the lender holds 1, a job of 2 runs for 100 s, one is idle. Lent with nothing
+    # queued: no end planned; with a job of 3 queued (it starts when the 100 s job ends): then.
+    with Pool(backends=4) as p:
+        for k, v in p.submit("lender", "n1", 1, "lena").items():
+            monkeypatch.setenv(k, v)
+        started = int(time.time())
+        p.submit("long", "n2", 2, "lou", walltime=100)
+        s = ac.init()
+        alone = s.get(1, notice=10)
+        assert alone is not None and alone.until is None
+        s.free(alone)
+        p.submit("big", "n3", 3, "bo", walltime=60)
+        lent = s.get(1, notice=10)
+        assert lent is not None and lent.until is not None
+        jobs = {j["id"]: j for j in p.armctl_json("job", "list")["Jobs"]}
+        assert lent.until == jobs["big"]["expected_start"]
+        assert started + 99 <= lent.until <= int(time.time()) + 100
+        s.finalize()

@@ -165,7 +165,7 @@ async fn a_program_resizing_at_check_points_computes_right_across_resizes() {
         }
         match resizer.check(&session, accs.len() as u32, bounds).await.unwrap() {
             Reconfiguration::Keep => {}
-            Reconfiguration::Expand { set } => lent.push(set),
+            Reconfiguration::Expand { set, .. } => lent.push(set),
             Reconfiguration::Shrink { set, accelerators, by } => {
                 assert!(by >= unix_now() + notice.as_secs() - 5, "the notice is given: {by}");
                 let set = lent.iter_mut().find(|s| s.id == set).expect("a lent set of this program's");
@@ -189,5 +189,27 @@ async fn a_program_resizing_at_check_points_computes_right_across_resizes() {
     assert_eq!(sizes, vec![1, 4, 2], "expanded to the preferred count, then shrunk by the reclaim");
     let waited = started_at.unwrap() - queued_at.unwrap();
     assert!(waited < notice.as_secs() / 2, "the queued job started {waited} s after it was queued");
+    session.finalize().await.unwrap();
+}
+
+/// An elastic grant says until when the manager's plan leaves it to the program: the planned
+/// start of the first queued job (here when a running job's walltime ends), or nothing when no
+/// job is queued. Pool of 4: the lender holds 1, a job of 2 runs for 100 s, the fourth is idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elastic_grant_says_until_when_the_plan_leaves_it() {
+    let c = TestCluster::start(4).await;
+    let credential = c.submit_as("lender", &["n1"], 1, "lena", 0).await;
+    let started = unix_now();
+    c.submit_as("long", &["n2"], 2, "lou", 100).await;
+    let session = Session::init(c.session_options("lender", &credential, "n1")).await.unwrap();
+    let elastic = || GetRequest::new(1).elastic(Duration::from_secs(10));
+    let alone = session.get_with(elastic()).await.unwrap().expect("the idle one, lent");
+    assert_eq!(alone.until, None, "nothing queued: lent until a reclaim");
+    session.free(alone).await.unwrap();
+    c.submit_as("big", &["n3"], 3, "bo", 60).await;
+    let lent = session.get_with(elastic()).await.unwrap().expect("lent: it is back before `big` could start");
+    let until = lent.until.expect("`big` is planned");
+    assert_eq!(Some(until), c.job("big").await.expected_start, "the plan's start of `big`");
+    assert!((started + 99..=unix_now() + 100).contains(&until), "when `long` ends: {until}, started {started}");
     session.finalize().await.unwrap();
 }

@@ -25,6 +25,8 @@ pub struct DynamicSet {
     pub id: u64,
     /// This process's accelerators of the set.
     pub handles: Vec<Handle>,
+    /// Until when a lent set is left to the program ([`crate::DynamicSet::until`]).
+    pub until: Option<u64>,
     pub(crate) inner: crate::DynamicSet,
 }
 
@@ -96,7 +98,7 @@ impl Session {
     /// Wraps a set that the async session granted (to a binding that waits on
     /// [`crate::Session::get_or_why`] itself).
     pub fn wrap_set(&self, inner: crate::DynamicSet) -> DynamicSet {
-        DynamicSet { id: inner.id, handles: blocking_handles(&self.rt, &inner.handles), inner }
+        DynamicSet { id: inner.id, handles: blocking_handles(&self.rt, &inner.handles), until: inner.until, inner }
     }
 
     /// `AC_Free`: releases a whole set.

@@ -27,9 +27,11 @@ class Keep(NamedTuple):
 
 class Expand(NamedTuple):
     """``check``: run on this elastic set too (lent until a queued job needs it; a later
-    check then says ``Shrink``)."""
+    check then says ``Shrink``). ``until``: unix time until which the manager's plan leaves it
+    to the program (the planned start of the first queued job), or ``None``."""
 
     set: "AcceleratorSet"
+    until: Optional[int] = None
 
 
 class Shrink(NamedTuple):
@@ -63,6 +65,13 @@ class AcceleratorSet:
     @property
     def freed(self) -> bool:
         return self._raw.freed
+
+    @property
+    def until(self) -> Optional[int]:
+        """A lent set (``get(..., notice=...)``): unix time until which the manager's plan
+        leaves it to the program (the planned start of the first queued job: its reclaim falls
+        due by then at the latest, or sooner); ``None`` otherwise."""
+        return self._raw.until
 
     def __len__(self) -> int:
         return len(self.accelerators)
@@ -158,7 +167,7 @@ class Session:
         if action == "shrink" and set_id is not None:
             return Shrink(set_id, accelerators, by)
         if action == "expand" and raw is not None:
-            return Expand(AcceleratorSet(raw, self, None))
+            return Expand(AcceleratorSet(raw, self, None), by or None)
         return Keep()
 
     def finalize(self, comm: Any = None) -> None:

@@ -34,6 +34,16 @@ impl Core {
         (backs.len() as u32, backs.into_iter().min())
     }
 
+    /// Until when the plan leaves lent set `set` to its job: the earliest planned start of a
+    /// queued job, the batch system's included (a reclaim, with its notice, falls due by then
+    /// at the latest, or sooner for a job that arrives meanwhile). `None`: nothing of the set is lent, or no
+    /// queued job has a planned start.
+    pub fn lent_until(&self, set: u64, now: u64) -> Option<u64> {
+        let lease = self.leases.values().find(|l| l.set == set)?;
+        let view = self.view_with_batch_queue(&lease.job, now);
+        view.expected_starts(now).into_values().flatten().min()
+    }
+
     /// How many accelerators `job` holds that are its own rather than lent to it.
     pub fn firm_held_by(&self, job: &str) -> usize {
         let held = self.held_by(job);

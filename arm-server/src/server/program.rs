@@ -121,6 +121,13 @@ impl Arm {
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, 0)
             }
+            Request::LentUntil { token, set } => {
+                let token_hash = keys::hash(&token);
+                self.attach(&token_hash, link);
+                let core = self.core.lock().expect("core poisoned");
+                core.own_set(&token_hash, set)?;
+                Ok(Response::LentUntil(core.lent_until(set, unix_now())))
+            }
             Request::Notices { token } => {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, link);
