@@ -468,15 +468,20 @@ impl Session {
     pub async fn free(&self, set: DynamicSet) -> Result<()> {
         let id = set.id;
         close_handles(set.handles).await;
-        self.client.request(Request::Free { token: self.token.clone(), set: id, accelerators: None }).await.map(drop)
+        let answer = self.client.request(Request::Free { token: self.token.clone(), set: id, accelerators: None });
+        already_released_is_done(id, answer.await)
     }
 
-    /// `AC_Free` of some handles of a set; the others keep working.
+    /// `AC_Free` of some handles of a set (by id); the others keep working. Ids not in the set
+    /// are refused before anything is asked.
     pub async fn free_some(&self, set: &mut DynamicSet, ids: &[&str]) -> Result<()> {
+        if let Some(stranger) = ids.iter().find(|id| !set.handles.iter().any(|h| h.id == **id)) {
+            return Err(Error::InvalidArgument(format!("{stranger} is not in set {}", set.id)));
+        }
         let accelerators: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
         let request =
             Request::Free { token: self.token.clone(), set: set.id, accelerators: Some(accelerators.clone()) };
-        self.client.request(request).await?;
+        already_released_is_done(set.id, self.client.request(request).await)?;
         let (gone, kept): (Vec<Handle>, Vec<Handle>) =
             set.handles.drain(..).partition(|h| accelerators.contains(&h.id));
         set.handles = kept;
@@ -507,6 +512,20 @@ impl Session {
         let flushed = tokio::time::timeout(CLOSE_FLUSH, self.endpoint.wait_idle());
         let _ = tokio::join!(self.client.close_now(), flushed);
         result
+    }
+}
+
+/// The answer to a `Free` of a set this program was granted. The manager answers `NotFound`
+/// only when the set (or those of its accelerators) is no longer the job's: released by an
+/// earlier attempt whose answer was lost with its connection (the request is asked again), or
+/// revoked at a reclaim's deadline. Either way what the program asked is done.
+fn already_released_is_done(set: u64, answer: Result<Response>) -> Result<()> {
+    match answer {
+        Err(Error::Manager { kind: ac_proto::arm::ArmErrorKind::NotFound, message }) => {
+            tracing::debug!(set, message, "already released at the manager");
+            Ok(())
+        }
+        other => other.map(drop),
     }
 }
 

@@ -32,7 +32,7 @@ async fn lent(c: &TestCluster, notice: Duration) -> (Session, Session, ac_fronte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_that_ignores_a_reclaim_loses_the_accelerators_at_the_deadline_and_only_those() {
     let c = TestCluster::start(4).await;
-    let (lender, other, set) = lent(&c, Duration::from_secs(3)).await;
+    let (lender, other, mut set) = lent(&c, Duration::from_secs(3)).await;
     let mut reclaims = lender.preemptions();
     // A queued job of 2 could start with the lent accelerators: they are reclaimed for it.
     let asked = unix_now();
@@ -53,6 +53,14 @@ async fn a_program_that_ignores_a_reclaim_loses_the_accelerators_at_the_deadline
     let started = eventually(Duration::from_secs(5), || async { c.job("queued").await.state == "running" }).await;
     assert!(started, "the queued job did not start: {:?}", c.job("queued").await);
     assert_eq!(c.job("lender").await.dynamic_accelerators.len(), 0);
+    // Giving them back late is not an error (they are gone already), and the set empties; an
+    // accelerator that was never in the set is refused before the manager is asked.
+    let stranger = lender.free_some(&mut set, &["h9/0"]).await.unwrap_err();
+    assert!(matches!(stranger, ac_frontend::Error::InvalidArgument(_)), "{stranger}");
+    let ids: Vec<&str> = notice.accelerators.iter().map(String::as_str).collect();
+    lender.free_some(&mut set, &ids[..1]).await.expect("one given back after its revocation");
+    assert_eq!(set.handles.len(), 1);
+    lender.free(set).await.expect("the rest, gone too: done");
     // Nothing else was touched: the lender's static accelerator, the other job's.
     computes(&lender.accelerators()[0].acc).await.unwrap();
     computes(&other.accelerators()[0].acc).await.unwrap();

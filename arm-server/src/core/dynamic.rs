@@ -330,10 +330,15 @@ impl Core {
                 return Err(err(ArmErrorKind::Invalid, "a collective set is released only as a whole"));
             }
             Some(ids) => {
-                if let Some(stranger) = ids.iter().find(|id| !owned.accelerators.contains(id)) {
+                // One the job no longer holds was given back already (by a free whose answer
+                // was lost, then asked again) or revoked: done. One it holds elsewhere is not
+                // this set's to free.
+                let held = self.held_by(&owned.job);
+                let elsewhere = |id: &&String| !owned.accelerators.contains(id) && held.iter().any(|(a, _)| a == *id);
+                if let Some(stranger) = ids.iter().find(elsewhere) {
                     return Err(err(ArmErrorKind::NotFound, format!("`{stranger}` is not in set {set}")));
                 }
-                ids.to_vec()
+                ids.iter().filter(|id| owned.accelerators.contains(id)).cloned().collect()
             }
         };
         for accel in &releasing {

@@ -292,6 +292,15 @@ fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slur
     // manager, and the accelerator stays free for its prolog.
     core.schedule(13);
     assert!(!core.jobs.contains_key("2") && core.usable_free() == 1, "kept free for Slurm's job");
+    // Asked again (its answer lost) with the other one: the first is done already, the other
+    // goes now; the job's static accelerator is not this set's to free.
+    let own = core.held_by("1").into_iter().find(|(a, _)| !core.leases.contains_key(a)).unwrap().0;
+    let wrong = core.free("s", set, Some(&[own]), 14).unwrap_err();
+    assert_eq!(wrong.kind, ArmErrorKind::NotFound);
+    let other = core.sets[&set].accelerators.clone();
+    let again: Vec<String> = notices[0].accelerators.iter().chain(&other).cloned().collect();
+    core.free("s", set, Some(&again), 14).unwrap();
+    assert!(!core.sets.contains_key(&set) && core.lent_to_batch_jobs(14) == (0, None));
 }
 
 #[test]
