@@ -64,6 +64,15 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Holds free `unit`, given back by a reclaim for queued `job`, for that job until it
+    /// starts (how `arm-server` carries the holding from one pass's view to the next). Nothing
+    /// happens if the unit is not free or the job not queued.
+    pub fn hold_returned(&mut self, unit: UnitId, job: JobId) {
+        if self.free.contains(&unit) && self.queued.contains(&job) {
+            self.returned.insert(unit, job);
+        }
+    }
+
     /// A job's lent units, with their notice and, if reclaimed, the deadline.
     pub fn lent_units(&self, job: JobId) -> Vec<(UnitId, Time, Option<Time>)> {
         let lent = self.leases.iter().filter(|(_, l)| l.job == job);

@@ -146,6 +146,10 @@ pub struct Core {
     /// Reclaims sent to programs, and accelerators revoked because a program kept them past
     /// a reclaim's deadline, since the manager started (in memory, for the metrics).
     reclaim_counts: (u64, u64),
+    /// Accelerators given back by reclaims (freed, or revoked at the deadline), held for the
+    /// queued job they were reclaimed for until it starts or leaves the queue: each pass's view
+    /// holds them again, so no other request takes them meanwhile (in memory).
+    held_for: BTreeMap<String, String>,
     /// Seconds usable accelerators were held by nobody, summed at each tick since the manager
     /// started, and the tick they are summed to (in memory, for the metrics).
     idle_seconds: (u64, u64),
@@ -195,6 +199,7 @@ impl Core {
         let (hosts, pending, reservations) = (&self.hosts, &self.pending, &self.reservations);
         let mut view = View::build(&self.scheduling, &self.ledger, hosts, jobs, pending, reservations, requester, now);
         view.restore_elastic(&self.leases, &self.elastic_gets);
+        view.hold_returned(&self.held_for);
         view
     }
 
@@ -250,6 +255,7 @@ impl Core {
         let mut pass = view.pass(now);
         // Slurm starts its own jobs (their prologs bind them): the view has them for reclaims.
         pass.started.retain(|(job, _)| self.jobs.contains_key(job));
+        self.forget_held_for(&pass.started);
         self.keep_ledger(&view);
         self.wake_at = view.next_wakeup();
         self.take_back(&pass);
@@ -289,6 +295,29 @@ impl Core {
             job.started = Some(now);
             self.dirty.insert(Key::Job(job_id));
         }
+    }
+
+    /// Stops holding given-back accelerators for jobs that `started` now, that left the
+    /// queue, or that someone else holds (a batch job's prolog binds them).
+    fn forget_held_for(&mut self, started: &[(String, Vec<String>)]) {
+        let queued = |job: &str| {
+            self.jobs.get(job).is_some_and(|j| j.state == JobState::Queued)
+                || self.batch_queue.iter().any(|j| j.id == job)
+        };
+        let keep: BTreeMap<String, String> = self
+            .held_for
+            .iter()
+            .filter(|(accel, job)| {
+                let free = self
+                    .hosts
+                    .values()
+                    .flat_map(|h| h.devices.iter().map(move |d| (h, d)))
+                    .any(|(h, d)| d.holder.is_none() && **accel == format!("{}/{}", h.name, d.index));
+                free && queued(job) && !started.iter().any(|(s, _)| s == *job)
+            })
+            .map(|(a, j)| (a.clone(), j.clone()))
+            .collect();
+        self.held_for = keep;
     }
 
     /// What time alone decides, called periodically: reservations that are over go, and a
@@ -343,8 +372,11 @@ impl Core {
 
     /// Frees an accelerator: back to the pool, its capabilities revoked.
     fn release(&mut self, accel: &str) {
-        if self.leases.remove(accel).is_some() {
+        if let Some(lease) = self.leases.remove(accel) {
             self.dirty.insert(Key::Lease(accel.to_string()));
+            if let Some((_, for_job)) = lease.reclaim {
+                self.held_for.insert(accel.to_string(), for_job);
+            }
         }
         let host = accel.rsplit_once('/').map(|(h, _)| h.to_string()).unwrap_or_default();
         if let Some(holder) = self.device_mut(accel).and_then(|d| d.holder.take()) {

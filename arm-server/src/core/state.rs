@@ -100,6 +100,7 @@ impl Core {
         self.preemption_grace_s = old.preemption_grace_s;
         self.batch_queue = std::mem::take(&mut old.batch_queue);
         self.batch_on_licenses = std::mem::take(&mut old.batch_on_licenses);
+        self.held_for = std::mem::take(&mut old.held_for);
         self.notices = std::mem::take(&mut old.notices);
         self.told = std::mem::take(&mut old.told);
     }

@@ -319,6 +319,34 @@ fn a_host_removed_takes_its_lent_accelerators_out_of_the_leases() {
 }
 
 #[test]
+fn an_accelerator_given_back_by_a_reclaim_stays_held_for_its_job_across_passes() {
+    // 3 accelerators: the lender holds 1 and borrows 1 (30 s of notice), a job of 1 runs to
+    // t=60. A job of 2 is queued: it can start at 60, on the lent one and the running job's.
+    let mut core = core(3);
+    core.submit(job("lender", &["n1"], 1), 0).unwrap();
+    core.open_session("s".into(), &JobAuth::Credential { job: "lender".into(), secret: "secret".into() }, "n1", 0)
+        .unwrap();
+    let GetOutcome::Granted(set) = core.get_elastic("s", &ask(1, 1, "k"), 30, 0).unwrap() else { panic!("lent") };
+    core.submit(Job { walltime_s: 60, ..job("runs", &["n2"], 1) }, 0).unwrap();
+    core.submit(Job { walltime_s: 600, ..job("queued", &["n3"], 2) }, 1).unwrap();
+    core.tick(30);
+    let notices = core.take_notices("s", 1, 30).unwrap();
+    assert_eq!(notices.len(), 1, "reclaimed in time for the start at 60");
+    core.free("s", set, None, 31).unwrap();
+    assert_eq!(core.jobs["queued"].state, JobState::Queued, "it still waits for the running job");
+    // Another program asks for the one given back, elastically, before the queued job starts.
+    core.submit(job("other", &["n4"], 0), 32).unwrap();
+    core.open_session("o".into(), &JobAuth::Credential { job: "other".into(), secret: "secret".into() }, "n4", 32)
+        .unwrap();
+    let asked = core.get_elastic("o", &ask(1, 1, "o"), 5, 33).unwrap();
+    assert!(matches!(asked, GetOutcome::Rejected(_)), "held for the queued job: {asked:?}");
+    core.expire_walltimes(60, 0);
+    core.schedule(60);
+    assert_eq!(core.jobs["queued"].state, JobState::Running);
+    assert!(core.held_for.is_empty(), "held no more once it started");
+}
+
+#[test]
 fn routes_name_only_the_jobs_own_accelerators_on_that_node_and_need_its_credential() {
     let mut core = core(4);
     core.submit(job("a", &["n1", "n2"], 1), 0).unwrap();

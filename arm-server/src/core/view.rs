@@ -294,6 +294,15 @@ impl View {
         }
     }
 
+    /// Holds the free accelerators of `held_for` for the queued jobs they were reclaimed for.
+    pub fn hold_returned(&mut self, held_for: &BTreeMap<String, String>) {
+        for (accel, job) in held_for {
+            if let (Some(unit), Some(job)) = (self.unit_of(accel), self.number(job)) {
+                self.scheduler.hold_returned(unit, job);
+            }
+        }
+    }
+
     /// The accelerators lent to `job`, with their notice.
     pub fn lent_to(&self, job: &str) -> Vec<(String, u64)> {
         let Some(number) = self.number(job) else { return Vec::new() };
