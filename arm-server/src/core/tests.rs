@@ -267,12 +267,19 @@ fn dynamic_decisions_plan_around_the_batch_systems_queue() {
     assert!(!core.jobs.contains_key("2"), "Slurm's pending jobs are never ARM jobs");
 }
 
-#[test]
-fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slurm_only() {
+/// 3 accelerators: batch job `1` (session `s`) holds 1 and is lent the other 2 with 30 s of
+/// notice, as set `set`.
+fn batch_job_lent_two() -> (Core, u64) {
     let mut core = core(3);
     core.bind_batch_job(batch_job("1", &["n1"], 1, 1000), 0).unwrap();
     core.open_batch_session("s".into(), "1", 1000, "n1").unwrap();
     let GetOutcome::Granted(set) = core.get_elastic("s", &ask(2, 2, "k"), 30, 1).unwrap() else { panic!("lent") };
+    (core, set)
+}
+
+#[test]
+fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slurm_only() {
+    let (mut core, set) = batch_job_lent_two();
     assert_eq!((core.held_by("1").len(), core.firm_held_by("1")), (3, 1), "one own, two lent");
     assert_eq!(core.lent_to_batch_jobs(10), (2, Some(40)), "back at the notice from now");
     let pending = Job { walltime_s: 600, ..job("2", &["(pending in Slurm)"], 1) };
@@ -305,10 +312,7 @@ fn a_batch_job_waiting_for_licenses_reclaims_what_is_lent_and_is_started_by_slur
 
 #[test]
 fn a_host_removed_takes_its_lent_accelerators_out_of_the_leases() {
-    let mut core = core(3);
-    core.bind_batch_job(batch_job("1", &["n1"], 1, 1000), 0).unwrap();
-    core.open_batch_session("s".into(), "1", 1000, "n1").unwrap();
-    let GetOutcome::Granted(set) = core.get_elastic("s", &ask(2, 2, "k"), 30, 1).unwrap() else { panic!("lent") };
+    let (mut core, set) = batch_job_lent_two();
     let lent_host = core.leases.keys().next().unwrap().split('/').next().unwrap().to_string();
     core.take_dirty();
     core.remove_host(&lent_host, true).unwrap();
