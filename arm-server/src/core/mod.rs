@@ -300,24 +300,14 @@ impl Core {
     /// Stops holding given-back accelerators for jobs that `started` now, that left the
     /// queue, or that someone else holds (a batch job's prolog binds them).
     fn forget_held_for(&mut self, started: &[(String, Vec<String>)]) {
-        let queued = |job: &str| {
-            self.jobs.get(job).is_some_and(|j| j.state == JobState::Queued)
-                || self.batch_queue.iter().any(|j| j.id == job)
-        };
-        let keep: BTreeMap<String, String> = self
-            .held_for
-            .iter()
-            .filter(|(accel, job)| {
-                let free = self
-                    .hosts
-                    .values()
-                    .flat_map(|h| h.devices.iter().map(move |d| (h, d)))
-                    .any(|(h, d)| d.holder.is_none() && **accel == format!("{}/{}", h.name, d.index));
-                free && queued(job) && !started.iter().any(|(s, _)| s == *job)
-            })
-            .map(|(a, j)| (a.clone(), j.clone()))
-            .collect();
-        self.held_for = keep;
+        let mut held_for = std::mem::take(&mut self.held_for);
+        held_for.retain(|accel, job| {
+            let queued = self.jobs.get(job).is_some_and(|j| j.state == JobState::Queued)
+                || self.batch_queue.iter().any(|j| j.id == *job);
+            let free = self.device(accel).is_some_and(|d| d.holder.is_none());
+            free && queued && !started.iter().any(|(s, _)| s == job)
+        });
+        self.held_for = held_for;
     }
 
     /// What time alone decides, called periodically: reservations that are over go, and a
@@ -345,6 +335,12 @@ impl Core {
     /// Expected start of every queued job (the planning view), by job id.
     pub fn expected_starts(&self, now: u64) -> BTreeMap<String, Option<u64>> {
         self.view(now).expected_starts(now)
+    }
+
+    fn device(&self, accel: &str) -> Option<&crate::model::Device> {
+        let (host, index) = accel.rsplit_once('/')?;
+        let index: u32 = index.parse().ok()?;
+        self.hosts.get(host)?.devices.iter().find(|d| d.index == index)
     }
 
     fn device_mut(&mut self, accel: &str) -> Option<&mut crate::model::Device> {

@@ -263,16 +263,19 @@ impl Arm {
 
     /// Lent accelerators given back or revoked since Slurm's reservation of them was last set:
     /// it shrinks now, so that a job Slurm holds back for want of them starts at its next
-    /// cycle rather than after the next reconciliation.
+    /// cycle rather than after the next reconciliation. Called from the 200 ms tick, it never
+    /// waits for the Slurm lock: whoever holds it is talking to Slurm, and the next tick tries
+    /// again.
     pub(super) async fn shrink_lent_if_returned(&self) {
         let Some(slurm) = self.slurm() else { return };
-        let mut lent = self.slurm_grants.lock().await;
+        let Ok(mut lent) = self.slurm_grants.try_lock() else { return };
         self.shrink_lent(slurm, &mut lent).await;
     }
 
     /// [`Arm::shrink_lent_if_returned`] with the Slurm lock held (`lent`).
     async fn shrink_lent(&self, slurm: &Slurm, lent: &mut u32) {
-        let (count, _) = self.core.lock().expect("core poisoned").lent_to_batch_jobs(0);
+        let now = super::accounting::unix_now_ms() / 1000;
+        let (count, _) = self.core.lock().expect("core poisoned").lent_to_batch_jobs(now);
         if count < *lent {
             if let Err(e) = self.hold_lent(slurm, lent).await {
                 tracing::warn!(error = e, "could not shrink Slurm's reservation of lent accelerators");
