@@ -380,19 +380,25 @@ impl Session {
         let ask = request.ask();
         let deadline = (!request.wait.is_zero()).then(|| tokio::time::Instant::now() + request.wait);
         let token = self.token.clone();
-        let first = self.client.request(match request.notice {
+        let first = match request.notice {
             // Whole seconds, rounded up: never less notice than asked for.
             Some(notice) => Request::GetElastic { token, ask, notice_s: notice.as_secs_f64().ceil() as u64 },
             None => Request::Get { token, ask },
-        });
+        };
         let mut response = match deadline {
-            Some(at) => tokio::time::timeout_at(at, first).await.map_err(|_| {
-                Error::Timeout(format!(
-                    "AC_Get: the resource manager did not answer within the {:?} wait",
-                    request.wait
-                ))
-            })??,
-            None => first.await?,
+            // Asked again while the manager cannot be reached: the ask's key makes a request the
+            // manager had taken, its answer lost, the same request.
+            Some(at) => match self.ask_until(first, at).await? {
+                Asked::Answer(answer) => answer,
+                Asked::Deadline { unreachable: Some(e) } => return Err(e),
+                Asked::Deadline { unreachable: None } => {
+                    return Err(Error::Timeout(format!(
+                        "AC_Get: the resource manager did not answer within the {:?} wait",
+                        request.wait
+                    )))
+                }
+            },
+            None => self.client.request(first).await?,
         };
         let mut last_report = None;
         // Dropped while the request waits at the manager (the caller gave up: Ctrl-C in Python),
@@ -410,10 +416,17 @@ impl Session {
                 );
                 last_report = Some((idle, ahead));
             }
-            let poll = self.client.request(Request::AwaitGet { token: self.token.clone(), request: id });
-            response = match tokio::time::timeout_at(at, poll).await {
-                Ok(answer) => answer?,
-                Err(_) => self.withdraw(id, request.wait).await,
+            let poll = Request::AwaitGet { token: self.token.clone(), request: id };
+            response = match self.ask_until(poll, at).await? {
+                Asked::Answer(answer) => answer,
+                Asked::Deadline { unreachable } => match (self.withdraw(id).await, unreachable) {
+                    (Some(answer), _) => answer,
+                    // Still out of reach at the deadline: said so, not as too few accelerators.
+                    (None, Some(e)) => return Err(e),
+                    (None, None) => Response::Rejected {
+                        reason: format!("no accelerators were granted within the {:?} wait", request.wait),
+                    },
+                },
             };
         }
         abandoned.request = None;
@@ -437,14 +450,34 @@ impl Session {
         }
     }
 
+    /// Sends `request` until it is answered or `at` comes, again while the manager cannot be
+    /// reached (a network outage, a restart: a waiting program's calls wait through it), paced
+    /// for a manager that refuses at once (its port closed). Only for requests that are the same
+    /// request when sent again (an `AC_Get` with its key, a poll).
+    async fn ask_until(&self, request: Request, at: tokio::time::Instant) -> Result<Asked> {
+        let mut unreachable = None;
+        loop {
+            match tokio::time::timeout_at(at, self.client.request(request.clone())).await {
+                Ok(Ok(answer)) => return Ok(Asked::Answer(answer)),
+                Ok(Err(e @ Error::ManagerUnreachable { .. })) => {
+                    tracing::debug!(error = %e, "the manager cannot be reached; asking again");
+                    unreachable = Some(e);
+                    tokio::time::sleep_until(at.min(tokio::time::Instant::now() + crate::resume::REDIAL)).await;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Ok(Asked::Deadline { unreachable }),
+            }
+        }
+    }
+
     /// Withdraws waiting request `id` at its deadline: the manager's answer when it gives one in
-    /// time (a grant made meanwhile is kept), else a rejection; the program's deadline holds
-    /// even when the manager cannot be reached.
-    async fn withdraw(&self, id: u64, wait: Duration) -> Response {
+    /// time (a grant made meanwhile is kept), else none: the program's deadline holds even when
+    /// the manager cannot be reached.
+    async fn withdraw(&self, id: u64) -> Option<Response> {
         let cancel = self.client.request(Request::CancelGet { token: self.token.clone(), request: id });
         match tokio::time::timeout(WITHDRAW_LIMIT, cancel).await {
-            Ok(Ok(answer @ (Response::Granted { .. } | Response::Rejected { .. }))) => answer,
-            _ => Response::Rejected { reason: format!("no accelerators were granted within the {wait:?} wait") },
+            Ok(Ok(answer @ (Response::Granted { .. } | Response::Rejected { .. }))) => Some(answer),
+            _ => None,
         }
     }
 
@@ -527,6 +560,14 @@ fn already_released_is_done(set: u64, answer: Result<Response>) -> Result<()> {
         }
         other => other.map(drop),
     }
+}
+
+/// What [`Session::ask_until`] came to.
+enum Asked {
+    /// The manager's answer.
+    Answer(Response),
+    /// No answer by the deadline; the last failure to reach the manager, if that was why.
+    Deadline { unreachable: Option<Error> },
 }
 
 /// How long withdrawing a waiting `AC_Get` at its deadline may take.

@@ -170,6 +170,64 @@ async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
     assert!(matches!(answer, Response::Granted { .. }), "{answer:?}");
 }
 
+/// A program's waiting `AC_Get` waits through the manager's absence (a restart, an outage): its
+/// polls that cannot reach the manager are asked again until the request's own deadline, and
+/// it is granted when accelerators free up after the manager is back. A request still waiting
+/// at its deadline with the manager gone fails naming the manager as unreachable, not as too few
+/// accelerators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_get_waits_through_the_managers_absence() {
+    let state = tempfile::tempdir().unwrap();
+    let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
+    let addr = arm.addr;
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let admin = admin_of(addr, state.path()).await;
+    register_hosts(&admin, &backends).await;
+    let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
+    let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
+    let options = |job: &str, secret: &str, node: &str| SessionOptions {
+        arm: program_options(addr, state.path()),
+        job: JobAuth::Credential { job: job.into(), secret: secret.into() },
+        node: node.into(),
+        init_timeout: Some(Duration::from_secs(5)),
+        stripes: 1,
+        progress: false,
+    };
+    let holder = Session::init(options("a", &a, "n1")).await.unwrap();
+    let held = holder.get(1).await.unwrap().expect("the last idle one");
+    let waiter = std::sync::Arc::new(Session::init(options("b", &b, "n2")).await.unwrap());
+    let wait = |secs| {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.get_or_why(GetRequest::new(1).wait_up_to(Duration::from_secs(secs))).await })
+    };
+    let get = wait(60);
+    while job_of(&admin, "b").await.waiting_requests != 1 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Gone for longer than a poll's request timeout and redial (3 s + the 1.5 s idle timeout).
+    arm.kill_9();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!get.is_finished(), "the request still waits: {:?}", get.await);
+    let arm = ArmProcess::start(state.path(), &addr.to_string());
+    let admin = admin_of(addr, state.path()).await;
+    holder.free(held).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(20), get).await.expect("answered").unwrap();
+    let granted = answer.expect("no error").expect("granted");
+    computes(&granted.handles[0].acc).await.unwrap();
+    assert_eq!(job_of(&admin, "b").await.dynamic_accelerators.len(), 1);
+
+    // The pool is full: another request waits, and the manager is gone past its deadline (its
+    // first poll without an answer fails 4.5 s after the kill).
+    let get = wait(10);
+    while job_of(&admin, "b").await.waiting_requests != 1 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    arm.kill_9();
+    let answer = tokio::time::timeout(Duration::from_secs(20), get).await.expect("answered").unwrap();
+    let err = answer.expect_err("no answer from the manager is no rejection");
+    assert!(matches!(err, ac_frontend::Error::ManagerUnreachable { addr: a, .. } if a == addr), "{err:?}");
+}
+
 /// Fairness limits per group: two users of one group share its delay budget, and the budget's
 /// charges survive `kill -9` of the manager.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
