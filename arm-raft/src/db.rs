@@ -1,0 +1,48 @@
+//! The redb file behind the replicated store: its tables and the encoding of their values.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::{AnyError, ErrorSubject, ErrorVerb, StorageIOError};
+use redb::{Database, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{RaftStoreError, StorageError};
+
+/// Log entries by index.
+pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+/// The log's own records: `vote`, `committed`, `last_purged`.
+pub(crate) const LOG_META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_log_meta");
+/// The state machine's last snapshot: `meta`, `data`.
+pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
+
+/// Opens the file and creates its tables.
+pub(crate) fn open(path: &Path) -> Result<Arc<Database>, RaftStoreError> {
+    let failed =
+        |e: &dyn std::fmt::Display| RaftStoreError::Open { path: path.display().to_string(), reason: e.to_string() };
+    let db = Database::create(path).map_err(|e| failed(&e))?;
+    let txn = db.begin_write().map_err(|e| failed(&e))?;
+    txn.open_table(LOG).map_err(|e| failed(&e))?;
+    txn.open_table(LOG_META).map_err(|e| failed(&e))?;
+    txn.open_table(SNAPSHOT).map_err(|e| failed(&e))?;
+    txn.commit().map_err(|e| failed(&e))?;
+    Ok(Arc::new(db))
+}
+
+/// `value` in the store's encoding.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, AnyError> {
+    bincode::serde::encode_to_vec(value, bincode::config::standard()).map_err(|e| AnyError::error(e.to_string()))
+}
+
+/// A value read back from the store's encoding.
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AnyError> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(value, _)| value)
+        .map_err(|e| AnyError::error(e.to_string()))
+}
+
+/// A redb failure as openraft's storage error, naming what was being done.
+pub(crate) fn io_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError {
+    StorageIOError::new(subject, verb, AnyError::error(e.to_string())).into()
+}

@@ -1,0 +1,92 @@
+//! The resource manager's replicated log and state machine: [openraft] (0.9) over redb, the
+//! manager's store.
+//!
+//! A decision of the manager (a grant, a free, a job bound) is a [`Command`]: the request's id
+//! and the decision, encoded by the manager. openraft appends it to a majority's logs
+//! ([`LogStore`]) and, once committed, each replica's [`StateMachine`] applies it to its
+//! [`Machine`], the manager's state. A command whose request id was applied before is not
+//! applied again: its first answer is given back ([`Applied::duplicate`]), so that a program
+//! that retries after a failover neither leaks nor is granted twice.
+//!
+//! # Layout
+//!
+//! - `db.rs`: the redb file, its tables and the encoding of what they hold.
+//! - `log_store.rs`: [`LogStore`], openraft's `RaftLogStorage` (entries, vote, committed, purge).
+//! - `state_machine.rs`: [`StateMachine`], openraft's `RaftStateMachine` and snapshot builder,
+//!   with the request-id table; the state is snapshotted into the same file.
+//!
+//! # Invariants
+//!
+//! - An append is answered (openraft's flush callback) only after redb's commit (fsync).
+//! - The state machine's durable image is its last snapshot; on opening, it starts from it, and
+//!   openraft applies again the committed entries after it (they are never purged before a
+//!   snapshot covers them).
+
+// openraft's traits return its `StorageError` (over 200 bytes) by value; the helpers that build
+// it do the same rather than box it only to unbox it at the trait's edge.
+#![allow(clippy::result_large_err)]
+
+mod db;
+mod log_store;
+mod state_machine;
+
+use serde::{Deserialize, Serialize};
+
+pub use log_store::LogStore;
+pub use state_machine::{Machine, StateMachine};
+
+openraft::declare_raft_types!(
+    /// The manager's Raft types: commands and their answers, node ids and addresses.
+    pub ArmRaft:
+        D = Command,
+        R = Applied,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+);
+
+/// One decision of the manager, replicated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// The request's id, unique per request and the same when it is sent again.
+    pub id: String,
+    /// The decision, as the manager encodes it.
+    pub op: Vec<u8>,
+}
+
+/// What applying a [`Command`] answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// The machine's answer (the first one, for a duplicate).
+    pub answer: Vec<u8>,
+    /// Whether the request id had been applied before (the answer is the first one's).
+    pub duplicate: bool,
+}
+
+/// What can go wrong opening the replicated store.
+#[derive(Debug, thiserror::Error)]
+pub enum RaftStoreError {
+    /// The redb file could not be opened, created or read.
+    #[error("the raft store {path}: {reason}")]
+    Open {
+        /// The file.
+        path: String,
+        /// What redb said.
+        reason: String,
+    },
+    /// The last snapshot could not be read back into the machine.
+    #[error("the raft store's snapshot cannot be restored: {0}")]
+    Snapshot(String),
+}
+
+/// The storage error openraft expects, for a redb or encoding failure.
+pub type StorageError = openraft::StorageError<u64>;
+
+/// Opens (or creates) the replicated store in the redb file at `path`: its log and its state
+/// machine, which share the file.
+pub fn open<M: Machine>(path: &std::path::Path) -> Result<(LogStore, StateMachine<M>), RaftStoreError> {
+    let db = db::open(path)?;
+    let log = LogStore::new(db.clone());
+    let machine = StateMachine::open(db)?;
+    Ok((log, machine))
+}
