@@ -8,7 +8,7 @@ use redb::{Database, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{RaftStoreError, StorageError};
+use crate::{ReplicationError, StorageError};
 
 /// Log entries by index.
 pub(crate) const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -18,9 +18,9 @@ pub(crate) const LOG_META: TableDefinition<&str, &[u8]> = TableDefinition::new("
 pub(crate) const SNAPSHOT: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_snapshot");
 
 /// Opens the file and creates its tables.
-pub(crate) fn open(path: &Path) -> Result<Arc<Database>, RaftStoreError> {
+pub(crate) fn open(path: &Path) -> Result<Arc<Database>, ReplicationError> {
     let failed =
-        |e: &dyn std::fmt::Display| RaftStoreError::Open { path: path.display().to_string(), reason: e.to_string() };
+        |e: &dyn std::fmt::Display| ReplicationError::Open { path: path.display().to_string(), reason: e.to_string() };
     let db = Database::create(path).map_err(|e| failed(&e))?;
     let txn = db.begin_write().map_err(|e| failed(&e))?;
     txn.open_table(LOG).map_err(|e| failed(&e))?;

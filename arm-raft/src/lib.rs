@@ -12,6 +12,8 @@
 //!
 //! - `db.rs`: the redb file, its tables and the encoding of what they hold.
 //! - `log_store.rs`: [`LogStore`], openraft's `RaftLogStorage` (entries, vote, committed, purge).
+//! - `network.rs`: Raft RPCs between replicas over QUIC with mutual TLS (client and server).
+//! - `replica.rs`: [`Replica`], a running replica: start, initialise the cluster, propose.
 //! - `state_machine.rs`: [`StateMachine`], openraft's `RaftStateMachine` and snapshot builder,
 //!   with the request-id table; the state is snapshotted into the same file.
 //!
@@ -28,11 +30,14 @@
 
 mod db;
 mod log_store;
+pub mod network;
+mod replica;
 mod state_machine;
 
 use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
+pub use replica::{Committed, Replica, ReplicaOptions, ReplicaTls};
 pub use state_machine::{Machine, StateMachine};
 
 openraft::declare_raft_types!(
@@ -63,9 +68,9 @@ pub struct Applied {
     pub duplicate: bool,
 }
 
-/// What can go wrong opening the replicated store.
+/// What can go wrong in the replicated store and its replicas.
 #[derive(Debug, thiserror::Error)]
-pub enum RaftStoreError {
+pub enum ReplicationError {
     /// The redb file could not be opened, created or read.
     #[error("the raft store {path}: {reason}")]
     Open {
@@ -77,6 +82,18 @@ pub enum RaftStoreError {
     /// The last snapshot could not be read back into the machine.
     #[error("the raft store's snapshot cannot be restored: {0}")]
     Snapshot(String),
+    /// A replica could not be set up (certificates, its endpoint, openraft's configuration).
+    #[error("the replica cannot start: {0}")]
+    Setup(String),
+    /// This replica is not the leader; the leader's id and address when it knows them.
+    #[error("not the leader{}", leader.as_ref().map(|(id, addr)| format!(": replica {id} at {addr} is")).unwrap_or_default())]
+    NotLeader {
+        /// The leader's id and address.
+        leader: Option<(u64, String)>,
+    },
+    /// openraft refused or failed the operation (no quorum, shutting down, ...).
+    #[error("raft: {0}")]
+    Raft(String),
 }
 
 /// The storage error openraft expects, for a redb or encoding failure.
@@ -84,7 +101,7 @@ pub type StorageError = openraft::StorageError<u64>;
 
 /// Opens (or creates) the replicated store in the redb file at `path`: its log and its state
 /// machine, which share the file.
-pub fn open<M: Machine>(path: &std::path::Path) -> Result<(LogStore, StateMachine<M>), RaftStoreError> {
+pub fn open<M: Machine>(path: &std::path::Path) -> Result<(LogStore, StateMachine<M>), ReplicationError> {
     let db = db::open(path)?;
     let log = LogStore::new(db.clone());
     let machine = StateMachine::open(db)?;

@@ -14,7 +14,7 @@ use redb::{Database, ReadableDatabase};
 use serde::{Deserialize, Serialize};
 
 use crate::db::{decode, encode, io_error, SNAPSHOT};
-use crate::{Applied, ArmRaft, RaftStoreError, StorageError};
+use crate::{Applied, ArmRaft, ReplicationError, StorageError};
 
 /// How many request ids the state machine remembers answers for: a retry comes within seconds
 /// of its first try (a failover takes a few), long before this many later decisions.
@@ -119,12 +119,12 @@ impl<M> Clone for StateMachine<M> {
 
 impl<M: Machine> StateMachine<M> {
     /// The state machine of the store `db`, from its last snapshot (or empty).
-    pub(crate) fn open(db: Arc<Database>) -> Result<Self, RaftStoreError> {
+    pub(crate) fn open(db: Arc<Database>) -> Result<Self, ReplicationError> {
         let machine = Self { db, state: Arc::default() };
-        let state = match machine.stored().map_err(|e| RaftStoreError::Snapshot(e.to_string()))? {
+        let state = match machine.stored().map_err(|e| ReplicationError::Snapshot(e.to_string()))? {
             Some((_, data)) => {
-                let image = decode(&data).map_err(|e| RaftStoreError::Snapshot(e.to_string()))?;
-                State::from_image(image).map_err(RaftStoreError::Snapshot)?
+                let image = decode(&data).map_err(|e| ReplicationError::Snapshot(e.to_string()))?;
+                State::from_image(image).map_err(ReplicationError::Snapshot)?
             }
             None => State::default(),
         };

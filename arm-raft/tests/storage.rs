@@ -3,49 +3,13 @@
 //! twice with the first answer and changes the state once; a snapshot installed on another
 //! replica gives it the same state.
 
-use std::collections::BTreeMap;
+mod common;
 
-use arm_raft::{Applied, ArmRaft, Command, LogStore, Machine, StateMachine};
+use arm_raft::{Applied, ArmRaft, Command, LogStore, StateMachine};
+use common::Pool;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, Vote};
-
-/// A machine like the manager's in miniature: accelerators and their holders. `take A J` gives
-/// `A` to `J` if it is free; `free A` frees it.
-#[derive(Default, Debug, PartialEq)]
-struct Pool {
-    holders: BTreeMap<String, String>,
-}
-
-impl Machine for Pool {
-    fn apply(&mut self, op: &[u8]) -> Vec<u8> {
-        let op = String::from_utf8_lossy(op);
-        let words: Vec<&str> = op.split_whitespace().collect();
-        let answer = match words.as_slice() {
-            ["take", acc, job] if !self.holders.contains_key(*acc) => {
-                self.holders.insert(acc.to_string(), job.to_string());
-                "granted".to_string()
-            }
-            ["take", acc, _] => format!("{acc} is held by {}", self.holders[*acc]),
-            ["free", acc] => self.holders.remove(*acc).map_or("not held".into(), |_| "freed".into()),
-            _ => "malformed".into(),
-        };
-        answer.into_bytes()
-    }
-
-    fn save(&self) -> Vec<u8> {
-        self.holders.iter().map(|(a, j)| format!("{a}={j}\n")).collect::<String>().into_bytes()
-    }
-
-    fn restore(bytes: &[u8]) -> Result<Self, String> {
-        let text = String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())?;
-        let holders = text
-            .lines()
-            .map(|l| l.split_once('=').map(|(a, j)| (a.to_string(), j.to_string())).ok_or(format!("bad line {l}")))
-            .collect::<Result<_, _>>()?;
-        Ok(Self { holders })
-    }
-}
 
 struct Builder;
 

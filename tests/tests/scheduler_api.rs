@@ -133,18 +133,26 @@ fn program_options(addr: std::net::SocketAddr, dir: &std::path::Path) -> ArmOpti
     options
 }
 
+/// A manager on `state` (to be killed and started again there) with three backends, and jobs
+/// `a` (on n1) and `b` (on n2) of one accelerator each: the manager, the backends (kept alive by
+/// the caller), an admin client and the two jobs' credentials.
+async fn two_jobs_of_one(state: &std::path::Path) -> (ArmProcess, [TestBackend; 3], ArmClient, String, String) {
+    let arm = ArmProcess::start(state, "127.0.0.1:0");
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let admin = admin_of(arm.addr, state).await;
+    register_hosts(&admin, &backends).await;
+    let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
+    let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
+    (arm, backends, admin, a, b)
+}
+
 /// A request retried after the manager crashed gets the answer the first one got, and an
 /// `AC_Get` left waiting is still waiting after the restart and is granted when units free up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
     let state = tempfile::tempdir().unwrap();
-    let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
+    let (arm, _backends, _, a, b) = two_jobs_of_one(state.path()).await;
     let addr = arm.addr;
-    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
-    let admin = admin_of(addr, state.path()).await;
-    register_hosts(&admin, &backends).await;
-    let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
-    let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
     let (client_a, token_a) = raw_session(program_options(addr, state.path()), "a", &a, "n1").await;
     let (client_b, token_b) = raw_session(program_options(addr, state.path()), "b", &b, "n2").await;
     let once = Request::Get { token: token_a.clone(), ask: ask(1, 1, 0) };
@@ -178,13 +186,8 @@ async fn retried_and_waiting_requests_survive_kill_9_of_the_manager() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_get_waits_through_the_managers_absence() {
     let state = tempfile::tempdir().unwrap();
-    let arm = ArmProcess::start(state.path(), "127.0.0.1:0");
+    let (arm, _backends, admin, a, b) = two_jobs_of_one(state.path()).await;
     let addr = arm.addr;
-    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
-    let admin = admin_of(addr, state.path()).await;
-    register_hosts(&admin, &backends).await;
-    let a = submit_job(&admin, "a", &["n1"], 1, "u", 0).await;
-    let b = submit_job(&admin, "b", &["n2"], 1, "u", 0).await;
     let options = |job: &str, secret: &str, node: &str| SessionOptions {
         arm: program_options(addr, state.path()),
         job: JobAuth::Credential { job: job.into(), secret: secret.into() },

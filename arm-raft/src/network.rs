@@ -1,0 +1,236 @@
+//! Raft between replicas over QUIC: openraft's `RaftNetwork` (the caller's side) and the server
+//! that answers it. One RPC per bidirectional stream, a request frame out and its answer back,
+//! on a connection per peer kept across RPCs. Only replicas speak it: the server refuses a
+//! connection whose client presents no certificate of the cluster's CA (mutual TLS).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use ac_proto::frame::{frame_bytes, FrameReader};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use openraft::{AnyError, BasicNode, Raft};
+use quinn::{Connection, Endpoint};
+use serde::{Deserialize, Serialize};
+
+use crate::ArmRaft;
+
+/// The ALPN of Raft between replicas.
+pub const ALPN: &[u8] = b"arm-raft/1";
+
+/// A Raft RPC, as one replica sends it to another.
+#[derive(Debug, Serialize, Deserialize)]
+enum PeerRequest {
+    Append(AppendEntriesRequest<ArmRaft>),
+    Vote(VoteRequest<u64>),
+    Snapshot(InstallSnapshotRequest<ArmRaft>),
+}
+
+/// The answer to a [`PeerRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+enum PeerResponse {
+    Append(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+}
+
+/// Answers the Raft RPCs of the other replicas on `endpoint`, until it is closed.
+pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let Ok(conn) = incoming.await else { return };
+            // Mutual TLS: only a replica (a certificate of the cluster's CA) may speak Raft.
+            if conn.peer_identity().is_none() {
+                conn.close(1u32.into(), b"replicas only");
+                return;
+            }
+            while let Ok((send, recv)) = conn.accept_bi().await {
+                tokio::spawn(answer(raft.clone(), send, recv));
+            }
+        });
+    }
+}
+
+/// Answers one RPC.
+async fn answer(raft: Raft<ArmRaft>, mut send: quinn::SendStream, recv: quinn::RecvStream) {
+    let mut reader = FrameReader::new(recv);
+    let request: PeerRequest = match reader.expect_frame().await {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::debug!(error = %e, "a malformed Raft RPC");
+            return;
+        }
+    };
+    let response = match request {
+        PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
+        PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
+        PeerRequest::Snapshot(rpc) => PeerResponse::Snapshot(raft.install_snapshot(rpc).await),
+    };
+    if let Ok(frame) = frame_bytes(&response) {
+        let _ = send.write_all(&frame).await;
+        let _ = send.finish();
+        let _ = send.stopped().await;
+    }
+}
+
+/// How this replica reaches the others: openraft's network factory.
+#[derive(Clone)]
+pub struct Peers {
+    endpoint: Endpoint,
+    crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+    tuning: ac_proto::transport::Tuning,
+}
+
+impl Peers {
+    /// Peers reached from `endpoint` with `crypto` (the cluster's CA and this replica's
+    /// certificate).
+    pub fn new(
+        endpoint: Endpoint,
+        crypto: Arc<quinn::crypto::rustls::QuicClientConfig>,
+        tuning: ac_proto::transport::Tuning,
+    ) -> Self {
+        Self { endpoint, crypto, tuning }
+    }
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for PeerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerLink").field("target", &self.target).field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl RaftNetworkFactory<ArmRaft> for Peers {
+    type Network = PeerLink;
+
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> PeerLink {
+        PeerLink { target, addr: node.addr.parse().ok(), peers: self.clone(), conn: None }
+    }
+}
+
+/// The link to one other replica.
+pub struct PeerLink {
+    target: u64,
+    addr: Option<SocketAddr>,
+    peers: Peers,
+    conn: Option<Connection>,
+}
+
+/// Why an RPC got no answer: the peer could not be reached, or the exchange broke.
+enum Failed {
+    Unreachable(AnyError),
+    Network(AnyError),
+}
+
+impl PeerLink {
+    /// The live connection, dialled again when the last one ended.
+    async fn connection(&mut self) -> Result<Connection, Failed> {
+        if let Some(conn) = self.conn.as_ref().filter(|c| c.close_reason().is_none()) {
+            return Ok(conn.clone());
+        }
+        let addr =
+            self.addr.ok_or_else(|| Failed::Unreachable(AnyError::error("the peer's address is not an IP:port")))?;
+        let mut config = quinn::ClientConfig::new(self.peers.crypto.clone());
+        config.transport_config(Arc::new(self.peers.tuning.transport_config()));
+        let connecting = self
+            .peers
+            .endpoint
+            .connect_with(config, addr, &addr.ip().to_string())
+            .map_err(|e| Failed::Unreachable(AnyError::error(e.to_string())))?;
+        let conn = connecting.await.map_err(|e| Failed::Unreachable(AnyError::error(e.to_string())))?;
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends `request` and reads its answer, within `ttl`.
+    async fn call(&mut self, request: PeerRequest, ttl: std::time::Duration) -> Result<PeerResponse, Failed> {
+        let exchange = async {
+            let conn = self.connection().await?;
+            let network = |e: &dyn std::fmt::Display| Failed::Network(AnyError::error(e.to_string()));
+            let (mut send, recv) = conn.open_bi().await.map_err(|e| network(&e))?;
+            let frame = frame_bytes(&request).map_err(|e| network(&e))?;
+            send.write_all(&frame).await.map_err(|e| network(&e))?;
+            let _ = send.finish();
+            FrameReader::new(recv).expect_frame::<PeerResponse>().await.map_err(|e| network(&e))
+        };
+        match tokio::time::timeout(ttl, exchange).await {
+            Ok(Err(failed)) => {
+                // A broken exchange may be a dead connection: dialled again next time.
+                self.conn = None;
+                Err(failed)
+            }
+            Ok(answer) => answer,
+            Err(_) => Err(Failed::Network(AnyError::error(format!("no answer within {ttl:?}")))),
+        }
+    }
+
+    /// An RPC failure as openraft's error of kind `E`.
+    fn rpc_error<E: std::error::Error>(&self, failed: Failed) -> RPCError<u64, BasicNode, E> {
+        match failed {
+            Failed::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&e)),
+            Failed::Network(e) => RPCError::Network(NetworkError::new(&e)),
+        }
+    }
+
+    /// The answer of an RPC as openraft wants it: `expected` takes it out of the reply (none
+    /// for a reply of the wrong kind); the peer's own error is a remote error.
+    fn unwrap<T, E: std::error::Error>(
+        &self,
+        answer: Result<PeerResponse, Failed>,
+        expected: impl FnOnce(PeerResponse) -> Option<Result<T, E>>,
+    ) -> Result<T, RPCError<u64, BasicNode, E>> {
+        match answer.map(expected) {
+            Ok(Some(answer)) => answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            Ok(None) => Err(RPCError::Network(NetworkError::new(&AnyError::error("a reply of the wrong kind")))),
+            Err(failed) => Err(self.rpc_error(failed)),
+        }
+    }
+}
+
+impl RaftNetwork<ArmRaft> for PeerLink {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<ArmRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let answer = self.call(PeerRequest::Append(rpc), option.hard_ttl()).await;
+        self.unwrap(answer, |r| match r {
+            PeerResponse::Append(answer) => Some(answer),
+            _ => None,
+        })
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<ArmRaft>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
+        let answer = self.call(PeerRequest::Snapshot(rpc), option.hard_ttl()).await;
+        self.unwrap(answer, |r| match r {
+            PeerResponse::Snapshot(answer) => Some(answer),
+            _ => None,
+        })
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<u64>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+        let answer = self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await;
+        self.unwrap(answer, |r| match r {
+            PeerResponse::Vote(answer) => Some(answer),
+            _ => None,
+        })
+    }
+}

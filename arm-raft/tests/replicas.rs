@@ -1,0 +1,149 @@
+//! Three replicas on loopback, over real QUIC with mutual TLS: a decision is answered once a
+//! majority has it; a follower refuses a proposal naming the leader; when the leader dies a
+//! standby leads and commits, a request retried with its id across the failover gets its first
+//! answer and changes nothing, the fencing token (term, index) grows; the dead replica,
+//! restarted on its store, catches up to the same state. And a client without the cluster's
+//! certificate cannot speak Raft to a replica.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use arm_raft::{Command, Committed, Replica, ReplicaOptions, ReplicaTls, ReplicationError};
+use common::Pool;
+
+/// A free UDP port on loopback (bound, then released).
+fn free_addr() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
+    let tls = ReplicaTls {
+        ca: dir.join("tls/ca.pem"),
+        server: (dir.join("tls/cert.pem"), dir.join("tls/key.pem")),
+        client: (dir.join("tls/replica.pem"), dir.join("tls/replica.key")),
+    };
+    ReplicaOptions {
+        id,
+        listen,
+        store: dir.join(format!("replica-{id}.redb")),
+        tls,
+        tuning: ac_proto::transport::Tuning::default(),
+        election_timeout: Duration::from_millis(500),
+    }
+}
+
+fn command(id: &str, op: &str) -> Command {
+    Command { id: id.into(), op: op.into() }
+}
+
+fn answer(committed: &Committed) -> (String, bool) {
+    (String::from_utf8_lossy(&committed.applied.answer).into_owned(), committed.applied.duplicate)
+}
+
+/// Proposes `command` to whichever replica leads, following "not the leader" answers, until one
+/// commits it or `limit` passes.
+async fn propose_anywhere(replicas: &[&Replica<Pool>], command: Command, limit: Duration) -> Committed {
+    let deadline = Instant::now() + limit;
+    loop {
+        for replica in replicas {
+            match replica.propose(command.clone()).await {
+                Ok(committed) => return committed,
+                Err(ReplicationError::NotLeader { .. } | ReplicationError::Raft(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "nothing committed {:?} within {limit:?}", command.id);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until every replica has applied through `index`.
+async fn applied_through(replicas: &[&Replica<Pool>], index: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !replicas.iter().all(|r| r.progress().2.is_some_and(|applied| applied >= index)) {
+        assert!(Instant::now() < deadline, "not every replica applied through {index}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    let addrs: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+    let mut replicas = Vec::new();
+    for (id, addr) in &addrs {
+        replicas.push(Some(Replica::<Pool>::start(options(dir.path(), *id, *addr)).await.unwrap()));
+    }
+    replicas[0].as_ref().unwrap().initialize(&addrs).await.unwrap();
+    let all: Vec<&Replica<Pool>> = replicas.iter().flatten().collect();
+    let first = propose_anywhere(&all, command("r1", "take h1/0 a"), Duration::from_secs(10)).await;
+    let second = propose_anywhere(&all, command("r2", "take h2/0 b"), Duration::from_secs(10)).await;
+    assert_eq!((answer(&first), answer(&second)), (("granted".into(), false), ("granted".into(), false)));
+    assert!(second.index > first.index, "{first:?} {second:?}");
+
+    // A follower refuses, naming the leader.
+    let leader = all.iter().find(|r| r.is_leader()).expect("a leader").id();
+    let follower = all.iter().find(|r| r.id() != leader).unwrap();
+    match follower.propose(command("r9", "take h9/0 z")).await {
+        Err(ReplicationError::NotLeader { leader: Some((id, addr)) }) => {
+            assert_eq!((id, addr), (leader, addrs[&leader].to_string()));
+        }
+        other => panic!("a follower answered {other:?}"),
+    }
+    applied_through(&all, second.index).await;
+
+    // The leader dies.
+    let dead = replicas.iter().position(|r| r.as_ref().is_some_and(|r| r.id() == leader)).unwrap();
+    replicas[dead].take().unwrap().shutdown().await;
+    let killed = Instant::now();
+    let standing: Vec<&Replica<Pool>> = replicas.iter().flatten().collect();
+    let third = propose_anywhere(&standing, command("r3", "take h3/0 c"), Duration::from_secs(20)).await;
+    let takeover = killed.elapsed();
+    eprintln!("takeover: {:.3} s from the leader's death to the first commit", takeover.as_secs_f64());
+    assert_eq!(answer(&third), ("granted".into(), false));
+    assert!((third.term, third.index) > (second.term, second.index), "the fencing token grows: {second:?} {third:?}");
+    assert!(third.term > second.term, "a new leader's term");
+
+    // r1 sent again (its answer lost in the failover): its first answer, nothing done twice.
+    let again = propose_anywhere(&standing, command("r1", "take h1/0 a"), Duration::from_secs(10)).await;
+    assert_eq!(answer(&again), ("granted".into(), true));
+    applied_through(&standing, again.index).await;
+    let state = standing[0].with(|p| p.holders.clone());
+    assert_eq!(state.len(), 3, "{state:?}");
+    assert!(standing.iter().all(|r| r.with(|p| p.holders.clone()) == state), "the replicas agree");
+
+    // The dead replica restarted on its store catches up.
+    let back = Replica::<Pool>::start(options(dir.path(), leader, addrs[&leader])).await.unwrap();
+    applied_through(&[&back], again.index).await;
+    assert_eq!(back.with(|p| p.holders.clone()), state);
+    back.shutdown().await;
+    for replica in replicas.into_iter().flatten() {
+        replica.shutdown().await;
+    }
+}
+
+/// A client that trusts the cluster's CA but presents no certificate of it is closed at once:
+/// only replicas speak Raft.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_clusters_certificate_cannot_speak_raft() {
+    let dir = tempfile::tempdir().unwrap();
+    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    let addr = free_addr();
+    let replica = Replica::<Pool>::start(options(dir.path(), 1, addr)).await.unwrap();
+    let roots = ac_proto::tls::load_roots(&dir.path().join("tls/ca.pem")).unwrap();
+    let crypto = ac_proto::tls::client_crypto(roots, arm_raft::network::ALPN).unwrap();
+    let tuning = ac_proto::transport::Tuning::default();
+    let endpoint = ac_proto::transport::client_endpoint(addr, Some(std::sync::Arc::new(crypto)), &tuning).unwrap();
+    let conn = endpoint.connect(addr, "127.0.0.1").unwrap().await.expect("the TLS handshake itself succeeds");
+    let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("closed by the replica");
+    match closed {
+        quinn::ConnectionError::ApplicationClosed(close) => assert_eq!(&close.reason[..], b"replicas only"),
+        other => panic!("closed for another reason: {other:?}"),
+    }
+    replica.shutdown().await;
+}
