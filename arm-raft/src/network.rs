@@ -38,22 +38,30 @@ enum PeerResponse {
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
 }
 
-/// Answers the Raft RPCs of the other replicas on `endpoint`, until it is closed.
+/// Answers the Raft RPCs of the other replicas on `endpoint`, until it is closed; returns once
+/// every connection's task has ended (nothing of it holds the socket any more).
 pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>) {
+    let mut connections = tokio::task::JoinSet::new();
     while let Some(incoming) = endpoint.accept().await {
-        let raft = raft.clone();
-        tokio::spawn(async move {
-            let Ok(conn) = incoming.await else { return };
-            // Mutual TLS: only a replica (a certificate of the cluster's CA) may speak Raft.
-            if conn.peer_identity().is_none() {
-                conn.close(1u32.into(), b"replicas only");
-                return;
-            }
-            while let Ok((send, recv)) = conn.accept_bi().await {
-                tokio::spawn(answer(raft.clone(), send, recv));
-            }
-        });
+        connections.spawn(serve_connection(incoming, raft.clone()));
     }
+    connections.shutdown().await;
+}
+
+/// Answers the RPCs of one replica's connection, each stream in a task of its own.
+async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>) {
+    let Ok(conn) = incoming.await else { return };
+    // Mutual TLS: only a replica (a certificate of the cluster's CA) may speak Raft.
+    if conn.peer_identity().is_none() {
+        conn.close(1u32.into(), b"replicas only");
+        return;
+    }
+    let mut streams = tokio::task::JoinSet::new();
+    while let Ok((send, recv)) = conn.accept_bi().await {
+        streams.spawn(answer(raft.clone(), send, recv));
+        while streams.try_join_next().is_some() {}
+    }
+    streams.shutdown().await;
 }
 
 /// Answers one RPC.

@@ -1,7 +1,7 @@
 //! One replica of the manager: its Raft node (openraft), its store, and the endpoint that
 //! serves the other replicas.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,6 +44,29 @@ pub struct ReplicaOptions {
     /// How long a follower waits without a leader's heartbeat before it stands for election, at
     /// least (the most is twice this); the leader's heartbeat comes a fifth of it apart.
     pub election_timeout: Duration,
+    /// A snapshot is taken after this many entries applied since the last one; the log before
+    /// it is then purged but for `logs_kept` entries (a follower further behind is sent the
+    /// snapshot).
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind the last snapshot.
+    pub logs_kept: u64,
+}
+
+impl ReplicaOptions {
+    /// Options with the defaults: elections after 1-2 s without a leader, a snapshot every
+    /// 10,000 entries, 1,000 entries kept behind it.
+    pub fn new(id: u64, listen: SocketAddr, store: PathBuf, tls: ReplicaTls) -> Self {
+        Self {
+            id,
+            listen,
+            store,
+            tls,
+            tuning: Tuning::default(),
+            election_timeout: Duration::from_secs(1),
+            snapshot_every: 10_000,
+            logs_kept: 1_000,
+        }
+    }
 }
 
 /// A decision committed by a majority and applied: its answer, and the (term, index) of its
@@ -64,6 +87,7 @@ pub struct Replica<M: Machine> {
     raft: Raft<ArmRaft>,
     machine: StateMachine<M>,
     endpoint: Endpoint,
+    server: tokio::task::JoinHandle<()>,
 }
 
 impl<M: Machine> std::fmt::Debug for Replica<M> {
@@ -81,17 +105,15 @@ impl<M: Machine> Replica<M> {
         let roots = tls::load_roots(&options.tls.ca).map_err(|e| setup(&e))?;
         let server = tls::load_identity(&options.tls.server.0, &options.tls.server.1).map_err(|e| setup(&e))?;
         let client = tls::load_identity(&options.tls.client.0, &options.tls.client.1).map_err(|e| setup(&e))?;
-        let server_crypto =
-            tls::server_crypto_with_clients(server, network::ALPN, roots.clone()).map_err(|e| setup(&e))?;
         let client_crypto =
-            tls::client_crypto_with_identity(roots, network::ALPN, Some(client)).map_err(|e| setup(&e))?;
-        let endpoint =
-            transport::server_endpoint(options.listen, server_crypto, &options.tuning, None).map_err(|e| setup(&e))?;
+            tls::client_crypto_with_identity(roots.clone(), network::ALPN, Some(client)).map_err(|e| setup(&e))?;
+        let server_crypto = || tls::server_crypto_with_clients(server.clone(), network::ALPN, roots.clone());
+        let endpoint = bind(options.listen, server_crypto, &options.tuning).await?;
         let peers = Peers::new(endpoint.clone(), Arc::new(client_crypto), options.tuning.clone());
-        let config = raft_config(options.election_timeout)?;
+        let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
-        tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
-        Ok(Self { id: options.id, raft, machine, endpoint })
+        let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
+        Ok(Self { id: options.id, raft, machine, endpoint, server })
     }
 
     /// Makes `members` (id → address) the cluster, once, on a fresh replica (the others learn it
@@ -116,6 +138,39 @@ impl<M: Machine> Replica<M> {
             }
             Err(e) => Err(ReplicationError::Raft(e.to_string())),
         }
+    }
+
+    /// Adds replica `id` at `addr` as a learner (it receives the log, votes for nothing) and
+    /// waits until it has caught up: the first step of adding or replacing a member.
+    pub async fn add_learner(&self, id: u64, addr: SocketAddr) -> Result<(), ReplicationError> {
+        let node = BasicNode::new(addr.to_string());
+        self.raft.add_learner(id, node, true).await.map(drop).map_err(|e| self.refused(e))
+    }
+
+    /// Makes `voters` the cluster's voting members (each a member or learner already); a
+    /// replica left out stops being one once the change is committed.
+    pub async fn change_membership(&self, voters: BTreeSet<u64>) -> Result<(), ReplicationError> {
+        self.raft.change_membership(voters, false).await.map(drop).map_err(|e| self.refused(e))
+    }
+
+    /// A membership operation's failure, "not the leader" said as such.
+    fn refused(&self, e: RaftError<u64, ClientWriteError<u64, BasicNode>>) -> ReplicationError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+                ReplicationError::NotLeader { leader: forward.leader_id.zip(forward.leader_node.map(|n| n.addr)) }
+            }
+            e => ReplicationError::Raft(e.to_string()),
+        }
+    }
+
+    /// The voting members, by id.
+    pub fn voters(&self) -> BTreeSet<u64> {
+        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+    }
+
+    /// The index of the last snapshot this replica holds (taken or received), if any.
+    pub fn snapshot_index(&self) -> Option<u64> {
+        self.raft.metrics().borrow().snapshot.map(|id| id.index)
     }
 
     /// This replica's id.
@@ -148,13 +203,40 @@ impl<M: Machine> Replica<M> {
     pub async fn shutdown(self) {
         let _ = self.raft.shutdown().await;
         self.endpoint.close(0u32.into(), b"shutdown");
+        let _ = self.server.await;
     }
 }
 
-/// openraft's configuration for `election_timeout`.
-fn raft_config(election_timeout: Duration) -> Result<Arc<openraft::Config>, ReplicationError> {
-    let min = election_timeout.as_millis() as u64;
+/// The replica's endpoint on `listen`. Its address may still be held a moment by the socket of
+/// the replica it replaces (a restart in the same process, or by a supervisor at once: quinn
+/// releases a socket from a task of its own once the last handle is gone), so an address in
+/// use is tried again for up to two seconds.
+async fn bind(
+    listen: SocketAddr,
+    crypto: impl Fn() -> Result<quinn::crypto::rustls::QuicServerConfig, ac_proto::ProtoError>,
+    tuning: &Tuning,
+) -> Result<Endpoint, ReplicationError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let crypto = crypto().map_err(|e| ReplicationError::Setup(e.to_string()))?;
+        match transport::server_endpoint(listen, crypto, tuning, None) {
+            Ok(endpoint) => return Ok(endpoint),
+            Err(ac_proto::ProtoError::Io(e))
+                if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(ReplicationError::Setup(format!("{listen}: {e}"))),
+        }
+    }
+}
+
+/// openraft's configuration for `options`.
+fn raft_config(options: &ReplicaOptions) -> Result<Arc<openraft::Config>, ReplicationError> {
+    let min = options.election_timeout.as_millis() as u64;
     let config = openraft::Config {
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(options.snapshot_every),
+        max_in_snapshot_log_to_keep: options.logs_kept,
         cluster_name: "arm".into(),
         heartbeat_interval: (min / 5).max(1),
         election_timeout_min: min,

@@ -2,12 +2,13 @@
 //! majority has it; a follower refuses a proposal naming the leader; when the leader dies a
 //! standby leads and commits, a request retried with its id across the failover gets its first
 //! answer and changes nothing, the fencing token (term, index) grows; the dead replica,
-//! restarted on its store, catches up to the same state. And a client without the cluster's
-//! certificate cannot speak Raft to a replica.
+//! restarted on its store, catches up to the same state. A follower down while the log moved
+//! past its purge point catches up by a snapshot; a replica is replaced through a membership
+//! change. And a client without the cluster's certificate cannot speak Raft to a replica.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,14 +27,9 @@ fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
         server: (dir.join("tls/cert.pem"), dir.join("tls/key.pem")),
         client: (dir.join("tls/replica.pem"), dir.join("tls/replica.key")),
     };
-    ReplicaOptions {
-        id,
-        listen,
-        store: dir.join(format!("replica-{id}.redb")),
-        tls,
-        tuning: ac_proto::transport::Tuning::default(),
-        election_timeout: Duration::from_millis(500),
-    }
+    let mut options = ReplicaOptions::new(id, listen, dir.join(format!("replica-{id}.redb")), tls);
+    options.election_timeout = Duration::from_millis(500);
+    options
 }
 
 fn command(id: &str, op: &str) -> Command {
@@ -61,13 +57,22 @@ async fn propose_anywhere(replicas: &[&Replica<Pool>], command: Command, limit: 
     }
 }
 
-/// Waits until every replica has applied through `index`.
-async fn applied_through(replicas: &[&Replica<Pool>], index: u64) {
+/// Waits up to 10 s for `found` to find something; panics saying `what`.
+async fn found_within<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !replicas.iter().all(|r| r.progress().2.is_some_and(|applied| applied >= index)) {
-        assert!(Instant::now() < deadline, "not every replica applied through {index}");
+    loop {
+        if let Some(it) = found() {
+            return it;
+        }
+        assert!(Instant::now() < deadline, "{what} within 10 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits until every replica has applied through `index`.
+async fn applied_through(replicas: &[&Replica<Pool>], index: u64) {
+    let all = || replicas.iter().all(|r| r.progress().2.is_some_and(|applied| applied >= index)).then_some(());
+    found_within(&format!("every replica applied through {index}"), all).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,4 +151,85 @@ async fn a_client_without_the_clusters_certificate_cannot_speak_raft() {
         other => panic!("closed for another reason: {other:?}"),
     }
     replica.shutdown().await;
+}
+
+/// Starts replicas `ids` on `dir`, snapshotting every 20 entries and keeping none behind.
+async fn start_compacting(dir: &Path, addrs: &BTreeMap<u64, SocketAddr>, ids: &[u64]) -> Vec<Replica<Pool>> {
+    let mut replicas = Vec::new();
+    for id in ids {
+        let mut options = options(dir, *id, addrs[id]);
+        (options.snapshot_every, options.logs_kept) = (20, 0);
+        replicas.push(Replica::<Pool>::start(options).await.unwrap());
+    }
+    replicas
+}
+
+/// The replica that leads now, among `replicas`.
+async fn leader_among<'a>(replicas: &[&'a Replica<Pool>]) -> &'a Replica<Pool> {
+    found_within("a leader", || replicas.iter().find(|r| r.is_leader()).copied()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_follower_catches_up_by_snapshot_and_a_replica_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
+    let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
+    let mut replicas = start_compacting(dir.path(), &addrs, &[1, 2, 3]).await;
+    replicas[0].initialize(&voters).await.unwrap();
+    let first = {
+        let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+        let first = propose_anywhere(&all, command("r0", "take h0/0 j0"), Duration::from_secs(10)).await;
+        applied_through(&all, first.index).await;
+        first
+    };
+    let leader = leader_among(&replicas.iter().collect::<Vec<_>>()).await.id();
+
+    // A follower goes down; the log moves on past two snapshots and is purged behind them.
+    let lagging = replicas.remove(replicas.iter().position(|r| r.id() != leader).unwrap());
+    let lagging_id = lagging.id();
+    lagging.shutdown().await;
+    let last = {
+        let standing: Vec<&Replica<Pool>> = replicas.iter().collect();
+        for i in 1..50 {
+            let op = format!("take h{i}/0 j{i}");
+            propose_anywhere(&standing, command(&format!("r{i}"), &op), Duration::from_secs(10)).await;
+        }
+        let last = propose_anywhere(&standing, command("r50", "take h50/0 j50"), Duration::from_secs(10)).await;
+        applied_through(&standing, last.index).await;
+        assert!(standing.iter().all(|r| r.snapshot_index().is_some_and(|s| s > first.index + 20)), "snapshots taken");
+        last
+    };
+    // Back: the entries it misses are purged everywhere, so only a snapshot can bring it up.
+    replicas.extend(start_compacting(dir.path(), &addrs, &[lagging_id]).await);
+    applied_through(&[&replicas[2]], last.index).await;
+    let state = replicas[0].with(|p| p.holders.clone());
+    assert_eq!(state.len(), 51);
+    assert_eq!(replicas[2].with(|p| p.holders.clone()), state, "caught up");
+
+    // Replica 4 replaces the follower that stayed up: a learner first, then a voter in its place.
+    replicas.extend(start_compacting(dir.path(), &addrs, &[4]).await);
+    let replaced = replicas.iter().find(|r| r.id() != leader && r.id() != lagging_id && r.id() != 4).unwrap().id();
+    let new_voters = BTreeSet::from([leader, lagging_id, 4]);
+    {
+        let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+        let at = leader_among(&all).await;
+        at.add_learner(4, addrs[&4]).await.unwrap();
+        at.change_membership(new_voters.clone()).await.unwrap();
+    }
+    replicas.remove(replicas.iter().position(|r| r.id() == replaced).unwrap()).shutdown().await;
+    let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+    let after = propose_anywhere(&all, command("r51", "take h51/0 j51"), Duration::from_secs(10)).await;
+    assert_eq!(answer(&after), ("granted".into(), false));
+    applied_through(&all, after.index).await;
+    let state = all[0].with(|p| p.holders.clone());
+    assert_eq!(state.len(), 52);
+    for replica in &all {
+        assert_eq!(replica.with(|p| p.holders.clone()), state, "replica {} agrees", replica.id());
+        assert_eq!(replica.voters(), new_voters, "replica {}", replica.id());
+    }
+    drop(all);
+    for replica in replicas {
+        replica.shutdown().await;
+    }
 }
