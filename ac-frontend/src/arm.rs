@@ -38,7 +38,11 @@ fn introduced_in(request: &Request) -> u16 {
 pub struct ArmOptions {
     /// Its address.
     pub addr: SocketAddr,
-    /// The name in its certificate (defaults to the address's IP).
+    /// The other addresses of the same manager (its replicas, or another route to it), dialled
+    /// with `addr` when the connection is made: the first to answer is used.
+    pub alternates: Vec<SocketAddr>,
+    /// The name in its certificate (defaults to the address's IP; each alternate is then checked
+    /// against its own IP).
     pub server_name: String,
     /// Its CA certificate (PEM file).
     pub ca_cert: PathBuf,
@@ -58,6 +62,7 @@ impl ArmOptions {
     pub fn new(addr: SocketAddr, ca_cert: impl Into<PathBuf>) -> Self {
         Self {
             addr,
+            alternates: Vec::new(),
             server_name: addr.ip().to_string(),
             ca_cert: ca_cert.into(),
             identity: None,
@@ -65,6 +70,17 @@ impl ArmOptions {
             protocol: VERSION,
         }
     }
+}
+
+/// The addresses of a manager as `ARM_ADDR` and `armctl --arm` take them: one `IP:PORT`, or
+/// several separated by commas (a replicated manager's replicas), the first the address and the
+/// others its alternates.
+pub fn parse_addresses(list: &str) -> Result<(SocketAddr, Vec<SocketAddr>)> {
+    let mut addrs = list.split(',').map(str::trim).filter(|a| !a.is_empty()).map(|a| {
+        a.parse::<SocketAddr>().map_err(|e| Error::Setup(format!("the manager's address {a:?}: {e} (IP:PORT)")))
+    });
+    let first = addrs.next().ok_or_else(|| Error::Setup("no address of the resource manager".into()))??;
+    Ok((first, addrs.collect::<Result<_>>()?))
 }
 
 /// A connection to the resource manager that reconnects when it finds it closed.
@@ -119,23 +135,46 @@ impl ArmClient {
         // handshake is still given up after our own idle timeout (quinn bounds it by the idle
         // timeout it offers): a manager that cannot be reached is said so as soon as before.
         let tuning = Tuning { idle_timeout_ms: IDLE_TO_THE_MANAGER_MS, ..self.options.tuning.clone() };
-        let endpoint = transport::client_endpoint(self.options.addr, Some(self.crypto.clone()), &tuning)?;
-        let connecting = endpoint
-            .connect(self.options.addr, &self.options.server_name)
-            .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?;
         let handshake = std::time::Duration::from_millis(self.options.tuning.idle_timeout_ms);
-        let conn = match tokio::time::timeout(handshake, connecting).await {
-            Ok(connected) => connected?,
+        // Every address at once: a dead one costs nothing (its handshake would only time out),
+        // and the first to answer is used.
+        let dials = self.addresses().map(|(addr, name)| Box::pin(self.dial(addr, name, &tuning)));
+        let connected = match tokio::time::timeout(handshake, futures_util::future::select_ok(dials)).await {
+            Ok(connected) => connected?.0,
             Err(_) => return Err(Error::Disconnected(quinn::ConnectionError::TimedOut.to_string())),
         };
-        *link = Some((endpoint, conn.clone()));
+        let conn = connected.1.clone();
+        *link = Some(connected);
         Ok(conn)
+    }
+
+    /// The manager's addresses, each with the name its certificate is checked against.
+    fn addresses(&self) -> impl Iterator<Item = (SocketAddr, String)> + '_ {
+        let named = self.options.server_name != self.options.addr.ip().to_string();
+        std::iter::once(self.options.addr).chain(self.options.alternates.iter().copied()).map(move |addr| {
+            let name = if named { self.options.server_name.clone() } else { addr.ip().to_string() };
+            (addr, name)
+        })
+    }
+
+    /// Dials the manager at `addr` (its certificate naming `name`): the endpoint and connection.
+    async fn dial(&self, addr: SocketAddr, name: String, tuning: &Tuning) -> Result<(Endpoint, Connection)> {
+        let endpoint = transport::client_endpoint(addr, Some(self.crypto.clone()), tuning)?;
+        let connecting = endpoint
+            .connect(addr, &name)
+            .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?;
+        Ok((endpoint, connecting.await?))
     }
 
     /// A failure to talk to the manager, named as such (not as a lost accelerator).
     fn unreachable(&self, e: Error) -> Error {
         match e {
+            Error::Disconnected(reason) | Error::Setup(reason) if self.options.alternates.is_empty() => {
+                Error::ManagerUnreachable { addr: self.options.addr, reason }
+            }
             Error::Disconnected(reason) | Error::Setup(reason) => {
+                let others: Vec<String> = self.options.alternates.iter().map(|a| a.to_string()).collect();
+                let reason = format!("{reason} (nor at {})", others.join(", "));
                 Error::ManagerUnreachable { addr: self.options.addr, reason }
             }
             other => other,
@@ -244,6 +283,23 @@ impl ArmClient {
         if let Some((endpoint, conn)) = self.link.lock().await.take() {
             conn.close(0u32.into(), b"finished");
             let _ = tokio::time::timeout(std::time::Duration::from_millis(100), endpoint.wait_idle()).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_of_addresses_reads_as_the_first_and_its_alternates() {
+        let (first, others) = parse_addresses("10.0.0.1:7000, 10.0.0.2:7000,10.0.0.3:7000").unwrap();
+        assert_eq!(first, "10.0.0.1:7000".parse::<SocketAddr>().unwrap());
+        assert_eq!(others.len(), 2);
+        assert_eq!(parse_addresses("[::1]:7000").unwrap().1, Vec::<SocketAddr>::new());
+        for bad in ["", " , ", "10.0.0.1", "10.0.0.1:7000,host:7000"] {
+            let err = parse_addresses(bad).unwrap_err();
+            assert!(matches!(err, Error::Setup(_)), "{bad:?}: {err}");
         }
     }
 }

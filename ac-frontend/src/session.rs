@@ -38,7 +38,8 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// Options from the environment: `ARM_ADDR`, `ARM_CA_CERT`, then one of: `ARM_JOB_ID` and
+    /// Options from the environment: `ARM_ADDR` (one address, or a replicated manager's
+    /// separated by commas), `ARM_CA_CERT`, then one of: `ARM_JOB_ID` and
     /// `ARM_JOB_CREDENTIAL` (a job submitted to the ARM); `ARM_JOB_ID` and `ARM_AUTH=munge` (a
     /// Slurm job: the SPANK plugin sets these, and `ARM_MUNGE_SOCKET` if munged listens
     /// elsewhere); `ARM_ACPN` (an ad-hoc job, the embedded default). Optionally `ARM_NODE`
@@ -47,8 +48,10 @@ impl SessionOptions {
     pub fn from_env() -> Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let need = |name: &str| var(name).ok_or_else(|| Error::Setup(format!("{name} is not set")));
-        let addr = need("ARM_ADDR")?.parse().map_err(|e| Error::Setup(format!("ARM_ADDR: {e}")))?;
+        let (addr, alternates) =
+            crate::arm::parse_addresses(&need("ARM_ADDR")?).map_err(|e| Error::Setup(format!("ARM_ADDR: {e}")))?;
         let mut arm = ArmOptions::new(addr, need("ARM_CA_CERT")?);
+        arm.alternates = alternates;
         arm.tuning = Tuning::default().with_env()?;
         let node = var("ARM_NODE")
             .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))

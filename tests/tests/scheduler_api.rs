@@ -375,3 +375,45 @@ async fn a_borrower_is_preempted_when_the_owner_grows() {
     owner.finalize().await.unwrap();
     borrower.finalize().await.unwrap();
 }
+
+/// A manager given by several addresses (a replicated manager's: `ARM_ADDR=a,b,c`) is reached
+/// through whichever answers: here the first is silent (a host that is down: a socket that never
+/// answers), the second the manager. With none answering, the error names them all. `armctl
+/// --arm a,b` does the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_is_reached_through_any_of_its_addresses() {
+    let c = TestCluster::start(1).await;
+    let silent = [std::net::UdpSocket::bind("127.0.0.1:0").unwrap(), std::net::UdpSocket::bind("127.0.0.1:0").unwrap()];
+    let [dead, dead_too] = silent.each_ref().map(|s| s.local_addr().unwrap());
+    let credential = c.submit("j", &["n1"], 1).await;
+    let mut options = c.session_options("j", &credential, "n1");
+    let live = options.arm.addr;
+    (options.arm.addr, options.arm.alternates) = (dead, vec![live]);
+    let session = Session::init(options.clone()).await.expect("reached through its second address");
+    computes(&session.accelerators()[0].acc).await.unwrap();
+    session.finalize().await.unwrap();
+
+    options.arm.alternates = vec![dead_too];
+    let err = Session::init(options).await.unwrap_err();
+    let named = |err: &ac_frontend::Error| {
+        err.to_string().contains(&dead.to_string()) && err.to_string().contains(&dead_too.to_string())
+    };
+    assert!(matches!(err, ac_frontend::Error::ManagerUnreachable { .. }) && named(&err), "{err}");
+
+    let list = format!("{dead},{live}");
+    let (cert, key) = c.arm.admin_identity();
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(ac_tests::workspace_binary("armctl"))
+            .args(["--arm", &list, "--ca"])
+            .arg(c.arm.ca_cert())
+            .arg("--cert")
+            .arg(cert)
+            .arg("--key")
+            .arg(key)
+            .args(["host", "list"])
+            .output()
+            .expect("armctl runs")
+    });
+    assert!(out.status.success(), "armctl --arm {list}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("h0/0"));
+}

@@ -23,9 +23,9 @@ mod status;
 #[derive(Debug, Parser)]
 #[command(name = "armctl", version, long_version = ac_proto::long_version(), about)]
 struct Cli {
-    /// The resource manager's address.
+    /// The resource manager's address (IP:PORT), or its replicas' separated by commas.
     #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
-    arm: SocketAddr,
+    arm: String,
     /// Its CA certificate (the packaged manager's: /var/lib/arm-server/ca.pem).
     #[arg(long, env = "ARM_CA_CERT", global = true, default_value = ".state/arm-server/ca.pem")]
     ca: PathBuf,
@@ -459,9 +459,10 @@ async fn main() -> ExitCode {
         }
     };
     let (request, identity) = request;
-    let mut options = ArmOptions::new(cli.arm, &cli.ca);
-    options.identity = identity;
     let result = async {
+        let (addr, alternates) = ac_frontend::arm::parse_addresses(&cli.arm)?;
+        let mut options = ArmOptions::new(addr, &cli.ca);
+        (options.identity, options.alternates) = (identity, alternates);
         let client = ArmClient::connect(options).await?;
         let Asked::One(request) = request else { return status::gather(&client).await.map(Output::Status) };
         let response = client.request(request).await?;
