@@ -38,7 +38,7 @@ fn introduced_in(request: &Request) -> u16 {
 pub struct ArmOptions {
     /// Its address.
     pub addr: SocketAddr,
-    /// The other addresses of the same manager (its replicas, or another route to it), dialled
+    /// The other addresses of the same manager (another route to it; a replicated manager's replicas once the manager runs replicated), dialled
     /// with `addr` when the connection is made: the first to answer is used.
     pub alternates: Vec<SocketAddr>,
     /// The name in its certificate (defaults to the address's IP; each alternate is then checked

@@ -38,8 +38,8 @@ pub struct SessionOptions {
 }
 
 impl SessionOptions {
-    /// Options from the environment: `ARM_ADDR` (one address, or a replicated manager's
-    /// separated by commas), `ARM_CA_CERT`, then one of: `ARM_JOB_ID` and
+    /// Options from the environment: `ARM_ADDR` (one address, or several routes to the same
+    /// manager separated by commas), `ARM_CA_CERT`, then one of: `ARM_JOB_ID` and
     /// `ARM_JOB_CREDENTIAL` (a job submitted to the ARM); `ARM_JOB_ID` and `ARM_AUTH=munge` (a
     /// Slurm job: the SPANK plugin sets these, and `ARM_MUNGE_SOCKET` if munged listens
     /// elsewhere); `ARM_ACPN` (an ad-hoc job, the embedded default). Optionally `ARM_NODE`

@@ -44,6 +44,8 @@ pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>) {
     let mut connections = tokio::task::JoinSet::new();
     while let Some(incoming) = endpoint.accept().await {
         connections.spawn(serve_connection(incoming, raft.clone()));
+        // Ended connections (refused ones too) are not kept until the endpoint closes.
+        while connections.try_join_next().is_some() {}
     }
     connections.shutdown().await;
 }

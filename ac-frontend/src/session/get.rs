@@ -106,6 +106,10 @@ impl Session {
     async fn ask_until(&self, request: Request, at: tokio::time::Instant) -> Result<Asked> {
         let mut unreachable = None;
         loop {
+            // A request that fails at its first poll would never meet `timeout_at`'s deadline.
+            if tokio::time::Instant::now() >= at {
+                return Ok(Asked::Deadline { unreachable });
+            }
             match tokio::time::timeout_at(at, self.client.request(request.clone())).await {
                 Ok(Ok(answer)) => return Ok(Asked::Answer(answer)),
                 Ok(Err(e @ Error::ManagerUnreachable { .. })) => {

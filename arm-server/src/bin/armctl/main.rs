@@ -23,7 +23,7 @@ mod status;
 #[derive(Debug, Parser)]
 #[command(name = "armctl", version, long_version = ac_proto::long_version(), about)]
 struct Cli {
-    /// The resource manager's address (IP:PORT), or its replicas' separated by commas.
+    /// The resource manager's address (IP:PORT), or several, comma-separated.
     #[arg(long, env = "ARM_ADDR", global = true, default_value = "127.0.0.1:7000")]
     arm: String,
     /// Its CA certificate (the packaged manager's: /var/lib/arm-server/ca.pem).
