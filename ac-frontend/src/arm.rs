@@ -29,6 +29,7 @@ fn introduced_in(request: &Request) -> u16 {
         Request::Devices | Request::ClearDevice { .. } => 6,
         Request::GetElastic { .. } => 7,
         Request::LentUntil { .. } => 8,
+        Request::ClusterStatus => 9,
         _ => MIN_VERSION,
     }
 }
@@ -38,8 +39,9 @@ fn introduced_in(request: &Request) -> u16 {
 pub struct ArmOptions {
     /// Its address.
     pub addr: SocketAddr,
-    /// The other addresses of the same manager (another route to it; a replicated manager's replicas once the manager runs replicated), dialled
-    /// with `addr` when the connection is made: the first to answer is used.
+    /// The other addresses of the same manager (another route to it, or the other replicas of
+    /// a replicated manager), dialled with `addr` when the connection is made: the first to
+    /// answer is used, and a replica that is not the leader sends the client to the leader.
     pub alternates: Vec<SocketAddr>,
     /// The name in its certificate (defaults to the address's IP; each alternate is then checked
     /// against its own IP).
@@ -91,7 +93,16 @@ pub struct ArmClient {
     /// The protocol version requests are sent in: `options.protocol`, or `MIN_VERSION` once the
     /// manager refused that.
     version: std::sync::atomic::AtomicU16,
+    /// The leader of a replicated manager, as the last replica that was not said it: dialled
+    /// first, alone.
+    leader: std::sync::Mutex<Option<SocketAddr>>,
 }
+
+/// How long a request follows "not the leader" answers: an election takes one to two seconds
+/// (a replica that does not know the leader yet is asked again every [`LEADER_PAUSE`]).
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The pause before asking again when no leader is known, or the leader named is not serving yet.
+const LEADER_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for ArmClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,7 +129,7 @@ impl ArmClient {
         };
         let crypto = Arc::new(tls::client_crypto_with_identity(roots, ALPN, identity)?);
         let version = std::sync::atomic::AtomicU16::new(options.protocol);
-        let client = Self { options, crypto, link: Mutex::new(None), version };
+        let client = Self { options, crypto, link: Mutex::new(None), version, leader: Default::default() };
         client.connection().await.map_err(|e| client.unreachable(e))?;
         Ok(client)
     }
@@ -136,6 +147,17 @@ impl ArmClient {
         // timeout it offers): a manager that cannot be reached is said so as soon as before.
         let tuning = Tuning { idle_timeout_ms: IDLE_TO_THE_MANAGER_MS, ..self.options.tuning.clone() };
         let handshake = std::time::Duration::from_millis(self.options.tuning.idle_timeout_ms);
+        let leader = *self.leader.lock().expect("leader poisoned");
+        if let Some(leader) = leader {
+            let dialled = tokio::time::timeout(handshake, self.dial(leader, self.name_of(leader), &tuning)).await;
+            if let Ok(Ok(connected)) = dialled {
+                let conn = connected.1.clone();
+                *link = Some(connected);
+                return Ok(conn);
+            }
+            // The leader named last is gone: every address again, to find the next one.
+            *self.leader.lock().expect("leader poisoned") = None;
+        }
         // Every address at once: a dead one costs nothing (its handshake would only time out),
         // and the first to answer is used.
         let dials = self.addresses().map(|(addr, name)| Box::pin(self.dial(addr, name, &tuning)));
@@ -150,11 +172,18 @@ impl ArmClient {
 
     /// The manager's addresses, each with the name its certificate is checked against.
     fn addresses(&self) -> impl Iterator<Item = (SocketAddr, String)> + '_ {
-        let named = self.options.server_name != self.options.addr.ip().to_string();
-        std::iter::once(self.options.addr).chain(self.options.alternates.iter().copied()).map(move |addr| {
-            let name = if named { self.options.server_name.clone() } else { addr.ip().to_string() };
-            (addr, name)
-        })
+        std::iter::once(self.options.addr)
+            .chain(self.options.alternates.iter().copied())
+            .map(move |addr| (addr, self.name_of(addr)))
+    }
+
+    /// The name `addr`'s certificate is checked against: the one configured, or its IP.
+    fn name_of(&self, addr: SocketAddr) -> String {
+        if self.options.server_name != self.options.addr.ip().to_string() {
+            self.options.server_name.clone()
+        } else {
+            addr.ip().to_string()
+        }
     }
 
     /// Dials the manager at `addr` (its certificate naming `name`): the endpoint and connection.
@@ -197,8 +226,14 @@ impl ArmClient {
                 "the resource manager speaks protocol {tried}, which lacks this request (protocol {needs}): upgrade it"
             )));
         }
+        let asked = std::time::Instant::now();
         loop {
             match self.request_in(&request, tried).await {
+                // A replica of a replicated manager that is not the leader: asked again at the
+                // leader it names (or, during an election, again in a moment).
+                Err(Error::Manager { kind: ArmErrorKind::NotLeader, message }) if asked.elapsed() < LEADER_WAIT => {
+                    self.follow_leader(ac_proto::arm::leader_named(&message)).await;
+                }
                 // A manager of an older version (a rolling upgrade): asked again one version
                 // down, unless the request is newer than that (then the manager's refusal says
                 // which versions it speaks).
@@ -208,6 +243,26 @@ impl ArmClient {
                     self.version.store(tried, Relaxed);
                 }
                 answer => return answer,
+            }
+        }
+    }
+
+    /// Makes `leader` (a replica named as the leader) the address dialled next; without one, or
+    /// when it is the replica already connected (elected, not serving yet), waits a moment.
+    async fn follow_leader(&self, leader: Option<SocketAddr>) {
+        let mut link = self.link.lock().await;
+        let connected = link.as_ref().map(|(_, conn)| conn.remote_address());
+        match leader {
+            Some(leader) if connected != Some(leader) => {
+                tracing::info!(%leader, "the resource manager's replica is not the leader: asking the leader");
+                *self.leader.lock().expect("leader poisoned") = Some(leader);
+                if let Some((_, old)) = link.take() {
+                    old.close(0u32.into(), b"not the leader");
+                }
+            }
+            _ => {
+                drop(link);
+                tokio::time::sleep(LEADER_PAUSE).await;
             }
         }
     }

@@ -13,13 +13,15 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
 /// one version lower each time, down to this one. A new version only appends variants to [`Request`] and [`Response`] (and
 /// answers the new requests only), so the encodings of the version before stay valid. 5 added
 /// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`]; 7 added
-/// [`Request::GetElastic`]; 8 added [`Request::LentUntil`].
+/// [`Request::GetElastic`]; 8 added [`Request::LentUntil`]; 9 added
+/// [`Request::ClusterStatus`] and [`ArmErrorKind::NotLeader`] (older clients are told it as
+/// [`ArmErrorKind::Internal`]).
 pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
@@ -314,6 +316,10 @@ pub enum Request {
         /// The set.
         set: u64,
     },
+    /// The replicated manager's members, leader, term and each member's progress, as the
+    /// replica asked knows them (any replica answers; the leader knows each one's lag). Needs
+    /// the admin role. Answers [`Response::Cluster`]. Protocol 9.
+    ClusterStatus,
 }
 
 /// What the rows of [`Response::Accounting`] add up by.
@@ -455,6 +461,55 @@ pub enum Response {
     /// Unix time (seconds) until which the plan leaves a lent set to its program; `None`: no
     /// queued job is planned, or the set is not lent (see [`Request::LentUntil`]).
     LentUntil(Option<u64>),
+    /// The replicated manager as one replica sees it (see [`Request::ClusterStatus`]).
+    Cluster(ClusterStatus),
+}
+
+/// The replicated manager as one replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The replica that answered.
+    pub replica: u64,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// Its current term.
+    pub term: u64,
+    /// The last index in its log.
+    pub last_log: Option<u64>,
+    /// The last index it applied.
+    pub applied: Option<u64>,
+    /// Every member and learner.
+    pub members: Vec<ClusterMember>,
+}
+
+/// One replica of the manager.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    /// Its id.
+    pub id: u64,
+    /// Where it serves the other replicas.
+    pub raft: String,
+    /// Where it serves programs and admins, when configured.
+    pub api: Option<SocketAddr>,
+    /// Whether it votes (a learner does not).
+    pub voter: bool,
+    /// The last log index the leader knows it holds (only the leader knows).
+    pub matched: Option<u64>,
+}
+
+/// The answer of a replica that is not the leader: the leader's address for programs and
+/// admins, when it knows it, in words [`leader_named`] reads back.
+pub fn not_leader(leader: Option<SocketAddr>) -> ArmError {
+    let message = match leader {
+        Some(addr) => format!("this replica of the resource manager is not the leader; the leader is at {addr}"),
+        None => "this replica of the resource manager is not the leader, and no leader is elected yet".to_string(),
+    };
+    ArmError::new(ArmErrorKind::NotLeader, message)
+}
+
+/// The leader's address a [`not_leader`] answer names.
+pub fn leader_named(message: &str) -> Option<SocketAddr> {
+    message.rsplit_once("the leader is at ").and_then(|(_, addr)| addr.trim().parse().ok())
 }
 
 /// One accelerator's identity, health and load as admins see it.
@@ -651,6 +706,9 @@ pub enum ArmErrorKind {
     BatchSystem,
     /// The ARM failed (storage).
     Internal,
+    /// This replica of a replicated manager is not the leader: ask the leader (its address in
+    /// the message, [`leader_named`]). Protocol 9.
+    NotLeader,
 }
 
 /// An error answer.

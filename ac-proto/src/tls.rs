@@ -91,7 +91,8 @@ pub fn issued_names(dir: &Path) -> Option<Vec<String>> {
 /// first use, together with a client certificate `NAME.pem`/`NAME.key` for each of `clients`
 /// (for mutual TLS). Existing files are kept as they are, except that a certificate lacking one
 /// of `names` is issued again from the same CA: clients that trust the CA need nothing new when
-/// an admin adds an address.
+/// an admin adds an address. A CA (`ca.pem`, `ca.key`) placed in `dir` before the first use
+/// issues the certificates instead of a new one.
 pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Result<IdentityFiles, ProtoError> {
     let files = IdentityFiles::in_dir(dir);
     if files.ca_cert.exists() && files.cert.exists() && files.key.exists() {
@@ -107,10 +108,24 @@ pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Res
     }
     fs::create_dir_all(dir)?;
     let ca_params = ca_params()?;
-    let ca_key = KeyPair::generate().map_err(cert_err)?;
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(cert_err)?;
+    let ca_key_file = dir.join("ca.key");
+    // A CA placed here before the first start (a replicated manager's replicas share the
+    // first one's): the certificates are issued from it, so that clients trust one CA.
+    let (ca_key, ca_pem) = if files.ca_cert.exists() && ca_key_file.exists() {
+        let ca_key = KeyPair::from_pem(&fs::read_to_string(&ca_key_file)?).map_err(cert_err)?;
+        (ca_key, fs::read_to_string(&files.ca_cert)?)
+    } else {
+        let ca_key = KeyPair::generate().map_err(cert_err)?;
+        let ca_cert = ca_params.self_signed(&ca_key).map_err(cert_err)?;
+        write_file(&ca_key_file, &ca_key.serialize_pem(), true)?;
+        write_file(&files.ca_cert, &ca_cert.pem(), false)?;
+        (ca_key, ca_cert.pem())
+    };
     let issuer = Issuer::from_params(&ca_params, &ca_key);
     for client in clients {
+        if dir.join(format!("{client}.pem")).exists() {
+            continue;
+        }
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(cert_err)?;
         params.distinguished_name.push(DnType::CommonName, *client);
         let key = KeyPair::generate().map_err(cert_err)?;
@@ -118,9 +133,7 @@ pub fn ensure_self_signed(dir: &Path, names: &[String], clients: &[&str]) -> Res
         write_file(&dir.join(format!("{client}.key")), &key.serialize_pem(), true)?;
         write_file(&dir.join(format!("{client}.pem")), &cert.pem(), false)?;
     }
-    write_file(&dir.join("ca.key"), &ca_key.serialize_pem(), true)?;
-    write_file(&files.ca_cert, &ca_cert.pem(), false)?;
-    issue_leaf(dir, &files, names, &ca_params, &ca_key, &ca_cert.pem())?;
+    issue_leaf(dir, &files, names, &ca_params, &ca_key, &ca_pem)?;
     tracing::info!(dir = %dir.display(), "created a self-signed CA and certificate");
     Ok(files)
 }

@@ -37,7 +37,7 @@ mod state_machine;
 use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
-pub use replica::{Committed, Replica, ReplicaOptions, ReplicaTls};
+pub use replica::{Committed, Replica, ReplicaOptions, ReplicaTls, Status};
 pub use state_machine::{Machine, StateMachine};
 
 openraft::declare_raft_types!(
@@ -100,10 +100,10 @@ pub enum ReplicationError {
 pub type StorageError = openraft::StorageError<u64>;
 
 /// Opens (or creates) the replicated store in the redb file at `path`: its log and its state
-/// machine, which share the file.
-pub fn open<M: Machine>(path: &std::path::Path) -> Result<(LogStore, StateMachine<M>), ReplicationError> {
+/// machine over `machine`, which share the file.
+pub fn open<M: Machine>(path: &std::path::Path, machine: M) -> Result<(LogStore, StateMachine<M>), ReplicationError> {
     let db = db::open(path)?;
     let log = LogStore::new(db.clone());
-    let machine = StateMachine::open(db)?;
+    let machine = StateMachine::open(db, machine)?;
     Ok((log, machine))
 }

@@ -163,12 +163,17 @@ impl PeerLink {
     }
 
     /// Sends `request` and reads its answer, within `ttl`.
-    async fn call(&mut self, request: PeerRequest, ttl: std::time::Duration) -> Result<PeerResponse, Failed> {
+    async fn send(&mut self, request: &PeerRequest, ttl: std::time::Duration) -> Result<PeerResponse, Failed> {
+        let frame = frame_bytes(request).map_err(|e| Failed::Network(AnyError::error(e.to_string())))?;
+        self.call(frame, ttl).await
+    }
+
+    /// Sends a request's `frame` and reads its answer, within `ttl`.
+    async fn call(&mut self, frame: bytes::Bytes, ttl: std::time::Duration) -> Result<PeerResponse, Failed> {
         let exchange = async {
             let conn = self.connection().await?;
             let network = |e: &dyn std::fmt::Display| Failed::Network(AnyError::error(e.to_string()));
             let (mut send, recv) = conn.open_bi().await.map_err(|e| network(&e))?;
-            let frame = frame_bytes(&request).map_err(|e| network(&e))?;
             send.write_all(&frame).await.map_err(|e| network(&e))?;
             let _ = send.finish();
             FrameReader::new(recv).expect_frame::<PeerResponse>().await.map_err(|e| network(&e))
@@ -213,7 +218,15 @@ impl RaftNetwork<ArmRaft> for PeerLink {
         rpc: AppendEntriesRequest<ArmRaft>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let answer = self.call(PeerRequest::Append(rpc), option.hard_ttl()).await;
+        let entries = rpc.entries.len() as u64;
+        let answer = match frame_bytes(&PeerRequest::Append(rpc)) {
+            Ok(frame) => self.call(frame, option.hard_ttl()).await,
+            // Over the protocol's frame limit: openraft is asked to send fewer entries at once.
+            Err(_) if entries > 1 => {
+                return Err(RPCError::PayloadTooLarge(openraft::error::PayloadTooLarge::new_entries_hint(entries / 2)))
+            }
+            Err(e) => Err(Failed::Network(AnyError::error(e.to_string()))),
+        };
         self.unwrap(answer, |r| match r {
             PeerResponse::Append(answer) => Some(answer),
             _ => None,
@@ -225,7 +238,7 @@ impl RaftNetwork<ArmRaft> for PeerLink {
         rpc: InstallSnapshotRequest<ArmRaft>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        let answer = self.call(PeerRequest::Snapshot(rpc), option.hard_ttl()).await;
+        let answer = self.send(&PeerRequest::Snapshot(rpc), option.hard_ttl()).await;
         self.unwrap(answer, |r| match r {
             PeerResponse::Snapshot(answer) => Some(answer),
             _ => None,
@@ -237,7 +250,7 @@ impl RaftNetwork<ArmRaft> for PeerLink {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let answer = self.call(PeerRequest::Vote(rpc), option.hard_ttl()).await;
+        let answer = self.send(&PeerRequest::Vote(rpc), option.hard_ttl()).await;
         self.unwrap(answer, |r| match r {
             PeerResponse::Vote(answer) => Some(answer),
             _ => None,

@@ -81,6 +81,25 @@ pub struct Committed {
     pub index: u64,
 }
 
+/// What a replica knows of the cluster (what `armctl cluster status` shows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The replica.
+    pub id: u64,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// Its current term.
+    pub term: u64,
+    /// The last index in its log.
+    pub last_log: Option<u64>,
+    /// The last index it applied.
+    pub applied: Option<u64>,
+    /// Every member and learner: id, Raft address, whether it votes.
+    pub members: Vec<(u64, String, bool)>,
+    /// The last index each replica is known to hold: only a leader knows it (empty elsewhere).
+    pub matched: BTreeMap<u64, Option<u64>>,
+}
+
 /// A running replica.
 pub struct Replica<M: Machine> {
     id: u64,
@@ -97,11 +116,11 @@ impl<M: Machine> std::fmt::Debug for Replica<M> {
 }
 
 impl<M: Machine> Replica<M> {
-    /// Opens the store and starts the replica (a follower until it hears of a leader or wins an
+    /// Opens the store over `machine` and starts the replica (a follower until it hears of a leader or wins an
     /// election).
-    pub async fn start(options: ReplicaOptions) -> Result<Self, ReplicationError> {
+    pub async fn start(options: ReplicaOptions, machine: M) -> Result<Self, ReplicationError> {
         let setup = |e: &dyn std::fmt::Display| ReplicationError::Setup(e.to_string());
-        let (log, machine) = crate::open::<M>(&options.store)?;
+        let (log, machine) = crate::open(&options.store, machine)?;
         let roots = tls::load_roots(&options.tls.ca).map_err(|e| setup(&e))?;
         let server = tls::load_identity(&options.tls.server.0, &options.tls.server.1).map_err(|e| setup(&e))?;
         let client = tls::load_identity(&options.tls.client.0, &options.tls.client.1).map_err(|e| setup(&e))?;
@@ -192,6 +211,45 @@ impl<M: Machine> Replica<M> {
     pub fn progress(&self) -> (u64, Option<u64>, Option<u64>) {
         let metrics = self.raft.metrics().borrow().clone();
         (metrics.current_term, metrics.last_log_index, metrics.last_applied.map(|id| id.index))
+    }
+
+    /// What this replica knows of the cluster.
+    pub fn status(&self) -> Status {
+        let metrics = self.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: BTreeSet<u64> = membership.voter_ids().collect();
+        let members = membership.nodes().map(|(id, node)| (*id, node.addr.clone(), voters.contains(id))).collect();
+        let matched = metrics
+            .replication
+            .map(|replication| replication.into_iter().map(|(id, log)| (id, log.map(|l| l.index))).collect())
+            .unwrap_or_default();
+        Status {
+            id: self.id,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            last_log: metrics.last_log_index,
+            applied: metrics.last_applied.map(|id| id.index),
+            members,
+            matched,
+        }
+    }
+
+    /// Waits until this replica leads or stops leading, whichever it does not now: `leading`
+    /// is what it did when last asked. Returns at once if that changed meanwhile.
+    pub async fn role_changed(&self, leading: bool) {
+        let mut metrics = self.raft.metrics();
+        while (metrics.borrow_and_update().state == ServerState::Leader) == leading {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// As a new leader, waits until this replica has applied everything committed before its
+    /// term (its term's first entry included): its state is then the cluster's, to serve from.
+    /// Fails if it is not the leader (any more), or cannot reach a majority.
+    pub async fn ready_to_lead(&self) -> Result<(), ReplicationError> {
+        self.raft.ensure_linearizable().await.map(drop).map_err(|e| ReplicationError::Raft(e.to_string()))
     }
 
     /// Reads the replica's state machine (the manager's state as applied here).

@@ -25,13 +25,14 @@ type Meta = SnapshotMeta<u64, BasicNode>;
 
 /// The manager's state, as the replicated state machine drives it. Deterministic: every replica
 /// applies the same commands in the same order and must reach the same state.
-pub trait Machine: Default + Send + Sync + 'static {
-    /// Applies one decision and answers it.
-    fn apply(&mut self, op: &[u8]) -> Vec<u8>;
+pub trait Machine: Send + Sync + 'static {
+    /// Applies one decision and answers it. A failure (its disk cannot write) stops the
+    /// replica: it may not go on with a state the others have and it lacks.
+    fn apply(&mut self, op: &[u8]) -> Result<Vec<u8>, String>;
     /// The whole state, for a snapshot.
-    fn save(&self) -> Vec<u8>;
-    /// The state a snapshot saved.
-    fn restore(bytes: &[u8]) -> Result<Self, String>;
+    fn save(&self) -> Result<Vec<u8>, String>;
+    /// Replaces the state with the one a snapshot saved.
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String>;
 }
 
 /// What a snapshot holds.
@@ -45,7 +46,6 @@ struct Image {
 }
 
 /// The state machine's state in memory.
-#[derive(Default)]
 struct State<M> {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
@@ -56,46 +56,64 @@ struct State<M> {
 }
 
 impl<M: Machine> State<M> {
-    fn image(&self) -> Image {
-        Image {
-            last_applied: self.last_applied,
-            membership: self.membership.clone(),
-            machine: self.machine.save(),
-            answered: self.order.iter().map(|id| (id.clone(), self.answers[id].clone())).collect(),
+    fn new(machine: M) -> Self {
+        Self {
+            last_applied: None,
+            membership: StoredMembership::default(),
+            machine,
+            answers: HashMap::new(),
+            order: VecDeque::new(),
         }
     }
 
-    fn from_image(image: Image) -> Result<Self, String> {
-        let machine = M::restore(&image.machine)?;
-        let order = image.answered.iter().map(|(id, _)| id.clone()).collect();
-        let answers = image.answered.into_iter().collect();
-        Ok(Self { last_applied: image.last_applied, membership: image.membership, machine, answers, order })
+    fn image(&self) -> Result<Image, String> {
+        Ok(Image {
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            machine: self.machine.save()?,
+            answered: self.order.iter().map(|id| (id.clone(), self.answers[id].clone())).collect(),
+        })
+    }
+
+    /// Takes the state an image saved.
+    fn load(&mut self, image: Image) -> Result<(), String> {
+        self.machine.restore(&image.machine)?;
+        self.order = image.answered.iter().map(|(id, _)| id.clone()).collect();
+        self.answers = image.answered.into_iter().collect();
+        self.last_applied = image.last_applied;
+        self.membership = image.membership;
+        Ok(())
     }
 
     /// Applies one entry; the answer openraft hands to whoever proposed it.
-    fn apply(&mut self, entry: Entry<ArmRaft>) -> Applied {
-        self.last_applied = Some(entry.log_id);
-        match entry.payload {
+    fn apply(&mut self, entry: Entry<ArmRaft>) -> Result<Applied, String> {
+        let log_id = entry.log_id;
+        let applied = match entry.payload {
             EntryPayload::Blank => Applied::default(),
             EntryPayload::Membership(membership) => {
-                self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                self.membership = StoredMembership::new(Some(log_id), membership);
                 Applied::default()
             }
-            EntryPayload::Normal(command) => {
-                if let Some(answer) = self.answers.get(&command.id) {
-                    return Applied { answer: answer.clone(), duplicate: true };
-                }
-                let answer = self.machine.apply(&command.op);
-                self.answers.insert(command.id.clone(), answer.clone());
-                self.order.push_back(command.id);
-                while self.order.len() > ANSWERS_KEPT {
-                    if let Some(old) = self.order.pop_front() {
-                        self.answers.remove(&old);
-                    }
-                }
-                Applied { answer, duplicate: false }
+            EntryPayload::Normal(command) => self.apply_command(command)?,
+        };
+        self.last_applied = Some(log_id);
+        Ok(applied)
+    }
+
+    /// Applies a command, unless its id was applied before: then its first answer is given.
+    fn apply_command(&mut self, command: crate::Command) -> Result<Applied, String> {
+        if let Some(answer) = self.answers.get(&command.id) {
+            return Ok(Applied { answer: answer.clone(), duplicate: true });
+        }
+        let answer = self.machine.apply(&command.op)?;
+        self.answers.insert(command.id.clone(), answer.clone());
+        self.order.push_back(command.id);
+        while self.order.len() > ANSWERS_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.answers.remove(&old);
             }
         }
+        Ok(Applied { answer, duplicate: false })
     }
 }
 
@@ -118,17 +136,14 @@ impl<M> Clone for StateMachine<M> {
 }
 
 impl<M: Machine> StateMachine<M> {
-    /// The state machine of the store `db`, from its last snapshot (or empty).
-    pub(crate) fn open(db: Arc<Database>) -> Result<Self, ReplicationError> {
-        let machine = Self { db, state: Arc::default() };
-        let state = match machine.stored().map_err(|e| ReplicationError::Snapshot(e.to_string()))? {
-            Some((_, data)) => {
-                let image = decode(&data).map_err(|e| ReplicationError::Snapshot(e.to_string()))?;
-                State::from_image(image).map_err(ReplicationError::Snapshot)?
-            }
-            None => State::default(),
-        };
-        *machine.state.lock().expect("state machine poisoned") = state;
+    /// The state machine of the store `db` over `machine`, from the store's last snapshot (the
+    /// machine as given when there is none).
+    pub(crate) fn open(db: Arc<Database>, machine: M) -> Result<Self, ReplicationError> {
+        let machine = Self { db, state: Arc::new(Mutex::new(State::new(machine))) };
+        if let Some((_, data)) = machine.stored().map_err(|e| ReplicationError::Snapshot(e.to_string()))? {
+            let image = decode(&data).map_err(|e| ReplicationError::Snapshot(e.to_string()))?;
+            machine.state.lock().expect("state machine poisoned").load(image).map_err(ReplicationError::Snapshot)?;
+        }
         Ok(machine)
     }
 
@@ -151,6 +166,18 @@ impl<M: Machine> StateMachine<M> {
         Ok(Some((meta, data)))
     }
 
+    /// Stores `meta` and `data` as the last snapshot, unless the one stored is of a later log
+    /// index: a snapshot built from an older state may finish after one installed from the
+    /// leader, and must not replace it.
+    fn store_unless_older(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
+        if let Some((stored, _)) = self.stored()? {
+            if stored.last_log_id > meta.last_log_id {
+                return Ok(());
+            }
+        }
+        self.store(meta, data)
+    }
+
     /// Stores `meta` and `data` as the last snapshot.
     fn store(&self, meta: &Meta, data: &[u8]) -> Result<(), StorageError> {
         let subject = || ErrorSubject::Snapshot(Some(meta.signature()));
@@ -168,11 +195,12 @@ impl<M: Machine> StateMachine<M> {
 
 impl<M: Machine> RaftSnapshotBuilder<ArmRaft> for StateMachine<M> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<ArmRaft>, StorageError> {
+        let failed = |e: &dyn std::fmt::Display| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Write, e);
         let (image, last_applied, membership) = {
             let state = self.state.lock().expect("state machine poisoned");
-            (state.image(), state.last_applied, state.membership.clone())
+            (state.image().map_err(|e| failed(&e))?, state.last_applied, state.membership.clone())
         };
-        let data = encode(&image).map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Write, e))?;
+        let data = encode(&image).map_err(|e| failed(&e))?;
         // Unique per build: two snapshots at one log id from different replicas are distinct.
         let nonce = u64::from_le_bytes(rand_bytes());
         let at = last_applied.map_or_else(|| "none".to_string(), |id| format!("{}-{}", id.leader_id, id.index));
@@ -181,7 +209,7 @@ impl<M: Machine> RaftSnapshotBuilder<ArmRaft> for StateMachine<M> {
             last_membership: membership,
             snapshot_id: format!("{at}-{nonce:x}"),
         };
-        self.store(&meta, &data)?;
+        self.store_unless_older(&meta, &data)?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -206,7 +234,15 @@ impl<M: Machine> RaftStateMachine<ArmRaft> for StateMachine<M> {
         I::IntoIter: OptionalSend,
     {
         let mut state = self.state.lock().expect("state machine poisoned");
-        Ok(entries.into_iter().map(|entry| state.apply(entry)).collect())
+        let mut answers = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            let applied = state.apply(entry).map_err(|e| {
+                io_error(ErrorSubject::Apply(log_id), ErrorVerb::Write, format!("the manager's state: {e}"))
+            })?;
+            answers.push(applied);
+        }
+        Ok(answers)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -222,12 +258,13 @@ impl<M: Machine> RaftStateMachine<ArmRaft> for StateMachine<M> {
         let failed =
             |e: &dyn std::fmt::Display| io_error(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e);
         let image: Image = decode(&data).map_err(|e| failed(&e))?;
-        let mut state = State::from_image(image).map_err(|e| failed(&e))?;
-        state.last_applied = meta.last_log_id;
-        state.membership = meta.last_membership.clone();
-        self.store(meta, &data)?;
-        *self.state.lock().expect("state machine poisoned") = state;
-        Ok(())
+        {
+            let mut state = self.state.lock().expect("state machine poisoned");
+            state.load(image).map_err(|e| failed(&e))?;
+            state.last_applied = meta.last_log_id;
+            state.membership = meta.last_membership.clone();
+        }
+        self.store_unless_older(meta, &data)
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<ArmRaft>>, StorageError> {

@@ -82,7 +82,7 @@ async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice(
     let addrs: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
     let mut replicas = Vec::new();
     for (id, addr) in &addrs {
-        replicas.push(Some(Replica::<Pool>::start(options(dir.path(), *id, *addr)).await.unwrap()));
+        replicas.push(Some(Replica::start(options(dir.path(), *id, *addr), Pool::default()).await.unwrap()));
     }
     replicas[0].as_ref().unwrap().initialize(&addrs).await.unwrap();
     let all: Vec<&Replica<Pool>> = replicas.iter().flatten().collect();
@@ -123,7 +123,7 @@ async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice(
     assert!(standing.iter().all(|r| r.with(|p| p.holders.clone()) == state), "the replicas agree");
 
     // The dead replica restarted on its store catches up.
-    let back = Replica::<Pool>::start(options(dir.path(), leader, addrs[&leader])).await.unwrap();
+    let back = Replica::start(options(dir.path(), leader, addrs[&leader]), Pool::default()).await.unwrap();
     applied_through(&[&back], again.index).await;
     assert_eq!(back.with(|p| p.holders.clone()), state);
     back.shutdown().await;
@@ -139,7 +139,7 @@ async fn a_client_without_the_clusters_certificate_cannot_speak_raft() {
     let dir = tempfile::tempdir().unwrap();
     ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
     let addr = free_addr();
-    let replica = Replica::<Pool>::start(options(dir.path(), 1, addr)).await.unwrap();
+    let replica = Replica::start(options(dir.path(), 1, addr), Pool::default()).await.unwrap();
     let roots = ac_proto::tls::load_roots(&dir.path().join("tls/ca.pem")).unwrap();
     let crypto = ac_proto::tls::client_crypto(roots, arm_raft::network::ALPN).unwrap();
     let tuning = ac_proto::transport::Tuning::default();
@@ -159,7 +159,7 @@ async fn start_compacting(dir: &Path, addrs: &BTreeMap<u64, SocketAddr>, ids: &[
     for id in ids {
         let mut options = options(dir, *id, addrs[id]);
         (options.snapshot_every, options.logs_kept) = (20, 0);
-        replicas.push(Replica::<Pool>::start(options).await.unwrap());
+        replicas.push(Replica::start(options, Pool::default()).await.unwrap());
     }
     replicas
 }

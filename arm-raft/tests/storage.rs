@@ -16,7 +16,7 @@ struct Builder;
 impl StoreBuilder<ArmRaft, LogStore, StateMachine<Pool>, tempfile::TempDir> for Builder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine<Pool>), arm_raft::StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (log, machine) = arm_raft::open(&dir.path().join("raft.redb")).expect("open");
+        let (log, machine) = arm_raft::open(&dir.path().join("raft.redb"), Pool::default()).expect("open");
         Ok((dir, log, machine))
     }
 }
@@ -46,7 +46,7 @@ fn answers(applied: &[Applied]) -> Vec<(String, bool)> {
 #[tokio::test]
 async fn a_request_id_applied_twice_gets_its_first_answer_and_changes_the_state_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut machine) = arm_raft::open::<Pool>(&dir.path().join("raft.redb")).unwrap();
+    let (_, mut machine) = arm_raft::open(&dir.path().join("raft.redb"), Pool::default()).unwrap();
     let entries = vec![
         command(1, 1, "r1", "take h1/0 job-a"),
         // The same request sent again after a failover: the new leader proposed it again.
@@ -67,7 +67,7 @@ async fn a_reopened_store_keeps_its_vote_log_and_state() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("raft.redb");
     {
-        let (mut log, mut machine) = arm_raft::open::<Pool>(&path).unwrap();
+        let (mut log, mut machine) = arm_raft::open(&path, Pool::default()).unwrap();
         log.save_vote(&Vote::new(3, 1)).await.unwrap();
         let entries: Vec<_> =
             (1..=4).map(|i| command(3, i, &format!("r{i}"), &format!("take h{i}/0 job-{i}"))).collect();
@@ -78,7 +78,7 @@ async fn a_reopened_store_keeps_its_vote_log_and_state() {
         // Applied after the snapshot: openraft applies these again from the log after a restart.
         machine.apply(entries[2..].to_vec()).await.unwrap();
     }
-    let (mut log, mut machine) = arm_raft::open::<Pool>(&path).unwrap();
+    let (mut log, mut machine) = arm_raft::open(&path, Pool::default()).unwrap();
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(3, 4)));
     let state = log.get_log_state().await.unwrap();
@@ -95,19 +95,19 @@ async fn a_reopened_store_keeps_its_vote_log_and_state() {
 #[tokio::test]
 async fn a_snapshot_installed_on_a_lagging_replica_gives_it_the_same_state_and_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut leader) = arm_raft::open::<Pool>(&dir.path().join("leader.redb")).unwrap();
+    let (_, mut leader) = arm_raft::open(&dir.path().join("leader.redb"), Pool::default()).unwrap();
     leader.apply(vec![command(1, 1, "r1", "take h1/0 a"), command(1, 2, "r2", "take h2/0 b")]).await.unwrap();
     let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
 
     let follower_path = dir.path().join("follower.redb");
     {
-        let (_, mut follower) = arm_raft::open::<Pool>(&follower_path).unwrap();
+        let (_, mut follower) = arm_raft::open(&follower_path, Pool::default()).unwrap();
         let mut receiving = follower.begin_receiving_snapshot().await.unwrap();
         receiving.get_mut().extend_from_slice(snapshot.snapshot.get_ref());
         follower.install_snapshot(&snapshot.meta, receiving).await.unwrap();
     }
     // Reopened: the installed snapshot is its durable state.
-    let (_, mut follower) = arm_raft::open::<Pool>(&follower_path).unwrap();
+    let (_, mut follower) = arm_raft::open(&follower_path, Pool::default()).unwrap();
     assert_eq!(follower.applied_state().await.unwrap().0, Some(log_id(1, 2)));
     assert_eq!(follower.with(|p| p.holders.clone()), leader.with(|p| p.holders.clone()));
     // A request answered before the snapshot is still known as answered after it.

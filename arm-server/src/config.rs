@@ -54,6 +54,9 @@ pub struct ArmConfig {
     /// Serve Prometheus metrics over HTTP at `/metrics` on this address (`arm_*`; see
     /// docs/admin.md, "Monitoring"). Unset: no metrics endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// Run as one replica of a replicated manager (`[replication]`; docs/admin.md, "Three
+    /// managers"). Unset: a single manager, as before.
+    pub replication: Option<ReplicationConfig>,
     /// Answer only this ARM protocol version, as a manager of that version would (tests of
     /// rolling upgrades); unset: every version this build speaks.
     #[doc(hidden)]
@@ -80,8 +83,49 @@ impl Default for ArmConfig {
             scheduler: arm_sched::Config::default(),
             slurm: crate::slurm::SlurmConfig::default(),
             metrics_listen: None,
+            replication: None,
             only_protocol: None,
         }
+    }
+}
+
+/// One replica of a replicated manager: who it is, where it and the others are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationConfig {
+    /// This replica's id: one of `members`, stable across restarts.
+    pub id: u64,
+    /// The voting members: three (or five) replicas, the same list on each.
+    pub members: Vec<Member>,
+    /// A follower without a leader's heartbeat this long (at least; at most twice this) stands
+    /// for election, milliseconds.
+    #[serde(default = "default_election_timeout_ms")]
+    pub election_timeout_ms: u64,
+}
+
+fn default_election_timeout_ms() -> u64 {
+    1_000
+}
+
+/// A replica's addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// Its id.
+    pub id: u64,
+    /// Where it serves the other replicas (Raft over QUIC, mutual TLS).
+    pub raft: SocketAddr,
+    /// Where it serves programs and admins (its `listen`): where followers send clients.
+    pub api: SocketAddr,
+}
+
+impl ReplicationConfig {
+    /// This replica's entry in `members`.
+    pub fn me(&self) -> Result<&Member, ArmServerError> {
+        self.members
+            .iter()
+            .find(|m| m.id == self.id)
+            .ok_or_else(|| ArmServerError::Config(format!("[replication] id = {} is not one of its members", self.id)))
     }
 }
 

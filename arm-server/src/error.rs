@@ -13,6 +13,14 @@ pub enum ArmServerError {
     /// The configuration is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// This replica of a replicated manager is not the leader (the leader's address for
+    /// programs, when known).
+    #[error("not the leader")]
+    NotLeader(Option<std::net::SocketAddr>),
+    /// Replication failed: the replica could not start, or a change was not committed (no
+    /// majority reached).
+    #[error("replication: {0}")]
+    Replication(String),
     /// A local I/O operation failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

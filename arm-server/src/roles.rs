@@ -106,7 +106,8 @@ pub fn needs(request: &Request) -> Option<Role> {
         | Request::Health
         | Request::Devices
         | Request::ClearDevice { .. }
-        | Request::Accounting { .. } => Some(Role::Admin),
+        | Request::Accounting { .. }
+        | Request::ClusterStatus => Some(Role::Admin),
         _ => None,
     }
 }
@@ -130,6 +131,7 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::Devices => "device list",
         Request::ClearDevice { .. } => "device clear",
         Request::Accounting { .. } => "accounting",
+        Request::ClusterStatus => "cluster status",
         _ => "a program's request",
     }
 }

@@ -371,6 +371,44 @@ impl Store {
 
     fn write_changes(db: &Database, changes: &[Change]) -> Result<(), ArmServerError> {
         let txn = db.begin_write().map_err(store_err)?;
+        Self::write_in(&txn, changes)?;
+        txn.commit().map_err(store_err)
+    }
+
+    /// The whole store as changes that write it into an empty one: a replicated manager's
+    /// snapshot.
+    pub fn dump(&self) -> Result<Vec<Change>, ArmServerError> {
+        let core = self.load()?;
+        let mut changes = Self::snapshot(&core, &core.stored_keys())?;
+        for usage in self.usage_since(0)? {
+            let value = encode(&usage)?;
+            changes.push((Key::UsageRecord(usage), Some(value)));
+        }
+        Ok(changes)
+    }
+
+    /// Replaces everything the store holds with what `changes` write into an empty one
+    /// ([`Store::dump`]), in one durable transaction.
+    pub fn replace(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        self.write(|db| {
+            let txn = db.begin_write().map_err(store_err)?;
+            for table in [HOSTS, JOBS, SESSIONS, STATE, USAGE_OPEN, LEASES] {
+                txn.delete_table(table).map_err(store_err)?;
+            }
+            for table in [SETS, PENDING, RESERVATIONS] {
+                txn.delete_table(table).map_err(store_err)?;
+            }
+            txn.delete_table(DELAYED).map_err(store_err)?;
+            txn.delete_table(REVOKED).map_err(store_err)?;
+            txn.delete_table(USAGE).map_err(store_err)?;
+            txn.delete_table(ELASTIC_GETS).map_err(store_err)?;
+            Self::write_in(&txn, changes)?;
+            txn.commit().map_err(store_err)
+        })
+    }
+
+    /// Writes `changes` in `txn`, in order.
+    fn write_in(txn: &redb::WriteTransaction, changes: &[Change]) -> Result<(), ArmServerError> {
         {
             let mut hosts = txn.open_table(HOSTS).map_err(store_err)?;
             let mut jobs = txn.open_table(JOBS).map_err(store_err)?;
@@ -429,7 +467,7 @@ impl Store {
                 .map_err(store_err)?;
             }
         }
-        txn.commit().map_err(store_err)
+        Ok(())
     }
 
     /// The closed accounting records that end after `since_ms` (Unix ms), in order of their end.

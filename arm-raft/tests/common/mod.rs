@@ -12,7 +12,7 @@ pub struct Pool {
 }
 
 impl Machine for Pool {
-    fn apply(&mut self, op: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, op: &[u8]) -> Result<Vec<u8>, String> {
         let op = String::from_utf8_lossy(op);
         let words: Vec<&str> = op.split_whitespace().collect();
         let answer = match words.as_slice() {
@@ -24,19 +24,20 @@ impl Machine for Pool {
             ["free", acc] => self.holders.remove(*acc).map_or("not held".into(), |_| "freed".into()),
             _ => "malformed".into(),
         };
-        answer.into_bytes()
+        Ok(answer.into_bytes())
     }
 
-    fn save(&self) -> Vec<u8> {
-        self.holders.iter().map(|(a, j)| format!("{a}={j}\n")).collect::<String>().into_bytes()
+    fn save(&self) -> Result<Vec<u8>, String> {
+        Ok(self.holders.iter().map(|(a, j)| format!("{a}={j}\n")).collect::<String>().into_bytes())
     }
 
-    fn restore(bytes: &[u8]) -> Result<Self, String> {
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
         let text = String::from_utf8(bytes.to_vec()).map_err(|e| e.to_string())?;
         let holders = text
             .lines()
             .map(|l| l.split_once('=').map(|(a, j)| (a.to_string(), j.to_string())).ok_or(format!("bad line {l}")))
             .collect::<Result<_, _>>()?;
-        Ok(Self { holders })
+        self.holders = holders;
+        Ok(())
     }
 }

@@ -41,8 +41,9 @@ use ac_proto::arm::{ArmError, ArmErrorKind};
 use crate::model::{DynSet, Holder, Host, Job, JobState, Lease, PendingGet, Reservation, Session, Usage};
 use view::{usable_free, View};
 
-/// A key of the durable store that changed.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// A key of the durable store that changed (replicated as such: a replicated manager's log
+/// entries are the records a change wrote).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Key {
     /// A host.
     Host(String),

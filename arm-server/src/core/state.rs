@@ -40,6 +40,25 @@ pub struct Durable {
 }
 
 impl Core {
+    /// Every key the store holds of this core (closed accounting records aside: the core never
+    /// keeps them): with [`crate::store::Store::snapshot`], the whole state as records.
+    pub fn stored_keys(&self) -> BTreeSet<super::Key> {
+        use super::Key;
+        let mut keys = BTreeSet::from([Key::Ledger, Key::NextId]);
+        keys.extend(self.hosts.keys().cloned().map(Key::Host));
+        keys.extend(self.jobs.keys().cloned().map(Key::Job));
+        keys.extend(self.sets.keys().copied().map(Key::Set));
+        keys.extend(self.sessions.keys().cloned().map(Key::Session));
+        keys.extend(self.pending.keys().copied().map(Key::Pending));
+        keys.extend(self.reservations.keys().copied().map(Key::Reservation));
+        keys.extend(self.delayed.iter().map(|(at, host, capability)| Key::Delayed(*at, host.clone(), *capability)));
+        keys.extend(self.unacked.iter().map(|(host, capability)| Key::Revocation(host.clone(), *capability)));
+        keys.extend(self.usage.keys().cloned().map(Key::OpenUsage));
+        keys.extend(self.leases.keys().cloned().map(Key::Lease));
+        keys.extend(self.elastic_gets.keys().copied().map(Key::ElasticGet));
+        keys
+    }
+
     /// The core the store's contents describe, with the default settings (see
     /// [`Core::configure`]) and nothing in memory only.
     pub fn restore(durable: Durable) -> Core {

@@ -90,6 +90,7 @@ impl Arm {
             Request::Devices => self.devices(),
             Request::ClearDevice { accelerator } => self.clear_device(&accelerator),
             Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by).await,
+            Request::ClusterStatus => self.cluster_status(),
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());

@@ -455,6 +455,10 @@ pub(super) async fn reconcile_loop(arm: Arc<Arm>) {
     let period = Duration::from_secs(arm.config.slurm.reconcile_s.max(1));
     let mut held_unavailable = None;
     loop {
+        if !arm.serves() {
+            tokio::time::sleep(period).await;
+            continue;
+        }
         arm.reconcile(&mut held_unavailable).await;
         arm.metrics.reconciled(!arm.health().is_empty());
         tokio::time::sleep(period).await;

@@ -30,10 +30,12 @@ pub(super) struct Commits {
 /// How long after its last failed write a store is tried again, changes or not (`expire_loop`).
 pub(super) const STORE_RETRY: Duration = Duration::from_secs(5);
 
-/// What a caller is told of a failed commit: the store's words, without "store error: ".
+/// What a caller is told of a failed commit: the store's words, without "store error: ";
+/// a replica that lost the lead names the leader.
 fn store_failure(e: ArmServerError) -> ArmError {
     match e {
         ArmServerError::Store(message) => err(ArmErrorKind::Internal, message),
+        ArmServerError::NotLeader(leader) => ac_proto::arm::not_leader(leader),
         other => err(ArmErrorKind::Internal, other.to_string()),
     }
 }
@@ -51,6 +53,9 @@ impl Arm {
         let now_ms = accounting::unix_now_ms();
         let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
+        if let Some(replication) = self.replication.as_ref().filter(|r| !r.serving()) {
+            return Err(replication.not_leader());
+        }
         self.reload_if_stale().await;
         let (result, revocations, mine, changed) = {
             let mut core = self.core.lock().expect("core poisoned");
@@ -72,7 +77,12 @@ impl Arm {
             commits.queued += 1;
             (result, core.take_revocations(), commits.queued, changed)
         };
-        self.commit_through(mine).await.map_err(store_failure)?;
+        self.commit_through(mine).await.map_err(|e| match self.replication.as_ref() {
+            // A change rolled back because the lead was lost (its own or a group's): the
+            // client asks the leader.
+            Some(replication) if !replication.serving() => replication.not_leader(),
+            _ => store_failure(e),
+        })?;
         // Only a change can answer a long poll; waking them for nothing would make them spin.
         if changed {
             self.changed.notify_waiters();
@@ -104,10 +114,16 @@ impl Arm {
             }
             (std::mem::take(&mut commits.pending), commits.queued)
         };
-        let store = self.store.clone();
-        let written = tokio::task::spawn_blocking(move || store.commit(&batch))
-            .await
-            .unwrap_or_else(|e| Err(ArmServerError::Store(format!("the commit did not finish: {e}"))));
+        let written = match self.replication.as_ref() {
+            // The replicas' state machines write it, this one's store included.
+            Some(replication) => replication.commit(&batch).await,
+            None => {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.commit(&batch))
+                    .await
+                    .unwrap_or_else(|e| Err(ArmServerError::Store(format!("the commit did not finish: {e}"))))
+            }
+        };
         match written {
             Ok(()) => {
                 self.commits.lock().expect("commits poisoned").durable = last;
@@ -139,7 +155,7 @@ impl Arm {
     /// host's link is up and what its backend serves, the scheduler's settings, Slurm's queue, notices not yet told).
     /// Called with `committing` held: nothing commits meanwhile, so what is read is durable,
     /// and whatever is queued was made on the memory being dropped: it fails.
-    async fn reload(&self) -> Result<(), ArmServerError> {
+    pub(super) async fn reload(&self) -> Result<(), ArmServerError> {
         let store = self.store.clone();
         let loaded = tokio::task::spawn_blocking(move || store.load())
             .await

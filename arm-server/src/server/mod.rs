@@ -9,7 +9,8 @@
 //! - `batch.rs`: the manager beside Slurm (prolog bindings, license records, reconciliation);
 //! - `commit.rs`: group commit and rollback; `lease.rs`: programs' leases; `ticks.rs`: what
 //!   time alone changes; `hosts.rs`: backends' registration and link events;
-//! - `views.rs`, `devices.rs`, `accounting.rs`, `metrics.rs`: what admins and Prometheus see.
+//! - `views.rs`, `devices.rs`, `accounting.rs`, `metrics.rs`: what admins and Prometheus see;
+//! - `replicated.rs`: one replica of a replicated manager (only the leader serves).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +44,7 @@ mod hosts;
 mod lease;
 mod metrics;
 mod program;
+mod replicated;
 #[cfg(test)]
 mod tests;
 mod ticks;
@@ -87,6 +89,8 @@ pub struct Arm {
     slurm_problems: Mutex<Vec<String>>,
     /// What Prometheus scrapes (`metrics.rs`); counted whether or not it is served.
     metrics: metrics::Metrics,
+    /// This replica, when the manager is replicated (`[replication]`).
+    replication: Option<replicated::Replication>,
     config: ArmConfig,
 }
 
@@ -144,7 +148,14 @@ impl RunningArm {
 /// Starts the resource manager on the current tokio runtime.
 pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     let dir = config.state_dir.clone();
-    let names = tls::certificate_names(config.listen, &config.names);
+    let mut names = tls::certificate_names(config.listen, &config.names);
+    if let Some(replication) = &config.replication {
+        // The other replicas dial its Raft address and check it against the certificate.
+        let raft = replication.me()?.raft.ip().to_string();
+        if !names.contains(&raft) {
+            names.push(raft);
+        }
+    }
     let files = tls::ensure_self_signed(&dir, &names, &["admin"])?;
     tracing::info!(?names, "the certificate holds these names; programs and armctl must dial one of them");
     let identity = tls::load_identity(&files.cert, &files.key)?;
@@ -156,7 +167,13 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         Some(&transport::lasting_keys(&dir)?),
     )?;
     let addr = endpoint.local_addr()?;
-    let store = Store::open(&dir)?;
+    let store = Arc::new(Store::open(&dir)?);
+    let replication = match &config.replication {
+        Some(replication) => {
+            Some(replicated::Replication::start(replication, &dir, store.clone(), &config.transport).await?)
+        }
+        None => None,
+    };
     let mut core = store.load()?;
     core.configure(config.scheduler.clone(), config.preemption_grace_s);
     let signer = Arc::new(keys::signer(&dir)?);
@@ -169,8 +186,11 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         (Duration::from_millis(config.backend_timeout_ms), Duration::from_millis(config.lease_ms)),
         config.transport.clone(),
     );
-    for host in core.hosts().values() {
-        links.start(host);
+    // A replica starts its links when it takes the lead.
+    if replication.is_none() {
+        for host in core.hosts().values() {
+            links.start(host);
+        }
     }
     // Revocations the backends had not acknowledged go out again when each link comes up
     // (`host_events`), after a restart as after a reconnection.
@@ -182,7 +202,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     }
     let arm = Arc::new_cyclic(|me| Arm {
         core: Mutex::new(core),
-        store: Arc::new(store),
+        store,
         commits: Mutex::default(),
         committing: tokio::sync::Mutex::new(()),
         signer,
@@ -196,16 +216,20 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         grants_in_flight: std::sync::atomic::AtomicUsize::new(0),
         slurm_problems: Mutex::default(),
         metrics: metrics::Metrics::default(),
+        replication,
         config,
     });
     // Holders and intervals were stored together; what a migrated store or a host removed
-    // while the manager was down leaves out of step is put right now (`account_all`).
-    arm.mutate(|core, _| {
-        core.account_all(accounting::unix_now_ms());
-        Ok(())
-    })
-    .await
-    .map_err(|e| ArmServerError::Store(e.to_string()))?;
+    // while the manager was down leaves out of step is put right now (`account_all`; a
+    // replica does it when it takes the lead).
+    if arm.replication.is_none() {
+        arm.mutate(|core, _| {
+            core.account_all(accounting::unix_now_ms());
+            Ok(())
+        })
+        .await
+        .map_err(|e| ArmServerError::Store(e.to_string()))?;
+    }
     let metrics = match arm.config.metrics_listen {
         Some(listen) => Some(
             MetricsServer::start(listen, arm.metrics.registry(Arc::downgrade(&arm)))
@@ -219,6 +243,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         tokio::spawn(accounting::purge_loop(arm.clone())),
         tokio::spawn(hosts::host_events(arm.clone(), event_rx)),
         tokio::spawn(ticks::expire_loop(arm.clone())),
+        tokio::spawn(replicated::leadership_loop(arm.clone())),
     ];
     if arm.slurm.is_some() {
         tasks.push(tokio::spawn(batch::reconcile_loop(arm.clone())));
@@ -275,6 +300,10 @@ async fn serve_connection(arm: Arc<Arm>, conn: Connection) {
             };
             let reply = match answer {
                 Ok(response) => ArmResponse::Ok(response),
+                // A client older than protocol 9 knows no such kind: the words say it.
+                Err(e) if e.kind == ArmErrorKind::NotLeader && request.version < 9 => {
+                    ArmResponse::Err(err(ArmErrorKind::Internal, e.message))
+                }
                 Err(e) => ArmResponse::Err(e),
             };
             if let Ok(frame) = frame_bytes(&reply) {
@@ -300,6 +329,9 @@ impl Arm {
     /// Answers one request: a program's, or, once its caller's role allows it, an admin's or a
     /// batch system's.
     async fn handle(&self, request: Request, caller: &Caller, link: &Link) -> Answer {
+        if let Some(refusal) = self.refuse_unless_leading(&request) {
+            return Err(refusal);
+        }
         match roles::needs(&request) {
             None => self.program_request(request, link).await,
             Some(needed) => {

@@ -11,6 +11,10 @@ pub(super) async fn expire_loop(arm: Arc<Arm>) {
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tick.tick().await;
+        // A replica that does not lead keeps no leases and decides nothing: the leader does.
+        if !arm.serves() {
+            continue;
+        }
         // Health turns good again once space is back, without a change to commit.
         if arm.store.trouble().is_some_and(|t| t.last.elapsed().is_ok_and(|d| d >= STORE_RETRY)) {
             arm.retry_store().await;

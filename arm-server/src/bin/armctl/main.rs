@@ -15,6 +15,7 @@ use slurm_env::{env, log_slurm_line, prolog_request, slurm_job, slurm_refusal, s
 
 mod accounting;
 mod cert;
+mod cluster;
 mod device;
 mod slurm_env;
 mod status;
@@ -69,6 +70,9 @@ enum Command {
     Status,
     /// The manager's public key: what backends pin as `arm_public_key`.
     ManagerKey,
+    /// A replicated manager's replicas: members, leader, term, lag.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Client certificates of the manager's CA, with roles: issue, revoke (on the manager's
     /// host).
     #[command(subcommand)]
@@ -294,6 +298,7 @@ fn request(cli: &Cli) -> anyhow::Result<Asked> {
         Command::Health => Request::Health,
         Command::Device(command) => command.request(),
         Command::ManagerKey => Request::ManagerKey,
+        Command::Cluster(command) => command.request(),
         Command::Cert(command) => return Ok(Asked::Nothing(cert::run(command)?)),
         Command::Status => return Ok(Asked::Status),
         Command::Accounting(args) => args.request(),
@@ -413,6 +418,7 @@ fn print(response: &Response, json: bool) {
         Response::Health(problems) => problems.iter().for_each(|p| println!("{p}")),
         Response::ManagerKey(key) => println!("{key}"),
         Response::Devices(devices) => device::print(devices),
+        Response::Cluster(status) => cluster::print(status),
         Response::Accounting { since_ms, until_ms, rows } => accounting::print(*since_ms, *until_ms, rows),
         other => println!("{other:?}"),
     }

@@ -1,0 +1,298 @@
+//! A replicated manager: this process is one replica (`[replication]`). Only the leader serves:
+//! it makes each change on its core as a single manager does, and its group commit proposes
+//! the records the change wrote to the replicas ([`arm_raft`]); a change is answered once a
+//! majority has it on disk and the leader has applied it to its store. Every replica's store
+//! is the state machine ([`StoreMachine`]), so a replica that takes the lead reads its core
+//! back from its own store, as a single manager does after a restart.
+//!
+//! A replica that does not lead answers every request but `armctl cluster status` and the
+//! manager's key with "not the leader", naming the leader's address: clients ask there.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ac_proto::arm::{ArmError, ClusterMember, ClusterStatus};
+use ac_proto::transport::Tuning;
+use arm_raft::{Command, Machine, Replica, ReplicaOptions, ReplicaTls, ReplicationError};
+
+use super::Arm;
+use crate::config::ReplicationConfig;
+use crate::store::{Change, Store};
+use crate::ArmServerError;
+
+/// The manager's store as the replicated state machine: a log entry is the records one group
+/// commit wrote, applied to the store in one transaction; a snapshot is the whole store.
+pub struct StoreMachine(Arc<Store>);
+
+/// The encoding of entries and snapshots (bincode, without the protocol's frame limit: a
+/// snapshot of a large site is bigger, and travels in chunks).
+fn encode(changes: &[Change]) -> Result<Vec<u8>, String> {
+    bincode::serde::encode_to_vec(changes, bincode::config::standard()).map_err(|e| e.to_string())
+}
+
+fn decode(bytes: &[u8]) -> Result<Vec<Change>, String> {
+    let (changes, _) =
+        bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map_err(|e| e.to_string())?;
+    Ok(changes)
+}
+
+impl Machine for StoreMachine {
+    fn apply(&mut self, op: &[u8]) -> Result<Vec<u8>, String> {
+        self.0.commit(&decode(op)?).map_err(|e| e.to_string())?;
+        Ok(Vec::new())
+    }
+
+    fn save(&self) -> Result<Vec<u8>, String> {
+        encode(&self.0.dump().map_err(|e| e.to_string())?)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.0.replace(&decode(bytes)?).map_err(|e| e.to_string())
+    }
+}
+
+/// This replica: its Raft node and whether it serves (it leads, and its core is the cluster's).
+pub(super) struct Replication {
+    replica: Replica<StoreMachine>,
+    config: ReplicationConfig,
+    serving: AtomicBool,
+    /// Group commits proposed, for their ids (with `nonce`, unique across restarts).
+    proposed: AtomicU64,
+    nonce: u64,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication").field("id", &self.config.id).finish_non_exhaustive()
+    }
+}
+
+/// The client certificate a replica presents to the others, issued by the cluster's CA on its
+/// first start.
+fn replica_identity(dir: &Path, id: u64) -> Result<(std::path::PathBuf, std::path::PathBuf), ArmServerError> {
+    let (cert, key) = (dir.join("replica.pem"), dir.join("replica.key"));
+    if !cert.exists() || !key.exists() {
+        let ten_years = ac_proto::capability::unix_now() as i64 + 10 * 366 * 86_400;
+        let (cert_pem, key_pem) = ac_proto::tls::issue_client(dir, &format!("replica-{id}"), "replica", ten_years)?;
+        std::fs::write(&key, key_pem)?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        std::fs::write(&cert, cert_pem)?;
+    }
+    Ok((cert, key))
+}
+
+impl Replication {
+    /// Starts this replica on `store` (its Raft log beside it, `raft.redb`); the lowest id of a
+    /// new cluster makes the members the cluster.
+    pub(super) async fn start(
+        config: &ReplicationConfig,
+        dir: &Path,
+        store: Arc<Store>,
+        tuning: &Tuning,
+    ) -> Result<Self, ArmServerError> {
+        let me = config.me()?;
+        let files = ac_proto::tls::IdentityFiles::in_dir(dir);
+        let tls = ReplicaTls {
+            ca: files.ca_cert.clone(),
+            server: (files.cert.clone(), files.key.clone()),
+            client: replica_identity(dir, me.id)?,
+        };
+        let mut options = ReplicaOptions::new(me.id, me.raft, dir.join("raft.redb"), tls);
+        options.tuning = tuning.clone();
+        options.election_timeout = Duration::from_millis(config.election_timeout_ms);
+        let replica = Replica::start(options, StoreMachine(store)).await.map_err(replication_err)?;
+        let lowest = config.members.iter().map(|m| m.id).min();
+        if lowest == Some(me.id) {
+            let members: BTreeMap<u64, SocketAddr> = config.members.iter().map(|m| (m.id, m.raft)).collect();
+            // Refused once the cluster exists (this replica restarting): nothing to do then.
+            if let Err(e) = replica.initialize(&members).await {
+                tracing::debug!(error = %e, "the cluster was made before");
+            }
+        }
+        let nonce =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        tracing::info!(id = me.id, raft = %me.raft, members = config.members.len(), "replica started");
+        Ok(Self {
+            replica,
+            config: config.clone(),
+            serving: AtomicBool::new(false),
+            proposed: AtomicU64::new(0),
+            nonce,
+        })
+    }
+
+    /// Whether this replica serves: it leads, and its core was read back in its term.
+    pub(super) fn serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+
+    /// The answer of a replica that does not serve: where the leader is, if known.
+    pub(super) fn not_leader(&self) -> ArmError {
+        ac_proto::arm::not_leader(self.leader_api())
+    }
+
+    /// The address programs reach the leader at, if there is one and it is not this replica
+    /// (still reading its state back: asked again in a moment, it serves).
+    fn leader_api(&self) -> Option<SocketAddr> {
+        let leader = self.replica.leader()?;
+        self.config.members.iter().find(|m| m.id == leader).map(|m| m.api)
+    }
+
+    /// Proposes the records of one group commit; returns once a majority has them and this
+    /// replica's store holds them.
+    pub(super) async fn commit(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if !self.serving() {
+            return Err(ArmServerError::NotLeader(self.leader_api()));
+        }
+        let op = encode(changes).map_err(ArmServerError::Replication)?;
+        let id = format!("{}-{:x}-{}", self.config.id, self.nonce, self.proposed.fetch_add(1, Ordering::Relaxed));
+        match self.replica.propose(Command { id, op }).await {
+            Ok(_) => Ok(()),
+            Err(ReplicationError::NotLeader { .. }) => Err(ArmServerError::NotLeader(self.leader_api())),
+            Err(e) => Err(replication_err(e)),
+        }
+    }
+
+    /// What this replica knows of the cluster (`armctl cluster status`).
+    pub(super) fn status(&self) -> ClusterStatus {
+        let status = self.replica.status();
+        let api = |id: u64| self.config.members.iter().find(|m| m.id == id).map(|m| m.api);
+        ClusterStatus {
+            replica: status.id,
+            leader: status.leader,
+            term: status.term,
+            last_log: status.last_log,
+            applied: status.applied,
+            members: status
+                .members
+                .into_iter()
+                .map(|(id, raft, voter)| ClusterMember {
+                    id,
+                    raft,
+                    api: api(id),
+                    voter,
+                    matched: status.matched.get(&id).copied().flatten(),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn replication_err(e: ReplicationError) -> ArmServerError {
+    ArmServerError::Replication(e.to_string())
+}
+
+/// Follows this replica's role: taking the lead (its state read back, links and leases
+/// started) and stepping down (links stopped, every request sent to the leader).
+pub(super) async fn leadership_loop(arm: Arc<Arm>) {
+    let Some(replication) = arm.replication.as_ref() else { return };
+    let mut leading = false;
+    loop {
+        replication.replica.role_changed(leading).await;
+        let now_leading = replication.replica.is_leader();
+        if now_leading == leading {
+            // The replica stopped: its role no longer changes.
+            return;
+        }
+        leading = now_leading;
+        if leading {
+            let started = Instant::now();
+            if let Err(e) = replication.replica.ready_to_lead().await {
+                tracing::warn!(error = %e, "elected, but could not confirm the lead");
+                leading = false;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            arm.take_the_lead().await;
+            tracing::info!(
+                ms = started.elapsed().as_millis() as u64,
+                "this replica leads: serving from the replicated state"
+            );
+        } else {
+            arm.step_down();
+            tracing::info!("this replica no longer leads: clients are sent to the leader");
+        }
+    }
+}
+
+impl Arm {
+    /// Whether this manager decides: a single manager always, a replica while it leads.
+    pub(super) fn serves(&self) -> bool {
+        self.replication.as_ref().is_none_or(Replication::serving)
+    }
+
+    /// The answer of a replica that does not serve `request`, if this one does not (`None`:
+    /// a single manager, the leader, or a request any replica answers).
+    pub(super) fn refuse_unless_leading(&self, request: &ac_proto::arm::Request) -> Option<ArmError> {
+        use ac_proto::arm::Request;
+        let replication = self.replication.as_ref()?;
+        let anyone = matches!(request, Request::ClusterStatus | Request::ManagerKey);
+        (!anyone && !replication.serving()).then(|| replication.not_leader())
+    }
+
+    /// As the new leader: reads the core back from the store (which holds everything committed
+    /// before this term), starts the links to the backends, and gives every program one lease
+    /// to come back, as after a restart.
+    async fn take_the_lead(&self) {
+        {
+            let _committer = self.committing.lock().await;
+            if let Err(e) = self.reload().await {
+                tracing::error!(error = %e, "the store cannot be read back: not serving");
+                return;
+            }
+        }
+        {
+            let core = self.core.lock().expect("core poisoned");
+            for host in core.hosts().values() {
+                self.links.start(host);
+            }
+            let mut leases = self.leases.lock().expect("leases poisoned");
+            let grace = Instant::now() + Duration::from_millis(self.config.lease_ms);
+            leases.deadline.clear();
+            for token in core.sessions().keys() {
+                if !leases.live.contains_key(token) {
+                    leases.deadline.insert(token.clone(), grace);
+                }
+            }
+        }
+        if let Some(replication) = self.replication.as_ref() {
+            replication.serving.store(true, Ordering::Release);
+        }
+        let _ = self
+            .mutate(|core, _| {
+                core.account_all(super::accounting::unix_now_ms());
+                Ok(())
+            })
+            .await;
+        self.changed.notify_waiters();
+    }
+
+    /// No longer the leader: stops serving and the links (the leader has its own).
+    fn step_down(&self) {
+        if let Some(replication) = self.replication.as_ref() {
+            replication.serving.store(false, Ordering::Release);
+        }
+        for host in self.core.lock().expect("core poisoned").hosts().keys() {
+            self.links.stop(host);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// `armctl cluster status`: this replica's view, or a refusal for a single manager.
+    pub(super) fn cluster_status(&self) -> Result<ac_proto::arm::Response, ArmError> {
+        match self.replication.as_ref() {
+            Some(replication) => Ok(ac_proto::arm::Response::Cluster(replication.status())),
+            None => Err(super::err(
+                ac_proto::arm::ArmErrorKind::Invalid,
+                "this resource manager is not replicated (no [replication] in its configuration)",
+            )),
+        }
+    }
+}

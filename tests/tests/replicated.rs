@@ -1,0 +1,205 @@
+//! Three managers as one (`[replication]`): three `arm-server` processes on loopback addresses
+//! of their own, sharing a CA and a signing key. The leader is `kill -9`ed with a program
+//! holding accelerators: a standby leads, the program's next `AC_Get` is granted by it, nothing
+//! acknowledged is lost, no accelerator has two holders, and the killed replica, restarted,
+//! catches up. Then all three are killed and restarted: everything acknowledged is still there.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_frontend::Session;
+use ac_proto::arm::{ClusterStatus, JobAuth, Request, Response};
+use ac_tests::{computes, eventually, job_of, quick_tuning, register_hosts, submit_job, ArmProcess, TestBackend};
+
+/// The replicas' loopback addresses: one IP each, clients on port 7000, Raft on 7100.
+const IPS: [&str; 3] = ["127.0.55.1", "127.0.55.2", "127.0.55.3"];
+
+fn api(id: u64) -> SocketAddr {
+    format!("{}:7000", IPS[id as usize - 1]).parse().expect("address")
+}
+
+/// The `[replication]` section of replica `id`.
+fn config(id: u64) -> String {
+    let members: Vec<String> = (1..=3)
+        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = IPS[m as usize - 1]))
+        .collect();
+    format!("[replication]\nid = {id}\nelection_timeout_ms = 500\nmembers = [{}]\n", members.join(", "))
+}
+
+/// Three replicas' state directories, prepared as docs/admin.md says: the first replica's CA,
+/// admin certificate and signing key copied to the others before their first start.
+struct Replicas {
+    dirs: Vec<PathBuf>,
+    running: Vec<Option<ArmProcess>>,
+}
+
+impl Replicas {
+    fn start(root: &Path) -> Self {
+        let first = root.join("r1");
+        ac_proto::tls::ensure_self_signed(&first, &[IPS[0].to_string()], &["admin"]).expect("the CA");
+        std::fs::write(first.join("signing.key"), ac_proto::capability::Signer::generate_pkcs8().unwrap()).unwrap();
+        let mut dirs = vec![first.clone()];
+        for id in 2..=3 {
+            let dir = root.join(format!("r{id}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for file in ["ca.pem", "ca.key", "admin.pem", "admin.key", "signing.key"] {
+                std::fs::copy(first.join(file), dir.join(file)).unwrap();
+            }
+            dirs.push(dir);
+        }
+        // The certificate made with the CA names only the first IP: each replica issues its own.
+        for file in ["cert.pem", "key.pem"] {
+            let _ = std::fs::remove_file(first.join(file));
+        }
+        let mut replicas = Self { dirs, running: vec![None, None, None] };
+        for id in 1..=3 {
+            replicas.restart(id);
+        }
+        replicas
+    }
+
+    fn restart(&mut self, id: u64) {
+        let dir = &self.dirs[id as usize - 1];
+        self.running[id as usize - 1] = Some(ArmProcess::start_with_config(dir, &api(id).to_string(), &config(id)));
+    }
+
+    fn kill(&mut self, id: u64) {
+        if let Some(process) = self.running[id as usize - 1].take() {
+            process.kill_9();
+        }
+    }
+
+    /// Client options naming every replica.
+    fn options(&self) -> ArmOptions {
+        let mut options = ArmOptions::new(api(1), self.dirs[0].join("ca.pem"));
+        options.alternates = vec![api(2), api(3)];
+        options.tuning = quick_tuning();
+        options
+    }
+
+    async fn admin(&self) -> ArmClient {
+        let mut options = self.options();
+        options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
+        ArmClient::connect(options).await.expect("admin connects")
+    }
+
+    /// Replica `id`'s own view of the cluster.
+    async fn status_of(&self, id: u64) -> Option<ClusterStatus> {
+        let mut options = ArmOptions::new(api(id), self.dirs[0].join("ca.pem"));
+        options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
+        options.tuning = quick_tuning();
+        let client = ArmClient::connect(options).await.ok()?;
+        match client.request(Request::ClusterStatus).await.ok()? {
+            Response::Cluster(status) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The leader a majority of the running replicas agree on.
+    async fn leader(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut seen = Vec::new();
+            for id in 1..=3 {
+                if self.running[id as usize - 1].is_some() {
+                    seen.extend(self.status_of(id).await.and_then(|s| s.leader));
+                }
+            }
+            if let Some(leader) = seen.iter().find(|l| seen.iter().filter(|m| m == l).count() >= 2) {
+                return *leader;
+            }
+            assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn session_options(replicas: &Replicas, credential: String) -> ac_frontend::SessionOptions {
+    ac_frontend::SessionOptions {
+        arm: replicas.options(),
+        job: JobAuth::Credential { job: "j".into(), secret: credential },
+        node: "n1".into(),
+        init_timeout: Some(Duration::from_secs(10)),
+        stripes: 1,
+        progress: false,
+    }
+}
+
+/// Every accelerator held, by job, as the manager shows it: none may be held twice.
+async fn holdings(ctl: &ArmClient, jobs: &[&str]) -> Vec<String> {
+    let mut held = Vec::new();
+    for job in jobs {
+        let view = job_of(ctl, job).await;
+        held.extend(view.static_accelerators.into_iter().map(|(_, accelerator)| accelerator));
+        held.extend(view.dynamic_accelerators.into_iter().map(|(_, accelerator)| accelerator));
+    }
+    let distinct: BTreeSet<&String> = held.iter().collect();
+    assert_eq!(distinct.len(), held.len(), "an accelerator with two holders: {held:?}");
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_lost() {
+    let root = tempfile::tempdir().unwrap();
+    let mut replicas = Replicas::start(root.path());
+    let backends = [
+        TestBackend::start(64).await,
+        TestBackend::start(64).await,
+        TestBackend::start(64).await,
+        TestBackend::start(64).await,
+    ];
+    let ctl = replicas.admin().await;
+    register_hosts(&ctl, &backends).await;
+    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
+    submit_job(&ctl, "other", &["n2"], 1, "v", 0).await;
+    let session = Session::init(session_options(&replicas, credential)).await.unwrap();
+    let first = session.get(1).await.unwrap().expect("granted");
+    let before = holdings(&ctl, &["j", "other"]).await;
+    assert_eq!(before.len(), 3, "two static accelerators and one dynamic: {before:?}");
+
+    let leader = replicas.leader().await;
+    replicas.kill(leader);
+    let killed = Instant::now();
+    // The program's next AC_Get finds the new leader through the replicas it was given.
+    let second = session.get(1).await.unwrap().expect("granted by the new leader");
+    eprintln!("takeover: the first AC_Get acknowledged {:?} after the leader's kill -9", killed.elapsed());
+    let new_leader = replicas.leader().await;
+    assert_ne!(new_leader, leader, "a standby leads");
+    let after = holdings(&ctl, &["j", "other"]).await;
+    assert_eq!(after.len(), 4, "what the old leader acknowledged, and the new grant: {after:?}");
+    assert!(before.iter().all(|a| after.contains(a)), "nothing acknowledged is lost: {before:?} then {after:?}");
+    // The new leader's capability opens the accelerator: the backends trust the cluster's key.
+    computes(&second.handles[0].acc).await.unwrap();
+    computes(&first.handles[0].acc).await.unwrap();
+
+    // The killed replica comes back and catches up with the leader.
+    replicas.restart(leader);
+    let caught_up = eventually(Duration::from_secs(15), || async {
+        let (Some(back), Some(lead)) = (replicas.status_of(leader).await, replicas.status_of(new_leader).await) else {
+            return false;
+        };
+        back.leader == Some(new_leader)
+            && back.applied.is_some()
+            && back.applied >= lead.applied.map(|a| a.saturating_sub(1))
+    })
+    .await;
+    assert!(caught_up, "the restarted replica caught up");
+
+    // All three killed and restarted: everything acknowledged is there.
+    session.free(first).await.unwrap();
+    let acknowledged = holdings(&ctl, &["j", "other"]).await;
+    for id in 1..=3 {
+        replicas.kill(id);
+    }
+    for id in 1..=3 {
+        replicas.restart(id);
+    }
+    let ctl = replicas.admin().await;
+    assert_eq!(holdings(&ctl, &["j", "other"]).await, acknowledged, "all three restarted: nothing lost");
+    session.free(second).await.unwrap();
+    assert_eq!(job_of(&ctl, "j").await.dynamic_accelerators.len(), 0);
+    session.finalize().await.unwrap();
+}
