@@ -365,7 +365,7 @@ fn spawn_daemon(
         .arg("--addr-file")
         .arg(addr_file)
         // The log stays beside the state, for a failing test to show.
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,openraft=warn")
         .envs(envs.iter().copied())
         .stderr(daemon_log(dir, binary))
         .spawn()

@@ -96,6 +96,45 @@ pub struct ArmClient {
     /// The leader of a replicated manager, as the last replica that was not said it: dialled
     /// first, alone.
     leader: std::sync::Mutex<Option<SocketAddr>>,
+    /// The replica whose connection died last, and when: the others name it as the leader
+    /// until their election, which it is no use following.
+    died: std::sync::Mutex<Option<(SocketAddr, std::time::Instant)>>,
+}
+
+/// How long a replica seen dying is not followed when named the leader: the others elect a
+/// new one within two seconds of its last heartbeat.
+const DEAD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long the leader, dialled alone, has to answer before every replica is dialled: a live
+/// one answers a handshake in a round trip.
+const LEADER_DIAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A replica of the manager that sends nothing back this long while packets go to it is dead.
+const SILENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Returns once `conn`'s peer has sent nothing for `window` while at least two packets went to
+/// it (never while it answers). A live peer acknowledges what it is sent within its
+/// acknowledgement delay (25 ms), and the packets a client sends unprompted are requests,
+/// their retransmissions and pings: every one of them calls for an acknowledgement. Two, not
+/// one: an acknowledgement of ours, sent once for what the peer sent last, calls for nothing.
+async fn silent(conn: &Connection, window: std::time::Duration) {
+    const STEPS: usize = 4;
+    let counts = || {
+        let stats = conn.stats();
+        (stats.udp_tx.datagrams, stats.udp_rx.datagrams)
+    };
+    let mut seen = std::collections::VecDeque::from([counts()]);
+    loop {
+        tokio::time::sleep(window / STEPS as u32).await;
+        let (sent, received) = counts();
+        seen.push_back((sent, received));
+        if seen.len() > STEPS + 1 {
+            seen.pop_front();
+        }
+        let (sent_then, received_then) = seen[0];
+        if seen.len() == STEPS + 1 && received == received_then && sent >= sent_then + 2 {
+            return;
+        }
+    }
 }
 
 /// How long a request follows "not the leader" answers: an election takes one to two seconds
@@ -129,7 +168,14 @@ impl ArmClient {
         };
         let crypto = Arc::new(tls::client_crypto_with_identity(roots, ALPN, identity)?);
         let version = std::sync::atomic::AtomicU16::new(options.protocol);
-        let client = Self { options, crypto, link: Mutex::new(None), version, leader: Default::default() };
+        let client = Self {
+            options,
+            crypto,
+            link: Mutex::new(None),
+            version,
+            leader: Default::default(),
+            died: Default::default(),
+        };
         client.connection().await.map_err(|e| client.unreachable(e))?;
         Ok(client)
     }
@@ -149,7 +195,7 @@ impl ArmClient {
         let handshake = std::time::Duration::from_millis(self.options.tuning.idle_timeout_ms);
         let leader = *self.leader.lock().expect("leader poisoned");
         if let Some(leader) = leader {
-            let dialled = tokio::time::timeout(handshake, self.dial(leader, self.name_of(leader), &tuning)).await;
+            let dialled = tokio::time::timeout(LEADER_DIAL, self.dial(leader, self.name_of(leader), &tuning)).await;
             if let Ok(Ok(connected)) = dialled {
                 let conn = connected.1.clone();
                 *link = Some(connected);
@@ -234,6 +280,14 @@ impl ArmClient {
                 Err(Error::Manager { kind: ArmErrorKind::NotLeader, message }) if asked.elapsed() < LEADER_WAIT => {
                     self.follow_leader(ac_proto::arm::leader_named(&message)).await;
                 }
+                // A replica that died under the request: the others elect a leader within
+                // about a second, and the request (which carries its idempotency key) is sent
+                // to it.
+                Err(Error::ManagerUnreachable { .. })
+                    if !self.options.alternates.is_empty() && asked.elapsed() < LEADER_WAIT =>
+                {
+                    tokio::time::sleep(LEADER_PAUSE).await;
+                }
                 // A manager of an older version (a rolling upgrade): asked again one version
                 // down, unless the request is newer than that (then the manager's refusal says
                 // which versions it speaks).
@@ -252,13 +306,15 @@ impl ArmClient {
     async fn follow_leader(&self, leader: Option<SocketAddr>) {
         let mut link = self.link.lock().await;
         let connected = link.as_ref().map(|(_, conn)| conn.remote_address());
-        match leader {
+        let died = *self.died.lock().expect("died poisoned");
+        let dead = |addr: SocketAddr| died.is_some_and(|(dead, when)| dead == addr && when.elapsed() < DEAD_FOR);
+        match leader.filter(|leader| !dead(*leader)) {
             Some(leader) if connected != Some(leader) => {
                 tracing::info!(%leader, "the resource manager's replica is not the leader: asking the leader");
                 *self.leader.lock().expect("leader poisoned") = Some(leader);
-                if let Some((_, old)) = link.take() {
-                    old.close(0u32.into(), b"not the leader");
-                }
+                // Not closed: requests still in flight on it end there (a closed one would
+                // fail them); it closes when the last is done.
+                link.take();
             }
             _ => {
                 drop(link);
@@ -274,6 +330,11 @@ impl ArmClient {
             Ok(conn) => match self.try_request(&conn, request).await {
                 Err(Error::Disconnected(_)) => {
                     self.forget(&conn).await;
+                    // A leader that died is not dialled alone again, nor followed when the
+                    // others still name it: every replica is dialled.
+                    *self.leader.lock().expect("leader poisoned") = None;
+                    *self.died.lock().expect("died poisoned") =
+                        Some((conn.remote_address(), std::time::Instant::now()));
                     match self.connection().await {
                         Ok(conn) => self.try_request(&conn, request).await,
                         Err(e) => Err(e),
@@ -299,9 +360,24 @@ impl ArmClient {
     }
 
     async fn try_request(&self, conn: &Connection, request: &(u16, Request)) -> Result<Response> {
-        tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(conn, request)).await.unwrap_or_else(|_| {
-            Err(Error::Disconnected(format!("no answer from the resource manager in {REQUEST_TIMEOUT:?}")))
-        })
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(conn, request));
+        let answer = async {
+            answer.await.unwrap_or_else(|_| {
+                Err(Error::Disconnected(format!("no answer from the resource manager in {REQUEST_TIMEOUT:?}")))
+            })
+        };
+        if self.options.alternates.is_empty() {
+            return answer.await;
+        }
+        // With other replicas to ask, a dead one is left as soon as it is seen dead, not after
+        // the request's whole timeout: a failover then costs the program about an election.
+        tokio::select! {
+            answer = answer => answer,
+            () = silent(conn, SILENCE) => Err(Error::Disconnected(format!(
+                "the resource manager at {} sent nothing back in {SILENCE:?}",
+                conn.remote_address()
+            ))),
+        }
     }
 
     async fn exchange(&self, conn: &Connection, (version, request): &(u16, Request)) -> Result<Response> {
