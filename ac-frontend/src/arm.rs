@@ -108,6 +108,20 @@ const DEAD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
 /// one answers a handshake in a round trip.
 const LEADER_DIAL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// The answer to `request`: an `AC_Free` sent again (its first answer lost with a connection or
+/// a leader) that finds its set gone was carried out the first time: it is answered as done.
+/// The set is not held either way, which is all a free asks; sets' ids are never reused.
+fn freed_before(request: &Request, resent: bool, answer: Result<Response>) -> Result<Response> {
+    match answer {
+        Err(Error::Manager { kind: ArmErrorKind::NotFound, .. })
+            if resent && matches!(request, Request::Free { accelerators: None, .. }) =>
+        {
+            Ok(Response::Done)
+        }
+        answer => answer,
+    }
+}
+
 /// A replica of the manager that sends nothing back this long while packets go to it is dead.
 const SILENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -273,12 +287,16 @@ impl ArmClient {
             )));
         }
         let asked = std::time::Instant::now();
+        // Whether the request went out more than once (the first may have been carried out).
+        let mut resent = false;
         loop {
-            match self.request_in(&request, tried).await {
+            let answer = self.request_in(&request, tried, &mut resent).await;
+            match answer {
                 // A replica of a replicated manager that is not the leader: asked again at the
                 // leader it names (or, during an election, again in a moment).
                 Err(Error::Manager { kind: ArmErrorKind::NotLeader, message }) if asked.elapsed() < LEADER_WAIT => {
                     self.follow_leader(ac_proto::arm::leader_named(&message)).await;
+                    resent = true;
                 }
                 // A replica that died under the request: the others elect a leader within
                 // about a second, and the request (which carries its idempotency key) is sent
@@ -287,6 +305,7 @@ impl ArmClient {
                     if !self.options.alternates.is_empty() && asked.elapsed() < LEADER_WAIT =>
                 {
                     tokio::time::sleep(LEADER_PAUSE).await;
+                    resent = true;
                 }
                 // A manager of an older version (a rolling upgrade): asked again one version
                 // down, unless the request is newer than that (then the manager's refusal says
@@ -296,7 +315,7 @@ impl ArmClient {
                     tracing::info!(reason, version = tried, "asking the resource manager in an older version");
                     self.version.store(tried, Relaxed);
                 }
-                answer => return answer,
+                answer => return freed_before(&request, resent, answer),
             }
         }
     }
@@ -324,7 +343,7 @@ impl ArmClient {
     }
 
     /// [`Self::request`] in protocol `version`.
-    async fn request_in(&self, request: &Request, version: u16) -> Result<Response> {
+    async fn request_in(&self, request: &Request, version: u16, resent: &mut bool) -> Result<Response> {
         let request = &(version, request.clone());
         let answer = match self.connection().await {
             Ok(conn) => match self.try_request(&conn, request).await {
@@ -335,6 +354,7 @@ impl ArmClient {
                     *self.leader.lock().expect("leader poisoned") = None;
                     *self.died.lock().expect("died poisoned") =
                         Some((conn.remote_address(), std::time::Instant::now()));
+                    *resent = true;
                     match self.connection().await {
                         Ok(conn) => self.try_request(&conn, request).await,
                         Err(e) => Err(e),

@@ -220,11 +220,17 @@ impl RaftNetwork<ArmRaft> for PeerLink {
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         let entries = rpc.entries.len() as u64;
         let answer = match frame_bytes(&PeerRequest::Append(rpc)) {
-            Ok(frame) => self.call(frame, option.hard_ttl()).await,
-            // Over the protocol's frame limit: openraft is asked to send fewer entries at once.
-            Err(_) if entries > 1 => {
+            Ok(frame) if frame.len() <= ac_proto::codec::MAX_FRAME + 4 => self.call(frame, option.hard_ttl()).await,
+            // Over the protocol's frame limit (the peer would refuse it unread): openraft is
+            // asked to send fewer entries at once.
+            Ok(_) | Err(_) if entries > 1 => {
                 return Err(RPCError::PayloadTooLarge(openraft::error::PayloadTooLarge::new_entries_hint(entries / 2)))
             }
+            Ok(frame) => Err(Failed::Network(AnyError::error(format!(
+                "one entry of {} bytes, over the frame limit of {}",
+                frame.len(),
+                ac_proto::codec::MAX_FRAME
+            )))),
             Err(e) => Err(Failed::Network(AnyError::error(e.to_string()))),
         };
         self.unwrap(answer, |r| match r {

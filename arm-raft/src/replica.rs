@@ -299,8 +299,10 @@ fn raft_config(options: &ReplicaOptions) -> Result<Arc<openraft::Config>, Replic
         heartbeat_interval: (min / 5).max(1),
         election_timeout_min: min,
         election_timeout_max: min * 2,
-        // Under the frame limit of the replicas' protocol (1 MiB).
+        // Under the frame limit of the replicas' protocol (1 MiB); an append over it is sent
+        // again in halves (`PayloadTooLarge`, network.rs).
         snapshot_max_chunk_size: 512 << 10,
+        max_payload_entries: 64,
         ..Default::default()
     };
     config.validate().map(Arc::new).map_err(|e| ReplicationError::Setup(e.to_string()))

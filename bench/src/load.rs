@@ -19,60 +19,79 @@ use crate::setup::{cpu_seconds, percentiles, spawn_daemon, InProcess};
 const HOSTS: usize = 8;
 const DEVICES: u32 = 8;
 
-/// The `arm-server` binary in a process of its own, so that its CPU time and memory are its own.
-struct Manager {
-    child: Child,
-    addr: std::net::SocketAddr,
-    dir: tempfile::TempDir,
+/// The manager: the `arm-server` binary in a process of its own (its CPU time and memory its
+/// own), or three of them as the replicas of one manager (`failover.rs`).
+pub(crate) struct Manager {
+    pub(crate) children: Vec<Option<Child>>,
+    pub(crate) addrs: Vec<std::net::SocketAddr>,
+    /// Each replica's state directory (one for a single manager), under `_root`.
+    pub(crate) dirs: Vec<std::path::PathBuf>,
+    /// Removed with the manager.
+    pub(crate) _root: tempfile::TempDir,
 }
 
 impl Manager {
     fn start() -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let (child, addr) = spawn_daemon("arm-server", &[], &dir.path().join("arm"))?;
-        Ok(Self { child, addr, dir })
+        let root = tempfile::tempdir()?;
+        let dir = root.path().join("arm");
+        let (child, addr) = spawn_daemon("arm-server", &[], &dir)?;
+        Ok(Self { children: vec![Some(child)], addrs: vec![addr], dirs: vec![dir], _root: root })
     }
 
-    fn options(&self) -> ArmOptions {
-        ArmOptions::new(self.addr, self.dir.path().join("arm/ca.pem"))
-    }
-
-    fn admin_options(&self) -> ArmOptions {
-        let mut options = self.options();
-        let arm = self.dir.path().join("arm");
-        options.identity = Some((arm.join("admin.pem"), arm.join("admin.key")));
+    /// What programs are given: every replica's address.
+    pub(crate) fn options(&self) -> ArmOptions {
+        let mut options = ArmOptions::new(self.addrs[0], self.dirs[0].join("ca.pem"));
+        options.alternates = self.addrs[1..].to_vec();
         options
     }
 
-    /// CPU seconds so far and resident memory in KiB.
+    pub(crate) fn admin_options(&self) -> ArmOptions {
+        let mut options = self.options();
+        options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
+        options
+    }
+
+    /// CPU seconds so far (every replica's) and resident memory in KiB (the largest).
     fn usage(&self) -> (f64, u64) {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let rss = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        (cpu_seconds(pid), rss)
+        let mut cpu = 0.0;
+        let mut rss = 0;
+        for child in self.children.iter().flatten() {
+            let pid = child.id();
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let resident = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            cpu += cpu_seconds(pid);
+            rss = rss.max(resident);
+        }
+        (cpu, rss)
     }
 }
 
 impl Drop for Manager {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 /// What every program counts.
 #[derive(Default)]
-struct Tally {
-    pairs: AtomicU64,
-    rejections: AtomicU64,
-    errors: AtomicU64,
+pub(crate) struct Tally {
+    pub(crate) pairs: AtomicU64,
+    pub(crate) rejections: AtomicU64,
+    pub(crate) errors: AtomicU64,
     /// The first few errors, said, for the run's verdict.
-    first_errors: Mutex<Vec<String>>,
+    pub(crate) first_errors: Mutex<Vec<String>>,
+    /// When each grant was answered, where a run times them (`failover.rs`).
+    pub(crate) grant_times: Option<Mutex<Vec<Instant>>>,
+    /// Set to end every program's loop before its end (`failover.rs`).
+    pub(crate) stop: std::sync::atomic::AtomicBool,
 }
 
 impl Tally {
@@ -90,14 +109,14 @@ impl Tally {
 /// no such bound: the manager answers it after it released, and the answer granting the
 /// accelerator to another program may arrive first.
 #[derive(Debug, Clone)]
-struct Holding {
+pub(crate) struct Holding {
     accelerator: String,
     granted: Instant,
     freeing: Instant,
 }
 
 /// The holdings that began while another holding of the same accelerator had not ended.
-fn double_grants(mut holdings: Vec<Holding>) -> u64 {
+pub(crate) fn double_grants(mut holdings: Vec<Holding>) -> u64 {
     holdings.sort_by(|a, b| a.accelerator.cmp(&b.accelerator).then(a.granted.cmp(&b.granted)));
     let mut count = 0;
     // The accelerator being swept and the latest end of its holdings so far.
@@ -144,7 +163,7 @@ fn load_average() -> String {
         .unwrap_or_default()
 }
 
-async fn add_hosts(admin: &ArmClient) -> anyhow::Result<Vec<InProcess>> {
+pub(crate) async fn add_hosts(admin: &ArmClient) -> anyhow::Result<Vec<InProcess>> {
     let mut backends = Vec::new();
     for i in 0..HOSTS {
         let state = tempfile::tempdir()?;
@@ -174,7 +193,7 @@ async fn add_hosts(admin: &ArmClient) -> anyhow::Result<Vec<InProcess>> {
 }
 
 /// A job with nothing static and its program's session: a connection of its own, bound.
-async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Result<(ArmClient, String)> {
+pub(crate) async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Result<(ArmClient, String)> {
     let id = format!("load-{i}");
     let submit = Request::JobSubmit {
         id: id.clone(),
@@ -199,16 +218,16 @@ async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Resu
 /// What one program measured: each granted-and-freed pair, and each request (granted,
 /// rejected or freed) from its sending to its answer; and what it held when.
 #[derive(Default)]
-struct Samples {
+pub(crate) struct Samples {
     pairs: Vec<Duration>,
     requests: Vec<Duration>,
-    holdings: Vec<Holding>,
+    pub(crate) holdings: Vec<Holding>,
 }
 
 /// After a rejection, how long a program waits before it asks again: `None` asks again at
 /// once; `Some(mean)` waits between half and one and a half times `mean` (a program that goes
 /// on computing with what it holds and asks again later).
-type BackOff = Option<Duration>;
+pub(crate) type BackOff = Option<Duration>;
 
 /// A small xorshift generator: each program's back-offs differ without a dependency.
 fn next_random(state: &mut u64) -> u64 {
@@ -221,14 +240,14 @@ fn next_random(state: &mut u64) -> u64 {
 /// How one program behaves: its back-off after a rejection, its hold, and in which order it
 /// holds and frees.
 #[derive(Clone, Copy)]
-struct Behaviour {
-    back_off: BackOff,
-    hold: Duration,
-    order: Order,
+pub(crate) struct Behaviour {
+    pub(crate) back_off: BackOff,
+    pub(crate) hold: Duration,
+    pub(crate) order: Order,
 }
 
 /// One program's loop until `end`.
-async fn churn(
+pub(crate) async fn churn(
     me: usize,
     client: &ArmClient,
     token: String,
@@ -238,12 +257,15 @@ async fn churn(
 ) -> Samples {
     let mut samples = Samples::default();
     let mut random = 0x9E37_79B9_7F4A_7C15 ^ (me as u64 + 1);
-    while Instant::now() < end {
+    while Instant::now() < end && !tally.stop.load(Ordering::Relaxed) {
         let start = Instant::now();
         let ask = Ask { min: 1, max: 1, wait_s: 0, preemptible: false, key: ac_proto::random_hex(16) };
         let answer = client.request(Request::Get { token: token.clone(), ask }).await;
         let granted = Instant::now();
         samples.requests.push(granted - start);
+        if let (Some(times), Ok(Response::Granted { .. })) = (&tally.grant_times, &answer) {
+            times.lock().expect("grant times poisoned").push(granted);
+        }
         match answer {
             Ok(Response::Granted { set, grants }) => {
                 if grants.len() != 1 {
@@ -311,16 +333,19 @@ pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
         (Order::HoldThenFree, ms) => format!("Each grant is held {ms} ms before its AC_Free."),
     };
     println!(
-        "arm-server in its own process; programs are tasks of this process (2 runtime workers). Saturated: a rejected program asks again at once. Paced: it asks again after 100-300 ms, as a program that goes on computing with what it holds. {hold}\n"
+        "arm-server in its own process; programs are tasks of this process (2 runtime workers). Saturated: a rejected program asks again at once. Paced: it asks again after 100-300 ms, as a program that goes on computing with what it holds. `-3`: the same on three arm-server processes as the replicas of one manager (loopback addresses of their own; every change committed by a majority before it is answered; manager CPU is the three's sum, RSS the largest). {hold}\n"
     );
-    let runs = [("saturated", None), ("paced", Some(Duration::from_millis(200)))];
+    // The same runs on three replicas of one manager (`-3`): what replication costs.
+    let paced = Some(Duration::from_millis(200));
+    let runs = [("saturated", None, 1), ("paced", paced, 1), ("saturated-3", None, 3), ("paced-3", paced, 3)];
     let mut tables = Vec::new();
     let mut failures = Vec::new();
-    for (name, back_off) in
-        runs.into_iter().filter(|(name, _)| plan.runs.is_empty() || plan.runs.iter().any(|o| o == name))
+    for (name, back_off, replicas) in
+        runs.into_iter().filter(|(name, _, _)| plan.runs.is_empty() || plan.runs.iter().any(|o| o == name))
     {
         let behaviour = Behaviour { back_off, hold: plan.hold, order: plan.order };
-        let run = run_load(programs, seconds, behaviour).await?;
+        let manager = if replicas == 1 { Manager::start()? } else { crate::failover::start_replicas()? };
+        let run = run_load(manager, programs, seconds, behaviour).await?;
         if run.errors > 0 || run.double_grants > 0 {
             failures.push(format!(
                 "{name}: {} errors (first: {:?}), {} double grants",
@@ -330,7 +355,7 @@ pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
         tables.push((name, run.rows));
     }
     if tables.is_empty() {
-        bail!("no load run is named {:?}: saturated or paced", plan.runs);
+        bail!("no load run is named {:?}: saturated, paced, saturated-3 or paced-3", plan.runs);
     }
     println!("| measure | {} |", tables.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
     println!("|---|{}", "---|".repeat(tables.len()));
@@ -355,8 +380,7 @@ struct Run {
 }
 
 /// One run on a fresh manager.
-async fn run_load(programs: usize, seconds: u64, behaviour: Behaviour) -> anyhow::Result<Run> {
-    let manager = Manager::start()?;
+async fn run_load(manager: Manager, programs: usize, seconds: u64, behaviour: Behaviour) -> anyhow::Result<Run> {
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
     let connect_start = Instant::now();

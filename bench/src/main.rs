@@ -9,6 +9,7 @@ mod arm;
 mod baseline;
 mod capi;
 mod copies;
+mod failover;
 mod gpu;
 mod latency;
 mod load;
@@ -36,15 +37,19 @@ struct Args {
     #[arg(long)]
     current_thread: bool,
     /// Only these sections (baseline, records, copies, tuning, latency, ordering, launches,
-    /// memory, arm, load, capi, net, slurm, gpu, isolation, sessions, shim, python); all but net,
-    /// slurm, load, isolation, sessions, shim and python when empty (gpu only where an NVIDIA driver is found).
+    /// memory, arm, load, failover, capi, net, slurm, gpu, isolation, sessions, shim, python); all
+    /// but net, slurm, load, failover, isolation, sessions, shim and python when empty (gpu only where an NVIDIA driver is found).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The shim section's backend serves the machine's own CUDA driver (a GPU host) instead of
     /// the driver stand-in.
     #[arg(long)]
     shim_real_gpu: bool,
-    /// The load section's runs (saturated, paced); both when empty.
+    /// The failover section's kills of the leader (20, or 3 with --quick, when not given).
+    #[arg(long)]
+    failover_trials: Option<usize>,
+    /// The load section's runs (saturated, paced, and the same on three replicas:
+    /// saturated-3, paced-3); all when empty.
     #[arg(long, value_delimiter = ',')]
     load_runs: Vec<String>,
     /// The load section's length per run, seconds (60, or 5 with --quick, when not given).
@@ -214,6 +219,10 @@ fn main() -> anyhow::Result<()> {
             order: args.load_order,
         };
         rt.block_on(load::under_load(&plan))?;
+    }
+    // Minutes of kills under 1,000 programs: only when asked for.
+    if args.only.iter().any(|s| s == "failover") {
+        rt.block_on(failover::under_load(args.quick, args.failover_trials))?;
     }
     // Needs nvcc (scripts/test fetches it): only when asked for.
     if args.only.iter().any(|s| s == "shim") {

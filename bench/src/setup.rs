@@ -85,15 +85,20 @@ impl Drop for Child_ {
 pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> anyhow::Result<(Child, SocketAddr)> {
     let exe = sibling(name)?;
     let addr_file = state_dir.with_extension("addr");
+    // A port of its own on loopback, unless the caller names the address.
+    let listen: &[&str] = if args.contains(&"--listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
     let child = Command::new(&exe)
-        .args(["--listen", "127.0.0.1:0"])
+        .args(listen)
         .args(args)
         .arg("--state-dir")
         .arg(state_dir)
         .arg("--addr-file")
         .arg(&addr_file)
         .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
+        // Kept beside the state, for a failing run to show (`failover.rs`).
+        .stderr(
+            std::fs::File::create(state_dir.with_extension("log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()),
+        )
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
     let start = Instant::now();
