@@ -6,59 +6,17 @@
 //! (the holdings' check of `load.rs`), or on an accelerator still held once every program has
 //! freed what it was granted (a lost free).
 
-use std::path::Path;
-use std::process::Child;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{Request, Response};
-use anyhow::{bail, Context};
+use anyhow::bail;
 
-use crate::load::{add_hosts, churn, double_grants, program, Behaviour, Manager, Order, Samples, Tally};
-use crate::setup::{median, spawn_daemon};
-
-/// The replicas' addresses: programs on port 7000, Raft on 7100.
-const IPS: [&str; 3] = ["127.0.56.1", "127.0.56.2", "127.0.56.3"];
-
-/// The `[replication]` section of replica `id` (1-3).
-fn replication(id: usize) -> String {
-    let members: Vec<String> = (1..=3)
-        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = IPS[m - 1]))
-        .collect();
-    format!("[replication]\nid = {id}\nmembers = [{}]\n", members.join(", "))
-}
-
-/// Starts replica `id` on its state directory `dir`.
-fn spawn_replica(dir: &Path, id: usize) -> anyhow::Result<Child> {
-    let config = dir.join("arm.toml");
-    std::fs::write(&config, replication(id))?;
-    let listen = format!("{}:7000", IPS[id - 1]);
-    let config = config.to_string_lossy().to_string();
-    Ok(spawn_daemon("arm-server", &["--listen", &listen, "--config", &config], dir)?.0)
-}
-
-/// Three replicas of one manager, set up as docs/admin.md says: the first one's CA, admin
-/// certificate and signing key copied to the others before they first start.
-pub(crate) fn start_replicas() -> anyhow::Result<Manager> {
-    let root = tempfile::tempdir()?;
-    let dirs: Vec<_> = (1..=3).map(|id| root.path().join(format!("r{id}"))).collect();
-    ac_proto::tls::ensure_self_signed(&dirs[0], &[], &["admin"])?;
-    std::fs::write(dirs[0].join("signing.key"), ac_proto::capability::Signer::generate_pkcs8()?)?;
-    for file in ["cert.pem", "key.pem"] {
-        std::fs::remove_file(dirs[0].join(file))?;
-    }
-    for dir in &dirs[1..] {
-        std::fs::create_dir_all(dir)?;
-        for file in ["ca.pem", "ca.key", "admin.pem", "admin.key", "signing.key"] {
-            std::fs::copy(dirs[0].join(file), dir.join(file)).with_context(|| format!("copying {file}"))?;
-        }
-    }
-    let children = (1..=3).map(|id| spawn_replica(&dirs[id - 1], id).map(Some)).collect::<anyhow::Result<_>>()?;
-    let addrs = IPS.iter().map(|ip| format!("{ip}:7000").parse()).collect::<Result<_, _>>()?;
-    Ok(Manager { children, addrs, dirs, _root: root })
-}
+use crate::load::{add_hosts, churn, double_grants, program, Behaviour, Order, Samples, Tally};
+use crate::manager::Manager;
+use crate::setup::median;
 
 /// Replica `id`'s own view of the cluster: (leader, applied index).
 async fn status_of(manager: &Manager, id: usize) -> Option<(Option<u64>, Option<u64>)> {
@@ -135,7 +93,7 @@ pub async fn under_load(quick: bool, trials: Option<usize>) -> anyhow::Result<()
     println!(
         "## The replicated manager's failover ({programs} programs looping AC_Get(1)/AC_Free, paced, on three replicas; the leader killed with kill -9 {trials} times, restarted and caught up before the next kill)\n"
     );
-    let mut manager = start_replicas()?;
+    let mut manager = Manager::start_replicas()?;
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
     let mut sessions = Vec::with_capacity(programs);
@@ -175,7 +133,7 @@ pub async fn under_load(quick: bool, trials: Option<usize>) -> anyhow::Result<()
             Some(first) => takeovers.push((first - killed).as_secs_f64()),
             None => missed += 1,
         }
-        manager.children[leader - 1] = Some(spawn_replica(&manager.dirs[leader - 1], leader)?);
+        manager.children[leader - 1] = Some(crate::manager::spawn_replica(&manager.dirs[leader - 1], leader)?);
         let next = crate::failover::leader(&manager).await?;
         if !caught_up(&manager, leader, next).await {
             bail!("trial {trial}: replica {leader}, restarted, did not catch up with {next}");

@@ -4,81 +4,20 @@
 //! (the programs speak the manager's protocol through `ArmClient`, as `Session` does, and never
 //! dial the granted backends).
 
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_backend::{BackendConfig, DeviceChoice};
-use ac_frontend::arm::{ArmClient, ArmOptions};
+use ac_frontend::arm::ArmClient;
 use ac_proto::arm::{Ask, JobAuth, Request, Response};
 use anyhow::bail;
 
-use crate::setup::{cpu_seconds, percentiles, spawn_daemon, InProcess};
+use crate::manager::Manager;
+use crate::setup::{cpu_seconds, percentiles, InProcess};
 
 const HOSTS: usize = 8;
 const DEVICES: u32 = 8;
-
-/// The manager: the `arm-server` binary in a process of its own (its CPU time and memory its
-/// own), or three of them as the replicas of one manager (`failover.rs`).
-pub(crate) struct Manager {
-    pub(crate) children: Vec<Option<Child>>,
-    pub(crate) addrs: Vec<std::net::SocketAddr>,
-    /// Each replica's state directory (one for a single manager), under `_root`.
-    pub(crate) dirs: Vec<std::path::PathBuf>,
-    /// Removed with the manager.
-    pub(crate) _root: tempfile::TempDir,
-}
-
-impl Manager {
-    fn start() -> anyhow::Result<Self> {
-        let root = tempfile::tempdir()?;
-        let dir = root.path().join("arm");
-        let (child, addr) = spawn_daemon("arm-server", &[], &dir)?;
-        Ok(Self { children: vec![Some(child)], addrs: vec![addr], dirs: vec![dir], _root: root })
-    }
-
-    /// What programs are given: every replica's address.
-    pub(crate) fn options(&self) -> ArmOptions {
-        let mut options = ArmOptions::new(self.addrs[0], self.dirs[0].join("ca.pem"));
-        options.alternates = self.addrs[1..].to_vec();
-        options
-    }
-
-    pub(crate) fn admin_options(&self) -> ArmOptions {
-        let mut options = self.options();
-        options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
-        options
-    }
-
-    /// CPU seconds so far (every replica's) and resident memory in KiB (the largest).
-    fn usage(&self) -> (f64, u64) {
-        let mut cpu = 0.0;
-        let mut rss = 0;
-        for child in self.children.iter().flatten() {
-            let pid = child.id();
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            let resident = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            cpu += cpu_seconds(pid);
-            rss = rss.max(resident);
-        }
-        (cpu, rss)
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        for child in self.children.iter_mut().flatten() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 /// What every program counts.
 #[derive(Default)]
@@ -344,7 +283,7 @@ pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
         runs.into_iter().filter(|(name, _, _)| plan.runs.is_empty() || plan.runs.iter().any(|o| o == name))
     {
         let behaviour = Behaviour { back_off, hold: plan.hold, order: plan.order };
-        let manager = if replicas == 1 { Manager::start()? } else { crate::failover::start_replicas()? };
+        let manager = if replicas == 1 { Manager::start()? } else { Manager::start_replicas()? };
         let run = run_load(manager, programs, seconds, behaviour).await?;
         if run.errors > 0 || run.double_grants > 0 {
             failures.push(format!(

@@ -13,6 +13,7 @@ mod failover;
 mod gpu;
 mod latency;
 mod load;
+mod manager;
 mod memory;
 mod net;
 mod profile;
