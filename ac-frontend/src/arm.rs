@@ -108,6 +108,23 @@ const DEAD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
 /// one answers a handshake in a round trip.
 const LEADER_DIAL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Closes an endpoint when dropped, unless kept: a dial's, until it connects.
+struct CloseUnlessKept(Option<Endpoint>);
+
+impl CloseUnlessKept {
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseUnlessKept {
+    fn drop(&mut self) {
+        if let Some(endpoint) = self.0.take() {
+            endpoint.close(0u32.into(), b"another address answered");
+        }
+    }
+}
+
 /// The answer to `request`: an `AC_Free` sent again (its first answer lost with a connection or
 /// a leader) that finds its set gone was carried out the first time: it is answered as done.
 /// The set is not held either way, which is all a free asks; sets' ids are never reused.
@@ -249,10 +266,16 @@ impl ArmClient {
     /// Dials the manager at `addr` (its certificate naming `name`): the endpoint and connection.
     async fn dial(&self, addr: SocketAddr, name: String, tuning: &Tuning) -> Result<(Endpoint, Connection)> {
         let endpoint = transport::client_endpoint(addr, Some(self.crypto.clone()), tuning)?;
+        // A dial given up (another address answered first, or the wait ran out) closes its
+        // endpoint: quinn would go on with the handshake, socket and buffers, for the idle
+        // timeout (an hour on this connection), and each failover would leave one per program.
+        let abandoned = CloseUnlessKept(Some(endpoint.clone()));
         let connecting = endpoint
             .connect(addr, &name)
             .map_err(|e| Error::Setup(format!("cannot connect to the resource manager: {e}")))?;
-        Ok((endpoint, connecting.await?))
+        let conn = connecting.await?;
+        abandoned.keep();
+        Ok((endpoint, conn))
     }
 
     /// A failure to talk to the manager, named as such (not as a lost accelerator).

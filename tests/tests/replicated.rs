@@ -3,6 +3,8 @@
 //! holding accelerators: a standby leads, the program's next `AC_Get` is granted by it, nothing
 //! acknowledged is lost, no accelerator has two holders, and the killed replica, restarted,
 //! catches up. Then all three are killed and restarted: everything acknowledged is still there.
+//! A leader stopped (`SIGSTOP`) past the election timeout is replaced; running again, it steps
+//! down and refuses to decide, naming the new leader.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -14,17 +16,16 @@ use ac_frontend::Session;
 use ac_proto::arm::{ClusterStatus, JobAuth, Request, Response};
 use ac_tests::{computes, eventually, job_of, quick_tuning, register_hosts, submit_job, ArmProcess, TestBackend};
 
-/// The replicas' loopback addresses: one IP each, clients on port 7000, Raft on 7100.
-const IPS: [&str; 3] = ["127.0.55.1", "127.0.55.2", "127.0.55.3"];
-
-fn api(id: u64) -> SocketAddr {
-    format!("{}:7000", IPS[id as usize - 1]).parse().expect("address")
+/// Replica `id`'s loopback IP in network `net` (each test its own, as they run at once):
+/// `127.0.<net>.<id>`, clients on port 7000, Raft on 7100.
+fn ip(net: u8, id: u64) -> String {
+    format!("127.0.{net}.{id}")
 }
 
 /// The `[replication]` section of replica `id`.
-fn config(id: u64) -> String {
+fn config(net: u8, id: u64) -> String {
     let members: Vec<String> = (1..=3)
-        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = IPS[m as usize - 1]))
+        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = ip(net, m)))
         .collect();
     format!("[replication]\nid = {id}\nelection_timeout_ms = 500\nmembers = [{}]\n", members.join(", "))
 }
@@ -32,14 +33,15 @@ fn config(id: u64) -> String {
 /// Three replicas' state directories, prepared as docs/admin.md says: the first replica's CA,
 /// admin certificate and signing key copied to the others before their first start.
 struct Replicas {
+    net: u8,
     dirs: Vec<PathBuf>,
     running: Vec<Option<ArmProcess>>,
 }
 
 impl Replicas {
-    fn start(root: &Path) -> Self {
+    fn start(root: &Path, net: u8) -> Self {
         let first = root.join("r1");
-        ac_proto::tls::ensure_self_signed(&first, &[IPS[0].to_string()], &["admin"]).expect("the CA");
+        ac_proto::tls::ensure_self_signed(&first, &[ip(net, 1)], &["admin"]).expect("the CA");
         std::fs::write(first.join("signing.key"), ac_proto::capability::Signer::generate_pkcs8().unwrap()).unwrap();
         let mut dirs = vec![first.clone()];
         for id in 2..=3 {
@@ -54,16 +56,21 @@ impl Replicas {
         for file in ["cert.pem", "key.pem"] {
             let _ = std::fs::remove_file(first.join(file));
         }
-        let mut replicas = Self { dirs, running: vec![None, None, None] };
+        let mut replicas = Self { net, dirs, running: vec![None, None, None] };
         for id in 1..=3 {
             replicas.restart(id);
         }
         replicas
     }
 
+    fn api(&self, id: u64) -> SocketAddr {
+        format!("{}:7000", ip(self.net, id)).parse().expect("address")
+    }
+
     fn restart(&mut self, id: u64) {
         let dir = &self.dirs[id as usize - 1];
-        self.running[id as usize - 1] = Some(ArmProcess::start_with_config(dir, &api(id).to_string(), &config(id)));
+        let (listen, config) = (self.api(id).to_string(), config(self.net, id));
+        self.running[id as usize - 1] = Some(ArmProcess::start_with_config(dir, &listen, &config));
     }
 
     fn kill(&mut self, id: u64) {
@@ -74,8 +81,8 @@ impl Replicas {
 
     /// Client options naming every replica.
     fn options(&self) -> ArmOptions {
-        let mut options = ArmOptions::new(api(1), self.dirs[0].join("ca.pem"));
-        options.alternates = vec![api(2), api(3)];
+        let mut options = ArmOptions::new(self.api(1), self.dirs[0].join("ca.pem"));
+        options.alternates = vec![self.api(2), self.api(3)];
         options.tuning = quick_tuning();
         options
     }
@@ -88,7 +95,7 @@ impl Replicas {
 
     /// Replica `id`'s own view of the cluster.
     async fn status_of(&self, id: u64) -> Option<ClusterStatus> {
-        let mut options = ArmOptions::new(api(id), self.dirs[0].join("ca.pem"));
+        let mut options = ArmOptions::new(self.api(id), self.dirs[0].join("ca.pem"));
         options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
         options.tuning = quick_tuning();
         let client = ArmClient::connect(options).await.ok()?;
@@ -144,7 +151,7 @@ async fn holdings(ctl: &ArmClient, jobs: &[&str]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_lost() {
     let root = tempfile::tempdir().unwrap();
-    let mut replicas = Replicas::start(root.path());
+    let mut replicas = Replicas::start(root.path(), 55);
     let backends = [
         TestBackend::start(64).await,
         TestBackend::start(64).await,
@@ -201,5 +208,74 @@ async fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_l
     assert_eq!(holdings(&ctl, &["j", "other"]).await, acknowledged, "all three restarted: nothing lost");
     session.free(second).await.unwrap();
     assert_eq!(job_of(&ctl, "j").await.dynamic_accelerators.len(), 0);
+    session.finalize().await.unwrap();
+}
+
+impl Replicas {
+    /// Sends `signal` (`STOP`, `CONT`) to replica `id`'s process.
+    fn signal(&self, id: u64, signal: &str) {
+        let process = self.running[id as usize - 1].as_ref().expect("running");
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &process.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
+    let root = tempfile::tempdir().unwrap();
+    let replicas = Replicas::start(root.path(), 57);
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let ctl = replicas.admin().await;
+    register_hosts(&ctl, &backends).await;
+    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
+    let session = Session::init(session_options(&replicas, credential)).await.unwrap();
+    let first = session.get(1).await.unwrap().expect("granted");
+
+    // Stopped longer than the election timeout: the others elect another, which grants.
+    let old = replicas.leader().await;
+    replicas.signal(old, "STOP");
+    let second = session.get(1).await.unwrap().expect("granted by a standby while the leader is stopped");
+    let new = replicas.leader().await;
+    assert_ne!(new, old, "a standby leads");
+
+    // Running again, the old leader learns the new term and steps down: asked alone, it
+    // decides nothing on its old state, and names the new leader.
+    replicas.signal(old, "CONT");
+    let stepped_down = eventually(Duration::from_secs(10), || async {
+        replicas.status_of(old).await.is_some_and(|s| s.leader == Some(new))
+    })
+    .await;
+    assert!(stepped_down, "the old leader follows the new one");
+    let mut alone = ArmOptions::new(replicas.api(old), replicas.dirs[0].join("ca.pem"));
+    alone.identity = Some((replicas.dirs[0].join("admin.pem"), replicas.dirs[0].join("admin.key")));
+    alone.tuning = quick_tuning();
+    // In protocol 8, as a client that cannot follow the leader: the old replica's own answer.
+    alone.protocol = 8;
+    let alone = ArmClient::connect(alone).await.expect("the old leader answers");
+    let refused = alone.request(Request::HostDrain { name: "h0".into(), drain: true }).await;
+    match refused {
+        Err(ac_frontend::Error::Manager { kind, message }) => {
+            // Protocol 8 has no NotLeader: said as Internal, in the same words.
+            assert_eq!(kind, ac_proto::arm::ArmErrorKind::Internal, "{message}");
+            assert_eq!(ac_proto::arm::leader_named(&message), Some(replicas.api(new)), "{message}");
+        }
+        other => panic!("the old leader decided: {other:?}"),
+    }
+    // Every replica applies the same log: the old one catches up to the leader's index.
+    let agreed = eventually(Duration::from_secs(10), || async {
+        let (Some(a), Some(b)) = (replicas.status_of(old).await, replicas.status_of(new).await) else { return false };
+        a.applied.is_some() && a.applied == b.applied
+    })
+    .await;
+    assert!(agreed, "the old leader applied what the new one did");
+    let held = holdings(&ctl, &["j"]).await;
+    assert_eq!(held.len(), 3, "the static accelerator and both grants: {held:?}");
+    let Response::Hosts(hosts) = ctl.request(Request::HostList).await.unwrap() else { panic!("hosts") };
+    assert!(hosts.iter().all(|h| !h.state.contains("drain")), "the refused drain was made: {hosts:?}");
+    session.free(first).await.unwrap();
+    session.free(second).await.unwrap();
     session.finalize().await.unwrap();
 }
