@@ -14,7 +14,7 @@ use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{Request, Response};
 use anyhow::bail;
 
-use crate::load::{add_hosts, churn, double_grants, program, Behaviour, Order, Samples, Tally};
+use crate::load::{add_hosts, connect_programs, double_grants, start_churning, Behaviour, Order, Samples, Tally};
 use crate::manager::Manager;
 use crate::setup::median;
 
@@ -96,29 +96,14 @@ pub async fn under_load(quick: bool, trials: Option<usize>) -> anyhow::Result<()
     let mut manager = Manager::start_replicas()?;
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
-    let mut sessions = Vec::with_capacity(programs);
-    for chunk in (0..programs).collect::<Vec<_>>().chunks(50) {
-        let batch = chunk.iter().map(|&i| program(&manager, &admin, i));
-        sessions.extend(futures_util::future::try_join_all(batch).await?);
-    }
+    let sessions = connect_programs(&manager, &admin, programs).await?;
     let tally = Arc::new(Tally { grant_times: Some(Mutex::default()), ..Tally::default() });
     let behaviour =
         Behaviour { back_off: Some(Duration::from_millis(200)), hold: Duration::ZERO, order: Order::HoldThenFree };
     let start = Instant::now();
     // Far off: the programs stop when the trials are done (`Tally::stop`).
     let end = start + Duration::from_secs(3600);
-    let tasks: Vec<_> = sessions
-        .into_iter()
-        .enumerate()
-        .map(|(me, (client, token))| {
-            let tally = tally.clone();
-            tokio::spawn(async move {
-                let samples = churn(me, &client, token, end, behaviour, tally).await;
-                client.close_now().await;
-                samples
-            })
-        })
-        .collect();
+    let tasks = start_churning(sessions, end, behaviour, &tally);
     let mut takeovers = Vec::new();
     let mut missed = 0;
     for trial in 0..trials {
@@ -143,7 +128,9 @@ pub async fn under_load(quick: bool, trials: Option<usize>) -> anyhow::Result<()
     let elapsed = start.elapsed().as_secs_f64();
     let mut samples = Samples::default();
     for task in tasks {
-        samples.holdings.extend(task.await?.holdings);
+        let (client, mine) = task.await?;
+        client.close_now().await;
+        samples.holdings.extend(mine.holdings);
     }
     let held = still_held(&admin).await?;
     admin.close_now().await;

@@ -132,7 +132,7 @@ pub(crate) async fn add_hosts(admin: &ArmClient) -> anyhow::Result<Vec<InProcess
 }
 
 /// A job with nothing static and its program's session: a connection of its own, bound.
-pub(crate) async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Result<(ArmClient, String)> {
+async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> anyhow::Result<(ArmClient, String)> {
     let id = format!("load-{i}");
     let submit = Request::JobSubmit {
         id: id.clone(),
@@ -152,6 +152,42 @@ pub(crate) async fn program(manager: &Manager, admin: &ArmClient, i: usize) -> a
     let auth = JobAuth::Credential { job: id, secret: credential };
     client.request(Request::Init { auth, node: "n1".into(), token: token.clone() }).await?;
     Ok((client, token))
+}
+
+/// `programs` programs' sessions, a few dozen handshakes at a time, as programs starting on a
+/// cluster would.
+pub(crate) async fn connect_programs(
+    manager: &Manager,
+    admin: &ArmClient,
+    programs: usize,
+) -> anyhow::Result<Vec<(ArmClient, String)>> {
+    let mut sessions = Vec::with_capacity(programs);
+    for chunk in (0..programs).collect::<Vec<_>>().chunks(50) {
+        let batch = chunk.iter().map(|&i| program(manager, admin, i));
+        sessions.extend(futures_util::future::try_join_all(batch).await?);
+    }
+    Ok(sessions)
+}
+
+/// Each session's program looping ([`churn`]) in a task of its own until `end` (or the tally's
+/// `stop`); each task gives back its client and what it measured.
+pub(crate) fn start_churning(
+    sessions: Vec<(ArmClient, String)>,
+    end: Instant,
+    behaviour: Behaviour,
+    tally: &Arc<Tally>,
+) -> Vec<tokio::task::JoinHandle<(ArmClient, Samples)>> {
+    sessions
+        .into_iter()
+        .enumerate()
+        .map(|(me, (client, token))| {
+            let tally = tally.clone();
+            tokio::spawn(async move {
+                let samples = churn(me, &client, token, end, behaviour, tally).await;
+                (client, samples)
+            })
+        })
+        .collect()
 }
 
 /// What one program measured: each granted-and-freed pair, and each request (granted,
@@ -186,7 +222,7 @@ pub(crate) struct Behaviour {
 }
 
 /// One program's loop until `end`.
-pub(crate) async fn churn(
+async fn churn(
     me: usize,
     client: &ArmClient,
     token: String,
@@ -323,12 +359,7 @@ async fn run_load(manager: Manager, programs: usize, seconds: u64, behaviour: Be
     let admin = ArmClient::connect(manager.admin_options()).await?;
     let _backends = add_hosts(&admin).await?;
     let connect_start = Instant::now();
-    let mut sessions = Vec::with_capacity(programs);
-    // A few dozen handshakes at a time, as programs starting on a cluster would.
-    for chunk in (0..programs).collect::<Vec<_>>().chunks(50) {
-        let batch = chunk.iter().map(|&i| program(&manager, &admin, i));
-        sessions.extend(futures_util::future::try_join_all(batch).await?);
-    }
+    let sessions = connect_programs(&manager, &admin, programs).await?;
     let connecting = connect_start.elapsed();
     let load_before = load_average();
     let (cpu_before, rss_before) = manager.usage();
@@ -336,17 +367,7 @@ async fn run_load(manager: Manager, programs: usize, seconds: u64, behaviour: Be
     let tally = Arc::new(Tally::default());
     let start = Instant::now();
     let end = start + Duration::from_secs(seconds);
-    let tasks: Vec<_> = sessions
-        .into_iter()
-        .enumerate()
-        .map(|(me, (client, token))| {
-            let tally = tally.clone();
-            tokio::spawn(async move {
-                let samples = churn(me, &client, token, end, behaviour, tally).await;
-                (client, samples)
-            })
-        })
-        .collect();
+    let tasks = start_churning(sessions, end, behaviour, &tally);
     let mut samples = Samples::default();
     let mut clients = Vec::with_capacity(programs);
     for task in tasks {
