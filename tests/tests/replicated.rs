@@ -148,7 +148,6 @@ async fn holdings(ctl: &ArmClient, jobs: &[&str]) -> Vec<String> {
     held
 }
 
-#[ignore = "flaky, 1 run in 3: a new leader sometimes rejects the first AC_Get (the pool seen unavailable); issue 55"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_lost() {
     let root = tempfile::tempdir().unwrap();
@@ -224,7 +223,6 @@ impl Replicas {
     }
 }
 
-#[ignore = "flaky, 1 run in 3: a new leader sometimes rejects the first AC_Get (the pool seen unavailable); issue 55"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
     let root = tempfile::tempdir().unwrap();

@@ -53,7 +53,7 @@ impl Arm {
         let now_ms = accounting::unix_now_ms();
         let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
-        if let Some(replication) = self.replication.as_ref().filter(|r| !r.serving()) {
+        if let Some(replication) = self.replication.as_ref().filter(|r| !r.leading()) {
             return Err(replication.not_leader());
         }
         self.reload_if_stale().await;
@@ -80,7 +80,7 @@ impl Arm {
         self.commit_through(mine).await.map_err(|e| match self.replication.as_ref() {
             // A change rolled back because the lead was lost (its own or a group's): the
             // client asks the leader.
-            Some(replication) if !replication.serving() => replication.not_leader(),
+            Some(replication) if !replication.leading() => replication.not_leader(),
             _ => store_failure(e),
         })?;
         // Only a change can answer a long poll; waking them for nothing would make them spin.

@@ -29,6 +29,7 @@ pub(super) async fn host_events(arm: Arc<Arm>, mut events: mpsc::UnboundedReceiv
                         Ok(())
                     })
                     .await;
+                arm.link_reported(&host);
             }
             LinkEvent::Served { host, devices } => {
                 let changed = arm.mutate(|core, now| Ok(core.set_served(&host, &devices, now))).await;

@@ -55,11 +55,17 @@ impl Machine for StoreMachine {
     }
 }
 
-/// This replica: its Raft node and whether it serves (it leads, and its core is the cluster's).
+/// This replica: its Raft node and whether it leads (its core is the cluster's: it commits)
+/// and serves (programs' requests are answered).
 pub(super) struct Replication {
     replica: Replica<StoreMachine>,
     config: ReplicationConfig,
+    /// Its core was read back in its term: it may change it and commit (links report).
+    leading: AtomicBool,
+    /// It leads and its backends' links have reported: requests are answered.
     serving: AtomicBool,
+    /// The hosts whose links reported (up or not) since this replica took the lead.
+    reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Group commits proposed, for their ids (with `nonce`, unique across restarts).
     proposed: AtomicU64,
     nonce: u64,
@@ -119,15 +125,23 @@ impl Replication {
         Ok(Self {
             replica,
             config: config.clone(),
+            leading: AtomicBool::new(false),
             serving: AtomicBool::new(false),
+            reported: Default::default(),
             proposed: AtomicU64::new(0),
             nonce,
         })
     }
 
-    /// Whether this replica serves: it leads, and its core was read back in its term.
+    /// Whether this replica serves programs: it leads, and its links have reported.
     pub(super) fn serving(&self) -> bool {
         self.serving.load(Ordering::Acquire)
+    }
+
+    /// Whether this replica may change its core and commit: it leads, and its core was read
+    /// back in its term.
+    pub(super) fn leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
     }
 
     /// The answer of a replica that does not serve: where the leader is, if known.
@@ -148,7 +162,7 @@ impl Replication {
         if changes.is_empty() {
             return Ok(());
         }
-        if !self.serving() {
+        if !self.leading() {
             return Err(ArmServerError::NotLeader(self.leader_api()));
         }
         let op = encode(changes).map_err(ArmServerError::Replication)?;
@@ -184,6 +198,10 @@ impl Replication {
         }
     }
 }
+
+/// How long a new leader waits for its backends' links to report before it serves: longer
+/// than one dial's limit, so a silent backend does not hold it longer than that.
+const LINK_REPORTS: Duration = Duration::from_secs(1);
 
 fn replication_err(e: ReplicationError) -> ArmServerError {
     ArmServerError::Replication(e.to_string())
@@ -238,21 +256,28 @@ impl Arm {
     }
 
     /// As the new leader: reads the core back from the store (which holds everything committed
-    /// before this term), starts the links to the backends, and gives every program one lease
-    /// to come back, as after a restart.
+    /// before this term), starts the links to the backends, waits for them to report (so the
+    /// first `AC_Get` is not refused for hosts merely not yet linked), and gives every program
+    /// one lease to come back, as after a restart.
     async fn take_the_lead(&self) {
+        let Some(replication) = self.replication.as_ref() else { return };
         {
             let _committer = self.committing.lock().await;
             if let Err(e) = self.reload().await {
                 tracing::error!(error = %e, "the store cannot be read back: not serving");
                 return;
             }
+            replication.reported.lock().expect("reported poisoned").clear();
+            replication.leading.store(true, Ordering::Release);
         }
+        let hosts: Vec<String> = {
+            let core = self.core.lock().expect("core poisoned");
+            core.hosts().values().for_each(|host| self.links.start(host));
+            core.hosts().keys().cloned().collect()
+        };
+        self.await_link_reports(replication, &hosts).await;
         {
             let core = self.core.lock().expect("core poisoned");
-            for host in core.hosts().values() {
-                self.links.start(host);
-            }
             let mut leases = self.leases.lock().expect("leases poisoned");
             let grace = Instant::now() + Duration::from_millis(self.config.lease_ms);
             leases.deadline.clear();
@@ -262,26 +287,58 @@ impl Arm {
                 }
             }
         }
-        if let Some(replication) = self.replication.as_ref() {
-            replication.serving.store(true, Ordering::Release);
-        }
+        replication.serving.store(true, Ordering::Release);
         let _ = self
-            .mutate(|core, _| {
+            .mutate(|core, now| {
                 core.account_all(super::accounting::unix_now_ms());
+                core.schedule(now);
                 Ok(())
             })
             .await;
         self.changed.notify_waiters();
     }
 
-    /// No longer the leader: stops serving and the links (the leader has its own).
+    /// Waits until the link to each of `hosts` has reported once (up, or its first dial
+    /// failed), at most [`LINK_REPORTS`].
+    async fn await_link_reports(&self, replication: &Replication, hosts: &[String]) {
+        let deadline = Instant::now() + LINK_REPORTS;
+        loop {
+            let unreported = {
+                let reported = replication.reported.lock().expect("reported poisoned");
+                hosts.iter().filter(|h| !reported.contains(*h)).count()
+            };
+            if unreported == 0 {
+                return;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(unreported, "serving before every backend's link reported");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What a link reported was recorded: a new leader waits for these before it serves.
+    pub(super) fn link_reported(&self, host: &str) {
+        if let Some(replication) = self.replication.as_ref() {
+            replication.reported.lock().expect("reported poisoned").insert(host.to_string());
+        }
+    }
+
+    /// No longer the leader: stops serving and the links (the leader has its own); its hosts
+    /// count as down until its links report again, should it lead again.
     fn step_down(&self) {
         if let Some(replication) = self.replication.as_ref() {
             replication.serving.store(false, Ordering::Release);
+            replication.leading.store(false, Ordering::Release);
         }
-        for host in self.core.lock().expect("core poisoned").hosts().keys() {
-            self.links.stop(host);
+        let mut core = self.core.lock().expect("core poisoned");
+        let hosts: Vec<String> = core.hosts().keys().cloned().collect();
+        for host in hosts {
+            self.links.stop(&host);
+            core.set_up(&host, false, 0);
         }
+        drop(core);
         self.changed.notify_waiters();
     }
 
