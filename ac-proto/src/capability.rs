@@ -73,12 +73,13 @@ impl Signer {
     }
 }
 
-/// Why a capability was refused.
-pub fn verify(public_key: &[u8; 32], capability: &[u8], host: &str, now: u64) -> Result<Grant, String> {
+/// The grant of a capability signed by one of `keys` (a single manager's, or each replica's of
+/// a replicated one), or why it was refused.
+pub fn verify(keys: &[[u8; 32]], capability: &[u8], host: &str, now: u64) -> Result<Grant, String> {
     let signed: Signed = codec::decode(capability).map_err(|e| format!("capability does not parse: {e}"))?;
-    UnparsedPublicKey::new(&ED25519, public_key)
-        .verify(&signed.grant, &signed.signature)
-        .map_err(|_| "capability signature is not the resource manager's".to_string())?;
+    if !keys.iter().any(|key| UnparsedPublicKey::new(&ED25519, key).verify(&signed.grant, &signed.signature).is_ok()) {
+        return Err("capability signature is not the resource manager's".to_string());
+    }
     let grant: Grant = codec::decode(&signed.grant).map_err(|e| format!("capability grant does not parse: {e}"))?;
     if grant.host != host {
         return Err(format!("capability is for host `{}`, this is `{host}`", grant.host));
@@ -111,14 +112,17 @@ mod tests {
     fn issued_capabilities_verify_and_tampering_fails() {
         let signer = Signer::from_pkcs8(&Signer::generate_pkcs8().unwrap()).unwrap();
         let cap = signer.issue(&grant());
-        assert_eq!(verify(&signer.public_key(), &cap, "h1", 999).unwrap(), grant());
-        assert!(verify(&signer.public_key(), &cap, "h2", 999).unwrap_err().contains("for host"));
-        assert!(verify(&signer.public_key(), &cap, "h1", 1_000).unwrap_err().contains("expired"));
+        let key = [signer.public_key()];
+        assert_eq!(verify(&key, &cap, "h1", 999).unwrap(), grant());
+        assert!(verify(&key, &cap, "h2", 999).unwrap_err().contains("for host"));
+        assert!(verify(&key, &cap, "h1", 1_000).unwrap_err().contains("expired"));
         let other = Signer::from_pkcs8(&Signer::generate_pkcs8().unwrap()).unwrap();
-        assert!(verify(&other.public_key(), &cap, "h1", 999).unwrap_err().contains("signature"));
+        assert!(verify(&[other.public_key()], &cap, "h1", 999).unwrap_err().contains("signature"));
+        // A replicated manager's: any of the replicas' keys.
+        assert_eq!(verify(&[other.public_key(), signer.public_key()], &cap, "h1", 999).unwrap(), grant());
         let mut forged = cap.clone();
         let n = forged.len();
         forged[n / 2] ^= 1;
-        assert!(verify(&signer.public_key(), &forged, "h1", 999).is_err());
+        assert!(verify(&key, &forged, "h1", 999).is_err());
     }
 }

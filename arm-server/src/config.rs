@@ -120,6 +120,9 @@ pub struct Member {
     pub raft: SocketAddr,
     /// Where it serves programs and admins (its `listen`): where followers send clients.
     pub api: SocketAddr,
+    /// Its capability signing key's public half, 64 hex digits (`arm-server --signing-key`
+    /// prints it): each replica signs with its own, and backends trust the set.
+    pub key: String,
 }
 
 impl ReplicationConfig {
@@ -129,6 +132,42 @@ impl ReplicationConfig {
             .iter()
             .find(|m| m.id == self.id)
             .ok_or_else(|| ArmServerError::Config(format!("[replication] id = {} is not one of its members", self.id)))
+    }
+
+    /// The configuration section that makes a manager this replica (`[replication]`).
+    pub fn to_toml(&self) -> Result<String, ArmServerError> {
+        #[derive(Serialize)]
+        struct Section<'a> {
+            replication: &'a ReplicationConfig,
+        }
+        toml::to_string(&Section { replication: self }).map_err(|e| ArmServerError::Config(e.to_string()))
+    }
+
+    /// Every member's public signing key, in the members' order: what this replica registers
+    /// backends with. `mine`, this replica's own key, must be its entry's.
+    pub fn keys(&self, mine: [u8; 32]) -> Result<Vec<[u8; 32]>, ArmServerError> {
+        let keys = self
+            .members
+            .iter()
+            .map(|m| {
+                crate::keys::parse_public_key(&m.key).ok_or_else(|| {
+                    ArmServerError::Config(format!(
+                        "[replication] member {}: key must be 64 hex digits (`arm-server --signing-key` on it prints \
+                         its key)",
+                        m.id
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.me()?.key.trim() != crate::keys::hex(&mine) {
+            return Err(ArmServerError::Config(format!(
+                "[replication] member {}'s key is not this replica's signing key ({}): list the key `arm-server \
+                 --signing-key` prints here",
+                self.id,
+                crate::keys::hex(&mine)
+            )));
+        }
+        Ok(keys)
     }
 }
 

@@ -19,6 +19,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A public key written as 64 hex digits.
+pub fn parse_public_key(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(key)
+}
+
 /// SHA-256 of a secret, hex: what the store keeps instead of the secret.
 pub fn hash(secret: &str) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, secret.as_bytes()).as_ref())
@@ -38,4 +51,50 @@ pub fn signer(dir: &Path) -> Result<Signer, ArmServerError> {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     }
     Ok(Signer::from_pkcs8(&std::fs::read(&path)?)?)
+}
+
+/// Prepares the state directories of a new replicated manager's replicas, as docs/admin.md
+/// says: the first one's CA and admin certificate copied to the others, each replica with a
+/// signing key of its own. Returns each one's public key, for its `members` entry.
+pub fn prepare_replicas(dirs: &[std::path::PathBuf]) -> Result<Vec<String>, ArmServerError> {
+    let first = dirs.first().ok_or_else(|| ArmServerError::Config("no replica".into()))?;
+    ac_proto::tls::ensure_self_signed(first, &[], &["admin"])?;
+    // The certificate made with the CA names no address of a replica: each issues its own.
+    for file in ["cert.pem", "key.pem"] {
+        std::fs::remove_file(first.join(file))?;
+    }
+    for dir in &dirs[1..] {
+        std::fs::create_dir_all(dir)?;
+        for file in ["ca.pem", "ca.key", "admin.pem", "admin.key"] {
+            std::fs::copy(first.join(file), dir.join(file))?;
+        }
+    }
+    dirs.iter().map(|dir| Ok(hex(&signer(dir)?.public_key()))).collect()
+}
+
+/// What this manager signs with and registers backends as: its key, and for a replica every
+/// replica's public key (backends trust the set).
+#[derive(Debug)]
+pub struct ManagerKeys {
+    /// This manager's signing key.
+    pub signer: Signer,
+    /// Every replica's public key (a replicated manager), or empty.
+    pub cluster: Vec<[u8; 32]>,
+}
+
+impl ManagerKeys {
+    /// What a backend's `arm_public_key` names to trust this manager only: its key, or every
+    /// replica's, separated by commas.
+    pub fn pinned(&self) -> String {
+        if self.cluster.is_empty() {
+            hex(&self.signer.public_key())
+        } else {
+            self.cluster.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
+        }
+    }
+
+    /// The hello that registers this manager with `host`'s backend.
+    pub fn registration(&self, host: &str) -> ac_proto::backend::Hello {
+        ac_proto::backend::registration_hello(&self.signer, &self.cluster, host)
+    }
 }

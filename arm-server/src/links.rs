@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_proto::backend::link::{self, ConnectOptions};
-use ac_proto::backend::{close, register_message, DeviceInfo, DeviceState, Hello, Order, Report, Response, Revoke};
-use ac_proto::capability::{unix_now, Signer};
+use ac_proto::backend::{close, DeviceInfo, DeviceState, Order, Report, Response, Revoke};
+
+use crate::keys::ManagerKeys;
 use ac_proto::frame::frames_bytes;
 use ac_proto::transport::Tuning;
 use ac_proto::ProtoError;
@@ -60,7 +61,7 @@ struct Handle {
 
 /// Every backend link.
 pub struct Links {
-    signer: Arc<Signer>,
+    keys: Arc<ManagerKeys>,
     events: mpsc::UnboundedSender<LinkEvent>,
     timeout: Duration,
     /// How long backends hold a session whose program lost its connection: the lease.
@@ -81,13 +82,13 @@ impl Links {
     /// Links that report to `events`, a backend silent for `timeout` being down; backends
     /// hold a session that lost its connection for `hold` (the lease).
     pub fn new(
-        signer: Arc<Signer>,
+        keys: Arc<ManagerKeys>,
         events: mpsc::UnboundedSender<LinkEvent>,
         (timeout, hold): (Duration, Duration),
         tuning: Tuning,
     ) -> Self {
         let handles = Mutex::new(HashMap::new());
-        Self { signer, events, timeout, hold, tuning, handles, latest: Default::default() }
+        Self { keys, events, timeout, hold, tuning, handles, latest: Default::default() }
     }
 
     /// Starts (or restarts) the link to `host`.
@@ -99,7 +100,7 @@ impl Links {
         options.tuning = Tuning { idle_timeout_ms: self.timeout.as_millis() as u64, ..self.tuning.clone() };
         let report = Reporting { events: self.events.clone(), latest: self.latest.clone() };
         let timing = (self.timeout, self.hold);
-        let task = tokio::spawn(run(host.name.clone(), options, self.signer.clone(), report, timing, rx));
+        let task = tokio::spawn(run(host.name.clone(), options, self.keys.clone(), report, timing, rx));
         if let Some(old) =
             self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { orders: tx, task })
         {
@@ -192,7 +193,7 @@ fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
 async fn run(
     host: String,
     options: ConnectOptions,
-    signer: Arc<Signer>,
+    keys: Arc<ManagerKeys>,
     reporting: Reporting,
     (timeout, hold): (Duration, Duration),
     mut revokes: mpsc::UnboundedReceiver<Order>,
@@ -205,13 +206,7 @@ async fn run(
     // allocator recycles is zeroed for it, so resident, after each restart of the backend.
     let mut endpoint: Option<quinn::Endpoint> = None;
     loop {
-        let time = unix_now();
-        let hello = Hello::Register {
-            public_key: signer.public_key(),
-            host: host.clone(),
-            time,
-            proof: signer.sign(&register_message(&host, time)),
-        };
+        let hello = keys.registration(&host);
         // The CA was checked at registration; a store edited since must not bring the task down.
         let opened = match link::client_crypto(&options) {
             Ok(crypto) => {

@@ -43,6 +43,10 @@ struct Args {
     /// Write the bound address to this file once listening.
     #[arg(long)]
     addr_file: Option<PathBuf>,
+    /// Print the public half of the capability signing key (made if the state directory has
+    /// none) and exit: what a replicated manager's `members` list as each replica's `key`.
+    #[arg(long)]
+    signing_key: bool,
 }
 
 #[tokio::main]
@@ -78,6 +82,12 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(v) = args.metrics_listen {
         config.metrics_listen = Some(v);
+    }
+    if args.signing_key {
+        let signer = arm_server::keys::signer(&config.state_dir)
+            .with_context(|| format!("the signing key in {}", config.state_dir.display()))?;
+        println!("{}", arm_server::keys::hex(&signer.public_key()));
+        return Ok(());
     }
     let arm = arm_server::start(config).await.context("starting the resource manager")?;
     let (cert, key) = arm.admin_identity();

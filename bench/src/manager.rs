@@ -29,22 +29,14 @@ impl Manager {
         Ok(Self { children: vec![Some(child)], addrs: vec![addr], dirs: vec![dir], _root: root })
     }
 
-    /// Three replicas of one manager, set up as docs/admin.md says: the first one's CA, admin
-    /// certificate and signing key copied to the others before they first start.
+    /// Three replicas of one manager, set up as docs/admin.md says: the first one's CA and
+    /// admin certificate copied to the others before they first start, each with a signing
+    /// key of its own.
     pub(crate) fn start_replicas() -> anyhow::Result<Self> {
         let root = tempfile::tempdir()?;
         let dirs: Vec<_> = (1..=3).map(|id| root.path().join(format!("r{id}"))).collect();
-        ac_proto::tls::ensure_self_signed(&dirs[0], &[], &["admin"])?;
-        std::fs::write(dirs[0].join("signing.key"), ac_proto::capability::Signer::generate_pkcs8()?)?;
-        for file in ["cert.pem", "key.pem"] {
-            std::fs::remove_file(dirs[0].join(file))?;
-        }
-        for dir in &dirs[1..] {
-            std::fs::create_dir_all(dir)?;
-            for file in ["ca.pem", "ca.key", "admin.pem", "admin.key", "signing.key"] {
-                std::fs::copy(dirs[0].join(file), dir.join(file)).with_context(|| format!("copying {file}"))?;
-            }
-        }
+        let keys = arm_server::keys::prepare_replicas(&dirs).context("the replicas' directories")?;
+        std::fs::write(root.path().join("keys"), keys.join("\n"))?;
         let children = (1..=3).map(|id| spawn_replica(&dirs[id - 1], id).map(Some)).collect::<anyhow::Result<_>>()?;
         let addrs = IPS.iter().map(|ip| format!("{ip}:7000").parse()).collect::<Result<_, _>>()?;
         Ok(Self { children, addrs, dirs, _root: root })
@@ -95,18 +87,28 @@ impl Drop for Manager {
 /// The replicas' addresses: programs on port 7000, Raft on 7100.
 const IPS: [&str; 3] = ["127.0.56.1", "127.0.56.2", "127.0.56.3"];
 
-/// The `[replication]` section of replica `id` (1-3).
-fn replication(id: usize) -> String {
-    let members: Vec<String> = (1..=3)
-        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = IPS[m - 1]))
-        .collect();
-    format!("[replication]\nid = {id}\nmembers = [{}]\n", members.join(", "))
+/// The `[replication]` section of replica `id` (1-3), the replicas' public keys in `keys`.
+fn replication(id: usize, keys: &[String]) -> anyhow::Result<String> {
+    let members = (1..=3)
+        .map(|m| {
+            Ok(arm_server::config::Member {
+                id: m as u64,
+                raft: format!("{}:7100", IPS[m - 1]).parse()?,
+                api: format!("{}:7000", IPS[m - 1]).parse()?,
+                key: keys[m - 1].clone(),
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let config = arm_server::config::ReplicationConfig { id: id as u64, members, election_timeout_ms: 500 };
+    Ok(config.to_toml()?)
 }
 
-/// Starts replica `id` on its state directory `dir`.
+/// Starts replica `id` on its state directory `dir` (its keys beside it, in `keys`).
 pub(crate) fn spawn_replica(dir: &Path, id: usize) -> anyhow::Result<Child> {
+    let keys_file = dir.parent().context("a replica's directory has a parent")?.join("keys");
+    let keys: Vec<String> = std::fs::read_to_string(&keys_file)?.lines().map(str::to_string).collect();
     let config = dir.join("arm.toml");
-    std::fs::write(&config, replication(id))?;
+    std::fs::write(&config, replication(id, &keys)?)?;
     let listen = format!("{}:7000", IPS[id - 1]);
     let config = config.to_string_lossy().to_string();
     Ok(spawn_daemon("arm-server", &["--listen", &listen, "--config", &config], dir)?.0)

@@ -20,7 +20,7 @@ fn signer() -> &'static Signer {
 
 fuzz_target!(|input: &[u8]| {
     let Some((&which, bytes)) = input.split_first() else { return };
-    let key = signer().public_key();
+    let key = [signer().public_key()];
     match which % 4 {
         0 => drop(verify(&key, bytes, "h1", 1_000)),
         1 => {
@@ -44,6 +44,10 @@ fuzz_target!(|input: &[u8]| {
             if let Ok(text) = std::str::from_utf8(bytes) {
                 if let Some(parsed) = ac_backend::network::trust::parse_key(text) {
                     assert_eq!(ac_backend::network::trust::parse_key(&ac_backend::network::trust::key_hex(&parsed)), Some(parsed));
+                }
+                if let Some(keys) = ac_backend::network::trust::parse_keys(text) {
+                    let written: Vec<String> = keys.iter().map(ac_backend::network::trust::key_hex).collect();
+                    assert_eq!(ac_backend::network::trust::parse_keys(&written.join(",")), Some(keys));
                 }
             }
         }

@@ -149,6 +149,16 @@ fn hellos() -> Vec<(&'static str, Hello)> {
             "register",
             Hello::Register { public_key: [3; 32], host: "h1".into(), time: 1_700_000_000, proof: vec![9; 64] },
         ),
+        (
+            "register-cluster",
+            Hello::RegisterCluster {
+                public_key: [3; 32],
+                cluster: vec![[3; 32], [4; 32], [6; 32]],
+                host: "h1".into(),
+                time: 1_700_000_000,
+                proof: vec![9; 64],
+            },
+        ),
         ("attach", Hello::Attach { session: SessionId(9), token: [5; 16] }),
         ("resume", Hello::Resume { session: SessionId(9), token: [5; 16], capability: vec![1, 2, 3, 4], replies: 38 }),
     ]

@@ -22,41 +22,36 @@ fn ip(net: u8, id: u64) -> String {
     format!("127.0.{net}.{id}")
 }
 
-/// The `[replication]` section of replica `id`.
-fn config(net: u8, id: u64) -> String {
-    let members: Vec<String> = (1..=3)
-        .map(|m| format!("{{ id = {m}, raft = \"{ip}:7100\", api = \"{ip}:7000\" }}", ip = ip(net, m)))
+/// The `[replication]` section of replica `id`, the replicas' public keys in `keys`.
+fn config(net: u8, id: u64, keys: &[String]) -> String {
+    let members = (1..=3)
+        .map(|m| arm_server::config::Member {
+            id: m,
+            raft: format!("{}:7100", ip(net, m)).parse().expect("address"),
+            api: format!("{}:7000", ip(net, m)).parse().expect("address"),
+            key: keys[m as usize - 1].clone(),
+        })
         .collect();
-    format!("[replication]\nid = {id}\nelection_timeout_ms = 500\nmembers = [{}]\n", members.join(", "))
+    let replication = arm_server::config::ReplicationConfig { id, members, election_timeout_ms: 500 };
+    replication.to_toml().expect("a configuration")
 }
 
-/// Three replicas' state directories, prepared as docs/admin.md says: the first replica's CA,
-/// admin certificate and signing key copied to the others before their first start.
+/// Three replicas' state directories, prepared as docs/admin.md says: the first replica's CA
+/// and admin certificate copied to the others before their first start, each with a signing
+/// key of its own.
 struct Replicas {
     net: u8,
     dirs: Vec<PathBuf>,
+    /// Each replica's public signing key.
+    keys: Vec<String>,
     running: Vec<Option<ArmProcess>>,
 }
 
 impl Replicas {
     fn start(root: &Path, net: u8) -> Self {
-        let first = root.join("r1");
-        ac_proto::tls::ensure_self_signed(&first, &[ip(net, 1)], &["admin"]).expect("the CA");
-        std::fs::write(first.join("signing.key"), ac_proto::capability::Signer::generate_pkcs8().unwrap()).unwrap();
-        let mut dirs = vec![first.clone()];
-        for id in 2..=3 {
-            let dir = root.join(format!("r{id}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            for file in ["ca.pem", "ca.key", "admin.pem", "admin.key", "signing.key"] {
-                std::fs::copy(first.join(file), dir.join(file)).unwrap();
-            }
-            dirs.push(dir);
-        }
-        // The certificate made with the CA names only the first IP: each replica issues its own.
-        for file in ["cert.pem", "key.pem"] {
-            let _ = std::fs::remove_file(first.join(file));
-        }
-        let mut replicas = Self { net, dirs, running: vec![None, None, None] };
+        let dirs: Vec<PathBuf> = (1..=3).map(|id| root.join(format!("r{id}"))).collect();
+        let keys = arm_server::keys::prepare_replicas(&dirs).expect("the replicas' directories");
+        let mut replicas = Self { net, dirs, keys, running: vec![None, None, None] };
         for id in 1..=3 {
             replicas.restart(id);
         }
@@ -69,7 +64,7 @@ impl Replicas {
 
     fn restart(&mut self, id: u64) {
         let dir = &self.dirs[id as usize - 1];
-        let (listen, config) = (self.api(id).to_string(), config(self.net, id));
+        let (listen, config) = (self.api(id).to_string(), config(self.net, id, &self.keys));
         self.running[id as usize - 1] = Some(ArmProcess::start_with_config(dir, &listen, &config));
     }
 
@@ -240,6 +235,31 @@ async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
     let second = session.get(1).await.unwrap().expect("granted by a standby while the leader is stopped");
     let new = replicas.leader().await;
     assert_ne!(new, old, "a standby leads");
+    // Each replica signs with its own key: the backend opens the new leader's grant.
+    computes(&second.handles[0].acc).await.unwrap();
+
+    // Fencing. Stopped, the old leader does not know it was deposed: a capability it signs now
+    // for the accelerator the new leader granted (the test signs it with the old leader's key,
+    // as it would for a grant it never committed), with the highest id any earlier term could
+    // have, is refused: the device was opened with the newer grant's.
+    let term = replicas.status_of(new).await.expect("the new leader's status").term;
+    let (host, device) = second.handles[0].id.split_once('/').expect("host/device");
+    let backend = &backends[host[1..].parse::<usize>().expect("hN")];
+    let mut forged = backend.options();
+    forged.device = device.parse().expect("a device index");
+    let old_key = arm_server::keys::signer(&replicas.dirs[old as usize - 1]).expect("the old leader's key");
+    forged.capability = old_key.issue(&ac_proto::capability::Grant {
+        id: (term << 40) - 1,
+        job: "other".into(),
+        host: host.to_string(),
+        device: forged.device,
+        expires: ac_proto::capability::unix_now() + 600,
+    });
+    let refused = match ac_frontend::Accelerator::connect(&forged).await {
+        Ok(_) => panic!("a capability of the deposed leader's term opened the device the new leader granted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(refused.contains("superseded by a newer grant"), "{refused}");
 
     // Running again, the old leader learns the new term and steps down: asked alone, it
     // decides nothing on its old state, and names the new leader.

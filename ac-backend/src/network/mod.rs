@@ -186,12 +186,16 @@ pub async fn start(config: BackendConfig) -> Result<RunningBackend, BackendError
     )?;
     let addr = endpoint.local_addr()?;
     let pinned = match &config.arm_public_key {
-        Some(hex) => Some(
-            trust::parse_key(hex).ok_or_else(|| BackendError::Config("arm_public_key must be 64 hex digits".into()))?,
-        ),
-        None => None,
+        Some(hex) => trust::parse_keys(hex).ok_or_else(|| {
+            BackendError::Config(
+                "arm_public_key must be 64 hex digits (a replicated manager's: one such key per replica, separated \
+                 by commas)"
+                    .into(),
+            )
+        })?,
+        None => Vec::new(),
     };
-    if !config.open_until_registered && pinned.is_none() {
+    if !config.open_until_registered && pinned.is_empty() {
         tracing::warn!(
             "open_until_registered = false and no arm_public_key: no manager can register this backend, so it \
              serves nobody; set arm_public_key to what `armctl manager-key` prints"
@@ -267,7 +271,7 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 let served: Vec<u32> = shared.devices.keys().copied().collect();
                 return refuse(&conn, close::PROTOCOL, &format!("no device {index} here (devices: {served:?})"));
             };
-            let grant = match shared.trust.admit(&capability, index) {
+            let grant = match shared.trust.admit_new(&capability, index) {
                 Ok(grant) => grant,
                 Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
             };
@@ -278,11 +282,12 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             serve_session(conn, shared, (index, device), (send, reader), grant.map(|g| g.id), version, slot).await
         }
         Hello::Register { public_key, host, time, proof } => {
-            if let Err(reason) = shared.trust.register(public_key, &host, time, &proof) {
-                return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
-            }
-            tracing::info!(host, "registered by a resource manager; sessions now need capabilities");
-            registration::serve_registration(conn, shared, send, reader, version).await;
+            let registration = trust::Registration { public_key, cluster: &[], host: &host, time, proof: &proof };
+            register(conn, shared, (send, reader), registration, version).await;
+        }
+        Hello::RegisterCluster { public_key, cluster, host, time, proof } => {
+            let registration = trust::Registration { public_key, cluster: &cluster, host: &host, time, proof: &proof };
+            register(conn, shared, (send, reader), registration, version).await;
         }
         Hello::Attach { session, token } => {
             let Some(session) = shared.registry.find(session, &token) else {
@@ -301,6 +306,23 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
             resume_session(conn, &shared, (send, reader), (session, token, capability, replies), version).await;
         }
     }
+}
+
+/// A resource manager registers this backend (a single manager, or a replica naming its
+/// cluster's keys): checked, then the link's reports and orders.
+async fn register(
+    conn: Connection,
+    shared: Arc<Shared>,
+    (send, reader): (quinn::SendStream, FrameReader),
+    registration: trust::Registration<'_>,
+    version: u16,
+) {
+    if let Err(reason) = shared.trust.register(registration) {
+        return refuse(&conn, close::UNAUTHORIZED, &format!("registration refused: {reason}"));
+    }
+    let keys = registration.cluster.len().max(1);
+    tracing::info!(host = registration.host, keys, "registered by a resource manager; sessions now need capabilities");
+    registration::serve_registration(conn, shared, send, reader, version).await;
 }
 
 /// A client takes its held session onto this connection (protocol 8): it must name a session

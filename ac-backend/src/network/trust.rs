@@ -8,6 +8,17 @@
 //! either pinned in the configuration or remembered from the first registration (`arm.pub` in the
 //! state directory); a manager with another key is refused.
 //!
+//! A replicated manager is a set of keys, one per replica: a replica registers with its own key
+//! and names the set, and capabilities signed by any of them are accepted. The set is pinned
+//! (several keys in `arm_public_key`) or remembered from the first registration; a replica whose
+//! key is trusted may name a new set (a member replaced), anyone else is refused.
+//!
+//! Fencing: capability ids grow with every grant, and a replicated manager's leader starts its
+//! term's ids above every earlier term's. For each device the backend keeps the highest id a
+//! session was opened with and refuses a lower one: a capability for an earlier holder, or one a
+//! deposed leader signed for a grant it never committed, cannot open a session against a newer
+//! grant.
+//!
 //! Revoked capabilities are kept on disk (`revoked` in the state directory, one `id expires` per
 //! line) until they expire, so that a backend restarted by a crash still refuses them. A
 //! revocation is acknowledged to the manager only once it is on disk. The file is a log:
@@ -19,26 +30,64 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use ac_proto::backend::register_message;
+use ac_proto::backend::{register_cluster_message, register_message};
 use ac_proto::capability::{self, unix_now, Grant};
 
-/// The registered manager.
+/// The registered manager: its key, or each of its replicas' keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Manager {
-    public_key: [u8; 32],
+    keys: Vec<[u8; 32]>,
     host: String,
+}
+
+/// A manager's registration as its hello carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    /// The key that signed the proof.
+    pub public_key: [u8; 32],
+    /// A replicated manager's keys (with `public_key`); empty for a single manager.
+    pub cluster: &'a [[u8; 32]],
+    /// The name it knows this backend by.
+    pub host: &'a str,
+    /// When it was made (Unix seconds).
+    pub time: u64,
+    /// The signature over the registration message.
+    pub proof: &'a [u8],
+}
+
+impl Registration<'_> {
+    /// The keys the manager signs capabilities with.
+    fn keys(&self) -> Vec<[u8; 32]> {
+        if self.cluster.is_empty() {
+            vec![self.public_key]
+        } else {
+            self.cluster.to_vec()
+        }
+    }
+
+    /// What the proof signs.
+    fn message(&self) -> Vec<u8> {
+        if self.cluster.is_empty() {
+            register_message(self.host, self.time)
+        } else {
+            register_cluster_message(self.host, self.time, self.cluster)
+        }
+    }
 }
 
 /// Trust state of one backend.
 #[derive(Debug)]
 pub struct Trust {
-    pinned: Option<[u8; 32]>,
+    /// The keys the configuration names (`arm_public_key`); empty: none.
+    pinned: Vec<[u8; 32]>,
     /// Whether sessions are served before a manager registers this backend.
     open_until_registered: bool,
     file: PathBuf,
     manager: Mutex<Option<Manager>>,
     revoked: Mutex<Revoked>,
     revoked_file: PathBuf,
+    /// Per device, the highest capability id a session was opened with (fencing).
+    highest: Mutex<HashMap<u32, u64>>,
 }
 
 /// The revocations in force, and how many lines the file holds.
@@ -68,6 +117,13 @@ pub fn parse_key(hex: &str) -> Option<[u8; 32]> {
     Some(key)
 }
 
+/// Parses one or more keys, separated by commas or blanks (a replicated manager's).
+pub fn parse_keys(text: &str) -> Option<Vec<[u8; 32]>> {
+    let keys: Option<Vec<[u8; 32]>> =
+        text.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()).map(parse_key).collect();
+    keys.filter(|k| !k.is_empty())
+}
+
 /// Writes a key as hex.
 pub fn key_hex(key: &[u8; 32]) -> String {
     key.iter().map(|b| format!("{b:02x}")).collect()
@@ -75,17 +131,17 @@ pub fn key_hex(key: &[u8; 32]) -> String {
 
 impl Trust {
     /// Loads the remembered manager, if any, for a backend that is open until registered.
-    pub fn load(state_dir: &std::path::Path, pinned: Option<[u8; 32]>) -> Self {
+    pub fn load(state_dir: &std::path::Path, pinned: Vec<[u8; 32]>) -> Self {
         Self::load_closed(state_dir, pinned, false)
     }
 
     /// Loads the remembered manager, if any; `closed`: nobody is served until the pinned manager
     /// registers this backend.
-    pub fn load_closed(state_dir: &std::path::Path, pinned: Option<[u8; 32]>, closed: bool) -> Self {
+    pub fn load_closed(state_dir: &std::path::Path, pinned: Vec<[u8; 32]>, closed: bool) -> Self {
         let file = state_dir.join("arm.pub");
         let manager = std::fs::read_to_string(&file).ok().and_then(|text| {
-            let (key, host) = text.trim().split_once(' ')?;
-            Some(Manager { public_key: parse_key(key)?, host: host.to_string() })
+            let (keys, host) = text.trim().split_once(' ')?;
+            Some(Manager { keys: parse_keys(keys)?, host: host.to_string() })
         });
         let revoked_file = state_dir.join("revoked");
         let now = unix_now();
@@ -101,8 +157,9 @@ impl Trust {
             .filter(|(_, expires)| *expires > now)
             .collect();
         let revoked = Revoked { live, lines: text.lines().count(), swept: 0 };
-        // A remembered manager that is not the pinned one is forgotten: the admin named another.
-        let manager = manager.filter(|m| pinned.is_none_or(|key| key == m.public_key));
+        // A remembered manager with a key that is not pinned is forgotten: the admin named
+        // another.
+        let manager = manager.filter(|m| pinned.is_empty() || m.keys.iter().all(|k| pinned.contains(k)));
         Self {
             pinned,
             open_until_registered: !closed,
@@ -110,6 +167,7 @@ impl Trust {
             manager: Mutex::new(manager),
             revoked: Mutex::new(revoked),
             revoked_file,
+            highest: Mutex::default(),
         }
     }
 
@@ -118,43 +176,49 @@ impl Trust {
         self.manager.lock().expect("trust poisoned").is_some()
     }
 
-    /// Checks a registration and remembers the manager.
-    pub fn register(&self, public_key: [u8; 32], host: &str, time: u64, proof: &[u8]) -> Result<(), String> {
-        if !capability::verify_signature(&public_key, &register_message(host, time), proof) {
+    /// Checks a registration and remembers the manager (the keys it signs capabilities with).
+    pub fn register(&self, registration: Registration<'_>) -> Result<(), String> {
+        let Registration { public_key, cluster, host, time, proof } = registration;
+        if !capability::verify_signature(&public_key, &registration.message(), proof) {
             return Err("registration proof does not verify".into());
         }
         if unix_now().abs_diff(time) > 300 {
             return Err("registration proof is more than 5 minutes old".into());
         }
-        match self.pinned {
-            Some(pinned) if pinned != public_key => {
-                return Err("this backend trusts another resource manager (arm_public_key)".into())
+        if !cluster.is_empty() && !cluster.contains(&public_key) {
+            return Err("a replica registered without its own key in the set it names".into());
+        }
+        let mut keys = registration.keys();
+        if !self.pinned.is_empty() {
+            if !self.pinned.contains(&public_key) {
+                return Err("this backend trusts another resource manager (arm_public_key)".into());
             }
-            None if !self.open_until_registered => {
-                return Err("this backend trusts only the resource manager named by arm_public_key, and none is \
-                            named (open_until_registered = false): set arm_public_key to what `armctl manager-key` \
-                            prints"
-                    .into())
-            }
-            _ => {}
+            // The admin's word: the pinned keys, whatever set the manager names.
+            keys = self.pinned.clone();
+        } else if !self.open_until_registered {
+            return Err("this backend trusts only the resource manager named by arm_public_key, and none is \
+                        named (open_until_registered = false): set arm_public_key to what `armctl manager-key` \
+                        prints"
+                .into());
         }
         let mut manager = self.manager.lock().expect("trust poisoned");
         if let Some(current) = manager.as_ref() {
-            if current.public_key != public_key {
+            if !current.keys.contains(&public_key) {
                 return Err(format!(
                     "this backend is registered to another resource manager; remove {} to reset",
                     self.file.display()
                 ));
             }
         }
-        let text = format!("{} {host}\n", key_hex(&public_key));
+        let written: Vec<String> = keys.iter().map(key_hex).collect();
+        let text = format!("{} {host}\n", written.join(","));
         std::fs::write(&self.file, text).map_err(|e| format!("cannot remember the manager: {e}"))?;
-        *manager = Some(Manager { public_key, host: host.to_string() });
+        *manager = Some(Manager { keys, host: host.to_string() });
         Ok(())
     }
 
-    /// Checks the capability presented by a new session on `device`; `Ok(None)` when none is
-    /// needed.
+    /// Checks a capability for `device` (signed, for this host, unexpired, not revoked);
+    /// `Ok(None)` when none is needed. A resumed session's: it was fenced when it opened.
     pub fn admit(&self, capability: &[u8], device: u32) -> Result<Option<Grant>, String> {
         let Some(manager) = self.manager.lock().expect("trust poisoned").clone() else {
             if self.open_until_registered {
@@ -167,13 +231,31 @@ impl Trust {
         if capability.is_empty() {
             return Err("this backend is managed: a capability from the resource manager is required".into());
         }
-        let grant = capability::verify(&manager.public_key, capability, &manager.host, unix_now())?;
+        let grant = capability::verify(&manager.keys, capability, &manager.host, unix_now())?;
         if self.revoked.lock().expect("trust poisoned").live.contains_key(&grant.id) {
             return Err("capability was revoked".into());
         }
         if grant.device != device {
             return Err(format!("capability is for device {}, not device {device}", grant.device));
         }
+        Ok(Some(grant))
+    }
+
+    /// Checks the capability a new session is opened with, as [`Trust::admit`], and fences: a
+    /// capability older than the newest one a session on `device` was opened with is refused,
+    /// and a newer one becomes the newest.
+    pub fn admit_new(&self, capability: &[u8], device: u32) -> Result<Option<Grant>, String> {
+        let Some(grant) = self.admit(capability, device)? else { return Ok(None) };
+        let mut highest = self.highest.lock().expect("trust poisoned");
+        let newest = highest.entry(device).or_insert(0);
+        if grant.id < *newest {
+            return Err(format!(
+                "capability {} was superseded by a newer grant of device {device} (capability {}): it was issued \
+                 to an earlier holder, or by a manager replica that has since lost the lead",
+                grant.id, *newest
+            ));
+        }
+        *newest = grant.id;
         Ok(Some(grant))
     }
 
@@ -243,23 +325,28 @@ mod tests {
         ids
     }
 
+    /// A single manager's registration of `host`, signed by `key`, as its proof.
     fn registration(key: &ac_proto::capability::Signer, host: &str) -> ([u8; 32], u64, Vec<u8>) {
         let time = unix_now();
         (key.public_key(), time, key.sign(&register_message(host, time)))
+    }
+
+    fn single<'a>((public_key, time, proof): &'a ([u8; 32], u64, Vec<u8>), host: &'a str) -> Registration<'a> {
+        Registration { public_key: *public_key, cluster: &[], host, time: *time, proof }
     }
 
     #[test]
     fn a_closed_backend_serves_nobody_until_the_pinned_manager_registers_it() {
         let dir = state_dir("closed");
         let (ours, theirs) = (signer(), signer());
-        let trust = Trust::load_closed(&dir, Some(ours.public_key()), true);
+        let trust = Trust::load_closed(&dir, vec![ours.public_key()], true);
         let refused = trust.admit(&[], 0).unwrap_err();
         assert!(refused.contains("serves nobody until"), "{refused}");
-        let (key, time, proof) = registration(&theirs, "h");
-        assert!(trust.register(key, "h", time, &proof).unwrap_err().contains("another resource manager"));
+        let theirs_registration = registration(&theirs, "h");
+        assert!(trust.register(single(&theirs_registration, "h")).unwrap_err().contains("another resource manager"));
         assert!(trust.admit(&[], 0).is_err(), "another manager's attempt opened nothing");
-        let (key, time, proof) = registration(&ours, "h");
-        trust.register(key, "h", time, &proof).unwrap();
+        let ours_registration = registration(&ours, "h");
+        trust.register(single(&ours_registration, "h")).unwrap();
         assert!(trust.admit(&[], 0).unwrap_err().contains("capability from the resource manager is required"));
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -267,15 +354,15 @@ mod tests {
     #[test]
     fn a_closed_backend_without_a_pinned_key_accepts_no_manager() {
         let dir = state_dir("unpinned");
-        let trust = Trust::load_closed(&dir, None, true);
-        let (key, time, proof) = registration(&signer(), "h");
-        let refused = trust.register(key, "h", time, &proof).unwrap_err();
+        let trust = Trust::load_closed(&dir, Vec::new(), true);
+        let made = registration(&signer(), "h");
+        let refused = trust.register(single(&made, "h")).unwrap_err();
         assert!(refused.contains("armctl manager-key"), "{refused}");
         assert!(trust.admit(&[], 0).is_err());
         // Open (the embedded default): served until registered, the first manager trusted.
-        let open = Trust::load(&dir, None);
+        let open = Trust::load(&dir, Vec::new());
         assert_eq!(open.admit(&[], 0), Ok(None));
-        open.register(key, "h", time, &proof).unwrap();
+        open.register(single(&made, "h")).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -283,11 +370,84 @@ mod tests {
         ac_proto::capability::Signer::from_pkcs8(&ac_proto::capability::Signer::generate_pkcs8().unwrap()).unwrap()
     }
 
+    fn capability(key: &ac_proto::capability::Signer, id: u64, device: u32) -> Vec<u8> {
+        key.issue(&Grant { id, job: "j".into(), host: "h".into(), device, expires: unix_now() + 600 })
+    }
+
+    /// A replica's registration naming `cluster`.
+    fn replica_registration(key: &ac_proto::capability::Signer, cluster: &[[u8; 32]]) -> (u64, Vec<u8>) {
+        let time = unix_now();
+        (time, key.sign(&register_cluster_message("h", time, cluster)))
+    }
+
+    #[test]
+    fn a_replicated_manager_is_trusted_as_its_set_and_a_trusted_replica_may_name_a_new_one() {
+        let dir = state_dir("cluster");
+        let (a, b, c, d) = (signer(), signer(), signer(), signer());
+        let set = [a.public_key(), b.public_key(), c.public_key()];
+        let trust = Trust::load(&dir, Vec::new());
+        let (time, proof) = replica_registration(&a, &set);
+        trust
+            .register(Registration { public_key: a.public_key(), cluster: &set, host: "h", time, proof: &proof })
+            .unwrap();
+        // Each replica signs with its own key: any of the set opens a session.
+        assert!(trust.admit(&capability(&b, 1, 0), 0).unwrap().is_some());
+        assert!(trust.admit(&capability(&d, 2, 0), 0).unwrap_err().contains("signature"));
+        // The proof covers the set: swapped, it does not verify.
+        let swapped = [a.public_key(), d.public_key()];
+        let refused = trust.register(Registration {
+            public_key: a.public_key(),
+            cluster: &swapped,
+            host: "h",
+            time,
+            proof: &proof,
+        });
+        assert!(refused.unwrap_err().contains("does not verify"));
+        // A key outside the set cannot register, even naming itself with the others.
+        let with_d = [b.public_key(), c.public_key(), d.public_key()];
+        let (time, proof) = replica_registration(&d, &with_d);
+        let refused = trust.register(Registration {
+            public_key: d.public_key(),
+            cluster: &with_d,
+            host: "h",
+            time,
+            proof: &proof,
+        });
+        assert!(refused.unwrap_err().contains("another resource manager"));
+        // A trusted replica replaces a member: the new set from now on, also after a restart.
+        let (time, proof) = replica_registration(&b, &with_d);
+        trust
+            .register(Registration { public_key: b.public_key(), cluster: &with_d, host: "h", time, proof: &proof })
+            .unwrap();
+        let restarted = Trust::load(&dir, Vec::new());
+        assert!(restarted.admit(&capability(&d, 3, 0), 0).unwrap().is_some());
+        assert!(restarted.admit(&capability(&a, 4, 0), 0).unwrap_err().contains("signature"), "a was replaced");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_capability_older_than_the_newest_a_device_was_opened_with_is_refused() {
+        let dir = state_dir("fence");
+        let key = signer();
+        let trust = Trust::load(&dir, Vec::new());
+        let made = registration(&key, "h");
+        trust.register(single(&made, "h")).unwrap();
+        assert!(trust.admit_new(&capability(&key, 5, 0), 0).unwrap().is_some());
+        assert!(trust.admit_new(&capability(&key, 5, 0), 0).unwrap().is_some(), "the same grant again");
+        assert!(trust.admit_new(&capability(&key, 7, 0), 0).unwrap().is_some());
+        let refused = trust.admit_new(&capability(&key, 5, 0), 0).unwrap_err();
+        assert!(refused.contains("superseded"), "{refused}");
+        // Each device on its own; a resumed session (opened before) is not fenced again.
+        assert!(trust.admit_new(&capability(&key, 6, 1), 1).unwrap().is_some());
+        assert!(trust.admit(&capability(&key, 5, 0), 0).unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn revocations_are_appended_survive_a_restart_and_a_torn_line_spoils_nothing_else() {
         let dir = state_dir("append");
         let later = unix_now() + 3600;
-        let trust = Trust::load(&dir, None);
+        let trust = Trust::load(&dir, Vec::new());
         trust.revoke(&[(1, later)]).unwrap();
         trust.revoke(&[(2, later), (3, later), (4, unix_now() - 1)]).unwrap();
         // A crash in the middle of an append: part of a record, no newline.
@@ -295,17 +455,17 @@ mod tests {
         let mut text = std::fs::read_to_string(&file).unwrap();
         text.push_str("\n5 17");
         std::fs::write(&file, text).unwrap();
-        let restarted = Trust::load(&dir, None);
+        let restarted = Trust::load(&dir, Vec::new());
         assert_eq!(live(&restarted), [1, 2, 3], "the expired and the torn ones are not in force");
         restarted.revoke(&[(6, later)]).unwrap();
-        assert_eq!(live(&Trust::load(&dir, None)), [1, 2, 3, 6], "the record after the torn one counts");
+        assert_eq!(live(&Trust::load(&dir, Vec::new())), [1, 2, 3, 6], "the record after the torn one counts");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_file_mostly_of_expired_revocations_is_rewritten_with_the_live_ones() {
         let dir = state_dir("compact");
-        let trust = Trust::load(&dir, None);
+        let trust = Trust::load(&dir, Vec::new());
         let later = unix_now() + 3600;
         let expired: Vec<(u64, u64)> = (100..100 + 2 * COMPACT_SLACK as u64).map(|id| (id, 1)).collect();
         trust.revoke(&[(1, later)]).unwrap();
@@ -315,7 +475,7 @@ mod tests {
         trust.revoke(&[(2, later)]).unwrap();
         let lines = std::fs::read_to_string(dir.join("revoked")).unwrap().lines().filter(|l| !l.is_empty()).count();
         assert!(lines <= COMPACT_SLACK + 2, "{lines} lines: the expired ones were dropped");
-        assert_eq!(live(&Trust::load(&dir, None)), [1, 2]);
+        assert_eq!(live(&Trust::load(&dir, Vec::new())), [1, 2]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

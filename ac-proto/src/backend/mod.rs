@@ -203,6 +203,23 @@ pub enum Hello {
         /// Signature by the key over [`register_message`].
         proof: Vec<u8>,
     },
+    /// A replicated resource manager registers this backend: from now on sessions need
+    /// capabilities signed by one of `cluster`, the keys of its replicas (each signs with its
+    /// own). `public_key`, one of them, signs the proof; a backend that trusts it takes
+    /// `cluster` as the set it trusts (a membership change). Answered as [`Hello::Register`].
+    /// Sent only by a replicated manager; backends of releases before it refuse it as malformed.
+    RegisterCluster {
+        /// The key of the replica that registers, one of `cluster`.
+        public_key: [u8; 32],
+        /// Every replica's key.
+        cluster: Vec<[u8; 32]>,
+        /// The name the manager knows this backend by (capabilities name it).
+        host: String,
+        /// Unix time of the request (the proof covers it, so it cannot be replayed later).
+        time: u64,
+        /// Signature by `public_key` over [`register_cluster_message`].
+        proof: Vec<u8>,
+    },
     /// Join an existing session for bulk copies.
     Attach {
         /// The session to join.

@@ -186,6 +186,16 @@ impl Core {
         std::mem::take(&mut self.revocations)
     }
 
+    /// Makes every id from now on greater than `floor` (a replicated manager's new leader,
+    /// from its term: capability ids then order grants across leaders, which backends fence
+    /// on).
+    pub fn ids_above(&mut self, floor: u64) {
+        if self.next_id < floor {
+            self.next_id = floor;
+            self.dirty.insert(Key::NextId);
+        }
+    }
+
     fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.dirty.insert(Key::NextId);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use ac_proto::arm::{ArmError, ArmErrorKind};
 use ac_proto::backend::link::{self, ConnectOptions};
-use ac_proto::backend::{register_message, Hello};
 use ac_proto::capability::unix_now;
 use tokio::sync::mpsc;
 
@@ -114,13 +113,7 @@ impl Arm {
         options.server_name = server_name.clone();
         options.ca_pem = Some(ca_pem.clone());
         let crypto = link::client_crypto(&options).map_err(backend)?;
-        let time = unix_now();
-        let hello = Hello::Register {
-            public_key: self.signer.public_key(),
-            host: name.clone(),
-            time,
-            proof: self.signer.sign(&register_message(&name, time)),
-        };
+        let hello = self.keys.registration(&name);
         let probe = tokio::time::timeout(Duration::from_secs(5), link::open(&options, crypto, &hello))
             .await
             .map_err(|_| err(ArmErrorKind::Backend, format!("backend {addr} did not answer in 5 s")))?

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_proto::arm::{ArmError, ArmErrorKind, ArmRequest, ArmResponse, Request, Response, ALPN};
-use ac_proto::capability::Signer;
 use ac_proto::frame::{frame_bytes, FrameReader};
 use ac_proto::metrics::MetricsServer;
 use ac_proto::{tls, transport};
@@ -69,7 +68,7 @@ pub struct Arm {
     /// Held by the request that commits for everyone queued; the others wait on it, off the
     /// runtime's threads.
     committing: tokio::sync::Mutex<()>,
-    signer: Arc<Signer>,
+    keys: Arc<keys::ManagerKeys>,
     /// Client certificates revoked before they expire (`revoked-certs`).
     revocations: Revocations,
     links: Links,
@@ -176,12 +175,17 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     };
     let mut core = store.load()?;
     core.configure(config.scheduler.clone(), config.preemption_grace_s);
-    let signer = Arc::new(keys::signer(&dir)?);
+    let signer = keys::signer(&dir)?;
     // What each backend's `arm_public_key` names (also `armctl manager-key`).
     tracing::info!(public_key = keys::hex(&signer.public_key()), "the manager's public key");
+    let cluster = match &config.replication {
+        Some(replication) => replication.keys(signer.public_key())?,
+        None => Vec::new(),
+    };
+    let keys = Arc::new(keys::ManagerKeys { signer, cluster });
     let (events, event_rx) = mpsc::unbounded_channel();
     let links = Links::new(
-        signer.clone(),
+        keys.clone(),
         events,
         (Duration::from_millis(config.backend_timeout_ms), Duration::from_millis(config.lease_ms)),
         config.transport.clone(),
@@ -205,7 +209,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         store,
         commits: Mutex::default(),
         committing: tokio::sync::Mutex::new(()),
-        signer,
+        keys,
         revocations: Revocations::new(&dir),
         links,
         leases: Mutex::new(leases),

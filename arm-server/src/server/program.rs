@@ -23,7 +23,7 @@ impl Arm {
     /// Answers a program's request (one that needs no role).
     pub(super) async fn program_request(&self, request: Request, link: &Link) -> Answer {
         match request {
-            Request::ManagerKey => Ok(Response::ManagerKey(crate::keys::hex(&self.signer.public_key()))),
+            Request::ManagerKey => Ok(Response::ManagerKey(self.keys.pinned())),
             Request::Init { auth, node, token } => {
                 if matches!(auth, JobAuth::AdHoc { .. }) && !self.config.ad_hoc_allowed() {
                     return Err(err(
@@ -197,7 +197,7 @@ impl Arm {
             addr: host.addr,
             server_name: host.server_name.clone(),
             ca_pem: host.ca_pem.clone(),
-            capability: self.signer.issue(&grant),
+            capability: self.keys.signer.issue(&grant),
         }
     }
 

@@ -199,6 +199,11 @@ impl Replication {
     }
 }
 
+/// A term's ids start at `term << TERM_SHIFT`: 2^40 ids a term (14 years of grants at 2,500 a
+/// second) keep a term's ids below the next term's, and ids below 2^53 (exact in JSON) for
+/// 8,192 terms.
+const TERM_SHIFT: u32 = 40;
+
 /// How long a new leader waits for its backends' links to report before it serves: longer
 /// than one dial's limit, so a silent backend does not hold it longer than that.
 const LINK_REPORTS: Duration = Duration::from_secs(1);
@@ -267,6 +272,11 @@ impl Arm {
                 tracing::error!(error = %e, "the store cannot be read back: not serving");
                 return;
             }
+            // This term's ids start above every earlier term's (a deposed leader's included,
+            // committed or not): a backend refuses a capability older than the newest one
+            // its device was opened with.
+            let term = replication.replica.status().term;
+            self.core.lock().expect("core poisoned").ids_above(term << TERM_SHIFT);
             replication.reported.lock().expect("reported poisoned").clear();
             replication.leading.store(true, Ordering::Release);
         }
