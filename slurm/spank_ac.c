@@ -13,7 +13,8 @@
  *    inside the job finds ARM and authenticates without user configuration.
  *
  * plugstack.conf:
- *   required /path/spank_ac.so [arm_addr=HOST:PORT] [arm_ca=/path/ca.pem]
+ *   required /path/spank_ac.so [arm_addr=HOST:PORT[,HOST:PORT...]]
+ *                              [arm_ca=/path/ca.pem]
  *                              [munge_socket=/path/munge.sock]
  *
  * Build: gcc -shared -fPIC -o spank_ac.so spank_ac.c
@@ -90,7 +91,7 @@ static struct spank_option acpn_option = {
 
 /* HOST:PORT with a non-empty host and a port 1..65535; the host part may
  * itself contain ':' (bracketed IPv6), so split at the last one. */
-static int valid_addr(const char *s)
+static int valid_one_addr(const char *s)
 {
 	const char *colon = strrchr(s, ':');
 	long port;
@@ -100,6 +101,31 @@ static int valid_addr(const char *s)
 	if (parse_uint(colon + 1, 65535, &port) != 0 || port == 0)
 		return 0;
 	return 1;
+}
+
+/*
+ * HOST:PORT, or several separated by commas (the replicas of a replicated
+ * manager): each one must be HOST:PORT.
+ */
+static int valid_addr(const char *s)
+{
+	char one[256];
+	const char *start = s;
+
+	for (;;) {
+		const char *comma = strchr(start, ',');
+		size_t len = comma ? (size_t)(comma - start) : strlen(start);
+
+		if (len == 0 || len >= sizeof(one))
+			return 0;
+		memcpy(one, start, len);
+		one[len] = '\0';
+		if (!valid_one_addr(one))
+			return 0;
+		if (comma == NULL)
+			return 1;
+		start = comma + 1;
+	}
 }
 
 /*
@@ -148,7 +174,8 @@ static int parse_args(int ac, char **argv, struct ac_args *out)
 		*slot = val;
 	}
 	if (out->arm_addr && !valid_addr(out->arm_addr)) {
-		slurm_error("ac: arm_addr must be HOST:PORT, got '%s'",
+		slurm_error("ac: arm_addr must be HOST:PORT (or several, "
+			    "separated by commas), got '%s'",
 			    out->arm_addr);
 		return -1;
 	}

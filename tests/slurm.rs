@@ -2,27 +2,43 @@
 //! start-cluster` makes a two-node cluster (n1, n2, its own munged) in a temporary directory,
 //! with the SPANK plugin and `job_submit.lua` of `slurm/`, and `armctl slurm prolog`/`epilog`
 //! as `PrologSlurmctld`/`EpilogSlurmctld`; `arm-server` runs as a process with `[slurm]`
-//! pointing at that cluster, and CPU-device backends in this process are its pool.
+//! pointing at that cluster (or three, the replicas of one manager, each with `[slurm]`), and
+//! CPU-device backends in this process are its pool.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::{admin_of, register_hosts, workspace_binary, ArmProcess, TestBackend};
+use crate::{register_hosts, workspace_binary, ArmProcess, TestBackend};
 
 /// A Slurm cluster, a manager working with it, and the manager's backends.
 #[derive(Debug)]
 pub struct SlurmCluster {
     /// Everything's files: `arm/` (the manager's state), `slurm/` (the cluster's).
     pub dir: tempfile::TempDir,
-    /// The manager (None while a test has it stopped).
+    /// The manager (None while a test has it stopped); a replicated manager's first replica.
     pub arm: Option<ArmProcess>,
     /// Its address (kept across restarts).
     pub arm_addr: std::net::SocketAddr,
+    /// A replicated manager's other replicas (`arm` is the first): empty for a single manager.
+    pub replicas: Vec<Replica>,
+    /// Each replica's `[replication]` section, the first one's included.
+    replication: Vec<String>,
     /// The backends, registered as `h0`, `h1`, ...
     pub backends: Vec<TestBackend>,
     /// How often the manager reconciles with Slurm, seconds.
     reconcile_s: u64,
+}
+
+/// A replica of a replicated manager beside Slurm, after the first.
+#[derive(Debug)]
+pub struct Replica {
+    /// Its process (None while a test has it stopped).
+    pub process: Option<ArmProcess>,
+    /// Its address.
+    pub addr: std::net::SocketAddr,
+    /// Its state directory.
+    pub dir: PathBuf,
 }
 
 fn repo() -> PathBuf {
@@ -48,16 +64,38 @@ impl SlurmCluster {
     /// The backends of `pool` (registered as `h0`, `h1`, ...), Slurm's pool of `licenses`
     /// accelerators.
     pub async fn start_with_pool(pool: Vec<TestBackend>, licenses: u32) -> Self {
+        Self::start_managed(pool, licenses, None).await
+    }
+
+    /// As [`SlurmCluster::start`], with a replicated manager: three replicas on
+    /// `127.0.<net>.1-3` (clients on port 7000, Raft on 7100), each with `[slurm]`; the
+    /// prolog, the epilog, the SPANK plugin and the tasks are given all three addresses.
+    pub async fn start_replicated(backends: usize, licenses: u32, net: u8) -> Self {
+        let mut pool = Vec::new();
+        for _ in 0..backends {
+            pool.push(TestBackend::start(64).await);
+        }
+        Self::start_managed(pool, licenses, Some(net)).await
+    }
+
+    async fn start_managed(pool: Vec<TestBackend>, licenses: u32, replicated: Option<u8>) -> Self {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("temp dir");
         // Other users' processes (the refused-user test) reach the manager's CA in here.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("dir mode");
         let (arm_dir, slurm_dir) = (dir.path().join("arm"), dir.path().join("slurm"));
-        std::fs::create_dir_all(&arm_dir).expect("arm dir");
         std::fs::create_dir_all(&slurm_dir).expect("slurm dir");
-        let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir, 1));
-        let arm_addr = arm.addr;
-        register_hosts(&admin_of(arm_addr, &arm_dir).await, &pool).await;
+        let cluster = match replicated {
+            None => {
+                std::fs::create_dir_all(&arm_dir).expect("arm dir");
+                let arm = ArmProcess::start_with_config(&arm_dir, "127.0.0.1:0", &Self::arm_toml(&slurm_dir, 1));
+                let arm_addr = arm.addr;
+                let (replicas, replication) = (Vec::new(), Vec::new());
+                Self { dir, arm: Some(arm), arm_addr, replicas, replication, backends: pool, reconcile_s: 1 }
+            }
+            Some(net) => Self::start_replicas(dir, pool, net),
+        };
+        register_hosts(&cluster.admin().await, &cluster.backends).await;
         // The prolog and epilog hold a certificate of the batch role, as docs/slurm.md says.
         let issued = Command::new(workspace_binary("armctl"))
             .args(["cert", "issue", "--role", "batch", "--name", "slurmctld", "--out"])
@@ -67,9 +105,57 @@ impl SlurmCluster {
             .output()
             .expect("armctl runs");
         assert!(issued.status.success(), "armctl cert issue: {}", String::from_utf8_lossy(&issued.stderr));
-        let cluster = Self { dir, arm: Some(arm), arm_addr, backends: pool, reconcile_s: 1 };
         cluster.start_slurm(licenses);
         cluster
+    }
+
+    /// Three replicas, prepared as docs/admin.md says, the first one in `arm/`.
+    fn start_replicas(dir: tempfile::TempDir, pool: Vec<TestBackend>, net: u8) -> Self {
+        let dirs: Vec<PathBuf> = ["arm", "arm2", "arm3"].iter().map(|d| dir.path().join(d)).collect();
+        let keys = arm_server::keys::prepare_replicas(&dirs).expect("the replicas' directories");
+        let addr = |id: u64, port: u16| -> std::net::SocketAddr {
+            format!("127.0.{net}.{id}:{port}").parse().expect("address")
+        };
+        let members: Vec<arm_server::config::Member> = (1..=3)
+            .map(|id| arm_server::config::Member {
+                id,
+                raft: addr(id, 7100),
+                api: addr(id, 7000),
+                key: keys[id as usize - 1].clone(),
+            })
+            .collect();
+        let replication: Vec<String> = (1..=3)
+            .map(|id| {
+                let config =
+                    arm_server::config::ReplicationConfig { id, members: members.clone(), election_timeout_ms: 500 };
+                config.to_toml().expect("a configuration")
+            })
+            .collect();
+        let slurm_dir = dir.path().join("slurm");
+        let start = |i: usize| {
+            let toml = Self::arm_toml(&slurm_dir, 1) + &replication[i];
+            ArmProcess::start_with_config(&dirs[i], &addr(i as u64 + 1, 7000).to_string(), &toml)
+        };
+        let arm = start(0);
+        let replicas = (1..3)
+            .map(|i| Replica { process: Some(start(i)), addr: addr(i as u64 + 1, 7000), dir: dirs[i].clone() })
+            .collect();
+        Self { dir, arm: Some(arm), arm_addr: addr(1, 7000), replicas, replication, backends: pool, reconcile_s: 1 }
+    }
+
+    /// Every address of the manager as `ARM_ADDR` takes them: one, or each replica's.
+    pub fn arm_addrs(&self) -> String {
+        let mut addrs = vec![self.arm_addr.to_string()];
+        addrs.extend(self.replicas.iter().map(|r| r.addr.to_string()));
+        addrs.join(",")
+    }
+
+    /// Client options naming every address of the manager.
+    fn arm_options(&self) -> ac_frontend::arm::ArmOptions {
+        let mut options = ac_frontend::arm::ArmOptions::new(self.arm_addr, self.arm_dir().join("ca.pem"));
+        options.alternates = self.replicas.iter().map(|r| r.addr).collect();
+        options.tuning = crate::quick_tuning();
+        options
     }
 
     fn arm_toml(slurm_dir: &Path, reconcile_s: u64) -> String {
@@ -102,7 +188,7 @@ impl SlurmCluster {
         let arm = self.arm_dir();
         format!(
             "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin ARM_ADDR={} ARM_CA_CERT={} ARMCTL_CERT={} ARMCTL_KEY={}",
-            self.arm_addr,
+            self.arm_addrs(),
             arm.join("ca.pem").display(),
             arm.join("slurmctld.pem").display(),
             arm.join("slurmctld.key").display()
@@ -145,7 +231,7 @@ impl SlurmCluster {
         let output = self
             .command(workspace_binary("armctl").to_str().expect("path"))
             .args(args)
-            .env("ARM_ADDR", self.arm_addr.to_string())
+            .env("ARM_ADDR", self.arm_addrs())
             .env("ARM_CA_CERT", arm.join("ca.pem"))
             .env("ARMCTL_CERT", arm.join("admin.pem"))
             .env("ARMCTL_KEY", arm.join("admin.key"))
@@ -199,7 +285,7 @@ impl SlurmCluster {
         script(&epilog, &format!("{env}\nexec {} slurm epilog", armctl.display()));
         let plugstack = format!(
             "arm_addr={} arm_ca={} munge_socket={}",
-            self.arm_addr,
+            self.arm_addrs(),
             self.arm_dir().join("ca.pem").display(),
             self.slurm_dir().join("munge.sock").display()
         );
@@ -289,9 +375,10 @@ impl SlurmCluster {
         }
     }
 
-    /// Starts the manager again, on the same address and state.
+    /// Starts the manager (a replicated one's first replica) again, on the same address and
+    /// state.
     pub fn restart_arm(&mut self) {
-        let toml = Self::arm_toml(&self.slurm_dir(), self.reconcile_s);
+        let toml = Self::arm_toml(&self.slurm_dir(), self.reconcile_s) + self.replication.first().map_or("", |r| r);
         self.arm = Some(ArmProcess::start_with_config(&self.arm_dir(), &self.arm_addr.to_string(), &toml));
     }
 
@@ -315,7 +402,7 @@ impl SlurmCluster {
     /// The environment the SPANK plugin gives a task of job `job` on `node`.
     pub fn task_env(&self, job: &str, node: &str) -> Vec<(String, String)> {
         [
-            ("ARM_ADDR", self.arm_addr.to_string()),
+            ("ARM_ADDR", self.arm_addrs()),
             ("ARM_CA_CERT", self.arm_dir().join("ca.pem").display().to_string()),
             ("ARM_JOB_ID", job.to_string()),
             ("ARM_NODE", node.to_string()),
@@ -331,10 +418,8 @@ impl SlurmCluster {
     pub async fn task_session(&self, job: &str, node: &str) -> ac_frontend::Session {
         let socket = self.slurm_dir().join("munge.sock");
         let credential = ac_frontend::munge_credential(job, node, socket.to_str()).expect("munge's credential");
-        let mut arm = ac_frontend::arm::ArmOptions::new(self.arm_addr, self.arm_dir().join("ca.pem"));
-        arm.tuning = crate::quick_tuning();
         let options = ac_frontend::SessionOptions {
-            arm,
+            arm: self.arm_options(),
             job: ac_proto::arm::JobAuth::Munge { job: job.into(), credential },
             node: node.into(),
             init_timeout: Some(Duration::from_secs(10)),
@@ -344,9 +429,28 @@ impl SlurmCluster {
         ac_frontend::Session::init(options).await.expect("a task's session")
     }
 
-    /// An admin client of the manager.
+    /// An admin client of the manager (of whichever replica leads).
     pub async fn admin(&self) -> ac_frontend::arm::ArmClient {
-        admin_of(self.arm_addr, &self.arm_dir()).await
+        let mut options = self.arm_options();
+        options.identity = Some((self.arm_dir().join("admin.pem"), self.arm_dir().join("admin.key")));
+        ac_frontend::arm::ArmClient::connect(options).await.expect("admin connects")
+    }
+
+    /// SIGKILLs the replica that leads (a replicated manager); its address.
+    pub async fn kill_leader(&mut self) -> std::net::SocketAddr {
+        let Ok(ac_proto::arm::Response::Cluster(status)) =
+            self.admin().await.request(ac_proto::arm::Request::ClusterStatus).await
+        else {
+            panic!("no cluster status")
+        };
+        let leader = status.leader.expect("a leader");
+        let addr = status.members.iter().find(|m| m.id == leader).and_then(|m| m.api).expect("the leader's address");
+        if addr == self.arm_addr {
+            self.kill_arm();
+        } else if let Some(replica) = self.replicas.iter_mut().find(|r| r.addr == addr) {
+            replica.process.take().expect("running").kill_9();
+        }
+        addr
     }
 }
 

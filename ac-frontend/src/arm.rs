@@ -343,8 +343,9 @@ impl ArmClient {
         }
     }
 
-    /// Makes `leader` (a replica named as the leader) the address dialled next; without one, or
-    /// when it is the replica already connected (elected, not serving yet), waits a moment.
+    /// Makes `leader` (a replica named as the leader) the address dialled next; without one,
+    /// the next replica; waits a moment when the leader named is the replica already connected
+    /// (elected, not serving yet) or none is named.
     async fn follow_leader(&self, leader: Option<SocketAddr>) {
         let mut link = self.link.lock().await;
         let connected = link.as_ref().map(|(_, conn)| conn.remote_address());
@@ -358,11 +359,28 @@ impl ArmClient {
                 // fail them); it closes when the last is done.
                 link.take();
             }
-            _ => {
+            Some(_) => {
+                drop(link);
+                tokio::time::sleep(LEADER_PAUSE).await;
+            }
+            None => {
+                // No leader named: an election, or a replica cut off from the others, which
+                // cannot know that they elected one. The next replica is asked: it may know.
+                if let Some(next) = connected.and_then(|addr| self.next_replica(addr)) {
+                    *self.leader.lock().expect("leader poisoned") = Some(next);
+                    link.take();
+                }
                 drop(link);
                 tokio::time::sleep(LEADER_PAUSE).await;
             }
         }
+    }
+
+    /// The replica after `addr` in the manager's addresses (wrapping round), if it has others.
+    fn next_replica(&self, addr: SocketAddr) -> Option<SocketAddr> {
+        let all: Vec<SocketAddr> = self.addresses().map(|(a, _)| a).collect();
+        let at = all.iter().position(|a| *a == addr)?;
+        Some(all[(at + 1) % all.len()]).filter(|next| *next != addr)
     }
 
     /// [`Self::request`] in protocol `version`.

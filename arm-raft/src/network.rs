@@ -50,11 +50,26 @@ pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>) {
     connections.shutdown().await;
 }
 
+/// Whether the peer's certificate (which the TLS handshake checked against the cluster's CA) was
+/// issued to a replica: organisational unit `replica`. The same CA issues admins' and batch
+/// systems' certificates, which must not speak Raft.
+fn issued_to_a_replica(conn: &quinn::Connection) -> bool {
+    let Some(identity) = conn.peer_identity() else { return false };
+    let Ok(chain) = identity.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>() else { return false };
+    let Some(Ok((_, leaf))) = chain.first().map(|der| x509_parser::parse_x509_certificate(der)) else { return false };
+    let is_replica = leaf.subject().iter_organizational_unit().any(|unit| unit.as_str() == Ok(REPLICA_UNIT));
+    is_replica
+}
+
+/// The organisational unit of a replica's client certificate.
+pub const REPLICA_UNIT: &str = "replica";
+
 /// Answers the RPCs of one replica's connection, each stream in a task of its own.
 async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>) {
     let Ok(conn) = incoming.await else { return };
-    // Mutual TLS: only a replica (a certificate of the cluster's CA) may speak Raft.
-    if conn.peer_identity().is_none() {
+    // Mutual TLS: only a replica (a certificate of the cluster's CA, issued to a replica) may
+    // speak Raft.
+    if !issued_to_a_replica(&conn) {
         conn.close(1u32.into(), b"replicas only");
         return;
     }

@@ -107,6 +107,8 @@ pub struct Replica<M: Machine> {
     machine: StateMachine<M>,
     endpoint: Endpoint,
     server: tokio::task::JoinHandle<()>,
+    /// Its log held no entry when it started.
+    started_empty: bool,
 }
 
 impl<M: Machine> std::fmt::Debug for Replica<M> {
@@ -120,7 +122,11 @@ impl<M: Machine> Replica<M> {
     /// election).
     pub async fn start(options: ReplicaOptions, machine: M) -> Result<Self, ReplicationError> {
         let setup = |e: &dyn std::fmt::Display| ReplicationError::Setup(e.to_string());
-        let (log, machine) = crate::open(&options.store, machine)?;
+        let (mut log, machine) = crate::open(&options.store, machine)?;
+        let started_empty = {
+            use openraft::storage::RaftLogStorage;
+            log.get_log_state().await.map_err(|e| setup(&e))?.last_log_id.is_none()
+        };
         let roots = tls::load_roots(&options.tls.ca).map_err(|e| setup(&e))?;
         let server = tls::load_identity(&options.tls.server.0, &options.tls.server.1).map_err(|e| setup(&e))?;
         let client = tls::load_identity(&options.tls.client.0, &options.tls.client.1).map_err(|e| setup(&e))?;
@@ -132,7 +138,7 @@ impl<M: Machine> Replica<M> {
         let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
         let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
-        Ok(Self { id: options.id, raft, machine, endpoint, server })
+        Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty })
     }
 
     /// Makes `members` (id → address) the cluster, once, on a fresh replica (the others learn it
@@ -205,6 +211,22 @@ impl<M: Machine> Replica<M> {
     /// Whether this replica is the leader now.
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Whether its log held no entry when it started (a new replica, or one whose log was
+    /// removed).
+    pub fn started_empty(&self) -> bool {
+        self.started_empty
+    }
+
+    /// Whether this replica leads and a majority acknowledged it within `lease`: a leader cut
+    /// off from the others longer than that must not act on its own (they may have elected
+    /// another by then).
+    pub fn leads_a_majority(&self, lease: Duration) -> bool {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == ServerState::Leader
+            && metrics.millis_since_quorum_ack.is_some_and(|ms| u128::from(ms) <= lease.as_millis())
     }
 
     /// The current term, the last log index and the last applied index.

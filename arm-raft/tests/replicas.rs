@@ -32,6 +32,17 @@ fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
     options
 }
 
+/// The cluster's CA in `dir/tls`, a server certificate for 127.0.0.1, an admin's certificate,
+/// and the replicas' client certificate (organisational unit `replica`).
+fn make_tls(dir: &Path) {
+    let tls = dir.join("tls");
+    ac_proto::tls::ensure_self_signed(&tls, &["127.0.0.1".to_string()], &["admin"]).unwrap();
+    let (cert, key) =
+        ac_proto::tls::issue_client(&tls, "replica-1", arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
+    std::fs::write(tls.join("replica.pem"), cert).unwrap();
+    std::fs::write(tls.join("replica.key"), key).unwrap();
+}
+
 fn command(id: &str, op: &str) -> Command {
     Command { id: id.into(), op: op.into() }
 }
@@ -78,7 +89,7 @@ async fn applied_through(replicas: &[&Replica<Pool>], index: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice() {
     let dir = tempfile::tempdir().unwrap();
-    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    make_tls(dir.path());
     let addrs: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
     let mut replicas = Vec::new();
     for (id, addr) in &addrs {
@@ -137,18 +148,24 @@ async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_the_clusters_certificate_cannot_speak_raft() {
     let dir = tempfile::tempdir().unwrap();
-    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    make_tls(dir.path());
     let addr = free_addr();
     let replica = Replica::start(options(dir.path(), 1, addr), Pool::default()).await.unwrap();
     let roots = ac_proto::tls::load_roots(&dir.path().join("tls/ca.pem")).unwrap();
-    let crypto = ac_proto::tls::client_crypto(roots, arm_raft::network::ALPN).unwrap();
-    let tuning = ac_proto::transport::Tuning::default();
-    let endpoint = ac_proto::transport::client_endpoint(addr, Some(std::sync::Arc::new(crypto)), &tuning).unwrap();
-    let conn = endpoint.connect(addr, "127.0.0.1").unwrap().await.expect("the TLS handshake itself succeeds");
-    let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("closed by the replica");
-    match closed {
-        quinn::ConnectionError::ApplicationClosed(close) => assert_eq!(&close.reason[..], b"replicas only"),
-        other => panic!("closed for another reason: {other:?}"),
+    // No certificate; then an admin's, of the cluster's own CA.
+    let admin =
+        ac_proto::tls::load_identity(&dir.path().join("tls/admin.pem"), &dir.path().join("tls/admin.key")).unwrap();
+    for identity in [None, Some(admin)] {
+        let crypto =
+            ac_proto::tls::client_crypto_with_identity(roots.clone(), arm_raft::network::ALPN, identity).unwrap();
+        let tuning = ac_proto::transport::Tuning::default();
+        let endpoint = ac_proto::transport::client_endpoint(addr, Some(std::sync::Arc::new(crypto)), &tuning).unwrap();
+        let conn = endpoint.connect(addr, "127.0.0.1").unwrap().await.expect("the TLS handshake itself succeeds");
+        let closed = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await.expect("closed by the replica");
+        match closed {
+            quinn::ConnectionError::ApplicationClosed(close) => assert_eq!(&close.reason[..], b"replicas only"),
+            other => panic!("closed for another reason: {other:?}"),
+        }
     }
     replica.shutdown().await;
 }
@@ -172,7 +189,7 @@ async fn leader_among<'a>(replicas: &[&'a Replica<Pool>]) -> &'a Replica<Pool> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_follower_catches_up_by_snapshot_and_a_replica_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    ac_proto::tls::ensure_self_signed(&dir.path().join("tls"), &["127.0.0.1".to_string()], &["replica"]).unwrap();
+    make_tls(dir.path());
     let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
     let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
     let mut replicas = start_compacting(dir.path(), &addrs, &[1, 2, 3]).await;

@@ -1,10 +1,13 @@
 //! Three managers as one (`[replication]`): three `arm-server` processes on loopback addresses
-//! of their own, sharing a CA and a signing key. The leader is `kill -9`ed with a program
-//! holding accelerators: a standby leads, the program's next `AC_Get` is granted by it, nothing
-//! acknowledged is lost, no accelerator has two holders, and the killed replica, restarted,
-//! catches up. Then all three are killed and restarted: everything acknowledged is still there.
-//! A leader stopped (`SIGSTOP`) past the election timeout is replaced; running again, it steps
-//! down and refuses to decide, naming the new leader.
+//! of their own, sharing a CA, each with a signing key of its own. The leader is `kill -9`ed
+//! with a program holding accelerators: a standby leads, the program's next `AC_Get` is granted
+//! by it, nothing acknowledged is lost, no accelerator has two holders, and the killed replica,
+//! restarted, catches up. Then all three are killed and restarted: everything acknowledged is
+//! still there. A leader stopped (`SIGSTOP`) past the election timeout is replaced; running
+//! again, it steps down and refuses to decide, naming the new leader, and a capability it signs
+//! for the new leader's grant is refused by the backend (fencing). A leader cut off from the
+//! others (nftables) acknowledges nothing; healed, it follows, and every replica's store holds
+//! the same records.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -33,7 +36,8 @@ fn config(net: u8, id: u64, keys: &[String]) -> String {
         })
         .collect();
     let replication = arm_server::config::ReplicationConfig { id, members, election_timeout_ms: 500 };
-    replication.to_toml().expect("a configuration")
+    let metrics = format!("metrics_listen = \"{}:7200\"\n", ip(net, id));
+    metrics + &replication.to_toml().expect("a configuration")
 }
 
 /// Three replicas' state directories, prepared as docs/admin.md says: the first replica's CA
@@ -56,6 +60,14 @@ impl Replicas {
             replicas.restart(id);
         }
         replicas
+    }
+
+    /// Replica `id`'s metrics, as Prometheus scrapes them.
+    async fn metrics(&self, id: u64) -> String {
+        let addr: SocketAddr = format!("{}:7200", ip(self.net, id)).parse().expect("address");
+        let (status, body) = ac_tests::prometheus::http_get(addr, "/metrics").await.expect("metrics answer");
+        assert_eq!(status, 200, "{body}");
+        body
     }
 
     fn api(&self, id: u64) -> SocketAddr {
@@ -293,9 +305,133 @@ async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
     assert!(agreed, "the old leader applied what the new one did");
     let held = holdings(&ctl, &["j"]).await;
     assert_eq!(held.len(), 3, "the static accelerator and both grants: {held:?}");
+    // The metrics: the leader serves, and reads its followers' lag; a follower says it does
+    // not serve and shows no pool figures (its core is read back only when it leads).
+    let leading = replicas.metrics(new).await;
+    assert!(leading.contains("arm_replica_serving 1"), "{leading}");
+    assert!(leading.contains(&format!("arm_replica_follower_lag{{replica=\"{old}\"}}")), "{leading}");
+    assert!(leading.contains("arm_accelerators{state=\"allocated\"} 3"), "{leading}");
+    let following = replicas.metrics(old).await;
+    assert!(
+        following.contains("arm_replica_serving 0") && following.contains("arm_replica_leader_known 1"),
+        "{following}"
+    );
+    assert!(!following.contains("arm_accelerators"), "a follower's pool figures are stale: {following}");
     let Response::Hosts(hosts) = ctl.request(Request::HostList).await.unwrap() else { panic!("hosts") };
     assert!(hosts.iter().all(|h| !h.state.contains("drain")), "the refused drain was made: {hosts:?}");
     session.free(first).await.unwrap();
     session.free(second).await.unwrap();
     session.finalize().await.unwrap();
+}
+
+/// Drops every packet between one replica's address and the others' (its Raft traffic: a
+/// replica dials the others from its Raft address), both ways: an nftables table of its own in
+/// this namespace, matching only this test's loopback addresses, deleted when dropped (also
+/// when the test fails).
+struct Partition {
+    table: String,
+}
+
+impl Partition {
+    fn cut(net: u8, isolated: u64) -> Self {
+        if let Some(why) = ac_tests::netns::unavailable_with(&["nft"]) {
+            panic!("nftables is needed (./scripts/test installs it): {why}");
+        }
+        let table = format!("acrepl{net}p{}", std::process::id());
+        let others: Vec<String> = (1..=3).filter(|id| *id != isolated).map(|id| ip(net, id)).collect();
+        let (me, others) = (ip(net, isolated), others.join(", "));
+        let rules = format!(
+            "table ip {table} {{\n\
+             chain input {{ type filter hook input priority 0; \
+             ip saddr {me} ip daddr {{ {others} }} drop; ip saddr {{ {others} }} ip daddr {me} drop; }}\n\
+             }}\n"
+        );
+        let file = std::env::temp_dir().join(format!("{table}.nft"));
+        std::fs::write(&file, rules).expect("nft rules written");
+        ac_tests::netns::run("nft", &["-f", &file.to_string_lossy()]).expect("nft rules load");
+        let _ = std::fs::remove_file(&file);
+        Self { table }
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        let _ = ac_tests::netns::run("nft", &["delete", "table", "ip", &self.table]);
+    }
+}
+
+impl Replicas {
+    /// An admin client of replica `id` alone (no other address to follow a leader to).
+    async fn client_of(&self, id: u64) -> ArmClient {
+        let mut options = ArmOptions::new(self.api(id), self.dirs[0].join("ca.pem"));
+        options.identity = Some((self.dirs[0].join("admin.pem"), self.dirs[0].join("admin.key")));
+        options.tuning = quick_tuning();
+        ArmClient::connect(options).await.expect("the replica answers")
+    }
+
+    /// Waits until every replica has applied the same last index.
+    async fn agree(&self) -> bool {
+        eventually(Duration::from_secs(15), || async {
+            let mut applied = Vec::new();
+            for id in 1..=3 {
+                applied.push(self.status_of(id).await.and_then(|s| s.applied));
+            }
+            applied[0].is_some() && applied.iter().all(|a| *a == applied[0])
+        })
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_acknowledges_nothing_and_every_replica_ends_with_the_same_state() {
+    let root = tempfile::tempdir().unwrap();
+    let mut replicas = Replicas::start(root.path(), 59);
+    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+    let ctl = replicas.admin().await;
+    register_hosts(&ctl, &backends).await;
+    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
+    let session = Session::init(session_options(&replicas, credential)).await.unwrap();
+    let first = session.get(1).await.unwrap().expect("granted");
+
+    // The leader cut off from the other two (programs and backends still reach it).
+    let old = replicas.leader().await;
+    let alone = replicas.client_of(old).await;
+    let cut = Partition::cut(replicas.net, old);
+    let cut_at = Instant::now();
+    // The program's next AC_Get, sent to the leader it knows, is granted by the majority's.
+    let second = session.get(1).await.unwrap().expect("granted by the majority's leader");
+    eprintln!("partition: the first AC_Get granted by the majority {:?} after the cut", cut_at.elapsed());
+    // Asked alone, the old leader acknowledges nothing: no majority takes its drain.
+    let drain = Request::HostDrain { name: "h0".into(), drain: true };
+    let asked = tokio::time::timeout(Duration::from_secs(5), alone.request(drain)).await;
+    assert!(!matches!(asked, Ok(Ok(_))), "the cut-off leader acknowledged a drain: {asked:?}");
+    let new = replicas.leader().await;
+    assert_ne!(new, old, "the majority elected another");
+
+    // Healed: the old leader follows the new one and applies what it did.
+    drop(cut);
+    let stepped_down = eventually(Duration::from_secs(10), || async {
+        replicas.status_of(old).await.is_some_and(|s| s.leader == Some(new))
+    })
+    .await;
+    assert!(stepped_down, "the old leader follows the new one");
+    let Response::Hosts(hosts) = ctl.request(Request::HostList).await.unwrap() else { panic!("hosts") };
+    assert!(hosts.iter().all(|h| !h.state.contains("drain")), "the unacknowledged drain was made: {hosts:?}");
+    assert_eq!(holdings(&ctl, &["j"]).await.len(), 3, "the static accelerator and both grants");
+    session.free(first).await.unwrap();
+    session.free(second).await.unwrap();
+    session.finalize().await.unwrap();
+
+    // Every replica's store holds the same state, record for record.
+    assert!(replicas.agree().await, "the replicas applied the same log");
+    for id in 1..=3 {
+        replicas.kill(id);
+    }
+    let dumps: Vec<_> = replicas
+        .dirs
+        .iter()
+        .map(|dir| arm_server::store::Store::open(dir).expect("the store opens").dump().expect("the store reads"))
+        .collect();
+    assert!(!dumps[0].is_empty(), "the state is not empty");
+    assert!(dumps.iter().all(|d| *d == dumps[0]), "the replicas' stores differ");
 }

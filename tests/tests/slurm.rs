@@ -165,6 +165,33 @@ async fn a_job_keeps_its_binding_across_kill_9_of_the_manager() {
     assert!(c.wait_until(Duration::from_secs(10), |c| c.licenses().1 == 0).await);
 }
 
+/// A replicated manager under Slurm: the prolog, the epilog, the SPANK plugin's tasks and the
+/// reconciliation are given every replica's address, and the leader is killed while a job holds
+/// accelerators. The running job frees and finishes through the new leader, a job submitted
+/// after the kill is bound by its prolog there, and both epilogs release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_bound_and_released_across_a_failover_of_a_replicated_manager() {
+    let mut c = SlurmCluster::start_replicated(4, 4, 58).await;
+    let first = c.sbatch(&["--acpn=1"], &format!("{} slurm-task 1 4", client()));
+    let holding = c.wait_until(Duration::from_secs(20), |c| c.output(&first).contains("holding")).await;
+    assert!(holding, "{}\n{}", c.output(&first), c.logs());
+    let killed = c.kill_leader().await;
+    let second = c.sbatch(&["--acpn=1"], &format!("{} slurm-task 1 0", client()));
+    for job in [&first, &second] {
+        let done = c.wait_until(Duration::from_secs(40), |c| c.output(job).contains("done")).await;
+        let out = c.output(job);
+        let whole = out.contains("got 1") && out.contains("freed") && out.contains("static again ok");
+        assert!(done && whole, "job {job} (leader {killed} killed):\n{out}\n{}", c.logs());
+    }
+    let released = c.wait_until(Duration::from_secs(20), |c| c.licenses().1 == 0).await;
+    assert!(released, "licenses still used: {:?}\n{}", c.licenses(), c.logs());
+    for job in [&first, &second] {
+        let view = c.arm_job(job).await.expect("the new leader knows the job");
+        assert_eq!(view.state, "ended", "job {job}: {view:?}");
+        assert!(view.static_accelerators.is_empty() && view.dynamic_accelerators.is_empty(), "{view:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_a_host_takes_its_accelerators_out_of_slurms_pool() {
     let c = SlurmCluster::start(2, 2).await;

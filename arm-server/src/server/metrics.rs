@@ -265,8 +265,16 @@ fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) ->
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(arm) = self.arm.upgrade() else { return Ok(()) };
-        let s = Snapshot::of(&arm);
         let e = &mut encoder;
+        if let Some(status) = arm.replica_status() {
+            replica_metrics(e, &status, arm.serves())?;
+            // A replica that does not serve has not read the pool back since it last led: the
+            // leader's figures are the pool's.
+            if !arm.serves() {
+                return Ok(());
+            }
+        }
+        let s = Snapshot::of(&arm);
         let accelerators = s.accelerators.iter().map(|(k, v)| (*k, *v));
         gauges(e, "accelerators", "Accelerators of registered hosts by state", "state", accelerators)?;
         let hosts = s.hosts_up.iter().map(|(k, v)| (k.as_str(), *v));
@@ -309,6 +317,56 @@ impl Collector for StateCollector {
         )?;
         counter(e, "idle_accelerator_seconds", "Seconds of usable accelerators held by nobody", s.idle_seconds)
     }
+}
+
+/// A replica's figures: its role, its term, its log, and (the leader's) each follower's lag.
+fn replica_metrics(
+    e: &mut DescriptorEncoder,
+    status: &ac_proto::arm::ClusterStatus,
+    serving: bool,
+) -> Result<(), std::fmt::Error> {
+    gauge(
+        e,
+        "replica_serving",
+        "Whether this replica leads and serves (1) or sends clients to the leader (0)",
+        i64::from(serving),
+    )?;
+    gauge(
+        e,
+        "replica_leader_known",
+        "Whether this replica knows an elected leader (1) or not (0)",
+        i64::from(status.leader.is_some()),
+    )?;
+    gauge(e, "replica_term", "This replica's Raft term (each election raises it)", status.term as i64)?;
+    gauge(
+        e,
+        "replica_last_log_index",
+        "The index of the last entry in this replica's Raft log",
+        status.last_log.unwrap_or(0) as i64,
+    )?;
+    gauge(
+        e,
+        "replica_applied_index",
+        "The index of the last entry this replica applied to its store",
+        status.applied.unwrap_or(0) as i64,
+    )?;
+    if serving {
+        let last = status.last_log.unwrap_or(0);
+        let lags: Vec<(String, i64)> = status
+            .members
+            .iter()
+            .filter(|m| m.id != status.replica)
+            .map(|m| (m.id.to_string(), m.matched.map_or(last as i64, |matched| last.saturating_sub(matched) as i64)))
+            .collect();
+        gauges(
+            e,
+            "replica_follower_lag",
+            "Entries of the leader's log each follower does not hold yet (the leader's view)",
+            "replica",
+            lags.iter().map(|(id, lag)| (id.as_str(), *lag)),
+        )?;
+    }
+    Ok(())
 }
 
 /// Encodes one counter without labels.

@@ -66,6 +66,9 @@ pub(super) struct Replication {
     serving: AtomicBool,
     /// The hosts whose links reported (up or not) since this replica took the lead.
     reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// A leader that no majority acknowledged for this long stops serving; a group commit not
+    /// committed in twice this is failed (its replica stops serving until it leads again).
+    lease: Duration,
     /// Group commits proposed, for their ids (with `nonce`, unique across restarts).
     proposed: AtomicU64,
     nonce: u64,
@@ -83,7 +86,8 @@ fn replica_identity(dir: &Path, id: u64) -> Result<(std::path::PathBuf, std::pat
     let (cert, key) = (dir.join("replica.pem"), dir.join("replica.key"));
     if !cert.exists() || !key.exists() {
         let ten_years = ac_proto::capability::unix_now() as i64 + 10 * 366 * 86_400;
-        let (cert_pem, key_pem) = ac_proto::tls::issue_client(dir, &format!("replica-{id}"), "replica", ten_years)?;
+        let (cert_pem, key_pem) =
+            ac_proto::tls::issue_client(dir, &format!("replica-{id}"), arm_raft::network::REPLICA_UNIT, ten_years)?;
         std::fs::write(&key, key_pem)?;
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         std::fs::write(&cert, cert_pem)?;
@@ -110,7 +114,20 @@ impl Replication {
         let mut options = ReplicaOptions::new(me.id, me.raft, dir.join("raft.redb"), tls);
         options.tuning = tuning.clone();
         options.election_timeout = Duration::from_millis(config.election_timeout_ms);
+        let has_state = {
+            let core = store.load()?;
+            !core.hosts().is_empty() || !core.jobs().is_empty()
+        };
         let replica = Replica::start(options, StoreMachine(store)).await.map_err(replication_err)?;
+        if has_state && replica.started_empty() {
+            // The others would never learn what this store holds: it is not in the log.
+            return Err(ArmServerError::Config(format!(
+                "{} holds a manager's state (hosts or jobs) but no Raft log: a single manager's store cannot \
+                 become a replica's. Start each replica on an empty state directory (the CA and admin files \
+                 copied in) and add the hosts again (docs/admin.md, \"Three managers (replicated)\")",
+                dir.display()
+            )));
+        }
         let lowest = config.members.iter().map(|m| m.id).min();
         if lowest == Some(me.id) {
             let members: BTreeMap<u64, SocketAddr> = config.members.iter().map(|m| (m.id, m.raft)).collect();
@@ -128,20 +145,24 @@ impl Replication {
             leading: AtomicBool::new(false),
             serving: AtomicBool::new(false),
             reported: Default::default(),
+            // Followers stand for election after twice the election timeout and more.
+            lease: 2 * Duration::from_millis(config.election_timeout_ms),
             proposed: AtomicU64::new(0),
             nonce,
         })
     }
 
-    /// Whether this replica serves programs: it leads, and its links have reported.
+    /// Whether this replica serves programs: it leads, with a majority behind it, and its
+    /// links have reported. Raft's own view is asked each time: the role loop that updates
+    /// the flags follows it a moment later.
     pub(super) fn serving(&self) -> bool {
-        self.serving.load(Ordering::Acquire)
+        self.serving.load(Ordering::Acquire) && self.replica.leads_a_majority(self.lease)
     }
 
-    /// Whether this replica may change its core and commit: it leads, and its core was read
-    /// back in its term.
+    /// Whether this replica may change its core and commit: it leads, with a majority behind
+    /// it, and its core was read back in its term.
     pub(super) fn leading(&self) -> bool {
-        self.leading.load(Ordering::Acquire)
+        self.leading.load(Ordering::Acquire) && self.replica.leads_a_majority(self.lease)
     }
 
     /// The answer of a replica that does not serve: where the leader is, if known.
@@ -150,9 +171,10 @@ impl Replication {
     }
 
     /// The address programs reach the leader at, if there is one and it is not this replica
-    /// (still reading its state back: asked again in a moment, it serves).
+    /// (which does not serve: still reading its state back, or without a majority, when the
+    /// others may have elected another).
     fn leader_api(&self) -> Option<SocketAddr> {
-        let leader = self.replica.leader()?;
+        let leader = self.replica.leader().filter(|leader| *leader != self.config.id)?;
         self.config.members.iter().find(|m| m.id == leader).map(|m| m.api)
     }
 
@@ -167,10 +189,18 @@ impl Replication {
         }
         let op = encode(changes).map_err(ArmServerError::Replication)?;
         let id = format!("{}-{:x}-{}", self.config.id, self.nonce, self.proposed.fetch_add(1, Ordering::Relaxed));
-        match self.replica.propose(Command { id, op }).await {
-            Ok(_) => Ok(()),
-            Err(ReplicationError::NotLeader { .. }) => Err(ArmServerError::NotLeader(self.leader_api())),
-            Err(e) => Err(replication_err(e)),
+        match tokio::time::timeout(2 * self.lease, self.replica.propose(Command { id, op })).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(ReplicationError::NotLeader { .. })) => Err(ArmServerError::NotLeader(self.leader_api())),
+            Ok(Err(e)) => Err(replication_err(e)),
+            Err(_) => {
+                // It may still commit: memory, rolled back, may lack it, so this replica serves
+                // again only after reading its store back when it leads (`take_the_lead`).
+                self.leading.store(false, Ordering::Release);
+                self.serving.store(false, Ordering::Release);
+                tracing::warn!(lease_ms = self.lease.as_millis() as u64, "a commit took two leases: not serving");
+                Err(ArmServerError::NotLeader(self.leader_api()))
+            }
         }
     }
 
@@ -213,37 +243,46 @@ fn replication_err(e: ReplicationError) -> ArmServerError {
 }
 
 /// Follows this replica's role: taking the lead (its state read back, links and leases
-/// started) and stepping down (links stopped, every request sent to the leader).
+/// started) when it leads with a majority behind it, and stepping down (links stopped, every
+/// request sent to the leader) when it no longer leads, or a majority has not acknowledged it
+/// for a lease (cut off from the others, which elect another after longer than that).
 pub(super) async fn leadership_loop(arm: Arc<Arm>) {
     let Some(replication) = arm.replication.as_ref() else { return };
-    let mut leading = false;
+    // Whether this replica took the lead and has not stepped down since (its links run): a
+    // commit that timed out stops it leading without stepping down.
+    let mut led = false;
     loop {
-        replication.replica.role_changed(leading).await;
-        let now_leading = replication.replica.is_leader();
-        if now_leading == leading {
-            // The replica stopped: its role no longer changes.
-            return;
-        }
-        leading = now_leading;
-        if leading {
+        let should_lead = replication.replica.leads_a_majority(replication.lease);
+        if should_lead && !replication.leading() {
             let started = Instant::now();
             if let Err(e) = replication.replica.ready_to_lead().await {
                 tracing::warn!(error = %e, "elected, but could not confirm the lead");
-                leading = false;
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+            } else {
+                arm.take_the_lead().await;
+                led = true;
+                tracing::info!(
+                    ms = started.elapsed().as_millis() as u64,
+                    "this replica leads: serving from the replicated state"
+                );
             }
-            arm.take_the_lead().await;
-            tracing::info!(
-                ms = started.elapsed().as_millis() as u64,
-                "this replica leads: serving from the replicated state"
-            );
-        } else {
+        } else if !should_lead && led {
             arm.step_down();
-            tracing::info!("this replica no longer leads: clients are sent to the leader");
+            led = false;
+            if replication.replica.is_leader() {
+                tracing::warn!(
+                    lease_ms = replication.lease.as_millis() as u64,
+                    "no majority acknowledged this leader for a lease: not serving until one does"
+                );
+            } else {
+                tracing::info!("this replica no longer leads: clients are sent to the leader");
+            }
         }
+        tokio::time::sleep(ROLE_CHECK).await;
     }
 }
+
+/// How often a replica looks at its role and its majority.
+const ROLE_CHECK: Duration = Duration::from_millis(25);
 
 impl Arm {
     /// Whether this manager decides: a single manager always, a replica while it leads.
@@ -350,6 +389,11 @@ impl Arm {
         }
         drop(core);
         self.changed.notify_waiters();
+    }
+
+    /// This replica's view of the cluster; `None` for a single manager.
+    pub(super) fn replica_status(&self) -> Option<ClusterStatus> {
+        self.replication.as_ref().map(Replication::status)
     }
 
     /// `armctl cluster status`: this replica's view, or a refusal for a single manager.
