@@ -93,8 +93,18 @@ impl ManagerKeys {
         }
     }
 
-    /// The hello that registers this manager with `host`'s backend.
+    /// The hello that registers this manager with `host`'s backend: a single manager's, or a
+    /// replica's naming every replica's key.
     pub fn registration(&self, host: &str) -> ac_proto::backend::Hello {
-        ac_proto::backend::registration_hello(&self.signer, &self.cluster, host)
+        use ac_proto::backend::{register_cluster_message, register_message, Hello};
+        let time = ac_proto::capability::unix_now();
+        let (public_key, host) = (self.signer.public_key(), host.to_string());
+        if self.cluster.is_empty() {
+            let proof = self.signer.sign(&register_message(&host, time));
+            Hello::Register { public_key, host, time, proof }
+        } else {
+            let proof = self.signer.sign(&register_cluster_message(&host, time, &self.cluster));
+            Hello::RegisterCluster { public_key, cluster: self.cluster.clone(), host, time, proof }
+        }
     }
 }

@@ -230,16 +230,34 @@ impl Replicas {
     }
 }
 
+/// Three replicas on network `net` with three backends, job `j` (one accelerator on `n1`), and
+/// a program of it holding one more.
+struct Stage {
+    _root: tempfile::TempDir,
+    replicas: Replicas,
+    backends: [TestBackend; 3],
+    ctl: ArmClient,
+    session: Session,
+    first: ac_frontend::DynamicSet,
+}
+
+impl Stage {
+    async fn set(net: u8) -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let replicas = Replicas::start(root.path(), net);
+        let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
+        let ctl = replicas.admin().await;
+        register_hosts(&ctl, &backends).await;
+        let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
+        let session = Session::init(session_options(&replicas, credential)).await.unwrap();
+        let first = session.get(1).await.unwrap().expect("granted");
+        Self { _root: root, replicas, backends, ctl, session, first }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
-    let root = tempfile::tempdir().unwrap();
-    let replicas = Replicas::start(root.path(), 57);
-    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
-    let ctl = replicas.admin().await;
-    register_hosts(&ctl, &backends).await;
-    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
-    let session = Session::init(session_options(&replicas, credential)).await.unwrap();
-    let first = session.get(1).await.unwrap().expect("granted");
+    let Stage { _root, replicas, backends, ctl, session, first } = Stage::set(57).await;
 
     // Stopped longer than the election timeout: the others elect another, which grants.
     let old = replicas.leader().await;
@@ -384,14 +402,7 @@ impl Replicas {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_leader_acknowledges_nothing_and_every_replica_ends_with_the_same_state() {
-    let root = tempfile::tempdir().unwrap();
-    let mut replicas = Replicas::start(root.path(), 59);
-    let backends = [TestBackend::start(64).await, TestBackend::start(64).await, TestBackend::start(64).await];
-    let ctl = replicas.admin().await;
-    register_hosts(&ctl, &backends).await;
-    let credential = submit_job(&ctl, "j", &["n1"], 1, "u", 0).await;
-    let session = Session::init(session_options(&replicas, credential)).await.unwrap();
-    let first = session.get(1).await.unwrap().expect("granted");
+    let Stage { _root, mut replicas, backends: _backends, ctl, session, first } = Stage::set(59).await;
 
     // The leader cut off from the other two (programs and backends still reach it).
     let old = replicas.leader().await;

@@ -16,20 +16,6 @@ pub fn register_cluster_message(host: &str, time: u64, cluster: &[[u8; 32]]) -> 
     format!("ac-register-cluster:{host}:{time}:{}", keys.join(",")).into_bytes()
 }
 
-/// The hello that registers `host` with its backend, signed by `signer`: a single manager's
-/// ([`Hello::Register`]), or a replica's naming every replica's key (`cluster`, more than one).
-pub fn registration_hello(signer: &crate::capability::Signer, cluster: &[[u8; 32]], host: &str) -> super::Hello {
-    let time = crate::capability::unix_now();
-    let public_key = signer.public_key();
-    if cluster.len() > 1 {
-        let proof = signer.sign(&register_cluster_message(host, time, cluster));
-        super::Hello::RegisterCluster { public_key, cluster: cluster.to_vec(), host: host.to_string(), time, proof }
-    } else {
-        let proof = signer.sign(&register_message(host, time));
-        super::Hello::Register { public_key, host: host.to_string(), time, proof }
-    }
-}
-
 /// What a backend sends on its registration stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Report {
