@@ -112,7 +112,7 @@ pub struct BackendConfig {
     /// the listening address when it is a specific one.
     pub names: Vec<String>,
     /// The resource manager's Ed25519 public key (hex) to trust (`armctl manager-key` prints
-    /// it). Unset: the first manager that registers this backend is trusted and remembered in
+    /// it); a replicated manager's: every replica's, separated by commas. Unset: the first manager that registers this backend is trusted and remembered in
     /// `state_dir` (trust on first use), which `open_until_registered = false` refuses.
     pub arm_public_key: Option<String>,
     /// Serve sessions without a capability until a manager registers this backend (standalone

@@ -79,7 +79,7 @@ struct Args {
     #[arg(long, env = "AC_BACKEND_METRICS_LISTEN")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// The resource manager's public key to trust (64 hex digits; `armctl manager-key` prints
-    /// it).
+    /// it); a replicated manager's: every replica's, separated by commas.
     #[arg(long, env = "AC_BACKEND_ARM_PUBLIC_KEY")]
     arm_public_key: Option<String>,
     /// Bulk lanes one session may use at once (default: one per four cores, 1 to 4).
