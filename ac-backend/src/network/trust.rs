@@ -157,9 +157,12 @@ impl Trust {
             .filter(|(_, expires)| *expires > now)
             .collect();
         let revoked = Revoked { live, lines: text.lines().count(), swept: 0 };
-        // A remembered manager with a key that is not pinned is forgotten: the admin named
-        // another.
-        let manager = manager.filter(|m| pinned.is_empty() || m.keys.iter().all(|k| pinned.contains(k)));
+        // Pinned keys are the ones trusted, whatever was remembered: the admin named them (a
+        // replica added to the list is trusted at once, one taken off it no longer).
+        let manager = match pinned.is_empty() {
+            true => manager,
+            false => manager.map(|m| Manager { keys: pinned.clone(), host: m.host }),
+        };
         Self {
             pinned,
             open_until_registered: !closed,
@@ -189,7 +192,8 @@ impl Trust {
             return Err("a replica registered without its own key in the set it names".into());
         }
         let mut keys = registration.keys();
-        if !self.pinned.is_empty() {
+        let pinned = !self.pinned.is_empty();
+        if pinned {
             if !self.pinned.contains(&public_key) {
                 return Err("this backend trusts another resource manager (arm_public_key)".into());
             }
@@ -203,7 +207,7 @@ impl Trust {
         }
         let mut manager = self.manager.lock().expect("trust poisoned");
         if let Some(current) = manager.as_ref() {
-            if !current.keys.contains(&public_key) {
+            if !pinned && !current.keys.contains(&public_key) {
                 return Err(format!(
                     "this backend is registered to another resource manager; remove {} to reset",
                     self.file.display()
@@ -422,6 +426,33 @@ mod tests {
         let restarted = Trust::load(&dir, Vec::new());
         assert!(restarted.admit(&capability(&d, 3, 0), 0).unwrap().is_some());
         assert!(restarted.admit(&capability(&a, 4, 0), 0).unwrap_err().contains("signature"), "a was replaced");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pinned_keys_are_the_trusted_set_whatever_was_remembered() {
+        let dir = state_dir("pinned-set");
+        let (a, b, d) = (signer(), signer(), signer());
+        let first = [a.public_key(), b.public_key()];
+        let trust = Trust::load(&dir, first.to_vec());
+        let (time, proof) = replica_registration(&a, &first);
+        trust
+            .register(Registration { public_key: a.public_key(), cluster: &first, host: "h", time, proof: &proof })
+            .unwrap();
+        // The admin pins a third replica's key: it registers and its capabilities open sessions,
+        // though the remembered set lacks it.
+        let grown = Trust::load(&dir, vec![a.public_key(), b.public_key(), d.public_key()]);
+        assert!(grown.admit(&capability(&d, 1, 0), 0).unwrap().is_some());
+        let named = [a.public_key(), b.public_key(), d.public_key()];
+        let (time, proof) = replica_registration(&d, &named);
+        grown
+            .register(Registration { public_key: d.public_key(), cluster: &named, host: "h", time, proof: &proof })
+            .unwrap();
+        // Taken off the list, a key no longer opens anything, and the backend stays closed to
+        // sessions without a capability.
+        let shrunk = Trust::load(&dir, vec![b.public_key(), d.public_key()]);
+        assert!(shrunk.admit(&capability(&a, 2, 0), 0).unwrap_err().contains("signature"));
+        assert!(shrunk.admit(&[], 0).unwrap_err().contains("capability from the resource manager is required"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

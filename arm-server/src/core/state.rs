@@ -106,8 +106,11 @@ impl Core {
 
     /// Takes over from `old` (the memory a rollback drops) what the store never holds: whether
     /// each host's link is up and what its backend serves, the settings, Slurm's queue, and
-    /// notices not yet told.
+    /// notices not yet told. Ids stay above every id `old` gave out: a capability of a change
+    /// rolled back (or of a replicated commit that timed out) may have been seen, and an id
+    /// names one grant only (backends revoke and fence by id).
     pub fn keep_unstored(&mut self, old: &mut Core) {
+        self.ids_above(old.next_id);
         for (name, host) in &mut self.hosts {
             if let Some(old) = old.hosts.get_mut(name) {
                 host.up = old.up;

@@ -204,6 +204,24 @@ impl Replication {
         }
     }
 
+    /// Waits (a lease at most) until this replica applied every entry of its log: a new
+    /// leader's `ready_to_lead` covers what was committed before its term, not an entry a
+    /// commit that timed out left in its log, which may commit since; its store must hold it
+    /// before memory is read back from it. Whether it did.
+    async fn applied_its_log(&self) -> bool {
+        let deadline = Instant::now() + self.lease;
+        loop {
+            let (_, last, applied) = self.replica.progress();
+            if applied >= last {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// What this replica knows of the cluster (`armctl cluster status`).
     pub(super) fn status(&self) -> ClusterStatus {
         let status = self.replica.status();
@@ -258,12 +276,15 @@ pub(super) async fn leadership_loop(arm: Arc<Arm>) {
             if let Err(e) = replication.replica.ready_to_lead().await {
                 tracing::warn!(error = %e, "elected, but could not confirm the lead");
             } else {
-                arm.take_the_lead().await;
+                let serving = arm.take_the_lead().await;
+                // Its links may run even when it does not serve: a step-down stops them.
                 led = true;
-                tracing::info!(
-                    ms = started.elapsed().as_millis() as u64,
-                    "this replica leads: serving from the replicated state"
-                );
+                if serving {
+                    tracing::info!(
+                        ms = started.elapsed().as_millis() as u64,
+                        "this replica leads: serving from the replicated state"
+                    );
+                }
             }
         } else if !should_lead && led {
             arm.step_down();
@@ -303,13 +324,17 @@ impl Arm {
     /// before this term), starts the links to the backends, waits for them to report (so the
     /// first `AC_Get` is not refused for hosts merely not yet linked), and gives every program
     /// one lease to come back, as after a restart.
-    async fn take_the_lead(&self) {
-        let Some(replication) = self.replication.as_ref() else { return };
+    async fn take_the_lead(&self) -> bool {
+        let Some(replication) = self.replication.as_ref() else { return false };
+        if !replication.applied_its_log().await {
+            tracing::warn!("elected, but its log is not applied within a lease: not serving yet");
+            return false;
+        }
         {
             let _committer = self.committing.lock().await;
             if let Err(e) = self.reload().await {
                 tracing::error!(error = %e, "the store cannot be read back: not serving");
-                return;
+                return false;
             }
             // This term's ids start above every earlier term's (a deposed leader's included,
             // committed or not): a backend refuses a capability older than the newest one
@@ -336,6 +361,10 @@ impl Arm {
                 }
             }
         }
+        if !replication.leading() {
+            // A commit of its links' reports timed out meanwhile: it reads its store back first.
+            return false;
+        }
         replication.serving.store(true, Ordering::Release);
         let _ = self
             .mutate(|core, now| {
@@ -345,6 +374,7 @@ impl Arm {
             })
             .await;
         self.changed.notify_waiters();
+        true
     }
 
     /// Waits until the link to each of `hosts` has reported once (up, or its first dial
