@@ -89,7 +89,7 @@ impl Resumes for Inner {
         }
         self.replies.resume(link.reader, epoch).await;
         if let Some(lanes) = &self.lanes {
-            lanes.retry();
+            lanes.renew().await;
         }
         let Credentials { options, crypto, session, token, .. } = &self.credentials;
         let stripes = if self.lanes.is_some() { 1 } else { options.stripes.max(1) };

@@ -102,10 +102,18 @@ impl Lanes {
         }
     }
 
-    /// Gives the lanes another chance after the session resumed from an outage: a dial that
-    /// failed during it (the network was down, not the lane port shut) must not leave every later
-    /// copy on QUIC streams.
-    pub(crate) fn retry(&self) {
+    /// Starts the lanes afresh after the session resumed from an outage. Every lane is dropped:
+    /// the backend ended the session's lanes when it resumed it (bytes a lost lane's kernel
+    /// sends again after the outage must not land after the copies run since), so the next
+    /// copies dial new ones. And a dial that failed during the outage (the network was down,
+    /// not the lane port shut) must not leave every later copy on QUIC streams.
+    ///
+    /// The copies that held lanes were on the lost connection: they end at once, and with them
+    /// their hold on the slots (a dial in progress, at most its `DIAL_LIMIT`).
+    pub(crate) async fn renew(&self) {
+        for slot in &self.slots {
+            *slot.lock().await = None;
+        }
         self.unreachable.store(false, Ordering::Relaxed);
     }
 

@@ -109,18 +109,19 @@ async fn count_task(acc: Accelerator, task: usize, pause: Duration) -> Result<()
             saxpy.launch(dims, &args).await?;
         }
         launches += LAUNCHES;
-        let seed = (task as u32) << 20 | round;
-        let data: Vec<u8> = (0..4usize << 20)
-            .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed).to_le_bytes()[3])
-            .collect();
-        bytes.copy_from_host(&data).await?;
-        let mut back = vec![0u8; data.len()];
-        bytes.copy_to_host(&mut back).await?;
-        if back != data {
-            let wrong = back.iter().zip(&data).filter(|(a, b)| a != b).count();
-            say(format_args!("wrong task {task} round {round}: {wrong} bytes differ"));
-            std::process::exit(1);
+        // What the last round wrote must still be there: a copy's bytes landing late, at any
+        // time since, would show.
+        if round > 0 {
+            expect_bytes(
+                &bytes,
+                &round_bytes(task, round - 1),
+                &format!("task {task} round {round}, before its write"),
+            )
+            .await?;
         }
+        let data = round_bytes(task, round);
+        bytes.copy_from_host(&data).await?;
+        expect_bytes(&bytes, &data, &format!("task {task} round {round}")).await?;
         let counted = counters.to_vec().await?;
         if let Some(bad) = counted.iter().find(|&&c| c != launches as f32) {
             say(format_args!("wrong task {task} round {round}: a counter holds {bad} after {launches} launches"));
@@ -131,6 +132,26 @@ async fn count_task(acc: Accelerator, task: usize, pause: Duration) -> Result<()
         tokio::time::sleep(pause).await;
     }
     Ok(())
+}
+
+/// Reads `bytes` back and ends the process, saying `what` was wrong, unless it holds `data`.
+async fn expect_bytes(bytes: &ac_frontend::DeviceBuffer<u8>, data: &[u8], what: &str) -> Result<(), Error> {
+    let mut back = vec![0u8; data.len()];
+    bytes.copy_to_host(&mut back).await?;
+    if back != data {
+        let wrong = back.iter().zip(data).filter(|(a, b)| a != b).count();
+        say(format_args!("wrong {what}: {wrong} bytes differ"));
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The 4 MiB a `count` task writes and reads back in `round`: every byte differs from the same
+/// byte of any other round or task's (but for about 1 pair in 256), so that bytes of an earlier copy
+/// landing late, or another task's, are seen wherever they land.
+fn round_bytes(task: usize, round: u32) -> Vec<u8> {
+    let shift = ((task as u32) << 20 | round).wrapping_mul(0x9E37_79B9);
+    (0..4u32 << 20).map(|i| (i.wrapping_add(shift).wrapping_mul(2_654_435_761) >> 24) as u8).collect()
 }
 
 /// Pings without pause; says `ping mark M` when the first ping begun with mark `M` completes.

@@ -52,7 +52,8 @@ pub(super) async fn accept_lanes(listener: tokio::net::TcpListener, acceptor: Tl
 }
 
 /// A lane: the TLS handshake, a hello that attaches it to a session, then copies until either
-/// side closes it or the session ends.
+/// side closes it, the session ends, or the session resumes on a new connection (the program
+/// dials new lanes then: see [`crate::session::Session::retire_lanes`]).
 async fn accept_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let opened = async {
         lane::tune(&socket).map_err(|e| e.to_string())?;
@@ -78,7 +79,7 @@ async fn accept_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, share
     // Twice the lanes the welcome names: room for a program's replacements of lanes it gave
     // up, which the backend may not have seen close yet (a copy waiting on its fence).
     let most = 2 * shared.config.session_lanes() as usize;
-    let Some(_counted) = session.attach_lane(most) else {
+    let Some(mut ticket) = session.attach_lane(most) else {
         let refusal = WireError::new(
             ErrorKind::InvalidArgument,
             format!("the session has {most} lanes already, twice what this backend serves one (lanes_per_session)"),
@@ -97,7 +98,10 @@ async fn accept_lane(socket: tokio::net::TcpStream, acceptor: TlsAcceptor, share
             }
         }
         () = session.ended() => {}
+        () = ticket.retired() => tracing::debug!(session = session.id.0, "lane retired: the session resumed on a new connection"),
     }
+    // Only now, the lane's copy dropped with `serve_lane`, may a resumption go on.
+    drop(ticket);
 }
 
 /// Answers a lane with `error` instead of a welcome, and counts it; the lane then closes.

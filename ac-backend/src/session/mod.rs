@@ -81,6 +81,9 @@ pub struct Session {
     attached: Mutex<Vec<quinn::Connection>>,
     /// Bulk lanes attached now (see [`Session::attach_lane`]).
     lanes: Arc<AtomicUsize>,
+    /// The lanes' generation: every lane attached since the session's last resumption holds a
+    /// receiver of it; [`Session::retire_lanes`] ends them all.
+    lane_generation: Mutex<Arc<tokio::sync::watch::Sender<bool>>>,
     /// Turns true when the session ends: its bulk lanes close.
     ended: tokio::sync::watch::Sender<bool>,
     /// Device memory the session holds (its allocations not yet freed), bytes.
@@ -191,8 +194,22 @@ impl Session {
     /// Counts a bulk lane in, unless the session has `most` already: the lane holds the
     /// returned ticket for its life, and dropping it counts the lane out.
     pub fn attach_lane(&self, most: usize) -> Option<LaneTicket> {
+        let generation = self.lane_generation.lock().expect("lane generation poisoned");
         let counted = self.lanes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < most).then_some(n + 1));
-        counted.ok().map(|_| LaneTicket(self.lanes.clone()))
+        counted.ok().map(|_| LaneTicket { count: self.lanes.clone(), retired: generation.subscribe() })
+    }
+
+    /// Ends every lane attached before now, and returns once none of them can touch the
+    /// session's memory any more. A resumption calls it before it answers: the program gave
+    /// up its lanes with the lost connection and runs their copies again on new ones, while
+    /// the old lanes' TCP connections may still deliver, seconds later, bytes their kernel
+    /// sent again after the outage; written then, they would overwrite the copies run since.
+    pub async fn retire_lanes(&self) {
+        let fresh = Arc::new(tokio::sync::watch::Sender::new(false));
+        let old = std::mem::replace(&mut *self.lane_generation.lock().expect("lane generation poisoned"), fresh);
+        old.send_replace(true);
+        // Each lane's task drops its receiver only once it has stopped serving the lane.
+        old.closed().await;
     }
 
     /// Records a connection attached to this session, to close it when the session ends.
@@ -296,6 +313,7 @@ impl Registry {
             next_buffer: AtomicU64::new(1),
             attached: Mutex::new(Vec::new()),
             lanes: Arc::new(AtomicUsize::new(0)),
+            lane_generation: Mutex::new(Arc::new(tokio::sync::watch::Sender::new(false))),
             ended: tokio::sync::watch::Sender::new(false),
             held: Arc::new(AtomicU64::new(0)),
             quota,
@@ -354,12 +372,61 @@ fn random_token() -> [u8; 16] {
     token
 }
 
-/// One lane of a session counted in ([`Session::attach_lane`]) until it drops.
+/// One lane of a session counted in ([`Session::attach_lane`]) until it drops; its task holds it
+/// for as long as it serves the lane.
 #[derive(Debug)]
-pub struct LaneTicket(Arc<AtomicUsize>);
+pub struct LaneTicket {
+    count: Arc<AtomicUsize>,
+    /// Turns true when the session resumed on a new connection ([`Session::retire_lanes`]).
+    retired: tokio::sync::watch::Receiver<bool>,
+}
+
+impl LaneTicket {
+    /// Returns once the lane is retired: the session resumed since it attached.
+    pub async fn retired(&mut self) {
+        // A generation's sender lives as long as a session holds it, or as its retirement.
+        let _ = self.retired.wait_for(|retired| *retired).await;
+    }
+}
 
 impl Drop for LaneTicket {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::device::{CpuDevice, Device};
+
+    fn session() -> Arc<Session> {
+        let context = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+        let limits = Limits { budget: 1 << 20, quota: None };
+        let (fences, _asked) = Fences::channel();
+        let metrics = Arc::new(Metrics::default());
+        Registry::default().open(context, CopySettings::default(), (None, 0), fences, limits, metrics).0
+    }
+
+    /// A resumption waits until every lane attached before it has stopped, and lanes attached
+    /// after it are not retired with them.
+    #[tokio::test]
+    async fn a_resumption_retires_the_lanes_attached_before_it_and_waits_until_they_stopped() {
+        let session = session();
+        let mut old = session.attach_lane(4).expect("room for a lane");
+        let retiring = {
+            let session = session.clone();
+            tokio::spawn(async move { session.retire_lanes().await })
+        };
+        tokio::time::timeout(Duration::from_secs(5), old.retired()).await.expect("the old lane is told it is retired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!retiring.is_finished(), "the resumption waits while the old lane's task still holds it");
+        let mut new = session.attach_lane(4).expect("room for a lane");
+        drop(old);
+        tokio::time::timeout(Duration::from_secs(5), retiring).await.expect("the resumption goes on").unwrap();
+        let still = tokio::time::timeout(Duration::from_millis(50), new.retired()).await;
+        assert!(still.is_err(), "a lane attached since is not retired");
     }
 }

@@ -70,6 +70,9 @@
 //!   so those the client lacks are always the last ones.
 //! - Bulk copies in flight fail with their connection or lane, and the client runs them again,
 //!   with a fresh position (the envelopes written by then), once the session is back.
+//! - Every lane attached before the resumption is ended before [`Response::Resumed`] is sent,
+//!   and the client dials new ones: a lost lane's TCP connection may still deliver, seconds
+//!   after the outage, bytes its kernel sends again, which would land on the copies run since.
 //!
 //! Both logs keep at least twice the default stream window (a peer cannot have more than one
 //! stream window of the other's bytes unread); a resume whose envelopes or replies fell out of

@@ -282,6 +282,8 @@ impl Control {
         self.replies.detach().await;
         line.conn = conn;
         line.reader = reader;
+        // Before the program learns it resumed, and so before it runs its cut copies again.
+        self.session.retire_lanes().await;
         let handled = self.handled;
         self.replies.rejoin(send, handled, replies).await.map_err(|reason| {
             tracing::warn!(session = self.session.id.0, reason, "cannot resume exactly once");
