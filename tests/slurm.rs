@@ -126,8 +126,12 @@ impl SlurmCluster {
             .collect();
         let replication: Vec<String> = (1..=3)
             .map(|id| {
-                let config =
-                    arm_server::config::ReplicationConfig { id, members: members.clone(), election_timeout_ms: 500 };
+                let config = arm_server::config::ReplicationConfig {
+                    id,
+                    members: members.clone(),
+                    join: false,
+                    election_timeout_ms: 500,
+                };
                 config.to_toml().expect("a configuration")
             })
             .collect();

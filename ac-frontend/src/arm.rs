@@ -30,6 +30,7 @@ fn introduced_in(request: &Request) -> u16 {
         Request::GetElastic { .. } => 7,
         Request::LentUntil { .. } => 8,
         Request::ClusterStatus => 9,
+        Request::ClusterAdd { .. } | Request::ClusterRemove { .. } | Request::ClusterReplace { .. } => 10,
         _ => MIN_VERSION,
     }
 }

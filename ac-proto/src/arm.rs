@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 9;
+pub const VERSION: u16 = 10;
 /// The oldest version the manager still answers, so that programs and `armctl` of the last
 /// release keep working through a rolling upgrade; a client refused in [`VERSION`] asks again
 /// one version lower each time, down to this one. A new version only appends variants to [`Request`] and [`Response`] (and
@@ -21,7 +21,8 @@ pub const VERSION: u16 = 9;
 /// [`Request::ManagerKey`]; 6 added [`Request::Devices`] and [`Request::ClearDevice`]; 7 added
 /// [`Request::GetElastic`]; 8 added [`Request::LentUntil`]; 9 added
 /// [`Request::ClusterStatus`] and [`ArmErrorKind::NotLeader`] (older clients are told it as
-/// [`ArmErrorKind::Internal`]).
+/// [`ArmErrorKind::Internal`]); 10 added [`Request::ClusterAdd`], [`Request::ClusterRemove`] and
+/// [`Request::ClusterReplace`].
 pub const MIN_VERSION: u16 = 4;
 /// The ALPN of the ARM service.
 pub const ALPN: &[u8] = b"ac-arm";
@@ -320,7 +321,50 @@ pub enum Request {
     /// replica asked knows them (any replica answers; the leader knows each one's lag). Needs
     /// the admin role. Answers [`Response::Cluster`]. Protocol 9.
     ClusterStatus,
+    /// Adds a replica to a replicated manager as a learner (it receives the log, votes for
+    /// nothing), its client address and signing key replicated to every replica. Answered at
+    /// once by the leader with [`Response::Cluster`], the new replica's progress in it: ask
+    /// again (nothing is done twice) until it has caught up ([`CAUGHT_UP_LAG`]). Needs the
+    /// admin role. Protocol 10.
+    ClusterAdd {
+        /// The new replica.
+        replica: NewReplica,
+    },
+    /// Removes replica `id` from a replicated manager (a voter or a learner; not the leader,
+    /// nor the last voter). Answers [`Response::Cluster`]. Needs the admin role. Protocol 10.
+    ClusterRemove {
+        /// The replica.
+        id: u64,
+    },
+    /// Replaces voter `old` by `new`: adds `new` as [`Request::ClusterAdd`] does, and once it
+    /// has caught up, makes it a voter in `old`'s place in one membership change. Answers
+    /// [`Response::Cluster`]: ask again until `new` votes and `old` is gone. Needs the admin
+    /// role. Protocol 10.
+    ClusterReplace {
+        /// The voter replaced (typically dead).
+        old: u64,
+        /// Its replacement.
+        new: NewReplica,
+    },
 }
+
+/// A replica joining a replicated manager (`[replication]` with `join = true` in its
+/// configuration): its entry of `members`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewReplica {
+    /// Its id, unused in the cluster so far.
+    pub id: u64,
+    /// Where it serves the other replicas (Raft).
+    pub raft: SocketAddr,
+    /// Where it serves programs and admins.
+    pub api: SocketAddr,
+    /// Its capability signing key's public half, 64 hex digits.
+    pub key: String,
+}
+
+/// A learner whose log is at most this many entries behind the leader's has caught up: it may
+/// become a voter (a few entries are always in flight on a busy manager).
+pub const CAUGHT_UP_LAG: u64 = 64;
 
 /// What the rows of [`Response::Accounting`] add up by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ac_proto::tls;
 use ac_proto::transport::{self, Tuning};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Raft, ServerState};
+use openraft::{BasicNode, ChangeMembers, Raft, ServerState};
 use quinn::Endpoint;
 
 use crate::network::{self, Peers};
@@ -170,6 +170,30 @@ impl<M: Machine> Replica<M> {
     pub async fn add_learner(&self, id: u64, addr: SocketAddr) -> Result<(), ReplicationError> {
         let node = BasicNode::new(addr.to_string());
         self.raft.add_learner(id, node, true).await.map(drop).map_err(|e| self.refused(e))
+    }
+
+    /// Adds replica `id` at `addr` as a learner and returns once that change is committed,
+    /// without waiting for it to catch up: a caller bounded in time (an admin's request) asks
+    /// [`Replica::status`] for its progress instead.
+    pub async fn propose_learner(&self, id: u64, addr: SocketAddr) -> Result<(), ReplicationError> {
+        let node = BasicNode::new(addr.to_string());
+        self.raft.add_learner(id, node, false).await.map(drop).map_err(|e| self.refused(e))
+    }
+
+    /// Removes replica `id` from the cluster, voter or learner: a voter by making the others
+    /// the voters (joint consensus, as [`Replica::change_membership`]), a learner by dropping
+    /// it. Removing the last voter is refused.
+    pub async fn remove_member(&self, id: u64) -> Result<(), ReplicationError> {
+        let mut voters = self.voters();
+        let change: ChangeMembers<u64, BasicNode> = if voters.remove(&id) {
+            if voters.is_empty() {
+                return Err(ReplicationError::Raft(format!("replica {id} is the last voter")));
+            }
+            ChangeMembers::ReplaceAllVoters(voters)
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        self.raft.change_membership(change, false).await.map(drop).map_err(|e| self.refused(e))
     }
 
     /// Makes `voters` the cluster's voting members (each a member or learner already); a

@@ -4,7 +4,8 @@
 //! answer and changes nothing, the fencing token (term, index) grows; the dead replica,
 //! restarted on its store, catches up to the same state. A follower down while the log moved
 //! past its purge point catches up by a snapshot; a replica is replaced through a membership
-//! change. And a client without the cluster's certificate cannot speak Raft to a replica.
+//! change; a learner is added without waiting for it to catch up, and a learner and a voter are
+//! removed. And a client without the cluster's certificate cannot speak Raft to a replica.
 
 mod common;
 
@@ -246,6 +247,46 @@ async fn a_lagging_follower_catches_up_by_snapshot_and_a_replica_is_replaced() {
         assert_eq!(replica.voters(), new_voters, "replica {}", replica.id());
     }
     drop(all);
+    for replica in replicas {
+        replica.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_is_added_without_waiting_and_members_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    make_tls(dir.path());
+    let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
+    let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
+    let mut replicas = Vec::new();
+    for id in 1..=4 {
+        replicas.push(Replica::start(options(dir.path(), id, addrs[&id]), Pool::default()).await.unwrap());
+    }
+    replicas[0].initialize(&voters).await.unwrap();
+    let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+    let first = propose_anywhere(&all[..3], command("r0", "take h0/0 j0"), Duration::from_secs(10)).await;
+    let leader = leader_among(&all[..3]).await;
+
+    // Answered once the change is committed: 4 is a learner, and catches up on its own.
+    leader.propose_learner(4, addrs[&4]).await.unwrap();
+    let learner = leader.status().members.into_iter().find(|(id, _, _)| *id == 4);
+    assert_eq!(learner, Some((4, addrs[&4].to_string(), false)), "a learner, not a voter");
+    applied_through(&all, first.index).await;
+    assert_eq!(all[3].with(|p| p.holders.clone()), all[0].with(|p| p.holders.clone()), "the learner caught up");
+
+    // A learner is dropped; a voter leaves the voters and the membership.
+    leader.remove_member(4).await.unwrap();
+    let follower = all[..3].iter().find(|r| r.id() != leader.id()).unwrap().id();
+    leader.remove_member(follower).await.unwrap();
+    let members: BTreeSet<u64> = leader.status().members.iter().map(|(id, _, _)| *id).collect();
+    let left: BTreeSet<u64> = (1..=3).filter(|id| *id != follower).collect();
+    assert_eq!(members, left, "neither the learner nor the removed voter is a member");
+    assert_eq!(leader.voters(), left);
+    // The two left commit alone.
+    let standing: Vec<&Replica<Pool>> = all.iter().filter(|r| left.contains(&r.id())).copied().collect();
+    let after = propose_anywhere(&standing, command("r1", "take h1/0 j1"), Duration::from_secs(10)).await;
+    assert_eq!(answer(&after), ("granted".into(), false));
+    drop((all, standing));
     for replica in replicas {
         replica.shutdown().await;
     }

@@ -95,8 +95,15 @@ impl Default for ArmConfig {
 pub struct ReplicationConfig {
     /// This replica's id: one of `members`, stable across restarts.
     pub id: u64,
-    /// The voting members: three (or five) replicas, the same list on each.
+    /// The voting members: three (or five) replicas, the same list on each. A joining replica
+    /// lists the current members and itself.
     pub members: Vec<Member>,
+    /// This replica joins a cluster that exists (it replaces or adds to its members, through
+    /// `armctl cluster add` or `replace`): it never makes a cluster of its own, and waits
+    /// until the leader adds it. Unset: the lowest id of `members` makes the members the
+    /// cluster on its first start (docs/admin.md, "Replacing a replica").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub join: bool,
     /// A follower without a leader's heartbeat this long (at least; at most twice this) stands
     /// for election, milliseconds.
     #[serde(default = "default_election_timeout_ms")]

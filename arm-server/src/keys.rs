@@ -72,24 +72,45 @@ pub fn prepare_replicas(dirs: &[std::path::PathBuf]) -> Result<Vec<String>, ArmS
     dirs.iter().map(|dir| Ok(hex(&signer(dir)?.public_key()))).collect()
 }
 
-/// What this manager signs with and registers backends as: its key, and for a replica every
-/// replica's public key (backends trust the set).
+/// What this manager signs with and registers backends as: its key, and for a replica the
+/// set of replicas' public keys backends trust (the current members', which a membership
+/// change replaces: `set_cluster`).
 #[derive(Debug)]
 pub struct ManagerKeys {
     /// This manager's signing key.
     pub signer: Signer,
-    /// Every replica's public key (a replicated manager), or empty.
-    pub cluster: Vec<[u8; 32]>,
+    /// The replicas' public keys (a replicated manager), or empty.
+    cluster: std::sync::RwLock<Vec<[u8; 32]>>,
 }
 
 impl ManagerKeys {
+    /// A manager's keys: `cluster` empty for a single manager.
+    pub fn new(signer: Signer, cluster: Vec<[u8; 32]>) -> Self {
+        Self { signer, cluster: std::sync::RwLock::new(cluster) }
+    }
+
+    /// The replicas' public keys backends are registered with (empty: a single manager).
+    pub fn cluster(&self) -> Vec<[u8; 32]> {
+        self.cluster.read().expect("keys poisoned").clone()
+    }
+
+    /// Makes `keys` the set backends are registered with from now on; whether it changed (the
+    /// links then register again, so that backends trust the new set).
+    pub fn set_cluster(&self, keys: Vec<[u8; 32]>) -> bool {
+        let mut cluster = self.cluster.write().expect("keys poisoned");
+        let changed = *cluster != keys;
+        *cluster = keys;
+        changed
+    }
+
     /// What a backend's `arm_public_key` names to trust this manager only: its key, or every
     /// replica's, separated by commas.
     pub fn pinned(&self) -> String {
-        if self.cluster.is_empty() {
+        let cluster = self.cluster();
+        if cluster.is_empty() {
             hex(&self.signer.public_key())
         } else {
-            self.cluster.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
+            cluster.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
         }
     }
 
@@ -98,13 +119,13 @@ impl ManagerKeys {
     pub fn registration(&self, host: &str) -> ac_proto::backend::Hello {
         use ac_proto::backend::{register_cluster_message, register_message, Hello};
         let time = ac_proto::capability::unix_now();
-        let (public_key, host) = (self.signer.public_key(), host.to_string());
-        if self.cluster.is_empty() {
+        let (public_key, host, cluster) = (self.signer.public_key(), host.to_string(), self.cluster());
+        if cluster.is_empty() {
             let proof = self.signer.sign(&register_message(&host, time));
             Hello::Register { public_key, host, time, proof }
         } else {
-            let proof = self.signer.sign(&register_cluster_message(&host, time, &self.cluster));
-            Hello::RegisterCluster { public_key, cluster: self.cluster.clone(), host, time, proof }
+            let proof = self.signer.sign(&register_cluster_message(&host, time, &cluster));
+            Hello::RegisterCluster { public_key, cluster, host, time, proof }
         }
     }
 }

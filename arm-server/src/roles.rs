@@ -107,7 +107,10 @@ pub fn needs(request: &Request) -> Option<Role> {
         | Request::Devices
         | Request::ClearDevice { .. }
         | Request::Accounting { .. }
-        | Request::ClusterStatus => Some(Role::Admin),
+        | Request::ClusterStatus
+        | Request::ClusterAdd { .. }
+        | Request::ClusterRemove { .. }
+        | Request::ClusterReplace { .. } => Some(Role::Admin),
         _ => None,
     }
 }
@@ -132,6 +135,9 @@ pub fn request_name(request: &Request) -> &'static str {
         Request::ClearDevice { .. } => "device clear",
         Request::Accounting { .. } => "accounting",
         Request::ClusterStatus => "cluster status",
+        Request::ClusterAdd { .. } => "cluster add",
+        Request::ClusterRemove { .. } => "cluster remove",
+        Request::ClusterReplace { .. } => "cluster replace",
         _ => "a program's request",
     }
 }

@@ -15,6 +15,10 @@ use crate::core::{Core, Durable, Key};
 use crate::model::Usage;
 use crate::ArmServerError;
 
+mod members;
+use members::MEMBERS;
+pub use members::{MemberRecord, Members};
+
 const HOSTS: TableDefinition<&str, &[u8]> = TableDefinition::new("hosts");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const SETS: TableDefinition<u64, &[u8]> = TableDefinition::new("sets");
@@ -46,8 +50,9 @@ const ELASTIC_GETS: TableDefinition<u64, u64> = TableDefinition::new("elastic_ge
 /// migrated by stamping it (its holders' intervals open when the new manager starts).
 /// 3: elastic sets (`leases`, `elastic_gets`); the tables of 2 unchanged, so 1 and 2 are
 /// migrated by stamping. A manager of schema 2 refuses a store of 3, rather than take its
-/// lent accelerators for firm ones.
-pub const SCHEMA: u64 = 3;
+/// lent accelerators for firm ones. 4: a replicated manager's member records (`members`);
+/// the tables of 3 unchanged, so 1 to 3 are migrated by stamping.
+pub const SCHEMA: u64 = 4;
 
 fn store_err(e: impl std::fmt::Display) -> ArmServerError {
     ArmServerError::Store(e.to_string())
@@ -234,9 +239,9 @@ impl Store {
                     meta.insert("schema", SCHEMA).map_err(store_err)?;
                 }
                 Some(found) if found == SCHEMA => {}
-                Some(old @ (1 | 2)) => {
-                    // 1 -> 2 adds the accounting tables, 2 -> 3 those of elastic sets (created
-                    // below); nothing else changes.
+                Some(old @ (1..=3)) => {
+                    // 1 -> 2 adds the accounting tables, 2 -> 3 those of elastic sets, 3 -> 4
+                    // the member records (created below); nothing else changes.
                     tracing::info!(path = %path.display(), "store migrated from schema {old} to {SCHEMA}");
                     meta.insert("schema", SCHEMA).map_err(store_err)?;
                 }
@@ -264,6 +269,7 @@ impl Store {
             txn.open_table(USAGE).map_err(store_err)?;
             txn.open_table(LEASES).map_err(store_err)?;
             txn.open_table(ELASTIC_GETS).map_err(store_err)?;
+            txn.open_table(MEMBERS).map_err(store_err)?;
         }
         txn.commit().map_err(store_err)?;
         Ok(db)
@@ -351,6 +357,7 @@ impl Store {
                     Key::UsageRecord(usage) => Some(encode(usage)?),
                     Key::Lease(a) => core.leases().get(a).map(encode).transpose()?,
                     Key::ElasticGet(id) => core.elastic_gets().get(id).map(|n| n.to_le_bytes().to_vec()),
+                    Key::Member(id) => return Err(store_err(format!("member {id} is not the core's to snapshot"))),
                 };
                 Ok((key.clone(), value))
             })
@@ -384,6 +391,7 @@ impl Store {
             let value = encode(&usage)?;
             changes.push((Key::UsageRecord(usage), Some(value)));
         }
+        changes.extend(self.member_changes()?);
         Ok(changes)
     }
 
@@ -395,7 +403,7 @@ impl Store {
             for table in [HOSTS, JOBS, SESSIONS, STATE, USAGE_OPEN, LEASES] {
                 txn.delete_table(table).map_err(store_err)?;
             }
-            for table in [SETS, PENDING, RESERVATIONS] {
+            for table in [SETS, PENDING, RESERVATIONS, MEMBERS] {
                 txn.delete_table(table).map_err(store_err)?;
             }
             txn.delete_table(DELAYED).map_err(store_err)?;
@@ -424,6 +432,7 @@ impl Store {
             let mut usage = txn.open_table(USAGE).map_err(store_err)?;
             let mut leases = txn.open_table(LEASES).map_err(store_err)?;
             let mut elastic_gets = txn.open_table(ELASTIC_GETS).map_err(store_err)?;
+            let mut members = txn.open_table(MEMBERS).map_err(store_err)?;
             for (key, value) in changes {
                 let value = value.as_deref();
                 match (key, value) {
@@ -463,6 +472,8 @@ impl Store {
                         elastic_gets.insert(*id, notice).map(drop)
                     }
                     (Key::ElasticGet(id), None) => elastic_gets.remove(*id).map(drop),
+                    (Key::Member(id), Some(v)) => members.insert(*id, v).map(drop),
+                    (Key::Member(id), None) => members.remove(*id).map(drop),
                 }
                 .map_err(store_err)?;
             }

@@ -99,7 +99,8 @@ fn replication(id: usize, keys: &[String]) -> anyhow::Result<String> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let config = arm_server::config::ReplicationConfig { id: id as u64, members, election_timeout_ms: 500 };
+    let config =
+        arm_server::config::ReplicationConfig { id: id as u64, members, join: false, election_timeout_ms: 500 };
     Ok(config.to_toml()?)
 }
 

@@ -73,6 +73,9 @@ pub enum Key {
     Lease(String),
     /// The notice of a waiting elastic request.
     ElasticGet(u64),
+    /// A replicated manager's member record, by replica id (its client address and signing
+    /// key): never the core's, written by a membership change (`store::members`).
+    Member(u64),
 }
 
 /// A capability to revoke on a backend.

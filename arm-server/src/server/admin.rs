@@ -91,6 +91,9 @@ impl Arm {
             Request::ClearDevice { accelerator } => self.clear_device(&accelerator),
             Request::Accounting { since_ms, until_ms, by } => self.accounting(since_ms, until_ms, by).await,
             Request::ClusterStatus => self.cluster_status(),
+            Request::ClusterAdd { replica } => self.cluster_add(replica).await,
+            Request::ClusterRemove { id } => self.cluster_remove(id).await,
+            Request::ClusterReplace { old, new } => self.cluster_replace(old, new).await,
             Request::JobList { all } => {
                 let core = self.core.lock().expect("core poisoned");
                 let starts = core.expected_starts(unix_now());
@@ -149,6 +152,13 @@ fn audit_summary(request: &Request) -> String {
         Request::ReservationCreate { count, user, .. } => format!("reservation create of {count} for {user:?}"),
         Request::ReservationDelete { id } => format!("reservation delete {id}"),
         Request::ClearDevice { accelerator } => format!("device clear {accelerator}"),
+        Request::ClusterAdd { replica: r } => {
+            format!("cluster add {} raft {} api {} key {}", r.id, r.raft, r.api, r.key)
+        }
+        Request::ClusterRemove { id } => format!("cluster remove {id}"),
+        Request::ClusterReplace { old, new: r } => {
+            format!("cluster replace {old} by {} raft {} api {} key {}", r.id, r.raft, r.api, r.key)
+        }
         other => roles::request_name(other).to_string(),
     }
 }

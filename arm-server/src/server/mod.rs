@@ -182,7 +182,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         Some(replication) => replication.keys(signer.public_key())?,
         None => Vec::new(),
     };
-    let keys = Arc::new(keys::ManagerKeys { signer, cluster });
+    let keys = Arc::new(keys::ManagerKeys::new(signer, cluster));
     let (events, event_rx) = mpsc::unbounded_channel();
     let links = Links::new(
         keys.clone(),

@@ -21,12 +21,27 @@ use arm_raft::{Command, Machine, Replica, ReplicaOptions, ReplicaTls, Replicatio
 
 use super::Arm;
 use crate::config::ReplicationConfig;
-use crate::store::{Change, Store};
+use crate::core::Key;
+use crate::store::{Change, Members, Store};
 use crate::ArmServerError;
 
+mod membership;
+
 /// The manager's store as the replicated state machine: a log entry is the records one group
-/// commit wrote, applied to the store in one transaction; a snapshot is the whole store.
-pub struct StoreMachine(Arc<Store>);
+/// commit wrote, applied to the store in one transaction; a snapshot is the whole store. The
+/// member records it applies are kept in memory too (`members`), for the replica's requests.
+pub struct StoreMachine {
+    store: Arc<Store>,
+    members: Members,
+}
+
+impl StoreMachine {
+    /// Reads the member records back from the store into memory.
+    fn reload_members(&self) -> Result<(), String> {
+        *self.members.write().expect("members poisoned") = self.store.members().map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
 
 /// The encoding of entries and snapshots (bincode, without the protocol's frame limit: a
 /// snapshot of a large site is bigger, and travels in chunks).
@@ -42,16 +57,21 @@ fn decode(bytes: &[u8]) -> Result<Vec<Change>, String> {
 
 impl Machine for StoreMachine {
     fn apply(&mut self, op: &[u8]) -> Result<Vec<u8>, String> {
-        self.0.commit(&decode(op)?).map_err(|e| e.to_string())?;
+        let changes = decode(op)?;
+        self.store.commit(&changes).map_err(|e| e.to_string())?;
+        if changes.iter().any(|(key, _)| matches!(key, Key::Member(_))) {
+            self.reload_members()?;
+        }
         Ok(Vec::new())
     }
 
     fn save(&self) -> Result<Vec<u8>, String> {
-        encode(&self.0.dump().map_err(|e| e.to_string())?)
+        encode(&self.store.dump().map_err(|e| e.to_string())?)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
-        self.0.replace(&decode(bytes)?).map_err(|e| e.to_string())
+        self.store.replace(&decode(bytes)?).map_err(|e| e.to_string())?;
+        self.reload_members()
     }
 }
 
@@ -60,6 +80,8 @@ impl Machine for StoreMachine {
 pub(super) struct Replication {
     replica: Replica<StoreMachine>,
     config: ReplicationConfig,
+    /// The member records this replica applied: members' client addresses and keys.
+    members: Members,
     /// Its core was read back in its term: it may change it and commit (links report).
     leading: AtomicBool,
     /// It leads and its backends' links have reported: requests are answered.
@@ -97,7 +119,7 @@ fn replica_identity(dir: &Path, id: u64) -> Result<(std::path::PathBuf, std::pat
 
 impl Replication {
     /// Starts this replica on `store` (its Raft log beside it, `raft.redb`); the lowest id of a
-    /// new cluster makes the members the cluster.
+    /// new cluster makes the members the cluster, unless it joins one that exists (`join`).
     pub(super) async fn start(
         config: &ReplicationConfig,
         dir: &Path,
@@ -118,7 +140,9 @@ impl Replication {
             let core = store.load()?;
             !core.hosts().is_empty() || !core.jobs().is_empty()
         };
-        let replica = Replica::start(options, StoreMachine(store)).await.map_err(replication_err)?;
+        let members: Members = Arc::new(std::sync::RwLock::new(store.members()?));
+        let machine = StoreMachine { store, members: members.clone() };
+        let replica = Replica::start(options, machine).await.map_err(replication_err)?;
         if has_state && replica.started_empty() {
             // The others would never learn what this store holds: it is not in the log.
             return Err(ArmServerError::Config(format!(
@@ -128,8 +152,10 @@ impl Replication {
                 dir.display()
             )));
         }
+        // A joining replica never makes a cluster: one of its own would have its own leader,
+        // and it learns the cluster from the leader that adds it.
         let lowest = config.members.iter().map(|m| m.id).min();
-        if lowest == Some(me.id) {
+        if lowest == Some(me.id) && !config.join {
             let members: BTreeMap<u64, SocketAddr> = config.members.iter().map(|m| (m.id, m.raft)).collect();
             // Refused once the cluster exists (this replica restarting): nothing to do then.
             if let Err(e) = replica.initialize(&members).await {
@@ -138,10 +164,12 @@ impl Replication {
         }
         let nonce =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        tracing::info!(id = me.id, raft = %me.raft, members = config.members.len(), "replica started");
+        let (members_listed, join) = (config.members.len(), config.join);
+        tracing::info!(id = me.id, raft = %me.raft, members = members_listed, join, "replica started");
         Ok(Self {
             replica,
             config: config.clone(),
+            members,
             leading: AtomicBool::new(false),
             serving: AtomicBool::new(false),
             reported: Default::default(),
@@ -175,7 +203,7 @@ impl Replication {
     /// others may have elected another).
     fn leader_api(&self) -> Option<SocketAddr> {
         let leader = self.replica.leader().filter(|leader| *leader != self.config.id)?;
-        self.config.members.iter().find(|m| m.id == leader).map(|m| m.api)
+        self.api_of(leader)
     }
 
     /// Proposes the records of one group commit; returns once a majority has them and this
@@ -225,7 +253,7 @@ impl Replication {
     /// What this replica knows of the cluster (`armctl cluster status`).
     pub(super) fn status(&self) -> ClusterStatus {
         let status = self.replica.status();
-        let api = |id: u64| self.config.members.iter().find(|m| m.id == id).map(|m| m.api);
+        let api = |id: u64| self.api_of(id);
         ClusterStatus {
             replica: status.id,
             leader: status.leader,
@@ -298,6 +326,10 @@ pub(super) async fn leadership_loop(arm: Arc<Arm>) {
                 tracing::info!("this replica no longer leads: clients are sent to the leader");
             }
         }
+        // A membership change (this leader's, or one a former leader left in the log) changes
+        // the keys backends must trust: the leader registers them again; a follower only keeps
+        // the set (what `armctl manager-key` prints) current.
+        arm.follow_membership(led);
         tokio::time::sleep(ROLE_CHECK).await;
     }
 }
@@ -344,6 +376,8 @@ impl Arm {
             replication.reported.lock().expect("reported poisoned").clear();
             replication.leading.store(true, Ordering::Release);
         }
+        // The links about to start register backends with the current members' keys.
+        self.follow_membership(false);
         let hosts: Vec<String> = {
             let core = self.core.lock().expect("core poisoned");
             core.hosts().values().for_each(|host| self.links.start(host));

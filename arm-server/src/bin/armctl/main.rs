@@ -70,7 +70,8 @@ enum Command {
     Status,
     /// The manager's public key: what backends pin as `arm_public_key`.
     ManagerKey,
-    /// A replicated manager's replicas: members, leader, term, lag.
+    /// A replicated manager's replicas: members, leader, term, lag; adding, removing and
+    /// replacing them.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
     /// Client certificates of the manager's CA, with roles: issue, revoke (on the manager's
@@ -471,7 +472,10 @@ async fn main() -> ExitCode {
         (options.identity, options.alternates) = (identity, alternates);
         let client = ArmClient::connect(options).await?;
         let Asked::One(request) = request else { return status::gather(&client).await.map(Output::Status) };
-        let response = client.request(request).await?;
+        let response = match &cli.command {
+            Command::Cluster(command) => command.ask(&client, request).await?,
+            _ => client.request(request).await?,
+        };
         with_reservations(&client, response).await.map(Output::One)
     }
     .await;

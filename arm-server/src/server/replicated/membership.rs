@@ -1,0 +1,194 @@
+//! Membership changes of a replicated manager (`armctl cluster add`, `remove`, `replace`),
+//! answered by the leader, and what follows from the membership: where each member serves
+//! clients, and which keys backends are registered with.
+//!
+//! Raft's membership (openraft's, each node its Raft address) says who votes; each member's
+//! client address and signing key travel through the replicated log as member records
+//! (`store::MemberRecord`), written before the member is added, so every replica, a new one
+//! included, knows them. A replica's configuration still gives its founding members'.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+use ac_proto::arm::{ArmError, ArmErrorKind, NewReplica, CAUGHT_UP_LAG};
+use arm_raft::ReplicationError;
+
+use super::super::{err, Answer, Arm};
+use super::Replication;
+use crate::store::{Change, MemberRecord};
+use crate::ArmServerError;
+
+impl Replication {
+    /// Replica `id`'s client address and key: its replicated record (the newer word: an
+    /// admin's), else its entry in this replica's configuration.
+    fn member(&self, id: u64) -> Option<MemberRecord> {
+        let recorded = self.members.read().expect("members poisoned").get(&id).cloned();
+        recorded.or_else(|| {
+            let entry = self.config.members.iter().find(|m| m.id == id)?;
+            Some(MemberRecord { api: entry.api, key: entry.key.clone() })
+        })
+    }
+
+    /// Where replica `id` serves programs and admins, if known.
+    pub(super) fn api_of(&self, id: u64) -> Option<SocketAddr> {
+        self.member(id).map(|m| m.api)
+    }
+
+    /// The keys backends are registered with: every member's of Raft's membership (the latest,
+    /// committed or not), learners included, this replica's own always. Learners too, so that
+    /// a replica is trusted before it can be elected: were the set the voters' alone, a
+    /// leader that died between making a new replica a voter and registering its backends
+    /// again would leave them refusing that replica, should it be elected. Once a replacement
+    /// is done no learner is left, and the set is the voters'.
+    fn registration_set(&self) -> Vec<[u8; 32]> {
+        let ids: BTreeSet<u64> =
+            self.replica.status().members.iter().map(|(id, _, _)| *id).chain([self.config.id]).collect();
+        let key = |id: u64| crate::keys::parse_public_key(&self.member(id)?.key);
+        ids.into_iter().filter_map(key).collect()
+    }
+
+    /// Whether learner `id` is at most [`CAUGHT_UP_LAG`] entries behind this leader's log.
+    fn caught_up(&self, id: u64) -> bool {
+        let status = self.replica.status();
+        let matched = status.matched.get(&id).copied().flatten();
+        matched.is_some_and(|matched| status.last_log.unwrap_or(0).saturating_sub(matched) <= CAUGHT_UP_LAG)
+    }
+}
+
+/// A membership operation's failure, as the admin is told it.
+fn refused(replication: &Replication, e: ReplicationError) -> ArmError {
+    match e {
+        ReplicationError::NotLeader { .. } => replication.not_leader(),
+        e => err(ArmErrorKind::Conflict, format!("the membership change was refused: {e}")),
+    }
+}
+
+/// A new replica's record, its key checked.
+fn record_of(new: &NewReplica) -> Result<MemberRecord, ArmError> {
+    if crate::keys::parse_public_key(&new.key).is_none() {
+        let why = format!("replica {}: key must be 64 hex digits (`arm-server --signing-key` on it prints it)", new.id);
+        return Err(err(ArmErrorKind::Invalid, why));
+    }
+    Ok(MemberRecord { api: new.api, key: new.key.trim().to_string() })
+}
+
+impl Arm {
+    /// This replica, or the refusal of a membership request to a single manager.
+    fn replicated(&self) -> Result<&Replication, ArmError> {
+        self.replication.as_ref().ok_or_else(|| {
+            err(
+                ArmErrorKind::Invalid,
+                "this resource manager is not replicated (no [replication] in its configuration)",
+            )
+        })
+    }
+
+    /// Makes the current members' keys the set backends are registered with; when it changed
+    /// and `relink` (this replica led and its links run), they register every backend again
+    /// with it (a backend takes a new set from a replica of the one it trusts). Called by the
+    /// leadership loop, and by the membership requests so that they answer once it is done.
+    pub(in crate::server) fn follow_membership(&self, relink: bool) {
+        let Some(replication) = self.replication.as_ref() else { return };
+        if !self.keys.set_cluster(replication.registration_set()) || !relink {
+            return;
+        }
+        tracing::info!(keys = self.keys.pinned(), "the members changed: registering the backends again");
+        for host in self.core.lock().expect("core poisoned").hosts().values() {
+            self.links.start(host);
+        }
+    }
+
+    /// Commits member records through the replicated log (the committer's turn taken: they are
+    /// no change of the core, so nothing is rolled back should they fail).
+    async fn record_members(&self, changes: &[Change]) -> Result<(), ArmError> {
+        let replication = self.replicated()?;
+        let _committer = self.committing.lock().await;
+        replication.commit(changes).await.map_err(|e| match e {
+            ArmServerError::NotLeader(_) => replication.not_leader(),
+            e => err(ArmErrorKind::Internal, e.to_string()),
+        })
+    }
+
+    /// Makes `new` a learner, once (its record first, so that every replica knows its address
+    /// and key before it is a member); a member already at that Raft address is left as it is.
+    async fn ensure_learner(&self, new: &NewReplica) -> Result<(), ArmError> {
+        let replication = self.replicated()?;
+        let record = record_of(new)?;
+        let members = replication.replica.status().members;
+        match members.iter().find(|(id, _, _)| *id == new.id) {
+            Some((_, raft, _)) if *raft != new.raft.to_string() => {
+                let why = format!("replica {} is a member at {raft}, not {}: remove it first", new.id, new.raft);
+                return Err(err(ArmErrorKind::Conflict, why));
+            }
+            Some(_) if replication.member(new.id).as_ref() == Some(&record) => return Ok(()),
+            _ => {}
+        }
+        self.record_members(&[record.change(new.id).map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?]).await?;
+        if !members.iter().any(|(id, _, _)| *id == new.id) {
+            replication.replica.propose_learner(new.id, new.raft).await.map_err(|e| refused(replication, e))?;
+            tracing::info!(id = new.id, raft = %new.raft, "replica added as a learner");
+        }
+        self.follow_membership(true);
+        Ok(())
+    }
+
+    /// `armctl cluster add`: `new` a learner; the status shows how far it is behind.
+    #[tracing::instrument(skip(self, new), fields(id = new.id, raft = %new.raft))]
+    pub(in crate::server) async fn cluster_add(&self, new: NewReplica) -> Answer {
+        self.ensure_learner(&new).await?;
+        self.cluster_status()
+    }
+
+    /// `armctl cluster replace`: `new` a learner, and once it has caught up, a voter in `old`'s
+    /// place (one membership change: joint consensus); `old`'s record dropped. Asked again
+    /// once done, it changes nothing.
+    #[tracing::instrument(skip(self, new), fields(new = new.id))]
+    pub(in crate::server) async fn cluster_replace(&self, old: u64, new: NewReplica) -> Answer {
+        let replication = self.replicated()?;
+        let mut voters = replication.replica.voters();
+        if voters.contains(&new.id) && !voters.contains(&old) {
+            return self.cluster_status();
+        }
+        if !voters.contains(&old) {
+            return Err(err(ArmErrorKind::NotFound, format!("replica {old} is not a voter")));
+        }
+        if old == replication.config.id {
+            return Err(err(ArmErrorKind::Invalid, leader_stays(old)));
+        }
+        self.ensure_learner(&new).await?;
+        if replication.caught_up(new.id) {
+            voters.remove(&old);
+            voters.insert(new.id);
+            replication.replica.change_membership(voters).await.map_err(|e| refused(replication, e))?;
+            tracing::info!(old, new = new.id, "replica replaced");
+            self.record_members(&[MemberRecord::deletion(old)]).await?;
+            self.follow_membership(true);
+        }
+        self.cluster_status()
+    }
+
+    /// `armctl cluster remove`: replica `id` leaves the cluster (voter or learner).
+    #[tracing::instrument(skip(self))]
+    pub(in crate::server) async fn cluster_remove(&self, id: u64) -> Answer {
+        let replication = self.replicated()?;
+        if !replication.replica.status().members.iter().any(|(member, _, _)| *member == id) {
+            return Err(err(ArmErrorKind::NotFound, format!("replica {id} is not a member")));
+        }
+        if id == replication.config.id {
+            return Err(err(ArmErrorKind::Invalid, leader_stays(id)));
+        }
+        replication.replica.remove_member(id).await.map_err(|e| refused(replication, e))?;
+        tracing::info!(id, "replica removed");
+        self.record_members(&[MemberRecord::deletion(id)]).await?;
+        self.follow_membership(true);
+        self.cluster_status()
+    }
+}
+
+/// Why the leader does not remove itself: it would step down in the middle of the request.
+fn leader_stays(id: u64) -> String {
+    format!(
+        "replica {id} leads: a leader does not remove itself. Stop it (the others elect another leader), then ask \
+         again"
+    )
+}
