@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ac_proto::tls;
 use ac_proto::transport::{self, Tuning};
@@ -100,6 +100,26 @@ pub struct Status {
     pub matched: BTreeMap<u64, Option<u64>>,
 }
 
+/// Whether a majority acknowledged the leader within `lease`, from openraft's metrics: the
+/// time since the last acknowledgment as it stood when they were published, `published_ago`.
+/// openraft publishes its metrics on every turn of its loop (a heartbeat's tick at least); a
+/// loop stalled (on a hung disk, say) publishes nothing, and its last figure would stay small
+/// while the others elect a new leader. Counting the time since publication ends the lease.
+fn acknowledged_within(millis_since_ack: Option<u64>, published_ago: Duration, lease: Duration) -> bool {
+    millis_since_ack.is_some_and(|ms| Duration::from_millis(ms) + published_ago <= lease)
+}
+
+/// Records when openraft last published its metrics (when this task saw them change, a little
+/// after), until the Raft node is gone.
+async fn track_publications(
+    mut metrics: tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+    at: Arc<Mutex<Instant>>,
+) {
+    while metrics.changed().await.is_ok() {
+        *at.lock().expect("publication time poisoned") = Instant::now();
+    }
+}
+
 /// A running replica.
 pub struct Replica<M: Machine> {
     id: u64,
@@ -109,6 +129,9 @@ pub struct Replica<M: Machine> {
     server: tokio::task::JoinHandle<()>,
     /// Its log held no entry when it started.
     started_empty: bool,
+    /// When openraft last published its metrics (see [`acknowledged_within`]).
+    published: Arc<Mutex<Instant>>,
+    tracker: tokio::task::JoinHandle<()>,
 }
 
 impl<M: Machine> std::fmt::Debug for Replica<M> {
@@ -138,7 +161,9 @@ impl<M: Machine> Replica<M> {
         let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
         let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
-        Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty })
+        let published = Arc::new(Mutex::new(Instant::now()));
+        let tracker = tokio::spawn(track_publications(raft.metrics(), published.clone()));
+        Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty, published, tracker })
     }
 
     /// Makes `members` (id → address) the cluster, once, on a fresh replica (the others learn it
@@ -249,8 +274,9 @@ impl<M: Machine> Replica<M> {
     pub fn leads_a_majority(&self, lease: Duration) -> bool {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow();
+        let published_ago = self.published.lock().expect("publication time poisoned").elapsed();
         metrics.state == ServerState::Leader
-            && metrics.millis_since_quorum_ack.is_some_and(|ms| u128::from(ms) <= lease.as_millis())
+            && acknowledged_within(metrics.millis_since_quorum_ack, published_ago, lease)
     }
 
     /// The current term, the last log index and the last applied index.
@@ -305,6 +331,7 @@ impl<M: Machine> Replica<M> {
 
     /// Stops the replica: its Raft node and its endpoint (the others see it gone).
     pub async fn shutdown(self) {
+        self.tracker.abort();
         let _ = self.raft.shutdown().await;
         self.endpoint.close(0u32.into(), b"shutdown");
         let _ = self.server.await;
@@ -352,4 +379,19 @@ fn raft_config(options: &ReplicaOptions) -> Result<Arc<openraft::Config>, Replic
         ..Default::default()
     };
     config.validate().map(Arc::new).map_err(|e| ReplicationError::Setup(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A figure published long ago no longer vouches for the leader, however small it was.
+    #[test]
+    fn a_lease_counts_the_time_since_the_metrics_were_published() {
+        let lease = Duration::from_millis(1000);
+        assert!(acknowledged_within(Some(100), Duration::from_millis(50), lease));
+        assert!(!acknowledged_within(Some(100), Duration::from_millis(950), lease), "a stalled loop's last figure");
+        assert!(!acknowledged_within(Some(1001), Duration::ZERO, lease));
+        assert!(!acknowledged_within(None, Duration::ZERO, lease), "never acknowledged");
+    }
 }
