@@ -1,7 +1,8 @@
 //! Raft between replicas over QUIC: openraft's `RaftNetwork` (the caller's side) and the server
 //! that answers it. One RPC per bidirectional stream, a request frame out and its answer back,
 //! on a connection per peer kept across RPCs. Only replicas speak it: the server refuses a
-//! connection whose client presents no certificate of the cluster's CA (mutual TLS).
+//! connection whose client presents no certificate of the cluster's CA issued to a replica
+//! (mutual TLS), or one the manager revoked (asked again at every RPC).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,41 +41,84 @@ enum PeerResponse {
 
 /// Answers the Raft RPCs of the other replicas on `endpoint`, until it is closed; returns once
 /// every connection's task has ended (nothing of it holds the socket any more).
-pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>) {
+pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>, revoked: Revoked) {
     let mut connections = tokio::task::JoinSet::new();
     while let Some(incoming) = endpoint.accept().await {
-        connections.spawn(serve_connection(incoming, raft.clone()));
+        connections.spawn(serve_connection(incoming, raft.clone(), revoked.clone()));
         // Ended connections (refused ones too) are not kept until the endpoint closes.
         while connections.try_join_next().is_some() {}
     }
     connections.shutdown().await;
 }
 
-/// Whether the peer's certificate (which the TLS handshake checked against the cluster's CA) was
-/// issued to a replica: organisational unit `replica`. The same CA issues admins' and batch
-/// systems' certificates, which must not speak Raft.
-fn issued_to_a_replica(conn: &quinn::Connection) -> bool {
-    let Some(identity) = conn.peer_identity() else { return false };
-    let Ok(chain) = identity.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>() else { return false };
-    let Some(Ok((_, leaf))) = chain.first().map(|der| x509_parser::parse_x509_certificate(der)) else { return false };
+/// Which certificates (DER) the manager revoked before they expire: its `revoked-certs`, read
+/// as it stands at each question, so that a revocation takes effect without a restart.
+#[derive(Clone)]
+pub struct Revoked(pub Arc<IsRevoked>);
+
+/// Whether the certificate (DER) is revoked.
+pub type IsRevoked = dyn Fn(&[u8]) -> bool + Send + Sync;
+
+impl Revoked {
+    /// No certificate is revoked.
+    pub fn none() -> Self {
+        Self(Arc::new(|_| false))
+    }
+}
+
+impl std::fmt::Debug for Revoked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Revoked(..)")
+    }
+}
+
+/// The peer's certificate, which the TLS handshake checked against the cluster's CA.
+fn peer_certificate(conn: &quinn::Connection) -> Option<rustls_pki_types::CertificateDer<'static>> {
+    let identity = conn.peer_identity()?;
+    let chain = identity.downcast::<Vec<rustls_pki_types::CertificateDer<'static>>>().ok()?;
+    chain.into_iter().next()
+}
+
+/// Whether a certificate was issued to a replica: organisational unit `replica`. The same CA
+/// issues admins' and batch systems' certificates, which must not speak Raft.
+fn issued_to_a_replica(der: &[u8]) -> bool {
+    let Ok((_, leaf)) = x509_parser::parse_x509_certificate(der) else { return false };
     let is_replica = leaf.subject().iter_organizational_unit().any(|unit| unit.as_str() == Ok(REPLICA_UNIT));
     is_replica
+}
+
+/// Why a connection may not speak Raft, if it may not.
+fn refusal(conn: &quinn::Connection, revoked: &Revoked) -> Option<&'static [u8]> {
+    let Some(der) = peer_certificate(conn) else { return Some(b"replicas only") };
+    if !issued_to_a_replica(&der) {
+        return Some(b"replicas only");
+    }
+    (revoked.0)(&der).then_some(b"certificate revoked")
 }
 
 /// The organisational unit of a replica's client certificate.
 pub const REPLICA_UNIT: &str = "replica";
 
 /// Answers the RPCs of one replica's connection, each stream in a task of its own.
-async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>) {
+async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>, revoked: Revoked) {
     let Ok(conn) = incoming.await else { return };
-    // Mutual TLS: only a replica (a certificate of the cluster's CA, issued to a replica) may
-    // speak Raft.
-    if !issued_to_a_replica(&conn) {
-        conn.close(1u32.into(), b"replicas only");
+    // Mutual TLS: only a replica (a certificate of the cluster's CA, issued to a replica, not
+    // revoked) may speak Raft. Asked again at each RPC: a certificate revoked while its
+    // connection is open (a replaced replica's) is refused from then on.
+    let refused = |conn: &quinn::Connection| {
+        let reason = refusal(conn, &revoked)?;
+        tracing::info!(peer = %conn.remote_address(), reason = %String::from_utf8_lossy(reason), "Raft peer refused");
+        conn.close(1u32.into(), reason);
+        Some(())
+    };
+    if refused(&conn).is_some() {
         return;
     }
     let mut streams = tokio::task::JoinSet::new();
     while let Ok((send, recv)) = conn.accept_bi().await {
+        if refused(&conn).is_some() {
+            break;
+        }
         streams.spawn(answer(raft.clone(), send, recv));
         while streams.try_join_next().is_some() {}
     }
@@ -187,7 +231,12 @@ impl PeerLink {
     async fn call(&mut self, frame: bytes::Bytes, ttl: std::time::Duration) -> Result<PeerResponse, Failed> {
         let exchange = async {
             let conn = self.connection().await?;
-            let network = |e: &dyn std::fmt::Display| Failed::Network(AnyError::error(e.to_string()));
+            // The peer's reason, when it closed the connection (a refusal), says more than the
+            // read that failed.
+            let network = |e: &dyn std::fmt::Display| {
+                let why = conn.close_reason().map_or_else(|| e.to_string(), |reason| reason.to_string());
+                Failed::Network(AnyError::error(why))
+            };
             let (mut send, recv) = conn.open_bi().await.map_err(|e| network(&e))?;
             send.write_all(&frame).await.map_err(|e| network(&e))?;
             let _ = send.finish();

@@ -50,6 +50,9 @@ pub struct ReplicaOptions {
     pub snapshot_every: u64,
     /// Entries kept in the log behind the last snapshot.
     pub logs_kept: u64,
+    /// The certificates revoked (the manager's `revoked-certs`): a replica presenting one may
+    /// not speak Raft to this one.
+    pub revoked: network::Revoked,
 }
 
 impl ReplicaOptions {
@@ -65,6 +68,7 @@ impl ReplicaOptions {
             election_timeout: Duration::from_secs(1),
             snapshot_every: 10_000,
             logs_kept: 1_000,
+            revoked: network::Revoked::none(),
         }
     }
 }
@@ -160,7 +164,7 @@ impl<M: Machine> Replica<M> {
         let peers = Peers::new(endpoint.clone(), Arc::new(client_crypto), options.tuning.clone());
         let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
-        let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
+        let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone(), options.revoked.clone()));
         let published = Arc::new(Mutex::new(Instant::now()));
         let tracker = tokio::spawn(track_publications(raft.metrics(), published.clone()));
         Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty, published, tracker })

@@ -136,6 +136,11 @@ impl Replication {
         let mut options = ReplicaOptions::new(me.id, me.raft, dir.join("raft.redb"), tls);
         options.tuning = tuning.clone();
         options.election_timeout = Duration::from_millis(config.election_timeout_ms);
+        // The same `revoked-certs` as the client port's: a replaced replica's certificate,
+        // revoked there, speaks Raft no more.
+        let revocations = Arc::new(crate::roles::Revocations::new(dir));
+        options.revoked =
+            arm_raft::network::Revoked(Arc::new(move |der| revocations.revoked(&crate::roles::fingerprint(der))));
         let has_state = {
             let core = store.load()?;
             !core.hosts().is_empty() || !core.jobs().is_empty()

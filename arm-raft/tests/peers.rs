@@ -1,0 +1,58 @@
+//! Who may speak Raft to a replica: a replica's certificate of the cluster's CA, until the
+//! manager revokes it (its `revoked-certs`), and from that moment on, even on a connection
+//! opened before.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arm_raft::network::{Peers, Revoked};
+use arm_raft::{Replica, ReplicaOptions, ReplicaTls};
+use common::Pool;
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::VoteRequest;
+use openraft::{BasicNode, Vote};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_replica_certificate_is_refused_even_on_an_open_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    ac_proto::tls::ensure_self_signed(&tls, &["127.0.0.1".to_string()], &[]).unwrap();
+    let (cert, key) =
+        ac_proto::tls::issue_client(&tls, "replica-2", arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
+    std::fs::write(tls.join("replica.pem"), cert).unwrap();
+    std::fs::write(tls.join("replica.key"), key).unwrap();
+    let files = ReplicaTls {
+        ca: tls.join("ca.pem"),
+        server: (tls.join("cert.pem"), tls.join("key.pem")),
+        client: (tls.join("replica.pem"), tls.join("replica.key")),
+    };
+    let addr: SocketAddr = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut options = ReplicaOptions::new(1, addr, dir.path().join("replica-1.redb"), files);
+    let revoked = Arc::new(AtomicBool::new(false));
+    let asked = revoked.clone();
+    options.revoked = Revoked(Arc::new(move |_der| asked.load(Ordering::SeqCst)));
+    let replica = Replica::start(options, Pool::default()).await.unwrap();
+
+    // Replica 2's side, with its own certificate.
+    let roots = ac_proto::tls::load_roots(&tls.join("ca.pem")).unwrap();
+    let identity = ac_proto::tls::load_identity(&tls.join("replica.pem"), &tls.join("replica.key")).unwrap();
+    let crypto = ac_proto::tls::client_crypto_with_identity(roots, arm_raft::network::ALPN, Some(identity)).unwrap();
+    let tuning = ac_proto::transport::Tuning::default();
+    let endpoint = ac_proto::transport::client_endpoint(addr, None, &tuning).unwrap();
+    let mut peers = Peers::new(endpoint, Arc::new(crypto), tuning);
+    let mut link = peers.new_client(1, &BasicNode::new(addr.to_string())).await;
+    let ask = || VoteRequest::new(Vote::new(7, 2), None);
+    let option = || RPCOption::new(Duration::from_secs(5));
+
+    link.vote(ask(), option()).await.expect("a replica's certificate speaks Raft");
+    revoked.store(true, Ordering::SeqCst);
+    let refused = link.vote(ask(), option()).await.expect_err("revoked on the open connection");
+    assert!(refused.to_string().contains("certificate revoked"), "{refused}");
+    let refused = link.vote(ask(), option()).await.expect_err("revoked on a new connection");
+    assert!(refused.to_string().contains("certificate revoked"), "{refused}");
+    replica.shutdown().await;
+}
