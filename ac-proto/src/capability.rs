@@ -95,6 +95,25 @@ pub fn verify_signature(public_key: &[u8; 32], message: &[u8], signature: &[u8])
     UnparsedPublicKey::new(&ED25519, public_key).verify(message, signature).is_ok()
 }
 
+/// Parses a public signing key written as 64 hex digits (blanks around it allowed): how
+/// `arm_public_key`, `arm.pub` and a replica's `members` entry write one.
+pub fn parse_public_key(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
+}
+
+/// Writes a public signing key as 64 lowercase hex digits.
+pub fn public_key_hex(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Seconds since the Unix epoch.
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)

@@ -9,6 +9,8 @@ use ac_proto::capability::Signer;
 
 use crate::ArmServerError;
 
+pub use ac_proto::capability::parse_public_key;
+
 /// A new random secret: 32 bytes as 64 hex digits.
 pub fn random_secret() -> String {
     ac_proto::random_hex(32)
@@ -17,19 +19,6 @@ pub fn random_secret() -> String {
 /// Bytes as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A public key written as 64 hex digits.
-pub fn parse_public_key(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(key)
 }
 
 /// SHA-256 of a secret, hex: what the store keeps instead of the secret.

@@ -33,6 +33,8 @@ use std::sync::Mutex;
 use ac_proto::backend::{register_cluster_message, register_message};
 use ac_proto::capability::{self, unix_now, Grant};
 
+pub use ac_proto::capability::{parse_public_key as parse_key, public_key_hex as key_hex};
+
 /// The registered manager: its key, or each of its replicas' keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Manager {
@@ -104,29 +106,11 @@ struct Revoked {
 /// Lines of expired revocations the file may carry beyond as many as are live.
 const COMPACT_SLACK: usize = 4096;
 
-/// Parses a 32-byte key written as 64 hex digits.
-pub fn parse_key(hex: &str) -> Option<[u8; 32]> {
-    let hex = hex.trim();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (i, byte) in key.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(key)
-}
-
 /// Parses one or more keys, separated by commas or blanks (a replicated manager's).
 pub fn parse_keys(text: &str) -> Option<Vec<[u8; 32]>> {
     let keys: Option<Vec<[u8; 32]>> =
         text.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()).map(parse_key).collect();
     keys.filter(|k| !k.is_empty())
-}
-
-/// Writes a key as hex.
-pub fn key_hex(key: &[u8; 32]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Trust {
