@@ -528,6 +528,15 @@ async fn a_joining_replica_replaces_a_follower_and_its_grants_are_accepted_when_
     assert_eq!(status.members.len(), 3, "the replaced replica is no member: {said}");
     let four = status.members.iter().find(|m| m.id == 4).expect("4 is a member");
     assert_eq!(four.api, Some(replicas.api(4)), "{said}");
+    // A voter is replaced, not removed; a member's key is not changed by an add.
+    let (code, said) = replicas.armctl(&[leader], &["cluster", "remove", "--id", "4"]);
+    assert!(code != 0 && said.contains("a voter is replaced"), "removing a voter: {said}");
+    let (leader_raft, leader_api) = (format!("{}:7100", ip(56, leader)), replicas.api(leader).to_string());
+    let leader_arg = leader.to_string();
+    let rekey =
+        ["cluster", "add", "--id", &leader_arg, "--raft", &leader_raft, "--api", &leader_api, "--signing-key", &key];
+    let (code, said) = replicas.armctl(&[leader], &rekey);
+    assert!(code != 0 && said.contains("is a member already"), "another key for the leader: {said}");
     // The change's leader registered every backend again with the new members' keys: each
     // trusts 4's, and the replaced replica's no more (what a backend trusts is in its arm.pub).
     let keys: BTreeSet<String> = expected.iter().map(|id| replicas.keys[*id as usize - 1].clone()).collect();

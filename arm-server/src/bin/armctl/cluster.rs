@@ -30,8 +30,8 @@ pub enum ClusterCommand {
         #[arg(long, default_value_t = 300)]
         wait: u64,
     },
-    /// Remove a replica (a voter or a learner; not the leader): it stops receiving the log,
-    /// and backends stop trusting its key.
+    /// Remove a learner (one an `add` left behind): it stops receiving the log, and backends
+    /// stop trusting its key. A voter is replaced (`replace`), not removed.
     Remove {
         /// Its id.
         #[arg(long)]

@@ -40,11 +40,14 @@ impl Replication {
     /// leader that died between making a new replica a voter and registering its backends
     /// again would leave them refusing that replica, should it be elected. Once a replacement
     /// is done no learner is left, and the set is the voters'.
-    fn registration_set(&self) -> Vec<[u8; 32]> {
-        let ids: BTreeSet<u64> =
-            self.replica.status().members.iter().map(|(id, _, _)| *id).chain([self.config.id]).collect();
+    ///
+    /// This replica's own key is `mine`, its signer's, whatever a record says: a backend
+    /// refuses a set without the registering replica's key, and would refuse every host.
+    fn registration_set(&self, mine: [u8; 32]) -> Vec<[u8; 32]> {
+        let ids: BTreeSet<u64> = self.replica.status().members.iter().map(|(id, _, _)| *id).collect();
         let key = |id: u64| crate::keys::parse_public_key(&self.member(id)?.key);
-        ids.into_iter().filter_map(key).collect()
+        let others = ids.into_iter().filter(|id| *id != self.config.id).filter_map(key);
+        std::iter::once(mine).chain(others).collect()
     }
 
     /// Whether learner `id` is at most [`CAUGHT_UP_LAG`] entries behind this leader's log.
@@ -89,7 +92,7 @@ impl Arm {
     /// leadership loop, and by the membership requests so that they answer once it is done.
     pub(in crate::server) fn follow_membership(&self, relink: bool) {
         let Some(replication) = self.replication.as_ref() else { return };
-        if !self.keys.set_cluster(replication.registration_set()) || !relink {
+        if !self.keys.set_cluster(replication.registration_set(self.keys.signer.public_key())) || !relink {
             return;
         }
         tracing::info!(keys = self.keys.pinned(), "the members changed: registering the backends again");
@@ -110,18 +113,24 @@ impl Arm {
     }
 
     /// Makes `new` a learner, once (its record first, so that every replica knows its address
-    /// and key before it is a member); a member already at that Raft address is left as it is.
+    /// and key before it is a member). A member already is left as it is when the request names
+    /// it as it is (the request asked again), and refused otherwise: add and replace bring in a
+    /// new replica, they never change a member's key or addresses (a wrong key recorded for a
+    /// member would have every backend refuse it once it leads).
     async fn ensure_learner(&self, new: &NewReplica) -> Result<(), ArmError> {
         let replication = self.replicated()?;
         let record = record_of(new)?;
         let members = replication.replica.status().members;
-        match members.iter().find(|(id, _, _)| *id == new.id) {
-            Some((_, raft, _)) if *raft != new.raft.to_string() => {
-                let why = format!("replica {} is a member at {raft}, not {}: remove it first", new.id, new.raft);
-                return Err(err(ArmErrorKind::Conflict, why));
+        if let Some((_, raft, _)) = members.iter().find(|(id, _, _)| *id == new.id) {
+            if *raft == new.raft.to_string() && replication.member(new.id).as_ref() == Some(&record) {
+                return Ok(());
             }
-            Some(_) if replication.member(new.id).as_ref() == Some(&record) => return Ok(()),
-            _ => {}
+            let why = format!(
+                "replica {} is a member already, at {raft} with another key or client address: add and replace \
+                 bring in a new replica under a new id",
+                new.id
+            );
+            return Err(err(ArmErrorKind::Conflict, why));
         }
         self.record_members(&[record.change(new.id).map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?]).await?;
         if !members.iter().any(|(id, _, _)| *id == new.id) {
@@ -152,6 +161,11 @@ impl Arm {
         if !voters.contains(&old) {
             return Err(err(ArmErrorKind::NotFound, format!("replica {old} is not a voter")));
         }
+        if voters.contains(&new.id) {
+            // Replacing one voter by another would only take `old` out: one voter fewer.
+            let why = format!("replica {} votes already: replace puts a new replica in {old}'s place", new.id);
+            return Err(err(ArmErrorKind::Conflict, why));
+        }
         if old == replication.config.id {
             return Err(err(ArmErrorKind::Invalid, leader_stays(old)));
         }
@@ -167,12 +181,23 @@ impl Arm {
         self.cluster_status()
     }
 
-    /// `armctl cluster remove`: replica `id` leaves the cluster (voter or learner).
+    /// `armctl cluster remove`: learner `id` leaves the cluster (one an `add` left behind).
+    /// A voter is replaced, never removed: taking one out leaves one voter fewer (two of three
+    /// tolerate no failure), with no way to add one back, and while another voter is down the
+    /// change itself could never commit (joint consensus needs a majority of the remaining
+    /// voters: both of two).
     #[tracing::instrument(skip(self))]
     pub(in crate::server) async fn cluster_remove(&self, id: u64) -> Answer {
         let replication = self.replicated()?;
-        if !replication.replica.status().members.iter().any(|(member, _, _)| *member == id) {
+        let members = replication.replica.status().members;
+        let Some((_, _, voter)) = members.iter().find(|(member, _, _)| *member == id) else {
             return Err(err(ArmErrorKind::NotFound, format!("replica {id} is not a member")));
+        };
+        if *voter {
+            let why = format!(
+                "replica {id} votes: a voter is replaced (`armctl cluster replace --old {id} --new ...`), not removed"
+            );
+            return Err(err(ArmErrorKind::Invalid, why));
         }
         if id == replication.config.id {
             return Err(err(ArmErrorKind::Invalid, leader_stays(id)));
