@@ -111,7 +111,7 @@ pub fn parse_public_key(text: &str) -> Option<[u8; 32]> {
 
 /// Writes a public signing key as 64 lowercase hex digits.
 pub fn public_key_hex(key: &[u8; 32]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex(key)
 }
 
 /// Seconds since the Unix epoch.

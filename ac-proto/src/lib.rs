@@ -45,7 +45,12 @@ pub fn random_hex(bytes: usize) -> String {
     use ring::rand::SecureRandom;
     let mut raw = vec![0u8; bytes];
     ring::rand::SystemRandom::new().fill(&mut raw).expect("system randomness");
-    raw.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&raw)
+}
+
+/// Bytes as lowercase hex, two digits each.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `--version`'s long text for the project's binaries: the release and the protocol versions

@@ -10,15 +10,11 @@ use ac_proto::capability::Signer;
 use crate::ArmServerError;
 
 pub use ac_proto::capability::parse_public_key;
+pub use ac_proto::hex;
 
 /// A new random secret: 32 bytes as 64 hex digits.
 pub fn random_secret() -> String {
     ac_proto::random_hex(32)
-}
-
-/// Bytes as lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// SHA-256 of a secret, hex: what the store keeps instead of the secret.
