@@ -94,8 +94,7 @@ pub struct ArmClient {
     /// The protocol version requests are sent in: `options.protocol`, or `MIN_VERSION` once the
     /// manager refused that.
     version: std::sync::atomic::AtomicU16,
-    /// The leader of a replicated manager, as the last replica that was not said it: dialled
-    /// first, alone.
+    /// The leader of a replicated manager, as a replica named it last: dialled first, alone.
     leader: std::sync::Mutex<Option<SocketAddr>>,
     /// The replica whose connection died last, and when: the others name it as the leader
     /// until their election, which it is no use following.
@@ -350,9 +349,7 @@ impl ArmClient {
     async fn follow_leader(&self, leader: Option<SocketAddr>) {
         let mut link = self.link.lock().await;
         let connected = link.as_ref().map(|(_, conn)| conn.remote_address());
-        let died = *self.died.lock().expect("died poisoned");
-        let dead = |addr: SocketAddr| died.is_some_and(|(dead, when)| dead == addr && when.elapsed() < DEAD_FOR);
-        match leader.filter(|leader| !dead(*leader)) {
+        match leader.filter(|leader| !self.seen_dead(*leader)) {
             Some(leader) if connected != Some(leader) => {
                 tracing::info!(%leader, "the resource manager's replica is not the leader: asking the leader");
                 *self.leader.lock().expect("leader poisoned") = Some(leader);
@@ -377,11 +374,18 @@ impl ArmClient {
         }
     }
 
-    /// The replica after `addr` in the manager's addresses (wrapping round), if it has others.
+    /// The replica after `addr` in the manager's addresses (wrapping round), if it has others;
+    /// one seen dying lately is passed over (dialled alone, it would only time out).
     fn next_replica(&self, addr: SocketAddr) -> Option<SocketAddr> {
         let all: Vec<SocketAddr> = self.addresses().map(|(a, _)| a).collect();
         let at = all.iter().position(|a| *a == addr)?;
-        Some(all[(at + 1) % all.len()]).filter(|next| *next != addr)
+        (1..all.len()).map(|step| all[(at + step) % all.len()]).find(|next| !self.seen_dead(*next))
+    }
+
+    /// Whether `addr` is the replica whose connection died last, within [`DEAD_FOR`].
+    fn seen_dead(&self, addr: SocketAddr) -> bool {
+        let died = *self.died.lock().expect("died poisoned");
+        died.is_some_and(|(dead, when)| dead == addr && when.elapsed() < DEAD_FOR)
     }
 
     /// [`Self::request`] in protocol `version`.

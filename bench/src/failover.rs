@@ -114,8 +114,14 @@ pub async fn under_load(quick: bool, trials: Option<usize>) -> anyhow::Result<()
             child.wait()?;
         }
         let killed = Instant::now();
-        match first_grant_after(&tally, killed).await {
-            Some(first) => takeovers.push((first - killed).as_secs_f64()),
+        let killed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64();
+        let takeover = first_grant_after(&tally, killed).await.map(|first| (first - killed).as_secs_f64());
+        // The kill's time of day, to set against the replicas' logs (`AC_BENCH_DAEMON_LOG`).
+        eprintln!(
+            "trial {trial}: replica {leader} killed at {killed_at:.3} (Unix time), first grant after {takeover:.2?} s"
+        );
+        match takeover {
+            Some(takeover) => takeovers.push(takeover),
             None => missed += 1,
         }
         manager.children[leader - 1] = Some(crate::manager::spawn_replica(&manager.dirs[leader - 1], leader)?);

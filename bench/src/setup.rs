@@ -94,7 +94,8 @@ pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> a
         .arg(state_dir)
         .arg("--addr-file")
         .arg(&addr_file)
-        .env("RUST_LOG", "warn")
+        // `AC_BENCH_DAEMON_LOG=info` shows, say, each replica's takeover steps.
+        .env("RUST_LOG", std::env::var("AC_BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()))
         // Kept beside the state, for a failing run to show (`failover.rs`).
         .stderr(
             std::fs::File::create(state_dir.with_extension("log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()),

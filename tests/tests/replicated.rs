@@ -260,6 +260,17 @@ impl Stage {
     }
 }
 
+/// An admin client of replica `id` alone, in protocol 8: a client that cannot follow the
+/// leader, so what it is told is that replica's own answer ("not the leader" as an internal
+/// error, in the same words).
+async fn alone(replicas: &Replicas, id: u64) -> ArmClient {
+    let mut alone = ArmOptions::new(replicas.api(id), replicas.dirs[0].join("ca.pem"));
+    alone.identity = Some((replicas.dirs[0].join("admin.pem"), replicas.dirs[0].join("admin.key")));
+    alone.tuning = quick_tuning();
+    alone.protocol = 8;
+    ArmClient::connect(alone).await.expect("the replica answers")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
     let Stage { _root, replicas, backends, ctl, session, first } = Stage::set(57).await;
@@ -304,13 +315,7 @@ async fn a_stopped_leader_is_deposed_and_decides_nothing_once_it_runs_again() {
     })
     .await;
     assert!(stepped_down, "the old leader follows the new one");
-    let mut alone = ArmOptions::new(replicas.api(old), replicas.dirs[0].join("ca.pem"));
-    alone.identity = Some((replicas.dirs[0].join("admin.pem"), replicas.dirs[0].join("admin.key")));
-    alone.tuning = quick_tuning();
-    // In protocol 8, as a client that cannot follow the leader: the old replica's own answer.
-    alone.protocol = 8;
-    let alone = ArmClient::connect(alone).await.expect("the old leader answers");
-    let refused = alone.request(Request::HostDrain { name: "h0".into(), drain: true }).await;
+    let refused = alone(&replicas, old).await.request(Request::HostDrain { name: "h0".into(), drain: true }).await;
     match refused {
         Err(ac_frontend::Error::Manager { kind, message }) => {
             // Protocol 8 has no NotLeader: said as Internal, in the same words.

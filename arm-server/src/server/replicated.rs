@@ -309,6 +309,7 @@ pub(super) async fn leadership_loop(arm: Arc<Arm>) {
             if let Err(e) = replication.replica.ready_to_lead().await {
                 tracing::warn!(error = %e, "elected, but could not confirm the lead");
             } else {
+                tracing::info!(ms = started.elapsed().as_millis() as u64, "elected: the lead confirmed by a majority");
                 let serving = arm.take_the_lead().await;
                 // Its links may run even when it does not serve: a step-down stops them.
                 led = true;
@@ -363,6 +364,7 @@ impl Arm {
     /// one lease to come back, as after a restart.
     async fn take_the_lead(&self) -> bool {
         let Some(replication) = self.replication.as_ref() else { return false };
+        let started = Instant::now();
         if !replication.applied_its_log().await {
             tracing::warn!("elected, but its log is not applied within a lease: not serving yet");
             return false;
@@ -388,7 +390,9 @@ impl Arm {
             core.hosts().values().for_each(|host| self.links.start(host));
             core.hosts().keys().cloned().collect()
         };
+        let read_back_ms = started.elapsed().as_millis() as u64;
         self.await_link_reports(replication, &hosts).await;
+        tracing::info!(read_back_ms, links_ms = started.elapsed().as_millis() as u64, "the links reported");
         {
             let core = self.core.lock().expect("core poisoned");
             let mut leases = self.leases.lock().expect("leases poisoned");
