@@ -42,7 +42,8 @@ pub struct ReplicaOptions {
     /// The QUIC settings between replicas.
     pub tuning: Tuning,
     /// How long a follower waits without a leader's heartbeat before it stands for election, at
-    /// least (the most is twice this); the leader's heartbeat comes a fifth of it apart.
+    /// least (the most is twice this); the leader's heartbeat comes half of it apart, and an
+    /// append not answered within that is sent again.
     pub election_timeout: Duration,
     /// A snapshot is taken after this many entries applied since the last one; the log before
     /// it is then purged but for `logs_kept` entries (a follower further behind is sent the
@@ -373,11 +374,14 @@ fn raft_config(options: &ReplicaOptions) -> Result<Arc<openraft::Config>, Replic
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(options.snapshot_every),
         max_in_snapshot_log_to_keep: options.logs_kept,
         cluster_name: "arm".into(),
-        heartbeat_interval: (min / 5).max(1),
+        // Also openraft's limit on an append's answer (`replication/mod.rs`): at a fifth of
+        // the election timeout (60 ms at 300), appends to followers on a loaded host timed
+        // out and were sent again, and a commit waited for the retry.
+        heartbeat_interval: (min / 2).max(1),
         election_timeout_min: min,
         election_timeout_max: min * 2,
         // Under the frame limit of the replicas' protocol (1 MiB); an append over it is sent
-        // again in halves (`PayloadTooLarge`, network.rs).
+        // again cut to the entries that fit (`PayloadTooLarge`, network.rs).
         snapshot_max_chunk_size: 512 << 10,
         max_payload_entries: 64,
         ..Default::default()

@@ -110,11 +110,17 @@ pub struct ReplicationConfig {
     pub election_timeout_ms: u64,
 }
 
-/// Half a second: after a leader's last heartbeat, a follower stands for election after its
-/// lease (twice this) and this to twice this more, 1.5-2 s; a leader's heartbeat goes every
-/// fifth of it.
+/// 300 ms: after a leader's last heartbeat, a follower stands for election after openraft's
+/// leader lease (twice this) and its own random one to two times this more, 0.9-1.2 s; a
+/// leader's heartbeat goes every half of it (150 ms; an append unanswered that long is sent
+/// again), and it stops serving when no majority acknowledged it for twice this (0.6 s).
+/// etcd's defaults (100 ms heartbeats, elections after 1-2 s) are of the same order; 500 ms
+/// put the election alone at 1.5-2 s, and a takeover under 1,000 programs' load over 3 s
+/// (BENCHMARKS.md).
+pub const DEFAULT_ELECTION_TIMEOUT_MS: u64 = 300;
+
 fn default_election_timeout_ms() -> u64 {
-    500
+    DEFAULT_ELECTION_TIMEOUT_MS
 }
 
 /// A replica's addresses.

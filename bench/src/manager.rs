@@ -99,8 +99,13 @@ fn replication(id: usize, keys: &[String]) -> anyhow::Result<String> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let config =
-        arm_server::config::ReplicationConfig { id: id as u64, members, join: false, election_timeout_ms: 500 };
+    // The shipped default (the takeover measured is a site's), unless
+    // `AC_BENCH_ELECTION_TIMEOUT_MS` asks for another, to compare the two in one session.
+    let election_timeout_ms = match std::env::var("AC_BENCH_ELECTION_TIMEOUT_MS") {
+        Ok(ms) => ms.parse().context("AC_BENCH_ELECTION_TIMEOUT_MS: milliseconds")?,
+        Err(_) => arm_server::config::DEFAULT_ELECTION_TIMEOUT_MS,
+    };
+    let config = arm_server::config::ReplicationConfig { id: id as u64, members, join: false, election_timeout_ms };
     Ok(config.to_toml()?)
 }
 
