@@ -278,8 +278,8 @@ impl PeerLink {
 
 /// How many of an append's `entries`, which encoded to `len` bytes, should fit in one frame:
 /// in proportion, with a tenth to spare for entries larger than the average. Halving instead
-/// took up to six tries (each encoding megabytes) when a new leader sent a follower the group
-/// commits of a thousand programs.
+/// took three tries (each encoding megabytes) when a new leader sent a follower the group
+/// commits of a thousand programs (docs/benchmarks/replication.md, stop 70).
 fn entries_that_fit(entries: u64, len: usize) -> u64 {
     let fitting = entries as u128 * (ac_proto::codec::MAX_FRAME as u128 * 9 / 10) / len.max(1) as u128;
     (fitting as u64).clamp(1, entries.saturating_sub(1).max(1))
@@ -294,14 +294,12 @@ impl RaftNetwork<ArmRaft> for PeerLink {
         let entries = rpc.entries.len() as u64;
         let answer = match frame_bytes(&PeerRequest::Append(rpc)) {
             Ok(frame) if frame.len() <= ac_proto::codec::MAX_FRAME + 4 => self.call(frame, option.hard_ttl()).await,
-            // Over the protocol's frame limit (the peer would refuse it unread): openraft is
-            // asked to send as many entries as should fit, and keeps to that for a few appends.
-            Ok(frame) if entries > 1 => {
-                let hint = entries_that_fit(entries, frame.len());
+            // Over the protocol's frame limit (the peer would refuse it unread), or not encoded:
+            // openraft is asked to send as many entries as should fit (half when the size is
+            // unknown), and keeps to that for a few appends.
+            unsent if entries > 1 => {
+                let hint = unsent.map_or(entries / 2, |frame| entries_that_fit(entries, frame.len()));
                 return Err(RPCError::PayloadTooLarge(openraft::error::PayloadTooLarge::new_entries_hint(hint)));
-            }
-            Err(_) if entries > 1 => {
-                return Err(RPCError::PayloadTooLarge(openraft::error::PayloadTooLarge::new_entries_hint(entries / 2)))
             }
             Ok(frame) => Err(Failed::Network(AnyError::error(format!(
                 "one entry of {} bytes, over the frame limit of {}",
