@@ -6,7 +6,10 @@
 //! ([`LogStore`]) and, once committed, each replica's [`StateMachine`] applies it to its
 //! [`Machine`], the manager's state. A command whose request id was applied before is not
 //! applied again: its first answer is given back ([`Applied::duplicate`]), so that a program
-//! that retries after a failover neither leaks nor is granted twice.
+//! that retries after a failover neither leaks nor is granted twice. A command names the term
+//! its proposer leads in and is applied only if logged in it ([`Applied::refused`]): a leader
+//! deposed and elected again between the two does not apply a decision made on a state it
+//! no longer has.
 //!
 //! # Layout
 //!
@@ -57,6 +60,10 @@ pub struct Command {
     pub id: String,
     /// The decision, as the manager encodes it.
     pub op: Vec<u8>,
+    /// The term its proposer leads in: it is applied only if logged in that term. A leader
+    /// deposed and elected again between proposing and logging it would otherwise log it
+    /// after entries of another leader that its decision never saw. `None`: any term.
+    pub term: Option<u64>,
 }
 
 /// What applying a [`Command`] answered.
@@ -66,6 +73,9 @@ pub struct Applied {
     pub answer: Vec<u8>,
     /// Whether the request id had been applied before (the answer is the first one's).
     pub duplicate: bool,
+    /// It was logged in a term other than its proposer's ([`Command::term`]): not applied,
+    /// no answer, its request id not recorded.
+    pub refused: bool,
 }
 
 /// What can go wrong in the replicated store and its replicas.

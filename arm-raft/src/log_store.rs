@@ -47,9 +47,11 @@ impl LogStore {
         verb: ErrorVerb,
         write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StorageError> {
-        let txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
-        write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
-        txn.commit().map_err(|e| io_error(subject, verb, e))
+        crate::db::synced(|| {
+            let txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
+            write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
+            txn.commit().map_err(|e| io_error(subject, verb, e))
+        })
     }
 
     /// One of the log's own records.

@@ -284,6 +284,11 @@ impl<M: Machine> Replica<M> {
             && acknowledged_within(metrics.millis_since_quorum_ack, published_ago, lease)
     }
 
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
     /// The current term, the last log index and the last applied index.
     pub fn progress(&self) -> (u64, Option<u64>, Option<u64>) {
         let metrics = self.raft.metrics().borrow().clone();

@@ -94,16 +94,20 @@ impl<M: Machine> State<M> {
                 self.membership = StoredMembership::new(Some(log_id), membership);
                 Applied::default()
             }
-            EntryPayload::Normal(command) => self.apply_command(command)?,
+            EntryPayload::Normal(command) => self.apply_command(command, log_id.leader_id.term)?,
         };
         self.last_applied = Some(log_id);
         Ok(applied)
     }
 
-    /// Applies a command, unless its id was applied before: then its first answer is given.
-    fn apply_command(&mut self, command: crate::Command) -> Result<Applied, String> {
+    /// Applies a command logged in `term`, unless its id was applied before (then its first
+    /// answer is given) or it was proposed in another term (then it is refused).
+    fn apply_command(&mut self, command: crate::Command, term: u64) -> Result<Applied, String> {
         if let Some(answer) = self.answers.get(&command.id) {
-            return Ok(Applied { answer: answer.clone(), duplicate: true });
+            return Ok(Applied { answer: answer.clone(), duplicate: true, refused: false });
+        }
+        if command.term.is_some_and(|proposed| proposed != term) {
+            return Ok(Applied { refused: true, ..Applied::default() });
         }
         let answer = self.machine.apply(&command.op)?;
         self.answers.insert(command.id.clone(), answer.clone());
@@ -113,7 +117,7 @@ impl<M: Machine> State<M> {
                 self.answers.remove(&old);
             }
         }
-        Ok(Applied { answer, duplicate: false })
+        Ok(Applied { answer, duplicate: false, refused: false })
     }
 }
 
@@ -233,16 +237,19 @@ impl<M: Machine> RaftStateMachine<ArmRaft> for StateMachine<M> {
         I: IntoIterator<Item = Entry<ArmRaft>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut state = self.state.lock().expect("state machine poisoned");
-        let mut answers = Vec::new();
-        for entry in entries {
-            let log_id = entry.log_id;
-            let applied = state.apply(entry).map_err(|e| {
-                io_error(ErrorSubject::Apply(log_id), ErrorVerb::Write, format!("the manager's state: {e}"))
-            })?;
-            answers.push(applied);
-        }
-        Ok(answers)
+        // The machine writes (and syncs) its store as it applies.
+        crate::db::synced(|| {
+            let mut state = self.state.lock().expect("state machine poisoned");
+            let mut answers = Vec::new();
+            for entry in entries {
+                let log_id = entry.log_id;
+                let applied = state.apply(entry).map_err(|e| {
+                    io_error(ErrorSubject::Apply(log_id), ErrorVerb::Write, format!("the manager's state: {e}"))
+                })?;
+                answers.push(applied);
+            }
+            Ok(answers)
+        })
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

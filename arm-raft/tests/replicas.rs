@@ -45,7 +45,7 @@ fn make_tls(dir: &Path) {
 }
 
 fn command(id: &str, op: &str) -> Command {
-    Command { id: id.into(), op: op.into() }
+    Command { id: id.into(), op: op.into(), term: None }
 }
 
 fn answer(committed: &Committed) -> (String, bool) {

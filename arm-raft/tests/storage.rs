@@ -1,6 +1,7 @@
 //! The redb store under openraft's own storage test suite, and what the suite does not cover:
 //! a reopened store keeps its vote, log and state; a request id applied twice is answered
-//! twice with the first answer and changes the state once; a snapshot installed on another
+//! twice with the first answer and changes the state once; a command logged in another term
+//! than its proposer's is refused; a snapshot installed on another
 //! replica gives it the same state.
 
 mod common;
@@ -31,7 +32,13 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
 }
 
 fn command(term: u64, index: u64, id: &str, op: &str) -> Entry<ArmRaft> {
-    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(Command { id: id.into(), op: op.into() }) }
+    proposed_in(None, term, index, id, op)
+}
+
+/// A command its proposer made leading in `proposed` (`None`: any term), logged at `index` in `term`.
+fn proposed_in(proposed: Option<u64>, term: u64, index: u64, id: &str, op: &str) -> Entry<ArmRaft> {
+    let command = Command { id: id.into(), op: op.into(), term: proposed };
+    Entry { log_id: log_id(term, index), payload: EntryPayload::Normal(command) }
 }
 
 /// Appends `entries` and waits for the flush openraft would wait for.
@@ -60,6 +67,27 @@ async fn a_request_id_applied_twice_gets_its_first_answer_and_changes_the_state_
         [("granted", false), ("granted", true), ("h1/0 is held by job-a", false), ("freed", false), ("freed", true)];
     assert_eq!(answers(&applied), want.map(|(a, d)| (a.to_string(), d)));
     assert!(machine.with(|pool| pool.holders.is_empty()), "freed once, not 'not held' the second time");
+}
+
+/// A leader deposed and elected again may find a command it proposed in its old term logged in
+/// its new one, after another leader's entries: it is not applied, and its id stays unused.
+#[tokio::test]
+async fn a_command_logged_in_another_term_than_its_proposers_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut machine) = arm_raft::open(&dir.path().join("raft.redb"), Pool::default()).unwrap();
+    let entries = vec![
+        proposed_in(Some(1), 1, 1, "r1", "take h1/0 job-a"),
+        proposed_in(Some(1), 2, 2, "r2", "take h2/0 job-b"),
+        proposed_in(Some(2), 2, 3, "r2", "take h2/0 job-b"),
+    ];
+    let applied = machine.apply(entries).await.unwrap();
+    let refused: Vec<bool> = applied.iter().map(|a| a.refused).collect();
+    assert_eq!(refused, [false, true, false]);
+    assert_eq!(
+        answers(&applied),
+        [("granted", false), ("", false), ("granted", false)].map(|(a, d)| (a.to_string(), d))
+    );
+    assert_eq!(machine.with(|pool| pool.holders.len()), 2, "the refused one changed nothing");
 }
 
 #[tokio::test]

@@ -84,6 +84,9 @@ pub(super) struct Replication {
     members: Members,
     /// Its core was read back in its term: it may change it and commit (links report).
     leading: AtomicBool,
+    /// The term it read its core back in: should Raft's term move on (deposed, and elected
+    /// again between two looks of the role loop), it leads no more until it reads it back again.
+    lead_term: AtomicU64,
     /// It leads and its backends' links have reported: requests are answered.
     serving: AtomicBool,
     /// The hosts whose links reported (up or not) since this replica took the lead.
@@ -176,6 +179,7 @@ impl Replication {
             config: config.clone(),
             members,
             leading: AtomicBool::new(false),
+            lead_term: AtomicU64::new(0),
             serving: AtomicBool::new(false),
             reported: Default::default(),
             // Followers stand for election after twice the election timeout and more.
@@ -189,13 +193,22 @@ impl Replication {
     /// links have reported. Raft's own view is asked each time: the role loop that updates
     /// the flags follows it a moment later.
     pub(super) fn serving(&self) -> bool {
-        self.serving.load(Ordering::Acquire) && self.replica.leads_a_majority(self.lease)
+        self.serving.load(Ordering::Acquire) && self.leading()
     }
 
     /// Whether this replica may change its core and commit: it leads, with a majority behind
     /// it, and its core was read back in its term.
     pub(super) fn leading(&self) -> bool {
-        self.leading.load(Ordering::Acquire) && self.replica.leads_a_majority(self.lease)
+        self.leading.load(Ordering::Acquire)
+            && self.replica.term() == self.lead_term.load(Ordering::Acquire)
+            && self.replica.leads_a_majority(self.lease)
+    }
+
+    /// Stops changing the core and serving until the role loop sees this replica lead and
+    /// reads its core back (`take_the_lead`): what memory holds may not be what commits.
+    pub(super) fn stop_leading(&self) {
+        self.leading.store(false, Ordering::Release);
+        self.serving.store(false, Ordering::Release);
     }
 
     /// The answer of a replica that does not serve: where the leader is, if known.
@@ -211,8 +224,8 @@ impl Replication {
         self.api_of(leader)
     }
 
-    /// Proposes the records of one group commit; returns once a majority has them and this
-    /// replica's store holds them.
+    /// Proposes the records of one group commit, in this replica's lead term; returns once a
+    /// majority has them and this replica's store holds them.
     pub(super) async fn commit(&self, changes: &[Change]) -> Result<(), ArmServerError> {
         if changes.is_empty() {
             return Ok(());
@@ -222,15 +235,20 @@ impl Replication {
         }
         let op = encode(changes).map_err(ArmServerError::Replication)?;
         let id = format!("{}-{:x}-{}", self.config.id, self.nonce, self.proposed.fetch_add(1, Ordering::Relaxed));
-        match tokio::time::timeout(2 * self.lease, self.replica.propose(Command { id, op })).await {
+        let term = Some(self.lead_term.load(Ordering::Acquire));
+        match tokio::time::timeout(2 * self.lease, self.replica.propose(Command { id, op, term })).await {
+            // Logged in a later term: this replica was deposed, and its memory is not the log's.
+            Ok(Ok(committed)) if committed.applied.refused => {
+                self.stop_leading();
+                Err(ArmServerError::NotLeader(self.leader_api()))
+            }
             Ok(Ok(_)) => Ok(()),
             Ok(Err(ReplicationError::NotLeader { .. })) => Err(ArmServerError::NotLeader(self.leader_api())),
             Ok(Err(e)) => Err(replication_err(e)),
             Err(_) => {
                 // It may still commit: memory, rolled back, may lack it, so this replica serves
                 // again only after reading its store back when it leads (`take_the_lead`).
-                self.leading.store(false, Ordering::Release);
-                self.serving.store(false, Ordering::Release);
+                self.stop_leading();
                 tracing::warn!(lease_ms = self.lease.as_millis() as u64, "a commit took two leases: not serving");
                 Err(ArmServerError::NotLeader(self.leader_api()))
             }
@@ -365,6 +383,9 @@ impl Arm {
     async fn take_the_lead(&self) -> bool {
         let Some(replication) = self.replication.as_ref() else { return false };
         let started = Instant::now();
+        // The term whose log is applied and read back: should Raft's move on meanwhile, this
+        // replica does not lead (`leading`) and the role loop takes the lead again.
+        let term = replication.replica.term();
         if !replication.applied_its_log().await {
             tracing::warn!("elected, but its log is not applied within a lease: not serving yet");
             return false;
@@ -378,9 +399,9 @@ impl Arm {
             // This term's ids start above every earlier term's (a deposed leader's included,
             // committed or not): a backend refuses a capability older than the newest one
             // its device was opened with.
-            let term = replication.replica.status().term;
             self.core.lock().expect("core poisoned").ids_above(term << TERM_SHIFT);
             replication.reported.lock().expect("reported poisoned").clear();
+            replication.lead_term.store(term, Ordering::Release);
             replication.leading.store(true, Ordering::Release);
         }
         // The links about to start register backends with the current members' keys.
@@ -451,8 +472,7 @@ impl Arm {
     /// count as down until its links report again, should it lead again.
     fn step_down(&self) {
         if let Some(replication) = self.replication.as_ref() {
-            replication.serving.store(false, Ordering::Release);
-            replication.leading.store(false, Ordering::Release);
+            replication.stop_leading();
         }
         let mut core = self.core.lock().expect("core poisoned");
         let hosts: Vec<String> = core.hosts().keys().cloned().collect();
