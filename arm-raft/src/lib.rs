@@ -54,7 +54,7 @@ openraft::declare_raft_types!(
 );
 
 /// One decision of the manager, replicated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Command {
     /// The request's id, unique per request and the same when it is sent again.
     pub id: String,
@@ -64,6 +64,31 @@ pub struct Command {
     /// deposed and elected again between proposing and logging it would otherwise log it
     /// after entries of another leader that its decision never saw. `None`: any term.
     pub term: Option<u64>,
+}
+
+/// Read as written, and as logged before commands named their term: those end after `op`
+/// (each log entry is a record of its own, so nothing follows them), and apply in any term.
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Command;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a command: id, op and (since stop 72) term")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Command, A::Error> {
+                use serde::de::Error;
+                let id = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(0, &self))?;
+                let op = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(1, &self))?;
+                // An entry logged before: its record ends here.
+                let term = seq.next_element::<Option<u64>>().ok().flatten().flatten();
+                Ok(Command { id, op, term })
+            }
+        }
+        deserializer.deserialize_struct("Command", &["id", "op", "term"], Fields)
+    }
 }
 
 /// What applying a [`Command`] answered.
@@ -116,4 +141,43 @@ pub fn open<M: Machine>(path: &std::path::Path, machine: M) -> Result<(LogStore,
     let log = LogStore::new(db.clone());
     let machine = StateMachine::open(db, machine)?;
     Ok((log, machine))
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use serde::Serialize;
+
+    use crate::{ArmRaft, Command};
+
+    /// A log entry as written before commands named their term: openraft's `Entry` layout.
+    #[derive(Serialize)]
+    struct OldEntry {
+        log_id: LogId<u64>,
+        payload: OldPayload,
+    }
+
+    #[derive(Serialize)]
+    #[allow(dead_code)]
+    enum OldPayload {
+        Blank,
+        Normal { id: String, op: Vec<u8> },
+    }
+
+    /// A replica upgraded over a log written before stop 72 reads its entries back.
+    #[test]
+    fn an_entry_logged_before_commands_named_their_term_is_read_as_any_term() {
+        let log_id = LogId::new(CommittedLeaderId::new(3, 1), 7);
+        let old = OldEntry { log_id, payload: OldPayload::Normal { id: "r1".into(), op: b"take".to_vec() } };
+        let entry: Entry<ArmRaft> = crate::db::decode(&crate::db::encode(&old).unwrap()).expect("an old entry decodes");
+        let EntryPayload::Normal(command) = entry.payload else { panic!("{:?}", entry.payload) };
+        assert_eq!((entry.log_id, command), (log_id, Command { id: "r1".into(), op: b"take".to_vec(), term: None }));
+
+        let new = Entry::<ArmRaft> {
+            log_id,
+            payload: EntryPayload::Normal(Command { id: "r2".into(), op: b"free".to_vec(), term: Some(3) }),
+        };
+        let again: Entry<ArmRaft> = crate::db::decode(&crate::db::encode(&new).unwrap()).unwrap();
+        assert_eq!(again.payload, new.payload);
+    }
 }
