@@ -65,7 +65,7 @@ pub fn shim_dir(dir: &Path) -> PathBuf {
 }
 
 /// A backend in this process whose CUDA devices are the driver stand-in's two (the stand-in
-/// must be loaded first: `tests/tests/standin`), contexts in the daemon.
+/// must be loaded first: `tests/tests/e2e/standin`), contexts in the daemon.
 pub async fn standin_backend() -> TestBackend {
     TestBackend::start_with(|c| {
         c.device = ac_backend::DeviceChoice::Cuda;

@@ -467,12 +467,18 @@ impl ArmProcess {
 
     /// The same, with a TOML configuration (written to `dir/arm.toml`).
     pub fn start_with_config(dir: &std::path::Path, listen: &str, toml: &str) -> Self {
+        Self::start_with_lease(dir, listen, toml, 3_000)
+    }
+
+    /// The same, with programs' leases of `lease_ms` (3 s above: tests of leases end soon).
+    pub fn start_with_lease(dir: &std::path::Path, listen: &str, toml: &str, lease_ms: u64) -> Self {
         let addr_file = dir.join(format!("addr-{}", std::process::id()));
         let _ = std::fs::remove_file(&addr_file);
         let config = dir.join("arm.toml");
         std::fs::write(&config, toml).expect("configuration written");
         let mut args: Vec<std::ffi::OsString> = vec!["--config".into(), config.into()];
-        args.extend(["--listen", listen, "--lease-ms", "3000", "--backend-timeout-ms", "1000"].map(Into::into));
+        let lease_ms = lease_ms.to_string();
+        args.extend(["--listen", listen, "--lease-ms", &lease_ms, "--backend-timeout-ms", "1000"].map(Into::into));
         let (child, addr) = spawn_daemon("arm-server", &args, &[], dir, &addr_file);
         Self { child, addr }
     }

@@ -1,7 +1,7 @@
 //! `include/ac.f90` is written by hand beside the generated `include/ac.h`; these tests keep it
 //! from drifting: every function of the header has a binding with the same arguments, every
 //! constant the same value, every struct the same fields, every inline argument helper a
-//! Fortran twin. (The programs that call them are built and run by `tests/tests/fortran.rs`.)
+//! Fortran twin. (The programs that call them are built and run by `tests/tests/e2e/c_abi.rs`.)
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! A stand-in for the CUDA driver library, for tests only: it is loaded in place of
-//! `libcuda.so` by the stand-in tests (`tests/tests/device_contract.rs`), and never installed
+//! `libcuda.so` by the stand-in tests (`tests/tests/e2e/device_contract.rs`), and never installed
 //! or shipped. It is **not a GPU** and says nothing about one: it checks the backend's CUDA code
 //! against the driver API's documented contract instead of assuming it, and runs the builtin
 //! kernels by name on the CPU. `scripts/gpu-check` on real hardware stays the judge.

@@ -1,4 +1,4 @@
-//! The program of the network tests (`tests/tests/network.rs`), run inside an emulated host.
+//! The program of the network tests (`tests/tests/e2e/network.rs`), run inside an emulated host.
 //! It prints one line per event, flushed at once, so that the test sees when it happened.
 //!
 //! With `ARM_ADDR` set it opens a session (the usual `ARM_*` variables) and works on its

@@ -1,5 +1,5 @@
 """A Python program's checked loop through a network outage (issue 50), run by
-`tests/tests/resumption.rs` on an emulated host; not a pytest module.
+`tests/tests/e2e/resumption.rs` on an emulated host; not a pytest module.
 
 Threads share the job's first accelerator and one kernel; each, round after round, queues 50
 launches of the builtin `saxpy` that add 1 to each of its counters, copies 1 MiB of

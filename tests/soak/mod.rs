@@ -17,7 +17,7 @@
 //! of another daemon, or per program, shows), and its memory may grow only by a small bound
 //! ([`report`] says why). After the churn: the pool is all free and no job is live, and every
 //! device's memory is free again (read from each backend with `DeviceInfo`).
-//! Used by `ac-soak` (`scripts/soak`) and by `tests/tests/soak.rs`.
+//! Used by `ac-soak` (`scripts/soak`) and by `tests/tests/e2e/soak.rs`.
 
 mod daemons;
 mod programs;

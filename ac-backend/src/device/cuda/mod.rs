@@ -34,7 +34,7 @@
 //! The CUDA path has since run on an H100 (`scripts/gpu-check` runs 1-7, 2026-11-26/27; every
 //! check passed in runs 6 and 7: `docs/benchmarks/gpu.md`). The CUDA driver stand-in (`cuda-standin`, a
 //! test-only library, not a GPU) runs it in `scripts/test` against the driver API's documented
-//! contract (`tests/tests/device_contract.rs`); `scripts/gpu-check` remains the judge.
+//! contract (`tests/tests/e2e/device_contract.rs`); `scripts/gpu-check` remains the judge.
 //!
 //! 1. **Argument lists.** `cuLaunchKernel` reads one `kernelParams` entry per parameter of the
 //!    kernel. Parameter sizes come from the driver (`cuFuncGetParamInfo`, CUDA 12.4+), else

@@ -40,7 +40,7 @@
 //! their end, which waits for the device to finish). Every call here waits, for the worker's
 //! reply or for room in its pipe, and goes through [`blocking`]: on a Tokio worker thread,
 //! `block_in_place` first hands the thread's other tasks to another thread, so that many
-//! sessions waiting for a slow device (32 copying at once in `tests/tests/worker_path.rs`) do
+//! sessions waiting for a slow device (32 copying at once in `tests/tests/e2e/worker_path.rs`) do
 //! not stall the host's network handling and every other session's calls. The trait stays
 //! synchronous (the CPU device and CUDA's stream workers call it from plain threads, where
 //! [`blocking`] is a plain call); an async reply channel would have had to change every caller.

@@ -213,7 +213,7 @@ impl Installed {
         assert!(run(Command::new("readelf").args(["-d", &shim])).contains("Library soname: [libcuda.so.1]"), "{shim}");
         assert!(owner(shim.clone()).starts_with("libac:"), "{shim} is libac's");
         assert!(!run(Command::new("ldconfig").arg("-p")).contains("/ac/cuda/"), "ldconfig's cache lists the CUDA shim");
-        // An upgrade restarts ac-backend only once its sessions end (tests/tests/upgrade.rs runs
+        // An upgrade restarts ac-backend only once its sessions end (tests/tests/e2e/upgrade.rs runs
         // the script); arm-server at once.
         let postinst = |package: &str| std::fs::read_to_string(format!("/var/lib/dpkg/info/{package}.postinst"));
         let backend = postinst("ac-backend").expect("ac-backend's postinst");

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
-mod standin;
+use crate::standin;
 
 use ac_proto::arm::{Request, Response};
 use ac_tests::slurm::SlurmCluster;

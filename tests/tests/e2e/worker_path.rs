@@ -5,7 +5,7 @@
 //! device is slow, the host's CPU stays free).
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
-mod standin;
+use crate::standin;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -9,8 +9,8 @@
 //! The stand-in library is built by `cargo build --workspace --release` (as `scripts/test`
 //! does first) and found next to the test executables.
 
-mod gpu_cases;
-mod standin;
+use crate::gpu_cases;
+use crate::standin;
 
 use std::time::Duration;
 
@@ -312,8 +312,8 @@ async fn standin_launches_without_driver_param_info_use_the_image_signature() {
     let acc = tb.connect().await;
     ac_tests::computes(&acc).await.expect("builtin kernels launch with their own signatures");
     let buf = acc.alloc::<f32>(64).await.unwrap();
-    let ptx = acc.load_ptx(include_str!("../fixtures/add_one.ptx")).await.unwrap();
-    let cubin = acc.load_cubin(include_bytes!("../fixtures/add_one.sm_90.cubin")).await.unwrap();
+    let ptx = acc.load_ptx(include_str!("../../fixtures/add_one.ptx")).await.unwrap();
+    let cubin = acc.load_cubin(include_bytes!("../../fixtures/add_one.sm_90.cubin")).await.unwrap();
     for module in [ptx, cubin] {
         let add_one = module.function("add_one").await.unwrap();
         add_one.launch(LaunchDims::linear(64, 64), &[buf.arg()]).await.unwrap();

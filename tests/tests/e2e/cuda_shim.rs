@@ -5,7 +5,7 @@
 //! The programs and their build: `ac_tests::cuda`.
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
-mod standin;
+use crate::standin;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -15,7 +15,7 @@ use ac_proto::backend::Health;
 use ac_tests::{computes, workspace_binary, TestBackend, TestCluster};
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
-mod standin;
+use crate::standin;
 
 const GPU_A: &str = "GPU-aaaaaaaa-0000-4000-8000-000000000001";
 const GPU_B: &str = "GPU-bbbbbbbb-0000-4000-8000-000000000002";
@@ -188,7 +188,7 @@ async fn an_application_xid_ends_only_its_session() {
     let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
     let healthy = backend.connect().await;
     let victim = backend.connect().await;
-    let wild = victim.load_ptx(include_str!("../fixtures/illegal_store.ptx")).await.unwrap();
+    let wild = victim.load_ptx(include_str!("../../fixtures/illegal_store.ptx")).await.unwrap();
     let wild = wild.function("illegal_store").await.unwrap();
     wild.launch(ac_proto::backend::LaunchDims::linear(1, 1), &[0x10u64.into()]).await.unwrap();
     // The driver's error ends the faulting session; NVML reports Xid 13 for it meanwhile.
