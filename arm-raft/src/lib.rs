@@ -58,7 +58,9 @@ openraft::declare_raft_types!(
 pub struct Command {
     /// The request's id, unique per request and the same when it is sent again.
     pub id: String,
-    /// The decision, as the manager encodes it.
+    /// The decision, as the manager encodes it (as bytes: bincode writes the same as for a
+    /// sequence of `u8`, a length and the bytes, but whole instead of one call per byte).
+    #[serde(with = "serde_bytes")]
     pub op: Vec<u8>,
     /// The term its proposer leads in: it is applied only if logged in that term. A leader
     /// deposed and elected again between proposing and logging it would otherwise log it
@@ -81,7 +83,10 @@ impl<'de> Deserialize<'de> for Command {
             fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Command, A::Error> {
                 use serde::de::Error;
                 let id = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(0, &self))?;
-                let op = seq.next_element()?.ok_or_else(|| A::Error::invalid_length(1, &self))?;
+                let op = seq
+                    .next_element::<serde_bytes::ByteBuf>()?
+                    .ok_or_else(|| A::Error::invalid_length(1, &self))?
+                    .into_vec();
                 // An entry logged before: its record ends here.
                 let term = seq.next_element::<Option<u64>>().ok().flatten().flatten();
                 Ok(Command { id, op, term })
@@ -95,6 +100,7 @@ impl<'de> Deserialize<'de> for Command {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Applied {
     /// The machine's answer (the first one, for a duplicate).
+    #[serde(with = "serde_bytes")]
     pub answer: Vec<u8>,
     /// Whether the request id had been applied before (the answer is the first one's).
     pub duplicate: bool,
@@ -179,5 +185,21 @@ mod tests {
         };
         let again: Entry<ArmRaft> = crate::db::decode(&crate::db::encode(&new).unwrap()).unwrap();
         assert_eq!(again.payload, new.payload);
+    }
+
+    /// A command's bytes are written whole (`serde_bytes`) and still as a sequence of `u8` was:
+    /// a replica of an earlier build, which reads them as such, reads a newer leader's entries.
+    #[test]
+    fn a_commands_bytes_encode_as_a_sequence_of_u8_did() {
+        #[derive(Serialize)]
+        struct Plain {
+            id: String,
+            op: Vec<u8>,
+            term: Option<u64>,
+        }
+        let op: Vec<u8> = (0..=255).collect();
+        let plain = Plain { id: "r3".into(), op: op.clone(), term: Some(9) };
+        let command = Command { id: "r3".into(), op, term: Some(9) };
+        assert_eq!(crate::db::encode(&command).unwrap(), crate::db::encode(&plain).unwrap());
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, Vote};
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -47,11 +47,21 @@ impl LogStore {
         verb: ErrorVerb,
         write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StorageError> {
-        crate::db::synced(|| {
-            let txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
-            write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
-            txn.commit().map_err(|e| io_error(subject, verb, e))
-        })
+        crate::db::synced(|| self.write_as(Durability::Immediate, subject, verb, write))
+    }
+
+    /// Runs `write` in a write transaction committed with `durability`.
+    fn write_as(
+        &self,
+        durability: Durability,
+        subject: ErrorSubject<u64>,
+        verb: ErrorVerb,
+        write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StorageError> {
+        let mut txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
+        txn.set_durability(durability).map_err(|e| io_error(subject.clone(), verb, e))?;
+        write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
+        txn.commit().map_err(|e| io_error(subject, verb, e))
     }
 
     /// One of the log's own records.
@@ -132,8 +142,17 @@ impl RaftLogStorage<ArmRaft> for LogStore {
         self.meta(ErrorSubject::Vote, "vote")
     }
 
+    /// Not synced: openraft saves the commit point before every apply, on every replica, and a
+    /// sync there lengthened every group commit. The next append's sync makes it durable; one
+    /// lost with a crash only makes the replica apply less of its log at start, the rest once
+    /// the leader tells it the commit point again (it is never ahead of what was committed).
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        self.put_meta(ErrorSubject::Store, "committed", &committed)
+        let subject = ErrorSubject::Store;
+        let bytes = encode(&committed).map_err(|e| io_error(subject.clone(), ErrorVerb::Write, e))?;
+        self.write_as(Durability::None, subject, ErrorVerb::Write, |txn| {
+            txn.open_table(LOG_META)?.insert("committed", bytes.as_slice())?;
+            Ok(())
+        })
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {

@@ -137,6 +137,41 @@ pub struct Replica<M: Machine> {
     /// When openraft last published its metrics (see [`acknowledged_within`]).
     published: Arc<Mutex<Instant>>,
     tracker: tokio::task::JoinHandle<()>,
+    /// The runtime its Raft node, its endpoint and their tasks run on.
+    runtime: RaftRuntime,
+}
+
+/// A runtime of a replica's own, with one worker thread, for openraft's tasks (its core,
+/// replication to each peer, the state machine) and the endpoint between replicas. On the
+/// manager's runtime each step of a commit (log, send, acknowledgement, apply) queued behind
+/// the programs' requests on a busy worker; on a thread of its own the OS runs it as soon as it
+/// wakes, as a single manager's commit runs on a blocking thread.
+struct RaftRuntime(Option<tokio::runtime::Runtime>);
+
+impl RaftRuntime {
+    fn new(id: u64) -> Result<Self, ReplicationError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(format!("raft-{id}"))
+            .enable_all()
+            .build()
+            .map_err(|e| ReplicationError::Setup(format!("the replica's runtime: {e}")))?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("the replica's runtime is kept until dropped").handle()
+    }
+}
+
+impl Drop for RaftRuntime {
+    fn drop(&mut self) {
+        // Dropped from async code (a replica shut down or dropped by the manager): a runtime
+        // may not wait for its threads there.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl<M: Machine> std::fmt::Debug for Replica<M> {
@@ -149,6 +184,16 @@ impl<M: Machine> Replica<M> {
     /// Opens the store over `machine` and starts the replica (a follower until it hears of a leader or wins an
     /// election).
     pub async fn start(options: ReplicaOptions, machine: M) -> Result<Self, ReplicationError> {
+        let runtime = RaftRuntime::new(options.id)?;
+        let started = runtime.handle().spawn(Self::start_here(options, machine));
+        let mut replica =
+            started.await.map_err(|e| ReplicationError::Setup(format!("the replica did not start: {e}")))??;
+        replica.runtime = runtime;
+        Ok(replica)
+    }
+
+    /// Starts the replica on the current runtime: its tasks are spawned there.
+    async fn start_here(options: ReplicaOptions, machine: M) -> Result<Self, ReplicationError> {
         let setup = |e: &dyn std::fmt::Display| ReplicationError::Setup(e.to_string());
         let (mut log, machine) = crate::open(&options.store, machine)?;
         let started_empty = {
@@ -168,7 +213,8 @@ impl<M: Machine> Replica<M> {
         let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone(), options.revoked.clone()));
         let published = Arc::new(Mutex::new(Instant::now()));
         let tracker = tokio::spawn(track_publications(raft.metrics(), published.clone()));
-        Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty, published, tracker })
+        let runtime = RaftRuntime(None);
+        Ok(Self { id: options.id, raft, machine, endpoint, server, started_empty, published, tracker, runtime })
     }
 
     /// Makes `members` (id → address) the cluster, once, on a fresh replica (the others learn it

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::SystemTime;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::core::{Core, Durable, Key};
@@ -103,7 +103,12 @@ pub struct Store {
     commit_failures: AtomicU64,
     /// The size of the last commit that failed: a probe writes as much ([`Store::probe`]).
     failed_bytes: AtomicUsize,
+    /// Calls of [`Store::apply`], for its one synced call in [`APPLIES_PER_SYNC`].
+    applies: AtomicU64,
 }
+
+/// One in this many of a replica's applies is synced ([`Store::apply`]).
+const APPLIES_PER_SYNC: u64 = 64;
 
 /// What a failed write says, without redb's "I/O error: " before the OS's words.
 fn cause(e: &ArmServerError) -> String {
@@ -129,6 +134,7 @@ impl Store {
             trouble: Mutex::new(None),
             commit_failures: AtomicU64::new(0),
             failed_bytes: AtomicUsize::new(0),
+            applies: AtomicU64::new(0),
         })
     }
 
@@ -366,18 +372,35 @@ impl Store {
 
     /// Writes snapshots in order, in one durable transaction (later values of a key win).
     pub fn commit(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        self.commit_as(changes, Durability::Immediate)
+    }
+
+    /// Writes snapshots as [`Store::commit`] does, but syncs only one call in
+    /// [`APPLIES_PER_SYNC`]: for a replica's state machine, whose Raft log already holds each
+    /// change on disk, and which is rebuilt from its last snapshot and that log at every start
+    /// (`arm_raft`), so a sync per apply would only lengthen every group commit. The syncs that
+    /// are made let redb reuse the pages the unsynced commits freed.
+    pub fn apply(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        let applied = self.applies.fetch_add(1, Ordering::Relaxed);
+        let durability =
+            if applied.is_multiple_of(APPLIES_PER_SYNC) { Durability::Immediate } else { Durability::None };
+        self.commit_as(changes, durability)
+    }
+
+    fn commit_as(&self, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
         if changes.is_empty() {
             return Ok(());
         }
-        self.write(|db| Self::write_changes(db, changes)).inspect_err(|_| {
+        self.write(|db| Self::write_changes(db, changes, durability)).inspect_err(|_| {
             self.commit_failures.fetch_add(1, Ordering::Relaxed);
             let bytes = changes.iter().map(|(_, value)| value.as_ref().map_or(0, Vec::len)).sum();
             self.failed_bytes.store(bytes, Ordering::Relaxed);
         })
     }
 
-    fn write_changes(db: &Database, changes: &[Change]) -> Result<(), ArmServerError> {
-        let txn = db.begin_write().map_err(store_err)?;
+    fn write_changes(db: &Database, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
+        let mut txn = db.begin_write().map_err(store_err)?;
+        txn.set_durability(durability).map_err(store_err)?;
         Self::write_in(&txn, changes)?;
         txn.commit().map_err(store_err)
     }
@@ -516,73 +539,4 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_store_is_stamped_and_one_of_another_schema_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let stamp = |store: &Store| {
-            store
-                .with_db(|db| {
-                    let txn = db.begin_read().unwrap();
-                    Ok(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()))
-                })
-                .unwrap()
-        };
-        assert_eq!(stamp(&store), Some(SCHEMA));
-        // As a later arm-server would leave it.
-        let txn = store.db.read().unwrap().as_ref().unwrap().begin_write().unwrap();
-        txn.open_table(META).unwrap().insert("schema", SCHEMA + 1).unwrap();
-        txn.commit().unwrap();
-        drop(store);
-        let refused = Store::open(dir.path()).unwrap_err().to_string();
-        assert!(
-            refused.contains(&format!("schema {}", SCHEMA + 1)) && refused.contains("new state directory"),
-            "{refused}"
-        );
-        // Nothing was changed by the refusal.
-        let db = Database::create(dir.path().join("arm.redb")).unwrap();
-        let txn = db.begin_read().unwrap();
-        assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA + 1));
-    }
-
-    fn record(accelerator: &str, start_ms: u64, end_ms: u64) -> Usage {
-        Usage {
-            job: "j".into(),
-            user: "u".into(),
-            group: "g".into(),
-            kind: crate::model::UsageKind::Static,
-            accelerator: accelerator.into(),
-            capability: 1,
-            start_ms,
-            end_ms: Some(end_ms),
-        }
-    }
-
-    #[test]
-    fn a_schema_1_store_is_migrated_and_records_are_read_and_purged_by_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let txn = store.db.read().unwrap().as_ref().unwrap().begin_write().unwrap();
-        txn.open_table(META).unwrap().insert("schema", 1).unwrap();
-        txn.commit().unwrap();
-        drop(store);
-        let store = Store::open(dir.path()).unwrap();
-        let txn = store.db.read().unwrap().as_ref().unwrap().begin_read().unwrap();
-        assert_eq!(txn.open_table(META).unwrap().get("schema").unwrap().map(|v| v.value()), Some(SCHEMA));
-        drop(txn);
-
-        let records = [record("h/0", 0, 1_000), record("h/1", 500, 2_000), record("h/0", 1_000, 3_000)];
-        let changes: Vec<Change> =
-            records.iter().map(|r| (Key::UsageRecord(r.clone()), Some(encode(r).unwrap()))).collect();
-        store.commit(&changes).unwrap();
-        drop(store);
-        let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.usage_since(0).unwrap(), records, "all, in order of their end, after a reopen");
-        assert_eq!(store.usage_since(1_000).unwrap(), records[1..], "only those ending after `since`");
-        assert_eq!(store.purge_usage(2_000).unwrap(), 1, "ended before 2 s");
-        assert_eq!(store.usage_since(0).unwrap(), records[1..]);
-    }
-}
+mod tests;
