@@ -71,10 +71,21 @@ impl LogStore {
         bytes.map(|b| decode(&b)).transpose().map_err(|e| io_error(subject, ErrorVerb::Read, e))
     }
 
-    /// Records one of the log's own records.
+    /// Records one of the log's own records, synced.
     fn put_meta<T: Serialize>(&self, subject: ErrorSubject<u64>, key: &str, value: &T) -> Result<(), StorageError> {
+        crate::db::synced(|| self.put_meta_as(Durability::Immediate, subject, key, value))
+    }
+
+    /// Records one of the log's own records, committed with `durability`.
+    fn put_meta_as<T: Serialize>(
+        &self,
+        durability: Durability,
+        subject: ErrorSubject<u64>,
+        key: &str,
+        value: &T,
+    ) -> Result<(), StorageError> {
         let bytes = encode(value).map_err(|e| io_error(subject.clone(), ErrorVerb::Write, e))?;
-        self.write(subject, ErrorVerb::Write, |txn| {
+        self.write_as(durability, subject, ErrorVerb::Write, |txn| {
             txn.open_table(LOG_META)?.insert(key, bytes.as_slice())?;
             Ok(())
         })
@@ -147,12 +158,7 @@ impl RaftLogStorage<ArmRaft> for LogStore {
     /// lost with a crash only makes the replica apply less of its log at start, the rest once
     /// the leader tells it the commit point again (it is never ahead of what was committed).
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        let subject = ErrorSubject::Store;
-        let bytes = encode(&committed).map_err(|e| io_error(subject.clone(), ErrorVerb::Write, e))?;
-        self.write_as(Durability::None, subject, ErrorVerb::Write, |txn| {
-            txn.open_table(LOG_META)?.insert("committed", bytes.as_slice())?;
-            Ok(())
-        })
+        self.put_meta_as(Durability::None, ErrorSubject::Store, "committed", &committed)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {
