@@ -28,6 +28,7 @@ use trust::Trust;
 pub mod bulk;
 mod lanes;
 mod registration;
+mod fencing;
 pub mod trust;
 
 /// How long a new connection may take to say hello.
@@ -271,7 +272,12 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
                 let served: Vec<u32> = shared.devices.keys().copied().collect();
                 return refuse(&conn, close::PROTOCOL, &format!("no device {index} here (devices: {served:?})"));
             };
-            let grant = match shared.trust.admit_new(&capability, index) {
+            // Raising the fence syncs a file: off the runtime's workers.
+            let admitted = tokio::task::spawn_blocking({
+                let shared = shared.clone();
+                move || shared.trust.admit_new(&capability, index)
+            });
+            let grant = match admitted.await.unwrap_or_else(|e| Err(format!("the check failed: {e}"))) {
                 Ok(grant) => grant,
                 Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
             };

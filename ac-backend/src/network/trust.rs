@@ -17,7 +17,8 @@
 //! term's ids above every earlier term's. For each device the backend keeps the highest id a
 //! session was opened with and refuses a lower one: a capability for an earlier holder, or one a
 //! deposed leader signed for a grant it never committed, cannot open a session against a newer
-//! grant.
+//! grant. The fences are kept on disk (`fencing.rs`), so that a restart does not open that
+//! window again.
 //!
 //! Revoked capabilities are kept on disk (`revoked` in the state directory, one `id expires` per
 //! line) until they expire, so that a backend restarted by a crash still refuses them. A
@@ -32,6 +33,8 @@ use std::sync::Mutex;
 
 use ac_proto::backend::{register_cluster_message, register_message};
 use ac_proto::capability::{self, unix_now, Grant};
+
+use super::fencing::Fencing;
 
 pub use ac_proto::capability::{parse_public_key as parse_key, public_key_hex as key_hex};
 
@@ -88,8 +91,8 @@ pub struct Trust {
     manager: Mutex<Option<Manager>>,
     revoked: Mutex<Revoked>,
     revoked_file: PathBuf,
-    /// Per device, the highest capability id a session was opened with (fencing).
-    highest: Mutex<HashMap<u32, u64>>,
+    /// Per device, the highest capability id a session was opened with, and its file.
+    fencing: Mutex<Fencing>,
 }
 
 /// The revocations in force, and how many lines the file holds.
@@ -154,7 +157,7 @@ impl Trust {
             manager: Mutex::new(manager),
             revoked: Mutex::new(revoked),
             revoked_file,
-            highest: Mutex::default(),
+            fencing: Mutex::new(Fencing::load(state_dir)),
         }
     }
 
@@ -197,6 +200,10 @@ impl Trust {
                     self.file.display()
                 ));
             }
+        } else {
+            // A first registration (or one after `arm.pub` was removed): the ids of the manager
+            // fenced on before are not this one's.
+            self.fencing.lock().expect("trust poisoned").reset().map_err(|e| format!("cannot reset the fences: {e}"))?;
         }
         let written: Vec<String> = keys.iter().map(key_hex).collect();
         let text = format!("{} {host}\n", written.join(","));
@@ -231,19 +238,10 @@ impl Trust {
 
     /// Checks the capability a new session is opened with, as [`Trust::admit`], and fences: a
     /// capability older than the newest one a session on `device` was opened with is refused,
-    /// and a newer one becomes the newest.
+    /// and a newer one becomes the newest, on disk before this returns. Blocks on the disk.
     pub fn admit_new(&self, capability: &[u8], device: u32) -> Result<Option<Grant>, String> {
         let Some(grant) = self.admit(capability, device)? else { return Ok(None) };
-        let mut highest = self.highest.lock().expect("trust poisoned");
-        let newest = highest.entry(device).or_insert(0);
-        if grant.id < *newest {
-            return Err(format!(
-                "capability {} was superseded by a newer grant of device {device} (capability {}): it was issued \
-                 to an earlier holder, or by a manager replica that has since lost the lead",
-                grant.id, *newest
-            ));
-        }
-        *newest = grant.id;
+        self.fencing.lock().expect("trust poisoned").admit(device, grant.id)?;
         Ok(Some(grant))
     }
 
@@ -275,7 +273,7 @@ impl Trust {
 }
 
 /// Appends `bytes` to the existing file `path`, synced.
-fn append_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn append_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
     file.write_all(bytes)?;
@@ -283,7 +281,7 @@ fn append_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Replaces `path` with `bytes` so that a crash leaves the old or the new contents, synced.
-fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
@@ -455,6 +453,17 @@ mod tests {
         // Each device on its own; a resumed session (opened before) is not fenced again.
         assert!(trust.admit_new(&capability(&key, 6, 1), 1).unwrap().is_some());
         assert!(trust.admit(&capability(&key, 5, 0), 0).unwrap().is_some());
+        // Restarted, the backend still fences.
+        let restarted = Trust::load(&dir, Vec::new());
+        assert!(restarted.admit_new(&capability(&key, 5, 0), 0).unwrap_err().contains("superseded"));
+        assert!(restarted.admit_new(&capability(&key, 7, 0), 0).unwrap().is_some());
+        // Registered afresh (`arm.pub` removed: a manager whose ids start again), it fences anew.
+        std::fs::remove_file(dir.join("arm.pub")).unwrap();
+        let reset = Trust::load(&dir, Vec::new());
+        let again = registration(&key, "h");
+        reset.register(single(&again, "h")).unwrap();
+        assert!(reset.admit_new(&capability(&key, 1, 0), 0).unwrap().is_some());
+        assert!(Trust::load(&dir, Vec::new()).admit_new(&capability(&key, 0, 0), 0).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
 
