@@ -2,7 +2,9 @@
 //! that answers it. One RPC per bidirectional stream, a request frame out and its answer back,
 //! on a connection per peer kept across RPCs. Only replicas speak it: the server refuses a
 //! connection whose client presents no certificate of the cluster's CA issued to a replica
-//! (mutual TLS), or one the manager revoked (asked again at every RPC).
+//! (mutual TLS), or one the manager revoked (asked again at every RPC), and a replica speaks
+//! for itself only: an RPC whose vote names another node than the certificate's (`replica-N`)
+//! closes the connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -87,13 +89,34 @@ fn issued_to_a_replica(der: &[u8]) -> bool {
     is_replica
 }
 
-/// Why a connection may not speak Raft, if it may not.
-fn refusal(conn: &quinn::Connection, revoked: &Revoked) -> Option<&'static [u8]> {
-    let Some(der) = peer_certificate(conn) else { return Some(b"replicas only") };
+/// The node id a replica's certificate was issued to: its common name, `replica-N`.
+fn certified_node(der: &[u8]) -> Option<u64> {
+    let (_, leaf) = x509_parser::parse_x509_certificate(der).ok()?;
+    let name = leaf.subject().iter_common_name().next()?.as_str().ok()?;
+    name.strip_prefix("replica-")?.parse().ok()
+}
+
+/// Why a connection may not speak Raft, if it may not; else the node its certificate names.
+fn refusal(conn: &quinn::Connection, revoked: &Revoked) -> Result<u64, &'static [u8]> {
+    let Some(der) = peer_certificate(conn) else { return Err(b"replicas only") };
     if !issued_to_a_replica(&der) {
-        return Some(b"replicas only");
+        return Err(b"replicas only");
     }
-    (revoked.0)(&der).then_some(b"certificate revoked")
+    if (revoked.0)(&der) {
+        return Err(b"certificate revoked");
+    }
+    certified_node(&der).ok_or(b"replicas only")
+}
+
+/// The node an RPC says it comes from: the leader that sends entries or a snapshot, the
+/// candidate that asks for a vote.
+fn sender(request: &PeerRequest) -> Option<u64> {
+    let vote = match request {
+        PeerRequest::Append(rpc) => &rpc.vote,
+        PeerRequest::Vote(rpc) => &rpc.vote,
+        PeerRequest::Snapshot(rpc) => &rpc.vote,
+    };
+    vote.leader_id().voted_for()
 }
 
 /// The organisational unit of a replica's client certificate.
@@ -106,27 +129,30 @@ async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>, revoke
     // revoked) may speak Raft. Asked again at each RPC: a certificate revoked while its
     // connection is open (a replaced replica's) is refused from then on.
     let refused = |conn: &quinn::Connection| {
-        let reason = refusal(conn, &revoked)?;
-        tracing::info!(peer = %conn.remote_address(), reason = %String::from_utf8_lossy(reason), "Raft peer refused");
-        conn.close(1u32.into(), reason);
-        Some(())
+        refusal(conn, &revoked).map_err(|reason| {
+            tracing::info!(peer = %conn.remote_address(), reason = %String::from_utf8_lossy(reason), "Raft peer refused");
+            conn.close(1u32.into(), reason);
+        })
     };
-    if refused(&conn).is_some() {
-        return;
-    }
+    let Ok(node) = refused(&conn) else { return };
     let mut streams = tokio::task::JoinSet::new();
     while let Ok((send, recv)) = conn.accept_bi().await {
-        if refused(&conn).is_some() {
+        if refused(&conn).is_err() {
             break;
         }
-        streams.spawn(answer(raft.clone(), send, recv));
+        streams.spawn(answer(raft.clone(), (conn.clone(), node), send, recv));
         while streams.try_join_next().is_some() {}
     }
     streams.shutdown().await;
 }
 
-/// Answers one RPC.
-async fn answer(raft: Raft<ArmRaft>, mut send: quinn::SendStream, recv: quinn::RecvStream) {
+/// Answers one RPC of `node`'s connection `conn`.
+async fn answer(
+    raft: Raft<ArmRaft>,
+    (conn, node): (quinn::Connection, u64),
+    mut send: quinn::SendStream,
+    recv: quinn::RecvStream,
+) {
     let mut reader = FrameReader::new(recv);
     let request: PeerRequest = match reader.expect_frame().await {
         Ok(request) => request,
@@ -135,6 +161,11 @@ async fn answer(raft: Raft<ArmRaft>, mut send: quinn::SendStream, recv: quinn::R
             return;
         }
     };
+    if let Some(claimed) = sender(&request).filter(|claimed| *claimed != node) {
+        tracing::warn!(peer = %conn.remote_address(), node, claimed, "Raft peer refused: it spoke for another replica");
+        conn.close(2u32.into(), b"a replica speaks for itself only");
+        return;
+    }
     let response = match request {
         PeerRequest::Append(rpc) => PeerResponse::Append(raft.append_entries(rpc).await),
         PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),

@@ -1,6 +1,6 @@
 //! Who may speak Raft to a replica: a replica's certificate of the cluster's CA, until the
 //! manager revokes it (its `revoked-certs`), and from that moment on, even on a connection
-//! opened before.
+//! opened before; and for the node it was issued to only.
 
 mod common;
 
@@ -17,7 +17,7 @@ use openraft::raft::VoteRequest;
 use openraft::{BasicNode, Vote};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_revoked_replica_certificate_is_refused_even_on_an_open_connection() {
+async fn a_replica_certificate_speaks_for_its_own_node_only_and_is_refused_once_revoked_even_on_an_open_connection() {
     let dir = tempfile::tempdir().unwrap();
     let tls = dir.path().join("tls");
     ac_proto::tls::ensure_self_signed(&tls, &["127.0.0.1".to_string()], &[]).unwrap();
@@ -49,6 +49,10 @@ async fn a_revoked_replica_certificate_is_refused_even_on_an_open_connection() {
     let option = || RPCOption::new(Duration::from_secs(5));
 
     link.vote(ask(), option()).await.expect("a replica's certificate speaks Raft");
+    // Replica 2's certificate asking a vote for node 3: refused, the connection closed.
+    let posing = link.vote(VoteRequest::new(Vote::new(8, 3), None), option()).await.expect_err("posing as node 3");
+    assert!(posing.to_string().contains("speaks for itself only"), "{posing}");
+    link.vote(ask(), option()).await.expect("for itself again, on a new connection");
     revoked.store(true, Ordering::SeqCst);
     let refused = link.vote(ask(), option()).await.expect_err("revoked on the open connection");
     assert!(refused.to_string().contains("certificate revoked"), "{refused}");

@@ -26,7 +26,7 @@ fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
     let tls = ReplicaTls {
         ca: dir.join("tls/ca.pem"),
         server: (dir.join("tls/cert.pem"), dir.join("tls/key.pem")),
-        client: (dir.join("tls/replica.pem"), dir.join("tls/replica.key")),
+        client: (dir.join(format!("tls/replica-{id}.pem")), dir.join(format!("tls/replica-{id}.key"))),
     };
     let mut options = ReplicaOptions::new(id, listen, dir.join(format!("replica-{id}.redb")), tls);
     options.election_timeout = Duration::from_millis(500);
@@ -34,14 +34,17 @@ fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
 }
 
 /// The cluster's CA in `dir/tls`, a server certificate for 127.0.0.1, an admin's certificate,
-/// and the replicas' client certificate (organisational unit `replica`).
+/// and each replica's client certificate (organisational unit `replica`, common name `replica-N`).
 fn make_tls(dir: &Path) {
     let tls = dir.join("tls");
     ac_proto::tls::ensure_self_signed(&tls, &["127.0.0.1".to_string()], &["admin"]).unwrap();
-    let (cert, key) =
-        ac_proto::tls::issue_client(&tls, "replica-1", arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
-    std::fs::write(tls.join("replica.pem"), cert).unwrap();
-    std::fs::write(tls.join("replica.key"), key).unwrap();
+    // Each replica its own: a replica speaks for the node its certificate names only.
+    for id in 1..=5 {
+        let name = format!("replica-{id}");
+        let (cert, key) = ac_proto::tls::issue_client(&tls, &name, arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
+        std::fs::write(tls.join(format!("{name}.pem")), cert).unwrap();
+        std::fs::write(tls.join(format!("{name}.key")), key).unwrap();
+    }
 }
 
 fn command(id: &str, op: &str) -> Command {
