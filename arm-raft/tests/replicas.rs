@@ -41,7 +41,8 @@ fn make_tls(dir: &Path) {
     // Each replica its own: a replica speaks for the node its certificate names only.
     for id in 1..=5 {
         let name = format!("replica-{id}");
-        let (cert, key) = ac_proto::tls::issue_client(&tls, &name, arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
+        let (cert, key) =
+            ac_proto::tls::issue_client(&tls, &name, arm_raft::network::REPLICA_UNIT, 4_000_000_000).unwrap();
         std::fs::write(tls.join(format!("{name}.pem")), cert).unwrap();
         std::fs::write(tls.join(format!("{name}.key")), key).unwrap();
     }

@@ -26,9 +26,9 @@ use crate::BackendError;
 use trust::Trust;
 
 pub mod bulk;
+mod fencing;
 mod lanes;
 mod registration;
-mod fencing;
 pub mod trust;
 
 /// How long a new connection may take to say hello.

@@ -203,7 +203,11 @@ impl Trust {
         } else {
             // A first registration (or one after `arm.pub` was removed): the ids of the manager
             // fenced on before are not this one's.
-            self.fencing.lock().expect("trust poisoned").reset().map_err(|e| format!("cannot reset the fences: {e}"))?;
+            self.fencing
+                .lock()
+                .expect("trust poisoned")
+                .reset()
+                .map_err(|e| format!("cannot reset the fences: {e}"))?;
         }
         let written: Vec<String> = keys.iter().map(key_hex).collect();
         let text = format!("{} {host}\n", written.join(","));

@@ -414,6 +414,9 @@ impl Arm {
             replication.lead_term.store(term, Ordering::Release);
             replication.leading.store(true, Ordering::Release);
         }
+        if let Err(e) = self.record_founders().await {
+            tracing::warn!(error = %e.message, "the founding members' records were not committed: each replica's configuration gives them");
+        }
         // The links about to start register backends with the current members' keys.
         self.follow_membership(false);
         let hosts: Vec<String> = {

@@ -458,6 +458,14 @@ async fn a_partitioned_leader_acknowledges_nothing_and_every_replica_ends_with_t
         .collect();
     assert!(!dumps[0].is_empty(), "the state is not empty");
     assert!(dumps.iter().all(|d| *d == dumps[0]), "the replicas' stores differ");
+    // The first leader committed the founding members' records: every replica takes their
+    // addresses and keys from the log, not from its own configuration.
+    for dir in &replicas.dirs {
+        let members = arm_server::store::Store::open(dir).expect("the store opens").members().expect("members");
+        let keys: Vec<&str> = members.values().map(|m| m.key.as_str()).collect();
+        assert_eq!(members.keys().copied().collect::<Vec<_>>(), [1, 2, 3], "{}", dir.display());
+        assert_eq!(keys, replicas.keys.iter().map(String::as_str).collect::<Vec<_>>());
+    }
 }
 
 impl Replicas {

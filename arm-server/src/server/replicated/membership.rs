@@ -5,7 +5,9 @@
 //! Raft's membership (openraft's, each node its Raft address) says who votes; each member's
 //! client address and signing key travel through the replicated log as member records
 //! (`store::MemberRecord`), written before the member is added, so every replica, a new one
-//! included, knows them. A replica's configuration still gives its founding members'.
+//! included, knows them. The founding members' records are committed by the cluster's first
+//! leader from its configuration (`record_founders`); until then a replica's configuration
+//! gives them.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -138,6 +140,29 @@ impl Arm {
             tracing::info!(id = new.id, raft = %new.raft, "replica added as a learner");
         }
         self.follow_membership(true);
+        Ok(())
+    }
+
+    /// As a new leader: commits a record for each founding member (in this replica's
+    /// configuration, still a member, and without one), so that from then on every replica
+    /// takes the members' addresses and keys from the log, not from a configuration of its own
+    /// that may differ. Once recorded (the first leader of a cluster does it) this commits
+    /// nothing.
+    pub(in crate::server) async fn record_founders(&self) -> Result<(), ArmError> {
+        let replication = self.replicated()?;
+        let members: BTreeSet<u64> = replication.replica.status().members.iter().map(|(id, _, _)| *id).collect();
+        let recorded = replication.members.read().expect("members poisoned").clone();
+        let founders =
+            replication.config.members.iter().filter(|m| members.contains(&m.id) && !recorded.contains_key(&m.id));
+        let changes: Vec<Change> = founders
+            .map(|m| MemberRecord { api: m.api, key: m.key.trim().to_string() }.change(m.id))
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?;
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.record_members(&changes).await?;
+        tracing::info!(members = changes.len(), "the founding members' records committed");
         Ok(())
     }
 
