@@ -92,6 +92,8 @@ pub(super) struct Replication {
     config: ReplicationConfig,
     /// The member records this replica applied: members' client addresses and keys.
     members: Members,
+    /// The cluster's CA (a new replica is asked who it is before it becomes a member).
+    ca_cert: std::path::PathBuf,
     /// Its core was read back in its term: it may change it and commit (links report).
     leading: AtomicBool,
     /// The term it read its core back in: should Raft's term move on (deposed, and elected
@@ -188,6 +190,7 @@ impl Replication {
             replica,
             config: config.clone(),
             members,
+            ca_cert: files.ca_cert,
             leading: AtomicBool::new(false),
             lead_term: AtomicU64::new(0),
             serving: AtomicBool::new(false),

@@ -528,6 +528,30 @@ async fn a_joining_replica_replaces_a_follower_and_its_grants_are_accepted_when_
     replicas.start_joining(4);
     let (raft, api, key) = (format!("{}:7100", ip(56, 4)), replicas.api(4).to_string(), replicas.keys[3].clone());
     let old_arg = old.to_string();
+    // The leader asks 4 who it is first: another replica's key (or a mistyped one) is refused.
+    let taken = replicas.keys[old as usize - 1].clone();
+    let elsewhere = _root.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("a directory");
+    let unused = arm_server::keys::hex(&arm_server::keys::signer(&elsewhere).expect("a signing key").public_key());
+    for wrong in [&taken, &unused] {
+        let wrong_key = [
+            "cluster",
+            "replace",
+            "--old",
+            &old_arg,
+            "--new",
+            "4",
+            "--raft",
+            &raft,
+            "--api",
+            &api,
+            "--signing-key",
+            wrong,
+        ];
+        let (code, said) = replicas.armctl(&[1, 2, 3], &wrong_key);
+        let why = if *wrong == taken { "signs with that key already" } else { "does not sign with the key given" };
+        assert!(code != 0 && said.contains(why), "a wrong key for 4: {said}");
+    }
     let replace =
         ["cluster", "replace", "--old", &old_arg, "--new", "4", "--raft", &raft, "--api", &api, "--signing-key", &key];
     let (code, said) = replicas.armctl(&[1, 2, 3], &replace);

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
-use ac_proto::arm::{ArmError, ArmErrorKind, NewReplica, CAUGHT_UP_LAG};
+use ac_proto::arm::{ArmError, ArmErrorKind, NewReplica, Request, Response, CAUGHT_UP_LAG};
 use arm_raft::ReplicationError;
 
 use super::super::{err, Answer, Arm};
@@ -66,6 +66,47 @@ fn refused(replication: &Replication, e: ReplicationError) -> ArmError {
         ReplicationError::NotLeader { .. } => replication.not_leader(),
         e => err(ArmErrorKind::Conflict, format!("the membership change was refused: {e}")),
     }
+}
+
+/// How long the leader waits for a new replica to say who it is.
+const CONFIRM_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Asks the replica at `new.api` its keys before it becomes a member (`ManagerKey`, which
+/// anyone may ask): it must name `new.key` among them (a joining replica names its own with the
+/// founders'), and no member may sign with that key already. A key mistyped or copied from
+/// another replica would otherwise be recorded, and every backend would refuse that replica's
+/// capabilities once it leads.
+async fn confirm_new_replica(replication: &Replication, new: &NewReplica) -> Result<(), ArmError> {
+    let invalid = |why: String| err(ArmErrorKind::Invalid, format!("replica {} at {}: {why}", new.id, new.api));
+    let key = new.key.trim().to_ascii_lowercase();
+    let members = replication.replica.status().members;
+    if let Some((id, _, _)) =
+        members.iter().find(|(id, _, _)| replication.member(*id).is_some_and(|m| m.key.eq_ignore_ascii_case(&key)))
+    {
+        return Err(invalid(format!("replica {id} signs with that key already: each replica has a key of its own")));
+    }
+    let asked = async {
+        let options = ac_frontend::arm::ArmOptions::new(new.api, replication.ca_cert.clone());
+        let client = ac_frontend::arm::ArmClient::connect(options).await?;
+        let keys = client.request(Request::ManagerKey).await;
+        client.close().await;
+        keys
+    };
+    let start_it = "start it (`join = true`, docs/admin.md) before adding it";
+    let keys = match tokio::time::timeout(CONFIRM_WITHIN, asked).await {
+        Ok(Ok(keys)) => keys,
+        Ok(Err(e)) => return Err(invalid(format!("{e}: {start_it}"))),
+        Err(_) => return Err(invalid(format!("no answer within {CONFIRM_WITHIN:?}: {start_it}"))),
+    };
+    let Response::ManagerKey(named) = keys else {
+        return Err(invalid(format!("it answered {keys:?} when asked its key")));
+    };
+    if !named.split(',').any(|k| k.trim().eq_ignore_ascii_case(&key)) {
+        return Err(invalid(format!(
+            "it does not sign with the key given ({key}): `arm-server --signing-key` on it prints its key"
+        )));
+    }
+    Ok(())
 }
 
 /// A new replica's record, its key checked.
@@ -134,6 +175,7 @@ impl Arm {
             );
             return Err(err(ArmErrorKind::Conflict, why));
         }
+        confirm_new_replica(replication, new).await?;
         self.record_members(&[record.change(new.id).map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?]).await?;
         if !members.iter().any(|(id, _, _)| *id == new.id) {
             replication.replica.propose_learner(new.id, new.raft).await.map_err(|e| refused(replication, e))?;
