@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::trust::{append_durably, write_durably};
+use super::durable::{append_durably, write_durably};
 
 /// Lines the file may carry beyond one per device before it is rewritten.
 const COMPACT_SLACK: usize = 1024;

@@ -26,6 +26,7 @@ use crate::BackendError;
 use trust::Trust;
 
 pub mod bulk;
+mod durable;
 mod fencing;
 mod lanes;
 mod registration;

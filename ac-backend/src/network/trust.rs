@@ -34,6 +34,7 @@ use std::sync::Mutex;
 use ac_proto::backend::{register_cluster_message, register_message};
 use ac_proto::capability::{self, unix_now, Grant};
 
+use super::durable::{append_durably, write_durably};
 use super::fencing::Fencing;
 
 pub use ac_proto::capability::{parse_public_key as parse_key, public_key_hex as key_hex};
@@ -274,28 +275,6 @@ impl Trust {
         }
         Ok(())
     }
-}
-
-/// Appends `bytes` to the existing file `path`, synced.
-pub(super) fn append_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut file = std::fs::OpenOptions::new().append(true).open(path)?;
-    file.write_all(bytes)?;
-    file.sync_data()
-}
-
-/// Replaces `path` with `bytes` so that a crash leaves the old or the new contents, synced.
-pub(super) fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
