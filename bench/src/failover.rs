@@ -14,7 +14,8 @@ use ac_frontend::arm::{ArmClient, ArmOptions};
 use ac_proto::arm::{Request, Response};
 use anyhow::bail;
 
-use crate::load::{add_hosts, connect_programs, double_grants, start_churning, Behaviour, Order, Samples, Tally};
+use crate::holdings::double_grants;
+use crate::load::{add_hosts, connect_programs, start_churning, Behaviour, Order, Samples, Tally};
 use crate::manager::Manager;
 use crate::setup::median;
 

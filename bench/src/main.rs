@@ -11,6 +11,7 @@ mod capi;
 mod copies;
 mod failover;
 mod gpu;
+mod holdings;
 mod latency;
 mod load;
 mod manager;

@@ -7,15 +7,13 @@
 //! change; a learner is added without waiting for it to catch up, and a learner and a voter are
 //! removed. And a client without the cluster's certificate cannot speak Raft to a replica.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::Pool;
 use arm_raft::{Command, Committed, Replica, ReplicaOptions, ReplicaTls, ReplicationError};
-use common::Pool;
 
 /// A free UDP port on loopback (bound, then released).
 fn free_addr() -> SocketAddr {

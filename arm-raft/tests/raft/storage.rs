@@ -4,10 +4,8 @@
 //! than its proposer's is refused; a snapshot installed on another
 //! replica gives it the same state.
 
-mod common;
-
+use crate::common::Pool;
 use arm_raft::{Applied, ArmRaft, Command, LogStore, StateMachine};
-use common::Pool;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, Vote};

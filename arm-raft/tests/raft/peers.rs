@@ -2,16 +2,14 @@
 //! manager revokes it (its `revoked-certs`), and from that moment on, even on a connection
 //! opened before; and for the node it was issued to only.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::Pool;
 use arm_raft::network::{Peers, Revoked};
 use arm_raft::{Replica, ReplicaOptions, ReplicaTls};
-use common::Pool;
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::VoteRequest;
 use openraft::{BasicNode, Vote};
