@@ -78,9 +78,10 @@ impl Fencing {
 
     /// Forgets every fence (a new registration: another manager's ids).
     pub(super) fn reset(&mut self) -> std::io::Result<()> {
-        match std::fs::remove_file(&self.file) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        if let Err(e) = std::fs::remove_file(&self.file) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e);
+            }
         }
         self.highest.clear();
         self.lines = 0;

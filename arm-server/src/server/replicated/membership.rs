@@ -25,10 +25,12 @@ impl Replication {
     /// admin's), else its entry in this replica's configuration.
     fn member(&self, id: u64) -> Option<MemberRecord> {
         let recorded = self.members.read().expect("members poisoned").get(&id).cloned();
-        recorded.or_else(|| {
-            let entry = self.config.members.iter().find(|m| m.id == id)?;
-            Some(MemberRecord { api: entry.api, key: entry.key.clone() })
-        })
+        recorded.or_else(|| self.config.members.iter().find(|m| m.id == id).map(configured_record))
+    }
+
+    /// The ids of Raft's latest membership, learners included.
+    fn member_ids(&self) -> BTreeSet<u64> {
+        self.replica.status().members.iter().map(|(id, _, _)| *id).collect()
     }
 
     /// Where replica `id` serves programs and admins, if known.
@@ -46,7 +48,7 @@ impl Replication {
     /// This replica's own key is `mine`, its signer's, whatever a record says: a backend
     /// refuses a set without the registering replica's key, and would refuse every host.
     fn registration_set(&self, mine: [u8; 32]) -> Vec<[u8; 32]> {
-        let ids: BTreeSet<u64> = self.replica.status().members.iter().map(|(id, _, _)| *id).collect();
+        let ids = self.member_ids();
         let key = |id: u64| crate::keys::parse_public_key(&self.member(id)?.key);
         let others = ids.into_iter().filter(|id| *id != self.config.id).filter_map(key);
         std::iter::once(mine).chain(others).collect()
@@ -58,6 +60,11 @@ impl Replication {
         let matched = status.matched.get(&id).copied().flatten();
         matched.is_some_and(|matched| status.last_log.unwrap_or(0).saturating_sub(matched) <= CAUGHT_UP_LAG)
     }
+}
+
+/// The record a member's entry in this replica's configuration gives.
+fn configured_record(entry: &crate::config::Member) -> MemberRecord {
+    MemberRecord { api: entry.api, key: entry.key.trim().to_string() }
 }
 
 /// A membership operation's failure, as the admin is told it.
@@ -192,14 +199,16 @@ impl Arm {
     /// nothing.
     pub(in crate::server) async fn record_founders(&self) -> Result<(), ArmError> {
         let replication = self.replicated()?;
-        let members: BTreeSet<u64> = replication.replica.status().members.iter().map(|(id, _, _)| *id).collect();
-        let recorded = replication.members.read().expect("members poisoned").clone();
-        let founders =
-            replication.config.members.iter().filter(|m| members.contains(&m.id) && !recorded.contains_key(&m.id));
-        let changes: Vec<Change> = founders
-            .map(|m| MemberRecord { api: m.api, key: m.key.trim().to_string() }.change(m.id))
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?;
+        let members = replication.member_ids();
+        let changes: Vec<Change> = {
+            let recorded = replication.members.read().expect("members poisoned");
+            let founders =
+                replication.config.members.iter().filter(|m| members.contains(&m.id) && !recorded.contains_key(&m.id));
+            founders
+                .map(|m| configured_record(m).change(m.id))
+                .collect::<Result<_, _>>()
+                .map_err(|e| err(ArmErrorKind::Internal, e.to_string()))?
+        };
         if changes.is_empty() {
             return Ok(());
         }
