@@ -487,6 +487,22 @@ impl ArmProcess {
     pub fn kill_9(mut self) {
         kill_9(&mut self.child);
     }
+
+    /// SIGTERM, as a service manager stops it, and waits for it to exit (at most 10 s), so that
+    /// everything it writes on its way out (its log, a replica's deferred applies) is written.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
+        assert!(sent.success(), "SIGTERM to the manager");
+        let start = std::time::Instant::now();
+        while self.child.try_wait().expect("the manager's status").is_none() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "the manager did not exit within 10 s of SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for ArmProcess {

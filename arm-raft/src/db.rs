@@ -55,7 +55,7 @@ pub(crate) fn io_error(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std:
 /// Runs a write that syncs the file off the runtime's worker, when the runtime has others to
 /// take the tasks queued behind it (a multi-threaded one): openraft awaits its storage in its
 /// own tasks, and a sync there held up every request the worker had queued.
-pub(crate) fn synced<T>(write: impl FnOnce() -> T) -> T {
+pub fn synced<T>(write: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(write)

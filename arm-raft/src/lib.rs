@@ -39,6 +39,7 @@ mod state_machine;
 
 use serde::{Deserialize, Serialize};
 
+pub use db::synced;
 pub use log_store::LogStore;
 pub use replica::{Committed, Replica, ReplicaOptions, ReplicaTls, Status};
 pub use state_machine::{Machine, StateMachine};

@@ -2,11 +2,11 @@
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, ErrorSubject, ErrorVerb, LogId, LogState, OptionalSend, RaftLogReader, Vote};
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, WriteTransaction};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -17,6 +17,9 @@ use crate::{ArmRaft, StorageError};
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// The commit point saved since the last append: the next append writes it
+    /// ([`LogStore::save_committed`]).
+    committed: Arc<Mutex<Option<Option<LogId<u64>>>>>,
 }
 
 impl Debug for LogStore {
@@ -27,7 +30,7 @@ impl Debug for LogStore {
 
 impl LogStore {
     pub(crate) fn new(db: Arc<Database>) -> Self {
-        Self { db }
+        Self { db, committed: Arc::default() }
     }
 
     /// Runs `read` in a read transaction.
@@ -47,21 +50,11 @@ impl LogStore {
         verb: ErrorVerb,
         write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StorageError> {
-        crate::db::synced(|| self.write_as(Durability::Immediate, subject, verb, write))
-    }
-
-    /// Runs `write` in a write transaction committed with `durability`.
-    fn write_as(
-        &self,
-        durability: Durability,
-        subject: ErrorSubject<u64>,
-        verb: ErrorVerb,
-        write: impl FnOnce(&WriteTransaction) -> Result<(), redb::Error>,
-    ) -> Result<(), StorageError> {
-        let mut txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
-        txn.set_durability(durability).map_err(|e| io_error(subject.clone(), verb, e))?;
-        write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
-        txn.commit().map_err(|e| io_error(subject, verb, e))
+        crate::db::synced(|| {
+            let txn = self.db.begin_write().map_err(|e| io_error(subject.clone(), verb, e))?;
+            write(&txn).map_err(|e| io_error(subject.clone(), verb, e))?;
+            txn.commit().map_err(|e| io_error(subject, verb, e))
+        })
     }
 
     /// One of the log's own records.
@@ -73,19 +66,8 @@ impl LogStore {
 
     /// Records one of the log's own records, synced.
     fn put_meta<T: Serialize>(&self, subject: ErrorSubject<u64>, key: &str, value: &T) -> Result<(), StorageError> {
-        crate::db::synced(|| self.put_meta_as(Durability::Immediate, subject, key, value))
-    }
-
-    /// Records one of the log's own records, committed with `durability`.
-    fn put_meta_as<T: Serialize>(
-        &self,
-        durability: Durability,
-        subject: ErrorSubject<u64>,
-        key: &str,
-        value: &T,
-    ) -> Result<(), StorageError> {
         let bytes = encode(value).map_err(|e| io_error(subject.clone(), ErrorVerb::Write, e))?;
-        self.write_as(durability, subject, ErrorVerb::Write, |txn| {
+        self.write(subject, ErrorVerb::Write, |txn| {
             txn.open_table(LOG_META)?.insert(key, bytes.as_slice())?;
             Ok(())
         })
@@ -153,15 +135,20 @@ impl RaftLogStorage<ArmRaft> for LogStore {
         self.meta(ErrorSubject::Vote, "vote")
     }
 
-    /// Not synced: openraft saves the commit point before every apply, on every replica, and a
-    /// sync there lengthened every group commit. The next append's sync makes it durable; one
-    /// lost with a crash only makes the replica apply less of its log at start, the rest once
-    /// the leader tells it the commit point again (it is never ahead of what was committed).
+    /// Kept in memory and written with the next append, in its transaction: openraft saves the
+    /// commit point before every apply, on every replica, and a transaction of its own (even
+    /// unsynced) cost every group commit a redb commit on each replica. One lost with a crash
+    /// only makes the replica apply less of its log at start, the rest once the leader tells it
+    /// the commit point again (it is never ahead of what was committed).
     async fn save_committed(&mut self, committed: Option<LogId<u64>>) -> Result<(), StorageError> {
-        self.put_meta_as(Durability::None, ErrorSubject::Store, "committed", &committed)
+        *self.committed.lock().expect("commit point poisoned") = Some(committed);
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError> {
+        if let Some(saved) = *self.committed.lock().expect("commit point poisoned") {
+            return Ok(saved);
+        }
         Ok(self.meta::<Option<LogId<u64>>>(ErrorSubject::Store, "committed")?.flatten())
     }
 
@@ -175,10 +162,18 @@ impl RaftLogStorage<ArmRaft> for LogStore {
             let bytes = encode(&entry).map_err(|e| io_error(ErrorSubject::Logs, ErrorVerb::Write, e))?;
             rows.push((entry.log_id.index, bytes));
         }
+        let committed = self.committed.lock().expect("commit point poisoned").take();
+        let committed = committed
+            .map(|point| encode(&point))
+            .transpose()
+            .map_err(|e| io_error(ErrorSubject::Store, ErrorVerb::Write, e))?;
         let written = self.write(ErrorSubject::Logs, ErrorVerb::Write, |txn| {
             let mut table = txn.open_table(LOG)?;
             for (index, bytes) in &rows {
                 table.insert(*index, bytes.as_slice())?;
+            }
+            if let Some(point) = &committed {
+                txn.open_table(LOG_META)?.insert("committed", point.as_slice())?;
             }
             Ok(())
         });

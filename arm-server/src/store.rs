@@ -15,7 +15,9 @@ use crate::core::{Core, Durable, Key};
 use crate::model::Usage;
 use crate::ArmServerError;
 
+mod deferred;
 mod members;
+use deferred::Deferred;
 use members::MEMBERS;
 pub use members::{MemberRecord, Members};
 
@@ -103,12 +105,9 @@ pub struct Store {
     commit_failures: AtomicU64,
     /// The size of the last commit that failed: a probe writes as much ([`Store::probe`]).
     failed_bytes: AtomicUsize,
-    /// Calls of [`Store::apply`], for its one synced call in [`APPLIES_PER_SYNC`].
-    applies: AtomicU64,
+    /// A replica's applies not yet written ([`Store::apply`]).
+    deferred: Mutex<Deferred>,
 }
-
-/// One in this many of a replica's applies is synced ([`Store::apply`]).
-const APPLIES_PER_SYNC: u64 = 64;
 
 /// What a failed write says, without redb's "I/O error: " before the OS's words.
 fn cause(e: &ArmServerError) -> String {
@@ -134,7 +133,7 @@ impl Store {
             trouble: Mutex::new(None),
             commit_failures: AtomicU64::new(0),
             failed_bytes: AtomicUsize::new(0),
-            applies: AtomicU64::new(0),
+            deferred: Mutex::default(),
         })
     }
 
@@ -153,8 +152,18 @@ impl Store {
         self.commit_failures.load(Ordering::Relaxed)
     }
 
-    /// Runs `use_db` on the open database, reopening it first after a failed write.
+    /// Runs `use_db` on the open database once the applies deferred are written (what it reads
+    /// is what was applied).
     fn with_db<T>(&self, use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>) -> Result<T, ArmServerError> {
+        self.write_deferred()?;
+        self.with_open_db(use_db)
+    }
+
+    /// Runs `use_db` on the open database, reopening it first after a failed write.
+    fn with_open_db<T>(
+        &self,
+        use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>,
+    ) -> Result<T, ArmServerError> {
         if self.broken.load(Ordering::Acquire) {
             self.reopen()?;
         }
@@ -183,7 +192,16 @@ impl Store {
     /// Runs a write (`use_db`), recording its failure (`trouble`) or its success; the error of
     /// a failure names the store and the cause.
     fn write<T>(&self, use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>) -> Result<T, ArmServerError> {
-        match self.with_db(use_db) {
+        self.write_deferred()?;
+        self.record_write(use_db)
+    }
+
+    /// Runs a write as [`Store::write`] does, without writing the deferred applies first.
+    fn record_write<T>(
+        &self,
+        use_db: impl FnOnce(&Database) -> Result<T, ArmServerError>,
+    ) -> Result<T, ArmServerError> {
+        match self.with_open_db(use_db) {
             Ok(done) => {
                 if self.trouble.lock().expect("store trouble poisoned").take().is_some() {
                     tracing::info!(path = %self.path.display(), "the store writes again");
@@ -372,26 +390,17 @@ impl Store {
 
     /// Writes snapshots in order, in one durable transaction (later values of a key win).
     pub fn commit(&self, changes: &[Change]) -> Result<(), ArmServerError> {
-        self.commit_as(changes, Durability::Immediate)
-    }
-
-    /// Writes snapshots as [`Store::commit`] does, but syncs only one call in
-    /// [`APPLIES_PER_SYNC`]: for a replica's state machine, whose Raft log already holds each
-    /// change on disk, and which is rebuilt from its last snapshot and that log at every start
-    /// (`arm_raft`), so a sync per apply would only lengthen every group commit. The syncs that
-    /// are made let redb reuse the pages the unsynced commits freed.
-    pub fn apply(&self, changes: &[Change]) -> Result<(), ArmServerError> {
-        let applied = self.applies.fetch_add(1, Ordering::Relaxed);
-        let durability =
-            if applied.is_multiple_of(APPLIES_PER_SYNC) { Durability::Immediate } else { Durability::None };
-        self.commit_as(changes, durability)
-    }
-
-    fn commit_as(&self, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
         if changes.is_empty() {
             return Ok(());
         }
-        self.write(|db| Self::write_changes(db, changes, durability)).inspect_err(|_| {
+        self.write_deferred()?;
+        self.commit_now(changes, Durability::Immediate)
+    }
+
+    /// Writes `changes` in one transaction, counting a failure (`commit_failures`) and its size
+    /// (for [`Store::probe`]).
+    fn commit_now(&self, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
+        self.record_write(|db| Self::write_changes(db, changes, durability)).inspect_err(|_| {
             self.commit_failures.fetch_add(1, Ordering::Relaxed);
             let bytes = changes.iter().map(|(_, value)| value.as_ref().map_or(0, Vec::len)).sum();
             self.failed_bytes.store(bytes, Ordering::Relaxed);

@@ -99,6 +99,10 @@ async fn a_reopened_store_keeps_its_vote_log_and_state() {
             (1..=4).map(|i| command(3, i, &format!("r{i}"), &format!("take h{i}/0 job-{i}"))).collect();
         append(&mut log, entries.clone()).await;
         log.save_committed(Some(log_id(3, 4))).await.unwrap();
+        // The commit point is written with the next append; one saved after the last append is
+        // lost with the process (the replica then applies less at start, never more).
+        append(&mut log, vec![command(3, 5, "r5", "take h5/0 job-5")]).await;
+        log.save_committed(Some(log_id(3, 5))).await.unwrap();
         machine.apply(entries[..2].to_vec()).await.unwrap();
         machine.get_snapshot_builder().await.build_snapshot().await.unwrap();
         // Applied after the snapshot: openraft applies these again from the log after a restart.
@@ -108,8 +112,8 @@ async fn a_reopened_store_keeps_its_vote_log_and_state() {
     assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(3, 1)));
     assert_eq!(log.read_committed().await.unwrap(), Some(log_id(3, 4)));
     let state = log.get_log_state().await.unwrap();
-    assert_eq!(state.last_log_id, Some(log_id(3, 4)));
-    assert_eq!(log.try_get_log_entries(1..5).await.unwrap().len(), 4);
+    assert_eq!(state.last_log_id, Some(log_id(3, 5)));
+    assert_eq!(log.try_get_log_entries(1..6).await.unwrap().len(), 5);
     let (applied, _) = machine.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(3, 2)), "the state machine starts from its snapshot");
     assert_eq!(machine.with(|pool| pool.holders.len()), 2);

@@ -1,19 +1,23 @@
 //! Group commit: a change is made on the core, queued, and answered once the store holds it;
 //! a failed commit rolls memory back to what the store holds.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ac_proto::arm::{ArmError, ArmErrorKind};
 
 use super::{accounting, err, Arm};
-use crate::core::Core;
+use crate::core::{Core, Key};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
 /// Changes waiting to be committed, in the order the core made them (group commit).
 #[derive(Debug, Default)]
 pub(super) struct Commits {
-    pending: Vec<Change>,
+    /// The last value of each record they wrote: a change writes whole records, so a group
+    /// commits each record once however many of its changes rewrote it (the ledger, a host's,
+    /// a session's).
+    pending: BTreeMap<Key, Option<Vec<u8>>>,
     /// Sequence number of the last change queued.
     queued: u64,
     /// Sequence number of the last change durable.
@@ -112,7 +116,8 @@ impl Arm {
             if commits.failed >= seq {
                 return Err(ArmServerError::Store(commits.failure.clone()));
             }
-            (std::mem::take(&mut commits.pending), commits.queued)
+            let batch: Vec<Change> = std::mem::take(&mut commits.pending).into_iter().collect();
+            (batch, commits.queued)
         };
         let written = match self.replication.as_ref() {
             // The replicas' state machines write it, this one's store included.

@@ -131,7 +131,7 @@ impl RunningArm {
         core.usable_free()
     }
 
-    /// Stops serving (as a crash would, without touching the store).
+    /// Stops serving, the store untouched but for a replica's deferred applies, written out.
     pub async fn shutdown(self) {
         self.endpoint.close(0u32.into(), b"resource manager shutting down");
         for task in &self.tasks {
@@ -141,6 +141,11 @@ impl RunningArm {
             self.arm.links.stop(host);
         }
         let _ = tokio::time::timeout(Duration::from_secs(2), self.endpoint.wait_idle()).await;
+        // A replica's store, complete for whoever copies it next (a backup).
+        let store = self.arm.store.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.write_deferred()).await {
+            tracing::warn!(error = %e, "the applies deferred were not written: the log gives them back at the next start");
+        }
     }
 }
 

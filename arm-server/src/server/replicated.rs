@@ -68,8 +68,9 @@ fn decode(bytes: &[u8]) -> Result<Vec<Change>, String> {
 impl Machine for StoreMachine {
     fn apply(&mut self, op: &[u8]) -> Result<Vec<u8>, String> {
         let changes = decode(op)?;
-        self.store.apply(&changes).map_err(|e| e.to_string())?;
-        if changes.iter().any(|(key, _)| matches!(key, Key::Member(_))) {
+        let members_changed = changes.iter().any(|(key, _)| matches!(key, Key::Member(_)));
+        self.store.apply(changes).map_err(|e| e.to_string())?;
+        if members_changed {
             self.reload_members()?;
         }
         Ok(Vec::new())

@@ -111,3 +111,38 @@ async fn an_admin_request_never_reaches_the_programs_handler() {
     assert_eq!(misrouted.kind, ArmErrorKind::Internal);
     arm.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_that_waited_for_the_committers_turn_are_committed_when_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let arm = manager(&dir).await;
+    // The committer's turn, as a rollback or a reload takes it: no group commit runs meanwhile.
+    let turn = arm.arm.committing.lock().await;
+    let submissions: Vec<_> = (0..8)
+        .map(|i| {
+            let arm = arm.arm.clone();
+            tokio::spawn(async move {
+                arm.handle(submit(&format!("j{i}"), 0), &caller(Some(Role::Admin)), &Link::new()).await
+            })
+        })
+        .collect();
+    // Each has made its change and queued it; then it waits for the turn.
+    while arm.arm.last_queued() < 8 {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(submissions.iter().all(|s| !s.is_finished()), "answered before the change was committed");
+    // The turn's end lets one commit for all: none is left waiting.
+    drop(turn);
+    for submission in submissions {
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(10), submission).await;
+        answered.expect("answered once the turn ended").unwrap().expect("submitted");
+    }
+    let Ok(Response::Jobs(jobs)) = ask(&arm, Request::JobList { all: true }, Some(Role::Admin)).await else {
+        panic!("an admin lists jobs")
+    };
+    assert_eq!(jobs.len(), 8);
+    arm.shutdown().await;
+}

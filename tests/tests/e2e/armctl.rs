@@ -195,19 +195,6 @@ fn logs_to_a_file_have_no_colour_codes() {
 /// timeout fit.
 const LATE_WARNINGS: Duration = Duration::from_secs(3);
 
-/// Stops `arm` with SIGTERM, as a service manager does, and waits for it to exit (at most 10 s),
-/// so that everything it will ever write to its log is there.
-fn stop_and_wait(mut arm: ac_tests::ArmProcess) {
-    let pid = arm.child.id().to_string();
-    let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill runs");
-    assert!(sent.success(), "SIGTERM to the manager");
-    let start = std::time::Instant::now();
-    while arm.child.try_wait().expect("the manager's status").is_none() {
-        assert!(start.elapsed() < Duration::from_secs(10), "the manager did not exit within 10 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A backend that shuts down in order is no fault: the manager logs it without a warning, then
 /// or later (the log is read once the manager has run on past the redials and the backend
 /// timeout, and exited).
@@ -225,7 +212,7 @@ async fn an_orderly_backend_shutdown_is_not_a_warning() {
     .await;
     assert!(said, "the manager saw the shutdown: {}", std::fs::read_to_string(&log).unwrap_or_default());
     tokio::time::sleep(LATE_WARNINGS).await;
-    tokio::task::block_in_place(|| stop_and_wait(arm));
+    tokio::task::block_in_place(|| arm.terminate());
     let text = std::fs::read_to_string(&log).expect("the manager's log");
     assert!(!text.contains("WARN"), "warnings for an orderly shutdown: {text}");
 }
