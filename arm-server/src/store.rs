@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::SystemTime;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{de::DeserializeOwned, Serialize};
 
 use crate::core::{Core, Durable, Key};
@@ -394,22 +394,21 @@ impl Store {
             return Ok(());
         }
         self.write_deferred()?;
-        self.commit_now(changes, Durability::Immediate)
+        self.commit_now(changes)
     }
 
-    /// Writes `changes` in one transaction, counting a failure (`commit_failures`) and its size
+    /// Writes `changes` in one synced transaction, counting a failure (`commit_failures`) and its size
     /// (for [`Store::probe`]).
-    fn commit_now(&self, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
-        self.record_write(|db| Self::write_changes(db, changes, durability)).inspect_err(|_| {
+    fn commit_now(&self, changes: &[Change]) -> Result<(), ArmServerError> {
+        self.record_write(|db| Self::write_changes(db, changes)).inspect_err(|_| {
             self.commit_failures.fetch_add(1, Ordering::Relaxed);
             let bytes = changes.iter().map(|(_, value)| value.as_ref().map_or(0, Vec::len)).sum();
             self.failed_bytes.store(bytes, Ordering::Relaxed);
         })
     }
 
-    fn write_changes(db: &Database, changes: &[Change], durability: Durability) -> Result<(), ArmServerError> {
-        let mut txn = db.begin_write().map_err(store_err)?;
-        txn.set_durability(durability).map_err(store_err)?;
+    fn write_changes(db: &Database, changes: &[Change]) -> Result<(), ArmServerError> {
+        let txn = db.begin_write().map_err(store_err)?;
         Self::write_in(&txn, changes)?;
         txn.commit().map_err(store_err)
     }

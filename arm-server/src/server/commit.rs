@@ -11,7 +11,8 @@ use crate::core::{Core, Key};
 use crate::store::{Change, Store};
 use crate::ArmServerError;
 
-/// Changes waiting to be committed, in the order the core made them (group commit).
+/// Changes waiting to be committed (group commit), queued under the core lock in the order the
+/// core made them.
 #[derive(Debug, Default)]
 pub(super) struct Commits {
     /// The last value of each record they wrote: a change writes whole records, so a group

@@ -6,8 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use redb::Durability;
-
 use super::{Change, Store};
 use crate::core::Key;
 use crate::ArmServerError;
@@ -54,7 +52,7 @@ impl Store {
             return Ok(());
         }
         let records: Vec<Change> = std::mem::take(&mut deferred.records).into_iter().collect();
-        match self.commit_now(&records, Durability::Immediate) {
+        match self.commit_now(&records) {
             Ok(()) => {
                 deferred.applies = 0;
                 Ok(())
