@@ -2,8 +2,8 @@
 //! that answers it. One RPC per bidirectional stream, a request frame out and its answer back,
 //! on a connection per peer kept across RPCs. Only replicas speak it: the server refuses a
 //! connection whose client presents no certificate of the cluster's CA issued to a replica
-//! (mutual TLS), or one the manager revoked (asked again at every RPC), and a replica speaks
-//! for itself only: an RPC whose vote names another node than the certificate's (`replica-N`)
+//! (mutual TLS), one the manager revoked, or one of a replica that is no member of the cluster
+//! (asked again at every RPC), and a replica speaks for itself only: an RPC whose vote names another node than the certificate's (`replica-N`)
 //! closes the connection.
 
 use std::net::SocketAddr;
@@ -97,7 +97,7 @@ fn certified_node(der: &[u8]) -> Option<u64> {
 }
 
 /// Why a connection may not speak Raft, if it may not; else the node its certificate names.
-fn refusal(conn: &quinn::Connection, revoked: &Revoked) -> Result<u64, &'static [u8]> {
+fn refusal(conn: &quinn::Connection, revoked: &Revoked, raft: &Raft<ArmRaft>) -> Result<u64, &'static [u8]> {
     let Some(der) = peer_certificate(conn) else { return Err(b"replicas only") };
     if !issued_to_a_replica(&der) {
         return Err(b"replicas only");
@@ -105,7 +105,23 @@ fn refusal(conn: &quinn::Connection, revoked: &Revoked) -> Result<u64, &'static 
     if (revoked.0)(&der) {
         return Err(b"certificate revoked");
     }
-    certified_node(&der).ok_or(b"replicas only")
+    let node = certified_node(&der).ok_or(b"replicas only".as_slice())?;
+    if !is_member(raft, node) {
+        return Err(b"not a member of the cluster");
+    }
+    Ok(node)
+}
+
+/// Whether `node` is a voter or a learner of this replica's latest membership, or this replica
+/// knows none yet (a new one, before the leader's first append reaches it). A replica removed
+/// from the cluster is refused at once, before anyone revokes its certificate. Membership
+/// changes are joint: a new voter that asks a member for its vote, or leads, is in the
+/// membership that member has logged (its election needed it).
+fn is_member(raft: &Raft<ArmRaft>, node: u64) -> bool {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    let mut members = metrics.membership_config.membership().nodes().map(|(id, _)| *id).peekable();
+    members.peek().is_none() || members.any(|id| id == node)
 }
 
 /// The node an RPC says it comes from: the leader that sends entries or a snapshot, the
@@ -126,10 +142,10 @@ pub const REPLICA_UNIT: &str = "replica";
 async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>, revoked: Revoked) {
     let Ok(conn) = incoming.await else { return };
     // Mutual TLS: only a replica (a certificate of the cluster's CA, issued to a replica, not
-    // revoked) may speak Raft. Asked again at each RPC: a certificate revoked while its
-    // connection is open (a replaced replica's) is refused from then on.
+    // revoked, of a member) may speak Raft. Asked again at each RPC: a certificate revoked, or
+    // a replica removed, while its connection is open is refused from then on.
     let refused = |conn: &quinn::Connection| {
-        refusal(conn, &revoked).map_err(|reason| {
+        refusal(conn, &revoked, &raft).map_err(|reason| {
             tracing::info!(peer = %conn.remote_address(), reason = %String::from_utf8_lossy(reason), "Raft peer refused");
             conn.close(1u32.into(), reason);
         })

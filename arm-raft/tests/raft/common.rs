@@ -1,8 +1,14 @@
 //! What the tests of the replicated store share: a machine like the manager's in miniature.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 
+use arm_raft::network::{PeerLink, Peers};
 use arm_raft::Machine;
+use openraft::network::RaftNetworkFactory;
+use openraft::BasicNode;
 
 /// A machine like the manager's in miniature: accelerators and their holders. `take A J` gives
 /// `A` to `J` if it is free; `free A` frees it.
@@ -40,4 +46,17 @@ impl Machine for Pool {
         self.holders = holders;
         Ok(())
     }
+}
+
+/// A Raft client to replica `target` at `addr` presenting the client certificate `name` of the
+/// cluster's CA in `tls` (`{name}.pem`, `{name}.key`), as the replica it was issued to would.
+pub async fn link_as(tls: &Path, name: &str, target: u64, addr: SocketAddr) -> PeerLink {
+    let roots = ac_proto::tls::load_roots(&tls.join("ca.pem")).unwrap();
+    let identity =
+        ac_proto::tls::load_identity(&tls.join(format!("{name}.pem")), &tls.join(format!("{name}.key"))).unwrap();
+    let crypto = ac_proto::tls::client_crypto_with_identity(roots, arm_raft::network::ALPN, Some(identity)).unwrap();
+    let tuning = ac_proto::transport::Tuning::default();
+    let endpoint = ac_proto::transport::client_endpoint(addr, None, &tuning).unwrap();
+    let mut peers = Peers::new(endpoint, Arc::new(crypto), tuning);
+    peers.new_client(target, &BasicNode::new(addr.to_string())).await
 }

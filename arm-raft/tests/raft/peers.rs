@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::Pool;
-use arm_raft::network::{Peers, Revoked};
+use crate::common::{link_as, Pool};
+use arm_raft::network::Revoked;
 use arm_raft::{Replica, ReplicaOptions, ReplicaTls};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{RPCOption, RaftNetwork};
 use openraft::raft::VoteRequest;
-use openraft::{BasicNode, Vote};
+use openraft::Vote;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_certificate_speaks_for_its_own_node_only_and_is_refused_once_revoked_even_on_an_open_connection() {
@@ -35,14 +35,9 @@ async fn a_replica_certificate_speaks_for_its_own_node_only_and_is_refused_once_
     options.revoked = Revoked(Arc::new(move |_der| asked.load(Ordering::SeqCst)));
     let replica = Replica::start(options, Pool::default()).await.unwrap();
 
-    // Replica 2's side, with its own certificate.
-    let roots = ac_proto::tls::load_roots(&tls.join("ca.pem")).unwrap();
-    let identity = ac_proto::tls::load_identity(&tls.join("replica.pem"), &tls.join("replica.key")).unwrap();
-    let crypto = ac_proto::tls::client_crypto_with_identity(roots, arm_raft::network::ALPN, Some(identity)).unwrap();
-    let tuning = ac_proto::transport::Tuning::default();
-    let endpoint = ac_proto::transport::client_endpoint(addr, None, &tuning).unwrap();
-    let mut peers = Peers::new(endpoint, Arc::new(crypto), tuning);
-    let mut link = peers.new_client(1, &BasicNode::new(addr.to_string())).await;
+    // Replica 2's side, with its own certificate (replica 1 knows no membership yet: it takes
+    // any replica's word).
+    let mut link = link_as(&tls, "replica", 1, addr).await;
     let ask = || VoteRequest::new(Vote::new(7, 2), None);
     let option = || RPCOption::new(Duration::from_secs(5));
 

@@ -5,15 +5,19 @@
 //! restarted on its store, catches up to the same state. A follower down while the log moved
 //! past its purge point catches up by a snapshot; a replica is replaced through a membership
 //! change; a learner is added without waiting for it to catch up, and a learner and a voter are
-//! removed. And a client without the cluster's certificate cannot speak Raft to a replica.
+//! removed (their certificates speak Raft no more). And a client without the cluster's
+//! certificate cannot speak Raft to a replica.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::Pool;
+use crate::common::{link_as, Pool};
 use arm_raft::{Command, Committed, Replica, ReplicaOptions, ReplicaTls, ReplicationError};
+use openraft::network::{RPCOption, RaftNetwork};
+use openraft::raft::VoteRequest;
+use openraft::Vote;
 
 /// A free UDP port on loopback (bound, then released).
 fn free_addr() -> SocketAddr {
@@ -284,6 +288,14 @@ async fn a_learner_is_added_without_waiting_and_members_are_removed() {
     let left: BTreeSet<u64> = (1..=3).filter(|id| *id != follower).collect();
     assert_eq!(members, left, "neither the learner nor the removed voter is a member");
     assert_eq!(leader.voters(), left);
+    // The removed replicas' certificates speak Raft no more, though nobody revoked them.
+    for removed in [4, follower] {
+        let name = format!("replica-{removed}");
+        let mut link = link_as(&dir.path().join("tls"), &name, leader.id(), addrs[&leader.id()]).await;
+        let ask = VoteRequest::new(Vote::new(1, removed), None);
+        let refused = link.vote(ask, RPCOption::new(Duration::from_secs(5))).await.expect_err("a removed replica");
+        assert!(refused.to_string().contains("not a member of the cluster"), "{refused}");
+    }
     // The two left commit alone.
     let standing: Vec<&Replica<Pool>> = all.iter().filter(|r| left.contains(&r.id())).copied().collect();
     let after = propose_anywhere(&standing, command("r1", "take h1/0 j1"), Duration::from_secs(10)).await;
