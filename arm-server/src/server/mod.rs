@@ -65,9 +65,12 @@ pub struct Arm {
     core: Mutex<Core>,
     store: Arc<Store>,
     commits: Mutex<commit::Commits>,
-    /// Held by the request that commits for everyone queued; the others wait on it, off the
-    /// runtime's threads.
+    /// Held by the committer task for each group commit ([`Arm::commit_queued`]), and by what
+    /// must not interleave with one (a rollback, a reload, member records).
     committing: tokio::sync::Mutex<()>,
+    /// Bumped as each group commit ends (or a reload drops what was queued): callers waiting for
+    /// their change to be durable look again.
+    groups_ended: tokio::sync::watch::Sender<u64>,
     keys: Arc<keys::ManagerKeys>,
     /// Client certificates revoked before they expire (`revoked-certs`).
     revocations: Revocations,
@@ -214,6 +217,7 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
         store,
         commits: Mutex::default(),
         committing: tokio::sync::Mutex::new(()),
+        groups_ended: tokio::sync::watch::Sender::new(0),
         keys,
         revocations: Revocations::new(&dir),
         links,
