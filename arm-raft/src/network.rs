@@ -2,10 +2,11 @@
 //! that answers it. One RPC per bidirectional stream, a request frame out and its answer back,
 //! on a connection per peer kept across RPCs. Only replicas speak it: the server refuses a
 //! connection whose client presents no certificate of the cluster's CA issued to a replica
-//! (mutual TLS), one the manager revoked, or one of a replica that is no member of the cluster
-//! (asked again at every RPC), and a replica speaks for itself only: an RPC whose vote names another node than the certificate's (`replica-N`)
-//! closes the connection.
+//! (mutual TLS), one the manager revoked, or one of a replica that left the cluster (asked
+//! again at every RPC), and a replica speaks for itself only: an RPC whose vote names another
+//! node than the certificate's (`replica-N`) closes the connection.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::{AnyError, BasicNode, Raft};
+use openraft::{AnyError, BasicNode, Membership, Raft};
 use quinn::{Connection, Endpoint};
 use serde::{Deserialize, Serialize};
 
@@ -43,10 +44,10 @@ enum PeerResponse {
 
 /// Answers the Raft RPCs of the other replicas on `endpoint`, until it is closed; returns once
 /// every connection's task has ended (nothing of it holds the socket any more).
-pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>, revoked: Revoked) {
+pub async fn serve(endpoint: Endpoint, raft: Raft<ArmRaft>, revoked: Revoked, departed: Departed) {
     let mut connections = tokio::task::JoinSet::new();
     while let Some(incoming) = endpoint.accept().await {
-        connections.spawn(serve_connection(incoming, raft.clone(), revoked.clone()));
+        connections.spawn(serve_connection(incoming, raft.clone(), (revoked.clone(), departed.clone())));
         // Ended connections (refused ones too) are not kept until the endpoint closes.
         while connections.try_join_next().is_some() {}
     }
@@ -97,7 +98,7 @@ fn certified_node(der: &[u8]) -> Option<u64> {
 }
 
 /// Why a connection may not speak Raft, if it may not; else the node its certificate names.
-fn refusal(conn: &quinn::Connection, revoked: &Revoked, raft: &Raft<ArmRaft>) -> Result<u64, &'static [u8]> {
+fn refusal(conn: &quinn::Connection, revoked: &Revoked, departed: &Departed) -> Result<u64, &'static [u8]> {
     let Some(der) = peer_certificate(conn) else { return Err(b"replicas only") };
     if !issued_to_a_replica(&der) {
         return Err(b"replicas only");
@@ -106,22 +107,35 @@ fn refusal(conn: &quinn::Connection, revoked: &Revoked, raft: &Raft<ArmRaft>) ->
         return Err(b"certificate revoked");
     }
     let node = certified_node(&der).ok_or(b"replicas only".as_slice())?;
-    if !is_member(raft, node) {
+    if departed.contains(node) {
         return Err(b"not a member of the cluster");
     }
     Ok(node)
 }
 
-/// Whether `node` is a voter or a learner of this replica's latest membership, or this replica
-/// knows none yet (a new one, before the leader's first append reaches it). A replica removed
-/// from the cluster is refused at once, before anyone revokes its certificate. Membership
-/// changes are joint: a new voter that asks a member for its vote, or leads, is in the
-/// membership that member has logged (its election needed it).
-fn is_member(raft: &Raft<ArmRaft>, node: u64) -> bool {
-    let metrics = raft.metrics();
-    let metrics = metrics.borrow();
-    let mut members = metrics.membership_config.membership().nodes().map(|(id, _)| *id).peekable();
-    members.peek().is_none() || members.any(|id| id == node)
+/// The replicas this one saw leave the cluster while it runs: voters or learners of a
+/// membership it applied (committed), none of a later one. Only these are refused: a replica it
+/// never heard of may be a member it has not learned of yet (it was down while that one was
+/// added, and it leads now or asks for its vote), and a membership logged but not committed may
+/// yet be undone. Kept in memory: after a restart the removals the log still holds are applied
+/// again, older ones (in the snapshot) are not known, and `revoked-certs` covers them.
+#[derive(Clone, Debug, Default)]
+pub struct Departed(Arc<std::sync::Mutex<BTreeSet<u64>>>);
+
+impl Departed {
+    /// Whether replica `node` left the cluster.
+    pub fn contains(&self, node: u64) -> bool {
+        self.0.lock().expect("departed poisoned").contains(&node)
+    }
+
+    /// Follows a membership applied after `before`: its members are members (again), the others
+    /// of `before` left.
+    pub(crate) fn follow(&self, before: &Membership<u64, BasicNode>, after: &Membership<u64, BasicNode>) {
+        let members: BTreeSet<u64> = after.nodes().map(|(id, _)| *id).collect();
+        let mut departed = self.0.lock().expect("departed poisoned");
+        departed.extend(before.nodes().map(|(id, _)| *id).filter(|id| !members.contains(id)));
+        departed.retain(|id| !members.contains(id));
+    }
 }
 
 /// The node an RPC says it comes from: the leader that sends entries or a snapshot, the
@@ -139,13 +153,14 @@ fn sender(request: &PeerRequest) -> Option<u64> {
 pub const REPLICA_UNIT: &str = "replica";
 
 /// Answers the RPCs of one replica's connection, each stream in a task of its own.
-async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>, revoked: Revoked) {
+async fn serve_connection(incoming: quinn::Incoming, raft: Raft<ArmRaft>, (revoked, departed): (Revoked, Departed)) {
     let Ok(conn) = incoming.await else { return };
     // Mutual TLS: only a replica (a certificate of the cluster's CA, issued to a replica, not
-    // revoked, of a member) may speak Raft. Asked again at each RPC: a certificate revoked, or
-    // a replica removed, while its connection is open is refused from then on.
+    // revoked, not of a replica that left) may speak Raft. Asked again at each RPC: a
+    // certificate revoked, or a replica removed, while its connection is open is refused from
+    // then on.
     let refused = |conn: &quinn::Connection| {
-        refusal(conn, &revoked, &raft).map_err(|reason| {
+        refusal(conn, &revoked, &departed).map_err(|reason| {
             tracing::info!(peer = %conn.remote_address(), reason = %String::from_utf8_lossy(reason), "Raft peer refused");
             conn.close(1u32.into(), reason);
         })

@@ -210,7 +210,8 @@ impl<M: Machine> Replica<M> {
         let peers = Peers::new(endpoint.clone(), Arc::new(client_crypto), options.tuning.clone());
         let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
-        let server = tokio::spawn(network::serve(endpoint.clone(), raft.clone(), options.revoked.clone()));
+        let server =
+            tokio::spawn(network::serve(endpoint.clone(), raft.clone(), options.revoked.clone(), machine.departed()));
         let published = Arc::new(Mutex::new(Instant::now()));
         let tracker = tokio::spawn(track_publications(raft.metrics(), published.clone()));
         let runtime = RaftRuntime(None);

@@ -14,6 +14,7 @@ use redb::{Database, ReadableDatabase};
 use serde::{Deserialize, Serialize};
 
 use crate::db::{decode, encode, io_error, SNAPSHOT};
+use crate::network::Departed;
 use crate::{Applied, ArmRaft, ReplicationError, StorageError};
 
 /// How many request ids the state machine remembers answers for: a retry comes within seconds
@@ -53,6 +54,8 @@ struct State<M> {
     answers: HashMap<String, Vec<u8>>,
     /// The ids in `answers`, oldest first (the first forgotten).
     order: VecDeque<String>,
+    /// The replicas that left the memberships applied.
+    departed: Departed,
 }
 
 impl<M: Machine> State<M> {
@@ -63,6 +66,7 @@ impl<M: Machine> State<M> {
             machine,
             answers: HashMap::new(),
             order: VecDeque::new(),
+            departed: Departed::default(),
         }
     }
 
@@ -81,6 +85,7 @@ impl<M: Machine> State<M> {
         self.order = image.answered.iter().map(|(id, _)| id.clone()).collect();
         self.answers = image.answered.into_iter().collect();
         self.last_applied = image.last_applied;
+        self.departed.follow(self.membership.membership(), image.membership.membership());
         self.membership = image.membership;
         Ok(())
     }
@@ -91,6 +96,7 @@ impl<M: Machine> State<M> {
         let applied = match entry.payload {
             EntryPayload::Blank => Applied::default(),
             EntryPayload::Membership(membership) => {
+                self.departed.follow(self.membership.membership(), &membership);
                 self.membership = StoredMembership::new(Some(log_id), membership);
                 Applied::default()
             }
@@ -149,6 +155,11 @@ impl<M: Machine> StateMachine<M> {
             machine.state.lock().expect("state machine poisoned").load(image).map_err(ReplicationError::Snapshot)?;
         }
         Ok(machine)
+    }
+
+    /// The replicas that left the memberships this state machine applied.
+    pub(crate) fn departed(&self) -> Departed {
+        self.state.lock().expect("state machine poisoned").departed.clone()
     }
 
     /// Reads the machine (the manager's state) as it stands.

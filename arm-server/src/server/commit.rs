@@ -1,7 +1,7 @@
 //! Group commit: a change is made on the core, queued, and answered once the store holds it;
 //! a failed commit rolls memory back to what the store holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use ac_proto::arm::{ArmError, ArmErrorKind};
@@ -23,29 +23,52 @@ pub(super) struct Commits {
     queued: u64,
     /// A committer task runs ([`Arm::commit_queued`]): it commits until nothing is left.
     committer: bool,
-    /// Sequence number of the last change durable.
+    /// Sequence number of the last change durable. Changes rolled back below it are not:
+    /// `rolled_back` names them.
     durable: u64,
-    /// The changes through this sequence number were rolled back: their commit failed.
+    /// The changes through this sequence number were rolled back or are durable.
     failed: u64,
-    /// What their callers are told.
+    /// The ranges of changes rolled back (first, last, what their callers are told), the latest
+    /// [`ROLLBACKS_KEPT`]: a later group makes `durable` pass them, and a caller woken late must
+    /// still hear that its change was dropped.
+    rolled_back: VecDeque<(u64, u64, String)>,
+    /// What the callers of the last changes rolled back are told.
     failure: String,
     /// Memory holds changes the store lacks: a rollback could not read the store back. No
     /// change is made until it can (`reload_if_stale`).
     stale: bool,
 }
 
+/// How many ranges of rolled-back changes are remembered for their callers.
+const ROLLBACKS_KEPT: usize = 64;
+
 impl Commits {
-    /// Whether change `seq` is settled: durable, or rolled back (then why).
+    /// Whether change `seq` is settled: rolled back (then why), or durable.
     fn settled(&self, seq: u64) -> Option<Result<(), ArmServerError>> {
-        if self.durable >= seq {
-            return Some(Ok(()));
+        let dropped = self.rolled_back.iter().find(|(first, last, _)| (*first..=*last).contains(&seq));
+        if let Some((_, _, why)) = dropped {
+            return Some(Err(ArmServerError::Store(why.clone())));
         }
-        (self.failed >= seq).then(|| Err(ArmServerError::Store(self.failure.clone())))
+        (self.durable >= seq).then_some(Ok(()))
     }
 
     /// Whether every change queued is settled.
     fn all_settled(&self) -> bool {
         self.durable.max(self.failed) >= self.queued
+    }
+
+    /// Drops every change queued and not yet durable: memory is read back from the store, and
+    /// their callers are told `failure`.
+    fn drop_unsettled(&mut self) {
+        self.pending.clear();
+        let first = self.durable.max(self.failed) + 1;
+        if self.queued >= first {
+            if self.rolled_back.len() == ROLLBACKS_KEPT {
+                self.rolled_back.pop_front();
+            }
+            self.rolled_back.push_back((first, self.queued, self.failure.clone()));
+        }
+        self.failed = self.queued;
     }
 }
 
@@ -55,6 +78,32 @@ impl Commits {
 /// cost more CPU than the wait saved (ac-bench's load: BENCHMARKS.md, "Group commits"). An
 /// idle manager's commit starts at once.
 const MAX_GROUP_SPACING: Duration = Duration::from_millis(20);
+
+/// The committer task while it runs. Should it stop before it ends (a panic, or its runtime
+/// shut down), the changes it left are dropped and their callers told, and the next change
+/// starts another: `committer` left set would leave every later change waiting.
+struct CommitterRuns<'a> {
+    arm: &'a Arm,
+    /// It ended: nothing was left to commit.
+    ended: bool,
+}
+
+impl Drop for CommitterRuns<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        {
+            let mut commits = self.arm.commits.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            commits.failure = "the manager's committer stopped; the change was not made".into();
+            commits.drop_unsettled();
+            commits.committer = false;
+            // Memory holds the changes dropped: the next change reads it back first.
+            commits.stale = true;
+        }
+        self.arm.groups_ended.send_modify(|groups| *groups = groups.wrapping_add(1));
+    }
+}
 
 /// How long after its last failed write a store is tried again, changes or not (`expire_loop`).
 pub(super) const STORE_RETRY: Duration = Duration::from_secs(5);
@@ -161,6 +210,7 @@ impl Arm {
     /// to find its change durable, before the next group could start, 10-20 ms under the
     /// 1,000-program load against a commit of 2-5 ms.)
     async fn commit_queued(&self) {
+        let mut running = CommitterRuns { arm: self, ended: false };
         // When the next group may start: as long after the last one ended as it took.
         let mut due: Option<tokio::time::Instant> = None;
         loop {
@@ -172,6 +222,7 @@ impl Arm {
                 let mut commits = self.commits.lock().expect("commits poisoned");
                 if commits.all_settled() {
                     commits.committer = false;
+                    running.ended = true;
                     return;
                 }
                 let batch: Vec<Change> = std::mem::take(&mut commits.pending).into_iter().collect();
@@ -232,8 +283,7 @@ impl Arm {
         let reloaded = {
             let mut core = self.core.lock().expect("core poisoned");
             let mut commits = self.commits.lock().expect("commits poisoned");
-            commits.pending.clear();
-            commits.failed = commits.queued;
+            commits.drop_unsettled();
             match loaded {
                 Ok(mut fresh) => {
                     commits.stale = false;
@@ -290,5 +340,41 @@ impl Arm {
             trouble.error,
             STORE_RETRY.as_secs()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_rolled_back_stays_failed_when_a_later_group_is_durable() {
+        let mut commits = Commits { queued: 3, durable: 1, ..Default::default() };
+        commits.failure = "disk full".into();
+        // Changes 2 and 3 are rolled back; 4 and 5, made after, commit.
+        commits.drop_unsettled();
+        commits.queued = 5;
+        commits.durable = 5;
+        // The caller of change 2, woken only now, hears that it was dropped.
+        for dropped in [2, 3] {
+            let told = commits.settled(dropped).expect("settled");
+            assert!(told.is_err_and(|e| e.to_string().contains("disk full")), "change {dropped}");
+        }
+        for kept in [1, 4, 5] {
+            assert!(matches!(commits.settled(kept), Some(Ok(()))), "change {kept}");
+        }
+        assert!(commits.settled(6).is_none(), "not made yet");
+        assert!(commits.all_settled());
+    }
+
+    #[test]
+    fn only_the_latest_rollbacks_are_remembered() {
+        let mut commits = Commits::default();
+        for round in 0..(ROLLBACKS_KEPT as u64 + 1) {
+            commits.queued = round + 1;
+            commits.drop_unsettled();
+        }
+        assert_eq!(commits.rolled_back.len(), ROLLBACKS_KEPT);
+        assert!(commits.rolled_back.iter().all(|(first, last, _)| first == last && *first > 1));
     }
 }

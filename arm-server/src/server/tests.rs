@@ -118,6 +118,7 @@ async fn changes_that_waited_for_the_committers_turn_are_committed_when_it_ends(
     let arm = manager(&dir).await;
     // The committer's turn, as a rollback or a reload takes it: no group commit runs meanwhile.
     let turn = arm.arm.committing.lock().await;
+    let before = arm.arm.last_queued();
     let submissions: Vec<_> = (0..8)
         .map(|i| {
             let arm = arm.arm.clone();
@@ -126,8 +127,9 @@ async fn changes_that_waited_for_the_committers_turn_are_committed_when_it_ends(
             })
         })
         .collect();
-    // Each has made its change and queued it; then it waits for the turn.
-    while arm.arm.last_queued() < 8 {
+    // Each has made its change and queued it; then it waits for its group, which the
+    // committer writes once it has the turn.
+    while arm.arm.last_queued() < before + 8 {
         tokio::task::yield_now().await;
     }
     for _ in 0..100 {
