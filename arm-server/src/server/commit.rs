@@ -26,8 +26,6 @@ pub(super) struct Commits {
     /// Sequence number of the last change durable. Changes rolled back below it are not:
     /// `rolled_back` names them.
     durable: u64,
-    /// The changes through this sequence number were rolled back or are durable.
-    failed: u64,
     /// The ranges of changes rolled back (first, last, what their callers are told), the latest
     /// [`ROLLBACKS_KEPT`]: a later group makes `durable` pass them, and a caller woken late must
     /// still hear that its change was dropped.
@@ -52,31 +50,35 @@ impl Commits {
         (self.durable >= seq).then_some(Ok(()))
     }
 
+    /// The sequence number through which every change is durable or rolled back.
+    fn settled_through(&self) -> u64 {
+        self.durable.max(self.rolled_back.back().map_or(0, |(_, last, _)| *last))
+    }
+
     /// Whether every change queued is settled.
     fn all_settled(&self) -> bool {
-        self.durable.max(self.failed) >= self.queued
+        self.settled_through() >= self.queued
     }
 
     /// Drops every change queued and not yet durable: memory is read back from the store, and
     /// their callers are told `failure`.
     fn drop_unsettled(&mut self) {
         self.pending.clear();
-        let first = self.durable.max(self.failed) + 1;
+        let first = self.settled_through() + 1;
         if self.queued >= first {
             if self.rolled_back.len() == ROLLBACKS_KEPT {
                 self.rolled_back.pop_front();
             }
             self.rolled_back.push_back((first, self.queued, self.failure.clone()));
         }
-        self.failed = self.queued;
     }
 }
 
 /// The most a group commit waits after the last one ended. A group waits as long as the last
 /// one took (a commit on the disk, or a Raft round): without the wait, on a loaded host, a group
 /// started as soon as the last one ended, small, and the many more commits (and Raft rounds)
-/// cost more CPU than the wait saved (ac-bench's load: BENCHMARKS.md, "Group commits"). An
-/// idle manager's commit starts at once.
+/// cost more CPU than the wait saved (ac-bench's load: docs/benchmarks/replication.md, "Stop
+/// 76"). An idle manager's commit starts at once.
 const MAX_GROUP_SPACING: Duration = Duration::from_millis(20);
 
 /// The committer task while it runs. Should it stop before it ends (a panic, or its runtime
@@ -101,7 +103,7 @@ impl Drop for CommitterRuns<'_> {
             // Memory holds the changes dropped: the next change reads it back first.
             commits.stale = true;
         }
-        self.arm.groups_ended.send_modify(|groups| *groups = groups.wrapping_add(1));
+        self.arm.wake_waiters();
     }
 }
 
@@ -204,9 +206,9 @@ impl Arm {
 
     /// Commits what is queued, group after group, until nothing is left: each group in the
     /// committer's turn (a rollback, a reload or member records wait for it), each starting as
-    /// long after the last one ended as it took. Its callers are woken at once when a group ends. (When
-    /// each caller took the turn in its own request, an async mutex handed it to one waiter at a
-    /// time: after a group, each of the hundred-odd callers it covered was woken in turn, only
+    /// long after the last one ended as it took. Its callers are woken at once when a group
+    /// ends. (When each caller took the turn in its own request, an async mutex handed it to one
+    /// waiter at a time: after a group, each of the hundred-odd callers it covered was woken in turn, only
     /// to find its change durable, before the next group could start, 10-20 ms under the
     /// 1,000-program load against a commit of 2-5 ms.)
     async fn commit_queued(&self) {
@@ -236,8 +238,14 @@ impl Arm {
             let ended = tokio::time::Instant::now();
             due = Some(ended + (ended - started).min(MAX_GROUP_SPACING));
             drop(turn);
-            self.groups_ended.send_modify(|groups| *groups = groups.wrapping_add(1));
+            self.wake_waiters();
         }
+    }
+
+    /// Wakes the callers waiting for their change to settle: a group ended, or what was queued
+    /// was dropped.
+    fn wake_waiters(&self) {
+        self.groups_ended.send_modify(|groups| *groups = groups.wrapping_add(1));
     }
 
     /// Writes one group's records: to the store, or through the replicated log.
@@ -298,7 +306,7 @@ impl Arm {
             }
         };
         // The callers of the changes dropped are told.
-        self.groups_ended.send_modify(|groups| *groups = groups.wrapping_add(1));
+        self.wake_waiters();
         reloaded
     }
 
