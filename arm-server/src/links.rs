@@ -56,7 +56,17 @@ pub enum LinkEvent {
 
 struct Handle {
     orders: mpsc::UnboundedSender<Order>,
+    queue: Arc<tokio::sync::Mutex<Queue>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// A link's orders: the channel they come by, and those taken from it and not yet written.
+/// Both outlive the link's task: when a link is started again (the replicas changed, the
+/// manager took the lead), the new task takes them over once the old one is gone, so that an
+/// admin's fault clear queued meanwhile is not lost with the old task.
+struct Queue {
+    orders: mpsc::UnboundedReceiver<Order>,
+    pending: Vec<Order>,
 }
 
 /// Every backend link.
@@ -93,19 +103,25 @@ impl Links {
 
     /// Starts (or restarts) the link to `host`.
     pub fn start(&self, host: &Host) {
-        let (tx, rx) = mpsc::unbounded_channel();
         let mut options = ConnectOptions::new(host.addr, "");
         options.server_name = host.server_name.clone();
         options.ca_pem = Some(host.ca_pem.clone());
         options.tuning = Tuning { idle_timeout_ms: self.timeout.as_millis() as u64, ..self.tuning.clone() };
         let report = Reporting { events: self.events.clone(), latest: self.latest.clone() };
         let timing = (self.timeout, self.hold);
-        let task = tokio::spawn(run(host.name.clone(), options, self.keys.clone(), report, timing, rx));
-        if let Some(old) =
-            self.handles.lock().expect("links poisoned").insert(host.name.clone(), Handle { orders: tx, task })
-        {
-            old.task.abort();
-        }
+        let mut handles = self.handles.lock().expect("links poisoned");
+        let (orders, queue) = match handles.remove(&host.name) {
+            Some(old) => {
+                old.task.abort();
+                (old.orders, old.queue)
+            }
+            None => {
+                let (orders, rx) = mpsc::unbounded_channel();
+                (orders, Arc::new(tokio::sync::Mutex::new(Queue { orders: rx, pending: Vec::new() })))
+            }
+        };
+        let task = tokio::spawn(run(host.name.clone(), options, self.keys.clone(), report, timing, queue.clone()));
+        handles.insert(host.name.clone(), Handle { orders, queue, task });
     }
 
     /// Stops the link to `host` once its pending revocations are delivered.
@@ -196,10 +212,12 @@ async fn run(
     keys: Arc<ManagerKeys>,
     reporting: Reporting,
     (timeout, hold): (Duration, Duration),
-    mut revokes: mpsc::UnboundedReceiver<Order>,
+    queue: Arc<tokio::sync::Mutex<Queue>>,
 ) {
+    // Held for the task's life: a task started in this one's place waits until it is gone.
+    let mut queue = queue.lock_owned().await;
+    let Queue { orders: revokes, pending } = &mut *queue;
     let events = reporting.events.clone();
-    let mut pending: Vec<Order> = Vec::new();
     let mut warned = false;
     // One endpoint for every dial of this host: a new one per dial allocates its receive
     // buffer again (mtu x 64 GRO segments x 32 datagrams: 12.5 MiB by default), and memory the
@@ -249,7 +267,7 @@ async fn run(
                         pending.push(revoke);
                     }
                     if !pending.is_empty() {
-                        if link.send.write_all(&orders_bytes(&host, &pending, link.version)).await.is_err() {
+                        if link.send.write_all(&orders_bytes(&host, pending, link.version)).await.is_err() {
                             break 'serve;
                         }
                         pending.clear();
@@ -280,7 +298,7 @@ async fn run(
                             Some(revoke) => pending.push(revoke),
                             None => {
                                 // Removed: deliver what is pending, then leave.
-                                let _ = link.send.write_all(&orders_bytes(&host, &pending, link.version)).await;
+                                let _ = link.send.write_all(&orders_bytes(&host, pending, link.version)).await;
                                 let _ = link.send.finish();
                                 tokio::time::sleep(Duration::from_millis(100)).await;
                                 link.connection.close(0u32.into(), b"host removed");
@@ -358,5 +376,60 @@ impl std::fmt::Display for DialError {
             DialError::Failed(e) => e.fmt(f),
             DialError::Silent => write!(f, "no answer in {DIAL_LIMIT:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+impl Links {
+    /// Ends `host`'s link and returns the orders it left unsent, in their order.
+    async fn left_unsent(&self, host: &str) -> Vec<Order> {
+        let handle = self.handles.lock().expect("links poisoned").remove(host).expect("a link");
+        handle.task.abort();
+        let mut queue = handle.queue.lock().await;
+        while let Ok(order) = queue.orders.try_recv() {
+            queue.pending.push(order);
+        }
+        std::mem::take(&mut queue.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ac_proto::capability::Signer;
+
+    /// Orders queued while a backend is unreachable outlive its link being started again (as
+    /// when the replicas change): the new link takes them over, an admin's fault clear
+    /// included, which no later step would send again.
+    #[tokio::test]
+    async fn orders_queued_before_a_link_restarts_are_kept() {
+        let signer = Signer::from_pkcs8(&Signer::generate_pkcs8().unwrap()).unwrap();
+        let (events, _heard) = mpsc::unbounded_channel();
+        let timing = (Duration::from_secs(1), Duration::from_secs(1));
+        let links = Links::new(Arc::new(ManagerKeys::new(signer, Vec::new())), events, timing, Tuning::default());
+        // A CA that does not parse: the link never dials, it waits to try again.
+        let host = Host {
+            name: "h1".into(),
+            addr: "127.0.0.1:9".parse().unwrap(),
+            server_name: "h1".into(),
+            ca_pem: "not a certificate".into(),
+            labels: Vec::new(),
+            draining: false,
+            up: false,
+            devices: Vec::new(),
+            mismatch: None,
+            states: Default::default(),
+        };
+        links.start(&host);
+        assert!(links.clear_faults("h1", 3));
+        links.revoke("h1", 7, 100);
+        // Let the first task take them from the channel.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        links.start(&host);
+        links.revoke("h1", 8, 100);
+        links.start(&host);
+        let left = links.left_unsent("h1").await;
+        let revoke = |capability| Order::Revoke(Revoke { capability, expires: 100 });
+        assert_eq!(left, vec![Order::ClearFaults { index: 3 }, revoke(7), revoke(8)]);
     }
 }

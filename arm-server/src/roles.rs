@@ -3,7 +3,8 @@
 //!
 //! Client certificates are signed by the manager's CA (`armctl cert issue`, on the manager's
 //! host). The role is the certificate's organisational unit: `admin` may do everything, `batch`
-//! (the Slurm prolog and epilog on the controller) may only bind and release jobs. The manager's
+//! (the Slurm prolog and epilog on the controller) may only bind and release jobs, `replica` (a
+//! replica of a replicated manager) may only ask for the cluster's status. The manager's
 //! first-start `admin.pem` (common name `admin`, no unit) is an admin. A certificate of the CA
 //! with neither, such as the manager's own server certificate, has no role. A certificate's
 //! validity period is checked by TLS; one revoked before it expires is listed, by its SHA-256
@@ -26,6 +27,9 @@ pub enum Role {
     Admin,
     /// Binding and releasing batch jobs only (Slurm's prolog and epilog).
     Batch,
+    /// Another replica of a replicated manager: may ask this one who it is (`cluster status`)
+    /// only, as a leader does before it makes it a member.
+    Replica,
 }
 
 impl Role {
@@ -34,12 +38,13 @@ impl Role {
         match self {
             Role::Admin => "admin",
             Role::Batch => "batch",
+            Role::Replica => arm_raft::network::REPLICA_UNIT,
         }
     }
 
     /// The role an organisational unit names.
     pub fn from_unit(unit: &str) -> Option<Self> {
-        [Role::Admin, Role::Batch].into_iter().find(|r| r.unit() == unit)
+        [Role::Admin, Role::Batch, Role::Replica].into_iter().find(|r| r.unit() == unit)
     }
 }
 
@@ -79,10 +84,11 @@ impl Caller {
 
     /// Whether this caller may make `request`.
     pub fn may(&self, request: &Request) -> bool {
-        match needs(request) {
-            None => true,
-            Some(Role::Batch) => self.role.is_some(),
-            Some(Role::Admin) => self.role == Some(Role::Admin),
+        match (needs(request), self.role) {
+            (None, _) | (Some(_), Some(Role::Admin)) => true,
+            (Some(Role::Batch), Some(Role::Batch)) => true,
+            (Some(_), Some(Role::Replica)) => matches!(request, Request::ClusterStatus),
+            _ => false,
         }
     }
 }
@@ -216,6 +222,17 @@ mod tests {
         assert!(!nobody.may(&bind) && !nobody.may(&drain));
     }
 
+    /// Another replica may ask who this one is, and nothing an admin or the batch system may.
+    #[test]
+    fn the_replica_role_asks_the_cluster_status_only() {
+        let replica = Caller { role: Some(Role::Replica), ..Caller::default() };
+        let bind = Request::JobBind { id: "1".into(), nodes: vec![], acpn: 1, user: "u".into(), uid: 1, walltime_s: 0 };
+        assert!(replica.may(&Request::ClusterStatus));
+        assert!(!replica.may(&bind) && !replica.may(&Request::JobEnd { id: "1".into() }));
+        assert!(!replica.may(&Request::ClusterRemove { id: 1 }) && !replica.may(&Request::HostList));
+        assert!(!Caller::default().may(&Request::ClusterStatus));
+    }
+
     #[test]
     fn roles_come_from_the_certificates_unit_and_revocations_from_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -235,6 +252,8 @@ mod tests {
         assert_eq!(of(&server).role, None, "the manager's own certificate is no client's");
         let (odd, _) = ac_proto::tls::issue_client(dir.path(), "x", "operator", later).unwrap();
         assert_eq!(of(&odd).role, None, "an unknown unit names no role");
+        let (replica, _) = ac_proto::tls::issue_client(dir.path(), "replica-2", "replica", later).unwrap();
+        assert_eq!(of(&replica).role, Some(Role::Replica));
 
         let revocations = Revocations::new(dir.path());
         assert!(!revocations.revoked(&of(&batch).fingerprint));

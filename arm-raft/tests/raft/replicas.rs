@@ -5,7 +5,8 @@
 //! restarted on its store, catches up to the same state. A follower down while the log moved
 //! past its purge point catches up by a snapshot; a replica is replaced through a membership
 //! change; a learner is added without waiting for it to catch up, and a learner and a voter are
-//! removed (their certificates speak Raft no more). And a client without the cluster's
+//! removed (their certificates speak Raft no more); a replica down while a member joined in
+//! another's place follows the newcomer when it comes back. And a client without the cluster's
 //! certificate cannot speak Raft to a replica.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -301,6 +302,67 @@ async fn a_learner_is_added_without_waiting_and_members_are_removed() {
     let after = propose_anywhere(&standing, command("r1", "take h1/0 j1"), Duration::from_secs(10)).await;
     assert_eq!(answer(&after), ("granted".into(), false));
     drop((all, standing));
+    for replica in replicas {
+        replica.shutdown().await;
+    }
+}
+
+/// A replica down while a member joined in another's place comes back knowing only the old
+/// membership: it must take the newcomer's vote request and appends (the newcomer is not among
+/// the members it knows, but it never saw it leave), or, with the rest down, no leader could be
+/// elected and it would never catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_down_while_a_member_joined_follows_the_newcomer() {
+    let dir = tempfile::tempdir().unwrap();
+    make_tls(dir.path());
+    let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
+    let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
+    let mut replicas = Vec::new();
+    for id in 1..=4 {
+        replicas.push(Replica::start(options(dir.path(), id, addrs[&id]), Pool::default()).await.unwrap());
+    }
+    replicas[0].initialize(&voters).await.unwrap();
+    let first = {
+        let all: Vec<&Replica<Pool>> = replicas[..3].iter().collect();
+        let first = propose_anywhere(&all, command("r0", "take h0/0 j0"), Duration::from_secs(10)).await;
+        applied_through(&all, first.index).await;
+        first
+    };
+    let old_leader = leader_among(&replicas[..3].iter().collect::<Vec<_>>()).await.id();
+    let other = (1..=3).find(|id| *id != old_leader).unwrap();
+    let down = (1..=3).find(|id| *id != old_leader && *id != other).unwrap();
+    let take = |replicas: &mut Vec<Replica<Pool>>, id: u64| {
+        replicas.remove(replicas.iter().position(|r| r.id() == id).unwrap())
+    };
+
+    // While `down` is down, 4 replaces the leader: the voters become `other`, `down` and 4.
+    take(&mut replicas, down).shutdown().await;
+    {
+        let leader = replicas.iter().find(|r| r.id() == old_leader).unwrap();
+        leader.add_learner(4, addrs[&4]).await.unwrap();
+        leader.change_membership(BTreeSet::from([other, down, 4])).await.unwrap();
+    }
+    take(&mut replicas, old_leader).shutdown().await;
+    let moved_on = {
+        let standing: Vec<&Replica<Pool>> = replicas.iter().collect();
+        propose_anywhere(&standing, command("r1", "take h1/0 j1"), Duration::from_secs(10)).await
+    };
+
+    // `other` goes too: only 4 can lead now, with `down`'s vote, and `down` knows the old
+    // voters only.
+    take(&mut replicas, other).shutdown().await;
+    replicas.push(Replica::start(options(dir.path(), down, addrs[&down]), Pool::default()).await.unwrap());
+    let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+    let after = propose_anywhere(&all, command("r2", "take h2/0 j2"), Duration::from_secs(10)).await;
+    assert_eq!(answer(&after), ("granted".into(), false));
+    assert!(after.index > moved_on.index && moved_on.index > first.index);
+    assert_eq!(leader_among(&all).await.id(), 4, "the newcomer leads");
+    applied_through(&all, after.index).await;
+    let state = all[0].with(|p| p.holders.clone());
+    assert_eq!(state.len(), 3);
+    assert_eq!(all[1].with(|p| p.holders.clone()), state, "the replica that was down caught up");
+    assert_eq!(all[1].voters(), BTreeSet::from([other, down, 4]), "and learned the membership");
+    drop(all);
     for replica in replicas {
         replica.shutdown().await;
     }

@@ -93,8 +93,10 @@ pub(super) struct Replication {
     config: ReplicationConfig,
     /// The member records this replica applied: members' client addresses and keys.
     members: Members,
-    /// The cluster's CA (a new replica is asked who it is before it becomes a member).
+    /// The cluster's CA and this replica's client certificate and key: a new replica is asked
+    /// who it is before it becomes a member.
     ca_cert: std::path::PathBuf,
+    identity: (std::path::PathBuf, std::path::PathBuf),
     /// Its core was read back in its term: it may change it and commit (links report).
     leading: AtomicBool,
     /// The term it read its core back in: should Raft's term move on (deposed, and elected
@@ -149,6 +151,7 @@ impl Replication {
             server: (files.cert.clone(), files.key.clone()),
             client: replica_identity(dir, me.id)?,
         };
+        let identity = tls.client.clone();
         let mut options = ReplicaOptions::new(me.id, me.raft, dir.join("raft.redb"), tls);
         options.tuning = tuning.clone();
         options.election_timeout = Duration::from_millis(config.election_timeout_ms);
@@ -192,6 +195,7 @@ impl Replication {
             config: config.clone(),
             members,
             ca_cert: files.ca_cert,
+            identity,
             leading: AtomicBool::new(false),
             lead_term: AtomicU64::new(0),
             serving: AtomicBool::new(false),
@@ -216,6 +220,13 @@ impl Replication {
         self.leading.load(Ordering::Acquire)
             && self.replica.term() == self.lead_term.load(Ordering::Acquire)
             && self.replica.leads_a_majority(self.lease)
+    }
+
+    /// Whether this replica took the lead and has not stepped down since: its links to the
+    /// backends run (read under the core lock: `Arm::step_down` says it stepped down before it
+    /// takes that lock to stop them).
+    pub(super) fn runs_links(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
     }
 
     /// Stops changing the core and serving until the role loop sees this replica lead and

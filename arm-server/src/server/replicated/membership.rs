@@ -78,11 +78,13 @@ fn refused(replication: &Replication, e: ReplicationError) -> ArmError {
 /// How long the leader waits for a new replica to say who it is.
 const CONFIRM_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Asks the replica at `new.api` its keys before it becomes a member (`ManagerKey`, which
-/// anyone may ask): it must name `new.key` among them (a joining replica names its own with the
-/// founders'), and no member may sign with that key already. A key mistyped or copied from
-/// another replica would otherwise be recorded, and every backend would refuse that replica's
-/// capabilities once it leads.
+/// Asks the replica at `new.api` who it is before it becomes a member: its keys (`ManagerKey`,
+/// which anyone may ask) must name `new.key` (a joining replica names its own with the
+/// founders'), no member may sign with that key already, and its id (`ClusterStatus`, asked
+/// with this replica's certificate) must be `new.id`. A key mistyped or copied from another
+/// replica would otherwise be recorded, and every backend would refuse that replica's
+/// capabilities once it leads; a wrong id would make the leader count the replica at that
+/// address as a member it is not.
 async fn confirm_new_replica(replication: &Replication, new: &NewReplica) -> Result<(), ArmError> {
     let invalid = |why: String| err(ArmErrorKind::Invalid, format!("replica {} at {}: {why}", new.id, new.api));
     let key = new.key.trim().to_ascii_lowercase();
@@ -93,18 +95,30 @@ async fn confirm_new_replica(replication: &Replication, new: &NewReplica) -> Res
         return Err(invalid(format!("replica {id} signs with that key already: each replica has a key of its own")));
     }
     let asked = async {
-        let options = ac_frontend::arm::ArmOptions::new(new.api, replication.ca_cert.clone());
+        let mut options = ac_frontend::arm::ArmOptions::new(new.api, replication.ca_cert.clone());
+        options.identity = Some(replication.identity.clone());
         let client = ac_frontend::arm::ArmClient::connect(options).await?;
         let keys = client.request(Request::ManagerKey).await;
+        let status = client.request(Request::ClusterStatus).await;
         client.close().await;
-        keys
+        Ok::<_, ac_frontend::Error>((keys?, status?))
     };
     let start_it = "start it (`join = true`, docs/admin.md) before adding it";
-    let keys = match tokio::time::timeout(CONFIRM_WITHIN, asked).await {
-        Ok(Ok(keys)) => keys,
+    let (keys, status) = match tokio::time::timeout(CONFIRM_WITHIN, asked).await {
+        Ok(Ok(answers)) => answers,
         Ok(Err(e)) => return Err(invalid(format!("{e}: {start_it}"))),
         Err(_) => return Err(invalid(format!("no answer within {CONFIRM_WITHIN:?}: {start_it}"))),
     };
+    match status {
+        Response::Cluster(status) if status.replica == new.id => {}
+        Response::Cluster(status) => {
+            return Err(invalid(format!(
+                "it is replica {} (the `id` in its `[replication]` configuration), not {}",
+                status.replica, new.id
+            )))
+        }
+        other => return Err(invalid(format!("it answered {other:?} when asked who it is"))),
+    }
     let Response::ManagerKey(named) = keys else {
         return Err(invalid(format!("it answered {keys:?} when asked its key")));
     };
@@ -145,8 +159,15 @@ impl Arm {
         if !self.keys.set_cluster(replication.registration_set(self.keys.signer.public_key())) || !relink {
             return;
         }
+        // Under the core lock, which a step-down takes to stop the links once it has said so
+        // (`step_down`): a membership request that ends just as this replica steps down does
+        // not start links on a replica that no longer leads.
+        let core = self.core.lock().expect("core poisoned");
+        if !replication.runs_links() {
+            return;
+        }
         tracing::info!(keys = self.keys.pinned(), "the members changed: registering the backends again");
-        for host in self.core.lock().expect("core poisoned").hosts().values() {
+        for host in core.hosts().values() {
             self.links.start(host);
         }
     }

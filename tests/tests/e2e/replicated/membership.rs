@@ -75,14 +75,20 @@ async fn a_joining_replica_replaces_a_follower_and_its_grants_are_accepted_when_
     let elsewhere = _root.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).expect("a directory");
     let unused = arm_server::keys::hex(&arm_server::keys::signer(&elsewhere).expect("a signing key").public_key());
-    for wrong in [&taken, &unused] {
+    // So is another id than the one it was started with.
+    let wrongs = [
+        ("4", &taken, "signs with that key already"),
+        ("4", &unused, "does not sign with the key given"),
+        ("5", &key, "it is replica 4 (the `id` in its `[replication]` configuration), not 5"),
+    ];
+    for (id, wrong, why) in wrongs {
         let wrong_key = [
             "cluster",
             "replace",
             "--old",
             &old_arg,
             "--new",
-            "4",
+            id,
             "--raft",
             &raft,
             "--api",
@@ -91,8 +97,7 @@ async fn a_joining_replica_replaces_a_follower_and_its_grants_are_accepted_when_
             wrong,
         ];
         let (code, said) = replicas.armctl(&[1, 2, 3], &wrong_key);
-        let why = if *wrong == taken { "signs with that key already" } else { "does not sign with the key given" };
-        assert!(code != 0 && said.contains(why), "a wrong key for 4: {said}");
+        assert!(code != 0 && said.contains(why), "a wrong id or key for 4: {said}");
     }
     let replace =
         ["cluster", "replace", "--old", &old_arg, "--new", "4", "--raft", &raft, "--api", &api, "--signing-key", &key];
