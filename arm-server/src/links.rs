@@ -63,7 +63,9 @@ struct Handle {
 /// A link's orders: the channel they come by, and those taken from it and not yet written.
 /// Both outlive the link's task: when a link is started again (the replicas changed, the
 /// manager took the lead), the new task takes them over once the old one is gone, so that an
-/// admin's fault clear queued meanwhile is not lost with the old task.
+/// order not yet written (an admin's fault clear queued while the backend was unreachable) is
+/// not lost with the old task. One written just before is lost with its connection, as with
+/// any link that breaks; revocations are sent again (`resend_unacked`).
 struct Queue {
     orders: mpsc::UnboundedReceiver<Order>,
     pending: Vec<Order>,
@@ -403,6 +405,12 @@ mod tests {
     /// included, which no later step would send again.
     #[tokio::test]
     async fn orders_queued_before_a_link_restarts_are_kept() {
+        tokio::time::timeout(Duration::from_secs(10), restart_with_orders_queued())
+            .await
+            .expect("no link waits forever");
+    }
+
+    async fn restart_with_orders_queued() {
         let signer = Signer::from_pkcs8(&Signer::generate_pkcs8().unwrap()).unwrap();
         let (events, _heard) = mpsc::unbounded_channel();
         let timing = (Duration::from_secs(1), Duration::from_secs(1));
@@ -428,6 +436,11 @@ mod tests {
         links.start(&host);
         links.revoke("h1", 8, 100);
         links.start(&host);
+        // The last task took the queue over: it holds it (the others are gone).
+        let queue = links.handles.lock().expect("links poisoned")["h1"].queue.clone();
+        while queue.try_lock().is_ok() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let left = links.left_unsent("h1").await;
         let revoke = |capability| Order::Revoke(Revoke { capability, expires: 100 });
         assert_eq!(left, vec![Order::ClearFaults { index: 3 }, revoke(7), revoke(8)]);

@@ -259,17 +259,24 @@ async fn a_lagging_follower_catches_up_by_snapshot_and_a_replica_is_replaced() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_learner_is_added_without_waiting_and_members_are_removed() {
-    let dir = tempfile::tempdir().unwrap();
-    make_tls(dir.path());
+/// Replicas 1 to 4 started in `dir`, the first three made the cluster's voters (4 is not a
+/// member yet).
+async fn three_voters_and_a_fourth(dir: &Path) -> (BTreeMap<u64, SocketAddr>, Vec<Replica<Pool>>) {
+    make_tls(dir);
     let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
     let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
     let mut replicas = Vec::new();
     for id in 1..=4 {
-        replicas.push(Replica::start(options(dir.path(), id, addrs[&id]), Pool::default()).await.unwrap());
+        replicas.push(Replica::start(options(dir, id, addrs[&id]), Pool::default()).await.unwrap());
     }
     replicas[0].initialize(&voters).await.unwrap();
+    (addrs, replicas)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_is_added_without_waiting_and_members_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addrs, replicas) = three_voters_and_a_fourth(dir.path()).await;
     let all: Vec<&Replica<Pool>> = replicas.iter().collect();
     let first = propose_anywhere(&all[..3], command("r0", "take h0/0 j0"), Duration::from_secs(10)).await;
     let leader = leader_among(&all[..3]).await;
@@ -314,34 +321,33 @@ async fn a_learner_is_added_without_waiting_and_members_are_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_down_while_a_member_joined_follows_the_newcomer() {
     let dir = tempfile::tempdir().unwrap();
-    make_tls(dir.path());
-    let addrs: BTreeMap<u64, SocketAddr> = (1..=4).map(|id| (id, free_addr())).collect();
-    let voters: BTreeMap<u64, SocketAddr> = addrs.iter().filter(|(id, _)| **id <= 3).map(|(i, a)| (*i, *a)).collect();
-    let mut replicas = Vec::new();
-    for id in 1..=4 {
-        replicas.push(Replica::start(options(dir.path(), id, addrs[&id]), Pool::default()).await.unwrap());
-    }
-    replicas[0].initialize(&voters).await.unwrap();
+    let (addrs, mut replicas) = three_voters_and_a_fourth(dir.path()).await;
     let first = {
         let all: Vec<&Replica<Pool>> = replicas[..3].iter().collect();
         let first = propose_anywhere(&all, command("r0", "take h0/0 j0"), Duration::from_secs(10)).await;
         applied_through(&all, first.index).await;
         first
     };
-    let old_leader = leader_among(&replicas[..3].iter().collect::<Vec<_>>()).await.id();
-    let other = (1..=3).find(|id| *id != old_leader).unwrap();
-    let down = (1..=3).find(|id| *id != old_leader && *id != other).unwrap();
     let take = |replicas: &mut Vec<Replica<Pool>>, id: u64| {
         replicas.remove(replicas.iter().position(|r| r.id() == id).unwrap())
     };
+    let down = {
+        let voters: Vec<&Replica<Pool>> = replicas[..3].iter().collect();
+        let leader = leader_among(&voters).await.id();
+        (1..=3).find(|id| *id != leader).unwrap()
+    };
 
-    // While `down` is down, 4 replaces the leader: the voters become `other`, `down` and 4.
+    // While `down` is down, 4 replaces the leader (whichever leads now): the voters become
+    // `other`, `down` and 4.
     take(&mut replicas, down).shutdown().await;
-    {
-        let leader = replicas.iter().find(|r| r.id() == old_leader).unwrap();
+    let (old_leader, other) = {
+        let voters: Vec<&Replica<Pool>> = replicas.iter().filter(|r| r.id() != 4).collect();
+        let leader = leader_among(&voters).await;
+        let other = voters.iter().find(|r| r.id() != leader.id()).unwrap().id();
         leader.add_learner(4, addrs[&4]).await.unwrap();
         leader.change_membership(BTreeSet::from([other, down, 4])).await.unwrap();
-    }
+        (leader.id(), other)
+    };
     take(&mut replicas, old_leader).shutdown().await;
     let moved_on = {
         let standing: Vec<&Replica<Pool>> = replicas.iter().collect();

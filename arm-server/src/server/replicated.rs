@@ -104,6 +104,10 @@ pub(super) struct Replication {
     lead_term: AtomicU64,
     /// It leads and its backends' links have reported: requests are answered.
     serving: AtomicBool,
+    /// Its links to the backends run: set as `take_the_lead` starts them, cleared as
+    /// `step_down` stops them, both under the core lock (a commit that fails clears `leading`
+    /// and leaves the links to the role loop).
+    links_run: AtomicBool,
     /// The hosts whose links reported (up or not) since this replica took the lead.
     reported: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// A leader that no majority acknowledged for this long stops serving; a group commit not
@@ -199,6 +203,7 @@ impl Replication {
             leading: AtomicBool::new(false),
             lead_term: AtomicU64::new(0),
             serving: AtomicBool::new(false),
+            links_run: AtomicBool::new(false),
             reported: Default::default(),
             // Followers stand for election after twice the election timeout and more.
             lease: 2 * Duration::from_millis(config.election_timeout_ms),
@@ -222,11 +227,10 @@ impl Replication {
             && self.replica.leads_a_majority(self.lease)
     }
 
-    /// Whether this replica took the lead and has not stepped down since: its links to the
-    /// backends run (read under the core lock: `Arm::step_down` says it stepped down before it
-    /// takes that lock to stop them).
+    /// Whether this replica's links to the backends run (to be read under the core lock, under
+    /// which they are started and stopped).
     pub(super) fn runs_links(&self) -> bool {
-        self.leading.load(Ordering::Acquire)
+        self.links_run.load(Ordering::Acquire)
     }
 
     /// Stops changing the core and serving until the role loop sees this replica lead and
@@ -436,6 +440,7 @@ impl Arm {
         self.follow_membership(false);
         let hosts: Vec<String> = {
             let core = self.core.lock().expect("core poisoned");
+            replication.links_run.store(true, Ordering::Release);
             core.hosts().values().for_each(|host| self.links.start(host));
             core.hosts().keys().cloned().collect()
         };
@@ -503,6 +508,9 @@ impl Arm {
             replication.stop_leading();
         }
         let mut core = self.core.lock().expect("core poisoned");
+        if let Some(replication) = self.replication.as_ref() {
+            replication.links_run.store(false, Ordering::Release);
+        }
         let hosts: Vec<String> = core.hosts().keys().cloned().collect();
         for host in hosts {
             self.links.stop(&host);

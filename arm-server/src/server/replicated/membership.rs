@@ -101,7 +101,7 @@ async fn confirm_new_replica(replication: &Replication, new: &NewReplica) -> Res
         let keys = client.request(Request::ManagerKey).await;
         let status = client.request(Request::ClusterStatus).await;
         client.close().await;
-        Ok::<_, ac_frontend::Error>((keys?, status?))
+        Ok::<_, ac_frontend::Error>((keys?, status))
     };
     let start_it = "start it (`join = true`, docs/admin.md) before adding it";
     let (keys, status) = match tokio::time::timeout(CONFIRM_WITHIN, asked).await {
@@ -109,6 +109,12 @@ async fn confirm_new_replica(replication: &Replication, new: &NewReplica) -> Res
         Ok(Err(e)) => return Err(invalid(format!("{e}: {start_it}"))),
         Err(_) => return Err(invalid(format!("no answer within {CONFIRM_WITHIN:?}: {start_it}"))),
     };
+    let status = status.map_err(|e| {
+        invalid(format!(
+            "it did not say who it is ({e}): it must run this release, which answers `cluster status` to a \
+             replica's certificate, and not list this replica's `replica.pem` in its `revoked-certs`"
+        ))
+    })?;
     match status {
         Response::Cluster(status) if status.replica == new.id => {}
         Response::Cluster(status) => {
@@ -159,9 +165,9 @@ impl Arm {
         if !self.keys.set_cluster(replication.registration_set(self.keys.signer.public_key())) || !relink {
             return;
         }
-        // Under the core lock, which a step-down takes to stop the links once it has said so
-        // (`step_down`): a membership request that ends just as this replica steps down does
-        // not start links on a replica that no longer leads.
+        // Under the core lock, under which a step-down stops the links (`step_down`): a
+        // membership request that ends just as this replica steps down does not start links on
+        // a replica that no longer leads.
         let core = self.core.lock().expect("core poisoned");
         if !replication.runs_links() {
             return;
