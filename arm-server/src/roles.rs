@@ -2,11 +2,12 @@
 //! requests each role may make.
 //!
 //! Client certificates are signed by the manager's CA (`armctl cert issue`, on the manager's
-//! host; a replica issues its own `replica.pem` on its first start). The role is the certificate's organisational unit: `admin` may do everything, `batch`
-//! (the Slurm prolog and epilog on the controller) may only bind and release jobs, `replica` (a
-//! replica of a replicated manager) may only ask for the cluster's status. The manager's
-//! first-start `admin.pem` (common name `admin`, no unit) is an admin. A certificate of the CA
-//! with none of these, such as the manager's own server certificate, has no role. A certificate's
+//! host; a replica issues its own `replica.pem` on its first start). The role is the
+//! certificate's organisational unit: `admin` may do everything, `batch` (the Slurm prolog and
+//! epilog on the controller) may only bind and release jobs, `replica` (a replica of a
+//! replicated manager) may only ask for the cluster's status. The manager's first-start
+//! `admin.pem` (common name `admin`, no unit) is an admin. A certificate of the CA with none of
+//! these, such as the manager's own server certificate, has no role. A certificate's
 //! validity period is checked by TLS; one revoked before it expires is listed, by its SHA-256
 //! fingerprint, in `revoked-certs` in the state directory (`armctl cert revoke`), which the
 //! manager reads again whenever it changes: no new CA on a hundred nodes.
