@@ -117,7 +117,8 @@ fn partial_grants_and_waiting_requests() {
     core.schedule(9);
     // Rejected while it waited: a retry repeats a decision made earlier, which the server tells
     // only once durable.
-    assert!(core.remembers("ta", "a2"));
+    let retried = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a2") }, 9).unwrap();
+    assert!(matches!(retried, GetOutcome::Rejected(_)) && core.remembers("ta", "a2"), "{retried:?}");
     assert!(matches!(core.await_get("ta", late).unwrap(), GetOutcome::Rejected(_)));
     assert!(core.await_get("ta", late).is_err());
     let GetOutcome::Waiting(_) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a3") }, 10).unwrap() else {

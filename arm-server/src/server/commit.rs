@@ -1,5 +1,6 @@
-//! Group commit: a change is made on the core, queued, and answered once the store holds it;
-//! a failed commit rolls memory back to what the store holds.
+//! Group commit: a change is made on the core, queued, and answered once the store holds it
+//! (a fresh rejection of an `AC_Get`, which promises nothing, at once: [`Arm::decide`]); a
+//! failed commit rolls memory back to what the store holds.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -180,17 +181,18 @@ impl Arm {
             let told_at_once = matches!(result, Ok((_, Promise::Nothing))) && revocations.is_empty();
             // Queued under the core lock, so the commit order is the order of the changes.
             let mut commits = self.commits.lock().expect("commits poisoned");
-            if told_at_once && !changed {
-                // Nothing to commit, nothing promised.
-                return result.map(|(answer, _)| answer);
-            }
-            commits.pending.extend(changes);
-            commits.queued += 1;
-            if !std::mem::replace(&mut commits.committer, true) {
-                self.start_committer();
+            // An answer told at once that changed nothing leaves nothing to commit.
+            if changed || !told_at_once {
+                commits.pending.extend(changes);
+                commits.queued += 1;
+                if !std::mem::replace(&mut commits.committer, true) {
+                    self.start_committer();
+                }
             }
             if told_at_once {
-                return result.map(|(answer, _)| answer);
+                drop(commits);
+                drop(core);
+                return self.told_at_once(result.map(|(answer, _)| answer));
             }
             (result, revocations, commits.queued, changed)
         };
@@ -209,6 +211,15 @@ impl Arm {
             self.links.revoke(&revocation.host, revocation.capability, expires);
         }
         result.map(|(answer, _)| answer)
+    }
+
+    /// An answer that promises nothing, given at once: by a replica that still leads as it
+    /// answers (one deposed while it waited for the core decides nothing, rejections included).
+    fn told_at_once<T>(&self, answer: Result<T, ArmError>) -> Result<T, ArmError> {
+        match self.replication.as_ref().filter(|r| !r.leading()) {
+            Some(replication) => Err(replication.not_leader()),
+            None => answer,
+        }
     }
 
     /// The sequence number of the last change queued: [`Arm::commit_through`] it to wait until
