@@ -2,8 +2,10 @@
 //! here. Each is an array of pointers, most starting with their own size in bytes. What the
 //! runtime calls through them, the shim answers locally: loading its fat binaries, primary
 //! contexts, context-local storage, the integrity check ([`crate::integrity`]); slots it
-//! never calls in the tested runtimes (12.9, 13.x) answer success and do nothing. An unknown
-//! table is refused with a line on stderr naming it.
+//! never calls in the tested runtimes (12.9, 13.x) answer success and do nothing. The tables
+//! CUDA's math libraries ask for (cuBLAS, cuFFT: `UNSERVED`) are served with every slot
+//! refused and named on stderr, so that what a library needed is known by slot; any other
+//! unknown table is refused with a line on stderr naming it.
 
 use std::ffi::{c_int, c_uchar, c_void};
 use std::sync::Mutex;
@@ -234,12 +236,73 @@ const fn uuid(hex: &str) -> [u8; 16] {
     out
 }
 
+// ---- Tables known by UUID only: every slot refused, naming itself ----
+
+/// The tables whose slots the shim knows nothing of, by UUID: CUDA's math libraries ask for
+/// them (CUDA 13's cuBLAS the first, its cuFFT the second, CUDA 12's cuBLAS the third: an NVVM
+/// IR compiler, its traces in docs/gpu-runs/2026-11-30/traces/). Each slot answers `CUDA_ERROR_NOT_SUPPORTED`
+/// and names itself and its first call's arguments once on stderr, so that a library which
+/// can do without the slot goes on, and one that cannot says which slot it needed.
+const UNSERVED: [&str; 3] =
+    ["69a28e9f24498b47b030c5da330ea4e9", "6e163fbeb958444d835ce182aff1991e", "da9151d33ae6cc41a5c04f26d533e328"];
+
+/// Slots in each such table, as the 580.159 driver's own size slot says.
+const UNSERVED_SLOTS: [usize; 3] = [34, 99, 7];
+
+/// Slot `SLOT` of the table `UNSERVED[TABLE]`: refused, named once.
+unsafe extern "C" fn unserved<const TABLE: usize, const SLOT: usize>(
+    a0: usize,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+) -> u32 {
+    static SAID: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if !said.contains(&(TABLE, SLOT)) {
+        said.push((TABLE, SLOT));
+        eprintln!(
+            "ac-cuda: cuGetExportTable_{}_slot{SLOT} is not supported on remote accelerators \
+             (CUDA_ERROR_NOT_SUPPORTED); arguments {a0:#x} {a1:#x} {a2:#x} {a3:#x}",
+            UNSERVED[TABLE]
+        );
+    }
+    code::NOT_SUPPORTED
+}
+
+/// The refusing table `UNSERVED[$t]`, `$n` slots: its size, then `unserved` in slots 1 to
+/// `$n - 1` (taken from a list of 98).
+macro_rules! unserved_table {
+    ($t:literal, $n:expr) => {
+        unserved_table!($t, $n; 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29
+            30 31 32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61
+            62 63 64 65 66 67 68 69 70 71 72 73 74 75 76 77 78 79 80 81 82 83 84 85 86 87 88 89 90 91 92 93
+            94 95 96 97 98)
+    };
+    ($t:literal, $n:expr; $($slot:literal)*) => {{
+        let all: [*const c_void; 99] = [size_of($n), $(unserved::<$t, $slot> as *const c_void),*];
+        let mut t = [IDLE; $n];
+        let mut i = 0;
+        while i < $n {
+            t[i] = all[i];
+            i += 1;
+        }
+        Table(t)
+    }};
+}
+
+static UNSERVED_0: Table<{ UNSERVED_SLOTS[0] }> = unserved_table!(0, UNSERVED_SLOTS[0]);
+static UNSERVED_1: Table<{ UNSERVED_SLOTS[1] }> = unserved_table!(1, UNSERVED_SLOTS[1]);
+static UNSERVED_2: Table<{ UNSERVED_SLOTS[2] }> = unserved_table!(2, UNSERVED_SLOTS[2]);
+
 /// The start-up shortcut's table, which the shim does not serve.
 const SKIP_INIT: [u8; 16] = uuid("f8cff95121468b4eb9e2fb469e7c0dd9");
 
 /// The tables the shim serves, by UUID.
-fn tables() -> [([u8; 16], *const c_void); 10] {
+fn tables() -> [([u8; 16], *const c_void); 13] {
     [
+        (uuid(UNSERVED[0]), UNSERVED_0.address()),
+        (uuid(UNSERVED[1]), UNSERVED_1.address()),
+        (uuid(UNSERVED[2]), UNSERVED_2.address()),
         (uuid("6bd5fb6c5bf4e74a8987d93912fd9df9"), CUDART_INTERFACE.address()),
         (uuid("42d85a8123f6cb478298f6e78a3aecdc"), TOOLS_TLS.address()),
         (uuid("a094798c2e742e7493f20800200c0a66"), TOOLS_RUNTIME_CALLBACK_HOOKS.address()),
@@ -293,5 +356,20 @@ mod tests {
         let cudart = [0x6B, 0xD5, 0xFB, 0x6C, 0x5B, 0xF4, 0xE7, 0x4A, 0x89, 0x87, 0xD9, 0x39, 0x12, 0xFD, 0x9D, 0xF9];
         assert_eq!(table_for(&cudart), Some(CUDART_INTERFACE.address()));
         assert_eq!(table_for(&SKIP_INIT), None);
+    }
+
+    #[test]
+    fn a_math_library_table_is_served_and_each_slot_refuses() {
+        for (id, slots) in UNSERVED.into_iter().zip(UNSERVED_SLOTS) {
+            let table = table_for(&uuid(id)).expect("served") as *const usize;
+            // SAFETY: the served tables are `slots` pointers long, slot 0 their size.
+            let words = unsafe { std::slice::from_raw_parts(table, slots) };
+            assert_eq!(words[0], slots * std::mem::size_of::<usize>());
+            for (slot, &f) in words.iter().enumerate().skip(1) {
+                // SAFETY: every slot past the size is an `unserved` instance of this signature.
+                let f: unsafe extern "C" fn(usize, usize, usize, usize) -> u32 = unsafe { std::mem::transmute(f) };
+                assert_eq!(unsafe { f(slot, 0, 0, 0) }, code::NOT_SUPPORTED, "{id} slot {slot}");
+            }
+        }
     }
 }

@@ -31,7 +31,8 @@ with ac.init() as session:
         partial = acc.empty(blocks, np.float32)
         block_sum = acc.compile(BLOCK_SUM).get_function("block_sum")
         print(f"NVRTC kernel block_sum{tuple(block_sum.params or ())} on {acc.id}")
-        block_sum(blocks, BLOCK, (x, partial, N), shared_mem=BLOCK * 4)  # CuPy's form
+        # A cubin's parameter types are unknown: n's width is said (unsigned long long).
+        block_sum(blocks, BLOCK, (x, partial, np.uint64(N)), shared_mem=BLOCK * 4)  # CuPy's form
         total = float(partial.get().astype(np.float64).sum())
     else:
         out = acc.zeros(1, np.float32)
