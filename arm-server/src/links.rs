@@ -57,15 +57,17 @@ pub enum LinkEvent {
 struct Handle {
     orders: mpsc::UnboundedSender<Order>,
     queue: Arc<tokio::sync::Mutex<Queue>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Tells the task to end (its link is started again): see [`Links::start`].
+    retire: Arc<tokio::sync::Notify>,
 }
 
 /// A link's orders: the channel they come by, and those taken from it and not yet written.
 /// Both outlive the link's task: when a link is started again (the replicas changed, the
 /// manager took the lead), the new task takes them over once the old one is gone, so that an
 /// order not yet written (an admin's fault clear queued while the backend was unreachable) is
-/// not lost with the old task. One written just before is lost with its connection, as with
-/// any link that breaks; revocations are sent again (`resend_unacked`).
+/// not lost with the old task. One written just before is delivered by the old task, which
+/// ends its stream and waits for the backend to have read it (`close_delivered`); one written
+/// to a link that breaks is lost with it, and revocations are sent again (`resend_unacked`).
 struct Queue {
     orders: mpsc::UnboundedReceiver<Order>,
     pending: Vec<Order>,
@@ -103,7 +105,9 @@ impl Links {
         Self { keys, events, timeout, hold, tuning, handles, latest: Default::default() }
     }
 
-    /// Starts (or restarts) the link to `host`.
+    /// Starts (or restarts) the link to `host`. A link running already is retired: it ends
+    /// once the backend read what it wrote (at most the backend timeout, after which a silent
+    /// backend is down anyway), and the new one takes its queue.
     pub fn start(&self, host: &Host) {
         let mut options = ConnectOptions::new(host.addr, "");
         options.server_name = host.server_name.clone();
@@ -114,7 +118,7 @@ impl Links {
         let mut handles = self.handles.lock().expect("links poisoned");
         let (orders, queue) = match handles.remove(&host.name) {
             Some(old) => {
-                old.task.abort();
+                old.retire.notify_one();
                 (old.orders, old.queue)
             }
             None => {
@@ -122,8 +126,10 @@ impl Links {
                 (orders, Arc::new(tokio::sync::Mutex::new(Queue { orders: rx, pending: Vec::new() })))
             }
         };
-        let task = tokio::spawn(run(host.name.clone(), options, self.keys.clone(), report, timing, queue.clone()));
-        handles.insert(host.name.clone(), Handle { orders, queue, task });
+        let retire = Arc::new(tokio::sync::Notify::new());
+        let link = Task { host: host.name.clone(), options, keys: self.keys.clone(), reporting: report, timing };
+        tokio::spawn(run(link, queue.clone(), retire.clone()));
+        handles.insert(host.name.clone(), Handle { orders, queue, retire });
     }
 
     /// Stops the link to `host` once its pending revocations are delivered.
@@ -163,6 +169,25 @@ impl Links {
 const DIAL_LIMIT: Duration = Duration::from_millis(500);
 /// The pause between two dials of a host that is down.
 const REDIAL_PAUSE: Duration = Duration::from_millis(200);
+/// What a link's task is given.
+struct Task {
+    host: String,
+    options: ConnectOptions,
+    keys: Arc<ManagerKeys>,
+    reporting: Reporting,
+    /// A backend silent this long is down; the lease backends hold sessions for.
+    timing: (Duration, Duration),
+}
+
+/// Ends a link whose orders are all written: the stream is finished, and the connection closed
+/// once the backend, having read every order, closes it (the backend's way; at most `limit`),
+/// so that nothing written and not yet delivered (a lossy network's retransmissions) is
+/// dropped with the connection.
+async fn close_delivered(link: &mut link::Link, reason: &'static [u8], limit: Duration) {
+    let _ = link.send.finish();
+    let _ = tokio::time::timeout(limit, link.connection.closed()).await;
+    link.connection.close(0u32.into(), reason);
+}
 
 /// Where a link reports.
 struct Reporting {
@@ -208,14 +233,8 @@ fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
     frames_bytes(&revokes).expect("encodes").to_vec()
 }
 
-async fn run(
-    host: String,
-    options: ConnectOptions,
-    keys: Arc<ManagerKeys>,
-    reporting: Reporting,
-    (timeout, hold): (Duration, Duration),
-    queue: Arc<tokio::sync::Mutex<Queue>>,
-) {
+async fn run(task: Task, queue: Arc<tokio::sync::Mutex<Queue>>, retire: Arc<tokio::sync::Notify>) {
+    let Task { host, options, keys, reporting, timing: (timeout, hold) } = task;
     // Held for the task's life: a task started in this one's place waits until it is gone.
     let mut queue = queue.lock_owned().await;
     let Queue { orders: revokes, pending } = &mut *queue;
@@ -301,12 +320,16 @@ async fn run(
                             None => {
                                 // Removed: deliver what is pending, then leave.
                                 let _ = link.send.write_all(&orders_bytes(&host, pending, link.version)).await;
-                                let _ = link.send.finish();
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                                link.connection.close(0u32.into(), b"host removed");
+                                close_delivered(&mut link, b"host removed", timeout).await;
                                 return;
                             }
                         },
+                        // Started again: what this link wrote is read before it goes; orders
+                        // still in the channel are the new link's.
+                        () = retire.notified() => {
+                            close_delivered(&mut link, b"link restarted", timeout).await;
+                            return;
+                        }
                     }
                 }
                 // A backend that shuts down in order closes its connections with NORMAL: that
@@ -352,6 +375,8 @@ async fn run(
                     Some(revoke) => pending.push(revoke),
                     None => return,
                 },
+                // Started again: the pending orders are the new link's.
+                () = retire.notified() => return,
             }
         }
     }
@@ -383,10 +408,10 @@ impl std::fmt::Display for DialError {
 
 #[cfg(test)]
 impl Links {
-    /// Ends `host`'s link and returns the orders it left unsent, in their order.
+    /// Retires `host`'s link and returns the orders it left unsent, in their order.
     async fn left_unsent(&self, host: &str) -> Vec<Order> {
         let handle = self.handles.lock().expect("links poisoned").remove(host).expect("a link");
-        handle.task.abort();
+        handle.retire.notify_one();
         let mut queue = handle.queue.lock().await;
         while let Ok(order) = queue.orders.try_recv() {
             queue.pending.push(order);
@@ -398,7 +423,13 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ac_proto::backend::{Hello, Reply, ALPN};
     use ac_proto::capability::Signer;
+    use ac_proto::frame::{frame_bytes, FrameReader};
+    use ac_proto::tls;
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::net::UdpSocket;
 
     /// Orders queued while a backend is unreachable outlive its link being started again (as
     /// when the replicas change): the new link takes them over, an admin's fault clear
@@ -410,24 +441,34 @@ mod tests {
             .expect("no link waits forever");
     }
 
-    async fn restart_with_orders_queued() {
+    /// Links reporting to `events`, a backend silent for `timeout` being down.
+    fn links(events: mpsc::UnboundedSender<LinkEvent>, timeout: Duration) -> Links {
         let signer = Signer::from_pkcs8(&Signer::generate_pkcs8().unwrap()).unwrap();
-        let (events, _heard) = mpsc::unbounded_channel();
-        let timing = (Duration::from_secs(1), Duration::from_secs(1));
-        let links = Links::new(Arc::new(ManagerKeys::new(signer, Vec::new())), events, timing, Tuning::default());
-        // A CA that does not parse: the link never dials, it waits to try again.
-        let host = Host {
+        let timing = (timeout, Duration::from_secs(1));
+        Links::new(Arc::new(ManagerKeys::new(signer, Vec::new())), events, timing, Tuning::default())
+    }
+
+    /// Host `h1`, its backend at `addr` with a certificate for `server_name` from `ca_pem`.
+    fn host(addr: SocketAddr, server_name: &str, ca_pem: &str) -> Host {
+        Host {
             name: "h1".into(),
-            addr: "127.0.0.1:9".parse().unwrap(),
-            server_name: "h1".into(),
-            ca_pem: "not a certificate".into(),
+            addr,
+            server_name: server_name.into(),
+            ca_pem: ca_pem.into(),
             labels: Vec::new(),
             draining: false,
             up: false,
             devices: Vec::new(),
             mismatch: None,
             states: Default::default(),
-        };
+        }
+    }
+
+    async fn restart_with_orders_queued() {
+        let (events, _heard) = mpsc::unbounded_channel();
+        let links = links(events, Duration::from_secs(1));
+        // A CA that does not parse: the link never dials, it waits to try again.
+        let host = host("127.0.0.1:9".parse().unwrap(), "h1", "not a certificate");
         links.start(&host);
         assert!(links.clear_faults("h1", 3));
         links.revoke("h1", 7, 100);
@@ -444,5 +485,138 @@ mod tests {
         let left = links.left_unsent("h1").await;
         let revoke = |capability| Order::Revoke(Revoke { capability, expires: 100 });
         assert_eq!(left, vec![Order::ClearFaults { index: 3 }, revoke(7), revoke(8)]);
+    }
+
+    /// A backend's side of registration links: it welcomes each link, and reads a link's
+    /// orders only when the test says (as a busy backend reads late).
+    struct Backend {
+        endpoint: quinn::Endpoint,
+        ca_pem: String,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A welcomed link: its connection, its orders' reader, and the stream's sending half
+    /// (kept: its end would end the link).
+    type Welcomed = (quinn::Connection, FrameReader, quinn::SendStream);
+
+    impl Backend {
+        fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let files = tls::ensure_self_signed(dir.path(), &["localhost".to_string()], &[]).unwrap();
+            let crypto = tls::server_crypto(tls::load_identity(&files.cert, &files.key).unwrap(), ALPN).unwrap();
+            let addr = "127.0.0.1:0".parse().unwrap();
+            let endpoint = ac_proto::transport::server_endpoint(addr, crypto, &Tuning::default(), None).unwrap();
+            Self { endpoint, ca_pem: std::fs::read_to_string(&files.ca_cert).unwrap(), _dir: dir }
+        }
+
+        /// Accepts the next link and welcomes its registration (a dial the link gave up on
+        /// mid-handshake, as while its packets are lost, is passed over: it dials again).
+        async fn welcome(&self) -> Welcomed {
+            let connection = loop {
+                if let Ok(connection) = self.endpoint.accept().await.expect("a link").await {
+                    break connection;
+                }
+            };
+            let (mut send, mut recv) = connection.accept_bi().await.expect("its stream");
+            let mut preamble = [0u8; 4];
+            recv.read_exact(&mut preamble).await.expect("a preamble");
+            let mut reader = FrameReader::new(recv);
+            let _: Hello = reader.expect_frame().await.expect("a hello");
+            let welcome = Reply { id: 0, response: Response::Devices(Vec::new()) };
+            send.write_all(&frame_bytes(&welcome).unwrap()).await.expect("a welcome");
+            (connection, reader, send)
+        }
+    }
+
+    /// A UDP relay in front of a backend, one socket per client address (as a NAT), whose
+    /// datagrams toward the backend the test can drop: a link that loses its packets.
+    struct Relay {
+        addr: SocketAddr,
+        dropping: Arc<AtomicBool>,
+    }
+
+    impl Relay {
+        async fn new(backend: SocketAddr) -> Self {
+            let outer = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+            let relay = Relay { addr: outer.local_addr().unwrap(), dropping: Arc::new(AtomicBool::new(false)) };
+            let dropping = relay.dropping.clone();
+            tokio::spawn(async move {
+                let mut inners: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+                let mut buf = vec![0u8; 65536];
+                while let Ok((n, client)) = outer.recv_from(&mut buf).await {
+                    let inner = match inners.get(&client) {
+                        Some(inner) => inner.clone(),
+                        None => {
+                            let inner = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+                            inner.connect(backend).await.unwrap();
+                            tokio::spawn(answer(inner.clone(), outer.clone(), client));
+                            inners.insert(client, inner.clone());
+                            inner
+                        }
+                    };
+                    if !dropping.load(Ordering::SeqCst) {
+                        let _ = inner.send(&buf[..n]).await;
+                    }
+                }
+            });
+            relay
+        }
+    }
+
+    /// The backend's datagrams to `client`, relayed.
+    async fn answer(inner: Arc<UdpSocket>, outer: Arc<UdpSocket>, client: SocketAddr) {
+        let mut buf = vec![0u8; 65536];
+        while let Ok(n) = inner.recv(&mut buf).await {
+            let _ = outer.send_to(&buf[..n], client).await;
+        }
+    }
+
+    /// A link's orders read to the end of its stream (or its loss), then the connection closed
+    /// as a backend closes it.
+    async fn read_to_end((connection, mut reader, _send): Welcomed) -> Vec<Order> {
+        let mut orders = Vec::new();
+        while let Ok(Some(order)) = reader.read_frame::<Order>().await {
+            orders.push(order);
+        }
+        connection.close(close::NORMAL.into(), b"orders read");
+        orders
+    }
+
+    /// An order the link wrote just before it was started again reaches the backend, even
+    /// when its packets were lost until then: the old link ends its stream and waits for the
+    /// backend to read it, where it used to drop the connection with the order undelivered (a
+    /// fault clear, which nothing sends again).
+    #[tokio::test]
+    async fn an_order_written_just_before_a_restart_is_delivered() {
+        tokio::time::timeout(Duration::from_secs(60), restart_after_an_order_is_written())
+            .await
+            .expect("no link waits forever");
+    }
+
+    async fn restart_after_an_order_is_written() {
+        let backend = Backend::new();
+        let relay = Relay::new(backend.endpoint.local_addr().unwrap()).await;
+        let (events, mut heard) = mpsc::unbounded_channel();
+        let links = links(events, Duration::from_secs(30));
+        let host = host(relay.addr, "localhost", &backend.ca_pem);
+        links.start(&host);
+        let first = backend.welcome().await;
+        while heard.recv().await != Some(LinkEvent::Up { host: "h1".into(), up: true }) {}
+        // The order is written while the link loses its packets, and the link started again.
+        relay.dropping.store(true, Ordering::SeqCst);
+        assert!(links.clear_faults("h1", 3));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        links.start(&host);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        relay.dropping.store(false, Ordering::SeqCst);
+        // Without the wait, the first connection is gone: its stream ends when the backend's
+        // side times out (10 s), the order never read.
+        let first = read_to_end(first).await;
+        let second = backend.welcome().await;
+        // Removed: the second link ends its stream once its orders are written.
+        links.stop("h1");
+        let second = read_to_end(second).await;
+        let cleared = first.iter().chain(&second).filter(|o| **o == Order::ClearFaults { index: 3 }).count();
+        assert_eq!(cleared, 1, "the first link's orders {first:?}, the second's {second:?}");
     }
 }
