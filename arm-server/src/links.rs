@@ -182,11 +182,20 @@ struct Task {
 /// Ends a link whose orders are all written: the stream is finished, and the connection closed
 /// once the backend, having read every order, closes it (the backend's way; at most `limit`),
 /// so that nothing written and not yet delivered (a lossy network's retransmissions) is
-/// dropped with the connection.
-async fn close_delivered(link: &mut link::Link, reason: &'static [u8], limit: Duration) {
+/// dropped with the connection. Whether the backend closed it in time.
+async fn close_delivered(link: &mut link::Link, reason: &'static [u8], limit: Duration) -> bool {
     let _ = link.send.finish();
-    let _ = tokio::time::timeout(limit, link.connection.closed()).await;
+    let closed = tokio::time::timeout(limit, link.connection.closed()).await.is_ok();
     link.connection.close(0u32.into(), reason);
+    closed
+}
+
+/// Writes `orders` on `link`, failing if the backend takes them in no sooner than `limit` (a
+/// backend that stops reading but keeps its connection would hold the link, and every link
+/// started after it, forever).
+async fn write_orders(host: &str, link: &mut link::Link, orders: &[Order], limit: Duration) -> bool {
+    let bytes = orders_bytes(host, orders, link.version);
+    matches!(tokio::time::timeout(limit, link.send.write_all(&bytes)).await, Ok(Ok(())))
 }
 
 /// Where a link reports.
@@ -236,7 +245,12 @@ fn orders_bytes(host: &str, orders: &[Order], version: u16) -> Vec<u8> {
 async fn run(task: Task, queue: Arc<tokio::sync::Mutex<Queue>>, retire: Arc<tokio::sync::Notify>) {
     let Task { host, options, keys, reporting, timing: (timeout, hold) } = task;
     // Held for the task's life: a task started in this one's place waits until it is gone.
-    let mut queue = queue.lock_owned().await;
+    // Retired before it took the queue over (started again twice in a row): it never links.
+    let mut queue = tokio::select! {
+        biased;
+        () = retire.notified() => return,
+        queue = queue.lock_owned() => queue,
+    };
     let Queue { orders: revokes, pending } = &mut *queue;
     let events = reporting.events.clone();
     let mut warned = false;
@@ -288,7 +302,7 @@ async fn run(task: Task, queue: Arc<tokio::sync::Mutex<Queue>>, retire: Arc<toki
                         pending.push(revoke);
                     }
                     if !pending.is_empty() {
-                        if link.send.write_all(&orders_bytes(&host, pending, link.version)).await.is_err() {
+                        if !write_orders(&host, &mut link, pending, timeout).await {
                             break 'serve;
                         }
                         pending.clear();
@@ -319,7 +333,7 @@ async fn run(task: Task, queue: Arc<tokio::sync::Mutex<Queue>>, retire: Arc<toki
                             Some(revoke) => pending.push(revoke),
                             None => {
                                 // Removed: deliver what is pending, then leave.
-                                let _ = link.send.write_all(&orders_bytes(&host, pending, link.version)).await;
+                                write_orders(&host, &mut link, pending, timeout).await;
                                 close_delivered(&mut link, b"host removed", timeout).await;
                                 return;
                             }
@@ -327,7 +341,10 @@ async fn run(task: Task, queue: Arc<tokio::sync::Mutex<Queue>>, retire: Arc<toki
                         // Started again: what this link wrote is read before it goes; orders
                         // still in the channel are the new link's.
                         () = retire.notified() => {
-                            close_delivered(&mut link, b"link restarted", timeout).await;
+                            if !close_delivered(&mut link, b"link restarted", timeout).await {
+                                // Silent as long as a down backend is: the new link finds out.
+                                let _ = events.send(LinkEvent::Up { host: host.clone(), up: false });
+                            }
                             return;
                         }
                     }
@@ -477,7 +494,7 @@ mod tests {
         links.start(&host);
         links.revoke("h1", 8, 100);
         links.start(&host);
-        // The last task took the queue over: it holds it (the others are gone).
+        // A task holds the queue (the last, or one retired and about to give it up).
         let queue = links.handles.lock().expect("links poisoned")["h1"].queue.clone();
         while queue.try_lock().is_ok() {
             tokio::time::sleep(Duration::from_millis(5)).await;

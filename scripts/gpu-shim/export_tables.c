@@ -35,7 +35,9 @@ int main(void) {
         printf("table %s: status %d\n", ids[t], rc);
         if (rc != 0 || !table) continue;
         const uintptr_t *w = table;
-        for (int i = 0; i < 96; i++) {
+        /* The size slot, where it looks like one, bounds the read: a table may end at a page. */
+        int words = w[0] % sizeof(void *) == 0 && w[0] / sizeof(void *) - 1 < 96 ? (int)(w[0] / sizeof(void *)) : 96;
+        for (int i = 0; i < words; i++) {
             Dl_info info;
             int in_cuda = dladdr((void *)w[i], &info) && info.dli_fname && strstr(info.dli_fname, "libcuda");
             printf("  [%2d] %#18lx%s\n", i, (unsigned long)w[i], in_cuda ? " (libcuda)" : "");

@@ -190,71 +190,14 @@ static U tr_t6e_96(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a
 static U tr_t6e_97(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(1, "6e163fbe", 97, (slot_fn)orig_t6e[97], a); }
 static U tr_t6e_98(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(1, "6e163fbe", 98, (slot_fn)orig_t6e[98], a); }
 static const slot_fn tr_t6e[99] = {0, tr_t6e_1, tr_t6e_2, tr_t6e_3, tr_t6e_4, tr_t6e_5, tr_t6e_6, tr_t6e_7, tr_t6e_8, tr_t6e_9, tr_t6e_10, tr_t6e_11, tr_t6e_12, tr_t6e_13, tr_t6e_14, tr_t6e_15, tr_t6e_16, tr_t6e_17, tr_t6e_18, tr_t6e_19, tr_t6e_20, tr_t6e_21, tr_t6e_22, tr_t6e_23, tr_t6e_24, tr_t6e_25, tr_t6e_26, tr_t6e_27, tr_t6e_28, tr_t6e_29, tr_t6e_30, tr_t6e_31, tr_t6e_32, tr_t6e_33, tr_t6e_34, tr_t6e_35, tr_t6e_36, tr_t6e_37, tr_t6e_38, tr_t6e_39, tr_t6e_40, tr_t6e_41, tr_t6e_42, tr_t6e_43, tr_t6e_44, tr_t6e_45, tr_t6e_46, tr_t6e_47, tr_t6e_48, tr_t6e_49, tr_t6e_50, tr_t6e_51, tr_t6e_52, tr_t6e_53, tr_t6e_54, tr_t6e_55, tr_t6e_56, tr_t6e_57, tr_t6e_58, tr_t6e_59, tr_t6e_60, tr_t6e_61, tr_t6e_62, tr_t6e_63, tr_t6e_64, tr_t6e_65, tr_t6e_66, tr_t6e_67, tr_t6e_68, tr_t6e_69, tr_t6e_70, tr_t6e_71, tr_t6e_72, tr_t6e_73, tr_t6e_74, tr_t6e_75, tr_t6e_76, tr_t6e_77, tr_t6e_78, tr_t6e_79, tr_t6e_80, tr_t6e_81, tr_t6e_82, tr_t6e_83, tr_t6e_84, tr_t6e_85, tr_t6e_86, tr_t6e_87, tr_t6e_88, tr_t6e_89, tr_t6e_90, tr_t6e_91, tr_t6e_92, tr_t6e_93, tr_t6e_94, tr_t6e_95, tr_t6e_96, tr_t6e_97, tr_t6e_98};
-static U orig_tda[64], copy_tda[64];
+static U orig_tda[7], copy_tda[7];
 static U tr_tda_1(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 1, (slot_fn)orig_tda[1], a); }
 static U tr_tda_2(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 2, (slot_fn)orig_tda[2], a); }
 static U tr_tda_3(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 3, (slot_fn)orig_tda[3], a); }
 static U tr_tda_4(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 4, (slot_fn)orig_tda[4], a); }
 static U tr_tda_5(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 5, (slot_fn)orig_tda[5], a); }
 static U tr_tda_6(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 6, (slot_fn)orig_tda[6], a); }
-static U tr_tda_7(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 7, (slot_fn)orig_tda[7], a); }
-static U tr_tda_8(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 8, (slot_fn)orig_tda[8], a); }
-static U tr_tda_9(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 9, (slot_fn)orig_tda[9], a); }
-static U tr_tda_10(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 10, (slot_fn)orig_tda[10], a); }
-static U tr_tda_11(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 11, (slot_fn)orig_tda[11], a); }
-static U tr_tda_12(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 12, (slot_fn)orig_tda[12], a); }
-static U tr_tda_13(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 13, (slot_fn)orig_tda[13], a); }
-static U tr_tda_14(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 14, (slot_fn)orig_tda[14], a); }
-static U tr_tda_15(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 15, (slot_fn)orig_tda[15], a); }
-static U tr_tda_16(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 16, (slot_fn)orig_tda[16], a); }
-static U tr_tda_17(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 17, (slot_fn)orig_tda[17], a); }
-static U tr_tda_18(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 18, (slot_fn)orig_tda[18], a); }
-static U tr_tda_19(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 19, (slot_fn)orig_tda[19], a); }
-static U tr_tda_20(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 20, (slot_fn)orig_tda[20], a); }
-static U tr_tda_21(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 21, (slot_fn)orig_tda[21], a); }
-static U tr_tda_22(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 22, (slot_fn)orig_tda[22], a); }
-static U tr_tda_23(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 23, (slot_fn)orig_tda[23], a); }
-static U tr_tda_24(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 24, (slot_fn)orig_tda[24], a); }
-static U tr_tda_25(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 25, (slot_fn)orig_tda[25], a); }
-static U tr_tda_26(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 26, (slot_fn)orig_tda[26], a); }
-static U tr_tda_27(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 27, (slot_fn)orig_tda[27], a); }
-static U tr_tda_28(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 28, (slot_fn)orig_tda[28], a); }
-static U tr_tda_29(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 29, (slot_fn)orig_tda[29], a); }
-static U tr_tda_30(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 30, (slot_fn)orig_tda[30], a); }
-static U tr_tda_31(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 31, (slot_fn)orig_tda[31], a); }
-static U tr_tda_32(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 32, (slot_fn)orig_tda[32], a); }
-static U tr_tda_33(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 33, (slot_fn)orig_tda[33], a); }
-static U tr_tda_34(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 34, (slot_fn)orig_tda[34], a); }
-static U tr_tda_35(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 35, (slot_fn)orig_tda[35], a); }
-static U tr_tda_36(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 36, (slot_fn)orig_tda[36], a); }
-static U tr_tda_37(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 37, (slot_fn)orig_tda[37], a); }
-static U tr_tda_38(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 38, (slot_fn)orig_tda[38], a); }
-static U tr_tda_39(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 39, (slot_fn)orig_tda[39], a); }
-static U tr_tda_40(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 40, (slot_fn)orig_tda[40], a); }
-static U tr_tda_41(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 41, (slot_fn)orig_tda[41], a); }
-static U tr_tda_42(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 42, (slot_fn)orig_tda[42], a); }
-static U tr_tda_43(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 43, (slot_fn)orig_tda[43], a); }
-static U tr_tda_44(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 44, (slot_fn)orig_tda[44], a); }
-static U tr_tda_45(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 45, (slot_fn)orig_tda[45], a); }
-static U tr_tda_46(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 46, (slot_fn)orig_tda[46], a); }
-static U tr_tda_47(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 47, (slot_fn)orig_tda[47], a); }
-static U tr_tda_48(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 48, (slot_fn)orig_tda[48], a); }
-static U tr_tda_49(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 49, (slot_fn)orig_tda[49], a); }
-static U tr_tda_50(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 50, (slot_fn)orig_tda[50], a); }
-static U tr_tda_51(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 51, (slot_fn)orig_tda[51], a); }
-static U tr_tda_52(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 52, (slot_fn)orig_tda[52], a); }
-static U tr_tda_53(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 53, (slot_fn)orig_tda[53], a); }
-static U tr_tda_54(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 54, (slot_fn)orig_tda[54], a); }
-static U tr_tda_55(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 55, (slot_fn)orig_tda[55], a); }
-static U tr_tda_56(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 56, (slot_fn)orig_tda[56], a); }
-static U tr_tda_57(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 57, (slot_fn)orig_tda[57], a); }
-static U tr_tda_58(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 58, (slot_fn)orig_tda[58], a); }
-static U tr_tda_59(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 59, (slot_fn)orig_tda[59], a); }
-static U tr_tda_60(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 60, (slot_fn)orig_tda[60], a); }
-static U tr_tda_61(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 61, (slot_fn)orig_tda[61], a); }
-static U tr_tda_62(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 62, (slot_fn)orig_tda[62], a); }
-static U tr_tda_63(U a0, U a1, U a2, U a3, U a4, U a5, U a6, U a7) { U a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}; return traced(2, "da9151d3", 63, (slot_fn)orig_tda[63], a); }
-static const slot_fn tr_tda[64] = {0, tr_tda_1, tr_tda_2, tr_tda_3, tr_tda_4, tr_tda_5, tr_tda_6, tr_tda_7, tr_tda_8, tr_tda_9, tr_tda_10, tr_tda_11, tr_tda_12, tr_tda_13, tr_tda_14, tr_tda_15, tr_tda_16, tr_tda_17, tr_tda_18, tr_tda_19, tr_tda_20, tr_tda_21, tr_tda_22, tr_tda_23, tr_tda_24, tr_tda_25, tr_tda_26, tr_tda_27, tr_tda_28, tr_tda_29, tr_tda_30, tr_tda_31, tr_tda_32, tr_tda_33, tr_tda_34, tr_tda_35, tr_tda_36, tr_tda_37, tr_tda_38, tr_tda_39, tr_tda_40, tr_tda_41, tr_tda_42, tr_tda_43, tr_tda_44, tr_tda_45, tr_tda_46, tr_tda_47, tr_tda_48, tr_tda_49, tr_tda_50, tr_tda_51, tr_tda_52, tr_tda_53, tr_tda_54, tr_tda_55, tr_tda_56, tr_tda_57, tr_tda_58, tr_tda_59, tr_tda_60, tr_tda_61, tr_tda_62, tr_tda_63};
+static const slot_fn tr_tda[7] = {0, tr_tda_1, tr_tda_2, tr_tda_3, tr_tda_4, tr_tda_5, tr_tda_6};
 
 static const void *wrap(const void *table, const char *id) {
     if (!strcmp(id, "69a28e9f24498b47b030c5da330ea4e9")) {
@@ -274,7 +217,7 @@ static const void *wrap(const void *table, const char *id) {
     if (!strcmp(id, "da9151d33ae6cc41a5c04f26d533e328")) {
         if (!copy_tda[0]) {
             memcpy(orig_tda, table, sizeof orig_tda);
-            for (int i = 0; i < 64; i++) copy_tda[i] = i && in_libcuda(orig_tda[i]) ? (U)tr_tda[i] : orig_tda[i];
+            for (int i = 0; i < 7; i++) copy_tda[i] = i && in_libcuda(orig_tda[i]) ? (U)tr_tda[i] : orig_tda[i];
         }
         return copy_tda;
     }
