@@ -188,7 +188,10 @@ async fn answer(
     let request: PeerRequest = match reader.expect_frame().await {
         Ok(request) => request,
         Err(e) => {
-            tracing::debug!(error = %e, "a malformed Raft RPC");
+            // Only a replica's certificate gets this far: one whose RPCs cannot be read (a
+            // version apart, or this decoder wrong) stalls replication, and an operator must
+            // see why (stop 80: a decoder's limit refused appends within the frame limit).
+            tracing::warn!(peer = %conn.remote_address(), node, error = %e, "a Raft RPC that cannot be read: not answered");
             return;
         }
     };
@@ -412,6 +415,46 @@ mod tests {
         let hint = entries_that_fit(64, 2 * MAX_FRAME);
         assert_eq!(hint, 28, "64 entries of 32 KiB: 28 fill nine tenths of a frame");
         assert!(hint * (2 * MAX_FRAME as u64 / 64) <= MAX_FRAME as u64);
+    }
+
+    /// An append whose frame is within the limit, as the leader sends it, is read by the
+    /// follower. bincode's decoder counts what it reads at its size in memory (a log index
+    /// written in two bytes counts eight), so 64 entries that filled the frame counted more
+    /// than the limit: the follower dropped the append unread ("stream ended unexpectedly" at
+    /// the leader), each time openraft sent the same entries again, and replication to it
+    /// stopped (docs/benchmarks/replication.md, stop 80).
+    #[test]
+    fn an_append_that_fills_the_frame_is_read() {
+        use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
+        let append = |op_len: usize| {
+            let entries = (0..64)
+                .map(|i| Entry::<ArmRaft> {
+                    log_id: LogId::new(CommittedLeaderId::new(3, 1), 2_000 + i),
+                    payload: EntryPayload::Normal(crate::Command {
+                        id: format!("1-17f3a2b4c5d6e7f8-{i}"),
+                        op: vec![7; op_len],
+                        term: Some(3),
+                    }),
+                })
+                .collect();
+            let prev_log_id = Some(LogId::new(CommittedLeaderId::new(3, 1), 1_999));
+            let rpc = AppendEntriesRequest { vote: Vote::new_committed(3, 1), prev_log_id, entries, leader_commit: None };
+            frame_bytes(&PeerRequest::Append(rpc)).expect("encoded")
+        };
+        // The largest ops that still fit: what `append_entries` sends as it is.
+        let mut op_len = MAX_FRAME / 64;
+        let frame = loop {
+            let frame = append(op_len);
+            if frame.len() <= MAX_FRAME + 4 {
+                break frame;
+            }
+            op_len -= (frame.len() - MAX_FRAME - 4).div_ceil(64);
+        };
+        assert!(frame.len() > MAX_FRAME - 64, "the frame is full: {} bytes", frame.len());
+        match ac_proto::codec::decode::<PeerRequest>(&frame[4..]) {
+            Ok(PeerRequest::Append(rpc)) => assert_eq!(rpc.entries.len(), 64),
+            other => panic!("the follower read {other:?}"),
+        }
     }
 
     /// However large the entries, the next try sends fewer, and at least one.

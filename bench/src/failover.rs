@@ -48,7 +48,7 @@ async fn leader(manager: &Manager) -> anyhow::Result<usize> {
         }
         if Instant::now() > deadline {
             for dir in &manager.dirs {
-                let log = std::fs::read_to_string(dir.with_extension("log")).unwrap_or_default();
+                let log = std::fs::read_to_string(crate::setup::daemon_log(dir)).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(15).collect();
                 eprintln!("{}:\n{}", dir.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
             }

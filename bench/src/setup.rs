@@ -82,6 +82,18 @@ impl Drop for Child_ {
 
 /// Starts daemon `name` (a sibling binary) on a free loopback port with its state in
 /// `state_dir` and `args` besides, quiet but for warnings, and waits for its address.
+/// Where the daemon on `state_dir` logs: beside its state, or, with `AC_BENCH_LOG_DIR` set, in
+/// that directory (kept after the run, whole, where the failover section prints only tails).
+pub(crate) fn daemon_log(state_dir: &std::path::Path) -> std::path::PathBuf {
+    match std::env::var_os("AC_BENCH_LOG_DIR") {
+        Some(dir) => {
+            let name = state_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            std::path::Path::new(&dir).join(format!("{name}.log"))
+        }
+        None => state_dir.with_extension("log"),
+    }
+}
+
 pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> anyhow::Result<(Child, SocketAddr)> {
     let exe = sibling(name)?;
     let addr_file = state_dir.with_extension("addr");
@@ -96,9 +108,15 @@ pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> a
         .arg(&addr_file)
         // `AC_BENCH_DAEMON_LOG=info` shows, say, each replica's takeover steps.
         .env("RUST_LOG", std::env::var("AC_BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()))
-        // Kept beside the state, for a failing run to show (`failover.rs`).
+        // Kept for a failing run to show (`failover.rs`); appended to, so that a daemon
+        // started again (a replica after its kill) adds to what it logged before.
         .stderr(
-            std::fs::File::create(state_dir.with_extension("log")).map(Stdio::from).unwrap_or_else(|_| Stdio::null()),
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(daemon_log(state_dir))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
         )
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
