@@ -227,12 +227,17 @@ impl ArmClient {
         let leader = *self.leader.lock().expect("leader poisoned");
         if let Some(leader) = leader {
             let dialled = tokio::time::timeout(LEADER_DIAL, self.dial(leader, self.name_of(leader), &tuning)).await;
-            if let Ok(Ok(connected)) = dialled {
-                let conn = connected.1.clone();
-                *link = Some(connected);
-                return Ok(conn);
-            }
+            let why = match dialled {
+                Ok(Ok(connected)) => {
+                    let conn = connected.1.clone();
+                    *link = Some(connected);
+                    return Ok(conn);
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no handshake in {LEADER_DIAL:?}"),
+            };
             // The leader named last is gone: every address again, to find the next one.
+            tracing::info!(%leader, why, "the leader named did not connect: dialling every replica");
             *self.leader.lock().expect("leader poisoned") = None;
         }
         // Every address at once: a dead one costs nothing (its handshake would only time out),

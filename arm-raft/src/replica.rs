@@ -54,6 +54,12 @@ pub struct ReplicaOptions {
     /// The certificates revoked (the manager's `revoked-certs`): a replica presenting one may
     /// not speak Raft to this one.
     pub revoked: network::Revoked,
+    /// Its endpoint's stateless-reset and connection-id keys, kept across restarts (the
+    /// manager's `reset.key`). The leader's connection to a replica killed and started again
+    /// is then reset by the new process at its first packet; without them it is held until its
+    /// idle timeout (10 s), the restarted replica hears no heartbeat, stands for election, and
+    /// deposes the leader once it is reached. `None`: keys of this process only.
+    pub lasting: Option<transport::LastingKeys>,
 }
 
 impl ReplicaOptions {
@@ -70,6 +76,7 @@ impl ReplicaOptions {
             snapshot_every: 10_000,
             logs_kept: 1_000,
             revoked: network::Revoked::none(),
+            lasting: None,
         }
     }
 }
@@ -206,7 +213,7 @@ impl<M: Machine> Replica<M> {
         let client_crypto =
             tls::client_crypto_with_identity(roots.clone(), network::ALPN, Some(client)).map_err(|e| setup(&e))?;
         let server_crypto = || tls::server_crypto_with_clients(server.clone(), network::ALPN, roots.clone());
-        let endpoint = bind(options.listen, server_crypto, &options.tuning).await?;
+        let endpoint = bind(options.listen, server_crypto, &options.tuning, options.lasting.as_ref()).await?;
         let peers = Peers::new(endpoint.clone(), Arc::new(client_crypto), options.tuning.clone());
         let config = raft_config(&options)?;
         let raft = Raft::new(options.id, config, peers, log, machine.clone()).await.map_err(|e| setup(&e))?;
@@ -386,6 +393,17 @@ impl<M: Machine> Replica<M> {
         self.machine.with(read)
     }
 
+    /// Stops at once, as a killed process would: the runtime its tasks run on goes first, so
+    /// nothing more is sent, no connection closed; the others are left with what a `kill -9`
+    /// leaves them (tests of a replica's restart). Returns once its tasks are dropped and with
+    /// them its store's file lock, as a process's exit releases it.
+    pub async fn kill(mut self) {
+        if let Some(runtime) = self.runtime.0.take() {
+            let _ = tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(5))).await;
+        }
+        drop(self);
+    }
+
     /// Stops the replica: its Raft node and its endpoint (the others see it gone).
     pub async fn shutdown(self) {
         self.tracker.abort();
@@ -403,11 +421,12 @@ async fn bind(
     listen: SocketAddr,
     crypto: impl Fn() -> Result<quinn::crypto::rustls::QuicServerConfig, ac_proto::ProtoError>,
     tuning: &Tuning,
+    lasting: Option<&transport::LastingKeys>,
 ) -> Result<Endpoint, ReplicationError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     loop {
         let crypto = crypto().map_err(|e| ReplicationError::Setup(e.to_string()))?;
-        match transport::server_endpoint(listen, crypto, tuning, None) {
+        match transport::server_endpoint(listen, crypto, tuning, lasting) {
             Ok(endpoint) => return Ok(endpoint),
             Err(ac_proto::ProtoError::Io(e))
                 if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline =>

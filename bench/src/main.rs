@@ -158,6 +158,21 @@ enum Helper {
     },
 }
 
+/// With `AC_BENCH_LOG_DIR` set, the programs' SDK logs (`AC_BENCH_CLIENT_LOG`, by default
+/// `ac_frontend=info`: each redirect to a leader) go to `ac-bench.log` there, beside the
+/// daemons' logs, to set one against the other.
+fn log_programs() -> anyhow::Result<()> {
+    let Some(dir) = std::env::var_os("AC_BENCH_LOG_DIR") else { return Ok(()) };
+    let file = std::fs::File::create(std::path::Path::new(&dir).join("ac-bench.log"))?;
+    let filter = std::env::var("AC_BENCH_CLIENT_LOG").unwrap_or_else(|_| "ac_frontend=info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .init();
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     ac_proto::daemon::quiet_on_closed_pipe();
     pin_the_mmap_threshold();
@@ -169,6 +184,7 @@ fn main() -> anyhow::Result<()> {
         Some(Helper::LocalPinned { mib, reps }) => return gpu::print_local_pinned(*mib << 20, *reps),
         Some(Helper::Profile { .. }) | None => {}
     }
+    log_programs()?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     if let Some(Helper::Profile { workload, seconds, stripes, lanes, in_task, mib }) = args.helper {
         let run = profile::run(workload, seconds, stripes, lanes, mib << 20);

@@ -6,8 +6,9 @@
 //! past its purge point catches up by a snapshot; a replica is replaced through a membership
 //! change; a learner is added without waiting for it to catch up, and a learner and a voter are
 //! removed (their certificates speak Raft no more); a replica down while a member joined in
-//! another's place follows the newcomer when it comes back. And a client without the cluster's
-//! certificate cannot speak Raft to a replica.
+//! another's place follows the newcomer when it comes back. A follower killed and started again
+//! is reached at once and deposes nobody. And a client without the cluster's certificate cannot
+//! speak Raft to a replica.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -33,6 +34,8 @@ fn options(dir: &Path, id: u64, listen: SocketAddr) -> ReplicaOptions {
     };
     let mut options = ReplicaOptions::new(id, listen, dir.join(format!("replica-{id}.redb")), tls);
     options.election_timeout = Duration::from_millis(500);
+    // As the manager keeps them (its `reset.key`): the same keys each time replica `id` starts.
+    options.lasting = Some(ac_proto::transport::lasting_keys(&dir.join(format!("keys-{id}"))).unwrap());
     options
 }
 
@@ -147,6 +150,55 @@ async fn a_standby_leads_when_the_leader_dies_and_nothing_is_lost_or_done_twice(
     assert_eq!(back.with(|p| p.holders.clone()), state);
     back.shutdown().await;
     for replica in replicas.into_iter().flatten() {
+        replica.shutdown().await;
+    }
+}
+
+/// A follower killed (nothing sent: the leader's connection to it is left open, as `kill -9`
+/// leaves it) and started again at once on its store is reached by the leader and catches up
+/// before it would stand for election, and nobody is deposed: the new process resets the
+/// leader's connection to the old one at its first packet (the endpoint keeps its reset key,
+/// `ReplicaOptions::lasting`). Without that key the leader sent into the dead connection until
+/// its idle timeout (10 s), while the restarted follower, hearing nothing, stood for election
+/// again and again, and its term deposed the leader once the leader reached it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_killed_and_started_again_is_reached_at_once_and_deposes_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    make_tls(dir.path());
+    let addrs: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
+    // Elections after 2-3 s without a heartbeat (a committed vote's lease and the timeout):
+    // the margin for a restarted follower to be reached on a loaded machine.
+    let options = |id: u64| {
+        let mut options = options(dir.path(), id, addrs[&id]);
+        options.election_timeout = Duration::from_secs(1);
+        options
+    };
+    let mut replicas = Vec::new();
+    for id in addrs.keys() {
+        replicas.push(Replica::start(options(*id), Pool::default()).await.unwrap());
+    }
+    replicas[0].initialize(&addrs).await.unwrap();
+    let all: Vec<&Replica<Pool>> = replicas.iter().collect();
+    let first = propose_anywhere(&all, command("r1", "take h1/0 a"), Duration::from_secs(10)).await;
+    applied_through(&all, first.index).await;
+    let leader = leader_among(&all).await;
+    let (leader, term) = (leader.id(), leader.term());
+    let follower = all.iter().map(|r| r.id()).find(|id| *id != leader).unwrap();
+    drop(all);
+
+    let at = replicas.iter().position(|r| r.id() == follower).unwrap();
+    replicas.remove(at).kill().await;
+    let standing: Vec<&Replica<Pool>> = replicas.iter().collect();
+    let second = propose_anywhere(&standing, command("r2", "take h2/0 b"), Duration::from_secs(10)).await;
+    let back = Replica::start(options(follower), Pool::default()).await.unwrap();
+    applied_through(&[&back], second.index).await;
+
+    let leads = standing.iter().find(|r| r.id() == leader).unwrap();
+    assert!(leads.is_leader(), "replica {leader} still leads");
+    assert_eq!((leads.term(), back.term()), (term, term), "no election: the restarted follower stood for none");
+    assert_eq!(back.with(|p| p.holders.clone()), leads.with(|p| p.holders.clone()));
+    back.shutdown().await;
+    for replica in replicas {
         replica.shutdown().await;
     }
 }
