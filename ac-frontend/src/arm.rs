@@ -104,9 +104,14 @@ pub struct ArmClient {
 /// How long a replica seen dying is not followed when named the leader: the others elect a
 /// new one within two seconds of its last heartbeat.
 const DEAD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
-/// How long the leader, dialled alone, has to answer before every replica is dialled: a live
-/// one answers a handshake in a round trip.
-const LEADER_DIAL: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long the leader, dialled alone, has to answer before every replica is dialled. An idle
+/// one answers in a round trip, but just after a failover the new leader answers a thousand
+/// programs' handshakes at once: at 500 ms a third of them gave up a handshake half done, dialled
+/// every replica, were sent back and dialled it again, more of the same work (2,796 given up
+/// over 20 kills under `ac-bench --only failover`, docs/benchmarks/replication.md, stop 80). A
+/// dead leader named (by a replica that has not seen it die yet) costs this much more once; one
+/// this program saw die is not followed at all ([`DEAD_FOR`]).
+const LEADER_DIAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Closes an endpoint when dropped, unless kept: a dial's, until it connects.
 struct CloseUnlessKept(Option<Endpoint>);
