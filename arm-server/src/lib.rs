@@ -16,7 +16,8 @@
 //!
 //! # Invariants
 //! - An accelerator has at most one holder; the core never hands out more than exist.
-//! - A request is answered only after the store has committed what it changed.
+//! - A request is answered only after the store has committed what it changed; a fresh
+//!   rejection of an `AC_Get`, which holds and promises nothing, is answered at once.
 //! - Secrets (job credentials, session tokens) are stored only as SHA-256 hashes.
 
 pub mod config;

@@ -113,6 +113,12 @@ impl Core {
         }
     }
 
+    /// Whether the request with `key` of this session was decided before and remembered (granted,
+    /// waiting, or rejected while it waited): an answer to it repeats that decision.
+    pub fn remembers(&self, token_hash: &str, key: &str) -> bool {
+        self.replay(token_hash, key).is_some()
+    }
+
     /// The answer already given to the request with `key` of this session, if any.
     fn replay(&self, token_hash: &str, key: &str) -> Option<GetOutcome> {
         if key.is_empty() {

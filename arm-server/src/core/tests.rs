@@ -81,6 +81,8 @@ fn dynamic_requests_are_granted_or_rejected_and_never_overallocate() {
     let GetOutcome::Granted(set) = core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap() else { panic!() };
     assert_eq!(core.get("t", &[], false, &ask(2, 2, "k1"), 0).unwrap(), GetOutcome::Granted(set), "a retry");
     assert!(matches!(core.get("t", &[], false, &ask(2, 2, "k2"), 0).unwrap(), GetOutcome::Rejected(_)));
+    // A grant is remembered (a retry repeats it); a rejection is not: the server tells it at once.
+    assert!(core.remembers("t", "k1") && !core.remembers("t", "k2"));
     assert_eq!(held(&core), 3);
     let first = core.sets[&set].accelerators[0].clone();
     core.free("t", set, Some(std::slice::from_ref(&first)), 1).unwrap();
@@ -113,6 +115,10 @@ fn partial_grants_and_waiting_requests() {
         panic!()
     };
     core.schedule(9);
+    // Rejected while it waited: a retry repeats a decision made earlier, which the server tells
+    // only once durable.
+    let retried = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a2") }, 9).unwrap();
+    assert!(matches!(retried, GetOutcome::Rejected(_)) && core.remembers("ta", "a2"), "{retried:?}");
     assert!(matches!(core.await_get("ta", late).unwrap(), GetOutcome::Rejected(_)));
     assert!(core.await_get("ta", late).is_err());
     let GetOutcome::Waiting(_) = core.get("ta", &[], false, &Ask { wait_s: 5, ..ask(1, 1, "a3") }, 10).unwrap() else {

@@ -1,5 +1,6 @@
-//! Group commit: a change is made on the core, queued, and answered once the store holds it;
-//! a failed commit rolls memory back to what the store holds.
+//! Group commit: a change is made on the core, queued, and answered once the store holds it
+//! (a fresh rejection of an `AC_Get`, which promises nothing, at once: [`Arm::decide`]); a
+//! failed commit rolls memory back to what the store holds.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -74,6 +75,18 @@ impl Commits {
     }
 }
 
+/// What a change's answer promises its caller ([`Arm::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Promise {
+    /// What the change made (a grant, a free, an id taken), or an answer that repeats one
+    /// decided earlier: told once durable, so that no failover or rollback takes it back.
+    Durable,
+    /// Nothing a failover could take back: a fresh rejection (no id taken, nothing held). Had
+    /// it seen a grant that is then lost, the program was told "no" as in any race for the
+    /// pool, and asks again.
+    Nothing,
+}
+
 /// The most a group commit waits after the last one ended. A group waits as long as the last
 /// one took (a commit on the disk, or a Raft round): without the wait, on a loaded host, a group
 /// started as soon as the last one ended, small, and the many more commits (and Raft rounds)
@@ -130,6 +143,19 @@ impl Arm {
         &self,
         change: impl FnOnce(&mut Core, u64) -> Result<T, ArmError>,
     ) -> Result<T, ArmError> {
+        self.decide(|core, now| change(core, now).map(|made| (made, Promise::Durable))).await
+    }
+
+    /// Runs a change on the core as [`Arm::mutate`] does, but its answer is given at once when
+    /// the change says that it promises nothing and revokes nothing: what it wrote (the ledger's
+    /// roll) commits with the next group, and its caller does not wait for it. A rejected
+    /// `AC_Get` was over half the requests under the 1,000-program load, each waiting for a
+    /// group commit (a Raft round on three replicas) to be told "no" (docs/benchmarks/replication.md,
+    /// "Stop 78").
+    pub(super) async fn decide<T>(
+        &self,
+        change: impl FnOnce(&mut Core, u64) -> Result<(T, Promise), ArmError>,
+    ) -> Result<T, ArmError> {
         let now_ms = accounting::unix_now_ms();
         let now = now_ms / 1000;
         let internal = |e: ArmServerError| err(ArmErrorKind::Internal, e.to_string());
@@ -151,14 +177,24 @@ impl Arm {
             let dirty = core.take_dirty();
             let changed = !dirty.is_empty();
             let changes = Store::snapshot(&core, &dirty).map_err(internal)?;
+            let revocations = core.take_revocations();
+            let told_at_once = matches!(result, Ok((_, Promise::Nothing))) && revocations.is_empty();
             // Queued under the core lock, so the commit order is the order of the changes.
             let mut commits = self.commits.lock().expect("commits poisoned");
-            commits.pending.extend(changes);
-            commits.queued += 1;
-            if !std::mem::replace(&mut commits.committer, true) {
-                self.start_committer();
+            // An answer told at once that changed nothing leaves nothing to commit.
+            if changed || !told_at_once {
+                commits.pending.extend(changes);
+                commits.queued += 1;
+                if !std::mem::replace(&mut commits.committer, true) {
+                    self.start_committer();
+                }
             }
-            (result, core.take_revocations(), commits.queued, changed)
+            if told_at_once {
+                drop(commits);
+                drop(core);
+                return self.told_at_once(result.map(|(answer, _)| answer));
+            }
+            (result, revocations, commits.queued, changed)
         };
         self.commit_through(mine).await.map_err(|e| match self.replication.as_ref() {
             // A change rolled back because the lead was lost (its own or a group's): the
@@ -174,7 +210,16 @@ impl Arm {
         for revocation in revocations {
             self.links.revoke(&revocation.host, revocation.capability, expires);
         }
-        result
+        result.map(|(answer, _)| answer)
+    }
+
+    /// An answer that promises nothing, given at once: by a replica that still leads as it
+    /// answers (one deposed while it waited for the core decides nothing, rejections included).
+    fn told_at_once<T>(&self, answer: Result<T, ArmError>) -> Result<T, ArmError> {
+        match self.replication.as_ref().filter(|r| !r.leading()) {
+            Some(replication) => Err(replication.not_leader()),
+            None => answer,
+        }
     }
 
     /// The sequence number of the last change queued: [`Arm::commit_through`] it to wait until

@@ -9,6 +9,7 @@ use ac_proto::arm::{
 };
 use ac_proto::capability::{self, unix_now};
 
+use super::commit::Promise;
 use super::lease::Link;
 use super::{batch, err, Answer, Arm};
 use crate::core::{Core, GetOutcome, StaticState};
@@ -75,7 +76,9 @@ impl Arm {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, link);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
-                let outcome = self.mutate(|core, now| core.get(&token_hash, &[], false, &ask, now)).await?;
+                let outcome = self
+                    .get_decided(&token_hash, &ask.key, |core, now| core.get(&token_hash, &[], false, &ask, now))
+                    .await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
             }
@@ -83,7 +86,9 @@ impl Arm {
                 let token_hash = keys::hash(&token);
                 self.attach(&token_hash, link);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
-                let outcome = self.mutate(|core, now| core.get_elastic(&token_hash, &ask, notice_s, now)).await?;
+                let outcome = self
+                    .get_decided(&token_hash, &ask.key, |core, now| core.get_elastic(&token_hash, &ask, notice_s, now))
+                    .await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, false, ask.max)
             }
@@ -93,7 +98,9 @@ impl Arm {
                 let total = parts.iter().map(|(_, n)| n).sum();
                 let ask = Ask::exactly(total, key);
                 let _in_flight = batch::InFlight::new(&self.grants_in_flight);
-                let outcome = self.mutate(|core, now| core.get(&token_hash, &parts, true, &ask, now)).await?;
+                let outcome = self
+                    .get_decided(&token_hash, &ask.key, |core, now| core.get(&token_hash, &parts, true, &ask, now))
+                    .await?;
                 let outcome = self.record_grant(outcome, &token_hash).await?;
                 self.get_answer(outcome, &token_hash, true, total)
             }
@@ -248,6 +255,23 @@ impl Arm {
             }
             let _ = tokio::time::timeout_at(until, changed).await;
         }
+    }
+
+    /// An `AC_Get` decided on the core: a fresh rejection (the request not remembered: not a
+    /// replay of one decided earlier) promises nothing and is told at once; anything else once
+    /// durable.
+    async fn get_decided(
+        &self,
+        token_hash: &str,
+        key: &str,
+        decide: impl FnOnce(&mut Core, u64) -> Result<GetOutcome, ArmError>,
+    ) -> Result<GetOutcome, ArmError> {
+        self.decide(|core, now| {
+            let outcome = decide(core, now)?;
+            let fresh_rejection = matches!(outcome, GetOutcome::Rejected(_)) && !core.remembers(token_hash, key);
+            Ok((outcome, if fresh_rejection { Promise::Nothing } else { Promise::Durable }))
+        })
+        .await
     }
 
     /// The answer to an `AC_Get`: this node's share of a granted set (every node's for a

@@ -148,3 +148,39 @@ async fn changes_that_waited_for_the_committers_turn_are_committed_when_it_ends(
     assert_eq!(jobs.len(), 8);
     arm.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_rejection_is_told_while_no_group_can_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let arm = manager(&dir).await;
+    let Ok(Response::Submitted { credential, .. }) = ask(&arm, submit("j1", 0), Some(Role::Admin)).await else {
+        panic!("an admin submits a job")
+    };
+    let init = Request::Init {
+        auth: JobAuth::Credential { job: "j1".into(), secret: credential },
+        node: "n1".into(),
+        token: token('r'),
+    };
+    assert!(matches!(ask(&arm, init, None).await, Ok(Response::Session { .. })), "the job's session opens");
+    // The committer's turn held: no group commits, so an answer that waits for one never comes.
+    let turn = arm.arm.committing.lock().await;
+    let get = |key: &str| Request::Get { token: token('r'), ask: Ask::exactly(1, key.into()) };
+    // The pool is empty: the AC_Get is refused, which promises nothing and is told at once.
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(10), ask(&arm, get("k1"), None)).await;
+    match refused {
+        Ok(Ok(Response::Rejected { reason })) => assert!(reason.contains("1 accelerator(s) asked"), "{reason}"),
+        other => panic!("the AC_Get was not refused at once while no group could commit: {other:?}"),
+    }
+    // A change that holds something (a job submitted) still waits for its group.
+    let submitting = {
+        let arm = arm.arm.clone();
+        tokio::spawn(async move { arm.handle(submit("j2", 0), &caller(Some(Role::Admin)), &Link::new()).await })
+    };
+    // It can never be answered while the turn is held; a while is given for it to try.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!submitting.is_finished(), "a submission was answered before it was committed");
+    drop(turn);
+    let submitted = tokio::time::timeout(std::time::Duration::from_secs(10), submitting).await;
+    assert!(matches!(submitted, Ok(Ok(Ok(Response::Submitted { .. })))), "{submitted:?}");
+    arm.shutdown().await;
+}
