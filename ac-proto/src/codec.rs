@@ -8,21 +8,26 @@ use crate::ProtoError;
 /// Largest encoded message accepted (bytes). Messages are small; bulk data travels raw.
 pub const MAX_FRAME: usize = 1 << 20;
 
-/// What the decoder of one message may count, against a hostile length's allocation. bincode
-/// counts each value read at its size in memory, not as written: a `u64` counts 8 bytes however
-/// few it was written in, a `u128` 16 for one written byte. A limit of [`MAX_FRAME`] refused
-/// frames within it: a Raft append of 64 entries filling the frame counted a few KiB more than
-/// written, and the follower dropped it unread each time it was sent again (stop 80). Sixteen
-/// frames' worth is what a frame within the limit can count.
-const DECODE_LIMIT: usize = 16 * MAX_FRAME;
+/// bincode counts what it decodes at its size in memory, not as written: a `u64` counts 8
+/// bytes however few it was written in, a `u128` 16 for one written byte. Its limit on that
+/// count is what bounds a hostile length's allocation (a string's bytes are allocated, zeroed,
+/// before they are read). A limit of [`MAX_FRAME`] refused frames within it: a Raft append of
+/// 64 entries filling the frame counted a few KiB more than written, and every follower
+/// dropped it unread each time it was sent again (stop 80). A frame may count sixteen times
+/// its size, the most it can, with the limit stepping with the frame's size: a frame of a few
+/// bytes still allocates no more than 64 KiB. Up to this size (4 KiB), 16 times it.
+const SMALL_FRAME: usize = 4 << 10;
+/// Up to this size (64 KiB), a frame may count 16 times it (1 MiB); a larger one 16 MiB.
+const MEDIUM_FRAME: usize = 64 << 10;
 
 fn config() -> impl bincode::config::Config {
     bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<MAX_FRAME>()
 }
 
-/// [`config`], with room for what a frame within [`MAX_FRAME`] counts as it is read.
-fn decode_config() -> impl bincode::config::Config {
-    bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<DECODE_LIMIT>()
+/// Decodes `bytes` whole with the decoder's count limited to `LIMIT`: (the message, bytes used).
+fn decode_limited<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<(T, usize), ProtoError> {
+    let config = bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<LIMIT>();
+    bincode::serde::decode_from_slice(bytes, config).map_err(|e| ProtoError::Malformed(e.to_string()))
 }
 
 /// Appends the encoding of `msg` to `out`.
@@ -35,8 +40,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProtoError> {
     if bytes.len() > MAX_FRAME {
         return Err(ProtoError::FrameTooLarge { len: bytes.len() as u64, limit: MAX_FRAME as u64 });
     }
-    let (msg, used) =
-        bincode::serde::decode_from_slice(bytes, decode_config()).map_err(|e| ProtoError::Malformed(e.to_string()))?;
+    let (msg, used) = if bytes.len() <= SMALL_FRAME {
+        decode_limited::<T, { 16 * SMALL_FRAME }>(bytes)?
+    } else if bytes.len() <= MEDIUM_FRAME {
+        decode_limited::<T, { 16 * MEDIUM_FRAME }>(bytes)?
+    } else {
+        decode_limited::<T, { 16 * MAX_FRAME }>(bytes)?
+    };
     if used != bytes.len() {
         return Err(ProtoError::Malformed(format!("{} trailing bytes after message", bytes.len() - used)));
     }
@@ -77,6 +87,22 @@ mod tests {
         let mut buf = Vec::new();
         encode_into(&msg, &mut buf).unwrap();
         assert!(buf.len() < MAX_FRAME / 2, "{} bytes written", buf.len());
+        assert_eq!(decode::<Sample>(&buf).unwrap(), msg);
+    }
+
+    /// A frame of a few bytes announcing a string of 15 MiB is refused before anything is
+    /// allocated for it (the count's limit steps with the frame: 64 KiB for this one), and
+    /// one of 64 KiB is still read at the small step's edge.
+    #[test]
+    fn a_small_frame_may_count_only_a_little() {
+        let mut hostile = vec![1u8]; // variant B
+        hostile.push(0xfc); // a u32-sized varint length follows
+        hostile.extend_from_slice(&(15u32 << 20).to_le_bytes());
+        assert!(matches!(decode::<Sample>(&hostile), Err(ProtoError::Malformed(e)) if e.contains("LimitExceeded")));
+        let msg = Sample::B { name: "x".repeat(SMALL_FRAME - 8), data: vec![] };
+        let mut buf = Vec::new();
+        encode_into(&msg, &mut buf).unwrap();
+        assert!(buf.len() <= SMALL_FRAME);
         assert_eq!(decode::<Sample>(&buf).unwrap(), msg);
     }
 

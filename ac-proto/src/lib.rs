@@ -17,8 +17,9 @@
 //! - [`error`]: [`ProtoError`], the crate's one error type.
 //!
 //! # Invariants
-//! - Every decode has an explicit size limit ([`codec::MAX_FRAME`]): a hostile length prefix
-//!   cannot make a process allocate more than that.
+//! - Every decode has an explicit size limit: a frame is at most [`codec::MAX_FRAME`], and what
+//!   its decoder may allocate steps with its size (64 KiB for a frame up to 4 KiB, 1 MiB up to
+//!   64 KiB, 16 MiB beyond: sixteen times the frame, what any frame within it can count).
 //! - Bulk bytes never pass through the serializer: a frame announces their length and they follow
 //!   raw on the stream.
 //! - No code path builds a TLS configuration that accepts an unverified certificate.

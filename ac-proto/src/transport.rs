@@ -189,6 +189,14 @@ impl LastingKeys {
         out
     }
 
+    /// Keys of their own for another endpoint of the same daemon (`label` names it), derived
+    /// from these: as lasting, but a reset token one endpoint would answer is never one the
+    /// other issued (RFC 9000, 21.11: a packet of one endpoint's connection sent to the
+    /// other's port must not draw a reset that ends it).
+    pub fn derived(&self, label: &str) -> LastingKeys {
+        from_secret(&self.sign(format!("derived keys: {label}").as_bytes()))
+    }
+
     fn apply(&self, config: &mut EndpointConfig) {
         config.reset_key(self.reset.clone());
         let cid = self.cid;
@@ -214,11 +222,16 @@ pub fn lasting_keys(dir: &Path) -> Result<LastingKeys, ProtoError> {
         }
         Err(e) => return Err(e.into()),
     };
-    let reset = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    Ok(from_secret(&secret))
+}
+
+/// The keys derived from `secret`.
+fn from_secret(secret: &[u8]) -> LastingKeys {
+    let reset = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
     // The connection-id key is derived from the same secret, apart from the reset tokens.
     let tag = ring::hmac::sign(&reset, b"connection ids");
     let cid = u64::from_le_bytes(tag.as_ref()[..8].try_into().expect("8 bytes"));
-    Ok(LastingKeys { reset: Arc::new(reset), cid })
+    LastingKeys { reset: Arc::new(reset), cid }
 }
 
 fn decode_hex(hex: &str) -> Option<[u8; 32]> {
@@ -298,6 +311,11 @@ mod tests {
         assert_eq!(file, std::fs::read_to_string(dir.join("reset.key")).unwrap());
         assert_eq!(first.sign(b"connection id"), again.sign(b"connection id"), "alike after a restart");
         assert_eq!(first.cid, again.cid);
+        // Another endpoint's keys: alike after a restart, apart from these.
+        let (raft, raft_again) = (first.derived("raft"), again.derived("raft"));
+        assert_eq!(raft.sign(b"connection id"), raft_again.sign(b"connection id"));
+        assert_ne!(raft.sign(b"connection id"), first.sign(b"connection id"));
+        assert_ne!(raft.cid, first.cid);
         std::fs::write(dir.join("reset.key"), "zz").unwrap();
         assert!(lasting_keys(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ac_proto::frame::{frame_bytes, FrameReader};
+use ac_proto::ProtoError;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -187,11 +188,16 @@ async fn answer(
     let mut reader = FrameReader::new(recv);
     let request: PeerRequest = match reader.expect_frame().await {
         Ok(request) => request,
-        Err(e) => {
-            // Only a replica's certificate gets this far: one whose RPCs cannot be read (a
-            // version apart, or this decoder wrong) stalls replication, and an operator must
-            // see why (stop 80: a decoder's limit refused appends within the frame limit).
+        // Only a replica's certificate gets this far: one whose RPCs cannot be decoded (a
+        // version apart, or this decoder wrong) stalls replication, and an operator must see
+        // why (stop 80: a decoder's limit refused appends within the frame limit).
+        Err(e @ (ProtoError::Malformed(_) | ProtoError::FrameTooLarge { .. })) => {
             tracing::warn!(peer = %conn.remote_address(), node, error = %e, "a Raft RPC that cannot be read: not answered");
+            return;
+        }
+        // Cut off: the sender gave up in the middle (its RPC timed out) or the connection broke.
+        Err(e) => {
+            tracing::debug!(peer = %conn.remote_address(), node, error = %e, "a Raft RPC cut off");
             return;
         }
     };

@@ -80,8 +80,6 @@ impl Drop for Child_ {
     }
 }
 
-/// Starts daemon `name` (a sibling binary) on a free loopback port with its state in
-/// `state_dir` and `args` besides, quiet but for warnings, and waits for its address.
 /// Where the daemon on `state_dir` logs: beside its state, or, with `AC_BENCH_LOG_DIR` set, in
 /// that directory (kept after the run, whole, where the failover section prints only tails).
 pub(crate) fn daemon_log(state_dir: &std::path::Path) -> std::path::PathBuf {
@@ -94,6 +92,8 @@ pub(crate) fn daemon_log(state_dir: &std::path::Path) -> std::path::PathBuf {
     }
 }
 
+/// Starts daemon `name` (a sibling binary) on a free loopback port with its state in
+/// `state_dir` and `args` besides, quiet but for warnings, and waits for its address.
 pub fn spawn_daemon(name: &str, args: &[&str], state_dir: &std::path::Path) -> anyhow::Result<(Child, SocketAddr)> {
     let exe = sibling(name)?;
     let addr_file = state_dir.with_extension("addr");

@@ -166,7 +166,8 @@ async fn a_follower_killed_and_started_again_is_reached_at_once_and_deposes_nobo
     let dir = tempfile::tempdir().unwrap();
     make_tls(dir.path());
     let addrs: BTreeMap<u64, SocketAddr> = (1..=3).map(|id| (id, free_addr())).collect();
-    // Elections after 2-3 s without a heartbeat (a committed vote's lease and the timeout):
+    // Elections after 3-4 s without a heartbeat (a committed vote's lease, twice the timeout,
+    // and the timeout's one to two times):
     // the margin for a restarted follower to be reached on a loaded machine.
     let options = |id: u64| {
         let mut options = options(dir.path(), id, addrs[&id]);

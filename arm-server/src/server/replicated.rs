@@ -159,9 +159,10 @@ impl Replication {
         let mut options = ReplicaOptions::new(me.id, me.raft, dir.join("raft.redb"), tls);
         options.tuning = tuning.clone();
         options.election_timeout = Duration::from_millis(config.election_timeout_ms);
-        // The client port's keys: a replica killed and started again resets the others'
-        // connections to its last process at once (`ReplicaOptions::lasting`).
-        options.lasting = Some(ac_proto::transport::lasting_keys(dir)?);
+        // Kept with the client port's (`reset.key`), apart from them: a replica killed and
+        // started again resets the others' connections to its last process at once
+        // (`ReplicaOptions::lasting`).
+        options.lasting = Some(ac_proto::transport::lasting_keys(dir)?.derived("raft"));
         // The same `revoked-certs` as the client port's: a replaced replica's certificate,
         // revoked there, speaks Raft no more.
         let revocations = Arc::new(crate::roles::Revocations::new(dir));
