@@ -444,7 +444,8 @@ mod tests {
                 })
                 .collect();
             let prev_log_id = Some(LogId::new(CommittedLeaderId::new(3, 1), 1_999));
-            let rpc = AppendEntriesRequest { vote: Vote::new_committed(3, 1), prev_log_id, entries, leader_commit: None };
+            let rpc =
+                AppendEntriesRequest { vote: Vote::new_committed(3, 1), prev_log_id, entries, leader_commit: None };
             frame_bytes(&PeerRequest::Append(rpc)).expect("encoded")
         };
         // The largest ops that still fit: what `append_entries` sends as it is.
