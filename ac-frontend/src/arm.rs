@@ -96,9 +96,8 @@ pub struct ArmClient {
     version: std::sync::atomic::AtomicU16,
     /// The leader of a replicated manager, as a replica named it last: dialled first, alone.
     leader: std::sync::Mutex<Option<SocketAddr>>,
-    /// The replica whose connection died last, or that was named the leader and did not answer
-    /// the handshake, and when: the others name it as the leader until their election, which
-    /// it is no use following.
+    /// The replica whose connection died last, and when: the others name it as the leader
+    /// until their election, which it is no use following.
     died: std::sync::Mutex<Option<(SocketAddr, std::time::Instant)>>,
 }
 
@@ -110,8 +109,9 @@ const DEAD_FOR: std::time::Duration = std::time::Duration::from_secs(3);
 /// programs' handshakes at once: at 500 ms a third of them gave up a handshake half done, dialled
 /// every replica, were sent back and dialled it again, more of the same work (2,796 given up
 /// over 20 kills under `ac-bench --only failover`, docs/benchmarks/replication.md, stop 80). A
-/// dead leader named (by a replica that has not seen it die yet) costs this much more once: it
-/// is then not followed for [`DEAD_FOR`], as one this program saw die.
+/// dead leader named (by a replica that has not seen it die yet, until the others elect, a
+/// second or so after its death) costs this much more each time; one this program saw die is
+/// not followed at all ([`DEAD_FOR`]).
 const LEADER_DIAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Closes an endpoint when dropped, unless kept: a dial's, until it connects.
@@ -242,11 +242,12 @@ impl ArmClient {
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("no handshake in {LEADER_DIAL:?}"),
             };
-            // The leader named last is gone: every address again, to find the next one; and it
-            // is not followed again for a while when the others still name it (they may not
-            // have seen it die yet), which would cost the same wait each time.
+            // The leader named last is gone: every address again, to find the next one. Not
+            // barred from being followed again (as one seen dying is): under a failover's flood
+            // a live leader's handshake can outlast the wait. Barred for `DEAD_FOR`, one run of
+            // `ac-bench --only failover` granted 379 pairs/s through its failovers, against 840
+            // in the run before without (docs/benchmarks/replication.md, stop 80).
             tracing::info!(%leader, why, "the leader named did not connect: dialling every replica");
-            *self.died.lock().expect("died poisoned") = Some((leader, std::time::Instant::now()));
             *self.leader.lock().expect("leader poisoned") = None;
         }
         // Every address at once: a dead one costs nothing (its handshake would only time out),
