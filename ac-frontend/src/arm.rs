@@ -244,9 +244,8 @@ impl ArmClient {
             };
             // The leader named last is gone: every address again, to find the next one. Not
             // barred from being followed again (as one seen dying is): under a failover's flood
-            // a live leader's handshake can outlast the wait. Barred for `DEAD_FOR`, one run of
-            // `ac-bench --only failover` granted 379 pairs/s through its failovers, against 840
-            // in the run before without (docs/benchmarks/replication.md, stop 80).
+            // a live leader's handshake can outlast the wait, and barred, a program would not
+            // follow the leader every replica names for `DEAD_FOR`.
             tracing::info!(%leader, why, "the leader named did not connect: dialling every replica");
             *self.leader.lock().expect("leader poisoned") = None;
         }
