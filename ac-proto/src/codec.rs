@@ -14,20 +14,24 @@ pub const MAX_FRAME: usize = 1 << 20;
 /// before they are read). A limit of [`MAX_FRAME`] refused frames within it: a Raft append of
 /// 64 entries filling the frame counted a few KiB more than written, and every follower
 /// dropped it unread each time it was sent again (stop 80). A frame may count sixteen times
-/// its size, the most it can, with the limit stepping with the frame's size: a frame of a few
-/// bytes still allocates no more than 64 KiB. Up to this size (4 KiB), 16 times it.
+/// its size, the most it can, the limit stepping with the frame's size so that a frame of a few
+/// bytes still allocates no more than 64 KiB.
+///
+/// Up to this size (4 KiB), a frame may count 16 times it (64 KiB).
 const SMALL_FRAME: usize = 4 << 10;
 /// Up to this size (64 KiB), a frame may count 16 times it (1 MiB); a larger one 16 MiB.
 const MEDIUM_FRAME: usize = 64 << 10;
 
-fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<MAX_FRAME>()
+/// The encoding: little-endian, variable-length integers. bincode applies a limit to decoding
+/// only (`decode_limited`); what an encoding may be is bounded by the frame.
+fn config() -> bincode::config::Configuration<bincode::config::LittleEndian, bincode::config::Varint> {
+    bincode::config::standard().with_little_endian().with_variable_int_encoding()
 }
 
 /// Decodes `bytes` whole with the decoder's count limited to `LIMIT`: (the message, bytes used).
 fn decode_limited<T: DeserializeOwned, const LIMIT: usize>(bytes: &[u8]) -> Result<(T, usize), ProtoError> {
-    let config = bincode::config::standard().with_little_endian().with_variable_int_encoding().with_limit::<LIMIT>();
-    bincode::serde::decode_from_slice(bytes, config).map_err(|e| ProtoError::Malformed(e.to_string()))
+    bincode::serde::decode_from_slice(bytes, config().with_limit::<LIMIT>())
+        .map_err(|e| ProtoError::Malformed(e.to_string()))
 }
 
 /// Appends the encoding of `msg` to `out`.
@@ -91,8 +95,8 @@ mod tests {
     }
 
     /// A frame of a few bytes announcing a string of 15 MiB is refused before anything is
-    /// allocated for it (the count's limit steps with the frame: 64 KiB for this one), and
-    /// one of 64 KiB is still read at the small step's edge.
+    /// allocated for it (the count's limit steps with the frame: 64 KiB for this one), and a
+    /// message that fills the small step's frame is still read.
     #[test]
     fn a_small_frame_may_count_only_a_little() {
         let mut hostile = vec![1u8]; // variant B

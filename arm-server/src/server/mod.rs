@@ -167,17 +167,13 @@ pub async fn start(config: ArmConfig) -> Result<RunningArm, ArmServerError> {
     tracing::info!(?names, "the certificate holds these names; programs and armctl must dial one of them");
     let identity = tls::load_identity(&files.cert, &files.key)?;
     let crypto = tls::server_crypto_with_clients(identity, ALPN, tls::load_roots(&files.ca_cert)?)?;
-    let endpoint = transport::server_endpoint(
-        config.listen,
-        crypto,
-        &program_tuning(&config),
-        Some(&transport::lasting_keys(&dir)?),
-    )?;
+    let lasting = transport::lasting_keys(&dir)?;
+    let endpoint = transport::server_endpoint(config.listen, crypto, &program_tuning(&config), Some(&lasting))?;
     let addr = endpoint.local_addr()?;
     let store = Arc::new(Store::open(&dir)?);
     let replication = match &config.replication {
         Some(replication) => {
-            Some(replicated::Replication::start(replication, &dir, store.clone(), &config.transport).await?)
+            Some(replicated::Replication::start(replication, &dir, store.clone(), &config.transport, &lasting).await?)
         }
         None => None,
     };

@@ -142,11 +142,13 @@ fn replica_identity(dir: &Path, id: u64) -> Result<(std::path::PathBuf, std::pat
 impl Replication {
     /// Starts this replica on `store` (its Raft log beside it, `raft.redb`); the lowest id of a
     /// new cluster makes the members the cluster, unless it joins one that exists (`join`).
+    /// `lasting`: the client port's keys, from which the Raft port's are derived.
     pub(super) async fn start(
         config: &ReplicationConfig,
         dir: &Path,
         store: Arc<Store>,
         tuning: &Tuning,
+        lasting: &ac_proto::transport::LastingKeys,
     ) -> Result<Self, ArmServerError> {
         let me = config.me()?;
         let files = ac_proto::tls::IdentityFiles::in_dir(dir);
@@ -162,7 +164,7 @@ impl Replication {
         // Kept with the client port's (`reset.key`), apart from them: a replica killed and
         // started again resets the others' connections to its last process at once
         // (`ReplicaOptions::lasting`).
-        options.lasting = Some(ac_proto::transport::lasting_keys(dir)?.derived("raft"));
+        options.lasting = Some(lasting.derived("raft"));
         // The same `revoked-certs` as the client port's: a replaced replica's certificate,
         // revoked there, speaks Raft no more.
         let revocations = Arc::new(crate::roles::Revocations::new(dir));
