@@ -15,7 +15,7 @@ use anyhow::bail;
 
 use crate::holdings::{double_grants, Holding};
 use crate::manager::Manager;
-use crate::setup::{cpu_seconds, percentiles, InProcess};
+use crate::setup::{cpu_seconds, median, percentiles, InProcess};
 
 const HOSTS: usize = 8;
 const DEVICES: u32 = 8;
@@ -55,7 +55,8 @@ pub enum Order {
 /// What the load section runs.
 pub struct Plan {
     pub quick: bool,
-    /// The runs (saturated, paced); both when empty.
+    /// The runs in their order, repeats allowed (saturated, paced, saturated-3, paced-3); all
+    /// four when empty.
     pub runs: Vec<String>,
     /// Seconds per run (60, or 5 with `quick`, when not given).
     pub seconds: Option<u64>,
@@ -280,12 +281,18 @@ pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
     );
     // The same runs on three replicas of one manager (`-3`): what replication costs.
     let paced = Some(Duration::from_millis(200));
-    let runs = [("saturated", None, 1), ("paced", paced, 1), ("saturated-3", None, 3), ("paced-3", paced, 3)];
-    let mut tables = Vec::new();
+    let kinds = [("saturated", None, 1), ("paced", paced, 1), ("saturated-3", None, 3), ("paced-3", paced, 3)];
+    let names: Vec<&str> = if plan.runs.is_empty() {
+        kinds.iter().map(|(name, _, _)| *name).collect()
+    } else {
+        plan.runs.iter().map(String::as_str).collect()
+    };
+    let mut done: Vec<(&str, Run)> = Vec::new();
     let mut failures = Vec::new();
-    for (name, back_off, replicas) in
-        runs.into_iter().filter(|(name, _, _)| plan.runs.is_empty() || plan.runs.iter().any(|o| o == name))
-    {
+    for name in names {
+        let Some(&(_, back_off, replicas)) = kinds.iter().find(|(kind, _, _)| *kind == name) else {
+            bail!("no load run is named {name:?}: saturated, paced, saturated-3 or paced-3");
+        };
         let behaviour = Behaviour { back_off, hold: plan.hold, order: plan.order };
         let manager = if replicas == 1 { Manager::start()? } else { Manager::start_replicas()? };
         let run = run_load(manager, programs, seconds, behaviour).await?;
@@ -295,18 +302,16 @@ pub async fn under_load(plan: &Plan) -> anyhow::Result<()> {
                 run.errors, run.first_errors, run.double_grants
             ));
         }
-        tables.push((name, run.rows));
+        done.push((name, run));
     }
-    if tables.is_empty() {
-        bail!("no load run is named {:?}: saturated, paced, saturated-3 or paced-3", plan.runs);
-    }
-    println!("| measure | {} |", tables.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
-    println!("|---|{}", "---|".repeat(tables.len()));
-    for row in 0..tables[0].1.len() {
-        let cells: Vec<&str> = tables.iter().map(|(_, rows)| rows[row].1.as_str()).collect();
-        println!("| {} | {} |", tables[0].1[row].0, cells.join(" | "));
+    println!("| measure | {} |", done.iter().map(|(name, _)| *name).collect::<Vec<_>>().join(" | "));
+    println!("|---|{}", "---|".repeat(done.len()));
+    for row in 0..done[0].1.rows.len() {
+        let cells: Vec<&str> = done.iter().map(|(_, run)| run.rows[row].1.as_str()).collect();
+        println!("| {} | {} |", done[0].1.rows[row].0, cells.join(" | "));
     }
     println!();
+    print_replication_cost(&done);
     if !failures.is_empty() {
         bail!("the manager under load failed: {}", failures.join("; "));
     }
@@ -320,6 +325,53 @@ struct Run {
     errors: u64,
     first_errors: Vec<String>,
     double_grants: u64,
+    /// Granted-and-freed pairs per second.
+    pairs_per_s: f64,
+    /// The request latency's 99th percentile, ms.
+    request_p99_ms: f64,
+}
+
+/// What three replicas cost against one manager: each run on three replicas (`X-3`) against the
+/// run of one manager (`X`) of the same rank (the first `paced-3` against the first `paced`, ...),
+/// so that runs alternated (`paced,paced-3,paced-3,paced`) compare the VM as it was then; and
+/// the medians over the pairs.
+fn print_replication_cost(done: &[(&str, Run)]) {
+    let mut lines = Vec::new();
+    let (mut pairs_ratios, mut p99_ratios) = (Vec::new(), Vec::new());
+    for kind in ["saturated", "paced"] {
+        let three = format!("{kind}-3");
+        let ones = done.iter().filter(|(name, _)| *name == kind).map(|(_, run)| run);
+        let threes = done.iter().filter(|(name, _)| *name == three).map(|(_, run)| run);
+        for (rank, (one, three)) in ones.zip(threes).enumerate() {
+            let pairs = three.pairs_per_s / one.pairs_per_s.max(f64::MIN_POSITIVE);
+            let p99 = three.request_p99_ms / one.request_p99_ms.max(f64::MIN_POSITIVE);
+            lines.push(format!(
+                "| {kind} #{} | {:.0} / {:.0}, {pairs:.2} | {:.1} / {:.1}, {p99:.2}x |",
+                rank + 1,
+                one.pairs_per_s,
+                three.pairs_per_s,
+                one.request_p99_ms,
+                three.request_p99_ms
+            ));
+            pairs_ratios.push(pairs);
+            p99_ratios.push(p99);
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    println!(
+        "Three replicas against one manager, runs of the same rank (targets: pairs/s >= 0.8, request p99 <= 1.3x):\n"
+    );
+    println!("| runs | pairs/s one / three, ratio | request p99 one / three, ms, ratio |");
+    println!("|---|---|---|");
+    for line in lines {
+        println!("{line}");
+    }
+    if pairs_ratios.len() > 1 {
+        println!("| median | {:.2} | {:.2}x |", median(pairs_ratios), median(p99_ratios));
+    }
+    println!();
 }
 
 /// One run on a fresh manager.
@@ -364,6 +416,7 @@ async fn run_load(manager: Manager, programs: usize, seconds: u64, behaviour: Be
     let rejections = tally.rejections.load(Ordering::Relaxed);
     let errors = tally.errors.load(Ordering::Relaxed);
     let double_grants = double_grants(samples.holdings);
+    let request_p99_ms = if samples.requests.is_empty() { 0.0 } else { percentiles(samples.requests.clone()).1 / 1e3 };
     let ms = |(p50, p99): (f64, f64)| format!("{:.2} / {:.2}", p50 / 1e3, p99 / 1e3);
     let or_none = |v: Vec<Duration>| if v.is_empty() { "-".to_string() } else { ms(percentiles(v)) };
     let manager_cpu = cpu_after - cpu_before;
@@ -399,5 +452,6 @@ async fn run_load(manager: Manager, programs: usize, seconds: u64, behaviour: Be
         ("load average before / after".into(), format!("{load_before} / {load_after}")),
     ];
     let first_errors = std::mem::take(&mut *tally.first_errors.lock().expect("errors poisoned"));
-    Ok(Run { rows, errors, first_errors, double_grants })
+    let pairs_per_s = pairs as f64 / elapsed;
+    Ok(Run { rows, errors, first_errors, double_grants, pairs_per_s, request_p99_ms })
 }

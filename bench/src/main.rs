@@ -51,7 +51,9 @@ struct Args {
     #[arg(long)]
     failover_trials: Option<usize>,
     /// The load section's runs (saturated, paced, and the same on three replicas:
-    /// saturated-3, paced-3); all when empty.
+    /// saturated-3, paced-3), in this order, repeats allowed (`paced,paced-3,paced-3,paced`
+    /// alternates them, so that each pair compares the machine as it was then); all four when
+    /// empty.
     #[arg(long, value_delimiter = ',')]
     load_runs: Vec<String>,
     /// The load section's length per run, seconds (60, or 5 with --quick, when not given).
