@@ -24,6 +24,7 @@ mod sessions;
 mod setup;
 mod shim;
 mod slurm;
+mod stats;
 
 use clap::{Parser, Subcommand};
 

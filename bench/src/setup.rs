@@ -154,18 +154,7 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-/// p50 and p99 of samples, in microseconds.
-pub fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e6;
-    (at(0.50), at(0.99))
-}
-
-/// The middle value of `values` (the upper one of an even count).
-pub fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
+pub use crate::stats::{median, percentiles};
 
 pub fn mib(bytes: usize) -> String {
     if bytes >= 1 << 30 {

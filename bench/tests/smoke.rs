@@ -1,10 +1,14 @@
 //! The benchmark must keep running: a quick pass of its in-process sections prints full tables;
 //! and its load section must fail on what it claims to count (and `holdings.rs`'s unit test
-//! of how it counts double grants runs here: the binary has no test harness).
+//! of how it counts double grants runs here, and `stats.rs`'s of its medians: the binary has no
+//! test harness).
 
 #[path = "../src/holdings.rs"]
 #[allow(dead_code)]
 mod holdings;
+#[path = "../src/stats.rs"]
+#[allow(dead_code)]
+mod stats;
 
 /// What `ac-bench --quick --only SECTIONS` prints; fails the test if it fails.
 fn quick_run(sections: &str) -> String {
