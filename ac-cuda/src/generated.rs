@@ -474,7 +474,6 @@ crate::not_supported! {
     cuMulticastCreate,
     cuMulticastGetGranularity,
     cuMulticastUnbind,
-    cuOccupancyAvailableDynamicSMemPerBlock,
     cuOccupancyMaxActiveClusters,
     cuOccupancyMaxPotentialBlockSizeWithFlags,
     cuOccupancyMaxPotentialClusterSize,

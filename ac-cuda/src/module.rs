@@ -326,11 +326,11 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     blocks: *mut c_int,
     function: usize,
     block_size: c_int,
-    _dynamic_shared: usize,
+    dynamic_shared: usize,
 ) -> u32 {
     guard("cuOccupancyMaxActiveBlocksPerMultiprocessor", || {
-        kernels().get(function)?;
-        put(blocks, (2048 / block_size.max(1)).clamp(1, 32))
+        let limits = Limits::of_function(function)?;
+        put(blocks, limits.blocks_per_multiprocessor(block_size, dynamic_shared))
     })
 }
 
@@ -343,6 +343,85 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     _flags: c_uint,
 ) -> u32 {
     cuOccupancyMaxActiveBlocksPerMultiprocessor(blocks, function, block_size, dynamic_shared)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
+    dynamic_shared: *mut usize,
+    function: usize,
+    blocks: c_int,
+    block_size: c_int,
+) -> u32 {
+    guard("cuOccupancyAvailableDynamicSMemPerBlock", || {
+        if blocks <= 0 || block_size <= 0 {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let limits = Limits::of_function(function)?;
+        put(dynamic_shared, limits.available_dynamic_shared(blocks, block_size))
+    })
+}
+
+/// What bounds how many blocks share a multiprocessor, as the device's attributes say
+/// (`init::attribute_of`: its architecture's limits). A kernel's registers and static shared
+/// memory are not known here (its image is on the backend): counted as none, as
+/// `function_attribute` answers them.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// Threads per block, at most.
+    threads_per_block: c_int,
+    /// Threads per multiprocessor.
+    threads: c_int,
+    /// Blocks per multiprocessor.
+    blocks: c_int,
+    /// Shared memory per multiprocessor, bytes.
+    shared: usize,
+    /// Shared memory one block may opt in to, bytes.
+    shared_per_block: usize,
+    /// Shared memory the system reserves for each block, bytes.
+    reserved: usize,
+}
+
+/// Shared memory is given to blocks in units of this many bytes.
+const SHARED_UNIT: usize = 128;
+
+impl Limits {
+    /// The limits of the device `function` was loaded on.
+    fn of_function(function: usize) -> CuResult<Self> {
+        let k = kernels().get(function)?;
+        let shim = state::shim()?;
+        let d = shim.devices.get(k.device()?).ok_or(Error::Code(code::INVALID_DEVICE))?;
+        let attribute = |a| crate::init::attribute_of(d, 0, a);
+        let bytes = |a| usize::try_from(attribute(a)).unwrap_or(0);
+        Ok(Self {
+            threads_per_block: attribute(1),
+            threads: attribute(39),
+            blocks: attribute(106),
+            shared: bytes(81),
+            shared_per_block: bytes(97),
+            reserved: bytes(111),
+        })
+    }
+
+    /// How many blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic
+    /// shared memory, fit on one multiprocessor (0: not even one).
+    fn blocks_per_multiprocessor(&self, block_size: c_int, dynamic_shared: usize) -> c_int {
+        if block_size <= 0 || block_size > self.threads_per_block || dynamic_shared > self.shared_per_block {
+            return 0;
+        }
+        let per_block = (dynamic_shared + self.reserved).next_multiple_of(SHARED_UNIT).max(SHARED_UNIT);
+        let by_shared = c_int::try_from(self.shared / per_block).unwrap_or(c_int::MAX);
+        (self.threads / block_size).min(self.blocks).min(by_shared)
+    }
+
+    /// The most dynamic shared memory each block may have for `blocks` blocks of `block_size`
+    /// threads to fit on one multiprocessor (0 when they do not fit without any).
+    fn available_dynamic_shared(&self, blocks: c_int, block_size: c_int) -> usize {
+        if blocks <= 0 || self.blocks_per_multiprocessor(block_size, 0) < blocks {
+            return 0;
+        }
+        let share = (self.shared / blocks as usize) / SHARED_UNIT * SHARED_UNIT;
+        share.saturating_sub(self.reserved).min(self.shared_per_block)
+    }
 }
 
 #[no_mangle]
@@ -380,4 +459,50 @@ pub fn layout(sizes: &[u32]) -> Vec<(usize, usize)> {
             (offset, s)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Hopper multiprocessor's limits, as `init::attribute_of` gives them.
+    const HOPPER: Limits = Limits {
+        threads_per_block: 1024,
+        threads: 2048,
+        blocks: 32,
+        shared: 228 << 10,
+        shared_per_block: 227 << 10,
+        reserved: 1 << 10,
+    };
+
+    #[test]
+    fn blocks_are_bounded_by_threads_blocks_and_shared_memory() {
+        assert_eq!(HOPPER.blocks_per_multiprocessor(256, 0), 8, "2,048 threads");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(32, 0), 32, "32 blocks");
+        // 100 KiB each, 1 KiB reserved: two of 101 KiB fit in 228 KiB, three do not.
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 100 << 10), 2);
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 228 << 10), 0, "over the opt-in limit");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(2048, 0), 0, "over the block's thread limit");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(0, 0), 0);
+    }
+
+    #[test]
+    fn the_dynamic_shared_memory_available_lets_exactly_that_many_blocks_fit() {
+        for block_size in [32, 64, 128, 256, 512, 1024] {
+            for blocks in 1..=HOPPER.blocks_per_multiprocessor(block_size, 0) {
+                let available = HOPPER.available_dynamic_shared(blocks, block_size);
+                let fit = HOPPER.blocks_per_multiprocessor(block_size, available);
+                assert!(fit >= blocks, "{blocks} x {block_size}: {available} bytes let {fit} fit");
+                if available < HOPPER.shared_per_block {
+                    let more = HOPPER.blocks_per_multiprocessor(block_size, available + SHARED_UNIT);
+                    assert!(
+                        more < blocks,
+                        "{blocks} x {block_size}: {available} + {SHARED_UNIT} bytes still let {more} fit"
+                    );
+                }
+            }
+        }
+        assert_eq!(HOPPER.available_dynamic_shared(1, 1024), 227 << 10, "one block: the opt-in limit");
+        assert_eq!(HOPPER.available_dynamic_shared(3, 1024), 0, "three blocks of 1,024 threads never fit");
+    }
 }

@@ -37,6 +37,18 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(b, hb, n * sizeof(float), cudaMemcpyHostToDevice));
     vadd<<<(n + 255) / 256, 256>>>(a, b, c, n);
     CHECK(cudaGetLastError());
+    // Occupancy, as a framework sizes its launches: the shared memory said to be available to
+    // each of that many blocks must let that many fit.
+    int blocks = 0, fit = 0;
+    size_t shared = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vadd, 256, 0));
+    CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&shared, vadd, blocks, 256));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, vadd, 256, shared));
+    if (blocks < 1 || fit < blocks) {
+        printf("FAILED: occupancy: %d blocks, %zu bytes of shared memory each let %d fit\n", blocks, shared, fit);
+        return 1;
+    }
+    printf("occupancy: %d blocks of 256 threads, %zu bytes of dynamic shared memory each\n", blocks, shared);
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaMemcpy(hc, c, n * sizeof(float), cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i++) {

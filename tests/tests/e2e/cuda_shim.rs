@@ -65,6 +65,7 @@ async fn an_unmodified_vector_add_runs_on_a_remote_accelerator_exactly() {
     let text = said(&out);
     assert!(text.contains("vector_add: 100000 elements on device 0 exact"), "{text}");
     assert!(text.contains("devices: 1; device 0:"), "{text}");
+    assert!(text.contains("occupancy: 8 blocks of 256 threads"), "{text}");
     // Everything it called, the runtime's start and exit included, is served.
     assert!(!text.contains("not supported") && !text.contains("unexpectedly"), "{text}");
     standin::assert_no_violations();
