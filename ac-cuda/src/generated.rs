@@ -475,7 +475,6 @@ crate::not_supported! {
     cuMulticastGetGranularity,
     cuMulticastUnbind,
     cuOccupancyMaxActiveClusters,
-    cuOccupancyMaxPotentialBlockSizeWithFlags,
     cuOccupancyMaxPotentialClusterSize,
     cuParamSetSize,
     cuParamSetTexRef,

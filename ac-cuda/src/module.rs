@@ -379,10 +379,15 @@ struct Limits {
     shared_per_block: usize,
     /// Shared memory the system reserves for each block, bytes.
     reserved: usize,
+    /// Multiprocessors on the device.
+    multiprocessors: c_int,
 }
 
 /// Shared memory is given to blocks in units of this many bytes.
 const SHARED_UNIT: usize = 128;
+
+/// Threads in a warp: block sizes are tried in its multiples.
+const WARP: c_int = 32;
 
 impl Limits {
     /// The limits of the device `function` was loaded on.
@@ -399,6 +404,7 @@ impl Limits {
             shared: bytes(81),
             shared_per_block: bytes(97),
             reserved: bytes(111),
+            multiprocessors: attribute(16),
         })
     }
 
@@ -413,6 +419,22 @@ impl Limits {
         (self.threads / block_size).min(self.blocks).min(by_shared)
     }
 
+    /// The block size (a multiple of the warp, `limit` at most when positive) that keeps the
+    /// most threads resident on a multiprocessor, the larger on a tie, with each block's dynamic
+    /// shared memory as `shared` says for its size; and how many such blocks fit. (0, 0) when
+    /// none fits.
+    fn best_block_size(&self, limit: c_int, shared: impl Fn(c_int) -> usize) -> (c_int, c_int) {
+        let most = if limit > 0 { limit.min(self.threads_per_block) } else { self.threads_per_block };
+        let mut best = (0, 0);
+        for size in (WARP..=most).step_by(WARP as usize) {
+            let blocks = self.blocks_per_multiprocessor(size, shared(size));
+            if blocks * size >= best.0 * best.1 && blocks > 0 {
+                best = (size, blocks);
+            }
+        }
+        best
+    }
+
     /// The most dynamic shared memory each block may have for `blocks` blocks of `block_size`
     /// threads to fit on one multiprocessor (0 when they do not fit without any).
     fn available_dynamic_shared(&self, blocks: c_int, block_size: c_int) -> usize {
@@ -424,23 +446,42 @@ impl Limits {
     }
 }
 
+/// `CUoccupancyB2DSize`: the dynamic shared memory a kernel needs for a block size.
+type SharedOfBlock = Option<unsafe extern "C" fn(c_int) -> usize>;
+
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSize(
     min_grid: *mut c_int,
     block: *mut c_int,
     function: usize,
-    _shared_of_block: *const c_void,
-    _dynamic_shared: usize,
+    shared_of_block: SharedOfBlock,
+    dynamic_shared: usize,
     limit: c_int,
 ) -> u32 {
     guard("cuOccupancyMaxPotentialBlockSize", || {
-        let k = kernels().get(function)?;
-        let size = if limit > 0 { limit.min(1024) } else { 1024 };
-        let shim = state::shim()?;
-        let sms = crate::init::attribute_of(&shim.devices[k.device()?], 0, 16);
+        let limits = Limits::of_function(function)?;
+        let shared = |size| match shared_of_block {
+            // SAFETY: the caller's function, called as CUDA's occupancy calculator calls it.
+            Some(f) => unsafe { f(size) },
+            None => dynamic_shared,
+        };
+        let (size, blocks) = limits.best_block_size(limit, shared);
         put(block, size)?;
-        put(min_grid, sms * (2048 / size))
+        put(min_grid, blocks * limits.multiprocessors)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialBlockSizeWithFlags(
+    min_grid: *mut c_int,
+    block: *mut c_int,
+    function: usize,
+    shared_of_block: SharedOfBlock,
+    dynamic_shared: usize,
+    limit: c_int,
+    _flags: c_uint,
+) -> u32 {
+    cuOccupancyMaxPotentialBlockSize(min_grid, block, function, shared_of_block, dynamic_shared, limit)
 }
 
 /// Each parameter's (offset, size) in a parameter buffer (the `extra` form, and
@@ -473,6 +514,7 @@ mod tests {
         shared: 228 << 10,
         shared_per_block: 227 << 10,
         reserved: 1 << 10,
+        multiprocessors: 132,
     };
 
     #[test]
@@ -504,5 +546,25 @@ mod tests {
         }
         assert_eq!(HOPPER.available_dynamic_shared(1, 1024), 227 << 10, "one block: the opt-in limit");
         assert_eq!(HOPPER.available_dynamic_shared(3, 1024), 0, "three blocks of 1,024 threads never fit");
+    }
+
+    #[test]
+    fn the_best_block_size_keeps_the_most_threads_resident() {
+        // No shared memory: 1,024 threads a block, two blocks, 2,048 threads (the largest of the
+        // sizes that reach them).
+        assert_eq!(HOPPER.best_block_size(0, |_| 0), (1024, 2));
+        // Up to 192 (a limit not a multiple of the warp): 64 x 32 and 128 x 16 both keep 2,048
+        // threads (32 blocks at most; 192 x 10 only 1,920): the larger.
+        assert_eq!(HOPPER.best_block_size(200, |_| 0), (128, 16));
+        // 60 KiB a block whatever its size: three blocks fit by shared memory, and 672 x 3
+        // (2,016) keeps fewer threads than 1,024 x 2.
+        assert_eq!(HOPPER.best_block_size(0, |_| 60 << 10), (1024, 2));
+        // 120 KiB a block: one fits.
+        assert_eq!(HOPPER.best_block_size(0, |_| 120 << 10), (1024, 1));
+        // Shared memory growing with the block, 200 B a thread: whatever wins, it fits as said.
+        let (size, blocks) = HOPPER.best_block_size(0, |size| size as usize * 200);
+        assert_eq!(HOPPER.blocks_per_multiprocessor(size, size as usize * 200), blocks);
+        assert!(size * blocks >= 1024, "{size} x {blocks}");
+        assert_eq!(HOPPER.best_block_size(0, |_| 228 << 10), (0, 0), "nothing fits");
     }
 }
