@@ -329,6 +329,9 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     dynamic_shared: usize,
 ) -> u32 {
     guard("cuOccupancyMaxActiveBlocksPerMultiprocessor", || {
+        if block_size <= 0 {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
         let limits = Limits::of_function(function)?;
         put(blocks, limits.blocks_per_multiprocessor(block_size, dynamic_shared))
     })
@@ -353,18 +356,18 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
     block_size: c_int,
 ) -> u32 {
     guard("cuOccupancyAvailableDynamicSMemPerBlock", || {
-        if blocks <= 0 || block_size <= 0 {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
         let limits = Limits::of_function(function)?;
-        put(dynamic_shared, limits.available_dynamic_shared(blocks, block_size))
+        // As CUDA's calculator: blocks that cannot all fit, even without shared memory, are
+        // an invalid request.
+        let available = limits.available_dynamic_shared(blocks, block_size).ok_or(Error::Code(code::INVALID_VALUE))?;
+        put(dynamic_shared, available)
     })
 }
 
 /// What bounds how many blocks share a multiprocessor, as the device's attributes say
-/// (`init::attribute_of`: its architecture's limits). A kernel's registers and static shared
-/// memory are not known here (its image is on the backend): counted as none, as
-/// `function_attribute` answers them.
+/// (`init::attribute_of`: its architecture's limits), counted as CUDA's occupancy calculator
+/// counts them (`cuda_occupancy.h`). A kernel's registers and static shared memory are not known
+/// here (its image is on the backend): counted as none, as `function_attribute` answers them.
 #[derive(Debug, Clone, Copy)]
 struct Limits {
     /// Threads per block, at most.
@@ -375,7 +378,9 @@ struct Limits {
     blocks: c_int,
     /// Shared memory per multiprocessor, bytes.
     shared: usize,
-    /// Shared memory one block may opt in to, bytes.
+    /// Shared memory a block may have, bytes, the system's reservation included: the default
+    /// limit, since a kernel's raised limit (`cuFuncSetAttribute`) is not forwarded and its
+    /// launch gets the default.
     shared_per_block: usize,
     /// Shared memory the system reserves for each block, bytes.
     reserved: usize,
@@ -386,7 +391,7 @@ struct Limits {
 /// Shared memory is given to blocks in units of this many bytes.
 const SHARED_UNIT: usize = 128;
 
-/// Threads in a warp: block sizes are tried in its multiples.
+/// Threads in a warp: a block takes whole warps, and block sizes are tried in its multiples.
 const WARP: c_int = 32;
 
 impl Limits {
@@ -402,7 +407,7 @@ impl Limits {
             threads: attribute(39),
             blocks: attribute(106),
             shared: bytes(81),
-            shared_per_block: bytes(97),
+            shared_per_block: bytes(8),
             reserved: bytes(111),
             multiprocessors: attribute(16),
         })
@@ -411,38 +416,48 @@ impl Limits {
     /// How many blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic
     /// shared memory, fit on one multiprocessor (0: not even one).
     fn blocks_per_multiprocessor(&self, block_size: c_int, dynamic_shared: usize) -> c_int {
-        if block_size <= 0 || block_size > self.threads_per_block || dynamic_shared > self.shared_per_block {
+        if block_size <= 0 || block_size > self.threads_per_block {
             return 0;
         }
-        let per_block = (dynamic_shared + self.reserved).next_multiple_of(SHARED_UNIT).max(SHARED_UNIT);
+        let Some(per_block) = dynamic_shared.checked_add(self.reserved) else { return 0 };
+        let per_block = per_block.next_multiple_of(SHARED_UNIT).max(SHARED_UNIT);
+        if per_block > self.shared_per_block {
+            return 0;
+        }
         let by_shared = c_int::try_from(self.shared / per_block).unwrap_or(c_int::MAX);
-        (self.threads / block_size).min(self.blocks).min(by_shared)
+        let by_warps = (self.threads / WARP) / ((block_size + WARP - 1) / WARP);
+        by_warps.min(self.blocks).min(by_shared)
     }
 
-    /// The block size (a multiple of the warp, `limit` at most when positive) that keeps the
-    /// most threads resident on a multiprocessor, the larger on a tie, with each block's dynamic
-    /// shared memory as `shared` says for its size; and how many such blocks fit. (0, 0) when
-    /// none fits.
+    /// The block size (`limit` at most when positive; the limit itself, then the multiples of
+    /// the warp below it) that keeps the most threads resident on a multiprocessor, the larger
+    /// on a tie, with each block's dynamic shared memory as `shared` says for its size; and how
+    /// many such blocks fit. (0, 0) when none fits.
     fn best_block_size(&self, limit: c_int, shared: impl Fn(c_int) -> usize) -> (c_int, c_int) {
         let most = if limit > 0 { limit.min(self.threads_per_block) } else { self.threads_per_block };
         let mut best = (0, 0);
-        for size in (WARP..=most).step_by(WARP as usize) {
+        let mut aligned = (most + WARP - 1) / WARP * WARP;
+        while aligned > 0 {
+            let size = aligned.min(most);
             let blocks = self.blocks_per_multiprocessor(size, shared(size));
-            if blocks * size >= best.0 * best.1 && blocks > 0 {
+            if blocks * size > best.0 * best.1 {
                 best = (size, blocks);
             }
+            aligned -= WARP;
         }
         best
     }
 
-    /// The most dynamic shared memory each block may have for `blocks` blocks of `block_size`
-    /// threads to fit on one multiprocessor (0 when they do not fit without any).
-    fn available_dynamic_shared(&self, blocks: c_int, block_size: c_int) -> usize {
+    /// The most dynamic shared memory each of `blocks` blocks of `block_size` threads may have
+    /// for all of them to fit on one multiprocessor; `None` when they cannot, even without any.
+    fn available_dynamic_shared(&self, blocks: c_int, block_size: c_int) -> Option<usize> {
         if blocks <= 0 || self.blocks_per_multiprocessor(block_size, 0) < blocks {
-            return 0;
+            return None;
         }
-        let share = (self.shared / blocks as usize) / SHARED_UNIT * SHARED_UNIT;
-        share.saturating_sub(self.reserved).min(self.shared_per_block)
+        // One block may have all that a block may; more share the multiprocessor's.
+        let pool = if blocks == 1 { self.shared_per_block } else { self.shared };
+        let share = (pool / blocks as usize) / SHARED_UNIT * SHARED_UNIT;
+        Some(share.min(self.shared_per_block).saturating_sub(self.reserved))
     }
 }
 
@@ -512,40 +527,44 @@ mod tests {
         threads: 2048,
         blocks: 32,
         shared: 228 << 10,
-        shared_per_block: 227 << 10,
+        shared_per_block: 48 << 10,
         reserved: 1 << 10,
         multiprocessors: 132,
     };
 
     #[test]
-    fn blocks_are_bounded_by_threads_blocks_and_shared_memory() {
-        assert_eq!(HOPPER.blocks_per_multiprocessor(256, 0), 8, "2,048 threads");
+    fn blocks_are_bounded_by_warps_blocks_and_shared_memory() {
+        assert_eq!(HOPPER.blocks_per_multiprocessor(256, 0), 8, "64 warps");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(100, 0), 16, "100 threads take 4 warps");
         assert_eq!(HOPPER.blocks_per_multiprocessor(32, 0), 32, "32 blocks");
-        // 100 KiB each, 1 KiB reserved: two of 101 KiB fit in 228 KiB, three do not.
-        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 100 << 10), 2);
-        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 228 << 10), 0, "over the opt-in limit");
+        // 40 KiB each, 1 KiB reserved: five of 41 KiB fit in 228 KiB, six do not.
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 40 << 10), 5);
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, 47 << 10), 4, "47 KiB + 1 KiB: the default limit");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, (47 << 10) + 1), 0, "over the default limit");
+        assert_eq!(HOPPER.blocks_per_multiprocessor(128, usize::MAX), 0);
         assert_eq!(HOPPER.blocks_per_multiprocessor(2048, 0), 0, "over the block's thread limit");
         assert_eq!(HOPPER.blocks_per_multiprocessor(0, 0), 0);
     }
 
     #[test]
     fn the_dynamic_shared_memory_available_lets_exactly_that_many_blocks_fit() {
-        for block_size in [32, 64, 128, 256, 512, 1024] {
+        for block_size in [32, 64, 100, 128, 256, 512, 1024] {
             for blocks in 1..=HOPPER.blocks_per_multiprocessor(block_size, 0) {
-                let available = HOPPER.available_dynamic_shared(blocks, block_size);
+                let available = HOPPER.available_dynamic_shared(blocks, block_size).expect("they fit");
                 let fit = HOPPER.blocks_per_multiprocessor(block_size, available);
                 assert!(fit >= blocks, "{blocks} x {block_size}: {available} bytes let {fit} fit");
-                if available < HOPPER.shared_per_block {
-                    let more = HOPPER.blocks_per_multiprocessor(block_size, available + SHARED_UNIT);
-                    assert!(
-                        more < blocks,
-                        "{blocks} x {block_size}: {available} + {SHARED_UNIT} bytes still let {more} fit"
-                    );
-                }
+                let more = HOPPER.blocks_per_multiprocessor(block_size, available + SHARED_UNIT);
+                assert!(
+                    more < blocks,
+                    "{blocks} x {block_size}: {available} + {SHARED_UNIT} bytes still let {more} fit"
+                );
             }
         }
-        assert_eq!(HOPPER.available_dynamic_shared(1, 1024), 227 << 10, "one block: the opt-in limit");
-        assert_eq!(HOPPER.available_dynamic_shared(3, 1024), 0, "three blocks of 1,024 threads never fit");
+        assert_eq!(HOPPER.available_dynamic_shared(1, 1024), Some(47 << 10), "one block: the default limit");
+        // cuda_occupancy.h's figure for 8 blocks of 256 on Hopper: 228 KiB / 8, less the reserve.
+        assert_eq!(HOPPER.available_dynamic_shared(8, 256), Some(29_184 - 1024));
+        assert_eq!(HOPPER.available_dynamic_shared(3, 1024), None, "three blocks of 1,024 threads never fit");
+        assert_eq!(HOPPER.available_dynamic_shared(0, 256), None);
     }
 
     #[test]
@@ -553,18 +572,13 @@ mod tests {
         // No shared memory: 1,024 threads a block, two blocks, 2,048 threads (the largest of the
         // sizes that reach them).
         assert_eq!(HOPPER.best_block_size(0, |_| 0), (1024, 2));
-        // Up to 192 (a limit not a multiple of the warp): 64 x 32 and 128 x 16 both keep 2,048
-        // threads (32 blocks at most; 192 x 10 only 1,920): the larger.
+        // Up to 200: 200 itself (7 warps, 9 blocks) keeps 1,800; 128 x 16 and 64 x 32 keep
+        // 2,048: the larger.
         assert_eq!(HOPPER.best_block_size(200, |_| 0), (128, 16));
-        // 60 KiB a block whatever its size: three blocks fit by shared memory, and 672 x 3
-        // (2,016) keeps fewer threads than 1,024 x 2.
-        assert_eq!(HOPPER.best_block_size(0, |_| 60 << 10), (1024, 2));
-        // 120 KiB a block: one fits.
-        assert_eq!(HOPPER.best_block_size(0, |_| 120 << 10), (1024, 1));
-        // Shared memory growing with the block, 200 B a thread: whatever wins, it fits as said.
-        let (size, blocks) = HOPPER.best_block_size(0, |size| size as usize * 200);
-        assert_eq!(HOPPER.blocks_per_multiprocessor(size, size as usize * 200), blocks);
-        assert!(size * blocks >= 1024, "{size} x {blocks}");
-        assert_eq!(HOPPER.best_block_size(0, |_| 228 << 10), (0, 0), "nothing fits");
+        assert_eq!(HOPPER.best_block_size(16, |_| 0), (16, 32), "a limit under a warp is tried");
+        // 100 bytes a thread: 512 threads and more are over the default limit; 256 x 8 keeps
+        // 2,048 (26.6 KiB each), more than any other size.
+        assert_eq!(HOPPER.best_block_size(0, |size| size as usize * 100), (256, 8));
+        assert_eq!(HOPPER.best_block_size(0, |_| 48 << 10), (0, 0), "nothing fits");
     }
 }
