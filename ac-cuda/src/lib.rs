@@ -15,6 +15,8 @@
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
 //! - [`memory`]: allocations (by device address), memsets and copies.
 //! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
+//! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
+//!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
 //! - [`stream`]: streams and events.
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
@@ -45,6 +47,7 @@ pub mod integrity;
 pub mod launch;
 pub mod memory;
 pub mod module;
+pub mod occupancy;
 pub mod procs;
 pub mod state;
 pub mod stream;
