@@ -249,7 +249,7 @@ impl<M: Machine> RaftStateMachine<ArmRaft> for StateMachine<M> {
         I::IntoIter: OptionalSend,
     {
         // The machine writes its store as it applies; on the runtime's worker, not off it
-        // (`db::synced`): the manager's writes its store once per 64 applies (its log has them
+        // (`db::synced`): the manager's writes its store once per 1,024 applies (its log has them
         // on disk), and handing the worker to another thread at every apply cost more than that.
         let mut state = self.state.lock().expect("state machine poisoned");
         let mut answers = Vec::new();
