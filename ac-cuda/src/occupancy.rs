@@ -83,6 +83,11 @@ const SHARED_UNIT: usize = 128;
 /// Threads in a warp: a block takes whole warps, and block sizes are tried in its multiples.
 const WARP: c_int = 32;
 
+/// The warps `threads` threads take.
+fn warps(threads: c_int) -> c_int {
+    (threads + WARP - 1) / WARP
+}
+
 impl Limits {
     /// The limits of the device `function` was loaded on.
     fn of_function(function: usize) -> CuResult<Self> {
@@ -114,7 +119,7 @@ impl Limits {
             return 0;
         }
         let by_shared = c_int::try_from(self.shared / per_block).unwrap_or(c_int::MAX);
-        let by_warps = (self.threads / WARP) / ((block_size + WARP - 1) / WARP);
+        let by_warps = (self.threads / WARP) / warps(block_size);
         by_warps.min(self.blocks).min(by_shared)
     }
 
@@ -125,14 +130,11 @@ impl Limits {
     fn best_block_size(&self, limit: c_int, shared: impl Fn(c_int) -> usize) -> (c_int, c_int) {
         let most = if limit > 0 { limit.min(self.threads_per_block) } else { self.threads_per_block };
         let mut best = (0, 0);
-        let mut aligned = (most + WARP - 1) / WARP * WARP;
-        while aligned > 0 {
-            let size = aligned.min(most);
+        for size in (1..=warps(most)).rev().map(|w| (w * WARP).min(most)) {
             let blocks = self.blocks_per_multiprocessor(size, shared(size));
             if blocks * size > best.0 * best.1 {
                 best = (size, blocks);
             }
-            aligned -= WARP;
         }
         best
     }
