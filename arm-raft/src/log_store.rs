@@ -177,10 +177,10 @@ impl RaftLogStorage<ArmRaft> for LogStore {
             }
             Ok(())
         });
-        // On disk (committed, synced) before openraft hears of it. Written here, not by a
-        // writer of its own that calls back later: openraft 0.9's core awaits this callback
-        // before it sends the entries on (`RaftCore::append_to_log`), so a leader's round is its
-        // sync and then a follower's whatever this returns early (replication.md, stop 83).
+        // On disk (committed, synced) before openraft hears of it. Synced here rather than by
+        // a writer thread that calls back later: openraft 0.9's core awaits this callback
+        // before it sends the entries on (`RaftCore::append_to_log`), so returning early would
+        // not shorten a leader's round (replication.md, stop 83).
         callback.log_io_completed(written.as_ref().map(drop).map_err(|e| std::io::Error::other(e.to_string())));
         written
     }
