@@ -429,23 +429,13 @@ impl Accelerator {
         };
         match copied {
             Ok(outcome) => outcome,
-            Err(Broken(e)) => {
-                // The session's own reason first (an orderly shutdown closes QUIC before lanes).
-                if let Ok(reason) = tokio::time::timeout(LANE_REASON_WAIT, wire.control.closed()).await {
-                    return Err(reason.into());
-                }
-                // A killed backend's kernel cuts the lane at once; the port watch may learn it a
-                // probe interval or more later, while the copy keeps the connections busy (a
-                // third of the copies cut by a kill once said only "the lane broke"). Ask now.
-                if lanes.port_refuses().await {
-                    crate::watch::close_gone(&wire.data);
-                    return Err(wire.control.closed().await.into());
-                }
-                Err(Error::Remote {
+            Err(Broken(e)) => Err(match session_end(wire, lanes).await {
+                Some(reason) => reason,
+                None => Error::Remote {
                     kind: ErrorKind::Device,
                     message: format!("copy failed: the bulk lane to the backend broke: {e}"),
-                })
-            }
+                },
+            }),
         }
     }
 
@@ -502,8 +492,47 @@ fn each_part(
     })
 }
 
+/// The session's end that explains a lane broken under a copy, if it ended; `None` when the
+/// backend lives (the lane itself failed).
+async fn session_end(wire: &Wire, lanes: &Lanes) -> Option<Error> {
+    // The session's own reason first (an orderly shutdown closes QUIC before lanes).
+    if let Some(reason) = close_reason_within(&wire.control, LANE_REASON_WAIT).await {
+        return Some(reason);
+    }
+    // A killed backend's kernel cuts the lane at once; the port watch may learn it a probe
+    // interval or more later, while the copy keeps the connections busy (a third of the copies
+    // cut by a kill once said only "the lane broke"). Ask now.
+    if lanes.port_refuses().await {
+        crate::watch::close_gone(&wire.data);
+        return Some(wire.control.closed().await.into());
+    }
+    // The port accepts: the backend lives, or came back as a new process. A new one answers the
+    // old connection's next packet with a stateless reset, but an idle connection sends nothing
+    // until its keep-alive (seconds); so which error the program saw depended on timing. A
+    // datagram makes it send now: a live backend never reads datagrams. Several, since an
+    // endpoint sends at most one reset per 20 ms (quinn's `min_reset_interval`).
+    for _ in 0..RESET_PROBES {
+        // Larger than a reset (a token and 5 bytes of padding): no smaller packet earns one.
+        let _ = wire.control.send_datagram(Bytes::from_static(&[0; 32]));
+        if let Some(reason) = close_reason_within(&wire.control, RESET_PROBE_WAIT).await {
+            return Some(reason);
+        }
+    }
+    None
+}
+
+/// The connection's close reason, if it closes within `limit`.
+async fn close_reason_within(conn: &Connection, limit: std::time::Duration) -> Option<Error> {
+    tokio::time::timeout(limit, conn.closed()).await.ok().map(Error::from)
+}
+
 /// How long a broken lane waits for the session's close reason, which explains it better.
 const LANE_REASON_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Datagrams a broken lane sends to provoke a restarted backend's stateless reset, and how long
+/// it waits for the reset after each.
+const RESET_PROBES: usize = 4;
+const RESET_PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 pub(crate) fn unexpected(answer: Answer) -> Error {
     Error::Protocol(format!("unexpected answer {answer:?}"))

@@ -10,8 +10,9 @@
 //! one's host answers with the ICMP error, which a connected socket reports as
 //! `ECONNREFUSED`, and the watch closes the accelerator's connections with the reason. (A backend
 //! that came back as a new process on the same port answers the old connection with a stateless
-//! reset instead, which quinn reports by itself: its reset key outlives it,
-//! `ac_proto::transport::reset_key`.)
+//! reset to the connection's next packet instead, which quinn reports by itself: its reset key
+//! outlives it, `ac_proto::transport::reset_key`. A copy cut on its lane provokes that packet:
+//! `accelerator.rs`, `session_end`.)
 
 use std::net::SocketAddr;
 use std::time::Duration;

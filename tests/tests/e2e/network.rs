@@ -65,6 +65,24 @@ fn kill_pause(trial: usize) -> &'static str {
     }
 }
 
+/// How long after the kill a restart trial starts the backend again. In the odd ones the kill
+/// cuts a copy on the lane, and the copy waits 100 ms for the session's reason
+/// (`LANE_REASON_WAIT`) before it asks the lane port. A backend back at once answers the
+/// packets the connection sends in those 100 ms (its retransmissions) with its reset; one back
+/// later may find the connection silent since its last packet, and is found listening by that
+/// ask: its reset must be provoked (a copy once said only "the bulk lane broke", in about one
+/// run in ten with a 90 ms delay). The delays step through that window.
+/// The trials where the backend comes back after its kill; the 20 before leave its port closed.
+const RESTART_TRIALS: std::ops::Range<usize> = 20..32;
+
+fn restart_delay(trial: usize) -> Duration {
+    if trial.is_multiple_of(2) {
+        Duration::ZERO
+    } else {
+        Duration::from_millis((trial.saturating_sub(21) as u64) * 5 + 60)
+    }
+}
+
 #[test]
 fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() {
     need_netns!();
@@ -77,9 +95,9 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
     let lane_port = bed.sock(BACKEND, 7100).to_string();
     let mut times = Vec::new();
     // 20 kills with the port left closed (the host refuses the lane port and answers "port
-    // unreachable"), then 5 where the backend comes straight back (its stateless reset answers
+    // unreachable"), then 12 where the backend comes back (its stateless reset answers
     // the program's next call, after its pause; or the port's refusal before it is up).
-    for trial in 0..25 {
+    for trial in 0..RESTART_TRIALS.end {
         let mut backend = start_backend(&bed, dir.path(), "0");
         let log = dir.path().join(format!("program-{trial}.log"));
         let mut program =
@@ -91,28 +109,32 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
         assert!(lanes.as_ref().is_ok_and(|l| !l.trim().is_empty()), "trial {trial}: no lane open: {lanes:?}");
         backend.kill();
         let killed = Instant::now();
-        let _restarted = (trial >= 20).then(|| start_backend(&bed, dir.path(), "0"));
+        let _restarted = RESTART_TRIALS.contains(&trial).then(|| {
+            std::thread::sleep(restart_delay(trial));
+            start_backend(&bed, dir.path(), "0")
+        });
         let (at, line) = program
             .wait_for("error: ", Duration::from_secs(5))
             .unwrap_or_else(|| panic!("trial {trial}: no error within 5 s:\n{}", program.output()));
         let took = at.duration_since(killed).as_secs_f64();
         assert!(
-            line.contains("backend process is gone") || line.contains("reset"),
+            line.contains("connection to the accelerator lost")
+                && (line.contains("backend process is gone") || line.contains("reset by peer")),
             "trial {trial}: the error says the process died: {line}"
         );
         eprintln!("trial {trial}: {took:.3} s: {line}");
         times.push(took);
     }
-    let mut kills = times[..20].to_vec();
+    let mut kills = times[..RESTART_TRIALS.start].to_vec();
     kills.sort_by(f64::total_cmp);
     let (p50, p99) = (percentile(&kills, 0.5), percentile(&kills, 0.99));
     eprintln!(
         "time to error after kill -9 with a lane open, 20 trials: p50 {p50:.3} s, p99 {p99:.3} s; with a restart: {:?}",
-        &times[20..]
+        &times[RESTART_TRIALS]
     );
     assert!(p99 <= KILL_NOTICE, "p99 {p99:.3} s over 20 kills, promised within {KILL_NOTICE} s: {kills:?}");
-    let restarts = times[20..].iter().copied().fold(0.0, f64::max);
-    assert!(restarts <= KILL_NOTICE, "a restarted backend told after {restarts:.3} s: {:?}", &times[20..]);
+    let restarts = times[RESTART_TRIALS].iter().copied().fold(0.0, f64::max);
+    assert!(restarts <= KILL_NOTICE, "a restarted backend told after {restarts:.3} s: {:?}", &times[RESTART_TRIALS]);
 }
 
 /// Outages shorter than QUIC's idle timeout are survived by the connection itself; a longer
