@@ -28,6 +28,8 @@ struct RawSession {
     token: [u8; 16],
     lane_port: u16,
     link: ac_proto::backend::link::Link,
+    /// The id of the last request sent on the control stream.
+    sent: u64,
 }
 
 async fn raw_session(tb: &TestBackend) -> RawSession {
@@ -36,13 +38,14 @@ async fn raw_session(tb: &TestBackend) -> RawSession {
     let link =
         ac_proto::backend::link::open(&options, crypto, &Hello::Open { capability: vec![], device: 0 }).await.unwrap();
     let Response::Welcome { session, token, lane_port, .. } = link.welcome.clone() else { panic!("no welcome") };
-    RawSession { session, token, lane_port, link }
+    RawSession { session, token, lane_port, link, sent: 0 }
 }
 
 impl RawSession {
     /// Allocates `bytes` on the control stream; the buffer's id.
     async fn alloc(&mut self, bytes: u64) -> BufferId {
-        let envelope = Envelope { id: 1, request: Request::MemAlloc { bytes } };
+        self.sent += 1;
+        let envelope = Envelope { id: self.sent, request: Request::MemAlloc { bytes } };
         self.link.send.write_all(&frame_bytes(&envelope).unwrap()).await.unwrap();
         let reply: Reply = self.link.reader.expect_frame().await.unwrap();
         match reply.response {
@@ -358,6 +361,10 @@ async fn a_record_that_fails_to_open_ends_its_lane_and_the_session_serves_on() {
     // answers on it nor reads on.
     let ended = tokio::time::timeout(Duration::from_secs(20), lane.read_frame::<Reply>()).await;
     assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "the lane outlived a forged record: {ended:?}");
+    // Only the lane ended: its session's control stream answers on, and the backend serves
+    // others.
+    let second = raw.alloc(64).await;
+    assert_ne!(second, buffer, "a fresh buffer");
     still_serves(&tb).await;
 }
 

@@ -118,7 +118,8 @@ async fn a_reclaim_in_progress_survives_a_kill_9_of_the_manager() {
     assert_eq!(job_of(&ctl, "queued").await.state, "queued", "the job still waits for the reclaimed accelerator");
     // The restarted manager keeps the deadline: the accelerator is revoked then, and the job
     // starts on it.
-    revoked_eventually(&set.handles[0].acc).await;
+    let refused = revoked_eventually(&set.handles[0].acc).await;
+    assert!(matches!(refused, ac_frontend::Error::Revoked(_)), "revoked, not lost otherwise: {refused}");
     assert!(unix_now() >= notice.revoke_at, "not before the deadline");
     let started =
         eventually(Duration::from_secs(5), || async { job_of(&ctl, "queued").await.state == "running" }).await;

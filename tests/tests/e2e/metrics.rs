@@ -136,7 +136,8 @@ fn announced(log: &std::path::Path) -> SocketAddr {
 async fn serves(addr: SocketAddr, series: &str) {
     let (status, body) = http_get(addr, "/metrics").await.expect("metrics answer");
     assert_eq!(status, 200, "{body}");
-    assert!(body.contains(series), "{series} missing:\n{body}");
+    // A whole line: "... 1" must not be met by "... 10".
+    assert!(body.lines().any(|line| line == series), "{series} missing:\n{body}");
 }
 
 /// A request whose header is 64 KiB long is refused with a 400, or cut by a reset while the

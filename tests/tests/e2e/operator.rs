@@ -174,7 +174,8 @@ async fn the_batch_role_binds_jobs_only_and_revoked_or_expired_certificates_are_
 
     let (code, said) = armctl_as(&c, "bob", &["host", "list"]);
     assert_ne!(code, 0, "expired: {said}");
-    assert!(said.to_lowercase().contains("expired") || said.contains("certificate"), "{said}");
+    // TLS refuses it as expired, not for some other fault of its certificate.
+    assert!(said.to_lowercase().contains("expired"), "{said}");
     let (code, said) = armctl_as(&c, "admin", &["host", "list"]);
     assert_eq!(code, 0, "the first-start admin certificate still works: {said}");
 }

@@ -368,7 +368,9 @@ async fn a_borrower_is_preempted_when_the_owner_grows() {
     // After the grace the borrower's capability for it is revoked; the other loan goes on.
     let lost = loan.handles.iter().find(|h| h.id == taken).unwrap();
     let kept = loan.handles.iter().find(|h| h.id != taken).unwrap();
-    assert!(ac_tests::eventually(Duration::from_secs(10), || async { computes(&lost.acc).await.is_err() }).await);
+    let refused = ac_tests::revoked_eventually(&lost.acc).await;
+    assert!(matches!(refused, ac_frontend::Error::Revoked(_)), "revoked, not lost otherwise: {refused}");
+    assert!(ac_proto::capability::unix_now() >= notice.revoke_at, "not before the grace ended");
     computes(&kept.acc).await.unwrap();
     computes(&grown.handles[0].acc).await.unwrap();
     assert_eq!(c.job("borrower").await.dynamic_accelerators.len(), 1);

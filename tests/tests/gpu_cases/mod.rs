@@ -95,14 +95,20 @@ pub async fn copies_round_trip_through_the_staging_pipeline(tb: &TestBackend) {
         let buf = acc.alloc_from(&data).await.unwrap();
         assert!(buf.to_vec().await.unwrap() == data, "pipelined {pipelined}");
     }
-    // Device to device, overlapping, on one GPU; memset.
-    let buf = acc.alloc_from(&(0..1024).map(|i| i as f32).collect::<Vec<_>>()).await.unwrap();
+    // Device to device on one GPU, then a memset over part of the copy: each checked, so that
+    // neither can do nothing unseen.
+    let counting: Vec<f32> = (0..1024).map(|i| i as f32).collect();
+    let buf = acc.alloc_from(&counting).await.unwrap();
     let stream = acc.default_stream();
     let view = acc.alloc_from(&vec![0.0f32; 1024]).await.unwrap();
     view.copy_from_device(&stream, &buf).await.unwrap();
-    view.memset(&stream, 0).await.unwrap();
     acc.synchronize().await.unwrap();
-    assert!(view.to_vec().await.unwrap().iter().all(|&v| v == 0.0));
+    assert!(view.to_vec().await.unwrap() == counting, "the device-to-device copy");
+    view.memset_range(&stream, 256, 512, 0x3F).await.unwrap();
+    acc.synchronize().await.unwrap();
+    let set = view.to_vec().await.unwrap();
+    let expected = |i: usize| if (256..768).contains(&i) { f32::from_bits(0x3F3F_3F3F) } else { i as f32 };
+    assert!(set.iter().enumerate().all(|(i, v)| v.to_bits() == expected(i).to_bits()), "memset of elements 256..768");
     let err = acc.alloc::<u8>(acc.info().memory_total as usize * 2).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::OutOfMemory), "{err}");
     assert_eq!(buf.to_vec().await.unwrap()[1023], 1023.0, "the session survives a failed allocation");
