@@ -170,7 +170,7 @@ async fn a_gpu_that_falls_off_the_bus_leaves_the_pool_while_the_other_serves_on_
     options.init_timeout = Some(Duration::from_millis(500));
     // It waits (its AC_Init times out), rather than be granted the faulty GPU and refused by
     // its backend.
-    let waited = Session::init(options).await.err().expect("nothing grantable for j2");
+    let waited = Session::init(options).await.expect_err("nothing grantable for j2");
     assert!(matches!(waited, ac_frontend::Error::Timeout(_)), "j2 waits: {waited}");
 
     // An admin clears it (armctl): granted again.

@@ -395,6 +395,8 @@ fn a_partition_during_a_lane_copy_ends_the_copy_past_the_hold_on_both_sides() {
         )
     });
     assert!(error.contains("could not be resumed within"), "a clear error: {error}");
+    // Not before its deadline, which runs from the connection's loss, after the partition.
+    assert!(at - partitioned >= Duration::from_secs(2), "gave up within its 2 s resume deadline");
     assert!(!program.output().contains("h2d "), "the partition fell on the first copy");
     eprintln!("the copy ended {:.1} s into the partition", (at - partitioned).as_secs_f64());
     // QUIC's idle timeout is the smaller of the two sides' (3 s): the backend's session is

@@ -335,6 +335,8 @@ fn an_outage_past_the_hold_or_a_restarted_backend_ends_the_session_cleanly() {
         .unwrap_or_else(|| panic!("the program was not told within 15 s of the partition:\n{}", program.output()));
     assert!(error.contains("could not be resumed within"), "a clear error: {error}\n{}", program.stderr());
     eprintln!("the program gave up {:.1} s into the partition", (at - partitioned).as_secs_f64());
+    // Not before its deadline, which runs from the connection's loss, after the partition.
+    assert!(at - partitioned >= Duration::from_secs(4), "gave up within its 4 s resume deadline");
     let deadline = partitioned + Duration::from_secs(20);
     let freed = loop {
         let (free, total) = memory();
