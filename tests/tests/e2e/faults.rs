@@ -178,9 +178,10 @@ async fn a_killed_client_process_is_freed_after_the_idle_timeout_and_its_hold() 
     assert_eq!(first.as_deref(), Some("copying"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(tb.backend.sessions(), 1);
-    child.kill().await.unwrap(); // SIGKILL in the middle of a 128 MiB copy
-                                 // Held for its hold at least (1 s, which starts once the backend has lost the connection,
-                                 // after the kill): not freed at once when its streams break.
+    // SIGKILL in the middle of a 128 MiB copy. The session is held for its hold at least (1 s,
+    // which starts once the backend has lost the connection, after the kill): not freed at once
+    // when its streams break.
+    child.kill().await.unwrap();
     let dropped = tb.eventually(Duration::from_millis(900), |b| b.sessions() == 0).await;
     assert!(!dropped, "the killed program's session was freed within its 1 s hold");
     let bystander = tb.connect().await;

@@ -208,6 +208,8 @@ async fn an_application_xid_ends_only_its_session() {
     assert!(counted, "the critical Xid 48 counted: {state:?}");
     assert_eq!(state.faults, 1, "only Xid 48 is a fault: {state:?}");
     assert!(state.last_fault.as_deref().is_some_and(|f| f.starts_with("Xid 48")), "{state:?}");
+    // An Xid counts; health is what NVML's polls say, and they found nothing wrong.
+    assert_eq!(state.health, Health::Healthy, "{state:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

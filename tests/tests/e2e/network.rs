@@ -65,16 +65,17 @@ fn kill_pause(trial: usize) -> &'static str {
     }
 }
 
+/// The trials where the backend comes back after its kill; the 20 before leave its port closed.
+const RESTART_TRIALS: std::ops::Range<usize> = 20..32;
+
 /// How long after the kill a restart trial starts the backend again. In the odd ones the kill
 /// cuts a copy on the lane, and the copy waits 100 ms for the session's reason
 /// (`LANE_REASON_WAIT`) before it asks the lane port. A backend back at once answers the
 /// packets the connection sends in those 100 ms (its retransmissions) with its reset; one back
 /// later may find the connection silent since its last packet, and is found listening by that
-/// ask: its reset must be provoked (a copy once said only "the bulk lane broke", in about one
-/// run in ten with a 90 ms delay). The delays step through that window.
-/// The trials where the backend comes back after its kill; the 20 before leave its port closed.
-const RESTART_TRIALS: std::ops::Range<usize> = 20..32;
-
+/// ask: its reset must be provoked. The delays step through that window (before the copy
+/// provoked it, every one of three runs had a trial here whose copy said only "the bulk lane
+/// broke").
 fn restart_delay(trial: usize) -> Duration {
     if trial.is_multiple_of(2) {
         Duration::ZERO
