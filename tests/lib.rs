@@ -43,7 +43,7 @@ impl TestBackend {
     pub async fn start_with(adjust: impl FnOnce(&mut BackendConfig)) -> Self {
         let state = tempfile::tempdir().expect("temp dir");
         let mut config = BackendConfig {
-            listen: "127.0.0.1:0".parse().expect("addr"),
+            listen: restartable_addr(),
             state_dir: state.path().to_path_buf(),
             memory_mib: 256,
             transport: quick_tuning(),
@@ -150,10 +150,46 @@ pub struct TestCluster {
     pub state: tempfile::TempDir,
 }
 
+/// Where the kernel's own choice of ports begins (`ip_local_port_range`).
+const EPHEMERAL_LOW_DEFAULT: u16 = 32_768;
+
+/// The lowest port [`restartable_addr`] picks.
+const FIRST_FIXED_PORT: u16 = 10_000;
+
+/// A loopback address on a port free now for TCP and UDP alike, below the kernel's ephemeral
+/// range, so that no client socket is given it meanwhile: a daemon restarted on the address of
+/// its first life finds its port free again. (A port the kernel picked for the first life may go
+/// to any other test's client socket: a backend's lane port once did, "Address already in use".)
+pub fn restartable_addr() -> std::net::SocketAddr {
+    use std::hash::{BuildHasher, Hasher};
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(EPHEMERAL_LOW_DEFAULT);
+    let span = u64::from(low.saturating_sub(FIRST_FIXED_PORT).max(1));
+    let mut seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    loop {
+        let port = FIRST_FIXED_PORT + (seed % span) as u16;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        if std::net::TcpListener::bind(addr).is_ok() && std::net::UdpSocket::bind(addr).is_ok() {
+            return addr;
+        }
+        seed = seed.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
+    }
+}
+
+/// `listen`, with a port of [`restartable_addr`]'s when it asks for any port (`:0`).
+fn restartable(listen: &str) -> String {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.port() == 0 && addr.ip().is_loopback() => restartable_addr().to_string(),
+        _ => listen.to_string(),
+    }
+}
+
 /// The resource manager's test settings: short leases and time-outs.
 pub fn arm_config(dir: &std::path::Path) -> arm_server::ArmConfig {
     arm_server::ArmConfig {
-        listen: "127.0.0.1:0".parse().expect("addr"),
+        listen: restartable_addr(),
         state_dir: dir.to_path_buf(),
         lease_ms: 1_000,
         backend_timeout_ms: 1_000,
@@ -478,7 +514,8 @@ impl ArmProcess {
         std::fs::write(&config, toml).expect("configuration written");
         let mut args: Vec<std::ffi::OsString> = vec!["--config".into(), config.into()];
         let lease_ms = lease_ms.to_string();
-        args.extend(["--listen", listen, "--lease-ms", &lease_ms, "--backend-timeout-ms", "1000"].map(Into::into));
+        let listen = restartable(listen);
+        args.extend(["--listen", &listen, "--lease-ms", &lease_ms, "--backend-timeout-ms", "1000"].map(Into::into));
         let (child, addr) = spawn_daemon("arm-server", &args, &[], dir, &addr_file);
         Self { child, addr }
     }
@@ -614,8 +651,9 @@ impl BackendProcess {
     fn spawn(dir: &std::path::Path, listen: &str, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let addr_file = dir.join("addr");
         let _ = std::fs::remove_file(&addr_file);
+        let listen = restartable(listen);
         let mut args: Vec<std::ffi::OsString> =
-            ["--listen", listen, "--device", "cpu", "--memory-mib", "64"].map(Into::into).to_vec();
+            ["--listen", &listen, "--device", "cpu", "--memory-mib", "64"].map(Into::into).to_vec();
         args.extend(extra.iter().map(Into::into));
         let (child, addr) = spawn_daemon("ac-backend", &args, envs, dir, &addr_file);
         Self { child, addr, dir: dir.to_path_buf() }
