@@ -530,9 +530,10 @@ async fn close_reason_within(conn: &Connection, limit: std::time::Duration) -> O
 /// How long a broken lane waits for the session's close reason, which explains it better.
 const LANE_REASON_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Datagrams a broken lane sends to provoke a restarted backend's stateless reset, and how long
-/// it waits for the reset after each.
+/// Datagrams a broken lane sends to provoke a restarted backend's stateless reset.
 const RESET_PROBES: usize = 4;
+
+/// How long a broken lane waits for that reset after each datagram.
 const RESET_PROBE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 pub(crate) fn unexpected(answer: Answer) -> Error {
