@@ -512,9 +512,7 @@ async fn session_end(wire: &Wire, lanes: &Lanes) -> Option<Error> {
     // datagram makes it send now: a live backend never reads datagrams. Several, since an
     // endpoint sends at most one reset per 20 ms (quinn's `min_reset_interval`).
     for _ in 0..RESET_PROBES {
-        // A packet must be larger than a reset (a token and 5 bytes of padding) to earn one;
-        // its header and tag alone make it so.
-        let _ = wire.control.send_datagram(Bytes::from_static(&[0; 32]));
+        crate::watch::provoke_reset(&wire.control);
         if let Some(reason) = close_reason_within(&wire.control, RESET_PROBE_WAIT).await {
             return Some(reason);
         }

@@ -132,12 +132,12 @@ impl Lanes {
         self.usable() > 0
     }
 
-    /// Whether an idle lane found its backend gone: closed by the peer with no copy on it. A
-    /// live backend closes lanes only when the session ends, after its QUIC connections, or
-    /// when it shuts down; a killed one's kernel closes them at once. So the port watch asks
-    /// the lane port itself (a refused TCP connect) before it believes it. Such lanes are
-    /// dropped.
-    pub(crate) async fn backend_gone(&self) -> bool {
+    /// Whether an idle lane was closed by the peer, with no copy on it. A live backend closes
+    /// lanes only when the session ends, after its QUIC connections, or when it shuts down; a
+    /// killed one's kernel closes them at once. So the port watch asks the lane port itself (a
+    /// refused TCP connect: the process is gone; an accept: it may have come back as a new one)
+    /// before it believes it. Such lanes are dropped.
+    pub(crate) fn closed_by_peer(&self) -> bool {
         let mut closed = false;
         for slot in &self.slots {
             let Ok(mut slot) = slot.try_lock() else { continue };
@@ -151,7 +151,7 @@ impl Lanes {
             }
             *slot = None;
         }
-        closed && self.port_refuses().await
+        closed
     }
 
     /// Whether the backend's host refuses a connection to the lane port: no process listens on

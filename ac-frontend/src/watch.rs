@@ -11,13 +11,14 @@
 //! `ECONNREFUSED`, and the watch closes the accelerator's connections with the reason. (A backend
 //! that came back as a new process on the same port answers the old connection with a stateless
 //! reset to the connection's next packet instead, which quinn reports by itself: its reset key
-//! outlives it, `ac_proto::transport::reset_key`. A copy cut on its lane provokes that packet:
-//! `accelerator.rs`, `session_end`.)
+//! outlives it, `ac_proto::transport::reset_key`. The watch provokes that packet when no refusal
+//! comes, [`provoke_reset`], and so does a copy cut on its lane: `accelerator.rs`, `session_end`.)
 
 use std::net::SocketAddr;
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use quinn::Connection;
 use tokio::net::UdpSocket;
@@ -29,6 +30,10 @@ use crate::task::Owned;
 /// How often a silent backend is probed. Several probes must go unanswered by the backend
 /// (while the host refuses them) before the program learns of it, within a few intervals.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How often the watch looks at its connections and lanes: a lane closed by a kill, or a
+/// connection fallen silent, is acted on within this (not a whole probe interval later).
+const TICK: Duration = Duration::from_millis(50);
 
 /// The watch of one accelerator's connections; it stops when dropped.
 #[derive(Debug)]
@@ -54,28 +59,69 @@ impl PortWatch {
 /// Probes while the backend is silent; closes every connection on a refusal. Idle lanes closed
 /// under it tell too: their TCP closes are not rate-limited as the host's ICMP answers are (about
 /// one a second per peer once a burst is spent, shared with QUIC's own retransmissions).
+///
+/// A backend restarted on the same port accepts the probes, and the old connections learn of
+/// the restart only from a stateless reset, which it sends in answer to a QUIC packet. A
+/// connection waiting for an answer (a long kernel) sends none until its keep-alive, seconds
+/// later; so the watch provokes the reset: when idle lanes close with the port accepting, and
+/// when a probe of a silent backend met no refusal.
 async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>) {
     let received = |conns: &[Connection]| conns.iter().map(|c| c.stats().udp_rx.datagrams).sum::<u64>();
     let mut heard = received(&connections);
+    let mut heard_at = Instant::now();
+    let mut probed_at = Instant::now();
+    let mut unanswered_probe = false;
     let mut buf = [0u8; 16];
     loop {
         let refused = tokio::select! {
             // Nothing but an error ever arrives on this socket: the backend never answers it.
             result = socket.recv(&mut buf) => is_refusal(result.err()),
-            () = tokio::time::sleep(PROBE_INTERVAL) => false,
+            () = tokio::time::sleep(TICK) => false,
         };
         if connections.iter().all(|c| c.close_reason().is_some()) {
             return;
         }
         let now = received(&connections);
-        if refused || (now == heard && is_refusal(socket.send(&[]).await.err())) || lanes_gone(&lanes).await {
+        if now != heard {
+            (heard, heard_at, unanswered_probe) = (now, Instant::now(), false);
+        }
+        let mut gone = refused;
+        if !gone && unanswered_probe {
+            // A tick passed without a refusal: the port has a listener, maybe a new process.
+            unanswered_probe = false;
+            provoke_reset(&connections[0]);
+        }
+        let silent = heard_at.elapsed() >= PROBE_INTERVAL && probed_at.elapsed() >= PROBE_INTERVAL;
+        if !gone && silent {
+            probed_at = Instant::now();
+            gone = is_refusal(socket.send(&[]).await.err());
+            unanswered_probe = !gone;
+        }
+        if let Some(lanes) = lanes.as_deref().filter(|lanes| !gone && lanes.closed_by_peer()) {
+            gone = lanes.port_refuses().await;
+            if !gone {
+                provoke_reset(&connections[0]);
+            }
+        }
+        if gone {
             tracing::warn!(peer = %socket.peer_addr().map(|a| a.to_string()).unwrap_or_default(), "{GONE}");
             close_gone(&connections);
             return;
         }
-        heard = now;
     }
 }
+
+/// Sends the control connection `conn` a small QUIC datagram. A backend restarted on the same
+/// port answers it with a stateless reset, which ends the connection ("reset by peer") and so the
+/// session; a live one acknowledges it unread (its datagram buffer is a few bytes:
+/// `ac_proto::transport`).
+pub(crate) fn provoke_reset(conn: &Connection) {
+    let _ = conn.send_datagram(Bytes::from_static(&RESET_BAIT));
+}
+
+/// The bait's bytes. A packet must be larger than a reset (a token and 5 bytes of padding) to
+/// earn one; these with the packet's header and tag make it so.
+const RESET_BAIT: [u8; 32] = [0; 32];
 
 /// Closes an accelerator's connections with [`crate::error::GONE`]: its backend's process is known dead.
 pub(crate) fn close_gone(connections: &[Connection]) {
@@ -105,12 +151,4 @@ pub(crate) async fn port_refused(addr: SocketAddr) -> bool {
 /// unreachable) may be a network that comes back.
 fn is_refusal(error: Option<std::io::Error>) -> bool {
     error.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
-}
-
-/// Whether the lanes found the backend's process gone.
-async fn lanes_gone(lanes: &Option<Arc<Lanes>>) -> bool {
-    match lanes {
-        Some(lanes) => lanes.backend_gone().await,
-        None => false,
-    }
 }

@@ -17,6 +17,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::ProtoError;
 
+/// The bytes of unread QUIC datagrams a connection keeps, and so the largest datagram a peer may
+/// send: room for the SDK's 32-byte reset bait.
+pub const DATAGRAM_BUFFER: usize = 64;
+
 /// Transport settings; the defaults are the measured choices.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -140,6 +144,10 @@ impl Tuning {
         t.max_idle_timeout(IdleTimeout::try_from(Duration::from_millis(self.idle_timeout_ms)).ok());
         t.keep_alive_interval(Some(Duration::from_millis(self.keep_alive_ms)));
         t.enable_segmentation_offload(true);
+        // Datagrams carry nothing: the SDK sends a backend small ones only to provoke a
+        // restarted process's stateless reset (`ac_frontend`'s `watch.rs`). None is ever read,
+        // so the buffer that keeps unread ones is a few bytes, not quinn's megabyte.
+        t.datagram_receive_buffer_size(Some(DATAGRAM_BUFFER));
         t
     }
 

@@ -27,6 +27,10 @@
 //!   `wrong ...` (exit 1), or `error: ...` (exit 2). Beside them a task
 //!   pings the backend without pause and prints `ping mark M` the first time a ping begun
 //!   with mark `M` completes: the first call completed after the test set that mark.
+//! - `ac-net-client kernel N LANE`: with `LANE` 1, first does one `work` round (its copies open a
+//!   bulk lane, idle afterwards); then launches the builtin `sgemm` on `N`×`N` matrices, prints
+//!   `waiting` and waits for it (minutes on the CPU device for `N` 2048: a program blocked on a
+//!   long kernel, sending nothing); prints `error: MESSAGE` and exits 2 if the wait fails.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
@@ -87,6 +91,22 @@ async fn work(accs: &[Accelerator], rounds: u32, pause: Duration) -> Result<(), 
         tokio::time::sleep(pause).await;
     }
     Ok(())
+}
+
+/// `kernel`: an `n`×`n` `sgemm`, waited for; after one round if `lane`.
+async fn wait_on_kernel(acc: &Accelerator, n: u32, lane: bool) -> Result<(), Error> {
+    if lane && round(acc, 0).await? > 0 {
+        say("wrong round 0");
+        std::process::exit(1);
+    }
+    let elements = n as usize * n as usize;
+    let (a, b, c) =
+        (acc.alloc::<f32>(elements).await?, acc.alloc::<f32>(elements).await?, acc.alloc::<f32>(elements).await?);
+    let sgemm = acc.builtin().await?.function("sgemm").await?;
+    let args = [n.into(), n.into(), n.into(), 1.0f32.into(), a.arg(), b.arg(), 0.0f32.into(), c.arg()];
+    sgemm.launch(LaunchDims::linear(elements as u64, 256), &args).await?;
+    say("waiting");
+    acc.synchronize().await
 }
 
 /// Counters per task in `count`.
@@ -187,7 +207,7 @@ async fn count(acc: &Accelerator, tasks: usize, pause: Duration) -> Error {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | count TASKS PAUSE_MS | memory | get WAIT_MS TIMES PAUSE_MS | lend NOTICE_S"
+        "usage: ac-net-client work ROUNDS PAUSE_MS | hold MIB | copy MIB REPS | tcp-recv PORT MIB | tcp-send ADDR MIB | tls-recv PORT MIB DIR [whole] | tls-send ADDR MIB DIR [whole] | count TASKS PAUSE_MS | kernel N LANE | memory | get WAIT_MS TIMES PAUSE_MS | lend NOTICE_S"
     );
     std::process::exit(64)
 }
@@ -357,6 +377,12 @@ async fn run(args: &[String]) -> Result<(), Error> {
             // Freed before the program ends, so that whoever waits for its end (the net bench,
             // before it times the next contender) also waits for the backend to unmap it.
             buf.free().await?;
+        }
+        Some("kernel") => {
+            if let Err(e) = wait_on_kernel(&accs[0], number(args, 1), number::<u8>(args, 2) == 1).await {
+                say(format_args!("error: {e}"));
+                std::process::exit(2);
+            }
         }
         Some("memory") => {
             for acc in &accs {

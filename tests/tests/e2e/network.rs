@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use ac_tests::netns::Bed;
+use ac_tests::netns::{Bed, Proc};
 use ac_tests::{need_netns, workspace_binary};
 
 use ac_tests::site::{
@@ -42,13 +42,13 @@ fn a_program_and_armctl_reach_the_manager_by_address_with_certificates_the_daemo
 
 /// How soon a program with a bulk lane open learns that its backend process was `kill -9`ed,
 /// the host staying up (ARCHITECTURE.md, "a backend process dies": "within a probe interval
-/// with lanes (measured p99 0.25 s)"). What the code guarantees: the port watch
-/// (`ac_frontend`'s `watch.rs`) wakes at least every probe interval (`PROBE_INTERVAL`, 0.25 s);
-/// the killed process's kernel closes its end of the idle lane at once, so the first wake-up
-/// after the kill finds the lane closed, dials the lane port, is refused at once (the host is
-/// up), and closes the session. So the error comes within one interval plus the scheduling of
-/// the program and of this test's reader: the bound asserted is twice the interval, the other
-/// half being room for a loaded 2-core machine. (Without a lane the program waits on ICMP
+/// with lanes"). What the code guarantees: the port watch (`ac_frontend`'s `watch.rs`) wakes
+/// every tick (50 ms); the killed process's kernel closes its end of the idle lane at once, so
+/// the first wake-up after the kill finds the lane closed, dials the lane port, is refused at
+/// once (the host is up), and closes the session. The program learns it at its next call, after
+/// its pause (200 ms in even trials). So the error comes within the pause and a tick plus the
+/// scheduling of the program and of this test's reader: the bound asserted is twice the probe
+/// interval (0.25 s), the rest being room for a loaded 2-core machine. (Without a lane the program waits on ICMP
 /// answers, which the kernel rate-limits: p99 1.3 s, and 0.45-1.27 s seen here, over the bound.)
 const KILL_NOTICE: f64 = 0.5;
 
@@ -84,15 +84,37 @@ fn restart_delay(trial: usize) -> Duration {
     }
 }
 
-#[test]
-fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() {
-    need_netns!();
+/// Two hosts, a program's and a backend's, a directory for the backend's state, and the
+/// environment that points a program at the backend.
+fn program_and_backend() -> (Bed, tempfile::TempDir, [(&'static str, String); 2]) {
     let bed = Bed::new(2, 1500);
     let dir = tempfile::tempdir().expect("temp dir");
     let env = [
         ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
         ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
     ];
+    (bed, dir, env)
+}
+
+/// The seconds from `killed` to the program's error, and its line, which must say that the
+/// backend's process died (gone, or replaced: a reset).
+fn death_reported(program: &mut Proc, killed: Instant, trial: usize) -> (f64, String) {
+    let (at, line) = program
+        .wait_for("error: ", Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("trial {trial}: no error within 5 s:\n{}", program.output()));
+    assert!(at >= killed, "trial {trial}: an error before the kill: {line}");
+    assert!(
+        line.contains("connection to the accelerator lost")
+            && (line.contains("backend process is gone") || line.contains("reset by peer")),
+        "trial {trial}: the error says the process died: {line}"
+    );
+    (at.duration_since(killed).as_secs_f64(), line)
+}
+
+#[test]
+fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() {
+    need_netns!();
+    let (bed, dir, env) = program_and_backend();
     let lane_port = bed.sock(BACKEND, 7100).to_string();
     let mut times = Vec::new();
     // 20 kills with the port left closed (the host refuses the lane port and answers "port
@@ -114,15 +136,7 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
             std::thread::sleep(restart_delay(trial));
             start_backend(&bed, dir.path(), "0")
         });
-        let (at, line) = program
-            .wait_for("error: ", Duration::from_secs(5))
-            .unwrap_or_else(|| panic!("trial {trial}: no error within 5 s:\n{}", program.output()));
-        let took = at.duration_since(killed).as_secs_f64();
-        assert!(
-            line.contains("connection to the accelerator lost")
-                && (line.contains("backend process is gone") || line.contains("reset by peer")),
-            "trial {trial}: the error says the process died: {line}"
-        );
+        let (took, line) = death_reported(&mut program, killed, trial);
         eprintln!("trial {trial}: {took:.3} s: {line}");
         times.push(took);
     }
@@ -136,6 +150,43 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
     assert!(p99 <= KILL_NOTICE, "p99 {p99:.3} s over 20 kills, promised within {KILL_NOTICE} s: {kills:?}");
     let restarts = times[RESTART_TRIALS].iter().copied().fold(0.0, f64::max);
     assert!(restarts <= KILL_NOTICE, "a restarted backend told after {restarts:.3} s: {:?}", &times[RESTART_TRIALS]);
+}
+
+/// How soon a program blocked on a long kernel learns that its backend was killed and started
+/// again on the same port. While it waits it sends nothing but a keep-alive every 2 s; the new
+/// process knows nothing of the old connection and says so (a stateless reset) only to a packet
+/// of it. What the code guarantees: the port watch (`ac_frontend`'s `watch.rs`) probes a backend
+/// silent for a probe interval (0.25 s), checked every tick (50 ms), and a probe met by no
+/// refusal within a tick sends the connection a datagram that earns the reset; an idle lane
+/// closed by the kill is seen within a tick and does the same. So the error comes within an
+/// interval and three ticks of the kill (0.4 s) plus scheduling: the bound asserted is twice
+/// that. Before the datagram the error waited for the keep-alive: 2.0 s (a CI run's trial).
+const RESTART_NOTICE: f64 = 0.8;
+
+#[test]
+fn a_program_waiting_on_a_kernel_learns_of_its_backends_restart_within_a_second() {
+    need_netns!();
+    let (bed, dir, env) = program_and_backend();
+    let mut times = Vec::new();
+    // Even trials with an idle lane open (a round's copies opened it), odd ones without.
+    for trial in 0..6 {
+        let lane = if trial % 2 == 0 { "1" } else { "0" };
+        let mut backend = start_backend(&bed, dir.path(), "0");
+        let log = dir.path().join(format!("waiting-{trial}.log"));
+        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["kernel", "2048", lane], &env, &log);
+        expect_line(&mut program, "waiting", Duration::from_secs(20));
+        // Past a probe interval: the wait's request is answered by acknowledgements, and the
+        // watch has probed the live backend at least once.
+        std::thread::sleep(Duration::from_millis(300 + 40 * trial as u64));
+        backend.kill();
+        let killed = Instant::now();
+        let _restarted = start_backend(&bed, dir.path(), "0");
+        let (took, line) = death_reported(&mut program, killed, trial);
+        eprintln!("trial {trial} (lane {lane}): {took:.3} s: {line}");
+        times.push(took);
+    }
+    let worst = times.iter().copied().fold(0.0, f64::max);
+    assert!(worst <= RESTART_NOTICE, "a waiting program told after {worst:.3} s: {times:?}");
 }
 
 /// Outages shorter than QUIC's idle timeout are survived by the connection itself; a longer
@@ -340,14 +391,9 @@ fn after_ms(line: &str) -> u128 {
 #[test]
 fn copies_use_quic_streams_when_the_lane_port_is_refused() {
     need_netns!();
-    let bed = Bed::new(2, 1500);
-    let dir = tempfile::tempdir().expect("temp dir");
+    let (bed, dir, env) = program_and_backend();
     let _backend = start_backend(&bed, dir.path(), "0");
     bed.refuse_tcp(BACKEND, 7100);
-    let env = [
-        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
-        ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
-    ];
     let log = dir.path().join("program.log");
     let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["copy", "16", "2"], &env, &log);
     let status = program.wait(Duration::from_secs(60)).expect("the copies end");
