@@ -159,3 +159,51 @@ pub fn expect_round_after_mark(proc: &mut Proc, n: u64, limit: Duration) -> Inst
         }
     }
 }
+
+/// A direct program's environment for the backend of `bed`, whose state is in `dir`.
+pub fn backend_env(bed: &Bed, dir: &Path) -> [(&'static str, String); 2] {
+    [
+        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
+        ("AC_CA_CERT", dir.join("backend/ca.pem").to_string_lossy().into_owned()),
+    ]
+}
+
+/// The backend's device memory, free and total, as a program on host `from` reads it now.
+pub fn device_memory(bed: &Bed, dir: &Path, from: usize) -> (u64, u64) {
+    let log = dir.join("probe.log");
+    let mut probe = bed.spawn(from, &workspace_binary("ac-net-client"), &["memory"], &backend_env(bed, dir), &log);
+    let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
+    let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
+    (numbers[0], numbers[1])
+}
+
+/// Seconds from the backend's "session held" (its control connection timed out) to "not
+/// resumed within its hold", by the timestamps of those lines in its log `dir/backend.log`:
+/// the hold it gave the session, measured by the backend itself (a probe from outside sees only
+/// when the memory was free, not how long it stayed held). Panics when either line is missing.
+pub fn hold_logged(dir: &Path) -> f64 {
+    let log = std::fs::read_to_string(dir.join("backend.log")).expect("backend log");
+    let at = |needle: &str| {
+        let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no `{needle}` in:\n{log}"));
+        log_seconds(line).unwrap_or_else(|| panic!("no timestamp in: {line}"))
+    };
+    let held = at("connection lost; session held");
+    let ended = at("not resumed within its hold; session ends");
+    // Across midnight (UTC) the day's seconds start again.
+    let span = ended - held;
+    if span < -43_200.0 {
+        span + 86_400.0
+    } else {
+        span
+    }
+}
+
+/// The second of the day (UTC) of a daemon's log line, which `tracing` begins with its time
+/// (`2026-12-01T20:30:01.123456Z`).
+fn log_seconds(line: &str) -> Option<f64> {
+    let time = line.split_whitespace().next()?.split_once('T')?.1.trim_end_matches('Z');
+    let mut parts = time.split(':');
+    let (h, m, s) =
+        (parts.next()?.parse::<f64>().ok()?, parts.next()?.parse::<f64>().ok()?, parts.next()?.parse::<f64>().ok()?);
+    Some(h * 3600.0 + m * 60.0 + s)
+}

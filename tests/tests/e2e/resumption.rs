@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use ac_tests::need_netns;
 use ac_tests::netns::Proc;
-use ac_tests::site::{expect_line, start_backend_with, Site, ARM, BACKEND, PROGRAM};
+use ac_tests::site::{
+    backend_env, device_memory, expect_line, hold_logged, start_backend_with, Site, ARM, BACKEND, PROGRAM,
+};
 
 /// Cuts host `h` off from the manager and the backend: its node's outage.
 fn cut(site: &Site, h: usize) {
@@ -303,11 +305,7 @@ fn an_outage_past_the_hold_or_a_restarted_backend_ends_the_session_cleanly() {
     let dir = tempfile::tempdir().expect("temp dir");
     let hold = [("AC_BACKEND_SESSION_HOLD_MS", "4000".to_string())];
     let mut backend = Some(start_backend_with(&bed, dir.path(), "0", &hold));
-    let direct = [
-        ("AC_BACKEND_ADDR", bed.sock(BACKEND, 7100).to_string()),
-        ("AC_CA_CERT", dir.path().join("backend/ca.pem").to_string_lossy().into_owned()),
-    ];
-    let mut env = direct.to_vec();
+    let mut env = backend_env(&bed, dir.path()).to_vec();
     env.extend([
         ("AC_IDLE_TIMEOUT_MS", "3000".to_string()),
         ("AC_KEEP_ALIVE_MS", "1000".to_string()),
@@ -316,13 +314,7 @@ fn an_outage_past_the_hold_or_a_restarted_backend_ends_the_session_cleanly() {
     let spawn = |name: &str, args: &[&str], env: &[(&str, String)]| {
         bed.spawn(0, &ac_tests::workspace_binary("ac-net-client"), args, env, &dir.path().join(name))
     };
-    let memory = || {
-        let log = dir.path().join("probe.log");
-        let mut probe = bed.spawn(PROBE, &ac_tests::workspace_binary("ac-net-client"), &["memory"], &direct, &log);
-        let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
-        let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
-        (numbers[0], numbers[1])
-    };
+    let memory = || device_memory(&bed, dir.path(), PROBE);
 
     let mut program = spawn("past-hold.log", &["count", "2", "0"], &env);
     rounds_after_mark_direct(&mut program);
@@ -347,6 +339,10 @@ fn an_outage_past_the_hold_or_a_restarted_backend_ends_the_session_cleanly() {
         std::thread::sleep(Duration::from_millis(500));
     };
     eprintln!("the backend freed the session {:.1} s into the partition", (freed - partitioned).as_secs_f64());
+    // Not before its hold ran out: by the backend's own clock, from the connection's loss.
+    let held = hold_logged(dir.path());
+    assert!(held >= 4.0, "the backend held the session {held:.3} s, not its 4 s hold");
+    eprintln!("the backend held the session {held:.3} s");
     bed.heal(0);
 
     // A backend restarted during the outage holds nothing: told at once when the network is
