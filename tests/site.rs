@@ -178,19 +178,25 @@ pub fn device_memory(bed: &Bed, dir: &Path, from: usize) -> (u64, u64) {
 }
 
 /// Seconds from the backend's "session held" (its control connection timed out) to "not
-/// resumed within its hold", by the timestamps of those lines in its log `dir/backend.log`:
-/// the hold it gave the session, measured by the backend itself (a probe from outside sees only
-/// when the memory was free, not how long it stayed held). Panics when either line is missing.
+/// resumed within its hold", by the timestamps of those lines in its log `dir/backend.log`, for
+/// the first session held: the hold it gave the session, measured by the backend itself (a probe
+/// from outside sees only when the memory was free, not how long it stayed held). Panics when
+/// either line is missing.
 pub fn hold_logged(dir: &Path) -> f64 {
     let log = std::fs::read_to_string(dir.join("backend.log")).expect("backend log");
-    let at = |needle: &str| {
-        let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no `{needle}` in:\n{log}"));
-        log_seconds(line).unwrap_or_else(|| panic!("no timestamp in: {line}"))
-    };
-    let held = at("connection lost; session held");
-    let ended = at("not resumed within its hold; session ends");
+    let held = log
+        .lines()
+        .find(|l| l.contains("connection lost; session held"))
+        .unwrap_or_else(|| panic!("no session held in:\n{log}"));
+    // The same session's end (another session, a probe's, may be held meanwhile).
+    let session = held.split_whitespace().find(|w| w.starts_with("session=")).expect("the session's id");
+    let ended = log
+        .lines()
+        .find(|l| l.contains("not resumed within its hold") && l.split_whitespace().any(|w| w == session))
+        .unwrap_or_else(|| panic!("no end of the hold of {session} in:\n{log}"));
+    let at = |line: &str| log_seconds(line).unwrap_or_else(|| panic!("no timestamp in: {line}"));
     // Across midnight (UTC) the day's seconds start again.
-    let span = ended - held;
+    let span = at(ended) - at(held);
     if span < -43_200.0 {
         span + 86_400.0
     } else {

@@ -21,6 +21,7 @@ use crate::resume::{Credentials, Phase, Resumed, Resumes};
 use crate::send_control::ControlStream;
 use crate::stripes::{self, CopyOptions};
 use crate::task::Owned;
+use crate::watch::{PortWatch, Waiting};
 use crate::{Error, Result};
 
 /// State shared by every handle to one accelerator.
@@ -37,6 +38,8 @@ pub(crate) struct Inner {
     copy: Mutex<CopyOptions>,
     /// Bulk lanes (TLS over TCP) for large copies, when the backend serves them.
     lanes: Option<Arc<Lanes>>,
+    /// The calls that wait on the backend now (the port watch baits a restarted one for them).
+    waiting: Waiting,
     /// The protocol version the backend answered in.
     pub(crate) version: u16,
     /// How to reach the session again after an outage.
@@ -97,7 +100,7 @@ impl Resumes for Inner {
         let extra = try_join_all((1..stripes).map(|_| link::open(options, crypto.clone(), &attach))).await?;
         let data: Vec<Connection> =
             std::iter::once(control.clone()).chain(extra.into_iter().map(|link| link.connection)).collect();
-        let watch = crate::watch::PortWatch::start(control.remote_address(), data.clone(), self.lanes.clone());
+        let watch = PortWatch::start(control.remote_address(), data.clone(), self.lanes.clone(), self.waiting.clone());
         *self.wire.lock().expect("wire poisoned") = Arc::new(Wire { control, data, epoch, _watch: watch });
         Ok(())
     }
@@ -168,7 +171,8 @@ impl Accelerator {
             endpoints.extend(link.owns_endpoint.then_some(link.endpoint));
         }
         let lanes = lanes.map(Arc::new);
-        let watch = crate::watch::PortWatch::start(control.connection.remote_address(), data.clone(), lanes.clone());
+        let waiting = Waiting::default();
+        let watch = PortWatch::start(control.connection.remote_address(), data.clone(), lanes.clone(), waiting.clone());
         let phase = Arc::new(watch::Sender::new(Phase::Up(0)));
         let conn = control.connection.clone();
         let inner = Arc::new_cyclic(|owner| Inner {
@@ -181,6 +185,7 @@ impl Accelerator {
             session: credentials.session,
             copy: Mutex::new(CopyOptions::default()),
             lanes,
+            waiting,
             version: control.version,
             credentials,
             _lifeline: Owned::spawn(crate::resume::lifeline(owner.clone(), conn, 0, phase.clone())),
@@ -291,6 +296,7 @@ impl Accelerator {
     /// outage it waits for the session to resume (the envelope is sent again if the backend
     /// lacks it, the reply if this side does).
     pub(crate) async fn call(&self, request: Request, payload: Bytes) -> Result<Answer> {
+        let _waiting = self.inner.waiting.enter();
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let rx = self.inner.replies.register(id);
         let epoch = self.wire().epoch;
@@ -366,6 +372,7 @@ impl Accelerator {
     /// the copy after all work sent before it (see "Order" in `ac_proto::backend`). A bulk copy
     /// cut by an outage runs again, whole, once the session has resumed.
     pub(crate) async fn write_bytes(&self, dst: DevicePtr, data: &[u8]) -> Result<()> {
+        let _waiting = self.inner.waiting.enter();
         let options = self.copy_options();
         if data.len() <= options.inline_max {
             let request = Request::MemWriteSync { dst, len: data.len() as u64 };
@@ -442,6 +449,7 @@ impl Accelerator {
     /// Copies device memory into host bytes, after all work sent before it. A bulk copy cut
     /// by an outage runs again, whole, once the session has resumed.
     pub(crate) async fn read_bytes(&self, src: DevicePtr, out: &mut [u8]) -> Result<()> {
+        let _waiting = self.inner.waiting.enter();
         let options = self.copy_options();
         if out.len() <= options.inline_max {
             let request = Request::MemReadSync { src, len: out.len() as u64 };

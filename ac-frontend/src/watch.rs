@@ -15,6 +15,7 @@
 //! comes, [`provoke_reset`], and so does a copy cut on its lane: `accelerator.rs`, `session_end`.)
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,34 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// connection fallen silent, is acted on within this (not a whole probe interval later).
 const TICK: Duration = Duration::from_millis(50);
 
+/// How many of the program's calls wait on one accelerator's backend now (a request for its
+/// answer, a copy for its bytes). The watch baits a restarted backend only while one does: an
+/// idle program's next call draws the reset by itself, and a live backend need not answer baits
+/// while nobody waits.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    /// Counts a call as waiting until the guard drops.
+    pub(crate) fn enter(&self) -> WaitGuard<'_> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        WaitGuard(&self.0)
+    }
+
+    fn any(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// A waiting call, counted in [`Waiting`] while it lives.
+pub(crate) struct WaitGuard<'a>(&'a AtomicUsize);
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The watch of one accelerator's connections; it stops when dropped.
 #[derive(Debug)]
 pub(crate) struct PortWatch {
@@ -43,16 +72,21 @@ pub(crate) struct PortWatch {
 
 impl PortWatch {
     /// Starts watching `addr` for the connections of one accelerator (the control one first),
-    /// and its bulk lanes. `None` when no probe socket can be made (then only the idle timeout
-    /// and the lanes tell).
-    pub(crate) fn start(addr: SocketAddr, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>) -> Option<Self> {
+    /// its bulk lanes, and the calls `waiting` on it. `None` when no probe socket can be made
+    /// (then only the idle timeout and the lanes tell).
+    pub(crate) fn start(
+        addr: SocketAddr,
+        connections: Vec<Connection>,
+        lanes: Option<Arc<Lanes>>,
+        waiting: Waiting,
+    ) -> Option<Self> {
         let local: SocketAddr =
             if addr.is_ipv6() { "[::]:0".parse().expect("addr") } else { "0.0.0.0:0".parse().expect("addr") };
         let std_socket = std::net::UdpSocket::bind(local).ok()?;
         std_socket.set_nonblocking(true).ok()?;
         std_socket.connect(addr).ok()?;
         let socket = UdpSocket::from_std(std_socket).ok()?;
-        Some(Self { _task: Owned::spawn(watch(socket, connections, lanes)) })
+        Some(Self { _task: Owned::spawn(watch(socket, connections, lanes, waiting)) })
     }
 }
 
@@ -63,9 +97,9 @@ impl PortWatch {
 /// A backend restarted on the same port accepts the probes, and the old connections learn of
 /// the restart only from a stateless reset, which it sends in answer to a QUIC packet. A
 /// connection waiting for an answer (a long kernel) sends none until its keep-alive, seconds
-/// later; so the watch provokes the reset: when idle lanes close with the port accepting, and
-/// when a probe of a silent backend met no refusal.
-async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>) {
+/// later; so the watch provokes the reset: when idle lanes close with the port accepting, and,
+/// while a call waits, when a probe of a silent backend met no refusal within a round trip.
+async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Arc<Lanes>>, waiting: Waiting) {
     let received = |conns: &[Connection]| conns.iter().map(|c| c.stats().udp_rx.datagrams).sum::<u64>();
     let mut heard = received(&connections);
     let mut heard_at = Instant::now();
@@ -86,10 +120,14 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Ar
             (heard, heard_at, unanswered_probe) = (now, Instant::now(), false);
         }
         let mut gone = refused;
-        if !gone && unanswered_probe {
-            // A tick passed without a refusal: the port has a listener, maybe a new process.
+        // A refusal comes within a round trip of the probe (and a tick here): none came, so
+        // the port has a listener, maybe a new process.
+        let answer_due = TICK.max(connections[0].rtt() * 3 / 2);
+        if !gone && unanswered_probe && probed_at.elapsed() >= answer_due {
             unanswered_probe = false;
-            provoke_reset(&connections[0]);
+            if waiting.any() {
+                provoke_reset(&connections[0]);
+            }
         }
         let silent = heard_at.elapsed() >= PROBE_INTERVAL && probed_at.elapsed() >= PROBE_INTERVAL;
         if !gone && silent {
@@ -113,15 +151,15 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Ar
 
 /// Sends the control connection `conn` a small QUIC datagram. A backend restarted on the same
 /// port answers it with a stateless reset, which ends the connection ("reset by peer") and so the
-/// session; a live one acknowledges it unread (its datagram buffer is a few bytes:
-/// `ac_proto::transport`).
+/// session; a live one acknowledges it unread (and keeps at most a few unread ones:
+/// `ac_proto::transport::DATAGRAM_BUFFER`).
 pub(crate) fn provoke_reset(conn: &Connection) {
     let _ = conn.send_datagram(Bytes::from_static(&RESET_BAIT));
 }
 
 /// The bait's bytes. A packet must be larger than a reset (a token and 5 bytes of padding) to
 /// earn one; these with the packet's header and tag make it so.
-const RESET_BAIT: [u8; 32] = [0; 32];
+const RESET_BAIT: [u8; ac_proto::transport::RESET_BAIT_LEN] = [0; ac_proto::transport::RESET_BAIT_LEN];
 
 /// Closes an accelerator's connections with [`crate::error::GONE`]: its backend's process is known dead.
 pub(crate) fn close_gone(connections: &[Connection]) {

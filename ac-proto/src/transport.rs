@@ -17,9 +17,16 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::ProtoError;
 
-/// The bytes of unread QUIC datagrams a connection keeps, and so the largest datagram a peer may
-/// send: room for the SDK's 32-byte reset bait.
-pub const DATAGRAM_BUFFER: usize = 64;
+/// The bytes of the datagram the SDK sends a silent backend to draw a restarted process's
+/// stateless reset (`ac_frontend`'s `watch.rs`).
+pub const RESET_BAIT_LEN: usize = 32;
+
+/// The bytes of unread QUIC datagrams a connection keeps. quinn counts each with its own record
+/// (32 bytes on 64-bit targets), drops the oldest beyond this, and calls one that alone exceeds
+/// it a protocol violation: room for several baits.
+pub const DATAGRAM_BUFFER: usize = 256;
+
+const _: () = assert!(RESET_BAIT_LEN + 64 <= DATAGRAM_BUFFER, "a bait and a record fit with room to spare");
 
 /// Transport settings; the defaults are the measured choices.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -29,8 +29,9 @@
 //!   with mark `M` completes: the first call completed after the test set that mark.
 //! - `ac-net-client kernel N LANE`: with `LANE` 1, first does one `work` round (its copies open a
 //!   bulk lane, idle afterwards); then launches the builtin `sgemm` on `N`×`N` matrices, prints
-//!   `waiting` and waits for it (minutes on the CPU device for `N` 2048: a program blocked on a
-//!   long kernel, sending nothing); prints `error: MESSAGE` and exits 2 if the wait fails.
+//!   `waiting` and waits for it (a program blocked on a long kernel, sending nothing: `N` 4096
+//!   is 137 GFLOP, a minute or more on the CPU device); prints `kernel done` when it ends, or
+//!   `error: MESSAGE` and exits 2 if the wait fails.
 //! - `ac-net-client memory`: prints `memory FREE TOTAL` for each accelerator.
 //! - `ac-net-client get WAIT_MS TIMES PAUSE_MS`: `TIMES` times, `PAUSE_MS` apart, asks for one
 //!   more accelerator, waiting up to `WAIT_MS`; prints `granted`, `rejected after MS: WHY` or
@@ -383,6 +384,7 @@ async fn run(args: &[String]) -> Result<(), Error> {
                 say(format_args!("error: {e}"));
                 std::process::exit(2);
             }
+            say("kernel done");
         }
         Some("memory") => {
             for acc in &accs {

@@ -128,8 +128,9 @@ fn a_killed_backend_reaches_its_program_within_half_a_second_with_a_lane_open() 
         // that could not be dialed would have sent the copies over QUIC, with no TCP here).
         let lanes = bed.exec(0, "ss", &["-Htn", "state", "established", "dst", &lane_port], &[]);
         assert!(lanes.as_ref().is_ok_and(|l| !l.trim().is_empty()), "trial {trial}: no lane open: {lanes:?}");
-        backend.kill();
+        // Before the kill: its sockets close before `kill` has reaped it.
         let killed = Instant::now();
+        backend.kill();
         let _restarted = RESTART_TRIALS.contains(&trial).then(|| {
             std::thread::sleep(restart_delay(trial));
             start_backend(&bed, dir.path(), "0")
@@ -171,13 +172,17 @@ fn a_program_waiting_on_a_kernel_learns_of_its_backends_restart_within_a_second(
         let lane = if trial % 2 == 0 { "1" } else { "0" };
         let mut backend = start_backend(&bed, dir.path(), "0");
         let log = dir.path().join(format!("waiting-{trial}.log"));
-        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["kernel", "2048", lane], &env, &log);
+        let mut program = bed.spawn(0, &workspace_binary("ac-net-client"), &["kernel", "4096", lane], &env, &log);
         expect_line(&mut program, "waiting", Duration::from_secs(20));
         // Past a probe interval: the wait's request is answered by acknowledgements, and the
-        // watch has probed the live backend at least once.
-        std::thread::sleep(Duration::from_millis(300 + 40 * trial as u64));
-        backend.kill();
+        // watch has probed the live backend at least once. The first trial waits for several
+        // probes and baits, which a live backend must take without ending the session (an error
+        // before the kill fails the trial).
+        let wait = if trial == 0 { 2000 } else { 300 + 40 * trial as u64 };
+        std::thread::sleep(Duration::from_millis(wait));
+        // Before the kill: its sockets close before `kill` has reaped it.
         let killed = Instant::now();
+        backend.kill();
         let _restarted = start_backend(&bed, dir.path(), "0");
         let (took, line) = death_reported(&mut program, killed, trial);
         eprintln!("trial {trial} (lane {lane}): {took:.3} s: {line}");
