@@ -173,6 +173,11 @@ pub fn device_memory(bed: &Bed, dir: &Path, from: usize) -> (u64, u64) {
     let log = dir.join("probe.log");
     let mut probe = bed.spawn(from, &workspace_binary("ac-net-client"), &["memory"], &backend_env(bed, dir), &log);
     let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
+    memory_numbers(&line)
+}
+
+/// Free and total bytes from `ac-net-client memory`'s line `memory FREE TOTAL`.
+pub fn memory_numbers(line: &str) -> (u64, u64) {
     let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
     (numbers[0], numbers[1])
 }

@@ -122,8 +122,7 @@ async fn watch(socket: UdpSocket, connections: Vec<Connection>, lanes: Option<Ar
         let mut gone = refused;
         // A refusal comes within a round trip of the probe (and a tick here): none came, so
         // the port has a listener, maybe a new process.
-        let answer_due = TICK.max(connections[0].rtt() * 3 / 2);
-        if !gone && unanswered_probe && probed_at.elapsed() >= answer_due {
+        if !gone && unanswered_probe && probed_at.elapsed() >= TICK.max(connections[0].rtt() * 3 / 2) {
             unanswered_probe = false;
             if waiting.any() {
                 provoke_reset(&connections[0]);

@@ -10,8 +10,8 @@ use ac_tests::netns::{Bed, Proc};
 use ac_tests::{need_netns, workspace_binary};
 
 use ac_tests::site::{
-    backend_env, device_memory, expect_line, expect_round_after_mark, hold_logged, start_backend, start_backend_with,
-    Site, ARM, BACKEND, PROGRAM,
+    backend_env, device_memory, expect_line, expect_round_after_mark, hold_logged, memory_numbers, start_backend,
+    start_backend_with, Site, ARM, BACKEND, PROGRAM,
 };
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -310,8 +310,8 @@ fn a_vanished_program_frees_its_accelerators_and_memory_within_its_lease() {
     let mut probe = site.program(PROGRAM, 2, &["memory"], &[]);
     for _ in 0..2 {
         let (_, line) = probe.wait_for("memory ", Duration::from_secs(10)).expect("memory line");
-        let numbers: Vec<u64> = line.split_whitespace().skip(1).map(|n| n.parse().expect("number")).collect();
-        assert_eq!(numbers[0], numbers[1], "the vanished program's device memory is freed: {line}");
+        let (free, total) = memory_numbers(&line);
+        assert_eq!(free, total, "the vanished program's device memory is freed: {line}");
     }
 }
 
