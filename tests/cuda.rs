@@ -41,6 +41,29 @@ pub fn source(relative: &str) -> PathBuf {
 /// Builds `tests/cuda/<name>.cu` into `dir` with nvcc's defaults (static runtime), for sm_90
 /// (the stand-in's compute capability); `None` (a skip) without nvcc.
 pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
+    build_linked(name, dir, &[])
+}
+
+/// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublas.so.13` as a
+/// program built with NVIDIA's cuBLAS is: CI has no cuBLAS, so the link is against a library
+/// of that soname holding the symbols the program calls (`tests/cuda/cublas_link_stub.c`);
+/// at run time the shim's `libcublas.so.13` ([`shim_dir`]) is found first.
+pub fn build_with_cublas(name: &str, dir: &Path) -> Option<PathBuf> {
+    let stub = dir.join("link-stub");
+    std::fs::create_dir_all(&stub).expect("stub dir");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o"])
+        .arg(stub.join("libcublas.so.13"))
+        .arg(source("tests/cuda/cublas_link_stub.c"))
+        .output()
+        .expect("cc runs");
+    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    std::os::unix::fs::symlink("libcublas.so.13", stub.join("libcublas.so")).expect("link");
+    build_linked(name, dir, &[format!("-L{}", stub.display()), "-lcublas".into()])
+}
+
+/// Builds `tests/cuda/<name>.cu` with `link` added to nvcc's arguments.
+fn build_linked(name: &str, dir: &Path, link: &[String]) -> Option<PathBuf> {
     let Some(nvcc) = nvcc() else {
         crate::skip("AC_CUDA_SHIM_REQUIRED", "no nvcc (scripts/test fetches it into .cache/nvcc)");
         return None;
@@ -50,17 +73,21 @@ pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
         .args(["-arch=sm_90", "-o"])
         .arg(&exe)
         .arg(source(&format!("tests/cuda/{name}.cu")))
+        .args(link)
         .output()
         .expect("nvcc runs");
     assert!(out.status.success(), "nvcc failed:\n{}", String::from_utf8_lossy(&out.stderr));
     Some(exe)
 }
 
-/// A directory in `dir` holding the shim as `libcuda.so.1`, as the package installs it.
+/// A directory in `dir` holding the shim as `libcuda.so.1` and `libcublas.so.{12,13}`, as the
+/// package installs it.
 pub fn shim_dir(dir: &Path) -> PathBuf {
     let lib = dir.join("shim");
     std::fs::create_dir_all(&lib).expect("shim dir");
-    std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join("libcuda.so.1")).expect("link");
+    for name in ["libcuda.so.1", "libcublas.so.12", "libcublas.so.13"] {
+        std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join(name)).expect("link");
+    }
     lib
 }
 

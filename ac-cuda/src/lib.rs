@@ -22,7 +22,11 @@
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
 //! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
 //!   [`integrity`] is the check one of them computes.
+//! - [`blas`]: cuBLAS's handles and gemm family, for programs linked against `libcublas`
+//!   (this library is installed under that name too), on the backend's builtin gemm kernels.
 //! - [`image`]: lengths of the images the driver is handed without one.
+//! - `blas_generated.rs` (by `scripts/gen-cublas-exports`): every other function of
+//!   `cublas_api.h`, answering `CUBLAS_STATUS_NOT_SUPPORTED` and naming itself once on stderr.
 //! - `generated.rs` (by `scripts/gen-cuda-exports`): every other entry point of `cuda.h`,
 //!   answering `CUDA_ERROR_NOT_SUPPORTED` and naming itself once on stderr.
 //!
@@ -36,6 +40,9 @@
 #![allow(non_snake_case)] // the driver API's names
 #![allow(clippy::missing_safety_doc)] // every entry point is the driver API's, documented by NVIDIA
 
+pub mod blas;
+#[rustfmt::skip] // as scripts/gen-cublas-exports writes it
+pub mod blas_generated;
 pub mod context;
 pub mod error;
 pub mod export_tables;
@@ -70,13 +77,18 @@ pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Error>) -> u32 {
 /// The answer of an entry point the shim does not implement: `CUDA_ERROR_NOT_SUPPORTED`, its
 /// name on stderr the first time.
 pub fn not_supported(name: &'static str) -> u32 {
+    say_unsupported_once(name, "CUDA_ERROR_NOT_SUPPORTED");
+    error::code::NOT_SUPPORTED
+}
+
+/// Names an unimplemented entry point on stderr, the first time it is called.
+pub fn say_unsupported_once(name: &'static str, answer: &str) {
     static SAID: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
     if !said.contains(&name) {
         said.push(name);
-        eprintln!("ac-cuda: {name} is not supported on remote accelerators (CUDA_ERROR_NOT_SUPPORTED)");
+        eprintln!("ac-cuda: {name} is not supported on remote accelerators ({answer})");
     }
-    error::code::NOT_SUPPORTED
 }
 
 /// Defines each named entry point as [`not_supported`]. They take no parameters: on x86-64

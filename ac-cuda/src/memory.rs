@@ -151,7 +151,7 @@ pub unsafe extern "C" fn cuMemHostGetFlags(flags: *mut c_uint, _p: *mut c_void) 
 // ---- Copies ----
 
 /// Host to device, synchronous (after the work queued before it).
-unsafe fn host_to_device(dst: u64, src: *const c_void, len: usize) -> CuResult<()> {
+pub(crate) unsafe fn host_to_device(dst: u64, src: *const c_void, len: usize) -> CuResult<()> {
     if len == 0 {
         return Ok(());
     }
@@ -162,7 +162,7 @@ unsafe fn host_to_device(dst: u64, src: *const c_void, len: usize) -> CuResult<(
 }
 
 /// Device to host, synchronous.
-unsafe fn device_to_host(dst: *mut c_void, src: u64, len: usize) -> CuResult<()> {
+pub(crate) unsafe fn device_to_host(dst: *mut c_void, src: u64, len: usize) -> CuResult<()> {
     if len == 0 {
         return Ok(());
     }

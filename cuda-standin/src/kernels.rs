@@ -30,7 +30,7 @@ impl Shape {
     /// The elements below `n` that a grid-stride loop over the whole launch visits (the loops
     /// of `kernels.cu`: thread `t` of `T` visits `t, t + T, ...`): all of them when any thread
     /// runs, none otherwise.
-    fn grid_stride(&self, n: usize) -> std::ops::Range<usize> {
+    pub(crate) fn grid_stride(&self, n: usize) -> std::ops::Range<usize> {
         if self.threads() == 0 {
             0..0
         } else {
@@ -80,6 +80,8 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         "saxpy" => &[4, 8, 8, 8],
         "sgemm" => &[4, 4, 4, 4, 8, 8, 4, 8],
         "reduce_sum" => &[8, 8, 8],
+        "blas_sgemm" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4],
+        "blas_dgemm" => &[4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 8, 8, 4, 8, 4],
         ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
         VADD_KERNEL => &[8, 8, 8, 4],
@@ -269,17 +271,17 @@ pub trait Memory {
     fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()>;
 }
 
-fn u64_arg(arg: &[u8]) -> u64 {
+pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b[..arg.len().min(8)].copy_from_slice(&arg[..arg.len().min(8)]);
     u64::from_ne_bytes(b)
 }
 
-fn f32_arg(arg: &[u8]) -> f32 {
+pub(crate) fn f32_arg(arg: &[u8]) -> f32 {
     f32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
 }
 
-fn u32_arg(arg: &[u8]) -> usize {
+pub(crate) fn u32_arg(arg: &[u8]) -> usize {
     u32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter")) as usize
 }
 
@@ -306,7 +308,7 @@ fn int_elements(shape: &Shape, n: i32) -> impl Iterator<Item = i64> + '_ {
 }
 
 /// Runs kernel `name` (whose arguments were checked against [`signature`]) with the threads
-/// of `shape`; `None`: it faulted.
+/// of `shape`; `None`: it faulted. The gemm kernels are [`crate::blas`]'s.
 pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
     match name {
         "fill" => {

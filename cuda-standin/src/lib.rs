@@ -51,6 +51,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
+mod blas;
 mod code;
 mod kernels;
 mod memory;

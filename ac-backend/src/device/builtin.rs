@@ -11,11 +11,13 @@
 //! | `saxpy` | `(f32 a, const f32* x, f32* y, u64 n)` | `y[i] = a * x[i] + y[i]` |
 //! | `sgemm` | `(u32 m, u32 n, u32 k, f32 alpha, const f32* A, const f32* B, f32 beta, f32* C)` | `C = alpha A B + beta C`, `A` m×k, `B` k×n, `C` m×n |
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
+//! | `blas_sgemm`, `blas_dgemm` | BLAS's column-major gemm, transposes, leading dimensions and strided batches, on `f32` or `f64` ([`super::gemm`]) | `C_b = alpha op(A_b) op(B_b) + beta C_b` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
-use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{DeviceArg, DeviceResult};
+use super::gemm::{self, Gemm};
+use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
 pub const MODULE: &str = "builtin";
@@ -27,6 +29,8 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("saxpy", &[F32, Ptr, Ptr, U64]),
     ("sgemm", &[U32, U32, U32, F32, Ptr, Ptr, F32, Ptr]),
     ("reduce_sum", &[Ptr, Ptr, U64]),
+    ("blas_sgemm", &gemm::SGEMM),
+    ("blas_dgemm", &gemm::DGEMM),
 ];
 
 /// The index and signature of a builtin kernel.
@@ -39,31 +43,37 @@ pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
 /// (CUDA) call this, so that a builtin never reads or writes outside the session's buffers.
 pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
     let scalar = |i: usize| size_arg(name, args, i);
-    let footprint: Vec<(usize, u64)> = match name {
-        "fill" => vec![(0, scalar(2)?)],
+    // (argument, elements touched from it, bytes of an element)
+    let footprint: Vec<(usize, u64, u64)> = match name {
+        "fill" => vec![(0, scalar(2)?, 4)],
         "vector_add" => {
             let n = scalar(3)?;
-            vec![(0, n), (1, n), (2, n)]
+            vec![(0, n, 4), (1, n, 4), (2, n, 4)]
         }
         "saxpy" => {
             let n = scalar(3)?;
-            vec![(1, n), (2, n)]
+            vec![(1, n, 4), (2, n, 4)]
         }
         "sgemm" => {
             let (m, n, k) = (scalar(0)?, scalar(1)?, scalar(2)?);
-            vec![(4, m.saturating_mul(k)), (5, k.saturating_mul(n)), (7, m.saturating_mul(n))]
+            vec![(4, m.saturating_mul(k), 4), (5, k.saturating_mul(n), 4), (7, m.saturating_mul(n), 4)]
         }
-        "reduce_sum" => vec![(0, scalar(2)?), (1, 1)],
+        "reduce_sum" => vec![(0, scalar(2)?, 4), (1, 1, 4)],
+        "blas_sgemm" | "blas_dgemm" => {
+            let width = if name == "blas_sgemm" { 4 } else { 8 };
+            let touched = Gemm::from_args(name, args)?.footprints();
+            gemm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, width)).collect()
+        }
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     };
-    for (i, floats) in footprint {
+    for (i, elements, width) in footprint {
         let Some(DeviceArg::Mem { offset, len, .. }) = args.get(i) else {
             return Err(WireError::new(
                 ErrorKind::InvalidArgument,
                 format!("`{name}` argument {i}: expected a pointer"),
             ));
         };
-        let need = floats.saturating_mul(4);
+        let need = elements.saturating_mul(width);
         if need > *len {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
@@ -72,7 +82,7 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
                 ),
             ));
         }
-        if offset % 4 != 0 {
+        if offset % width != 0 {
             return Err(WireError::new(
                 ErrorKind::InvalidArgument,
                 format!("`{name}` argument {i}: misaligned address (offset {offset})"),
@@ -96,17 +106,9 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .into_iter()
                 .fold(0u64, u64::saturating_add)
         }
+        "blas_sgemm" | "blas_dgemm" => Gemm::from_args(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })
-}
-
-/// Size argument `i` of builtin `name` (a `u64`, or a `u32` widened).
-fn size_arg(name: &str, args: &[DeviceArg], i: usize) -> DeviceResult<u64> {
-    match args.get(i) {
-        Some(DeviceArg::Scalar(KernelArg::U64(v))) => Ok(*v),
-        Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(u64::from(*v)),
-        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
-    }
 }
 
 /// `C = alpha A B + beta C` on row-major slices; `c` holds C on entry.
@@ -129,6 +131,7 @@ pub fn sgemm(m: usize, n: usize, k: usize, alpha: f32, a: &[f32], b: &[f32], bet
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ac_proto::backend::KernelArg;
 
     #[test]
     fn sgemm_small() {

@@ -22,6 +22,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod described;
+pub mod gemm;
 pub mod health;
 pub mod mps;
 #[cfg(feature = "cuda")]
@@ -361,6 +362,15 @@ pub fn check_piece(at: u64, n: usize, len: u64) -> DeviceResult<()> {
         ));
     }
     Ok(())
+}
+
+/// Size argument `i` of builtin `name` (a `u64`, or a `u32` widened).
+pub fn size_arg(name: &str, args: &[DeviceArg], i: usize) -> DeviceResult<u64> {
+    match args.get(i) {
+        Some(DeviceArg::Scalar(KernelArg::U64(v))) => Ok(*v),
+        Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(u64::from(*v)),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
+    }
 }
 
 /// Checks a launch shape against the limits CUDA devices share, so that a launch that fails on

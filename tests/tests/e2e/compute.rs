@@ -1,6 +1,8 @@
 //! The compute path end to end: memory, copies of every size class, kernels, streams.
 
-use ac_frontend::{CopyOptions, ErrorKind, LaunchDims};
+use ac_backend::device::gemm::Gemm;
+use ac_frontend::{CopyOptions, ErrorKind, KernelArg, LaunchDims};
+use ac_tests::kernels::gemm_args;
 use ac_tests::{pattern, TestBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,6 +71,111 @@ async fn sgemm_matches_reference() {
             let g = got[i * n + j] as f64;
             assert!((g - want).abs() <= 1e-4 * want.abs().max(1.0), "C[{i},{j}] = {g}, want {want}");
         }
+    }
+}
+
+/// Column-major `C_b = alpha op(A_b) op(B_b) + beta C_b`, in f64, C unread when beta is 0.
+#[allow(clippy::too_many_arguments)]
+fn gemm_reference(
+    trans: [bool; 2],
+    [m, n, k]: [usize; 3],
+    alpha: f64,
+    a: &[f64],
+    b: &[f64],
+    beta: f64,
+    c: &mut [f64],
+    [lda, ldb, ldc]: [usize; 3],
+    [sa, sb, sc]: [usize; 3],
+    batch: usize,
+) {
+    for bi in 0..batch {
+        for j in 0..n {
+            for i in 0..m {
+                let dot: f64 = (0..k)
+                    .map(|p| {
+                        let x = if trans[0] { a[bi * sa + p + i * lda] } else { a[bi * sa + i + p * lda] };
+                        let y = if trans[1] { b[bi * sb + j + p * ldb] } else { b[bi * sb + p + j * ldb] };
+                        x * y
+                    })
+                    .sum();
+                let out = &mut c[bi * sc + i + j * ldc];
+                *out = if beta == 0.0 { alpha * dot } else { alpha * dot + beta * *out };
+            }
+        }
+    }
+}
+
+/// Small integers: every product and sum below is exact in f32.
+fn small_integers(n: usize, seed: usize) -> Vec<f64> {
+    (0..n).map(|i| ((i * 7 + seed * 13) % 9) as f64 - 4.0).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blas_gemm_kernels_are_column_major_with_transposes_padding_and_batches() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let module = acc.builtin().await.unwrap();
+    let (sgemm, dgemm) = (module.function("blas_sgemm").await.unwrap(), module.function("blas_dgemm").await.unwrap());
+    // A transposed and padded, B plain, two batches, C's padding rows set to a marker that
+    // must survive; then the same on doubles with B transposed.
+    let ([m, n, k], batch) = ([13usize, 11, 7], 2usize);
+    for (double, trans) in [(false, [true, false]), (true, [false, true])] {
+        let lda = if trans[0] { k + 2 } else { m + 2 };
+        let ldb = if trans[1] { n + 1 } else { k + 1 };
+        let ldc = m + 3;
+        let cols = [if trans[0] { m } else { k }, if trans[1] { k } else { n }, n];
+        let strides = [lda * cols[0] + 5, ldb * cols[1], ldc * n + 2];
+        let a = small_integers(strides[0] * batch, 1);
+        let b = small_integers(strides[1] * batch, 2);
+        let mut want = vec![99.0; strides[2] * batch];
+        let c = want.clone();
+        gemm_reference(trans, [m, n, k], 2.0, &a, &b, -1.0, &mut want, [lda, ldb, ldc], strides, batch);
+        let g = Gemm {
+            trans_a: trans[0],
+            trans_b: trans[1],
+            m: m as u64,
+            n: n as u64,
+            k: k as u64,
+            ld: [lda, ldb, ldc].map(|v| v as u64),
+            stride: strides.map(|v| v as u64),
+            batch: batch as u64,
+        };
+        let shape = |alpha, ptrs, beta| gemm_args(&g, alpha, ptrs, beta);
+        let dims = LaunchDims::linear((m * n * batch) as u64, 64);
+        let got: Vec<f64> = if double {
+            let (da, db, dc) = (
+                acc.alloc_from(&a).await.unwrap(),
+                acc.alloc_from(&b).await.unwrap(),
+                acc.alloc_from(&c).await.unwrap(),
+            );
+            dgemm.launch(dims, &shape(2.0f64.into(), [da.arg(), db.arg(), dc.arg()], (-1.0f64).into())).await.unwrap();
+            dc.to_vec().await.unwrap()
+        } else {
+            let single = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+            let (da, db) = (acc.alloc_from(&single(&a)).await.unwrap(), acc.alloc_from(&single(&b)).await.unwrap());
+            let dc = acc.alloc_from(&single(&c)).await.unwrap();
+            sgemm.launch(dims, &shape(2.0f32.into(), [da.arg(), db.arg(), dc.arg()], (-1.0f32).into())).await.unwrap();
+            dc.to_vec().await.unwrap().into_iter().map(f64::from).collect()
+        };
+        assert_eq!(got, want, "double {double}, trans {trans:?}: C (its padding included)");
+    }
+
+    // What the kernels refuse before they run: C too small for its ld and columns, a double
+    // pointer not 8-byte aligned, a leading dimension below its matrix's rows.
+    let d = acc.alloc::<f64>(64).await.unwrap();
+    let square = Gemm { trans_a: false, trans_b: false, m: 4, n: 4, k: 4, ld: [4; 3], stride: [0; 3], batch: 1 };
+    let args = |c: KernelArg, ldc: u64| {
+        let g = Gemm { ld: [4, 4, ldc], ..square };
+        gemm_args(&g, 1.0f64.into(), [d.arg(), d.arg(), c], 0.0f64.into())
+    };
+    let misaligned = KernelArg::Ptr(ac_proto::backend::DevicePtr { buffer: d.id(), offset: 4 });
+    for (what, args, kind) in [
+        ("C past its buffer", args(d.at(60), 4), ErrorKind::OutOfBounds),
+        ("a misaligned double", args(misaligned, 4), ErrorKind::InvalidArgument),
+        ("ldc below m", args(d.arg(), 3), ErrorKind::InvalidArgument),
+    ] {
+        let e = dgemm.launch(LaunchDims::linear(16, 16), &args).await.and(acc.synchronize().await).unwrap_err();
+        assert_eq!(e.kind(), Some(kind), "{what}: {e}");
     }
 }
 

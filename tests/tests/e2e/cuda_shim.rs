@@ -215,3 +215,52 @@ async fn a_kernel_taking_a_struct_by_value_runs_exactly() {
     assert!(out.status.success() && text.contains("struct_param: 10000 elements exact"), "{text}");
     standin::assert_no_violations();
 }
+
+/// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
+/// shim's `libcublas.so.13` (the same file as its `libcuda.so.1`) launches the backend's
+/// builtin gemm kernels, which the stand-in runs as `kernels.cu` says.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build_with_cublas("cublas_gemm", dir.path()) else { return };
+    let needed = std::process::Command::new("readelf").arg("-d").arg(&exe).output().expect("readelf runs");
+    assert!(String::from_utf8_lossy(&needed.stdout).contains("[libcublas.so.13]"), "linked as against NVIDIA's");
+    let c = cuda_cluster(1).await;
+    let all_free = c.arm.free_accelerators();
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "cublas version 130000",
+        "sgemm NN padded exact",
+        "sgemm TN beta 0 over NaN exact",
+        "sgemm TT exact",
+        "dgemm NT exact",
+        "sgemm alpha 0 exact",
+        "strided batched on a stream exact",
+        "gemmex f32 exact",
+        "thread 0 exact",
+        "thread 1 exact",
+        "sgemm after refusals exact",
+        "set and get matrix and vector exact",
+        "cublas_gemm: all exact",
+        // Not served: said on stderr, answered with its status; the program goes on.
+        "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+        "saxpy: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+        "ac-cuda: cublasSaxpy_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
+        // What cuBLAS refuses, refused with its status and the reason on stderr.
+        "gemmex f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+        "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+        "host matrix: 7 CUBLAS_STATUS_INVALID_VALUE",
+        "past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        "destroyed handle: 1 CUBLAS_STATUS_NOT_INITIALIZED",
+        "is not device memory of this program",
+        "run past the allocation",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    assert_eq!(c.arm.free_accelerators(), all_free, "nothing held after the program exited");
+    standin::assert_no_violations();
+}

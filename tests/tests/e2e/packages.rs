@@ -212,6 +212,11 @@ impl Installed {
         let shim = format!("/usr/lib/{multiarch}/ac/cuda/libcuda.so.1");
         assert!(run(Command::new("readelf").args(["-d", &shim])).contains("Library soname: [libcuda.so.1]"), "{shim}");
         assert!(owner(shim.clone()).starts_with("libac:"), "{shim} is libac's");
+        for cublas in ["libcublas.so.12", "libcublas.so.13"] {
+            let link = format!("/usr/lib/{multiarch}/ac/cuda/{cublas}");
+            assert_eq!(std::fs::read_link(&link).ok(), Some("libcuda.so.1".into()), "{link}");
+            assert!(owner(link.clone()).starts_with("libac:"), "{link} is libac's");
+        }
         assert!(!run(Command::new("ldconfig").arg("-p")).contains("/ac/cuda/"), "ldconfig's cache lists the CUDA shim");
         // An upgrade restarts ac-backend only once its sessions end (tests/tests/e2e/upgrade.rs runs
         // the script); arm-server at once.

@@ -63,6 +63,8 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     let rel = relative_error(&dc.to_vec().await.unwrap(), &want);
     assert!(rel <= 1e-5, "sgemm relative error {rel:e}");
 
+    blas_gemm_matches_the_cpu(&acc, &builtin).await;
+
     let data = pattern(10_000_019, 6);
     let expected: f64 = data.iter().map(|&v| v as f64).sum();
     let (din, dout) = (acc.alloc_from(&data).await.unwrap(), acc.alloc_from(&[0.0f32]).await.unwrap());
@@ -79,6 +81,40 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     saxpy.launch(LaunchDims::linear(100, 64), &[1.0f32.into(), short.arg(), short.arg(), 100u64.into()]).await.unwrap();
     let err = acc.synchronize().await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "{err}");
+}
+
+/// `blas_sgemm` and `blas_dgemm` (A transposed, B not, leading dimensions above the rows, two
+/// strided batches) against the CPU device's implementation of the same kernels.
+async fn blas_gemm_matches_the_cpu(acc: &Accelerator, builtin: &ac_frontend::Module) {
+    use ac_backend::device::gemm::{run, Gemm};
+    let (m, n, k, batch) = (70u64, 50u64, 40u64, 2u64);
+    let g = Gemm { trans_a: true, trans_b: false, m, n, k, ld: [k + 3, k + 1, m + 2], stride: [0; 3], batch };
+    let g = Gemm { stride: [g.ld[0] * m + 7, g.ld[1] * n, g.ld[2] * n + 1], ..g };
+    let lens = g.stride.map(|s| (s * batch) as usize);
+    let (a, b, c) = (pattern(lens[0], 7), pattern(lens[1], 8), pattern(lens[2], 9));
+    let args = |alpha, ptrs, beta| ac_tests::kernels::gemm_args(&g, alpha, ptrs, beta);
+    let dims = LaunchDims::new([7, 1, 1], [128, 1, 1]);
+    let mut want = c.clone();
+    run(&g, 1.25f32, &a, &b, 0.5, &mut want);
+    let (da, db, dc) =
+        (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap(), acc.alloc_from(&c).await.unwrap());
+    let sgemm = builtin.function("blas_sgemm").await.unwrap();
+    sgemm.launch(dims, &args(1.25f32.into(), [da.arg(), db.arg(), dc.arg()], 0.5f32.into())).await.unwrap();
+    let want64: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+    let rel = relative_error(&dc.to_vec().await.unwrap(), &want64);
+    assert!(rel <= 1e-5, "blas_sgemm relative error {rel:e}");
+
+    let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let (a, b, c) = (widen(&a), widen(&b), widen(&c));
+    let mut want = c.clone();
+    run(&g, 1.25f64, &a, &b, 0.5, &mut want);
+    let (da, db, dc) =
+        (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap(), acc.alloc_from(&c).await.unwrap());
+    let dgemm = builtin.function("blas_dgemm").await.unwrap();
+    dgemm.launch(dims, &args(1.25f64.into(), [da.arg(), db.arg(), dc.arg()], 0.5f64.into())).await.unwrap();
+    let got = dc.to_vec().await.unwrap();
+    let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0.0, f64::max);
+    assert!(worst <= 1e-12, "blas_dgemm relative error {worst:e}");
 }
 
 /// Bulk copies, pipelined through the pinned pool and not, plus device-to-device, memset and a

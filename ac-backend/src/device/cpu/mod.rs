@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 mod memory;
 
 use super::builtin;
+use super::gemm::{self, Element, Gemm};
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
 /// Elements of work (see [`builtin::work`]) that a quick launch does at most: 4,096 floats
@@ -79,43 +80,83 @@ impl CpuContext {
 
     /// Reads `n` f32 values at a pointer argument.
     fn read_f32s(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<f32>> {
-        let (mem, offset) = self.span(arg, n, what)?;
-        let range = check_range(mem.len(), offset, n * 4)?;
-        let values = mem.read(range).chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
-        Ok(values)
+        self.read_elements(arg, n, what)
     }
 
     /// Writes f32 values at a pointer argument.
     fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
-        let (mem, offset) = self.span(arg, values.len() as u64, what)?;
-        let range = check_range(mem.len(), offset, values.len() as u64 * 4)?;
-        for (dst, v) in mem.write(range).chunks_exact_mut(4).zip(values) {
-            dst.copy_from_slice(&v.to_le_bytes());
+        self.write_elements(arg, 0, values, what)
+    }
+
+    /// Reads `n` elements at a pointer argument.
+    fn read_elements<T: Element>(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<T>> {
+        let (mem, range) = self.span::<T>(arg, 0, n, what)?;
+        let values = mem.read(range).chunks_exact(T::BYTES).map(T::from_le).collect();
+        Ok(values)
+    }
+
+    /// Writes elements at a pointer argument, `at` elements past it.
+    fn write_elements<T: Element>(&self, arg: &DeviceArg, at: u64, values: &[T], what: &str) -> DeviceResult<()> {
+        let (mem, range) = self.span::<T>(arg, at, values.len() as u64, what)?;
+        for (dst, v) in mem.write(range).chunks_exact_mut(T::BYTES).zip(values) {
+            v.write_le(dst);
         }
         Ok(())
     }
 
-    /// Resolves a pointer argument that must hold `n` f32 values.
-    fn span(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<(Allocation, u64)> {
+    /// Resolves the bytes of elements `at..at + n` of a pointer argument, which must hold
+    /// them and be aligned to an element.
+    fn span<T: Element>(
+        &self,
+        arg: &DeviceArg,
+        at: u64,
+        n: u64,
+        what: &str,
+    ) -> DeviceResult<(Allocation, std::ops::Range<usize>)> {
         let DeviceArg::Mem { mem, offset, len } = *arg else {
             return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
         };
-        let need = n
-            .checked_mul(4)
-            .ok_or_else(|| WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows")))?;
+        let width = T::BYTES as u64;
+        let (start, need) = match (at.checked_mul(width), at.checked_add(n).and_then(|end| end.checked_mul(width))) {
+            (Some(start), Some(need)) => (start, need),
+            _ => return Err(WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows"))),
+        };
         if need > len {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
                 format!("{what}: kernel accesses {need} bytes but only {len} are allocated from the pointer"),
             ));
         }
-        if offset % 4 != 0 {
+        if offset % width != 0 {
             return Err(WireError::new(
                 ErrorKind::InvalidArgument,
                 format!("{what}: misaligned address (offset {offset})"),
             ));
         }
-        Ok((self.memory(mem)?, offset))
+        let memory = self.memory(mem)?;
+        let range = check_range(memory.len(), offset + start, need - start)?;
+        Ok((memory, range))
+    }
+
+    /// Runs `blas_sgemm` or `blas_dgemm`: reads what the product touches, computes, writes
+    /// back each column of `C` it computed (not the gaps a leading dimension leaves).
+    fn gemm<T: Element>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let g = Gemm::from_args(name, args)?;
+        let [na, nb, nc] = g.footprints();
+        let [a, b, c] = gemm::MATRICES;
+        let (alpha, beta) = (T::of(&args[gemm::ALPHA])?, T::of(&args[gemm::BETA])?);
+        let a = self.read_elements::<T>(&args[a], na, "gemm A")?;
+        let b = self.read_elements::<T>(&args[b], nb, "gemm B")?;
+        let mut out = self.read_elements::<T>(&args[c], nc, "gemm C")?;
+        gemm::run(&g, alpha, &a, &b, beta, &mut out);
+        for batch in 0..g.batch {
+            for j in 0..g.n {
+                let first = g.c_index(batch, 0, j);
+                let column = &out[first..first + g.m as usize];
+                self.write_elements(&args[c], first as u64, column, "gemm C")?;
+            }
+        }
+        Ok(())
     }
 
     fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -159,6 +200,8 @@ impl CpuContext {
                 );
                 self.write_f32s(&args[7], &c, "sgemm C")
             }
+            "blas_sgemm" => self.gemm::<f32>("blas_sgemm", args),
+            "blas_dgemm" => self.gemm::<f64>("blas_dgemm", args),
             "reduce_sum" => {
                 let n = scalar_u64(&args[2])?;
                 // Sum in f64 so that large reductions stay close to the exact value.

@@ -55,3 +55,40 @@ extern "C" __global__ void reduce_sum(const float* in, float* out, u64 n) {
     __syncthreads();
     if (local == 0) atomicAdd(out, (float)block_sum);
 }
+
+// BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D>gemm*` launch these):
+// C_b = alpha op(A_b) op(B_b) + beta C_b for each b < batch, op(X) = X or its transpose
+// (trans != 0), X_b = X + b * stride_x, element (i, j) of X at X[i + j * ldx]. C is not read
+// when beta is 0 (BLAS: it may hold anything then). One thread an element of C, no tiling:
+// correct on any launch shape, not cuBLAS's speed.
+template <typename T>
+__device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, const T* A,
+                     unsigned lda, u64 sa, const T* B, unsigned ldb, u64 sb, T beta, T* C, unsigned ldc, u64 sc,
+                     unsigned batch) {
+    u64 total = (u64)m * n * batch;
+    for (u64 e = thread_index(); e < total; e += thread_count()) {
+        u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
+        const T* a = A + b * sa;
+        const T* bm = B + b * sb;
+        T acc = 0;
+        for (unsigned p = 0; p < k; ++p) {
+            T x = ta ? a[p + i * lda] : a[i + (u64)p * lda];
+            T y = tb ? bm[j + (u64)p * ldb] : bm[p + j * ldb];
+            acc += x * y;
+        }
+        T* c = C + b * sc + i + j * ldc;
+        *c = beta == (T)0 ? alpha * acc : alpha * acc + beta * *c;
+    }
+}
+
+extern "C" __global__ void blas_sgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                      const float* A, unsigned lda, u64 sa, const float* B, unsigned ldb, u64 sb,
+                                      float beta, float* C, unsigned ldc, u64 sc, unsigned batch) {
+    gemm<float>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
+
+extern "C" __global__ void blas_dgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                      const double* A, unsigned lda, u64 sa, const double* B, unsigned ldb, u64 sb,
+                                      double beta, double* C, unsigned ldc, u64 sc, unsigned batch) {
+    gemm<double>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}

@@ -1,0 +1,242 @@
+//! BLAS's gemm as the builtin kernels `blas_sgemm` and `blas_dgemm` compute it, column-major as
+//! cuBLAS is: the CUDA shim's `cublasSgemm`, `cublasDgemm` and their strided-batched forms
+//! launch them. Here: a launch's shape read from its arguments, what it touches of each
+//! matrix (checked before a launch on a device that cannot check accesses while it runs), and
+//! the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
+//!
+//! Parameters: `(u32 transa, u32 transb, u32 m, u32 n, u32 k, T alpha, const T* A, u32 lda,
+//! u64 stride_a, const T* B, u32 ldb, u64 stride_b, T beta, T* C, u32 ldc, u64 stride_c,
+//! u32 batch)`: `C_b = alpha op(A_b) op(B_b) + beta C_b` for each `b < batch`, `op(X)` is `X`
+//! or its transpose (`trans != 0`), `X_b = X + b * stride_x` elements, element `(i, j)` of `X`
+//! at `X[i + j * ldx]`; `C` is not read when `beta` is 0.
+
+use std::ops::{Add, Mul};
+
+use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
+use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+
+use super::{size_arg, DeviceArg, DeviceResult};
+
+/// The parameters of `blas_<t>gemm`, `scalar` being `T`'s kind.
+pub const fn params(scalar: ParamKind) -> [ParamKind; 17] {
+    [U32, U32, U32, U32, U32, scalar, Ptr, U32, U64, Ptr, U32, U64, scalar, Ptr, U32, U64, U32]
+}
+
+/// `blas_sgemm`'s parameters.
+pub const SGEMM: [ParamKind; 17] = params(F32);
+/// `blas_dgemm`'s parameters.
+pub const DGEMM: [ParamKind; 17] = params(F64);
+
+/// Argument indices: the scalars, and the three matrices' pointers.
+pub const ALPHA: usize = 5;
+/// `beta`'s index.
+pub const BETA: usize = 12;
+/// The pointers to `A`, `B` and `C`.
+pub const MATRICES: [usize; 3] = [6, 9, 13];
+
+/// A gemm's shape, as its launch's arguments give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemm {
+    /// `op(A)` is `A`'s transpose.
+    pub trans_a: bool,
+    /// `op(B)` is `B`'s transpose.
+    pub trans_b: bool,
+    /// Rows of `op(A)` and `C`.
+    pub m: u64,
+    /// Columns of `op(B)` and `C`.
+    pub n: u64,
+    /// Columns of `op(A)`, rows of `op(B)`.
+    pub k: u64,
+    /// Leading dimensions of `A`, `B`, `C`.
+    pub ld: [u64; 3],
+    /// Elements from one batch's matrix to the next's, for `A`, `B`, `C`.
+    pub stride: [u64; 3],
+    /// Products computed.
+    pub batch: u64,
+}
+
+impl Gemm {
+    /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it (a leading
+    /// dimension below its matrix's rows).
+    pub fn from_args(name: &str, args: &[DeviceArg]) -> DeviceResult<Self> {
+        let at = |i| size_arg(name, args, i);
+        let gemm = Gemm {
+            trans_a: at(0)? != 0,
+            trans_b: at(1)? != 0,
+            m: at(2)?,
+            n: at(3)?,
+            k: at(4)?,
+            ld: [at(7)?, at(10)?, at(14)?],
+            stride: [at(8)?, at(11)?, at(15)?],
+            batch: at(16)?,
+        };
+        for (x, ((rows, _), ld)) in ["A", "B", "C"].iter().zip(gemm.stored().into_iter().zip(gemm.ld)) {
+            if ld < rows.max(1) {
+                let why = format!("`{name}`: ld{} = {ld} is below {x}'s {rows} rows", x.to_lowercase());
+                return Err(WireError::new(ErrorKind::InvalidArgument, why));
+            }
+        }
+        Ok(gemm)
+    }
+
+    /// Rows and columns of `A`, `B` and `C` as they are stored.
+    fn stored(&self) -> [(u64, u64); 3] {
+        let a = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
+        let b = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
+        [a, b, (self.m, self.n)]
+    }
+
+    /// Elements of `A`, `B` and `C` the launch touches from each pointer: up to the last
+    /// batch's last column's last row.
+    pub fn footprints(&self) -> [u64; 3] {
+        let mut out = [0; 3];
+        for (x, (rows, cols)) in self.stored().into_iter().enumerate() {
+            if rows == 0 || cols == 0 || self.batch == 0 || self.m == 0 || self.n == 0 {
+                continue;
+            }
+            out[x] = (self.batch - 1)
+                .saturating_mul(self.stride[x])
+                .saturating_add((cols - 1).saturating_mul(self.ld[x]))
+                .saturating_add(rows);
+        }
+        out
+    }
+
+    /// Multiply-adds, plus the elements it reads or writes: how a device judges whether the
+    /// launch is quick.
+    pub fn work(&self) -> u64 {
+        let products = self.m.saturating_mul(self.n).saturating_mul(self.k).saturating_mul(self.batch);
+        self.footprints().into_iter().fold(products, u64::saturating_add)
+    }
+
+    /// Where element `(i, j)` of batch `b`'s `C` lies, from `C`'s pointer.
+    pub fn c_index(&self, b: u64, i: u64, j: u64) -> usize {
+        (b * self.stride[2] + i + j * self.ld[2]) as usize
+    }
+}
+
+/// An element type of the gemm kernels: `f32` or `f64`, little-endian in device memory.
+pub trait Element: Copy + PartialEq + Default + Add<Output = Self> + Mul<Output = Self> {
+    /// Bytes of one.
+    const BYTES: usize;
+    /// One read from its bytes.
+    fn from_le(bytes: &[u8]) -> Self;
+    /// Its bytes.
+    fn write_le(self, out: &mut [u8]);
+    /// The value of a scalar argument of this type.
+    fn of(arg: &DeviceArg) -> DeviceResult<Self>;
+}
+
+macro_rules! element {
+    ($t:ty, $kind:ident) => {
+        impl Element for $t {
+            const BYTES: usize = std::mem::size_of::<$t>();
+            fn from_le(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes.try_into().expect("an element's bytes"))
+            }
+            fn write_le(self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_le_bytes());
+            }
+            fn of(arg: &DeviceArg) -> DeviceResult<Self> {
+                match arg {
+                    DeviceArg::Scalar(KernelArg::$kind(v)) => Ok(*v),
+                    other => Err(WireError::new(
+                        ErrorKind::InvalidArgument,
+                        format!("expected {}, got {other:?}", stringify!($t)),
+                    )),
+                }
+            }
+        }
+    };
+}
+
+element!(f32, F32);
+element!(f64, F64);
+
+/// Computes the gemm on host slices, each from its matrix's pointer and as long as its
+/// footprint; `c` is read only where `beta` is not 0.
+pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
+    let [lda, ldb, _] = g.ld.map(|ld| ld as usize);
+    for batch in 0..g.batch {
+        let a = &a[(batch * g.stride[0]) as usize..];
+        let b = &b[(batch * g.stride[1]) as usize..];
+        for j in 0..g.n as usize {
+            for i in 0..g.m as usize {
+                let mut acc = T::default();
+                for p in 0..g.k as usize {
+                    let x = if g.trans_a { a[p + i * lda] } else { a[i + p * lda] };
+                    let y = if g.trans_b { b[j + p * ldb] } else { b[p + j * ldb] };
+                    acc = acc + x * y;
+                }
+                let out = &mut c[g.c_index(batch, i as u64, j as u64)];
+                *out = if beta == T::default() { alpha * acc } else { alpha * acc + beta * *out };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceMem;
+
+    fn args(trans: [u32; 2], mnk: [u32; 3], ld: [u32; 3], stride: [u64; 3], batch: u32) -> Vec<DeviceArg> {
+        let u = |v: u32| DeviceArg::Scalar(KernelArg::U32(v));
+        let l = |v: u64| DeviceArg::Scalar(KernelArg::U64(v));
+        let f = DeviceArg::Scalar(KernelArg::F32(1.0));
+        let p = DeviceArg::Mem { mem: DeviceMem(1), offset: 0, len: 1 << 20 };
+        vec![
+            u(trans[0]),
+            u(trans[1]),
+            u(mnk[0]),
+            u(mnk[1]),
+            u(mnk[2]),
+            f,
+            p,
+            u(ld[0]),
+            l(stride[0]),
+            p,
+            u(ld[1]),
+            l(stride[1]),
+            f,
+            p,
+            u(ld[2]),
+            l(stride[2]),
+            u(batch),
+        ]
+    }
+
+    #[test]
+    fn a_transposed_product_matches_the_plain_one_of_the_transposes() {
+        // A = [1 2 3; 4 5 6] (2x3), B = [7 8; 9 10; 11 12] (3x2), column-major.
+        let a = [1., 4., 2., 5., 3., 6.];
+        let b = [7., 9., 11., 8., 10., 12.];
+        let plain = Gemm::from_args("g", &args([0, 0], [2, 2, 3], [2, 3, 2], [0; 3], 1)).unwrap();
+        let mut c = [f32::NAN; 4];
+        run(&plain, 1.0f32, &a, &b, 0.0, &mut c);
+        assert_eq!(c, [58., 139., 64., 154.], "beta 0 ignores the NaN in C");
+        // The same product from A^T (3x2) and B^T (2x3), stored as such.
+        let (at, bt) = ([1., 2., 3., 4., 5., 6.], [7., 8., 9., 10., 11., 12.]);
+        let trans = Gemm::from_args("g", &args([1, 1], [2, 2, 3], [3, 2, 2], [0; 3], 1)).unwrap();
+        let mut c2 = [1.0f32; 4];
+        run(&trans, 2.0f32, &at, &bt, 1.0, &mut c2);
+        assert_eq!(c2, [117., 279., 129., 309.]);
+    }
+
+    #[test]
+    fn batches_and_leading_dimensions_set_the_footprint() {
+        let g = Gemm::from_args("g", &args([0, 1], [4, 3, 2], [5, 3, 6], [100, 7, 30], 3)).unwrap();
+        // A: 4x2 stored, ld 5: 2*100 + 1*5 + 4; B^T stored 3x2, ld 3: 2*7 + 1*3 + 3; C 4x3, ld 6.
+        assert_eq!(g.footprints(), [209, 20, 2 * 30 + 2 * 6 + 4]);
+        assert_eq!(g.work(), 4 * 3 * 2 * 3 + 209 + 20 + 76);
+        let empty = Gemm::from_args("g", &args([0, 0], [0, 3, 2], [1, 2, 1], [0; 3], 1)).unwrap();
+        assert_eq!(empty.footprints(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn a_leading_dimension_below_the_rows_is_refused() {
+        let e = Gemm::from_args("g", &args([0, 0], [4, 3, 2], [3, 2, 4], [0; 3], 1)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        assert!(e.message.contains("lda = 3 is below A's 4 rows"), "{}", e.message);
+    }
+}

@@ -1,0 +1,434 @@
+//! The gemm family: `cublasSgemm`, `cublasDgemm`, their strided-batched forms, and
+//! `cublasGemmEx` on `f32`/`f64` matrices, each a launch of the backend's builtin
+//! `blas_sgemm` or `blas_dgemm` on the handle's stream.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_longlong, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ac_frontend::{Function, KernelArg, LaunchDims, Module};
+
+use super::{guard, handle, POINTER_MODE_HOST};
+use crate::error::{code, CuResult, Error};
+use crate::state;
+use crate::stream::stream_of;
+
+/// Threads of a gemm launch's block, and the most blocks: the kernels loop over the rest.
+const BLOCK: u32 = 256;
+const MAX_BLOCKS: u64 = 1 << 16;
+
+/// The element type of a gemm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    Single,
+    Double,
+}
+
+impl Precision {
+    fn bytes(self) -> u64 {
+        match self {
+            Precision::Single => 4,
+            Precision::Double => 8,
+        }
+    }
+
+    /// A host scalar (`alpha`, `beta`) as a kernel argument.
+    unsafe fn scalar(self, p: *const c_void) -> CuResult<KernelArg> {
+        if p.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        Ok(match self {
+            Precision::Single => KernelArg::F32(*(p as *const f32)),
+            Precision::Double => KernelArg::F64(*(p as *const f64)),
+        })
+    }
+
+    /// Whether a host scalar is zero.
+    unsafe fn is_zero(self, p: *const c_void) -> bool {
+        match self {
+            Precision::Single => *(p as *const f32) == 0.0,
+            Precision::Double => *(p as *const f64) == 0.0,
+        }
+    }
+}
+
+/// One gemm call's arguments, as cuBLAS takes them (`stride` and `batch` are 0 and 1 for a
+/// plain gemm).
+#[derive(Debug, Clone, Copy)]
+struct GemmCall {
+    precision: Precision,
+    trans: [c_int; 2],
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    matrices: [u64; 3],
+    ld: [c_int; 3],
+    stride: [c_longlong; 3],
+    beta: *const c_void,
+    batch: c_int,
+}
+
+/// `blas_sgemm` and `blas_dgemm` of a device's builtin module, looked up once.
+#[derive(Debug)]
+struct Builtins {
+    sgemm: Function,
+    dgemm: Function,
+    _module: Module,
+}
+
+/// The builtin gemm kernels of `device`.
+fn builtins(device: usize) -> CuResult<Arc<Builtins>> {
+    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Builtins>>>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(Mutex::default);
+    if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
+        return Ok(found.clone());
+    }
+    let shim = state::shim()?;
+    let acc = &shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc;
+    let found = shim.block_on(async {
+        let module = acc.builtin().await?;
+        let (sgemm, dgemm) = (module.function("blas_sgemm").await?, module.function("blas_dgemm").await?);
+        Ok::<_, ac_frontend::Error>(Builtins { sgemm, dgemm, _module: module })
+    });
+    let found = Arc::new(found.map_err(|e| {
+        Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin gemm kernels (upgrade ac-backend): {e}"))
+    })?);
+    Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
+}
+
+/// Rows and columns of `A`, `B` and `C` as stored.
+fn stored(call: &GemmCall) -> [(u64, u64); 3] {
+    let [m, n, k] = [call.m, call.n, call.k].map(|d| d as u64);
+    let a = if call.trans[0] != 0 { (k, m) } else { (m, k) };
+    let b = if call.trans[1] != 0 { (n, k) } else { (k, n) };
+    [a, b, (m, n)]
+}
+
+/// Checks a call as cuBLAS does: dimensions and counts not negative, a known operation, each
+/// leading dimension at least its matrix's rows.
+fn check(call: &GemmCall) -> CuResult<()> {
+    let invalid = |why: String| Err(Error::said(code::INVALID_VALUE, why));
+    if [call.m, call.n, call.k, call.batch].iter().any(|&d| d < 0) || call.stride.iter().any(|&s| s < 0) {
+        return invalid(format!("negative sizes (m {}, n {}, k {}, batch {})", call.m, call.n, call.k, call.batch));
+    }
+    if call.trans.iter().any(|t| !(0..=2).contains(t)) {
+        return invalid(format!("unknown operation {:?} (N 0, T 1, C 2)", call.trans));
+    }
+    for ((name, (rows, _)), ld) in ["lda", "ldb", "ldc"].iter().zip(stored(call)).zip(call.ld) {
+        if (ld as i64) < rows.max(1) as i64 {
+            return invalid(format!("{name} = {ld} is below its matrix's {rows} rows"));
+        }
+    }
+    Ok(())
+}
+
+/// Elements a matrix spans from its pointer, over every batch.
+fn span(rows: u64, cols: u64, ld: c_int, stride: c_longlong, batch: c_int) -> u64 {
+    if rows == 0 || cols == 0 {
+        return 0;
+    }
+    (batch as u64 - 1) * stride as u64 + (cols - 1) * ld as u64 + rows
+}
+
+/// Launches a gemm on the handle's stream: checked, its pointers found in the program's
+/// allocations, sent without waiting.
+unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
+    let handle = handle(h)?;
+    check(&call)?;
+    if handle.pointer_mode.load(Ordering::Relaxed) != POINTER_MODE_HOST {
+        return Err(Error::said(code::NOT_SUPPORTED, "alpha and beta in device memory (CUBLAS_POINTER_MODE_DEVICE)"));
+    }
+    if call.alpha.is_null() || call.beta.is_null() {
+        return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null"));
+    }
+    if call.m == 0 || call.n == 0 || call.batch == 0 {
+        return Ok(());
+    }
+    if call.precision.is_zero(call.alpha) {
+        // BLAS reads neither A nor B then: C = beta C.
+        call.k = 0;
+    }
+    let shim = state::shim()?;
+    let bytes = call.precision.bytes();
+    let mut pointers: [Option<KernelArg>; 3] = [None; 3];
+    for (x, (rows, cols)) in stored(&call).into_iter().enumerate() {
+        let elements = span(rows, cols, call.ld[x], call.stride[x], call.batch);
+        if elements > 0 {
+            let (alloc, offset) = shim.find(handle.device, call.matrices[x], elements * bytes)?;
+            pointers[x] = Some(alloc.buffer.at(offset as usize));
+        }
+    }
+    // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
+    let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
+    let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
+    let u = |v: c_int| KernelArg::U32(v as u32);
+    let l = |v: c_longlong| KernelArg::U64(v as u64);
+    let args = [
+        u(call.trans[0].min(1)),
+        u(call.trans[1].min(1)),
+        u(call.m),
+        u(call.n),
+        u(call.k),
+        call.precision.scalar(call.alpha)?,
+        a,
+        u(call.ld[0]),
+        l(call.stride[0]),
+        b,
+        u(call.ld[1]),
+        l(call.stride[1]),
+        call.precision.scalar(call.beta)?,
+        c,
+        u(call.ld[2]),
+        l(call.stride[2]),
+        u(call.batch),
+    ];
+    let elements = call.m as u64 * call.n as u64 * call.batch as u64;
+    let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
+    let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
+    let kernels = builtins(handle.device)?;
+    let function = match call.precision {
+        Precision::Single => &kernels.sgemm,
+        Precision::Double => &kernels.dgemm,
+    };
+    let stream = stream_of(handle.stream.load(Ordering::Relaxed), handle.device)?;
+    Ok(shim.block_on(function.launch_on(&stream, dims, &args))?)
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasSgemm_v2(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: u64,
+    lda: c_int,
+    b: u64,
+    ldb: c_int,
+    beta: *const f32,
+    c: u64,
+    ldc: c_int,
+) -> u32 {
+    let call =
+        plain(Precision::Single, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+    guard("cublasSgemm", || gemm(h, call))
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasDgemm_v2(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f64,
+    a: u64,
+    lda: c_int,
+    b: u64,
+    ldb: c_int,
+    beta: *const f64,
+    c: u64,
+    ldc: c_int,
+) -> u32 {
+    let call =
+        plain(Precision::Double, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+    guard("cublasDgemm", || gemm(h, call))
+}
+
+/// A plain (one-product) gemm call.
+fn plain(
+    precision: Precision,
+    trans: [c_int; 2],
+    [m, n, k]: [c_int; 3],
+    alpha: *const c_void,
+    matrices: [u64; 3],
+    ld: [c_int; 3],
+    beta: *const c_void,
+) -> GemmCall {
+    GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasSgemmStridedBatched(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: u64,
+    lda: c_int,
+    stride_a: c_longlong,
+    b: u64,
+    ldb: c_int,
+    stride_b: c_longlong,
+    beta: *const f32,
+    c: u64,
+    ldc: c_int,
+    stride_c: c_longlong,
+    batch: c_int,
+) -> u32 {
+    let mut call =
+        plain(Precision::Single, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+    (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
+    guard("cublasSgemmStridedBatched", || gemm(h, call))
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasDgemmStridedBatched(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f64,
+    a: u64,
+    lda: c_int,
+    stride_a: c_longlong,
+    b: u64,
+    ldb: c_int,
+    stride_b: c_longlong,
+    beta: *const f64,
+    c: u64,
+    ldc: c_int,
+    stride_c: c_longlong,
+    batch: c_int,
+) -> u32 {
+    let mut call =
+        plain(Precision::Double, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+    (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
+    guard("cublasDgemmStridedBatched", || gemm(h, call))
+}
+
+/// `cudaDataType` `CUDA_R_32F` and `CUDA_R_64F`.
+const CUDA_R_32F: c_int = 0;
+const CUDA_R_64F: c_int = 1;
+/// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
+/// `_FAST_16BF`, `_FAST_TF32`: the fast ones allow less precision, not more) and in `f64`
+/// (`COMPUTE_64F`, `_PEDANTIC`); before CUDA 11 the compute type was a `cudaDataType`.
+const COMPUTE_32F: [c_int; 6] = [68, 69, 74, 75, 77, CUDA_R_32F];
+const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
+
+/// The precision of a `cublasGemmEx`-family call: all three matrices `f32` (computed in
+/// `f32`) or all `f64`. Half and bfloat16 matrices are not served.
+fn ex_precision(types: [c_int; 3], compute: c_int) -> CuResult<Precision> {
+    match types {
+        [CUDA_R_32F, CUDA_R_32F, CUDA_R_32F] if COMPUTE_32F.contains(&compute) => Ok(Precision::Single),
+        [CUDA_R_64F, CUDA_R_64F, CUDA_R_64F] if COMPUTE_64F.contains(&compute) => Ok(Precision::Double),
+        _ => Err(Error::said(
+            code::NOT_SUPPORTED,
+            format!("matrices of cudaDataType {types:?} computed as {compute}: only f32 and f64 are served"),
+        )),
+    }
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGemmEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+    compute: c_int,
+    _algo: c_int,
+) -> u32 {
+    guard("cublasGemmEx", || {
+        let precision = ex_precision([a_type, b_type, c_type], compute)?;
+        gemm(h, plain(precision, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta))
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    stride_a: c_longlong,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    stride_b: c_longlong,
+    beta: *const c_void,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+    stride_c: c_longlong,
+    batch: c_int,
+    compute: c_int,
+    _algo: c_int,
+) -> u32 {
+    guard("cublasGemmStridedBatchedEx", || {
+        let precision = ex_precision([a_type, b_type, c_type], compute)?;
+        let mut call = plain(precision, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta);
+        (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
+        gemm(h, call)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(trans: [c_int; 2], mnk: [c_int; 3], ld: [c_int; 3]) -> GemmCall {
+        plain(Precision::Single, trans, mnk, std::ptr::null(), [0; 3], ld, std::ptr::null())
+    }
+
+    #[test]
+    fn leading_dimensions_are_checked_against_the_stored_rows() {
+        assert!(check(&call([0, 0], [4, 3, 2], [4, 2, 4])).is_ok());
+        // A transposed is stored k x m: lda 2 suffices, 1 does not.
+        assert!(check(&call([1, 0], [4, 3, 2], [2, 2, 4])).is_ok());
+        assert_eq!(check(&call([1, 0], [4, 3, 2], [1, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
+        assert_eq!(check(&call([0, 0], [4, 3, 2], [4, 2, 3])).unwrap_err().code(), code::INVALID_VALUE);
+        assert_eq!(check(&call([3, 0], [4, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
+        assert_eq!(check(&call([0, 0], [-1, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
+    }
+
+    #[test]
+    fn a_matrix_spans_its_batches_columns_and_rows() {
+        assert_eq!(span(4, 3, 5, 100, 2), 100 + 2 * 5 + 4);
+        assert_eq!(span(4, 0, 5, 100, 2), 0);
+    }
+
+    #[test]
+    fn only_f32_and_f64_matrices_are_served() {
+        assert_eq!(ex_precision([0, 0, 0], 68).unwrap(), Precision::Single);
+        assert_eq!(ex_precision([0, 0, 0], 77).unwrap(), Precision::Single);
+        assert_eq!(ex_precision([1, 1, 1], 70).unwrap(), Precision::Double);
+        // CUDA_R_16F matrices, and f32 matrices asked to compute in f64.
+        assert_eq!(ex_precision([2, 2, 2], 68).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert_eq!(ex_precision([0, 0, 0], 70).unwrap_err().code(), code::NOT_SUPPORTED);
+    }
+}

@@ -1,0 +1,239 @@
+//! cuBLAS for programs linked against it: handles, streams, modes, the gemm family
+//! (`cublasSgemm`, `cublasDgemm`, their strided-batched forms, `cublasGemmEx` on `f32`/`f64`:
+//! [`gemm`]) and the host-device copies (`cublasSetVector`, `cublasGetMatrix`, ...: [`copies`]).
+//!
+//! NVIDIA's `libcublas` runs on the driver only through private tables nobody documents
+//! (docs/benchmarks/cuda-shim.md), so this library answers cuBLAS itself: it is installed as
+//! `libcublas.so.12` and `libcublas.so.13` too, links to this one file, which the loader maps
+//! once (a handle's memory is the shim's own). A gemm becomes a launch of the backend's builtin
+//! `blas_sgemm` or `blas_dgemm` (column-major, as cuBLAS) on the handle's stream: it goes out
+//! without waiting, as cuBLAS's own kernels would, and the backend checks what it touches
+//! against the session's buffers before it runs. The kernels are one thread an element of `C`,
+//! not cuBLAS's tuned ones. Anything else of cuBLAS is not exported: a program that needs it
+//! fails to load, naming the symbol.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::state::{self, put, Registry};
+use crate::stream::device_of_stream;
+
+mod copies;
+mod gemm;
+
+/// `cublasStatus_t`.
+pub mod status {
+    pub const SUCCESS: u32 = 0;
+    pub const NOT_INITIALIZED: u32 = 1;
+    pub const ALLOC_FAILED: u32 = 3;
+    pub const INVALID_VALUE: u32 = 7;
+    pub const EXECUTION_FAILED: u32 = 13;
+    pub const INTERNAL_ERROR: u32 = 14;
+    pub const NOT_SUPPORTED: u32 = 15;
+}
+
+/// Defines each named cuBLAS function as [`not_supported`] (parameters as `crate::not_supported!`'s).
+#[macro_export]
+macro_rules! blas_not_supported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name() -> u32 {
+                $crate::blas::not_supported(stringify!($name))
+            }
+        )*
+    };
+}
+
+/// The answer of a cuBLAS function the shim does not implement: `CUBLAS_STATUS_NOT_SUPPORTED`,
+/// its name on stderr the first time.
+pub fn not_supported(name: &'static str) -> u32 {
+    crate::say_unsupported_once(name, "CUBLAS_STATUS_NOT_SUPPORTED");
+    status::NOT_SUPPORTED
+}
+
+/// The cuBLAS version answered (13.0.0, as `CUBLAS_VERSION` counts: major, minor, patch).
+const VERSION: c_int = 13_00_00;
+
+/// `CUBLAS_POINTER_MODE_HOST`: `alpha` and `beta` are host pointers.
+const POINTER_MODE_HOST: c_int = 0;
+
+/// A `cublasHandle_t`: the device current at its creation, its stream and modes.
+#[derive(Debug)]
+struct Handle {
+    device: usize,
+    /// A `CUstream` (0: the default stream).
+    stream: AtomicUsize,
+    math_mode: AtomicI32,
+    pointer_mode: AtomicI32,
+}
+
+fn handles() -> &'static Registry<Handle> {
+    static HANDLES: OnceLock<Registry<Handle>> = OnceLock::new();
+    HANDLES.get_or_init(Registry::default)
+}
+
+/// A handle's record; a stale or forged one is `CUBLAS_STATUS_NOT_INITIALIZED`.
+fn handle(h: usize) -> CuResult<Arc<Handle>> {
+    handles().get(h).map_err(|_| Error::said(code::INVALID_HANDLE, "not a cuBLAS handle of this program"))
+}
+
+/// Runs a cuBLAS entry point's body as [`crate::guard`] does a driver call's, answering a
+/// `cublasStatus_t`.
+fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
+    match crate::guard(call, body) {
+        code::SUCCESS => status::SUCCESS,
+        code::INVALID_VALUE => status::INVALID_VALUE,
+        code::INVALID_HANDLE | code::INVALID_CONTEXT | code::NOT_INITIALIZED => status::NOT_INITIALIZED,
+        code::OUT_OF_MEMORY => status::ALLOC_FAILED,
+        code::NOT_SUPPORTED => status::NOT_SUPPORTED,
+        code::UNKNOWN => status::INTERNAL_ERROR,
+        _ => status::EXECUTION_FAILED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCreate_v2(out: *mut usize) -> u32 {
+    guard("cublasCreate", || {
+        // cuBLAS binds a handle to the current device; a program that made no context yet
+        // gets device 0, as its runtime's first call would.
+        let device = current_device().unwrap_or(0);
+        state::init()?.device(device as c_int)?;
+        let record = Handle {
+            device,
+            stream: AtomicUsize::new(0),
+            math_mode: AtomicI32::new(0),
+            pointer_mode: AtomicI32::new(POINTER_MODE_HOST),
+        };
+        put(out, handles().insert(record))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cublasDestroy_v2(h: usize) -> u32 {
+    guard("cublasDestroy", || handles().remove(h).map(drop).map_err(|_| Error::Code(code::INVALID_HANDLE)))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasSetStream_v2(h: usize, stream: usize) -> u32 {
+    guard("cublasSetStream", || {
+        let handle = handle(h)?;
+        if stream != 0 && device_of_stream(stream)? != handle.device {
+            return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
+        }
+        handle.stream.store(stream, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetStream_v2(h: usize, stream: *mut usize) -> u32 {
+    guard("cublasGetStream", || put(stream, handle(h)?.stream.load(Ordering::Relaxed)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetVersion_v2(h: usize, version: *mut c_int) -> u32 {
+    guard("cublasGetVersion", || {
+        handle(h)?;
+        put(version, VERSION)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetProperty(property: c_int, value: *mut c_int) -> u32 {
+    // MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL.
+    guard("cublasGetProperty", || match property {
+        0 => put(value, VERSION / 10_000),
+        1 => put(value, VERSION / 100 % 100),
+        2 => put(value, VERSION % 100),
+        _ => Err(Error::Code(code::INVALID_VALUE)),
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cublasGetCudartVersion() -> usize {
+    // The CUDA runtime cuBLAS 13.0 was built with (CUDART_VERSION).
+    13_000
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasXerbla(routine: *const c_char, parameter: c_int) {
+    // BLAS's error handler, which cuBLAS's own routines call; a program may too.
+    let routine = if routine.is_null() { "?".into() } else { std::ffi::CStr::from_ptr(routine).to_string_lossy() };
+    eprintln!("ac-cuda: cuBLAS: parameter {parameter} of {routine} is wrong");
+}
+
+#[no_mangle]
+pub extern "C" fn cublasSetMathMode(h: usize, mode: c_int) -> u32 {
+    // Kept and answered: the kernels compute in full precision whatever the mode allows.
+    guard("cublasSetMathMode", || {
+        handle(h)?.math_mode.store(mode, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetMathMode(h: usize, mode: *mut c_int) -> u32 {
+    guard("cublasGetMathMode", || put(mode, handle(h)?.math_mode.load(Ordering::Relaxed)))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasSetPointerMode_v2(h: usize, mode: c_int) -> u32 {
+    guard("cublasSetPointerMode", || {
+        if !(0..=1).contains(&mode) {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        handle(h)?.pointer_mode.store(mode, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetPointerMode_v2(h: usize, mode: *mut c_int) -> u32 {
+    guard("cublasGetPointerMode", || put(mode, handle(h)?.pointer_mode.load(Ordering::Relaxed)))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasSetWorkspace_v2(h: usize, _workspace: *mut c_void, _bytes: usize) -> u32 {
+    // The builtin kernels need no workspace.
+    guard("cublasSetWorkspace", || handle(h).map(drop))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasGetStatusName(s: u32) -> *const c_char {
+    status_text(s).0.as_ptr()
+}
+
+#[no_mangle]
+pub extern "C" fn cublasGetStatusString(s: u32) -> *const c_char {
+    status_text(s).1.as_ptr()
+}
+
+/// A status's name and description, NUL-terminated.
+fn status_text(s: u32) -> (&'static std::ffi::CStr, &'static std::ffi::CStr) {
+    match s {
+        status::SUCCESS => (c"CUBLAS_STATUS_SUCCESS", c"success"),
+        status::NOT_INITIALIZED => (c"CUBLAS_STATUS_NOT_INITIALIZED", c"the library was not initialized"),
+        status::ALLOC_FAILED => (c"CUBLAS_STATUS_ALLOC_FAILED", c"the resource allocation failed"),
+        status::INVALID_VALUE => (c"CUBLAS_STATUS_INVALID_VALUE", c"an invalid numeric value was used as an argument"),
+        status::EXECUTION_FAILED => (c"CUBLAS_STATUS_EXECUTION_FAILED", c"the GPU program failed to execute"),
+        status::INTERNAL_ERROR => (c"CUBLAS_STATUS_INTERNAL_ERROR", c"an internal operation failed"),
+        status::NOT_SUPPORTED => (c"CUBLAS_STATUS_NOT_SUPPORTED", c"the functionality requested is not supported"),
+        _ => (c"CUBLAS_STATUS_UNKNOWN", c"unknown error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_a_name() {
+        for s in [0, 1, 3, 7, 13, 14, 15] {
+            assert_ne!(status_text(s).0, c"CUBLAS_STATUS_UNKNOWN", "{s}");
+        }
+    }
+}

@@ -1,0 +1,218 @@
+// cuBLAS's gemm family from a plain CUDA program linked against libcublas.so.13: plain,
+// transposed, padded (leading dimensions above the rows), beta 0 over garbage, double
+// precision, strided batches on a stream, cublasGemmEx, two threads with handles of their own,
+// and calls cuBLAS refuses. Every result is checked exactly against a reference computed here
+// (small integers: every product and sum is exact in float). Usage: cublas_gemm
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "check.h"
+#include "cublas_min.h"
+
+#define CUBLAS(call)                                                                          \
+    do {                                                                                      \
+        cublasStatus_t s_ = (call);                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            printf("FAILED %s: %d %s\n", #call, (int)s_, cublasGetStatusName(s_));            \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+// C = alpha op(A) op(B) + beta C, column-major; C is not read when beta is 0.
+template <typename T>
+static void reference(bool ta, bool tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb,
+                      T beta, T* C, int ldc) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            T acc = 0;
+            for (int p = 0; p < k; p++) acc += (ta ? A[p + i * lda] : A[i + p * lda]) * (tb ? B[j + p * ldb] : B[p + j * ldb]);
+            T* c = &C[i + j * ldc];
+            *c = beta == 0 ? alpha * acc : alpha * acc + beta * *c;
+        }
+}
+
+template <typename T>
+static std::vector<T> small_integers(size_t n, int seed) {
+    std::vector<T> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (T)((int)((i * 7 + seed * 13) % 9) - 4);
+    return v;
+}
+
+template <typename T>
+static T* upload(const std::vector<T>& host) {
+    T* d;
+    CHECK(cudaMalloc(&d, host.size() * sizeof(T)));
+    CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+template <typename T>
+static std::vector<T> download(const T* d, size_t n) {
+    std::vector<T> host(n);
+    CHECK(cudaMemcpy(host.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// Compares every element, the padding rows included (a gemm must leave them as they were).
+template <typename T>
+static bool same(const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+    for (size_t i = 0; i < want.size(); i++)
+        if (!(got[i] == want[i]) && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+            printf("%s: element %zu is %g, expected %g\n", what, i, (double)got[i], (double)want[i]);
+            return false;
+        }
+    return true;
+}
+
+// One gemm through cuBLAS against the reference: m x n x k, transposes, leading dimensions
+// `pad` above the rows, C holding `fill` first.
+template <typename T>
+static bool one(cublasHandle_t h, const char* what, bool ta, bool tb, int m, int n, int k, T alpha, T beta, int pad,
+                T fill) {
+    int lda = (ta ? k : m) + pad, ldb = (tb ? n : k) + pad, ldc = m + pad;
+    auto a = small_integers<T>((size_t)lda * (ta ? m : k), 1);
+    auto b = small_integers<T>((size_t)ldb * (tb ? k : n), 2);
+    std::vector<T> c((size_t)ldc * n, fill), want = c;
+    T *da = upload(a), *db = upload(b), *dc = upload(c);
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if constexpr (sizeof(T) == 4)
+        CUBLAS(cublasSgemm_v2(h, oa, ob, m, n, k, &alpha, da, lda, db, ldb, &beta, dc, ldc));
+    else
+        CUBLAS(cublasDgemm_v2(h, oa, ob, m, n, k, &alpha, da, lda, db, ldb, &beta, dc, ldc));
+    reference(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+    bool ok = same(what, download(dc, c.size()), want);
+    CHECK(cudaFree(da));
+    CHECK(cudaFree(db));
+    CHECK(cudaFree(dc));
+    if (ok) printf("%s exact\n", what);
+    return ok;
+}
+
+// Four products of one shape, strided through three allocations, on a stream of its own.
+static bool batched(cublasHandle_t h) {
+    const int m = 9, n = 7, k = 5, batch = 4;
+    const long long sa = m * k + 3, sb = k * n, sc = m * n + 1;
+    auto a = small_integers<float>(sa * batch, 3), b = small_integers<float>(sb * batch, 4);
+    std::vector<float> c(sc * batch, 1.0f), want = c;
+    float *da = upload(a), *db = upload(b), *dc = upload(c);
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CUBLAS(cublasSetStream_v2(h, s));
+    float alpha = 3.0f, beta = 2.0f;
+    CUBLAS(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, m, sa, db, k, sb, &beta, dc,
+                                     m, sc, batch));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < batch; i++)
+        reference(false, false, m, n, k, alpha, &a[i * sa], m, &b[i * sb], k, beta, &want[i * sc], m);
+    bool ok = same("strided batched", download(dc, c.size()), want);
+    CUBLAS(cublasSetStream_v2(h, 0));
+    CHECK(cudaStreamDestroy(s));
+    if (ok) printf("strided batched on a stream exact\n");
+    return ok;
+}
+
+int main() {
+    cublasHandle_t h;
+    CUBLAS(cublasCreate_v2(&h));
+    int version = 0;
+    CUBLAS(cublasGetVersion_v2(h, &version));
+    printf("cublas version %d\n", version);
+    bool ok = true;
+    ok &= one<float>(h, "sgemm NN padded", false, false, 70, 45, 33, 2.0f, -1.0f, 10, 7.0f);
+    ok &= one<float>(h, "sgemm TN beta 0 over NaN", true, false, 31, 17, 40, 1.0f, 0.0f, 3, NAN);
+    ok &= one<float>(h, "sgemm TT", true, true, 16, 24, 8, -1.0f, 0.5f, 0, 2.0f);
+    ok &= one<double>(h, "dgemm NT", false, true, 33, 21, 19, 0.5f, 3.0f, 5, 1.0);
+    ok &= one<float>(h, "sgemm alpha 0", false, false, 12, 10, 6, 0.0f, 4.0f, 2, 3.0f);
+    ok &= batched(h);
+
+    // cublasGemmEx on f32 matrices; f16 ones are refused.
+    {
+        const int m = 20, n = 12, k = 8;
+        auto a = small_integers<float>(m * k, 5), b = small_integers<float>(k * n, 6);
+        std::vector<float> c(m * n, 0.0f), want = c;
+        float *da = upload(a), *db = upload(b), *dc = upload(c);
+        float alpha = 1.0f, beta = 0.0f;
+        CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_32F_, m, db, CUDA_R_32F_, k, &beta,
+                            dc, CUDA_R_32F_, m, CUBLAS_COMPUTE_32F, -1));
+        reference(false, false, m, n, k, alpha, a.data(), m, b.data(), k, beta, want.data(), m);
+        if (same("gemmex", download(dc, c.size()), want)) printf("gemmex f32 exact\n");
+        else ok = false;
+        cublasStatus_t half = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F_, m, db,
+                                           CUDA_R_16F_, k, &beta, dc, CUDA_R_16F_, m, CUBLAS_COMPUTE_32F, -1);
+        printf("gemmex f16: %d %s\n", (int)half, cublasGetStatusName(half));
+        // What cuBLAS refuses: a leading dimension below the rows; and (the shim's own check) a
+        // matrix that is not this program's device memory, or runs past its allocation.
+        cublasStatus_t lda = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, m - 1, db, k, &beta, dc, m);
+        printf("lda below m: %d %s\n", (int)lda, cublasGetStatusName(lda));
+        cublasStatus_t host = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a.data(), m, db, k, &beta,
+                                             dc, m);
+        printf("host matrix: %d %s\n", (int)host, cublasGetStatusName(host));
+        cublasStatus_t past = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n + 1, k, &alpha, da, m, db, k, &beta,
+                                             dc, m);
+        printf("past the allocation: %d %s\n", (int)past, cublasGetStatusName(past));
+        CHECK(cudaFree(da));
+        CHECK(cudaFree(db));
+        CHECK(cudaFree(dc));
+    }
+
+    // cuBLAS's copies: a padded matrix both ways (only its rows travel), a vector strided on the
+    // host; a function the shim does not serve answers 15 and the program goes on.
+    {
+        const int rows = 5, cols = 4, lda = 7, ldb = 6;
+        auto a = small_integers<float>(lda * cols, 7);
+        std::vector<float> back(lda * cols, 100.0f);
+        float* d;
+        CHECK(cudaMalloc(&d, ldb * cols * sizeof(float)));
+        CUBLAS(cublasSetMatrix(rows, cols, sizeof(float), a.data(), lda, d, ldb));
+        CUBLAS(cublasGetMatrix(rows, cols, sizeof(float), d, ldb, back.data(), lda));
+        bool copied = true;
+        for (int j = 0; j < cols; j++)
+            for (int i = 0; i < lda; i++) copied &= back[i + j * lda] == (i < rows ? a[i + j * lda] : 100.0f);
+        float x[12], y[12] = {0};
+        for (int i = 0; i < 12; i++) x[i] = (float)i;
+        CUBLAS(cublasSetVector(4, sizeof(float), x, 3, d, 1));
+        CUBLAS(cublasGetVector(4, sizeof(float), d, 1, y, 2));
+        for (int i = 0; i < 4; i++) copied &= y[2 * i] == x[3 * i] && y[2 * i + 1] == 0.0f;
+        printf(copied ? "set and get matrix and vector exact\n" : "copies FAILED\n");
+        ok &= copied;
+        cublasStatus_t strided = cublasSetVector(4, sizeof(float), x, 1, d, 2);
+        printf("strided on the device: %d %s\n", (int)strided, cublasGetStatusName(strided));
+        float one_ = 1.0f;
+        cublasStatus_t axpy = cublasSaxpy_v2(h, 4, &one_, d, 1, d, 1);
+        printf("saxpy: %d %s\n", (int)axpy, cublasGetStatusName(axpy));
+        CHECK(cudaFree(d));
+    }
+
+    // Two threads, each its own handle and stream, at once.
+    int failures = 0;
+    {
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 2; t++)
+            threads.emplace_back([&failures, t] {
+                cublasHandle_t mine;
+                CUBLAS(cublasCreate_v2(&mine));
+                cudaStream_t s;
+                CHECK(cudaStreamCreate(&s));
+                CUBLAS(cublasSetStream_v2(mine, s));
+                char what[32];
+                snprintf(what, sizeof what, "thread %d", t);
+                if (!one<float>(mine, what, t == 1, false, 25 + t, 19, 11, 1.0f, 1.0f, 1, 1.0f)) __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+                CHECK(cudaStreamDestroy(s));
+                CUBLAS(cublasDestroy_v2(mine));
+            });
+        for (auto& t : threads) t.join();
+    }
+    ok &= failures == 0;
+    // Still served after the refusals.
+    ok &= one<float>(h, "sgemm after refusals", false, true, 8, 8, 8, 1.0f, 0.0f, 0, 0.0f);
+    CUBLAS(cublasDestroy_v2(h));
+    cublasStatus_t stale = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, nullptr, 1, nullptr, 1, nullptr,
+                                          nullptr, 1);
+    printf("destroyed handle: %d %s\n", (int)stale, cublasGetStatusName(stale));
+    printf(ok ? "cublas_gemm: all exact\n" : "cublas_gemm: FAILED\n");
+    return ok ? 0 : 1;
+}
