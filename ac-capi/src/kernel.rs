@@ -40,6 +40,13 @@ pub enum acSourceKind {
     ///   `C = alpha * A * B + beta * C`, A m x k, B k x n, C m x n (sizes are `uint32_t`).
     /// - `reduce_sum(const float *in, float *out, uint64_t n)`: `out[0] += in[0] + ... + in[n-1]`;
     ///   it adds to `out[0]`, so zero it first (`acMemset`).
+    /// - `blas_sgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, float alpha, const float *A, uint32_t lda, uint64_t stride_a, const float *B, uint32_t ldb, uint64_t stride_b, float beta, float *C, uint32_t ldc, uint64_t stride_c, uint32_t batch)`:
+    ///   BLAS's gemm, column-major as cuBLAS: for each b < batch, `C_b = alpha * op(A_b) *
+    ///   op(B_b) + beta * C_b`, op(X) = X or its transpose (`trans` non-zero), `X_b` starts
+    ///   `b * stride_x` elements after X, element (i, j) of X at `X[i + j * ldx]`; C is not read
+    ///   when beta is 0.
+    /// - `blas_dgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch)`:
+    ///   the same on `double`s (an `acArgF64` each; pointers 8-byte aligned).
     ///
     /// A pointer whose `acMem` is too small for what the kernel touches, or that is not 4-byte
     /// aligned, fails the launch with `AC_ERROR_OUT_OF_RANGE` or `AC_ERROR_INVALID_ARGUMENT`.

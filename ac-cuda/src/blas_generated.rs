@@ -318,7 +318,6 @@ crate::blas_not_supported! {
     cublasSgelsBatched,
     cublasSgemmBatched,
     cublasSgemmBatched_64,
-    cublasSgemmEx,
     cublasSgemmEx_64,
     cublasSgemmGroupedBatched,
     cublasSgemmGroupedBatched_64,

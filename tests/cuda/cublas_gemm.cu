@@ -2,10 +2,13 @@
 // transposed, padded (leading dimensions above the rows), beta 0 over garbage, double
 // precision, strided batches on a stream, cublasGemmEx, two threads with handles of their own,
 // and calls cuBLAS refuses. Every result is checked exactly against a reference computed here
-// (small integers: every product and sum is exact in float). Usage: cublas_gemm
+// (small integers: every product and sum is exact in float). Usage: cublas_gemm [--native]
+// (--native: leaves out what only the shim refuses and NVIDIA's cuBLAS would run into a fault:
+// a host matrix, a matrix past its allocation, a destroyed handle)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 #include <cuda_runtime.h>
@@ -115,7 +118,8 @@ static bool batched(cublasHandle_t h) {
     return ok;
 }
 
-int main() {
+int main(int argc, char** argv) {
+    bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
     CUBLAS(cublasCreate_v2(&h));
     int version = 0;
@@ -141,6 +145,13 @@ int main() {
         reference(false, false, m, n, k, alpha, a.data(), m, b.data(), k, beta, want.data(), m);
         if (same("gemmex", download(dc, c.size()), want)) printf("gemmex f32 exact\n");
         else ok = false;
+        // cublasSgemmEx (as CuPy's dot calls it), C accumulated: C = 2 A B + C.
+        float two = 2.0f, one = 1.0f;
+        CUBLAS(cublasSgemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &two, da, CUDA_R_32F_, m, db, CUDA_R_32F_, k, &one, dc,
+                             CUDA_R_32F_, m));
+        reference(false, false, m, n, k, two, a.data(), m, b.data(), k, one, want.data(), m);
+        if (same("sgemmex", download(dc, c.size()), want)) printf("sgemmex exact\n");
+        else ok = false;
         cublasStatus_t half = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F_, m, db,
                                            CUDA_R_16F_, k, &beta, dc, CUDA_R_16F_, m, CUBLAS_COMPUTE_32F, -1);
         printf("gemmex f16: %d %s\n", (int)half, cublasGetStatusName(half));
@@ -148,12 +159,14 @@ int main() {
         // matrix that is not this program's device memory, or runs past its allocation.
         cublasStatus_t lda = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, m - 1, db, k, &beta, dc, m);
         printf("lda below m: %d %s\n", (int)lda, cublasGetStatusName(lda));
-        cublasStatus_t host = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a.data(), m, db, k, &beta,
-                                             dc, m);
-        printf("host matrix: %d %s\n", (int)host, cublasGetStatusName(host));
-        cublasStatus_t past = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n + 1, k, &alpha, da, m, db, k, &beta,
-                                             dc, m);
-        printf("past the allocation: %d %s\n", (int)past, cublasGetStatusName(past));
+        if (!native) {
+            cublasStatus_t host = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, a.data(), m, db, k, &beta,
+                                                 dc, m);
+            printf("host matrix: %d %s\n", (int)host, cublasGetStatusName(host));
+            cublasStatus_t past = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n + 1, k, &alpha, da, m, db, k, &beta,
+                                                 dc, m);
+            printf("past the allocation: %d %s\n", (int)past, cublasGetStatusName(past));
+        }
         CHECK(cudaFree(da));
         CHECK(cudaFree(db));
         CHECK(cudaFree(dc));
@@ -187,22 +200,29 @@ int main() {
         CHECK(cudaFree(d));
     }
 
-    // Two threads, each its own handle and stream, at once.
+    // Four threads at once: two with a handle and stream of their own, two sharing the main
+    // thread's handle (cuBLAS calls may share one handle that no thread reconfigures).
     int failures = 0;
     {
         std::vector<std::thread> threads;
-        for (int t = 0; t < 2; t++)
-            threads.emplace_back([&failures, t] {
-                cublasHandle_t mine;
-                CUBLAS(cublasCreate_v2(&mine));
-                cudaStream_t s;
-                CHECK(cudaStreamCreate(&s));
-                CUBLAS(cublasSetStream_v2(mine, s));
+        for (int t = 0; t < 4; t++)
+            threads.emplace_back([&failures, h, t] {
+                bool own = t < 2;
+                cublasHandle_t mine = h;
+                cudaStream_t s = 0;
+                if (own) {
+                    CUBLAS(cublasCreate_v2(&mine));
+                    CHECK(cudaStreamCreate(&s));
+                    CUBLAS(cublasSetStream_v2(mine, s));
+                }
                 char what[32];
                 snprintf(what, sizeof what, "thread %d", t);
-                if (!one<float>(mine, what, t == 1, false, 25 + t, 19, 11, 1.0f, 1.0f, 1, 1.0f)) __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
-                CHECK(cudaStreamDestroy(s));
-                CUBLAS(cublasDestroy_v2(mine));
+                if (!one<float>(mine, what, t % 2 == 1, false, 25 + t, 19, 11, 1.0f, 1.0f, 1, 1.0f))
+                    __atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+                if (own) {
+                    CHECK(cudaStreamDestroy(s));
+                    CUBLAS(cublasDestroy_v2(mine));
+                }
             });
         for (auto& t : threads) t.join();
     }
@@ -210,9 +230,20 @@ int main() {
     // Still served after the refusals.
     ok &= one<float>(h, "sgemm after refusals", false, true, 8, 8, 8, 1.0f, 0.0f, 0, 0.0f);
     CUBLAS(cublasDestroy_v2(h));
-    cublasStatus_t stale = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, nullptr, 1, nullptr, 1, nullptr,
-                                          nullptr, 1);
-    printf("destroyed handle: %d %s\n", (int)stale, cublasGetStatusName(stale));
+    if (!native) {
+        cublasStatus_t stale = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, nullptr, nullptr, 1, nullptr, 1, nullptr,
+                                              nullptr, 1);
+        printf("destroyed handle: %d %s\n", (int)stale, cublasGetStatusName(stale));
+    }
     printf(ok ? "cublas_gemm: all exact\n" : "cublas_gemm: FAILED\n");
+    // A last gemm left running: no synchronize, no free, no destroy, as a program that exits
+    // early; what it held goes back with the process.
+    {
+        cublasHandle_t last;
+        CUBLAS(cublasCreate_v2(&last));
+        auto big = small_integers<float>(128 * 128, 9);
+        float *da = upload(big), *dc = upload(big), alpha = 1.0f, beta = 1.0f;
+        CUBLAS(cublasSgemm_v2(last, CUBLAS_OP_N, CUBLAS_OP_N, 128, 128, 128, &alpha, da, 128, da, 128, &beta, dc, 128));
+    }
     return ok ? 0 : 1;
 }

@@ -15,3 +15,4 @@ void cublasGetVector(void) {}
 void cublasSetMatrix(void) {}
 void cublasGetMatrix(void) {}
 void cublasSaxpy_v2(void) {}
+void cublasSgemmEx(void) {}

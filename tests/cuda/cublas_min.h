@@ -37,6 +37,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* A, int lda,
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                             int k, const float* alpha, const void* A, int Atype, int lda, const void* B, int Btype,
+                             int ldb, const float* beta, void* C, int Ctype, int ldc);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, const void* alpha, const void* A, int Atype, int lda, const void* B, int Btype,
                             int ldb, const void* beta, void* C, int Ctype, int ldc, cublasComputeType_t computeType,

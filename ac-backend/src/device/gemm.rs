@@ -57,7 +57,9 @@ pub struct Gemm {
 
 impl Gemm {
     /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it (a leading
-    /// dimension below its matrix's rows).
+    /// dimension below its matrix's rows) and where batches' results would overlap (cuBLAS
+    /// leaves that undefined; refused, a launch's work stays bounded by its buffers: `batch`
+    /// results of `m x n` fit in C's).
     pub fn from_args(name: &str, args: &[DeviceArg]) -> DeviceResult<Self> {
         let at = |i| size_arg(name, args, i);
         let gemm = Gemm {
@@ -75,6 +77,12 @@ impl Gemm {
                 let why = format!("`{name}`: ld{} = {ld} is below {x}'s {rows} rows", x.to_lowercase());
                 return Err(WireError::new(ErrorKind::InvalidArgument, why));
             }
+        }
+        let one_c = (gemm.n.max(1) - 1).saturating_mul(gemm.ld[2]).saturating_add(gemm.m);
+        if gemm.batch > 1 && gemm.m > 0 && gemm.n > 0 && gemm.stride[2] < one_c {
+            let why =
+                format!("`{name}`: stride_c {} is below one C's {one_c} elements: batches overlap", gemm.stride[2]);
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
         }
         Ok(gemm)
     }
@@ -157,18 +165,18 @@ element!(f64, F64);
 /// footprint; `c` is read only where `beta` is not 0.
 pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
     let [lda, ldb, _] = g.ld.map(|ld| ld as usize);
-    for batch in 0..g.batch {
-        let a = &a[(batch * g.stride[0]) as usize..];
-        let b = &b[(batch * g.stride[1]) as usize..];
+    for batch in 0..g.batch as usize {
+        // Offsets, not slices: a matrix of no elements (k = 0) is an empty slice.
+        let (a0, b0) = (batch * g.stride[0] as usize, batch * g.stride[1] as usize);
         for j in 0..g.n as usize {
             for i in 0..g.m as usize {
                 let mut acc = T::default();
                 for p in 0..g.k as usize {
-                    let x = if g.trans_a { a[p + i * lda] } else { a[i + p * lda] };
-                    let y = if g.trans_b { b[j + p * ldb] } else { b[p + j * ldb] };
+                    let x = if g.trans_a { a[a0 + p + i * lda] } else { a[a0 + i + p * lda] };
+                    let y = if g.trans_b { b[b0 + j + p * ldb] } else { b[b0 + p + j * ldb] };
                     acc = acc + x * y;
                 }
-                let out = &mut c[g.c_index(batch, i as u64, j as u64)];
+                let out = &mut c[g.c_index(batch as u64, i as u64, j as u64)];
                 *out = if beta == T::default() { alpha * acc } else { alpha * acc + beta * *out };
             }
         }
@@ -231,6 +239,23 @@ mod tests {
         assert_eq!(g.work(), 4 * 3 * 2 * 3 + 209 + 20 + 76);
         let empty = Gemm::from_args("g", &args([0, 0], [0, 3, 2], [1, 2, 1], [0; 3], 1)).unwrap();
         assert_eq!(empty.footprints(), [0, 0, 0]);
+        // k = 0: A and B are read nowhere, C is beta C, batches apart.
+        let no_k = Gemm::from_args("g", &args([0, 0], [2, 2, 0], [2, 1, 2], [9, 9, 4], 2)).unwrap();
+        assert_eq!(no_k.footprints(), [0, 0, 8]);
+        let mut c = [1.0f32; 8];
+        run(&no_k, 1.0, &[], &[], 3.0, &mut c);
+        assert_eq!(c, [3.0; 8]);
+    }
+
+    #[test]
+    fn batches_whose_results_overlap_are_refused() {
+        // C is 4x3 with ldc 6: one spans 2 * 6 + 4 = 16 elements.
+        let e = Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 15], 2)).unwrap_err();
+        assert!(e.message.contains("batches overlap"), "{}", e.message);
+        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 16], 2)).is_ok());
+        // One batch may have any stride; A and B may be shared by every batch.
+        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 0], 1)).is_ok());
+        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 16], 9)).is_ok());
     }
 
     #[test]

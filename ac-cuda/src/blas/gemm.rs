@@ -121,6 +121,11 @@ fn check(call: &GemmCall) -> CuResult<()> {
             return invalid(format!("{name} = {ld} is below its matrix's {rows} rows"));
         }
     }
+    // Results of two batches in the same place: undefined in cuBLAS, refused by the backend.
+    let one_c = span(call.m as u64, call.n as u64, call.ld[2], 0, 1);
+    if call.batch > 1 && (call.stride[2] as u64) < one_c {
+        return invalid(format!("strideC {} is below one C's {one_c} elements: batches overlap", call.stride[2]));
+    }
     Ok(())
 }
 
@@ -129,7 +134,7 @@ fn span(rows: u64, cols: u64, ld: c_int, stride: c_longlong, batch: c_int) -> u6
     if rows == 0 || cols == 0 {
         return 0;
     }
-    (batch as u64 - 1) * stride as u64 + (cols - 1) * ld as u64 + rows
+    (batch as u64 - 1).saturating_mul(stride as u64).saturating_add((cols - 1) * ld as u64).saturating_add(rows)
 }
 
 /// Launches a gemm on the handle's stream: checked, its pointers found in the program's
@@ -196,51 +201,71 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     Ok(shim.block_on(function.launch_on(&stream, dims, &args))?)
 }
 
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasSgemm_v2(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: u64,
-    lda: c_int,
-    b: u64,
-    ldb: c_int,
-    beta: *const f32,
-    c: u64,
-    ldc: c_int,
-) -> u32 {
-    let call =
-        plain(Precision::Single, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
-    guard("cublasSgemm", || gemm(h, call))
+/// Defines `cublas<S|D>gemm_v2` for element type `$t`.
+macro_rules! typed_gemm {
+    ($name:ident, $t:ty, $precision:expr, $call:literal) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $t,
+            a: u64,
+            lda: c_int,
+            b: u64,
+            ldb: c_int,
+            beta: *const $t,
+            c: u64,
+            ldc: c_int,
+        ) -> u32 {
+            let call =
+                plain($precision, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+            guard($call, || gemm(h, call))
+        }
+    };
 }
 
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasDgemm_v2(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f64,
-    a: u64,
-    lda: c_int,
-    b: u64,
-    ldb: c_int,
-    beta: *const f64,
-    c: u64,
-    ldc: c_int,
-) -> u32 {
-    let call =
-        plain(Precision::Double, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
-    guard("cublasDgemm", || gemm(h, call))
+/// Defines `cublas<S|D>gemmStridedBatched` for element type `$t`.
+macro_rules! typed_gemm_strided_batched {
+    ($name:ident, $t:ty, $precision:expr, $call:literal) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $t,
+            a: u64,
+            lda: c_int,
+            stride_a: c_longlong,
+            b: u64,
+            ldb: c_int,
+            stride_b: c_longlong,
+            beta: *const $t,
+            c: u64,
+            ldc: c_int,
+            stride_c: c_longlong,
+            batch: c_int,
+        ) -> u32 {
+            let mut call =
+                plain($precision, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+            (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
+            guard($call, || gemm(h, call))
+        }
+    };
 }
+
+typed_gemm!(cublasSgemm_v2, f32, Precision::Single, "cublasSgemm");
+typed_gemm!(cublasDgemm_v2, f64, Precision::Double, "cublasDgemm");
+typed_gemm_strided_batched!(cublasSgemmStridedBatched, f32, Precision::Single, "cublasSgemmStridedBatched");
+typed_gemm_strided_batched!(cublasDgemmStridedBatched, f64, Precision::Double, "cublasDgemmStridedBatched");
 
 /// A plain (one-product) gemm call.
 fn plain(
@@ -253,62 +278,6 @@ fn plain(
     beta: *const c_void,
 ) -> GemmCall {
     GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasSgemmStridedBatched(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: u64,
-    lda: c_int,
-    stride_a: c_longlong,
-    b: u64,
-    ldb: c_int,
-    stride_b: c_longlong,
-    beta: *const f32,
-    c: u64,
-    ldc: c_int,
-    stride_c: c_longlong,
-    batch: c_int,
-) -> u32 {
-    let mut call =
-        plain(Precision::Single, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
-    (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
-    guard("cublasSgemmStridedBatched", || gemm(h, call))
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasDgemmStridedBatched(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f64,
-    a: u64,
-    lda: c_int,
-    stride_a: c_longlong,
-    b: u64,
-    ldb: c_int,
-    stride_b: c_longlong,
-    beta: *const f64,
-    c: u64,
-    ldc: c_int,
-    stride_c: c_longlong,
-    batch: c_int,
-) -> u32 {
-    let mut call =
-        plain(Precision::Double, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
-    (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
-    guard("cublasDgemmStridedBatched", || gemm(h, call))
 }
 
 /// `cudaDataType` `CUDA_R_32F` and `CUDA_R_64F`.
@@ -359,6 +328,45 @@ pub unsafe extern "C" fn cublasGemmEx(
     guard("cublasGemmEx", || {
         let precision = ex_precision([a_type, b_type, c_type], compute)?;
         gemm(h, plain(precision, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta))
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasSgemmEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const f32,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+) -> u32 {
+    // Computed in f32 whatever the matrices' types; only f32 matrices are served.
+    guard("cublasSgemmEx", || {
+        if ex_precision([a_type, b_type, c_type], COMPUTE_32F[0])? != Precision::Single {
+            return Err(Error::said(code::NOT_SUPPORTED, "cublasSgemmEx on f64 matrices"));
+        }
+        let call = plain(
+            Precision::Single,
+            [transa, transb],
+            [m, n, k],
+            alpha.cast(),
+            [a, b, c],
+            [lda, ldb, ldc],
+            beta.cast(),
+        );
+        gemm(h, call)
     })
 }
 

@@ -241,8 +241,11 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
         "sgemm alpha 0 exact",
         "strided batched on a stream exact",
         "gemmex f32 exact",
+        "sgemmex exact",
         "thread 0 exact",
         "thread 1 exact",
+        "thread 2 exact",
+        "thread 3 exact",
         "sgemm after refusals exact",
         "set and get matrix and vector exact",
         "cublas_gemm: all exact",
@@ -261,6 +264,10 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
     ] {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
+    // It exited with a gemm queued and its memory held: both went back with the process.
     assert_eq!(c.arm.free_accelerators(), all_free, "nothing held after the program exited");
+    let backend = &c.backends[0];
+    let ended = backend.eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", backend.backend.sessions());
     standin::assert_no_violations();
 }
