@@ -46,13 +46,18 @@ pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
 
 /// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublas.so.13` as a
 /// program built with NVIDIA's cuBLAS is: CI has no cuBLAS, so the link is against a library
-/// of that soname holding the symbols the program calls (`tests/cuda/cublas_link_stub.c`);
-/// at run time the shim's `libcublas.so.13` ([`shim_dir`]) is found first.
+/// of that soname holding the symbols the program calls (`tests/cuda/cublas_link_stub.c`),
+/// versioned as NVIDIA's are (`cublasSgemm_v2@@libcublas.so.13`); at run time the shim's
+/// `libcublas.so.13` ([`shim_dir`]) is found first.
 pub fn build_with_cublas(name: &str, dir: &Path) -> Option<PathBuf> {
     let stub = dir.join("link-stub");
     std::fs::create_dir_all(&stub).expect("stub dir");
+    let versions = stub.join("versions.map");
+    std::fs::write(&versions, "libcublas.so.13 { global: cublas*; local: *; };\n").expect("version script");
     let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.13", "-o"])
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.13"])
+        .arg(format!("-Wl,--version-script={}", versions.display()))
+        .arg("-o")
         .arg(stub.join("libcublas.so.13"))
         .arg(source("tests/cuda/cublas_link_stub.c"))
         .output()

@@ -47,11 +47,14 @@ pub(crate) fn gemm(double: bool, args: &[Vec<u8>], shape: Shape, memory: &mut dy
         let at = bi * sc + i + j * ldc;
         let old = if beta == 0.0 { 0.0 } else { load(memory, c, at)? };
         let address = c.checked_add(at.checked_mul(width)?)?;
+        // `beta == 0 ? alpha * acc : alpha * acc + beta * c`, as kernels.cu writes it.
         if double {
-            let bits = (alpha * acc64 + beta * old).to_bits();
+            let value = if beta == 0.0 { alpha * acc64 } else { alpha * acc64 + beta * old };
+            let bits = value.to_bits();
             memory.store_u32(address, &[bits as u32, (bits >> 32) as u32])?;
         } else {
-            memory.store(address, &[alpha as f32 * acc32 + beta as f32 * old as f32])?;
+            let scaled = alpha as f32 * acc32;
+            memory.store(address, &[if beta == 0.0 { scaled } else { scaled + beta as f32 * old as f32 }])?;
         }
     }
     Some(())

@@ -12,6 +12,7 @@
 
 use std::ops::{Add, Mul};
 
+use ac_proto::backend::builtin::gemm_batches_apart;
 use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
@@ -57,9 +58,8 @@ pub struct Gemm {
 
 impl Gemm {
     /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it (a leading
-    /// dimension below its matrix's rows) and where batches' results would overlap (cuBLAS
-    /// leaves that undefined; refused, a launch's work stays bounded by its buffers: `batch`
-    /// results of `m x n` fit in C's).
+    /// dimension below its matrix's rows) and where batches' results would overlap
+    /// ([`gemm_batches_apart`]).
     pub fn from_args(name: &str, args: &[DeviceArg]) -> DeviceResult<Self> {
         let at = |i| size_arg(name, args, i);
         let gemm = Gemm {
@@ -78,10 +78,8 @@ impl Gemm {
                 return Err(WireError::new(ErrorKind::InvalidArgument, why));
             }
         }
-        let one_c = (gemm.n.max(1) - 1).saturating_mul(gemm.ld[2]).saturating_add(gemm.m);
-        if gemm.batch > 1 && gemm.m > 0 && gemm.n > 0 && gemm.stride[2] < one_c {
-            let why =
-                format!("`{name}`: stride_c {} is below one C's {one_c} elements: batches overlap", gemm.stride[2]);
+        if !gemm_batches_apart(gemm.m, gemm.n, gemm.ld[2], gemm.stride[2], gemm.batch) {
+            let why = format!("`{name}`: stride_c {} makes the batches' results overlap", gemm.stride[2]);
             return Err(WireError::new(ErrorKind::InvalidArgument, why));
         }
         Ok(gemm)
@@ -115,6 +113,11 @@ impl Gemm {
     pub fn work(&self) -> u64 {
         let products = self.m.saturating_mul(self.n).saturating_mul(self.k).saturating_mul(self.batch);
         self.footprints().into_iter().fold(products, u64::saturating_add)
+    }
+
+    /// Whether the launch computes nothing (no element of C): then it reads and writes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.m == 0 || self.n == 0 || self.batch == 0
     }
 
     /// Where element `(i, j)` of batch `b`'s `C` lies, from `C`'s pointer.
@@ -166,8 +169,9 @@ element!(f64, F64);
 pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
     let [lda, ldb, _] = g.ld.map(|ld| ld as usize);
     for batch in 0..g.batch as usize {
-        // Offsets, not slices: a matrix of no elements (k = 0) is an empty slice.
-        let (a0, b0) = (batch * g.stride[0] as usize, batch * g.stride[1] as usize);
+        // Offsets, not slices: a matrix of no elements (k = 0) is an empty slice, and then
+        // its stride was never checked against a buffer (wrapping: never used).
+        let (a0, b0) = (batch.wrapping_mul(g.stride[0] as usize), batch.wrapping_mul(g.stride[1] as usize));
         for j in 0..g.n as usize {
             for i in 0..g.m as usize {
                 let mut acc = T::default();
@@ -249,9 +253,9 @@ mod tests {
 
     #[test]
     fn batches_whose_results_overlap_are_refused() {
-        // C is 4x3 with ldc 6: one spans 2 * 6 + 4 = 16 elements.
+        // C is 4x3 with ldc 6: one spans 2 * 6 + 4 = 16 elements (ac-proto's rule, tested there).
         let e = Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 15], 2)).unwrap_err();
-        assert!(e.message.contains("batches overlap"), "{}", e.message);
+        assert!(e.message.contains("results overlap"), "{}", e.message);
         assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 16], 2)).is_ok());
         // One batch may have any stride; A and B may be shared by every batch.
         assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 0], 1)).is_ok());

@@ -36,11 +36,15 @@ unsafe fn copy_matrix(
     if host.is_null() || device == 0 {
         return Err(Error::said(code::INVALID_VALUE, "a null matrix"));
     }
-    let [rows, cols, size, ld_host, ld_device] = [rows, cols, size, ld_host, ld_device].map(|v| v as usize);
-    let column = |j: usize| ((host as *mut u8).add(j * ld_host * size), device + (j * ld_device * size) as u64);
-    let (runs, len) = if ld_host == rows && ld_device == rows { (1, rows * cols * size) } else { (cols, rows * size) };
+    let [rows, cols, size, ld_host, ld_device] = [rows, cols, size, ld_host, ld_device].map(|v| v as u64);
+    let too_large = || Error::said(code::INVALID_VALUE, "a matrix beyond memory");
+    let bytes = |elements: u64| elements.checked_mul(size).ok_or_else(too_large);
+    let (runs, len) =
+        if ld_host == rows && ld_device == rows { (1, bytes(rows * cols)?) } else { (cols, bytes(rows)?) };
     for j in 0..runs {
-        let (h, d) = column(j);
+        let (h, d) = (bytes(j * ld_host)?, bytes(j * ld_device)?);
+        let (h, d) = ((host as *mut u8).add(h as usize), device.checked_add(d).ok_or_else(too_large)?);
+        let len = len as usize;
         match way {
             Way::ToDevice => host_to_device(d, h as *const c_void, len)?,
             Way::ToHost => device_to_host(h as *mut c_void, d, len)?,
@@ -73,6 +77,10 @@ unsafe fn copy_vector(
         return copy_matrix(way, [n, 1, size], host, n.max(1), device, n.max(1));
     }
     let (n, size, inc) = (n as usize, size as usize, inc_host as usize);
+    // Every element's offset below fits: the host span itself does.
+    n.checked_mul(inc)
+        .and_then(|e| e.checked_mul(size))
+        .ok_or_else(|| Error::said(code::INVALID_VALUE, "a vector beyond memory"))?;
     let element = |i: usize| (host as *mut u8).add(i * inc * size);
     let mut packed = vec![0u8; n * size];
     match way {

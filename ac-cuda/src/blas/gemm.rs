@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ac_frontend::{Function, KernelArg, LaunchDims, Module};
+use ac_proto::backend::builtin::gemm_batches_apart;
 
 use super::{guard, handle, POINTER_MODE_HOST};
 use crate::error::{code, CuResult, Error};
@@ -42,6 +43,13 @@ impl Precision {
             Precision::Single => KernelArg::F32(*(p as *const f32)),
             Precision::Double => KernelArg::F64(*(p as *const f64)),
         })
+    }
+
+    /// A host zero of this type, for `alpha` or `beta`.
+    fn zero(self) -> *const c_void {
+        const ZERO: f64 = 0.0;
+        // 0.0 is all zero bits in both widths: an f64 zero read as f32 is 0.0 too.
+        (&ZERO as *const f64).cast()
     }
 
     /// Whether a host scalar is zero.
@@ -122,9 +130,10 @@ fn check(call: &GemmCall) -> CuResult<()> {
         }
     }
     // Results of two batches in the same place: undefined in cuBLAS, refused by the backend.
-    let one_c = span(call.m as u64, call.n as u64, call.ld[2], 0, 1);
-    if call.batch > 1 && (call.stride[2] as u64) < one_c {
-        return invalid(format!("strideC {} is below one C's {one_c} elements: batches overlap", call.stride[2]));
+    let [m, n, ldc, stride_c, batch] =
+        [call.m as u64, call.n as u64, call.ld[2] as u64, call.stride[2] as u64, call.batch as u64];
+    if !gemm_batches_apart(m, n, ldc, stride_c, batch) {
+        return invalid(format!("strideC {stride_c} makes the batches' results overlap"));
     }
     Ok(())
 }
@@ -151,9 +160,10 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     if call.m == 0 || call.n == 0 || call.batch == 0 {
         return Ok(());
     }
-    if call.precision.is_zero(call.alpha) {
-        // BLAS reads neither A nor B then: C = beta C.
-        call.k = 0;
+    if call.k == 0 || call.precision.is_zero(call.alpha) {
+        // BLAS reads neither A nor B then: C = beta C (alpha 0 too, so that an infinite alpha
+        // times the empty sum is not NaN).
+        (call.k, call.alpha) = (0, call.precision.zero());
     }
     let shim = state::shim()?;
     let bytes = call.precision.bytes();
@@ -161,7 +171,10 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     for (x, (rows, cols)) in stored(&call).into_iter().enumerate() {
         let elements = span(rows, cols, call.ld[x], call.stride[x], call.batch);
         if elements > 0 {
-            let (alloc, offset) = shim.find(handle.device, call.matrices[x], elements * bytes)?;
+            let len = elements
+                .checked_mul(bytes)
+                .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
+            let (alloc, offset) = shim.find(handle.device, call.matrices[x], len)?;
             pointers[x] = Some(alloc.buffer.at(offset as usize));
         }
     }
@@ -284,9 +297,9 @@ fn plain(
 const CUDA_R_32F: c_int = 0;
 const CUDA_R_64F: c_int = 1;
 /// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
-/// `_FAST_16BF`, `_FAST_TF32`: the fast ones allow less precision, not more) and in `f64`
+/// `_FAST_16BF`, `_FAST_TF32`, `_EMULATED_16BFX9`: these allow less precision, not more) and in `f64`
 /// (`COMPUTE_64F`, `_PEDANTIC`); before CUDA 11 the compute type was a `cudaDataType`.
-const COMPUTE_32F: [c_int; 6] = [68, 69, 74, 75, 77, CUDA_R_32F];
+const COMPUTE_32F: [c_int; 7] = [68, 69, 74, 75, 77, 78, CUDA_R_32F];
 const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
 
 /// The precision of a `cublasGemmEx`-family call: all three matrices `f32` (computed in
@@ -354,8 +367,10 @@ pub unsafe extern "C" fn cublasSgemmEx(
 ) -> u32 {
     // Computed in f32 whatever the matrices' types; only f32 matrices are served.
     guard("cublasSgemmEx", || {
-        if ex_precision([a_type, b_type, c_type], COMPUTE_32F[0])? != Precision::Single {
-            return Err(Error::said(code::NOT_SUPPORTED, "cublasSgemmEx on f64 matrices"));
+        if [a_type, b_type, c_type] != [CUDA_R_32F; 3] {
+            let why =
+                format!("cublasSgemmEx on matrices of cudaDataType {:?}: only f32 is served", [a_type, b_type, c_type]);
+            return Err(Error::said(code::NOT_SUPPORTED, why));
         }
         let call = plain(
             Precision::Single,

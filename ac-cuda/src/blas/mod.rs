@@ -9,8 +9,13 @@
 //! `blas_sgemm` or `blas_dgemm` (column-major, as cuBLAS) on the handle's stream: it goes out
 //! without waiting, as cuBLAS's own kernels would, and the backend checks what it touches
 //! against the session's buffers before it runs. The kernels are one thread an element of `C`,
-//! not cuBLAS's tuned ones. Anything else of cuBLAS is not exported: a program that needs it
-//! fails to load, naming the symbol.
+//! not cuBLAS's tuned ones. Every other function of `cublas_api.h` is exported too
+//! (`blas_generated.rs`) and answers `CUBLAS_STATUS_NOT_SUPPORTED`, naming itself once.
+//!
+//! NVIDIA's library versions its symbols (`cublasSgemm_v2@@libcublas.so.13`) and this one does
+//! not: a program linked against NVIDIA's loads it all the same (glibc binds a versioned
+//! reference to an unversioned definition), and the loader says so once on stderr ("no version
+//! information available").
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};

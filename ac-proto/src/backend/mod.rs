@@ -85,6 +85,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod builtin;
 pub mod link;
 mod registration;
 pub mod v4;

@@ -117,17 +117,21 @@ async fn blas_gemm_kernels_are_column_major_with_transposes_padding_and_batches(
     let module = acc.builtin().await.unwrap();
     let (sgemm, dgemm) = (module.function("blas_sgemm").await.unwrap(), module.function("blas_dgemm").await.unwrap());
     // A transposed and padded, B plain, two batches, C's padding rows set to a marker that
-    // must survive; then the same on doubles with B transposed.
+    // must survive; then the same on doubles with B transposed; then the two batches' results
+    // side by side in each column of C (stride_c = m, ldc above 2 m), as attention heads are.
     let ([m, n, k], batch) = ([13usize, 11, 7], 2usize);
-    for (double, trans) in [(false, [true, false]), (true, [false, true])] {
+    for (double, trans, side_by_side) in
+        [(false, [true, false], false), (true, [false, true], false), (false, [false, false], true)]
+    {
         let lda = if trans[0] { k + 2 } else { m + 2 };
         let ldb = if trans[1] { n + 1 } else { k + 1 };
-        let ldc = m + 3;
+        let ldc = if side_by_side { batch * m + 1 } else { m + 3 };
         let cols = [if trans[0] { m } else { k }, if trans[1] { k } else { n }, n];
-        let strides = [lda * cols[0] + 5, ldb * cols[1], ldc * n + 2];
+        let stride_c = if side_by_side { m } else { ldc * n + 2 };
+        let strides = [lda * cols[0] + 5, ldb * cols[1], stride_c];
         let a = small_integers(strides[0] * batch, 1);
         let b = small_integers(strides[1] * batch, 2);
-        let mut want = vec![99.0; strides[2] * batch];
+        let mut want = vec![99.0; ldc * n + stride_c * batch];
         let c = want.clone();
         gemm_reference(trans, [m, n, k], 2.0, &a, &b, -1.0, &mut want, [lda, ldb, ldc], strides, batch);
         let g = Gemm {
@@ -157,12 +161,32 @@ async fn blas_gemm_kernels_are_column_major_with_transposes_padding_and_batches(
             sgemm.launch(dims, &shape(2.0f32.into(), [da.arg(), db.arg(), dc.arg()], (-1.0f32).into())).await.unwrap();
             dc.to_vec().await.unwrap().into_iter().map(f64::from).collect()
         };
-        assert_eq!(got, want, "double {double}, trans {trans:?}: C (its padding included)");
+        assert_eq!(
+            got, want,
+            "double {double}, trans {trans:?}, side by side {side_by_side}: C (its padding included)"
+        );
     }
 
-    // What the kernels refuse before they run: C too small for its ld and columns, a double
-    // pointer not 8-byte aligned, a leading dimension below its matrix's rows.
+    // A launch that computes nothing touches nothing, whatever its strides and batches (m = 0,
+    // 4 billion batches of nothing, C's stride 0).
     let d = acc.alloc::<f64>(64).await.unwrap();
+    let nothing = Gemm {
+        trans_a: false,
+        trans_b: false,
+        m: 0,
+        n: 2,
+        k: 3,
+        ld: [1, 3, 1],
+        stride: [0; 3],
+        batch: u32::MAX as u64,
+    };
+    let args = gemm_args(&nothing, 1.0f64.into(), [d.arg(), d.arg(), d.arg()], 1.0f64.into());
+    dgemm.launch(LaunchDims::linear(16, 16), &args).await.unwrap();
+    acc.synchronize().await.expect("an empty product is no error");
+
+    // What the kernels refuse before they run: C too small for its ld and columns, a double
+    // pointer not 8-byte aligned, a leading dimension below its matrix's rows, batches whose
+    // results overlap.
     let square = Gemm { trans_a: false, trans_b: false, m: 4, n: 4, k: 4, ld: [4; 3], stride: [0; 3], batch: 1 };
     let args = |c: KernelArg, ldc: u64| {
         let g = Gemm { ld: [4, 4, ldc], ..square };
@@ -173,6 +197,16 @@ async fn blas_gemm_kernels_are_column_major_with_transposes_padding_and_batches(
         ("C past its buffer", args(d.at(60), 4), ErrorKind::OutOfBounds),
         ("a misaligned double", args(misaligned, 4), ErrorKind::InvalidArgument),
         ("ldc below m", args(d.arg(), 3), ErrorKind::InvalidArgument),
+        (
+            "batches overlapping",
+            gemm_args(
+                &Gemm { stride: [0, 0, 15], batch: 2, ..square },
+                1.0f64.into(),
+                [d.arg(), d.arg(), d.arg()],
+                0.0f64.into(),
+            ),
+            ErrorKind::InvalidArgument,
+        ),
     ] {
         let e = dgemm.launch(LaunchDims::linear(16, 16), &args).await.and(acc.synchronize().await).unwrap_err();
         assert_eq!(e.kind(), Some(kind), "{what}: {e}");
