@@ -16,7 +16,7 @@
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::gemm::{self, Gemm};
+use super::gemm;
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -61,7 +61,7 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         "reduce_sum" => vec![(0, scalar(2)?, 4), (1, 1, 4)],
         "blas_sgemm" | "blas_dgemm" => {
             let width = if name == "blas_sgemm" { 4 } else { 8 };
-            let touched = Gemm::from_args(name, args)?.footprints();
+            let touched = gemm::shape(name, args)?.footprints();
             gemm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, width)).collect()
         }
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
@@ -106,7 +106,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .into_iter()
                 .fold(0u64, u64::saturating_add)
         }
-        "blas_sgemm" | "blas_dgemm" => Gemm::from_args(name, args)?.work(),
+        "blas_sgemm" | "blas_dgemm" => gemm::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })
 }

@@ -1,8 +1,8 @@
 //! BLAS's gemm as the builtin kernels `blas_sgemm` and `blas_dgemm` compute it, column-major as
 //! cuBLAS is: the CUDA shim's `cublasSgemm`, `cublasDgemm` and their strided-batched forms
-//! launch them. Here: a launch's shape read from its arguments, what it touches of each
-//! matrix (checked before a launch on a device that cannot check accesses while it runs), and
-//! the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
+//! launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
+//! checked before a launch on a device that cannot check accesses while it runs, is
+//! `ac_proto`'s [`Gemm`], shared with the shim), and the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
 //!
 //! Parameters: `(u32 transa, u32 transb, u32 m, u32 n, u32 k, T alpha, const T* A, u32 lda,
 //! u64 stride_a, const T* B, u32 ldb, u64 stride_b, T beta, T* C, u32 ldc, u64 stride_c,
@@ -12,7 +12,7 @@
 
 use std::ops::{Add, Mul};
 
-use ac_proto::backend::builtin::gemm_batches_apart;
+pub use ac_proto::backend::builtin::Gemm;
 use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
@@ -35,94 +35,23 @@ pub const BETA: usize = 12;
 /// The pointers to `A`, `B` and `C`.
 pub const MATRICES: [usize; 3] = [6, 9, 13];
 
-/// A gemm's shape, as its launch's arguments give it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Gemm {
-    /// `op(A)` is `A`'s transpose.
-    pub trans_a: bool,
-    /// `op(B)` is `B`'s transpose.
-    pub trans_b: bool,
-    /// Rows of `op(A)` and `C`.
-    pub m: u64,
-    /// Columns of `op(B)` and `C`.
-    pub n: u64,
-    /// Columns of `op(A)`, rows of `op(B)`.
-    pub k: u64,
-    /// Leading dimensions of `A`, `B`, `C`.
-    pub ld: [u64; 3],
-    /// Elements from one batch's matrix to the next's, for `A`, `B`, `C`.
-    pub stride: [u64; 3],
-    /// Products computed.
-    pub batch: u64,
-}
-
-impl Gemm {
-    /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it (a leading
-    /// dimension below its matrix's rows) and where batches' results would overlap
-    /// ([`gemm_batches_apart`]).
-    pub fn from_args(name: &str, args: &[DeviceArg]) -> DeviceResult<Self> {
-        let at = |i| size_arg(name, args, i);
-        let gemm = Gemm {
-            trans_a: at(0)? != 0,
-            trans_b: at(1)? != 0,
-            m: at(2)?,
-            n: at(3)?,
-            k: at(4)?,
-            ld: [at(7)?, at(10)?, at(14)?],
-            stride: [at(8)?, at(11)?, at(15)?],
-            batch: at(16)?,
-        };
-        for (x, ((rows, _), ld)) in ["A", "B", "C"].iter().zip(gemm.stored().into_iter().zip(gemm.ld)) {
-            if ld < rows.max(1) {
-                let why = format!("`{name}`: ld{} = {ld} is below {x}'s {rows} rows", x.to_lowercase());
-                return Err(WireError::new(ErrorKind::InvalidArgument, why));
-            }
-        }
-        if !gemm_batches_apart(gemm.m, gemm.n, gemm.ld[2], gemm.stride[2], gemm.batch) {
-            let why = format!("`{name}`: stride_c {} makes the batches' results overlap", gemm.stride[2]);
-            return Err(WireError::new(ErrorKind::InvalidArgument, why));
-        }
-        Ok(gemm)
-    }
-
-    /// Rows and columns of `A`, `B` and `C` as they are stored.
-    fn stored(&self) -> [(u64, u64); 3] {
-        let a = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
-        let b = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
-        [a, b, (self.m, self.n)]
-    }
-
-    /// Elements of `A`, `B` and `C` the launch touches from each pointer: up to the last
-    /// batch's last column's last row.
-    pub fn footprints(&self) -> [u64; 3] {
-        let mut out = [0; 3];
-        for (x, (rows, cols)) in self.stored().into_iter().enumerate() {
-            if rows == 0 || cols == 0 || self.batch == 0 || self.m == 0 || self.n == 0 {
-                continue;
-            }
-            out[x] = (self.batch - 1)
-                .saturating_mul(self.stride[x])
-                .saturating_add((cols - 1).saturating_mul(self.ld[x]))
-                .saturating_add(rows);
-        }
-        out
-    }
-
-    /// Multiply-adds, plus the elements it reads or writes: how a device judges whether the
-    /// launch is quick.
-    pub fn work(&self) -> u64 {
-        let products = self.m.saturating_mul(self.n).saturating_mul(self.k).saturating_mul(self.batch);
-        self.footprints().into_iter().fold(products, u64::saturating_add)
-    }
-
-    /// Whether the launch computes nothing (no element of C): then it reads and writes nothing.
-    pub fn is_empty(&self) -> bool {
-        self.m == 0 || self.n == 0 || self.batch == 0
-    }
-
-    /// Where element `(i, j)` of batch `b`'s `C` lies, from `C`'s pointer.
-    pub fn c_index(&self, b: u64, i: u64, j: u64) -> usize {
-        (b * self.stride[2] + i + j * self.ld[2]) as usize
+/// The shape of launch `args` of builtin `name`, refused where BLAS refuses it and where
+/// batches' results would overlap ([`Gemm::refusal`]).
+pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Gemm> {
+    let at = |i| size_arg(name, args, i);
+    let gemm = Gemm {
+        trans_a: at(0)? != 0,
+        trans_b: at(1)? != 0,
+        m: at(2)?,
+        n: at(3)?,
+        k: at(4)?,
+        ld: [at(7)?, at(10)?, at(14)?],
+        stride: [at(8)?, at(11)?, at(15)?],
+        batch: at(16)?,
+    };
+    match gemm.refusal() {
+        Some(why) => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: {why}"))),
+        None => Ok(gemm),
     }
 }
 
@@ -223,29 +152,22 @@ mod tests {
         // A = [1 2 3; 4 5 6] (2x3), B = [7 8; 9 10; 11 12] (3x2), column-major.
         let a = [1., 4., 2., 5., 3., 6.];
         let b = [7., 9., 11., 8., 10., 12.];
-        let plain = Gemm::from_args("g", &args([0, 0], [2, 2, 3], [2, 3, 2], [0; 3], 1)).unwrap();
+        let plain = shape("g", &args([0, 0], [2, 2, 3], [2, 3, 2], [0; 3], 1)).unwrap();
         let mut c = [f32::NAN; 4];
         run(&plain, 1.0f32, &a, &b, 0.0, &mut c);
         assert_eq!(c, [58., 139., 64., 154.], "beta 0 ignores the NaN in C");
         // The same product from A^T (3x2) and B^T (2x3), stored as such.
         let (at, bt) = ([1., 2., 3., 4., 5., 6.], [7., 8., 9., 10., 11., 12.]);
-        let trans = Gemm::from_args("g", &args([1, 1], [2, 2, 3], [3, 2, 2], [0; 3], 1)).unwrap();
+        let trans = shape("g", &args([1, 1], [2, 2, 3], [3, 2, 2], [0; 3], 1)).unwrap();
         let mut c2 = [1.0f32; 4];
         run(&trans, 2.0f32, &at, &bt, 1.0, &mut c2);
         assert_eq!(c2, [117., 279., 129., 309.]);
     }
 
     #[test]
-    fn batches_and_leading_dimensions_set_the_footprint() {
-        let g = Gemm::from_args("g", &args([0, 1], [4, 3, 2], [5, 3, 6], [100, 7, 30], 3)).unwrap();
-        // A: 4x2 stored, ld 5: 2*100 + 1*5 + 4; B^T stored 3x2, ld 3: 2*7 + 1*3 + 3; C 4x3, ld 6.
-        assert_eq!(g.footprints(), [209, 20, 2 * 30 + 2 * 6 + 4]);
-        assert_eq!(g.work(), 4 * 3 * 2 * 3 + 209 + 20 + 76);
-        let empty = Gemm::from_args("g", &args([0, 0], [0, 3, 2], [1, 2, 1], [0; 3], 1)).unwrap();
-        assert_eq!(empty.footprints(), [0, 0, 0]);
+    fn a_product_of_no_terms_scales_c() {
         // k = 0: A and B are read nowhere, C is beta C, batches apart.
-        let no_k = Gemm::from_args("g", &args([0, 0], [2, 2, 0], [2, 1, 2], [9, 9, 4], 2)).unwrap();
-        assert_eq!(no_k.footprints(), [0, 0, 8]);
+        let no_k = shape("g", &args([0, 0], [2, 2, 0], [2, 1, 2], [9, 9, 4], 2)).unwrap();
         let mut c = [1.0f32; 8];
         run(&no_k, 1.0, &[], &[], 3.0, &mut c);
         assert_eq!(c, [3.0; 8]);
@@ -254,17 +176,17 @@ mod tests {
     #[test]
     fn batches_whose_results_overlap_are_refused() {
         // C is 4x3 with ldc 6: one spans 2 * 6 + 4 = 16 elements (ac-proto's rule, tested there).
-        let e = Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 15], 2)).unwrap_err();
+        let e = shape("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 15], 2)).unwrap_err();
         assert!(e.message.contains("results overlap"), "{}", e.message);
-        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 16], 2)).is_ok());
+        assert!(shape("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [8, 6, 16], 2)).is_ok());
         // One batch may have any stride; A and B may be shared by every batch.
-        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 0], 1)).is_ok());
-        assert!(Gemm::from_args("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 16], 9)).is_ok());
+        assert!(shape("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 0], 1)).is_ok());
+        assert!(shape("g", &args([0, 0], [4, 3, 2], [4, 2, 6], [0, 0, 16], 9)).is_ok());
     }
 
     #[test]
     fn a_leading_dimension_below_the_rows_is_refused() {
-        let e = Gemm::from_args("g", &args([0, 0], [4, 3, 2], [3, 2, 4], [0; 3], 1)).unwrap_err();
+        let e = shape("g", &args([0, 0], [4, 3, 2], [3, 2, 4], [0; 3], 1)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
         assert!(e.message.contains("lda = 3 is below A's 4 rows"), "{}", e.message);
     }

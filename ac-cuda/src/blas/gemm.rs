@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ac_frontend::{Function, KernelArg, LaunchDims, Module};
-use ac_proto::backend::builtin::gemm_batches_apart;
+use ac_proto::backend::builtin::Gemm;
 
 use super::{guard, handle, POINTER_MODE_HOST};
 use crate::error::{code, CuResult, Error};
@@ -106,17 +106,10 @@ fn builtins(device: usize) -> CuResult<Arc<Builtins>> {
     Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
 }
 
-/// Rows and columns of `A`, `B` and `C` as stored.
-fn stored(call: &GemmCall) -> [(u64, u64); 3] {
-    let [m, n, k] = [call.m, call.n, call.k].map(|d| d as u64);
-    let a = if call.trans[0] != 0 { (k, m) } else { (m, k) };
-    let b = if call.trans[1] != 0 { (n, k) } else { (k, n) };
-    [a, b, (m, n)]
-}
-
-/// Checks a call as cuBLAS does: dimensions and counts not negative, a known operation, each
-/// leading dimension at least its matrix's rows.
-fn check(call: &GemmCall) -> CuResult<()> {
+/// Checks a call as cuBLAS does (dimensions and counts not negative, a known operation, each
+/// leading dimension at least its matrix's rows) and as the backend will (batches' results
+/// apart), and gives its shape.
+fn check(call: &GemmCall) -> CuResult<Gemm> {
     let invalid = |why: String| Err(Error::said(code::INVALID_VALUE, why));
     if [call.m, call.n, call.k, call.batch].iter().any(|&d| d < 0) || call.stride.iter().any(|&s| s < 0) {
         return invalid(format!("negative sizes (m {}, n {}, k {}, batch {})", call.m, call.n, call.k, call.batch));
@@ -124,33 +117,30 @@ fn check(call: &GemmCall) -> CuResult<()> {
     if call.trans.iter().any(|t| !(0..=2).contains(t)) {
         return invalid(format!("unknown operation {:?} (N 0, T 1, C 2)", call.trans));
     }
-    for ((name, (rows, _)), ld) in ["lda", "ldb", "ldc"].iter().zip(stored(call)).zip(call.ld) {
-        if (ld as i64) < rows.max(1) as i64 {
-            return invalid(format!("{name} = {ld} is below its matrix's {rows} rows"));
-        }
+    if call.ld.iter().any(|&ld| ld < 0) {
+        return invalid(format!("a negative leading dimension {:?}", call.ld));
     }
-    // Results of two batches in the same place: undefined in cuBLAS, refused by the backend.
-    let [m, n, ldc, stride_c, batch] =
-        [call.m as u64, call.n as u64, call.ld[2] as u64, call.stride[2] as u64, call.batch as u64];
-    if !gemm_batches_apart(m, n, ldc, stride_c, batch) {
-        return invalid(format!("strideC {stride_c} makes the batches' results overlap"));
+    let shape = Gemm {
+        trans_a: call.trans[0] != 0,
+        trans_b: call.trans[1] != 0,
+        m: call.m as u64,
+        n: call.n as u64,
+        k: call.k as u64,
+        ld: call.ld.map(|ld| ld as u64),
+        stride: call.stride.map(|s| s as u64),
+        batch: call.batch as u64,
+    };
+    match shape.refusal() {
+        Some(why) => invalid(why),
+        None => Ok(shape),
     }
-    Ok(())
-}
-
-/// Elements a matrix spans from its pointer, over every batch.
-fn span(rows: u64, cols: u64, ld: c_int, stride: c_longlong, batch: c_int) -> u64 {
-    if rows == 0 || cols == 0 {
-        return 0;
-    }
-    (batch as u64 - 1).saturating_mul(stride as u64).saturating_add((cols - 1) * ld as u64).saturating_add(rows)
 }
 
 /// Launches a gemm on the handle's stream: checked, its pointers found in the program's
 /// allocations, sent without waiting.
 unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     let handle = handle(h)?;
-    check(&call)?;
+    let mut shape = check(&call)?;
     if handle.pointer_mode.load(Ordering::Relaxed) != POINTER_MODE_HOST {
         return Err(Error::said(code::NOT_SUPPORTED, "alpha and beta in device memory (CUBLAS_POINTER_MODE_DEVICE)"));
     }
@@ -163,13 +153,12 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     if call.k == 0 || call.precision.is_zero(call.alpha) {
         // BLAS reads neither A nor B then: C = beta C (alpha 0 too, so that an infinite alpha
         // times the empty sum is not NaN).
-        (call.k, call.alpha) = (0, call.precision.zero());
+        (call.k, call.alpha, shape.k) = (0, call.precision.zero(), 0);
     }
     let shim = state::shim()?;
     let bytes = call.precision.bytes();
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
-    for (x, (rows, cols)) in stored(&call).into_iter().enumerate() {
-        let elements = span(rows, cols, call.ld[x], call.stride[x], call.batch);
+    for (x, elements) in shape.footprints().into_iter().enumerate() {
         if elements > 0 {
             let len = elements
                 .checked_mul(bytes)
@@ -429,20 +418,13 @@ mod tests {
     }
 
     #[test]
-    fn leading_dimensions_are_checked_against_the_stored_rows() {
+    fn calls_are_checked_as_cublas_checks_them() {
         assert!(check(&call([0, 0], [4, 3, 2], [4, 2, 4])).is_ok());
-        // A transposed is stored k x m: lda 2 suffices, 1 does not.
-        assert!(check(&call([1, 0], [4, 3, 2], [2, 2, 4])).is_ok());
+        // The shape's rules (ac-proto, tested there) apply: A transposed is stored k x m.
         assert_eq!(check(&call([1, 0], [4, 3, 2], [1, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
-        assert_eq!(check(&call([0, 0], [4, 3, 2], [4, 2, 3])).unwrap_err().code(), code::INVALID_VALUE);
         assert_eq!(check(&call([3, 0], [4, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
         assert_eq!(check(&call([0, 0], [-1, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
-    }
-
-    #[test]
-    fn a_matrix_spans_its_batches_columns_and_rows() {
-        assert_eq!(span(4, 3, 5, 100, 2), 100 + 2 * 5 + 4);
-        assert_eq!(span(4, 0, 5, 100, 2), 0);
+        assert_eq!(check(&call([0, 0], [4, 3, 2], [4, -2, 4])).unwrap_err().code(), code::INVALID_VALUE);
     }
 
     #[test]

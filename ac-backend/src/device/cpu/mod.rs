@@ -12,7 +12,7 @@ use rustc_hash::FxHashMap;
 mod memory;
 
 use super::builtin;
-use super::gemm::{self, Element, Gemm};
+use super::gemm::{self, Element};
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
 /// Elements of work (see [`builtin::work`]) that a quick launch does at most: 4,096 floats
@@ -142,7 +142,7 @@ impl CpuContext {
     /// back each column of `C` it computed (not the gaps a leading dimension leaves). A launch
     /// that computes no element touches nothing (its strides were never checked).
     fn gemm<T: Element>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
-        let g = Gemm::from_args(name, args)?;
+        let g = gemm::shape(name, args)?;
         if g.is_empty() {
             return Ok(());
         }
