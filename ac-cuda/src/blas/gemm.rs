@@ -1,17 +1,18 @@
 //! The gemm family: `cublasSgemm`, `cublasDgemm`, their strided-batched forms, and
 //! `cublasGemmEx` on `f32`/`f64` matrices, each a launch of the backend's builtin
-//! `blas_sgemm` or `blas_dgemm` on the handle's stream.
+//! `blas_sgemm` or `blas_dgemm` on the handle's stream; and [`launch`], which the level-1 and
+//! level-2 functions ([`super::vectors`]) use too.
 
-use std::collections::HashMap;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
 
-use ac_frontend::{Function, KernelArg, LaunchDims, Module};
+use ac_frontend::{KernelArg, LaunchDims};
 use ac_proto::backend::builtin::Gemm;
 
-use super::{guard, handle, POINTER_MODE_HOST};
+use super::device::{blas_device, BlasDevice};
+use super::{guard, handle, Handle, POINTER_MODE_HOST};
 use crate::error::{code, CuResult, Error};
+use crate::memory::device_to_host;
 use crate::state;
 use crate::stream::stream_of;
 
@@ -21,89 +22,81 @@ const MAX_BLOCKS: u64 = 1 << 16;
 
 /// The element type of a gemm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Precision {
+pub(super) enum Precision {
     Single,
     Double,
 }
 
 impl Precision {
-    fn bytes(self) -> u64 {
+    /// Bytes of one element.
+    pub fn bytes(self) -> usize {
         match self {
             Precision::Single => 4,
             Precision::Double => 8,
         }
     }
 
-    /// A host scalar (`alpha`, `beta`) as a kernel argument.
-    unsafe fn scalar(self, p: *const c_void) -> CuResult<KernelArg> {
-        if p.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        Ok(match self {
-            Precision::Single => KernelArg::F32(*(p as *const f32)),
-            Precision::Double => KernelArg::F64(*(p as *const f64)),
-        })
-    }
-
-    /// A host zero of this type, for `alpha` or `beta`.
-    fn zero(self) -> *const c_void {
-        const ZERO: f64 = 0.0;
-        // 0.0 is all zero bits in both widths: an f64 zero read as f32 is 0.0 too.
-        (&ZERO as *const f64).cast()
-    }
-
-    /// Whether a host scalar is zero.
-    unsafe fn is_zero(self, p: *const c_void) -> bool {
+    /// A scalar of this type as a kernel argument.
+    fn arg(self, value: f64) -> KernelArg {
         match self {
-            Precision::Single => *(p as *const f32) == 0.0,
-            Precision::Double => *(p as *const f64) == 0.0,
+            // Exact: every value came from an f32 of the program's.
+            Precision::Single => KernelArg::F32(value as f32),
+            Precision::Double => KernelArg::F64(value),
         }
     }
+
+    /// One element from its little-endian bytes.
+    pub fn value(self, bytes: &[u8]) -> f64 {
+        match self {
+            Precision::Single => f64::from(f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))),
+            Precision::Double => f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+        }
+    }
+
+    /// An element's little-endian bytes.
+    pub fn encode(self, value: f64) -> Vec<u8> {
+        match self {
+            Precision::Single => (value as f32).to_le_bytes().to_vec(),
+            Precision::Double => value.to_le_bytes().to_vec(),
+        }
+    }
+}
+
+/// `alpha` or `beta`: where the program keeps it, or a value of the shim's own.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scalar {
+    /// The program's pointer: host or device memory as the handle's pointer mode says.
+    At(*const c_void),
+    /// A constant (a level-1 call done as a gemm).
+    Value(f64),
+}
+
+/// A matrix of a gemm: program memory, or a slot of the device's scratch buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Operand {
+    /// A device address of the program's.
+    Memory(u64),
+    /// The constant one (a 1 x 1 matrix).
+    One,
+    /// The result slot (a 1 x 1 matrix), which the caller holds and reads back.
+    Slot(KernelArg),
 }
 
 /// One gemm call's arguments, as cuBLAS takes them (`stride` and `batch` are 0 and 1 for a
 /// plain gemm).
 #[derive(Debug, Clone, Copy)]
-struct GemmCall {
-    precision: Precision,
-    trans: [c_int; 2],
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const c_void,
-    matrices: [u64; 3],
-    ld: [c_int; 3],
-    stride: [c_longlong; 3],
-    beta: *const c_void,
-    batch: c_int,
-}
-
-/// `blas_sgemm` and `blas_dgemm` of a device's builtin module, looked up once.
-#[derive(Debug)]
-struct Builtins {
-    sgemm: Function,
-    dgemm: Function,
-    _module: Module,
-}
-
-/// The builtin gemm kernels of `device`.
-fn builtins(device: usize) -> CuResult<Arc<Builtins>> {
-    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Builtins>>>> = OnceLock::new();
-    let loaded = LOADED.get_or_init(Mutex::default);
-    if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
-        return Ok(found.clone());
-    }
-    let shim = state::shim()?;
-    let acc = &shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc;
-    let found = shim.block_on(async {
-        let module = acc.builtin().await?;
-        let (sgemm, dgemm) = (module.function("blas_sgemm").await?, module.function("blas_dgemm").await?);
-        Ok::<_, ac_frontend::Error>(Builtins { sgemm, dgemm, _module: module })
-    });
-    let found = Arc::new(found.map_err(|e| {
-        Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin gemm kernels (upgrade ac-backend): {e}"))
-    })?);
-    Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
+pub(super) struct GemmCall {
+    pub precision: Precision,
+    pub trans: [c_int; 2],
+    pub m: c_int,
+    pub n: c_int,
+    pub k: c_int,
+    pub alpha: Scalar,
+    pub matrices: [Operand; 3],
+    pub ld: [c_int; 3],
+    pub stride: [c_longlong; 3],
+    pub beta: Scalar,
+    pub batch: c_int,
 }
 
 /// Checks a call as cuBLAS does (dimensions and counts not negative, a known operation, each
@@ -136,40 +129,77 @@ fn check(call: &GemmCall) -> CuResult<Gemm> {
     }
 }
 
-/// Launches a gemm on the handle's stream: checked, its pointers found in the program's
-/// allocations, sent without waiting.
-unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
-    let handle = handle(h)?;
+/// The value of `alpha` or `beta`: read from host memory, or (`CUBLAS_POINTER_MODE_DEVICE`)
+/// from device memory after the work queued before, as cuBLAS's kernel would read it when it
+/// runs (so such a call waits).
+unsafe fn scalar_value(handle: &Handle, precision: Precision, scalar: Scalar) -> CuResult<f64> {
+    let p = match scalar {
+        Scalar::Value(v) => return Ok(v),
+        Scalar::At(p) if p.is_null() => return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null")),
+        Scalar::At(p) => p,
+    };
+    let mut bytes = [0u8; 8];
+    let bytes = &mut bytes[..precision.bytes()];
+    if handle.pointer_mode.load(Ordering::Relaxed) == POINTER_MODE_HOST {
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
+    } else {
+        device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len())?;
+    }
+    Ok(precision.value(bytes))
+}
+
+/// Launches a gemm on the handle's stream: checked, its scalars read, its matrices found in
+/// the program's allocations (or the device's scratch), sent without waiting.
+pub(super) unsafe fn launch(handle: &Handle, mut call: GemmCall) -> CuResult<()> {
     let mut shape = check(&call)?;
-    if handle.pointer_mode.load(Ordering::Relaxed) != POINTER_MODE_HOST {
-        return Err(Error::said(code::NOT_SUPPORTED, "alpha and beta in device memory (CUBLAS_POINTER_MODE_DEVICE)"));
-    }
-    if call.alpha.is_null() || call.beta.is_null() {
-        return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null"));
-    }
-    if call.m == 0 || call.n == 0 || call.batch == 0 {
+    let alpha = scalar_value(handle, call.precision, call.alpha)?;
+    let beta = scalar_value(handle, call.precision, call.beta)?;
+    if shape.is_empty() {
         return Ok(());
     }
-    if call.k == 0 || call.precision.is_zero(call.alpha) {
-        // BLAS reads neither A nor B then: C = beta C (alpha 0 too, so that an infinite alpha
-        // times the empty sum is not NaN).
-        (call.k, call.alpha, shape.k) = (0, call.precision.zero(), 0);
-    }
+    // BLAS reads neither A nor B when k or alpha is 0: C = beta C (alpha 0 too, so that an
+    // infinite alpha times the empty sum is not NaN).
+    let alpha = if call.k == 0 || alpha == 0.0 {
+        (call.k, shape.k) = (0, 0);
+        0.0
+    } else {
+        alpha
+    };
     let shim = state::shim()?;
-    let bytes = call.precision.bytes();
+    let device = blas_device(handle.device)?;
+    let bytes = call.precision.bytes() as u64;
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
-        if elements > 0 {
-            let len = elements
-                .checked_mul(bytes)
-                .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
-            let (alloc, offset) = shim.find(handle.device, call.matrices[x], len)?;
-            pointers[x] = Some(alloc.buffer.at(offset as usize));
+        if elements == 0 {
+            continue;
         }
+        pointers[x] = Some(match call.matrices[x] {
+            Operand::Memory(address) => {
+                let len = elements
+                    .checked_mul(bytes)
+                    .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
+                let (alloc, offset) = shim.find(handle.device, address, len)?;
+                alloc.buffer.at(offset as usize)
+            }
+            // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
+            Operand::One => device.one(call.precision == Precision::Double),
+            Operand::Slot(slot) => slot,
+        });
     }
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
+    send(handle, &device, &call, [a, b, c], [alpha, beta])
+}
+
+/// Sends the launch of `blas_sgemm` or `blas_dgemm` on the handle's stream.
+fn send(
+    handle: &Handle,
+    device: &BlasDevice,
+    call: &GemmCall,
+    [a, b, c]: [KernelArg; 3],
+    [alpha, beta]: [f64; 2],
+) -> CuResult<()> {
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
     let args = [
@@ -178,14 +208,14 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
         u(call.m),
         u(call.n),
         u(call.k),
-        call.precision.scalar(call.alpha)?,
+        call.precision.arg(alpha),
         a,
         u(call.ld[0]),
         l(call.stride[0]),
         b,
         u(call.ld[1]),
         l(call.stride[1]),
-        call.precision.scalar(call.beta)?,
+        call.precision.arg(beta),
         c,
         u(call.ld[2]),
         l(call.stride[2]),
@@ -194,13 +224,17 @@ unsafe fn gemm(h: usize, mut call: GemmCall) -> CuResult<()> {
     let elements = call.m as u64 * call.n as u64 * call.batch as u64;
     let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
     let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
-    let kernels = builtins(handle.device)?;
     let function = match call.precision {
-        Precision::Single => &kernels.sgemm,
-        Precision::Double => &kernels.dgemm,
+        Precision::Single => &device.sgemm,
+        Precision::Double => &device.dgemm,
     };
     let stream = stream_of(handle.stream.load(Ordering::Relaxed), handle.device)?;
-    Ok(shim.block_on(function.launch_on(&stream, dims, &args))?)
+    Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
+}
+
+/// A gemm entry point's body: the call on handle `h`.
+unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
+    launch(&*handle(h)?, call)
 }
 
 /// Defines `cublas<S|D>gemm_v2` for element type `$t`.
@@ -279,6 +313,7 @@ fn plain(
     ld: [c_int; 3],
     beta: *const c_void,
 ) -> GemmCall {
+    let (alpha, beta, matrices) = (Scalar::At(alpha), Scalar::At(beta), matrices.map(Operand::Memory));
     GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
 }
 

@@ -1,6 +1,9 @@
 //! cuBLAS for programs linked against it: handles, streams, modes, the gemm family
 //! (`cublasSgemm`, `cublasDgemm`, their strided-batched forms, `cublasGemmEx` on `f32`/`f64`:
-//! [`gemm`]) and the host-device copies (`cublasSetVector`, `cublasGetMatrix`, ...: [`copies`]).
+//! [`gemm`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
+//! `scal`, `gemv`, `ger`: [`vectors`]) and the host-device copies (`cublasSetVector`,
+//! `cublasGetMatrix`, ...: [`copies`]). Scalars may be in host or device memory
+//! (`cublasSetPointerMode`).
 //!
 //! NVIDIA's `libcublas` runs on the driver only through private tables nobody documents
 //! (docs/benchmarks/cuda-shim.md), so this library answers cuBLAS itself: it is installed as
@@ -27,7 +30,9 @@ use crate::state::{self, put, Registry};
 use crate::stream::device_of_stream;
 
 mod copies;
+mod device;
 mod gemm;
+mod vectors;
 
 /// `cublasStatus_t`.
 pub mod status {

@@ -216,14 +216,13 @@ async fn a_kernel_taking_a_struct_by_value_runs_exactly() {
     standin::assert_no_violations();
 }
 
-/// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
-/// shim's `libcublas.so.13` (the same file as its `libcuda.so.1`) launches the backend's
-/// builtin gemm kernels, which the stand-in runs as `kernels.cu` says.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
+/// Builds `tests/cuda/<name>.cu` linked against `libcublas.so.13` (as against NVIDIA's), runs
+/// it through the shim on one accelerator of the stand-in, and checks that it said each of
+/// `lines`, exited 0, and left nothing held.
+async fn run_cublas_program(name: &str, lines: &[&str]) {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build_with_cublas("cublas_gemm", dir.path()) else { return };
+    let Some(exe) = cuda::build_with_cublas(name, dir.path()) else { return };
     // Linked as against NVIDIA's: libcublas.so.13 needed, its symbols by version.
     let needed = std::process::Command::new("readelf").arg("-dV").arg(&exe).output().expect("readelf runs");
     let needed = String::from_utf8_lossy(&needed.stdout);
@@ -234,42 +233,92 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
     let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
-    for line in [
-        "cublas version 130000",
-        "sgemm NN padded exact",
-        "sgemm TN beta 0 over NaN exact",
-        "sgemm TT exact",
-        "dgemm NT exact",
-        "sgemm alpha 0 exact",
-        "strided batched on a stream exact",
-        "gemmex f32 exact",
-        "sgemmex exact",
-        "thread 0 exact",
-        "thread 1 exact",
-        "thread 2 exact",
-        "thread 3 exact",
-        "sgemm after refusals exact",
-        "set and get matrix and vector exact",
-        "cublas_gemm: all exact",
-        // Not served: said on stderr, answered with its status; the program goes on.
-        "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-        "saxpy: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-        "ac-cuda: cublasSaxpy_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
-        // What cuBLAS refuses, refused with its status and the reason on stderr.
-        "gemmex f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-        "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
-        "host matrix: 7 CUBLAS_STATUS_INVALID_VALUE",
-        "past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
-        "destroyed handle: 1 CUBLAS_STATUS_NOT_INITIALIZED",
-        "is not device memory of this program",
-        "run past the allocation",
-    ] {
+    for line in lines {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
-    // It exited with a gemm queued and its memory held: both went back with the process.
+    // It may exit with work queued and memory held: both go back with the process.
     assert_eq!(c.arm.free_accelerators(), all_free, "nothing held after the program exited");
     let backend = &c.backends[0];
     let ended = backend.eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", backend.backend.sessions());
     standin::assert_no_violations();
+}
+
+/// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
+/// shim's `libcublas.so.13` (the same file as its `libcuda.so.1`) launches the backend's
+/// builtin gemm kernels, which the stand-in runs as `kernels.cu` says. It exits with a gemm
+/// queued and memory held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
+    run_cublas_program(
+        "cublas_gemm",
+        &[
+            "cublas version 130000",
+            "sgemm NN padded exact",
+            "sgemm TN beta 0 over NaN exact",
+            "sgemm TT exact",
+            "dgemm NT exact",
+            "sgemm alpha 0 exact",
+            "strided batched on a stream exact",
+            "gemmex f32 exact",
+            "sgemmex exact",
+            "thread 0 exact",
+            "thread 1 exact",
+            "thread 2 exact",
+            "thread 3 exact",
+            "sgemm after refusals exact",
+            "set and get matrix and vector exact",
+            "cublas_gemm: all exact",
+            // Not served: said on stderr, answered with its status; the program goes on.
+            "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "sasum: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ac-cuda: cublasSasum_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
+            // What cuBLAS refuses, refused with its status and the reason on stderr.
+            "gemmex f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "host matrix: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "destroyed handle: 1 CUBLAS_STATUS_NOT_INITIALIZED",
+            "is not device memory of this program",
+            "run past the allocation",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger), each done
+/// by the shim as one gemm: strided vectors, padded matrices, scalars and results in device
+/// memory on a stream, four threads taking dot products into host memory through one handle.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
+    run_cublas_program(
+        "cublas_vectors",
+        &[
+            "sdot exact",
+            "sdot strided exact",
+            "ddot exact",
+            "ddot strided exact",
+            "dot of no elements exact",
+            "snrm2 exact",
+            "dnrm2 exact",
+            "float axpy, copy, scal strided exact",
+            "double axpy, copy, scal strided exact",
+            "sgemv N exact",
+            "sgemv T exact",
+            "dgemv N exact",
+            "dgemv T exact",
+            "sger exact",
+            "dger exact",
+            "dot into device memory exact",
+            "device pointer mode exact",
+            "threads' dot products exact",
+            "cublas_vectors: all exact",
+            "gemv lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ger incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "increment -1: only positive ones are served",
+            "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
 }

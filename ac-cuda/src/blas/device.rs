@@ -1,0 +1,79 @@
+//! What cuBLAS needs of each device, set up at its first use: the builtin gemm kernels, and a
+//! small buffer of the program's session that no program address reaches, holding the
+//! constant one (the second factor of an `axpy` or a `copy` done as a gemm) and a slot for
+//! results that go back to the host (`cublasSdot` in host pointer mode).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use ac_frontend::{DeviceBuffer, Function, KernelArg, Module};
+
+use crate::error::{code, CuResult, Error};
+use crate::state;
+
+/// Bytes of the scratch buffer: `1.0f32`, padding, `1.0f64`, the result slot.
+const SCRATCH_BYTES: usize = 24;
+/// Where `1.0f32` and `1.0f64` lie in the scratch buffer.
+const ONE_F32: usize = 0;
+const ONE_F64: usize = 8;
+/// Where a result bound for the host is written.
+const RESULT: usize = 16;
+
+/// A device's builtin gemm kernels and scratch buffer.
+#[derive(Debug)]
+pub(super) struct BlasDevice {
+    /// `blas_sgemm`.
+    pub sgemm: Function,
+    /// `blas_dgemm`.
+    pub dgemm: Function,
+    scratch: DeviceBuffer<u8>,
+    /// Held from a launch that writes the result slot until the slot is read.
+    result: Mutex<()>,
+    _module: Module,
+}
+
+impl BlasDevice {
+    /// The constant one, as an `f32` (`double` false) or an `f64`.
+    pub fn one(&self, double: bool) -> KernelArg {
+        self.scratch.at(if double { ONE_F64 } else { ONE_F32 })
+    }
+
+    /// The result slot, and the lock that keeps it for one caller until it reads it back.
+    pub fn result(&self) -> (KernelArg, MutexGuard<'_, ()>) {
+        (self.scratch.at(RESULT), self.result.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Reads the result slot's first `out.len()` bytes, after every launch queued before.
+    pub fn read_result(&self, _held: &MutexGuard<'_, ()>, out: &mut [u8]) -> CuResult<()> {
+        let shim = state::shim()?;
+        Ok(shim.block_on(self.scratch.copy_to_host_at(RESULT, out))?)
+    }
+}
+
+/// `device`'s builtin kernels and scratch buffer, set up once.
+pub(super) fn blas_device(device: usize) -> CuResult<Arc<BlasDevice>> {
+    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<BlasDevice>>>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(Mutex::default);
+    if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
+        return Ok(found.clone());
+    }
+    let shim = state::shim()?;
+    let acc = &shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc;
+    let kernels = shim.block_on(async {
+        let module = acc.builtin().await?;
+        let (sgemm, dgemm) = (module.function("blas_sgemm").await?, module.function("blas_dgemm").await?);
+        Ok::<_, ac_frontend::Error>((sgemm, dgemm, module))
+    });
+    let (sgemm, dgemm, module) = kernels.map_err(|e| {
+        Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin gemm kernels (upgrade ac-backend): {e}"))
+    })?;
+    let scratch = shim.block_on(async {
+        let scratch = acc.alloc::<u8>(SCRATCH_BYTES).await?;
+        let mut constants = [0u8; SCRATCH_BYTES];
+        constants[ONE_F32..ONE_F32 + 4].copy_from_slice(&1.0f32.to_le_bytes());
+        constants[ONE_F64..ONE_F64 + 8].copy_from_slice(&1.0f64.to_le_bytes());
+        scratch.copy_from_host(&constants).await.map(|()| scratch)
+    })?;
+    let found = Arc::new(BlasDevice { sgemm, dgemm, scratch, result: Mutex::new(()), _module: module });
+    Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
+}

@@ -1,0 +1,54 @@
+// What the cuBLAS test programs share: CUBLAS(call), a call that must succeed; small integer
+// data (every product and sum of a few is exact in float); uploads, downloads and an exact
+// comparison that reads every element, the padding included.
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "check.h"
+#include "cublas_min.h"
+
+#define CUBLAS(call)                                                                          \
+    do {                                                                                      \
+        cublasStatus_t s_ = (call);                                                           \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+            printf("FAILED %s: %d %s\n", #call, (int)s_, cublasGetStatusName(s_));            \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+template <typename T>
+static std::vector<T> small_integers(size_t n, int seed) {
+    std::vector<T> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (T)((int)((i * 7 + seed * 13) % 9) - 4);
+    return v;
+}
+
+template <typename T>
+static T* upload(const std::vector<T>& host) {
+    T* d;
+    CHECK(cudaMalloc(&d, host.size() * sizeof(T)));
+    CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+}
+
+template <typename T>
+static std::vector<T> download(const T* d, size_t n) {
+    std::vector<T> host(n);
+    CHECK(cudaMemcpy(host.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// Compares every element, the padding rows included (a gemm must leave them as they were).
+template <typename T>
+static bool same(const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+    for (size_t i = 0; i < want.size(); i++)
+        if (!(got[i] == want[i]) && !(std::isnan(got[i]) && std::isnan(want[i]))) {
+            printf("%s: element %zu is %g, expected %g\n", what, i, (double)got[i], (double)want[i]);
+            return false;
+        }
+    return true;
+}
