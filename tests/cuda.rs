@@ -44,27 +44,31 @@ pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
     build_linked(name, dir, &[])
 }
 
-/// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublas.so.13` as a
-/// program built with NVIDIA's cuBLAS is: CI has no cuBLAS, so the link is against a library
-/// of that soname holding the symbols the program calls (`tests/cuda/cublas_link_stub.c`),
-/// versioned as NVIDIA's are (`cublasSgemm_v2@@libcublas.so.13`); at run time the shim's
-/// `libcublas.so.13` ([`shim_dir`]) is found first.
+/// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublasLt.so.13` and
+/// `libcublas.so.13` as a program built with NVIDIA's cuBLAS is: CI has no cuBLAS, so the link
+/// is against libraries of those sonames holding the symbols the programs call
+/// (`tests/cuda/cublas_link_stub.c`), versioned as NVIDIA's are
+/// (`cublasSgemm_v2@@libcublas.so.13`); at run time the shim's ([`shim_dir`]) are found first.
 pub fn build_with_cublas(name: &str, dir: &Path) -> Option<PathBuf> {
     let stub = dir.join("link-stub");
     std::fs::create_dir_all(&stub).expect("stub dir");
-    let versions = stub.join("versions.map");
-    std::fs::write(&versions, "libcublas.so.13 { global: cublas*; local: *; };\n").expect("version script");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcublas.so.13"])
-        .arg(format!("-Wl,--version-script={}", versions.display()))
-        .arg("-o")
-        .arg(stub.join("libcublas.so.13"))
-        .arg(source("tests/cuda/cublas_link_stub.c"))
-        .output()
-        .expect("cc runs");
-    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    std::os::unix::fs::symlink("libcublas.so.13", stub.join("libcublas.so")).expect("link");
-    build_linked(name, dir, &[format!("-L{}", stub.display()), "-lcublas".into()])
+    // cuBLASLt first: its functions bind to libcublasLt.so.13, as against NVIDIA's.
+    for library in ["cublasLt", "cublas"] {
+        let soname = format!("lib{library}.so.13");
+        let versions = stub.join(format!("{library}.map"));
+        std::fs::write(&versions, format!("{soname} {{ global: {library}*; local: *; }};\n")).expect("version script");
+        let out = Command::new("cc")
+            .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}")])
+            .arg(format!("-Wl,--version-script={}", versions.display()))
+            .arg("-o")
+            .arg(stub.join(&soname))
+            .arg(source("tests/cuda/cublas_link_stub.c"))
+            .output()
+            .expect("cc runs");
+        assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        std::os::unix::fs::symlink(&soname, stub.join(format!("lib{library}.so"))).expect("link");
+    }
+    build_linked(name, dir, &[format!("-L{}", stub.display()), "-lcublasLt".into(), "-lcublas".into()])
 }
 
 /// Builds `tests/cuda/<name>.cu` with `link` added to nvcc's arguments.
@@ -85,12 +89,12 @@ fn build_linked(name: &str, dir: &Path, link: &[String]) -> Option<PathBuf> {
     Some(exe)
 }
 
-/// A directory in `dir` holding the shim as `libcuda.so.1` and `libcublas.so.{12,13}`, as the
-/// package installs it.
+/// A directory in `dir` holding the shim as `libcuda.so.1`, `libcublas.so.{12,13}` and
+/// `libcublasLt.so.{12,13}`, as the package installs it.
 pub fn shim_dir(dir: &Path) -> PathBuf {
     let lib = dir.join("shim");
     std::fs::create_dir_all(&lib).expect("shim dir");
-    for name in ["libcuda.so.1", "libcublas.so.12", "libcublas.so.13"] {
+    for name in ["libcuda.so.1", "libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13"] {
         std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join(name)).expect("link");
     }
     lib

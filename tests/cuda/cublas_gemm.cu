@@ -17,19 +17,6 @@
 #include "cublas_helpers.h"
 #include "cublas_min.h"
 
-// C = alpha op(A) op(B) + beta C, column-major; C is not read when beta is 0.
-template <typename T>
-static void reference(bool ta, bool tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb,
-                      T beta, T* C, int ldc) {
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) {
-            T acc = 0;
-            for (int p = 0; p < k; p++) acc += (ta ? A[p + i * lda] : A[i + p * lda]) * (tb ? B[j + p * ldb] : B[p + j * ldb]);
-            T* c = &C[i + j * ldc];
-            *c = beta == 0 ? alpha * acc : alpha * acc + beta * *c;
-        }
-}
-
 // One gemm through cuBLAS against the reference: m x n x k, transposes, leading dimensions
 // `pad` above the rows, C holding `fill` first.
 template <typename T>

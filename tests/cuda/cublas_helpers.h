@@ -1,4 +1,5 @@
-// What the cuBLAS test programs share: CUBLAS(call), a call that must succeed; small integer
+// What the cuBLAS test programs share: CUBLAS(call), a call that must succeed; the reference
+// gemm; small integer
 // data (every product and sum of a few is exact in float); uploads, downloads and an exact
 // comparison that reads every element, the padding included.
 #pragma once
@@ -19,6 +20,19 @@
             exit(1);                                                                          \
         }                                                                                     \
     } while (0)
+
+// C = alpha op(A) op(B) + beta C, column-major; C is not read when beta is 0.
+template <typename T>
+static void reference(bool ta, bool tb, int m, int n, int k, T alpha, const T* A, int lda, const T* B, int ldb,
+                      T beta, T* C, int ldc) {
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            T acc = 0;
+            for (int p = 0; p < k; p++) acc += (ta ? A[p + i * lda] : A[i + p * lda]) * (tb ? B[j + p * ldb] : B[p + j * ldb]);
+            T* c = &C[i + j * ldc];
+            *c = beta == 0 ? alpha * acc : alpha * acc + beta * *c;
+        }
+}
 
 template <typename T>
 static std::vector<T> small_integers(size_t n, int seed) {

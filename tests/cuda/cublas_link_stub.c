@@ -31,3 +31,17 @@ void cublasSgemv_v2(void) {}
 void cublasDgemv_v2(void) {}
 void cublasSger_v2(void) {}
 void cublasDger_v2(void) {}
+void cublasLtCreate(void) {}
+void cublasLtDestroy(void) {}
+void cublasLtMatmulDescCreate(void) {}
+void cublasLtMatmulDescDestroy(void) {}
+void cublasLtMatmulDescSetAttribute(void) {}
+void cublasLtMatrixLayoutCreate(void) {}
+void cublasLtMatrixLayoutInit_internal(void) {}
+void cublasLtMatrixLayoutDestroy(void) {}
+void cublasLtMatrixLayoutSetAttribute(void) {}
+void cublasLtMatmulPreferenceCreate(void) {}
+void cublasLtMatmulPreferenceDestroy(void) {}
+void cublasLtMatmulPreferenceSetAttribute(void) {}
+void cublasLtMatmulAlgoGetHeuristic(void) {}
+void cublasLtMatmul(void) {}

@@ -1,7 +1,8 @@
-//! What cuBLAS needs of each device, set up at its first use: the builtin gemm kernels, and a
-//! small buffer of the program's session that no program address reaches, holding the
+//! What cuBLAS needs of each device, set up at its first use: the builtin gemm kernels, and
+//! buffers of the program's session that no program address reaches: a small one holding the
 //! constant one (the second factor of an `axpy` or a `copy` done as a gemm) and a slot for
-//! results that go back to the host (`cublasSdot` in host pointer mode).
+//! results that go back to the host (`cublasSdot` in host pointer mode); and vectors of ones,
+//! grown on demand (a bias added to every column of a product is a gemm by a row of ones).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -19,9 +20,14 @@ const ONE_F64: usize = 8;
 /// Where a result bound for the host is written.
 const RESULT: usize = 16;
 
-/// A device's builtin gemm kernels and scratch buffer.
+/// A row of ones on the device: its length in elements, its buffer.
+type OnesRow = (usize, DeviceBuffer<u8>);
+
+/// A device's builtin gemm kernels, scratch buffer and rows of ones.
 #[derive(Debug)]
 pub(super) struct BlasDevice {
+    /// The device's ordinal.
+    device: usize,
     /// `blas_sgemm`.
     pub sgemm: Function,
     /// `blas_dgemm`.
@@ -29,6 +35,9 @@ pub(super) struct BlasDevice {
     scratch: DeviceBuffer<u8>,
     /// Held from a launch that writes the result slot until the slot is read.
     result: Mutex<()>,
+    /// Rows of ones, `f32` and `f64`, the longest last; earlier ones are kept, since a launch
+    /// queued with one may not have run yet.
+    ones: [Mutex<Vec<OnesRow>>; 2],
     _module: Module,
 }
 
@@ -41,6 +50,31 @@ impl BlasDevice {
     /// The result slot, and the lock that keeps it for one caller until it reads it back.
     pub fn result(&self) -> (KernelArg, MutexGuard<'_, ()>) {
         (self.scratch.at(RESULT), self.result.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// A row of at least `n` ones, as `f32` (`double` false) or `f64`, made or grown here.
+    pub fn ones(&self, double: bool, n: usize) -> CuResult<KernelArg> {
+        let mut rows = self.ones[usize::from(double)].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((len, row)) = rows.last() {
+            if *len >= n {
+                return Ok(row.at(0));
+            }
+        }
+        let len = n.max(rows.last().map_or(0, |(len, _)| 2 * len)).max(1024);
+        let bytes: Vec<u8> = if double {
+            std::iter::repeat_n(1.0f64.to_le_bytes(), len).flatten().collect()
+        } else {
+            std::iter::repeat_n(1.0f32.to_le_bytes(), len).flatten().collect()
+        };
+        let shim = state::shim()?;
+        let acc = &shim.devices[self.device].acc;
+        let row = shim.block_on(async {
+            let row = acc.alloc::<u8>(bytes.len()).await?;
+            row.copy_from_host(&bytes).await.map(|()| row)
+        })?;
+        let arg = row.at(0);
+        rows.push((len, row));
+        Ok(arg)
     }
 
     /// Reads the result slot's first `out.len()` bytes, after every launch queued before.
@@ -74,6 +108,7 @@ pub(super) fn blas_device(device: usize) -> CuResult<Arc<BlasDevice>> {
         constants[ONE_F64..ONE_F64 + 8].copy_from_slice(&1.0f64.to_le_bytes());
         scratch.copy_from_host(&constants).await.map(|()| scratch)
     })?;
-    let found = Arc::new(BlasDevice { sgemm, dgemm, scratch, result: Mutex::new(()), _module: module });
+    let ones = [Mutex::default(), Mutex::default()];
+    let found = Arc::new(BlasDevice { device, sgemm, dgemm, scratch, result: Mutex::new(()), ones, _module: module });
     Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
 }

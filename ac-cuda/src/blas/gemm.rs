@@ -4,13 +4,12 @@
 //! level-2 functions ([`super::vectors`]) use too.
 
 use std::ffi::{c_int, c_longlong, c_void};
-use std::sync::atomic::Ordering;
 
 use ac_frontend::{KernelArg, LaunchDims};
 use ac_proto::backend::builtin::Gemm;
 
 use super::device::{blas_device, BlasDevice};
-use super::{guard, handle, Handle, POINTER_MODE_HOST};
+use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 use crate::memory::device_to_host;
 use crate::state;
@@ -65,7 +64,7 @@ impl Precision {
 /// `alpha` or `beta`: where the program keeps it, or a value of the shim's own.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Scalar {
-    /// The program's pointer: host or device memory as the handle's pointer mode says.
+    /// The program's pointer: host or device memory as the call's pointer mode says.
     At(*const c_void),
     /// A constant (a level-1 call done as a gemm).
     Value(f64),
@@ -132,7 +131,7 @@ fn check(call: &GemmCall) -> CuResult<Gemm> {
 /// The value of `alpha` or `beta`: read from host memory, or (`CUBLAS_POINTER_MODE_DEVICE`)
 /// from device memory after the work queued before, as cuBLAS's kernel would read it when it
 /// runs (so such a call waits).
-unsafe fn scalar_value(handle: &Handle, precision: Precision, scalar: Scalar) -> CuResult<f64> {
+pub(super) unsafe fn scalar_value(target: Target, precision: Precision, scalar: Scalar) -> CuResult<f64> {
     let p = match scalar {
         Scalar::Value(v) => return Ok(v),
         Scalar::At(p) if p.is_null() => return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null")),
@@ -140,7 +139,7 @@ unsafe fn scalar_value(handle: &Handle, precision: Precision, scalar: Scalar) ->
     };
     let mut bytes = [0u8; 8];
     let bytes = &mut bytes[..precision.bytes()];
-    if handle.pointer_mode.load(Ordering::Relaxed) == POINTER_MODE_HOST {
+    if target.host_pointers() {
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
     } else {
         device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len())?;
@@ -148,12 +147,12 @@ unsafe fn scalar_value(handle: &Handle, precision: Precision, scalar: Scalar) ->
     Ok(precision.value(bytes))
 }
 
-/// Launches a gemm on the handle's stream: checked, its scalars read, its matrices found in
+/// Launches a gemm on the target's stream: checked, its scalars read, its matrices found in
 /// the program's allocations (or the device's scratch), sent without waiting.
-pub(super) unsafe fn launch(handle: &Handle, mut call: GemmCall) -> CuResult<()> {
+pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> {
     let mut shape = check(&call)?;
-    let alpha = scalar_value(handle, call.precision, call.alpha)?;
-    let beta = scalar_value(handle, call.precision, call.beta)?;
+    let alpha = scalar_value(target, call.precision, call.alpha)?;
+    let beta = scalar_value(target, call.precision, call.beta)?;
     if shape.is_empty() {
         return Ok(());
     }
@@ -166,7 +165,7 @@ pub(super) unsafe fn launch(handle: &Handle, mut call: GemmCall) -> CuResult<()>
         alpha
     };
     let shim = state::shim()?;
-    let device = blas_device(handle.device)?;
+    let device = blas_device(target.device)?;
     let bytes = call.precision.bytes() as u64;
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
@@ -178,7 +177,7 @@ pub(super) unsafe fn launch(handle: &Handle, mut call: GemmCall) -> CuResult<()>
                 let len = elements
                     .checked_mul(bytes)
                     .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
-                let (alloc, offset) = shim.find(handle.device, address, len)?;
+                let (alloc, offset) = shim.find(target.device, address, len)?;
                 alloc.buffer.at(offset as usize)
             }
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
@@ -189,12 +188,12 @@ pub(super) unsafe fn launch(handle: &Handle, mut call: GemmCall) -> CuResult<()>
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
-    send(handle, &device, &call, [a, b, c], [alpha, beta])
+    send(target, &device, &call, [a, b, c], [alpha, beta])
 }
 
-/// Sends the launch of `blas_sgemm` or `blas_dgemm` on the handle's stream.
+/// Sends the launch of `blas_sgemm` or `blas_dgemm` on the target's stream.
 fn send(
-    handle: &Handle,
+    target: Target,
     device: &BlasDevice,
     call: &GemmCall,
     [a, b, c]: [KernelArg; 3],
@@ -228,13 +227,13 @@ fn send(
         Precision::Single => &device.sgemm,
         Precision::Double => &device.dgemm,
     };
-    let stream = stream_of(handle.stream.load(Ordering::Relaxed), handle.device)?;
+    let stream = stream_of(target.stream, target.device)?;
     Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
 }
 
 /// A gemm entry point's body: the call on handle `h`.
 unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
-    launch(&*handle(h)?, call)
+    launch(handle(h)?.target(), call)
 }
 
 /// Defines `cublas<S|D>gemm_v2` for element type `$t`.
@@ -328,7 +327,7 @@ const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
 
 /// The precision of a `cublasGemmEx`-family call: all three matrices `f32` (computed in
 /// `f32`) or all `f64`. Half and bfloat16 matrices are not served.
-fn ex_precision(types: [c_int; 3], compute: c_int) -> CuResult<Precision> {
+pub(super) fn ex_precision(types: [c_int; 3], compute: c_int) -> CuResult<Precision> {
     match types {
         [CUDA_R_32F, CUDA_R_32F, CUDA_R_32F] if COMPUTE_32F.contains(&compute) => Ok(Precision::Single),
         [CUDA_R_64F, CUDA_R_64F, CUDA_R_64F] if COMPUTE_64F.contains(&compute) => Ok(Precision::Double),

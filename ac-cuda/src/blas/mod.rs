@@ -32,6 +32,7 @@ use crate::stream::device_of_stream;
 mod copies;
 mod device;
 mod gemm;
+mod lt;
 mod vectors;
 
 /// `cublasStatus_t`.
@@ -79,6 +80,34 @@ struct Handle {
     stream: AtomicUsize,
     math_mode: AtomicI32,
     pointer_mode: AtomicI32,
+}
+
+impl Handle {
+    /// Where its calls run: its device, its stream, its pointer mode, as now set.
+    fn target(&self) -> Target {
+        Target {
+            device: self.device,
+            stream: self.stream.load(Ordering::Relaxed),
+            pointer_mode: self.pointer_mode.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where one call runs: a device, a stream of it (a `CUstream`, 0 the default), and where its
+/// scalars and results are (`CUBLAS_POINTER_MODE_HOST` or `_DEVICE`). A cuBLAS call takes it
+/// from its handle, a cuBLASLt call from its arguments and descriptor.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    device: usize,
+    stream: usize,
+    pointer_mode: c_int,
+}
+
+impl Target {
+    /// Whether scalars and results are in host memory.
+    fn host_pointers(&self) -> bool {
+        self.pointer_mode == POINTER_MODE_HOST
+    }
 }
 
 fn handles() -> &'static Registry<Handle> {

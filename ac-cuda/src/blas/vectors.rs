@@ -18,11 +18,10 @@
 //! the call waits, as cuBLAS's does.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
 
 use super::device::blas_device;
 use super::gemm::{launch, GemmCall, Operand, Precision, Scalar};
-use super::{guard, handle, Handle, POINTER_MODE_HOST};
+use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 use crate::memory::host_to_device;
 
@@ -49,9 +48,9 @@ fn served_increments(incs: &[c_int]) -> CuResult<()> {
 }
 
 /// Writes `value` to the program's `result`: host or device memory as the pointer mode says.
-unsafe fn store(handle: &Handle, precision: Precision, result: *mut c_void, value: f64) -> CuResult<()> {
+unsafe fn store(target: Target, precision: Precision, result: *mut c_void, value: f64) -> CuResult<()> {
     let bytes = precision.encode(value);
-    if handle.pointer_mode.load(Ordering::Relaxed) == POINTER_MODE_HOST {
+    if target.host_pointers() {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
         Ok(())
     } else {
@@ -62,7 +61,7 @@ unsafe fn store(handle: &Handle, precision: Precision, result: *mut c_void, valu
 /// Runs a gemm whose `C` is one element, `then` applied to it, into the program's `result`: in
 /// device memory straight (when `then` is nothing), else through the scratch buffer's slot.
 unsafe fn into_result(
-    handle: &Handle,
+    target: Target,
     mut call: GemmCall,
     result: *mut c_void,
     then: Option<fn(f64) -> f64>,
@@ -70,18 +69,18 @@ unsafe fn into_result(
     if result.is_null() {
         return Err(Error::said(code::INVALID_VALUE, "result is null"));
     }
-    if then.is_none() && handle.pointer_mode.load(Ordering::Relaxed) != POINTER_MODE_HOST {
+    if then.is_none() && !target.host_pointers() {
         call.matrices[2] = Operand::Memory(result as u64);
-        return launch(handle, call);
+        return launch(target, call);
     }
-    let device = blas_device(handle.device)?;
+    let device = blas_device(target.device)?;
     let (slot, held) = device.result();
     call.matrices[2] = Operand::Slot(slot);
-    launch(handle, call)?;
+    launch(target, call)?;
     let mut bytes = [0u8; 8];
     device.read_result(&held, &mut bytes[..call.precision.bytes()])?;
     let value = call.precision.value(&bytes);
-    store(handle, call.precision, result, then.map_or(value, |f| f(value)))
+    store(target, call.precision, result, then.map_or(value, |f| f(value)))
 }
 
 /// `result = x . y`.
@@ -94,19 +93,19 @@ unsafe fn dot(
     result: *mut c_void,
     then: Option<fn(f64) -> f64>,
 ) -> CuResult<()> {
-    let handle = handle(h)?;
+    let target = handle(h)?.target();
     if n <= 0 {
         return if result.is_null() {
             Err(Error::Code(code::INVALID_VALUE))
         } else {
-            store(&handle, precision, result, 0.0)
+            store(target, precision, result, 0.0)
         };
     }
     served_increments(&[incx, incy])?;
     let one = Scalar::Value(1.0);
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::One];
     let call = product(precision, [false, true], [1, 1, n], one, matrices, [incx, incy, 1], Scalar::Value(0.0));
-    into_result(&handle, call, result, then)
+    into_result(target, call, result, then)
 }
 
 /// `y = alpha x + beta y` (axpy: `beta` 1; copy: `alpha` 1, `beta` 0).
@@ -119,24 +118,24 @@ unsafe fn axpby(
     beta: f64,
     (y, incy): (u64, c_int),
 ) -> CuResult<()> {
-    let handle = handle(h)?;
+    let target = handle(h)?.target();
     if n <= 0 {
         return Ok(());
     }
     served_increments(&[incx, incy])?;
     let matrices = [Operand::One, Operand::Memory(x), Operand::Memory(y)];
-    launch(&handle, product(precision, [false; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
+    launch(target, product(precision, [false; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
 }
 
 /// `x = alpha x`.
 unsafe fn scal(h: usize, precision: Precision, n: c_int, alpha: Scalar, x: u64, incx: c_int) -> CuResult<()> {
-    let handle = handle(h)?;
+    let target = handle(h)?.target();
     // BLAS does nothing for these.
     if n <= 0 || incx <= 0 {
         return Ok(());
     }
     let matrices = [Operand::One, Operand::One, Operand::Memory(x)];
-    launch(&handle, product(precision, [false; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
+    launch(target, product(precision, [false; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
 }
 
 /// `y = alpha op(A) x + beta y`, `A` being `m x n`.
@@ -152,7 +151,7 @@ unsafe fn gemv(
     beta: Scalar,
     (y, incy): (u64, c_int),
 ) -> CuResult<()> {
-    let handle = handle(h)?;
+    let target = handle(h)?.target();
     if !(0..=2).contains(&trans) || m < 0 || n < 0 || lda < m.max(1) || incx == 0 || incy == 0 {
         let why = format!("gemv: trans {trans}, m {m}, n {n}, lda {lda}, incx {incx}, incy {incy}");
         return Err(Error::said(code::INVALID_VALUE, why));
@@ -165,7 +164,7 @@ unsafe fn gemv(
     let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
     let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
     let call = product(precision, [false, trans == 0], [1, rows, cols], alpha, matrices, [incx, lda, incy], beta);
-    launch(&handle, call)
+    launch(target, call)
 }
 
 /// `A = alpha x y^T + A`, `A` being `m x n`.
@@ -178,17 +177,14 @@ unsafe fn ger(
     (y, incy): (u64, c_int),
     (a, lda): (u64, c_int),
 ) -> CuResult<()> {
-    let handle = handle(h)?;
+    let target = handle(h)?.target();
     if m < 0 || n < 0 || incx == 0 || incy == 0 || lda < m.max(1) {
         let why = format!("ger: m {m}, n {n}, incx {incx}, incy {incy}, lda {lda}");
         return Err(Error::said(code::INVALID_VALUE, why));
     }
     served_increments(&[incx, incy])?;
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::Memory(a)];
-    launch(
-        &handle,
-        product(precision, [true, false], [m, n, 1], alpha, matrices, [incx, incy, lda], Scalar::Value(1.0)),
-    )
+    launch(target, product(precision, [true, false], [m, n, 1], alpha, matrices, [incx, incy, lda], Scalar::Value(1.0)))
 }
 
 /// Defines the `f32` and `f64` entry points of each level-1 and level-2 function.

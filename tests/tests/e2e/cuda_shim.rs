@@ -286,6 +286,31 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
     .await;
 }
 
+/// cuBLASLt's matmul as PyTorch's linear layers call it (a heuristic, then a product with a
+/// bias added to every column), batched, in double precision, with scalars in device memory
+/// and layouts in the program's own memory; what the shim cannot run gets no algorithm.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
+    run_cublas_program(
+        "cublaslt_matmul",
+        &[
+            "linear with bias exact",
+            "batched NN beta 2 exact",
+            "NT bias batched exact",
+            "double TT padded with bias exact",
+            "device scalars exact",
+            "stack layouts and a cuBLAS handle exact",
+            "cublaslt_matmul: all exact",
+            "relu epilogue: 0 algorithms",
+            "no algorithm: epilogue 2 (only DEFAULT and BIAS are served)",
+            "relu matmul: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "row-major B: 0 algorithms",
+            "shapes that do not match: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
 /// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger), each done
 /// by the shim as one gemm: strided vectors, padded matrices, scalars and results in device
 /// memory on a stream, four threads taking dot products into host memory through one handle.

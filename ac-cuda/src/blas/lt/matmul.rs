@@ -1,0 +1,285 @@
+//! `cublasLtMatmul` and `cublasLtMatmulAlgoGetHeuristic`: `D = alpha op(A) op(B) + beta C`,
+//! plus a bias added to every column of D (`CUBLASLT_EPILOGUE_BIAS`, as PyTorch's linear
+//! layers ask), on `f32` or `f64` column-major matrices, batched by the layouts' counts and
+//! offsets; one launch of the builtin gemm, and a second for the bias (a gemm of the bias
+//! column by a row of ones). What it cannot run (another order, type or epilogue) the heuristic
+//! answers with no algorithm, which callers such as PyTorch take as "use cuBLAS instead".
+
+use std::collections::HashSet;
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, OnceLock};
+
+use super::super::device::blas_device;
+use super::super::gemm::{ex_precision, launch, scalar_value, GemmCall, Operand, Precision, Scalar};
+use super::super::{guard, handle, Target};
+use super::{read, Layout, MatmulDesc};
+use crate::error::{code, CuResult, Error};
+use crate::state::put;
+use crate::stream::device_of_stream;
+
+/// `CUBLASLT_EPILOGUE_DEFAULT` and `_BIAS`.
+const EPILOGUE_DEFAULT: u32 = 1;
+const EPILOGUE_BIAS: u32 = 4;
+/// Scale types (`cudaDataType`) of `f32` and `f64` products.
+const CUDA_R_32F: i32 = 0;
+const CUDA_R_64F: i32 = 1;
+
+/// A matmul as the builtin gemm runs it, from its descriptor and layouts.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    precision: Precision,
+    trans: [c_int; 2],
+    mnk: [c_int; 3],
+    /// Leading dimensions of A, B, D.
+    ld: [c_int; 3],
+    /// Batch offsets of A, B, C, D.
+    offsets: [i64; 4],
+    batch: c_int,
+    pointer_mode: c_int,
+    /// The bias vector and its batch stride, for `CUBLASLT_EPILOGUE_BIAS`.
+    bias: Option<(u64, i64)>,
+    /// C's leading dimension, for checking it against D's.
+    ldc: i64,
+}
+
+/// Refused as not served, with why.
+fn unserved<T>(why: String) -> CuResult<T> {
+    Err(Error::said(code::NOT_SUPPORTED, why))
+}
+
+/// `value` as a `c_int` dimension, or why not.
+fn dimension(what: &str, value: i64) -> CuResult<c_int> {
+    c_int::try_from(value).map_err(|_| Error::said(code::INVALID_VALUE, format!("{what} = {value}")))
+}
+
+/// Plans a matmul: what it computes, refused where cuBLASLt refuses it (`INVALID_VALUE`) or
+/// where the builtin gemm cannot run it (`NOT_SUPPORTED`).
+fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
+    if [a, b, c, d].iter().any(|l| l.order != 0 || l.plane_offset != 0) {
+        return unserved("matrices other than column-major (CUBLASLT_ORDER_COL) are not served".into());
+    }
+    if c.data_type != d.data_type {
+        return unserved(format!("C of type {} and D of type {}", c.data_type, d.data_type));
+    }
+    let types = [a.data_type, b.data_type, d.data_type].map(|t| t as c_int);
+    let precision = ex_precision(types, desc.compute_type)?;
+    let scale = if precision == Precision::Single { CUDA_R_32F } else { CUDA_R_64F };
+    if desc.scale_type != scale {
+        return unserved(format!("scale type {} with matrices of type {}", desc.scale_type, d.data_type));
+    }
+    if !(0..=1).contains(&desc.pointer_mode) {
+        return unserved(format!("pointer mode {} (vectors of alpha)", desc.pointer_mode));
+    }
+    if desc.trans.iter().any(|t| !(0..=2).contains(t)) {
+        return Err(Error::said(code::INVALID_VALUE, format!("operations {:?}", desc.trans)));
+    }
+    let (m, k) = if desc.trans[0] == 0 { (a.rows, a.cols) } else { (a.cols, a.rows) };
+    let (k_b, n) = if desc.trans[1] == 0 { (b.rows, b.cols) } else { (b.cols, b.rows) };
+    if k != k_b || (d.rows, d.cols) != (m, n) || (c.rows, c.cols) != (m, n) {
+        let why = format!(
+            "op(A) {m} x {k}, op(B) {k_b} x {n}, C {} x {}, D {} x {}: the shapes do not match",
+            c.rows, c.cols, d.rows, d.cols
+        );
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    let batch = d.batch_count;
+    if [a, b, c].iter().any(|l| l.batch_count != batch) || batch < 1 {
+        let counts = [a, b, c, d].map(|l| l.batch_count);
+        return Err(Error::said(code::INVALID_VALUE, format!("batch counts {counts:?}")));
+    }
+    let bias = match desc.epilogue {
+        EPILOGUE_DEFAULT => None,
+        EPILOGUE_BIAS if desc.bias == 0 => {
+            return Err(Error::said(code::INVALID_VALUE, "CUBLASLT_EPILOGUE_BIAS with no bias pointer"))
+        }
+        EPILOGUE_BIAS if desc.bias_type != -1 && desc.bias_type as u32 != d.data_type => {
+            return unserved(format!("a bias of type {} for D of type {}", desc.bias_type, d.data_type))
+        }
+        EPILOGUE_BIAS => Some((desc.bias, desc.bias_batch_stride)),
+        other => return unserved(format!("epilogue {other} (only DEFAULT and BIAS are served)")),
+    };
+    let mnk = [dimension("m", m as i64)?, dimension("n", n as i64)?, dimension("k", k as i64)?];
+    let ld = [dimension("lda", a.ld)?, dimension("ldb", b.ld)?, dimension("ldd", d.ld)?];
+    let offsets = [a, b, c, d].map(|l| l.batch_offset);
+    Ok(Plan { precision, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode: desc.pointer_mode, bias, ldc: c.ld })
+}
+
+/// Reads a descriptor and four layouts and plans their matmul.
+unsafe fn plan_of(desc: *const c_void, layouts: [*const c_void; 4]) -> CuResult<Plan> {
+    let desc: MatmulDesc = read(desc)?;
+    let [a, b, c, d] = [read(layouts[0])?, read(layouts[1])?, read(layouts[2])?, read(layouts[3])?];
+    plan(&desc, [&a, &b, &c, &d])
+}
+
+/// Says once per reason why the heuristic found no algorithm.
+fn say_no_algorithm(why: &str) {
+    static SAID: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if SAID.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner()).insert(why.to_string()) {
+        eprintln!("ac-cuda: cublasLtMatmulAlgoGetHeuristic: no algorithm: {why}");
+    }
+}
+
+/// Bytes of a `cublasLtMatmulHeuristicResult_t`: the algorithm (64), its workspace size (8),
+/// its state (4), its waves count (4), four reserved `int`s.
+const HEURISTIC_RESULT_BYTES: usize = 96;
+/// The one algorithm's mark, in its first word.
+const ALGORITHM: u64 = u64::from_le_bytes(*b"acLtgemm");
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLASLt's signature
+pub unsafe extern "C" fn cublasLtMatmulAlgoGetHeuristic(
+    h: usize,
+    desc: *const c_void,
+    a: *const c_void,
+    b: *const c_void,
+    c: *const c_void,
+    d: *const c_void,
+    _preference: *const c_void,
+    requested: c_int,
+    results: *mut u8,
+    count: *mut c_int,
+) -> u32 {
+    guard("cublasLtMatmulAlgoGetHeuristic", || {
+        handle(h)?;
+        if requested < 1 || results.is_null() || count.is_null() {
+            return Err(Error::said(code::INVALID_VALUE, format!("{requested} results asked for")));
+        }
+        match plan_of(desc, [a, b, c, d]) {
+            Ok(_) => {
+                let result = std::slice::from_raw_parts_mut(results, HEURISTIC_RESULT_BYTES);
+                result.fill(0);
+                result[..8].copy_from_slice(&ALGORITHM.to_le_bytes());
+                // workspaceSize 0 (bytes 64..72), state CUBLAS_STATUS_SUCCESS, one wave.
+                result[76..80].copy_from_slice(&1.0f32.to_le_bytes());
+                put(count, 1)
+            }
+            Err(Error::Said { code: code::NOT_SUPPORTED, message }) => {
+                say_no_algorithm(&message);
+                put(count, 0)
+            }
+            Err(e) => Err(e),
+        }
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLASLt's signature
+pub unsafe extern "C" fn cublasLtMatmul(
+    h: usize,
+    desc: *const c_void,
+    alpha: *const c_void,
+    a: u64,
+    a_layout: *const c_void,
+    b: u64,
+    b_layout: *const c_void,
+    beta: *const c_void,
+    c: u64,
+    c_layout: *const c_void,
+    d: u64,
+    d_layout: *const c_void,
+    _algo: *const c_void,
+    _workspace: *mut c_void,
+    _workspace_bytes: usize,
+    stream: usize,
+) -> u32 {
+    guard("cublasLtMatmul", || {
+        let device = handle(h)?.device;
+        let plan = plan_of(desc, [a_layout, b_layout, c_layout, d_layout])?;
+        if stream != 0 && device_of_stream(stream)? != device {
+            return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
+        }
+        let target = Target { device, stream, pointer_mode: plan.pointer_mode };
+        matmul(target, &plan, [Scalar::At(alpha), Scalar::At(beta)], [a, b, c, d])
+    })
+}
+
+/// Runs a planned matmul: the product into D (C read in place, D being C), then the bias.
+unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b, c, d]: [u64; 4]) -> CuResult<()> {
+    let in_place = c == d && plan.ldc == i64::from(plan.ld[2]) && plan.offsets[2] == plan.offsets[3];
+    let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, plan.precision, beta)?) };
+    if !in_place && !matches!(beta, Scalar::Value(v) if v == 0.0) {
+        return unserved("C apart from D with beta not 0 (D must be C, as cuBLAS's gemm computes in place)".into());
+    }
+    let [m, n, k] = plan.mnk;
+    let product = GemmCall {
+        precision: plan.precision,
+        trans: plan.trans,
+        m,
+        n,
+        k,
+        alpha,
+        matrices: [Operand::Memory(a), Operand::Memory(b), Operand::Memory(d)],
+        ld: plan.ld,
+        stride: [plan.offsets[0], plan.offsets[1], plan.offsets[3]],
+        beta,
+        batch: plan.batch,
+    };
+    launch(target, product)?;
+    let Some((bias, bias_stride)) = plan.bias else { return Ok(()) };
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    // D += bias (m x 1) x ones (1 x n), batch by batch.
+    let ones = blas_device(target.device)?.ones(plan.precision == Precision::Double, n as usize)?;
+    let add_bias = GemmCall {
+        precision: plan.precision,
+        trans: [0, 0],
+        m,
+        n,
+        k: 1,
+        alpha: Scalar::Value(1.0),
+        matrices: [Operand::Memory(bias), Operand::Slot(ones), Operand::Memory(d)],
+        ld: [m, 1, plan.ld[2]],
+        stride: [bias_stride, 0, plan.offsets[3]],
+        beta: Scalar::Value(1.0),
+        batch: plan.batch,
+    };
+    launch(target, add_bias)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{layout, matmul_desc};
+    use super::*;
+
+    fn layouts(trans: [i32; 2]) -> [Layout; 4] {
+        // op(A) 4 x 3, op(B) 3 x 2, C = D 4 x 2.
+        let a = if trans[0] == 0 { layout(0, 4, 3, 4) } else { layout(0, 3, 4, 3) };
+        let b = if trans[1] == 0 { layout(0, 3, 2, 3) } else { layout(0, 2, 3, 2) };
+        [a, b, layout(0, 4, 2, 4), layout(0, 4, 2, 4)]
+    }
+
+    fn planned(desc: &MatmulDesc, l: &[Layout; 4]) -> CuResult<Plan> {
+        plan(desc, [&l[0], &l[1], &l[2], &l[3]])
+    }
+
+    #[test]
+    fn shapes_come_from_the_layouts_and_operations() {
+        let mut desc = matmul_desc(68, 0);
+        for trans in [[0, 0], [1, 0], [0, 1], [1, 1]] {
+            desc.trans = trans;
+            let p = planned(&desc, &layouts(trans)).unwrap();
+            assert_eq!(p.mnk, [4, 2, 3], "{trans:?}");
+        }
+        // A's layout read untransposed against op(A) transposed: refused.
+        desc.trans = [1, 0];
+        assert_eq!(planned(&desc, &layouts([0, 0])).unwrap_err().code(), code::INVALID_VALUE);
+    }
+
+    #[test]
+    fn what_the_builtin_gemm_cannot_run_is_not_supported() {
+        let desc = matmul_desc(68, 0);
+        let mut row = layouts([0, 0]);
+        row[1].order = 1;
+        assert_eq!(planned(&desc, &row).unwrap_err().code(), code::NOT_SUPPORTED);
+        let relu = MatmulDesc { epilogue: 2, ..desc };
+        assert_eq!(planned(&relu, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
+        let half = [2u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
+        assert_eq!(planned(&desc, &half).unwrap_err().code(), code::NOT_SUPPORTED);
+        // A bias pointer is required; a bias of D's type is served.
+        let no_bias = MatmulDesc { epilogue: 4, ..desc };
+        assert_eq!(planned(&no_bias, &layouts([0, 0])).unwrap_err().code(), code::INVALID_VALUE);
+        let bias = MatmulDesc { bias: 0x1000, ..no_bias };
+        assert_eq!(planned(&bias, &layouts([0, 0])).unwrap().bias, Some((0x1000, 0)));
+    }
+}

@@ -1,0 +1,171 @@
+// cuBLASLt's matmul from a plain CUDA program linked against libcublasLt.so.13, as PyTorch's
+// linear layers call it: a heuristic, then D = alpha op(A) op(B) + beta C with a bias added to
+// every column (CUBLASLT_EPILOGUE_BIAS); strided batches on a stream, double precision with
+// padded matrices, alpha and beta in device memory, layouts initialized on the stack, a cuBLAS
+// handle used as a cuBLASLt one; and what the shim cannot run, which the heuristic answers with
+// no algorithm. Every result is checked exactly (small integers).
+// Usage: cublaslt_matmul [--native] (--native: leaves out what only the shim refuses)
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cublas_helpers.h"
+#include "cublaslt_min.h"
+
+// One matmul's shape and settings.
+struct Case {
+    const char* what;
+    bool ta, tb;
+    int m, n, k, pad, batch;
+    bool bias, device_scalars;
+    double alpha, beta;
+};
+
+template <typename T>
+static cublasLtMatrixLayout_t layout(int rows, int cols, int ld, int batch, long long offset) {
+    cublasLtMatrixLayout_t l;
+    CUBLAS(cublasLtMatrixLayoutCreate(&l, sizeof(T) == 4 ? CUDA_R_32F_ : CUDA_R_64F_, rows, cols, ld));
+    if (batch > 1) {
+        CUBLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+        int64_t off = offset;
+        CUBLAS(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &off, sizeof off));
+    }
+    return l;
+}
+
+template <typename T>
+static cublasLtMatmulDesc_t descriptor(bool ta, bool tb, int epilogue) {
+    cublasLtMatmulDesc_t d;
+    CUBLAS(cublasLtMatmulDescCreate(&d, sizeof(T) == 4 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F,
+                                    sizeof(T) == 4 ? CUDA_R_32F_ : CUDA_R_64F_));
+    int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CUBLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    uint32_t e = epilogue;
+    CUBLAS(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
+    return d;
+}
+
+// Runs one case through the heuristic and cublasLtMatmul, against a reference.
+template <typename T>
+static bool run(cublasLtHandle_t lt, const Case& c) {
+    const int lda = (c.ta ? c.k : c.m) + c.pad, ldb = (c.tb ? c.n : c.k) + c.pad, ldd = c.m + c.pad;
+    const long long sa = (long long)lda * (c.ta ? c.m : c.k) + 3, sb = (long long)ldb * (c.tb ? c.k : c.n),
+                    sd = (long long)ldd * c.n + 1;
+    auto a = small_integers<T>(sa * c.batch, 1), b = small_integers<T>(sb * c.batch, 2);
+    auto d = small_integers<T>(sd * c.batch, 3), bias = small_integers<T>(c.m, 4), want = d;
+    T alpha = (T)c.alpha, beta = (T)c.beta;
+    for (int i = 0; i < c.batch; i++) {
+        reference(c.ta, c.tb, c.m, c.n, c.k, alpha, &a[i * sa], lda, &b[i * sb], ldb, beta, &want[i * sd], ldd);
+        if (c.bias)
+            for (int col = 0; col < c.n; col++)
+                for (int row = 0; row < c.m; row++) want[i * sd + row + col * ldd] += bias[row];
+    }
+    T *da = upload(a), *db = upload(b), *dd = upload(d), *dbias = upload(bias);
+    std::vector<T> scalars = {alpha, beta};
+    T* dscalars = upload(scalars);
+    auto desc = descriptor<T>(c.ta, c.tb, c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    if (c.bias) CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+    if (c.device_scalars) {
+        int32_t mode = CUBLAS_POINTER_MODE_DEVICE;
+        CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
+    }
+    auto la = layout<T>(c.ta ? c.k : c.m, c.ta ? c.m : c.k, lda, c.batch, sa);
+    auto lb = layout<T>(c.tb ? c.n : c.k, c.tb ? c.k : c.n, ldb, c.batch, sb);
+    auto ld = layout<T>(c.m, c.n, ldd, c.batch, sd);
+    cublasLtMatmulPreference_t pref;
+    CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t workspace = 1 << 20;
+    CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                sizeof workspace));
+    cublasLtMatmulHeuristicResult_t found = {};
+    int count = 0;
+    CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &found, &count));
+    if (count != 1 || found.state != CUBLAS_STATUS_SUCCESS) {
+        printf("%s: %d algorithms\n", c.what, count);
+        return false;
+    }
+    void* space = nullptr;
+    if (found.workspaceSize) CHECK(cudaMalloc(&space, found.workspaceSize));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    const void* pa = c.device_scalars ? (const void*)dscalars : (const void*)&alpha;
+    const void* pb = c.device_scalars ? (const void*)(dscalars + 1) : (const void*)&beta;
+    CUBLAS(cublasLtMatmul(lt, desc, pa, da, la, db, lb, pb, dd, ld, dd, ld, &found.algo, space, found.workspaceSize,
+                          s));
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = same(c.what, download(dd, d.size()), want);
+    if (ok) printf("%s exact\n", c.what);
+    CHECK(cudaStreamDestroy(s));
+    for (T* p : {da, db, dd, dbias, dscalars}) CHECK(cudaFree(p));
+    if (space) CHECK(cudaFree(space));
+    for (auto l : {la, lb, ld}) CUBLAS(cublasLtMatrixLayoutDestroy(l));
+    CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+    CUBLAS(cublasLtMatmulDescDestroy(desc));
+    return ok;
+}
+
+int main(int argc, char** argv) {
+    bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
+    cublasLtHandle_t lt;
+    CUBLAS(cublasLtCreate(&lt));
+    bool ok = true;
+    // PyTorch's linear layer: out (col-major out x batch) = W^T-stored weight times input, bias added, beta 0.
+    ok &= run<float>(lt, {"linear with bias", true, false, 48, 16, 32, 0, 1, true, false, 1.0, 0.0});
+    ok &= run<float>(lt, {"batched NN beta 2", false, false, 20, 12, 9, 2, 3, false, false, 3.0, 2.0});
+    ok &= run<float>(lt, {"NT bias batched", false, true, 17, 5, 6, 1, 2, true, false, -1.0, 1.0});
+    ok &= run<double>(lt, {"double TT padded with bias", true, true, 13, 11, 7, 3, 1, true, false, 2.0, 0.5});
+    ok &= run<float>(lt, {"device scalars", false, false, 9, 9, 9, 0, 1, false, true, 2.0, -1.0});
+
+    // A layout initialized in the program's own memory, and a cuBLAS handle used as cuBLASLt's.
+    {
+        cublasHandle_t h;
+        CUBLAS(cublasCreate_v2(&h));
+        cublasLtMatrixLayoutOpaque_t la, lb, lc;
+        CUBLAS(cublasLtMatrixLayoutInit_internal(&la, sizeof la, CUDA_R_32F_, 8, 4, 8));
+        CUBLAS(cublasLtMatrixLayoutInit_internal(&lb, sizeof lb, CUDA_R_32F_, 4, 6, 4));
+        CUBLAS(cublasLtMatrixLayoutInit_internal(&lc, sizeof lc, CUDA_R_32F_, 8, 6, 8));
+        auto a = small_integers<float>(32, 5), b = small_integers<float>(24, 6);
+        std::vector<float> c(48, 0.0f), want = c;
+        reference(false, false, 8, 6, 4, 1.0f, a.data(), 8, b.data(), 4, 0.0f, want.data(), 8);
+        float *da = upload(a), *db = upload(b), *dc = upload(c), one = 1.0f, zero = 0.0f;
+        auto desc = descriptor<float>(false, false, CUBLASLT_EPILOGUE_DEFAULT);
+        CUBLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc, nullptr,
+                              nullptr, 0, 0));
+        if (same("stack layouts", download(dc, c.size()), want)) printf("stack layouts and a cuBLAS handle exact\n");
+        else ok = false;
+
+        // What the shim cannot run: the heuristic finds no algorithm (callers fall back to
+        // cuBLAS), the matmul says so. What cuBLASLt refuses: shapes that do not match.
+        cublasLtMatmulHeuristicResult_t found = {};
+        int count = -1;
+        cublasLtMatmulPreference_t pref;
+        CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+        if (!native) {
+            auto relu = descriptor<float>(false, false, CUBLASLT_EPILOGUE_RELU);
+            CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, relu, &la, &lb, &lc, &lc, pref, 1, &found, &count));
+            printf("relu epilogue: %d algorithms\n", count);
+            cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)h, relu, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc,
+                                              nullptr, nullptr, 0, 0);
+            printf("relu matmul: %d %s\n", (int)s, cublasGetStatusName(s));
+            int32_t row = CUBLASLT_ORDER_ROW;
+            CUBLAS(cublasLtMatrixLayoutSetAttribute(&lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
+            count = -1;
+            CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, pref, 1, &found, &count));
+            printf("row-major B: %d algorithms\n", count);
+            CUBLAS(cublasLtMatmulDescDestroy(relu));
+        }
+        cublasLtMatrixLayoutOpaque_t wrong;
+        CUBLAS(cublasLtMatrixLayoutInit_internal(&wrong, sizeof wrong, CUDA_R_32F_, 5, 6, 5));
+        cublasStatus_t shape = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, desc, &la, &wrong, &lc, &lc, pref, 1,
+                                                              &found, &count);
+        printf("shapes that do not match: %d %s\n", (int)shape, cublasGetStatusName(shape));
+        CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+        CUBLAS(cublasLtMatmulDescDestroy(desc));
+        for (float* p : {da, db, dc}) CHECK(cudaFree(p));
+        CUBLAS(cublasDestroy_v2(h));
+    }
+    CUBLAS(cublasLtDestroy(lt));
+    printf(ok ? "cublaslt_matmul: all exact\n" : "cublaslt_matmul: FAILED\n");
+    return ok ? 0 : 1;
+}
