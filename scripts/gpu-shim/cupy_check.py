@@ -19,6 +19,8 @@ import traceback
 import cupy as cp
 import numpy as np
 
+from mapped import print_mapped
+
 
 def summary(a):
     """An array's sum, sum of absolute values, norm, first and last values, and shape."""
@@ -116,6 +118,7 @@ def main(argv):
         results["info"]["driver"] = cp.cuda.runtime.driverGetVersion()
     except Exception as e:  # noqa: BLE001: information only
         results["info"]["versions"] = f"{type(e).__name__}: {e}"
+    print_mapped()
     with open(path, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     if failed:

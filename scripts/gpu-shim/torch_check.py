@@ -23,6 +23,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import torch  # noqa: E402 (after the environment it reads)
 import torch.nn.functional as F  # noqa: E402
 
+from mapped import print_mapped  # noqa: E402
+
 
 def summary(t):
     """A tensor's sum, sum of absolute values, norm, first and last values, and shape; of a
@@ -140,6 +142,7 @@ def main(argv):
             results[name] = {"error": f"{type(e).__name__}: {e}"}
             print(f"section {name}: FAILED: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             traceback.print_exc()
+    print_mapped()
     with open(path, "w", encoding="utf-8") as f:
         json.dump(results, f, indent=1, sort_keys=True)
     if failed:
