@@ -153,6 +153,14 @@ typedef enum acSourceKind {
   //   when beta is 0.
   // - `blas_dgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch)`:
   //   the same on `double`s (an `acArgF64` each; pointers 8-byte aligned).
+  // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
+  //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
+  //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,
+  //   1 real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in), 3 a copy; element j of
+  //   line (l0, l1, l2) at `l0 * line0 + l1 * line1 + l2 * line2 + j * step`, in the buffer's
+  //   elements (complex: two floats); the output must not overlap the input.
+  // - `dft_f64(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const double *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, double *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
+  //   the same on `double`s.
   //
   // A pointer whose `acMem` is too small for what the kernel touches, or that is not 4-byte
   // aligned, fails the launch with `AC_ERROR_OUT_OF_RANGE` or `AC_ERROR_INVALID_ARGUMENT`.

@@ -82,6 +82,7 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         "reduce_sum" => &[8, 8, 8],
         "blas_sgemm" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4],
         "blas_dgemm" => &[4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 8, 8, 4, 8, 4],
+        "dft_f32" | "dft_f64" => &[4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8],
         ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
         VADD_KERNEL => &[8, 8, 8, 4],

@@ -53,6 +53,7 @@
 
 mod blas;
 mod code;
+mod dft;
 mod kernels;
 mod memory;
 mod state;

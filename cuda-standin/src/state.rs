@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::{blas, code, kernels};
+use crate::{blas, code, dft, kernels};
 
 /// Device memory of each stand-in GPU.
 pub const DEVICE_MEMORY: u64 = 4 << 30;
@@ -344,6 +344,7 @@ impl Driver {
                 let mut memory = ContextMemory { driver: self, context };
                 match name.as_str() {
                     "blas_sgemm" | "blas_dgemm" => blas::gemm(name == "blas_dgemm", &args, shape, &mut memory)?,
+                    "dft_f32" | "dft_f64" => dft::dft(name == "dft_f64", &args, shape, &mut memory)?,
                     _ => kernels::run(&name, &args, shape, &mut memory)?,
                 }
             }

@@ -12,11 +12,12 @@
 //! | `sgemm` | `(u32 m, u32 n, u32 k, f32 alpha, const f32* A, const f32* B, f32 beta, f32* C)` | `C = alpha A B + beta C`, `A` m×k, `B` k×n, `C` m×n |
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
 //! | `blas_sgemm`, `blas_dgemm` | BLAS's column-major gemm, transposes, leading dimensions and strided batches, on `f32` or `f64` ([`super::gemm`]) | `C_b = alpha op(A_b) op(B_b) + beta C_b` |
+//! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::gemm;
+use super::{dft, gemm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -31,6 +32,8 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("reduce_sum", &[Ptr, Ptr, U64]),
     ("blas_sgemm", &gemm::SGEMM),
     ("blas_dgemm", &gemm::DGEMM),
+    ("dft_f32", &dft::PARAMS),
+    ("dft_f64", &dft::PARAMS),
 ];
 
 /// The index and signature of a builtin kernel.
@@ -63,6 +66,14 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             let width = if name == "blas_sgemm" { 4 } else { 8 };
             let touched = gemm::shape(name, args)?.footprints();
             gemm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, width)).collect()
+        }
+        "dft_f32" | "dft_f64" => {
+            let scalar = if name == "dft_f32" { 4 } else { 8 };
+            // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
+            let d = dft::shape(name, args)?;
+            let scalars = |(n, complex): (u64, bool)| if complex { n.saturating_mul(2) } else { n };
+            let touched = d.footprints().into_iter().zip(d.complex()).map(scalars);
+            dft::BUFFERS.into_iter().zip(touched).map(|(i, n)| (i, n, scalar)).collect()
         }
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     };
@@ -107,6 +118,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .fold(0u64, u64::saturating_add)
         }
         "blas_sgemm" | "blas_dgemm" => gemm::shape(name, args)?.work(),
+        "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })
 }

@@ -22,6 +22,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod described;
+pub mod dft;
 pub mod gemm;
 pub mod health;
 pub mod mps;

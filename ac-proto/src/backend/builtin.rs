@@ -95,6 +95,123 @@ impl Gemm {
     }
 }
 
+/// What a `dft_f32`/`dft_f64` launch computes along each line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DftKind {
+    /// Complex in, complex out, `n` each.
+    ComplexToComplex,
+    /// Real in (`n`), complex out (`n / 2 + 1`: the rest is their conjugates).
+    RealToComplex,
+    /// Complex in (`n / 2 + 1`, the rest taken as their conjugates), real out (`n`).
+    ComplexToReal,
+    /// Complex in, the same out: a pass that moves a transform's result where it belongs.
+    Copy,
+}
+
+impl DftKind {
+    /// The kind numbered `code` in a launch's arguments.
+    pub fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            0 => DftKind::ComplexToComplex,
+            1 => DftKind::RealToComplex,
+            2 => DftKind::ComplexToReal,
+            3 => DftKind::Copy,
+            _ => return None,
+        })
+    }
+
+    /// Its number in a launch's arguments.
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+}
+
+/// Where a line's elements lie in one buffer, in that buffer's elements (complex or real as
+/// the kind says): element `j` of line `(l0, l1, l2)` at `l0 * line[0] + l1 * line[1] + l2 *
+/// line[2] + j * step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DftStrides {
+    /// From one element of a line to the next.
+    pub step: u64,
+    /// From one line to the next, along each of the three line dimensions.
+    pub line: [u64; 3],
+}
+
+impl DftStrides {
+    /// Where element `j` of line `l` lies.
+    pub fn at(&self, l: [u64; 3], j: u64) -> u64 {
+        l[0] * self.line[0] + l[1] * self.line[1] + l[2] * self.line[2] + j * self.step
+    }
+}
+
+/// A launch of the builtin `dft_f32` or `dft_f64`: a discrete Fourier transform of length `n`
+/// along each of `lines[0] * lines[1] * lines[2]` lines, unnormalized, `exp(-2 pi i j k / n)`
+/// forward and `exp(+2 pi i j k / n)` inverse, computed directly (one sum an output element):
+/// a multi-dimensional transform is one launch per dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dft {
+    /// What each line computes.
+    pub kind: DftKind,
+    /// The inverse transform's sign.
+    pub inverse: bool,
+    /// The transform's length.
+    pub n: u64,
+    /// Lines along each of three dimensions.
+    pub lines: [u64; 3],
+    /// The input's layout.
+    pub input: DftStrides,
+    /// The output's layout.
+    pub output: DftStrides,
+}
+
+impl Dft {
+    /// Elements a line reads and writes.
+    pub fn lengths(&self) -> [u64; 2] {
+        let half = self.n / 2 + 1;
+        match self.kind {
+            DftKind::ComplexToComplex | DftKind::Copy => [self.n, self.n],
+            DftKind::RealToComplex => [self.n, half],
+            DftKind::ComplexToReal => [half, self.n],
+        }
+    }
+
+    /// Whether the input and the output are complex (each element two scalars).
+    pub fn complex(&self) -> [bool; 2] {
+        [self.kind != DftKind::RealToComplex, self.kind != DftKind::ComplexToReal]
+    }
+
+    /// Whether the launch computes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0 || self.lines.contains(&0)
+    }
+
+    /// Elements of the input and the output the launch touches from each pointer (of each
+    /// buffer's kind: complex or real); none when it computes nothing.
+    pub fn footprints(&self) -> [u64; 2] {
+        if self.is_empty() {
+            return [0, 0];
+        }
+        let last = [self.lines[0] - 1, self.lines[1] - 1, self.lines[2] - 1];
+        let span = |s: &DftStrides, len: u64| {
+            let mut end = (len - 1).saturating_mul(s.step);
+            for (l, stride) in last.iter().zip(s.line) {
+                end = end.saturating_add(l.saturating_mul(stride));
+            }
+            end.saturating_add(1)
+        };
+        let [n_in, n_out] = self.lengths();
+        [span(&self.input, n_in), span(&self.output, n_out)]
+    }
+
+    /// Output elements times the input elements each sums: how a device judges whether the
+    /// launch is quick.
+    pub fn work(&self) -> u64 {
+        let [n_in, n_out] = self.lengths();
+        let lines = self.lines.iter().fold(1u64, |a, &l| a.saturating_mul(l));
+        lines.saturating_mul(n_out).saturating_mul(n_in.max(1))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +264,32 @@ mod tests {
         assert_eq!(gemm([false; 2], [2, 2, 0], [2, 1, 2], [9, 9, 4], 2).footprints(), [0, 0, 8]);
         // Saturating, not wrapping: a shape beyond memory spans beyond any buffer.
         assert_eq!(gemm([false; 2], [1, 1, 1], [1; 3], [u64::MAX; 3], 3).footprints(), [u64::MAX; 3]);
+    }
+
+    fn dft(kind: DftKind, n: u64, lines: [u64; 3], input: DftStrides, output: DftStrides) -> Dft {
+        Dft { kind, inverse: false, n, lines, input, output }
+    }
+
+    #[test]
+    fn a_dft_touches_its_lines_up_to_the_last_element() {
+        let packed = |n| DftStrides { step: 1, line: [n, 0, 0] };
+        // 3 lines of 8 complex in and out.
+        let c2c = dft(DftKind::ComplexToComplex, 8, [3, 1, 1], packed(8), packed(8));
+        assert_eq!(c2c.footprints(), [24, 24]);
+        assert_eq!(c2c.complex(), [true, true]);
+        // Real to complex: 8 real in, 5 complex out per line.
+        let r2c = dft(DftKind::RealToComplex, 8, [3, 1, 1], packed(8), packed(5));
+        assert_eq!((r2c.lengths(), r2c.footprints(), r2c.complex()), ([8, 5], [24, 15], [false, true]));
+        let c2r = dft(DftKind::ComplexToReal, 7, [2, 1, 1], packed(4), packed(7));
+        assert_eq!((c2r.lengths(), c2r.footprints()), ([4, 7], [8, 14]));
+        // Strided elements, lines along two dimensions.
+        let strided = DftStrides { step: 3, line: [100, 7, 0] };
+        let two = dft(DftKind::ComplexToComplex, 4, [2, 5, 1], strided, strided);
+        assert_eq!(two.footprints()[0], 100 + 4 * 7 + 3 * 3 + 1);
+        assert_eq!(strided.at([1, 2, 0], 3), 100 + 14 + 9);
+        assert_eq!(dft(DftKind::Copy, 4, [0, 1, 1], strided, strided).footprints(), [0, 0]);
+        assert_eq!(two.work(), 10 * 4 * 4);
+        assert_eq!(DftKind::from_code(2), Some(DftKind::ComplexToReal));
+        assert_eq!(DftKind::from_code(4), None);
     }
 }

@@ -2,7 +2,7 @@
 
 use ac_backend::device::gemm::Gemm;
 use ac_frontend::{CopyOptions, ErrorKind, KernelArg, LaunchDims};
-use ac_tests::kernels::gemm_args;
+use ac_tests::kernels::{dft_args, gemm_args};
 use ac_tests::{pattern, TestBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,6 +209,73 @@ async fn blas_gemm_kernels_are_column_major_with_transposes_padding_and_batches(
         ),
     ] {
         let e = dgemm.launch(LaunchDims::linear(16, 16), &args).await.and(acc.synchronize().await).unwrap_err();
+        assert_eq!(e.kind(), Some(kind), "{what}: {e}");
+    }
+}
+
+/// The builtin transforms on the CPU device through the SDK, against their definitions: an
+/// impulse's spectrum (complex, lines strided), a tone's (real to complex, doubles), a real
+/// round trip scaled by n (complex to real), the padding between lines untouched; and what they
+/// refuse before they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_dft_kernels_transform_strided_lines_exactly_and_refuse_overruns() {
+    use ac_backend::device::dft::{Dft, DftKind, DftStrides};
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let module = acc.builtin().await.unwrap();
+    let (f32s, f64s) = (module.function("dft_f32").await.unwrap(), module.function("dft_f64").await.unwrap());
+    let dims = LaunchDims::linear(64, 32);
+    let tau = std::f64::consts::TAU;
+
+    // Two lines of 16 complex elements, line 1 starting 20 elements on: x[1] = 1 in each.
+    let n = 16u64;
+    let lines = DftStrides { step: 1, line: [20, 0, 0] };
+    let impulse =
+        Dft { kind: DftKind::ComplexToComplex, inverse: false, n, lines: [2, 1, 1], input: lines, output: lines };
+    let mut x = vec![0.0f32; 2 * 36];
+    x[2] = 1.0;
+    x[2 * 21] = 1.0;
+    let (dx, dy) = (acc.alloc_from(&x).await.unwrap(), acc.alloc_from(&vec![7.0f32; 2 * 36]).await.unwrap());
+    f32s.launch(dims, &dft_args(&impulse, dx.arg(), dy.arg())).await.unwrap();
+    let y = dy.to_vec().await.unwrap();
+    for (line, k) in (0..2).flat_map(|l| (0..n as usize).map(move |k| (l, k))) {
+        let at = 2 * (20 * line + k);
+        let angle = -tau * k as f64 / n as f64;
+        let (re, im) = (y[at] as f64, y[at + 1] as f64);
+        assert!((re - angle.cos()).abs() < 1e-6 && (im - angle.sin()).abs() < 1e-6, "line {line}, k {k}: {re} {im}");
+    }
+    assert!(y[2 * 16..2 * 20].iter().all(|&v| v == 7.0), "the padding between lines is untouched");
+
+    // A tone of frequency 5 in 40 doubles: n / 2 at k = 5, nothing elsewhere; back by the
+    // inverse complex-to-real transform, 40 times the tone.
+    let n = 40u64;
+    let packed = |len| DftStrides { step: 1, line: [len, 0, 0] };
+    let tone: Vec<f64> = (0..n).map(|j| (tau * 5.0 * j as f64 / n as f64).cos()).collect();
+    let r2c =
+        Dft { kind: DftKind::RealToComplex, inverse: false, n, lines: [1; 3], input: packed(n), output: packed(21) };
+    let (dt, ds) = (acc.alloc_from(&tone).await.unwrap(), acc.alloc::<f64>(42).await.unwrap());
+    f64s.launch(dims, &dft_args(&r2c, dt.arg(), ds.arg())).await.unwrap();
+    let spectrum = ds.to_vec().await.unwrap();
+    for k in 0..21 {
+        let want = if k == 5 { 20.0 } else { 0.0 };
+        assert!((spectrum[2 * k] - want).abs() < 1e-9 && spectrum[2 * k + 1].abs() < 1e-9, "k {k}");
+    }
+    let c2r =
+        Dft { kind: DftKind::ComplexToReal, inverse: true, n, lines: [1; 3], input: packed(21), output: packed(n) };
+    let back = acc.alloc::<f64>(n as usize).await.unwrap();
+    f64s.launch(dims, &dft_args(&c2r, ds.arg(), back.arg())).await.unwrap();
+    let back = back.to_vec().await.unwrap();
+    assert!(back.iter().zip(&tone).all(|(b, t)| (b / n as f64 - t).abs() < 1e-12), "round trip");
+
+    // Refused before running: an output past its buffer, an unknown kind.
+    let past = Dft { lines: [3, 1, 1], ..impulse };
+    let mut unknown = dft_args(&impulse, dx.arg(), dy.arg());
+    unknown[0] = KernelArg::U32(7);
+    for (what, args, kind) in [
+        ("an output past its buffer", dft_args(&past, dy.arg(), dx.arg()), ErrorKind::OutOfBounds),
+        ("an unknown kind", unknown, ErrorKind::InvalidArgument),
+    ] {
+        let e = f32s.launch(dims, &args).await.and(acc.synchronize().await).unwrap_err();
         assert_eq!(e.kind(), Some(kind), "{what}: {e}");
     }
 }

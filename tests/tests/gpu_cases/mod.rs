@@ -64,6 +64,7 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     assert!(rel <= 1e-5, "sgemm relative error {rel:e}");
 
     blas_gemm_matches_the_cpu(&acc, &builtin).await;
+    dft_matches_the_cpu(&acc, &builtin).await;
 
     let data = pattern(10_000_019, 6);
     let expected: f64 = data.iter().map(|&v| v as f64).sum();
@@ -115,6 +116,66 @@ async fn blas_gemm_matches_the_cpu(acc: &Accelerator, builtin: &ac_frontend::Mod
     let got = dc.to_vec().await.unwrap();
     let worst = got.iter().zip(&want).map(|(g, w)| (g - w).abs() / w.abs().max(1.0)).fold(0.0, f64::max);
     assert!(worst <= 1e-12, "blas_dgemm relative error {worst:e}");
+}
+
+/// `dft_f32` and `dft_f64` (each kind: complex to complex over lines along two dimensions,
+/// strided elements; real to complex and back; a copy) against the CPU device's implementation.
+async fn dft_matches_the_cpu(acc: &Accelerator, builtin: &ac_frontend::Module) {
+    use ac_backend::device::dft::{run, Dft, DftKind, DftStrides};
+    let n = 60u64;
+    let half = n / 2 + 1;
+    // Lines (3 x 2) of n elements two apart, 7 elements of padding between lines.
+    let strided = DftStrides { step: 2, line: [2 * (2 * n + 7), 2 * n + 7, 0] };
+    let packed = |len: u64| DftStrides { step: 1, line: [2 * len, len, 0] };
+    let cases = [
+        Dft { kind: DftKind::ComplexToComplex, inverse: false, n, lines: [3, 2, 1], input: strided, output: strided },
+        Dft {
+            kind: DftKind::RealToComplex,
+            inverse: false,
+            n,
+            lines: [3, 2, 1],
+            input: packed(n),
+            output: packed(half),
+        },
+        Dft {
+            kind: DftKind::ComplexToReal,
+            inverse: true,
+            n,
+            lines: [3, 2, 1],
+            input: packed(half),
+            output: packed(n),
+        },
+        Dft { kind: DftKind::Copy, inverse: false, n, lines: [3, 2, 1], input: strided, output: packed(n) },
+    ];
+    let dims = LaunchDims::new([5, 1, 1], [64, 1, 1]);
+    for d in cases {
+        let scalars = |footprint: u64, complex: bool| (footprint * if complex { 2 } else { 1 }) as usize;
+        let [in_len, out_len] = [0, 1].map(|x| scalars(d.footprints()[x], d.complex()[x]));
+        let input = pattern(in_len, 11);
+        let output = pattern(out_len, 12);
+        let mut want = output.clone();
+        run(&d, &input, &mut want);
+        let (din, dout) = (acc.alloc_from(&input).await.unwrap(), acc.alloc_from(&output).await.unwrap());
+        let f32s = builtin.function("dft_f32").await.unwrap();
+        f32s.launch(dims, &ac_tests::kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
+        let want64: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+        let rel = relative_error(&dout.to_vec().await.unwrap(), &want64);
+        assert!(rel <= 1e-5, "dft_f32 {:?}: relative error {rel:e}", d.kind);
+
+        let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let (input, output) = (widen(&input), widen(&output));
+        let mut want = output.clone();
+        run(&d, &input, &mut want);
+        let (din, dout) = (acc.alloc_from(&input).await.unwrap(), acc.alloc_from(&output).await.unwrap());
+        let f64s = builtin.function("dft_f64").await.unwrap();
+        f64s.launch(dims, &ac_tests::kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
+        // Over the whole output: outputs near 0 carry the sums' rounding, and twiddles differ in
+        // their last bits between devices.
+        let got = dout.to_vec().await.unwrap();
+        let norm = want.iter().map(|w| w * w).sum::<f64>().sqrt();
+        let rel = got.iter().zip(&want).map(|(g, w)| (g - w).powi(2)).sum::<f64>().sqrt() / norm;
+        assert!(rel <= 1e-13, "dft_f64 {:?}: relative error {rel:e}", d.kind);
+    }
 }
 
 /// Bulk copies, pipelined through the pinned pool and not, plus device-to-device, memset and a

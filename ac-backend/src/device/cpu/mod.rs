@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 mod memory;
 
 use super::builtin;
+use super::dft::{self, FromF64};
 use super::gemm::{self, Element};
 use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
 
@@ -163,6 +164,35 @@ impl CpuContext {
         Ok(())
     }
 
+    /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
+    /// the output's elements (not what lies between its lines).
+    fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let d = dft::shape(name, args)?;
+        if d.is_empty() {
+            return Ok(());
+        }
+        let [input, output] = dft::BUFFERS;
+        let scalars = |n: u64, complex: bool| if complex { n.saturating_mul(2) } else { n };
+        let [complex_in, complex_out] = d.complex();
+        let [n_in, n_out] = d.footprints();
+        let read = self.read_elements::<T>(&args[input], scalars(n_in, complex_in), "dft in")?;
+        let mut out = self.read_elements::<T>(&args[output], scalars(n_out, complex_out), "dft out")?;
+        dft::run(&d, &read, &mut out);
+        let width = if complex_out { 2 } else { 1 };
+        for l0 in 0..d.lines[0] {
+            for l1 in 0..d.lines[1] {
+                for l2 in 0..d.lines[2] {
+                    for k in 0..d.lengths()[1] {
+                        let first = d.output.at([l0, l1, l2], k) * width;
+                        let element = &out[first as usize..(first + width) as usize];
+                        self.write_elements(&args[output], first, element, "dft out")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
         match builtin::KERNELS[index].0 {
             "fill" => {
@@ -206,6 +236,8 @@ impl CpuContext {
             }
             "blas_sgemm" => self.gemm::<f32>("blas_sgemm", args),
             "blas_dgemm" => self.gemm::<f64>("blas_dgemm", args),
+            "dft_f32" => self.dft::<f32>("dft_f32", args),
+            "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {
                 let n = scalar_u64(&args[2])?;
                 // Sum in f64 so that large reductions stay close to the exact value.

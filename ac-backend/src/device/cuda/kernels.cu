@@ -92,3 +92,66 @@ extern "C" __global__ void blas_dgemm(unsigned ta, unsigned tb, unsigned m, unsi
                                       double beta, double* C, unsigned ldc, u64 sc, unsigned batch) {
     gemm<double>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
 }
+
+// A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
+// CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
+// real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a
+// copy; unnormalized, exp(-2 pi i j k / n) forward, + inverse. Strides count each buffer's
+// elements (complex: two T, real part first). One thread an output element, one direct sum
+// accumulated in double, each twiddle's angle reduced to (j k mod n) / n first: correct on any
+// launch shape, not cuFFT's speed.
+template <typename T>
+__device__ void dft(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1, unsigned lines2,
+                    const T* in, u64 in_step, u64 in0, u64 in1, u64 in2, T* out, u64 out_step, u64 out0, u64 out1,
+                    u64 out2) {
+    const u64 half = n / 2 + 1;
+    const u64 n_in = kind == 2 ? half : n, n_out = kind == 1 ? half : n;
+    const u64 total = (u64)lines0 * lines1 * lines2 * n_out;
+    const double sign = inverse ? 1.0 : -1.0;
+    for (u64 e = thread_index(); e < total; e += thread_count()) {
+        u64 k = e % n_out, line = e / n_out;
+        u64 l2 = line % lines2, l1 = (line / lines2) % lines1, l0 = line / ((u64)lines2 * lines1);
+        const u64 in_base = l0 * in0 + l1 * in1 + l2 * in2;
+        double re = 0.0, im = 0.0;
+        if (kind == 3) {
+            re = in[2 * in_base + 2 * k * in_step];
+            im = in[2 * in_base + 2 * k * in_step + 1];
+        } else {
+            const u64 terms = kind == 2 ? n : n_in;
+            for (u64 j = 0; j < terms; ++j) {
+                double x, y = 0.0;
+                if (kind == 1) {
+                    x = in[in_base + j * in_step];
+                } else {
+                    const bool mirrored = kind == 2 && j >= n_in;
+                    const u64 at = in_base + (mirrored ? n - j : j) * in_step;
+                    x = in[2 * at];
+                    y = mirrored ? -(double)in[2 * at + 1] : (double)in[2 * at + 1];
+                }
+                double s, c;
+                sincospi(sign * 2.0 * (double)((j * k) % n) / (double)n, &s, &c);
+                re += x * c - y * s;
+                im += x * s + y * c;
+            }
+        }
+        const u64 at = l0 * out0 + l1 * out1 + l2 * out2 + k * out_step;
+        if (kind == 2) {
+            out[at] = (T)re;
+        } else {
+            out[2 * at] = (T)re;
+            out[2 * at + 1] = (T)im;
+        }
+    }
+}
+
+extern "C" __global__ void dft_f32(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1,
+                                   unsigned lines2, const float* in, u64 in_step, u64 in0, u64 in1, u64 in2,
+                                   float* out, u64 out_step, u64 out0, u64 out1, u64 out2) {
+    dft<float>(kind, inverse, n, lines0, lines1, lines2, in, in_step, in0, in1, in2, out, out_step, out0, out1, out2);
+}
+
+extern "C" __global__ void dft_f64(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1,
+                                   unsigned lines2, const double* in, u64 in_step, u64 in0, u64 in1, u64 in2,
+                                   double* out, u64 out_step, u64 out0, u64 out1, u64 out2) {
+    dft<double>(kind, inverse, n, lines0, lines1, lines2, in, in_step, in0, in1, in2, out, out_step, out0, out1, out2);
+}
