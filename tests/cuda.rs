@@ -44,17 +44,17 @@ pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
     build_linked(name, dir, &[])
 }
 
-/// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublasLt.so.13` and
-/// `libcublas.so.13` as a program built with NVIDIA's cuBLAS is: CI has no cuBLAS, so the link
-/// is against libraries of those sonames holding the symbols the programs call
-/// (`tests/cuda/cublas_link_stub.c`), versioned as NVIDIA's are
+/// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublasLt.so.13`,
+/// `libcublas.so.13` and `libcufft.so.12` as a program built with NVIDIA's math libraries is: CI
+/// has none, so the link is against libraries of those sonames holding the symbols the programs
+/// call (`tests/cuda/cublas_link_stub.c`), versioned as NVIDIA's are
 /// (`cublasSgemm_v2@@libcublas.so.13`); at run time the shim's ([`shim_dir`]) are found first.
-pub fn build_with_cublas(name: &str, dir: &Path) -> Option<PathBuf> {
+pub fn build_with_math_libraries(name: &str, dir: &Path) -> Option<PathBuf> {
     let stub = dir.join("link-stub");
     std::fs::create_dir_all(&stub).expect("stub dir");
-    // cuBLASLt first: its functions bind to libcublasLt.so.13, as against NVIDIA's.
-    for library in ["cublasLt", "cublas"] {
-        let soname = format!("lib{library}.so.13");
+    // cuBLASLt before cuBLAS: its functions bind to libcublasLt.so.13, as against NVIDIA's.
+    for (library, version) in [("cublasLt", 13), ("cublas", 13), ("cufft", 12)] {
+        let soname = format!("lib{library}.so.{version}");
         let versions = stub.join(format!("{library}.map"));
         std::fs::write(&versions, format!("{soname} {{ global: {library}*; local: *; }};\n")).expect("version script");
         let out = Command::new("cc")
@@ -68,7 +68,8 @@ pub fn build_with_cublas(name: &str, dir: &Path) -> Option<PathBuf> {
         assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
         std::os::unix::fs::symlink(&soname, stub.join(format!("lib{library}.so"))).expect("link");
     }
-    build_linked(name, dir, &[format!("-L{}", stub.display()), "-lcublasLt".into(), "-lcublas".into()])
+    let libraries = ["-lcublasLt", "-lcublas", "-lcufft"].map(String::from);
+    build_linked(name, dir, &[vec![format!("-L{}", stub.display())], libraries.to_vec()].concat())
 }
 
 /// Builds `tests/cuda/<name>.cu` with `link` added to nvcc's arguments.
@@ -89,12 +90,13 @@ fn build_linked(name: &str, dir: &Path, link: &[String]) -> Option<PathBuf> {
     Some(exe)
 }
 
-/// A directory in `dir` holding the shim as `libcuda.so.1`, `libcublas.so.{12,13}` and
-/// `libcublasLt.so.{12,13}`, as the package installs it.
+/// A directory in `dir` holding the shim as `libcuda.so.1`, `libcublas.so.{12,13}`,
+/// `libcublasLt.so.{12,13}` and `libcufft.so.{11,12}`, as the package installs it.
 pub fn shim_dir(dir: &Path) -> PathBuf {
     let lib = dir.join("shim");
     std::fs::create_dir_all(&lib).expect("shim dir");
-    for name in ["libcuda.so.1", "libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13"] {
+    let libraries = ["libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13"];
+    for name in ["libcuda.so.1", "libcufft.so.11", "libcufft.so.12"].iter().chain(&libraries) {
         std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join(name)).expect("link");
     }
     lib

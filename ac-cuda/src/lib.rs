@@ -22,11 +22,16 @@
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
 //! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
 //!   [`integrity`] is the check one of them computes.
-//! - [`blas`]: cuBLAS's handles and gemm family, for programs linked against `libcublas`
-//!   (this library is installed under that name too), on the backend's builtin gemm kernels.
+//! - [`blas`]: cuBLAS and cuBLASLt (gemms, level 1 and 2, matmuls), for programs linked
+//!   against `libcublas`/`libcublasLt` (this library is installed under those names too), on
+//!   the backend's builtin gemm kernels.
+//! - [`fft`]: cuFFT's plans and executions, for programs linked against `libcufft` (installed
+//!   under that name too), on the backend's builtin DFT kernels.
+//! - [`builtins`]: what those two need of each device: the builtin kernels, scratch buffers.
 //! - [`image`]: lengths of the images the driver is handed without one.
-//! - `blas_generated.rs` (by `scripts/gen-cublas-exports`): every other function of
-//!   `cublas_api.h`, answering `CUBLAS_STATUS_NOT_SUPPORTED` and naming itself once on stderr.
+//! - `blas_generated.rs` and `fft_generated.rs` (by `scripts/gen-library-exports`): every other
+//!   function of `cublas_api.h` and `cublasLt.h`, and of `cufft.h` and `cufftXt.h`, answering
+//!   "not supported" and naming itself once on stderr.
 //! - `generated.rs` (by `scripts/gen-cuda-exports`): every other entry point of `cuda.h`,
 //!   answering `CUDA_ERROR_NOT_SUPPORTED` and naming itself once on stderr.
 //!
@@ -41,11 +46,15 @@
 #![allow(clippy::missing_safety_doc)] // every entry point is the driver API's, documented by NVIDIA
 
 pub mod blas;
-#[rustfmt::skip] // as scripts/gen-cublas-exports writes it
+#[rustfmt::skip] // as scripts/gen-library-exports writes it
 pub mod blas_generated;
+pub mod builtins;
 pub mod context;
 pub mod error;
 pub mod export_tables;
+pub mod fft;
+#[rustfmt::skip] // as scripts/gen-library-exports writes it
+pub mod fft_generated;
 #[rustfmt::skip] // as scripts/gen-cuda-exports writes it
 pub mod generated;
 pub mod image;

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "cublas_min.h"
+#include "transfers.h"
 
 #define CUBLAS(call)                                                                          \
     do {                                                                                      \
@@ -39,21 +40,6 @@ static std::vector<T> small_integers(size_t n, int seed) {
     std::vector<T> v(n);
     for (size_t i = 0; i < n; i++) v[i] = (T)((int)((i * 7 + seed * 13) % 9) - 4);
     return v;
-}
-
-template <typename T>
-static T* upload(const std::vector<T>& host) {
-    T* d;
-    CHECK(cudaMalloc(&d, host.size() * sizeof(T)));
-    CHECK(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-
-template <typename T>
-static std::vector<T> download(const T* d, size_t n) {
-    std::vector<T> host(n);
-    CHECK(cudaMemcpy(host.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
 }
 
 // Compares every element, the padding rows included (a gemm must leave them as they were).

@@ -1,6 +1,7 @@
-/* What a program links against in place of NVIDIA's libcublas.so.13 (CI has none): the
- * symbols the cublas_*.cu programs call, under that soname. Never run: at run time the loader finds the
- * shim's libcublas.so.13 first on LD_LIBRARY_PATH. Built by ac_tests::cuda::build_with_cublas. */
+/* What a program links against in place of NVIDIA's libcublas, libcublasLt and libcufft (CI has
+ * none): the symbols the cublas*.cu and cufft*.cu programs call, built once under each soname.
+ * Never run: at run time the loader finds the shim's libraries first on LD_LIBRARY_PATH. Built by
+ * ac_tests::cuda::build_with_math_libraries. */
 void cublasCreate_v2(void) {}
 void cublasDestroy_v2(void) {}
 void cublasSetStream_v2(void) {}
@@ -45,3 +46,16 @@ void cublasLtMatmulPreferenceDestroy(void) {}
 void cublasLtMatmulPreferenceSetAttribute(void) {}
 void cublasLtMatmulAlgoGetHeuristic(void) {}
 void cublasLtMatmul(void) {}
+void cufftPlan1d(void) {}
+void cufftPlan2d(void) {}
+void cufftPlan3d(void) {}
+void cufftPlanMany(void) {}
+void cufftCreate(void) {}
+void cufftDestroy(void) {}
+void cufftSetStream(void) {}
+void cufftExecC2C(void) {}
+void cufftExecR2C(void) {}
+void cufftExecC2R(void) {}
+void cufftExecZ2Z(void) {}
+void cufftXtMakePlanMany(void) {}
+void cufftXtExec(void) {}

@@ -8,8 +8,8 @@ use std::ffi::{c_int, c_longlong, c_void};
 use ac_frontend::{KernelArg, LaunchDims};
 use ac_proto::backend::builtin::Gemm;
 
-use super::device::{blas_device, BlasDevice};
 use super::{guard, handle, Target};
+use crate::builtins::{builtins, Builtins};
 use crate::error::{code, CuResult, Error};
 use crate::memory::device_to_host;
 use crate::state;
@@ -165,7 +165,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
         alpha
     };
     let shim = state::shim()?;
-    let device = blas_device(target.device)?;
+    let device = builtins(target.device)?;
     let bytes = call.precision.bytes() as u64;
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
@@ -194,7 +194,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
 /// Sends the launch of `blas_sgemm` or `blas_dgemm` on the target's stream.
 fn send(
     target: Target,
-    device: &BlasDevice,
+    device: &Builtins,
     call: &GemmCall,
     [a, b, c]: [KernelArg; 3],
     [alpha, beta]: [f64; 2],
@@ -223,10 +223,10 @@ fn send(
     let elements = call.m as u64 * call.n as u64 * call.batch as u64;
     let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
     let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
-    let function = match call.precision {
-        Precision::Single => &device.sgemm,
-        Precision::Double => &device.dgemm,
-    };
+    let function = device.function(match call.precision {
+        Precision::Single => "blas_sgemm",
+        Precision::Double => "blas_dgemm",
+    })?;
     let stream = stream_of(target.stream, target.device)?;
     Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
 }

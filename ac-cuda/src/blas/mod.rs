@@ -30,7 +30,6 @@ use crate::state::{self, put, Registry};
 use crate::stream::device_of_stream;
 
 mod copies;
-mod device;
 mod gemm;
 mod lt;
 mod vectors;

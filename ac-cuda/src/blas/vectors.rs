@@ -19,9 +19,9 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::device::blas_device;
 use super::gemm::{launch, GemmCall, Operand, Precision, Scalar};
 use super::{guard, handle, Target};
+use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::memory::host_to_device;
 
@@ -73,7 +73,7 @@ unsafe fn into_result(
         call.matrices[2] = Operand::Memory(result as u64);
         return launch(target, call);
     }
-    let device = blas_device(target.device)?;
+    let device = builtins(target.device)?;
     let (slot, held) = device.result();
     call.matrices[2] = Operand::Slot(slot);
     launch(target, call)?;

@@ -216,17 +216,17 @@ async fn a_kernel_taking_a_struct_by_value_runs_exactly() {
     standin::assert_no_violations();
 }
 
-/// Builds `tests/cuda/<name>.cu` linked against `libcublas.so.13` (as against NVIDIA's), runs
-/// it through the shim on one accelerator of the stand-in, and checks that it said each of
-/// `lines`, exited 0, and left nothing held.
-async fn run_cublas_program(name: &str, lines: &[&str]) {
+/// Builds `tests/cuda/<name>.cu` linked against NVIDIA's math libraries' sonames (their symbols
+/// by version: those of `soname` at least), runs it through the shim on one accelerator of the
+/// stand-in, and checks that it said each of `lines`, exited 0, and left nothing held.
+async fn run_math_program(name: &str, soname: &str, lines: &[&str]) {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build_with_cublas(name, dir.path()) else { return };
-    // Linked as against NVIDIA's: libcublas.so.13 needed, its symbols by version.
+    let Some(exe) = cuda::build_with_math_libraries(name, dir.path()) else { return };
+    // Linked as against NVIDIA's: the library needed, its symbols by version.
     let needed = std::process::Command::new("readelf").arg("-dV").arg(&exe).output().expect("readelf runs");
     let needed = String::from_utf8_lossy(&needed.stdout);
-    assert!(needed.contains("[libcublas.so.13]") && needed.contains("Name: libcublas.so.13"), "{needed}");
+    assert!(needed.contains(&format!("[{soname}]")) && needed.contains(&format!("Name: {soname}")), "{needed}");
     let c = cuda_cluster(1).await;
     let all_free = c.arm.free_accelerators();
     let shim = cuda::shim_dir(dir.path());
@@ -250,8 +250,9 @@ async fn run_cublas_program(name: &str, lines: &[&str]) {
 /// queued and memory held.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
-    run_cublas_program(
+    run_math_program(
         "cublas_gemm",
+        "libcublas.so.13",
         &[
             "cublas version 130000",
             "sgemm NN padded exact",
@@ -291,8 +292,9 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
 /// and layouts in the program's own memory; what the shim cannot run gets no algorithm.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
-    run_cublas_program(
+    run_math_program(
         "cublaslt_matmul",
+        "libcublasLt.so.13",
         &[
             "linear with bias exact",
             "batched NN beta 2 exact",
@@ -316,8 +318,9 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
 /// memory on a stream, four threads taking dot products into host memory through one handle.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
-    run_cublas_program(
+    run_math_program(
         "cublas_vectors",
+        "libcublas.so.13",
         &[
             "sdot exact",
             "sdot strided exact",
@@ -343,6 +346,35 @@ async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
             "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "increment -1: only positive ones are served",
             "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
+/// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
+/// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
+/// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
+/// by the program; and what it refuses.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cufft_transforms_within_rounding() {
+    run_math_program(
+        "cufft_transforms",
+        "libcufft.so.12",
+        &[
+            "c2c 1d batched within",
+            "c2c 1d inverse within",
+            "r2c 2d within",
+            "c2r 2d round trip within",
+            "z2z 3d within",
+            "many advanced layout within",
+            "xt r2c within",
+            "c2c in place within",
+            "r2c in place within",
+            "cufft_transforms: all within",
+            "half precision: 16",
+            "data types [6, 6, 6] (input, output, execution): only f32 and f64 are served",
+            "a destroyed plan: 1",
+            "an input past its allocation: 4",
         ],
     )
     .await;

@@ -9,10 +9,10 @@ use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use super::super::device::blas_device;
 use super::super::gemm::{ex_precision, launch, scalar_value, GemmCall, Operand, Precision, Scalar};
 use super::super::{guard, handle, Target};
 use super::{read, Layout, MatmulDesc};
+use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 use crate::stream::device_of_stream;
@@ -220,7 +220,7 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
         return Ok(());
     }
     // D += bias (m x 1) x ones (1 x n), batch by batch.
-    let ones = blas_device(target.device)?.ones(plan.precision == Precision::Double, n as usize)?;
+    let ones = builtins(target.device)?.ones(plan.precision == Precision::Double, n as usize)?;
     let add_bias = GemmCall {
         precision: plan.precision,
         trans: [0, 0],

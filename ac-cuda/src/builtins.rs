@@ -1,5 +1,6 @@
-//! What cuBLAS needs of each device, set up at its first use: the builtin gemm kernels, and
-//! buffers of the program's session that no program address reaches: a small one holding the
+//! What the shim's cuBLAS and cuFFT need of each device, set up at its first use: the
+//! backend's builtin kernels (looked up by name once), and buffers of the program's session
+//! that no program address reaches: a small one holding the
 //! constant one (the second factor of an `axpy` or a `copy` done as a gemm) and a slot for
 //! results that go back to the host (`cublasSdot` in host pointer mode); and vectors of ones,
 //! grown on demand (a bias added to every column of a product is a gemm by a row of ones).
@@ -23,25 +24,35 @@ const RESULT: usize = 16;
 /// A row of ones on the device: its length in elements, its buffer.
 type OnesRow = (usize, DeviceBuffer<u8>);
 
-/// A device's builtin gemm kernels, scratch buffer and rows of ones.
+/// A device's builtin kernels, scratch buffer and rows of ones.
 #[derive(Debug)]
-pub(super) struct BlasDevice {
+pub(crate) struct Builtins {
     /// The device's ordinal.
     device: usize,
-    /// `blas_sgemm`.
-    pub sgemm: Function,
-    /// `blas_dgemm`.
-    pub dgemm: Function,
+    module: Module,
+    /// Kernels looked up so far, by name.
+    functions: Mutex<HashMap<&'static str, Function>>,
     scratch: DeviceBuffer<u8>,
     /// Held from a launch that writes the result slot until the slot is read.
     result: Mutex<()>,
     /// Rows of ones, `f32` and `f64`, the longest last; earlier ones are kept, since a launch
     /// queued with one may not have run yet.
     ones: [Mutex<Vec<OnesRow>>; 2],
-    _module: Module,
 }
 
-impl BlasDevice {
+impl Builtins {
+    /// Builtin kernel `name`, looked up once.
+    pub fn function(&self, name: &'static str) -> CuResult<Function> {
+        if let Some(found) = self.functions.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+            return Ok(found.clone());
+        }
+        let found = state::shim()?.block_on(self.module.function(name)).map_err(|e| {
+            Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin `{name}` (upgrade ac-backend): {e}"))
+        })?;
+        self.functions.lock().unwrap_or_else(|p| p.into_inner()).insert(name, found.clone());
+        Ok(found)
+    }
+
     /// The constant one, as an `f32` (`double` false) or an `f64`.
     pub fn one(&self, double: bool) -> KernelArg {
         self.scratch.at(if double { ONE_F64 } else { ONE_F32 })
@@ -85,21 +96,16 @@ impl BlasDevice {
 }
 
 /// `device`'s builtin kernels and scratch buffer, set up once.
-pub(super) fn blas_device(device: usize) -> CuResult<Arc<BlasDevice>> {
-    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<BlasDevice>>>> = OnceLock::new();
+pub(crate) fn builtins(device: usize) -> CuResult<Arc<Builtins>> {
+    static LOADED: OnceLock<Mutex<HashMap<usize, Arc<Builtins>>>> = OnceLock::new();
     let loaded = LOADED.get_or_init(Mutex::default);
     if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
         return Ok(found.clone());
     }
     let shim = state::shim()?;
     let acc = &shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc;
-    let kernels = shim.block_on(async {
-        let module = acc.builtin().await?;
-        let (sgemm, dgemm) = (module.function("blas_sgemm").await?, module.function("blas_dgemm").await?);
-        Ok::<_, ac_frontend::Error>((sgemm, dgemm, module))
-    });
-    let (sgemm, dgemm, module) = kernels.map_err(|e| {
-        Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin gemm kernels (upgrade ac-backend): {e}"))
+    let module = shim.block_on(acc.builtin()).map_err(|e| {
+        Error::said(code::NOT_SUPPORTED, format!("the backend has no builtin kernels (upgrade ac-backend): {e}"))
     })?;
     let scratch = shim.block_on(async {
         let scratch = acc.alloc::<u8>(SCRATCH_BYTES).await?;
@@ -108,7 +114,13 @@ pub(super) fn blas_device(device: usize) -> CuResult<Arc<BlasDevice>> {
         constants[ONE_F64..ONE_F64 + 8].copy_from_slice(&1.0f64.to_le_bytes());
         scratch.copy_from_host(&constants).await.map(|()| scratch)
     })?;
-    let ones = [Mutex::default(), Mutex::default()];
-    let found = Arc::new(BlasDevice { device, sgemm, dgemm, scratch, result: Mutex::new(()), ones, _module: module });
+    let found = Arc::new(Builtins {
+        device,
+        module,
+        functions: Mutex::default(),
+        scratch,
+        result: Mutex::new(()),
+        ones: [Mutex::default(), Mutex::default()],
+    });
     Ok(loaded.lock().unwrap_or_else(|p| p.into_inner()).entry(device).or_insert(found).clone())
 }

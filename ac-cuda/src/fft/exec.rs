@@ -1,0 +1,161 @@
+//! Executing a plan: its input and output found in the program's allocations (the whole span
+//! of each layout), its scratch made at the first execution, then one launch of the builtin
+//! `dft_f32` or `dft_f64` per pass on the plan's stream, without waiting.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+
+use ac_frontend::{KernelArg, LaunchDims};
+
+use super::transform::{Buffer, Domain, Pass, Transform, View};
+use super::{guard, plan, Plan};
+use crate::builtins::builtins;
+use crate::error::{code, CuResult, Error};
+use crate::state;
+use crate::stream::stream_of;
+
+/// Threads of a launch's block, and the most blocks: the kernels loop over the rest.
+const BLOCK: u32 = 256;
+const MAX_BLOCKS: u64 = 1 << 16;
+
+/// `CUFFT_FORWARD` and `CUFFT_INVERSE`.
+const FORWARD: c_int = -1;
+const INVERSE: c_int = 1;
+
+/// The plan's two scratch buffers, made now if they are not yet.
+fn scratch(plan: &Plan, transform: &Transform) -> CuResult<[KernelArg; 2]> {
+    let mut scratch = plan.scratch.lock().unwrap_or_else(|p| p.into_inner());
+    if scratch.is_none() {
+        let scalar = if transform.double { 8 } else { 4 };
+        let bytes = transform.scratch_elements().checked_mul(2 * scalar).and_then(|b| usize::try_from(b).ok());
+        let bytes = bytes.ok_or_else(|| Error::said(code::INVALID_VALUE, "a transform beyond memory"))?;
+        let shim = state::shim()?;
+        let acc = &shim.devices[plan.device].acc;
+        let made = shim.block_on(async {
+            Ok::<_, ac_frontend::Error>([acc.alloc::<u8>(bytes).await?, acc.alloc::<u8>(bytes).await?])
+        })?;
+        *scratch = Some(made);
+    }
+    let [a, b] = scratch.as_ref().expect("made above");
+    Ok([a.at(0), b.at(0)])
+}
+
+/// The program's buffer at `address` holding `view` (of complex or real elements).
+fn program_buffer(plan: &Plan, address: u64, view: &View, complex: bool, double: bool) -> CuResult<KernelArg> {
+    let scalar = if double { 8 } else { 4 };
+    let bytes = view.span().checked_mul(if complex { 2 * scalar } else { scalar });
+    let bytes = bytes.ok_or_else(|| Error::said(code::INVALID_VALUE, "a layout beyond memory"))?;
+    let (alloc, offset) = state::shim()?.find(plan.device, address, bytes)?;
+    Ok(alloc.buffer.at(offset as usize))
+}
+
+/// The arguments of a pass's launch.
+fn arguments(pass: &Pass, [from, to]: [KernelArg; 2]) -> Vec<KernelArg> {
+    let (d, u, l) = (&pass.dft, |v: u64| KernelArg::U32(v as u32), KernelArg::U64);
+    let (i, o) = (d.input, d.output);
+    vec![
+        u(d.kind.code().into()),
+        u(d.inverse.into()),
+        u(d.n),
+        u(d.lines[0]),
+        u(d.lines[1]),
+        u(d.lines[2]),
+        from,
+        l(i.step),
+        l(i.line[0]),
+        l(i.line[1]),
+        l(i.line[2]),
+        to,
+        l(o.step),
+        l(o.line[0]),
+        l(o.line[1]),
+        l(o.line[2]),
+    ]
+}
+
+/// Executes plan `h` from `input` to `output` (the same address: in place); `expected`: the
+/// domain and precision the entry point names (`None` for `cufftXtExec`).
+fn execute(h: c_int, input: u64, output: u64, direction: c_int, expected: Option<(Domain, bool)>) -> CuResult<()> {
+    let plan = plan(h)?;
+    let transform = plan.transform.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let transform = transform.ok_or_else(|| Error::said(code::INVALID_HANDLE, format!("plan {h} was not made")))?;
+    if let Some(expected) = expected {
+        if (transform.domain, transform.double) != expected {
+            let why = format!("a plan of {:?} (f64 {}) executed as {expected:?}", transform.domain, transform.double);
+            return Err(Error::said(code::INVALID_VALUE, why));
+        }
+    }
+    let inverse = match (transform.domain, direction) {
+        (Domain::ComplexToComplex, FORWARD) => false,
+        (Domain::ComplexToComplex, INVERSE) => true,
+        (Domain::ComplexToComplex, other) => {
+            return Err(Error::said(code::INVALID_VALUE, format!("direction {other} (FORWARD -1, INVERSE 1)")))
+        }
+        // A real transform's direction is its type's.
+        _ => false,
+    };
+    if input == 0 || output == 0 {
+        return Err(Error::said(code::INVALID_VALUE, "a null input or output"));
+    }
+    let in_place = input == output;
+    let [input_view, output_view] = transform.views(in_place);
+    let [complex_in, complex_out] = transform.complex();
+    let from = program_buffer(&plan, input, &input_view, complex_in, transform.double)?;
+    let to = program_buffer(&plan, output, &output_view, complex_out, transform.double)?;
+    let passes = transform.passes(inverse, in_place);
+    let [a, b] = if passes.len() > 1 { scratch(&plan, &transform)? } else { [from, to] };
+    let buffer = |which: Buffer| match which {
+        Buffer::Input => from,
+        Buffer::Output => to,
+        Buffer::ScratchA => a,
+        Buffer::ScratchB => b,
+    };
+    let function = builtins(plan.device)?.function(if transform.double { "dft_f64" } else { "dft_f32" })?;
+    let stream = stream_of(plan.stream.load(Ordering::Relaxed), plan.device)?;
+    let shim = state::shim()?;
+    for pass in &passes {
+        if pass.dft.is_empty() {
+            continue;
+        }
+        let threads = pass.dft.lines.iter().product::<u64>().saturating_mul(pass.dft.lengths()[1]);
+        let blocks = threads.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
+        let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
+        let args = arguments(pass, [buffer(pass.from), buffer(pass.to)]);
+        shim.block_on(function.launch_on(&stream, dims, &args))?;
+    }
+    Ok(())
+}
+
+/// Defines a `cufftExec*` entry point of a transform of one direction.
+macro_rules! exec_entry_points {
+    ($($name:ident: $domain:expr, $double:expr, $direction:expr;)*) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name(h: c_int, input: u64, output: u64) -> u32 {
+                guard(stringify!($name), || execute(h, input, output, $direction, Some(($domain, $double))))
+            }
+        )*
+    };
+}
+
+exec_entry_points! {
+    cufftExecR2C: Domain::RealToComplex, false, FORWARD;
+    cufftExecC2R: Domain::ComplexToReal, false, INVERSE;
+    cufftExecD2Z: Domain::RealToComplex, true, FORWARD;
+    cufftExecZ2D: Domain::ComplexToReal, true, INVERSE;
+}
+
+#[no_mangle]
+pub extern "C" fn cufftExecC2C(h: c_int, input: u64, output: u64, direction: c_int) -> u32 {
+    guard("cufftExecC2C", || execute(h, input, output, direction, Some((Domain::ComplexToComplex, false))))
+}
+
+#[no_mangle]
+pub extern "C" fn cufftExecZ2Z(h: c_int, input: u64, output: u64, direction: c_int) -> u32 {
+    guard("cufftExecZ2Z", || execute(h, input, output, direction, Some((Domain::ComplexToComplex, true))))
+}
+
+#[no_mangle]
+pub extern "C" fn cufftXtExec(h: c_int, input: u64, output: u64, direction: c_int) -> u32 {
+    guard("cufftXtExec", || execute(h, input, output, direction, None))
+}
