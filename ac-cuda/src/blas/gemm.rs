@@ -70,14 +70,15 @@ pub(super) enum Scalar {
     Value(f64),
 }
 
-/// A matrix of a gemm: program memory, or a slot of the device's scratch buffer.
+/// A matrix of a gemm: program memory, or a buffer of the shim's own.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Operand {
     /// A device address of the program's.
     Memory(u64),
     /// The constant one (a 1 x 1 matrix).
     One,
-    /// The result slot (a 1 x 1 matrix), which the caller holds and reads back.
+    /// A buffer of the shim's own, given as it is passed to the kernel: the result slot (which
+    /// the caller holds and reads back), a row of ones.
     Slot(KernelArg),
 }
 

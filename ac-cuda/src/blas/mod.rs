@@ -3,7 +3,7 @@
 //! [`gemm`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
 //! `scal`, `gemv`, `ger`: [`vectors`]) and the host-device copies (`cublasSetVector`,
 //! `cublasGetMatrix`, ...: [`copies`]). Scalars may be in host or device memory
-//! (`cublasSetPointerMode`).
+//! (`cublasSetPointerMode`). cuBLASLt's matmul is [`lt`] (`libcublasLt` links here too).
 //!
 //! NVIDIA's `libcublas` runs on the driver only through private tables nobody documents
 //! (docs/benchmarks/cuda-shim.md), so this library answers cuBLAS itself: it is installed as
