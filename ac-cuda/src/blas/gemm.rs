@@ -303,18 +303,30 @@ typed_gemm!(cublasDgemm_v2, f64, Precision::Double, "cublasDgemm");
 typed_gemm_strided_batched!(cublasSgemmStridedBatched, f32, Precision::Single, "cublasSgemmStridedBatched");
 typed_gemm_strided_batched!(cublasDgemmStridedBatched, f64, Precision::Double, "cublasDgemmStridedBatched");
 
-/// A plain (one-product) gemm call.
-fn plain(
+/// A gemm call of one product, its scalars and matrices given.
+pub(super) fn product(
     precision: Precision,
     trans: [c_int; 2],
     [m, n, k]: [c_int; 3],
+    alpha: Scalar,
+    matrices: [Operand; 3],
+    ld: [c_int; 3],
+    beta: Scalar,
+) -> GemmCall {
+    GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
+}
+
+/// A cuBLAS entry point's one-product call: the program's scalar pointers and matrices.
+fn plain(
+    precision: Precision,
+    trans: [c_int; 2],
+    mnk: [c_int; 3],
     alpha: *const c_void,
     matrices: [u64; 3],
     ld: [c_int; 3],
     beta: *const c_void,
 ) -> GemmCall {
-    let (alpha, beta, matrices) = (Scalar::At(alpha), Scalar::At(beta), matrices.map(Operand::Memory));
-    GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
+    product(precision, trans, mnk, Scalar::At(alpha), matrices.map(Operand::Memory), ld, Scalar::At(beta))
 }
 
 /// `cudaDataType` `CUDA_R_32F` and `CUDA_R_64F`.

@@ -19,25 +19,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::gemm::{launch, GemmCall, Operand, Precision, Scalar};
+use super::gemm::{launch, product, GemmCall, Operand, Precision, Scalar};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::memory::host_to_device;
-
-/// A gemm call of one product, its scalars and matrices given.
-#[allow(clippy::too_many_arguments)] // a gemm's arguments, named
-fn product(
-    precision: Precision,
-    trans: [bool; 2],
-    [m, n, k]: [c_int; 3],
-    alpha: Scalar,
-    matrices: [Operand; 3],
-    ld: [c_int; 3],
-    beta: Scalar,
-) -> GemmCall {
-    GemmCall { precision, trans: trans.map(c_int::from), m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
-}
 
 /// Refuses increments BLAS allows that this shim does not serve: 0 and negative ones.
 fn served_increments(incs: &[c_int]) -> CuResult<()> {
@@ -104,7 +90,7 @@ unsafe fn dot(
     served_increments(&[incx, incy])?;
     let one = Scalar::Value(1.0);
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::One];
-    let call = product(precision, [false, true], [1, 1, n], one, matrices, [incx, incy, 1], Scalar::Value(0.0));
+    let call = product(precision, [0, 1], [1, 1, n], one, matrices, [incx, incy, 1], Scalar::Value(0.0));
     into_result(target, call, result, then)
 }
 
@@ -124,7 +110,7 @@ unsafe fn axpby(
     }
     served_increments(&[incx, incy])?;
     let matrices = [Operand::One, Operand::Memory(x), Operand::Memory(y)];
-    launch(target, product(precision, [false; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
+    launch(target, product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
 }
 
 /// `x = alpha x`.
@@ -135,7 +121,7 @@ unsafe fn scal(h: usize, precision: Precision, n: c_int, alpha: Scalar, x: u64, 
         return Ok(());
     }
     let matrices = [Operand::One, Operand::One, Operand::Memory(x)];
-    launch(target, product(precision, [false; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
+    launch(target, product(precision, [0; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
 }
 
 /// `y = alpha op(A) x + beta y`, `A` being `m x n`.
@@ -163,7 +149,8 @@ unsafe fn gemv(
     // y^T = alpha x^T op(A)^T + beta y^T: op(A)^T is A for op = T, A's transpose for op = N.
     let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
     let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
-    let call = product(precision, [false, trans == 0], [1, rows, cols], alpha, matrices, [incx, lda, incy], beta);
+    let call =
+        product(precision, [0, c_int::from(trans == 0)], [1, rows, cols], alpha, matrices, [incx, lda, incy], beta);
     launch(target, call)
 }
 
@@ -184,7 +171,7 @@ unsafe fn ger(
     }
     served_increments(&[incx, incy])?;
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::Memory(a)];
-    launch(target, product(precision, [true, false], [m, n, 1], alpha, matrices, [incx, incy, lda], Scalar::Value(1.0)))
+    launch(target, product(precision, [1, 0], [m, n, 1], alpha, matrices, [incx, incy, lda], Scalar::Value(1.0)))
 }
 
 /// Defines the `f32` and `f64` entry points of each level-1 and level-2 function.

@@ -166,16 +166,9 @@ impl Transform {
                 View::of(self.n.clone(), layout, &real_storage, self.batch)
             }
         };
+        // A complex side's dimensions are the transform's own for a complex transform.
         let [complex_in, complex_out] = self.complex();
-        let (input, output) = if self.domain == Domain::ComplexToComplex {
-            (
-                View::of(self.n.clone(), &self.input, &self.n, self.batch),
-                View::of(self.n.clone(), &self.output, &self.n, self.batch),
-            )
-        } else {
-            (view(complex_in, &self.input), view(complex_out, &self.output))
-        };
-        [input, output]
+        [view(complex_in, &self.input), view(complex_out, &self.output)]
     }
 
     /// Complex elements of each scratch buffer.
