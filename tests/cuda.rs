@@ -33,6 +33,18 @@ pub fn runtime_12() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// PyTorch's interpreter: `AC_TORCH_PYTHON`, else `.cache/torch`'s, where `scripts/test` installs
+/// the pinned `tests/cuda/torch-requirements.txt`; `None` (a skip) without one, unless
+/// `AC_TORCH_REQUIRED` is set.
+pub fn torch_python() -> Option<PathBuf> {
+    let cached = checkout().join(".cache/torch/bin/python");
+    let found = std::env::var_os("AC_TORCH_PYTHON").map(PathBuf::from).or(cached.exists().then_some(cached));
+    if found.is_none() {
+        crate::skip("AC_TORCH_REQUIRED", "no PyTorch (scripts/test installs it into .cache/torch)");
+    }
+    found
+}
+
 /// A file of the checkout.
 pub fn source(relative: &str) -> PathBuf {
     checkout().join(relative)
@@ -105,10 +117,16 @@ pub fn shim_dir(dir: &Path) -> PathBuf {
 /// A backend in this process whose CUDA devices are the driver stand-in's two (the stand-in
 /// must be loaded first: `tests/tests/e2e/standin`), contexts in the daemon.
 pub async fn standin_backend() -> TestBackend {
+    standin_backend_with(|_| {}).await
+}
+
+/// The same after `adjust` changed its configuration.
+pub async fn standin_backend_with(adjust: impl FnOnce(&mut ac_backend::BackendConfig)) -> TestBackend {
     TestBackend::start_with(|c| {
         c.device = ac_backend::DeviceChoice::Cuda;
         c.staging_mib = 16;
         c.isolation = ac_backend::Isolation::Context;
+        adjust(c);
     })
     .await
 }

@@ -177,20 +177,32 @@ fn uuid_of(id: &str) -> [u8; 16] {
     uuid
 }
 
-/// The process exits: frees what the job was given for it (`AC_Free`, `AC_Finalize`). Calls
+/// The process exits: frees what the job was given for it (`AC_Free`, `AC_Finalize`), or closes
+/// its sessions on a backend reached directly. Calls
 /// after this (the runtime's own exit handlers) answer `CUDA_ERROR_DEINITIALIZED`.
 extern "C" fn finalize_at_exit() {
     FINALIZED.store(true, Ordering::Release);
     let Some(Ok(shim)) = SHIM.get() else { return };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
     let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
-    let Some((session, extra)) = taken else { return };
     let finalize = async move {
-        if let Some(set) = extra {
-            let _ = session.free(set).await;
-        }
-        if let Err(e) = session.finalize().await {
-            eprintln!("ac-cuda: AC_Finalize at exit: {e}");
+        match taken {
+            Some((session, extra)) => {
+                if let Some(set) = extra {
+                    let _ = session.free(set).await;
+                }
+                if let Err(e) = session.finalize().await {
+                    eprintln!("ac-cuda: AC_Finalize at exit: {e}");
+                }
+            }
+            // No manager (`AC_BACKEND_ADDR`): the backend learns of the exit from the
+            // connection's close; unclosed, it would hold the session for a resumption that
+            // never comes, and a device serving its session limit would refuse the next run.
+            None => {
+                for device in &shim.devices {
+                    device.acc.clone().close().await;
+                }
+            }
         }
     };
     // On a thread of its own: the exiting thread's thread-locals (the runtime's among them)

@@ -4,7 +4,7 @@
 //! stream that waits for an event waits on the host, which orders it correctly). Their times
 //! are the host's: recorded when the record was queued, ended when the wait returned.
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -161,6 +161,26 @@ pub unsafe extern "C" fn cuStreamIsCapturing(handle: usize, status: *mut c_int) 
     })
 }
 
+/// What the `cuStreamGetCaptureInfo` versions answer: graph capture is not served, so no stream
+/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no dependencies);
+/// the graph and dependency arrays are left as they are, as the driver does when not capturing.
+unsafe fn not_capturing(handle: usize, status: *mut c_int, id: *mut u64, count: *mut usize) -> CuResult<()> {
+    device_of_stream(handle)?;
+    put(status, 0)?;
+    if !id.is_null() {
+        *id = 0;
+    }
+    if !count.is_null() {
+        *count = 0;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo(handle: usize, status: *mut c_int, id: *mut u64) -> u32 {
+    guard("cuStreamGetCaptureInfo", || not_capturing(handle, status, id, std::ptr::null_mut()))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     handle: usize,
@@ -170,17 +190,22 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     _deps: *mut *const usize,
     count: *mut usize,
 ) -> u32 {
-    guard("cuStreamGetCaptureInfo", || {
-        device_of_stream(handle)?;
-        put(status, 0)?;
-        if !id.is_null() {
-            *id = 0;
-        }
-        if !count.is_null() {
-            *count = 0;
-        }
-        Ok(())
-    })
+    guard("cuStreamGetCaptureInfo_v2", || not_capturing(handle, status, id, count))
+}
+
+/// CUDA 12.3's version (the 13.x runtime's `cudaStreamGetCaptureInfo`, which PyTorch asks at
+/// its initialisation): the v2 arguments and the dependencies' edge data.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
+    handle: usize,
+    status: *mut c_int,
+    id: *mut u64,
+    _graph: *mut usize,
+    _deps: *mut *const usize,
+    _edges: *mut *const c_void,
+    count: *mut usize,
+) -> u32 {
+    guard("cuStreamGetCaptureInfo_v3", || not_capturing(handle, status, id, count))
 }
 
 #[no_mangle]

@@ -97,6 +97,13 @@ int main(int argc, char** argv) {
     printf("cudaMallocManaged: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
+    // What PyTorch asks of a stream at its start (CUDA 13's runtime through
+    // cuStreamGetCaptureInfo_v3): not capturing, capture id 0.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive, info = cudaStreamCaptureStatusActive;
+    unsigned long long capture_id = 7;
+    CHECK(cudaStreamIsCapturing(s, &capturing));
+    CHECK(cudaStreamGetCaptureInfo(s, &info, &capture_id));
+    printf("capture status %d %d id %llu\n", (int)capturing, (int)info, capture_id);
     cudaGraph_t graph;
     e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     printf("cudaStreamBeginCapture: %d (%s)\n", (int)e, cudaGetErrorName(e));

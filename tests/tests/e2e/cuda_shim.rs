@@ -53,6 +53,36 @@ fn said(out: &Output) -> String {
     )
 }
 
+/// A program that reaches one backend directly (`AC_BACKEND_ADDR`, no manager: a workstation,
+/// a GPU host's check) ends its session when it exits: the backend does not hold it for a
+/// resumption that never comes (`session_hold_ms`, a minute), so a device at its session limit
+/// serves the next run. Python programs (PyTorch's) exit through the same `atexit`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_reaching_a_backend_directly_ends_its_session_at_exit() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
+    let backend = cuda::standin_backend_with(|c| c.max_sessions = Some(1)).await;
+    let shim = cuda::shim_dir(dir.path());
+    let ca = backend.backend.ca_cert().to_path_buf();
+    for run in ["first", "second"] {
+        let mut command = Command::new(&exe);
+        command
+            .arg("100000")
+            .env("LD_LIBRARY_PATH", &shim)
+            .env("AC_BACKEND_ADDR", backend.backend.addr().to_string())
+            .env("AC_CA_CERT", &ca)
+            .env_remove("ARM_ADDR");
+        let out = tokio::task::spawn_blocking(move || command.output().expect("starts")).await.unwrap();
+        assert!(out.status.success(), "{run} run: {}", said(&out));
+        assert!(said(&out).contains("vector_add: 100000 elements on device 0 exact"), "{run} run: {}", said(&out));
+        // Held for a resumption, it would end only after the idle timeout and the hold.
+        let ended = backend.eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+        assert!(ended, "after the {run} run the backend still holds {} session(s)", backend.backend.sessions());
+    }
+    standin::assert_no_violations();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unmodified_vector_add_runs_on_a_remote_accelerator_exactly() {
     let _turn = standin::exclusive().await;
@@ -86,6 +116,7 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
         "streams: 4 threads exact",
         "memset and device-to-device copy exact",
         "event time measured",
+        "capture status 0 0 id 0",
         "still working after unsupported calls",
     ] {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
@@ -241,6 +272,42 @@ async fn run_math_program(name: &str, soname: &str, lines: &[&str]) {
     let backend = &c.backends[0];
     let ended = backend.eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", backend.backend.sessions());
+    standin::assert_no_violations();
+}
+
+/// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim as a job's
+/// process: its matmuls (cuBLAS, cuBLASLt's bias epilogue), a side stream and its FFTs (cuFFT)
+/// run on the backend's builtin kernels and match PyTorch's CPU results
+/// (`tests/cuda/torch_math.py`). The shim is `LD_PRELOAD`ed, as README says for a framework
+/// whose RPATH names NVIDIA's math libraries: those are loaded too, and would fail here, since
+/// the stand-in runs none of their kernels. Python's exit gives the accelerator back.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
+    let _turn = standin::exclusive().await;
+    let Some(python) = cuda::torch_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let c = cuda_cluster(1).await;
+    let all_free = c.arm.free_accelerators();
+    let shim = cuda::shim_dir(dir.path());
+    let script = cuda::source("tests/cuda/torch_math.py");
+    let preload = shim.join("libcuda.so.1");
+    let env = [("ARM_ACPN", "1"), ("LD_PRELOAD", preload.to_str().unwrap())];
+    let out = run(&c, &shim, &python, &[script.to_str().unwrap()], &env).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("devices 1: CUDA driver stand-in"), "{text}");
+    let checks = ["mm", "mm transposed", "mm f64", "addmm", "addmm scaled", "linear", "bmm", "matmul broadcast"];
+    let checks =
+        checks.iter().chain(&["mv", "dot", "mm on a side stream", "fft", "fft f64", "rfft", "rfft2", "fft2 batched"]);
+    for name in checks {
+        assert!(text.contains(&format!("\n{name} ok ")), "no `{name} ok`:\n{text}");
+    }
+    assert!(text.contains("all ok"), "{text}");
+    // Everything PyTorch called at its start and exit is served.
+    assert!(!text.contains("not supported"), "{text}");
+    assert_eq!(c.arm.free_accelerators(), all_free, "nothing held after Python exited");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
 }
 

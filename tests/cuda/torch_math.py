@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""PyTorch, unmodified, through the CUDA shim (issue 48): what of PyTorch can run on the driver
+stand-in, which runs the backend's builtin kernels but none of PyTorch's own: copies, and the
+matmuls and FFTs PyTorch hands to cuBLAS, cuBLASLt and cuFFT (the shim's, LD_PRELOADed ahead of
+the NVIDIA libraries PyTorch's RPATH names). Each operation on the device is compared with the
+same one on the CPU; a line "NAME ok <relative error>" each, or "NAME FAILED ...", and exit 1 if
+any failed. On a GPU, scripts/gpu-shim/torch_check.py runs the rest (conv2d, training, and what
+PyTorch does with its own kernels around a library call: a complex-to-real FFT's copy of its
+input, an addmm's scaling of its bias).
+"""
+import sys
+
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+DEV = "cuda"
+failures = []
+
+
+def rand(seed, *shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def check(name, on_device, on_cpu, tolerance):
+    """The device's result, copied back, against the CPU's: max |difference| over max |value|."""
+    try:
+        got = on_device().cpu()
+        want = on_cpu()
+        if got.shape != want.shape:
+            raise AssertionError(f"shape {tuple(got.shape)}, the CPU's {tuple(want.shape)}")
+        error = float((got - want).abs().max() / want.abs().max())
+        if not error <= tolerance:
+            raise AssertionError(f"relative error {error:.3g} over {tolerance:g}")
+        print(f"{name} ok {error:.3g}")
+    except Exception as e:  # noqa: BLE001 (every failure is reported by name)
+        failures.append(name)
+        print(f"{name} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+
+print(f"devices {torch.cuda.device_count()}: {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}")
+a, b, bias = rand(1, 64, 48), rand(2, 48, 32), rand(3, 32)
+at = rand(4, 48, 64)  # used transposed: cuBLAS's transpose flags, no copy
+batch_a, batch_b = rand(5, 4, 16, 48), rand(6, 4, 48, 8)
+v, w = rand(7, 48), rand(8, 48)
+weight = rand(12, 32, 48)
+a64, b64 = a.double(), b.double()  # converted here: a conversion on the device is PyTorch's kernel
+F32, F64 = 1e-5, 1e-12
+inputs = dict(a=a, b=b, bias=bias, at=at, ba=batch_a, bb=batch_b, v=v, w=w, weight=weight, a64=a64, b64=b64)
+d = {name: t.to(DEV) for name, t in inputs.items()}
+
+check("mm", lambda: d["a"] @ d["b"], lambda: a @ b, F32)
+check("mm transposed", lambda: d["at"].t() @ d["b"], lambda: at.t() @ b, F32)
+check("mm f64", lambda: d["a64"] @ d["b64"], lambda: a64 @ b64, F64)
+check("addmm", lambda: torch.addmm(d["bias"], d["a"], d["b"]), lambda: torch.addmm(bias, a, b), F32)
+check("addmm scaled", lambda: torch.addmm(d["bias"], d["a"], d["b"], alpha=2.0), lambda: torch.addmm(bias, a, b, alpha=2.0), F32)
+check("linear", lambda: torch.nn.functional.linear(d["a"], d["weight"], d["bias"]), lambda: torch.nn.functional.linear(a, weight, bias), F32)
+check("bmm", lambda: torch.bmm(d["ba"], d["bb"]), lambda: torch.bmm(batch_a, batch_b), F32)
+check("matmul broadcast", lambda: d["ba"] @ d["b"], lambda: batch_a @ b, F32)
+check("mv", lambda: d["a"] @ d["v"], lambda: a @ v, F32)
+check("dot", lambda: torch.dot(d["v"], d["w"]).reshape(1), lambda: torch.dot(v, w).reshape(1), F32)
+
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    on_side = d["a"] @ d["b"]
+side.synchronize()
+check("mm on a side stream", lambda: on_side, lambda: a @ b, F32)
+
+signal, image = rand(9, 4096), rand(10, 64, 64)
+check("fft", lambda: torch.fft.fft(signal.to(torch.complex64).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex64)), F32)
+check("fft f64", lambda: torch.fft.fft(signal.to(torch.complex128).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex128)), F64)
+check("rfft", lambda: torch.fft.rfft(signal.to(DEV)), lambda: torch.fft.rfft(signal), F32)
+check("rfft2", lambda: torch.fft.rfft2(image.to(DEV)), lambda: torch.fft.rfft2(image), F32)
+planes = rand(11, 3, 32, 32).to(torch.complex64)
+check("fft2 batched", lambda: torch.fft.fft2(planes.to(DEV)), lambda: torch.fft.fft2(planes), F32)
+
+torch.cuda.synchronize()
+print(f"failed: {' '.join(failures)}" if failures else "all ok")
+sys.exit(1 if failures else 0)
