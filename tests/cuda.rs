@@ -33,14 +33,14 @@ pub fn runtime_12() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
-/// PyTorch's interpreter: `AC_TORCH_PYTHON`, else `.cache/torch`'s, where `scripts/test` installs
-/// the pinned `tests/cuda/torch-requirements.txt`; `None` (a skip) without one, unless
-/// `AC_TORCH_REQUIRED` is set.
-pub fn torch_python() -> Option<PathBuf> {
-    let cached = checkout().join(".cache/torch/bin/python");
-    let found = std::env::var_os("AC_TORCH_PYTHON").map(PathBuf::from).or(cached.exists().then_some(cached));
+/// An interpreter with PyTorch and CuPy: `AC_FRAMEWORKS_PYTHON`, else `.cache/frameworks`'s, where
+/// `scripts/test` installs the pinned `tests/cuda/frameworks-requirements.txt`; `None` (a skip)
+/// without one, unless `AC_FRAMEWORKS_REQUIRED` is set.
+pub fn frameworks_python() -> Option<PathBuf> {
+    let cached = checkout().join(".cache/frameworks/bin/python");
+    let found = std::env::var_os("AC_FRAMEWORKS_PYTHON").map(PathBuf::from).or(cached.exists().then_some(cached));
     if found.is_none() {
-        crate::skip("AC_TORCH_REQUIRED", "no PyTorch (scripts/test installs it into .cache/torch)");
+        crate::skip("AC_FRAMEWORKS_REQUIRED", "no PyTorch or CuPy (scripts/test installs them into .cache/frameworks)");
     }
     found
 }

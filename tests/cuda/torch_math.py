@@ -3,38 +3,24 @@
 stand-in, which runs the backend's builtin kernels but none of PyTorch's own: copies, and the
 matmuls and FFTs PyTorch hands to cuBLAS, cuBLASLt and cuFFT (the shim's, LD_PRELOADed ahead of
 the NVIDIA libraries PyTorch's RPATH names). Each operation on the device is compared with the
-same one on the CPU; a line "NAME ok <relative error>" each, or "NAME FAILED ...", and exit 1 if
-any failed. On a GPU, scripts/gpu-shim/torch_check.py runs the rest (conv2d, training, and what
+same one on the CPU (framework_check.py: its lines, its exit status). On a GPU, scripts/gpu-shim/torch_check.py runs the rest (conv2d, training, and what
 PyTorch does with its own kernels around a library call: a complex-to-real FFT's copy of its
 input, an addmm's scaling of its bias).
 """
-import sys
+from functools import partial
 
 import torch
 
+import framework_check
+from framework_check import finish
+
 torch.backends.cuda.matmul.allow_tf32 = False
 DEV = "cuda"
-failures = []
+check = partial(framework_check.check, to_host=lambda t: t.cpu())
 
 
 def rand(seed, *shape, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
-
-
-def check(name, on_device, on_cpu, tolerance):
-    """The device's result, copied back, against the CPU's: max |difference| over max |value|."""
-    try:
-        got = on_device().cpu()
-        want = on_cpu()
-        if got.shape != want.shape:
-            raise AssertionError(f"shape {tuple(got.shape)}, the CPU's {tuple(want.shape)}")
-        error = float((got - want).abs().max() / want.abs().max())
-        if not error <= tolerance:
-            raise AssertionError(f"relative error {error:.3g} over {tolerance:g}")
-        print(f"{name} ok {error:.3g}")
-    except Exception as e:  # noqa: BLE001 (every failure is reported by name)
-        failures.append(name)
-        print(f"{name} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
 print(f"devices {torch.cuda.device_count()}: {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}")
@@ -74,5 +60,4 @@ planes = rand(11, 3, 32, 32).to(torch.complex64)
 check("fft2 batched", lambda: torch.fft.fft2(planes.to(DEV)), lambda: torch.fft.fft2(planes), F32)
 
 torch.cuda.synchronize()
-print(f"failed: {' '.join(failures)}" if failures else "all ok")
-sys.exit(1 if failures else 0)
+finish()

@@ -134,6 +134,13 @@ impl RunningArm {
         core.usable_free()
     }
 
+    /// Accelerators a job holds (granted and not yet freed, released or revoked), whether or
+    /// not their hosts could grant them now.
+    pub fn held_accelerators(&self) -> usize {
+        let core = self.arm.core.lock().expect("core poisoned");
+        core.hosts().values().map(|h| h.devices.iter().filter(|d| d.holder.is_some()).count()).sum()
+    }
+
     /// Stops serving, the store untouched but for a replica's deferred applies, written out.
     pub async fn shutdown(self) {
         self.endpoint.close(0u32.into(), b"resource manager shutting down");

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""CuPy, unmodified, through the CUDA shim (issue 48), found by LD_LIBRARY_PATH alone: what of
+CuPy can run on the driver stand-in, which runs the backend's builtin kernels but none of CuPy's
+own (those it compiles with NVRTC): copies, and the products and FFTs CuPy hands to cuBLAS and
+cuFFT (the shim's libcublas.so.13 and libcufft.so.12, which CuPy loads by those names). Each
+operation on the device is compared with NumPy's on the CPU (framework_check.py: its lines, its
+exit status). On a GPU, scripts/gpu-shim/cupy_check.py runs the rest (elementwise and raw
+kernels, reductions, and CuPy's own kernels around a library call: a scaled inverse FFT's
+scaling).
+"""
+from functools import partial
+
+import cupy as cp
+import numpy as np
+
+import framework_check
+from framework_check import finish
+
+check = partial(framework_check.check, to_host=cp.asnumpy)
+rng = np.random.default_rng(1)
+
+
+def rand(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+props = cp.cuda.runtime.getDeviceProperties(0)
+print(f"devices {cp.cuda.runtime.getDeviceCount()}: {props['name'].decode()}, capability {props['major']}.{props['minor']}")
+a, b, v = rand(64, 48), rand(48, 32), rand(48)
+batch_a, batch_b = rand(4, 16, 48), rand(4, 48, 8)
+a64, b64 = a.astype(np.float64), b.astype(np.float64)
+F32, F64 = 1e-5, 1e-12
+d = {name: cp.asarray(x) for name, x in dict(a=a, b=b, v=v, ba=batch_a, bb=batch_b, a64=a64, b64=b64).items()}
+
+check("dot", lambda: cp.dot(d["a"], d["b"]), lambda: a @ b, F32)
+check("dot transposed", lambda: cp.dot(d["b"].T, d["a"].T), lambda: b.T @ a.T, F32)
+check("dot f64", lambda: cp.dot(d["a64"], d["b64"]), lambda: a64 @ b64, F64)
+check("matrix-vector", lambda: cp.dot(d["a"], d["v"]), lambda: a @ v, F32)
+check("matmul batched", lambda: cp.matmul(d["ba"], d["bb"]), lambda: batch_a @ batch_b, F32)
+
+signal, image = rand(4096).astype(np.complex64), rand(64, 64)
+check("fft", lambda: cp.fft.fft(cp.asarray(signal)), lambda: np.fft.fft(signal), F32)
+check("fft f64", lambda: cp.fft.fft(cp.asarray(signal.astype(np.complex128))), lambda: np.fft.fft(signal.astype(np.complex128)), F64)
+check("rfft", lambda: cp.fft.rfft(cp.asarray(signal.real.copy())), lambda: np.fft.rfft(signal.real), F32)
+check("rfft2", lambda: cp.fft.rfft2(cp.asarray(image)), lambda: np.fft.rfft2(image), F32)
+check("ifft unscaled", lambda: cp.fft.ifft(cp.asarray(signal), norm="forward"), lambda: np.fft.ifft(signal, norm="forward"), F32)
+
+cp.cuda.Device().synchronize()
+finish()
