@@ -238,9 +238,9 @@ const fn uuid(hex: &str) -> [u8; 16] {
 
 // ---- Tables known by UUID only: every slot refused, naming itself ----
 
-/// The tables whose slots the shim knows nothing of, by UUID: CUDA's math libraries ask for
-/// them (CUDA 13's cuBLAS the first, its cuFFT the second, CUDA 12's cuBLAS the third: an NVVM
-/// IR compiler, its traces in docs/gpu-runs/2026-11-30/traces/). Each slot answers `CUDA_ERROR_NOT_SUPPORTED`
+/// The tables whose slots the shim knows nothing of, by UUID: CUDA's libraries ask for them
+/// (CUDA 13's cuBLAS the first, its cuFFT the second; the third, an NVVM IR compiler, NVRTC's
+/// `nvrtcCompileProgram`, which compiles without it: traces in docs/gpu-runs/2026-11-30/traces/). Each slot answers `CUDA_ERROR_NOT_SUPPORTED`
 /// and names itself and its first call's arguments once on stderr, so that a library which
 /// can do without the slot goes on, and one that cannot says which slot it needed.
 const UNSERVED: [&str; 3] =

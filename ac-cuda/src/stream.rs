@@ -162,18 +162,21 @@ pub unsafe extern "C" fn cuStreamIsCapturing(handle: usize, status: *mut c_int) 
 }
 
 /// What the `cuStreamGetCaptureInfo` versions answer: graph capture is not served, so no stream
-/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no dependencies);
-/// the graph and dependency arrays are left as they are, as the driver does when not capturing.
+/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no dependencies).
+/// Outputs the caller passes as null are optional and left alone.
 unsafe fn not_capturing(handle: usize, status: *mut c_int, id: *mut u64, count: *mut usize) -> CuResult<()> {
     device_of_stream(handle)?;
     put(status, 0)?;
-    if !id.is_null() {
-        *id = 0;
-    }
-    if !count.is_null() {
-        *count = 0;
-    }
+    set_if_given(id, 0);
+    set_if_given(count, 0);
     Ok(())
+}
+
+/// Writes `value` to an optional output.
+unsafe fn set_if_given<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        *out = value;
+    }
 }
 
 #[no_mangle]
@@ -186,11 +189,17 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     handle: usize,
     status: *mut c_int,
     id: *mut u64,
-    _graph: *mut usize,
-    _deps: *mut *const usize,
+    graph: *mut usize,
+    deps: *mut *const usize,
     count: *mut usize,
 ) -> u32 {
-    guard("cuStreamGetCaptureInfo_v2", || not_capturing(handle, status, id, count))
+    guard("cuStreamGetCaptureInfo_v2", || {
+        not_capturing(handle, status, id, count)?;
+        // No graph and no dependencies, as the driver answers for a stream not capturing.
+        set_if_given(graph, 0);
+        set_if_given(deps, std::ptr::null());
+        Ok(())
+    })
 }
 
 /// CUDA 12.3's version (the 13.x runtime's `cudaStreamGetCaptureInfo`, which PyTorch asks at
@@ -200,12 +209,18 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     handle: usize,
     status: *mut c_int,
     id: *mut u64,
-    _graph: *mut usize,
-    _deps: *mut *const usize,
-    _edges: *mut *const c_void,
+    graph: *mut usize,
+    deps: *mut *const usize,
+    edges: *mut *const c_void,
     count: *mut usize,
 ) -> u32 {
-    guard("cuStreamGetCaptureInfo_v3", || not_capturing(handle, status, id, count))
+    guard("cuStreamGetCaptureInfo_v3", || {
+        not_capturing(handle, status, id, count)?;
+        set_if_given(graph, 0);
+        set_if_given(deps, std::ptr::null());
+        set_if_given(edges, std::ptr::null());
+        Ok(())
+    })
 }
 
 #[no_mangle]

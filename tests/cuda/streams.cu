@@ -101,9 +101,13 @@ int main(int argc, char** argv) {
     // cuStreamGetCaptureInfo_v3): not capturing, capture id 0.
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive, info = cudaStreamCaptureStatusActive;
     unsigned long long capture_id = 7;
+    cudaGraph_t capture_graph = (cudaGraph_t)&capturing;
+    const cudaGraphNode_t* deps = (const cudaGraphNode_t*)&capturing;
+    size_t dep_count = 7;
     CHECK(cudaStreamIsCapturing(s, &capturing));
-    CHECK(cudaStreamGetCaptureInfo(s, &info, &capture_id));
-    printf("capture status %d %d id %llu\n", (int)capturing, (int)info, capture_id);
+    CHECK(cudaStreamGetCaptureInfo(s, &info, &capture_id, &capture_graph, &deps, nullptr, &dep_count));
+    printf("capture status %d %d id %llu graph %s deps %s %zu\n", (int)capturing, (int)info, capture_id,
+           capture_graph ? "set" : "none", deps ? "set" : "none", dep_count);
     cudaGraph_t graph;
     e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     printf("cudaStreamBeginCapture: %d (%s)\n", (int)e, cudaGetErrorName(e));

@@ -36,11 +36,15 @@ d = {name: t.to(DEV) for name, t in inputs.items()}
 
 check("mm", lambda: d["a"] @ d["b"], lambda: a @ b, F32)
 check("mm transposed", lambda: d["at"].t() @ d["b"], lambda: at.t() @ b, F32)
+check("mm both transposed", lambda: d["at"].t() @ d["weight"].t(), lambda: at.t() @ weight.t(), F32)
+check("mm of slices", lambda: d["a"][8:40, :40] @ d["b"][:40], lambda: a[8:40, :40] @ b[:40], F32)  # lda 48 > 40
 check("mm f64", lambda: d["a64"] @ d["b64"], lambda: a64 @ b64, F64)
 check("addmm", lambda: torch.addmm(d["bias"], d["a"], d["b"]), lambda: torch.addmm(bias, a, b), F32)
 check("addmm scaled", lambda: torch.addmm(d["bias"], d["a"], d["b"], alpha=2.0), lambda: torch.addmm(bias, a, b, alpha=2.0), F32)
 check("linear", lambda: torch.nn.functional.linear(d["a"], d["weight"], d["bias"]), lambda: torch.nn.functional.linear(a, weight, bias), F32)
 check("bmm", lambda: torch.bmm(d["ba"], d["bb"]), lambda: torch.bmm(batch_a, batch_b), F32)
+# One matrix for every batch: a batch stride of 0.
+check("bmm broadcast", lambda: torch.bmm(d["ba"], d["b"].expand(4, 48, 32)), lambda: torch.bmm(batch_a, b.expand(4, 48, 32)), F32)
 check("matmul broadcast", lambda: d["ba"] @ d["b"], lambda: batch_a @ b, F32)
 check("mv", lambda: d["a"] @ d["v"], lambda: a @ v, F32)
 check("dot", lambda: torch.dot(d["v"], d["w"]).reshape(1), lambda: torch.dot(v, w).reshape(1), F32)
@@ -56,6 +60,8 @@ check("fft", lambda: torch.fft.fft(signal.to(torch.complex64).to(DEV)), lambda: 
 check("fft f64", lambda: torch.fft.fft(signal.to(torch.complex128).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex128)), F64)
 check("rfft", lambda: torch.fft.rfft(signal.to(DEV)), lambda: torch.fft.rfft(signal), F32)
 check("rfft2", lambda: torch.fft.rfft2(image.to(DEV)), lambda: torch.fft.rfft2(image), F32)
+complex_image = image.to(torch.complex64)
+check("ifft2 unscaled", lambda: torch.fft.ifft2(complex_image.to(DEV), norm="forward"), lambda: torch.fft.ifft2(complex_image, norm="forward"), F32)
 planes = rand(11, 3, 32, 32).to(torch.complex64)
 check("fft2 batched", lambda: torch.fft.fft2(planes.to(DEV)), lambda: torch.fft.fft2(planes), F32)
 

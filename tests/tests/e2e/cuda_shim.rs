@@ -116,7 +116,7 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
         "streams: 4 threads exact",
         "memset and device-to-device copy exact",
         "event time measured",
-        "capture status 0 0 id 0",
+        "capture status 0 0 id 0 graph none deps none 0",
         "still working after unsupported calls",
     ] {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
@@ -316,9 +316,10 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 /// those are loaded too, and would fail here, since the stand-in runs none of their kernels.
 #[tokio::test(flavor = "multi_thread")]
 async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
-    let products = ["mm", "mm transposed", "mm f64", "addmm", "addmm scaled", "linear", "bmm", "matmul broadcast"];
-    let rest = ["mv", "dot", "mm on a side stream", "fft", "fft f64", "rfft", "rfft2", "fft2 batched"];
-    run_framework_script("torch_math.py", true, &[&products[..], &rest[..]].concat()).await;
+    let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
+    let more = ["linear", "bmm", "bmm broadcast", "matmul broadcast", "mv", "dot", "mm on a side stream"];
+    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
+    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..]].concat()).await;
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
