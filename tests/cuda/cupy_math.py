@@ -12,6 +12,7 @@ from functools import partial
 
 import cupy as cp
 import numpy as np
+from cupy import cublas
 
 import framework_check
 from framework_check import finish
@@ -37,6 +38,34 @@ check("dot transposed", lambda: cp.dot(d["b"].T, d["a"].T), lambda: b.T @ a.T, F
 check("dot f64", lambda: cp.dot(d["a64"], d["b64"]), lambda: a64 @ b64, F64)
 check("matrix-vector", lambda: cp.dot(d["a"], d["v"]), lambda: a @ v, F32)
 check("matmul batched", lambda: cp.matmul(d["ba"], d["bb"]), lambda: batch_a @ batch_b, F32)
+
+# cuBLAS's level 1 and 2 as CuPy calls them (cupy.cublas): results and scalars in device memory.
+w, m = rand(48), rand(32, 48)
+
+
+def gemv():
+    out = cp.zeros(32, np.float32)
+    cublas.gemv("N", 1.0, cp.asarray(m), d["v"], 0.0, out)
+    return out
+
+
+def axpy():
+    out = cp.asarray(w)
+    cublas.axpy(2.0, d["v"], out)
+    return out
+
+
+def ger():
+    out = cp.asarray(np.ones((32, 48), np.float32))  # copied: cp.ones would fill with a kernel of CuPy's
+    cublas.ger(1.0, cp.asarray(w[:32].copy()), d["v"], out)
+    return out
+
+
+check("cublas dot", lambda: cublas.dot(d["v"], cp.asarray(w)), lambda: np.array(v @ w), F32)
+check("cublas nrm2", lambda: cublas.nrm2(d["v"]), lambda: np.array(np.linalg.norm(v)), F32)
+check("cublas axpy", axpy, lambda: 2.0 * v + w, F32)
+check("cublas gemv", gemv, lambda: m @ v, F32)
+check("cublas ger", ger, lambda: np.outer(w[:32], v) + 1, F32)
 
 signal, image = rand(4096).astype(np.complex64), rand(64, 64)
 check("fft", lambda: cp.fft.fft(cp.asarray(signal)), lambda: np.fft.fft(signal), F32)

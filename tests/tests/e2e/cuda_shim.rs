@@ -323,13 +323,14 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
-/// alone: its products (cuBLAS) and FFTs (cuFFT) run on the backend's builtin kernels and match
-/// NumPy's (`tests/cuda/cupy_math.py`).
+/// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory) and FFTs run
+/// on the backend's builtin kernels and match NumPy's (`tests/cuda/cupy_math.py`).
 #[tokio::test(flavor = "multi_thread")]
 async fn cupy_runs_its_products_and_ffts_through_the_shim() {
     let products = ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched"];
+    let vectors = ["cublas dot", "cublas nrm2", "cublas axpy", "cublas gemv", "cublas ger"];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
-    run_framework_script("cupy_math.py", false, &[&products[..], &ffts[..]].concat()).await;
+    run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &ffts[..]].concat()).await;
 }
 
 /// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
