@@ -53,7 +53,7 @@ pub fn source(relative: &str) -> PathBuf {
 /// Builds `tests/cuda/<name>.cu` into `dir` with nvcc's defaults (static runtime), for sm_90
 /// (the stand-in's compute capability); `None` (a skip) without nvcc.
 pub fn build(name: &str, dir: &Path) -> Option<PathBuf> {
-    build_linked(name, dir, &[])
+    build_with::<&str>(name, dir, &[])
 }
 
 /// Builds `tests/cuda/<name>.cu` as [`build`] does, linked against `libcublasLt.so.13`,
@@ -81,11 +81,12 @@ pub fn build_with_math_libraries(name: &str, dir: &Path) -> Option<PathBuf> {
         std::os::unix::fs::symlink(&soname, stub.join(format!("lib{library}.so"))).expect("link");
     }
     let libraries = ["-lcublasLt", "-lcublas", "-lcufft"].map(String::from);
-    build_linked(name, dir, &[vec![format!("-L{}", stub.display())], libraries.to_vec()].concat())
+    build_with(name, dir, &[vec![format!("-L{}", stub.display())], libraries.to_vec()].concat())
 }
 
-/// Builds `tests/cuda/<name>.cu` with `link` added to nvcc's arguments.
-fn build_linked(name: &str, dir: &Path, link: &[String]) -> Option<PathBuf> {
+/// Builds `tests/cuda/<name>.cu` as [`build`] does, with `extra` added to nvcc's arguments
+/// (libraries to link, `--default-stream per-thread`).
+pub fn build_with<S: AsRef<std::ffi::OsStr>>(name: &str, dir: &Path, extra: &[S]) -> Option<PathBuf> {
     let Some(nvcc) = nvcc() else {
         crate::skip("AC_CUDA_SHIM_REQUIRED", "no nvcc (scripts/test fetches it into .cache/nvcc)");
         return None;
@@ -95,7 +96,7 @@ fn build_linked(name: &str, dir: &Path, link: &[String]) -> Option<PathBuf> {
         .args(["-arch=sm_90", "-o"])
         .arg(&exe)
         .arg(source(&format!("tests/cuda/{name}.cu")))
-        .args(link)
+        .args(extra)
         .output()
         .expect("nvcc runs");
     assert!(out.status.success(), "nvcc failed:\n{}", String::from_utf8_lossy(&out.stderr));

@@ -115,16 +115,39 @@ macro_rules! not_supported {
 }
 
 /// Exports `alias` as a second name of `target` (the per-thread-default-stream variants,
-/// which share their base's signature).
+/// which share their base's signature: the shim's streams are the same either way): a function
+/// with no code of its own but a jump to `target`, registers and stack untouched, so that the
+/// arguments reach `target` and its answer the caller. A Rust function, so that the library
+/// exports it as it exports every entry point (an assembler alias was not exported, and a stub
+/// of the same name answered "not supported" in its place).
 #[macro_export]
 macro_rules! per_thread_aliases {
     ($($alias:ident => $target:ident),* $(,)?) => {
         $(
-            core::arch::global_asm!(
-                concat!(".globl ", stringify!($alias)),
-                concat!(".type ", stringify!($alias), ", @function"),
-                concat!(".set ", stringify!($alias), ", ", stringify!($target)),
-            );
+            #[unsafe(naked)]
+            #[no_mangle]
+            pub extern "C" fn $alias() {
+                $crate::jump_to!($target)
+            }
         )*
+    };
+}
+
+/// The tail jump of a [`per_thread_aliases`] function, through the PLT (the target is an
+/// exported, so preemptible, symbol of this library).
+#[cfg(target_arch = "x86_64")]
+#[macro_export]
+macro_rules! jump_to {
+    ($target:ident) => {
+        core::arch::naked_asm!(concat!("jmp ", stringify!($target), "@PLT"))
+    };
+}
+
+/// The tail jump of a [`per_thread_aliases`] function.
+#[cfg(target_arch = "aarch64")]
+#[macro_export]
+macro_rules! jump_to {
+    ($target:ident) => {
+        core::arch::naked_asm!(concat!("b ", stringify!($target)))
     };
 }

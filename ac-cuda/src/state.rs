@@ -63,11 +63,31 @@ pub struct Shim {
     pub memory: Mutex<BTreeMap<(usize, u64), Allocation>>,
 }
 
+/// How long the exit may spend giving the job's accelerators back; past it, the manager's
+/// lease (or the backend's hold) reclaims them, and the program still exits.
+const EXIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 static SHIM: OnceLock<Result<Shim, (u32, String)>> = OnceLock::new();
 static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// Set in a child forked after the session opened (`pthread_atfork`): it has the parent's
+/// sockets but none of its runtime's threads, so the session is not its to use or to close
+/// (NVIDIA's driver refuses a forked child too).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Release);
+}
+
+/// The refusal of every call in a forked child.
+fn forked() -> Error {
+    Error::said(code::NOT_INITIALIZED, "a child forked after CUDA started cannot use its parent's session")
+}
 
 /// Opens the session (once): the job's static accelerators, plus `AC_GET=N` more.
 pub fn init() -> CuResult<&'static Shim> {
+    if FORKED.load(Ordering::Acquire) {
+        return Err(forked());
+    }
     match SHIM.get_or_init(open) {
         Ok(shim) => Ok(shim),
         Err((code, why)) => Err(Error::said(*code, why.clone())),
@@ -79,6 +99,9 @@ pub fn shim() -> CuResult<&'static Shim> {
     if FINALIZED.load(Ordering::Acquire) {
         return Err(Error::Code(code::DEINITIALIZED));
     }
+    if FORKED.load(Ordering::Acquire) {
+        return Err(forked());
+    }
     match SHIM.get() {
         Some(Ok(shim)) => Ok(shim),
         _ => Err(Error::Code(code::NOT_INITIALIZED)),
@@ -86,6 +109,8 @@ pub fn shim() -> CuResult<&'static Shim> {
 }
 
 fn open() -> Result<Shim, (u32, String)> {
+    // SAFETY: registering a plain `extern "C" fn` with the C library, once.
+    unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
     let no_device = |why: String| (code::NO_DEVICE, why);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -183,6 +208,9 @@ fn uuid_of(id: &str) -> [u8; 16] {
 extern "C" fn finalize_at_exit() {
     FINALIZED.store(true, Ordering::Release);
     let Some(Ok(shim)) = SHIM.get() else { return };
+    if FORKED.load(Ordering::Acquire) {
+        return;
+    }
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
     let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
     let finalize = async move {
@@ -207,7 +235,12 @@ extern "C" fn finalize_at_exit() {
     };
     // On a thread of its own: the exiting thread's thread-locals (the runtime's among them)
     // are already destroyed when atexit handlers run.
-    let finished = std::thread::spawn(move || shim.rt.block_on(finalize)).join();
+    let limited = async move {
+        if tokio::time::timeout(EXIT_LIMIT, finalize).await.is_err() {
+            eprintln!("ac-cuda: giving the accelerators back at exit took over {EXIT_LIMIT:?}: left to their leases");
+        }
+    };
+    let finished = std::thread::spawn(move || shim.rt.block_on(limited)).join();
     if finished.is_err() {
         eprintln!("ac-cuda: AC_Finalize at exit failed");
     }

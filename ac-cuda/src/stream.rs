@@ -215,6 +215,10 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
     count: *mut usize,
 ) -> u32 {
     guard("cuStreamGetCaptureInfo_v3", || {
+        // cuda.h: edge data is asked for only with the dependencies it belongs to.
+        if !edges.is_null() && deps.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
         not_capturing(handle, status, id, count)?;
         set_if_given(graph, 0);
         set_if_given(deps, std::ptr::null());
