@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamGetCaptureInfo(s, &info, &capture_id, &capture_graph, &deps, nullptr, &dep_count));
     printf("capture status %d %d id %llu graph %s deps %s %zu\n", (int)capturing, (int)info, capture_id,
            capture_graph ? "set" : "none", deps ? "set" : "none", dep_count);
+    // Edge data belongs to dependencies: asked for alone, it is an invalid value (cuda.h).
+    const cudaGraphEdgeData* edges = nullptr;
+    e = cudaStreamGetCaptureInfo(s, &info, nullptr, nullptr, nullptr, &edges, nullptr);
+    printf("edge data without dependencies: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGraph_t graph;
     e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
     printf("cudaStreamBeginCapture: %d (%s)\n", (int)e, cudaGetErrorName(e));
