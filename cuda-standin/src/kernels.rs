@@ -82,6 +82,7 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         "reduce_sum" => &[8, 8, 8],
         "blas_sgemm" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4],
         "blas_dgemm" => &[4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 8, 8, 4, 8, 4],
+        "blas_gemm_ex" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4, 4],
         "dft_f32" | "dft_f64" => &[4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8],
         ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
@@ -270,6 +271,10 @@ pub trait Memory {
     fn store(&mut self, address: u64, values: &[f32]) -> Option<()>;
     /// Stores 32-bit unsigned integers at `address`.
     fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()>;
+    /// `n` bytes at `address`.
+    fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>>;
+    /// Stores bytes at `address`.
+    fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()>;
 }
 
 pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
@@ -433,6 +438,16 @@ mod tests {
         fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
             let floats: Vec<f32> = values.iter().map(|&v| f32::from_bits(v)).collect();
             self.store(address, &floats)
+        }
+        fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>> {
+            let bytes: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
+            bytes.get(address as usize..address as usize + n).map(<[u8]>::to_vec)
+        }
+        fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()> {
+            let mut all: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
+            all.get_mut(address as usize..address as usize + bytes.len())?.copy_from_slice(bytes);
+            self.0 = all.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
+            Some(())
         }
     }
 

@@ -343,9 +343,11 @@ impl Driver {
             Op::Launch { name, args, shape } => {
                 let mut memory = ContextMemory { driver: self, context };
                 match name.as_str() {
-                    "blas_sgemm" | "blas_dgemm" => blas::gemm(name == "blas_dgemm", &args, shape, &mut memory)?,
                     "dft_f32" | "dft_f64" => dft::dft(name == "dft_f64", &args, shape, &mut memory)?,
-                    _ => kernels::run(&name, &args, shape, &mut memory)?,
+                    _ => match blas::Kernel::named(&name) {
+                        Some(gemm) => blas::gemm(gemm, &args, shape, &mut memory)?,
+                        None => kernels::run(&name, &args, shape, &mut memory)?,
+                    },
                 }
             }
             Op::Record => {}
@@ -391,6 +393,17 @@ impl kernels::Memory for ContextMemory<'_> {
         for (dst, v) in a.bytes[at..at + values.len() * 4].chunks_exact_mut(4).zip(values) {
             dst.copy_from_slice(&v.to_le_bytes());
         }
+        Some(())
+    }
+
+    fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>> {
+        let (a, at) = self.driver.locate(self.context, address, n)?;
+        Some(a.bytes[at..at + n].to_vec())
+    }
+
+    fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()> {
+        let (a, at) = self.driver.locate(self.context, address, bytes.len())?;
+        a.bytes[at..at + bytes.len()].copy_from_slice(bytes);
         Some(())
     }
 }

@@ -1,6 +1,6 @@
 // cuBLAS's gemm family from a plain CUDA program linked against libcublas.so.13: plain,
 // transposed, padded (leading dimensions above the rows), beta 0 over garbage, double
-// precision, strided batches on a stream, cublasGemmEx, two threads with handles of their own,
+// precision, strided batches on a stream, cublasGemmEx (f32 and binary16), cublasHgemm, two threads with handles of their own,
 // and calls cuBLAS refuses. Every result is checked exactly against a reference computed here
 // (small integers: every product and sum is exact in float). Usage: cublas_gemm [--native]
 // (--native: leaves out what only the shim refuses and NVIDIA's cuBLAS would run into a fault:
@@ -98,9 +98,36 @@ int main(int argc, char** argv) {
         reference(false, false, m, n, k, two, a.data(), m, b.data(), k, one, want.data(), m);
         if (same("sgemmex", download(dc, c.size()), want)) printf("sgemmex exact\n");
         else ok = false;
-        cublasStatus_t half = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F_, m, db,
-                                           CUDA_R_16F_, k, &beta, dc, CUDA_R_16F_, m, CUBLAS_COMPUTE_32F, -1);
-        printf("gemmex f16: %d %s\n", (int)half, cublasGetStatusName(half));
+        // binary16: cublasGemmEx computed in f32 (PyTorch's), cublasSgemmEx into an f32 C (CuPy's),
+        // cublasHgemm with binary16 scalars, C accumulated: C = 2 A B + C. Exact: every value
+        // here is an integer below 2048.
+        {
+            auto a16 = halves_of(a), b16 = halves_of(b);
+            std::vector<unsigned short> c16(m * n, half_of(3.0f));
+            unsigned short *ha = upload(a16), *hb = upload(b16), *hc = upload(c16);
+            CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, ha, CUDA_R_16F_, m, hb, CUDA_R_16F_, k,
+                                &beta, hc, CUDA_R_16F_, m, CUBLAS_COMPUTE_32F, -1));
+            std::vector<float> want16(m * n, 3.0f);
+            reference(false, false, m, n, k, alpha, a.data(), m, b.data(), k, beta, want16.data(), m);
+            bool half_ok = same("gemmex f16", floats_of(download(hc, c16.size())), want16);
+            CUBLAS(cublasSgemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &two, ha, CUDA_R_16F_, m, hb, CUDA_R_16F_, k, &one,
+                                 dc, CUDA_R_32F_, m));
+            reference(false, false, m, n, k, two, a.data(), m, b.data(), k, one, want.data(), m);
+            half_ok &= same("sgemmex f16 into f32", download(dc, c.size()), want);
+            unsigned short alpha16 = half_of(2.0f), beta16 = half_of(1.0f);
+            CUBLAS(cublasHgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha16, ha, m, hb, k, &beta16, hc, m));
+            reference(false, false, m, n, k, two, a.data(), m, b.data(), k, one, want16.data(), m);
+            half_ok &= same("hgemm", floats_of(download(hc, c16.size())), want16);
+            if (half_ok) printf("gemmex, sgemmex and hgemm on f16 exact\n");
+            else ok = false;
+            CHECK(cudaFree(ha));
+            CHECK(cudaFree(hb));
+            CHECK(cudaFree(hc));
+        }
+        // Integer matrices (CUDA_R_8I) are not served.
+        cublasStatus_t int8 = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, 3, m, db, 3, k, &beta, dc,
+                                           CUDA_R_32F_, m, CUBLAS_COMPUTE_32F, -1);
+        printf("gemmex i8: %d %s\n", (int)int8, cublasGetStatusName(int8));
         // What cuBLAS refuses: a leading dimension below the rows; and (the shim's own check) a
         // matrix that is not this program's device memory, or runs past its allocation.
         cublasStatus_t lda = cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da, m - 1, db, k, &beta, dc, m);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -52,3 +53,35 @@ static bool same(const char* what, const std::vector<T>& got, const std::vector<
         }
     return true;
 }
+
+// The binary16 bits of a float that binary16 holds exactly (zero, or a normal value of 11
+// significant bits: the small integers here), and a binary16's value.
+static unsigned short half_of(float v) {
+    unsigned x;
+    memcpy(&x, &v, 4);
+    unsigned sign = (x >> 16) & 0x8000u;
+    if ((x & 0x7fffffffu) == 0) return (unsigned short)sign;
+    unsigned exponent = ((x >> 23) & 0xffu) - 127 + 15;
+    return (unsigned short)(sign | exponent << 10 | ((x >> 13) & 0x3ffu));
+}
+
+static float float_of_half(unsigned short h) {
+    unsigned sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+    unsigned x = exponent == 0 ? sign : sign | (exponent - 15 + 127) << 23 | mantissa << 13;
+    float v;
+    memcpy(&v, &x, 4);
+    return v;
+}
+
+static std::vector<unsigned short> halves_of(const std::vector<float>& v) {
+    std::vector<unsigned short> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i] = half_of(v[i]);
+    return out;
+}
+
+static std::vector<float> floats_of(const std::vector<unsigned short>& h) {
+    std::vector<float> out(h.size());
+    for (size_t i = 0; i < h.size(); i++) out[i] = float_of_half(h[i]);
+    return out;
+}
+

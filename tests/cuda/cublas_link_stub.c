@@ -16,6 +16,7 @@ void cublasGetVector(void) {}
 void cublasSetMatrix(void) {}
 void cublasGetMatrix(void) {}
 void cublasSgemmEx(void) {}
+void cublasHgemm(void) {}
 void cublasSetPointerMode_v2(void) {}
 void cublasSasum_v2(void) {}
 void cublasSdot_v2(void) {}

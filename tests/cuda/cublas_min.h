@@ -65,6 +65,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                              int k, const float* alpha, const void* A, int Atype, int lda, const void* B, int Btype,
                              int ldb, const float* beta, void* C, int Ctype, int ldc);
+// binary16 matrices and scalars as their bits (`__half` is a struct of one `unsigned short`).
+cublasStatus_t cublasHgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, const unsigned short* alpha, const unsigned short* A, int lda,
+                           const unsigned short* B, int ldb, const unsigned short* beta, unsigned short* C, int ldc);
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, const void* alpha, const void* A, int Atype, int lda, const void* B, int Btype,
                             int ldb, const void* beta, void* C, int Ctype, int ldc, cublasComputeType_t computeType,

@@ -38,6 +38,11 @@ check("dot transposed", lambda: cp.dot(d["b"].T, d["a"].T), lambda: b.T @ a.T, F
 check("dot f64", lambda: cp.dot(d["a64"], d["b64"]), lambda: a64 @ b64, F64)
 check("matrix-vector", lambda: cp.dot(d["a"], d["v"]), lambda: a @ v, F32)
 check("matmul batched", lambda: cp.matmul(d["ba"], d["bb"]), lambda: batch_a @ batch_b, F32)
+# A binary16 product (cuBLAS's gemm on binary16 matrices, computed in f32 and rounded once)
+# against NumPy's f32 product of the same binary16 inputs. (CuPy's batched binary16 matmul
+# compiles a kernel of its own first: left to a GPU.)
+a16, b16 = a.astype(np.float16), b.astype(np.float16)
+check("dot f16", lambda: cp.dot(cp.asarray(a16), cp.asarray(b16)), lambda: a16.astype(np.float32) @ b16.astype(np.float32), 1e-3)
 
 # cuBLAS's level 1 and 2 as CuPy calls them (cupy.cublas): results and scalars in device memory.
 w, m = rand(48), rand(32, 48)

@@ -49,6 +49,23 @@ check("matmul broadcast", lambda: d["ba"] @ d["b"], lambda: batch_a @ b, F32)
 check("mv", lambda: d["a"] @ d["v"], lambda: a @ v, F32)
 check("dot", lambda: torch.dot(d["v"], d["w"]).reshape(1), lambda: torch.dot(v, w).reshape(1), F32)
 
+# Half precision (cublasGemmEx, cublasGemmStridedBatchedEx and cuBLASLt on binary16 and bfloat16
+# matrices, computed in f32 and rounded once): against the CPU's f32 product of the same
+# half-precision inputs, within about one rounding of the result (binary16 keeps 11 bits,
+# bfloat16 8).
+F16, BF16 = 1e-3, 8e-3
+for dtype, bound, tag in [(torch.float16, F16, "f16"), (torch.bfloat16, BF16, "bf16")]:
+    h = {name: t.to(dtype) for name, t in inputs.items() if name in ("a", "b", "bias", "at", "ba", "bb", "weight")}
+    dh = {name: t.to(DEV) for name, t in h.items()}
+    f = {name: t.float() for name, t in h.items()}
+    check(f"mm {tag}", lambda: dh["a"] @ dh["b"], lambda: f["a"] @ f["b"], bound)
+    check(f"mm transposed {tag}", lambda: dh["at"].t() @ dh["b"], lambda: f["at"].t() @ f["b"], bound)
+    check(f"bmm {tag}", lambda: torch.bmm(dh["ba"], dh["bb"]), lambda: torch.bmm(f["ba"], f["bb"]), bound)
+    check(f"linear {tag}", lambda: torch.nn.functional.linear(dh["a"], dh["weight"], dh["bias"]), lambda: torch.nn.functional.linear(f["a"], f["weight"], f["bias"]), bound)
+    check(f"addmm {tag}", lambda: torch.addmm(dh["bias"], dh["a"], dh["b"], alpha=2.0), lambda: torch.addmm(f["bias"], f["a"], f["b"], alpha=2.0), bound)
+    # f32 results of half-precision inputs: nothing rounded but the f32 sums.
+    check(f"mm {tag} to f32", lambda: torch.mm(dh["a"], dh["b"], out_dtype=torch.float32), lambda: f["a"] @ f["b"], F32)
+
 side = torch.cuda.Stream()
 with torch.cuda.stream(side):
     on_side = d["a"] @ d["b"]

@@ -12,6 +12,7 @@
 //! | `sgemm` | `(u32 m, u32 n, u32 k, f32 alpha, const f32* A, const f32* B, f32 beta, f32* C)` | `C = alpha A B + beta C`, `A` m×k, `B` k×n, `C` m×n |
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
 //! | `blas_sgemm`, `blas_dgemm` | BLAS's column-major gemm, transposes, leading dimensions and strided batches, on `f32` or `f64` ([`super::gemm`]) | `C_b = alpha op(A_b) op(B_b) + beta C_b` |
+//! | `blas_gemm_ex` | `blas_sgemm`'s, and `u32 types`: each matrix `f32`, `f16` or `bf16`, computed in `f32` ([`super::gemm`]) | the same |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
@@ -32,6 +33,7 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("reduce_sum", &[Ptr, Ptr, U64]),
     ("blas_sgemm", &gemm::SGEMM),
     ("blas_dgemm", &gemm::DGEMM),
+    ("blas_gemm_ex", &gemm::GEMM_EX),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -42,7 +44,7 @@ pub fn lookup(name: &str) -> Option<(usize, &'static [ParamKind])> {
 }
 
 /// Checks, before a launch, that every pointer argument of builtin `name` has room for what the
-/// kernel touches and is 4-byte aligned. Devices that cannot check accesses while a kernel runs
+/// kernel touches and is aligned to its elements. Devices that cannot check accesses while a kernel runs
 /// (CUDA) call this, so that a builtin never reads or writes outside the session's buffers.
 pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
     let scalar = |i: usize| size_arg(name, args, i);
@@ -62,10 +64,15 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             vec![(4, m.saturating_mul(k), 4), (5, k.saturating_mul(n), 4), (7, m.saturating_mul(n), 4)]
         }
         "reduce_sum" => vec![(0, scalar(2)?, 4), (1, 1, 4)],
-        "blas_sgemm" | "blas_dgemm" => {
-            let width = if name == "blas_sgemm" { 4 } else { 8 };
+        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" => {
+            let widths = gemm::widths(name, args)?;
             let touched = gemm::shape(name, args)?.footprints();
-            gemm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, width)).collect()
+            gemm::MATRICES
+                .into_iter()
+                .zip(touched)
+                .zip(widths)
+                .map(|((i, elements), width)| (i, elements, width))
+                .collect()
         }
         "dft_f32" | "dft_f64" => {
             let scalar = if name == "dft_f32" { 4 } else { 8 };
@@ -117,7 +124,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .into_iter()
                 .fold(0u64, u64::saturating_add)
         }
-        "blas_sgemm" | "blas_dgemm" => gemm::shape(name, args)?.work(),
+        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" => gemm::shape(name, args)?.work(),
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

@@ -1,6 +1,6 @@
-//! BLAS's gemm as the builtin kernels `blas_sgemm` and `blas_dgemm` compute it, column-major as
-//! cuBLAS is: the CUDA shim's `cublasSgemm`, `cublasDgemm` and their strided-batched forms
-//! launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
+//! BLAS's gemm as the builtin kernels `blas_sgemm`, `blas_dgemm` and `blas_gemm_ex` compute it,
+//! column-major as cuBLAS is: the CUDA shim's `cublasSgemm`, `cublasDgemm`, `cublasGemmEx`,
+//! their strided-batched forms and cuBLASLt's matmul launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
 //! checked before a launch on a device that cannot check accesses while it runs, is
 //! `ac_proto`'s [`Gemm`], shared with the shim), and the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
 //!
@@ -8,11 +8,13 @@
 //! u64 stride_a, const T* B, u32 ldb, u64 stride_b, T beta, T* C, u32 ldc, u64 stride_c,
 //! u32 batch)`: `C_b = alpha op(A_b) op(B_b) + beta C_b` for each `b < batch`, `op(X)` is `X`
 //! or its transpose (`trans != 0`), `X_b = X + b * stride_x` elements, element `(i, j)` of `X`
-//! at `X[i + j * ldx]`; `C` is not read when `beta` is 0.
+//! at `X[i + j * ldx]`; `C` is not read when `beta` is 0. `blas_gemm_ex` takes `f32` scalars
+//! and one more parameter, `u32 types`, the three matrices' element types (`f32`, `f16` or
+//! `bf16`, [`GemmElement`]), and computes in `f32`.
 
 use std::ops::{Add, Mul};
 
-pub use ac_proto::backend::builtin::Gemm;
+pub use ac_proto::backend::builtin::{Gemm, GemmElement};
 use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
@@ -27,6 +29,14 @@ pub const fn params(scalar: ParamKind) -> [ParamKind; 17] {
 pub const SGEMM: [ParamKind; 17] = params(F32);
 /// `blas_dgemm`'s parameters.
 pub const DGEMM: [ParamKind; 17] = params(F64);
+/// `blas_gemm_ex`'s parameters: `blas_sgemm`'s, the matrices of the types its last codes
+/// ([`GemmElement::decode`]).
+pub const GEMM_EX: [ParamKind; 18] = {
+    let s = SGEMM;
+    [s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16], U32]
+};
+/// `blas_gemm_ex`'s `types` argument.
+pub const TYPES: usize = 17;
 
 /// Argument indices: the scalars, and the three matrices' pointers.
 pub const ALPHA: usize = 5;
@@ -34,6 +44,24 @@ pub const ALPHA: usize = 5;
 pub const BETA: usize = 12;
 /// The pointers to `A`, `B` and `C`.
 pub const MATRICES: [usize; 3] = [6, 9, 13];
+
+/// The element types of `blas_gemm_ex` launch `args`, or why they are refused.
+pub fn element_types(name: &str, args: &[DeviceArg]) -> DeviceResult<[GemmElement; 3]> {
+    let types = size_arg(name, args, TYPES)?;
+    GemmElement::decode(types).ok_or_else(|| {
+        WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: matrix types {types:#x} (0 f32, 1 f16, 2 bf16)"))
+    })
+}
+
+/// The element types of the matrices of builtin gemm `name` (`blas_sgemm`, `blas_dgemm`,
+/// `blas_gemm_ex`) launched with `args`: their widths in bytes.
+pub fn widths(name: &str, args: &[DeviceArg]) -> DeviceResult<[u64; 3]> {
+    Ok(match name {
+        "blas_sgemm" => [4; 3],
+        "blas_dgemm" => [8; 3],
+        _ => element_types(name, args)?.map(GemmElement::bytes),
+    })
+}
 
 /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it and where
 /// batches' results would overlap ([`Gemm::refusal`]).

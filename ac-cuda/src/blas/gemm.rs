@@ -1,12 +1,12 @@
-//! The gemm family: `cublasSgemm`, `cublasDgemm`, their strided-batched forms, and
-//! `cublasGemmEx` on `f32`/`f64` matrices, each a launch of the backend's builtin
-//! `blas_sgemm` or `blas_dgemm` on the handle's stream; and [`launch`], which the level-1 and
-//! level-2 functions ([`super::vectors`]) use too.
+//! The gemm family: `cublasSgemm`, `cublasDgemm` and their strided-batched forms, each a
+//! launch of the backend's builtin `blas_sgemm` or `blas_dgemm` on the handle's stream; and
+//! [`launch`], which the level-1 and level-2 functions ([`super::vectors`]), the `Ex` forms on
+//! any mix of types ([`super::gemm_ex`], launching `blas_gemm_ex`) and cuBLASLt use too.
 
 use std::ffi::{c_int, c_longlong, c_void};
 
 use ac_frontend::{KernelArg, LaunchDims};
-use ac_proto::backend::builtin::Gemm;
+use ac_proto::backend::builtin::{f16_to_f32, f32_to_f16, Gemm, GemmElement};
 
 use super::{guard, handle, Target};
 use crate::builtins::{builtins, Builtins};
@@ -19,11 +19,14 @@ use crate::stream::stream_of;
 const BLOCK: u32 = 256;
 const MAX_BLOCKS: u64 = 1 << 16;
 
-/// The element type of a gemm.
+/// The type a gemm computes in and takes its scalars in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Precision {
     Single,
     Double,
+    /// Scalars in binary16 (`cublasHgemm`, `CUBLAS_COMPUTE_16F`), computed in `f32`: every
+    /// product and sum rounded less often than cuBLAS's half-precision compute would.
+    Half,
 }
 
 impl Precision {
@@ -32,14 +35,15 @@ impl Precision {
         match self {
             Precision::Single => 4,
             Precision::Double => 8,
+            Precision::Half => 2,
         }
     }
 
     /// A scalar of this type as a kernel argument.
     fn arg(self, value: f64) -> KernelArg {
         match self {
-            // Exact: every value came from an f32 of the program's.
-            Precision::Single => KernelArg::F32(value as f32),
+            // Exact: every value came from an f32 (or a half) of the program's.
+            Precision::Single | Precision::Half => KernelArg::F32(value as f32),
             Precision::Double => KernelArg::F64(value),
         }
     }
@@ -49,6 +53,7 @@ impl Precision {
         match self {
             Precision::Single => f64::from(f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))),
             Precision::Double => f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+            Precision::Half => f64::from(f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]))),
         }
     }
 
@@ -57,9 +62,30 @@ impl Precision {
         match self {
             Precision::Single => (value as f32).to_le_bytes().to_vec(),
             Precision::Double => value.to_le_bytes().to_vec(),
+            Precision::Half => f32_to_f16(value as f32).to_le_bytes().to_vec(),
         }
     }
 }
+
+/// What a gemm computes in, and its matrices' types where they are not all of that type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Types {
+    /// The scalars' type (and the compute type, but that binary16 is computed in `f32`).
+    pub precision: Precision,
+    /// `None` when all three matrices are of `precision` (`blas_sgemm`, `blas_dgemm`); else
+    /// A's, B's and C's (`blas_gemm_ex`).
+    pub elements: Option<[GemmElement; 3]>,
+}
+
+impl Types {
+    /// All three matrices of the compute type.
+    pub const fn uniform(precision: Precision) -> Self {
+        Types { precision, elements: None }
+    }
+}
+
+/// The types of `cublasHgemm`: binary16 matrices and scalars.
+pub(super) const HALF: Types = Types { precision: Precision::Half, elements: Some([GemmElement::F16; 3]) };
 
 /// `alpha` or `beta`: where the program keeps it, or a value of the shim's own.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +113,9 @@ pub(super) enum Operand {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct GemmCall {
     pub precision: Precision,
+    /// The matrices' element types where they are not all of `precision` (`blas_gemm_ex`,
+    /// computed in `f32`).
+    pub types: Option<[GemmElement; 3]>,
     pub trans: [c_int; 2],
     pub m: c_int,
     pub n: c_int,
@@ -167,7 +196,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     };
     let shim = state::shim()?;
     let device = builtins(target.device)?;
-    let bytes = call.precision.bytes() as u64;
+    let widths = call.types.map_or([call.precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
         if elements == 0 {
@@ -176,7 +205,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
         pointers[x] = Some(match call.matrices[x] {
             Operand::Memory(address) => {
                 let len = elements
-                    .checked_mul(bytes)
+                    .checked_mul(widths[x])
                     .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
                 let (alloc, offset) = shim.find(target.device, address, len)?;
                 alloc.buffer.at(offset as usize)
@@ -192,7 +221,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     send(target, &device, &call, [a, b, c], [alpha, beta])
 }
 
-/// Sends the launch of `blas_sgemm` or `blas_dgemm` on the target's stream.
+/// Sends the launch of `blas_sgemm`, `blas_dgemm` or `blas_gemm_ex` on the target's stream.
 fn send(
     target: Target,
     device: &Builtins,
@@ -202,7 +231,7 @@ fn send(
 ) -> CuResult<()> {
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
-    let args = [
+    let mut args = vec![
         u(call.trans[0].min(1)),
         u(call.trans[1].min(1)),
         u(call.m),
@@ -224,22 +253,31 @@ fn send(
     let elements = call.m as u64 * call.n as u64 * call.batch as u64;
     let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
     let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
-    let function = device.function(match call.precision {
-        Precision::Single => "blas_sgemm",
-        Precision::Double => "blas_dgemm",
-    })?;
+    let name = match (call.types, call.precision) {
+        (Some(types), Precision::Single | Precision::Half) => {
+            args.push(KernelArg::U32(GemmElement::encode(types)));
+            "blas_gemm_ex"
+        }
+        (None, Precision::Single) => "blas_sgemm",
+        (None, Precision::Double) => "blas_dgemm",
+        (types, precision) => {
+            let why = format!("matrices of types {types:?} computed in {precision:?}");
+            return Err(Error::said(code::NOT_SUPPORTED, why));
+        }
+    };
+    let function = device.function(name)?;
     let stream = stream_of(target.stream, target.device)?;
     Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
 }
 
 /// A gemm entry point's body: the call on handle `h`.
-unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
+pub(super) unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
     launch(handle(h)?.target(), call)
 }
 
 /// Defines `cublas<S|D>gemm_v2` for element type `$t`.
 macro_rules! typed_gemm {
-    ($name:ident, $t:ty, $precision:expr, $call:literal) => {
+    ($name:ident, $t:ty, $types:expr, $call:literal) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -259,7 +297,7 @@ macro_rules! typed_gemm {
             ldc: c_int,
         ) -> u32 {
             let call =
-                plain($precision, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+                plain($types, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
             guard($call, || gemm(h, call))
         }
     };
@@ -267,7 +305,7 @@ macro_rules! typed_gemm {
 
 /// Defines `cublas<S|D>gemmStridedBatched` for element type `$t`.
 macro_rules! typed_gemm_strided_batched {
-    ($name:ident, $t:ty, $precision:expr, $call:literal) => {
+    ($name:ident, $t:ty, $types:expr, $call:literal) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -291,17 +329,22 @@ macro_rules! typed_gemm_strided_batched {
             batch: c_int,
         ) -> u32 {
             let mut call =
-                plain($precision, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+                plain($types, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
             (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
             guard($call, || gemm(h, call))
         }
     };
 }
 
-typed_gemm!(cublasSgemm_v2, f32, Precision::Single, "cublasSgemm");
-typed_gemm!(cublasDgemm_v2, f64, Precision::Double, "cublasDgemm");
-typed_gemm_strided_batched!(cublasSgemmStridedBatched, f32, Precision::Single, "cublasSgemmStridedBatched");
-typed_gemm_strided_batched!(cublasDgemmStridedBatched, f64, Precision::Double, "cublasDgemmStridedBatched");
+const SINGLE: Types = Types::uniform(Precision::Single);
+const DOUBLE: Types = Types::uniform(Precision::Double);
+typed_gemm!(cublasSgemm_v2, f32, SINGLE, "cublasSgemm");
+typed_gemm!(cublasDgemm_v2, f64, DOUBLE, "cublasDgemm");
+// binary16 scalars and matrices, as their bits (`__half`).
+typed_gemm!(cublasHgemm, u16, HALF, "cublasHgemm");
+typed_gemm_strided_batched!(cublasSgemmStridedBatched, f32, SINGLE, "cublasSgemmStridedBatched");
+typed_gemm_strided_batched!(cublasDgemmStridedBatched, f64, DOUBLE, "cublasDgemmStridedBatched");
+typed_gemm_strided_batched!(cublasHgemmStridedBatched, u16, HALF, "cublasHgemmStridedBatched");
 
 /// A gemm call of one product, its scalars and matrices given.
 pub(super) fn product(
@@ -313,12 +356,13 @@ pub(super) fn product(
     ld: [c_int; 3],
     beta: Scalar,
 ) -> GemmCall {
-    GemmCall { precision, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
+    GemmCall { precision, types: None, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
 }
 
-/// A cuBLAS entry point's one-product call: the program's scalar pointers and matrices.
-fn plain(
-    precision: Precision,
+/// A cuBLAS entry point's one-product call of the given types: the program's scalar pointers
+/// and matrices.
+pub(super) fn plain(
+    types: Types,
     trans: [c_int; 2],
     mnk: [c_int; 3],
     alpha: *const c_void,
@@ -326,134 +370,9 @@ fn plain(
     ld: [c_int; 3],
     beta: *const c_void,
 ) -> GemmCall {
-    product(precision, trans, mnk, Scalar::At(alpha), matrices.map(Operand::Memory), ld, Scalar::At(beta))
-}
-
-/// `cudaDataType` `CUDA_R_32F` and `CUDA_R_64F`.
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-/// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
-/// `_FAST_16BF`, `_FAST_TF32`, `_EMULATED_16BFX9`: these allow less precision, not more) and in `f64`
-/// (`COMPUTE_64F`, `_PEDANTIC`); before CUDA 11 the compute type was a `cudaDataType`.
-const COMPUTE_32F: [c_int; 7] = [68, 69, 74, 75, 77, 78, CUDA_R_32F];
-const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
-
-/// The precision of a `cublasGemmEx`-family call: all three matrices `f32` (computed in
-/// `f32`) or all `f64`. Half and bfloat16 matrices are not served.
-pub(super) fn ex_precision(types: [c_int; 3], compute: c_int) -> CuResult<Precision> {
-    match types {
-        [CUDA_R_32F, CUDA_R_32F, CUDA_R_32F] if COMPUTE_32F.contains(&compute) => Ok(Precision::Single),
-        [CUDA_R_64F, CUDA_R_64F, CUDA_R_64F] if COMPUTE_64F.contains(&compute) => Ok(Precision::Double),
-        _ => Err(Error::said(
-            code::NOT_SUPPORTED,
-            format!("matrices of cudaDataType {types:?} computed as {compute}: only f32 and f64 are served"),
-        )),
-    }
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasGemmEx(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const c_void,
-    a: u64,
-    a_type: c_int,
-    lda: c_int,
-    b: u64,
-    b_type: c_int,
-    ldb: c_int,
-    beta: *const c_void,
-    c: u64,
-    c_type: c_int,
-    ldc: c_int,
-    compute: c_int,
-    _algo: c_int,
-) -> u32 {
-    guard("cublasGemmEx", || {
-        let precision = ex_precision([a_type, b_type, c_type], compute)?;
-        gemm(h, plain(precision, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta))
-    })
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasSgemmEx(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: u64,
-    a_type: c_int,
-    lda: c_int,
-    b: u64,
-    b_type: c_int,
-    ldb: c_int,
-    beta: *const f32,
-    c: u64,
-    c_type: c_int,
-    ldc: c_int,
-) -> u32 {
-    // Computed in f32 whatever the matrices' types; only f32 matrices are served.
-    guard("cublasSgemmEx", || {
-        if [a_type, b_type, c_type] != [CUDA_R_32F; 3] {
-            let why =
-                format!("cublasSgemmEx on matrices of cudaDataType {:?}: only f32 is served", [a_type, b_type, c_type]);
-            return Err(Error::said(code::NOT_SUPPORTED, why));
-        }
-        let call = plain(
-            Precision::Single,
-            [transa, transb],
-            [m, n, k],
-            alpha.cast(),
-            [a, b, c],
-            [lda, ldb, ldc],
-            beta.cast(),
-        );
-        gemm(h, call)
-    })
-}
-
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const c_void,
-    a: u64,
-    a_type: c_int,
-    lda: c_int,
-    stride_a: c_longlong,
-    b: u64,
-    b_type: c_int,
-    ldb: c_int,
-    stride_b: c_longlong,
-    beta: *const c_void,
-    c: u64,
-    c_type: c_int,
-    ldc: c_int,
-    stride_c: c_longlong,
-    batch: c_int,
-    compute: c_int,
-    _algo: c_int,
-) -> u32 {
-    guard("cublasGemmStridedBatchedEx", || {
-        let precision = ex_precision([a_type, b_type, c_type], compute)?;
-        let mut call = plain(precision, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta);
-        (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
-        gemm(h, call)
-    })
+    let call =
+        product(types.precision, trans, mnk, Scalar::At(alpha), matrices.map(Operand::Memory), ld, Scalar::At(beta));
+    GemmCall { types: types.elements, ..call }
 }
 
 #[cfg(test)]
@@ -461,7 +380,7 @@ mod tests {
     use super::*;
 
     fn call(trans: [c_int; 2], mnk: [c_int; 3], ld: [c_int; 3]) -> GemmCall {
-        plain(Precision::Single, trans, mnk, std::ptr::null(), [0; 3], ld, std::ptr::null())
+        plain(SINGLE, trans, mnk, std::ptr::null(), [0; 3], ld, std::ptr::null())
     }
 
     #[test]
@@ -472,15 +391,5 @@ mod tests {
         assert_eq!(check(&call([3, 0], [4, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
         assert_eq!(check(&call([0, 0], [-1, 3, 2], [4, 2, 4])).unwrap_err().code(), code::INVALID_VALUE);
         assert_eq!(check(&call([0, 0], [4, 3, 2], [4, -2, 4])).unwrap_err().code(), code::INVALID_VALUE);
-    }
-
-    #[test]
-    fn only_f32_and_f64_matrices_are_served() {
-        assert_eq!(ex_precision([0, 0, 0], 68).unwrap(), Precision::Single);
-        assert_eq!(ex_precision([0, 0, 0], 77).unwrap(), Precision::Single);
-        assert_eq!(ex_precision([1, 1, 1], 70).unwrap(), Precision::Double);
-        // CUDA_R_16F matrices, and f32 matrices asked to compute in f64.
-        assert_eq!(ex_precision([2, 2, 2], 68).unwrap_err().code(), code::NOT_SUPPORTED);
-        assert_eq!(ex_precision([0, 0, 0], 70).unwrap_err().code(), code::NOT_SUPPORTED);
     }
 }

@@ -95,6 +95,139 @@ impl Gemm {
     }
 }
 
+/// The element type of one matrix of a `blas_gemm_ex` launch, as its `types` argument codes it
+/// (four bits a matrix: A in bits 0-3, B in 4-7, C in 8-11); the product is computed in `f32`
+/// whatever they are, as cuBLAS computes `CUBLAS_COMPUTE_32F` on half-precision matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmElement {
+    /// IEEE binary32.
+    F32 = 0,
+    /// IEEE binary16 (`__half`).
+    F16 = 1,
+    /// bfloat16 (`__nv_bfloat16`): the upper half of a binary32.
+    Bf16 = 2,
+}
+
+impl GemmElement {
+    /// The type numbered `code`.
+    pub fn from_code(code: u64) -> Option<Self> {
+        Some(match code {
+            0 => GemmElement::F32,
+            1 => GemmElement::F16,
+            2 => GemmElement::Bf16,
+            _ => return None,
+        })
+    }
+
+    /// The three matrices' types of a launch's `types` argument; `None` if a code is unknown
+    /// or bits past C's are set.
+    pub fn decode(types: u64) -> Option<[Self; 3]> {
+        if types >> 12 != 0 {
+            return None;
+        }
+        Some([Self::from_code(types & 15)?, Self::from_code(types >> 4 & 15)?, Self::from_code(types >> 8 & 15)?])
+    }
+
+    /// The `types` argument for matrices of these types.
+    pub fn encode(types: [Self; 3]) -> u32 {
+        types[0] as u32 | (types[1] as u32) << 4 | (types[2] as u32) << 8
+    }
+
+    /// Bytes of one element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            GemmElement::F32 => 4,
+            GemmElement::F16 | GemmElement::Bf16 => 2,
+        }
+    }
+
+    /// One element, from its little-endian bytes, as an `f32` (exact).
+    pub fn load(self, bytes: &[u8]) -> f32 {
+        match self {
+            GemmElement::F32 => f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
+            GemmElement::F16 => f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])),
+            GemmElement::Bf16 => f32::from_bits(u32::from(u16::from_le_bytes([bytes[0], bytes[1]])) << 16),
+        }
+    }
+
+    /// `value` rounded to this type (to nearest, ties to even), as little-endian bytes into
+    /// `out`.
+    pub fn store(self, value: f32, out: &mut [u8]) {
+        match self {
+            GemmElement::F32 => out[..4].copy_from_slice(&value.to_le_bytes()),
+            GemmElement::F16 => out[..2].copy_from_slice(&f32_to_f16(value).to_le_bytes()),
+            GemmElement::Bf16 => out[..2].copy_from_slice(&f32_to_bf16(value).to_le_bytes()),
+        }
+    }
+}
+
+/// A binary16's value (every one is exact in binary32).
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exponent = u32::from(h >> 10 & 0x1f);
+    let mantissa = u32::from(h & 0x3ff);
+    let bits = match (exponent, mantissa) {
+        (0, 0) => sign,
+        // Subnormal: mantissa * 2^-24, exact in binary32.
+        (0, m) => {
+            let magnitude = m as f32 * f32::powi(2.0, -24);
+            return if sign != 0 { -magnitude } else { magnitude };
+        }
+        (0x1f, 0) => sign | 0x7f80_0000,
+        // NaN: the payload kept in the top of the mantissa, quiet.
+        (0x1f, m) => sign | 0x7fc0_0000 | m << 13,
+        (e, m) => sign | (e + 112) << 23 | m << 13,
+    };
+    f32::from_bits(bits)
+}
+
+/// `value` rounded to the nearest binary16, ties to even (as `cvt.rn.f16.f32`): beyond the
+/// largest finite (65504) to infinity, NaN to a quiet NaN.
+pub fn f32_to_f16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let sign = (bits >> 16 & 0x8000) as u16;
+    let magnitude = bits & 0x7fff_ffff;
+    if magnitude > 0x7f80_0000 {
+        return sign | 0x7e00 | (magnitude >> 13 & 0x1ff) as u16;
+    }
+    if magnitude >= 0x4780_0000 {
+        // 65520 and above round to infinity (65504 + half an ulp, ties to even go up).
+        return sign | 0x7c00;
+    }
+    if magnitude < 0x3880_0000 {
+        // Below 2^-14: a subnormal (or zero), mantissa = round(|value| * 2^24).
+        let scaled = f32::from_bits(magnitude) * f32::powi(2.0, 24);
+        return sign | round_half_even(scaled) as u16;
+    }
+    // Normal: drop 13 mantissa bits, rounding to nearest even; a carry moves into the exponent.
+    let rebased = magnitude - (112 << 23);
+    let kept = rebased >> 13;
+    let dropped = rebased & 0x1fff;
+    let up = dropped > 0x1000 || (dropped == 0x1000 && kept & 1 == 1);
+    sign | (kept + u32::from(up)) as u16
+}
+
+/// `x` (non-negative, below 2^23) rounded to the nearest integer, ties to even.
+fn round_half_even(x: f32) -> u32 {
+    let floor = x.floor();
+    let rest = x - floor;
+    let floor = floor as u32;
+    if rest > 0.5 || (rest == 0.5 && floor & 1 == 1) {
+        floor + 1
+    } else {
+        floor
+    }
+}
+
+/// `value` rounded to the nearest bfloat16, ties to even; NaN to a quiet NaN.
+pub fn f32_to_bf16(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if bits & 0x7fff_ffff > 0x7f80_0000 {
+        return (bits >> 16) as u16 | 0x40;
+    }
+    ((bits + 0x7fff + (bits >> 16 & 1)) >> 16) as u16
+}
+
 /// What a `dft_f32`/`dft_f64` launch computes along each line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DftKind {
@@ -291,5 +424,69 @@ mod tests {
         assert_eq!(two.work(), 10 * 4 * 4);
         assert_eq!(DftKind::from_code(2), Some(DftKind::ComplexToReal));
         assert_eq!(DftKind::from_code(4), None);
+    }
+
+    #[test]
+    fn binary16_rounds_to_nearest_even_and_saturates_to_infinity() {
+        for (value, bits) in [(1.0f32, 0x3c00u16), (-2.0, 0xc000), (65504.0, 0x7bff), (0.5, 0x3800)] {
+            assert_eq!(f32_to_f16(value), bits, "{value}");
+            assert_eq!(f16_to_f32(bits), value, "{bits:#x}");
+        }
+        let p = |e: i32| f32::powi(2.0, e);
+        // Ties between two halves go to the even one; past them, to the nearer.
+        assert_eq!(f32_to_f16(1.0 + p(-11)), 0x3c00);
+        assert_eq!(f32_to_f16(1.0 + 3.0 * p(-11)), 0x3c02);
+        assert_eq!(f32_to_f16(1.0 + p(-11) + p(-20)), 0x3c01);
+        // The largest finite half and what rounds past it.
+        assert_eq!(f32_to_f16(65519.0), 0x7bff);
+        assert_eq!(f32_to_f16(65520.0), 0x7c00);
+        assert_eq!(f32_to_f16(-1e9), 0xfc00);
+        // Subnormals: 2^-24 is the least; half of it ties to zero, three halves to two.
+        assert_eq!(f32_to_f16(p(-24)), 0x0001);
+        assert_eq!(f32_to_f16(p(-25)), 0x0000);
+        assert_eq!(f32_to_f16(3.0 * p(-25)), 0x0002);
+        assert_eq!(f32_to_f16(-p(-14)), 0x8400);
+        assert_eq!(f16_to_f32(0x8001), -p(-24));
+        assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
+        assert!(f16_to_f32(0x7e01).is_nan() && f16_to_f32(f32_to_f16(f32::NAN)).is_nan());
+        // Every half, through f32 and back, is itself (NaNs stay NaN).
+        for h in 0..=u16::MAX {
+            let back = f32_to_f16(f16_to_f32(h));
+            if f16_to_f32(h).is_nan() {
+                assert!(f16_to_f32(back).is_nan(), "{h:#x}");
+            } else {
+                assert_eq!(back, h, "{h:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn bfloat16_is_the_rounded_upper_half() {
+        let p = |e: i32| f32::powi(2.0, e);
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        assert_eq!(f32_to_bf16(1.0 + p(-8)), 0x3f80, "a tie goes to the even one");
+        assert_eq!(f32_to_bf16(1.0 + 3.0 * p(-8)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80, "rounds up to infinity");
+        assert!(GemmElement::Bf16.load(&(f32_to_bf16(f32::NAN)).to_le_bytes()).is_nan());
+        for h in 0..=u16::MAX {
+            let value = GemmElement::Bf16.load(&h.to_le_bytes());
+            if !value.is_nan() {
+                assert_eq!(f32_to_bf16(value), h, "{h:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_element_types_are_coded_four_bits_a_matrix() {
+        use GemmElement::*;
+        let types = GemmElement::encode([F16, Bf16, F32]);
+        assert_eq!(types, 0x021);
+        assert_eq!(GemmElement::decode(u64::from(types)), Some([F16, Bf16, F32]));
+        assert_eq!(GemmElement::decode(0x300), None, "an unknown code");
+        assert_eq!(GemmElement::decode(0x1000), None, "bits past C's");
+        let mut out = [0u8; 4];
+        F16.store(-0.25, &mut out);
+        assert_eq!(F16.load(&out), -0.25);
+        assert_eq!(F32.bytes() + F16.bytes() + Bf16.bytes(), 8);
     }
 }

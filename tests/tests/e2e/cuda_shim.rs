@@ -355,7 +355,8 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 }
 
 /// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
-/// (cuBLAS, cuBLASLt's bias epilogue), a side stream and its FFTs (cuFFT) run on the backend's
+/// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16 and bfloat16), a side stream and its
+/// FFTs (cuFFT) run on the backend's
 /// builtin kernels and match PyTorch's CPU results (`tests/cuda/torch_math.py`). The shim is
 /// `LD_PRELOAD`ed, as README says for a framework whose RPATH names NVIDIA's math libraries:
 /// those are loaded too, and would fail here, since the stand-in runs none of their kernels.
@@ -364,7 +365,10 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
     let more = ["linear", "bmm", "bmm broadcast", "matmul broadcast", "mv", "dot", "mm on a side stream"];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
-    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..]].concat()).await;
+    let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32"]
+        .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
+    let halves: Vec<&str> = halves.iter().flatten().map(String::as_str).collect();
+    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &halves[..]].concat()).await;
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
@@ -372,7 +376,7 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
 /// on the backend's builtin kernels and match NumPy's (`tests/cuda/cupy_math.py`).
 #[tokio::test(flavor = "multi_thread")]
 async fn cupy_runs_its_products_and_ffts_through_the_shim() {
-    let products = ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched"];
+    let products = ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched", "dot f16"];
     let vectors = ["cublas dot", "cublas nrm2", "cublas axpy", "cublas gemv", "cublas ger"];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
     run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &ffts[..]].concat()).await;
@@ -397,6 +401,7 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
             "strided batched on a stream exact",
             "gemmex f32 exact",
             "sgemmex exact",
+            "gemmex, sgemmex and hgemm on f16 exact",
             "thread 0 exact",
             "thread 1 exact",
             "thread 2 exact",
@@ -409,7 +414,7 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
             "sasum: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "ac-cuda: cublasSasum_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
             // What cuBLAS refuses, refused with its status and the reason on stderr.
-            "gemmex f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "gemmex i8: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
             "host matrix: 7 CUBLAS_STATUS_INVALID_VALUE",
             "past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",

@@ -56,41 +56,90 @@ extern "C" __global__ void reduce_sum(const float* in, float* out, u64 n) {
     if (local == 0) atomicAdd(out, (float)block_sum);
 }
 
-// BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D>gemm*` launch these):
-// C_b = alpha op(A_b) op(B_b) + beta C_b for each b < batch, op(X) = X or its transpose
-// (trans != 0), X_b = X + b * stride_x, element (i, j) of X at X[i + j * ldx]. C is not read
-// when beta is 0 (BLAS: it may hold anything then). One thread an element of C, no tiling:
-// correct on any launch shape, not cuBLAS's speed.
+// A matrix of one element type, read and written as it is stored.
 template <typename T>
-__device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, const T* A,
-                     unsigned lda, u64 sa, const T* B, unsigned ldb, u64 sb, T beta, T* C, unsigned ldc, u64 sc,
-                     unsigned batch) {
+struct Typed {
+    T* p;
+    __device__ T get(u64 i) const { return p[i]; }
+    __device__ void set(u64 i, T v) const { p[i] = v; }
+};
+
+// A matrix of `blas_gemm_ex`, its element type coded: 0 f32, 1 f16 (binary16), 2 bf16; read as
+// f32 (exact) and written rounded to nearest, ties to even. The conversions are spelled out (PTX
+// `cvt` for f16; bf16 by its bits, since `cvt.rn.bf16.f32` needs sm_80) so that NVRTC needs no
+// header and every architecture gets the same bits as ac-proto's `GemmElement`.
+struct Coded {
+    void* p;
+    unsigned code;
+    __device__ float get(u64 i) const {
+        if (code == 0) return ((const float*)p)[i];
+        unsigned short h = ((const unsigned short*)p)[i];
+        if (code == 2) return __uint_as_float((unsigned)h << 16);
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+        return f;
+    }
+    __device__ void set(u64 i, float v) const {
+        if (code == 0) {
+            ((float*)p)[i] = v;
+            return;
+        }
+        unsigned short h;
+        if (code == 2) {
+            unsigned u = __float_as_uint(v);
+            h = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
+                                                 : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        } else {
+            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+        }
+        ((unsigned short*)p)[i] = h;
+    }
+};
+
+// BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D>gemm*`, `cublasGemmEx`
+// and cuBLASLt's matmul launch these): C_b = alpha op(A_b) op(B_b) + beta C_b for each b <
+// batch, op(X) = X or its transpose (trans != 0), X_b from X's element b * stride_x, element
+// (i, j) of X at X[i + j * ldx]; computed in T. C is not read when beta is 0 (BLAS: it may hold
+// anything then). One thread an element of C, no tiling: correct on any launch shape, not
+// cuBLAS's speed.
+template <typename T, typename M>
+__device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, M A, unsigned lda,
+                     u64 sa, M B, unsigned ldb, u64 sb, T beta, M C, unsigned ldc, u64 sc, unsigned batch) {
     u64 total = (u64)m * n * batch;
     for (u64 e = thread_index(); e < total; e += thread_count()) {
         u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
-        const T* a = A + b * sa;
-        const T* bm = B + b * sb;
         T acc = 0;
         for (unsigned p = 0; p < k; ++p) {
-            T x = ta ? a[p + i * lda] : a[i + (u64)p * lda];
-            T y = tb ? bm[j + (u64)p * ldb] : bm[p + j * ldb];
+            T x = A.get(b * sa + (ta ? p + i * lda : i + (u64)p * lda));
+            T y = B.get(b * sb + (tb ? j + (u64)p * ldb : p + j * ldb));
             acc += x * y;
         }
-        T* c = C + b * sc + i + j * ldc;
-        *c = beta == (T)0 ? alpha * acc : alpha * acc + beta * *c;
+        u64 c = b * sc + i + j * ldc;
+        C.set(c, beta == (T)0 ? alpha * acc : alpha * acc + beta * (T)C.get(c));
     }
 }
 
 extern "C" __global__ void blas_sgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
-                                      const float* A, unsigned lda, u64 sa, const float* B, unsigned ldb, u64 sb,
-                                      float beta, float* C, unsigned ldc, u64 sc, unsigned batch) {
-    gemm<float>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+                                      float* A, unsigned lda, u64 sa, float* B, unsigned ldb, u64 sb, float beta,
+                                      float* C, unsigned ldc, u64 sc, unsigned batch) {
+    gemm<float>(ta, tb, m, n, k, alpha, Typed<float>{A}, lda, sa, Typed<float>{B}, ldb, sb, beta, Typed<float>{C}, ldc,
+                sc, batch);
 }
 
 extern "C" __global__ void blas_dgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
-                                      const double* A, unsigned lda, u64 sa, const double* B, unsigned ldb, u64 sb,
-                                      double beta, double* C, unsigned ldc, u64 sc, unsigned batch) {
-    gemm<double>(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+                                      double* A, unsigned lda, u64 sa, double* B, unsigned ldb, u64 sb, double beta,
+                                      double* C, unsigned ldc, u64 sc, unsigned batch) {
+    gemm<double>(ta, tb, m, n, k, alpha, Typed<double>{A}, lda, sa, Typed<double>{B}, ldb, sb, beta,
+                 Typed<double>{C}, ldc, sc, batch);
+}
+
+// blas_sgemm's product on matrices of the types `types` codes (4 bits a matrix: A, B, C; see
+// Coded), computed in f32: cublasGemmEx on half-precision matrices.
+extern "C" __global__ void blas_gemm_ex(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                        void* A, unsigned lda, u64 sa, void* B, unsigned ldb, u64 sb, float beta,
+                                        void* C, unsigned ldc, u64 sc, unsigned batch, unsigned types) {
+    gemm<float>(ta, tb, m, n, k, alpha, Coded{A, types & 15}, lda, sa, Coded{B, (types >> 4) & 15}, ldb, sb, beta,
+                Coded{C, (types >> 8) & 15}, ldc, sc, batch);
 }
 
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the

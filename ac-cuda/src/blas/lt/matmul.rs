@@ -1,15 +1,19 @@
 //! `cublasLtMatmul` and `cublasLtMatmulAlgoGetHeuristic`: `D = alpha op(A) op(B) + beta C`,
 //! plus a bias added to every column of D (`CUBLASLT_EPILOGUE_BIAS`, as PyTorch's linear
-//! layers ask), on `f32` or `f64` column-major matrices, batched by the layouts' counts and
+//! layers ask), on column-major matrices of the types `cublasGemmEx` serves (`f32`, `f64`,
+//! binary16 or bfloat16 computed in `f32`: [`ex_types`]), batched by the layouts' counts and
 //! offsets; one launch of the builtin gemm, and a second for the bias (a gemm of the bias
-//! column by a row of ones). What it cannot run (another order, type or epilogue) the heuristic
+//! column by an `f32` row of ones). What it cannot run (another order, type or epilogue) the heuristic
 //! answers with no algorithm, which callers such as PyTorch take as "use cuBLAS instead".
 
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use super::super::gemm::{ex_precision, launch, scalar_value, GemmCall, Operand, Precision, Scalar};
+use ac_proto::backend::builtin::GemmElement;
+
+use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar};
+use super::super::gemm_ex::{ex_types, scale_type};
 use super::super::{guard, handle, Target};
 use super::{read, Layout, MatmulDesc};
 use crate::builtins::builtins;
@@ -20,14 +24,13 @@ use crate::stream::device_of_stream;
 /// `CUBLASLT_EPILOGUE_DEFAULT` and `_BIAS`.
 const EPILOGUE_DEFAULT: u32 = 1;
 const EPILOGUE_BIAS: u32 = 4;
-/// Scale types (`cudaDataType`) of `f32` and `f64` products.
-const CUDA_R_32F: i32 = 0;
-const CUDA_R_64F: i32 = 1;
 
 /// A matmul as the builtin gemm runs it, from its descriptor and layouts.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     precision: Precision,
+    /// The matrices' types (A, B, D) where they are not all of `precision`.
+    types: Option<[GemmElement; 3]>,
     trans: [c_int; 2],
     mnk: [c_int; 3],
     /// Leading dimensions of A, B, D.
@@ -62,9 +65,8 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
         return unserved(format!("C of type {} and D of type {}", c.data_type, d.data_type));
     }
     let types = [a.data_type, b.data_type, d.data_type].map(|t| t as c_int);
-    let precision = ex_precision(types, desc.compute_type)?;
-    let scale = if precision == Precision::Single { CUDA_R_32F } else { CUDA_R_64F };
-    if desc.scale_type != scale {
+    let ex = ex_types(types, desc.compute_type)?;
+    if desc.scale_type != scale_type(ex.precision) {
         return unserved(format!("scale type {} with matrices of type {}", desc.scale_type, d.data_type));
     }
     if !(0..=1).contains(&desc.pointer_mode) {
@@ -101,7 +103,19 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     let mnk = [dimension("m", m as i64)?, dimension("n", n as i64)?, dimension("k", k as i64)?];
     let ld = [dimension("lda", a.ld)?, dimension("ldb", b.ld)?, dimension("ldd", d.ld)?];
     let offsets = [a, b, c, d].map(|l| l.batch_offset);
-    Ok(Plan { precision, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode: desc.pointer_mode, bias, ldc: c.ld })
+    let (precision, types) = (ex.precision, ex.elements);
+    Ok(Plan {
+        precision,
+        types,
+        trans: desc.trans,
+        mnk,
+        ld,
+        offsets,
+        batch,
+        pointer_mode: desc.pointer_mode,
+        bias,
+        ldc: c.ld,
+    })
 }
 
 /// Reads a descriptor and four layouts and plans their matmul.
@@ -203,6 +217,7 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
     let [m, n, k] = plan.mnk;
     let product = GemmCall {
         precision: plan.precision,
+        types: plan.types,
         trans: plan.trans,
         m,
         n,
@@ -219,10 +234,13 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
     if m == 0 || n == 0 {
         return Ok(());
     }
-    // D += bias (m x 1) x ones (1 x n), batch by batch.
-    let ones = builtins(target.device)?.ones(plan.precision == Precision::Double, n as usize)?;
+    // D += bias (m x 1) x ones (1 x n), batch by batch; the bias of D's type, the ones f32 where
+    // D is of half precision.
+    let double = plan.precision == Precision::Double;
+    let ones = builtins(target.device)?.ones(double, n as usize)?;
     let add_bias = GemmCall {
-        precision: plan.precision,
+        precision: if double { Precision::Double } else { Precision::Single },
+        types: plan.types.map(|[.., d]| [d, GemmElement::F32, d]),
         trans: [0, 0],
         m,
         n,
@@ -274,8 +292,13 @@ mod tests {
         assert_eq!(planned(&desc, &row).unwrap_err().code(), code::NOT_SUPPORTED);
         let relu = MatmulDesc { epilogue: 2, ..desc };
         assert_eq!(planned(&relu, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
-        let half = [2u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        assert_eq!(planned(&desc, &half).unwrap_err().code(), code::NOT_SUPPORTED);
+        let complex = [4u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
+        assert_eq!(planned(&desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
+        // bfloat16 matrices computed in f32 with f32 scalars (PyTorch's), not with bfloat16 ones.
+        let bf16 = [14u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
+        assert_eq!(planned(&desc, &bf16).unwrap().types, Some([GemmElement::Bf16; 3]));
+        let bf16_scale = MatmulDesc { scale_type: 14, ..desc };
+        assert_eq!(planned(&bf16_scale, &bf16).unwrap_err().code(), code::NOT_SUPPORTED);
         // A bias pointer is required; a bias of D's type is served.
         let no_bias = MatmulDesc { epilogue: 4, ..desc };
         assert_eq!(planned(&no_bias, &layouts([0, 0])).unwrap_err().code(), code::INVALID_VALUE);

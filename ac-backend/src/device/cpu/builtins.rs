@@ -1,0 +1,250 @@
+//! The CPU device's builtin kernels: each launch's arguments read and checked, its buffers
+//! read into host vectors (converted where a gemm's matrices are of half precision), the
+//! kernel run in Rust, and what it wrote stored back.
+
+use ac_proto::backend::{ErrorKind, KernelArg, WireError};
+
+use super::{check_range, Allocation, CpuContext};
+use crate::device::builtin;
+use crate::device::dft::{self, FromF64};
+use crate::device::gemm::{self, Element, GemmElement};
+use crate::device::{DeviceArg, DeviceResult};
+
+impl CpuContext {
+    /// Reads `n` f32 values at a pointer argument.
+    fn read_f32s(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<f32>> {
+        self.read_elements(arg, n, what)
+    }
+
+    /// Writes f32 values at a pointer argument.
+    fn write_f32s(&self, arg: &DeviceArg, values: &[f32], what: &str) -> DeviceResult<()> {
+        self.write_elements(arg, 0, values, what)
+    }
+
+    /// Reads `n` elements at a pointer argument.
+    fn read_elements<T: Element>(&self, arg: &DeviceArg, n: u64, what: &str) -> DeviceResult<Vec<T>> {
+        let (mem, range) = self.span(arg, 0, n, T::BYTES as u64, what)?;
+        let values = mem.read(range).chunks_exact(T::BYTES).map(T::from_le).collect();
+        Ok(values)
+    }
+
+    /// Writes elements at a pointer argument, `at` elements past it.
+    fn write_elements<T: Element>(&self, arg: &DeviceArg, at: u64, values: &[T], what: &str) -> DeviceResult<()> {
+        let (mem, range) = self.span(arg, at, values.len() as u64, T::BYTES as u64, what)?;
+        for (dst, v) in mem.write(range).chunks_exact_mut(T::BYTES).zip(values) {
+            v.write_le(dst);
+        }
+        Ok(())
+    }
+
+    /// Reads `n` elements of a gemm's matrix as `T`: stored as `T`, or (`blas_gemm_ex`) as
+    /// `element`, converted (exactly: `T` is `f32` there).
+    fn read_matrix<T: Element + FromF64>(
+        &self,
+        arg: &DeviceArg,
+        n: u64,
+        element: Option<GemmElement>,
+        what: &str,
+    ) -> DeviceResult<Vec<T>> {
+        let Some(element) = element else { return self.read_elements(arg, n, what) };
+        let (mem, range) = self.span(arg, 0, n, element.bytes(), what)?;
+        let values = mem
+            .read(range)
+            .chunks_exact(element.bytes() as usize)
+            .map(|bytes| T::from_f64(element.load(bytes).into()))
+            .collect();
+        Ok(values)
+    }
+
+    /// Writes elements of a gemm's matrix, `at` elements past its pointer: as `T`, or
+    /// (`blas_gemm_ex`) rounded to `element`.
+    fn write_matrix<T: Element + Into<f64>>(
+        &self,
+        arg: &DeviceArg,
+        at: u64,
+        values: &[T],
+        element: Option<GemmElement>,
+        what: &str,
+    ) -> DeviceResult<()> {
+        let Some(element) = element else { return self.write_elements(arg, at, values, what) };
+        let (mem, range) = self.span(arg, at, values.len() as u64, element.bytes(), what)?;
+        for (dst, &v) in mem.write(range).chunks_exact_mut(element.bytes() as usize).zip(values) {
+            element.store(v.into() as f32, dst);
+        }
+        Ok(())
+    }
+
+    /// Resolves the bytes of elements `at..at + n` of a pointer argument, which must hold
+    /// them and be aligned to an element.
+    fn span(
+        &self,
+        arg: &DeviceArg,
+        at: u64,
+        n: u64,
+        width: u64,
+        what: &str,
+    ) -> DeviceResult<(Allocation, std::ops::Range<usize>)> {
+        let DeviceArg::Mem { mem, offset, len } = *arg else {
+            return Err(WireError::new(ErrorKind::InvalidArgument, format!("{what}: expected a pointer")));
+        };
+        let (start, need) = match (at.checked_mul(width), at.checked_add(n).and_then(|end| end.checked_mul(width))) {
+            (Some(start), Some(need)) => (start, need),
+            _ => return Err(WireError::new(ErrorKind::OutOfBounds, format!("{what}: size overflows"))),
+        };
+        if need > len {
+            return Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!("{what}: kernel accesses {need} bytes but only {len} are allocated from the pointer"),
+            ));
+        }
+        if offset % width != 0 {
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!("{what}: misaligned address (offset {offset})"),
+            ));
+        }
+        let memory = self.memory(mem)?;
+        let range = check_range(memory.len(), offset + start, need - start)?;
+        Ok((memory, range))
+    }
+
+    /// Runs `blas_sgemm`, `blas_dgemm` or (`types` given) `blas_gemm_ex`: reads what the
+    /// product touches, computes in `T`, writes back each column of `C` it computed (not the
+    /// gaps a leading dimension leaves). A launch that computes no element touches nothing (its
+    /// strides were never checked).
+    fn gemm<T: Element + Into<f64> + FromF64>(
+        &self,
+        name: &str,
+        args: &[DeviceArg],
+        types: Option<[GemmElement; 3]>,
+    ) -> DeviceResult<()> {
+        let g = gemm::shape(name, args)?;
+        if g.is_empty() {
+            return Ok(());
+        }
+        let [ta, tb, tc] = types.map_or([None; 3], |t| t.map(Some));
+        let [na, nb, nc] = g.footprints();
+        let [a, b, c] = gemm::MATRICES;
+        let (alpha, beta) = (T::of(&args[gemm::ALPHA])?, T::of(&args[gemm::BETA])?);
+        let a = self.read_matrix::<T>(&args[a], na, ta, "gemm A")?;
+        let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
+        let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
+        gemm::run(&g, alpha, &a, &b, beta, &mut out);
+        for batch in 0..g.batch {
+            for j in 0..g.n {
+                let first = g.c_index(batch, 0, j);
+                let column = &out[first..first + g.m as usize];
+                self.write_matrix(&args[c], first as u64, column, tc, "gemm C")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
+    /// the output's elements (not what lies between its lines).
+    fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let d = dft::shape(name, args)?;
+        if d.is_empty() {
+            return Ok(());
+        }
+        let [input, output] = dft::BUFFERS;
+        let scalars = |n: u64, complex: bool| if complex { n.saturating_mul(2) } else { n };
+        let [complex_in, complex_out] = d.complex();
+        let [n_in, n_out] = d.footprints();
+        let read = self.read_elements::<T>(&args[input], scalars(n_in, complex_in), "dft in")?;
+        let mut out = self.read_elements::<T>(&args[output], scalars(n_out, complex_out), "dft out")?;
+        dft::run(&d, &read, &mut out);
+        let width = if complex_out { 2 } else { 1 };
+        for l0 in 0..d.lines[0] {
+            for l1 in 0..d.lines[1] {
+                for l2 in 0..d.lines[2] {
+                    for k in 0..d.lengths()[1] {
+                        let first = d.output.at([l0, l1, l2], k) * width;
+                        let element = &out[first as usize..(first + width) as usize];
+                        self.write_elements(&args[output], first, element, "dft out")?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
+        let name = builtin::KERNELS[index].0;
+        match name {
+            "fill" => {
+                let n = scalar_u64(&args[2])?;
+                self.write_f32s(&args[0], &vec![scalar_f32(&args[1])?; n as usize], "fill out")
+            }
+            "vector_add" => {
+                let n = scalar_u64(&args[3])?;
+                let a = self.read_f32s(&args[0], n, "vector_add a")?;
+                let b = self.read_f32s(&args[1], n, "vector_add b")?;
+                let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+                self.write_f32s(&args[2], &c, "vector_add c")
+            }
+            "saxpy" => {
+                let n = scalar_u64(&args[3])?;
+                let a = scalar_f32(&args[0])?;
+                let x = self.read_f32s(&args[1], n, "saxpy x")?;
+                let mut y = self.read_f32s(&args[2], n, "saxpy y")?;
+                for (yi, xi) in y.iter_mut().zip(&x) {
+                    *yi += a * xi;
+                }
+                self.write_f32s(&args[2], &y, "saxpy y")
+            }
+            "sgemm" => {
+                let (m, n, k) =
+                    (scalar_u32(&args[0])? as u64, scalar_u32(&args[1])? as u64, scalar_u32(&args[2])? as u64);
+                let a = self.read_f32s(&args[4], m * k, "sgemm A")?;
+                let b = self.read_f32s(&args[5], k * n, "sgemm B")?;
+                let mut c = self.read_f32s(&args[7], m * n, "sgemm C")?;
+                builtin::sgemm(
+                    m as usize,
+                    n as usize,
+                    k as usize,
+                    scalar_f32(&args[3])?,
+                    &a,
+                    &b,
+                    scalar_f32(&args[6])?,
+                    &mut c,
+                );
+                self.write_f32s(&args[7], &c, "sgemm C")
+            }
+            "blas_sgemm" => self.gemm::<f32>(name, args, None),
+            "blas_dgemm" => self.gemm::<f64>(name, args, None),
+            "blas_gemm_ex" => self.gemm::<f32>(name, args, Some(gemm::element_types(name, args)?)),
+            "dft_f32" => self.dft::<f32>("dft_f32", args),
+            "dft_f64" => self.dft::<f64>("dft_f64", args),
+            "reduce_sum" => {
+                let n = scalar_u64(&args[2])?;
+                // Sum in f64 so that large reductions stay close to the exact value.
+                let sum: f64 = self.read_f32s(&args[0], n, "reduce_sum in")?.iter().map(|&v| v as f64).sum();
+                let out = self.read_f32s(&args[1], 1, "reduce_sum out")?[0];
+                self.write_f32s(&args[1], &[(out as f64 + sum) as f32], "reduce_sum out")
+            }
+            other => Err(WireError::new(ErrorKind::Internal, format!("builtin `{other}` has no CPU implementation"))),
+        }
+    }
+}
+
+fn scalar_u64(arg: &DeviceArg) -> DeviceResult<u64> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::U64(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u64, got {other:?}"))),
+    }
+}
+
+fn scalar_u32(arg: &DeviceArg) -> DeviceResult<u32> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::U32(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected u32, got {other:?}"))),
+    }
+}
+
+fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
+    match arg {
+        DeviceArg::Scalar(KernelArg::F32(v)) => Ok(*v),
+        other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected f32, got {other:?}"))),
+    }
+}

@@ -1,0 +1,197 @@
+//! The `Ex` forms of gemm, whose matrices' types are arguments (`cublasGemmEx`,
+//! `cublasSgemmEx`, `cublasGemmStridedBatchedEx`): all-`f32` and all-`f64` calls launch
+//! `blas_sgemm` or `blas_dgemm`; half-precision ones (binary16 or bfloat16 `A` and `B`, `C` of
+//! the same type or `f32`, as PyTorch's and CuPy's half-precision products ask) launch
+//! `blas_gemm_ex`, which computes in `f32` and rounds to `C`'s type.
+
+use std::ffi::{c_int, c_longlong, c_void};
+
+use ac_proto::backend::builtin::GemmElement;
+
+use super::gemm::{gemm, plain, Precision, Types};
+use super::guard;
+use crate::error::{code, CuResult, Error};
+
+/// `cudaDataType` values of the matrices served.
+const CUDA_R_32F: c_int = 0;
+const CUDA_R_64F: c_int = 1;
+const CUDA_R_16F: c_int = 2;
+const CUDA_R_16BF: c_int = 14;
+/// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
+/// `_FAST_16BF`, `_FAST_TF32`, `_EMULATED_16BFX9`: these allow less precision, not more), in
+/// `f64` (`COMPUTE_64F`, `_PEDANTIC`) and in binary16 (`COMPUTE_16F`, `_PEDANTIC`); before
+/// CUDA 11 the compute type was a `cudaDataType`.
+const COMPUTE_32F: [c_int; 7] = [68, 69, 74, 75, 77, 78, CUDA_R_32F];
+const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
+const COMPUTE_16F: [c_int; 3] = [64, 65, CUDA_R_16F];
+
+/// A half-precision type's `GemmElement`, or `f32`'s.
+fn element(data_type: c_int) -> Option<GemmElement> {
+    Some(match data_type {
+        CUDA_R_32F => GemmElement::F32,
+        CUDA_R_16F => GemmElement::F16,
+        CUDA_R_16BF => GemmElement::Bf16,
+        _ => return None,
+    })
+}
+
+/// The types of an `Ex`-family call with matrices of `cudaDataType`s `types` (A, B, C)
+/// computed as `compute`: all `f32` or all `f64`; or `A` and `B` binary16 or bfloat16 and `C`
+/// of their type or `f32`, computed in `f32`; or all binary16 computed in binary16. Other
+/// mixes (integers, complex, FP8) are not served.
+pub(super) fn ex_types(types: [c_int; 3], compute: c_int) -> CuResult<Types> {
+    let [a, b, c] = types;
+    let half_inputs = a == b && (a == CUDA_R_16F || a == CUDA_R_16BF) && (c == a || c == CUDA_R_32F);
+    let half_types = || Some(types.map(|t| element(t).expect("a served type")));
+    let found = match types {
+        [CUDA_R_32F, CUDA_R_32F, CUDA_R_32F] if COMPUTE_32F.contains(&compute) => Types::uniform(Precision::Single),
+        [CUDA_R_64F, CUDA_R_64F, CUDA_R_64F] if COMPUTE_64F.contains(&compute) => Types::uniform(Precision::Double),
+        _ if half_inputs && COMPUTE_32F.contains(&compute) => {
+            Types { precision: Precision::Single, elements: half_types() }
+        }
+        [CUDA_R_16F, CUDA_R_16F, CUDA_R_16F] if COMPUTE_16F.contains(&compute) => {
+            Types { precision: Precision::Half, elements: half_types() }
+        }
+        _ => {
+            let why = format!(
+                "matrices of cudaDataType {types:?} computed as {compute}: served are f32 and f64, and binary16 or \
+                 bfloat16 A and B with C of their type or f32"
+            );
+            return Err(Error::said(code::NOT_SUPPORTED, why));
+        }
+    };
+    Ok(found)
+}
+
+/// The scale type (`cudaDataType` of alpha and beta) of a gemm computed in `precision`.
+pub(super) fn scale_type(precision: Precision) -> c_int {
+    match precision {
+        Precision::Single => CUDA_R_32F,
+        Precision::Double => CUDA_R_64F,
+        Precision::Half => CUDA_R_16F,
+    }
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGemmEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+    compute: c_int,
+    _algo: c_int,
+) -> u32 {
+    guard("cublasGemmEx", || {
+        let types = ex_types([a_type, b_type, c_type], compute)?;
+        gemm(h, plain(types, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta))
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasSgemmEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const f32,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const f32,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+) -> u32 {
+    // Computed in f32 whatever the matrices' types, its scalars f32.
+    guard("cublasSgemmEx", || {
+        let types = ex_types([a_type, b_type, c_type], COMPUTE_32F[0])?;
+        let call = plain(types, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
+        gemm(h, call)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    stride_a: c_longlong,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    stride_b: c_longlong,
+    beta: *const c_void,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+    stride_c: c_longlong,
+    batch: c_int,
+    compute: c_int,
+    _algo: c_int,
+) -> u32 {
+    guard("cublasGemmStridedBatchedEx", || {
+        let types = ex_types([a_type, b_type, c_type], compute)?;
+        let mut call = plain(types, [transa, transb], [m, n, k], alpha, [a, b, c], [lda, ldb, ldc], beta);
+        (call.stride, call.batch) = ([stride_a, stride_b, stride_c], batch);
+        gemm(h, call)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gemm::HALF;
+    use super::*;
+    use GemmElement::{Bf16, F16, F32};
+
+    #[test]
+    fn uniform_and_half_precision_types_are_served() {
+        let single = Types::uniform(Precision::Single);
+        assert_eq!(ex_types([0, 0, 0], 68).unwrap(), single);
+        assert_eq!(ex_types([0, 0, 0], 77).unwrap(), single);
+        assert_eq!(ex_types([1, 1, 1], 70).unwrap(), Types::uniform(Precision::Double));
+        // PyTorch's half and bfloat16 products, and f32 results of half inputs.
+        assert_eq!(ex_types([2, 2, 2], 68).unwrap().elements, Some([F16; 3]));
+        assert_eq!(ex_types([14, 14, 14], 68).unwrap().elements, Some([Bf16; 3]));
+        assert_eq!(ex_types([14, 14, 0], 0).unwrap().elements, Some([Bf16, Bf16, F32]));
+        assert_eq!(ex_types([2, 2, 2], 64).unwrap(), HALF);
+    }
+
+    #[test]
+    fn other_mixes_are_not_supported() {
+        // f32 asked to compute in f64; A and B of two types; a half C of f32 inputs; a bfloat16
+        // product computed in binary16; complex (CUDA_C_32F) and integer (CUDA_R_8I) matrices.
+        for (types, compute) in
+            [([0, 0, 0], 70), ([2, 14, 0], 68), ([0, 0, 2], 68), ([14, 14, 14], 64), ([4, 4, 4], 68), ([3, 3, 0], 72)]
+        {
+            assert_eq!(ex_types(types, compute).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {compute}");
+        }
+    }
+}
