@@ -85,3 +85,80 @@ pub async fn gemm_ex_rounds_each_type_exactly(acc: &ac_frontend::Accelerator, bu
     };
     assert_eq!(err.kind(), Some(ac_frontend::ErrorKind::InvalidArgument), "{err}");
 }
+
+/// Launches `blas_cgemm` and `blas_zgemm` (A conjugate-transposed and padded, B transposed,
+/// two strided batches, complex `alpha` and `beta`; then A plain, B conjugate-transposed) and
+/// checks every element of C, its padding included, against a product computed here: the
+/// inputs are small Gaussian integers, so every sum is exact in either precision.
+pub async fn complex_gemms_conjugate_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
+    let ([m, n, k], batch) = ([6u64, 5, 7], 2u64);
+    let (alpha, beta) = ((2.0, -1.0), (1.0, 1.0));
+    for (double, ops) in [(false, [2u32, 1]), (true, [2, 1]), (false, [0, 2]), (true, [0, 2])] {
+        let stored = |op: u32, rows: u64, cols: u64| if op == 0 { (rows, cols) } else { (cols, rows) };
+        let [(ar, ac), (br, bc)] = [stored(ops[0], m, k), stored(ops[1], k, n)];
+        let g = Gemm {
+            trans_a: ops[0] != 0,
+            trans_b: ops[1] != 0,
+            m,
+            n,
+            k,
+            ld: [ar + 1, br + 2, m + 3],
+            stride: [(ar + 1) * ac + 4, (br + 2) * bc, (m + 3) * n + 1],
+            batch,
+        };
+        let gaussian = |len: u64, seed: u64| -> Vec<(f64, f64)> {
+            (0..len).map(|i| (((i * 7 + seed * 13) % 9) as f64 - 4.0, ((i * 5 + seed) % 7) as f64 - 3.0)).collect()
+        };
+        let (a, b) = (gaussian(g.stride[0] * batch, 1), gaussian(g.stride[1] * batch, 2));
+        let c: Vec<(f64, f64)> = (0..g.stride[2] * batch)
+            .map(|i| if i % g.ld[2] < m { ((i % 3) as f64, 1.0) } else { (99.0, -99.0) })
+            .collect();
+        let mut want = c.clone();
+        let mul = |(a, b): (f64, f64), (c, d): (f64, f64)| (a * c - b * d, a * d + b * c);
+        let element = |x: &[(f64, f64)], op: u32, ld: u64, base: u64, row: u64, col: u64| {
+            let (re, im) =
+                if op == 0 { x[(base + row + col * ld) as usize] } else { x[(base + col + row * ld) as usize] };
+            (re, if op == 2 { -im } else { im })
+        };
+        for bi in 0..batch {
+            for j in 0..n {
+                for i in 0..m {
+                    let mut sum = (0.0, 0.0);
+                    for p in 0..k {
+                        let x = element(&a, ops[0], g.ld[0], bi * g.stride[0], i, p);
+                        let y = element(&b, ops[1], g.ld[1], bi * g.stride[1], p, j);
+                        let xy = mul(x, y);
+                        sum = (sum.0 + xy.0, sum.1 + xy.1);
+                    }
+                    let out = &mut want[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
+                    let (scaled, old) = (mul(alpha, sum), mul(beta, *out));
+                    *out = (scaled.0 + old.0, scaled.1 + old.1);
+                }
+            }
+        }
+        let flat = |v: &[(f64, f64)]| v.iter().flat_map(|&(re, im)| [re, im]).collect::<Vec<f64>>();
+        let u = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
+        let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
+            let parts = flat(v).into_iter();
+            if double {
+                parts.flat_map(f64::to_le_bytes).collect()
+            } else {
+                parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
+            }
+        };
+        let (da, db) = (acc.alloc_from(&bytes(&a)).await.unwrap(), acc.alloc_from(&bytes(&b)).await.unwrap());
+        let dc = acc.alloc_from(&bytes(&c)).await.unwrap();
+        let mut args = gemm_args(&g, u(alpha.0), [da.arg(), db.arg(), dc.arg()], u(beta.0));
+        args.extend([u(alpha.1), u(beta.1)]);
+        args[..2].copy_from_slice(&ops.map(KernelArg::U32));
+        let gemm = builtin.function(if double { "blas_zgemm" } else { "blas_cgemm" }).await.unwrap();
+        gemm.launch(ac_frontend::LaunchDims::new([3, 1, 1], [32, 1, 1]), &args).await.unwrap();
+        let back = dc.to_vec().await.unwrap();
+        let got: Vec<f64> = if double {
+            back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+        } else {
+            back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
+        };
+        assert_eq!(got, flat(&want), "double {double}, operations {ops:?}: C (its padding included)");
+    }
+}

@@ -1,9 +1,12 @@
-//! The builtin gemm kernels (`blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`) as `kernels.cu`
+//! The builtin gemm kernels (`blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm`,
+//! `blas_zgemm`) as `kernels.cu`
 //! computes them, for the stand-in: column-major, one element of `C` at a time through the
 //! context's memory, so that an access outside its allocations faults as on a GPU. Written apart
 //! from the backend's CPU implementation (`ac-backend/src/device/gemm.rs`; half precision
 //! converted here by the `half` crate, there by `ac-proto`'s own code), so that a mistake in one
 //! shows.
+
+use std::ops::{Add, Mul, Neg, Sub};
 
 use half::{bf16, f16};
 
@@ -18,6 +21,10 @@ pub(crate) enum Kernel {
     Double,
     /// `blas_gemm_ex`: `f32` scalars, each matrix of the type its last argument codes.
     Ex,
+    /// `blas_cgemm`: complex `f32` matrices and scalars (imaginary parts after `batch`).
+    ComplexSingle,
+    /// `blas_zgemm`: complex `f64` matrices and scalars.
+    ComplexDouble,
 }
 
 impl Kernel {
@@ -27,6 +34,8 @@ impl Kernel {
             "blas_sgemm" => Kernel::Single,
             "blas_dgemm" => Kernel::Double,
             "blas_gemm_ex" => Kernel::Ex,
+            "blas_cgemm" => Kernel::ComplexSingle,
+            "blas_zgemm" => Kernel::ComplexDouble,
             _ => return None,
         })
     }
@@ -84,6 +93,11 @@ impl Stored {
 /// for `blas_dgemm` and in `f32` otherwise. `None`: a fault (an access outside the context's
 /// memory, or a type code `kernels.cu` does not know, which the backend refuses first).
 pub(crate) fn gemm(kernel: Kernel, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
+    match kernel {
+        Kernel::ComplexSingle => return complex_gemm::<f32>(args, shape, memory),
+        Kernel::ComplexDouble => return complex_gemm::<f64>(args, shape, memory),
+        Kernel::Single | Kernel::Double | Kernel::Ex => {}
+    }
     let double = kernel == Kernel::Double;
     let scalar = |arg: &[u8]| {
         if double {
@@ -99,6 +113,7 @@ pub(crate) fn gemm(kernel: Kernel, args: &[Vec<u8>], shape: Shape, memory: &mut 
             let types = u32_arg(&args[17]);
             [Stored::coded(types & 15)?, Stored::coded(types >> 4 & 15)?, Stored::coded(types >> 8 & 15)?]
         }
+        Kernel::ComplexSingle | Kernel::ComplexDouble => unreachable!("complex kernels return above"),
     };
     let (ta, tb) = (u32_arg(&args[0]) != 0, u32_arg(&args[1]) != 0);
     let (m, n, k) = (u32_arg(&args[2]) as u64, u32_arg(&args[3]) as u64, u32_arg(&args[4]) as u64);
@@ -132,6 +147,86 @@ pub(crate) fn gemm(kernel: Kernel, args: &[Vec<u8>], shape: Shape, memory: &mut 
             f64::from(if beta == 0.0 { scaled } else { scaled + beta as f32 * old as f32 })
         };
         stored[2].store(memory, c, at, value)?;
+    }
+    Some(())
+}
+
+/// A real part's type of `blas_cgemm` (`f32`) and `blas_zgemm` (`f64`).
+trait Real: Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Neg<Output = Self> {
+    const ZERO: Self;
+    /// Bytes of one.
+    const WIDTH: usize;
+    /// One from its little-endian bytes (a kernel parameter's, or memory's).
+    fn from_bytes(bytes: &[u8]) -> Self;
+    fn to_bytes(self) -> Vec<u8>;
+}
+
+impl Real for f32 {
+    const ZERO: Self = 0.0;
+    const WIDTH: usize = 4;
+    fn from_bytes(bytes: &[u8]) -> Self {
+        f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))
+    }
+    fn to_bytes(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+impl Real for f64 {
+    const ZERO: Self = 0.0;
+    const WIDTH: usize = 8;
+    fn from_bytes(bytes: &[u8]) -> Self {
+        f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
+    }
+    fn to_bytes(self) -> Vec<u8> {
+        self.to_le_bytes().to_vec()
+    }
+}
+
+/// `(re, im)` products and sums as `kernels.cu`'s `Complex<R>` computes them.
+fn times<R: Real>((a, b): (R, R), (c, d): (R, R)) -> (R, R) {
+    (a * c - b * d, a * d + b * c)
+}
+
+/// `kernels.cu`'s `gemm<Complex<R>, Typed<Complex<R>>>`, element by element: as [`gemm`], on
+/// complex elements (real part first), `alpha` and `beta` their real parts where a real gemm's
+/// are and their imaginary parts after `batch`, operation 2 reading its matrix conjugated.
+fn complex_gemm<R: Real>(args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
+    let element = 2 * R::WIDTH as u64;
+    let (ta, tb) = (u32_arg(&args[0]), u32_arg(&args[1]));
+    let (m, n, k) = (u32_arg(&args[2]) as u64, u32_arg(&args[3]) as u64, u32_arg(&args[4]) as u64);
+    let alpha = (R::from_bytes(&args[5]), R::from_bytes(&args[17]));
+    let beta = (R::from_bytes(&args[12]), R::from_bytes(&args[18]));
+    let [a, b, c] = [6, 9, 13].map(|i| u64_arg(&args[i]));
+    let [lda, ldb, ldc] = [7, 10, 14].map(|i| u32_arg(&args[i]) as u64);
+    let [sa, sb, sc] = [8, 11, 15].map(|i| u64_arg(&args[i]));
+    let batch = u32_arg(&args[16]) as u64;
+    let load = |memory: &mut dyn Memory, base: u64, index: u64, conjugate: bool| -> Option<(R, R)> {
+        let bytes = memory.load_bytes(base.checked_add(index.checked_mul(element)?)?, element as usize)?;
+        let (re, im) = (R::from_bytes(&bytes), R::from_bytes(&bytes[R::WIDTH..]));
+        Some((re, if conjugate { -im } else { im }))
+    };
+    for e in shape.grid_stride((m * n * batch) as usize) {
+        let e = e as u64;
+        let (i, j, bi) = (e % m, (e / m) % n, e / (m * n));
+        let mut acc = (R::ZERO, R::ZERO);
+        for p in 0..k {
+            let x = load(memory, a, bi * sa + if ta != 0 { p + i * lda } else { i + p * lda }, ta == 2)?;
+            let y = load(memory, b, bi * sb + if tb != 0 { j + p * ldb } else { p + j * ldb }, tb == 2)?;
+            let xy = times(x, y);
+            acc = (acc.0 + xy.0, acc.1 + xy.1);
+        }
+        let at = bi * sc + i + j * ldc;
+        let scaled = times(alpha, acc);
+        let value = if beta == (R::ZERO, R::ZERO) {
+            scaled
+        } else {
+            let old = times(beta, load(memory, c, at, false)?);
+            (scaled.0 + old.0, scaled.1 + old.1)
+        };
+        let mut bytes = value.0.to_bytes();
+        bytes.extend(value.1.to_bytes());
+        memory.store_bytes(c.checked_add(at.checked_mul(element)?)?, &bytes)?;
     }
     Some(())
 }

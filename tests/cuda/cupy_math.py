@@ -44,6 +44,12 @@ check("matmul batched", lambda: cp.matmul(d["ba"], d["bb"]), lambda: batch_a @ b
 a16, b16 = a.astype(np.float16), b.astype(np.float16)
 check("dot f16", lambda: cp.dot(cp.asarray(a16), cp.asarray(b16)), lambda: a16.astype(np.float32) @ b16.astype(np.float32), 1e-3)
 
+# Complex products (cuBLAS's cgemm and zgemm, or gemmEx on complex matrices).
+ca, cb = rand(64, 48) + 1j * rand(64, 48), rand(48, 32) + 1j * rand(48, 32)
+for dtype, bound, tag in [(np.complex64, F32, "c64"), (np.complex128, F64, "c128")]:
+    x, y = ca.astype(dtype), cb.astype(dtype)
+    check(f"dot {tag}", lambda: cp.dot(cp.asarray(x), cp.asarray(y)), lambda: x @ y, bound)
+
 # cuBLAS's level 1 and 2 as CuPy calls them (cupy.cublas): results and scalars in device memory.
 w, m = rand(48), rand(32, 48)
 

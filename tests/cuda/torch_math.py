@@ -66,6 +66,17 @@ for dtype, bound, tag in [(torch.float16, F16, "f16"), (torch.bfloat16, BF16, "b
     # f32 results of half-precision inputs: nothing rounded but the f32 sums.
     check(f"mm {tag} to f32", lambda: torch.mm(dh["a"], dh["b"], out_dtype=torch.float32), lambda: f["a"] @ f["b"], F32)
 
+# Complex products (cublasCgemm, cublasZgemm and their strided batches), one operand read
+# conjugate-transposed (CUBLAS_OP_C: PyTorch's conjugate views cost no copy).
+ca, cb, cat = (torch.complex(rand(s, *shape), rand(s + 1, *shape)) for s, shape in [(20, (64, 48)), (22, (48, 32)), (24, (48, 64))])
+cba, cbb = torch.complex(rand(26, 4, 16, 48), rand(27, 4, 16, 48)), torch.complex(rand(28, 4, 48, 8), rand(29, 4, 48, 8))
+for dtype, bound, tag in [(torch.complex64, F32, "c64"), (torch.complex128, F64, "c128")]:
+    c = {name: t.to(dtype) for name, t in dict(a=ca, b=cb, at=cat, ba=cba, bb=cbb).items()}
+    dc = {name: t.to(DEV) for name, t in c.items()}
+    check(f"mm {tag}", lambda: dc["a"] @ dc["b"], lambda: c["a"] @ c["b"], bound)
+    check(f"mm conjugate-transposed {tag}", lambda: dc["at"].mH @ dc["b"], lambda: c["at"].mH @ c["b"], bound)
+    check(f"bmm {tag}", lambda: torch.bmm(dc["ba"], dc["bb"]), lambda: torch.bmm(c["ba"], c["bb"]), bound)
+
 side = torch.cuda.Stream()
 with torch.cuda.stream(side):
     on_side = d["a"] @ d["b"]

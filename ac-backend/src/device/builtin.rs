@@ -12,6 +12,7 @@
 //! | `sgemm` | `(u32 m, u32 n, u32 k, f32 alpha, const f32* A, const f32* B, f32 beta, f32* C)` | `C = alpha A B + beta C`, `A` m×k, `B` k×n, `C` m×n |
 //! | `reduce_sum` | `(const f32* in, f32* out, u64 n)` | `out[0] += sum(in[0..n])` (zero `out` first) |
 //! | `blas_sgemm`, `blas_dgemm` | BLAS's column-major gemm, transposes, leading dimensions and strided batches, on `f32` or `f64` ([`super::gemm`]) | `C_b = alpha op(A_b) op(B_b) + beta C_b` |
+//! | `blas_cgemm`, `blas_zgemm` | `blas_sgemm`'s and `blas_dgemm`'s on complex matrices (real part first), `alpha` and `beta` their real parts, and their imaginary parts after `batch`; operation 2 is the conjugate transpose ([`super::gemm`]) | the same |
 //! | `blas_gemm_ex` | `blas_sgemm`'s, and `u32 types`: each matrix `f32`, `f16` or `bf16`, computed in `f32` ([`super::gemm`]) | the same |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
@@ -34,6 +35,8 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_sgemm", &gemm::SGEMM),
     ("blas_dgemm", &gemm::DGEMM),
     ("blas_gemm_ex", &gemm::GEMM_EX),
+    ("blas_cgemm", &gemm::CGEMM),
+    ("blas_zgemm", &gemm::ZGEMM),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -64,7 +67,7 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             vec![(4, m.saturating_mul(k), 4), (5, k.saturating_mul(n), 4), (7, m.saturating_mul(n), 4)]
         }
         "reduce_sum" => vec![(0, scalar(2)?, 4), (1, 1, 4)],
-        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" => {
+        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" => {
             let widths = gemm::widths(name, args)?;
             let touched = gemm::shape(name, args)?.footprints();
             gemm::MATRICES
@@ -124,7 +127,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .into_iter()
                 .fold(0u64, u64::saturating_add)
         }
-        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" => gemm::shape(name, args)?.work(),
+        "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" => gemm::shape(name, args)?.work(),
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

@@ -12,7 +12,7 @@
 //! and one more parameter, `u32 types`, the three matrices' element types (`f32`, `f16` or
 //! `bf16`, [`GemmElement`]), and computes in `f32`.
 
-use std::ops::{Add, Mul};
+use std::ops::{Add, Mul, Neg, Sub};
 
 pub use ac_proto::backend::builtin::{Gemm, GemmElement};
 use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
@@ -37,6 +37,23 @@ pub const GEMM_EX: [ParamKind; 18] = {
 };
 /// `blas_gemm_ex`'s `types` argument.
 pub const TYPES: usize = 17;
+/// `blas_cgemm`'s and `blas_zgemm`'s parameters: `blas_sgemm`'s or `blas_dgemm`'s (`alpha` and
+/// `beta` their real parts, the matrices complex), then `alpha`'s and `beta`'s imaginary parts.
+pub const CGEMM: [ParamKind; 19] = complex_params(F32);
+/// `blas_zgemm`'s parameters.
+pub const ZGEMM: [ParamKind; 19] = complex_params(F64);
+/// The imaginary parts of `alpha` and `beta` of `blas_cgemm` and `blas_zgemm`.
+pub const ALPHA_IM: usize = 17;
+/// `beta`'s imaginary part.
+pub const BETA_IM: usize = 18;
+
+const fn complex_params(scalar: ParamKind) -> [ParamKind; 19] {
+    let s = params(scalar);
+    [
+        s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15], s[16],
+        scalar, scalar,
+    ]
+}
 
 /// Argument indices: the scalars, and the three matrices' pointers.
 pub const ALPHA: usize = 5;
@@ -54,13 +71,20 @@ pub fn element_types(name: &str, args: &[DeviceArg]) -> DeviceResult<[GemmElemen
 }
 
 /// The element types of the matrices of builtin gemm `name` (`blas_sgemm`, `blas_dgemm`,
-/// `blas_gemm_ex`) launched with `args`: their widths in bytes.
+/// `blas_gemm_ex`, `blas_cgemm`, `blas_zgemm`) launched with `args`: their widths in bytes.
 pub fn widths(name: &str, args: &[DeviceArg]) -> DeviceResult<[u64; 3]> {
     Ok(match name {
         "blas_sgemm" => [4; 3],
-        "blas_dgemm" => [8; 3],
+        "blas_dgemm" | "blas_cgemm" => [8; 3],
+        "blas_zgemm" => [16; 3],
         _ => element_types(name, args)?.map(GemmElement::bytes),
     })
+}
+
+/// Whether `op(A)` and `op(B)` of launch `args` read their matrices conjugated (operation 2,
+/// `CUBLAS_OP_C`: a conjugate transpose; the plain transpose of a real matrix).
+pub fn conjugated(name: &str, args: &[DeviceArg]) -> DeviceResult<[bool; 2]> {
+    Ok([size_arg(name, args, 0)? == 2, size_arg(name, args, 1)? == 2])
 }
 
 /// The shape of launch `args` of builtin `name`, refused where BLAS refuses it and where
@@ -93,6 +117,59 @@ pub trait Element: Copy + PartialEq + Default + Add<Output = Self> + Mul<Output 
     fn write_le(self, out: &mut [u8]);
     /// The value of a scalar argument of this type.
     fn of(arg: &DeviceArg) -> DeviceResult<Self>;
+    /// Its complex conjugate: itself, for a real number.
+    fn conj(self) -> Self {
+        self
+    }
+}
+
+/// A complex element (`cuComplex`, `cuDoubleComplex`): real part first in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Complex<T> {
+    pub re: T,
+    pub im: T,
+}
+
+impl<T: Add<Output = T> + Sub<Output = T> + Mul<Output = T> + Copy> Mul for Complex<T> {
+    type Output = Self;
+    fn mul(self, o: Self) -> Self {
+        Complex { re: self.re * o.re - self.im * o.im, im: self.re * o.im + self.im * o.re }
+    }
+}
+
+impl<T: Add<Output = T>> Add for Complex<T> {
+    type Output = Self;
+    fn add(self, o: Self) -> Self {
+        Complex { re: self.re + o.re, im: self.im + o.im }
+    }
+}
+
+impl<T: Element + Neg<Output = T> + Sub<Output = T>> Element for Complex<T> {
+    const BYTES: usize = 2 * T::BYTES;
+    fn from_le(bytes: &[u8]) -> Self {
+        Complex { re: T::from_le(&bytes[..T::BYTES]), im: T::from_le(&bytes[T::BYTES..]) }
+    }
+    fn write_le(self, out: &mut [u8]) {
+        let (re, im) = out.split_at_mut(T::BYTES);
+        self.re.write_le(re);
+        self.im.write_le(im);
+    }
+    fn of(arg: &DeviceArg) -> DeviceResult<Self> {
+        // A complex scalar is two arguments: see `complex_scalars`.
+        Err(WireError::new(ErrorKind::InvalidArgument, format!("expected one real part, got {arg:?}")))
+    }
+    fn conj(self) -> Self {
+        Complex { re: self.re, im: -self.im }
+    }
+}
+
+/// `alpha` and `beta` of a `blas_cgemm` or `blas_zgemm` launch: their real parts where a real
+/// gemm's are, their imaginary parts after `batch`.
+pub fn complex_scalars<T: Element>(args: &[DeviceArg]) -> DeviceResult<[Complex<T>; 2]> {
+    let at = |i: usize| {
+        args.get(i).map_or_else(|| Err(WireError::new(ErrorKind::InvalidArgument, "too few arguments")), T::of)
+    };
+    Ok([Complex { re: at(ALPHA)?, im: at(ALPHA_IM)? }, Complex { re: at(BETA)?, im: at(BETA_IM)? }])
 }
 
 macro_rules! element {
@@ -124,6 +201,11 @@ element!(f64, F64);
 /// Computes the gemm on host slices, each from its matrix's pointer and as long as its
 /// footprint; `c` is read only where `beta` is not 0.
 pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
+    run_conjugated(g, [false; 2], alpha, a, b, beta, c)
+}
+
+/// [`run`], `op(A)` and `op(B)` conjugated where `conjugate` says (a conjugate transpose).
+pub fn run_conjugated<T: Element>(g: &Gemm, conjugate: [bool; 2], alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
     let [lda, ldb, _] = g.ld.map(|ld| ld as usize);
     for batch in 0..g.batch as usize {
         // Offsets, not slices: a matrix of no elements (k = 0) is an empty slice, and then
@@ -135,6 +217,7 @@ pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T
                 for p in 0..g.k as usize {
                     let x = if g.trans_a { a[a0 + p + i * lda] } else { a[a0 + i + p * lda] };
                     let y = if g.trans_b { b[b0 + j + p * ldb] } else { b[b0 + p + j * ldb] };
+                    let (x, y) = (if conjugate[0] { x.conj() } else { x }, if conjugate[1] { y.conj() } else { y });
                     acc = acc + x * y;
                 }
                 let out = &mut c[g.c_index(batch as u64, i as u64, j as u64)];

@@ -27,6 +27,10 @@ pub(super) enum Precision {
     /// Scalars in binary16 (`cublasHgemm`, `CUBLAS_COMPUTE_16F`), computed in `f32`: every
     /// product and sum rounded less often than cuBLAS's half-precision compute would.
     Half,
+    /// `cuComplex`: two `f32`, the real part first.
+    ComplexSingle,
+    /// `cuDoubleComplex`: two `f64`.
+    ComplexDouble,
 }
 
 impl Precision {
@@ -34,26 +38,41 @@ impl Precision {
     pub fn bytes(self) -> usize {
         match self {
             Precision::Single => 4,
-            Precision::Double => 8,
+            Precision::Double | Precision::ComplexSingle => 8,
             Precision::Half => 2,
+            Precision::ComplexDouble => 16,
         }
     }
 
-    /// A scalar of this type as a kernel argument.
+    /// Whether its elements are complex.
+    pub fn is_complex(self) -> bool {
+        matches!(self, Precision::ComplexSingle | Precision::ComplexDouble)
+    }
+
+    /// A scalar of this type (a complex one's real or imaginary part) as a kernel argument.
     fn arg(self, value: f64) -> KernelArg {
         match self {
             // Exact: every value came from an f32 (or a half) of the program's.
-            Precision::Single | Precision::Half => KernelArg::F32(value as f32),
-            Precision::Double => KernelArg::F64(value),
+            Precision::Single | Precision::Half | Precision::ComplexSingle => KernelArg::F32(value as f32),
+            Precision::Double | Precision::ComplexDouble => KernelArg::F64(value),
         }
     }
 
-    /// One element from its little-endian bytes.
+    /// One element from its little-endian bytes (a complex one's real part).
     pub fn value(self, bytes: &[u8]) -> f64 {
+        self.parts(bytes)[0]
+    }
+
+    /// One element's real and imaginary parts (0 for a real type) from its little-endian bytes.
+    pub fn parts(self, bytes: &[u8]) -> [f64; 2] {
+        let single = |at: usize| f64::from(f32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")));
+        let double = |at: usize| f64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
         match self {
-            Precision::Single => f64::from(f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))),
-            Precision::Double => f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
-            Precision::Half => f64::from(f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]))),
+            Precision::Single => [single(0), 0.0],
+            Precision::Double => [double(0), 0.0],
+            Precision::Half => [f64::from(f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]))), 0.0],
+            Precision::ComplexSingle => [single(0), single(4)],
+            Precision::ComplexDouble => [double(0), double(8)],
         }
     }
 
@@ -63,6 +82,8 @@ impl Precision {
             Precision::Single => (value as f32).to_le_bytes().to_vec(),
             Precision::Double => value.to_le_bytes().to_vec(),
             Precision::Half => f32_to_f16(value as f32).to_le_bytes().to_vec(),
+            Precision::ComplexSingle => [value as f32, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Precision::ComplexDouble => [value, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
         }
     }
 }
@@ -158,39 +179,44 @@ fn check(call: &GemmCall) -> CuResult<Gemm> {
     }
 }
 
-/// The value of `alpha` or `beta`: read from host memory, or (`CUBLAS_POINTER_MODE_DEVICE`)
-/// from device memory after the work queued before, as cuBLAS's kernel would read it when it
-/// runs (so such a call waits).
+/// The value of a real `alpha` or `beta`: [`scalar_parts`]'s real part.
 pub(super) unsafe fn scalar_value(target: Target, precision: Precision, scalar: Scalar) -> CuResult<f64> {
+    Ok(scalar_parts(target, precision, scalar)?[0])
+}
+
+/// The real and imaginary parts (0 for a real type) of `alpha` or `beta`: read from host
+/// memory, or (`CUBLAS_POINTER_MODE_DEVICE`) from device memory after the work queued before,
+/// as cuBLAS's kernel would read it when it runs (so such a call waits).
+pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: Scalar) -> CuResult<[f64; 2]> {
     let p = match scalar {
-        Scalar::Value(v) => return Ok(v),
+        Scalar::Value(v) => return Ok([v, 0.0]),
         Scalar::At(p) if p.is_null() => return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null")),
         Scalar::At(p) => p,
     };
-    let mut bytes = [0u8; 8];
+    let mut bytes = [0u8; 16];
     let bytes = &mut bytes[..precision.bytes()];
     if target.host_pointers() {
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
     } else {
         device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len())?;
     }
-    Ok(precision.value(bytes))
+    Ok(precision.parts(bytes))
 }
 
 /// Launches a gemm on the target's stream: checked, its scalars read, its matrices found in
 /// the program's allocations (or the device's scratch), sent without waiting.
 pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> {
     let mut shape = check(&call)?;
-    let alpha = scalar_value(target, call.precision, call.alpha)?;
-    let beta = scalar_value(target, call.precision, call.beta)?;
+    let alpha = scalar_parts(target, call.precision, call.alpha)?;
+    let beta = scalar_parts(target, call.precision, call.beta)?;
     if shape.is_empty() {
         return Ok(());
     }
     // BLAS reads neither A nor B when k or alpha is 0: C = beta C (alpha 0 too, so that an
     // infinite alpha times the empty sum is not NaN).
-    let alpha = if call.k == 0 || alpha == 0.0 {
+    let alpha = if call.k == 0 || alpha == [0.0; 2] {
         (call.k, shape.k) = (0, 0);
-        0.0
+        [0.0; 2]
     } else {
         alpha
     };
@@ -227,24 +253,26 @@ fn send(
     device: &Builtins,
     call: &GemmCall,
     [a, b, c]: [KernelArg; 3],
-    [alpha, beta]: [f64; 2],
+    [alpha, beta]: [[f64; 2]; 2],
 ) -> CuResult<()> {
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
+    // A real matrix's conjugate transpose is its transpose.
+    let op = |t: c_int| if call.precision.is_complex() { t } else { t.min(1) };
     let mut args = vec![
-        u(call.trans[0].min(1)),
-        u(call.trans[1].min(1)),
+        u(op(call.trans[0])),
+        u(op(call.trans[1])),
         u(call.m),
         u(call.n),
         u(call.k),
-        call.precision.arg(alpha),
+        call.precision.arg(alpha[0]),
         a,
         u(call.ld[0]),
         l(call.stride[0]),
         b,
         u(call.ld[1]),
         l(call.stride[1]),
-        call.precision.arg(beta),
+        call.precision.arg(beta[0]),
         c,
         u(call.ld[2]),
         l(call.stride[2]),
@@ -260,6 +288,14 @@ fn send(
         }
         (None, Precision::Single) => "blas_sgemm",
         (None, Precision::Double) => "blas_dgemm",
+        (None, Precision::ComplexSingle | Precision::ComplexDouble) => {
+            args.extend([call.precision.arg(alpha[1]), call.precision.arg(beta[1])]);
+            if call.precision == Precision::ComplexSingle {
+                "blas_cgemm"
+            } else {
+                "blas_zgemm"
+            }
+        }
         (types, precision) => {
             let why = format!("matrices of types {types:?} computed in {precision:?}");
             return Err(Error::said(code::NOT_SUPPORTED, why));
@@ -345,6 +381,14 @@ typed_gemm!(cublasHgemm, u16, HALF, "cublasHgemm");
 typed_gemm_strided_batched!(cublasSgemmStridedBatched, f32, SINGLE, "cublasSgemmStridedBatched");
 typed_gemm_strided_batched!(cublasDgemmStridedBatched, f64, DOUBLE, "cublasDgemmStridedBatched");
 typed_gemm_strided_batched!(cublasHgemmStridedBatched, u16, HALF, "cublasHgemmStridedBatched");
+// Complex scalars and matrices (`cuComplex`, `cuDoubleComplex`), operation 2 the conjugate
+// transpose.
+const COMPLEX_SINGLE: Types = Types::uniform(Precision::ComplexSingle);
+const COMPLEX_DOUBLE: Types = Types::uniform(Precision::ComplexDouble);
+typed_gemm!(cublasCgemm_v2, [f32; 2], COMPLEX_SINGLE, "cublasCgemm");
+typed_gemm!(cublasZgemm_v2, [f64; 2], COMPLEX_DOUBLE, "cublasZgemm");
+typed_gemm_strided_batched!(cublasCgemmStridedBatched, [f32; 2], COMPLEX_SINGLE, "cublasCgemmStridedBatched");
+typed_gemm_strided_batched!(cublasZgemmStridedBatched, [f64; 2], COMPLEX_DOUBLE, "cublasZgemmStridedBatched");
 
 /// A gemm call of one product, its scalars and matrices given.
 pub(super) fn product(

@@ -17,6 +17,8 @@ const CUDA_R_32F: c_int = 0;
 const CUDA_R_64F: c_int = 1;
 const CUDA_R_16F: c_int = 2;
 const CUDA_R_16BF: c_int = 14;
+const CUDA_C_32F: c_int = 4;
+const CUDA_C_64F: c_int = 5;
 /// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
 /// `_FAST_16BF`, `_FAST_TF32`, `_EMULATED_16BFX9`: these allow less precision, not more), in
 /// `f64` (`COMPUTE_64F`, `_PEDANTIC`) and in binary16 (`COMPUTE_16F`, `_PEDANTIC`); before
@@ -36,9 +38,9 @@ fn element(data_type: c_int) -> Option<GemmElement> {
 }
 
 /// The types of an `Ex`-family call with matrices of `cudaDataType`s `types` (A, B, C)
-/// computed as `compute`: all `f32` or all `f64`; or `A` and `B` binary16 or bfloat16 and `C`
-/// of their type or `f32`, computed in `f32`; or all binary16 computed in binary16. Other
-/// mixes (integers, complex, FP8) are not served.
+/// computed as `compute`: all `f32`, `f64`, complex `f32` or complex `f64`; or `A` and `B`
+/// binary16 or bfloat16 and `C` of their type or `f32`, computed in `f32`; or all binary16
+/// computed in binary16. Other mixes (integers, complex half precision, FP8) are not served.
 pub(super) fn ex_types(types: [c_int; 3], compute: c_int) -> CuResult<Types> {
     let [a, b, c] = types;
     let half_inputs = a == b && (a == CUDA_R_16F || a == CUDA_R_16BF) && (c == a || c == CUDA_R_32F);
@@ -46,6 +48,12 @@ pub(super) fn ex_types(types: [c_int; 3], compute: c_int) -> CuResult<Types> {
     let found = match types {
         [CUDA_R_32F, CUDA_R_32F, CUDA_R_32F] if COMPUTE_32F.contains(&compute) => Types::uniform(Precision::Single),
         [CUDA_R_64F, CUDA_R_64F, CUDA_R_64F] if COMPUTE_64F.contains(&compute) => Types::uniform(Precision::Double),
+        [CUDA_C_32F, CUDA_C_32F, CUDA_C_32F] if COMPUTE_32F.contains(&compute) => {
+            Types::uniform(Precision::ComplexSingle)
+        }
+        [CUDA_C_64F, CUDA_C_64F, CUDA_C_64F] if COMPUTE_64F.contains(&compute) => {
+            Types::uniform(Precision::ComplexDouble)
+        }
         _ if half_inputs && COMPUTE_32F.contains(&compute) => {
             Types { precision: Precision::Single, elements: half_types() }
         }
@@ -54,8 +62,8 @@ pub(super) fn ex_types(types: [c_int; 3], compute: c_int) -> CuResult<Types> {
         }
         _ => {
             let why = format!(
-                "matrices of cudaDataType {types:?} computed as {compute}: served are f32 and f64, and binary16 or \
-                 bfloat16 A and B with C of their type or f32"
+                "matrices of cudaDataType {types:?} computed as {compute}: served are f32, f64 and their complex, \
+                 and binary16 or bfloat16 A and B with C of their type or f32"
             );
             return Err(Error::said(code::NOT_SUPPORTED, why));
         }
@@ -69,6 +77,8 @@ pub(super) fn scale_type(precision: Precision) -> c_int {
         Precision::Single => CUDA_R_32F,
         Precision::Double => CUDA_R_64F,
         Precision::Half => CUDA_R_16F,
+        Precision::ComplexSingle => CUDA_C_32F,
+        Precision::ComplexDouble => CUDA_C_64F,
     }
 }
 
@@ -182,15 +192,25 @@ mod tests {
         assert_eq!(ex_types([14, 14, 14], 68).unwrap().elements, Some([Bf16; 3]));
         assert_eq!(ex_types([14, 14, 0], 0).unwrap().elements, Some([Bf16, Bf16, F32]));
         assert_eq!(ex_types([2, 2, 2], 64).unwrap(), HALF);
+        // Complex f32 and f64 (CuPy's complex dot).
+        assert_eq!(ex_types([4, 4, 4], 68).unwrap(), Types::uniform(Precision::ComplexSingle));
+        assert_eq!(ex_types([5, 5, 5], 70).unwrap(), Types::uniform(Precision::ComplexDouble));
     }
 
     #[test]
     fn other_mixes_are_not_supported() {
         // f32 asked to compute in f64; A and B of two types; a half C of f32 inputs; a bfloat16
-        // product computed in binary16; complex (CUDA_C_32F) and integer (CUDA_R_8I) matrices.
-        for (types, compute) in
-            [([0, 0, 0], 70), ([2, 14, 0], 68), ([0, 0, 2], 68), ([14, 14, 14], 64), ([4, 4, 4], 68), ([3, 3, 0], 72)]
-        {
+        // product computed in binary16; complex f32 computed in f64; complex binary16
+        // (CUDA_C_16F) and integer (CUDA_R_8I) matrices.
+        for (types, compute) in [
+            ([0, 0, 0], 70),
+            ([2, 14, 0], 68),
+            ([0, 0, 2], 68),
+            ([14, 14, 14], 64),
+            ([4, 4, 4], 70),
+            ([6, 6, 6], 68),
+            ([3, 3, 0], 72),
+        ] {
             assert_eq!(ex_types(types, compute).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {compute}");
         }
     }

@@ -1,6 +1,7 @@
 //! cuBLAS for programs linked against it: handles, streams, modes, the gemm family
-//! (`cublasSgemm`, `cublasDgemm`, `cublasHgemm`, their strided-batched forms: [`gemm`]; the
-//! `Ex` forms on `f32`, `f64`, binary16 and bfloat16 matrices: [`gemm_ex`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
+//! (`cublasSgemm`, `cublasDgemm`, `cublasHgemm`, `cublasCgemm`, `cublasZgemm`, their
+//! strided-batched forms: [`gemm`]; the `Ex` forms on `f32`, `f64`, complex, binary16 and
+//! bfloat16 matrices: [`gemm_ex`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
 //! `scal`, `gemv`, `ger`: [`vectors`]) and the host-device copies (`cublasSetVector`,
 //! `cublasGetMatrix`, ...: [`copies`]). Scalars may be in host or device memory
 //! (`cublasSetPointerMode`). cuBLASLt's matmul is [`lt`] (`libcublasLt` links here too).
@@ -9,7 +10,8 @@
 //! (docs/benchmarks/cuda-shim.md), so this library answers cuBLAS itself: it is installed as
 //! `libcublas.so.12` and `libcublas.so.13` too, links to this one file, which the loader maps
 //! once (a handle's memory is the shim's own). A gemm becomes a launch of the backend's builtin
-//! `blas_sgemm`, `blas_dgemm` or `blas_gemm_ex` (column-major, as cuBLAS) on the handle's stream: it goes out
+//! `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or `blas_zgemm` (column-major, as
+//! cuBLAS) on the handle's stream: it goes out
 //! without waiting, as cuBLAS's own kernels would, and the backend checks what it touches
 //! against the session's buffers before it runs. The kernels are one thread an element of `C`,
 //! not cuBLAS's tuned ones. Every other function of `cublas_api.h` is exported too

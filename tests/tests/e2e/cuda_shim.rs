@@ -355,7 +355,8 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 }
 
 /// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
-/// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16 and bfloat16), a side stream and its
+/// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16, bfloat16 and complex, conjugate
+/// transposes included), a side stream and its
 /// FFTs (cuFFT) run on the backend's
 /// builtin kernels and match PyTorch's CPU results (`tests/cuda/torch_math.py`). The shim is
 /// `LD_PRELOAD`ed, as README says for a framework whose RPATH names NVIDIA's math libraries:
@@ -367,8 +368,9 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
     let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32"]
         .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
-    let halves: Vec<&str> = halves.iter().flatten().map(String::as_str).collect();
-    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &halves[..]].concat()).await;
+    let complexes = ["mm", "mm conjugate-transposed", "bmm"].map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
+    let names: Vec<&str> = halves.iter().chain(&complexes).flatten().map(String::as_str).collect();
+    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &names[..]].concat()).await;
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
@@ -376,7 +378,8 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
 /// on the backend's builtin kernels and match NumPy's (`tests/cuda/cupy_math.py`).
 #[tokio::test(flavor = "multi_thread")]
 async fn cupy_runs_its_products_and_ffts_through_the_shim() {
-    let products = ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched", "dot f16"];
+    let products =
+        ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched", "dot f16", "dot c64", "dot c128"];
     let vectors = ["cublas dot", "cublas nrm2", "cublas axpy", "cublas gemv", "cublas ger"];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
     run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &ffts[..]].concat()).await;

@@ -7,7 +7,7 @@ use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 use super::{check_range, Allocation, CpuContext};
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
-use crate::device::gemm::{self, Element, GemmElement};
+use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
 use crate::device::{DeviceArg, DeviceResult};
 
 impl CpuContext {
@@ -129,12 +129,37 @@ impl CpuContext {
         let a = self.read_matrix::<T>(&args[a], na, ta, "gemm A")?;
         let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
         let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
-        gemm::run(&g, alpha, &a, &b, beta, &mut out);
+        gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
+        self.write_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
+    }
+
+    /// Runs `blas_cgemm` or `blas_zgemm`: [`Self::gemm`] on complex elements.
+    fn complex_gemm<R: Element + std::ops::Neg<Output = R> + std::ops::Sub<Output = R>>(
+        &self,
+        name: &str,
+        args: &[DeviceArg],
+    ) -> DeviceResult<()> {
+        let g = gemm::shape(name, args)?;
+        if g.is_empty() {
+            return Ok(());
+        }
+        let [na, nb, nc] = g.footprints();
+        let [a, b, c] = gemm::MATRICES;
+        let [alpha, beta] = gemm::complex_scalars::<R>(args)?;
+        let a = self.read_elements::<Complex<R>>(&args[a], na, "gemm A")?;
+        let b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
+        let mut out = self.read_elements::<Complex<R>>(&args[c], nc, "gemm C")?;
+        gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
+        self.write_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
+    }
+
+    /// Writes back each column of a gemm's `C` that it computed (not the gaps a leading
+    /// dimension leaves), by `write(first element, column)`.
+    fn write_columns<T>(&self, g: &Gemm, out: &[T], write: impl Fn(u64, &[T]) -> DeviceResult<()>) -> DeviceResult<()> {
         for batch in 0..g.batch {
             for j in 0..g.n {
                 let first = g.c_index(batch, 0, j);
-                let column = &out[first..first + g.m as usize];
-                self.write_matrix(&args[c], first as u64, column, tc, "gemm C")?;
+                write(first as u64, &out[first..first + g.m as usize])?;
             }
         }
         Ok(())
@@ -214,6 +239,8 @@ impl CpuContext {
             "blas_sgemm" => self.gemm::<f32>(name, args, None),
             "blas_dgemm" => self.gemm::<f64>(name, args, None),
             "blas_gemm_ex" => self.gemm::<f32>(name, args, Some(gemm::element_types(name, args)?)),
+            "blas_cgemm" => self.complex_gemm::<f32>(name, args),
+            "blas_zgemm" => self.complex_gemm::<f64>(name, args),
             "dft_f32" => self.dft::<f32>("dft_f32", args),
             "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {

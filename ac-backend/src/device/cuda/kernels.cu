@@ -96,12 +96,29 @@ struct Coded {
     }
 };
 
-// BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D>gemm*`, `cublasGemmEx`
-// and cuBLASLt's matmul launch these): C_b = alpha op(A_b) op(B_b) + beta C_b for each b <
-// batch, op(X) = X or its transpose (trans != 0), X_b from X's element b * stride_x, element
-// (i, j) of X at X[i + j * ldx]; computed in T. C is not read when beta is 0 (BLAS: it may hold
-// anything then). One thread an element of C, no tiling: correct on any launch shape, not
-// cuBLAS's speed.
+// A complex number (cuComplex, cuDoubleComplex): real part first.
+template <typename R>
+struct Complex {
+    R re, im;
+    __device__ Complex(R re = 0, R im = 0) : re(re), im(im) {}
+    __device__ Complex operator+(Complex o) const { return Complex(re + o.re, im + o.im); }
+    __device__ Complex operator*(Complex o) const { return Complex(re * o.re - im * o.im, re * o.im + im * o.re); }
+    __device__ Complex& operator+=(Complex o) { return *this = *this + o; }
+    __device__ bool operator==(Complex o) const { return re == o.re && im == o.im; }
+};
+
+// op(X) = X^H reads X's elements conjugated: nothing to do for a real X.
+__device__ __forceinline__ float conjugate(float v) { return v; }
+__device__ __forceinline__ double conjugate(double v) { return v; }
+template <typename R>
+__device__ __forceinline__ Complex<R> conjugate(Complex<R> v) { return Complex<R>(v.re, -v.im); }
+
+// BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D|C|Z>gemm*`,
+// `cublasGemmEx` and cuBLASLt's matmul launch these): C_b = alpha op(A_b) op(B_b) + beta C_b
+// for each b < batch, op(X) = X, its transpose (trans 1) or its conjugate transpose (trans 2),
+// X_b from X's element b * stride_x, element (i, j) of X at X[i + j * ldx]; computed in T. C is
+// not read when beta is 0 (BLAS: it may hold anything then). One thread an element of C, no
+// tiling: correct on any launch shape, not cuBLAS's speed.
 template <typename T, typename M>
 __device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, M A, unsigned lda,
                      u64 sa, M B, unsigned ldb, u64 sb, T beta, M C, unsigned ldc, u64 sc, unsigned batch) {
@@ -112,7 +129,7 @@ __device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned 
         for (unsigned p = 0; p < k; ++p) {
             T x = A.get(b * sa + (ta ? p + i * lda : i + (u64)p * lda));
             T y = B.get(b * sb + (tb ? j + (u64)p * ldb : p + j * ldb));
-            acc += x * y;
+            acc += (ta == 2 ? conjugate(x) : x) * (tb == 2 ? conjugate(y) : y);
         }
         u64 c = b * sc + i + j * ldc;
         C.set(c, beta == (T)0 ? alpha * acc : alpha * acc + beta * (T)C.get(c));
@@ -140,6 +157,26 @@ extern "C" __global__ void blas_gemm_ex(unsigned ta, unsigned tb, unsigned m, un
                                         void* C, unsigned ldc, u64 sc, unsigned batch, unsigned types) {
     gemm<float>(ta, tb, m, n, k, alpha, Coded{A, types & 15}, lda, sa, Coded{B, (types >> 4) & 15}, ldb, sb, beta,
                 Coded{C, (types >> 8) & 15}, ldc, sc, batch);
+}
+
+// blas_sgemm and blas_dgemm on complex matrices (cuComplex, cuDoubleComplex), each scalar's
+// imaginary part a parameter after `batch`: cublasCgemm, cublasZgemm.
+extern "C" __global__ void blas_cgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                      Complex<float>* A, unsigned lda, u64 sa, Complex<float>* B, unsigned ldb, u64 sb,
+                                      float beta, Complex<float>* C, unsigned ldc, u64 sc, unsigned batch,
+                                      float alpha_im, float beta_im) {
+    typedef Complex<float> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch);
+}
+
+extern "C" __global__ void blas_zgemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                      Complex<double>* A, unsigned lda, u64 sa, Complex<double>* B, unsigned ldb,
+                                      u64 sb, double beta, Complex<double>* C, unsigned ldc, u64 sc, unsigned batch,
+                                      double alpha_im, double beta_im) {
+    typedef Complex<double> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch);
 }
 
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the

@@ -66,6 +66,9 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     }
     let types = [a.data_type, b.data_type, d.data_type].map(|t| t as c_int);
     let ex = ex_types(types, desc.compute_type)?;
+    if ex.precision.is_complex() {
+        return unserved(format!("complex matrices (type {})", d.data_type));
+    }
     if desc.scale_type != scale_type(ex.precision) {
         return unserved(format!("scale type {} with matrices of type {}", desc.scale_type, d.data_type));
     }
@@ -293,7 +296,8 @@ mod tests {
         let relu = MatmulDesc { epilogue: 2, ..desc };
         assert_eq!(planned(&relu, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
         let complex = [4u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        assert_eq!(planned(&desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
+        let complex_desc = MatmulDesc { scale_type: 4, ..desc };
+        assert_eq!(planned(&complex_desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
         // bfloat16 matrices computed in f32 with f32 scalars (PyTorch's), not with bfloat16 ones.
         let bf16 = [14u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
         assert_eq!(planned(&desc, &bf16).unwrap().types, Some([GemmElement::Bf16; 3]));
