@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An unmodified PyTorch program for the CUDA shim's GPU check (issue 48): device properties,
-a 2048x2048 matmul, a conv2d, FFTs, the CUDA random generator, and 50 steps of training a small
-MLP with a fixed seed. scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and
+a 2048x2048 matmul, a conv2d, FFTs, the CUDA random generator, 50 steps of training a small
+MLP with a fixed seed, and binary16, bfloat16 and complex products. scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and
 through ac-cuda's, and compares the two result files (compare.py): the program itself knows
 nothing of the shim.
 
@@ -115,7 +115,33 @@ def training(dev):
     }
 
 
-SECTIONS = [properties, matmul, conv2d, fft, rng, training]
+def magnitudes(t):
+    """A result's shape, norm and sum of absolute values, taken on the CPU in f64: aggregates
+    that one rounding more or less per element (a half-precision result's, cuBLAS's tensor cores
+    against the shim's f32 sums) moves far less than the 1e-3 the comparison allows."""
+    flat = t.detach().to("cpu").abs().to(torch.float64).flatten()
+    return {"shape": list(t.shape), "norm": flat.norm().item(), "abs_sum": flat.sum().item()}
+
+
+def reduced_and_complex(dev):
+    # binary16 and bfloat16 products (cublasGemmEx, cuBLASLt with a bias), complex ones
+    # (cublasCgemm, cublasZgemm; a conjugate transpose read as CUBLAS_OP_C).
+    a, b, bias = cpu_randn(11, 512, 256), cpu_randn(12, 256, 384), cpu_randn(13, 384)
+    out = {}
+    for dtype, tag in [(torch.float16, "f16"), (torch.bfloat16, "bf16")]:
+        x, y, z = (t.to(dtype).to(dev) for t in (a, b, bias))
+        out[f"mm_{tag}"] = magnitudes(x @ y)
+        out[f"linear_{tag}"] = magnitudes(F.linear(x, y.t(), z))
+    ca = torch.complex(cpu_randn(14, 128, 96), cpu_randn(15, 128, 96))
+    cb = torch.complex(cpu_randn(16, 96, 64), cpu_randn(17, 96, 64))
+    for dtype, tag in [(torch.complex64, "c64"), (torch.complex128, "c128")]:
+        x, y = ca.to(dtype).to(dev), cb.to(dtype).to(dev)
+        out[f"mm_{tag}"] = magnitudes(x @ y)
+        out[f"gram_{tag}"] = magnitudes(x.mH @ x)
+    return out
+
+
+SECTIONS = [properties, matmul, conv2d, fft, rng, training, reduced_and_complex]
 
 
 def main(argv):
