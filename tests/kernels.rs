@@ -62,7 +62,18 @@ pub async fn gemm_ex_rounds_each_type_exactly(acc: &ac_frontend::Accelerator, bu
             bytes(values, t).chunks_exact(t.bytes() as usize).map(|e| t.load(e)).collect()
         };
         let (a, b, mut want) = (stored(&a, types[0]), stored(&b, types[1]), stored(&c, types[2]));
-        ac_backend::device::gemm::run(&g, 3.0f32, &a, &b, -1.0, &mut want);
+        // C = 3 A^T B - C, in f64 (exact here), then rounded by ac_proto.
+        for (bi, j, i) in (0..batch).flat_map(|bi| (0..n).flat_map(move |j| (0..m).map(move |i| (bi, j, i)))) {
+            let dot: f64 = (0..k)
+                .map(|p| {
+                    let x = a[(bi * g.stride[0] + p + i * g.ld[0]) as usize];
+                    let y = b[(bi * g.stride[1] + p + j * g.ld[1]) as usize];
+                    f64::from(x) * f64::from(y)
+                })
+                .sum();
+            let out = &mut want[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
+            *out = (3.0 * dot - f64::from(*out)) as f32;
+        }
         let want = bytes(&want, types[2]);
         let (da, db) =
             (acc.alloc_from(&bytes(&a, types[0])).await.unwrap(), acc.alloc_from(&bytes(&b, types[1])).await.unwrap());

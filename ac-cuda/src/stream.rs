@@ -161,14 +161,43 @@ pub unsafe extern "C" fn cuStreamIsCapturing(handle: usize, status: *mut c_int) 
     })
 }
 
+/// The outputs of a `cuStreamGetCaptureInfo` version: those it lacks, or that the caller passes
+/// as null (optional ones), are null here and left alone.
+struct CaptureInfo {
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut usize,
+    deps: *mut *const usize,
+    edges: *mut *const c_void,
+    count: *mut usize,
+}
+
+impl CaptureInfo {
+    /// No output asked for.
+    fn none() -> Self {
+        use std::ptr::null_mut;
+        CaptureInfo {
+            status: null_mut(),
+            id: null_mut(),
+            graph: null_mut(),
+            deps: null_mut(),
+            edges: null_mut(),
+            count: null_mut(),
+        }
+    }
+}
+
 /// What the `cuStreamGetCaptureInfo` versions answer: graph capture is not served, so no stream
-/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no dependencies).
-/// Outputs the caller passes as null are optional and left alone.
-unsafe fn not_capturing(handle: usize, status: *mut c_int, id: *mut u64, count: *mut usize) -> CuResult<()> {
+/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no graph, no
+/// dependencies and no edge data, as the driver answers for a stream not capturing).
+unsafe fn not_capturing(handle: usize, out: CaptureInfo) -> CuResult<()> {
     device_of_stream(handle)?;
-    put(status, 0)?;
-    set_if_given(id, 0);
-    set_if_given(count, 0);
+    put(out.status, 0)?;
+    set_if_given(out.id, 0);
+    set_if_given(out.graph, 0);
+    set_if_given(out.deps, std::ptr::null());
+    set_if_given(out.edges, std::ptr::null());
+    set_if_given(out.count, 0);
     Ok(())
 }
 
@@ -181,7 +210,7 @@ unsafe fn set_if_given<T>(out: *mut T, value: T) {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCaptureInfo(handle: usize, status: *mut c_int, id: *mut u64) -> u32 {
-    guard("cuStreamGetCaptureInfo", || not_capturing(handle, status, id, std::ptr::null_mut()))
+    guard("cuStreamGetCaptureInfo", || not_capturing(handle, CaptureInfo { status, id, ..CaptureInfo::none() }))
 }
 
 #[no_mangle]
@@ -194,11 +223,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
     count: *mut usize,
 ) -> u32 {
     guard("cuStreamGetCaptureInfo_v2", || {
-        not_capturing(handle, status, id, count)?;
-        // No graph and no dependencies, as the driver answers for a stream not capturing.
-        set_if_given(graph, 0);
-        set_if_given(deps, std::ptr::null());
-        Ok(())
+        not_capturing(handle, CaptureInfo { status, id, graph, deps, count, ..CaptureInfo::none() })
     })
 }
 
@@ -219,11 +244,7 @@ pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
         if !edges.is_null() && deps.is_null() {
             return Err(Error::Code(code::INVALID_VALUE));
         }
-        not_capturing(handle, status, id, count)?;
-        set_if_given(graph, 0);
-        set_if_given(deps, std::ptr::null());
-        set_if_given(edges, std::ptr::null());
-        Ok(())
+        not_capturing(handle, CaptureInfo { status, id, graph, deps, edges, count })
     })
 }
 

@@ -116,11 +116,14 @@ def training(dev):
 
 
 def magnitudes(t):
-    """A result's shape, norm and sum of absolute values, taken on the CPU in f64: aggregates
-    that one rounding more or less per element (a half-precision result's, cuBLAS's tensor cores
-    against the shim's f32 sums) moves far less than the 1e-3 the comparison allows."""
+    """A result's shape, norm, sum of absolute values and a sum of them weighted by position
+    (1 to 7, cycling: a result transposed or misplaced changes it), taken on the CPU in f64:
+    aggregates that one rounding more or less per element (a half-precision result's, cuBLAS's
+    tensor cores against the shim's f32 sums) moves far less than the 1e-3 the comparison
+    allows."""
     flat = t.detach().to("cpu").abs().to(torch.float64).flatten()
-    return {"shape": list(t.shape), "norm": flat.norm().item(), "abs_sum": flat.sum().item()}
+    weights = torch.arange(flat.numel(), dtype=torch.float64) % 7 + 1
+    return {"shape": list(t.shape), "norm": flat.norm().item(), "abs_sum": flat.sum().item(), "weighted": (flat * weights).sum().item()}
 
 
 def reduced_and_complex(dev):

@@ -1,16 +1,19 @@
-//! BLAS's gemm as the builtin kernels `blas_sgemm`, `blas_dgemm` and `blas_gemm_ex` compute it,
-//! column-major as cuBLAS is: the CUDA shim's `cublasSgemm`, `cublasDgemm`, `cublasGemmEx`,
-//! their strided-batched forms and cuBLASLt's matmul launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
+//! BLAS's gemm as the builtin kernels `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm`
+//! and `blas_zgemm` compute it, column-major as cuBLAS is: the CUDA shim's `cublas<S|D|H|C|Z>gemm`,
+//! `cublasGemmEx`, their strided-batched forms and cuBLASLt's matmul launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
 //! checked before a launch on a device that cannot check accesses while it runs, is
 //! `ac_proto`'s [`Gemm`], shared with the shim), and the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
 //!
 //! Parameters: `(u32 transa, u32 transb, u32 m, u32 n, u32 k, T alpha, const T* A, u32 lda,
 //! u64 stride_a, const T* B, u32 ldb, u64 stride_b, T beta, T* C, u32 ldc, u64 stride_c,
 //! u32 batch)`: `C_b = alpha op(A_b) op(B_b) + beta C_b` for each `b < batch`, `op(X)` is `X`
-//! or its transpose (`trans != 0`), `X_b = X + b * stride_x` elements, element `(i, j)` of `X`
+//! or its transpose (`trans` 1; 2, a conjugate transpose, is the transpose of a real matrix),
+//! `X_b = X + b * stride_x` elements, element `(i, j)` of `X`
 //! at `X[i + j * ldx]`; `C` is not read when `beta` is 0. `blas_gemm_ex` takes `f32` scalars
 //! and one more parameter, `u32 types`, the three matrices' element types (`f32`, `f16` or
-//! `bf16`, [`GemmElement`]), and computes in `f32`.
+//! `bf16`, [`GemmElement`]), and computes in `f32`. `blas_cgemm` and `blas_zgemm` take
+//! [`Complex`] matrices, `alpha` and `beta` their real parts, and two more parameters, their
+//! imaginary parts.
 
 use std::ops::{Add, Mul, Neg, Sub};
 
@@ -107,7 +110,8 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Gemm> {
     }
 }
 
-/// An element type of the gemm kernels: `f32` or `f64`, little-endian in device memory.
+/// An element type of the gemm kernels: `f32`, `f64` or their [`Complex`], little-endian in
+/// device memory.
 pub trait Element: Copy + PartialEq + Default + Add<Output = Self> + Mul<Output = Self> {
     /// Bytes of one.
     const BYTES: usize;

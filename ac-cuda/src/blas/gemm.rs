@@ -1,7 +1,9 @@
-//! The gemm family: `cublasSgemm`, `cublasDgemm` and their strided-batched forms, each a
-//! launch of the backend's builtin `blas_sgemm` or `blas_dgemm` on the handle's stream; and
-//! [`launch`], which the level-1 and level-2 functions ([`super::vectors`]), the `Ex` forms on
-//! any mix of types ([`super::gemm_ex`], launching `blas_gemm_ex`) and cuBLASLt use too.
+//! The gemm family: `cublasSgemm`, `cublasDgemm`, `cublasHgemm` (binary16), `cublasCgemm`,
+//! `cublasZgemm` (complex) and their strided-batched forms, each a launch of the backend's
+//! builtin `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or `blas_zgemm` on the
+//! handle's stream; and [`launch`], which the level-1 and level-2 functions
+//! ([`super::vectors`]), the `Ex` forms on any mix of types ([`super::gemm_ex`]) and cuBLASLt
+//! use too.
 
 use std::ffi::{c_int, c_longlong, c_void};
 
@@ -247,7 +249,8 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     send(target, &device, &call, [a, b, c], [alpha, beta])
 }
 
-/// Sends the launch of `blas_sgemm`, `blas_dgemm` or `blas_gemm_ex` on the target's stream.
+/// Sends the launch of `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or
+/// `blas_zgemm` on the target's stream.
 fn send(
     target: Target,
     device: &Builtins,
@@ -311,7 +314,7 @@ pub(super) unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
     launch(handle(h)?.target(), call)
 }
 
-/// Defines `cublas<S|D>gemm_v2` for element type `$t`.
+/// Defines `cublas<S|D|H|C|Z>gemm` for element type `$t` (scalars' pointee) and `$types`.
 macro_rules! typed_gemm {
     ($name:ident, $t:ty, $types:expr, $call:literal) => {
         #[no_mangle]
@@ -339,7 +342,7 @@ macro_rules! typed_gemm {
     };
 }
 
-/// Defines `cublas<S|D>gemmStridedBatched` for element type `$t`.
+/// Defines `cublas<S|D|H|C|Z>gemmStridedBatched` for element type `$t` and `$types`.
 macro_rules! typed_gemm_strided_batched {
     ($name:ident, $t:ty, $types:expr, $call:literal) => {
         #[no_mangle]

@@ -26,6 +26,9 @@ const CUDA_C_64F: c_int = 5;
 const COMPUTE_32F: [c_int; 7] = [68, 69, 74, 75, 77, 78, CUDA_R_32F];
 const COMPUTE_64F: [c_int; 3] = [70, 71, CUDA_R_64F];
 const COMPUTE_16F: [c_int; 3] = [64, 65, CUDA_R_16F];
+/// The `f32` compute types cuBLAS takes with binary16 or bfloat16 inputs (the `_FAST_` ones
+/// are for `f32` inputs only).
+const HALF_COMPUTE_32F: [c_int; 3] = [68, 69, CUDA_R_32F];
 
 /// A half-precision type's `GemmElement`, or `f32`'s.
 fn element(data_type: c_int) -> Option<GemmElement> {
@@ -54,7 +57,7 @@ pub(super) fn ex_types(types: [c_int; 3], compute: c_int) -> CuResult<Types> {
         [CUDA_C_64F, CUDA_C_64F, CUDA_C_64F] if COMPUTE_64F.contains(&compute) => {
             Types::uniform(Precision::ComplexDouble)
         }
-        _ if half_inputs && COMPUTE_32F.contains(&compute) => {
+        _ if half_inputs && HALF_COMPUTE_32F.contains(&compute) => {
             Types { precision: Precision::Single, elements: half_types() }
         }
         [CUDA_R_16F, CUDA_R_16F, CUDA_R_16F] if COMPUTE_16F.contains(&compute) => {
@@ -132,9 +135,14 @@ pub unsafe extern "C" fn cublasSgemmEx(
     c_type: c_int,
     ldc: c_int,
 ) -> u32 {
-    // Computed in f32 whatever the matrices' types, its scalars f32.
+    // Computed in f32 whatever the matrices' types, its scalars f32: complex matrices are
+    // cublasCgemmEx's (their scalars would be read past these floats).
     guard("cublasSgemmEx", || {
         let types = ex_types([a_type, b_type, c_type], COMPUTE_32F[0])?;
+        if types.precision != Precision::Single {
+            let why = format!("cublasSgemmEx on matrices of cudaDataType {:?}", [a_type, b_type, c_type]);
+            return Err(Error::said(code::NOT_SUPPORTED, why));
+        }
         let call = plain(types, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
         gemm(h, call)
     })
@@ -201,7 +209,8 @@ mod tests {
     fn other_mixes_are_not_supported() {
         // f32 asked to compute in f64; A and B of two types; a half C of f32 inputs; a bfloat16
         // product computed in binary16; complex f32 computed in f64; complex binary16
-        // (CUDA_C_16F) and integer (CUDA_R_8I) matrices.
+        // (CUDA_C_16F) and integer (CUDA_R_8I) matrices; binary16 inputs with a compute type
+        // cuBLAS keeps for f32 ones (COMPUTE_32F_FAST_16F).
         for (types, compute) in [
             ([0, 0, 0], 70),
             ([2, 14, 0], 68),
@@ -210,6 +219,7 @@ mod tests {
             ([4, 4, 4], 70),
             ([6, 6, 6], 68),
             ([3, 3, 0], 72),
+            ([2, 2, 2], 74),
         ] {
             assert_eq!(ex_types(types, compute).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {compute}");
         }

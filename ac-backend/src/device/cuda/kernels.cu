@@ -67,7 +67,8 @@ struct Typed {
 // A matrix of `blas_gemm_ex`, its element type coded: 0 f32, 1 f16 (binary16), 2 bf16; read as
 // f32 (exact) and written rounded to nearest, ties to even. The conversions are spelled out (PTX
 // `cvt` for f16; bf16 by its bits, since `cvt.rn.bf16.f32` needs sm_80) so that NVRTC needs no
-// header and every architecture gets the same bits as ac-proto's `GemmElement`.
+// header and every architecture rounds as ac-proto's `GemmElement` does. (The sums are not
+// bit for bit the CPU device's: NVRTC fuses multiply-adds.)
 struct Coded {
     void* p;
     unsigned code;
