@@ -47,6 +47,16 @@ pub enum acSourceKind {
     ///   when beta is 0.
     /// - `blas_dgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch)`:
     ///   the same on `double`s (an `acArgF64` each; pointers 8-byte aligned).
+    /// - `blas_gemm_ex(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, float alpha, const void *A, uint32_t lda, uint64_t stride_a, const void *B, uint32_t ldb, uint64_t stride_b, float beta, void *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, uint32_t types)`:
+    ///   blas_sgemm's product on matrices each of its own type: `types` holds A's in bits 0-3,
+    ///   B's in 4-7, C's in 8-11 (0 float, 1 IEEE binary16, 2 bfloat16; pointers aligned to
+    ///   their elements), computed in float, each result rounded to C's type (nearest even).
+    /// - `blas_cgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, float alpha, const float *A, uint32_t lda, uint64_t stride_a, const float *B, uint32_t ldb, uint64_t stride_b, float beta, float *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, float alpha_im, float beta_im)`:
+    ///   blas_sgemm's product on complex matrices (real part first, pointers 8-byte aligned),
+    ///   alpha and beta their real parts, alpha_im and beta_im their imaginary parts; `trans` 2
+    ///   is a conjugate transpose.
+    /// - `blas_zgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, double alpha_im, double beta_im)`:
+    ///   the same on double complex matrices (pointers 16-byte aligned).
     /// - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
     ///   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
     ///   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

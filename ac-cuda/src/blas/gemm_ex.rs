@@ -224,4 +224,16 @@ mod tests {
             assert_eq!(ex_types(types, compute).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {compute}");
         }
     }
+
+    #[test]
+    fn sgemm_ex_refuses_complex_matrices_before_anything_else() {
+        // cuBLAS's cublasSgemmEx takes no complex matrices (their float scalars would be read
+        // as complex ones): refused as such, before the handle (here none) is even looked up.
+        let null = std::ptr::null();
+        let c = CUDA_C_32F;
+        let status = unsafe { cublasSgemmEx(0, 0, 0, 1, 1, 1, null, 0, c, 1, 0, c, 1, null, 0, c, 1) };
+        assert_eq!(status, super::super::status::NOT_SUPPORTED);
+        let real = unsafe { cublasSgemmEx(0, 0, 0, 1, 1, 1, null, 0, 0, 1, 0, 0, 1, null, 0, 0, 1) };
+        assert_eq!(real, super::super::status::NOT_INITIALIZED, "f32 matrices get as far as the handle");
+    }
 }
