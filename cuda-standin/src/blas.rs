@@ -88,32 +88,32 @@ impl Stored {
     }
 }
 
-/// `kernels.cu`'s `gemm<T, M>`, element by element as its threads compute it: column-major,
-/// `C_b = alpha op(A_b) op(B_b) + beta C_b`, `C` unread when `beta` is 0, accumulated in `f64`
-/// for `blas_dgemm` and in `f32` otherwise. `None`: a fault (an access outside the context's
-/// memory, or a type code `kernels.cu` does not know, which the backend refuses first).
+/// Runs gemm kernel `kernel`. `None`: a fault (an access outside the context's memory, or a
+/// type code `kernels.cu` does not know, which the backend refuses first).
 pub(crate) fn gemm(kernel: Kernel, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
-    match kernel {
-        Kernel::ComplexSingle => return complex_gemm::<f32>(args, shape, memory),
-        Kernel::ComplexDouble => return complex_gemm::<f64>(args, shape, memory),
-        Kernel::Single | Kernel::Double | Kernel::Ex => {}
-    }
-    let double = kernel == Kernel::Double;
-    let scalar = |arg: &[u8]| {
-        if double {
-            f64::from_ne_bytes(arg[..8].try_into().expect("8-byte parameter"))
-        } else {
-            f32_arg(arg) as f64
-        }
-    };
-    let stored: [Stored; 3] = match kernel {
+    let stored = match kernel {
         Kernel::Single => [Stored::F32; 3],
         Kernel::Double => [Stored::F64; 3],
         Kernel::Ex => {
             let types = u32_arg(&args[17]);
             [Stored::coded(types & 15)?, Stored::coded(types >> 4 & 15)?, Stored::coded(types >> 8 & 15)?]
         }
-        Kernel::ComplexSingle | Kernel::ComplexDouble => unreachable!("complex kernels return above"),
+        Kernel::ComplexSingle => return complex_gemm::<f32>(args, shape, memory),
+        Kernel::ComplexDouble => return complex_gemm::<f64>(args, shape, memory),
+    };
+    real_gemm(kernel == Kernel::Double, stored, args, shape, memory)
+}
+
+/// `kernels.cu`'s `gemm<T, M>` on real matrices stored as `stored` says, element by element as
+/// its threads compute it: column-major, `C_b = alpha op(A_b) op(B_b) + beta C_b`, `C` unread
+/// when `beta` is 0, accumulated in `f64` when `double` and in `f32` otherwise.
+fn real_gemm(double: bool, stored: [Stored; 3], args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
+    let scalar = |arg: &[u8]| {
+        if double {
+            f64::from_ne_bytes(arg[..8].try_into().expect("8-byte parameter"))
+        } else {
+            f32_arg(arg) as f64
+        }
     };
     let (ta, tb) = (u32_arg(&args[0]) != 0, u32_arg(&args[1]) != 0);
     let (m, n, k) = (u32_arg(&args[2]) as u64, u32_arg(&args[3]) as u64, u32_arg(&args[4]) as u64);
@@ -161,27 +161,23 @@ trait Real: Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Out
     fn to_bytes(self) -> Vec<u8>;
 }
 
-impl Real for f32 {
-    const ZERO: Self = 0.0;
-    const WIDTH: usize = 4;
-    fn from_bytes(bytes: &[u8]) -> Self {
-        f32::from_le_bytes(bytes[..4].try_into().expect("4 bytes"))
-    }
-    fn to_bytes(self) -> Vec<u8> {
-        self.to_le_bytes().to_vec()
-    }
+macro_rules! real {
+    ($t:ty) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const WIDTH: usize = std::mem::size_of::<$t>();
+            fn from_bytes(bytes: &[u8]) -> Self {
+                <$t>::from_le_bytes(bytes[..Self::WIDTH].try_into().expect("a real part's bytes"))
+            }
+            fn to_bytes(self) -> Vec<u8> {
+                self.to_le_bytes().to_vec()
+            }
+        }
+    };
 }
 
-impl Real for f64 {
-    const ZERO: Self = 0.0;
-    const WIDTH: usize = 8;
-    fn from_bytes(bytes: &[u8]) -> Self {
-        f64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"))
-    }
-    fn to_bytes(self) -> Vec<u8> {
-        self.to_le_bytes().to_vec()
-    }
-}
+real!(f32);
+real!(f64);
 
 /// `(re, im)` products and sums as `kernels.cu`'s `Complex<R>` computes them.
 fn times<R: Real>((a, b): (R, R), (c, d): (R, R)) -> (R, R) {

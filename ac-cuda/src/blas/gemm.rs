@@ -135,10 +135,7 @@ pub(super) enum Operand {
 /// plain gemm).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct GemmCall {
-    pub precision: Precision,
-    /// The matrices' element types where they are not all of `precision` (`blas_gemm_ex`,
-    /// computed in `f32`).
-    pub types: Option<[GemmElement; 3]>,
+    pub types: Types,
     pub trans: [c_int; 2],
     pub m: c_int,
     pub n: c_int,
@@ -209,8 +206,9 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
 /// the program's allocations (or the device's scratch), sent without waiting.
 pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> {
     let mut shape = check(&call)?;
-    let alpha = scalar_parts(target, call.precision, call.alpha)?;
-    let beta = scalar_parts(target, call.precision, call.beta)?;
+    let precision = call.types.precision;
+    let alpha = scalar_parts(target, precision, call.alpha)?;
+    let beta = scalar_parts(target, precision, call.beta)?;
     if shape.is_empty() {
         return Ok(());
     }
@@ -224,7 +222,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     };
     let shim = state::shim()?;
     let device = builtins(target.device)?;
-    let widths = call.types.map_or([call.precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
+    let widths = call.types.elements.map_or([precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
         if elements == 0 {
@@ -239,7 +237,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
                 alloc.buffer.at(offset as usize)
             }
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
-            Operand::One => device.one(call.precision == Precision::Double),
+            Operand::One => device.one(precision == Precision::Double),
             Operand::Slot(slot) => slot,
         });
     }
@@ -261,21 +259,22 @@ fn send(
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
     // A real matrix's conjugate transpose is its transpose.
-    let op = |t: c_int| if call.precision.is_complex() { t } else { t.min(1) };
+    let precision = call.types.precision;
+    let op = |t: c_int| if precision.is_complex() { t } else { t.min(1) };
     let mut args = vec![
         u(op(call.trans[0])),
         u(op(call.trans[1])),
         u(call.m),
         u(call.n),
         u(call.k),
-        call.precision.arg(alpha[0]),
+        precision.arg(alpha[0]),
         a,
         u(call.ld[0]),
         l(call.stride[0]),
         b,
         u(call.ld[1]),
         l(call.stride[1]),
-        call.precision.arg(beta[0]),
+        precision.arg(beta[0]),
         c,
         u(call.ld[2]),
         l(call.stride[2]),
@@ -284,7 +283,7 @@ fn send(
     let elements = call.m as u64 * call.n as u64 * call.batch as u64;
     let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
     let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
-    let name = match (call.types, call.precision) {
+    let name = match (call.types.elements, precision) {
         (Some(types), Precision::Single | Precision::Half) => {
             args.push(KernelArg::U32(GemmElement::encode(types)));
             "blas_gemm_ex"
@@ -292,8 +291,8 @@ fn send(
         (None, Precision::Single) => "blas_sgemm",
         (None, Precision::Double) => "blas_dgemm",
         (None, Precision::ComplexSingle | Precision::ComplexDouble) => {
-            args.extend([call.precision.arg(alpha[1]), call.precision.arg(beta[1])]);
-            if call.precision == Precision::ComplexSingle {
+            args.extend([precision.arg(alpha[1]), precision.arg(beta[1])]);
+            if precision == Precision::ComplexSingle {
                 "blas_cgemm"
             } else {
                 "blas_zgemm"
@@ -403,7 +402,7 @@ pub(super) fn product(
     ld: [c_int; 3],
     beta: Scalar,
 ) -> GemmCall {
-    GemmCall { precision, types: None, trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
+    GemmCall { types: Types::uniform(precision), trans, m, n, k, alpha, matrices, ld, stride: [0; 3], beta, batch: 1 }
 }
 
 /// A cuBLAS entry point's one-product call of the given types: the program's scalar pointers
@@ -419,7 +418,7 @@ pub(super) fn plain(
 ) -> GemmCall {
     let call =
         product(types.precision, trans, mnk, Scalar::At(alpha), matrices.map(Operand::Memory), ld, Scalar::At(beta));
-    GemmCall { types: types.elements, ..call }
+    GemmCall { types, ..call }
 }
 
 #[cfg(test)]

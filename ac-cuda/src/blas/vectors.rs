@@ -64,9 +64,10 @@ unsafe fn into_result(
     call.matrices[2] = Operand::Slot(slot);
     launch(target, call)?;
     let mut bytes = [0u8; 8];
-    device.read_result(&held, &mut bytes[..call.precision.bytes()])?;
-    let value = call.precision.value(&bytes);
-    store(target, call.precision, result, then.map_or(value, |f| f(value)))
+    let precision = call.types.precision;
+    device.read_result(&held, &mut bytes[..precision.bytes()])?;
+    let value = precision.value(&bytes);
+    store(target, precision, result, then.map_or(value, |f| f(value)))
 }
 
 /// `result = x . y`.

@@ -130,7 +130,7 @@ impl CpuContext {
         let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
         let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
         gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
-        self.write_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
+        write_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
     }
 
     /// Runs `blas_cgemm` or `blas_zgemm`: [`Self::gemm`] on complex elements.
@@ -150,19 +150,7 @@ impl CpuContext {
         let b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
         let mut out = self.read_elements::<Complex<R>>(&args[c], nc, "gemm C")?;
         gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
-        self.write_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
-    }
-
-    /// Writes back each column of a gemm's `C` that it computed (not the gaps a leading
-    /// dimension leaves), by `write(first element, column)`.
-    fn write_columns<T>(&self, g: &Gemm, out: &[T], write: impl Fn(u64, &[T]) -> DeviceResult<()>) -> DeviceResult<()> {
-        for batch in 0..g.batch {
-            for j in 0..g.n {
-                let first = g.c_index(batch, 0, j);
-                write(first as u64, &out[first..first + g.m as usize])?;
-            }
-        }
-        Ok(())
+        write_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
     }
 
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
@@ -274,4 +262,16 @@ fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
         DeviceArg::Scalar(KernelArg::F32(v)) => Ok(*v),
         other => Err(WireError::new(ErrorKind::InvalidArgument, format!("expected f32, got {other:?}"))),
     }
+}
+
+/// Writes back each column of a gemm's `C` that it computed (not the gaps a leading dimension
+/// leaves), by `write(first element, column)`.
+fn write_columns<T>(g: &Gemm, out: &[T], write: impl Fn(u64, &[T]) -> DeviceResult<()>) -> DeviceResult<()> {
+    for batch in 0..g.batch {
+        for j in 0..g.n {
+            let first = g.c_index(batch, 0, j);
+            write(first as u64, &out[first..first + g.m as usize])?;
+        }
+    }
+    Ok(())
 }

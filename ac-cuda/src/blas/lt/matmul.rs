@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 
 use ac_proto::backend::builtin::GemmElement;
 
-use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar};
+use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::super::gemm_ex::{ex_types, scale_type};
 use super::super::{guard, handle, Target};
 use super::{read, Layout, MatmulDesc};
@@ -28,9 +28,8 @@ const EPILOGUE_BIAS: u32 = 4;
 /// A matmul as the builtin gemm runs it, from its descriptor and layouts.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
-    precision: Precision,
-    /// The matrices' types (A, B, D) where they are not all of `precision`.
-    types: Option<[GemmElement; 3]>,
+    /// The compute type, and the matrices' types (A, B, D) where they are not all of it.
+    types: Types,
     trans: [c_int; 2],
     mnk: [c_int; 3],
     /// Leading dimensions of A, B, D.
@@ -106,19 +105,7 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     let mnk = [dimension("m", m as i64)?, dimension("n", n as i64)?, dimension("k", k as i64)?];
     let ld = [dimension("lda", a.ld)?, dimension("ldb", b.ld)?, dimension("ldd", d.ld)?];
     let offsets = [a, b, c, d].map(|l| l.batch_offset);
-    let (precision, types) = (ex.precision, ex.elements);
-    Ok(Plan {
-        precision,
-        types,
-        trans: desc.trans,
-        mnk,
-        ld,
-        offsets,
-        batch,
-        pointer_mode: desc.pointer_mode,
-        bias,
-        ldc: c.ld,
-    })
+    Ok(Plan { types: ex, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode: desc.pointer_mode, bias, ldc: c.ld })
 }
 
 /// Reads a descriptor and four layouts and plans their matmul.
@@ -213,13 +200,12 @@ pub unsafe extern "C" fn cublasLtMatmul(
 /// Runs a planned matmul: the product into D (C read in place, D being C), then the bias.
 unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b, c, d]: [u64; 4]) -> CuResult<()> {
     let in_place = c == d && plan.ldc == i64::from(plan.ld[2]) && plan.offsets[2] == plan.offsets[3];
-    let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, plan.precision, beta)?) };
+    let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, plan.types.precision, beta)?) };
     if !in_place && !matches!(beta, Scalar::Value(v) if v == 0.0) {
         return unserved("C apart from D with beta not 0 (D must be C, as cuBLAS's gemm computes in place)".into());
     }
     let [m, n, k] = plan.mnk;
     let product = GemmCall {
-        precision: plan.precision,
         types: plan.types,
         trans: plan.trans,
         m,
@@ -239,11 +225,13 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
     }
     // D += bias (m x 1) x ones (1 x n), batch by batch; the bias of D's type, the ones f32 where
     // D is of half precision.
-    let double = plan.precision == Precision::Double;
+    let double = plan.types.precision == Precision::Double;
     let ones = builtins(target.device)?.ones(double, n as usize)?;
     let add_bias = GemmCall {
-        precision: if double { Precision::Double } else { Precision::Single },
-        types: plan.types.map(|[.., d]| [d, GemmElement::F32, d]),
+        types: Types {
+            precision: if double { Precision::Double } else { Precision::Single },
+            elements: plan.types.elements.map(|[.., d]| [d, GemmElement::F32, d]),
+        },
         trans: [0, 0],
         m,
         n,
@@ -300,7 +288,7 @@ mod tests {
         assert_eq!(planned(&complex_desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
         // bfloat16 matrices computed in f32 with f32 scalars (PyTorch's), not with bfloat16 ones.
         let bf16 = [14u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        assert_eq!(planned(&desc, &bf16).unwrap().types, Some([GemmElement::Bf16; 3]));
+        assert_eq!(planned(&desc, &bf16).unwrap().types.elements, Some([GemmElement::Bf16; 3]));
         let bf16_scale = MatmulDesc { scale_type: 14, ..desc };
         assert_eq!(planned(&bf16_scale, &bf16).unwrap_err().code(), code::NOT_SUPPORTED);
         // A bias pointer is required; a bias of D's type is served.
