@@ -54,6 +54,17 @@ static bool same(const char* what, const std::vector<T>& got, const std::vector<
     return true;
 }
 
+// Prints "<what> exact" when `got` is `want`, else what it got.
+template <typename T>
+static bool equal(const char* what, T got, T want) {
+    if (got == want) {
+        printf("%s exact\n", what);
+        return true;
+    }
+    printf("%s: got %g, expected %g\n", what, (double)got, (double)want);
+    return false;
+}
+
 // The binary16 bits of a float that binary16 holds exactly (zero, or a normal value of 11
 // significant bits: the small integers here), and a binary16's value.
 static unsigned short half_of(float v) {

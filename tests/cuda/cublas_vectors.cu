@@ -27,17 +27,6 @@ static T dot_reference(int n, std::vector<T> x, int incx, std::vector<T> y, int 
     return acc;
 }
 
-// Prints "<what> exact" when `got` is `want`, else what it got.
-template <typename T>
-static bool equal(const char* what, T got, T want) {
-    if (got == want) {
-        printf("%s exact\n", what);
-        return true;
-    }
-    printf("%s: got %g, expected %g\n", what, (double)got, (double)want);
-    return false;
-}
-
 template <typename T>
 static bool dots(cublasHandle_t h) {
     const int n = 50;

@@ -44,11 +44,35 @@ check("matmul batched", lambda: cp.matmul(d["ba"], d["bb"]), lambda: batch_a @ b
 a16, b16 = a.astype(np.float16), b.astype(np.float16)
 check("dot f16", lambda: cp.dot(cp.asarray(a16), cp.asarray(b16)), lambda: a16.astype(np.float32) @ b16.astype(np.float32), 1e-3)
 
+def axpy_into(alpha, x, y):
+    out = cp.asarray(y)
+    cublas.axpy(alpha, cp.asarray(x), out)
+    return out
+
+
+def scal_of(alpha, x):
+    out = cp.asarray(x)
+    cublas.scal(alpha, out)
+    return out
+
+
 # Complex products (cuBLAS's cgemm and zgemm, or gemmEx on complex matrices).
 ca, cb = rand(64, 48) + 1j * rand(64, 48), rand(48, 32) + 1j * rand(48, 32)
 for dtype, bound, tag in [(np.complex64, F32, "c64"), (np.complex128, F64, "c128")]:
     x, y = ca.astype(dtype), cb.astype(dtype)
     check(f"dot {tag}", lambda: cp.dot(cp.asarray(x), cp.asarray(y)), lambda: x @ y, bound)
+    # Level 1 and 2 on complex vectors: cgemv for a matrix-vector product, and cupy.cublas's
+    # cdotu, cdotc, cscnrm2, caxpy and cscal (and their double forms); results and scalars in
+    # device memory. (CuPy's own cp.dot and cp.vdot of two vectors compile a kernel of theirs:
+    # left to a GPU.)
+    u, z = ca[0].astype(dtype), cb[:, 0].astype(dtype)
+    alpha = dtype(2 - 1j)
+    check(f"matrix-vector {tag}", lambda: cp.dot(cp.asarray(x), cp.asarray(u)), lambda: x @ u, bound)
+    check(f"cublas dotu {tag}", lambda: cublas.dotu(cp.asarray(u), cp.asarray(z)), lambda: np.array(u @ z), bound)
+    check(f"cublas dotc {tag}", lambda: cublas.dotc(cp.asarray(u), cp.asarray(z)), lambda: np.array(np.vdot(u, z)), bound)
+    check(f"cublas nrm2 {tag}", lambda: cublas.nrm2(cp.asarray(z)), lambda: np.array(np.linalg.norm(z)), bound)
+    check(f"cublas axpy {tag}", lambda: axpy_into(alpha, u, z), lambda: alpha * u + z, bound)
+    check(f"cublas scal {tag}", lambda: scal_of(alpha, u), lambda: alpha * u, bound)
 
 # cuBLAS's level 1 and 2 as CuPy calls them (cupy.cublas): results and scalars in device memory.
 w, m = rand(48), rand(32, 48)
@@ -60,12 +84,6 @@ def gemv():
     return out
 
 
-def axpy():
-    out = cp.asarray(w)
-    cublas.axpy(2.0, d["v"], out)
-    return out
-
-
 def ger():
     out = cp.asarray(np.ones((32, 48), np.float32))  # copied: cp.ones would fill with a kernel of CuPy's
     cublas.ger(1.0, cp.asarray(w[:32].copy()), d["v"], out)
@@ -74,7 +92,7 @@ def ger():
 
 check("cublas dot", lambda: cublas.dot(d["v"], cp.asarray(w)), lambda: np.array(v @ w), F32)
 check("cublas nrm2", lambda: cublas.nrm2(d["v"]), lambda: np.array(np.linalg.norm(v)), F32)
-check("cublas axpy", axpy, lambda: 2.0 * v + w, F32)
+check("cublas axpy", lambda: axpy_into(2.0, v, w), lambda: 2.0 * v + w, F32)
 check("cublas gemv", gemv, lambda: m @ v, F32)
 check("cublas ger", ger, lambda: np.outer(w[:32], v) + 1, F32)
 

@@ -65,6 +65,9 @@ for dtype, bound, tag in [(torch.float16, F16, "f16"), (torch.bfloat16, BF16, "b
     check(f"addmm {tag}", lambda: torch.addmm(dh["bias"], dh["a"], dh["b"], alpha=2.0), lambda: torch.addmm(f["bias"], f["a"], f["b"], alpha=2.0), bound)
     # f32 results of half-precision inputs: nothing rounded but the f32 sums.
     check(f"mm {tag} to f32", lambda: torch.mm(dh["a"], dh["b"], out_dtype=torch.float32), lambda: f["a"] @ f["b"], F32)
+    # cublasDotEx, executed in f32 and rounded once.
+    vh, wh = v.to(dtype), w.to(dtype)
+    check(f"dot {tag}", lambda: torch.dot(vh.to(DEV), wh.to(DEV)).reshape(1), lambda: torch.dot(vh.float(), wh.float()).reshape(1), bound)
 
 # Complex products (cublasCgemm, cublasZgemm and their strided batches), one operand read
 # conjugate-transposed (CUBLAS_OP_C: PyTorch's conjugate views cost no copy).
@@ -76,6 +79,12 @@ for dtype, bound, tag in [(torch.complex64, F32, "c64"), (torch.complex128, F64,
     check(f"mm {tag}", lambda: dc["a"] @ dc["b"], lambda: c["a"] @ c["b"], bound)
     check(f"mm conjugate-transposed {tag}", lambda: dc["at"].mH @ dc["b"], lambda: c["at"].mH @ c["b"], bound)
     check(f"bmm {tag}", lambda: torch.bmm(dc["ba"], dc["bb"]), lambda: torch.bmm(c["ba"], c["bb"]), bound)
+    # Level 1 and 2 (cublasCgemv, cublasCdotu, cublasCdotc and their double forms).
+    cv, cw = (torch.complex(rand(s, 48), rand(s + 1, 48)).to(dtype) for s in (30, 32))
+    check(f"mv {tag}", lambda: dc["a"] @ cv.to(DEV), lambda: c["a"] @ cv, bound)
+    check(f"mv transposed {tag}", lambda: dc["at"].t() @ cv.to(DEV), lambda: c["at"].t() @ cv, bound)
+    check(f"dot {tag}", lambda: torch.dot(cv.to(DEV), cw.to(DEV)).reshape(1), lambda: torch.dot(cv, cw).reshape(1), bound)
+    check(f"vdot {tag}", lambda: torch.vdot(cv.to(DEV), cw.to(DEV)).reshape(1), lambda: torch.vdot(cv, cw).reshape(1), bound)
 
 side = torch.cuda.Stream()
 with torch.cuda.stream(side):

@@ -46,6 +46,15 @@ impl Precision {
         }
     }
 
+    /// The type of its elements' parts: itself for a real type.
+    pub fn real(self) -> Precision {
+        match self {
+            Precision::ComplexSingle => Precision::Single,
+            Precision::ComplexDouble => Precision::Double,
+            real => real,
+        }
+    }
+
     /// Whether its elements are complex.
     pub fn is_complex(self) -> bool {
         matches!(self, Precision::ComplexSingle | Precision::ComplexDouble)
@@ -58,11 +67,6 @@ impl Precision {
             Precision::Single | Precision::Half | Precision::ComplexSingle => KernelArg::F32(value as f32),
             Precision::Double | Precision::ComplexDouble => KernelArg::F64(value),
         }
-    }
-
-    /// One element from its little-endian bytes (a complex one's real part).
-    pub fn value(self, bytes: &[u8]) -> f64 {
-        self.parts(bytes)[0]
     }
 
     /// One element's real and imaginary parts (0 for a real type) from its little-endian bytes.
@@ -104,6 +108,11 @@ impl Types {
     /// All three matrices of the compute type.
     pub const fn uniform(precision: Precision) -> Self {
         Types { precision, elements: None }
+    }
+
+    /// Bytes of one element of `C`.
+    pub fn result_bytes(&self) -> usize {
+        self.elements.map_or(self.precision.bytes(), |types| types[2].bytes() as usize)
     }
 }
 
@@ -237,7 +246,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
                 alloc.buffer.at(offset as usize)
             }
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
-            Operand::One => device.one(precision == Precision::Double),
+            Operand::One => device.one(precision.real().bytes()),
             Operand::Slot(slot) => slot,
         });
     }

@@ -2,7 +2,9 @@
 //! `cublasSgemmEx`, `cublasGemmStridedBatchedEx`): all-`f32` and all-`f64` calls launch
 //! `blas_sgemm` or `blas_dgemm`; half-precision ones (binary16 or bfloat16 `A` and `B`, `C` of
 //! the same type or `f32`, as PyTorch's and CuPy's half-precision products ask) launch
-//! `blas_gemm_ex`, which computes in `f32` and rounds to `C`'s type.
+//! `blas_gemm_ex`, which computes in `f32` and rounds to `C`'s type. The dot products of
+//! any of these types (`cublasDotEx`, `cublasDotcEx`: PyTorch's `torch.dot` in half precision)
+//! are gemms of one element ([`super::vectors::dot`]).
 
 use std::ffi::{c_int, c_longlong, c_void};
 
@@ -10,6 +12,7 @@ use ac_proto::backend::builtin::GemmElement;
 
 use super::gemm::{gemm, plain, Precision, Types};
 use super::guard;
+use super::vectors::{dot, Finish};
 use crate::error::{code, CuResult, Error};
 
 /// `cudaDataType` values of the matrices served.
@@ -183,6 +186,67 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
     })
 }
 
+/// The types of a `cublasDotEx` or `cublasDotcEx` of vectors and a result of `cudaDataType`s
+/// `types` (x, y, result), executed as `execution`: all three of one type that [`ex_types`]
+/// serves as a gemm's, executed in `f32` (binary16, bfloat16, `f32`, complex `f32`) or in `f64`
+/// (`f64`, complex `f64`), as cuBLAS's table of the call lists them.
+fn dot_types(types: [c_int; 3], execution: c_int) -> CuResult<Types> {
+    let compute = match execution {
+        CUDA_C_32F => CUDA_R_32F,
+        CUDA_C_64F => CUDA_R_64F,
+        real => real,
+    };
+    let complex_execution = execution == CUDA_C_32F || execution == CUDA_C_64F;
+    let complex_vectors = types[0] == CUDA_C_32F || types[0] == CUDA_C_64F;
+    if types.iter().any(|&t| t != types[0]) || complex_execution != complex_vectors || execution == CUDA_R_16F {
+        let why = format!("a dot product of cudaDataType {types:?} executed as {execution}");
+        return Err(Error::said(code::NOT_SUPPORTED, why));
+    }
+    ex_types(types, compute)
+}
+
+/// A `cublasDotEx` or `cublasDotcEx` (`conjugate`).
+#[allow(clippy::too_many_arguments)] // cuBLAS's arguments
+unsafe fn dot_ex(
+    h: usize,
+    n: c_int,
+    (x, x_type, incx): (u64, c_int, c_int),
+    (y, y_type, incy): (u64, c_int, c_int),
+    (result, result_type): (*mut c_void, c_int),
+    execution: c_int,
+    conjugate: bool,
+) -> CuResult<()> {
+    let types = dot_types([x_type, y_type, result_type], execution)?;
+    dot(h, types, n, (x, incx), (y, incy), conjugate, result, Finish::Element)
+}
+
+/// Defines `cublasDotEx` or, `$conjugate`, `cublasDotcEx`.
+macro_rules! dot_ex_entry {
+    ($name:ident, $conjugate:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            n: c_int,
+            x: u64,
+            x_type: c_int,
+            incx: c_int,
+            y: u64,
+            y_type: c_int,
+            incy: c_int,
+            result: *mut c_void,
+            result_type: c_int,
+            execution: c_int,
+        ) -> u32 {
+            let (x, y, result) = ((x, x_type, incx), (y, y_type, incy), (result, result_type));
+            guard(stringify!($name), || dot_ex(h, n, x, y, result, execution, $conjugate))
+        }
+    };
+}
+
+dot_ex_entry!(cublasDotEx, false);
+dot_ex_entry!(cublasDotcEx, true);
+
 #[cfg(test)]
 mod tests {
     use super::super::gemm::HALF;
@@ -222,6 +286,24 @@ mod tests {
             ([2, 2, 2], 74),
         ] {
             assert_eq!(ex_types(types, compute).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {compute}");
+        }
+    }
+
+    #[test]
+    fn dot_products_are_served_of_one_type_executed_as_cublas_lists() {
+        // PyTorch's torch.dot on binary16 and bfloat16: executed in f32, the result rounded.
+        assert_eq!(dot_types([2, 2, 2], 0).unwrap().elements, Some([F16; 3]));
+        assert_eq!(dot_types([14, 14, 14], 0).unwrap().elements, Some([Bf16; 3]));
+        assert_eq!(dot_types([0, 0, 0], 0).unwrap(), Types::uniform(Precision::Single));
+        assert_eq!(dot_types([1, 1, 1], 1).unwrap(), Types::uniform(Precision::Double));
+        assert_eq!(dot_types([4, 4, 4], 4).unwrap(), Types::uniform(Precision::ComplexSingle));
+        assert_eq!(dot_types([5, 5, 5], 5).unwrap(), Types::uniform(Precision::ComplexDouble));
+        // A result of another type than the vectors'; binary16 executed in binary16; complex
+        // vectors executed as reals and the other way round; f32 executed in f64.
+        for (types, execution) in
+            [([2, 2, 0], 0), ([2, 2, 2], 2), ([4, 4, 4], 0), ([0, 0, 0], 4), ([0, 0, 0], 1), ([3, 3, 3], 0)]
+        {
+            assert_eq!(dot_types(types, execution).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {execution}");
         }
     }
 

@@ -1,25 +1,31 @@
-//! Level-1 and level-2 BLAS on `f32` and `f64` vectors, each done as one gemm (the backend's
-//! builtin kernels, [`super::gemm::launch`]), so that they need no kernels of their own:
+//! Level-1 and level-2 BLAS on `f32`, `f64` and complex vectors, each done as one gemm (the
+//! backend's builtin kernels, [`super::gemm::launch`]), so that they need no kernels of their
+//! own:
 //!
 //! | call | as a gemm (`C = alpha op(A) op(B) + beta C`) |
 //! |---|---|
-//! | `dot(x, y)` | `1 x 1 = x (1 x n, ld incx) . y^T (y 1 x n, ld incy)` |
-//! | `nrm2(x)` | `sqrt(dot(x, x))`, the root taken here |
+//! | `dot(x, y)` (`dotu`) | `1 x 1 = x (1 x n, ld incx) . y^T (y 1 x n, ld incy)` |
+//! | `dotc(x, y)` | `1 x 1 = y (1 x n, ld incy) . x^H (x 1 x n, ld incx)` |
+//! | `nrm2(x)` | `sqrt(dotc(x, x))`, the root of its real part taken here |
 //! | `axpy(alpha, x, y)` | `y (1 x n, ld incy) = alpha [1] x + y` |
 //! | `copy(x, y)` | `y = [1] x` |
 //! | `scal(alpha, x)` | `x = alpha x`, a product of no terms (`k = 0`, `beta = alpha`) |
-//! | `gemv(op, A, x, y)` | `y^T (1 x rows, ld incy) = alpha x^T op(A)^T + beta y^T` |
-//! | `ger(A, x, y)` | `A = alpha x y^T + A` (`k = 1`) |
+//! | `gemv(op, A, x, y)`, op `N` or `T` | `y^T (1 x rows, ld incy) = alpha x^T op(A)^T + beta y^T` |
+//! | `gemv(C, A, x, y)` | `y (n x 1) = alpha A^H x + beta y`, `x` a transposed `1 x m` row |
+//! | `ger(A, x, y)` (`geru`) | `A = alpha x y^T + A` (`k = 1`) |
+//! | `gerc(A, x, y)` | `A = alpha x y^H + A`, `y` a conjugate-transposed `n x 1` column |
 //!
 //! A strided vector is a one-row matrix whose leading dimension is its increment, so strided
-//! vectors need nothing more; `[1]` is a constant of the device's scratch buffer. Negative
+//! vectors need nothing more; `[1]` is a constant of the device's scratch buffer. A gemm has no
+//! operation that conjugates without transposing, so the two rows of the table that conjugate a
+//! column (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) serve increment 1 only. Negative
 //! increments (BLAS's reversed vectors) are not served. A result bound for the host (`dot`,
 //! `nrm2` in `CUBLAS_POINTER_MODE_HOST`) is computed into the scratch buffer and read back, so
 //! the call waits, as cuBLAS's does.
 
 use std::ffi::{c_int, c_void};
 
-use super::gemm::{launch, product, GemmCall, Operand, Precision, Scalar};
+use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
@@ -33,9 +39,18 @@ fn served_increments(incs: &[c_int]) -> CuResult<()> {
     }
 }
 
-/// Writes `value` to the program's `result`: host or device memory as the pointer mode says.
-unsafe fn store(target: Target, precision: Precision, result: *mut c_void, value: f64) -> CuResult<()> {
-    let bytes = precision.encode(value);
+/// Refuses a vector that a gemm could conjugate only as a contiguous column.
+fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
+    if inc == 1 {
+        return Ok(());
+    }
+    let why = format!("{what} with increment {inc}: a conjugated vector is served with increment 1 only");
+    Err(Error::said(code::NOT_SUPPORTED, why))
+}
+
+/// Writes `bytes` (one element) to the program's `result`: host or device memory as the
+/// pointer mode says.
+unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) -> CuResult<()> {
     if target.host_pointers() {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
         Ok(())
@@ -44,18 +59,23 @@ unsafe fn store(target: Target, precision: Precision, result: *mut c_void, value
     }
 }
 
-/// Runs a gemm whose `C` is one element, `then` applied to it, into the program's `result`: in
-/// device memory straight (when `then` is nothing), else through the scratch buffer's slot.
-unsafe fn into_result(
-    target: Target,
-    mut call: GemmCall,
-    result: *mut c_void,
-    then: Option<fn(f64) -> f64>,
-) -> CuResult<()> {
+/// What a one-element gemm leaves in the program's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Finish {
+    /// The element as computed (`dot`).
+    Element,
+    /// The square root of its real part, as a real of its precision (`nrm2`).
+    Norm,
+}
+
+/// Runs a gemm whose `C` is one element into the program's `result`, finished as `finish`
+/// says: in device memory straight (an element as computed), else through the scratch
+/// buffer's slot.
+unsafe fn into_result(target: Target, mut call: GemmCall, result: *mut c_void, finish: Finish) -> CuResult<()> {
     if result.is_null() {
         return Err(Error::said(code::INVALID_VALUE, "result is null"));
     }
-    if then.is_none() && !target.host_pointers() {
+    if finish == Finish::Element && !target.host_pointers() {
         call.matrices[2] = Operand::Memory(result as u64);
         return launch(target, call);
     }
@@ -63,36 +83,51 @@ unsafe fn into_result(
     let (slot, held) = device.result();
     call.matrices[2] = Operand::Slot(slot);
     launch(target, call)?;
-    let mut bytes = [0u8; 8];
-    let precision = call.types.precision;
-    device.read_result(&held, &mut bytes[..precision.bytes()])?;
-    let value = precision.value(&bytes);
-    store(target, precision, result, then.map_or(value, |f| f(value)))
+    let mut bytes = [0u8; 16];
+    let width = call.types.result_bytes();
+    device.read_result(&held, &mut bytes[..width])?;
+    match finish {
+        Finish::Element => store(target, result, &bytes[..width]),
+        Finish::Norm => {
+            let precision = call.types.precision;
+            let norm = precision.parts(&bytes)[0].sqrt();
+            store(target, result, &precision.real().encode(norm))
+        }
+    }
 }
 
-/// `result = x . y`.
-unsafe fn dot(
+/// `result = x . y`, or `conj(x) . y` (`conjugate`, cuBLAS's `dotc`), of `types` (the `Ex`
+/// forms' half-precision vectors among them).
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+pub(super) unsafe fn dot(
     h: usize,
-    precision: Precision,
+    types: Types,
     n: c_int,
     (x, incx): (u64, c_int),
     (y, incy): (u64, c_int),
+    conjugate: bool,
     result: *mut c_void,
-    then: Option<fn(f64) -> f64>,
+    finish: Finish,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
     if n <= 0 {
         return if result.is_null() {
             Err(Error::Code(code::INVALID_VALUE))
         } else {
-            store(target, precision, result, 0.0)
+            let zero = [0u8; 16];
+            match finish {
+                Finish::Element => store(target, result, &zero[..types.result_bytes()]),
+                Finish::Norm => store(target, result, &zero[..types.precision.real().bytes()]),
+            }
         };
     }
     served_increments(&[incx, incy])?;
+    // dotc: y times x conjugate-transposed (x stored as a 1 x n row, read as an n x 1 column).
+    let ([a, b], trans_b) = if conjugate { ([(y, incy), (x, incx)], 2) } else { ([(x, incx), (y, incy)], 1) };
     let one = Scalar::Value(1.0);
-    let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::One];
-    let call = product(precision, [0, 1], [1, 1, n], one, matrices, [incx, incy, 1], Scalar::Value(0.0));
-    into_result(target, call, result, then)
+    let matrices = [Operand::Memory(a.0), Operand::Memory(b.0), Operand::One];
+    let call = product(types.precision, [0, trans_b], [1, 1, n], one, matrices, [a.1, b.1, 1], Scalar::Value(0.0));
+    into_result(target, GemmCall { types, ..call }, result, finish)
 }
 
 /// `y = alpha x + beta y` (axpy: `beta` 1; copy: `alpha` 1, `beta` 0).
@@ -125,6 +160,22 @@ unsafe fn scal(h: usize, precision: Precision, n: c_int, alpha: Scalar, x: u64, 
     launch(target, product(precision, [0; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
 }
 
+/// `x = alpha x` for a complex `x` and a real `alpha` (`cublasCsscal`, `cublasZdscal`).
+unsafe fn scal_by_real(
+    h: usize,
+    precision: Precision,
+    n: c_int,
+    alpha: *const c_void,
+    x: u64,
+    incx: c_int,
+) -> CuResult<()> {
+    if n <= 0 || incx <= 0 {
+        return Ok(());
+    }
+    let alpha = scalar_value(handle(h)?.target(), precision.real(), Scalar::At(alpha))?;
+    scal(h, precision, n, Scalar::Value(alpha), x, incx)
+}
+
 /// `y = alpha op(A) x + beta y`, `A` being `m x n`.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
 unsafe fn gemv(
@@ -147,15 +198,24 @@ unsafe fn gemv(
         return Ok(());
     }
     served_increments(&[incx, incy])?;
-    // y^T = alpha x^T op(A)^T + beta y^T: op(A)^T is A for op = T, A's transpose for op = N.
-    let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
-    let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
-    let call =
-        product(precision, [0, c_int::from(trans == 0)], [1, rows, cols], alpha, matrices, [incx, lda, incy], beta);
+    let call = if trans == 2 && precision.is_complex() {
+        // y (n x 1) = alpha A^H x + beta y: x a 1 x m row read transposed, y a column.
+        conjugated_column("gemv's y for the conjugate transpose", incy)?;
+        let matrices = [Operand::Memory(a), Operand::Memory(x), Operand::Memory(y)];
+        product(precision, [2, 1], [n, 1, m], alpha, matrices, [lda, incx, n], beta)
+    } else {
+        // y^T = alpha x^T op(A)^T + beta y^T: op(A)^T is A for op = T, A's transpose for op = N.
+        let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
+        let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
+        let trans = [0, c_int::from(trans == 0)];
+        product(precision, trans, [1, rows, cols], alpha, matrices, [incx, lda, incy], beta)
+    };
     launch(target, call)
 }
 
-/// `A = alpha x y^T + A`, `A` being `m x n`.
+/// `A = alpha x y^T + A`, or `alpha x y^H + A` (`conjugate`, cuBLAS's `gerc`), `A` being
+/// `m x n`.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
 unsafe fn ger(
     h: usize,
     precision: Precision,
@@ -164,6 +224,7 @@ unsafe fn ger(
     (x, incx): (u64, c_int),
     (y, incy): (u64, c_int),
     (a, lda): (u64, c_int),
+    conjugate: bool,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
     if m < 0 || n < 0 || incx == 0 || incy == 0 || lda < m.max(1) {
@@ -171,15 +232,22 @@ unsafe fn ger(
         return Err(Error::said(code::INVALID_VALUE, why));
     }
     served_increments(&[incx, incy])?;
+    // y^H is y stored as an n x 1 column, conjugate-transposed; y^T is y as a 1 x n row.
+    let (trans_b, ldb) = if conjugate {
+        conjugated_column("gerc's y", incy)?;
+        (2, n.max(1))
+    } else {
+        (0, incy)
+    };
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::Memory(a)];
-    launch(target, product(precision, [1, 0], [m, n, 1], alpha, matrices, [incx, incy, lda], Scalar::Value(1.0)))
+    launch(target, product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], Scalar::Value(1.0)))
 }
 
-/// Defines the `f32` and `f64` entry points of each level-1 and level-2 function.
-macro_rules! typed {
-    ($t:ty, $precision:expr, $dot:ident, $nrm2:ident, $axpy:ident, $copy:ident, $scal:ident, $gemv:ident, $ger:ident) => {
+/// Defines `cublas<T>dot` (`dotu` for complex types) or, `$conjugate`, `cublas<T>dotc`.
+macro_rules! dot_entry {
+    ($name:ident, $t:ty, $precision:expr, $conjugate:expr) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $dot(
+        pub unsafe extern "C" fn $name(
             h: usize,
             n: c_int,
             x: u64,
@@ -188,15 +256,48 @@ macro_rules! typed {
             incy: c_int,
             result: *mut $t,
         ) -> u32 {
-            guard(stringify!($dot), || dot(h, $precision, n, (x, incx), (y, incy), result.cast(), None))
+            let (types, x, y) = (Types::uniform($precision), (x, incx), (y, incy));
+            guard(stringify!($name), || dot(h, types, n, x, y, $conjugate, result.cast(), Finish::Element))
         }
+    };
+}
+
+/// Defines `cublas<T>ger` (`geru` for complex types) or, `$conjugate`, `cublas<T>gerc`.
+macro_rules! ger_entry {
+    ($name:ident, $t:ty, $precision:expr, $conjugate:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            m: c_int,
+            n: c_int,
+            alpha: *const $t,
+            x: u64,
+            incx: c_int,
+            y: u64,
+            incy: c_int,
+            a: u64,
+            lda: c_int,
+        ) -> u32 {
+            let (x, y, a) = ((x, incx), (y, incy), (a, lda));
+            let alpha = Scalar::At(alpha.cast());
+            guard(stringify!($name), || ger(h, $precision, [m, n], alpha, x, y, a, $conjugate))
+        }
+    };
+}
+
+/// Defines the entry points of each level-1 and level-2 function of element type `$t` (a
+/// complex one as `[f32; 2]` or `[f64; 2]`), `$real` its real type (`nrm2`'s result).
+macro_rules! typed {
+    ($t:ty, $real:ty, $precision:expr, $dot:ident, $nrm2:ident, $axpy:ident, $copy:ident, $scal:ident, $gemv:ident, $ger:ident) => {
+        dot_entry!($dot, $t, $precision, false);
 
         #[no_mangle]
-        pub unsafe extern "C" fn $nrm2(h: usize, n: c_int, x: u64, incx: c_int, result: *mut $t) -> u32 {
+        pub unsafe extern "C" fn $nrm2(h: usize, n: c_int, x: u64, incx: c_int, result: *mut $real) -> u32 {
             // BLAS answers 0 for an increment below 1.
             let n = if incx <= 0 { 0 } else { n };
-            let x = (x, incx);
-            guard(stringify!($nrm2), || dot(h, $precision, n, x, x, result.cast(), Some(f64::sqrt)))
+            let (types, x) = (Types::uniform($precision), (x, incx));
+            guard(stringify!($nrm2), || dot(h, types, n, x, x, true, result.cast(), Finish::Norm))
         }
 
         #[no_mangle]
@@ -245,27 +346,12 @@ macro_rules! typed {
             guard(stringify!($gemv), || gemv(h, $precision, trans, [m, n], alpha, a, x, beta, y))
         }
 
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
-        pub unsafe extern "C" fn $ger(
-            h: usize,
-            m: c_int,
-            n: c_int,
-            alpha: *const $t,
-            x: u64,
-            incx: c_int,
-            y: u64,
-            incy: c_int,
-            a: u64,
-            lda: c_int,
-        ) -> u32 {
-            let (x, y, a) = ((x, incx), (y, incy), (a, lda));
-            guard(stringify!($ger), || ger(h, $precision, [m, n], Scalar::At(alpha.cast()), x, y, a))
-        }
+        ger_entry!($ger, $t, $precision, false);
     };
 }
 
 typed!(
+    f32,
     f32,
     Precision::Single,
     cublasSdot_v2,
@@ -278,6 +364,7 @@ typed!(
 );
 typed!(
     f64,
+    f64,
     Precision::Double,
     cublasDdot_v2,
     cublasDnrm2_v2,
@@ -287,3 +374,45 @@ typed!(
     cublasDgemv_v2,
     cublasDger_v2
 );
+typed!(
+    [f32; 2],
+    f32,
+    Precision::ComplexSingle,
+    cublasCdotu_v2,
+    cublasScnrm2_v2,
+    cublasCaxpy_v2,
+    cublasCcopy_v2,
+    cublasCscal_v2,
+    cublasCgemv_v2,
+    cublasCgeru_v2
+);
+typed!(
+    [f64; 2],
+    f64,
+    Precision::ComplexDouble,
+    cublasZdotu_v2,
+    cublasDznrm2_v2,
+    cublasZaxpy_v2,
+    cublasZcopy_v2,
+    cublasZscal_v2,
+    cublasZgemv_v2,
+    cublasZgeru_v2
+);
+
+/// Defines the complex-only entry points of element type `$t`, `$real` its real type: `dotc`,
+/// `gerc`, and `scal` by a real scalar.
+macro_rules! complex_only {
+    ($t:ty, $real:ty, $precision:expr, $dotc:ident, $scal_by_real:ident, $gerc:ident) => {
+        dot_entry!($dotc, $t, $precision, true);
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $scal_by_real(h: usize, n: c_int, alpha: *const $real, x: u64, incx: c_int) -> u32 {
+            guard(stringify!($scal_by_real), || scal_by_real(h, $precision, n, alpha.cast(), x, incx))
+        }
+
+        ger_entry!($gerc, $t, $precision, true);
+    };
+}
+
+complex_only!([f32; 2], f32, Precision::ComplexSingle, cublasCdotc_v2, cublasCsscal_v2, cublasCgerc_v2);
+complex_only!([f64; 2], f64, Precision::ComplexDouble, cublasZdotc_v2, cublasZdscal_v2, cublasZgerc_v2);

@@ -356,7 +356,8 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 
 /// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
 /// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16, bfloat16 and complex, conjugate
-/// transposes included), a side stream and its
+/// transposes included), its complex and half-precision dot products and complex
+/// matrix-vector products, a side stream and its
 /// FFTs (cuFFT) run on the backend's
 /// builtin kernels and match PyTorch's CPU results (`tests/cuda/torch_math.py`). The shim is
 /// `LD_PRELOAD`ed, as README says for a framework whose RPATH names NVIDIA's math libraries:
@@ -366,23 +367,29 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
     let more = ["linear", "bmm", "bmm broadcast", "matmul broadcast", "mv", "dot", "mm on a side stream"];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
-    let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32"]
+    let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
         .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
-    let complexes = ["mm", "mm conjugate-transposed", "bmm"].map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
+    let complexes = ["mm", "mm conjugate-transposed", "bmm", "mv", "mv transposed", "dot", "vdot"]
+        .map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
     let names: Vec<&str> = halves.iter().chain(&complexes).flatten().map(String::as_str).collect();
     run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &names[..]].concat()).await;
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
-/// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory) and FFTs run
+/// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory; real and
+/// complex) and FFTs run
 /// on the backend's builtin kernels and match NumPy's (`tests/cuda/cupy_math.py`).
 #[tokio::test(flavor = "multi_thread")]
 async fn cupy_runs_its_products_and_ffts_through_the_shim() {
     let products =
         ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched", "dot f16", "dot c64", "dot c128"];
     let vectors = ["cublas dot", "cublas nrm2", "cublas axpy", "cublas gemv", "cublas ger"];
+    let complexes = ["matrix-vector", "cublas dotu", "cublas dotc", "cublas nrm2", "cublas axpy", "cublas scal"]
+        .map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
+    let complexes: Vec<&str> = complexes.iter().flatten().map(String::as_str).collect();
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
-    run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &ffts[..]].concat()).await;
+    run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &complexes[..], &ffts[..]].concat())
+        .await;
 }
 
 /// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
@@ -488,6 +495,47 @@ async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
             "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "increment -1: only positive ones are served",
             "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's complex level-1 and level-2 functions (dotu, dotc, nrm2, axpy, copy, scal by a
+/// complex and by a real, gemv with all three operations, geru, gerc) in single and double
+/// precision, and `cublasDotEx`/`cublasDotcEx` on binary16, bfloat16 and complex vectors (into
+/// host and device memory), each done by the shim as one gemm; and the conjugated vectors it
+/// serves only contiguous.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly() {
+    run_math_program(
+        "cublas_complex",
+        "libcublas.so.13",
+        &[
+            "cdotu exact",
+            "cdotu strided exact",
+            "cdotc strided exact",
+            "znrm2 strided exact",
+            "cnrm2 strided exact",
+            "caxpy strided exact",
+            "zcopy strided exact",
+            "cscal strided exact",
+            "zscal by a real strided exact",
+            "cgemv N exact",
+            "zgemv T exact",
+            "cgemv C exact",
+            "zgemv C exact",
+            "cgeru exact",
+            "cgerc exact",
+            "zgerc exact",
+            "dotex f16 exact",
+            "dotex bf16 into device memory exact",
+            "dotex c32 exact",
+            "dotcex c32 exact",
+            "cublas_complex: all exact",
+            "dotex of f16 into f32: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cgemv C into y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "gemv's y for the conjugate transpose with increment 2: a conjugated vector is served with increment 1 only",
+            "cgerc y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
         ],
     )
     .await;
