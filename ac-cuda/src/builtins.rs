@@ -1,7 +1,7 @@
 //! What the shim's cuBLAS and cuFFT need of each device, set up at its first use: the
 //! backend's builtin kernels (looked up by name once), and buffers of the program's session
 //! that no program address reaches: a small one holding the
-//! constant one, real or complex (the second factor of an `axpy` or a `copy` done as a gemm),
+//! constant one, `f32` or `f64`, real or complex (the second factor of an `axpy` or a `copy` done as a gemm),
 //! and a slot for results that go back to the host (`cublasSdot` in host pointer mode); and
 //! vectors of ones,
 //! grown on demand (a bias added to every column of a product is a gemm by a row of ones).
@@ -10,18 +10,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ac_frontend::{DeviceBuffer, Function, KernelArg, Module};
-use ac_proto::backend::builtin::f32_to_f16;
 
 use crate::error::{code, CuResult, Error};
 use crate::state;
 
-/// Bytes of the scratch buffer: `1.0f32` and a zero (a complex `f32` one), a binary16 one,
-/// `1.0f64` and a zero (a complex `f64` one), the result slot (room for a complex `f64`). Each
-/// at an offset its kernels' loads allow (a complex `f64` is read 16 bytes at once).
+/// Bytes of the scratch buffer: `1.0f32` and a zero (a complex `f32` one), padding, `1.0f64`
+/// and a zero (a complex `f64` one), the result slot (room for a complex `f64`). Each at an
+/// offset its kernels' loads allow (a complex `f64` is read 16 bytes at once).
 const SCRATCH_BYTES: usize = 48;
 /// Where the ones lie in the scratch buffer.
 const ONE_F32: usize = 0;
-const ONE_F16: usize = 8;
 const ONE_F64: usize = 16;
 /// Where a result bound for the host is written.
 const RESULT: usize = 32;
@@ -58,15 +56,10 @@ impl Builtins {
         Ok(found)
     }
 
-    /// The constant one, as an element whose parts are `part_bytes` wide: binary16 (2), `f32`
-    /// (4) or `f64` (8), real or complex (its imaginary part 0).
-    pub fn one(&self, part_bytes: usize) -> KernelArg {
-        debug_assert!([2, 4, 8].contains(&part_bytes), "no one of {part_bytes} bytes");
-        self.scratch.at(match part_bytes {
-            2 => ONE_F16,
-            4 => ONE_F32,
-            _ => ONE_F64,
-        })
+    /// The constant one, as an `f32` (`double` false) or an `f64`, real or complex (its
+    /// imaginary part 0).
+    pub fn one(&self, double: bool) -> KernelArg {
+        self.scratch.at(if double { ONE_F64 } else { ONE_F32 })
     }
 
     /// The result slot, and the lock that keeps it for one caller until it reads it back.
@@ -122,7 +115,6 @@ pub(crate) fn builtins(device: usize) -> CuResult<Arc<Builtins>> {
         let scratch = acc.alloc::<u8>(SCRATCH_BYTES).await?;
         let mut constants = [0u8; SCRATCH_BYTES];
         constants[ONE_F32..ONE_F32 + 4].copy_from_slice(&1.0f32.to_le_bytes());
-        constants[ONE_F16..ONE_F16 + 2].copy_from_slice(&f32_to_f16(1.0).to_le_bytes());
         constants[ONE_F64..ONE_F64 + 8].copy_from_slice(&1.0f64.to_le_bytes());
         scratch.copy_from_host(&constants).await.map(|()| scratch)
     })?;

@@ -131,7 +131,7 @@ static bool dots(cublasHandle_t h) {
     const int n = 40;
     auto x = complex_integers<T>(n * 2, 1), y = complex_integers<T>(n * 3, 2);
     auto *dx = on_device(x), *dy = on_device(y);
-    std::complex<T> got[4];
+    alignas(16) std::complex<T> got[4];
     CUBLAS(B::dotu_(h, n, dx, 1, dy, 1, (typename B::Complex*)&got[0]));
     CUBLAS(B::dotu_(h, n, dx, 2, dy, 3, (typename B::Complex*)&got[1]));
     CUBLAS(B::dotc_(h, n, dx, 1, dy, 1, (typename B::Complex*)&got[2]));
@@ -159,7 +159,9 @@ static bool updates(cublasHandle_t h) {
     const int n = 30, incx = 2, incy = 3;
     auto x = complex_integers<T>(n * incx, 3), y = complex_integers<T>(n * incy, 4);
     auto *dx = on_device(x), *dy = on_device(y);
-    const std::complex<T> alpha = {2, -1}, scale = {-1, 3};
+    // Aligned as cuComplex and cuDoubleComplex are (NVIDIA's cuBLAS may load them whole).
+    alignas(16) const std::complex<T> alpha = {2, -1};
+    alignas(16) const std::complex<T> scale = {-1, 3};
     const T real_scale = -2;
     std::string p = B::name;
     auto want = y;
@@ -189,7 +191,8 @@ static bool gemv(cublasHandle_t h, cublasOperation_t op) {
     const int rows = op == CUBLAS_OP_N ? m : n, cols = op == CUBLAS_OP_N ? n : m;
     auto a = complex_integers<T>((size_t)lda * n, 5), x = complex_integers<T>(cols * incx, 6);
     auto y = complex_integers<T>(rows * incy, 7), want = y;
-    const std::complex<T> alpha = {1, 2}, beta = {-1, 1};
+    alignas(16) const std::complex<T> alpha = {1, 2};
+    alignas(16) const std::complex<T> beta = {-1, 1};
     for (int i = 0; i < rows; i++) {
         std::complex<T> acc = 0;
         for (int j = 0; j < cols; j++) {
@@ -214,7 +217,7 @@ static bool ger(cublasHandle_t h, bool conjugate) {
     const int m = 11, n = 7, lda = m + 2, incx = 3, incy = conjugate ? 1 : 2;
     auto a = complex_integers<T>((size_t)lda * n, 8), x = complex_integers<T>(m * incx, 9);
     auto y = complex_integers<T>(n * incy, 10), want = a;
-    const std::complex<T> alpha = {-2, 1};
+    alignas(16) const std::complex<T> alpha = {-2, 1};
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++)
             want[i + j * lda] += alpha * x[i * incx] * (conjugate ? std::conj(y[j * incy]) : y[j * incy]);
@@ -245,18 +248,25 @@ static float float_of_bfloat16(unsigned short b) {
 // result rounded once), into host memory and, on a stream, into device memory; and on complex
 // vectors (cublasDotcEx conjugates x).
 static bool typed_dots(cublasHandle_t h) {
-    // 52 elements of these seeds add up to -371: a binary16, not a bfloat16 (to nearest even:
-    // -372; truncated: -370).
+    // 89 elements of these seeds add up to 2079, which binary16 (11 significant bits) rounds to
+    // 2080 to nearest even (2078 truncated).
+    const int nh = 89;
+    auto xs = small_integers<float>(nh * 2, 16), ys = small_integers<float>(nh, 17);
+    for (auto& v : xs) v *= 7.0f;
+    float sum = 0;
+    for (int i = 0; i < nh; i++) sum += xs[i * 2] * ys[i];
+    auto *dxh = upload(halves_of(xs)), *dyh = upload(halves_of(ys));
+    unsigned short half_result = 0;
+    CUBLAS(cublasDotEx(h, nh, dxh, R_16F, 2, dyh, R_16F, 1, &half_result, R_16F, R_32F));
+    bool ok = equal("the binary16 data's sum", sum, 2079.0f);
+    ok &= equal("dotex f16 rounded to nearest even", float_of_half(half_result), 2080.0f);
+    // 52 elements of these seeds add up to -371: bfloat16 (8 significant bits) rounds it to
+    // -372 to nearest even (-370 truncated).
     const int n = 52;
     auto xf = small_integers<float>(n * 2, 14), yf = small_integers<float>(n, 15);
     for (auto& v : xf) v *= 7.0f;  // both types hold these (3 significant bits)
     float exact = 0;
     for (int i = 0; i < n; i++) exact += xf[i * 2] * yf[i];
-    auto xh = halves_of(xf), yh = halves_of(yf);
-    auto *dxh = upload(xh), *dyh = upload(yh);
-    unsigned short half_result = 0;
-    CUBLAS(cublasDotEx(h, n, dxh, R_16F, 2, dyh, R_16F, 1, &half_result, R_16F, R_32F));
-    bool ok = equal("dotex f16", float_of_half(half_result), float_of_half(half_of(exact)));
     std::vector<unsigned short> xb(xf.size()), yb(yf.size());
     for (size_t i = 0; i < xf.size(); i++) xb[i] = bfloat16_of(xf[i]);
     for (size_t i = 0; i < yf.size(); i++) yb[i] = bfloat16_of(yf[i]);
@@ -276,7 +286,7 @@ static bool typed_dots(cublasHandle_t h) {
     ok &= equal("the data's sum", exact, -371.0f) && equal("its bfloat16", want_bf16, -372.0f);
     auto x = complex_integers<float>(n, 16), y = complex_integers<float>(n, 17);
     auto *dx = on_device(x), *dy = on_device(y);
-    std::complex<float> got[2];
+    alignas(16) std::complex<float> got[2];
     CUBLAS(cublasDotEx(h, n, dx, C_32F, 1, dy, C_32F, 1, &got[0], C_32F, C_32F));
     CUBLAS(cublasDotcEx(h, n, dx, C_32F, 1, dy, C_32F, 1, &got[1], C_32F, C_32F));
     ok &= same_complex<float>("dotex c32", {got[0]}, {dot_reference(n, x, 1, y, 1, false)});
@@ -301,8 +311,8 @@ int main(int argc, char** argv) {
     {
         cuComplex *d, alpha = {1, 0}, beta = {0, 0};
         CHECK(cudaMalloc(&d, 256 * sizeof(cuComplex)));
-        unsigned short half_result = 0;
-        cublasStatus_t mixed = cublasDotEx(h, 4, d, R_16F, 1, d + 16, R_16F, 1, &half_result, R_32F, R_32F);
+        float float_result = 0;
+        cublasStatus_t mixed = cublasDotEx(h, 4, d, R_16F, 1, d + 16, R_16F, 1, &float_result, R_32F, R_32F);
         printf("dotex of f16 into f32: %d %s\n", (int)mixed, cublasGetStatusName(mixed));
         if (!native) {
             cublasStatus_t s = cublasCgemv_v2(h, CUBLAS_OP_C, 4, 4, &alpha, d, 4, d + 32, 1, &beta, d + 64, 2);

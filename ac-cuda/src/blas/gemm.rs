@@ -246,7 +246,9 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
                 alloc.buffer.at(offset as usize)
             }
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
-            Operand::One => device.one(precision.real().bytes()),
+            // An `f32` or `f64` one (real or complex) as the compute type: the shim's callers
+            // use it only where A is of that type (level 1, not `cublasHgemm`'s binary16).
+            Operand::One => device.one(precision.real() == Precision::Double),
             Operand::Slot(slot) => slot,
         });
     }

@@ -187,21 +187,27 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
 }
 
 /// The types of a `cublasDotEx` or `cublasDotcEx` of vectors and a result of `cudaDataType`s
-/// `types` (x, y, result), executed as `execution`: all three of one type that [`ex_types`]
-/// serves as a gemm's, executed in `f32` (binary16, bfloat16, `f32`, complex `f32`) or in `f64`
-/// (`f64`, complex `f64`), as cuBLAS's table of the call lists them.
+/// `types` (x, y, result), executed as `execution`: all three of one type, executed as
+/// cuBLAS's table of the call lists: binary16, bfloat16 and `f32` in `CUDA_R_32F`, `f64` in
+/// `CUDA_R_64F`, complex `f32` in `CUDA_C_32F`, complex `f64` in `CUDA_C_64F`.
 fn dot_types(types: [c_int; 3], execution: c_int) -> CuResult<Types> {
+    let executed_as = match types[0] {
+        CUDA_R_16F | CUDA_R_16BF | CUDA_R_32F => Some(CUDA_R_32F),
+        CUDA_R_64F => Some(CUDA_R_64F),
+        CUDA_C_32F => Some(CUDA_C_32F),
+        CUDA_C_64F => Some(CUDA_C_64F),
+        _ => None,
+    };
+    if types.iter().any(|&t| t != types[0]) || executed_as != Some(execution) {
+        let why = format!("a dot product of cudaDataType {types:?} executed as {execution}");
+        return Err(Error::said(code::NOT_SUPPORTED, why));
+    }
+    // As a gemm's types: the complex ones' compute type is their parts'.
     let compute = match execution {
         CUDA_C_32F => CUDA_R_32F,
         CUDA_C_64F => CUDA_R_64F,
         real => real,
     };
-    let complex_execution = execution == CUDA_C_32F || execution == CUDA_C_64F;
-    let complex_vectors = types[0] == CUDA_C_32F || types[0] == CUDA_C_64F;
-    if types.iter().any(|&t| t != types[0]) || complex_execution != complex_vectors || execution == CUDA_R_16F {
-        let why = format!("a dot product of cudaDataType {types:?} executed as {execution}");
-        return Err(Error::said(code::NOT_SUPPORTED, why));
-    }
     ex_types(types, compute)
 }
 
@@ -300,9 +306,18 @@ mod tests {
         assert_eq!(dot_types([5, 5, 5], 5).unwrap(), Types::uniform(Precision::ComplexDouble));
         // A result of another type than the vectors'; binary16 executed in binary16; complex
         // vectors executed as reals and the other way round; f32 executed in f64.
-        for (types, execution) in
-            [([2, 2, 0], 0), ([2, 2, 2], 2), ([4, 4, 4], 0), ([0, 0, 0], 4), ([0, 0, 0], 1), ([3, 3, 3], 0)]
-        {
+        // Compute types (CUBLAS_COMPUTE_16F, _32F) are not execution types.
+        for (types, execution) in [
+            ([2, 2, 0], 0),
+            ([2, 2, 2], 2),
+            ([4, 4, 4], 0),
+            ([0, 0, 0], 4),
+            ([0, 0, 0], 1),
+            ([3, 3, 3], 0),
+            ([2, 2, 2], 64),
+            ([0, 0, 0], 68),
+            ([1, 1, 1], 70),
+        ] {
             assert_eq!(dot_types(types, execution).unwrap_err().code(), code::NOT_SUPPORTED, "{types:?} {execution}");
         }
     }

@@ -19,9 +19,9 @@
 //! vectors need nothing more; `[1]` is a constant of the device's scratch buffer. A gemm has no
 //! operation that conjugates without transposing, so the two rows of the table that conjugate a
 //! column (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) serve increment 1 only. Negative
-//! increments (BLAS's reversed vectors) are not served. A result bound for the host (`dot`,
-//! `nrm2` in `CUBLAS_POINTER_MODE_HOST`) is computed into the scratch buffer and read back, so
-//! the call waits, as cuBLAS's does.
+//! increments (BLAS's reversed vectors) are not served. A result bound for the host (`dot` in
+//! `CUBLAS_POINTER_MODE_HOST`) and every `nrm2` (whose root is taken here) are computed into
+//! the scratch buffer and read back, so the call waits, as cuBLAS's does.
 
 use std::ffi::{c_int, c_void};
 
@@ -230,6 +230,9 @@ unsafe fn ger(
     if m < 0 || n < 0 || incx == 0 || incy == 0 || lda < m.max(1) {
         let why = format!("ger: m {m}, n {n}, incx {incx}, incy {incy}, lda {lda}");
         return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
     }
     served_increments(&[incx, incy])?;
     // y^H is y stored as an n x 1 column, conjugate-transposed; y^T is y as a 1 x n row.
