@@ -160,7 +160,7 @@ pub(super) struct GemmCall {
 /// Checks a call as cuBLAS does (dimensions and counts not negative, a known operation, each
 /// leading dimension at least its matrix's rows) and as the backend will (batches' results
 /// apart), and gives its shape.
-fn check(call: &GemmCall) -> CuResult<Gemm> {
+pub(super) fn check(call: &GemmCall) -> CuResult<Gemm> {
     let invalid = |why: String| Err(Error::said(code::INVALID_VALUE, why));
     if [call.m, call.n, call.k, call.batch].iter().any(|&d| d < 0) || call.stride.iter().any(|&s| s < 0) {
         return invalid(format!("negative sizes (m {}, n {}, k {}, batch {})", call.m, call.n, call.k, call.batch));

@@ -122,12 +122,17 @@ pub(super) unsafe fn dot(
         };
     }
     served_increments(&[incx, incy])?;
+    into_result(target, dot_call(types, n, (x, incx), (y, incy), conjugate), result, finish)
+}
+
+/// The gemm of a dot product of `n` elements (its result, C, left to the caller).
+fn dot_call(types: Types, n: c_int, x: (u64, c_int), y: (u64, c_int), conjugate: bool) -> GemmCall {
     // dotc: y times x conjugate-transposed (x stored as a 1 x n row, read as an n x 1 column).
-    let ([a, b], trans_b) = if conjugate { ([(y, incy), (x, incx)], 2) } else { ([(x, incx), (y, incy)], 1) };
+    let ([a, b], trans_b) = if conjugate { ([y, x], 2) } else { ([x, y], 1) };
     let one = Scalar::Value(1.0);
     let matrices = [Operand::Memory(a.0), Operand::Memory(b.0), Operand::One];
     let call = product(types.precision, [0, trans_b], [1, 1, n], one, matrices, [a.1, b.1, 1], Scalar::Value(0.0));
-    into_result(target, GemmCall { types, ..call }, result, finish)
+    GemmCall { types, ..call }
 }
 
 /// `y = alpha x + beta y` (axpy: `beta` 1; copy: `alpha` 1, `beta` 0).
@@ -176,10 +181,20 @@ unsafe fn scal_by_real(
     scal(h, precision, n, Scalar::Value(alpha), x, incx)
 }
 
-/// `y = alpha op(A) x + beta y`, `A` being `m x n`.
+/// Launches the gemm that `call` builds, on handle `h`'s target, unless it builds none (a call
+/// that computes nothing); the handle is looked up first, as cuBLAS does.
+unsafe fn launch_on(h: usize, call: impl FnOnce() -> CuResult<Option<GemmCall>>) -> CuResult<()> {
+    let target = handle(h)?.target();
+    match call()? {
+        Some(call) => launch(target, call),
+        None => Ok(()),
+    }
+}
+
+/// The gemm of `y = alpha op(A) x + beta y`, `A` being `m x n` (`None`: it computes nothing),
+/// checked as cuBLAS checks the call.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn gemv(
-    h: usize,
+fn gemv_call(
     precision: Precision,
     trans: c_int,
     [m, n]: [c_int; 2],
@@ -188,14 +203,13 @@ unsafe fn gemv(
     (x, incx): (u64, c_int),
     beta: Scalar,
     (y, incy): (u64, c_int),
-) -> CuResult<()> {
-    let target = handle(h)?.target();
+) -> CuResult<Option<GemmCall>> {
     if !(0..=2).contains(&trans) || m < 0 || n < 0 || lda < m.max(1) || incx == 0 || incy == 0 {
         let why = format!("gemv: trans {trans}, m {m}, n {n}, lda {lda}, incx {incx}, incy {incy}");
         return Err(Error::said(code::INVALID_VALUE, why));
     }
     if m == 0 || n == 0 {
-        return Ok(());
+        return Ok(None);
     }
     served_increments(&[incx, incy])?;
     let call = if trans == 2 && precision.is_complex() {
@@ -210,14 +224,12 @@ unsafe fn gemv(
         let trans = [0, c_int::from(trans == 0)];
         product(precision, trans, [1, rows, cols], alpha, matrices, [incx, lda, incy], beta)
     };
-    launch(target, call)
+    Ok(Some(call))
 }
 
-/// `A = alpha x y^T + A`, or `alpha x y^H + A` (`conjugate`, cuBLAS's `gerc`), `A` being
-/// `m x n`.
-#[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn ger(
-    h: usize,
+/// The gemm of `A = alpha x y^T + A`, or `alpha x y^H + A` (`conjugate`, cuBLAS's `gerc`), `A`
+/// being `m x n` (`None`: it computes nothing), checked as cuBLAS checks the call.
+fn ger_call(
     precision: Precision,
     [m, n]: [c_int; 2],
     alpha: Scalar,
@@ -225,14 +237,13 @@ unsafe fn ger(
     (y, incy): (u64, c_int),
     (a, lda): (u64, c_int),
     conjugate: bool,
-) -> CuResult<()> {
-    let target = handle(h)?.target();
+) -> CuResult<Option<GemmCall>> {
     if m < 0 || n < 0 || incx == 0 || incy == 0 || lda < m.max(1) {
         let why = format!("ger: m {m}, n {n}, incx {incx}, incy {incy}, lda {lda}");
         return Err(Error::said(code::INVALID_VALUE, why));
     }
     if m == 0 || n == 0 {
-        return Ok(());
+        return Ok(None);
     }
     served_increments(&[incx, incy])?;
     // y^H is y stored as an n x 1 column, conjugate-transposed; y^T is y as a 1 x n row.
@@ -243,7 +254,7 @@ unsafe fn ger(
         (0, incy)
     };
     let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::Memory(a)];
-    launch(target, product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], Scalar::Value(1.0)))
+    Ok(Some(product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], Scalar::Value(1.0))))
 }
 
 /// Defines `cublas<T>dot` (`dotu` for complex types) or, `$conjugate`, `cublas<T>dotc`.
@@ -284,7 +295,7 @@ macro_rules! ger_entry {
         ) -> u32 {
             let (x, y, a) = ((x, incx), (y, incy), (a, lda));
             let alpha = Scalar::At(alpha.cast());
-            guard(stringify!($name), || ger(h, $precision, [m, n], alpha, x, y, a, $conjugate))
+            guard(stringify!($name), || launch_on(h, || ger_call($precision, [m, n], alpha, x, y, a, $conjugate)))
         }
     };
 }
@@ -346,7 +357,8 @@ macro_rules! typed {
         ) -> u32 {
             let (alpha, beta) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()));
             let (a, x, y) = ((a, lda), (x, incx), (y, incy));
-            guard(stringify!($gemv), || gemv(h, $precision, trans, [m, n], alpha, a, x, beta, y))
+            let call = || gemv_call($precision, trans, [m, n], alpha, a, x, beta, y);
+            guard(stringify!($gemv), || launch_on(h, call))
         }
 
         ger_entry!($ger, $t, $precision, false);
@@ -419,3 +431,80 @@ macro_rules! complex_only {
 
 complex_only!([f32; 2], f32, Precision::ComplexSingle, cublasCdotc_v2, cublasCsscal_v2, cublasCgerc_v2);
 complex_only!([f64; 2], f64, Precision::ComplexDouble, cublasZdotc_v2, cublasZdscal_v2, cublasZgerc_v2);
+
+#[cfg(test)]
+mod tests {
+    use super::super::gemm::check;
+    use super::*;
+
+    /// Device addresses of A, x and y (never dereferenced: the calls are only built).
+    const A: u64 = 0x10_0000;
+    const X: u64 = 0x20_0000;
+    const Y: u64 = 0x30_0000;
+    const ONE: Scalar = Scalar::Value(1.0);
+
+    /// The elements each matrix of `call` spans (A, B, C), once cuBLAS's checks accept it.
+    fn spans(call: &GemmCall) -> [u64; 3] {
+        check(call).expect("a call cuBLAS takes").footprints()
+    }
+
+    fn at(operand: Operand) -> u64 {
+        match operand {
+            Operand::Memory(address) => address,
+            other => panic!("{other:?} is not program memory"),
+        }
+    }
+
+    #[test]
+    fn dot_products_read_each_vector_over_its_increments_and_conjugate_x() {
+        let types = Types::uniform(Precision::ComplexSingle);
+        // 5 elements, x 2 apart (9 elements spanned), y 3 apart (13).
+        let dotu = dot_call(types, 5, (X, 2), (Y, 3), false);
+        assert_eq!((at(dotu.matrices[0]), at(dotu.matrices[1]), dotu.trans), (X, Y, [0, 1]));
+        assert_eq!(spans(&dotu), [9, 13, 1]);
+        // dotc: y times x conjugate-transposed.
+        let dotc = dot_call(types, 5, (X, 2), (Y, 3), true);
+        assert_eq!((at(dotc.matrices[0]), at(dotc.matrices[1]), dotc.trans), (Y, X, [0, 2]));
+        assert_eq!(spans(&dotc), [13, 9, 1]);
+    }
+
+    #[test]
+    fn gemv_spans_a_padded_matrix_and_strided_vectors_for_every_operation() {
+        // A 13 x 9 in rows of 16: (9 - 1) * 16 + 13 = 141 elements.
+        let call = |precision, trans, incy| {
+            gemv_call(precision, trans, [13, 9], ONE, (A, 16), (X, 2), ONE, (Y, incy)).map(|c| c.expect("a product"))
+        };
+        // N: x has n = 9 elements 2 apart, y m = 13 elements 3 apart (x, A, y).
+        assert_eq!(spans(&call(Precision::ComplexSingle, 0, 3).unwrap()), [17, 141, 37]);
+        // T: x has m elements, y n.
+        assert_eq!(spans(&call(Precision::ComplexDouble, 1, 3).unwrap()), [25, 141, 25]);
+        // C: A conjugate-transposed, x m elements 2 apart, y a column of n (A, x, y).
+        let conjugate = call(Precision::ComplexSingle, 2, 1).unwrap();
+        assert_eq!((at(conjugate.matrices[0]), conjugate.trans), (A, [2, 1]));
+        assert_eq!(spans(&conjugate), [141, 25, 9]);
+        // ... which must be contiguous; a real type's C is its T, for any y.
+        assert_eq!(call(Precision::ComplexSingle, 2, 3).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert_eq!(spans(&call(Precision::Single, 2, 3).unwrap()), [25, 141, 25]);
+        // Nothing to compute; refusals.
+        assert!(gemv_call(Precision::Single, 0, [0, 9], ONE, (A, 1), (X, 1), ONE, (Y, 1)).unwrap().is_none());
+        assert_eq!(call(Precision::Single, 3, 1).unwrap_err().code(), code::INVALID_VALUE);
+        assert_eq!(call(Precision::Single, 0, -1).unwrap_err().code(), code::NOT_SUPPORTED);
+    }
+
+    #[test]
+    fn ger_spans_its_vectors_and_gerc_conjugates_a_contiguous_y() {
+        // A 11 x 7 in rows of 13: 6 * 13 + 11 = 89; x 11 elements 3 apart: 31.
+        let call = |conjugate, incy| {
+            ger_call(Precision::ComplexDouble, [11, 7], ONE, (X, 3), (Y, incy), (A, 13), conjugate)
+                .map(|c| c.expect("a product"))
+        };
+        let geru = call(false, 2).unwrap();
+        assert_eq!((geru.trans, spans(&geru)), ([1, 0], [31, 13, 89]));
+        let gerc = call(true, 1).unwrap();
+        assert_eq!((gerc.trans, spans(&gerc)), ([1, 2], [31, 7, 89]));
+        assert_eq!(call(true, 2).unwrap_err().code(), code::NOT_SUPPORTED);
+        // An empty matrix is nothing to do, whatever y's increment.
+        let empty = ger_call(Precision::ComplexDouble, [0, 7], ONE, (X, 3), (Y, 2), (A, 13), true);
+        assert!(empty.unwrap().is_none());
+    }
+}
