@@ -12,6 +12,10 @@
 //!   queued work runs as late as allowed: a host-to-device copy reads host memory only when
 //!   waited for, from pageable and pinned memory alike (device-to-host into pageable memory
 //!   completes before the call returns, as documented);
+//! - a kernel computes on the thread that waits for it with the lock released (taken for each
+//!   load and store), as a GPU runs kernels while the host's other calls return at once: a
+//!   thread that waits for a long kernel holds up no other thread's launch, copy or allocation,
+//!   and whoever else waits for that stream waits for the kernel (`state::run`);
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
 //!   one allocated when its context goes, is a violation;
 //! - new device memory holds stale bytes (`0xA5`), not zeros, as on a GPU;
@@ -56,13 +60,16 @@ mod code;
 mod dft;
 mod kernels;
 mod memory;
+mod run;
 mod state;
+mod streams;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::LazyLock;
 
-use state::{Driver, Event, Function, Module, Op, Stream};
+use parking_lot::Mutex;
+use state::{Driver, Function, Guard, Module, Op};
 
 static DRIVER: LazyLock<Mutex<Driver>> = LazyLock::new(|| Mutex::new(Driver::from_env()));
 
@@ -71,8 +78,8 @@ thread_local! {
     static CURRENT: Cell<u64> = const { Cell::new(0) };
 }
 
-pub(crate) fn driver() -> MutexGuard<'static, Driver> {
-    DRIVER.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+pub(crate) fn driver() -> Guard<'static> {
+    DRIVER.lock()
 }
 
 pub(crate) type Handle = *mut c_void;
@@ -96,7 +103,7 @@ fn current(d: &mut Driver, call: &str) -> Result<u64, u32> {
 }
 
 /// Runs `body` with the lock and the current context; its error is the call's result.
-pub(crate) fn with_context(call: &str, body: impl FnOnce(&mut Driver, u64) -> Result<(), u32>) -> u32 {
+pub(crate) fn with_context(call: &str, body: impl FnOnce(&mut Guard<'static>, u64) -> Result<(), u32>) -> u32 {
     let mut d = driver();
     match current(&mut d, call).and_then(|context| body(&mut d, context)) {
         Ok(()) => code::SUCCESS,
@@ -236,7 +243,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
     }
     d.pinned.retain(|_, (_, owner)| *owner != primary);
     d.primaries.remove(&device);
-    d.destroy_context(primary).err().unwrap_or(code::SUCCESS)
+    run::destroy_context(&mut d, primary).err().unwrap_or(code::SUCCESS)
 }
 
 #[no_mangle]
@@ -258,7 +265,7 @@ pub extern "C" fn cuCtxDestroy_v2(context: Handle) -> u32 {
     if leaked > 0 {
         d.violation(format!("{leaked} pinned host allocations still allocated when their context was destroyed"));
     }
-    match d.destroy_context(id(context)) {
+    match run::destroy_context(&mut d, id(context)) {
         Ok(()) => {
             CURRENT.with(|c| {
                 if c.get() == id(context) {
@@ -417,98 +424,6 @@ pub unsafe extern "C" fn cuLaunchKernel(
             .collect();
         let shape = kernels::Shape { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z] };
         d.queue(stream, Op::Launch { name, args, shape });
-        Ok(())
-    })
-}
-
-// ---- Streams and events ----
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamCreate(stream: *mut Handle, _flags: c_uint) -> u32 {
-    with_context("cuStreamCreate", |d, context| {
-        let id = d.handle();
-        d.streams.insert(id, Stream { context, queue: Default::default() });
-        *stream = handle(id);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> u32 {
-    with_context("cuStreamDestroy", |d, context| {
-        let owner = d.streams.get(&id(stream)).map(|s| s.context);
-        owned(d, "stream", owner, context)?;
-        // Documented: work still queued completes, then the stream's resources go.
-        d.run(id(stream), u64::MAX);
-        d.streams.remove(&id(stream));
-        Ok(())
-    })
-}
-
-/// Waits for work: runs it, then reports a fault it caused (sticky for the context).
-fn wait(call: &str, body: impl FnOnce(&mut Driver, u64) -> Result<(), u32>) -> u32 {
-    let mut d = driver();
-    let context = CURRENT.with(Cell::get);
-    if context == 0 {
-        d.violation(format!("{call} without a current context on this thread"));
-        return code::INVALID_CONTEXT;
-    }
-    let outcome = match d.contexts.get(&context) {
-        None => Err(code::CONTEXT_IS_DESTROYED),
-        Some(_) => body(&mut d, context).and_then(|()| d.usable(context).map(|_| ())),
-    };
-    outcome.err().unwrap_or(code::SUCCESS)
-}
-
-#[no_mangle]
-pub extern "C" fn cuStreamSynchronize(stream: Handle) -> u32 {
-    wait("cuStreamSynchronize", |d, context| {
-        let stream = d.stream(context, id(stream))?;
-        d.run(stream, u64::MAX);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> u32 {
-    with_context("cuEventCreate", |d, context| {
-        let id = d.handle();
-        d.events.insert(id, Event { context, recorded: None });
-        *event = handle(id);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuEventRecord(event: Handle, stream: Handle) -> u32 {
-    with_context("cuEventRecord", |d, context| {
-        let owner = d.events.get(&id(event)).map(|e| e.context);
-        owned(d, "event", owner, context)?;
-        let stream = d.stream(context, id(stream))?;
-        let seq = d.queue(stream, Op::Record);
-        d.events.get_mut(&id(event)).expect("checked").recorded = Some((stream, seq));
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuEventSynchronize(event: Handle) -> u32 {
-    wait("cuEventSynchronize", |d, context| {
-        let owner = d.events.get(&id(event)).map(|e| e.context);
-        owned(d, "event", owner, context)?;
-        if let Some((stream, seq)) = d.events[&id(event)].recorded {
-            d.run(stream, seq);
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuEventDestroy_v2(event: Handle) -> u32 {
-    with_context("cuEventDestroy", |d, context| {
-        let owner = d.events.get(&id(event)).map(|e| e.context);
-        owned(d, "event", owner, context)?;
-        d.events.remove(&id(event));
         Ok(())
     })
 }

@@ -6,7 +6,7 @@ use std::ffi::{c_uint, c_void};
 
 use crate::code;
 use crate::state::{self, Driver, Op};
-use crate::{id, owned, with_context, Handle};
+use crate::{id, owned, run, with_context, Handle};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> u32 {
@@ -43,7 +43,7 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
         // cuMemFree synchronizes: the context's queued work runs first.
         let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(k, _)| *k).collect();
         for stream in streams {
-            d.run(stream, u64::MAX);
+            run::run(d, stream, u64::MAX);
         }
         d.memory.remove(&address);
         Ok(())
@@ -123,7 +123,7 @@ pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, len: usize, s
         let seq = d.queue(stream, Op::DtoH { dst: dst as usize, src, len });
         if !pinned {
             // Documented: into pageable memory, the call returns once the copy is complete.
-            d.run(stream, seq);
+            run::run(d, stream, seq);
         }
         Ok(())
     })

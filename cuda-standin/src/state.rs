@@ -9,7 +9,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::{blas, code, dft, kernels};
+use parking_lot::MutexGuard;
+
+use crate::{code, kernels};
+
+/// The lock on a driver, as a call holds it.
+pub type Guard<'a> = MutexGuard<'a, Driver>;
 
 /// Device memory of each stand-in GPU.
 pub const DEVICE_MEMORY: u64 = 4 << 30;
@@ -19,7 +24,7 @@ pub const DEVICES: i32 = 2;
 /// nvcc builds for `sm_90` are the ones a fat binary yields.
 pub const COMPUTE_CAPABILITY: (u32, u32) = (9, 0);
 
-type Result<T> = std::result::Result<T, u32>;
+pub type Result<T> = std::result::Result<T, u32>;
 
 /// One queued operation.
 #[derive(Debug)]
@@ -59,6 +64,16 @@ pub struct Allocation {
 pub struct Stream {
     pub context: u64,
     pub queue: VecDeque<(u64, Op)>,
+    /// A kernel of this stream is computing on some thread, with the lock released: its
+    /// stream's later work waits for it, and so does whoever waits for the stream.
+    pub running: bool,
+}
+
+impl Stream {
+    /// A stream of `context` with nothing queued.
+    pub fn new(context: u64) -> Self {
+        Self { context, queue: VecDeque::new(), running: false }
+    }
 }
 
 #[derive(Debug)]
@@ -195,28 +210,10 @@ impl Driver {
             return Err(code::ILLEGAL_ADDRESS);
         }
         let (id, default_stream) = (self.handle(), self.handle());
-        self.streams.insert(default_stream, Stream { context: id, queue: VecDeque::new() });
+        self.streams.insert(default_stream, Stream::new(id));
         let primary_refs = primary.then_some(1);
         self.contexts.insert(id, Context { device, lost: None, default_stream, primary_refs });
         Ok(id)
-    }
-
-    /// Waits for the context's work, then destroys it and every handle of it.
-    pub fn destroy_context(&mut self, id: u64) -> Result<()> {
-        if !self.contexts.contains_key(&id) {
-            return Err(code::INVALID_CONTEXT);
-        }
-        let streams: Vec<u64> = self.streams.iter().filter(|(_, s)| s.context == id).map(|(k, _)| *k).collect();
-        for stream in &streams {
-            self.run(*stream, u64::MAX);
-        }
-        self.contexts.remove(&id);
-        self.memory.retain(|_, a| a.context != id);
-        self.streams.retain(|_, s| s.context != id);
-        self.events.retain(|_, e| e.context != id);
-        self.modules.retain(|_, m| m.context != id);
-        self.functions.retain(|_, f| f.context != id);
-        Ok(())
     }
 
     /// The context `id`, checked to be alive and not lost.
@@ -280,84 +277,6 @@ impl Driver {
         seq
     }
 
-    /// Runs `stream`'s work up to position `upto`. A fault loses the context (sticky); the
-    /// work queued after it in a lost context is dropped.
-    pub fn run(&mut self, stream: u64, upto: u64) {
-        loop {
-            let Some(s) = self.streams.get_mut(&stream) else { return };
-            let context = s.context;
-            match s.queue.front() {
-                Some((seq, _)) if *seq <= upto => {}
-                _ => return,
-            }
-            let (_, op) = s.queue.pop_front().expect("front exists");
-            if self.contexts.get(&context).is_none_or(|c| c.lost.is_some()) {
-                continue;
-            }
-            if self.execute(context, op).is_none() {
-                if let Some(c) = self.contexts.get_mut(&context) {
-                    c.lost = Some(code::ILLEGAL_ADDRESS);
-                }
-                if !self.fault_confined {
-                    self.process_poisoned = true;
-                }
-            }
-        }
-    }
-
-    /// Runs one operation; `None`: it faulted.
-    fn execute(&mut self, context: u64, op: Op) -> Option<()> {
-        if let (Some(delay), Op::HtoD { .. } | Op::DtoH { .. }) = (self.copy_delay, &op) {
-            std::thread::sleep(delay);
-        }
-        match op {
-            Op::HtoD { dst, src, len } => {
-                if let Some(budget) = self.host_to_device_budget {
-                    self.host_to_device_budget = budget.checked_sub(len);
-                    if len > budget {
-                        return None; // the injected DMA fault: sticky, as every fault here
-                    }
-                }
-                // SAFETY: the caller promised that `src` holds `len` bytes until this copy is
-                // known complete (the contract under test); reading it now is the driver's right.
-                let host = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
-                let (a, at) = self.locate(context, dst, len)?;
-                a.bytes[at..at + len].copy_from_slice(host);
-            }
-            Op::DtoH { dst, src, len } => {
-                let (a, at) = self.locate(context, src, len)?;
-                // SAFETY: as above, for the destination.
-                let host = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-                host.copy_from_slice(&a.bytes[at..at + len]);
-            }
-            Op::DtoD { dst, src, len } => {
-                let (a, at) = self.locate(context, src, len)?;
-                let bytes = a.bytes[at..at + len].to_vec();
-                let (b, to) = self.locate(context, dst, len)?;
-                b.bytes[to..to + len].copy_from_slice(&bytes);
-            }
-            Op::Memset { dst, value, len } => {
-                let (a, at) = self.locate(context, dst, len)?;
-                a.bytes[at..at + len].fill(value);
-            }
-            Op::Launch { name, args, shape } => {
-                let mut memory = ContextMemory { driver: self, context };
-                match name.as_str() {
-                    "dft_f32" | "dft_f64" => dft::dft(name == "dft_f64", &args, shape, &mut memory)?,
-                    _ => match blas::Kernel::named(&name) {
-                        Some(gemm) => blas::gemm(gemm, &args, shape, &mut memory)?,
-                        None => kernels::run(&name, &args, shape, &mut memory)?,
-                    },
-                }
-            }
-            Op::Record => {}
-            Op::Free { address } => {
-                self.memory.remove(&address);
-            }
-        }
-        Some(())
-    }
-
     /// Whether queued work of any stream still uses the pinned buffer at `[address, +len)`.
     pub fn pinned_in_flight(&self, address: usize, len: usize) -> bool {
         let inside = |p: usize| p >= address && p < address + len;
@@ -366,45 +285,6 @@ impl Driver {
             Op::DtoH { dst, .. } => inside(*dst),
             _ => false,
         })
-    }
-}
-
-struct ContextMemory<'a> {
-    driver: &'a mut Driver,
-    context: u64,
-}
-
-impl kernels::Memory for ContextMemory<'_> {
-    fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
-        let (a, at) = self.driver.locate(self.context, address, n.checked_mul(4)?)?;
-        Some(a.bytes[at..at + n * 4].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect())
-    }
-
-    fn store(&mut self, address: u64, values: &[f32]) -> Option<()> {
-        let (a, at) = self.driver.locate(self.context, address, values.len().checked_mul(4)?)?;
-        for (dst, v) in a.bytes[at..at + values.len() * 4].chunks_exact_mut(4).zip(values) {
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        Some(())
-    }
-
-    fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
-        let (a, at) = self.driver.locate(self.context, address, values.len().checked_mul(4)?)?;
-        for (dst, v) in a.bytes[at..at + values.len() * 4].chunks_exact_mut(4).zip(values) {
-            dst.copy_from_slice(&v.to_le_bytes());
-        }
-        Some(())
-    }
-
-    fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>> {
-        let (a, at) = self.driver.locate(self.context, address, n)?;
-        Some(a.bytes[at..at + n].to_vec())
-    }
-
-    fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()> {
-        let (a, at) = self.driver.locate(self.context, address, bytes.len())?;
-        a.bytes[at..at + bytes.len()].copy_from_slice(bytes);
-        Some(())
     }
 }
 
@@ -433,41 +313,5 @@ mod tests {
         let address = d.alloc(context, 64).unwrap();
         let (a, at) = d.locate(context, address, 64).unwrap();
         assert!(a.bytes[at..].iter().all(|&b| b == STALE_BYTE));
-    }
-
-    #[test]
-    fn an_injected_dma_fault_arrives_when_the_copy_runs_and_sticks() {
-        let mut d = Driver { initialized: true, host_to_device_budget: Some(8), ..Driver::default() };
-        let context = d.create_context(0, false).unwrap();
-        let address = d.alloc(context, 64).unwrap();
-        let stream = d.stream(context, 0).unwrap();
-        let host = [7u8; 16];
-        d.queue(stream, Op::HtoD { dst: address, src: host.as_ptr() as usize, len: 8 });
-        d.queue(stream, Op::HtoD { dst: address + 8, src: host.as_ptr() as usize, len: 8 });
-        assert!(d.usable(context).is_ok(), "queued, not run: no fault yet");
-        d.run(stream, u64::MAX);
-        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS);
-        assert!(d.process_poisoned, "by default a fault breaks the whole process");
-        d.fault_confined = true;
-        d.process_poisoned = false;
-        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "sticky");
-    }
-
-    #[test]
-    fn a_shim_kernel_past_its_allocation_faults() {
-        let mut d = Driver { initialized: true, fault_confined: true, ..Driver::default() };
-        let context = d.create_context(0, false).unwrap();
-        let x = d.alloc(context, 64 * 4).unwrap();
-        let stream = d.stream(context, 0).unwrap();
-        let shape = kernels::Shape { grid: [1, 1, 1], block: [128, 1, 1] };
-        let iota = |n: u32| vec![x.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
-        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(64), shape });
-        d.run(stream, u64::MAX);
-        let (a, at) = d.locate(context, x, 64 * 4).unwrap();
-        assert_eq!(a.bytes[at + 63 * 4..at + 64 * 4], 63u32.to_le_bytes(), "iota within its 64 words");
-        assert!(d.usable(context).is_ok());
-        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(65), shape });
-        d.run(stream, u64::MAX);
-        assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "word 64 is past the allocation");
     }
 }

@@ -2,8 +2,11 @@
 //! kernels looked up, sized and launched on stand-in allocations. The stand-in's state is
 //! the process's: these tests take turns, each in a context of its own.
 
+use std::sync::{Mutex, MutexGuard};
+
 use super::*;
 use crate::kernels::{IOTA_KERNEL, SCALE_KERNEL, VADD_KERNEL};
+use crate::streams::*;
 
 static TURN: Mutex<()> = Mutex::new(());
 

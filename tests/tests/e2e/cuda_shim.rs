@@ -20,8 +20,9 @@ async fn cuda_cluster(hosts: usize) -> TestCluster {
 /// A manager and one backend as [`cuda_cluster`], with the deployment's default lease,
 /// backend time-out and connection idle time-out instead of the tests' second or so: for the
 /// frameworks and the math programs, whose stand-in kernels (direct transforms and products on
-/// the CPU) keep this process busy for seconds on a loaded machine, and which are not about
-/// leases (`cuda_shim`'s other tests and `leases.rs` are).
+/// the CPU) keep this process's cores busy for seconds on a loaded machine, and which are not
+/// about leases (`cuda_shim`'s other tests and `leases.rs` are). (They passed with the tests'
+/// time-outs too once the stand-in computed kernels without its lock: see `cuda-shim.md`.)
 async fn patient_cuda_cluster() -> TestCluster {
     cuda_cluster_timed(
         1,
