@@ -173,3 +173,111 @@ pub async fn complex_gemms_conjugate_exactly(acc: &ac_frontend::Accelerator, bui
         assert_eq!(got, flat(&want), "double {double}, operations {ops:?}: C (its padding included)");
     }
 }
+
+/// Launches `blas_strsm`, `blas_dtrsm`, `blas_ctrsm` and `blas_ztrsm` for every side, triangle,
+/// operation and diagonal, two strided batches, `B` padded, and checks every element of `B`, its
+/// padding included: the right-hand sides are `op(A) X / alpha` (or `X op(A) / alpha`) for a
+/// known `X` of small Gaussian integers, `A`'s diagonal 2 (or not read: NaN, for a unit
+/// diagonal), `alpha` -1 or `i`, so that every step of the substitution is exact.
+pub async fn triangular_solves_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
+    let (m, n, batch) = (4u64, 3u64, 2u64);
+    for (name, double, complex) in [
+        ("blas_strsm", false, false),
+        ("blas_dtrsm", true, false),
+        ("blas_ctrsm", false, true),
+        ("blas_ztrsm", true, true),
+    ] {
+        let solve = builtin.function(name).await.unwrap();
+        for combination in 0..24u32 {
+            let (left, lower, trans, unit) =
+                (combination & 1 == 0, combination & 2 == 0, (combination >> 2) % 3, combination >= 12);
+            let k = if left { m } else { n };
+            let (lda, ldb) = (k + 1, m + 2);
+            let (sa, sb) = (lda * k + 3, ldb * n + 1);
+            let gaussian = |i: u64, seed: u64| {
+                let re = ((i * 7 + seed * 13) % 5) as f64 - 2.0;
+                (re, if complex { ((i * 5 + seed) % 5) as f64 - 2.0 } else { 0.0 })
+            };
+            // A: the triangle of small integers, 2 (or NaN) on the diagonal, the other
+            // triangle and the padding 99 (never read).
+            let a: Vec<(f64, f64)> = (0..sa * batch)
+                .map(|e| {
+                    let (at, i, j) = (e % sa, e % sa % lda, e % sa / lda);
+                    if at >= lda * k || i >= k {
+                        (99.0, 99.0)
+                    } else if i == j {
+                        if unit {
+                            (f64::NAN, f64::NAN)
+                        } else {
+                            (2.0, 0.0)
+                        }
+                    } else if (i > j) == lower {
+                        gaussian(e, 1)
+                    } else {
+                        (99.0, -99.0)
+                    }
+                })
+                .collect();
+            let mul = |(a, b): (f64, f64), (c, d): (f64, f64)| (a * c - b * d, a * d + b * c);
+            let op_a = |bi: u64, r: u64, c: u64| {
+                let (i, j) = if trans == 0 { (r, c) } else { (c, r) };
+                let inside = i == j || (i > j) == lower;
+                let (re, im) = if i == j && unit {
+                    (1.0, 0.0)
+                } else if inside {
+                    a[(bi * sa + i + j * lda) as usize]
+                } else {
+                    (0.0, 0.0)
+                };
+                (re, if trans == 2 { -im } else { im })
+            };
+            let x = |bi: u64, i: u64, j: u64| gaussian(bi * 31 + i * 5 + j, 2);
+            let alpha = if complex { (0.0, 1.0) } else { (-1.0, 0.0) };
+            let over_alpha = if complex { (0.0, -1.0) } else { (-1.0, 0.0) };
+            let mut b = vec![(77.0, -77.0); (sb * batch) as usize];
+            let mut want = b.clone();
+            for bi in 0..batch {
+                for j in 0..n {
+                    for i in 0..m {
+                        let terms = (0..k).map(|p| {
+                            if left {
+                                mul(op_a(bi, i, p), x(bi, p, j))
+                            } else {
+                                mul(x(bi, i, p), op_a(bi, p, j))
+                            }
+                        });
+                        let sum = terms.fold((0.0, 0.0), |s, t| (s.0 + t.0, s.1 + t.1));
+                        let at = (bi * sb + i + j * ldb) as usize;
+                        b[at] = mul(over_alpha, sum);
+                        want[at] = x(bi, i, j);
+                    }
+                }
+            }
+            let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
+                let parts = v.iter().flat_map(|&(re, im)| if complex { vec![re, im] } else { vec![re] });
+                if double {
+                    parts.flat_map(f64::to_le_bytes).collect()
+                } else {
+                    parts.flat_map(|p| (p as f32).to_le_bytes()).collect()
+                }
+            };
+            let (da, db) = (acc.alloc_from(&bytes(&a)).await.unwrap(), acc.alloc_from(&bytes(&b)).await.unwrap());
+            let scalar = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
+            let u = |v: u64| KernelArg::U32(v as u32);
+            #[rustfmt::skip] // as the kernel's signature reads
+            let mut args = vec![
+                u((!left).into()), u((!lower).into()), u(trans.into()), u(unit.into()), u(m), u(n), scalar(alpha.0),
+                da.arg(), u(lda), KernelArg::U64(sa),
+                db.arg(), u(ldb), KernelArg::U64(sb), u(batch),
+            ];
+            if complex {
+                args.push(scalar(alpha.1));
+            }
+            solve.launch(ac_frontend::LaunchDims::new([2, 1, 1], [4, 1, 1]), &args).await.unwrap();
+            let back = db.to_vec().await.unwrap();
+            let got: Vec<u8> = back;
+            let what = format!("{name}: left {left}, lower {lower}, trans {trans}, unit {unit}");
+            assert_eq!(got, bytes(&want), "{what}: B (its padding included)");
+        }
+    }
+}

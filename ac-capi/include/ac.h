@@ -163,6 +163,18 @@ typedef enum acSourceKind {
   //   is a conjugate transpose.
   // - `blas_zgemm(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, double alpha_im, double beta_im)`:
   //   the same on double complex matrices (pointers 16-byte aligned).
+  // - `blas_strsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, float alpha, const float *A, uint32_t lda, uint64_t stride_a, float *B, uint32_t ldb, uint64_t stride_b, uint32_t batch)`:
+  //   BLAS's triangular solve, column-major as cuBLAS: for each b < batch, `op(A_b) X = alpha *
+  //   B_b` (side 0) or `X op(A_b) = alpha * B_b` (side 1), A_b lower (uplo 0) or upper
+  //   triangular, its diagonal read (diag 0) or taken as ones, X written over B_b; op as
+  //   blas_sgemm's (`trans` 2: conjugate transpose), A m x m on the left, n x n on the right.
+  // - `blas_dtrsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, double alpha, const double *A, uint32_t lda, uint64_t stride_a, double *B, uint32_t ldb, uint64_t stride_b, uint32_t batch)`:
+  //   the same on `double`s (pointers 8-byte aligned).
+  // - `blas_ctrsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, float alpha, const float *A, uint32_t lda, uint64_t stride_a, float *B, uint32_t ldb, uint64_t stride_b, uint32_t batch, float alpha_im)`:
+  //   the same on complex matrices (real part first, pointers 8-byte aligned),
+  //   alpha its real part and alpha_im its imaginary part.
+  // - `blas_ztrsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, double alpha, const double *A, uint32_t lda, uint64_t stride_a, double *B, uint32_t ldb, uint64_t stride_b, uint32_t batch, double alpha_im)`:
+  //   the same on double complex matrices (pointers 16-byte aligned).
   // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
   //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
   //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

@@ -6,7 +6,7 @@
 //! converted here by the `half` crate, there by `ac-proto`'s own code), so that a mistake in one
 //! shows.
 
-use std::ops::{Add, Mul, Neg, Sub};
+use std::ops::{Add, Div, Mul, Neg, Sub};
 
 use half::{bf16, f16};
 
@@ -152,7 +152,15 @@ fn real_gemm(double: bool, stored: [Stored; 3], args: &[Vec<u8>], shape: Shape, 
 }
 
 /// A real part's type of `blas_cgemm` (`f32`) and `blas_zgemm` (`f64`).
-trait Real: Copy + PartialEq + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Neg<Output = Self> {
+pub(crate) trait Real:
+    Copy
+    + PartialEq
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Neg<Output = Self>
+    + Div<Output = Self>
+{
     const ZERO: Self;
     /// Bytes of one.
     const WIDTH: usize;

@@ -3,7 +3,7 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::state::{Driver, Guard, Op, Result};
-use crate::{blas, code, dft, kernels};
+use crate::{blas, code, dft, kernels, trsm};
 
 /// Signalled whenever a stream's kernel ends. One for every driver: the stand-in has one, and
 /// the unit tests' own drivers, but for the test below, run on one thread and never wait on it.
@@ -78,7 +78,7 @@ fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut Shar
         "dft_f32" | "dft_f64" => dft::dft(name == "dft_f64", args, shape, memory),
         _ => match blas::Kernel::named(name) {
             Some(gemm) => blas::gemm(gemm, args, shape, memory),
-            None => kernels::run(name, args, shape, memory),
+            None => trsm::run(name, args, shape, memory).unwrap_or_else(|| kernels::run(name, args, shape, memory)),
         },
     }
 }

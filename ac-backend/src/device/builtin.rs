@@ -14,12 +14,13 @@
 //! | `blas_sgemm`, `blas_dgemm` | BLAS's column-major gemm, transposes, leading dimensions and strided batches, on `f32` or `f64` ([`super::gemm`]) | `C_b = alpha op(A_b) op(B_b) + beta C_b` |
 //! | `blas_cgemm`, `blas_zgemm` | `blas_sgemm`'s and `blas_dgemm`'s on complex matrices (real part first), `alpha` and `beta` their real parts, and their imaginary parts after `batch`; operation 2 is the conjugate transpose ([`super::gemm`]) | the same |
 //! | `blas_gemm_ex` | `blas_sgemm`'s, and `u32 types`: each matrix `f32`, `f16` or `bf16`, computed in `f32` ([`super::gemm`]) | the same |
+//! | `blas_strsm`, `blas_dtrsm`, `blas_ctrsm`, `blas_ztrsm` | BLAS's column-major triangular solve: side, triangle, operation, unit diagonal, leading dimensions and strided batches, on `f32`, `f64` or their complex numbers (alpha's imaginary part last) ([`super::trsm`]) | `op(A_b) X = alpha B_b` or `X op(A_b) = alpha B_b`, `X` over `B_b` |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{dft, gemm};
+use super::{dft, gemm, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -37,6 +38,10 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_gemm_ex", &gemm::GEMM_EX),
     ("blas_cgemm", &gemm::CGEMM),
     ("blas_zgemm", &gemm::ZGEMM),
+    ("blas_strsm", &trsm::STRSM),
+    ("blas_dtrsm", &trsm::DTRSM),
+    ("blas_ctrsm", &trsm::CTRSM),
+    ("blas_ztrsm", &trsm::ZTRSM),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -76,6 +81,10 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
                 .zip(widths)
                 .map(|((i, elements), width)| (i, elements, width))
                 .collect()
+        }
+        "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => {
+            let touched = trsm::shape(name, args)?.footprints();
+            trsm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, trsm::width(name))).collect()
         }
         "dft_f32" | "dft_f64" => {
             let scalar = if name == "dft_f32" { 4 } else { 8 };
@@ -128,6 +137,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .fold(0u64, u64::saturating_add)
         }
         "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" => gemm::shape(name, args)?.work(),
+        "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => trsm::shape(name, args)?.work(),
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

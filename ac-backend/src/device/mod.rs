@@ -30,6 +30,7 @@ pub mod mps;
 pub mod nvml;
 pub mod served;
 pub mod stream_workers;
+pub mod trsm;
 pub mod worker;
 
 use std::sync::Arc;

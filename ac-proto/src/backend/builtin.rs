@@ -2,6 +2,10 @@
 //! sends a launch and the backend checks again before it runs one: one definition, so that the
 //! two cannot disagree on what a launch touches.
 
+pub mod trsm;
+
+pub use trsm::Trsm;
+
 /// Whether the `batch` results of a gemm (`m x n` each, leading dimension `ldc`, `stride_c`
 /// elements apart) lie apart: one after another (`stride_c` at least one result's span), or
 /// interleaved within each column (`stride_c` at least `m`, every batch's rows inside `ldc`,

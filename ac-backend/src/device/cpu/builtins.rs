@@ -8,6 +8,7 @@ use super::{check_range, Allocation, CpuContext};
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
+use crate::device::trsm::{self, Field};
 use crate::device::{DeviceArg, DeviceResult};
 
 impl CpuContext {
@@ -153,6 +154,28 @@ impl CpuContext {
         write_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
     }
 
+    /// Runs `blas_strsm`, `blas_dtrsm`, `blas_ctrsm` or `blas_ztrsm`: reads what the solve
+    /// touches, solves in `T` ([`trsm::Trsm`]'s order), writes back each column of `B` (not the
+    /// gaps a leading dimension leaves). A launch that solves nothing touches nothing.
+    fn trsm<T: Element + Field>(&self, name: &str, args: &[DeviceArg], alpha: T) -> DeviceResult<()> {
+        let t = trsm::shape(name, args)?;
+        if t.is_empty() {
+            return Ok(());
+        }
+        let [na, nb] = t.footprints();
+        let [a, b] = trsm::MATRICES;
+        let a = self.read_elements::<T>(&args[a], na, "trsm A")?;
+        let mut out = self.read_elements::<T>(&args[b], nb, "trsm B")?;
+        trsm::solve(&t, alpha, &a, &mut out);
+        for batch in 0..t.batch {
+            for j in 0..t.n {
+                let first = (batch * t.stride[1] + j * t.ld[1]) as usize;
+                self.write_elements(&args[b], first as u64, &out[first..first + t.m as usize], "trsm B")?;
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
     /// the output's elements (not what lies between its lines).
     fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -229,6 +252,10 @@ impl CpuContext {
             "blas_gemm_ex" => self.gemm::<f32>(name, args, Some(gemm::element_types(name, args)?)),
             "blas_cgemm" => self.complex_gemm::<f32>(name, args),
             "blas_zgemm" => self.complex_gemm::<f64>(name, args),
+            "blas_strsm" => self.trsm(name, args, f32::of(&args[trsm::ALPHA])?),
+            "blas_dtrsm" => self.trsm(name, args, f64::of(&args[trsm::ALPHA])?),
+            "blas_ctrsm" => self.trsm(name, args, trsm::complex_alpha::<f32>(args)?),
+            "blas_ztrsm" => self.trsm(name, args, trsm::complex_alpha::<f64>(args)?),
             "dft_f32" => self.dft::<f32>("dft_f32", args),
             "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {

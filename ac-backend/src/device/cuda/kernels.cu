@@ -180,6 +180,89 @@ extern "C" __global__ void blas_zgemm(unsigned ta, unsigned tb, unsigned m, unsi
             Typed<T>{C}, ldc, sc, batch);
 }
 
+// The arithmetic of a triangular solve, in ac_proto's order (backend/builtin/trsm.rs): acc - m x
+// rounded after the product, and a complex quotient p conj(q) / |q|^2 part by part.
+template <typename T>
+__device__ __forceinline__ T less_product(T acc, T m, T x) {
+    T p = m * x;
+    return acc - p;
+}
+template <typename R>
+__device__ __forceinline__ Complex<R> less_product(Complex<R> acc, Complex<R> m, Complex<R> x) {
+    Complex<R> p = m * x;
+    return Complex<R>(acc.re - p.re, acc.im - p.im);
+}
+__device__ __forceinline__ float quotient(float p, float q) { return p / q; }
+__device__ __forceinline__ double quotient(double p, double q) { return p / q; }
+template <typename R>
+__device__ __forceinline__ Complex<R> quotient(Complex<R> p, Complex<R> q) {
+    Complex<R> n = p * conjugate(q);
+    R d = q.re * q.re + q.im * q.im;
+    return Complex<R>(n.re / d, n.im / d);
+}
+
+// BLAS's trsm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D|C|Z>trsm`): for each
+// b < batch, op(A_b) X = alpha B_b (side 0) or X op(A_b) = alpha B_b (side 1), A_b lower (uplo
+// 0) or upper triangular, its diagonal read (diag 0) or taken as ones, X written over B_b. One
+// thread a system (a column of B on the left, a row on the right), solved by substitution in
+// the order ac_proto's Trsm gives: M = op(A) on the left, op(A)^T on the right, lower (forward)
+// or upper (backward).
+template <typename T>
+__device__ void trsm(unsigned side, unsigned uplo, unsigned trans, unsigned diag, unsigned m, unsigned n, T alpha,
+                     const T* A, unsigned lda, u64 sa, T* B, unsigned ldb, u64 sb, unsigned batch) {
+    const bool left = side == 0;
+    const u64 k = left ? m : n, per_batch = left ? n : m;
+    const bool forward = (uplo == 0) != (left ? trans != 0 : trans == 0);
+    const bool same = left ? trans == 0 : trans != 0;
+    const u64 systems = per_batch * batch;
+    for (u64 s = thread_index(); s < systems; s += thread_count()) {
+        const u64 b = s / per_batch, v = s % per_batch;
+        const T* a = A + b * sa;
+        T* x = B + b * sb + (left ? v * (u64)ldb : v);
+        const u64 step = left ? 1 : ldb;
+        for (u64 t = 0; t < k; ++t) {
+            const u64 r = forward ? t : k - 1 - t;
+            T acc = alpha * x[r * step];
+            for (u64 u = 0; u < t; ++u) {
+                const u64 c = forward ? u : k - 1 - u;
+                T mrc = same ? a[r + c * lda] : a[c + r * lda];
+                acc = less_product(acc, trans == 2 ? conjugate(mrc) : mrc, x[c * step]);
+            }
+            if (diag == 0) {
+                T mrr = a[r + r * lda];
+                acc = quotient(acc, trans == 2 ? conjugate(mrr) : mrr);
+            }
+            x[r * step] = acc;
+        }
+    }
+}
+
+extern "C" __global__ void blas_strsm(unsigned side, unsigned uplo, unsigned trans, unsigned diag, unsigned m,
+                                      unsigned n, float alpha, const float* A, unsigned lda, u64 sa, float* B,
+                                      unsigned ldb, u64 sb, unsigned batch) {
+    trsm<float>(side, uplo, trans, diag, m, n, alpha, A, lda, sa, B, ldb, sb, batch);
+}
+
+extern "C" __global__ void blas_dtrsm(unsigned side, unsigned uplo, unsigned trans, unsigned diag, unsigned m,
+                                      unsigned n, double alpha, const double* A, unsigned lda, u64 sa, double* B,
+                                      unsigned ldb, u64 sb, unsigned batch) {
+    trsm<double>(side, uplo, trans, diag, m, n, alpha, A, lda, sa, B, ldb, sb, batch);
+}
+
+extern "C" __global__ void blas_ctrsm(unsigned side, unsigned uplo, unsigned trans, unsigned diag, unsigned m,
+                                      unsigned n, float alpha, const Complex<float>* A, unsigned lda, u64 sa,
+                                      Complex<float>* B, unsigned ldb, u64 sb, unsigned batch, float alpha_im) {
+    trsm<Complex<float> >(side, uplo, trans, diag, m, n, Complex<float>(alpha, alpha_im), A, lda, sa, B, ldb, sb,
+                          batch);
+}
+
+extern "C" __global__ void blas_ztrsm(unsigned side, unsigned uplo, unsigned trans, unsigned diag, unsigned m,
+                                      unsigned n, double alpha, const Complex<double>* A, unsigned lda, u64 sa,
+                                      Complex<double>* B, unsigned ldb, u64 sb, unsigned batch, double alpha_im) {
+    trsm<Complex<double> >(side, uplo, trans, diag, m, n, Complex<double>(alpha, alpha_im), A, lda, sa, B, ldb,
+                           sb, batch);
+}
+
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
 // CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
 // real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a
