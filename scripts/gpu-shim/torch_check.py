@@ -144,7 +144,24 @@ def reduced_and_complex(dev):
     return out
 
 
-SECTIONS = [properties, matmul, conv2d, fft, rng, training, reduced_and_complex]
+def triangular_solves(dev):
+    # torch.linalg.solve_triangular (cuBLAS's trsm; PyTorch's own kernels copy around it, which
+    # is why the stand-in's torch_math.py cannot run it): lower and upper, left and right, a unit
+    # diagonal, real and complex, a batch (trsmBatched).
+    tri = torch.tril(cpu_randn(18, 256, 256)) + 16 * torch.eye(256)
+    rhs, row = cpu_randn(19, 256, 32), cpu_randn(20, 32, 256)
+    out = {}
+    for dtype, tag in [(torch.float32, "f32"), (torch.float64, "f64"), (torch.complex64, "c64")]:
+        a = (tri if not dtype.is_complex else torch.complex(tri, torch.tril(cpu_randn(21, 256, 256), -1))).to(dtype).to(dev)
+        b, r = rhs.to(dtype).to(dev), row.to(dtype).to(dev)
+        out[f"lower_{tag}"] = magnitudes(torch.linalg.solve_triangular(a, b, upper=False))
+        out[f"upper_right_unit_{tag}"] = magnitudes(torch.linalg.solve_triangular(a.mH, r, upper=True, left=False, unitriangular=True))
+    batch = torch.stack([tri[:64, :64] + i * torch.eye(64) for i in range(4)]).to(dev)
+    out["batched_f32"] = magnitudes(torch.linalg.solve_triangular(batch, cpu_randn(22, 4, 64, 8).to(dev), upper=False))
+    return out
+
+
+SECTIONS = [properties, matmul, conv2d, fft, rng, training, reduced_and_complex, triangular_solves]
 
 
 def main(argv):

@@ -82,3 +82,8 @@ void cufftExecC2R(void) {}
 void cufftExecZ2Z(void) {}
 void cufftXtMakePlanMany(void) {}
 void cufftXtExec(void) {}
+void cublasStrsm_v2(void) {}
+void cublasDtrsm_v2(void) {}
+void cublasCtrsm_v2(void) {}
+void cublasZtrsm_v2(void) {}
+void cublasDtrsmBatched(void) {}

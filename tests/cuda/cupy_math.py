@@ -96,6 +96,22 @@ check("cublas axpy", lambda: axpy_into(2.0, v, w), lambda: 2.0 * v + w, F32)
 check("cublas gemv", gemv, lambda: m @ v, F32)
 check("cublas ger", ger, lambda: np.outer(w[:32], v) + 1, F32)
 
+# Triangular solves (cupyx.scipy.linalg.solve_triangular: cublas<S|D|C|Z>trsm), their operands
+# Fortran-ordered so that CuPy copies nothing with a kernel of its own (and each solution read
+# back as its transpose, C-ordered, for the same reason); against NumPy's general solve of the
+# same triangle.
+from cupyx.scipy.linalg import solve_triangular
+
+for dtype, bound, tag in [(np.float32, 1e-5, "f32"), (np.float64, F64, "f64"), (np.complex64, 1e-5, "c64"), (np.complex128, F64, "c128")]:
+    tri = np.tril(rand(24, 24)) + 8 * np.eye(24)
+    rhs = rand(24, 6)
+    if np.dtype(dtype).kind == "c":
+        tri, rhs = tri + 1j * np.tril(rand(24, 24), -1), rhs + 1j * rand(24, 6)
+    tri, rhs = np.asfortranarray(tri.astype(dtype)), np.asfortranarray(rhs.astype(dtype))
+    unit = np.tril(tri, -1) + np.eye(24, dtype=dtype)
+    check(f"solve_triangular lower {tag}", lambda: solve_triangular(cp.asarray(tri), cp.asarray(rhs), lower=True, overwrite_b=True).T, lambda: np.linalg.solve(tri, rhs).T, bound)
+    check(f"solve_triangular conjugate-transposed unit {tag}", lambda: solve_triangular(cp.asarray(tri), cp.asarray(rhs), trans="C", lower=True, unit_diagonal=True, overwrite_b=True).T, lambda: np.linalg.solve(unit.conj().T, rhs).T, bound)
+
 signal, image = rand(4096).astype(np.complex64), rand(64, 64)
 check("fft", lambda: cp.fft.fft(cp.asarray(signal)), lambda: np.fft.fft(signal), F32)
 check("fft f64", lambda: cp.fft.fft(cp.asarray(signal.astype(np.complex128))), lambda: np.fft.fft(signal.astype(np.complex128)), F64)

@@ -2,7 +2,8 @@
 //! (`cublasSgemm`, `cublasDgemm`, `cublasHgemm`, `cublasCgemm`, `cublasZgemm`, their
 //! strided-batched forms: [`gemm`]; the `Ex` forms on `f32`, `f64`, complex, binary16 and
 //! bfloat16 matrices: [`gemm_ex`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
-//! `scal`, `gemv`, `ger`: [`vectors`]) and the host-device copies (`cublasSetVector`,
+//! `scal`, `gemv`, `ger`: [`vectors`]), triangular solves (`trsm` and its batched form:
+//! [`trsm`]) and the host-device copies (`cublasSetVector`,
 //! `cublasGetMatrix`, ...: [`copies`]). Scalars may be in host or device memory
 //! (`cublasSetPointerMode`). cuBLASLt's matmul is [`lt`] (`libcublasLt` links here too).
 //!
@@ -35,6 +36,7 @@ mod copies;
 mod gemm;
 mod gemm_ex;
 mod lt;
+mod trsm;
 mod vectors;
 
 /// `cublasStatus_t`.

@@ -1,0 +1,331 @@
+//! Unmodified programs that call NVIDIA's math libraries (cuBLAS, cuBLASLt, cuFFT), and
+//! PyTorch and CuPy, through the CUDA shim (issue 48): the shim's own `libcublas`,
+//! `libcublasLt` and `libcufft` launch the backend's builtin kernels, which the driver stand-in
+//! runs (`cuda-standin`; not a GPU). The driver-level programs are `cuda_shim`'s.
+
+use crate::cuda_shim::{cuda_cluster_timed, run, said};
+use crate::standin;
+
+use ac_tests::{cuda, TestCluster};
+
+/// A manager and one backend as [`cuda_cluster`], with the deployment's default lease,
+/// backend time-out and connection idle time-out instead of the tests' second or so: for the
+/// frameworks and the math programs, whose stand-in kernels (direct transforms and products on
+/// the CPU) keep this process's cores busy for seconds on a loaded machine, and which are not
+/// about leases (`cuda_shim`'s other tests and `leases.rs` are). (They passed with the tests'
+/// time-outs too once the stand-in computed kernels without its lock: see `cuda-shim.md`.)
+async fn patient_cuda_cluster() -> TestCluster {
+    cuda_cluster_timed(
+        1,
+        |arm| {
+            let defaults = arm_server::ArmConfig::default();
+            (arm.lease_ms, arm.backend_timeout_ms) = (defaults.lease_ms, defaults.backend_timeout_ms);
+        },
+        |backend| backend.transport = ac_proto::transport::Tuning::default(),
+    )
+    .await
+}
+
+/// Builds `tests/cuda/<name>.cu` linked against NVIDIA's math libraries' sonames (their symbols
+/// by version: those of `soname` at least), runs it through the shim on one accelerator of the
+/// stand-in, and checks that it said each of `lines`, exited 0, and left nothing held.
+async fn run_math_program(name: &str, soname: &str, lines: &[&str]) {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build_with_math_libraries(name, dir.path()) else { return };
+    // Linked as against NVIDIA's: the library needed, its symbols by version.
+    let needed = std::process::Command::new("readelf").arg("-dV").arg(&exe).output().expect("readelf runs");
+    let needed = String::from_utf8_lossy(&needed.stdout);
+    assert!(needed.contains(&format!("[{soname}]")) && needed.contains(&format!("Name: {soname}")), "{needed}");
+    let c = patient_cuda_cluster().await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for line in lines {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    // It may exit with work queued and memory held: both go back with the process.
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
+    let backend = &c.backends[0];
+    let ended = backend.eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", backend.backend.sessions());
+    standin::assert_no_violations();
+}
+
+/// Runs `tests/cuda/<script>` (a framework's operations on the device against its CPU results:
+/// `framework_check.py`) with the frameworks' interpreter as a job's process through the shim,
+/// `LD_PRELOAD`ing it if `preload`; it must report each of `checks` ok and call nothing the shim
+/// does not serve, and Python's exit must give the accelerator back.
+async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
+    let _turn = standin::exclusive().await;
+    let Some(python) = cuda::frameworks_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let c = patient_cuda_cluster().await;
+    let shim = cuda::shim_dir(dir.path());
+    let script = cuda::source(&format!("tests/cuda/{script}"));
+    let preloaded = shim.join("libcuda.so.1");
+    let mut env = vec![("ARM_ACPN", "1")];
+    if preload {
+        env.push(("LD_PRELOAD", preloaded.to_str().unwrap()));
+    }
+    let out = run(&c, &shim, &python, &[script.to_str().unwrap()], &env).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("devices 1: CUDA driver stand-in"), "{text}");
+    for name in checks {
+        assert!(text.contains(&format!("\n{name} ok ")), "no `{name} ok`:\n{text}");
+    }
+    assert!(text.contains("all ok"), "{text}");
+    // Everything the framework called at its start and exit is served.
+    assert!(!text.contains("not supported"), "{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after Python exited:\n{text}");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    standin::assert_no_violations();
+}
+
+/// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
+/// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16, bfloat16 and complex, conjugate
+/// transposes included), its complex and half-precision dot products and complex
+/// matrix-vector products, a side stream and its
+/// FFTs (cuFFT) run on the backend's
+/// builtin kernels and match PyTorch's CPU results (`tests/cuda/torch_math.py`). The shim is
+/// `LD_PRELOAD`ed, as README says for a framework whose RPATH names NVIDIA's math libraries:
+/// those are loaded too, and would fail here, since the stand-in runs none of their kernels.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
+    let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
+    let more = ["linear", "bmm", "bmm broadcast", "matmul broadcast", "mv", "dot", "mm on a side stream"];
+    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
+    let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
+        .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
+    let complexes = ["mm", "mm conjugate-transposed", "bmm", "mv", "mv transposed", "dot", "vdot"]
+        .map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
+    let names: Vec<&str> = halves.iter().chain(&complexes).flatten().map(String::as_str).collect();
+    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &names[..]].concat()).await;
+}
+
+/// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
+/// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory; real and
+/// complex), its triangular solves (`cupyx.scipy.linalg.solve_triangular`) and FFTs run
+/// on the backend's builtin kernels and match NumPy's (`tests/cuda/cupy_math.py`).
+#[tokio::test(flavor = "multi_thread")]
+async fn cupy_runs_its_products_and_ffts_through_the_shim() {
+    let products =
+        ["dot", "dot transposed", "dot f64", "matrix-vector", "matmul batched", "dot f16", "dot c64", "dot c128"];
+    let vectors = ["cublas dot", "cublas nrm2", "cublas axpy", "cublas gemv", "cublas ger"];
+    let complexes = ["matrix-vector", "cublas dotu", "cublas dotc", "cublas nrm2", "cublas axpy", "cublas scal"]
+        .map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
+    let solves = ["solve_triangular lower", "solve_triangular conjugate-transposed unit"]
+        .map(|op| ["f32", "f64", "c64", "c128"].map(|t| format!("{op} {t}")));
+    let complexes: Vec<&str> = complexes.iter().flatten().chain(solves.iter().flatten()).map(String::as_str).collect();
+    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
+    run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &complexes[..], &ffts[..]].concat())
+        .await;
+}
+
+/// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the
+/// shim's `libcublas.so.13` (the same file as its `libcuda.so.1`) launches the backend's
+/// builtin gemm kernels, which the stand-in runs as `kernels.cu` says. It exits with a gemm
+/// queued and memory held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
+    run_math_program(
+        "cublas_gemm",
+        "libcublas.so.13",
+        &[
+            "cublas version 130000",
+            "sgemm NN padded exact",
+            "sgemm TN beta 0 over NaN exact",
+            "sgemm TT exact",
+            "dgemm NT exact",
+            "sgemm alpha 0 exact",
+            "strided batched on a stream exact",
+            "gemmex f32 exact",
+            "sgemmex exact",
+            "gemmex, sgemmex and hgemm on f16 exact",
+            "thread 0 exact",
+            "thread 1 exact",
+            "thread 2 exact",
+            "thread 3 exact",
+            "sgemm after refusals exact",
+            "set and get matrix and vector exact",
+            "cublas_gemm: all exact",
+            // Not served: said on stderr, answered with its status; the program goes on.
+            "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "sasum: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ac-cuda: cublasSasum_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
+            // What cuBLAS refuses, refused with its status and the reason on stderr.
+            "gemmex i8: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "host matrix: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "destroyed handle: 1 CUBLAS_STATUS_NOT_INITIALIZED",
+            "is not device memory of this program",
+            "run past the allocation",
+        ],
+    )
+    .await;
+}
+
+/// cuBLASLt's matmul as PyTorch's linear layers call it (a heuristic, then a product with a
+/// bias added to every column), batched, in double precision, with scalars in device memory
+/// and layouts in the program's own memory; what the shim cannot run gets no algorithm.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
+    run_math_program(
+        "cublaslt_matmul",
+        "libcublasLt.so.13",
+        &[
+            "linear with bias exact",
+            "batched NN beta 2 exact",
+            "NT bias batched exact",
+            "double TT padded with bias exact",
+            "device scalars exact",
+            "stack layouts and a cuBLAS handle exact",
+            "cublaslt_matmul: all exact",
+            "relu epilogue: 0 algorithms",
+            "no algorithm: epilogue 2 (only DEFAULT and BIAS are served)",
+            "relu matmul: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "row-major B: 0 algorithms",
+            "shapes that do not match: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger), each done
+/// by the shim as one gemm: strided vectors, padded matrices, scalars and results in device
+/// memory on a stream, four threads taking dot products into host memory through one handle.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
+    run_math_program(
+        "cublas_vectors",
+        "libcublas.so.13",
+        &[
+            "sdot exact",
+            "sdot strided exact",
+            "ddot exact",
+            "ddot strided exact",
+            "dot of no elements exact",
+            "snrm2 exact",
+            "dnrm2 exact",
+            "float axpy, copy, scal strided exact",
+            "double axpy, copy, scal strided exact",
+            "sgemv N exact",
+            "sgemv T exact",
+            "dgemv N exact",
+            "dgemv T exact",
+            "sger exact",
+            "dger exact",
+            "dot into device memory exact",
+            "device pointer mode exact",
+            "threads' dot products exact",
+            "cublas_vectors: all exact",
+            "gemv lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ger incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "increment -1: only positive ones are served",
+            "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's complex level-1 and level-2 functions (dotu, dotc, nrm2, axpy, copy, scal by a
+/// complex and by a real, gemv with all three operations, geru, gerc) in single and double
+/// precision, and `cublasDotEx`/`cublasDotcEx` on binary16, bfloat16 and complex vectors (into
+/// host and device memory), each done by the shim as one gemm; and the conjugated vectors it
+/// serves only contiguous.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly() {
+    run_math_program(
+        "cublas_complex",
+        "libcublas.so.13",
+        &[
+            "cdotu exact",
+            "cdotu strided exact",
+            "cdotc strided exact",
+            "znrm2 strided exact",
+            "cnrm2 strided exact",
+            "caxpy strided exact",
+            "zcopy strided exact",
+            "cscal strided exact",
+            "zscal by a real strided exact",
+            "cgemv N exact",
+            "zgemv T exact",
+            "cgemv C exact",
+            "zgemv C exact",
+            "cgeru exact",
+            "cgerc exact",
+            "zgerc exact",
+            "dotex f16 rounded to nearest even exact",
+            "dotex bf16 into device memory exact",
+            "dotex c32 exact",
+            "dotcex c32 exact",
+            "cublas_complex: all exact",
+            "dotex of f16 into f32: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cgemv C into y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "gemv's y for the conjugate transpose with increment 2: a conjugated vector is served with increment 1 only",
+            "cgerc y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's triangular solves through the shim (`tests/cuda/cublas_solve.cu`): every precision,
+/// side, triangle and operation tried there solves exactly, alpha 0 clears `B`, the batched form
+/// reads its pointer arrays from device memory, and a side cuBLAS does not know is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_solves_triangular_systems_exactly() {
+    run_math_program(
+        "cublas_solve",
+        "libcublas.so.13",
+        &[
+            "strsm left lower N exact",
+            "strsm right upper T unit exact",
+            "dtrsm left upper T exact",
+            "dtrsm right lower N unit exact",
+            "ctrsm left lower C exact",
+            "ctrsm right upper C unit exact",
+            "ztrsm left upper N exact",
+            "ztrsm right lower C exact",
+            "dtrsm alpha 0 exact",
+            "dtrsmBatched system 0 exact",
+            "dtrsmBatched system 2 exact",
+            "strsm side 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_solve: all exact",
+        ],
+    )
+    .await;
+}
+
+/// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
+/// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
+/// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
+/// by the program; and what it refuses.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cufft_transforms_within_rounding() {
+    run_math_program(
+        "cufft_transforms",
+        "libcufft.so.12",
+        &[
+            "c2c 1d batched within",
+            "c2c 1d inverse within",
+            "r2c 2d within",
+            "c2r 2d round trip within",
+            "z2z 3d within",
+            "many advanced layout within",
+            "xt r2c within",
+            "c2c in place within",
+            "r2c in place within",
+            "cufft_transforms: all within",
+            "half precision: 16",
+            "data types [6, 6, 6] (input, output, execution): only f32 and f64 are served",
+            "a destroyed plan: 1",
+            "an input past its allocation: 4",
+        ],
+    )
+    .await;
+}
