@@ -9,10 +9,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use ac_frontend::{DeviceBuffer, Function, KernelArg, Module};
+use ac_frontend::{DeviceBuffer, Function, KernelArg, LaunchDims, Module};
 
 use crate::error::{code, CuResult, Error};
 use crate::state;
+
+/// The most blocks a builtin launch asks for: its grid-stride loop covers the rest.
+const MAX_BLOCKS: u64 = 1 << 16;
+
+/// A one-dimensional launch of `threads` threads (fewer past [`MAX_BLOCKS`] blocks) in blocks
+/// of `block`: every builtin kernel is a grid-stride loop, correct on any shape.
+pub fn dims_for(threads: u64, block: u32) -> LaunchDims {
+    let blocks = threads.div_ceil(u64::from(block)).clamp(1, MAX_BLOCKS) as u32;
+    LaunchDims { grid: [blocks, 1, 1], block: [block, 1, 1], shared_mem: 0 }
+}
 
 /// Bytes of the scratch buffer: `1.0f32` and a zero (a complex `f32` one), padding, `1.0f64`
 /// and a zero (a complex `f64` one), the result slot (room for a complex `f64`). Each at an

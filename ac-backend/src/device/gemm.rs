@@ -170,10 +170,13 @@ impl<T: Element + Neg<Output = T> + Sub<Output = T>> Element for Complex<T> {
 /// `alpha` and `beta` of a `blas_cgemm` or `blas_zgemm` launch: their real parts where a real
 /// gemm's are, their imaginary parts after `batch`.
 pub fn complex_scalars<T: Element>(args: &[DeviceArg]) -> DeviceResult<[Complex<T>; 2]> {
-    let at = |i: usize| {
-        args.get(i).map_or_else(|| Err(WireError::new(ErrorKind::InvalidArgument, "too few arguments")), T::of)
-    };
+    let at = |i| scalar::<T>(args, i);
     Ok([Complex { re: at(ALPHA)?, im: at(ALPHA_IM)? }, Complex { re: at(BETA)?, im: at(BETA_IM)? }])
+}
+
+/// Scalar argument `i` of a launch, of type `T`.
+pub fn scalar<T: Element>(args: &[DeviceArg], i: usize) -> DeviceResult<T> {
+    args.get(i).map_or_else(|| Err(WireError::new(ErrorKind::InvalidArgument, "too few arguments")), T::of)
 }
 
 macro_rules! element {

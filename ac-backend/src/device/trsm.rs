@@ -17,7 +17,7 @@ pub use ac_proto::backend::builtin::trsm::{solve, Field, Trsm};
 use ac_proto::backend::ParamKind::{self, Ptr, F32, F64, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::gemm::{Complex, Element};
+use super::gemm::{scalar, Complex, Element};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The parameters of `blas_<t>trsm` on real matrices, `scalar` being `T`'s kind.
@@ -83,10 +83,7 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Trsm> {
 /// Alpha of a `blas_ctrsm` or `blas_ztrsm` launch: its real part where a real trsm's is, its
 /// imaginary part last.
 pub fn complex_alpha<T: Element>(args: &[DeviceArg]) -> DeviceResult<Complex<T>> {
-    let at = |i: usize| {
-        args.get(i).map_or_else(|| Err(WireError::new(ErrorKind::InvalidArgument, "too few arguments")), T::of)
-    };
-    Ok(Complex { re: at(ALPHA)?, im: at(ALPHA_IM)? })
+    Ok(Complex { re: scalar(args, ALPHA)?, im: scalar(args, ALPHA_IM)? })
 }
 
 impl<T> Field for Complex<T>

@@ -7,19 +7,18 @@
 
 use std::ffi::{c_int, c_longlong, c_void};
 
-use ac_frontend::{KernelArg, LaunchDims};
+use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::{f16_to_f32, f32_to_f16, Gemm, GemmElement};
 
 use super::{guard, handle, Target};
-use crate::builtins::{builtins, Builtins};
+use crate::builtins::{builtins, dims_for, Builtins};
 use crate::error::{code, CuResult, Error};
 use crate::memory::device_to_host;
 use crate::state;
 use crate::stream::stream_of;
 
-/// Threads of a gemm launch's block, and the most blocks: the kernels loop over the rest.
+/// Threads of a gemm launch's block (a thread an element of C).
 const BLOCK: u32 = 256;
-const MAX_BLOCKS: u64 = 1 << 16;
 
 /// The type a gemm computes in and takes its scalars in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +60,7 @@ impl Precision {
     }
 
     /// A scalar of this type (a complex one's real or imaginary part) as a kernel argument.
-    fn arg(self, value: f64) -> KernelArg {
+    pub fn arg(self, value: f64) -> KernelArg {
         match self {
             // Exact: every value came from an f32 (or a half) of the program's.
             Precision::Single | Precision::Half | Precision::ComplexSingle => KernelArg::F32(value as f32),
@@ -229,7 +228,6 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     } else {
         alpha
     };
-    let shim = state::shim()?;
     let device = builtins(target.device)?;
     let widths = call.types.elements.map_or([precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
@@ -238,13 +236,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
             continue;
         }
         pointers[x] = Some(match call.matrices[x] {
-            Operand::Memory(address) => {
-                let len = elements
-                    .checked_mul(widths[x])
-                    .ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
-                let (alloc, offset) = shim.find(target.device, address, len)?;
-                alloc.buffer.at(offset as usize)
-            }
+            Operand::Memory(address) => matrix(target, address, elements, widths[x])?,
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
             // An `f32` or `f64` one (real or complex) as the compute type: the shim's callers
             // use it only where A is of that type (level 1, not `cublasHgemm`'s binary16).
@@ -256,6 +248,14 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
     send(target, &device, &call, [a, b, c], [alpha, beta])
+}
+
+/// A matrix of the program's at `address` as a kernel argument: its `elements` elements of
+/// `width` bytes (from its pointer, over every batch) must lie in one of its allocations.
+pub(super) fn matrix(target: Target, address: u64, elements: u64, width: u64) -> CuResult<KernelArg> {
+    let len = elements.checked_mul(width).ok_or_else(|| Error::said(code::INVALID_VALUE, "a matrix beyond memory"))?;
+    let (alloc, offset) = state::shim()?.find(target.device, address, len)?;
+    Ok(alloc.buffer.at(offset as usize))
 }
 
 /// Sends the launch of `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or
@@ -291,9 +291,7 @@ fn send(
         l(call.stride[2]),
         u(call.batch),
     ];
-    let elements = call.m as u64 * call.n as u64 * call.batch as u64;
-    let blocks = elements.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
-    let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
+    let dims = dims_for(call.m as u64 * call.n as u64 * call.batch as u64, BLOCK);
     let name = match (call.types.elements, precision) {
         (Some(types), Precision::Single | Precision::Half) => {
             args.push(KernelArg::U32(GemmElement::encode(types)));

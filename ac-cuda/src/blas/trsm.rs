@@ -7,20 +7,19 @@
 
 use std::ffi::c_int;
 
-use ac_frontend::{KernelArg, LaunchDims};
+use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::Trsm;
 
 use super::gemm::{self, Operand, Precision, Scalar};
 use super::{guard, handle, Target};
-use crate::builtins::builtins;
+use crate::builtins::{builtins, dims_for};
 use crate::error::{code, CuResult, Error};
 use crate::memory::device_to_host;
 use crate::state;
 use crate::stream::stream_of;
 
-/// Threads of a solve's block (a thread a system), and the most blocks.
+/// Threads of a solve's block (a thread a system).
 const BLOCK: u32 = 64;
-const MAX_BLOCKS: u64 = 1 << 16;
 
 /// One trsm call's arguments, as cuBLAS takes them.
 #[derive(Debug, Clone, Copy)]
@@ -76,19 +75,13 @@ unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
     if alpha == [0.0; 2] {
         return zero(target, &call);
     }
-    let shim = state::shim()?;
     let device = builtins(target.device)?;
     let width = call.precision.bytes() as u64;
     let [na, nb] = shape.footprints();
-    let find = |address: u64, elements: u64| -> CuResult<KernelArg> {
-        let (alloc, offset) = shim.find(target.device, address, elements * width)?;
-        Ok(alloc.buffer.at(offset as usize))
-    };
-    let (a, b) = (find(call.a, na)?, find(call.b, nb)?);
+    let (a, b) = (gemm::matrix(target, call.a, na, width)?, gemm::matrix(target, call.b, nb, width)?);
     let u = |v: c_int| KernelArg::U32(v as u32);
     let [side, uplo, trans, diag] = call.codes;
-    let real = call.precision.real();
-    let scalar = |v: f64| if real == Precision::Double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
+    let scalar = |v: f64| call.precision.arg(v);
     #[rustfmt::skip] // as the kernel's signature reads
     let mut args = vec![
         u(side), u(uplo), u(trans), u(diag), u(call.m), u(call.n), scalar(alpha[0]),
@@ -108,11 +101,10 @@ unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
         }
         Precision::Half => return Err(Error::said(code::NOT_SUPPORTED, "a half-precision triangular solve")),
     };
-    let blocks = shape.systems().div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
-    let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
+    let dims = dims_for(shape.systems(), BLOCK);
     let function = device.function(name)?;
     let stream = stream_of(target.stream, target.device)?;
-    Ok(shim.block_on(function.launch_on(&stream, dims, &args))?)
+    Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
 }
 
 /// `B = 0` (alpha 0): a gemm of no terms and beta 0 writes zeros without reading `B`.

@@ -5,18 +5,17 @@
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use ac_frontend::{KernelArg, LaunchDims};
+use ac_frontend::KernelArg;
 
 use super::transform::{Buffer, Domain, Pass, Transform, View};
 use super::{guard, plan, Plan};
-use crate::builtins::builtins;
+use crate::builtins::{builtins, dims_for};
 use crate::error::{code, CuResult, Error};
 use crate::state;
 use crate::stream::stream_of;
 
-/// Threads of a launch's block, and the most blocks: the kernels loop over the rest.
+/// Threads of a launch's block.
 const BLOCK: u32 = 256;
-const MAX_BLOCKS: u64 = 1 << 16;
 
 /// `CUFFT_FORWARD` and `CUFFT_INVERSE`.
 const FORWARD: c_int = -1;
@@ -118,8 +117,7 @@ fn execute(h: c_int, input: u64, output: u64, direction: c_int, expected: Option
             continue;
         }
         let threads = pass.dft.lines.iter().product::<u64>().saturating_mul(pass.dft.lengths()[1]);
-        let blocks = threads.div_ceil(u64::from(BLOCK)).min(MAX_BLOCKS) as u32;
-        let dims = LaunchDims { grid: [blocks, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0 };
+        let dims = dims_for(threads, BLOCK);
         let args = arguments(pass, [buffer(pass.from), buffer(pass.to)]);
         shim.block_on(function.launch_on(&stream, dims, &args))?;
     }

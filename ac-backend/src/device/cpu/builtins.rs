@@ -131,7 +131,7 @@ impl CpuContext {
         let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
         let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
         gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
-        write_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
+        write_gemm_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
     }
 
     /// Runs `blas_cgemm` or `blas_zgemm`: [`Self::gemm`] on complex elements.
@@ -151,7 +151,7 @@ impl CpuContext {
         let b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
         let mut out = self.read_elements::<Complex<R>>(&args[c], nc, "gemm C")?;
         gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
-        write_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
+        write_gemm_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
     }
 
     /// Runs `blas_strsm`, `blas_dtrsm`, `blas_ctrsm` or `blas_ztrsm`: reads what the solve
@@ -167,13 +167,8 @@ impl CpuContext {
         let a = self.read_elements::<T>(&args[a], na, "trsm A")?;
         let mut out = self.read_elements::<T>(&args[b], nb, "trsm B")?;
         trsm::solve(&t, alpha, &a, &mut out);
-        for batch in 0..t.batch {
-            for j in 0..t.n {
-                let first = (batch * t.stride[1] + j * t.ld[1]) as usize;
-                self.write_elements(&args[b], first as u64, &out[first..first + t.m as usize], "trsm B")?;
-            }
-        }
-        Ok(())
+        let column = |batch: u64, j: u64| (batch * t.stride[1] + j * t.ld[1]) as usize;
+        write_columns([t.batch, t.n, t.m], column, &out, |first, c| self.write_elements(&args[b], first, c, "trsm B"))
     }
 
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
@@ -291,13 +286,24 @@ fn scalar_f32(arg: &DeviceArg) -> DeviceResult<f32> {
     }
 }
 
-/// Writes back each column of a gemm's `C` that it computed (not the gaps a leading dimension
-/// leaves), by `write(first element, column)`.
-fn write_columns<T>(g: &Gemm, out: &[T], write: impl Fn(u64, &[T]) -> DeviceResult<()>) -> DeviceResult<()> {
-    for batch in 0..g.batch {
-        for j in 0..g.n {
-            let first = g.c_index(batch, 0, j);
-            write(first as u64, &out[first..first + g.m as usize])?;
+/// [`write_columns`] of a gemm's `C`.
+fn write_gemm_columns<T>(g: &Gemm, out: &[T], write: impl Fn(u64, &[T]) -> DeviceResult<()>) -> DeviceResult<()> {
+    write_columns([g.batch, g.n, g.m], |batch, j| g.c_index(batch, 0, j), out, write)
+}
+
+/// Writes back each column a kernel computed (not the gaps a leading dimension leaves):
+/// `[batches, columns, rows]`, `at(batch, j)` where column `j` of `batch` starts in `out`, by
+/// `write(first element, column)`.
+fn write_columns<T>(
+    [batches, columns, rows]: [u64; 3],
+    at: impl Fn(u64, u64) -> usize,
+    out: &[T],
+    write: impl Fn(u64, &[T]) -> DeviceResult<()>,
+) -> DeviceResult<()> {
+    for batch in 0..batches {
+        for j in 0..columns {
+            let first = at(batch, j);
+            write(first as u64, &out[first..first + rows as usize])?;
         }
     }
     Ok(())
