@@ -1,16 +1,16 @@
 //! What the stand-in knows of kernels: the names in an image (a cubin, PTX, or the one a fat
-//! binary holds for the device), the signatures of the builtin kernels (from `kernels.cu`,
-//! written out here independently of the backend, so that a mistake in the backend's table
-//! shows), and the builtin kernels themselves, run on the CPU by the threads a launch starts,
-//! as the CUDA source says. Any other kernel is "not supported by the stand-in", except test
-//! fixtures: `add_one` (`tests/fixtures/add_one.ptx`), whose threads each touch one element, so
+//! binary holds for the device), the signatures of the kernels it runs (the builtins' as g++
+//! compiled `kernels.cu`, independently of the backend's table, so that a mistake in that table
+//! shows; the builtins themselves run from that source: [`crate::host`]), and the test
+//! fixtures, run on the CPU by the threads a launch starts. Any other kernel is "not supported
+//! by the stand-in". The fixtures: `add_one` (`tests/fixtures/add_one.ptx`), whose threads each touch one element, so
 //! that a launch's shape shows in its result; `illegal_store` (`tests/fixtures/illegal_store.ptx`),
 //! which faults (an illegal address) so that tests can inject a fault into one session: on a GPU
 //! the same PTX faults for real; and the kernels of `tests/fixtures/shim_kernels.cu` (`vadd`,
 //! `scale`, `iota`, by their mangled names, as a program compiled by nvcc asks for them), one
 //! element a thread as `add_one`, for the tests of unmodified CUDA programs.
 
-use crate::code;
+use crate::{code, host};
 
 /// A launch's grid and block, as `cuLaunchKernel` was given them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,17 +25,6 @@ impl Shape {
     /// Threads launched.
     pub fn threads(&self) -> u64 {
         self.grid.iter().chain(&self.block).map(|&d| d as u64).product()
-    }
-
-    /// The elements below `n` that a grid-stride loop over the whole launch visits (the loops
-    /// of `kernels.cu`: thread `t` of `T` visits `t, t + T, ...`): all of them when any thread
-    /// runs, none otherwise.
-    pub(crate) fn grid_stride(&self, n: usize) -> std::ops::Range<usize> {
-        if self.threads() == 0 {
-            0..0
-        } else {
-            0..n
-        }
     }
 
     /// For each thread launched, `blockIdx.x * blockDim.x + threadIdx.x` (the index of
@@ -72,24 +61,14 @@ pub const IOTA_KERNEL: &str = "_Z4iotaPjj";
 /// `x[i] = p.a * x[i] + p.b` for `i < p.n`, one element a thread.
 pub const AFFINE_KERNEL: &str = "_Z6affinePf6Affine";
 
-/// Parameter sizes of the kernels the stand-in can run, as `kernels.cu` declares them.
-pub fn signature(name: &str) -> Option<&'static [usize]> {
+/// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
+/// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
+pub fn signature(name: &str) -> Option<Vec<usize>> {
+    host::signature(name).or_else(|| fixture_signature(name).map(<[usize]>::to_vec))
+}
+
+fn fixture_signature(name: &str) -> Option<&'static [usize]> {
     Some(match name {
-        "fill" => &[8, 4, 8],
-        "vector_add" => &[8, 8, 8, 8],
-        "saxpy" => &[4, 8, 8, 8],
-        "sgemm" => &[4, 4, 4, 4, 8, 8, 4, 8],
-        "reduce_sum" => &[8, 8, 8],
-        "blas_sgemm" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4],
-        "blas_dgemm" => &[4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 8, 8, 4, 8, 4],
-        "blas_gemm_ex" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4, 4],
-        "blas_cgemm" => &[4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 8, 4, 8, 4, 4, 4],
-        "blas_zgemm" => &[4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 8, 8, 4, 8, 4, 8, 8],
-        "dft_f32" | "dft_f64" => &[4, 4, 4, 4, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8],
-        "blas_strsm" => &[4, 4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4],
-        "blas_dtrsm" => &[4, 4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 4],
-        "blas_ctrsm" => &[4, 4, 4, 4, 4, 4, 4, 8, 4, 8, 8, 4, 8, 4, 4],
-        "blas_ztrsm" => &[4, 4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 4, 8, 4, 8],
         ADD_ONE_KERNEL => &[8, 4],
         FAULT_KERNEL => &[8],
         VADD_KERNEL => &[8, 8, 8, 4],
@@ -277,23 +256,19 @@ pub trait Memory {
     fn store(&mut self, address: u64, values: &[f32]) -> Option<()>;
     /// Stores 32-bit unsigned integers at `address`.
     fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()>;
-    /// `n` bytes at `address`.
-    fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>>;
-    /// Stores bytes at `address`.
-    fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()>;
 }
 
-pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
+fn u64_arg(arg: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b[..arg.len().min(8)].copy_from_slice(&arg[..arg.len().min(8)]);
     u64::from_ne_bytes(b)
 }
 
-pub(crate) fn f32_arg(arg: &[u8]) -> f32 {
+fn f32_arg(arg: &[u8]) -> f32 {
     f32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
 }
 
-pub(crate) fn u32_arg(arg: &[u8]) -> usize {
+fn u32_arg(arg: &[u8]) -> usize {
     u32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter")) as usize
 }
 
@@ -319,14 +294,10 @@ fn int_elements(shape: &Shape, n: i32) -> impl Iterator<Item = i64> + '_ {
     shape.x_indices().map(int_index).filter(move |&i| i < i64::from(n))
 }
 
-/// Runs kernel `name` (whose arguments were checked against [`signature`]) with the threads
-/// of `shape`; `None`: it faulted. The gemm kernels are [`crate::blas`]'s.
+/// Runs test fixture `name` (whose arguments were checked against [`signature`]) with the
+/// threads of `shape`; `None`: it faulted (or it is no fixture).
 pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
     match name {
-        "fill" => {
-            let n = shape.grid_stride(u64_arg(&args[2]) as usize).len();
-            memory.store(u64_arg(&args[0]), &vec![f32_arg(&args[1]); n])
-        }
         ADD_ONE_KERNEL => {
             let (x, n) = (u64_arg(&args[0]), u32_arg(&args[1]) as u64);
             for i in shape.x_indices().filter(|&i| i < n) {
@@ -371,44 +342,6 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             }
             Some(())
         }
-        "vector_add" => {
-            let n = shape.grid_stride(u64_arg(&args[3]) as usize).len();
-            let (a, b) = (memory.load(u64_arg(&args[0]), n)?, memory.load(u64_arg(&args[1]), n)?);
-            let c: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
-            memory.store(u64_arg(&args[2]), &c)
-        }
-        "saxpy" => {
-            let (a, n) = (f32_arg(&args[0]), shape.grid_stride(u64_arg(&args[3]) as usize).len());
-            let x = memory.load(u64_arg(&args[1]), n)?;
-            let mut y = memory.load(u64_arg(&args[2]), n)?;
-            for (yi, xi) in y.iter_mut().zip(&x) {
-                *yi += a * xi;
-            }
-            memory.store(u64_arg(&args[2]), &y)
-        }
-        "sgemm" => {
-            let (m, n, k) = (u32_arg(&args[0]), u32_arg(&args[1]), u32_arg(&args[2]));
-            if shape.grid_stride(m * n).is_empty() {
-                return Some(());
-            }
-            let (alpha, beta) = (f32_arg(&args[3]), f32_arg(&args[6]));
-            let a = memory.load(u64_arg(&args[4]), m * k)?;
-            let b = memory.load(u64_arg(&args[5]), k * n)?;
-            let mut c = memory.load(u64_arg(&args[7]), m * n)?;
-            for row in 0..m {
-                for col in 0..n {
-                    let acc: f32 = (0..k).map(|p| a[row * k + p] * b[p * n + col]).sum();
-                    c[row * n + col] = alpha * acc + beta * c[row * n + col];
-                }
-            }
-            memory.store(u64_arg(&args[7]), &c)
-        }
-        "reduce_sum" => {
-            let n = shape.grid_stride(u64_arg(&args[2]) as usize).len();
-            let sum: f64 = memory.load(u64_arg(&args[0]), n)?.iter().map(|&v| v as f64).sum();
-            let out = memory.load(u64_arg(&args[1]), 1)?[0];
-            memory.store(u64_arg(&args[1]), &[out + sum as f32])
-        }
         _ => None,
     }
 }
@@ -426,7 +359,7 @@ mod tests {
         assert_eq!(elf_len(cubin), Some(cubin.len()));
         assert!(elf_table_end(cubin).unwrap() <= cubin.len());
         assert!(names(b"garbage").is_none());
-        assert_eq!(signature("saxpy"), Some(&[4usize, 8, 8, 8][..]));
+        assert_eq!(signature("saxpy"), Some(vec![4, 8, 8, 8]), "as g++ laid out kernels.cu");
         assert!(signature("vector_sub").is_none(), "user kernels are not run");
     }
 
@@ -444,16 +377,6 @@ mod tests {
         fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
             let floats: Vec<f32> = values.iter().map(|&v| f32::from_bits(v)).collect();
             self.store(address, &floats)
-        }
-        fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>> {
-            let bytes: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
-            bytes.get(address as usize..address as usize + n).map(<[u8]>::to_vec)
-        }
-        fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()> {
-            let mut all: Vec<u8> = self.0.iter().flat_map(|v| v.to_le_bytes()).collect();
-            all.get_mut(address as usize..address as usize + bytes.len())?.copy_from_slice(bytes);
-            self.0 = all.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect();
-            Some(())
         }
     }
 
@@ -584,9 +507,9 @@ mod tests {
         assert!((0..64).all(|i| memory.0[100 + i].to_bits() == i as u32));
         assert!((64..100).all(|i| memory.0[100 + i] == (100 + i) as f32));
         assert!(run(VADD_KERNEL, &vadd(301), Shape { grid: [1, 1, 1], block: [1024, 1, 1] }, &mut memory).is_none());
-        assert_eq!(signature(VADD_KERNEL), Some(&[8usize, 8, 8, 4][..]));
-        assert_eq!(signature(SCALE_KERNEL), Some(&[8usize, 4, 4][..]));
-        assert_eq!(signature(IOTA_KERNEL), Some(&[8usize, 4][..]));
+        assert_eq!(signature(VADD_KERNEL), Some(vec![8, 8, 8, 4]));
+        assert_eq!(signature(SCALE_KERNEL), Some(vec![8, 4, 4]));
+        assert_eq!(signature(IOTA_KERNEL), Some(vec![8, 4]));
     }
 
     #[test]

@@ -55,15 +55,13 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
-mod blas;
 mod code;
-mod dft;
+mod host;
 mod kernels;
 mod memory;
 mod run;
 mod state;
 mod streams;
-mod trsm;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

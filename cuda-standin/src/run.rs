@@ -3,7 +3,7 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::state::{Driver, Guard, Op, Result};
-use crate::{blas, code, dft, kernels, trsm};
+use crate::{code, host, kernels};
 
 /// Signalled whenever a stream's kernel ends. One for every driver: the stand-in has one, and
 /// the unit tests' own drivers, but for the test below, run on one thread and never wait on it.
@@ -55,7 +55,7 @@ pub fn run(d: &mut Guard, stream: u64, upto: u64) {
                 d.streams.get_mut(&stream).expect("stream seen").running = true;
                 let driver = MutexGuard::mutex(d);
                 let ran =
-                    MutexGuard::unlocked(d, || launch(&name, &args, shape, &mut SharedMemory { driver, context }));
+                    MutexGuard::unlocked(d, || launch(&name, &args, shape, &mut SharedMemory { driver, context, held: Vec::new() }));
                 if let Some(s) = d.streams.get_mut(&stream) {
                     s.running = false;
                 }
@@ -70,16 +70,17 @@ pub fn run(d: &mut Guard, stream: u64, upto: u64) {
     }
 }
 
-/// Runs kernel `name`; `None`: it faulted.
+/// Runs kernel `name`; `None`: it faulted. The builtins run from `kernels.cu`'s own source
+/// ([`host`]), the test fixtures as [`kernels::run`] describes them.
 fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut SharedMemory) -> Option<()> {
     match name {
         #[cfg(test)]
         tests::GATE_KERNEL => tests::gate(),
-        "dft_f32" | "dft_f64" => dft::dft(name == "dft_f64", args, shape, memory),
-        _ => match blas::Kernel::named(name) {
-            Some(gemm) => blas::gemm(gemm, args, shape, memory),
-            None => trsm::run(name, args, shape, memory).unwrap_or_else(|| kernels::run(name, args, shape, memory)),
-        },
+        _ if host::signature(name).is_some() => {
+            let ran = host::launch(name, args, shape, &mut |address| memory.resolve(address));
+            memory.release(name).and(ran)
+        }
+        _ => kernels::run(name, args, shape, memory),
     }
 }
 
@@ -87,6 +88,8 @@ fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut Shar
 struct SharedMemory<'a> {
     driver: &'a Mutex<Driver>,
     context: u64,
+    /// The allocations (by base address) a builtin kernel holds host pointers into.
+    held: Vec<u64>,
 }
 
 impl SharedMemory<'_> {
@@ -95,6 +98,38 @@ impl SharedMemory<'_> {
         let mut d = self.driver.lock();
         let (a, at) = d.locate(self.context, address, len)?;
         Some(f(&mut a.bytes[at..at + len]))
+    }
+
+    /// The host memory behind `address`, for a builtin kernel's pointer parameter: the
+    /// allocation is held (a free from another stream meanwhile is a violation, and it is
+    /// kept) until [`release`](Self::release).
+    fn resolve(&mut self, address: u64) -> Option<*mut u8> {
+        let mut d = self.driver.lock();
+        let (a, at) = d.locate(self.context, address, 0)?;
+        a.users += 1;
+        self.held.push(address - at as u64);
+        // SAFETY: `at` is within the allocation (or at its end); its bytes never move (it never
+        // grows).
+        Some(unsafe { a.bytes.as_mut_ptr().add(at) })
+    }
+
+    /// Lets the allocations go after kernel `name` ended; `None` (a fault) where it wrote past
+    /// one of them.
+    fn release(&mut self, name: &str) -> Option<()> {
+        let mut d = self.driver.lock();
+        let mut intact = true;
+        for base in self.held.drain(..) {
+            let d = &mut *d;
+            let retired = d.retired.iter_mut().find(|(at, _)| *at == base).map(|(_, a)| a);
+            if let Some(a) = d.memory.get_mut(&base).or(retired) {
+                a.users -= 1;
+                intact &= a.guard_intact();
+            }
+        }
+        if !intact {
+            d.violation(format!("kernel `{name}` wrote past the end of an allocation"));
+        }
+        intact.then_some(())
     }
 }
 
@@ -115,14 +150,6 @@ impl kernels::Memory for SharedMemory<'_> {
                 dst.copy_from_slice(&v.to_le_bytes());
             }
         })
-    }
-
-    fn load_bytes(&mut self, address: u64, n: usize) -> Option<Vec<u8>> {
-        self.with(address, n, |bytes| bytes.to_vec())
-    }
-
-    fn store_bytes(&mut self, address: u64, bytes: &[u8]) -> Option<()> {
-        self.with(address, bytes.len(), |dst| dst.copy_from_slice(bytes))
     }
 }
 
@@ -165,7 +192,10 @@ impl Driver {
             Op::Launch { .. } => unreachable!("launches run with the lock released (`run`)"),
             Op::Record => {}
             Op::Free { address } => {
-                self.memory.remove(&address);
+                if let Some(a) = self.memory.remove(&address).filter(|a| a.users > 0) {
+                    self.violation(format!("memory at {address:#x} freed while a kernel still uses it"));
+                    self.retired.push((address, a));
+                }
             }
         }
         Some(())

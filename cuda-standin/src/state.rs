@@ -8,6 +8,7 @@
 //! test comparing the data fails.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::mem::MaybeUninit;
 
 use parking_lot::MutexGuard;
 
@@ -57,7 +58,31 @@ pub struct Context {
 #[derive(Debug)]
 pub struct Allocation {
     pub context: u64,
+    /// Its contents; the capacity past them holds [`GUARD_LEN`] guard bytes.
     pub bytes: Vec<u8>,
+    /// Launches running now that hold host pointers into it (`run::SharedMemory::resolve`).
+    pub users: u32,
+}
+
+impl Allocation {
+    /// `len` stale bytes, and the guard after them.
+    pub fn new(context: u64, len: usize) -> Self {
+        let mut bytes = Vec::with_capacity(len + GUARD_LEN);
+        bytes.resize(len, STALE_BYTE);
+        bytes.spare_capacity_mut()[..GUARD_LEN].fill(MaybeUninit::new(GUARD_BYTE));
+        Allocation { context, bytes, users: 0 }
+    }
+
+    /// Whether the guard past its end still holds [`GUARD_BYTE`]s (a kernel that wrote past
+    /// the allocation changed it); restores it.
+    pub fn guard_intact(&mut self) -> bool {
+        let guard = &mut self.bytes.spare_capacity_mut()[..GUARD_LEN];
+        // SAFETY: every guard byte was written in `new` and since only by `fill` below or by a
+        // kernel's stores: all initialized.
+        let intact = guard.iter().all(|b| unsafe { b.assume_init() } == GUARD_BYTE);
+        guard.fill(MaybeUninit::new(GUARD_BYTE));
+        intact
+    }
 }
 
 #[derive(Debug)]
@@ -135,6 +160,9 @@ pub struct Driver {
     /// a process whose driver is busy), so that a test can keep copies in flight for seconds.
     /// `None`: copies run at memory speed.
     pub copy_delay: Option<std::time::Duration>,
+    /// Allocations freed while a kernel of another stream still used them (a violation):
+    /// kept (with their addresses), since that kernel holds pointers into them.
+    pub retired: Vec<(u64, Allocation)>,
 }
 
 /// Read when the stand-in is first called: the byte count of
@@ -155,6 +183,12 @@ const COPY_DELAY_MS: &str = "CUDA_STANDIN_COPY_DELAY_MS";
 /// the memory held last (possibly another process's data). A caller that promises zeroed memory
 /// must clear it.
 pub const STALE_BYTE: u8 = 0xA5;
+
+/// Bytes kept past each allocation's end, each [`GUARD_BYTE`]: a builtin kernel, which reaches
+/// memory through host pointers, that writes past its allocation changes them (and one that
+/// reads there reads them), and the launch faults.
+pub const GUARD_LEN: usize = 4096;
+pub const GUARD_BYTE: u8 = 0x5C;
 
 impl Driver {
     /// The defaults, with a host-to-device fault, a violations file and a failing `cuInit`
@@ -249,7 +283,7 @@ impl Driver {
         let address = self.next_address;
         // Never reused, with a gap: a stale or overrunning address meets no other allocation.
         self.next_address += (len as u64).div_ceil(4096) * 4096 + 4096;
-        self.memory.insert(address, Allocation { context, bytes: vec![STALE_BYTE; len] });
+        self.memory.insert(address, Allocation::new(context, len));
         Ok(address)
     }
 

@@ -170,3 +170,64 @@ fn a_misaligned_fatbin_is_refused() {
     assert_eq!(load(image, 4), Err(code::INVALID_IMAGE));
     assert_eq!(driver().violations.len(), violations + 1, "recorded as a violation");
 }
+
+/// The backend's builtin module as PTX names its kernels (the stand-in runs them from
+/// `kernels.cu`'s source, whatever the image's code).
+fn builtins() -> Handle {
+    let ptx = b".version 8.8\n.visible .entry fill(\n)\n.visible .entry reduce_sum(\n)\n.visible .entry blas_sgemm(\n)\n";
+    load(ptx, 0).unwrap()
+}
+
+#[test]
+fn the_builtins_run_from_their_cuda_source() {
+    let (_turn, violations) = begin();
+    let module = builtins();
+    let reduce = function(module, "reduce_sum").unwrap();
+    assert_eq!(params(reduce), [(0, 8), (8, 8), (16, 8)], "reduce_sum(const float*, float*, u64)");
+    // Three blocks of 64 threads that meet at `__syncthreads` twice, for 1,000 values.
+    let n = 1000u64;
+    let (values, out) = (upload(&floats((0..n).map(|i| i as f32))), upload(&floats([0.5])));
+    assert_eq!(launch(reduce, 3, 64, &[&values.to_ne_bytes(), &out.to_ne_bytes(), &n.to_ne_bytes()]), 0);
+    assert_eq!(download(out, 1), floats([499_500.5]));
+
+    // C = 2 A^T B + C, column-major: A is 3 x 2 (lda 3), B 3 x 2, C 2 x 2.
+    let sgemm = function(module, "blas_sgemm").unwrap();
+    let a = upload(&floats([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    let b = upload(&floats([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]));
+    let c = upload(&floats([1.0; 4]));
+    let (one, two, three, none) = (1u32.to_ne_bytes(), 2u32.to_ne_bytes(), 3u32.to_ne_bytes(), 0u64.to_ne_bytes());
+    let args: [&[u8]; 17] = [
+        &one, &0u32.to_ne_bytes(), &two, &two, &three, &2.0f32.to_ne_bytes(),
+        &a.to_ne_bytes(), &three, &none, &b.to_ne_bytes(), &three, &none, &1.0f32.to_ne_bytes(),
+        &c.to_ne_bytes(), &two, &none, &one,
+    ];
+    assert_eq!(launch(sgemm, 2, 3, &args), 0);
+    assert_eq!(download(c, 4), floats([9.0, 21.0, 5.0, 11.0]));
+    assert_eq!(driver().violations.len(), violations, "no contract violation");
+}
+
+/// Launches `fill(x, 1.0, n)` with 32 threads in a context where faults stay confined;
+/// returns what the stream's synchronize answers.
+fn fill_faulting(x: u64, n: u64) -> u32 {
+    driver().fault_confined = true;
+    let fill = function(builtins(), "fill").unwrap();
+    assert_eq!(launch(fill, 1, 32, &[&x.to_ne_bytes(), &1.0f32.to_ne_bytes(), &n.to_ne_bytes()]), 0, "queued");
+    let synchronized = cuStreamSynchronize(handle(0));
+    driver().fault_confined = false;
+    synchronized
+}
+
+#[test]
+fn a_builtin_that_writes_past_its_allocation_faults() {
+    let (_turn, violations) = begin();
+    let x = upload(&[0; 10]);
+    assert_eq!(fill_faulting(x, 11), code::ILLEGAL_ADDRESS);
+    assert_eq!(driver().violations[violations..], ["kernel `fill` wrote past the end of an allocation"]);
+}
+
+#[test]
+fn a_builtin_given_a_pointer_into_no_allocation_faults() {
+    let (_turn, violations) = begin();
+    assert_eq!(fill_faulting(0x1000, 11), code::ILLEGAL_ADDRESS);
+    assert_eq!(driver().violations.len(), violations, "a program's mistake, not the backend's");
+}

@@ -1,5 +1,7 @@
 // The `builtin` module on CUDA: the same kernels, names and signatures as the CPU device's
-// (see builtin.rs). Compiled by NVRTC when the backend starts.
+// (see builtin.rs). Compiled by NVRTC when the backend starts, and for the tests by g++ into
+// the driver stand-in (cuda-standin/host/), which runs this source on the CPU: with
+// `AC_KERNELS_ON_HOST` defined, the PTX below is replaced by the host's own conversions.
 //
 // Every kernel is a grid-stride loop over the whole launch (x, y and z flattened), so any launch
 // shape computes the whole result, as on the CPU device.
@@ -69,6 +71,19 @@ struct Typed {
 // `cvt` for f16; bf16 by its bits, since `cvt.rn.bf16.f32` needs sm_80) so that NVRTC needs no
 // header and every architecture rounds as ac-proto's `GemmElement` does. (The sums are not
 // bit for bit the CPU device's: NVRTC fuses multiply-adds.)
+#ifndef AC_KERNELS_ON_HOST
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#endif
+
 struct Coded {
     void* p;
     unsigned code;
@@ -76,9 +91,7 @@ struct Coded {
         if (code == 0) return ((const float*)p)[i];
         unsigned short h = ((const unsigned short*)p)[i];
         if (code == 2) return __uint_as_float((unsigned)h << 16);
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-        return f;
+        return f16_to_f32(h);
     }
     __device__ void set(u64 i, float v) const {
         if (code == 0) {
@@ -91,7 +104,7 @@ struct Coded {
             h = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
                                                  : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
         } else {
-            asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+            h = f32_to_f16(v);
         }
         ((unsigned short*)p)[i] = h;
     }
