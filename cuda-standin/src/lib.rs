@@ -2,7 +2,8 @@
 //! `libcuda.so` by the stand-in tests (`tests/tests/e2e/device_contract.rs`), and never installed
 //! or shipped. It is **not a GPU** and says nothing about one: it checks the backend's CUDA code
 //! against the driver API's documented contract instead of assuming it, and runs the builtin
-//! kernels by name on the CPU. `scripts/gpu-check` on real hardware stays the judge.
+//! kernels on the CPU from their CUDA source (`kernels.cu`, compiled for the host: [`host`]).
+//! `scripts/gpu-check` on real hardware stays the judge.
 //!
 //! What it enforces (each breach is an error code, and where the real driver would not
 //! report it, a recorded violation that the tests read through `standin_violations`):
@@ -12,8 +13,9 @@
 //!   queued work runs as late as allowed: a host-to-device copy reads host memory only when
 //!   waited for, from pageable and pinned memory alike (device-to-host into pageable memory
 //!   completes before the call returns, as documented);
-//! - a kernel computes on the thread that waits for it with the lock released (taken for each
-//!   load and store), as a GPU runs kernels while the host's other calls return at once: a
+//! - a kernel computes on the thread that waits for it with the lock released (a fixture takes
+//!   it for each load and store; a builtin holds the allocations its pointers reach, and one
+//!   that writes past an allocation's end faults), as a GPU runs kernels while the host's other calls return at once: a
 //!   thread that waits for a long kernel holds up no other thread's launch, copy or allocation,
 //!   and whoever else waits for that stream waits for the kernel (`state::run`);
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
