@@ -15,9 +15,10 @@
 //!   completes before the call returns, as documented);
 //! - a kernel computes on the thread that waits for it with the lock released (a fixture takes
 //!   it for each load and store; a builtin holds the allocations its pointers reach, and one
-//!   that writes past an allocation's end faults), as a GPU runs kernels while the host's other calls return at once: a
-//!   thread that waits for a long kernel holds up no other thread's launch, copy or allocation,
-//!   and whoever else waits for that stream waits for the kernel (`state::run`);
+//!   that writes past an allocation's end faults), as a GPU runs kernels while the host's
+//!   other calls return at once: a thread that waits for a long kernel holds up no other
+//!   thread's launch, copy or allocation, and whoever else waits for that stream waits for the
+//!   kernel (`state::run`);
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
 //!   one allocated when its context goes, is a violation;
 //! - new device memory holds stale bytes (`0xA5`), not zeros, as on a GPU;
