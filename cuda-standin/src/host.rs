@@ -38,7 +38,12 @@ pub fn signature(name: &str) -> Option<Vec<usize>> {
 
 /// Runs builtin kernel `name` (its arguments checked against [`signature`]) on `shape`,
 /// resolving its pointer parameters through `resolve`; `None`: it faulted.
-pub fn launch(name: &str, args: &[Vec<u8>], shape: Shape, resolve: &mut dyn FnMut(u64) -> Option<*mut u8>) -> Option<()> {
+pub fn launch(
+    name: &str,
+    args: &[Vec<u8>],
+    shape: Shape,
+    resolve: &mut dyn FnMut(u64) -> Option<*mut u8>,
+) -> Option<()> {
     unsafe extern "C" fn trampoline(memory: *mut c_void, address: u64) -> *mut c_void {
         // SAFETY: `memory` is the `&mut dyn FnMut` passed below, alive for the launch.
         let resolve = unsafe { &mut *(memory as *mut &mut dyn FnMut(u64) -> Option<*mut u8>) };

@@ -54,8 +54,9 @@ pub fn run(d: &mut Guard, stream: u64, upto: u64) {
             Op::Launch { name, args, shape } => {
                 d.streams.get_mut(&stream).expect("stream seen").running = true;
                 let driver = MutexGuard::mutex(d);
-                let ran =
-                    MutexGuard::unlocked(d, || launch(&name, &args, shape, &mut SharedMemory { driver, context, held: Vec::new() }));
+                let ran = MutexGuard::unlocked(d, || {
+                    launch(&name, &args, shape, &mut SharedMemory { driver, context, held: Vec::new() })
+                });
                 if let Some(s) = d.streams.get_mut(&stream) {
                     s.running = false;
                 }

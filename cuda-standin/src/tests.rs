@@ -174,7 +174,8 @@ fn a_misaligned_fatbin_is_refused() {
 /// The backend's builtin module as PTX names its kernels (the stand-in runs them from
 /// `kernels.cu`'s source, whatever the image's code).
 fn builtins() -> Handle {
-    let ptx = b".version 8.8\n.visible .entry fill(\n)\n.visible .entry reduce_sum(\n)\n.visible .entry blas_sgemm(\n)\n";
+    let ptx =
+        b".version 8.8\n.visible .entry fill(\n)\n.visible .entry reduce_sum(\n)\n.visible .entry blas_sgemm(\n)\n";
     load(ptx, 0).unwrap()
 }
 
@@ -197,9 +198,23 @@ fn the_builtins_run_from_their_cuda_source() {
     let c = upload(&floats([1.0; 4]));
     let (one, two, three, none) = (1u32.to_ne_bytes(), 2u32.to_ne_bytes(), 3u32.to_ne_bytes(), 0u64.to_ne_bytes());
     let args: [&[u8]; 17] = [
-        &one, &0u32.to_ne_bytes(), &two, &two, &three, &2.0f32.to_ne_bytes(),
-        &a.to_ne_bytes(), &three, &none, &b.to_ne_bytes(), &three, &none, &1.0f32.to_ne_bytes(),
-        &c.to_ne_bytes(), &two, &none, &one,
+        &one,
+        &0u32.to_ne_bytes(),
+        &two,
+        &two,
+        &three,
+        &2.0f32.to_ne_bytes(),
+        &a.to_ne_bytes(),
+        &three,
+        &none,
+        &b.to_ne_bytes(),
+        &three,
+        &none,
+        &1.0f32.to_ne_bytes(),
+        &c.to_ne_bytes(),
+        &two,
+        &none,
+        &one,
     ];
     assert_eq!(launch(sgemm, 2, 3, &args), 0);
     assert_eq!(download(c, 4), floats([9.0, 21.0, 5.0, 11.0]));
