@@ -8,8 +8,6 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 
-use crate::kernels::Shape;
-
 /// Resolves a device address to host memory; null: the address lies in no allocation.
 type Resolve = unsafe extern "C" fn(memory: *mut c_void, address: u64) -> *mut c_void;
 
@@ -36,12 +34,14 @@ pub fn signature(name: &str) -> Option<Vec<usize>> {
     Some(sizes.get(..count).expect("a builtin of at most 64 parameters").iter().map(|&s| s as usize).collect())
 }
 
-/// Runs builtin kernel `name` (its arguments checked against [`signature`]) on `shape`,
+/// Runs builtin kernel `name` (its arguments checked against [`signature`]) on `grid` blocks
+/// of `block` threads (x, y, z),
 /// resolving its pointer parameters through `resolve`; `None`: it faulted.
 pub fn launch(
     name: &str,
     args: &[Vec<u8>],
-    shape: Shape,
+    grid: [u32; 3],
+    block: [u32; 3],
     resolve: &mut dyn FnMut(u64) -> Option<*mut u8>,
 ) -> Option<()> {
     unsafe extern "C" fn trampoline(memory: *mut c_void, address: u64) -> *mut c_void {
@@ -58,8 +58,8 @@ pub fn launch(
     let ran = unsafe {
         standin_builtin_launch(
             name.as_ptr(),
-            shape.grid.as_ptr(),
-            shape.block.as_ptr(),
+            grid.as_ptr(),
+            block.as_ptr(),
             values.as_ptr(),
             trampoline,
             (&mut resolve as *mut &mut dyn FnMut(u64) -> Option<*mut u8>).cast(),

@@ -78,7 +78,7 @@ fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut Shar
         #[cfg(test)]
         tests::GATE_KERNEL => tests::gate(),
         _ if host::signature(name).is_some() => {
-            let ran = host::launch(name, args, shape, &mut |address| memory.resolve(address));
+            let ran = host::launch(name, args, shape.grid, shape.block, &mut |address| memory.resolve(address));
             memory.release(name).and(ran)
         }
         _ => kernels::run(name, args, shape, memory),
