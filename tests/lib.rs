@@ -6,6 +6,7 @@
 pub mod cuda;
 pub mod kernels;
 pub mod libac;
+pub mod lu_kernels;
 pub mod netns;
 pub mod prometheus;
 pub mod site;

@@ -174,8 +174,10 @@ const Builtin BUILTINS[] = {
     BUILTIN(sgemm, false),      BUILTIN(reduce_sum, true),  BUILTIN(blas_sgemm, false),
     BUILTIN(blas_dgemm, false), BUILTIN(blas_gemm_ex, false), BUILTIN(blas_cgemm, false),
     BUILTIN(blas_zgemm, false), BUILTIN(blas_strsm, false), BUILTIN(blas_dtrsm, false),
-    BUILTIN(blas_ctrsm, false), BUILTIN(blas_ztrsm, false), BUILTIN(dft_f32, false),
-    BUILTIN(dft_f64, false),
+    BUILTIN(blas_ctrsm, false), BUILTIN(blas_ztrsm, false), BUILTIN(blas_sgetrf, false),
+    BUILTIN(blas_dgetrf, false), BUILTIN(blas_cgetrf, false), BUILTIN(blas_zgetrf, false),
+    BUILTIN(blas_sgetrs, false), BUILTIN(blas_dgetrs, false), BUILTIN(blas_cgetrs, false),
+    BUILTIN(blas_zgetrs, false), BUILTIN(dft_f32, false),       BUILTIN(dft_f64, false),
 };
 
 const Builtin* find(const char* name) {

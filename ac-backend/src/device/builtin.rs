@@ -15,12 +15,14 @@
 //! | `blas_cgemm`, `blas_zgemm` | `blas_sgemm`'s and `blas_dgemm`'s on complex matrices (real part first), `alpha` and `beta` their real parts, and their imaginary parts after `batch`; operation 2 is the conjugate transpose ([`super::gemm`]) | the same |
 //! | `blas_gemm_ex` | `blas_sgemm`'s, and `u32 types`: each matrix `f32`, `f16` or `bf16`, computed in `f32` ([`super::gemm`]) | the same |
 //! | `blas_strsm`, `blas_dtrsm`, `blas_ctrsm`, `blas_ztrsm` | BLAS's column-major triangular solve: side, triangle, operation, unit diagonal, leading dimensions and strided batches, on `f32`, `f64` or their complex numbers (alpha's imaginary part last) ([`super::trsm`]) | `op(A_b) X = alpha B_b` or `X op(A_b) = alpha B_b`, `X` over `B_b` |
+//! | `blas_sgetrf`, `blas_dgetrf`, `blas_cgetrf`, `blas_zgetrf` | LU factorization with partial pivoting (or none) of strided batches of square column-major matrices, pivots and `info` as LAPACK's ([`super::lu`]) | `P A_b = L U` over `A_b` |
+//! | `blas_sgetrs`, `blas_dgetrs`, `blas_cgetrs`, `blas_zgetrs` | solves with those factors, operation N, T or C; or inverts ([`super::lu`]) | `op(A_b) X = B_b`, `X` over `B_b`; or `B_b = A_b^-1` |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{dft, gemm, trsm};
+use super::{dft, gemm, lu, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -42,6 +44,14 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dtrsm", &trsm::DTRSM),
     ("blas_ctrsm", &trsm::CTRSM),
     ("blas_ztrsm", &trsm::ZTRSM),
+    ("blas_sgetrf", &lu::GETRF),
+    ("blas_dgetrf", &lu::GETRF),
+    ("blas_cgetrf", &lu::GETRF),
+    ("blas_zgetrf", &lu::GETRF),
+    ("blas_sgetrs", &lu::GETRS),
+    ("blas_dgetrs", &lu::GETRS),
+    ("blas_cgetrs", &lu::GETRS),
+    ("blas_zgetrs", &lu::GETRS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -86,6 +96,8 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             let touched = trsm::shape(name, args)?.footprints();
             trsm::MATRICES.into_iter().zip(touched).map(|(i, elements)| (i, elements, trsm::width(name))).collect()
         }
+        "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
+        | "blas_cgetrs" | "blas_zgetrs" => lu::footprints(name, args)?,
         "dft_f32" | "dft_f64" => {
             let scalar = if name == "dft_f32" { 4 } else { 8 };
             // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
@@ -138,6 +150,8 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
         }
         "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" => gemm::shape(name, args)?.work(),
         "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => trsm::shape(name, args)?.work(),
+        "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
+        | "blas_cgetrs" | "blas_zgetrs" => lu::work(name, args)?,
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

@@ -204,6 +204,7 @@ macro_rules! element {
 
 element!(f32, F32);
 element!(f64, F64);
+element!(i32, I32);
 
 /// Computes the gemm on host slices, each from its matrix's pointer and as long as its
 /// footprint; `c` is read only where `beta` is not 0.

@@ -25,6 +25,7 @@ pub mod described;
 pub mod dft;
 pub mod gemm;
 pub mod health;
+pub mod lu;
 pub mod mps;
 #[cfg(feature = "cuda")]
 pub mod nvml;

@@ -2,8 +2,10 @@
 //! sends a launch and the backend checks again before it runs one: one definition, so that the
 //! two cannot disagree on what a launch touches.
 
+pub mod lu;
 pub mod trsm;
 
+pub use lu::{Getrf, Getrs};
 pub use trsm::Trsm;
 
 /// Whether the `batch` results of a gemm (`m x n` each, leading dimension `ldc`, `stride_c`

@@ -8,6 +8,7 @@ use super::{check_range, Allocation, CpuContext};
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
+use crate::device::lu::{self, Pivot};
 use crate::device::trsm::{self, Field};
 use crate::device::{DeviceArg, DeviceResult};
 
@@ -171,6 +172,49 @@ impl CpuContext {
         write_columns([t.batch, t.n, t.m], column, &out, |first, c| self.write_elements(&args[b], first, c, "trsm B"))
     }
 
+    /// Runs a `blas_<t>getrf`: reads `A` (and `info`), factors in `T` ([`lu`]'s order), writes
+    /// back each column of `A`, each batch's pivots (if pivoting) and `info`.
+    fn getrf<T: Element + Pivot>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let g = lu::getrf_shape(name, args)?;
+        if g.is_empty() {
+            return Ok(());
+        }
+        let [na, np, ni] = g.footprints();
+        let [a, p, i] = lu::GETRF_POINTERS.map(|i| &args[i]);
+        let mut lu_a = self.read_elements::<T>(a, na, "getrf A")?;
+        let (mut pivots, mut info) = (vec![0i32; np as usize], vec![0i32; ni as usize]);
+        lu::factor(&g, &mut lu_a, &mut pivots, &mut info);
+        let column = |batch: u64, j: u64| (batch * g.stride_a + j * g.lda) as usize;
+        write_columns([g.batch, g.n, g.n], column, &lu_a, |first, c| self.write_elements(a, first, c, "getrf A"))?;
+        if g.pivoting {
+            let rows = |batch: u64, _| (batch * g.stride_p) as usize;
+            write_columns([g.batch, 1, g.n], rows, &pivots, |first, c| {
+                self.write_elements(p, first, c, "getrf pivots")
+            })?;
+        }
+        self.write_elements(i, 0, &info, "getrf info")
+    }
+
+    /// Runs a `blas_<t>getrs`: reads the factors, the pivots (if applied) and `B` (unless it
+    /// starts as the identity), solves in `T` ([`lu`]'s order), writes back each column of `B`
+    /// and, for an inverse, `info`.
+    fn getrs<T: Element + Pivot>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let s = lu::getrs_shape(name, args)?;
+        if s.is_empty() {
+            return Ok(());
+        }
+        let [na, np, nb, ni] = s.footprints();
+        let [a, p, b, i] = lu::GETRS_POINTERS.map(|i| &args[i]);
+        let factors = self.read_elements::<T>(a, na, "getrs A")?;
+        let pivots = self.read_elements::<i32>(p, np, "getrs pivots")?;
+        let mut out = if s.inverse { vec![T::ZERO; nb as usize] } else { self.read_elements::<T>(b, nb, "getrs B")? };
+        let mut info = vec![0i32; ni as usize];
+        lu::solve(&s, &factors, &pivots, &mut out, &mut info);
+        let column = |batch: u64, j: u64| (batch * s.stride[1] + j * s.ld[1]) as usize;
+        write_columns([s.batch, s.nrhs, s.n], column, &out, |first, c| self.write_elements(b, first, c, "getrs B"))?;
+        self.write_elements(i, 0, &info, "getrs info")
+    }
+
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
     /// the output's elements (not what lies between its lines).
     fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -251,6 +295,14 @@ impl CpuContext {
             "blas_dtrsm" => self.trsm(name, args, f64::of(&args[trsm::ALPHA])?),
             "blas_ctrsm" => self.trsm(name, args, trsm::complex_alpha::<f32>(args)?),
             "blas_ztrsm" => self.trsm(name, args, trsm::complex_alpha::<f64>(args)?),
+            "blas_sgetrf" => self.getrf::<f32>(name, args),
+            "blas_dgetrf" => self.getrf::<f64>(name, args),
+            "blas_cgetrf" => self.getrf::<Complex<f32>>(name, args),
+            "blas_zgetrf" => self.getrf::<Complex<f64>>(name, args),
+            "blas_sgetrs" => self.getrs::<f32>(name, args),
+            "blas_dgetrs" => self.getrs::<f64>(name, args),
+            "blas_cgetrs" => self.getrs::<Complex<f32>>(name, args),
+            "blas_zgetrs" => self.getrs::<Complex<f64>>(name, args),
             "dft_f32" => self.dft::<f32>("dft_f32", args),
             "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {

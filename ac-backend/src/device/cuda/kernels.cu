@@ -276,6 +276,131 @@ extern "C" __global__ void blas_ztrsm(unsigned side, unsigned uplo, unsigned tra
                            sb, batch);
 }
 
+// A pivot's magnitude in the element's own precision: |x|, or |re| + |im| as BLAS's icamax.
+__device__ __forceinline__ float magnitude(float v) { return fabsf(v); }
+__device__ __forceinline__ double magnitude(double v) { return fabs(v); }
+template <typename R>
+__device__ __forceinline__ R magnitude(Complex<R> v) { return magnitude(v.re) + magnitude(v.im); }
+
+// LU factorization with partial pivoting (cuBLAS's getrfBatched), LAPACK's getf2 in ac_proto's
+// order (backend/builtin/lu.rs), one thread a matrix: for each column j, the first row p >= j of
+// largest magnitude (j without pivoting; pivots[j] = p + 1); if A(p, j) is not zero, rows j and
+// p swapped and the column below divided by it, else info = j + 1 (the first such j); then the
+// trailing matrix less the column times row j. A_b ends holding U and L's multipliers.
+template <typename T>
+__device__ void getrf(unsigned n, T* A, unsigned lda, u64 sa, unsigned pivoting, int* pivots, u64 sp, int* info,
+                      unsigned batch) {
+    for (u64 b = thread_index(); b < batch; b += thread_count()) {
+        T* a = A + b * sa;
+        int status = 0;
+        for (u64 j = 0; j < n; ++j) {
+            u64 p = j;
+            if (pivoting) {
+                for (u64 i = j + 1; i < n; ++i)
+                    if (magnitude(a[i + j * lda]) > magnitude(a[p + j * lda])) p = i;
+                pivots[b * sp + j] = (int)(p + 1);
+            }
+            const T pivot = a[p + j * lda];
+            if (!(pivot == T(0))) {
+                if (p != j)
+                    for (u64 k = 0; k < n; ++k) {
+                        T t = a[p + k * lda];
+                        a[p + k * lda] = a[j + k * lda];
+                        a[j + k * lda] = t;
+                    }
+                for (u64 i = j + 1; i < n; ++i) a[i + j * lda] = quotient(a[i + j * lda], pivot);
+            } else if (status == 0) {
+                status = (int)(j + 1);
+            }
+            for (u64 k = j + 1; k < n; ++k)
+                for (u64 i = j + 1; i < n; ++i)
+                    a[i + k * lda] = less_product(a[i + k * lda], a[i + j * lda], a[j + k * lda]);
+        }
+        info[b] = status;
+    }
+}
+
+// x solved in place for M x = x, M(r, c) = A(r, c) (A(c, r) if `transposed`; conjugated if
+// `conj`) lower and solved from the first row if `forward`, trsm's order; M's diagonal read
+// unless `unit`.
+template <typename T>
+__device__ void substitute(T* x, u64 n, const T* a, unsigned lda, bool transposed, bool conj, bool forward,
+                           bool unit) {
+    for (u64 t = 0; t < n; ++t) {
+        const u64 r = forward ? t : n - 1 - t;
+        T acc = x[r];
+        for (u64 u = 0; u < t; ++u) {
+            const u64 c = forward ? u : n - 1 - u;
+            const T m = transposed ? a[c + r * lda] : a[r + c * lda];
+            acc = less_product(acc, conj ? conjugate(m) : m, x[c]);
+        }
+        if (!unit) acc = quotient(acc, conj ? conjugate(a[r + r * lda]) : a[r + r * lda]);
+        x[r] = acc;
+    }
+}
+
+// x[j] <-> x[pivots[j] - 1]; a pivot outside 1..n interchanges nothing.
+template <typename T>
+__device__ __forceinline__ void interchange(T* x, u64 n, u64 j, const int* pivots) {
+    const long long p = (long long)pivots[j] - 1;
+    if (p < 0 || (u64)p >= n) return;
+    T t = x[j];
+    x[j] = x[p];
+    x[p] = t;
+}
+
+// Solves op(A_b) X = B_b with getrf's factors (cuBLAS's getrsBatched), one thread a column of B:
+// op N: the interchanges ascending, L (unit) forward, U backward; T or C: U^T forward, L^T
+// (unit) backward, the interchanges descending. flags bit 0: apply the pivots; bit 1: invert
+// (getriBatched: B_b starts as the identity and info[b] is U's first zero diagonal + 1, or 0).
+template <typename T>
+__device__ void getrs(unsigned trans, unsigned n, unsigned nrhs, const T* A, unsigned lda, u64 sa, unsigned flags,
+                      const int* pivots, u64 sp, T* B, unsigned ldb, u64 sb, int* info, unsigned batch) {
+    const bool pivoting = (flags & 1) != 0, inverse = (flags & 2) != 0, conj = trans == 2;
+    const u64 systems = (u64)nrhs * batch;
+    for (u64 s = thread_index(); s < systems; s += thread_count()) {
+        const u64 b = s / nrhs, v = s % nrhs;
+        const T* a = A + b * sa;
+        T* x = B + b * sb + v * ldb;
+        if (inverse) {
+            for (u64 i = 0; i < n; ++i) x[i] = i == v ? T(1) : T(0);
+            if (v == 0) {
+                int status = 0;
+                for (u64 j = 0; j < n && status == 0; ++j)
+                    if (a[j + j * lda] == T(0)) status = (int)(j + 1);
+                info[b] = status;
+            }
+        }
+        if (trans == 0) {
+            if (pivoting)
+                for (u64 j = 0; j < n; ++j) interchange(x, n, j, pivots + b * sp);
+            substitute(x, n, a, lda, false, conj, true, true);
+            substitute(x, n, a, lda, false, conj, false, false);
+        } else {
+            substitute(x, n, a, lda, true, conj, true, false);
+            substitute(x, n, a, lda, true, conj, false, true);
+            if (pivoting)
+                for (u64 j = n; j-- > 0;) interchange(x, n, j, pivots + b * sp);
+        }
+    }
+}
+
+#define LU_KERNELS(t, T)                                                                                             \
+    extern "C" __global__ void blas_##t##getrf(unsigned n, T* A, unsigned lda, u64 sa, unsigned pivoting,          \
+                                               int* pivots, u64 sp, int* info, unsigned batch) {                   \
+        getrf<T>(n, A, lda, sa, pivoting, pivots, sp, info, batch);                                                 \
+    }                                                                                                               \
+    extern "C" __global__ void blas_##t##getrs(unsigned trans, unsigned n, unsigned nrhs, const T* A, unsigned lda, \
+                                               u64 sa, unsigned flags, const int* pivots, u64 sp, T* B,             \
+                                               unsigned ldb, u64 sb, int* info, unsigned batch) {                  \
+        getrs<T>(trans, n, nrhs, A, lda, sa, flags, pivots, sp, B, ldb, sb, info, batch);                          \
+    }
+
+LU_KERNELS(s, float)
+LU_KERNELS(d, double)
+LU_KERNELS(c, Complex<float>)
+LU_KERNELS(z, Complex<double>)
+
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
 // CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
 // real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a
