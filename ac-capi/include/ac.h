@@ -175,6 +175,28 @@ typedef enum acSourceKind {
   //   alpha its real part and alpha_im its imaginary part.
   // - `blas_ztrsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, double alpha, const double *A, uint32_t lda, uint64_t stride_a, double *B, uint32_t ldb, uint64_t stride_b, uint32_t batch, double alpha_im)`:
   //   the same on double complex matrices (pointers 16-byte aligned).
+  // - `blas_sgetrf(uint32_t n, float *A, uint32_t lda, uint64_t stride_a, uint32_t pivoting, int32_t *pivots, uint64_t stride_p, int32_t *info, uint32_t batch)`:
+  //   LU factorization with partial pivoting (LAPACK's getf2), column-major: for
+  //   each b < batch, `P A_b = L U` over A_b (n x n), the 1-based interchanges at
+  //   `pivots + b * stride_p` if `pivoting` is 1 (else none, pivots not touched), `info[b]`
+  //   the first zero pivot's column + 1, or 0.
+  // - `blas_dgetrf(uint32_t n, double *A, uint32_t lda, uint64_t stride_a, uint32_t pivoting, int32_t *pivots, uint64_t stride_p, int32_t *info, uint32_t batch)`:
+  //   the same on `double`s (pointers 8-byte aligned).
+  // - `blas_cgetrf(uint32_t n, float *A, uint32_t lda, uint64_t stride_a, uint32_t pivoting, int32_t *pivots, uint64_t stride_p, int32_t *info, uint32_t batch)`:
+  //   the same on complex matrices (real part first; the pivot of largest |re| + |im|).
+  // - `blas_zgetrf(uint32_t n, double *A, uint32_t lda, uint64_t stride_a, uint32_t pivoting, int32_t *pivots, uint64_t stride_p, int32_t *info, uint32_t batch)`:
+  //   the same on double complex matrices (pointers 16-byte aligned).
+  // - `blas_sgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const float *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, float *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
+  //   solves `op(A_b) X = B_b` with blas_sgetrf's factors, X over B_b (n x nrhs);
+  //   `flags` bit 0: apply the pivots (else not read); bit 1: invert (B_b starts as the
+  //   identity, nrhs = n, `info[b]` = U's first zero diagonal index + 1, or 0; else info is
+  //   not touched).
+  // - `blas_dgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const double *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, double *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
+  //   the same on `double`s (pointers 8-byte aligned).
+  // - `blas_cgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const float *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, float *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
+  //   the same on complex matrices (real part first).
+  // - `blas_zgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const double *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, double *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
+  //   the same on double complex matrices (pointers 16-byte aligned).
   // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
   //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
   //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """An unmodified CuPy program for the CUDA shim's GPU check (issue 48): device properties, an
-ElementwiseKernel, cp.dot (cuBLAS), reductions, and a RawKernel compiled by NVRTC.
+ElementwiseKernel, cp.dot (cuBLAS), reductions, a RawKernel compiled by NVRTC, and batched LU
+(det, inv and solve of stacks: cuBLAS's getrfBatched, getriBatched, getrsBatched).
 scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and through ac-cuda's, and
 compares the two result files (compare.py): the program itself knows nothing of the shim.
 
@@ -91,7 +92,31 @@ def raw_kernel():
     return {"saxpy": summary(out), "attributes": {"max_threads_per_block": kernel.max_threads_per_block}}
 
 
-SECTIONS = [properties, elementwise, dot, reductions, raw_kernel]
+def parts(a):
+    """A result's numbers on the host, a complex one's real and imaginary parts side by side."""
+    h = cp.asnumpy(a)
+    return h.view(h.real.dtype) if np.iscomplexobj(h) else h
+
+
+def linalg():
+    # CuPy's det (getrfBatched, for a stack or a small matrix), inv of a stack (getrfBatched,
+    # getriBatched) and solve of a stack (getrfBatched, getrsBatched), each precision.
+    rng = np.random.default_rng(9)
+    stack = rng.standard_normal((16, 24, 24)) + 6 * np.eye(24)
+    imaginary = rng.standard_normal((16, 24, 24))
+    rhs = rng.standard_normal((16, 24, 3))
+    out = {}
+    for dtype, tag in [(np.float32, "f32"), (np.float64, "f64"), (np.complex64, "c64"), (np.complex128, "c128")]:
+        a = (stack + 1j * imaginary if np.dtype(dtype).kind == "c" else stack).astype(dtype)
+        d = cp.asarray(a)
+        out[f"det_{tag}"] = summary(parts(cp.linalg.det(d)))
+        out[f"det_one_{tag}"] = summary(parts(cp.linalg.det(d[3])))
+        out[f"inv_{tag}"] = summary(parts(cp.linalg.inv(d)))
+        out[f"solve_{tag}"] = summary(parts(cp.linalg.solve(d, cp.asarray(rhs.astype(dtype)))))
+    return out
+
+
+SECTIONS = [properties, elementwise, dot, reductions, raw_kernel, linalg]
 
 
 def main(argv):

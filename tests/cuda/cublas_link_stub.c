@@ -87,3 +87,15 @@ void cublasDtrsm_v2(void) {}
 void cublasCtrsm_v2(void) {}
 void cublasZtrsm_v2(void) {}
 void cublasDtrsmBatched(void) {}
+void cublasSgetrfBatched(void) {}
+void cublasSgetrsBatched(void) {}
+void cublasSgetriBatched(void) {}
+void cublasDgetrfBatched(void) {}
+void cublasDgetrsBatched(void) {}
+void cublasDgetriBatched(void) {}
+void cublasCgetrfBatched(void) {}
+void cublasCgetrsBatched(void) {}
+void cublasCgetriBatched(void) {}
+void cublasZgetrfBatched(void) {}
+void cublasZgetrsBatched(void) {}
+void cublasZgetriBatched(void) {}

@@ -3,7 +3,8 @@
 //! strided-batched forms: [`gemm`]; the `Ex` forms on `f32`, `f64`, complex, binary16 and
 //! bfloat16 matrices: [`gemm_ex`]), level-1 and level-2 functions done as gemms (`dot`, `nrm2`, `axpy`, `copy`,
 //! `scal`, `gemv`, `ger`: [`vectors`]), triangular solves (`trsm` and its batched form:
-//! [`trsm`]) and the host-device copies (`cublasSetVector`,
+//! [`trsm`]), batched LU factorization, solves and inverses (`getrfBatched`, `getrsBatched`,
+//! `getriBatched`: [`lu`]) and the host-device copies (`cublasSetVector`,
 //! `cublasGetMatrix`, ...: [`copies`]). Scalars may be in host or device memory
 //! (`cublasSetPointerMode`). cuBLASLt's matmul is [`lt`] (`libcublasLt` links here too).
 //!
@@ -27,15 +28,20 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use ac_frontend::KernelArg;
+
+use crate::builtins::{builtins, dims_for};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::memory::device_to_host;
 use crate::state::{self, put, Registry};
-use crate::stream::device_of_stream;
+use crate::stream::{device_of_stream, stream_of};
 
 mod copies;
 mod gemm;
 mod gemm_ex;
 mod lt;
+mod lu;
 mod trsm;
 mod vectors;
 
@@ -111,6 +117,27 @@ impl Target {
     /// Whether scalars and results are in host memory.
     fn host_pointers(&self) -> bool {
         self.pointer_mode == POINTER_MODE_HOST
+    }
+
+    /// Sends a launch of builtin `name` on this target's stream, `threads` of them in blocks of
+    /// `block`, without waiting.
+    unsafe fn launch(self, name: &'static str, args: &[KernelArg], threads: u64, block: u32) -> CuResult<()> {
+        let function = builtins(self.device)?.function(name)?;
+        let stream = stream_of(self.stream, self.device)?;
+        Ok(state::shim()?.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
+    }
+
+    /// `count` device addresses from the program's array at `array` (a batched routine's
+    /// pointers), once the stream's work before this call (which may have written them) is done.
+    unsafe fn device_pointers(self, array: u64, count: c_int) -> CuResult<Vec<u64>> {
+        let mut out = vec![0u64; count.max(0) as usize];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let shim = state::shim()?;
+        shim.block_on(stream_of(self.stream, self.device)?.synchronize())?;
+        device_to_host(out.as_mut_ptr().cast(), array, out.len() * 8)?;
+        Ok(out)
     }
 }
 

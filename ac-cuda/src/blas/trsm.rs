@@ -12,11 +12,7 @@ use ac_proto::backend::builtin::Trsm;
 
 use super::gemm::{self, Operand, Precision, Scalar};
 use super::{guard, handle, Target};
-use crate::builtins::{builtins, dims_for};
 use crate::error::{code, CuResult, Error};
-use crate::memory::device_to_host;
-use crate::state;
-use crate::stream::stream_of;
 
 /// Threads of a solve's block (a thread a system).
 const BLOCK: u32 = 64;
@@ -75,7 +71,6 @@ unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
     if alpha == [0.0; 2] {
         return zero(target, &call);
     }
-    let device = builtins(target.device)?;
     let width = call.precision.bytes() as u64;
     let [na, nb] = shape.footprints();
     let (a, b) = (gemm::matrix(target, call.a, na, width)?, gemm::matrix(target, call.b, nb, width)?);
@@ -101,10 +96,7 @@ unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
         }
         Precision::Half => return Err(Error::said(code::NOT_SUPPORTED, "a half-precision triangular solve")),
     };
-    let dims = dims_for(shape.systems(), BLOCK);
-    let function = device.function(name)?;
-    let stream = stream_of(target.stream, target.device)?;
-    Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
+    target.launch(name, &args, shape.systems(), BLOCK)
 }
 
 /// `B = 0` (alpha 0): a gemm of no terms and beta 0 writes zeros without reading `B`.
@@ -115,19 +107,6 @@ unsafe fn zero(target: Target, call: &TrsmCall) -> CuResult<()> {
     let ld = [call.m.max(1), 1, call.ldb];
     let product = gemm::product(call.precision, [0, 0], [call.m, call.n, 0], zero, [b; 3], ld, zero);
     gemm::launch(target, product)
-}
-
-/// `count` device addresses from the program's array at `array`, once the stream's work before
-/// this call (which may have written them) is done.
-unsafe fn pointers(target: Target, array: u64, count: c_int) -> CuResult<Vec<u64>> {
-    let mut out = vec![0u64; count.max(0) as usize];
-    if out.is_empty() {
-        return Ok(out);
-    }
-    let shim = state::shim()?;
-    shim.block_on(stream_of(target.stream, target.device)?.synchronize())?;
-    device_to_host(out.as_mut_ptr().cast(), array, out.len() * 8)?;
-    Ok(out)
 }
 
 /// Defines `cublas<S|D|C|Z>trsm` for element type `$t` and `$precision`.
@@ -184,7 +163,7 @@ macro_rules! trsm_batched_entry {
                 if count < 0 {
                     return Err(Error::said(code::INVALID_VALUE, format!("batch count {count}")));
                 }
-                let (a, b) = (pointers(target, a, count)?, pointers(target, b, count)?);
+                let (a, b) = (target.device_pointers(a, count)?, target.device_pointers(b, count)?);
                 for (a, b) in a.into_iter().zip(b) {
                     launch(target, TrsmCall { precision: $precision, codes, m, n, alpha, a, lda, b, ldb })?;
                 }

@@ -301,6 +301,41 @@ async fn a_program_linked_against_cublas_solves_triangular_systems_exactly() {
     .await;
 }
 
+/// cuBLAS's batched LU through the shim (`tests/cuda/cublas_lu.cu`): in every precision,
+/// `getrfBatched`'s factors and pivots, `getrsBatched`'s solutions for N, T and C and
+/// `getriBatched`'s inverses are exact, for matrices side by side (one strided launch) and apart
+/// (a launch each); a singular matrix and a zero pivot without pivoting are reported in `info`;
+/// an operation cuBLAS does not know is refused, naming the parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_factors_solves_and_inverts_exactly() {
+    let mut lines = Vec::new();
+    for t in ["s", "d", "c", "z"] {
+        for check in [
+            "getrfBatched factors",
+            "getrfBatched pivots",
+            "getrfBatched info",
+            "getrsBatched N",
+            "getrsBatched T",
+            "getrsBatched C",
+            "getriBatched A C = I",
+            "getriBatched info",
+        ] {
+            lines.push(format!("{t}{check} exact"));
+        }
+    }
+    lines.extend(
+        [
+            "dgetrfBatched apart exact",
+            "singular info 3",
+            "no pivoting info 1",
+            "getrs operation 3: 7 CUBLAS_STATUS_INVALID_VALUE, info -1",
+            "cublas_lu: all exact",
+        ]
+        .map(String::from),
+    );
+    run_math_program("cublas_lu", "libcublas.so.13", &lines.iter().map(String::as_str).collect::<Vec<_>>()).await;
+}
+
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
