@@ -281,8 +281,8 @@ pub fn solve<T: Pivot>(s: &Getrs, a: &[T], pivots: &[i32], b: &mut [T], info: &m
             };
             if s.trans == 0 {
                 swaps(&mut x, true);
-                substitute(&mut x, true, true, |r, c| a_at(r, c));
-                substitute(&mut x, false, false, |r, c| a_at(r, c));
+                substitute(&mut x, true, true, a_at);
+                substitute(&mut x, false, false, a_at);
             } else {
                 substitute(&mut x, true, false, |r, c| a_at(c, r));
                 substitute(&mut x, false, true, |r, c| a_at(c, r));
