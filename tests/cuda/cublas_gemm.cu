@@ -64,6 +64,51 @@ static bool batched(cublasHandle_t h) {
     return ok;
 }
 
+// gemmBatched, its arrays of addresses in device memory: three products side by side in one
+// allocation sharing one B (one strided launch through the shim), then three apart (each in an
+// allocation of its own, A transposed: a launch a product).
+static bool pointer_arrays(cublasHandle_t h) {
+    const int m = 6, n = 5, k = 4, batch = 3;
+    auto a = small_integers<float>(m * k * batch, 5), b = small_integers<float>(k * n, 6);
+    std::vector<float> c(m * n * batch, 2.0f), want = c;
+    float *da = upload(a), *db = upload(b), *dc = upload(c);
+    std::vector<float*> as, bs, cs;
+    for (int i = 0; i < batch; i++) {
+        as.push_back(da + i * m * k);
+        bs.push_back(db);
+        cs.push_back(dc + i * m * n);
+    }
+    float alpha = 2.0f, beta = -1.0f;
+    CUBLAS(cublasSgemmBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, upload(as), m, upload(bs), k, &beta,
+                              upload(cs), m, batch));
+    for (int i = 0; i < batch; i++)
+        reference(false, false, m, n, k, alpha, &a[i * m * k], m, b.data(), k, beta, &want[i * m * n], m);
+    bool ok = same("gemmBatched side by side", download(dc, c.size()), want);
+    if (ok) printf("sgemmBatched side by side exact\n");
+
+    std::vector<double*> da2, db2, dc2;
+    std::vector<std::vector<double>> a2, b2, c2;
+    for (int i = 0; i < batch; i++) {
+        a2.push_back(small_integers<double>(k * m, 7 + i));
+        b2.push_back(small_integers<double>(k * n, 8 + i));
+        c2.push_back(small_integers<double>(m * n, 9 + i));
+        da2.push_back(upload(a2[i]));
+        db2.push_back(upload(b2[i]));
+        dc2.push_back(upload(c2[i]));
+    }
+    double alpha2 = -1.0, beta2 = 3.0;
+    CUBLAS(cublasDgemmBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha2, upload(da2), k, upload(db2), k, &beta2,
+                              upload(dc2), m, batch));
+    bool apart = true;
+    for (int i = 0; i < batch; i++) {
+        std::vector<double> w = c2[i];
+        reference(true, false, m, n, k, alpha2, a2[i].data(), k, b2[i].data(), k, beta2, w.data(), m);
+        apart &= same("gemmBatched apart", download(dc2[i], w.size()), w);
+    }
+    if (apart) printf("dgemmBatched apart exact\n");
+    return ok && apart;
+}
+
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
@@ -78,6 +123,7 @@ int main(int argc, char** argv) {
     ok &= one<double>(h, "dgemm NT", false, true, 33, 21, 19, 0.5f, 3.0f, 5, 1.0);
     ok &= one<float>(h, "sgemm alpha 0", false, false, 12, 10, 6, 0.0f, 4.0f, 2, 3.0f);
     ok &= batched(h);
+    ok &= pointer_arrays(h);
 
     // cublasGemmEx on f32 matrices; f16 ones are refused.
     {

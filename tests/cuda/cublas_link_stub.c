@@ -99,3 +99,5 @@ void cublasCgetriBatched(void) {}
 void cublasZgetrfBatched(void) {}
 void cublasZgetrsBatched(void) {}
 void cublasZgetriBatched(void) {}
+void cublasSgemmBatched(void) {}
+void cublasDgemmBatched(void) {}

@@ -62,6 +62,14 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int m, int n, int k, const float* alpha, const float* A, int lda,
                                          long long strideA, const float* B, int ldb, long long strideB,
                                          const float* beta, float* C, int ldc, long long strideC, int batchCount);
+cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const float* alpha, const float* const* A, int lda,
+                                  const float* const* B, int ldb, const float* beta, float* const* C, int ldc,
+                                  int batchCount);
+cublasStatus_t cublasDgemmBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                  int n, int k, const double* alpha, const double* const* A, int lda,
+                                  const double* const* B, int ldb, const double* beta, double* const* C, int ldc,
+                                  int batchCount);
 cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                              int k, const float* alpha, const void* A, int Atype, int lda, const void* B, int Btype,
                              int ldb, const float* beta, void* C, int Ctype, int ldc);

@@ -6,7 +6,7 @@
 //! The matrices' addresses are arrays in device memory, read back after the stream's work
 //! before the call (so these calls wait for it). Matrices evenly spaced, ascending, in one
 //! allocation (as CuPy and PyTorch lay out a stacked array) go as one strided launch; any others
-//! as one launch a matrix. The pivots are `n` per matrix one after another, as cuBLAS has them;
+//! (or the same matrix twice: overlapping results are refused) as one launch a matrix. The pivots are `n` per matrix one after another, as cuBLAS has them;
 //! null pivots mean no pivoting. `getrsBatched`'s `info` is a host integer that reports only
 //! which parameter was wrong, as cuBLAS's.
 
@@ -16,7 +16,7 @@ use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::{Getrf, Getrs};
 
 use super::gemm::{self, Precision};
-use super::{guard, handle, Target};
+use super::{evenly_spaced, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Threads of a block: a thread a matrix (getrf) or a column of `B` (getrs).
@@ -34,16 +34,6 @@ fn kernels(precision: Precision) -> CuResult<[&'static str; 2]> {
         Precision::ComplexDouble => ["blas_zgetrf", "blas_zgetrs"],
         Precision::Half => return Err(Error::said(code::NOT_SUPPORTED, "a half-precision LU factorization")),
     })
-}
-
-/// The first address and the distance in elements between consecutive ones, if `addresses`
-/// are evenly spaced and ascending by whole elements of `width` bytes (one address: distance 0).
-fn evenly_spaced(addresses: &[u64], width: u64) -> Option<(u64, u64)> {
-    let (&first, rest) = addresses.split_first()?;
-    let Some(&second) = rest.first() else { return Some((first, 0)) };
-    let step = second.checked_sub(first).filter(|&d| d > 0 && d % width == 0)?;
-    let even = addresses.windows(2).all(|w| w[1].checked_sub(w[0]) == Some(step));
-    even.then_some((first, step / width))
 }
 
 /// A pointer argument to `elements` of `width` bytes at `address`, found in the program's
@@ -261,7 +251,7 @@ mod tests {
         assert_eq!(evenly_spaced(&[], 8), None);
         assert_eq!(evenly_spaced(&[0x1000, 0x1040, 0x1088], 8), None, "uneven");
         assert_eq!(evenly_spaced(&[0x1080, 0x1040, 0x1000], 8), None, "descending");
-        assert_eq!(evenly_spaced(&[0x1000, 0x1000], 8), None, "the same matrix twice");
+        assert_eq!(evenly_spaced(&[0x1000, 0x1000], 8), Some((0x1000, 0)), "the same matrix twice");
         assert_eq!(evenly_spaced(&[0x1000, 0x1006], 4), None, "not by whole elements");
     }
 

@@ -39,6 +39,7 @@ use crate::stream::{device_of_stream, stream_of};
 
 mod copies;
 mod gemm;
+mod gemm_batched;
 mod gemm_ex;
 mod lt;
 mod lu;
@@ -101,6 +102,17 @@ impl Handle {
             pointer_mode: self.pointer_mode.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The first address and the distance in elements between consecutive ones, if a batched
+/// routine's `addresses` are evenly spaced, ascending by whole elements of `width` bytes (or all
+/// the same: distance 0), so that one strided launch can do the batch.
+fn evenly_spaced(addresses: &[u64], width: u64) -> Option<(u64, u64)> {
+    let (&first, rest) = addresses.split_first()?;
+    let Some(&second) = rest.first() else { return Some((first, 0)) };
+    let step = second.checked_sub(first).filter(|&d| d % width == 0)?;
+    let even = addresses.windows(2).all(|w| w[1].checked_sub(w[0]) == Some(step));
+    even.then_some((first, step / width))
 }
 
 /// Where one call runs: a device, a stream of it (a `CUstream`, 0 the default), and where its

@@ -142,6 +142,8 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
             "dgemm NT exact",
             "sgemm alpha 0 exact",
             "strided batched on a stream exact",
+            "sgemmBatched side by side exact",
+            "dgemmBatched apart exact",
             "gemmex f32 exact",
             "sgemmex exact",
             "gemmex, sgemmex and hgemm on f16 exact",

@@ -1,0 +1,80 @@
+//! `cublas<S|D|H|C|Z>gemmBatched`: `C[i] = alpha op(A[i]) op(B[i]) + beta C[i]` for each `i`,
+//! the three arrays of matrix addresses in device memory, read back after the stream's work
+//! before the call (so the call waits for it). When each array's matrices are evenly spaced
+//! and ascending (or one matrix repeated, as a shared `B`), the batch is one strided gemm
+//! launch, as `gemmStridedBatched` is; otherwise (or if that launch is refused: results that
+//! overlap, matrices in several allocations) a launch a product.
+
+use std::ffi::{c_int, c_longlong};
+
+use super::gemm::{self, plain, GemmCall, Operand, Types};
+use super::{evenly_spaced, guard, handle};
+use crate::error::{code, CuResult, Error};
+
+/// Runs `call` (its matrices not yet set) over the `count` matrices whose addresses are in the
+/// device arrays `arrays` (`A`, `B`, `C`).
+unsafe fn gemm_batched(h: usize, call: GemmCall, arrays: [u64; 3], count: c_int) -> CuResult<()> {
+    if count < 0 {
+        return Err(Error::said(code::INVALID_VALUE, format!("batch count {count}")));
+    }
+    gemm::check(&call)?;
+    let target = handle(h)?.target();
+    let mut matrices = Vec::with_capacity(3);
+    for array in arrays {
+        matrices.push(target.device_pointers(array, count)?);
+    }
+    let width = call.types.precision.bytes() as u64;
+    if count > 1 {
+        let spaced: Option<Vec<(u64, u64)>> = matrices.iter().map(|m| evenly_spaced(m, width)).collect();
+        if let Some(spaced) = spaced {
+            let strided = GemmCall {
+                matrices: [0, 1, 2].map(|i| Operand::Memory(spaced[i].0)),
+                stride: [0, 1, 2].map(|i| spaced[i].1 as c_longlong),
+                batch: count,
+                ..call
+            };
+            if gemm::launch(target, strided).is_ok() {
+                return Ok(());
+            }
+        }
+    }
+    for i in 0..count as usize {
+        let one = GemmCall { matrices: [0, 1, 2].map(|m| Operand::Memory(matrices[m][i])), ..call };
+        gemm::launch(target, one)?;
+    }
+    Ok(())
+}
+
+/// Defines `cublas<S|D|H|C|Z>gemmBatched` for element type `$t` and `$types`.
+macro_rules! typed_gemm_batched {
+    ($name:ident, $t:ty, $types:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $t,
+            a: u64,
+            lda: c_int,
+            b: u64,
+            ldb: c_int,
+            beta: *const $t,
+            c: u64,
+            ldc: c_int,
+            count: c_int,
+        ) -> u32 {
+            let call = plain($types, [transa, transb], [m, n, k], alpha.cast(), [0; 3], [lda, ldb, ldc], beta.cast());
+            guard(stringify!($name), || gemm_batched(h, call, [a, b, c], count))
+        }
+    };
+}
+
+typed_gemm_batched!(cublasSgemmBatched, f32, Types::uniform(gemm::Precision::Single));
+typed_gemm_batched!(cublasDgemmBatched, f64, Types::uniform(gemm::Precision::Double));
+typed_gemm_batched!(cublasHgemmBatched, u16, gemm::HALF);
+typed_gemm_batched!(cublasCgemmBatched, [f32; 2], Types::uniform(gemm::Precision::ComplexSingle));
+typed_gemm_batched!(cublasZgemmBatched, [f64; 2], Types::uniform(gemm::Precision::ComplexDouble));
