@@ -281,3 +281,50 @@ pub async fn triangular_solves_exactly(acc: &ac_frontend::Accelerator, builtin: 
         }
     }
 }
+
+/// Launches each `blas_<t>abs_reduce` on a strided vector (every other element skipped, those
+/// huge, so reading one would show): the sum of magnitudes (`|re| + |im|` for complex ones) is
+/// exact, iamax and iamin give the first of equal extremes, 1-based, and no elements give 0.
+pub async fn magnitudes_reduce_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
+    // (re, im) at even positions; 1000 between them.
+    let values: [(f64, f64); 5] = [(1.0, -2.0), (-4.0, 0.5), (0.25, 0.0), (3.0, -1.5), (-0.5, 0.25)];
+    for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
+        let reduce = builtin.function(&format!("blas_{t}abs_reduce")).await.unwrap();
+        let parts: Vec<f64> = values
+            .iter()
+            .flat_map(|&(re, im)| {
+                let element = if complex { vec![re, im] } else { vec![re] };
+                let skipped = if complex { vec![1000.0, 1000.0] } else { vec![1000.0] };
+                element.into_iter().chain(skipped)
+            })
+            .collect();
+        let x = if double {
+            acc.alloc_from(&parts.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).await.unwrap()
+        } else {
+            acc.alloc_from(&parts.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect::<Vec<u8>>()).await.unwrap()
+        };
+        let magnitude = |(re, im): (f64, f64)| re.abs() + if complex { im.abs() } else { 0.0 };
+        let want_sum: f64 = values.iter().copied().map(magnitude).sum();
+        let out = acc.alloc_from(&[0u8; 8]).await.unwrap();
+        let u = |v: u32| KernelArg::U32(v);
+        for (op, n) in [(0u32, 5u32), (1, 5), (2, 5), (1, 0)] {
+            let args = [u(op), u(n), x.arg(), KernelArg::U64(2), out.arg()];
+            reduce.launch(ac_frontend::LaunchDims::new([2, 1, 1], [32, 1, 1]), &args).await.unwrap();
+            let bytes = out.to_vec().await.unwrap();
+            let got = match (op, double) {
+                (0, true) => f64::from_le_bytes(bytes[..8].try_into().unwrap()),
+                (0, false) => f32::from_le_bytes(bytes[..4].try_into().unwrap()).into(),
+                _ => i32::from_le_bytes(bytes[..4].try_into().unwrap()).into(),
+            };
+            // Magnitudes: real 1, 4, 0.25, 3, 0.5 (max the 2nd, min the 3rd); complex 3, 4.5,
+            // 0.25, 4.5, 0.75 (max the first 4.5: the 2nd).
+            let want = match (op, n) {
+                (0, _) => want_sum,
+                (_, 0) => 0.0,
+                (1, _) => 2.0,
+                _ => 3.0,
+            };
+            assert_eq!(got, want, "blas_{t}abs_reduce op {op}, n {n}");
+        }
+    }
+}

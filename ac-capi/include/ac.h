@@ -197,6 +197,15 @@ typedef enum acSourceKind {
   //   the same on complex matrices (real part first).
   // - `blas_zgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const double *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, double *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
   //   the same on double complex matrices (pointers 16-byte aligned).
+  // - `blas_sabs_reduce(uint32_t op, uint32_t n, const float *x, uint64_t incx, void *out)`:
+  //   BLAS's asum (op 0: the sum of |x| into a float), iamax (1) and iamin (2: the 1-based
+  //   index of the first largest or smallest |x| into an int32_t, 0 for n 0) over x[i * incx].
+  // - `blas_dabs_reduce(uint32_t op, uint32_t n, const double *x, uint64_t incx, void *out)`:
+  //   the same on doubles.
+  // - `blas_cabs_reduce(uint32_t op, uint32_t n, const float *x, uint64_t incx, void *out)`:
+  //   the same on cuComplex vectors (real part first; a sum is a float) (|re| + |im| for complex ones).
+  // - `blas_zabs_reduce(uint32_t op, uint32_t n, const double *x, uint64_t incx, void *out)`:
+  //   the same on cuDoubleComplex vectors (a sum is a double) (|re| + |im| for complex ones).
   // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
   //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
   //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

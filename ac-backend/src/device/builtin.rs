@@ -17,12 +17,13 @@
 //! | `blas_strsm`, `blas_dtrsm`, `blas_ctrsm`, `blas_ztrsm` | BLAS's column-major triangular solve: side, triangle, operation, unit diagonal, leading dimensions and strided batches, on `f32`, `f64` or their complex numbers (alpha's imaginary part last) ([`super::trsm`]) | `op(A_b) X = alpha B_b` or `X op(A_b) = alpha B_b`, `X` over `B_b` |
 //! | `blas_sgetrf`, `blas_dgetrf`, `blas_cgetrf`, `blas_zgetrf` | LU factorization with partial pivoting (or none) of strided batches of square column-major matrices, pivots and `info` as LAPACK's ([`super::lu`]) | `P A_b = L U` over `A_b` |
 //! | `blas_sgetrs`, `blas_dgetrs`, `blas_cgetrs`, `blas_zgetrs` | solves with those factors, operation N, T or C; or inverts ([`super::lu`]) | `op(A_b) X = B_b`, `X` over `B_b`; or `B_b = A_b^-1` |
+//! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{dft, gemm, lu, trsm};
+use super::{abs_reduce, dft, gemm, lu, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -52,6 +53,10 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dgetrs", &lu::GETRS),
     ("blas_cgetrs", &lu::GETRS),
     ("blas_zgetrs", &lu::GETRS),
+    ("blas_sabs_reduce", &abs_reduce::PARAMS),
+    ("blas_dabs_reduce", &abs_reduce::PARAMS),
+    ("blas_cabs_reduce", &abs_reduce::PARAMS),
+    ("blas_zabs_reduce", &abs_reduce::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -98,6 +103,9 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         }
         "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
         | "blas_cgetrs" | "blas_zgetrs" => lu::footprints(name, args)?,
+        "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
+            abs_reduce::shape(name, args)?.footprints(name)
+        }
         "dft_f32" | "dft_f64" => {
             let scalar = if name == "dft_f32" { 4 } else { 8 };
             // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
@@ -152,6 +160,9 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
         "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => trsm::shape(name, args)?.work(),
         "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
         | "blas_cgetrs" | "blas_zgetrs" => lu::work(name, args)?,
+        "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
+            abs_reduce::shape(name, args)?.span()
+        }
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

@@ -17,6 +17,7 @@
 //! The session layer checks ownership and bounds before calling a context; contexts check bounds
 //! again, so a bug above cannot turn into a stray write.
 
+pub mod abs_reduce;
 pub mod builtin;
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -5,6 +5,7 @@
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
 use super::{check_range, Allocation, CpuContext};
+use crate::device::abs_reduce;
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
@@ -215,6 +216,25 @@ impl CpuContext {
         self.write_elements(i, 0, &info, "getrs info")
     }
 
+    /// Runs a `blas_<t>abs_reduce` ([`abs_reduce`]'s order; a sum rounded to `R` at each
+    /// step): reads `x`, writes the sum as `R` or the index as an `i32`.
+    fn abs_reduce<T: Element + Pivot, R: Element + FromF64 + Into<f64>>(
+        &self,
+        name: &str,
+        args: &[DeviceArg],
+    ) -> DeviceResult<()> {
+        let r = abs_reduce::shape(name, args)?;
+        let [x, out] = abs_reduce::POINTERS.map(|i| &args[i]);
+        let values = self.read_elements::<T>(x, r.span(), "abs_reduce x")?;
+        let rounded = |acc: f64, v: f64| (R::from_f64(acc) + R::from_f64(v)).into();
+        let result = abs_reduce::reduce(&r, &values, rounded);
+        if r.op == abs_reduce::Reduction::Sum {
+            self.write_elements(out, 0, &[R::from_f64(result)], "abs_reduce out")
+        } else {
+            self.write_elements(out, 0, &[result as i32], "abs_reduce out")
+        }
+    }
+
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
     /// the output's elements (not what lies between its lines).
     fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -303,6 +323,10 @@ impl CpuContext {
             "blas_dgetrs" => self.getrs::<f64>(name, args),
             "blas_cgetrs" => self.getrs::<Complex<f32>>(name, args),
             "blas_zgetrs" => self.getrs::<Complex<f64>>(name, args),
+            "blas_sabs_reduce" => self.abs_reduce::<f32, f32>(name, args),
+            "blas_dabs_reduce" => self.abs_reduce::<f64, f64>(name, args),
+            "blas_cabs_reduce" => self.abs_reduce::<Complex<f32>, f32>(name, args),
+            "blas_zabs_reduce" => self.abs_reduce::<Complex<f64>, f64>(name, args),
             "dft_f32" => self.dft::<f32>("dft_f32", args),
             "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {

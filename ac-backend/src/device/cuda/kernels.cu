@@ -401,6 +401,44 @@ LU_KERNELS(d, double)
 LU_KERNELS(c, Complex<float>)
 LU_KERNELS(z, Complex<double>)
 
+// BLAS's asum (op 0: the sum of |re| + |im| into a real R), iamax (op 1) and iamin (op 2: the
+// 1-based index of the first element of largest or smallest |re| + |im|, an int; 0 for no
+// elements) over x[i * incx], i < n: one thread, in order (cuBLAS's `<t>asum`, `i<t>amax`,
+// `i<t>amin`; the CPU device sums in the same order).
+template <typename T, typename R>
+__device__ void abs_reduce(unsigned op, unsigned n, const T* x, u64 incx, void* out) {
+    if (thread_index() != 0) return;
+    if (op == 0) {
+        R sum = 0;
+        for (u64 i = 0; i < n; ++i) sum += magnitude(x[i * incx]);
+        *(R*)out = sum;
+        return;
+    }
+    int best = n > 0 ? 1 : 0;
+    R extreme = n > 0 ? magnitude(x[0]) : R(0);
+    for (u64 i = 1; i < n; ++i) {
+        const R v = magnitude(x[i * incx]);
+        if (op == 1 ? v > extreme : v < extreme) {
+            extreme = v;
+            best = (int)(i + 1);
+        }
+    }
+    *(int*)out = best;
+}
+
+extern "C" __global__ void blas_sabs_reduce(unsigned op, unsigned n, const float* x, u64 incx, void* out) {
+    abs_reduce<float, float>(op, n, x, incx, out);
+}
+extern "C" __global__ void blas_dabs_reduce(unsigned op, unsigned n, const double* x, u64 incx, void* out) {
+    abs_reduce<double, double>(op, n, x, incx, out);
+}
+extern "C" __global__ void blas_cabs_reduce(unsigned op, unsigned n, const Complex<float>* x, u64 incx, void* out) {
+    abs_reduce<Complex<float>, float>(op, n, x, incx, out);
+}
+extern "C" __global__ void blas_zabs_reduce(unsigned op, unsigned n, const Complex<double>* x, u64 incx, void* out) {
+    abs_reduce<Complex<double>, double>(op, n, x, incx, out);
+}
+
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
 // CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
 // real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a
