@@ -213,9 +213,9 @@ int main(int argc, char** argv) {
         ok &= copied;
         cublasStatus_t strided = cublasSetVector(4, sizeof(float), x, 1, d, 2);
         printf("strided on the device: %d %s\n", (int)strided, cublasGetStatusName(strided));
-        float sum = 0.0f;
-        cublasStatus_t asum = cublasSasum_v2(h, 4, d, 1, &sum);
-        printf("sasum: %d %s\n", (int)asum, cublasGetStatusName(asum));
+        float ra = 3.0f, rb = 4.0f, cosine = 0.0f, sine = 0.0f;
+        cublasStatus_t rotg = cublasSrotg_v2(h, &ra, &rb, &cosine, &sine);
+        printf("srotg: %d %s\n", (int)rotg, cublasGetStatusName(rotg));
         CHECK(cudaFree(d));
     }
 

@@ -101,3 +101,15 @@ void cublasZgetrsBatched(void) {}
 void cublasZgetriBatched(void) {}
 void cublasSgemmBatched(void) {}
 void cublasDgemmBatched(void) {}
+void cublasDasum_v2(void) {}
+void cublasScasum_v2(void) {}
+void cublasDzasum_v2(void) {}
+void cublasIsamax_v2(void) {}
+void cublasIdamax_v2(void) {}
+void cublasIcamax_v2(void) {}
+void cublasIzamax_v2(void) {}
+void cublasIsamin_v2(void) {}
+void cublasIdamin_v2(void) {}
+void cublasIcamin_v2(void) {}
+void cublasIzamin_v2(void) {}
+void cublasSrotg_v2(void) {}

@@ -28,6 +28,18 @@ cublasStatus_t cublasGetMatrix(int rows, int cols, int elemSize, const void* A, 
 typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
 cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode);
 cublasStatus_t cublasSasum_v2(cublasHandle_t handle, int n, const float* x, int incx, float* result);
+cublasStatus_t cublasDasum_v2(cublasHandle_t handle, int n, const double* x, int incx, double* result);
+cublasStatus_t cublasScasum_v2(cublasHandle_t handle, int n, const void* x, int incx, float* result);
+cublasStatus_t cublasDzasum_v2(cublasHandle_t handle, int n, const void* x, int incx, double* result);
+cublasStatus_t cublasIsamax_v2(cublasHandle_t handle, int n, const float* x, int incx, int* result);
+cublasStatus_t cublasIdamax_v2(cublasHandle_t handle, int n, const double* x, int incx, int* result);
+cublasStatus_t cublasIcamax_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
+cublasStatus_t cublasIzamax_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
+cublasStatus_t cublasIsamin_v2(cublasHandle_t handle, int n, const float* x, int incx, int* result);
+cublasStatus_t cublasIdamin_v2(cublasHandle_t handle, int n, const double* x, int incx, int* result);
+cublasStatus_t cublasIcamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
+cublasStatus_t cublasIzamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
+cublasStatus_t cublasSrotg_v2(cublasHandle_t handle, float* a, float* b, float* c, float* s);
 cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx, const float* y, int incy,
                              float* result);
 cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx, const double* y, int incy,

@@ -156,6 +156,53 @@ static bool device_pointers(cublasHandle_t h) {
     return ok;
 }
 
+// asum, iamax and iamin on strided vectors (every other element a skipped 1000: reading one
+// shows), real and complex (a complex magnitude is |re| + |im|, as BLAS's): magnitudes 1, 4,
+// 0.25, 4, 0.5 (sum 9.75) and 3, 4.5, 0.25, 4.5, 0.75 (sum 13), where iamax gives the first of
+// the equal largest (2) and iamin the smallest (3); results into host memory and, in
+// CUBLAS_POINTER_MODE_DEVICE, into device memory.
+static bool magnitudes(cublasHandle_t h) {
+    std::vector<float> xs = {1, 1000, -4, 1000, 0.25f, 1000, 4, 1000, -0.5f, 1000};
+    std::vector<double> xd(xs.begin(), xs.end());
+    std::vector<float> xc = {1, -2, 1e3f, 1e3f, -4, 0.5f, 1e3f, 1e3f, 0.25f, 0, 1e3f, 1e3f, 3, -1.5f, 1e3f, 1e3f, -0.5f, 0.25f, 1e3f, 1e3f};
+    std::vector<double> xz(xc.begin(), xc.end());
+    float *ds = upload(xs), *dc = upload(xc);
+    double *dd = upload(xd), *dz = upload(xz);
+    float fs = 0, fc = 0;
+    double gd = 0, gz = 0;
+    int i = -1;
+    bool ok = true;
+    CUBLAS(cublasSasum_v2(h, 5, ds, 2, &fs));
+    ok &= equal("sasum strided", fs, 9.75f);
+    CUBLAS(cublasDasum_v2(h, 5, dd, 2, &gd));
+    ok &= equal("dasum strided", gd, 9.75);
+    CUBLAS(cublasScasum_v2(h, 5, dc, 2, &fc));
+    ok &= equal("scasum strided", fc, 13.0f);
+    CUBLAS(cublasDzasum_v2(h, 5, dz, 2, &gz));
+    ok &= equal("dzasum strided", gz, 13.0);
+    CUBLAS(cublasIsamax_v2(h, 5, ds, 2, &i));
+    ok &= equal("isamax first of equals", i, 2);
+    CUBLAS(cublasIdamin_v2(h, 5, dd, 2, &i));
+    ok &= equal("idamin", i, 3);
+    CUBLAS(cublasIcamax_v2(h, 5, dc, 2, &i));
+    ok &= equal("icamax first of equals", i, 2);
+    CUBLAS(cublasIzamin_v2(h, 5, dz, 2, &i));
+    ok &= equal("izamin", i, 3);
+    CUBLAS(cublasIsamax_v2(h, 0, ds, 2, &i));
+    ok &= equal("isamax of no elements", i, 0);
+
+    CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_DEVICE));
+    double* dsum = upload(std::vector<double>(1, -1));
+    int* dindex = upload(std::vector<int>(1, -1));
+    CUBLAS(cublasDzasum_v2(h, 5, dz, 2, dsum));
+    CUBLAS(cublasIzamax_v2(h, 5, dz, 2, dindex));
+    CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_HOST));
+    ok &= equal("dzasum into device memory", download(dsum, 1)[0], 13.0);
+    ok &= equal("izamax into device memory", download(dindex, 1)[0], 2);
+    for (void* p : {(void*)ds, (void*)dc, (void*)dd, (void*)dz, (void*)dsum, (void*)dindex}) CHECK(cudaFree(p));
+    return ok;
+}
+
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
@@ -194,6 +241,7 @@ int main(int argc, char** argv) {
     }
     if (failures == 0) printf("threads' dot products exact\n");
     ok &= failures == 0;
+    ok &= magnitudes(h);
 
     // What cuBLAS refuses: a leading dimension below the rows, an increment of 0.
     {

@@ -43,6 +43,7 @@ mod gemm_batched;
 mod gemm_ex;
 mod lt;
 mod lu;
+mod magnitudes;
 mod trsm;
 mod vectors;
 

@@ -50,7 +50,7 @@ fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
 
 /// Writes `bytes` (one element) to the program's `result`: host or device memory as the
 /// pointer mode says.
-unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) -> CuResult<()> {
+pub(super) unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) -> CuResult<()> {
     if target.host_pointers() {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
         Ok(())
