@@ -38,9 +38,8 @@ unsafe fn gemm_batched(h: usize, call: GemmCall, arrays: [u64; 3], count: c_int)
             }
         }
     }
-    for i in 0..count as usize {
-        let one = GemmCall { matrices: [0, 1, 2].map(|m| Operand::Memory(matrices[m][i])), ..call };
-        gemm::launch(target, one)?;
+    for ((&a, &b), &c) in matrices[0].iter().zip(&matrices[1]).zip(&matrices[2]) {
+        gemm::launch(target, GemmCall { matrices: [a, b, c].map(Operand::Memory), ..call })?;
     }
     Ok(())
 }
