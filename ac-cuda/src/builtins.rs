@@ -102,6 +102,14 @@ impl Builtins {
         Ok(arg)
     }
 
+    /// Runs `launch` with the result slot as its output and reads the slot's first
+    /// `out.len()` bytes back after it (the slot kept for this caller meanwhile).
+    pub fn through_result(&self, launch: impl FnOnce(KernelArg) -> CuResult<()>, out: &mut [u8]) -> CuResult<()> {
+        let (slot, held) = self.result();
+        launch(slot)?;
+        self.read_result(&held, out)
+    }
+
     /// Reads the result slot's first `out.len()` bytes, after every launch queued before.
     pub fn read_result(&self, _held: &MutexGuard<'_, ()>, out: &mut [u8]) -> CuResult<()> {
         let shim = state::shim()?;

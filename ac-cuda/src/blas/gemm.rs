@@ -11,11 +11,10 @@ use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::{f16_to_f32, f32_to_f16, Gemm, GemmElement};
 
 use super::{guard, handle, Target};
-use crate::builtins::{builtins, dims_for, Builtins};
+use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::memory::device_to_host;
 use crate::state;
-use crate::stream::stream_of;
 
 /// Threads of a gemm launch's block (a thread an element of C).
 const BLOCK: u32 = 256;
@@ -247,7 +246,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
-    send(target, &device, &call, [a, b, c], [alpha, beta])
+    send(target, &call, [a, b, c], [alpha, beta])
 }
 
 /// A matrix of the program's at `address` as a kernel argument: its `elements` elements of
@@ -260,13 +259,7 @@ pub(super) fn matrix(target: Target, address: u64, elements: u64, width: u64) ->
 
 /// Sends the launch of `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or
 /// `blas_zgemm` on the target's stream.
-fn send(
-    target: Target,
-    device: &Builtins,
-    call: &GemmCall,
-    [a, b, c]: [KernelArg; 3],
-    [alpha, beta]: [[f64; 2]; 2],
-) -> CuResult<()> {
+fn send(target: Target, call: &GemmCall, [a, b, c]: [KernelArg; 3], [alpha, beta]: [[f64; 2]; 2]) -> CuResult<()> {
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
     // A real matrix's conjugate transpose is its transpose.
@@ -291,7 +284,6 @@ fn send(
         l(call.stride[2]),
         u(call.batch),
     ];
-    let dims = dims_for(call.m as u64 * call.n as u64 * call.batch as u64, BLOCK);
     let name = match (call.types.elements, precision) {
         (Some(types), Precision::Single | Precision::Half) => {
             args.push(KernelArg::U32(GemmElement::encode(types)));
@@ -312,9 +304,7 @@ fn send(
             return Err(Error::said(code::NOT_SUPPORTED, why));
         }
     };
-    let function = device.function(name)?;
-    let stream = stream_of(target.stream, target.device)?;
-    Ok(state::shim()?.block_on(function.launch_on(&stream, dims, &args))?)
+    target.launch(name, &args, call.m as u64 * call.n as u64 * call.batch as u64, BLOCK)
 }
 
 /// A gemm entry point's body: the call on handle `h`.

@@ -8,7 +8,7 @@
 use std::ffi::{c_int, c_longlong};
 
 use super::gemm::{self, plain, GemmCall, Operand, Types};
-use super::{evenly_spaced, guard, handle};
+use super::{each_batch, guard, handle};
 use crate::error::{code, CuResult, Error};
 
 /// Runs `call` (its matrices not yet set) over the `count` matrices whose addresses are in the
@@ -19,29 +19,12 @@ unsafe fn gemm_batched(h: usize, call: GemmCall, arrays: [u64; 3], count: c_int)
     }
     gemm::check(&call)?;
     let target = handle(h)?.target();
-    let mut matrices = Vec::with_capacity(3);
-    for array in arrays {
-        matrices.push(target.device_pointers(array, count)?);
-    }
-    let width = call.types.precision.bytes() as u64;
-    if count > 1 {
-        let spaced: Option<Vec<(u64, u64)>> = matrices.iter().map(|m| evenly_spaced(m, width)).collect();
-        if let Some(spaced) = spaced {
-            let strided = GemmCall {
-                matrices: [0, 1, 2].map(|i| Operand::Memory(spaced[i].0)),
-                stride: [0, 1, 2].map(|i| spaced[i].1 as c_longlong),
-                batch: count,
-                ..call
-            };
-            if gemm::launch(target, strided).is_ok() {
-                return Ok(());
-            }
-        }
-    }
-    for ((&a, &b), &c) in matrices[0].iter().zip(&matrices[1]).zip(&matrices[2]) {
-        gemm::launch(target, GemmCall { matrices: [a, b, c].map(Operand::Memory), ..call })?;
-    }
-    Ok(())
+    let matrices = target.device_pointers(arrays, count)?;
+    each_batch(&matrices, call.types.precision.bytes() as u64, |spans, _, batch| {
+        let matrices = spans.map(|(first, _)| Operand::Memory(first));
+        let stride = spans.map(|(_, stride)| stride as c_longlong);
+        gemm::launch(target, GemmCall { matrices, stride, batch: batch as c_int, ..call })
+    })
 }
 
 /// Defines `cublas<S|D|H|C|Z>gemmBatched` for element type `$t` and `$types`.

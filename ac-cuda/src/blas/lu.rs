@@ -16,7 +16,7 @@ use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::{Getrf, Getrs};
 
 use super::gemm::{self, Precision};
-use super::{evenly_spaced, guard, handle, Target};
+use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Threads of a block: a thread a matrix (getrf) or a column of `B` (getrs).
@@ -51,50 +51,30 @@ fn require(fine: bool, why: impl FnOnce() -> String) -> CuResult<()> {
     }
 }
 
-/// One batched call's matrices: where each `A` (and `B` or `C`) is, and the pivots and `info`
-/// arrays (0 where absent).
-#[derive(Debug)]
-struct Batch {
-    a: Vec<u64>,
-    b: Vec<u64>,
-    pivots: u64,
-    info: u64,
-}
-
-impl Batch {
-    /// Launches `one(first of each, their stride, first matrix index, count)` once if every
-    /// matrix array is evenly spaced and the launch is accepted, else once a matrix.
-    unsafe fn each(
-        &self,
-        width: u64,
-        mut one: impl FnMut([(u64, u64); 2], usize, u64) -> CuResult<()>,
-    ) -> CuResult<()> {
-        let b = if self.b.is_empty() { Some((0, 0)) } else { evenly_spaced(&self.b, width) };
-        if let (Some(a), Some(b)) = (evenly_spaced(&self.a, width), b) {
-            if self.a.len() > 1 && one([a, b], 0, self.a.len() as u64).is_ok() {
-                return Ok(());
-            }
-        }
-        for i in 0..self.a.len() {
-            let b = self.b.get(i).copied().unwrap_or(0);
-            one([(self.a[i], 0), (b, 0)], i, 1)?;
-        }
-        Ok(())
-    }
+/// `Err(INVALID_VALUE)` saying why this contract refuses a launch's shape, if it does.
+fn accepted(refusal: Option<String>) -> CuResult<()> {
+    refusal.map_or(Ok(()), |why| Err(Error::said(code::INVALID_VALUE, why)))
 }
 
 /// `getrfBatched`: factors `count` matrices `n x n` in place.
-unsafe fn getrf(target: Target, precision: Precision, [n, lda]: [c_int; 2], batch: Batch) -> CuResult<()> {
+/// `matrices`: the `A`s' addresses; `pivots` and `info` the arrays' (`pivots` 0: no pivoting).
+unsafe fn getrf(
+    target: Target,
+    precision: Precision,
+    [n, lda]: [c_int; 2],
+    matrices: &[Vec<u64>; 1],
+    [pivots, info]: [u64; 2],
+) -> CuResult<()> {
     let [getrf, _] = kernels(precision)?;
     let width = precision.bytes() as u64;
     let (n, lda) = (n as u64, lda as u64);
-    batch.each(width, |[(a, stride_a), _], first, count| {
-        let g = Getrf { n, lda, stride_a, pivoting: batch.pivots != 0, stride_p: n, batch: count };
-        require(g.refusal().is_none(), || g.refusal().unwrap_or_default())?;
+    each_batch(matrices, width, |[(a, stride_a)], first, count| {
+        let g = Getrf { n, lda, stride_a, pivoting: pivots != 0, stride_p: n, batch: count };
+        accepted(g.refusal())?;
         let [na, np, ni] = g.footprints();
         let a_arg = memory(target, a, na, width)?;
-        let pivots = if g.pivoting { memory(target, batch.pivots + first as u64 * n * INT, np, INT)? } else { a_arg };
-        let info = memory(target, batch.info + first as u64 * INT, ni, INT)?;
+        let pivots = if g.pivoting { memory(target, pivots + first as u64 * n * INT, np, INT)? } else { a_arg };
+        let info = memory(target, info + first as u64 * INT, ni, INT)?;
         let u = |v: u64| KernelArg::U32(v as u32);
         #[rustfmt::skip] // as the kernel's signature reads
         let args = [
@@ -106,19 +86,26 @@ unsafe fn getrf(target: Target, precision: Precision, [n, lda]: [c_int; 2], batc
 }
 
 /// `getrsBatched` (`inverse` false: `op(A) X = B`, `X` over `B`) or `getriBatched` (`C = A^-1`,
-/// `info` in device memory): `count` systems with `getrf`'s factors.
-unsafe fn getrs(target: Target, precision: Precision, shape: Getrs, batch: Batch) -> CuResult<()> {
+/// `info` in device memory): `count` systems with `getrf`'s factors. `matrices`: the `A`s' and
+/// `B`s' (`C`s') addresses; `pivots` and `info` the arrays' (`pivots` 0: no pivoting).
+unsafe fn getrs(
+    target: Target,
+    precision: Precision,
+    shape: Getrs,
+    matrices: &[Vec<u64>; 2],
+    [pivots, info]: [u64; 2],
+) -> CuResult<()> {
     let [_, getrs] = kernels(precision)?;
     let width = precision.bytes() as u64;
     let n = shape.n;
-    batch.each(width, |[(a, stride_a), (b, stride_b)], first, count| {
+    each_batch(matrices, width, |[(a, stride_a), (b, stride_b)], first, count| {
         let s = Getrs { stride: [stride_a, stride_b], stride_p: n, batch: count, ..shape };
-        require(s.refusal().is_none(), || s.refusal().unwrap_or_default())?;
+        accepted(s.refusal())?;
         let [na, np, nb, ni] = s.footprints();
         let a_arg = memory(target, a, na, width)?;
-        let pivots = if s.pivoting { memory(target, batch.pivots + first as u64 * n * INT, np, INT)? } else { a_arg };
+        let pivots = if s.pivoting { memory(target, pivots + first as u64 * n * INT, np, INT)? } else { a_arg };
         let b_arg = memory(target, b, nb, width)?;
-        let info = if s.inverse { memory(target, batch.info + first as u64 * INT, ni, INT)? } else { a_arg };
+        let info = if s.inverse { memory(target, info + first as u64 * INT, ni, INT)? } else { a_arg };
         let u = |v: u64| KernelArg::U32(v as u32);
         let flags = u64::from(s.pivoting) | u64::from(s.inverse) << 1;
         #[rustfmt::skip] // as the kernel's signature reads
@@ -171,8 +158,7 @@ macro_rules! lu_entries {
                     return Ok(());
                 }
                 let target = handle(h)?.target();
-                let batch = Batch { a: target.device_pointers(a, count)?, b: Vec::new(), pivots, info };
-                getrf(target, $precision, [n, lda], batch)
+                getrf(target, $precision, [n, lda], &target.device_pointers([a], count)?, [pivots, info])
             })
         }
 
@@ -200,9 +186,8 @@ macro_rules! lu_entries {
                     return Ok(());
                 }
                 let target = handle(h)?.target();
-                let (a, b) = (target.device_pointers(a, count)?, target.device_pointers(b, count)?);
                 let shape = solve_shape(trans, [n, nrhs], [lda, ldb], pivots, false);
-                getrs(target, $precision, shape, Batch { a, b, pivots, info: 0 })
+                getrs(target, $precision, shape, &target.device_pointers([a, b], count)?, [pivots, 0])
             })
         }
 
@@ -227,9 +212,8 @@ macro_rules! lu_entries {
                     return Ok(());
                 }
                 let target = handle(h)?.target();
-                let (a, c) = (target.device_pointers(a, count)?, target.device_pointers(c, count)?);
                 let shape = solve_shape(0, [n, n], [lda, ldc], pivots, true);
-                getrs(target, $precision, shape, Batch { a, b: c, pivots, info })
+                getrs(target, $precision, shape, &target.device_pointers([a, c], count)?, [pivots, info])
             })
         }
     };
@@ -243,17 +227,6 @@ lu_entries!(cublasZgetrfBatched, cublasZgetrsBatched, cublasZgetriBatched, Preci
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn evenly_spaced_matrices_are_found() {
-        assert_eq!(evenly_spaced(&[0x1000, 0x1040, 0x1080], 8), Some((0x1000, 8)));
-        assert_eq!(evenly_spaced(&[0x1000], 8), Some((0x1000, 0)));
-        assert_eq!(evenly_spaced(&[], 8), None);
-        assert_eq!(evenly_spaced(&[0x1000, 0x1040, 0x1088], 8), None, "uneven");
-        assert_eq!(evenly_spaced(&[0x1080, 0x1040, 0x1000], 8), None, "descending");
-        assert_eq!(evenly_spaced(&[0x1000, 0x1000], 8), Some((0x1000, 0)), "the same matrix twice");
-        assert_eq!(evenly_spaced(&[0x1000, 0x1006], 4), None, "not by whole elements");
-    }
 
     #[test]
     fn getrs_names_its_first_wrong_parameter_as_cublas() {

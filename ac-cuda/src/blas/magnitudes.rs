@@ -46,11 +46,9 @@ unsafe fn reduce(h: usize, r: Reduction, n: c_int, x: u64, incx: c_int, result: 
         let out = gemm::matrix(target, result as u64, 1, r.result as u64)?;
         return target.launch(r.kernel, &args(out), 1, 32);
     }
-    let device = builtins(target.device)?;
-    let (slot, held) = device.result();
-    target.launch(r.kernel, &args(slot), 1, 32)?;
     let mut bytes = [0u8; 8];
-    device.read_result(&held, &mut bytes[..r.result])?;
+    builtins(target.device)?
+        .through_result(|slot| target.launch(r.kernel, &args(slot), 1, 32), &mut bytes[..r.result])?;
     store(target, result, &bytes[..r.result])
 }
 

@@ -134,24 +134,51 @@ impl Target {
 
     /// Sends a launch of builtin `name` on this target's stream, `threads` of them in blocks of
     /// `block`, without waiting.
-    unsafe fn launch(self, name: &'static str, args: &[KernelArg], threads: u64, block: u32) -> CuResult<()> {
+    fn launch(self, name: &'static str, args: &[KernelArg], threads: u64, block: u32) -> CuResult<()> {
         let function = builtins(self.device)?.function(name)?;
         let stream = stream_of(self.stream, self.device)?;
         Ok(state::shim()?.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
     }
 
-    /// `count` device addresses from the program's array at `array` (a batched routine's
-    /// pointers), once the stream's work before this call (which may have written them) is done.
-    unsafe fn device_pointers(self, array: u64, count: c_int) -> CuResult<Vec<u64>> {
-        let mut out = vec![0u64; count.max(0) as usize];
-        if out.is_empty() {
+    /// `count` device addresses from each of the program's arrays at `arrays` (a batched
+    /// routine's matrices), read once the stream's work before this call (which may have
+    /// written them) is done.
+    unsafe fn device_pointers<const N: usize>(self, arrays: [u64; N], count: c_int) -> CuResult<[Vec<u64>; N]> {
+        let mut out = arrays.map(|_| vec![0u64; count.max(0) as usize]);
+        if count <= 0 {
             return Ok(out);
         }
         let shim = state::shim()?;
         shim.block_on(stream_of(self.stream, self.device)?.synchronize())?;
-        device_to_host(out.as_mut_ptr().cast(), array, out.len() * 8)?;
+        for (addresses, array) in out.iter_mut().zip(arrays) {
+            device_to_host(addresses.as_mut_ptr().cast(), array, addresses.len() * 8)?;
+        }
         Ok(out)
     }
+}
+
+/// Runs a batched routine over its arrays of matrix addresses (`arrays[j][i]`: operand `j` of
+/// matrix `i`, elements of `width` bytes): `launch(each operand's first address and stride in
+/// elements, first matrix, count)` once for the whole batch if every array is evenly spaced
+/// and that launch is accepted (not refused: results that overlap, matrices in several
+/// allocations), else once a matrix, stride 0.
+fn each_batch<const N: usize>(
+    arrays: &[Vec<u64>; N],
+    width: u64,
+    mut launch: impl FnMut([(u64, u64); N], usize, u64) -> CuResult<()>,
+) -> CuResult<()> {
+    let count = arrays[0].len();
+    if count > 1 {
+        let spaced = arrays.each_ref().map(|a| evenly_spaced(a, width));
+        if spaced.iter().all(Option::is_some) && launch(spaced.map(Option::unwrap_or_default), 0, count as u64).is_ok()
+        {
+            return Ok(());
+        }
+    }
+    for i in 0..count {
+        launch(arrays.each_ref().map(|a| (a[i], 0)), i, 1)?;
+    }
+    Ok(())
 }
 
 fn handles() -> &'static Registry<Handle> {
@@ -318,5 +345,16 @@ mod tests {
         for s in [0, 1, 3, 7, 13, 14, 15] {
             assert_ne!(status_text(s).0, c"CUBLAS_STATUS_UNKNOWN", "{s}");
         }
+    }
+
+    #[test]
+    fn evenly_spaced_matrices_are_found() {
+        assert_eq!(evenly_spaced(&[0x1000, 0x1040, 0x1080], 8), Some((0x1000, 8)));
+        assert_eq!(evenly_spaced(&[0x1000], 8), Some((0x1000, 0)));
+        assert_eq!(evenly_spaced(&[], 8), None);
+        assert_eq!(evenly_spaced(&[0x1000, 0x1040, 0x1088], 8), None, "uneven");
+        assert_eq!(evenly_spaced(&[0x1080, 0x1040, 0x1000], 8), None, "descending");
+        assert_eq!(evenly_spaced(&[0x1000, 0x1000], 8), Some((0x1000, 0)), "the same matrix twice");
+        assert_eq!(evenly_spaced(&[0x1000, 0x1006], 4), None, "not by whole elements");
     }
 }

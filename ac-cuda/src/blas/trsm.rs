@@ -163,7 +163,7 @@ macro_rules! trsm_batched_entry {
                 if count < 0 {
                     return Err(Error::said(code::INVALID_VALUE, format!("batch count {count}")));
                 }
-                let (a, b) = (target.device_pointers(a, count)?, target.device_pointers(b, count)?);
+                let [a, b] = target.device_pointers([a, b], count)?;
                 for (a, b) in a.into_iter().zip(b) {
                     launch(target, TrsmCall { precision: $precision, codes, m, n, alpha, a, lda, b, ldb })?;
                 }

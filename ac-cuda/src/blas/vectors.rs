@@ -79,13 +79,11 @@ unsafe fn into_result(target: Target, mut call: GemmCall, result: *mut c_void, f
         call.matrices[2] = Operand::Memory(result as u64);
         return launch(target, call);
     }
-    let device = builtins(target.device)?;
-    let (slot, held) = device.result();
-    call.matrices[2] = Operand::Slot(slot);
-    launch(target, call)?;
     let mut bytes = [0u8; 16];
     let width = call.types.result_bytes();
-    device.read_result(&held, &mut bytes[..width])?;
+    let into_slot =
+        |slot| launch(target, GemmCall { matrices: [call.matrices[0], call.matrices[1], Operand::Slot(slot)], ..call });
+    builtins(target.device)?.through_result(into_slot, &mut bytes[..width])?;
     match finish {
         Finish::Element => store(target, result, &bytes[..width]),
         Finish::Norm => {
