@@ -7,6 +7,8 @@ void cublasDestroy_v2(void) {}
 void cublasSetStream_v2(void) {}
 void cublasGetVersion_v2(void) {}
 void cublasGetStatusName(void) {}
+void cublasSetSmCountTarget(void) {}
+void cublasGetSmCountTarget(void) {}
 void cublasSgemm_v2(void) {}
 void cublasDgemm_v2(void) {}
 void cublasSgemmStridedBatched(void) {}
@@ -69,6 +71,12 @@ void cublasLtMatmulPreferenceDestroy(void) {}
 void cublasLtMatmulPreferenceSetAttribute(void) {}
 void cublasLtMatmulAlgoGetHeuristic(void) {}
 void cublasLtMatmul(void) {}
+void cublasLtMatmulAlgoGetIds(void) {}
+void cublasLtMatmulAlgoInit(void) {}
+void cublasLtMatmulAlgoCapGetAttribute(void) {}
+void cublasLtMatmulAlgoConfigSetAttribute(void) {}
+void cublasLtMatmulAlgoConfigGetAttribute(void) {}
+void cublasLtMatmulAlgoCheck(void) {}
 void cufftPlan1d(void) {}
 void cufftPlan2d(void) {}
 void cufftPlan3d(void) {}

@@ -21,6 +21,8 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasGetVersion_v2(cublasHandle_t handle, int* version);
 const char* cublasGetStatusName(cublasStatus_t status);
+cublasStatus_t cublasSetSmCountTarget(cublasHandle_t handle, int smCountTarget);
+cublasStatus_t cublasGetSmCountTarget(cublasHandle_t handle, int* smCountTarget);
 cublasStatus_t cublasSetVector(int n, int elemSize, const void* x, int incx, void* devicePtr, int incy);
 cublasStatus_t cublasGetVector(int n, int elemSize, const void* x, int incx, void* y, int incy);
 cublasStatus_t cublasSetMatrix(int rows, int cols, int elemSize, const void* A, int lda, void* B, int ldb);

@@ -2,8 +2,9 @@
 // linear layers call it: a heuristic, then D = alpha op(A) op(B) + beta C with a bias added to
 // every column (CUBLASLT_EPILOGUE_BIAS); strided batches on a stream, double precision with
 // padded matrices, alpha and beta in device memory, layouts initialized on the stack, a cuBLAS
-// handle used as a cuBLASLt one; and what the shim cannot run, which the heuristic answers with
-// no algorithm. Every result is checked exactly (small integers).
+// handle used as a cuBLASLt one; an algorithm picked by hand (ids, init, capabilities,
+// configuration, check) as a tuner picks one; and what the shim cannot run, which the heuristic
+// answers with no algorithm and the check and the matmul refuse. Every result is checked exactly (small integers).
 // Usage: cublaslt_matmul [--native] (--native: leaves out what only the shim refuses)
 #include <cstdio>
 #include <cstring>
@@ -135,6 +136,51 @@ int main(int argc, char** argv) {
         if (same("stack layouts", download(dc, c.size()), want)) printf("stack layouts and a cuBLAS handle exact\n");
         else ok = false;
 
+        // An algorithm picked by hand, as a tuner picks one: the ids for these types, each
+        // initialized and checked against the matmul until one fits, its capabilities and
+        // configuration read, then run with it.
+        int ids[16], found_ids = 0;
+        CUBLAS(cublasLtMatmulAlgoGetIds((cublasLtHandle_t)h, CUBLAS_COMPUTE_32F, CUDA_R_32F_, CUDA_R_32F_, CUDA_R_32F_,
+                                        CUDA_R_32F_, CUDA_R_32F_, 16, ids, &found_ids));
+        cublasLtMatmulAlgo_t algo;
+        cublasLtMatmulHeuristicResult_t checked = {};
+        bool fits = false;
+        for (int i = 0; i < found_ids && !fits; i++) {
+            if (cublasLtMatmulAlgoInit((cublasLtHandle_t)h, CUBLAS_COMPUTE_32F, CUDA_R_32F_, CUDA_R_32F_, CUDA_R_32F_,
+                                       CUDA_R_32F_, CUDA_R_32F_, ids[i], &algo) != CUBLAS_STATUS_SUCCESS)
+                continue;
+            fits = cublasLtMatmulAlgoCheck((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, &algo, &checked) ==
+                       CUBLAS_STATUS_SUCCESS &&
+                   checked.state == CUBLAS_STATUS_SUCCESS;
+        }
+        size_t tiles = 0, written = 0;
+        int32_t id = -1, splits = 0;
+        if (fits) {
+            CUBLAS(cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &tiles));
+            CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written));
+            CUBLAS(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+                                                        nullptr));
+            void* space = nullptr;
+            if (checked.workspaceSize) CHECK(cudaMalloc(&space, checked.workspaceSize));
+            CHECK(cudaMemcpy(dc, c.data(), c.size() * sizeof(float), cudaMemcpyHostToDevice));
+            CUBLAS(cublasLtMatmul((cublasLtHandle_t)h, desc, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc, &algo,
+                                  space, checked.workspaceSize, 0));
+            fits = same("picked by hand", download(dc, c.size()), want);
+            if (space) CHECK(cudaFree(space));
+        }
+        if (fits && tiles >= sizeof(uint32_t) && written == sizeof id && splits >= 1)
+            printf("an algorithm picked by hand exact (%d ids)\n", found_ids);
+        else {
+            printf("an algorithm picked by hand: FAILED (%d ids, tiles %zu bytes, id %d, splits %d)\n", found_ids,
+                   tiles, id, splits);
+            ok = false;
+        }
+        // A hint of how many multiprocessors to use, as PyTorch sets it.
+        int sms = -1;
+        CUBLAS(cublasSetSmCountTarget(h, 4));
+        CUBLAS(cublasGetSmCountTarget(h, &sms));
+        printf("sm count target %d\n", sms);
+
         // What the shim cannot run: the heuristic finds no algorithm (callers fall back to
         // cuBLAS), the matmul says so. What cuBLASLt refuses: shapes that do not match.
         cublasLtMatmulHeuristicResult_t found = {};
@@ -154,6 +200,27 @@ int main(int argc, char** argv) {
             CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, pref, 1, &found, &count));
             printf("row-major B: %d algorithms\n", count);
             CUBLAS(cublasLtMatmulDescDestroy(relu));
+            row = CUBLASLT_ORDER_COL;
+            CUBLAS(cublasLtMatrixLayoutSetAttribute(&lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
+            // A configuration the builtin gemm does not run, an algorithm of other types, and
+            // the read-only id: refused, by the check and by the matmul.
+            int32_t four = 4;
+            CUBLAS(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &four, sizeof four));
+            s = cublasLtMatmulAlgoCheck((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, &algo, &checked);
+            printf("split-K 4: %d %s\n", (int)s, cublasGetStatusName(s));
+            s = cublasLtMatmul((cublasLtHandle_t)h, desc, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc, &algo, nullptr,
+                               0, 0);
+            printf("split-K 4 matmul: %d %s\n", (int)s, cublasGetStatusName(s));
+            s = cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &four, sizeof four);
+            printf("setting the id: %d %s\n", (int)s, cublasGetStatusName(s));
+            cublasLtMatmulAlgo_t doubles;
+            CUBLAS(cublasLtMatmulAlgoInit((cublasLtHandle_t)h, CUBLAS_COMPUTE_64F, CUDA_R_64F_, CUDA_R_64F_, CUDA_R_64F_,
+                                          CUDA_R_64F_, CUDA_R_64F_, ids[0], &doubles));
+            s = cublasLtMatmulAlgoCheck((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, &doubles, &checked);
+            printf("an f64 algorithm for f32 matrices: %d %s\n", (int)s, cublasGetStatusName(s));
+            s = cublasLtMatmulAlgoInit((cublasLtHandle_t)h, CUBLAS_COMPUTE_32F, CUDA_R_32F_, CUDA_R_32F_, CUDA_R_32F_,
+                                       CUDA_R_32F_, CUDA_R_32F_, 99, &doubles);
+            printf("algorithm 99: %d %s\n", (int)s, cublasGetStatusName(s));
         }
         cublasLtMatrixLayoutOpaque_t wrong;
         CUBLAS(cublasLtMatrixLayoutInit_internal(&wrong, sizeof wrong, CUDA_R_32F_, 5, 6, 5));

@@ -92,6 +92,8 @@ struct Handle {
     stream: AtomicUsize,
     math_mode: AtomicI32,
     pointer_mode: AtomicI32,
+    /// `cublasSetSmCountTarget`'s value (0: all of the device's).
+    sm_count_target: AtomicI32,
 }
 
 impl Handle {
@@ -217,6 +219,7 @@ pub unsafe extern "C" fn cublasCreate_v2(out: *mut usize) -> u32 {
             stream: AtomicUsize::new(0),
             math_mode: AtomicI32::new(0),
             pointer_mode: AtomicI32::new(POINTER_MODE_HOST),
+            sm_count_target: AtomicI32::new(0),
         };
         put(out, handles().insert(record))
     })
@@ -288,6 +291,24 @@ pub extern "C" fn cublasSetMathMode(h: usize, mode: c_int) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn cublasGetMathMode(h: usize, mode: *mut c_int) -> u32 {
     guard("cublasGetMathMode", || put(mode, handle(h)?.math_mode.load(Ordering::Relaxed)))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasSetSmCountTarget(h: usize, count: c_int) -> u32 {
+    // Kept and answered: a hint of how many multiprocessors to leave to other work (PyTorch
+    // sets it to overlap communication); the builtin kernels' grids do not follow it.
+    guard("cublasSetSmCountTarget", || {
+        if count < 0 {
+            return Err(Error::said(code::INVALID_VALUE, format!("a target of {count} multiprocessors")));
+        }
+        handle(h)?.sm_count_target.store(count, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetSmCountTarget(h: usize, count: *mut c_int) -> u32 {
+    guard("cublasGetSmCountTarget", || put(count, handle(h)?.sm_count_target.load(Ordering::Relaxed)))
 }
 
 #[no_mangle]

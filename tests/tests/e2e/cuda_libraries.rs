@@ -173,7 +173,9 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
 
 /// cuBLASLt's matmul as PyTorch's linear layers call it (a heuristic, then a product with a
 /// bias added to every column), batched, in double precision, with scalars in device memory
-/// and layouts in the program's own memory; what the shim cannot run gets no algorithm.
+/// and layouts in the program's own memory; an algorithm picked by hand through the lower-level
+/// API (ids, init, capabilities, configuration, check); what the shim cannot run gets no
+/// algorithm, and a configuration it cannot run is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
     run_math_program(
@@ -192,6 +194,13 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
             "relu matmul: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "row-major B: 0 algorithms",
             "shapes that do not match: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "an algorithm picked by hand exact (1 ids)",
+            "sm count target 4",
+            "split-K 4: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "split-K 4 matmul: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "setting the id: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "an f64 algorithm for f32 matrices: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "algorithm 99: 7 CUBLAS_STATUS_INVALID_VALUE",
         ],
     )
     .await;

@@ -5,6 +5,8 @@
 //! offsets; one launch of the builtin gemm, and a second for the bias (a gemm of the bias
 //! column by an `f32` row of ones). What it cannot run (another order, type or epilogue) the heuristic
 //! answers with no algorithm, which callers such as PyTorch take as "use cuBLAS instead".
+//! `cublasLtMatmulAlgoCheck` checks an algorithm a program configured ([`super::algo`]) against
+//! a matmul, as `cublasLtMatmul` does before it runs.
 
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
@@ -13,9 +15,9 @@ use std::sync::{Mutex, OnceLock};
 use ac_proto::backend::builtin::GemmElement;
 
 use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
-use super::super::gemm_ex::{ex_types, scale_type};
 use super::super::{guard, handle, Target};
-use super::{read, Layout, MatmulDesc};
+use super::algo::{served_types, Algo, ALGO_BYTES};
+use super::{read, write, Layout, MatmulDesc};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
@@ -60,17 +62,7 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     if [a, b, c, d].iter().any(|l| l.order != 0 || l.plane_offset != 0) {
         return unserved("matrices other than column-major (CUBLASLT_ORDER_COL) are not served".into());
     }
-    if c.data_type != d.data_type {
-        return unserved(format!("C of type {} and D of type {}", c.data_type, d.data_type));
-    }
-    let types = [a.data_type, b.data_type, d.data_type].map(|t| t as c_int);
-    let ex = ex_types(types, desc.compute_type)?;
-    if ex.precision.is_complex() {
-        return unserved(format!("complex matrices (type {})", d.data_type));
-    }
-    if desc.scale_type != scale_type(ex.precision) {
-        return unserved(format!("scale type {} with matrices of type {}", desc.scale_type, d.data_type));
-    }
+    let ex = served_types(desc.compute_type, desc.scale_type, [a, b, c, d].map(|l| l.data_type))?;
     if !(0..=1).contains(&desc.pointer_mode) {
         return unserved(format!("pointer mode {} (vectors of alpha)", desc.pointer_mode));
     }
@@ -108,11 +100,43 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     Ok(Plan { types: ex, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode: desc.pointer_mode, bias, ldc: c.ld })
 }
 
-/// Reads a descriptor and four layouts and plans their matmul.
-unsafe fn plan_of(desc: *const c_void, layouts: [*const c_void; 4]) -> CuResult<Plan> {
-    let desc: MatmulDesc = read(desc)?;
-    let [a, b, c, d] = [read(layouts[0])?, read(layouts[1])?, read(layouts[2])?, read(layouts[3])?];
-    plan(&desc, [&a, &b, &c, &d])
+/// A matmul's descriptor and layouts (A, B, C, D), as read from the caller's records.
+struct Described {
+    desc: MatmulDesc,
+    layouts: [Layout; 4],
+}
+
+impl Described {
+    /// Reads a descriptor and four layouts.
+    unsafe fn read(desc: *const c_void, layouts: [*const c_void; 4]) -> CuResult<Described> {
+        let layouts = [read(layouts[0])?, read(layouts[1])?, read(layouts[2])?, read(layouts[3])?];
+        Ok(Described { desc: read(desc)?, layouts })
+    }
+
+    fn layouts(&self) -> [&Layout; 4] {
+        let [a, b, c, d] = &self.layouts;
+        [a, b, c, d]
+    }
+
+    /// Plans the matmul.
+    fn plan(&self) -> CuResult<Plan> {
+        plan(&self.desc, self.layouts())
+    }
+
+    /// Plans the matmul with algorithm `algo` (none: the builtin gemm's).
+    unsafe fn plan_with(&self, algo: *const c_void) -> CuResult<Plan> {
+        let plan = self.plan()?;
+        if !algo.is_null() {
+            read::<Algo>(algo)?.check(&self.desc, self.layouts())?;
+        }
+        Ok(plan)
+    }
+}
+
+/// Writes a heuristic result's fields after its algorithm: no workspace, success, one wave.
+fn write_heuristic_fields(result: &mut [u8]) {
+    result[ALGO_BYTES..].fill(0);
+    result[76..80].copy_from_slice(&1.0f32.to_le_bytes());
 }
 
 /// Says once per reason why the heuristic found no algorithm.
@@ -126,8 +150,6 @@ fn say_no_algorithm(why: &str) {
 /// Bytes of a `cublasLtMatmulHeuristicResult_t`: the algorithm (64), its workspace size (8),
 /// its state (4), its waves count (4), four reserved `int`s.
 const HEURISTIC_RESULT_BYTES: usize = 96;
-/// The one algorithm's mark, in its first word.
-const ALGORITHM: u64 = u64::from_le_bytes(*b"acLtgemm");
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)] // cuBLASLt's signature
@@ -148,13 +170,13 @@ pub unsafe extern "C" fn cublasLtMatmulAlgoGetHeuristic(
         if requested < 1 || results.is_null() || count.is_null() {
             return Err(Error::said(code::INVALID_VALUE, format!("{requested} results asked for")));
         }
-        match plan_of(desc, [a, b, c, d]) {
+        let described = Described::read(desc, [a, b, c, d])?;
+        match described.plan() {
             Ok(_) => {
                 let result = std::slice::from_raw_parts_mut(results, HEURISTIC_RESULT_BYTES);
-                result.fill(0);
-                result[..8].copy_from_slice(&ALGORITHM.to_le_bytes());
-                // workspaceSize 0 (bytes 64..72), state CUBLAS_STATUS_SUCCESS, one wave.
-                result[76..80].copy_from_slice(&1.0f32.to_le_bytes());
+                result[..ALGO_BYTES].fill(0);
+                write(results.cast(), Algo::of(&described.desc, described.layouts()));
+                write_heuristic_fields(result);
                 put(count, 1)
             }
             Err(Error::Said { code: code::NOT_SUPPORTED, message }) => {
@@ -163,6 +185,30 @@ pub unsafe extern "C" fn cublasLtMatmulAlgoGetHeuristic(
             }
             Err(e) => Err(e),
         }
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLASLt's signature
+pub unsafe extern "C" fn cublasLtMatmulAlgoCheck(
+    h: usize,
+    desc: *const c_void,
+    a: *const c_void,
+    b: *const c_void,
+    c: *const c_void,
+    d: *const c_void,
+    algo: *const c_void,
+    result: *mut u8,
+) -> u32 {
+    guard("cublasLtMatmulAlgoCheck", || {
+        handle(h)?;
+        if algo.is_null() || result.is_null() {
+            return Err(Error::said(code::INVALID_VALUE, "a null algorithm or result"));
+        }
+        Described::read(desc, [a, b, c, d])?.plan_with(algo)?;
+        // The result's algorithm is left as it is (`algo` may point to it).
+        write_heuristic_fields(std::slice::from_raw_parts_mut(result, HEURISTIC_RESULT_BYTES));
+        Ok(())
     })
 }
 
@@ -181,14 +227,14 @@ pub unsafe extern "C" fn cublasLtMatmul(
     c_layout: *const c_void,
     d: u64,
     d_layout: *const c_void,
-    _algo: *const c_void,
+    algo: *const c_void,
     _workspace: *mut c_void,
     _workspace_bytes: usize,
     stream: usize,
 ) -> u32 {
     guard("cublasLtMatmul", || {
         let device = handle(h)?.device;
-        let plan = plan_of(desc, [a_layout, b_layout, c_layout, d_layout])?;
+        let plan = Described::read(desc, [a_layout, b_layout, c_layout, d_layout])?.plan_with(algo)?;
         if stream != 0 && device_of_stream(stream)? != device {
             return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
         }

@@ -1,6 +1,7 @@
 //! cuBLASLt for programs linked against it (`libcublasLt.so.12`/`.13`, links to the shim as
 //! `libcublas` is): handles, the three descriptors and their attributes, and
-//! `cublasLtMatmul` with its heuristic ([`matmul`]), served on the builtin gemm kernels.
+//! `cublasLtMatmul` with its heuristic ([`matmul`]), served on the builtin gemm kernels, and the
+//! lower-level algorithm API ([`algo`]) for programs that configure one themselves.
 //!
 //! A descriptor lives in memory the caller gives, as NVIDIA's "semi-opaque" ones do: a
 //! `cublasLtMatmulDescInit` on the program's stack and a `cublasLtMatmulDescCreate` (memory
@@ -16,6 +17,7 @@ use super::{cublasCreate_v2, cublasDestroy_v2, guard, status_text, VERSION};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
+mod algo;
 mod matmul;
 
 /// Bytes NVIDIA's header gives each descriptor (`cublasLtMatmulDescOpaque_t` and the others).
