@@ -57,6 +57,14 @@ void cublasZgeru_v2(void) {}
 void cublasZgerc_v2(void) {}
 void cublasDotEx(void) {}
 void cublasDotcEx(void) {}
+void cublasSgeam(void) {}
+void cublasDgeam(void) {}
+void cublasCgeam(void) {}
+void cublasZgeam(void) {}
+void cublasSdgmm(void) {}
+void cublasDdgmm(void) {}
+void cublasCdgmm(void) {}
+void cublasZdgmm(void) {}
 void cublasLtCreate(void) {}
 void cublasLtDestroy(void) {}
 void cublasLtMatmulDescCreate(void) {}

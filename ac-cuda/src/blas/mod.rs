@@ -38,6 +38,7 @@ use crate::state::{self, put, Registry};
 use crate::stream::{device_of_stream, stream_of};
 
 mod copies;
+mod extensions;
 mod gemm;
 mod gemm_batched;
 mod gemm_ex;

@@ -358,6 +358,39 @@ async fn a_program_linked_against_cublas_factors_solves_and_inverts_exactly() {
     run_math_program("cublas_lu", "libcublas.so.13", &lines.iter().map(String::as_str).collect::<Vec<_>>()).await;
 }
 
+/// cuBLAS's BLAS-like extensions through the shim (`tests/cuda/cublas_extensions.cu`): `geam`
+/// (sums and transposes with N, T and C, in place as `C = A` and `C = B`, no `B` when beta is
+/// 0, device scalars) and `dgmm` (a diagonal on either side, strided, in place) exact in every
+/// precision, padding kept; what the shim does not serve (x read backwards, `C = A = B`) and
+/// what cuBLAS refuses (in place, transposed) are said so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_adds_transposes_and_scales_matrices_exactly() {
+    run_math_program(
+        "cublas_extensions",
+        "libcublas.so.13",
+        &[
+            "sgeam NN exact",
+            "dgeam TN exact",
+            "cgeam CT exact",
+            "zgeam NC exact",
+            "dgeam device scalars exact",
+            "sgeam transpose exact",
+            "cgeam in place C = A exact",
+            "zgeam in place C = B exact",
+            "sdgmm left incx 2 exact",
+            "ddgmm right exact",
+            "cdgmm left exact",
+            "zdgmm right incx 3 exact",
+            "sdgmm right in place exact",
+            "dgmm incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "geam C = A = B: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "geam in place transposed: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_extensions: all exact",
+        ],
+    )
+    .await;
+}
+
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
