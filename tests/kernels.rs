@@ -328,3 +328,96 @@ pub async fn magnitudes_reduce_exactly(acc: &ac_frontend::Accelerator, builtin: 
         }
     }
 }
+
+/// Launches `blas_sgemmt`, `blas_dgemmt`, `blas_cgemmt` and `blas_zgemmt` on each triangle of a
+/// square `C` (two strided batches, padded), A transposed or not (conjugated for the complex
+/// kernels), B transposed, and checks every element of `C`: the triangle is `alpha op(A) op(B)
+/// + beta C` exactly (small Gaussian integers), the other triangle and the padding keep their
+/// markers.
+pub async fn triangle_gemms_compute_one_triangle_exactly(
+    acc: &ac_frontend::Accelerator,
+    builtin: &ac_frontend::Module,
+) {
+    let ([n, k], batch) = ([5u64, 4], 2u64);
+    for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
+        for (fill, op_a) in [(0u32, 0u32), (1, 1), (0, 2), (1, 2)] {
+            let (alpha, beta) = if complex { ((2.0, -1.0), (1.0, 1.0)) } else { ((2.0, 0.0), (-3.0, 0.0)) };
+            let ops = [op_a, 1];
+            let stored_a = if op_a == 0 { (n, k) } else { (k, n) };
+            let g = Gemm {
+                trans_a: op_a != 0,
+                trans_b: true,
+                m: n,
+                n,
+                k,
+                ld: [stored_a.0 + 1, n + 2, n + 3],
+                stride: [(stored_a.0 + 1) * stored_a.1 + 2, (n + 2) * k, (n + 3) * n + 1],
+                batch,
+            };
+            let values = |len: u64, seed: u64| -> Vec<(f64, f64)> {
+                (0..len)
+                    .map(|i| {
+                        let im = if complex { ((i * 5 + seed) % 7) as f64 - 3.0 } else { 0.0 };
+                        (((i * 7 + seed * 13) % 9) as f64 - 4.0, im)
+                    })
+                    .collect()
+            };
+            let (a, b) = (values(g.stride[0] * batch, 1), values(g.stride[1] * batch, 2));
+            let c: Vec<(f64, f64)> =
+                (0..g.stride[2] * batch).map(|i| ((i % 5) as f64 - 2.0, 99.0 * f64::from(u8::from(complex)))).collect();
+            let mut want = c.clone();
+            let mul = |(a, b): (f64, f64), (c, d): (f64, f64)| (a * c - b * d, a * d + b * c);
+            let element = |x: &[(f64, f64)], op: u32, ld: u64, base: u64, row: u64, col: u64| {
+                let (re, im) =
+                    if op == 0 { x[(base + row + col * ld) as usize] } else { x[(base + col + row * ld) as usize] };
+                (re, if op == 2 { -im } else { im })
+            };
+            for bi in 0..batch {
+                for j in 0..n {
+                    for i in (0..n).filter(|&i| if fill == 0 { i >= j } else { i <= j }) {
+                        let mut sum = (0.0, 0.0);
+                        for p in 0..k {
+                            let xy = mul(
+                                element(&a, ops[0], g.ld[0], bi * g.stride[0], i, p),
+                                element(&b, ops[1], g.ld[1], bi * g.stride[1], p, j),
+                            );
+                            sum = (sum.0 + xy.0, sum.1 + xy.1);
+                        }
+                        let out = &mut want[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
+                        let (scaled, old) = (mul(alpha, sum), mul(beta, *out));
+                        *out = (scaled.0 + old.0, scaled.1 + old.1);
+                    }
+                }
+            }
+            let flat = |v: &[(f64, f64)]| -> Vec<f64> {
+                v.iter().flat_map(|&(re, im)| if complex { vec![re, im] } else { vec![re] }).collect()
+            };
+            let scalar = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
+            let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
+                let parts = flat(v).into_iter();
+                if double {
+                    parts.flat_map(f64::to_le_bytes).collect()
+                } else {
+                    parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
+                }
+            };
+            let (da, db) = (acc.alloc_from(&bytes(&a)).await.unwrap(), acc.alloc_from(&bytes(&b)).await.unwrap());
+            let dc = acc.alloc_from(&bytes(&c)).await.unwrap();
+            let mut args = gemm_args(&g, scalar(alpha.0), [da.arg(), db.arg(), dc.arg()], scalar(beta.0));
+            if complex {
+                args.extend([scalar(alpha.1), scalar(beta.1)]);
+            }
+            args.push(KernelArg::U32(fill));
+            args[..2].copy_from_slice(&ops.map(KernelArg::U32));
+            let gemmt = builtin.function(&format!("blas_{t}gemmt")).await.unwrap();
+            gemmt.launch(ac_frontend::LaunchDims::new([2, 1, 1], [32, 1, 1]), &args).await.unwrap();
+            let back = dc.to_vec().await.unwrap();
+            let got: Vec<f64> = if double {
+                back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+            } else {
+                back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
+            };
+            assert_eq!(got, flat(&want), "blas_{t}gemmt fill {fill}, operations {ops:?}: C (all of it)");
+        }
+    }
+}

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cublas_helpers.h"
+#include "cublas_typed.h"
 
 // Matrices and scalars as untyped pointers: the same symbols, whatever the element type.
 extern "C" {
@@ -30,9 +31,6 @@ DGMM(cublasCdgmm)
 DGMM(cublasZdgmm)
 }
 
-typedef std::complex<float> c32;
-typedef std::complex<double> c64;
-
 // The functions of one element type.
 template <typename E>
 struct Ext;
@@ -47,53 +45,6 @@ EXT_OF(float, "s", cublasSgeam, cublasSdgmm)
 EXT_OF(double, "d", cublasDgeam, cublasDdgmm)
 EXT_OF(c32, "c", cublasCgeam, cublasCdgmm)
 EXT_OF(c64, "z", cublasZgeam, cublasZdgmm)
-
-template <typename E>
-static E make(int re, int im);
-template <>
-float make(int re, int) { return (float)re; }
-template <>
-double make(int re, int) { return (double)re; }
-template <>
-c32 make(int re, int im) { return c32((float)re, (float)im); }
-template <>
-c64 make(int re, int im) { return c64(re, im); }
-
-static float conj_of(float v) { return v; }
-static double conj_of(double v) { return v; }
-template <typename R>
-static std::complex<R> conj_of(std::complex<R> v) { return std::conj(v); }
-
-// n small integers (complex: small integers in both parts).
-template <typename E>
-static std::vector<E> values(size_t n, int seed) {
-    std::vector<E> v(n);
-    for (size_t i = 0; i < n; i++) v[i] = make<E>((int)((i * 7 + seed * 13) % 9) - 4, (int)((i * 5 + seed) % 7) - 3);
-    return v;
-}
-
-// op(X)[i, j] of X stored with leading dimension ld.
-template <typename E>
-static E op_at(const std::vector<E>& x, int ld, int trans, int i, int j) {
-    if (trans == 0) return x[i + j * ld];
-    E v = x[j + i * ld];
-    return trans == 2 ? conj_of(v) : v;
-}
-
-// Whether got is want, every element, the padding included. Equal values: a zero product
-// may come out +0 where the reference's is -0 (the shim's dgmm is a gemm, whose sum starts
-// at +0, as reference BLAS's does).
-template <typename E>
-static bool exact(const char* what, const std::vector<E>& got, const std::vector<E>& want) {
-    for (size_t i = 0; i < want.size(); i++)
-        if (!(got[i] == want[i])) {
-            printf("%s: element %zu is %g%+gi, expected %g%+gi\n", what, i, (double)std::real(got[i]),
-                   (double)std::imag(got[i]), (double)std::real(want[i]), (double)std::imag(want[i]));
-            return false;
-        }
-    printf("%s exact\n", what);
-    return true;
-}
 
 // C = alpha op(A) + beta op(B) on padded matrices, C = A or C = B in place (`in_place` 'A' or
 // 'B'), B left out when beta is 0 (`no_b`), the scalars in device memory.

@@ -1,5 +1,6 @@
 //! BLAS's gemm as the builtin kernels `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm`
-//! and `blas_zgemm` compute it, column-major as cuBLAS is: the CUDA shim's `cublas<S|D|H|C|Z>gemm`,
+//! and `blas_zgemm` compute it (and `blas_<s|d|c|z>gemmt`, one triangle of a square `C`: the
+//! shim's `syrk`, `syrkx` and `syr2k`), column-major as cuBLAS is: the CUDA shim's `cublas<S|D|H|C|Z>gemm`,
 //! `cublasGemmEx`, their strided-batched forms and cuBLASLt's matmul launch them. Here: a launch's shape read from its arguments (what it touches of each matrix,
 //! checked before a launch on a device that cannot check accesses while it runs, is
 //! `ac_proto`'s [`Gemm`], shared with the shim), and the CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
@@ -50,6 +51,69 @@ pub const ALPHA_IM: usize = 17;
 /// `beta`'s imaginary part.
 pub const BETA_IM: usize = 18;
 
+/// `blas_<t>gemmt`'s parameters: `blas_<t>gemm`'s, then `u32 fill`, the triangle of `C` it
+/// computes ([`Fill`]).
+pub const SGEMMT: [ParamKind; 18] = with_fill(SGEMM);
+/// `blas_dgemmt`'s parameters.
+pub const DGEMMT: [ParamKind; 18] = with_fill(DGEMM);
+/// `blas_cgemmt`'s parameters.
+pub const CGEMMT: [ParamKind; 20] = with_fill(CGEMM);
+/// `blas_zgemmt`'s parameters.
+pub const ZGEMMT: [ParamKind; 20] = with_fill(ZGEMM);
+
+/// `params` and then a `u32`.
+const fn with_fill<const N: usize, const M: usize>(params: [ParamKind; N]) -> [ParamKind; M] {
+    let mut out = [U32; M];
+    let mut i = 0;
+    while i < N {
+        out[i] = params[i];
+        i += 1;
+    }
+    out
+}
+
+/// Which elements of `C` a launch computes; the others are neither read nor written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Every element (`blas_<t>gemm`).
+    All,
+    /// The lower triangle, the diagonal included (`blas_<t>gemmt`, `fill` 0, as
+    /// `CUBLAS_FILL_MODE_LOWER`).
+    Lower,
+    /// The upper triangle, the diagonal included (`fill` 1).
+    Upper,
+}
+
+impl Fill {
+    /// Whether element `(i, j)` of `C` is computed.
+    pub fn holds(self, i: u64, j: u64) -> bool {
+        match self {
+            Fill::All => true,
+            Fill::Lower => i >= j,
+            Fill::Upper => i <= j,
+        }
+    }
+}
+
+/// The triangle launch `args` of builtin gemm `name` computes: all of `C` but for
+/// `blas_<t>gemmt`, whose `C` must be square.
+pub fn fill(name: &str, args: &[DeviceArg]) -> DeviceResult<Fill> {
+    if !name.ends_with("gemmt") {
+        return Ok(Fill::All);
+    }
+    let at = if matches!(name, "blas_cgemmt" | "blas_zgemmt") { ZGEMM.len() } else { DGEMM.len() };
+    let refused = |why: String| Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: {why}")));
+    let (m, n) = (size_arg(name, args, 2)?, size_arg(name, args, 3)?);
+    if m != n {
+        return refused(format!("a triangle of C {m} x {n}: C must be square"));
+    }
+    match size_arg(name, args, at)? {
+        0 => Ok(Fill::Lower),
+        1 => Ok(Fill::Upper),
+        other => refused(format!("fill {other} (0 lower, 1 upper)")),
+    }
+}
+
 const fn complex_params(scalar: ParamKind) -> [ParamKind; 19] {
     let s = params(scalar);
     [
@@ -77,9 +141,9 @@ pub fn element_types(name: &str, args: &[DeviceArg]) -> DeviceResult<[GemmElemen
 /// `blas_gemm_ex`, `blas_cgemm`, `blas_zgemm`) launched with `args`: their widths in bytes.
 pub fn widths(name: &str, args: &[DeviceArg]) -> DeviceResult<[u64; 3]> {
     Ok(match name {
-        "blas_sgemm" => [4; 3],
-        "blas_dgemm" | "blas_cgemm" => [8; 3],
-        "blas_zgemm" => [16; 3],
+        "blas_sgemm" | "blas_sgemmt" => [4; 3],
+        "blas_dgemm" | "blas_cgemm" | "blas_dgemmt" | "blas_cgemmt" => [8; 3],
+        "blas_zgemm" | "blas_zgemmt" => [16; 3],
         _ => element_types(name, args)?.map(GemmElement::bytes),
     })
 }
@@ -209,18 +273,29 @@ element!(i32, I32);
 /// Computes the gemm on host slices, each from its matrix's pointer and as long as its
 /// footprint; `c` is read only where `beta` is not 0.
 pub fn run<T: Element>(g: &Gemm, alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
-    run_conjugated(g, [false; 2], alpha, a, b, beta, c)
+    run_conjugated(g, [false; 2], Fill::All, alpha, a, b, beta, c)
 }
 
-/// [`run`], `op(A)` and `op(B)` conjugated where `conjugate` says (a conjugate transpose).
-pub fn run_conjugated<T: Element>(g: &Gemm, conjugate: [bool; 2], alpha: T, a: &[T], b: &[T], beta: T, c: &mut [T]) {
+/// [`run`], `op(A)` and `op(B)` conjugated where `conjugate` says (a conjugate transpose), the
+/// elements of `C` that `fill` holds.
+#[allow(clippy::too_many_arguments)] // a gemm's operands
+pub fn run_conjugated<T: Element>(
+    g: &Gemm,
+    conjugate: [bool; 2],
+    fill: Fill,
+    alpha: T,
+    a: &[T],
+    b: &[T],
+    beta: T,
+    c: &mut [T],
+) {
     let [lda, ldb, _] = g.ld.map(|ld| ld as usize);
     for batch in 0..g.batch as usize {
         // Offsets, not slices: a matrix of no elements (k = 0) is an empty slice, and then
         // its stride was never checked against a buffer (wrapping: never used).
         let (a0, b0) = (batch.wrapping_mul(g.stride[0] as usize), batch.wrapping_mul(g.stride[1] as usize));
         for j in 0..g.n as usize {
-            for i in 0..g.m as usize {
+            for i in (0..g.m as usize).filter(|&i| fill.holds(i as u64, j as u64)) {
                 let mut acc = T::default();
                 for p in 0..g.k as usize {
                     let x = if g.trans_a { a[a0 + p + i * lda] } else { a[a0 + i + p * lda] };
@@ -281,6 +356,28 @@ mod tests {
         let mut c2 = [1.0f32; 4];
         run(&trans, 2.0f32, &at, &bt, 1.0, &mut c2);
         assert_eq!(c2, [117., 279., 129., 309.]);
+    }
+
+    #[test]
+    fn a_triangle_gemm_computes_only_its_triangle_of_a_square_c() {
+        // C = A B with A = B = [1 2; 3 4]: [7 10; 15 22]; C starts as -1 everywhere.
+        let g = shape("g", &args([0, 0], [2, 2, 2], [2, 2, 2], [0; 3], 1)).unwrap();
+        let ab = [1., 3., 2., 4.];
+        for (fill, want) in [(Fill::Lower, [7., 15., -1., 22.]), (Fill::Upper, [7., -1., 10., 22.])] {
+            let mut c = [-1.0f64; 4];
+            run_conjugated(&g, [false; 2], fill, 1.0, &ab, &ab, 0.0, &mut c);
+            assert_eq!(c, want, "{fill:?}");
+        }
+        // blas_<t>gemmt's fill is its last argument; C must be square.
+        let mut square = args([0, 0], [2, 2, 2], [2, 2, 2], [0; 3], 1);
+        square.push(DeviceArg::Scalar(KernelArg::U32(1)));
+        assert_eq!(fill("blas_sgemmt", &square).unwrap(), Fill::Upper);
+        assert_eq!(fill("blas_sgemm", &square).unwrap(), Fill::All);
+        square[17] = DeviceArg::Scalar(KernelArg::U32(2));
+        assert_eq!(fill("blas_sgemmt", &square).unwrap_err().kind, ErrorKind::InvalidArgument);
+        let mut oblong = args([0, 0], [3, 2, 2], [3, 2, 3], [0; 3], 1);
+        oblong.push(DeviceArg::Scalar(KernelArg::U32(0)));
+        assert_eq!(fill("blas_sgemmt", &oblong).unwrap_err().kind, ErrorKind::InvalidArgument);
     }
 
     #[test]

@@ -211,7 +211,22 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
 
 /// Launches a gemm on the target's stream: checked, its scalars read, its matrices found in
 /// the program's allocations (or the device's scratch), sent without waiting.
-pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> {
+pub(super) unsafe fn launch(target: Target, call: GemmCall) -> CuResult<()> {
+    launch_filling(target, call, None)
+}
+
+/// [`launch`] computing only the lower (`fill` 0) or upper (1) triangle of a square C, the
+/// diagonal included (`blas_<t>gemmt`); C's other elements are not touched.
+pub(super) unsafe fn launch_triangle(target: Target, call: GemmCall, fill: c_int) -> CuResult<()> {
+    if call.m != call.n || !(0..=1).contains(&fill) {
+        let why = format!("a triangle (fill {fill}) of C {} x {}", call.m, call.n);
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    launch_filling(target, call, Some(fill))
+}
+
+/// [`launch`] of all of C (`fill` none), or of one triangle.
+unsafe fn launch_filling(target: Target, mut call: GemmCall, fill: Option<c_int>) -> CuResult<()> {
     let mut shape = check(&call)?;
     let precision = call.types.precision;
     let alpha = scalar_parts(target, precision, call.alpha)?;
@@ -246,7 +261,7 @@ pub(super) unsafe fn launch(target: Target, mut call: GemmCall) -> CuResult<()> 
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
-    send(target, &call, [a, b, c], [alpha, beta])
+    send(target, &call, fill, [a, b, c], [alpha, beta])
 }
 
 /// A matrix of the program's at `address` as a kernel argument: its `elements` elements of
@@ -258,8 +273,14 @@ pub(super) fn matrix(target: Target, address: u64, elements: u64, width: u64) ->
 }
 
 /// Sends the launch of `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or
-/// `blas_zgemm` on the target's stream.
-fn send(target: Target, call: &GemmCall, [a, b, c]: [KernelArg; 3], [alpha, beta]: [[f64; 2]; 2]) -> CuResult<()> {
+/// `blas_zgemm` on the target's stream; with a `fill`, of `blas_<s|d|c|z>gemmt`.
+fn send(
+    target: Target,
+    call: &GemmCall,
+    fill: Option<c_int>,
+    [a, b, c]: [KernelArg; 3],
+    [alpha, beta]: [[f64; 2]; 2],
+) -> CuResult<()> {
     let u = |v: c_int| KernelArg::U32(v as u32);
     let l = |v: c_longlong| KernelArg::U64(v as u64);
     // A real matrix's conjugate transpose is its transpose.
@@ -284,26 +305,30 @@ fn send(target: Target, call: &GemmCall, [a, b, c]: [KernelArg; 3], [alpha, beta
         l(call.stride[2]),
         u(call.batch),
     ];
-    let name = match (call.types.elements, precision) {
-        (Some(types), Precision::Single | Precision::Half) => {
+    let name = match (call.types.elements, precision, fill.is_some()) {
+        (Some(types), Precision::Single | Precision::Half, false) => {
             args.push(KernelArg::U32(GemmElement::encode(types)));
             "blas_gemm_ex"
         }
-        (None, Precision::Single) => "blas_sgemm",
-        (None, Precision::Double) => "blas_dgemm",
-        (None, Precision::ComplexSingle | Precision::ComplexDouble) => {
+        (None, Precision::Single, triangle) => ["blas_sgemm", "blas_sgemmt"][usize::from(triangle)],
+        (None, Precision::Double, triangle) => ["blas_dgemm", "blas_dgemmt"][usize::from(triangle)],
+        (None, Precision::ComplexSingle | Precision::ComplexDouble, triangle) => {
             args.extend([precision.arg(alpha[1]), precision.arg(beta[1])]);
-            if precision == Precision::ComplexSingle {
-                "blas_cgemm"
-            } else {
-                "blas_zgemm"
+            match (precision == Precision::ComplexSingle, triangle) {
+                (true, false) => "blas_cgemm",
+                (true, true) => "blas_cgemmt",
+                (false, false) => "blas_zgemm",
+                (false, true) => "blas_zgemmt",
             }
         }
-        (types, precision) => {
-            let why = format!("matrices of types {types:?} computed in {precision:?}");
+        (types, precision, triangle) => {
+            let why = format!("matrices of types {types:?} computed in {precision:?} (one triangle: {triangle})");
             return Err(Error::said(code::NOT_SUPPORTED, why));
         }
     };
+    if let Some(fill) = fill {
+        args.push(u(fill));
+    }
     target.launch(name, &args, call.m as u64 * call.n as u64 * call.batch as u64, BLOCK)
 }
 

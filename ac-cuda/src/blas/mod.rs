@@ -45,6 +45,7 @@ mod gemm_ex;
 mod lt;
 mod lu;
 mod magnitudes;
+mod rank_k;
 mod trsm;
 mod vectors;
 

@@ -391,6 +391,32 @@ async fn a_program_linked_against_cublas_adds_transposes_and_scales_matrices_exa
     .await;
 }
 
+/// cuBLAS's symmetric rank-k updates through the shim (`tests/cuda/cublas_rank_k.cu`): `syrk`,
+/// `syrkx` and `syr2k` on either triangle, N and T, every precision, host and device scalars,
+/// each exact on its triangle with the other triangle and the padding untouched (the builtin
+/// triangle gemm); a complex `syrk` with the conjugate transpose is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_updates_one_triangle_exactly() {
+    run_math_program(
+        "cublas_rank_k",
+        "libcublas.so.13",
+        &[
+            "ssyrk lower N exact",
+            "dsyrk upper T exact",
+            "csyrk lower T exact",
+            "zsyrk upper N exact",
+            "ssyrkx upper N exact",
+            "zsyrkx lower T exact",
+            "dsyr2k lower N exact",
+            "csyr2k upper T exact",
+            "dsyrk lower N device scalars exact",
+            "csyrk operation C: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_rank_k: all exact",
+        ],
+    )
+    .await;
+}
+
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed

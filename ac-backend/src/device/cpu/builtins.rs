@@ -132,7 +132,8 @@ impl CpuContext {
         let a = self.read_matrix::<T>(&args[a], na, ta, "gemm A")?;
         let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
         let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
-        gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
+        let (conjugated, fill) = (gemm::conjugated(name, args)?, gemm::fill(name, args)?);
+        gemm::run_conjugated(&g, conjugated, fill, alpha, &a, &b, beta, &mut out);
         write_gemm_columns(&g, &out, |first, column| self.write_matrix(&args[c], first, column, tc, "gemm C"))
     }
 
@@ -152,7 +153,8 @@ impl CpuContext {
         let a = self.read_elements::<Complex<R>>(&args[a], na, "gemm A")?;
         let b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
         let mut out = self.read_elements::<Complex<R>>(&args[c], nc, "gemm C")?;
-        gemm::run_conjugated(&g, gemm::conjugated(name, args)?, alpha, &a, &b, beta, &mut out);
+        let (conjugated, fill) = (gemm::conjugated(name, args)?, gemm::fill(name, args)?);
+        gemm::run_conjugated(&g, conjugated, fill, alpha, &a, &b, beta, &mut out);
         write_gemm_columns(&g, &out, |first, column| self.write_elements(&args[c], first, column, "gemm C"))
     }
 
@@ -311,6 +313,10 @@ impl CpuContext {
             "blas_gemm_ex" => self.gemm::<f32>(name, args, Some(gemm::element_types(name, args)?)),
             "blas_cgemm" => self.complex_gemm::<f32>(name, args),
             "blas_zgemm" => self.complex_gemm::<f64>(name, args),
+            "blas_sgemmt" => self.gemm::<f32>(name, args, None),
+            "blas_dgemmt" => self.gemm::<f64>(name, args, None),
+            "blas_cgemmt" => self.complex_gemm::<f32>(name, args),
+            "blas_zgemmt" => self.complex_gemm::<f64>(name, args),
             "blas_strsm" => self.trsm(name, args, f32::of(&args[trsm::ALPHA])?),
             "blas_dtrsm" => self.trsm(name, args, f64::of(&args[trsm::ALPHA])?),
             "blas_ctrsm" => self.trsm(name, args, trsm::complex_alpha::<f32>(args)?),

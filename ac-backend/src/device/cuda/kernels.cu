@@ -132,13 +132,16 @@ __device__ __forceinline__ Complex<R> conjugate(Complex<R> v) { return Complex<R
 // for each b < batch, op(X) = X, its transpose (trans 1) or its conjugate transpose (trans 2),
 // X_b from X's element b * stride_x, element (i, j) of X at X[i + j * ldx]; computed in T. C is
 // not read when beta is 0 (BLAS: it may hold anything then). One thread an element of C, no
-// tiling: correct on any launch shape, not cuBLAS's speed.
+// tiling: correct on any launch shape, not cuBLAS's speed. `fill` 0 or 1 (the gemmt kernels):
+// only C's lower or upper triangle, the diagonal included, is computed, read or written.
 template <typename T, typename M>
 __device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, M A, unsigned lda,
-                     u64 sa, M B, unsigned ldb, u64 sb, T beta, M C, unsigned ldc, u64 sc, unsigned batch) {
+                     u64 sa, M B, unsigned ldb, u64 sb, T beta, M C, unsigned ldc, u64 sc, unsigned batch,
+                     unsigned fill = 2) {
     u64 total = (u64)m * n * batch;
     for (u64 e = thread_index(); e < total; e += thread_count()) {
         u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
+        if ((fill == 0 && i < j) || (fill == 1 && i > j)) continue;
         T acc = 0;
         for (unsigned p = 0; p < k; ++p) {
             T x = A.get(b * sa + (ta ? p + i * lda : i + (u64)p * lda));
@@ -191,6 +194,40 @@ extern "C" __global__ void blas_zgemm(unsigned ta, unsigned tb, unsigned m, unsi
     typedef Complex<double> T;
     gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
             Typed<T>{C}, ldc, sc, batch);
+}
+
+// blas_<t>gemm on one triangle of a square C (`fill` 0 lower, 1 upper, the diagonal included):
+// BLAS's gemmt, what the CUDA shim's syrk, syrkx and syr2k launch.
+extern "C" __global__ void blas_sgemmt(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                       float* A, unsigned lda, u64 sa, float* B, unsigned ldb, u64 sb, float beta,
+                                       float* C, unsigned ldc, u64 sc, unsigned batch, unsigned fill) {
+    gemm<float>(ta, tb, m, n, k, alpha, Typed<float>{A}, lda, sa, Typed<float>{B}, ldb, sb, beta, Typed<float>{C}, ldc,
+                sc, batch, fill);
+}
+
+extern "C" __global__ void blas_dgemmt(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                       double* A, unsigned lda, u64 sa, double* B, unsigned ldb, u64 sb, double beta,
+                                       double* C, unsigned ldc, u64 sc, unsigned batch, unsigned fill) {
+    gemm<double>(ta, tb, m, n, k, alpha, Typed<double>{A}, lda, sa, Typed<double>{B}, ldb, sb, beta,
+                 Typed<double>{C}, ldc, sc, batch, fill);
+}
+
+extern "C" __global__ void blas_cgemmt(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                       Complex<float>* A, unsigned lda, u64 sa, Complex<float>* B, unsigned ldb,
+                                       u64 sb, float beta, Complex<float>* C, unsigned ldc, u64 sc, unsigned batch,
+                                       float alpha_im, float beta_im, unsigned fill) {
+    typedef Complex<float> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch, fill);
+}
+
+extern "C" __global__ void blas_zgemmt(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                       Complex<double>* A, unsigned lda, u64 sa, Complex<double>* B, unsigned ldb,
+                                       u64 sb, double beta, Complex<double>* C, unsigned ldc, u64 sc, unsigned batch,
+                                       double alpha_im, double beta_im, unsigned fill) {
+    typedef Complex<double> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch, fill);
 }
 
 // The arithmetic of a triangular solve, in ac_proto's order (backend/builtin/trsm.rs): acc - m x

@@ -1,0 +1,57 @@
+// What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu): element
+// types real and complex, small integers of each (complex: in both parts; every product and
+// sum of a few is exact), op(X)'s elements, and a comparison of every element.
+#pragma once
+#include <complex>
+#include <cstdio>
+#include <vector>
+
+typedef std::complex<float> c32;
+typedef std::complex<double> c64;
+
+template <typename E>
+static E make(int re, int im);
+template <>
+float make(int re, int) { return (float)re; }
+template <>
+double make(int re, int) { return (double)re; }
+template <>
+c32 make(int re, int im) { return c32((float)re, (float)im); }
+template <>
+c64 make(int re, int im) { return c64(re, im); }
+
+static float conj_of(float v) { return v; }
+static double conj_of(double v) { return v; }
+template <typename R>
+static std::complex<R> conj_of(std::complex<R> v) { return std::conj(v); }
+
+// n small integers (complex: small integers in both parts).
+template <typename E>
+static std::vector<E> values(size_t n, int seed) {
+    std::vector<E> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = make<E>((int)((i * 7 + seed * 13) % 9) - 4, (int)((i * 5 + seed) % 7) - 3);
+    return v;
+}
+
+// op(X)[i, j] of X stored with leading dimension ld.
+template <typename E>
+static E op_at(const std::vector<E>& x, int ld, int trans, int i, int j) {
+    if (trans == 0) return x[i + j * ld];
+    E v = x[j + i * ld];
+    return trans == 2 ? conj_of(v) : v;
+}
+
+// Whether got is want, every element, the padding included. Equal values: a zero product
+// may come out +0 where the reference's is -0 (the shim's dgmm is a gemm, whose sum starts
+// at +0, as reference BLAS's does).
+template <typename E>
+static bool exact(const char* what, const std::vector<E>& got, const std::vector<E>& want) {
+    for (size_t i = 0; i < want.size(); i++)
+        if (!(got[i] == want[i])) {
+            printf("%s: element %zu is %g%+gi, expected %g%+gi\n", what, i, (double)std::real(got[i]),
+                   (double)std::imag(got[i]), (double)std::real(want[i]), (double)std::imag(want[i]));
+            return false;
+        }
+    printf("%s exact\n", what);
+    return true;
+}
