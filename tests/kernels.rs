@@ -331,9 +331,9 @@ pub async fn magnitudes_reduce_exactly(acc: &ac_frontend::Accelerator, builtin: 
 
 /// Launches `blas_sgemmt`, `blas_dgemmt`, `blas_cgemmt` and `blas_zgemmt` on each triangle of a
 /// square `C` (two strided batches, padded), A transposed or not (conjugated for the complex
-/// kernels), B transposed, and checks every element of `C`: the triangle is `alpha op(A) op(B)
-/// + beta C` exactly (small Gaussian integers), the other triangle and the padding keep their
-/// markers.
+/// kernels), B transposed, and checks every element of `C`: the triangle is
+/// `alpha op(A) op(B) + beta C` exactly (small Gaussian integers), the other triangle and the
+/// padding keep their markers.
 pub async fn triangle_gemms_compute_one_triangle_exactly(
     acc: &ac_frontend::Accelerator,
     builtin: &ac_frontend::Module,
