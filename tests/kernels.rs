@@ -103,7 +103,7 @@ pub async fn gemm_ex_rounds_each_type_exactly(acc: &ac_frontend::Accelerator, bu
 /// inputs are small Gaussian integers, so every sum is exact in either precision.
 pub async fn complex_gemms_conjugate_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
     let ([m, n, k], batch) = ([6u64, 5, 7], 2u64);
-    let (alpha, beta) = ((2.0, -1.0), (1.0, 1.0));
+    let scalars = [(2.0, -1.0), (1.0, 1.0)];
     for (double, ops) in [(false, [2u32, 1]), (true, [2, 1]), (false, [0, 2]), (true, [0, 2])] {
         let stored = |op: u32, rows: u64, cols: u64| if op == 0 { (rows, cols) } else { (cols, rows) };
         let [(ar, ac), (br, bc)] = [stored(ops[0], m, k), stored(ops[1], k, n)];
@@ -117,60 +117,15 @@ pub async fn complex_gemms_conjugate_exactly(acc: &ac_frontend::Accelerator, bui
             stride: [(ar + 1) * ac + 4, (br + 2) * bc, (m + 3) * n + 1],
             batch,
         };
-        let gaussian = |len: u64, seed: u64| -> Vec<(f64, f64)> {
-            (0..len).map(|i| (((i * 7 + seed * 13) % 9) as f64 - 4.0, ((i * 5 + seed) % 7) as f64 - 3.0)).collect()
-        };
-        let (a, b) = (gaussian(g.stride[0] * batch, 1), gaussian(g.stride[1] * batch, 2));
+        let (a, b) = (gaussian(g.stride[0] * batch, 1, true), gaussian(g.stride[1] * batch, 2, true));
         let c: Vec<(f64, f64)> = (0..g.stride[2] * batch)
             .map(|i| if i % g.ld[2] < m { ((i % 3) as f64, 1.0) } else { (99.0, -99.0) })
             .collect();
         let mut want = c.clone();
-        let mul = |(a, b): (f64, f64), (c, d): (f64, f64)| (a * c - b * d, a * d + b * c);
-        let element = |x: &[(f64, f64)], op: u32, ld: u64, base: u64, row: u64, col: u64| {
-            let (re, im) =
-                if op == 0 { x[(base + row + col * ld) as usize] } else { x[(base + col + row * ld) as usize] };
-            (re, if op == 2 { -im } else { im })
-        };
-        for bi in 0..batch {
-            for j in 0..n {
-                for i in 0..m {
-                    let mut sum = (0.0, 0.0);
-                    for p in 0..k {
-                        let x = element(&a, ops[0], g.ld[0], bi * g.stride[0], i, p);
-                        let y = element(&b, ops[1], g.ld[1], bi * g.stride[1], p, j);
-                        let xy = mul(x, y);
-                        sum = (sum.0 + xy.0, sum.1 + xy.1);
-                    }
-                    let out = &mut want[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
-                    let (scaled, old) = (mul(alpha, sum), mul(beta, *out));
-                    *out = (scaled.0 + old.0, scaled.1 + old.1);
-                }
-            }
-        }
-        let flat = |v: &[(f64, f64)]| v.iter().flat_map(|&(re, im)| [re, im]).collect::<Vec<f64>>();
-        let u = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
-        let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
-            let parts = flat(v).into_iter();
-            if double {
-                parts.flat_map(f64::to_le_bytes).collect()
-            } else {
-                parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
-            }
-        };
-        let (da, db) = (acc.alloc_from(&bytes(&a)).await.unwrap(), acc.alloc_from(&bytes(&b)).await.unwrap());
-        let dc = acc.alloc_from(&bytes(&c)).await.unwrap();
-        let mut args = gemm_args(&g, u(alpha.0), [da.arg(), db.arg(), dc.arg()], u(beta.0));
-        args.extend([u(alpha.1), u(beta.1)]);
-        args[..2].copy_from_slice(&ops.map(KernelArg::U32));
-        let gemm = builtin.function(if double { "blas_zgemm" } else { "blas_cgemm" }).await.unwrap();
-        gemm.launch(ac_frontend::LaunchDims::new([3, 1, 1], [32, 1, 1]), &args).await.unwrap();
-        let back = dc.to_vec().await.unwrap();
-        let got: Vec<f64> = if double {
-            back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
-        } else {
-            back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
-        };
-        assert_eq!(got, flat(&want), "double {double}, operations {ops:?}: C (its padding included)");
+        reference_gemm(&g, ops, scalars, [&a, &b], &mut want, |_, _| true);
+        let name = if double { "blas_zgemm" } else { "blas_cgemm" };
+        let got = launch_gemm(acc, builtin, name, &g, ops, scalars, [&a, &b, &c], None, [double, true]).await;
+        assert_eq!(got, parts(&want, true), "double {double}, operations {ops:?}: C (its padding included)");
     }
 }
 
@@ -341,7 +296,7 @@ pub async fn triangle_gemms_compute_one_triangle_exactly(
     let ([n, k], batch) = ([5u64, 4], 2u64);
     for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
         for (fill, op_a) in [(0u32, 0u32), (1, 1), (0, 2), (1, 2)] {
-            let (alpha, beta) = if complex { ((2.0, -1.0), (1.0, 1.0)) } else { ((2.0, 0.0), (-3.0, 0.0)) };
+            let scalars = if complex { [(2.0, -1.0), (1.0, 1.0)] } else { [(2.0, 0.0), (-3.0, 0.0)] };
             let ops = [op_a, 1];
             let stored_a = if op_a == 0 { (n, k) } else { (k, n) };
             let g = Gemm {
@@ -354,70 +309,107 @@ pub async fn triangle_gemms_compute_one_triangle_exactly(
                 stride: [(stored_a.0 + 1) * stored_a.1 + 2, (n + 2) * k, (n + 3) * n + 1],
                 batch,
             };
-            let values = |len: u64, seed: u64| -> Vec<(f64, f64)> {
-                (0..len)
-                    .map(|i| {
-                        let im = if complex { ((i * 5 + seed) % 7) as f64 - 3.0 } else { 0.0 };
-                        (((i * 7 + seed * 13) % 9) as f64 - 4.0, im)
-                    })
-                    .collect()
-            };
-            let (a, b) = (values(g.stride[0] * batch, 1), values(g.stride[1] * batch, 2));
-            let c: Vec<(f64, f64)> =
-                (0..g.stride[2] * batch).map(|i| ((i % 5) as f64 - 2.0, 99.0 * f64::from(u8::from(complex)))).collect();
+            let (a, b) = (gaussian(g.stride[0] * batch, 1, complex), gaussian(g.stride[1] * batch, 2, complex));
+            let marker = if complex { 99.0 } else { 0.0 };
+            let c: Vec<(f64, f64)> = (0..g.stride[2] * batch).map(|i| ((i % 5) as f64 - 2.0, marker)).collect();
             let mut want = c.clone();
-            let mul = |(a, b): (f64, f64), (c, d): (f64, f64)| (a * c - b * d, a * d + b * c);
-            let element = |x: &[(f64, f64)], op: u32, ld: u64, base: u64, row: u64, col: u64| {
-                let (re, im) =
-                    if op == 0 { x[(base + row + col * ld) as usize] } else { x[(base + col + row * ld) as usize] };
-                (re, if op == 2 { -im } else { im })
-            };
-            for bi in 0..batch {
-                for j in 0..n {
-                    for i in (0..n).filter(|&i| if fill == 0 { i >= j } else { i <= j }) {
-                        let mut sum = (0.0, 0.0);
-                        for p in 0..k {
-                            let xy = mul(
-                                element(&a, ops[0], g.ld[0], bi * g.stride[0], i, p),
-                                element(&b, ops[1], g.ld[1], bi * g.stride[1], p, j),
-                            );
-                            sum = (sum.0 + xy.0, sum.1 + xy.1);
-                        }
-                        let out = &mut want[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
-                        let (scaled, old) = (mul(alpha, sum), mul(beta, *out));
-                        *out = (scaled.0 + old.0, scaled.1 + old.1);
-                    }
-                }
-            }
-            let flat = |v: &[(f64, f64)]| -> Vec<f64> {
-                v.iter().flat_map(|&(re, im)| if complex { vec![re, im] } else { vec![re] }).collect()
-            };
-            let scalar = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
-            let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
-                let parts = flat(v).into_iter();
-                if double {
-                    parts.flat_map(f64::to_le_bytes).collect()
-                } else {
-                    parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
-                }
-            };
-            let (da, db) = (acc.alloc_from(&bytes(&a)).await.unwrap(), acc.alloc_from(&bytes(&b)).await.unwrap());
-            let dc = acc.alloc_from(&bytes(&c)).await.unwrap();
-            let mut args = gemm_args(&g, scalar(alpha.0), [da.arg(), db.arg(), dc.arg()], scalar(beta.0));
-            if complex {
-                args.extend([scalar(alpha.1), scalar(beta.1)]);
-            }
-            args.push(KernelArg::U32(fill));
-            args[..2].copy_from_slice(&ops.map(KernelArg::U32));
-            let gemmt = builtin.function(&format!("blas_{t}gemmt")).await.unwrap();
-            gemmt.launch(ac_frontend::LaunchDims::new([2, 1, 1], [32, 1, 1]), &args).await.unwrap();
-            let back = dc.to_vec().await.unwrap();
-            let got: Vec<f64> = if double {
-                back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
-            } else {
-                back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
-            };
-            assert_eq!(got, flat(&want), "blas_{t}gemmt fill {fill}, operations {ops:?}: C (all of it)");
+            let holds = |i: u64, j: u64| if fill == 0 { i >= j } else { i <= j };
+            reference_gemm(&g, ops, scalars, [&a, &b], &mut want, holds);
+            let name = format!("blas_{t}gemmt");
+            let got = launch_gemm(acc, builtin, &name, &g, ops, scalars, [&a, &b, &c], Some(fill), [double, complex]);
+            let what = format!("{name} fill {fill}, operations {ops:?}: C (all of it)");
+            assert_eq!(got.await, parts(&want, complex), "{what}");
         }
+    }
+}
+
+/// Small Gaussian integers, `len` of them (their imaginary parts 0 unless `complex`).
+fn gaussian(len: u64, seed: u64, complex: bool) -> Vec<(f64, f64)> {
+    let im = |i: u64| if complex { ((i * 5 + seed) % 7) as f64 - 3.0 } else { 0.0 };
+    (0..len).map(|i| (((i * 7 + seed * 13) % 9) as f64 - 4.0, im(i))).collect()
+}
+
+fn complex_mul((a, b): (f64, f64), (c, d): (f64, f64)) -> (f64, f64) {
+    (a * c - b * d, a * d + b * c)
+}
+
+/// `C_b = alpha op(A_b) op(B_b) + beta C_b` computed here into `c`, on the elements `holds`
+/// keeps; operation 2 conjugates.
+fn reference_gemm(
+    g: &Gemm,
+    ops: [u32; 2],
+    [alpha, beta]: [(f64, f64); 2],
+    [a, b]: [&[(f64, f64)]; 2],
+    c: &mut [(f64, f64)],
+    holds: impl Fn(u64, u64) -> bool,
+) {
+    let element = |x: &[(f64, f64)], op: u32, ld: u64, base: u64, row: u64, col: u64| {
+        let (re, im) = if op == 0 { x[(base + row + col * ld) as usize] } else { x[(base + col + row * ld) as usize] };
+        (re, if op == 2 { -im } else { im })
+    };
+    for bi in 0..g.batch {
+        for j in 0..g.n {
+            for i in (0..g.m).filter(|&i| holds(i, j)) {
+                let mut sum = (0.0, 0.0);
+                for p in 0..g.k {
+                    let xy = complex_mul(
+                        element(a, ops[0], g.ld[0], bi * g.stride[0], i, p),
+                        element(b, ops[1], g.ld[1], bi * g.stride[1], p, j),
+                    );
+                    sum = (sum.0 + xy.0, sum.1 + xy.1);
+                }
+                let out = &mut c[(bi * g.stride[2] + i + j * g.ld[2]) as usize];
+                let (scaled, old) = (complex_mul(alpha, sum), complex_mul(beta, *out));
+                *out = (scaled.0 + old.0, scaled.1 + old.1);
+            }
+        }
+    }
+}
+
+/// The parts of elements as stored: real and imaginary for complex ones, else the real.
+fn parts(v: &[(f64, f64)], complex: bool) -> Vec<f64> {
+    v.iter().flat_map(|&(re, im)| if complex { vec![re, im] } else { vec![re] }).collect()
+}
+
+/// Launches gemm kernel `name` (real or complex, `f32` or `f64`: `[double, complex]`) of shape
+/// `g` on matrices A, B, C uploaded here, operations `ops`, one triangle (`fill`) or all of C,
+/// and gives back all of C's parts.
+#[allow(clippy::too_many_arguments)] // a gemm's operands
+async fn launch_gemm(
+    acc: &ac_frontend::Accelerator,
+    builtin: &ac_frontend::Module,
+    name: &str,
+    g: &Gemm,
+    ops: [u32; 2],
+    [alpha, beta]: [(f64, f64); 2],
+    matrices: [&[(f64, f64)]; 3],
+    fill: Option<u32>,
+    [double, complex]: [bool; 2],
+) -> Vec<f64> {
+    let scalar = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
+    let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
+        let parts = parts(v, complex).into_iter();
+        if double {
+            parts.flat_map(f64::to_le_bytes).collect()
+        } else {
+            parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
+        }
+    };
+    let [a, b, c] = matrices.map(bytes);
+    let (da, db) = (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap());
+    let dc = acc.alloc_from(&c).await.unwrap();
+    let mut args = gemm_args(g, scalar(alpha.0), [da.arg(), db.arg(), dc.arg()], scalar(beta.0));
+    if complex {
+        args.extend([scalar(alpha.1), scalar(beta.1)]);
+    }
+    args.extend(fill.map(KernelArg::U32));
+    args[..2].copy_from_slice(&ops.map(KernelArg::U32));
+    let kernel = builtin.function(name).await.unwrap();
+    kernel.launch(ac_frontend::LaunchDims::new([3, 1, 1], [32, 1, 1]), &args).await.unwrap();
+    let back = dc.to_vec().await.unwrap();
+    if double {
+        back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+    } else {
+        back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
     }
 }

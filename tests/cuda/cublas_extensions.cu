@@ -66,19 +66,14 @@ static bool geam(cublasHandle_t h, const char* what, int ta, int tb, int m, int 
             want[i + j * ldc] = sum;
         }
     E *da = upload(a), *db = upload(b), *dc = upload(c);
-    std::vector<E> scalars = {alpha, beta};
-    E* ds = upload(scalars);
-    const E* pa = device_scalars ? ds : &alpha;
-    const E* pb = device_scalars ? ds + 1 : &beta;
-    if (device_scalars) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_DEVICE));
+    Scalars<E> scalars(h, alpha, beta, device_scalars);
     const E* first = in_place == 'A' ? dc : da;
     const E* second = no_b ? nullptr : in_place == 'B' ? dc : db;
-    CUBLAS(Ext<E>::geam_(h, ta, tb, m, n, pa, first, lda, pb, second, ldb, dc, ldc));
-    if (device_scalars) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_HOST));
+    CUBLAS(Ext<E>::geam_(h, ta, tb, m, n, scalars.alpha(), first, lda, scalars.beta(), second, ldb, dc, ldc));
     char name[96];
     snprintf(name, sizeof name, "%sgeam %s", Ext<E>::name, what);
     bool ok = exact(name, download(dc, c.size()), want);
-    for (E* p : {da, db, dc, ds}) CHECK(cudaFree(p));
+    for (E* p : {da, db, dc}) CHECK(cudaFree(p));
     return ok;
 }
 

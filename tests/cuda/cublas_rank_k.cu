@@ -74,20 +74,18 @@ static bool update(cublasHandle_t h, Kind kind, int uplo, int trans, int n, int 
             want[i + j * ldc] = alpha * (kind == SYR2K ? ab + ba : ab) + beta * c[i + j * ldc];
         }
     E *da = upload(a), *db = upload(b), *dc = upload(c);
-    std::vector<E> scalars = {alpha, beta};
-    E* ds = upload(scalars);
-    const E* pa = device_scalars ? ds : &alpha;
-    const E* pb = device_scalars ? ds + 1 : &beta;
-    if (device_scalars) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_DEVICE));
-    if (kind == SYRK) CUBLAS(RankK<E>::syrk_(h, uplo, trans, n, k, pa, da, lda, pb, dc, ldc));
-    else if (kind == SYRKX) CUBLAS(RankK<E>::syrkx_(h, uplo, trans, n, k, pa, da, lda, db, ldb, pb, dc, ldc));
-    else CUBLAS(RankK<E>::syr2k_(h, uplo, trans, n, k, pa, da, lda, db, ldb, pb, dc, ldc));
-    if (device_scalars) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_HOST));
+    {
+        Scalars<E> scalars(h, alpha, beta, device_scalars);
+        const E *pa = scalars.alpha(), *pb = scalars.beta();
+        if (kind == SYRK) CUBLAS(RankK<E>::syrk_(h, uplo, trans, n, k, pa, da, lda, pb, dc, ldc));
+        else if (kind == SYRKX) CUBLAS(RankK<E>::syrkx_(h, uplo, trans, n, k, pa, da, lda, db, ldb, pb, dc, ldc));
+        else CUBLAS(RankK<E>::syr2k_(h, uplo, trans, n, k, pa, da, lda, db, ldb, pb, dc, ldc));
+    }
     char name[96];
     snprintf(name, sizeof name, "%s%s %s %s%s", RankK<E>::name, KIND_NAMES[kind], uplo ? "upper" : "lower",
              trans ? "T" : "N", device_scalars ? " device scalars" : "");
     bool ok = exact(name, download(dc, c.size()), want);
-    for (E* p : {da, db, dc, ds}) CHECK(cudaFree(p));
+    for (E* p : {da, db, dc}) CHECK(cudaFree(p));
     return ok;
 }
 

@@ -1,10 +1,13 @@
 // What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu): element
 // types real and complex, small integers of each (complex: in both parts; every product and
-// sum of a few is exact), op(X)'s elements, and a comparison of every element.
+// sum of a few is exact), op(X)'s elements, a comparison of every element, and a call's alpha
+// and beta on the host or in device memory.
 #pragma once
 #include <complex>
 #include <cstdio>
 #include <vector>
+
+#include "cublas_helpers.h"
 
 typedef std::complex<float> c32;
 typedef std::complex<double> c64;
@@ -55,3 +58,23 @@ static bool exact(const char* what, const std::vector<E>& got, const std::vector
     printf("%s exact\n", what);
     return true;
 }
+
+// A call's alpha and beta: the host's, or (`on_device`) copies in device memory, the handle in
+// device pointer mode until this goes out of scope.
+template <typename E>
+struct Scalars {
+    cublasHandle_t h;
+    E host[2];
+    E* device;
+    bool on_device;
+    Scalars(cublasHandle_t h, E alpha, E beta, bool on_device)
+        : h(h), host{alpha, beta}, device(upload(std::vector<E>{alpha, beta})), on_device(on_device) {
+        if (on_device) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_DEVICE));
+    }
+    const E* alpha() const { return on_device ? device : &host[0]; }
+    const E* beta() const { return on_device ? device + 1 : &host[1]; }
+    ~Scalars() {
+        if (on_device) CUBLAS(cublasSetPointerMode_v2(h, CUBLAS_POINTER_MODE_HOST));
+        CHECK(cudaFree(device));
+    }
+};
