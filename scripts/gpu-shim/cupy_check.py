@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An unmodified CuPy program for the CUDA shim's GPU check (issue 48): device properties, an
 ElementwiseKernel, cp.dot (cuBLAS), reductions, a RawKernel compiled by NVRTC, and batched LU
-(det, inv and solve of stacks: cuBLAS's getrfBatched, getriBatched, getrsBatched).
+(det, inv and solve of stacks: cuBLAS's getrfBatched, getriBatched, getrsBatched), and
+cupy.cublas's geam, dgmm and syrk.
 scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and through ac-cuda's, and
 compares the two result files (compare.py): the program itself knows nothing of the shim.
 
@@ -18,6 +19,7 @@ import sys
 import traceback
 
 import cupy as cp
+import cupy.cublas
 import numpy as np
 
 from mapped import print_mapped
@@ -116,7 +118,26 @@ def linalg():
     return out
 
 
-SECTIONS = [properties, elementwise, dot, reductions, raw_kernel, linalg]
+def blas_extensions():
+    # cupy.cublas's geam (a sum with a transpose), dgmm (a diagonal on either side) and syrk
+    # (one triangle of a symmetric product), each precision.
+    rng = np.random.default_rng(11)
+    out = {}
+    for dtype, tag in [(np.float32, "f32"), (np.float64, "f64"), (np.complex64, "c64"), (np.complex128, "c128")]:
+        def draw(*shape):
+            h = rng.standard_normal(shape)
+            return cp.asarray((h + 1j * rng.standard_normal(shape) if np.dtype(dtype).kind == "c" else h).astype(dtype))
+
+        a, b, x = draw(20, 30), draw(30, 20), draw(30)
+        out[f"geam_{tag}"] = summary(parts(cupy.cublas.geam("N", "T", 1.5, a, -0.5, b)))
+        out[f"dgmm_right_{tag}"] = summary(parts(cupy.cublas.dgmm("R", a, x)))
+        out[f"dgmm_left_{tag}"] = summary(parts(cupy.cublas.dgmm("L", a, x[:20])))
+        out[f"syrk_lower_{tag}"] = summary(parts(cupy.cublas.syrk("N", a, lower=True)))
+        out[f"syrk_upper_{tag}"] = summary(parts(cupy.cublas.syrk("T", a, alpha=2.0)))
+    return out
+
+
+SECTIONS = [properties, elementwise, dot, reductions, raw_kernel, linalg, blas_extensions]
 
 
 def main(argv):
