@@ -2,7 +2,7 @@
 """An unmodified CuPy program for the CUDA shim's GPU check (issue 48): device properties, an
 ElementwiseKernel, cp.dot (cuBLAS), reductions, a RawKernel compiled by NVRTC, and batched LU
 (det, inv and solve of stacks: cuBLAS's getrfBatched, getriBatched, getrsBatched), and
-cupy.cublas's geam, dgmm and syrk.
+cupy.cublas's geam, dgmm, syrk and sbmv.
 scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and through ac-cuda's, and
 compares the two result files (compare.py): the program itself knows nothing of the shim.
 
@@ -119,8 +119,8 @@ def linalg():
 
 
 def blas_extensions():
-    # cupy.cublas's geam (a sum with a transpose), dgmm (a diagonal on either side) and syrk
-    # (one triangle of a symmetric product), each precision.
+    # cupy.cublas's geam (a sum with a transpose), dgmm (a diagonal on either side), syrk (one
+    # triangle of a symmetric product), each precision, and sbmv (a symmetric band), real ones.
     rng = np.random.default_rng(11)
     out = {}
     for dtype, tag in [(np.float32, "f32"), (np.float64, "f64"), (np.complex64, "c64"), (np.complex128, "c128")]:
@@ -134,6 +134,11 @@ def blas_extensions():
         out[f"dgmm_left_{tag}"] = summary(parts(cupy.cublas.dgmm("L", a, x[:20])))
         out[f"syrk_lower_{tag}"] = summary(parts(cupy.cublas.syrk("N", a, lower=True)))
         out[f"syrk_upper_{tag}"] = summary(parts(cupy.cublas.syrk("T", a, alpha=2.0)))
+        if np.dtype(dtype).kind != "c":
+            # A symmetric band of 3 diagonals each side, stored as 4 rows of 30 (upper, lower).
+            band, y = draw(4, 30), draw(30)
+            out[f"sbmv_upper_{tag}"] = summary(cupy.cublas.sbmv(3, 0.5, band, x, 2.0, y.copy()))
+            out[f"sbmv_lower_{tag}"] = summary(cupy.cublas.sbmv(3, 0.5, band, x, 2.0, y.copy(), lower=True))
     return out
 
 

@@ -32,6 +32,8 @@ void cublasDcopy_v2(void) {}
 void cublasSscal_v2(void) {}
 void cublasDscal_v2(void) {}
 void cublasSgemv_v2(void) {}
+void cublasSsbmv_v2(void) {}
+void cublasDsbmv_v2(void) {}
 void cublasDgemv_v2(void) {}
 void cublasSger_v2(void) {}
 void cublasDger_v2(void) {}

@@ -56,6 +56,10 @@ cublasStatus_t cublasScopy_v2(cublasHandle_t handle, int n, const float* x, int 
 cublasStatus_t cublasDcopy_v2(cublasHandle_t handle, int n, const double* x, int incx, double* y, int incy);
 cublasStatus_t cublasSscal_v2(cublasHandle_t handle, int n, const float* alpha, float* x, int incx);
 cublasStatus_t cublasDscal_v2(cublasHandle_t handle, int n, const double* alpha, double* x, int incx);
+cublasStatus_t cublasSsbmv_v2(cublasHandle_t handle, int uplo, int n, int k, const float* alpha, const float* A,
+                              int lda, const float* x, int incx, const float* beta, float* y, int incy);
+cublasStatus_t cublasDsbmv_v2(cublasHandle_t handle, int uplo, int n, int k, const double* alpha, const double* A,
+                              int lda, const double* x, int incx, const double* beta, double* y, int incy);
 cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha,
                               const float* A, int lda, const float* x, int incx, const float* beta, float* y,
                               int incy);

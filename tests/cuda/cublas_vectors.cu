@@ -1,5 +1,5 @@
 // cuBLAS's level-1 and level-2 functions from a plain CUDA program linked against
-// libcublas.so.13: dot, nrm2, axpy, copy, scal, gemv (both operations), ger, in float and
+// libcublas.so.13: dot, nrm2, axpy, copy, scal, gemv (both operations), ger, sbmv, in float and
 // double, on strided vectors and padded matrices (what lies between the elements must stay as
 // it was); results and scalars in host and in device memory (cublasSetPointerMode); four threads
 // taking dot products into host memory through one handle at once; and what cuBLAS refuses.
@@ -125,6 +125,39 @@ static bool ger(cublasHandle_t h) {
     return ok;
 }
 
+// y = alpha A x + beta y, A symmetric band (k diagonals each side) stored as one triangle in
+// BLAS's band layout with a spare row (lda k + 2), x and y strided: the spare row is never read
+// (it holds NaN).
+template <typename T>
+static bool sbmv(cublasHandle_t h, int uplo) {
+    const int n = 9, k = 3, lda = k + 2, incx = 2, incy = 3;
+    auto ab = small_integers<T>((size_t)lda * n, 11), x = small_integers<T>(n * incx, 12);
+    auto y = small_integers<T>(n * incy, 13), want = y;
+    for (int j = 0; j < n; j++) ab[k + 1 + j * lda] = NAN;
+    // A[i, j] of the stored triangle: upper at ab[k + i - j + j lda] (i <= j), lower at
+    // ab[i - j + j lda] (i >= j); 0 outside the band.
+    auto element = [&](int i, int j) -> T {
+        if (uplo == 1 ? i > j : i < j) std::swap(i, j);
+        if (std::abs(i - j) > k) return 0;
+        return uplo == 1 ? ab[k + i - j + j * lda] : ab[i - j + j * lda];
+    };
+    T alpha = 2, beta = -3;
+    for (int i = 0; i < n; i++) {
+        T acc = 0;
+        for (int j = 0; j < n; j++) acc += element(i, j) * at(x, j, incx);
+        at(want, i, incy) = alpha * acc + beta * at(y, i, incy);
+    }
+    T *da = upload(ab), *dx = upload(x), *dy = upload(y);
+    if constexpr (sizeof(T) == 4) CUBLAS(cublasSsbmv_v2(h, uplo, n, k, &alpha, da, lda, dx, incx, &beta, dy, incy));
+    else CUBLAS(cublasDsbmv_v2(h, uplo, n, k, &alpha, da, lda, dx, incx, &beta, dy, incy));
+    char what[32];
+    snprintf(what, sizeof what, "%ssbmv %s", sizeof(T) == 4 ? "s" : "d", uplo ? "upper" : "lower");
+    bool ok = same(what, download(dy, want.size()), want);
+    if (ok) printf("%s exact\n", what);
+    for (T* p : {da, dx, dy}) CHECK(cudaFree(p));
+    return ok;
+}
+
 // Scalars and results in device memory: a dot product left on the device and used as the next
 // call's alpha there, a gemm whose alpha and beta are device memory, all on a stream, read once
 // at the end.
@@ -212,6 +245,7 @@ int main(int argc, char** argv) {
     ok &= gemv<float>(h, false, "sgemv N") && gemv<float>(h, true, "sgemv T");
     ok &= gemv<double>(h, false, "dgemv N") && gemv<double>(h, true, "dgemv T");
     ok &= ger<float>(h) && ger<double>(h);
+    ok &= sbmv<float>(h, 1) && sbmv<float>(h, 0) && sbmv<double>(h, 1) && sbmv<double>(h, 0);
     ok &= device_pointers(h);
 
     // Four threads, one handle, each taking its own dot products into host memory at once: each

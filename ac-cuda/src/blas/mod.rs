@@ -37,6 +37,7 @@ use crate::memory::device_to_host;
 use crate::state::{self, put, Registry};
 use crate::stream::{device_of_stream, stream_of};
 
+mod band;
 mod copies;
 mod extensions;
 mod gemm;
