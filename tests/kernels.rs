@@ -413,3 +413,59 @@ async fn launch_gemm(
         back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
     }
 }
+
+/// Launches `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr` and `blas_ztpttr` on each triangle of a
+/// padded 5 x 5 `A` whose elements are all different: packing gives BLAS's packed order, column
+/// by column; unpacking into a matrix of markers writes the triangle and nothing else.
+pub async fn packed_triangles_move_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
+    let (n, lda) = (5u64, 7u64);
+    for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
+        let kernel = builtin.function(&format!("blas_{t}tpttr")).await.unwrap();
+        // Element (i, j) is 10 i + j (+ (100 + i) i when complex); the padding rows hold -1.
+        let element = |i: u64, j: u64| ((10 * i + j) as f64, if complex { (100 + i) as f64 } else { 0.0 });
+        let a: Vec<(f64, f64)> =
+            (0..lda * n).map(|e| if e % lda < n { element(e % lda, e / lda) } else { (-1.0, -1.0) }).collect();
+        for upper in [false, true] {
+            let in_triangle = |i: u64, j: u64| if upper { i <= j } else { i >= j };
+            let packed: Vec<(f64, f64)> =
+                (0..n).flat_map(|j| (0..n).filter(move |&i| in_triangle(i, j)).map(move |i| element(i, j))).collect();
+            let encode = |v: &[(f64, f64)]| -> Vec<u8> {
+                let parts = parts(v, complex).into_iter();
+                if double {
+                    parts.flat_map(f64::to_le_bytes).collect()
+                } else {
+                    parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
+                }
+            };
+            let decode = |bytes: Vec<u8>| -> Vec<f64> {
+                if double {
+                    bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+                } else {
+                    bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
+                }
+            };
+            let u = KernelArg::U32;
+            let dims = ac_frontend::LaunchDims::new([2, 1, 1], [8, 1, 1]);
+            let da = acc.alloc_from(&encode(&a)).await.unwrap();
+            let dap = acc.alloc_from(&encode(&vec![(7.0, 7.0); packed.len()])).await.unwrap();
+            let args = |dir: u32, a: KernelArg| [u(dir), u(upper.into()), u(n as u32), dap.arg(), a, u(lda as u32)];
+            kernel.launch(dims, &args(1, da.arg())).await.unwrap();
+            assert_eq!(
+                decode(dap.to_vec().await.unwrap()),
+                parts(&packed, complex),
+                "blas_{t}tpttr pack, upper {upper}"
+            );
+            let markers = vec![(99.0, -99.0); a.len()];
+            let dback = acc.alloc_from(&encode(&markers)).await.unwrap();
+            kernel.launch(dims, &args(0, dback.arg())).await.unwrap();
+            let want: Vec<(f64, f64)> = (0..lda * n)
+                .map(|e| if e % lda < n && in_triangle(e % lda, e / lda) { a[e as usize] } else { markers[0] })
+                .collect();
+            assert_eq!(
+                decode(dback.to_vec().await.unwrap()),
+                parts(&want, complex),
+                "blas_{t}tpttr unpack, upper {upper}"
+            );
+        }
+    }
+}

@@ -110,6 +110,16 @@ pub enum acSourceKind {
     ///   the same on cuComplex vectors (real part first; a sum is a float) (|re| + |im| for complex ones).
     /// - `blas_zabs_reduce(uint32_t op, uint32_t n, const double *x, uint64_t incx, void *out)`:
     ///   the same on cuDoubleComplex vectors (a sum is a double) (|re| + |im| for complex ones).
+    /// - `blas_stpttr(uint32_t dir, uint32_t uplo, uint32_t n, float *AP, float *A, uint32_t lda)`:
+    ///   BLAS's packed storage of the lower (uplo 0) or upper (1) triangle of the n x n
+    ///   column-major A, the diagonal included: dir 0 unpacks AP into that triangle of A (the
+    ///   other triangle untouched), 1 packs it into AP, column by column (cuBLAS's tpttr, trttp).
+    /// - `blas_dtpttr(uint32_t dir, uint32_t uplo, uint32_t n, double *AP, double *A, uint32_t lda)`:
+    ///   the same on double.
+    /// - `blas_ctpttr(uint32_t dir, uint32_t uplo, uint32_t n, float *AP, float *A, uint32_t lda)`:
+    ///   the same on cuComplex.
+    /// - `blas_ztpttr(uint32_t dir, uint32_t uplo, uint32_t n, double *AP, double *A, uint32_t lda)`:
+    ///   the same on cuDoubleComplex.
     /// - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
     ///   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
     ///   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

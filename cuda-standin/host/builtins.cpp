@@ -179,8 +179,9 @@ const Builtin BUILTINS[] = {
     BUILTIN(blas_dgetrf, false), BUILTIN(blas_cgetrf, false), BUILTIN(blas_zgetrf, false),
     BUILTIN(blas_sgetrs, false), BUILTIN(blas_dgetrs, false), BUILTIN(blas_cgetrs, false),
     BUILTIN(blas_zgetrs, false), BUILTIN(blas_sabs_reduce, false), BUILTIN(blas_dabs_reduce, false),
-    BUILTIN(blas_cabs_reduce, false), BUILTIN(blas_zabs_reduce, false), BUILTIN(dft_f32, false),
-    BUILTIN(dft_f64, false),
+    BUILTIN(blas_cabs_reduce, false), BUILTIN(blas_zabs_reduce, false), BUILTIN(blas_stpttr, false),
+    BUILTIN(blas_dtpttr, false), BUILTIN(blas_ctpttr, false), BUILTIN(blas_ztpttr, false),
+    BUILTIN(dft_f32, false), BUILTIN(dft_f64, false),
 };
 
 const Builtin* find(const char* name) {

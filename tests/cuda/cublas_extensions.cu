@@ -1,7 +1,8 @@
 // cuBLAS's BLAS-like extensions from a plain CUDA program linked against libcublas.so.13: geam
 // (sums, scalings and transposes of matrices: operations N, T and the conjugate transpose; in
 // place as C = A and as C = B; beta 0 with no B, a plain transpose; scalars in device memory)
-// and dgmm (a diagonal on the left or on the right, a strided x, in place), in single, double
+// dgmm (a diagonal on the left or on the right, a strided x, in place) and the packed storage
+// of a triangle (trttp, tpttr), in single, double
 // and both complex precisions, on padded matrices (what lies between columns must stay as it
 // was). Every result is checked exactly against a reference computed here (small integers:
 // every product and sum is exact).
@@ -29,22 +30,34 @@ DGMM(cublasSdgmm)
 DGMM(cublasDdgmm)
 DGMM(cublasCdgmm)
 DGMM(cublasZdgmm)
+#define TPTTR(name) cublasStatus_t name(cublasHandle_t, int, int, const void*, void*, int);
+#define TRTTP(name) cublasStatus_t name(cublasHandle_t, int, int, const void*, int, void*);
+TPTTR(cublasStpttr)
+TPTTR(cublasDtpttr)
+TPTTR(cublasCtpttr)
+TPTTR(cublasZtpttr)
+TRTTP(cublasStrttp)
+TRTTP(cublasDtrttp)
+TRTTP(cublasCtrttp)
+TRTTP(cublasZtrttp)
 }
 
 // The functions of one element type.
 template <typename E>
 struct Ext;
-#define EXT_OF(E, P, geam, dgmm)                            \
+#define EXT_OF(E, P, geam, dgmm, tpttr, trttp)              \
     template <>                                             \
     struct Ext<E> {                                         \
         static constexpr const char* name = P;              \
         static constexpr auto geam_ = geam;                 \
         static constexpr auto dgmm_ = dgmm;                 \
+        static constexpr auto tpttr_ = tpttr;               \
+        static constexpr auto trttp_ = trttp;               \
     };
-EXT_OF(float, "s", cublasSgeam, cublasSdgmm)
-EXT_OF(double, "d", cublasDgeam, cublasDdgmm)
-EXT_OF(c32, "c", cublasCgeam, cublasCdgmm)
-EXT_OF(c64, "z", cublasZgeam, cublasZdgmm)
+EXT_OF(float, "s", cublasSgeam, cublasSdgmm, cublasStpttr, cublasStrttp)
+EXT_OF(double, "d", cublasDgeam, cublasDdgmm, cublasDtpttr, cublasDtrttp)
+EXT_OF(c32, "c", cublasCgeam, cublasCdgmm, cublasCtpttr, cublasCtrttp)
+EXT_OF(c64, "z", cublasZgeam, cublasZdgmm, cublasZtpttr, cublasZtrttp)
 
 // C = alpha op(A) + beta op(B) on padded matrices, C = A or C = B in place (`in_place` 'A' or
 // 'B'), B left out when beta is 0 (`no_b`), the scalars in device memory.
@@ -97,6 +110,33 @@ static bool dgmm(cublasHandle_t h, const char* what, int side, int m, int n, int
     return ok;
 }
 
+// trttp then tpttr: triangle uplo (0 lower, 1 upper) of a padded n x n A into AP (BLAS's
+// packed order, column by column), then back into a matrix of markers, whose other triangle
+// and padding must keep them.
+template <typename E>
+static bool packed(cublasHandle_t h, int uplo) {
+    const int n = 6, lda = n + 2;
+    auto a = values<E>((size_t)lda * n, 7);
+    std::vector<E> want_ap, markers(a.size(), make<E>(99, -99));
+    auto want_back = markers;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < n; i++)
+            if (uplo ? i <= j : i >= j) {
+                want_ap.push_back(a[i + j * lda]);
+                want_back[i + j * lda] = a[i + j * lda];
+            }
+    E *da = upload(a), *dap = upload(std::vector<E>(want_ap.size(), make<E>(7, 7))), *dback = upload(markers);
+    CUBLAS(Ext<E>::trttp_(h, uplo, n, da, lda, dap));
+    CUBLAS(Ext<E>::tpttr_(h, uplo, n, dap, dback, lda));
+    char packing[64], unpacking[64];
+    snprintf(packing, sizeof packing, "%strttp %s", Ext<E>::name, uplo ? "upper" : "lower");
+    snprintf(unpacking, sizeof unpacking, "%stpttr %s", Ext<E>::name, uplo ? "upper" : "lower");
+    bool ok = exact(packing, download(dap, want_ap.size()), want_ap);
+    ok &= exact(unpacking, download(dback, markers.size()), want_back);
+    for (E* p : {da, dap, dback}) CHECK(cudaFree(p));
+    return ok;
+}
+
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
@@ -115,6 +155,7 @@ int main(int argc, char** argv) {
     ok &= dgmm<c32>(h, "left", 0, 3, 4, 1, 2);
     ok &= dgmm<c64>(h, "right incx 3", 1, 2, 5, 3, 1);
     ok &= dgmm<float>(h, "right in place", 1, 4, 3, 1, 1, true);
+    ok &= packed<float>(h, 0) && packed<double>(h, 1) && packed<c32>(h, 1) && packed<c64>(h, 0);
 
     if (!native) {
         // What the shim refuses: x read backwards; C, A and B the same matrix; and what cuBLAS

@@ -79,6 +79,14 @@ void cublasSsyr2k_v2(void) {}
 void cublasDsyr2k_v2(void) {}
 void cublasCsyr2k_v2(void) {}
 void cublasZsyr2k_v2(void) {}
+void cublasStpttr(void) {}
+void cublasDtpttr(void) {}
+void cublasCtpttr(void) {}
+void cublasZtpttr(void) {}
+void cublasStrttp(void) {}
+void cublasDtrttp(void) {}
+void cublasCtrttp(void) {}
+void cublasZtrttp(void) {}
 void cublasLtCreate(void) {}
 void cublasLtDestroy(void) {}
 void cublasLtMatmulDescCreate(void) {}

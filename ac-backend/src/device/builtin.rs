@@ -19,12 +19,13 @@
 //! | `blas_sgetrf`, `blas_dgetrf`, `blas_cgetrf`, `blas_zgetrf` | LU factorization with partial pivoting (or none) of strided batches of square column-major matrices, pivots and `info` as LAPACK's ([`super::lu`]) | `P A_b = L U` over `A_b` |
 //! | `blas_sgetrs`, `blas_dgetrs`, `blas_cgetrs`, `blas_zgetrs` | solves with those factors, operation N, T or C; or inverts ([`super::lu`]) | `op(A_b) X = B_b`, `X` over `B_b`; or `B_b = A_b^-1` |
 //! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
+//! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, dft, gemm, lu, trsm};
+use super::{abs_reduce, dft, gemm, lu, packed, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -62,6 +63,10 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dabs_reduce", &abs_reduce::PARAMS),
     ("blas_cabs_reduce", &abs_reduce::PARAMS),
     ("blas_zabs_reduce", &abs_reduce::PARAMS),
+    ("blas_stpttr", &packed::PARAMS),
+    ("blas_dtpttr", &packed::PARAMS),
+    ("blas_ctpttr", &packed::PARAMS),
+    ("blas_ztpttr", &packed::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
 ];
@@ -113,6 +118,7 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
             abs_reduce::shape(name, args)?.footprints(name)
         }
+        "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => packed::shape(name, args)?.footprints(name),
         "dft_f32" | "dft_f64" => {
             let scalar = if name == "dft_f32" { 4 } else { 8 };
             // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
@@ -170,6 +176,10 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
         | "blas_cgetrs" | "blas_zgetrs" => lu::work(name, args)?,
         "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
             abs_reduce::shape(name, args)?.span()
+        }
+        "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => {
+            let p = packed::shape(name, args)?;
+            p.n.saturating_mul(p.n)
         }
         "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),

@@ -30,6 +30,7 @@ pub mod lu;
 pub mod mps;
 #[cfg(feature = "cuda")]
 pub mod nvml;
+pub mod packed;
 pub mod served;
 pub mod stream_workers;
 pub mod trsm;

@@ -46,6 +46,7 @@ mod gemm_ex;
 mod lt;
 mod lu;
 mod magnitudes;
+mod packed;
 mod rank_k;
 mod trsm;
 mod vectors;

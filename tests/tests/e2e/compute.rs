@@ -147,6 +147,13 @@ async fn blas_triangle_gemms_compute_one_triangle_exactly() {
     ac_tests::kernels::triangle_gemms_compute_one_triangle_exactly(&acc, &acc.builtin().await.unwrap()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blas_packed_triangles_move_exactly() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::kernels::packed_triangles_move_exactly(&acc, &acc.builtin().await.unwrap()).await;
+}
+
 /// Small integers: every product and sum below is exact in f32.
 fn small_integers(n: usize, seed: usize) -> Vec<f64> {
     (0..n).map(|i| ((i * 7 + seed * 13) % 9) as f64 - 4.0).collect()

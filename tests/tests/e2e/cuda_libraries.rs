@@ -364,8 +364,9 @@ async fn a_program_linked_against_cublas_factors_solves_and_inverts_exactly() {
 
 /// cuBLAS's BLAS-like extensions through the shim (`tests/cuda/cublas_extensions.cu`): `geam`
 /// (sums and transposes with N, T and C, in place as `C = A` and `C = B`, no `B` when beta is
-/// 0, device scalars) and `dgmm` (a diagonal on either side, strided, in place) exact in every
-/// precision, padding kept; what the shim does not serve (x read backwards, `C = A = B`) and
+/// 0, device scalars), `dgmm` (a diagonal on either side, strided, in place) and `trttp`/`tpttr`
+/// (a triangle packed and back, the other triangle untouched) exact in every precision, padding
+/// kept; what the shim does not serve (x read backwards, `C = A = B`) and
 /// what cuBLAS refuses (in place, transposed) are said so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_adds_transposes_and_scales_matrices_exactly() {
@@ -386,6 +387,14 @@ async fn a_program_linked_against_cublas_adds_transposes_and_scales_matrices_exa
             "cdgmm left exact",
             "zdgmm right incx 3 exact",
             "sdgmm right in place exact",
+            "strttp lower exact",
+            "stpttr lower exact",
+            "dtrttp upper exact",
+            "dtpttr upper exact",
+            "ctrttp upper exact",
+            "ctpttr upper exact",
+            "ztrttp lower exact",
+            "ztpttr lower exact",
             "dgmm incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "geam C = A = B: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "geam in place transposed: 7 CUBLAS_STATUS_INVALID_VALUE",

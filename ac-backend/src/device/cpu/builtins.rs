@@ -10,6 +10,7 @@ use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
 use crate::device::lu::{self, Pivot};
+use crate::device::packed;
 use crate::device::trsm::{self, Field};
 use crate::device::{DeviceArg, DeviceResult};
 
@@ -237,6 +238,27 @@ impl CpuContext {
         }
     }
 
+    /// Runs a `blas_<t>tpttr`: reads `AP` and `A`, moves the triangle, writes back what it
+    /// moved into (`A`'s triangle column by column, not its other triangle; or all of `AP`).
+    fn packing<T: Element>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let p = packed::shape(name, args)?;
+        if p.n == 0 {
+            return Ok(());
+        }
+        let [ap_arg, a_arg] = packed::POINTERS.map(|i| &args[i]);
+        let mut ap = self.read_elements::<T>(ap_arg, p.packed_len(), "tpttr AP")?;
+        let mut a = self.read_elements::<T>(a_arg, p.span(), "tpttr A")?;
+        p.run(&mut ap, &mut a);
+        if !p.unpack {
+            return self.write_elements(ap_arg, 0, &ap, "trttp AP");
+        }
+        for j in 0..p.n {
+            let (first, rows) = p.column(j);
+            self.write_elements(a_arg, first, &a[first as usize..(first + rows) as usize], "tpttr A")?;
+        }
+        Ok(())
+    }
+
     /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
     /// the output's elements (not what lies between its lines).
     fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
@@ -333,6 +355,10 @@ impl CpuContext {
             "blas_dabs_reduce" => self.abs_reduce::<f64, f64>(name, args),
             "blas_cabs_reduce" => self.abs_reduce::<Complex<f32>, f32>(name, args),
             "blas_zabs_reduce" => self.abs_reduce::<Complex<f64>, f64>(name, args),
+            "blas_stpttr" => self.packing::<f32>(name, args),
+            "blas_dtpttr" => self.packing::<f64>(name, args),
+            "blas_ctpttr" => self.packing::<Complex<f32>>(name, args),
+            "blas_ztpttr" => self.packing::<Complex<f64>>(name, args),
             "dft_f32" => self.dft::<f32>("dft_f32", args),
             "dft_f64" => self.dft::<f64>("dft_f64", args),
             "reduce_sum" => {

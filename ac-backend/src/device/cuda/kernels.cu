@@ -230,6 +230,30 @@ extern "C" __global__ void blas_zgemmt(unsigned ta, unsigned tb, unsigned m, uns
             Typed<T>{C}, ldc, sc, batch, fill);
 }
 
+// BLAS's packed triangles (ac-backend/src/device/packed.rs): dir 0 unpacks AP into triangle
+// uplo (0 lower, 1 upper) of the n x n A, 1 packs it; AP holds the triangle column by column.
+// One thread an element of A, those outside the triangle idle; elements moved, never computed.
+template <typename T>
+__device__ void tpttr(unsigned dir, unsigned uplo, unsigned n, T* AP, T* A, unsigned lda) {
+    u64 total = (u64)n * n;
+    for (u64 e = thread_index(); e < total; e += thread_count()) {
+        u64 i = e % n, j = e / n;
+        if (uplo == 0 ? i < j : i > j) continue;
+        u64 p = uplo == 0 ? i - j + j * (2 * (u64)n - j + 1) / 2 : i + j * (j + 1) / 2;
+        if (dir == 0) A[i + j * lda] = AP[p];
+        else AP[p] = A[i + j * lda];
+    }
+}
+
+#define PACKED_KERNEL(t, T)                                                                                          \
+    extern "C" __global__ void blas_##t##tpttr(unsigned dir, unsigned uplo, unsigned n, T* AP, T* A, unsigned lda) { \
+        tpttr<T>(dir, uplo, n, AP, A, lda);                                                                          \
+    }
+PACKED_KERNEL(s, float)
+PACKED_KERNEL(d, double)
+PACKED_KERNEL(c, Complex<float>)
+PACKED_KERNEL(z, Complex<double>)
+
 // The arithmetic of a triangular solve, in ac_proto's order (backend/builtin/trsm.rs): acc - m x
 // rounded after the product, and a complex quotient p conj(q) / |q|^2 part by part.
 template <typename T>
