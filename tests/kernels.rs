@@ -387,15 +387,7 @@ async fn launch_gemm(
     [double, complex]: [bool; 2],
 ) -> Vec<f64> {
     let scalar = |v: f64| if double { KernelArg::F64(v) } else { KernelArg::F32(v as f32) };
-    let bytes = |v: &[(f64, f64)]| -> Vec<u8> {
-        let parts = parts(v, complex).into_iter();
-        if double {
-            parts.flat_map(f64::to_le_bytes).collect()
-        } else {
-            parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
-        }
-    };
-    let [a, b, c] = matrices.map(bytes);
+    let [a, b, c] = matrices.map(|m| encode(m, [double, complex]));
     let (da, db) = (acc.alloc_from(&a).await.unwrap(), acc.alloc_from(&b).await.unwrap());
     let dc = acc.alloc_from(&c).await.unwrap();
     let mut args = gemm_args(g, scalar(alpha.0), [da.arg(), db.arg(), dc.arg()], scalar(beta.0));
@@ -406,11 +398,25 @@ async fn launch_gemm(
     args[..2].copy_from_slice(&ops.map(KernelArg::U32));
     let kernel = builtin.function(name).await.unwrap();
     kernel.launch(ac_frontend::LaunchDims::new([3, 1, 1], [32, 1, 1]), &args).await.unwrap();
-    let back = dc.to_vec().await.unwrap();
+    decode(&dc.to_vec().await.unwrap(), double)
+}
+
+/// Elements' bytes as stored: their [`parts`] as `f64` (`double`) or `f32`.
+fn encode(v: &[(f64, f64)], [double, complex]: [bool; 2]) -> Vec<u8> {
+    let parts = parts(v, complex).into_iter();
     if double {
-        back.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+        parts.flat_map(f64::to_le_bytes).collect()
     } else {
-        back.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
+        parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
+    }
+}
+
+/// The numbers in `bytes`: `f64` (`double`) or `f32`.
+fn decode(bytes: &[u8], double: bool) -> Vec<f64> {
+    if double {
+        bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
+    } else {
+        bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
     }
 }
 
@@ -429,21 +435,8 @@ pub async fn packed_triangles_move_exactly(acc: &ac_frontend::Accelerator, built
             let in_triangle = |i: u64, j: u64| if upper { i <= j } else { i >= j };
             let packed: Vec<(f64, f64)> =
                 (0..n).flat_map(|j| (0..n).filter(move |&i| in_triangle(i, j)).map(move |i| element(i, j))).collect();
-            let encode = |v: &[(f64, f64)]| -> Vec<u8> {
-                let parts = parts(v, complex).into_iter();
-                if double {
-                    parts.flat_map(f64::to_le_bytes).collect()
-                } else {
-                    parts.flat_map(|x| (x as f32).to_le_bytes()).collect()
-                }
-            };
-            let decode = |bytes: Vec<u8>| -> Vec<f64> {
-                if double {
-                    bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect()
-                } else {
-                    bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()).into()).collect()
-                }
-            };
+            let encode = |v: &[(f64, f64)]| encode(v, [double, complex]);
+            let decode = |bytes: Vec<u8>| decode(&bytes, double);
             let u = KernelArg::U32;
             let dims = ac_frontend::LaunchDims::new([2, 1, 1], [8, 1, 1]);
             let da = acc.alloc_from(&encode(&a)).await.unwrap();
