@@ -110,6 +110,7 @@ typed!(cublasDsbmv_v2, f64, Precision::Double);
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::at;
     use super::super::gemm::check;
     use super::*;
 
@@ -117,13 +118,6 @@ mod tests {
     const X: u64 = 0x20_0000;
     const Y: u64 = 0x30_0000;
     const ONE: Scalar = Scalar::Value(1.0);
-
-    fn at(operand: Operand) -> u64 {
-        match operand {
-            Operand::Memory(address) => address,
-            other => panic!("{other:?} is not program memory"),
-        }
-    }
 
     #[test]
     fn each_diagonal_is_added_to_its_rows_and_mirrored_to_its_columns() {

@@ -197,6 +197,7 @@ typed!([f64; 2], Precision::ComplexDouble, cublasZgeam, cublasZdgmm);
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::at;
     use super::super::gemm::check;
     use super::*;
 
@@ -206,13 +207,6 @@ mod tests {
     const X: u64 = 0x40_0000;
     const ALPHA: Scalar = Scalar::Value(2.0);
     const BETA: Scalar = Scalar::Value(3.0);
-
-    fn at(operand: Operand) -> u64 {
-        match operand {
-            Operand::Memory(address) => address,
-            other => panic!("{other:?} is not program memory"),
-        }
-    }
 
     /// The elements each matrix of `call` spans (A, B, C), and its operands' addresses.
     fn spans(call: &GemmCall) -> [u64; 3] {

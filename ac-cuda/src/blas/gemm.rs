@@ -332,6 +332,15 @@ fn send(
     target.launch(name, &args, call.m as u64 * call.n as u64 * call.batch as u64, BLOCK)
 }
 
+/// The device address of a program's operand, for tests that check which matrix a call reads.
+#[cfg(test)]
+pub(super) fn at(operand: Operand) -> u64 {
+    match operand {
+        Operand::Memory(address) => address,
+        other => panic!("{other:?} is not program memory"),
+    }
+}
+
 /// A gemm entry point's body: the call on handle `h`.
 pub(super) unsafe fn gemm(h: usize, call: GemmCall) -> CuResult<()> {
     launch(handle(h)?.target(), call)

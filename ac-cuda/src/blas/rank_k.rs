@@ -141,6 +141,7 @@ typed!([f64; 2], Precision::ComplexDouble, cublasZsyrk_v2, cublasZsyrkx, cublasZ
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::at;
     use super::super::gemm::check;
     use super::*;
 
@@ -148,13 +149,6 @@ mod tests {
     const B: u64 = 0x20_0000;
     const C: u64 = 0x30_0000;
     const ONE: Scalar = Scalar::Value(1.0);
-
-    fn at(operand: Operand) -> u64 {
-        match operand {
-            Operand::Memory(address) => address,
-            other => panic!("{other:?} is not program memory"),
-        }
-    }
 
     #[test]
     fn each_operation_multiplies_by_the_transpose_over_the_stored_shape() {

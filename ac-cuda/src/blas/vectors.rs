@@ -432,6 +432,7 @@ complex_only!([f64; 2], f64, Precision::ComplexDouble, cublasZdotc_v2, cublasZds
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::at;
     use super::super::gemm::check;
     use super::*;
 
@@ -444,13 +445,6 @@ mod tests {
     /// The elements each matrix of `call` spans (A, B, C), once cuBLAS's checks accept it.
     fn spans(call: &GemmCall) -> [u64; 3] {
         check(call).expect("a call cuBLAS takes").footprints()
-    }
-
-    fn at(operand: Operand) -> u64 {
-        match operand {
-            Operand::Memory(address) => address,
-            other => panic!("{other:?} is not program memory"),
-        }
     }
 
     #[test]
