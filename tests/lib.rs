@@ -9,6 +9,7 @@ pub mod libac;
 pub mod lu_kernels;
 pub mod netns;
 pub mod prometheus;
+pub mod qr_kernels;
 pub mod site;
 pub mod slurm;
 pub mod soak;

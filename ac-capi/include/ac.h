@@ -207,6 +207,25 @@ typedef enum acSourceKind {
   //   the same on complex matrices (real part first).
   // - `blas_zgetrs(uint32_t trans, uint32_t n, uint32_t nrhs, const double *A, uint32_t lda, uint64_t stride_a, uint32_t flags, const int32_t *pivots, uint64_t stride_p, double *B, uint32_t ldb, uint64_t stride_b, int32_t *info, uint32_t batch)`:
   //   the same on double complex matrices (pointers 16-byte aligned).
+  // - `blas_sgeqrf(uint32_t m, uint32_t n, float *A, uint32_t lda, uint64_t stride_a, float *tau, uint64_t stride_t, uint32_t batch)`:
+  //   QR by Householder reflections (LAPACK's geqr2): for each b < batch, A_b = Q R over A_b
+  //   (R on and above the diagonal, the reflectors below), min(m, n) taus at tau + b * stride_t.
+  // - `blas_dgeqrf(uint32_t m, uint32_t n, double *A, uint32_t lda, uint64_t stride_a, double *tau, uint64_t stride_t, uint32_t batch)`:
+  //   the same on doubles.
+  // - `blas_cgeqrf(uint32_t m, uint32_t n, float *A, uint32_t lda, uint64_t stride_a, float *tau, uint64_t stride_t, uint32_t batch)`:
+  //   the same on cuComplex matrices (R's diagonal real).
+  // - `blas_zgeqrf(uint32_t m, uint32_t n, double *A, uint32_t lda, uint64_t stride_a, double *tau, uint64_t stride_t, uint32_t batch)`:
+  //   the same on cuDoubleComplex.
+  // - `blas_sgels(uint32_t m, uint32_t n, uint32_t nrhs, float *A, uint32_t lda, uint64_t stride_a, float *C, uint32_t ldc, uint64_t stride_c, uint32_t flags, int32_t *info, uint32_t batch)`:
+  //   least squares min |A_b X - C_b| for m >= n (LAPACK's gels, op N): A_b factored as
+  //   blas_sgeqrf does, Q^H applied to C_b, R X = C_b's first n rows solved, X there; a zero
+  //   on R's diagonal: not solved, and `info[b]` its index + 1 (else 0) if `flags` bit 0.
+  // - `blas_dgels(uint32_t m, uint32_t n, uint32_t nrhs, double *A, uint32_t lda, uint64_t stride_a, double *C, uint32_t ldc, uint64_t stride_c, uint32_t flags, int32_t *info, uint32_t batch)`:
+  //   the same on doubles.
+  // - `blas_cgels(uint32_t m, uint32_t n, uint32_t nrhs, float *A, uint32_t lda, uint64_t stride_a, float *C, uint32_t ldc, uint64_t stride_c, uint32_t flags, int32_t *info, uint32_t batch)`:
+  //   the same on cuComplex matrices.
+  // - `blas_zgels(uint32_t m, uint32_t n, uint32_t nrhs, double *A, uint32_t lda, uint64_t stride_a, double *C, uint32_t ldc, uint64_t stride_c, uint32_t flags, int32_t *info, uint32_t batch)`:
+  //   the same on cuDoubleComplex.
   // - `blas_sabs_reduce(uint32_t op, uint32_t n, const float *x, uint64_t incx, void *out)`:
   //   BLAS's asum (op 0: the sum of |x| into a float), iamax (1) and iamin (2: the 1-based
   //   index of the first largest or smallest |x| into an int32_t, 0 for n 0) over x[i * incx].

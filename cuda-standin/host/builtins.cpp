@@ -181,7 +181,9 @@ const Builtin BUILTINS[] = {
     BUILTIN(blas_zgetrs, false), BUILTIN(blas_sabs_reduce, false), BUILTIN(blas_dabs_reduce, false),
     BUILTIN(blas_cabs_reduce, false), BUILTIN(blas_zabs_reduce, false), BUILTIN(blas_stpttr, false),
     BUILTIN(blas_dtpttr, false), BUILTIN(blas_ctpttr, false), BUILTIN(blas_ztpttr, false),
-    BUILTIN(dft_f32, false), BUILTIN(dft_f64, false),
+    BUILTIN(blas_sgeqrf, false), BUILTIN(blas_dgeqrf, false), BUILTIN(blas_cgeqrf, false),
+    BUILTIN(blas_zgeqrf, false), BUILTIN(blas_sgels, false), BUILTIN(blas_dgels, false),
+    BUILTIN(blas_cgels, false), BUILTIN(blas_zgels, false), BUILTIN(dft_f32, false), BUILTIN(dft_f64, false),
 };
 
 const Builtin* find(const char* name) {

@@ -137,6 +137,14 @@ void cublasCgetriBatched(void) {}
 void cublasZgetrfBatched(void) {}
 void cublasZgetrsBatched(void) {}
 void cublasZgetriBatched(void) {}
+void cublasSgeqrfBatched(void) {}
+void cublasSgelsBatched(void) {}
+void cublasDgeqrfBatched(void) {}
+void cublasDgelsBatched(void) {}
+void cublasCgeqrfBatched(void) {}
+void cublasCgelsBatched(void) {}
+void cublasZgeqrfBatched(void) {}
+void cublasZgelsBatched(void) {}
 void cublasSgemmBatched(void) {}
 void cublasDgemmBatched(void) {}
 void cublasDasum_v2(void) {}

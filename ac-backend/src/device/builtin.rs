@@ -18,6 +18,8 @@
 //! | `blas_strsm`, `blas_dtrsm`, `blas_ctrsm`, `blas_ztrsm` | BLAS's column-major triangular solve: side, triangle, operation, unit diagonal, leading dimensions and strided batches, on `f32`, `f64` or their complex numbers (alpha's imaginary part last) ([`super::trsm`]) | `op(A_b) X = alpha B_b` or `X op(A_b) = alpha B_b`, `X` over `B_b` |
 //! | `blas_sgetrf`, `blas_dgetrf`, `blas_cgetrf`, `blas_zgetrf` | LU factorization with partial pivoting (or none) of strided batches of square column-major matrices, pivots and `info` as LAPACK's ([`super::lu`]) | `P A_b = L U` over `A_b` |
 //! | `blas_sgetrs`, `blas_dgetrs`, `blas_cgetrs`, `blas_zgetrs` | solves with those factors, operation N, T or C; or inverts ([`super::lu`]) | `op(A_b) X = B_b`, `X` over `B_b`; or `B_b = A_b^-1` |
+//! | `blas_sgeqrf`, `blas_dgeqrf`, `blas_cgeqrf`, `blas_zgeqrf` | QR factorization by Householder reflections of strided batches of column-major `m x n` matrices, one a thread, `tau`s as LAPACK's ([`super::qr`]) | `A_b = Q R` over `A_b` |
+//! | `blas_sgels`, `blas_dgels`, `blas_cgels`, `blas_zgels` | least squares for `m >= n`: the factorization, `Q^H` applied to `C_b`, `R X = C_b` solved unless `R` has a zero diagonal (`info`) ([`super::qr`]) | `X` over `C_b`'s first `n` rows |
 //! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
 //! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
@@ -25,7 +27,7 @@
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, dft, gemm, lu, packed, trsm};
+use super::{abs_reduce, dft, gemm, lu, packed, qr, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -59,6 +61,14 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dgetrs", &lu::GETRS),
     ("blas_cgetrs", &lu::GETRS),
     ("blas_zgetrs", &lu::GETRS),
+    ("blas_sgeqrf", &qr::GEQRF),
+    ("blas_dgeqrf", &qr::GEQRF),
+    ("blas_cgeqrf", &qr::GEQRF),
+    ("blas_zgeqrf", &qr::GEQRF),
+    ("blas_sgels", &qr::GELS),
+    ("blas_dgels", &qr::GELS),
+    ("blas_cgels", &qr::GELS),
+    ("blas_zgels", &qr::GELS),
     ("blas_sabs_reduce", &abs_reduce::PARAMS),
     ("blas_dabs_reduce", &abs_reduce::PARAMS),
     ("blas_cabs_reduce", &abs_reduce::PARAMS),
@@ -115,6 +125,8 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         }
         "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
         | "blas_cgetrs" | "blas_zgetrs" => lu::footprints(name, args)?,
+        "blas_sgeqrf" | "blas_dgeqrf" | "blas_cgeqrf" | "blas_zgeqrf" | "blas_sgels" | "blas_dgels" | "blas_cgels"
+        | "blas_zgels" => qr::footprints(name, args)?,
         "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
             abs_reduce::shape(name, args)?.footprints(name)
         }
@@ -174,6 +186,8 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
         "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => trsm::shape(name, args)?.work(),
         "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
         | "blas_cgetrs" | "blas_zgetrs" => lu::work(name, args)?,
+        "blas_sgeqrf" | "blas_dgeqrf" | "blas_cgeqrf" | "blas_zgeqrf" | "blas_sgels" | "blas_dgels" | "blas_cgels"
+        | "blas_zgels" => qr::work(name, args)?,
         "blas_sabs_reduce" | "blas_dabs_reduce" | "blas_cabs_reduce" | "blas_zabs_reduce" => {
             abs_reduce::shape(name, args)?.span()
         }

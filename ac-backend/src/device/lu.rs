@@ -50,7 +50,7 @@ pub fn width(name: &str) -> u64 {
 }
 
 /// A 0-or-1 argument, refused otherwise.
-fn flag(name: &str, args: &[DeviceArg], i: usize, what: &str) -> DeviceResult<bool> {
+pub(super) fn flag(name: &str, args: &[DeviceArg], i: usize, what: &str) -> DeviceResult<bool> {
     match size_arg(name, args, i)? {
         v @ (0 | 1) => Ok(v == 1),
         v => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: {what} {v} (0 or 1)"))),
@@ -58,7 +58,7 @@ fn flag(name: &str, args: &[DeviceArg], i: usize, what: &str) -> DeviceResult<bo
 }
 
 /// Refuses a shape this contract refuses.
-fn accepted<S>(name: &str, shape: S, refusal: Option<String>) -> DeviceResult<S> {
+pub(super) fn accepted<S>(name: &str, shape: S, refusal: Option<String>) -> DeviceResult<S> {
     match refusal {
         Some(why) => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: {why}"))),
         None => Ok(shape),

@@ -31,6 +31,7 @@ pub mod mps;
 #[cfg(feature = "cuda")]
 pub mod nvml;
 pub mod packed;
+pub mod qr;
 pub mod served;
 pub mod stream_workers;
 pub mod trsm;

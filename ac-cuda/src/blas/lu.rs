@@ -20,10 +20,10 @@ use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Threads of a block: a thread a matrix (getrf) or a column of `B` (getrs).
-const BLOCK: u32 = 64;
+pub(super) const BLOCK: u32 = 64;
 
 /// Bytes of a pivot and of an `info`.
-const INT: u64 = 4;
+pub(super) const INT: u64 = 4;
 
 /// The builtin kernels of a precision: its getrf and getrs.
 fn kernels(precision: Precision) -> CuResult<[&'static str; 2]> {
@@ -38,12 +38,12 @@ fn kernels(precision: Precision) -> CuResult<[&'static str; 2]> {
 
 /// A pointer argument to `elements` of `width` bytes at `address`, found in the program's
 /// allocations.
-fn memory(target: Target, address: u64, elements: u64, width: u64) -> CuResult<KernelArg> {
+pub(super) fn memory(target: Target, address: u64, elements: u64, width: u64) -> CuResult<KernelArg> {
     gemm::matrix(target, address, elements, width)
 }
 
 /// `Err(INVALID_VALUE)` saying `why` unless `fine`.
-fn require(fine: bool, why: impl FnOnce() -> String) -> CuResult<()> {
+pub(super) fn require(fine: bool, why: impl FnOnce() -> String) -> CuResult<()> {
     if fine {
         Ok(())
     } else {
@@ -52,7 +52,7 @@ fn require(fine: bool, why: impl FnOnce() -> String) -> CuResult<()> {
 }
 
 /// `Err(INVALID_VALUE)` saying why this contract refuses a launch's shape, if it does.
-fn accepted(refusal: Option<String>) -> CuResult<()> {
+pub(super) fn accepted(refusal: Option<String>) -> CuResult<()> {
     refusal.map_or(Ok(()), |why| Err(Error::said(code::INVALID_VALUE, why)))
 }
 

@@ -47,6 +47,7 @@ mod lt;
 mod lu;
 mod magnitudes;
 mod packed;
+mod qr;
 mod rank_k;
 mod trsm;
 mod vectors;

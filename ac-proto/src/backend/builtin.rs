@@ -3,9 +3,11 @@
 //! two cannot disagree on what a launch touches.
 
 pub mod lu;
+pub mod qr;
 pub mod trsm;
 
 pub use lu::{Getrf, Getrs};
+pub use qr::{Gels, Geqrf};
 pub use trsm::Trsm;
 
 /// Whether the `batch` results of a gemm (`m x n` each, leading dimension `ldc`, `stride_c`

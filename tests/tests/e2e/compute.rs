@@ -148,6 +148,13 @@ async fn blas_triangle_gemms_compute_one_triangle_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blas_householder_factors_and_solves_as_the_reference() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::qr_kernels::householder_factors_and_solves_as_the_reference(&acc, &acc.builtin().await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blas_packed_triangles_move_exactly() {
     let tb = TestBackend::start(64).await;
     let acc = tb.connect().await;

@@ -362,6 +362,41 @@ async fn a_program_linked_against_cublas_factors_solves_and_inverts_exactly() {
     run_math_program("cublas_lu", "libcublas.so.13", &lines.iter().map(String::as_str).collect::<Vec<_>>()).await;
 }
 
+/// cuBLAS's batched QR through the shim (`tests/cuda/cublas_qr.cu`): in every precision,
+/// `geqrfBatched`'s reflectors and taus give `Q R = A` with `Q` unitary and `R`'s diagonal real,
+/// for tall matrices side by side (one strided launch) and wide ones apart (a launch each);
+/// `gelsBatched`'s solutions satisfy the normal equations with the residual's norm left below
+/// them, with and without `devInfoArray`; a rank-deficient `A` is reported; what cuBLAS does not
+/// support or refuses is said so, naming the parameter.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_factors_by_householder_and_solves_least_squares() {
+    let mut lines = Vec::new();
+    for t in ["s", "d", "c", "z"] {
+        for b in 0..3 {
+            lines.push(format!("{t}geqrfBatched tall {b} Q R = A within tolerance"));
+            lines.push(format!("{t}geqrfBatched tall {b} Q^H Q = I within tolerance"));
+        }
+        for b in 0..2 {
+            lines.push(format!("{t}geqrfBatched wide {b} Q R = A within tolerance"));
+        }
+        lines.push(format!("{t}gelsBatched info 0 0"));
+        lines.push(format!("{t}gelsBatched normal equations within tolerance"));
+        lines.push(format!("{t}gelsBatched residual within tolerance"));
+    }
+    lines.extend(
+        [
+            "dgelsBatched no devInfo normal equations within tolerance",
+            "dgelsBatched rank-deficient info 2",
+            "gels trans T: 15 CUBLAS_STATUS_NOT_SUPPORTED, info -1",
+            "gels m < n: 15 CUBLAS_STATUS_NOT_SUPPORTED, info -3",
+            "geqrf lda below m: 7 CUBLAS_STATUS_INVALID_VALUE, info -4",
+            "cublas_qr: all within tolerance",
+        ]
+        .map(String::from),
+    );
+    run_math_program("cublas_qr", "libcublas.so.13", &lines.iter().map(String::as_str).collect::<Vec<_>>()).await;
+}
+
 /// cuBLAS's BLAS-like extensions through the shim (`tests/cuda/cublas_extensions.cu`): `geam`
 /// (sums and transposes with N, T and C, in place as `C = A` and `C = B`, no `B` when beta is
 /// 0, device scalars), `dgmm` (a diagonal on either side, strided, in place) and `trttp`/`tpttr`

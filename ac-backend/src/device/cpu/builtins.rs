@@ -11,6 +11,7 @@ use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
 use crate::device::lu::{self, Pivot};
 use crate::device::packed;
+use crate::device::qr::{self, Reflect};
 use crate::device::trsm::{self, Field};
 use crate::device::{DeviceArg, DeviceResult};
 
@@ -219,6 +220,46 @@ impl CpuContext {
         self.write_elements(i, 0, &info, "getrs info")
     }
 
+    /// Runs a `blas_<t>geqrf`: reads `A`, factors in `T` ([`qr`]'s order), writes back each
+    /// column of `A` and each batch's `tau`s.
+    fn geqrf<T: Element + Reflect>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let g = qr::geqrf_shape(name, args)?;
+        if g.is_empty() {
+            return Ok(());
+        }
+        let [na, nt] = g.footprints();
+        let [a, t] = qr::GEQRF_POINTERS.map(|i| &args[i]);
+        let mut factors = self.read_elements::<T>(a, na, "geqrf A")?;
+        let mut tau = vec![T::ZERO; nt as usize];
+        qr::factor(&g, &mut factors, &mut tau);
+        let column = |batch: u64, j: u64| (batch * g.stride_a + j * g.lda) as usize;
+        write_columns([g.batch, g.n, g.m], column, &factors, |first, c| self.write_elements(a, first, c, "geqrf A"))?;
+        let taus = |batch: u64, _| (batch * g.stride_t) as usize;
+        write_columns([g.batch, 1, g.reflectors()], taus, &tau, |first, c| {
+            self.write_elements(t, first, c, "geqrf tau")
+        })
+    }
+
+    /// Runs a `blas_<t>gels`: reads `A` and `C`, solves in `T` ([`qr`]'s order), writes back
+    /// each column of `A` and `C` and, if asked, `info`.
+    fn gels<T: Element + Reflect>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let s = qr::gels_shape(name, args)?;
+        if s.is_empty() {
+            return Ok(());
+        }
+        let [na, nc, ni] = s.footprints();
+        let [a, c, i] = qr::GELS_POINTERS.map(|i| &args[i]);
+        let mut factors = self.read_elements::<T>(a, na, "gels A")?;
+        let mut out = self.read_elements::<T>(c, nc, "gels C")?;
+        let mut info = vec![0i32; ni as usize];
+        qr::solve(&s, &mut factors, &mut out, &mut info);
+        let column = |batch: u64, j: u64| (batch * s.stride[0] + j * s.ld[0]) as usize;
+        write_columns([s.batch, s.n, s.m], column, &factors, |first, v| self.write_elements(a, first, v, "gels A"))?;
+        let column = |batch: u64, j: u64| (batch * s.stride[1] + j * s.ld[1]) as usize;
+        write_columns([s.batch, s.nrhs, s.m], column, &out, |first, v| self.write_elements(c, first, v, "gels C"))?;
+        self.write_elements(i, 0, &info, "gels info")
+    }
+
     /// Runs a `blas_<t>abs_reduce` ([`abs_reduce`]'s order; a sum rounded to `R` at each
     /// step): reads `x`, writes the sum as `R` or the index as an `i32`.
     fn abs_reduce<T: Element + Pivot, R: Element + FromF64 + Into<f64>>(
@@ -351,6 +392,14 @@ impl CpuContext {
             "blas_dgetrs" => self.getrs::<f64>(name, args),
             "blas_cgetrs" => self.getrs::<Complex<f32>>(name, args),
             "blas_zgetrs" => self.getrs::<Complex<f64>>(name, args),
+            "blas_sgeqrf" => self.geqrf::<f32>(name, args),
+            "blas_dgeqrf" => self.geqrf::<f64>(name, args),
+            "blas_cgeqrf" => self.geqrf::<Complex<f32>>(name, args),
+            "blas_zgeqrf" => self.geqrf::<Complex<f64>>(name, args),
+            "blas_sgels" => self.gels::<f32>(name, args),
+            "blas_dgels" => self.gels::<f64>(name, args),
+            "blas_cgels" => self.gels::<Complex<f32>>(name, args),
+            "blas_zgels" => self.gels::<Complex<f64>>(name, args),
             "blas_sabs_reduce" => self.abs_reduce::<f32, f32>(name, args),
             "blas_dabs_reduce" => self.abs_reduce::<f64, f64>(name, args),
             "blas_cabs_reduce" => self.abs_reduce::<Complex<f32>, f32>(name, args),

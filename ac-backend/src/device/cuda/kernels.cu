@@ -462,6 +462,135 @@ LU_KERNELS(d, double)
 LU_KERNELS(c, Complex<float>)
 LU_KERNELS(z, Complex<double>)
 
+// An element's parts and the element of two parts (a real element's imaginary part is zero).
+__device__ __forceinline__ float real_part(float v) { return v; }
+__device__ __forceinline__ double real_part(double v) { return v; }
+template <typename R>
+__device__ __forceinline__ R real_part(Complex<R> v) { return v.re; }
+__device__ __forceinline__ float imag_part(float) { return 0; }
+__device__ __forceinline__ double imag_part(double) { return 0; }
+template <typename R>
+__device__ __forceinline__ R imag_part(Complex<R> v) { return v.im; }
+template <typename T, typename R>
+struct Parts {
+    __device__ static T of(R re, R) { return re; }
+};
+template <typename R>
+struct Parts<Complex<R>, R> {
+    __device__ static Complex<R> of(R re, R im) { return Complex<R>(re, im); }
+};
+__device__ __forceinline__ float difference(float a, float b) { return a - b; }
+__device__ __forceinline__ double difference(double a, double b) { return a - b; }
+template <typename R>
+__device__ __forceinline__ Complex<R> difference(Complex<R> a, Complex<R> b) {
+    return Complex<R>(a.re - b.re, a.im - b.im);
+}
+
+// Column j's Householder reflector (LAPACK's larfg) in ac_proto's order (backend/builtin/qr.rs)
+// from rows j..m of the column at `a`: tau 0 if the rest is zero and a[j] real; else beta =
+// -+|column| (scaled by its largest part, summed by ascending row), tau = ((beta - re) / beta,
+// -im / beta), the rest times 1 / (a[j] - beta), a[j] = beta. Returns tau.
+template <typename T, typename R>
+__device__ T reflector(T* a, u64 j, u64 m) {
+    const T alpha = a[j];
+    bool rest_zero = true;
+    for (u64 i = j + 1; i < m && rest_zero; ++i) rest_zero = a[i] == T(0);
+    if (rest_zero && imag_part(alpha) == R(0)) return T(0);
+    R scale = 0;
+    for (u64 i = j; i < m; ++i) {
+        const R re = magnitude(real_part(a[i])), im = magnitude(imag_part(a[i]));
+        if (re > scale) scale = re;
+        if (im > scale) scale = im;
+    }
+    R sum = 0;
+    for (u64 i = j; i < m; ++i) {
+        const R re = real_part(a[i]) / scale, im = imag_part(a[i]) / scale;
+        const R re2 = re * re, im2 = im * im;
+        sum = sum + re2;
+        sum = sum + im2;
+    }
+    // The root rounded to R first: a host compiler's sqrt may be double's (the stand-in).
+    const R root = (R)sqrt(sum), norm = scale * root;
+    const R beta = real_part(alpha) >= R(0) ? -norm : norm;
+    const T tau = Parts<T, R>::of((beta - real_part(alpha)) / beta, -imag_part(alpha) / beta);
+    const T scaling = quotient(T(1), difference(alpha, Parts<T, R>::of(beta, 0)));
+    for (u64 i = j + 1; i < m; ++i) a[i] = a[i] * scaling;
+    a[j] = Parts<T, R>::of(beta, 0);
+    return tau;
+}
+
+// y = H^H y for H = I - tau v v^H, v = (1, x[j+1..m]) (LAPACK's larf with conj(tau)), on rows
+// j..m of the column at `y`: w = y_j + sum conj(v_i) y_i by ascending i, t = conj(tau) w, y_j - t,
+// y_i - v_i t. Nothing if tau is zero.
+template <typename T>
+__device__ void reflect(T tau, const T* x, T* y, u64 j, u64 m) {
+    if (tau == T(0)) return;
+    T w = y[j];
+    for (u64 i = j + 1; i < m; ++i) {
+        const T p = conjugate(x[i]) * y[i];
+        w = w + p;
+    }
+    const T t = conjugate(tau) * w;
+    y[j] = difference(y[j], t);
+    for (u64 i = j + 1; i < m; ++i) y[i] = less_product(y[i], x[i], t);
+}
+
+// A_b = Q R by Householder reflections (LAPACK's geqr2; cuBLAS's geqrfBatched), one thread a
+// matrix; each reflector applied to A's later columns and then to the nrhs columns of C_b (a
+// least-squares solve's Q^H C_b). tau_b[j] written if `tau` is not null.
+template <typename T, typename R>
+__device__ void householder(u64 m, u64 n, T* a, unsigned lda, T* tau, u64 nrhs, T* c, unsigned ldc) {
+    const u64 k = m < n ? m : n;
+    for (u64 j = 0; j < k; ++j) {
+        T* column = a + j * lda;
+        const T t = reflector<T, R>(column, j, m);
+        for (u64 q = j + 1; q < n; ++q) reflect(t, column, a + q * lda, j, m);
+        for (u64 v = 0; v < nrhs; ++v) reflect(t, column, c + v * ldc, j, m);
+        if (tau != nullptr) tau[j] = t;
+    }
+}
+
+template <typename T, typename R>
+__device__ void geqrf(unsigned m, unsigned n, T* A, unsigned lda, u64 sa, T* tau, u64 st, unsigned batch) {
+    for (u64 b = thread_index(); b < batch; b += thread_count())
+        householder<T, R>(m, n, A + b * sa, lda, tau + b * st, 0, nullptr, 0);
+}
+
+// min |A_b X - C_b| for m >= n (LAPACK's gels, op N; cuBLAS's gelsBatched), one thread a
+// problem: A_b factored with Q^H applied to C_b, then info = R's first zero diagonal + 1 (0 if
+// none; written if flags bit 0) and, only if 0, R X = C_b's first n rows by back substitution.
+template <typename T, typename R>
+__device__ void gels(unsigned m, unsigned n, unsigned nrhs, T* A, unsigned lda, u64 sa, T* C, unsigned ldc, u64 sc,
+                     unsigned flags, int* info, unsigned batch) {
+    for (u64 b = thread_index(); b < batch; b += thread_count()) {
+        T* a = A + b * sa;
+        T* c = C + b * sc;
+        householder<T, R>(m, n, a, lda, nullptr, nrhs, c, ldc);
+        int status = 0;
+        for (u64 j = 0; j < n && status == 0; ++j)
+            if (a[j + j * lda] == T(0)) status = (int)(j + 1);
+        if (flags & 1) info[b] = status;
+        if (status != 0) continue;
+        for (u64 v = 0; v < nrhs; ++v) substitute(c + v * ldc, n, a, lda, false, false, false, false);
+    }
+}
+
+#define QR_KERNELS(t, T, R)                                                                                          \
+    extern "C" __global__ void blas_##t##geqrf(unsigned m, unsigned n, T* A, unsigned lda, u64 sa, T* tau, u64 st,  \
+                                               unsigned batch) {                                                    \
+        geqrf<T, R>(m, n, A, lda, sa, tau, st, batch);                                                              \
+    }                                                                                                               \
+    extern "C" __global__ void blas_##t##gels(unsigned m, unsigned n, unsigned nrhs, T* A, unsigned lda, u64 sa,    \
+                                              T* C, unsigned ldc, u64 sc, unsigned flags, int* info,              \
+                                              unsigned batch) {                                                     \
+        gels<T, R>(m, n, nrhs, A, lda, sa, C, ldc, sc, flags, info, batch);                                         \
+    }
+
+QR_KERNELS(s, float, float)
+QR_KERNELS(d, double, double)
+QR_KERNELS(c, Complex<float>, float)
+QR_KERNELS(z, Complex<double>, double)
+
 // BLAS's asum (op 0: the sum of |re| + |im| into a real R), iamax (op 1) and iamin (op 2: the
 // 1-based index of the first element of largest or smallest |re| + |im|, an int; 0 for no
 // elements) over x[i * incx], i < n: one thread, in order (cuBLAS's `<t>asum`, `i<t>amax`,

@@ -67,7 +67,7 @@ pub struct Getrs {
 }
 
 /// Elements from a pointer up to the last batch's last column's last row.
-fn span(rows: u64, cols: u64, ld: u64, stride: u64, batch: u64) -> u64 {
+pub(crate) fn span(rows: u64, cols: u64, ld: u64, stride: u64, batch: u64) -> u64 {
     (batch - 1).saturating_mul(stride).saturating_add((cols - 1).saturating_mul(ld)).saturating_add(rows)
 }
 
@@ -295,7 +295,7 @@ pub fn solve<T: Pivot>(s: &Getrs, a: &[T], pivots: &[i32], b: &mut [T], info: &m
 
 /// Solves `M x = x` in place for the triangle `M(r, c)` (lower and solved from the first row if
 /// `forward`), as [`super::trsm`] substitutes; `M`'s diagonal is read unless `unit`.
-fn substitute<T: Pivot>(x: &mut [T], forward: bool, unit: bool, m: impl Fn(usize, usize) -> T) {
+pub(crate) fn substitute<T: Pivot>(x: &mut [T], forward: bool, unit: bool, m: impl Fn(usize, usize) -> T) {
     let n = x.len();
     let row = |t: usize| if forward { t } else { n - 1 - t };
     for t in 0..n {
