@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """An unmodified PyTorch program for the CUDA shim's GPU check (issue 48): device properties,
 a 2048x2048 matmul, a conv2d, FFTs, the CUDA random generator, 50 steps of training a small
-MLP with a fixed seed, and binary16, bfloat16 and complex products. scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and
+MLP with a fixed seed, binary16, bfloat16 and complex products, triangular solves, and batched
+QR and least squares. scripts/gpu-check runs it twice, with the machine's own libcuda.so.1 and
 through ac-cuda's, and compares the two result files (compare.py): the program itself knows
 nothing of the shim.
 
@@ -161,7 +162,24 @@ def triangular_solves(dev):
     return out
 
 
-SECTIONS = [properties, matmul, conv2d, fft, rng, training, reduced_and_complex, triangular_solves]
+def householder(dev):
+    # torch.geqrf and torch.linalg.lstsq of small matrices in a batch: PyTorch takes cuBLAS's
+    # geqrfBatched and gelsBatched (the shim's blas_<t>geqrf and blas_<t>gels) for m <= 256 and
+    # a batch of at least max(2, m / 16); R, the taus and the solutions follow LAPACK's sign
+    # conventions on both runs, so they compare directly.
+    a, b = cpu_randn(23, 64, 16, 8), cpu_randn(24, 64, 16, 2)
+    out = {}
+    for dtype, tag in [(torch.float32, "f32"), (torch.float64, "f64"), (torch.complex64, "c64")]:
+        x = (a if not dtype.is_complex else torch.complex(a, cpu_randn(25, 64, 16, 8))).to(dtype).to(dev)
+        y = (b if not dtype.is_complex else torch.complex(b, cpu_randn(26, 64, 16, 2))).to(dtype).to(dev)
+        qr, tau = torch.geqrf(x)
+        out[f"geqrf_r_{tag}"] = magnitudes(torch.triu(qr))
+        out[f"geqrf_tau_{tag}"] = magnitudes(tau)
+        out[f"lstsq_{tag}"] = magnitudes(torch.linalg.lstsq(x, y).solution)
+    return out
+
+
+SECTIONS = [properties, matmul, conv2d, fft, rng, training, reduced_and_complex, triangular_solves, householder]
 
 
 def main(argv):
