@@ -212,6 +212,13 @@ impl<T: Add<Output = T>> Add for Complex<T> {
     }
 }
 
+impl<T: Sub<Output = T>> Sub for Complex<T> {
+    type Output = Self;
+    fn sub(self, o: Self) -> Self {
+        Complex { re: self.re - o.re, im: self.im - o.im }
+    }
+}
+
 impl<T: Element + Neg<Output = T> + Sub<Output = T>> Element for Complex<T> {
     const BYTES: usize = 2 * T::BYTES;
     fn from_le(bytes: &[u8]) -> Self {

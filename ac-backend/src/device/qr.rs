@@ -94,12 +94,6 @@ macro_rules! complex_reflect {
             fn of_parts(re: $t, im: $t) -> Self {
                 Complex { re, im }
             }
-            fn plus(self, o: Self) -> Self {
-                Complex { re: self.re + o.re, im: self.im + o.im }
-            }
-            fn minus(self, o: Self) -> Self {
-                Complex { re: self.re - o.re, im: self.im - o.im }
-            }
         }
     };
 }

@@ -116,6 +116,7 @@ struct Complex {
     R re, im;
     __device__ Complex(R re = 0, R im = 0) : re(re), im(im) {}
     __device__ Complex operator+(Complex o) const { return Complex(re + o.re, im + o.im); }
+    __device__ Complex operator-(Complex o) const { return Complex(re - o.re, im - o.im); }
     __device__ Complex operator*(Complex o) const { return Complex(re * o.re - im * o.im, re * o.im + im * o.re); }
     __device__ Complex& operator+=(Complex o) { return *this = *this + o; }
     __device__ bool operator==(Complex o) const { return re == o.re && im == o.im; }
@@ -260,11 +261,6 @@ template <typename T>
 __device__ __forceinline__ T less_product(T acc, T m, T x) {
     T p = m * x;
     return acc - p;
-}
-template <typename R>
-__device__ __forceinline__ Complex<R> less_product(Complex<R> acc, Complex<R> m, Complex<R> x) {
-    Complex<R> p = m * x;
-    return Complex<R>(acc.re - p.re, acc.im - p.im);
 }
 __device__ __forceinline__ float quotient(float p, float q) { return p / q; }
 __device__ __forceinline__ double quotient(double p, double q) { return p / q; }
@@ -479,12 +475,6 @@ template <typename R>
 struct Parts<Complex<R>, R> {
     __device__ static Complex<R> of(R re, R im) { return Complex<R>(re, im); }
 };
-__device__ __forceinline__ float difference(float a, float b) { return a - b; }
-__device__ __forceinline__ double difference(double a, double b) { return a - b; }
-template <typename R>
-__device__ __forceinline__ Complex<R> difference(Complex<R> a, Complex<R> b) {
-    return Complex<R>(a.re - b.re, a.im - b.im);
-}
 
 // Column j's Householder reflector (LAPACK's larfg) in ac_proto's order (backend/builtin/qr.rs)
 // from rows j..m of the column at `a`: tau 0 if the rest is zero and a[j] real; else beta =
@@ -513,7 +503,7 @@ __device__ T reflector(T* a, u64 j, u64 m) {
     const R root = (R)sqrt(sum), norm = scale * root;
     const R beta = real_part(alpha) >= R(0) ? -norm : norm;
     const T tau = Parts<T, R>::of((beta - real_part(alpha)) / beta, -imag_part(alpha) / beta);
-    const T scaling = quotient(T(1), difference(alpha, Parts<T, R>::of(beta, 0)));
+    const T scaling = quotient(T(1), alpha - Parts<T, R>::of(beta, 0));
     for (u64 i = j + 1; i < m; ++i) a[i] = a[i] * scaling;
     a[j] = Parts<T, R>::of(beta, 0);
     return tau;
@@ -531,7 +521,7 @@ __device__ void reflect(T tau, const T* x, T* y, u64 j, u64 m) {
         w = w + p;
     }
     const T t = conjugate(tau) * w;
-    y[j] = difference(y[j], t);
+    y[j] = y[j] - t;
     for (u64 i = j + 1; i < m; ++i) y[i] = less_product(y[i], x[i], t);
 }
 

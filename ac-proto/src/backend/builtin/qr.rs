@@ -174,7 +174,7 @@ pub trait Real:
 }
 
 /// What a Householder reflection needs beyond factoring's arithmetic.
-pub trait Reflect: Pivot {
+pub trait Reflect: Pivot + Add<Output = Self> + Sub<Output = Self> {
     /// The real numbers of its parts.
     type Real: Real;
     /// Its real part.
@@ -183,10 +183,6 @@ pub trait Reflect: Pivot {
     fn im(self) -> Self::Real;
     /// The number `re + i im` (`im` ignored for a real element).
     fn of_parts(re: Self::Real, im: Self::Real) -> Self;
-    /// `self + o`.
-    fn plus(self, o: Self) -> Self;
-    /// `self - o`.
-    fn minus(self, o: Self) -> Self;
 }
 
 macro_rules! real {
@@ -212,12 +208,6 @@ macro_rules! real {
             fn of_parts(re: $t, _: $t) -> Self {
                 re
             }
-            fn plus(self, o: Self) -> Self {
-                self + o
-            }
-            fn minus(self, o: Self) -> Self {
-                self - o
-            }
         }
     };
 }
@@ -242,7 +232,7 @@ fn reflector<T: Reflect>(a: &mut [T], col: impl Fn(usize) -> usize, j: usize, m:
     let norm = scale * sum.sqrt();
     let beta = if alpha.re() >= zero { -norm } else { norm };
     let tau = T::of_parts((beta - alpha.re()) / beta, -alpha.im() / beta);
-    let scaling = T::ONE.over(alpha.minus(T::of_parts(beta, zero)));
+    let scaling = T::ONE.over(alpha - T::of_parts(beta, zero));
     (j + 1..m).for_each(|i| a[col(i)] = a[col(i)].times(scaling));
     a[col(j)] = T::of_parts(beta, zero);
     tau
@@ -254,9 +244,9 @@ fn reflect<T: Reflect>(tau: T, x: &[T], y: &mut [T], col: impl Fn(usize) -> usiz
     if tau == T::ZERO {
         return;
     }
-    let w = (j + 1..).zip(x).fold(y[col(j)], |w, (i, &v)| w.plus(v.conj().times(y[col(i)])));
+    let w = (j + 1..).zip(x).fold(y[col(j)], |w, (i, &v)| w + v.conj().times(y[col(i)]));
     let t = tau.conj().times(w);
-    y[col(j)] = y[col(j)].minus(t);
+    y[col(j)] = y[col(j)] - t;
     (j + 1..).zip(x).for_each(|(i, &v)| y[col(i)] = y[col(i)].less_product(v, t));
 }
 
