@@ -12,10 +12,12 @@ pub mod code {
     pub const INVALID_IMAGE: u32 = 200;
     pub const INVALID_CONTEXT: u32 = 201;
     pub const NO_BINARY_FOR_GPU: u32 = 209;
+    pub const PEER_ACCESS_UNSUPPORTED: u32 = 217;
     pub const INVALID_HANDLE: u32 = 400;
     pub const NOT_FOUND: u32 = 500;
     pub const NOT_READY: u32 = 600;
     pub const ILLEGAL_ADDRESS: u32 = 700;
+    pub const PEER_ACCESS_NOT_ENABLED: u32 = 705;
     pub const LAUNCH_FAILED: u32 = 719;
     pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;

@@ -14,6 +14,8 @@
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
 //! - [`memory`]: allocations (by device address), memsets and copies.
+//! - [`pitched`]: 2D and 3D copies and 2D memsets, cut into runs of [`memory`]'s.
+//! - [`peer`]: peer queries and copies between two devices' memory (staged through the host).
 //! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
 //! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
 //!   counts them.
@@ -64,6 +66,8 @@ pub mod launch;
 pub mod memory;
 pub mod module;
 pub mod occupancy;
+pub mod peer;
+pub mod pitched;
 pub mod procs;
 pub mod state;
 pub mod stream;

@@ -99,7 +99,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usiz
 }
 
 /// The allocation holding `len` bytes at `address`, and the offset into it.
-fn locate(address: u64, len: u64) -> CuResult<(Allocation, u64)> {
+pub(crate) fn locate(address: u64, len: u64) -> CuResult<(Allocation, u64)> {
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or_else(|| {
         Error::said(code::INVALID_VALUE, format!("{address:#x} is not device memory of this program"))
@@ -173,12 +173,21 @@ pub(crate) unsafe fn device_to_host(dst: *mut c_void, src: u64, len: usize) -> C
 }
 
 /// Device to device, queued on `stream` (through the host between two devices).
-fn device_to_device(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
+pub(crate) fn device_to_device(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
     if len == 0 {
         return Ok(());
     }
-    let (to, to_offset) = locate(dst, len as u64)?;
-    let (from, from_offset) = locate(src, len as u64)?;
+    copy_between(locate(dst, len as u64)?, locate(src, len as u64)?, len, stream)
+}
+
+/// `len` bytes from an allocation and offset to another, queued on `stream` when both are one
+/// device's; through the host between two devices.
+pub(crate) fn copy_between(
+    (to, to_offset): (Allocation, u64),
+    (from, from_offset): (Allocation, u64),
+    len: usize,
+    stream: usize,
+) -> CuResult<()> {
     let shim = state::shim()?;
     if to.device == from.device {
         let stream = stream_of(stream, to.device)?;
@@ -195,7 +204,7 @@ const BULK_ASYNC: usize = 1 << 20;
 
 /// Host to device, queued on `stream`: the bytes are sent now. A large one waits for the stream
 /// and goes over the lanes, as CUDA's own copy from pageable memory waits for its stream.
-unsafe fn host_to_device_async(dst: u64, src: *const c_void, len: usize, stream: usize) -> CuResult<()> {
+pub(crate) unsafe fn host_to_device_async(dst: u64, src: *const c_void, len: usize, stream: usize) -> CuResult<()> {
     if len == 0 {
         return Ok(());
     }
@@ -257,7 +266,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: u
 }
 
 /// Which side of a unified-addressing copy an address is on.
-fn is_device(address: u64) -> bool {
+pub(crate) fn is_device(address: u64) -> bool {
     state::shim().is_ok_and(|shim| shim.device_of(address, current_device().ok()).is_some())
 }
 
@@ -299,7 +308,7 @@ fn synchronize_device_of(address: u64) -> CuResult<()> {
 // ---- Memsets ----
 
 /// Sets `count` elements of `width` bytes at `dst` to `pattern`, on `stream`.
-fn memset(dst: u64, pattern: u32, width: usize, count: usize, stream: usize) -> CuResult<()> {
+pub(crate) fn memset(dst: u64, pattern: u32, width: usize, count: usize, stream: usize) -> CuResult<()> {
     let len = count.checked_mul(width).ok_or(Error::Code(code::INVALID_VALUE))?;
     if len == 0 {
         return Ok(());

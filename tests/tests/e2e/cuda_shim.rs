@@ -305,3 +305,44 @@ async fn a_kernel_taking_a_struct_by_value_runs_exactly() {
     assert!(out.status.success() && text.contains("struct_param: 10000 elements exact"), "{text}");
     standin::assert_no_violations();
 }
+
+/// `cudaMallocPitch`, `cudaMemcpy2D` (host, device, unified), `cudaMemcpy2DAsync`,
+/// `cudaMemset2D`, `cudaMalloc3D` with `cudaMemcpy3D` and `cudaMemset3D`: each region lands
+/// where CUDA puts it and the bytes between rows are not touched; one past its allocation is
+/// refused whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn pitched_rows_and_boxes_are_copied_and_set_in_place() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("pitched", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("pitched: all exact"), "{text}");
+    assert!(text.contains("a region past its allocation refused: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(!text.contains("not supported"), "a 2D or 3D call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// A job's two devices (`--acpn=2`), as a multi-GPU program uses them: peer access is refused
+/// as CUDA refuses it between GPUs without a link, and `cudaMemcpyPeer`/`cudaMemcpyPeerAsync`
+/// copy between the two devices' memory, on two hosts, through the program's host; one past
+/// its allocation is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_access_is_refused_and_peer_copies_cross_between_two_hosts_devices() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("peer", dir.path()) else { return };
+    // Two hosts of one GPU each: the copies cross from one backend to the other.
+    let c = cuda_cluster_timed(2, |_| {}, |b| b.devices = Some(vec![0])).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["65536"], &[("ARM_ACPN", "2")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("peer: 65536 elements each way exact"), "{text}");
+    let refused = "can 0, attribute 0, enable cudaErrorPeerAccessUnsupported, disable cudaErrorPeerAccessNotEnabled";
+    assert!(text.contains(refused), "{text}");
+    assert!(text.contains("a peer copy past its allocation: cudaErrorInvalidValue"), "{text}");
+    assert!(!text.contains("not supported on remote"), "a peer call was refused: {text}");
+    standin::assert_no_violations();
+}

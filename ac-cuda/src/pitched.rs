@@ -1,0 +1,506 @@
+//! Pitched copies and memsets: `cuMemcpy2D`, `cuMemcpy2DUnaligned` and `cuMemcpy3D` (and
+//! their `Async` forms) between host and device memory, linear or pitched (`cudaMemcpy2D`,
+//! `cudaMemcpy3D`, `cudaMallocPitch`'s rows), and `cuMemsetD2D8/16/32` (and `Async`;
+//! `cudaMemset2D`). CUDA arrays are not served (`CUDA_ERROR_NOT_SUPPORTED`).
+//!
+//! A region is cut into runs of contiguous bytes ([`runs`]: a row, or rows that touch on both
+//! sides, so a copy between two linear buffers is one run), each sent as one of
+//! [`crate::memory`]'s one-dimensional copies or memsets, queued on the stream; the
+//! synchronous forms then wait for it. A device side's region, first byte to last, must lie in
+//! one of the program's allocations, checked before the first run is sent: a region that runs
+//! past its allocation fails whole, writing nothing. A device-to-host copy whose rows lie close together in one allocation reads their
+//! span once and scatters it: one round trip, not one a row.
+
+use std::ffi::{c_uint, c_void};
+
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate, memset};
+use crate::state;
+use crate::stream::stream_of;
+
+/// `CUmemorytype`: where one side of a copy is.
+mod memory_type {
+    pub const HOST: u32 = 1;
+    pub const DEVICE: u32 = 2;
+    pub const ARRAY: u32 = 3;
+    pub const UNIFIED: u32 = 4;
+}
+
+/// `CUDA_MEMCPY2D` (`_v2`, `size_t` fields), as `cuda.h` lays it out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Memcpy2D {
+    src_x: usize,
+    src_y: usize,
+    src_type: c_uint,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_type: c_uint,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+/// `CUDA_MEMCPY3D` (`_v2`), as `cuda.h` lays it out.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Memcpy3D {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_type: c_uint,
+    src_host: *const c_void,
+    src_device: u64,
+    src_array: usize,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_type: c_uint,
+    dst_host: *mut c_void,
+    dst_device: u64,
+    dst_array: usize,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// Which memory one side of a copy is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Memory {
+    Host,
+    Device,
+}
+
+/// The size of a region: bytes a row, rows a slice, slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Extent {
+    width: u64,
+    height: u64,
+    depth: u64,
+}
+
+impl Extent {
+    /// Whether it holds no byte.
+    fn is_empty(&self) -> bool {
+        self.width == 0 || self.height == 0 || self.depth == 0
+    }
+}
+
+/// One side of a copy in bytes: the address of the region's first byte, how far apart its
+/// rows and its slices begin, and the end of its last byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Side {
+    memory: Memory,
+    start: u64,
+    pitch: u64,
+    slice: u64,
+    end: u64,
+}
+
+/// Bytes contiguous on both sides of a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    src: u64,
+    dst: u64,
+    len: u64,
+}
+
+/// A side of a copy as the program described it: its memory type, host pointer, device
+/// address, origin (x in bytes, y, z), pitch and rows a slice.
+#[derive(Debug, Clone, Copy)]
+struct Described {
+    kind: u32,
+    host: u64,
+    device: u64,
+    array: usize,
+    origin: [u64; 3],
+    pitch: u64,
+    rows: u64,
+}
+
+impl Described {
+    /// A side in memory of type `kind` (its host pointer, device address or array), rows
+    /// `pitch` bytes apart, from its base: origin (0, 0, 0), no slices.
+    fn at(kind: u32, host: u64, device: u64, array: usize, pitch: usize) -> Self {
+        Described { kind, host, device, array, origin: [0; 3], pitch: pitch as u64, rows: 0 }
+    }
+}
+
+fn invalid(why: String) -> Error {
+    Error::said(code::INVALID_VALUE, why)
+}
+
+/// The side `d` describes for a region of `extent`, checked as CUDA checks it: a known memory
+/// type (an array's not served), a pitch at least the row's end, and (for more than one slice)
+/// rows a slice at least the region's last; `which` names it ("source", "destination").
+fn side(d: Described, extent: Extent, which: &str) -> CuResult<Side> {
+    let (memory, base) = match d.kind {
+        memory_type::HOST => (Memory::Host, d.host),
+        memory_type::DEVICE => (Memory::Device, d.device),
+        memory_type::UNIFIED if is_device(d.device) => (Memory::Device, d.device),
+        memory_type::UNIFIED => (Memory::Host, d.device),
+        memory_type::ARRAY => {
+            let why = format!("the {which} is a CUDA array ({:#x}), which remote accelerators do not serve", d.array);
+            return Err(Error::said(code::NOT_SUPPORTED, why));
+        }
+        other => return Err(invalid(format!("the {which}'s memory type {other} is none of CUDA's (1 to 4)"))),
+    };
+    let [x, y, z] = d.origin;
+    if x.checked_add(extent.width).is_none_or(|end| end > d.pitch) {
+        return Err(invalid(format!(
+            "the {which}'s pitch {} is less than x {x} plus the width {}",
+            d.pitch, extent.width
+        )));
+    }
+    if extent.depth > 1 && y.checked_add(extent.height).is_none_or(|end| end > d.rows) {
+        let why = format!("the {which}'s {} rows a slice end before y {y} plus the height {}", d.rows, extent.height);
+        return Err(invalid(why));
+    }
+    if base == 0 && !extent.is_empty() {
+        return Err(invalid(format!("the {which}'s address is null")));
+    }
+    let past_memory = || invalid(format!("the {which}'s region passes the end of memory"));
+    let slice = d.pitch.checked_mul(d.rows).ok_or_else(past_memory)?;
+    let start = at(base, [x, y, z], d.pitch, slice).ok_or_else(past_memory)?;
+    let end = match extent.is_empty() {
+        true => start,
+        false => {
+            at(start, [extent.width, extent.height - 1, extent.depth - 1], d.pitch, slice).ok_or_else(past_memory)?
+        }
+    };
+    Ok(Side { memory, start, pitch: d.pitch, slice, end })
+}
+
+/// The address `x` bytes into row `y` of slice `z` from `base`; `None` past the end of memory.
+fn at(base: u64, [x, y, z]: [u64; 3], pitch: u64, slice: u64) -> Option<u64> {
+    z.checked_mul(slice)?.checked_add(y.checked_mul(pitch)?)?.checked_add(x)?.checked_add(base)
+}
+
+/// The runs of a copy of `extent` from `src` to `dst`, in order: a row each, rows that touch on
+/// both sides joined. No address passes the end of memory: [`side`] checked each side's end.
+fn runs(src: Side, dst: Side, extent: Extent) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    if extent.width == 0 {
+        return runs;
+    }
+    for z in 0..extent.depth {
+        for y in 0..extent.height {
+            let src = src.start + z * src.slice + y * src.pitch;
+            let dst = dst.start + z * dst.slice + y * dst.pitch;
+            match runs.last_mut() {
+                Some(last) if last.src + last.len == src && last.dst + last.len == dst => last.len += extent.width,
+                _ => runs.push(Run { src, dst, len: extent.width }),
+            }
+        }
+    }
+    runs
+}
+
+/// Checks that a device side's region, from its first byte to its last, lies in one of the
+/// program's allocations (so every run does), before any run is sent.
+fn check_device(side: Side) -> CuResult<()> {
+    locate(side.start, side.end - side.start).map(drop)
+}
+
+/// Copies `extent` from `src` to `dst` on `stream`; `wait`: then waits for it (the synchronous
+/// forms). A copy to the host always waits: its bytes must be there when it returns.
+unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) -> CuResult<()> {
+    for side in [src, dst] {
+        if side.memory == Memory::Device && !extent.is_empty() {
+            check_device(side)?;
+        }
+    }
+    let runs = runs(src, dst, extent);
+    let Some(first) = runs.first().copied() else {
+        return Ok(());
+    };
+    match (src.memory, dst.memory) {
+        (Memory::Host, Memory::Host) => {
+            for run in &runs {
+                std::ptr::copy(run.src as *const u8, run.dst as *mut u8, run.len as usize);
+            }
+            Ok(())
+        }
+        (Memory::Host, Memory::Device) => {
+            for run in &runs {
+                host_to_device_async(run.dst, run.src as *const c_void, run.len as usize, stream)?;
+            }
+            finish(first.dst, stream, wait)
+        }
+        (Memory::Device, Memory::Host) => {
+            finish(first.src, stream, true)?;
+            read_scattered(&runs)
+        }
+        (Memory::Device, Memory::Device) => {
+            for run in &runs {
+                device_to_device(run.dst, run.src, run.len as usize, stream)?;
+            }
+            finish(first.dst, stream, wait)
+        }
+    }
+}
+
+/// Waits, if `wait`, for `stream` of the device holding `address`.
+fn finish(address: u64, stream: usize, wait: bool) -> CuResult<()> {
+    if !wait {
+        return Ok(());
+    }
+    let (alloc, _) = locate(address, 0)?;
+    let shim = state::shim()?;
+    Ok(shim.block_on(stream_of(stream, alloc.device)?.synchronize())?)
+}
+
+/// Gaps a device-to-host copy reads with its rows rather than a round trip a row: as many bytes
+/// as the rows hold, or this many.
+const GAP_READ: u64 = 1 << 20;
+
+/// Reads device runs (`src`, in one allocation: [`check_device`]) into host memory (`dst`):
+/// their span at once, when its gaps are at most [`GAP_READ`] or the runs' own bytes; else a
+/// run at a time.
+unsafe fn read_scattered(runs: &[Run]) -> CuResult<()> {
+    let (first, last) = (runs[0], runs[runs.len() - 1]);
+    let span = last.src + last.len - first.src;
+    let total: u64 = runs.iter().map(|run| run.len).sum();
+    if runs.len() > 1 && span - total <= total.max(GAP_READ) {
+        let mut staged = vec![0u8; span as usize];
+        device_to_host(staged.as_mut_ptr().cast(), first.src, staged.len())?;
+        for run in runs {
+            let from = &staged[(run.src - first.src) as usize..][..run.len as usize];
+            std::ptr::copy_nonoverlapping(from.as_ptr(), run.dst as *mut u8, from.len());
+        }
+        return Ok(());
+    }
+    runs.iter().try_for_each(|run| device_to_host(run.dst as *mut c_void, run.src, run.len as usize))
+}
+
+impl Memcpy2D {
+    /// Its source, destination and extent, checked: a 3D copy of one slice.
+    fn sides(&self) -> CuResult<(Side, Side, Extent)> {
+        let extent = Extent { width: self.width as u64, height: self.height as u64, depth: 1 };
+        let (src, dst) = (
+            Described::at(self.src_type, self.src_host as u64, self.src_device, self.src_array, self.src_pitch),
+            Described::at(self.dst_type, self.dst_host as u64, self.dst_device, self.dst_array, self.dst_pitch),
+        );
+        let src = Described { origin: [self.src_x as u64, self.src_y as u64, 0], ..src };
+        let dst = Described { origin: [self.dst_x as u64, self.dst_y as u64, 0], ..dst };
+        Ok((side(src, extent, "source")?, side(dst, extent, "destination")?, extent))
+    }
+}
+
+impl Memcpy3D {
+    /// Its source, destination and extent, checked (the reserved fields must be null).
+    fn sides(&self) -> CuResult<(Side, Side, Extent)> {
+        if !self.reserved0.is_null() || !self.reserved1.is_null() {
+            return Err(invalid("a reserved field of CUDA_MEMCPY3D is not null".into()));
+        }
+        let extent = Extent { width: self.width as u64, height: self.height as u64, depth: self.depth as u64 };
+        let (src, dst) = (
+            Described::at(self.src_type, self.src_host as u64, self.src_device, self.src_array, self.src_pitch),
+            Described::at(self.dst_type, self.dst_host as u64, self.dst_device, self.dst_array, self.dst_pitch),
+        );
+        let src = Described { origin: [self.src_x, self.src_y, self.src_z].map(|v| v as u64), ..src };
+        let dst = Described { origin: [self.dst_x, self.dst_y, self.dst_z].map(|v| v as u64), ..dst };
+        let (src, dst) =
+            (Described { rows: self.src_height as u64, ..src }, Described { rows: self.dst_height as u64, ..dst });
+        Ok((side(src, extent, "source")?, side(dst, extent, "destination")?, extent))
+    }
+}
+
+/// The copy `p` describes (`sides` reads it), on `stream`, waited for if `wait`.
+unsafe fn copy_described<T>(
+    p: *const T,
+    sides: fn(&T) -> CuResult<(Side, Side, Extent)>,
+    stream: usize,
+    wait: bool,
+) -> CuResult<()> {
+    let described = p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?;
+    let (src, dst, extent) = sides(described)?;
+    copy(src, dst, extent, stream, wait)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> u32 {
+    guard("cuMemcpy2D", || copy_described(p, Memcpy2D::sides, 0, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> u32 {
+    guard("cuMemcpy2DUnaligned", || copy_described(p, Memcpy2D::sides, 0, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, stream: usize) -> u32 {
+    guard("cuMemcpy2DAsync", || copy_described(p, Memcpy2D::sides, stream, false))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> u32 {
+    guard("cuMemcpy3D", || copy_described(p, Memcpy3D::sides, 0, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -> u32 {
+    guard("cuMemcpy3DAsync", || copy_described(p, Memcpy3D::sides, stream, false))
+}
+
+// ---- 2D memsets ----
+
+/// Sets `width` elements of `bytes` bytes in each of `height` rows `pitch` bytes apart at `dst`
+/// to `pattern`, on `stream`; `wait`: then waits for it.
+fn memset_2d(
+    dst: u64,
+    pitch: usize,
+    pattern: u32,
+    bytes: u64,
+    [width, height]: [usize; 2],
+    stream: usize,
+    wait: bool,
+) -> CuResult<()> {
+    let row = (width as u64).checked_mul(bytes).ok_or_else(|| invalid("a row passes the end of memory".into()))?;
+    // The pitch is not read for one row (cuda.h).
+    let pitch = if height > 1 { pitch } else { row as usize };
+    let described = Described::at(memory_type::DEVICE, 0, dst, 0, pitch);
+    let extent = Extent { width: row, height: height as u64, depth: 1 };
+    let side = side(described, extent, "destination")?;
+    if extent.is_empty() {
+        return Ok(());
+    }
+    check_device(side)?;
+    let runs = runs(side, side, extent);
+    for run in &runs {
+        memset(run.dst, pattern, bytes as usize, (run.len / bytes) as usize, stream)?;
+    }
+    finish(dst, stream, wait)
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) -> u32 {
+    guard("cuMemsetD2D8", || memset_2d(dst, pitch, value.into(), 1, [width, height], 0, true))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D8Async(
+    dst: u64,
+    pitch: usize,
+    value: u8,
+    width: usize,
+    height: usize,
+    stream: usize,
+) -> u32 {
+    guard("cuMemsetD2D8Async", || memset_2d(dst, pitch, value.into(), 1, [width, height], stream, false))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D16_v2(dst: u64, pitch: usize, value: u16, width: usize, height: usize) -> u32 {
+    guard("cuMemsetD2D16", || memset_2d(dst, pitch, value.into(), 2, [width, height], 0, true))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D16Async(
+    dst: u64,
+    pitch: usize,
+    value: u16,
+    width: usize,
+    height: usize,
+    stream: usize,
+) -> u32 {
+    guard("cuMemsetD2D16Async", || memset_2d(dst, pitch, value.into(), 2, [width, height], stream, false))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D32_v2(dst: u64, pitch: usize, value: u32, width: usize, height: usize) -> u32 {
+    guard("cuMemsetD2D32", || memset_2d(dst, pitch, value, 4, [width, height], 0, true))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemsetD2D32Async(
+    dst: u64,
+    pitch: usize,
+    value: u32,
+    width: usize,
+    height: usize,
+    stream: usize,
+) -> u32 {
+    guard("cuMemsetD2D32Async", || memset_2d(dst, pitch, value, 4, [width, height], stream, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(start: u64, pitch: u64, slice: u64) -> Side {
+        Side { memory: Memory::Device, start, pitch, slice, end: 0 }
+    }
+
+    fn described(kind: u32, origin: [u64; 3], pitch: u64, rows: u64) -> Described {
+        Described { kind, host: 0x1000, device: 0x10_0000, array: 7, origin, pitch, rows }
+    }
+
+    #[test]
+    fn a_region_is_cut_into_rows_and_rows_that_touch_on_both_sides_join() {
+        let extent = Extent { width: 12, height: 3, depth: 2 };
+        // Pitched on both sides: a run a row, each side stepping by its own pitch and slice.
+        let rows = runs(device(100, 16, 64), device(1000, 20, 80), extent);
+        assert_eq!(rows.len(), 6);
+        assert_eq!(rows[0], Run { src: 100, dst: 1000, len: 12 });
+        assert_eq!(rows[1], Run { src: 116, dst: 1020, len: 12 });
+        assert_eq!(rows[3], Run { src: 164, dst: 1080, len: 12 }, "slice 1, row 0");
+        // Packed on both sides: one run; packed rows but slices apart: a run a slice.
+        assert_eq!(runs(device(0, 12, 36), device(500, 12, 36), extent), [Run { src: 0, dst: 500, len: 72 }]);
+        let slices = runs(device(0, 12, 40), device(500, 12, 36), extent);
+        assert_eq!(slices, [Run { src: 0, dst: 500, len: 36 }, Run { src: 40, dst: 536, len: 36 }]);
+        // Packed on one side only: a run a row.
+        assert_eq!(runs(device(0, 12, 36), device(500, 16, 48), extent).len(), 6);
+        assert!(runs(device(0, 12, 36), device(0, 12, 36), Extent { width: 0, ..extent }).is_empty());
+    }
+
+    #[test]
+    fn a_side_starts_at_its_origin_and_is_checked_as_cuda_checks_it() {
+        let extent = Extent { width: 8, height: 4, depth: 3 };
+        let at = side(described(memory_type::HOST, [4, 2, 1], 16, 10), extent, "source").unwrap();
+        let start = 0x1000 + 160 + 32 + 4;
+        // The last byte: slice 1 + 2, row 2 + 3, x 4 + 7.
+        let end = 0x1000 + 3 * 160 + 5 * 16 + 4 + 8;
+        assert_eq!(at, Side { memory: Memory::Host, start, pitch: 16, slice: 160, end });
+        let on_device = side(described(memory_type::DEVICE, [0; 3], 8, 4), extent, "source").unwrap();
+        assert_eq!((on_device.memory, on_device.start, on_device.end), (Memory::Device, 0x10_0000, 0x10_0000 + 96));
+        let refused = |d: Described, extent: Extent| side(d, extent, "destination").unwrap_err().code();
+        // A row past the pitch; rows a slice ending before the region's (only for slices).
+        assert_eq!(refused(described(memory_type::DEVICE, [9, 0, 0], 16, 10), extent), code::INVALID_VALUE);
+        assert_eq!(refused(described(memory_type::DEVICE, [0, 7, 0], 16, 10), extent), code::INVALID_VALUE);
+        let flat = Extent { depth: 1, ..extent };
+        assert!(side(described(memory_type::DEVICE, [0, 7, 0], 16, 0), flat, "source").is_ok());
+        // Arrays are not served; an unknown memory type; a null address; an origin past memory.
+        assert_eq!(refused(described(memory_type::ARRAY, [0; 3], 16, 10), extent), code::NOT_SUPPORTED);
+        assert_eq!(refused(described(5, [0; 3], 16, 10), extent), code::INVALID_VALUE);
+        let null = Described { device: 0, ..described(memory_type::DEVICE, [0; 3], 16, 10) };
+        assert_eq!(refused(null, extent), code::INVALID_VALUE);
+        assert_eq!(
+            refused(described(memory_type::DEVICE, [0, 0, u64::MAX / 100], 16, 10), extent),
+            code::INVALID_VALUE
+        );
+        let endless = Extent { width: 8, height: u64::MAX / 8, depth: 1 };
+        assert_eq!(refused(described(memory_type::DEVICE, [0; 3], 16, 0), endless), code::INVALID_VALUE);
+        // An empty region: its null address is not read.
+        let empty = Extent { width: 0, ..extent };
+        assert!(
+            side(Described { device: 0, ..described(memory_type::DEVICE, [0; 3], 16, 10) }, empty, "source").is_ok()
+        );
+    }
+}
