@@ -363,7 +363,7 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -
 
 /// Sets `width` elements of `bytes` bytes in each of `height` rows `pitch` bytes apart at `dst`
 /// to `pattern`, on `stream`; `wait`: then waits for it.
-fn memset_2d(
+pub(crate) fn memset_2d(
     dst: u64,
     pitch: usize,
     pattern: u32,

@@ -79,6 +79,12 @@ void cublasSsyr2k_v2(void) {}
 void cublasDsyr2k_v2(void) {}
 void cublasCsyr2k_v2(void) {}
 void cublasZsyr2k_v2(void) {}
+void cublasCherk_v2(void) {}
+void cublasZherk_v2(void) {}
+void cublasCherkx(void) {}
+void cublasZherkx(void) {}
+void cublasCher2k_v2(void) {}
+void cublasZher2k_v2(void) {}
 void cublasStpttr(void) {}
 void cublasDtpttr(void) {}
 void cublasCtpttr(void) {}

@@ -124,6 +124,9 @@ pub(super) enum Scalar {
     At(*const c_void),
     /// A constant (a level-1 call done as a gemm).
     Value(f64),
+    /// A complex constant's real and imaginary parts (a scalar read already, or derived from
+    /// one: her2k's conjugate alpha).
+    Parts([f64; 2]),
 }
 
 /// A matrix of a gemm: program memory, or a buffer of the shim's own.
@@ -196,6 +199,7 @@ pub(super) unsafe fn scalar_value(target: Target, precision: Precision, scalar: 
 pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: Scalar) -> CuResult<[f64; 2]> {
     let p = match scalar {
         Scalar::Value(v) => return Ok([v, 0.0]),
+        Scalar::Parts(parts) => return Ok(parts),
         Scalar::At(p) if p.is_null() => return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null")),
         Scalar::At(p) => p,
     };

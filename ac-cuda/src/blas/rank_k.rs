@@ -12,35 +12,63 @@
 //! refused for them, as cuBLAS refuses it; for a real type C is T). syr2k's two products are
 //! two launches, each rounded: the sum of two exact products is exact, others may differ from
 //! cuBLAS's in the last place.
+//!
+//! And their Hermitian forms, for the complex types, with the conjugate transpose (`trans` N or
+//! C; T refused) and a real `beta`:
+//!
+//! | call | `C =` |
+//! |---|---|
+//! | `herk` (`alpha` real) | `alpha op(A) op(A)^H + beta C` |
+//! | `herkx` | `alpha op(A) op(B)^H + beta C` |
+//! | `her2k` | `alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C` |
+//!
+//! after which the imaginary parts of C's diagonal are set to 0 (a memset each, on the same
+//! stream), as cuBLAS sets them.
 
 use std::ffi::c_int;
 
-use super::gemm::{launch_triangle, product, GemmCall, Operand, Precision, Scalar};
-use super::{guard, handle};
+use std::ffi::c_void;
+
+use super::gemm::{launch_triangle, product, scalar_parts, scalar_value, GemmCall, Operand, Precision, Scalar};
+use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
+use crate::pitched::memset_2d;
 
 /// A matrix of the program's and its leading dimension.
 type Matrix = (u64, c_int);
 
-/// The gemms of a rank-k update of `C` (`n x n`) by `op(A) op(B)^T` and, `both`, by
-/// `op(B) op(A)^T` added (syr2k), in the order they run (none: it computes nothing), checked as
-/// cuBLAS checks the call.
+/// What an update's C is: symmetric (products with the transpose) or Hermitian (with the
+/// conjugate transpose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Symmetry {
+    Symmetric,
+    Hermitian,
+}
+
+/// The gemms of a rank-k update of `C` (`n x n`) by `alphas[0] op(A) op(B)^T` (`^H` for a
+/// Hermitian C) and, `both`, by `alphas[1] op(B) op(A)^T` added (syr2k, her2k), in the order
+/// they run (none: it computes nothing), checked as cuBLAS checks the call.
 #[allow(clippy::too_many_arguments)] // cuBLAS's arguments
 fn rank_k_calls(
     precision: Precision,
+    symmetry: Symmetry,
     [uplo, trans]: [c_int; 2],
     [n, k]: [c_int; 2],
-    alpha: Scalar,
+    alphas: [Scalar; 2],
     a: Matrix,
     b: Matrix,
     beta: Scalar,
     c: Matrix,
     both: bool,
 ) -> CuResult<Vec<GemmCall>> {
-    let transposes = if precision.is_complex() { 0..=1 } else { 0..=2 };
+    let known = match (symmetry, precision.is_complex()) {
+        (Symmetry::Hermitian, _) => trans == 0 || trans == 2,
+        (Symmetry::Symmetric, true) => (0..=1).contains(&trans),
+        (Symmetry::Symmetric, false) => (0..=2).contains(&trans),
+    };
     let stored_rows = if trans == 0 { n } else { k };
     let wrong = !(0..=1).contains(&uplo)
-        || !transposes.contains(&trans)
+        || !known
         || n < 0
         || k < 0
         || a.1 < stored_rows.max(1)
@@ -53,60 +81,75 @@ fn rank_k_calls(
     if n == 0 {
         return Ok(Vec::new());
     }
-    // op(X) op(Y)^T: X Y^T for N, X^T Y for T.
-    let ops = if trans == 0 { [0, 1] } else { [1, 0] };
-    let update = |x: Matrix, y: Matrix, beta: Scalar| {
+    // op(X) op(Y)^T: X Y^T for N, X^T Y for T (^H and C for a Hermitian C).
+    let transposed = if symmetry == Symmetry::Hermitian { 2 } else { 1 };
+    let ops = if trans == 0 { [0, transposed] } else { [transposed, 0] };
+    let update = |x: Matrix, y: Matrix, alpha: Scalar, beta: Scalar| {
         let matrices = [Operand::Memory(x.0), Operand::Memory(y.0), Operand::Memory(c.0)];
         product(precision, ops, [n, n, k], alpha, matrices, [x.1, y.1, c.1], beta)
     };
-    let mut calls = vec![update(a, b, beta)];
+    let mut calls = vec![update(a, b, alphas[0], beta)];
     if both {
-        calls.push(update(b, a, Scalar::Value(1.0)));
+        calls.push(update(b, a, alphas[1], Scalar::Value(1.0)));
     }
     Ok(calls)
 }
 
-/// Launches `calls` on handle `h`'s target, each on triangle `uplo` of C.
-unsafe fn launch_all(h: usize, uplo: c_int, calls: impl FnOnce() -> CuResult<Vec<GemmCall>>) -> CuResult<()> {
+/// Which update an entry point makes, and what it needs beyond cuBLAS's arguments.
+#[derive(Debug, Clone, Copy)]
+enum Update {
+    /// syrk, syrkx (`both` false) or syr2k: scalars of the element type.
+    Symmetric { both: bool },
+    /// herk (a real alpha), herkx or her2k (`both`): `beta` real.
+    Hermitian { real_alpha: bool, both: bool },
+}
+
+/// `update` on handle `h`'s target; a Hermitian one's C then has its diagonal made real.
+#[allow(clippy::too_many_arguments)] // cuBLAS's arguments
+unsafe fn rank_k_update(
+    h: usize,
+    precision: Precision,
+    update: Update,
+    [uplo, trans]: [c_int; 2],
+    [n, k]: [c_int; 2],
+    alpha: *const c_void,
+    [a, b]: [Matrix; 2],
+    beta: *const c_void,
+    c: Matrix,
+) -> CuResult<()> {
     let target = handle(h)?.target();
-    calls()?.into_iter().try_for_each(|call| launch_triangle(target, call, uplo))
-}
-
-/// Defines `cublas<T>syrk`, `cublas<T>syrkx` and `cublas<T>syr2k` for element type `$t` (a
-/// complex one as `[f32; 2]` or `[f64; 2]`).
-macro_rules! typed {
-    ($t:ty, $precision:expr, $syrk:ident, $syrkx:ident, $syr2k:ident) => {
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
-        pub unsafe extern "C" fn $syrk(
-            h: usize,
-            uplo: c_int,
-            trans: c_int,
-            n: c_int,
-            k: c_int,
-            alpha: *const $t,
-            a: u64,
-            lda: c_int,
-            beta: *const $t,
-            c: u64,
-            ldc: c_int,
-        ) -> u32 {
-            let (alpha, beta, a) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()), (a, lda));
-            guard(stringify!($syrk), || {
-                launch_all(h, uplo, || {
-                    rank_k_calls($precision, [uplo, trans], [n, k], alpha, a, a, beta, (c, ldc), false)
-                })
-            })
+    let (symmetry, alphas, beta, both) = match update {
+        Update::Symmetric { both } => (Symmetry::Symmetric, [Scalar::At(alpha); 2], Scalar::At(beta), both),
+        Update::Hermitian { real_alpha, both } => {
+            let alpha = scalar_parts(target, if real_alpha { precision.real() } else { precision }, Scalar::At(alpha))?;
+            let beta = Scalar::Value(scalar_value(target, precision.real(), Scalar::At(beta))?);
+            // her2k's second product is by conj(alpha).
+            (Symmetry::Hermitian, [Scalar::Parts(alpha), Scalar::Parts([alpha[0], -alpha[1]])], beta, both)
         }
-
-        rank_k_entry!($syrkx, $t, $precision, false);
-        rank_k_entry!($syr2k, $t, $precision, true);
     };
+    let calls = rank_k_calls(precision, symmetry, [uplo, trans], [n, k], alphas, a, b, beta, c, both)?;
+    calls.into_iter().try_for_each(|call| launch_triangle(target, call, uplo))?;
+    match symmetry {
+        Symmetry::Hermitian => zero_diagonal_imaginary(target, precision, c, n),
+        Symmetry::Symmetric => Ok(()),
+    }
 }
 
-/// Defines `cublas<T>syrkx` or, `$both`, `cublas<T>syr2k`: two operands, A and B.
-macro_rules! rank_k_entry {
-    ($name:ident, $t:ty, $precision:expr, $both:expr) => {
+/// Sets the imaginary part of each of C's `n` diagonal elements to +0, on the target's stream:
+/// one byte-memset row a diagonal element, `ldc + 1` elements apart.
+fn zero_diagonal_imaginary(target: Target, precision: Precision, (c, ldc): Matrix, n: c_int) -> CuResult<()> {
+    if n <= 0 {
+        return Ok(());
+    }
+    let element = precision.bytes();
+    let part = element / 2;
+    memset_2d(c + part as u64, (ldc as usize + 1) * element, 0, 1, [part, n as usize], target.stream, false)
+}
+
+/// Defines an update of one operand (`syrk`, `herk`: B is A), `alpha` of type `$alpha` and
+/// `beta` of `$beta`: [`rank_k_update`] in `$precision` making `$update`.
+macro_rules! one_operand {
+    ($name:ident, $alpha:ty, $beta:ty, $precision:expr, $update:expr) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -115,29 +158,77 @@ macro_rules! rank_k_entry {
             trans: c_int,
             n: c_int,
             k: c_int,
-            alpha: *const $t,
+            alpha: *const $alpha,
             a: u64,
             lda: c_int,
-            b: u64,
-            ldb: c_int,
-            beta: *const $t,
+            beta: *const $beta,
             c: u64,
             ldc: c_int,
         ) -> u32 {
-            let (alpha, beta, a, b) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()), (a, lda), (b, ldb));
+            let (alpha, beta, matrices) = (alpha.cast(), beta.cast(), [(a, lda); 2]);
             guard(stringify!($name), || {
-                launch_all(h, uplo, || {
-                    rank_k_calls($precision, [uplo, trans], [n, k], alpha, a, b, beta, (c, ldc), $both)
-                })
+                rank_k_update(h, $precision, $update, [uplo, trans], [n, k], alpha, matrices, beta, (c, ldc))
             })
         }
     };
 }
 
-typed!(f32, Precision::Single, cublasSsyrk_v2, cublasSsyrkx, cublasSsyr2k_v2);
-typed!(f64, Precision::Double, cublasDsyrk_v2, cublasDsyrkx, cublasDsyr2k_v2);
-typed!([f32; 2], Precision::ComplexSingle, cublasCsyrk_v2, cublasCsyrkx, cublasCsyr2k_v2);
-typed!([f64; 2], Precision::ComplexDouble, cublasZsyrk_v2, cublasZsyrkx, cublasZsyr2k_v2);
+/// Defines an update of two operands (`syrkx`, `syr2k`, `herkx`, `her2k`), as
+/// [`one_operand`].
+macro_rules! two_operands {
+    ($name:ident, $alpha:ty, $beta:ty, $precision:expr, $update:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            trans: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $alpha,
+            a: u64,
+            lda: c_int,
+            b: u64,
+            ldb: c_int,
+            beta: *const $beta,
+            c: u64,
+            ldc: c_int,
+        ) -> u32 {
+            let (alpha, beta, matrices) = (alpha.cast(), beta.cast(), [(a, lda), (b, ldb)]);
+            guard(stringify!($name), || {
+                rank_k_update(h, $precision, $update, [uplo, trans], [n, k], alpha, matrices, beta, (c, ldc))
+            })
+        }
+    };
+}
+
+/// Defines `cublas<T>syrk`, `cublas<T>syrkx` and `cublas<T>syr2k` for element type `$t` (a
+/// complex one as `[f32; 2]` or `[f64; 2]`).
+macro_rules! symmetric {
+    ($t:ty, $precision:expr, $syrk:ident, $syrkx:ident, $syr2k:ident) => {
+        one_operand!($syrk, $t, $t, $precision, Update::Symmetric { both: false });
+        two_operands!($syrkx, $t, $t, $precision, Update::Symmetric { both: false });
+        two_operands!($syr2k, $t, $t, $precision, Update::Symmetric { both: true });
+    };
+}
+
+symmetric!(f32, Precision::Single, cublasSsyrk_v2, cublasSsyrkx, cublasSsyr2k_v2);
+symmetric!(f64, Precision::Double, cublasDsyrk_v2, cublasDsyrkx, cublasDsyr2k_v2);
+symmetric!([f32; 2], Precision::ComplexSingle, cublasCsyrk_v2, cublasCsyrkx, cublasCsyr2k_v2);
+symmetric!([f64; 2], Precision::ComplexDouble, cublasZsyrk_v2, cublasZsyrkx, cublasZsyr2k_v2);
+
+/// Defines `cublas<C|Z>herk` (a real alpha), `herkx` and `her2k` for complex element type `$t`
+/// of real type `$real` (beta's).
+macro_rules! hermitian {
+    ($t:ty, $real:ty, $precision:expr, $herk:ident, $herkx:ident, $her2k:ident) => {
+        one_operand!($herk, $real, $real, $precision, Update::Hermitian { real_alpha: true, both: false });
+        two_operands!($herkx, $t, $real, $precision, Update::Hermitian { real_alpha: false, both: false });
+        two_operands!($her2k, $t, $real, $precision, Update::Hermitian { real_alpha: false, both: true });
+    };
+}
+
+hermitian!([f32; 2], f32, Precision::ComplexSingle, cublasCherk_v2, cublasCherkx, cublasCher2k_v2);
+hermitian!([f64; 2], f64, Precision::ComplexDouble, cublasZherk_v2, cublasZherkx, cublasZher2k_v2);
 
 #[cfg(test)]
 mod tests {
@@ -153,25 +244,110 @@ mod tests {
     #[test]
     fn each_operation_multiplies_by_the_transpose_over_the_stored_shape() {
         // n 4, k 3: A stored 4 x 3 (N, lda 5) or 3 x 4 (T, lda 3); C 4 x 4, ldc 6.
-        let n = rank_k_calls(Precision::Single, [0, 0], [4, 3], ONE, (A, 5), (A, 5), ONE, (C, 6), false).unwrap();
+        let n = rank_k_calls(
+            Precision::Single,
+            Symmetry::Symmetric,
+            [0, 0],
+            [4, 3],
+            [ONE; 2],
+            (A, 5),
+            (A, 5),
+            ONE,
+            (C, 6),
+            false,
+        )
+        .unwrap();
         assert_eq!((n.len(), n[0].trans, [n[0].m, n[0].n, n[0].k]), (1, [0, 1], [4, 4, 3]));
         assert_eq!(check(&n[0]).unwrap().footprints(), [2 * 5 + 4, 2 * 5 + 4, 3 * 6 + 4]);
-        let t = rank_k_calls(Precision::Double, [1, 1], [4, 3], ONE, (A, 3), (B, 3), ONE, (C, 6), false).unwrap();
+        let t = rank_k_calls(
+            Precision::Double,
+            Symmetry::Symmetric,
+            [1, 1],
+            [4, 3],
+            [ONE; 2],
+            (A, 3),
+            (B, 3),
+            ONE,
+            (C, 6),
+            false,
+        )
+        .unwrap();
         assert_eq!((t[0].trans, at(t[0].matrices[0]), at(t[0].matrices[1])), ([1, 0], A, B));
         assert_eq!(check(&t[0]).unwrap().footprints(), [3 * 3 + 3, 3 * 3 + 3, 3 * 6 + 4]);
         // lda below op(A)'s stored rows; a conjugate transpose of a complex matrix (herk's).
-        let short = rank_k_calls(Precision::Single, [0, 0], [4, 3], ONE, (A, 3), (A, 3), ONE, (C, 6), false);
+        let short = rank_k_calls(
+            Precision::Single,
+            Symmetry::Symmetric,
+            [0, 0],
+            [4, 3],
+            [ONE; 2],
+            (A, 3),
+            (A, 3),
+            ONE,
+            (C, 6),
+            false,
+        );
         assert_eq!(short.unwrap_err().code(), code::INVALID_VALUE);
-        let hermitian = rank_k_calls(Precision::ComplexSingle, [0, 2], [4, 3], ONE, (A, 4), (A, 4), ONE, (C, 4), false);
+        let hermitian = rank_k_calls(
+            Precision::ComplexSingle,
+            Symmetry::Symmetric,
+            [0, 2],
+            [4, 3],
+            [ONE; 2],
+            (A, 4),
+            (A, 4),
+            ONE,
+            (C, 4),
+            false,
+        );
         assert_eq!(hermitian.unwrap_err().code(), code::INVALID_VALUE);
-        let real_c = rank_k_calls(Precision::Single, [0, 2], [4, 3], ONE, (A, 3), (A, 3), ONE, (C, 4), false);
+        let real_c = rank_k_calls(
+            Precision::Single,
+            Symmetry::Symmetric,
+            [0, 2],
+            [4, 3],
+            [ONE; 2],
+            (A, 3),
+            (A, 3),
+            ONE,
+            (C, 4),
+            false,
+        );
         assert_eq!(real_c.unwrap()[0].trans, [1, 0], "C is T for a real type");
+    }
+
+    #[test]
+    fn hermitian_updates_multiply_by_the_conjugate_transpose_and_her2k_by_the_conjugate_alpha() {
+        let alphas = [Scalar::Parts([2.0, 3.0]), Scalar::Parts([2.0, -3.0])];
+        let h = Symmetry::Hermitian;
+        let n = rank_k_calls(Precision::ComplexSingle, h, [0, 0], [4, 3], alphas, (A, 4), (B, 4), ONE, (C, 4), true);
+        let n = n.unwrap();
+        assert_eq!((n[0].trans, at(n[0].matrices[0]), at(n[0].matrices[1])), ([0, 2], A, B));
+        assert_eq!((n[1].trans, at(n[1].matrices[0]), at(n[1].matrices[1])), ([0, 2], B, A));
+        assert!(matches!(n[0].alpha, Scalar::Parts([2.0, 3.0])) && matches!(n[1].alpha, Scalar::Parts([2.0, -3.0])));
+        let c = rank_k_calls(Precision::ComplexDouble, h, [1, 2], [4, 3], alphas, (A, 3), (A, 3), ONE, (C, 4), false);
+        assert_eq!(c.unwrap()[0].trans, [2, 0], "A^H A, A stored k x n");
+        // T is the symmetric update's, refused for a Hermitian one, as cuBLAS refuses it.
+        let t = rank_k_calls(Precision::ComplexSingle, h, [0, 1], [4, 3], alphas, (A, 4), (A, 4), ONE, (C, 4), false);
+        assert_eq!(t.unwrap_err().code(), code::INVALID_VALUE);
     }
 
     #[test]
     fn syr2k_adds_the_swapped_product_to_the_first() {
         let beta = Scalar::Value(3.0);
-        let calls = rank_k_calls(Precision::Double, [1, 0], [3, 2], ONE, (A, 3), (B, 4), beta, (C, 3), true).unwrap();
+        let calls = rank_k_calls(
+            Precision::Double,
+            Symmetry::Symmetric,
+            [1, 0],
+            [3, 2],
+            [ONE; 2],
+            (A, 3),
+            (B, 4),
+            beta,
+            (C, 3),
+            true,
+        )
+        .unwrap();
         assert_eq!(calls.len(), 2);
         assert_eq!((at(calls[0].matrices[0]), at(calls[0].matrices[1])), (A, B));
         assert!(matches!(calls[0].beta, Scalar::Value(v) if v == 3.0));

@@ -442,7 +442,9 @@ async fn a_program_linked_against_cublas_adds_transposes_and_scales_matrices_exa
 /// cuBLAS's symmetric rank-k updates through the shim (`tests/cuda/cublas_rank_k.cu`): `syrk`,
 /// `syrkx` and `syr2k` on either triangle, N and T, every precision, host and device scalars,
 /// each exact on its triangle with the other triangle and the padding untouched (the builtin
-/// triangle gemm); a complex `syrk` with the conjugate transpose is refused.
+/// triangle gemm); a complex `syrk` with the conjugate transpose is refused. Their Hermitian
+/// forms `herk`, `herkx` and `her2k` (N and C, each complex precision): exact, C's diagonal
+/// made real; `herk` with the plain transpose is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_updates_one_triangle_exactly() {
     run_math_program(
@@ -458,7 +460,14 @@ async fn a_program_linked_against_cublas_updates_one_triangle_exactly() {
             "dsyr2k lower N exact",
             "csyr2k upper T exact",
             "dsyrk lower N device scalars exact",
+            "cherk lower N exact",
+            "zherk upper C exact",
+            "cherkx upper N exact",
+            "zherkx lower C exact",
+            "zher2k lower C exact",
+            "cher2k upper N exact",
             "csyrk operation C: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cherk operation T: 7 CUBLAS_STATUS_INVALID_VALUE",
             "cublas_rank_k: all exact",
         ],
     )
