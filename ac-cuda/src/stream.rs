@@ -2,7 +2,8 @@
 //! legacy and per-thread default streams are the session's default stream. Events are kept
 //! locally: recording one notes its stream, and waiting for it waits for that stream (a
 //! stream that waits for an event waits on the host, which orders it correctly). Their times
-//! are the host's: recorded when the record was queued, ended when the wait returned.
+//! are the host's: recorded when the record was queued, ended when the wait returned. Host
+//! functions and callbacks run on the calling thread once their stream is done.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -104,6 +105,61 @@ fn synchronize(handle: usize) -> CuResult<()> {
 #[no_mangle]
 pub extern "C" fn cuStreamSynchronize(handle: usize) -> u32 {
     guard("cuStreamSynchronize", || synchronize(handle))
+}
+
+/// `CUhostFn`: a host function queued on a stream.
+type HostFn = unsafe extern "C" fn(*mut c_void);
+/// `CUstreamCallback`: a callback queued on a stream, told the stream's status.
+type StreamCallback = unsafe extern "C" fn(usize, u32, *mut c_void);
+
+// Host functions and callbacks run when their stream reaches them: here the call waits for the
+// stream and runs the function in place, on the calling thread, so the stream's later work is
+// sent after it returns (CUDA runs them on a thread of its own; they may not call CUDA either
+// way).
+
+/// Runs `function(data)` once stream `handle`'s work before it is done; not in the event of an
+/// error in that work, which is the call's.
+unsafe fn run_host_function(handle: usize, function: Option<HostFn>, data: *mut c_void) -> CuResult<()> {
+    let function = function.ok_or_else(|| Error::said(code::INVALID_VALUE, "the host function is null"))?;
+    synchronize(handle)?;
+    function(data);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc(handle: usize, function: Option<HostFn>, data: *mut c_void) -> u32 {
+    guard("cuLaunchHostFunc", || run_host_function(handle, function, data))
+}
+
+/// CUDA 13.1's form: a synchronization mode for the thread that runs the function, which has
+/// none here (it runs on the calling thread).
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchHostFunc_v2(
+    handle: usize,
+    function: Option<HostFn>,
+    data: *mut c_void,
+    _sync_mode: c_uint,
+) -> u32 {
+    guard("cuLaunchHostFunc", || run_host_function(handle, function, data))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamAddCallback(
+    handle: usize,
+    callback: Option<StreamCallback>,
+    data: *mut c_void,
+    flags: c_uint,
+) -> u32 {
+    guard("cuStreamAddCallback", || {
+        let callback = callback.ok_or_else(|| Error::said(code::INVALID_VALUE, "the callback is null"))?;
+        if flags != 0 {
+            return Err(Error::said(code::INVALID_VALUE, format!("callback flags {flags:#x} (must be 0)")));
+        }
+        // The callback is told the stream's error, if any, and runs either way.
+        let status = synchronize(handle).err().map_or(code::SUCCESS, |e| e.code());
+        callback(handle, status, data);
+        Ok(())
+    })
 }
 
 #[no_mangle]

@@ -346,3 +346,22 @@ async fn peer_access_is_refused_and_peer_copies_cross_between_two_hosts_devices(
     assert!(!text.contains("not supported on remote"), "a peer call was refused: {text}");
     standin::assert_no_violations();
 }
+
+/// `cudaLaunchHostFunc` and `cudaStreamAddCallback`: each runs after its stream's earlier work
+/// (the bytes a copy to the host brought are there), in the order queued, told its stream and
+/// status; all have run when the stream is synchronized; flags other than 0 are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn host_functions_and_callbacks_run_in_their_streams_order() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("callbacks", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("callbacks: all in order"), "{text}");
+    assert!(text.contains("host functions and callbacks: 3 run, in order 1, saw the copy 1"), "{text}");
+    assert!(text.contains("a callback with flags 1: cudaErrorInvalidValue"), "{text}");
+    assert!(!text.contains("not supported on remote"), "a callback call was refused: {text}");
+    standin::assert_no_violations();
+}
