@@ -313,7 +313,18 @@ pub(crate) fn memset(dst: u64, pattern: u32, width: usize, count: usize, stream:
     if len == 0 {
         return Ok(());
     }
-    let (alloc, offset) = locate(dst, len as u64)?;
+    memset_in(locate(dst, len as u64)?, pattern, width, len, stream)
+}
+
+/// Sets `len` bytes from an allocation and offset to `pattern`, an element `width` bytes, on
+/// `stream`.
+pub(crate) fn memset_in(
+    (alloc, offset): (Allocation, u64),
+    pattern: u32,
+    width: usize,
+    len: usize,
+    stream: usize,
+) -> CuResult<()> {
     let shim = state::shim()?;
     let stream = stream_of(stream, alloc.device)?;
     let bytes = &pattern.to_le_bytes()[..width];

@@ -14,8 +14,9 @@ use crate::memory::copy_between;
 use crate::state::{self, put};
 use crate::stream::stream_of;
 
-/// `CUdevice_P2PAttribute`'s last value (`CUDA_ARRAY_ACCESS_SUPPORTED`); the first is 1.
-const LAST_P2P_ATTRIBUTE: c_int = 4;
+/// `CUdevice_P2PAttribute`'s last value (CUDA 13's `ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED`); the
+/// first is 1.
+const LAST_P2P_ATTRIBUTE: c_int = 5;
 
 /// The ordinals of two devices of the program, checked.
 fn devices(a: c_int, b: c_int) -> CuResult<()> {
@@ -51,14 +52,15 @@ pub unsafe extern "C" fn cuDeviceGetP2PAttribute(value: *mut c_int, attribute: c
 #[no_mangle]
 pub extern "C" fn cuCtxEnablePeerAccess(peer: usize, flags: c_uint) -> u32 {
     guard("cuCtxEnablePeerAccess", || {
-        let peer = context_of(peer)?;
+        let (peer, current) = (context_of(peer)?.device, current_device()?);
         if flags != 0 {
             return Err(Error::said(code::INVALID_VALUE, format!("peer access flags {flags:#x} (must be 0)")));
         }
+        if peer == current {
+            return Err(Error::said(code::INVALID_CONTEXT, "peer access to the current context itself"));
+        }
         let why = format!(
-            "device {} cannot map device {}'s memory: they are remote accelerators (copies between them go through the host)",
-            current_device()?,
-            peer.device
+            "device {current} cannot map device {peer}'s memory: they are remote accelerators (copies between them go through the host)"
         );
         Err(Error::said(code::PEER_ACCESS_UNSUPPORTED, why))
     })
@@ -68,6 +70,7 @@ pub extern "C" fn cuCtxEnablePeerAccess(peer: usize, flags: c_uint) -> u32 {
 pub extern "C" fn cuCtxDisablePeerAccess(peer: usize) -> u32 {
     guard("cuCtxDisablePeerAccess", || {
         context_of(peer)?;
+        current_device()?;
         Err(Error::Code(code::PEER_ACCESS_NOT_ENABLED))
     })
 }

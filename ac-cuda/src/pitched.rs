@@ -15,8 +15,9 @@ use std::ffi::{c_uint, c_void};
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate, memset};
+use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate, memset_in};
 use crate::state;
+use crate::state::Allocation;
 use crate::stream::stream_of;
 
 /// `CUmemorytype`: where one side of a copy is.
@@ -212,24 +213,29 @@ fn runs(src: Side, dst: Side, extent: Extent) -> Vec<Run> {
     runs
 }
 
-/// Checks that a device side's region, from its first byte to its last, lies in one of the
-/// program's allocations (so every run does), before any run is sent.
-fn check_device(side: Side) -> CuResult<()> {
-    locate(side.start, side.end - side.start).map(drop)
+/// The allocation holding a device side's region, from its first byte to its last (so every
+/// run), and the region's offset in it: on `device`, or the current device's first (as
+/// [`locate`]). Found before any run is sent.
+fn region(side: Side, device: Option<usize>) -> CuResult<(Allocation, u64)> {
+    match device {
+        Some(device) => state::shim()?.find(device, side.start, side.end - side.start),
+        None => locate(side.start, side.end - side.start),
+    }
 }
 
 /// Copies `extent` from `src` to `dst` on `stream`; `wait`: then waits for it (the synchronous
 /// forms). A copy to the host always waits: its bytes must be there when it returns.
 unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) -> CuResult<()> {
+    let mut device = None;
     for side in [src, dst] {
         if side.memory == Memory::Device && !extent.is_empty() {
-            check_device(side)?;
+            device = Some(region(side, None)?.0.device);
         }
     }
     let runs = runs(src, dst, extent);
-    let Some(first) = runs.first().copied() else {
+    if runs.is_empty() {
         return Ok(());
-    };
+    }
     match (src.memory, dst.memory) {
         (Memory::Host, Memory::Host) => {
             for run in &runs {
@@ -241,43 +247,42 @@ unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) 
             for run in &runs {
                 host_to_device_async(run.dst, run.src as *const c_void, run.len as usize, stream)?;
             }
-            finish(first.dst, stream, wait)
+            finish(device, stream, wait)
         }
         (Memory::Device, Memory::Host) => {
-            finish(first.src, stream, true)?;
+            finish(device, stream, true)?;
             read_scattered(&runs)
         }
         (Memory::Device, Memory::Device) => {
             for run in &runs {
                 device_to_device(run.dst, run.src, run.len as usize, stream)?;
             }
-            finish(first.dst, stream, wait)
+            finish(device, stream, wait)
         }
     }
 }
 
-/// Waits, if `wait`, for `stream` of the device holding `address`.
-fn finish(address: u64, stream: usize, wait: bool) -> CuResult<()> {
-    if !wait {
+/// Waits, if `wait`, for `stream` of `device` (the device of the copy's device side).
+fn finish(device: Option<usize>, stream: usize, wait: bool) -> CuResult<()> {
+    let Some(device) = device.filter(|_| wait) else {
         return Ok(());
-    }
-    let (alloc, _) = locate(address, 0)?;
+    };
     let shim = state::shim()?;
-    Ok(shim.block_on(stream_of(stream, alloc.device)?.synchronize())?)
+    Ok(shim.block_on(stream_of(stream, device)?.synchronize())?)
 }
 
 /// Gaps a device-to-host copy reads with its rows rather than a round trip a row: as many bytes
-/// as the rows hold, or this many.
+/// as the rows hold, at least [`GAP_READ`] and at most [`GAP_READ_MAX`].
 const GAP_READ: u64 = 1 << 20;
+const GAP_READ_MAX: u64 = 64 << 20;
 
 /// Reads device runs (`src`, in one allocation: [`check_device`]) into host memory (`dst`):
-/// their span at once, when its gaps are at most [`GAP_READ`] or the runs' own bytes; else a
-/// run at a time.
+/// their span at once, when its gaps are few enough ([`GAP_READ`]); else a run at a time.
 unsafe fn read_scattered(runs: &[Run]) -> CuResult<()> {
     let (first, last) = (runs[0], runs[runs.len() - 1]);
     let span = last.src + last.len - first.src;
     let total: u64 = runs.iter().map(|run| run.len).sum();
-    if runs.len() > 1 && span - total <= total.max(GAP_READ) {
+    if runs.len() > 1 && span - total <= total.clamp(GAP_READ, GAP_READ_MAX) {
         let mut staged = vec![0u8; span as usize];
         device_to_host(staged.as_mut_ptr().cast(), first.src, staged.len())?;
         for run in runs {
@@ -308,6 +313,9 @@ impl Memcpy3D {
     fn sides(&self) -> CuResult<(Side, Side, Extent)> {
         if !self.reserved0.is_null() || !self.reserved1.is_null() {
             return Err(invalid("a reserved field of CUDA_MEMCPY3D is not null".into()));
+        }
+        if self.src_lod != 0 || self.dst_lod != 0 {
+            return Err(invalid(format!("levels of detail {} and {} (must be 0)", self.src_lod, self.dst_lod)));
         }
         let extent = Extent { width: self.width as u64, height: self.height as u64, depth: self.depth as u64 };
         let (src, dst) = (
@@ -362,9 +370,11 @@ pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -
 // ---- 2D memsets ----
 
 /// Sets `width` elements of `bytes` bytes in each of `height` rows `pitch` bytes apart at `dst`
-/// to `pattern`, on `stream`; `wait`: then waits for it.
+/// (in `device`'s memory, or the current device's first) to `pattern`, on `stream`; `wait`:
+/// then waits for it.
+#[allow(clippy::too_many_arguments)] // the driver's arguments, and where
 pub(crate) fn memset_2d(
-    dst: u64,
+    (dst, device): (u64, Option<usize>),
     pitch: usize,
     pattern: u32,
     bytes: u64,
@@ -373,25 +383,29 @@ pub(crate) fn memset_2d(
     wait: bool,
 ) -> CuResult<()> {
     let row = (width as u64).checked_mul(bytes).ok_or_else(|| invalid("a row passes the end of memory".into()))?;
-    // The pitch is not read for one row (cuda.h).
+    // The pitch is not read for one row (cuda.h); the address and pitch are whole elements.
     let pitch = if height > 1 { pitch } else { row as usize };
+    if !dst.is_multiple_of(bytes) || !(pitch as u64).is_multiple_of(bytes) {
+        return Err(invalid(format!("{dst:#x} or pitch {pitch} is not a multiple of the element's {bytes} bytes")));
+    }
     let described = Described::at(memory_type::DEVICE, 0, dst, 0, pitch);
     let extent = Extent { width: row, height: height as u64, depth: 1 };
     let side = side(described, extent, "destination")?;
     if extent.is_empty() {
         return Ok(());
     }
-    check_device(side)?;
-    let runs = runs(side, side, extent);
-    for run in &runs {
-        memset(run.dst, pattern, bytes as usize, (run.len / bytes) as usize, stream)?;
+    let (alloc, offset) = region(side, device)?;
+    let device = Some(alloc.device);
+    for run in runs(side, side, extent) {
+        let at = (alloc.clone(), offset + (run.dst - side.start));
+        memset_in(at, pattern, bytes as usize, run.len as usize, stream)?;
     }
-    finish(dst, stream, wait)
+    finish(device, stream, wait)
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D8", || memset_2d(dst, pitch, value.into(), 1, [width, height], 0, true))
+    guard("cuMemsetD2D8", || memset_2d((dst, None), pitch, value.into(), 1, [width, height], 0, true))
 }
 
 #[no_mangle]
@@ -403,12 +417,12 @@ pub extern "C" fn cuMemsetD2D8Async(
     height: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemsetD2D8Async", || memset_2d(dst, pitch, value.into(), 1, [width, height], stream, false))
+    guard("cuMemsetD2D8Async", || memset_2d((dst, None), pitch, value.into(), 1, [width, height], stream, false))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD2D16_v2(dst: u64, pitch: usize, value: u16, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D16", || memset_2d(dst, pitch, value.into(), 2, [width, height], 0, true))
+    guard("cuMemsetD2D16", || memset_2d((dst, None), pitch, value.into(), 2, [width, height], 0, true))
 }
 
 #[no_mangle]
@@ -420,12 +434,12 @@ pub extern "C" fn cuMemsetD2D16Async(
     height: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemsetD2D16Async", || memset_2d(dst, pitch, value.into(), 2, [width, height], stream, false))
+    guard("cuMemsetD2D16Async", || memset_2d((dst, None), pitch, value.into(), 2, [width, height], stream, false))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD2D32_v2(dst: u64, pitch: usize, value: u32, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D32", || memset_2d(dst, pitch, value, 4, [width, height], 0, true))
+    guard("cuMemsetD2D32", || memset_2d((dst, None), pitch, value, 4, [width, height], 0, true))
 }
 
 #[no_mangle]
@@ -437,7 +451,7 @@ pub extern "C" fn cuMemsetD2D32Async(
     height: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemsetD2D32Async", || memset_2d(dst, pitch, value, 4, [width, height], stream, false))
+    guard("cuMemsetD2D32Async", || memset_2d((dst, None), pitch, value, 4, [width, height], stream, false))
 }
 
 #[cfg(test)]
@@ -468,6 +482,25 @@ mod tests {
         // Packed on one side only: a run a row.
         assert_eq!(runs(device(0, 12, 36), device(500, 16, 48), extent).len(), 6);
         assert!(runs(device(0, 12, 36), device(0, 12, 36), Extent { width: 0, ..extent }).is_empty());
+    }
+
+    #[test]
+    fn a_3d_copy_has_no_level_of_detail_and_a_2d_memset_whole_elements() {
+        // SAFETY: plain integers and null pointers.
+        let mut copy: Memcpy3D = unsafe { std::mem::zeroed() };
+        (copy.src_type, copy.src_device, copy.src_pitch, copy.src_height) = (memory_type::DEVICE, 0x1000, 64, 4);
+        (copy.dst_type, copy.dst_device, copy.dst_pitch, copy.dst_height) = (memory_type::DEVICE, 0x9000, 32, 4);
+        (copy.width, copy.height, copy.depth) = (32, 4, 2);
+        let (src, dst, _) = copy.sides().unwrap();
+        assert_eq!((src.end, dst.end), (0x1000 + 64 * 4 + 3 * 64 + 32, 0x9000 + 32 * 8));
+        copy.dst_lod = 1;
+        assert_eq!(copy.sides().unwrap_err().code(), code::INVALID_VALUE);
+        // 32-bit elements: the address and the pitch (read for more than one row) are whole ones.
+        let refused = |dst: u64, pitch: usize, height: usize| {
+            memset_2d((dst, None), pitch, 0, 4, [2, height], 0, true).unwrap_err().code()
+        };
+        assert_eq!(refused(0x1002, 16, 2), code::INVALID_VALUE);
+        assert_eq!(refused(0x1000, 18, 2), code::INVALID_VALUE);
     }
 
     #[test]

@@ -155,8 +155,11 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         if flags != 0 {
             return Err(Error::said(code::INVALID_VALUE, format!("callback flags {flags:#x} (must be 0)")));
         }
-        // The callback is told the stream's error, if any, and runs either way.
-        let status = synchronize(handle).err().map_or(code::SUCCESS, |e| e.code());
+        // A stream that is not the program's is the call's error; the stream's own error, if
+        // any, is the callback's status, and it runs either way.
+        let stream = stream_of(handle, device_of_stream(handle)?)?;
+        let shim = state::shim()?;
+        let status = shim.block_on(stream.synchronize()).err().map_or(code::SUCCESS, |e| Error::from(e).code());
         callback(handle, status, data);
         Ok(())
     })

@@ -18,16 +18,20 @@ int main(int argc, char** argv) {
         printf("FAILED: %d devices, 2 wanted\n", devices);
         return 1;
     }
-    int can = -1, access = -1;
+    int can = -1, access = -1, partial = -1;
     CHECK(cudaDeviceCanAccessPeer(&can, 0, 1));
     CHECK(cudaDeviceGetP2PAttribute(&access, cudaDevP2PAttrAccessSupported, 0, 1));
+    // CUDA 13's last attribute (cudaDevP2PAttrOnlyPartialNativeAtomicSupported).
+    CHECK(cudaDeviceGetP2PAttribute(&partial, (cudaDeviceP2PAttr)5, 0, 1));
     CHECK(cudaSetDevice(0));
     cudaError_t enable = cudaDeviceEnablePeerAccess(1, 0);
     cudaGetLastError();
     cudaError_t disable = cudaDeviceDisablePeerAccess(1);
     cudaGetLastError();
-    printf("peer access: can %d, attribute %d, enable %s, disable %s\n", can, access, cudaGetErrorName(enable),
-           cudaGetErrorName(disable));
+    cudaError_t itself = cudaDeviceEnablePeerAccess(0, 0);
+    cudaGetLastError();
+    printf("peer access: can %d, attributes %d %d, enable %s, disable %s, itself %s\n", can, access, partial,
+           cudaGetErrorName(enable), cudaGetErrorName(disable), cudaGetErrorName(itself));
 
     size_t bytes = n * sizeof(float);
     std::vector<float> host(n), back(n, -1.0f);

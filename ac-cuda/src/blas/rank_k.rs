@@ -143,7 +143,8 @@ fn zero_diagonal_imaginary(target: Target, precision: Precision, (c, ldc): Matri
     }
     let element = precision.bytes();
     let part = element / 2;
-    memset_2d(c + part as u64, (ldc as usize + 1) * element, 0, 1, [part, n as usize], target.stream, false)
+    let at = (c + part as u64, Some(target.device));
+    memset_2d(at, (ldc as usize + 1) * element, 0, 1, [part, n as usize], target.stream, false)
 }
 
 /// Defines an update of one operand (`syrk`, `herk`: B is A), `alpha` of type `$alpha` and

@@ -340,7 +340,8 @@ async fn peer_access_is_refused_and_peer_copies_cross_between_two_hosts_devices(
     let out = run(&c, &shim, &exe, &["65536"], &[("ARM_ACPN", "2")]).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains("peer: 65536 elements each way exact"), "{text}");
-    let refused = "can 0, attribute 0, enable cudaErrorPeerAccessUnsupported, disable cudaErrorPeerAccessNotEnabled";
+    let refused = "can 0, attributes 0 0, enable cudaErrorPeerAccessUnsupported, \
+                   disable cudaErrorPeerAccessNotEnabled, itself cudaErrorInvalidDevice";
     assert!(text.contains(refused), "{text}");
     assert!(text.contains("a peer copy past its allocation: cudaErrorInvalidValue"), "{text}");
     assert!(!text.contains("not supported on remote"), "a peer call was refused: {text}");
