@@ -24,6 +24,13 @@ pub mod code {
     pub const UNKNOWN: u32 = 999;
 }
 
+/// Whether lookups, and calls that fail with no more to say, are traced on stderr
+/// (`AC_CUDA_TRACE=1`).
+pub fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("AC_CUDA_TRACE").is_ok_and(|v| v == "1"))
+}
+
 /// Why a driver call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -61,9 +68,10 @@ impl Error {
     }
 
     /// Says why on stderr (what the driver would keep for `cuGetErrorString`) and answers the
-    /// code.
+    /// code. A bare code is said only when tracing (`AC_CUDA_TRACE=1`): runtimes and libraries
+    /// probe with calls that fail.
     pub fn report(&self, call: &str) -> u32 {
-        if !matches!(self, Error::Code(_)) {
+        if !matches!(self, Error::Code(_)) || tracing() {
             eprintln!("ac-cuda: {call}: {self}");
         }
         self.code()

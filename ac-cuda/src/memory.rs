@@ -25,7 +25,7 @@ unsafe fn alloc(address: *mut u64, bytes: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = current_device()?;
     let (buffer, at) = shim.block_on(shim.devices[device].acc.alloc_addressed(bytes as u64))?;
-    let allocation = Allocation { device, size: bytes as u64, buffer: std::sync::Arc::new(buffer) };
+    let allocation = Allocation { device, size: bytes as u64, buffer: std::sync::Arc::new(buffer), variable_of: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, at), allocation);
     put(address, at)
 }
@@ -69,7 +69,11 @@ fn free(address: u64) -> CuResult<()> {
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
     let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
-    // Only an allocation's start may be freed; dropping the buffer frees it remotely.
+    // Only an allocation's start may be freed (not a module's variable); dropping the buffer
+    // frees it remotely.
+    if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some()) {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
     memory.remove(&(device, address)).map(drop).ok_or(Error::Code(code::INVALID_VALUE))
 }
 

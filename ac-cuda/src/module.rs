@@ -2,7 +2,10 @@
 //! a program's fat binaries) belongs to no context: it is uploaded to a device the first time
 //! one of its kernels runs there. A module (`cuModuleLoadData`) is loaded at once on the
 //! current device, so that a bad image fails the call that loads it. A kernel's parameter
-//! sizes come with its lookup (backend protocol 7) and are kept per device.
+//! sizes come with its lookup (backend protocol 7) and are kept per device. A variable
+//! (`__device__`, `__constant__`: `cuModuleGetGlobal`, `cuLibraryGetGlobal`) is the backend's
+//! buffer over the module's memory (protocol 9), entered into the program's memory by its
+//! address, so that copies and kernels reach it as any allocation; it goes with its image.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -130,14 +133,44 @@ unsafe fn kernel(handle: usize, name: *const c_char, look_up_now: bool) -> CuRes
     Ok(k)
 }
 
-/// Unloads an image from every device it was uploaded to.
+/// The device address and size of variable `name` of image `handle` on `device` (looked up,
+/// and entered into the program's memory, the first time).
+unsafe fn variable(handle: usize, name: *const c_char, device: usize) -> CuResult<(u64, u64)> {
+    if name.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let image = images().get(handle)?;
+    let name = CStr::from_ptr(name).to_str().map_err(|_| Error::Code(code::NOT_FOUND))?;
+    let shim = state::shim()?;
+    let module = image.on(device)?;
+    let global = shim.block_on(module.global(name))?;
+    let (address, size) = (global.address, global.size);
+    let buffer = Arc::new(global.buffer);
+    let allocation = state::Allocation { device, size, buffer, variable_of: Some(handle) };
+    shim.memory.lock().unwrap_or_else(|p| p.into_inner()).entry((device, address)).or_insert(allocation);
+    Ok((address, size))
+}
+
+/// `cuModuleGetGlobal`'s and `cuLibraryGetGlobal`'s answer: either pointer may be null.
+unsafe fn put_variable(address: *mut u64, bytes: *mut usize, (at, size): (u64, u64)) -> CuResult<()> {
+    if !address.is_null() {
+        put(address, at)?;
+    }
+    if !bytes.is_null() {
+        put(bytes, size as usize)?;
+    }
+    Ok(())
+}
+
+/// Unloads an image from every device it was uploaded to, its variables first.
 fn unload(handle: usize) -> CuResult<()> {
     let image = images().remove(handle)?;
+    let shim = state::shim()?;
+    shim.memory.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, a| a.variable_of != Some(handle));
     let modules: Vec<Module> = image.loaded.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, m)| m).collect();
     for k in image.kernels.lock().unwrap_or_else(|p| p.into_inner()).drain() {
         let _ = kernels().remove(k.1);
     }
-    let shim = state::shim()?;
     for module in modules {
         shim.block_on(module.unload())?;
     }
@@ -186,6 +219,30 @@ pub extern "C" fn cuModuleUnload(module: usize) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleGetFunction(out: *mut usize, module: usize, name: *const c_char) -> u32 {
     guard("cuModuleGetFunction", || put(out, kernel(module, name, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    address: *mut u64,
+    bytes: *mut usize,
+    module: usize,
+    name: *const c_char,
+) -> u32 {
+    guard("cuModuleGetGlobal", || {
+        let device = images().get(module)?.bound.map_or_else(current_device, Ok)?;
+        put_variable(address, bytes, variable(module, name, device)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetGlobal(
+    address: *mut u64,
+    bytes: *mut usize,
+    library: usize,
+    name: *const c_char,
+) -> u32 {
+    // The variable on the current device: a library is loaded on each device it is used on.
+    guard("cuLibraryGetGlobal", || put_variable(address, bytes, variable(library, name, current_device()?)?))
 }
 
 #[no_mangle]

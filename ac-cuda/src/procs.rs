@@ -7,7 +7,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::error::{code, Error};
+use crate::error::{code, tracing, Error};
 use crate::generated::{PER_THREAD, PROCS};
 use crate::guard;
 
@@ -62,12 +62,6 @@ fn address_of(symbol: &str) -> Option<*mut c_void> {
     // SAFETY: a handle from dlopen (or RTLD_DEFAULT) and a NUL-terminated name.
     let p = unsafe { libc::dlsym(this_library() as *mut c_void, name.as_ptr()) };
     (!p.is_null()).then_some(p)
-}
-
-/// Whether lookups are traced on stderr (`AC_CUDA_TRACE=1`).
-fn tracing() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("AC_CUDA_TRACE").is_ok_and(|v| v == "1"))
 }
 
 unsafe fn lookup(symbol: *const c_char, out: *mut *mut c_void, version: c_int, flags: u64) -> Result<(), c_int> {

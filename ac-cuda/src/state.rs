@@ -46,8 +46,11 @@ pub struct Allocation {
     pub device: usize,
     /// Bytes.
     pub size: u64,
-    /// The buffer (freed when the last reference goes).
+    /// The buffer (freed when the last reference goes, unless it is a module's variable).
     pub buffer: Arc<DeviceBuffer<u8>>,
+    /// The image (module or library handle) whose variable this is: `cuMemFree` refuses it,
+    /// and it goes when the image is unloaded. `None`: an allocation of the program's.
+    pub variable_of: Option<usize>,
 }
 
 /// The session and everything opened with it.

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use crate::accelerator::{unexpected, Answer};
 use crate::{Accelerator, Error, Result, Stream};
 
-/// `len` elements of `T` in an accelerator's memory. Dropping it frees the memory.
+/// `len` elements of `T` in an accelerator's memory. Dropping it frees the memory (unless it is
+/// a module's variable, whose memory goes with its module).
 ///
 /// Elements travel as their in-memory bytes; the protocol is little-endian, as are the hosts
 /// this SDK supports.
@@ -18,7 +19,8 @@ pub struct DeviceBuffer<T: Pod> {
     acc: Accelerator,
     id: BufferId,
     len: usize,
-    freed: bool,
+    /// Whether dropping it frees it: not once freed, nor a module's variable.
+    frees_on_drop: bool,
     _elem: PhantomData<T>,
 }
 
@@ -49,7 +51,13 @@ impl Accelerator {
 impl<T: Pod> DeviceBuffer<T> {
     /// Takes charge of buffer `id` of `acc`, `len` elements long: dropping it frees it.
     pub(crate) fn adopt(acc: Accelerator, id: BufferId, len: usize) -> Self {
-        DeviceBuffer { acc, id, len, freed: false, _elem: PhantomData }
+        DeviceBuffer { acc, id, len, frees_on_drop: true, _elem: PhantomData }
+    }
+
+    /// Buffer `id` of `acc`, `len` elements long, that the backend owns (a module's variable):
+    /// dropping it frees nothing.
+    pub(crate) fn borrow(acc: Accelerator, id: BufferId, len: usize) -> Self {
+        DeviceBuffer { acc, id, len, frees_on_drop: false, _elem: PhantomData }
     }
 
     /// Number of elements.
@@ -166,7 +174,7 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Frees the memory now and reports errors (dropping frees it too, silently).
     pub async fn free(mut self) -> Result<()> {
-        self.freed = true;
+        self.frees_on_drop = false;
         self.acc.call_ok(Request::MemFree { buffer: self.id }).await
     }
 }
@@ -179,7 +187,7 @@ impl<T: Pod> From<&DeviceBuffer<T>> for KernelArg {
 
 impl<T: Pod> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if !self.freed {
+        if self.frees_on_drop {
             self.acc.post_from_drop(Request::MemFree { buffer: self.id });
         }
     }

@@ -2,7 +2,8 @@
 //! written against `libcuda`: an allocation answers its device address (the program's kernels
 //! take it as a raw pointer, and the program does arithmetic on it), and a kernel lookup answers
 //! the parameters' sizes (`cuLaunchKernel` is given a pointer per parameter and no sizes).
-//! Both need backend protocol 7.
+//! Both need backend protocol 7; a module's variables (`__device__`, `__constant__`), which the
+//! program reads and writes by address, need protocol 9.
 
 use ac_proto::backend::{image_digest, ModuleSource, Request, Response};
 use bytes::Bytes;
@@ -12,13 +13,20 @@ use crate::{Accelerator, DeviceBuffer, Error, Function, Module, Result};
 
 /// The backend protocol that serves these calls.
 const DRIVER_CALLS: u16 = 7;
+/// The backend protocol that serves module variables.
+const MODULE_VARIABLES: u16 = 9;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
     fn needs_driver_calls(&self, call: &str) -> Result<()> {
-        if self.inner.version < DRIVER_CALLS {
+        self.needs_protocol(DRIVER_CALLS, call)
+    }
+
+    /// Refuses `call` to a backend that speaks a protocol older than `version`.
+    fn needs_protocol(&self, version: u16, call: &str) -> Result<()> {
+        if self.inner.version < version {
             return Err(Error::VersionMismatch(format!(
-                "{call} needs backend protocol {DRIVER_CALLS}; this backend speaks {} (upgrade ac-backend)",
+                "{call} needs backend protocol {version}; this backend speaks {} (upgrade ac-backend)",
                 self.inner.version
             )));
         }
@@ -64,6 +72,34 @@ impl Module {
         match acc.call(request, Bytes::new()).await? {
             Answer::Response(Response::FunctionLayout { id, sizes }) => {
                 Ok((Function::new(acc.clone(), id, name, None), sizes))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// A module's variable: a buffer over the memory the module holds for it.
+#[derive(Debug)]
+pub struct Global {
+    /// The buffer (the module's: dropping it frees nothing, unloading the module ends it).
+    pub buffer: DeviceBuffer<u8>,
+    /// Where it starts in the session's device address space.
+    pub address: u64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl Module {
+    /// Looks up the module's variable `name` (a CUDA `__device__` or `__constant__` variable):
+    /// a buffer over its memory, valid until the module is unloaded.
+    pub async fn global(&self, name: &str) -> Result<Global> {
+        let acc = self.accelerator();
+        acc.needs_protocol(MODULE_VARIABLES, "a module variable")?;
+        let request = Request::ModuleGlobal { module: self.id(), name: name.to_string() };
+        match acc.call(request, Bytes::new()).await? {
+            Answer::Response(Response::Global { buffer, address, size }) => {
+                let len = usize::try_from(size).map_err(|_| Error::InvalidArgument(format!("{size} bytes")))?;
+                Ok(Global { buffer: DeviceBuffer::borrow(acc.clone(), buffer, len), address, size })
             }
             other => Err(unexpected(other)),
         }

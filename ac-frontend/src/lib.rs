@@ -71,6 +71,7 @@ pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;
+pub use driver::Global;
 pub use error::{Error, Result};
 pub use get_request::GetRequest;
 pub use kernel::{Function, Module};

@@ -10,6 +10,7 @@
 //! `scale`, `iota`, by their mangled names, as a program compiled by nvcc asks for them), one
 //! element a thread as `add_one`, for the tests of unmodified CUDA programs.
 
+use crate::elf::{u16_at, u32_at, u64_at};
 use crate::{code, host};
 
 /// A launch's grid and block, as `cuLaunchKernel` was given them.
@@ -56,6 +57,12 @@ pub const SCALE_KERNEL: &str = "_Z5scalePffi";
 /// one element a thread.
 pub const IOTA_KERNEL: &str = "_Z4iotaPjj";
 
+/// `polynomial(float* x, int n)` of `tests/cuda/variables.cu`: for `i < n`, one element a
+/// thread, `x[i] = c0 + c1 x + c2 x^2 + c3 x^3 + offsets[i % 4]` with the module's variables
+/// `__constant__ float coefficients[4]` and `__device__ int offsets[4]`, and `counted += 1`
+/// (its `__device__ unsigned`).
+pub const POLYNOMIAL_KERNEL: &str = "_Z10polynomialPfi";
+
 /// `affine(float* x, Affine p)` of `tests/cuda/struct_param.cu`, with
 /// `struct Affine { float a; float b; int n; }` passed by value (12 bytes):
 /// `x[i] = p.a * x[i] + p.b` for `i < p.n`, one element a thread.
@@ -75,6 +82,7 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         SCALE_KERNEL => &[8, 4, 4],
         IOTA_KERNEL => &[8, 4],
         AFFINE_KERNEL => &[8, 12],
+        POLYNOMIAL_KERNEL => &[8, 4],
         _ => return None,
     })
 }
@@ -83,7 +91,7 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
 /// `None` for what the stand-in cannot read (fatbins: see [`fatbin_image`]; anything else).
 pub fn names(image: &[u8]) -> Option<Vec<String>> {
     if image.starts_with(b"\x7fELF") {
-        return elf_kernels(image);
+        return crate::elf::kernels(image);
     }
     let text = std::str::from_utf8(image).ok()?;
     if !text.contains(".version") {
@@ -115,18 +123,6 @@ const ENTRY_ELF: u16 = 2;
 /// Entry flags of a compressed payload: LZ4 (0x2000), and the compression CUDA 13 applies to
 /// PTX by default (0x8000, zstd). The stand-in decompresses neither.
 const ENTRY_COMPRESSED: u64 = 0x2000 | 0x8000;
-
-fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(bytes.get(at..at.checked_add(2)?)?.try_into().ok()?))
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(bytes.get(at..at.checked_add(8)?)?.try_into().ok()?))
-}
 
 /// The bytes a fat binary spans (the driver is given no length), from its first 16 bytes:
 /// the header and the entries its `fat_size` counts. `None`: not a fatbin header.
@@ -201,55 +197,12 @@ pub fn fatbin_image(fatbin: &[u8], arch: u32) -> Result<&[u8], u32> {
     }
 }
 
-/// Where an ELF image's section and program header tables end, from its first 64 bytes.
-pub fn elf_table_end(header: &[u8]) -> Option<usize> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(header.get(at..at + 2)?.try_into().ok()?) as usize);
-    let u64_at = |at: usize| Some(u64::from_le_bytes(header.get(at..at + 8)?.try_into().ok()?) as usize);
-    let (shoff, shentsize, shnum) = (u64_at(0x28)?, u16_at(0x3A)?, u16_at(0x3C)?);
-    let (phoff, phentsize, phnum) = (u64_at(0x20)?, u16_at(0x36)?, u16_at(0x38)?);
-    let sections = shoff.checked_add(shentsize.checked_mul(shnum)?)?;
-    let programs = phoff.checked_add(phentsize.checked_mul(phnum)?)?;
-    Some(sections.max(programs).max(64))
-}
-
-/// The bytes an ELF image spans (the driver is given no length): its header tables and every
-/// section, read from `start`, which holds at least [`elf_table_end`] bytes.
-pub fn elf_len(start: &[u8]) -> Option<usize> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(start.get(at..at + 2)?.try_into().ok()?) as usize);
-    let u32_at = |at: usize| Some(u32::from_le_bytes(start.get(at..at + 4)?.try_into().ok()?));
-    let u64_at = |at: usize| Some(u64::from_le_bytes(start.get(at..at + 8)?.try_into().ok()?) as usize);
-    let (shoff, shentsize, shnum) = (u64_at(0x28)?, u16_at(0x3A)?, u16_at(0x3C)?);
-    let mut end = elf_table_end(start)?;
-    for i in 0..shnum {
-        let at = shoff + i * shentsize;
-        if u32_at(at + 4)? != 8 {
-            end = end.max(u64_at(at + 0x18)?.checked_add(u64_at(at + 0x20)?)?);
-        }
-    }
-    Some(end)
-}
-
-fn elf_kernels(image: &[u8]) -> Option<Vec<String>> {
-    let u16_at = |at: usize| Some(u16::from_le_bytes(image.get(at..at + 2)?.try_into().ok()?) as usize);
-    let u32_at = |at: usize| Some(u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?) as usize);
-    let u64_at = |at: usize| Some(u64::from_le_bytes(image.get(at..at + 8)?.try_into().ok()?) as usize);
-    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28)?, u16_at(0x3A)?, u16_at(0x3C)?, u16_at(0x3E)?);
-    let strings_header = shoff + shstrndx * shentsize;
-    let strings_at = u64_at(strings_header + 0x18)?;
-    let mut names = Vec::new();
-    for i in 0..shnum {
-        let name_at = strings_at + u32_at(shoff + i * shentsize)?;
-        let name = image.get(name_at..)?;
-        let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
-        if let Some(kernel) = name.strip_prefix(".text.") {
-            names.push(kernel.to_string());
-        }
-    }
-    Some(names)
-}
-
 /// Device memory as a kernel sees it: an access outside the context's allocations faults.
 pub trait Memory {
+    /// The address of the kernel's module's variable `name`.
+    fn variable(&self, _name: &str) -> Option<u64> {
+        None
+    }
     /// `n` floats at `address`.
     fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>>;
     /// Stores floats at `address`.
@@ -334,6 +287,20 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             }
             Some(())
         }
+        POLYNOMIAL_KERNEL => {
+            let (x, n) = (u64_arg(&args[0]), i32_arg(&args[1]));
+            let c = memory.load(memory.variable("coefficients")?, 4)?;
+            let (offsets, counted) = (memory.variable("offsets")?, memory.variable("counted")?);
+            for i in int_elements(&shape, n) {
+                let at = element(x, i)?;
+                let v = memory.load(at, 1)?[0];
+                let offset = memory.load(element(offsets, i % 4)?, 1)?[0].to_bits() as i32 as f32;
+                memory.store(at, &[((c[3] * v + c[2]) * v + c[1]) * v + c[0] + offset])?;
+                let count = memory.load(counted, 1)?[0].to_bits();
+                memory.store_u32(counted, &[count.wrapping_add(1)])?;
+            }
+            Some(())
+        }
         IOTA_KERNEL => {
             // `unsigned i = ...; if (i < n)`: the index wraps to 32 bits and never goes negative.
             let (x, n) = (u64_arg(&args[0]), u32_arg(&args[1]) as u64);
@@ -356,8 +323,8 @@ mod tests {
         assert_eq!(names(ptx).unwrap(), vec!["add_one", "illegal_store"]);
         let cubin = include_bytes!("../../tests/fixtures/add_one.sm_90.cubin");
         assert_eq!(names(cubin).unwrap(), vec!["add_one"]);
-        assert_eq!(elf_len(cubin), Some(cubin.len()));
-        assert!(elf_table_end(cubin).unwrap() <= cubin.len());
+        assert_eq!(crate::elf::len(cubin), Some(cubin.len()));
+        assert!(crate::elf::table_end(cubin).unwrap() <= cubin.len());
         assert!(names(b"garbage").is_none());
         assert_eq!(signature("saxpy"), Some(vec![4, 8, 8, 8]), "as g++ laid out kernels.cu");
         assert!(signature("vector_sub").is_none(), "user kernels are not run");

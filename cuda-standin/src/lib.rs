@@ -59,6 +59,7 @@
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
 mod code;
+mod elf;
 mod host;
 mod kernels;
 mod memory;
@@ -321,8 +322,8 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
             let (arch, minor) = state::COMPUTE_CAPABILITY;
             kernels::fatbin_image(std::slice::from_raw_parts(start, len), arch * 10 + minor)?
         } else if magic == b"\x7fELF" {
-            let table = kernels::elf_table_end(std::slice::from_raw_parts(start, 64)).ok_or(code::INVALID_IMAGE)?;
-            let len = kernels::elf_len(std::slice::from_raw_parts(start, table)).ok_or(code::INVALID_IMAGE)?;
+            let table = elf::table_end(std::slice::from_raw_parts(start, 64)).ok_or(code::INVALID_IMAGE)?;
+            let len = elf::len(std::slice::from_raw_parts(start, table)).ok_or(code::INVALID_IMAGE)?;
             std::slice::from_raw_parts(start, len)
         } else {
             CStr::from_ptr(image as *const c_char).to_bytes()
@@ -331,8 +332,11 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         // that is not PTX.
         let cubin = image.starts_with(b"\x7fELF");
         let kernels = kernels::names(image).filter(|n| cubin || !n.is_empty()).ok_or(code::INVALID_IMAGE)?;
+        // A cubin's variables are allocated with it (PTX's are not read: its modules hold none).
+        let declared = if cubin { elf::variables(image).ok_or(code::INVALID_IMAGE)? } else { Vec::new() };
+        let variables = d.place_variables(context, declared)?;
         let id = d.handle();
-        d.modules.insert(id, Module { context, kernels });
+        d.modules.insert(id, Module { context, kernels, variables });
         *module = handle(id);
         Ok(())
     })
@@ -343,8 +347,35 @@ pub extern "C" fn cuModuleUnload(module: Handle) -> u32 {
     with_context("cuModuleUnload", |d, context| {
         let owner = d.modules.get(&id(module)).map(|m| m.context);
         owned(d, "module", owner, context)?;
-        d.modules.remove(&id(module));
+        let unloaded = d.modules.remove(&id(module)).expect("owned above");
         d.functions.retain(|_, f| f.module != id(module));
+        // Its variables go with it, at once: work still queued that touches one faults.
+        unloaded.variables.values().for_each(|&address| d.release(address));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    address: *mut u64,
+    bytes: *mut usize,
+    module: Handle,
+    name: *const c_char,
+) -> u32 {
+    with_context("cuModuleGetGlobal", |d, context| {
+        let owner = d.modules.get(&id(module)).map(|m| m.context);
+        owned(d, "module", owner, context)?;
+        if name.is_null() {
+            return Err(code::INVALID_VALUE);
+        }
+        let name = CStr::from_ptr(name).to_string_lossy();
+        let &at = d.modules[&id(module)].variables.get(name.as_ref()).ok_or(code::NOT_FOUND)?;
+        if !address.is_null() {
+            *address = at;
+        }
+        if !bytes.is_null() {
+            *bytes = d.memory[&at].bytes.len();
+        }
         Ok(())
     })
 }
@@ -415,6 +446,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             return Err(code::INVALID_VALUE);
         }
         let name = d.functions[&id(function)].name.clone();
+        let variables = d.modules[&d.functions[&id(function)].module].variables.clone();
         let sizes = kernels::signature(&name).ok_or(code::NOT_SUPPORTED)?;
         if !sizes.is_empty() && params.is_null() {
             return Err(code::INVALID_VALUE);
@@ -425,7 +457,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             .map(|i| std::slice::from_raw_parts(*params.add(i) as *const u8, sizes[i]).to_vec())
             .collect();
         let shape = kernels::Shape { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z] };
-        d.queue(stream, Op::Launch { name, args, shape });
+        d.queue(stream, Op::Launch { name, args, shape, variables });
         Ok(())
     })
 }

@@ -51,11 +51,11 @@ pub fn run(d: &mut Guard, stream: u64, upto: u64) {
             continue;
         }
         let ran = match op {
-            Op::Launch { name, args, shape } => {
+            Op::Launch { name, args, shape, variables } => {
                 d.streams.get_mut(&stream).expect("stream seen").running = true;
                 let driver = MutexGuard::mutex(d);
                 let ran = MutexGuard::unlocked(d, || {
-                    launch(&name, &args, shape, &mut SharedMemory { driver, context, held: Vec::new() })
+                    launch(&name, &args, shape, &mut SharedMemory { driver, context, held: Vec::new(), variables })
                 });
                 if let Some(s) = d.streams.get_mut(&stream) {
                     s.running = false;
@@ -91,6 +91,8 @@ struct SharedMemory<'a> {
     context: u64,
     /// The allocations (by base address) a builtin kernel holds host pointers into.
     held: Vec<u64>,
+    /// The kernel's module's variables.
+    variables: crate::state::Variables,
 }
 
 impl SharedMemory<'_> {
@@ -135,6 +137,10 @@ impl SharedMemory<'_> {
 }
 
 impl kernels::Memory for SharedMemory<'_> {
+    fn variable(&self, name: &str) -> Option<u64> {
+        self.variables.get(name).copied()
+    }
+
     fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {
         self.with(address, n.checked_mul(4)?, |bytes| {
             bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect()
@@ -192,12 +198,7 @@ impl Driver {
             }
             Op::Launch { .. } => unreachable!("launches run with the lock released (`run`)"),
             Op::Record => {}
-            Op::Free { address } => {
-                if let Some(a) = self.memory.remove(&address).filter(|a| a.users > 0) {
-                    self.violation(format!("memory at {address:#x} freed while a kernel still uses it"));
-                    self.retired.push((address, a));
-                }
-            }
+            Op::Free { address } => self.release(address),
         }
         Some(())
     }
@@ -251,7 +252,10 @@ mod tests {
             let stream = d.stream(context, 0).unwrap();
             let address = d.alloc(context, 16).unwrap();
             let shape = kernels::Shape { grid: [1, 1, 1], block: [1, 1, 1] };
-            d.queue(stream, Op::Launch { name: GATE_KERNEL.into(), args: vec![], shape });
+            d.queue(
+                stream,
+                Op::Launch { name: GATE_KERNEL.into(), args: vec![], shape, variables: Default::default() },
+            );
             (context, stream, address)
         };
         let waiter = {
@@ -326,12 +330,16 @@ mod tests {
         let stream = d.stream(context, 0).unwrap();
         let shape = kernels::Shape { grid: [1, 1, 1], block: [128, 1, 1] };
         let iota = |n: u32| vec![x.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
-        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(64), shape });
+        let variables = crate::state::Variables::default();
+        d.queue(
+            stream,
+            Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(64), shape, variables: variables.clone() },
+        );
         run(&mut d, stream, u64::MAX);
         let (a, at) = d.locate(context, x, 64 * 4).unwrap();
         assert_eq!(a.bytes[at + 63 * 4..at + 64 * 4], 63u32.to_le_bytes(), "iota within its 64 words");
         assert!(d.usable(context).is_ok());
-        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(65), shape });
+        d.queue(stream, Op::Launch { name: kernels::IOTA_KERNEL.into(), args: iota(65), shape, variables });
         run(&mut d, stream, u64::MAX);
         assert_eq!(d.usable(context).unwrap_err(), code::ILLEGAL_ADDRESS, "word 64 is past the allocation");
     }

@@ -12,7 +12,7 @@ use std::mem::MaybeUninit;
 
 use parking_lot::MutexGuard;
 
-use crate::{code, kernels};
+use crate::{code, elf, kernels};
 
 /// The lock on a driver, as a call holds it.
 pub type Guard<'a> = MutexGuard<'a, Driver>;
@@ -38,8 +38,9 @@ pub enum Op {
     DtoD { dst: u64, src: u64, len: usize },
     /// Sets bytes.
     Memset { dst: u64, value: u8, len: usize },
-    /// A kernel with its argument bytes (copied at launch, as the driver does) and its shape.
-    Launch { name: String, args: Vec<Vec<u8>>, shape: kernels::Shape },
+    /// A kernel with its argument bytes (copied at launch, as the driver does), its shape and
+    /// its module's variables.
+    Launch { name: String, args: Vec<Vec<u8>>, shape: kernels::Shape, variables: Variables },
     /// An event's record: nothing to do but be reached.
     Record,
     /// A stream-ordered free.
@@ -108,10 +109,16 @@ pub struct Event {
     pub recorded: Option<(u64, u64)>,
 }
 
+/// A module's variables: the address of each, by name.
+pub type Variables = std::sync::Arc<HashMap<String, u64>>;
+
 #[derive(Debug)]
 pub struct Module {
     pub context: u64,
     pub kernels: Vec<String>,
+    /// Its `__device__` and `__constant__` variables, each an allocation of the module's
+    /// context that goes when the module is unloaded.
+    pub variables: Variables,
 }
 
 #[derive(Debug)]
@@ -285,6 +292,37 @@ impl Driver {
         self.next_address += (len as u64).div_ceil(4096) * 4096 + 4096;
         self.memory.insert(address, Allocation::new(context, len));
         Ok(address)
+    }
+
+    /// Allocates a module's `variables` in `context`, each holding its initial bytes (the first
+    /// of a name, should an image repeat one); all or none.
+    pub fn place_variables(&mut self, context: u64, variables: Vec<elf::Variable>) -> Result<Variables> {
+        let mut placed = HashMap::new();
+        for variable in variables {
+            if placed.contains_key(&variable.name) {
+                continue;
+            }
+            match self.alloc(context, variable.init.len()) {
+                Ok(address) => {
+                    self.memory.get_mut(&address).expect("just allocated").bytes.copy_from_slice(&variable.init);
+                    placed.insert(variable.name, address);
+                }
+                Err(e) => {
+                    placed.values().for_each(|a| self.release(*a));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(std::sync::Arc::new(placed))
+    }
+
+    /// Frees the allocation at `address` now; one a running kernel still holds pointers into
+    /// is a violation, and is kept (retired) until the stand-in goes.
+    pub fn release(&mut self, address: u64) {
+        if let Some(a) = self.memory.remove(&address).filter(|a| a.users > 0) {
+            self.violation(format!("memory at {address:#x} freed while a kernel still uses it"));
+            self.retired.push((address, a));
+        }
     }
 
     /// The allocation of `context` holding `[address, address + len)`, and the offset in it.

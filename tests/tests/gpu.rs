@@ -108,6 +108,12 @@ async fn gpu_a_launch_runs_only_the_threads_it_launched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_module_variables_belong_to_their_module() {
+    gpu_cases::module_variables_belong_to_their_module(&gpu_backend().await.connect().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_functions_of_an_unloaded_module_are_refused() {
     gpu_cases::functions_of_an_unloaded_module_are_refused(&gpu_backend().await.connect().await).await;
 }

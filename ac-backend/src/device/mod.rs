@@ -185,6 +185,12 @@ pub trait Context: Send + Sync + 'static {
     fn unload_module(&self, module: DeviceModule);
     /// Looks a kernel up by name.
     fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel>;
+    /// The memory of `module`'s variable `name` (a CUDA `__device__` or `__constant__`
+    /// variable) and its size. It is the module's: the context addresses it as an allocation
+    /// until the module is unloaded, and never frees it.
+    fn global(&self, _module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
+        Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}`: this device's modules hold none")))
+    }
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()>;
     /// Creates a stream.

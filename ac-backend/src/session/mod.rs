@@ -23,8 +23,9 @@ use crate::device::{Context, DeviceMem};
 use crate::metrics::Metrics;
 use crate::session::fence::Fences;
 
-/// A device allocation. Dropping the last reference frees the device memory, so an operation
-/// still in flight keeps its memory alive even after the client freed the buffer.
+/// Device memory a buffer names: a device allocation, or a module's variable. Dropping the last
+/// reference to an allocation frees the device memory, so an operation still in flight keeps
+/// its memory alive even after the client freed the buffer.
 #[derive(Debug)]
 pub struct Allocation {
     /// The device memory.
@@ -32,14 +33,18 @@ pub struct Allocation {
     /// Its size in bytes.
     pub size: u64,
     context: Arc<dyn Context>,
-    /// The session's count of allocated bytes, which this leaves when its memory goes.
-    held: Arc<AtomicU64>,
+    /// The session's count of allocated bytes, which an allocation leaves when its memory goes;
+    /// `None` for a module's variable, whose memory is the module's (it goes when the module is
+    /// unloaded, and a copy to it after that is the context's error).
+    held: Option<Arc<AtomicU64>>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.context.free(self.mem);
-        self.held.fetch_sub(self.size, Ordering::AcqRel);
+        if let Some(held) = &self.held {
+            self.context.free(self.mem);
+            held.fetch_sub(self.size, Ordering::AcqRel);
+        }
     }
 }
 
@@ -124,11 +129,30 @@ impl Session {
                 return Err(e);
             }
         };
-        let held = self.held.clone();
-        let entry = Arc::new(Allocation { mem, size: bytes, context: self.context.clone(), held });
-        let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
-        self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
+        let held = Some(self.held.clone());
+        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held });
         Ok((id, mem.0))
+    }
+
+    /// A buffer over a module's variable, `size` bytes at `mem` (see [`Context::global`]): the
+    /// session's quota does not count it, and [`Session::free`] refuses it.
+    pub fn adopt_variable(&self, mem: DeviceMem, size: u64) -> BufferId {
+        self.insert(Allocation { mem, size, context: self.context.clone(), held: None })
+    }
+
+    /// Enters `entry` into the buffer table under a fresh id.
+    fn insert(&self, entry: Allocation) -> BufferId {
+        let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
+        self.buffers.lock().expect("buffer table poisoned").insert(id, Arc::new(entry));
+        id
+    }
+
+    /// Removes the buffers over an unloaded module's variables from the table.
+    pub fn forget_variables(&self, ids: &[BufferId]) {
+        let mut buffers = self.buffers.lock().expect("buffer table poisoned");
+        for id in ids {
+            buffers.remove(id);
+        }
     }
 
     /// Counts `bytes` more against the session's quota, or refuses them.
@@ -153,9 +177,18 @@ impl Session {
         self.held.load(Ordering::Acquire)
     }
 
-    /// Removes a buffer from the table; its memory goes when no operation holds it.
+    /// Removes a buffer from the table; its memory goes when no operation holds it. A module's
+    /// variable is refused: it goes with its module.
     pub fn free(&self, id: BufferId) -> Result<(), WireError> {
-        self.buffers.lock().expect("buffer table poisoned").remove(&id).map(drop).ok_or_else(|| unknown_buffer(id))
+        let mut buffers = self.buffers.lock().expect("buffer table poisoned");
+        match buffers.get(&id) {
+            None => Err(unknown_buffer(id)),
+            Some(alloc) if alloc.held.is_none() => Err(WireError::new(
+                ErrorKind::InvalidBuffer,
+                format!("buffer {} is a module's variable: it goes when its module is unloaded", id.0),
+            )),
+            Some(_) => buffers.remove(&id).map(drop).ok_or_else(|| unknown_buffer(id)),
+        }
     }
 
     /// Resolves `len` bytes at `ptr` to its allocation, checking ownership and bounds.

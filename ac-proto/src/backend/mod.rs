@@ -52,6 +52,9 @@
 //! control connection was lost (a network outage) onto a new connection, the backend answers
 //! [`Response::Resumed`] or closes with [`close::SESSION_GONE`]; see "Resumption" below. The
 //! manager sends [`Order::Hold`] first on a registration of protocol 8.
+//! Protocol 9 adds module variables, appended likewise: [`Request::ModuleGlobal`] answers a
+//! buffer over a module's `__device__` or `__constant__` variable ([`Response::Global`]), which
+//! the CUDA shim's programs read and write by address (`cudaMemcpyToSymbol`).
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -93,7 +96,7 @@ pub mod v4;
 pub use registration::*;
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 8;
+pub const VERSION: u16 = 9;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -533,6 +536,16 @@ pub enum Request {
         /// SHA-256 of the image's bytes.
         digest: [u8; 32],
     },
+    /// *Protocol 9.* Looks a module's variable up by name (a CUDA `__device__` or `__constant__`
+    /// variable: the module holds its memory): replies [`Response::Global`], a buffer over it,
+    /// which copies and kernels use as any other. The buffer is the module's: freeing it only
+    /// forgets the id, and unloading the module ends it.
+    ModuleGlobal {
+        /// The module.
+        module: ModuleId,
+        /// The variable's name, as the image's symbol table spells it.
+        name: String,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -617,6 +630,15 @@ pub enum Response {
         /// Envelopes the backend has handled: the client sends again every one after it.
         handled: u64,
     },
+    /// *Protocol 9.* A module variable: a buffer over its memory, where it lies and its size.
+    Global {
+        /// The buffer.
+        buffer: BufferId,
+        /// Where the variable starts in the session's device address space.
+        address: u64,
+        /// Its size in bytes.
+        size: u64,
+    },
 }
 
 /// Error categories a caller can act on.
@@ -630,7 +652,7 @@ pub enum ErrorKind {
     OutOfBounds,
     /// The module does not exist in this session.
     InvalidModule,
-    /// No kernel of that name in the module.
+    /// No kernel (or, for [`Request::ModuleGlobal`], no variable) of that name in the module.
     UnknownKernel,
     /// The function id does not exist in this session.
     InvalidFunction,

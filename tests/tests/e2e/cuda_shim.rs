@@ -202,7 +202,7 @@ async fn every_driver_function_the_runtime_asks_for_resolves() {
     let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
     let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1"), ("AC_CUDA_TRACE", "1")]).await;
+    let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
     let found = text.lines().filter(|l| l.starts_with("ac-cuda: cuGetProcAddress(") && l.ends_with(": found")).count();
@@ -322,6 +322,28 @@ async fn pitched_rows_and_boxes_are_copied_and_set_in_place() {
     assert!(out.status.success() && text.contains("pitched: all exact"), "{text}");
     assert!(text.contains("a region past its allocation refused: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(!text.contains("not supported"), "a 2D or 3D call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// A program's `__constant__` and `__device__` variables, as the CUDA runtime reaches them
+/// (`cudaMemcpyToSymbol`, `cudaMemcpyFromSymbol` and its `Async` form, `cudaGetSymbolAddress`,
+/// `cudaGetSymbolSize`): an initializer is read back, what the program writes is what its
+/// kernel reads, what the kernel writes is what the program reads, at an offset and device to
+/// device too; a copy past a variable and a `cudaFree` of one are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn module_variables_are_written_read_and_seen_by_kernels() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("variables", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("variables: all exact"), "{text}");
+    assert!(text.contains("sizes 16 16 4") && text.contains("counted 1000 of 1000"), "{text}");
+    assert!(text.contains("a copy past a variable: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("a variable freed: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(!text.contains("not supported"), "a variable's call was refused: {text}");
     standin::assert_no_violations();
 }
 

@@ -65,6 +65,22 @@ async fn cpu_functions_of_an_unloaded_module_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_module_variables_belong_to_their_module() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::module_variables_belong_to_their_module(&standin_backend(64).await.connect().await).await;
+    standin::assert_no_violations();
+}
+
+/// The CPU device's one module (the builtins) holds no variables: a lookup says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_modules_hold_no_variables() {
+    let acc = TestBackend::start(64).await.connect().await;
+    let err = acc.builtin().await.unwrap().global("counted").await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::UnknownKernel), "{err}");
+    assert!(err.to_string().contains("no variable `counted`: this device's modules hold none"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_reports_itself() {
     let _turn = standin::exclusive().await;
     gpu_cases::reports_itself(&standin_backend(64).await).await;

@@ -298,3 +298,60 @@ pub async fn a_launch_runs_only_the_threads_it_launched(acc: &Accelerator) {
     let got = buf.to_vec().await.unwrap();
     assert!(got[..96].iter().all(|&v| v == 2.0) && got[96..].iter().all(|&v| v == 1.0), "{got:?}");
 }
+
+/// The cubin nvcc builds of `tests/cuda/variables.cu`'s device code (its header says how):
+/// `__constant__ float coefficients[4]`, `__device__ int offsets[4] = {1, 2, 3, 4}`,
+/// `__device__ unsigned counted`, and `polynomial(float* x, int n)`, which reads the first two
+/// and counts into the third.
+pub const VARIABLES_CUBIN: &[u8] = include_bytes!("../../fixtures/variables.sm_90.cubin");
+
+/// Little-endian bytes of 32-bit values, as a variable's buffer holds them.
+fn bytes_of<T: Copy>(values: &[T], to_le: fn(T) -> [u8; 4]) -> Vec<u8> {
+    values.iter().flat_map(|&v| to_le(v)).collect()
+}
+
+/// A module's variables are buffers of their module: an initializer reads back, what the
+/// program writes (at an offset too) is what its kernel reads, what the kernel writes reads
+/// back, a second lookup answers the same buffer, a name the module lacks and a free of a
+/// variable are refused, and unloading the module ends them while the session goes on.
+pub async fn module_variables_belong_to_their_module(acc: &Accelerator) {
+    let module = acc.load_cubin(VARIABLES_CUBIN).await.unwrap();
+    let offsets = module.global("offsets").await.unwrap();
+    assert_eq!(offsets.size, 16);
+    assert_eq!(offsets.buffer.to_vec().await.unwrap(), bytes_of(&[1i32, 2, 3, 4], i32::to_le_bytes), "initializer");
+    let again = module.global("offsets").await.unwrap();
+    assert_eq!((again.address, again.buffer.id()), (offsets.address, offsets.buffer.id()), "one buffer a variable");
+    let c = [1.0f32, 2.0, 0.5, 0.25];
+    module.global("coefficients").await.unwrap().buffer.copy_from_host(&bytes_of(&c, f32::to_le_bytes)).await.unwrap();
+    offsets.buffer.copy_from_host_at(8, &10i32.to_le_bytes()).await.unwrap();
+    let counted = module.global("counted").await.unwrap();
+    assert_eq!(counted.size, 4);
+    counted.buffer.copy_from_host(&[0; 4]).await.unwrap();
+
+    let n = 100;
+    let x = acc.alloc_from(&(0..n).map(|i| (i % 7) as f32).collect::<Vec<_>>()).await.unwrap();
+    let polynomial = module.function("_Z10polynomialPfi").await.unwrap();
+    polynomial.launch(LaunchDims::linear(n as u64, 64), &[x.arg(), (n as i32).into()]).await.unwrap();
+    let offsets_now = [1.0f32, 2.0, 10.0, 4.0];
+    let want: Vec<f32> = (0..n)
+        .map(|i| {
+            let v = (i % 7) as f32;
+            ((c[3] * v + c[2]) * v + c[1]) * v + c[0] + offsets_now[i % 4]
+        })
+        .collect();
+    assert_eq!(x.to_vec().await.unwrap(), want, "the kernel read the variables as written");
+    assert_eq!(counted.buffer.to_vec().await.unwrap(), (n as u32).to_le_bytes(), "the kernel's count");
+
+    let err = module.global("missing").await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::UnknownKernel), "{err}");
+    assert!(err.to_string().contains("no variable `missing`"), "{err}");
+    let err = again.buffer.free().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidBuffer), "{err}");
+    assert!(err.to_string().contains("module's variable"), "{err}");
+    assert_eq!(offsets.buffer.to_vec().await.unwrap(), bytes_of(&[1i32, 2, 10, 4], i32::to_le_bytes));
+
+    module.unload().await.unwrap();
+    let err = offsets.buffer.to_vec().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidBuffer), "a variable of an unloaded module: {err}");
+    assert_eq!(x.to_vec().await.unwrap(), want, "the session goes on");
+}

@@ -27,6 +27,15 @@ struct Module {
     signatures: Signatures,
 }
 
+/// Device memory the context can address: an allocation of its own, or a module's variable.
+#[derive(Clone, Copy)]
+struct Region {
+    size: u64,
+    /// The module whose variable it is (its memory goes with the module); `None`: an
+    /// allocation, freed by [`Context::free`].
+    module: Option<u64>,
+}
+
 struct Function {
     raw: Handle<sys::CUfunction>,
     /// Parameter sizes: the driver's when it reports them, else the image's; `None`: unknown,
@@ -45,7 +54,7 @@ pub struct CudaContext {
     pub(super) raw: Handle<sys::CUcontext>,
     /// Whether `raw` was created for this session (else it is the GPU's primary context).
     owned: bool,
-    allocations: Mutex<HashMap<u64, u64>>,
+    allocations: Mutex<HashMap<u64, Region>>,
     modules: Mutex<HashMap<u64, Module>>,
     kernels: Mutex<HashMap<u64, Function>>,
     streams: Mutex<HashMap<u64, Handle<sys::CUstream>>>,
@@ -132,12 +141,15 @@ impl CudaContext {
 
     /// The device address of `len` bytes at `offset` into `mem`, checked against its size.
     pub(super) fn address(&self, mem: DeviceMem, offset: u64, len: u64) -> DeviceResult<u64> {
-        let size = *self
+        let size = self
             .allocations
             .lock()
             .expect("allocations poisoned")
             .get(&mem.0)
-            .ok_or_else(|| WireError::new(ErrorKind::InvalidBuffer, "device memory was freed"))?;
+            .ok_or_else(|| {
+                WireError::new(ErrorKind::InvalidBuffer, "device memory was freed (or its module unloaded)")
+            })?
+            .size;
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(mem.0 + offset),
             _ => Err(WireError::new(
@@ -282,13 +294,18 @@ impl Context for CudaContext {
             unsafe { sys::cuMemFree_v2(ptr) };
             return Err(e);
         }
-        self.allocations.lock().expect("allocations poisoned").insert(ptr, bytes);
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, Region { size: bytes, module: None });
         Ok(DeviceMem(ptr))
     }
 
     fn free(&self, mem: DeviceMem) {
-        if self.allocations.lock().expect("allocations poisoned").remove(&mem.0).is_none() {
-            return;
+        {
+            let mut allocations = self.allocations.lock().expect("allocations poisoned");
+            // A module's variable is never freed here: its memory goes with the module.
+            if allocations.get(&mem.0).is_none_or(|r| r.module.is_some()) {
+                return;
+            }
+            allocations.remove(&mem.0);
         }
         // On the janitor thread: cuMemFree waits for the device, and frees come from drops
         // on async threads. The context is destroyed after this job (same queue), not before.
@@ -407,8 +424,10 @@ impl Context for CudaContext {
         let Some(unloaded) = self.modules.lock().expect("modules poisoned").remove(&module.0) else {
             return;
         };
-        // Its functions die with it: a launch of one is an error, never a dead handle.
+        // Its functions and variables die with it: a launch of one, or a copy to one, is an
+        // error, never a dead handle or address handed to the driver.
         self.kernels.lock().expect("kernels poisoned").retain(|_, f| f.module != module.0);
+        self.allocations.lock().expect("allocations poisoned").retain(|_, r| r.module != Some(module.0));
         let module = unloaded;
         if bind(self.raw).is_ok() {
             // SAFETY: loaded in this context, removed from the table, so unloaded once.
@@ -446,6 +465,29 @@ impl Context for CudaContext {
         let function = Function { raw: Handle(raw), sizes: sizes.clone(), builtin: is_builtin, module: module.0 };
         self.kernels.lock().expect("kernels poisoned").insert(handle, function);
         Ok(Kernel { handle, name: name.to_string(), params, sizes })
+    }
+
+    fn global(&self, module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
+        self.enter()?;
+        let raw_module = self
+            .modules
+            .lock()
+            .expect("modules poisoned")
+            .get(&module.0)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?
+            .raw;
+        let c_name = CString::new(name)
+            .map_err(|_| WireError::new(ErrorKind::UnknownKernel, "a variable's name cannot contain a NUL byte"))?;
+        let (mut ptr, mut size) = (0, 0);
+        // SAFETY: the module is loaded in this context; valid out-pointers; NUL-terminated name.
+        let code = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut size, raw_module.0, c_name.as_ptr()) };
+        if code == CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}` in the module")));
+        }
+        self.check("cuModuleGetGlobal", code)?;
+        let region = Region { size: size as u64, module: Some(module.0) };
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
+        Ok((DeviceMem(ptr), size as u64))
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {

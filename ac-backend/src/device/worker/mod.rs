@@ -534,6 +534,13 @@ impl Context for WorkerContext {
         }
     }
 
+    fn global(&self, module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
+        match self.call(&Call::Global { module, name: name.to_owned() }, &[])?.0 {
+            Reply::Global { mem, size } => Ok((mem, size)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
         let call = Call::Launch { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream };
         self.call_done(&call, &[])

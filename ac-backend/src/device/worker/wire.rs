@@ -39,6 +39,8 @@ pub enum Call {
     UnloadModule { module: DeviceModule },
     /// `kernel`.
     Kernel { module: DeviceModule, name: String },
+    /// `global`.
+    Global { module: DeviceModule, name: String },
     /// `launch`.
     Launch { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `create_stream`.
@@ -102,6 +104,8 @@ pub enum Reply {
     Handle(u64),
     /// `kernel`'s answer.
     Kernel(Kernel),
+    /// `global`'s answer.
+    Global { mem: DeviceMem, size: u64 },
     /// The call failed (the worker's first frame: the context could not be opened).
     Failed(WireError),
 }

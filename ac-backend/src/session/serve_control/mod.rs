@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    close, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response, StreamId, WireError,
+    close, BufferId, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response, StreamId,
+    WireError,
 };
 use ac_proto::frame::FrameReader;
 use ac_proto::ProtoError;
@@ -64,6 +65,9 @@ struct Control {
     kernels: HashMap<FunctionId, (ModuleId, Arc<Kernel>)>,
     /// Functions whose module was unloaded, so that a launch of one says so.
     unloaded: HashMap<FunctionId, ModuleId>,
+    /// Module variables looked up, with the buffer over each, its address and size: a second
+    /// lookup answers the same.
+    variables: HashMap<(ModuleId, String), (BufferId, u64, u64)>,
     streams: HashMap<StreamId, StreamWorker>,
     /// First failure of an asynchronous call rejected before reaching a stream.
     pending: Option<WireError>,
@@ -131,6 +135,7 @@ pub async fn serve(
         modules: HashMap::default(),
         kernels: HashMap::default(),
         unloaded: HashMap::default(),
+        variables: HashMap::default(),
         streams: HashMap::from_iter([(StreamId(0), worker)]),
         pending: None,
         next_id: 1,
@@ -394,6 +399,7 @@ impl Control {
                 }
                 other => other,
             }),
+            Request::ModuleGlobal { module, name } => Outcome::Now(self.variable(module, name)),
             Request::Launch { function, dims, args, stream } => {
                 Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await)
             }

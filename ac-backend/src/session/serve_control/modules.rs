@@ -1,10 +1,10 @@
 //! Modules and launches on the control stream: loading (from the image cache or the payload),
-//! unloading, looking up a function, and checking and queuing a launch.
+//! unloading, looking up a function or a variable, and checking and queuing a launch.
 
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Response, StreamId, WireError,
+    BufferId, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Response, StreamId, WireError,
 };
 
 use super::{error, no_stream, Control};
@@ -48,6 +48,11 @@ impl Control {
             self.kernels.remove(&function);
             self.unloaded.insert(function, module);
         }
+        // And its variables' buffers: a copy to one after this is an unknown buffer.
+        let variables: Vec<BufferId> =
+            self.variables.iter().filter(|((m, _), _)| *m == module).map(|(_, (buffer, ..))| *buffer).collect();
+        self.variables.retain(|(m, _), _| *m != module);
+        self.session.forget_variables(&variables);
         self.session.context.unload_module(device_module);
         Response::Ok
     }
@@ -62,6 +67,25 @@ impl Control {
                 let params = kernel.params.clone();
                 self.kernels.insert(id, (module, Arc::new(kernel)));
                 Response::Function { id, params }
+            }
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// A buffer over `module`'s variable `name`: the same one for every lookup of it.
+    pub(super) fn variable(&mut self, module: ModuleId, name: String) -> Response {
+        let Some(&device_module) = self.modules.get(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        let key = (module, name);
+        if let Some(&(buffer, address, size)) = self.variables.get(&key) {
+            return Response::Global { buffer, address, size };
+        }
+        match self.session.context.global(device_module, &key.1) {
+            Ok((mem, size)) => {
+                let buffer = self.session.adopt_variable(mem, size);
+                self.variables.insert(key, (buffer, mem.0, size));
+                Response::Global { buffer, address: mem.0, size }
             }
             Err(e) => Response::Error(e),
         }
