@@ -202,7 +202,7 @@ async fn every_driver_function_the_runtime_asks_for_resolves() {
     let Some(exe) = cuda::build("vector_add", dir.path()) else { return };
     let c = cuda_cluster(1).await;
     let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1")]).await;
+    let out = run(&c, &shim, &exe, &["1000"], &[("ARM_ACPN", "1"), ("AC_CUDA_TRACE", "1")]).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
     let found = text.lines().filter(|l| l.starts_with("ac-cuda: cuGetProcAddress(") && l.ends_with(": found")).count();
