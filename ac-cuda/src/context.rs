@@ -171,10 +171,12 @@ pub extern "C" fn cuCtxSynchronize_v2(context: usize) -> u32 {
     })
 }
 
-/// Waits for everything queued on `device`, and answers the first error of that work.
+/// Waits for everything queued on `device`, and answers the first error of that work; then
+/// managed memory is the host's again.
 fn synchronize(device: usize) -> CuResult<()> {
     let shim = state::shim()?;
-    Ok(shim.block_on(shim.devices[device].acc.synchronize())?)
+    shim.block_on(shim.devices[device].acc.synchronize())?;
+    crate::managed::settle(device)
 }
 
 #[no_mangle]

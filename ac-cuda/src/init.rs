@@ -185,10 +185,13 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
             }
         } // shared memory per multiprocessor
         82 => 65536,  // registers per multiprocessor
-        83 => 0,      // managed memory: not served
+        83 => 1,      // managed memory (the shim keeps it: `managed`)
         84 => 0,      // multi-GPU board
-        86 => 32,     // single/double perf ratio
-        88 => 1,      // compute preemption
+        86 => 0,      // native atomics with the host: none over a network
+        87 => 2,      // single/double perf ratio
+        88 => 0,      // pageable host memory access: the device cannot reach the program's
+        89 => 0,      // concurrent managed access: the host waits for the device (`managed`)
+        90 => 1,      // compute preemption
         95 => 0,      // cooperative launch: not served
         97 => {
             if hopper {

@@ -9,6 +9,7 @@ use ac_frontend::{KernelArg, LaunchDims};
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
+use crate::managed::{self, Reach};
 use crate::module::{kernels, layout};
 use crate::state;
 use crate::stream::stream_of;
@@ -111,7 +112,9 @@ unsafe fn launch(
     let args = arguments(&name, sizes, params, extra)?;
     let stream = stream_of(stream, device)?;
     let shim = state::shim()?;
-    Ok(shim.block_on(resolved.function.launch_on(&stream, dims, &args))?)
+    managed::device_work(&[Reach::Kernel(device)], || {
+        Ok(shim.block_on(resolved.function.launch_on(&stream, dims, &args))?)
+    })
 }
 
 #[no_mangle]

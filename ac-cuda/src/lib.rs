@@ -14,6 +14,8 @@
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
 //! - [`memory`]: allocations (by device address), memsets and copies.
+//! - [`managed`]: managed memory, a remote allocation and host memory mapped at its address,
+//!   kept one by sending and bringing back around the device's work.
 //! - [`pitched`]: 2D and 3D copies and 2D memsets, cut into runs of [`memory`]'s.
 //! - [`peer`]: peer queries and copies between two devices' memory (staged through the host).
 //! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
@@ -63,6 +65,7 @@ pub mod image;
 pub mod init;
 pub mod integrity;
 pub mod launch;
+pub mod managed;
 pub mod memory;
 pub mod module;
 pub mod occupancy;

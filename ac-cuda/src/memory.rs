@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
+use crate::managed::{self, Reach};
 use crate::state::{self, put, Allocation};
 use crate::stream::stream_of;
 
@@ -66,6 +67,9 @@ fn free(address: u64) -> CuResult<()> {
     if address == 0 {
         return Ok(());
     }
+    if let Some(freed) = managed::free(address) {
+        return freed;
+    }
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
     let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
@@ -91,15 +95,25 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 #[no_mangle]
 pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usize, address: u64) -> u32 {
     guard("cuMemGetAddressRange", || {
-        let (alloc, offset) = locate(address, 1)?;
+        let (start, len) = range_of(address)?;
         if !base.is_null() {
-            *base = address - offset;
+            *base = start;
         }
         if !size.is_null() {
-            *size = alloc.size as usize;
+            *size = len as usize;
         }
         Ok(())
     })
+}
+
+/// The start and size of the allocation holding `address` (the managed one's as the program
+/// asked for it).
+fn range_of(address: u64) -> CuResult<(u64, u64)> {
+    if let Some((start, bytes, _)) = managed::range(address) {
+        return Ok((start, bytes));
+    }
+    let (alloc, offset) = locate(address, 1)?;
+    Ok((address - offset, alloc.size))
 }
 
 /// The allocation holding `len` bytes at `address`, and the offset into it.
@@ -238,35 +252,37 @@ unsafe fn device_to_host_async(dst: *mut c_void, src: u64, len: usize, stream: u
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: u64, src: *const c_void, len: usize) -> u32 {
-    guard("cuMemcpyHtoD", || host_to_device(dst, src, len))
+    guard("cuMemcpyHtoD", || synchronous(Some(src as u64), &[dst], || host_to_device(dst, src, len)))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: u64, len: usize) -> u32 {
-    guard("cuMemcpyDtoH", || device_to_host(dst, src, len))
+    guard("cuMemcpyDtoH", || synchronous(Some(dst as u64), &[src], || device_to_host(dst, src, len)))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, len: usize) -> u32 {
     guard("cuMemcpyDtoD", || {
-        device_to_device(dst, src, len, 0)?;
-        synchronize_device_of(dst)
+        synchronous(None, &[dst, src], || {
+            device_to_device(dst, src, len, 0)?;
+            synchronize_device_of(dst)
+        })
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyHtoDAsync", || host_to_device_async(dst, src, len, stream))
+    guard("cuMemcpyHtoDAsync", || queued(Some(src as u64), &[dst], || host_to_device_async(dst, src, len, stream)))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyDtoHAsync", || device_to_host_async(dst, src, len, stream))
+    guard("cuMemcpyDtoHAsync", || queued(Some(dst as u64), &[src], || device_to_host_async(dst, src, len, stream)))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyDtoDAsync", || device_to_device(dst, src, len, stream))
+    guard("cuMemcpyDtoDAsync", || queued(None, &[dst, src], || device_to_device(dst, src, len, stream)))
 }
 
 /// Which side of a unified-addressing copy an address is on.
@@ -277,12 +293,12 @@ pub(crate) fn is_device(address: u64) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy(dst: u64, src: u64, len: usize) -> u32 {
     guard("cuMemcpy", || match (is_device(dst), is_device(src)) {
-        (true, true) => {
+        (true, true) => synchronous(None, &[dst, src], || {
             device_to_device(dst, src, len, 0)?;
             synchronize_device_of(dst)
-        }
-        (true, false) => host_to_device(dst, src as *const c_void, len),
-        (false, true) => device_to_host(dst as *mut c_void, src, len),
+        }),
+        (true, false) => synchronous(Some(src), &[dst], || host_to_device(dst, src as *const c_void, len)),
+        (false, true) => synchronous(Some(dst), &[src], || device_to_host(dst as *mut c_void, src, len)),
         (false, false) => {
             std::ptr::copy(src as *const u8, dst as *mut u8, len);
             Ok(())
@@ -293,14 +309,42 @@ pub unsafe extern "C" fn cuMemcpy(dst: u64, src: u64, len: usize) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
     guard("cuMemcpyAsync", || match (is_device(dst), is_device(src)) {
-        (true, true) => device_to_device(dst, src, len, stream),
-        (true, false) => host_to_device_async(dst, src as *const c_void, len, stream),
-        (false, true) => device_to_host_async(dst as *mut c_void, src, len, stream),
+        (true, true) => queued(None, &[dst, src], || device_to_device(dst, src, len, stream)),
+        (true, false) => queued(Some(src), &[dst], || host_to_device_async(dst, src as *const c_void, len, stream)),
+        (false, true) => queued(Some(dst), &[src], || device_to_host_async(dst as *mut c_void, src, len, stream)),
         (false, false) => {
             std::ptr::copy(src as *const u8, dst as *mut u8, len);
             Ok(())
         }
     })
+}
+
+/// A copy or memset queued on a stream that reaches device memory at `device_side` (and host
+/// memory at `host`, if any): the managed memory it reaches goes to the device first, and
+/// managed host memory comes back first ([`managed`]).
+fn queued(host: Option<u64>, device_side: &[u64], op: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
+    queued_on(host, device_side, op).map(drop)
+}
+
+/// [`queued`], answering the devices it reached.
+fn queued_on(host: Option<u64>, device_side: &[u64], op: impl FnOnce() -> CuResult<()>) -> CuResult<Vec<usize>> {
+    if let Some(host) = host {
+        managed::settle_host(host)?;
+    }
+    let shim = state::shim()?;
+    let current = current_device().ok();
+    let reach: Vec<Reach> = device_side
+        .iter()
+        .filter_map(|&address| shim.device_of(address, current).map(|device| Reach::Memory(device, address)))
+        .collect();
+    managed::device_work(&reach, op)?;
+    Ok(reach.iter().map(|r| r.device()).collect())
+}
+
+/// A synchronous copy or memset: [`queued`], and then its devices are idle, so their managed
+/// memory comes back to the host.
+fn synchronous(host: Option<u64>, device_side: &[u64], op: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
+    queued_on(host, device_side, op)?.into_iter().try_for_each(managed::settle)
 }
 
 fn synchronize_device_of(address: u64) -> CuResult<()> {
@@ -342,10 +386,17 @@ pub(crate) fn memset_in(
 
 /// A synchronous memset: queued on the default stream, then waited for.
 fn memset_sync(dst: u64, pattern: u32, width: usize, count: usize) -> CuResult<()> {
-    memset(dst, pattern, width, count, 0)?;
-    let (alloc, _) = locate(dst, 0)?;
-    let shim = state::shim()?;
-    Ok(shim.block_on(stream_of(0, alloc.device)?.synchronize())?)
+    synchronous(None, &[dst], || {
+        memset(dst, pattern, width, count, 0)?;
+        let (alloc, _) = locate(dst, 0)?;
+        let shim = state::shim()?;
+        Ok(shim.block_on(stream_of(0, alloc.device)?.synchronize())?)
+    })
+}
+
+/// A memset queued on `stream` ([`queued`]).
+fn memset_queued(dst: u64, pattern: u32, width: usize, count: usize, stream: usize) -> CuResult<()> {
+    queued(None, &[dst], || memset(dst, pattern, width, count, stream))
 }
 
 #[no_mangle]
@@ -365,17 +416,17 @@ pub extern "C" fn cuMemsetD32_v2(dst: u64, value: u32, count: usize) -> u32 {
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(dst: u64, value: u8, count: usize, stream: usize) -> u32 {
-    guard("cuMemsetD8Async", || memset(dst, value as u32, 1, count, stream))
+    guard("cuMemsetD8Async", || memset_queued(dst, value as u32, 1, count, stream))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: usize) -> u32 {
-    guard("cuMemsetD16Async", || memset(dst, value as u32, 2, count, stream))
+    guard("cuMemsetD16Async", || memset_queued(dst, value as u32, 2, count, stream))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: usize) -> u32 {
-    guard("cuMemsetD32Async", || memset(dst, value, 4, count, stream))
+    guard("cuMemsetD32Async", || memset_queued(dst, value, 4, count, stream))
 }
 
 // ---- Pointer attributes ----
@@ -391,6 +442,7 @@ mod attribute {
     pub const RANGE_START_ADDR: c_int = 11;
     pub const RANGE_SIZE: c_int = 12;
     pub const MAPPED: c_int = 13;
+    pub const LOCALITY_DOMAIN_ORDINAL: c_int = 22;
     use std::ffi::c_int;
 }
 
@@ -404,20 +456,27 @@ unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuR
         return Err(Error::Code(code::INVALID_VALUE));
     }
     let shim = state::shim()?;
-    let Ok((alloc, offset)) = locate(address, 1) else {
+    let Ok((alloc, _)) = locate(address, 1) else {
         // Host memory the driver does not know: CUDA answers "invalid value" for most
         // attributes, and a memory type of 0 through cuPointerGetAttributes.
         return Err(Error::Code(code::INVALID_VALUE));
     };
+    let managed = managed::range(address).is_some();
+    let (start, len) = range_of(address)?;
     match attr {
         attribute::CONTEXT => *(data as *mut usize) = crate::context::handle_of(&shim.devices[alloc.device].context),
-        attribute::MEMORY_TYPE => *(data as *mut c_uint) = 2, // CU_MEMORYTYPE_DEVICE
+        attribute::MEMORY_TYPE => *(data as *mut c_uint) = 2, // CU_MEMORYTYPE_DEVICE (managed too, as CUDA may)
         attribute::DEVICE_POINTER => *(data as *mut u64) = address,
+        // Managed memory is mapped at the same address on the host ([`managed`]).
+        attribute::HOST_POINTER if managed => *(data as *mut u64) = address,
         attribute::HOST_POINTER => return Err(Error::Code(code::INVALID_VALUE)),
-        attribute::IS_MANAGED | attribute::MAPPED => *(data as *mut c_uint) = 0,
+        attribute::IS_MANAGED => *(data as *mut c_uint) = managed.into(),
+        attribute::MAPPED => *(data as *mut c_uint) = 0,
+        // CUDA 13's runtime asks it of managed memory: in no one locality domain (it moves).
+        attribute::LOCALITY_DOMAIN_ORDINAL => *(data as *mut c_int) = -1,
         attribute::DEVICE_ORDINAL => *(data as *mut c_int) = alloc.device as c_int,
-        attribute::RANGE_START_ADDR => *(data as *mut u64) = address - offset,
-        attribute::RANGE_SIZE => *(data as *mut usize) = alloc.size as usize,
+        attribute::RANGE_START_ADDR => *(data as *mut u64) = start,
+        attribute::RANGE_SIZE => *(data as *mut usize) = len as usize,
         _ => return Err(Error::Code(code::NOT_SUPPORTED)),
     }
     Ok(())

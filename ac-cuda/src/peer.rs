@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_uint};
 use crate::context::{context_of, current_device};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
+use crate::managed::{self, Reach};
 use crate::memory::copy_between;
 use crate::state::{self, put};
 use crate::stream::stream_of;
@@ -83,7 +84,10 @@ fn copy_peer(dst: u64, dst_context: usize, src: u64, src_context: usize, len: us
         return Ok(());
     }
     let shim = state::shim()?;
-    copy_between(shim.find(to, dst, len as u64)?, shim.find(from, src, len as u64)?, len, stream)
+    let (to_at, from_at) = (shim.find(to, dst, len as u64)?, shim.find(from, src, len as u64)?);
+    managed::device_work(&[Reach::Memory(to, dst), Reach::Memory(from, src)], || {
+        copy_between(to_at, from_at, len, stream)
+    })
 }
 
 #[no_mangle]
@@ -92,7 +96,9 @@ pub extern "C" fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_conte
         copy_peer(dst, dst_context, src, src_context, len, 0)?;
         let shim = state::shim()?;
         let device = context_of(dst_context)?.device;
-        Ok(shim.block_on(stream_of(0, device)?.synchronize())?)
+        shim.block_on(stream_of(0, device)?.synchronize())?;
+        managed::settle(device)?;
+        managed::settle(context_of(src_context)?.device)
     })
 }
 

@@ -15,6 +15,7 @@ use std::ffi::{c_uint, c_void};
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
+use crate::managed::{self, Reach};
 use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate, memset_in};
 use crate::state;
 use crate::state::Allocation;
@@ -227,34 +228,56 @@ fn region(side: Side, device: Option<usize>) -> CuResult<(Allocation, u64)> {
 /// forms). A copy to the host always waits: its bytes must be there when it returns.
 unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) -> CuResult<()> {
     let mut device = None;
+    let mut reach = Vec::new();
     for side in [src, dst] {
         if side.memory == Memory::Device && !extent.is_empty() {
-            device = Some(region(side, None)?.0.device);
+            let on = region(side, None)?.0.device;
+            device = Some(on);
+            reach.push(Reach::Memory(on, side.start));
+        } else if side.memory == Memory::Host {
+            managed::settle_host(side.start)?;
         }
     }
     let runs = runs(src, dst, extent);
     if runs.is_empty() {
         return Ok(());
     }
+    managed::device_work(&reach, || copy_runs(src, dst, &runs, device, stream, wait))?;
+    // A copy waited for leaves its device idle: managed memory is the host's again.
+    match device.filter(|_| wait || dst.memory == Memory::Host) {
+        Some(device) => managed::settle(device),
+        None => Ok(()),
+    }
+}
+
+/// Copies `runs` between the sides' kinds of memory ([`copy`]).
+unsafe fn copy_runs(
+    src: Side,
+    dst: Side,
+    runs: &[Run],
+    device: Option<usize>,
+    stream: usize,
+    wait: bool,
+) -> CuResult<()> {
     match (src.memory, dst.memory) {
         (Memory::Host, Memory::Host) => {
-            for run in &runs {
+            for run in runs {
                 std::ptr::copy(run.src as *const u8, run.dst as *mut u8, run.len as usize);
             }
             Ok(())
         }
         (Memory::Host, Memory::Device) => {
-            for run in &runs {
+            for run in runs {
                 host_to_device_async(run.dst, run.src as *const c_void, run.len as usize, stream)?;
             }
             finish(device, stream, wait)
         }
         (Memory::Device, Memory::Host) => {
             finish(device, stream, true)?;
-            read_scattered(&runs)
+            read_scattered(runs)
         }
         (Memory::Device, Memory::Device) => {
-            for run in &runs {
+            for run in runs {
                 device_to_device(run.dst, run.src, run.len as usize, stream)?;
             }
             finish(device, stream, wait)
@@ -395,12 +418,18 @@ pub(crate) fn memset_2d(
         return Ok(());
     }
     let (alloc, offset) = region(side, device)?;
-    let device = Some(alloc.device);
-    for run in runs(side, side, extent) {
-        let at = (alloc.clone(), offset + (run.dst - side.start));
-        memset_in(at, pattern, bytes as usize, run.len as usize, stream)?;
+    let device = alloc.device;
+    managed::device_work(&[Reach::Memory(device, side.start)], || {
+        for run in runs(side, side, extent) {
+            let at = (alloc.clone(), offset + (run.dst - side.start));
+            memset_in(at, pattern, bytes as usize, run.len as usize, stream)?;
+        }
+        finish(Some(device), stream, wait)
+    })?;
+    if wait {
+        managed::settle(device)?;
     }
-    finish(device, stream, wait)
+    Ok(())
 }
 
 #[no_mangle]

@@ -12,6 +12,7 @@ use std::time::Instant;
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
+use crate::managed;
 use crate::state::{self, put, Registry};
 
 /// A stream the program created.
@@ -95,11 +96,12 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     })
 }
 
-/// Waits for everything queued on `handle`.
+/// Waits for everything queued on `handle`; then managed memory is the host's again.
 fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
-    Ok(shim.block_on(stream_of(handle, device)?.synchronize())?)
+    shim.block_on(stream_of(handle, device)?.synchronize())?;
+    managed::settle(device)
 }
 
 #[no_mangle]
@@ -360,6 +362,7 @@ fn wait_for(event: usize) -> CuResult<()> {
         if let Ok(stream) = stream_of(stream, device) {
             shim.block_on(stream.synchronize())?;
         }
+        managed::settle(device)?;
     }
     let mut reached = record.reached.lock().unwrap_or_else(|p| p.into_inner());
     reached.get_or_insert_with(Instant::now);

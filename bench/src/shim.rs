@@ -18,6 +18,9 @@ struct Rates {
     launches: f64,
     h2d: f64,
     d2h: f64,
+    /// A round of managed memory (the shim's side only): bytes over the time of a kernel and
+    /// the synchronization after it, which carry them to the GPU and back.
+    managed: f64,
 }
 
 /// Runs the comparison; `real_gpu` serves the machine's own driver instead of the stand-in.
@@ -51,6 +54,13 @@ pub async fn compare(quick: bool, real_gpu: bool) -> anyhow::Result<()> {
     row(&format!("async launches / s ({launches}, then one synchronize)"), sdk.launches, shim.launches);
     row(&format!("host to device, MB/s ({mib} MiB)"), sdk.h2d, shim.h2d);
     row(&format!("device to host, MB/s ({mib} MiB)"), sdk.d2h, shim.d2h);
+    // The SDK's column: the same bytes copied there and back explicitly, one after the other.
+    let both_ways = 1.0 / (1.0 / sdk.h2d + 1.0 / sdk.d2h);
+    row(
+        &format!("managed memory round (there and back), MB/s ({mib} MiB; SDK: a copy each way)"),
+        both_ways,
+        shim.managed,
+    );
     println!();
     Ok(())
 }
@@ -64,7 +74,7 @@ async fn sdk_rates(options: &ConnectOptions, launches: usize, mib: usize) -> any
     let launches = launch_rate(&acc, &iota, &[x.arg(), KernelArg::U32(1)], launches).await?;
     let (h2d, d2h) = copy_rates(&acc, mib).await?;
     acc.close().await;
-    Ok(Rates { launches, h2d, d2h })
+    Ok(Rates { launches, h2d, d2h, ..Rates::default() })
 }
 
 /// The same work as a CUDA program through the shim.
@@ -93,5 +103,10 @@ async fn shim_rates(
         let line = text.lines().find_map(|l| l.strip_prefix(key)).with_context(|| format!("no `{key}` in {text}"))?;
         Ok(line.trim().parse()?)
     };
-    Ok(Rates { launches: value("launches/s ")?, h2d: value("h2d MB/s ")?, d2h: value("d2h MB/s ")? })
+    Ok(Rates {
+        launches: value("launches/s ")?,
+        h2d: value("h2d MB/s ")?,
+        d2h: value("d2h MB/s ")?,
+        managed: value("managed round MB/s ")?,
+    })
 }

@@ -13,3 +13,16 @@
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
+
+// The checks a program failed (report), for its exit status.
+[[maybe_unused]] static int failures = 0;
+
+// Prints "<what> exact", or "FAILED: <what>" and counts it (the tests read these lines).
+[[maybe_unused]] static void report(bool ok, const char* what) {
+    if (ok) {
+        printf("%s exact\n", what);
+    } else {
+        printf("FAILED: %s\n", what);
+        failures++;
+    }
+}

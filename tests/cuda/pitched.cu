@@ -12,18 +12,6 @@
 
 #include "check.h"
 
-static int failures = 0;
-
-// Prints "<what> exact", or FAILED and counts it.
-static void report(bool ok, const char* what) {
-    if (ok) {
-        printf("%s exact\n", what);
-    } else {
-        printf("FAILED: %s differs\n", what);
-        failures++;
-    }
-}
-
 // The bytes of `rows` rows of `pitch` bytes at device address `d`.
 static std::vector<unsigned char> raw(const void* d, size_t pitch, int rows) {
     std::vector<unsigned char> out(pitch * rows);

@@ -1,5 +1,6 @@
 // The CUDA shim's costs, as a plain CUDA program measures them: asynchronous launches of a
-// one-thread kernel, then one synchronize; a cudaMemcpy each way. `ac-bench --only shim` runs it
+// one-thread kernel, then one synchronize; a cudaMemcpy each way; a round of managed memory
+// (written by the host, a kernel, a synchronization, read by the host). `ac-bench --only shim` runs it
 // through the shim and the same work through the SDK against the same backend.
 // Usage: shim_bench [launches] [copy MiB]
 #include <chrono>
@@ -46,6 +47,25 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
     printf("d2h MB/s %.0f\n", bytes / seconds_since(t) / 1e6);
     CHECK(cudaFree(device));
+
+    // Managed memory: through the shim its bytes go to the GPU before the kernel and come back
+    // at the synchronization, the work of a copy each way. A round first: pages touched.
+    unsigned char* managed;
+    CHECK(cudaMallocManaged(&managed, bytes));
+    memset(managed, 1, bytes);
+    iota<<<1, 1>>>((unsigned*)managed, 1);
+    CHECK(cudaDeviceSynchronize());
+    memset(managed, 3, bytes);
+    t = std::chrono::steady_clock::now();
+    iota<<<1, 1>>>((unsigned*)managed + 1, 1);
+    CHECK(cudaDeviceSynchronize());
+    bool kept = managed[bytes - 1] == 3 && managed[4] == 0 && managed[8] == 3;
+    printf("managed round MB/s %.0f\n", bytes / seconds_since(t) / 1e6);
+    if (!kept) {
+        printf("FAILED: managed memory after the round\n");
+        return 1;
+    }
+    CHECK(cudaFree(managed));
     CHECK(cudaFree(x));
     return 0;
 }

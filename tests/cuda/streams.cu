@@ -92,9 +92,14 @@ int main(int argc, char** argv) {
     printf("event time %s\n", ms >= 0 ? "measured" : "negative");
 
     // What the shim does not serve fails cleanly and the program goes on.
-    void* managed = nullptr;
-    cudaError_t e = cudaMallocManaged(&managed, 1024);
-    printf("cudaMallocManaged: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    cudaMemPool_t mem_pool;
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    cudaError_t e = cudaMemPoolCreate(&mem_pool, &props);
+    printf("cudaMemPoolCreate: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    if (e == cudaSuccess) CHECK(cudaMemPoolDestroy(mem_pool));
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     // What PyTorch asks of a stream at its start (CUDA 13's runtime through

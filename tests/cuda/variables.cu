@@ -30,17 +30,6 @@ __global__ void polynomial(float* x, int n) {
     }
 }
 
-static int failures = 0;
-
-static void report(bool ok, const char* what) {
-    if (ok) {
-        printf("%s exact\n", what);
-    } else {
-        printf("FAILED: %s\n", what);
-        failures++;
-    }
-}
-
 int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1000;
 

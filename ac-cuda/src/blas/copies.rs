@@ -7,6 +7,7 @@ use std::ffi::{c_int, c_void};
 
 use super::guard;
 use crate::error::{code, CuResult, Error};
+use crate::managed::calls::at_device_memory;
 use crate::memory::{device_to_host, host_to_device};
 
 /// Which way a copy goes.
@@ -41,16 +42,18 @@ unsafe fn copy_matrix(
     let bytes = |elements: u64| elements.checked_mul(size).ok_or_else(too_large);
     let (runs, len) =
         if ld_host == rows && ld_device == rows { (1, bytes(rows * cols)?) } else { (cols, bytes(rows)?) };
-    for j in 0..runs {
-        let (h, d) = (bytes(j * ld_host)?, bytes(j * ld_device)?);
-        let (h, d) = ((host as *mut u8).add(h as usize), device.checked_add(d).ok_or_else(too_large)?);
-        let len = len as usize;
-        match way {
-            Way::ToDevice => host_to_device(d, h as *const c_void, len)?,
-            Way::ToHost => device_to_host(h as *mut c_void, d, len)?,
+    at_device_memory(device, || {
+        for j in 0..runs {
+            let (h, d) = (bytes(j * ld_host)?, bytes(j * ld_device)?);
+            let (h, d) = ((host as *mut u8).add(h as usize), device.checked_add(d).ok_or_else(too_large)?);
+            let len = len as usize;
+            match way {
+                Way::ToDevice => host_to_device(d, h as *const c_void, len)?,
+                Way::ToHost => device_to_host(h as *mut c_void, d, len)?,
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Copies a vector of `n` elements: a strided host side is gathered or scattered here, a
@@ -88,10 +91,10 @@ unsafe fn copy_vector(
             for (i, chunk) in packed.chunks_exact_mut(size).enumerate() {
                 chunk.copy_from_slice(std::slice::from_raw_parts(element(i), size));
             }
-            host_to_device(device, packed.as_ptr().cast(), packed.len())
+            at_device_memory(device, || host_to_device(device, packed.as_ptr().cast(), packed.len()))
         }
         Way::ToHost => {
-            device_to_host(packed.as_mut_ptr().cast(), device, packed.len())?;
+            at_device_memory(device, || device_to_host(packed.as_mut_ptr().cast(), device, packed.len()))?;
             for (i, chunk) in packed.chunks_exact(size).enumerate() {
                 std::ptr::copy_nonoverlapping(chunk.as_ptr(), element(i), size);
             }

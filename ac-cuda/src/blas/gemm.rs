@@ -13,6 +13,7 @@ use ac_proto::backend::builtin::{f16_to_f32, f32_to_f16, Gemm, GemmElement};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
+use crate::managed::calls::at_device_memory;
 use crate::memory::device_to_host;
 use crate::state;
 
@@ -208,7 +209,7 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
     if target.host_pointers() {
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
     } else {
-        device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len())?;
+        at_device_memory(p as u64, || device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len()))?;
     }
     Ok(precision.parts(bytes))
 }

@@ -33,6 +33,8 @@ use ac_frontend::KernelArg;
 use crate::builtins::{builtins, dims_for};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::managed::calls::at_device_memory;
+use crate::managed::{self, Reach};
 use crate::memory::device_to_host;
 use crate::state::{self, put, Registry};
 use crate::stream::{device_of_stream, stream_of};
@@ -144,7 +146,10 @@ impl Target {
     fn launch(self, name: &'static str, args: &[KernelArg], threads: u64, block: u32) -> CuResult<()> {
         let function = builtins(self.device)?.function(name)?;
         let stream = stream_of(self.stream, self.device)?;
-        Ok(state::shim()?.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
+        let shim = state::shim()?;
+        managed::device_work(&[Reach::Kernel(self.device)], || {
+            Ok(shim.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
+        })
     }
 
     /// `count` device addresses from each of the program's arrays at `arrays` (a batched
@@ -158,7 +163,8 @@ impl Target {
         let shim = state::shim()?;
         shim.block_on(stream_of(self.stream, self.device)?.synchronize())?;
         for (addresses, array) in out.iter_mut().zip(arrays) {
-            device_to_host(addresses.as_mut_ptr().cast(), array, addresses.len() * 8)?;
+            let len = addresses.len() * 8;
+            at_device_memory(array, || device_to_host(addresses.as_mut_ptr().cast(), array, len))?;
         }
         Ok(out)
     }

@@ -29,6 +29,7 @@ use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, S
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
+use crate::managed::calls::at_device_memory;
 use crate::memory::host_to_device;
 
 /// Refuses increments BLAS allows that this shim does not serve: 0 and negative ones.
@@ -55,7 +56,7 @@ pub(super) unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) ->
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
         Ok(())
     } else {
-        host_to_device(result as u64, bytes.as_ptr().cast(), bytes.len())
+        at_device_memory(result as u64, || host_to_device(result as u64, bytes.as_ptr().cast(), bytes.len()))
     }
 }
 

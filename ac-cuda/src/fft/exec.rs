@@ -11,6 +11,7 @@ use super::transform::{Buffer, Domain, Pass, Transform, View};
 use super::{guard, plan, Plan};
 use crate::builtins::{builtins, dims_for};
 use crate::error::{code, CuResult, Error};
+use crate::managed::{self, Reach};
 use crate::state;
 use crate::stream::stream_of;
 
@@ -112,16 +113,18 @@ fn execute(h: c_int, input: u64, output: u64, direction: c_int, expected: Option
     let function = builtins(plan.device)?.function(if transform.double { "dft_f64" } else { "dft_f32" })?;
     let stream = stream_of(plan.stream.load(Ordering::Relaxed), plan.device)?;
     let shim = state::shim()?;
-    for pass in &passes {
-        if pass.dft.is_empty() {
-            continue;
+    managed::device_work(&[Reach::Kernel(plan.device)], || {
+        for pass in &passes {
+            if pass.dft.is_empty() {
+                continue;
+            }
+            let threads = pass.dft.lines.iter().product::<u64>().saturating_mul(pass.dft.lengths()[1]);
+            let dims = dims_for(threads, BLOCK);
+            let args = arguments(pass, [buffer(pass.from), buffer(pass.to)]);
+            shim.block_on(function.launch_on(&stream, dims, &args))?;
         }
-        let threads = pass.dft.lines.iter().product::<u64>().saturating_mul(pass.dft.lengths()[1]);
-        let dims = dims_for(threads, BLOCK);
-        let args = arguments(pass, [buffer(pass.from), buffer(pass.to)]);
-        shim.block_on(function.launch_on(&stream, dims, &args))?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Defines a `cufftExec*` entry point of a transform of one direction.

@@ -153,9 +153,9 @@ async fn programs_built_for_per_thread_default_streams_run_exactly() {
         let text = said(&out);
         assert!(out.status.success(), "{text}");
         assert!(text.contains(line), "{text}");
-        // streams.cu's deliberate calls (managed memory, capture) aside, every call is served.
+        // streams.cu's deliberate calls (a memory pool, capture) aside, every call is served.
         let refused: Vec<&str> = text.lines().filter(|l| l.contains("not supported")).collect();
-        assert!(refused.iter().all(|l| l.contains("cuMemAllocManaged") || l.contains("Capture")), "{text}");
+        assert!(refused.iter().all(|l| l.contains("cuMemPoolCreate") || l.contains("Capture")), "{text}");
     }
     standin::assert_no_violations();
 }
@@ -181,8 +181,8 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
     // Unserved calls answer "not supported" and name themselves once on stderr.
-    assert!(text.contains("cudaMallocManaged: 801 (cudaErrorNotSupported)"), "{text}");
-    assert!(text.contains("ac-cuda: cuMemAllocManaged is not supported"), "{text}");
+    assert!(text.contains("cudaMemPoolCreate: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("ac-cuda: cuMemPoolCreate is not supported"), "{text}");
     assert!(text.contains("cudaStreamBeginCapture: 801"), "{text}");
     // It left memory and a stream behind: its exit gave the accelerator back.
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
@@ -344,6 +344,30 @@ async fn module_variables_are_written_read_and_seen_by_kernels() {
     assert!(text.contains("a copy past a variable: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a variable freed: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(!text.contains("not supported"), "a variable's call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// Managed memory (`cudaMallocManaged`) as programs use it: host writes, kernels and host reads
+/// round after round, synchronized by the device, a stream or an event; copies and memsets
+/// between managed, device and host memory; pointer attributes; prefetches and advice; memory
+/// attached to the host and then to every stream. The device says it has no concurrent managed
+/// access (the host waits for it, as the shim keeps the two copies), and attachment to a single
+/// stream is refused as not supported.
+#[tokio::test(flavor = "multi_thread")]
+async fn managed_memory_is_one_address_for_the_host_and_the_kernels() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("managed", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["10000"], &[("ARM_ACPN", "1"), ("AC_CUDA_TRACE", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("managed: all exact"), "{text}");
+    assert!(text.contains("attributes: managed 1, concurrent 0, pageable 0"), "{text}");
+    assert!(text.contains("pointer attributes: type managed, host pointer same, device pointer same"), "{text}");
+    assert!(text.contains("attached to one stream: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("freed twice: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     standin::assert_no_violations();
 }
 
