@@ -176,7 +176,7 @@ pub extern "C" fn cuCtxSynchronize_v2(context: usize) -> u32 {
 fn synchronize(device: usize) -> CuResult<()> {
     let shim = state::shim()?;
     shim.block_on(shim.devices[device].acc.synchronize())?;
-    crate::managed::settle(device)
+    crate::managed::settle(device, None)
 }
 
 #[no_mangle]

@@ -110,11 +110,10 @@ unsafe fn launch(
         ));
     };
     let args = arguments(&name, sizes, params, extra)?;
+    let reach = [Reach::Kernel(device, stream)];
     let stream = stream_of(stream, device)?;
     let shim = state::shim()?;
-    managed::device_work(&[Reach::Kernel(device)], || {
-        Ok(shim.block_on(resolved.function.launch_on(&stream, dims, &args))?)
-    })
+    managed::device_work(&reach, || Ok(shim.block_on(resolved.function.launch_on(&stream, dims, &args))?))
 }
 
 #[no_mangle]

@@ -67,18 +67,21 @@ fn free(address: u64) -> CuResult<()> {
     if address == 0 {
         return Ok(());
     }
-    if let Some(freed) = managed::free(address) {
-        return freed;
-    }
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
-    let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
-    // Only an allocation's start may be freed (not a module's variable); dropping the buffer
-    // frees it remotely.
-    if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some()) {
-        return Err(Error::Code(code::INVALID_VALUE));
+    if let Some(freed) = managed::free(device, address) {
+        freed?;
+    } else {
+        let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
+        // Only an allocation's start may be freed (not a module's variable); dropping the buffer
+        // frees it remotely.
+        if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some()) {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        memory.remove(&(device, address));
     }
-    memory.remove(&(device, address)).map(drop).ok_or(Error::Code(code::INVALID_VALUE))
+    // A free waits for the device's work, as CUDA's does: managed memory is the host's after it.
+    managed::settle(device, None)
 }
 
 #[no_mangle]
@@ -109,11 +112,11 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usiz
 /// The start and size of the allocation holding `address` (the managed one's as the program
 /// asked for it).
 fn range_of(address: u64) -> CuResult<(u64, u64)> {
-    if let Some((start, bytes, _)) = managed::range(address) {
-        return Ok((start, bytes));
-    }
     let (alloc, offset) = locate(address, 1)?;
-    Ok((address - offset, alloc.size))
+    match managed::range_on(alloc.device, address) {
+        Some((start, bytes, _)) => Ok((start, bytes)),
+        None => Ok((address - offset, alloc.size)),
+    }
 }
 
 /// The allocation holding `len` bytes at `address`, and the offset into it.
@@ -344,7 +347,7 @@ fn queued_on(host: Option<u64>, device_side: &[u64], op: impl FnOnce() -> CuResu
 /// A synchronous copy or memset: [`queued`], and then its devices are idle, so their managed
 /// memory comes back to the host.
 fn synchronous(host: Option<u64>, device_side: &[u64], op: impl FnOnce() -> CuResult<()>) -> CuResult<()> {
-    queued_on(host, device_side, op)?.into_iter().try_for_each(managed::settle)
+    queued_on(host, device_side, op)?.into_iter().try_for_each(|device| managed::settle(device, None))
 }
 
 fn synchronize_device_of(address: u64) -> CuResult<()> {
@@ -461,7 +464,7 @@ unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuR
         // attributes, and a memory type of 0 through cuPointerGetAttributes.
         return Err(Error::Code(code::INVALID_VALUE));
     };
-    let managed = managed::range(address).is_some();
+    let managed = managed::range_on(alloc.device, address).is_some();
     let (start, len) = range_of(address)?;
     match attr {
         attribute::CONTEXT => *(data as *mut usize) = crate::context::handle_of(&shim.devices[alloc.device].context),

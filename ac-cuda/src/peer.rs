@@ -97,8 +97,8 @@ pub extern "C" fn cuMemcpyPeer(dst: u64, dst_context: usize, src: u64, src_conte
         let shim = state::shim()?;
         let device = context_of(dst_context)?.device;
         shim.block_on(stream_of(0, device)?.synchronize())?;
-        managed::settle(device)?;
-        managed::settle(context_of(src_context)?.device)
+        managed::settle(device, None)?;
+        managed::settle(context_of(src_context)?.device, None)
     })
 }
 

@@ -245,7 +245,7 @@ unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) 
     managed::device_work(&reach, || copy_runs(src, dst, &runs, device, stream, wait))?;
     // A copy waited for leaves its device idle: managed memory is the host's again.
     match device.filter(|_| wait || dst.memory == Memory::Host) {
-        Some(device) => managed::settle(device),
+        Some(device) => managed::settle(device, None),
         None => Ok(()),
     }
 }
@@ -427,7 +427,7 @@ pub(crate) fn memset_2d(
         finish(Some(device), stream, wait)
     })?;
     if wait {
-        managed::settle(device)?;
+        managed::settle(device, None)?;
     }
     Ok(())
 }

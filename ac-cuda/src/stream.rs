@@ -101,7 +101,7 @@ fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
     shim.block_on(stream_of(handle, device)?.synchronize())?;
-    managed::settle(device)
+    managed::settle(device, Some(handle))
 }
 
 #[no_mangle]
@@ -159,9 +159,15 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         }
         // A stream that is not the program's is the call's error; the stream's own error, if
         // any, is the callback's status, and it runs either way.
-        let stream = stream_of(handle, device_of_stream(handle)?)?;
+        let device = device_of_stream(handle)?;
+        let stream = stream_of(handle, device)?;
         let shim = state::shim()?;
-        let status = shim.block_on(stream.synchronize()).err().map_or(code::SUCCESS, |e| Error::from(e).code());
+        // Done, the stream's managed memory is the host's: the callback may read it.
+        let done = shim
+            .block_on(stream.synchronize())
+            .map_err(Error::from)
+            .and_then(|()| managed::settle(device, Some(handle)));
+        let status = done.err().map_or(code::SUCCESS, |e| e.code());
         callback(handle, status, data);
         Ok(())
     })
@@ -362,7 +368,7 @@ fn wait_for(event: usize) -> CuResult<()> {
         if let Ok(stream) = stream_of(stream, device) {
             shim.block_on(stream.synchronize())?;
         }
-        managed::settle(device)?;
+        managed::settle(device, None)?;
     }
     let mut reached = record.reached.lock().unwrap_or_else(|p| p.into_inner());
     reached.get_or_insert_with(Instant::now);

@@ -2,11 +2,14 @@
 // read and write them, the host reads the results after a synchronization, round after round;
 // synchronization by stream and by event; copies and memsets between managed and device
 // memory; pointer attributes; prefetches and advice taken; memory attached to the host, then
-// to every stream; frees. Every value is a small integer, so results are exact.
+// to every stream; frees; threads each with a stream and memory attached to it alone, whose host
+// code touches it while the other threads' kernels run. Every value is a small integer, so
+// results are exact.
 // Usage: managed [elements]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -25,6 +28,27 @@ static bool all(const T* x, int n, F f) {
         }
     }
     return true;
+}
+
+// A thread's rounds on memory attached to its own stream: written by the host, scaled on the
+// stream, read after the stream's synchronization, while other threads do the same.
+static bool rounds_on_own_stream(int n, int t) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    float* x;
+    CHECK(cudaMallocManaged(&x, n * sizeof(float)));
+    CHECK(cudaStreamAttachMemAsync(s, x, 0, cudaMemAttachSingle));
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = true;
+    for (int r = 0; r < 10; r++) {
+        for (int i = 0; i < n; i++) x[i] = (float)(t * 100 + r + i % 10);
+        scale<<<(n + 255) / 256, 256, 0, s>>>(x, 2.0f, n);
+        CHECK(cudaStreamSynchronize(s));
+        ok = all(x, n, [t, r](int i) { return (float)(2 * (t * 100 + r + i % 10)); }) && ok;
+    }
+    CHECK(cudaFree(x));
+    CHECK(cudaStreamDestroy(s));
+    return ok;
 }
 
 int main(int argc, char** argv) {
@@ -85,7 +109,14 @@ int main(int argc, char** argv) {
     copies = all(host.data(), n, [](int i) { return (unsigned)i; }) && copies;
     for (int i = 0; i < n; i++) host[i] = 7u * i;
     CHECK(cudaMemcpy(u, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
+    CHECK(cudaDeviceSynchronize());  // a pageable copy may return before its bytes land
     copies = all(u, n, [](int i) { return 7u * i; }) && copies;
+    // Managed to managed, the destination named as host memory, after a kernel wrote the source.
+    scale<<<blocks, 256>>>(x, 2.0f, n);
+    CHECK(cudaMemcpy(y, x, bytes, cudaMemcpyDeviceToHost));
+    copies = all(y, n, [](int i) { return (float)(6 * (3 * (i % 1000) + 2)); }) && copies;
+    CHECK(cudaDeviceSynchronize());
+    copies = all(y, n, [](int i) { return (float)(6 * (3 * (i % 1000) + 2)); }) && copies;
     report(copies, "copies between managed, device and host memory");
 
     CHECK(cudaMemset(y, 0, bytes));
@@ -117,16 +148,21 @@ int main(int argc, char** argv) {
     float* h;
     CHECK(cudaMallocManaged(&h, bytes, cudaMemAttachHost));
     for (int i = 0; i < n; i++) h[i] = (float)(i % 100);
+    // Copied and set while attached to the host.
+    CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyDefault));
+    std::vector<float> back(n);
+    CHECK(cudaMemcpy(back.data(), d, bytes, cudaMemcpyDeviceToHost));
+    bool host_attached = all(back.data(), n, [](int i) { return (float)(i % 100); });
+    CHECK(cudaMemset(h + n / 2, 0, bytes - n / 2 * sizeof(float)));
+    CHECK(cudaDeviceSynchronize());
+    host_attached = all(h, n, [n](int i) { return i < n / 2 ? (float)(i % 100) : 0.0f; }) && host_attached;
+    report(host_attached, "copied and set while attached to the host,");
+    for (int i = 0; i < n; i++) h[i] = (float)(i % 100);
     CHECK(cudaStreamAttachMemAsync(s, h, 0, cudaMemAttachGlobal));
     CHECK(cudaStreamSynchronize(s));
     scale<<<blocks, 256, 0, s>>>(h, 4.0f, n);
     CHECK(cudaStreamSynchronize(s));
     report(all(h, n, [](int i) { return (float)(4 * (i % 100)); }), "attached to the host, then to every stream,");
-
-    cudaError_t e = cudaStreamAttachMemAsync(s, x, 0, cudaMemAttachSingle);
-    printf("attached to one stream: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    cudaGetLastError();
-    CHECK(cudaStreamSynchronize(s));
 
     CHECK(cudaFree(x));
     CHECK(cudaFree(y));
@@ -134,11 +170,20 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(u));
     CHECK(cudaFree(h));
     CHECK(cudaFree(d));
-    e = cudaFree(x);
+    cudaError_t e = cudaFree(x);
     printf("freed twice: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaEventDestroy(done));
+
+    const int threads = 4;
+    bool exact[threads];
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; t++) workers.emplace_back([&exact, n, t] { exact[t] = rounds_on_own_stream(n, t); });
+    for (auto& w : workers) w.join();
+    bool all_exact = true;
+    for (int t = 0; t < threads; t++) all_exact = all_exact && exact[t];
+    report(all_exact, "4 threads with memory attached to their own streams");
 
     if (failures) {
         printf("managed: %d FAILED\n", failures);

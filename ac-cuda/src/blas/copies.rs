@@ -42,6 +42,8 @@ unsafe fn copy_matrix(
     let bytes = |elements: u64| elements.checked_mul(size).ok_or_else(too_large);
     let (runs, len) =
         if ld_host == rows && ld_device == rows { (1, bytes(rows * cols)?) } else { (cols, bytes(rows)?) };
+    // Host memory that is managed memory is the device's until its work is done.
+    crate::managed::settle_host(host as u64)?;
     at_device_memory(device, || {
         for j in 0..runs {
             let (h, d) = (bytes(j * ld_host)?, bytes(j * ld_device)?);
@@ -85,6 +87,7 @@ unsafe fn copy_vector(
         .and_then(|e| e.checked_mul(size))
         .ok_or_else(|| Error::said(code::INVALID_VALUE, "a vector beyond memory"))?;
     let element = |i: usize| (host as *mut u8).add(i * inc * size);
+    crate::managed::settle_host(host as u64)?;
     let mut packed = vec![0u8; n * size];
     match way {
         Way::ToDevice => {

@@ -207,6 +207,7 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
     let mut bytes = [0u8; 16];
     let bytes = &mut bytes[..precision.bytes()];
     if target.host_pointers() {
+        crate::managed::settle_host(p as u64)?;
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
     } else {
         at_device_memory(p as u64, || device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len()))?;

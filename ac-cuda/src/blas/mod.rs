@@ -147,7 +147,7 @@ impl Target {
         let function = builtins(self.device)?.function(name)?;
         let stream = stream_of(self.stream, self.device)?;
         let shim = state::shim()?;
-        managed::device_work(&[Reach::Kernel(self.device)], || {
+        managed::device_work(&[Reach::Kernel(self.device, self.stream)], || {
             Ok(shim.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
         })
     }

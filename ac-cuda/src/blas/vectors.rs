@@ -53,6 +53,7 @@ fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
 /// pointer mode says.
 pub(super) unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) -> CuResult<()> {
     if target.host_pointers() {
+        crate::managed::settle_host(result as u64)?;
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
         Ok(())
     } else {

@@ -111,9 +111,10 @@ fn execute(h: c_int, input: u64, output: u64, direction: c_int, expected: Option
         Buffer::ScratchB => b,
     };
     let function = builtins(plan.device)?.function(if transform.double { "dft_f64" } else { "dft_f32" })?;
-    let stream = stream_of(plan.stream.load(Ordering::Relaxed), plan.device)?;
+    let handle = plan.stream.load(Ordering::Relaxed);
+    let stream = stream_of(handle, plan.device)?;
     let shim = state::shim()?;
-    managed::device_work(&[Reach::Kernel(plan.device)], || {
+    managed::device_work(&[Reach::Kernel(plan.device, handle)], || {
         for pass in &passes {
             if pass.dft.is_empty() {
                 continue;

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_uint};
 
-use super::{device_work, insert, map_at, page, range, set_host_only, settle, Placed, Reach};
+use super::{device_work, insert, map_at, page, range, Attached, Placed, Reach};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -33,18 +33,25 @@ unsafe fn alloc(address: *mut u64, bytes: usize, flags: c_uint) -> CuResult<()> 
     let shim = state::shim()?;
     let device = current_device()?;
     let page = page();
-    let mapped = bytes.next_multiple_of(page);
+    let too_large =
+        || Error::said(code::INVALID_VALUE, format!("{bytes} bytes of managed memory: past the address space"));
+    let mapped =
+        bytes.checked_next_multiple_of(page).filter(|m| m.checked_add(page).is_some()).ok_or_else(too_large)?;
     // Kept until the loop ends, so that each attempt gets an address of its own.
     let mut collided = Vec::new();
     for _ in 0..ATTEMPTS {
         // A page more than asked: the managed address is the remote one rounded up to a page.
         let (buffer, key) = shim.block_on(shim.devices[device].acc.alloc_addressed((mapped + page) as u64))?;
-        let start = key.next_multiple_of(page as u64);
+        let Some(start) = key.checked_next_multiple_of(page as u64) else {
+            collided.push(buffer);
+            continue;
+        };
         if !map_at(start, mapped) {
             collided.push(buffer);
             continue;
         }
-        let placed = Placed { device, start, key, bytes: bytes as u64, mapped, host_only: flags == attach::HOST };
+        let attached = if flags == attach::HOST { Attached::Host } else { Attached::Global };
+        let placed = Placed { device, start, key, bytes: bytes as u64, mapped, attached };
         insert(shim, placed, buffer);
         return put(address, start);
     }
@@ -70,7 +77,7 @@ fn managed_range(address: u64, len: usize) -> CuResult<(u64, usize)> {
     let (start, bytes, device) = range(address).ok_or_else(|| {
         Error::said(code::INVALID_VALUE, format!("{address:#x} is not managed memory of this program"))
     })?;
-    if len != 0 && address + len as u64 > start + bytes {
+    if len != 0 && (address as u128 + len as u128) > (start + bytes) as u128 {
         return Err(Error::said(
             code::INVALID_VALUE,
             format!("{len} bytes at {address:#x} run past its managed allocation"),
@@ -90,23 +97,13 @@ fn attach(stream: usize, address: u64, len: usize, flags: c_uint) -> CuResult<()
     if address != start {
         return Err(Error::said(code::INVALID_VALUE, "attachment is of a whole managed allocation, from its start"));
     }
-    let host_only = match flags {
-        attach::GLOBAL => false,
-        attach::HOST => true,
-        attach::SINGLE => {
-            return Err(Error::said(
-                code::NOT_SUPPORTED,
-                "managed memory attached to one stream (cudaMemAttachSingle): the host may not touch it while any stream works",
-            ))
-        }
+    let attached = match flags {
+        attach::GLOBAL => Attached::Global,
+        attach::HOST => Attached::Host,
+        attach::SINGLE => Attached::Stream(stream),
         _ => return Err(Error::Code(code::INVALID_VALUE)),
     };
-    // Whichever side has the bytes now keeps them: brought back before the device lets go of
-    // them, sent before it reaches them again.
-    if host_only {
-        settle(device)?;
-    }
-    set_host_only(device, start, host_only)
+    super::attach(device, start, attached)
 }
 
 /// `CU_DEVICE_CPU`: the host, as a prefetch's destination.

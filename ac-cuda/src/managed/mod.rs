@@ -5,21 +5,24 @@
 //! remote allocation, and host memory mapped at the same address (the remote one's, rounded up
 //! to a page), so that a pointer means the same bytes on both sides. The devices answer
 //! `CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS` 0: as on a GPU without concurrent access, the
-//! host may touch managed memory only while the device is idle, and that rule is what keeps the
-//! two copies one:
-//! - device work that may reach managed memory (a launch, or a copy or memset of managed memory)
-//!   first sends the host's copies of the device's managed allocations to it, if the host had
-//!   them ([`device_work`]);
-//! - a call after which the device is idle (a context, stream or event synchronization, a query
-//!   that answers "done", a synchronous copy or memset) brings them back, if the device had them
-//!   ([`settle`]), after waiting for all of the device's work.
+//! host may touch managed memory only while the device's work that may reach it is done, and
+//! that rule is what keeps the two copies one. Each allocation is, at any time, the host's or
+//! the device's:
+//! - device work that may reach an allocation of the host's sends it first ([`device_work`]): a
+//!   kernel on a stream reaches those attached to every stream (the default) and those attached
+//!   to that stream (`CU_MEM_ATTACH_SINGLE`), never those attached to the host; a copy or memset
+//!   reaches the allocation it names;
+//! - a call after which that work is done brings the device's back ([`settle`]): a stream's
+//!   synchronization those attached to it, and, after waiting for all of the device's work, the
+//!   rest (a device's synchronization, an event's, a synchronous copy or memset; a stream's too
+//!   when an allocation attached to every stream is the device's).
 //!
 //! So a program that writes its data, launches, synchronizes and reads costs one copy each way a
-//! synchronization; a program without managed memory pays nothing.
+//! synchronization; threads that attach their allocations to their own streams do not wait for
+//! each other's; a program without managed memory pays nothing.
 //!
 //! Not served: `__managed__` variables (their address is the module's, where nothing can be
-//! mapped), attachment to one stream (`CU_MEM_ATTACH_SINGLE`: host access while other streams
-//! run), and range attributes.
+//! mapped), and range attributes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -31,6 +34,17 @@ use crate::error::CuResult;
 use crate::state::{self, Allocation, Shim};
 
 pub mod calls;
+
+/// What a managed allocation is attached to (`CUmemAttach_flags`), so which kernels reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attached {
+    /// Every stream's kernels (`CU_MEM_ATTACH_GLOBAL`).
+    Global,
+    /// None: the host's alone (`CU_MEM_ATTACH_HOST`).
+    Host,
+    /// The kernels of this stream (by the program's handle) alone (`CU_MEM_ATTACH_SINGLE`).
+    Stream(usize),
+}
 
 /// One managed allocation.
 #[derive(Debug)]
@@ -44,24 +58,37 @@ struct Region {
     key: u64,
     /// The remote allocation.
     buffer: Arc<DeviceBuffer<u8>>,
-    /// Attached to the host (`CU_MEM_ATTACH_HOST`): the device's work does not reach it, so it
-    /// is neither sent nor brought back.
-    host_only: bool,
+    /// Which kernels reach it.
+    attached: Attached,
+    /// The device has the current bytes (work that may reach them was sent since they were last
+    /// brought back); otherwise the host has them.
+    on_device: bool,
 }
 
-/// One device's managed allocations, by address.
-#[derive(Debug, Default)]
-struct OnDevice {
-    regions: BTreeMap<u64, Region>,
-    /// The device has the current bytes (work that may reach them was sent since the last
-    /// [`settle`]); otherwise the host has them.
-    device_has_them: bool,
+impl Region {
+    /// Sends the host's bytes at `start` to the device.
+    fn send(&mut self, shim: &Shim, start: u64) -> CuResult<()> {
+        // SAFETY: the region's host mapping, `mapped` bytes at `start`.
+        let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, self.mapped) };
+        shim.block_on(self.buffer.copy_from_host_at((start - self.key) as usize, bytes))?;
+        self.on_device = true;
+        Ok(())
+    }
+
+    /// Brings the device's bytes back to the host at `start` (its work on them done).
+    fn bring_back(&mut self, shim: &Shim, start: u64) -> CuResult<()> {
+        // SAFETY: the region's host mapping, `mapped` bytes at `start`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, self.mapped) };
+        shim.block_on(self.buffer.copy_to_host_at((start - self.key) as usize, bytes))?;
+        self.on_device = false;
+        Ok(())
+    }
 }
 
-/// Every device's managed allocations.
+/// Every device's managed allocations, by device and address.
 #[derive(Debug, Default)]
 struct Table {
-    devices: HashMap<usize, OnDevice>,
+    devices: HashMap<usize, BTreeMap<u64, Region>>,
 }
 
 /// The process's managed allocations.
@@ -70,6 +97,7 @@ fn table() -> MutexGuard<'static, Table> {
     TABLE.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The host's page size.
 pub fn page() -> usize {
     // SAFETY: sysconf reads a constant of the system.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
@@ -107,29 +135,27 @@ pub struct Placed {
     pub bytes: u64,
     /// Bytes mapped on the host at `start`.
     pub mapped: usize,
-    /// Attached to the host.
-    pub host_only: bool,
+    /// What it is attached to.
+    pub attached: Attached,
 }
 
 /// Enters a placed managed allocation: its remote buffer into the program's memory (so that
-/// copies, kernels and frees find it) and its region here.
+/// copies, kernels and frees find it) and its region here, the host's.
 pub fn insert(shim: &Shim, placed: Placed, buffer: DeviceBuffer<u8>) {
-    let Placed { device, start, key, bytes, mapped, host_only } = placed;
+    let Placed { device, start, key, bytes, mapped, attached } = placed;
     let buffer = Arc::new(buffer);
     let size = start - key + mapped as u64;
     let allocation = Allocation { device, size, buffer: buffer.clone(), variable_of: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, key), allocation);
-    let region = Region { bytes, mapped, key, buffer, host_only };
-    table().devices.entry(device).or_default().regions.insert(start, region);
+    let region = Region { bytes, mapped, key, buffer, attached, on_device: false };
+    table().devices.entry(device).or_default().insert(start, region);
 }
 
-/// Frees managed memory at `address`: `None` if it is not the start of a managed allocation.
-pub fn free(address: u64) -> Option<CuResult<()>> {
+/// Frees the managed memory at `address` on `device`: `None` if that is not the start of one of
+/// its managed allocations.
+pub fn free(device: usize, address: u64) -> Option<CuResult<()>> {
     let shim = state::shim().ok()?;
-    let (device, region) = {
-        let mut table = table();
-        table.devices.iter_mut().find_map(|(&device, d)| d.regions.remove(&address).map(|r| (device, r)))?
-    };
+    let region = table().devices.get_mut(&device)?.remove(&address)?;
     // SAFETY: the mapping `alloc` made for this region, which nothing refers to any longer.
     unsafe { libc::munmap(address as *mut c_void, region.mapped) };
     // Dropping the last reference frees the remote allocation.
@@ -137,21 +163,29 @@ pub fn free(address: u64) -> Option<CuResult<()>> {
     Some(Ok(()))
 }
 
-/// The managed allocation holding `address`: its start, the bytes asked for, and its device.
+/// The managed allocation whose host memory holds `address`: its start, the bytes asked for,
+/// and its device (one at most: each is mapped at its own host address).
 pub fn range(address: u64) -> Option<(u64, u64, usize)> {
-    let table = table();
-    table.devices.iter().find_map(|(&device, d)| {
-        let (&start, region) = d.regions.range(..=address).next_back()?;
-        (address < start + region.bytes).then_some((start, region.bytes, device))
-    })
+    // A forked child has no session: never wait on a lock its parent's threads may have held.
+    state::shim().ok()?;
+    let devices: Vec<usize> = table().devices.keys().copied().collect();
+    devices.into_iter().find_map(|device| range_on(device, address))
 }
 
-/// Where device work reaches: everything on a device (a kernel, which may follow any pointer),
-/// or the memory at one address.
+/// The managed allocation of `device` holding `address`: its start, the bytes asked for, and
+/// the device.
+pub fn range_on(device: usize, address: u64) -> Option<(u64, u64, usize)> {
+    let table = table();
+    let (&start, region) = table.devices.get(&device)?.range(..=address).next_back()?;
+    (address < start + region.bytes).then_some((start, region.bytes, device))
+}
+
+/// What device work reaches: a kernel (or a library's) on a device's stream, which may follow
+/// any pointer to memory attached to every stream or to its own, or the memory at one address.
 #[derive(Debug, Clone, Copy)]
 pub enum Reach {
-    /// A kernel (or a library's) on this device.
-    Kernel(usize),
+    /// A kernel on this device and stream (the program's handle).
+    Kernel(usize, usize),
     /// Memory at this address of this device.
     Memory(usize, u64),
 }
@@ -160,37 +194,35 @@ impl Reach {
     /// The device it reaches.
     pub fn device(self) -> usize {
         match self {
-            Reach::Kernel(device) | Reach::Memory(device, _) => device,
+            Reach::Kernel(device, _) | Reach::Memory(device, _) => device,
         }
     }
 
-    /// Whether it may reach one of `d`'s managed allocations.
-    fn reaches(self, d: &OnDevice) -> bool {
+    /// Whether it reaches the region at `start`.
+    fn reaches(self, start: u64, region: &Region) -> bool {
         match self {
-            Reach::Kernel(_) => true,
-            Reach::Memory(_, address) => {
-                d.regions.range(..=address).next_back().is_some_and(|(&s, r)| address < s + r.mapped as u64)
+            Reach::Kernel(_, stream) => {
+                matches!(region.attached, Attached::Global) || region.attached == Attached::Stream(stream)
             }
+            Reach::Memory(_, address) => (start..start + region.mapped as u64).contains(&address),
         }
     }
 }
 
-/// Runs `work`, device work that reaches `reach`: the host's copies of managed memory that it may
-/// reach go to the device first. The table stays locked while `work` is sent, so that no
-/// [`settle`] brings the bytes back between the two.
+/// Runs `work`, device work that reaches `reach`: the host's allocations that it may reach go to
+/// the device first. The table stays locked while `work` is sent, so that no [`settle`] brings
+/// the bytes back between the two.
 pub fn device_work<T>(reach: &[Reach], work: impl FnOnce() -> CuResult<T>) -> CuResult<T> {
     let shim = state::shim()?;
     let mut table = table();
     let mut reached = false;
     for &r in reach {
-        let Some(d) = table.devices.get_mut(&r.device()).filter(|d| !d.regions.is_empty()) else { continue };
-        if !r.reaches(d) {
-            continue;
-        }
-        reached = true;
-        if !d.device_has_them {
-            send(shim, d)?;
-            d.device_has_them = true;
+        let Some(regions) = table.devices.get_mut(&r.device()) else { continue };
+        for (&start, region) in regions.iter_mut().filter(|(&start, region)| r.reaches(start, region)) {
+            reached = true;
+            if !region.on_device {
+                region.send(shim, start)?;
+            }
         }
     }
     if !reached {
@@ -199,56 +231,46 @@ pub fn device_work<T>(reach: &[Reach], work: impl FnOnce() -> CuResult<T>) -> Cu
     work()
 }
 
-/// Sends the host's copies of `d`'s managed allocations to the device.
-fn send(shim: &Shim, d: &OnDevice) -> CuResult<()> {
-    for (&start, region) in d.regions.iter().filter(|(_, r)| !r.host_only) {
-        // SAFETY: the region's host mapping, `mapped` bytes at `start`.
-        let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, region.mapped) };
-        shim.block_on(region.buffer.copy_from_host_at((start - region.key) as usize, bytes))?;
-    }
-    Ok(())
-}
-
-/// The device is idle after a synchronizing call: brings its managed memory back to the host
-/// if the device had it, after waiting for all of its work (any stream's may have written it).
-pub fn settle(device: usize) -> CuResult<()> {
+/// A synchronizing call returned: the device's work on `stream` (if given) or all of its work
+/// may be done. Brings back the allocations that work reached: with a stream, those attached to
+/// it; the others once all of the device's work is done, waited for here when one of them is the
+/// device's.
+pub fn settle(device: usize, stream: Option<usize>) -> CuResult<()> {
     let shim = state::shim()?;
     let mut table = table();
-    let Some(d) = table.devices.get_mut(&device).filter(|d| d.device_has_them) else { return Ok(()) };
-    shim.block_on(shim.devices[device].acc.synchronize())?;
-    for (&start, region) in d.regions.iter().filter(|(_, r)| !r.host_only) {
-        // SAFETY: the region's host mapping, `mapped` bytes at `start`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, region.mapped) };
-        shim.block_on(region.buffer.copy_to_host_at((start - region.key) as usize, bytes))?;
+    let Some(regions) = table.devices.get_mut(&device) else { return Ok(()) };
+    let own = |region: &Region| stream.is_some_and(|s| region.attached == Attached::Stream(s));
+    let whole_device = regions.values().any(|r| r.on_device && !own(r) && !matches!(r.attached, Attached::Stream(_)))
+        || (stream.is_none() && regions.values().any(|r| r.on_device));
+    if whole_device {
+        shim.block_on(shim.devices[device].acc.synchronize())?;
     }
-    d.device_has_them = false;
+    for (&start, region) in regions.iter_mut().filter(|(_, r)| r.on_device && (whole_device || own(r))) {
+        region.bring_back(shim, start)?;
+    }
     Ok(())
 }
 
 /// The shim is about to read or write host memory at `address` for the program: if that is
-/// managed memory, its device settles first, so that the host's copy is the current one.
+/// managed memory the device has, all of the device's work is waited for and it comes back.
 pub fn settle_host(address: u64) -> CuResult<()> {
     match range(address) {
-        Some((_, _, device)) => settle(device),
+        Some((_, _, device)) => settle(device, None),
         None => Ok(()),
     }
 }
 
-/// Attaches the managed allocation at `start` to the host (`host_only`) or to every stream:
-/// bytes the device has and is about to let go of must have been brought back first
-/// ([`settle`]); bytes it will reach again are sent now, if it has the others.
-pub fn set_host_only(device: usize, start: u64, host_only: bool) -> CuResult<()> {
+/// Attaches the managed allocation at `start` anew: whatever had it, the host has it after this
+/// (the device's work waited for), and the kernels that reach it are `attached`'s.
+pub fn attach(device: usize, start: u64, attached: Attached) -> CuResult<()> {
     let shim = state::shim()?;
     let mut table = table();
-    let Some(d) = table.devices.get_mut(&device) else { return Ok(()) };
-    let Some(region) = d.regions.get_mut(&start) else { return Ok(()) };
-    let was_host_only = std::mem::replace(&mut region.host_only, host_only);
-    if was_host_only && !host_only && d.device_has_them {
-        let region = &d.regions[&start];
-        // SAFETY: the region's host mapping.
-        let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, region.mapped) };
-        shim.block_on(region.buffer.copy_from_host_at((start - region.key) as usize, bytes))?;
+    let Some(region) = table.devices.get_mut(&device).and_then(|d| d.get_mut(&start)) else { return Ok(()) };
+    if region.on_device {
+        shim.block_on(shim.devices[device].acc.synchronize())?;
+        region.bring_back(shim, start)?;
     }
+    region.attached = attached;
     Ok(())
 }
 
