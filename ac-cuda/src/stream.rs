@@ -59,6 +59,12 @@ pub fn stream_of(handle: usize, device: usize) -> CuResult<ac_frontend::Stream> 
     Ok(record.stream.clone())
 }
 
+/// Whether `handle` names a default stream (the NULL stream, `CU_STREAM_LEGACY` or
+/// `CU_STREAM_PER_THREAD`), not one the program created.
+pub fn is_default_stream(handle: usize) -> bool {
+    DEFAULT_STREAMS.contains(&handle)
+}
+
 /// The device a stream handle belongs to (the current device for the default streams).
 pub fn device_of_stream(handle: usize) -> CuResult<usize> {
     if DEFAULT_STREAMS.contains(&handle) {
@@ -91,6 +97,7 @@ unsafe fn create(out: *mut usize) -> CuResult<()> {
 pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     guard("cuStreamDestroy", || {
         let record = streams().remove(handle)?;
+        managed::stream_destroyed(record.device, handle);
         let shim = state::shim()?;
         Ok(shim.block_on(record.stream.clone().destroy())?)
     })
@@ -100,8 +107,9 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
 fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
-    shim.block_on(stream_of(handle, device)?.synchronize())?;
-    managed::settle(device, Some(handle))
+    let stream = stream_of(handle, device)?;
+    shim.block_on(stream.synchronize())?;
+    managed::settle(device, Some((handle, &stream)))
 }
 
 #[no_mangle]
@@ -166,7 +174,7 @@ pub unsafe extern "C" fn cuStreamAddCallback(
         let done = shim
             .block_on(stream.synchronize())
             .map_err(Error::from)
-            .and_then(|()| managed::settle(device, Some(handle)));
+            .and_then(|()| managed::settle(device, Some((handle, &stream))));
         let status = done.err().map_or(code::SUCCESS, |e| e.code());
         callback(handle, status, data);
         Ok(())

@@ -114,7 +114,6 @@ int main(int argc, char** argv) {
     // Managed to managed, the destination named as host memory, after a kernel wrote the source.
     scale<<<blocks, 256>>>(x, 2.0f, n);
     CHECK(cudaMemcpy(y, x, bytes, cudaMemcpyDeviceToHost));
-    copies = all(y, n, [](int i) { return (float)(6 * (3 * (i % 1000) + 2)); }) && copies;
     CHECK(cudaDeviceSynchronize());
     copies = all(y, n, [](int i) { return (float)(6 * (3 * (i % 1000) + 2)); }) && copies;
     report(copies, "copies between managed, device and host memory");
@@ -184,6 +183,24 @@ int main(int argc, char** argv) {
     bool all_exact = true;
     for (int t = 0; t < threads; t++) all_exact = all_exact && exact[t];
     report(all_exact, "4 threads with memory attached to their own streams");
+
+    // A destroyed stream's memory is every stream's again (as it was allocated); the NULL stream
+    // is no stream to attach to alone.
+    float* w;
+    CHECK(cudaMallocManaged(&w, bytes));
+    cudaStream_t gone;
+    CHECK(cudaStreamCreate(&gone));
+    CHECK(cudaStreamAttachMemAsync(gone, w, 0, cudaMemAttachSingle));
+    CHECK(cudaStreamSynchronize(gone));
+    CHECK(cudaStreamDestroy(gone));
+    for (int i = 0; i < n; i++) w[i] = (float)(i % 10);
+    scale<<<blocks, 256>>>(w, 3.0f, n);
+    CHECK(cudaDeviceSynchronize());
+    report(all(w, n, [](int i) { return (float)(3 * (i % 10)); }), "every stream's again after its stream was destroyed,");
+    e = cudaStreamAttachMemAsync(0, w, 0, cudaMemAttachSingle);
+    printf("attached to the NULL stream alone: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    cudaGetLastError();
+    CHECK(cudaFree(w));
 
     if (failures) {
         printf("managed: %d FAILED\n", failures);

@@ -7,7 +7,7 @@ use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put};
-use crate::stream::device_of_stream;
+use crate::stream::{device_of_stream, is_default_stream};
 
 /// `CUmemAttach_flags`.
 mod attach {
@@ -100,6 +100,13 @@ fn attach(stream: usize, address: u64, len: usize, flags: c_uint) -> CuResult<()
     let attached = match flags {
         attach::GLOBAL => Attached::Global,
         attach::HOST => Attached::Host,
+        // The default streams are one stream here (and CUDA refuses the NULL stream).
+        attach::SINGLE if is_default_stream(stream) => {
+            return Err(Error::said(
+                code::INVALID_VALUE,
+                "managed memory attached to one stream: a stream the program created",
+            ))
+        }
         attach::SINGLE => Attached::Stream(stream),
         _ => return Err(Error::Code(code::INVALID_VALUE)),
     };

@@ -60,6 +60,9 @@ struct Region {
     buffer: Arc<DeviceBuffer<u8>>,
     /// Which kernels reach it.
     attached: Attached,
+    /// What it was allocated attached to (every stream or the host): its attachment again when
+    /// the stream it was attached to is destroyed, as CUDA says.
+    allocated: Attached,
     /// The device has the current bytes (work that may reach them was sent since they were last
     /// brought back); otherwise the host has them.
     on_device: bool,
@@ -147,7 +150,7 @@ pub fn insert(shim: &Shim, placed: Placed, buffer: DeviceBuffer<u8>) {
     let size = start - key + mapped as u64;
     let allocation = Allocation { device, size, buffer: buffer.clone(), variable_of: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, key), allocation);
-    let region = Region { bytes, mapped, key, buffer, attached, on_device: false };
+    let region = Region { bytes, mapped, key, buffer, attached, allocated: attached, on_device: false };
     table().devices.entry(device).or_default().insert(start, region);
 }
 
@@ -231,19 +234,22 @@ pub fn device_work<T>(reach: &[Reach], work: impl FnOnce() -> CuResult<T>) -> Cu
     work()
 }
 
-/// A synchronizing call returned: the device's work on `stream` (if given) or all of its work
-/// may be done. Brings back the allocations that work reached: with a stream, those attached to
-/// it; the others once all of the device's work is done, waited for here when one of them is the
-/// device's.
-pub fn settle(device: usize, stream: Option<usize>) -> CuResult<()> {
+/// A synchronizing call returned on `device`, of one stream (its handle and its session stream)
+/// or of all its work. Brings back the allocations that work reached: with a stream, those
+/// attached to it, once the stream's work is done; the others once all of the device's work is
+/// done. Both are waited for here, with the table locked, so that no work another thread sends
+/// meanwhile is still running on what comes back.
+pub fn settle(device: usize, stream: Option<(usize, &ac_frontend::Stream)>) -> CuResult<()> {
     let shim = state::shim()?;
     let mut table = table();
     let Some(regions) = table.devices.get_mut(&device) else { return Ok(()) };
-    let own = |region: &Region| stream.is_some_and(|s| region.attached == Attached::Stream(s));
-    let whole_device = regions.values().any(|r| r.on_device && !own(r) && !matches!(r.attached, Attached::Stream(_)))
+    let own = |region: &Region| stream.is_some_and(|(s, _)| region.attached == Attached::Stream(s));
+    let whole_device = regions.values().any(|r| r.on_device && !matches!(r.attached, Attached::Stream(_)))
         || (stream.is_none() && regions.values().any(|r| r.on_device));
     if whole_device {
         shim.block_on(shim.devices[device].acc.synchronize())?;
+    } else if let Some((_, stream)) = stream.filter(|_| regions.values().any(|r| r.on_device && own(r))) {
+        shim.block_on(stream.synchronize())?;
     }
     for (&start, region) in regions.iter_mut().filter(|(_, r)| r.on_device && (whole_device || own(r))) {
         region.bring_back(shim, start)?;
@@ -257,6 +263,16 @@ pub fn settle_host(address: u64) -> CuResult<()> {
     match range(address) {
         Some((_, _, device)) => settle(device, None),
         None => Ok(()),
+    }
+}
+
+/// Stream `handle` of `device` is destroyed: its allocations go back to what they were allocated
+/// attached to (a later stream may get the same handle).
+pub fn stream_destroyed(device: usize, handle: usize) {
+    if let Some(regions) = table().devices.get_mut(&device) {
+        for region in regions.values_mut().filter(|r| r.attached == Attached::Stream(handle)) {
+            region.attached = region.allocated;
+        }
     }
 }
 

@@ -367,6 +367,8 @@ async fn managed_memory_is_one_address_for_the_host_and_the_kernels() {
     assert!(text.contains("attributes: managed 1, concurrent 0, pageable 0"), "{text}");
     assert!(text.contains("pointer attributes: type managed, host pointer same, device pointer same"), "{text}");
     assert!(text.contains("4 threads with memory attached to their own streams exact"), "{text}");
+    assert!(text.contains("every stream's again after its stream was destroyed, exact"), "{text}");
+    assert!(text.contains("attached to the NULL stream alone: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("freed twice: 1 (cudaErrorInvalidValue)"), "{text}");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     standin::assert_no_violations();
