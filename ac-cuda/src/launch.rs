@@ -4,13 +4,15 @@
 //! its errors surface at the next synchronizing call.
 
 use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
 
 use ac_frontend::{KernelArg, LaunchDims};
 
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, NodeKind};
 use crate::guard;
 use crate::managed::{self, Reach};
-use crate::module::{kernels, layout};
+use crate::module::{kernels, layout, Resolved};
 use crate::state;
 use crate::stream::stream_of;
 
@@ -91,7 +93,8 @@ unsafe fn parameter_buffer(extra: *mut *mut c_void) -> CuResult<(*const u8, usiz
     }
 }
 
-/// Launches kernel `function` with `dims` on `stream`.
+/// Launches kernel `function` with `dims` on `stream` (or records the launch, if the stream
+/// is capturing).
 unsafe fn launch(
     function: usize,
     dims: LaunchDims,
@@ -99,6 +102,37 @@ unsafe fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
+    let launch = prepare(function, dims, params, extra)?;
+    graph::or_record(stream, NodeKind::Kernel, move |stream| launch.send(stream))
+}
+
+/// A launch with its arguments read: sent at once, or at each launch of a graph.
+pub(crate) struct Prepared {
+    device: usize,
+    resolved: Arc<Resolved>,
+    dims: LaunchDims,
+    args: Vec<KernelArg>,
+}
+
+impl Prepared {
+    /// Sends the launch on `stream`, after the managed memory it may reach.
+    pub(crate) fn send(&self, stream: usize) -> CuResult<()> {
+        let reach = [Reach::Kernel(self.device, stream)];
+        let stream = stream_of(stream, self.device)?;
+        let shim = state::shim()?;
+        let send = || Ok(shim.block_on(self.resolved.function.launch_on(&stream, self.dims, &self.args))?);
+        managed::device_work(&reach, send)
+    }
+}
+
+/// Kernel `function`'s launch with `dims`: its device, and its arguments read through `params`
+/// or `extra` now (as CUDA reads them when the call is made).
+pub(crate) unsafe fn prepare(
+    function: usize,
+    dims: LaunchDims,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult<Prepared> {
     let kernel = kernels().get(function)?;
     let device = kernel.device()?;
     let resolved = kernel.on(device)?;
@@ -110,10 +144,7 @@ unsafe fn launch(
         ));
     };
     let args = arguments(&name, sizes, params, extra)?;
-    let reach = [Reach::Kernel(device, stream)];
-    let stream = stream_of(stream, device)?;
-    let shim = state::shim()?;
-    managed::device_work(&reach, || Ok(shim.block_on(resolved.function.launch_on(&stream, dims, &args))?))
+    Ok(Prepared { device, resolved, dims, args })
 }
 
 #[no_mangle]

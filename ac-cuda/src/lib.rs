@@ -23,6 +23,8 @@
 //!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
 //! - [`stream`]: streams and events.
+//! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
+//!   launch's stream; an executable graph its nodes in dependency order.
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
 //! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
 //!   [`integrity`] is the check one of them computes.
@@ -61,6 +63,7 @@ pub mod fft;
 pub mod fft_generated;
 #[rustfmt::skip] // as scripts/gen-cuda-exports writes it
 pub mod generated;
+pub mod graph;
 pub mod image;
 pub mod init;
 pub mod integrity;

@@ -9,6 +9,7 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, NodeKind};
 use crate::guard;
 use crate::managed::{self, Reach};
 use crate::state::{self, put, Allocation};
@@ -32,9 +33,13 @@ unsafe fn alloc(address: *mut u64, bytes: usize) -> CuResult<()> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocAsync(address: *mut u64, bytes: usize, _stream: usize) -> u32 {
-    // Ordered after nothing it needs to be: a new allocation holds no one's data.
-    guard("cuMemAllocAsync", || alloc(address, bytes))
+pub unsafe extern "C" fn cuMemAllocAsync(address: *mut u64, bytes: usize, stream: usize) -> u32 {
+    // Ordered after nothing it needs to be: a new allocation holds no one's data. In a capture
+    // it would be a graph's allocation node, not served.
+    guard("cuMemAllocAsync", || {
+        graph::refuse_if_capturing(stream, "an allocation")?;
+        alloc(address, bytes)
+    })
 }
 
 #[no_mangle]
@@ -58,9 +63,12 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
 }
 
 #[no_mangle]
-pub extern "C" fn cuMemFreeAsync(address: u64, _stream: usize) -> u32 {
+pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
     // The backend frees after the work queued before it, on every stream.
-    guard("cuMemFreeAsync", || free(address))
+    guard("cuMemFreeAsync", || {
+        graph::refuse_if_capturing(stream, "a free")?;
+        free(address)
+    })
 }
 
 fn free(address: u64) -> CuResult<()> {
@@ -275,17 +283,31 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: u64, src: u64, len: usize) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(dst: u64, src: *const c_void, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyHtoDAsync", || queued(Some(src as u64), &[dst], || host_to_device_async(dst, src, len, stream)))
+    let src = src as u64;
+    guard("cuMemcpyHtoDAsync", || {
+        graph::or_record(stream, NodeKind::Memcpy, move |s| {
+            queued(Some(src), &[dst], || unsafe { host_to_device_async(dst, src as *const c_void, len, s) })
+        })
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: u64, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyDtoHAsync", || queued(Some(dst as u64), &[src], || device_to_host_async(dst, src, len, stream)))
+    let dst = dst as u64;
+    guard("cuMemcpyDtoHAsync", || {
+        graph::or_record(stream, NodeKind::Memcpy, move |s| {
+            queued(Some(dst), &[src], || unsafe { device_to_host_async(dst as *mut c_void, src, len, s) })
+        })
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyDtoDAsync", || queued(None, &[dst, src], || device_to_device(dst, src, len, stream)))
+    guard("cuMemcpyDtoDAsync", || {
+        graph::or_record(stream, NodeKind::Memcpy, move |s| {
+            queued(None, &[dst, src], || device_to_device(dst, src, len, s))
+        })
+    })
 }
 
 /// Which side of a unified-addressing copy an address is on.
@@ -311,15 +333,23 @@ pub unsafe extern "C" fn cuMemcpy(dst: u64, src: u64, len: usize) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, len: usize, stream: usize) -> u32 {
-    guard("cuMemcpyAsync", || match (is_device(dst), is_device(src)) {
-        (true, true) => queued(None, &[dst, src], || device_to_device(dst, src, len, stream)),
-        (true, false) => queued(Some(src), &[dst], || host_to_device_async(dst, src as *const c_void, len, stream)),
-        (false, true) => queued(Some(dst), &[src], || device_to_host_async(dst as *mut c_void, src, len, stream)),
-        (false, false) => {
-            std::ptr::copy(src as *const u8, dst as *mut u8, len);
-            Ok(())
+    guard("cuMemcpyAsync", || graph::or_record(stream, NodeKind::Memcpy, move |s| copy_async(dst, src, len, s)))
+}
+
+/// A unified-addressing copy on `stream`: each side host or device memory.
+fn copy_async(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
+    // SAFETY: the program's addresses, as it gave them for this copy.
+    unsafe {
+        match (is_device(dst), is_device(src)) {
+            (true, true) => queued(None, &[dst, src], || device_to_device(dst, src, len, stream)),
+            (true, false) => queued(Some(src), &[dst], || host_to_device_async(dst, src as *const c_void, len, stream)),
+            (false, true) => queued(Some(dst), &[src], || device_to_host_async(dst as *mut c_void, src, len, stream)),
+            (false, false) => {
+                std::ptr::copy(src as *const u8, dst as *mut u8, len);
+                Ok(())
+            }
         }
-    })
+    }
 }
 
 /// A copy or memset queued on a stream that reaches device memory at `device_side` (and host
@@ -397,9 +427,9 @@ fn memset_sync(dst: u64, pattern: u32, width: usize, count: usize) -> CuResult<(
     })
 }
 
-/// A memset queued on `stream` ([`queued`]).
+/// A memset queued on `stream` ([`queued`]), or recorded if the stream is capturing.
 fn memset_queued(dst: u64, pattern: u32, width: usize, count: usize, stream: usize) -> CuResult<()> {
-    queued(None, &[dst], || memset(dst, pattern, width, count, stream))
+    graph::or_record(stream, NodeKind::Memset, move |s| queued(None, &[dst], || memset(dst, pattern, width, count, s)))
 }
 
 #[no_mangle]

@@ -9,6 +9,7 @@ use std::ffi::{c_int, c_uint};
 
 use crate::context::{context_of, current_device};
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, NodeKind};
 use crate::guard;
 use crate::managed::{self, Reach};
 use crate::memory::copy_between;
@@ -111,5 +112,7 @@ pub extern "C" fn cuMemcpyPeerAsync(
     len: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemcpyPeerAsync", || copy_peer(dst, dst_context, src, src_context, len, stream))
+    guard("cuMemcpyPeerAsync", || {
+        graph::or_record(stream, NodeKind::Memcpy, move |s| copy_peer(dst, dst_context, src, src_context, len, s))
+    })
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, Kept, Mark, NodeKind};
 use crate::guard;
 use crate::managed;
 use crate::state::{self, put, Registry};
@@ -31,6 +32,9 @@ pub struct EventRecord {
     marked: Mutex<Option<(usize, usize, Instant)>>,
     /// When a wait for it last returned.
     reached: Mutex<Option<Instant>>,
+    /// Where it was last recorded if that was in a stream capture: waiting for it joins the
+    /// capture.
+    captured: Mutex<Option<Mark>>,
 }
 
 fn streams() -> &'static Registry<StreamRecord> {
@@ -46,8 +50,17 @@ fn events() -> &'static Registry<EventRecord> {
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`: both the default stream here.
 const DEFAULT_STREAMS: [usize; 3] = [0, 1, 2];
 
-/// The session stream a handle names on `device`.
+/// The session stream a handle names on `device`, to send work to or wait for: a capturing
+/// stream's work is recorded instead ([`graph::or_record`]), so this refuses one (and
+/// invalidates its capture).
 pub fn stream_of(handle: usize, device: usize) -> CuResult<ac_frontend::Stream> {
+    graph::refuse_if_capturing(handle, "work that is not recorded, or a wait,")?;
+    session_stream(handle, device)
+}
+
+/// The session stream a handle names on `device`, capturing or not: for queries, and for
+/// waiting for work recorded before a capture began.
+fn session_stream(handle: usize, device: usize) -> CuResult<ac_frontend::Stream> {
     let shim = state::shim()?;
     if DEFAULT_STREAMS.contains(&handle) {
         return Ok(shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc.default_stream());
@@ -98,6 +111,7 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     guard("cuStreamDestroy", || {
         let record = streams().remove(handle)?;
         managed::stream_destroyed(record.device, handle);
+        graph::stream_destroyed(handle);
         let shim = state::shim()?;
         Ok(shim.block_on(record.stream.clone().destroy())?)
     })
@@ -118,7 +132,7 @@ pub extern "C" fn cuStreamSynchronize(handle: usize) -> u32 {
 }
 
 /// `CUhostFn`: a host function queued on a stream.
-type HostFn = unsafe extern "C" fn(*mut c_void);
+pub(crate) type HostFn = unsafe extern "C" fn(*mut c_void);
 /// `CUstreamCallback`: a callback queued on a stream, told the stream's status.
 type StreamCallback = unsafe extern "C" fn(usize, u32, *mut c_void);
 
@@ -129,11 +143,15 @@ type StreamCallback = unsafe extern "C" fn(usize, u32, *mut c_void);
 
 /// Runs `function(data)` once stream `handle`'s work before it is done; not in the event of an
 /// error in that work, which is the call's.
-unsafe fn run_host_function(handle: usize, function: Option<HostFn>, data: *mut c_void) -> CuResult<()> {
+pub(crate) unsafe fn run_host_function(handle: usize, function: Option<HostFn>, data: *mut c_void) -> CuResult<()> {
     let function = function.ok_or_else(|| Error::said(code::INVALID_VALUE, "the host function is null"))?;
-    synchronize(handle)?;
-    function(data);
-    Ok(())
+    let data = Kept::new(data);
+    graph::or_record(handle, NodeKind::Host, move |stream| {
+        synchronize(stream)?;
+        // SAFETY: the program's function and argument, called as it asked.
+        unsafe { function(data.get()) };
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -191,7 +209,13 @@ pub extern "C" fn cuStreamQuery(handle: usize) -> u32 {
 pub extern "C" fn cuStreamWaitEvent(handle: usize, event: usize, _flags: c_uint) -> u32 {
     guard("cuStreamWaitEvent", || {
         device_of_stream(handle)?;
-        wait_for(event)
+        // An event recorded in a capture: this stream joins it. Otherwise the host waits now,
+        // which orders a capturing stream's recorded work after it too.
+        let mark = events().get(event)?.captured.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match mark {
+            Some(mark) => graph::join(handle, &mark),
+            None => wait_for(event),
+        }
     })
 }
 
@@ -223,113 +247,7 @@ pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u
 pub unsafe extern "C" fn cuStreamGetId(handle: usize, id: *mut u64) -> u32 {
     guard("cuStreamGetId", || {
         let device = device_of_stream(handle)?;
-        put(id, stream_of(handle, device)?.id().0)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing(handle: usize, status: *mut c_int) -> u32 {
-    // Graph capture is not served: no stream is ever capturing.
-    guard("cuStreamIsCapturing", || {
-        device_of_stream(handle)?;
-        put(status, 0)
-    })
-}
-
-/// The outputs of a `cuStreamGetCaptureInfo` version: those it lacks, or that the caller passes
-/// as null (optional ones), are null here and left alone.
-struct CaptureInfo {
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut usize,
-    deps: *mut *const usize,
-    edges: *mut *const c_void,
-    count: *mut usize,
-}
-
-impl CaptureInfo {
-    /// No output asked for.
-    fn none() -> Self {
-        use std::ptr::null_mut;
-        CaptureInfo {
-            status: null_mut(),
-            id: null_mut(),
-            graph: null_mut(),
-            deps: null_mut(),
-            edges: null_mut(),
-            count: null_mut(),
-        }
-    }
-}
-
-/// What the `cuStreamGetCaptureInfo` versions answer: graph capture is not served, so no stream
-/// is ever capturing (status `CU_STREAM_CAPTURE_STATUS_NONE`, capture id 0, no graph, no
-/// dependencies and no edge data, as the driver answers for a stream not capturing).
-unsafe fn not_capturing(handle: usize, out: CaptureInfo) -> CuResult<()> {
-    device_of_stream(handle)?;
-    put(out.status, 0)?;
-    set_if_given(out.id, 0);
-    set_if_given(out.graph, 0);
-    set_if_given(out.deps, std::ptr::null());
-    set_if_given(out.edges, std::ptr::null());
-    set_if_given(out.count, 0);
-    Ok(())
-}
-
-/// Writes `value` to an optional output.
-unsafe fn set_if_given<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        *out = value;
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo(handle: usize, status: *mut c_int, id: *mut u64) -> u32 {
-    guard("cuStreamGetCaptureInfo", || not_capturing(handle, CaptureInfo { status, id, ..CaptureInfo::none() }))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
-    handle: usize,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut usize,
-    deps: *mut *const usize,
-    count: *mut usize,
-) -> u32 {
-    guard("cuStreamGetCaptureInfo_v2", || {
-        not_capturing(handle, CaptureInfo { status, id, graph, deps, count, ..CaptureInfo::none() })
-    })
-}
-
-/// CUDA 12.3's version (the 13.x runtime's `cudaStreamGetCaptureInfo`, which PyTorch asks at
-/// its initialisation): the v2 arguments and the dependencies' edge data.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
-    handle: usize,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut usize,
-    deps: *mut *const usize,
-    edges: *mut *const c_void,
-    count: *mut usize,
-) -> u32 {
-    guard("cuStreamGetCaptureInfo_v3", || {
-        // cuda.h: edge data is asked for only with the dependencies it belongs to.
-        if !edges.is_null() && deps.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        not_capturing(handle, CaptureInfo { status, id, graph, deps, edges, count })
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> u32 {
-    guard("cuThreadExchangeStreamCaptureMode", || {
-        if mode.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        Ok(())
+        put(id, session_stream(handle, device)?.id().0)
     })
 }
 
@@ -361,19 +279,29 @@ pub extern "C" fn cuEventRecordWithFlags(event: usize, stream: usize, _flags: c_
 fn record(event: usize, stream: usize) -> CuResult<()> {
     let record = events().get(event)?;
     let device = device_of_stream(stream)?;
+    let mark = graph::mark(stream);
+    let captured = mark.is_some();
+    *record.captured.lock().unwrap_or_else(|p| p.into_inner()) = mark;
+    if captured {
+        return Ok(());
+    }
     *record.marked.lock().unwrap_or_else(|p| p.into_inner()) = Some((device, stream, Instant::now()));
     *record.reached.lock().unwrap_or_else(|p| p.into_inner()) = None;
     Ok(())
 }
 
-/// Waits until the work before the event's last record is done (at once if never recorded).
+/// Waits until the work before the event's last record is done (at once if never recorded);
+/// an event recorded in a capture stands for work that has not run: `CUDA_ERROR_CAPTURED_EVENT`.
 fn wait_for(event: usize) -> CuResult<()> {
     let record = events().get(event)?;
+    if record.captured.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+        return Err(Error::said(graph::result::CAPTURED_EVENT, "the event was recorded in a stream capture"));
+    }
     let marked = *record.marked.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((device, stream, _)) = marked {
         let shim = state::shim()?;
         // A stream destroyed since: its work was waited for when it was destroyed.
-        if let Ok(stream) = stream_of(stream, device) {
+        if let Ok(stream) = session_stream(stream, device) {
             shim.block_on(stream.synchronize())?;
         }
         managed::settle(device, None)?;

@@ -117,10 +117,6 @@ int main(int argc, char** argv) {
     const cudaGraphEdgeData* edges = nullptr;
     e = cudaStreamGetCaptureInfo(s, &info, nullptr, nullptr, nullptr, &edges, nullptr);
     printf("edge data without dependencies: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    cudaGraph_t graph;
-    e = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-    printf("cudaStreamBeginCapture: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    if (e == cudaSuccess) cudaStreamEndCapture(s, &graph);
     cudaGetLastError();
     // Still usable after them.
     iota<<<(m + 255) / 256, 256>>>(b, m);

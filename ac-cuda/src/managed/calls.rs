@@ -5,6 +5,7 @@ use std::ffi::{c_int, c_uint};
 use super::{device_work, insert, map_at, page, range, Attached, Placed, Reach};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::graph;
 use crate::guard;
 use crate::state::{self, put};
 use crate::stream::{device_of_stream, is_default_stream};
@@ -93,6 +94,7 @@ pub extern "C" fn cuStreamAttachMemAsync(stream: usize, address: u64, len: usize
 
 fn attach(stream: usize, address: u64, len: usize, flags: c_uint) -> CuResult<()> {
     device_of_stream(stream)?;
+    graph::refuse_if_capturing(stream, "an attachment of managed memory")?;
     let (start, device) = managed_range(address, len)?;
     if address != start {
         return Err(Error::said(code::INVALID_VALUE, "attachment is of a whole managed allocation, from its start"));
@@ -132,6 +134,7 @@ const LOCATION_DEVICE: c_int = 1;
 fn prefetch(address: u64, len: usize, to_device: Option<c_int>, stream: usize) -> CuResult<()> {
     let (_, device) = managed_range(address, len)?;
     device_of_stream(stream)?;
+    graph::refuse_if_capturing(stream, "a prefetch")?;
     match to_device {
         Some(d) => {
             state::shim()?.device(d)?;

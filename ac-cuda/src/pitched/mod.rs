@@ -9,17 +9,22 @@
 //! synchronous forms then wait for it. A device side's region, first byte to last, must lie in
 //! one of the program's allocations, checked before the first run is sent: a region that runs
 //! past its allocation fails whole, writing nothing. A device-to-host copy whose rows lie close together in one allocation reads their
-//! span once and scatters it: one round trip, not one a row.
+//! span once and scatters it: one round trip, not one a row. The 2D memsets are [`memset`].
+
+mod memset;
 
 use std::ffi::{c_uint, c_void};
 
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, Kept, NodeKind};
 use crate::guard;
 use crate::managed::{self, Reach};
-use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate, memset_in};
+use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate};
 use crate::state;
 use crate::state::Allocation;
 use crate::stream::stream_of;
+
+pub(crate) use memset::memset_2d;
 
 /// `CUmemorytype`: where one side of a copy is.
 mod memory_type {
@@ -164,6 +169,12 @@ fn side(d: Described, extent: Extent, which: &str) -> CuResult<Side> {
         other => return Err(invalid(format!("the {which}'s memory type {other} is none of CUDA's (1 to 4)"))),
     };
     let [x, y, z] = d.origin;
+    let mut d = d;
+    if d.pitch == 0 && extent.height <= 1 && extent.depth <= 1 && y == 0 && z == 0 {
+        // One row with no pitch given: it is never stepped over, and the runtime's
+        // one-dimensional copy nodes (`cudaGraphAddMemcpyNode1D`) leave it 0.
+        d.pitch = x.saturating_add(extent.width);
+    }
     if x.checked_add(extent.width).is_none_or(|end| end > d.pitch) {
         return Err(invalid(format!(
             "the {which}'s pitch {} is less than x {x} plus the width {}",
@@ -365,6 +376,29 @@ unsafe fn copy_described<T>(
     copy(src, dst, extent, stream, wait)
 }
 
+/// The copy `p` describes, queued on `stream`, or recorded (its description as it is now) if
+/// the stream is capturing.
+unsafe fn copy_queued<T: Copy + 'static>(
+    p: *const T,
+    sides: fn(&T) -> CuResult<(Side, Side, Extent)>,
+    stream: usize,
+) -> CuResult<()> {
+    let described = Kept::new(*p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?);
+    graph::or_record(stream, NodeKind::Memcpy, move |stream| {
+        let (src, dst, extent) = sides(&described.get())?;
+        copy(src, dst, extent, stream, false)
+    })
+}
+
+/// The copy a `CUDA_MEMCPY3D` describes, queued on `stream` (a graph's copy node).
+///
+/// # Safety
+/// Its host sides are the program's memory, valid for the copy.
+pub(crate) unsafe fn copy_3d(described: &Memcpy3D, stream: usize) -> CuResult<()> {
+    let (src, dst, extent) = described.sides()?;
+    copy(src, dst, extent, stream, false)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> u32 {
     guard("cuMemcpy2D", || copy_described(p, Memcpy2D::sides, 0, true))
@@ -377,7 +411,7 @@ pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, stream: usize) -> u32 {
-    guard("cuMemcpy2DAsync", || copy_described(p, Memcpy2D::sides, stream, false))
+    guard("cuMemcpy2DAsync", || copy_queued(p, Memcpy2D::sides, stream))
 }
 
 #[no_mangle]
@@ -387,100 +421,7 @@ pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -> u32 {
-    guard("cuMemcpy3DAsync", || copy_described(p, Memcpy3D::sides, stream, false))
-}
-
-// ---- 2D memsets ----
-
-/// Sets `width` elements of `bytes` bytes in each of `height` rows `pitch` bytes apart at `dst`
-/// (in `device`'s memory, or the current device's first) to `pattern`, on `stream`; `wait`:
-/// then waits for it.
-#[allow(clippy::too_many_arguments)] // the driver's arguments, and where
-pub(crate) fn memset_2d(
-    (dst, device): (u64, Option<usize>),
-    pitch: usize,
-    pattern: u32,
-    bytes: u64,
-    [width, height]: [usize; 2],
-    stream: usize,
-    wait: bool,
-) -> CuResult<()> {
-    let row = (width as u64).checked_mul(bytes).ok_or_else(|| invalid("a row passes the end of memory".into()))?;
-    // The pitch is not read for one row (cuda.h); the address and pitch are whole elements.
-    let pitch = if height > 1 { pitch } else { row as usize };
-    if !dst.is_multiple_of(bytes) || !(pitch as u64).is_multiple_of(bytes) {
-        return Err(invalid(format!("{dst:#x} or pitch {pitch} is not a multiple of the element's {bytes} bytes")));
-    }
-    let described = Described::at(memory_type::DEVICE, 0, dst, 0, pitch);
-    let extent = Extent { width: row, height: height as u64, depth: 1 };
-    let side = side(described, extent, "destination")?;
-    if extent.is_empty() {
-        return Ok(());
-    }
-    let (alloc, offset) = region(side, device)?;
-    let device = alloc.device;
-    managed::device_work(&[Reach::Memory(device, side.start)], || {
-        for run in runs(side, side, extent) {
-            let at = (alloc.clone(), offset + (run.dst - side.start));
-            memset_in(at, pattern, bytes as usize, run.len as usize, stream)?;
-        }
-        finish(Some(device), stream, wait)
-    })?;
-    if wait {
-        managed::settle(device, None)?;
-    }
-    Ok(())
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D8_v2(dst: u64, pitch: usize, value: u8, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D8", || memset_2d((dst, None), pitch, value.into(), 1, [width, height], 0, true))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D8Async(
-    dst: u64,
-    pitch: usize,
-    value: u8,
-    width: usize,
-    height: usize,
-    stream: usize,
-) -> u32 {
-    guard("cuMemsetD2D8Async", || memset_2d((dst, None), pitch, value.into(), 1, [width, height], stream, false))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D16_v2(dst: u64, pitch: usize, value: u16, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D16", || memset_2d((dst, None), pitch, value.into(), 2, [width, height], 0, true))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D16Async(
-    dst: u64,
-    pitch: usize,
-    value: u16,
-    width: usize,
-    height: usize,
-    stream: usize,
-) -> u32 {
-    guard("cuMemsetD2D16Async", || memset_2d((dst, None), pitch, value.into(), 2, [width, height], stream, false))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D32_v2(dst: u64, pitch: usize, value: u32, width: usize, height: usize) -> u32 {
-    guard("cuMemsetD2D32", || memset_2d((dst, None), pitch, value, 4, [width, height], 0, true))
-}
-
-#[no_mangle]
-pub extern "C" fn cuMemsetD2D32Async(
-    dst: u64,
-    pitch: usize,
-    value: u32,
-    width: usize,
-    height: usize,
-    stream: usize,
-) -> u32 {
-    guard("cuMemsetD2D32Async", || memset_2d((dst, None), pitch, value, 4, [width, height], stream, false))
+    guard("cuMemcpy3DAsync", || copy_queued(p, Memcpy3D::sides, stream))
 }
 
 #[cfg(test)]

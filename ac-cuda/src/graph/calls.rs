@@ -1,0 +1,425 @@
+//! The graph API's entry points: graphs built node by node (kernels, copies, memsets, host
+//! functions, empty nodes, child graphs, dependencies), queried, cloned, instantiated, updated,
+//! launched and destroyed. A node's call is checked and its arguments read when it is added, as
+//! CUDA reads them; its work is sent at each launch. A launch on a capturing stream is
+//! recorded as a child graph node.
+//!
+//! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): event, external
+//! semaphore, memory allocation, batched memory and conditional nodes, setting a node's
+//! parameters in place (`cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`; an update from
+//! a graph of the same shape, `cuGraphExecUpdate`, is served), edge data, device launches.
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::Arc;
+
+use ac_frontend::LaunchDims;
+
+use super::{
+    add_dependency, add_node, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, instantiate, new_graph,
+    node, or_record, refuse_edge_data, result, Kept, NodeKind, Replay,
+};
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::launch::prepare;
+use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
+use crate::state::put;
+use crate::stream::{device_of_stream, run_host_function, HostFn};
+
+/// The `count` handles at `p` (none when `count` is 0).
+unsafe fn handles<'a>(p: *const usize, count: usize) -> CuResult<&'a [usize]> {
+    match (p.is_null(), count) {
+        (_, 0) => Ok(&[]),
+        (false, n) => Ok(std::slice::from_raw_parts(p, n)),
+        (true, _) => Err(Error::Code(code::INVALID_VALUE)),
+    }
+}
+
+/// Adds a node to `graph` after the `count` nodes at `deps`, its handle written to `out`.
+unsafe fn add(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    kind: NodeKind,
+    replay: Option<Replay>,
+) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    put(out, add_node(graph, kind, handles(deps, count)?, replay)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphCreate(out: *mut usize, flags: c_uint) -> u32 {
+    guard("cuGraphCreate", || {
+        if flags != 0 {
+            return Err(Error::said(code::INVALID_VALUE, format!("graph flags {flags:#x} (must be 0)")));
+        }
+        put(out, new_graph())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphDestroy(graph: usize) -> u32 {
+    guard("cuGraphDestroy", || destroy_graph(graph))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphClone(out: *mut usize, graph: usize) -> u32 {
+    guard("cuGraphClone", || put(out, clone_graph(graph)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut usize, graph: usize, deps: *const usize, count: usize) -> u32 {
+    guard("cuGraphAddEmptyNode", || add(out, graph, deps, count, NodeKind::Empty, None))
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12;
+/// `_v1` is its first ten fields).
+#[repr(C)]
+#[derive(Debug)]
+pub struct KernelNodeParams {
+    function: usize,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kernel: usize,
+    context: usize,
+}
+
+/// A kernel node's launch, its arguments read now; the function is `kernel` when `function`
+/// is null (`_v2` only: `with_kernel`).
+unsafe fn kernel_node(p: *const KernelNodeParams, with_kernel: bool) -> CuResult<Replay> {
+    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    let function = if p.function == 0 && with_kernel { p.kernel } else { p.function };
+    let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
+    let launch = prepare(function, dims, p.params, p.extra)?;
+    Ok(Arc::new(move |stream| launch.send(stream)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, Some(kernel_node(params, false)?)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, Some(kernel_node(params, true)?)))
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: c_uint,
+    element: c_uint,
+    width: usize,
+    height: usize,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const MemsetNodeParams,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphAddMemsetNode", || {
+        let p = *params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        if ![1, 2, 4].contains(&p.element) {
+            return Err(Error::said(code::INVALID_VALUE, format!("a memset element of {} bytes", p.element)));
+        }
+        let replay: Replay = Arc::new(move |stream| {
+            memset_2d((p.dst, None), p.pitch, p.value, p.element.into(), [p.width, p.height], stream, false)
+        });
+        add(out, graph, deps, count, NodeKind::Memset, Some(replay))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const Memcpy3D,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphAddMemcpyNode", || {
+        let described = Kept::new(*params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?);
+        // SAFETY: the program keeps a graph's host memory valid while the graph may run.
+        let replay: Replay = Arc::new(move |stream| unsafe { copy_3d(&described.get(), stream) });
+        add(out, graph, deps, count, NodeKind::Memcpy, Some(replay))
+    })
+}
+
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HostNodeParams {
+    function: Option<HostFn>,
+    data: *mut c_void,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddHostNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const HostNodeParams,
+) -> u32 {
+    guard("cuGraphAddHostNode", || {
+        let p = params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        if p.function.is_none() {
+            return Err(Error::said(code::INVALID_VALUE, "the host function is null"));
+        }
+        let (function, data) = (p.function, Kept::new(p.data));
+        // SAFETY: the program's function and argument, called as it asked.
+        let replay: Replay = Arc::new(move |stream| unsafe { run_host_function(stream, function, data.get()) });
+        add(out, graph, deps, count, NodeKind::Host, Some(replay))
+    })
+}
+
+/// A graph's launch: its executable form made now, as CUDA copies a child graph when the node
+/// is added.
+fn launch_of(graph: usize) -> CuResult<Replay> {
+    let exec = exec(instantiate(graph)?)?;
+    Ok(Arc::new(move |stream| exec.replay(stream)))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddChildGraphNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    child: usize,
+) -> u32 {
+    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, Some(launch_of(child)?)))
+}
+
+/// Makes each `to[i]` of `graph` run after `from[i]`.
+unsafe fn add_dependencies(graph: usize, from: *const usize, to: *const usize, count: usize) -> CuResult<()> {
+    let (from, to) = (handles(from, count)?, handles(to, count)?);
+    from.iter().zip(to).try_for_each(|(&f, &t)| add_dependency(graph, f, t))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddDependencies(
+    graph: usize,
+    from: *const usize,
+    to: *const usize,
+    count: usize,
+) -> u32 {
+    guard("cuGraphAddDependencies", || add_dependencies(graph, from, to, count))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddDependencies_v2(
+    graph: usize,
+    from: *const usize,
+    to: *const usize,
+    edges: *const c_void,
+    count: usize,
+) -> u32 {
+    guard("cuGraphAddDependencies", || {
+        refuse_edge_data(edges)?;
+        add_dependencies(graph, from, to, count)
+    })
+}
+
+/// Answers `list` the driver's way: with `out` null, how many there are; else up to `*count`
+/// of them, `*count` then how many were written.
+unsafe fn list_out(list: &[usize], out: *mut usize, count: *mut usize) -> CuResult<()> {
+    let count = count.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
+    if out.is_null() {
+        *count = list.len();
+        return Ok(());
+    }
+    let n = (*count).min(list.len());
+    std::ptr::copy_nonoverlapping(list.as_ptr(), out, n);
+    *count = n;
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetNodes(graph: usize, out: *mut usize, count: *mut usize) -> u32 {
+    guard("cuGraphGetNodes", || list_out(&graph_nodes(graph)?, out, count))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphGetRootNodes(graph: usize, out: *mut usize, count: *mut usize) -> u32 {
+    guard("cuGraphGetRootNodes", || {
+        let roots: Vec<usize> =
+            graph_nodes(graph)?.into_iter().filter(|&n| node(n).is_ok_and(|n| n.dependencies().is_empty())).collect();
+        list_out(&roots, out, count)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetType(handle: usize, kind: *mut c_int) -> u32 {
+    guard("cuGraphNodeGetType", || put(kind, node(handle)?.kind.code()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetDependencies(handle: usize, out: *mut usize, count: *mut usize) -> u32 {
+    guard("cuGraphNodeGetDependencies", || list_out(&node(handle)?.dependencies(), out, count))
+}
+
+/// CUDA 12.3's version, with edge data, which is never kept (null).
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
+    handle: usize,
+    out: *mut usize,
+    edges: *mut c_void,
+    count: *mut usize,
+) -> u32 {
+    guard("cuGraphNodeGetDependencies", || {
+        refuse_edge_data(edges)?;
+        list_out(&node(handle)?.dependencies(), out, count)
+    })
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`, `..._UPLOAD`,
+/// `..._DEVICE_LAUNCH` and `..._USE_NODE_PRIORITY`: every flag CUDA 13 defines. Auto-free and
+/// priorities change nothing here (no allocation nodes; one order); an upload is a no-op;
+/// device launch is not served.
+const FLAGS: u64 = 1 | 2 | 4 | 8;
+const DEVICE_LAUNCH: u64 = 4;
+
+/// An executable graph of `graph` written to `out`, after `flags` are checked.
+unsafe fn instantiate_with(out: *mut usize, graph: usize, flags: u64) -> CuResult<()> {
+    if out.is_null() || flags & !FLAGS != 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    if flags & DEVICE_LAUNCH != 0 {
+        return Err(Error::said(
+            code::NOT_SUPPORTED,
+            "graphs launched from the device are not supported on remote accelerators",
+        ));
+    }
+    put(out, instantiate(graph)?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithFlags(out: *mut usize, graph: usize, flags: u64) -> u32 {
+    guard("cuGraphInstantiate", || instantiate_with(out, graph, flags))
+}
+
+/// CUDA 11's form: an error node and log buffer, which a failure here leaves alone but for an
+/// empty log.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiate_v2(
+    out: *mut usize,
+    graph: usize,
+    error_node: *mut usize,
+    log: *mut c_char,
+    log_size: usize,
+) -> u32 {
+    guard("cuGraphInstantiate", || {
+        if !error_node.is_null() {
+            *error_node = 0;
+        }
+        if !log.is_null() && log_size > 0 {
+            *log = 0;
+        }
+        instantiate_with(out, graph, 0)
+    })
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct InstantiateParams {
+    flags: u64,
+    upload_stream: usize,
+    error_node: usize,
+    result: c_int,
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_SUCCESS` and `..._ERROR`.
+const INSTANTIATED: c_int = 0;
+const INSTANTIATE_ERROR: c_int = 1;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphInstantiateWithParams(
+    out: *mut usize,
+    graph: usize,
+    params: *mut InstantiateParams,
+) -> u32 {
+    guard("cuGraphInstantiateWithParams", || {
+        let params = params.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
+        params.error_node = 0;
+        let made = instantiate_with(out, graph, params.flags);
+        params.result = if made.is_ok() { INSTANTIATED } else { INSTANTIATE_ERROR };
+        made
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphExecDestroy(handle: usize) -> u32 {
+    guard("cuGraphExecDestroy", || destroy_exec(handle))
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphUpload(handle: usize, stream: usize) -> u32 {
+    // Nothing to upload: a graph's work is sent when it is launched.
+    guard("cuGraphUpload", || {
+        exec(handle)?;
+        device_of_stream(stream).map(drop)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphLaunch(handle: usize, stream: usize) -> u32 {
+    guard("cuGraphLaunch", || {
+        let exec = exec(handle)?;
+        device_of_stream(stream)?;
+        or_record(stream, NodeKind::Graph, move |stream| exec.replay(stream))
+    })
+}
+
+/// `CUgraphExecUpdateResultInfo`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct UpdateResultInfo {
+    result: c_int,
+    error_node: usize,
+    error_from_node: usize,
+}
+
+/// `CU_GRAPH_EXEC_UPDATE_SUCCESS` and `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`.
+const UPDATED: c_int = 0;
+const TOPOLOGY_CHANGED: c_int = 2;
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecUpdate_v2(handle: usize, graph: usize, info: *mut UpdateResultInfo) -> u32 {
+    guard("cuGraphExecUpdate", || {
+        let info = info.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
+        *info = UpdateResultInfo { result: UPDATED, error_node: 0, error_from_node: 0 };
+        let updated = exec(handle)?.update(graph);
+        if matches!(&updated, Err(e) if e.code() == result::EXEC_UPDATE_FAILURE) {
+            info.result = TOPOLOGY_CHANGED;
+        }
+        updated
+    })
+}

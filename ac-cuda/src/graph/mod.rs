@@ -1,0 +1,400 @@
+//! CUDA graphs, kept here: a graph is its nodes and their dependencies, each node a replay (the
+//! call that made it, run again on the stream a launch names) and a kind; stream capture
+//! records a capturing stream's work as nodes instead of sending it; an executable graph is its
+//! nodes' replays in an order their dependencies allow, and a launch sends them on its stream
+//! one after another, as the program would have. Nothing of a graph goes to the backend until
+//! it is launched: a launch costs what its calls would.
+//!
+//! This module holds the graphs, nodes and executable graphs (`capturing`: the capturing
+//! streams), and imports none of the modules whose calls it records (they call [`or_record`]);
+//! the entry points are [`calls`] (building, instantiating and launching graphs) and [`capture`]
+//! (stream capture).
+//!
+//! Invariants: a node belongs to one graph and depends only on nodes of that graph; a
+//! capturing stream's work is either recorded ([`or_record`]) or refused with
+//! `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, the capture then invalidated
+//! ([`refuse_if_capturing`], which every path that sends work to a stream passes): nothing runs
+//! on a capturing stream.
+
+pub mod calls;
+pub mod capture;
+mod capturing;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::error::{code, CuResult, Error};
+use crate::state::Registry;
+
+pub use capturing::{
+    begin, end, info, is_capturing, join, mark, or_record, refuse_if_capturing, stream_destroyed, update_dependencies,
+    CaptureInfo, Mark,
+};
+
+/// `CUDA_ERROR_ILLEGAL_STATE` and the stream-capture and graph `CUresult`s (cuda.h).
+pub mod result {
+    pub const ILLEGAL_STATE: u32 = 401;
+    pub const CAPTURE_UNSUPPORTED: u32 = 900;
+    pub const CAPTURE_INVALIDATED: u32 = 901;
+    pub const CAPTURE_MERGE: u32 = 902;
+    pub const CAPTURE_UNMATCHED: u32 = 903;
+    pub const CAPTURE_UNJOINED: u32 = 904;
+    pub const CAPTURED_EVENT: u32 = 907;
+    pub const EXEC_UPDATE_FAILURE: u32 = 910;
+}
+
+/// A node's work again, on the stream (the program's handle) a launch of its graph names.
+pub type Replay = Arc<dyn Fn(usize) -> CuResult<()> + Send + Sync>;
+
+/// A pointer or descriptor from the program that a node keeps to use at each launch, as CUDA's
+/// graphs do (the program keeps it valid while the graph may run).
+#[derive(Debug, Clone, Copy)]
+pub struct Kept<T>(T);
+
+// SAFETY: only the program's own addresses and descriptors, used on whichever thread launches
+// the graph, as CUDA uses them.
+unsafe impl<T> Send for Kept<T> {}
+unsafe impl<T> Sync for Kept<T> {}
+
+impl<T: Copy> Kept<T> {
+    /// Keeps `value`.
+    pub fn new(value: T) -> Self {
+        Kept(value)
+    }
+
+    /// The value kept (a method, so that a closure captures the whole `Kept`).
+    pub fn get(&self) -> T {
+        self.0
+    }
+}
+
+/// `CUgraphNodeType`, of the kinds served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A kernel launch.
+    Kernel,
+    /// A copy.
+    Memcpy,
+    /// A memset.
+    Memset,
+    /// A host function.
+    Host,
+    /// Another graph, launched.
+    Graph,
+    /// Nothing: a join point.
+    Empty,
+}
+
+impl NodeKind {
+    /// Its `CUgraphNodeType` value.
+    pub fn code(self) -> c_int {
+        match self {
+            NodeKind::Kernel => 0,
+            NodeKind::Memcpy => 1,
+            NodeKind::Memset => 2,
+            NodeKind::Host => 3,
+            NodeKind::Graph => 4,
+            NodeKind::Empty => 5,
+        }
+    }
+}
+
+/// A node of a graph.
+pub struct Node {
+    /// The graph it belongs to.
+    graph: usize,
+    /// What it does.
+    pub kind: NodeKind,
+    /// The nodes it runs after.
+    deps: Mutex<Vec<usize>>,
+    /// Its work; none for an empty node.
+    replay: Option<Replay>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("graph", &self.graph).field("kind", &self.kind).field("deps", &self.deps).finish()
+    }
+}
+
+impl Node {
+    /// The nodes it runs after.
+    pub fn dependencies(&self) -> Vec<usize> {
+        lock(&self.deps).clone()
+    }
+}
+
+/// A graph: its nodes in the order they were added.
+#[derive(Debug, Default)]
+pub struct Graph {
+    nodes: Mutex<Vec<usize>>,
+}
+
+/// One node's work in an executable graph.
+#[derive(Clone)]
+struct Step {
+    kind: NodeKind,
+    replay: Option<Replay>,
+}
+
+/// An executable graph: its steps in an order its dependencies allow.
+pub struct Exec {
+    steps: Mutex<Vec<Step>>,
+}
+
+impl std::fmt::Debug for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds: Vec<NodeKind> = lock(&self.steps).iter().map(|s| s.kind).collect();
+        f.debug_struct("Exec").field("steps", &kinds).finish()
+    }
+}
+
+impl Exec {
+    /// Sends each step's work on `stream`, in order; the first error ends the launch.
+    pub fn replay(&self, stream: usize) -> CuResult<()> {
+        let steps = lock(&self.steps).clone();
+        steps.iter().filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream))
+    }
+
+    /// Takes `graph`'s nodes as its steps, when they are the same kinds in the same order (the
+    /// topology the steps were made from); `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` otherwise.
+    pub fn update(&self, graph: usize) -> CuResult<()> {
+        let new = ordered(graph)?;
+        let mut steps = lock(&self.steps);
+        if steps.len() != new.len() || steps.iter().zip(&new).any(|(a, b)| a.kind != b.kind) {
+            return Err(Error::said(
+                result::EXEC_UPDATE_FAILURE,
+                "the graph's nodes differ from the executable graph's",
+            ));
+        }
+        *steps = new;
+        Ok(())
+    }
+}
+
+/// `CUDA_ERROR_NOT_SUPPORTED` for edge data (`CUgraphEdgeData`): every edge here is a plain
+/// dependency, which a null pointer asks for.
+pub fn refuse_edge_data(edges: *const std::ffi::c_void) -> CuResult<()> {
+    if edges.is_null() {
+        return Ok(());
+    }
+    Err(Error::said(code::NOT_SUPPORTED, "graph edge data is not supported on remote accelerators"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn graphs() -> &'static Registry<Graph> {
+    static GRAPHS: OnceLock<Registry<Graph>> = OnceLock::new();
+    GRAPHS.get_or_init(Registry::default)
+}
+
+fn nodes() -> &'static Registry<Node> {
+    static NODES: OnceLock<Registry<Node>> = OnceLock::new();
+    NODES.get_or_init(Registry::default)
+}
+
+fn execs() -> &'static Registry<Exec> {
+    static EXECS: OnceLock<Registry<Exec>> = OnceLock::new();
+    EXECS.get_or_init(Registry::default)
+}
+
+/// A new, empty graph's handle.
+pub fn new_graph() -> usize {
+    graphs().insert(Graph::default())
+}
+
+/// Forgets graph `handle` and its nodes (executable graphs made from it keep their steps).
+pub fn destroy_graph(handle: usize) -> CuResult<()> {
+    let graph = graphs().remove(handle)?;
+    for node in lock(&graph.nodes).drain(..) {
+        let _ = nodes().remove(node);
+    }
+    Ok(())
+}
+
+/// Graph `handle`'s nodes, in the order they were added.
+pub fn graph_nodes(handle: usize) -> CuResult<Vec<usize>> {
+    Ok(lock(&graphs().get(handle)?.nodes).clone())
+}
+
+/// Node `handle`.
+pub fn node(handle: usize) -> CuResult<Arc<Node>> {
+    nodes().get(handle)
+}
+
+/// Adds a node to `graph` after `deps` (nodes of that graph), answering its handle.
+pub fn add_node(graph: usize, kind: NodeKind, deps: &[usize], replay: Option<Replay>) -> CuResult<usize> {
+    let record = graphs().get(graph)?;
+    check_members(graph, deps)?;
+    let handle = nodes().insert(Node { graph, kind, deps: Mutex::new(dedup(deps)), replay });
+    lock(&record.nodes).push(handle);
+    Ok(handle)
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` unless every one of `handles` is a node of `graph`.
+fn check_members(graph: usize, handles: &[usize]) -> CuResult<()> {
+    for &handle in handles {
+        if !nodes().get(handle).is_ok_and(|n| n.graph == graph) {
+            return Err(Error::said(code::INVALID_VALUE, format!("node {handle:#x} is not a node of this graph")));
+        }
+    }
+    Ok(())
+}
+
+fn dedup(handles: &[usize]) -> Vec<usize> {
+    let mut seen = HashSet::new();
+    handles.iter().copied().filter(|h| seen.insert(*h)).collect()
+}
+
+/// Makes node `to` of `graph` run after node `from` of it.
+pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
+    check_members(graph, &[from, to])?;
+    let to = nodes().get(to)?;
+    let mut deps = lock(&to.deps);
+    if !deps.contains(&from) {
+        deps.push(from);
+    }
+    Ok(())
+}
+
+/// A copy of `graph`: new nodes, the same work and dependencies.
+pub fn clone_graph(graph: usize) -> CuResult<usize> {
+    let copy = new_graph();
+    let mut renamed = HashMap::new();
+    for old in graph_nodes(graph)? {
+        let node = nodes().get(old)?;
+        // Added in the original's order: a dependency added later may point forward, so the
+        // dependencies are renamed once every node has its new handle.
+        let new = add_node(copy, node.kind, &[], node.replay.clone())?;
+        renamed.insert(old, new);
+    }
+    for (old, new) in &renamed {
+        let deps: Vec<usize> = nodes().get(*old)?.dependencies().iter().map(|d| renamed[d]).collect();
+        *lock(&nodes().get(*new)?.deps) = deps;
+    }
+    Ok(copy)
+}
+
+/// `graph`'s steps in an order its dependencies allow (the order nodes were added, where the
+/// dependencies leave a choice); a cycle is `CUDA_ERROR_INVALID_VALUE`.
+fn ordered(graph: usize) -> CuResult<Vec<Step>> {
+    let handles = graph_nodes(graph)?;
+    let records = handles.iter().map(|&h| nodes().get(h)).collect::<CuResult<Vec<_>>>()?;
+    let index: HashMap<usize, usize> = handles.iter().enumerate().map(|(i, &h)| (h, i)).collect();
+    let deps: Vec<Vec<usize>> = records.iter().map(|n| n.dependencies().iter().map(|d| index[d]).collect()).collect();
+    let mut done = vec![false; handles.len()];
+    let mut order = Vec::with_capacity(handles.len());
+    while order.len() < handles.len() {
+        let next = (0..handles.len()).find(|&i| !done[i] && deps[i].iter().all(|&d| done[d]));
+        let Some(i) = next else {
+            return Err(Error::said(code::INVALID_VALUE, "the graph's dependencies make a cycle"));
+        };
+        done[i] = true;
+        order.push(Step { kind: records[i].kind, replay: records[i].replay.clone() });
+    }
+    Ok(order)
+}
+
+/// An executable graph of `graph`, answering its handle.
+pub fn instantiate(graph: usize) -> CuResult<usize> {
+    let steps = ordered(graph)?;
+    Ok(execs().insert(Exec { steps: Mutex::new(steps) }))
+}
+
+/// Executable graph `handle`.
+pub fn exec(handle: usize) -> CuResult<Arc<Exec>> {
+    execs().get(handle)
+}
+
+/// Forgets executable graph `handle`.
+pub fn destroy_exec(handle: usize) -> CuResult<()> {
+    execs().remove(handle).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noop() -> Option<Replay> {
+        Some(Arc::new(|_| Ok(())))
+    }
+
+    #[test]
+    fn steps_follow_dependencies_added_after_their_nodes() {
+        let g = new_graph();
+        let a = add_node(g, NodeKind::Kernel, &[], noop()).unwrap();
+        let b = add_node(g, NodeKind::Memset, &[], noop()).unwrap();
+        let c = add_node(g, NodeKind::Host, &[], noop()).unwrap();
+        add_dependency(g, c, a).unwrap();
+        add_dependency(g, b, c).unwrap();
+        let kinds: Vec<NodeKind> = ordered(g).unwrap().iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, [NodeKind::Memset, NodeKind::Host, NodeKind::Kernel]);
+        add_dependency(g, a, b).unwrap();
+        assert_eq!(ordered(g).err().map(|e| e.code()), Some(code::INVALID_VALUE), "a cycle");
+        destroy_graph(g).unwrap();
+        assert!(node(a).is_err(), "a destroyed graph's nodes are gone");
+    }
+
+    #[test]
+    fn a_node_depends_only_on_nodes_of_its_graph() {
+        let (g, h) = (new_graph(), new_graph());
+        let a = add_node(g, NodeKind::Empty, &[], None).unwrap();
+        assert!(add_node(h, NodeKind::Empty, &[a], None).is_err());
+        let b = add_node(h, NodeKind::Empty, &[], None).unwrap();
+        assert!(add_dependency(g, b, a).is_err());
+    }
+
+    #[test]
+    fn a_clone_keeps_forward_dependencies() {
+        let g = new_graph();
+        let a = add_node(g, NodeKind::Kernel, &[], noop()).unwrap();
+        let b = add_node(g, NodeKind::Memcpy, &[], noop()).unwrap();
+        add_dependency(g, b, a).unwrap();
+        let copy = clone_graph(g).unwrap();
+        let kinds: Vec<NodeKind> = ordered(copy).unwrap().iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, [NodeKind::Memcpy, NodeKind::Kernel]);
+        assert!(graph_nodes(copy).unwrap().iter().all(|n| ![a, b].contains(n)));
+    }
+
+    #[test]
+    fn a_capture_records_a_fork_and_its_join() {
+        let (origin, side) = (0x5000_0001, 0x5000_0002);
+        begin(origin).unwrap();
+        or_record(origin, NodeKind::Kernel, |_| panic!("recorded, not run")).unwrap();
+        let forked = mark(origin).unwrap();
+        join(side, &forked).unwrap();
+        or_record(side, NodeKind::Memset, |_| panic!("recorded, not run")).unwrap();
+        or_record(origin, NodeKind::Kernel, |_| panic!("recorded, not run")).unwrap();
+        assert_eq!(
+            end(origin).err().map(|e| e.code()),
+            Some(result::CAPTURE_UNJOINED),
+            "the side stream was not joined"
+        );
+        assert!(!is_capturing(side), "an ended capture's streams stop capturing");
+
+        begin(origin).unwrap();
+        or_record(origin, NodeKind::Kernel, |_| Ok(())).unwrap();
+        join(side, &mark(origin).unwrap()).unwrap();
+        or_record(side, NodeKind::Memset, |_| Ok(())).unwrap();
+        assert_eq!(end(side).err().map(|e| e.code()), Some(result::CAPTURE_UNMATCHED));
+        join(origin, &mark(side).unwrap()).unwrap();
+        assert_eq!(info(origin).count, 2, "the join: after both streams' work");
+        let graph = end(origin).unwrap();
+        assert_eq!(graph_nodes(graph).unwrap().len(), 2);
+        assert_eq!(info(origin).status, 0);
+    }
+
+    #[test]
+    fn a_refused_call_invalidates_the_capture() {
+        let stream = 0x5000_0003;
+        begin(stream).unwrap();
+        assert_eq!(refuse_if_capturing(stream, "a synchronization").unwrap_err().code(), result::CAPTURE_UNSUPPORTED);
+        assert_eq!(info(stream).status, 2);
+        assert_eq!(or_record(stream, NodeKind::Empty, |_| Ok(())).unwrap_err().code(), result::CAPTURE_INVALIDATED);
+        assert_eq!(end(stream).unwrap_err().code(), result::CAPTURE_INVALIDATED);
+        assert!(refuse_if_capturing(stream, "a synchronization").is_ok(), "no longer capturing");
+    }
+}
