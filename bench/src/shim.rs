@@ -21,6 +21,8 @@ struct Rates {
     /// A round of managed memory (the shim's side only): bytes over the time of a kernel and
     /// the synchronization after it, which carry them to the GPU and back.
     managed: f64,
+    /// The same launches captured in a CUDA graph and launched once (the shim's side only).
+    graph_launches: f64,
 }
 
 /// Runs the comparison; `real_gpu` serves the machine's own driver instead of the stand-in.
@@ -52,6 +54,11 @@ pub async fn compare(quick: bool, real_gpu: bool) -> anyhow::Result<()> {
     println!("|---|---|---|---|");
     let row = |name: &str, a: f64, b: f64| println!("| {name} | {a:.0} | {b:.0} | {:.2} |", b / a);
     row(&format!("async launches / s ({launches}, then one synchronize)"), sdk.launches, shim.launches);
+    row(
+        &format!("launches / s in a CUDA graph ({launches} captured, one graph launch; SDK: async launches)"),
+        sdk.launches,
+        shim.graph_launches,
+    );
     row(&format!("host to device, MB/s ({mib} MiB)"), sdk.h2d, shim.h2d);
     row(&format!("device to host, MB/s ({mib} MiB)"), sdk.d2h, shim.d2h);
     // The SDK's column: the same bytes copied there and back explicitly, one after the other.
@@ -108,5 +115,6 @@ async fn shim_rates(
         h2d: value("h2d MB/s ")?,
         d2h: value("d2h MB/s ")?,
         managed: value("managed round MB/s ")?,
+        graph_launches: value("graph launches/s ")?,
     })
 }

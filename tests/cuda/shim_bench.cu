@@ -1,6 +1,7 @@
 // The CUDA shim's costs, as a plain CUDA program measures them: asynchronous launches of a
 // one-thread kernel, then one synchronize; a cudaMemcpy each way; a round of managed memory
-// (written by the host, a kernel, a synchronization, read by the host). `ac-bench --only shim` runs it
+// (written by the host, a kernel, a synchronization, read by the host); the same launches
+// captured in a CUDA graph, launched once. `ac-bench --only shim` runs it
 // through the shim and the same work through the SDK against the same backend.
 // Usage: shim_bench [launches] [copy MiB]
 #include <chrono>
@@ -32,6 +33,26 @@ int main(int argc, char** argv) {
     for (int i = 0; i < launches; i++) iota<<<1, 1>>>(x, 1);
     CHECK(cudaDeviceSynchronize());
     printf("launches/s %.0f\n", launches / seconds_since(t));
+
+    // The same launches in a graph: captured on a stream, instantiated, then one launch (after
+    // a first, which warms as the loop above did).
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < launches; i++) iota<<<1, 1, 0, s>>>(x, 1);
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    t = std::chrono::steady_clock::now();
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    printf("graph launches/s %.0f\n", launches / seconds_since(t));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(s));
 
     char* host = (char*)malloc(bytes);
     memset(host, 7, bytes);

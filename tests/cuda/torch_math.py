@@ -92,6 +92,21 @@ with torch.cuda.stream(side):
 side.synchronize()
 check("mm on a side stream", lambda: on_side, lambda: a @ b, F32)
 
+
+def mm_in_a_graph():
+    """A product captured in a CUDA graph (torch.cuda.graph: a side stream's capture, the shim's
+    cuBLAS launches recorded), replayed after its input changed: the replay reads it."""
+    x, out = d["a"].clone(), torch.empty(64, 32, device=DEV)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        torch.mm(x, d["b"], out=out)
+    x.copy_(a * 2)
+    graph.replay()
+    return out
+
+
+check("mm in a CUDA graph", mm_in_a_graph, lambda: (a * 2) @ b, F32)
+
 signal, image = rand(9, 4096), rand(10, 64, 64)
 check("fft", lambda: torch.fft.fft(signal.to(torch.complex64).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex64)), F32)
 check("fft f64", lambda: torch.fft.fft(signal.to(torch.complex128).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex128)), F64)

@@ -33,6 +33,7 @@ use ac_frontend::KernelArg;
 use crate::builtins::{builtins, dims_for};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, NodeKind};
 use crate::managed::calls::at_device_memory;
 use crate::managed::{self, Reach};
 use crate::memory::device_to_host;
@@ -142,13 +143,18 @@ impl Target {
     }
 
     /// Sends a launch of builtin `name` on this target's stream, `threads` of them in blocks of
-    /// `block`, without waiting.
+    /// `block`, without waiting; or records it, if the stream is capturing (its arguments are
+    /// values: a call whose scalars or results are read on the host waits for the stream, which
+    /// a capture refuses).
     fn launch(self, name: &'static str, args: &[KernelArg], threads: u64, block: u32) -> CuResult<()> {
         let function = builtins(self.device)?.function(name)?;
-        let stream = stream_of(self.stream, self.device)?;
-        let shim = state::shim()?;
-        managed::device_work(&[Reach::Kernel(self.device, self.stream)], || {
-            Ok(shim.block_on(function.launch_on(&stream, dims_for(threads, block), args))?)
+        let (device, args, dims) = (self.device, args.to_vec(), dims_for(threads, block));
+        graph::or_record(self.stream, NodeKind::Kernel, move |handle| {
+            let stream = stream_of(handle, device)?;
+            let shim = state::shim()?;
+            managed::device_work(&[Reach::Kernel(device, handle)], || {
+                Ok(shim.block_on(function.launch_on(&stream, dims, &args))?)
+            })
         })
     }
 

@@ -5,12 +5,13 @@
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use ac_frontend::KernelArg;
+use ac_frontend::{KernelArg, LaunchDims};
 
 use super::transform::{Buffer, Domain, Pass, Transform, View};
 use super::{guard, plan, Plan};
 use crate::builtins::{builtins, dims_for};
 use crate::error::{code, CuResult, Error};
+use crate::graph::{self, NodeKind};
 use crate::managed::{self, Reach};
 use crate::state;
 use crate::stream::stream_of;
@@ -111,20 +112,22 @@ fn execute(h: c_int, input: u64, output: u64, direction: c_int, expected: Option
         Buffer::ScratchB => b,
     };
     let function = builtins(plan.device)?.function(if transform.double { "dft_f64" } else { "dft_f32" })?;
-    let handle = plan.stream.load(Ordering::Relaxed);
-    let stream = stream_of(handle, plan.device)?;
-    let shim = state::shim()?;
-    managed::device_work(&[Reach::Kernel(plan.device, handle)], || {
-        for pass in &passes {
-            if pass.dft.is_empty() {
-                continue;
-            }
+    let launches: Vec<(LaunchDims, Vec<KernelArg>)> = passes
+        .iter()
+        .filter(|pass| !pass.dft.is_empty())
+        .map(|pass| {
             let threads = pass.dft.lines.iter().product::<u64>().saturating_mul(pass.dft.lengths()[1]);
-            let dims = dims_for(threads, BLOCK);
-            let args = arguments(pass, [buffer(pass.from), buffer(pass.to)]);
-            shim.block_on(function.launch_on(&stream, dims, &args))?;
-        }
-        Ok(())
+            (dims_for(threads, BLOCK), arguments(pass, [buffer(pass.from), buffer(pass.to)]))
+        })
+        .collect();
+    let device = plan.device;
+    // Sent now, or recorded if the plan's stream is capturing.
+    graph::or_record(plan.stream.load(Ordering::Relaxed), NodeKind::Kernel, move |handle| {
+        let stream = stream_of(handle, device)?;
+        let shim = state::shim()?;
+        managed::device_work(&[Reach::Kernel(device, handle)], || {
+            launches.iter().try_for_each(|(dims, args)| Ok(shim.block_on(function.launch_on(&stream, *dims, args))?))
+        })
     })
 }
 

@@ -88,7 +88,7 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 /// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
 /// (cuBLAS, cuBLASLt's bias epilogue; f32, f64, binary16, bfloat16 and complex, conjugate
 /// transposes included), its complex and half-precision dot products and complex
-/// matrix-vector products, a side stream and its
+/// matrix-vector products, a side stream, a product captured in a CUDA graph and replayed, and its
 /// FFTs (cuFFT) run on the backend's
 /// builtin kernels and match PyTorch's CPU results (`tests/cuda/torch_math.py`). The shim is
 /// `LD_PRELOAD`ed, as README says for a framework whose RPATH names NVIDIA's math libraries:
@@ -96,7 +96,16 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
 #[tokio::test(flavor = "multi_thread")]
 async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
-    let more = ["linear", "bmm", "bmm broadcast", "matmul broadcast", "mv", "dot", "mm on a side stream"];
+    let more = [
+        "linear",
+        "bmm",
+        "bmm broadcast",
+        "matmul broadcast",
+        "mv",
+        "dot",
+        "mm on a side stream",
+        "mm in a CUDA graph",
+    ];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
     let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
         .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
