@@ -172,10 +172,11 @@ pub extern "C" fn cuCtxSynchronize_v2(context: usize) -> u32 {
 }
 
 /// Waits for everything queued on `device`, and answers the first error of that work; then
-/// managed memory is the host's again.
-fn synchronize(device: usize) -> CuResult<()> {
+/// managed memory is the host's again, and memory freed to its pools may go to any stream.
+pub fn synchronize(device: usize) -> CuResult<()> {
     let shim = state::shim()?;
     shim.block_on(shim.devices[device].acc.synchronize())?;
+    crate::pool::settled(device, None);
     crate::managed::settle(device, None)
 }
 

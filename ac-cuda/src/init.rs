@@ -108,14 +108,6 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, devic
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetDefaultMemPool(_pool: *mut usize, device: c_int) -> u32 {
-    guard("cuDeviceGetDefaultMemPool", || {
-        state::shim()?.device(device)?;
-        Err(Error::Code(code::NOT_SUPPORTED))
-    })
-}
-
 /// The device's compute capability; a CUDA accelerator always reports one.
 pub fn capability(d: &Device) -> (c_int, c_int) {
     let (major, minor) = d.info.compute_capability.unwrap_or((9, 0));
@@ -202,7 +194,7 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         } // opt-in shared memory per block
         106 => 32,    // blocks per multiprocessor
         111 => 1 << 10, // reserved shared memory per block
-        115 => 0,     // memory pools: not served
+        115 => 1,     // memory pools (`crate::pool`); 119, the handle types they export: none
         120 => 0,     // cluster launch: not served
         _ => 0,
     }

@@ -13,10 +13,13 @@
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
-//! - [`memory`]: allocations (by device address), memsets and copies.
+//! - [`memory`]: allocations (by device address), memsets and copies; [`pointer`], what an
+//!   address's attributes are.
 //! - [`managed`]: managed memory, a remote allocation and host memory mapped at its address,
 //!   kept one by sending and bringing back around the device's work.
 //! - [`pitched`]: 2D and 3D copies and 2D memsets, cut into runs of [`memory`]'s.
+//! - [`pool`]: memory pools, kept here: blocks freed to a pool stay allocated on the device
+//!   and are handed out again in stream order (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
 //! - [`peer`]: peer queries and copies between two devices' memory (staged through the host).
 //! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
 //! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
@@ -74,6 +77,8 @@ pub mod module;
 pub mod occupancy;
 pub mod peer;
 pub mod pitched;
+pub mod pointer;
+pub mod pool;
 pub mod procs;
 pub mod state;
 pub mod stream;

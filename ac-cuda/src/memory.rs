@@ -5,15 +5,16 @@
 //! (on the current device first) and go over the SDK's data plane: large ones stripe over the
 //! lanes. Page-locked host memory is plain host memory here: every copy is staged anyway.
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_uint, c_void};
 
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::graph::{self, NodeKind};
 use crate::guard;
 use crate::managed::{self, Reach};
+use crate::pool;
 use crate::state::{self, put, Allocation};
-use crate::stream::stream_of;
+use crate::stream::{device_of_stream, order_key, stream_of};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut u64, bytes: usize) -> u32 {
@@ -34,12 +35,26 @@ unsafe fn alloc(address: *mut u64, bytes: usize) -> CuResult<()> {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocAsync(address: *mut u64, bytes: usize, stream: usize) -> u32 {
-    // Ordered after nothing it needs to be: a new allocation holds no one's data. In a capture
-    // it would be a graph's allocation node, not served.
     guard("cuMemAllocAsync", || {
-        graph::refuse_if_capturing(stream, "an allocation")?;
-        alloc(address, bytes)
+        let pool = pool::current_pool(device_of_stream(stream)?)?;
+        alloc_from_pool(address, bytes, pool, stream)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocFromPoolAsync(address: *mut u64, bytes: usize, pool: usize, stream: usize) -> u32 {
+    guard("cuMemAllocFromPoolAsync", || alloc_from_pool(address, bytes, pool, stream))
+}
+
+/// Hands out `bytes` of `pool` in `stream`'s order. In a capture it would be a graph's
+/// allocation node, not served.
+unsafe fn alloc_from_pool(address: *mut u64, bytes: usize, pool: usize, stream: usize) -> CuResult<()> {
+    if address.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    graph::refuse_if_capturing(stream, "an allocation")?;
+    device_of_stream(stream)?;
+    put(address, pool::alloc(pool, bytes, order_key(stream))?)
 }
 
 #[no_mangle]
@@ -64,10 +79,15 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
 
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
-    // The backend frees after the work queued before it, on every stream.
+    // Pool memory goes back to its pool in the stream's order; other memory is freed by the
+    // backend after the work queued before it, on every stream.
     guard("cuMemFreeAsync", || {
         graph::refuse_if_capturing(stream, "a free")?;
-        free(address)
+        let shim = state::shim()?;
+        let pooled = shim
+            .device_of(address, Some(device_of_stream(stream)?))
+            .and_then(|device| pool::give_back(device, address, Some(order_key(stream))));
+        pooled.unwrap_or_else(|| free(address))
     })
 }
 
@@ -77,6 +97,11 @@ fn free(address: u64) -> CuResult<()> {
     }
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
+    if pool::of(device, address).is_some() {
+        // A free waits for the device's work, as CUDA's does: the block goes back settled.
+        crate::context::synchronize(device)?;
+        return pool::give_back(device, address, None).unwrap_or(Err(Error::Code(code::INVALID_VALUE)));
+    }
     if let Some(freed) = managed::free(device, address) {
         freed?;
     } else {
@@ -119,7 +144,7 @@ pub unsafe extern "C" fn cuMemGetAddressRange_v2(base: *mut u64, size: *mut usiz
 
 /// The start and size of the allocation holding `address` (the managed one's as the program
 /// asked for it).
-fn range_of(address: u64) -> CuResult<(u64, u64)> {
+pub(crate) fn range_of(address: u64) -> CuResult<(u64, u64)> {
     let (alloc, offset) = locate(address, 1)?;
     match managed::range_on(alloc.device, address) {
         Some((start, bytes, _)) => Ok((start, bytes)),
@@ -460,97 +485,4 @@ pub extern "C" fn cuMemsetD16Async(dst: u64, value: u16, count: usize, stream: u
 #[no_mangle]
 pub extern "C" fn cuMemsetD32Async(dst: u64, value: u32, count: usize, stream: usize) -> u32 {
     guard("cuMemsetD32Async", || memset_queued(dst, value, 4, count, stream))
-}
-
-// ---- Pointer attributes ----
-
-/// `CU_POINTER_ATTRIBUTE_*` values the shim answers.
-mod attribute {
-    pub const CONTEXT: c_int = 1;
-    pub const MEMORY_TYPE: c_int = 2;
-    pub const DEVICE_POINTER: c_int = 3;
-    pub const HOST_POINTER: c_int = 4;
-    pub const IS_MANAGED: c_int = 8;
-    pub const DEVICE_ORDINAL: c_int = 9;
-    pub const RANGE_START_ADDR: c_int = 11;
-    pub const RANGE_SIZE: c_int = 12;
-    pub const MAPPED: c_int = 13;
-    pub const LOCALITY_DOMAIN_ORDINAL: c_int = 22;
-    use std::ffi::c_int;
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttribute(data: *mut c_void, attr: c_int, address: u64) -> u32 {
-    guard("cuPointerGetAttribute", || pointer_attribute(data, attr, address))
-}
-
-unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuResult<()> {
-    if data.is_null() {
-        return Err(Error::Code(code::INVALID_VALUE));
-    }
-    let shim = state::shim()?;
-    let Ok((alloc, _)) = locate(address, 1) else {
-        // Host memory the driver does not know: CUDA answers "invalid value" for most
-        // attributes, and a memory type of 0 through cuPointerGetAttributes.
-        return Err(Error::Code(code::INVALID_VALUE));
-    };
-    let managed = managed::range_on(alloc.device, address).is_some();
-    let (start, len) = range_of(address)?;
-    match attr {
-        attribute::CONTEXT => *(data as *mut usize) = crate::context::handle_of(&shim.devices[alloc.device].context),
-        attribute::MEMORY_TYPE => *(data as *mut c_uint) = 2, // CU_MEMORYTYPE_DEVICE (managed too, as CUDA may)
-        attribute::DEVICE_POINTER => *(data as *mut u64) = address,
-        // Managed memory is mapped at the same address on the host ([`managed`]).
-        attribute::HOST_POINTER if managed => *(data as *mut u64) = address,
-        attribute::HOST_POINTER => return Err(Error::Code(code::INVALID_VALUE)),
-        attribute::IS_MANAGED => *(data as *mut c_uint) = managed.into(),
-        attribute::MAPPED => *(data as *mut c_uint) = 0,
-        // CUDA 13's runtime asks it of managed memory: in no one locality domain (it moves).
-        attribute::LOCALITY_DOMAIN_ORDINAL => *(data as *mut c_int) = -1,
-        attribute::DEVICE_ORDINAL => *(data as *mut c_int) = alloc.device as c_int,
-        attribute::RANGE_START_ADDR => *(data as *mut u64) = start,
-        attribute::RANGE_SIZE => *(data as *mut usize) = len as usize,
-        _ => return Err(Error::Code(code::NOT_SUPPORTED)),
-    }
-    Ok(())
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuPointerGetAttributes(
-    count: c_uint,
-    attrs: *const c_int,
-    data: *mut *mut c_void,
-    address: u64,
-) -> u32 {
-    guard("cuPointerGetAttributes", || {
-        if attrs.is_null() || data.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        let device = locate(address, 1).is_ok();
-        for i in 0..count as usize {
-            let (attr, out) = (*attrs.add(i), *data.add(i));
-            if out.is_null() {
-                continue;
-            }
-            // Host memory answers zeros here (memory type 0: unregistered), as CUDA does.
-            if !device {
-                match attr {
-                    attribute::DEVICE_ORDINAL => *(out as *mut c_int) = -2,
-                    attribute::CONTEXT | attribute::DEVICE_POINTER | attribute::HOST_POINTER => {
-                        *(out as *mut usize) = 0
-                    }
-                    _ => *(out as *mut c_uint) = 0,
-                }
-                continue;
-            }
-            match pointer_attribute(out, attr, address) {
-                Ok(()) => {}
-                Err(e) if e.code() == code::NOT_SUPPORTED || attr == attribute::HOST_POINTER => {
-                    *(out as *mut usize) = 0
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    })
 }

@@ -319,6 +319,11 @@ impl<T> Registry<T> {
             .ok_or(Error::Code(code::INVALID_HANDLE))
     }
 
+    /// Every record kept, with its handle.
+    pub fn all(&self) -> Vec<(usize, Arc<T>)> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(&h, r)| (h, r.clone())).collect()
+    }
+
     /// Forgets `handle`, answering its record.
     pub fn remove(&self, handle: usize) -> CuResult<Arc<T>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&handle).ok_or(Error::Code(code::INVALID_HANDLE))

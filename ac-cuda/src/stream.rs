@@ -14,6 +14,7 @@ use crate::error::{code, CuResult, Error};
 use crate::graph::{self, Kept, Mark, NodeKind};
 use crate::guard;
 use crate::managed;
+use crate::pool;
 use crate::state::{self, put, Registry};
 
 /// A stream the program created.
@@ -78,6 +79,15 @@ pub fn is_default_stream(handle: usize) -> bool {
     DEFAULT_STREAMS.contains(&handle)
 }
 
+/// The key of the order a stream handle's work is in: the default streams are one stream.
+pub fn order_key(handle: usize) -> usize {
+    if DEFAULT_STREAMS.contains(&handle) {
+        0
+    } else {
+        handle
+    }
+}
+
 /// The device a stream handle belongs to (the current device for the default streams).
 pub fn device_of_stream(handle: usize) -> CuResult<usize> {
     if DEFAULT_STREAMS.contains(&handle) {
@@ -111,6 +121,9 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     guard("cuStreamDestroy", || {
         let record = streams().remove(handle)?;
         managed::stream_destroyed(record.device, handle);
+        // Its work is waited for below; what was freed in its order may go to any stream
+        // (a later stream may get the same handle).
+        pool::settled(record.device, Some(handle));
         graph::stream_destroyed(handle);
         let shim = state::shim()?;
         Ok(shim.block_on(record.stream.clone().destroy())?)
@@ -123,6 +136,7 @@ fn synchronize(handle: usize) -> CuResult<()> {
     let device = device_of_stream(handle)?;
     let stream = stream_of(handle, device)?;
     shim.block_on(stream.synchronize())?;
+    pool::settled(device, Some(order_key(handle)));
     managed::settle(device, Some((handle, &stream)))
 }
 
@@ -301,8 +315,9 @@ fn wait_for(event: usize) -> CuResult<()> {
     if let Some((device, stream, _)) = marked {
         let shim = state::shim()?;
         // A stream destroyed since: its work was waited for when it was destroyed.
-        if let Ok(stream) = session_stream(stream, device) {
-            shim.block_on(stream.synchronize())?;
+        if let Ok(session) = session_stream(stream, device) {
+            shim.block_on(session.synchronize())?;
+            pool::settled(device, Some(order_key(stream)));
         }
         managed::settle(device, None)?;
     }

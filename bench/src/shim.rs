@@ -23,6 +23,10 @@ struct Rates {
     managed: f64,
     /// The same launches captured in a CUDA graph and launched once (the shim's side only).
     graph_launches: f64,
+    /// Pairs of a 1 MiB allocation and its free (the SDK: `alloc`, then the buffer dropped).
+    alloc_pairs: f64,
+    /// The same by `cudaMallocAsync` and `cudaFreeAsync` on one stream (the shim's side only).
+    pooled_pairs: f64,
 }
 
 /// Runs the comparison; `real_gpu` serves the machine's own driver instead of the stand-in.
@@ -59,6 +63,13 @@ pub async fn compare(quick: bool, real_gpu: bool) -> anyhow::Result<()> {
         sdk.launches,
         shim.graph_launches,
     );
+    let pairs = launches / 10;
+    row(&format!("1 MiB allocation and free pairs / s ({pairs}; SDK: alloc, drop)"), sdk.alloc_pairs, shim.alloc_pairs);
+    row(
+        &format!("the same by cudaMallocAsync, cudaFreeAsync on a stream ({pairs}; SDK: alloc, drop)"),
+        sdk.alloc_pairs,
+        shim.pooled_pairs,
+    );
     row(&format!("host to device, MB/s ({mib} MiB)"), sdk.h2d, shim.h2d);
     row(&format!("device to host, MB/s ({mib} MiB)"), sdk.d2h, shim.d2h);
     // The SDK's column: the same bytes copied there and back explicitly, one after the other.
@@ -73,15 +84,21 @@ pub async fn compare(quick: bool, real_gpu: bool) -> anyhow::Result<()> {
 }
 
 /// The work through the SDK: the fixture's `iota` launched asynchronously, then copies.
-async fn sdk_rates(options: &ConnectOptions, launches: usize, mib: usize) -> anyhow::Result<Rates> {
+async fn sdk_rates(options: &ConnectOptions, count: usize, mib: usize) -> anyhow::Result<Rates> {
     let acc = connect(options).await?;
     let image = std::fs::read(ac_tests::cuda::source("tests/fixtures/shim_kernels.sm_90.fatbin"))?;
     let iota = acc.load_cubin(&image).await?.function("_Z4iotaPjj").await?;
     let x = acc.alloc::<u32>(1).await?;
-    let launches = launch_rate(&acc, &iota, &[x.arg(), KernelArg::U32(1)], launches).await?;
+    let launches = launch_rate(&acc, &iota, &[x.arg(), KernelArg::U32(1)], count).await?;
     let (h2d, d2h) = copy_rates(&acc, mib).await?;
+    let pairs = count / 10;
+    let t = std::time::Instant::now();
+    for _ in 0..pairs {
+        drop(acc.alloc::<u8>(1 << 20).await?);
+    }
+    let alloc_pairs = pairs as f64 / t.elapsed().as_secs_f64();
     acc.close().await;
-    Ok(Rates { launches, h2d, d2h, ..Rates::default() })
+    Ok(Rates { launches, h2d, d2h, alloc_pairs, ..Rates::default() })
 }
 
 /// The same work as a CUDA program through the shim.
@@ -116,5 +133,7 @@ async fn shim_rates(
         d2h: value("d2h MB/s ")?,
         managed: value("managed round MB/s ")?,
         graph_launches: value("graph launches/s ")?,
+        alloc_pairs: value("alloc pairs/s ")?,
+        pooled_pairs: value("pooled alloc pairs/s ")?,
     })
 }

@@ -119,5 +119,14 @@ check("rfft", lambda: cp.fft.rfft(cp.asarray(signal.real.copy())), lambda: np.ff
 check("rfft2", lambda: cp.fft.rfft2(cp.asarray(image)), lambda: np.fft.rfft2(image), F32)
 check("ifft unscaled", lambda: cp.fft.ifft(cp.asarray(signal), norm="forward"), lambda: np.fft.ifft(signal, norm="forward"), F32)
 
+# CuPy's stream-ordered allocator (cudaMallocFromPoolAsync and cudaFreeAsync on the device's
+# current memory pool) in place of its own pool, on a stream of its own: products and an FFT
+# again, round after round, each round's memory freed to the pool and handed out again.
+cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+with cp.cuda.Stream(non_blocking=True):
+    for round in range(3):
+        check(f"dot from the async pool, round {round}", lambda: cp.dot(cp.asarray(a), cp.asarray(b)), lambda: a @ b, F32)
+    check("fft from the async pool", lambda: cp.fft.fft(cp.asarray(signal)), lambda: np.fft.fft(signal), F32)
+
 cp.cuda.Device().synchronize()
 finish()

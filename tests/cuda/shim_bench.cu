@@ -1,7 +1,8 @@
 // The CUDA shim's costs, as a plain CUDA program measures them: asynchronous launches of a
 // one-thread kernel, then one synchronize; a cudaMemcpy each way; a round of managed memory
 // (written by the host, a kernel, a synchronization, read by the host); the same launches
-// captured in a CUDA graph, launched once. `ac-bench --only shim` runs it
+// captured in a CUDA graph, launched once; pairs of a 1 MiB allocation and its free, by
+// cudaMalloc and cudaFree, then by cudaMallocAsync and cudaFreeAsync. `ac-bench --only shim` runs it
 // through the shim and the same work through the SDK against the same backend.
 // Usage: shim_bench [launches] [copy MiB]
 #include <chrono>
@@ -52,6 +53,24 @@ int main(int argc, char** argv) {
     printf("graph launches/s %.0f\n", launches / seconds_since(t));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
+
+    // Allocation and free pairs: cudaMalloc each a round trip, cudaMallocAsync after the first
+    // the block its stream freed (the device's memory pool).
+    int pairs = launches / 10;
+    void* p;
+    t = std::chrono::steady_clock::now();
+    for (int i = 0; i < pairs; i++) {
+        CHECK(cudaMalloc(&p, 1 << 20));
+        CHECK(cudaFree(p));
+    }
+    printf("alloc pairs/s %.0f\n", pairs / seconds_since(t));
+    t = std::chrono::steady_clock::now();
+    for (int i = 0; i < pairs; i++) {
+        CHECK(cudaMallocAsync(&p, 1 << 20, s));
+        CHECK(cudaFreeAsync(p, s));
+    }
+    CHECK(cudaStreamSynchronize(s));
+    printf("pooled alloc pairs/s %.0f\n", pairs / seconds_since(t));
     CHECK(cudaStreamDestroy(s));
 
     char* host = (char*)malloc(bytes);

@@ -92,14 +92,13 @@ int main(int argc, char** argv) {
     printf("event time %s\n", ms >= 0 ? "measured" : "negative");
 
     // What the shim does not serve fails cleanly and the program goes on.
-    cudaMemPool_t mem_pool;
-    cudaMemPoolProps props = {};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = 0;
-    cudaError_t e = cudaMemPoolCreate(&mem_pool, &props);
-    printf("cudaMemPoolCreate: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    if (e == cudaSuccess) CHECK(cudaMemPoolDestroy(mem_pool));
+    // (an IPC handle: the memory is a remote GPU's, no other process here can map it).
+    float* shared;
+    CHECK(cudaMalloc(&shared, 256));
+    cudaIpcMemHandle_t ipc;
+    cudaError_t e = cudaIpcGetMemHandle(&ipc, shared);
+    printf("cudaIpcGetMemHandle: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    CHECK(cudaFree(shared));
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     // What PyTorch asks of a stream at its start (CUDA 13's runtime through

@@ -130,8 +130,15 @@ async fn cupy_runs_its_products_and_ffts_through_the_shim() {
         .map(|op| ["f32", "f64", "c64", "c128"].map(|t| format!("{op} {t}")));
     let complexes: Vec<&str> = complexes.iter().flatten().chain(solves.iter().flatten()).map(String::as_str).collect();
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft unscaled"];
-    run_framework_script("cupy_math.py", false, &[&products[..], &vectors[..], &complexes[..], &ffts[..]].concat())
-        .await;
+    // CuPy's MemoryAsyncPool: stream-ordered allocation from the device's memory pool.
+    let pooled = [
+        "dot from the async pool, round 0",
+        "dot from the async pool, round 1",
+        "dot from the async pool, round 2",
+        "fft from the async pool",
+    ];
+    let all = [&products[..], &vectors[..], &complexes[..], &ffts[..], &pooled[..]].concat();
+    run_framework_script("cupy_math.py", false, &all).await;
 }
 
 /// A program linked against `libcublas.so.13` runs its gemms on the remote accelerator: the

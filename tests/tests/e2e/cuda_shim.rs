@@ -153,9 +153,9 @@ async fn programs_built_for_per_thread_default_streams_run_exactly() {
         let text = said(&out);
         assert!(out.status.success(), "{text}");
         assert!(text.contains(line), "{text}");
-        // streams.cu's deliberate call (a memory pool) aside, every call is served.
+        // streams.cu's deliberate call (an IPC handle) aside, every call is served.
         let refused: Vec<&str> = text.lines().filter(|l| l.contains("not supported")).collect();
-        assert!(refused.iter().all(|l| l.contains("cuMemPoolCreate")), "{text}");
+        assert!(refused.iter().all(|l| l.contains("cuIpcGetMemHandle")), "{text}");
     }
     standin::assert_no_violations();
 }
@@ -181,8 +181,8 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
     // Unserved calls answer "not supported" and name themselves once on stderr.
-    assert!(text.contains("cudaMemPoolCreate: 801 (cudaErrorNotSupported)"), "{text}");
-    assert!(text.contains("ac-cuda: cuMemPoolCreate is not supported"), "{text}");
+    assert!(text.contains("cudaIpcGetMemHandle: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("ac-cuda: cuIpcGetMemHandle is not supported"), "{text}");
     // It left memory and a stream behind: its exit gave the accelerator back.
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     let backend = &c.backends[0].backend;
@@ -450,5 +450,44 @@ async fn host_functions_and_callbacks_run_in_their_streams_order() {
     assert!(text.contains("host functions and callbacks: 3 run, in order 1, saw the copy 1"), "{text}");
     assert!(text.contains("a callback with flags 1: cudaErrorInvalidValue"), "{text}");
     assert!(!text.contains("not supported on remote"), "a callback call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// Memory pools and stream-ordered allocation (`tests/cuda/pools.cu`): a block freed on a
+/// stream is handed out again on it with no more memory reserved, and not on another stream
+/// before the free is known done; the release threshold, a trim, a pool's maximum size, a
+/// current pool destroyed with a block out, threads on their own streams sharing a pool; what
+/// CUDA refuses is refused and the program goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_pools_hand_freed_blocks_out_again_in_stream_order() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("pools", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["10000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("pools: all exact"), "{text}");
+    for line in [
+        "pools supported 1, the default current 1",
+        "8 rounds of cudaMallocAsync, vadd, cudaFreeAsync exact",
+        "the same block each round: 8 of 8; reserved holds 3 blocks, used 0",
+        "freed on one stream: another stream's block another before the free's stream synchronized, the same after",
+        "threshold: memory held, trimmed to 0; threshold 0: memory held until the synchronization, 0 after",
+        "a block of the program's pool exact",
+        "2 MiB from a pool of at most 1 MiB: cudaErrorMemoryAllocation",
+        "cudaMallocAsync from the current pool: used 4096, high mark kept the round trip, reset to 4096",
+        "destroyed with a block out: the block, then the default pool current exact",
+        "4 threads allocating on their own streams from one pool exact",
+        "cudaFree of cudaMallocAsync memory: used 0",
+        "destroying the default pool: cudaErrorInvalidValue",
+        "a host pool: cudaErrorNotSupported",
+        "the device's own access taken away: cudaErrorInvalidValue",
+        "a high-water mark set to 1: cudaErrorInvalidValue; the device's access 3",
+        "the default pool after the refusals exact",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     standin::assert_no_violations();
 }
