@@ -175,8 +175,9 @@ pub extern "C" fn cuCtxSynchronize_v2(context: usize) -> u32 {
 /// managed memory is the host's again, and memory freed to its pools may go to any stream.
 pub fn synchronize(device: usize) -> CuResult<()> {
     let shim = state::shim()?;
+    let before = crate::pool::mark();
     shim.block_on(shim.devices[device].acc.synchronize())?;
-    crate::pool::settled(device, None);
+    crate::pool::settled(device, None, before);
     crate::managed::settle(device, None)
 }
 

@@ -85,9 +85,12 @@ pub unsafe extern "C" fn cuPointerGetAttributes(
             if !device {
                 match attr {
                     attribute::DEVICE_ORDINAL => *(out as *mut c_int) = -2,
-                    attribute::CONTEXT | attribute::DEVICE_POINTER | attribute::HOST_POINTER => {
-                        *(out as *mut usize) = 0
-                    }
+                    attribute::CONTEXT
+                    | attribute::DEVICE_POINTER
+                    | attribute::HOST_POINTER
+                    | attribute::RANGE_START_ADDR
+                    | attribute::RANGE_SIZE
+                    | attribute::MEMPOOL_HANDLE => *(out as *mut usize) = 0,
                     _ => *(out as *mut c_uint) = 0,
                 }
                 continue;

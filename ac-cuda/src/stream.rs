@@ -121,12 +121,14 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     guard("cuStreamDestroy", || {
         let record = streams().remove(handle)?;
         managed::stream_destroyed(record.device, handle);
-        // Its work is waited for below; what was freed in its order may go to any stream
-        // (a later stream may get the same handle).
-        pool::settled(record.device, Some(handle));
         graph::stream_destroyed(handle);
         let shim = state::shim()?;
-        Ok(shim.block_on(record.stream.clone().destroy())?)
+        let before = pool::mark();
+        shim.block_on(record.stream.clone().destroy())?;
+        // Its work is done: what was freed in its order may go to any stream (a later stream
+        // may get the same handle once `record` is gone).
+        pool::settled(record.device, Some(handle), before);
+        Ok(())
     })
 }
 
@@ -135,8 +137,9 @@ fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
     let stream = stream_of(handle, device)?;
+    let before = pool::mark();
     shim.block_on(stream.synchronize())?;
-    pool::settled(device, Some(order_key(handle)));
+    pool::settled(device, Some(order_key(handle)), before);
     managed::settle(device, Some((handle, &stream)))
 }
 
@@ -316,8 +319,9 @@ fn wait_for(event: usize) -> CuResult<()> {
         let shim = state::shim()?;
         // A stream destroyed since: its work was waited for when it was destroyed.
         if let Ok(session) = session_stream(stream, device) {
+            let before = pool::mark();
             shim.block_on(session.synchronize())?;
-            pool::settled(device, Some(order_key(stream)));
+            pool::settled(device, Some(order_key(stream)), before);
         }
         managed::settle(device, None)?;
     }

@@ -110,6 +110,24 @@ int main(int argc, char** argv) {
     CHECK(cudaFreeAsync(z, other));
     CHECK(cudaStreamSynchronize(other));
 
+    // Freed on the legacy default stream, which in CUDA waits for every blocking stream's work
+    // (the default stream here does not): handed out again only after the device synchronized.
+    CHECK(cudaMemPoolTrimTo(fallback, 0));
+    CHECK(cudaMallocAsync((void**)&x, bytes, 0));
+    CHECK(cudaFreeAsync(x, 0));
+    CHECK(cudaMallocAsync((void**)&y, bytes, 0));
+    CHECK(cudaStreamSynchronize(0));
+    CHECK(cudaMallocAsync((void**)&z, bytes, 0));
+    CHECK(cudaDeviceSynchronize());
+    float* w;
+    CHECK(cudaMallocAsync((void**)&w, bytes, 0));
+    printf("freed on the legacy stream: its block %s before a synchronization, %s after the stream's, %s after the device's\n",
+           x == y ? "the same" : "another", x == z ? "the same" : "another", x == w ? "the same" : "another");
+    CHECK(cudaFreeAsync(y, 0));
+    CHECK(cudaFreeAsync(z, 0));
+    CHECK(cudaFreeAsync(w, 0));
+    CHECK(cudaDeviceSynchronize());
+
     // The release threshold: held over synchronizations, freed by a trim; 0 frees at the next one.
     uint64_t held = attribute(fallback, cudaMemPoolAttrReservedMemCurrent);
     CHECK(cudaMemPoolTrimTo(fallback, 0));

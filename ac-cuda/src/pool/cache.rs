@@ -3,7 +3,9 @@
 //!
 //! A block freed on a stream may be handed out again on that stream at once: the stream's
 //! order puts its new work after the work that used it. On any other stream it waits until the
-//! free is known done ("settled": a synchronization of its stream or of the device). That is
+//! free is known done ("settled": a synchronization of its stream or of the device that began
+//! after the free; frees are numbered, so one made while a synchronization was under way is not
+//! settled by it). That is
 //! CUDA's rule with none of its optional reuse (event dependencies, opportunistic reuse), which
 //! it permits but never requires.
 
@@ -23,6 +25,8 @@ struct Cached<B> {
     capacity: u64,
     /// The stream whose order its free is in; `None` once the free is known done.
     freed_on: Option<usize>,
+    /// The free's number, in the order frees were made.
+    freed_at: u64,
 }
 
 /// Blocks held for reuse and the pool's counters.
@@ -79,10 +83,11 @@ impl<B> Cache<B> {
         self.used_high = self.used_high.max(self.used);
     }
 
-    /// A handed-out block came back, freed in `freed_on`'s order (`None`: its work is done).
-    pub fn give_back(&mut self, block: B, capacity: u64, freed_on: Option<usize>) {
+    /// A handed-out block came back by free number `freed_at`, freed in `freed_on`'s order
+    /// (`None`: its work is done).
+    pub fn give_back(&mut self, block: B, capacity: u64, freed_on: Option<usize>, freed_at: u64) {
         self.used -= capacity;
-        self.cached.push(Cached { block, capacity, freed_on });
+        self.cached.push(Cached { block, capacity, freed_on, freed_at });
     }
 
     /// A handed-out block left the pool for good (freed back to the device).
@@ -91,9 +96,11 @@ impl<B> Cache<B> {
         self.reserved -= capacity;
     }
 
-    /// The work of `stream` (`None`: of every stream) is known done: its frees are settled.
-    pub fn settle(&mut self, stream: Option<usize>) {
-        for c in self.cached.iter_mut().filter(|c| stream.is_none() || c.freed_on == stream) {
+    /// The work of `stream` (`None`: of every stream) queued before free number `before` is
+    /// known done: its frees numbered below that are settled.
+    pub fn settle(&mut self, stream: Option<usize>, before: u64) {
+        let covered = |c: &Cached<B>| (stream.is_none() || c.freed_on == stream) && c.freed_at < before;
+        for c in self.cached.iter_mut().filter(|c| covered(c)) {
             c.freed_on = None;
         }
     }
@@ -168,13 +175,15 @@ mod tests {
     fn a_free_is_reused_at_once_on_its_stream_and_on_another_once_settled() {
         let mut cache = Cache::default();
         cache.grown(1024);
-        cache.give_back("block", 1024, Some(STREAM_A));
+        cache.give_back("block", 1024, Some(STREAM_A), 1);
         assert!(cache.take(1024, STREAM_B).is_none(), "reused on a stream that may still be using it");
         assert_eq!(cache.take(1024, STREAM_A), Some(("block", 1024)));
-        cache.give_back("block", 1024, Some(STREAM_A));
-        cache.settle(Some(STREAM_B));
+        cache.give_back("block", 1024, Some(STREAM_A), 1);
+        cache.settle(Some(STREAM_B), 2);
         assert!(cache.take(1024, STREAM_B).is_none(), "another stream's synchronization settled it");
-        cache.settle(Some(STREAM_A));
+        cache.settle(Some(STREAM_A), 1);
+        assert!(cache.take(1024, STREAM_B).is_none(), "a synchronization begun before the free settled it");
+        cache.settle(Some(STREAM_A), 2);
         assert_eq!(cache.take(1024, STREAM_B), Some(("block", 1024)));
     }
 
@@ -183,7 +192,7 @@ mod tests {
         let mut cache = Cache::default();
         for (block, capacity) in [("big", 8192), ("small", 512), ("middle", 2048), ("fit", 1536)] {
             cache.grown(capacity);
-            cache.give_back(block, capacity, None);
+            cache.give_back(block, capacity, None, 0);
         }
         assert_eq!(cache.take(1024, STREAM_A), Some(("fit", 1536)));
         assert_eq!(cache.take(1024, STREAM_A), Some(("middle", 2048)));
@@ -196,7 +205,7 @@ mod tests {
         let mut cache = Cache::default();
         cache.grown(1024);
         cache.grown(4096);
-        cache.give_back("a", 1024, None);
+        cache.give_back("a", 1024, None, 0);
         assert_eq!(cache.counters(), Counters { reserved: 5120, reserved_high: 5120, used: 4096, used_high: 5120 });
         cache.reset_used_high();
         assert_eq!(cache.counters().used_high, 4096);
@@ -214,7 +223,7 @@ mod tests {
             let mut cache = Cache::default();
             for (block, capacity) in [("1k", 1024), ("4k", 4096), ("2k", 2048)] {
                 cache.grown(capacity);
-                cache.give_back(block, capacity, Some(STREAM_A));
+                cache.give_back(block, capacity, Some(STREAM_A), 0);
             }
             cache
         };
@@ -224,7 +233,7 @@ mod tests {
         assert_eq!(cache.counters().reserved, 3072);
         assert_eq!(cache.release_over(3000), vec!["2k"], "3 KiB held over a threshold of 3000 bytes");
         cache.grown(2048);
-        cache.give_back("2k", 2048, None);
+        cache.give_back("2k", 2048, None, 0);
         assert_eq!(cache.release_over(u64::MAX), Vec::<&str>::new());
         assert_eq!(cache.release_over(0), vec!["2k", "1k"]);
         // A trim never goes under what it keeps.

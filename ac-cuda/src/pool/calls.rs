@@ -229,7 +229,7 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(pool: usize, map: *const AccessDesc,
                     Error::said(code::INVALID_VALUE, "a memory pool's own device keeps read-write access")
                 } else {
                     Error::said(
-                        code::PEER_ACCESS_UNSUPPORTED,
+                        code::INVALID_VALUE,
                         format!("device {device} cannot reach device {}'s memory pool (no peer access)", pool.device),
                     )
                 });

@@ -14,6 +14,7 @@ mod calls;
 
 use std::collections::HashMap;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{code, CuResult, Error};
@@ -82,6 +83,20 @@ fn handed_out() -> MutexGuard<'static, HashMap<(usize, u64), HandedOut>> {
     HANDED_OUT.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The order of a free on a legacy default stream (`CU_STREAM_LEGACY`, the NULL stream), which
+/// in CUDA waits for every blocking stream's earlier work: the default stream here does not, so
+/// only a synchronization of the whole device settles such a free.
+pub const LEGACY_ORDER: usize = usize::MAX;
+
+/// Frees made so far: a free's number orders it against synchronizations ([`mark`]).
+static FREES: AtomicU64 = AtomicU64::new(0);
+
+/// The number the next free gets: read before a synchronization begins, it says which frees
+/// that synchronization settles (those numbered below it).
+pub fn mark() -> u64 {
+    FREES.load(Ordering::SeqCst)
+}
+
 /// Device `device`'s default pool (made at its first use).
 pub fn default_pool(device: usize) -> CuResult<usize> {
     state::shim()?.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
@@ -100,10 +115,13 @@ pub fn current_pool(device: usize) -> CuResult<usize> {
 
 /// Pool `handle`, if it is one of `device`'s, becomes the one `cuMemAllocAsync` takes from.
 fn set_current(device: usize, handle: usize) -> CuResult<()> {
+    // Checked and set under one lock, which `destroy` takes too: a pool destroyed meanwhile is
+    // never left current.
+    let mut places = places();
     if pools().get(handle)?.device != device {
-        return Err(Error::said(code::INVALID_DEVICE, "a memory pool of another device"));
+        return Err(Error::said(code::INVALID_VALUE, "a memory pool of another device"));
     }
-    places().current.insert(device, handle);
+    places.current.insert(device, handle);
     Ok(())
 }
 
@@ -173,7 +191,8 @@ fn release_others(pool: &Pool) {
 }
 
 /// The block at `address` comes back to its pool, freed in `freed_on`'s stream order (`None`:
-/// its work is done). `None` if the address is not pool memory handed out.
+/// its work is done; [`LEGACY_ORDER`]: the legacy default stream's). `None` if the address is
+/// not pool memory handed out.
 pub fn give_back(device: usize, address: u64, freed_on: Option<usize>) -> Option<CuResult<()>> {
     let (_, pool, capacity) = handed_out().remove(&(device, address))?;
     let shim = match state::shim() {
@@ -187,7 +206,8 @@ pub fn give_back(device: usize, address: u64, freed_on: Option<usize>) -> Option
         state.cache.shrunk(capacity);
         drop(allocation);
     } else {
-        state.cache.give_back((address, allocation), capacity, freed_on);
+        let freed_at = FREES.fetch_add(1, Ordering::SeqCst);
+        state.cache.give_back((address, allocation), capacity, freed_on, freed_at);
     }
     Some(Ok(()))
 }
@@ -197,14 +217,15 @@ pub fn of(device: usize, address: u64) -> Option<usize> {
     handed_out().get(&(device, address)).map(|(handle, _, _)| *handle)
 }
 
-/// The work of `stream` on `device` (`None`: all of its work) is known done: blocks freed in
-/// its order may go to any stream, and each of the device's pools frees back to the device
-/// what it holds over its release threshold.
-pub fn settled(device: usize, stream: Option<usize>) {
+/// The work of `stream` on `device` (`None`: all of its work) queued before [`mark`] answered
+/// `before` is known done: blocks freed in its order before then may go to any stream, and
+/// each of the device's pools frees back to the device what it holds over its release
+/// threshold.
+pub fn settled(device: usize, stream: Option<usize>, before: u64) {
     for (_, pool) in pools().all() {
         if pool.device == device {
             let mut state = pool.lock();
-            state.cache.settle(stream);
+            state.cache.settle(stream, before);
             let threshold = state.threshold;
             drop(state.cache.release_over(threshold));
         }
@@ -219,8 +240,8 @@ fn destroy(handle: usize) -> CuResult<()> {
     if pool.default {
         return Err(Error::said(code::INVALID_VALUE, "a device's default memory pool cannot be destroyed"));
     }
-    pools().remove(handle)?;
     let mut places = places();
+    pools().remove(handle)?;
     if places.current.get(&pool.device) == Some(&handle) {
         places.current.remove(&pool.device);
     }

@@ -473,6 +473,7 @@ async fn memory_pools_hand_freed_blocks_out_again_in_stream_order() {
         "8 rounds of cudaMallocAsync, vadd, cudaFreeAsync exact",
         "the same block each round: 8 of 8; reserved holds 3 blocks, used 0",
         "freed on one stream: another stream's block another before the free's stream synchronized, the same after",
+        "freed on the legacy stream: its block another before a synchronization, another after the stream's, the same after the device's",
         "threshold: memory held, trimmed to 0; threshold 0: memory held until the synchronization, 0 after",
         "a block of the program's pool exact",
         "2 MiB from a pool of at most 1 MiB: cudaErrorMemoryAllocation",
