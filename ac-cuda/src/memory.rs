@@ -14,7 +14,7 @@ use crate::guard;
 use crate::managed::{self, Reach};
 use crate::pool;
 use crate::state::{self, put, Allocation};
-use crate::stream::{device_of_stream, order_key, stream_of};
+use crate::stream::{device_of_stream, free_order, order_key, stream_of};
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut u64, bytes: usize) -> u32 {
@@ -57,15 +57,6 @@ unsafe fn alloc_from_pool(address: *mut u64, bytes: usize, pool: usize, stream: 
     put(address, pool::alloc(pool, bytes, order_key(stream))?)
 }
 
-/// The order a free on `stream` is in: the legacy default stream's waits, in CUDA, for every
-/// blocking stream, which the default stream here does not ([`pool::LEGACY_ORDER`]).
-fn freed_in(stream: usize) -> usize {
-    match stream {
-        0 | 1 => pool::LEGACY_ORDER,
-        _ => order_key(stream),
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn cuMemAllocPitch_v2(
     address: *mut u64,
@@ -95,7 +86,7 @@ pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
         let shim = state::shim()?;
         let pooled = shim
             .device_of(address, Some(device_of_stream(stream)?))
-            .and_then(|device| pool::give_back(device, address, Some(freed_in(stream))));
+            .and_then(|device| pool::give_back(device, address, Some(free_order(stream))));
         pooled.unwrap_or_else(|| free(address))
     })
 }

@@ -304,7 +304,7 @@ impl<T> Registry<T> {
     /// Keeps `record` and answers its handle.
     pub fn insert(&self, record: T) -> usize {
         let record = Arc::new(record);
-        let handle = Arc::as_ptr(&record) as usize;
+        let handle = Self::handle_of(&record);
         self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, record);
         handle
     }
@@ -317,6 +317,11 @@ impl<T> Registry<T> {
             .get(&handle)
             .cloned()
             .ok_or(Error::Code(code::INVALID_HANDLE))
+    }
+
+    /// The handle a kept record answers to.
+    pub fn handle_of(record: &Arc<T>) -> usize {
+        Arc::as_ptr(record) as usize
     }
 
     /// Every record kept, with its handle.

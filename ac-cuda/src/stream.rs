@@ -88,6 +88,15 @@ pub fn order_key(handle: usize) -> usize {
     }
 }
 
+/// The order a free on stream `handle` is in: the legacy default stream's waits, in CUDA, for
+/// every blocking stream, which the default stream here does not ([`pool::LEGACY_ORDER`]).
+pub fn free_order(handle: usize) -> usize {
+    match handle {
+        0 | 1 => pool::LEGACY_ORDER,
+        _ => order_key(handle),
+    }
+}
+
 /// The device a stream handle belongs to (the current device for the default streams).
 pub fn device_of_stream(handle: usize) -> CuResult<usize> {
     if DEFAULT_STREAMS.contains(&handle) {

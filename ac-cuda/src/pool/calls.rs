@@ -44,6 +44,12 @@ const ALLOCATION_PINNED: c_int = 1;
 const ACCESS_NONE: c_uint = 0;
 const ACCESS_READWRITE: c_uint = 3;
 
+/// An attribute's value: an `int` (flags, types, ids) or a `cuuint64_t` (sizes).
+enum Value {
+    Int(c_int),
+    U64(u64),
+}
+
 /// `CUmemPool_attribute`.
 mod attribute {
     pub const REUSE_FOLLOW_EVENT_DEPENDENCIES: i32 = 1;
@@ -185,27 +191,26 @@ pub unsafe extern "C" fn cuMemPoolGetAttribute(pool: usize, attr: c_int, value: 
         }
         let state = pool.lock();
         let counters = state.cache.counters();
-        let (int, int64): (Option<c_int>, Option<u64>) = match attr {
+        let answer = match attr {
             attribute::REUSE_FOLLOW_EVENT_DEPENDENCIES..=attribute::REUSE_ALLOW_INTERNAL_DEPENDENCIES => {
-                (Some(state.reuse[(attr - 1) as usize]), None)
+                Value::Int(state.reuse[(attr - 1) as usize])
             }
-            attribute::RELEASE_THRESHOLD => (None, Some(state.threshold)),
-            attribute::RESERVED_MEM_CURRENT => (None, Some(counters.reserved)),
-            attribute::RESERVED_MEM_HIGH => (None, Some(counters.reserved_high)),
-            attribute::USED_MEM_CURRENT => (None, Some(counters.used)),
-            attribute::USED_MEM_HIGH => (None, Some(counters.used_high)),
-            attribute::ALLOCATION_TYPE => (Some(ALLOCATION_PINNED), None),
-            attribute::EXPORT_HANDLE_TYPES | attribute::HW_DECOMPRESS_ENABLED => (Some(0), None),
-            attribute::LOCATION_ID => (Some(pool.device as c_int), None),
-            attribute::LOCATION_TYPE => (Some(LOCATION_DEVICE), None),
-            attribute::MAX_POOL_SIZE => (None, Some(pool.max_size)),
-            attribute::LOCALITY_DOMAIN_ID => (Some(-1), None),
+            attribute::RELEASE_THRESHOLD => Value::U64(state.threshold),
+            attribute::RESERVED_MEM_CURRENT => Value::U64(counters.reserved),
+            attribute::RESERVED_MEM_HIGH => Value::U64(counters.reserved_high),
+            attribute::USED_MEM_CURRENT => Value::U64(counters.used),
+            attribute::USED_MEM_HIGH => Value::U64(counters.used_high),
+            attribute::ALLOCATION_TYPE => Value::Int(ALLOCATION_PINNED),
+            attribute::EXPORT_HANDLE_TYPES | attribute::HW_DECOMPRESS_ENABLED => Value::Int(0),
+            attribute::LOCATION_ID => Value::Int(pool.device as c_int),
+            attribute::LOCATION_TYPE => Value::Int(LOCATION_DEVICE),
+            attribute::MAX_POOL_SIZE => Value::U64(pool.max_size),
+            attribute::LOCALITY_DOMAIN_ID => Value::Int(-1),
             _ => return Err(Error::said(code::INVALID_VALUE, format!("memory pool attribute {attr}"))),
         };
-        match (int, int64) {
-            (Some(v), _) => *(value as *mut c_int) = v,
-            (_, Some(v)) => *(value as *mut u64) = v,
-            _ => unreachable!("every attribute answers one value"),
+        match answer {
+            Value::Int(v) => *(value as *mut c_int) = v,
+            Value::U64(v) => *(value as *mut u64) = v,
         }
         Ok(())
     })

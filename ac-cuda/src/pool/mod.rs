@@ -74,8 +74,8 @@ fn places() -> MutexGuard<'static, Places> {
     PLACES.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A block handed out: its pool's handle, the pool, and the block's capacity.
-type HandedOut = (usize, Arc<Pool>, u64);
+/// A block handed out: its pool and the block's capacity.
+type HandedOut = (Arc<Pool>, u64);
 
 /// Pool memory handed out, by (device, address).
 fn handed_out() -> MutexGuard<'static, HashMap<(usize, u64), HandedOut>> {
@@ -141,7 +141,7 @@ pub fn alloc(handle: usize, bytes: usize, stream: usize) -> CuResult<u64> {
     };
     allocation.size = bytes as u64;
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((pool.device, address), allocation);
-    handed_out().insert((pool.device, address), (handle, pool.clone(), capacity));
+    handed_out().insert((pool.device, address), (pool.clone(), capacity));
     Ok(address)
 }
 
@@ -194,7 +194,7 @@ fn release_others(pool: &Pool) {
 /// its work is done; [`LEGACY_ORDER`]: the legacy default stream's). `None` if the address is
 /// not pool memory handed out.
 pub fn give_back(device: usize, address: u64, freed_on: Option<usize>) -> Option<CuResult<()>> {
-    let (_, pool, capacity) = handed_out().remove(&(device, address))?;
+    let (pool, capacity) = handed_out().remove(&(device, address))?;
     let shim = match state::shim() {
         Ok(shim) => shim,
         Err(e) => return Some(Err(e)),
@@ -214,7 +214,7 @@ pub fn give_back(device: usize, address: u64, freed_on: Option<usize>) -> Option
 
 /// The handle of the pool that handed out the allocation starting at `address`, if one did.
 pub fn of(device: usize, address: u64) -> Option<usize> {
-    handed_out().get(&(device, address)).map(|(handle, _, _)| *handle)
+    handed_out().get(&(device, address)).map(|(pool, _)| Registry::handle_of(pool))
 }
 
 /// The work of `stream` on `device` (`None`: all of its work) queued before [`mark`] answered
