@@ -46,14 +46,17 @@ pub unsafe extern "C" fn cuMemAllocFromPoolAsync(address: *mut u64, bytes: usize
     guard("cuMemAllocFromPoolAsync", || alloc_from_pool(address, bytes, pool, stream))
 }
 
-/// Hands out `bytes` of `pool` in `stream`'s order. In a capture it would be a graph's
-/// allocation node, not served.
+/// Hands out `bytes` of `pool` in `stream`'s order; on a capturing stream, graph memory (an
+/// allocation node of the capture's graph).
 unsafe fn alloc_from_pool(address: *mut u64, bytes: usize, pool: usize, stream: usize) -> CuResult<()> {
     if address.is_null() {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    graph::refuse_if_capturing(stream, "an allocation")?;
-    device_of_stream(stream)?;
+    let device = device_of_stream(stream)?;
+    if graph::is_capturing(stream) {
+        pool::check_device(pool, device)?;
+        return put(address, graph::memory::alloc_captured(stream, device, bytes)?);
+    }
     put(address, pool::alloc(pool, bytes, order_key(stream))?)
 }
 
@@ -80,13 +83,16 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
     // Pool memory goes back to its pool in the stream's order; other memory is freed by the
-    // backend after the work queued before it, on every stream.
+    // backend after the work queued before it, on every stream. On a capturing stream, graph
+    // memory gets a free node.
     guard("cuMemFreeAsync", || {
-        graph::refuse_if_capturing(stream, "a free")?;
         let shim = state::shim()?;
-        let pooled = shim
-            .device_of(address, Some(device_of_stream(stream)?))
-            .and_then(|device| pool::give_back(device, address, Some(free_order(stream))));
+        let device = shim.device_of(address, Some(device_of_stream(stream)?));
+        if graph::is_capturing(stream) {
+            let device = device.ok_or(Error::Code(code::INVALID_VALUE))?;
+            return graph::memory::free_captured(stream, device, address);
+        }
+        let pooled = device.and_then(|device| pool::give_back(device, address, Some(free_order(stream))));
         pooled.unwrap_or_else(|| free(address))
     })
 }
@@ -97,6 +103,9 @@ fn free(address: u64) -> CuResult<()> {
     }
     let shim = state::shim()?;
     let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
+    if let Some(freed) = graph::memory::free_outside(device, address) {
+        return freed;
+    }
     if pool::of(device, address).is_some() {
         // A free waits for the device's work, as CUDA's does: the block goes back settled.
         crate::context::synchronize(device)?;

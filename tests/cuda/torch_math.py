@@ -24,6 +24,9 @@ def rand(seed, *shape, dtype=torch.float32):
 
 
 print(f"devices {torch.cuda.device_count()}: {torch.cuda.get_device_name(0)}, capability {torch.cuda.get_device_capability(0)}")
+# PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync: stream-ordered allocation from the driver's
+# memory pool, and graph memory nodes in a capture; native: PyTorch's own caching allocator.
+print(f"allocator {torch.cuda.get_allocator_backend()}")
 a, b, bias = rand(1, 64, 48), rand(2, 48, 32), rand(3, 32)
 at = rand(4, 48, 64)  # used transposed: cuBLAS's transpose flags, no copy
 batch_a, batch_b = rand(5, 4, 16, 48), rand(6, 4, 48, 8)
@@ -106,6 +109,24 @@ def mm_in_a_graph():
 
 
 check("mm in a CUDA graph", mm_in_a_graph, lambda: (a * 2) @ b, F32)
+
+
+def mm_allocating_in_a_graph():
+    """A product whose output is allocated in the capture (with cudaMallocAsync, a graph
+    allocation node: the same address at each replay), replayed twice with new input."""
+    x = d["a"].clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = torch.mm(x, d["b"])
+    results = []
+    for factor in (3, 5):
+        x.copy_(a * factor)
+        graph.replay()
+        results.append(out.cpu())
+    return torch.cat(results)  # on the host: a concatenation on the device is PyTorch's kernel
+
+
+check("mm allocating in a CUDA graph", mm_allocating_in_a_graph, lambda: torch.cat([(a * 3) @ b, (a * 5) @ b]), F32)
 
 signal, image = rand(9, 4096), rand(10, 64, 64)
 check("fft", lambda: torch.fft.fft(signal.to(torch.complex64).to(DEV)), lambda: torch.fft.fft(signal.to(torch.complex64)), F32)

@@ -4,8 +4,10 @@
 //! CUDA reads them; its work is sent at each launch. A launch on a capturing stream is
 //! recorded as a child graph node.
 //!
+//! Memory allocation and free nodes are [`super::memory`]'s.
+//!
 //! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): event, external
-//! semaphore, memory allocation, batched memory and conditional nodes, setting a node's
+//! semaphore, batched memory and conditional nodes, setting a node's
 //! parameters in place (`cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`; an update from
 //! a graph of the same shape, `cuGraphExecUpdate`, is served), edge data, device launches.
 
@@ -15,8 +17,9 @@ use std::sync::Arc;
 use ac_frontend::LaunchDims;
 
 use super::{
-    add_dependency, add_node, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, instantiate, new_graph,
-    node, or_record, refuse_edge_data, result, Kept, NodeKind, Replay,
+    add_dependency, add_node, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, handles, instantiate,
+    instantiate_child, new_graph, node, or_record, refuse_edge_data, refuse_if_capturing, result, Kept, NodeKind,
+    Replay,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -24,15 +27,6 @@ use crate::launch::prepare;
 use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
 use crate::state::put;
 use crate::stream::{device_of_stream, run_host_function, HostFn};
-
-/// The `count` handles at `p` (none when `count` is 0).
-unsafe fn handles<'a>(p: *const usize, count: usize) -> CuResult<&'a [usize]> {
-    match (p.is_null(), count) {
-        (_, 0) => Ok(&[]),
-        (false, n) => Ok(std::slice::from_raw_parts(p, n)),
-        (true, _) => Err(Error::Code(code::INVALID_VALUE)),
-    }
-}
 
 /// Adds a node to `graph` after the `count` nodes at `deps`, its handle written to `out`.
 unsafe fn add(
@@ -202,7 +196,7 @@ pub unsafe extern "C" fn cuGraphAddHostNode(
 /// A graph's launch: its executable form made now, as CUDA copies a child graph when the node
 /// is added.
 fn launch_of(graph: usize) -> CuResult<Replay> {
-    let exec = exec(instantiate(graph)?)?;
+    let exec = exec(instantiate_child(graph)?)?;
     Ok(Arc::new(move |stream| exec.replay(stream)))
 }
 
@@ -300,10 +294,10 @@ pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`, `..._UPLOAD`,
-/// `..._DEVICE_LAUNCH` and `..._USE_NODE_PRIORITY`: every flag CUDA 13 defines. Auto-free and
-/// priorities change nothing here (no allocation nodes; one order); an upload is a no-op;
-/// device launch is not served.
+/// `..._DEVICE_LAUNCH` and `..._USE_NODE_PRIORITY`: every flag CUDA 13 defines. Priorities
+/// change nothing here (one order); an upload is a no-op; device launch is not served.
 const FLAGS: u64 = 1 | 2 | 4 | 8;
+const AUTO_FREE_ON_LAUNCH: u64 = 1;
 const DEVICE_LAUNCH: u64 = 4;
 
 /// An executable graph of `graph` written to `out`, after `flags` are checked.
@@ -317,7 +311,7 @@ unsafe fn instantiate_with(out: *mut usize, graph: usize, flags: u64) -> CuResul
             "graphs launched from the device are not supported on remote accelerators",
         ));
     }
-    put(out, instantiate(graph)?)
+    put(out, instantiate(graph, flags & AUTO_FREE_ON_LAUNCH != 0)?)
 }
 
 #[no_mangle]
@@ -394,6 +388,10 @@ pub extern "C" fn cuGraphLaunch(handle: usize, stream: usize) -> u32 {
     guard("cuGraphLaunch", || {
         let exec = exec(handle)?;
         device_of_stream(stream)?;
+        if exec.has_memory() {
+            // As CUDA's: a graph with memory nodes is not a child of another.
+            refuse_if_capturing(stream, "a launch of a graph with memory nodes")?;
+        }
         or_record(stream, NodeKind::Graph, move |stream| exec.replay(stream))
     })
 }

@@ -138,13 +138,18 @@ pub fn or_record(
     kind: NodeKind,
     op: impl Fn(usize) -> CuResult<()> + Send + Sync + 'static,
 ) -> CuResult<()> {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
+    if !is_capturing(stream) {
         return op(stream);
     }
+    record(stream, |graph, deps| add_node(graph, kind, deps, Some(Arc::new(op)))).map(drop)
+}
+
+/// Records a node on capturing stream `stream`, after its last work: `add` adds it to the
+/// capture's graph after the nodes given (and answers its handle, answered here).
+pub fn record(stream: usize, add: impl FnOnce(usize, &[usize]) -> CuResult<usize>) -> CuResult<usize> {
     let mut streams = capturing();
     let Some(s) = streams.get_mut(&stream) else {
-        drop(streams);
-        return op(stream);
+        return Err(Error::said(result::ILLEGAL_STATE, "the stream is not capturing"));
     };
     let (graph, invalidated) = {
         let c = lock(&s.capture);
@@ -153,9 +158,9 @@ pub fn or_record(
     if invalidated {
         return Err(Error::said(result::CAPTURE_INVALIDATED, "the stream's capture was invalidated"));
     }
-    let node = add_node(graph, kind, &s.frontier, Some(Arc::new(op)))?;
+    let node = add(graph, &s.frontier)?;
     s.frontier = vec![node];
-    Ok(())
+    Ok(node)
 }
 
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` if stream `handle` is capturing, its capture then

@@ -7,8 +7,8 @@
 //!
 //! This module holds the graphs, nodes and executable graphs (`capturing`: the capturing
 //! streams), and imports none of the modules whose calls it records (they call [`or_record`]);
-//! the entry points are [`calls`] (building, instantiating and launching graphs) and [`capture`]
-//! (stream capture).
+//! the entry points are [`calls`] (building, instantiating and launching graphs), [`capture`]
+//! (stream capture) and [`memory`] (graph memory: allocation and free nodes).
 //!
 //! Invariants: a node belongs to one graph and depends only on nodes of that graph; a
 //! capturing stream's work is either recorded ([`or_record`]) or refused with
@@ -19,6 +19,7 @@
 pub mod calls;
 pub mod capture;
 mod capturing;
+pub mod memory;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
@@ -28,9 +29,10 @@ use crate::error::{code, CuResult, Error};
 use crate::state::Registry;
 
 pub use capturing::{
-    begin, end, info, is_capturing, join, mark, or_record, refuse_if_capturing, stream_destroyed, update_dependencies,
-    CaptureInfo, Mark,
+    begin, end, info, is_capturing, join, mark, or_record, record, refuse_if_capturing, stream_destroyed,
+    update_dependencies, CaptureInfo, Mark,
 };
+use memory::GraphAlloc;
 
 /// `CUDA_ERROR_ILLEGAL_STATE` and the stream-capture and graph `CUresult`s (cuda.h).
 pub mod result {
@@ -84,6 +86,10 @@ pub enum NodeKind {
     Graph,
     /// Nothing: a join point.
     Empty,
+    /// An allocation of graph memory.
+    MemAlloc,
+    /// A free of graph memory.
+    MemFree,
 }
 
 impl NodeKind {
@@ -96,6 +102,8 @@ impl NodeKind {
             NodeKind::Host => 3,
             NodeKind::Graph => 4,
             NodeKind::Empty => 5,
+            NodeKind::MemAlloc => 10,
+            NodeKind::MemFree => 11,
         }
     }
 }
@@ -110,6 +118,8 @@ pub struct Node {
     deps: Mutex<Vec<usize>>,
     /// Its work; none for an empty node.
     replay: Option<Replay>,
+    /// The graph memory an allocation or free node allocates or frees.
+    pub memory: Option<Arc<GraphAlloc>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -136,11 +146,18 @@ pub struct Graph {
 struct Step {
     kind: NodeKind,
     replay: Option<Replay>,
+    memory: Option<Arc<GraphAlloc>>,
 }
 
 /// An executable graph: its steps in an order its dependencies allow.
 pub struct Exec {
     steps: Mutex<Vec<Step>>,
+    /// The graph memory its allocation nodes allocate (its graph's: one executable graph at a
+    /// time may hold them).
+    allocations: Vec<Arc<GraphAlloc>>,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
+    /// one allocated and nothing freed since.
+    auto_free: bool,
 }
 
 impl std::fmt::Debug for Exec {
@@ -151,17 +168,37 @@ impl std::fmt::Debug for Exec {
 }
 
 impl Exec {
-    /// Sends each step's work on `stream`, in order; the first error ends the launch.
+    /// Sends each step's work on `stream`, in order; the first error ends the launch. Graph
+    /// memory its last launch allocated and nothing freed since is freed first with auto-free,
+    /// else the launch is refused (`CUDA_ERROR_INVALID_VALUE`), as CUDA's.
     pub fn replay(&self, stream: usize) -> CuResult<()> {
+        for allocation in self.allocations.iter().filter(|a| a.is_live()) {
+            if !self.auto_free {
+                return Err(Error::said(
+                    code::INVALID_VALUE,
+                    "the graph's memory from its last launch is not freed (instantiate with auto-free on launch, or free it)",
+                ));
+            }
+            allocation.freed();
+        }
         let steps = lock(&self.steps).clone();
         steps.iter().filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream))
     }
 
+    /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
+    pub fn has_memory(&self) -> bool {
+        lock(&self.steps).iter().any(|s| s.memory.is_some())
+    }
+
     /// Takes `graph`'s nodes as its steps, when they are the same kinds in the same order (the
-    /// topology the steps were made from); `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` otherwise.
+    /// topology the steps were made from); `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` otherwise,
+    /// and for graphs with memory nodes.
     pub fn update(&self, graph: usize) -> CuResult<()> {
         let new = ordered(graph)?;
         let mut steps = lock(&self.steps);
+        if steps.iter().chain(&new).any(|s| s.memory.is_some()) {
+            return Err(Error::said(result::EXEC_UPDATE_FAILURE, "graphs with memory nodes cannot be updated"));
+        }
         if steps.len() != new.len() || steps.iter().zip(&new).any(|(a, b)| a.kind != b.kind) {
             return Err(Error::said(
                 result::EXEC_UPDATE_FAILURE,
@@ -170,6 +207,23 @@ impl Exec {
         }
         *steps = new;
         Ok(())
+    }
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        for allocation in &self.allocations {
+            allocation.uninstantiated();
+        }
+    }
+}
+
+/// The `count` handles at `p` (none when `count` is 0).
+pub unsafe fn handles<'a>(p: *const usize, count: usize) -> CuResult<&'a [usize]> {
+    match (p.is_null(), count) {
+        (_, 0) => Ok(&[]),
+        (false, n) => Ok(std::slice::from_raw_parts(p, n)),
+        (true, _) => Err(Error::Code(code::INVALID_VALUE)),
     }
 }
 
@@ -227,11 +281,32 @@ pub fn node(handle: usize) -> CuResult<Arc<Node>> {
 
 /// Adds a node to `graph` after `deps` (nodes of that graph), answering its handle.
 pub fn add_node(graph: usize, kind: NodeKind, deps: &[usize], replay: Option<Replay>) -> CuResult<usize> {
+    add_node_holding(graph, kind, deps, replay, None)
+}
+
+/// Adds a node to `graph` after `deps`, holding `memory` (an allocation or free node's).
+pub fn add_node_holding(
+    graph: usize,
+    kind: NodeKind,
+    deps: &[usize],
+    replay: Option<Replay>,
+    memory: Option<Arc<GraphAlloc>>,
+) -> CuResult<usize> {
     let record = graphs().get(graph)?;
     check_members(graph, deps)?;
-    let handle = nodes().insert(Node { graph, kind, deps: Mutex::new(dedup(deps)), replay });
+    let handle = nodes().insert(Node { graph, kind, deps: Mutex::new(dedup(deps)), replay, memory });
     lock(&record.nodes).push(handle);
     Ok(handle)
+}
+
+/// `CUDA_ERROR_NOT_SUPPORTED` if `graph` has memory nodes: such a graph is not cloned, nor a
+/// child of another, as CUDA's.
+fn refuse_memory_nodes(graph: usize, what: &str) -> CuResult<()> {
+    let handles = graph_nodes(graph)?;
+    if handles.iter().any(|&h| nodes().get(h).is_ok_and(|n| n.memory.is_some())) {
+        return Err(Error::said(code::NOT_SUPPORTED, format!("a graph with memory nodes cannot be {what}")));
+    }
+    Ok(())
 }
 
 /// `CUDA_ERROR_INVALID_VALUE` unless every one of `handles` is a node of `graph`.
@@ -262,6 +337,7 @@ pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
 
 /// A copy of `graph`: new nodes, the same work and dependencies.
 pub fn clone_graph(graph: usize) -> CuResult<usize> {
+    refuse_memory_nodes(graph, "cloned")?;
     let copy = new_graph();
     let mut renamed = HashMap::new();
     for old in graph_nodes(graph)? {
@@ -293,15 +369,39 @@ fn ordered(graph: usize) -> CuResult<Vec<Step>> {
             return Err(Error::said(code::INVALID_VALUE, "the graph's dependencies make a cycle"));
         };
         done[i] = true;
-        order.push(Step { kind: records[i].kind, replay: records[i].replay.clone() });
+        let n = &records[i];
+        order.push(Step { kind: n.kind, replay: n.replay.clone(), memory: n.memory.clone() });
     }
     Ok(order)
 }
 
-/// An executable graph of `graph`, answering its handle.
-pub fn instantiate(graph: usize) -> CuResult<usize> {
+/// An executable graph of `graph`, answering its handle; with `auto_free`, each launch first
+/// frees the graph memory the last one left allocated. A graph with allocation nodes has one
+/// executable graph at a time (its memory's addresses are fixed): a second is
+/// `CUDA_ERROR_NOT_SUPPORTED`.
+pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
     let steps = ordered(graph)?;
-    Ok(execs().insert(Exec { steps: Mutex::new(steps) }))
+    let owned = steps.iter().filter(|s| s.kind == NodeKind::MemAlloc).filter_map(|s| s.memory.clone());
+    let mut allocations = Vec::new();
+    for allocation in owned {
+        if !allocation.instantiated() {
+            // Dropping the executable graph gives back what it claimed.
+            drop(Exec { steps: Mutex::default(), allocations, auto_free });
+            return Err(Error::said(
+                code::NOT_SUPPORTED,
+                "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
+            ));
+        }
+        allocations.push(allocation);
+    }
+    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free }))
+}
+
+/// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are
+/// refused, as CUDA refuses them as children.
+pub fn instantiate_child(graph: usize) -> CuResult<usize> {
+    refuse_memory_nodes(graph, "a child graph")?;
+    instantiate(graph, false)
 }
 
 /// Executable graph `handle`.

@@ -19,7 +19,7 @@ pub struct Location {
 
 /// `CUmemPoolProps` (CUDA 12.2 and later; earlier ones have zeros where `max_size` is).
 #[repr(C)]
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct PoolProps {
     alloc_type: c_int,
     handle_types: c_int,
@@ -43,6 +43,22 @@ const LOCATION_DEVICE: c_int = 1;
 const ALLOCATION_PINNED: c_int = 1;
 const ACCESS_NONE: c_uint = 0;
 const ACCESS_READWRITE: c_uint = 3;
+
+impl PoolProps {
+    /// The properties of a pool of pinned memory on device `device`, no more.
+    pub fn device_pinned(device: usize) -> Self {
+        PoolProps {
+            alloc_type: ALLOCATION_PINNED,
+            handle_types: 0,
+            location: Location { kind: LOCATION_DEVICE, id: device as c_int },
+            win32_security_attributes: std::ptr::null_mut(),
+            max_size: 0,
+            usage: 0,
+            gpu_direct_rdma_capable: 0,
+            reserved: [0; 53],
+        }
+    }
+}
 
 /// An attribute's value: an `int` (flags, types, ids) or a `cuuint64_t` (sizes).
 enum Value {
@@ -124,23 +140,33 @@ pub unsafe extern "C" fn cuMemSetMemPool(location: *mut Location, kind: c_int, p
     guard("cuMemSetMemPool", || set_current(device_at(location, kind)?, pool))
 }
 
+/// The device of pool properties `props`, if they are served: pinned memory of one of the
+/// program's devices, not shared with other processes.
+///
+/// # Safety
+/// None beyond `props` being a valid reference (a `CUmemPoolProps` the program passed).
+pub unsafe fn device_of_props(props: &PoolProps) -> CuResult<usize> {
+    let device = device_at(&props.location, props.alloc_type)?;
+    if props.handle_types != 0 {
+        return Err(Error::said(
+            code::NOT_SUPPORTED,
+            format!(
+                "memory pools shared with other processes (handle types {:#x}): the device is remote",
+                props.handle_types
+            ),
+        ));
+    }
+    if props.usage != 0 {
+        return Err(Error::said(code::NOT_SUPPORTED, format!("memory pool usage {:#x}", props.usage)));
+    }
+    Ok(device)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemPoolCreate(pool: *mut usize, props: *const PoolProps) -> u32 {
     guard("cuMemPoolCreate", || {
         let props = props.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let device = device_at(&props.location, props.alloc_type)?;
-        if props.handle_types != 0 {
-            return Err(Error::said(
-                code::NOT_SUPPORTED,
-                format!(
-                    "memory pools shared with other processes (handle types {:#x}): the device is remote",
-                    props.handle_types
-                ),
-            ));
-        }
-        if props.usage != 0 {
-            return Err(Error::said(code::NOT_SUPPORTED, format!("memory pool usage {:#x}", props.usage)));
-        }
+        let device = device_of_props(props)?;
         put(pool, pools().insert(Pool::new(device, false, props.max_size as u64)))
     })
 }
@@ -224,24 +250,32 @@ pub unsafe extern "C" fn cuMemPoolSetAccess(pool: usize, map: *const AccessDesc,
             return Err(Error::Code(code::INVALID_VALUE));
         }
         let descs = if count == 0 { &[][..] } else { std::slice::from_raw_parts(map, count) };
-        for desc in descs {
-            let device = device_at(&desc.location, ALLOCATION_PINNED)?;
-            let allowed = if device == pool.device { ACCESS_READWRITE } else { ACCESS_NONE };
-            // The pool's own device keeps its access; the others are remote GPUs that map no
-            // other's memory (`crate::peer`).
-            if desc.flags != allowed {
-                return Err(if device == pool.device {
-                    Error::said(code::INVALID_VALUE, "a memory pool's own device keeps read-write access")
-                } else {
-                    Error::said(
-                        code::INVALID_VALUE,
-                        format!("device {device} cannot reach device {}'s memory pool (no peer access)", pool.device),
-                    )
-                });
-            }
-        }
-        Ok(())
+        check_access(pool.device, descs)
     })
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` unless access descriptors `descs` for memory of device `owner`
+/// leave it as it is: its own device keeps read-write access; the others are remote GPUs that
+/// map no other's memory (`crate::peer`), so have none.
+///
+/// # Safety
+/// None beyond `descs` being the program's descriptors.
+pub unsafe fn check_access(owner: usize, descs: &[AccessDesc]) -> CuResult<()> {
+    for desc in descs {
+        let device = device_at(&desc.location, ALLOCATION_PINNED)?;
+        let allowed = if device == owner { ACCESS_READWRITE } else { ACCESS_NONE };
+        if desc.flags != allowed {
+            return Err(if device == owner {
+                Error::said(code::INVALID_VALUE, "memory's own device keeps read-write access")
+            } else {
+                Error::said(
+                    code::INVALID_VALUE,
+                    format!("device {device} cannot reach device {owner}'s memory (no peer access)"),
+                )
+            });
+        }
+    }
+    Ok(())
 }
 
 #[no_mangle]

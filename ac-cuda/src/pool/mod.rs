@@ -12,6 +12,7 @@
 pub mod cache;
 mod calls;
 
+pub use calls::{check_access, device_of_props, AccessDesc, PoolProps};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -118,10 +119,16 @@ fn set_current(device: usize, handle: usize) -> CuResult<()> {
     // Checked and set under one lock, which `destroy` takes too: a pool destroyed meanwhile is
     // never left current.
     let mut places = places();
+    check_device(handle, device)?;
+    places.current.insert(device, handle);
+    Ok(())
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` unless pool `handle` is one of `device`'s.
+pub fn check_device(handle: usize, device: usize) -> CuResult<()> {
     if pools().get(handle)?.device != device {
         return Err(Error::said(code::INVALID_VALUE, "a memory pool of another device"));
     }
-    places.current.insert(device, handle);
     Ok(())
 }
 

@@ -57,9 +57,14 @@ async fn run_math_program(name: &str, soname: &str, lines: &[&str]) {
 /// `framework_check.py`) with the frameworks' interpreter as a job's process through the shim,
 /// `LD_PRELOAD`ing it if `preload`; it must report each of `checks` ok and call nothing the shim
 /// does not serve, and Python's exit must give the accelerator back.
-async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
+async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) -> String {
+    run_framework_script_with(script, preload, &[], checks).await
+}
+
+/// [`run_framework_script`] with more of the script's environment; answers what it printed.
+async fn run_framework_script_with(script: &str, preload: bool, more_env: &[(&str, &str)], checks: &[&str]) -> String {
     let _turn = standin::exclusive().await;
-    let Some(python) = cuda::frameworks_python() else { return };
+    let Some(python) = cuda::frameworks_python() else { return String::new() };
     let dir = tempfile::tempdir().unwrap();
     let c = patient_cuda_cluster().await;
     let shim = cuda::shim_dir(dir.path());
@@ -69,6 +74,7 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
     if preload {
         env.push(("LD_PRELOAD", preloaded.to_str().unwrap()));
     }
+    env.extend_from_slice(more_env);
     let out = run(&c, &shim, &python, &[script.to_str().unwrap()], &env).await;
     let text = said(&out);
     assert!(out.status.success(), "{text}");
@@ -83,6 +89,7 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) {
     let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
+    text
 }
 
 /// PyTorch, unmodified (2.15 with its CUDA 13.2 runtime, pinned), through the shim: its matmuls
@@ -105,6 +112,7 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
         "dot",
         "mm on a side stream",
         "mm in a CUDA graph",
+        "mm allocating in a CUDA graph",
     ];
     let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
     let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
@@ -112,7 +120,31 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let complexes = ["mm", "mm conjugate-transposed", "bmm", "mv", "mv transposed", "dot", "vdot"]
         .map(|op| ["c64", "c128"].map(|t| format!("{op} {t}")));
     let names: Vec<&str> = halves.iter().chain(&complexes).flatten().map(String::as_str).collect();
-    run_framework_script("torch_math.py", true, &[&products[..], &more[..], &ffts[..], &names[..]].concat()).await;
+    let all = [&products[..], &more[..], &ffts[..], &names[..]].concat();
+    let text = run_framework_script("torch_math.py", true, &all).await;
+    assert!(text.is_empty() || text.contains("\nallocator native\n"), "{text}");
+}
+
+/// The same PyTorch script with PyTorch's `cudaMallocAsync` allocator
+/// (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`): every tensor is stream-ordered memory of
+/// the device's memory pool, and the CUDA graphs' allocations are graph memory nodes (the
+/// shim's `graph::memory`), their outputs read after each replay.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_with_its_cuda_malloc_async_allocator_runs_through_the_shim() {
+    let checks = [
+        "mm",
+        "bmm",
+        "mm f16",
+        "mm c64",
+        "mm on a side stream",
+        "mm in a CUDA graph",
+        "mm allocating in a CUDA graph",
+        "fft",
+        "rfft2",
+    ];
+    let env = [("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")];
+    let text = run_framework_script_with("torch_math.py", true, &env, &checks).await;
+    assert!(text.is_empty() || text.contains("\nallocator cudaMallocAsync\n"), "{text}");
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`

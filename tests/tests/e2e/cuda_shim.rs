@@ -492,3 +492,43 @@ async fn memory_pools_hand_freed_blocks_out_again_in_stream_order() {
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     standin::assert_no_violations();
 }
+
+/// Graph memory (`tests/cuda/graph_memory.cu`): `cudaMallocAsync` and `cudaFreeAsync` on a
+/// capturing stream become allocation and free nodes whose addresses are the same at every
+/// launch; auto-free launches round after round; without it a second launch before the free is
+/// refused; memory its graph does not free outlives the graph until the program frees it;
+/// allocation and free nodes built with the graph API; the device's counters; what CUDA refuses
+/// is refused and the program goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn graph_memory_keeps_its_addresses_across_launches_and_outlives_its_graph_until_freed() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("graph_memory", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["10000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("graph memory: all exact"), "{text}");
+    for line in [
+        "captured: 2 allocation nodes, 1 free node; reserved 2 blocks, used 0 before a launch",
+        "auto-free graph launched 3 rounds, its output read at the address the capture gave, exact",
+        "used after a launch: 1 block (the output; the temporary freed in the graph)",
+        "a second executable graph: cudaErrorNotSupported; a clone: cudaErrorNotSupported",
+        "without auto-free: launched again before the free: cudaErrorInvalidValue",
+        "without auto-free: launched after cudaFreeAsync exact",
+        "launched into a capture: cudaErrorStreamCaptureUnsupported, then ended: cudaErrorStreamCaptureInvalidated",
+        "the output after its graph was destroyed exact",
+        "freed with cudaFree: used 0, reserved 0",
+        "freed in its graph, then by cudaFree: cudaErrorInvalidValue",
+        "graph API: node parameters read back the same",
+        "graph API: a second free node: cudaErrorInvalidValue; a free node of cudaMalloc memory: cudaErrorInvalidValue",
+        "graph API: allocation, copy, kernel, copy and free nodes launched twice exact",
+        "a captured free of cudaMalloc memory: cudaErrorStreamCaptureUnsupported, then ended: cudaErrorStreamCaptureInvalidated",
+        "high marks reset: used 0, reserved 0; trimmed",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    assert!(!text.contains("not supported"), "{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
+    standin::assert_no_violations();
+}
