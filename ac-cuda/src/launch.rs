@@ -4,7 +4,7 @@
 //! its errors surface at the next synchronizing call.
 
 use std::ffi::{c_uint, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ac_frontend::{KernelArg, LaunchDims};
 
@@ -34,6 +34,26 @@ fn argument(bytes: &[u8], out: &mut Vec<KernelArg>) {
             KernelArg::U64(u64::from_ne_bytes(word))
         })),
     }
+}
+
+/// Each parameter's bytes again from the arguments [`argument`] made of them, by their sizes.
+fn parameter_bytes(sizes: &[u32], args: &[KernelArg]) -> Vec<Box<[u8]>> {
+    let mut args = args.iter();
+    let mut word = || match args.next() {
+        Some(KernelArg::U32(v)) => v.to_ne_bytes().to_vec(),
+        Some(KernelArg::U64(v)) => v.to_ne_bytes().to_vec(),
+        _ => unreachable!("`argument` makes U32 and U64 pieces, as many as the sizes say"),
+    };
+    sizes
+        .iter()
+        .map(|&size| {
+            let size = size as usize;
+            let pieces = if size == 4 || size == 8 { 1 } else { size.div_ceil(8) };
+            let mut bytes: Vec<u8> = (0..pieces).flat_map(|_| word()).collect();
+            bytes.truncate(size);
+            bytes.into_boxed_slice()
+        })
+        .collect()
 }
 
 /// The arguments of a launch, read through `params` (one pointer per parameter) or from the
@@ -102,19 +122,44 @@ unsafe fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
-    let launch = prepare(function, dims, params, extra)?;
-    graph::or_record(stream, NodeKind::Kernel, move |stream| launch.send(stream))
+    let launch = Arc::new(prepare(function, dims, params, extra)?);
+    let kept = launch.clone();
+    graph::or_record_with(stream, NodeKind::Kernel, move || Some(kept), move |stream| launch.send(stream))
 }
+
+/// Copies of a launch's parameters' bytes, and a pointer to each (as addresses).
+type Copies = (Vec<Box<[u8]>>, Vec<usize>);
 
 /// A launch with its arguments read: sent at once, or at each launch of a graph.
 pub(crate) struct Prepared {
+    /// The kernel's handle.
+    function: usize,
     device: usize,
     resolved: Arc<Resolved>,
     dims: LaunchDims,
     args: Vec<KernelArg>,
+    /// The parameters' bytes and a pointer to each, made when a graph's node is asked for them
+    /// (`cuGraphKernelNodeGetParams`), valid while the launch is kept.
+    copies: OnceLock<Copies>,
 }
 
 impl Prepared {
+    /// The kernel's handle and the launch's dimensions.
+    pub(crate) fn function_and_dims(&self) -> (usize, LaunchDims) {
+        (self.function, self.dims)
+    }
+
+    /// One pointer per parameter to a copy of its bytes, as `kernelParams` holds them.
+    pub(crate) fn parameter_pointers(&self) -> *mut *mut c_void {
+        let (_, pointers) = self.copies.get_or_init(|| {
+            let sizes = self.resolved.sizes.as_deref().unwrap_or_default();
+            let bytes = parameter_bytes(sizes, &self.args);
+            let pointers = bytes.iter().map(|b| b.as_ptr() as usize).collect();
+            (bytes, pointers)
+        });
+        pointers.as_ptr() as *mut *mut c_void
+    }
+
     /// Sends the launch on `stream`, after the managed memory it may reach.
     pub(crate) fn send(&self, stream: usize) -> CuResult<()> {
         let reach = [Reach::Kernel(self.device, stream)];
@@ -144,7 +189,7 @@ pub(crate) unsafe fn prepare(
         ));
     };
     let args = arguments(&name, sizes, params, extra)?;
-    Ok(Prepared { device, resolved, dims, args })
+    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new() })
 }
 
 #[no_mangle]
@@ -236,5 +281,16 @@ mod tests {
         argument(&bytes, &mut args);
         argument(&[9], &mut args);
         assert_eq!(args, [KernelArg::U64(0x0807_0605_0403_0201), KernelArg::U64(0x0c0b_0a09), KernelArg::U64(9)]);
+    }
+
+    #[test]
+    fn parameters_read_back_are_the_bytes_given() {
+        let given: [&[u8]; 5] =
+            [&[1, 2, 3, 4], &(5..=16).collect::<Vec<u8>>(), &[17], &(18..=25).collect::<Vec<u8>>(), &[]];
+        let mut args = Vec::new();
+        given.iter().for_each(|p| argument(p, &mut args));
+        let sizes: Vec<u32> = given.iter().map(|p| p.len() as u32).collect();
+        let back = parameter_bytes(&sizes, &args);
+        assert_eq!(back.iter().map(|b| &b[..]).collect::<Vec<_>>(), given);
     }
 }

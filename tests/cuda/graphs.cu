@@ -2,7 +2,9 @@
 // streams forked and joined by events, a host function and a copy out, captured, then launched
 // round after round on another stream with new input each time (a graph's copy reads the host
 // memory when it runs). The graph API: memset, kernel, host and copy nodes with dependencies,
-// instantiated, cloned, updated and launched, and launched into a capture as a child graph.
+// instantiated, cloned, updated and launched, and launched into a capture as a child graph;
+// nodes' parameters read back and changed in the graph or in an executable graph alone, a
+// kernel node turned off and on.
 // Threads each capturing and launching their own graph at once. What CUDA refuses: capturing
 // the legacy stream, a synchronization while capturing, a capture ended on another stream or
 // with work not joined back. Every value is exact.
@@ -32,6 +34,27 @@ static bool all(const float* x, int n, F f) {
 }
 
 static void count_call(void* calls) { ++*(int*)calls; }
+
+// A memset node's parameters: n floats of d set to `value`.
+static cudaMemsetParams fill(float* d, int n, float value) {
+    cudaMemsetParams set = {};
+    set.dst = d;
+    memcpy(&set.value, &value, sizeof value);
+    set.elementSize = 4;
+    set.width = n;
+    set.height = 1;
+    return set;
+}
+
+// A kernel node's parameters: scale over n elements, its arguments (d, factor, n) at `args`.
+static cudaKernelNodeParams scale_node(void** args, int n) {
+    cudaKernelNodeParams k = {};
+    k.func = (void*)scale;
+    k.gridDim = dim3((n + 255) / 256);
+    k.blockDim = dim3(256);
+    k.kernelParams = args;
+    return k;
+}
 
 // The float whose four bytes are all `byte` (what a byte memset makes of each element).
 static float filled(unsigned char byte) {
@@ -131,23 +154,13 @@ static void graph_api(int n) {
 
     cudaGraph_t graph;
     CHECK(cudaGraphCreate(&graph, 0));
-    cudaMemsetParams set = {};
-    set.dst = d;
-    float two = 2.0f;
-    memcpy(&set.value, &two, sizeof two);
-    set.elementSize = 4;
-    set.width = n;
-    set.height = 1;
+    cudaMemsetParams set = fill(d, n, 2.0f);
     cudaGraphNode_t memset_node, kernel_node, host_node, copy_node;
     CHECK(cudaGraphAddMemcpyNode1D(&copy_node, graph, nullptr, 0, out, d, bytes, cudaMemcpyDeviceToHost));
     CHECK(cudaGraphAddMemsetNode(&memset_node, graph, nullptr, 0, &set));
     float factor = 3.0f;
     void* args[] = {&d, &factor, &n};
-    cudaKernelNodeParams k = {};
-    k.func = (void*)scale;
-    k.gridDim = dim3((n + 255) / 256);
-    k.blockDim = dim3(256);
-    k.kernelParams = args;
+    cudaKernelNodeParams k = scale_node(args, n);
     CHECK(cudaGraphAddKernelNode(&kernel_node, graph, &memset_node, 1, &k));
     factor = 100.0f;  // read when the node was added: launches scale by 3
     cudaHostNodeParams h = {count_call, &calls};
@@ -204,6 +217,97 @@ static void graph_api(int n) {
     CHECK(cudaFreeHost(out));
 }
 
+static void count_twice(void* calls) { *(int*)calls += 2; }
+
+// A node's parameters read back and changed: d set to 2.0, scaled by 3, copied out, a host
+// call. In the executable graph alone: the factor 5, the memset 4.0, the copy to another
+// buffer, another host function; the kernel turned off and on. In the graph: the factor 7, which
+// a new executable graph takes and the first does not.
+static void node_parameters(int n) {
+    size_t bytes = n * sizeof(float);
+    float *d, *out, *other;
+    CHECK(cudaMalloc(&d, bytes));
+    CHECK(cudaMallocHost(&out, bytes));
+    CHECK(cudaMallocHost(&other, bytes));
+    int calls = 0;
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    cudaGraph_t graph;
+    CHECK(cudaGraphCreate(&graph, 0));
+    cudaMemsetParams set = fill(d, n, 2.0f);
+    cudaGraphNode_t memset_node, kernel_node, copy_node, host_node;
+    CHECK(cudaGraphAddMemsetNode(&memset_node, graph, nullptr, 0, &set));
+    float factor = 3.0f;
+    void* args[] = {&d, &factor, &n};
+    cudaKernelNodeParams k = scale_node(args, n);
+    CHECK(cudaGraphAddKernelNode(&kernel_node, graph, &memset_node, 1, &k));
+    CHECK(cudaGraphAddMemcpyNode1D(&copy_node, graph, &kernel_node, 1, out, d, bytes, cudaMemcpyDeviceToHost));
+    cudaHostNodeParams h = {count_call, &calls};
+    CHECK(cudaGraphAddHostNode(&host_node, graph, &copy_node, 1, &h));
+
+    cudaKernelNodeParams got = {};
+    CHECK(cudaGraphKernelNodeGetParams(kernel_node, &got));
+    cudaMemsetParams got_set = {};
+    CHECK(cudaGraphMemsetNodeGetParams(memset_node, &got_set));
+    cudaHostNodeParams got_host = {};
+    CHECK(cudaGraphHostNodeGetParams(host_node, &got_host));
+    bool same = got.func == (void*)scale && got.gridDim.x == k.gridDim.x && got.blockDim.x == 256 &&
+                *(float**)got.kernelParams[0] == d && *(float*)got.kernelParams[1] == 3.0f &&
+                *(int*)got.kernelParams[2] == n && got_set.dst == d && got_set.value == set.value &&
+                got_set.width == (size_t)n && got_host.fn == count_call && got_host.userData == &calls;
+    printf("node parameters read back: %s\n", same ? "the same" : "DIFFERENT");
+
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    auto launch = [&](cudaGraphExec_t e) {
+        memset(out, 0, bytes);
+        memset(other, 0, bytes);
+        CHECK(cudaGraphLaunch(e, s));
+        CHECK(cudaStreamSynchronize(s));
+    };
+    launch(exec);
+    bool exact = all(out, n, [](int) { return 6.0f; }) && calls == 1;
+    factor = 5.0f;
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, kernel_node, &k));
+    set = fill(d, n, 4.0f);
+    CHECK(cudaGraphExecMemsetNodeSetParams(exec, memset_node, &set));
+    CHECK(cudaGraphExecMemcpyNodeSetParams1D(exec, copy_node, other, d, bytes, cudaMemcpyDeviceToHost));
+    cudaHostNodeParams twice = {count_twice, &calls};
+    CHECK(cudaGraphExecHostNodeSetParams(exec, host_node, &twice));
+    launch(exec);
+    exact = exact && all(other, n, [](int) { return 20.0f; }) && all(out, n, [](int) { return 0.0f; }) && calls == 3;
+    report(exact, "node parameters changed in the executable graph:");
+
+    CHECK(cudaGraphNodeSetEnabled(exec, kernel_node, 0));
+    unsigned enabled = 1;
+    CHECK(cudaGraphNodeGetEnabled(exec, kernel_node, &enabled));
+    launch(exec);
+    bool off = enabled == 0 && all(other, n, [](int) { return 4.0f; });
+    CHECK(cudaGraphNodeSetEnabled(exec, kernel_node, 1));
+    launch(exec);
+    report(off && all(other, n, [](int) { return 20.0f; }), "a kernel node turned off, then on:");
+    printf("a host node turned off: %s\n", cudaGetErrorName(cudaGraphNodeSetEnabled(exec, host_node, 0)));
+
+    factor = 7.0f;
+    CHECK(cudaGraphKernelNodeSetParams(kernel_node, &k));
+    cudaGraphExec_t fresh;
+    CHECK(cudaGraphInstantiate(&fresh, graph, 0));
+    launch(fresh);
+    bool in_graph = all(out, n, [](int) { return 14.0f; });
+    launch(exec);
+    report(in_graph && all(other, n, [](int) { return 20.0f; }),
+           "a kernel node changed in the graph: a new executable graph takes it, the first keeps its own,");
+    printf("a memset node given a kernel's parameters: %s\n",
+           cudaGetErrorName(cudaGraphExecKernelNodeSetParams(fresh, memset_node, &k)));
+
+    for (cudaGraphExec_t e : {exec, fresh}) CHECK(cudaGraphExecDestroy(e));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(d));
+    CHECK(cudaFreeHost(out));
+    CHECK(cudaFreeHost(other));
+}
+
 // What CUDA refuses, each printed with its error's name; the program goes on after each.
 static void refusals(int n) {
     float* d;
@@ -255,6 +359,7 @@ int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 10000;
     report(capture_fork_join(n, 3, true), "captured fork and join, launched 3 rounds with new input,");
     graph_api(n);
+    node_parameters(n);
     refusals(n);
 
     const int threads = 4;

@@ -1,47 +1,27 @@
-//! The graph API's entry points: graphs built node by node (kernels, copies, memsets, host
-//! functions, empty nodes, child graphs, dependencies), queried, cloned, instantiated, updated,
-//! launched and destroyed. A node's call is checked and its arguments read when it is added, as
-//! CUDA reads them; its work is sent at each launch. A launch on a capturing stream is
-//! recorded as a child graph node.
+//! The graph API's entry points: graphs built (empty and child-graph nodes, dependencies),
+//! queried, cloned, instantiated, updated, launched and destroyed. A launch on a capturing
+//! stream is recorded as a child graph node.
 //!
-//! Memory allocation and free nodes are [`super::memory`]'s.
+//! Kernel, copy, memset and host nodes are [`super::params`]'s; memory allocation and free nodes
+//! [`super::memory`]'s.
 //!
 //! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): event, external
-//! semaphore, batched memory and conditional nodes, setting a node's
-//! parameters in place (`cuGraph*NodeSetParams`, `cuGraphExec*NodeSetParams`; an update from
-//! a graph of the same shape, `cuGraphExecUpdate`, is served), edge data, device launches.
+//! semaphore, batched memory and conditional nodes, the generic `cuGraphAddNode` and
+//! `cuGraphNodeSetParams`, a child graph node's parameters, edge data, device launches.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-use ac_frontend::LaunchDims;
-
+use super::params::add;
 use super::{
-    add_dependency, add_node, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, handles, instantiate,
-    instantiate_child, new_graph, node, or_record, refuse_edge_data, refuse_if_capturing, result, Kept, NodeKind,
-    Replay,
+    add_dependency, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, handles, instantiate,
+    instantiate_child, new_graph, node, or_record, refuse_edge_data, refuse_if_capturing, result, NodeKind, Replay,
+    Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::launch::prepare;
-use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
 use crate::state::put;
-use crate::stream::{device_of_stream, run_host_function, HostFn};
-
-/// Adds a node to `graph` after the `count` nodes at `deps`, its handle written to `out`.
-unsafe fn add(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    kind: NodeKind,
-    replay: Option<Replay>,
-) -> CuResult<()> {
-    if out.is_null() {
-        return Err(Error::Code(code::INVALID_VALUE));
-    }
-    put(out, add_node(graph, kind, handles(deps, count)?, replay)?)
-}
+use crate::stream::device_of_stream;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphCreate(out: *mut usize, flags: c_uint) -> u32 {
@@ -65,132 +45,7 @@ pub unsafe extern "C" fn cuGraphClone(out: *mut usize, graph: usize) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut usize, graph: usize, deps: *const usize, count: usize) -> u32 {
-    guard("cuGraphAddEmptyNode", || add(out, graph, deps, count, NodeKind::Empty, None))
-}
-
-/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12;
-/// `_v1` is its first ten fields).
-#[repr(C)]
-#[derive(Debug)]
-pub struct KernelNodeParams {
-    function: usize,
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    kernel: usize,
-    context: usize,
-}
-
-/// A kernel node's launch, its arguments read now; the function is `kernel` when `function`
-/// is null (`_v2` only: `with_kernel`).
-unsafe fn kernel_node(p: *const KernelNodeParams, with_kernel: bool) -> CuResult<Replay> {
-    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-    let function = if p.function == 0 && with_kernel { p.kernel } else { p.function };
-    let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
-    let launch = prepare(function, dims, p.params, p.extra)?;
-    Ok(Arc::new(move |stream| launch.send(stream)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddKernelNode(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    params: *const KernelNodeParams,
-) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, Some(kernel_node(params, false)?)))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    params: *const KernelNodeParams,
-) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, Some(kernel_node(params, true)?)))
-}
-
-/// `CUDA_MEMSET_NODE_PARAMS`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct MemsetNodeParams {
-    dst: u64,
-    pitch: usize,
-    value: c_uint,
-    element: c_uint,
-    width: usize,
-    height: usize,
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemsetNode(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    params: *const MemsetNodeParams,
-    _context: usize,
-) -> u32 {
-    guard("cuGraphAddMemsetNode", || {
-        let p = *params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        if ![1, 2, 4].contains(&p.element) {
-            return Err(Error::said(code::INVALID_VALUE, format!("a memset element of {} bytes", p.element)));
-        }
-        let replay: Replay = Arc::new(move |stream| {
-            memset_2d((p.dst, None), p.pitch, p.value, p.element.into(), [p.width, p.height], stream, false)
-        });
-        add(out, graph, deps, count, NodeKind::Memset, Some(replay))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddMemcpyNode(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    params: *const Memcpy3D,
-    _context: usize,
-) -> u32 {
-    guard("cuGraphAddMemcpyNode", || {
-        let described = Kept::new(*params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?);
-        // SAFETY: the program keeps a graph's host memory valid while the graph may run.
-        let replay: Replay = Arc::new(move |stream| unsafe { copy_3d(&described.get(), stream) });
-        add(out, graph, deps, count, NodeKind::Memcpy, Some(replay))
-    })
-}
-
-/// `CUDA_HOST_NODE_PARAMS`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct HostNodeParams {
-    function: Option<HostFn>,
-    data: *mut c_void,
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddHostNode(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    params: *const HostNodeParams,
-) -> u32 {
-    guard("cuGraphAddHostNode", || {
-        let p = params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        if p.function.is_none() {
-            return Err(Error::said(code::INVALID_VALUE, "the host function is null"));
-        }
-        let (function, data) = (p.function, Kept::new(p.data));
-        // SAFETY: the program's function and argument, called as it asked.
-        let replay: Replay = Arc::new(move |stream| unsafe { run_host_function(stream, function, data.get()) });
-        add(out, graph, deps, count, NodeKind::Host, Some(replay))
-    })
+    guard("cuGraphAddEmptyNode", || add(out, graph, deps, count, NodeKind::Empty, Work::default()))
 }
 
 /// A graph's launch: its executable form made now, as CUDA copies a child graph when the node
@@ -208,7 +63,7 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     count: usize,
     child: usize,
 ) -> u32 {
-    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, Some(launch_of(child)?)))
+    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, Work::of(launch_of(child)?)))
 }
 
 /// Makes each `to[i]` of `graph` run after `from[i]`.

@@ -7,7 +7,9 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use super::{add_node, check_members, dedup, destroy_graph, lock, new_graph, nodes, result, NodeKind};
+use super::{
+    add_node_with, check_members, dedup, destroy_graph, lock, new_graph, nodes, result, NodeKind, Params, Replay, Work,
+};
 use crate::error::{CuResult, Error};
 
 /// One capture sequence: begun on its origin stream, joined by the streams that waited for an
@@ -138,19 +140,39 @@ pub fn or_record(
     kind: NodeKind,
     op: impl Fn(usize) -> CuResult<()> + Send + Sync + 'static,
 ) -> CuResult<()> {
-    if !is_capturing(stream) {
-        return op(stream);
-    }
-    record(stream, |graph, deps| add_node(graph, kind, deps, Some(Arc::new(op)))).map(drop)
+    or_record_with(stream, kind, || None, op)
 }
 
-/// Records a node on capturing stream `stream`, after its last work: `add` adds it to the
-/// capture's graph after the nodes given (and answers its handle, answered here).
-pub fn record(stream: usize, add: impl FnOnce(usize, &[usize]) -> CuResult<usize>) -> CuResult<usize> {
+/// [`or_record`], the node keeping what `params` answers (asked only if the stream captures)
+/// for its `cuGraph*NodeGetParams`.
+pub fn or_record_with(
+    stream: usize,
+    kind: NodeKind,
+    params: impl FnOnce() -> Option<Params>,
+    op: impl Fn(usize) -> CuResult<()> + Send + Sync + 'static,
+) -> CuResult<()> {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return op(stream);
+    }
+    let op: Replay = Arc::new(op);
+    let work = Work { replay: Some(op.clone()), params: None };
+    let recorded =
+        record(stream, |graph, deps| add_node_with(graph, kind, deps, Work { params: params(), ..work }, None))?;
+    match recorded {
+        Some(_) => Ok(()),
+        None => op(stream),
+    }
+}
+
+/// Records a node on stream `stream` if it is capturing, after its last work: `add` adds it to
+/// the capture's graph after the nodes given (and answers its handle, answered here). `None`,
+/// and `add` not called, if the stream is not capturing.
+pub fn record(stream: usize, add: impl FnOnce(usize, &[usize]) -> CuResult<usize>) -> CuResult<Option<usize>> {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return Ok(None);
+    }
     let mut streams = capturing();
-    let Some(s) = streams.get_mut(&stream) else {
-        return Err(Error::said(result::ILLEGAL_STATE, "the stream is not capturing"));
-    };
+    let Some(s) = streams.get_mut(&stream) else { return Ok(None) };
     let (graph, invalidated) = {
         let c = lock(&s.capture);
         (c.graph, c.invalidated)
@@ -160,7 +182,7 @@ pub fn record(stream: usize, add: impl FnOnce(usize, &[usize]) -> CuResult<usize
     }
     let node = add(graph, &s.frontier)?;
     s.frontier = vec![node];
-    Ok(node)
+    Ok(Some(node))
 }
 
 /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` if stream `handle` is capturing, its capture then

@@ -10,12 +10,12 @@
 //! launch, a free outside any graph, or an auto-free launch of its graph ends that. A graph
 //! launched again while its allocation is live is refused ([`super::Exec::replay`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
-use super::{add_node_holding, graphs, lock, node, record, refuse_if_capturing, NodeKind, Replay};
+use super::{add_node_with, graphs, lock, node, record, refuse_if_capturing, NodeKind, Replay, Work};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::pool::{check_access, device_of_props, AccessDesc, PoolProps};
@@ -32,10 +32,21 @@ pub struct GraphAlloc {
     pub bytes: u64,
     /// The graph whose allocation node made it.
     graph: usize,
-    /// The graph whose free node frees it, once one has one (its own or another: only one).
-    freed_by: Mutex<Option<usize>>,
+    /// The graphs with a free node for it.
+    freed_by: Mutex<FreedBy>,
     /// An executable graph of its graph exists.
     instantiated: AtomicBool,
+}
+
+/// Which graphs free an allocation: its own, or others (each once), never both (`cuda.h`).
+#[derive(Debug, Default)]
+enum FreedBy {
+    #[default]
+    None,
+    /// A free node of the graph that allocates it.
+    Owner,
+    /// Free nodes of these other graphs.
+    Others(HashSet<usize>),
 }
 
 /// A graph allocation by address: the allocation while anything holds it, and, while it is
@@ -91,10 +102,12 @@ fn allocate(device: usize, bytes: usize, graph: usize) -> CuResult<Arc<GraphAllo
         address,
         bytes: bytes as u64,
         graph,
-        freed_by: Mutex::new(None),
+        freed_by: Mutex::new(FreedBy::None),
         instantiated: AtomicBool::new(false),
     });
-    known().insert((device, address), Known { allocation: Arc::downgrade(&made), live: None });
+    let replaced = known().insert((device, address), Known { allocation: Arc::downgrade(&made), live: None });
+    // None in fact (the address was free); anything replaced is dropped with no lock held.
+    drop(replaced);
     count(device, 0, bytes as i64);
     Ok(made)
 }
@@ -127,8 +140,9 @@ impl GraphAlloc {
     fn launched(self: &Arc<Self>) {
         let mut known = known();
         let Some(k) = known.get_mut(&(self.device, self.address)) else { return };
-        if k.live.replace(self.clone()).is_none() {
-            drop(known);
+        if k.live.is_none() {
+            k.live = Some(self.clone());
+            // Counted under the table's lock, so a free counts after the launch it follows.
             count(self.device, self.bytes as i64, 0);
         }
     }
@@ -136,12 +150,21 @@ impl GraphAlloc {
     /// Freed (by a free node's launch, an auto-free launch, or a free outside any graph): no
     /// longer live, and freed on the device if nothing else holds it.
     pub fn freed(&self) {
-        let hold = known().get_mut(&(self.device, self.address)).and_then(|k| k.live.take());
-        if let Some(hold) = hold {
-            count(self.device, -(self.bytes as i64), 0);
-            // Dropped with no lock held: the last hold's drop takes them.
-            drop(hold);
-        }
+        let hold = {
+            let mut known = known();
+            let hold = known.get_mut(&(self.device, self.address)).and_then(|k| k.live.take());
+            if hold.is_some() {
+                count(self.device, -(self.bytes as i64), 0);
+            }
+            hold
+        };
+        // Dropped with no lock held: the last hold's drop takes them.
+        drop(hold);
+    }
+
+    /// Whether a free node of its own graph frees it.
+    pub fn freed_in_its_graph(&self) -> bool {
+        matches!(*lock(&self.freed_by), FreedBy::Owner)
     }
 
     /// Claims it for a new executable graph: false if another holds it.
@@ -161,19 +184,31 @@ fn find(device: usize, address: u64) -> Option<Arc<GraphAlloc>> {
 }
 
 /// Adds a free node for `allocation` to `graph` (`add` adds it, given its replay), answering
-/// its handle: refused if the allocation has one already, as CUDA's.
+/// its handle. Refused as CUDA refuses it: a second free node in one graph, a free node in the
+/// allocating graph and in another.
 fn add_free(
     allocation: &Arc<GraphAlloc>,
     graph: usize,
     add: impl FnOnce(Replay) -> CuResult<usize>,
 ) -> CuResult<usize> {
     let mut freed_by = lock(&allocation.freed_by);
-    if let Some(other) = *freed_by {
-        let whose = if other == allocation.graph { "its own graph" } else { "another graph" };
-        return Err(Error::said(code::INVALID_VALUE, format!("the graph allocation is freed by a node of {whose}")));
+    let refused = match &*freed_by {
+        FreedBy::Owner => Some("its own graph frees it already"),
+        FreedBy::Others(_) if graph == allocation.graph => Some("another graph frees it already"),
+        FreedBy::Others(graphs) if graphs.contains(&graph) => Some("this graph frees it already"),
+        _ => None,
+    };
+    if let Some(why) = refused {
+        return Err(Error::said(code::INVALID_VALUE, format!("a second free of a graph allocation: {why}")));
     }
     let node = add(free_replay(allocation))?;
-    *freed_by = Some(graph);
+    match &mut *freed_by {
+        FreedBy::Others(graphs) => {
+            graphs.insert(graph);
+        }
+        by if graph == allocation.graph => *by = FreedBy::Owner,
+        by => *by = FreedBy::Others(HashSet::from([graph])),
+    }
     Ok(node)
 }
 
@@ -201,7 +236,8 @@ pub fn alloc_captured(stream: usize, device: usize, bytes: usize) -> CuResult<u6
     let allocation = allocate(device, bytes, graph)?;
     let replay = allocation_replay(&allocation);
     let memory = Some(allocation.clone());
-    record(stream, |graph, deps| add_node_holding(graph, NodeKind::MemAlloc, deps, Some(replay), memory))?;
+    record(stream, |graph, deps| add_node_with(graph, NodeKind::MemAlloc, deps, Work::of(replay), memory))?
+        .ok_or_else(not_capturing)?;
     Ok(allocation.address)
 }
 
@@ -214,16 +250,24 @@ pub fn free_captured(stream: usize, device: usize, address: u64) -> CuResult<()>
     };
     let graph = super::info(stream).graph;
     let memory = Some(allocation.clone());
-    let add =
-        |replay| record(stream, |graph, deps| add_node_holding(graph, NodeKind::MemFree, deps, Some(replay), memory));
+    let add = |replay| {
+        record(stream, |graph, deps| add_node_with(graph, NodeKind::MemFree, deps, Work::of(replay), memory))?
+            .ok_or_else(not_capturing)
+    };
     add_free(&allocation, graph, add).map(drop)
 }
 
+/// The stream's capture ended under the call (another thread ended it).
+fn not_capturing() -> Error {
+    Error::said(super::result::ILLEGAL_STATE, "the stream's capture ended")
+}
+
 /// A free of `address` on `device` outside any graph (`cuMemFreeAsync`, `cuMemFree`): `None` if
-/// it is not graph memory. Memory its own graph frees is refused, as CUDA's.
+/// it is not graph memory. Memory its own graph frees is refused, as CUDA's, unless a launch
+/// that failed before the free node left it allocated.
 pub fn free_outside(device: usize, address: u64) -> Option<CuResult<()>> {
     let allocation = find(device, address)?;
-    if *lock(&allocation.freed_by) == Some(allocation.graph) {
+    if allocation.freed_in_its_graph() && !allocation.is_live() {
         return Some(Err(Error::said(
             code::INVALID_VALUE,
             "graph memory its own graph frees cannot be freed outside it",
@@ -244,8 +288,11 @@ pub struct AllocNodeParams {
     address: u64,
 }
 
-/// The `count` access descriptors at `descs`.
+/// The `count` access descriptors at `descs` (at most one a device, as `cuda.h` says).
 unsafe fn descriptors<'a>(descs: *const AccessDesc, count: usize) -> CuResult<&'a [AccessDesc]> {
+    if count > state::shim()?.devices.len() {
+        return Err(Error::said(code::INVALID_VALUE, format!("{count} access descriptors, more than the devices")));
+    }
     match (descs.is_null(), count) {
         (_, 0) => Ok(&[]),
         (false, n) => Ok(std::slice::from_raw_parts(descs, n)),
@@ -273,7 +320,7 @@ pub unsafe extern "C" fn cuGraphAddMemAllocNode(
         let allocation = allocate(device, p.bytes, graph)?;
         let replay = allocation_replay(&allocation);
         let address = allocation.address;
-        put(out, add_node_holding(graph, NodeKind::MemAlloc, deps, Some(replay), Some(allocation))?)?;
+        put(out, add_node_with(graph, NodeKind::MemAlloc, deps, Work::of(replay), Some(allocation))?)?;
         p.address = address;
         Ok(())
     })
@@ -293,11 +340,12 @@ pub unsafe extern "C" fn cuGraphAddMemFreeNode(
         }
         graphs().get(graph)?;
         let shim = state::shim()?;
-        let allocation = shim.device_of(address, None).and_then(|device| find(device, address)).ok_or_else(|| {
+        let device = shim.device_of(address, crate::context::current_device().ok());
+        let allocation = device.and_then(|device| find(device, address)).ok_or_else(|| {
             Error::said(code::INVALID_VALUE, "the address was not allocated by a graph's allocation node")
         })?;
         let deps = super::handles(deps, count)?;
-        let add = |replay| add_node_holding(graph, NodeKind::MemFree, deps, Some(replay), Some(allocation.clone()));
+        let add = |replay| add_node_with(graph, NodeKind::MemFree, deps, Work::of(replay), Some(allocation.clone()));
         put(out, add_free(&allocation, graph, add)?)
     })
 }

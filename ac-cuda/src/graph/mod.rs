@@ -7,8 +7,9 @@
 //!
 //! This module holds the graphs, nodes and executable graphs (`capturing`: the capturing
 //! streams), and imports none of the modules whose calls it records (they call [`or_record`]);
-//! the entry points are [`calls`] (building, instantiating and launching graphs), [`capture`]
-//! (stream capture) and [`memory`] (graph memory: allocation and free nodes).
+//! the entry points are [`calls`] (building, instantiating and launching graphs), [`params`]
+//! (kernel, copy, memset and host nodes: made, their parameters read and changed), [`capture`] (stream capture)
+//! and [`memory`] (graph memory: allocation and free nodes).
 //!
 //! Invariants: a node belongs to one graph and depends only on nodes of that graph; a
 //! capturing stream's work is either recorded ([`or_record`]) or refused with
@@ -20,7 +21,9 @@ pub mod calls;
 pub mod capture;
 mod capturing;
 pub mod memory;
+pub mod params;
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -29,8 +32,8 @@ use crate::error::{code, CuResult, Error};
 use crate::state::Registry;
 
 pub use capturing::{
-    begin, end, info, is_capturing, join, mark, or_record, record, refuse_if_capturing, stream_destroyed,
-    update_dependencies, CaptureInfo, Mark,
+    begin, end, info, is_capturing, join, mark, or_record, or_record_with, record, refuse_if_capturing,
+    stream_destroyed, update_dependencies, CaptureInfo, Mark,
 };
 use memory::GraphAlloc;
 
@@ -48,6 +51,28 @@ pub mod result {
 
 /// A node's work again, on the stream (the program's handle) a launch of its graph names.
 pub type Replay = Arc<dyn Fn(usize) -> CuResult<()> + Send + Sync>;
+
+/// What a node was made from, kept for its `cuGraph*NodeGetParams`: each kind's own type (a
+/// kernel's prepared launch, a memset's or copy's descriptor, a host function), which the
+/// modules making the nodes know ([`params`], `crate::launch`).
+pub type Params = Arc<dyn Any + Send + Sync>;
+
+/// A node's work and what it was made from.
+#[derive(Clone, Default)]
+#[allow(missing_debug_implementations)] // closures and `dyn Any`
+pub struct Work {
+    /// Its work; none for an empty node.
+    pub replay: Option<Replay>,
+    /// What it was made from, where its parameters can be read back.
+    pub params: Option<Params>,
+}
+
+impl Work {
+    /// `replay`, with nothing to read back.
+    pub fn of(replay: Replay) -> Self {
+        Work { replay: Some(replay), params: None }
+    }
+}
 
 /// A pointer or descriptor from the program that a node keeps to use at each launch, as CUDA's
 /// graphs do (the program keeps it valid while the graph may run).
@@ -116,8 +141,8 @@ pub struct Node {
     pub kind: NodeKind,
     /// The nodes it runs after.
     deps: Mutex<Vec<usize>>,
-    /// Its work; none for an empty node.
-    replay: Option<Replay>,
+    /// Its work and what it was made from (changed by `cuGraph*NodeSetParams`).
+    work: Mutex<Work>,
     /// The graph memory an allocation or free node allocates or frees.
     pub memory: Option<Arc<GraphAlloc>>,
 }
@@ -133,6 +158,11 @@ impl Node {
     pub fn dependencies(&self) -> Vec<usize> {
         lock(&self.deps).clone()
     }
+
+    /// What it was made from, if that is kept.
+    pub fn params(&self) -> Option<Params> {
+        lock(&self.work).params.clone()
+    }
 }
 
 /// A graph: its nodes in the order they were added.
@@ -144,9 +174,13 @@ pub struct Graph {
 /// One node's work in an executable graph.
 #[derive(Clone)]
 struct Step {
+    /// The node of the graph it was made from (`cuGraphExec*NodeSetParams` name it).
+    node: usize,
     kind: NodeKind,
     replay: Option<Replay>,
     memory: Option<Arc<GraphAlloc>>,
+    /// `cuGraphNodeSetEnabled`: a disabled step does nothing at a launch.
+    enabled: bool,
 }
 
 /// An executable graph: its steps in an order its dependencies allow.
@@ -182,7 +216,37 @@ impl Exec {
             allocation.freed();
         }
         let steps = lock(&self.steps).clone();
-        steps.iter().filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream))
+        steps.iter().filter(|s| s.enabled).filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream))
+    }
+
+    /// Runs `change` on the step of node `node`, if it is of `kind`; `CUDA_ERROR_INVALID_VALUE`
+    /// if the executable graph has no such step.
+    fn with_step<T>(&self, node: usize, kinds: &[NodeKind], change: impl FnOnce(&mut Step) -> T) -> CuResult<T> {
+        let mut steps = lock(&self.steps);
+        match steps.iter_mut().find(|s| s.node == node) {
+            Some(step) if kinds.contains(&step.kind) => Ok(change(step)),
+            Some(step) => {
+                Err(Error::said(code::INVALID_VALUE, format!("a {:?} node, not a {kinds:?} node", step.kind)))
+            }
+            None => Err(Error::said(code::INVALID_VALUE, "not a node of the graph the executable graph was made from")),
+        }
+    }
+
+    /// The step of node `node` (of `kind`) does `replay` at later launches
+    /// (`cuGraphExec*NodeSetParams`); the graph's node is unchanged.
+    pub fn set_replay(&self, node: usize, kind: NodeKind, replay: Replay) -> CuResult<()> {
+        self.with_step(node, &[kind], |step| step.replay = Some(replay))
+    }
+
+    /// Node `node`'s step runs at later launches (`enabled`) or not; kernel, copy and memset
+    /// nodes only, as CUDA's.
+    pub fn set_enabled(&self, node: usize, enabled: bool) -> CuResult<()> {
+        self.with_step(node, &TOGGLED, |step| step.enabled = enabled)
+    }
+
+    /// Whether node `node`'s step runs at a launch.
+    pub fn is_enabled(&self, node: usize) -> CuResult<bool> {
+        self.with_step(node, &TOGGLED, |step| step.enabled)
     }
 
     /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
@@ -205,10 +269,16 @@ impl Exec {
                 "the graph's nodes differ from the executable graph's",
             ));
         }
-        *steps = new;
+        // The steps keep their nodes (later calls name the first graph's) and whether they run.
+        for (step, new) in steps.iter_mut().zip(new) {
+            step.replay = new.replay;
+        }
         Ok(())
     }
 }
+
+/// The kinds of node `cuGraphNodeSetEnabled` can turn off.
+const TOGGLED: [NodeKind; 3] = [NodeKind::Kernel, NodeKind::Memcpy, NodeKind::Memset];
 
 impl Drop for Exec {
     fn drop(&mut self) {
@@ -281,22 +351,35 @@ pub fn node(handle: usize) -> CuResult<Arc<Node>> {
 
 /// Adds a node to `graph` after `deps` (nodes of that graph), answering its handle.
 pub fn add_node(graph: usize, kind: NodeKind, deps: &[usize], replay: Option<Replay>) -> CuResult<usize> {
-    add_node_holding(graph, kind, deps, replay, None)
+    add_node_with(graph, kind, deps, Work { replay, params: None }, None)
 }
 
-/// Adds a node to `graph` after `deps`, holding `memory` (an allocation or free node's).
-pub fn add_node_holding(
+/// Adds a node doing `work` to `graph` after `deps`, holding `memory` (an allocation or free
+/// node's).
+pub fn add_node_with(
     graph: usize,
     kind: NodeKind,
     deps: &[usize],
-    replay: Option<Replay>,
+    work: Work,
     memory: Option<Arc<GraphAlloc>>,
 ) -> CuResult<usize> {
     let record = graphs().get(graph)?;
     check_members(graph, deps)?;
-    let handle = nodes().insert(Node { graph, kind, deps: Mutex::new(dedup(deps)), replay, memory });
+    let node = Node { graph, kind, deps: Mutex::new(dedup(deps)), work: Mutex::new(work), memory };
+    let handle = nodes().insert(node);
     lock(&record.nodes).push(handle);
     Ok(handle)
+}
+
+/// Node `handle` (of `kind`) does `work` from now on (`cuGraph*NodeSetParams`): executable
+/// graphs made before keep what they had.
+pub fn set_work(handle: usize, kind: NodeKind, work: Work) -> CuResult<()> {
+    let node = nodes().get(handle)?;
+    if node.kind != kind {
+        return Err(Error::said(code::INVALID_VALUE, format!("a {:?} node, not a {kind:?} node", node.kind)));
+    }
+    *lock(&node.work) = work;
+    Ok(())
 }
 
 /// `CUDA_ERROR_NOT_SUPPORTED` if `graph` has memory nodes: such a graph is not cloned, nor a
@@ -344,7 +427,8 @@ pub fn clone_graph(graph: usize) -> CuResult<usize> {
         let node = nodes().get(old)?;
         // Added in the original's order: a dependency added later may point forward, so the
         // dependencies are renamed once every node has its new handle.
-        let new = add_node(copy, node.kind, &[], node.replay.clone())?;
+        let work = lock(&node.work).clone();
+        let new = add_node_with(copy, node.kind, &[], work, None)?;
         renamed.insert(old, new);
     }
     for (old, new) in &renamed {
@@ -370,7 +454,8 @@ fn ordered(graph: usize) -> CuResult<Vec<Step>> {
         };
         done[i] = true;
         let n = &records[i];
-        order.push(Step { kind: n.kind, replay: n.replay.clone(), memory: n.memory.clone() });
+        let replay = lock(&n.work).replay.clone();
+        order.push(Step { node: handles[i], kind: n.kind, replay, memory: n.memory.clone(), enabled: true });
     }
     Ok(order)
 }

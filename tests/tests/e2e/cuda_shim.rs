@@ -376,7 +376,8 @@ async fn managed_memory_is_one_address_for_the_host_and_the_kernels() {
 /// CUDA graphs as programs use them (`tests/cuda/graphs.cu`): a capture forked and joined over
 /// two streams by events (a copy in, kernels, a memset, a host function, a copy out), launched
 /// round after round with new input; graphs built node by node, cloned, updated and launched
-/// into a capture; four threads capturing at once; and CUDA's refusals (the legacy stream, a
+/// into a capture; nodes' parameters read back and changed in the graph or in an executable
+/// graph alone, a kernel node turned off and on; four threads capturing at once; and CUDA's refusals (the legacy stream, a
 /// synchronization while capturing, a capture ended on the wrong stream or unjoined).
 #[tokio::test(flavor = "multi_thread")]
 async fn cuda_graphs_captured_and_built_replay_their_work_on_each_launch() {
@@ -397,6 +398,12 @@ async fn cuda_graphs_captured_and_built_replay_their_work_on_each_launch() {
         "graph API: a clone exact",
         "graph API: updated from its clone: 0",
         "graph API: launched in a capture, as a child graph, exact",
+        "node parameters read back: the same",
+        "node parameters changed in the executable graph: exact",
+        "a kernel node turned off, then on: exact",
+        "a host node turned off: cudaErrorInvalidValue",
+        "a kernel node changed in the graph: a new executable graph takes it, the first keeps its own, exact",
+        "a memset node given a kernel's parameters: cudaErrorInvalidValue",
         "capturing the legacy stream: cudaErrorStreamCaptureUnsupported",
         "synchronized while capturing: cudaErrorStreamCaptureUnsupported, then ended: cudaErrorStreamCaptureInvalidated, graph none",
         "ended on the joined stream: cudaErrorStreamCaptureUnmatched",
@@ -523,6 +530,8 @@ async fn graph_memory_keeps_its_addresses_across_launches_and_outlives_its_graph
         "graph API: node parameters read back the same",
         "graph API: a second free node: cudaErrorInvalidValue; a free node of cudaMalloc memory: cudaErrorInvalidValue",
         "graph API: allocation, copy, kernel, copy and free nodes launched twice exact",
+        "freed by other graphs: a free node in the owner's then: cudaErrorInvalidValue",
+        "allocated by one graph and freed by another, launched twice exact",
         "a captured free of cudaMalloc memory: cudaErrorStreamCaptureUnsupported, then ended: cudaErrorStreamCaptureInvalidated",
         "high marks reset: used 0, reserved 0; trimmed",
     ] {

@@ -1,0 +1,352 @@
+//! Kernel, copy, memset and host nodes: added to a graph (`cuGraphAdd*Node`), their parameters
+//! read back (`cuGraph*NodeGetParams`), changed in the graph (`cuGraph*NodeSetParams`) or in an
+//! executable graph only (`cuGraphExec*NodeSetParams`), and a node's step in an executable graph
+//! turned off and on (`cuGraphNodeSetEnabled`). A node's call is checked and its arguments read
+//! when it is added or changed, as CUDA reads them; its work is sent at each launch.
+//!
+//! What a node was made from is kept with it ([`super::Params`]): a kernel node's prepared
+//! launch (`crate::launch::Prepared`, whose parameters' copies `cuGraphKernelNodeGetParams`
+//! points to), a memset's or copy's descriptor, a host function and its argument.
+
+use std::ffi::{c_uint, c_void};
+use std::sync::Arc;
+
+use ac_frontend::LaunchDims;
+
+use super::{exec, handles, node, set_work, Kept, NodeKind, Params, Replay, Work};
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::launch::{prepare, Prepared};
+use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
+use crate::state::put;
+use crate::stream::{run_host_function, HostFn};
+
+/// Adds a node doing `work` to `graph` after the `count` nodes at `deps`, its handle written to
+/// `out`.
+pub(super) unsafe fn add(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    kind: NodeKind,
+    work: Work,
+) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let handle = super::add_node_with(graph, kind, handles(deps, count)?, work, None)?;
+    put(out, handle)
+}
+
+/// What node `handle` (of `kind`) was made from, as `T`.
+fn params_of<T: Send + Sync + 'static>(handle: usize, kind: NodeKind) -> CuResult<Arc<T>> {
+    let node = node(handle)?;
+    if node.kind != kind {
+        return Err(Error::said(code::INVALID_VALUE, format!("a {:?} node, not a {kind:?} node", node.kind)));
+    }
+    let params = node.params().ok_or(Error::said(code::INVALID_VALUE, "the node's parameters are not kept"))?;
+    params.downcast::<T>().map_err(|_| Error::said(code::INVALID_VALUE, "the node's parameters are of another kind"))
+}
+
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12;
+/// `_v1` is its first ten fields).
+#[repr(C)]
+#[derive(Debug)]
+pub struct KernelNodeParams {
+    function: usize,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    kernel: usize,
+    context: usize,
+}
+
+/// A kernel node's work, its arguments read now; the function is `kernel` when `function` is
+/// null (`_v2` only: `with_kernel`).
+unsafe fn kernel_work(p: *const KernelNodeParams, with_kernel: bool) -> CuResult<Work> {
+    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    let function = if p.function == 0 && with_kernel { p.kernel } else { p.function };
+    let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
+    let launch = Arc::new(prepare(function, dims, p.params, p.extra)?);
+    let params: Params = launch.clone();
+    Ok(Work { replay: Some(Arc::new(move |stream| launch.send(stream))), params: Some(params) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, false)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, true)?))
+}
+
+/// Writes kernel node `handle`'s parameters to `out`: the first ten fields (`_v1`), and the
+/// kernel and context too (`_v2`: `whole`). `kernelParams` points to copies of the arguments,
+/// valid while the node keeps them.
+unsafe fn kernel_params_out(handle: usize, out: *mut KernelNodeParams, whole: bool) -> CuResult<()> {
+    let out = out.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
+    let launch = params_of::<Prepared>(handle, NodeKind::Kernel)?;
+    let (function, dims) = launch.function_and_dims();
+    out.function = function;
+    out.grid = dims.grid;
+    out.block = dims.block;
+    out.shared = dims.shared_mem;
+    out.params = launch.parameter_pointers();
+    out.extra = std::ptr::null_mut();
+    if whole {
+        // The runtime finds its kernel by this handle (the shim's kernels and functions are one).
+        out.kernel = function;
+        out.context = 0;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(handle: usize, out: *mut KernelNodeParams) -> u32 {
+    guard("cuGraphKernelNodeGetParams", || kernel_params_out(handle, out, false))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(handle: usize, out: *mut KernelNodeParams) -> u32 {
+    guard("cuGraphKernelNodeGetParams", || kernel_params_out(handle, out, true))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(handle: usize, params: *const KernelNodeParams) -> u32 {
+    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params, false)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(handle: usize, params: *const KernelNodeParams) -> u32 {
+    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params, true)?))
+}
+
+/// Node `node`'s step in executable graph `handle` does `work` from its next launch.
+fn set_step(handle: usize, node: usize, kind: NodeKind, work: Work) -> CuResult<()> {
+    let replay = work.replay.ok_or(Error::Code(code::INVALID_VALUE))?;
+    exec(handle)?.set_replay(node, kind, replay)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+    handle: usize,
+    node: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params, false)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+    handle: usize,
+    node: usize,
+    params: *const KernelNodeParams,
+) -> u32 {
+    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params, true)?))
+}
+
+/// `CUDA_MEMSET_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemsetNodeParams {
+    dst: u64,
+    pitch: usize,
+    value: c_uint,
+    element: c_uint,
+    width: usize,
+    height: usize,
+}
+
+/// A memset node's work, its descriptor checked and kept.
+unsafe fn memset_work(params: *const MemsetNodeParams) -> CuResult<Work> {
+    let p = *params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    if ![1, 2, 4].contains(&p.element) {
+        return Err(Error::said(code::INVALID_VALUE, format!("a memset element of {} bytes", p.element)));
+    }
+    let replay: Replay = Arc::new(move |stream| {
+        memset_2d((p.dst, None), p.pitch, p.value, p.element.into(), [p.width, p.height], stream, false)
+    });
+    Ok(Work { replay: Some(replay), params: Some(Arc::new(p)) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemsetNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const MemsetNodeParams,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphAddMemsetNode", || add(out, graph, deps, count, NodeKind::Memset, memset_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemsetNodeGetParams(handle: usize, out: *mut MemsetNodeParams) -> u32 {
+    guard("cuGraphMemsetNodeGetParams", || put(out, *params_of::<MemsetNodeParams>(handle, NodeKind::Memset)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemsetNodeSetParams(handle: usize, params: *const MemsetNodeParams) -> u32 {
+    guard("cuGraphMemsetNodeSetParams", || set_work(handle, NodeKind::Memset, memset_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecMemsetNodeSetParams(
+    handle: usize,
+    node: usize,
+    params: *const MemsetNodeParams,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphExecMemsetNodeSetParams", || set_step(handle, node, NodeKind::Memset, memset_work(params)?))
+}
+
+/// A copy node's work, its descriptor kept (host memory is read when it runs).
+unsafe fn memcpy_work(params: *const Memcpy3D) -> CuResult<Work> {
+    let described = Kept::new(*params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?);
+    // SAFETY: the program keeps a graph's host memory valid while the graph may run.
+    let replay: Replay = Arc::new(move |stream| unsafe { copy_3d(&described.get(), stream) });
+    Ok(Work { replay: Some(replay), params: Some(Arc::new(described)) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddMemcpyNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const Memcpy3D,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphAddMemcpyNode", || add(out, graph, deps, count, NodeKind::Memcpy, memcpy_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemcpyNodeGetParams(handle: usize, out: *mut Memcpy3D) -> u32 {
+    guard("cuGraphMemcpyNodeGetParams", || put(out, params_of::<Kept<Memcpy3D>>(handle, NodeKind::Memcpy)?.get()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphMemcpyNodeSetParams(handle: usize, params: *const Memcpy3D) -> u32 {
+    guard("cuGraphMemcpyNodeSetParams", || set_work(handle, NodeKind::Memcpy, memcpy_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecMemcpyNodeSetParams(
+    handle: usize,
+    node: usize,
+    params: *const Memcpy3D,
+    _context: usize,
+) -> u32 {
+    guard("cuGraphExecMemcpyNodeSetParams", || set_step(handle, node, NodeKind::Memcpy, memcpy_work(params)?))
+}
+
+/// `CUDA_HOST_NODE_PARAMS`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HostNodeParams {
+    function: Option<HostFn>,
+    data: *mut c_void,
+}
+
+/// A host node's work: the program's function and argument, kept.
+unsafe fn host_work(params: *const HostNodeParams) -> CuResult<Work> {
+    let p = *params.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    if p.function.is_none() {
+        return Err(Error::said(code::INVALID_VALUE, "the host function is null"));
+    }
+    let kept = Kept::new(p);
+    // SAFETY: the program's function and argument, called as it asked.
+    let replay: Replay =
+        Arc::new(move |stream| unsafe { run_host_function(stream, kept.get().function, kept.get().data) });
+    Ok(Work { replay: Some(replay), params: Some(Arc::new(kept)) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddHostNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    params: *const HostNodeParams,
+) -> u32 {
+    guard("cuGraphAddHostNode", || add(out, graph, deps, count, NodeKind::Host, host_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphHostNodeGetParams(handle: usize, out: *mut HostNodeParams) -> u32 {
+    guard("cuGraphHostNodeGetParams", || put(out, params_of::<Kept<HostNodeParams>>(handle, NodeKind::Host)?.get()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphHostNodeSetParams(handle: usize, params: *const HostNodeParams) -> u32 {
+    guard("cuGraphHostNodeSetParams", || set_work(handle, NodeKind::Host, host_work(params)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
+    handle: usize,
+    node: usize,
+    params: *const HostNodeParams,
+) -> u32 {
+    guard("cuGraphExecHostNodeSetParams", || set_step(handle, node, NodeKind::Host, host_work(params)?))
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphNodeSetEnabled(handle: usize, node: usize, enabled: c_uint) -> u32 {
+    guard("cuGraphNodeSetEnabled", || exec(handle)?.set_enabled(node, enabled != 0))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphNodeGetEnabled(handle: usize, node: usize, enabled: *mut c_uint) -> u32 {
+    guard("cuGraphNodeGetEnabled", || put(enabled, c_uint::from(exec(handle)?.is_enabled(node)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::add_node;
+    use super::*;
+
+    #[test]
+    fn a_node_changed_in_an_executable_graph_changes_there_alone() {
+        let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let step = |tag: &'static str| {
+            let ran = ran.clone();
+            Work::of(Arc::new(move |_| {
+                ran.lock().unwrap().push(tag);
+                Ok(())
+            }))
+        };
+        let g = super::super::new_graph();
+        let a = super::super::add_node_with(g, NodeKind::Kernel, &[], step("a"), None).unwrap();
+        let b = super::super::add_node_with(g, NodeKind::Memset, &[a], step("b"), None).unwrap();
+        let e = super::super::instantiate(g, false).unwrap();
+        set_step(e, a, NodeKind::Kernel, step("a2")).unwrap();
+        assert_eq!(set_step(e, a, NodeKind::Memset, step("x")).unwrap_err().code(), code::INVALID_VALUE);
+        exec(e).unwrap().set_enabled(b, false).unwrap();
+        exec(e).unwrap().replay(0).unwrap();
+        assert_eq!(*ran.lock().unwrap(), ["a2"], "the new kernel step ran and the disabled memset did not");
+        // The graph's own node is unchanged: a new executable graph runs what it had.
+        let again = super::super::instantiate(g, false).unwrap();
+        exec(again).unwrap().replay(0).unwrap();
+        assert_eq!(*ran.lock().unwrap(), ["a2", "a", "b"]);
+        let host = add_node(g, NodeKind::Host, &[], None).unwrap();
+        assert!(exec(again).unwrap().set_enabled(host, false).is_err(), "a node the executable graph lacks");
+    }
+}
