@@ -28,11 +28,7 @@ fn argument(bytes: &[u8], out: &mut Vec<KernelArg>) {
     match bytes.len() {
         4 => out.push(KernelArg::U32(u32::from_ne_bytes(bytes.try_into().expect("4 bytes")))),
         8 => out.push(KernelArg::U64(u64::from_ne_bytes(bytes.try_into().expect("8 bytes")))),
-        _ => out.extend(bytes.chunks(8).map(|piece| {
-            let mut word = [0u8; 8];
-            word[..piece.len()].copy_from_slice(piece);
-            KernelArg::U64(u64::from_ne_bytes(word))
-        })),
+        _ => out.extend(words_of(bytes).iter().map(|&word| KernelArg::U64(word))),
     }
 }
 
@@ -52,6 +48,18 @@ fn parameter_bytes(sizes: &[u32], args: &[KernelArg]) -> Vec<Box<[u8]>> {
             let mut bytes: Vec<u8> = (0..pieces).flat_map(|_| word()).collect();
             bytes.truncate(size);
             bytes.into_boxed_slice()
+        })
+        .collect()
+}
+
+/// `bytes` in 8-byte words, the last zero-padded.
+fn words_of(bytes: &[u8]) -> Box<[u64]> {
+    bytes
+        .chunks(8)
+        .map(|piece| {
+            let mut word = [0u8; 8];
+            word[..piece.len()].copy_from_slice(piece);
+            u64::from_ne_bytes(word)
         })
         .collect()
 }
@@ -122,13 +130,19 @@ unsafe fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult<()> {
-    let launch = Arc::new(prepare(function, dims, params, extra)?);
+    let launch = prepare(function, dims, params, extra)?;
+    if !graph::is_capturing(stream) {
+        // The common case, with no allocation: sent at once.
+        return launch.send(stream);
+    }
+    let launch = Arc::new(launch);
     let kept = launch.clone();
     graph::or_record_with(stream, NodeKind::Kernel, move || Some(kept), move |stream| launch.send(stream))
 }
 
-/// Copies of a launch's parameters' bytes, and a pointer to each (as addresses).
-type Copies = (Vec<Box<[u8]>>, Vec<usize>);
+/// Copies of a launch's parameters (each in 8-byte words, so aligned as any parameter may
+/// need), and a pointer to each (as addresses).
+type Copies = (Vec<Box<[u64]>>, Vec<usize>);
 
 /// A launch with its arguments read: sent at once, or at each launch of a graph.
 pub(crate) struct Prepared {
@@ -153,9 +167,9 @@ impl Prepared {
     pub(crate) fn parameter_pointers(&self) -> *mut *mut c_void {
         let (_, pointers) = self.copies.get_or_init(|| {
             let sizes = self.resolved.sizes.as_deref().unwrap_or_default();
-            let bytes = parameter_bytes(sizes, &self.args);
-            let pointers = bytes.iter().map(|b| b.as_ptr() as usize).collect();
-            (bytes, pointers)
+            let words: Vec<Box<[u64]>> = parameter_bytes(sizes, &self.args).iter().map(|b| words_of(b)).collect();
+            let pointers = words.iter().map(|w| w.as_ptr() as usize).collect();
+            (words, pointers)
         });
         pointers.as_ptr() as *mut *mut c_void
     }

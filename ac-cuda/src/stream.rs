@@ -6,7 +6,7 @@
 //! functions and callbacks run on the calling thread once their stream is done.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use crate::context::current_device;
@@ -231,10 +231,23 @@ pub extern "C" fn cuStreamQuery(handle: usize) -> u32 {
     guard("cuStreamQuery", || synchronize(handle))
 }
 
+/// `CU_EVENT_RECORD_EXTERNAL` and `CU_EVENT_WAIT_EXTERNAL`: in a capture, an event record or
+/// wait node of the graph rather than a dependency within it.
+const EXTERNAL: c_uint = 1;
+
 #[no_mangle]
-pub extern "C" fn cuStreamWaitEvent(handle: usize, event: usize, _flags: c_uint) -> u32 {
+pub extern "C" fn cuStreamWaitEvent(handle: usize, event: usize, flags: c_uint) -> u32 {
     guard("cuStreamWaitEvent", || {
         device_of_stream(handle)?;
+        if flags & EXTERNAL != 0 && graph::is_capturing(handle) {
+            events().get(event)?;
+            return graph::or_record_with(
+                handle,
+                NodeKind::EventWait,
+                move || event_of(event),
+                move |_| wait_for(event),
+            );
+        }
         // An event recorded in a capture: this stream joins it. Otherwise the host waits now,
         // which orders a capturing stream's recorded work after it too.
         let mark = events().get(event)?.captured.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -298,11 +311,30 @@ pub extern "C" fn cuEventRecord(event: usize, stream: usize) -> u32 {
 }
 
 #[no_mangle]
-pub extern "C" fn cuEventRecordWithFlags(event: usize, stream: usize, _flags: c_uint) -> u32 {
-    guard("cuEventRecordWithFlags", || record(event, stream))
+pub extern "C" fn cuEventRecordWithFlags(event: usize, stream: usize, flags: c_uint) -> u32 {
+    guard("cuEventRecordWithFlags", || {
+        if flags & EXTERNAL != 0 && graph::is_capturing(stream) {
+            events().get(event)?;
+            let record = move |stream| record(event, stream);
+            return graph::or_record_with(stream, NodeKind::EventRecord, move || event_of(event), record);
+        }
+        record(event, stream)
+    })
 }
 
-fn record(event: usize, stream: usize) -> CuResult<()> {
+/// What a captured event node keeps of its event (`cuGraphEvent*NodeGetEvent` reads it).
+fn event_of(event: usize) -> Option<graph::Params> {
+    Some(Arc::new(graph::EventOf(event)))
+}
+
+/// `CUDA_ERROR_INVALID_HANDLE` unless `event` is an event of the program's.
+pub(crate) fn check_event(event: usize) -> CuResult<()> {
+    events().get(event).map(drop)
+}
+
+/// Records `event` on `stream` (or, if the stream is capturing, marks where it stands in the
+/// capture).
+pub(crate) fn record(event: usize, stream: usize) -> CuResult<()> {
     let record = events().get(event)?;
     let device = device_of_stream(stream)?;
     let mark = graph::mark(stream);
@@ -318,7 +350,7 @@ fn record(event: usize, stream: usize) -> CuResult<()> {
 
 /// Waits until the work before the event's last record is done (at once if never recorded);
 /// an event recorded in a capture stands for work that has not run: `CUDA_ERROR_CAPTURED_EVENT`.
-fn wait_for(event: usize) -> CuResult<()> {
+pub(crate) fn wait_for(event: usize) -> CuResult<()> {
     let record = events().get(event)?;
     if record.captured.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
         return Err(Error::said(graph::result::CAPTURED_EVENT, "the event was recorded in a stream capture"));

@@ -4,7 +4,7 @@
 // memory when it runs). The graph API: memset, kernel, host and copy nodes with dependencies,
 // instantiated, cloned, updated and launched, and launched into a capture as a child graph;
 // nodes' parameters read back and changed in the graph or in an executable graph alone, a
-// kernel node turned off and on.
+// kernel node turned off and on; event record and wait nodes, built and captured.
 // Threads each capturing and launching their own graph at once. What CUDA refuses: capturing
 // the legacy stream, a synchronization while capturing, a capture ended on another stream or
 // with work not joined back. Every value is exact.
@@ -308,6 +308,106 @@ static void node_parameters(int n) {
     CHECK(cudaFreeHost(other));
 }
 
+// How many of `graph`'s nodes are of `type`.
+static int nodes_of(cudaGraph_t graph, cudaGraphNodeType type) {
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    int found = 0;
+    for (auto node : nodes) {
+        cudaGraphNodeType t;
+        CHECK(cudaGraphNodeGetType(node, &t));
+        found += t == type;
+    }
+    return found;
+}
+
+// Event record and wait nodes: a graph that fills d and records `done`, and another, launched
+// on a second stream, that waits for `done` and copies d out; the record node pointed at
+// another event in the executable graph alone; a capture's external wait and record become
+// such nodes.
+static void event_nodes(int n) {
+    size_t bytes = n * sizeof(float);
+    float *d, *out;
+    CHECK(cudaMalloc(&d, bytes));
+    CHECK(cudaMallocHost(&out, bytes));
+    cudaStream_t s1, s2;
+    CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    cudaEvent_t done, other;
+    CHECK(cudaEventCreate(&done));
+    CHECK(cudaEventCreate(&other));
+
+    cudaGraph_t producer, consumer;
+    CHECK(cudaGraphCreate(&producer, 0));
+    CHECK(cudaGraphCreate(&consumer, 0));
+    cudaMemsetParams set = fill(d, n, 3.0f);
+    cudaGraphNode_t memset_node, record_node, wait_node, copy_node;
+    CHECK(cudaGraphAddMemsetNode(&memset_node, producer, nullptr, 0, &set));
+    CHECK(cudaGraphAddEventRecordNode(&record_node, producer, &memset_node, 1, done));
+    CHECK(cudaGraphAddEventWaitNode(&wait_node, consumer, nullptr, 0, done));
+    CHECK(cudaGraphAddMemcpyNode1D(&copy_node, consumer, &wait_node, 1, out, d, bytes, cudaMemcpyDeviceToHost));
+    cudaEvent_t got_record = nullptr, got_wait = nullptr;
+    CHECK(cudaGraphEventRecordNodeGetEvent(record_node, &got_record));
+    CHECK(cudaGraphEventWaitNodeGetEvent(wait_node, &got_wait));
+    cudaGraphNodeType record_type, wait_type;
+    CHECK(cudaGraphNodeGetType(record_node, &record_type));
+    CHECK(cudaGraphNodeGetType(wait_node, &wait_type));
+    printf("event nodes: types %d and %d, events read back %s\n", (int)record_type, (int)wait_type,
+           got_record == done && got_wait == done ? "the same" : "DIFFERENT");
+    cudaGraphExec_t produce, consume;
+    CHECK(cudaGraphInstantiate(&produce, producer, 0));
+    CHECK(cudaGraphInstantiate(&consume, consumer, 0));
+    memset(out, 0, bytes);
+    CHECK(cudaGraphLaunch(produce, s1));
+    CHECK(cudaGraphLaunch(consume, s2));
+    CHECK(cudaStreamSynchronize(s2));
+    report(all(out, n, [](int) { return 3.0f; }), "event record and wait nodes across two graphs on two streams");
+    // `other` is recorded only by the changed record node: its time can then be asked.
+    CHECK(cudaGraphExecEventRecordNodeSetEvent(produce, record_node, other));
+    CHECK(cudaGraphLaunch(produce, s1));
+    CHECK(cudaStreamSynchronize(s1));
+    float ms = -1;
+    printf("the record node given another event in the executable graph: %s\n",
+           cudaGetErrorName(cudaEventElapsedTime(&ms, other, other)));
+
+    cudaGraph_t captured;
+    CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+    CHECK(cudaStreamWaitEvent(s1, done, cudaEventWaitExternal));
+    CHECK(cudaMemsetAsync(d, 0, bytes, s1));
+    CHECK(cudaEventRecordWithFlags(other, s1, cudaEventRecordExternal));
+    CHECK(cudaStreamEndCapture(s1, &captured));
+    printf("captured an external wait and record: %d wait node, %d record node\n",
+           nodes_of(captured, cudaGraphNodeTypeWaitEvent), nodes_of(captured, cudaGraphNodeTypeEventRecord));
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(captured, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CHECK(cudaGraphGetNodes(captured, nodes.data(), &count));
+    bool events_same = true;
+    for (auto node : nodes) {
+        cudaGraphNodeType t;
+        cudaEvent_t e = nullptr;
+        CHECK(cudaGraphNodeGetType(node, &t));
+        if (t == cudaGraphNodeTypeEventRecord) events_same = cudaGraphEventRecordNodeGetEvent(node, &e) == cudaSuccess && e == other && events_same;
+        if (t == cudaGraphNodeTypeWaitEvent) events_same = cudaGraphEventWaitNodeGetEvent(node, &e) == cudaSuccess && e == done && events_same;
+    }
+    printf("captured event nodes' events read back: %s\n", events_same ? "the same" : "DIFFERENT");
+    cudaGraphExec_t replayed;
+    CHECK(cudaGraphInstantiate(&replayed, captured, 0));
+    CHECK(cudaGraphLaunch(replayed, s1));
+    CHECK(cudaEventSynchronize(other));
+    CHECK(cudaMemcpy(out, d, bytes, cudaMemcpyDeviceToHost));
+    report(all(out, n, [](int) { return 0.0f; }), "the captured graph launched, its event waited for,");
+
+    for (cudaGraphExec_t e : {produce, consume, replayed}) CHECK(cudaGraphExecDestroy(e));
+    for (cudaGraph_t g : {producer, consumer, captured}) CHECK(cudaGraphDestroy(g));
+    for (cudaEvent_t e : {done, other}) CHECK(cudaEventDestroy(e));
+    for (cudaStream_t st : {s1, s2}) CHECK(cudaStreamDestroy(st));
+    CHECK(cudaFree(d));
+    CHECK(cudaFreeHost(out));
+}
+
 // What CUDA refuses, each printed with its error's name; the program goes on after each.
 static void refusals(int n) {
     float* d;
@@ -360,6 +460,7 @@ int main(int argc, char** argv) {
     report(capture_fork_join(n, 3, true), "captured fork and join, launched 3 rounds with new input,");
     graph_api(n);
     node_parameters(n);
+    event_nodes(n);
     refusals(n);
 
     const int threads = 4;

@@ -2,10 +2,10 @@
 //! queried, cloned, instantiated, updated, launched and destroyed. A launch on a capturing
 //! stream is recorded as a child graph node.
 //!
-//! Kernel, copy, memset and host nodes are [`super::params`]'s; memory allocation and free nodes
+//! Kernel, copy, memset, host and event nodes are [`super::params`]'s; memory allocation and free nodes
 //! [`super::memory`]'s.
 //!
-//! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): event, external
+//! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): external
 //! semaphore, batched memory and conditional nodes, the generic `cuGraphAddNode` and
 //! `cuGraphNodeSetParams`, a child graph node's parameters, edge data, device launches.
 

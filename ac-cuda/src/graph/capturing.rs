@@ -151,7 +151,7 @@ pub fn or_record_with(
     params: impl FnOnce() -> Option<Params>,
     op: impl Fn(usize) -> CuResult<()> + Send + Sync + 'static,
 ) -> CuResult<()> {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
+    if !is_capturing(stream) {
         return op(stream);
     }
     let op: Replay = Arc::new(op);

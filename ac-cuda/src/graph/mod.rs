@@ -5,10 +5,11 @@
 //! one after another, as the program would have. Nothing of a graph goes to the backend until
 //! it is launched: a launch costs what its calls would.
 //!
-//! This module holds the graphs, nodes and executable graphs (`capturing`: the capturing
-//! streams), and imports none of the modules whose calls it records (they call [`or_record`]);
+//! This module holds the graphs and nodes (`exec`: the executable graphs; `capturing`: the
+//! capturing streams), and imports none of the modules whose calls it records (they call [`or_record`]);
 //! the entry points are [`calls`] (building, instantiating and launching graphs), [`params`]
-//! (kernel, copy, memset and host nodes: made, their parameters read and changed), [`capture`] (stream capture)
+//! (kernel, copy, memset, host and event nodes: made, their parameters read and changed),
+//! [`capture`] (stream capture)
 //! and [`memory`] (graph memory: allocation and free nodes).
 //!
 //! Invariants: a node belongs to one graph and depends only on nodes of that graph; a
@@ -20,6 +21,7 @@
 pub mod calls;
 pub mod capture;
 mod capturing;
+mod exec;
 pub mod memory;
 pub mod params;
 
@@ -35,6 +37,8 @@ pub use capturing::{
     begin, end, info, is_capturing, join, mark, or_record, or_record_with, record, refuse_if_capturing,
     stream_destroyed, update_dependencies, CaptureInfo, Mark,
 };
+use exec::Step;
+pub use exec::{destroy_exec, exec, instantiate, instantiate_child, Exec};
 use memory::GraphAlloc;
 
 /// `CUDA_ERROR_ILLEGAL_STATE` and the stream-capture and graph `CUresult`s (cuda.h).
@@ -111,6 +115,10 @@ pub enum NodeKind {
     Graph,
     /// Nothing: a join point.
     Empty,
+    /// A wait for an event.
+    EventWait,
+    /// An event's record.
+    EventRecord,
     /// An allocation of graph memory.
     MemAlloc,
     /// A free of graph memory.
@@ -127,6 +135,8 @@ impl NodeKind {
             NodeKind::Host => 3,
             NodeKind::Graph => 4,
             NodeKind::Empty => 5,
+            NodeKind::EventWait => 6,
+            NodeKind::EventRecord => 7,
             NodeKind::MemAlloc => 10,
             NodeKind::MemFree => 11,
         }
@@ -165,127 +175,14 @@ impl Node {
     }
 }
 
+/// The event of an event record or wait node, kept as its parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct EventOf(pub usize);
+
 /// A graph: its nodes in the order they were added.
 #[derive(Debug, Default)]
 pub struct Graph {
     nodes: Mutex<Vec<usize>>,
-}
-
-/// One node's work in an executable graph.
-#[derive(Clone)]
-struct Step {
-    /// The node of the graph it was made from (`cuGraphExec*NodeSetParams` name it).
-    node: usize,
-    kind: NodeKind,
-    replay: Option<Replay>,
-    memory: Option<Arc<GraphAlloc>>,
-    /// `cuGraphNodeSetEnabled`: a disabled step does nothing at a launch.
-    enabled: bool,
-}
-
-/// An executable graph: its steps in an order its dependencies allow.
-pub struct Exec {
-    steps: Mutex<Vec<Step>>,
-    /// The graph memory its allocation nodes allocate (its graph's: one executable graph at a
-    /// time may hold them).
-    allocations: Vec<Arc<GraphAlloc>>,
-    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
-    /// one allocated and nothing freed since.
-    auto_free: bool,
-}
-
-impl std::fmt::Debug for Exec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kinds: Vec<NodeKind> = lock(&self.steps).iter().map(|s| s.kind).collect();
-        f.debug_struct("Exec").field("steps", &kinds).finish()
-    }
-}
-
-impl Exec {
-    /// Sends each step's work on `stream`, in order; the first error ends the launch. Graph
-    /// memory its last launch allocated and nothing freed since is freed first with auto-free,
-    /// else the launch is refused (`CUDA_ERROR_INVALID_VALUE`), as CUDA's.
-    pub fn replay(&self, stream: usize) -> CuResult<()> {
-        for allocation in self.allocations.iter().filter(|a| a.is_live()) {
-            if !self.auto_free {
-                return Err(Error::said(
-                    code::INVALID_VALUE,
-                    "the graph's memory from its last launch is not freed (instantiate with auto-free on launch, or free it)",
-                ));
-            }
-            allocation.freed();
-        }
-        let steps = lock(&self.steps).clone();
-        steps.iter().filter(|s| s.enabled).filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream))
-    }
-
-    /// Runs `change` on the step of node `node`, if it is of `kind`; `CUDA_ERROR_INVALID_VALUE`
-    /// if the executable graph has no such step.
-    fn with_step<T>(&self, node: usize, kinds: &[NodeKind], change: impl FnOnce(&mut Step) -> T) -> CuResult<T> {
-        let mut steps = lock(&self.steps);
-        match steps.iter_mut().find(|s| s.node == node) {
-            Some(step) if kinds.contains(&step.kind) => Ok(change(step)),
-            Some(step) => {
-                Err(Error::said(code::INVALID_VALUE, format!("a {:?} node, not a {kinds:?} node", step.kind)))
-            }
-            None => Err(Error::said(code::INVALID_VALUE, "not a node of the graph the executable graph was made from")),
-        }
-    }
-
-    /// The step of node `node` (of `kind`) does `replay` at later launches
-    /// (`cuGraphExec*NodeSetParams`); the graph's node is unchanged.
-    pub fn set_replay(&self, node: usize, kind: NodeKind, replay: Replay) -> CuResult<()> {
-        self.with_step(node, &[kind], |step| step.replay = Some(replay))
-    }
-
-    /// Node `node`'s step runs at later launches (`enabled`) or not; kernel, copy and memset
-    /// nodes only, as CUDA's.
-    pub fn set_enabled(&self, node: usize, enabled: bool) -> CuResult<()> {
-        self.with_step(node, &TOGGLED, |step| step.enabled = enabled)
-    }
-
-    /// Whether node `node`'s step runs at a launch.
-    pub fn is_enabled(&self, node: usize) -> CuResult<bool> {
-        self.with_step(node, &TOGGLED, |step| step.enabled)
-    }
-
-    /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
-    pub fn has_memory(&self) -> bool {
-        lock(&self.steps).iter().any(|s| s.memory.is_some())
-    }
-
-    /// Takes `graph`'s nodes as its steps, when they are the same kinds in the same order (the
-    /// topology the steps were made from); `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` otherwise,
-    /// and for graphs with memory nodes.
-    pub fn update(&self, graph: usize) -> CuResult<()> {
-        let new = ordered(graph)?;
-        let mut steps = lock(&self.steps);
-        if steps.iter().chain(&new).any(|s| s.memory.is_some()) {
-            return Err(Error::said(result::EXEC_UPDATE_FAILURE, "graphs with memory nodes cannot be updated"));
-        }
-        if steps.len() != new.len() || steps.iter().zip(&new).any(|(a, b)| a.kind != b.kind) {
-            return Err(Error::said(
-                result::EXEC_UPDATE_FAILURE,
-                "the graph's nodes differ from the executable graph's",
-            ));
-        }
-        // The steps keep their nodes (later calls name the first graph's) and whether they run.
-        for (step, new) in steps.iter_mut().zip(new) {
-            step.replay = new.replay;
-        }
-        Ok(())
-    }
-}
-
-/// The kinds of node `cuGraphNodeSetEnabled` can turn off.
-const TOGGLED: [NodeKind; 3] = [NodeKind::Kernel, NodeKind::Memcpy, NodeKind::Memset];
-
-impl Drop for Exec {
-    fn drop(&mut self) {
-        for allocation in &self.allocations {
-            allocation.uninstantiated();
-        }
-    }
 }
 
 /// The `count` handles at `p` (none when `count` is 0).
@@ -318,11 +215,6 @@ fn graphs() -> &'static Registry<Graph> {
 fn nodes() -> &'static Registry<Node> {
     static NODES: OnceLock<Registry<Node>> = OnceLock::new();
     NODES.get_or_init(Registry::default)
-}
-
-fn execs() -> &'static Registry<Exec> {
-    static EXECS: OnceLock<Registry<Exec>> = OnceLock::new();
-    EXECS.get_or_init(Registry::default)
 }
 
 /// A new, empty graph's handle.
@@ -455,48 +347,10 @@ fn ordered(graph: usize) -> CuResult<Vec<Step>> {
         done[i] = true;
         let n = &records[i];
         let replay = lock(&n.work).replay.clone();
-        order.push(Step { node: handles[i], kind: n.kind, replay, memory: n.memory.clone(), enabled: true });
+        let node = Arc::downgrade(n);
+        order.push(Step { node, kind: n.kind, replay, memory: n.memory.clone(), enabled: true });
     }
     Ok(order)
-}
-
-/// An executable graph of `graph`, answering its handle; with `auto_free`, each launch first
-/// frees the graph memory the last one left allocated. A graph with allocation nodes has one
-/// executable graph at a time (its memory's addresses are fixed): a second is
-/// `CUDA_ERROR_NOT_SUPPORTED`.
-pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
-    let steps = ordered(graph)?;
-    let owned = steps.iter().filter(|s| s.kind == NodeKind::MemAlloc).filter_map(|s| s.memory.clone());
-    let mut allocations = Vec::new();
-    for allocation in owned {
-        if !allocation.instantiated() {
-            // Dropping the executable graph gives back what it claimed.
-            drop(Exec { steps: Mutex::default(), allocations, auto_free });
-            return Err(Error::said(
-                code::NOT_SUPPORTED,
-                "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
-            ));
-        }
-        allocations.push(allocation);
-    }
-    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free }))
-}
-
-/// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are
-/// refused, as CUDA refuses them as children.
-pub fn instantiate_child(graph: usize) -> CuResult<usize> {
-    refuse_memory_nodes(graph, "a child graph")?;
-    instantiate(graph, false)
-}
-
-/// Executable graph `handle`.
-pub fn exec(handle: usize) -> CuResult<Arc<Exec>> {
-    execs().get(handle)
-}
-
-/// Forgets executable graph `handle`.
-pub fn destroy_exec(handle: usize) -> CuResult<()> {
-    execs().remove(handle).map(drop)
 }
 
 #[cfg(test)]

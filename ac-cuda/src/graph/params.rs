@@ -1,4 +1,4 @@
-//! Kernel, copy, memset and host nodes: added to a graph (`cuGraphAdd*Node`), their parameters
+//! Kernel, copy, memset, host and event nodes: added to a graph (`cuGraphAdd*Node`), their parameters
 //! read back (`cuGraph*NodeGetParams`), changed in the graph (`cuGraph*NodeSetParams`) or in an
 //! executable graph only (`cuGraphExec*NodeSetParams`), and a node's step in an executable graph
 //! turned off and on (`cuGraphNodeSetEnabled`). A node's call is checked and its arguments read
@@ -6,20 +6,20 @@
 //!
 //! What a node was made from is kept with it ([`super::Params`]): a kernel node's prepared
 //! launch (`crate::launch::Prepared`, whose parameters' copies `cuGraphKernelNodeGetParams`
-//! points to), a memset's or copy's descriptor, a host function and its argument.
+//! points to), a memset's or copy's descriptor, a host function and its argument, an event.
 
 use std::ffi::{c_uint, c_void};
 use std::sync::Arc;
 
 use ac_frontend::LaunchDims;
 
-use super::{exec, handles, node, set_work, Kept, NodeKind, Params, Replay, Work};
+use super::{exec, handles, node, set_work, EventOf, Kept, NodeKind, Params, Replay, Work};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::launch::{prepare, Prepared};
 use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
 use crate::state::put;
-use crate::stream::{run_host_function, HostFn};
+use crate::stream::{check_event, record, run_host_function, wait_for, HostFn};
 
 /// Adds a node doing `work` to `graph` after the `count` nodes at `deps`, its handle written to
 /// `out`.
@@ -51,7 +51,7 @@ fn params_of<T: Send + Sync + 'static>(handle: usize, kind: NodeKind) -> CuResul
 /// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12;
 /// `_v1` is its first ten fields).
 #[repr(C)]
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct KernelNodeParams {
     function: usize,
     grid: [c_uint; 3],
@@ -63,11 +63,37 @@ pub struct KernelNodeParams {
     context: usize,
 }
 
+/// `CUDA_KERNEL_NODE_PARAMS_v1`: `_v2`'s first ten fields, what the calls without `_v2` take.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct KernelNodeParamsV1 {
+    function: usize,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared: c_uint,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+}
+
+impl KernelNodeParamsV1 {
+    /// The same, in `_v2`'s layout (no kernel, no context).
+    fn widened(self) -> KernelNodeParams {
+        let KernelNodeParamsV1 { function, grid, block, shared, params, extra } = self;
+        KernelNodeParams { function, grid, block, shared, params, extra, kernel: 0, context: 0 }
+    }
+}
+
+/// A kernel node's work from `_v1` parameters.
+unsafe fn kernel_work_v1(p: *const KernelNodeParamsV1) -> CuResult<Work> {
+    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?.widened();
+    kernel_work(&p)
+}
+
 /// A kernel node's work, its arguments read now; the function is `kernel` when `function` is
-/// null (`_v2` only: `with_kernel`).
-unsafe fn kernel_work(p: *const KernelNodeParams, with_kernel: bool) -> CuResult<Work> {
+/// null.
+unsafe fn kernel_work(p: *const KernelNodeParams) -> CuResult<Work> {
     let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-    let function = if p.function == 0 && with_kernel { p.kernel } else { p.function };
+    let function = if p.function == 0 { p.kernel } else { p.function };
     let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
     let launch = Arc::new(prepare(function, dims, p.params, p.extra)?);
     let params: Params = launch.clone();
@@ -80,9 +106,9 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     graph: usize,
     deps: *const usize,
     count: usize,
-    params: *const KernelNodeParams,
+    params: *const KernelNodeParamsV1,
 ) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, false)?))
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work_v1(params)?))
 }
 
 #[no_mangle]
@@ -93,48 +119,48 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     count: usize,
     params: *const KernelNodeParams,
 ) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, true)?))
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params)?))
 }
 
-/// Writes kernel node `handle`'s parameters to `out`: the first ten fields (`_v1`), and the
-/// kernel and context too (`_v2`: `whole`). `kernelParams` points to copies of the arguments,
-/// valid while the node keeps them.
-unsafe fn kernel_params_out(handle: usize, out: *mut KernelNodeParams, whole: bool) -> CuResult<()> {
-    let out = out.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
+/// Kernel node `handle`'s parameters (`_v2`'s layout). `kernelParams` points to copies of the
+/// arguments, valid while the node keeps them.
+fn kernel_params(handle: usize) -> CuResult<KernelNodeParams> {
     let launch = params_of::<Prepared>(handle, NodeKind::Kernel)?;
     let (function, dims) = launch.function_and_dims();
-    out.function = function;
-    out.grid = dims.grid;
-    out.block = dims.block;
-    out.shared = dims.shared_mem;
-    out.params = launch.parameter_pointers();
-    out.extra = std::ptr::null_mut();
-    if whole {
+    Ok(KernelNodeParams {
+        function,
+        grid: dims.grid,
+        block: dims.block,
+        shared: dims.shared_mem,
+        params: launch.parameter_pointers(),
+        extra: std::ptr::null_mut(),
         // The runtime finds its kernel by this handle (the shim's kernels and functions are one).
-        out.kernel = function;
-        out.context = 0;
-    }
-    Ok(())
+        kernel: function,
+        context: 0,
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeGetParams(handle: usize, out: *mut KernelNodeParams) -> u32 {
-    guard("cuGraphKernelNodeGetParams", || kernel_params_out(handle, out, false))
+pub unsafe extern "C" fn cuGraphKernelNodeGetParams(handle: usize, out: *mut KernelNodeParamsV1) -> u32 {
+    guard("cuGraphKernelNodeGetParams", || {
+        let KernelNodeParams { function, grid, block, shared, params, extra, .. } = kernel_params(handle)?;
+        put(out, KernelNodeParamsV1 { function, grid, block, shared, params, extra })
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(handle: usize, out: *mut KernelNodeParams) -> u32 {
-    guard("cuGraphKernelNodeGetParams", || kernel_params_out(handle, out, true))
+    guard("cuGraphKernelNodeGetParams", || put(out, kernel_params(handle)?))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGraphKernelNodeSetParams(handle: usize, params: *const KernelNodeParams) -> u32 {
-    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params, false)?))
+pub unsafe extern "C" fn cuGraphKernelNodeSetParams(handle: usize, params: *const KernelNodeParamsV1) -> u32 {
+    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work_v1(params)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(handle: usize, params: *const KernelNodeParams) -> u32 {
-    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params, true)?))
+    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params)?))
 }
 
 /// Node `node`'s step in executable graph `handle` does `work` from its next launch.
@@ -147,9 +173,9 @@ fn set_step(handle: usize, node: usize, kind: NodeKind, work: Work) -> CuResult<
 pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     handle: usize,
     node: usize,
-    params: *const KernelNodeParams,
+    params: *const KernelNodeParamsV1,
 ) -> u32 {
-    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params, false)?))
+    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work_v1(params)?))
 }
 
 #[no_mangle]
@@ -158,7 +184,7 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     node: usize,
     params: *const KernelNodeParams,
 ) -> u32 {
-    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params, true)?))
+    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params)?))
 }
 
 /// `CUDA_MEMSET_NODE_PARAMS`.
@@ -308,6 +334,85 @@ pub unsafe extern "C" fn cuGraphExecHostNodeSetParams(
     guard("cuGraphExecHostNodeSetParams", || set_step(handle, node, NodeKind::Host, host_work(params)?))
 }
 
+/// An event record node's work (`wait`: a wait node's): the event's record on the launch's
+/// stream, or a wait for it (the host waits, as `cuStreamWaitEvent` outside a capture does).
+fn event_work(event: usize, wait: bool) -> CuResult<Work> {
+    check_event(event)?;
+    let replay: Replay =
+        if wait { Arc::new(move |_| wait_for(event)) } else { Arc::new(move |stream| record(event, stream)) };
+    Ok(Work { replay: Some(replay), params: Some(Arc::new(EventOf(event))) })
+}
+
+/// The kind of an event node: a wait or a record.
+fn event_kind(wait: bool) -> NodeKind {
+    if wait {
+        NodeKind::EventWait
+    } else {
+        NodeKind::EventRecord
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddEventRecordNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    event: usize,
+) -> u32 {
+    guard("cuGraphAddEventRecordNode", || {
+        add(out, graph, deps, count, NodeKind::EventRecord, event_work(event, false)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphAddEventWaitNode(
+    out: *mut usize,
+    graph: usize,
+    deps: *const usize,
+    count: usize,
+    event: usize,
+) -> u32 {
+    guard("cuGraphAddEventWaitNode", || add(out, graph, deps, count, NodeKind::EventWait, event_work(event, true)?))
+}
+
+/// Writes event node `handle`'s event to `out`.
+unsafe fn event_out(handle: usize, wait: bool, out: *mut usize) -> CuResult<()> {
+    put(out, params_of::<EventOf>(handle, event_kind(wait))?.0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphEventRecordNodeGetEvent(handle: usize, out: *mut usize) -> u32 {
+    guard("cuGraphEventRecordNodeGetEvent", || event_out(handle, false, out))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphEventWaitNodeGetEvent(handle: usize, out: *mut usize) -> u32 {
+    guard("cuGraphEventWaitNodeGetEvent", || event_out(handle, true, out))
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphEventRecordNodeSetEvent(handle: usize, event: usize) -> u32 {
+    guard("cuGraphEventRecordNodeSetEvent", || set_work(handle, NodeKind::EventRecord, event_work(event, false)?))
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphEventWaitNodeSetEvent(handle: usize, event: usize) -> u32 {
+    guard("cuGraphEventWaitNodeSetEvent", || set_work(handle, NodeKind::EventWait, event_work(event, true)?))
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphExecEventRecordNodeSetEvent(handle: usize, node: usize, event: usize) -> u32 {
+    guard("cuGraphExecEventRecordNodeSetEvent", || {
+        set_step(handle, node, NodeKind::EventRecord, event_work(event, false)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuGraphExecEventWaitNodeSetEvent(handle: usize, node: usize, event: usize) -> u32 {
+    guard("cuGraphExecEventWaitNodeSetEvent", || set_step(handle, node, NodeKind::EventWait, event_work(event, true)?))
+}
+
 #[no_mangle]
 pub extern "C" fn cuGraphNodeSetEnabled(handle: usize, node: usize, enabled: c_uint) -> u32 {
     guard("cuGraphNodeSetEnabled", || exec(handle)?.set_enabled(node, enabled != 0))
@@ -346,7 +451,7 @@ mod tests {
         let again = super::super::instantiate(g, false).unwrap();
         exec(again).unwrap().replay(0).unwrap();
         assert_eq!(*ran.lock().unwrap(), ["a2", "a", "b"]);
-        let host = add_node(g, NodeKind::Host, &[], None).unwrap();
-        assert!(exec(again).unwrap().set_enabled(host, false).is_err(), "a node the executable graph lacks");
+        let later = add_node(g, NodeKind::Kernel, &[], None).unwrap();
+        assert!(exec(again).unwrap().set_enabled(later, false).is_err(), "a node the executable graph lacks");
     }
 }

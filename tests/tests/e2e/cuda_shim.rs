@@ -377,7 +377,8 @@ async fn managed_memory_is_one_address_for_the_host_and_the_kernels() {
 /// two streams by events (a copy in, kernels, a memset, a host function, a copy out), launched
 /// round after round with new input; graphs built node by node, cloned, updated and launched
 /// into a capture; nodes' parameters read back and changed in the graph or in an executable
-/// graph alone, a kernel node turned off and on; four threads capturing at once; and CUDA's refusals (the legacy stream, a
+/// graph alone, a kernel node turned off and on; event record and wait nodes, built and
+/// captured; four threads capturing at once; and CUDA's refusals (the legacy stream, a
 /// synchronization while capturing, a capture ended on the wrong stream or unjoined).
 #[tokio::test(flavor = "multi_thread")]
 async fn cuda_graphs_captured_and_built_replay_their_work_on_each_launch() {
@@ -404,6 +405,12 @@ async fn cuda_graphs_captured_and_built_replay_their_work_on_each_launch() {
         "a host node turned off: cudaErrorInvalidValue",
         "a kernel node changed in the graph: a new executable graph takes it, the first keeps its own, exact",
         "a memset node given a kernel's parameters: cudaErrorInvalidValue",
+        "event nodes: types 7 and 6, events read back the same",
+        "event record and wait nodes across two graphs on two streams exact",
+        "the record node given another event in the executable graph: cudaSuccess",
+        "captured an external wait and record: 1 wait node, 1 record node",
+        "captured event nodes' events read back: the same",
+        "the captured graph launched, its event waited for, exact",
         "capturing the legacy stream: cudaErrorStreamCaptureUnsupported",
         "synchronized while capturing: cudaErrorStreamCaptureUnsupported, then ended: cudaErrorStreamCaptureInvalidated, graph none",
         "ended on the joined stream: cudaErrorStreamCaptureUnmatched",

@@ -1,0 +1,180 @@
+//! Executable graphs: a graph's nodes as steps in an order its dependencies allow, launched
+//! one after another on a stream; a step's work changed or turned off in one executable graph
+//! alone; the graph memory its allocation nodes hold (one executable graph at a time).
+
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use super::memory::GraphAlloc;
+use super::{lock, ordered, refuse_memory_nodes, result, Node, NodeKind, Replay};
+use crate::error::{code, CuResult, Error};
+use crate::state::Registry;
+
+/// One node's work in an executable graph.
+#[derive(Clone)]
+pub(super) struct Step {
+    /// The node of the graph it was made from (`cuGraphExec*NodeSetParams` name it).
+    pub(super) node: Weak<Node>,
+    pub(super) kind: NodeKind,
+    pub(super) replay: Option<Replay>,
+    pub(super) memory: Option<Arc<GraphAlloc>>,
+    /// `cuGraphNodeSetEnabled`: a disabled step does nothing at a launch.
+    pub(super) enabled: bool,
+}
+
+/// An executable graph: its steps in an order its dependencies allow.
+pub struct Exec {
+    steps: Mutex<Vec<Step>>,
+    /// The graph memory its allocation nodes allocate (its graph's: one executable graph at a
+    /// time may hold them).
+    allocations: Vec<Arc<GraphAlloc>>,
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
+    /// one allocated and nothing freed since.
+    auto_free: bool,
+}
+
+impl std::fmt::Debug for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds: Vec<NodeKind> = lock(&self.steps).iter().map(|s| s.kind).collect();
+        f.debug_struct("Exec").field("steps", &kinds).finish()
+    }
+}
+
+impl Exec {
+    /// Sends each step's work on `stream`, in order; the first error ends the launch. Graph
+    /// memory its last launch allocated and nothing freed since is freed first with auto-free,
+    /// else the launch is refused (`CUDA_ERROR_INVALID_VALUE`), as CUDA's.
+    pub fn replay(&self, stream: usize) -> CuResult<()> {
+        for allocation in self.allocations.iter().filter(|a| a.is_live()) {
+            if !self.auto_free {
+                return Err(Error::said(
+                    code::INVALID_VALUE,
+                    "the graph's memory from its last launch is not freed (instantiate with auto-free on launch, or free it)",
+                ));
+            }
+            allocation.freed();
+        }
+        let steps = lock(&self.steps).clone();
+        let sent =
+            steps.iter().filter(|s| s.enabled).filter_map(|s| s.replay.as_ref()).try_for_each(|replay| replay(stream));
+        if sent.is_err() {
+            // A launch that failed before its graph's own free nodes ran leaves nothing
+            // allocated that only those nodes could free.
+            self.allocations.iter().filter(|a| a.freed_in_its_graph()).for_each(|a| a.freed());
+        }
+        sent
+    }
+
+    /// Runs `change` on the step of node `node`, if it is of one of `kinds`;
+    /// `CUDA_ERROR_INVALID_VALUE` if the executable graph has no such step.
+    fn with_step<T>(&self, node: usize, kinds: &[NodeKind], change: impl FnOnce(&mut Step) -> T) -> CuResult<T> {
+        let mut steps = lock(&self.steps);
+        // A node's handle is its record's address: the step's node must still be that record.
+        let of_node = |s: &&mut Step| Weak::as_ptr(&s.node) as usize == node && s.node.strong_count() > 0;
+        match steps.iter_mut().find(of_node) {
+            Some(step) if kinds.contains(&step.kind) => Ok(change(step)),
+            Some(step) => {
+                Err(Error::said(code::INVALID_VALUE, format!("a {:?} node, not a {kinds:?} node", step.kind)))
+            }
+            None => Err(Error::said(code::INVALID_VALUE, "not a node of the graph the executable graph was made from")),
+        }
+    }
+
+    /// The step of node `node` (of `kind`) does `replay` at later launches
+    /// (`cuGraphExec*NodeSetParams`); the graph's node is unchanged.
+    pub fn set_replay(&self, node: usize, kind: NodeKind, replay: Replay) -> CuResult<()> {
+        self.with_step(node, &[kind], |step| step.replay = Some(replay))
+    }
+
+    /// Node `node`'s step runs at later launches (`enabled`) or not; kernel, copy and memset
+    /// nodes only, as CUDA's.
+    pub fn set_enabled(&self, node: usize, enabled: bool) -> CuResult<()> {
+        self.with_step(node, &TOGGLED, |step| step.enabled = enabled)
+    }
+
+    /// Whether node `node`'s step runs at a launch.
+    pub fn is_enabled(&self, node: usize) -> CuResult<bool> {
+        self.with_step(node, &TOGGLED, |step| step.enabled)
+    }
+
+    /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
+    pub fn has_memory(&self) -> bool {
+        lock(&self.steps).iter().any(|s| s.memory.is_some())
+    }
+
+    /// Takes `graph`'s nodes as its steps, when they are the same kinds in the same order (the
+    /// topology the steps were made from); `CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` otherwise,
+    /// and for graphs with memory nodes.
+    pub fn update(&self, graph: usize) -> CuResult<()> {
+        let new = ordered(graph)?;
+        let mut steps = lock(&self.steps);
+        if steps.iter().chain(&new).any(|s| s.memory.is_some()) {
+            return Err(Error::said(result::EXEC_UPDATE_FAILURE, "graphs with memory nodes cannot be updated"));
+        }
+        if steps.len() != new.len() || steps.iter().zip(&new).any(|(a, b)| a.kind != b.kind) {
+            return Err(Error::said(
+                result::EXEC_UPDATE_FAILURE,
+                "the graph's nodes differ from the executable graph's",
+            ));
+        }
+        // The steps keep their nodes (later calls name the first graph's) and whether they run.
+        for (step, new) in steps.iter_mut().zip(new) {
+            step.replay = new.replay;
+        }
+        Ok(())
+    }
+}
+
+/// The kinds of node `cuGraphNodeSetEnabled` can turn off.
+const TOGGLED: [NodeKind; 3] = [NodeKind::Kernel, NodeKind::Memcpy, NodeKind::Memset];
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        for allocation in &self.allocations {
+            allocation.uninstantiated();
+        }
+    }
+}
+
+fn execs() -> &'static Registry<Exec> {
+    static EXECS: OnceLock<Registry<Exec>> = OnceLock::new();
+    EXECS.get_or_init(Registry::default)
+}
+
+/// An executable graph of `graph`, answering its handle; with `auto_free`, each launch first
+/// frees the graph memory the last one left allocated. A graph with allocation nodes has one
+/// executable graph at a time (its memory's addresses are fixed): a second is
+/// `CUDA_ERROR_NOT_SUPPORTED`.
+pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
+    let steps = ordered(graph)?;
+    let owned = steps.iter().filter(|s| s.kind == NodeKind::MemAlloc).filter_map(|s| s.memory.clone());
+    let mut allocations = Vec::new();
+    for allocation in owned {
+        if !allocation.instantiated() {
+            // Dropping the executable graph gives back what it claimed.
+            drop(Exec { steps: Mutex::default(), allocations, auto_free });
+            return Err(Error::said(
+                code::NOT_SUPPORTED,
+                "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
+            ));
+        }
+        allocations.push(allocation);
+    }
+    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free }))
+}
+
+/// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are
+/// refused, as CUDA refuses them as children.
+pub fn instantiate_child(graph: usize) -> CuResult<usize> {
+    refuse_memory_nodes(graph, "a child graph")?;
+    instantiate(graph, false)
+}
+
+/// Executable graph `handle`.
+pub fn exec(handle: usize) -> CuResult<Arc<Exec>> {
+    execs().get(handle)
+}
+
+/// Forgets executable graph `handle`.
+pub fn destroy_exec(handle: usize) -> CuResult<()> {
+    execs().remove(handle).map(drop)
+}
