@@ -1,8 +1,10 @@
 // CHECK(call): a CUDA runtime call that must succeed; otherwise the test programs print the
 // call, its error number and string, and exit 1 (the tests read these lines).
+// report() and nodes_of() are the programs' shared checks.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 #include <cuda_runtime.h>
 
 #define CHECK(call)                                                                      \
@@ -25,4 +27,19 @@
         printf("FAILED: %s\n", what);
         failures++;
     }
+}
+
+// How many of `graph`'s nodes are of `type`.
+[[maybe_unused]] static int nodes_of(cudaGraph_t graph, cudaGraphNodeType type) {
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    int found = 0;
+    for (auto node : nodes) {
+        cudaGraphNodeType t;
+        CHECK(cudaGraphNodeGetType(node, &t));
+        found += t == type;
+    }
+    return found;
 }

@@ -39,21 +39,6 @@ static bool scaled(const float* out, const float* in, int n, float factor) {
     return true;
 }
 
-// How many of `graph`'s nodes are of `type`.
-static int nodes_of(cudaGraph_t graph, cudaGraphNodeType type) {
-    size_t count = 0;
-    CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-    std::vector<cudaGraphNode_t> nodes(count);
-    CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-    int found = 0;
-    for (auto node : nodes) {
-        cudaGraphNodeType t;
-        CHECK(cudaGraphNodeGetType(node, &t));
-        found += t == type;
-    }
-    return found;
-}
-
 int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 10000;
     size_t bytes = n * sizeof(float);

@@ -308,21 +308,6 @@ static void node_parameters(int n) {
     CHECK(cudaFreeHost(other));
 }
 
-// How many of `graph`'s nodes are of `type`.
-static int nodes_of(cudaGraph_t graph, cudaGraphNodeType type) {
-    size_t count = 0;
-    CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-    std::vector<cudaGraphNode_t> nodes(count);
-    CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-    int found = 0;
-    for (auto node : nodes) {
-        cudaGraphNodeType t;
-        CHECK(cudaGraphNodeGetType(node, &t));
-        found += t == type;
-    }
-    return found;
-}
-
 // Event record and wait nodes: a graph that fills d and records `done`, and another, launched
 // on a second stream, that waits for `done` and copies d out; the record node pointed at
 // another event in the executable graph alone; a capture's external wait and record become

@@ -48,22 +48,7 @@ fn params_of<T: Send + Sync + 'static>(handle: usize, kind: NodeKind) -> CuResul
     params.downcast::<T>().map_err(|_| Error::said(code::INVALID_VALUE, "the node's parameters are of another kind"))
 }
 
-/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12;
-/// `_v1` is its first ten fields).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct KernelNodeParams {
-    function: usize,
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    kernel: usize,
-    context: usize,
-}
-
-/// `CUDA_KERNEL_NODE_PARAMS_v1`: `_v2`'s first ten fields, what the calls without `_v2` take.
+/// `CUDA_KERNEL_NODE_PARAMS_v1`: what the calls without `_v2` take.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct KernelNodeParamsV1 {
@@ -75,25 +60,27 @@ pub struct KernelNodeParamsV1 {
     extra: *mut *mut c_void,
 }
 
-impl KernelNodeParamsV1 {
-    /// The same, in `_v2`'s layout (no kernel, no context).
-    fn widened(self) -> KernelNodeParams {
-        let KernelNodeParamsV1 { function, grid, block, shared, params, extra } = self;
-        KernelNodeParams { function, grid, block, shared, params, extra, kernel: 0, context: 0 }
-    }
+/// `CUDA_KERNEL_NODE_PARAMS` (`_v2`, the layout `cuGraphAddKernelNode` takes since CUDA 12):
+/// `_v1`'s fields, then the kernel and context.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct KernelNodeParams {
+    v1: KernelNodeParamsV1,
+    kernel: usize,
+    context: usize,
 }
 
 /// A kernel node's work from `_v1` parameters.
 unsafe fn kernel_work_v1(p: *const KernelNodeParamsV1) -> CuResult<Work> {
-    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?.widened();
-    kernel_work(&p)
+    let v1 = *p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    kernel_work(&KernelNodeParams { v1, kernel: 0, context: 0 })
 }
 
 /// A kernel node's work, its arguments read now; the function is `kernel` when `function` is
 /// null.
 unsafe fn kernel_work(p: *const KernelNodeParams) -> CuResult<Work> {
-    let p = p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-    let function = if p.function == 0 { p.kernel } else { p.function };
+    let KernelNodeParams { v1: p, kernel, .. } = *p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    let function = if p.function == 0 { kernel } else { p.function };
     let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
     let launch = Arc::new(prepare(function, dims, p.params, p.extra)?);
     let params: Params = launch.clone();
@@ -127,25 +114,21 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
 fn kernel_params(handle: usize) -> CuResult<KernelNodeParams> {
     let launch = params_of::<Prepared>(handle, NodeKind::Kernel)?;
     let (function, dims) = launch.function_and_dims();
-    Ok(KernelNodeParams {
+    let v1 = KernelNodeParamsV1 {
         function,
         grid: dims.grid,
         block: dims.block,
         shared: dims.shared_mem,
         params: launch.parameter_pointers(),
         extra: std::ptr::null_mut(),
-        // The runtime finds its kernel by this handle (the shim's kernels and functions are one).
-        kernel: function,
-        context: 0,
-    })
+    };
+    // The runtime finds its kernel by this handle (the shim's kernels and functions are one).
+    Ok(KernelNodeParams { v1, kernel: function, context: 0 })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphKernelNodeGetParams(handle: usize, out: *mut KernelNodeParamsV1) -> u32 {
-    guard("cuGraphKernelNodeGetParams", || {
-        let KernelNodeParams { function, grid, block, shared, params, extra, .. } = kernel_params(handle)?;
-        put(out, KernelNodeParamsV1 { function, grid, block, shared, params, extra })
-    })
+    guard("cuGraphKernelNodeGetParams", || put(out, kernel_params(handle)?.v1))
 }
 
 #[no_mangle]
