@@ -1,9 +1,10 @@
 // CHECK(call): a CUDA runtime call that must succeed; otherwise the test programs print the
 // call, its error number and string, and exit 1 (the tests read these lines).
-// report() and nodes_of() are the programs' shared checks.
+// report(), nodes_of() and fill() are the programs' shared helpers.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -42,4 +43,15 @@
         found += t == type;
     }
     return found;
+}
+
+// A memset node's parameters: n floats of d set to `value`.
+[[maybe_unused]] static cudaMemsetParams fill(float* d, int n, float value) {
+    cudaMemsetParams set = {};
+    set.dst = d;
+    memcpy(&set.value, &value, sizeof value);
+    set.elementSize = 4;
+    set.width = n;
+    set.height = 1;
+    return set;
 }

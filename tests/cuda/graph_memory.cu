@@ -179,13 +179,7 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphCreate(&owner, 0));
     CHECK(cudaGraphAddMemAllocNode(&alloc_node, owner, nullptr, 0, &alloc));
     d = (float*)alloc.dptr;
-    float value = 1.5f;
-    cudaMemsetParams set = {};
-    set.dst = d;
-    memcpy(&set.value, &value, sizeof value);
-    set.elementSize = 4;
-    set.width = n;
-    set.height = 1;
+    cudaMemsetParams set = fill(d, n, 1.5f);
     cudaGraphNode_t memset_node;
     CHECK(cudaGraphAddMemsetNode(&memset_node, owner, &alloc_node, 1, &set));
     CHECK(cudaGraphCreate(&freer, 0));

@@ -35,17 +35,6 @@ static bool all(const float* x, int n, F f) {
 
 static void count_call(void* calls) { ++*(int*)calls; }
 
-// A memset node's parameters: n floats of d set to `value`.
-static cudaMemsetParams fill(float* d, int n, float value) {
-    cudaMemsetParams set = {};
-    set.dst = d;
-    memcpy(&set.value, &value, sizeof value);
-    set.elementSize = 4;
-    set.width = n;
-    set.height = 1;
-    return set;
-}
-
 // A kernel node's parameters: scale over n elements, its arguments (d, factor, n) at `args`.
 static cudaKernelNodeParams scale_node(void** args, int n) {
     cudaKernelNodeParams k = {};

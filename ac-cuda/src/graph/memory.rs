@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use super::{add_node_with, graphs, lock, node, record, refuse_if_capturing, NodeKind, Replay, Work};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::pool::{check_access, device_of_props, AccessDesc, PoolProps};
+use crate::pool::{check_access, device_of, device_of_props, AccessDesc, PoolProps};
 use crate::state::{self, put, Allocation};
 
 /// Memory an allocation node allocates.
@@ -375,12 +375,6 @@ pub unsafe extern "C" fn cuGraphMemAllocNodeGetParams(handle: usize, out: *mut A
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphMemFreeNodeGetParams(handle: usize, address: *mut u64) -> u32 {
     guard("cuGraphMemFreeNodeGetParams", || put(address, memory_of(handle, NodeKind::MemFree)?.address))
-}
-
-/// A device ordinal of the program, checked.
-fn device_of(ordinal: c_int) -> CuResult<usize> {
-    state::shim()?.device(ordinal)?;
-    Ok(ordinal as usize)
 }
 
 #[no_mangle]

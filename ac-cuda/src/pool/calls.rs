@@ -105,7 +105,7 @@ unsafe fn device_at(location: *const Location, alloc_type: c_int) -> CuResult<us
 }
 
 /// A device ordinal of the program, checked.
-fn device_of(ordinal: c_int) -> CuResult<usize> {
+pub fn device_of(ordinal: c_int) -> CuResult<usize> {
     state::shim()?.device(ordinal)?;
     Ok(ordinal as usize)
 }

@@ -12,7 +12,7 @@
 pub mod cache;
 mod calls;
 
-pub use calls::{check_access, device_of_props, AccessDesc, PoolProps};
+pub use calls::{check_access, device_of, device_of_props, AccessDesc, PoolProps};
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
