@@ -203,6 +203,19 @@ pub(crate) unsafe fn prepare(
         ));
     };
     let args = arguments(&name, sizes, params, extra)?;
+    if dims.shared_mem > 0 {
+        let limit = resolved.attributes.max_dynamic_shared(&resolved.function)?;
+        if dims.shared_mem > limit {
+            return Err(Error::said(
+                code::INVALID_VALUE,
+                format!(
+                    "kernel `{name}`: {} bytes of dynamic shared memory exceed its limit of {limit} \
+                     (cuFuncSetAttribute with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES raises it)",
+                    dims.shared_mem
+                ),
+            ));
+        }
+    }
     Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new() })
 }
 

@@ -22,6 +22,8 @@
 //!   and are handed out again in stream order (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
 //! - [`peer`]: peer queries and copies between two devices' memory (staged through the host).
 //! - [`module`]: module and library images (fat binaries, cubins, PTX), kernel lookups.
+//! - [`attributes`]: a kernel's attributes, the device's answer and what the program sets (a
+//!   dynamic shared memory limit past 48 KiB, sent to the backend).
 //! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
 //!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
@@ -54,6 +56,7 @@
 #![allow(non_snake_case)] // the driver API's names
 #![allow(clippy::missing_safety_doc)] // every entry point is the driver API's, documented by NVIDIA
 
+pub mod attributes;
 pub mod blas;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it
 pub mod blas_generated;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ac_frontend::{Function, Module};
 use ac_proto::backend::ModuleSource;
 
+use crate::attributes::{self, Attributes};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -49,6 +50,8 @@ pub struct Resolved {
     pub function: Function,
     /// Its parameters' sizes, when the device knows them.
     pub sizes: Option<Vec<u32>>,
+    /// Its attributes, as the device says and the program set them.
+    pub attributes: Attributes,
 }
 
 fn images() -> &'static Registry<Image> {
@@ -96,7 +99,7 @@ impl Kernel {
         let shim = state::shim()?;
         let name = self.name.to_str().map_err(|_| Error::Code(code::NOT_FOUND))?;
         let (function, sizes) = shim.block_on(module.function_layout(name))?;
-        let r = Arc::new(Resolved { function, sizes });
+        let r = Arc::new(Resolved { function, sizes, attributes: Attributes::default() });
         resolved.insert(device, r.clone());
         Ok(r)
     }
@@ -319,12 +322,30 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     })
 }
 
+/// Kernel `handle`'s attribute on `device`.
+fn attribute_of(handle: usize, attribute: c_int, device: usize) -> CuResult<c_int> {
+    let resolved = kernels().get(handle)?.on(device)?;
+    match resolved.attributes.get(&resolved.function, attribute)? {
+        Some(value) => Ok(value),
+        None => attributes::architecture_attribute(device, attribute),
+    }
+}
+
+/// Sets kernel `handle`'s attribute on `device`.
+fn set_attribute(handle: usize, attribute: c_int, value: c_int, device: usize) -> CuResult<()> {
+    let resolved = kernels().get(handle)?.on(device)?;
+    resolved.attributes.set(&resolved.function, attribute, value)
+}
+
+/// A device ordinal the program gave, checked.
+fn ordinal(device: c_int) -> CuResult<usize> {
+    let shim = state::shim()?;
+    usize::try_from(device).ok().filter(|&d| d < shim.devices.len()).ok_or(Error::Code(code::INVALID_DEVICE))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int, function: usize) -> u32 {
-    guard("cuFuncGetAttribute", || {
-        let k = kernels().get(function)?;
-        put(value, function_attribute(k.device()?, attribute)?)
-    })
+    guard("cuFuncGetAttribute", || put(value, attribute_of(function, attribute, kernels().get(function)?.device()?)?))
 }
 
 #[no_mangle]
@@ -334,38 +355,17 @@ pub unsafe extern "C" fn cuKernelGetAttribute(
     kernel: usize,
     device: c_int,
 ) -> u32 {
-    guard("cuKernelGetAttribute", || {
-        kernels().get(kernel)?;
-        put(value, function_attribute(device as usize, attribute)?)
-    })
-}
-
-/// A kernel attribute: the architecture's limits (the image's resource use is not known here).
-fn function_attribute(device: usize, attribute: c_int) -> CuResult<c_int> {
-    let shim = state::shim()?;
-    let d = shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
-    let (major, minor) = crate::init::capability(d);
-    Ok(match attribute {
-        0 => 1024,                   // max threads per block
-        1..=3 => 0,                  // static shared, constant, local bytes
-        4 => 32,                     // registers per thread
-        5 | 6 => major * 10 + minor, // PTX and binary versions
-        7 => 0,                      // cache mode
-        8 => 48 << 10,               // max dynamic shared memory
-        9 => -1,                     // preferred shared memory carveout
-        _ => 0,
-    })
+    guard("cuKernelGetAttribute", || put(value, attribute_of(kernel, attribute, ordinal(device)?)?))
 }
 
 #[no_mangle]
-pub extern "C" fn cuFuncSetAttribute(function: usize, _attribute: c_int, _value: c_int) -> u32 {
-    // Accepted and not forwarded: a launch that needs more than the defaults fails remotely.
-    guard("cuFuncSetAttribute", || kernels().get(function).map(drop))
+pub extern "C" fn cuFuncSetAttribute(function: usize, attribute: c_int, value: c_int) -> u32 {
+    guard("cuFuncSetAttribute", || set_attribute(function, attribute, value, kernels().get(function)?.device()?))
 }
 
 #[no_mangle]
-pub extern "C" fn cuKernelSetAttribute(_attribute: c_int, _value: c_int, kernel: usize, _device: c_int) -> u32 {
-    guard("cuKernelSetAttribute", || kernels().get(kernel).map(drop))
+pub extern "C" fn cuKernelSetAttribute(attribute: c_int, value: c_int, kernel: usize, device: c_int) -> u32 {
+    guard("cuKernelSetAttribute", || set_attribute(kernel, attribute, value, ordinal(device)?))
 }
 
 #[no_mangle]

@@ -54,9 +54,10 @@ pub unsafe extern "C" fn cuOccupancyAvailableDynamicSMemPerBlock(
 }
 
 /// What bounds how many blocks share a multiprocessor, as the device's attributes say
-/// (`init::attribute_of`: its architecture's limits), counted as CUDA's occupancy calculator
-/// counts them (`cuda_occupancy.h`). A kernel's registers and static shared memory are not known
-/// here (its image is on the backend): counted as none, as `function_attribute` answers them.
+/// (`init::attribute_of`: its architecture's limits) and the kernel's (its registers, static
+/// shared memory and dynamic shared memory limit, as the backend says: `attributes`; none on a
+/// backend too old to say), counted as CUDA's occupancy calculator counts them
+/// (`cuda_occupancy.h`).
 #[derive(Debug, Clone, Copy)]
 struct Limits {
     /// Threads per block, at most.
@@ -67,12 +68,16 @@ struct Limits {
     blocks: c_int,
     /// Shared memory per multiprocessor, bytes.
     shared: usize,
-    /// Shared memory a block may have, bytes, the system's reservation included: the default
-    /// limit, since a kernel's raised limit (`cuFuncSetAttribute`) is not forwarded and its
-    /// launch gets the default.
+    /// Shared memory a block may have, bytes, the system's reservation included: the kernel's
+    /// static shared memory and its dynamic limit (`cuFuncSetAttribute` raises it).
     shared_per_block: usize,
-    /// Shared memory the system reserves for each block, bytes.
+    /// Shared memory the system reserves for each block, bytes, and the kernel's static
+    /// shared memory.
     reserved: usize,
+    /// Registers per thread (0: not known).
+    registers: c_int,
+    /// Registers per multiprocessor.
+    register_file: c_int,
     /// Multiprocessors on the device.
     multiprocessors: c_int,
 }
@@ -92,19 +97,38 @@ impl Limits {
     /// The limits of the device `function` was loaded on.
     fn of_function(function: usize) -> CuResult<Self> {
         let k = kernels().get(function)?;
+        let device = k.device()?;
+        let resolved = k.on(device)?;
+        let (registers, static_shared) = resolved.attributes.resources(&resolved.function)?.unwrap_or((0, 0));
+        let (static_shared, dynamic) =
+            (static_shared as usize, resolved.attributes.max_dynamic_shared(&resolved.function)? as usize);
         let shim = state::shim()?;
-        let d = shim.devices.get(k.device()?).ok_or(Error::Code(code::INVALID_DEVICE))?;
+        let d = shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
         let attribute = |a| crate::init::attribute_of(d, 0, a);
         let bytes = |a| usize::try_from(attribute(a)).unwrap_or(0);
+        let reserved = bytes(111) + static_shared;
         Ok(Self {
             threads_per_block: attribute(1),
             threads: attribute(39),
             blocks: attribute(106),
             shared: bytes(81),
-            shared_per_block: bytes(8),
-            reserved: bytes(111),
+            shared_per_block: reserved + dynamic,
+            reserved,
+            registers: c_int::try_from(registers).unwrap_or(c_int::MAX),
+            register_file: attribute(82),
             multiprocessors: attribute(16),
         })
+    }
+
+    /// How many blocks of `warps` warps the register file holds, as `cuda_occupancy.h` counts:
+    /// registers are given to warps in units of 256, within each of 4 quarters of the file.
+    fn blocks_by_registers(&self, warps: c_int) -> c_int {
+        if self.registers <= 0 {
+            return c_int::MAX;
+        }
+        let per_warp = (self.registers.saturating_mul(WARP) + 255) / 256 * 256;
+        let warps_per_quarter = (self.register_file / 4) / per_warp;
+        warps_per_quarter * 4 / warps
     }
 
     /// How many blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic
@@ -120,7 +144,7 @@ impl Limits {
         }
         let by_shared = c_int::try_from(self.shared / per_block).unwrap_or(c_int::MAX);
         let by_warps = (self.threads / WARP) / warps(block_size);
-        by_warps.min(self.blocks).min(by_shared)
+        by_warps.min(self.blocks).min(by_shared).min(self.blocks_by_registers(warps(block_size)))
     }
 
     /// The block size (`limit` at most when positive; the limit itself, then the multiples of
@@ -202,8 +226,21 @@ mod tests {
         shared: 228 << 10,
         shared_per_block: 48 << 10,
         reserved: 1 << 10,
+        registers: 0,
+        register_file: 65536,
         multiprocessors: 132,
     };
+
+    #[test]
+    fn registers_bound_the_blocks_as_cudas_calculator_counts() {
+        // 64 registers a thread: 2,048 a warp, 8 warps a quarter of the file, 32 an SM.
+        let limits = Limits { registers: 64, ..HOPPER };
+        assert_eq!(limits.blocks_per_multiprocessor(256, 0), 4);
+        // 40 registers round up to 1,280 a warp: 12 warps a quarter, 48 an SM.
+        let limits = Limits { registers: 40, ..HOPPER };
+        assert_eq!(limits.blocks_per_multiprocessor(128, 0), 12);
+        assert_eq!(Limits { registers: 255, ..HOPPER }.blocks_per_multiprocessor(1024, 0), 0);
+    }
 
     #[test]
     fn blocks_are_bounded_by_warps_blocks_and_shared_memory() {

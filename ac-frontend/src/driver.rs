@@ -3,9 +3,10 @@
 //! take it as a raw pointer, and the program does arithmetic on it), and a kernel lookup answers
 //! the parameters' sizes (`cuLaunchKernel` is given a pointer per parameter and no sizes).
 //! Both need backend protocol 7; a module's variables (`__device__`, `__constant__`), which the
-//! program reads and writes by address, need protocol 9.
+//! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
+//! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10.
 
-use ac_proto::backend::{image_digest, ModuleSource, Request, Response};
+use ac_proto::backend::{image_digest, KernelAttributes, KernelSetting, ModuleSource, Request, Response};
 use bytes::Bytes;
 
 use crate::accelerator::{unexpected, Answer};
@@ -15,6 +16,8 @@ use crate::{Accelerator, DeviceBuffer, Error, Function, Module, Result};
 const DRIVER_CALLS: u16 = 7;
 /// The backend protocol that serves module variables.
 const MODULE_VARIABLES: u16 = 9;
+/// The backend protocol that serves kernel attributes.
+const KERNEL_ATTRIBUTES: u16 = 10;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -103,5 +106,25 @@ impl Module {
             }
             other => Err(unexpected(other)),
         }
+    }
+}
+
+impl Function {
+    /// What the device says of the kernel: its registers, static shared memory and limits.
+    pub async fn attributes(&self) -> Result<KernelAttributes> {
+        let acc = self.accelerator();
+        acc.needs_protocol(KERNEL_ATTRIBUTES, "a kernel's attributes")?;
+        match acc.call(Request::KernelAttributes { function: self.id() }, Bytes::new()).await? {
+            Answer::Response(Response::KernelAttributes(attributes)) => Ok(attributes),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sets one of the kernel's attributes for its later launches in this session (after the
+    /// work queued before). A value past the device's limits is refused.
+    pub async fn set_attribute(&self, setting: KernelSetting) -> Result<()> {
+        let acc = self.accelerator();
+        acc.needs_protocol(KERNEL_ATTRIBUTES, "setting a kernel's attribute")?;
+        acc.call_ok(Request::SetKernelAttribute { function: self.id(), setting }).await
     }
 }

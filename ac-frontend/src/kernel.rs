@@ -96,6 +96,16 @@ impl Function {
         Function { acc, id, name: name.to_string(), params }
     }
 
+    /// The accelerator it was looked up on.
+    pub(crate) fn accelerator(&self) -> &Accelerator {
+        &self.acc
+    }
+
+    /// Its id in the session.
+    pub(crate) fn id(&self) -> FunctionId {
+        self.id
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name

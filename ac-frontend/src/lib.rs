@@ -68,7 +68,9 @@ mod watch;
 pub use ac_proto::arm::Preemption;
 /// Connecting to a backend lives in `ac-proto`, which the manager shares.
 pub(crate) use ac_proto::backend::link;
-pub use ac_proto::backend::{DeviceInfo, DeviceKind, ErrorKind, KernelArg, LaunchDims, ParamKind};
+pub use ac_proto::backend::{
+    DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ParamKind,
+};
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;
 pub use driver::Global;

@@ -90,6 +90,19 @@ pub fn kernels(image: &[u8]) -> Option<Vec<String>> {
     Some(names)
 }
 
+/// The static shared memory of a cubin's kernels, bytes: the sizes of their `.nv.shared.<name>`
+/// sections (a kernel without one has none).
+pub fn static_shared(image: &[u8]) -> Option<Vec<(String, usize)>> {
+    let sections = Sections::of(image)?;
+    let mut sizes = Vec::new();
+    for section in sections.all()? {
+        if let Some(kernel) = sections.name(&section)?.strip_prefix(".nv.shared.") {
+            sizes.push((kernel.to_string(), section.size));
+        }
+    }
+    Some(sizes)
+}
+
 /// The variables of a cubin: its object symbols in `.nv.global*` and `.nv.constant<bank>`
 /// sections (bank 0, each kernel's parameters, excepted), with their initial bytes.
 pub fn variables(image: &[u8]) -> Option<Vec<Variable>> {

@@ -68,6 +68,10 @@ pub const POLYNOMIAL_KERNEL: &str = "_Z10polynomialPfi";
 /// `x[i] = p.a * x[i] + p.b` for `i < p.n`, one element a thread.
 pub const AFFINE_KERNEL: &str = "_Z6affinePf6Affine";
 
+/// `reverse_blocks(float* x, int chunk)` of `tests/cuda/shared_memory.cu`: block `b` reverses
+/// `x[b * chunk, (b + 1) * chunk)` (staged in `chunk` floats of dynamic shared memory on a GPU).
+pub const REVERSE_BLOCKS_KERNEL: &str = "_Z14reverse_blocksPfi";
+
 /// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
 /// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
 pub fn signature(name: &str) -> Option<Vec<usize>> {
@@ -83,6 +87,7 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         IOTA_KERNEL => &[8, 4],
         AFFINE_KERNEL => &[8, 12],
         POLYNOMIAL_KERNEL => &[8, 4],
+        REVERSE_BLOCKS_KERNEL => &[8, 4],
         _ => return None,
     })
 }
@@ -298,6 +303,21 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
                 memory.store(at, &[((c[3] * v + c[2]) * v + c[1]) * v + c[0] + offset])?;
                 let count = memory.load(counted, 1)?[0].to_bits();
                 memory.store_u32(counted, &[count.wrapping_add(1)])?;
+            }
+            Some(())
+        }
+        REVERSE_BLOCKS_KERNEL => {
+            let (x, chunk) = (u64_arg(&args[0]), u32_arg(&args[1]));
+            // Written for one-dimensional launches: another shape would reverse some chunks
+            // more than once.
+            if shape.grid[1..] != [1, 1] || shape.block[1..] != [1, 1] {
+                return None;
+            }
+            for b in 0..shape.grid[0] as u64 {
+                let at = element(x, i64::try_from(b * chunk as u64).ok()?)?;
+                let mut values = memory.load(at, chunk)?;
+                values.reverse();
+                memory.store(at, &values)?;
             }
             Some(())
         }

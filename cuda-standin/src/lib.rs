@@ -58,6 +58,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
+mod attributes;
 mod code;
 mod elf;
 mod host;
@@ -184,8 +185,10 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
         return code::INVALID_DEVICE;
     }
     *value = match attribute {
+        8 => state::DEFAULT_SHARED as c_int,        // shared memory per block
         75 => state::COMPUTE_CAPABILITY.0 as c_int, // compute capability major
         76 => state::COMPUTE_CAPABILITY.1 as c_int, // minor
+        97 => state::OPTIN_SHARED as c_int,         // shared memory per block, opted in
         _ => 0,                                     // compute mode DEFAULT, and the rest
     };
     code::SUCCESS
@@ -335,8 +338,11 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         // A cubin's variables are allocated with it (PTX's are not read: its modules hold none).
         let declared = if cubin { elf::variables(image).ok_or(code::INVALID_IMAGE)? } else { Vec::new() };
         let variables = d.place_variables(context, declared)?;
+        let shared = if cubin { elf::static_shared(image).ok_or(code::INVALID_IMAGE)? } else { Vec::new() };
+        let static_shared =
+            shared.into_iter().map(|(name, bytes)| (name, bytes.min(u32::MAX as usize) as u32)).collect();
         let id = d.handle();
-        d.modules.insert(id, Module { context, kernels, variables });
+        d.modules.insert(id, Module { context, kernels, variables, static_shared });
         *module = handle(id);
         Ok(())
     })
@@ -389,8 +395,11 @@ pub unsafe extern "C" fn cuModuleGetFunction(function: *mut Handle, module: Hand
         if !d.modules[&id(module)].kernels.contains(&name) {
             return Err(code::NOT_FOUND);
         }
+        let static_shared = d.modules[&id(module)].static_shared.get(&name).copied().unwrap_or(0);
+        let max_dynamic_shared = state::DEFAULT_SHARED.saturating_sub(static_shared);
         let f = d.handle();
-        d.functions.insert(f, Function { context, module: id(module), name });
+        let record = Function { context, module: id(module), name, static_shared, max_dynamic_shared, carveout: -1 };
+        d.functions.insert(f, record);
         *function = handle(f);
         Ok(())
     })
@@ -440,9 +449,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
         let threads = block_x as u64 * block_y as u64 * block_z as u64;
         let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
         // The driver's limits: a block of at most 1024 threads, a grid of at most 65535 blocks in y
-        // and z (2^31 - 1 in x), 48 KiB of static shared memory.
+        // and z (2^31 - 1 in x), the kernel's dynamic shared memory limit (48 KiB with its static
+        // shared memory, unless it opted in to more: `cuFuncSetAttribute`).
         let grid_too_large = grid_x > i32::MAX as c_uint || grid_y > 65535 || grid_z > 65535;
-        if shape.contains(&0) || threads > 1024 || grid_too_large || shared > 48 << 10 || !extra.is_null() {
+        let too_much_shared = shared > d.functions[&id(function)].max_dynamic_shared;
+        if shape.contains(&0) || threads > 1024 || grid_too_large || too_much_shared || !extra.is_null() {
             return Err(code::INVALID_VALUE);
         }
         let name = d.functions[&id(function)].name.clone();

@@ -119,6 +119,8 @@ pub struct Module {
     /// Its `__device__` and `__constant__` variables, each an allocation of the module's
     /// context that goes when the module is unloaded.
     pub variables: Variables,
+    /// Its kernels' static shared memory, bytes, by name (none listed: none).
+    pub static_shared: HashMap<String, u32>,
 }
 
 #[derive(Debug)]
@@ -126,7 +128,18 @@ pub struct Function {
     pub context: u64,
     pub module: u64,
     pub name: String,
+    /// Its static shared memory, bytes.
+    pub static_shared: u32,
+    /// The dynamic shared memory a launch may ask for (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    pub max_dynamic_shared: u32,
+    /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`: -1 until set.
+    pub carveout: i32,
 }
+
+/// Shared memory a block may have unless its kernel opts in to more, bytes.
+pub const DEFAULT_SHARED: u32 = 48 << 10;
+/// Shared memory a block may have when its kernel opts in, bytes (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN` of compute capability 9.0).
+pub const OPTIN_SHARED: u32 = 227 << 10;
 
 /// Everything the stand-in holds, behind one lock.
 #[derive(Debug, Default)]

@@ -108,6 +108,12 @@ async fn gpu_a_launch_runs_only_the_threads_it_launched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_a_kernel_opts_in_to_more_dynamic_shared_memory() {
+    gpu_cases::a_kernel_opts_in_to_more_dynamic_shared_memory(&gpu_backend().await.connect().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_module_variables_belong_to_their_module() {
     gpu_cases::module_variables_belong_to_their_module(&gpu_backend().await.connect().await).await;
 }

@@ -26,6 +26,7 @@ pub mod described;
 pub mod dft;
 pub mod gemm;
 pub mod health;
+pub mod limits;
 pub mod lu;
 pub mod mps;
 #[cfg(feature = "cuda")]
@@ -39,12 +40,15 @@ pub mod worker;
 
 use std::sync::Arc;
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, KernelArg, LaunchDims, ModuleSource, ParamKind, WireError};
+use ac_proto::backend::{
+    DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, ParamKind, WireError,
+};
 use ac_proto::pieces;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use cpu::CpuDevice;
+pub use limits::{check_carveout, check_shared, validate_dims, DEFAULT_DYNAMIC_SHARED};
 
 /// Result of a device call: errors travel to the caller as they are.
 pub type DeviceResult<T> = Result<T, WireError>;
@@ -190,6 +194,29 @@ pub trait Context: Send + Sync + 'static {
     /// until the module is unloaded, and never frees it.
     fn global(&self, _module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
         Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}`: this device's modules hold none")))
+    }
+    /// What the device says of `kernel`: its resource use and limits. The default is a device
+    /// whose kernels use none of its resources (the CPU device's builtins).
+    fn kernel_attributes(&self, _kernel: &Kernel) -> DeviceResult<KernelAttributes> {
+        Ok(KernelAttributes {
+            max_threads_per_block: 1024,
+            static_shared: 0,
+            constant: 0,
+            local: 0,
+            registers: 0,
+            ptx_version: 0,
+            binary_version: 0,
+            max_dynamic_shared: DEFAULT_DYNAMIC_SHARED,
+            preferred_carveout: -1,
+        })
+    }
+    /// Sets one of `kernel`'s attributes; later launches of it are checked against it. The
+    /// default serves a device with no more than the default dynamic shared memory.
+    fn set_kernel_attribute(&self, _kernel: &Kernel, setting: KernelSetting) -> DeviceResult<()> {
+        match setting {
+            KernelSetting::MaxDynamicShared(bytes) => check_shared(bytes, DEFAULT_DYNAMIC_SHARED),
+            KernelSetting::PreferredCarveout(percent) => check_carveout(percent),
+        }
     }
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()>;
@@ -385,27 +412,6 @@ pub fn size_arg(name: &str, args: &[DeviceArg], i: usize) -> DeviceResult<u64> {
     }
 }
 
-/// Checks a launch shape against the limits CUDA devices share, so that a launch that fails on
-/// a GPU fails the same way on the CPU device.
-pub fn validate_dims(dims: &LaunchDims) -> DeviceResult<()> {
-    use ac_proto::backend::ErrorKind::InvalidArgument;
-    if dims.grid.contains(&0) || dims.block.contains(&0) {
-        return Err(WireError::new(InvalidArgument, "grid and block dimensions must be at least 1"));
-    }
-    // Saturating: three u32s can overflow a u64 product, and a wrapped one can look small.
-    let threads = dims.block.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
-    if threads > 1024 {
-        return Err(WireError::new(InvalidArgument, format!("{threads} threads per block exceed 1024")));
-    }
-    if dims.grid[1] > 65_535 || dims.grid[2] > 65_535 {
-        return Err(WireError::new(InvalidArgument, "grid y and z must be at most 65535"));
-    }
-    if dims.shared_mem > 48 * 1024 {
-        return Err(WireError::new(InvalidArgument, "dynamic shared memory above 48 KiB"));
-    }
-    Ok(())
-}
-
 /// Checks arguments against a kernel's parameter kinds.
 pub fn check_signature(kernel: &Kernel, args: &[KernelArg]) -> DeviceResult<()> {
     use ac_proto::backend::ErrorKind::InvalidArgument;
@@ -548,16 +554,5 @@ mod tests {
         missing.sort();
         assert_eq!(missing, ["/dev/nvidia-uvm", "/dev/nvidia3"]);
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn a_block_whose_thread_count_overflows_is_refused() {
-        // 2^22 * 2^21 * 2^21 = 2^64: wrapped to 0 it passed as "at most 1024 threads", and with
-        // overflow checks it panicked (found by the `kernel_args` fuzz target).
-        let dims = LaunchDims::new([1, 1, 1], [1 << 22, 1 << 21, 1 << 21]);
-        assert!(validate_dims(&dims).unwrap_err().message.contains("exceed 1024"));
-        let dims = LaunchDims::new([1, 1, 1], [u32::MAX, u32::MAX, u32::MAX]);
-        assert!(validate_dims(&dims).is_err());
-        assert!(validate_dims(&LaunchDims::new([1, 1, 1], [32, 32, 1])).is_ok());
     }
 }

@@ -55,6 +55,11 @@
 //! Protocol 9 adds module variables, appended likewise: [`Request::ModuleGlobal`] answers a
 //! buffer over a module's `__device__` or `__constant__` variable ([`Response::Global`]), which
 //! the CUDA shim's programs read and write by address (`cudaMemcpyToSymbol`).
+//! Protocol 10 adds a kernel's attributes, appended likewise: [`Request::KernelAttributes`]
+//! answers what the device says a kernel uses ([`Response::KernelAttributes`]: registers,
+//! static shared memory, its dynamic shared memory limit) and [`Request::SetKernelAttribute`]
+//! raises that limit past the default 48 KiB (`cudaFuncSetAttribute`), which the device checks
+//! at every launch.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -96,7 +101,7 @@ pub mod v4;
 pub use registration::*;
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 9;
+pub const VERSION: u16 = 10;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -349,6 +354,43 @@ impl LaunchDims {
     }
 }
 
+/// *Protocol 10.* What a device says of one of its kernels (CUDA's `cuFuncGetAttribute`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelAttributes {
+    /// Threads per block the kernel may be launched with, at most (its registers bound it).
+    pub max_threads_per_block: u32,
+    /// Statically allocated shared memory per block, bytes.
+    pub static_shared: u32,
+    /// Constant memory the kernel uses, bytes.
+    pub constant: u32,
+    /// Local memory per thread, bytes.
+    pub local: u32,
+    /// Registers per thread.
+    pub registers: u32,
+    /// The PTX virtual architecture it was compiled for, major * 10 + minor.
+    pub ptx_version: u32,
+    /// The architecture of its binary, major * 10 + minor.
+    pub binary_version: u32,
+    /// Dynamic shared memory a launch may ask for, bytes: the default, or what
+    /// [`Request::SetKernelAttribute`] set.
+    pub max_dynamic_shared: u32,
+    /// The preferred split of L1 cache and shared memory, percent of the most shared memory;
+    /// -1 for no preference.
+    pub preferred_carveout: i32,
+}
+
+/// *Protocol 10.* A kernel attribute a program may set ([`Request::SetKernelAttribute`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KernelSetting {
+    /// The dynamic shared memory a launch may ask for, bytes (CUDA's
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): at most the device's opt-in limit
+    /// less the kernel's static shared memory.
+    MaxDynamicShared(u32),
+    /// The preferred shared memory carveout, percent (0 to 100) or -1 (CUDA's
+    /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`).
+    PreferredCarveout(i32),
+}
+
 /// What a module is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ModuleSource {
@@ -546,6 +588,20 @@ pub enum Request {
         /// The variable's name, as the image's symbol table spells it.
         name: String,
     },
+    /// *Protocol 10.* What the device says of a kernel: replies [`Response::KernelAttributes`].
+    KernelAttributes {
+        /// The kernel.
+        function: FunctionId,
+    },
+    /// *Protocol 10.* Sets one of a kernel's attributes, as `cuFuncSetAttribute` does: replies
+    /// [`Response::Ok`], or the device's refusal (a value past its limits). Every launch of the
+    /// kernel's function in this session is then checked against it.
+    SetKernelAttribute {
+        /// The kernel.
+        function: FunctionId,
+        /// The attribute and its value.
+        setting: KernelSetting,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -639,6 +695,8 @@ pub enum Response {
         /// Its size in bytes.
         size: u64,
     },
+    /// *Protocol 10.* A kernel's attributes.
+    KernelAttributes(KernelAttributes),
 }
 
 /// Error categories a caller can act on.

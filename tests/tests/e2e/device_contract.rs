@@ -71,6 +71,44 @@ async fn standin_module_variables_belong_to_their_module() {
     standin::assert_no_violations();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_kernel_opts_in_to_more_dynamic_shared_memory() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::a_kernel_opts_in_to_more_dynamic_shared_memory(&standin_backend(64).await.connect().await).await;
+    standin::assert_no_violations();
+}
+
+/// The same through a session worker: the attributes cross the worker's pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_a_kernel_opts_in_to_more_dynamic_shared_memory_in_a_session_worker() {
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let tb = standin_workers_backend(&record, &[]).await;
+    gpu_cases::a_kernel_opts_in_to_more_dynamic_shared_memory(&tb.connect().await).await;
+    standin::assert_no_violations();
+    record.assert_none();
+}
+
+/// The CPU device's builtins use no shared memory and may be given no more than the default
+/// 48 KiB of dynamic shared memory: a larger limit is refused, and so is a launch over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_kernels_keep_the_default_dynamic_shared_memory() {
+    use ac_frontend::KernelSetting::MaxDynamicShared;
+    let acc = TestBackend::start(64).await.connect().await;
+    let fill = acc.builtin().await.unwrap().function("fill").await.unwrap();
+    let attributes = fill.attributes().await.unwrap();
+    assert_eq!((attributes.static_shared, attributes.max_dynamic_shared), (0, 48 << 10), "{attributes:?}");
+    fill.set_attribute(MaxDynamicShared(48 << 10)).await.unwrap();
+    let err = fill.set_attribute(MaxDynamicShared((48 << 10) + 1)).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("exceed the kernel's limit of 49152"), "{err}");
+    let x = acc.alloc::<f32>(16).await.unwrap();
+    let dims = LaunchDims::linear(16, 16).with_shared_mem((48 << 10) + 1);
+    fill.launch(dims, &[x.arg(), 1.0f32.into(), 16u64.into()]).await.unwrap();
+    let err = acc.synchronize().await.unwrap_err();
+    assert!(err.to_string().contains("exceed the kernel's limit"), "{err}");
+}
+
 /// The CPU device's one module (the builtins) holds no variables: a lookup says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cpu_modules_hold_no_variables() {

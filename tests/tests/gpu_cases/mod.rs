@@ -305,6 +305,47 @@ pub async fn a_launch_runs_only_the_threads_it_launched(acc: &Accelerator) {
 /// and counts into the third.
 pub const VARIABLES_CUBIN: &[u8] = include_bytes!("../../fixtures/variables.sm_90.cubin");
 
+/// The cubin nvcc builds of `tests/cuda/shared_memory.cu`'s device code (its header says how):
+/// `reverse_blocks(float* x, int chunk)`, in which block `b` reverses `x[b * chunk ..][..chunk]`
+/// through `chunk` floats of dynamic shared memory, with a static `__shared__` array.
+pub const SHARED_MEMORY_CUBIN: &[u8] = include_bytes!("../../fixtures/shared_memory.sm_90.cubin");
+
+/// A kernel's dynamic shared memory limit (protocol 10): the device's answer counts its static
+/// shared memory; a launch over the limit fails (at the next synchronization) and the session
+/// goes on; raised to 64 KiB the same launch runs, every block reversing its chunk; a limit past
+/// Hopper's opt-in maximum (227 KiB) less the static memory is refused and the limit stays.
+pub async fn a_kernel_opts_in_to_more_dynamic_shared_memory(acc: &Accelerator) {
+    use ac_frontend::KernelSetting::{MaxDynamicShared, PreferredCarveout};
+    let module = acc.load_cubin(SHARED_MEMORY_CUBIN).await.unwrap();
+    let reverse = module.function("_Z14reverse_blocksPfi").await.unwrap();
+    let before = reverse.attributes().await.unwrap();
+    assert!(before.static_shared >= 1024, "the 1 KiB array: {before:?}");
+    assert!(before.max_dynamic_shared <= 48 << 10, "the default: {before:?}");
+    let (blocks, chunk) = (4usize, 16384usize);
+    let host: Vec<f32> = (0..blocks * chunk).map(|i| (i % 1000) as f32).collect();
+    let x = acc.alloc_from(&host).await.unwrap();
+    let dims = LaunchDims::new([blocks as u32, 1, 1], [256, 1, 1]).with_shared_mem((chunk * 4) as u32);
+    let args = [x.arg(), (chunk as i32).into()];
+    reverse.launch(dims, &args).await.unwrap();
+    let err = acc.synchronize().await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "64 KiB before opting in: {err}");
+
+    reverse.set_attribute(MaxDynamicShared((chunk * 4) as u32)).await.unwrap();
+    assert_eq!(reverse.attributes().await.unwrap().max_dynamic_shared, (chunk * 4) as u32);
+    reverse.launch(dims, &args).await.unwrap();
+    let want: Vec<f32> = (0..blocks * chunk).map(|i| host[i / chunk * chunk + chunk - 1 - i % chunk]).collect();
+    assert_eq!(x.to_vec().await.unwrap(), want, "every block reversed its chunk");
+
+    let past = (227 << 10) - before.static_shared + 1;
+    let err = reverse.set_attribute(MaxDynamicShared(past)).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "past the opt-in maximum: {err}");
+    let err = reverse.set_attribute(PreferredCarveout(101)).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "a carveout of 101%: {err}");
+    reverse.set_attribute(PreferredCarveout(50)).await.unwrap();
+    let after = reverse.attributes().await.unwrap();
+    assert_eq!((after.max_dynamic_shared, after.preferred_carveout), ((chunk * 4) as u32, 50), "{after:?}");
+}
+
 /// Little-endian bytes of 32-bit values, as a variable's buffer holds them.
 fn bytes_of<T: Copy>(values: &[T], to_le: fn(T) -> [u8; 4]) -> Vec<u8> {
     values.iter().flat_map(|&v| to_le(v)).collect()

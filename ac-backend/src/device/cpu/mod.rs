@@ -13,7 +13,10 @@ mod builtins;
 mod memory;
 
 use super::builtin;
-use super::{validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel};
+use super::{
+    check_shared, validate_dims, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream,
+    Kernel, DEFAULT_DYNAMIC_SHARED,
+};
 
 /// Elements of work (see [`builtin::work`]) that a quick launch does at most: 4,096 floats
 /// take a microsecond or two here.
@@ -250,6 +253,7 @@ impl Context for CpuContext {
         _stream: DeviceStream,
     ) -> DeviceResult<()> {
         validate_dims(dims)?;
+        check_shared(dims.shared_mem, DEFAULT_DYNAMIC_SHARED)?;
         let index = kernel.handle as usize;
         if index >= builtin::KERNELS.len() || builtin::KERNELS[index].1.len() != args.len() {
             return Err(WireError::new(ErrorKind::InvalidArgument, format!("bad launch of `{}`", kernel.name)));

@@ -5,17 +5,22 @@ use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::driver::{self, bind, blocking, Handle};
 use super::signature::{self, Signatures};
 use super::staging::{self, StagingContext, StagingPool};
-use super::{args, image, Gpu};
+use super::{args, function, image, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
     Upload,
 };
+
+/// The error for a kernel whose module is gone.
+fn unloaded_kernel() -> WireError {
+    WireError::new(ErrorKind::InvalidFunction, "kernel not loaded (or its module unloaded)")
+}
 
 /// Size of the buffer that receives the driver's JIT log when PTX fails to load.
 const JIT_LOG_BYTES: usize = 16 << 10;
@@ -159,6 +164,13 @@ impl CudaContext {
         }
     }
 
+    /// The driver's handle of a kernel looked up in this context.
+    fn function(&self, kernel: &Kernel) -> DeviceResult<sys::CUfunction> {
+        let kernels = self.kernels.lock().expect("kernels poisoned");
+        let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
+        Ok(f.raw.0)
+    }
+
     fn stream(&self, stream: DeviceStream) -> DeviceResult<sys::CUstream> {
         self.streams
             .lock()
@@ -202,26 +214,6 @@ impl CudaContext {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin, signatures });
         Ok(DeviceModule(id))
-    }
-
-    /// Parameter sizes of a kernel (CUDA 12.4 drivers and newer), or `None`.
-    fn param_sizes(&self, function: sys::CUfunction) -> Option<Vec<usize>> {
-        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*AVAILABLE.get_or_init(|| driver::has_symbol("cuFuncGetParamInfo")) {
-            return None;
-        }
-        let mut sizes = Vec::new();
-        loop {
-            let (mut offset, mut size) = (0usize, 0usize);
-            // SAFETY: valid function and out-pointers; an index past the last parameter
-            // answers CUDA_ERROR_INVALID_VALUE, which ends the list.
-            let code = unsafe { sys::cuFuncGetParamInfo(function, sizes.len(), &mut offset, &mut size) };
-            match code {
-                CUresult::CUDA_SUCCESS => sizes.push(size),
-                CUresult::CUDA_ERROR_INVALID_VALUE => return Some(sizes),
-                _ => return None,
-            }
-        }
     }
 
     /// Clears new memory before a session sees it: `cuMemAlloc` hands out whatever the memory
@@ -460,7 +452,7 @@ impl Context for CudaContext {
             return Err(WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in the module")));
         }
         self.check("cuModuleGetFunction", code)?;
-        let sizes = self.param_sizes(raw).or(declared);
+        let sizes = function::param_sizes(raw).or(declared);
         let handle = self.next.fetch_add(1, Ordering::Relaxed);
         let function = Function { raw: Handle(raw), sizes: sizes.clone(), builtin: is_builtin, module: module.0 };
         self.kernels.lock().expect("kernels poisoned").insert(handle, function);
@@ -490,15 +482,23 @@ impl Context for CudaContext {
         Ok((DeviceMem(ptr), size as u64))
     }
 
+    fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {
+        self.enter()?;
+        function::attributes(self.function(kernel)?)
+    }
+
+    fn set_kernel_attribute(&self, kernel: &Kernel, setting: KernelSetting) -> DeviceResult<()> {
+        self.enter()?;
+        function::set_attribute(self.function(kernel)?, setting)
+    }
+
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
         self.enter()?;
         validate_dims(dims)?;
         // Checked and laid out under the lock, so the launch path copies no parameter list.
         let (raw, mut slots) = {
             let kernels = self.kernels.lock().expect("kernels poisoned");
-            let f = kernels.get(&kernel.handle).ok_or_else(|| {
-                WireError::new(ErrorKind::InvalidFunction, "kernel not loaded (or its module unloaded)")
-            })?;
+            let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
             if f.builtin {
                 builtin::check_footprint(&kernel.name, args)?;
             }

@@ -92,6 +92,7 @@
 pub mod args;
 pub mod context;
 pub mod driver;
+pub mod function;
 pub mod gather;
 pub mod image;
 pub mod janitor;

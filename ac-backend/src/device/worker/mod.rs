@@ -69,7 +69,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
 
 use self::shared::{Bays, PIECE};
 use self::transfer::{WorkerDownload, WorkerUpload};
@@ -539,6 +539,17 @@ impl Context for WorkerContext {
             Reply::Global { mem, size } => Ok((mem, size)),
             other => Err(unexpected(other)),
         }
+    }
+
+    fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {
+        match self.call(&Call::KernelAttributes { kernel: kernel.clone() }, &[])?.0 {
+            Reply::KernelAttributes(attributes) => Ok(attributes),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn set_kernel_attribute(&self, kernel: &Kernel, setting: KernelSetting) -> DeviceResult<()> {
+        self.call_done(&Call::SetKernelAttribute { kernel: kernel.clone(), setting }, &[])
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {

@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
 use serde::{Deserialize, Serialize};
 
 use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel};
@@ -41,6 +41,10 @@ pub enum Call {
     Kernel { module: DeviceModule, name: String },
     /// `global`.
     Global { module: DeviceModule, name: String },
+    /// `kernel_attributes`.
+    KernelAttributes { kernel: Kernel },
+    /// `set_kernel_attribute`.
+    SetKernelAttribute { kernel: Kernel, setting: KernelSetting },
     /// `launch`.
     Launch { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `create_stream`.
@@ -106,6 +110,8 @@ pub enum Reply {
     Kernel(Kernel),
     /// `global`'s answer.
     Global { mem: DeviceMem, size: u64 },
+    /// `kernel_attributes`' answer.
+    KernelAttributes(KernelAttributes),
     /// The call failed (the worker's first frame: the context could not be opened).
     Failed(WireError),
 }

@@ -400,6 +400,10 @@ impl Control {
                 other => other,
             }),
             Request::ModuleGlobal { module, name } => Outcome::Now(self.variable(module, name)),
+            Request::KernelAttributes { function } => Outcome::Now(self.kernel_attributes(function)),
+            Request::SetKernelAttribute { function, setting } => {
+                Outcome::Now(self.set_kernel_attribute(function, setting).await)
+            }
             Request::Launch { function, dims, args, stream } => {
                 Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await)
             }

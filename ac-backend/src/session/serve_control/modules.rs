@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    BufferId, ErrorKind, FunctionId, KernelArg, LaunchDims, ModuleId, ModuleSource, Response, StreamId, WireError,
+    BufferId, ErrorKind, FunctionId, KernelArg, KernelSetting, LaunchDims, ModuleId, ModuleSource, Response, StreamId,
+    WireError,
 };
 
 use super::{error, no_stream, Control};
 use crate::device::stream_workers::StreamOp;
-use crate::device::{check_signature, validate_dims, DeviceArg};
+use crate::device::{check_signature, validate_dims, DeviceArg, Kernel};
 
 impl Control {
     pub(super) async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
@@ -91,6 +92,39 @@ impl Control {
         }
     }
 
+    /// The kernel `function` names, or why there is none.
+    fn kernel_of(&self, function: FunctionId) -> Result<Arc<Kernel>, WireError> {
+        self.kernels.get(&function).map(|(_, k)| k.clone()).ok_or_else(|| {
+            let message = match self.unloaded.get(&function) {
+                Some(module) => format!("function {} belongs to module {}, which was unloaded", function.0, module.0),
+                None => format!("function {} does not exist in this session", function.0),
+            };
+            WireError::new(ErrorKind::InvalidFunction, message)
+        })
+    }
+
+    /// What the device says of a kernel.
+    pub(super) fn kernel_attributes(&self, function: FunctionId) -> Response {
+        match self.kernel_of(function).and_then(|kernel| self.session.context.kernel_attributes(&kernel)) {
+            Ok(attributes) => Response::KernelAttributes(attributes),
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    /// Sets one of a kernel's attributes, after the work queued before: a launch queued under
+    /// the old value is checked against it, as CUDA checks a launch when it is made.
+    pub(super) async fn set_kernel_attribute(&mut self, function: FunctionId, setting: KernelSetting) -> Response {
+        let kernel = match self.kernel_of(function) {
+            Ok(kernel) => kernel,
+            Err(e) => return Response::Error(e),
+        };
+        self.drain_streams().await;
+        match self.session.context.set_kernel_attribute(&kernel, setting) {
+            Ok(()) => Response::Ok,
+            Err(e) => Response::Error(e),
+        }
+    }
+
     pub(super) async fn enqueue_launch(
         &mut self,
         function: FunctionId,
@@ -115,13 +149,7 @@ impl Control {
         args: &[KernelArg],
         stream: StreamId,
     ) -> Result<StreamOp, WireError> {
-        let kernel = self.kernels.get(&function).map(|(_, k)| k.clone()).ok_or_else(|| {
-            let message = match self.unloaded.get(&function) {
-                Some(module) => format!("function {} belongs to module {}, which was unloaded", function.0, module.0),
-                None => format!("function {} does not exist in this session", function.0),
-            };
-            WireError::new(ErrorKind::InvalidFunction, message)
-        })?;
+        let kernel = self.kernel_of(function)?;
         check_signature(&kernel, args)?;
         validate_dims(&dims)?;
         if !self.streams.contains_key(&stream) {

@@ -1,0 +1,67 @@
+//! What the driver says of a kernel (a `CUfunction`): its parameters' sizes, its attributes, and
+//! the attributes a program sets on it.
+
+use ac_proto::backend::{KernelAttributes, KernelSetting};
+use cudarc::driver::sys::{self, CUfunction_attribute as Attribute, CUresult};
+
+use super::driver;
+use crate::device::DeviceResult;
+
+/// Parameter sizes of a kernel (CUDA 12.4 drivers and newer), or `None`.
+pub(super) fn param_sizes(function: sys::CUfunction) -> Option<Vec<usize>> {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*AVAILABLE.get_or_init(|| driver::has_symbol("cuFuncGetParamInfo")) {
+        return None;
+    }
+    let mut sizes = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: valid function and out-pointers; an index past the last parameter
+        // answers CUDA_ERROR_INVALID_VALUE, which ends the list.
+        let code = unsafe { sys::cuFuncGetParamInfo(function, sizes.len(), &mut offset, &mut size) };
+        match code {
+            CUresult::CUDA_SUCCESS => sizes.push(size),
+            CUresult::CUDA_ERROR_INVALID_VALUE => return Some(sizes),
+            _ => return None,
+        }
+    }
+}
+
+/// One attribute of a kernel, as the driver answers it.
+fn attribute(function: sys::CUfunction, attribute: Attribute) -> DeviceResult<i32> {
+    let mut value = 0;
+    // SAFETY: a function of the current context and a valid out-pointer.
+    driver::check("cuFuncGetAttribute", unsafe { sys::cuFuncGetAttribute(&mut value, attribute, function) })?;
+    Ok(value)
+}
+
+/// A kernel's attributes, as the driver answers them.
+pub(super) fn attributes(function: sys::CUfunction) -> DeviceResult<KernelAttributes> {
+    // The driver answers counts and sizes, never negative.
+    let count = |a| attribute(function, a).map(|v| u32::try_from(v).unwrap_or(0));
+    Ok(KernelAttributes {
+        max_threads_per_block: count(Attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        static_shared: count(Attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+        constant: count(Attribute::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
+        local: count(Attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+        registers: count(Attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+        ptx_version: count(Attribute::CU_FUNC_ATTRIBUTE_PTX_VERSION)?,
+        binary_version: count(Attribute::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
+        max_dynamic_shared: count(Attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
+        preferred_carveout: attribute(function, Attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT)?,
+    })
+}
+
+/// Sets one of a kernel's attributes; the driver checks the value against the device's limits.
+pub(super) fn set_attribute(function: sys::CUfunction, setting: KernelSetting) -> DeviceResult<()> {
+    let (attribute, value) = match setting {
+        KernelSetting::MaxDynamicShared(bytes) => {
+            (Attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, i32::try_from(bytes).unwrap_or(i32::MAX))
+        }
+        KernelSetting::PreferredCarveout(percent) => {
+            (Attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
+        }
+    };
+    // SAFETY: a function of the current context; the driver checks the value.
+    driver::check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(function, attribute, value) })
+}

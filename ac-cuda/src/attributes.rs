@@ -1,0 +1,135 @@
+//! A kernel's attributes: what it uses (registers, static shared memory), as the backend's
+//! device says (protocol 10), and the attributes a program sets (`cuFuncSetAttribute`,
+//! `cuKernelSetAttribute`). Raising a kernel's dynamic shared memory limit past the default
+//! 48 KiB is sent to the backend, which checks it against the device's opt-in limit and every
+//! later launch against it; a launch over the kernel's limit is refused here, at once, as the
+//! driver refuses it.
+
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::{Mutex, OnceLock};
+
+use ac_frontend::{Function, KernelAttributes, KernelSetting};
+
+use crate::error::{code, CuResult, Error};
+use crate::state;
+
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+const MAX_DYNAMIC_SHARED: c_int = 8;
+/// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`.
+const CARVEOUT: c_int = 9;
+/// `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` to
+/// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`: kept and answered, not sent
+/// (cluster launches are not served).
+const CLUSTER: std::ops::RangeInclusive<c_int> = 10..=15;
+/// The dynamic shared memory a kernel's launches may ask for on a backend too old to say.
+const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
+
+/// What the shim knows of one kernel's attributes on one device.
+#[derive(Debug, Default)]
+pub struct Attributes {
+    /// The backend's answer, asked the first time one is needed; `None` inside for a backend
+    /// older than protocol 10, which cannot say.
+    fetched: OnceLock<Option<KernelAttributes>>,
+    /// What the program set, by attribute.
+    set: Mutex<HashMap<c_int, c_int>>,
+}
+
+impl Attributes {
+    /// What the backend says of `function` (asked once).
+    fn fetched(&self, function: &Function) -> CuResult<Option<KernelAttributes>> {
+        if let Some(known) = self.fetched.get() {
+            return Ok(*known);
+        }
+        let shim = state::shim()?;
+        let answer = match shim.block_on(function.attributes()) {
+            Ok(attributes) => Some(attributes),
+            Err(ac_frontend::Error::VersionMismatch(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(*self.fetched.get_or_init(|| answer))
+    }
+
+    /// What the program set `attribute` to, if it did.
+    fn set_value(&self, attribute: c_int) -> Option<c_int> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner()).get(&attribute).copied()
+    }
+
+    /// The dynamic shared memory a launch of `function` may ask for.
+    pub fn max_dynamic_shared(&self, function: &Function) -> CuResult<u32> {
+        if let Some(bytes) = self.set_value(MAX_DYNAMIC_SHARED) {
+            return Ok(bytes as u32);
+        }
+        Ok(self.fetched(function)?.map_or(DEFAULT_DYNAMIC_SHARED, |a| a.max_dynamic_shared))
+    }
+
+    /// Registers per thread and static shared memory, bytes, when the backend says.
+    pub fn resources(&self, function: &Function) -> CuResult<Option<(u32, u32)>> {
+        Ok(self.fetched(function)?.map(|a| (a.registers, a.static_shared)))
+    }
+
+    /// `attribute` as `cuFuncGetAttribute` answers it; `None`: the backend cannot say.
+    pub fn get(&self, function: &Function, attribute: c_int) -> CuResult<Option<c_int>> {
+        if let Some(value) = self.set_value(attribute) {
+            return Ok(Some(value));
+        }
+        if CLUSTER.contains(&attribute) {
+            return Ok(Some(0));
+        }
+        let Some(a) = self.fetched(function)? else { return Ok(None) };
+        let count = |n: u32| c_int::try_from(n).unwrap_or(c_int::MAX);
+        Ok(Some(match attribute {
+            0 => count(a.max_threads_per_block),
+            1 => count(a.static_shared),
+            2 => count(a.constant),
+            3 => count(a.local),
+            4 => count(a.registers),
+            5 => count(a.ptx_version),
+            6 => count(a.binary_version),
+            7 => 0, // cache mode
+            MAX_DYNAMIC_SHARED => count(a.max_dynamic_shared),
+            CARVEOUT => a.preferred_carveout,
+            _ => return Err(Error::Code(code::INVALID_VALUE)),
+        }))
+    }
+
+    /// Sets `attribute` to `value`: sent to the backend when it changes the kernel's dynamic
+    /// shared memory limit or carveout (a program may set the same value before every launch).
+    pub fn set(&self, function: &Function, attribute: c_int, value: c_int) -> CuResult<()> {
+        if self.set_value(attribute) == Some(value) {
+            return Ok(());
+        }
+        let setting = match attribute {
+            MAX_DYNAMIC_SHARED => {
+                KernelSetting::MaxDynamicShared(u32::try_from(value).map_err(|_| Error::Code(code::INVALID_VALUE))?)
+            }
+            CARVEOUT => KernelSetting::PreferredCarveout(value),
+            a if CLUSTER.contains(&a) => return self.keep(attribute, value),
+            _ => return Err(Error::Code(code::INVALID_VALUE)), // the read-only ones
+        };
+        let shim = state::shim()?;
+        shim.block_on(function.set_attribute(setting))?;
+        self.keep(attribute, value)
+    }
+
+    fn keep(&self, attribute: c_int, value: c_int) -> CuResult<()> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner()).insert(attribute, value);
+        Ok(())
+    }
+}
+
+/// A kernel attribute without the backend's answer: the architecture's limits.
+pub fn architecture_attribute(device: usize, attribute: c_int) -> CuResult<c_int> {
+    let shim = state::shim()?;
+    let d = shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?;
+    let (major, minor) = crate::init::capability(d);
+    Ok(match attribute {
+        0 => 1024,                   // max threads per block
+        1..=3 => 0,                  // static shared, constant, local bytes
+        4 => 32,                     // registers per thread
+        5 | 6 => major * 10 + minor, // PTX and binary versions
+        MAX_DYNAMIC_SHARED => DEFAULT_DYNAMIC_SHARED as c_int,
+        CARVEOUT => -1,
+        _ => 0,
+    })
+}
