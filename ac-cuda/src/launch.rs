@@ -249,8 +249,62 @@ pub struct LaunchConfig {
     block: [c_uint; 3],
     shared: c_uint,
     stream: usize,
-    attrs: *const c_void,
+    attrs: *const LaunchAttribute,
     num_attrs: c_uint,
+}
+
+/// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte value (`CUlaunchAttributeValue`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchAttribute {
+    id: c_uint,
+    pad: [u8; 4],
+    value: [u8; 64],
+}
+
+impl LaunchAttribute {
+    /// The value's `i`th 32-bit word.
+    fn word(&self, i: usize) -> u32 {
+        u32::from_ne_bytes(self.value[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+    }
+
+    /// The value's first 8 bytes, as a handle (`CUevent`).
+    fn handle(&self) -> usize {
+        u64::from_ne_bytes(self.value[..8].try_into().expect("8 bytes")) as usize
+    }
+}
+
+/// The events a launch's attributes ask to be recorded after it (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`
+/// and `..._LAUNCH_COMPLETION_EVENT`); the attributes that change nothing here are let through,
+/// those the remote GPU would have to honour (cooperative launches, clusters) refused.
+fn events_after(attributes: &[LaunchAttribute]) -> CuResult<Vec<usize>> {
+    let refuse =
+        |what: &str| Err(Error::said(code::NOT_SUPPORTED, format!("{what} are not supported on remote accelerators")));
+    let mut events = Vec::new();
+    for attribute in attributes {
+        match attribute.id {
+            // Ignored entries; hints the launch may go without (an access policy window, a
+            // scheduling or carveout preference, a priority, memory synchronization domains, a
+            // preferred cluster shape, the portable cluster size and shared memory modes); and
+            // programmatic stream serialization, which lets a launch overlap the one before:
+            // running after it, as every launch does here, is what it allows.
+            0 | 1 | 3 | 5 | 6 | 8 | 9 | 10 | 11 | 14 | 16 | 17 | 18 => {}
+            2 if attribute.word(0) == 0 => {}
+            2 => return refuse("cooperative launches"),
+            4 if matches!((attribute.word(0), attribute.word(1), attribute.word(2)), (0 | 1, 0 | 1, 0 | 1)) => {}
+            4 => return refuse("thread block clusters"),
+            // The event is reached once all blocks triggered or finished: after the kernel, at
+            // the latest, which is when it is recorded here.
+            7 | 12 => {
+                crate::stream::check_event(attribute.handle())?;
+                events.push(attribute.handle());
+            }
+            13 if attribute.word(0) == 0 => {}
+            13 => return refuse("device-updatable kernel nodes"),
+            id => return refuse(&format!("launch attribute {id}")),
+        }
+    }
+    Ok(events)
 }
 
 #[no_mangle]
@@ -262,13 +316,16 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 ) -> u32 {
     guard("cuLaunchKernelEx", || {
         let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        if config.num_attrs != 0 {
-            // Clusters, cooperative launches, priorities: not served; say so rather than
-            // launch differently from what was asked.
-            return Err(Error::said(code::NOT_SUPPORTED, "launch attributes are not supported on remote accelerators"));
-        }
+        let attributes = match config.num_attrs {
+            0 => &[][..],
+            _ if config.attrs.is_null() => return Err(Error::Code(code::INVALID_VALUE)),
+            // SAFETY: the caller's array of `num_attrs` attributes.
+            n => std::slice::from_raw_parts(config.attrs, n as usize),
+        };
+        let events = events_after(attributes)?;
         let dims = LaunchDims { grid: config.grid, block: config.block, shared_mem: config.shared };
-        launch(function, dims, config.stream, params, extra)
+        launch(function, dims, config.stream, params, extra)?;
+        events.into_iter().try_for_each(|event| crate::stream::record(event, config.stream))
     })
 }
 

@@ -373,6 +373,27 @@ async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit
     standin::assert_no_violations();
 }
 
+/// `cudaLaunchKernelEx` with launch attributes: hints (a priority, programmatic stream
+/// serialization, a 1x1x1 cluster, a memory synchronization domain) run the kernel as asked, a
+/// launch completion event and a programmatic event are reached after it (another stream waits
+/// for the latter); a cooperative launch and a cluster of two blocks are refused, and the
+/// stream goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_others_refused() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("launch_ex", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("launch_ex: all exact"), "{text}");
+    assert!(text.contains("a cooperative launch: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("a cluster of 2 blocks: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("cooperative launches are not supported on remote accelerators"), "{text}");
+    standin::assert_no_violations();
+}
+
 /// Managed memory (`cudaMallocManaged`) as programs use it: host writes, kernels and host reads
 /// round after round, synchronized by the device, a stream or an event; copies and memsets
 /// between managed, device and host memory; pointer attributes; prefetches and advice; memory
