@@ -1,9 +1,13 @@
-//! Contexts, kept locally: each device has one context, its primary context, and each thread a
-//! stack of current contexts. The remote session is the context's state on the GPU.
+//! Contexts, kept locally: each device has its primary context, and the contexts the program
+//! creates (`cuCtxCreate`), and each thread a stack of current contexts. The remote session is
+//! every context's state on the GPU: a created context shares its device's memory, modules and
+//! streams with the primary one; what it adds is its own handle (the runtime keeps its state by
+//! context), and the memory `cuMemAlloc` made while it was current, freed when it is destroyed.
 
 use std::cell::RefCell;
-use std::ffi::{c_int, c_uint};
-use std::sync::Arc;
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -19,10 +23,151 @@ pub fn handle_of(context: &Arc<Context>) -> usize {
     Arc::as_ptr(context) as usize
 }
 
-/// The context a handle names (only primary contexts exist).
+/// A context the program created. Never freed: a destroyed one keeps its handle, so that no
+/// later context gets it (the runtime keeps state by context handle, and would take a new
+/// context at a destroyed one's address for it).
+#[derive(Debug)]
+struct Created {
+    context: Arc<Context>,
+    alive: AtomicBool,
+    /// Its `cuCtxGetId`, after the primary contexts' (their ordinal + 1).
+    id: u64,
+}
+
+/// The contexts the program created, destroyed ones included.
+fn created() -> MutexGuard<'static, Vec<&'static Created>> {
+    static CREATED: OnceLock<Mutex<Vec<&'static Created>>> = OnceLock::new();
+    CREATED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The created context `handle` names, destroyed or not.
+fn created_of(handle: usize) -> Option<&'static Created> {
+    created().iter().copied().find(|c| handle_of(&c.context) == handle)
+}
+
+/// The context a handle names: a primary or a created one (`CUDA_ERROR_CONTEXT_IS_DESTROYED`
+/// once destroyed).
 pub fn context_of(handle: usize) -> CuResult<&'static Arc<Context>> {
     let shim = state::shim()?;
-    shim.devices.iter().map(|d| &d.context).find(|c| handle_of(c) == handle).ok_or(Error::Code(code::INVALID_CONTEXT))
+    if let Some(primary) = shim.devices.iter().map(|d| &d.context).find(|c| handle_of(c) == handle) {
+        return Ok(primary);
+    }
+    let created = created_of(handle).ok_or(Error::Code(code::INVALID_CONTEXT))?;
+    if !created.alive.load(Ordering::Acquire) {
+        return Err(Error::Code(code::CONTEXT_IS_DESTROYED));
+    }
+    Ok(&created.context)
+}
+
+/// This thread's current context.
+pub fn current_context() -> CuResult<&'static Arc<Context>> {
+    context_of(STACK.with(|s| s.borrow().last().copied()).ok_or(Error::Code(code::INVALID_CONTEXT))?)
+}
+
+/// The handle of this thread's current context, if the program created it.
+pub fn created_current() -> Option<usize> {
+    let top = STACK.with(|s| s.borrow().last().copied())?;
+    created_of(top).map(|_| top)
+}
+
+/// Creates a context on device `ordinal` and makes it current (pushed on this thread's stack).
+fn create(ordinal: c_int) -> CuResult<usize> {
+    let device = state::shim()?.device(ordinal)?.context.device;
+    let mut list = created();
+    let id = 1 << 32 | list.len() as u64;
+    let context = Arc::new(Context { device, storage: Mutex::default() });
+    let record: &'static Created = Box::leak(Box::new(Created { context, alive: AtomicBool::new(true), id }));
+    list.push(record);
+    let handle = handle_of(&record.context);
+    STACK.with(|s| s.borrow_mut().push(handle));
+    Ok(handle)
+}
+
+/// Destroys a created context: the memory `cuMemAlloc` made in it is freed (after the work
+/// that uses it, which the backend finishes first), and it leaves this thread's stack if it is
+/// current; other threads that hold it get `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
+fn destroy(handle: usize) -> CuResult<()> {
+    let created = created_of(handle).ok_or(Error::Code(code::INVALID_CONTEXT))?;
+    if !created.alive.swap(false, Ordering::AcqRel) {
+        return Err(Error::Code(code::INVALID_CONTEXT));
+    }
+    let shim = state::shim()?;
+    let gone: Vec<state::Allocation> = {
+        let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
+        let keys: Vec<_> = memory.iter().filter(|(_, a)| a.context == Some(handle)).map(|(k, _)| *k).collect();
+        keys.iter().filter_map(|k| memory.remove(k)).collect()
+    };
+    drop(gone); // each buffer frees itself remotely, outside the lock
+    STACK.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.last() == Some(&handle) {
+            s.pop();
+        }
+    });
+    Ok(())
+}
+
+/// `CUctxCreateParams`: execution affinity or graphics interop, neither served.
+#[repr(C)]
+#[derive(Debug)]
+pub struct CreateParams {
+    affinity: *const c_void,
+    affinity_count: c_int,
+    cig: *const c_void,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v2(context: *mut usize, _flags: c_uint, device: c_int) -> u32 {
+    guard("cuCtxCreate", || put(context, create(device)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate(context: *mut usize, flags: c_uint, device: c_int) -> u32 {
+    cuCtxCreate_v2(context, flags, device)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    context: *mut usize,
+    _affinity: *const c_void,
+    affinity_count: c_int,
+    _flags: c_uint,
+    device: c_int,
+) -> u32 {
+    guard("cuCtxCreate", || {
+        if affinity_count != 0 {
+            return Err(Error::said(code::NOT_SUPPORTED, "execution affinity is not supported on remote accelerators"));
+        }
+        put(context, create(device)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxCreate_v4(
+    context: *mut usize,
+    params: *const CreateParams,
+    _flags: c_uint,
+    device: c_int,
+) -> u32 {
+    guard("cuCtxCreate", || {
+        if let Some(p) = params.as_ref() {
+            if !p.affinity.is_null() || p.affinity_count != 0 || !p.cig.is_null() {
+                let why = "execution affinity and graphics interop are not supported on remote accelerators";
+                return Err(Error::said(code::NOT_SUPPORTED, why));
+            }
+        }
+        put(context, create(device)?)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDestroy_v2(context: usize) -> u32 {
+    guard("cuCtxDestroy", || destroy(context))
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxDestroy(context: usize) -> u32 {
+    cuCtxDestroy_v2(context)
 }
 
 /// The ordinal of this thread's current context's device, or `CUDA_ERROR_INVALID_CONTEXT`.
@@ -154,8 +299,9 @@ pub unsafe extern "C" fn cuCtxGetApiVersion(context: usize, version: *mut c_uint
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetId(context: usize, id: *mut u64) -> u32 {
     guard("cuCtxGetId", || {
-        let ordinal = if context == 0 { current_device()? } else { context_of(context)?.device };
-        put(id, ordinal as u64 + 1)
+        let handle = if context == 0 { handle_of(current_context()?) } else { context };
+        let found = context_of(handle)?;
+        put(id, created_of(handle).map_or(found.device as u64 + 1, |c| c.id))
     })
 }
 

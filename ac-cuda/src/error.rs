@@ -18,6 +18,7 @@ pub mod code {
     pub const NOT_READY: u32 = 600;
     pub const ILLEGAL_ADDRESS: u32 = 700;
     pub const PEER_ACCESS_NOT_ENABLED: u32 = 705;
+    pub const CONTEXT_IS_DESTROYED: u32 = 709;
     pub const LAUNCH_FAILED: u32 = 719;
     pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;

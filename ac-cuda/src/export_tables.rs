@@ -125,8 +125,7 @@ fn storage_context(context: usize) -> Result<&'static std::sync::Arc<state::Cont
     if context != 0 {
         return context_of(context);
     }
-    let shim = state::shim()?;
-    Ok(&shim.devices[crate::context::current_device()?].context)
+    crate::context::current_context()
 }
 
 unsafe extern "C" fn storage_put(context: usize, key: usize, value: usize, _destructor: *const c_void) -> u32 {

@@ -28,7 +28,9 @@ unsafe fn alloc(address: *mut u64, bytes: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = current_device()?;
     let (buffer, at) = shim.block_on(shim.devices[device].acc.alloc_addressed(bytes as u64))?;
-    let allocation = Allocation { device, size: bytes as u64, buffer: std::sync::Arc::new(buffer), variable_of: None };
+    let buffer = std::sync::Arc::new(buffer);
+    let context = crate::context::created_current();
+    let allocation = Allocation { device, size: bytes as u64, buffer, variable_of: None, context };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, at), allocation);
     put(address, at)
 }

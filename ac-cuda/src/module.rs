@@ -149,7 +149,7 @@ unsafe fn variable(handle: usize, name: *const c_char, device: usize) -> CuResul
     let global = shim.block_on(module.global(name))?;
     let (address, size) = (global.address, global.size);
     let buffer = Arc::new(global.buffer);
-    let allocation = state::Allocation { device, size, buffer, variable_of: Some(handle) };
+    let allocation = state::Allocation { device, size, buffer, variable_of: Some(handle), context: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).entry((device, address)).or_insert(allocation);
     Ok((address, size))
 }

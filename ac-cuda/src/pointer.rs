@@ -44,7 +44,10 @@ unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuR
     let managed = managed::range_on(alloc.device, address).is_some();
     let (start, len) = range_of(address)?;
     match attr {
-        attribute::CONTEXT => *(data as *mut usize) = crate::context::handle_of(&shim.devices[alloc.device].context),
+        attribute::CONTEXT => {
+            *(data as *mut usize) =
+                alloc.context.unwrap_or_else(|| crate::context::handle_of(&shim.devices[alloc.device].context))
+        }
         attribute::MEMORY_TYPE => *(data as *mut c_uint) = 2, // CU_MEMORYTYPE_DEVICE (managed too, as CUDA may)
         attribute::DEVICE_POINTER => *(data as *mut u64) = address,
         // Managed memory is mapped at the same address on the host ([`managed`]).

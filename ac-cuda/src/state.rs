@@ -51,6 +51,9 @@ pub struct Allocation {
     /// The image (module or library handle) whose variable this is: `cuMemFree` refuses it,
     /// and it goes when the image is unloaded. `None`: an allocation of the program's.
     pub variable_of: Option<usize>,
+    /// The context the program created (`cuCtxCreate`) that was current when `cuMemAlloc` made
+    /// it: it goes when that context is destroyed. `None`: a primary context's, or no context's.
+    pub context: Option<usize>,
 }
 
 /// The session and everything opened with it.

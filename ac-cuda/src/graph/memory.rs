@@ -95,7 +95,8 @@ fn allocate(device: usize, bytes: usize, graph: usize) -> CuResult<Arc<GraphAllo
     let shim = state::shim()?;
     let acc = &shim.devices.get(device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc;
     let (buffer, address) = shim.block_on(acc.alloc_addressed(bytes as u64))?;
-    let allocation = Allocation { device, size: bytes as u64, buffer: Arc::new(buffer), variable_of: None };
+    let allocation =
+        Allocation { device, size: bytes as u64, buffer: Arc::new(buffer), variable_of: None, context: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, address), allocation);
     let made = Arc::new(GraphAlloc {
         device,

@@ -148,7 +148,7 @@ pub fn insert(shim: &Shim, placed: Placed, buffer: DeviceBuffer<u8>) {
     let Placed { device, start, key, bytes, mapped, attached } = placed;
     let buffer = Arc::new(buffer);
     let size = start - key + mapped as u64;
-    let allocation = Allocation { device, size, buffer: buffer.clone(), variable_of: None };
+    let allocation = Allocation { device, size, buffer: buffer.clone(), variable_of: None, context: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, key), allocation);
     let region = Region { bytes, mapped, key, buffer, attached, allocated: attached, on_device: false };
     table().devices.entry(device).or_default().insert(start, region);

@@ -175,7 +175,9 @@ fn grow(pool: &Pool, state: &mut PoolState, capacity: u64) -> CuResult<(u64, All
     };
     let (buffer, address) = made?;
     state.cache.grown(capacity);
-    Ok((address, Allocation { device: pool.device, size: capacity, buffer: Arc::new(buffer), variable_of: None }))
+    let allocation =
+        Allocation { device: pool.device, size: capacity, buffer: Arc::new(buffer), variable_of: None, context: None };
+    Ok((address, allocation))
 }
 
 fn over_maximum(pool: &Pool, capacity: u64) -> Error {

@@ -1,0 +1,80 @@
+//! Unmodified CUDA programs that ask more of a kernel launch or of the driver's contexts (issue
+//! 48): a kernel's dynamic shared memory limit raised past 48 KiB (backend protocol 10), launch
+//! attributes (`cudaLaunchKernelEx`), and contexts the program creates (`cuCtxCreate`), run as
+//! `cuda_shim`'s programs are, through `ac-cuda`'s `libcuda.so.1` against the driver stand-in.
+
+use crate::cuda_shim::{cuda_cluster_timed, run, said};
+use crate::standin;
+
+use ac_tests::cuda;
+
+/// Dynamic shared memory past the default 48 KiB (`cudaFuncSetAttribute` with
+/// `cudaFuncAttributeMaxDynamicSharedMemorySize`, backend protocol 10): refused before the
+/// kernel opts in and after its limit is lowered, as the driver refuses it, and run in between;
+/// a limit past the device's opt-in maximum less the kernel's static shared memory refused; the
+/// kernel's static shared memory as its cubin declares it, and the occupancy it allows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("shared_memory", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["8"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("shared memory: all exact"), "{text}");
+    // nvcc 13.5 gives the kernel's 1 KiB array 2 KiB of static shared memory; 48 KiB less it.
+    assert!(text.contains("static 2048, limit 47104, registers 32"), "{text}");
+    assert!(text.contains("64 KiB before opting in: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("a limit past the opt-in maximum: 1 (cudaErrorInvalidValue)"), "{text}");
+    // 228 KiB a multiprocessor over 64 KiB + 2 KiB static + 1 KiB reserved a block.
+    assert!(text.contains("resident blocks of 64 KiB: 3"), "{text}");
+    assert!(text.contains("64 KiB after lowering the limit: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("a carveout of 101: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// `cudaLaunchKernelEx` with launch attributes: hints (a priority, programmatic stream
+/// serialization, a 1x1x1 cluster, a memory synchronization domain) run the kernel as asked, a
+/// launch completion event and a programmatic event are reached after it (another stream waits
+/// for the latter); a cooperative launch and a cluster of two blocks are refused, and the
+/// stream goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_others_refused() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("launch_ex", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("launch_ex: all exact"), "{text}");
+    assert!(text.contains("a cooperative launch: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("a cluster of 2 blocks: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("cooperative launches are not supported on remote accelerators"), "{text}");
+    standin::assert_no_violations();
+}
+
+/// Contexts the program creates (`cuCtxCreate`, as driver API programs and PyCUDA make them):
+/// current, not the primary one, the runtime working in it; an allocation names it; pushed and
+/// popped; destroyed, it leaves the stack, a thread that still holds it is told so, and the
+/// memory `cuMemAlloc` made in it is gone, while the primary context goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_created_context_is_current_until_destroyed_and_takes_its_memory_with_it() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let shim = cuda::shim_dir(dir.path());
+    // A driver API program links against libcuda.so: the shim's, under that name.
+    std::os::unix::fs::symlink("libcuda.so.1", shim.join("libcuda.so")).unwrap();
+    let link = [format!("-L{}", shim.display()), "-lcuda".to_string()];
+    let Some(exe) = cuda::build_with("contexts", dir.path(), &link) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("contexts: all exact"), "{text}");
+    assert!(text.contains("a thread holding the destroyed context: 709"), "{text}");
+    assert!(text.contains("the destroyed context pushed again: 709"), "{text}");
+    assert!(text.contains("the destroyed context's cuMemAlloc memory: 1"), "{text}");
+    standin::assert_no_violations();
+}
