@@ -95,8 +95,11 @@ impl Attributes {
 
     /// Sets `attribute` to `value`: sent to the backend when it changes the kernel's dynamic
     /// shared memory limit or carveout (a program may set the same value before every launch).
+    /// The setting is held while it is sent, so that threads setting one kernel's attribute at
+    /// once leave here the value they left on the backend.
     pub fn set(&self, function: &Function, attribute: c_int, value: c_int) -> CuResult<()> {
-        if self.set_value(attribute) == Some(value) {
+        let mut set = self.set.lock().unwrap_or_else(|p| p.into_inner());
+        if set.get(&attribute) == Some(&value) {
             return Ok(());
         }
         let setting = match attribute {
@@ -104,16 +107,15 @@ impl Attributes {
                 KernelSetting::MaxDynamicShared(u32::try_from(value).map_err(|_| Error::Code(code::INVALID_VALUE))?)
             }
             CARVEOUT => KernelSetting::PreferredCarveout(value),
-            a if CLUSTER.contains(&a) => return self.keep(attribute, value),
+            a if CLUSTER.contains(&a) => {
+                set.insert(attribute, value);
+                return Ok(());
+            }
             _ => return Err(Error::Code(code::INVALID_VALUE)), // the read-only ones
         };
         let shim = state::shim()?;
         shim.block_on(function.set_attribute(setting))?;
-        self.keep(attribute, value)
-    }
-
-    fn keep(&self, attribute: c_int, value: c_int) -> CuResult<()> {
-        self.set.lock().unwrap_or_else(|p| p.into_inner()).insert(attribute, value);
+        set.insert(attribute, value);
         Ok(())
     }
 }

@@ -11,6 +11,7 @@
 //   nvcc -arch=sm_90 -cubin -o tests/fixtures/shared_memory.sm_90.cubin tests/cuda/shared_memory.cu
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -88,6 +89,40 @@ int main(int argc, char** argv) {
     e = cudaFuncSetAttribute(reverse_blocks, cudaFuncAttributePreferredSharedMemoryCarveout, 101);
     printf("a carveout of 101: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
+
+    // Threads sharing the kernel, as a library's callers do: each sets the same limit (again)
+    // and launches on its own stream with its own data.
+    const int threads = 4;
+    std::vector<int> reversed_by(threads, 0);
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; t++) {
+        workers.emplace_back([&, t] {
+            cudaStream_t stream;
+            CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+            float* mine;
+            CHECK(cudaMalloc(&mine, (size_t)chunk * sizeof(float)));
+            CHECK(cudaMemcpyAsync(mine, host.data() + (size_t)t * chunk % n, chunk * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream));
+            for (int round = 0; round < 3; round++) {
+                CHECK(cudaFuncSetAttribute(reverse_blocks, cudaFuncAttributeMaxDynamicSharedMemorySize, wanted));
+                reverse_blocks<<<1, 256, wanted, stream>>>(mine, chunk);
+                CHECK(cudaGetLastError());
+            }
+            std::vector<float> out(chunk);
+            CHECK(cudaMemcpyAsync(out.data(), mine, chunk * sizeof(float), cudaMemcpyDeviceToHost, stream));
+            CHECK(cudaStreamSynchronize(stream));
+            bool ok = true;  // three reversals: reversed once
+            const float* in = host.data() + (size_t)t * chunk % n;
+            for (int i = 0; i < chunk; i++) ok &= out[i] == in[chunk - 1 - i];
+            reversed_by[t] = ok;
+            CHECK(cudaFree(mine));
+            CHECK(cudaStreamDestroy(stream));
+        });
+    }
+    for (auto& w : workers) w.join();
+    bool all = true;
+    for (int ok : reversed_by) all &= ok == 1;
+    report(all, "4 threads setting the limit and launching on their own streams");
 
     CHECK(cudaFree(d));
     printf(failures ? "shared memory: FAILED\n" : "shared memory: all exact\n");

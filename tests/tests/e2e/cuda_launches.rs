@@ -12,7 +12,8 @@ use ac_tests::cuda;
 /// `cudaFuncAttributeMaxDynamicSharedMemorySize`, backend protocol 10): refused before the
 /// kernel opts in and after its limit is lowered, as the driver refuses it, and run in between;
 /// a limit past the device's opt-in maximum less the kernel's static shared memory refused; the
-/// kernel's static shared memory as its cubin declares it, and the occupancy it allows.
+/// kernel's static shared memory as its cubin declares it, and the occupancy it allows; threads
+/// sharing the kernel set its limit at once and launch on their own streams.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit() {
     let _turn = standin::exclusive().await;
@@ -31,6 +32,7 @@ async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit
     assert!(text.contains("resident blocks of 64 KiB: 3"), "{text}");
     assert!(text.contains("64 KiB after lowering the limit: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a carveout of 101: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("4 threads setting the limit and launching on their own streams exact"), "{text}");
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
 }
