@@ -18,10 +18,11 @@ use crate::state;
 const MAX_DYNAMIC_SHARED: c_int = 8;
 /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`.
 const CARVEOUT: c_int = 9;
-/// `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` to
+/// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH` to
 /// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`: kept and answered, not sent
-/// (cluster launches are not served).
-const CLUSTER: std::ops::RangeInclusive<c_int> = 10..=15;
+/// (cluster launches are not served). `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` (10) is
+/// read-only and answered 0.
+const CLUSTER: std::ops::RangeInclusive<c_int> = 11..=15;
 /// The dynamic shared memory a kernel's launches may ask for on a backend too old to say.
 const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
 
@@ -73,7 +74,7 @@ impl Attributes {
         if let Some(value) = self.set_value(attribute) {
             return Ok(Some(value));
         }
-        if CLUSTER.contains(&attribute) {
+        if attribute == 10 || CLUSTER.contains(&attribute) {
             return Ok(Some(0));
         }
         let Some(a) = self.fetched(function)? else { return Ok(None) };
@@ -114,7 +115,21 @@ impl Attributes {
             _ => return Err(Error::Code(code::INVALID_VALUE)), // the read-only ones
         };
         let shim = state::shim()?;
-        shim.block_on(function.set_attribute(setting))?;
+        match shim.block_on(function.set_attribute(setting)) {
+            Ok(()) => {}
+            // A backend older than protocol 10 keeps the default limit and carveout: a value
+            // it already enforces is kept here (and launches checked against it here).
+            Err(ac_frontend::Error::VersionMismatch(_)) => match setting {
+                KernelSetting::MaxDynamicShared(bytes) if bytes <= DEFAULT_DYNAMIC_SHARED => {}
+                KernelSetting::PreferredCarveout(percent) if (-1..=100).contains(&percent) => {}
+                _ => {
+                    let why =
+                        "more than 48 KiB of dynamic shared memory needs backend protocol 10 (upgrade ac-backend)";
+                    return Err(Error::said(code::INVALID_VALUE, why));
+                }
+            },
+            Err(e) => return Err(e.into()),
+        }
         set.insert(attribute, value);
         Ok(())
     }

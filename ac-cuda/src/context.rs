@@ -5,6 +5,7 @@
 //! context), and the memory `cuMemAlloc` made while it was current, freed when it is destroyed.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -34,15 +35,15 @@ struct Created {
     id: u64,
 }
 
-/// The contexts the program created, destroyed ones included.
-fn created() -> MutexGuard<'static, Vec<&'static Created>> {
-    static CREATED: OnceLock<Mutex<Vec<&'static Created>>> = OnceLock::new();
+/// The contexts the program created, destroyed ones included, by handle.
+fn created() -> MutexGuard<'static, HashMap<usize, &'static Created>> {
+    static CREATED: OnceLock<Mutex<HashMap<usize, &'static Created>>> = OnceLock::new();
     CREATED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The created context `handle` names, destroyed or not.
 fn created_of(handle: usize) -> Option<&'static Created> {
-    created().iter().copied().find(|c| handle_of(&c.context) == handle)
+    created().get(&handle).copied()
 }
 
 /// The context a handle names: a primary or a created one (`CUDA_ERROR_CONTEXT_IS_DESTROYED`
@@ -70,17 +71,21 @@ pub fn created_current() -> Option<usize> {
     created_of(top).map(|_| top)
 }
 
-/// Creates a context on device `ordinal` and makes it current (pushed on this thread's stack).
-fn create(ordinal: c_int) -> CuResult<usize> {
+/// Creates a context on device `ordinal`, makes it current (pushed on this thread's stack) and
+/// answers its handle in `out`.
+unsafe fn create(out: *mut usize, ordinal: c_int) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
     let device = state::shim()?.device(ordinal)?.context.device;
-    let mut list = created();
-    let id = 1 << 32 | list.len() as u64;
+    let mut all = created();
+    let id = 1 << 32 | all.len() as u64;
     let context = Arc::new(Context { device, storage: Mutex::default() });
     let record: &'static Created = Box::leak(Box::new(Created { context, alive: AtomicBool::new(true), id }));
-    list.push(record);
     let handle = handle_of(&record.context);
+    all.insert(handle, record);
     STACK.with(|s| s.borrow_mut().push(handle));
-    Ok(handle)
+    put(out, handle)
 }
 
 /// Destroys a created context: the memory `cuMemAlloc` made in it is freed (after the work
@@ -118,7 +123,7 @@ pub struct CreateParams {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxCreate_v2(context: *mut usize, _flags: c_uint, device: c_int) -> u32 {
-    guard("cuCtxCreate", || put(context, create(device)?))
+    guard("cuCtxCreate", || create(context, device))
 }
 
 #[no_mangle]
@@ -138,7 +143,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
         if affinity_count != 0 {
             return Err(Error::said(code::NOT_SUPPORTED, "execution affinity is not supported on remote accelerators"));
         }
-        put(context, create(device)?)
+        create(context, device)
     })
 }
 
@@ -156,7 +161,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
                 return Err(Error::said(code::NOT_SUPPORTED, why));
             }
         }
-        put(context, create(device)?)
+        create(context, device)
     })
 }
 

@@ -184,7 +184,7 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         88 => 0,      // pageable host memory access: the device cannot reach the program's
         89 => 0,      // concurrent managed access: the host waits for the device (`managed`)
         90 => 1,      // compute preemption
-        95 => 0,      // cooperative launch: not served
+        95 => 1,      // cooperative launch (`cuLaunchCooperativeKernel`)
         97 => {
             if hopper {
                 227 << 10

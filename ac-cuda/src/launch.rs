@@ -129,8 +129,10 @@ unsafe fn launch(
     stream: usize,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
+    cooperative: bool,
 ) -> CuResult<()> {
     let launch = prepare(function, dims, params, extra)?;
+    let launch = if cooperative { launch.cooperatively()? } else { launch };
     if !graph::is_capturing(stream) {
         // The common case, with no allocation: sent at once.
         return launch.send(stream);
@@ -155,6 +157,8 @@ pub(crate) struct Prepared {
     /// The parameters' bytes and a pointer to each, made when a graph's node is asked for them
     /// (`cuGraphKernelNodeGetParams`), valid while the launch is kept.
     copies: OnceLock<Copies>,
+    /// Whether its blocks may wait for each other (`cuLaunchCooperativeKernel`).
+    cooperative: bool,
 }
 
 impl Prepared {
@@ -179,8 +183,26 @@ impl Prepared {
         let reach = [Reach::Kernel(self.device, stream)];
         let stream = stream_of(stream, self.device)?;
         let shim = state::shim()?;
-        let send = || Ok(shim.block_on(self.resolved.function.launch_on(&stream, self.dims, &self.args))?);
+        let function = &self.resolved.function;
+        let send = || match self.cooperative {
+            false => Ok(shim.block_on(function.launch_on(&stream, self.dims, &self.args))?),
+            true => Ok(shim.block_on(function.launch_cooperative_on(&stream, self.dims, &self.args))?),
+        };
         managed::device_work(&reach, send)
+    }
+
+    /// The same launch with every block resident at once: refused at once
+    /// (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`) when the grid holds more blocks than the
+    /// device does at a time, as CUDA's occupancy calculator counts them.
+    fn cooperatively(mut self) -> CuResult<Self> {
+        let blocks = self.dims.grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        let most = crate::occupancy::resident_blocks(self.function, &self.dims)?;
+        if blocks > most {
+            let why = format!("a cooperative launch of {blocks} blocks: the device holds {most} of them at once");
+            return Err(Error::said(code::COOPERATIVE_LAUNCH_TOO_LARGE, why));
+        }
+        self.cooperative = true;
+        Ok(self)
     }
 }
 
@@ -216,7 +238,7 @@ pub(crate) unsafe fn prepare(
             ));
         }
     }
-    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new() })
+    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new(), cooperative: false })
 }
 
 #[no_mangle]
@@ -237,7 +259,28 @@ pub unsafe extern "C" fn cuLaunchKernel(
     guard("cuLaunchKernel", || {
         let dims =
             LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
-        launch(function, dims, stream, params, extra)
+        launch(function, dims, stream, params, extra, false)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the driver API's signature
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    function: usize,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared: c_uint,
+    stream: usize,
+    params: *mut *mut c_void,
+) -> u32 {
+    guard("cuLaunchCooperativeKernel", || {
+        let dims =
+            LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
+        launch(function, dims, stream, params, std::ptr::null_mut(), true)
     })
 }
 
@@ -274,13 +317,22 @@ impl LaunchAttribute {
     }
 }
 
-/// The events a launch's attributes ask to be recorded after it (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT`
-/// and `..._LAUNCH_COMPLETION_EVENT`); the attributes that change nothing here are let through,
-/// those the remote GPU would have to honour (cooperative launches, clusters) refused.
-fn events_after(attributes: &[LaunchAttribute]) -> CuResult<Vec<usize>> {
+/// What a launch's attributes ask beyond the launch itself.
+#[derive(Debug, Default)]
+struct Asked {
+    /// Events to record after it (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT` and
+    /// `..._LAUNCH_COMPLETION_EVENT`).
+    events: Vec<usize>,
+    /// A cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`).
+    cooperative: bool,
+}
+
+/// What a launch's attributes ask: the attributes that change nothing here are let through,
+/// those the remote GPU would have to honour and cannot (clusters) refused.
+fn asked_by(attributes: &[LaunchAttribute]) -> CuResult<Asked> {
     let refuse =
         |what: &str| Err(Error::said(code::NOT_SUPPORTED, format!("{what} are not supported on remote accelerators")));
-    let mut events = Vec::new();
+    let mut asked = Asked::default();
     for attribute in attributes {
         match attribute.id {
             // Ignored entries; hints the launch may go without (an access policy window, a
@@ -289,22 +341,21 @@ fn events_after(attributes: &[LaunchAttribute]) -> CuResult<Vec<usize>> {
             // programmatic stream serialization, which lets a launch overlap the one before:
             // running after it, as every launch does here, is what it allows.
             0 | 1 | 3 | 5 | 6 | 8 | 9 | 10 | 11 | 14 | 16 | 17 | 18 => {}
-            2 if attribute.word(0) == 0 => {}
-            2 => return refuse("cooperative launches"),
+            2 => asked.cooperative = attribute.word(0) != 0,
             4 if matches!((attribute.word(0), attribute.word(1), attribute.word(2)), (0 | 1, 0 | 1, 0 | 1)) => {}
             4 => return refuse("thread block clusters"),
             // The event is reached once all blocks triggered or finished: after the kernel, at
             // the latest, which is when it is recorded here.
             7 | 12 => {
                 crate::stream::check_event(attribute.handle())?;
-                events.push(attribute.handle());
+                asked.events.push(attribute.handle());
             }
             13 if attribute.word(0) == 0 => {}
             13 => return refuse("device-updatable kernel nodes"),
             id => return refuse(&format!("launch attribute {id}")),
         }
     }
-    Ok(events)
+    Ok(asked)
 }
 
 #[no_mangle]
@@ -322,10 +373,10 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
             // SAFETY: the caller's array of `num_attrs` attributes.
             n => std::slice::from_raw_parts(config.attrs, n as usize),
         };
-        let events = events_after(attributes)?;
+        let asked = asked_by(attributes)?;
         let dims = LaunchDims { grid: config.grid, block: config.block, shared_mem: config.shared };
-        launch(function, dims, config.stream, params, extra)?;
-        events.into_iter().try_for_each(|event| crate::stream::record(event, config.stream))
+        launch(function, dims, config.stream, params, extra, asked.cooperative)?;
+        asked.events.into_iter().try_for_each(|event| crate::stream::record(event, config.stream))
     })
 }
 

@@ -5,6 +5,8 @@
 
 use std::ffi::{c_int, c_uint};
 
+use ac_frontend::LaunchDims;
+
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::module::kernels;
@@ -24,6 +26,16 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
         let limits = Limits::of_function(function)?;
         put(blocks, limits.blocks_per_multiprocessor(block_size, dynamic_shared))
     })
+}
+
+/// How many blocks of a launch of `function` with `dims` the device holds at once: a
+/// cooperative launch's limit.
+pub(crate) fn resident_blocks(function: usize, dims: &LaunchDims) -> CuResult<u64> {
+    let limits = Limits::of_function(function)?;
+    let threads = dims.block.iter().map(|&d| u64::from(d)).product::<u64>();
+    let per_multiprocessor =
+        limits.blocks_per_multiprocessor(c_int::try_from(threads).unwrap_or(c_int::MAX), dims.shared_mem as usize);
+    Ok(u64::try_from(per_multiprocessor).unwrap_or(0) * u64::try_from(limits.multiprocessors).unwrap_or(0))
 }
 
 #[no_mangle]

@@ -24,6 +24,9 @@ pub struct StreamRecord {
     pub device: usize,
     /// The session's stream.
     pub stream: ac_frontend::Stream,
+    /// The context the program created (`cuCtxCreate`) that was current when it was made;
+    /// `None`: the device's primary context.
+    pub context: Option<usize>,
 }
 
 /// An event the program created.
@@ -122,7 +125,8 @@ unsafe fn create(out: *mut usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = current_device()?;
     let stream = shim.block_on(shim.devices[device].acc.create_stream())?;
-    put(out, streams().insert(StreamRecord { device, stream }))
+    let context = crate::context::created_current();
+    put(out, streams().insert(StreamRecord { device, stream, context }))
 }
 
 #[no_mangle]
@@ -278,7 +282,9 @@ pub unsafe extern "C" fn cuStreamGetPriority(handle: usize, priority: *mut c_int
 pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u32 {
     guard("cuStreamGetCtx", || {
         let device = device_of_stream(handle)?;
-        put(context, crate::context::handle_of(&state::shim()?.devices[device].context))
+        let created = if handle == 0 { None } else { streams().get(handle)?.context };
+        let primary = crate::context::handle_of(&state::shim()?.devices[device].context);
+        put(context, created.unwrap_or(primary))
     })
 }
 

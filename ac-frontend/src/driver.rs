@@ -6,17 +6,19 @@
 //! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
 //! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10.
 
-use ac_proto::backend::{image_digest, KernelAttributes, KernelSetting, ModuleSource, Request, Response};
+use ac_proto::backend::{
+    image_digest, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request, Response,
+};
 use bytes::Bytes;
 
 use crate::accelerator::{unexpected, Answer};
-use crate::{Accelerator, DeviceBuffer, Error, Function, Module, Result};
+use crate::{Accelerator, DeviceBuffer, Error, Function, Module, Result, Stream};
 
 /// The backend protocol that serves these calls.
 const DRIVER_CALLS: u16 = 7;
 /// The backend protocol that serves module variables.
 const MODULE_VARIABLES: u16 = 9;
-/// The backend protocol that serves kernel attributes.
+/// The backend protocol that serves kernel attributes and cooperative launches.
 const KERNEL_ATTRIBUTES: u16 = 10;
 
 impl Accelerator {
@@ -118,6 +120,18 @@ impl Function {
             Answer::Response(Response::KernelAttributes(attributes)) => Ok(attributes),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Launches on `stream` with every block resident at once, so that they may wait for each
+    /// other (a cooperative launch; CUDA's grid-wide synchronization). A grid larger than the
+    /// device holds at once fails, at the next synchronizing call as any launch error.
+    pub async fn launch_cooperative_on(&self, stream: &Stream, dims: LaunchDims, args: &[KernelArg]) -> Result<()> {
+        self.check(args)?;
+        let acc = self.accelerator();
+        acc.needs_protocol(KERNEL_ATTRIBUTES, "a cooperative launch")?;
+        let request =
+            Request::LaunchCooperative { function: self.id(), dims, args: args.to_vec(), stream: stream.id() };
+        acc.post(request, Bytes::new()).await
     }
 
     /// Sets one of the kernel's attributes for its later launches in this session (after the

@@ -117,7 +117,7 @@ impl Function {
     }
 
     /// Checks arguments against the signature before anything is sent.
-    fn check(&self, args: &[KernelArg]) -> Result<()> {
+    pub(crate) fn check(&self, args: &[KernelArg]) -> Result<()> {
         let Some(params) = &self.params else {
             return Ok(());
         };

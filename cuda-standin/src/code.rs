@@ -24,6 +24,8 @@ pub const NOT_FOUND: u32 = 500;
 pub const ILLEGAL_ADDRESS: u32 = 700;
 /// The current context was destroyed.
 pub const CONTEXT_IS_DESTROYED: u32 = 709;
+/// A cooperative launch of more blocks than the device holds at once.
+pub const COOPERATIVE_LAUNCH_TOO_LARGE: u32 = 720;
 /// Not something the stand-in does (kernels it does not know, compressed fatbin images).
 pub const NOT_SUPPORTED: u32 = 801;
 /// What `cuInit` answers on an NVSwitch host whose fabric manager has not set the fabric up.

@@ -72,6 +72,10 @@ pub const AFFINE_KERNEL: &str = "_Z6affinePf6Affine";
 /// `x[b * chunk, (b + 1) * chunk)` (staged in `chunk` floats of dynamic shared memory on a GPU).
 pub const REVERSE_BLOCKS_KERNEL: &str = "_Z14reverse_blocksPfi";
 
+/// `mirror(float* x, float* y, int n)` of `tests/cuda/cooperative.cu`: `x[i] = 2i` for every
+/// `i < n` (grid-stride), then, past a barrier of the whole grid, `y[i] = x[n - 1 - i]`.
+pub const MIRROR_KERNEL: &str = "_Z6mirrorPfS_i";
+
 /// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
 /// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
 pub fn signature(name: &str) -> Option<Vec<usize>> {
@@ -88,6 +92,7 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         AFFINE_KERNEL => &[8, 12],
         POLYNOMIAL_KERNEL => &[8, 4],
         REVERSE_BLOCKS_KERNEL => &[8, 4],
+        MIRROR_KERNEL => &[8, 8, 4],
         _ => return None,
     })
 }
@@ -318,6 +323,18 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
                 let mut values = memory.load(at, chunk)?;
                 values.reverse();
                 memory.store(at, &values)?;
+            }
+            Some(())
+        }
+        MIRROR_KERNEL => {
+            let (x, y, n) = (u64_arg(&args[0]), u64_arg(&args[1]), i32_arg(&args[2]));
+            // Grid-stride loops: every element, whatever the shape.
+            for i in 0..i64::from(n.max(0)) {
+                memory.store(element(x, i)?, &[2.0 * i as f32])?;
+            }
+            for i in 0..i64::from(n.max(0)) {
+                let v = memory.load(element(x, i64::from(n) - 1 - i)?, 1)?[0];
+                memory.store(element(y, i)?, &[v])?;
             }
             Some(())
         }

@@ -60,6 +60,7 @@
 
 mod attributes;
 mod code;
+mod cooperative;
 mod elf;
 mod host;
 mod kernels;
@@ -442,12 +443,26 @@ pub unsafe extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    with_context("cuLaunchKernel", |d, context| {
+    let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+    launch("cuLaunchKernel", function, shape, shared, stream, params, extra)
+}
+
+/// A launch of `function` with `shape` (grid, then block), as `call`.
+pub(crate) unsafe fn launch(
+    call: &str,
+    function: Handle,
+    shape: [c_uint; 6],
+    shared: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> u32 {
+    let [grid_x, grid_y, grid_z, block_x, block_y, block_z] = shape;
+    with_context(call, |d, context| {
         let owner = d.functions.get(&id(function)).map(|f| f.context);
         owned(d, "function", owner, context)?;
         let stream = d.stream(context, id(stream))?;
         let threads = block_x as u64 * block_y as u64 * block_z as u64;
-        let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
         // The driver's limits: a block of at most 1024 threads, a grid of at most 65535 blocks in y
         // and z (2^31 - 1 in x), the kernel's dynamic shared memory limit (48 KiB with its static
         // shared memory, unless it opted in to more: `cuFuncSetAttribute`).

@@ -40,7 +40,11 @@ int main(int argc, char** argv) {
     DRIVER(cuDeviceGet(&device, 0));
     CUcontext primary, created, current;
     DRIVER(cuDevicePrimaryCtxRetain(&primary, device));
-    DRIVER(cuCtxCreate(&created, nullptr, 0, device));
+#if CUDA_VERSION >= 13000
+    DRIVER(cuCtxCreate(&created, nullptr, 0, device));  // CUDA 13's, with creation parameters
+#else
+    DRIVER(cuCtxCreate(&created, 0, device));
+#endif
     DRIVER(cuCtxGetCurrent(&current));
     report(current == created && created != primary, "a created context is current, not the primary one");
     unsigned long long primary_id = 0, created_id = 0;
@@ -73,17 +77,20 @@ int main(int argc, char** argv) {
     DRIVER(cuCtxGetCurrent(&current));
     report(pushed && popped == primary && current == created, "the primary context pushed and popped over it");
 
+    // A thread that made the context current, and calls in it only after it was destroyed (a
+    // call during cuCtxDestroy is undefined).
     CUresult other_thread = CUDA_SUCCESS;
-    std::atomic<bool> holding{false};
+    std::atomic<bool> holding{false}, destroyed{false};
     std::thread holder([&] {
         cuCtxSetCurrent(created);
         holding = true;
+        while (!destroyed) std::this_thread::yield();
         CUdeviceptr p;
-        // Waits for the main thread to destroy it: spins on the context's state.
-        while ((other_thread = cuMemAlloc(&p, 256)) == CUDA_SUCCESS) cuMemFree(p);
+        other_thread = cuMemAlloc(&p, 256);
     });
     while (!holding) std::this_thread::yield();
     DRIVER(cuCtxDestroy(created));
+    destroyed = true;
     holder.join();
     printf("a thread holding the destroyed context: %d\n", (int)other_thread);
     DRIVER(cuCtxGetCurrent(&current));

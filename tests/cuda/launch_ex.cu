@@ -1,8 +1,8 @@
 // cudaLaunchKernelEx with launch attributes, as libraries launch their kernels: a priority,
 // programmatic stream serialization, a 1x1x1 cluster, a memory synchronization domain and a
 // launch completion event run the kernel as asked, the event reached once it is done; a
-// programmatic event lets another stream wait for the kernel; a cooperative launch and a
-// cluster of two blocks are refused (cudaErrorNotSupported) and the stream goes on.
+// programmatic event lets another stream wait for the kernel; a cooperative launch by attribute
+// runs; a cluster of two blocks is refused (cudaErrorNotSupported) and the stream goes on.
 // Usage: launch_ex [elements]
 #include <cstdio>
 #include <cstdlib>
@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
     cudaError_t e = cudaLaunchKernelEx(&config, scale, d, 7.0f, n);
     printf("a cooperative launch: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
+    CHECK(cudaStreamSynchronize(s));
+    report(all_equal(d, n, 210.0f), "a cooperative launch by attribute");
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = 2;
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
     config.numAttrs = 0;
     CHECK(cudaLaunchKernelEx(&config, scale, d, 0.5f, n));
     CHECK(cudaStreamSynchronize(s));
-    report(all_equal(d, n, 15.0f), "the stream after the refusals");
+    report(all_equal(d, n, 105.0f), "the stream after the refusals");
 
     CHECK(cudaEventDestroy(done));
     CHECK(cudaEventDestroy(triggered));

@@ -211,15 +211,35 @@ pub trait Context: Send + Sync + 'static {
         })
     }
     /// Sets one of `kernel`'s attributes; later launches of it are checked against it. The
-    /// default serves a device with no more than the default dynamic shared memory.
+    /// default serves a device that keeps every kernel's dynamic shared memory limit at the
+    /// default (a larger or a smaller one is refused, since launches are checked against the
+    /// default) and has no shared memory to carve out (a preference in range is accepted).
     fn set_kernel_attribute(&self, _kernel: &Kernel, setting: KernelSetting) -> DeviceResult<()> {
         match setting {
+            KernelSetting::MaxDynamicShared(bytes) if bytes < DEFAULT_DYNAMIC_SHARED => Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "this device keeps every kernel's dynamic shared memory limit at {DEFAULT_DYNAMIC_SHARED} bytes"
+                ),
+            )),
             KernelSetting::MaxDynamicShared(bytes) => check_shared(bytes, DEFAULT_DYNAMIC_SHARED),
             KernelSetting::PreferredCarveout(percent) => check_carveout(percent),
         }
     }
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()>;
+    /// Launches a kernel whose blocks may wait for each other: all of them resident at once.
+    /// The default serves a device whose kernels never wait for other blocks (the CPU device's
+    /// builtins): a plain launch.
+    fn launch_cooperative(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[DeviceArg],
+        stream: DeviceStream,
+    ) -> DeviceResult<()> {
+        self.launch(kernel, dims, args, stream)
+    }
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

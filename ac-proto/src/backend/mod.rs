@@ -59,7 +59,8 @@
 //! answers what the device says a kernel uses ([`Response::KernelAttributes`]: registers,
 //! static shared memory, its dynamic shared memory limit) and [`Request::SetKernelAttribute`]
 //! raises that limit past the default 48 KiB (`cudaFuncSetAttribute`), which the device checks
-//! at every launch.
+//! at every launch; [`Request::LaunchCooperative`] launches a kernel whose blocks may wait for
+//! each other (`cuLaunchCooperativeKernel`: every block resident at once).
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -592,6 +593,19 @@ pub enum Request {
     KernelAttributes {
         /// The kernel.
         function: FunctionId,
+    },
+    /// *Protocol 10.* Launches a kernel as [`Request::Launch`] does, with every block resident
+    /// at once so that they may wait for each other (a cooperative launch: CUDA's grid-wide
+    /// synchronization). A grid larger than the device holds at once fails the launch.
+    LaunchCooperative {
+        /// The kernel.
+        function: FunctionId,
+        /// Launch shape.
+        dims: LaunchDims,
+        /// Arguments, in parameter order.
+        args: Vec<KernelArg>,
+        /// The stream.
+        stream: StreamId,
     },
     /// *Protocol 10.* Sets one of a kernel's attributes, as `cuFuncSetAttribute` does: replies
     /// [`Response::Ok`], or the device's refusal (a value past its limits). Every launch of the

@@ -40,8 +40,8 @@ async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit
 /// `cudaLaunchKernelEx` with launch attributes: hints (a priority, programmatic stream
 /// serialization, a 1x1x1 cluster, a memory synchronization domain) run the kernel as asked, a
 /// launch completion event and a programmatic event are reached after it (another stream waits
-/// for the latter); a cooperative launch and a cluster of two blocks are refused, and the
-/// stream goes on.
+/// for the latter); a cooperative launch by attribute runs; a cluster of two blocks is refused,
+/// and the stream goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_others_refused() {
     let _turn = standin::exclusive().await;
@@ -52,9 +52,9 @@ async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_other
     let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains("launch_ex: all exact"), "{text}");
-    assert!(text.contains("a cooperative launch: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("a cooperative launch: 0 (cudaSuccess)"), "{text}");
     assert!(text.contains("a cluster of 2 blocks: 801 (cudaErrorNotSupported)"), "{text}");
-    assert!(text.contains("cooperative launches are not supported on remote accelerators"), "{text}");
+    assert!(text.contains("thread block clusters are not supported on remote accelerators"), "{text}");
     standin::assert_no_violations();
 }
 
@@ -78,5 +78,24 @@ async fn a_created_context_is_current_until_destroyed_and_takes_its_memory_with_
     assert!(text.contains("a thread holding the destroyed context: 709"), "{text}");
     assert!(text.contains("the destroyed context pushed again: 709"), "{text}");
     assert!(text.contains("the destroyed context's cuMemAlloc memory: 1"), "{text}");
+    standin::assert_no_violations();
+}
+
+/// A cooperative launch (`cudaLaunchCooperativeKernel`, backend protocol 10): a grid of as many
+/// blocks as the device holds at once runs a kernel whose blocks wait for each other, exactly;
+/// one block more is refused before anything is sent, and the stream goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cooperative_launch_runs_every_resident_block_and_a_larger_one_is_refused() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("cooperative", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("cooperative: all exact"), "{text}");
+    // 132 multiprocessors of 8 blocks of 256 threads (64 warps each).
+    assert!(text.contains("cooperative launch 1, 1056 blocks at once"), "{text}");
+    assert!(text.contains("one block more: 720 (cudaErrorCooperativeLaunchTooLarge)"), "{text}");
     standin::assert_no_violations();
 }

@@ -89,8 +89,8 @@ async fn standin_a_kernel_opts_in_to_more_dynamic_shared_memory_in_a_session_wor
     record.assert_none();
 }
 
-/// The CPU device's builtins use no shared memory and may be given no more than the default
-/// 48 KiB of dynamic shared memory: a larger limit is refused, and so is a launch over it.
+/// The CPU device's builtins use no shared memory and keep the default 48 KiB limit of dynamic
+/// shared memory: a larger or smaller limit is refused, and so is a launch over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cpu_kernels_keep_the_default_dynamic_shared_memory() {
     use ac_frontend::KernelSetting::MaxDynamicShared;
@@ -102,6 +102,8 @@ async fn cpu_kernels_keep_the_default_dynamic_shared_memory() {
     let err = fill.set_attribute(MaxDynamicShared((48 << 10) + 1)).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "{err}");
     assert!(err.to_string().contains("exceed the kernel's limit of 49152"), "{err}");
+    let err = fill.set_attribute(MaxDynamicShared(16 << 10)).await.unwrap_err();
+    assert!(err.to_string().contains("keeps every kernel's dynamic shared memory limit at 49152"), "{err}");
     let x = acc.alloc::<f32>(16).await.unwrap();
     let dims = LaunchDims::linear(16, 16).with_shared_mem((48 << 10) + 1);
     fill.launch(dims, &[x.arg(), 1.0f32.into(), 16u64.into()]).await.unwrap();

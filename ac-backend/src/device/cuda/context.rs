@@ -171,6 +171,35 @@ impl CudaContext {
         Ok(f.raw.0)
     }
 
+    /// Launches `kernel`, cooperatively (all blocks resident at once) or not.
+    fn launch_with(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[DeviceArg],
+        stream: DeviceStream,
+        cooperative: bool,
+    ) -> DeviceResult<()> {
+        self.enter()?;
+        validate_dims(dims)?;
+        // Checked and laid out under the lock, so the launch path copies no parameter list.
+        let (raw, mut slots) = {
+            let kernels = self.kernels.lock().expect("kernels poisoned");
+            let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
+            if f.builtin {
+                builtin::check_footprint(&kernel.name, args)?;
+            }
+            (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
+        };
+        let base = slots.slots.as_mut_ptr();
+        // SAFETY: every start is an index into `slots` (`pack` made them from its count).
+        let mut params: Vec<*mut c_void> =
+            slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
+        let stream = self.stream(stream)?;
+        let (call, code) = function::launch(raw.0, dims, stream, &mut params, cooperative);
+        self.check(call, code)
+    }
+
     fn stream(&self, stream: DeviceStream) -> DeviceResult<sys::CUstream> {
         self.streams
             .lock()
@@ -185,7 +214,7 @@ impl CudaContext {
     /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as
     /// `unsigned long long` arrays).
     fn load_image(&self, image: &[u8], builtin: bool, signatures: Signatures) -> DeviceResult<DeviceModule> {
-        let aligned = aligned_copy(image);
+        let aligned = image::aligned_copy(image);
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options =
             [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
@@ -241,17 +270,6 @@ impl CudaContext {
             self.check("cuMemFreeAsync", sys::cuMemFreeAsync(temp, stream))
         }
     }
-}
-
-/// `image` copied into 8-byte-aligned memory (zero-padded to whole words).
-fn aligned_copy(image: &[u8]) -> Vec<u64> {
-    let mut aligned = vec![0u64; image.len().div_ceil(8)];
-    for (word, bytes) in aligned.iter_mut().zip(image.chunks(8)) {
-        let mut padded = [0u8; 8];
-        padded[..bytes.len()].copy_from_slice(bytes);
-        *word = u64::from_ne_bytes(padded);
-    }
-    aligned
 }
 
 impl Context for CudaContext {
@@ -493,41 +511,17 @@ impl Context for CudaContext {
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
-        self.enter()?;
-        validate_dims(dims)?;
-        // Checked and laid out under the lock, so the launch path copies no parameter list.
-        let (raw, mut slots) = {
-            let kernels = self.kernels.lock().expect("kernels poisoned");
-            let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
-            if f.builtin {
-                builtin::check_footprint(&kernel.name, args)?;
-            }
-            (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
-        };
-        let base = slots.slots.as_mut_ptr();
-        // SAFETY: every start is an index into `slots` (`pack` made them from its count).
-        let mut params: Vec<*mut c_void> =
-            slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
-        let stream = self.stream(stream)?;
-        // SAFETY: one pointer per parameter, each to its first 8-byte slot, holding the value in
-        // its first bytes (a wider parameter in the consecutive slots after it); the driver
-        // copies the values before returning.
-        let code = unsafe {
-            sys::cuLaunchKernel(
-                raw.0,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.block[0],
-                dims.block[1],
-                dims.block[2],
-                dims.shared_mem,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        self.check("cuLaunchKernel", code)
+        self.launch_with(kernel, dims, args, stream, false)
+    }
+
+    fn launch_cooperative(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[DeviceArg],
+        stream: DeviceStream,
+    ) -> DeviceResult<()> {
+        self.launch_with(kernel, dims, args, stream, true)
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {
@@ -579,21 +573,5 @@ impl StagingContext for CudaContext {
 
     fn depth(&self) -> usize {
         self.gpu.depth
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn images_reach_the_driver_aligned_and_whole() {
-        let frame: Vec<u8> = (0..=255u8).cycle().take(1001).collect();
-        let image = &frame[3..1000]; // as cut out of a frame: at an odd address, odd length
-        let aligned = aligned_copy(image);
-        assert_eq!(aligned.as_ptr() as usize % 8, 0);
-        let bytes: Vec<u8> = aligned.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        assert_eq!(&bytes[..image.len()], image);
-        assert!(bytes[image.len()..].iter().all(|&b| b == 0));
     }
 }

@@ -1,7 +1,9 @@
 //! What the driver says of a kernel (a `CUfunction`): its parameters' sizes, its attributes, and
 //! the attributes a program sets on it.
 
-use ac_proto::backend::{KernelAttributes, KernelSetting};
+use std::ffi::c_void;
+
+use ac_proto::backend::{KernelAttributes, KernelSetting, LaunchDims};
 use cudarc::driver::sys::{self, CUfunction_attribute as Attribute, CUresult};
 
 use super::driver;
@@ -64,4 +66,31 @@ pub(super) fn set_attribute(function: sys::CUfunction, setting: KernelSetting) -
     };
     // SAFETY: a function of the current context; the driver checks the value.
     driver::check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(function, attribute, value) })
+}
+
+/// Launches `function` (of the current context) on `stream`, cooperatively or not: the call
+/// made and its result.
+pub(super) fn launch(
+    function: sys::CUfunction,
+    dims: &LaunchDims,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+    cooperative: bool,
+) -> (&'static str, CUresult) {
+    let ([gx, gy, gz], [bx, by, bz]) = (dims.grid, dims.block);
+    let params = params.as_mut_ptr();
+    // SAFETY: (the caller's) one pointer per parameter, each to its first 8-byte slot, holding
+    // the value in its first bytes (a wider parameter in the consecutive slots after it); the
+    // driver copies the values before returning.
+    unsafe {
+        if cooperative {
+            let code =
+                sys::cuLaunchCooperativeKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params);
+            ("cuLaunchCooperativeKernel", code)
+        } else {
+            let null = std::ptr::null_mut();
+            let code = sys::cuLaunchKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params, null);
+            ("cuLaunchKernel", code)
+        }
+    }
 }

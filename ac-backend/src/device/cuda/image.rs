@@ -85,6 +85,17 @@ fn check_elf(image: &[u8]) -> Option<()> {
     Some(())
 }
 
+/// `image` copied into 8-byte-aligned memory (zero-padded to whole words).
+pub fn aligned_copy(image: &[u8]) -> Vec<u64> {
+    let mut aligned = vec![0u64; image.len().div_ceil(8)];
+    for (word, bytes) in aligned.iter_mut().zip(image.chunks(8)) {
+        let mut padded = [0u8; 8];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        *word = u64::from_ne_bytes(padded);
+    }
+    aligned
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +148,16 @@ mod tests {
         assert_eq!(ptx_text(b".version 8.0\0").unwrap().iter().filter(|&&c| c == 0).count(), 1);
         assert!(ptx_text(b".version 8.0\0junk").is_err());
         assert!(ptx_text(b"int main() {}").is_err());
+    }
+
+    #[test]
+    fn images_reach_the_driver_aligned_and_whole() {
+        let frame: Vec<u8> = (0..=255u8).cycle().take(1001).collect();
+        let image = &frame[3..1000]; // as cut out of a frame: at an odd address, odd length
+        let aligned = aligned_copy(image);
+        assert_eq!(aligned.as_ptr() as usize % 8, 0);
+        let bytes: Vec<u8> = aligned.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(&bytes[..image.len()], image);
+        assert!(bytes[image.len()..].iter().all(|&b| b == 0));
     }
 }

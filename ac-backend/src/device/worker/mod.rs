@@ -541,6 +541,17 @@ impl Context for WorkerContext {
         }
     }
 
+    fn launch_cooperative(
+        &self,
+        kernel: &Kernel,
+        dims: &LaunchDims,
+        args: &[DeviceArg],
+        stream: DeviceStream,
+    ) -> DeviceResult<()> {
+        let call = Call::LaunchCooperative { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream };
+        self.call_done(&call, &[])
+    }
+
     fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {
         match self.call(&Call::KernelAttributes { kernel: kernel.clone() }, &[])?.0 {
             Reply::KernelAttributes(attributes) => Ok(attributes),

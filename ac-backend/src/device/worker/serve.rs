@@ -342,6 +342,9 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         }
         Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
         Call::Global { module, name } => context.global(module, &name).map(|(mem, size)| Reply::Global { mem, size }),
+        Call::LaunchCooperative { kernel, dims, args, stream } => {
+            unit(context.launch_cooperative(&kernel, &dims, &args, stream))
+        }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),
         Call::Launch { kernel, dims, args, stream } => unit(context.launch(&kernel, &dims, &args, stream)),

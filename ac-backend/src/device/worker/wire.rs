@@ -41,6 +41,8 @@ pub enum Call {
     Kernel { module: DeviceModule, name: String },
     /// `global`.
     Global { module: DeviceModule, name: String },
+    /// `launch_cooperative`.
+    LaunchCooperative { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `kernel_attributes`.
     KernelAttributes { kernel: Kernel },
     /// `set_kernel_attribute`.

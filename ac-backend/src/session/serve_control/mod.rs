@@ -405,7 +405,10 @@ impl Control {
                 Outcome::Now(self.set_kernel_attribute(function, setting).await)
             }
             Request::Launch { function, dims, args, stream } => {
-                Outcome::Now(self.enqueue_launch(function, dims, &args, stream).await)
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, false).await)
+            }
+            Request::LaunchCooperative { function, dims, args, stream } => {
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, true).await)
             }
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),

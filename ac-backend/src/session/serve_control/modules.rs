@@ -111,14 +111,20 @@ impl Control {
         }
     }
 
-    /// Sets one of a kernel's attributes, after the work queued before: a launch queued under
-    /// the old value is checked against it, as CUDA checks a launch when it is made.
+    /// Sets one of a kernel's attributes. A lower dynamic shared memory limit waits for the work
+    /// queued before, so that a launch queued under the old limit is checked against it, as
+    /// CUDA checks a launch when it is made; nothing else waits (CUDA's setting does not).
     pub(super) async fn set_kernel_attribute(&mut self, function: FunctionId, setting: KernelSetting) -> Response {
         let kernel = match self.kernel_of(function) {
             Ok(kernel) => kernel,
             Err(e) => return Response::Error(e),
         };
-        self.drain_streams().await;
+        if let KernelSetting::MaxDynamicShared(bytes) = setting {
+            let current = self.session.context.kernel_attributes(&kernel).map(|a| a.max_dynamic_shared);
+            if current.map_or(true, |limit| bytes < limit) {
+                self.drain_streams().await;
+            }
+        }
         match self.session.context.set_kernel_attribute(&kernel, setting) {
             Ok(()) => Response::Ok,
             Err(e) => Response::Error(e),
@@ -131,8 +137,9 @@ impl Control {
         dims: LaunchDims,
         args: &[KernelArg],
         stream: StreamId,
+        cooperative: bool,
     ) -> Response {
-        match self.prepare_launch(function, dims, args, stream) {
+        match self.prepare_launch(function, dims, args, stream, cooperative) {
             Ok(op) => {
                 self.session.metrics.launched();
                 self.enqueue_on(stream, op).await
@@ -148,6 +155,7 @@ impl Control {
         dims: LaunchDims,
         args: &[KernelArg],
         stream: StreamId,
+        cooperative: bool,
     ) -> Result<StreamOp, WireError> {
         let kernel = self.kernel_of(function)?;
         check_signature(&kernel, args)?;
@@ -168,6 +176,6 @@ impl Control {
                 scalar => DeviceArg::Scalar(*scalar),
             });
         }
-        Ok(StreamOp::Launch { kernel, dims, args: device_args, _hold: hold })
+        Ok(StreamOp::Launch { kernel, dims, args: device_args, cooperative, _hold: hold })
     }
 }

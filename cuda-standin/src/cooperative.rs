@@ -1,0 +1,35 @@
+//! Cooperative launches (`cuLaunchCooperativeKernel`): a launch whose blocks must all be
+//! resident at once, refused (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`) when the grid holds
+//! more blocks than the device does; the kernel then runs as any other.
+
+use std::ffi::{c_uint, c_void};
+
+use crate::{code, launch, Handle};
+
+/// Blocks a multiprocessor holds at once, at most, and multiprocessors: a cooperative launch's
+/// bound with the thread limit (64 warps a multiprocessor), as on an H100.
+const RESIDENT_BLOCKS: (u64, u64) = (32, 132);
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the driver API's signature
+pub unsafe extern "C" fn cuLaunchCooperativeKernel(
+    function: Handle,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared: c_uint,
+    stream: Handle,
+    params: *mut *mut c_void,
+) -> u32 {
+    // Every block resident at once: no more than the multiprocessors hold.
+    let warps = (block_x as u64 * block_y as u64 * block_z as u64).div_ceil(32).max(1);
+    let per_multiprocessor = (64 / warps).min(RESIDENT_BLOCKS.0);
+    if grid_x as u64 * grid_y as u64 * grid_z as u64 > per_multiprocessor * RESIDENT_BLOCKS.1 {
+        return code::COOPERATIVE_LAUNCH_TOO_LARGE;
+    }
+    let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+    launch("cuLaunchCooperativeKernel", function, shape, shared, stream, params, std::ptr::null_mut())
+}
