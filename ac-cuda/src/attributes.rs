@@ -122,7 +122,8 @@ impl Attributes {
             Err(ac_frontend::Error::VersionMismatch(_)) => match setting {
                 KernelSetting::MaxDynamicShared(bytes) if bytes <= DEFAULT_DYNAMIC_SHARED => {}
                 KernelSetting::PreferredCarveout(percent) if (-1..=100).contains(&percent) => {}
-                _ => {
+                KernelSetting::PreferredCarveout(_) => return Err(Error::Code(code::INVALID_VALUE)),
+                KernelSetting::MaxDynamicShared(_) => {
                     let why =
                         "more than 48 KiB of dynamic shared memory needs backend protocol 10 (upgrade ac-backend)";
                     return Err(Error::said(code::INVALID_VALUE, why));

@@ -195,7 +195,13 @@ impl Prepared {
     /// (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`) when the grid holds more blocks than the
     /// device does at a time, as CUDA's occupancy calculator counts them.
     fn cooperatively(mut self) -> CuResult<Self> {
-        let blocks = self.dims.grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        let (grid, block) = (self.dims.grid, self.dims.block);
+        let threads = block.iter().map(|&d| u64::from(d)).product::<u64>(); // at most 2^96: no
+        let shape_ok = !grid.contains(&0) && !block.contains(&0) && threads <= 1024; // overflow: u32s
+        if !shape_ok || grid[1] > 65_535 || grid[2] > 65_535 || grid[0] > i32::MAX as u32 {
+            return Err(Error::said(code::INVALID_VALUE, format!("a launch of {grid:?} blocks of {block:?} threads")));
+        }
+        let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
         let most = crate::occupancy::resident_blocks(self.function, &self.dims)?;
         if blocks > most {
             let why = format!("a cooperative launch of {blocks} blocks: the device holds {most} of them at once");

@@ -282,7 +282,9 @@ pub unsafe extern "C" fn cuStreamGetPriority(handle: usize, priority: *mut c_int
 pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u32 {
     guard("cuStreamGetCtx", || {
         let device = device_of_stream(handle)?;
-        let created = if handle == 0 { None } else { streams().get(handle)?.context };
+        // A default stream is the current context's; another, the context it was made in.
+        let created =
+            if is_default_stream(handle) { crate::context::created_current() } else { streams().get(handle)?.context };
         let primary = crate::context::handle_of(&state::shim()?.devices[device].context);
         put(context, created.unwrap_or(primary))
     })

@@ -25,9 +25,10 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: *mut *mut c_void,
 ) -> u32 {
     // Every block resident at once: no more than the multiprocessors hold.
-    let warps = (block_x as u64 * block_y as u64 * block_z as u64).div_ceil(32).max(1);
+    let product = |dims: [c_uint; 3]| dims.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+    let warps = product([block_x, block_y, block_z]).div_ceil(32).max(1);
     let per_multiprocessor = (64 / warps).min(RESIDENT_BLOCKS.0);
-    if grid_x as u64 * grid_y as u64 * grid_z as u64 > per_multiprocessor * RESIDENT_BLOCKS.1 {
+    if product([grid_x, grid_y, grid_z]) > per_multiprocessor * RESIDENT_BLOCKS.1 {
         return code::COOPERATIVE_LAUNCH_TOO_LARGE;
     }
     let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];

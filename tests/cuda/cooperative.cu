@@ -23,6 +23,7 @@ __device__ void grid_barrier(unsigned blocks) {
         atomicAdd(&arrived, 1u);
         while (atomicAdd(&arrived, 0u) < blocks) {
         }
+        __threadfence();  // what the others wrote before arriving, seen after
     }
     __syncthreads();
 }
@@ -35,10 +36,10 @@ __global__ void mirror(float* x, float* y, int n) {
     for (int i = rank; i < n; i += size) y[i] = x[n - 1 - i];
 }
 
-// Clears the barrier for the next launch.
-static void clear_barrier() {
-    const unsigned zero = 0;
-    CHECK(cudaMemcpyToSymbol(arrived, &zero, sizeof zero));
+// Clears the barrier on `s`, before the next launch there.
+static void clear_barrier(cudaStream_t s) {
+    static const unsigned zero = 0;
+    CHECK(cudaMemcpyToSymbolAsync(arrived, &zero, sizeof zero, 0, cudaMemcpyHostToDevice, s));
 }
 
 int main(int argc, char** argv) {
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void* args[] = {&x, &y, &n};
-    clear_barrier();
+    clear_barrier(s);
     CHECK(cudaLaunchCooperativeKernel((void*)mirror, blocks, 256, args, 0, s));
     std::vector<float> host(n);
     CHECK(cudaMemcpyAsync(host.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -69,8 +70,7 @@ int main(int argc, char** argv) {
     printf("one block more: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
     CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), s));
-    CHECK(cudaStreamSynchronize(s));
-    clear_barrier();
+    clear_barrier(s);
     CHECK(cudaLaunchCooperativeKernel((void*)mirror, 1, 256, args, 0, s));
     CHECK(cudaMemcpyAsync(host.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost, s));
     CHECK(cudaStreamSynchronize(s));

@@ -594,6 +594,15 @@ pub enum Request {
         /// The kernel.
         function: FunctionId,
     },
+    /// *Protocol 10.* Sets one of a kernel's attributes, as `cuFuncSetAttribute` does: replies
+    /// [`Response::Ok`], or the device's refusal (a value past its limits). Every launch of the
+    /// kernel's function in this session is then checked against it.
+    SetKernelAttribute {
+        /// The kernel.
+        function: FunctionId,
+        /// The attribute and its value.
+        setting: KernelSetting,
+    },
     /// *Protocol 10.* Launches a kernel as [`Request::Launch`] does, with every block resident
     /// at once so that they may wait for each other (a cooperative launch: CUDA's grid-wide
     /// synchronization). A grid larger than the device holds at once fails the launch.
@@ -606,15 +615,6 @@ pub enum Request {
         args: Vec<KernelArg>,
         /// The stream.
         stream: StreamId,
-    },
-    /// *Protocol 10.* Sets one of a kernel's attributes, as `cuFuncSetAttribute` does: replies
-    /// [`Response::Ok`], or the device's refusal (a value past its limits). Every launch of the
-    /// kernel's function in this session is then checked against it.
-    SetKernelAttribute {
-        /// The kernel.
-        function: FunctionId,
-        /// The attribute and its value.
-        setting: KernelSetting,
     },
 }
 
