@@ -149,11 +149,12 @@ impl Limits {
         if block_size <= 0 || block_size > self.threads_per_block {
             return 0;
         }
-        let Some(per_block) = dynamic_shared.checked_add(self.reserved) else { return 0 };
-        let per_block = per_block.next_multiple_of(SHARED_UNIT).max(SHARED_UNIT);
-        if per_block > self.shared_per_block {
+        let Some(asked) = dynamic_shared.checked_add(self.reserved) else { return 0 };
+        // The limit is on what the block asks; the multiprocessor gives it whole units.
+        if asked > self.shared_per_block {
             return 0;
         }
+        let per_block = asked.next_multiple_of(SHARED_UNIT).max(SHARED_UNIT);
         let by_shared = c_int::try_from(self.shared / per_block).unwrap_or(c_int::MAX);
         let by_warps = (self.threads / WARP) / warps(block_size);
         by_warps.min(self.blocks).min(by_shared).min(self.blocks_by_registers(warps(block_size)))
@@ -242,6 +243,17 @@ mod tests {
         register_file: 65536,
         multiprocessors: 132,
     };
+
+    #[test]
+    fn a_block_at_its_kernels_limit_fits_whatever_its_static_shared_memory() {
+        // 1,000 bytes of static shared memory (not a multiple of the 128-byte unit), a 64 KiB
+        // limit, a launch asking all of it: 3 blocks of 67,584 bytes (whole units) in 228 KiB,
+        // not none.
+        let reserved = (1 << 10) + 1000;
+        let limits = Limits { reserved, shared_per_block: reserved + (64 << 10), ..HOPPER };
+        assert_eq!(limits.blocks_per_multiprocessor(256, 64 << 10), 3);
+        assert_eq!(limits.blocks_per_multiprocessor(256, (64 << 10) + 1), 0, "over its limit");
+    }
 
     #[test]
     fn registers_bound_the_blocks_as_cudas_calculator_counts() {
