@@ -263,9 +263,14 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> u32 {
     guard("cuLaunchKernel", || {
-        let dims =
-            LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
-        launch(function, dims, stream, params, extra, false)
+        launch(
+            function,
+            dims_of([grid_x, grid_y, grid_z], [block_x, block_y, block_z], shared),
+            stream,
+            params,
+            extra,
+            false,
+        )
     })
 }
 
@@ -284,10 +289,14 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: *mut *mut c_void,
 ) -> u32 {
     guard("cuLaunchCooperativeKernel", || {
-        let dims =
-            LaunchDims { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z], shared_mem: shared };
+        let dims = dims_of([grid_x, grid_y, grid_z], [block_x, block_y, block_z], shared);
         launch(function, dims, stream, params, std::ptr::null_mut(), true)
     })
+}
+
+/// A launch's shape from the driver API's separate arguments.
+fn dims_of(grid: [c_uint; 3], block: [c_uint; 3], shared_mem: c_uint) -> LaunchDims {
+    LaunchDims { grid, block, shared_mem }
 }
 
 /// `CUlaunchConfig`.

@@ -339,8 +339,7 @@ fn set_attribute(handle: usize, attribute: c_int, value: c_int, device: usize) -
 
 /// A device ordinal the program gave, checked.
 fn ordinal(device: c_int) -> CuResult<usize> {
-    let shim = state::shim()?;
-    usize::try_from(device).ok().filter(|&d| d < shim.devices.len()).ok_or(Error::Code(code::INVALID_DEVICE))
+    Ok(state::shim()?.device(device)?.context.device)
 }
 
 #[no_mangle]
