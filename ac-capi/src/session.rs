@@ -63,6 +63,8 @@ pub(crate) fn init_with(statics: *mut acSet, open: impl FnOnce() -> Outcome<Sess
         return Err(Failure::new(acError::AC_ERROR_ALREADY_INITIALIZED, "AC_Init was already called"));
     }
     let session = open()?;
+    // Kernels' printf lines keep their place among the program's own.
+    ac_frontend::set_kernel_output(ac_frontend::print_through_c_stdout);
     let set = register_set(session.accelerators(), None);
     *slot = Some(session);
     write_out(statics, handle(set), "the static set")

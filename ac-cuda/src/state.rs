@@ -117,6 +117,7 @@ pub fn shim() -> CuResult<&'static Shim> {
 fn open() -> Result<Shim, (u32, String)> {
     // SAFETY: registering a plain `extern "C" fn` with the C library, once.
     unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+    ac_frontend::set_kernel_output(ac_frontend::print_through_c_stdout);
     let no_device = |why: String| (code::NO_DEVICE, why);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -220,6 +221,11 @@ extern "C" fn finalize_at_exit() {
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
     let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
     let finalize = async move {
+        // As a context's destruction does: what the kernels printed since the program's last
+        // synchronization comes out now (a device that does not answer soon is left).
+        for device in &shim.devices {
+            let _ = tokio::time::timeout(EXIT_LIMIT / 2, device.acc.synchronize()).await;
+        }
         match taken {
             Some((session, extra)) => {
                 if let Some(set) = extra {

@@ -23,7 +23,8 @@
 //!   `lane.rs` carries large copies on bulk lanes (TLS over TCP) when the backend serves them,
 //!   `stripes.rs` splits a copy over lanes or connections and runs a copy's lane stripes on
 //!   threads of their own;
-//!   `task.rs` owns the tasks the SDK starts (aborted when dropped).
+//!   `task.rs` owns the tasks the SDK starts (aborted when dropped); `printed.rs` writes out
+//!   what kernels print ([`set_kernel_output`]).
 //! - [`DeviceBuffer`], [`Module`] and [`Function`], [`Stream`]: the compute API.
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
@@ -55,6 +56,7 @@ mod kernel;
 mod lane;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+mod printed;
 mod replies;
 mod resize;
 mod resume;
@@ -78,6 +80,7 @@ pub use error::{Error, Result};
 pub use get_request::GetRequest;
 pub use kernel::{Function, Module};
 pub use link::{default_lanes, ConnectOptions};
+pub use printed::{print_through_c_stdout, set_kernel_output};
 pub use resize::{Bounds, Pacing, Reconfiguration, Resizer};
 pub use session::{munge_credential, DynamicSet, Handle, Session, SessionOptions};
 pub use stream::Stream;

@@ -121,6 +121,11 @@ impl Replies {
                 return None;
             };
             self.read.fetch_add(1, Ordering::AcqRel);
+            if let Reply { id: 0, response: Response::Printed(bytes) } = &reply {
+                // Ahead of the reply that follows it: written out before its caller wakes.
+                crate::printed::deliver(bytes);
+                continue;
+            }
             let answer = match reply.response {
                 Response::Data { .. } => Answer::Data(payload),
                 response => Answer::Response(response),

@@ -76,6 +76,10 @@ pub const REVERSE_BLOCKS_KERNEL: &str = "_Z14reverse_blocksPfi";
 /// `i < n` (grid-stride), then, past a barrier of the whole grid, `y[i] = x[n - 1 - i]`.
 pub const MIRROR_KERNEL: &str = "_Z6mirrorPfS_i";
 
+/// `greet(int tag)` of `tests/cuda/printf.cu`: every thread prints
+/// `kernel <tag>: block <b> thread <t>` (device-side `printf`; one-dimensional launches).
+pub const GREET_KERNEL: &str = "_Z5greeti";
+
 /// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
 /// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
 pub fn signature(name: &str) -> Option<Vec<usize>> {
@@ -93,6 +97,7 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         POLYNOMIAL_KERNEL => &[8, 4],
         REVERSE_BLOCKS_KERNEL => &[8, 4],
         MIRROR_KERNEL => &[8, 8, 4],
+        GREET_KERNEL => &[4],
         _ => return None,
     })
 }
@@ -219,6 +224,9 @@ pub trait Memory {
     fn store(&mut self, address: u64, values: &[f32]) -> Option<()>;
     /// Stores 32-bit unsigned integers at `address`.
     fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()>;
+    /// A device-side `printf`: the text goes into the context's printf buffer, which the driver
+    /// writes out at the next synchronization.
+    fn print(&mut self, text: &str);
 }
 
 fn u64_arg(arg: &[u8]) -> u64 {
@@ -338,6 +346,15 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             }
             Some(())
         }
+        GREET_KERNEL => {
+            let tag = i32_arg(&args[0]);
+            for b in 0..shape.grid[0] {
+                for t in 0..shape.block[0] {
+                    memory.print(&format!("kernel {tag}: block {b} thread {t}\n"));
+                }
+            }
+            Some(())
+        }
         IOTA_KERNEL => {
             // `unsigned i = ...; if (i < n)`: the index wraps to 32 bits and never goes negative.
             let (x, n) = (u64_arg(&args[0]), u32_arg(&args[1]) as u64);
@@ -381,6 +398,9 @@ mod tests {
         fn store_u32(&mut self, address: u64, values: &[u32]) -> Option<()> {
             let floats: Vec<f32> = values.iter().map(|&v| f32::from_bits(v)).collect();
             self.store(address, &floats)
+        }
+        fn print(&mut self, text: &str) {
+            unreachable!("the fixtures run here print nothing, yet one printed {text:?}")
         }
     }
 

@@ -18,6 +18,7 @@ pub fn destroy_context(d: &mut Guard, id: u64) -> Result<()> {
     for stream in streams {
         run(d, stream, u64::MAX);
     }
+    d.write_out_printed(id);
     d.contexts.remove(&id);
     d.memory.retain(|_, a| a.context != id);
     d.streams.retain(|_, s| s.context != id);
@@ -157,6 +158,12 @@ impl kernels::Memory for SharedMemory<'_> {
                 dst.copy_from_slice(&v.to_le_bytes());
             }
         })
+    }
+
+    fn print(&mut self, text: &str) {
+        if let Some(context) = self.driver.lock().contexts.get_mut(&self.context) {
+            context.printed.extend_from_slice(text.as_bytes());
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! test comparing the data fails.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write;
 use std::mem::MaybeUninit;
 
 use parking_lot::MutexGuard;
@@ -54,6 +55,8 @@ pub struct Context {
     pub default_stream: u64,
     /// References held through `cuDevicePrimaryCtxRetain` (primary contexts only).
     pub primary_refs: Option<u32>,
+    /// What its kernels printed since the last synchronization (the device's printf buffer).
+    pub printed: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -266,8 +269,19 @@ impl Driver {
         let (id, default_stream) = (self.handle(), self.handle());
         self.streams.insert(default_stream, Stream::new(id));
         let primary_refs = primary.then_some(1);
-        self.contexts.insert(id, Context { device, lost: None, default_stream, primary_refs });
+        self.contexts.insert(id, Context { device, lost: None, default_stream, primary_refs, printed: Vec::new() });
         Ok(id)
+    }
+
+    /// Writes what context `id`'s kernels printed to the process's standard output, as the
+    /// driver writes its printf buffer at a synchronization.
+    pub fn write_out_printed(&mut self, id: u64) {
+        let Some(printed) = self.contexts.get_mut(&id).map(|c| std::mem::take(&mut c.printed)) else { return };
+        if !printed.is_empty() {
+            let mut out = std::io::stdout().lock();
+            // A closed standard output loses the lines, as the driver's would be.
+            let _ = out.write_all(&printed).and_then(|()| out.flush());
+        }
     }
 
     /// The context `id`, checked to be alive and not lost.

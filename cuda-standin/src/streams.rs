@@ -30,7 +30,8 @@ pub extern "C" fn cuStreamDestroy_v2(stream: Handle) -> u32 {
     })
 }
 
-/// Waits for work: runs it, then reports a fault it caused (sticky for the context).
+/// Waits for work: runs it, writes out what its kernels printed (as the driver writes its
+/// printf buffer at a synchronization), then reports a fault it caused (sticky for the context).
 fn wait(call: &str, body: impl FnOnce(&mut Guard<'static>, u64) -> Result<(), u32>) -> u32 {
     let mut d = driver();
     let context = CURRENT.with(Cell::get);
@@ -40,7 +41,10 @@ fn wait(call: &str, body: impl FnOnce(&mut Guard<'static>, u64) -> Result<(), u3
     }
     let outcome = match d.contexts.get(&context) {
         None => Err(code::CONTEXT_IS_DESTROYED),
-        Some(_) => body(&mut d, context).and_then(|()| d.usable(context).map(|_| ())),
+        Some(_) => body(&mut d, context).and_then(|()| {
+            d.write_out_printed(context);
+            d.usable(context).map(|_| ())
+        }),
     };
     outcome.err().unwrap_or(code::SUCCESS)
 }

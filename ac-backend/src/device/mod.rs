@@ -256,6 +256,12 @@ pub trait Context: Send + Sync + 'static {
     fn is_quick_launch(&self, _kernel: &Kernel, _args: &[DeviceArg]) -> bool {
         false
     }
+    /// What the session's kernels printed (device-side `printf`) since the last call, as the
+    /// driver wrote it out: a session worker's (`worker::printed`). Elsewhere it goes to the
+    /// daemon's own output, shared by its sessions, and this answers nothing.
+    fn take_printed(&self) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 /// How an upload takes the bytes of its copy: the device says so once ([`Upload::feed`]), and

@@ -435,7 +435,12 @@ async fn serve_session(
     // Sessions of protocol 8 and later are held through an outage, for their client to resume.
     let hold_ms = shared.hold_ms.load(std::sync::atomic::Ordering::Relaxed);
     let hold = if version >= 8 { Duration::from_millis(hold_ms) } else { Duration::ZERO };
-    let line = serve_control::Line { conn: conn.clone(), reader, outbox: Arc::new(Outbox::new(send)), rejoins, hold };
+    // Kernel output reaches clients of protocol 11 and later; older ones never parse it.
+    let outbox = match version >= 11 {
+        true => Outbox::new(send).forwarding_printed(session.context.clone()),
+        false => Outbox::new(send),
+    };
+    let line = serve_control::Line { conn: conn.clone(), reader, outbox: Arc::new(outbox), rejoins, hold };
     tokio::spawn(serve_bulk_streams(conn, session.clone()));
     let result = serve_control::serve(session.clone(), line, fence_requests).await;
     shared.registry.remove(session.id);

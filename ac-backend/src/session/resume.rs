@@ -8,12 +8,15 @@
 //! the last ones sent, since replies leave in one order, one stream after another.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use ac_proto::backend::{Reply, Response};
+use ac_proto::backend::{Reply, Response, MAX_PRINTED};
 use ac_proto::frame::{frame_bytes, write_with_payload, FrameReader};
 use bytes::Bytes;
 use quinn::{Connection, SendStream};
 use serde::Serialize;
+
+use crate::device::Context;
 
 /// Reply bytes the log keeps at least (more when one reply is larger): twice the default
 /// stream window, since a client cannot have more than its stream window of replies unread
@@ -35,9 +38,17 @@ pub struct Rejoin {
 }
 
 /// The replies of one session: written to its control stream while it has one, and logged.
-#[derive(Debug)]
+/// With a device context to forward kernel output from (protocol 11), each reply goes after
+/// what the session's kernels printed before it ([`Response::Printed`]).
 pub struct Outbox {
     state: tokio::sync::Mutex<Log>,
+    printed: Option<Arc<dyn Context>>,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").field("state", &self.state).field("forwards_printed", &self.printed.is_some()).finish()
+    }
 }
 
 #[derive(Debug)]
@@ -56,7 +67,12 @@ impl Outbox {
     /// An outbox writing to `stream`.
     pub fn new(stream: SendStream) -> Self {
         let log = Log { stream: Some(stream), entries: VecDeque::new(), first: 1, sent: 0, bytes: 0 };
-        Self { state: tokio::sync::Mutex::new(log) }
+        Self { state: tokio::sync::Mutex::new(log), printed: None }
+    }
+
+    /// Sends what `context`'s kernels print ahead of each reply (a client of protocol 11).
+    pub fn forwarding_printed(self, context: Arc<dyn Context>) -> Self {
+        Self { printed: Some(context), ..self }
     }
 
     /// Sends a reply frame and the raw payload it announces (empty: none), and logs them. A
@@ -64,12 +80,14 @@ impl Outbox {
     /// its reads, and a client that resumes gets the reply again.
     pub async fn send_with_payload(&self, frame: Bytes, payload: Bytes) {
         let mut log = self.state.lock().await;
-        log.record(frame.clone(), payload.clone());
-        if let Some(stream) = log.stream.as_mut() {
-            if write_with_payload(stream, frame, payload).await.is_err() {
-                log.stream = None;
-            }
+        // Taken under the log's lock: output that a call's synchronization wrote out goes
+        // ahead of that call's reply, whichever task sends a reply first.
+        let printed = self.printed.as_ref().map(|context| context.take_printed()).unwrap_or_default();
+        for chunk in printed.chunks(MAX_PRINTED) {
+            let printed = Reply { id: 0, response: Response::Printed(chunk.to_vec()) };
+            log.send(frame_bytes(&printed).expect("printed output encodes"), Bytes::new()).await;
         }
+        log.send(frame, payload).await;
     }
 
     /// Encodes `msg` as a frame, then as [`Outbox::send_with_payload`].
@@ -116,6 +134,16 @@ impl Outbox {
 }
 
 impl Log {
+    /// Logs a frame and its payload, and writes them while the session has a control stream.
+    async fn send(&mut self, frame: Bytes, payload: Bytes) {
+        self.record(frame.clone(), payload.clone());
+        if let Some(stream) = self.stream.as_mut() {
+            if write_with_payload(stream, frame, payload).await.is_err() {
+                self.stream = None;
+            }
+        }
+    }
+
     /// Numbers and keeps a frame, letting the oldest go past [`REPLY_LOG_BYTES`].
     fn record(&mut self, frame: Bytes, payload: Bytes) {
         self.sent += 1;

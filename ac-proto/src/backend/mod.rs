@@ -61,6 +61,11 @@
 //! raises that limit past the default 48 KiB (`cudaFuncSetAttribute`), which the device checks
 //! at every launch; [`Request::LaunchCooperative`] launches a kernel whose blocks may wait for
 //! each other (`cuLaunchCooperativeKernel`: every block resident at once).
+//! Protocol 11 adds what a session's kernels print (CUDA's device-side `printf`), appended
+//! likewise: [`Response::Printed`], a reply frame with id 0 that the backend sends, before the
+//! next reply it sends on the control stream, whenever the device wrote kernel output (the
+//! driver writes it out at synchronizations). It answers no request and counts as a reply
+//! frame for resumption; a client of protocol 10 or older is never sent one.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -102,7 +107,7 @@ pub mod v4;
 pub use registration::*;
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 10;
+pub const VERSION: u16 = 11;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -711,7 +716,14 @@ pub enum Response {
     },
     /// *Protocol 10.* A kernel's attributes.
     KernelAttributes(KernelAttributes),
+    /// *Protocol 11.* What the session's kernels printed (device-side `printf`), as the device
+    /// wrote it out: sent with id 0, before the reply that follows it, at most
+    /// [`MAX_PRINTED`] bytes a frame. Answers no request.
+    Printed(Vec<u8>),
 }
+
+/// The most kernel output one [`Response::Printed`] frame carries; more goes in several.
+pub const MAX_PRINTED: usize = 64 << 10;
 
 /// Error categories a caller can act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -99,3 +99,46 @@ async fn a_cooperative_launch_runs_every_resident_block_and_a_larger_one_is_refu
     assert!(text.contains("one block more: 720 (cudaErrorCooperativeLaunchTooLarge)"), "{text}");
     standin::assert_no_violations();
 }
+
+/// Kernels that print (device-side `printf`, backend protocol 11), on a backend whose sessions
+/// run in worker processes (the default on GPU hosts), where the driver writes its printf
+/// buffer to the worker's standard output, which carried the worker's replies: every line
+/// reaches the program's standard output before the synchronization after its launch returns,
+/// in its place among the program's own lines (a pipe, fully buffered); the session goes on
+/// (a vector add after it is exact); a stream's synchronization brings its kernel's lines; a
+/// kernel launched just before exit prints at exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_kernels_print_reaches_the_programs_output_at_its_synchronizations() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("printf", dir.path()) else { return };
+    let mut record = standin::WorkerRecord::new();
+    let worker = record.program(&[]);
+    let c = cuda_cluster_timed(
+        1,
+        |_| {},
+        |b| {
+            b.isolation = ac_backend::Isolation::Process;
+            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+            b.worker_program = Some(worker.clone());
+        },
+    )
+    .await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["3", "4"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("printf: all exact"), "{text}");
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    let at = |line: &str| lines.iter().position(|l| *l == line).unwrap_or_else(|| panic!("no {line:?} in {text}"));
+    let mut first: Vec<&str> = lines[at("before the launch") + 1..at("synchronized")].to_vec();
+    first.sort_unstable();
+    let mut want: Vec<String> =
+        (0..3).flat_map(|b| (0..4).map(move |t| format!("kernel 1: block {b} thread {t}"))).collect();
+    want.sort_unstable();
+    assert_eq!(first, want, "{text}");
+    assert!(text.contains("a vector add after the kernel printed: exact"), "{text}");
+    let stream = &lines[at("a vector add after the kernel printed: exact") + 1..at("stream synchronized")];
+    assert_eq!(stream, ["kernel 2: block 0 thread 0", "kernel 2: block 0 thread 1"], "{text}");
+    assert_eq!(lines[at("printf: all exact") + 1..], ["kernel 3: block 0 thread 0"], "{text}");
+    record.assert_none();
+}

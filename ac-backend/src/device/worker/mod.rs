@@ -54,6 +54,7 @@
 //! out of a shared slot); through the pipes, before the shared region, it was three more
 //! (`BENCHMARKS.md`, "Session workers' copies through shared memory").
 
+mod printed;
 pub mod serve;
 pub mod shared;
 mod transfer;
@@ -131,6 +132,8 @@ struct Waiters {
     by_id: HashMap<u32, SyncSender<Answer>>,
     /// Why the worker ended, once it has.
     ended: Option<String>,
+    /// What the session's kernels printed and the session has not taken yet.
+    printed: printed::Kept,
 }
 
 /// One session's context, in a worker process.
@@ -299,6 +302,8 @@ fn deliver_replies(
 ) {
     let broken = loop {
         match read_frame::<Reply>(&mut output) {
+            // Ahead of the reply it precedes: kept before that reply's caller wakes.
+            Ok(Some(Frame { id: 0, header: Reply::Printed, payload })) => lock(&waiters).printed.keep(&payload),
             Ok(Some(frame)) => {
                 if let Some(tx) = lock(&waiters).by_id.remove(&frame.id) {
                     let _ = tx.send(Ok((frame.header, frame.payload)));
@@ -582,5 +587,9 @@ impl Context for WorkerContext {
 
     fn finishes_in_call(&self) -> bool {
         self.finishes_in_call
+    }
+
+    fn take_printed(&self) -> Vec<u8> {
+        lock(&self.waiters).printed.take()
     }
 }

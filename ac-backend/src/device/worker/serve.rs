@@ -1,4 +1,5 @@
-//! The worker process's side: one context on one device, its calls served from stdin to stdout.
+//! The worker process's side: one context on one device, its calls served from stdin to its reply
+//! descriptor (the stdout it started with; [`super::printed`] takes descriptor 1 over).
 //!
 //! Calls run on a pool of threads that grows whenever every thread is busy, so that a call never
 //! waits behind another (a `synchronize` that blocks on one stream must not hold up a launch on
@@ -10,6 +11,7 @@
 //! every worker's).
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -17,24 +19,31 @@ use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::WireError;
 
+use super::printed::{self, Printed};
 use super::shared::Region;
 use super::wire::{read_frame, write_frame, Call, Frame, Reply, Shared};
 use crate::device::{Context, Device, DeviceResult, Download, Upload};
 
-/// Replies, written whole under the lock.
-type Out = Arc<Mutex<BufWriter<io::Stdout>>>;
+/// Where replies go: the reply descriptor, each frame written whole under its lock, and what
+/// the session's kernels printed, sent ahead of the next reply ([`printed`]).
+struct Outbound {
+    wire: Mutex<BufWriter<File>>,
+    printed: Arc<Printed>,
+}
+
+type Out = Arc<Outbound>;
 
 /// The worker process's work: opens GPU `index` as `config` says and serves one session's
 /// calls on it, bulk copies through the shared region the backend handed down as descriptor
 /// `shared`, if any. A device that cannot be opened is reported as the first frame.
 pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>) -> io::Result<()> {
     let region = shared.map(Region::inherited).transpose()?.map(Arc::new);
+    // Before the driver loads: whatever it prints from now on is kept apart from the replies.
+    let (replies, printed) = printed::redirect_stdout()?;
+    let out = Arc::new(Outbound { wire: Mutex::new(BufWriter::with_capacity(1 << 20, replies)), printed });
     match open_gpu(config, index) {
-        Ok(device) => serve(device, region),
-        Err(why) => {
-            let out: Out = Arc::new(Mutex::new(BufWriter::new(io::stdout())));
-            send(&out, 0, &Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why)), &[])
-        }
+        Ok(device) => serve(device, region, out),
+        Err(why) => send(&out, 0, &Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why)), &[]),
     }
 }
 
@@ -56,10 +65,9 @@ fn open_gpu(_config: &crate::BackendConfig, _index: u32) -> Result<Arc<dyn Devic
 }
 
 /// Opens a context on `device` and serves calls from stdin until it closes (the session
-/// ended), bulk copies' pieces through `region` where a call names a slot of it. The context
-/// is released before this returns.
-pub fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>) -> io::Result<()> {
-    let out: Out = Arc::new(Mutex::new(BufWriter::with_capacity(1 << 20, io::stdout())));
+/// ended), answering on `out`, bulk copies' pieces through `region` where a call names a slot
+/// of it. The context is released before this returns.
+fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::Result<()> {
     let context = match device.open_context() {
         Ok(context) => context,
         Err(e) => return send(&out, 0, &Reply::Failed(e), &[]),
@@ -251,11 +259,18 @@ fn answer(out: &Out, id: u32, (reply, payload): (Reply, Vec<u8>)) {
     }
 }
 
-/// Writes one frame and flushes it.
+/// Writes one frame and flushes it, after what the session's kernels printed since the last
+/// one (taken under the lock: a call that synchronized finds its output ahead of its reply,
+/// whichever thread took it).
 fn send(out: &Out, id: u32, reply: &Reply, payload: &[u8]) -> io::Result<()> {
-    let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
-    write_frame(&mut *out, id, reply, payload)?;
-    out.flush()
+    let mut wire = out.wire.lock().unwrap_or_else(|p| p.into_inner());
+    // Not ahead of the first frame (id 0), which the backend reads as the worker's opening.
+    let printed = if id != 0 { out.printed.take() } else { Vec::new() };
+    if !printed.is_empty() {
+        write_frame(&mut *wire, 0, &Reply::Printed, &printed)?;
+    }
+    write_frame(&mut *wire, id, reply, payload)?;
+    wire.flush()
 }
 
 /// Threads that run calls, one more whenever all are busy.

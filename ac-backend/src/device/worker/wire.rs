@@ -1,10 +1,12 @@
 //! What the backend and a session's worker process say to each other over the worker's stdin
-//! and stdout: one frame per call or reply.
+//! and its reply pipe (its stdout when it starts; [`super::printed`]): one frame per call or
+//! reply.
 //!
 //! A frame is `id: u32`, `header_len: u32`, `payload_len: u64` (little-endian), then the header
 //! ([`Call`] or [`Reply`], through `ac_proto::codec`) and the payload: the raw bytes of a write,
 //! a read's result or a module's image, never serialized element by element. Id 0 asks for no
-//! reply (releases); every other id gets exactly one.
+//! reply (releases); every other id gets exactly one. The worker's frames of id 0 are
+//! [`Reply::Printed`].
 
 use std::io::{self, Read, Write};
 
@@ -116,6 +118,8 @@ pub enum Reply {
     KernelAttributes(KernelAttributes),
     /// The call failed (the worker's first frame: the context could not be opened).
     Failed(WireError),
+    /// What the session's kernels printed (the payload), sent with id 0 ahead of a reply.
+    Printed,
 }
 
 /// One frame as read.
