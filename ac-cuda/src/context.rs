@@ -333,34 +333,6 @@ pub fn synchronize(device: usize) -> CuResult<()> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> u32 {
-    guard("cuCtxGetLimit", || {
-        current_device()?;
-        // CU_LIMIT_STACK_SIZE, PRINTF_FIFO_SIZE, MALLOC_HEAP_SIZE: the driver's defaults.
-        put(
-            value,
-            match limit {
-                0 => 1024,
-                1 => 1 << 20,
-                2 => 8 << 20,
-                _ => return Err(Error::Code(code::NOT_SUPPORTED)),
-            },
-        )
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuCtxSetLimit(limit: c_int, _value: usize) -> u32 {
-    guard("cuCtxSetLimit", || {
-        current_device()?;
-        match limit {
-            0..=2 => Ok(()),
-            _ => Err(Error::Code(code::NOT_SUPPORTED)),
-        }
-    })
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> u32 {
     guard("cuCtxGetStreamPriorityRange", || {
         if !least.is_null() {

@@ -13,6 +13,8 @@
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
+//! - [`limits`]: a context's limits (`cuCtxSetLimit`: stack, printf buffer, heap), set on the
+//!   remote GPU.
 //! - [`memory`]: allocations (by device address), memsets and copies; [`pointer`], what an
 //!   address's attributes are.
 //! - [`managed`]: managed memory, a remote allocation and host memory mapped at its address,
@@ -74,6 +76,7 @@ pub mod image;
 pub mod init;
 pub mod integrity;
 pub mod launch;
+pub mod limits;
 pub mod managed;
 pub mod memory;
 pub mod module;

@@ -222,10 +222,15 @@ extern "C" fn finalize_at_exit() {
     let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
     let finalize = async move {
         // As a context's destruction does: what the kernels printed since the program's last
-        // synchronization comes out now (a device that does not answer soon is left).
+        // synchronization comes out now, every device at once, within half the exit's time (a
+        // device that does not answer by then, or a session in an outage, is left).
+        let mut synchronizing = tokio::task::JoinSet::new();
         for device in &shim.devices {
-            let _ = tokio::time::timeout(EXIT_LIMIT / 2, device.acc.synchronize()).await;
+            let acc = device.acc.clone();
+            synchronizing.spawn(async move { acc.synchronize().await });
         }
+        let _ =
+            tokio::time::timeout(EXIT_LIMIT / 2, async { while synchronizing.join_next().await.is_some() {} }).await;
         match taken {
             Some((session, extra)) => {
                 if let Some(set) = extra {

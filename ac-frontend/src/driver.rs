@@ -4,10 +4,11 @@
 //! the parameters' sizes (`cuLaunchKernel` is given a pointer per parameter and no sizes).
 //! Both need backend protocol 7; a module's variables (`__device__`, `__constant__`), which the
 //! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
-//! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10.
+//! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10; a
+//! session's context limits (`cuCtxSetLimit`) need protocol 11.
 
 use ac_proto::backend::{
-    image_digest, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request, Response,
+    image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request, Response,
 };
 use bytes::Bytes;
 
@@ -20,6 +21,8 @@ const DRIVER_CALLS: u16 = 7;
 const MODULE_VARIABLES: u16 = 9;
 /// The backend protocol that serves kernel attributes and cooperative launches.
 const KERNEL_ATTRIBUTES: u16 = 10;
+/// The backend protocol that serves context limits.
+const CONTEXT_LIMITS: u16 = 11;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -47,6 +50,18 @@ impl Accelerator {
             Answer::Response(Response::BufferAt { buffer, address }) => {
                 Ok((DeviceBuffer::adopt(self.clone(), buffer, len), address))
             }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Sets one of this session's context limits (`cuCtxSetLimit`: a GPU thread's stack, the
+    /// printf buffer, the in-kernel heap) once the work queued before has finished, and answers
+    /// the value in effect. The device refuses what it cannot hold; the memory a limit reserves
+    /// counts against the session's quota, as allocations do.
+    pub async fn set_limit(&self, limit: ContextLimit, value: u64) -> Result<u64> {
+        self.needs_protocol(CONTEXT_LIMITS, "a context limit")?;
+        match self.call(Request::SetLimit { limit, value }, Bytes::new()).await? {
+            Answer::Response(Response::Limit(value)) => Ok(value),
             other => Err(unexpected(other)),
         }
     }

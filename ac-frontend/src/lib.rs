@@ -71,7 +71,7 @@ pub use ac_proto::arm::Preemption;
 /// Connecting to a backend lives in `ac-proto`, which the manager shares.
 pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{
-    DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ParamKind,
+    ContextLimit, DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ParamKind,
 };
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;

@@ -13,7 +13,10 @@ static SINK: RwLock<Option<Sink>> = RwLock::new(None);
 
 /// Sends kernel output to `sink` instead of Rust's standard output: a C library (the CUDA shim,
 /// `libac`) writes it through C's `stdout`, so that it keeps its place among the program's own
-/// `printf` lines.
+/// `printf` lines. The sink runs on whichever thread reads the session's replies, before the
+/// reply after the output is handed over: it must not call the SDK, and while it blocks, so do
+/// that accelerator's calls (the default sink blocks on a full standard output, as a program's
+/// own `println!` would).
 pub fn set_kernel_output(sink: fn(&[u8])) {
     *SINK.write().unwrap_or_else(|p| p.into_inner()) = Some(sink);
 }

@@ -4,11 +4,12 @@
 
 use std::ffi::{c_uint, c_void};
 
+use crate::state::{MULTIPROCESSORS, THREADS_PER_MULTIPROCESSOR};
 use crate::{code, launch, Handle};
 
-/// Blocks a multiprocessor holds at once, at most, and multiprocessors: a cooperative launch's
-/// bound with the thread limit (64 warps a multiprocessor), as on an H100.
-const RESIDENT_BLOCKS: (u64, u64) = (32, 132);
+/// Blocks a multiprocessor holds at once, at most: a cooperative launch's bound with the
+/// thread limit (64 warps a multiprocessor), as on an H100.
+const RESIDENT_BLOCKS: u64 = 32;
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)] // the driver API's signature
@@ -27,8 +28,8 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     // Every block resident at once: no more than the multiprocessors hold.
     let product = |dims: [c_uint; 3]| dims.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
     let warps = product([block_x, block_y, block_z]).div_ceil(32).max(1);
-    let per_multiprocessor = (64 / warps).min(RESIDENT_BLOCKS.0);
-    if product([grid_x, grid_y, grid_z]) > per_multiprocessor * RESIDENT_BLOCKS.1 {
+    let per_multiprocessor = (THREADS_PER_MULTIPROCESSOR / 32 / warps).min(RESIDENT_BLOCKS);
+    if product([grid_x, grid_y, grid_z]) > per_multiprocessor * MULTIPROCESSORS {
         return code::COOPERATIVE_LAUNCH_TOO_LARGE;
     }
     let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];

@@ -22,6 +22,10 @@
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
 //!   one allocated when its context goes, is a violation;
 //! - new device memory holds stale bytes (`0xA5`), not zeros, as on a GPU;
+//! - what kernels print (the `greet` fixture's `printf`) goes into their context's printf
+//!   buffer, up to its size (`cuCtxSetLimit`, 1 MiB by default; the rest is dropped), and is
+//!   written to standard output at a synchronization or the context's destruction, as the
+//!   driver does; context limits are kept per context ([`limits`]);
 //! - a launch's arguments are read as the kernel's signature says (count and sizes), so the
 //!   backend must check them first; a kernel runs only the threads its grid and block launch
 //!   (the builtin kernels' grid-stride loops, and the `add_one` fixture's one element a
@@ -64,6 +68,7 @@ mod cooperative;
 mod elf;
 mod host;
 mod kernels;
+mod limits;
 mod memory;
 mod run;
 mod state;
@@ -186,11 +191,13 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
         return code::INVALID_DEVICE;
     }
     *value = match attribute {
-        8 => state::DEFAULT_SHARED as c_int,        // shared memory per block
-        75 => state::COMPUTE_CAPABILITY.0 as c_int, // compute capability major
-        76 => state::COMPUTE_CAPABILITY.1 as c_int, // minor
-        97 => state::OPTIN_SHARED as c_int,         // shared memory per block, opted in
-        _ => 0,                                     // compute mode DEFAULT, and the rest
+        8 => state::DEFAULT_SHARED as c_int,              // shared memory per block
+        16 => state::MULTIPROCESSORS as c_int,            // multiprocessors
+        39 => state::THREADS_PER_MULTIPROCESSOR as c_int, // threads a multiprocessor holds
+        75 => state::COMPUTE_CAPABILITY.0 as c_int,       // compute capability major
+        76 => state::COMPUTE_CAPABILITY.1 as c_int,       // minor
+        97 => state::OPTIN_SHARED as c_int,               // shared memory per block, opted in
+        _ => 0,                                           // compute mode DEFAULT, and the rest
     };
     code::SUCCESS
 }

@@ -161,7 +161,10 @@ impl kernels::Memory for SharedMemory<'_> {
     }
 
     fn print(&mut self, text: &str) {
-        if let Some(context) = self.driver.lock().contexts.get_mut(&self.context) {
+        let mut d = self.driver.lock();
+        let Some(context) = d.contexts.get_mut(&self.context) else { return };
+        // The printf buffer holds its limit's bytes; a GPU drops what does not fit.
+        if context.printed.len() + text.len() <= context.limits[1] {
             context.printed.extend_from_slice(text.as_bytes());
         }
     }

@@ -25,6 +25,12 @@ pub const DEVICES: i32 = 2;
 /// Compute capability (major, minor) of every stand-in GPU: an H100's, so that the images
 /// nvcc builds for `sm_90` are the ones a fat binary yields.
 pub const COMPUTE_CAPABILITY: (u32, u32) = (9, 0);
+/// Multiprocessors of each device, and the threads each holds at once, as on an H100.
+pub const MULTIPROCESSORS: u64 = 132;
+pub const THREADS_PER_MULTIPROCESSOR: u64 = 2048;
+/// A context's limits until set (`cuCtxSetLimit`): stack, printf buffer, heap, the driver's
+/// defaults.
+pub const DEFAULT_LIMITS: [usize; 3] = [1 << 10, 1 << 20, 8 << 20];
 
 pub type Result<T> = std::result::Result<T, u32>;
 
@@ -57,6 +63,8 @@ pub struct Context {
     pub primary_refs: Option<u32>,
     /// What its kernels printed since the last synchronization (the device's printf buffer).
     pub printed: Vec<u8>,
+    /// Its stack size, printf buffer and heap (`cuCtxSetLimit`).
+    pub limits: [usize; 3],
 }
 
 #[derive(Debug)]
@@ -269,7 +277,10 @@ impl Driver {
         let (id, default_stream) = (self.handle(), self.handle());
         self.streams.insert(default_stream, Stream::new(id));
         let primary_refs = primary.then_some(1);
-        self.contexts.insert(id, Context { device, lost: None, default_stream, primary_refs, printed: Vec::new() });
+        self.contexts.insert(
+            id,
+            Context { device, lost: None, default_stream, primary_refs, printed: Vec::new(), limits: DEFAULT_LIMITS },
+        );
         Ok(id)
     }
 

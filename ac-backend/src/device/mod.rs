@@ -41,14 +41,15 @@ pub mod worker;
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, ParamKind, WireError,
+    ContextLimit, DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource,
+    ParamKind, WireError,
 };
 use ac_proto::pieces;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use cpu::CpuDevice;
-pub use limits::{check_carveout, check_shared, validate_dims, DEFAULT_DYNAMIC_SHARED};
+pub use limits::{check_carveout, check_shared, default_limit, validate_dims, Limited, DEFAULT_DYNAMIC_SHARED};
 
 /// Result of a device call: errors travel to the caller as they are.
 pub type DeviceResult<T> = Result<T, WireError>;
@@ -256,11 +257,19 @@ pub trait Context: Send + Sync + 'static {
     fn is_quick_launch(&self, _kernel: &Kernel, _args: &[DeviceArg]) -> bool {
         false
     }
+    /// Keeps what the session's kernels print for [`Context::take_printed`] from now on (a
+    /// client that reads it: protocol 11); until then it is dropped.
+    fn forward_printed(&self) {}
     /// What the session's kernels printed (device-side `printf`) since the last call, as the
     /// driver wrote it out: a session worker's (`worker::printed`). Elsewhere it goes to the
     /// daemon's own output, shared by its sessions, and this answers nothing.
     fn take_printed(&self) -> Vec<u8> {
         Vec::new()
+    }
+    /// Sets one of the context's limits (`cuCtxSetLimit`): the value in effect and the device
+    /// memory it reserves. Only a CUDA context has them.
+    fn set_limit(&self, limit: ContextLimit, _value: u64) -> DeviceResult<Limited> {
+        Err(WireError::new(ErrorKind::NeedsCuda, format!("{limit:?} is a limit of CUDA contexts")))
     }
 }
 

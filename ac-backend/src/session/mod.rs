@@ -172,6 +172,18 @@ impl Session {
         })
     }
 
+    /// Counts `to` bytes instead of `from` against the session's quota (a context limit's
+    /// reservation changed), or refuses the increase and counts nothing new.
+    pub fn recharge(&self, from: u64, to: u64) -> Result<(), WireError> {
+        match to.checked_sub(from) {
+            Some(more) => self.charge(more),
+            None => {
+                self.held.fetch_sub(from - to, Ordering::AcqRel);
+                Ok(())
+            }
+        }
+    }
+
     /// Device memory the session holds now, bytes.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Acquire)

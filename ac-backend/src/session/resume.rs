@@ -72,6 +72,7 @@ impl Outbox {
 
     /// Sends what `context`'s kernels print ahead of each reply (a client of protocol 11).
     pub fn forwarding_printed(self, context: Arc<dyn Context>) -> Self {
+        context.forward_printed();
         Self { printed: Some(context), ..self }
     }
 

@@ -65,7 +65,9 @@
 //! likewise: [`Response::Printed`], a reply frame with id 0 that the backend sends, before the
 //! next reply it sends on the control stream, whenever the device wrote kernel output (the
 //! driver writes it out at synchronizations). It answers no request and counts as a reply
-//! frame for resumption; a client of protocol 10 or older is never sent one.
+//! frame for resumption; a client of protocol 10 or older is never sent one. It also adds
+//! [`Request::SetLimit`], a session's context limits (`cuCtxSetLimit`: the stack a GPU thread
+//! has, the printf buffer, the heap of in-kernel `malloc`), answered [`Response::Limit`].
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -397,6 +399,17 @@ pub enum KernelSetting {
     PreferredCarveout(i32),
 }
 
+/// *Protocol 11.* A context limit a session may set ([`Request::SetLimit`]; CUDA's `CUlimit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ContextLimit {
+    /// The stack each GPU thread has, bytes (`CU_LIMIT_STACK_SIZE`; 1 KiB by default).
+    StackSize,
+    /// The buffer kernels' `printf` writes into, bytes (`CU_LIMIT_PRINTF_FIFO_SIZE`; 1 MiB).
+    PrintfFifoSize,
+    /// The heap of in-kernel `malloc`, bytes (`CU_LIMIT_MALLOC_HEAP_SIZE`; 8 MiB).
+    MallocHeapSize,
+}
+
 /// What a module is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ModuleSource {
@@ -621,6 +634,16 @@ pub enum Request {
         /// The stream.
         stream: StreamId,
     },
+    /// *Protocol 11.* Sets one of the session's context limits, as `cuCtxSetLimit` does, once
+    /// the work queued before has finished: replies [`Response::Limit`] with the value in effect
+    /// (the driver may round it), or the refusal (a value the device refuses; memory past the
+    /// session's quota, which counts what the limit reserves on the device).
+    SetLimit {
+        /// Which limit.
+        limit: ContextLimit,
+        /// Its new value, bytes.
+        value: u64,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -716,6 +739,8 @@ pub enum Response {
     },
     /// *Protocol 10.* A kernel's attributes.
     KernelAttributes(KernelAttributes),
+    /// *Protocol 11.* The value a context limit has now ([`Request::SetLimit`]).
+    Limit(u64),
     /// *Protocol 11.* What the session's kernels printed (device-side `printf`), as the device
     /// wrote it out: sent with id 0, before the reply that follows it, at most
     /// [`MAX_PRINTED`] bytes a frame. Answers no request.

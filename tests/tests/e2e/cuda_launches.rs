@@ -142,3 +142,27 @@ async fn what_kernels_print_reaches_the_programs_output_at_its_synchronizations(
     assert_eq!(lines[at("printf: all exact") + 1..], ["kernel 3: block 0 thread 0"], "{text}");
     record.assert_none();
 }
+
+/// Context limits (`cudaDeviceSetLimit`, backend protocol 11): a thread's stack, the printf
+/// buffer and the in-kernel heap set on the remote GPU's context and read back; a stack past
+/// what a thread may have refused (`cudaErrorInvalidValue`), a heap past the session's memory
+/// quota refused (`cudaErrorMemoryAllocation`: the quota counts the limits' reservations, here
+/// an 8 KiB stack for each of 270,336 resident threads, 2.06 GiB), each with the old value kept;
+/// the device's work goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("limits", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |b| b.session_memory_mib = Some(4096)).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["3072"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("limits: all exact"), "{text}");
+    assert!(text.contains("default stack 1024"), "{text}");
+    assert!(text.contains("an 8 KiB stack: 8192") && text.contains("a 64 MiB heap: 67108864"), "{text}");
+    assert!(text.contains("a 1 GiB stack: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("a heap past the quota: 2 (cudaErrorMemoryAllocation)"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}

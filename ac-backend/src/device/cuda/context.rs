@@ -5,7 +5,9 @@ use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::driver::{self, bind, blocking, Handle};
@@ -14,7 +16,7 @@ use super::staging::{self, StagingContext, StagingPool};
 use super::{args, function, image, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
-    Upload,
+    Limited, Upload,
 };
 
 /// The error for a kernel whose module is gone.
@@ -508,6 +510,11 @@ impl Context for CudaContext {
     fn set_kernel_attribute(&self, kernel: &Kernel, setting: KernelSetting) -> DeviceResult<()> {
         self.enter()?;
         function::set_attribute(self.function(kernel)?, setting)
+    }
+
+    fn set_limit(&self, limit: ContextLimit, value: u64) -> DeviceResult<Limited> {
+        self.enter()?;
+        super::limit::set(self.gpu.device, limit, value)
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {

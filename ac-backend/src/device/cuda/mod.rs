@@ -96,6 +96,7 @@ pub mod function;
 pub mod gather;
 pub mod image;
 pub mod janitor;
+pub mod limit;
 pub mod nvrtc;
 pub mod nvrtc_loader;
 pub mod prebuilt;

@@ -27,11 +27,11 @@
 //! A daemon that crashes (or is killed with SIGKILL) cleans nothing up, and a worker that is
 //! not reading its input (its reading thread runs launches, which wait in the driver behind a
 //! hung GPU's full queue) would never see it close, and keep its GPU memory. Each worker is
-//! therefore started with `PR_SET_PDEATHSIG(SIGKILL)` (`tie_to_this_process`), and checks in
+//! therefore started with `PR_SET_PDEATHSIG(SIGKILL)` (`start.rs`), and checks in
 //! the child, after that `prctl`, that its parent is still the daemon (which may have died
 //! between the fork and the `prctl`). The kernel sends that signal when the *thread* that
 //! forked the child ends (prctl(2)), not the process: workers are forked by one thread that
-//! lives as long as the daemon (`spawner`), never by the blocking-pool thread that opens the
+//! lives as long as the daemon (`start::spawner`), never by the blocking-pool thread that opens the
 //! session, which Tokio ends after 10 s idle.
 //!
 //! # No waits on the async threads
@@ -57,6 +57,7 @@
 mod printed;
 pub mod serve;
 pub mod shared;
+mod start;
 mod transfer;
 pub mod wire;
 
@@ -67,17 +68,21 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+};
 
-use self::shared::{Bays, PIECE};
+use self::shared::Bays;
+use self::start::{hand_down, spawn, tie_to_this_process, widen_pipe};
 use self::transfer::{WorkerDownload, WorkerUpload};
 use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
 
 use crate::device::{
-    blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel, Upload,
+    blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
+    Limited, Upload,
 };
 
 /// How long a worker may take to exit once its session has ended before it is killed.
@@ -132,8 +137,9 @@ struct Waiters {
     by_id: HashMap<u32, SyncSender<Answer>>,
     /// Why the worker ended, once it has.
     ended: Option<String>,
-    /// What the session's kernels printed and the session has not taken yet.
-    printed: printed::Kept,
+    /// What the session's kernels printed and the session has not taken yet, once it forwards
+    /// it ([`Context::forward_printed`]; else it is dropped).
+    printed: Option<printed::Kept>,
 }
 
 /// One session's context, in a worker process.
@@ -303,7 +309,11 @@ fn deliver_replies(
     let broken = loop {
         match read_frame::<Reply>(&mut output) {
             // Ahead of the reply it precedes: kept before that reply's caller wakes.
-            Ok(Some(Frame { id: 0, header: Reply::Printed, payload })) => lock(&waiters).printed.keep(&payload),
+            Ok(Some(Frame { id: 0, header: Reply::Printed, payload })) => {
+                if let Some(kept) = lock(&waiters).printed.as_mut() {
+                    kept.keep(&payload);
+                }
+            }
             Ok(Some(frame)) => {
                 if let Some(tx) = lock(&waiters).by_id.remove(&frame.id) {
                     let _ = tx.send(Ok((frame.header, frame.payload)));
@@ -324,98 +334,6 @@ fn deliver_replies(
         let _ = tx.send(Err(worker_gone(&why)));
     }
     waiters.ended = Some(why);
-}
-
-/// Bytes a pipe to or from a worker holds: a whole piece, so that one passes with one wake-up
-/// of each side rather than sixteen (Linux's default is 64 KiB).
-const PIPE_BYTES: i32 = PIECE as i32;
-
-/// Gives a pipe [`PIPE_BYTES`] where the system allows (`fs.pipe-max-size`, 1 MiB by default);
-/// a smaller pipe only costs speed.
-#[allow(unsafe_code)] // one fcntl
-fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
-    // SAFETY: F_SETPIPE_SZ on a pipe this process owns; it changes the pipe's capacity only.
-    let got = unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
-    if got < 0 {
-        tracing::debug!("cannot widen a worker's pipe: {}", std::io::Error::last_os_error());
-    }
-}
-
-/// Opens descriptor `fd` (close-on-exec here) to the worker `command` starts, and tells it
-/// which it is: only that child inherits it.
-#[allow(unsafe_code)]
-fn hand_down(command: &mut Command, fd: std::os::fd::RawFd) {
-    use std::os::unix::process::CommandExt;
-    command.arg("--session-shared").arg(fd.to_string());
-    // SAFETY: runs in the child between fork and exec and calls only fcntl, which is
-    // async-signal-safe; it changes the child's descriptor table alone.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Makes the worker `command` starts die (SIGKILL) when this process does, however it ends:
-/// `PR_SET_PDEATHSIG`, set in the child between fork and exec. It is kept across the exec of
-/// `ac-backend` (or of a wrapper that execs it), which is neither set-user-ID nor given
-/// capabilities. If this process died before the `prctl`, the child is already an orphan
-/// (its parent is no longer this process) and must not start: it checks `getppid()` after
-/// the `prctl` (prctl(2)'s advice), so either the signal or the check catches every order.
-#[allow(unsafe_code)]
-fn tie_to_this_process(command: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: runs in the child between fork and exec and calls only prctl and getppid, which
-    // are async-signal-safe; the error is made from a code, without allocating.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
-/// A worker to start, and where the started child (or why none) goes.
-type SpawnRequest = (Command, SyncSender<std::io::Result<Child>>);
-
-/// Starts `command` on the one thread that starts every session worker (`spawner`).
-fn spawn(command: Command) -> std::io::Result<Child> {
-    let (tx, rx) = sync_channel(1);
-    spawner()?.send((command, tx)).map_err(|_| std::io::Error::other("the worker spawner has ended"))?;
-    rx.recv().map_err(|_| std::io::Error::other("the worker spawner has ended"))?
-}
-
-/// The thread that forks every session worker. `PR_SET_PDEATHSIG` fires when the *thread*
-/// that forked the child ends, not the process (prctl(2)): forked from a task of Tokio's
-/// blocking pool (`open_context` runs on one), a worker would be killed when that pool
-/// thread idles out (10 s), with its session live. This thread lives as long as the process:
-/// it waits on a channel whose sender is a static, never dropped.
-fn spawner() -> std::io::Result<&'static SyncSender<SpawnRequest>> {
-    static SPAWNER: OnceLock<SyncSender<SpawnRequest>> = OnceLock::new();
-    static START: Mutex<()> = Mutex::new(());
-    if let Some(tx) = SPAWNER.get() {
-        return Ok(tx);
-    }
-    let _once = lock(&START);
-    if let Some(tx) = SPAWNER.get() {
-        return Ok(tx);
-    }
-    let (tx, rx) = sync_channel::<SpawnRequest>(0);
-    std::thread::Builder::new().name("ac-worker-spawner".into()).spawn(move || {
-        for (mut command, started) in rx {
-            let _ = started.send(command.spawn());
-        }
-    })?;
-    Ok(SPAWNER.get_or_init(|| tx))
 }
 
 /// How the worker ended ("signal: 9 (SIGKILL)", "exit status: 0"), once it has, waiting for it
@@ -568,6 +486,13 @@ impl Context for WorkerContext {
         self.call_done(&Call::SetKernelAttribute { kernel: kernel.clone(), setting }, &[])
     }
 
+    fn set_limit(&self, limit: ContextLimit, value: u64) -> DeviceResult<Limited> {
+        match self.call(&Call::SetLimit { limit, value }, &[])?.0 {
+            Reply::Limited(limited) => Ok(limited),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
         let call = Call::Launch { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream };
         self.call_done(&call, &[])
@@ -589,7 +514,11 @@ impl Context for WorkerContext {
         self.finishes_in_call
     }
 
+    fn forward_printed(&self) {
+        lock(&self.waiters).printed.get_or_insert_with(printed::Kept::default);
+    }
+
     fn take_printed(&self) -> Vec<u8> {
-        lock(&self.waiters).printed.take()
+        lock(&self.waiters).printed.as_mut().map(printed::Kept::take).unwrap_or_default()
     }
 }

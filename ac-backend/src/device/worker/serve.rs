@@ -38,12 +38,20 @@ type Out = Arc<Outbound>;
 /// `shared`, if any. A device that cannot be opened is reported as the first frame.
 pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>) -> io::Result<()> {
     let region = shared.map(Region::inherited).transpose()?.map(Arc::new);
+    let failed = |why: String| Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why));
     // Before the driver loads: whatever it prints from now on is kept apart from the replies.
-    let (replies, printed) = printed::redirect_stdout()?;
+    let (replies, printed) = match printed::redirect_stdout() {
+        Ok(redirected) => redirected,
+        Err(e) => {
+            let mut stdout = io::stdout().lock();
+            write_frame(&mut stdout, 0, &failed(format!("cannot capture kernel output: {e}")), &[])?;
+            return stdout.flush();
+        }
+    };
     let out = Arc::new(Outbound { wire: Mutex::new(BufWriter::with_capacity(1 << 20, replies)), printed });
     match open_gpu(config, index) {
         Ok(device) => serve(device, region, out),
-        Err(why) => send(&out, 0, &Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why)), &[]),
+        Err(why) => send(&out, 0, &failed(why), &[], false),
     }
 }
 
@@ -70,9 +78,9 @@ fn open_gpu(_config: &crate::BackendConfig, _index: u32) -> Result<Arc<dyn Devic
 fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::Result<()> {
     let context = match device.open_context() {
         Ok(context) => context,
-        Err(e) => return send(&out, 0, &Reply::Failed(e), &[]),
+        Err(e) => return send(&out, 0, &Reply::Failed(e), &[], false),
     };
-    send(&out, 0, &Reply::Opened { finishes_in_call: context.finishes_in_call() }, &[])?;
+    send(&out, 0, &Reply::Opened { finishes_in_call: context.finishes_in_call() }, &[], false)?;
     let pool = Pool::new(context.clone(), out.clone());
     let transfers = Transfers::default();
     let mut input = BufReader::with_capacity(1 << 20, io::stdin().lock());
@@ -84,7 +92,7 @@ fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::
             }
             // A launch only queues work: run it here, sparing a thread hand-over on the path
             // whose latency users see most.
-            (Call::Launch { .. }, None) => answer(&out, frame.id, execute(&*context, frame)),
+            (Call::Launch { .. }, None) => answer_hot(&out, frame.id, execute(&*context, frame)),
             _ => pool.run(frame),
         }
     }
@@ -193,7 +201,7 @@ fn serve_upload(
             Call::UploadFinish { .. } => return answer(out, call.id, done(upload.finish())),
             _ => return,
         };
-        answer(out, call.id, done(pushed));
+        answer_hot(out, call.id, done(pushed));
     }
 }
 
@@ -225,7 +233,7 @@ fn serve_download(
                 }
             }
         };
-        answer(out, call.id, reply)
+        answer_hot(out, call.id, reply)
     }
 }
 
@@ -251,21 +259,29 @@ fn done(result: DeviceResult<()>) -> (Reply, Vec<u8>) {
     }
 }
 
-/// Sends the answer to call `id`; a backend that is gone leaves nobody to answer, and the
-/// worker exits.
+/// Sends the answer to call `id` after what the session's kernels printed since the last
+/// answer; a backend that is gone leaves nobody to answer, and the worker exits.
 fn answer(out: &Out, id: u32, (reply, payload): (Reply, Vec<u8>)) {
-    if id != 0 && send(out, id, &reply, &payload).is_err() {
+    if id != 0 && send(out, id, &reply, &payload, true).is_err() {
         std::process::exit(0);
     }
 }
 
-/// Writes one frame and flushes it, after what the session's kernels printed since the last
-/// one (taken under the lock: a call that synchronized finds its output ahead of its reply,
-/// whichever thread took it).
-fn send(out: &Out, id: u32, reply: &Reply, payload: &[u8]) -> io::Result<()> {
+/// Sends the answer to a launch or to a bulk copy's piece, the calls whose latency users see:
+/// what kernels printed waits for the next [`answer`] (a synchronization's takes it).
+fn answer_hot(out: &Out, id: u32, (reply, payload): (Reply, Vec<u8>)) {
+    if id != 0 && send(out, id, &reply, &payload, false).is_err() {
+        std::process::exit(0);
+    }
+}
+
+/// Writes one frame and flushes it, with `with_printed` after what the session's kernels
+/// printed since the last one (taken under the lock: a call that synchronized finds its output
+/// ahead of its reply, whichever thread took it). Never ahead of the first frame (id 0), which
+/// the backend reads as the worker's opening.
+fn send(out: &Out, id: u32, reply: &Reply, payload: &[u8], with_printed: bool) -> io::Result<()> {
     let mut wire = out.wire.lock().unwrap_or_else(|p| p.into_inner());
-    // Not ahead of the first frame (id 0), which the backend reads as the worker's opening.
-    let printed = if id != 0 { out.printed.take() } else { Vec::new() };
+    let printed = if with_printed && id != 0 { out.printed.take() } else { Vec::new() };
     if !printed.is_empty() {
         write_frame(&mut *wire, 0, &Reply::Printed, &printed)?;
     }
@@ -362,6 +378,7 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),
+        Call::SetLimit { limit, value } => context.set_limit(limit, value).map(Reply::Limited),
         Call::Launch { kernel, dims, args, stream } => unit(context.launch(&kernel, &dims, &args, stream)),
         Call::CreateStream => handle(context.create_stream().map(|s| s.0)),
         Call::DestroyStream { stream } => {

@@ -10,10 +10,12 @@
 
 use std::io::{self, Read, Write};
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError};
+use ac_proto::backend::{
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel};
+use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, Limited};
 
 /// A header larger than this is not a worker's: the stream is broken.
 const MAX_HEADER: usize = ac_proto::codec::MAX_FRAME;
@@ -49,6 +51,8 @@ pub enum Call {
     KernelAttributes { kernel: Kernel },
     /// `set_kernel_attribute`.
     SetKernelAttribute { kernel: Kernel, setting: KernelSetting },
+    /// `set_limit`.
+    SetLimit { limit: ContextLimit, value: u64 },
     /// `launch`.
     Launch { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `create_stream`.
@@ -116,6 +120,8 @@ pub enum Reply {
     Global { mem: DeviceMem, size: u64 },
     /// `kernel_attributes`' answer.
     KernelAttributes(KernelAttributes),
+    /// `set_limit`'s answer.
+    Limited(Limited),
     /// The call failed (the worker's first frame: the context could not be opened).
     Failed(WireError),
     /// What the session's kernels printed (the payload), sent with id 0 ahead of a reply.

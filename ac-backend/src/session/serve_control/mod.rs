@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    close, BufferId, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response, StreamId,
-    WireError,
+    close, BufferId, ContextLimit, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response,
+    StreamId, WireError,
 };
 use ac_proto::frame::FrameReader;
 use ac_proto::ProtoError;
@@ -13,13 +13,14 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::device::stream_workers::{barrier_reached, StreamOp, StreamWorker};
-use crate::device::{DeviceModule, Kernel};
+use crate::device::{DeviceModule, Kernel, Limited};
 use crate::metrics::Metrics;
 use crate::session::fence::{Fence, FenceRequest, Waiting};
 use crate::session::resume::{Outbox, Rejoin};
 use crate::session::Session;
 
 mod copies;
+mod limits;
 mod modules;
 #[cfg(test)]
 mod tests;
@@ -74,6 +75,8 @@ struct Control {
     next_id: u64,
     /// Envelopes handled so far: the position of the last one.
     handled: u64,
+    /// The context limits the session set, as the device set them.
+    limits: HashMap<ContextLimit, Limited>,
 }
 
 /// What a request produced.
@@ -140,6 +143,7 @@ pub async fn serve(
         pending: None,
         next_id: 1,
         handled: 0,
+        limits: HashMap::default(),
     };
     let mut waiting = Waiting::default();
     loop {
@@ -413,6 +417,7 @@ impl Control {
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
             Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),
+            Request::SetLimit { limit, value } => Outcome::Now(self.set_limit(limit, value).await),
         };
         Ok(outcome)
     }

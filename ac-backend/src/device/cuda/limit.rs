@@ -1,0 +1,42 @@
+//! A context's limits (`cuCtxSetLimit`): the stack each GPU thread has, the buffer kernels'
+//! `printf` writes into, the heap of in-kernel `malloc`, and the device memory each reserves.
+
+use ac_proto::backend::{ContextLimit, ErrorKind, WireError};
+use cudarc::driver::sys::{self, CUdevice_attribute as DeviceAttribute, CUlimit};
+
+use super::driver;
+use crate::device::{DeviceResult, Limited};
+
+/// Sets `limit` of the current context to `value`: what the driver then says it is, and the
+/// memory it reserves on `device` (a stack for every thread the device holds at once).
+pub(super) fn set(device: sys::CUdevice, limit: ContextLimit, value: u64) -> DeviceResult<Limited> {
+    let raw = match limit {
+        ContextLimit::StackSize => CUlimit::CU_LIMIT_STACK_SIZE,
+        ContextLimit::PrintfFifoSize => CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE,
+        ContextLimit::MallocHeapSize => CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE,
+    };
+    let asked = usize::try_from(value)
+        .map_err(|_| WireError::new(ErrorKind::InvalidArgument, format!("a limit of {value} bytes")))?;
+    // SAFETY: the session's context is current (the caller entered it); a valid out-pointer.
+    driver::check("cuCtxSetLimit", unsafe { sys::cuCtxSetLimit(raw, asked) })?;
+    let mut now = 0usize;
+    driver::check("cuCtxGetLimit", unsafe { sys::cuCtxGetLimit(&mut now, raw) })?;
+    let value = now as u64;
+    let reserved = match limit {
+        ContextLimit::StackSize => value.saturating_mul(resident_threads(device)?),
+        ContextLimit::PrintfFifoSize | ContextLimit::MallocHeapSize => value,
+    };
+    Ok(Limited { value, reserved })
+}
+
+/// The threads `device` holds at once: a stack each.
+fn resident_threads(device: sys::CUdevice) -> DeviceResult<u64> {
+    let attribute = |attribute| {
+        let mut value = 0;
+        // SAFETY: a device of the driver and a valid out-pointer.
+        driver::check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) })?;
+        Ok::<_, WireError>(u64::try_from(value).unwrap_or(0))
+    };
+    let multiprocessors = attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    Ok(multiprocessors * attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?)
+}

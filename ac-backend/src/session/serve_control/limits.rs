@@ -1,0 +1,36 @@
+//! A session's context limits (protocol 11's `SetLimit`, `cuCtxSetLimit`): set on the device
+//! once the work queued before has finished, as the driver does, and the device memory each
+//! reserves counted against the session's quota, as its allocations are.
+
+use ac_proto::backend::{ContextLimit, Response};
+
+use super::{blocking, Control};
+use crate::device::default_limit;
+
+impl Control {
+    pub(super) async fn set_limit(&mut self, limit: ContextLimit, value: u64) -> Response {
+        self.drain_streams().await;
+        let before = self.limits.get(&limit).copied();
+        let context = self.session.context.clone();
+        let limited = match blocking(move || context.set_limit(limit, value)).await {
+            Ok(limited) => limited,
+            Err(e) => return Response::Error(e),
+        };
+        let reserved_before = before.map_or(0, |b| b.reserved);
+        match self.session.recharge(reserved_before, limited.reserved) {
+            Ok(()) => {
+                self.limits.insert(limit, limited);
+                Response::Limit(limited.value)
+            }
+            Err(over_quota) => {
+                // The device holds the new value: give it the one the session had back.
+                let old = before.map_or(default_limit(limit), |b| b.value);
+                let context = self.session.context.clone();
+                if let Err(e) = blocking(move || context.set_limit(limit, old)).await {
+                    tracing::warn!(error = %e, "cannot set a limit back after a refusal");
+                }
+                Response::Error(over_quota)
+            }
+        }
+    }
+}
