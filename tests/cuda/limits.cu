@@ -1,8 +1,9 @@
 // Context limits (cudaDeviceSetLimit, backend protocol 11), as programs with deep recursion,
 // many printf lines or in-kernel malloc set them: a thread's stack, the printf buffer and the
 // heap, each set on the remote GPU and read back; a stack no device holds refused and the old
-// value kept; a heap past the session's memory quota (which counts what limits reserve: a stack
-// for every thread the device holds at once) refused and the old value kept; the device's work
+// value kept; a heap past the session's memory quota (which counts what limits reserve beyond
+// their defaults: a stack for every thread the device holds at once) refused and the old value
+// kept, then a smaller one that fits only if the refused one is not counted; the device's work
 // goes on (a kernel after them, exact).
 // Usage: limits [heap MiB to ask for past the quota]
 #include <cstdio>
@@ -45,7 +46,11 @@ int main(int argc, char** argv) {
     set_and_read(cudaLimitMallocHeapSize, 64 << 20, "a 64 MiB heap");
     CHECK(cudaDeviceGetLimit(&stack, cudaLimitStackSize));
     refused(cudaLimitStackSize, (size_t)1 << 30, stack, "a 1 GiB stack");
-    if (heap_past_quota) refused(cudaLimitMallocHeapSize, heap_past_quota, 64 << 20, "a heap past the quota");
+    if (heap_past_quota) {
+        refused(cudaLimitMallocHeapSize, heap_past_quota, 64 << 20, "a heap past the quota");
+        // Fits only if the refused heap is no longer counted.
+        set_and_read(cudaLimitMallocHeapSize, (size_t)1 << 30, "a 1 GiB heap after the refusal");
+    }
 
     // The device works on after the limits: x[i] = i, scaled by 3 twice.
     int n = 4096;

@@ -11,8 +11,9 @@ use super::DeviceResult;
 pub struct Limited {
     /// The value in effect, bytes (the driver may round what was asked).
     pub value: u64,
-    /// The device memory the limit reserves at that value, bytes: a stack for every thread the
-    /// device holds at once, the whole printf buffer or heap.
+    /// The device memory the limit reserves at that value beyond what its default does, bytes:
+    /// a stack for every thread the device holds at once, the printf buffer or heap; 0 at or
+    /// below the default, which every context has.
     pub reserved: u64,
 }
 

@@ -175,13 +175,20 @@ impl Session {
     /// Counts `to` bytes instead of `from` against the session's quota (a context limit's
     /// reservation changed), or refuses the increase and counts nothing new.
     pub fn recharge(&self, from: u64, to: u64) -> Result<(), WireError> {
-        match to.checked_sub(from) {
-            Some(more) => self.charge(more),
-            None => {
-                self.held.fetch_sub(from - to, Ordering::AcqRel);
-                Ok(())
-            }
+        if to > from {
+            return self.charge(to - from);
         }
+        self.recharge_unchecked(from, to);
+        Ok(())
+    }
+
+    /// Counts `to` bytes instead of `from`, past the quota if need be: what the device holds
+    /// whether the session may or not (a limit that could not be set back).
+    pub fn recharge_unchecked(&self, from: u64, to: u64) {
+        match to.checked_sub(from) {
+            Some(more) => self.held.fetch_add(more, Ordering::AcqRel),
+            None => self.held.fetch_sub(from - to, Ordering::AcqRel),
+        };
     }
 
     /// Device memory the session holds now, bytes.

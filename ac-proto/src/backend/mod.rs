@@ -739,12 +739,12 @@ pub enum Response {
     },
     /// *Protocol 10.* A kernel's attributes.
     KernelAttributes(KernelAttributes),
-    /// *Protocol 11.* The value a context limit has now ([`Request::SetLimit`]).
-    Limit(u64),
     /// *Protocol 11.* What the session's kernels printed (device-side `printf`), as the device
     /// wrote it out: sent with id 0, before the reply that follows it, at most
     /// [`MAX_PRINTED`] bytes a frame. Answers no request.
     Printed(Vec<u8>),
+    /// *Protocol 11.* The value a context limit has now ([`Request::SetLimit`]).
+    Limit(u64),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

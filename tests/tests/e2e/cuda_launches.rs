@@ -146,9 +146,10 @@ async fn what_kernels_print_reaches_the_programs_output_at_its_synchronizations(
 /// Context limits (`cudaDeviceSetLimit`, backend protocol 11): a thread's stack, the printf
 /// buffer and the in-kernel heap set on the remote GPU's context and read back; a stack past
 /// what a thread may have refused (`cudaErrorInvalidValue`), a heap past the session's memory
-/// quota refused (`cudaErrorMemoryAllocation`: the quota counts the limits' reservations, here
-/// an 8 KiB stack for each of 270,336 resident threads, 2.06 GiB), each with the old value kept;
-/// the device's work goes on.
+/// quota refused (`cudaErrorMemoryAllocation`: the quota counts the limits' reservations beyond
+/// their defaults, here 7 KiB more stack for each of 270,336 resident threads, 1.80 GiB), each
+/// with the old value kept; a 1 GiB heap then fits (the refused one is not counted); the
+/// device's work goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
     let _turn = standin::exclusive().await;
@@ -163,6 +164,7 @@ async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
     assert!(text.contains("an 8 KiB stack: 8192") && text.contains("a 64 MiB heap: 67108864"), "{text}");
     assert!(text.contains("a 1 GiB stack: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a heap past the quota: 2 (cudaErrorMemoryAllocation)"), "{text}");
+    assert!(text.contains("a 1 GiB heap after the refusal: 1073741824"), "{text}");
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
 }

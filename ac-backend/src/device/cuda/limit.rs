@@ -5,10 +5,11 @@ use ac_proto::backend::{ContextLimit, ErrorKind, WireError};
 use cudarc::driver::sys::{self, CUdevice_attribute as DeviceAttribute, CUlimit};
 
 use super::driver;
-use crate::device::{DeviceResult, Limited};
+use crate::device::{default_limit, DeviceResult, Limited};
 
 /// Sets `limit` of the current context to `value`: what the driver then says it is, and the
-/// memory it reserves on `device` (a stack for every thread the device holds at once).
+/// memory it reserves on `device` beyond what the limit's default does (a stack for every
+/// thread the device holds at once; the buffer and the heap themselves).
 pub(super) fn set(device: sys::CUdevice, limit: ContextLimit, value: u64) -> DeviceResult<Limited> {
     let raw = match limit {
         ContextLimit::StackSize => CUlimit::CU_LIMIT_STACK_SIZE,
@@ -17,16 +18,19 @@ pub(super) fn set(device: sys::CUdevice, limit: ContextLimit, value: u64) -> Dev
     };
     let asked = usize::try_from(value)
         .map_err(|_| WireError::new(ErrorKind::InvalidArgument, format!("a limit of {value} bytes")))?;
-    // SAFETY: the session's context is current (the caller entered it); a valid out-pointer.
+    // Asked before the limit changes: a failure here leaves the context as it was.
+    let per_byte = match limit {
+        ContextLimit::StackSize => resident_threads(device)?,
+        ContextLimit::PrintfFifoSize | ContextLimit::MallocHeapSize => 1,
+    };
+    // SAFETY: the session's context is current (the caller entered it); plain values.
     driver::check("cuCtxSetLimit", unsafe { sys::cuCtxSetLimit(raw, asked) })?;
     let mut now = 0usize;
+    // SAFETY: the same context; a valid out-pointer.
     driver::check("cuCtxGetLimit", unsafe { sys::cuCtxGetLimit(&mut now, raw) })?;
     let value = now as u64;
-    let reserved = match limit {
-        ContextLimit::StackSize => value.saturating_mul(resident_threads(device)?),
-        ContextLimit::PrintfFifoSize | ContextLimit::MallocHeapSize => value,
-    };
-    Ok(Limited { value, reserved })
+    let beyond_default = value.saturating_sub(default_limit(limit));
+    Ok(Limited { value, reserved: beyond_default.saturating_mul(per_byte) })
 }
 
 /// The threads `device` holds at once: a stack each.

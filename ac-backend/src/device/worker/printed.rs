@@ -60,18 +60,21 @@ impl Kept {
 pub fn redirect_stdout() -> io::Result<(File, Arc<Printed>)> {
     let check = |r: i32| if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) };
     // SAFETY: plain descriptor calls; every descriptor made is owned by one value below.
-    let (replies, pipe) = unsafe {
+    let (replies, read, write) = unsafe {
         let replies = OwnedFd::from_raw_fd(check(libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3))?);
         let mut ends = [0i32; 2];
         check(libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC))?;
         let (read, write) = (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1]));
-        check(libc::dup2(write.as_raw_fd(), 1))?;
         check(libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK))?;
-        (replies, read)
+        (replies, read, write)
     };
-    let printed = Arc::new(Printed { pipe: File::from(pipe), kept: Mutex::default() });
+    let printed = Arc::new(Printed { pipe: File::from(read), kept: Mutex::default() });
     let drained = printed.clone();
     std::thread::Builder::new().name("ac-worker-printed".into()).spawn(move || drained.drain())?;
+    // Last, once nothing else can fail: until here descriptor 1 still reaches the backend, which
+    // then reads why the worker could not start.
+    // SAFETY: both descriptors are open; descriptor 1 now names the pipe's write end.
+    check(unsafe { libc::dup2(write.as_raw_fd(), 1) })?;
     Ok((File::from(replies), printed))
 }
 

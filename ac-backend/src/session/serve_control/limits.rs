@@ -1,6 +1,6 @@
 //! A session's context limits (protocol 11's `SetLimit`, `cuCtxSetLimit`): set on the device
 //! once the work queued before has finished, as the driver does, and the device memory each
-//! reserves counted against the session's quota, as its allocations are.
+//! reserves beyond its default counted against the session's quota, as its allocations are.
 
 use ac_proto::backend::{ContextLimit, Response};
 
@@ -27,7 +27,10 @@ impl Control {
                 let old = before.map_or(default_limit(limit), |b| b.value);
                 let context = self.session.context.clone();
                 if let Err(e) = blocking(move || context.set_limit(limit, old)).await {
+                    // The device keeps the new reservation: the quota counts it, over or not.
                     tracing::warn!(error = %e, "cannot set a limit back after a refusal");
+                    self.session.recharge_unchecked(reserved_before, limited.reserved);
+                    self.limits.insert(limit, limited);
                 }
                 Response::Error(over_quota)
             }
