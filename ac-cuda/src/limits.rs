@@ -28,15 +28,6 @@ fn limit_of(code: c_int) -> CuResult<ContextLimit> {
     }
 }
 
-/// The driver's default for a limit never set.
-fn default_of(limit: ContextLimit) -> usize {
-    match limit {
-        ContextLimit::StackSize => 1 << 10,
-        ContextLimit::PrintfFifoSize => 1 << 20,
-        ContextLimit::MallocHeapSize => 8 << 20,
-    }
-}
-
 fn set_values() -> std::sync::MutexGuard<'static, Option<HashMap<(usize, ContextLimit), usize>>> {
     SET.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -47,7 +38,7 @@ pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> u32 {
         let device = current_device()?;
         let limit = limit_of(limit)?;
         let set = set_values().as_ref().and_then(|set| set.get(&(device, limit)).copied());
-        put(value, set.unwrap_or_else(|| default_of(limit)))
+        put(value, set.unwrap_or(limit.default_value() as usize))
     })
 }
 

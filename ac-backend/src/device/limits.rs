@@ -1,7 +1,7 @@
 //! The limits a launch and a kernel's settings are checked against, shared by the devices so
 //! that what fails on a GPU fails the same way on the CPU device.
 
-use ac_proto::backend::{ContextLimit, ErrorKind, LaunchDims, WireError};
+use ac_proto::backend::{ErrorKind, LaunchDims, WireError};
 use serde::{Deserialize, Serialize};
 
 use super::DeviceResult;
@@ -15,15 +15,6 @@ pub struct Limited {
     /// a stack for every thread the device holds at once, the printf buffer or heap; 0 at or
     /// below the default, which every context has.
     pub reserved: u64,
-}
-
-/// What a CUDA context's limit is until a program sets it (the driver's defaults).
-pub fn default_limit(limit: ContextLimit) -> u64 {
-    match limit {
-        ContextLimit::StackSize => 1 << 10,
-        ContextLimit::PrintfFifoSize => 1 << 20,
-        ContextLimit::MallocHeapSize => 8 << 20,
-    }
 }
 
 /// Checks a launch shape against the limits CUDA devices share, so that a launch that fails on

@@ -49,7 +49,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use cpu::CpuDevice;
-pub use limits::{check_carveout, check_shared, default_limit, validate_dims, Limited, DEFAULT_DYNAMIC_SHARED};
+pub use limits::{check_carveout, check_shared, validate_dims, Limited, DEFAULT_DYNAMIC_SHARED};
 
 /// Result of a device call: errors travel to the caller as they are.
 pub type DeviceResult<T> = Result<T, WireError>;

@@ -410,6 +410,17 @@ pub enum ContextLimit {
     MallocHeapSize,
 }
 
+impl ContextLimit {
+    /// What a CUDA context's limit is until a program sets it (the driver's default).
+    pub fn default_value(self) -> u64 {
+        match self {
+            ContextLimit::StackSize => 1 << 10,
+            ContextLimit::PrintfFifoSize => 1 << 20,
+            ContextLimit::MallocHeapSize => 8 << 20,
+        }
+    }
+}
+
 /// What a module is made of.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ModuleSource {

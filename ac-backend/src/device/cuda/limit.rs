@@ -5,7 +5,7 @@ use ac_proto::backend::{ContextLimit, ErrorKind, WireError};
 use cudarc::driver::sys::{self, CUdevice_attribute as DeviceAttribute, CUlimit};
 
 use super::driver;
-use crate::device::{default_limit, DeviceResult, Limited};
+use crate::device::{DeviceResult, Limited};
 
 /// Sets `limit` of the current context to `value`: what the driver then says it is, and the
 /// memory it reserves on `device` beyond what the limit's default does (a stack for every
@@ -29,7 +29,7 @@ pub(super) fn set(device: sys::CUdevice, limit: ContextLimit, value: u64) -> Dev
     // SAFETY: the same context; a valid out-pointer.
     driver::check("cuCtxGetLimit", unsafe { sys::cuCtxGetLimit(&mut now, raw) })?;
     let value = now as u64;
-    let beyond_default = value.saturating_sub(default_limit(limit));
+    let beyond_default = value.saturating_sub(limit.default_value());
     Ok(Limited { value, reserved: beyond_default.saturating_mul(per_byte) })
 }
 

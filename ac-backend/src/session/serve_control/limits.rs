@@ -5,7 +5,6 @@
 use ac_proto::backend::{ContextLimit, Response};
 
 use super::{blocking, Control};
-use crate::device::default_limit;
 
 impl Control {
     pub(super) async fn set_limit(&mut self, limit: ContextLimit, value: u64) -> Response {
@@ -24,7 +23,7 @@ impl Control {
             }
             Err(over_quota) => {
                 // The device holds the new value: give it the one the session had back.
-                let old = before.map_or(default_limit(limit), |b| b.value);
+                let old = before.map_or(limit.default_value(), |b| b.value);
                 let context = self.session.context.clone();
                 if let Err(e) = blocking(move || context.set_limit(limit, old)).await {
                     // The device keeps the new reservation: the quota counts it, over or not.
