@@ -189,7 +189,6 @@ crate::not_supported! {
     cuLaunchGridAsync,
     cuLibraryEnumerateKernels,
     cuLibraryGetKernelCount,
-    cuLibraryGetManaged,
     cuLibraryGetUnifiedFunction,
     cuLibraryLoadFromFile,
     cuLinkAddData,

@@ -169,6 +169,7 @@ unsafe fn put_variable(address: *mut u64, bytes: *mut usize, (at, size): (u64, u
 fn unload(handle: usize) -> CuResult<()> {
     let image = images().remove(handle)?;
     let shim = state::shim()?;
+    crate::managed::variables::forget(handle);
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, a| a.variable_of != Some(handle));
     let modules: Vec<Module> = image.loaded.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(_, m)| m).collect();
     for k in image.kernels.lock().unwrap_or_else(|p| p.into_inner()).drain() {
@@ -246,6 +247,26 @@ pub unsafe extern "C" fn cuLibraryGetGlobal(
 ) -> u32 {
     // The variable on the current device: a library is loaded on each device it is used on.
     guard("cuLibraryGetGlobal", || put_variable(address, bytes, variable(library, name, current_device()?)?))
+}
+
+/// A `__managed__` variable: the runtime hands its address to host code, which reads and writes
+/// it there ([`crate::managed::variables`]). Managed memory belongs to no context: with none
+/// current, the variable is the first device's.
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetManaged(
+    address: *mut u64,
+    bytes: *mut usize,
+    library: usize,
+    name: *const c_char,
+) -> u32 {
+    guard("cuLibraryGetManaged", || {
+        // The runtime asks as it registers the program's modules, before any context is current:
+        // the variable is then the first device's, the one the runtime makes current by default.
+        let device = current_device().unwrap_or(0);
+        let (at, size) = variable(library, name, device)?;
+        crate::managed::variables::enter(device, library, at, size)?;
+        put_variable(address, bytes, (at, size))
+    })
 }
 
 #[no_mangle]

@@ -16,6 +16,8 @@ const SYMBOL_LEN: usize = 24;
 const MAX_VARIABLE: usize = 1 << 30;
 /// Bytes of one section header (`Elf64_Shdr`).
 const SECTION_HEADER_LEN: usize = 64;
+/// The `st_other` bit of a `__managed__` variable's symbol (`STO_CUDA_MANAGED`).
+const STO_CUDA_MANAGED: u8 = 4;
 
 /// A module variable as its image declares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +26,9 @@ pub struct Variable {
     pub name: String,
     /// Its initial bytes: its size, all zeros when the image gives none.
     pub init: Vec<u8>,
+    /// A `__managed__` variable: the driver places it in managed memory, whose address host code
+    /// uses too.
+    pub managed: bool,
 }
 
 /// The little-endian `u16` at `at` (fat binary and ELF headers alike).
@@ -113,7 +118,7 @@ pub fn variables(image: &[u8]) -> Option<Vec<Variable>> {
         for i in 0..table.size / SYMBOL_LEN {
             let at = table.offset.checked_add(i * SYMBOL_LEN)?;
             let symbol = image.get(at..at.checked_add(SYMBOL_LEN)?)?;
-            let (info, index) = (symbol[4], index_at(symbol, 6)?);
+            let (info, other, index) = (symbol[4], symbol[5], index_at(symbol, 6)?);
             if info & 0xf != STT_OBJECT || index == 0 {
                 continue;
             }
@@ -136,7 +141,7 @@ pub fn variables(image: &[u8]) -> Option<Vec<Variable>> {
                 image.get(from..from.checked_add(size)?)?.to_vec()
             };
             let name = str_at(image, names.offset.checked_add(u32_at(symbol, 0)? as usize)?)?.to_string();
-            variables.push(Variable { name, init });
+            variables.push(Variable { name, init, managed: other & STO_CUDA_MANAGED != 0 });
         }
     }
     Some(variables)
@@ -205,13 +210,27 @@ mod tests {
         found.sort_by(|a, b| a.name.cmp(&b.name));
         let offsets = [1i32, 2, 3, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
         let want = vec![
-            Variable { name: "coefficients".into(), init: vec![0; 16] },
-            Variable { name: "counted".into(), init: vec![0; 4] },
-            Variable { name: "offsets".into(), init: offsets },
+            Variable { name: "coefficients".into(), init: vec![0; 16], managed: false },
+            Variable { name: "counted".into(), init: vec![0; 4], managed: false },
+            Variable { name: "offsets".into(), init: offsets, managed: false },
         ];
         assert_eq!(found, want);
         assert_eq!(kernels(CUBIN).unwrap(), vec!["_Z10polynomialPfi"]);
         assert_eq!(len(CUBIN), Some(CUBIN.len()));
+    }
+
+    #[test]
+    fn managed_variables_are_told_from_the_others() {
+        let cubin = include_bytes!("../../tests/fixtures/managed_variables.sm_90.cubin");
+        let mut found = variables(cubin).unwrap();
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        let gain = 2.5f32.to_le_bytes().to_vec();
+        let want = vec![
+            Variable { name: "gain".into(), init: gain, managed: true },
+            Variable { name: "histogram".into(), init: vec![0; 4096], managed: true },
+            Variable { name: "totals".into(), init: vec![0; 16], managed: true },
+        ];
+        assert_eq!(found, want);
     }
 
     #[test]

@@ -80,6 +80,15 @@ pub const MIRROR_KERNEL: &str = "_Z6mirrorPfS_i";
 /// `kernel <tag>: block <b> thread <t>` (device-side `printf`; one-dimensional launches).
 pub const GREET_KERNEL: &str = "_Z5greeti";
 
+/// `tally(const int* x, int n)` of `tests/cuda/managed_variables.cu`: for `i < n`, one element a
+/// thread, `totals[i % 4] += (int)(gain * x[i])` and `histogram[x[i] % 1024] += 1`, with the
+/// module's `__managed__` variables `int totals[4]`, `float gain` and `int histogram[1024]`.
+pub const TALLY_KERNEL: &str = "_Z5tallyPKii";
+
+/// `add_to(int* p, int v, int n)` of `tests/cuda/managed_variables.cu`: `p[i] += v` for `i < n`,
+/// one element a thread.
+pub const ADD_TO_KERNEL: &str = "_Z6add_toPiii";
+
 /// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
 /// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
 pub fn signature(name: &str) -> Option<Vec<usize>> {
@@ -98,6 +107,8 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         REVERSE_BLOCKS_KERNEL => &[8, 4],
         MIRROR_KERNEL => &[8, 8, 4],
         GREET_KERNEL => &[4],
+        TALLY_KERNEL => &[8, 4],
+        ADD_TO_KERNEL => &[8, 4, 4],
         _ => return None,
     })
 }
@@ -247,6 +258,17 @@ fn i32_arg(arg: &[u8]) -> i32 {
     i32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
 }
 
+/// The `int` at `at`.
+fn load_i32(memory: &mut dyn Memory, at: u64) -> Option<i32> {
+    Some(memory.load(at, 1)?[0].to_bits() as i32)
+}
+
+/// `*at += v` on the `int` at `at` (wrapping, as a GPU's integer add).
+fn add_i32(memory: &mut dyn Memory, at: u64, v: i32) -> Option<()> {
+    let sum = load_i32(memory, at)?.wrapping_add(v);
+    memory.store_u32(at, &[sum as u32])
+}
+
 /// The address of 4-byte element `index` (possibly negative, as a kernel's `int` index) of the
 /// array at `base`; `None` (a fault) where it leaves the address space.
 fn element(base: u64, index: i64) -> Option<u64> {
@@ -343,6 +365,24 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             for i in 0..i64::from(n.max(0)) {
                 let v = memory.load(element(x, i64::from(n) - 1 - i)?, 1)?[0];
                 memory.store(element(y, i)?, &[v])?;
+            }
+            Some(())
+        }
+        TALLY_KERNEL => {
+            let (x, n) = (u64_arg(&args[0]), i32_arg(&args[1]));
+            let (totals, histogram) = (memory.variable("totals")?, memory.variable("histogram")?);
+            let gain = memory.load(memory.variable("gain")?, 1)?[0];
+            for i in int_elements(&shape, n) {
+                let v = load_i32(memory, element(x, i)?)?;
+                add_i32(memory, element(totals, i % 4)?, (gain * v as f32) as i32)?;
+                add_i32(memory, element(histogram, i64::from(v % 1024))?, 1)?;
+            }
+            Some(())
+        }
+        ADD_TO_KERNEL => {
+            let (p, v) = (u64_arg(&args[0]), i32_arg(&args[1]));
+            for i in int_elements(&shape, i32_arg(&args[2])) {
+                add_i32(memory, element(p, i)?, v)?;
             }
             Some(())
         }

@@ -364,7 +364,7 @@ pub extern "C" fn cuModuleUnload(module: Handle) -> u32 {
         let unloaded = d.modules.remove(&id(module)).expect("owned above");
         d.functions.retain(|_, f| f.module != id(module));
         // Its variables go with it, at once: work still queued that touches one faults.
-        unloaded.variables.values().for_each(|&address| d.release(address));
+        unloaded.variables.holdings.iter().for_each(|&address| d.release(address));
         Ok(())
     })
 }
@@ -383,12 +383,12 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
             return Err(code::INVALID_VALUE);
         }
         let name = CStr::from_ptr(name).to_string_lossy();
-        let &at = d.modules[&id(module)].variables.get(name.as_ref()).ok_or(code::NOT_FOUND)?;
+        let &(at, size) = d.modules[&id(module)].variables.variables.get(name.as_ref()).ok_or(code::NOT_FOUND)?;
         if !address.is_null() {
             *address = at;
         }
         if !bytes.is_null() {
-            *bytes = d.memory[&at].bytes.len();
+            *bytes = size;
         }
         Ok(())
     })
@@ -479,7 +479,7 @@ pub(crate) unsafe fn launch(
             return Err(code::INVALID_VALUE);
         }
         let name = d.functions[&id(function)].name.clone();
-        let variables = d.modules[&d.functions[&id(function)].module].variables.clone();
+        let variables = d.modules[&d.functions[&id(function)].module].variables.variables.clone();
         let sizes = kernels::signature(&name).ok_or(code::NOT_SUPPORTED)?;
         if !sizes.is_empty() && params.is_null() {
             return Err(code::INVALID_VALUE);

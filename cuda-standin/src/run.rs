@@ -139,7 +139,7 @@ impl SharedMemory<'_> {
 
 impl kernels::Memory for SharedMemory<'_> {
     fn variable(&self, name: &str) -> Option<u64> {
-        self.variables.get(name).copied()
+        self.variables.get(name).map(|&(address, _)| address)
     }
 
     fn load(&mut self, address: u64, n: usize) -> Option<Vec<f32>> {

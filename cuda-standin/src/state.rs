@@ -120,16 +120,32 @@ pub struct Event {
     pub recorded: Option<(u64, u64)>,
 }
 
-/// A module's variables: the address of each, by name.
-pub type Variables = std::sync::Arc<HashMap<String, u64>>;
+/// A module's variables: the address and size of each, by name.
+pub type Variables = std::sync::Arc<HashMap<String, (u64, usize)>>;
+
+/// Where a module's variables are, and the allocations that hold them.
+#[derive(Debug, Default)]
+pub struct Placed {
+    /// Each variable.
+    pub variables: Variables,
+    /// The allocations holding them, freed with the module.
+    pub holdings: Vec<u64>,
+}
+
+/// Variables placed so far, and the allocations holding them.
+type Placing = (HashMap<String, (u64, usize)>, Vec<u64>);
+
+/// Where one of a module's `__managed__` variables starts in their shared allocation: a
+/// multiple of this, as for any type's alignment.
+const PACKED_ALIGN: usize = 16;
 
 #[derive(Debug)]
 pub struct Module {
     pub context: u64,
     pub kernels: Vec<String>,
-    /// Its `__device__` and `__constant__` variables, each an allocation of the module's
-    /// context that goes when the module is unloaded.
-    pub variables: Variables,
+    /// Its `__device__`, `__constant__` and `__managed__` variables, in allocations of the
+    /// module's context that go when the module is unloaded.
+    pub variables: Placed,
     /// Its kernels' static shared memory, bytes, by name (none listed: none).
     pub static_shared: HashMap<String, u32>,
 }
@@ -333,25 +349,59 @@ impl Driver {
     }
 
     /// Allocates a module's `variables` in `context`, each holding its initial bytes (the first
-    /// of a name, should an image repeat one); all or none.
-    pub fn place_variables(&mut self, context: u64, variables: Vec<elf::Variable>) -> Result<Variables> {
-        let mut placed = HashMap::new();
-        for variable in variables {
-            if placed.contains_key(&variable.name) {
-                continue;
-            }
-            match self.alloc(context, variable.init.len()) {
-                Ok(address) => {
-                    self.memory.get_mut(&address).expect("just allocated").bytes.copy_from_slice(&variable.init);
-                    placed.insert(variable.name, address);
-                }
-                Err(e) => {
-                    placed.values().for_each(|a| self.release(*a));
-                    return Err(e);
-                }
-            }
+    /// of a name, should an image repeat one); all or none. Each variable is an allocation of its
+    /// own but the `__managed__` ones, which share one, laid out one after another as a driver
+    /// lays out a module's managed memory, so that one page holds several.
+    pub fn place_variables(&mut self, context: u64, variables: Vec<elf::Variable>) -> Result<Placed> {
+        let mut seen = std::collections::HashSet::new();
+        let (managed, own): (Vec<_>, Vec<_>) =
+            variables.into_iter().filter(|v| seen.insert(v.name.clone())).partition(|v| v.managed);
+        let mut placing = (HashMap::new(), Vec::new());
+        let result = self
+            .place_each(context, own, &mut placing)
+            .and_then(|()| self.place_together(context, managed, &mut placing));
+        let (variables, holdings) = placing;
+        if let Err(e) = result {
+            holdings.iter().for_each(|a| self.release(*a));
+            return Err(e);
         }
-        Ok(std::sync::Arc::new(placed))
+        Ok(Placed { variables: std::sync::Arc::new(variables), holdings })
+    }
+
+    /// Allocates each of `variables` on its own.
+    fn place_each(&mut self, context: u64, variables: Vec<elf::Variable>, placing: &mut Placing) -> Result<()> {
+        let (placed, holdings) = placing;
+        for variable in variables {
+            let address = self.alloc(context, variable.init.len())?;
+            holdings.push(address);
+            self.memory.get_mut(&address).expect("just allocated").bytes.copy_from_slice(&variable.init);
+            placed.insert(variable.name, (address, variable.init.len()));
+        }
+        Ok(())
+    }
+
+    /// Allocates `variables` in one allocation, each at the next multiple of [`PACKED_ALIGN`].
+    fn place_together(&mut self, context: u64, variables: Vec<elf::Variable>, placing: &mut Placing) -> Result<()> {
+        let (placed, holdings) = placing;
+        let mut offsets = Vec::with_capacity(variables.len());
+        let mut end = 0usize;
+        for variable in &variables {
+            let at = end.next_multiple_of(PACKED_ALIGN);
+            offsets.push(at);
+            end = at.checked_add(variable.init.len()).ok_or(code::OUT_OF_MEMORY)?;
+        }
+        if variables.is_empty() {
+            return Ok(());
+        }
+        let address = self.alloc(context, end)?;
+        holdings.push(address);
+        let bytes = &mut self.memory.get_mut(&address).expect("just allocated").bytes;
+        bytes.fill(0);
+        for (variable, at) in variables.into_iter().zip(offsets) {
+            bytes[at..at + variable.init.len()].copy_from_slice(&variable.init);
+            placed.insert(variable.name, (address + at as u64, variable.init.len()));
+        }
+        Ok(())
     }
 
     /// Frees the allocation at `address` now; one a running kernel still holds pointers into

@@ -21,8 +21,8 @@
 //! synchronization; threads that attach their allocations to their own streams do not wait for
 //! each other's; a program without managed memory pays nothing.
 //!
-//! Not served: `__managed__` variables (their address is the module's, where nothing can be
-//! mapped), and range attributes.
+//! `__managed__` variables are regions too, over the module's memory ([`variables`]). Not
+//! served: range attributes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_void;
@@ -34,6 +34,7 @@ use crate::error::CuResult;
 use crate::state::{self, Allocation, Shim};
 
 pub mod calls;
+pub mod variables;
 
 /// What a managed allocation is attached to (`CUmemAttach_flags`), so which kernels reach it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +52,7 @@ pub enum Attached {
 struct Region {
     /// Bytes the program asked for.
     bytes: u64,
-    /// Bytes mapped on the host (whole pages).
+    /// Bytes mapped on the host (whole pages), copied each way; a variable's own bytes alone.
     mapped: usize,
     /// The remote allocation's start (the key of its [`Allocation`]): the managed address is
     /// this rounded up to a page.
@@ -66,6 +67,9 @@ struct Region {
     /// The device has the current bytes (work that may reach them was sent since they were last
     /// brought back); otherwise the host has them.
     on_device: bool,
+    /// The image (module or library handle) whose `__managed__` variable this is: never freed
+    /// by `cuMemFree`, gone with the image. `None`: an allocation.
+    variable_of: Option<usize>,
 }
 
 impl Region {
@@ -92,6 +96,8 @@ impl Region {
 #[derive(Debug, Default)]
 struct Table {
     devices: HashMap<usize, BTreeMap<u64, Region>>,
+    /// The host pages mapped for `__managed__` variables, and how many variables lie on each.
+    variable_pages: HashMap<u64, usize>,
 }
 
 /// The process's managed allocations.
@@ -150,7 +156,8 @@ pub fn insert(shim: &Shim, placed: Placed, buffer: DeviceBuffer<u8>) {
     let size = start - key + mapped as u64;
     let allocation = Allocation { device, size, buffer: buffer.clone(), variable_of: None, context: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, key), allocation);
-    let region = Region { bytes, mapped, key, buffer, attached, allocated: attached, on_device: false };
+    let region =
+        Region { bytes, mapped, key, buffer, attached, allocated: attached, on_device: false, variable_of: None };
     table().devices.entry(device).or_default().insert(start, region);
 }
 
@@ -158,7 +165,11 @@ pub fn insert(shim: &Shim, placed: Placed, buffer: DeviceBuffer<u8>) {
 /// its managed allocations.
 pub fn free(device: usize, address: u64) -> Option<CuResult<()>> {
     let shim = state::shim().ok()?;
-    let region = table().devices.get_mut(&device)?.remove(&address)?;
+    let mut table = table();
+    let regions = table.devices.get_mut(&device)?;
+    regions.get(&address).filter(|r| r.variable_of.is_none())?;
+    let region = regions.remove(&address).expect("looked up above");
+    drop(table);
     // SAFETY: the mapping `alloc` made for this region, which nothing refers to any longer.
     unsafe { libc::munmap(address as *mut c_void, region.mapped) };
     // Dropping the last reference frees the remote allocation.
@@ -290,6 +301,22 @@ pub fn attach(device: usize, start: u64, attached: Attached) -> CuResult<()> {
     Ok(())
 }
 
+/// An address where `len` bytes are free, for the mapping tests: asked at a hint far below where
+/// the kernel places mappings made without one (top down from below the stack), so that no
+/// thread's stack or allocation takes the range before the test maps it; each call its own.
+#[cfg(test)]
+pub(crate) fn free_range(len: usize) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0x1000_0000_0000);
+    let hint = NEXT.fetch_add(1 << 30, Ordering::Relaxed);
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // SAFETY: a new mapping, removed at once: its range is free afterwards.
+    let probe = unsafe { libc::mmap(hint as *mut c_void, len, libc::PROT_NONE, flags, -1, 0) };
+    assert_ne!(probe, libc::MAP_FAILED);
+    unsafe { libc::munmap(probe, len) };
+    probe as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,11 +329,7 @@ mod tests {
         assert!(!map_at(inside, page), "mapped over the host's own memory at {inside:#x}");
         assert_eq!(taken.iter().map(|&b| b as u32).sum::<u32>(), 0);
         // A free range is mapped where asked, zeroed.
-        let probe = unsafe {
-            libc::mmap(std::ptr::null_mut(), page, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
-        };
-        assert_ne!(probe, libc::MAP_FAILED);
-        unsafe { libc::munmap(probe, page) };
+        let probe = free_range(page) as *mut c_void;
         assert!(map_at(probe as u64, page));
         assert_eq!(unsafe { *(probe as *const u64) }, 0);
         unsafe { libc::munmap(probe, page) };

@@ -373,6 +373,32 @@ async fn managed_memory_is_one_address_for_the_host_and_the_kernels() {
     standin::assert_no_violations();
 }
 
+/// `__managed__` variables (`tests/cuda/managed_variables.cu`): host code reads and writes them
+/// by name, kernels add into them and take their host address as a pointer, round after round;
+/// symbol copies, a memset and a refused free between host accesses; threads launching on their
+/// own streams into one of them. The stand-in lays a module's managed variables out one after
+/// another, as a driver does, so that one page holds several.
+#[tokio::test(flavor = "multi_thread")]
+async fn managed_variables_are_one_name_for_host_code_and_kernels() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("managed_variables", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["10000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("managed variables: all exact"), "{text}");
+    assert!(text.contains("initial: gain 2.5, totals 0 0 0 0"), "{text}");
+    assert!(text.contains("3 rounds of host writes, a kernel and host reads exact"), "{text}");
+    assert!(text.contains("a device memset, read by the host, its neighbour unchanged exact"), "{text}");
+    assert!(text.contains("pointer attributes: type managed, host pointer same, device pointer same"), "{text}");
+    assert!(text.contains("a managed variable freed: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("4 threads adding on their own streams exact"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
+    standin::assert_no_violations();
+}
+
 /// CUDA graphs as programs use them (`tests/cuda/graphs.cu`): a capture forked and joined over
 /// two streams by events (a copy in, kernels, a memset, a host function, a copy out), launched
 /// round after round with new input; graphs built node by node, cloned, updated and launched
