@@ -20,7 +20,7 @@ const MAX_DYNAMIC_SHARED: c_int = 8;
 const CARVEOUT: c_int = 9;
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH` to
 /// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`: kept and answered, not sent
-/// (cluster launches are not served). `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` (10) is
+/// (a launch's cluster shape travels with it; a non-portable size is not served). `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` (10) is
 /// read-only and answered 0.
 const CLUSTER: std::ops::RangeInclusive<c_int> = 11..=15;
 /// The dynamic shared memory a kernel's launches may ask for on a backend too old to say.

@@ -21,6 +21,7 @@ pub mod code {
     pub const CONTEXT_IS_DESTROYED: u32 = 709;
     pub const LAUNCH_FAILED: u32 = 719;
     pub const COOPERATIVE_LAUNCH_TOO_LARGE: u32 = 720;
+    pub const INVALID_CLUSTER_SIZE: u32 = 912;
     pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;
     pub const UNKNOWN: u32 = 999;

@@ -326,8 +326,6 @@ crate::not_supported! {
     cuMulticastCreate,
     cuMulticastGetGranularity,
     cuMulticastUnbind,
-    cuOccupancyMaxActiveClusters,
-    cuOccupancyMaxPotentialClusterSize,
     cuParamSetSize,
     cuParamSetTexRef,
     cuParamSetf,

@@ -195,7 +195,7 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         106 => 32,    // blocks per multiprocessor
         111 => 1 << 10, // reserved shared memory per block
         115 => 1,     // memory pools (`crate::pool`); 119, the handle types they export: none
-        120 => 0,     // cluster launch: not served
+        120 => hopper.into(), // cluster launch (`cuLaunchKernelEx` with a cluster dimension)
         _ => 0,
     }
 }
@@ -266,6 +266,7 @@ fn describe(error: u32) -> Option<(&'static CStr, &'static CStr)> {
         700 => (c"CUDA_ERROR_ILLEGAL_ADDRESS", c"an illegal memory access was encountered"),
         705 => (c"CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", c"peer access has not been enabled"),
         719 => (c"CUDA_ERROR_LAUNCH_FAILED", c"unspecified launch failure"),
+        720 => (c"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", c"too many blocks in cooperative launch"),
         800 => (c"CUDA_ERROR_NOT_PERMITTED", c"operation not permitted"),
         801 => (c"CUDA_ERROR_NOT_SUPPORTED", c"operation not supported"),
         900 => (c"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", c"operation not permitted when stream is capturing"),
@@ -275,6 +276,7 @@ fn describe(error: u32) -> Option<(&'static CStr, &'static CStr)> {
         904 => (c"CUDA_ERROR_STREAM_CAPTURE_UNJOINED", c"capturing stream has unjoined work"),
         907 => (c"CUDA_ERROR_CAPTURED_EVENT", c"operation not permitted on an event last recorded in a capturing stream"),
         910 => (c"CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE", c"the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
+        912 => (c"CUDA_ERROR_INVALID_CLUSTER_SIZE", c"invalid cluster size"),
         999 => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
         _ => return None,
     })

@@ -11,6 +11,7 @@ use ac_frontend::{KernelArg, LaunchDims};
 use crate::error::{code, CuResult, Error};
 use crate::graph::{self, NodeKind};
 use crate::guard;
+use crate::launch_config::{check_cluster, cluster_of, LaunchAttribute, LaunchConfig};
 use crate::managed::{self, Reach};
 use crate::module::{kernels, layout, Resolved};
 use crate::state;
@@ -129,10 +130,14 @@ unsafe fn launch(
     stream: usize,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
-    cooperative: bool,
+    mode: Mode,
 ) -> CuResult<()> {
     let launch = prepare(function, dims, params, extra)?;
-    let launch = if cooperative { launch.cooperatively()? } else { launch };
+    let launch = match mode {
+        Mode::Plain => launch,
+        Mode::Cooperative => launch.cooperatively()?,
+        Mode::Clustered(cluster) => launch.in_clusters(cluster)?,
+    };
     if !graph::is_capturing(stream) {
         // The common case, with no allocation: sent at once.
         return launch.send(stream);
@@ -140,6 +145,17 @@ unsafe fn launch(
     let launch = Arc::new(launch);
     let kept = launch.clone();
     graph::or_record_with(stream, NodeKind::Kernel, move || Some(kept), move |stream| launch.send(stream))
+}
+
+/// How a launch runs its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Each block whenever the device has room for it.
+    Plain,
+    /// Every block resident at once (`cuLaunchCooperativeKernel`).
+    Cooperative,
+    /// In clusters of this many blocks (x, y, z) (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`).
+    Clustered([u32; 3]),
 }
 
 /// Copies of a launch's parameters (each in 8-byte words, so aligned as any parameter may
@@ -157,8 +173,8 @@ pub(crate) struct Prepared {
     /// The parameters' bytes and a pointer to each, made when a graph's node is asked for them
     /// (`cuGraphKernelNodeGetParams`), valid while the launch is kept.
     copies: OnceLock<Copies>,
-    /// Whether its blocks may wait for each other (`cuLaunchCooperativeKernel`).
-    cooperative: bool,
+    /// How its blocks run.
+    mode: Mode,
 }
 
 impl Prepared {
@@ -184,9 +200,12 @@ impl Prepared {
         let stream = stream_of(stream, self.device)?;
         let shim = state::shim()?;
         let function = &self.resolved.function;
-        let send = || match self.cooperative {
-            false => Ok(shim.block_on(function.launch_on(&stream, self.dims, &self.args))?),
-            true => Ok(shim.block_on(function.launch_cooperative_on(&stream, self.dims, &self.args))?),
+        let send = || match self.mode {
+            Mode::Plain => Ok(shim.block_on(function.launch_on(&stream, self.dims, &self.args))?),
+            Mode::Cooperative => Ok(shim.block_on(function.launch_cooperative_on(&stream, self.dims, &self.args))?),
+            Mode::Clustered(cluster) => {
+                Ok(shim.block_on(function.launch_clustered_on(&stream, self.dims, cluster, &self.args))?)
+            }
         };
         managed::device_work(&reach, send)
     }
@@ -207,7 +226,16 @@ impl Prepared {
             let why = format!("a cooperative launch of {blocks} blocks: the device holds {most} of them at once");
             return Err(Error::said(code::COOPERATIVE_LAUNCH_TOO_LARGE, why));
         }
-        self.cooperative = true;
+        self.mode = Mode::Cooperative;
+        Ok(self)
+    }
+
+    /// The same launch in clusters of `cluster` blocks: refused at once when the cluster does
+    /// not divide the grid (`CUDA_ERROR_INVALID_VALUE`) or holds more than the portable 8 blocks
+    /// (`CUDA_ERROR_INVALID_CLUSTER_SIZE`), as CUDA refuses them.
+    fn in_clusters(mut self, cluster: [u32; 3]) -> CuResult<Self> {
+        check_cluster(self.dims.grid, cluster)?;
+        self.mode = Mode::Clustered(cluster);
         Ok(self)
     }
 }
@@ -244,7 +272,7 @@ pub(crate) unsafe fn prepare(
             ));
         }
     }
-    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new(), cooperative: false })
+    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new(), mode: Mode::Plain })
 }
 
 #[no_mangle]
@@ -269,7 +297,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
             stream,
             params,
             extra,
-            false,
+            Mode::Plain,
         )
     })
 }
@@ -290,46 +318,13 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
 ) -> u32 {
     guard("cuLaunchCooperativeKernel", || {
         let dims = dims_of([grid_x, grid_y, grid_z], [block_x, block_y, block_z], shared);
-        launch(function, dims, stream, params, std::ptr::null_mut(), true)
+        launch(function, dims, stream, params, std::ptr::null_mut(), Mode::Cooperative)
     })
 }
 
 /// A launch's shape from the driver API's separate arguments.
 fn dims_of(grid: [c_uint; 3], block: [c_uint; 3], shared_mem: c_uint) -> LaunchDims {
     LaunchDims { grid, block, shared_mem }
-}
-
-/// `CUlaunchConfig`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct LaunchConfig {
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
-    stream: usize,
-    attrs: *const LaunchAttribute,
-    num_attrs: c_uint,
-}
-
-/// `CUlaunchAttribute`: an id, padding to 8 bytes, and a 64-byte value (`CUlaunchAttributeValue`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct LaunchAttribute {
-    id: c_uint,
-    pad: [u8; 4],
-    value: [u8; 64],
-}
-
-impl LaunchAttribute {
-    /// The value's `i`th 32-bit word.
-    fn word(&self, i: usize) -> u32 {
-        u32::from_ne_bytes(self.value[4 * i..4 * i + 4].try_into().expect("4 bytes"))
-    }
-
-    /// The value's first 8 bytes, as a handle (`CUevent`).
-    fn handle(&self) -> usize {
-        u64::from_ne_bytes(self.value[..8].try_into().expect("8 bytes")) as usize
-    }
 }
 
 /// What a launch's attributes ask beyond the launch itself.
@@ -340,10 +335,27 @@ struct Asked {
     events: Vec<usize>,
     /// A cooperative launch (`CU_LAUNCH_ATTRIBUTE_COOPERATIVE`).
     cooperative: bool,
+    /// A cluster shape of more than one block (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`).
+    cluster: Option<[u32; 3]>,
+}
+
+impl Asked {
+    /// How the launch runs its blocks.
+    fn mode(&self) -> CuResult<Mode> {
+        match (self.cooperative, self.cluster) {
+            (false, None) => Ok(Mode::Plain),
+            (true, None) => Ok(Mode::Cooperative),
+            (false, Some(cluster)) => Ok(Mode::Clustered(cluster)),
+            (true, Some(_)) => Err(Error::said(
+                code::NOT_SUPPORTED,
+                "a cooperative launch in clusters is not supported on remote accelerators",
+            )),
+        }
+    }
 }
 
 /// What a launch's attributes ask: the attributes that change nothing here are let through,
-/// those the remote GPU would have to honour and cannot (clusters) refused.
+/// those the remote GPU would have to honour and cannot refused.
 fn asked_by(attributes: &[LaunchAttribute]) -> CuResult<Asked> {
     let refuse =
         |what: &str| Err(Error::said(code::NOT_SUPPORTED, format!("{what} are not supported on remote accelerators")));
@@ -357,8 +369,7 @@ fn asked_by(attributes: &[LaunchAttribute]) -> CuResult<Asked> {
             // running after it, as every launch does here, is what it allows.
             0 | 1 | 3 | 5 | 6 | 8 | 9 | 10 | 11 | 14 | 16 | 17 | 18 => {}
             2 => asked.cooperative = attribute.word(0) != 0,
-            4 if matches!((attribute.word(0), attribute.word(1), attribute.word(2)), (0 | 1, 0 | 1, 0 | 1)) => {}
-            4 => return refuse("thread block clusters"),
+            4 => asked.cluster = cluster_of(attribute),
             // The event is reached once all blocks triggered or finished: after the kernel, at
             // the latest, which is when it is recorded here.
             7 | 12 => {
@@ -382,15 +393,9 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 ) -> u32 {
     guard("cuLaunchKernelEx", || {
         let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let attributes = match config.num_attrs {
-            0 => &[][..],
-            _ if config.attrs.is_null() => return Err(Error::Code(code::INVALID_VALUE)),
-            // SAFETY: the caller's array of `num_attrs` attributes.
-            n => std::slice::from_raw_parts(config.attrs, n as usize),
-        };
-        let asked = asked_by(attributes)?;
-        let dims = LaunchDims { grid: config.grid, block: config.block, shared_mem: config.shared };
-        launch(function, dims, config.stream, params, extra, asked.cooperative)?;
+        let asked = asked_by(config.attributes()?)?;
+        let dims = config.dims_in(config.grid);
+        launch(function, dims, config.stream, params, extra, asked.mode()?)?;
         asked.events.into_iter().try_for_each(|event| crate::stream::record(event, config.stream))
     })
 }

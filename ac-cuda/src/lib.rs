@@ -76,6 +76,7 @@ pub mod image;
 pub mod init;
 pub mod integrity;
 pub mod launch;
+pub mod launch_config;
 pub mod limits;
 pub mod managed;
 pub mod memory;

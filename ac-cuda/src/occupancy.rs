@@ -28,6 +28,48 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     })
 }
 
+/// Clusters of a launch's cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` in `config`)
+/// the remote GPU holds at once, with the launch's block and dynamic shared memory: the
+/// remote driver's answer. A configuration without a cluster shape is refused, as CUDA refuses
+/// one for a kernel without a compile-time cluster size.
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
+    clusters: *mut c_int,
+    function: usize,
+    config: *const crate::launch_config::LaunchConfig,
+) -> u32 {
+    guard("cuOccupancyMaxActiveClusters", || {
+        let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        let Some(cluster) = crate::launch_config::cluster_asked(config)? else {
+            return Err(Error::said(code::INVALID_CLUSTER_SIZE, "no cluster dimension in the launch configuration"));
+        };
+        crate::launch_config::check_cluster(cluster, cluster)?;
+        let kernel = kernels().get(function)?;
+        let resolved = kernel.on(kernel.device()?)?;
+        let shim = state::shim()?;
+        let count = shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))?;
+        put(clusters, c_int::try_from(count).unwrap_or(c_int::MAX))
+    })
+}
+
+/// The largest cluster a launch of the kernel may have: CUDA's portable 8 blocks on devices of
+/// compute capability 9.0 and later (larger, non-portable sizes are not served here).
+#[no_mangle]
+pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
+    size: *mut c_int,
+    function: usize,
+    config: *const crate::launch_config::LaunchConfig,
+) -> u32 {
+    guard("cuOccupancyMaxPotentialClusterSize", || {
+        config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        let kernel = kernels().get(function)?;
+        let device = kernel.device()?;
+        let shim = state::shim()?;
+        let clusters = crate::init::attribute_of(&shim.devices[device], device as c_int, 120);
+        put(size, if clusters == 1 { 8 } else { 0 })
+    })
+}
+
 /// How many blocks of a launch of `function` with `dims` the device holds at once: a
 /// cooperative launch's limit.
 pub(crate) fn resident_blocks(function: usize, dims: &LaunchDims) -> CuResult<u64> {

@@ -23,6 +23,8 @@ const MODULE_VARIABLES: u16 = 9;
 const KERNEL_ATTRIBUTES: u16 = 10;
 /// The backend protocol that serves context limits.
 const CONTEXT_LIMITS: u16 = 11;
+/// The backend protocol that serves thread block clusters.
+const CLUSTERS: u16 = 12;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -147,6 +149,36 @@ impl Function {
         let request =
             Request::LaunchCooperative { function: self.id(), dims, args: args.to_vec(), stream: stream.id() };
         acc.post(request, Bytes::new()).await
+    }
+
+    /// Launches on `stream` in clusters of `cluster` blocks (x, y, z; each dividing the grid's),
+    /// each cluster's blocks resident at once on one GPU processing cluster, sharing their
+    /// shared memory (CUDA's thread block clusters, compute capability 9.0 and later). A shape
+    /// the device refuses fails, at the next synchronizing call as any launch error.
+    pub async fn launch_clustered_on(
+        &self,
+        stream: &Stream,
+        dims: LaunchDims,
+        cluster: [u32; 3],
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.check(args)?;
+        let acc = self.accelerator();
+        acc.needs_protocol(CLUSTERS, "a launch in thread block clusters")?;
+        let request =
+            Request::LaunchClustered { function: self.id(), dims, cluster, args: args.to_vec(), stream: stream.id() };
+        acc.post(request, Bytes::new()).await
+    }
+
+    /// How many clusters of `cluster` blocks of the kernel, launched with `dims`' block and
+    /// dynamic shared memory, the device holds at once.
+    pub async fn max_active_clusters(&self, dims: LaunchDims, cluster: [u32; 3]) -> Result<u32> {
+        let acc = self.accelerator();
+        acc.needs_protocol(CLUSTERS, "a cluster occupancy query")?;
+        match acc.call(Request::MaxActiveClusters { function: self.id(), dims, cluster }, Bytes::new()).await? {
+            Answer::Response(Response::Clusters(count)) => Ok(count),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Sets one of the kernel's attributes for its later launches in this session (after the

@@ -26,6 +26,8 @@ pub const ILLEGAL_ADDRESS: u32 = 700;
 pub const CONTEXT_IS_DESTROYED: u32 = 709;
 /// A cooperative launch of more blocks than the device holds at once.
 pub const COOPERATIVE_LAUNCH_TOO_LARGE: u32 = 720;
+/// A cluster shape the device refuses (too many blocks).
+pub const INVALID_CLUSTER_SIZE: u32 = 912;
 /// Not something the stand-in does (kernels it does not know, compressed fatbin images).
 pub const NOT_SUPPORTED: u32 = 801;
 /// What `cuInit` answers on an NVSwitch host whose fabric manager has not set the fabric up.

@@ -11,6 +11,12 @@ use crate::{code, launch, Handle};
 /// thread limit (64 warps a multiprocessor), as on an H100.
 const RESIDENT_BLOCKS: u64 = 32;
 
+/// Blocks of `block` threads a multiprocessor holds at once.
+pub fn blocks_per_multiprocessor(block: [c_uint; 3]) -> u64 {
+    let warps = block.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64)).div_ceil(32).max(1);
+    (THREADS_PER_MULTIPROCESSOR / 32 / warps).min(RESIDENT_BLOCKS)
+}
+
 #[no_mangle]
 #[allow(clippy::too_many_arguments)] // the driver API's signature
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
@@ -26,12 +32,10 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     params: *mut *mut c_void,
 ) -> u32 {
     // Every block resident at once: no more than the multiprocessors hold.
-    let product = |dims: [c_uint; 3]| dims.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
-    let warps = product([block_x, block_y, block_z]).div_ceil(32).max(1);
-    let per_multiprocessor = (THREADS_PER_MULTIPROCESSOR / 32 / warps).min(RESIDENT_BLOCKS);
-    if product([grid_x, grid_y, grid_z]) > per_multiprocessor * MULTIPROCESSORS {
+    let blocks = [grid_x, grid_y, grid_z].iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+    if blocks > blocks_per_multiprocessor([block_x, block_y, block_z]) * MULTIPROCESSORS {
         return code::COOPERATIVE_LAUNCH_TOO_LARGE;
     }
-    let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+    let shape = crate::kernels::Shape::of([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
     launch("cuLaunchCooperativeKernel", function, shape, shared, stream, params, std::ptr::null_mut())
 }

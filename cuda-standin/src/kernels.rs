@@ -13,16 +13,23 @@
 use crate::elf::{u16_at, u32_at, u64_at};
 use crate::{code, host};
 
-/// A launch's grid and block, as `cuLaunchKernel` was given them.
+/// A launch's grid and block, as `cuLaunchKernel` was given them, and its clusters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     /// Blocks in x, y, z.
     pub grid: [u32; 3],
     /// Threads of a block in x, y, z.
     pub block: [u32; 3],
+    /// Blocks of a cluster in x, y, z (`cuLaunchKernelEx`'s cluster dimension; 1, 1, 1 without).
+    pub cluster: [u32; 3],
 }
 
 impl Shape {
+    /// A launch of `grid` blocks of `block` threads, without clusters.
+    pub fn of(grid: [u32; 3], block: [u32; 3]) -> Self {
+        Shape { grid, block, cluster: [1, 1, 1] }
+    }
+
     /// Threads launched.
     pub fn threads(&self) -> u64 {
         self.grid.iter().chain(&self.block).map(|&d| d as u64).product()
@@ -80,15 +87,6 @@ pub const MIRROR_KERNEL: &str = "_Z6mirrorPfS_i";
 /// `kernel <tag>: block <b> thread <t>` (device-side `printf`; one-dimensional launches).
 pub const GREET_KERNEL: &str = "_Z5greeti";
 
-/// `tally(const int* x, int n)` of `tests/cuda/managed_variables.cu`: for `i < n`, one element a
-/// thread, `totals[i % 4] += (int)(gain * x[i])` and `histogram[x[i] % 1024] += 1`, with the
-/// module's `__managed__` variables `int totals[4]`, `float gain` and `int histogram[1024]`.
-pub const TALLY_KERNEL: &str = "_Z5tallyPKii";
-
-/// `add_to(int* p, int v, int n)` of `tests/cuda/managed_variables.cu`: `p[i] += v` for `i < n`,
-/// one element a thread.
-pub const ADD_TO_KERNEL: &str = "_Z6add_toPiii";
-
 /// Parameter sizes of the kernels the stand-in can run: the builtins' as g++ compiled
 /// `kernels.cu` ([`host::signature`]), the test fixtures' as their sources declare them.
 pub fn signature(name: &str) -> Option<Vec<usize>> {
@@ -107,8 +105,6 @@ fn fixture_signature(name: &str) -> Option<&'static [usize]> {
         REVERSE_BLOCKS_KERNEL => &[8, 4],
         MIRROR_KERNEL => &[8, 8, 4],
         GREET_KERNEL => &[4],
-        TALLY_KERNEL => &[8, 4],
-        ADD_TO_KERNEL => &[8, 4, 4],
         _ => return None,
     })
 }
@@ -240,7 +236,7 @@ pub trait Memory {
     fn print(&mut self, text: &str);
 }
 
-fn u64_arg(arg: &[u8]) -> u64 {
+pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     b[..arg.len().min(8)].copy_from_slice(&arg[..arg.len().min(8)]);
     u64::from_ne_bytes(b)
@@ -254,36 +250,25 @@ fn u32_arg(arg: &[u8]) -> usize {
     u32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter")) as usize
 }
 
-fn i32_arg(arg: &[u8]) -> i32 {
+pub(crate) fn i32_arg(arg: &[u8]) -> i32 {
     i32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
-}
-
-/// The `int` at `at`.
-fn load_i32(memory: &mut dyn Memory, at: u64) -> Option<i32> {
-    Some(memory.load(at, 1)?[0].to_bits() as i32)
-}
-
-/// `*at += v` on the `int` at `at` (wrapping, as a GPU's integer add).
-fn add_i32(memory: &mut dyn Memory, at: u64, v: i32) -> Option<()> {
-    let sum = load_i32(memory, at)?.wrapping_add(v);
-    memory.store_u32(at, &[sum as u32])
 }
 
 /// The address of 4-byte element `index` (possibly negative, as a kernel's `int` index) of the
 /// array at `base`; `None` (a fault) where it leaves the address space.
-fn element(base: u64, index: i64) -> Option<u64> {
+pub(crate) fn element(base: u64, index: i64) -> Option<u64> {
     base.checked_add_signed(index.checked_mul(4)?)
 }
 
 /// A thread's `int i = blockIdx.x * blockDim.x + threadIdx.x`: computed in 32 bits as in
 /// CUDA, so that a thread past `2^31` gets a negative index, reads below the array and faults,
 /// as it would on a GPU.
-fn int_index(x: u64) -> i64 {
+pub(crate) fn int_index(x: u64) -> i64 {
     i64::from(x as u32 as i32)
 }
 
 /// The elements `int i = ...; if (i < n)` selects, one a thread, in launch order.
-fn int_elements(shape: &Shape, n: i32) -> impl Iterator<Item = i64> + '_ {
+pub(crate) fn int_elements(shape: &Shape, n: i32) -> impl Iterator<Item = i64> + '_ {
     shape.x_indices().map(int_index).filter(move |&i| i < i64::from(n))
 }
 
@@ -368,24 +353,6 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             }
             Some(())
         }
-        TALLY_KERNEL => {
-            let (x, n) = (u64_arg(&args[0]), i32_arg(&args[1]));
-            let (totals, histogram) = (memory.variable("totals")?, memory.variable("histogram")?);
-            let gain = memory.load(memory.variable("gain")?, 1)?[0];
-            for i in int_elements(&shape, n) {
-                let v = load_i32(memory, element(x, i)?)?;
-                add_i32(memory, element(totals, i % 4)?, (gain * v as f32) as i32)?;
-                add_i32(memory, element(histogram, i64::from(v % 1024))?, 1)?;
-            }
-            Some(())
-        }
-        ADD_TO_KERNEL => {
-            let (p, v) = (u64_arg(&args[0]), i32_arg(&args[1]));
-            for i in int_elements(&shape, i32_arg(&args[2])) {
-                add_i32(memory, element(p, i)?, v)?;
-            }
-            Some(())
-        }
         GREET_KERNEL => {
             let tag = i32_arg(&args[0]);
             for b in 0..shape.grid[0] {
@@ -448,13 +415,13 @@ mod tests {
     fn add_one_runs_only_the_threads_launched() {
         let args = |n: u32| vec![0u64.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
         let mut memory = Flat(vec![0.0; 100]);
-        let short = Shape { grid: [3, 1, 1], block: [32, 1, 1] };
+        let short = Shape::of([3, 1, 1], [32, 1, 1]);
         run(ADD_ONE_KERNEL, &args(100), short, &mut memory).unwrap();
         assert!(memory.0[..96].iter().all(|&v| v == 1.0) && memory.0[96..].iter().all(|&v| v == 0.0));
-        let whole = Shape { grid: [4, 1, 1], block: [32, 1, 1] };
+        let whole = Shape::of([4, 1, 1], [32, 1, 1]);
         run(ADD_ONE_KERNEL, &args(100), whole, &mut memory).unwrap();
         assert!(memory.0[..96].iter().all(|&v| v == 2.0) && memory.0[96..].iter().all(|&v| v == 1.0));
-        let twice_in_y = Shape { grid: [1, 2, 1], block: [10, 1, 1] };
+        let twice_in_y = Shape::of([1, 2, 1], [10, 1, 1]);
         run(ADD_ONE_KERNEL, &args(100), twice_in_y, &mut memory).unwrap();
         assert_eq!(memory.0[0], 4.0, "both rows of blocks ran");
     }
@@ -559,18 +526,18 @@ mod tests {
         let (a, b, c) = (0u64, 400u64, 800u64); // three arrays of 100 floats
         let mut memory = Flat((0..300).map(|i| i as f32).collect());
         let vadd = |n: i32| args(&[&a.to_ne_bytes(), &b.to_ne_bytes(), &c.to_ne_bytes(), &n.to_ne_bytes()]);
-        let short = Shape { grid: [3, 1, 1], block: [32, 1, 1] };
+        let short = Shape::of([3, 1, 1], [32, 1, 1]);
         run(VADD_KERNEL, &vadd(100), short, &mut memory).unwrap();
         assert!((0..96).all(|i| memory.0[200 + i] == (i + 100 + i) as f32));
         assert!((96..100).all(|i| memory.0[200 + i] == (200 + i) as f32), "no thread for 96..100");
         let scale = |n: i32| args(&[&a.to_ne_bytes(), &2.5f32.to_ne_bytes(), &n.to_ne_bytes()]);
-        run(SCALE_KERNEL, &scale(50), Shape { grid: [4, 1, 1], block: [32, 1, 1] }, &mut memory).unwrap();
+        run(SCALE_KERNEL, &scale(50), Shape::of([4, 1, 1], [32, 1, 1]), &mut memory).unwrap();
         assert!((0..100).all(|i| memory.0[i] == if i < 50 { i as f32 * 2.5 } else { i as f32 }));
         let iota = |n: u32| args(&[&b.to_ne_bytes(), &n.to_ne_bytes()]);
-        run(IOTA_KERNEL, &iota(70), Shape { grid: [1, 1, 1], block: [64, 1, 1] }, &mut memory).unwrap();
+        run(IOTA_KERNEL, &iota(70), Shape::of([1, 1, 1], [64, 1, 1]), &mut memory).unwrap();
         assert!((0..64).all(|i| memory.0[100 + i].to_bits() == i as u32));
         assert!((64..100).all(|i| memory.0[100 + i] == (100 + i) as f32));
-        assert!(run(VADD_KERNEL, &vadd(301), Shape { grid: [1, 1, 1], block: [1024, 1, 1] }, &mut memory).is_none());
+        assert!(run(VADD_KERNEL, &vadd(301), Shape::of([1, 1, 1], [1024, 1, 1]), &mut memory).is_none());
         assert_eq!(signature(VADD_KERNEL), Some(vec![8, 8, 8, 4]));
         assert_eq!(signature(SCALE_KERNEL), Some(vec![8, 4, 4]));
         assert_eq!(signature(IOTA_KERNEL), Some(vec![8, 4]));

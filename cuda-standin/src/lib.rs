@@ -63,9 +63,11 @@
 #![allow(clippy::missing_safety_doc)] // the safety contract is the CUDA driver API's
 
 mod attributes;
+mod clusters;
 mod code;
 mod cooperative;
 mod elf;
+mod fixtures;
 mod host;
 mod kernels;
 mod limits;
@@ -426,7 +428,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
         if d.no_param_info {
             return Err(code::NOT_SUPPORTED);
         }
-        let sizes = kernels::signature(&d.functions[&id(function)].name).ok_or(code::NOT_SUPPORTED)?;
+        let sizes = signature(&d.functions[&id(function)].name).ok_or(code::NOT_SUPPORTED)?;
         let &wanted = sizes.get(index).ok_or(code::INVALID_VALUE)?;
         let at = sizes[..index].iter().fold(0usize, |at, &s| at.next_multiple_of(s) + s);
         *offset = at.next_multiple_of(wanted);
@@ -450,21 +452,27 @@ pub unsafe extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    let shape = [grid_x, grid_y, grid_z, block_x, block_y, block_z];
+    let shape = kernels::Shape::of([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
     launch("cuLaunchKernel", function, shape, shared, stream, params, extra)
 }
 
-/// A launch of `function` with `shape` (grid, then block), as `call`.
+/// Parameter sizes of a kernel the stand-in runs: a builtin or test fixture of [`kernels`], or
+/// one of the later programs' [`fixtures`].
+fn signature(name: &str) -> Option<Vec<usize>> {
+    kernels::signature(name).or_else(|| fixtures::signature(name).map(<[usize]>::to_vec))
+}
+
+/// A launch of `function` with `shape`, as `call`.
 pub(crate) unsafe fn launch(
     call: &str,
     function: Handle,
-    shape: [c_uint; 6],
+    shape: kernels::Shape,
     shared: c_uint,
     stream: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
-    let [grid_x, grid_y, grid_z, block_x, block_y, block_z] = shape;
+    let ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]) = (shape.grid, shape.block);
     with_context(call, |d, context| {
         let owner = d.functions.get(&id(function)).map(|f| f.context);
         owned(d, "function", owner, context)?;
@@ -475,12 +483,13 @@ pub(crate) unsafe fn launch(
         // shared memory, unless it opted in to more: `cuFuncSetAttribute`).
         let grid_too_large = grid_x > i32::MAX as c_uint || grid_y > 65535 || grid_z > 65535;
         let too_much_shared = shared > d.functions[&id(function)].max_dynamic_shared;
-        if shape.contains(&0) || threads > 1024 || grid_too_large || too_much_shared || !extra.is_null() {
+        let empty = shape.grid.contains(&0) || shape.block.contains(&0);
+        if empty || threads > 1024 || grid_too_large || too_much_shared || !extra.is_null() {
             return Err(code::INVALID_VALUE);
         }
         let name = d.functions[&id(function)].name.clone();
         let variables = d.modules[&d.functions[&id(function)].module].variables.variables.clone();
-        let sizes = kernels::signature(&name).ok_or(code::NOT_SUPPORTED)?;
+        let sizes = signature(&name).ok_or(code::NOT_SUPPORTED)?;
         if !sizes.is_empty() && params.is_null() {
             return Err(code::INVALID_VALUE);
         }
@@ -489,7 +498,6 @@ pub(crate) unsafe fn launch(
         let args = (0..sizes.len())
             .map(|i| std::slice::from_raw_parts(*params.add(i) as *const u8, sizes[i]).to_vec())
             .collect();
-        let shape = kernels::Shape { grid: [grid_x, grid_y, grid_z], block: [block_x, block_y, block_z] };
         d.queue(stream, Op::Launch { name, args, shape, variables });
         Ok(())
     })

@@ -3,7 +3,7 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::state::{Driver, Guard, Op, Result};
-use crate::{code, host, kernels};
+use crate::{code, fixtures, host, kernels};
 
 /// Signalled whenever a stream's kernel ends. One for every driver: the stand-in has one, and
 /// the unit tests' own drivers, but for the test below, run on one thread and never wait on it.
@@ -73,7 +73,7 @@ pub fn run(d: &mut Guard, stream: u64, upto: u64) {
 }
 
 /// Runs kernel `name`; `None`: it faulted. The builtins run from `kernels.cu`'s own source
-/// ([`host`]), the test fixtures as [`kernels::run`] describes them.
+/// ([`host`]), the test fixtures as [`kernels::run`] and [`fixtures::run`] describe them.
 fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut SharedMemory) -> Option<()> {
     match name {
         #[cfg(test)]
@@ -82,6 +82,7 @@ fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut Shar
             let ran = host::launch(name, args, shape.grid, shape.block, &mut |address| memory.resolve(address));
             memory.release(name).and(ran)
         }
+        _ if fixtures::signature(name).is_some() => fixtures::run(name, args, shape, memory),
         _ => kernels::run(name, args, shape, memory),
     }
 }
@@ -261,7 +262,7 @@ mod tests {
             let context = d.create_context(0, false).unwrap();
             let stream = d.stream(context, 0).unwrap();
             let address = d.alloc(context, 16).unwrap();
-            let shape = kernels::Shape { grid: [1, 1, 1], block: [1, 1, 1] };
+            let shape = kernels::Shape::of([1, 1, 1], [1, 1, 1]);
             d.queue(
                 stream,
                 Op::Launch { name: GATE_KERNEL.into(), args: vec![], shape, variables: Default::default() },
@@ -338,7 +339,7 @@ mod tests {
         let context = d.create_context(0, false).unwrap();
         let x = d.alloc(context, 64 * 4).unwrap();
         let stream = d.stream(context, 0).unwrap();
-        let shape = kernels::Shape { grid: [1, 1, 1], block: [128, 1, 1] };
+        let shape = kernels::Shape::of([1, 1, 1], [128, 1, 1]);
         let iota = |n: u32| vec![x.to_ne_bytes().to_vec(), n.to_ne_bytes().to_vec()];
         let variables = crate::state::Variables::default();
         d.queue(

@@ -2,7 +2,8 @@
 // programmatic stream serialization, a 1x1x1 cluster, a memory synchronization domain and a
 // launch completion event run the kernel as asked, the event reached once it is done; a
 // programmatic event lets another stream wait for the kernel; a cooperative launch by attribute
-// runs; a cluster of two blocks is refused (cudaErrorNotSupported) and the stream goes on.
+// runs; a launch in clusters of two blocks runs (a cooperative one in clusters is refused
+// through the shim, and changes nothing either way); the stream goes on.
 // Usage: launch_ex [elements]
 #include <cstdio>
 #include <cstdlib>
@@ -98,12 +99,21 @@ int main(int argc, char** argv) {
     config.gridDim = dim3(((n + 255) / 256 + 1) / 2 * 2);
     e = cudaLaunchKernelEx(&config, scale, d, 7.0f, n);
     printf("a cluster of 2 blocks: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    CHECK(cudaStreamSynchronize(s));
+    report(all_equal(d, part, 1470.0f) && all_equal(d + part, n - part, 210.0f), "a launch in clusters of 2 blocks");
+    cudaLaunchAttribute both[2] = {cooperative, cluster};
+    config.attrs = both;
+    config.numAttrs = 2;
+    config.gridDim = dim3(2);
+    e = cudaLaunchKernelEx(&config, scale, d, 1.0f, n);  // a scale of 1: no change if it runs
+    printf("a cooperative launch in clusters: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
 
     config.numAttrs = 0;
+    config.gridDim = dim3((n + 255) / 256);
     CHECK(cudaLaunchKernelEx(&config, scale, d, 0.5f, n));
     CHECK(cudaStreamSynchronize(s));
-    report(all_equal(d, part, 105.0f) && all_equal(d + part, n - part, 15.0f), "the stream after the refusals");
+    report(all_equal(d, part, 735.0f) && all_equal(d + part, n - part, 105.0f), "the stream after the refusals");
 
     CHECK(cudaEventDestroy(done));
     CHECK(cudaEventDestroy(triggered));

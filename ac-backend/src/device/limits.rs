@@ -17,6 +17,38 @@ pub struct Limited {
     pub reserved: u64,
 }
 
+/// How a launch runs its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LaunchMode {
+    /// Each block whenever the device has room for it.
+    Plain,
+    /// Every block resident at once, so that blocks may wait for each other (cooperative).
+    Cooperative,
+    /// In clusters of this many blocks (x, y, z), each cluster's blocks resident at once on one
+    /// GPU processing cluster.
+    Clustered([u32; 3]),
+}
+
+/// The most blocks a cluster may have on any CUDA device (16 on compute capability 9.0, with
+/// the kernel's non-portable size allowed; the driver holds the rest of the rules).
+pub const MAX_CLUSTER_BLOCKS: u64 = 16;
+
+/// Checks a cluster shape against a launch's grid: each dimension at least 1 and dividing the
+/// grid's, at most [`MAX_CLUSTER_BLOCKS`] blocks in all, as CUDA requires.
+pub fn check_cluster(dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<()> {
+    use ac_proto::backend::ErrorKind::InvalidArgument;
+    if cluster.contains(&0) || dims.grid.iter().zip(cluster).any(|(&g, c)| g % c != 0) {
+        let why = format!("a cluster of {cluster:?} blocks does not divide the grid of {:?}", dims.grid);
+        return Err(WireError::new(InvalidArgument, why));
+    }
+    let blocks = cluster.iter().map(|&c| c as u64).product::<u64>();
+    if blocks > MAX_CLUSTER_BLOCKS {
+        let why = format!("a cluster of {blocks} blocks: at most {MAX_CLUSTER_BLOCKS}");
+        return Err(WireError::new(InvalidArgument, why));
+    }
+    Ok(())
+}
+
 /// Checks a launch shape against the limits CUDA devices share, so that a launch that fails on
 /// a GPU fails the same way on the CPU device.
 pub fn validate_dims(dims: &LaunchDims) -> DeviceResult<()> {
@@ -71,6 +103,16 @@ mod tests {
         let dims = LaunchDims::new([1, 1, 1], [u32::MAX, u32::MAX, u32::MAX]);
         assert!(validate_dims(&dims).is_err());
         assert!(validate_dims(&LaunchDims::new([1, 1, 1], [32, 32, 1])).is_ok());
+    }
+
+    #[test]
+    fn a_cluster_must_divide_its_grid_and_hold_at_most_16_blocks() {
+        let dims = LaunchDims::new([8, 4, 1], [32, 1, 1]);
+        assert!(check_cluster(&dims, [2, 2, 1]).is_ok() && check_cluster(&dims, [8, 2, 1]).is_ok());
+        assert!(check_cluster(&dims, [3, 1, 1]).unwrap_err().message.contains("does not divide the grid"));
+        assert!(check_cluster(&dims, [0, 1, 1]).is_err(), "a dimension of 0");
+        let err = check_cluster(&dims, [8, 4, 1]).unwrap_err();
+        assert!(err.message.contains("a cluster of 32 blocks: at most 16"), "{err:?}");
     }
 
     #[test]

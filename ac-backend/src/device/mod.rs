@@ -49,7 +49,9 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use cpu::CpuDevice;
-pub use limits::{check_carveout, check_shared, validate_dims, Limited, DEFAULT_DYNAMIC_SHARED};
+pub use limits::{
+    check_carveout, check_cluster, check_shared, validate_dims, LaunchMode, Limited, DEFAULT_DYNAMIC_SHARED,
+};
 
 /// Result of a device call: errors travel to the caller as they are.
 pub type DeviceResult<T> = Result<T, WireError>;
@@ -229,17 +231,22 @@ pub trait Context: Send + Sync + 'static {
     }
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()>;
-    /// Launches a kernel whose blocks may wait for each other: all of them resident at once.
-    /// The default serves a device whose kernels never wait for other blocks (the CPU device's
-    /// builtins): a plain launch.
-    fn launch_cooperative(
+    /// Launches a kernel whose blocks run as `mode` says (its cluster shape checked already).
+    /// The default serves a device whose kernels neither wait for other blocks nor share memory
+    /// across blocks (the CPU device's builtins): a plain launch.
+    fn launch_as(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
         args: &[DeviceArg],
         stream: DeviceStream,
+        _mode: LaunchMode,
     ) -> DeviceResult<()> {
         self.launch(kernel, dims, args, stream)
+    }
+    /// Clusters of `cluster` blocks of `kernel` (`dims`' block) the device holds at once: a GPU's.
+    fn max_active_clusters(&self, _kernel: &Kernel, _dims: &LaunchDims, _cluster: [u32; 3]) -> DeviceResult<u32> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "thread block clusters are a CUDA GPU's"))
     }
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;

@@ -32,7 +32,7 @@ use ac_proto::backend::{LaunchDims, WireError};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use crate::device::{Context, DeviceArg, DeviceStream, Kernel};
+use crate::device::{Context, DeviceArg, DeviceStream, Kernel, LaunchMode};
 use crate::session::Allocation;
 
 /// One stream-ordered operation.
@@ -81,8 +81,8 @@ pub enum StreamOp {
         dims: LaunchDims,
         /// Resolved arguments.
         args: Vec<DeviceArg>,
-        /// Whether its blocks may wait for each other (all resident at once).
-        cooperative: bool,
+        /// How its blocks run.
+        mode: LaunchMode,
         /// Keeps the arguments' allocations alive until the launch is done.
         _hold: Vec<Arc<Allocation>>,
     },
@@ -321,10 +321,10 @@ fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(
             device.copy(dst.mem, dst_offset, src.mem, src_offset, len, stream)
         }
         StreamOp::Memset { dst, offset, len, value } => device.memset(dst.mem, offset, len, value, stream),
-        StreamOp::Launch { kernel, dims, args, cooperative: false, .. } => device.launch(&kernel, &dims, &args, stream),
-        StreamOp::Launch { kernel, dims, args, cooperative: true, .. } => {
-            device.launch_cooperative(&kernel, &dims, &args, stream)
+        StreamOp::Launch { kernel, dims, args, mode: LaunchMode::Plain, .. } => {
+            device.launch(&kernel, &dims, &args, stream)
         }
+        StreamOp::Launch { kernel, dims, args, mode, .. } => device.launch_as(&kernel, &dims, &args, stream, mode),
         StreamOp::Barrier(_) => unreachable!("handled by the caller"),
     }
 }
@@ -351,7 +351,7 @@ mod tests {
             DeviceArg::Scalar(KernelArg::F32(value)),
             DeviceArg::Scalar(KernelArg::U64(n)),
         ];
-        StreamOp::Launch { kernel, dims: LaunchDims::linear(1, 1), args, cooperative: false, _hold: Vec::new() }
+        StreamOp::Launch { kernel, dims: LaunchDims::linear(1, 1), args, mode: LaunchMode::Plain, _hold: Vec::new() }
     }
 
     fn floats(context: &dyn Context, mem: DeviceMem, n: usize) -> Vec<f32> {

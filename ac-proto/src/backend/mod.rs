@@ -68,6 +68,11 @@
 //! frame for resumption; a client of protocol 10 or older is never sent one. It also adds
 //! [`Request::SetLimit`], a session's context limits (`cuCtxSetLimit`: the stack a GPU thread
 //! has, the printf buffer, the heap of in-kernel `malloc`), answered [`Response::Limit`].
+//! Protocol 12 adds thread block clusters, appended likewise: [`Request::LaunchClustered`]
+//! launches a kernel in clusters of blocks (`cuLaunchKernelEx` with a cluster dimension: the
+//! blocks of a cluster run at once on one GPU processing cluster and share their shared
+//! memory), and [`Request::MaxActiveClusters`] asks how many such clusters the device holds at
+//! once (`cuOccupancyMaxActiveClusters`), answered [`Response::Clusters`].
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -109,7 +114,7 @@ pub mod v4;
 pub use registration::*;
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 11;
+pub const VERSION: u16 = 12;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -655,6 +660,32 @@ pub enum Request {
         /// Its new value, bytes.
         value: u64,
     },
+    /// *Protocol 12.* Launches a kernel as [`Request::Launch`] does, its blocks in clusters of
+    /// `cluster` blocks (x, y, z; each dividing the grid's), each cluster's blocks resident at
+    /// once on one GPU processing cluster. A shape the device refuses fails the launch.
+    LaunchClustered {
+        /// The kernel.
+        function: FunctionId,
+        /// Launch shape.
+        dims: LaunchDims,
+        /// Blocks of a cluster in x, y, z.
+        cluster: [u32; 3],
+        /// Arguments, in parameter order.
+        args: Vec<KernelArg>,
+        /// The stream.
+        stream: StreamId,
+    },
+    /// *Protocol 12.* How many clusters of `cluster` blocks of the kernel, launched with
+    /// `dims`' block and shared memory, the device holds at once: replies
+    /// [`Response::Clusters`].
+    MaxActiveClusters {
+        /// The kernel.
+        function: FunctionId,
+        /// The launch's shape (its block and dynamic shared memory count).
+        dims: LaunchDims,
+        /// Blocks of a cluster in x, y, z.
+        cluster: [u32; 3],
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -756,6 +787,8 @@ pub enum Response {
     Printed(Vec<u8>),
     /// *Protocol 11.* The value a context limit has now ([`Request::SetLimit`]).
     Limit(u64),
+    /// *Protocol 12.* Clusters the device holds at once ([`Request::MaxActiveClusters`]).
+    Clusters(u32),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

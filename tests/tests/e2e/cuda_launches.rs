@@ -1,6 +1,7 @@
 //! Unmodified CUDA programs that ask more of a kernel launch or of the driver's contexts (issue
 //! 48): a kernel's dynamic shared memory limit raised past 48 KiB (backend protocol 10), launch
-//! attributes (`cudaLaunchKernelEx`), and contexts the program creates (`cuCtxCreate`), run as
+//! attributes (`cudaLaunchKernelEx`), thread block clusters (backend protocol 12), and contexts
+//! the program creates (`cuCtxCreate`), run as
 //! `cuda_shim`'s programs are, through `ac-cuda`'s `libcuda.so.1` against the driver stand-in.
 
 use crate::cuda_shim::{cuda_cluster_timed, run, said};
@@ -40,8 +41,8 @@ async fn a_kernel_opts_in_to_more_dynamic_shared_memory_within_the_devices_limit
 /// `cudaLaunchKernelEx` with launch attributes: hints (a priority, programmatic stream
 /// serialization, a 1x1x1 cluster, a memory synchronization domain) run the kernel as asked, a
 /// launch completion event and a programmatic event are reached after it (another stream waits
-/// for the latter); a cooperative launch by attribute runs; a cluster of two blocks is refused,
-/// and the stream goes on.
+/// for the latter); a cooperative launch by attribute runs; a launch in clusters of two blocks
+/// runs (backend protocol 12), a cooperative one in clusters is refused, and the stream goes on.
 #[tokio::test(flavor = "multi_thread")]
 async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_others_refused() {
     let _turn = standin::exclusive().await;
@@ -53,8 +54,10 @@ async fn launch_attributes_that_need_nothing_of_the_gpu_are_served_and_the_other
     let text = said(&out);
     assert!(out.status.success() && text.contains("launch_ex: all exact"), "{text}");
     assert!(text.contains("a cooperative launch: 0 (cudaSuccess)"), "{text}");
-    assert!(text.contains("a cluster of 2 blocks: 801 (cudaErrorNotSupported)"), "{text}");
-    assert!(text.contains("thread block clusters are not supported on remote accelerators"), "{text}");
+    assert!(text.contains("a cluster of 2 blocks: 0 (cudaSuccess)"), "{text}");
+    assert!(text.contains("a launch in clusters of 2 blocks exact"), "{text}");
+    assert!(text.contains("a cooperative launch in clusters: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("a cooperative launch in clusters is not supported on remote accelerators"), "{text}");
     standin::assert_no_violations();
 }
 
@@ -165,6 +168,34 @@ async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
     assert!(text.contains("a 1 GiB stack: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a heap past the quota: 2 (cudaErrorMemoryAllocation)"), "{text}");
     assert!(text.contains("a 1 GiB heap after the refusal: 1073741824"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// Thread block clusters (`tests/cuda/clusters.cu`, backend protocol 12): `cudaLaunchKernelEx`
+/// with a cluster dimension runs the grid in clusters of the shape asked (each block sees its
+/// rank in its cluster and the cluster's size), in one and two dimensions; the clusters the
+/// device holds at once are the remote driver's answer (the stand-in's: 16 multiprocessors a
+/// processing cluster, 32 blocks of 64 threads each: 1,024 clusters of 4); a cluster that does not
+/// divide the grid and one of 16 blocks refused at the launch; threads launching in clusters
+/// of their own sizes on their own streams.
+#[tokio::test(flavor = "multi_thread")]
+async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("clusters", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["64"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("clusters: all exact"), "{text}");
+    assert!(text.contains("cluster launch: 1"), "{text}");
+    assert!(text.contains("clusters of 2 blocks exact") && text.contains("clusters of 2 x 2 blocks exact"), "{text}");
+    // (16 x 32 blocks) / 4, in each of 132 / 16 = 8 processing clusters.
+    assert!(text.contains("active clusters of 4: 1024; largest portable cluster: 8"), "{text}");
+    assert!(text.contains("a cluster not dividing the grid: 1 (cudaErrorInvalidValue)"), "{text}");
+    assert!(text.contains("a cluster of 16 blocks: 912 (cudaErrorInvalidClusterSize)"), "{text}");
+    assert!(text.contains("4 threads launching in clusters on their own streams exact"), "{text}");
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
 }

@@ -111,6 +111,38 @@ async fn cpu_kernels_keep_the_default_dynamic_shared_memory() {
     assert!(err.to_string().contains("exceed the kernel's limit"), "{err}");
 }
 
+/// Thread block clusters on the CPU device (backend protocol 12): its builtins share nothing
+/// across blocks, so a launch in clusters that divide the grid runs as any launch; one that does
+/// not divide it, or of more than 16 blocks, is refused at the launch; the cluster occupancy
+/// query is a CUDA GPU's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_launches_in_clusters_are_checked_and_run() {
+    let acc = TestBackend::start(64).await.connect().await;
+    let fill = acc.builtin().await.unwrap().function("fill").await.unwrap();
+    let x = acc.alloc::<f32>(64).await.unwrap();
+    let stream = acc.create_stream().await.unwrap();
+    let args = [x.arg(), 3.0f32.into(), 64u64.into()];
+    fill.launch_clustered_on(&stream, LaunchDims::new([8, 1, 1], [8, 1, 1]), [2, 1, 1], &args).await.unwrap();
+    stream.synchronize().await.unwrap();
+    assert_eq!(x.to_vec().await.unwrap(), vec![3.0f32; 64]);
+    for (grid, cluster, why) in [
+        ([6, 1, 1], [4, 1, 1], "does not divide the grid"),
+        ([8, 2, 1], [1, 0, 1], "does not divide the grid"),
+        ([32, 1, 1], [32, 1, 1], "a cluster of 32 blocks: at most 16"),
+    ] {
+        let launched = fill.launch_clustered_on(&stream, LaunchDims::new(grid, [8, 1, 1]), cluster, &args).await;
+        let err = match launched {
+            Err(err) => err,
+            Ok(()) => stream.synchronize().await.unwrap_err(),
+        };
+        assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "{cluster:?}: {err}");
+        assert!(err.to_string().contains(why), "{cluster:?}: {err}");
+    }
+    let err = fill.max_active_clusters(LaunchDims::linear(8, 8), [2, 1, 1]).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+    stream.synchronize().await.unwrap();
+}
+
 /// The CPU device's one module (the builtins) holds no variables: a lookup says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cpu_modules_hold_no_variables() {

@@ -16,7 +16,7 @@ use super::staging::{self, StagingContext, StagingPool};
 use super::{args, function, image, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
-    Limited, Upload,
+    LaunchMode, Limited, Upload,
 };
 
 /// The error for a kernel whose module is gone.
@@ -173,14 +173,14 @@ impl CudaContext {
         Ok(f.raw.0)
     }
 
-    /// Launches `kernel`, cooperatively (all blocks resident at once) or not.
+    /// Launches `kernel`, its blocks run as `mode` says.
     fn launch_with(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
         args: &[DeviceArg],
         stream: DeviceStream,
-        cooperative: bool,
+        mode: LaunchMode,
     ) -> DeviceResult<()> {
         self.enter()?;
         validate_dims(dims)?;
@@ -198,7 +198,7 @@ impl CudaContext {
         let mut params: Vec<*mut c_void> =
             slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
         let stream = self.stream(stream)?;
-        let (call, code) = function::launch(raw.0, dims, stream, &mut params, cooperative);
+        let (call, code) = function::launch(raw.0, dims, stream, &mut params, mode);
         self.check(call, code)
     }
 
@@ -518,17 +518,23 @@ impl Context for CudaContext {
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
-        self.launch_with(kernel, dims, args, stream, false)
+        self.launch_with(kernel, dims, args, stream, LaunchMode::Plain)
     }
 
-    fn launch_cooperative(
+    fn launch_as(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
         args: &[DeviceArg],
         stream: DeviceStream,
+        mode: LaunchMode,
     ) -> DeviceResult<()> {
-        self.launch_with(kernel, dims, args, stream, true)
+        self.launch_with(kernel, dims, args, stream, mode)
+    }
+
+    fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {
+        self.enter()?;
+        function::max_active_clusters(self.function(kernel)?, dims, cluster)
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

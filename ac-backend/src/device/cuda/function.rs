@@ -7,7 +7,7 @@ use ac_proto::backend::{KernelAttributes, KernelSetting, LaunchDims};
 use cudarc::driver::sys::{self, CUfunction_attribute as Attribute, CUresult};
 
 use super::driver;
-use crate::device::DeviceResult;
+use crate::device::{DeviceResult, LaunchMode};
 
 /// Parameter sizes of a kernel (CUDA 12.4 drivers and newer), or `None`.
 pub(super) fn param_sizes(function: sys::CUfunction) -> Option<Vec<usize>> {
@@ -68,14 +68,14 @@ pub(super) fn set_attribute(function: sys::CUfunction, setting: KernelSetting) -
     driver::check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(function, attribute, value) })
 }
 
-/// Launches `function` (of the current context) on `stream`, cooperatively or not: the call
-/// made and its result.
+/// Launches `function` (of the current context) on `stream`, its blocks run as `mode` says:
+/// the call made and its result.
 pub(super) fn launch(
     function: sys::CUfunction,
     dims: &LaunchDims,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
-    cooperative: bool,
+    mode: LaunchMode,
 ) -> (&'static str, CUresult) {
     let ([gx, gy, gz], [bx, by, bz]) = (dims.grid, dims.block);
     let params = params.as_mut_ptr();
@@ -83,14 +83,67 @@ pub(super) fn launch(
     // the value in its first bytes (a wider parameter in the consecutive slots after it); the
     // driver copies the values before returning.
     unsafe {
-        if cooperative {
-            let code =
-                sys::cuLaunchCooperativeKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params);
-            ("cuLaunchCooperativeKernel", code)
-        } else {
-            let null = std::ptr::null_mut();
-            let code = sys::cuLaunchKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params, null);
-            ("cuLaunchKernel", code)
+        match mode {
+            LaunchMode::Plain => {
+                let null = std::ptr::null_mut();
+                let code = sys::cuLaunchKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params, null);
+                ("cuLaunchKernel", code)
+            }
+            LaunchMode::Cooperative => {
+                let code =
+                    sys::cuLaunchCooperativeKernel(function, gx, gy, gz, bx, by, bz, dims.shared_mem, stream, params);
+                ("cuLaunchCooperativeKernel", code)
+            }
+            LaunchMode::Clustered(cluster) => {
+                let mut attribute = cluster_attribute(cluster);
+                let config = config(dims, stream, &mut attribute);
+                ("cuLaunchKernelEx", sys::cuLaunchKernelEx(&config, function, params, std::ptr::null_mut()))
+            }
         }
+    }
+}
+
+/// How many clusters of `cluster` blocks of `function` (of the current context), with `dims`'
+/// block and dynamic shared memory, the device holds at once.
+pub(super) fn max_active_clusters(
+    function: sys::CUfunction,
+    dims: &LaunchDims,
+    cluster: [u32; 3],
+) -> DeviceResult<u32> {
+    let mut attribute = cluster_attribute(cluster);
+    // The grid is the cluster's: the driver asks it to divide into clusters.
+    let config = config(&LaunchDims { grid: cluster, ..*dims }, std::ptr::null_mut(), &mut attribute);
+    let mut count: std::ffi::c_int = 0;
+    // SAFETY: a configuration whose one attribute outlives the call; a valid out-pointer.
+    let code = unsafe { sys::cuOccupancyMaxActiveClusters(&mut count, function, &config) };
+    driver::check("cuOccupancyMaxActiveClusters", code)?;
+    Ok(u32::try_from(count).unwrap_or(0))
+}
+
+/// The launch attribute of a cluster of `cluster` blocks.
+fn cluster_attribute(cluster: [u32; 3]) -> sys::CUlaunchAttribute {
+    // SAFETY: a plain C struct and union, all zeros a valid value.
+    let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attribute.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = cluster[0];
+    attribute.value.clusterDim.y = cluster[1];
+    attribute.value.clusterDim.z = cluster[2];
+    attribute
+}
+
+/// A launch configuration of `dims` on `stream` with the one `attribute`, which must outlive it.
+fn config(dims: &LaunchDims, stream: sys::CUstream, attribute: &mut sys::CUlaunchAttribute) -> sys::CUlaunchConfig {
+    let ([gx, gy, gz], [bx, by, bz]) = (dims.grid, dims.block);
+    sys::CUlaunchConfig {
+        gridDimX: gx,
+        gridDimY: gy,
+        gridDimZ: gz,
+        blockDimX: bx,
+        blockDimY: by,
+        blockDimZ: bz,
+        sharedMemBytes: dims.shared_mem,
+        hStream: stream,
+        attrs: attribute,
+        numAttrs: 1,
     }
 }

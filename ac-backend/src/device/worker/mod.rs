@@ -82,7 +82,7 @@ use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
 
 use crate::device::{
     blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
-    Limited, Upload,
+    LaunchMode, Limited, Upload,
 };
 
 /// How long a worker may take to exit once its session has ended before it is killed.
@@ -464,15 +464,23 @@ impl Context for WorkerContext {
         }
     }
 
-    fn launch_cooperative(
+    fn launch_as(
         &self,
         kernel: &Kernel,
         dims: &LaunchDims,
         args: &[DeviceArg],
         stream: DeviceStream,
+        mode: LaunchMode,
     ) -> DeviceResult<()> {
-        let call = Call::LaunchCooperative { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream };
+        let call = Call::LaunchAs { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream, mode };
         self.call_done(&call, &[])
+    }
+
+    fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {
+        match self.call(&Call::MaxActiveClusters { kernel: kernel.clone(), dims: *dims, cluster }, &[])?.0 {
+            Reply::Handle(count) => Ok(u32::try_from(count).unwrap_or(u32::MAX)),
+            other => Err(unexpected(other)),
+        }
     }
 
     fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {

@@ -373,8 +373,11 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         }
         Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
         Call::Global { module, name } => context.global(module, &name).map(|(mem, size)| Reply::Global { mem, size }),
-        Call::LaunchCooperative { kernel, dims, args, stream } => {
-            unit(context.launch_cooperative(&kernel, &dims, &args, stream))
+        Call::LaunchAs { kernel, dims, args, stream, mode } => {
+            unit(context.launch_as(&kernel, &dims, &args, stream, mode))
+        }
+        Call::MaxActiveClusters { kernel, dims, cluster } => {
+            handle(context.max_active_clusters(&kernel, &dims, cluster).map(u64::from))
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),

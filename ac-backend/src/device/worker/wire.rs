@@ -15,7 +15,7 @@ use ac_proto::backend::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, Limited};
+use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, LaunchMode, Limited};
 
 /// A header larger than this is not a worker's: the stream is broken.
 const MAX_HEADER: usize = ac_proto::codec::MAX_FRAME;
@@ -46,7 +46,9 @@ pub enum Call {
     /// `global`.
     Global { module: DeviceModule, name: String },
     /// `launch_cooperative`.
-    LaunchCooperative { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
+    LaunchAs { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream, mode: LaunchMode },
+    /// `max_active_clusters`.
+    MaxActiveClusters { kernel: Kernel, dims: LaunchDims, cluster: [u32; 3] },
     /// `kernel_attributes`.
     KernelAttributes { kernel: Kernel },
     /// `set_kernel_attribute`.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::device::stream_workers::{barrier_reached, StreamOp, StreamWorker};
-use crate::device::{DeviceModule, Kernel, Limited};
+use crate::device::{DeviceModule, Kernel, LaunchMode, Limited};
 use crate::metrics::Metrics;
 use crate::session::fence::{Fence, FenceRequest, Waiting};
 use crate::session::resume::{Outbox, Rejoin};
@@ -409,10 +409,16 @@ impl Control {
                 Outcome::Now(self.set_kernel_attribute(function, setting).await)
             }
             Request::Launch { function, dims, args, stream } => {
-                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, false).await)
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, LaunchMode::Plain).await)
             }
             Request::LaunchCooperative { function, dims, args, stream } => {
-                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, true).await)
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, LaunchMode::Cooperative).await)
+            }
+            Request::LaunchClustered { function, dims, cluster, args, stream } => {
+                Outcome::Now(self.enqueue_launch(function, dims, &args, stream, LaunchMode::Clustered(cluster)).await)
+            }
+            Request::MaxActiveClusters { function, dims, cluster } => {
+                Outcome::Now(self.max_active_clusters(function, dims, cluster).await)
             }
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),

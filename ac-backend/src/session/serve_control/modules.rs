@@ -8,9 +8,9 @@ use ac_proto::backend::{
     WireError,
 };
 
-use super::{error, no_stream, Control};
+use super::{blocking, error, no_stream, Control};
 use crate::device::stream_workers::StreamOp;
-use crate::device::{check_signature, validate_dims, DeviceArg, Kernel};
+use crate::device::{check_cluster, check_signature, validate_dims, DeviceArg, Kernel, LaunchMode};
 
 impl Control {
     pub(super) async fn load_module(&mut self, source: ModuleSource, image: bytes::Bytes) -> Response {
@@ -137,9 +137,9 @@ impl Control {
         dims: LaunchDims,
         args: &[KernelArg],
         stream: StreamId,
-        cooperative: bool,
+        mode: LaunchMode,
     ) -> Response {
-        match self.prepare_launch(function, dims, args, stream, cooperative) {
+        match self.prepare_launch(function, dims, args, stream, mode) {
             Ok(op) => {
                 self.session.metrics.launched();
                 self.enqueue_on(stream, op).await
@@ -155,11 +155,14 @@ impl Control {
         dims: LaunchDims,
         args: &[KernelArg],
         stream: StreamId,
-        cooperative: bool,
+        mode: LaunchMode,
     ) -> Result<StreamOp, WireError> {
         let kernel = self.kernel_of(function)?;
         check_signature(&kernel, args)?;
         validate_dims(&dims)?;
+        if let LaunchMode::Clustered(cluster) = mode {
+            check_cluster(&dims, cluster)?;
+        }
         if !self.streams.contains_key(&stream) {
             return Err(no_stream(stream));
         }
@@ -176,6 +179,30 @@ impl Control {
                 scalar => DeviceArg::Scalar(*scalar),
             });
         }
-        Ok(StreamOp::Launch { kernel, dims, args: device_args, cooperative, _hold: hold })
+        Ok(StreamOp::Launch { kernel, dims, args: device_args, mode, _hold: hold })
+    }
+
+    /// Clusters of `cluster` blocks of the kernel the device holds at once, after the work
+    /// queued before (the driver's answer depends on nothing queued, but a query is a call).
+    pub(super) async fn max_active_clusters(
+        &mut self,
+        function: FunctionId,
+        dims: LaunchDims,
+        cluster: [u32; 3],
+    ) -> Response {
+        let checked = self.kernel_of(function).and_then(|kernel| {
+            validate_dims(&dims)?;
+            check_cluster(&LaunchDims { grid: cluster, ..dims }, cluster)?;
+            Ok(kernel)
+        });
+        let kernel = match checked {
+            Ok(kernel) => kernel,
+            Err(e) => return Response::Error(e),
+        };
+        let context = self.session.context.clone();
+        match blocking(move || context.max_active_clusters(&kernel, &dims, cluster)).await {
+            Ok(count) => Response::Clusters(count),
+            Err(e) => Response::Error(e),
+        }
     }
 }

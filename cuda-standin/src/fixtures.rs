@@ -1,0 +1,76 @@
+//! The test fixtures of the later CUDA programs, which the stand-in runs by their mangled names
+//! as [`crate::kernels`] runs the others: `tests/cuda/managed_variables.cu`'s (a module's
+//! `__managed__` variables) and `tests/cuda/clusters.cu`'s (a launch's cluster shape).
+
+use crate::kernels::{element, i32_arg, int_elements, u64_arg, Memory, Shape};
+
+/// `tally(const int* x, int n)` of `tests/cuda/managed_variables.cu`: for `i < n`, one element a
+/// thread, `totals[i % 4] += (int)(gain * x[i])` and `histogram[x[i] % 1024] += 1`, with the
+/// module's `__managed__` variables `int totals[4]`, `float gain` and `int histogram[1024]`.
+pub const TALLY_KERNEL: &str = "_Z5tallyPKii";
+
+/// `add_to(int* p, int v, int n)` of `tests/cuda/managed_variables.cu`: `p[i] += v` for `i < n`,
+/// one element a thread.
+pub const ADD_TO_KERNEL: &str = "_Z6add_toPiii";
+
+/// `ranks(int* out)` of `tests/cuda/clusters.cu`: each block's thread 0 writes
+/// `out[its linear block index] = its rank in its cluster + 1000 * the cluster's blocks`
+/// (cooperative groups' `this_cluster()`), so that a launch's cluster shape shows.
+pub const RANKS_KERNEL: &str = "_Z5ranksPi";
+
+/// Parameter sizes of these fixtures, as their sources declare them.
+pub fn signature(name: &str) -> Option<&'static [usize]> {
+    Some(match name {
+        TALLY_KERNEL => &[8, 4],
+        ADD_TO_KERNEL => &[8, 4, 4],
+        RANKS_KERNEL => &[8],
+        _ => return None,
+    })
+}
+
+/// Runs fixture `name` (whose arguments were checked against [`signature`]) with the threads of
+/// `shape`; `None`: it faulted (or it is no fixture).
+pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) -> Option<()> {
+    match name {
+        TALLY_KERNEL => {
+            let (x, n) = (u64_arg(&args[0]), i32_arg(&args[1]));
+            let (totals, histogram) = (memory.variable("totals")?, memory.variable("histogram")?);
+            let gain = memory.load(memory.variable("gain")?, 1)?[0];
+            for i in int_elements(&shape, n) {
+                let v = load_i32(memory, element(x, i)?)?;
+                add_i32(memory, element(totals, i % 4)?, (gain * v as f32) as i32)?;
+                add_i32(memory, element(histogram, i64::from(v % 1024))?, 1)?;
+            }
+            Some(())
+        }
+        ADD_TO_KERNEL => {
+            let (p, v) = (u64_arg(&args[0]), i32_arg(&args[1]));
+            for i in int_elements(&shape, i32_arg(&args[2])) {
+                add_i32(memory, element(p, i)?, v)?;
+            }
+            Some(())
+        }
+        RANKS_KERNEL => {
+            let out = u64_arg(&args[0]);
+            let ([gx, gy, gz], [cx, cy, cz]) = (shape.grid.map(u64::from), shape.cluster.map(u64::from));
+            for (bz, by, bx) in (0..gz).flat_map(|z| (0..gy).flat_map(move |y| (0..gx).map(move |x| (z, y, x)))) {
+                let rank = bx % cx + (by % cy) * cx + (bz % cz) * cx * cy;
+                let at = out.checked_add((bx + by * gx + bz * gx * gy).checked_mul(4)?)?;
+                memory.store_u32(at, &[(rank + 1000 * cx * cy * cz) as u32])?;
+            }
+            Some(())
+        }
+        _ => None,
+    }
+}
+
+/// The `int` at `at`.
+fn load_i32(memory: &mut dyn Memory, at: u64) -> Option<i32> {
+    Some(memory.load(at, 1)?[0].to_bits() as i32)
+}
+
+/// `*at += v` on the `int` at `at` (wrapping, as a GPU's integer add).
+fn add_i32(memory: &mut dyn Memory, at: u64, v: i32) -> Option<()> {
+    let sum = load_i32(memory, at)?.wrapping_add(v);
+    memory.store_u32(at, &[sum as u32])
+}
