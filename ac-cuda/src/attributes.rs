@@ -56,6 +56,14 @@ impl Attributes {
         self.set.lock().unwrap_or_else(|p| p.into_inner()).get(&attribute).copied()
     }
 
+    /// The cluster shape the program required of the kernel's launches
+    /// (`CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`, `_HEIGHT`, `_DEPTH`, all set and positive):
+    /// a launch without a cluster dimension of its own runs in clusters of it, as CUDA's does.
+    pub fn required_cluster(&self) -> Option<[u32; 3]> {
+        let dims = [11, 12, 13].map(|a| self.set_value(a).and_then(|v| u32::try_from(v).ok()).unwrap_or(0));
+        (!dims.contains(&0) && dims != [1, 1, 1]).then_some(dims)
+    }
+
     /// The dynamic shared memory a launch of `function` may ask for.
     pub fn max_dynamic_shared(&self, function: &Function) -> CuResult<u32> {
         if let Some(bytes) = self.set_value(MAX_DYNAMIC_SHARED) {

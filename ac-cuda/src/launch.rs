@@ -133,11 +133,7 @@ unsafe fn launch(
     mode: Mode,
 ) -> CuResult<()> {
     let launch = prepare(function, dims, params, extra)?;
-    let launch = match mode {
-        Mode::Plain => launch,
-        Mode::Cooperative => launch.cooperatively()?,
-        Mode::Clustered(cluster) => launch.in_clusters(cluster)?,
-    };
+    let launch = launch.run_as(mode)?;
     if !graph::is_capturing(stream) {
         // The common case, with no allocation: sent at once.
         return launch.send(stream);
@@ -230,6 +226,21 @@ impl Prepared {
         Ok(self)
     }
 
+    /// How its blocks run.
+    pub(crate) fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The same launch run as `mode` says (a plain one keeps what [`prepare`] made of it: the
+    /// kernel's required clusters, if any).
+    pub(crate) fn run_as(self, mode: Mode) -> CuResult<Self> {
+        match mode {
+            Mode::Plain => Ok(self),
+            Mode::Cooperative => self.cooperatively(),
+            Mode::Clustered(cluster) => self.in_clusters(cluster),
+        }
+    }
+
     /// The same launch in clusters of `cluster` blocks: refused at once when the cluster does
     /// not divide the grid (`CUDA_ERROR_INVALID_VALUE`) or holds more than the portable 8 blocks
     /// (`CUDA_ERROR_INVALID_CLUSTER_SIZE`), as CUDA refuses them.
@@ -272,7 +283,15 @@ pub(crate) unsafe fn prepare(
             ));
         }
     }
-    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new(), mode: Mode::Plain })
+    crate::module::warn_of_managed_variables(&kernel, device);
+    let mode = match resolved.attributes.required_cluster() {
+        Some(cluster) => {
+            check_cluster(dims.grid, cluster)?;
+            Mode::Clustered(cluster)
+        }
+        None => Mode::Plain,
+    };
+    Ok(Prepared { function, device, resolved, dims, args, copies: OnceLock::new(), mode })
 }
 
 #[no_mangle]

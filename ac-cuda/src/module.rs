@@ -32,6 +32,10 @@ pub struct Image {
     loaded: Mutex<HashMap<usize, Module>>,
     /// Kernel handles already given, by name.
     kernels: Mutex<HashMap<String, usize>>,
+    /// The device whose copy of its `__managed__` variables the host has, once one was asked.
+    managed_on: OnceLock<usize>,
+    /// Whether a launch on another device was warned of.
+    warned: std::sync::atomic::AtomicBool,
 }
 
 /// A kernel the program holds (`CUfunction` and `CUkernel` alike).
@@ -109,7 +113,15 @@ impl Kernel {
 unsafe fn load(ptr: *const c_void, module: bool) -> CuResult<usize> {
     let (kind, bytes) = image::read(ptr as *const u8)?;
     let bound = if module { Some(current_device()?) } else { None };
-    let image = Image { kind, bytes, bound, loaded: Mutex::default(), kernels: Mutex::default() };
+    let image = Image {
+        kind,
+        bytes,
+        bound,
+        loaded: Mutex::default(),
+        kernels: Mutex::default(),
+        managed_on: OnceLock::new(),
+        warned: Default::default(),
+    };
     if let Some(device) = bound {
         image.on(device)?;
     }
@@ -262,11 +274,30 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
     guard("cuLibraryGetManaged", || {
         // The runtime asks as it registers the program's modules, before any context is current:
         // the variable is then the first device's, the one the runtime makes current by default.
-        let device = current_device().unwrap_or(0);
+        let device = match current_device() {
+            Err(e) if e.code() == code::INVALID_CONTEXT => 0,
+            other => other?,
+        };
         let (at, size) = variable(library, name, device)?;
         crate::managed::variables::enter(device, library, at, size)?;
+        images().get(library)?.managed_on.get_or_init(|| device);
         put_variable(address, bytes, (at, size))
     })
+}
+
+/// Says once, on stderr, that `kernel` runs on `device` while the host has another device's copy
+/// of its image's `__managed__` variables: the kernel uses `device`'s own copy, which the host
+/// never sees (one remote GPU cannot reach another's memory).
+pub(crate) fn warn_of_managed_variables(kernel: &Kernel, device: usize) {
+    let image = &kernel.image;
+    let Some(&host_side) = image.managed_on.get() else { return };
+    if host_side != device && !image.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "ac-cuda: kernel `{}` runs on device {device}, but the host has device {host_side}'s copy of its \
+             module's __managed__ variables: it uses device {device}'s own copy",
+            kernel.name.to_string_lossy()
+        );
+    }
 }
 
 #[no_mangle]

@@ -28,10 +28,9 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     })
 }
 
-/// Clusters of a launch's cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` in `config`)
-/// the remote GPU holds at once, with the launch's block and dynamic shared memory: the
-/// remote driver's answer. A configuration without a cluster shape is refused, as CUDA refuses
-/// one for a kernel without a compile-time cluster size.
+/// Clusters of a launch's cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` in `config`,
+/// else the kernel's required one) the remote GPU holds at once, with the launch's block and
+/// dynamic shared memory: the remote driver's answer. Without either, refused as CUDA refuses.
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     clusters: *mut c_int,
@@ -40,20 +39,22 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
 ) -> u32 {
     guard("cuOccupancyMaxActiveClusters", || {
         let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let Some(cluster) = crate::launch_config::cluster_asked(config)? else {
+        let kernel = kernels().get(function)?;
+        let resolved = kernel.on(kernel.device()?)?;
+        let asked = crate::launch_config::cluster_asked(config)?.or_else(|| resolved.attributes.required_cluster());
+        let Some(cluster) = asked else {
             return Err(Error::said(code::INVALID_CLUSTER_SIZE, "no cluster dimension in the launch configuration"));
         };
         crate::launch_config::check_cluster(cluster, cluster)?;
-        let kernel = kernels().get(function)?;
-        let resolved = kernel.on(kernel.device()?)?;
         let shim = state::shim()?;
         let count = shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))?;
         put(clusters, c_int::try_from(count).unwrap_or(c_int::MAX))
     })
 }
 
-/// The largest cluster a launch of the kernel may have: CUDA's portable 8 blocks on devices of
-/// compute capability 9.0 and later (larger, non-portable sizes are not served here).
+/// The largest cluster of the launch's block and dynamic shared memory the remote GPU holds at
+/// least one of, up to CUDA's portable 8 blocks (larger, non-portable sizes are not served
+/// here): the remote driver asked for 8, 7, ... blocks in x; 1 when none of 2 or more fits.
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     size: *mut c_int,
@@ -61,12 +62,17 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     config: *const crate::launch_config::LaunchConfig,
 ) -> u32 {
     guard("cuOccupancyMaxPotentialClusterSize", || {
-        config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
         let kernel = kernels().get(function)?;
-        let device = kernel.device()?;
+        let resolved = kernel.on(kernel.device()?)?;
         let shim = state::shim()?;
-        let clusters = crate::init::attribute_of(&shim.devices[device], device as c_int, 120);
-        put(size, if clusters == 1 { 8 } else { 0 })
+        for blocks in (2..=8).rev() {
+            let cluster = [blocks, 1, 1];
+            if shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))? > 0 {
+                return put(size, blocks as c_int);
+            }
+        }
+        put(size, 1)
     })
 }
 

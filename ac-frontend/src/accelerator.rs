@@ -204,6 +204,11 @@ impl Accelerator {
         &self.inner.info
     }
 
+    /// The backend protocol the session speaks: what the backend serves of newer calls.
+    pub fn protocol(&self) -> u16 {
+        self.inner.version
+    }
+
     /// The bulk lanes large copies stripe over (TLS over TCP), 0 when they use QUIC streams
     /// (no lane port, `lanes` 0, or a lane that could not be dialed): how a program tells a
     /// fast path from its fallback.

@@ -4,7 +4,8 @@
 // clusters the device holds at once (cudaOccupancyMaxActiveClusters, the remote driver's
 // answer) and the largest portable cluster; a cluster that does not divide the grid and one of
 // more than 8 blocks refused at the launch, the device usable after; four threads launching in
-// clusters on their own streams.
+// clusters on their own streams; a cluster width required of the kernel at run time, which its
+// plain launches then take.
 // Usage: clusters [blocks]
 #include <cstdio>
 #include <cstdlib>
@@ -135,6 +136,21 @@ int main(int argc, char** argv) {
     CHECK(launch_ranks(out, dim3(blocks), dim3(8), 0));
     CHECK(cudaMemcpy(host.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
     report(ranked(host, dim3(blocks), dim3(8)), "clusters of 8 blocks after the refusals");
+
+    // A cluster size required of the kernel at run time: its plain launches run in clusters of
+    // it (checked only where the driver lets a kernel compiled without one take it).
+    e = cudaFuncSetAttribute(ranks, cudaFuncAttributeRequiredClusterWidth, 4);
+    if (e == cudaSuccess) {
+        CHECK(cudaFuncSetAttribute(ranks, cudaFuncAttributeRequiredClusterHeight, 1));
+        CHECK(cudaFuncSetAttribute(ranks, cudaFuncAttributeRequiredClusterDepth, 1));
+        ranks<<<blocks, 64>>>(out);
+        CHECK(cudaGetLastError());
+        CHECK(cudaMemcpy(host.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+        report(ranked(host, dim3(blocks), dim3(4)), "a required cluster width of 4, launched with <<<>>>");
+    } else {
+        printf("a required cluster width: %d (%s)\n", (int)e, cudaGetErrorName(e));
+        cudaGetLastError();
+    }
     CHECK(cudaFree(out));
     printf("clusters: %s\n", failures ? "FAILED" : "all exact");
     return failures ? 1 : 0;

@@ -16,7 +16,7 @@ use ac_frontend::LaunchDims;
 use super::{exec, handles, node, set_work, EventOf, Kept, NodeKind, Params, Replay, Work};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::launch::{prepare, Prepared};
+use crate::launch::{prepare, Mode, Prepared};
 use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
 use crate::state::put;
 use crate::stream::{check_event, record, run_host_function, wait_for, HostFn};
@@ -70,19 +70,20 @@ pub struct KernelNodeParams {
     context: usize,
 }
 
-/// A kernel node's work from `_v1` parameters.
-unsafe fn kernel_work_v1(p: *const KernelNodeParamsV1) -> CuResult<Work> {
+/// A kernel node's work from `_v1` parameters, run as `mode` says.
+unsafe fn kernel_work_v1(p: *const KernelNodeParamsV1, mode: Mode) -> CuResult<Work> {
     let v1 = *p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-    kernel_work(&KernelNodeParams { v1, kernel: 0, context: 0 })
+    kernel_work(&KernelNodeParams { v1, kernel: 0, context: 0 }, mode)
 }
 
-/// A kernel node's work, its arguments read now; the function is `kernel` when `function` is
-/// null.
-unsafe fn kernel_work(p: *const KernelNodeParams) -> CuResult<Work> {
+/// A kernel node's work, its arguments read now, run as `mode` says (a node's new parameters
+/// keep its launch's mode: cooperative, or its clusters); the function is `kernel` when
+/// `function` is null.
+unsafe fn kernel_work(p: *const KernelNodeParams, mode: Mode) -> CuResult<Work> {
     let KernelNodeParams { v1: p, kernel, .. } = *p.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
     let function = if p.function == 0 { kernel } else { p.function };
     let dims = LaunchDims { grid: p.grid, block: p.block, shared_mem: p.shared };
-    let launch = Arc::new(prepare(function, dims, p.params, p.extra)?);
+    let launch = Arc::new(prepare(function, dims, p.params, p.extra)?.run_as(mode)?);
     let params: Params = launch.clone();
     Ok(Work { replay: Some(Arc::new(move |stream| launch.send(stream))), params: Some(params) })
 }
@@ -95,7 +96,9 @@ pub unsafe extern "C" fn cuGraphAddKernelNode(
     count: usize,
     params: *const KernelNodeParamsV1,
 ) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work_v1(params)?))
+    guard("cuGraphAddKernelNode", || {
+        add(out, graph, deps, count, NodeKind::Kernel, kernel_work_v1(params, Mode::Plain)?)
+    })
 }
 
 #[no_mangle]
@@ -106,7 +109,12 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     count: usize,
     params: *const KernelNodeParams,
 ) -> u32 {
-    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params)?))
+    guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, Mode::Plain)?))
+}
+
+/// How kernel node `handle`'s launch runs its blocks.
+fn mode_of(handle: usize) -> CuResult<Mode> {
+    Ok(params_of::<Prepared>(handle, NodeKind::Kernel)?.mode())
 }
 
 /// Kernel node `handle`'s parameters (`_v2`'s layout). `kernelParams` points to copies of the
@@ -138,12 +146,14 @@ pub unsafe extern "C" fn cuGraphKernelNodeGetParams_v2(handle: usize, out: *mut 
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphKernelNodeSetParams(handle: usize, params: *const KernelNodeParamsV1) -> u32 {
-    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work_v1(params)?))
+    guard("cuGraphKernelNodeSetParams", || {
+        set_work(handle, NodeKind::Kernel, kernel_work_v1(params, mode_of(handle)?)?)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(handle: usize, params: *const KernelNodeParams) -> u32 {
-    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params)?))
+    guard("cuGraphKernelNodeSetParams", || set_work(handle, NodeKind::Kernel, kernel_work(params, mode_of(handle)?)?))
 }
 
 /// Node `node`'s step in executable graph `handle` does `work` from its next launch.
@@ -158,7 +168,9 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
     node: usize,
     params: *const KernelNodeParamsV1,
 ) -> u32 {
-    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work_v1(params)?))
+    guard("cuGraphExecKernelNodeSetParams", || {
+        set_step(handle, node, NodeKind::Kernel, kernel_work_v1(params, mode_of(node)?)?)
+    })
 }
 
 #[no_mangle]
@@ -167,7 +179,9 @@ pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
     node: usize,
     params: *const KernelNodeParams,
 ) -> u32 {
-    guard("cuGraphExecKernelNodeSetParams", || set_step(handle, node, NodeKind::Kernel, kernel_work(params)?))
+    guard("cuGraphExecKernelNodeSetParams", || {
+        set_step(handle, node, NodeKind::Kernel, kernel_work(params, mode_of(node)?)?)
+    })
 }
 
 /// `CUDA_MEMSET_NODE_PARAMS`.

@@ -11,8 +11,10 @@
 //! (a library's) cannot be mapped there: that variable is refused, with its address.
 //!
 //! A program with several devices: the runtime asks as it registers the program's modules,
-//! before any context is current, and the variable the host sees is the first device's; kernels on another device use their own
-//! copy of the module's memory there, as they would on GPUs without unified memory.
+//! before any context is current, and the variable the host sees is the first device's.
+//! Kernels on another device use that device's own copy (one remote GPU cannot reach another's
+//! memory), which the host never sees, unlike a local machine's one variable: such a launch is
+//! warned of once (`module::warn_of_managed_variables`).
 
 use std::sync::Arc;
 

@@ -472,7 +472,12 @@ impl Context for WorkerContext {
         stream: DeviceStream,
         mode: LaunchMode,
     ) -> DeviceResult<()> {
-        let call = Call::LaunchAs { kernel: kernel.clone(), dims: *dims, args: args.to_vec(), stream, mode };
+        let (kernel, dims, args) = (kernel.clone(), *dims, args.to_vec());
+        let call = match mode {
+            LaunchMode::Plain => Call::Launch { kernel, dims, args, stream },
+            LaunchMode::Cooperative => Call::LaunchCooperative { kernel, dims, args, stream },
+            LaunchMode::Clustered(cluster) => Call::LaunchClustered { kernel, dims, args, stream, cluster },
+        };
         self.call_done(&call, &[])
     }
 

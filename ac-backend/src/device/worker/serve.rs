@@ -22,7 +22,7 @@ use ac_proto::backend::WireError;
 use super::printed::{self, Printed};
 use super::shared::Region;
 use super::wire::{read_frame, write_frame, Call, Frame, Reply, Shared};
-use crate::device::{Context, Device, DeviceResult, Download, Upload};
+use crate::device::{Context, Device, DeviceResult, Download, LaunchMode, Upload};
 
 /// Where replies go: the reply descriptor, each frame written whole under its lock, and what
 /// the session's kernels printed, sent ahead of the next reply ([`printed`]).
@@ -373,8 +373,11 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         }
         Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
         Call::Global { module, name } => context.global(module, &name).map(|(mem, size)| Reply::Global { mem, size }),
-        Call::LaunchAs { kernel, dims, args, stream, mode } => {
-            unit(context.launch_as(&kernel, &dims, &args, stream, mode))
+        Call::LaunchCooperative { kernel, dims, args, stream } => {
+            unit(context.launch_as(&kernel, &dims, &args, stream, LaunchMode::Cooperative))
+        }
+        Call::LaunchClustered { kernel, dims, args, stream, cluster } => {
+            unit(context.launch_as(&kernel, &dims, &args, stream, LaunchMode::Clustered(cluster)))
         }
         Call::MaxActiveClusters { kernel, dims, cluster } => {
             handle(context.max_active_clusters(&kernel, &dims, cluster).map(u64::from))

@@ -15,12 +15,13 @@ use ac_proto::backend::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, LaunchMode, Limited};
+use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, Limited};
 
 /// A header larger than this is not a worker's: the stream is broken.
 const MAX_HEADER: usize = ac_proto::codec::MAX_FRAME;
 
-/// One [`crate::device::Context`] call.
+/// One [`crate::device::Context`] call. New calls are appended: during a package upgrade a
+/// daemon still running the old binary starts its new sessions' workers from the new one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Call {
     /// `info`.
@@ -45,10 +46,8 @@ pub enum Call {
     Kernel { module: DeviceModule, name: String },
     /// `global`.
     Global { module: DeviceModule, name: String },
-    /// `launch_cooperative`.
-    LaunchAs { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream, mode: LaunchMode },
-    /// `max_active_clusters`.
-    MaxActiveClusters { kernel: Kernel, dims: LaunchDims, cluster: [u32; 3] },
+    /// `launch_as` a cooperative launch.
+    LaunchCooperative { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `kernel_attributes`.
     KernelAttributes { kernel: Kernel },
     /// `set_kernel_attribute`.
@@ -76,6 +75,10 @@ pub enum Call {
     DownloadNext { transfer: u32, len: u64, slot: Option<u32> },
     /// Drops `transfer`, finished or not (no reply).
     TransferEnd { transfer: u32 },
+    /// `launch_as` in clusters of `cluster` blocks.
+    LaunchClustered { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream, cluster: [u32; 3] },
+    /// `max_active_clusters`.
+    MaxActiveClusters { kernel: Kernel, dims: LaunchDims, cluster: [u32; 3] },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot
