@@ -4,8 +4,9 @@
 // clusters the device holds at once (cudaOccupancyMaxActiveClusters, the remote driver's
 // answer) and the largest portable cluster; a cluster that does not divide the grid and one of
 // more than 8 blocks refused at the launch, the device usable after; four threads launching in
-// clusters on their own streams; a cluster width required of the kernel at run time, which its
-// plain launches then take.
+// clusters on their own streams; a launch in clusters captured into a graph, its node's
+// parameters changed; a cluster width required of the kernel at run time, which its plain
+// launches then take.
 // Usage: clusters [blocks]
 #include <cstdio>
 #include <cstdlib>
@@ -136,6 +137,35 @@ int main(int argc, char** argv) {
     CHECK(launch_ranks(out, dim3(blocks), dim3(8), 0));
     CHECK(cudaMemcpy(host.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
     report(ranked(host, dim3(blocks), dim3(8)), "clusters of 8 blocks after the refusals");
+
+    // A launch in clusters captured into a graph keeps its clusters, also once its node's
+    // parameters are changed in the executable graph.
+    cudaStream_t cs;
+    CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+    CHECK(launch_ranks(out, dim3(blocks), dim3(2), cs));
+    CHECK(cudaStreamEndCapture(cs, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphNode_t node;
+    size_t nodes = 1;
+    CHECK(cudaGraphGetNodes(graph, &node, &nodes));
+    int* other;
+    CHECK(cudaMalloc(&other, blocks * sizeof(int)));
+    cudaKernelNodeParams p;
+    CHECK(cudaGraphKernelNodeGetParams(node, &p));
+    void* moved[] = {&other};
+    p.kernelParams = moved;
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, node, &p));
+    CHECK(cudaGraphLaunch(exec, cs));
+    CHECK(cudaStreamSynchronize(cs));
+    CHECK(cudaMemcpy(host.data(), other, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+    report(ranked(host, dim3(blocks), dim3(2)), "a captured launch in clusters, its node's parameters changed");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(cs));
+    CHECK(cudaFree(other));
 
     // A cluster size required of the kernel at run time: its plain launches run in clusters of
     // it (checked only where the driver lets a kernel compiled without one take it).

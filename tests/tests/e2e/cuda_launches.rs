@@ -178,8 +178,9 @@ async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
 /// device holds at once are the remote driver's answer (the stand-in's: 16 multiprocessors a
 /// processing cluster, 32 blocks of 64 threads each: 1,024 clusters of 4); a cluster that does not
 /// divide the grid and one of 16 blocks refused at the launch; threads launching in clusters
-/// of their own sizes on their own streams; a cluster width required of the kernel, which its
-/// plain launches take.
+/// of their own sizes on their own streams; a launch in clusters captured into a graph, its
+/// node's parameters changed; a cluster width required of the kernel, which its plain launches
+/// take.
 #[tokio::test(flavor = "multi_thread")]
 async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
     let _turn = standin::exclusive().await;
@@ -197,6 +198,7 @@ async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
     assert!(text.contains("a cluster not dividing the grid: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a cluster of 16 blocks: 912 (cudaErrorInvalidClusterSize)"), "{text}");
     assert!(text.contains("4 threads launching in clusters on their own streams exact"), "{text}");
+    assert!(text.contains("a captured launch in clusters, its node's parameters changed exact"), "{text}");
     assert!(text.contains("a required cluster width of 4, launched with <<<>>> exact"), "{text}");
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
