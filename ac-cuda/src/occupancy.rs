@@ -28,6 +28,27 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveBlocksPerMultiprocessor(
     })
 }
 
+/// A cluster occupancy query's configuration and kernel (looked up on its device).
+unsafe fn cluster_query<'a>(
+    function: usize,
+    config: *const crate::launch_config::LaunchConfig,
+) -> CuResult<(&'a crate::launch_config::LaunchConfig, std::sync::Arc<crate::module::Resolved>)> {
+    let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    let kernel = kernels().get(function)?;
+    Ok((config, kernel.on(kernel.device()?)?))
+}
+
+/// Clusters of `cluster` blocks, with `config`'s block and dynamic shared memory, the remote
+/// GPU holds at once.
+fn active_clusters(
+    resolved: &crate::module::Resolved,
+    config: &crate::launch_config::LaunchConfig,
+    cluster: [u32; 3],
+) -> CuResult<u32> {
+    let shim = state::shim()?;
+    Ok(shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))?)
+}
+
 /// Clusters of a launch's cluster shape (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION` in `config`,
 /// else the kernel's required one) the remote GPU holds at once, with the launch's block and
 /// dynamic shared memory: the remote driver's answer. Without either, refused as CUDA refuses.
@@ -38,17 +59,13 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     config: *const crate::launch_config::LaunchConfig,
 ) -> u32 {
     guard("cuOccupancyMaxActiveClusters", || {
-        let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let kernel = kernels().get(function)?;
-        let resolved = kernel.on(kernel.device()?)?;
+        let (config, resolved) = cluster_query(function, config)?;
         let asked = crate::launch_config::cluster_asked(config)?.or_else(|| resolved.attributes.required_cluster());
         let Some(cluster) = asked else {
             return Err(Error::said(code::INVALID_CLUSTER_SIZE, "no cluster dimension in the launch configuration"));
         };
         crate::launch_config::check_cluster(cluster, cluster)?;
-        let shim = state::shim()?;
-        let count = shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))?;
-        put(clusters, c_int::try_from(count).unwrap_or(c_int::MAX))
+        put(clusters, c_int::try_from(active_clusters(&resolved, config, cluster)?).unwrap_or(c_int::MAX))
     })
 }
 
@@ -62,13 +79,9 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     config: *const crate::launch_config::LaunchConfig,
 ) -> u32 {
     guard("cuOccupancyMaxPotentialClusterSize", || {
-        let config = config.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let kernel = kernels().get(function)?;
-        let resolved = kernel.on(kernel.device()?)?;
-        let shim = state::shim()?;
+        let (config, resolved) = cluster_query(function, config)?;
         for blocks in (2..=8).rev() {
-            let cluster = [blocks, 1, 1];
-            if shim.block_on(resolved.function.max_active_clusters(config.dims_in(cluster), cluster))? > 0 {
+            if active_clusters(&resolved, config, [blocks, 1, 1])? > 0 {
                 return put(size, blocks as c_int);
             }
         }
