@@ -29,6 +29,7 @@
 //! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
 //!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
+//! - [`tensor_map`]: tensor maps (TMA descriptors), encoded by the remote driver and kept here.
 //! - [`stream`]: streams and events.
 //! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
 //!   launch's stream; an executable graph its nodes in dependency order.
@@ -89,6 +90,7 @@ pub mod pool;
 pub mod procs;
 pub mod state;
 pub mod stream;
+pub mod tensor_map;
 
 pub use error::{CuResult, Error};
 

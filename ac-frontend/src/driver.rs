@@ -5,10 +5,12 @@
 //! Both need backend protocol 7; a module's variables (`__device__`, `__constant__`), which the
 //! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
 //! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10; a
-//! session's context limits (`cuCtxSetLimit`) need protocol 11.
+//! session's context limits (`cuCtxSetLimit`) need protocol 11; thread block clusters 12, and
+//! tensor maps (`cuTensorMapEncodeTiled`) 13.
 
 use ac_proto::backend::{
-    image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request, Response,
+    image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request,
+    Response, TensorMapSpec, TENSOR_MAP_BYTES,
 };
 use bytes::Bytes;
 
@@ -25,6 +27,8 @@ const KERNEL_ATTRIBUTES: u16 = 10;
 const CONTEXT_LIMITS: u16 = 11;
 /// The backend protocol that serves thread block clusters.
 const CLUSTERS: u16 = 12;
+/// The backend protocol that serves tensor maps.
+const TENSOR_MAPS: u16 = 13;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -64,6 +68,19 @@ impl Accelerator {
         self.needs_protocol(CONTEXT_LIMITS, "a context limit")?;
         match self.call(Request::SetLimit { limit, value }, Bytes::new()).await? {
             Answer::Response(Response::Limit(value)) => Ok(value),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Has the device's driver encode the tensor map of `spec` (a Hopper GPU's TMA descriptor,
+    /// which kernels take as a `CUtensorMap` parameter). The whole tensor must lie in the
+    /// buffer `spec.address` points into; the driver refuses what it cannot describe.
+    pub async fn encode_tensor_map(&self, spec: TensorMapSpec) -> Result<[u8; TENSOR_MAP_BYTES]> {
+        self.needs_protocol(TENSOR_MAPS, "a tensor map")?;
+        match self.call(Request::EncodeTensorMap(spec), Bytes::new()).await? {
+            Answer::Response(Response::TensorMap(bytes)) => bytes
+                .try_into()
+                .map_err(|bytes: Vec<u8>| Error::Protocol(format!("a tensor map of {} bytes", bytes.len()))),
             other => Err(unexpected(other)),
         }
     }

@@ -1,8 +1,10 @@
 //! The test fixtures of the later CUDA programs, which the stand-in runs by their mangled names
 //! as [`crate::kernels`] runs the others: `tests/cuda/managed_variables.cu`'s (a module's
-//! `__managed__` variables) and `tests/cuda/clusters.cu`'s (a launch's cluster shape).
+//! `__managed__` variables), `tests/cuda/clusters.cu`'s (a launch's cluster shape) and
+//! `tests/cuda/tensor_maps.cu`'s (a tensor map's boxes).
 
 use crate::kernels::{element, i32_arg, int_elements, u64_arg, Memory, Shape};
+use crate::tensor_maps::Descriptor;
 
 /// `tally(const int* x, int n)` of `tests/cuda/managed_variables.cu`: for `i < n`, one element a
 /// thread, `totals[i % 4] += (int)(gain * x[i])` and `histogram[x[i] % 1024] += 1`, with the
@@ -18,12 +20,19 @@ pub const ADD_TO_KERNEL: &str = "_Z6add_toPiii";
 /// (cooperative groups' `this_cluster()`), so that a launch's cluster shape shows.
 pub const RANKS_KERNEL: &str = "_Z5ranksPi";
 
+/// `tiles(const __grid_constant__ CUtensorMap map, float* out, int width)` of
+/// `tests/cuda/tensor_maps.cu`: block (x, y) copies the map's box at (x, y) times the box's
+/// shape (a 2-D float tensor's) into `out`, rows `width` floats apart, elements past the
+/// tensor's edge zero or NaN as the map says; a map no encoding made faults.
+pub const TILES_KERNEL: &str = "_Z5tiles14CUtensorMap_stPfi";
+
 /// Parameter sizes of these fixtures, as their sources declare them.
 pub fn signature(name: &str) -> Option<&'static [usize]> {
     Some(match name {
         TALLY_KERNEL => &[8, 4],
         ADD_TO_KERNEL => &[8, 4, 4],
         RANKS_KERNEL => &[8],
+        TILES_KERNEL => &[128, 8, 4],
         _ => return None,
     })
 }
@@ -60,8 +69,30 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             }
             Some(())
         }
+        TILES_KERNEL => tiles(&Descriptor::decode(&args[0])?, u64_arg(&args[1]), i32_arg(&args[2]), shape, memory),
         _ => None,
     }
+}
+
+/// `tiles`' blocks over the tensor `map` describes, into `out`.
+fn tiles(map: &Descriptor, out: u64, width: i32, shape: Shape, memory: &mut dyn Memory) -> Option<()> {
+    if map.im2col || map.data_type != 7 || map.dims.len() != 2 {
+        return None; // a 2-D float tensor's boxes are what the kernel reads
+    }
+    let [box_x, box_y] = [map.box_dims[0], map.box_dims[1]].map(u64::from);
+    let [grid_x, grid_y] = [shape.grid[0], shape.grid[1]].map(u64::from);
+    let points = (0..grid_y * box_y).flat_map(|y| (0..grid_x * box_x).map(move |x| (x, y)));
+    for (x, y) in points {
+        let value = if x < map.dims[0] && y < map.dims[1] {
+            memory.load(map.address.checked_add(y * map.strides[0] + x * 4)?, 1)?[0]
+        } else if map.nan_fill {
+            f32::NAN
+        } else {
+            0.0
+        };
+        memory.store(element(out, i64::try_from(y).ok()? * i64::from(width) + i64::try_from(x).ok()?)?, &[value])?;
+    }
+    Some(())
 }
 
 /// The `int` at `at`.

@@ -75,6 +75,7 @@ mod memory;
 mod run;
 mod state;
 mod streams;
+mod tensor_maps;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

@@ -73,6 +73,10 @@
 //! blocks of a cluster run at once on one GPU processing cluster and share their shared
 //! memory), and [`Request::MaxActiveClusters`] asks how many such clusters the device holds at
 //! once (`cuOccupancyMaxActiveClusters`), answered [`Response::Clusters`].
+//! Protocol 13 adds tensor maps, appended likewise: [`Request::EncodeTensorMap`] has the
+//! device's driver encode the descriptor of a tensor in the session's memory that a Hopper
+//! GPU's tensor memory accelerator copies boxes of (`cuTensorMapEncodeTiled`, `Im2col`),
+//! answered [`Response::TensorMap`] ([`tensor_map`]).
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -109,12 +113,14 @@ use serde::{Deserialize, Serialize};
 pub mod builtin;
 pub mod link;
 mod registration;
+pub mod tensor_map;
 pub mod v4;
 
 pub use registration::*;
+pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 12;
+pub const VERSION: u16 = 13;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -195,7 +201,7 @@ pub struct FunctionId(pub u64);
 pub struct StreamId(pub u64);
 
 /// A position in device memory: a buffer and a byte offset into it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DevicePtr {
     /// The buffer.
     pub buffer: BufferId,
@@ -686,6 +692,10 @@ pub enum Request {
         /// Blocks of a cluster in x, y, z.
         cluster: [u32; 3],
     },
+    /// *Protocol 13.* Encodes the tensor map of a tensor in the session's memory (the whole
+    /// tensor must lie in one of its buffers): replies [`Response::TensorMap`]. Nothing queued
+    /// waits: the descriptor depends on the arguments alone.
+    EncodeTensorMap(TensorMapSpec),
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -789,6 +799,8 @@ pub enum Response {
     Limit(u64),
     /// *Protocol 12.* Clusters the device holds at once ([`Request::MaxActiveClusters`]).
     Clusters(u32),
+    /// *Protocol 13.* An encoded tensor map, [`TENSOR_MAP_BYTES`] bytes ([`Request::EncodeTensorMap`]).
+    TensorMap(Vec<u8>),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

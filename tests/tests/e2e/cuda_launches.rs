@@ -1,7 +1,7 @@
 //! Unmodified CUDA programs that ask more of a kernel launch or of the driver's contexts (issue
 //! 48): a kernel's dynamic shared memory limit raised past 48 KiB (backend protocol 10), launch
-//! attributes (`cudaLaunchKernelEx`), thread block clusters (backend protocol 12), and contexts
-//! the program creates (`cuCtxCreate`), run as
+//! attributes (`cudaLaunchKernelEx`), thread block clusters (backend protocol 12), tensor maps
+//! (backend protocol 13), and contexts the program creates (`cuCtxCreate`), run as
 //! `cuda_shim`'s programs are, through `ac-cuda`'s `libcuda.so.1` against the driver stand-in.
 
 use crate::cuda_shim::{cuda_cluster_timed, run, said};
@@ -200,6 +200,47 @@ async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
     assert!(text.contains("4 threads launching in clusters on their own streams exact"), "{text}");
     assert!(text.contains("a captured launch in clusters, its node's parameters changed exact"), "{text}");
     assert!(text.contains("a required cluster width of 4, launched with <<<>>> exact"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// Tensor maps (`tests/cuda/tensor_maps.cu`, backend protocol 13): the program takes
+/// `cuTensorMapEncodeTiled` through `cudaGetDriverEntryPointByVersion`, the remote driver
+/// encodes the map (the stand-in's own layout, which its fixture reads as a GPU's copy engine
+/// reads NVIDIA's), and a kernel taking it as a `__grid_constant__` parameter copies the
+/// tensor's boxes, edges zero- or NaN-filled as asked; `cuTensorMapReplaceAddress` points the
+/// map at a second tensor; an im2col map encodes; a stride the driver refuses, a tensor past
+/// its allocation, host memory, a misaligned map and a map no encoding made are refused, and
+/// the device goes on; threads encode and launch on their own streams.
+#[tokio::test(flavor = "multi_thread")]
+async fn kernels_copy_the_boxes_of_a_tensor_map_the_remote_driver_encoded() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("tensor_maps", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("tensor_maps: all exact"), "{text}");
+    for line in ["encode: 0", "replace address: 0", "encode with NaN fill: 0", "an im2col map: 0"] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(text.contains("a 40 x 24 tensor copied in 16 x 16 boxes, its edges zero-filled exact"), "{text}");
+    assert!(
+        text.contains("the map's address replaced exact") && text.contains("edges filled with NaN exact"),
+        "{text}"
+    );
+    for refused in [
+        "a stride not a multiple of 16: 1",
+        "a tensor past its allocation: 1",
+        "a tensor in host memory: 1",
+        "a map not 64-byte aligned: 1",
+        "an address replaced in a map no encoding made: 1",
+    ] {
+        assert!(text.contains(refused), "{refused}: {text}");
+    }
+    assert!(text.contains("the device after the refusals exact"), "{text}");
+    assert!(text.contains("4 threads encoding and launching on their own streams exact"), "{text}");
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
 }

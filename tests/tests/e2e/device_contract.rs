@@ -72,6 +72,13 @@ async fn standin_module_variables_belong_to_their_module() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_tensor_maps_describe_only_the_sessions_memory() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::tensor_maps_describe_only_the_sessions_memory(&standin_backend(64).await.connect().await).await;
+    standin::assert_no_violations();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_a_kernel_opts_in_to_more_dynamic_shared_memory() {
     let _turn = standin::exclusive().await;
     gpu_cases::a_kernel_opts_in_to_more_dynamic_shared_memory(&standin_backend(64).await.connect().await).await;
@@ -141,6 +148,28 @@ async fn cpu_launches_in_clusters_are_checked_and_run() {
     let err = fill.max_active_clusters(LaunchDims::linear(8, 8), [2, 1, 1]).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
     stream.synchronize().await.unwrap();
+}
+
+/// Tensor maps are a CUDA GPU's (the descriptors of its copy engine): the CPU device says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_devices_encode_no_tensor_maps() {
+    use ac_proto::backend::{DevicePtr, TensorMapLayout, TensorMapSpec};
+    let acc = TestBackend::start(64).await.connect().await;
+    let x = acc.alloc::<f32>(64).await.unwrap();
+    let spec = TensorMapSpec {
+        data_type: 7,
+        address: DevicePtr { buffer: x.id(), offset: 0 },
+        dims: vec![64],
+        strides: vec![],
+        element_strides: vec![1],
+        interleave: 0,
+        swizzle: 0,
+        l2_promotion: 0,
+        oob_fill: 0,
+        layout: TensorMapLayout::Tiled { box_dims: vec![16] },
+    };
+    let err = acc.encode_tensor_map(spec).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
 }
 
 /// The CPU device's one module (the builtins) holds no variables: a lookup says so.

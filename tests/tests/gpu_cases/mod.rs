@@ -396,3 +396,44 @@ pub async fn module_variables_belong_to_their_module(acc: &Accelerator) {
     assert_eq!(err.kind(), Some(ErrorKind::InvalidBuffer), "a variable of an unloaded module: {err}");
     assert_eq!(x.to_vec().await.unwrap(), want, "the session goes on");
 }
+
+/// A tensor map describes only the session's memory (backend protocol 13): the device's driver
+/// encodes 128 bytes, the same again for the same tensor and others for another; a tensor one
+/// row past its buffer, an offset that takes it past, and a buffer the session does not hold are
+/// refused before the driver sees them, as are arrays that do not fit the rank; what the driver
+/// refuses (a stride not a multiple of 16) comes back as an invalid argument naming the call;
+/// the session goes on.
+pub async fn tensor_maps_describe_only_the_sessions_memory(acc: &Accelerator) {
+    use ac_proto::backend::{BufferId, DevicePtr, TensorMapLayout, TensorMapSpec};
+    let x = acc.alloc_from(&vec![1.5f32; 40 * 24]).await.unwrap();
+    let tiled = |buffer, offset, rows, stride| TensorMapSpec {
+        data_type: 7, // FLOAT32
+        address: DevicePtr { buffer, offset },
+        dims: vec![40, rows],
+        strides: vec![stride],
+        element_strides: vec![1, 1],
+        interleave: 0,
+        swizzle: 0,
+        l2_promotion: 0,
+        oob_fill: 0,
+        layout: TensorMapLayout::Tiled { box_dims: vec![16, 16] },
+    };
+    let map = acc.encode_tensor_map(tiled(x.id(), 0, 24, 160)).await.unwrap();
+    assert_ne!(map, [0; 128], "an encoding");
+    assert_eq!(acc.encode_tensor_map(tiled(x.id(), 0, 24, 160)).await.unwrap(), map, "the same tensor, the same map");
+    let half = acc.encode_tensor_map(tiled(x.id(), 12 * 160, 12, 160)).await.unwrap();
+    assert_ne!(half, map, "another tensor, another map");
+    let misshapen = TensorMapSpec { strides: vec![], ..tiled(x.id(), 0, 24, 160) };
+    for (spec, kind, why) in [
+        (tiled(x.id(), 0, 25, 160), ErrorKind::OutOfBounds, "access of 4000 bytes at offset 0 is outside buffer"),
+        (tiled(x.id(), 16, 24, 160), ErrorKind::OutOfBounds, "access of 3840 bytes at offset 16"),
+        (tiled(BufferId(u64::MAX), 0, 24, 160), ErrorKind::InvalidBuffer, "buffer"),
+        (misshapen, ErrorKind::InvalidArgument, "a tensor map of 2 dimensions has 1 strides, not 0"),
+        (tiled(x.id(), 0, 1, 100), ErrorKind::InvalidArgument, "cuTensorMapEncodeTiled"),
+    ] {
+        let err = acc.encode_tensor_map(spec.clone()).await.unwrap_err();
+        assert_eq!(err.kind(), Some(kind), "{spec:?}: {err}");
+        assert!(err.to_string().contains(why), "{spec:?}: {err}");
+    }
+    assert_eq!(x.to_vec().await.unwrap(), vec![1.5f32; 40 * 24], "the session goes on");
+}

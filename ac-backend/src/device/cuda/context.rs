@@ -6,14 +6,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
+    WireError,
 };
 use cudarc::driver::sys::{self, CUresult};
 
 use super::driver::{self, bind, blocking, Handle};
 use super::signature::{self, Signatures};
 use super::staging::{self, StagingContext, StagingPool};
-use super::{args, function, image, Gpu};
+use super::{args, function, image, tensor_map, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
     LaunchMode, Limited, Upload,
@@ -535,6 +536,11 @@ impl Context for CudaContext {
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {
         self.enter()?;
         function::max_active_clusters(self.function(kernel)?, dims, cluster)
+    }
+
+    fn encode_tensor_map(&self, spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
+        self.enter()?; // the driver may check the address against the current context
+        tensor_map::encode(spec)
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

@@ -102,6 +102,7 @@ pub mod nvrtc_loader;
 pub mod prebuilt;
 pub mod signature;
 pub mod staging;
+pub mod tensor_map;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};

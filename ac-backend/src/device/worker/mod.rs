@@ -72,7 +72,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
+    WireError,
 };
 
 use self::shared::Bays;
@@ -479,6 +480,11 @@ impl Context for WorkerContext {
             LaunchMode::Clustered(cluster) => Call::LaunchClustered { kernel, dims, args, stream, cluster },
         };
         self.call_done(&call, &[])
+    }
+
+    fn encode_tensor_map(&self, spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
+        let (reply, map) = self.call(&Call::EncodeTensorMap { spec: spec.clone() }, &[])?;
+        expect_done(reply).map(|()| map)
     }
 
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {

@@ -382,6 +382,10 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         Call::MaxActiveClusters { kernel, dims, cluster } => {
             handle(context.max_active_clusters(&kernel, &dims, cluster).map(u64::from))
         }
+        Call::EncodeTensorMap { spec } => context.encode_tensor_map(&spec).map(|map| {
+            payload = map;
+            Reply::Done
+        }),
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),
         Call::SetLimit { limit, value } => context.set_limit(limit, value).map(Reply::Limited),

@@ -11,7 +11,8 @@
 use std::io::{self, Read, Write};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, WireError,
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
+    WireError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +80,8 @@ pub enum Call {
     LaunchClustered { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream, cluster: [u32; 3] },
     /// `max_active_clusters`.
     MaxActiveClusters { kernel: Kernel, dims: LaunchDims, cluster: [u32; 3] },
+    /// `encode_tensor_map` (the map is the reply's payload).
+    EncodeTensorMap { spec: TensorMapSpec<u64> },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

@@ -22,6 +22,7 @@ use crate::session::Session;
 mod copies;
 mod limits;
 mod modules;
+mod tensor_maps;
 #[cfg(test)]
 mod tests;
 
@@ -420,6 +421,7 @@ impl Control {
             Request::MaxActiveClusters { function, dims, cluster } => {
                 Outcome::Now(self.max_active_clusters(function, dims, cluster).await)
             }
+            Request::EncodeTensorMap(spec) => Outcome::Now(self.encode_tensor_map(spec).await),
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
             Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),

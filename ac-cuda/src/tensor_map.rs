@@ -1,0 +1,211 @@
+//! Tensor maps (`cuTensorMapEncodeTiled`, `cuTensorMapEncodeIm2col`,
+//! `cuTensorMapReplaceAddress`): the descriptors a Hopper GPU's tensor memory accelerator (TMA)
+//! copies boxes of a tensor by, which CUTLASS 3's kernels, Triton's and FlashAttention 3 take
+//! as a `const __grid_constant__ CUtensorMap` parameter. Their 128 bytes are opaque, laid out
+//! by the driver, so the remote driver encodes them (backend protocol 13) and the shim copies
+//! them into the program's map; a launch then sends them as any parameter's bytes.
+//!
+//! An encoding depends on its arguments alone, and programs encode the same maps again and
+//! again (PyTorch's fp8 GEMMs at every call): each is kept here by its arguments, and by its
+//! bytes for `cuTensorMapReplaceAddress`, which encodes the map's tensor again at the new
+//! address.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::{Mutex, OnceLock};
+
+use ac_proto::backend::{DevicePtr, TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::{guard, state};
+
+/// An encoded tensor map (`CUtensorMap`'s bytes).
+type Encoded = [u8; TENSOR_MAP_BYTES];
+
+/// The most encodings kept; past it they are all forgotten (a program that encodes that many
+/// different maps encodes each once).
+const MOST_KEPT: usize = 16_384;
+
+/// The maps this process had encoded.
+#[derive(Default)]
+struct Kept {
+    /// Each map by its device and what was sent for it.
+    by_spec: HashMap<(usize, TensorMapSpec), Encoded>,
+    /// What each map describes, by its bytes (its tensor at the program's address).
+    by_map: HashMap<Encoded, TensorMapSpec<u64>>,
+}
+
+fn kept() -> std::sync::MutexGuard<'static, Kept> {
+    static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
+    KEPT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuTensorMapEncodeTiled(
+    map: *mut c_void,
+    data_type: c_uint,
+    rank: c_uint,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    box_dims: *const u32,
+    element_strides: *const u32,
+    interleave: c_uint,
+    swizzle: c_uint,
+    l2_promotion: c_uint,
+    oob_fill: c_uint,
+) -> u32 {
+    guard("cuTensorMapEncodeTiled", || {
+        let rank = checked_rank(rank, 1)?;
+        let layout = TensorMapLayout::Tiled { box_dims: array(box_dims, rank)? };
+        let modes = [interleave, swizzle, l2_promotion, oob_fill];
+        let spec = spec_of(data_type, rank, address, dims, strides, element_strides, modes, layout)?;
+        store(map, encode(spec)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
+    map: *mut c_void,
+    data_type: c_uint,
+    rank: c_uint,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    lower_corner: *const c_int,
+    upper_corner: *const c_int,
+    channels_per_pixel: c_uint,
+    pixels_per_column: c_uint,
+    element_strides: *const u32,
+    interleave: c_uint,
+    swizzle: c_uint,
+    l2_promotion: c_uint,
+    oob_fill: c_uint,
+) -> u32 {
+    guard("cuTensorMapEncodeIm2col", || {
+        let rank = checked_rank(rank, 3)?;
+        let layout = TensorMapLayout::Im2col {
+            lower_corner: array(lower_corner, rank - 2)?,
+            upper_corner: array(upper_corner, rank - 2)?,
+            channels_per_pixel,
+            pixels_per_column,
+        };
+        let modes = [interleave, swizzle, l2_promotion, oob_fill];
+        let spec = spec_of(data_type, rank, address, dims, strides, element_strides, modes, layout)?;
+        store(map, encode(spec)?)
+    })
+}
+
+/// The map's tensor at `address` instead, encoded again: the map must be one this program had
+/// encoded (its bytes are the driver's, opaque here).
+#[no_mangle]
+pub unsafe extern "C" fn cuTensorMapReplaceAddress(map: *mut c_void, address: *mut c_void) -> u32 {
+    guard("cuTensorMapReplaceAddress", || {
+        let encoded = load(map)?;
+        let spec = kept().by_map.get(&encoded).cloned().ok_or_else(|| {
+            Error::said(code::INVALID_VALUE, "the tensor map was not encoded by this program (cuTensorMapEncode*)")
+        })?;
+        store(map, encode(spec.at(address as u64))?)
+    })
+}
+
+/// The remote driver's encoding of `spec`, whose tensor must lie in one allocation of the
+/// program's: on the device that holds it.
+fn encode(spec: TensorMapSpec<u64>) -> CuResult<Encoded> {
+    if let Some(why) = spec.misshapen() {
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    let extent = spec.extent().ok_or_else(|| {
+        let why = format!("a tensor of element type {} and dimensions {:?} has no size", spec.data_type, spec.dims);
+        Error::said(code::INVALID_VALUE, why)
+    })?;
+    let shim = state::shim()?;
+    let device = shim.device_of(spec.address, current_device().ok()).ok_or_else(|| {
+        Error::said(
+            code::INVALID_VALUE,
+            format!("the tensor at {:#x} is not device memory of this program", spec.address),
+        )
+    })?;
+    let (allocation, offset) = shim.find(device, spec.address, extent)?;
+    let sent = (device, spec.clone().at(DevicePtr { buffer: allocation.buffer.id(), offset }));
+    if let Some(encoded) = kept().by_spec.get(&sent) {
+        return Ok(*encoded);
+    }
+    let encoded = shim.block_on(shim.devices[device].acc.encode_tensor_map(sent.1.clone()))?;
+    let mut kept = kept();
+    if kept.by_spec.len() >= MOST_KEPT {
+        *kept = Kept::default();
+    }
+    kept.by_spec.insert(sent, encoded);
+    kept.by_map.insert(encoded, spec);
+    Ok(encoded)
+}
+
+/// A rank the driver takes for the layout: `least` (1 tiled, 3 im2col) to 5.
+fn checked_rank(rank: c_uint, least: usize) -> CuResult<usize> {
+    match rank as usize {
+        rank if (least..=ac_proto::backend::tensor_map::MAX_TENSOR_RANK).contains(&rank) => Ok(rank),
+        _ => Err(Error::said(code::INVALID_VALUE, format!("this tensor map has {least} to 5 dimensions, not {rank}"))),
+    }
+}
+
+/// What an encoding is asked, read from the program's arrays: `rank` dimensions and element
+/// strides, `rank - 1` strides.
+#[allow(clippy::too_many_arguments)] // cuda.h's
+unsafe fn spec_of(
+    data_type: c_uint,
+    rank: usize,
+    address: *mut c_void,
+    dims: *const u64,
+    strides: *const u64,
+    element_strides: *const u32,
+    [interleave, swizzle, l2_promotion, oob_fill]: [c_uint; 4],
+    layout: TensorMapLayout,
+) -> CuResult<TensorMapSpec<u64>> {
+    Ok(TensorMapSpec {
+        data_type,
+        address: address as u64,
+        dims: array(dims, rank)?,
+        strides: array(strides, rank - 1)?,
+        element_strides: array(element_strides, rank)?,
+        interleave,
+        swizzle,
+        l2_promotion,
+        oob_fill,
+        layout,
+    })
+}
+
+/// The `n` elements at `p` (null only when there are none).
+unsafe fn array<T: Copy>(p: *const T, n: usize) -> CuResult<Vec<T>> {
+    match (p.is_null(), n) {
+        (_, 0) => Ok(Vec::new()),
+        (true, _) => Err(Error::Code(code::INVALID_VALUE)),
+        (false, n) => Ok(std::slice::from_raw_parts(p, n).to_vec()),
+    }
+}
+
+/// The program's map at `map`, which must be 64-byte aligned as `CUtensorMap` is.
+unsafe fn load(map: *const c_void) -> CuResult<Encoded> {
+    checked_map(map)?;
+    Ok(*map.cast::<Encoded>())
+}
+
+/// Writes `encoded` into the program's map at `map`.
+unsafe fn store(map: *mut c_void, encoded: Encoded) -> CuResult<()> {
+    checked_map(map)?;
+    map.cast::<Encoded>().write(encoded);
+    Ok(())
+}
+
+/// Refuses a map pointer the driver refuses: null, or not 64-byte aligned.
+fn checked_map(map: *const c_void) -> CuResult<()> {
+    if map.is_null() || !(map as usize).is_multiple_of(64) {
+        return Err(Error::said(
+            code::INVALID_VALUE,
+            format!("a tensor map at {map:p}: CUtensorMap is 64-byte aligned"),
+        ));
+    }
+    Ok(())
+}
