@@ -23,9 +23,13 @@ use crate::{guard, state};
 /// An encoded tensor map (`CUtensorMap`'s bytes).
 type Encoded = [u8; TENSOR_MAP_BYTES];
 
-/// The most encodings kept; past it they are all forgotten (a program that encodes that many
-/// different maps encodes each once).
+/// The most encodings kept by their arguments; past it they are forgotten (a program that
+/// encodes that many different maps encodes each once).
 const MOST_KEPT: usize = 16_384;
+/// The most maps whose tensor is kept by their bytes, for `cuTensorMapReplaceAddress`: more
+/// than [`MOST_KEPT`], so that a map encoded long ago may still have its address replaced
+/// (past it, one encoded before the last 65,536 may not).
+const MOST_DESCRIBED: usize = 65_536;
 
 /// The maps this process had encoded.
 #[derive(Default)]
@@ -34,6 +38,20 @@ struct Kept {
     by_spec: HashMap<(usize, TensorMapSpec), Encoded>,
     /// What each map describes, by its bytes (its tensor at the program's address).
     by_map: HashMap<Encoded, TensorMapSpec<u64>>,
+}
+
+impl Kept {
+    /// Keeps `encoded`, which `sent` asked for and which describes `spec`.
+    fn remember(&mut self, sent: (usize, TensorMapSpec), spec: TensorMapSpec<u64>, encoded: Encoded) {
+        if self.by_spec.len() >= MOST_KEPT {
+            self.by_spec.clear();
+        }
+        if self.by_map.len() >= MOST_DESCRIBED {
+            self.by_map.clear();
+        }
+        self.by_spec.insert(sent, encoded);
+        self.by_map.insert(encoded, spec);
+    }
 }
 
 fn kept() -> std::sync::MutexGuard<'static, Kept> {
@@ -57,6 +75,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
     oob_fill: c_uint,
 ) -> u32 {
     guard("cuTensorMapEncodeTiled", || {
+        checked_map(map)?;
         let rank = checked_rank(rank, 1)?;
         let layout = TensorMapLayout::Tiled { box_dims: array(box_dims, rank)? };
         let modes = [interleave, swizzle, l2_promotion, oob_fill];
@@ -84,6 +103,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeIm2col(
     oob_fill: c_uint,
 ) -> u32 {
     guard("cuTensorMapEncodeIm2col", || {
+        checked_map(map)?;
         let rank = checked_rank(rank, 3)?;
         let layout = TensorMapLayout::Im2col {
             lower_corner: array(lower_corner, rank - 2)?,
@@ -110,11 +130,28 @@ pub unsafe extern "C" fn cuTensorMapReplaceAddress(map: *mut c_void, address: *m
     })
 }
 
-/// The remote driver's encoding of `spec`, whose tensor must lie in one allocation of the
-/// program's: on the device that holds it.
+/// The remote driver's encoding of `spec` (kept: asked once).
 fn encode(spec: TensorMapSpec<u64>) -> CuResult<Encoded> {
+    let sent = sent_for(&spec)?;
+    if let Some(encoded) = kept().by_spec.get(&sent) {
+        return Ok(*encoded);
+    }
+    let shim = state::shim()?;
+    let encoded = shim.block_on(shim.devices[sent.0].acc.encode_tensor_map(sent.1.clone()))?;
+    kept().remember(sent, spec, encoded);
+    Ok(encoded)
+}
+
+/// The device that encodes `spec` and what it is sent: the allocation of the program's that
+/// holds the whole tensor and the offset into it (the backend checks it again), or for a null
+/// address none, on the current device. The driver would take any address; a tensor past its
+/// allocation or in host memory is refused here, by name, rather than faulting in a kernel.
+fn sent_for(spec: &TensorMapSpec<u64>) -> CuResult<(usize, TensorMapSpec)> {
     if let Some(why) = spec.misshapen() {
         return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    if spec.address == 0 {
+        return Ok((current_device()?, spec.clone().at(None)));
     }
     let extent = spec.extent().ok_or_else(|| {
         let why = format!("a tensor of element type {} and dimensions {:?} has no size", spec.data_type, spec.dims);
@@ -122,24 +159,11 @@ fn encode(spec: TensorMapSpec<u64>) -> CuResult<Encoded> {
     })?;
     let shim = state::shim()?;
     let device = shim.device_of(spec.address, current_device().ok()).ok_or_else(|| {
-        Error::said(
-            code::INVALID_VALUE,
-            format!("the tensor at {:#x} is not device memory of this program", spec.address),
-        )
+        let why = format!("the tensor at {:#x} is not device memory of this program", spec.address);
+        Error::said(code::INVALID_VALUE, why)
     })?;
     let (allocation, offset) = shim.find(device, spec.address, extent)?;
-    let sent = (device, spec.clone().at(DevicePtr { buffer: allocation.buffer.id(), offset }));
-    if let Some(encoded) = kept().by_spec.get(&sent) {
-        return Ok(*encoded);
-    }
-    let encoded = shim.block_on(shim.devices[device].acc.encode_tensor_map(sent.1.clone()))?;
-    let mut kept = kept();
-    if kept.by_spec.len() >= MOST_KEPT {
-        *kept = Kept::default();
-    }
-    kept.by_spec.insert(sent, encoded);
-    kept.by_map.insert(encoded, spec);
-    Ok(encoded)
+    Ok((device, spec.clone().at(Some(DevicePtr { buffer: allocation.buffer.id(), offset }))))
 }
 
 /// A rank the driver takes for the layout: `least` (1 tiled, 3 im2col) to 5.

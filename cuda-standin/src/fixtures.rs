@@ -84,7 +84,7 @@ fn tiles(map: &Descriptor, out: u64, width: i32, shape: Shape, memory: &mut dyn 
     let points = (0..grid_y * box_y).flat_map(|y| (0..grid_x * box_x).map(move |x| (x, y)));
     for (x, y) in points {
         let value = if x < map.dims[0] && y < map.dims[1] {
-            memory.load(map.address.checked_add(y * map.strides[0] + x * 4)?, 1)?[0]
+            memory.load(map.address.checked_add(y.checked_mul(map.strides[0])?.checked_add(x * 4)?)?, 1)?[0]
         } else if map.nan_fill {
             f32::NAN
         } else {

@@ -60,6 +60,9 @@ impl Descriptor {
             return None;
         }
         let rank = bytes[5] as usize;
+        if !(1..=5).contains(&rank) {
+            return None;
+        }
         let word = |i: usize| u64::from_le_bytes(bytes[16 + 8 * i..24 + 8 * i].try_into().expect("8 bytes"));
         let im2col = bytes[6] == 1;
         let box_dims = (0..rank).map(|i| u16::from_le_bytes([bytes[96 + 2 * i], bytes[97 + 2 * i]]) as u32);
@@ -124,14 +127,22 @@ impl Tensor {
         })
     }
 
-    /// Bytes an element takes (sub-byte packed types: 1).
-    fn element_bytes(&self) -> u64 {
+    /// Bits an element takes in memory (the packed types: sixteen 4-bit elements in 8 bytes,
+    /// or sixteen in 16). The stand-in's own table, not `ac-proto`'s: an independent reading of
+    /// the reference, so that a mistake in the backend's shows.
+    fn element_bits(&self) -> u64 {
         match self.data_type {
-            0 | 13..=15 => 1,
-            1 | 6 | 9 => 2,
-            4 | 5 | 8 => 8,
-            _ => 4,
+            13 => 4,
+            0 | 14 | 15 => 8,
+            1 | 6 | 9 => 16,
+            4 | 5 | 8 => 64,
+            _ => 32,
         }
+    }
+
+    /// Bytes `n` consecutive elements take.
+    fn bytes_of(&self, n: u64) -> u64 {
+        n.saturating_mul(self.element_bits()).div_ceil(8)
     }
 
     /// The driver reference's requirements of the tensor (not of the box).
@@ -151,10 +162,11 @@ impl Tensor {
         valid.then_some(()).ok_or(code::INVALID_VALUE)
     }
 
-    /// Bytes from the tensor's start to its last element's end.
+    /// Bytes from the tensor's start to its last element's end (saturated: a tensor past
+    /// 2^64 bytes lies in no allocation).
     fn extent(&self) -> u64 {
-        let row = self.dims[0] * self.element_bytes();
-        self.dims[1..].iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<u64>() + row
+        let outer = self.dims[1..].iter().zip(&self.strides).map(|(&d, &s)| (d - 1).saturating_mul(s));
+        outer.fold(self.bytes_of(self.dims[0]), u64::saturating_add)
     }
 
     /// Its descriptor, once it is the current context's memory (the backend hands the driver
@@ -164,7 +176,8 @@ impl Tensor {
             return e;
         }
         with_context(call, |d, context| {
-            if d.locate(context, self.address, self.extent() as usize).is_none() {
+            // A null address is a map of no memory (CUTLASS's for an operand it does not read).
+            if self.address != 0 && d.locate(context, self.address, self.extent() as usize).is_none() {
                 d.violation(format!(
                     "{call}: the tensor of {} bytes at {:#x} is not the current context's memory",
                     self.extent(),
@@ -224,7 +237,7 @@ pub unsafe extern "C" fn cuTensorMapEncodeTiled(
     let Ok(box_dims) = array(box_dims, tensor.rank) else { return code::INVALID_VALUE };
     // Each box dimension 1 to 256; without interleaving, the box's rows whole 16-byte units
     // and no wider than the swizzle's span (32, 64, 128 bytes).
-    let inner = box_dims[0] as u64 * tensor.element_bytes();
+    let inner = tensor.bytes_of(box_dims[0] as u64);
     let span = [u64::MAX, 32, 64, 128, 128, 128, 128][swizzle.min(6) as usize];
     if box_dims.iter().any(|&b| !(1..=256).contains(&b))
         || (interleave == 0 && (!inner.is_multiple_of(16) || inner > span))

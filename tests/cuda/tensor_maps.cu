@@ -3,7 +3,8 @@
 // it describe a 40 x 24 float tensor in 16 x 16 boxes, and a kernel copies each box into
 // shared memory with the tensor memory accelerator (cp.async.bulk.tensor) and writes it out:
 // the tensor, its edges filled with zeros (or NaN when asked); the map's address replaced
-// (cuTensorMapReplaceAddress) reads a second tensor; an im2col map of a 4-D tensor encodes;
+// (cuTensorMapReplaceAddress) reads a second tensor, and a map of a null address, replaced, the
+// first; an im2col map of a 4-D tensor encodes;
 // what the driver refuses is refused (a stride not a multiple of 16, a tensor past its
 // allocation, host memory, a map not 64-byte aligned, a map no encoding made), the device
 // usable after; four threads encoding and launching on their own streams.
@@ -30,6 +31,7 @@
 // instructions themselves, as CUTLASS's SM90_TMA_LOAD_2D issues them: the nvcc wheels carry no
 // <cuda/barrier>).
 __global__ void tiles(const __grid_constant__ CUtensorMap map, float* out, int width) {
+#if __CUDA_ARCH__ >= 900
     __shared__ alignas(128) float tile[BOX][BOX];
     __shared__ alignas(8) unsigned long long barrier;
     unsigned bar = (unsigned)__cvta_generic_to_shared(&barrier);
@@ -49,8 +51,10 @@ __global__ void tiles(const __grid_constant__ CUtensorMap map, float* out, int w
             "l"((unsigned long long)&map), "r"(x0), "r"(y0), "r"(bar)
             : "memory");
     }
+    // Waits for the copy; a copy that never completes ends the kernel with an error, not a hang.
     unsigned done = 0;
-    while (!done) {
+    for (long spins = 0; !done; spins++) {
+        if (spins == (1L << 28)) __trap();
         asm volatile(
             "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
             : "=r"(done)
@@ -58,6 +62,7 @@ __global__ void tiles(const __grid_constant__ CUtensorMap map, float* out, int w
             : "memory");
     }
     out[(y0 + threadIdx.y) * width + x0 + threadIdx.x] = tile[threadIdx.y][threadIdx.x];
+#endif
 }
 
 typedef decltype(&cuTensorMapEncodeTiled) EncodeTiled;
@@ -152,6 +157,13 @@ int main() {
     report(boxed(run_tiles(map, out, 0), a, false), "a 40 x 24 tensor copied in 16 x 16 boxes, its edges zero-filled");
     printf("replace address: %d\n", (int)replace_address(&map, db));
     report(boxed(run_tiles(map, out, 0), b, false), "the map's address replaced");
+
+    // A map of a null address, as CUTLASS encodes one for an operand it does not read, then
+    // pointed at the tensor.
+    alignas(64) CUtensorMap late;
+    printf("a map of a null address: %d\n", (int)encode(&late, nullptr, WIDTH * 4, HEIGHT, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    printf("its address replaced: %d\n", (int)replace_address(&late, da));
+    report(boxed(run_tiles(late, out, 0), a, false), "a map encoded at a null address, then at the tensor's");
 
     alignas(64) CUtensorMap nan_map;
     printf("encode with NaN fill: %d\n",

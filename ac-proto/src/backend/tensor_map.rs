@@ -14,10 +14,12 @@ pub const TENSOR_MAP_BYTES: usize = 128;
 /// The most dimensions a tensor map has.
 pub const MAX_TENSOR_RANK: usize = 5;
 
-/// A tensor in global memory and how its boxes are cut, `A` being where it starts: a
-/// [`DevicePtr`] on the wire, the device address on the device.
+/// A tensor in global memory and how its boxes are cut, `A` being where it starts: on the wire
+/// a [`DevicePtr`], or `None` for a null address (a map of no memory, as CUTLASS encodes one for
+/// an operand its kernel does not read: a copy through it faults); the device address on the
+/// device.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct TensorMapSpec<A = DevicePtr> {
+pub struct TensorMapSpec<A = Option<DevicePtr>> {
     /// The element type, as `CUtensorMapDataType` numbers it.
     pub data_type: u32,
     /// Where the tensor starts.

@@ -158,7 +158,7 @@ async fn cpu_devices_encode_no_tensor_maps() {
     let x = acc.alloc::<f32>(64).await.unwrap();
     let spec = TensorMapSpec {
         data_type: 7,
-        address: DevicePtr { buffer: x.id(), offset: 0 },
+        address: Some(DevicePtr { buffer: x.id(), offset: 0 }),
         dims: vec![64],
         strides: vec![],
         element_strides: vec![1],

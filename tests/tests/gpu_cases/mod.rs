@@ -398,7 +398,8 @@ pub async fn module_variables_belong_to_their_module(acc: &Accelerator) {
 }
 
 /// A tensor map describes only the session's memory (backend protocol 13): the device's driver
-/// encodes 128 bytes, the same again for the same tensor and others for another; a tensor one
+/// encodes 128 bytes, the same again for the same tensor and others for another tensor and for
+/// a null address (a map of no memory, as CUTLASS makes for an operand it does not read); a tensor one
 /// row past its buffer, an offset that takes it past, and a buffer the session does not hold are
 /// refused before the driver sees them, as are arrays that do not fit the rank; what the driver
 /// refuses (a stride not a multiple of 16) comes back as an invalid argument naming the call;
@@ -408,7 +409,7 @@ pub async fn tensor_maps_describe_only_the_sessions_memory(acc: &Accelerator) {
     let x = acc.alloc_from(&vec![1.5f32; 40 * 24]).await.unwrap();
     let tiled = |buffer, offset, rows, stride| TensorMapSpec {
         data_type: 7, // FLOAT32
-        address: DevicePtr { buffer, offset },
+        address: Some(DevicePtr { buffer, offset }),
         dims: vec![40, rows],
         strides: vec![stride],
         element_strides: vec![1, 1],
@@ -423,6 +424,8 @@ pub async fn tensor_maps_describe_only_the_sessions_memory(acc: &Accelerator) {
     assert_eq!(acc.encode_tensor_map(tiled(x.id(), 0, 24, 160)).await.unwrap(), map, "the same tensor, the same map");
     let half = acc.encode_tensor_map(tiled(x.id(), 12 * 160, 12, 160)).await.unwrap();
     assert_ne!(half, map, "another tensor, another map");
+    let null = acc.encode_tensor_map(TensorMapSpec { address: None, ..tiled(x.id(), 0, 24, 160) }).await.unwrap();
+    assert!(null != map && null != half, "a map of a null address, another map");
     let misshapen = TensorMapSpec { strides: vec![], ..tiled(x.id(), 0, 24, 160) };
     for (spec, kind, why) in [
         (tiled(x.id(), 0, 25, 160), ErrorKind::OutOfBounds, "access of 4000 bytes at offset 0 is outside buffer"),

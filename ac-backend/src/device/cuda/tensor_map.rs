@@ -5,6 +5,7 @@
 //! a Rust enum it is not.
 
 use std::ffi::c_void;
+use std::sync::OnceLock;
 
 use ac_proto::backend::{ErrorKind, TensorMapLayout, TensorMapSpec, WireError, TENSOR_MAP_BYTES};
 use cudarc::driver::sys::{self, CUresult};
@@ -63,7 +64,8 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
     let (dims, strides, element_strides) = (s.dims.as_ptr(), s.strides.as_ptr(), s.element_strides.as_ptr());
     let (call, code) = match &s.layout {
         TensorMapLayout::Tiled { box_dims } => {
-            let encode: EncodeTiled = entry_point(b"cuTensorMapEncodeTiled\0")?;
+            static ENCODE: OnceLock<DeviceResult<EncodeTiled>> = OnceLock::new();
+            let encode = ENCODE.get_or_init(|| entry_point(b"cuTensorMapEncodeTiled\0")).clone()?;
             // SAFETY: every array holds as many elements as the driver reads (misshapen above);
             // the map is 128 writable bytes aligned as CUtensorMap.
             let code = unsafe {
@@ -85,7 +87,8 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
             ("cuTensorMapEncodeTiled", code)
         }
         TensorMapLayout::Im2col { lower_corner, upper_corner, channels_per_pixel, pixels_per_column } => {
-            let encode: EncodeIm2col = entry_point(b"cuTensorMapEncodeIm2col\0")?;
+            static ENCODE: OnceLock<DeviceResult<EncodeIm2col>> = OnceLock::new();
+            let encode = ENCODE.get_or_init(|| entry_point(b"cuTensorMapEncodeIm2col\0")).clone()?;
             // SAFETY: as above.
             let code = unsafe {
                 encode(
@@ -113,8 +116,8 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
     Ok(map.0.to_vec())
 }
 
-/// The driver's entry point `symbol` (NUL-terminated), typed `F`; a driver older than CUDA 12
-/// has none.
+/// The driver's entry point `symbol` (NUL-terminated), typed `F` (looked up once a process:
+/// the callers keep it); a driver older than CUDA 12 has none.
 fn entry_point<F: Copy>(symbol: &[u8]) -> DeviceResult<F> {
     let name = String::from_utf8_lossy(&symbol[..symbol.len() - 1]).into_owned();
     if !driver::has_symbol(&name) {
