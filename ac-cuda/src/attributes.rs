@@ -19,10 +19,17 @@ const MAX_DYNAMIC_SHARED: c_int = 8;
 /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`.
 const CARVEOUT: c_int = 9;
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH` to
-/// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`: kept and answered, not sent
-/// (a launch's cluster shape travels with it; a non-portable size is not served). `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` (10) is
-/// read-only and answered 0.
+/// `CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE`: kept and answered, not sent (a
+/// launch's cluster shape travels with it), but for [`NON_PORTABLE`].
+/// `CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET` (10) is read-only and answered 0.
 const CLUSTER: std::ops::RangeInclusive<c_int> = 11..=15;
+/// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`: sent (backend protocol 13), since
+/// the remote driver refuses a launch in clusters past 8 blocks without it.
+const NON_PORTABLE: c_int = 14;
+/// The most blocks of a cluster: CUDA's portable size, and what a kernel that allows
+/// non-portable sizes may have on a compute capability 9.0 GPU.
+const PORTABLE_CLUSTER_BLOCKS: u64 = 8;
+const NON_PORTABLE_CLUSTER_BLOCKS: u64 = 16;
 /// The dynamic shared memory a kernel's launches may ask for on a backend too old to say.
 const DEFAULT_DYNAMIC_SHARED: u32 = 48 << 10;
 
@@ -34,6 +41,9 @@ pub struct Attributes {
     fetched: OnceLock<Option<KernelAttributes>>,
     /// What the program set, by attribute.
     set: Mutex<HashMap<c_int, c_int>>,
+    /// The remote kernel allows non-portable cluster sizes (the program allowed them and the
+    /// backend set it).
+    non_portable: std::sync::atomic::AtomicBool,
 }
 
 impl Attributes {
@@ -62,6 +72,14 @@ impl Attributes {
     pub fn required_cluster(&self) -> Option<[u32; 3]> {
         let dims = [11, 12, 13].map(|a| self.set_value(a).and_then(|v| u32::try_from(v).ok()).unwrap_or(0));
         (!dims.contains(&0) && dims != [1, 1, 1]).then_some(dims)
+    }
+
+    /// The most blocks a cluster of the kernel's launches may have.
+    pub fn most_cluster_blocks(&self) -> u64 {
+        match self.non_portable.load(std::sync::atomic::Ordering::Acquire) {
+            true => NON_PORTABLE_CLUSTER_BLOCKS,
+            false => PORTABLE_CLUSTER_BLOCKS,
+        }
     }
 
     /// The dynamic shared memory a launch of `function` may ask for.
@@ -116,6 +134,7 @@ impl Attributes {
                 KernelSetting::MaxDynamicShared(u32::try_from(value).map_err(|_| Error::Code(code::INVALID_VALUE))?)
             }
             CARVEOUT => KernelSetting::PreferredCarveout(value),
+            NON_PORTABLE => KernelSetting::NonPortableClusterSizeAllowed(value != 0),
             a if CLUSTER.contains(&a) => {
                 set.insert(attribute, value);
                 return Ok(());
@@ -124,13 +143,19 @@ impl Attributes {
         };
         let shim = state::shim()?;
         match shim.block_on(function.set_attribute(setting)) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let KernelSetting::NonPortableClusterSizeAllowed(allowed) = setting {
+                    self.non_portable.store(allowed, std::sync::atomic::Ordering::Release);
+                }
+            }
             // A backend older than protocol 10 keeps the default limit and carveout: a value
             // it already enforces is kept here (and launches checked against it here).
             Err(ac_frontend::Error::VersionMismatch(_)) => match setting {
                 KernelSetting::MaxDynamicShared(bytes) if bytes <= DEFAULT_DYNAMIC_SHARED => {}
                 KernelSetting::PreferredCarveout(percent) if (-1..=100).contains(&percent) => {}
                 KernelSetting::PreferredCarveout(_) => return Err(Error::Code(code::INVALID_VALUE)),
+                // Kept and answered; the kernel's clusters keep the portable limit.
+                KernelSetting::NonPortableClusterSizeAllowed(_) => {}
                 KernelSetting::MaxDynamicShared(_) => {
                     let why =
                         "more than 48 KiB of dynamic shared memory needs backend protocol 10 (upgrade ac-backend)";

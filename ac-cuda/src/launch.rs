@@ -242,10 +242,11 @@ impl Prepared {
     }
 
     /// The same launch in clusters of `cluster` blocks: refused at once when the cluster does
-    /// not divide the grid (`CUDA_ERROR_INVALID_VALUE`) or holds more than the portable 8 blocks
-    /// (`CUDA_ERROR_INVALID_CLUSTER_SIZE`), as CUDA refuses them.
+    /// not divide the grid (`CUDA_ERROR_INVALID_VALUE`) or holds more blocks than the kernel's
+    /// clusters may (`CUDA_ERROR_INVALID_CLUSTER_SIZE`: 8, or 16 once it allows non-portable
+    /// sizes), as CUDA refuses them.
     fn in_clusters(mut self, cluster: [u32; 3]) -> CuResult<Self> {
-        check_cluster(self.dims.grid, cluster)?;
+        check_cluster(self.dims.grid, cluster, self.resolved.attributes.most_cluster_blocks())?;
         self.mode = Mode::Clustered(cluster);
         Ok(self)
     }
@@ -286,7 +287,7 @@ pub(crate) unsafe fn prepare(
     crate::module::warn_of_managed_variables(&kernel, device);
     let mode = match resolved.attributes.required_cluster() {
         Some(cluster) => {
-            check_cluster(dims.grid, cluster)?;
+            check_cluster(dims.grid, cluster, resolved.attributes.most_cluster_blocks())?;
             Mode::Clustered(cluster)
         }
         None => Mode::Plain,

@@ -8,11 +8,6 @@ use ac_frontend::LaunchDims;
 
 use crate::error::{code, CuResult, Error};
 
-/// The most blocks a cluster may have here: CUDA's portable cluster size. Larger ones need the
-/// kernel's `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED` on the remote GPU, which is
-/// kept here and not sent.
-const PORTABLE_CLUSTER_BLOCKS: u64 = 8;
-
 /// `CUlaunchConfig`.
 #[repr(C)]
 #[derive(Debug)]
@@ -75,16 +70,21 @@ impl LaunchConfig {
     }
 }
 
-/// Checks a cluster shape against a grid (see `launch::Prepared::in_clusters`).
-pub(crate) fn check_cluster(grid: [u32; 3], cluster: [u32; 3]) -> CuResult<()> {
+/// Checks a cluster shape against a grid and the kernel's most blocks a cluster
+/// (`Attributes::most_cluster_blocks`; see `launch::Prepared::in_clusters`).
+pub(crate) fn check_cluster(grid: [u32; 3], cluster: [u32; 3], most: u64) -> CuResult<()> {
     if cluster.contains(&0) || grid.iter().zip(cluster).any(|(&g, c)| g % c != 0) {
         return Err(Error::said(code::INVALID_VALUE, format!("a cluster of {cluster:?} blocks in a grid of {grid:?}")));
     }
     let blocks = cluster.iter().map(|&c| u64::from(c)).product::<u64>();
-    if blocks > PORTABLE_CLUSTER_BLOCKS {
-        let why = format!(
-            "a cluster of {blocks} blocks: more than {PORTABLE_CLUSTER_BLOCKS} (non-portable sizes) is not served on remote accelerators"
-        );
+    if blocks > most {
+        let why = match most {
+            8 => format!(
+                "a cluster of {blocks} blocks: more than the portable 8 needs the kernel's \
+                 cudaFuncAttributeNonPortableClusterSizeAllowed (backend protocol 13)"
+            ),
+            _ => format!("a cluster of {blocks} blocks: more than {most}"),
+        };
         return Err(Error::said(code::INVALID_CLUSTER_SIZE, why));
     }
     Ok(())

@@ -64,14 +64,14 @@ pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
         let Some(cluster) = asked else {
             return Err(Error::said(code::INVALID_CLUSTER_SIZE, "no cluster dimension in the launch configuration"));
         };
-        crate::launch_config::check_cluster(cluster, cluster)?;
+        crate::launch_config::check_cluster(cluster, cluster, resolved.attributes.most_cluster_blocks())?;
         put(clusters, c_int::try_from(active_clusters(&resolved, config, cluster)?).unwrap_or(c_int::MAX))
     })
 }
 
 /// The largest cluster of the launch's block and dynamic shared memory the remote GPU holds at
-/// least one of, up to CUDA's portable 8 blocks (larger, non-portable sizes are not served
-/// here): the remote driver asked for 8, 7, ... blocks in x; 1 when none of 2 or more fits.
+/// least one of, up to CUDA's portable 8 blocks, or 16 once the kernel allows non-portable
+/// sizes: the remote driver asked for 8 (16), 7, ... blocks in x; 1 when none of 2 or more fits.
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
     size: *mut c_int,
@@ -80,7 +80,7 @@ pub unsafe extern "C" fn cuOccupancyMaxPotentialClusterSize(
 ) -> u32 {
     guard("cuOccupancyMaxPotentialClusterSize", || {
         let (config, resolved) = cluster_query(function, config)?;
-        for blocks in (2..=8).rev() {
+        for blocks in (2..=resolved.attributes.most_cluster_blocks() as u32).rev() {
             if active_clusters(&resolved, config, [blocks, 1, 1])? > 0 {
                 return put(size, blocks as c_int);
             }

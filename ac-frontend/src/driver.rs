@@ -27,7 +27,7 @@ const KERNEL_ATTRIBUTES: u16 = 10;
 const CONTEXT_LIMITS: u16 = 11;
 /// The backend protocol that serves thread block clusters.
 const CLUSTERS: u16 = 12;
-/// The backend protocol that serves tensor maps.
+/// The backend protocol that serves tensor maps and non-portable cluster sizes.
 const TENSOR_MAPS: u16 = 13;
 
 impl Accelerator {
@@ -203,6 +203,9 @@ impl Function {
     pub async fn set_attribute(&self, setting: KernelSetting) -> Result<()> {
         let acc = self.accelerator();
         acc.needs_protocol(KERNEL_ATTRIBUTES, "setting a kernel's attribute")?;
+        if let KernelSetting::NonPortableClusterSizeAllowed(_) = setting {
+            acc.needs_protocol(TENSOR_MAPS, "allowing a kernel non-portable cluster sizes")?;
+        }
         acc.call_ok(Request::SetKernelAttribute { function: self.id(), setting }).await
     }
 }

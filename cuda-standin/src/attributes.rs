@@ -12,6 +12,8 @@ use crate::{code, id, owned, with_context, Handle};
 const MAX_DYNAMIC_SHARED: c_int = 8;
 /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`.
 const CARVEOUT: c_int = 9;
+/// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+const NON_PORTABLE: c_int = 14;
 
 /// The function `function` names, checked to be the current context's.
 fn function_of(d: &mut state::Driver, function: Handle, context: u64) -> Result<&mut Function, u32> {
@@ -34,6 +36,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(value: *mut c_int, attribute: c_int,
             7 => 0,                                 // cache mode
             MAX_DYNAMIC_SHARED => f.max_dynamic_shared as c_int,
             CARVEOUT => f.carveout,
+            NON_PORTABLE => f.non_portable as c_int,
             _ => return Err(code::INVALID_VALUE),
         };
         Ok(())
@@ -50,8 +53,9 @@ pub extern "C" fn cuFuncSetAttribute(function: Handle, attribute: c_int, value: 
                 f.max_dynamic_shared = u32::try_from(value).ok().filter(|&v| v <= most).ok_or(code::INVALID_VALUE)?;
             }
             CARVEOUT if (-1..=100).contains(&value) => f.carveout = value,
-            // The read-only attributes, a carveout out of range; cluster attributes, which
-            // the stand-in does not model.
+            NON_PORTABLE => f.non_portable = value != 0,
+            // The read-only attributes, a carveout out of range; the other cluster attributes,
+            // which the stand-in does not model.
             _ => return Err(code::INVALID_VALUE),
         }
         Ok(())

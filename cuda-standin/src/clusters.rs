@@ -1,8 +1,8 @@
 //! Thread block clusters (`cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`,
 //! compute capability 9.0): a launch whose blocks run in clusters, refused as the driver
 //! refuses it (a cluster that does not divide the grid: `CUDA_ERROR_INVALID_VALUE`; more than
-//! the portable 8 blocks: `CUDA_ERROR_INVALID_CLUSTER_SIZE`, this stand-in serving no
-//! non-portable size); the kernel then runs with its cluster shape, which the test fixtures
+//! the portable 8 blocks, or than 16 for a kernel that allows non-portable sizes:
+//! `CUDA_ERROR_INVALID_CLUSTER_SIZE`); the kernel then runs with its cluster shape, which the test fixtures
 //! read (a block's rank in its cluster). And `cuOccupancyMaxActiveClusters`.
 
 use std::ffi::{c_int, c_uint, c_void};
@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use crate::cooperative::blocks_per_multiprocessor;
 use crate::kernels::Shape;
 use crate::state::MULTIPROCESSORS;
-use crate::{code, launch, Handle};
+use crate::{code, driver, id, launch, Handle};
 
 /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
 const CLUSTER_DIMENSION: c_uint = 4;
@@ -56,12 +56,15 @@ impl LaunchConfig {
     }
 }
 
-/// Checks a cluster shape against its grid, as the driver does.
-fn check(shape: &Shape) -> Result<(), u32> {
+/// Checks a cluster shape of `function`'s against its grid, as the driver does: at most the
+/// portable 8 blocks, or 16 once the kernel allows non-portable sizes (an H100's most).
+fn check(shape: &Shape, function: Handle) -> Result<(), u32> {
     if shape.grid.iter().zip(shape.cluster).any(|(&g, c)| g % c != 0) {
         return Err(code::INVALID_VALUE);
     }
-    if shape.cluster.iter().map(|&c| c as u64).product::<u64>() > 8 {
+    let non_portable = driver().functions.get(&id(function)).is_some_and(|f| f.non_portable);
+    let most = if non_portable { 16 } else { 8 };
+    if shape.cluster.iter().map(|&c| c as u64).product::<u64>() > most {
         return Err(code::INVALID_CLUSTER_SIZE);
     }
     Ok(())
@@ -75,7 +78,7 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     extra: *mut *mut c_void,
 ) -> u32 {
     let Some(config) = config.as_ref() else { return code::INVALID_VALUE };
-    let shape = match config.shape().and_then(|shape| check(&shape).map(|()| shape)) {
+    let shape = match config.shape().and_then(|shape| check(&shape, function).map(|()| shape)) {
         Ok(shape) => shape,
         Err(e) => return e,
     };
@@ -85,11 +88,11 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 #[no_mangle]
 pub unsafe extern "C" fn cuOccupancyMaxActiveClusters(
     clusters: *mut c_int,
-    _function: Handle,
+    function: Handle,
     config: *const LaunchConfig,
 ) -> u32 {
     let Some(config) = config.as_ref() else { return code::INVALID_VALUE };
-    let shape = match config.shape().and_then(|shape| check(&shape).map(|()| shape)) {
+    let shape = match config.shape().and_then(|shape| check(&shape, function).map(|()| shape)) {
         Ok(shape) if shape.cluster != [1, 1, 1] => shape,
         Ok(_) => return code::INVALID_CLUSTER_SIZE,
         Err(e) => return e,

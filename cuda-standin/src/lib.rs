@@ -409,7 +409,15 @@ pub unsafe extern "C" fn cuModuleGetFunction(function: *mut Handle, module: Hand
         let static_shared = d.modules[&id(module)].static_shared.get(&name).copied().unwrap_or(0);
         let max_dynamic_shared = state::DEFAULT_SHARED.saturating_sub(static_shared);
         let f = d.handle();
-        let record = Function { context, module: id(module), name, static_shared, max_dynamic_shared, carveout: -1 };
+        let record = Function {
+            context,
+            module: id(module),
+            name,
+            static_shared,
+            max_dynamic_shared,
+            carveout: -1,
+            non_portable: false,
+        };
         d.functions.insert(f, record);
         *function = handle(f);
         Ok(())

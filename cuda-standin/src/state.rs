@@ -161,6 +161,8 @@ pub struct Function {
     pub max_dynamic_shared: u32,
     /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`: -1 until set.
     pub carveout: i32,
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`: clusters of up to 16 blocks.
+    pub non_portable: bool,
 }
 
 /// Shared memory a block may have unless its kernel opts in to more, bytes.

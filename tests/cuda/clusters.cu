@@ -3,7 +3,8 @@
 // of 2 x 2 blocks, each block seeing its rank in its cluster and the cluster's size; the
 // clusters the device holds at once (cudaOccupancyMaxActiveClusters, the remote driver's
 // answer) and the largest portable cluster; a cluster that does not divide the grid and one of
-// more than 8 blocks refused at the launch, the device usable after; four threads launching in
+// more than 8 blocks refused at the launch, the device usable after; clusters of 16 blocks once
+// the kernel allows non-portable sizes, 32 refused, and 16 again once it disallows them; four threads launching in
 // clusters on their own streams; a launch in clusters captured into a graph, its node's
 // parameters changed; a cluster width required of the kernel at run time, which its plain
 // launches then take.
@@ -103,6 +104,24 @@ int main(int argc, char** argv) {
     cudaGetLastError();
     e = launch_ranks(out, dim3(16), dim3(16), 0);
     printf("a cluster of 16 blocks: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    cudaGetLastError();
+    CHECK(cudaDeviceSynchronize());
+
+    // Non-portable sizes once the kernel allows them: 16 blocks on an H100 or H200.
+    CHECK(cudaFuncSetAttribute(ranks, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CHECK(launch_ranks(out, dim3(blocks), dim3(16), 0));
+    CHECK(cudaMemcpy(host.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+    report(ranked(host, dim3(blocks), dim3(16)), "clusters of 16 blocks, non-portable sizes allowed,");
+    attribute.val.clusterDim.x = 16;
+    CHECK(cudaOccupancyMaxActiveClusters(&active, ranks, &config));
+    CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, ranks, &config));
+    printf("active clusters of 16: %d; largest cluster: %d\n", active, largest);
+    e = launch_ranks(out, dim3(32), dim3(32), 0);
+    printf("a cluster of 32 blocks: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    cudaGetLastError();
+    CHECK(cudaFuncSetAttribute(ranks, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+    e = launch_ranks(out, dim3(16), dim3(16), 0);
+    printf("16 blocks once non-portable sizes are disallowed again: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
     CHECK(cudaDeviceSynchronize());
 

@@ -229,6 +229,8 @@ pub trait Context: Send + Sync + 'static {
             )),
             KernelSetting::MaxDynamicShared(bytes) => check_shared(bytes, DEFAULT_DYNAMIC_SHARED),
             KernelSetting::PreferredCarveout(percent) => check_carveout(percent),
+            // Its clusters are checked against 16 blocks whatever the kernel allows.
+            KernelSetting::NonPortableClusterSizeAllowed(_) => Ok(()),
         }
     }
     /// Launches a kernel on `stream`. Arguments match the kernel's parameters when known.

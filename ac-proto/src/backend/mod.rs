@@ -76,7 +76,8 @@
 //! Protocol 13 adds tensor maps, appended likewise: [`Request::EncodeTensorMap`] has the
 //! device's driver encode the descriptor of a tensor in the session's memory that a Hopper
 //! GPU's tensor memory accelerator copies boxes of (`cuTensorMapEncodeTiled`, `Im2col`),
-//! answered [`Response::TensorMap`] ([`tensor_map`]).
+//! answered [`Response::TensorMap`] ([`tensor_map`]); and
+//! [`KernelSetting::NonPortableClusterSizeAllowed`], clusters of more than 8 blocks.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -408,6 +409,10 @@ pub enum KernelSetting {
     /// The preferred shared memory carveout, percent (0 to 100) or -1 (CUDA's
     /// `CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`).
     PreferredCarveout(i32),
+    /// *Protocol 13.* Whether the kernel's launches may run in clusters of more than the
+    /// portable 8 blocks (CUDA's `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`; 16 on
+    /// an H100).
+    NonPortableClusterSizeAllowed(bool),
 }
 
 /// *Protocol 11.* A context limit a session may set ([`Request::SetLimit`]; CUDA's `CUlimit`).

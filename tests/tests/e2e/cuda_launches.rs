@@ -177,7 +177,8 @@ async fn context_limits_are_set_on_the_remote_gpu_within_the_sessions_quota() {
 /// rank in its cluster and the cluster's size), in one and two dimensions; the clusters the
 /// device holds at once are the remote driver's answer (the stand-in's: 16 multiprocessors a
 /// processing cluster, 32 blocks of 64 threads each: 1,024 clusters of 4); a cluster that does not
-/// divide the grid and one of 16 blocks refused at the launch; threads launching in clusters
+/// divide the grid and one of 16 blocks refused at the launch, then run once the kernel allows
+/// non-portable sizes (backend protocol 13; 32 refused, 16 again once disallowed); threads launching in clusters
 /// of their own sizes on their own streams; a launch in clusters captured into a graph, its
 /// node's parameters changed; a cluster width required of the kernel, which its plain launches
 /// take.
@@ -197,6 +198,13 @@ async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
     assert!(text.contains("active clusters of 4: 1024; largest portable cluster: 8"), "{text}");
     assert!(text.contains("a cluster not dividing the grid: 1 (cudaErrorInvalidValue)"), "{text}");
     assert!(text.contains("a cluster of 16 blocks: 912 (cudaErrorInvalidClusterSize)"), "{text}");
+    assert!(text.contains("clusters of 16 blocks, non-portable sizes allowed, exact"), "{text}");
+    // 32 blocks of 64 threads a multiprocessor, 16 of them a processing cluster: 32 clusters
+    // of 16 in each of 8.
+    assert!(text.contains("active clusters of 16: 256; largest cluster: 16"), "{text}");
+    assert!(text.contains("a cluster of 32 blocks: 912 (cudaErrorInvalidClusterSize)"), "{text}");
+    let again = "16 blocks once non-portable sizes are disallowed again: 912 (cudaErrorInvalidClusterSize)";
+    assert!(text.contains(again), "{text}");
     assert!(text.contains("4 threads launching in clusters on their own streams exact"), "{text}");
     assert!(text.contains("a captured launch in clusters, its node's parameters changed exact"), "{text}");
     assert!(text.contains("a required cluster width of 4, launched with <<<>>> exact"), "{text}");

@@ -63,6 +63,9 @@ pub(super) fn set_attribute(function: sys::CUfunction, setting: KernelSetting) -
         KernelSetting::PreferredCarveout(percent) => {
             (Attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
         }
+        KernelSetting::NonPortableClusterSizeAllowed(allowed) => {
+            (Attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, i32::from(allowed))
+        }
     };
     // SAFETY: a function of the current context; the driver checks the value.
     driver::check("cuFuncSetAttribute", unsafe { sys::cuFuncSetAttribute(function, attribute, value) })
