@@ -121,7 +121,8 @@ impl Attributes {
     }
 
     /// Sets `attribute` to `value`: sent to the backend when it changes the kernel's dynamic
-    /// shared memory limit or carveout (a program may set the same value before every launch).
+    /// shared memory limit, carveout or non-portable cluster sizes (a program may set the same
+    /// value before every launch).
     /// The setting is held while it is sent, so that threads setting one kernel's attribute at
     /// once leave here the value they left on the backend.
     pub fn set(&self, function: &Function, attribute: c_int, value: c_int) -> CuResult<()> {

@@ -119,7 +119,11 @@ int main(int argc, char** argv) {
     e = launch_ranks(out, dim3(32), dim3(32), 0);
     printf("a cluster of 32 blocks: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();
+    // Disallowed right after a launch that needed it: the launch was made while allowed.
+    CHECK(launch_ranks(out, dim3(blocks), dim3(16), 0));
     CHECK(cudaFuncSetAttribute(ranks, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+    CHECK(cudaMemcpy(host.data(), out, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+    report(ranked(host, dim3(blocks), dim3(16)), "clusters of 16 blocks launched just before they were disallowed,");
     e = launch_ranks(out, dim3(16), dim3(16), 0);
     printf("16 blocks once non-portable sizes are disallowed again: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaGetLastError();

@@ -203,6 +203,7 @@ async fn kernels_launch_in_thread_block_clusters_of_the_shape_asked() {
     // of 16 in each of 8.
     assert!(text.contains("active clusters of 16: 256; largest cluster: 16"), "{text}");
     assert!(text.contains("a cluster of 32 blocks: 912 (cudaErrorInvalidClusterSize)"), "{text}");
+    assert!(text.contains("clusters of 16 blocks launched just before they were disallowed, exact"), "{text}");
     let again = "16 blocks once non-portable sizes are disallowed again: 912 (cudaErrorInvalidClusterSize)";
     assert!(text.contains(again), "{text}");
     assert!(text.contains("4 threads launching in clusters on their own streams exact"), "{text}");

@@ -111,19 +111,24 @@ impl Control {
         }
     }
 
-    /// Sets one of a kernel's attributes. A lower dynamic shared memory limit waits for the work
-    /// queued before, so that a launch queued under the old limit is checked against it, as
-    /// CUDA checks a launch when it is made; nothing else waits (CUDA's setting does not).
+    /// Sets one of a kernel's attributes. A lower dynamic shared memory limit, and non-portable
+    /// cluster sizes disallowed, wait for the work queued before, so that a launch queued under
+    /// the old setting is checked against it, as CUDA checks a launch when it is made; nothing
+    /// else waits (CUDA's setting does not).
     pub(super) async fn set_kernel_attribute(&mut self, function: FunctionId, setting: KernelSetting) -> Response {
         let kernel = match self.kernel_of(function) {
             Ok(kernel) => kernel,
             Err(e) => return Response::Error(e),
         };
-        if let KernelSetting::MaxDynamicShared(bytes) = setting {
-            let current = self.session.context.kernel_attributes(&kernel).map(|a| a.max_dynamic_shared);
-            if current.map_or(true, |limit| bytes < limit) {
-                self.drain_streams().await;
+        match setting {
+            KernelSetting::MaxDynamicShared(bytes) => {
+                let current = self.session.context.kernel_attributes(&kernel).map(|a| a.max_dynamic_shared);
+                if current.map_or(true, |limit| bytes < limit) {
+                    self.drain_streams().await;
+                }
             }
+            KernelSetting::NonPortableClusterSizeAllowed(false) => self.drain_streams().await,
+            KernelSetting::NonPortableClusterSizeAllowed(true) | KernelSetting::PreferredCarveout(_) => {}
         }
         match self.session.context.set_kernel_attribute(&kernel, setting) {
             Ok(()) => Response::Ok,
