@@ -203,11 +203,7 @@ unsafe fn spec_of(
 
 /// The `n` elements at `p` (null only when there are none).
 unsafe fn array<T: Copy>(p: *const T, n: usize) -> CuResult<Vec<T>> {
-    match (p.is_null(), n) {
-        (_, 0) => Ok(Vec::new()),
-        (true, _) => Err(Error::Code(code::INVALID_VALUE)),
-        (false, n) => Ok(std::slice::from_raw_parts(p, n).to_vec()),
-    }
+    Ok(crate::graph::handles(p, n)?.to_vec())
 }
 
 /// The program's map at `map`, which must be 64-byte aligned as `CUtensorMap` is.

@@ -185,8 +185,9 @@ pub struct Graph {
     nodes: Mutex<Vec<usize>>,
 }
 
-/// The `count` handles at `p` (none when `count` is 0).
-pub unsafe fn handles<'a>(p: *const usize, count: usize) -> CuResult<&'a [usize]> {
+/// The `count` handles (or other elements) at `p` (none when `count` is 0; `p` null otherwise
+/// is refused).
+pub unsafe fn handles<'a, T>(p: *const T, count: usize) -> CuResult<&'a [T]> {
     match (p.is_null(), count) {
         (_, 0) => Ok(&[]),
         (false, n) => Ok(std::slice::from_raw_parts(p, n)),
