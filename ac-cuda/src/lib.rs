@@ -91,6 +91,7 @@ pub mod procs;
 pub mod state;
 pub mod stream;
 pub mod tensor_map;
+pub mod vmm;
 
 pub use error::{CuResult, Error};
 

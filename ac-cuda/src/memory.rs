@@ -119,7 +119,9 @@ fn free(address: u64) -> CuResult<()> {
         let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
         // Only an allocation's start may be freed (not a module's variable); dropping the buffer
         // frees it remotely.
-        if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some()) {
+        if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some())
+            || crate::vmm::is_range(device, address)
+        {
             return Err(Error::Code(code::INVALID_VALUE));
         }
         memory.remove(&(device, address));

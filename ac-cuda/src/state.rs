@@ -343,6 +343,14 @@ impl<T> Registry<T> {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(&h, r)| (h, r.clone())).collect()
     }
 
+    /// Keeps `record` again under its handle (a record released by the program that still
+    /// lived elsewhere, and is taken back).
+    pub fn reinsert(&self, record: Arc<T>) -> usize {
+        let handle = Self::handle_of(&record);
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(handle, record);
+        handle
+    }
+
     /// Forgets `handle`, answering its record.
     pub fn remove(&self, handle: usize) -> CuResult<Arc<T>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&handle).ok_or(Error::Code(code::INVALID_HANDLE))

@@ -5,8 +5,9 @@
 //! Both need backend protocol 7; a module's variables (`__device__`, `__constant__`), which the
 //! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
 //! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10; a
-//! session's context limits (`cuCtxSetLimit`) need protocol 11; thread block clusters 12, and
-//! tensor maps (`cuTensorMapEncodeTiled`) 13.
+//! session's context limits (`cuCtxSetLimit`) need protocol 11; thread block clusters 12,
+//! tensor maps (`cuTensorMapEncodeTiled`) 13, and virtual memory management (`cuMemCreate`,
+//! `cuMemMap`: ranges of address space with physical memory mapped into them) 14.
 
 use ac_proto::backend::{
     image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request,
@@ -29,6 +30,8 @@ const CONTEXT_LIMITS: u16 = 11;
 const CLUSTERS: u16 = 12;
 /// The backend protocol that serves tensor maps and non-portable cluster sizes.
 const TENSOR_MAPS: u16 = 13;
+/// The backend protocol that serves virtual memory management.
+const VIRTUAL_MEMORY: u16 = 14;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -81,6 +84,88 @@ impl Accelerator {
             Answer::Response(Response::TensorMap(bytes)) => bytes
                 .try_into()
                 .map_err(|bytes: Vec<u8>| Error::Protocol(format!("a tensor map of {} bytes", bytes.len()))),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+/// Physical device memory (`cuMemCreate`), mapped into reserved ranges with
+/// [`Accelerator::map_physical`]. Dropping it releases it: its memory goes once it is unmapped
+/// everywhere.
+#[derive(Debug)]
+pub struct PhysicalMemory {
+    acc: Accelerator,
+    id: u64,
+    bytes: u64,
+}
+
+impl PhysicalMemory {
+    /// Its size in bytes.
+    pub fn len(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether it holds no bytes (never: a creation of 0 bytes is refused).
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+impl Drop for PhysicalMemory {
+    fn drop(&mut self) {
+        self.acc.post_from_drop(Request::ReleasePhysical { physical: self.id });
+    }
+}
+
+impl Accelerator {
+    /// Reserves `bytes` of this session's device address space, aligned to `alignment` (0: the
+    /// device's granularity, 2 MiB on NVIDIA's GPUs), as a buffer none of whose bytes may be
+    /// touched until physical memory is mapped there ([`Accelerator::map_physical`]). Answers
+    /// it with its device address; dropping it unmaps what is mapped and frees the range.
+    pub async fn reserve_range(&self, bytes: u64, alignment: u64) -> Result<(DeviceBuffer<u8>, u64)> {
+        self.needs_protocol(VIRTUAL_MEMORY, "a reserved range")?;
+        let len = usize::try_from(bytes).map_err(|_| Error::InvalidArgument(format!("{bytes} bytes")))?;
+        match self.call(Request::ReserveRange { bytes, alignment }, Bytes::new()).await? {
+            Answer::Response(Response::BufferAt { buffer, address }) => {
+                Ok((DeviceBuffer::adopt(self.clone(), buffer, len), address))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates `bytes` of physical device memory, zeroed (a multiple of the granularity); it
+    /// counts against the session's quota until released and unmapped.
+    pub async fn create_physical(&self, bytes: u64) -> Result<PhysicalMemory> {
+        self.needs_protocol(VIRTUAL_MEMORY, "physical memory")?;
+        match self.call(Request::CreatePhysical { bytes }, Bytes::new()).await? {
+            Answer::Response(Response::Physical(id)) => Ok(PhysicalMemory { acc: self.clone(), id, bytes }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Maps the first `bytes` of `physical` at `offset` into `range` (a reserved range),
+    /// readable and writable by the device. The mapping holds the physical memory.
+    pub async fn map_physical(
+        &self,
+        range: &DeviceBuffer<u8>,
+        offset: u64,
+        bytes: u64,
+        physical: &PhysicalMemory,
+    ) -> Result<()> {
+        self.needs_protocol(VIRTUAL_MEMORY, "a mapping")?;
+        let request = Request::MapPhysical { range: range.id(), offset, bytes, physical: physical.id };
+        match self.call(request, Bytes::new()).await? {
+            Answer::Response(Response::Ok) => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Unmaps the mappings of `range` within `bytes` at `offset` (whole mappings), after the
+    /// work queued before on every stream.
+    pub async fn unmap_range(&self, range: &DeviceBuffer<u8>, offset: u64, bytes: u64) -> Result<()> {
+        self.needs_protocol(VIRTUAL_MEMORY, "an unmapping")?;
+        match self.call(Request::UnmapRange { range: range.id(), offset, bytes }, Bytes::new()).await? {
+            Answer::Response(Response::Ok) => Ok(()),
             other => Err(unexpected(other)),
         }
     }

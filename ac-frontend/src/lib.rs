@@ -75,7 +75,7 @@ pub use ac_proto::backend::{
 };
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;
-pub use driver::Global;
+pub use driver::{Global, PhysicalMemory};
 pub use error::{Error, Result};
 pub use get_request::GetRequest;
 pub use kernel::{Function, Module};

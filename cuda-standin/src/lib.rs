@@ -76,6 +76,7 @@ mod run;
 mod state;
 mod streams;
 mod tensor_maps;
+mod vmm;
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};

@@ -40,6 +40,10 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
     with_context("cuMemFree", |d, context| {
         let owner = d.memory.get(&address).map(|a| a.context);
         owned(d, "device allocation", owner, context)?;
+        if matches!(d.memory[&address].bytes, state::Storage::Range(_)) {
+            d.violation(format!("cuMemFree of the reserved range at {address:#x} (cuMemAddressFree frees it)"));
+            return Err(code::INVALID_VALUE);
+        }
         // cuMemFree synchronizes: the context's queued work runs first.
         let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(k, _)| *k).collect();
         for stream in streams {

@@ -20,6 +20,7 @@ pub fn destroy_context(d: &mut Guard, id: u64) -> Result<()> {
     }
     d.write_out_printed(id);
     d.contexts.remove(&id);
+    d.forget_ranges(id);
     d.memory.retain(|_, a| a.context != id);
     d.streams.retain(|_, s| s.context != id);
     d.events.retain(|_, e| e.context != id);

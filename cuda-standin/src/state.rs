@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 
 use parking_lot::MutexGuard;
 
-use crate::{code, elf, kernels};
+use crate::{code, elf, kernels, vmm};
 
 /// The lock on a driver, as a call holds it.
 pub type Guard<'a> = MutexGuard<'a, Driver>;
@@ -70,8 +70,8 @@ pub struct Context {
 #[derive(Debug)]
 pub struct Allocation {
     pub context: u64,
-    /// Its contents; the capacity past them holds [`GUARD_LEN`] guard bytes.
-    pub bytes: Vec<u8>,
+    /// Its contents.
+    pub bytes: Storage,
     /// Launches running now that hold host pointers into it (`run::SharedMemory::resolve`).
     pub users: u32,
 }
@@ -82,18 +82,47 @@ impl Allocation {
         let mut bytes = Vec::with_capacity(len + GUARD_LEN);
         bytes.resize(len, STALE_BYTE);
         bytes.spare_capacity_mut()[..GUARD_LEN].fill(MaybeUninit::new(GUARD_BYTE));
-        Allocation { context, bytes, users: 0 }
+        Allocation { context, bytes: Storage::Heap(bytes), users: 0 }
     }
 
     /// Whether the guard past its end still holds [`GUARD_BYTE`]s (a kernel that wrote past
     /// the allocation changed it); restores it.
     pub fn guard_intact(&mut self) -> bool {
-        let guard = &mut self.bytes.spare_capacity_mut()[..GUARD_LEN];
+        let Storage::Heap(bytes) = &mut self.bytes else { return true };
+        let guard = &mut bytes.spare_capacity_mut()[..GUARD_LEN];
         // SAFETY: every guard byte was written in `new` and since only by `fill` below or by a
         // kernel's stores: all initialized.
         let intact = guard.iter().all(|b| unsafe { b.assume_init() } == GUARD_BYTE);
         guard.fill(MaybeUninit::new(GUARD_BYTE));
         intact
+    }
+}
+
+/// What an allocation's bytes are.
+#[derive(Debug)]
+pub enum Storage {
+    /// Its own; the capacity past them holds [`GUARD_LEN`] guard bytes.
+    Heap(Vec<u8>),
+    /// A reserved range's, of which only the mapped bytes may be touched ([`vmm`]).
+    Range(vmm::Space),
+}
+
+impl std::ops::Deref for Storage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Storage::Heap(bytes) => bytes,
+            Storage::Range(space) => space.bytes(),
+        }
+    }
+}
+
+impl std::ops::DerefMut for Storage {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Storage::Heap(bytes) => bytes,
+            Storage::Range(space) => space.bytes_mut(),
+        }
     }
 }
 
@@ -212,6 +241,8 @@ pub struct Driver {
     /// Allocations freed while a kernel of another stream still used them (a violation):
     /// kept (with their addresses), since that kernel holds pointers into them.
     pub retired: Vec<(u64, Allocation)>,
+    /// Physical memory (`cuMemCreate`) by handle, until released and unmapped.
+    pub physical: HashMap<u64, vmm::Physical>,
 }
 
 /// Read when the stand-in is first called: the byte count of
@@ -328,7 +359,22 @@ impl Driver {
     /// Device memory of `context` in use, bytes.
     pub fn used(&self, device: i32) -> u64 {
         let on_device = |a: &&Allocation| self.contexts.get(&a.context).is_some_and(|c| c.device == device);
-        self.memory.values().filter(on_device).map(|a| a.bytes.len() as u64).sum()
+        let heap = |a: &Allocation| match &a.bytes {
+            Storage::Heap(bytes) => bytes.len() as u64,
+            Storage::Range(_) => 0, // its mappings' physical memory is counted
+        };
+        self.memory.values().filter(on_device).map(heap).sum::<u64>() + self.physical_used(device)
+    }
+
+    /// The device address of a new reserved range of `len` bytes aligned to `alignment`.
+    pub fn place_range(&mut self, len: usize, alignment: usize) -> u64 {
+        if self.next_address == 0 {
+            self.next_address = 0x7f00_0000_0000;
+        }
+        let address = self.next_address.next_multiple_of(alignment as u64);
+        // Never reused, with a gap, as allocations' addresses.
+        self.next_address = address + len as u64 + alignment as u64;
+        address
     }
 
     /// Allocates device memory for `context`.
@@ -419,7 +465,11 @@ impl Driver {
     pub fn locate(&mut self, context: u64, address: u64, len: usize) -> Option<(&mut Allocation, usize)> {
         let (&base, allocation) = self.memory.range_mut(..=address).next_back()?;
         let offset = (address - base) as usize;
-        (allocation.context == context && offset.checked_add(len)? <= allocation.bytes.len())
+        let reachable = match &allocation.bytes {
+            Storage::Range(space) => space.covers(offset, len),
+            Storage::Heap(_) => true,
+        };
+        (allocation.context == context && offset.checked_add(len)? <= allocation.bytes.len() && reachable)
             .then_some((allocation, offset))
     }
 

@@ -59,6 +59,17 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> u32 {
 }
 
 #[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> u32 {
+    wait("cuCtxSynchronize", |d, context| {
+        let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(&k, _)| k).collect();
+        for stream in streams {
+            run::run(d, stream, u64::MAX);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(event: *mut Handle, _flags: c_uint) -> u32 {
     with_context("cuEventCreate", |d, context| {
         let id = d.handle();

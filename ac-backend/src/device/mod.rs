@@ -257,6 +257,25 @@ pub trait Context: Send + Sync + 'static {
     fn encode_tensor_map(&self, _spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
         Err(WireError::new(ErrorKind::NeedsCuda, "tensor maps are a CUDA GPU's"))
     }
+    /// Reserves `bytes` of device address space aligned to `alignment` (0: the granularity;
+    /// `cuMemAddressReserve`). [`Context::free`] of it frees it, once its mappings are gone.
+    fn reserve_range(&self, _bytes: u64, _alignment: u64) -> DeviceResult<DeviceMem> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "virtual memory management is a CUDA GPU's"))
+    }
+    /// Creates `bytes` of physical device memory, zeroed (`cuMemCreate`): its handle.
+    fn create_physical(&self, _bytes: u64) -> DeviceResult<u64> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "virtual memory management is a CUDA GPU's"))
+    }
+    /// Releases physical memory: it goes once it is unmapped everywhere (`cuMemRelease`).
+    fn release_physical(&self, _handle: u64) {}
+    /// Maps the first `bytes` of physical memory `handle` at `offset` into reserved range
+    /// `range`, readable and writable by this device (`cuMemMap`, `cuMemSetAccess`).
+    fn map(&self, _range: DeviceMem, _offset: u64, _bytes: u64, _handle: u64) -> DeviceResult<()> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "virtual memory management is a CUDA GPU's"))
+    }
+    /// Unmaps the mapping of `bytes` at `offset` of `range` once the work queued on the
+    /// context has finished (`cuMemUnmap`).
+    fn unmap(&self, _range: DeviceMem, _offset: u64, _bytes: u64) {}
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

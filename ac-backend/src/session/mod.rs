@@ -17,6 +17,7 @@ pub mod fence;
 pub mod images;
 pub mod resume;
 pub mod serve_control;
+pub mod vmm;
 
 use crate::config::CopySettings;
 use crate::device::{Context, DeviceMem};
@@ -37,11 +38,15 @@ pub struct Allocation {
     /// `None` for a module's variable, whose memory is the module's (it goes when the module is
     /// unloaded, and a copy to it after that is the context's error).
     held: Option<Arc<AtomicU64>>,
+    /// A reserved range's mappings (protocol 14); `None` for memory that is all there.
+    pub range: Option<vmm::Range>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        if let Some(held) = &self.held {
+        if let Some(range) = &self.range {
+            range.free(&*self.context, self.mem, self.size);
+        } else if let Some(held) = &self.held {
             self.context.free(self.mem);
             held.fetch_sub(self.size, Ordering::AcqRel);
         }
@@ -95,6 +100,8 @@ pub struct Session {
     held: Arc<AtomicU64>,
     /// The most it may hold (`session_memory_mib`).
     quota: Option<u64>,
+    /// Its physical memory and reserved address space (protocol 14).
+    vmm: vmm::Table,
 }
 
 impl Session {
@@ -130,14 +137,14 @@ impl Session {
             }
         };
         let held = Some(self.held.clone());
-        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held });
+        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held, range: None });
         Ok((id, mem.0))
     }
 
     /// A buffer over a module's variable, `size` bytes at `mem` (see [`Context::global`]): the
     /// session's quota does not count it, and [`Session::free`] refuses it.
     pub fn adopt_variable(&self, mem: DeviceMem, size: u64) -> BufferId {
-        self.insert(Allocation { mem, size, context: self.context.clone(), held: None })
+        self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None })
     }
 
     /// Enters `entry` into the buffer table under a fresh id.
@@ -202,7 +209,7 @@ impl Session {
         let mut buffers = self.buffers.lock().expect("buffer table poisoned");
         match buffers.get(&id) {
             None => Err(unknown_buffer(id)),
-            Some(alloc) if alloc.held.is_none() => Err(WireError::new(
+            Some(alloc) if alloc.held.is_none() && alloc.range.is_none() => Err(WireError::new(
                 ErrorKind::InvalidBuffer,
                 format!("buffer {} is a module's variable: it goes when its module is unloaded", id.0),
             )),
@@ -214,7 +221,10 @@ impl Session {
     pub fn resolve(&self, ptr: DevicePtr, len: u64) -> Result<Arc<Allocation>, WireError> {
         let alloc = self.resolve_pointer(ptr)?;
         match ptr.offset.checked_add(len) {
-            Some(end) if end <= alloc.size => Ok(alloc),
+            Some(end) if end <= alloc.size => match &alloc.range {
+                Some(range) => range.mappings.check_mapped(ptr.offset, len).map(|()| alloc),
+                None => Ok(alloc),
+            },
             _ => Err(WireError::new(
                 ErrorKind::OutOfBounds,
                 format!(
@@ -282,6 +292,7 @@ impl Session {
         }
         self.ended.send_replace(true);
         self.buffers.lock().expect("buffer table poisoned").clear();
+        self.vmm.clear();
     }
 
     /// Whose module images this session may load from the cache.
@@ -369,6 +380,7 @@ impl Registry {
             ended: tokio::sync::watch::Sender::new(false),
             held: Arc::new(AtomicU64::new(0)),
             quota,
+            vmm: vmm::Table::default(),
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         (session, rejoined)

@@ -78,6 +78,13 @@
 //! GPU's tensor memory accelerator copies boxes of (`cuTensorMapEncodeTiled`, `Im2col`),
 //! answered [`Response::TensorMap`] ([`tensor_map`]); and
 //! [`KernelSetting::NonPortableClusterSizeAllowed`], clusters of more than 8 blocks.
+//! Protocol 14 adds virtual memory management (CUDA's `cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`), appended likewise: [`Request::ReserveRange`] reserves device address space as a
+//! buffer none of whose bytes may be touched until mapped, [`Request::CreatePhysical`] creates
+//! physical memory (answered [`Response::Physical`]) that [`Request::MapPhysical`] maps into a
+//! range and [`Request::UnmapRange`] unmaps; [`Request::ReleasePhysical`] lets it go once no
+//! mapping holds it, and [`Request::MemFree`] of the range frees the range (unmapping what is
+//! still mapped). A copy, memset or tensor map over a range must lie wholly in mapped bytes.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -121,7 +128,7 @@ pub use registration::*;
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 13;
+pub const VERSION: u16 = 14;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -701,6 +708,52 @@ pub enum Request {
     /// tensor must lie in one of its buffers): replies [`Response::TensorMap`]. Nothing queued
     /// waits: the descriptor depends on the arguments alone.
     EncodeTensorMap(TensorMapSpec),
+    /// *Protocol 14.* Reserves `bytes` of the session's device address space, aligned to
+    /// `alignment` (0: the device's granularity), as a buffer of that size whose bytes may be
+    /// touched only where memory is mapped ([`Request::MapPhysical`]): replies
+    /// [`Response::BufferAt`]. [`Request::MemFree`] of it unmaps what is mapped and frees it.
+    ReserveRange {
+        /// Size in bytes, a multiple of the device's granularity.
+        bytes: u64,
+        /// Alignment of its start, a power of two or 0.
+        alignment: u64,
+    },
+    /// *Protocol 14.* Creates `bytes` of physical device memory (zeroed), which counts against
+    /// the session's quota until released and unmapped: replies [`Response::Physical`].
+    CreatePhysical {
+        /// Size in bytes, a multiple of the device's granularity.
+        bytes: u64,
+    },
+    /// *Protocol 14.* Releases physical memory: it goes once no mapping holds it. Replies
+    /// [`Response::Ok`].
+    ReleasePhysical {
+        /// The physical memory ([`Response::Physical`]).
+        physical: u64,
+    },
+    /// *Protocol 14.* Maps the first `bytes` of physical memory at `offset` into a range
+    /// ([`Request::ReserveRange`]), readable and writable by the device: replies
+    /// [`Response::Ok`]. The bytes must not be mapped already.
+    MapPhysical {
+        /// The range.
+        range: BufferId,
+        /// Where in the range, bytes.
+        offset: u64,
+        /// Bytes mapped, at most the physical memory's size.
+        bytes: u64,
+        /// The physical memory.
+        physical: u64,
+    },
+    /// *Protocol 14.* Unmaps every mapping of a range within `[offset, offset + bytes)`, which
+    /// must each lie wholly inside it, after the work queued before on every stream: replies
+    /// [`Response::Ok`].
+    UnmapRange {
+        /// The range.
+        range: BufferId,
+        /// Where in the range, bytes.
+        offset: u64,
+        /// Bytes unmapped.
+        bytes: u64,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -806,6 +859,8 @@ pub enum Response {
     Clusters(u32),
     /// *Protocol 13.* An encoded tensor map, [`TENSOR_MAP_BYTES`] bytes ([`Request::EncodeTensorMap`]).
     TensorMap(Vec<u8>),
+    /// *Protocol 14.* Physical device memory ([`Request::CreatePhysical`]): its id in the session.
+    Physical(u64),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

@@ -1,7 +1,8 @@
 //! Unmodified CUDA programs that ask more of a kernel launch or of the driver's contexts (issue
 //! 48): a kernel's dynamic shared memory limit raised past 48 KiB (backend protocol 10), launch
 //! attributes (`cudaLaunchKernelEx`), thread block clusters (backend protocol 12), tensor maps
-//! (backend protocol 13), and contexts the program creates (`cuCtxCreate`), run as
+//! (backend protocol 13), virtual memory management (`cuMemCreate`, `cuMemMap`: backend
+//! protocol 14), and contexts the program creates (`cuCtxCreate`), run as
 //! `cuda_shim`'s programs are, through `ac-cuda`'s `libcuda.so.1` against the driver stand-in.
 
 use crate::cuda_shim::{cuda_cluster_timed, run, said};
@@ -259,6 +260,47 @@ async fn kernels_copy_the_boxes_of_a_tensor_map_the_remote_driver_encoded() {
     assert!(text.contains("a map encoded at a null address, then at the tensor's exact"), "{text}");
     assert!(text.contains("the device after the refusals exact"), "{text}");
     assert!(text.contains("4 threads encoding and launching on their own streams exact"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}
+
+/// Virtual memory management (`tests/cuda/vmm.cu`, backend protocol 14), as PyTorch's
+/// expandable segments use it: a reserved range with pieces of physical memory mapped side by
+/// side, a copy and a kernel across the boundary, growth in place, a piece mapped elsewhere
+/// keeping its bytes, a handle retained from an address; a mapping over mapped bytes, an unmap
+/// of nothing, `cudaFree` of a range and a copy into unmapped bytes refused, the device going
+/// on; threads growing ranges of their own. The stand-in keeps physical memory in memory files
+/// mapped into the range's address space, so the pieces are one run of bytes as on a GPU.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("vmm", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("vmm: all exact"), "{text}");
+    let has_line = |line: &str| text.lines().any(|l| l == line);
+    for line in [
+        "virtual memory management: 1",
+        "granularity: 2097152",
+        "a copy and a kernel across two pieces of physical memory exact",
+        "the segment grown in place by a third piece exact",
+        "access: 3",
+        "retained the second piece: 1",
+        "its properties: type 1 on device 0",
+        "a piece mapped elsewhere keeps its bytes exact",
+        "a mapping over mapped bytes refused: 1",
+        "an unmap of nothing refused: 1",
+        "cudaFree of a range refused: 1",
+        "a copy into unmapped bytes refused: 1",
+        "the device after the refusals exact",
+        "released and freed: 0",
+        "4 threads growing ranges of their own exact",
+    ] {
+        assert!(has_line(line), "{line}: {text}");
+    }
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     standin::assert_no_violations();
 }

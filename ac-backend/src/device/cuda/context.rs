@@ -25,14 +25,11 @@ fn unloaded_kernel() -> WireError {
     WireError::new(ErrorKind::InvalidFunction, "kernel not loaded (or its module unloaded)")
 }
 
-/// Size of the buffer that receives the driver's JIT log when PTX fails to load.
-const JIT_LOG_BYTES: usize = 16 << 10;
-
-struct Module {
-    raw: Handle<sys::CUmodule>,
-    builtin: bool,
+pub(super) struct Module {
+    pub(super) raw: Handle<sys::CUmodule>,
+    pub(super) builtin: bool,
     /// Its kernels' parameter sizes as the image declares them (see [`signature`]).
-    signatures: Signatures,
+    pub(super) signatures: Signatures,
 }
 
 /// Device memory the context can address: an allocation of its own, or a module's variable.
@@ -40,8 +37,10 @@ struct Module {
 struct Region {
     size: u64,
     /// The module whose variable it is (its memory goes with the module); `None`: an
-    /// allocation, freed by [`Context::free`].
+    /// allocation or a reserved range, freed by [`Context::free`].
     module: Option<u64>,
+    /// A reserved range (`cuMemAddressReserve`), whose mappings the session layer keeps.
+    reserved: bool,
 }
 
 struct Function {
@@ -63,10 +62,10 @@ pub struct CudaContext {
     /// Whether `raw` was created for this session (else it is the GPU's primary context).
     owned: bool,
     allocations: Mutex<HashMap<u64, Region>>,
-    modules: Mutex<HashMap<u64, Module>>,
+    pub(super) modules: Mutex<HashMap<u64, Module>>,
     kernels: Mutex<HashMap<u64, Function>>,
     streams: Mutex<HashMap<u64, Handle<sys::CUstream>>>,
-    next: AtomicU64,
+    pub(super) next: AtomicU64,
     /// The fault that made the context unusable, returned by every later call.
     lost: Mutex<Option<WireError>>,
 }
@@ -212,47 +211,11 @@ impl CudaContext {
             .ok_or_else(|| WireError::new(ErrorKind::InvalidStream, "device stream does not exist"))
     }
 
-    /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets
-    /// an 8-byte-aligned copy: a payload cut out of a network frame may lie at any address,
-    /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as
-    /// `unsigned long long` arrays).
-    fn load_image(&self, image: &[u8], builtin: bool, signatures: Signatures) -> DeviceResult<DeviceModule> {
-        let aligned = image::aligned_copy(image);
-        let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options =
-            [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
-        let mut values = [log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the image was checked to be PTX text ending in NUL, or a cubin/fatbin whose
-        // headers lie inside the buffer, and its aligned copy holds all of it; the log buffer
-        // is as large as announced.
-        let code = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut raw,
-                aligned.as_ptr() as *const c_void,
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if let Err(mut e) = self.check("cuModuleLoadData", code) {
-            let log = String::from_utf8_lossy(&log);
-            let log = log.trim_end_matches('\0').trim();
-            if !log.is_empty() {
-                e.message.push_str(&format!(":\n{log}"));
-            }
-            return Err(e);
-        }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin, signatures });
-        Ok(DeviceModule(id))
-    }
-
     /// Clears new memory before a session sees it: `cuMemAlloc` hands out whatever the memory
     /// held last, possibly another session's data, and the SDK promises zeroed memory. On the
     /// null stream, waited for here, so that work on the session's streams (non-blocking, not
     /// ordered after the null stream) finds it done.
-    fn zero(&self, ptr: u64, bytes: u64) -> DeviceResult<()> {
+    pub(super) fn zero(&self, ptr: u64, bytes: u64) -> DeviceResult<()> {
         let null = std::ptr::null_mut();
         // SAFETY: `ptr` holds `bytes` bytes of this context, which is current.
         self.check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(ptr, 0, bytes as usize, null) })?;
@@ -307,7 +270,10 @@ impl Context for CudaContext {
             unsafe { sys::cuMemFree_v2(ptr) };
             return Err(e);
         }
-        self.allocations.lock().expect("allocations poisoned").insert(ptr, Region { size: bytes, module: None });
+        self.allocations
+            .lock()
+            .expect("allocations poisoned")
+            .insert(ptr, Region { size: bytes, module: None, reserved: false });
         Ok(DeviceMem(ptr))
     }
 
@@ -315,10 +281,15 @@ impl Context for CudaContext {
         {
             let mut allocations = self.allocations.lock().expect("allocations poisoned");
             // A module's variable is never freed here: its memory goes with the module.
-            if allocations.get(&mem.0).is_none_or(|r| r.module.is_some()) {
-                return;
-            }
-            allocations.remove(&mem.0);
+            match allocations.get(&mem.0) {
+                Some(r) if r.module.is_none() && r.reserved => {
+                    let size = r.size;
+                    allocations.remove(&mem.0);
+                    return self.free_range_on_gpu(mem.0, size);
+                }
+                Some(r) if r.module.is_none() => allocations.remove(&mem.0),
+                _ => return,
+            };
         }
         // On the janitor thread: cuMemFree waits for the device, and frees come from drops
         // on async threads. The context is destroyed after this job (same queue), not before.
@@ -498,7 +469,7 @@ impl Context for CudaContext {
             return Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}` in the module")));
         }
         self.check("cuModuleGetGlobal", code)?;
-        let region = Region { size: size as u64, module: Some(module.0) };
+        let region = Region { size: size as u64, module: Some(module.0), reserved: false };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
         Ok((DeviceMem(ptr), size as u64))
     }
@@ -541,6 +512,29 @@ impl Context for CudaContext {
     fn encode_tensor_map(&self, spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
         self.enter()?; // the driver may check the address against the current context
         tensor_map::encode(spec)
+    }
+
+    fn reserve_range(&self, bytes: u64, alignment: u64) -> DeviceResult<DeviceMem> {
+        let ptr = self.reserve_on_gpu(bytes, alignment)?;
+        let region = Region { size: bytes, module: None, reserved: true };
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
+        Ok(DeviceMem(ptr))
+    }
+
+    fn create_physical(&self, bytes: u64) -> DeviceResult<u64> {
+        self.create_on_gpu(bytes)
+    }
+
+    fn release_physical(&self, handle: u64) {
+        self.release_on_gpu(handle);
+    }
+
+    fn map(&self, range: DeviceMem, offset: u64, bytes: u64, handle: u64) -> DeviceResult<()> {
+        self.map_on_gpu(self.address(range, offset, bytes)?, bytes, handle)
+    }
+
+    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) {
+        self.unmap_on_gpu(range, offset, bytes);
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

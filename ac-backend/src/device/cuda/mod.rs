@@ -103,6 +103,7 @@ pub mod prebuilt;
 pub mod signature;
 pub mod staging;
 pub mod tensor_map;
+pub mod vmm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};

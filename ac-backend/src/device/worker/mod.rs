@@ -487,6 +487,26 @@ impl Context for WorkerContext {
         expect_done(reply).map(|()| map)
     }
 
+    fn reserve_range(&self, bytes: u64, alignment: u64) -> DeviceResult<DeviceMem> {
+        self.call_handle(&Call::ReserveRange { bytes, alignment }).map(DeviceMem)
+    }
+
+    fn create_physical(&self, bytes: u64) -> DeviceResult<u64> {
+        self.call_handle(&Call::CreatePhysical { bytes })
+    }
+
+    fn release_physical(&self, handle: u64) {
+        self.release(&Call::ReleasePhysical { handle });
+    }
+
+    fn map(&self, range: DeviceMem, offset: u64, bytes: u64, handle: u64) -> DeviceResult<()> {
+        self.call_done(&Call::Map { range, offset, bytes, handle }, &[])
+    }
+
+    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) {
+        self.release(&Call::Unmap { range, offset, bytes });
+    }
+
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {
         match self.call(&Call::MaxActiveClusters { kernel: kernel.clone(), dims: *dims, cluster }, &[])?.0 {
             Reply::Handle(count) => Ok(u32::try_from(count).unwrap_or(u32::MAX)),

@@ -386,6 +386,17 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
             payload = map;
             Reply::Done
         }),
+        Call::ReserveRange { bytes, alignment } => handle(context.reserve_range(bytes, alignment).map(|m| m.0)),
+        Call::CreatePhysical { bytes } => handle(context.create_physical(bytes)),
+        Call::ReleasePhysical { handle } => {
+            context.release_physical(handle);
+            Ok(Reply::Done)
+        }
+        Call::Map { range, offset, bytes, handle } => unit(context.map(range, offset, bytes, handle)),
+        Call::Unmap { range, offset, bytes } => {
+            context.unmap(range, offset, bytes);
+            Ok(Reply::Done)
+        }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),
         Call::SetLimit { limit, value } => context.set_limit(limit, value).map(Reply::Limited),

@@ -82,6 +82,16 @@ pub enum Call {
     MaxActiveClusters { kernel: Kernel, dims: LaunchDims, cluster: [u32; 3] },
     /// `encode_tensor_map` (the map is the reply's payload).
     EncodeTensorMap { spec: TensorMapSpec<u64> },
+    /// `reserve_range`.
+    ReserveRange { bytes: u64, alignment: u64 },
+    /// `create_physical`.
+    CreatePhysical { bytes: u64 },
+    /// `release_physical` (no reply).
+    ReleasePhysical { handle: u64 },
+    /// `map`.
+    Map { range: DeviceMem, offset: u64, bytes: u64, handle: u64 },
+    /// `unmap` (no reply).
+    Unmap { range: DeviceMem, offset: u64, bytes: u64 },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

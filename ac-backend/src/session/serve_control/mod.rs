@@ -25,6 +25,7 @@ mod modules;
 mod tensor_maps;
 #[cfg(test)]
 mod tests;
+mod vmm;
 
 /// Largest payload carried inline on the control stream (async writes, module images, reads).
 pub const MAX_INLINE: u64 = 64 << 20;
@@ -422,6 +423,13 @@ impl Control {
                 Outcome::Now(self.max_active_clusters(function, dims, cluster).await)
             }
             Request::EncodeTensorMap(spec) => Outcome::Now(self.encode_tensor_map(spec).await),
+            Request::ReserveRange { bytes, alignment } => Outcome::Now(self.reserve_range(bytes, alignment).await),
+            Request::CreatePhysical { bytes } => Outcome::Now(self.create_physical(bytes).await),
+            Request::ReleasePhysical { physical } => Outcome::Now(self.release_physical(physical)),
+            Request::MapPhysical { range, offset, bytes, physical } => {
+                Outcome::Now(self.map_physical(range, offset, bytes, physical).await)
+            }
+            Request::UnmapRange { range, offset, bytes } => Outcome::Now(self.unmap_range(range, offset, bytes).await),
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
             Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),

@@ -1,0 +1,233 @@
+//! Virtual memory management (protocol 14; CUDA's `cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`): a session reserves ranges of device address space and maps physical memory into
+//! them, so that memory grows in place (PyTorch's expandable segments, vLLM's sleep mode) and
+//! one tensor may span several pieces of physical memory.
+//!
+//! A range is a buffer of the session's table like any other, so copies, memsets, tensor maps
+//! and kernels name it by (buffer, offset) as they name an allocation; what differs is that only
+//! its mapped bytes may be touched ([`Mappings::check_mapped`], asked by
+//! [`Session::resolve`](super::Session::resolve)). The session checks every map against its own
+//! ranges: sessions without workers share one process's address space, and the driver would map
+//! into any range the process reserved.
+//!
+//! Physical memory counts against the session's quota from its creation until it is both
+//! released and unmapped (a mapping holds it), as CUDA keeps it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ac_proto::backend::{BufferId, ErrorKind, WireError};
+use rustc_hash::FxHashMap;
+
+use super::{Allocation, Session};
+use crate::device::{Context, DeviceMem};
+
+/// The most device address space one session may hold reserved at once, bytes: ranges cost no
+/// memory, but the address space of a process (which sessions without workers share) is finite.
+pub const MOST_RESERVED: u64 = 1 << 42;
+
+/// Physical device memory of a session (`cuMemCreate`): released when the last of its handle
+/// and its mappings goes.
+#[derive(Debug)]
+pub struct Physical {
+    handle: u64,
+    size: u64,
+    context: Arc<dyn Context>,
+    held: Arc<AtomicU64>,
+}
+
+impl Drop for Physical {
+    fn drop(&mut self) {
+        self.context.release_physical(self.handle);
+        self.held.fetch_sub(self.size, Ordering::AcqRel);
+    }
+}
+
+/// One mapping of a range: `bytes` of `physical` from the range offset it is keyed by.
+#[derive(Debug)]
+struct Mapping {
+    bytes: u64,
+    /// Held, not read: the mapping keeps its physical memory alive.
+    _physical: Arc<Physical>,
+}
+
+/// The mappings of a reserved range, by their offset in it.
+#[derive(Debug, Default)]
+pub struct Mappings(Mutex<BTreeMap<u64, Mapping>>);
+
+impl Mappings {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Mapping>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses an access of `len` bytes at `offset` that touches a byte no mapping covers.
+    pub fn check_mapped(&self, offset: u64, len: u64) -> Result<(), WireError> {
+        let mappings = self.lock();
+        let end = offset.saturating_add(len);
+        // From the mapping holding `offset` on, each must start where the bytes covered end.
+        let first = mappings.range(..=offset).next_back().map_or(offset, |(&start, _)| start);
+        let mut at = offset;
+        for (&start, mapping) in mappings.range(first..) {
+            if at >= end || start > at {
+                break;
+            }
+            at = at.max(start + mapping.bytes);
+        }
+        if at < end {
+            return Err(WireError::new(
+                ErrorKind::OutOfBounds,
+                format!("byte {at} of a reserved range is not mapped (an access of {len} bytes at offset {offset})"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Unmaps every mapping (the range is going): each goes from the device first, then its
+    /// physical memory is let go, in that order on the device's queue.
+    pub fn unmap_all(&self, context: &dyn Context, range: DeviceMem) {
+        for (offset, mapping) in std::mem::take(&mut *self.lock()) {
+            context.unmap(range, offset, mapping.bytes);
+        }
+    }
+}
+
+/// A session's physical memory by id.
+#[derive(Debug, Default)]
+pub struct Table {
+    physical: Mutex<FxHashMap<u64, Arc<Physical>>>,
+    next: AtomicU64,
+    /// Address space reserved by the session's live ranges, bytes.
+    reserved: Arc<AtomicU64>,
+}
+
+impl Table {
+    /// Releases every piece of physical memory (the session ends; its ranges went before).
+    pub(super) fn clear(&self) {
+        self.physical.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+impl Session {
+    /// Reserves `bytes` of device address space (`cuMemAddressReserve`) as a new buffer: its id
+    /// and where it starts.
+    pub fn reserve_range(&self, bytes: u64, alignment: u64) -> Result<(BufferId, u64), WireError> {
+        if bytes == 0 || (alignment != 0 && !alignment.is_power_of_two()) {
+            let why = format!("a range of {bytes} bytes aligned to {alignment}: the size must be positive and the alignment a power of two or 0");
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        }
+        let reserved = &self.vmm.reserved;
+        let counted = reserved.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+            r.checked_add(bytes).filter(|&total| total <= MOST_RESERVED)
+        });
+        if let Err(held) = counted {
+            let why = format!(
+                "{bytes} bytes more of address space would pass a session's {MOST_RESERVED} (it holds {held} reserved)"
+            );
+            return Err(WireError::new(ErrorKind::OutOfMemory, why));
+        }
+        let mem = self.context.reserve_range(bytes, alignment).inspect_err(|_| {
+            reserved.fetch_sub(bytes, Ordering::AcqRel);
+        })?;
+        let range = Some(Range { mappings: Mappings::default(), reserved: reserved.clone() });
+        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held: None, range });
+        Ok((id, mem.0))
+    }
+
+    /// Creates `bytes` of zeroed physical memory (`cuMemCreate`), counted against the quota.
+    pub fn create_physical(&self, bytes: u64) -> Result<u64, WireError> {
+        self.charge(bytes)?;
+        let handle = self.context.create_physical(bytes).inspect_err(|_| {
+            self.held.fetch_sub(bytes, Ordering::AcqRel);
+        })?;
+        let physical = Physical { handle, size: bytes, context: self.context.clone(), held: self.held.clone() };
+        let id = self.vmm.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(physical));
+        Ok(id)
+    }
+
+    /// Lets physical memory go: its memory goes once no mapping holds it (`cuMemRelease`).
+    pub fn release_physical(&self, id: u64) -> Result<(), WireError> {
+        let released = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        released.map(drop).ok_or_else(|| unknown_physical(id))
+    }
+
+    /// Maps `bytes` of physical memory `id` at `offset` into range `range` (`cuMemMap` and
+    /// `cuMemSetAccess` for this device).
+    pub fn map_physical(&self, range: BufferId, offset: u64, bytes: u64, id: u64) -> Result<(), WireError> {
+        let physical = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
+        let physical = physical.ok_or_else(|| unknown_physical(id))?;
+        let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
+        let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
+        let end = offset.checked_add(bytes).filter(|&end| bytes > 0 && end <= alloc.size && bytes <= physical.size);
+        let Some(end) = end else {
+            let why = format!(
+                "a mapping of {bytes} bytes at offset {offset} of a range of {} bytes, of physical memory of {} bytes",
+                alloc.size, physical.size
+            );
+            return Err(WireError::new(ErrorKind::OutOfBounds, why));
+        };
+        let mut mappings = mappings.lock();
+        let before = mappings.range(..end).next_back().filter(|(&start, m)| start + m.bytes > offset);
+        if let Some((&start, m)) = before {
+            let why = format!("bytes {start}..{} of the range are mapped already", start + m.bytes);
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        }
+        self.context.map(alloc.mem, offset, bytes, physical.handle)?;
+        mappings.insert(offset, Mapping { bytes, _physical: physical });
+        Ok(())
+    }
+
+    /// Unmaps the mappings of `range` within `[offset, offset + bytes)` (`cuMemUnmap`); the
+    /// caller has waited for the work queued before.
+    pub fn unmap_range(&self, range: BufferId, offset: u64, bytes: u64) -> Result<(), WireError> {
+        let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
+        let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
+        let end = offset.saturating_add(bytes);
+        let mut mappings = mappings.lock();
+        let inside: Vec<(u64, u64)> = mappings
+            .range(..end)
+            .filter(|(&start, m)| start + m.bytes > offset)
+            .map(|(&start, m)| (start, m.bytes))
+            .collect();
+        if let Some(&(start, len)) = inside.iter().find(|&&(start, len)| start < offset || start + len > end) {
+            let why = format!("the mapping at bytes {start}..{} lies partly outside {offset}..{end}", start + len);
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        }
+        if inside.is_empty() {
+            let why = format!("nothing is mapped at bytes {offset}..{end} of the range");
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        }
+        for (start, len) in inside {
+            self.context.unmap(alloc.mem, start, len);
+            mappings.remove(&start);
+        }
+        Ok(())
+    }
+}
+
+/// What makes an allocation a reserved range: its mappings, and the session's count of
+/// reserved address space, which it leaves when it goes.
+#[derive(Debug)]
+pub struct Range {
+    /// Its mappings.
+    pub mappings: Mappings,
+    reserved: Arc<AtomicU64>,
+}
+
+impl Range {
+    /// Unmaps what is mapped and frees the range itself (its allocation is being dropped).
+    pub(super) fn free(&self, context: &dyn Context, mem: DeviceMem, size: u64) {
+        self.mappings.unmap_all(context, mem);
+        context.free(mem);
+        self.reserved.fetch_sub(size, Ordering::AcqRel);
+    }
+}
+
+fn unknown_physical(id: u64) -> WireError {
+    WireError::new(ErrorKind::InvalidBuffer, format!("physical memory {id} does not exist in this session"))
+}
+
+fn not_a_range(id: BufferId) -> WireError {
+    WireError::new(ErrorKind::InvalidBuffer, format!("buffer {} is not a reserved range", id.0))
+}

@@ -1,0 +1,377 @@
+//! Virtual memory management (`cuMemAddressReserve`, `cuMemCreate`, `cuMemMap`,
+//! `cuMemSetAccess`, ...: backend protocol 14), which PyTorch's expandable segments, vLLM's
+//! sleep mode and NCCL allocate with: memory that grows in place, one tensor across several
+//! pieces of physical memory.
+//!
+//! A reserved range is a buffer of the session (the backend reserves it on the GPU), entered in
+//! the program's memory table as an allocation of its whole size: copies, memsets and kernels
+//! reach it by address as they reach any allocation, across the pieces mapped side by side, and
+//! the backend refuses by name what touches bytes that are not mapped. Physical memory lives on
+//! the backend; its handle here is a record of the program's (which remote memory, its
+//! properties, how many references `cuMemRetainAllocationHandle` added). What is kept here:
+//! each range's mappings, for `cuMemUnmap`'s and `cuMemSetAccess`'s checks and `cuMemGetAccess`.
+//!
+//! Not served: handles shared with other processes (`cuMemExportToShareableHandle`: the memory
+//! is on another machine), access from another device of the program (a GPU behind another
+//! backend cannot reach this one's memory), sparse arrays (`cuMemMapArrayAsync`). The backend
+//! maps memory readable and writable at once; `cuMemSetAccess` is checked and recorded here.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use ac_frontend::{DeviceBuffer, PhysicalMemory};
+
+use crate::context::current_device;
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::state::{self, put, Allocation, Registry};
+
+/// The granularity of sizes and offsets, as NVIDIA's driver reports it for its GPUs.
+pub const GRANULARITY: usize = 2 << 20;
+
+/// `CUmemAllocationProp`: 32 bytes, kept whole for `cuMemGetAllocationPropertiesFromHandle`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AllocationProp {
+    kind: u32,
+    handle_types: u32,
+    location: Location,
+    win32_metadata: *mut c_void,
+    flags: [u8; 8],
+}
+
+// SAFETY: the Windows metadata pointer is kept as the program gave it, never dereferenced.
+unsafe impl Send for AllocationProp {}
+unsafe impl Sync for AllocationProp {}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    kind: u32,
+    id: i32,
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct AccessDesc {
+    location: Location,
+    flags: u32,
+}
+
+const PINNED: u32 = 1;
+const ON_DEVICE: u32 = 1;
+/// `CU_MEM_ACCESS_FLAGS_PROT_NONE`, `_READ`, `_READWRITE`.
+const ACCESS_FLAGS: [u32; 3] = [0, 1, 3];
+
+/// Physical memory the program created: a `CUmemGenericAllocationHandle`.
+#[derive(Debug)]
+pub struct Physical {
+    device: usize,
+    prop: AllocationProp,
+    memory: PhysicalMemory,
+    /// `cuMemCreate`'s reference and `cuMemRetainAllocationHandle`'s: the handle goes at 0.
+    references: AtomicU32,
+}
+
+/// One mapping of a range.
+#[derive(Debug)]
+struct Mapping {
+    len: u64,
+    physical: Arc<Physical>,
+    /// `CUmemAccess_flags` as last set (0 until `cuMemSetAccess`).
+    access: u32,
+}
+
+/// A reserved range.
+#[derive(Debug)]
+struct Range {
+    size: u64,
+    buffer: Arc<DeviceBuffer<u8>>,
+    mappings: BTreeMap<u64, Mapping>,
+}
+
+/// Ranges by (device, start); physical memory by handle.
+#[derive(Default)]
+struct Vmm {
+    ranges: Mutex<BTreeMap<(usize, u64), Range>>,
+    physical: Registry<Physical>,
+}
+
+static VMM: LazyLock<Vmm> = LazyLock::new(Vmm::default);
+
+fn ranges() -> std::sync::MutexGuard<'static, BTreeMap<(usize, u64), Range>> {
+    VMM.ranges.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `address` is the start of a reserved range of `device` (which `cuMemFree` refuses).
+pub fn is_range(device: usize, address: u64) -> bool {
+    ranges().contains_key(&(device, address))
+}
+
+/// The range of `device` holding `len` bytes at `address`: its start.
+fn range_holding(ranges: &BTreeMap<(usize, u64), Range>, device: usize, address: u64, len: u64) -> CuResult<u64> {
+    let found = ranges.range((device, 0)..=(device, address)).next_back();
+    match found {
+        Some((&(_, start), range)) if address.checked_add(len).is_some_and(|end| end <= start + range.size) => {
+            Ok(start)
+        }
+        _ => Err(Error::said(code::INVALID_VALUE, format!("{len} bytes at {address:#x} lie in no reserved range"))),
+    }
+}
+
+/// The device and start of the range holding `len` bytes at `address` (the current device's
+/// ranges first: two remote GPUs may hand out the same addresses).
+fn find_range(address: u64, len: u64) -> CuResult<(usize, u64)> {
+    let ranges = ranges();
+    let current = current_device().ok();
+    let devices = current.into_iter().chain((0..state::shim()?.devices.len()).filter(|&d| Some(d) != current));
+    let mut last = Error::Code(code::INVALID_VALUE);
+    for device in devices {
+        match range_holding(&ranges, device, address, len) {
+            Ok(start) => return Ok((device, start)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A remote refusal of what the backend cannot serve (a CPU device, or a backend older than
+/// protocol 14) becomes `CUDA_ERROR_NOT_SUPPORTED`, with its reason.
+fn served(e: ac_frontend::Error) -> Error {
+    use ac_frontend::{Error as E, ErrorKind as K};
+    match e {
+        E::Remote { kind: K::NeedsCuda, .. } | E::VersionMismatch(_) => Error::said(code::NOT_SUPPORTED, e.to_string()),
+        e => e.into(),
+    }
+}
+
+/// The device a `CUmemAllocationProp` places memory on, checked as the driver checks it.
+unsafe fn device_of_prop(prop: *const AllocationProp) -> CuResult<(usize, AllocationProp)> {
+    let prop = prop.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+    if prop.kind != PINNED || prop.location.kind != ON_DEVICE {
+        let why =
+            "only pinned memory on a device (CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE) is served";
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    let device = usize::try_from(prop.location.id).map_err(|_| Error::Code(code::INVALID_DEVICE))?;
+    if device >= state::shim()?.devices.len() {
+        return Err(Error::Code(code::INVALID_DEVICE));
+    }
+    Ok((device, *prop))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAllocationGranularity(
+    granularity: *mut usize,
+    prop: *const AllocationProp,
+    _option: u32,
+) -> u32 {
+    guard("cuMemGetAllocationGranularity", || {
+        device_of_prop(prop)?;
+        put(granularity, GRANULARITY)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut u64,
+    size: usize,
+    alignment: usize,
+    _hint: u64,
+    flags: u64,
+) -> u32 {
+    guard("cuMemAddressReserve", || {
+        if ptr.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let shim = state::shim()?;
+        let device = current_device()?;
+        let reserved = shim.devices[device].acc.reserve_range(size as u64, alignment as u64);
+        let (buffer, start) = shim.block_on(reserved).map_err(served)?;
+        let buffer = Arc::new(buffer);
+        let allocation =
+            Allocation { device, size: size as u64, buffer: buffer.clone(), variable_of: None, context: None };
+        shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, start), allocation);
+        ranges().insert((device, start), Range { size: size as u64, buffer, mappings: BTreeMap::new() });
+        put(ptr, start)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
+    guard("cuMemAddressFree", || {
+        let (device, start) = find_range(ptr, 0)?;
+        let mut ranges = ranges();
+        if start != ptr || ranges[&(device, start)].size != size as u64 {
+            let why = format!("{size} bytes at {ptr:#x} are not a whole reserved range");
+            return Err(Error::said(code::INVALID_VALUE, why));
+        }
+        // Dropping the last reference to its buffer frees it remotely, unmapping what is mapped.
+        ranges.remove(&(device, start));
+        state::shim()?.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(device, start));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) -> u32 {
+    guard("cuMemCreate", || {
+        let (device, prop) = device_of_prop(prop)?;
+        if handle.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let shim = state::shim()?;
+        let memory = shim.block_on(shim.devices[device].acc.create_physical(size as u64)).map_err(served)?;
+        let physical = Physical { device, prop, memory, references: AtomicU32::new(1) };
+        put(handle, VMM.physical.insert(physical) as u64)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
+    guard("cuMemRelease", || {
+        let physical = VMM.physical.get(handle as usize)?;
+        if physical.references.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The mappings hold the memory until they go.
+            VMM.physical.remove(handle as usize)?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: *mut c_void) -> u32 {
+    guard("cuMemRetainAllocationHandle", || {
+        let address = address as u64;
+        let (device, start) = find_range(address, 1)?;
+        let ranges = ranges();
+        let mapping = ranges[&(device, start)].mappings.range(..=address - start).next_back();
+        let physical = match mapping {
+            Some((&at, m)) if address - start < at + m.len => m.physical.clone(),
+            _ => return Err(Error::said(code::INVALID_VALUE, format!("nothing is mapped at {address:#x}"))),
+        };
+        // A handle released since lives on in its mappings: retaining it makes it a handle again.
+        if physical.references.fetch_add(1, Ordering::AcqRel) == 0 {
+            VMM.physical.reinsert(physical.clone());
+        }
+        put(handle, Registry::handle_of(&physical) as u64)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAllocationPropertiesFromHandle(prop: *mut AllocationProp, handle: u64) -> u32 {
+    guard("cuMemGetAllocationPropertiesFromHandle", || put(prop, VMM.physical.get(handle as usize)?.prop))
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
+    guard("cuMemMap", || {
+        let physical = VMM.physical.get(handle as usize)?;
+        if offset != 0 || flags != 0 || size == 0 || size as u64 > physical.memory.len() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let (device, start) = find_range(ptr, size as u64)?;
+        if device != physical.device {
+            let why = format!("the range at {ptr:#x} is device {device}'s, the physical memory device {}'s: remote GPUs cannot map each other's memory", physical.device);
+            return Err(Error::said(code::INVALID_VALUE, why));
+        }
+        let buffer = ranges()[&(device, start)].buffer.clone();
+        let shim = state::shim()?;
+        let at = ptr - start;
+        shim.block_on(shim.devices[device].acc.map_physical(&buffer, at, size as u64, &physical.memory))
+            .map_err(served)?;
+        let mapping = Mapping { len: size as u64, physical, access: 0 };
+        if let Some(range) = ranges().get_mut(&(device, start)) {
+            range.mappings.insert(at, mapping);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
+    guard("cuMemUnmap", || {
+        let (device, start) = find_range(ptr, size as u64)?;
+        let buffer = ranges()[&(device, start)].buffer.clone();
+        let shim = state::shim()?;
+        shim.block_on(shim.devices[device].acc.unmap_range(&buffer, ptr - start, size as u64))?;
+        // The backend checked that whole mappings lie in the span; they go here too.
+        let (from, to) = (ptr - start, ptr - start + size as u64);
+        if let Some(range) = ranges().get_mut(&(device, start)) {
+            range.mappings.retain(|&at, m| at + m.len <= from || at >= to);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) -> u32 {
+    guard("cuMemSetAccess", || {
+        if desc.is_null() || count == 0 {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let (device, start) = find_range(ptr, size as u64)?;
+        let descs = std::slice::from_raw_parts(desc, count);
+        let mut access = None;
+        for d in descs {
+            if d.location.kind != ON_DEVICE || !ACCESS_FLAGS.contains(&d.flags) {
+                return Err(Error::Code(code::INVALID_VALUE));
+            }
+            if usize::try_from(d.location.id).ok() != Some(device) {
+                let why = format!(
+                    "device {} cannot reach device {device}'s memory: they are GPUs of different hosts",
+                    d.location.id
+                );
+                return Err(Error::said(code::NOT_SUPPORTED, why));
+            }
+            access = Some(d.flags);
+        }
+        let mut ranges = ranges();
+        let range = ranges.get_mut(&(device, start)).ok_or(Error::Code(code::INVALID_VALUE))?;
+        let (from, to) = (ptr - start, ptr - start + size as u64);
+        covered_whole(&range.mappings, from, to)?;
+        for (_, m) in range.mappings.range_mut(from..to) {
+            m.access = access.unwrap_or(m.access);
+        }
+        Ok(())
+    })
+}
+
+/// Refuses a span that whole mappings, side by side, do not cover exactly.
+fn covered_whole(mappings: &BTreeMap<u64, Mapping>, from: u64, to: u64) -> CuResult<()> {
+    let mut at = from;
+    for (&start, m) in mappings.range(from..to) {
+        if start != at || start + m.len > to {
+            break;
+        }
+        at = start + m.len;
+    }
+    if at != to {
+        let why = format!("bytes {from}..{to} of the range are not whole mappings side by side (covered to {at})");
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const Location, ptr: u64) -> u32 {
+    guard("cuMemGetAccess", || {
+        let location = location.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
+        let (device, start) = find_range(ptr, 1)?;
+        if location.kind != ON_DEVICE {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let ranges = ranges();
+        let found = ranges[&(device, start)].mappings.range(..=ptr - start).next_back();
+        let access = match found {
+            Some((&at, m)) if ptr - start < at + m.len => m.access,
+            _ => return Err(Error::said(code::INVALID_VALUE, format!("nothing is mapped at {ptr:#x}"))),
+        };
+        // Another device of the program reaches nothing here.
+        put(flags, if usize::try_from(location.id).ok() == Some(device) { u64::from(access) } else { 0 })
+    })
+}

@@ -1,0 +1,405 @@
+//! Virtual memory management: reserved ranges (`cuMemAddressReserve`), physical memory
+//! (`cuMemCreate`) and mappings between them (`cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`).
+//!
+//! Physical memory is a memory file (`memfd`) holding stale bytes, as a GPU's does; a range is
+//! host address space of its size, anonymous and lazily backed, into which a mapping places the
+//! file's pages (`mmap` at a fixed address), so that mappings side by side are one run of bytes
+//! and one piece of physical memory mapped twice shows the same bytes twice. A range is an
+//! allocation of its context (device memory by address, as any), whose bytes may be touched
+//! only where mapped and made accessible: a copy, memset or kernel that reaches past that
+//! faults. Freeing a range that still has mappings, or releasing or unmapping what is not
+//! there, is refused and recorded as a violation, so that the caller's order is checked.
+// As in lib.rs: C functions taking raw pointers from their caller, as the driver does.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::state::{Allocation, Driver, Result, Storage, DEVICES, DEVICE_MEMORY, STALE_BYTE};
+use crate::{code, driver, with_context};
+
+/// The granularity of sizes, offsets and alignments, as NVIDIA's driver reports for its GPUs.
+pub const GRANULARITY: usize = 2 << 20;
+
+/// A reserved range's host side.
+#[derive(Debug)]
+pub struct Space {
+    host: *mut u8,
+    len: usize,
+    /// Its mappings, by offset.
+    mappings: BTreeMap<usize, Mapped>,
+}
+
+// SAFETY: the space is host memory owned by the driver's state, touched under its lock.
+unsafe impl Send for Space {}
+
+/// One mapping of a range.
+#[derive(Debug, Clone, Copy)]
+struct Mapped {
+    len: usize,
+    physical: u64,
+    /// `cuMemSetAccess` made it readable and writable by the device.
+    accessible: bool,
+}
+
+impl Space {
+    fn new(len: usize) -> Option<Space> {
+        // SAFETY: a fresh anonymous mapping, placed by the kernel.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (host != libc::MAP_FAILED).then_some(Space { host: host.cast(), len, mappings: BTreeMap::new() })
+    }
+
+    /// All of the range's bytes (only its accessible mappings' may be touched: [`Space::covers`]).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes of address space mapped read-write for the space's life.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+
+    /// As [`Space::bytes`], writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` is the only way in.
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
+    }
+
+    /// Whether every byte of `len` at `offset` (the byte at `offset` when `len` is 0) lies in
+    /// an accessible mapping.
+    pub fn covers(&self, offset: usize, len: usize) -> bool {
+        let end = offset.saturating_add(len.max(1));
+        let mut at = offset;
+        let first = self.mappings.range(..=offset).next_back().map_or(offset, |(&start, _)| start);
+        for (&start, m) in self.mappings.range(first..) {
+            if at >= end || start > at || !m.accessible {
+                break;
+            }
+            at = at.max(start + m.len);
+        }
+        at >= end
+    }
+
+    /// Places `len` bytes of `file` at `offset`.
+    fn place(&mut self, offset: usize, len: usize, file: &OwnedFd) -> bool {
+        let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+        // SAFETY: `offset + len` lies within the space (checked by the caller), which this
+        // replaces pages of; the file holds at least `len` bytes.
+        let at = unsafe { self.host.add(offset) };
+        let placed =
+            unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
+        placed == at.cast()
+    }
+
+    /// Puts anonymous pages back over `len` bytes at `offset`.
+    fn clear(&mut self, offset: usize, len: usize) {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+        // SAFETY: within the space, as in `place`.
+        unsafe {
+            libc::mmap(self.host.add(offset).cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
+        }
+    }
+}
+
+impl Drop for Space {
+    fn drop(&mut self) {
+        // SAFETY: the space's own mapping; nothing refers into it once it is dropped.
+        unsafe { libc::munmap(self.host.cast(), self.len) };
+    }
+}
+
+/// Physical memory of a device.
+#[derive(Debug)]
+pub struct Physical {
+    pub device: i32,
+    pub len: usize,
+    file: OwnedFd,
+    /// `cuMemRelease` was called: it goes when its last mapping does.
+    released: bool,
+    mappings: u32,
+}
+
+/// `CUmemAllocationProp`, as far as it is read here.
+#[repr(C)]
+pub struct AllocationProp {
+    kind: u32,
+    handle_types: u32,
+    location: Location,
+}
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Location {
+    kind: u32,
+    id: i32,
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+pub struct AccessDesc {
+    location: Location,
+    flags: u32,
+}
+
+const PINNED: u32 = 1;
+const ON_DEVICE: u32 = 1;
+const PROT_NONE: u32 = 0;
+
+impl Driver {
+    /// Physical memory of `device` that is not gone, bytes.
+    pub fn physical_used(&self, device: i32) -> u64 {
+        self.physical.values().filter(|p| p.device == device).map(|p| p.len as u64).sum()
+    }
+
+    /// The range of `context` holding `[address, address + len)`: its start and the space.
+    fn range_of(&mut self, address: u64, len: usize) -> Result<(u64, &mut Space)> {
+        let (&base, a) = self.memory.range_mut(..=address).next_back().ok_or(code::INVALID_VALUE)?;
+        let Storage::Range(space) = &mut a.bytes else { return Err(code::INVALID_VALUE) };
+        let offset = (address - base) as usize;
+        match offset.checked_add(len) {
+            Some(end) if end <= space.len => Ok((base, space)),
+            _ => Err(code::INVALID_VALUE),
+        }
+    }
+
+    /// One mapping fewer of `physical`; it goes once released and unmapped everywhere.
+    fn unmapped(&mut self, physical: u64) {
+        if let Some(p) = self.physical.get_mut(&physical) {
+            p.mappings -= 1;
+            if p.released && p.mappings == 0 {
+                self.physical.remove(&physical);
+            }
+        }
+    }
+
+    /// Lets the mappings of `context`'s ranges go (the context is being destroyed).
+    pub fn forget_ranges(&mut self, context: u64) {
+        let physical: Vec<u64> = self
+            .memory
+            .values()
+            .filter(|a| a.context == context)
+            .filter_map(|a| match &a.bytes {
+                Storage::Range(space) => Some(space.mappings.values().map(|m| m.physical).collect::<Vec<_>>()),
+                Storage::Heap(_) => None,
+            })
+            .flatten()
+            .collect();
+        for p in physical {
+            self.unmapped(p);
+        }
+    }
+}
+
+fn granular(n: usize) -> bool {
+    n > 0 && n.is_multiple_of(GRANULARITY)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAddressReserve(
+    ptr: *mut u64,
+    size: usize,
+    alignment: usize,
+    _hint: u64,
+    flags: u64,
+) -> u32 {
+    with_context("cuMemAddressReserve", |d, context| {
+        if ptr.is_null() || flags != 0 || !granular(size) || (alignment != 0 && !alignment.is_power_of_two()) {
+            return Err(code::INVALID_VALUE);
+        }
+        let space = Space::new(size).ok_or(code::OUT_OF_MEMORY)?;
+        let address = d.place_range(size, alignment.max(GRANULARITY));
+        d.memory.insert(address, Allocation { context, bytes: Storage::Range(space), users: 0 });
+        *ptr = address;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
+    let mut d = driver();
+    let range = d.memory.get(&ptr).and_then(|a| match &a.bytes {
+        Storage::Range(space) => Some((space.len, space.mappings.len(), a.users)),
+        Storage::Heap(_) => None,
+    });
+    match range {
+        Some((len, 0, 0)) if len == size => {
+            d.memory.remove(&ptr);
+            code::SUCCESS
+        }
+        Some((len, mapped, users)) if len == size => {
+            d.violation(format!("range {ptr:#x} freed with {mapped} mapping(s) in it, {users} kernel(s) using it"));
+            code::INVALID_VALUE
+        }
+        _ => {
+            d.violation(format!("cuMemAddressFree of {size} bytes at {ptr:#x}, which is no reserved range"));
+            code::INVALID_VALUE
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const AllocationProp, flags: u64) -> u32 {
+    with_context("cuMemCreate", |d, _| {
+        if handle.is_null() || prop.is_null() || flags != 0 || !granular(size) {
+            return Err(code::INVALID_VALUE);
+        }
+        let prop = &*prop;
+        if prop.kind != PINNED || prop.location.kind != ON_DEVICE {
+            return Err(code::INVALID_VALUE);
+        }
+        let device = prop.location.id;
+        if !(0..DEVICES).contains(&device) {
+            return Err(code::INVALID_DEVICE);
+        }
+        if d.used(device) + size as u64 > DEVICE_MEMORY {
+            return Err(code::OUT_OF_MEMORY);
+        }
+        let file = stale_file(size).ok_or(code::OUT_OF_MEMORY)?;
+        let id = d.handle();
+        d.physical.insert(id, Physical { device, len: size, file, released: false, mappings: 0 });
+        *handle = id;
+        Ok(())
+    })
+}
+
+/// A memory file of `len` stale bytes.
+fn stale_file(len: usize) -> Option<OwnedFd> {
+    // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
+    let fd = unsafe { libc::memfd_create(c"cuda-standin-physical".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: just created, owned by nothing else.
+    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    let stale = vec![STALE_BYTE; GRANULARITY];
+    for at in (0..len).step_by(GRANULARITY) {
+        // SAFETY: `stale` holds GRANULARITY bytes.
+        let wrote = unsafe { libc::pwrite(fd, stale.as_ptr().cast(), GRANULARITY, at as libc::off_t) };
+        if wrote != GRANULARITY as isize {
+            return None;
+        }
+    }
+    Some(file)
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
+    let mut d = driver();
+    match d.physical.get_mut(&handle) {
+        Some(p) if !p.released => {
+            p.released = true;
+            if p.mappings == 0 {
+                d.physical.remove(&handle);
+            }
+            code::SUCCESS
+        }
+        _ => {
+            d.violation(format!("cuMemRelease of {handle:#x}, which is no live physical memory"));
+            code::INVALID_VALUE
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> u32 {
+    with_context("cuMemMap", |d, context| {
+        if offset != 0 || flags != 0 || !granular(size) {
+            return Err(code::INVALID_VALUE);
+        }
+        let file = match d.physical.get(&handle) {
+            Some(p) if !p.released && size <= p.len => p.file.try_clone().map_err(|_| code::OUT_OF_MEMORY)?,
+            _ => return Err(code::INVALID_HANDLE),
+        };
+        let owner = d.memory.range(..=ptr).next_back().map(|(_, a)| a.context);
+        if owner != Some(context) {
+            d.violation(format!("cuMemMap at {ptr:#x}, outside the current context's ranges"));
+            return Err(code::INVALID_VALUE);
+        }
+        let (base, space) = d.range_of(ptr, size)?;
+        let at = (ptr - base) as usize;
+        let taken = space.mappings.range(..at + size).next_back().is_some_and(|(&s, m)| s + m.len > at);
+        if !at.is_multiple_of(GRANULARITY) || taken || !space.place(at, size, &file) {
+            return Err(code::INVALID_VALUE);
+        }
+        space.mappings.insert(at, Mapped { len: size, physical: handle, accessible: false });
+        d.physical.get_mut(&handle).expect("checked above").mappings += 1;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) -> u32 {
+    with_context("cuMemSetAccess", |d, context| {
+        if desc.is_null() || count == 0 {
+            return Err(code::INVALID_VALUE);
+        }
+        let device = d.usable(context)?.device;
+        let descs = std::slice::from_raw_parts(desc, count);
+        let Some(mine) = descs.iter().find(|a| a.location.kind == ON_DEVICE && a.location.id == device) else {
+            return Ok(()); // another device's access: not this stand-in's to model
+        };
+        let accessible = mine.flags != PROT_NONE;
+        let (base, space) = d.range_of(ptr, size)?;
+        let (at, end) = ((ptr - base) as usize, (ptr - base) as usize + size);
+        // The whole span must be mapped, by mappings that lie inside it.
+        let inside: Vec<usize> = space.mappings.range(at..end).map(|(&s, _)| s).collect();
+        let mut covered = at;
+        for s in &inside {
+            let m = space.mappings[s];
+            if *s != covered || s + m.len > end {
+                return Err(code::INVALID_VALUE);
+            }
+            covered = s + m.len;
+        }
+        if covered != end {
+            return Err(code::INVALID_VALUE);
+        }
+        for s in inside {
+            space.mappings.get_mut(&s).expect("listed above").accessible = accessible;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
+    let mut d = driver();
+    let users = d.memory.range(..=ptr).next_back().map_or(0, |(_, a)| a.users);
+    match unmap_whole(&mut d, ptr, size) {
+        Ok(unmapped) => {
+            if users > 0 {
+                d.violation(format!("memory at {ptr:#x} unmapped while a kernel still uses it"));
+            }
+            for m in unmapped {
+                d.unmapped(m.physical);
+            }
+            code::SUCCESS
+        }
+        Err(why) => {
+            d.violation(format!("cuMemUnmap of {size} bytes at {ptr:#x}: {why}"));
+            code::INVALID_VALUE
+        }
+    }
+}
+
+/// Unmaps the mappings within `size` bytes at `ptr`, which must be whole ones: what went.
+fn unmap_whole(d: &mut Driver, ptr: u64, size: usize) -> std::result::Result<Vec<Mapped>, &'static str> {
+    let (base, space) = d.range_of(ptr, size).map_err(|_| "outside every range")?;
+    let (at, end) = ((ptr - base) as usize, (ptr - base) as usize + size);
+    let inside: Vec<(usize, Mapped)> =
+        space.mappings.range(..end).filter(|(&s, m)| s + m.len > at).map(|(&s, m)| (s, *m)).collect();
+    if inside.is_empty() || inside.iter().any(|&(s, m)| s < at || s + m.len > end) {
+        return Err("not whole mappings");
+    }
+    for &(s, m) in &inside {
+        space.clear(s, m.len);
+        space.mappings.remove(&s);
+    }
+    Ok(inside.into_iter().map(|(_, m)| m).collect())
+}
