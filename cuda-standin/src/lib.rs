@@ -52,10 +52,9 @@
 //!   image for the device `CUDA_ERROR_NO_BINARY_FOR_GPU`. A cubin need not hold a kernel
 //!   (nvlink emits such modules); PTX must.
 //!
-//! It has two devices (compute capability 9.0, 4 GiB each, allocated from host memory as
-//! used). Device calls and their semantics
-//! follow the CUDA driver API reference; where that reference leaves a choice, the stand-in
-//! takes the one least kind to the caller.
+//! It has two devices (compute capability 9.0, 4 GiB each, taken from host memory as used: see
+//! [`vmm`] for physical memory). Calls follow the CUDA driver API reference; where it leaves a
+//! choice, the stand-in takes the one least kind to the caller.
 
 // An FFI test fixture: it exports C functions that take raw pointers from their caller, as the
 // driver does. Every unsafe block states what the contract promises.
@@ -73,6 +72,7 @@ mod kernels;
 mod limits;
 mod memory;
 mod run;
+mod space;
 mod state;
 mod streams;
 mod tensor_maps;

@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 
 use parking_lot::MutexGuard;
 
-use crate::{code, elf, kernels, vmm};
+use crate::{code, elf, kernels, space};
 
 /// The lock on a driver, as a call holds it.
 pub type Guard<'a> = MutexGuard<'a, Driver>;
@@ -103,8 +103,8 @@ impl Allocation {
 pub enum Storage {
     /// Its own; the capacity past them holds [`GUARD_LEN`] guard bytes.
     Heap(Vec<u8>),
-    /// A reserved range's, of which only the mapped bytes may be touched ([`vmm`]).
-    Range(vmm::Space),
+    /// A reserved range's, of which only the mapped bytes may be touched (`vmm.rs`).
+    Range(space::Space),
 }
 
 impl std::ops::Deref for Storage {
@@ -242,7 +242,7 @@ pub struct Driver {
     /// kept (with their addresses), since that kernel holds pointers into them.
     pub retired: Vec<(u64, Allocation)>,
     /// Physical memory (`cuMemCreate`) by handle, until released and unmapped.
-    pub physical: HashMap<u64, vmm::Physical>,
+    pub physical: HashMap<u64, space::Physical>,
 }
 
 /// Read when the stand-in is first called: the byte count of

@@ -12,117 +12,14 @@
 // As in lib.rs: C functions taking raw pointers from their caller, as the driver does.
 #![allow(unsafe_code)]
 
-use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 
+use crate::space::{Mapped, Physical, Space};
 use crate::state::{Allocation, Driver, Result, Storage, DEVICES, DEVICE_MEMORY, STALE_BYTE};
 use crate::{code, driver, with_context};
 
 /// The granularity of sizes, offsets and alignments, as NVIDIA's driver reports for its GPUs.
 pub const GRANULARITY: usize = 2 << 20;
-
-/// A reserved range's host side.
-#[derive(Debug)]
-pub struct Space {
-    host: *mut u8,
-    len: usize,
-    /// Its mappings, by offset.
-    mappings: BTreeMap<usize, Mapped>,
-}
-
-// SAFETY: the space is host memory owned by the driver's state, touched under its lock.
-unsafe impl Send for Space {}
-
-/// One mapping of a range.
-#[derive(Debug, Clone, Copy)]
-struct Mapped {
-    len: usize,
-    physical: u64,
-    /// `cuMemSetAccess` made it readable and writable by the device.
-    accessible: bool,
-}
-
-impl Space {
-    fn new(len: usize) -> Option<Space> {
-        // SAFETY: a fresh anonymous mapping, placed by the kernel.
-        let host = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        (host != libc::MAP_FAILED).then_some(Space { host: host.cast(), len, mappings: BTreeMap::new() })
-    }
-
-    /// All of the range's bytes (only its accessible mappings' may be touched: [`Space::covers`]).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` bytes of address space mapped read-write for the space's life.
-        unsafe { std::slice::from_raw_parts(self.host, self.len) }
-    }
-
-    /// As [`Space::bytes`], writable.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above; `&mut self` is the only way in.
-        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
-    }
-
-    /// Whether every byte of `len` at `offset` (the byte at `offset` when `len` is 0) lies in
-    /// an accessible mapping.
-    pub fn covers(&self, offset: usize, len: usize) -> bool {
-        let end = offset.saturating_add(len.max(1));
-        let mut at = offset;
-        let first = self.mappings.range(..=offset).next_back().map_or(offset, |(&start, _)| start);
-        for (&start, m) in self.mappings.range(first..) {
-            if at >= end || start > at || !m.accessible {
-                break;
-            }
-            at = at.max(start + m.len);
-        }
-        at >= end
-    }
-
-    /// Places `len` bytes of `file` at `offset`.
-    fn place(&mut self, offset: usize, len: usize, file: &OwnedFd) -> bool {
-        let flags = libc::MAP_SHARED | libc::MAP_FIXED;
-        // SAFETY: `offset + len` lies within the space (checked by the caller), which this
-        // replaces pages of; the file holds at least `len` bytes.
-        let at = unsafe { self.host.add(offset) };
-        let placed =
-            unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
-        placed == at.cast()
-    }
-
-    /// Puts anonymous pages back over `len` bytes at `offset`.
-    fn clear(&mut self, offset: usize, len: usize) {
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
-        // SAFETY: within the space, as in `place`.
-        unsafe {
-            libc::mmap(self.host.add(offset).cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
-        }
-    }
-}
-
-impl Drop for Space {
-    fn drop(&mut self) {
-        // SAFETY: the space's own mapping; nothing refers into it once it is dropped.
-        unsafe { libc::munmap(self.host.cast(), self.len) };
-    }
-}
-
-/// Physical memory of a device.
-#[derive(Debug)]
-pub struct Physical {
-    pub device: i32,
-    pub len: usize,
-    file: OwnedFd,
-    /// `cuMemRelease` was called: it goes when its last mapping does.
-    released: bool,
-    mappings: u32,
-}
 
 /// `CUmemAllocationProp`, as far as it is read here.
 #[repr(C)]

@@ -126,6 +126,12 @@ async fn gpu_tensor_maps_describe_only_the_sessions_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_ranges_hold_only_their_mapped_memory() {
+    gpu_cases::ranges_hold_only_their_mapped_memory(&gpu_backend().await.connect().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_functions_of_an_unloaded_module_are_refused() {
     gpu_cases::functions_of_an_unloaded_module_are_refused(&gpu_backend().await.connect().await).await;
 }

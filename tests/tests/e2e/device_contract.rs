@@ -79,6 +79,24 @@ async fn standin_tensor_maps_describe_only_the_sessions_memory() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_ranges_hold_only_their_mapped_memory() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::ranges_hold_only_their_mapped_memory(&standin_backend(64).await.connect().await).await;
+    standin::assert_no_violations();
+}
+
+/// The same through a session worker: ranges, physical memory and mappings cross its pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_ranges_hold_only_their_mapped_memory_in_a_session_worker() {
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let tb = standin_workers_backend(&record, &[]).await;
+    gpu_cases::ranges_hold_only_their_mapped_memory(&tb.connect().await).await;
+    standin::assert_no_violations();
+    record.assert_none();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_a_kernel_opts_in_to_more_dynamic_shared_memory() {
     let _turn = standin::exclusive().await;
     gpu_cases::a_kernel_opts_in_to_more_dynamic_shared_memory(&standin_backend(64).await.connect().await).await;
@@ -170,6 +188,47 @@ async fn cpu_devices_encode_no_tensor_maps() {
     };
     let err = acc.encode_tensor_map(spec).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+}
+
+/// Physical memory counts against the session's quota (`session_memory_mib`) from its creation
+/// until it is both released and unmapped, as CUDA keeps it; reserved ranges cost none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_released() {
+    const GRAN: u64 = 2 << 20;
+    let _turn = standin::exclusive().await;
+    let backend = TestBackend::start_with(|c| {
+        c.device = DeviceChoice::Cuda;
+        c.isolation = Isolation::Context;
+        c.session_memory_mib = Some(4);
+    })
+    .await;
+    let acc = backend.connect().await;
+    let (range, _) = acc.reserve_range(64 * GRAN, 0).await.unwrap();
+    let first = acc.create_physical(GRAN).await.unwrap();
+    let second = acc.create_physical(GRAN).await.unwrap();
+    let over = acc.create_physical(GRAN).await.unwrap_err();
+    assert_eq!(over.kind(), Some(ErrorKind::OutOfMemory), "{over}");
+    assert!(over.to_string().contains("quota"), "{over}");
+    acc.map_physical(&range, 0, GRAN, &first).await.unwrap();
+    drop(first);
+    let still = acc.create_physical(GRAN).await.unwrap_err();
+    assert_eq!(still.kind(), Some(ErrorKind::OutOfMemory), "released but mapped: {still}");
+    acc.unmap_range(&range, 0, GRAN).await.unwrap();
+    let third = acc.create_physical(GRAN).await.unwrap();
+
+    drop((second, third, range));
+    standin::assert_no_violations();
+}
+
+/// Virtual memory management is a CUDA GPU's: the CPU device says so, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_devices_reserve_no_ranges() {
+    let acc = TestBackend::start(64).await.connect().await;
+    let err = acc.reserve_range(2 << 20, 0).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+    let err = acc.create_physical(2 << 20).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+    assert_eq!(acc.alloc_from(&[4u8]).await.unwrap().to_vec().await.unwrap(), [4]);
 }
 
 /// The CPU device's one module (the builtins) holds no variables: a lookup says so.

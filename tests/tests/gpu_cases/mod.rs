@@ -440,3 +440,65 @@ pub async fn tensor_maps_describe_only_the_sessions_memory(acc: &Accelerator) {
     }
     assert_eq!(x.to_vec().await.unwrap(), vec![1.5f32; 40 * 24], "the session goes on");
 }
+
+/// Physical memory mapped into reserved ranges (backend protocol 14): fresh physical memory
+/// reads zero (a GPU's holds whatever it held last); a copy reaches the bytes mapped and runs
+/// across two pieces side by side, and is refused by name where nothing is mapped; a mapping
+/// over mapped bytes, past the range or larger than its physical memory, an unmap of part of a
+/// mapping or of nothing, and a map into a buffer that is not a range are refused; a piece
+/// unmapped and mapped elsewhere keeps its bytes, and lives on in its mapping once released;
+/// the session goes on.
+pub async fn ranges_hold_only_their_mapped_memory(acc: &Accelerator) {
+    const GRAN: u64 = 2 << 20;
+    let (range, _address) = acc.reserve_range(4 * GRAN, 0).await.unwrap();
+    let first = acc.create_physical(GRAN).await.unwrap();
+    let second = acc.create_physical(GRAN).await.unwrap();
+    let err = range.copy_from_host(&[1u8; 16]).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "{err}");
+    assert!(err.to_string().contains("byte 0 of a reserved range is not mapped"), "{err}");
+    acc.map_physical(&range, 0, GRAN, &first).await.unwrap();
+    acc.map_physical(&range, GRAN, GRAN, &second).await.unwrap();
+    let mut fresh = vec![0xffu8; 2 * GRAN as usize];
+    range.copy_to_host(&mut fresh).await.unwrap();
+    assert!(fresh.iter().all(|&b| b == 0), "fresh physical memory reads zero");
+    let pattern: Vec<u8> = (0..2 * GRAN as usize).map(|i| (i % 251) as u8).collect();
+    range.copy_from_host(&pattern).await.unwrap();
+    let mut across = vec![0u8; 4096];
+    range.copy_to_host_at(GRAN as usize - 2048, &mut across).await.unwrap();
+    assert_eq!(across, pattern[GRAN as usize - 2048..GRAN as usize + 2048], "a copy across two pieces");
+
+    let plain = acc.alloc::<u8>(GRAN as usize).await.unwrap();
+    for (offset, bytes, range, kind, why) in [
+        (GRAN, GRAN, &range, ErrorKind::InvalidArgument, "mapped already"),
+        (3 * GRAN, 2 * GRAN, &range, ErrorKind::OutOfBounds, "of a range of 8388608 bytes"),
+        (2 * GRAN, 2 * GRAN, &range, ErrorKind::OutOfBounds, "of physical memory of 2097152 bytes"),
+        (0, GRAN, &plain, ErrorKind::InvalidBuffer, "is not a reserved range"),
+    ] {
+        let err = acc.map_physical(range, offset, bytes, &second).await.unwrap_err();
+        assert_eq!(err.kind(), Some(kind), "{offset} {bytes}: {err}");
+        assert!(err.to_string().contains(why), "{offset} {bytes}: {err}");
+    }
+    for (offset, bytes, why) in [(GRAN / 2, GRAN, "lies partly outside"), (3 * GRAN, GRAN, "nothing is mapped")] {
+        let err = acc.unmap_range(&range, offset, bytes).await.unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::InvalidArgument), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+    }
+
+    acc.unmap_range(&range, 0, GRAN).await.unwrap();
+    let err = range.copy_to_host(&mut [0u8; 16]).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "unmapped: {err}");
+    acc.map_physical(&range, 2 * GRAN, GRAN, &first).await.unwrap();
+    drop(first); // released: its mapping holds it
+    let mut moved_bytes = vec![0u8; GRAN as usize];
+    range.copy_to_host_at(2 * GRAN as usize, &mut moved_bytes).await.unwrap();
+    assert_eq!(moved_bytes, pattern[..GRAN as usize], "a piece mapped elsewhere keeps its bytes");
+    let stream = acc.create_stream().await.unwrap();
+    range.memset_range(&stream, GRAN as usize, 2 * GRAN as usize, 3).await.unwrap();
+    stream.synchronize().await.unwrap();
+    range.copy_to_host_at(GRAN as usize, &mut fresh).await.unwrap();
+    assert!(fresh.iter().all(|&b| b == 3), "a memset across two pieces");
+    drop(range);
+    drop(second);
+    let x = acc.alloc_from(&[1u32, 2, 3]).await.unwrap();
+    assert_eq!(x.to_vec().await.unwrap(), [1, 2, 3], "the session goes on");
+}

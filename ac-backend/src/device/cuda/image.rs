@@ -3,19 +3,9 @@
 //! could make the driver read past the received bytes. Text must end in NUL; a cubin's ELF
 //! headers and sections, and a fatbin's declared size, must lie inside the payload.
 
-use std::ffi::c_void;
-use std::sync::atomic::Ordering;
-
 use ac_proto::backend::{ErrorKind, WireError};
-use cudarc::driver::sys;
 
-use super::context::{CudaContext, Module};
-use super::driver::Handle;
-use super::signature::Signatures;
-use crate::device::{DeviceModule, DeviceResult};
-
-/// Size of the buffer that receives the driver's JIT log when PTX fails to load.
-const JIT_LOG_BYTES: usize = 16 << 10;
+use crate::device::DeviceResult;
 
 const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 const FATBIN_MAGIC: u32 = 0xBA55_ED50;
@@ -104,44 +94,6 @@ pub fn aligned_copy(image: &[u8]) -> Vec<u64> {
         *word = u64::from_ne_bytes(padded);
     }
     aligned
-}
-
-impl CudaContext {
-    /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets
-    /// an 8-byte-aligned copy: a payload cut out of a network frame may lie at any address,
-    /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as
-    /// `unsigned long long` arrays).
-    pub(super) fn load_image(&self, image: &[u8], builtin: bool, signatures: Signatures) -> DeviceResult<DeviceModule> {
-        let aligned = aligned_copy(image);
-        let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options =
-            [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
-        let mut values = [log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the image was checked to be PTX text ending in NUL, or a cubin/fatbin whose
-        // headers lie inside the buffer, and its aligned copy holds all of it; the log buffer
-        // is as large as announced.
-        let code = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut raw,
-                aligned.as_ptr() as *const c_void,
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if let Err(mut e) = self.check("cuModuleLoadData", code) {
-            let log = String::from_utf8_lossy(&log);
-            let log = log.trim_end_matches('\0').trim();
-            if !log.is_empty() {
-                e.message.push_str(&format!(":\n{log}"));
-            }
-            return Err(e);
-        }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin, signatures });
-        Ok(DeviceModule(id))
-    }
 }
 
 #[cfg(test)]

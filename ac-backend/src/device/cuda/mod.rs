@@ -97,6 +97,7 @@ pub mod gather;
 pub mod image;
 pub mod janitor;
 pub mod limit;
+pub mod load;
 pub mod nvrtc;
 pub mod nvrtc_loader;
 pub mod prebuilt;

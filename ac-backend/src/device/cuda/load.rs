@@ -1,0 +1,54 @@
+//! Loading a checked module image into a session's context (`cuModuleLoadDataEx`), with the
+//! driver's JIT log on failure.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::sys;
+
+use super::context::{CudaContext, Module};
+use super::driver::Handle;
+use super::image::aligned_copy;
+use super::signature::Signatures;
+use crate::device::{DeviceModule, DeviceResult};
+
+/// Size of the buffer that receives the driver's JIT log when PTX fails to load.
+const JIT_LOG_BYTES: usize = 16 << 10;
+
+impl CudaContext {
+    /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets
+    /// an 8-byte-aligned copy: a payload cut out of a network frame may lie at any address,
+    /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as
+    /// `unsigned long long` arrays).
+    pub(super) fn load_image(&self, image: &[u8], builtin: bool, signatures: Signatures) -> DeviceResult<DeviceModule> {
+        let aligned = aligned_copy(image);
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options =
+            [sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER, sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut values = [log.as_mut_ptr() as *mut c_void, JIT_LOG_BYTES as *mut c_void];
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the image was checked to be PTX text ending in NUL, or a cubin/fatbin whose
+        // headers lie inside the buffer, and its aligned copy holds all of it; the log buffer
+        // is as large as announced.
+        let code = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                aligned.as_ptr() as *const c_void,
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if let Err(mut e) = self.check("cuModuleLoadData", code) {
+            let log = String::from_utf8_lossy(&log);
+            let log = log.trim_end_matches('\0').trim();
+            if !log.is_empty() {
+                e.message.push_str(&format!(":\n{log}"));
+            }
+            return Err(e);
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.modules.lock().expect("modules poisoned").insert(id, Module { raw: Handle(raw), builtin, signatures });
+        Ok(DeviceModule(id))
+    }
+}

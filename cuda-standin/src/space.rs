@@ -1,0 +1,111 @@
+//! The host side of the stand-in's virtual memory ([`crate::vmm`]): a reserved range's address
+//! space, anonymous and lazily backed, into which mappings place the pages of physical memory,
+//! a memory file (`memfd`) each.
+// As in lib.rs: raw memory calls (`mmap`), each with its contract stated.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// A reserved range's host side.
+#[derive(Debug)]
+pub struct Space {
+    host: *mut u8,
+    pub(crate) len: usize,
+    /// Its mappings, by offset.
+    pub(crate) mappings: BTreeMap<usize, Mapped>,
+}
+
+// SAFETY: the space is host memory owned by the driver's state, touched under its lock.
+unsafe impl Send for Space {}
+
+/// One mapping of a range.
+#[derive(Debug, Clone, Copy)]
+pub struct Mapped {
+    pub(crate) len: usize,
+    pub(crate) physical: u64,
+    /// `cuMemSetAccess` made it readable and writable by the device.
+    pub(crate) accessible: bool,
+}
+
+impl Space {
+    pub(crate) fn new(len: usize) -> Option<Space> {
+        // SAFETY: a fresh anonymous mapping, placed by the kernel.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        (host != libc::MAP_FAILED).then_some(Space { host: host.cast(), len, mappings: BTreeMap::new() })
+    }
+
+    /// All of the range's bytes (only its accessible mappings' may be touched: [`Space::covers`]).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes of address space mapped read-write for the space's life.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+
+    /// As [`Space::bytes`], writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` is the only way in.
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
+    }
+
+    /// Whether every byte of `len` at `offset` (the byte at `offset` when `len` is 0) lies in
+    /// an accessible mapping.
+    pub fn covers(&self, offset: usize, len: usize) -> bool {
+        let end = offset.saturating_add(len.max(1));
+        let mut at = offset;
+        let first = self.mappings.range(..=offset).next_back().map_or(offset, |(&start, _)| start);
+        for (&start, m) in self.mappings.range(first..) {
+            if at >= end || start > at || !m.accessible {
+                break;
+            }
+            at = at.max(start + m.len);
+        }
+        at >= end
+    }
+
+    /// Places `len` bytes of `file` at `offset`.
+    pub(crate) fn place(&mut self, offset: usize, len: usize, file: &OwnedFd) -> bool {
+        let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+        // SAFETY: `offset + len` lies within the space (checked by the caller), which this
+        // replaces pages of; the file holds at least `len` bytes.
+        let at = unsafe { self.host.add(offset) };
+        let placed =
+            unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
+        placed == at.cast()
+    }
+
+    /// Puts anonymous pages back over `len` bytes at `offset`.
+    pub(crate) fn clear(&mut self, offset: usize, len: usize) {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+        // SAFETY: within the space, as in `place`.
+        unsafe {
+            libc::mmap(self.host.add(offset).cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
+        }
+    }
+}
+
+impl Drop for Space {
+    fn drop(&mut self) {
+        // SAFETY: the space's own mapping; nothing refers into it once it is dropped.
+        unsafe { libc::munmap(self.host.cast(), self.len) };
+    }
+}
+
+/// Physical memory of a device.
+#[derive(Debug)]
+pub struct Physical {
+    pub device: i32,
+    pub len: usize,
+    pub(crate) file: OwnedFd,
+    /// `cuMemRelease` was called: it goes when its last mapping does.
+    pub(crate) released: bool,
+    pub(crate) mappings: u32,
+}
