@@ -116,12 +116,12 @@ fn free(address: u64) -> CuResult<()> {
     if let Some(freed) = managed::free(device, address) {
         freed?;
     } else {
+        // Asked before the memory's lock is taken: `cuMemAddressFree` takes them the other way.
+        let a_range = crate::vmm::is_range(device, address);
         let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
         // Only an allocation's start may be freed (not a module's variable); dropping the buffer
         // frees it remotely.
-        if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some())
-            || crate::vmm::is_range(device, address)
-        {
+        if memory.get(&(device, address)).is_none_or(|a| a.variable_of.is_some()) || a_range {
             return Err(Error::Code(code::INVALID_VALUE));
         }
         memory.remove(&(device, address));

@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use ac_frontend::{DeviceBuffer, PhysicalMemory};
@@ -30,6 +29,8 @@ use crate::state::{self, put, Allocation, Registry};
 
 /// The granularity of sizes and offsets, as NVIDIA's driver reports it for its GPUs.
 pub const GRANULARITY: usize = 2 << 20;
+/// The host page, of which a reserved range's size is a multiple.
+const HOST_PAGE: usize = 4096;
 
 /// `CUmemAllocationProp`: 32 bytes, kept whole for `cuMemGetAllocationPropertiesFromHandle`.
 #[repr(C)]
@@ -74,7 +75,9 @@ pub struct Physical {
     prop: AllocationProp,
     memory: PhysicalMemory,
     /// `cuMemCreate`'s reference and `cuMemRetainAllocationHandle`'s: the handle goes at 0.
-    references: AtomicU32,
+    /// Held while the handle enters or leaves the registry, so that a release and a retain at
+    /// once leave the two in agreement.
+    references: Mutex<u32>,
 }
 
 /// One mapping of a range.
@@ -139,6 +142,36 @@ fn find_range(address: u64, len: u64) -> CuResult<(usize, u64)> {
     Err(last)
 }
 
+/// The mapping holding `address`: its physical memory and access, looked up under one lock.
+fn mapping_at(address: u64) -> CuResult<MappedAt> {
+    let (device, start) = find_range(address, 1)?;
+    let ranges = ranges();
+    let range = ranges.get(&(device, start)).ok_or_else(|| gone(address))?;
+    match range.mappings.range(..=address - start).next_back() {
+        Some((&at, m)) if address - start < at + m.len => {
+            Ok(MappedAt { device, physical: m.physical.clone(), access: m.access })
+        }
+        _ => Err(Error::said(code::INVALID_VALUE, format!("nothing is mapped at {address:#x}"))),
+    }
+}
+
+/// What [`mapping_at`] finds.
+struct MappedAt {
+    device: usize,
+    physical: Arc<Physical>,
+    access: u32,
+}
+
+/// The buffer of the range of `device` at `start` (freed by another thread meanwhile: an error).
+fn buffer_of(device: usize, start: u64) -> CuResult<Arc<DeviceBuffer<u8>>> {
+    ranges().get(&(device, start)).map(|r| r.buffer.clone()).ok_or_else(|| gone(start))
+}
+
+/// The error for a range freed by another thread between two steps of a call.
+fn gone(address: u64) -> Error {
+    Error::said(code::INVALID_VALUE, format!("the range holding {address:#x} was freed meanwhile"))
+}
+
 /// A remote refusal of what the backend cannot serve (a CPU device, or a backend older than
 /// protocol 14) becomes `CUDA_ERROR_NOT_SUPPORTED`, with its reason.
 fn served(e: ac_frontend::Error) -> Error {
@@ -185,7 +218,8 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     flags: u64,
 ) -> u32 {
     guard("cuMemAddressReserve", || {
-        if ptr.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(GRANULARITY) {
+        // cuda.h asks a multiple of the host page; a mapping's offset and size, of the granularity.
+        if ptr.is_null() || flags != 0 || size == 0 || !size.is_multiple_of(HOST_PAGE) {
             return Err(Error::Code(code::INVALID_VALUE));
         }
         let shim = state::shim()?;
@@ -195,8 +229,9 @@ pub unsafe extern "C" fn cuMemAddressReserve(
         let buffer = Arc::new(buffer);
         let allocation =
             Allocation { device, size: size as u64, buffer: buffer.clone(), variable_of: None, context: None };
-        shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, start), allocation);
+        // The range first: `cuMemFree` asks it, and must never find the allocation alone.
         ranges().insert((device, start), Range { size: size as u64, buffer, mappings: BTreeMap::new() });
+        shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, start), allocation);
         put(ptr, start)
     })
 }
@@ -205,13 +240,19 @@ pub unsafe extern "C" fn cuMemAddressReserve(
 pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
     guard("cuMemAddressFree", || {
         let (device, start) = find_range(ptr, 0)?;
-        let mut ranges = ranges();
-        if start != ptr || ranges[&(device, start)].size != size as u64 {
+        let removed = {
+            let mut ranges = ranges();
+            match ranges.get(&(device, start)) {
+                Some(range) if start == ptr && range.size == size as u64 => ranges.remove(&(device, start)),
+                _ => None,
+            }
+        };
+        if removed.is_none() {
             let why = format!("{size} bytes at {ptr:#x} are not a whole reserved range");
             return Err(Error::said(code::INVALID_VALUE, why));
         }
         // Dropping the last reference to its buffer frees it remotely, unmapping what is mapped.
-        ranges.remove(&(device, start));
+        // (The ranges' lock is not held here: `cuMemFree` takes the memory's, then the ranges'.)
         state::shim()?.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(device, start));
         Ok(())
     })
@@ -226,7 +267,7 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
         }
         let shim = state::shim()?;
         let memory = shim.block_on(shim.devices[device].acc.create_physical(size as u64)).map_err(served)?;
-        let physical = Physical { device, prop, memory, references: AtomicU32::new(1) };
+        let physical = Physical { device, prop, memory, references: Mutex::new(1) };
         put(handle, VMM.physical.insert(physical) as u64)
     })
 }
@@ -235,7 +276,12 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
 pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
     guard("cuMemRelease", || {
         let physical = VMM.physical.get(handle as usize)?;
-        if physical.references.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let mut references = physical.references.lock().unwrap_or_else(|p| p.into_inner());
+        if *references == 0 {
+            return Err(Error::Code(code::INVALID_HANDLE)); // released by another thread meanwhile
+        }
+        *references -= 1;
+        if *references == 0 {
             // The mappings hold the memory until they go.
             VMM.physical.remove(handle as usize)?;
         }
@@ -247,17 +293,13 @@ pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
 pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: *mut c_void) -> u32 {
     guard("cuMemRetainAllocationHandle", || {
         let address = address as u64;
-        let (device, start) = find_range(address, 1)?;
-        let ranges = ranges();
-        let mapping = ranges[&(device, start)].mappings.range(..=address - start).next_back();
-        let physical = match mapping {
-            Some((&at, m)) if address - start < at + m.len => m.physical.clone(),
-            _ => return Err(Error::said(code::INVALID_VALUE, format!("nothing is mapped at {address:#x}"))),
-        };
+        let physical = mapping_at(address)?.physical;
+        let mut references = physical.references.lock().unwrap_or_else(|p| p.into_inner());
         // A handle released since lives on in its mappings: retaining it makes it a handle again.
-        if physical.references.fetch_add(1, Ordering::AcqRel) == 0 {
+        if *references == 0 {
             VMM.physical.reinsert(physical.clone());
         }
+        *references += 1;
         put(handle, Registry::handle_of(&physical) as u64)
     })
 }
@@ -279,7 +321,7 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, fl
             let why = format!("the range at {ptr:#x} is device {device}'s, the physical memory device {}'s: remote GPUs cannot map each other's memory", physical.device);
             return Err(Error::said(code::INVALID_VALUE, why));
         }
-        let buffer = ranges()[&(device, start)].buffer.clone();
+        let buffer = buffer_of(device, start)?;
         let shim = state::shim()?;
         let at = ptr - start;
         shim.block_on(shim.devices[device].acc.map_physical(&buffer, at, size as u64, &physical.memory))
@@ -296,7 +338,7 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, fl
 pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
     guard("cuMemUnmap", || {
         let (device, start) = find_range(ptr, size as u64)?;
-        let buffer = ranges()[&(device, start)].buffer.clone();
+        let buffer = buffer_of(device, start)?;
         let shim = state::shim()?;
         shim.block_on(shim.devices[device].acc.unmap_range(&buffer, ptr - start, size as u64))?;
         // The backend checked that whole mappings lie in the span; they go here too.
@@ -311,7 +353,7 @@ pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const AccessDesc, count: usize) -> u32 {
     guard("cuMemSetAccess", || {
-        if desc.is_null() || count == 0 {
+        if desc.is_null() || count == 0 || size == 0 {
             return Err(Error::Code(code::INVALID_VALUE));
         }
         let (device, start) = find_range(ptr, size as u64)?;
@@ -361,16 +403,10 @@ fn covered_whole(mappings: &BTreeMap<u64, Mapping>, from: u64, to: u64) -> CuRes
 pub unsafe extern "C" fn cuMemGetAccess(flags: *mut u64, location: *const Location, ptr: u64) -> u32 {
     guard("cuMemGetAccess", || {
         let location = location.as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let (device, start) = find_range(ptr, 1)?;
         if location.kind != ON_DEVICE {
             return Err(Error::Code(code::INVALID_VALUE));
         }
-        let ranges = ranges();
-        let found = ranges[&(device, start)].mappings.range(..=ptr - start).next_back();
-        let access = match found {
-            Some((&at, m)) if ptr - start < at + m.len => m.access,
-            _ => return Err(Error::said(code::INVALID_VALUE, format!("nothing is mapped at {ptr:#x}"))),
-        };
+        let MappedAt { device, access, .. } = mapping_at(ptr)?;
         // Another device of the program reaches nothing here.
         put(flags, if usize::try_from(location.id).ok() == Some(device) { u64::from(access) } else { 0 })
     })

@@ -72,23 +72,27 @@ impl Space {
     }
 
     /// Places `len` bytes of `file` at `offset`.
-    pub(crate) fn place(&mut self, offset: usize, len: usize, file: &OwnedFd) -> bool {
+    pub(crate) fn place(&mut self, offset: usize, len: usize, file: &OwnedFd) {
         let flags = libc::MAP_SHARED | libc::MAP_FIXED;
         // SAFETY: `offset + len` lies within the space (checked by the caller), which this
         // replaces pages of; the file holds at least `len` bytes.
         let at = unsafe { self.host.add(offset) };
         let placed =
             unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
-        placed == at.cast()
+        // MAP_FIXED has replaced the pages, or failed and may have dropped them: not a state
+        // the range can be read in.
+        assert!(placed == at.cast(), "the stand-in could not map {len} bytes into a range");
     }
 
     /// Puts anonymous pages back over `len` bytes at `offset`.
     pub(crate) fn clear(&mut self, offset: usize, len: usize) {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
         // SAFETY: within the space, as in `place`.
-        unsafe {
-            libc::mmap(self.host.add(offset).cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0);
-        }
+        let at = unsafe { self.host.add(offset) };
+        // SAFETY: as above.
+        let cleared = unsafe { libc::mmap(at.cast(), len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        // A failure would leave the old pages (or none) where the range's bytes are read.
+        assert!(cleared == at.cast(), "the stand-in could not unmap {len} bytes of a range");
     }
 }
 

@@ -6,8 +6,9 @@
 //! file's pages (`mmap` at a fixed address), so that mappings side by side are one run of bytes
 //! and one piece of physical memory mapped twice shows the same bytes twice. A range is an
 //! allocation of its context (device memory by address, as any), whose bytes may be touched
-//! only where mapped and made accessible: a copy, memset or kernel that reaches past that
-//! faults. Freeing a range that still has mappings, or releasing or unmapping what is not
+//! only where mapped and made accessible: a copy, memset or fixture kernel that reaches past
+//! that faults (a builtin kernel's pointer is checked at its first byte only: it reaches memory
+//! through a host pointer, and a range has no guard bytes after it). Freeing a range that still has mappings, or releasing or unmapping what is not
 //! there, is refused and recorded as a violation, so that the caller's order is checked.
 // As in lib.rs: C functions taking raw pointers from their caller, as the driver does.
 #![allow(unsafe_code)]
@@ -106,7 +107,9 @@ pub unsafe extern "C" fn cuMemAddressReserve(
     flags: u64,
 ) -> u32 {
     with_context("cuMemAddressReserve", |d, context| {
-        if ptr.is_null() || flags != 0 || !granular(size) || (alignment != 0 && !alignment.is_power_of_two()) {
+        // A multiple of the host page, as cuda.h asks; mappings in it, of the granularity.
+        let pages = size > 0 && size.is_multiple_of(4096);
+        if ptr.is_null() || flags != 0 || !pages || (alignment != 0 && !alignment.is_power_of_two()) {
             return Err(code::INVALID_VALUE);
         }
         let space = Space::new(size).ok_or(code::OUT_OF_MEMORY)?;
@@ -221,9 +224,10 @@ pub extern "C" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, fl
         let (base, space) = d.range_of(ptr, size)?;
         let at = (ptr - base) as usize;
         let taken = space.mappings.range(..at + size).next_back().is_some_and(|(&s, m)| s + m.len > at);
-        if !at.is_multiple_of(GRANULARITY) || taken || !space.place(at, size, &file) {
+        if !at.is_multiple_of(GRANULARITY) || taken {
             return Err(code::INVALID_VALUE);
         }
+        space.place(at, size, &file);
         space.mappings.insert(at, Mapped { len: size, physical: handle, accessible: false });
         d.physical.get_mut(&handle).expect("checked above").mappings += 1;
         Ok(())
@@ -264,8 +268,21 @@ pub unsafe extern "C" fn cuMemSetAccess(ptr: u64, size: usize, desc: *const Acce
     })
 }
 
+/// Read when the stand-in is first asked to unmap: milliseconds each unmap takes before it is
+/// done (the thread sleeps first, holding nothing), so that a test sees whether the caller waits
+/// for its unmap before it maps the same bytes again (a map meanwhile finds them mapped).
+const UNMAP_DELAY_MS: &str = "CUDA_STANDIN_UNMAP_DELAY_MS";
+
+static UNMAP_DELAY: std::sync::LazyLock<Option<std::time::Duration>> = std::sync::LazyLock::new(|| {
+    let ms = std::env::var(UNMAP_DELAY_MS).ok()?.parse().ok()?;
+    Some(std::time::Duration::from_millis(ms))
+});
+
 #[no_mangle]
 pub extern "C" fn cuMemUnmap(ptr: u64, size: usize) -> u32 {
+    if let Some(delay) = *UNMAP_DELAY {
+        std::thread::sleep(delay);
+    }
     let mut d = driver();
     let users = d.memory.range(..=ptr).next_back().map_or(0, |(_, a)| a.users);
     match unmap_whole(&mut d, ptr, size) {

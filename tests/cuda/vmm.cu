@@ -2,7 +2,8 @@
 // driver's cuMem* calls (cudaGetDriverEntryPointByVersion), reserves a range of address space,
 // creates pieces of physical memory, maps two side by side and makes them accessible with one
 // cuMemSetAccess; a copy and a kernel run across the boundary between them; the segment grows
-// in place by a third piece; a piece unmapped and mapped elsewhere keeps its bytes; a handle is
+// in place by a third piece; a piece unmapped and mapped elsewhere, or back at once where it was,
+// keeps its bytes; a handle is
 // retained from an address and its properties read; what the driver refuses is refused (a
 // second mapping over mapped bytes, an unmap of nothing, cudaFree of a range, a copy into
 // unmapped bytes), the device usable after; four threads grow ranges of their own at once.
@@ -151,6 +152,11 @@ int main() {
     CU(p_cuMemMap(base + 4 * gran, gran, 0, piece[0], 0));
     CU(p_cuMemSetAccess(base + 4 * gran, gran, &access, 1));
     report(holds_sequence(base + 4 * gran, gran, 0, 7), "a piece mapped elsewhere keeps its bytes");
+    // Unmapped and mapped back where it was at once (the unmap is done when it returns).
+    CU(p_cuMemUnmap(base + 4 * gran, gran));
+    CU(p_cuMemMap(base + 4 * gran, gran, 0, piece[0], 0));
+    CU(p_cuMemSetAccess(base + 4 * gran, gran, &access, 1));
+    report(holds_sequence(base + 4 * gran, gran, 0, 7), "a piece mapped back where it was unmapped keeps its bytes");
 
     // Refusals; the device goes on.
     printf("a mapping over mapped bytes refused: %d\n", p_cuMemMap(base + gran, gran, 0, piece[2], 0) != CUDA_SUCCESS);

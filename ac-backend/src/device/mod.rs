@@ -274,8 +274,12 @@ pub trait Context: Send + Sync + 'static {
         Err(WireError::new(ErrorKind::NeedsCuda, "virtual memory management is a CUDA GPU's"))
     }
     /// Unmaps the mapping of `bytes` at `offset` of `range` once the work queued on the
-    /// context has finished (`cuMemUnmap`).
-    fn unmap(&self, _range: DeviceMem, _offset: u64, _bytes: u64) {}
+    /// context has finished (`cuMemUnmap`), before it returns: the bytes may be mapped again.
+    fn unmap(&self, _range: DeviceMem, _offset: u64, _bytes: u64) -> DeviceResult<()> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "virtual memory management is a CUDA GPU's"))
+    }
+    /// As [`Context::unmap`], later, off the caller's thread (a range is being dropped).
+    fn unmap_later(&self, _range: DeviceMem, _offset: u64, _bytes: u64) {}
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

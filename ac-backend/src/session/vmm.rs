@@ -87,7 +87,7 @@ impl Mappings {
     /// physical memory is let go, in that order on the device's queue.
     pub fn unmap_all(&self, context: &dyn Context, range: DeviceMem) {
         for (offset, mapping) in std::mem::take(&mut *self.lock()) {
-            context.unmap(range, offset, mapping.bytes);
+            context.unmap_later(range, offset, mapping.bytes);
         }
     }
 }
@@ -159,14 +159,15 @@ impl Session {
         let physical = physical.ok_or_else(|| unknown_physical(id))?;
         let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
         let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
-        let end = offset.checked_add(bytes).filter(|&end| bytes > 0 && end <= alloc.size && bytes <= physical.size);
-        let Some(end) = end else {
-            let why = format!(
-                "a mapping of {bytes} bytes at offset {offset} of a range of {} bytes, of physical memory of {} bytes",
-                alloc.size, physical.size
-            );
+        let Some(end) = offset.checked_add(bytes).filter(|&end| bytes > 0 && end <= alloc.size) else {
+            let why =
+                format!("a mapping of {bytes} bytes at offset {offset} lies past the range's {} bytes", alloc.size);
             return Err(WireError::new(ErrorKind::OutOfBounds, why));
         };
+        if bytes > physical.size {
+            let why = format!("a mapping of {bytes} bytes of physical memory of {} bytes", physical.size);
+            return Err(WireError::new(ErrorKind::OutOfBounds, why));
+        }
         let mut mappings = mappings.lock();
         let before = mappings.range(..end).next_back().filter(|(&start, m)| start + m.bytes > offset);
         if let Some((&start, m)) = before {
@@ -178,8 +179,8 @@ impl Session {
         Ok(())
     }
 
-    /// Unmaps the mappings of `range` within `[offset, offset + bytes)` (`cuMemUnmap`); the
-    /// caller has waited for the work queued before.
+    /// Unmaps the mappings of `range` within `[offset, offset + bytes)` (`cuMemUnmap`), on the
+    /// device before it returns; the caller has waited for the work queued before.
     pub fn unmap_range(&self, range: BufferId, offset: u64, bytes: u64) -> Result<(), WireError> {
         let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
         let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
@@ -199,7 +200,7 @@ impl Session {
             return Err(WireError::new(ErrorKind::InvalidArgument, why));
         }
         for (start, len) in inside {
-            self.context.unmap(alloc.mem, start, len);
+            self.context.unmap(alloc.mem, start, len)?;
             mappings.remove(&start);
         }
         Ok(())

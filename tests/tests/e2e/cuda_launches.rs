@@ -276,7 +276,20 @@ async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build("vmm", dir.path()) else { return };
-    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    // Session workers: a mapping is its process's, so the backend serves ranges only to a
+    // session with a process of its own.
+    let mut record = standin::WorkerRecord::new();
+    let program = record.program(&[]);
+    let c = cuda_cluster_timed(
+        1,
+        |_| {},
+        |b| {
+            b.isolation = ac_backend::Isolation::Process;
+            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+            b.worker_program = Some(program.clone());
+        },
+    )
+    .await;
     let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
@@ -291,6 +304,7 @@ async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
         "retained the second piece: 1",
         "its properties: type 1 on device 0",
         "a piece mapped elsewhere keeps its bytes exact",
+        "a piece mapped back where it was unmapped keeps its bytes exact",
         "a mapping over mapped bytes refused: 1",
         "an unmap of nothing refused: 1",
         "cudaFree of a range refused: 1",
@@ -302,5 +316,8 @@ async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
         assert!(has_line(line), "{line}: {text}");
     }
     assert!(!text.contains("not supported"), "a call was refused: {text}");
-    standin::assert_no_violations();
+    // The workers' stand-ins saw every unmap before its release and its range's free.
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds a session");
+    record.assert_none();
 }

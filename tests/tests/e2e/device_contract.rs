@@ -44,6 +44,14 @@ async fn standin_workers_backend(record: &standin::WorkerRecord, env: &[(&str, S
     .await
 }
 
+/// Whether `backend`'s sessions and this process's session workers are all gone (within 10 s):
+/// what a worker's stand-in saw as its session was torn down is in its record then.
+async fn worker_gone(backend: &TestBackend) -> bool {
+    let limit = std::time::Duration::from_secs(10);
+    backend.eventually(limit, |b| b.sessions() == 0).await
+        && ac_tests::eventually(limit, || async { session_workers().is_empty() }).await
+}
+
 /// This process's children that are session workers.
 fn session_workers() -> Vec<u32> {
     let me = std::process::id();
@@ -78,22 +86,36 @@ async fn standin_tensor_maps_describe_only_the_sessions_memory() {
     standin::assert_no_violations();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn standin_ranges_hold_only_their_mapped_memory() {
-    let _turn = standin::exclusive().await;
-    gpu_cases::ranges_hold_only_their_mapped_memory(&standin_backend(64).await.connect().await).await;
-    standin::assert_no_violations();
-}
-
-/// The same through a session worker: ranges, physical memory and mappings cross its pipe.
+/// Ranges through a session worker (a mapping is its process's: the backend serves ranges only
+/// to a session with a process of its own), its driver slow to unmap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_ranges_hold_only_their_mapped_memory_in_a_session_worker() {
     let _turn = standin::exclusive().await;
     let mut record = standin::WorkerRecord::new();
-    let tb = standin_workers_backend(&record, &[]).await;
+    // A slow unmap: a map of the same bytes answered before it is done would be refused.
+    let tb = standin_workers_backend(&record, &[("CUDA_STANDIN_UNMAP_DELAY_MS", "100".to_string())]).await;
     gpu_cases::ranges_hold_only_their_mapped_memory(&tb.connect().await).await;
+    // The worker's stand-in saw each unmap before its release and its range's free.
+    assert!(worker_gone(&tb).await, "the session and its worker ended");
     standin::assert_no_violations();
     record.assert_none();
+}
+
+/// Ranges and physical memory are refused to a session that shares its process with others'
+/// (`isolation = "context"`): a mapping is the process's, reachable from every context on the
+/// GPU. The session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_sessions_sharing_a_process_reserve_no_ranges() {
+    let _turn = standin::exclusive().await;
+    let acc = standin_backend(64).await.connect().await;
+    for err in
+        [acc.reserve_range(2 << 20, 0).await.unwrap_err(), acc.create_physical(2 << 20).await.map(drop).unwrap_err()]
+    {
+        assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+        assert!(err.to_string().contains("needs session workers"), "{err}");
+    }
+    assert_eq!(acc.alloc_from(&[4u8]).await.unwrap().to_vec().await.unwrap(), [4]);
+    standin::assert_no_violations();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -196,9 +218,12 @@ async fn cpu_devices_encode_no_tensor_maps() {
 async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_released() {
     const GRAN: u64 = 2 << 20;
     let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
     let backend = TestBackend::start_with(|c| {
         c.device = DeviceChoice::Cuda;
-        c.isolation = Isolation::Context;
+        c.isolation = Isolation::Process;
+        c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+        c.worker_program = Some(record.program(&[]));
         c.session_memory_mib = Some(4);
     })
     .await;
@@ -216,8 +241,10 @@ async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_rel
     acc.unmap_range(&range, 0, GRAN).await.unwrap();
     let third = acc.create_physical(GRAN).await.unwrap();
 
-    drop((second, third, range));
+    drop((second, third, range, acc));
+    assert!(worker_gone(&backend).await, "the session and its worker ended");
     standin::assert_no_violations();
+    record.assert_none();
 }
 
 /// Virtual memory management is a CUDA GPU's: the CPU device says so, and the session goes on.

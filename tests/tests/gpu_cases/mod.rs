@@ -446,8 +446,9 @@ pub async fn tensor_maps_describe_only_the_sessions_memory(acc: &Accelerator) {
 /// across two pieces side by side, and is refused by name where nothing is mapped; a mapping
 /// over mapped bytes, past the range or larger than its physical memory, an unmap of part of a
 /// mapping or of nothing, and a map into a buffer that is not a range are refused; a piece
-/// unmapped and mapped elsewhere keeps its bytes, and lives on in its mapping once released;
-/// the session goes on.
+/// unmapped and mapped elsewhere, or back at once where it was, keeps its bytes, and lives on in
+/// its mapping once released; the session goes on. (A session with a process of its own: a
+/// mapping is its process's.)
 pub async fn ranges_hold_only_their_mapped_memory(acc: &Accelerator) {
     const GRAN: u64 = 2 << 20;
     let (range, _address) = acc.reserve_range(4 * GRAN, 0).await.unwrap();
@@ -470,7 +471,7 @@ pub async fn ranges_hold_only_their_mapped_memory(acc: &Accelerator) {
     let plain = acc.alloc::<u8>(GRAN as usize).await.unwrap();
     for (offset, bytes, range, kind, why) in [
         (GRAN, GRAN, &range, ErrorKind::InvalidArgument, "mapped already"),
-        (3 * GRAN, 2 * GRAN, &range, ErrorKind::OutOfBounds, "of a range of 8388608 bytes"),
+        (3 * GRAN, 2 * GRAN, &range, ErrorKind::OutOfBounds, "lies past the range's 8388608 bytes"),
         (2 * GRAN, 2 * GRAN, &range, ErrorKind::OutOfBounds, "of physical memory of 2097152 bytes"),
         (0, GRAN, &plain, ErrorKind::InvalidBuffer, "is not a reserved range"),
     ] {
@@ -489,6 +490,9 @@ pub async fn ranges_hold_only_their_mapped_memory(acc: &Accelerator) {
     assert_eq!(err.kind(), Some(ErrorKind::OutOfBounds), "unmapped: {err}");
     acc.map_physical(&range, 2 * GRAN, GRAN, &first).await.unwrap();
     drop(first); // released: its mapping holds it
+                 // Unmapped and mapped back at once: the unmap is done on the device when it is answered.
+    acc.unmap_range(&range, GRAN, GRAN).await.unwrap();
+    acc.map_physical(&range, GRAN, GRAN, &second).await.unwrap();
     let mut moved_bytes = vec![0u8; GRAN as usize];
     range.copy_to_host_at(2 * GRAN as usize, &mut moved_bytes).await.unwrap();
     assert_eq!(moved_bytes, pattern[..GRAN as usize], "a piece mapped elsewhere keeps its bytes");

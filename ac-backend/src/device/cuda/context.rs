@@ -60,7 +60,7 @@ pub struct CudaContext {
     pub(super) gpu: Arc<Gpu>,
     pub(super) raw: Handle<sys::CUcontext>,
     /// Whether `raw` was created for this session (else it is the GPU's primary context).
-    owned: bool,
+    pub(super) owned: bool,
     allocations: Mutex<HashMap<u64, Region>>,
     pub(super) modules: Mutex<HashMap<u64, Module>>,
     kernels: Mutex<HashMap<u64, Function>>,
@@ -515,6 +515,7 @@ impl Context for CudaContext {
     }
 
     fn reserve_range(&self, bytes: u64, alignment: u64) -> DeviceResult<DeviceMem> {
+        self.vmm_allowed()?;
         let ptr = self.reserve_on_gpu(bytes, alignment)?;
         let region = Region { size: bytes, module: None, reserved: true };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
@@ -522,6 +523,7 @@ impl Context for CudaContext {
     }
 
     fn create_physical(&self, bytes: u64) -> DeviceResult<u64> {
+        self.vmm_allowed()?;
         self.create_on_gpu(bytes)
     }
 
@@ -533,8 +535,12 @@ impl Context for CudaContext {
         self.map_on_gpu(self.address(range, offset, bytes)?, bytes, handle)
     }
 
-    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) {
-        self.unmap_on_gpu(range, offset, bytes);
+    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) -> DeviceResult<()> {
+        self.unmap_on_gpu(range, offset, bytes)
+    }
+
+    fn unmap_later(&self, range: DeviceMem, offset: u64, bytes: u64) {
+        self.unmap_on_janitor(range, offset, bytes);
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

@@ -4,6 +4,7 @@
 //! own ranges and mappings (`session::vmm`); here the driver is called, and what releases memory
 //! runs on the janitor thread after the context's queued work, as frees do.
 
+use ac_proto::backend::{ErrorKind, WireError};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::context::CudaContext;
@@ -80,8 +81,19 @@ impl CudaContext {
         Ok(())
     }
 
-    /// `cuMemUnmap` once the context's queued work is done (CUDA's unmap does not wait for it).
-    pub(super) fn unmap_on_gpu(&self, range: DeviceMem, offset: u64, bytes: u64) {
+    /// `cuMemUnmap` once the context's queued work is done (CUDA's unmap does not wait for
+    /// it), before it returns, so that the bytes may be mapped again at once.
+    pub(super) fn unmap_on_gpu(&self, range: DeviceMem, offset: u64, bytes: u64) -> DeviceResult<()> {
+        self.enter()?;
+        // SAFETY: the session's context, current on this thread.
+        self.check("cuCtxSynchronize", driver::blocking(|| unsafe { sys::cuCtxSynchronize() }))?;
+        // SAFETY: a mapping the session layer recorded, unmapped once (it forgets it now).
+        self.check("cuMemUnmap", unsafe { sys::cuMemUnmap(range.0 + offset, bytes as usize) })
+    }
+
+    /// As [`CudaContext::unmap_on_gpu`], on the janitor thread (a range dropped, perhaps on an
+    /// async thread), in order with the releases and frees queued after it.
+    pub(super) fn unmap_on_janitor(&self, range: DeviceMem, offset: u64, bytes: u64) {
         let raw = self.raw;
         self.gpu.janitor.defer(move || {
             if bind(raw).is_ok() {
@@ -112,6 +124,18 @@ impl CudaContext {
             // SAFETY: a range this context reserved, removed from its table: freed once.
             unsafe { sys::cuMemAddressFree(ptr, bytes as usize) };
         });
+    }
+
+    /// Refuses virtual memory management to a context that shares its process with other
+    /// sessions' (`isolation = "context"`): a mapping is the process's, reachable from every
+    /// context on the GPU, where an allocation is its context's alone. A session worker's
+    /// context (the GPU's primary one in a process of its own) may.
+    pub(super) fn vmm_allowed(&self) -> DeviceResult<()> {
+        if self.owned {
+            let why = "virtual memory management needs session workers (isolation = \"process\", a GPU's default): with isolation = \"context\" sessions share one process, whose mappings every context on the GPU reaches";
+            return Err(WireError::new(ErrorKind::NeedsCuda, why));
+        }
+        Ok(())
     }
 
     /// Pinned memory on this GPU, no handle types to export (its holder is a remote program).

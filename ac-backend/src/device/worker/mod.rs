@@ -503,8 +503,12 @@ impl Context for WorkerContext {
         self.call_done(&Call::Map { range, offset, bytes, handle }, &[])
     }
 
-    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) {
-        self.release(&Call::Unmap { range, offset, bytes });
+    fn unmap(&self, range: DeviceMem, offset: u64, bytes: u64) -> DeviceResult<()> {
+        self.call_done(&Call::Unmap { range, offset, bytes }, &[])
+    }
+
+    fn unmap_later(&self, range: DeviceMem, offset: u64, bytes: u64) {
+        self.release(&Call::UnmapLater { range, offset, bytes });
     }
 
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {

@@ -393,8 +393,9 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
             Ok(Reply::Done)
         }
         Call::Map { range, offset, bytes, handle } => unit(context.map(range, offset, bytes, handle)),
-        Call::Unmap { range, offset, bytes } => {
-            context.unmap(range, offset, bytes);
+        Call::Unmap { range, offset, bytes } => unit(context.unmap(range, offset, bytes)),
+        Call::UnmapLater { range, offset, bytes } => {
+            context.unmap_later(range, offset, bytes);
             Ok(Reply::Done)
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),

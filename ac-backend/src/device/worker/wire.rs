@@ -90,8 +90,10 @@ pub enum Call {
     ReleasePhysical { handle: u64 },
     /// `map`.
     Map { range: DeviceMem, offset: u64, bytes: u64, handle: u64 },
-    /// `unmap` (no reply).
+    /// `unmap`.
     Unmap { range: DeviceMem, offset: u64, bytes: u64 },
+    /// `unmap_later` (no reply).
+    UnmapLater { range: DeviceMem, offset: u64, bytes: u64 },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

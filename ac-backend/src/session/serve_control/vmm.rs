@@ -33,6 +33,8 @@ impl Control {
 
     pub(super) async fn unmap_range(&mut self, range: BufferId, offset: u64, bytes: u64) -> Response {
         self.drain_streams().await;
-        self.session.unmap_range(range, offset, bytes).map_or_else(Response::Error, |()| Response::Ok)
+        let session = self.session.clone();
+        let unmapped = blocking(move || session.unmap_range(range, offset, bytes)).await;
+        unmapped.map_or_else(Response::Error, |()| Response::Ok)
     }
 }
