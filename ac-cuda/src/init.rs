@@ -194,8 +194,9 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         } // opt-in shared memory per block
         106 => 32,    // blocks per multiprocessor
         111 => 1 << 10, // reserved shared memory per block
-        // Virtual memory management (`crate::vmm`): a GPU behind a backend of protocol 14.
-        102 => (d.info.compute_capability.is_some() && d.acc.protocol() >= 14).into(),
+        // Virtual memory management (`crate::vmm`): a GPU behind a backend of protocol 14 that
+        // serves it (session workers).
+        102 => crate::vmm::supported(ordinal as usize).into(),
         115 => 1, // memory pools (`crate::pool`); 119, the handle types they export: none
         // Cluster launch: a GPU of compute capability 9.0 behind a backend of protocol 12.
         120 => (hopper && d.info.compute_capability.is_some() && d.acc.protocol() >= 12).into(),

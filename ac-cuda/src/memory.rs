@@ -116,7 +116,7 @@ fn free(address: u64) -> CuResult<()> {
     if let Some(freed) = managed::free(device, address) {
         freed?;
     } else {
-        // Asked before the memory's lock is taken: `cuMemAddressFree` takes them the other way.
+        // Asked before the memory's lock is taken: no call holds the ranges' lock and this one.
         let a_range = crate::vmm::is_range(device, address);
         let mut memory = shim.memory.lock().unwrap_or_else(|p| p.into_inner());
         // Only an allocation's start may be freed (not a module's variable); dropping the buffer

@@ -110,6 +110,28 @@ fn ranges() -> std::sync::MutexGuard<'static, BTreeMap<(usize, u64), Range>> {
     VMM.ranges.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether `device`'s backend serves virtual memory management (`CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED`):
+/// a CUDA GPU behind protocol 14 whose session has a process of its own. Asked once a device, by
+/// reserving a piece of address space (given back at once): NCCL and PyTorch read the attribute
+/// to choose their allocator, and must not be told yes by a backend that refuses.
+pub fn supported(device: usize) -> bool {
+    static KNOWN: Mutex<BTreeMap<usize, bool>> = Mutex::new(BTreeMap::new());
+    if let Some(&known) = KNOWN.lock().unwrap_or_else(|p| p.into_inner()).get(&device) {
+        return known;
+    }
+    let probe = || -> Option<bool> {
+        let shim = state::shim().ok()?;
+        let d = shim.devices.get(device)?;
+        if d.info.compute_capability.is_none() || d.acc.protocol() < 14 {
+            return Some(false);
+        }
+        Some(shim.block_on(d.acc.reserve_range(GRANULARITY as u64, 0)).is_ok())
+    };
+    let answer = probe().unwrap_or(false);
+    KNOWN.lock().unwrap_or_else(|p| p.into_inner()).insert(device, answer);
+    answer
+}
+
 /// Whether `address` is the start of a reserved range of `device` (which `cuMemFree` refuses).
 pub fn is_range(device: usize, address: u64) -> bool {
     ranges().contains_key(&(device, address))
@@ -252,7 +274,7 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
             return Err(Error::said(code::INVALID_VALUE, why));
         }
         // Dropping the last reference to its buffer frees it remotely, unmapping what is mapped.
-        // (The ranges' lock is not held here: `cuMemFree` takes the memory's, then the ranges'.)
+        // (No call holds the ranges' lock and the memory's at once.)
         state::shim()?.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(device, start));
         Ok(())
     })

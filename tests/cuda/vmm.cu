@@ -6,7 +6,8 @@
 // keeps its bytes; a handle is
 // retained from an address and its properties read; what the driver refuses is refused (a
 // second mapping over mapped bytes, an unmap of nothing, cudaFree of a range, a copy into
-// unmapped bytes), the device usable after; four threads grow ranges of their own at once.
+// unmapped bytes), the device usable after; four threads grow ranges of their own at once. A
+// device that says it has no virtual memory management is left alone.
 // Usage: vmm
 #include <cstdio>
 #include <cstdlib>
@@ -102,6 +103,10 @@ int main() {
     int supported = 0;
     CU(p_cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
     printf("virtual memory management: %d\n", supported);
+    if (!supported) {
+        printf("vmm: not served here\n");
+        return 0;
+    }
     CUmemAllocationProp prop = pinned_on(0);
     size_t gran = 0;
     CU(p_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));

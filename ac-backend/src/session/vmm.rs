@@ -7,8 +7,9 @@
 //! and kernels name it by (buffer, offset) as they name an allocation; what differs is that only
 //! its mapped bytes may be touched ([`Mappings::check_mapped`], asked by
 //! [`Session::resolve`](super::Session::resolve)). The session checks every map against its own
-//! ranges: sessions without workers share one process's address space, and the driver would map
-//! into any range the process reserved.
+//! ranges and mappings, so that a program is told by name what it did wrong; the device serves
+//! ranges only to a session with a process of its own (a mapping is reachable from every context
+//! of its process).
 //!
 //! Physical memory counts against the session's quota from its creation until it is both
 //! released and unmapped (a mapping holds it), as CUDA keeps it.
@@ -168,14 +169,20 @@ impl Session {
             let why = format!("a mapping of {bytes} bytes of physical memory of {} bytes", physical.size);
             return Err(WireError::new(ErrorKind::OutOfBounds, why));
         }
-        let mut mappings = mappings.lock();
-        let before = mappings.range(..end).next_back().filter(|(&start, m)| start + m.bytes > offset);
-        if let Some((&start, m)) = before {
-            let why = format!("bytes {start}..{} of the range are mapped already", start + m.bytes);
-            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        // Checked, then mapped with the lock let go (a bulk lane resolving the range meanwhile
+        // must not wait for the driver), then entered: only the control loop maps and unmaps.
+        let overlapping = |mappings: &BTreeMap<u64, Mapping>| {
+            let before = mappings.range(..end).next_back().filter(|(&start, m)| start + m.bytes > offset);
+            before.map(|(&start, m)| {
+                let why = format!("bytes {start}..{} of the range are mapped already", start + m.bytes);
+                WireError::new(ErrorKind::InvalidArgument, why)
+            })
+        };
+        if let Some(taken) = overlapping(&mappings.lock()) {
+            return Err(taken);
         }
         self.context.map(alloc.mem, offset, bytes, physical.handle)?;
-        mappings.insert(offset, Mapping { bytes, _physical: physical });
+        mappings.lock().insert(offset, Mapping { bytes, _physical: physical });
         Ok(())
     }
 
@@ -185,23 +192,33 @@ impl Session {
         let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
         let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
         let end = offset.saturating_add(bytes);
-        let mut mappings = mappings.lock();
-        let inside: Vec<(u64, u64)> = mappings
-            .range(..end)
-            .filter(|(&start, m)| start + m.bytes > offset)
-            .map(|(&start, m)| (start, m.bytes))
-            .collect();
-        if let Some(&(start, len)) = inside.iter().find(|&&(start, len)| start < offset || start + len > end) {
-            let why = format!("the mapping at bytes {start}..{} lies partly outside {offset}..{end}", start + len);
-            return Err(WireError::new(ErrorKind::InvalidArgument, why));
-        }
-        if inside.is_empty() {
-            let why = format!("nothing is mapped at bytes {offset}..{end} of the range");
-            return Err(WireError::new(ErrorKind::InvalidArgument, why));
-        }
-        for (start, len) in inside {
-            self.context.unmap(alloc.mem, start, len)?;
-            mappings.remove(&start);
+        // Taken out under the lock, unmapped with it let go (a device sync), and put back if
+        // the device refused.
+        let taken: Vec<(u64, Mapping)> = {
+            let mut mappings = mappings.lock();
+            let inside: Vec<(u64, u64)> = mappings
+                .range(..end)
+                .filter(|(&start, m)| start + m.bytes > offset)
+                .map(|(&start, m)| (start, m.bytes))
+                .collect();
+            if let Some(&(start, len)) = inside.iter().find(|&&(start, len)| start < offset || start + len > end) {
+                let why = format!("the mapping at bytes {start}..{} lies partly outside {offset}..{end}", start + len);
+                return Err(WireError::new(ErrorKind::InvalidArgument, why));
+            }
+            if inside.is_empty() {
+                let why = format!("nothing is mapped at bytes {offset}..{end} of the range");
+                return Err(WireError::new(ErrorKind::InvalidArgument, why));
+            }
+            inside.iter().filter_map(|(start, _)| mappings.remove(start).map(|m| (*start, m))).collect()
+        };
+        let mut taken = taken.into_iter();
+        while let Some((start, mapping)) = taken.next() {
+            if let Err(e) = self.context.unmap(alloc.mem, start, mapping.bytes) {
+                let mut mappings = mappings.lock();
+                mappings.insert(start, mapping);
+                mappings.extend(taken);
+                return Err(e);
+            }
         }
         Ok(())
     }

@@ -317,7 +317,24 @@ async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
     }
     assert!(!text.contains("not supported"), "a call was refused: {text}");
     // The workers' stand-ins saw every unmap before its release and its range's free.
-    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
-    assert!(ended, "the backend still holds a session");
+    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the session and its worker ended");
     record.assert_none();
+}
+
+/// A backend whose sessions share its process (`isolation = "context"`) serves no ranges: the
+/// device says so (`CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` 0, asked of the
+/// backend), so that a program that reads it (NCCL, PyTorch) allocates otherwise.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_whose_sessions_share_a_process_says_it_has_no_virtual_memory_management() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("vmm", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.lines().any(|l| l == "virtual memory management: 0"), "{text}");
+    assert!(text.contains("vmm: not served here"), "{text}");
+    standin::assert_no_violations();
 }

@@ -44,28 +44,6 @@ async fn standin_workers_backend(record: &standin::WorkerRecord, env: &[(&str, S
     .await
 }
 
-/// Whether `backend`'s sessions and this process's session workers are all gone (within 10 s):
-/// what a worker's stand-in saw as its session was torn down is in its record then.
-async fn worker_gone(backend: &TestBackend) -> bool {
-    let limit = std::time::Duration::from_secs(10);
-    backend.eventually(limit, |b| b.sessions() == 0).await
-        && ac_tests::eventually(limit, || async { session_workers().is_empty() }).await
-}
-
-/// This process's children that are session workers.
-fn session_workers() -> Vec<u32> {
-    let me = std::process::id();
-    let tasks = std::fs::read_dir(format!("/proc/{me}/task")).expect("/proc");
-    let children: String =
-        tasks.flatten().map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ").collect();
-    let pids = children.split_whitespace().filter_map(|p| p.parse::<u32>().ok());
-    let is_worker = |pid: &u32| {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--session-worker"))
-    };
-    pids.filter(is_worker).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cpu_functions_of_an_unloaded_module_are_refused() {
     let tb = TestBackend::start(64).await;
@@ -96,7 +74,7 @@ async fn standin_ranges_hold_only_their_mapped_memory_in_a_session_worker() {
     let tb = standin_workers_backend(&record, &[("CUDA_STANDIN_UNMAP_DELAY_MS", "100".to_string())]).await;
     gpu_cases::ranges_hold_only_their_mapped_memory(&tb.connect().await).await;
     // The worker's stand-in saw each unmap before its release and its range's free.
-    assert!(worker_gone(&tb).await, "the session and its worker ended");
+    assert!(standin::worker_gone(&tb.backend, &[]).await, "the session and its worker ended");
     standin::assert_no_violations();
     record.assert_none();
 }
@@ -242,7 +220,7 @@ async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_rel
     let third = acc.create_physical(GRAN).await.unwrap();
 
     drop((second, third, range, acc));
-    assert!(worker_gone(&backend).await, "the session and its worker ended");
+    assert!(standin::worker_gone(&backend.backend, &[]).await, "the session and its worker ended");
     standin::assert_no_violations();
     record.assert_none();
 }
@@ -376,9 +354,9 @@ async fn standin_a_dma_fault_halfway_in_a_session_worker_loses_only_its_session(
     let env = [("CUDA_STANDIN_FAIL_HOST_TO_DEVICE_AFTER", (5usize << 20).to_string())];
     let tb = standin_workers_backend(&record, &env).await;
     let healthy = tb.connect().await;
-    let before = session_workers();
+    let before = standin::session_workers();
     let victim = tb.connect().await;
-    assert!(session_workers().iter().any(|p| !before.contains(p)), "the session runs in a worker");
+    assert!(standin::session_workers().iter().any(|p| !before.contains(p)), "the session runs in a worker");
     a_dma_fault_halfway_loses_only_its_session(&tb, &victim).await;
     ac_tests::computes(&healthy).await.expect("the other session goes on");
     standin::assert_no_violations();
@@ -452,10 +430,10 @@ async fn standin_a_killed_session_worker_ends_only_its_session() {
     let mut record = standin::WorkerRecord::new();
     let tb = standin_workers_backend(&record, &[]).await;
     let healthy = tb.connect().await;
-    let before = session_workers();
+    let before = standin::session_workers();
     let victim = tb.connect().await;
     let buffer = victim.alloc_from(&[1.0f32; 64]).await.unwrap();
-    let new: Vec<u32> = session_workers().into_iter().filter(|p| !before.contains(p)).collect();
+    let new: Vec<u32> = standin::session_workers().into_iter().filter(|p| !before.contains(p)).collect();
     assert_eq!(new.len(), 1, "one worker per session: {before:?} then {new:?}");
     let killed = std::process::Command::new("kill").args(["-KILL", &new[0].to_string()]).status().unwrap();
     assert!(killed.success());
@@ -465,8 +443,8 @@ async fn standin_a_killed_session_worker_ends_only_its_session() {
     ac_tests::computes(&healthy).await.expect("the other session goes on");
     ac_tests::computes(&tb.connect().await).await.expect("a new session works");
     drop((buffer, victim, healthy));
-    let gone = ac_tests::eventually(Duration::from_secs(20), || async { session_workers().is_empty() }).await;
-    assert!(gone, "workers outlived their sessions: {:?}", session_workers());
+    let gone = ac_tests::eventually(Duration::from_secs(20), || async { standin::session_workers().is_empty() }).await;
+    assert!(gone, "workers outlived their sessions: {:?}", standin::session_workers());
     standin::assert_no_violations();
     record.assert_none();
 }

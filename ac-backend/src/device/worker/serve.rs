@@ -93,6 +93,12 @@ fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::
             // A launch only queues work: run it here, sparing a thread hand-over on the path
             // whose latency users see most.
             (Call::Launch { .. }, None) => answer_hot(&out, frame.id, execute(&*context, frame)),
+            // What a dropped range lets go only queues on the GPU's janitor, and must queue in
+            // the order it came: every unmap before the range's free (a pool thread each could
+            // free the range first).
+            (Call::UnmapLater { .. } | Call::Free { .. } | Call::ReleasePhysical { .. }, None) => {
+                answer_hot(&out, frame.id, execute(&*context, frame))
+            }
             _ => pool.run(frame),
         }
     }

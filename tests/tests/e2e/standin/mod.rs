@@ -150,3 +150,27 @@ impl Drop for WorkerRecord {
         }
     }
 }
+
+/// Whether `backend`'s sessions, and this process's session workers but those in `before`, are
+/// all gone (within 10 s): what a worker's stand-in saw as its session was torn down is in its
+/// record then.
+pub async fn worker_gone(backend: &ac_backend::RunningBackend, before: &[u32]) -> bool {
+    let limit = std::time::Duration::from_secs(10);
+    let sessions_gone = ac_tests::eventually(limit, || async { backend.sessions() == 0 }).await;
+    let workers_gone = || async { session_workers().iter().all(|p| before.contains(p)) };
+    sessions_gone && ac_tests::eventually(limit, workers_gone).await
+}
+
+/// This process's children that are session workers.
+pub fn session_workers() -> Vec<u32> {
+    let me = std::process::id();
+    let tasks = std::fs::read_dir(format!("/proc/{me}/task")).expect("/proc");
+    let children: String =
+        tasks.flatten().map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default() + " ").collect();
+    let pids = children.split_whitespace().filter_map(|p| p.parse::<u32>().ok());
+    let is_worker = |pid: &u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == b"--session-worker"))
+    };
+    pids.filter(is_worker).collect()
+}
