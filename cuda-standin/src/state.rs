@@ -366,7 +366,8 @@ impl Driver {
         self.memory.values().filter(on_device).map(heap).sum::<u64>() + self.physical_used(device)
     }
 
-    /// The device address of a new reserved range of `len` bytes aligned to `alignment`.
+    /// The device address of new device memory (an allocation, a reserved range) of `len` bytes
+    /// aligned to `alignment`.
     pub fn place_range(&mut self, len: usize, alignment: usize) -> u64 {
         if self.next_address == 0 {
             self.next_address = 0x7f00_0000_0000;
@@ -386,12 +387,8 @@ impl Driver {
         if self.used(device) + len as u64 > DEVICE_MEMORY {
             return Err(code::OUT_OF_MEMORY);
         }
-        if self.next_address == 0 {
-            self.next_address = 0x7f00_0000_0000;
-        }
-        let address = self.next_address;
         // Never reused, with a gap: a stale or overrunning address meets no other allocation.
-        self.next_address += (len as u64).div_ceil(4096) * 4096 + 4096;
+        let address = self.place_range(len.next_multiple_of(4096), 4096);
         self.memory.insert(address, Allocation::new(context, len));
         Ok(address)
     }
