@@ -104,12 +104,13 @@ pub fn build_with<S: AsRef<std::ffi::OsStr>>(name: &str, dir: &Path, extra: &[S]
 }
 
 /// A directory in `dir` holding the shim as `libcuda.so.1`, `libcublas.so.{12,13}`,
-/// `libcublasLt.so.{12,13}` and `libcufft.so.{11,12}`, as the package installs it.
+/// `libcublasLt.so.{12,13}`, `libcufft.so.{11,12}` and `libnvidia-ml.so.1`, as the package
+/// installs it.
 pub fn shim_dir(dir: &Path) -> PathBuf {
     let lib = dir.join("shim");
     std::fs::create_dir_all(&lib).expect("shim dir");
     let libraries = ["libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13"];
-    for name in ["libcuda.so.1", "libcufft.so.11", "libcufft.so.12"].iter().chain(&libraries) {
+    for name in ["libcuda.so.1", "libcufft.so.11", "libcufft.so.12", "libnvidia-ml.so.1"].iter().chain(&libraries) {
         std::os::unix::fs::symlink(crate::workspace_binary("libac_cuda.so"), lib.join(name)).expect("link");
     }
     lib

@@ -51,7 +51,6 @@ crate::not_supported! {
     cuDevResourceGenerateDesc,
     cuDevSmResourceSplit,
     cuDevSmResourceSplitByCount,
-    cuDeviceGetByPCIBusId,
     cuDeviceGetCliqueCount,
     cuDeviceGetCliqueInfo,
     cuDeviceGetDevResource,

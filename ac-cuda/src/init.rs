@@ -104,8 +104,45 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, device: c_int) -> u32 {
     guard("cuDeviceGetPCIBusId", || {
         state::shim()?.device(device)?;
-        copy_name(out, len, &format!("0000:{:02x}:00.0", device + 1))
+        let (domain, bus, dev) = pci_location(device as usize);
+        copy_name(out, len, &format!("{domain:04x}:{bus:02x}:{dev:02x}.0"))
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetByPCIBusId(device: *mut c_int, bus_id: *const c_char) -> u32 {
+    guard("cuDeviceGetByPCIBusId", || {
+        let shim = state::shim()?;
+        if bus_id.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let text = CStr::from_ptr(bus_id).to_string_lossy();
+        match ordinal_at(&text).filter(|&o| o < shim.devices.len()) {
+            Some(ordinal) => put(device, ordinal as c_int),
+            None => Err(Error::Code(code::INVALID_DEVICE)),
+        }
+    })
+}
+
+/// The PCI domain, bus and device numbers the device of `ordinal` reports: a placeholder per
+/// ordinal (the remote GPU's own location is its host's, and two hosts' GPUs may share one),
+/// the same in the driver API's attributes and bus ids and in NVML's.
+pub fn pci_location(ordinal: usize) -> (u32, u32, u32) {
+    (0, ordinal as u32 + 1, 0)
+}
+
+/// The ordinal whose [`pci_location`] a PCI bus id names: `[domain:]bus:device.function`, in
+/// hexadecimal (the driver API writes a domain of 4 digits, NVML of 8).
+pub fn ordinal_at(bus_id: &str) -> Option<usize> {
+    let (location, function) = bus_id.trim().rsplit_once('.')?;
+    let parts: Vec<u32> = location.split(':').map(|p| u32::from_str_radix(p, 16).ok()).collect::<Option<_>>()?;
+    let (domain, bus, device) = match parts[..] {
+        [domain, bus, device] => (domain, bus, device),
+        [bus, device] => (0, bus, device),
+        _ => return None,
+    };
+    let ordinal = (bus as usize).checked_sub(1)?;
+    (u32::from_str_radix(function, 16) == Ok(0) && pci_location(ordinal) == (domain, bus, device)).then_some(ordinal)
 }
 
 /// The device's compute capability; a CUDA accelerator always reports one.
@@ -149,8 +186,8 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         20 => 0,         // compute mode: default
         31 => 1,         // concurrent kernels
         32 => 1,         // ECC enabled
-        33 => ordinal + 1, // PCI bus
-        34 => 0,         // PCI device
+        33 => pci_location(ordinal as usize).1 as c_int, // PCI bus
+        34 => pci_location(ordinal as usize).2 as c_int, // PCI device
         35 => 0,         // TCC driver
         36 => 2_619_000, // memory clock (kHz)
         37 => 5120,      // memory bus width
@@ -164,7 +201,7 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         39 => 2048,      // threads per multiprocessor
         40 => 2,         // async engines
         41 => 1,         // unified addressing
-        50 => 0,         // PCI domain
+        50 => pci_location(ordinal as usize).0 as c_int, // PCI domain
         75 => major,
         76 => minor,
         78 => 1,      // stream priorities
@@ -284,4 +321,19 @@ fn describe(error: u32) -> Option<(&'static CStr, &'static CStr)> {
         999 => (c"CUDA_ERROR_UNKNOWN", c"unknown error"),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bus_id_names_the_ordinal_whose_location_it_writes() {
+        assert_eq!(ordinal_at("0000:01:00.0"), Some(0));
+        assert_eq!(ordinal_at("00000000:0A:00.0"), Some(9), "NVML's form, upper case");
+        assert_eq!(ordinal_at("02:00.0"), Some(1), "no domain");
+        for other in ["0000:00:00.0", "0001:01:00.0", "0000:01:01.0", "0000:01:00.1", "01:00", "gpu", ""] {
+            assert_eq!(ordinal_at(other), None, "{other}");
+        }
+    }
 }

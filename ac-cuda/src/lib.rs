@@ -41,11 +41,14 @@
 //!   the backend's builtin gemm kernels.
 //! - [`fft`]: cuFFT's plans and executions, for programs linked against `libcufft` (installed
 //!   under that name too), on the backend's builtin DFT kernels.
+//! - [`nvml`]: NVML (`libnvidia-ml.so.1`, installed under that name too) for the same devices:
+//!   their count, handles, names, UUIDs, PCI locations, capabilities and memory.
 //! - [`builtins`]: what those two need of each device: the builtin kernels, scratch buffers.
 //! - [`image`]: lengths of the images the driver is handed without one.
-//! - `blas_generated.rs` and `fft_generated.rs` (by `scripts/gen-library-exports`): every other
-//!   function of `cublas_api.h` and `cublasLt.h`, and of `cufft.h` and `cufftXt.h`, answering
-//!   "not supported" and naming itself once on stderr.
+//! - `blas_generated.rs`, `fft_generated.rs` and `nvml_generated.rs` (by
+//!   `scripts/gen-library-exports`): every other function of `cublas_api.h` and `cublasLt.h`,
+//!   of `cufft.h` and `cufftXt.h`, and of `nvml.h`, answering "not supported" and naming itself
+//!   once on stderr.
 //! - `generated.rs` (by `scripts/gen-cuda-exports`): every other entry point of `cuda.h`,
 //!   answering `CUDA_ERROR_NOT_SUPPORTED` and naming itself once on stderr.
 //!
@@ -82,6 +85,9 @@ pub mod limits;
 pub mod managed;
 pub mod memory;
 pub mod module;
+pub mod nvml;
+#[rustfmt::skip] // as scripts/gen-library-exports writes it
+pub mod nvml_generated;
 pub mod occupancy;
 pub mod peer;
 pub mod pitched;

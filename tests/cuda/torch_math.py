@@ -7,6 +7,7 @@ same one on the CPU (framework_check.py: its lines, its exit status). On a GPU, 
 PyTorch does with its own kernels around a library call: a complex-to-real FFT's copy of its
 input, an addmm's scaling of its bias).
 """
+import os
 from functools import partial
 
 import torch
@@ -36,6 +37,16 @@ a64, b64 = a.double(), b.double()  # converted here: a conversion on the device 
 F32, F64 = 1e-5, 1e-12
 inputs = dict(a=a, b=b, bias=bias, at=at, ba=batch_a, bb=batch_b, v=v, w=w, weight=weight, a64=a64, b64=b64)
 d = {name: t.to(DEV) for name, t in inputs.items()}
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow by mapping physical memory
+# into a reserved range (cuMemAddressReserve, cuMemCreate, cuMemMap), which PyTorch sets up
+# only after asking NVML for the device by its PCI bus id.
+segments = torch.cuda.memory._snapshot()["segments"]
+print(f"segments {len(segments)}, expandable {sum(bool(s.get('is_expandable')) for s in segments)}")
+if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1":
+    # Counted and named through NVML (libnvidia-ml.so.1), as the driver API counts and names them.
+    uuids = torch.cuda._raw_device_uuid_nvml()
+    same = [u.removeprefix("GPU-") for u in uuids] == [str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count())]
+    print(f"nvml devices {torch.cuda._device_count_nvml()}, uuids {'as the driver says' if same else f'differ: {uuids}'}")
 
 check("mm", lambda: d["a"] @ d["b"], lambda: a @ b, F32)
 check("mm transposed", lambda: d["at"].t() @ d["b"], lambda: at.t() @ b, F32)

@@ -15,13 +15,21 @@ use ac_tests::{cuda, TestCluster};
 /// about leases (`cuda_shim`'s other tests and `leases.rs` are). (They passed with the tests'
 /// time-outs too once the stand-in computed kernels without its lock: see `cuda-shim.md`.)
 async fn patient_cuda_cluster() -> TestCluster {
+    patient_cuda_cluster_with(|_| {}).await
+}
+
+/// [`patient_cuda_cluster`] whose backend `adjust` configured further.
+async fn patient_cuda_cluster_with(adjust: impl Fn(&mut ac_backend::BackendConfig)) -> TestCluster {
     cuda_cluster_timed(
         1,
         |arm| {
             let defaults = arm_server::ArmConfig::default();
             (arm.lease_ms, arm.backend_timeout_ms) = (defaults.lease_ms, defaults.backend_timeout_ms);
         },
-        |backend| backend.transport = ac_proto::transport::Tuning::default(),
+        |backend| {
+            backend.transport = ac_proto::transport::Tuning::default();
+            adjust(backend);
+        },
     )
     .await
 }
@@ -63,10 +71,42 @@ async fn run_framework_script(script: &str, preload: bool, checks: &[&str]) -> S
 
 /// [`run_framework_script`] with more of the script's environment; answers what it printed.
 async fn run_framework_script_with(script: &str, preload: bool, more_env: &[(&str, &str)], checks: &[&str]) -> String {
+    run_framework_script_on(Sessions::InTheBackend, script, preload, more_env, checks).await
+}
+
+/// Where the backend serves the framework's session.
+enum Sessions {
+    /// In its own process, a context of the stand-in's (the tests' default: fewer processes).
+    InTheBackend,
+    /// In a session worker of its own, as a GPU host's backend does by default.
+    InWorkers,
+}
+
+/// [`run_framework_script_with`] on a backend serving sessions as `sessions` says.
+async fn run_framework_script_on(
+    sessions: Sessions,
+    script: &str,
+    preload: bool,
+    more_env: &[(&str, &str)],
+    checks: &[&str],
+) -> String {
     let _turn = standin::exclusive().await;
     let Some(python) = cuda::frameworks_python() else { return String::new() };
     let dir = tempfile::tempdir().unwrap();
-    let c = patient_cuda_cluster().await;
+    let mut record = standin::WorkerRecord::new();
+    let workers_before = standin::session_workers();
+    let c = match sessions {
+        Sessions::InTheBackend => patient_cuda_cluster().await,
+        Sessions::InWorkers => {
+            let program = record.program(&[]);
+            patient_cuda_cluster_with(|b| {
+                b.isolation = ac_backend::Isolation::Process;
+                b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+                b.worker_program = Some(program.clone());
+            })
+            .await
+        }
+    };
     let shim = cuda::shim_dir(dir.path());
     let script = cuda::source(&format!("tests/cuda/{script}"));
     let preloaded = shim.join("libcuda.so.1");
@@ -89,6 +129,10 @@ async fn run_framework_script_with(script: &str, preload: bool, more_env: &[(&st
     let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
+    if let Sessions::InWorkers = sessions {
+        assert!(standin::worker_gone(&c.backends[0].backend, &workers_before).await, "the session worker did not end");
+        record.assert_none();
+    }
     text
 }
 
@@ -145,6 +189,31 @@ async fn pytorch_with_its_cuda_malloc_async_allocator_runs_through_the_shim() {
     let env = [("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")];
     let text = run_framework_script_with("torch_math.py", true, &env, &checks).await;
     assert!(text.is_empty() || text.contains("\nallocator cudaMallocAsync\n"), "{text}");
+}
+
+/// The same PyTorch script with PyTorch's expandable segments
+/// (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`, backend protocol 14): PyTorch finds
+/// the device in NVML by its PCI bus id and asks for its fabric (the shim's
+/// `libnvidia-ml.so.1`: none, so no fabric handles) before it reserves a range and maps
+/// physical memory into it as a segment grows; its tensors live in those segments. With
+/// `PYTORCH_NVML_BASED_CUDA_CHECK=1` it counts the devices through NVML, whose UUIDs are the
+/// driver API's.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_with_expandable_segments_runs_through_the_shim() {
+    let checks =
+        ["mm", "mm f64", "bmm", "mm f16", "mm c64", "mm on a side stream", "mm in a CUDA graph", "fft", "rfft2"];
+    let env = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"), ("PYTORCH_NVML_BASED_CUDA_CHECK", "1")];
+    // Session workers: a mapping is its process's, so ranges are served only to a session with
+    // a process of its own.
+    let text = run_framework_script_on(Sessions::InWorkers, "torch_math.py", true, &env, &checks).await;
+    if text.is_empty() {
+        return; // no frameworks (skipped as the others are)
+    }
+    assert!(text.contains("\nallocator native\n"), "{text}");
+    let segments = text.lines().find(|l| l.starts_with("segments ")).unwrap_or_else(|| panic!("{text}"));
+    let (all, expandable) = segments.strip_prefix("segments ").and_then(|s| s.split_once(", expandable ")).unwrap();
+    assert!(all != "0" && all == expandable, "every segment expandable: {segments}");
+    assert!(text.contains("nvml devices 1, uuids as the driver says"), "{text}");
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`

@@ -1,0 +1,180 @@
+//! NVML (`libnvidia-ml.so.1`, a link to this library as `libcublas` is) for the program's
+//! devices: the job's remote accelerators, as the driver API sees them.
+//!
+//! A compute node has no NVIDIA driver, so no NVML of NVIDIA's; frameworks need one all the
+//! same. PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`)
+//! look the device up by its PCI bus id and ask for its fabric before their first
+//! `cuMemCreate`, and crash in PyTorch when NVML is missing; `PYTORCH_NVML_BASED_CUDA_CHECK`
+//! and `CUDA_VISIBLE_DEVICES=GPU-<uuid>` count and name devices through NVML. So NVML answers
+//! what the driver API answers: the same devices in the same order, with the same names,
+//! UUIDs (`GPU-` and `cuDeviceGetUuid`'s bytes), PCI locations (`cuDeviceGetPCIBusId`'s),
+//! compute capabilities and memory (the remote GPU's, asked of its backend). A device's
+//! fabric is "not supported" (no NVLink fabric reaches a program over the network), and so is
+//! peer access between two devices, as `cuDeviceCanAccessPeer` says.
+//!
+//! What a remote GPU's NVML alone could say (utilization, clocks, temperatures, power, the
+//! processes on it, ECC counters) and what changes a GPU (clocks, modes, resets) answer
+//! `NVML_ERROR_NOT_SUPPORTED`, naming themselves once on stderr: every other function of
+//! `nvml.h` is exported so (`nvml_generated.rs`, by `scripts/gen-library-exports`), since
+//! PyTorch looks each name it knows up and stops at a missing one.
+//!
+//! `nvmlInit` opens the job's session as `cuInit` does (one session serves both); a job with
+//! no accelerator has an NVML of no devices.
+//!
+//! # Layout
+//! - [`system`]: init and shutdown, versions, error strings.
+//! - [`device`]: the device queries, by handle.
+
+use std::ffi::{c_char, c_uint};
+use std::sync::Mutex;
+
+use crate::error::{code, CuResult, Error};
+use crate::state::{self, Device};
+
+pub mod device;
+pub mod system;
+
+/// `nvmlReturn_t` values (nvml.h).
+pub mod result {
+    pub const SUCCESS: u32 = 0;
+    pub const UNINITIALIZED: u32 = 1;
+    pub const INVALID_ARGUMENT: u32 = 2;
+    pub const NOT_SUPPORTED: u32 = 3;
+    pub const NOT_FOUND: u32 = 6;
+    pub const INSUFFICIENT_SIZE: u32 = 7;
+    pub const GPU_IS_LOST: u32 = 15;
+    pub const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+    pub const UNKNOWN: u32 = 999;
+}
+
+/// A `CUresult` no driver call answers, for NVML's `NVML_ERROR_INSUFFICIENT_SIZE` (a buffer
+/// too small for the answer), which the driver API has no code for.
+const TOO_SMALL: u32 = 0x4e56_0007;
+/// The same for `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` (a struct of a version not served).
+const VERSION_MISMATCH: u32 = 0x4e56_0019;
+
+/// Defines each named NVML function as [`not_supported`] (parameters as `crate::not_supported!`'s).
+#[macro_export]
+macro_rules! nvml_not_supported {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[no_mangle]
+            pub extern "C" fn $name() -> u32 {
+                $crate::nvml::not_supported(stringify!($name))
+            }
+        )*
+    };
+}
+
+/// The answer of an NVML function the shim does not implement: `NVML_ERROR_NOT_SUPPORTED`, its
+/// name on stderr the first time.
+pub fn not_supported(name: &'static str) -> u32 {
+    crate::say_unsupported_once(name, "NVML_ERROR_NOT_SUPPORTED");
+    result::NOT_SUPPORTED
+}
+
+/// Runs an NVML function's body as [`crate::guard`] does a driver call's, answering an
+/// `nvmlReturn_t`. A failure of the session or the network is the GPU lost, as NVML says of a
+/// GPU it can no longer reach.
+fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
+    match crate::guard(call, body) {
+        code::SUCCESS => result::SUCCESS,
+        code::INVALID_VALUE | code::INVALID_DEVICE => result::INVALID_ARGUMENT,
+        code::NOT_INITIALIZED | code::DEINITIALIZED => result::UNINITIALIZED,
+        code::NOT_SUPPORTED => result::NOT_SUPPORTED,
+        code::NOT_FOUND => result::NOT_FOUND,
+        TOO_SMALL => result::INSUFFICIENT_SIZE,
+        VERSION_MISMATCH => result::ARGUMENT_VERSION_MISMATCH,
+        code::UNKNOWN => result::UNKNOWN,
+        _ => result::GPU_IS_LOST,
+    }
+}
+
+/// How many `nvmlInit`s are not yet matched by an `nvmlShutdown` (NVML counts them).
+static INITS: Mutex<u32> = Mutex::new(0);
+
+/// The program's devices, once NVML is initialized: the shim's, or none for a job without
+/// accelerators.
+fn devices() -> CuResult<&'static [Device]> {
+    if *INITS.lock().unwrap_or_else(|p| p.into_inner()) == 0 {
+        return Err(Error::Code(code::NOT_INITIALIZED));
+    }
+    match state::shim() {
+        Ok(shim) => Ok(&shim.devices),
+        // `nvmlInit` succeeded with no device to serve (see `system::open`).
+        Err(_) if state::init().is_err_and(|e| e.code() == code::NO_DEVICE) => Ok(&[]),
+        Err(e) => Err(e),
+    }
+}
+
+/// One byte per possible device: an `nvmlDevice_t` is the address of its device's byte, so
+/// that handles are distinct, stable, and never null.
+static HANDLES: [u8; MOST_DEVICES] = [0; MOST_DEVICES];
+/// The most devices NVML hands out handles for (NVIDIA's NVML counts a node's GPUs; a job's
+/// process has a few).
+const MOST_DEVICES: usize = 256;
+
+/// The `nvmlDevice_t` of the device of `ordinal`.
+fn handle_of(ordinal: usize) -> CuResult<*const u8> {
+    HANDLES.get(ordinal).map(|b| b as *const u8).ok_or(Error::Code(code::INVALID_DEVICE))
+}
+
+/// The ordinal and device of a handle; a forged or foreign one is an invalid argument.
+fn device_of(handle: *const u8) -> CuResult<(usize, &'static Device)> {
+    let ordinal = (handle as usize).wrapping_sub(HANDLES.as_ptr() as usize);
+    if ordinal >= MOST_DEVICES {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    devices()?.get(ordinal).map(|device| (ordinal, device)).ok_or(Error::Code(code::INVALID_VALUE))
+}
+
+/// Copies `text` into a C buffer of `len` bytes with its NUL; a buffer too small for it all is
+/// `NVML_ERROR_INSUFFICIENT_SIZE` (NVML cuts nothing).
+unsafe fn copy_string(out: *mut c_char, len: c_uint, text: &str) -> CuResult<()> {
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    if text.len() >= len as usize {
+        return Err(Error::Code(TOO_SMALL));
+    }
+    std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, out, text.len());
+    *out.add(text.len()) = 0;
+    Ok(())
+}
+
+/// NVML's text of a device UUID: `GPU-` and the 16 bytes as a UUID is written.
+pub fn uuid_text(uuid: &[u8; 16]) -> String {
+    let hex: Vec<String> = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let group = |r: std::ops::Range<usize>| hex[r].concat();
+    format!("GPU-{}-{}-{}-{}-{}", group(0..4), group(4..6), group(6..8), group(8..10), group(10..16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uuid_is_written_as_nvml_writes_it() {
+        let uuid = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8];
+        assert_eq!(uuid_text(&uuid), "GPU-12345678-9abc-def0-0102-030405060708");
+    }
+
+    #[test]
+    fn a_string_that_does_not_fit_is_not_cut() {
+        let mut buf = [0x55 as c_char; 4];
+        let err = unsafe { copy_string(buf.as_mut_ptr(), 4, "four") }.unwrap_err();
+        assert_eq!(err.code(), TOO_SMALL);
+        assert_eq!(buf, [0x55; 4], "nothing written");
+        unsafe { copy_string(buf.as_mut_ptr(), 4, "abc") }.unwrap();
+        assert_eq!(buf.map(|c| c as u8), *b"abc\0");
+    }
+
+    #[test]
+    fn a_handle_outside_the_table_is_refused_before_anything_is_asked() {
+        // NVML is not initialized here: the handle is refused for what it is, not for that.
+        for forged in [std::ptr::null(), 0x1000 as *const u8, HANDLES.as_ptr().wrapping_add(MOST_DEVICES)] {
+            assert_eq!(device_of(forged).unwrap_err().code(), code::INVALID_VALUE);
+        }
+        assert_eq!(device_of(HANDLES.as_ptr()).unwrap_err().code(), code::NOT_INITIALIZED);
+    }
+}
