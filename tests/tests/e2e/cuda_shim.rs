@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use ac_tests::{cuda, TestCluster};
 
 /// A manager and `hosts` backends, each serving the stand-in's two CUDA devices.
-async fn cuda_cluster(hosts: usize) -> TestCluster {
+pub(crate) async fn cuda_cluster(hosts: usize) -> TestCluster {
     cuda_cluster_timed(hosts, |_| {}, |_| {}).await
 }
 
