@@ -40,8 +40,9 @@ d = {name: t.to(DEV) for name, t in inputs.items()}
 # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments grow by mapping physical memory
 # into a reserved range (cuMemAddressReserve, cuMemCreate, cuMemMap), which PyTorch sets up
 # only after asking NVML for the device by its PCI bus id.
-segments = torch.cuda.memory._snapshot()["segments"]
-print(f"segments {len(segments)}, expandable {sum(bool(s.get('is_expandable')) for s in segments)}")
+if torch.cuda.get_allocator_backend() == "native":  # cudaMallocAsync's blocks are the driver's
+    segments = torch.cuda.memory._snapshot()["segments"]
+    print(f"segments {len(segments)}, expandable {sum(bool(s.get('is_expandable')) for s in segments)}")
 if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1":
     # Counted and named through NVML (libnvidia-ml.so.1), as the driver API counts and names them.
     uuids = torch.cuda._raw_device_uuid_nvml()

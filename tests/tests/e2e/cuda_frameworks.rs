@@ -113,7 +113,8 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
     let names: Vec<&str> = halves.iter().chain(&complexes).flatten().map(String::as_str).collect();
     let all = [&products[..], &more[..], &ffts[..], &names[..]].concat();
     let text = run_framework_script("torch_math.py", true, &all).await;
-    assert!(text.is_empty() || text.contains("\nallocator native\n"), "{text}");
+    assert!(text.is_empty() || text.contains("\nallocator native\nsegments "), "{text}");
+    assert!(text.is_empty() || text.contains(", expandable 0\n"), "no expandable segment unasked:\n{text}");
 }
 
 /// The same PyTorch script with PyTorch's `cudaMallocAsync` allocator

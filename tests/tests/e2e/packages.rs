@@ -213,7 +213,7 @@ impl Installed {
         assert!(run(Command::new("readelf").args(["-d", &shim])).contains("Library soname: [libcuda.so.1]"), "{shim}");
         assert!(owner(shim.clone()).starts_with("libac:"), "{shim} is libac's");
         let libraries = ["libcublas.so.12", "libcublas.so.13", "libcublasLt.so.12", "libcublasLt.so.13"];
-        for library in libraries.iter().chain(&["libcufft.so.11", "libcufft.so.12"]) {
+        for library in libraries.iter().chain(&["libcufft.so.11", "libcufft.so.12", "libnvidia-ml.so.1"]) {
             let link = format!("/usr/lib/{multiarch}/ac/cuda/{library}");
             assert_eq!(std::fs::read_link(&link).ok(), Some("libcuda.so.1".into()), "{link}");
             assert!(owner(link.clone()).starts_with("libac:"), "{link} is libac's");
