@@ -131,17 +131,26 @@ pub fn say_unsupported_once(name: &'static str, answer: &str) {
     }
 }
 
-/// Defines each named entry point as [`not_supported`]. They take no parameters: on x86-64
-/// and AArch64 the caller cleans up its arguments, so a C caller passing any is unharmed.
+/// Defines each named entry point as a function answering `$answer(name)`: a library's "not
+/// supported", its name said once. They take no parameters: on x86-64 and AArch64 the caller
+/// cleans up its arguments, so a C caller passing any is unharmed.
 #[macro_export]
-macro_rules! not_supported {
-    ($($name:ident),* $(,)?) => {
+macro_rules! answering {
+    ($answer:path; $($name:ident),* $(,)?) => {
         $(
             #[no_mangle]
             pub extern "C" fn $name() -> u32 {
-                $crate::not_supported(stringify!($name))
+                $answer(stringify!($name))
             }
         )*
+    };
+}
+
+/// Defines each named entry point as [`not_supported`] (see [`answering`]).
+#[macro_export]
+macro_rules! not_supported {
+    ($($name:ident),* $(,)?) => {
+        $crate::answering!($crate::not_supported; $($name),*);
     };
 }
 

@@ -66,16 +66,11 @@ pub mod status {
     pub const NOT_SUPPORTED: u32 = 15;
 }
 
-/// Defines each named cuBLAS function as [`not_supported`] (parameters as `crate::not_supported!`'s).
+/// Defines each named cuBLAS function as [`not_supported`] (see `crate::answering!`).
 #[macro_export]
 macro_rules! blas_not_supported {
     ($($name:ident),* $(,)?) => {
-        $(
-            #[no_mangle]
-            pub extern "C" fn $name() -> u32 {
-                $crate::blas::not_supported(stringify!($name))
-            }
-        )*
+        $crate::answering!($crate::blas::not_supported; $($name),*);
     };
 }
 

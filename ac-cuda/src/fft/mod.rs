@@ -42,16 +42,11 @@ pub mod result {
     pub const NOT_SUPPORTED: u32 = 0x10;
 }
 
-/// Defines each named cuFFT function as [`not_supported`] (parameters as `crate::not_supported!`'s).
+/// Defines each named cuFFT function as [`not_supported`] (see `crate::answering!`).
 #[macro_export]
 macro_rules! fft_not_supported {
     ($($name:ident),* $(,)?) => {
-        $(
-            #[no_mangle]
-            pub extern "C" fn $name() -> u32 {
-                $crate::fft::not_supported(stringify!($name))
-            }
-        )*
+        $crate::answering!($crate::fft::not_supported; $($name),*);
     };
 }
 

@@ -53,16 +53,11 @@ const TOO_SMALL: u32 = 0x4e56_0007;
 /// The same for `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` (a struct of a version not served).
 const VERSION_MISMATCH: u32 = 0x4e56_0019;
 
-/// Defines each named NVML function as [`not_supported`] (parameters as `crate::not_supported!`'s).
+/// Defines each named NVML function as [`not_supported`] (see `crate::answering!`).
 #[macro_export]
 macro_rules! nvml_not_supported {
     ($($name:ident),* $(,)?) => {
-        $(
-            #[no_mangle]
-            pub extern "C" fn $name() -> u32 {
-                $crate::nvml::not_supported(stringify!($name))
-            }
-        )*
+        $crate::answering!($crate::nvml::not_supported; $($name),*);
     };
 }
 
