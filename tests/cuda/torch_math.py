@@ -151,4 +151,12 @@ planes = rand(11, 3, 32, 32).to(torch.complex64)
 check("fft2 batched", lambda: torch.fft.fft2(planes.to(DEV)), lambda: torch.fft.fft2(planes), F32)
 
 torch.cuda.synchronize()
+# A tensor larger than the session may hold (its quota): PyTorch's OutOfMemoryError, whose
+# message asks NVML what the processes on the device hold, and the device goes on.
+try:
+    torch.empty(1 << 40, dtype=torch.uint8, device=DEV)
+    print("out of memory: a 1 TiB tensor was allocated")
+except torch.cuda.OutOfMemoryError as e:
+    print(f"out of memory: {e}")
+check("mm after running out of memory", lambda: d["a"] @ d["b"], lambda: a @ b, F32)
 finish()
