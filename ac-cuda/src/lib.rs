@@ -10,6 +10,7 @@
 //! # Layout
 //! - [`state`]: the process's session, its devices, and the handles the program holds
 //!   (contexts, modules, kernels, streams, events), each checked before use.
+//! - [`visible`]: `CUDA_VISIBLE_DEVICES`, which of the job's accelerators the process opens.
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
@@ -97,6 +98,7 @@ pub mod procs;
 pub mod state;
 pub mod stream;
 pub mod tensor_map;
+pub mod visible;
 pub mod vmm;
 
 pub use error::{CuResult, Error};

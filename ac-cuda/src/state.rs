@@ -129,7 +129,12 @@ fn open() -> Result<Shim, (u32, String)> {
         return open_direct(rt);
     }
     let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
-    let session = rt.block_on(Session::init(options)).map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
+    // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order.
+    let session = match crate::visible::from_env() {
+        None => rt.block_on(Session::init(options)),
+        Some(spec) => rt.block_on(Session::init_selecting(options, |ids| crate::visible::select(&spec, ids))),
+    };
+    let session = session.map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
     let mut handles: Vec<(String, Accelerator)> =
         session.accelerators().iter().map(|h| (h.id.clone(), h.acc.clone())).collect();
     let extra = match requested_extra().map_err(no_device)? {
@@ -183,6 +188,9 @@ fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
         return Err(no_device(format!("the device at {} is not a CUDA device", options.addr)));
     }
     let id = format!("{}/{}", options.addr, acc.info().index);
+    if let Some(spec) = crate::visible::from_env() {
+        crate::visible::select(&spec, std::slice::from_ref(&id)).map_err(no_device)?;
+    }
     let context = Arc::new(Context { device: 0, storage: Mutex::default() });
     let device = Device { uuid: uuid_of(&id), info: acc.info().clone(), id, acc, context };
     // SAFETY: registering a plain `extern "C" fn` with the C library.
@@ -201,7 +209,7 @@ fn requested_extra() -> Result<u32, String> {
 
 /// A UUID derived from the accelerator's id (FNV-1a, twice, over the id): the same
 /// accelerator always gets the same UUID, in every process of the job.
-fn uuid_of(id: &str) -> [u8; 16] {
+pub(crate) fn uuid_of(id: &str) -> [u8; 16] {
     let fnv = |seed: u64| id.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     let mut uuid = [0u8; 16];
     uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());

@@ -215,6 +215,19 @@ impl Session {
     /// then connects to them in parallel.
     #[doc(alias = "AC_Init")]
     pub async fn init(options: SessionOptions) -> Result<Self> {
+        Self::init_selecting(options, |ids| Ok((0..ids.len()).collect())).await
+    }
+
+    /// [`Session::init`] that opens sessions only on the accelerators `select` picks from the
+    /// node's static ones (their ids, in the stable order of [`Session::accelerators`]), in the
+    /// order it gives them: a process that uses some of its job's accelerators (one rank a GPU,
+    /// as `CUDA_VISIBLE_DEVICES` says) holds no session on the others, which its job's other
+    /// processes may need (a device in exclusive mode serves one session). The others stay the
+    /// job's. A refusal by `select` ends the session with the manager and is a setup error.
+    pub async fn init_selecting(
+        options: SessionOptions,
+        select: impl Fn(&[String]) -> std::result::Result<Vec<usize>, String>,
+    ) -> Result<Self> {
         let start = Instant::now();
         // Made while the manager's handshake runs, and shared by every accelerator's connection.
         let endpoint_for = |addr| transport::client_endpoint(addr, None, &options.arm.tuning);
@@ -235,6 +248,20 @@ impl Session {
             };
             match state {
                 SessionState::Bound(grants) => {
+                    let ids: Vec<String> = grants.iter().map(|g| g.id.clone()).collect();
+                    let grants: Vec<Grant> = match select(&ids) {
+                        Ok(picked) if picked.iter().all(|&i| i < grants.len()) => {
+                            picked.into_iter().map(|i| grants[i].clone()).collect()
+                        }
+                        Ok(picked) => {
+                            let _ = client.request(Request::Finalize { token }).await;
+                            return Err(Error::Setup(format!("picked {picked:?} of {} accelerators", grants.len())));
+                        }
+                        Err(why) => {
+                            let _ = client.request(Request::Finalize { token }).await;
+                            return Err(Error::Setup(why));
+                        }
+                    };
                     let dialed = std::mem::take(&mut dialed);
                     let handles =
                         connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await?;

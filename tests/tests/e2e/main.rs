@@ -20,6 +20,7 @@ mod compute;
 mod cuda_frameworks;
 mod cuda_launches;
 mod cuda_libraries;
+mod cuda_ranks;
 mod cuda_shim;
 mod device_contract;
 mod devices;
