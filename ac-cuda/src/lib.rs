@@ -10,6 +10,7 @@
 //! # Layout
 //! - [`state`]: the process's session, its devices, and the handles the program holds
 //!   (contexts, modules, kernels, streams, events), each checked before use.
+//! - [`uuid`]: a device's UUID, from its accelerator's id, and its text.
 //! - [`visible`]: `CUDA_VISIBLE_DEVICES`, which of the job's accelerators the process opens.
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
@@ -98,6 +99,7 @@ pub mod procs;
 pub mod state;
 pub mod stream;
 pub mod tensor_map;
+pub mod uuid;
 pub mod visible;
 pub mod vmm;
 

@@ -159,7 +159,7 @@ fn open() -> Result<Shim, (u32, String)> {
         .filter(|(_, acc)| acc.info().kind == DeviceKind::Cuda)
         .enumerate()
         .map(|(ordinal, (id, acc))| Device {
-            uuid: uuid_of(&id),
+            uuid: crate::uuid::of(&id),
             info: acc.info().clone(),
             id,
             acc,
@@ -192,7 +192,7 @@ fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
         crate::visible::select(&spec, std::slice::from_ref(&id)).map_err(no_device)?;
     }
     let context = Arc::new(Context { device: 0, storage: Mutex::default() });
-    let device = Device { uuid: uuid_of(&id), info: acc.info().clone(), id, acc, context };
+    let device = Device { uuid: crate::uuid::of(&id), info: acc.info().clone(), id, acc, context };
     // SAFETY: registering a plain `extern "C" fn` with the C library.
     unsafe { libc::atexit(finalize_at_exit) };
     Ok(Shim { rt, devices: vec![device], session: Mutex::new(None), memory: Mutex::default() })
@@ -205,16 +205,6 @@ fn requested_extra() -> Result<u32, String> {
         Ok(v) if v.trim().is_empty() => Ok(0),
         Ok(v) => v.trim().parse().map_err(|_| format!("AC_GET={v}: not a count of accelerators")),
     }
-}
-
-/// A UUID derived from the accelerator's id (FNV-1a, twice, over the id): the same
-/// accelerator always gets the same UUID, in every process of the job.
-pub(crate) fn uuid_of(id: &str) -> [u8; 16] {
-    let fnv = |seed: u64| id.bytes().fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
-    let mut uuid = [0u8; 16];
-    uuid[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
-    uuid[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
-    uuid
 }
 
 /// The process exits: frees what the job was given for it (`AC_Free`, `AC_Finalize`), or closes

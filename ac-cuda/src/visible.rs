@@ -11,8 +11,7 @@
 //! and what came before stays visible. Unset, every accelerator is visible; set to a list whose
 //! first entry names none, no device is.
 
-use crate::nvml::uuid_text;
-use crate::state::uuid_of;
+use crate::uuid::{of as uuid_of, text as uuid_text};
 
 /// The variable's name.
 pub const VARIABLE: &str = "CUDA_VISIBLE_DEVICES";

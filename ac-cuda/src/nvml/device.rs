@@ -3,10 +3,11 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
-use super::{copy_string, device_of, devices, guard, handle_of, uuid_text, VERSION_MISMATCH};
+use super::{copy_string, device_of, devices, guard, handle_of, VERSION_MISMATCH};
 use crate::error::{code, CuResult, Error};
 use crate::init::{capability, ordinal_at, pci_location};
 use crate::state::{self, put, Device};
+use crate::uuid::text as uuid_text;
 
 /// `nvmlPciInfo_t` (the version `nvmlDeviceGetPciInfo_v3` fills).
 #[repr(C)]

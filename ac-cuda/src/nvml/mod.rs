@@ -137,22 +137,9 @@ unsafe fn copy_string(out: *mut c_char, len: c_uint, text: &str) -> CuResult<()>
     Ok(())
 }
 
-/// NVML's text of a device UUID: `GPU-` and the 16 bytes as a UUID is written.
-pub fn uuid_text(uuid: &[u8; 16]) -> String {
-    let hex: Vec<String> = uuid.iter().map(|b| format!("{b:02x}")).collect();
-    let group = |r: std::ops::Range<usize>| hex[r].concat();
-    format!("GPU-{}-{}-{}-{}-{}", group(0..4), group(4..6), group(6..8), group(8..10), group(10..16))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_uuid_is_written_as_nvml_writes_it() {
-        let uuid = [0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 1, 2, 3, 4, 5, 6, 7, 8];
-        assert_eq!(uuid_text(&uuid), "GPU-12345678-9abc-def0-0102-030405060708");
-    }
 
     #[test]
     fn a_string_that_does_not_fit_is_not_cut() {
