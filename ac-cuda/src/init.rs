@@ -103,8 +103,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, device: c_int) -> u32 {
     guard("cuDeviceGetPCIBusId", || {
-        state::shim()?.device(device)?;
-        let (domain, bus, dev) = pci_location(device as usize);
+        let (domain, bus, dev) = pci_location(state::shim()?.device(device)?.slot);
         copy_name(out, len, &format!("{domain:04x}:{bus:02x}:{dev:02x}.0"))
     })
 }
@@ -113,27 +112,31 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, devic
 pub unsafe extern "C" fn cuDeviceGetByPCIBusId(device: *mut c_int, bus_id: *const c_char) -> u32 {
     guard("cuDeviceGetByPCIBusId", || {
         let shim = state::shim()?;
-        if bus_id.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        let text = CStr::from_ptr(bus_id).to_string_lossy();
-        match ordinal_at(&text).filter(|&o| o < shim.devices.len()) {
-            Some(ordinal) => put(device, ordinal as c_int),
-            None => Err(Error::Code(code::INVALID_DEVICE)),
-        }
+        let slot = slot_at(&text_of(bus_id)?).and_then(|s| shim.node.get(s)?.ordinal);
+        put(device, slot.ok_or(Error::Code(code::INVALID_DEVICE))? as c_int)
     })
 }
 
-/// The PCI domain, bus and device numbers the device of `ordinal` reports: a placeholder per
-/// ordinal (the remote GPU's own location is its host's, and two hosts' GPUs may share one),
-/// the same in the driver API's attributes and bus ids and in NVML's.
-pub fn pci_location(ordinal: usize) -> (u32, u32, u32) {
-    (0, ordinal as u32 + 1, 0)
+/// The text of a C string argument; a null one is an invalid value.
+pub unsafe fn text_of<'a>(s: *const c_char) -> Result<std::borrow::Cow<'a, str>, Error> {
+    if s.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    Ok(CStr::from_ptr(s).to_string_lossy())
 }
 
-/// The ordinal whose [`pci_location`] a PCI bus id names: `[domain:]bus:device.function`, in
+/// The PCI domain, bus and device numbers of the job's accelerator in `slot` on this node
+/// ([`state::Shim::node`]): a placeholder per slot (the remote GPU's own location is its
+/// host's, and two hosts' GPUs may share one), the same in the driver API's attributes and bus
+/// ids and in NVML's, whichever devices `CUDA_VISIBLE_DEVICES` leaves the process, as a GPU's
+/// location does not change with the variable.
+pub fn pci_location(slot: usize) -> (u32, u32, u32) {
+    (0, slot as u32 + 1, 0)
+}
+
+/// The slot whose [`pci_location`] a PCI bus id names: `[domain:]bus:device.function`, in
 /// hexadecimal (the driver API writes a domain of 4 digits, NVML of 8).
-pub fn ordinal_at(bus_id: &str) -> Option<usize> {
+pub fn slot_at(bus_id: &str) -> Option<usize> {
     let (location, function) = bus_id.trim().rsplit_once('.')?;
     let parts: Vec<u32> = location.split(':').map(|p| u32::from_str_radix(p, 16).ok()).collect::<Option<_>>()?;
     let (domain, bus, device) = match parts[..] {
@@ -141,8 +144,8 @@ pub fn ordinal_at(bus_id: &str) -> Option<usize> {
         [bus, device] => (0, bus, device),
         _ => return None,
     };
-    let ordinal = (bus as usize).checked_sub(1)?;
-    (u32::from_str_radix(function, 16) == Ok(0) && pci_location(ordinal) == (domain, bus, device)).then_some(ordinal)
+    let slot = (bus as usize).checked_sub(1)?;
+    (u32::from_str_radix(function, 16) == Ok(0) && pci_location(slot) == (domain, bus, device)).then_some(slot)
 }
 
 /// The device's compute capability; a CUDA accelerator always reports one.
@@ -154,8 +157,8 @@ pub fn capability(d: &Device) -> (c_int, c_int) {
 /// One attribute of a device. The compute capability and memory are the remote GPU's; the
 /// limits are its architecture's (the same for every GPU of a compute capability); sizes
 /// that vary between models of one architecture (multiprocessors, clocks, L2) are the
-/// architecture's flagship's, and the PCI location is a per-ordinal placeholder (the
-/// runtime's integrity check hashes it, nothing else reads it).
+/// architecture's flagship's, and the PCI location is a per-slot placeholder ([`pci_location`]:
+/// the runtime's integrity check hashes it, NVML's lookups by bus id read it).
 pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
     let (major, minor) = capability(d);
     let hopper = major >= 9;
@@ -186,8 +189,8 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         20 => 0,         // compute mode: default
         31 => 1,         // concurrent kernels
         32 => 1,         // ECC enabled
-        33 => pci_location(ordinal as usize).1 as c_int, // PCI bus
-        34 => pci_location(ordinal as usize).2 as c_int, // PCI device
+        33 => pci_location(d.slot).1 as c_int, // PCI bus
+        34 => pci_location(d.slot).2 as c_int, // PCI device
         35 => 0,         // TCC driver
         36 => 2_619_000, // memory clock (kHz)
         37 => 5120,      // memory bus width
@@ -201,7 +204,7 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         39 => 2048,      // threads per multiprocessor
         40 => 2,         // async engines
         41 => 1,         // unified addressing
-        50 => pci_location(ordinal as usize).0 as c_int, // PCI domain
+        50 => pci_location(d.slot).0 as c_int, // PCI domain
         75 => major,
         76 => minor,
         78 => 1,      // stream priorities
@@ -328,12 +331,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_bus_id_names_the_ordinal_whose_location_it_writes() {
-        assert_eq!(ordinal_at("0000:01:00.0"), Some(0));
-        assert_eq!(ordinal_at("00000000:0A:00.0"), Some(9), "NVML's form, upper case");
-        assert_eq!(ordinal_at("02:00.0"), Some(1), "no domain");
+    fn a_bus_id_names_the_slot_whose_location_it_writes() {
+        assert_eq!(slot_at("0000:01:00.0"), Some(0));
+        assert_eq!(slot_at("00000000:0A:00.0"), Some(9), "NVML's form, upper case");
+        assert_eq!(slot_at("02:00.0"), Some(1), "no domain");
         for other in ["0000:00:00.0", "0001:01:00.0", "0000:01:01.0", "0000:01:00.1", "01:00", "gpu", ""] {
-            assert_eq!(ordinal_at(other), None, "{other}");
+            assert_eq!(slot_at(other), None, "{other}");
         }
     }
 }

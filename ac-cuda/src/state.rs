@@ -26,8 +26,20 @@ pub struct Device {
     pub info: DeviceInfo,
     /// A UUID for it, stable for the accelerator's id.
     pub uuid: [u8; 16],
+    /// Its place among the job's accelerators on this node ([`Shim::node`]).
+    pub slot: usize,
     /// Its primary context (the only kind of context the shim keeps).
     pub context: Arc<Context>,
+}
+
+/// One of the job's accelerators on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Its id (`host/device`).
+    pub id: String,
+    /// Its CUDA ordinal in this process: `None` where `CUDA_VISIBLE_DEVICES` leaves it out (the
+    /// process holds no session on it) or it is not a CUDA device.
+    pub ordinal: Option<usize>,
 }
 
 /// A context: the shim keeps one per device, its primary context.
@@ -63,6 +75,9 @@ pub struct Shim {
     pub rt: Runtime,
     /// The program's CUDA devices, in ordinal order.
     pub devices: Vec<Device>,
+    /// The job's accelerators on this node, as NVML lists a node's GPUs: all of them, whichever
+    /// this process sees (`AC_Init`'s in its order, then `AC_GET`'s).
+    pub node: Vec<Slot>,
     /// The session, until the process exits.
     session: Mutex<Option<(Session, Option<ac_frontend::DynamicSet>)>>,
     /// Allocations, by (device, start address).
@@ -129,14 +144,23 @@ fn open() -> Result<Shim, (u32, String)> {
         return open_direct(rt);
     }
     let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
-    // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order.
+    // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order; the node's
+    // others are kept by id for NVML.
+    let bound = Mutex::new(Vec::new());
     let session = match crate::visible::from_env() {
         None => rt.block_on(Session::init(options)),
-        Some(spec) => rt.block_on(Session::init_selecting(options, |ids| crate::visible::select(&spec, ids))),
+        Some(spec) => rt.block_on(Session::init_selecting(options, |ids| {
+            *bound.lock().unwrap_or_else(|p| p.into_inner()) = ids.to_vec();
+            crate::visible::select(&spec, ids)
+        })),
     };
     let session = session.map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
     let mut handles: Vec<(String, Accelerator)> =
         session.accelerators().iter().map(|h| (h.id.clone(), h.acc.clone())).collect();
+    let mut node = bound.into_inner().unwrap_or_else(|p| p.into_inner());
+    if node.is_empty() {
+        node = handles.iter().map(|(id, _)| id.clone()).collect();
+    }
     let extra = match requested_extra().map_err(no_device)? {
         0 => None,
         n => match rt.block_on(session.get_or_why(ac_frontend::GetRequest::new(n))) {
@@ -154,18 +178,10 @@ fn open() -> Result<Shim, (u32, String)> {
             }
         },
     };
-    let devices: Vec<Device> = handles
-        .into_iter()
-        .filter(|(_, acc)| acc.info().kind == DeviceKind::Cuda)
-        .enumerate()
-        .map(|(ordinal, (id, acc))| Device {
-            uuid: crate::uuid::of(&id),
-            info: acc.info().clone(),
-            id,
-            acc,
-            context: Arc::new(Context { device: ordinal, storage: Mutex::default() }),
-        })
-        .collect();
+    if let Some(set) = &extra {
+        node.extend(set.handles.iter().map(|h| h.id.clone()));
+    }
+    let (devices, node) = place(handles, node);
     if devices.is_empty() {
         let _ = rt.block_on(session.finalize());
         return Err(no_device(
@@ -174,7 +190,26 @@ fn open() -> Result<Shim, (u32, String)> {
     }
     // SAFETY: registering a plain `extern "C" fn` with the C library.
     unsafe { libc::atexit(finalize_at_exit) };
-    Ok(Shim { rt, devices, session: Mutex::new(Some((session, extra))), memory: Mutex::default() })
+    Ok(Shim { rt, devices, node, session: Mutex::new(Some((session, extra))), memory: Mutex::default() })
+}
+
+/// The program's CUDA devices, in the order of `opened` (the accelerators it holds sessions on),
+/// and the node's slots (`node`: every accelerator of the job here, by id), each with the
+/// ordinal its device got.
+fn place(opened: Vec<(String, Accelerator)>, node: Vec<String>) -> (Vec<Device>, Vec<Slot>) {
+    let mut slots: Vec<Slot> = node.into_iter().map(|id| Slot { id, ordinal: None }).collect();
+    let devices = opened
+        .into_iter()
+        .filter(|(_, acc)| acc.info().kind == DeviceKind::Cuda)
+        .enumerate()
+        .filter_map(|(ordinal, (id, acc))| {
+            let slot = slots.iter().position(|s| s.id == id && s.ordinal.is_none())?;
+            slots[slot].ordinal = Some(ordinal);
+            let context = Arc::new(Context { device: ordinal, storage: Mutex::default() });
+            Some(Device { uuid: crate::uuid::of(&id), info: acc.info().clone(), id, slot, acc, context })
+        })
+        .collect();
+    (devices, slots)
 }
 
 /// One backend's device, named by the environment (`AC_BACKEND_ADDR`, `AC_CA_CERT`, `AC_DEVICE`,
@@ -191,11 +226,10 @@ fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
     if let Some(spec) = crate::visible::from_env() {
         crate::visible::select(&spec, std::slice::from_ref(&id)).map_err(no_device)?;
     }
-    let context = Arc::new(Context { device: 0, storage: Mutex::default() });
-    let device = Device { uuid: crate::uuid::of(&id), info: acc.info().clone(), id, acc, context };
+    let (devices, node) = place(vec![(id.clone(), acc)], vec![id]);
     // SAFETY: registering a plain `extern "C" fn` with the C library.
     unsafe { libc::atexit(finalize_at_exit) };
-    Ok(Shim { rt, devices: vec![device], session: Mutex::new(None), memory: Mutex::default() })
+    Ok(Shim { rt, devices, node, session: Mutex::new(None), memory: Mutex::default() })
 }
 
 /// `AC_GET`: how many accelerators to ask for at start, beyond the static ones.

@@ -4,12 +4,19 @@
 //! only on the accelerators named, so a rank holds nothing on its neighbours' (a device in
 //! exclusive mode serves one session).
 //!
-//! The rules are the driver's: a comma-separated list of indexes into the job's accelerators
-//! (the order `AC_Init` gives them) or UUIDs (`GPU-` and the device's UUID, or a prefix of it
-//! naming one device); the list ends at the first entry that names no device (an index out of
-//! range, an unknown or ambiguous UUID, a device named twice, a MIG instance, anything else),
-//! and what came before stays visible. Unset, every accelerator is visible; set to a list whose
-//! first entry names none, no device is.
+//! The rules are the driver's, as PyTorch mirrors them (`torch.cuda._parse_visible_devices`,
+//! which counts devices through NVML by them):
+//! - a comma-separated list of indexes into the job's accelerators on the node (`AC_Init`'s
+//!   order), each read as `strtoul` reads (`1gpu2` is `1`), or of UUIDs (`GPU-` and the
+//!   device's UUID, or a prefix of it naming one device): the first entry says which;
+//! - the list ends at the first entry that names no device (a negative or unreadable index, one
+//!   past the accelerators, an unknown or ambiguous UUID, an entry of the other kind, a MIG
+//!   instance), and what came before stays visible;
+//! - a device named twice makes the whole list name none.
+//!
+//! Unset, every accelerator is visible; naming none is an error. The indexes count the job's
+//! accelerators of every kind, where NVIDIA's count GPUs: a job mixing CPU-emulated accelerators
+//! with GPUs counts both.
 
 use crate::uuid::{of as uuid_of, text as uuid_text};
 
@@ -20,11 +27,16 @@ pub const VARIABLE: &str = "CUDA_VISIBLE_DEVICES";
 /// by id), in the order `spec` names them; none named is an error saying so.
 pub fn select(spec: &str, ids: &[String]) -> Result<Vec<usize>, String> {
     let uuids: Vec<String> = ids.iter().map(|id| uuid_text(&uuid_of(id)).to_ascii_lowercase()).collect();
+    let by_uuid = spec.trim_start().to_ascii_lowercase().starts_with("gpu-");
     let mut seen = Vec::new();
     for entry in spec.split(',').map(str::trim) {
-        match device_named(entry, &uuids) {
-            Some(index) if !seen.contains(&index) => seen.push(index),
-            _ => break,
+        let named = if by_uuid { device_of_uuid(entry, &uuids) } else { device_of_index(entry, ids.len()) };
+        match named {
+            Some(index) if seen.contains(&index) => {
+                return Err(format!("{VARIABLE}={spec} names a device twice, which makes it name none"))
+            }
+            Some(index) => seen.push(index),
+            None => break,
         }
     }
     if seen.is_empty() {
@@ -37,11 +49,21 @@ pub fn select(spec: &str, ids: &[String]) -> Result<Vec<usize>, String> {
     Ok(seen)
 }
 
-/// The device one entry names: an index, or a UUID or a prefix of one that a single device has.
-fn device_named(entry: &str, uuids: &[String]) -> Option<usize> {
-    if !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit()) {
-        return entry.parse::<usize>().ok().filter(|&i| i < uuids.len());
-    }
+/// The device an index entry names, read as `strtoul` reads it (a sign, then the digits up to
+/// the first other character), if it is one of the `count`.
+fn device_of_index(entry: &str, count: usize) -> Option<usize> {
+    let (negative, rest) = match entry.as_bytes().first() {
+        Some(b'-') => (true, &entry[1..]),
+        Some(b'+') => (false, &entry[1..]),
+        _ => (false, entry),
+    };
+    let value: usize = rest[..rest.bytes().take_while(u8::is_ascii_digit).count()].parse().ok()?;
+    // A negative index ends the list (`-0` is 0).
+    (!negative || value == 0).then_some(value).filter(|&i| i < count)
+}
+
+/// The device a UUID entry names: one whose UUID it is, or begins.
+fn device_of_uuid(entry: &str, uuids: &[String]) -> Option<usize> {
     let wanted = entry.to_ascii_lowercase();
     if !wanted.starts_with("gpu-") || wanted.len() <= "gpu-".len() {
         return None;
@@ -76,30 +98,40 @@ mod tests {
         assert_eq!(select("1", &ids()), Ok(vec![1]));
         assert_eq!(select("2,0", &ids()), Ok(vec![2, 0]));
         assert_eq!(select(" 0 , 1 ", &ids()), Ok(vec![0, 1]));
+        assert_eq!(select("1gpu2,+2,-0", &ids()), Ok(vec![1, 2, 0]), "read as strtoul reads");
     }
 
     #[test]
     fn the_list_ends_at_the_first_entry_that_names_no_device() {
         assert_eq!(select("0,-1,1", &ids()), Ok(vec![0]));
         assert_eq!(select("1,7,0", &ids()), Ok(vec![1]));
-        assert_eq!(select("1,1,0", &ids()), Ok(vec![1]), "a device named twice");
         assert_eq!(select("0,MIG-abc,1", &ids()), Ok(vec![0]));
         assert_eq!(select("0,,1", &ids()), Ok(vec![0]));
+        assert_eq!(select("0,-,1", &ids()), Ok(vec![0]));
+        assert_eq!(select(&format!("0,{}", uuid(1)), &ids()), Ok(vec![0]), "a UUID in a list of indexes");
+        assert_eq!(select(&format!("{},1", uuid(2)), &ids()), Ok(vec![2]), "an index in a list of UUIDs");
+    }
+
+    #[test]
+    fn a_device_named_twice_makes_the_list_name_none() {
+        let why = select("1,0,1", &ids()).unwrap_err();
+        assert!(why.contains("names a device twice"), "{why}");
+        let prefix = &uuid(0)[..12];
+        assert!(select(&format!("{prefix},{}", uuid(0)), &ids()).is_err(), "a prefix and the UUID it begins");
     }
 
     #[test]
     fn uuids_and_unique_prefixes_name_devices() {
         assert_eq!(select(&uuid(2), &ids()), Ok(vec![2]));
         assert_eq!(select(&uuid(1).to_ascii_uppercase(), &ids()), Ok(vec![1]));
-        let prefix = &uuid(0)[..12];
-        assert_eq!(select(&format!("{prefix},0"), &ids()), Ok(vec![0]), "named twice: the second ends the list");
+        assert_eq!(select(&format!("{},{}", &uuid(1)[..10], uuid(0)), &ids()), Ok(vec![1, 0]));
         assert!(select("GPU-", &ids()).is_err(), "a prefix of every device names none");
         assert!(select("GPU-ffffffff-0000", &ids()).is_err());
     }
 
     #[test]
     fn a_list_naming_no_device_says_so() {
-        for spec in ["", "3", "-1", "none", "MIG-1"] {
+        for spec in ["", "3", "-1", "none", "MIG-1", "gpu"] {
             let why = select(spec, &ids()).unwrap_err();
             assert!(why.contains("names none of the job's 3 accelerator(s)"), "{spec}: {why}");
         }

@@ -185,6 +185,21 @@ async fn connect_grants(
     .await
 }
 
+/// The grants `select` picks by their ids, in its order; an index past them or one picked twice
+/// is refused.
+fn picked(
+    grants: &[Grant],
+    select: impl FnOnce(&[String]) -> std::result::Result<Vec<usize>, String>,
+) -> std::result::Result<Vec<Grant>, String> {
+    let ids: Vec<String> = grants.iter().map(|g| g.id.clone()).collect();
+    let picks = select(&ids)?;
+    let mut seen = HashSet::new();
+    match picks.iter().all(|&i| i < grants.len() && seen.insert(i)) {
+        true => Ok(picks.into_iter().map(|i| grants[i].clone()).collect()),
+        false => Err(format!("picked {picks:?} of {} accelerators: each at most once", grants.len())),
+    }
+}
+
 /// Asks the manager where the job's accelerators on this node are and runs the handshakes with
 /// their backends, while `Init` is being committed: the connections `connect_grants` then opens
 /// sessions on. Best effort: whatever fails here is dialed again once the grants are known.
@@ -226,8 +241,9 @@ impl Session {
     /// job's. A refusal by `select` ends the session with the manager and is a setup error.
     pub async fn init_selecting(
         options: SessionOptions,
-        select: impl Fn(&[String]) -> std::result::Result<Vec<usize>, String>,
+        select: impl FnOnce(&[String]) -> std::result::Result<Vec<usize>, String>,
     ) -> Result<Self> {
+        let mut select = Some(select);
         let start = Instant::now();
         // Made while the manager's handshake runs, and shared by every accelerator's connection.
         let endpoint_for = |addr| transport::client_endpoint(addr, None, &options.arm.tuning);
@@ -248,23 +264,25 @@ impl Session {
             };
             match state {
                 SessionState::Bound(grants) => {
-                    let ids: Vec<String> = grants.iter().map(|g| g.id.clone()).collect();
-                    let grants: Vec<Grant> = match select(&ids) {
-                        Ok(picked) if picked.iter().all(|&i| i < grants.len()) => {
-                            picked.into_iter().map(|i| grants[i].clone()).collect()
-                        }
-                        Ok(picked) => {
-                            let _ = client.request(Request::Finalize { token }).await;
-                            return Err(Error::Setup(format!("picked {picked:?} of {} accelerators", grants.len())));
-                        }
+                    let select = select.take().expect("a session is bound once");
+                    let grants = match picked(&grants, select) {
+                        Ok(grants) => grants,
                         Err(why) => {
                             let _ = client.request(Request::Finalize { token }).await;
                             return Err(Error::Setup(why));
                         }
                     };
                     let dialed = std::mem::take(&mut dialed);
-                    let handles =
-                        connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await?;
+                    let connected = connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await;
+                    let handles = match connected {
+                        Ok(handles) => handles,
+                        Err(e) => {
+                            // Bound at the manager but not usable here: the manager gives the
+                            // accelerators back now rather than when the lease runs out.
+                            let _ = client.request(Request::Finalize { token }).await;
+                            return Err(e);
+                        }
+                    };
                     let client = Arc::new(client);
                     let listener = Listener::default();
                     let watcher =
@@ -312,7 +330,8 @@ impl Session {
         }
     }
 
-    /// This node's statically allocated accelerators, in a stable order.
+    /// This node's statically allocated accelerators, in a stable order (those the selection
+    /// picked, in its order, for a session opened by [`Session::init_selecting`]).
     pub fn accelerators(&self) -> &[Handle] {
         &self.handles
     }
@@ -491,4 +510,38 @@ fn tell(listener: &Listener, notice: Preemption) {
 
 async fn close_handles(handles: Vec<Handle>) {
     futures_util::future::join_all(handles.into_iter().map(|h| h.acc.close())).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants() -> Vec<Grant> {
+        let grant = |id: &str| Grant {
+            id: id.into(),
+            device: 0,
+            node: "n1".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+            server_name: "b".into(),
+            ca_pem: String::new(),
+            capability: Vec::new(),
+        };
+        vec![grant("b1/0"), grant("b1/1"), grant("b2/0")]
+    }
+
+    #[test]
+    fn a_selection_picks_grants_in_its_order_each_at_most_once() {
+        let ids = |g: Vec<Grant>| g.into_iter().map(|g| g.id).collect::<Vec<_>>();
+        assert_eq!(ids(picked(&grants(), |_| Ok(vec![2, 0])).unwrap()), ["b2/0", "b1/0"]);
+        assert!(picked(&grants(), |_| Ok(vec![1, 1])).unwrap_err().contains("each at most once"));
+        assert!(picked(&grants(), |_| Ok(vec![3])).is_err(), "past the grants");
+        assert_eq!(picked(&grants(), |_| Err("no".into())).unwrap_err(), "no");
+        let mut seen = Vec::new();
+        picked(&grants(), |ids| {
+            seen = ids.to_vec();
+            Ok(vec![])
+        })
+        .unwrap();
+        assert_eq!(seen, ["b1/0", "b1/1", "b2/0"], "the selection is shown every grant's id");
+    }
 }

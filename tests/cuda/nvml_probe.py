@@ -3,7 +3,9 @@
 the program's devices as NVML says them, against what the driver API (libcuda.so.1, the
 same library) says of them; then what NVML refuses, by its codes. Prints a line per finding;
 exits 1 at the first call that fails where it should not.
-Usage: nvml_probe.py [count]   (count: init and count alone, for a job without accelerators)"""
+Usage: nvml_probe.py [count|pinned]
+  count: init and count alone, for a job without accelerators;
+  pinned: NVML's devices against the driver API's, for a process CUDA_VISIBLE_DEVICES pins."""
 import ctypes
 import sys
 from ctypes import byref, c_int, c_size_t, c_ubyte, c_uint, c_void_p, create_string_buffer
@@ -46,6 +48,23 @@ if sys.argv[1:] == ["count"]:
     print(f"devices: nvml {count.value}")
     sys.exit(0)
 ok("cuInit", cuda.cuInit(0))
+if sys.argv[1:] == ["pinned"]:
+    count, driver_count, buf = c_uint(), c_int(), create_string_buffer(96)
+    ok("nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount_v2(byref(count)))
+    ok("cuDeviceGetCount", cuda.cuDeviceGetCount(byref(driver_count)))
+    print(f"nvml devices {count.value}, driver {driver_count.value}")
+    for i in range(count.value):
+        h, uuid = c_void_p(), create_string_buffer(96)
+        ok("nvmlDeviceGetHandleByIndex_v2", nvml.nvmlDeviceGetHandleByIndex_v2(i, byref(h)))
+        ok("nvmlDeviceGetUUID", nvml.nvmlDeviceGetUUID(h, uuid, 96))
+        print(f"nvml device {i}: {uuid.value.decode()}, its name {nvml.nvmlDeviceGetName(h, buf, 96)}")
+    raw, bus, h, index = (c_ubyte * 16)(), create_string_buffer(32), c_void_p(), c_uint()
+    ok("cuDeviceGetUuid", cuda.cuDeviceGetUuid(raw, 0))
+    ok("cuDeviceGetPCIBusId", cuda.cuDeviceGetPCIBusId(bus, 32, 0))
+    ok("nvmlDeviceGetHandleByPciBusId_v2", nvml.nvmlDeviceGetHandleByPciBusId_v2(bus.value, byref(h)))
+    ok("nvmlDeviceGetIndex", nvml.nvmlDeviceGetIndex(h, byref(index)))
+    print(f"driver device 0: {bytes(raw).hex()}, bus id {bus.value.decode()}, nvml device {index.value}")
+    sys.exit(0)
 count, driver_count = c_uint(), c_int()
 ok("nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount_v2(byref(count)))
 ok("cuDeviceGetCount", cuda.cuDeviceGetCount(byref(driver_count)))

@@ -1,13 +1,13 @@
-//! NVML's device queries: the program's devices, by index, UUID or PCI bus id, answered from
-//! what the driver API answers of them.
+//! NVML's device queries: the job's accelerators on the node, by index, UUID or PCI bus id,
+//! answered from what the driver API answers of them.
 
-use std::ffi::{c_char, c_int, c_uint, CStr};
+use std::ffi::{c_char, c_int, c_uint};
 
-use super::{copy_string, device_of, devices, guard, handle_of, VERSION_MISMATCH};
+use super::{copy_string, device_of, guard, handle_of, slot_of, slots, VERSION_MISMATCH};
 use crate::error::{code, CuResult, Error};
-use crate::init::{capability, ordinal_at, pci_location};
+use crate::init::{capability, pci_location, slot_at, text_of};
 use crate::state::{self, put, Device};
-use crate::uuid::text as uuid_text;
+use crate::uuid::{of as uuid_of, text as uuid_text};
 
 /// `nvmlPciInfo_t` (the version `nvmlDeviceGetPciInfo_v3` fills).
 #[repr(C)]
@@ -56,25 +56,17 @@ const FABRIC_INFO_V1: usize = 28;
 const FABRIC_INFO_V2: usize = 36;
 const FABRIC_INFO_V3: usize = 40;
 
-/// Writes the handle of the device of `ordinal` to `out`, if the program has that device.
-unsafe fn put_handle(out: *mut *const u8, ordinal: usize) -> CuResult<()> {
-    if ordinal >= devices()?.len() {
+/// Writes the handle of the device at `index` to `out`, if NVML lists that many.
+unsafe fn put_handle(out: *mut *const u8, index: usize) -> CuResult<()> {
+    if index >= slots()?.len() {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    put(out, handle_of(ordinal)?)
-}
-
-/// The text of a C string argument; a null one is an invalid argument.
-unsafe fn text_of<'a>(s: *const c_char) -> CuResult<std::borrow::Cow<'a, str>> {
-    if s.is_null() {
-        return Err(Error::Code(code::INVALID_VALUE));
-    }
-    Ok(CStr::from_ptr(s).to_string_lossy())
+    put(out, handle_of(index)?)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetCount", || put(count, devices()?.len() as c_uint))
+    guard("nvmlDeviceGetCount", || put(count, slots()?.len() as c_uint))
 }
 
 #[no_mangle]
@@ -96,7 +88,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut 
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut *const u8) -> u32 {
     guard("nvmlDeviceGetHandleByUUID", || {
         let wanted = text_of(uuid)?;
-        let found = devices()?.iter().position(|d| uuid_text(&d.uuid).eq_ignore_ascii_case(wanted.trim()));
+        let found = slots()?.iter().position(|s| uuid_text(&uuid_of(&s.id)).eq_ignore_ascii_case(wanted.trim()));
         put_handle(device, found.ok_or(Error::Code(code::NOT_FOUND))?)
     })
 }
@@ -104,8 +96,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(bus_id: *const c_char, device: *mut *const u8) -> u32 {
     guard("nvmlDeviceGetHandleByPciBusId", || {
-        let ordinal = ordinal_at(&text_of(bus_id)?).filter(|&o| o < devices().map_or(0, <[Device]>::len));
-        put_handle(device, ordinal.ok_or(Error::Code(code::NOT_FOUND))?)
+        let count = slots()?.len();
+        let slot = slot_at(&text_of(bus_id)?).filter(|&s| s < count);
+        put_handle(device, slot.ok_or(Error::Code(code::NOT_FOUND))?)
     })
 }
 
@@ -116,17 +109,17 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(bus_id: *const c_char, de
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetIndex(device: *const u8, index: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetIndex", || put(index, device_of(device)?.0 as c_uint))
+    guard("nvmlDeviceGetIndex", || put(index, slot_of(device)?.0 as c_uint))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: *const u8, name: *mut c_char, length: c_uint) -> u32 {
-    guard("nvmlDeviceGetName", || copy_string(name, length, &device_of(device)?.1.info.name))
+    guard("nvmlDeviceGetName", || copy_string(name, length, &device_of(device)?.info.name))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: *const u8, uuid: *mut c_char, length: c_uint) -> u32 {
-    guard("nvmlDeviceGetUUID", || copy_string(uuid, length, &uuid_text(&device_of(device)?.1.uuid)))
+    guard("nvmlDeviceGetUUID", || copy_string(uuid, length, &uuid_text(&uuid_of(&slot_of(device)?.1.id))))
 }
 
 #[no_mangle]
@@ -136,7 +129,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     minor: *mut c_int,
 ) -> u32 {
     guard("nvmlDeviceGetCudaComputeCapability", || {
-        let (ma, mi) = capability(device_of(device)?.1);
+        let (ma, mi) = capability(device_of(device)?);
         put(major, ma)?;
         put(minor, mi)
     })
@@ -145,7 +138,7 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(device: *const u8, pci: *mut PciInfo) -> u32 {
     guard("nvmlDeviceGetPciInfo", || {
-        let (domain, bus, dev) = pci_location(device_of(device)?.0);
+        let (domain, bus, dev) = pci_location(slot_of(device)?.0);
         let mut info = PciInfo {
             bus_id_legacy: [0; 16],
             domain,
@@ -171,7 +164,7 @@ fn memory_of(device: &Device) -> CuResult<(u64, u64)> {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: *const u8, memory: *mut Memory) -> u32 {
     guard("nvmlDeviceGetMemoryInfo", || {
-        let (total, free) = memory_of(device_of(device)?.1)?;
+        let (total, free) = memory_of(device_of(device)?)?;
         put(memory, Memory { total, free, used: total - free })
     })
 }
@@ -179,7 +172,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: *const u8, memory: *mut
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: *const u8, memory: *mut MemoryV2) -> u32 {
     guard("nvmlDeviceGetMemoryInfo_v2", || {
-        let (_, d) = device_of(device)?;
+        let d = device_of(device)?;
         if memory.is_null() {
             return Err(Error::Code(code::INVALID_VALUE));
         }
@@ -199,7 +192,7 @@ pub unsafe extern "C" fn nvmlDeviceGetP2PStatus(
     status: *mut c_int,
 ) -> u32 {
     guard("nvmlDeviceGetP2PStatus", || {
-        let (a, b) = (device_of(one)?.0, device_of(other)?.0);
+        let (a, b) = (slot_of(one)?.0, slot_of(other)?.0);
         // As `cuDeviceCanAccessPeer`: two devices reach each other only through the program.
         put(status, if a == b { P2P_OK } else { P2P_NOT_SUPPORTED })
     })
@@ -217,7 +210,7 @@ unsafe fn no_fabric(info: *mut u8, from: usize, len: usize) -> CuResult<()> {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(device: *const u8, info: *mut u8) -> u32 {
     guard("nvmlDeviceGetGpuFabricInfo", || {
-        device_of(device)?;
+        slot_of(device)?;
         no_fabric(info, 0, FABRIC_INFO_V1)
     })
 }
@@ -225,7 +218,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(device: *const u8, info: *mu
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(device: *const u8, info: *mut u8) -> u32 {
     guard("nvmlDeviceGetGpuFabricInfoV", || {
-        device_of(device)?;
+        slot_of(device)?;
         if info.is_null() {
             return Err(Error::Code(code::INVALID_VALUE));
         }

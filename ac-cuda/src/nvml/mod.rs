@@ -2,13 +2,18 @@
 //! devices: the job's remote accelerators, as the driver API sees them.
 //!
 //! A compute node has no NVIDIA driver, so no NVML of NVIDIA's; frameworks need one all the
-//! same. PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`)
+//! same. PyTorch counts devices through NVML first (`torch.cuda.device_count`), applying
+//! `CUDA_VISIBLE_DEVICES` to NVML's list itself. PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`)
 //! look the device up by its PCI bus id and ask for its fabric before their first
 //! `cuMemCreate`, and crash in PyTorch when NVML is missing; `PYTORCH_NVML_BASED_CUDA_CHECK`
 //! and `CUDA_VISIBLE_DEVICES=GPU-<uuid>` count and name devices through NVML. So NVML answers
-//! what the driver API answers: the same devices in the same order, with the same names,
-//! UUIDs (`GPU-` and `cuDeviceGetUuid`'s bytes), PCI locations (`cuDeviceGetPCIBusId`'s),
-//! compute capabilities and memory (the remote GPU's, asked of its backend). A device's
+//! what the driver API answers. As NVIDIA's NVML lists every GPU of the node whatever
+//! `CUDA_VISIBLE_DEVICES` says, this one lists every accelerator of the job on the node
+//! ([`state::Shim::node`]), in `AC_Init`'s order, with UUIDs (`GPU-` and `cuDeviceGetUuid`'s
+//! bytes) and PCI locations (`cuDeviceGetPCIBusId`'s); the names, compute capabilities and
+//! memory (the remote GPU's, asked of its backend) of those the process holds a session on.
+//! One the variable left out answers those with `NVML_ERROR_NO_PERMISSION`, as NVIDIA's does for
+//! a GPU the process may not use. A device's
 //! fabric is "not supported" (no NVLink fabric reaches a program over the network), and so is
 //! peer access between two devices, as `cuDeviceCanAccessPeer` says.
 //!
@@ -18,8 +23,11 @@
 //! `nvml.h` is exported so (`nvml_generated.rs`, by `scripts/gen-library-exports`), since
 //! PyTorch looks each name it knows up and stops at a missing one.
 //!
-//! `nvmlInit` opens the job's session as `cuInit` does (one session serves both); a job with
-//! no accelerator has an NVML of no devices.
+//! `nvmlInit` opens the job's session as `cuInit` does (one session serves both), where
+//! NVIDIA's learns of the GPUs without starting CUDA: so a process that forks after asking NVML
+//! (PyTorch's `device_count`) has children that cannot use CUDA, as one that forks after
+//! `cudaGetDeviceCount` has. A job with no accelerator, or whose session cannot open, has an
+//! NVML of no devices (the reason on stderr).
 //!
 //! # Layout
 //! - [`system`]: init and shutdown, versions, error strings.
@@ -29,7 +37,7 @@ use std::ffi::{c_char, c_uint};
 use std::sync::Mutex;
 
 use crate::error::{code, CuResult, Error};
-use crate::state::{self, Device};
+use crate::state::{self, Device, Slot};
 
 pub mod device;
 pub mod system;
@@ -40,6 +48,7 @@ pub mod result {
     pub const UNINITIALIZED: u32 = 1;
     pub const INVALID_ARGUMENT: u32 = 2;
     pub const NOT_SUPPORTED: u32 = 3;
+    pub const NO_PERMISSION: u32 = 4;
     pub const NOT_FOUND: u32 = 6;
     pub const INSUFFICIENT_SIZE: u32 = 7;
     pub const GPU_IS_LOST: u32 = 15;
@@ -77,6 +86,7 @@ fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
         code::INVALID_VALUE | code::INVALID_DEVICE => result::INVALID_ARGUMENT,
         code::NOT_INITIALIZED | code::DEINITIALIZED => result::UNINITIALIZED,
         code::NOT_SUPPORTED => result::NOT_SUPPORTED,
+        code::NOT_PERMITTED => result::NO_PERMISSION,
         code::NOT_FOUND => result::NOT_FOUND,
         TOO_SMALL => result::INSUFFICIENT_SIZE,
         VERSION_MISMATCH => result::ARGUMENT_VERSION_MISMATCH,
@@ -88,15 +98,14 @@ fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
 /// How many `nvmlInit`s are not yet matched by an `nvmlShutdown` (NVML counts them).
 static INITS: Mutex<u32> = Mutex::new(0);
 
-/// The program's devices, once NVML is initialized: the shim's, or none for a job without
-/// accelerators.
-fn devices() -> CuResult<&'static [Device]> {
+/// The devices NVML lists, once it is initialized: the job's accelerators on this node, or none
+/// for a job without accelerators (`nvmlInitWithFlags` succeeded with none to serve).
+fn slots() -> CuResult<&'static [Slot]> {
     if *INITS.lock().unwrap_or_else(|p| p.into_inner()) == 0 {
         return Err(Error::Code(code::NOT_INITIALIZED));
     }
     match state::shim() {
-        Ok(shim) => Ok(&shim.devices),
-        // `nvmlInit` succeeded with no device to serve (see `system::open`).
+        Ok(shim) => Ok(&shim.node),
         Err(_) if state::init().is_err_and(|e| e.code() == code::NO_DEVICE) => Ok(&[]),
         Err(e) => Err(e),
     }
@@ -114,13 +123,20 @@ fn handle_of(ordinal: usize) -> CuResult<*const u8> {
     HANDLES.get(ordinal).map(|b| b as *const u8).ok_or(Error::Code(code::INVALID_DEVICE))
 }
 
-/// The ordinal and device of a handle; a forged or foreign one is an invalid argument.
-fn device_of(handle: *const u8) -> CuResult<(usize, &'static Device)> {
-    let ordinal = (handle as usize).wrapping_sub(HANDLES.as_ptr() as usize);
-    if ordinal >= MOST_DEVICES {
+/// The index and slot of a handle; a forged or foreign one is an invalid argument.
+fn slot_of(handle: *const u8) -> CuResult<(usize, &'static Slot)> {
+    let index = (handle as usize).wrapping_sub(HANDLES.as_ptr() as usize);
+    if index >= MOST_DEVICES {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    devices()?.get(ordinal).map(|device| (ordinal, device)).ok_or(Error::Code(code::INVALID_VALUE))
+    slots()?.get(index).map(|slot| (index, slot)).ok_or(Error::Code(code::INVALID_VALUE))
+}
+
+/// The device of a handle, if the process holds a session on it: one `CUDA_VISIBLE_DEVICES`
+/// left out is the job's but not the process's to ask about (`NVML_ERROR_NO_PERMISSION`).
+fn device_of(handle: *const u8) -> CuResult<&'static Device> {
+    let ordinal = slot_of(handle)?.1.ordinal.ok_or(Error::Code(code::NOT_PERMITTED))?;
+    Ok(&state::shim()?.devices[ordinal])
 }
 
 /// Copies `text` into a C buffer of `len` bytes with its NUL; a buffer too small for it all is
@@ -155,8 +171,8 @@ mod tests {
     fn a_handle_outside_the_table_is_refused_before_anything_is_asked() {
         // NVML is not initialized here: the handle is refused for what it is, not for that.
         for forged in [std::ptr::null(), 0x1000 as *const u8, HANDLES.as_ptr().wrapping_add(MOST_DEVICES)] {
-            assert_eq!(device_of(forged).unwrap_err().code(), code::INVALID_VALUE);
+            assert_eq!(slot_of(forged).unwrap_err().code(), code::INVALID_VALUE);
         }
-        assert_eq!(device_of(HANDLES.as_ptr()).unwrap_err().code(), code::NOT_INITIALIZED);
+        assert_eq!(slot_of(HANDLES.as_ptr()).unwrap_err().code(), code::NOT_INITIALIZED);
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use super::{copy_string, devices, guard, result, INITS};
+use super::{copy_string, guard, result, slots, INITS};
 use crate::error::code;
 use crate::init::DRIVER_VERSION;
 use crate::state::{self, put};
@@ -12,10 +12,11 @@ use crate::state::{self, put};
 const DRIVER_VERSION_TEXT: &str = "580.65.06";
 /// `NVML_API_VERSION` of the `nvml.h` served.
 const API_VERSION: u32 = 13;
-/// `nvmlInitWithFlags`'s flags: `NVML_INIT_FLAG_NO_GPUS`, `NVML_INIT_FLAG_NO_ATTACH`.
-const INIT_FLAGS: c_uint = 0x3;
-/// `NVML_ERROR_DRIVER_NOT_LOADED`: what NVML answers where it finds no driver, and this one
-/// where the job's session could not open.
+/// `nvmlInitWithFlags`'s flags: `NVML_INIT_FLAG_NO_GPUS`, `NVML_INIT_FLAG_NO_ATTACH`,
+/// `NVML_INIT_FLAG_FORCE_INIT`.
+const INIT_FLAGS: c_uint = 0x7;
+/// `NVML_ERROR_DRIVER_NOT_LOADED`: what NVML answers where it finds no driver, and this one in
+/// a child forked after the session opened (the session is not its to use).
 const DRIVER_NOT_LOADED: u32 = 9;
 
 #[no_mangle]
@@ -29,17 +30,18 @@ pub extern "C" fn nvmlInit() -> u32 {
 }
 
 /// Opens the job's session (the one `cuInit` opens) and counts the init. A job without
-/// accelerators has an NVML of no devices, as a node without GPUs has; a session that cannot
-/// open (no manager, a refused credential) is a driver that did not load, its reason on stderr.
+/// accelerators on this node, or whose session cannot open (no manager, a refused credential:
+/// the shim says why on stderr), has an NVML of no devices, as a node without GPUs has.
 #[no_mangle]
 pub extern "C" fn nvmlInitWithFlags(flags: c_uint) -> u32 {
     if flags & !INIT_FLAGS != 0 {
         return result::INVALID_ARGUMENT;
     }
-    let mut inits = INITS.lock().unwrap_or_else(|p| p.into_inner());
+    // The session opens (network I/O, perhaps a wait in the manager's queue) before the count
+    // is locked: other threads' NVML calls do not wait on it.
     match crate::guard("nvmlInit", || state::init().map(drop)) {
         code::SUCCESS | code::NO_DEVICE => {
-            *inits += 1;
+            *INITS.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             result::SUCCESS
         }
         _ => DRIVER_NOT_LOADED,
@@ -80,7 +82,7 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) -> u32 {
     guard("nvmlSystemGetDriverVersion", || {
-        devices()?;
+        slots()?;
         copy_string(version, length, DRIVER_VERSION_TEXT)
     })
 }
@@ -88,7 +90,7 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, length
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) -> u32 {
     guard("nvmlSystemGetNVMLVersion", || {
-        devices()?;
+        slots()?;
         copy_string(version, length, &format!("{API_VERSION}.{DRIVER_VERSION_TEXT}"))
     })
 }
@@ -101,7 +103,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> u32 {
     guard("nvmlSystemGetCudaDriverVersion", || {
-        devices()?;
+        slots()?;
         put(version, DRIVER_VERSION)
     })
 }
