@@ -273,7 +273,8 @@ impl Session {
                         }
                     };
                     let dialed = std::mem::take(&mut dialed);
-                    let connected = connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await;
+                    let connected =
+                        connect_grants(&grants, options.stripes, &options.arm.tuning, &endpoint, dialed).await;
                     let handles = match connected {
                         Ok(handles) => handles,
                         Err(e) => {

@@ -80,7 +80,8 @@ async fn nvml_lists_the_jobs_accelerators_and_pytorch_counts_the_visible_one() {
     let text = said(&run(&c, &shim, Path::new("python3"), &[probe.to_str().unwrap(), "pinned"], &env).await);
     assert!(text.contains("nvml devices 2, driver 1"), "{text}");
     let uuid_of = |i: usize| {
-        let line = text.lines().find(|l| l.starts_with(&format!("nvml device {i}: GPU-"))).unwrap_or_else(|| panic!("{text}"));
+        let line =
+            text.lines().find(|l| l.starts_with(&format!("nvml device {i}: GPU-"))).unwrap_or_else(|| panic!("{text}"));
         line["nvml device 0: GPU-".len()..].split(',').next().unwrap().replace('-', "")
     };
     assert!(text.contains("nvml device 0: GPU-") && text.contains("its name 4\n"), "{text}");
