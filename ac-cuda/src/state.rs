@@ -144,6 +144,8 @@ fn open() -> Result<Shim, (u32, String)> {
         return open_direct(rt);
     }
     let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
+    // Read before the session opens: a bad value leaves nothing held at the manager.
+    let wanted_extra = requested_extra().map_err(no_device)?;
     // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order; the node's
     // others are kept by id for NVML.
     let bound = Mutex::new(Vec::new());
@@ -161,7 +163,7 @@ fn open() -> Result<Shim, (u32, String)> {
     if node.is_empty() {
         node = handles.iter().map(|(id, _)| id.clone()).collect();
     }
-    let extra = match requested_extra().map_err(no_device)? {
+    let extra = match wanted_extra {
         0 => None,
         n => match rt.block_on(session.get_or_why(ac_frontend::GetRequest::new(n))) {
             Ok(Ok(set)) => {
@@ -195,20 +197,28 @@ fn open() -> Result<Shim, (u32, String)> {
 
 /// The program's CUDA devices, in the order of `opened` (the accelerators it holds sessions on),
 /// and the node's slots (`node`: every accelerator of the job here, by id), each with the
-/// ordinal its device got.
+/// ordinal its device got. An opened accelerator that is not a CUDA device has no slot, as a
+/// node's NVML lists GPUs alone (one the process did not open is listed: its kind is not known).
 fn place(opened: Vec<(String, Accelerator)>, node: Vec<String>) -> (Vec<Device>, Vec<Slot>) {
     let mut slots: Vec<Slot> = node.into_iter().map(|id| Slot { id, ordinal: None }).collect();
-    let devices = opened
-        .into_iter()
-        .filter(|(_, acc)| acc.info().kind == DeviceKind::Cuda)
-        .enumerate()
-        .filter_map(|(ordinal, (id, acc))| {
-            let slot = slots.iter().position(|s| s.id == id && s.ordinal.is_none())?;
-            slots[slot].ordinal = Some(ordinal);
-            let context = Arc::new(Context { device: ordinal, storage: Mutex::default() });
-            Some(Device { uuid: crate::uuid::of(&id), info: acc.info().clone(), id, slot, acc, context })
-        })
-        .collect();
+    let mut devices: Vec<Device> = Vec::new();
+    for (id, acc) in opened {
+        if acc.info().kind != DeviceKind::Cuda {
+            slots.retain(|s| s.id != id);
+            continue;
+        }
+        let ordinal = devices.len();
+        let slot = match slots.iter().position(|s| s.id == id && s.ordinal.is_none()) {
+            Some(slot) => slot,
+            None => {
+                slots.push(Slot { id: id.clone(), ordinal: None });
+                slots.len() - 1
+            }
+        };
+        slots[slot].ordinal = Some(ordinal);
+        let context = Arc::new(Context { device: ordinal, storage: Mutex::default() });
+        devices.push(Device { uuid: crate::uuid::of(&id), info: acc.info().clone(), id, slot, acc, context });
+    }
     (devices, slots)
 }
 

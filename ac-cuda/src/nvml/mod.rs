@@ -3,19 +3,21 @@
 //!
 //! A compute node has no NVIDIA driver, so no NVML of NVIDIA's; frameworks need one all the
 //! same. PyTorch counts devices through NVML first (`torch.cuda.device_count`), applying
-//! `CUDA_VISIBLE_DEVICES` to NVML's list itself. PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`)
-//! look the device up by its PCI bus id and ask for its fabric before their first
-//! `cuMemCreate`, and crash in PyTorch when NVML is missing; `PYTORCH_NVML_BASED_CUDA_CHECK`
-//! and `CUDA_VISIBLE_DEVICES=GPU-<uuid>` count and name devices through NVML. So NVML answers
+//! `CUDA_VISIBLE_DEVICES` to NVML's list itself; its expandable segments
+//! (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`) look the device up by its PCI bus id
+//! and ask for its fabric before their first `cuMemCreate`, and crash in PyTorch when NVML is
+//! missing. So NVML answers
 //! what the driver API answers. As NVIDIA's NVML lists every GPU of the node whatever
-//! `CUDA_VISIBLE_DEVICES` says, this one lists every accelerator of the job on the node
-//! ([`state::Shim::node`]), in `AC_Init`'s order, with UUIDs (`GPU-` and `cuDeviceGetUuid`'s
-//! bytes) and PCI locations (`cuDeviceGetPCIBusId`'s); the names, compute capabilities and
-//! memory (the remote GPU's, asked of its backend) of those the process holds a session on.
-//! One the variable left out answers those with `NVML_ERROR_NO_PERMISSION`, as NVIDIA's does for
-//! a GPU the process may not use. A device's
-//! fabric is "not supported" (no NVLink fabric reaches a program over the network), and so is
-//! peer access between two devices, as `cuDeviceCanAccessPeer` says.
+//! `CUDA_VISIBLE_DEVICES` says, this one lists every CUDA accelerator of the job on the node
+//! ([`state::Shim::node`]: `AC_Init`'s in its order, then `AC_GET`'s) so long as the variable
+//! names one of them, with UUIDs (`GPU-` and `cuDeviceGetUuid`'s bytes) and PCI locations
+//! (`cuDeviceGetPCIBusId`'s); and the names, compute capabilities and memory (the remote GPU's,
+//! asked of its backend) of those the process holds a session on. One the variable left out
+//! answers those with `NVML_ERROR_NO_PERMISSION`: a difference from NVIDIA's, which answers them
+//! for every GPU, since the process holds no session there to ask (tools that query every
+//! device's name, such as gpustat, see the error for it). A device's fabric is "not supported"
+//! (no NVLink fabric reaches a program over the network), and so is peer access between two
+//! devices, as `cuDeviceCanAccessPeer` says.
 //!
 //! What a remote GPU's NVML alone could say (utilization, clocks, temperatures, power, the
 //! processes on it, ECC counters) and what changes a GPU (clocks, modes, resets) answer
@@ -118,9 +120,9 @@ static HANDLES: [u8; MOST_DEVICES] = [0; MOST_DEVICES];
 /// process has a few).
 const MOST_DEVICES: usize = 256;
 
-/// The `nvmlDevice_t` of the device of `ordinal`.
-fn handle_of(ordinal: usize) -> CuResult<*const u8> {
-    HANDLES.get(ordinal).map(|b| b as *const u8).ok_or(Error::Code(code::INVALID_DEVICE))
+/// The `nvmlDevice_t` of the device at `index` in NVML's list.
+fn handle_of(index: usize) -> CuResult<*const u8> {
+    HANDLES.get(index).map(|b| b as *const u8).ok_or(Error::Code(code::INVALID_DEVICE))
 }
 
 /// The index and slot of a handle; a forged or foreign one is an invalid argument.
@@ -136,7 +138,7 @@ fn slot_of(handle: *const u8) -> CuResult<(usize, &'static Slot)> {
 /// left out is the job's but not the process's to ask about (`NVML_ERROR_NO_PERMISSION`).
 fn device_of(handle: *const u8) -> CuResult<&'static Device> {
     let ordinal = slot_of(handle)?.1.ordinal.ok_or(Error::Code(code::NOT_PERMITTED))?;
-    Ok(&state::shim()?.devices[ordinal])
+    state::shim()?.devices.get(ordinal).ok_or(Error::Code(code::INVALID_VALUE))
 }
 
 /// Copies `text` into a C buffer of `len` bytes with its NUL; a buffer too small for it all is

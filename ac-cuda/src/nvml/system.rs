@@ -66,7 +66,7 @@ pub extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
         result::UNINITIALIZED => b"Uninitialized\0",
         result::INVALID_ARGUMENT => b"Invalid Argument\0",
         result::NOT_SUPPORTED => b"Not Supported\0",
-        4 => b"Insufficient Permissions\0",
+        result::NO_PERMISSION => b"Insufficient Permissions\0",
         5 => b"Already Initialized\0",
         result::NOT_FOUND => b"Not Found\0",
         result::INSUFFICIENT_SIZE => b"Insufficient Size\0",

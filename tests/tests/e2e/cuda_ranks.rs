@@ -77,24 +77,32 @@ async fn nvml_lists_the_jobs_accelerators_and_pytorch_counts_the_visible_one() {
     let shim = cuda::shim_dir(dir.path());
     let probe = cuda::source("tests/cuda/nvml_probe.py");
     let env = [("ARM_ACPN", "2"), ("CUDA_VISIBLE_DEVICES", "1")];
-    let text = said(&run(&c, &shim, Path::new("python3"), &[probe.to_str().unwrap(), "pinned"], &env).await);
+    let out = run(&c, &shim, Path::new("python3"), &[probe.to_str().unwrap(), "pinned"], &env).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("nvml probe done"), "{text}");
     assert!(text.contains("nvml devices 2, driver 1"), "{text}");
     let uuid_of = |i: usize| {
         let line =
             text.lines().find(|l| l.starts_with(&format!("nvml device {i}: GPU-"))).unwrap_or_else(|| panic!("{text}"));
         line["nvml device 0: GPU-".len()..].split(',').next().unwrap().replace('-', "")
     };
-    assert!(text.contains("nvml device 0: GPU-") && text.contains("its name 4\n"), "{text}");
-    assert!(text.contains("its name 0\n"), "{text}");
+    let line = |i: usize| text.lines().find(|l| l.starts_with(&format!("nvml device {i}: "))).unwrap_or_default();
+    assert!(line(0).ends_with(", its name 4"), "the hidden device's name is not the process's to ask:\n{text}");
+    assert!(line(1).ends_with(", its name 0"), "{text}");
     let driver = format!("driver device 0: {}, bus id 0000:02:00.0, nvml device 1", uuid_of(1));
     assert!(text.contains(&driver), "missing `{driver}`:\n{text}");
+    assert!(text.contains("that is driver device 0"), "{text}");
+    assert!(text.contains("cuDeviceGetByPCIBusId of the hidden device's: 101"), "{text}");
+    assert!(text.contains("driver device 0's PCI bus attribute 2"), "{text}");
     assert_ne!(uuid_of(0), uuid_of(1), "{text}");
     if let Some(python) = cuda::frameworks_python() {
-        let script = "import torch; print('torch devices', torch.cuda.device_count(), str(torch.cuda.get_device_properties(0).uuid).replace('-', ''))";
+        let script = "import torch; print('torch devices', torch.cuda._raw_device_count_nvml(), \
+                      torch.cuda.device_count(), str(torch.cuda.get_device_properties(0).uuid).replace('-', ''))";
         let preload = shim.join("libcuda.so.1");
         let env = [env[0], env[1], ("LD_PRELOAD", preload.to_str().unwrap())];
         let text = said(&run(&c, &shim, &python, &["-c", script], &env).await);
-        assert!(text.contains(&format!("torch devices 1 {}", uuid_of(1))), "{text}");
+        // NVML's 2 (so PyTorch counted through it), of which the variable leaves 1.
+        assert!(text.contains(&format!("torch devices 2 1 {}", uuid_of(1))), "{text}");
     }
     standin::assert_no_violations();
 }
