@@ -2,7 +2,8 @@
 // (CUBLAS 13.4.1). Do not edit: change ac-cuda/src and run the script.
 // shape: generated; one line per function of NVIDIA's headers.
 
-crate::blas_not_supported! {
+crate::answering! {
+    crate::blas::not_supported;
     cublasAsumEx,
     cublasAsumEx_64,
     cublasAxpyEx,

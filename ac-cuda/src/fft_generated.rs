@@ -2,7 +2,8 @@
 // (CUFFT 11.4.1). Do not edit: change ac-cuda/src and run the script.
 // shape: generated; one line per function of NVIDIA's headers.
 
-crate::fft_not_supported! {
+crate::answering! {
+    crate::fft::not_supported;
     cufftEstimate1d,
     cufftEstimate2d,
     cufftEstimate3d,

@@ -2,7 +2,8 @@
 // (NVML API 13). Do not edit: change ac-cuda/src and run the script.
 // shape: generated; one line per function of NVIDIA's headers.
 
-crate::nvml_not_supported! {
+crate::answering! {
+    crate::nvml::not_supported;
     nvmlComputeInstanceDestroy,
     nvmlComputeInstanceGetInfo,
     nvmlComputeInstanceGetInfo_v2,

@@ -148,18 +148,17 @@ fn open() -> Result<Shim, (u32, String)> {
     let wanted_extra = requested_extra().map_err(no_device)?;
     // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order; the node's
     // others are kept by id for NVML.
-    let bound = Mutex::new(Vec::new());
+    let mut node = Vec::new();
     let session = match crate::visible::from_env() {
         None => rt.block_on(Session::init(options)),
         Some(spec) => rt.block_on(Session::init_selecting(options, |ids| {
-            *bound.lock().unwrap_or_else(|p| p.into_inner()) = ids.to_vec();
+            node = ids.to_vec();
             crate::visible::select(&spec, ids)
         })),
     };
     let session = session.map_err(|e| no_device(format!("AC_Init failed: {e}")))?;
     let mut handles: Vec<(String, Accelerator)> =
         session.accelerators().iter().map(|h| (h.id.clone(), h.acc.clone())).collect();
-    let mut node = bound.into_inner().unwrap_or_else(|p| p.into_inner());
     if node.is_empty() {
         node = handles.iter().map(|(id, _)| id.clone()).collect();
     }

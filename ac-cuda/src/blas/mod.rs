@@ -66,14 +66,6 @@ pub mod status {
     pub const NOT_SUPPORTED: u32 = 15;
 }
 
-/// Defines each named cuBLAS function as [`not_supported`] (see `crate::answering!`).
-#[macro_export]
-macro_rules! blas_not_supported {
-    ($($name:ident),* $(,)?) => {
-        $crate::answering!($crate::blas::not_supported; $($name),*);
-    };
-}
-
 /// The answer of a cuBLAS function the shim does not implement: `CUBLAS_STATUS_NOT_SUPPORTED`,
 /// its name on stderr the first time.
 pub fn not_supported(name: &'static str) -> u32 {

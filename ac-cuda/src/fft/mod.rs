@@ -42,14 +42,6 @@ pub mod result {
     pub const NOT_SUPPORTED: u32 = 0x10;
 }
 
-/// Defines each named cuFFT function as [`not_supported`] (see `crate::answering!`).
-#[macro_export]
-macro_rules! fft_not_supported {
-    ($($name:ident),* $(,)?) => {
-        $crate::answering!($crate::fft::not_supported; $($name),*);
-    };
-}
-
 /// The answer of a cuFFT function the shim does not implement: `CUFFT_NOT_SUPPORTED`, its name
 /// on stderr the first time.
 pub fn not_supported(name: &'static str) -> u32 {

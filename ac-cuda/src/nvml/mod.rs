@@ -64,14 +64,6 @@ const TOO_SMALL: u32 = 0x4e56_0007;
 /// The same for `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` (a struct of a version not served).
 const VERSION_MISMATCH: u32 = 0x4e56_0019;
 
-/// Defines each named NVML function as [`not_supported`] (see `crate::answering!`).
-#[macro_export]
-macro_rules! nvml_not_supported {
-    ($($name:ident),* $(,)?) => {
-        $crate::answering!($crate::nvml::not_supported; $($name),*);
-    };
-}
-
 /// The answer of an NVML function the shim does not implement: `NVML_ERROR_NOT_SUPPORTED`, its
 /// name on stderr the first time.
 pub fn not_supported(name: &'static str) -> u32 {
