@@ -40,7 +40,7 @@ impl Accelerator {
     }
 
     /// Refuses `call` to a backend that speaks a protocol older than `version`.
-    fn needs_protocol(&self, version: u16, call: &str) -> Result<()> {
+    pub(crate) fn needs_protocol(&self, version: u16, call: &str) -> Result<()> {
         if self.inner.version < version {
             return Err(Error::VersionMismatch(format!(
                 "{call} needs backend protocol {version}; this backend speaks {} (upgrade ac-backend)",

@@ -65,13 +65,15 @@ mod session;
 mod stream;
 mod stripes;
 mod task;
+mod telemetry;
 mod watch;
 
 pub use ac_proto::arm::Preemption;
 /// Connecting to a backend lives in `ac-proto`, which the manager shares.
 pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{
-    ContextLimit, DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ParamKind,
+    Clocks, ContextLimit, DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims,
+    ParamKind, Telemetry,
 };
 pub use accelerator::Accelerator;
 pub use buffer::DeviceBuffer;

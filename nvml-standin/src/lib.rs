@@ -53,6 +53,7 @@
 
 mod events;
 mod library;
+mod sensors;
 mod state;
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};

@@ -65,6 +65,27 @@ pub struct Gpu {
     /// The MIG instances the admin made; they exist only while `mig = true`.
     #[serde(default, rename = "instance")]
     pub instances: Vec<Instance>,
+    /// What its sensors read; absent: a GPU whose NVML reads none (`NVML_ERROR_NOT_SUPPORTED`).
+    #[serde(default)]
+    pub sensors: Option<Sensors>,
+}
+
+/// A GPU's sensors, each absent where its NVML does not read it (`NVML_ERROR_NOT_SUPPORTED`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sensors {
+    /// `nvmlUtilization_t`: percent of time a kernel ran, and memory was read or written.
+    pub utilization: Option<[u32; 2]>,
+    pub temperature_c: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub power_limit_mw: Option<u32>,
+    pub power_management_limit_mw: Option<u32>,
+    pub energy_mj: Option<u64>,
+    /// Graphics, SM, memory and video clocks, MHz (`nvmlClockType_t`'s order).
+    pub clocks_mhz: Option<[u32; 4]>,
+    pub max_clocks_mhz: Option<[u32; 4]>,
+    /// 0 to 15.
+    pub pstate: Option<u32>,
 }
 
 /// One MIG device (a GPU instance and compute instance pair).

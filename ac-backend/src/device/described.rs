@@ -5,20 +5,22 @@
 
 use std::sync::Arc;
 
-use ac_proto::backend::{DeviceInfo, ErrorKind, WireError};
+use ac_proto::backend::{DeviceInfo, ErrorKind, Telemetry, WireError};
 
 use crate::device::{Context, Device, DeviceResult};
 
-/// Where a described GPU's free memory comes from.
-pub trait FreeMemory: Send + Sync + 'static {
+/// What reads a described GPU's state now: its host's NVML.
+pub trait Sensors: Send + Sync + 'static {
     /// Free bytes now, if known.
     fn free(&self) -> Option<u64>;
+    /// What the GPU's sensors read now (its session's memory left at 0).
+    fn telemetry(&self) -> Telemetry;
 }
 
 /// A GPU served by session workers; [`Device::open_context`] is never its job.
 pub struct DescribedGpu {
     info: DeviceInfo,
-    free: Option<Arc<dyn FreeMemory>>,
+    sensors: Option<Arc<dyn Sensors>>,
 }
 
 impl std::fmt::Debug for DescribedGpu {
@@ -28,16 +30,21 @@ impl std::fmt::Debug for DescribedGpu {
 }
 
 impl DescribedGpu {
-    /// `info` as found; its free memory from `free` when there is a source (else the total).
-    pub fn new(info: DeviceInfo, free: Option<Arc<dyn FreeMemory>>) -> Self {
-        Self { info, free }
+    /// `info` as found; its free memory and telemetry from `sensors` when there are some (else
+    /// the total, and no readings).
+    pub fn new(info: DeviceInfo, sensors: Option<Arc<dyn Sensors>>) -> Self {
+        Self { info, sensors }
     }
 }
 
 impl Device for DescribedGpu {
     fn info(&self) -> DeviceInfo {
-        let memory_free = self.free.as_ref().and_then(|f| f.free()).unwrap_or(self.info.memory_free);
+        let memory_free = self.sensors.as_ref().and_then(|s| s.free()).unwrap_or(self.info.memory_free);
         DeviceInfo { memory_free, ..self.info.clone() }
+    }
+
+    fn telemetry(&self) -> Telemetry {
+        self.sensors.as_ref().map(|s| s.telemetry()).unwrap_or_default()
     }
 
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {

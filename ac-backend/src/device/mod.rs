@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use ac_proto::backend::{
     ContextLimit, DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource,
-    ParamKind, TensorMapSpec, WireError,
+    ParamKind, Telemetry, TensorMapSpec, WireError,
 };
 use ac_proto::pieces;
 use bytes::Bytes;
@@ -115,6 +115,11 @@ pub trait Device: Send + Sync + 'static {
     /// Opens a context for one session; dropping the last reference to it releases everything
     /// the session left behind.
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>>;
+    /// What the device's sensors read now: none but for a GPU whose host has NVML, which the
+    /// daemon reads (a session's context, in a worker of its own, does not).
+    fn telemetry(&self) -> Telemetry {
+        Telemetry::default()
+    }
 }
 
 /// One session's view of a device: its memory, modules and streams.

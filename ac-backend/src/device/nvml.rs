@@ -1,7 +1,8 @@
 //! What NVML (NVIDIA's management library, `libnvidia-ml.so.1`, loaded at run time as cudarc
 //! loads CUDA) tells the backend: the GPUs and MIG instances of the host by UUID, without a
 //! CUDA context, and their health ([`crate::device::health`]): critical-Xid events as they happen and a
-//! periodic poll for conditions that persist.
+//! periodic poll for conditions that persist; and what their sensors read, for a session that
+//! asks (protocol 15).
 //!
 //! Queries go through `nvml-wrapper`; the event wait and a MIG instance's GPU-instance id go
 //! through its raw bindings (`nvml-wrapper-sys`), because the wrapper drops the instance an
@@ -14,9 +15,11 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ac_proto::backend::ComputeMode;
+use ac_proto::backend::{Clocks, ComputeMode, Telemetry};
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{ComputeMode as NvmlMode, EccCounter, MemoryError};
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, ComputeMode as NvmlMode, EccCounter, MemoryError, PerformanceState, TemperatureSensor,
+};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{nvmlEventData_t, NvmlLib};
@@ -169,6 +172,36 @@ impl NvmlHost {
     /// Free memory of an accelerator now.
     pub fn memory_free(&self, accelerator: &Accelerator) -> Option<u64> {
         self.nvml.device_by_uuid(accelerator.uuid.as_str()).and_then(|d| d.memory_info()).ok().map(|m| m.free)
+    }
+
+    /// What an accelerator's sensors read now (its own handle's: NVML answers few of them for a
+    /// MIG instance); a reading NVML refuses is left out.
+    pub fn telemetry(&self, accelerator: &Accelerator) -> Telemetry {
+        let Ok(device) = self.nvml.device_by_uuid(accelerator.uuid.as_str()) else { return Telemetry::default() };
+        let utilization = device.utilization_rates().ok();
+        let clocks = |read: &dyn Fn(Clock) -> Result<u32, NvmlError>| Clocks {
+            graphics: read(Clock::Graphics).ok(),
+            sm: read(Clock::SM).ok(),
+            memory: read(Clock::Memory).ok(),
+            video: read(Clock::Video).ok(),
+        };
+        Telemetry {
+            utilization_gpu: utilization.as_ref().map(|u| u.gpu),
+            utilization_memory: utilization.as_ref().map(|u| u.memory),
+            temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
+            power_mw: device.power_usage().ok(),
+            power_limit_mw: device.enforced_power_limit().ok(),
+            power_management_limit_mw: device.power_management_limit().ok(),
+            energy_mj: device.total_energy_consumption().ok(),
+            clocks_mhz: clocks(&|c| device.clock_info(c)),
+            max_clocks_mhz: clocks(&|c| device.max_clock_info(c)),
+            performance_state: device
+                .performance_state()
+                .ok()
+                .filter(|p| *p != PerformanceState::Unknown)
+                .map(|p| p.as_c()),
+            session_memory: 0,
+        }
     }
 
     /// One poll of an accelerator: whether it answers, and conditions of its GPU that persist.

@@ -110,18 +110,22 @@ mod gpus {
     use super::Served;
     use crate::config::BackendConfig;
     use crate::device::cuda::driver;
-    use crate::device::described::{DescribedGpu, FreeMemory};
+    use crate::device::described::{DescribedGpu, Sensors};
     use crate::device::health::{Board, Watched};
     use crate::device::nvml::{Accelerator, NvmlHost, DEFAULT_LIBRARY};
     use crate::device::worker::{WorkerCommand, WorkerDevice};
     use crate::device::Device;
 
-    /// Free memory of an accelerator, from NVML.
-    struct NvmlFree(NvmlHost, Accelerator);
+    /// An accelerator's free memory and sensors, from NVML.
+    struct NvmlSensors(NvmlHost, Accelerator);
 
-    impl FreeMemory for NvmlFree {
+    impl Sensors for NvmlSensors {
         fn free(&self) -> Option<u64> {
             self.0.memory_free(&self.1)
+        }
+
+        fn telemetry(&self) -> ac_proto::backend::Telemetry {
+            self.0.telemetry(&self.1)
         }
     }
 
@@ -175,8 +179,8 @@ mod gpus {
                 name = info.name,
                 "GPU"
             );
-            let free: Arc<dyn FreeMemory> = Arc::new(NvmlFree(host, accelerator.clone()));
-            let described = Arc::new(DescribedGpu::new(info, Some(free)));
+            let sensors: Arc<dyn Sensors> = Arc::new(NvmlSensors(host, accelerator.clone()));
+            let described = Arc::new(DescribedGpu::new(info, Some(sensors)));
             let mut command = command.clone();
             command.args.extend(["--visible-device".into(), accelerator.uuid.clone().into()]);
             let mut state = watched_of(config, &accelerator);

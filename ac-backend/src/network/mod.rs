@@ -415,6 +415,7 @@ async fn serve_session(
     slot: Slot,
 ) {
     // Creating a CUDA context takes a while: keep it off the async threads.
+    let sensors = device.clone();
     let context = match tokio::task::spawn_blocking(move || device.open_context()).await {
         Ok(Ok(context)) => context,
         Ok(Err(e)) => return refuse(&conn, close::PROTOCOL, &format!("cannot open a device context: {}", e.message)),
@@ -424,7 +425,7 @@ async fn serve_session(
     let budget = shared.config.inline_budget_mib.saturating_mul(1 << 20);
     let metrics = shared.metrics.clone();
     let limits = Limits { budget, quota: shared.config.session_memory_mib.map(|mib| mib << 20) };
-    let opened = (capability, index);
+    let opened = (capability, index, sensors);
     let (session, rejoins) = shared.registry.open(context, shared.config.copy, opened, fences, limits, metrics);
     session.attach(conn.clone());
     tracing::info!(session = session.id.0, "session opened");

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, WireError};
+use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, Telemetry, WireError};
 use rustc_hash::FxHashMap;
 
 pub mod fence;
@@ -20,7 +20,7 @@ pub mod serve_control;
 pub mod vmm;
 
 use crate::config::CopySettings;
-use crate::device::{Context, DeviceMem};
+use crate::device::{Context, Device, DeviceMem};
 use crate::metrics::Metrics;
 use crate::session::fence::Fences;
 
@@ -59,6 +59,12 @@ impl std::fmt::Debug for dyn Context {
     }
 }
 
+impl std::fmt::Debug for dyn Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.info().name)
+    }
+}
+
 /// One client's state shared between its connections.
 #[derive(Debug)]
 pub struct Session {
@@ -74,6 +80,8 @@ pub struct Session {
     pub capability: Option<u64>,
     /// The device (its index on the backend) the session runs on.
     pub device: u32,
+    /// That device, for what its sensors read ([`Device::telemetry`]).
+    pub sensors: Arc<dyn Device>,
     /// Where a resumed session's new connection goes to its control loop.
     rejoins: tokio::sync::mpsc::UnboundedSender<crate::session::resume::Rejoin>,
     /// The backend's module images, by content (shared by every session).
@@ -201,6 +209,11 @@ impl Session {
     /// Device memory the session holds now, bytes.
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Acquire)
+    }
+
+    /// What its device's sensors read now, and the memory the session holds.
+    pub fn telemetry(&self) -> Telemetry {
+        Telemetry { session_memory: self.held(), ..self.sensors.telemetry() }
     }
 
     /// Removes a buffer from the table; its memory goes when no operation holds it. A module's
@@ -350,7 +363,7 @@ impl Registry {
         &self,
         context: Arc<dyn Context>,
         copy: CopySettings,
-        (capability, device): (Option<u64>, u32),
+        (capability, device, sensors): (Option<u64>, u32, Arc<dyn Device>),
         fences: Fences,
         limits: Limits,
         metrics: Arc<Metrics>,
@@ -366,6 +379,7 @@ impl Registry {
             copy,
             capability,
             device,
+            sensors,
             rejoins,
             images: self.images.clone(),
             fences,
@@ -464,14 +478,15 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::device::{CpuDevice, Device};
+    use crate::device::CpuDevice;
 
     fn session() -> Arc<Session> {
-        let context = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+        let device = Arc::new(CpuDevice::new(0, 1 << 20));
+        let context = device.open_context().unwrap();
         let limits = Limits { budget: 1 << 20, quota: None };
         let (fences, _asked) = Fences::channel();
         let metrics = Arc::new(Metrics::default());
-        Registry::default().open(context, CopySettings::default(), (None, 0), fences, limits, metrics).0
+        Registry::default().open(context, CopySettings::default(), (None, 0, device), fences, limits, metrics).0
     }
 
     /// A resumption waits until every lane attached before it has stopped, and lanes attached

@@ -19,11 +19,15 @@
 //! (no NVLink fabric reaches a program over the network), and so is peer access between two
 //! devices, as `cuDeviceCanAccessPeer` says.
 //!
-//! What a remote GPU's NVML alone could say (utilization, clocks, temperatures, power, the
-//! processes on it, ECC counters) and what changes a GPU (clocks, modes, resets) answer
-//! `NVML_ERROR_NOT_SUPPORTED`, naming themselves once on stderr: every other function of
-//! `nvml.h` is exported so (`nvml_generated.rs`, by `scripts/gen-library-exports`), since
-//! PyTorch looks each name it knows up and stops at a missing one.
+//! What the remote GPU's sensors read (utilization, temperature, power, energy, clocks,
+//! performance state) is asked of its backend at each call, which reads its host's NVML
+//! (backend protocol 15): `torch.cuda.utilization()` and monitors built on pynvml read the
+//! remote GPU. The processes on a device are this one, with the memory its session holds.
+//! What else only the remote GPU's NVML could say (ECC counters, fans, NVLink, events) and what
+//! changes a GPU (clocks, modes, resets) answer `NVML_ERROR_NOT_SUPPORTED`, naming themselves
+//! once on stderr: every other function of `nvml.h` is exported so (`nvml_generated.rs`, by
+//! `scripts/gen-library-exports`), since PyTorch looks each name it knows up and stops at a
+//! missing one.
 //!
 //! `nvmlInit` opens the job's session as `cuInit` does (one session serves both), where
 //! NVIDIA's learns of the GPUs without starting CUDA: so a process that forks after asking NVML
@@ -34,6 +38,8 @@
 //! # Layout
 //! - [`system`]: init and shutdown, versions, error strings.
 //! - [`device`]: the device queries, by handle.
+//! - [`sensors`]: what the remote GPU's sensors read (utilization, temperature, power, clocks).
+//! - [`processes`]: the processes on a device: this one.
 
 use std::ffi::{c_char, c_uint};
 use std::sync::Mutex;
@@ -42,6 +48,8 @@ use crate::error::{code, CuResult, Error};
 use crate::state::{self, Device, Slot};
 
 pub mod device;
+pub mod processes;
+pub mod sensors;
 pub mod system;
 
 /// `nvmlReturn_t` values (nvml.h).

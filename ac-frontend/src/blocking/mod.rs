@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ParamKind};
+use ac_proto::backend::{DeviceInfo, KernelArg, LaunchDims, ParamKind, Telemetry};
 use bytemuck::Pod;
 use tokio::runtime::Runtime;
 
@@ -79,6 +79,11 @@ impl Accelerator {
     /// Current device description.
     pub fn device_info(&self) -> Result<DeviceInfo> {
         self.rt.block_on(self.as_async().device_info())
+    }
+
+    /// What the device's sensors read now ([`crate::Accelerator::telemetry`]).
+    pub fn telemetry(&self) -> Result<Telemetry> {
+        self.rt.block_on(self.as_async().telemetry())
     }
 
     /// A round trip with no device work.

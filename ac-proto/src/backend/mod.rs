@@ -85,6 +85,9 @@
 //! range and [`Request::UnmapRange`] unmaps; [`Request::ReleasePhysical`] lets it go once no
 //! mapping holds it, and [`Request::MemFree`] of the range frees the range (unmapping what is
 //! still mapped). A copy, memset or tensor map over a range must lie wholly in mapped bytes.
+//! Protocol 15 adds a device's sensors, appended likewise: [`Request::Telemetry`] answers
+//! [`Response::Telemetry`] ([`telemetry`]: utilization, temperature, power, energy, clocks,
+//! performance state, as the GPU host's NVML reads them, and the memory the session holds).
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -121,14 +124,16 @@ use serde::{Deserialize, Serialize};
 pub mod builtin;
 pub mod link;
 mod registration;
+pub mod telemetry;
 pub mod tensor_map;
 pub mod v4;
 
 pub use registration::*;
+pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 14;
+pub const VERSION: u16 = 15;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -754,6 +759,9 @@ pub enum Request {
         /// Bytes unmapped.
         bytes: u64,
     },
+    /// *Protocol 15.* What the device's sensors read now: replies [`Response::Telemetry`].
+    /// Nothing queued waits.
+    Telemetry,
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -861,6 +869,8 @@ pub enum Response {
     TensorMap(Vec<u8>),
     /// *Protocol 14.* Physical device memory ([`Request::CreatePhysical`]): its id in the session.
     Physical(u64),
+    /// *Protocol 15.* What the device's sensors read ([`Request::Telemetry`]).
+    Telemetry(Telemetry),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

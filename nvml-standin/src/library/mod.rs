@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nvml_wrapper_sys::bindings::*;
 
 use crate::events::{pending_lines, EventSet, Injected};
-use crate::state::{Gpu, Instance, PciAddress, State, StateFile, MIB};
+use crate::state::{Gpu, Instance, PciAddress, Sensors, State, StateFile, MIB};
 use crate::Error;
 
 /// An `nvmlReturn_t` error code.
@@ -291,6 +291,13 @@ impl Library {
     /// parent's, so the caller must ask the parent.
     fn health(&mut self, handle: usize) -> Result<&Gpu, Code> {
         self.device(handle)?.whole(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED).map(|(_, gpu)| gpu)
+    }
+
+    /// One of a GPU's sensor readings, as `read` takes it from the state file: not supported
+    /// where the file gives none, and on a MIG instance, which the stand-in gives none of its own.
+    pub fn sensor<T>(&mut self, handle: usize, read: impl FnOnce(&Sensors) -> Option<T>) -> Result<T, Code> {
+        let gpu = self.health(handle)?;
+        gpu.sensors.as_ref().and_then(read).ok_or(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
     }
 
     pub fn retired_pages_pending(&mut self, handle: usize) -> Result<bool, Code> {

@@ -17,18 +17,18 @@ use ac_tests::{computes, workspace_binary, TestBackend, TestCluster};
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
 use crate::standin;
 
-const GPU_A: &str = "GPU-aaaaaaaa-0000-4000-8000-000000000001";
+pub(crate) const GPU_A: &str = "GPU-aaaaaaaa-0000-4000-8000-000000000001";
 const GPU_B: &str = "GPU-bbbbbbbb-0000-4000-8000-000000000002";
 
 /// The stand-in machine: files, and this process's turn with them.
-struct Machine {
+pub(crate) struct Machine {
     dir: tempfile::TempDir,
     _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Machine {
     /// Takes the turn and describes the machine with `gpus` (TOML `[[gpu]]` tables).
-    async fn new(gpus: &str) -> Self {
+    pub(crate) async fn new(gpus: &str) -> Self {
         static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
         let turn = TURN.lock().await;
         let dir = tempfile::tempdir().unwrap();
@@ -49,7 +49,7 @@ impl Machine {
     }
 
     /// Rewrites the machine (a new file renamed over the old: the stand-in never reads half).
-    fn describe(&self, gpus: &str) {
+    pub(crate) fn describe(&self, gpus: &str) {
         let next = self.dir.path().join("machine.next");
         std::fs::write(&next, gpus).unwrap();
         std::fs::rename(next, self.state()).unwrap();
@@ -63,7 +63,7 @@ impl Machine {
     }
 }
 
-fn gpu(uuid: &str, bus: u32, mode: &str, extra: &str) -> String {
+pub(crate) fn gpu(uuid: &str, bus: u32, mode: &str, extra: &str) -> String {
     format!(
         "[[gpu]]\nuuid = \"{uuid}\"\nname = \"NVIDIA H100 80GB HBM3\"\npci_bus_id = \"00000000:{bus:02x}:00.0\"\n\
          memory_mib = 81559\ncompute_mode = \"{mode}\"\ncapability = [9, 0]\nmig = false\n{extra}\n"
@@ -72,7 +72,7 @@ fn gpu(uuid: &str, bus: u32, mode: &str, extra: &str) -> String {
 
 /// A backend on the stand-ins: session workers, NVML from `nvml` (a path that does not exist:
 /// no NVML), health polled every 100 ms.
-async fn backend(
+pub(crate) async fn backend(
     nvml: &Path,
     adjust: impl FnOnce(&mut ac_backend::BackendConfig),
 ) -> (TestBackend, standin::WorkerRecord) {
@@ -93,7 +93,7 @@ async fn backend(
     (backend, record)
 }
 
-fn nvml_standin() -> PathBuf {
+pub(crate) fn nvml_standin() -> PathBuf {
     workspace_binary("libnvml_standin.so")
 }
 
@@ -122,7 +122,7 @@ async fn until_device(
 }
 
 /// A manager with one registered stand-in GPU host `h0`.
-async fn cluster_with(backend: TestBackend) -> TestCluster {
+pub(crate) async fn cluster_with(backend: TestBackend) -> TestCluster {
     let mut c = TestCluster::start(0).await;
     c.backends.push(backend);
     c.add_host(0).await;

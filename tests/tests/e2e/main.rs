@@ -21,6 +21,7 @@ mod cuda_frameworks;
 mod cuda_launches;
 mod cuda_libraries;
 mod cuda_ranks;
+mod cuda_sensors;
 mod cuda_shim;
 mod device_contract;
 mod devices;

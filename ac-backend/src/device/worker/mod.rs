@@ -72,8 +72,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
-    WireError,
+    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Telemetry,
+    TensorMapSpec, WireError,
 };
 
 use self::shared::Bays;
@@ -126,6 +126,10 @@ impl Device for WorkerDevice {
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {
         let started = blocking(|| WorkerContext::start(&self.command, self.index, self.inner.info()));
         Ok(Arc::new(started?))
+    }
+
+    fn telemetry(&self) -> Telemetry {
+        self.inner.telemetry()
     }
 }
 

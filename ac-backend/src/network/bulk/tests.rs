@@ -71,7 +71,8 @@ impl Carrier for Memory {
 /// A session on a 1 MiB CPU device holding one buffer of `len` bytes; every fence it
 /// asks for is admitted with `pending` (the control loop's pending error).
 fn session_with_buffer(len: u64, pending: Option<WireError>) -> (Arc<Session>, BufferId) {
-    let context = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+    let device = Arc::new(CpuDevice::new(0, 1 << 20));
+    let context = device.open_context().unwrap();
     let (fences, mut asked) = Fences::channel();
     tokio::spawn(async move {
         while let Some(request) = asked.recv().await {
@@ -81,7 +82,8 @@ fn session_with_buffer(len: u64, pending: Option<WireError>) -> (Arc<Session>, B
     let limits = Limits { budget: 16 << 20, quota: None };
     let registry = Registry::default();
     let metrics = Arc::new(Metrics::default());
-    let (session, _rejoins) = registry.open(context, CopySettings::default(), (None, 0), fences, limits, metrics);
+    let (session, _rejoins) =
+        registry.open(context, CopySettings::default(), (None, 0, device), fences, limits, metrics);
     let buffer = session.alloc(len).unwrap();
     (session, buffer)
 }

@@ -2,7 +2,9 @@
 //! loopback (no daemon, no hello: the stream starts where the hello's welcome left it), its
 //! replies read back, fences asked as bulk copies ask for them.
 
-use ac_proto::backend::{BufferId, DevicePtr, Envelope, ErrorKind, Reply, Request, Response, StreamId, ALPN};
+use ac_proto::backend::{
+    BufferId, DevicePtr, Envelope, ErrorKind, Reply, Request, Response, StreamId, Telemetry, ALPN,
+};
 use ac_proto::frame::frame_bytes;
 use ac_proto::{tls, transport};
 
@@ -37,13 +39,14 @@ async fn bed() -> Bed {
     let (dialed, accepted) = tokio::join!(client.connect(addr, "127.0.0.1").unwrap(), accepting);
     let dialed = dialed.unwrap();
 
-    let context = CpuDevice::new(0, 1 << 20).open_context().unwrap();
+    let device = Arc::new(CpuDevice::new(0, 1 << 20));
+    let context = device.open_context().unwrap();
     let (fences, asked) = Fences::channel();
     let limits = Limits { budget: 16 << 20, quota: None };
     let (session, rejoins) = Registry::default().open(
         context,
         CopySettings::default(),
-        (None, 0),
+        (None, 0, device),
         fences.clone(),
         limits,
         Arc::new(Metrics::default()),
@@ -92,6 +95,17 @@ async fn replies_answer_their_ids_and_an_asynchronous_failure_waits_for_the_next
     }
     bed.send(4, Request::Synchronize { stream: None }).await;
     assert_eq!(bed.reply().await, Reply { id: 4, response: Response::Ok }, "an error is reported once");
+}
+
+/// A CPU device has no sensors: every reading is absent, and the memory is the session's own.
+#[tokio::test]
+async fn telemetry_reads_no_sensors_of_a_cpu_device_and_the_memory_the_session_holds() {
+    let mut bed = bed().await;
+    bed.send(1, Request::MemAlloc { bytes: 3000 }).await;
+    assert!(matches!(bed.reply().await.response, Response::Buffer(_)));
+    bed.send(2, Request::Telemetry).await;
+    let expected = Telemetry { session_memory: 3000, ..Telemetry::default() };
+    assert_eq!(bed.reply().await, Reply { id: 2, response: Response::Telemetry(expected) });
 }
 
 #[tokio::test]

@@ -1,0 +1,153 @@
+//! NVML's sensor queries for the remote GPUs: utilization, temperature, power, energy, clocks
+//! and performance state, as the GPU host's NVML reads them now (one round trip to the backend
+//! each, backend protocol 15). A reading the remote GPU's NVML does not give (a CPU device, a
+//! host without NVML, a MIG instance) is `NVML_ERROR_NOT_SUPPORTED`, as NVML answers for a GPU
+//! without that sensor; nothing is named on stderr, since the function is served.
+
+use std::ffi::{c_int, c_uint, c_ulonglong};
+
+use ac_frontend::Telemetry;
+
+use super::{device_of, guard, VERSION_MISMATCH};
+use crate::error::{code, CuResult, Error};
+use crate::state::{self, put};
+
+/// `nvmlUtilization_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Utilization {
+    gpu: c_uint,
+    memory: c_uint,
+}
+
+/// `nvmlTemperature_v1_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TemperatureV1 {
+    version: c_uint,
+    sensor: c_uint,
+    temperature: c_int,
+}
+
+/// `NVML_STRUCT_VERSION(Temperature, 1)`.
+const TEMPERATURE_V1: c_uint = size_of::<TemperatureV1>() as c_uint | 1 << 24;
+/// `NVML_TEMPERATURE_GPU`, the die's sensor: the one the GPU host's NVML is read for.
+/// `NVML_TEMPERATURE_GPU_MAX` (the hottest part of the die) is not read.
+const TEMPERATURE_GPU: c_uint = 0;
+const TEMPERATURE_GPU_MAX: c_uint = 1;
+/// `NVML_CLOCK_COUNT`: the clock domains are numbered below it.
+const CLOCK_DOMAINS: c_uint = 4;
+
+/// What the sensors of a handle's device read now.
+fn readings(device: *const u8) -> CuResult<Telemetry> {
+    let device = device_of(device)?;
+    Ok(state::shim()?.block_on(device.acc.telemetry())?)
+}
+
+/// One reading, or "not supported" where the remote GPU gives none.
+fn given<T>(reading: Option<T>) -> CuResult<T> {
+    reading.ok_or(Error::Code(code::NOT_SUPPORTED))
+}
+
+/// The die's temperature for `sensor` (an `nvmlTemperatureSensors_t`).
+fn temperature(device: *const u8, sensor: c_uint) -> CuResult<u32> {
+    match sensor {
+        TEMPERATURE_GPU => given(readings(device)?.temperature_c),
+        TEMPERATURE_GPU_MAX => {
+            device_of(device)?;
+            Err(Error::Code(code::NOT_SUPPORTED))
+        }
+        _ => Err(Error::Code(code::INVALID_VALUE)),
+    }
+}
+
+/// A clock domain's reading (`nvmlClockType_t`), now or its highest.
+fn clock(device: *const u8, domain: c_uint, highest: bool) -> CuResult<u32> {
+    if domain >= CLOCK_DOMAINS {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let all = readings(device)?;
+    given(if highest { all.max_clocks_mhz } else { all.clocks_mhz }.of(domain))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: *const u8, rates: *mut Utilization) -> u32 {
+    guard("nvmlDeviceGetUtilizationRates", || {
+        let all = readings(device)?;
+        put(rates, Utilization { gpu: given(all.utilization_gpu)?, memory: given(all.utilization_memory)? })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperature(device: *const u8, sensor: c_uint, temp: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetTemperature", || put(temp, temperature(device, sensor)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(device: *const u8, reading: *mut TemperatureV1) -> u32 {
+    guard("nvmlDeviceGetTemperatureV", || {
+        if reading.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let asked = reading.read();
+        if asked.version != TEMPERATURE_V1 {
+            return Err(Error::Code(VERSION_MISMATCH));
+        }
+        let degrees = temperature(device, asked.sensor)?;
+        put(reading, TemperatureV1 { temperature: degrees as c_int, ..asked })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: *const u8, milliwatts: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetPowerUsage", || put(milliwatts, given(readings(device)?.power_mw)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: *const u8, milliwatts: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetEnforcedPowerLimit", || put(milliwatts, given(readings(device)?.power_limit_mw)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: *const u8, milliwatts: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetPowerManagementLimit", || put(milliwatts, given(readings(device)?.power_management_limit_mw)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: *const u8, millijoules: *mut c_ulonglong) -> u32 {
+    guard("nvmlDeviceGetTotalEnergyConsumption", || put(millijoules, given(readings(device)?.energy_mj)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetClockInfo(device: *const u8, domain: c_uint, mhz: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetClockInfo", || put(mhz, clock(device, domain, false)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: *const u8, domain: c_uint, mhz: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetMaxClockInfo", || put(mhz, clock(device, domain, true)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: *const u8, state: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetPerformanceState", || put(state, given(readings(device)?.performance_state)?))
+}
+
+/// NVML 13's deprecated name for [`nvmlDeviceGetPerformanceState`].
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPowerState(device: *const u8, state: *mut c_uint) -> u32 {
+    guard("nvmlDeviceGetPowerState", || put(state, given(readings(device)?.performance_state)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvml_wrapper_sys::bindings as nvml;
+
+    #[test]
+    fn the_structs_are_nvml_h_s() {
+        assert_eq!(size_of::<Utilization>(), size_of::<nvml::nvmlUtilization_t>());
+        assert_eq!(size_of::<TemperatureV1>(), size_of::<nvml::nvmlTemperature_v1_t>());
+        assert_eq!(CLOCK_DOMAINS, nvml::nvmlClockType_enum_NVML_CLOCK_COUNT);
+    }
+}

@@ -1,0 +1,99 @@
+//! What a remote GPU's sensors read, through the CUDA shim's NVML and the SDK (backend protocol
+//! 15), on a GPU host of the stand-ins (`nvml-standin` for its NVML, `cuda-standin` for its
+//! driver; neither is a GPU) with session workers, as GPU hosts run by default.
+
+use ac_frontend::Session;
+use ac_proto::backend::{Clocks, Telemetry};
+use ac_tests::cuda;
+
+use crate::cuda_shim::{run, said};
+use crate::gpu_health::{backend, cluster_with, gpu, nvml_standin, Machine, GPU_A};
+use crate::standin;
+
+/// The stand-in GPU's `[gpu.sensors]` table; `power` absent, its NVML reads no power.
+fn sensors(utilization: [u32; 2], temperature: u32, power: Option<u32>, pstate: u32) -> String {
+    let power = power.map(|p| format!("power_mw = {p}\n")).unwrap_or_default();
+    format!(
+        "[gpu.sensors]\nutilization = {utilization:?}\ntemperature_c = {temperature}\n{power}power_limit_mw = 700000\n\
+         power_management_limit_mw = 650000\nenergy_mj = 987654321\nclocks_mhz = [1755, 1755, 2619, 1620]\n\
+         max_clocks_mhz = [1980, 1980, 2619, 1980]\npstate = {pstate}\n"
+    )
+}
+
+/// NVML through the shim reads the remote GPU's sensors as its host's NVML reads them, at each
+/// call (the machine rewritten while the program runs: the second reading is the new one, a
+/// sensor gone is NVML's "not supported"), lists this process on the device with the memory its
+/// session holds (3 MiB, then 0 once freed) under its own pid and name, and refuses by NVML's
+/// codes a sensor or clock domain past the lists, a struct version not served, a forged handle
+/// and another process's name. The SDK's `telemetry()` reads the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
+    let machine = Machine::new(&gpu(GPU_A, 0x17, "default", &sensors([37, 12], 41, Some(123_456), 0))).await;
+    let _turn = standin::exclusive().await;
+    let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
+    let c = cluster_with(backend).await;
+    let dir = tempfile::tempdir().unwrap();
+    let next = dir.path().join("machine.next");
+    std::fs::write(&next, gpu(GPU_A, 0x17, "default", &sensors([88, 45], 63, None, 2))).unwrap();
+    let shim = cuda::shim_dir(dir.path());
+    let probe = cuda::source("tests/cuda/nvml_sensors.py");
+    let args = [probe.to_str().unwrap(), next.to_str().unwrap()];
+    let out = run(&c, &shim, std::path::Path::new("python3"), &args, &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("nvml sensors done"), "{text}");
+    let fixed = "limit 700000, management limit 650000, energy 987654321, clocks 1755/1755/2619/1620, \
+                 max clocks 1980/1980/2619/1980";
+    let processes = |bytes: u64| {
+        format!(
+            "processes 1, this one 1 using {bytes} bytes, instance ids 0xffffffff, v1 1 pid this one using {bytes}, \
+             named as started, graphics 0"
+        )
+    };
+    for line in [
+        format!("round 1: utilization 37/12, temperature 41, temperature v 41, power 123456, {fixed}, pstate 0"),
+        processes(3 << 20),
+        "processes asked with room for 0: 7, count 1".into(),
+        "the hottest part's sensor: 3".into(),
+        "a sensor past the list: 2".into(),
+        "a clock domain past the list: 2".into(),
+        "temperature of struct version 2: 25".into(),
+        "power of a forged handle: 2".into(),
+        "another process's name: 6".into(),
+        format!(
+            "round 2: utilization 88/45, temperature 63, temperature v 63, power error 3 (Not Supported), {fixed}, \
+             pstate 2"
+        ),
+        processes(0),
+    ] {
+        assert!(text.contains(&line), "missing `{line}`:\n{text}");
+    }
+    assert!(!text.contains("is not supported on remote accelerators"), "a served call said it is not:\n{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the probe exited:\n{text}");
+
+    // The SDK reads the same, and counts its session's memory.
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let session = Session::init(c.session_options("j1", &credential, "n1")).await.unwrap();
+    let acc = &session.accelerators()[0].acc;
+    let _held = acc.alloc::<u8>(5 << 20).await.unwrap();
+    let clocks = |graphics, video| Clocks {
+        graphics: Some(graphics),
+        sm: Some(graphics),
+        memory: Some(2619),
+        video: Some(video),
+    };
+    let expected = Telemetry {
+        utilization_gpu: Some(88),
+        utilization_memory: Some(45),
+        temperature_c: Some(63),
+        power_mw: None,
+        power_limit_mw: Some(700_000),
+        power_management_limit_mw: Some(650_000),
+        energy_mj: Some(987_654_321),
+        clocks_mhz: clocks(1755, 1620),
+        max_clocks_mhz: clocks(1980, 1980),
+        performance_state: Some(2),
+        session_memory: 5 << 20,
+    };
+    assert_eq!(acc.telemetry().await.unwrap(), expected);
+    drop(machine);
+}
