@@ -1,6 +1,6 @@
 //! The consumer's view: the built stand-in, loaded through nvml-wrapper exactly as ac-backend
-//! loads it (`Nvml::builder().lib_path(..).init()`), answers an inventory with MIG instances, an
-//! injected Xid and a GPU lost as NVML would.
+//! loads it (`Nvml::builder().lib_path(..).init()`), answers an inventory with MIG instances,
+//! sensor readings, an injected Xid and a GPU lost as NVML would.
 //!
 //! It loads `target/release/libnvml_standin.so` (of the target directory it was built in): run `cargo build --release -p nvml-standin` first
 //! (`scripts/test` builds the whole workspace before it tests). One test only: the library's
@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::ComputeMode;
+use nvml_wrapper::enum_wrappers::device::{Clock, ComputeMode, PerformanceState, TemperatureSensor};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
@@ -29,6 +29,16 @@ compute_mode = "default"
 capability = [9, 0]
 mig = false
 lost = false
+  [gpu.sensors]
+  utilization = [71, 23]
+  temperature_c = 52
+  power_mw = 412345
+  power_limit_mw = 700000
+  power_management_limit_mw = 690000
+  energy_mj = 123456789012
+  clocks_mhz = [1755, 1740, 2619, 1620]
+  max_clocks_mhz = [1980, 1980, 2619, 1980]
+  pstate = 0
 
 [[gpu]]
 uuid = "GPU-66666666-7777-8888-9999-000000000000"
@@ -105,7 +115,25 @@ fn nvml_wrapper_reads_the_scripted_machine_and_its_events() {
     assert_eq!(gpu0.mig_mode().unwrap().current, 0);
     assert_eq!(gpu0.cuda_compute_capability().unwrap().major, 9);
 
+    // Its sensors, as the backend reads them for a session (protocol 15).
+    let utilization = gpu0.utilization_rates().unwrap();
+    assert_eq!((utilization.gpu, utilization.memory), (71, 23));
+    assert_eq!(gpu0.temperature(TemperatureSensor::Gpu).unwrap(), 52);
+    assert_eq!((gpu0.power_usage().unwrap(), gpu0.enforced_power_limit().unwrap()), (412_345, 700_000));
+    assert_eq!(gpu0.power_management_limit().unwrap(), 690_000);
+    assert_eq!(gpu0.total_energy_consumption().unwrap(), 123_456_789_012);
+    let clocks = [Clock::Graphics, Clock::SM, Clock::Memory, Clock::Video].map(|c| gpu0.clock_info(c).unwrap());
+    assert_eq!(clocks, [1755, 1740, 2619, 1620]);
+    assert_eq!(gpu0.max_clock_info(Clock::Video).unwrap(), 1980);
+    assert_eq!(gpu0.performance_state().unwrap(), PerformanceState::Zero);
+
     let gpu1 = nvml.device_by_uuid(GPU1).unwrap();
+    // No sensors table: NVML reads none of them; nor a MIG instance's.
+    assert!(matches!(gpu1.utilization_rates(), Err(NvmlError::NotSupported)));
+    assert!(matches!(
+        gpu1.mig_device_by_index(0).unwrap().temperature(TemperatureSensor::Gpu),
+        Err(NvmlError::NotSupported)
+    ));
     assert_eq!(gpu1.index().unwrap(), 1);
     assert_eq!(gpu1.pci_info().unwrap().bus_id, "00000000:2A:00.0");
     assert_eq!(gpu1.compute_mode().unwrap(), ComputeMode::ExclusiveProcess);
