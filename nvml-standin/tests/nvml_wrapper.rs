@@ -47,6 +47,8 @@ pci_bus_id = "00000000:2A:00.0"
 memory_mib = 81559
 compute_mode = "exclusive_process"
 mig = true
+  [gpu.sensors]
+  temperature_c = 60
   [[gpu.instance]]
   uuid = "MIG-aaaaaaaa-bbbb-cccc-dddd-000000000001"
   name = "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
@@ -128,12 +130,11 @@ fn nvml_wrapper_reads_the_scripted_machine_and_its_events() {
     assert_eq!(gpu0.performance_state().unwrap(), PerformanceState::Zero);
 
     let gpu1 = nvml.device_by_uuid(GPU1).unwrap();
-    // No sensors table: NVML reads none of them; nor a MIG instance's.
+    // A reading its table leaves out is not supported; nor is a MIG instance's, its GPU's aside.
+    assert_eq!(gpu1.temperature(TemperatureSensor::Gpu).unwrap(), 60);
     assert!(matches!(gpu1.utilization_rates(), Err(NvmlError::NotSupported)));
-    assert!(matches!(
-        gpu1.mig_device_by_index(0).unwrap().temperature(TemperatureSensor::Gpu),
-        Err(NvmlError::NotSupported)
-    ));
+    let instance = gpu1.mig_device_by_index(0).unwrap();
+    assert!(matches!(instance.temperature(TemperatureSensor::Gpu), Err(NvmlError::NotSupported)));
     assert_eq!(gpu1.index().unwrap(), 1);
     assert_eq!(gpu1.pci_info().unwrap().bus_id, "00000000:2A:00.0");
     assert_eq!(gpu1.compute_mode().unwrap(), ComputeMode::ExclusiveProcess);

@@ -221,21 +221,22 @@ fn xids_reach_the_sets_that_registered_their_device_in_order() {
 
 #[test]
 fn sensors_read_from_the_file_and_none_where_it_gives_none() {
+    // The sensors of the second GPU, which is in MIG mode.
     let with_sensors = MACHINE.replacen(
-        "retired_pages_pending = true\n",
-        "retired_pages_pending = true\n        [gpu.sensors]\n        temperature_c = 44\n        clocks_mhz = [1, 2, 3, 4]\n",
+        "mig = true\n",
+        "mig = true\n        [gpu.sensors]\n        temperature_c = 44\n        clocks_mhz = [1, 2, 3, 4]\n",
         1,
     );
     let (mut library, state, _events) = library("sensors", &with_sensors);
     let (gpu0, gpu1) = (library.by_index(0).unwrap(), library.by_index(1).unwrap());
-    assert_eq!(library.sensor(gpu0, |s| s.temperature_c), Ok(44));
-    assert_eq!(library.sensor(gpu0, |s| s.clocks_mhz.map(|c| c[2])), Ok(3));
+    assert_eq!(library.sensor(gpu1, |s| s.temperature_c), Ok(44));
+    assert_eq!(library.sensor(gpu1, |s| s.clocks_mhz.map(|c| c[2])), Ok(3));
     let not_supported = Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
-    assert_eq!(library.sensor(gpu0, |s| s.power_mw), not_supported, "a reading the table leaves out");
-    assert_eq!(library.sensor(gpu1, |s| s.temperature_c), not_supported, "a GPU without a table");
+    assert_eq!(library.sensor(gpu1, |s| s.power_mw), not_supported, "a reading the table leaves out");
+    assert_eq!(library.sensor(gpu0, |s| s.temperature_c), not_supported, "a GPU without a table");
     let instance = library.mig_device_by_index(gpu1, 0).unwrap();
-    assert_eq!(library.sensor(instance, |s| s.temperature_c), not_supported, "a MIG instance");
+    assert_eq!(library.sensor(instance, |s| s.temperature_c), not_supported, "a MIG instance, its parent's aside");
     // A rewrite is read at the next call.
     rewrite(&state, &with_sensors.replacen("temperature_c = 44", "temperature_c = 71", 1));
-    assert_eq!(library.sensor(gpu0, |s| s.temperature_c), Ok(71));
+    assert_eq!(library.sensor(gpu1, |s| s.temperature_c), Ok(71));
 }
