@@ -107,6 +107,33 @@ impl Accelerator {
         Ok(dict)
     }
 
+    /// What the device's sensors read now, and the memory this session holds
+    /// ([`ac_frontend::Accelerator::telemetry`]); a reading the device cannot give is `None`.
+    fn telemetry<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let readings = self.owner.wait(py, self.sdk().telemetry())?.map_err(error::sdk)?;
+        let clocks = |c: ac_frontend::Clocks| -> PyResult<Bound<'py, PyDict>> {
+            let dict = PyDict::new(py);
+            dict.set_item("graphics", c.graphics)?;
+            dict.set_item("sm", c.sm)?;
+            dict.set_item("memory", c.memory)?;
+            dict.set_item("video", c.video)?;
+            Ok(dict)
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("utilization_gpu", readings.utilization_gpu)?;
+        dict.set_item("utilization_memory", readings.utilization_memory)?;
+        dict.set_item("temperature_c", readings.temperature_c)?;
+        dict.set_item("power_mw", readings.power_mw)?;
+        dict.set_item("power_limit_mw", readings.power_limit_mw)?;
+        dict.set_item("power_management_limit_mw", readings.power_management_limit_mw)?;
+        dict.set_item("energy_mj", readings.energy_mj)?;
+        dict.set_item("clocks_mhz", clocks(readings.clocks_mhz)?)?;
+        dict.set_item("max_clocks_mhz", clocks(readings.max_clocks_mhz)?)?;
+        dict.set_item("performance_state", readings.performance_state)?;
+        dict.set_item("session_memory", readings.session_memory)?;
+        Ok(dict)
+    }
+
     /// Allocates `nbytes` of device memory (`acMemAlloc`).
     fn alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buffer> {
         let buffer = self.owner.wait(py, self.sdk().alloc::<u8>(nbytes))?.map_err(error::sdk)?;

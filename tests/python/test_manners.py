@@ -214,6 +214,22 @@ def test_the_garbage_collector_frees_remote_memory(session):
         b.get()
 
 
+def test_telemetry_of_a_cpu_device_reads_no_sensors_and_counts_the_sessions_memory(session):
+    acc = session.accelerators[0]
+    before = acc.telemetry()
+    held = acc.empty(3 << 20, np.uint8)
+    now = acc.telemetry()
+    assert now["session_memory"] == before["session_memory"] + (3 << 20)
+    # A CPU device has no sensors: every reading is None, each clock domain's too.
+    readings = {k: v for k, v in now.items() if k != "session_memory"}
+    assert len(readings) == 10 and all(v is None for k, v in readings.items() if "clocks" not in k), readings
+    assert now["clocks_mhz"] == now["max_clocks_mhz"] == {"graphics": None, "sm": None, "memory": None, "video": None}
+    del held
+    gc.collect()
+    acc.synchronize()
+    assert acc.telemetry()["session_memory"] == before["session_memory"]
+
+
 def test_streams_order_their_work_and_events_wait_for_it(session):
     acc = session.accelerators[0]
     stream = acc.create_stream()

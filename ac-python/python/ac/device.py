@@ -50,6 +50,15 @@ class Accelerator:
         """The device's state now (asks the backend): name, kind, memory total and free."""
         return self._raw.info()
 
+    def telemetry(self) -> Dict[str, Any]:
+        """What the device's sensors read now (asks the backend, protocol 15), as the GPU host's
+        NVML reads them: ``utilization_gpu`` and ``utilization_memory`` (percent),
+        ``temperature_c``, ``power_mw``, ``power_limit_mw``, ``power_management_limit_mw``,
+        ``energy_mj``, ``clocks_mhz`` and ``max_clocks_mhz`` (``graphics``, ``sm``, ``memory``,
+        ``video``) and ``performance_state``, each ``None`` where the device cannot say (a CPU
+        device, a host without NVML); and ``session_memory``, the bytes this session holds."""
+        return self._raw.telemetry()
+
     def ping(self) -> None:
         """A round trip to the backend."""
         self._raw.ping()
