@@ -8,7 +8,10 @@
 //! What it models:
 //! - **the machine**, from the TOML file `NVML_STANDIN_STATE` names (format in `state.rs`:
 //!   GPUs with UUID, name, PCI bus id, memory, compute mode, compute capability, MIG mode and
-//!   MIG instances, "lost", pending page retirement, ECC totals, PCIe replays). Without the
+//!   MIG instances, "lost", pending page retirement, ECC totals, PCIe replays, and sensor
+//!   readings: utilization, the die's temperature, power and its limits, energy, clocks and
+//!   their maxima, performance state, each absent where the GPU's NVML gives none: `sensors.rs`,
+//!   which answers none for a MIG instance). Without the
 //!   variable, or with a file that cannot be read, `nvmlInit` answers
 //!   `NVML_ERROR_DRIVER_NOT_LOADED`, as NVML on a host without the driver; a file that does not
 //!   parse answers `NVML_ERROR_UNKNOWN` and says why on stderr;
@@ -38,8 +41,8 @@
 //! GPU without a `mig` key answers `NVML_ERROR_NOT_SUPPORTED` to the MIG queries, as one without
 //! MIG does; `nvmlDeviceGetHandleByIndex_v2` on a lost GPU answers `NVML_ERROR_GPU_IS_LOST`.
 //!
-//! What it does not model: everything else NVML has (clocks, power, utilisation, processes,
-//! NVLink, vGPU, setters: those symbols are absent, so nvml-wrapper answers
+//! What it does not model: everything else NVML has (processes, fans, NVLink, vGPU, setters:
+//! those symbols are absent, so nvml-wrapper answers
 //! `FailedToLoadSymbol`), events other than critical Xids (ECC events are listed as supported
 //! but never sent), reserved memory (always 0), and timing: a GPU does not fall off the bus
 //! on its own.
