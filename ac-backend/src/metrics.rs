@@ -1,11 +1,12 @@
 //! The backend's Prometheus metrics (`ac_backend_*`). Counters and histograms are bumped where
 //! the event happens (a copy completes, a launch is queued, an error is answered); sessions and
-//! device memory are read from the live state at each scrape ([`StateCollector`]).
+//! device memory are read from the live state at each scrape ([`StateCollector`]), and so are a
+//! GPU's sensors where its host has NVML (utilization, temperature, power, energy).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ac_proto::backend::{DeviceInfo, Direction, ErrorKind, Response};
+use ac_proto::backend::{DeviceInfo, Direction, ErrorKind, Response, Telemetry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -177,6 +178,39 @@ impl std::fmt::Debug for StateCollector {
 /// One per-device memory gauge family: name, help and how to read it.
 type MemoryFamily<'a> = (&'a str, &'a str, &'a dyn Fn(&DeviceInfo) -> u64);
 
+/// One per-device sensor gauge family: name, help, unit and how to read it, in the unit.
+type SensorFamily<'a> = (&'a str, &'a str, Unit, &'a dyn Fn(&Telemetry) -> Option<f64>);
+
+/// A percentage as Prometheus's ratio.
+fn ratio(percent: Option<u32>) -> Option<f64> {
+    percent.map(|p| f64::from(p) / 100.0)
+}
+
+/// The sensor families, each in Prometheus's base unit.
+fn sensor_families<'a>() -> [SensorFamily<'a>; 5] {
+    [
+        (
+            "device_utilization",
+            "Share of the last sample period in which a kernel ran on each GPU (its host's NVML)",
+            Unit::Other("ratio".into()),
+            &|t| ratio(t.utilization_gpu),
+        ),
+        (
+            "device_memory_utilization",
+            "Share of the last sample period in which each GPU's memory was read or written",
+            Unit::Other("ratio".into()),
+            &|t| ratio(t.utilization_memory),
+        ),
+        ("device_temperature", "Each GPU's die temperature", Unit::Celsius, &|t| t.temperature_c.map(f64::from)),
+        ("device_power", "Power each GPU draws", Unit::Other("watts".into()), &|t| {
+            t.power_mw.map(|mw| f64::from(mw) / 1000.0)
+        }),
+        ("device_energy", "Energy each GPU used since its driver was loaded", Unit::Joules, &|t| {
+            t.energy_mj.map(|mj| mj as f64 / 1000.0)
+        }),
+    ]
+}
+
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let sessions = ConstGauge::new((self.sessions)() as i64);
@@ -196,6 +230,21 @@ impl Collector for StateCollector {
                 let index = info.index.to_string();
                 let gauge = ConstGauge::new(value(info) as i64);
                 gauge.encode(family.encode_family(&[("device", index.as_str())])?)?;
+            }
+        }
+        let readings: Vec<(String, Telemetry)> =
+            self.devices.iter().zip(&infos).map(|(d, info)| (info.index.to_string(), d.telemetry())).collect();
+        for (name, help, unit, value) in sensor_families() {
+            // A family no device reads (CPU devices, hosts without NVML) is left out whole.
+            let read: Vec<(&str, f64)> =
+                readings.iter().filter_map(|(index, t)| Some((index.as_str(), value(t)?))).collect();
+            if read.is_empty() {
+                continue;
+            }
+            let kind = ConstGauge::new(0.0f64).metric_type();
+            let mut family = encoder.encode_descriptor(name, help, Some(&unit), kind)?;
+            for (index, reading) in read {
+                ConstGauge::new(reading).encode(family.encode_family(&[("device", index)])?)?;
             }
         }
         Ok(())

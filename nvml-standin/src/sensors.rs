@@ -58,12 +58,12 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(
     if reading.is_null() {
         return nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (*reading).version != TEMPERATURE_V1 {
+    // The temperature is the callee's to write and may be uninitialized: never read.
+    if std::ptr::addr_of!((*reading).version).read() != TEMPERATURE_V1 {
         return nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     }
-    let value =
-        temperature(dev, (*reading).sensorType).map(|t| nvmlTemperature_v1_t { temperature: t as i32, ..*reading });
-    put(reading, value)
+    let value = temperature(dev, std::ptr::addr_of!((*reading).sensorType).read());
+    put(std::ptr::addr_of_mut!((*reading).temperature), value.map(|t| t as i32))
 }
 
 #[no_mangle]

@@ -8,6 +8,7 @@ Usage: nvml_sensors.py [NEXT_STATE_FILE]"""
 import ctypes
 import os
 import sys
+import time
 from ctypes import byref, c_int, c_uint, c_ulonglong, c_void_p, create_string_buffer
 
 nvml = ctypes.CDLL("libnvidia-ml.so.1")
@@ -64,6 +65,13 @@ def read_all(h, round_):
           f"pstate {reading(nvml.nvmlDeviceGetPerformanceState, h)}")
 
 
+def started():
+    """This process's program as started, the first word of its command line: what NVML names
+    a process by."""
+    with open("/proc/self/cmdline", "rb") as cmdline:
+        return cmdline.read().split(b"\0")[0].decode()
+
+
 def processes(h):
     count = c_uint(0)
     print(f"processes asked with room for 0: {nvml.nvmlDeviceGetComputeRunningProcesses_v3(h, byref(count), None)}, "
@@ -82,7 +90,7 @@ def processes(h):
     print(f"processes {count.value}, this one {len(mine)} using {mine[0].usedGpuMemory if mine else None} bytes, "
           f"instance ids {hex(mine[0].gpuInstanceId) if mine else None}, "
           f"v1 {v1_count.value} pid {'this one' if v1[0].pid == os.getpid() else v1[0].pid} using {v1[0].usedGpuMemory}, "
-          f"named {'as started' if name.value.decode() == sys.executable else name.value}, graphics {graphics.value}")
+          f"named {'as started' if name.value.decode() == started() else name.value}, graphics {graphics.value}")
 
 
 ok("nvmlInit_v2", nvml.nvmlInit_v2())
@@ -94,6 +102,11 @@ ok("cuMemAlloc_v2", cuda.cuMemAlloc_v2(byref(memory), 3 << 20))
 ok("nvmlDeviceGetHandleByIndex_v2", nvml.nvmlDeviceGetHandleByIndex_v2(0, byref(h)))
 read_all(h, 1)
 processes(h)
+# What a reading costs (a round trip to the backend, which asks its host's NVML): reported, not
+# checked.
+util, started_at = Utilization(), time.perf_counter()
+answers = {nvml.nvmlDeviceGetUtilizationRates(h, byref(util)) for _ in range(100)}
+print(f"100 utilization readings: {(time.perf_counter() - started_at) * 1e4:.0f} us each, answered {sorted(answers)}")
 print(f"the hottest part's sensor: {nvml.nvmlDeviceGetTemperature(h, 1, byref(c_uint()))}")
 print(f"a sensor past the list: {nvml.nvmlDeviceGetTemperature(h, 7, byref(c_uint()))}")
 print(f"a clock domain past the list: {nvml.nvmlDeviceGetClockInfo(h, 4, byref(c_uint()))}")
@@ -101,6 +114,13 @@ print(f"temperature of struct version 2: "
       f"{nvml.nvmlDeviceGetTemperatureV(h, byref(Temperature(version=12 | 2 << 24)))}")
 print(f"power of a forged handle: {nvml.nvmlDeviceGetPowerUsage(c_void_p(0x1234), byref(c_uint()))}")
 print(f"another process's name: {nvml.nvmlSystemGetProcessName(1, create_string_buffer(64), 64)}")
+short = (ctypes.c_char * 5)(*b"\xff" * 5)
+result = nvml.nvmlSystemGetProcessName(os.getpid(), short, 4)
+cut = started().encode()[:3] + b"\0\xff"
+print(f"this process's name into 4 bytes: {result}, "
+      f"{'its first 3 bytes and a NUL' if bytes(short) == cut else bytes(short)}")
+mps = c_uint(4)
+print(f"MPS processes: {nvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(h, byref(mps), (Process * 4)())}, count {mps.value}")
 if len(sys.argv) > 1:
     os.replace(sys.argv[1], os.environ["NVML_STANDIN_STATE"])
     ok("cuMemFree_v2", cuda.cuMemFree_v2(memory))

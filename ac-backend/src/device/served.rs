@@ -124,8 +124,9 @@ mod gpus {
             self.0.memory_free(&self.1)
         }
 
+        /// Some fifteen NVML calls: off the async threads, as every device wait is.
         fn telemetry(&self) -> ac_proto::backend::Telemetry {
-            self.0.telemetry(&self.1)
+            crate::device::blocking(|| self.0.telemetry(&self.1))
         }
     }
 

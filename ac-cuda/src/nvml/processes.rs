@@ -7,9 +7,8 @@
 
 use std::ffi::{c_char, c_uint};
 
-use super::{copy_string, device_of, guard};
+use super::{device_of, guard};
 use crate::error::{code, CuResult, Error};
-use crate::state;
 
 /// `nvmlProcessInfo_v1_t`.
 #[repr(C)]
@@ -34,9 +33,7 @@ const NO_INSTANCE: c_uint = u32::MAX;
 
 /// This process and the memory its session holds on a handle's device.
 fn this_process(device: *const u8) -> CuResult<(c_uint, u64)> {
-    let device = device_of(device)?;
-    let readings = state::shim()?.block_on(device.acc.telemetry())?;
-    Ok((std::process::id(), readings.session_memory))
+    Ok((std::process::id(), super::sensors::readings(device)?.session_memory))
 }
 
 /// Writes `listed` into the caller's array of `*count` entries and the number listed into
@@ -47,14 +44,15 @@ unsafe fn list<T: Copy>(count: *mut c_uint, infos: *mut T, listed: &[T]) -> CuRe
         return Err(Error::Code(code::INVALID_VALUE));
     }
     let room = count.read() as usize;
+    // A null array is allowed only for asking how many (a count of 0).
+    if infos.is_null() && room > 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
     count.write(listed.len() as c_uint);
     if room < listed.len() {
         return Err(Error::Code(super::TOO_SMALL));
     }
     if !listed.is_empty() {
-        if infos.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
         std::ptr::copy_nonoverlapping(listed.as_ptr(), infos, listed.len());
     }
     Ok(())
@@ -67,8 +65,9 @@ unsafe fn compute_v2(device: *const u8, count: *mut c_uint, infos: *mut ProcessV
     list(count, infos, &[listed])
 }
 
-/// No graphics processes: the device is checked, the list is empty.
-unsafe fn no_graphics<T: Copy>(device: *const u8, count: *mut c_uint, infos: *mut T) -> CuResult<()> {
+/// No processes of a kind the remote GPU runs none of for this process (graphics; MPS clients,
+/// whose list NVIDIA's NVML keeps apart): the device is checked, the list is empty.
+unsafe fn none_listed<T: Copy>(device: *const u8, count: *mut c_uint, infos: *mut T) -> CuResult<()> {
     device_of(device)?;
     list(count, infos, &[])
 }
@@ -109,7 +108,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
     count: *mut c_uint,
     infos: *mut ProcessV1,
 ) -> u32 {
-    guard("nvmlDeviceGetGraphicsRunningProcesses", || no_graphics(device, count, infos))
+    guard("nvmlDeviceGetGraphicsRunningProcesses", || none_listed(device, count, infos))
 }
 
 #[no_mangle]
@@ -118,7 +117,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
     count: *mut c_uint,
     infos: *mut ProcessV2,
 ) -> u32 {
-    guard("nvmlDeviceGetGraphicsRunningProcesses_v2", || no_graphics(device, count, infos))
+    guard("nvmlDeviceGetGraphicsRunningProcesses_v2", || none_listed(device, count, infos))
 }
 
 #[no_mangle]
@@ -127,11 +126,39 @@ pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
     count: *mut c_uint,
     infos: *mut ProcessV2,
 ) -> u32 {
-    guard("nvmlDeviceGetGraphicsRunningProcesses_v3", || no_graphics(device, count, infos))
+    guard("nvmlDeviceGetGraphicsRunningProcesses_v3", || none_listed(device, count, infos))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessV1,
+) -> u32 {
+    guard("nvmlDeviceGetMPSComputeRunningProcesses", || none_listed(device, count, infos))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessV2,
+) -> u32 {
+    guard("nvmlDeviceGetMPSComputeRunningProcesses_v2", || none_listed(device, count, infos))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
+    device: *const u8,
+    count: *mut c_uint,
+    infos: *mut ProcessV2,
+) -> u32 {
+    guard("nvmlDeviceGetMPSComputeRunningProcesses_v3", || none_listed(device, count, infos))
 }
 
 /// The name of a process NVML lists: this one's, its program as it was started
-/// (`/proc/self/cmdline`'s first word, as NVIDIA's NVML reads it); any other pid is not found.
+/// (`/proc/self/cmdline`'s first word), cut to the buffer as NVML cuts it; any other pid is not
+/// found.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char, length: c_uint) -> u32 {
     guard("nvmlSystemGetProcessName", || {
@@ -140,9 +167,19 @@ pub unsafe extern "C" fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char
             return Err(Error::Code(code::NOT_FOUND));
         }
         let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-        let program = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-        copy_string(name, length, &String::from_utf8_lossy(program))
+        copy_cut(name, length, cmdline.split(|&b| b == 0).next().unwrap_or_default())
     })
+}
+
+/// Copies as much of `text` as a C buffer of `len` bytes holds with its NUL.
+unsafe fn copy_cut(out: *mut c_char, len: c_uint, text: &[u8]) -> CuResult<()> {
+    if out.is_null() || len == 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let kept = text.len().min(len as usize - 1);
+    std::ptr::copy_nonoverlapping(text.as_ptr() as *const c_char, out, kept);
+    *out.add(kept) = 0;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! NVML's sensor queries for the remote GPUs: utilization, temperature, power, energy, clocks
 //! and performance state, as the GPU host's NVML reads them now (one round trip to the backend
-//! each, backend protocol 15). A reading the remote GPU's NVML does not give (a CPU device, a
-//! host without NVML, a MIG instance) is `NVML_ERROR_NOT_SUPPORTED`, as NVML answers for a GPU
-//! without that sensor; nothing is named on stderr, since the function is served.
+//! each, backend protocol 15). A reading the backend cannot give (a GPU host without NVML, GPUs
+//! served in the daemon's process, a MIG instance) is `NVML_ERROR_NOT_SUPPORTED`, as NVML
+//! answers for a GPU without that sensor; nothing is named on stderr, since the function is
+//! served. A backend older than protocol 15 reads none: said once on stderr.
 
 use std::ffi::{c_int, c_uint, c_ulonglong};
 
-use ac_frontend::Telemetry;
+use ac_frontend::{Clocks, Telemetry};
 
 use super::{device_of, guard, VERSION_MISMATCH};
 use crate::error::{code, CuResult, Error};
@@ -38,10 +39,19 @@ const TEMPERATURE_GPU_MAX: c_uint = 1;
 /// `NVML_CLOCK_COUNT`: the clock domains are numbered below it.
 const CLOCK_DOMAINS: c_uint = 4;
 
-/// What the sensors of a handle's device read now.
-fn readings(device: *const u8) -> CuResult<Telemetry> {
+/// What the sensors of a handle's device read now, and the memory its session holds. A backend
+/// too old to say is "not supported", its reason said once (a monitor asks every second).
+pub(super) fn readings(device: *const u8) -> CuResult<Telemetry> {
     let device = device_of(device)?;
-    Ok(state::shim()?.block_on(device.acc.telemetry())?)
+    match state::shim()?.block_on(device.acc.telemetry()) {
+        Ok(readings) => Ok(readings),
+        Err(too_old @ ac_frontend::Error::VersionMismatch(_)) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("ac-cuda: NVML's sensors and processes: {too_old}"));
+            Err(Error::Code(code::NOT_SUPPORTED))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One reading, or "not supported" where the remote GPU gives none.
@@ -61,13 +71,12 @@ fn temperature(device: *const u8, sensor: c_uint) -> CuResult<u32> {
     }
 }
 
-/// A clock domain's reading (`nvmlClockType_t`), now or its highest.
-fn clock(device: *const u8, domain: c_uint, highest: bool) -> CuResult<u32> {
+/// A clock domain's reading (`nvmlClockType_t`) from the clocks `which` picks.
+fn clock(device: *const u8, domain: c_uint, which: impl FnOnce(&Telemetry) -> Clocks) -> CuResult<u32> {
     if domain >= CLOCK_DOMAINS {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    let all = readings(device)?;
-    given(if highest { all.max_clocks_mhz } else { all.clocks_mhz }.of(domain))
+    given(which(&readings(device)?).of(domain))
 }
 
 #[no_mangle]
@@ -89,12 +98,14 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(device: *const u8, reading: *
         if reading.is_null() {
             return Err(Error::Code(code::INVALID_VALUE));
         }
-        let asked = reading.read();
-        if asked.version != TEMPERATURE_V1 {
+        // The caller fills the version and the sensor; the temperature is ours to write and
+        // may be uninitialized, so it is never read.
+        if std::ptr::addr_of!((*reading).version).read() != TEMPERATURE_V1 {
             return Err(Error::Code(VERSION_MISMATCH));
         }
-        let degrees = temperature(device, asked.sensor)?;
-        put(reading, TemperatureV1 { temperature: degrees as c_int, ..asked })
+        let degrees = temperature(device, std::ptr::addr_of!((*reading).sensor).read())?;
+        std::ptr::addr_of_mut!((*reading).temperature).write(degrees as c_int);
+        Ok(())
     })
 }
 
@@ -120,12 +131,12 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: *const u8, 
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetClockInfo(device: *const u8, domain: c_uint, mhz: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetClockInfo", || put(mhz, clock(device, domain, false)?))
+    guard("nvmlDeviceGetClockInfo", || put(mhz, clock(device, domain, |t| t.clocks_mhz)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: *const u8, domain: c_uint, mhz: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetMaxClockInfo", || put(mhz, clock(device, domain, true)?))
+    guard("nvmlDeviceGetMaxClockInfo", || put(mhz, clock(device, domain, |t| t.max_clocks_mhz)?))
 }
 
 #[no_mangle]
@@ -136,7 +147,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: *const u8, state:
 /// NVML 13's deprecated name for [`nvmlDeviceGetPerformanceState`].
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerState(device: *const u8, state: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetPowerState", || put(state, given(readings(device)?.performance_state)?))
+    nvmlDeviceGetPerformanceState(device, state)
 }
 
 #[cfg(test)]
@@ -148,6 +159,10 @@ mod tests {
     fn the_structs_are_nvml_h_s() {
         assert_eq!(size_of::<Utilization>(), size_of::<nvml::nvmlUtilization_t>());
         assert_eq!(size_of::<TemperatureV1>(), size_of::<nvml::nvmlTemperature_v1_t>());
+        assert_eq!(
+            std::mem::offset_of!(TemperatureV1, temperature),
+            std::mem::offset_of!(nvml::nvmlTemperature_v1_t, temperature)
+        );
         assert_eq!(CLOCK_DOMAINS, nvml::nvmlClockType_enum_NVML_CLOCK_COUNT);
     }
 }

@@ -25,12 +25,14 @@ fn sensors(utilization: [u32; 2], temperature: u32, power: Option<u32>, pstate: 
 /// sensor gone is NVML's "not supported"), lists this process on the device with the memory its
 /// session holds (3 MiB, then 0 once freed) under its own pid and name, and refuses by NVML's
 /// codes a sensor or clock domain past the lists, a struct version not served, a forged handle
-/// and another process's name. The SDK's `telemetry()` reads the same.
+/// and another process's name; a name is cut to its buffer, and no MPS clients are listed. The SDK's `telemetry()` reads the same, and so do the backend's
+/// metrics.
 #[tokio::test(flavor = "multi_thread")]
 async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
     let machine = Machine::new(&gpu(GPU_A, 0x17, "default", &sensors([37, 12], 41, Some(123_456), 0))).await;
     let _turn = standin::exclusive().await;
-    let (backend, _record) = backend(&nvml_standin(), |_| {}).await;
+    let (backend, _record) =
+        backend(&nvml_standin(), |c| c.metrics_listen = Some("127.0.0.1:0".parse().unwrap())).await;
     let c = cluster_with(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let next = dir.path().join("machine.next");
@@ -59,6 +61,9 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
         "temperature of struct version 2: 25".into(),
         "power of a forged handle: 2".into(),
         "another process's name: 6".into(),
+        "MPS processes: 0, count 0".into(),
+        // Cut to 3 bytes and a NUL, as NVML cuts a name; nothing past the 4 bytes written.
+        "this process's name into 4 bytes: 0, its first 3 bytes and a NUL".into(),
         format!(
             "round 2: utilization 88/45, temperature 63, temperature v 63, power error 3 (Not Supported), {fixed}, \
              pstate 2"
@@ -95,5 +100,20 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
         session_memory: 5 << 20,
     };
     assert_eq!(acc.telemetry().await.unwrap(), expected);
+
+    // The backend's metrics carry the same readings, in Prometheus's base units; a reading no
+    // device gives (power, now) has no family.
+    let addr = c.backends[0].backend.metrics_addr().expect("metrics address");
+    let (status, body) = ac_tests::prometheus::http_get(addr, "/metrics").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    for series in [
+        "ac_backend_device_utilization_ratio{device=\"0\"} 0.88",
+        "ac_backend_device_memory_utilization_ratio{device=\"0\"} 0.45",
+        "ac_backend_device_temperature_celsius{device=\"0\"} 63.0",
+        "ac_backend_device_energy_joules{device=\"0\"} 987654.321",
+    ] {
+        assert!(body.contains(series), "no `{series}`:\n{body}");
+    }
+    assert!(!body.contains("ac_backend_device_power"), "{body}");
     drop(machine);
 }
