@@ -219,5 +219,19 @@ mod tests {
             unsafe { list(std::ptr::null_mut(), out.as_mut_ptr(), &one) }.unwrap_err().code(),
             code::INVALID_VALUE
         );
+        // Room claimed with no array: refused, the count untouched.
+        count = 3;
+        let err = unsafe { list(&mut count, std::ptr::null_mut(), &one) }.unwrap_err();
+        assert_eq!((err.code(), count), (code::INVALID_VALUE, 3));
+    }
+
+    #[test]
+    fn a_process_name_is_cut_to_the_buffer() {
+        let mut buf = [0x55 as c_char; 4];
+        unsafe { copy_cut(buf.as_mut_ptr(), 4, b"python3") }.unwrap();
+        assert_eq!(buf.map(|c| c as u8), *b"pyt\0");
+        unsafe { copy_cut(buf.as_mut_ptr(), 4, b"ab") }.unwrap();
+        assert_eq!(buf.map(|c| c as u8)[..3], *b"ab\0");
+        assert_eq!(unsafe { copy_cut(buf.as_mut_ptr(), 0, b"ab") }.unwrap_err().code(), code::INVALID_VALUE);
     }
 }
