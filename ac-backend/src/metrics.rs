@@ -9,7 +9,7 @@ use std::time::Duration;
 use ac_proto::backend::{DeviceInfo, Direction, ErrorKind, Response, Telemetry};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -178,8 +178,17 @@ impl std::fmt::Debug for StateCollector {
 /// One per-device memory gauge family: name, help and how to read it.
 type MemoryFamily<'a> = (&'a str, &'a str, &'a dyn Fn(&DeviceInfo) -> u64);
 
-/// One per-device sensor gauge family: name, help, unit and how to read it, in the unit.
-type SensorFamily<'a> = (&'a str, &'a str, Unit, &'a dyn Fn(&Telemetry) -> Option<f64>);
+/// How a sensor family is kept: a reading now, or a total that only grows (until its driver
+/// reloads, which `rate()` and `increase()` take as a counter's reset).
+#[derive(Debug, Clone, Copy)]
+enum Kept {
+    Gauge,
+    Counter,
+}
+
+/// One per-device sensor family: name, help, unit, how it is kept, and how to read it in the
+/// unit.
+type SensorFamily<'a> = (&'a str, &'a str, Unit, Kept, &'a dyn Fn(&Telemetry) -> Option<f64>);
 
 /// A percentage as Prometheus's ratio.
 fn ratio(percent: Option<u32>) -> Option<f64> {
@@ -193,22 +202,48 @@ fn sensor_families<'a>() -> [SensorFamily<'a>; 5] {
             "device_utilization",
             "Share of the last sample period in which a kernel ran on each GPU (its host's NVML)",
             Unit::Other("ratio".into()),
+            Kept::Gauge,
             &|t| ratio(t.utilization_gpu),
         ),
         (
             "device_memory_utilization",
             "Share of the last sample period in which each GPU's memory was read or written",
             Unit::Other("ratio".into()),
+            Kept::Gauge,
             &|t| ratio(t.utilization_memory),
         ),
-        ("device_temperature", "Each GPU's die temperature", Unit::Celsius, &|t| t.temperature_c.map(f64::from)),
-        ("device_power", "Power each GPU draws", Unit::Other("watts".into()), &|t| {
+        ("device_temperature", "Each GPU's die temperature", Unit::Celsius, Kept::Gauge, &|t| {
+            t.temperature_c.map(f64::from)
+        }),
+        ("device_power", "Power each GPU draws", Unit::Other("watts".into()), Kept::Gauge, &|t| {
             t.power_mw.map(|mw| f64::from(mw) / 1000.0)
         }),
-        ("device_energy", "Energy each GPU used since its driver was loaded", Unit::Joules, &|t| {
+        ("device_energy", "Energy each GPU used since its driver was loaded", Unit::Joules, Kept::Counter, &|t| {
             t.energy_mj.map(|mj| mj as f64 / 1000.0)
         }),
     ]
+}
+
+/// Encodes one sensor family of the devices that read it (`(device index, reading)`).
+fn encode_sensor_family(
+    encoder: &mut DescriptorEncoder,
+    (name, help, unit, kept): (&str, &str, &Unit, Kept),
+    read: &[(&str, f64)],
+) -> Result<(), std::fmt::Error> {
+    let kind = match kept {
+        Kept::Gauge => ConstGauge::new(0.0f64).metric_type(),
+        Kept::Counter => ConstCounter::new(0.0f64).metric_type(),
+    };
+    let mut family = encoder.encode_descriptor(name, help, Some(unit), kind)?;
+    for &(index, reading) in read {
+        let labels = [("device", index)];
+        let sample = family.encode_family(&labels)?;
+        match kept {
+            Kept::Gauge => ConstGauge::new(reading).encode(sample)?,
+            Kept::Counter => ConstCounter::new(reading).encode(sample)?,
+        }
+    }
+    Ok(())
 }
 
 impl Collector for StateCollector {
@@ -234,17 +269,12 @@ impl Collector for StateCollector {
         }
         let readings: Vec<(String, Telemetry)> =
             self.devices.iter().zip(&infos).map(|(d, info)| (info.index.to_string(), d.telemetry())).collect();
-        for (name, help, unit, value) in sensor_families() {
+        for (name, help, unit, kept, value) in sensor_families() {
             // A family no device reads (CPU devices, hosts without NVML) is left out whole.
             let read: Vec<(&str, f64)> =
                 readings.iter().filter_map(|(index, t)| Some((index.as_str(), value(t)?))).collect();
-            if read.is_empty() {
-                continue;
-            }
-            let kind = ConstGauge::new(0.0f64).metric_type();
-            let mut family = encoder.encode_descriptor(name, help, Some(&unit), kind)?;
-            for (index, reading) in read {
-                ConstGauge::new(reading).encode(family.encode_family(&[("device", index)])?)?;
+            if !read.is_empty() {
+                encode_sensor_family(&mut encoder, (name, help, &unit, kept), &read)?;
             }
         }
         Ok(())

@@ -89,7 +89,8 @@ def processes(h):
        nvml.nvmlDeviceGetGraphicsRunningProcesses_v3(h, byref(graphics), infos))
     print(f"processes {count.value}, this one {len(mine)} using {mine[0].usedGpuMemory if mine else None} bytes, "
           f"instance ids {hex(mine[0].gpuInstanceId) if mine else None}, "
-          f"v1 {v1_count.value} pid {'this one' if v1[0].pid == os.getpid() else v1[0].pid} using {v1[0].usedGpuMemory}, "
+          f"v1 {v1_count.value} pid {'this one' if v1[0].pid == os.getpid() else v1[0].pid} "
+          f"using {v1[0].usedGpuMemory}, "
           f"named {'as started' if name.value.decode() == started() else name.value}, graphics {graphics.value}")
 
 
@@ -120,7 +121,8 @@ cut = started().encode()[:3] + b"\0\xff"
 print(f"this process's name into 4 bytes: {result}, "
       f"{'its first 3 bytes and a NUL' if bytes(short) == cut else bytes(short)}")
 mps = c_uint(4)
-print(f"MPS processes: {nvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(h, byref(mps), (Process * 4)())}, count {mps.value}")
+result = nvml.nvmlDeviceGetMPSComputeRunningProcesses_v3(h, byref(mps), (Process * 4)())
+print(f"MPS processes: {result}, count {mps.value}")
 if len(sys.argv) > 1:
     os.replace(sys.argv[1], os.environ["NVML_STANDIN_STATE"])
     ok("cuMemFree_v2", cuda.cuMemFree_v2(memory))

@@ -120,11 +120,11 @@ mod gpus {
     struct NvmlSensors(NvmlHost, Accelerator);
 
     impl Sensors for NvmlSensors {
+        /// NVML calls, off the async threads, as every device wait is.
         fn free(&self) -> Option<u64> {
-            self.0.memory_free(&self.1)
+            crate::device::blocking(|| self.0.memory_free(&self.1))
         }
 
-        /// Some fifteen NVML calls: off the async threads, as every device wait is.
         fn telemetry(&self) -> ac_proto::backend::Telemetry {
             crate::device::blocking(|| self.0.telemetry(&self.1))
         }

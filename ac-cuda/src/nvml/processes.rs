@@ -163,6 +163,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
 pub unsafe extern "C" fn nvmlSystemGetProcessName(pid: c_uint, name: *mut c_char, length: c_uint) -> u32 {
     guard("nvmlSystemGetProcessName", || {
         super::slots()?;
+        if name.is_null() || length == 0 {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
         if pid != std::process::id() {
             return Err(Error::Code(code::NOT_FOUND));
         }
@@ -230,8 +233,9 @@ mod tests {
         let mut buf = [0x55 as c_char; 4];
         unsafe { copy_cut(buf.as_mut_ptr(), 4, b"python3") }.unwrap();
         assert_eq!(buf.map(|c| c as u8), *b"pyt\0");
+        buf = [0x55 as c_char; 4];
         unsafe { copy_cut(buf.as_mut_ptr(), 4, b"ab") }.unwrap();
-        assert_eq!(buf.map(|c| c as u8)[..3], *b"ab\0");
+        assert_eq!(buf.map(|c| c as u8), *b"ab\0\x55", "nothing past the NUL written");
         assert_eq!(unsafe { copy_cut(buf.as_mut_ptr(), 0, b"ab") }.unwrap_err().code(), code::INVALID_VALUE);
     }
 }

@@ -25,8 +25,8 @@ fn sensors(utilization: [u32; 2], temperature: u32, power: Option<u32>, pstate: 
 /// sensor gone is NVML's "not supported"), lists this process on the device with the memory its
 /// session holds (3 MiB, then 0 once freed) under its own pid and name, and refuses by NVML's
 /// codes a sensor or clock domain past the lists, a struct version not served, a forged handle
-/// and another process's name; a name is cut to its buffer, and no MPS clients are listed. The SDK's `telemetry()` reads the same, and so do the backend's
-/// metrics.
+/// and another process's name; a name is cut to its buffer, and no MPS clients are listed. The
+/// SDK's `telemetry()` reads the same, and so do the backend's metrics.
 #[tokio::test(flavor = "multi_thread")]
 async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
     let machine = Machine::new(&gpu(GPU_A, 0x17, "default", &sensors([37, 12], 41, Some(123_456), 0))).await;
@@ -107,10 +107,11 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
     let (status, body) = ac_tests::prometheus::http_get(addr, "/metrics").await.unwrap();
     assert_eq!(status, 200, "{body}");
     for series in [
-        "ac_backend_device_utilization_ratio{device=\"0\"} 0.88",
-        "ac_backend_device_memory_utilization_ratio{device=\"0\"} 0.45",
-        "ac_backend_device_temperature_celsius{device=\"0\"} 63.0",
-        "ac_backend_device_energy_joules{device=\"0\"} 987654.321",
+        "ac_backend_device_utilization_ratio{device=\"0\"} 0.88\n",
+        "ac_backend_device_memory_utilization_ratio{device=\"0\"} 0.45\n",
+        "ac_backend_device_temperature_celsius{device=\"0\"} 63.0\n",
+        "# TYPE ac_backend_device_energy_joules counter\n",
+        "ac_backend_device_energy_joules_total{device=\"0\"} 987654.321\n",
     ] {
         assert!(body.contains(series), "no `{series}`:\n{body}");
     }
