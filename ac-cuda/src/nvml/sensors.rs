@@ -54,15 +54,16 @@ pub(super) fn readings(device: *const u8) -> CuResult<Telemetry> {
     }
 }
 
-/// One reading, or "not supported" where the remote GPU gives none.
-fn given<T>(reading: Option<T>) -> CuResult<T> {
-    reading.ok_or(Error::Code(code::NOT_SUPPORTED))
+/// The reading `pick` takes from a handle's device, or "not supported" where the remote GPU
+/// gives none.
+fn reading<T>(device: *const u8, pick: impl FnOnce(&Telemetry) -> Option<T>) -> CuResult<T> {
+    pick(&readings(device)?).ok_or(Error::Code(code::NOT_SUPPORTED))
 }
 
 /// The die's temperature for `sensor` (an `nvmlTemperatureSensors_t`).
 fn temperature(device: *const u8, sensor: c_uint) -> CuResult<u32> {
     match sensor {
-        TEMPERATURE_GPU => given(readings(device)?.temperature_c),
+        TEMPERATURE_GPU => reading(device, |t| t.temperature_c),
         TEMPERATURE_GPU_MAX => {
             device_of(device)?;
             Err(Error::Code(code::NOT_SUPPORTED))
@@ -76,14 +77,14 @@ fn clock(device: *const u8, domain: c_uint, which: impl FnOnce(&Telemetry) -> Cl
     if domain >= CLOCK_DOMAINS {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    given(which(&readings(device)?).of(domain))
+    reading(device, |t| which(t).of(domain))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetUtilizationRates(device: *const u8, rates: *mut Utilization) -> u32 {
     guard("nvmlDeviceGetUtilizationRates", || {
-        let all = readings(device)?;
-        put(rates, Utilization { gpu: given(all.utilization_gpu)?, memory: given(all.utilization_memory)? })
+        let both = |t: &Telemetry| Some(Utilization { gpu: t.utilization_gpu?, memory: t.utilization_memory? });
+        put(rates, reading(device, both)?)
     })
 }
 
@@ -111,22 +112,22 @@ pub unsafe extern "C" fn nvmlDeviceGetTemperatureV(device: *const u8, reading: *
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: *const u8, milliwatts: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetPowerUsage", || put(milliwatts, given(readings(device)?.power_mw)?))
+    guard("nvmlDeviceGetPowerUsage", || put(milliwatts, reading(device, |t| t.power_mw)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetEnforcedPowerLimit(device: *const u8, milliwatts: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetEnforcedPowerLimit", || put(milliwatts, given(readings(device)?.power_limit_mw)?))
+    guard("nvmlDeviceGetEnforcedPowerLimit", || put(milliwatts, reading(device, |t| t.power_limit_mw)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPowerManagementLimit(device: *const u8, milliwatts: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetPowerManagementLimit", || put(milliwatts, given(readings(device)?.power_management_limit_mw)?))
+    guard("nvmlDeviceGetPowerManagementLimit", || put(milliwatts, reading(device, |t| t.power_management_limit_mw)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(device: *const u8, millijoules: *mut c_ulonglong) -> u32 {
-    guard("nvmlDeviceGetTotalEnergyConsumption", || put(millijoules, given(readings(device)?.energy_mj)?))
+    guard("nvmlDeviceGetTotalEnergyConsumption", || put(millijoules, reading(device, |t| t.energy_mj)?))
 }
 
 #[no_mangle]
@@ -141,7 +142,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(device: *const u8, domain: c_
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: *const u8, state: *mut c_uint) -> u32 {
-    guard("nvmlDeviceGetPerformanceState", || put(state, given(readings(device)?.performance_state)?))
+    guard("nvmlDeviceGetPerformanceState", || put(state, reading(device, |t| t.performance_state)?))
 }
 
 /// NVML 13's deprecated name for [`nvmlDeviceGetPerformanceState`].
