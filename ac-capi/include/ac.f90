@@ -59,6 +59,22 @@ module ac
      integer(c_int) :: is_cuda
   end type ac_device_info
 
+  ! What acDeviceGetTelemetry reads (acTelemetry): each reading -1 where the device cannot say;
+  ! clocks in NVML's order (graphics, SM, memory, video).
+  type, bind(c) :: ac_telemetry
+     integer(c_int32_t) :: utilization_gpu
+     integer(c_int32_t) :: utilization_memory
+     integer(c_int32_t) :: temperature_c
+     integer(c_int32_t) :: performance_state
+     integer(c_int64_t) :: power_mw
+     integer(c_int64_t) :: power_limit_mw
+     integer(c_int64_t) :: power_management_limit_mw
+     integer(c_int64_t) :: energy_mj
+     integer(c_int32_t) :: clocks_mhz(4)
+     integer(c_int32_t) :: max_clocks_mhz(4)
+     integer(c_int64_t) :: session_memory
+  end type ac_telemetry
+
   ! What AC_Check says (acCheckResult): action, the set (and device) it concerns, and by when.
   type, bind(c) :: ac_check_result
      integer(c_int) :: action
@@ -168,6 +184,12 @@ module ac
        type(c_ptr), value :: device
        type(ac_device_info), intent(out) :: info
      end function acDeviceGetInfo
+
+     integer(c_int) function acDeviceGetTelemetry(device, telemetry) bind(c, name="acDeviceGetTelemetry")
+       import :: c_int, c_ptr, ac_telemetry
+       type(c_ptr), value :: device
+       type(ac_telemetry), intent(out) :: telemetry
+     end function acDeviceGetTelemetry
 
      integer(c_int) function acDeviceSynchronize(device) bind(c, name="acDeviceSynchronize")
        import :: c_int, c_ptr

@@ -365,6 +365,35 @@ typedef struct acDeviceInfo {
   int is_cuda;
 } acDeviceInfo;
 
+// What `acDeviceGetTelemetry` reads of an accelerator. Each reading is -1 where the device
+// cannot say: a CPU device, a GPU whose host has no NVML, or a reading its NVML does not
+// support. The readings are the whole GPU's, every session's work on it counted, as NVML's
+// are.
+typedef struct acTelemetry {
+  // Percent of the last sample period in which a kernel ran.
+  int32_t utilization_gpu;
+  // Percent of the last sample period in which device memory was read or written.
+  int32_t utilization_memory;
+  // The GPU die's temperature, degrees Celsius.
+  int32_t temperature_c;
+  // The performance state, 0 (most performance) to 15 (least).
+  int32_t performance_state;
+  // Power drawn now, milliwatts.
+  int64_t power_mw;
+  // The power limit the GPU holds to now, milliwatts.
+  int64_t power_limit_mw;
+  // The power limit its administrator set, milliwatts.
+  int64_t power_management_limit_mw;
+  // Energy used since the driver was loaded, millijoules.
+  int64_t energy_mj;
+  // The clocks now, MHz: graphics, streaming multiprocessors, memory, video (NVML's order).
+  int32_t clocks_mhz[4];
+  // The highest each clock runs at, MHz, in the same order.
+  int32_t max_clocks_mhz[4];
+  // Device memory this process's session holds on it, bytes (its allocations not yet freed).
+  uint64_t session_memory;
+} acTelemetry;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -679,6 +708,13 @@ enum acError acStreamSynchronize(acStream stream);
 //
 // Errors: as `acStreamSynchronize`.
 enum acError acStreamDestroy(acStream stream);
+
+// Reads `device`'s sensors now (a round trip to its backend, which reads its host's NVML).
+//
+// Errors: `AC_ERROR_INVALID_HANDLE`, `AC_ERROR_INVALID_ARGUMENT` (NULL `telemetry`),
+// `AC_ERROR_VERSION_MISMATCH` (a backend older than protocol 15), and those of any call that
+// reaches the accelerator.
+enum acError acDeviceGetTelemetry(acDevice device, struct acTelemetry *telemetry);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -14,6 +14,7 @@
 //! - `memory.rs`: `acMemAlloc`, `acMemCpy`, `acMemset`, `acMemFree`.
 //! - `kernel.rs`: `acKernelCreate`, `acKernelSetArgs`, `acKernelRun`.
 //! - `stream.rs`: streams.
+//! - `telemetry.rs`: `acDeviceGetTelemetry`, what a device's sensors read.
 //! - `mpi.rs` (feature `mpi`): `AC_Init_comm`, `AC_Get_comm`, `AC_Free_comm`, `AC_Finalize_comm`,
 //!   and their `_fcomm` forms for Fortran communicators; `dlmpi.rs`: the program's MPI, which
 //!   they call, found at run time (libac.so needs no libmpi.so).
@@ -42,6 +43,7 @@ mod preempt;
 mod resize;
 mod session;
 mod stream;
+mod telemetry;
 
 pub use devices::{acDevice, acSet};
 pub use error::{acError, acGetErrorString, acGetLastErrorMessage, code_of};
@@ -62,3 +64,4 @@ pub use session::{
     AC_GetPreemptible, AC_GetRange, AC_Init,
 };
 pub use stream::{acStream, acStreamCreate, acStreamDestroy, acStreamSynchronize};
+pub use telemetry::{acDeviceGetTelemetry, acTelemetry};

@@ -55,6 +55,7 @@ fn fortran_of(c_type: &str) -> &'static str {
         "const struct acArg *" => "type(ac_arg), dimension(*), intent(in)",
         "struct acDeviceInfo *" => "type(ac_device_info), intent(out)",
         "struct acCheckResult *" => "type(ac_check_result), intent(out)",
+        "struct acTelemetry *" => "type(ac_telemetry), intent(out)",
         other => panic!("no Fortran form for the C type `{other}`: add it to the module and to this test"),
     }
 }
@@ -206,7 +207,8 @@ fn c_structs(header: &str) -> BTreeMap<String, Vec<String>> {
             let field = match (ty, name.split_once('[')) {
                 ("char", Some((name, len))) => format!("character(kind=c_char) :: {name}({}", len.replace(']', ")")),
                 ("int", None) => format!("integer(c_int) :: {name}"),
-                ("uint32_t", None) => format!("integer(c_int32_t) :: {name}"),
+                ("uint32_t" | "int32_t", None) => format!("integer(c_int32_t) :: {name}"),
+                ("int32_t", Some((name, len))) => format!("integer(c_int32_t) :: {name}({}", len.replace(']', ")")),
                 ("uint64_t" | "int64_t", None) => format!("integer(c_int64_t) :: {name}"),
                 ("acSet" | "acDevice", None) => format!("type(c_ptr) :: {name}"),
                 (enumeration, None) if enumeration.starts_with("enum ") => format!("integer(c_int) :: {name}"),
@@ -233,9 +235,10 @@ fn every_struct_of_the_header_has_the_same_fields_in_fortran() {
             fields.push(statement);
         }
     }
-    // acArg -> ac_arg, acDim3 -> ac_dim3, acDeviceInfo -> ac_device_info, acCheckResult -> ac_check_result.
+    // acArg -> ac_arg, acDim3 -> ac_dim3, acDeviceInfo -> ac_device_info, acCheckResult -> ac_check_result,
+    // acTelemetry -> ac_telemetry.
     let renamed: BTreeMap<String, Vec<String>> = c.into_iter().map(|(name, fields)| (snake(&name), fields)).collect();
-    assert_eq!(renamed.len(), 4, "the header's structs parsed: {renamed:?}");
+    assert_eq!(renamed.len(), 5, "the header's structs parsed: {renamed:?}");
     assert_eq!(fortran, renamed, "ac.f90's types differ from ac.h's structs");
 }
 

@@ -1,16 +1,21 @@
 //! The process's state: the session with the resource manager, the devices it gave, and the
 //! handles the program holds.
 //!
-//! The session opens at `cuInit` (the CUDA runtime calls it first) and is finalized when the
-//! process exits (`atexit`), so that a program that never frees anything leaves nothing held.
+//! The session opens at `cuInit` (the CUDA runtime calls it first) or `nvmlInit`, and is
+//! finalized when the process exits (`atexit`), so that a program that never frees anything
+//! leaves nothing held. A child forked after CUDA started cannot use it (NVIDIA's driver refuses
+//! one too); a child forked when only NVML had opened it forgets its parent's and opens its own,
+//! as NVIDIA's NVML starts no CUDA (PyTorch's `device_count` asks NVML so that its
+//! `DataLoader` and its users' workers may fork and then use CUDA).
 //! Handles the program gets are the addresses of records kept in a [`Registry`]: every call
 //! looks its handles up there first.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Once};
 
 use ac_frontend::{Accelerator, DeviceBuffer, DeviceInfo, DeviceKind, Session, SessionOptions};
+use ac_proto::arm::JobAuth;
 use tokio::runtime::Runtime;
 
 use crate::error::{code, CuResult, Error};
@@ -80,6 +85,11 @@ pub struct Shim {
     pub node: Vec<Slot>,
     /// The session, until the process exits.
     session: Mutex<Option<(Session, Option<ac_frontend::DynamicSet>)>>,
+    /// The session's token where its job is the program's own (an ad-hoc job, `ARM_ACPN`, or
+    /// one joined with a token): a child forked before CUDA started joins the same job with
+    /// it, as an MPI rank joins rank 0's, rather than making a job of its own. Read without a
+    /// lock, in the fork's child handler.
+    job_token: Option<String>,
     /// Allocations, by (device, start address).
     pub memory: Mutex<BTreeMap<(usize, u64), Allocation>>,
 }
@@ -88,15 +98,73 @@ pub struct Shim {
 /// lease (or the backend's hold) reclaims them, and the program still exits.
 const EXIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-static SHIM: OnceLock<Result<Shim, (u32, String)>> = OnceLock::new();
-static FINALIZED: AtomicBool = AtomicBool::new(false);
-/// Set in a child forked after the session opened (`pthread_atfork`): it has the parent's
-/// sockets but none of its runtime's threads, so the session is not its to use or to close
-/// (NVIDIA's driver refuses a forked child too).
-static FORKED: AtomicBool = AtomicBool::new(false);
+/// The session as it opened, or why it could not: `(code, why)`.
+type Opened = Result<Shim, (u32, String)>;
 
-extern "C" fn mark_forked() {
-    FORKED.store(true, Ordering::Release);
+/// The opened session (leaked: it lives until the process ends), null until it opens. Not a
+/// `OnceLock`: a child forked before CUDA started clears it ([`after_fork_in_child`]).
+static SHIM: AtomicPtr<Opened> = AtomicPtr::new(std::ptr::null_mut());
+/// Whether the session is [`CLOSED`], [`OPENING`] (one thread opens it, the others wait) or
+/// [`OPEN`]. An atomic rather than a lock: a child forked while a thread of its parent opened
+/// the session has no such thread, and a lock it held would never be released.
+static STATE: AtomicU8 = AtomicU8::new(CLOSED);
+const CLOSED: u8 = 0;
+const OPENING: u8 = 1;
+const OPEN: u8 = 2;
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// Set when CUDA starts in this process (`cuInit`, or a library's handle made for a device): a
+/// child forked after it cannot open a session of its own, as NVIDIA's driver refuses a child
+/// forked after CUDA started (cuBLAS, cuFFT and PyTorch count on that refusal being CUDA's
+/// `NOT_INITIALIZED`). NVML alone does not set it.
+static CUDA_STARTED: AtomicBool = AtomicBool::new(false);
+/// Set in a child forked after CUDA started (`pthread_atfork`): it has the parent's sockets but
+/// none of its runtime's threads, so the session is not its to use or to close.
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// In a child forked before CUDA started: the token of its parent's session, where the
+/// parent's job was its own (`Shim::job_token`); the child's session joins that job.
+static PARENT_JOB_TOKEN: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The child's half of `fork`: refused CUDA if its parent had started CUDA; otherwise (NVML
+/// alone, or nothing, had opened the session) it forgets the parent's session, which stays the
+/// parent's (never closed or freed here), and opens its own when it first asks.
+extern "C" fn after_fork_in_child() {
+    if CUDA_STARTED.load(Ordering::Acquire) {
+        FORKED.store(true, Ordering::Release);
+    } else {
+        // Lock-free reads only: a parent's thread may have held any lock at the fork.
+        if let Some(Ok(parent)) = opened_so_far() {
+            if let Some(token) = &parent.job_token {
+                PARENT_JOB_TOKEN.store(token as *const String as *mut String, Ordering::Release);
+            }
+        }
+        SHIM.store(std::ptr::null_mut(), Ordering::Release);
+        STATE.store(CLOSED, Ordering::Release);
+    }
+}
+
+/// The options of this process's session: the environment's, except that a child forked from
+/// a program with a job of its own joins that job (the environment would make it a new ad-hoc
+/// job, which would wait for accelerators its parent holds).
+fn session_options() -> Result<SessionOptions, String> {
+    let mut options = SessionOptions::from_env().map_err(|e| format!("no accelerators: {e}"))?;
+    // SAFETY: null, or a string of the parent's leaked `Shim`, which is never freed.
+    let parent = unsafe { PARENT_JOB_TOKEN.load(Ordering::Acquire).as_ref() };
+    if let (JobAuth::AdHoc { .. }, Some(token)) = (&options.job, parent) {
+        options.job = JobAuth::SameJob { token: token.clone() };
+    }
+    Ok(options)
+}
+
+/// Registers the fork and exit handlers, once per process (a forked child inherits both).
+fn register_handlers() {
+    static REGISTERED: Once = Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: registering plain `extern "C" fn`s with the C library, once.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            libc::atexit(finalize_at_exit);
+        }
+    });
 }
 
 /// The refusal of every call in a forked child.
@@ -104,15 +172,50 @@ fn forked() -> Error {
     Error::said(code::NOT_INITIALIZED, "a child forked after CUDA started cannot use its parent's session")
 }
 
-/// Opens the session (once): the job's static accelerators, plus `AC_GET=N` more.
+/// Starts CUDA: opens the session (once), the job's static accelerators plus `AC_GET=N` more.
 pub fn init() -> CuResult<&'static Shim> {
+    CUDA_STARTED.store(true, Ordering::Release);
+    open_session()
+}
+
+/// Opens the session for NVML (once), without starting CUDA: a child forked after it opens
+/// its own.
+pub fn init_for_nvml() -> CuResult<&'static Shim> {
+    open_session()
+}
+
+fn open_session() -> CuResult<&'static Shim> {
     if FORKED.load(Ordering::Acquire) {
         return Err(forked());
     }
-    match SHIM.get_or_init(open) {
+    match opened() {
         Ok(shim) => Ok(shim),
         Err((code, why)) => Err(Error::said(*code, why.clone())),
     }
+}
+
+/// The session as opened, by this call if it is the first.
+fn opened() -> &'static Opened {
+    loop {
+        match STATE.compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                let opened: &'static Opened = Box::leak(Box::new(open()));
+                SHIM.store(opened as *const Opened as *mut Opened, Ordering::Release);
+                STATE.store(OPEN, Ordering::Release);
+                return opened;
+            }
+            // SAFETY: set before `OPEN` is, to a leaked box that is never freed.
+            Err(OPEN) => return unsafe { &*SHIM.load(Ordering::Acquire) },
+            // Another thread opens it: network I/O, perhaps a wait in the manager's queue.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+}
+
+/// The session as opened, if it was.
+fn opened_so_far() -> Option<&'static Opened> {
+    // SAFETY: null, or a leaked box that is never freed.
+    unsafe { SHIM.load(Ordering::Acquire).as_ref() }
 }
 
 /// The shim, once `cuInit` succeeded and before the process's exit finalized it.
@@ -123,15 +226,14 @@ pub fn shim() -> CuResult<&'static Shim> {
     if FORKED.load(Ordering::Acquire) {
         return Err(forked());
     }
-    match SHIM.get() {
+    match opened_so_far() {
         Some(Ok(shim)) => Ok(shim),
         _ => Err(Error::Code(code::NOT_INITIALIZED)),
     }
 }
 
-fn open() -> Result<Shim, (u32, String)> {
-    // SAFETY: registering a plain `extern "C" fn` with the C library, once.
-    unsafe { libc::pthread_atfork(None, None, Some(mark_forked)) };
+fn open() -> Opened {
+    register_handlers();
     ac_frontend::set_kernel_output(ac_frontend::print_through_c_stdout);
     let no_device = |why: String| (code::NO_DEVICE, why);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -143,7 +245,8 @@ fn open() -> Result<Shim, (u32, String)> {
     if std::env::var_os("ARM_ADDR").is_none() && std::env::var_os("AC_BACKEND_ADDR").is_some() {
         return open_direct(rt);
     }
-    let options = SessionOptions::from_env().map_err(|e| no_device(format!("no accelerators: {e}")))?;
+    let options = session_options().map_err(no_device)?;
+    let own_job = matches!(options.job, JobAuth::AdHoc { .. } | JobAuth::SameJob { .. });
     // Read before the session opens: a bad value leaves nothing held at the manager.
     let wanted_extra = requested_extra().map_err(no_device)?;
     // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order; the node's
@@ -189,9 +292,8 @@ fn open() -> Result<Shim, (u32, String)> {
             "the job holds no CUDA accelerator on this node (AC_Init gave none; AC_GET asks for more)".into(),
         ));
     }
-    // SAFETY: registering a plain `extern "C" fn` with the C library.
-    unsafe { libc::atexit(finalize_at_exit) };
-    Ok(Shim { rt, devices, node, session: Mutex::new(Some((session, extra))), memory: Mutex::default() })
+    let job_token = own_job.then(|| session.token().to_string());
+    Ok(Shim { rt, devices, node, session: Mutex::new(Some((session, extra))), job_token, memory: Mutex::default() })
 }
 
 /// The program's CUDA devices, in the order of `opened` (the accelerators it holds sessions on),
@@ -224,7 +326,7 @@ fn place(opened: Vec<(String, Accelerator)>, node: Vec<String>) -> (Vec<Device>,
 /// One backend's device, named by the environment (`AC_BACKEND_ADDR`, `AC_CA_CERT`, `AC_DEVICE`,
 /// as the SDK's `ConnectOptions::from_env`), with no resource manager: for a workstation or a
 /// check of a GPU host (`scripts/gpu-check`), where the backend serves whoever reaches it.
-fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
+fn open_direct(rt: Runtime) -> Opened {
     let no_device = |why: String| (code::NO_DEVICE, why);
     let options = ac_frontend::ConnectOptions::from_env().map_err(|e| no_device(format!("AC_BACKEND_ADDR: {e}")))?;
     let acc = rt.block_on(Accelerator::connect(&options)).map_err(|e| no_device(format!("{}: {e}", options.addr)))?;
@@ -236,9 +338,7 @@ fn open_direct(rt: Runtime) -> Result<Shim, (u32, String)> {
         crate::visible::select(&spec, std::slice::from_ref(&id)).map_err(no_device)?;
     }
     let (devices, node) = place(vec![(id.clone(), acc)], vec![id]);
-    // SAFETY: registering a plain `extern "C" fn` with the C library.
-    unsafe { libc::atexit(finalize_at_exit) };
-    Ok(Shim { rt, devices, node, session: Mutex::new(None), memory: Mutex::default() })
+    Ok(Shim { rt, devices, node, session: Mutex::new(None), job_token: None, memory: Mutex::default() })
 }
 
 /// `AC_GET`: how many accelerators to ask for at start, beyond the static ones.
@@ -255,7 +355,7 @@ fn requested_extra() -> Result<u32, String> {
 /// after this (the runtime's own exit handlers) answer `CUDA_ERROR_DEINITIALIZED`.
 extern "C" fn finalize_at_exit() {
     FINALIZED.store(true, Ordering::Release);
-    let Some(Ok(shim)) = SHIM.get() else { return };
+    let Some(Ok(shim)) = opened_so_far() else { return };
     if FORKED.load(Ordering::Acquire) {
         return;
     }

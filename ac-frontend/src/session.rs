@@ -347,9 +347,10 @@ impl Session {
         &self.node
     }
 
-    /// The session's secret, which other processes of the program present to join its job.
-    #[cfg(feature = "mpi")]
-    pub(crate) fn token(&self) -> &str {
+    /// The session's secret, which other processes of the program present to join its job
+    /// (`JobAuth::SameJob`: MPI ranks of an ad-hoc job, a forked child of the CUDA shim's).
+    /// Keep it as a credential: it opens sessions of the job.
+    pub fn token(&self) -> &str {
         &self.token
     }
 

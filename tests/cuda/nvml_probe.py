@@ -132,6 +132,7 @@ if count.value > 1:
     ok("nvmlDeviceGetP2PStatus", nvml.nvmlDeviceGetP2PStatus(h0, handles[1], 0, byref(status)))
     print(f"p2p between devices 0 and 1: {status.value}")
 said("utilization", nvml.nvmlDeviceGetUtilizationRates(h0, buf))
+said("temperature", nvml.nvmlDeviceGetTemperature(h0, 0, byref(c_uint())))
 said("fan speed", nvml.nvmlDeviceGetFanSpeed(h0, byref(c_uint())))
 ok("nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion(buf, 80))
 cuda_version = c_int()

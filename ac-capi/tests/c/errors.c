@@ -120,6 +120,18 @@ int main(void) {
                info.is_cuda);
         failures++;
     }
+    /* The CPU device has no sensors (every reading -1); the session holds `mem`'s 1024 bytes. */
+    acTelemetry telemetry;
+    expect("telemetry", acDeviceGetTelemetry(dev, &telemetry), AC_SUCCESS);
+    if (telemetry.temperature_c != -1 || telemetry.utilization_gpu != -1 || telemetry.power_mw != -1 ||
+        telemetry.energy_mj != -1 || telemetry.clocks_mhz[1] != -1 || telemetry.session_memory != 1024) {
+        printf("telemetry of the CPU device: temperature %d, power %lld, session memory %llu\n",
+               (int)telemetry.temperature_c, (long long)telemetry.power_mw,
+               (unsigned long long)telemetry.session_memory);
+        failures++;
+    }
+    expect("telemetry into NULL", acDeviceGetTelemetry(dev, NULL), AC_ERROR_INVALID_ARGUMENT);
+    expect("telemetry of no device", acDeviceGetTelemetry(NULL, &telemetry), AC_ERROR_INVALID_HANDLE);
     expect("free the static set", AC_Free(statics), AC_ERROR_INVALID_ARGUMENT);
     expect("free memory", acMemFree(mem), AC_SUCCESS);
     expect("free it again", acMemFree(mem), AC_ERROR_INVALID_HANDLE);

@@ -9,6 +9,7 @@ program every
   type(c_ptr) :: statics, more, none, device, other, taken_set, taken
   type(c_ptr) :: dx, dy, dc, dsum, saxpy, sgemm, reduce, fill, stream
   type(ac_device_info) :: info
+  type(ac_telemetry) :: telemetry
   type(ac_check_result) :: check
   type(ac_arg) :: args(4), gemm(8)
   integer(c_int) :: count, i
@@ -34,6 +35,10 @@ program every
   if (len(ac_string_of(info%name)) == 0 .or. info%memory_total <= 0 .or. info%is_cuda /= 0) &
        call fail("device info")
   print '(a, a)', "device: ", ac_string_of(info%name)
+  ! The CPU device has no sensors: every reading -1.
+  call expect("acDeviceGetTelemetry", acDeviceGetTelemetry(device, telemetry), AC_SUCCESS)
+  if (telemetry%temperature_c /= -1 .or. telemetry%energy_mj /= -1 .or. any(telemetry%clocks_mhz /= -1)) &
+       call fail("telemetry of the CPU device")
 
   ! Memory: whole copies, copies at offsets, memset.
   call expect("acMemAlloc x", acMemAlloc(device, bytes, dx), AC_SUCCESS)

@@ -108,7 +108,13 @@ fn slots() -> CuResult<&'static [Slot]> {
     }
     match state::shim() {
         Ok(shim) => Ok(&shim.node),
-        Err(_) if state::init().is_err_and(|e| e.code() == code::NO_DEVICE) => Ok(&[]),
+        // Not open: a child forked before CUDA started, whose parent's `nvmlInit` it inherited,
+        // opens its own here.
+        Err(e) if e.code() == code::NOT_INITIALIZED => match state::init_for_nvml() {
+            Ok(shim) => Ok(&shim.node),
+            Err(e) if e.code() == code::NO_DEVICE => Ok(&[]),
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     }
 }

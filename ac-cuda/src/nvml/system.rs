@@ -16,7 +16,7 @@ const API_VERSION: u32 = 13;
 /// `NVML_INIT_FLAG_FORCE_INIT`.
 const INIT_FLAGS: c_uint = 0x7;
 /// `NVML_ERROR_DRIVER_NOT_LOADED`: what NVML answers where it finds no driver, and this one in
-/// a child forked after the session opened (the session is not its to use).
+/// a child forked after CUDA started (the session is not its to use).
 const DRIVER_NOT_LOADED: u32 = 9;
 
 #[no_mangle]
@@ -29,7 +29,8 @@ pub extern "C" fn nvmlInit() -> u32 {
     nvmlInitWithFlags(0)
 }
 
-/// Opens the job's session (the one `cuInit` opens) and counts the init. A job without
+/// Opens the job's session (the one `cuInit` opens; NVML's opening it starts no CUDA, so a
+/// child forked after it opens its own) and counts the init. A job without
 /// accelerators on this node, or whose session cannot open (no manager, a refused credential:
 /// the shim says why on stderr), has an NVML of no devices, as a node without GPUs has.
 #[no_mangle]
@@ -39,7 +40,7 @@ pub extern "C" fn nvmlInitWithFlags(flags: c_uint) -> u32 {
     }
     // The session opens (network I/O, perhaps a wait in the manager's queue) before the count
     // is locked: other threads' NVML calls do not wait on it.
-    match crate::guard("nvmlInit", || state::init().map(drop)) {
+    match crate::guard("nvmlInit", || state::init_for_nvml().map(drop)) {
         code::SUCCESS | code::NO_DEVICE => {
             *INITS.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             result::SUCCESS

@@ -3,7 +3,7 @@
 //! backend's builtin kernels, which the driver stand-in runs (`cuda-standin`; not a GPU).
 
 use crate::cuda_libraries::{patient_cuda_cluster, patient_cuda_cluster_with};
-use crate::cuda_shim::{cuda_cluster, run, said};
+use crate::cuda_shim::{cuda_cluster, cuda_cluster_timed, run, said};
 use crate::standin;
 
 use ac_tests::cuda;
@@ -185,6 +185,21 @@ async fn pytorch_with_expandable_segments_runs_through_the_shim() {
     assert_pytorch_ran_out_of_memory_and_went_on(&text, true);
 }
 
+/// PyTorch's device count asks NVML, which starts no CUDA (`tests/cuda/torch_fork.py`): two
+/// workers forked after it each start CUDA in a session of their own, copy a tensor and multiply
+/// two matrices on the device; then the parent does, on the session NVML opened. Each child's
+/// exit gives its session back.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_workers_forked_after_its_device_count_use_cuda() {
+    let checks = ["child 0 copy", "child 0 mm", "child 1 copy", "child 1 mm", "parent copy", "parent mm"];
+    let text = run_framework_script("torch_fork.py", true, &checks).await;
+    if text.is_empty() {
+        return; // no frameworks (skipped as the others are)
+    }
+    assert!(text.contains("counted 1; CUDA started before the fork: False"), "{text}");
+    assert!(text.contains("child 0 exited with 0") && text.contains("child 1 exited with 0"), "{text}");
+}
+
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
 /// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory; real and
 /// complex), its triangular solves (`cupyx.scipy.linalg.solve_triangular`) and FFTs run
@@ -259,6 +274,7 @@ async fn nvml_says_the_devices_the_driver_api_says_and_refuses_by_its_own_codes(
     }
     // Served, and this backend's GPU has no NVML to read it from: not supported, and not named.
     assert!(!text.contains("nvmlDeviceGetUtilizationRates is not supported"), "{text}");
+    assert!(text.contains("temperature: 3 (Not Supported)") && !text.contains("needs backend protocol"), "{text}");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the probe exited:\n{text}");
     // A job without accelerators: NVML of no devices, while the driver API says why.
     let out = run(&c, &shim, python, &[probe.to_str().unwrap(), "count"], &[("ARM_ACPN", "0")]).await;
@@ -266,5 +282,73 @@ async fn nvml_says_the_devices_the_driver_api_says_and_refuses_by_its_own_codes(
     assert!(out.status.success(), "{text}");
     assert!(text.contains("devices: nvml 0") && text.contains("cuInit: 100"), "{text}");
     assert!(text.contains("holds no CUDA accelerator"), "{text}");
+    standin::assert_no_violations();
+}
+
+/// NVML through the shim on a backend older than protocol 15, which reads no sensors: each
+/// sensor is "not supported", as where the GPU host has no NVML, and the reason is said once
+/// for all of them (a monitor asks every second); the rest of NVML is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn nvml_on_a_backend_older_than_its_sensors_says_not_supported_once() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let older = 14; // the protocol before the sensors' (15)
+    let c = cuda_cluster_timed(1, |_| {}, |b| b.only_protocol = Some(older)).await;
+    let shim = cuda::shim_dir(dir.path());
+    let probe = cuda::source("tests/cuda/nvml_probe.py");
+    let out = run(&c, &shim, std::path::Path::new("python3"), &[probe.to_str().unwrap()], &[("ARM_ACPN", "2")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("nvml probe done"), "{text}");
+    assert!(
+        text.contains("utilization: 3 (Not Supported)") && text.contains("temperature: 3 (Not Supported)"),
+        "{text}"
+    );
+    let reason = format!(
+        "ac-cuda: NVML's sensors and processes: version mismatch: a device's telemetry needs backend protocol 15; \
+         this backend speaks {older}"
+    );
+    assert_eq!(text.matches("needs backend protocol").count(), 1, "said once:\n{text}");
+    assert!(text.contains(&reason), "missing `{reason}`:\n{text}");
+    assert!(text.contains("devices: nvml 2, driver 2"), "{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the probe exited:\n{text}");
+    standin::assert_no_violations();
+}
+
+/// A process that asks NVML, then forks (`tests/cuda/nvml_fork.py`, ctypes): NVML starts no
+/// CUDA, so two children forked after it, at once, each open a session of their own in their
+/// parent's ad-hoc job and copy to and from both devices; the parent then computes on the session NVML opened; a child forked
+/// after that is refused CUDA (`CUDA_ERROR_NOT_INITIALIZED`, as NVIDIA's driver refuses one). No
+/// session or accelerator is left held once they have all exited.
+#[tokio::test(flavor = "multi_thread")]
+async fn children_forked_after_nvml_open_sessions_of_their_own() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let probe = cuda::source("tests/cuda/nvml_fork.py");
+    let out = run(&c, &shim, std::path::Path::new("python3"), &[probe.to_str().unwrap()], &[("ARM_ACPN", "2")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("nvml fork done"), "{text}");
+    let exact = "2 device(s), 65536 bytes there and back exact";
+    for line in [
+        "parent: nvml devices 2".to_string(),
+        "child 0: nvml devices 2".into(),
+        "child 1: nvml devices 2".into(),
+        format!("child 0: {exact}"),
+        format!("child 1: {exact}"),
+        "child 0 exited with 0".into(),
+        "child 1 exited with 0".into(),
+        format!("parent: {exact}"),
+        "late child: cuInit 3".into(),
+        "late child exited with 0".into(),
+    ] {
+        assert!(text.contains(&line), "missing `{line}`:\n{text}");
+    }
+    // The children joined their parent's ad-hoc job (ARM_ACPN): a job of their own would have
+    // queued for the accelerators the parent holds.
+    assert!(!text.contains("waits for"), "a child queued as a job of its own:\n{text}");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the processes exited:\n{text}");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
 }
