@@ -267,8 +267,12 @@ impl Collector for StateCollector {
                 gauge.encode(family.encode_family(&[("device", index.as_str())])?)?;
             }
         }
-        let readings: Vec<(String, Telemetry)> =
-            self.devices.iter().zip(&infos).map(|(d, info)| (info.index.to_string(), d.telemetry())).collect();
+        let readings: Vec<(String, Telemetry)> = self
+            .devices
+            .iter()
+            .zip(&infos)
+            .map(|(d, info)| (info.index.to_string(), d.telemetry().unwrap_or_default()))
+            .collect();
         for (name, help, unit, kept, value) in sensor_families() {
             // A family no device reads (CPU devices, hosts without NVML) is left out whole.
             let read: Vec<(&str, f64)> =

@@ -3,8 +3,9 @@
 pynvml calls it), for device 0 of the job: each reading, the processes on it (this one, holding
 3 MiB it allocates), then NVML's codes for what it refuses. With a path argument, the machine is
 then rewritten (the file renamed over the one NVML_STANDIN_STATE names, as a GPU's sensors move
-while a program runs) and everything read again. Prints a line per finding.
-Usage: nvml_sensors.py [NEXT_STATE_FILE]"""
+while a program runs) and everything read again. With a second path, the machine is rewritten
+again, its GPU lost (fallen off the bus), and read once more. Prints a line per finding.
+Usage: nvml_sensors.py [NEXT_STATE_FILE [LOST_STATE_FILE]]"""
 import ctypes
 import os
 import sys
@@ -128,5 +129,10 @@ if len(sys.argv) > 1:
     ok("cuMemFree_v2", cuda.cuMemFree_v2(memory))
     read_all(h, 2)
     processes(h)
+if len(sys.argv) > 2:
+    os.replace(sys.argv[2], os.environ["NVML_STANDIN_STATE"])
+    print(f"lost: temperature {nvml.nvmlDeviceGetTemperature(h, 0, byref(c_uint()))}, "
+          f"utilization {nvml.nvmlDeviceGetUtilizationRates(h, byref(Utilization()))}, "
+          f"name {nvml.nvmlDeviceGetName(h, create_string_buffer(96), 96)}")
 ok("nvmlShutdown", nvml.nvmlShutdown())
 print("nvml sensors done")

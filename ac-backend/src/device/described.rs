@@ -13,8 +13,9 @@ use crate::device::{Context, Device, DeviceResult};
 pub trait Sensors: Send + Sync + 'static {
     /// Free bytes now, if known.
     fn free(&self) -> Option<u64>;
-    /// What the GPU's sensors read now (its session's memory left at 0).
-    fn telemetry(&self) -> Telemetry;
+    /// What the GPU's sensors read now (its session's memory left at 0), or why it cannot be
+    /// read at all (the GPU is lost).
+    fn telemetry(&self) -> DeviceResult<Telemetry>;
 }
 
 /// A GPU served by session workers; [`Device::open_context`] is never its job.
@@ -43,8 +44,8 @@ impl Device for DescribedGpu {
         DeviceInfo { memory_free, ..self.info.clone() }
     }
 
-    fn telemetry(&self) -> Telemetry {
-        self.sensors.as_ref().map(|s| s.telemetry()).unwrap_or_default()
+    fn telemetry(&self) -> DeviceResult<Telemetry> {
+        self.sensors.as_ref().map_or(Ok(Telemetry::default()), |s| s.telemetry())
     }
 
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>> {

@@ -116,9 +116,10 @@ pub trait Device: Send + Sync + 'static {
     /// the session left behind.
     fn open_context(&self) -> DeviceResult<Arc<dyn Context>>;
     /// What the device's sensors read now: none but for a GPU whose host has NVML, which the
-    /// daemon reads (a session's context, in a worker of its own, does not).
-    fn telemetry(&self) -> Telemetry {
-        Telemetry::default()
+    /// daemon reads (a session's context, in a worker of its own, does not); an error for a GPU
+    /// NVML says is lost.
+    fn telemetry(&self) -> DeviceResult<Telemetry> {
+        Ok(Telemetry::default())
     }
 }
 

@@ -15,7 +15,7 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ac_proto::backend::{Clocks, ComputeMode, Telemetry};
+use ac_proto::backend::{Clocks, ComputeMode, ErrorKind, Telemetry, WireError};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, ComputeMode as NvmlMode, EccCounter, MemoryError, PerformanceState, TemperatureSensor,
@@ -175,17 +175,26 @@ impl NvmlHost {
     }
 
     /// What an accelerator's sensors read now (its own handle's: NVML answers few of them for a
-    /// MIG instance); a reading NVML refuses is left out.
-    pub fn telemetry(&self, accelerator: &Accelerator) -> Telemetry {
-        let Ok(device) = self.nvml.device_by_uuid(accelerator.uuid.as_str()) else { return Telemetry::default() };
-        let utilization = device.utilization_rates().ok();
+    /// MIG instance); a reading NVML refuses is left out. A GPU that NVML says is lost is an
+    /// error, which the shim's NVML answers as `NVML_ERROR_GPU_IS_LOST`, as NVIDIA's does.
+    pub fn telemetry(&self, accelerator: &Accelerator) -> Result<Telemetry, WireError> {
+        let gone = || WireError::new(ErrorKind::Device, lost());
+        let device = match self.nvml.device_by_uuid(accelerator.uuid.as_str()) {
+            Ok(device) => device,
+            Err(NvmlError::GpuLost) => return Err(gone()),
+            Err(_) => return Ok(Telemetry::default()),
+        };
+        let utilization = match device.utilization_rates() {
+            Err(NvmlError::GpuLost) => return Err(gone()),
+            read => read.ok(),
+        };
         let clocks = |read: &dyn Fn(Clock) -> Result<u32, NvmlError>| Clocks {
             graphics: read(Clock::Graphics).ok(),
             sm: read(Clock::SM).ok(),
             memory: read(Clock::Memory).ok(),
             video: read(Clock::Video).ok(),
         };
-        Telemetry {
+        Ok(Telemetry {
             utilization_gpu: utilization.as_ref().map(|u| u.gpu),
             utilization_memory: utilization.as_ref().map(|u| u.memory),
             temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
@@ -201,7 +210,7 @@ impl NvmlHost {
                 .filter(|p| *p != PerformanceState::Unknown)
                 .map(|p| p.as_c()),
             session_memory: 0,
-        }
+        })
     }
 
     /// One poll of an accelerator: whether it answers, and conditions of its GPU that persist.

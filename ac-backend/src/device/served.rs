@@ -125,7 +125,7 @@ mod gpus {
             crate::device::blocking(|| self.0.memory_free(&self.1))
         }
 
-        fn telemetry(&self) -> ac_proto::backend::Telemetry {
+        fn telemetry(&self) -> crate::device::DeviceResult<ac_proto::backend::Telemetry> {
             crate::device::blocking(|| self.0.telemetry(&self.1))
         }
     }

@@ -212,9 +212,10 @@ impl Session {
         self.held.load(Ordering::Acquire)
     }
 
-    /// What its device's sensors read now, and the memory the session holds.
-    pub fn telemetry(&self) -> Telemetry {
-        Telemetry { session_memory: self.held(), ..self.sensors.telemetry() }
+    /// What its device's sensors read now, and the memory the session holds; an error for a
+    /// GPU that is lost.
+    pub fn telemetry(&self) -> Result<Telemetry, WireError> {
+        Ok(Telemetry { session_memory: self.held(), ..self.sensors.telemetry()? })
     }
 
     /// Removes a buffer from the table; its memory goes when no operation holds it. A module's

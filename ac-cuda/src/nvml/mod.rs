@@ -71,6 +71,9 @@ pub mod result {
 const TOO_SMALL: u32 = 0x4e56_0007;
 /// The same for `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` (a struct of a version not served).
 const VERSION_MISMATCH: u32 = 0x4e56_0019;
+/// The same for `NVML_ERROR_GPU_IS_LOST`: the GPU host's NVML says the GPU is lost (fallen off
+/// the bus), as opposed to a session or network failure, which NVML answers the same.
+const GPU_LOST: u32 = 0x4e56_000f;
 
 /// The answer of an NVML function the shim does not implement: `NVML_ERROR_NOT_SUPPORTED`, its
 /// name on stderr the first time.
@@ -92,6 +95,7 @@ fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
         code::NOT_FOUND => result::NOT_FOUND,
         TOO_SMALL => result::INSUFFICIENT_SIZE,
         VERSION_MISMATCH => result::ARGUMENT_VERSION_MISMATCH,
+        GPU_LOST => result::GPU_IS_LOST,
         code::UNKNOWN => result::UNKNOWN,
         _ => result::GPU_IS_LOST,
     }

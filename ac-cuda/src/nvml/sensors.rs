@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_uint, c_ulonglong};
 
 use ac_frontend::{Clocks, Telemetry};
 
-use super::{device_of, guard, VERSION_MISMATCH};
+use super::{device_of, guard, GPU_LOST, VERSION_MISMATCH};
 use crate::error::{code, CuResult, Error};
 use crate::state::{self, put};
 
@@ -40,7 +40,8 @@ const TEMPERATURE_GPU_MAX: c_uint = 1;
 const CLOCK_DOMAINS: c_uint = 4;
 
 /// What the sensors of a handle's device read now, and the memory its session holds. A backend
-/// too old to say is "not supported", its reason said once (a monitor asks every second).
+/// too old to say is "not supported", its reason said once (a monitor asks every second); a GPU
+/// its host's NVML says is lost is `NVML_ERROR_GPU_IS_LOST`, said on stderr once too.
 pub(super) fn readings(device: *const u8) -> CuResult<Telemetry> {
     let device = device_of(device)?;
     match state::shim()?.block_on(device.acc.telemetry()) {
@@ -49,6 +50,11 @@ pub(super) fn readings(device: *const u8) -> CuResult<Telemetry> {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| eprintln!("ac-cuda: NVML's sensors and processes: {too_old}"));
             Err(Error::Code(code::NOT_SUPPORTED))
+        }
+        Err(lost @ ac_frontend::Error::Remote { kind: ac_frontend::ErrorKind::Device, .. }) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("ac-cuda: NVML's sensors: {lost}"));
+            Err(Error::Code(GPU_LOST))
         }
         Err(e) => Err(e.into()),
     }

@@ -7,7 +7,7 @@ use ac_proto::backend::{Clocks, Telemetry};
 use ac_tests::cuda;
 
 use crate::cuda_shim::{run, said};
-use crate::gpu_health::{backend, cluster_with, gpu, nvml_standin, Machine, GPU_A};
+use crate::gpu_health::{backend, cluster_with, gpu, nvml_standin, until_device, Machine, GPU_A};
 use crate::standin;
 
 /// The stand-in GPU's `[gpu.sensors]` table; `power` absent, its NVML reads no power.
@@ -37,9 +37,11 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
     let dir = tempfile::tempdir().unwrap();
     let next = dir.path().join("machine.next");
     std::fs::write(&next, gpu(GPU_A, 0x17, "default", &sensors([88, 45], 63, None, 2))).unwrap();
+    let lost = dir.path().join("machine.lost");
+    std::fs::write(&lost, gpu(GPU_A, 0x17, "default", "lost = true")).unwrap();
     let shim = cuda::shim_dir(dir.path());
     let probe = cuda::source("tests/cuda/nvml_sensors.py");
-    let args = [probe.to_str().unwrap(), next.to_str().unwrap()];
+    let args = [probe.to_str().unwrap(), next.to_str().unwrap(), lost.to_str().unwrap()];
     let out = run(&c, &shim, std::path::Path::new("python3"), &args, &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains("nvml sensors done"), "{text}");
@@ -69,9 +71,19 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
              pstate 2"
         ),
         processes(0),
+        // Lost: its sensors are NVML's "GPU is lost" (15); what the shim knows (its name) stays.
+        "lost: temperature 15, utilization 15, name 0".into(),
     ] {
         assert!(text.contains(&line), "missing `{line}`:\n{text}");
     }
+    let why = "ac-cuda: NVML's sensors: accelerator error (Device): GPU lost: it fell off the bus";
+    assert_eq!(text.matches("ac-cuda: NVML's sensors:").count(), 1, "said once:\n{text}");
+    assert!(text.contains(why), "missing `{why}`:\n{text}");
+    // Back on the bus: the health watch may have seen it lost meanwhile, and the manager then
+    // grants it once a poll has seen it healthy again.
+    machine.describe(&gpu(GPU_A, 0x17, "default", &sensors([88, 45], 63, None, 2)));
+    let healthy = until_device(&c, "h0/0", std::time::Duration::from_secs(10), |d| d.health == "healthy").await;
+    assert!(healthy.is_some(), "the GPU did not come back");
     assert!(!text.contains("is not supported on remote accelerators"), "a served call said it is not:\n{text}");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the probe exited:\n{text}");
 
@@ -116,5 +128,13 @@ async fn nvml_reads_the_remote_gpus_sensors_and_lists_this_process() {
         assert!(body.contains(series), "no `{series}`:\n{body}");
     }
     assert!(!body.contains("ac_backend_device_power"), "{body}");
+
+    // The GPU lost: the SDK's reading is the device's error, and the metrics have no readings.
+    machine.describe(&gpu(GPU_A, 0x17, "default", "lost = true"));
+    let e = acc.telemetry().await.unwrap_err();
+    assert_eq!(e.kind(), Some(ac_frontend::ErrorKind::Device), "{e}");
+    assert!(e.to_string().contains("GPU lost"), "{e}");
+    let (_, body) = ac_tests::prometheus::http_get(addr, "/metrics").await.unwrap();
+    assert!(!body.contains("ac_backend_device_temperature_celsius"), "{body}");
     drop(machine);
 }

@@ -105,7 +105,7 @@ async fn devices(c: &TestCluster) -> Vec<DeviceView> {
 }
 
 /// Waits up to `limit` for the manager's view of `id` to satisfy `check`; how long it took.
-async fn until_device(
+pub(crate) async fn until_device(
     c: &TestCluster,
     id: &str,
     limit: Duration,

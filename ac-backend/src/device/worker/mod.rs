@@ -128,7 +128,7 @@ impl Device for WorkerDevice {
         Ok(Arc::new(started?))
     }
 
-    fn telemetry(&self) -> Telemetry {
+    fn telemetry(&self) -> DeviceResult<Telemetry> {
         self.inner.telemetry()
     }
 }

@@ -359,7 +359,9 @@ impl Control {
         let outcome = match request {
             Request::Ping => Outcome::Now(Response::Ok),
             Request::DeviceInfo => Outcome::Now(Response::Info(self.session.context.info())),
-            Request::Telemetry => Outcome::Now(Response::Telemetry(self.session.telemetry())),
+            Request::Telemetry => {
+                Outcome::Now(self.session.telemetry().map_or_else(Response::Error, Response::Telemetry))
+            }
             Request::MemAlloc { bytes } => {
                 Outcome::Now(self.session.alloc(bytes).map_or_else(Response::Error, Response::Buffer))
             }
