@@ -62,6 +62,7 @@ for k in range(2):
     child = os.fork()
     if child == 0:
         who = f"child {k}"
+        # Its own session opens here, in its parent's job.
         print(f"{who}: nvml devices {nvml_count(who)}", flush=True)
         round_trip(who, 1 << 16)
         # Through exit(): the shim's exit handler gives the child's session back.
