@@ -123,6 +123,10 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// In a child forked before CUDA started: the token of its parent's session, where the
 /// parent's job was its own (`Shim::job_token`); the child's session joins that job.
 static PARENT_JOB_TOKEN: AtomicPtr<String> = AtomicPtr::new(std::ptr::null_mut());
+/// Set in a child forked before CUDA started whose parent had opened the session: it opens
+/// the job's static accelerators alone (`AC_GET` was its parent's to ask: a pool of workers
+/// asking N more each would take N a worker).
+static FORKED_FROM_SESSION: AtomicBool = AtomicBool::new(false);
 
 /// The child's half of `fork`: refused CUDA if its parent had started CUDA; otherwise (NVML
 /// alone, or nothing, had opened the session) it forgets the parent's session, which stays the
@@ -133,6 +137,7 @@ extern "C" fn after_fork_in_child() {
     } else {
         // Lock-free reads only: a parent's thread may have held any lock at the fork.
         if let Some(Ok(parent)) = opened_so_far() {
+            FORKED_FROM_SESSION.store(true, Ordering::Release);
             if let Some(token) = &parent.job_token {
                 PARENT_JOB_TOKEN.store(token as *const String as *mut String, Ordering::Release);
             }
@@ -196,10 +201,18 @@ fn open_session() -> CuResult<&'static Shim> {
 
 /// The session as opened, by this call if it is the first.
 fn opened() -> &'static Opened {
+    let mut wait = std::time::Duration::from_millis(1);
     loop {
         match STATE.compare_exchange(CLOSED, OPENING, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                let opened: &'static Opened = Box::leak(Box::new(open()));
+                // A panic in the opening (a bug) is an answer too: waiters must not wait for ever.
+                let outcome = std::panic::catch_unwind(open).unwrap_or_else(|_| {
+                    Err((
+                        code::NO_DEVICE,
+                        "the session's opening failed (a bug in the shim: see its panic above)".into(),
+                    ))
+                });
+                let opened: &'static Opened = Box::leak(Box::new(outcome));
                 SHIM.store(opened as *const Opened as *mut Opened, Ordering::Release);
                 STATE.store(OPEN, Ordering::Release);
                 return opened;
@@ -207,7 +220,10 @@ fn opened() -> &'static Opened {
             // SAFETY: set before `OPEN` is, to a leaked box that is never freed.
             Err(OPEN) => return unsafe { &*SHIM.load(Ordering::Acquire) },
             // Another thread opens it: network I/O, perhaps a wait in the manager's queue.
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Err(_) => {
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(std::time::Duration::from_millis(20));
+            }
         }
     }
 }
@@ -249,6 +265,7 @@ fn open() -> Opened {
     let own_job = matches!(options.job, JobAuth::AdHoc { .. } | JobAuth::SameJob { .. });
     // Read before the session opens: a bad value leaves nothing held at the manager.
     let wanted_extra = requested_extra().map_err(no_device)?;
+    let wanted_extra = if FORKED_FROM_SESSION.load(Ordering::Acquire) { 0 } else { wanted_extra };
     // Sessions only on the accelerators `CUDA_VISIBLE_DEVICES` names, in its order; the node's
     // others are kept by id for NVML.
     let mut node = Vec::new();

@@ -129,8 +129,7 @@ struct Watcher {
     _task: Owned<()>,
 }
 
-/// A program's session.
-#[derive(Debug)]
+/// A program's session. Its `Debug` leaves the token out (a credential of the job).
 pub struct Session {
     client: Arc<ArmClient>,
     listener: Listener,
@@ -143,6 +142,16 @@ pub struct Session {
     endpoint: Endpoint,
     handles: Vec<Handle>,
     progress: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("job", &self.job)
+            .field("node", &self.node)
+            .field("handles", &self.handles)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How to reach the backend at `addr` over the session's shared endpoint (a new endpoint when

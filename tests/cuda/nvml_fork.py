@@ -5,7 +5,7 @@ shim's libnvidia-ml.so.1 and libcuda.so.1 (ctypes). The children forked before t
 started CUDA each compute on the device (a copy round trip); then the parent does; then a child
 forked after CUDA started is refused CUDA, as NVIDIA's driver refuses one. Prints a line per
 finding; exits 1 at the first call that fails where it should not.
-tests/tests/e2e/cuda_sensors.rs runs it."""
+tests/tests/e2e/cuda_frameworks.rs runs it."""
 import ctypes
 import os
 import sys

@@ -175,32 +175,40 @@ impl NvmlHost {
     }
 
     /// What an accelerator's sensors read now (its own handle's: NVML answers few of them for a
-    /// MIG instance); a reading NVML refuses is left out. A GPU that NVML says is lost is an
-    /// error, which the shim's NVML answers as `NVML_ERROR_GPU_IS_LOST`, as NVIDIA's does.
+    /// MIG instance); a reading NVML refuses is left out. A GPU that NVML says is lost, at any
+    /// reading, is an error, which the shim's NVML answers as `NVML_ERROR_GPU_IS_LOST`, as
+    /// NVIDIA's does.
     pub fn telemetry(&self, accelerator: &Accelerator) -> Result<Telemetry, WireError> {
-        let gone = || WireError::new(ErrorKind::Device, lost());
         let device = match self.nvml.device_by_uuid(accelerator.uuid.as_str()) {
             Ok(device) => device,
-            Err(NvmlError::GpuLost) => return Err(gone()),
+            Err(NvmlError::GpuLost) => return Err(WireError::new(ErrorKind::Device, lost())),
             Err(_) => return Ok(Telemetry::default()),
         };
+        let lost_at_some_reading = std::cell::Cell::new(false);
+        let read = |reading: Result<u32, NvmlError>| match reading {
+            Err(NvmlError::GpuLost) => {
+                lost_at_some_reading.set(true);
+                None
+            }
+            reading => reading.ok(),
+        };
+        let clocks = |domain: &dyn Fn(Clock) -> Result<u32, NvmlError>| Clocks {
+            graphics: read(domain(Clock::Graphics)),
+            sm: read(domain(Clock::SM)),
+            memory: read(domain(Clock::Memory)),
+            video: read(domain(Clock::Video)),
+        };
         let utilization = match device.utilization_rates() {
-            Err(NvmlError::GpuLost) => return Err(gone()),
-            read => read.ok(),
+            Err(NvmlError::GpuLost) => return Err(WireError::new(ErrorKind::Device, lost())),
+            reading => reading.ok(),
         };
-        let clocks = |read: &dyn Fn(Clock) -> Result<u32, NvmlError>| Clocks {
-            graphics: read(Clock::Graphics).ok(),
-            sm: read(Clock::SM).ok(),
-            memory: read(Clock::Memory).ok(),
-            video: read(Clock::Video).ok(),
-        };
-        Ok(Telemetry {
+        let telemetry = Telemetry {
             utilization_gpu: utilization.as_ref().map(|u| u.gpu),
             utilization_memory: utilization.as_ref().map(|u| u.memory),
-            temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
-            power_mw: device.power_usage().ok(),
-            power_limit_mw: device.enforced_power_limit().ok(),
-            power_management_limit_mw: device.power_management_limit().ok(),
+            temperature_c: read(device.temperature(TemperatureSensor::Gpu)),
+            power_mw: read(device.power_usage()),
+            power_limit_mw: read(device.enforced_power_limit()),
+            power_management_limit_mw: read(device.power_management_limit()),
             energy_mj: device.total_energy_consumption().ok(),
             clocks_mhz: clocks(&|c| device.clock_info(c)),
             max_clocks_mhz: clocks(&|c| device.max_clock_info(c)),
@@ -210,7 +218,11 @@ impl NvmlHost {
                 .filter(|p| *p != PerformanceState::Unknown)
                 .map(|p| p.as_c()),
             session_memory: 0,
-        })
+        };
+        if lost_at_some_reading.get() {
+            return Err(WireError::new(ErrorKind::Device, lost()));
+        }
+        Ok(telemetry)
     }
 
     /// One poll of an accelerator: whether it answers, and conditions of its GPU that persist.

@@ -316,9 +316,10 @@ async fn nvml_on_a_backend_older_than_its_sensors_says_not_supported_once() {
 
 /// A process that asks NVML, then forks (`tests/cuda/nvml_fork.py`, ctypes): NVML starts no
 /// CUDA, so two children forked after it, at once, each open a session of their own in their
-/// parent's ad-hoc job and copy to and from both devices; the parent then computes on the session NVML opened; a child forked
-/// after that is refused CUDA (`CUDA_ERROR_NOT_INITIALIZED`, as NVIDIA's driver refuses one). No
-/// session or accelerator is left held once they have all exited.
+/// parent's ad-hoc job and copy to and from each device; the parent then computes on the
+/// session NVML opened; a child forked after that is refused CUDA (`CUDA_ERROR_NOT_INITIALIZED`,
+/// as NVIDIA's driver refuses one). With `AC_GET=1` the children open the job's static
+/// accelerator alone. No session or accelerator is left held once they have all exited.
 #[tokio::test(flavor = "multi_thread")]
 async fn children_forked_after_nvml_open_sessions_of_their_own() {
     let _turn = standin::exclusive().await;
@@ -326,29 +327,37 @@ async fn children_forked_after_nvml_open_sessions_of_their_own() {
     let c = cuda_cluster(1).await;
     let shim = cuda::shim_dir(dir.path());
     let probe = cuda::source("tests/cuda/nvml_fork.py");
-    let out = run(&c, &shim, std::path::Path::new("python3"), &[probe.to_str().unwrap()], &[("ARM_ACPN", "2")]).await;
-    let text = said(&out);
-    assert!(out.status.success() && text.contains("nvml fork done"), "{text}");
-    let exact = "2 device(s), 65536 bytes there and back exact";
-    for line in [
-        "parent: nvml devices 2".to_string(),
-        "child 0: nvml devices 2".into(),
-        "child 1: nvml devices 2".into(),
-        format!("child 0: {exact}"),
-        format!("child 1: {exact}"),
-        "child 0 exited with 0".into(),
-        "child 1 exited with 0".into(),
-        format!("parent: {exact}"),
-        "late child: cuInit 3".into(),
-        "late child exited with 0".into(),
-    ] {
-        assert!(text.contains(&line), "missing `{line}`:\n{text}");
+    // (environment, the parent's devices, each child's): `AC_GET`'s extra accelerator is the
+    // parent's; its children open the job's static one alone and do not ask again (the pool
+    // has no third: asked, they would be refused, and say so on stderr).
+    let acpn_2 = vec![("ARM_ACPN", "2")];
+    let acpn_1_get_1 = vec![("ARM_ACPN", "1"), ("AC_GET", "1")];
+    for (env, parent, child) in [(acpn_2, 2, 2), (acpn_1_get_1, 2, 1)] {
+        let out = run(&c, &shim, std::path::Path::new("python3"), &[probe.to_str().unwrap()], &env).await;
+        let text = said(&out);
+        assert!(out.status.success() && text.contains("nvml fork done"), "{text}");
+        let exact = |n| format!("{n} device(s), 65536 bytes there and back exact");
+        for line in [
+            format!("parent: nvml devices {parent}"),
+            format!("child 0: nvml devices {child}"),
+            format!("child 1: nvml devices {child}"),
+            format!("child 0: {}", exact(child)),
+            format!("child 1: {}", exact(child)),
+            "child 0 exited with 0".into(),
+            "child 1 exited with 0".into(),
+            format!("parent: {}", exact(parent)),
+            "late child: cuInit 3".into(),
+            "late child exited with 0".into(),
+        ] {
+            assert!(text.contains(&line), "missing `{line}`:\n{text}");
+        }
+        // The children joined their parent's ad-hoc job (ARM_ACPN): a job of their own would
+        // have queued for the accelerators the parent holds.
+        assert!(!text.contains("waits for"), "a child queued as a job of its own:\n{text}");
+        assert!(!text.contains("AC_GET="), "a child asked for AC_GET's accelerators again:\n{text}");
+        assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the processes exited:\n{text}");
+        let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+        assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     }
-    // The children joined their parent's ad-hoc job (ARM_ACPN): a job of their own would have
-    // queued for the accelerators the parent holds.
-    assert!(!text.contains("waits for"), "a child queued as a job of its own:\n{text}");
-    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the processes exited:\n{text}");
-    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
-    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
 }
