@@ -71,8 +71,9 @@ pub mod result {
 const TOO_SMALL: u32 = 0x4e56_0007;
 /// The same for `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` (a struct of a version not served).
 const VERSION_MISMATCH: u32 = 0x4e56_0019;
-/// The same for `NVML_ERROR_GPU_IS_LOST`: the GPU host's NVML says the GPU is lost (fallen off
-/// the bus), as opposed to a session or network failure, which NVML answers the same.
+/// The same for `NVML_ERROR_GPU_IS_LOST` where the GPU host's NVML says the GPU is lost (fallen
+/// off the bus). A session or network failure is answered `NVML_ERROR_GPU_IS_LOST` too (the
+/// guard's last arm), as NVML answers for a GPU it cannot reach.
 const GPU_LOST: u32 = 0x4e56_000f;
 
 /// The answer of an NVML function the shim does not implement: `NVML_ERROR_NOT_SUPPORTED`, its
