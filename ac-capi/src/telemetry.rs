@@ -80,20 +80,3 @@ impl From<&Telemetry> for acTelemetry {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reading_the_device_cannot_give_is_minus_one() {
-        let mut t = Telemetry { temperature_c: Some(41), energy_mj: Some(u64::MAX), ..Telemetry::default() };
-        t.clocks_mhz.sm = Some(1755);
-        t.session_memory = 3 << 20;
-        let c = acTelemetry::from(&t);
-        assert_eq!((c.temperature_c, c.utilization_gpu, c.power_mw), (41, -1, -1));
-        assert_eq!(c.energy_mj, i64::MAX, "clamped, never negative");
-        assert_eq!(c.clocks_mhz, [-1, 1755, -1, -1]);
-        assert_eq!(c.session_memory, 3 << 20);
-    }
-}
