@@ -64,6 +64,7 @@
 #![allow(non_snake_case)] // the driver API's names
 #![allow(clippy::missing_safety_doc)] // every entry point is the driver API's, documented by NVIDIA
 
+pub mod array;
 pub mod attributes;
 pub mod blas;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it

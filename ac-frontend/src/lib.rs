@@ -47,6 +47,7 @@
 
 mod accelerator;
 pub mod arm;
+mod arrays;
 pub mod blocking;
 mod buffer;
 mod driver;
@@ -72,10 +73,11 @@ pub use ac_proto::arm::Preemption;
 /// Connecting to a backend lives in `ac-proto`, which the manager shares.
 pub(crate) use ac_proto::backend::link;
 pub use ac_proto::backend::{
-    Clocks, ContextLimit, DeviceInfo, DeviceKind, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims,
-    ParamKind, Telemetry,
+    ArrayCopy, ArrayId, ArraySpec, Clocks, ContextLimit, DeviceInfo, DeviceKind, DevicePtr, ErrorKind, KernelArg,
+    KernelAttributes, KernelSetting, LaunchDims, ParamKind, Sampler, Telemetry, TextureResource,
 };
 pub use accelerator::Accelerator;
+pub use arrays::{CudaArray, DeviceObject};
 pub use buffer::DeviceBuffer;
 pub use driver::{Global, PhysicalMemory};
 pub use error::{Error, Result};

@@ -234,6 +234,10 @@ pub trait Memory {
     /// A device-side `printf`: the text goes into the context's printf buffer, which the driver
     /// writes out at the next synchronization.
     fn print(&mut self, text: &str);
+    /// The texture or surface object `value` of the kernel's context.
+    fn object(&self, _value: u64) -> Option<crate::textures::Object> {
+        None
+    }
 }
 
 pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
@@ -242,7 +246,7 @@ pub(crate) fn u64_arg(arg: &[u8]) -> u64 {
     u64::from_ne_bytes(b)
 }
 
-fn f32_arg(arg: &[u8]) -> f32 {
+pub(crate) fn f32_arg(arg: &[u8]) -> f32 {
     f32::from_ne_bytes(arg[..4].try_into().expect("4-byte parameter"))
 }
 

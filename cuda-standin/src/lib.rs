@@ -76,6 +76,8 @@ mod space;
 mod state;
 mod streams;
 mod tensor_maps;
+mod texture_fixtures;
+mod textures;
 mod vmm;
 
 use std::cell::Cell;
@@ -469,7 +471,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
 /// Parameter sizes of a kernel the stand-in runs: a builtin or test fixture of [`kernels`], or
 /// one of the later programs' [`fixtures`].
 fn signature(name: &str) -> Option<Vec<usize>> {
-    kernels::signature(name).or_else(|| fixtures::signature(name).map(<[usize]>::to_vec))
+    kernels::signature(name)
+        .or_else(|| fixtures::signature(name).or_else(|| texture_fixtures::signature(name)).map(<[usize]>::to_vec))
 }
 
 /// A launch of `function` with `shape`, as `call`.

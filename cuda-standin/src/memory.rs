@@ -49,6 +49,8 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
         for stream in streams {
             run::run(d, stream, u64::MAX);
         }
+        let len = d.memory[&address].bytes.len();
+        crate::textures::check_unread(d, address, len);
         d.memory.remove(&address);
         Ok(())
     })

@@ -243,6 +243,10 @@ pub struct Driver {
     pub retired: Vec<(u64, Allocation)>,
     /// Physical memory (`cuMemCreate`) by handle, until released and unmapped.
     pub physical: HashMap<u64, space::Physical>,
+    /// CUDA arrays by handle.
+    pub arrays: HashMap<u64, crate::textures::Array>,
+    /// Texture and surface objects by value.
+    pub objects: HashMap<u64, crate::textures::Object>,
 }
 
 /// Read when the stand-in is first called: the byte count of

@@ -42,8 +42,8 @@ pub mod worker;
 use std::sync::Arc;
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource,
-    ParamKind, Telemetry, TensorMapSpec, WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelArg, KernelAttributes, KernelSetting, LaunchDims,
+    ModuleSource, ParamKind, Sampler, Telemetry, TensorMapSpec, TextureResource, WireError,
 };
 use ac_proto::pieces;
 use bytes::Bytes;
@@ -286,6 +286,25 @@ pub trait Context: Send + Sync + 'static {
     }
     /// As [`Context::unmap`], later, off the caller's thread (a range is being dropped).
     fn unmap_later(&self, _range: DeviceMem, _offset: u64, _bytes: u64) {}
+    /// Creates a CUDA array of `spec`'s shape, zeroed (`cuArray3DCreate`): its handle.
+    fn create_array(&self, _spec: &ArraySpec) -> DeviceResult<u64> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "CUDA arrays are a CUDA GPU's"))
+    }
+    /// Destroys an array once the work queued on the context has run (`cuArrayDestroy`).
+    fn destroy_array(&self, _array: u64) {}
+    /// Queues a copy between an array and linear device memory on `stream` (`cuMemcpy3DAsync`),
+    /// the region checked against both already.
+    fn copy_array(&self, _copy: &ArrayCopy<u64, u64>, _stream: DeviceStream) -> DeviceResult<()> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "CUDA arrays are a CUDA GPU's"))
+    }
+    /// Creates a texture object over `resource` read as `sampler` says, or with no sampler a
+    /// surface object over an array (`cuTexObjectCreate`, `cuSurfObjectCreate`): its value.
+    fn create_object(&self, _resource: &TextureResource<u64, u64>, _sampler: Option<&Sampler>) -> DeviceResult<u64> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "texture and surface objects are a CUDA GPU's"))
+    }
+    /// Destroys a texture object (`surface`: a surface object) once the work queued on the
+    /// context has run.
+    fn destroy_object(&self, _object: u64, _surface: bool) {}
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

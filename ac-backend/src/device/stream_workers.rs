@@ -28,11 +28,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use ac_proto::backend::{LaunchDims, WireError};
+use ac_proto::backend::{ArrayCopy, LaunchDims, WireError};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::device::{Context, DeviceArg, DeviceStream, Kernel, LaunchMode};
+use crate::session::arrays::DeviceArray;
 use crate::session::Allocation;
 
 /// One stream-ordered operation.
@@ -85,6 +86,15 @@ pub enum StreamOp {
         mode: LaunchMode,
         /// Keeps the arguments' allocations alive until the launch is done.
         _hold: Vec<Arc<Allocation>>,
+    },
+    /// Between a CUDA array and linear device memory.
+    CopyArray {
+        /// The array.
+        array: Arc<DeviceArray>,
+        /// The allocation the linear side lies in.
+        linear: Arc<Allocation>,
+        /// The copy, between their device handle and address.
+        copy: ArrayCopy<u64, u64>,
     },
     /// Answers with the pending error (if any) once everything before it is done.
     Barrier(oneshot::Sender<Option<WireError>>),
@@ -300,6 +310,9 @@ fn is_quick(device: &dyn Context, op: &StreamOp) -> bool {
         StreamOp::Launch { kernel, args, .. } => device.is_quick_launch(kernel, args),
         StreamOp::Write { data, .. } => data.len() as u64 <= QUICK_BYTES,
         StreamOp::Copy { len, .. } | StreamOp::Memset { len, .. } => *len <= QUICK_BYTES,
+        StreamOp::CopyArray { copy, .. } => {
+            copy.extent.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).is_some_and(|n| n <= QUICK_BYTES)
+        }
         StreamOp::Barrier(_) => false,
     }
 }
@@ -325,6 +338,7 @@ fn execute(device: &dyn Context, stream: DeviceStream, op: StreamOp) -> Result<(
             device.launch(&kernel, &dims, &args, stream)
         }
         StreamOp::Launch { kernel, dims, args, mode, .. } => device.launch_as(&kernel, &dims, &args, stream, mode),
+        StreamOp::CopyArray { copy, .. } => device.copy_array(&copy, stream),
         StreamOp::Barrier(_) => unreachable!("handled by the caller"),
     }
 }

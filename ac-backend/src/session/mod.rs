@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use ac_proto::backend::{close, BufferId, DevicePtr, ErrorKind, SessionId, Telemetry, WireError};
 use rustc_hash::FxHashMap;
 
+pub mod arrays;
 pub mod fence;
 pub mod images;
 pub mod resume;
@@ -111,6 +112,8 @@ pub struct Session {
     quota: Option<u64>,
     /// Its physical memory and reserved address space (protocol 14).
     vmm: vmm::Table,
+    /// Its CUDA arrays and texture and surface objects (protocol 16).
+    arrays: arrays::Table,
 }
 
 impl Session {
@@ -307,6 +310,7 @@ impl Session {
         }
         self.ended.send_replace(true);
         self.buffers.lock().expect("buffer table poisoned").clear();
+        self.arrays.clear();
         self.vmm.clear();
     }
 
@@ -397,6 +401,7 @@ impl Registry {
             held: Arc::new(AtomicU64::new(0)),
             quota,
             vmm: vmm::Table::default(),
+            arrays: arrays::Table::default(),
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         (session, rejoined)

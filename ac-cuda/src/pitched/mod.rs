@@ -15,6 +15,7 @@ mod memset;
 
 use std::ffi::{c_uint, c_void};
 
+use crate::array;
 use crate::error::{code, CuResult, Error};
 use crate::graph::{self, Kept, NodeKind};
 use crate::guard;
@@ -27,7 +28,7 @@ use crate::stream::stream_of;
 pub(crate) use memset::memset_2d;
 
 /// `CUmemorytype`: where one side of a copy is.
-mod memory_type {
+pub(crate) mod memory_type {
     pub const HOST: u32 = 1;
     pub const DEVICE: u32 = 2;
     pub const ARRAY: u32 = 3;
@@ -60,31 +61,31 @@ pub struct Memcpy2D {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Memcpy3D {
-    src_x: usize,
-    src_y: usize,
-    src_z: usize,
-    src_lod: usize,
-    src_type: c_uint,
-    src_host: *const c_void,
-    src_device: u64,
-    src_array: usize,
-    reserved0: *mut c_void,
-    src_pitch: usize,
-    src_height: usize,
-    dst_x: usize,
-    dst_y: usize,
-    dst_z: usize,
-    dst_lod: usize,
-    dst_type: c_uint,
-    dst_host: *mut c_void,
-    dst_device: u64,
-    dst_array: usize,
-    reserved1: *mut c_void,
-    dst_pitch: usize,
-    dst_height: usize,
-    width: usize,
-    height: usize,
-    depth: usize,
+    pub(crate) src_x: usize,
+    pub(crate) src_y: usize,
+    pub(crate) src_z: usize,
+    pub(crate) src_lod: usize,
+    pub(crate) src_type: c_uint,
+    pub(crate) src_host: *const c_void,
+    pub(crate) src_device: u64,
+    pub(crate) src_array: usize,
+    pub(crate) reserved0: *mut c_void,
+    pub(crate) src_pitch: usize,
+    pub(crate) src_height: usize,
+    pub(crate) dst_x: usize,
+    pub(crate) dst_y: usize,
+    pub(crate) dst_z: usize,
+    pub(crate) dst_lod: usize,
+    pub(crate) dst_type: c_uint,
+    pub(crate) dst_host: *mut c_void,
+    pub(crate) dst_device: u64,
+    pub(crate) dst_array: usize,
+    pub(crate) reserved1: *mut c_void,
+    pub(crate) dst_pitch: usize,
+    pub(crate) dst_height: usize,
+    pub(crate) width: usize,
+    pub(crate) height: usize,
+    pub(crate) depth: usize,
 }
 
 /// Which memory one side of a copy is in.
@@ -329,16 +330,36 @@ unsafe fn read_scattered(runs: &[Run]) -> CuResult<()> {
 }
 
 impl Memcpy2D {
-    /// Its source, destination and extent, checked: a 3D copy of one slice.
-    fn sides(&self) -> CuResult<(Side, Side, Extent)> {
-        let extent = Extent { width: self.width as u64, height: self.height as u64, depth: 1 };
-        let (src, dst) = (
-            Described::at(self.src_type, self.src_host as u64, self.src_device, self.src_array, self.src_pitch),
-            Described::at(self.dst_type, self.dst_host as u64, self.dst_device, self.dst_array, self.dst_pitch),
-        );
-        let src = Described { origin: [self.src_x as u64, self.src_y as u64, 0], ..src };
-        let dst = Described { origin: [self.dst_x as u64, self.dst_y as u64, 0], ..dst };
-        Ok((side(src, extent, "source")?, side(dst, extent, "destination")?, extent))
+    /// The same copy as a 3D copy of one slice.
+    fn as_3d(&self) -> Memcpy3D {
+        let null = std::ptr::null_mut();
+        Memcpy3D {
+            src_x: self.src_x,
+            src_y: self.src_y,
+            src_z: 0,
+            src_lod: 0,
+            src_type: self.src_type,
+            src_host: self.src_host,
+            src_device: self.src_device,
+            src_array: self.src_array,
+            reserved0: null,
+            src_pitch: self.src_pitch,
+            src_height: 0,
+            dst_x: self.dst_x,
+            dst_y: self.dst_y,
+            dst_z: 0,
+            dst_lod: 0,
+            dst_type: self.dst_type,
+            dst_host: self.dst_host,
+            dst_device: self.dst_device,
+            dst_array: self.dst_array,
+            reserved1: null,
+            dst_pitch: self.dst_pitch,
+            dst_height: 0,
+            width: self.width,
+            height: self.height,
+            depth: 1,
+        }
     }
 }
 
@@ -364,30 +385,27 @@ impl Memcpy3D {
     }
 }
 
-/// The copy `p` describes (`sides` reads it), on `stream`, waited for if `wait`.
-unsafe fn copy_described<T>(
-    p: *const T,
-    sides: fn(&T) -> CuResult<(Side, Side, Extent)>,
-    stream: usize,
-    wait: bool,
-) -> CuResult<()> {
-    let described = p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?;
-    let (src, dst, extent) = sides(described)?;
+/// The copy `p` describes, on `stream`, waited for if `wait`: [`crate::array`]'s when an array
+/// is on either side.
+unsafe fn copy_any(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
+    if array::has_array(p) {
+        return array::copy(p, stream, wait);
+    }
+    let (src, dst, extent) = p.sides()?;
     copy(src, dst, extent, stream, wait)
+}
+
+/// The copy `p` describes (`as_3d` reads it), on `stream`, waited for if `wait`.
+unsafe fn copy_described<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
+    let described = p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?;
+    copy_any(&as_3d(described), stream, wait)
 }
 
 /// The copy `p` describes, queued on `stream`, or recorded (its description as it is now) if
 /// the stream is capturing.
-unsafe fn copy_queued<T: Copy + 'static>(
-    p: *const T,
-    sides: fn(&T) -> CuResult<(Side, Side, Extent)>,
-    stream: usize,
-) -> CuResult<()> {
-    let described = Kept::new(*p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?);
-    graph::or_record(stream, NodeKind::Memcpy, move |stream| {
-        let (src, dst, extent) = sides(&described.get())?;
-        copy(src, dst, extent, stream, false)
-    })
+unsafe fn copy_queued<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize) -> CuResult<()> {
+    let described = Kept::new(as_3d(p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?));
+    graph::or_record(stream, NodeKind::Memcpy, move |stream| copy_any(&described.get(), stream, false))
 }
 
 /// The copy a `CUDA_MEMCPY3D` describes, queued on `stream` (a graph's copy node).
@@ -395,33 +413,32 @@ unsafe fn copy_queued<T: Copy + 'static>(
 /// # Safety
 /// Its host sides are the program's memory, valid for the copy.
 pub(crate) unsafe fn copy_3d(described: &Memcpy3D, stream: usize) -> CuResult<()> {
-    let (src, dst, extent) = described.sides()?;
-    copy(src, dst, extent, stream, false)
+    copy_any(described, stream, false)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> u32 {
-    guard("cuMemcpy2D", || copy_described(p, Memcpy2D::sides, 0, true))
+    guard("cuMemcpy2D", || copy_described(p, Memcpy2D::as_3d, 0, true))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> u32 {
-    guard("cuMemcpy2DUnaligned", || copy_described(p, Memcpy2D::sides, 0, true))
+    guard("cuMemcpy2DUnaligned", || copy_described(p, Memcpy2D::as_3d, 0, true))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, stream: usize) -> u32 {
-    guard("cuMemcpy2DAsync", || copy_queued(p, Memcpy2D::sides, stream))
+    guard("cuMemcpy2DAsync", || copy_queued(p, Memcpy2D::as_3d, stream))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> u32 {
-    guard("cuMemcpy3D", || copy_described(p, Memcpy3D::sides, 0, true))
+    guard("cuMemcpy3D", || copy_described(p, Memcpy3D::clone, 0, true))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -> u32 {
-    guard("cuMemcpy3DAsync", || copy_queued(p, Memcpy3D::sides, stream))
+    guard("cuMemcpy3DAsync", || copy_queued(p, Memcpy3D::clone, stream))
 }
 
 #[cfg(test)]

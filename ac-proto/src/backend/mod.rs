@@ -88,6 +88,13 @@
 //! Protocol 15 adds a device's sensors, appended likewise: [`Request::Telemetry`] answers
 //! [`Response::Telemetry`] ([`telemetry`]: utilization, temperature, power, energy, clocks,
 //! performance state, as the GPU host's NVML reads them, and the memory the session holds).
+//! Protocol 16 adds CUDA arrays and the texture and surface objects that read them, appended
+//! likewise ([`array`]): [`Request::CreateArray`] (answered [`Response::Array`], zeroed, counted
+//! against the session's quota), [`Request::CopyArray`] between an array and the session's
+//! linear memory, queued on a stream, [`Request::CreateTexture`] over an array or linear memory
+//! and [`Request::CreateSurface`] over an array (answered [`Response::Object`], the device's
+//! value that kernels take), [`Request::DestroyArray`] and [`Request::DestroyObject`]. An object
+//! holds what it reads: an array or buffer destroyed first goes when its last object does.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -121,6 +128,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod array;
 pub mod builtin;
 pub mod link;
 mod registration;
@@ -128,12 +136,13 @@ pub mod telemetry;
 pub mod tensor_map;
 pub mod v4;
 
+pub use array::{ArrayCopy, ArrayId, ArraySpec, Sampler, TextureResource};
 pub use registration::*;
 pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 15;
+pub const VERSION: u16 = 16;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -762,6 +771,34 @@ pub enum Request {
     /// *Protocol 15.* What the device's sensors read now: replies [`Response::Telemetry`].
     /// Nothing queued waits.
     Telemetry,
+    /// *Protocol 16.* Creates a CUDA array, zeroed, which counts against the session's quota:
+    /// replies [`Response::Array`].
+    CreateArray(ArraySpec),
+    /// *Protocol 16.* Lets an array go: it goes once no texture or surface object reads it and
+    /// the work queued before has run. Replies [`Response::Ok`].
+    DestroyArray(ArrayId),
+    /// *Protocol 16.* Queues a copy between an array and the session's linear memory (the
+    /// whole region inside both) on `stream`.
+    CopyArray {
+        /// The copy.
+        copy: ArrayCopy,
+        /// Where it runs.
+        stream: StreamId,
+    },
+    /// *Protocol 16.* Creates a texture object over an array or the session's linear memory:
+    /// replies [`Response::Object`].
+    CreateTexture {
+        /// What it reads.
+        resource: TextureResource,
+        /// How.
+        sampler: Sampler,
+    },
+    /// *Protocol 16.* Creates a surface object over an array (made for surface loads and
+    /// stores): replies [`Response::Object`].
+    CreateSurface(ArrayId),
+    /// *Protocol 16.* Destroys a texture or surface object of the session once the work queued
+    /// before has run. Replies [`Response::Ok`].
+    DestroyObject(u64),
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -871,6 +908,10 @@ pub enum Response {
     Physical(u64),
     /// *Protocol 15.* What the device's sensors read ([`Request::Telemetry`]).
     Telemetry(Telemetry),
+    /// *Protocol 16.* A CUDA array ([`Request::CreateArray`]).
+    Array(ArrayId),
+    /// *Protocol 16.* A texture or surface object: the device's value, which kernels take.
+    Object(u64),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

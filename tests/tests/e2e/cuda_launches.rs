@@ -264,6 +264,53 @@ async fn kernels_copy_the_boxes_of_a_tensor_map_the_remote_driver_encoded() {
     standin::assert_no_violations();
 }
 
+/// CUDA arrays, texture and surface objects (`tests/cuda/textures.cu`, backend protocol 16):
+/// the program's arrays live on the backend (zeroed when made), written and read from pitched
+/// host rows, device memory and another array; its kernels read them through texture objects
+/// (point sampling, clamped and border addressing, linear filtering; a 3-D array; linear
+/// memory) and write them through a surface object, as the stand-in's texture unit reads them;
+/// copies and kernels queued on a stream keep their order; a region past the array and a
+/// texture past its allocation are refused and the device goes on; an array freed before its
+/// texture stays until the texture goes (the stand-in records a violation if the backend
+/// destroys an array or frees memory an object still reads).
+#[tokio::test(flavor = "multi_thread")]
+async fn kernels_read_arrays_through_texture_and_surface_objects() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("textures", dir.path()) else { return };
+    let c = cuda_cluster_timed(1, |_| {}, |_| {}).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("textures: all exact"), "{text}");
+    for check in [
+        "the array's descriptor",
+        "a new array holds zeros",
+        "a 37 x 23 float array written from pitched host rows and read back",
+        "a 5 x 4 block at (3, 2) replaced",
+        "the array written from device memory",
+        "tex2D at the texels' centres",
+        "tex2D moved by (-3, 2), clamped at the edges",
+        "the texture's resource",
+        "tex2D past the edge reads the border colour's zero",
+        "tex2D with linear filtering",
+        "a surface doubling the array, copied to a second array",
+        "the second array copied to device memory",
+        "copies and a kernel queued on a stream",
+        "a 9 x 6 x 5 array through cudaMemcpy3D and tex3D",
+        "tex1Dfetch over linear device memory",
+        "the device after the refusals",
+        "an array freed before its texture",
+    ] {
+        assert!(text.lines().any(|l| l == format!("{check} exact")), "{check}: {text}");
+    }
+    // cudaErrorInvalidValue (1) for both refusals.
+    assert!(text.lines().any(|l| l == "a region past the array's row: 1"), "{text}");
+    assert!(text.lines().any(|l| l == "a texture past its allocation: 1"), "{text}");
+    assert!(!text.contains("not supported"), "a call was refused: {text}");
+    standin::assert_no_violations();
+}
+
 /// Virtual memory management (`tests/cuda/vmm.cu`, backend protocol 14), as PyTorch's
 /// expandable segments use it: a reserved range with pieces of physical memory mapped side by
 /// side, a copy and a kernel across the boundary, growth in place, a piece mapped elsewhere

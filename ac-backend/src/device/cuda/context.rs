@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
-    WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
+    ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
 };
 use cudarc::driver::sys::{self, CUresult};
 
@@ -541,6 +541,28 @@ impl Context for CudaContext {
 
     fn unmap_later(&self, range: DeviceMem, offset: u64, bytes: u64) {
         self.unmap_on_janitor(range, offset, bytes);
+    }
+
+    fn create_array(&self, spec: &ArraySpec) -> DeviceResult<u64> {
+        self.create_array_on_gpu(spec)
+    }
+
+    fn destroy_array(&self, array: u64) {
+        self.destroy_array_later(array);
+    }
+
+    fn copy_array(&self, copy: &ArrayCopy<u64, u64>, stream: DeviceStream) -> DeviceResult<()> {
+        self.enter()?;
+        let stream = self.stream(stream)?;
+        self.copy_array_on(copy, stream)
+    }
+
+    fn create_object(&self, resource: &TextureResource<u64, u64>, sampler: Option<&Sampler>) -> DeviceResult<u64> {
+        self.create_object_on_gpu(resource, sampler)
+    }
+
+    fn destroy_object(&self, object: u64, surface: bool) {
+        self.destroy_object_later(object, surface);
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

@@ -221,6 +221,19 @@ pub fn memory_free() -> DeviceResult<u64> {
     Ok(free as u64)
 }
 
+/// The driver's entry point `symbol` (NUL-terminated), typed `F` (looked up once a process:
+/// the callers keep it), or why the driver has none.
+pub fn entry_point<F: Copy>(symbol: &[u8]) -> DeviceResult<F> {
+    let name = String::from_utf8_lossy(&symbol[..symbol.len() - 1]).into_owned();
+    if !has_symbol(&name) {
+        return Err(WireError::new(ErrorKind::NeedsCuda, format!("this GPU's driver has no {name}")));
+    }
+    // SAFETY: the symbol is the driver's function of the type `F` declares (cuda.h's, with its
+    // enumerations as 32-bit integers, as the C ABI passes them).
+    unsafe { sys::culib().get::<F>(symbol).map(|f| *f) }
+        .map_err(|e| WireError::new(ErrorKind::NeedsCuda, format!("{name}: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -90,6 +90,7 @@
 #![allow(unsafe_code)] // FFI to the CUDA driver; every unsafe block states why it holds.
 
 pub mod args;
+pub mod arrays;
 pub mod context;
 pub mod driver;
 pub mod function;

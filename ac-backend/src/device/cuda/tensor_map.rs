@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use ac_proto::backend::{ErrorKind, TensorMapLayout, TensorMapSpec, WireError, TENSOR_MAP_BYTES};
-use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::sys::CUresult;
 
 use super::driver;
 use crate::device::DeviceResult;
@@ -65,7 +65,7 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
     let (call, code) = match &s.layout {
         TensorMapLayout::Tiled { box_dims } => {
             static ENCODE: OnceLock<DeviceResult<EncodeTiled>> = OnceLock::new();
-            let encode = ENCODE.get_or_init(|| entry_point(b"cuTensorMapEncodeTiled\0")).clone()?;
+            let encode = ENCODE.get_or_init(|| driver::entry_point(b"cuTensorMapEncodeTiled\0")).clone()?;
             // SAFETY: every array holds as many elements as the driver reads (misshapen above);
             // the map is 128 writable bytes aligned as CUtensorMap.
             let code = unsafe {
@@ -88,7 +88,7 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
         }
         TensorMapLayout::Im2col { lower_corner, upper_corner, channels_per_pixel, pixels_per_column } => {
             static ENCODE: OnceLock<DeviceResult<EncodeIm2col>> = OnceLock::new();
-            let encode = ENCODE.get_or_init(|| entry_point(b"cuTensorMapEncodeIm2col\0")).clone()?;
+            let encode = ENCODE.get_or_init(|| driver::entry_point(b"cuTensorMapEncodeIm2col\0")).clone()?;
             // SAFETY: as above.
             let code = unsafe {
                 encode(
@@ -114,20 +114,4 @@ pub(super) fn encode(spec: &TensorMapSpec<u64>) -> DeviceResult<Vec<u8>> {
     };
     driver::check(call, code)?;
     Ok(map.0.to_vec())
-}
-
-/// The driver's entry point `symbol` (NUL-terminated), typed `F` (looked up once a process:
-/// the callers keep it); a driver older than CUDA 12 has none.
-fn entry_point<F: Copy>(symbol: &[u8]) -> DeviceResult<F> {
-    let name = String::from_utf8_lossy(&symbol[..symbol.len() - 1]).into_owned();
-    if !driver::has_symbol(&name) {
-        return Err(WireError::new(
-            ErrorKind::NeedsCuda,
-            format!("this GPU's driver has no {name} (CUDA 12 or later)"),
-        ));
-    }
-    // SAFETY: the symbol is the driver's function of the type `F` declares (cuda.h's, with its
-    // enumerations as 32-bit integers, as the C ABI passes them).
-    unsafe { sys::culib().get::<F>(symbol).map(|f| *f) }
-        .map_err(|e| WireError::new(ErrorKind::NeedsCuda, format!("{name}: {e}")))
 }

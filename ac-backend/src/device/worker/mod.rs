@@ -72,8 +72,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Telemetry,
-    TensorMapSpec, WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
+    ModuleSource, Sampler, Telemetry, TensorMapSpec, TextureResource, WireError,
 };
 
 use self::shared::Bays;
@@ -513,6 +513,26 @@ impl Context for WorkerContext {
 
     fn unmap_later(&self, range: DeviceMem, offset: u64, bytes: u64) {
         self.release(&Call::UnmapLater { range, offset, bytes });
+    }
+
+    fn create_array(&self, spec: &ArraySpec) -> DeviceResult<u64> {
+        self.call_handle(&Call::CreateArray { spec: *spec })
+    }
+
+    fn destroy_array(&self, array: u64) {
+        self.release(&Call::DestroyArray { array });
+    }
+
+    fn copy_array(&self, copy: &ArrayCopy<u64, u64>, stream: DeviceStream) -> DeviceResult<()> {
+        self.call_done(&Call::CopyArray { copy: *copy, stream }, &[])
+    }
+
+    fn create_object(&self, resource: &TextureResource<u64, u64>, sampler: Option<&Sampler>) -> DeviceResult<u64> {
+        self.call_handle(&Call::CreateObject { resource: *resource, sampler: sampler.copied() })
+    }
+
+    fn destroy_object(&self, object: u64, surface: bool) {
+        self.release(&Call::DestroyObject { object, surface });
     }
 
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {

@@ -96,9 +96,14 @@ fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::
             // What a dropped range lets go only queues on the GPU's janitor, and must queue in
             // the order it came: every unmap before the range's free (a pool thread each could
             // free the range first).
-            (Call::UnmapLater { .. } | Call::Free { .. } | Call::ReleasePhysical { .. }, None) => {
-                answer_hot(&out, frame.id, execute(&*context, frame))
-            }
+            (
+                Call::UnmapLater { .. }
+                | Call::Free { .. }
+                | Call::ReleasePhysical { .. }
+                | Call::DestroyArray { .. }
+                | Call::DestroyObject { .. },
+                None,
+            ) => answer_hot(&out, frame.id, execute(&*context, frame)),
             _ => pool.run(frame),
         }
     }
@@ -402,6 +407,17 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         Call::Unmap { range, offset, bytes } => unit(context.unmap(range, offset, bytes)),
         Call::UnmapLater { range, offset, bytes } => {
             context.unmap_later(range, offset, bytes);
+            Ok(Reply::Done)
+        }
+        Call::CreateArray { spec } => handle(context.create_array(&spec)),
+        Call::DestroyArray { array } => {
+            context.destroy_array(array);
+            Ok(Reply::Done)
+        }
+        Call::CopyArray { copy, stream } => unit(context.copy_array(&copy, stream)),
+        Call::CreateObject { resource, sampler } => handle(context.create_object(&resource, sampler.as_ref())),
+        Call::DestroyObject { object, surface } => {
+            context.destroy_object(object, surface);
             Ok(Reply::Done)
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),

@@ -11,8 +11,8 @@
 use std::io::{self, Read, Write};
 
 use ac_proto::backend::{
-    ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, TensorMapSpec,
-    WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
+    ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +94,16 @@ pub enum Call {
     Unmap { range: DeviceMem, offset: u64, bytes: u64 },
     /// `unmap_later` (no reply).
     UnmapLater { range: DeviceMem, offset: u64, bytes: u64 },
+    /// `create_array`.
+    CreateArray { spec: ArraySpec },
+    /// `destroy_array` (no reply).
+    DestroyArray { array: u64 },
+    /// `copy_array`.
+    CopyArray { copy: ArrayCopy<u64, u64>, stream: DeviceStream },
+    /// `create_object`.
+    CreateObject { resource: TextureResource<u64, u64>, sampler: Option<Sampler> },
+    /// `destroy_object` (no reply).
+    DestroyObject { object: u64, surface: bool },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

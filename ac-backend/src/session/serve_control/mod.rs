@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use ac_proto::backend::{
     close, BufferId, ContextLimit, Direction, Envelope, ErrorKind, FunctionId, ModuleId, Reply, Request, Response,
-    StreamId, WireError,
+    StreamId, TextureResource, WireError,
 };
 use ac_proto::frame::FrameReader;
 use ac_proto::ProtoError;
@@ -19,6 +19,7 @@ use crate::session::fence::{Fence, FenceRequest, Waiting};
 use crate::session::resume::{Outbox, Rejoin};
 use crate::session::Session;
 
+mod arrays;
 mod copies;
 mod limits;
 mod modules;
@@ -426,6 +427,14 @@ impl Control {
                 Outcome::Now(self.max_active_clusters(function, dims, cluster).await)
             }
             Request::EncodeTensorMap(spec) => Outcome::Now(self.encode_tensor_map(spec).await),
+            Request::CreateArray(spec) => Outcome::Now(self.create_array(spec).await),
+            Request::DestroyArray(id) => Outcome::Now(self.destroy_array(id)),
+            Request::CopyArray { copy, stream } => Outcome::Now(self.enqueue_array_copy(copy, stream).await),
+            Request::CreateTexture { resource, sampler } => {
+                Outcome::Now(self.create_object(resource, Some(sampler)).await)
+            }
+            Request::CreateSurface(id) => Outcome::Now(self.create_object(TextureResource::Array(id), None).await),
+            Request::DestroyObject(value) => Outcome::Now(self.destroy_object(value)),
             Request::ReserveRange { bytes, alignment } => Outcome::Now(self.reserve_range(bytes, alignment).await),
             Request::CreatePhysical { bytes } => Outcome::Now(self.create_physical(bytes).await),
             Request::ReleasePhysical { physical } => Outcome::Now(self.release_physical(physical)),
