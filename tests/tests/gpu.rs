@@ -126,6 +126,14 @@ async fn gpu_tensor_maps_describe_only_the_sessions_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_arrays_reach_only_the_sessions_memory() {
+    let tb = gpu_backend().await;
+    let (acc, other) = (tb.connect().await, tb.connect().await);
+    gpu_cases::arrays::arrays_reach_only_the_sessions_memory(&acc, &other).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_ranges_hold_only_their_mapped_memory() {
     gpu_cases::ranges_hold_only_their_mapped_memory(&gpu_backend().await.connect().await).await;
 }

@@ -64,6 +64,27 @@ async fn standin_tensor_maps_describe_only_the_sessions_memory() {
     standin::assert_no_violations();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_arrays_reach_only_the_sessions_memory() {
+    let _turn = standin::exclusive().await;
+    let tb = standin_backend(64).await;
+    let (acc, other) = (tb.connect().await, tb.connect().await);
+    gpu_cases::arrays::arrays_reach_only_the_sessions_memory(&acc, &other).await;
+    standin::assert_no_violations();
+}
+
+/// The same through session workers, a process each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_arrays_reach_only_the_sessions_memory_in_session_workers() {
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let tb = standin_workers_backend(&record, &[]).await;
+    let (acc, other) = (tb.connect().await, tb.connect().await);
+    gpu_cases::arrays::arrays_reach_only_the_sessions_memory(&acc, &other).await;
+    standin::assert_no_violations();
+    record.assert_none();
+}
+
 /// Ranges through a session worker (a mapping is its process's: the backend serves ranges only
 /// to a session with a process of its own), its driver slow to unmap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -166,6 +187,16 @@ async fn cpu_launches_in_clusters_are_checked_and_run() {
     let err = fill.max_active_clusters(LaunchDims::linear(8, 8), [2, 1, 1]).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
     stream.synchronize().await.unwrap();
+}
+
+/// CUDA arrays are a CUDA GPU's (its texture units read them): the CPU device says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cpu_devices_make_no_arrays() {
+    let acc = TestBackend::start(64).await.connect().await;
+    let spec = ac_frontend::ArraySpec { width: 4, height: 4, depth: 0, format: 0x20, channels: 1, flags: 0 };
+    let err = acc.create_array(spec).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NeedsCuda), "{err}");
+    assert_eq!(acc.alloc_from(&[4u8]).await.unwrap().to_vec().await.unwrap(), [4], "the session goes on");
 }
 
 /// Tensor maps are a CUDA GPU's (the descriptors of its copy engine): the CPU device says so.

@@ -2,6 +2,8 @@
 //! (through `scripts/gpu-check`) and against the CUDA driver stand-in by `device_contract.rs`
 //! (in `scripts/test`). Each takes a backend already started on the device to test.
 
+pub mod arrays;
+
 use std::time::Duration;
 
 use ac_frontend::{Accelerator, DeviceKind, ErrorKind, LaunchDims};
