@@ -46,6 +46,7 @@ impl Drop for CudaArray {
 pub struct DeviceObject {
     acc: Accelerator,
     value: u64,
+    surface: bool,
 }
 
 impl DeviceObject {
@@ -57,7 +58,7 @@ impl DeviceObject {
 
 impl Drop for DeviceObject {
     fn drop(&mut self) {
-        self.acc.post_from_drop(Request::DestroyObject(self.value));
+        self.acc.post_from_drop(Request::DestroyObject { object: self.value, surface: self.surface });
     }
 }
 
@@ -82,18 +83,18 @@ impl Accelerator {
     /// that reads as `sampler` says.
     pub async fn create_texture(&self, resource: TextureResource, sampler: Sampler) -> Result<DeviceObject> {
         self.needs_protocol(ARRAYS, "a texture object")?;
-        self.create_object(Request::CreateTexture { resource, sampler }).await
+        self.create_object(Request::CreateTexture { resource, sampler }, false).await
     }
 
     /// Creates a surface object over `array` (made with surface loads and stores allowed).
     pub async fn create_surface(&self, array: &CudaArray) -> Result<DeviceObject> {
         self.needs_protocol(ARRAYS, "a surface object")?;
-        self.create_object(Request::CreateSurface(array.id)).await
+        self.create_object(Request::CreateSurface(array.id), true).await
     }
 
-    async fn create_object(&self, request: Request) -> Result<DeviceObject> {
+    async fn create_object(&self, request: Request, surface: bool) -> Result<DeviceObject> {
         match self.call(request, Bytes::new()).await? {
-            Answer::Response(Response::Object(value)) => Ok(DeviceObject { acc: self.clone(), value }),
+            Answer::Response(Response::Object(value)) => Ok(DeviceObject { acc: self.clone(), value, surface }),
             other => Err(unexpected(other)),
         }
     }

@@ -218,7 +218,7 @@ pub unsafe extern "C" fn cuTexObjectCreate(
         address_modes: [t[0], t[1], t[2]],
         linear: t[3] == 1,
         normalized: t[4] & 0x02 != 0,
-        border: f32::from_bits(t[11]),
+        border: f32::from_bits(t[10]),
     };
     // SAFETY: as the caller promises.
     unsafe { create_object("cuTexObjectCreate", out, resource, Some(sampler)) }

@@ -6,7 +6,8 @@
 // device memory and between two arrays; a 3-D array (cudaMemcpy3D, tex3D); a texture over
 // linear device memory (tex1Dfetch); copies and kernels queued on a stream; the array's
 // descriptor; what CUDA refuses (a region past the array, a texture past its allocation) and
-// the device usable after; an array freed before its texture.
+// the device usable after; an array freed before its texture; a copy into a 1-D array captured
+// into a graph and launched.
 // Usage: textures
 #include <cmath>
 #include <cstdio>
@@ -133,8 +134,8 @@ int main() {
     std::vector<float> bordered = sampled(border, out, 2.0f, 0);
     bool border_ok = true;
     for (int y = 0; y < H; y++)
-        for (int x = 0; x < W; x++) border_ok &= bordered[y * W + x] == (x + 2 < W ? img[y * W + x + 2] : 0.0f);
-    report(border_ok, "tex2D past the edge reads the border colour's zero");
+        for (int x = 0; x < W; x++) border_ok &= bordered[y * W + x] == (x + 2 < W ? img[y * W + x + 2] : -1.0f);
+    report(border_ok, "tex2D past the edge reads the border colour");
     // Linear filtering a quarter texel right: 3/4 of a texel and 1/4 of the next (9-bit weights).
     cudaTextureObject_t smooth = texture_of(array, cudaAddressModeClamp, cudaFilterModeLinear);
     std::vector<float> blended = sampled(smooth, out, 0.25f, 0);
@@ -222,6 +223,28 @@ int main() {
     bool ramp_ok = true;
     for (int i = 0; i < N; i++) ramp_ok &= twice[i] == i * 1.0f;
     report(ramp_ok, "tex1Dfetch over linear device memory");
+
+    // A copy into a 1-D array, captured into a graph and launched (from page-locked memory).
+    cudaArray_t line;
+    CHECK(cudaMallocArray(&line, &channel, 64));
+    float* quarters;
+    CHECK(cudaMallocHost(&quarters, 64 * 4));
+    for (int i = 0; i < 64; i++) quarters[i] = i + 0.25f;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    CHECK(cudaMemcpy2DToArrayAsync(line, 0, 0, quarters, 64 * 4, 64 * 4, 1, cudaMemcpyHostToDevice, stream));
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> line_back(64);
+    CHECK(cudaMemcpy2DFromArray(line_back.data(), 64 * 4, line, 0, 0, 64 * 4, 1, cudaMemcpyDeviceToHost));
+    report(std::vector<float>(quarters, quarters + 64) == line_back, "a copy into a 1-D array captured into a graph");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaFreeHost(quarters));
+    CHECK(cudaFreeArray(line));
 
     // Refused, and the device goes on.
     cudaError_t past = cudaMemcpy2DToArray(array, 4 * 4, 0, img.data(), W * 4, W * 4, 1, cudaMemcpyHostToDevice);

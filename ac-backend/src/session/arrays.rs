@@ -5,6 +5,7 @@
 //! before the texture over it leaves no object reading memory the session no longer holds: the
 //! memory goes with the object's last reference, as CUDA leaves that order undefined.
 
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +14,11 @@ use rustc_hash::FxHashMap;
 
 use super::{Allocation, Session};
 use crate::device::Context;
+
+/// The most arrays, and the most texture and surface objects, a session holds at once: an
+/// array is charged its packed size, which the GPU's layout may pad, so many small ones must
+/// not pass the quota unseen.
+pub const MOST_HELD: usize = 1 << 16;
 
 /// A CUDA array of a session: destroyed when its last reference (the session's table, an
 /// object over it, a queued copy) goes.
@@ -61,15 +67,19 @@ impl Drop for DeviceObject {
 #[derive(Debug, Default)]
 pub struct Table {
     arrays: Mutex<FxHashMap<ArrayId, Arc<DeviceArray>>>,
-    objects: Mutex<FxHashMap<u64, DeviceObject>>,
+    /// By (value, whether a surface): a texture and a surface may share a value.
+    objects: Mutex<FxHashMap<(u64, bool), DeviceObject>>,
     next: AtomicU64,
 }
 
 impl Table {
     /// Lets every object and array go (the session ends).
     pub(super) fn clear(&self) {
-        self.objects.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        self.arrays.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        // Dropped outside the locks: a session worker's destruction is a write to its pipe.
+        let objects = std::mem::take(&mut *self.objects.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(objects);
+        let arrays = std::mem::take(&mut *self.arrays.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(arrays);
     }
 }
 
@@ -80,6 +90,9 @@ impl Session {
             return Err(WireError::new(ErrorKind::InvalidArgument, why));
         }
         let size = spec.bytes().ok_or_else(|| WireError::new(ErrorKind::InvalidArgument, format!("{spec:?}")))?;
+        if self.arrays.arrays.lock().unwrap_or_else(|p| p.into_inner()).len() >= MOST_HELD {
+            return Err(too_many("arrays"));
+        }
         self.charge(size)?;
         let handle = self.context.create_array(&spec).inspect_err(|_| {
             self.held.fetch_sub(size, Ordering::AcqRel);
@@ -120,22 +133,38 @@ impl Session {
                 (Reads::Memory(alloc), resource.over(|_| 0, |_| at))
             }
         };
+        if self.arrays.objects.lock().unwrap_or_else(|p| p.into_inner()).len() >= MOST_HELD {
+            return Err(too_many("texture and surface objects"));
+        }
         let value = self.context.create_object(&resolved, sampler.as_ref())?;
-        let object = DeviceObject { value, surface: sampler.is_none(), context: self.context.clone(), _reads: reads };
-        self.arrays.objects.lock().unwrap_or_else(|p| p.into_inner()).insert(value, object);
-        Ok(value)
+        let surface = sampler.is_none();
+        let mut objects = self.arrays.objects.lock().unwrap_or_else(|p| p.into_inner());
+        match objects.entry((value, surface)) {
+            Entry::Vacant(entry) => {
+                entry.insert(DeviceObject { value, surface, context: self.context.clone(), _reads: reads });
+                Ok(value)
+            }
+            // A driver that hands out a live value again: the object of that value already
+            // kept stays, and is destroyed once, when it goes.
+            Entry::Occupied(_) => {
+                let why = format!("the device answered object {value:#x}, which the session holds already");
+                Err(WireError::new(ErrorKind::Device, why))
+            }
+        }
     }
 
-    /// Destroys texture or surface object `value` of this session.
-    pub fn destroy_object(&self, value: u64) -> Result<(), WireError> {
-        let gone = self.arrays.objects.lock().unwrap_or_else(|p| p.into_inner()).remove(&value);
+    /// Destroys texture (or with `surface`, surface) object `value` of this session.
+    pub fn destroy_object(&self, value: u64, surface: bool) -> Result<(), WireError> {
+        let gone = self.arrays.objects.lock().unwrap_or_else(|p| p.into_inner()).remove(&(value, surface));
+        let kind = if surface { "surface" } else { "texture" };
         gone.map(drop).ok_or_else(|| {
-            WireError::new(
-                ErrorKind::InvalidArgument,
-                format!("no texture or surface object {value:#x} in this session"),
-            )
+            WireError::new(ErrorKind::InvalidArgument, format!("no {kind} object {value:#x} in this session"))
         })
     }
+}
+
+fn too_many(what: &str) -> WireError {
+    WireError::new(ErrorKind::OutOfMemory, format!("a session holds at most {MOST_HELD} {what} at once"))
 }
 
 fn unknown_array(id: ArrayId) -> WireError {

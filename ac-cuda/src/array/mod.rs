@@ -21,8 +21,8 @@ use ac_frontend::{ArrayCopy, ArrayId, ArraySpec, CudaArray, DeviceBuffer};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::memory::is_device;
-use crate::pitched::{memory_type, Memcpy3D};
+use crate::managed::{self, Reach};
+use crate::pitched::{self, memory_type, Described, Extent, Memcpy3D, Memory, Side};
 use crate::state::{self, put, Registry};
 use crate::stream::stream_of;
 
@@ -130,38 +130,18 @@ pub unsafe extern "C" fn cuArray3DGetDescriptor_v2(out: *mut Array3DDescriptor, 
 
 // ---- Copies ----
 
-/// One side of a copy with an array: an array at an origin, or device or host memory from an
-/// address (the origin added) with rows `pitch` bytes apart and `rows` rows a slice.
+/// One end of a copy with an array: an array at an origin, or linear memory, checked as
+/// [`pitched::side`] checks it, with its rows a slice as the program gave them.
 enum End {
     Array(Arc<ArrayRecord>, [u64; 3]),
-    Device(Linear),
-    Host(Linear),
+    Linear(Side, u64),
 }
 
-/// Linear memory of a copy: its first byte, pitch and rows a slice.
-#[derive(Clone, Copy)]
-struct Linear {
-    at: u64,
-    pitch: u64,
-    rows: u64,
-}
-
-/// The end of a copy that `kind` describes (`address`: its host pointer or device address).
-fn end(kind: u32, address: u64, array: usize, origin: [u64; 3], pitch: u64, rows: u64) -> CuResult<End> {
-    let [x, y, z] = origin;
-    let at = || z.checked_mul(rows)?.checked_add(y)?.checked_mul(pitch)?.checked_add(x)?.checked_add(address);
-    let linear = || {
-        let at = at().ok_or_else(|| Error::said(code::INVALID_VALUE, "a copy's side passes the end of memory"))?;
-        Ok::<_, Error>(Linear { at, pitch, rows })
-    };
-    Ok(match kind {
-        memory_type::ARRAY => End::Array(array_record(array)?, origin),
-        memory_type::DEVICE => End::Device(linear()?),
-        memory_type::UNIFIED if is_device(address) => End::Device(linear()?),
-        memory_type::HOST | memory_type::UNIFIED => End::Host(linear()?),
-        other => {
-            return Err(Error::said(code::INVALID_VALUE, format!("a copy's memory type {other} is none of CUDA's")))
-        }
+/// The end `d` describes for a region of `extent`; `which` names it.
+fn end(d: Described, extent: Extent, which: &str) -> CuResult<End> {
+    Ok(match d.kind {
+        memory_type::ARRAY => End::Array(array_record(d.array)?, d.origin),
+        _ => End::Linear(pitched::side(d, extent, which)?, d.rows),
     })
 }
 
@@ -182,91 +162,84 @@ pub(crate) unsafe fn copy(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<(
             "a copy with a level of detail (mipmapped arrays are not served)",
         ));
     }
-    if p.width == 0 || p.height == 0 || p.depth == 0 {
+    let extent = p.extent();
+    if extent.is_empty() {
         return Ok(());
     }
-    let extent = [p.width, p.height, p.depth].map(|n| n as u64);
-    let host_or_device = |kind, host: u64, device| if kind == memory_type::HOST { host } else { device };
-    let (src_at, dst_at) = (
-        host_or_device(p.src_type, p.src_host as u64, p.src_device),
-        host_or_device(p.dst_type, p.dst_host as u64, p.dst_device),
-    );
-    let src_origin = [p.src_x, p.src_y, p.src_z].map(|v| v as u64);
-    let dst_origin = [p.dst_x, p.dst_y, p.dst_z].map(|v| v as u64);
-    let src = end(p.src_type, src_at, p.src_array, src_origin, p.src_pitch as u64, p.src_height as u64)?;
-    let dst = end(p.dst_type, dst_at, p.dst_array, dst_origin, p.dst_pitch as u64, p.dst_height as u64)?;
-    match (src, dst) {
-        (End::Array(a, origin), End::Device(linear)) => {
-            with_device(&a, origin, extent, linear, false, stream)?;
-            finish(&a, stream, wait)
-        }
-        (End::Device(linear), End::Array(a, origin)) => {
-            with_device(&a, origin, extent, linear, true, stream)?;
-            finish(&a, stream, wait)
-        }
-        (End::Host(linear), End::Array(a, origin)) => {
-            from_host(&a, origin, extent, linear, stream)?;
-            finish(&a, stream, wait)
-        }
-        (End::Array(a, origin), End::Host(linear)) => to_host(&a, origin, extent, linear, stream),
-        (End::Array(from, src_origin), End::Array(to, dst_origin)) => {
-            between_arrays(&from, src_origin, &to, dst_origin, extent, stream)?;
-            finish(&to, stream, wait)
-        }
+    let size = [extent.width, extent.height, extent.depth];
+    let (src, dst) = (end(p.src(), extent, "source")?, end(p.dst(), extent, "destination")?);
+    let target = match (&src, &dst) {
+        (End::Array(a, _), _) | (_, End::Array(a, _)) => a.clone(),
         _ => unreachable!("one side is an array"),
+    };
+    match (src, dst) {
+        (End::Array(a, origin), End::Linear(side, rows)) if side.memory == Memory::Device => {
+            with_device(&a, origin, size, side, rows, false, stream)?
+        }
+        (End::Linear(side, rows), End::Array(a, origin)) if side.memory == Memory::Device => {
+            with_device(&a, origin, size, side, rows, true, stream)?
+        }
+        (End::Linear(side, rows), End::Array(a, origin)) => {
+            managed::settle_host(side.start)?;
+            from_host(&a, origin, size, side, rows, stream)?
+        }
+        (End::Array(a, origin), End::Linear(side, rows)) => {
+            managed::settle_host(side.start)?;
+            return to_host(&a, origin, size, side, rows, stream);
+        }
+        (End::Array(from, src_origin), End::Array(to, dst_origin)) => {
+            between_arrays(&from, src_origin, &to, dst_origin, size, stream)?
+        }
+        (End::Linear(..), End::Linear(..)) => unreachable!("one side is an array"),
     }
-}
-
-/// Waits, if `wait`, for `stream` on `a`'s device.
-fn finish(a: &ArrayRecord, stream: usize, wait: bool) -> CuResult<()> {
     if wait {
         let shim = state::shim()?;
-        shim.block_on(stream_of(stream, a.device)?.synchronize())?;
+        shim.block_on(stream_of(stream, target.device)?.synchronize())?;
     }
     Ok(())
 }
 
-/// The copy between array `a` (its region at `origin` of `extent`) and linear memory at
-/// `linear.at` (an address, or an offset in a buffer), checked here as CUDA checks it at the
-/// call: a pitch of 0 is a packed row, and a single slice needs no rows a slice.
+/// The copy between array `a` (its region at `origin` of `size`) and linear memory at `at` (an
+/// address, or an offset in a staging buffer) with rows `pitch` bytes apart, `rows` a slice
+/// (for a single slice, any), checked as CUDA checks it at the call.
 fn region(
     a: &ArrayRecord,
     origin: [u64; 3],
-    extent: [u64; 3],
-    linear: Linear,
+    size: [u64; 3],
+    at: u64,
+    pitch: u64,
+    rows: u64,
     to_array: bool,
 ) -> CuResult<ArrayCopy<ArrayId, u64>> {
-    let pitch = if linear.pitch == 0 && extent[1] == 1 && extent[2] == 1 { extent[0] } else { linear.pitch };
-    let slice_rows = if extent[2] == 1 { linear.rows.max(extent[1]) } else { linear.rows };
-    let copy = ArrayCopy { array: a.array.id(), origin, extent, linear: linear.at, pitch, slice_rows, to_array };
+    let slice_rows = if size[2] == 1 { rows.max(size[1]) } else { rows };
+    let copy = ArrayCopy { array: a.array.id(), origin, extent: size, linear: at, pitch, slice_rows, to_array };
     match copy.misfit(&a.array.spec()) {
         Some(why) => Err(Error::said(code::INVALID_VALUE, why)),
         None => Ok(copy),
     }
 }
 
-/// Queues the copy between array `a` and the program's device memory at `linear` on `stream`.
+/// Queues the copy between array `a` and the program's device memory `side` on `stream`.
 fn with_device(
     a: &ArrayRecord,
     origin: [u64; 3],
-    extent: [u64; 3],
-    linear: Linear,
+    size: [u64; 3],
+    side: Side,
+    rows: u64,
     to_array: bool,
     stream: usize,
 ) -> CuResult<()> {
-    let copy = region(a, origin, extent, linear, to_array)?;
-    let span =
-        copy.linear_span().ok_or_else(|| Error::said(code::INVALID_VALUE, "a copy's device side spans no memory"))?;
+    let copy = region(a, origin, size, side.start, side.pitch, rows, to_array)?;
     let shim = state::shim()?;
-    let (alloc, offset) = shim.find(a.device, linear.at, span).map_err(|_| {
-        Error::said(
-            code::INVALID_VALUE,
-            format!("{span} bytes at {:#x} are not memory of the array's device", linear.at),
-        )
+    let (alloc, offset) = shim.find(a.device, side.start, side.end - side.start).map_err(|_| {
+        let why = format!("{} bytes at {:#x} are not memory of the array's device", side.end - side.start, side.start);
+        Error::said(code::INVALID_VALUE, why)
     })?;
     let copy = copy.between(copy.array, alloc.buffer.device_ptr(offset));
-    let stream = stream_of(stream, a.device)?;
-    Ok(shim.block_on(accelerator(a)?.copy_array(&stream, copy))?)
+    let on = stream_of(stream, a.device)?;
+    managed::device_work(&[Reach::Memory(a.device, side.start)], || {
+        Ok(shim.block_on(accelerator(a)?.copy_array(&on, copy))?)
+    })
 }
 
 /// The session of `a`'s device.
@@ -274,27 +247,18 @@ fn accelerator(a: &ArrayRecord) -> CuResult<&'static ac_frontend::Accelerator> {
     Ok(&state::shim()?.devices.get(a.device).ok_or(Error::Code(code::INVALID_DEVICE))?.acc)
 }
 
-/// A buffer of `bytes` on `a`'s device for a region's packed bytes on their way; it goes when
-/// dropped, after the work queued on it.
-fn staging(a: &ArrayRecord, bytes: u64) -> CuResult<DeviceBuffer<u8>> {
+/// A buffer on `a`'s device for a region of `size`, packed, on its way; it goes when dropped,
+/// after the work queued on it (the backend's queued copies hold it).
+fn staging(a: &ArrayRecord, size: [u64; 3]) -> CuResult<DeviceBuffer<u8>> {
+    let bytes = size.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or(Error::Code(code::INVALID_VALUE))?;
     let len = usize::try_from(bytes).map_err(|_| Error::Code(code::INVALID_VALUE))?;
     Ok(state::shim()?.block_on(accelerator(a)?.alloc::<u8>(len))?)
 }
 
-/// The packed linear side of a region of `extent` at offset 0 of a staging buffer.
-fn packed(extent: [u64; 3]) -> Linear {
-    Linear { at: 0, pitch: extent[0], rows: extent[1] }
-}
-
-/// Bytes of a region of `extent`, packed.
-fn packed_bytes(extent: [u64; 3]) -> CuResult<u64> {
-    extent.iter().try_fold(1u64, |n, &d| n.checked_mul(d)).ok_or(Error::Code(code::INVALID_VALUE))
-}
-
-/// The rows of a region of `extent` in host memory at `linear`, in order: each row's address.
-fn host_rows(linear: Linear, extent: [u64; 3]) -> impl Iterator<Item = u64> {
-    let slice = linear.pitch * linear.rows.max(extent[1]);
-    (0..extent[2]).flat_map(move |z| (0..extent[1]).map(move |y| linear.at + z * slice + y * linear.pitch))
+/// The rows of a region of `size` on the host `side`, in order: each row's address (inside the
+/// side's checked span).
+fn host_rows(side: Side, size: [u64; 3]) -> impl Iterator<Item = u64> {
+    (0..size[2]).flat_map(move |z| (0..size[1]).map(move |y| side.start + z * side.slice + y * side.pitch))
 }
 
 /// Host memory to array `a`: the region's rows packed into a staging buffer, then copied into
@@ -302,36 +266,43 @@ fn host_rows(linear: Linear, extent: [u64; 3]) -> impl Iterator<Item = u64> {
 unsafe fn from_host(
     a: &ArrayRecord,
     origin: [u64; 3],
-    extent: [u64; 3],
-    linear: Linear,
+    size: [u64; 3],
+    side: Side,
+    rows: u64,
     stream: usize,
 ) -> CuResult<()> {
-    let copy = region(a, origin, extent, packed(extent), true)?;
-    region(a, origin, extent, linear, true)?; // the host side's pitch holds the rows
-    let mut bytes = Vec::with_capacity(packed_bytes(extent)? as usize);
-    for row in host_rows(linear, extent) {
-        bytes.extend_from_slice(std::slice::from_raw_parts(row as *const u8, extent[0] as usize));
+    let copy = region(a, origin, size, 0, size[0], size[1], true)?;
+    region(a, origin, size, side.start, side.pitch, rows, true)?;
+    let buffer = staging(a, size)?;
+    let mut bytes = Vec::with_capacity(buffer.len());
+    for row in host_rows(side, size) {
+        bytes.extend_from_slice(std::slice::from_raw_parts(row as *const u8, size[0] as usize));
     }
-    let buffer = staging(a, bytes.len() as u64)?;
     let shim = state::shim()?;
     let on = stream_of(stream, a.device)?;
     shim.block_on(buffer.copy_from_host_async(&on, 0, &bytes))?;
-    let copy = copy.between(copy.array, buffer.device_ptr(0));
-    Ok(shim.block_on(accelerator(a)?.copy_array(&on, copy))?)
+    Ok(shim.block_on(accelerator(a)?.copy_array(&on, copy.between(copy.array, buffer.device_ptr(0))))?)
 }
 
 /// Array `a` to host memory: the region copied into a staging buffer on `stream`, waited for,
 /// read, and its rows written where the program's pitch puts them.
-unsafe fn to_host(a: &ArrayRecord, origin: [u64; 3], extent: [u64; 3], linear: Linear, stream: usize) -> CuResult<()> {
-    let copy = region(a, origin, extent, packed(extent), false)?;
-    region(a, origin, extent, linear, false)?;
-    let buffer = staging(a, packed_bytes(extent)?)?;
+unsafe fn to_host(
+    a: &ArrayRecord,
+    origin: [u64; 3],
+    size: [u64; 3],
+    side: Side,
+    rows: u64,
+    stream: usize,
+) -> CuResult<()> {
+    let copy = region(a, origin, size, 0, size[0], size[1], false)?;
+    region(a, origin, size, side.start, side.pitch, rows, false)?;
+    let buffer = staging(a, size)?;
     let shim = state::shim()?;
     let on = stream_of(stream, a.device)?;
     shim.block_on(accelerator(a)?.copy_array(&on, copy.between(copy.array, buffer.device_ptr(0))))?;
     shim.block_on(on.synchronize())?;
     let bytes = shim.block_on(buffer.to_vec())?;
-    for (row, from) in host_rows(linear, extent).zip(bytes.chunks_exact(extent[0] as usize)) {
+    for (row, from) in host_rows(side, size).zip(bytes.chunks_exact(size[0] as usize)) {
         std::ptr::copy_nonoverlapping(from.as_ptr(), row as *mut u8, from.len());
     }
     Ok(())
@@ -343,16 +314,16 @@ fn between_arrays(
     src_origin: [u64; 3],
     to: &ArrayRecord,
     dst_origin: [u64; 3],
-    extent: [u64; 3],
+    size: [u64; 3],
     stream: usize,
 ) -> CuResult<()> {
     if from.device != to.device {
         let why = "a copy between arrays of two devices (each is a remote GPU of its own)";
         return Err(Error::said(code::NOT_SUPPORTED, why));
     }
-    let out = region(from, src_origin, extent, packed(extent), false)?;
-    let into = region(to, dst_origin, extent, packed(extent), true)?;
-    let buffer = staging(from, packed_bytes(extent)?)?;
+    let out = region(from, src_origin, size, 0, size[0], size[1], false)?;
+    let into = region(to, dst_origin, size, 0, size[0], size[1], true)?;
+    let buffer = staging(from, size)?;
     let shim = state::shim()?;
     let on = stream_of(stream, from.device)?;
     let acc = accelerator(from)?;
@@ -360,38 +331,36 @@ fn between_arrays(
     Ok(shim.block_on(acc.copy_array(&on, into.between(into.array, buffer.device_ptr(0))))?)
 }
 
-/// A copy of `len` bytes between the start of row 0 of array `array` at byte `offset` and
-/// linear memory of `kind` at `address` (the `cuMemcpy?toA`/`Ato?` calls, for 1-D arrays).
-unsafe fn row_copy(
-    array: usize,
-    offset: usize,
-    kind: u32,
-    address: u64,
-    len: usize,
-    to_array: bool,
-    stream: usize,
-    wait: bool,
-) -> CuResult<()> {
-    let mut p: Memcpy3D = std::mem::zeroed();
+/// The copy of `len` bytes between byte `offset` of row 0 of array `array` and linear memory of
+/// `kind` at `address` (the `cuMemcpy?toA` and `cuMemcpyAto?` calls, made for 1-D arrays).
+fn row_copy(array: usize, offset: usize, kind: u32, address: u64, len: usize, to_array: bool) -> Memcpy3D {
+    // SAFETY: plain integers and null pointers.
+    let mut p: Memcpy3D = unsafe { std::mem::zeroed() };
     (p.width, p.height, p.depth) = (len, 1, 1);
+    let (host, device) = if kind == memory_type::HOST { (address, 0) } else { (0, address) };
     if to_array {
         (p.dst_type, p.dst_array, p.dst_x) = (memory_type::ARRAY, array, offset);
-        (p.src_type, p.src_host, p.src_device) = (kind, address as *const c_void, address);
+        (p.src_type, p.src_host, p.src_device) = (kind, host as *const c_void, device);
     } else {
         (p.src_type, p.src_array, p.src_x) = (memory_type::ARRAY, array, offset);
-        (p.dst_type, p.dst_host, p.dst_device) = (kind, address as *mut c_void, address);
+        (p.dst_type, p.dst_host, p.dst_device) = (kind, host as *mut c_void, device);
     }
-    if kind == memory_type::HOST {
-        (p.src_device, p.dst_device) = (0, 0);
-    } else {
-        (p.src_host, p.dst_host) = (std::ptr::null(), std::ptr::null_mut());
-    }
-    copy(&p, stream, wait)
+    p
+}
+
+/// Copies `p` now, waited for ([`pitched::copy_described`]).
+unsafe fn copy_now(p: Memcpy3D) -> CuResult<()> {
+    pitched::copy_described(&p, Memcpy3D::clone, 0, true)
+}
+
+/// Queues `p` on `stream`, or records it if the stream is capturing ([`pitched::copy_queued`]).
+unsafe fn copy_on(p: Memcpy3D, stream: usize) -> CuResult<()> {
+    pitched::copy_queued(&p, Memcpy3D::clone, stream)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoA_v2(array: usize, offset: usize, src: *const c_void, len: usize) -> u32 {
-    guard("cuMemcpyHtoA", || row_copy(array, offset, memory_type::HOST, src as u64, len, true, 0, true))
+    guard("cuMemcpyHtoA", || copy_now(row_copy(array, offset, memory_type::HOST, src as u64, len, true)))
 }
 
 #[no_mangle]
@@ -402,12 +371,12 @@ pub unsafe extern "C" fn cuMemcpyHtoAAsync_v2(
     len: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemcpyHtoAAsync", || row_copy(array, offset, memory_type::HOST, src as u64, len, true, stream, false))
+    guard("cuMemcpyHtoAAsync", || copy_on(row_copy(array, offset, memory_type::HOST, src as u64, len, true), stream))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyAtoH_v2(dst: *mut c_void, array: usize, offset: usize, len: usize) -> u32 {
-    guard("cuMemcpyAtoH", || row_copy(array, offset, memory_type::HOST, dst as u64, len, false, 0, true))
+    guard("cuMemcpyAtoH", || copy_now(row_copy(array, offset, memory_type::HOST, dst as u64, len, false)))
 }
 
 #[no_mangle]
@@ -418,17 +387,17 @@ pub unsafe extern "C" fn cuMemcpyAtoHAsync_v2(
     len: usize,
     stream: usize,
 ) -> u32 {
-    guard("cuMemcpyAtoHAsync", || row_copy(array, offset, memory_type::HOST, dst as u64, len, false, stream, false))
+    guard("cuMemcpyAtoHAsync", || copy_on(row_copy(array, offset, memory_type::HOST, dst as u64, len, false), stream))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyDtoA_v2(array: usize, offset: usize, src: u64, len: usize) -> u32 {
-    guard("cuMemcpyDtoA", || row_copy(array, offset, memory_type::DEVICE, src, len, true, 0, true))
+    guard("cuMemcpyDtoA", || copy_now(row_copy(array, offset, memory_type::DEVICE, src, len, true)))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyAtoD_v2(dst: u64, array: usize, offset: usize, len: usize) -> u32 {
-    guard("cuMemcpyAtoD", || row_copy(array, offset, memory_type::DEVICE, dst, len, false, 0, true))
+    guard("cuMemcpyAtoD", || copy_now(row_copy(array, offset, memory_type::DEVICE, dst, len, false)))
 }
 
 #[no_mangle]
@@ -440,10 +409,8 @@ pub unsafe extern "C" fn cuMemcpyAtoA_v2(
     len: usize,
 ) -> u32 {
     guard("cuMemcpyAtoA", || {
-        let mut p: Memcpy3D = std::mem::zeroed();
-        (p.width, p.height, p.depth) = (len, 1, 1);
-        (p.src_type, p.src_array, p.src_x) = (memory_type::ARRAY, src, src_offset);
-        (p.dst_type, p.dst_array, p.dst_x) = (memory_type::ARRAY, dst, dst_offset);
-        copy(&p, 0, true)
+        let mut p = row_copy(src, src_offset, memory_type::ARRAY, 0, len, false);
+        (p.dst_array, p.dst_x) = (dst, dst_offset);
+        copy_now(p)
     })
 }

@@ -60,23 +60,31 @@ struct ObjectRecord {
     texture: Option<TextureDesc>,
 }
 
-static OBJECTS: LazyLock<Mutex<HashMap<(usize, u64), ObjectRecord>>> = LazyLock::new(Mutex::default);
+/// Objects by (device, value, whether a texture): a texture and a surface may share a value.
+type Key = (usize, u64, bool);
+type Objects = HashMap<Key, ObjectRecord>;
 
-fn objects() -> std::sync::MutexGuard<'static, HashMap<(usize, u64), ObjectRecord>> {
+static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(Mutex::default);
+
+fn objects() -> std::sync::MutexGuard<'static, Objects> {
     OBJECTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The key of object `value` (a texture if `texture`): the current device's first.
-fn key_of(value: u64, texture: bool) -> CuResult<(usize, u64)> {
-    let objects = objects();
-    let current = current_device().ok();
-    let mut keys = objects.iter().filter(|(&(_, v), r)| v == value && r.texture.is_some() == texture);
-    let found = match current.filter(|&d| objects.get(&(d, value)).is_some_and(|r| r.texture.is_some() == texture)) {
-        Some(device) => Some((device, value)),
-        None => keys.next().map(|(&key, _)| key),
-    };
+/// The key of object `value`, a texture if `texture`: the current device's first.
+fn key_of(objects: &Objects, value: u64, texture: bool) -> CuResult<Key> {
+    let current = current_device().ok().map(|device| (device, value, texture));
+    let found = current
+        .filter(|key| objects.contains_key(key))
+        .or_else(|| objects.keys().find(|&&(_, v, t)| v == value && t == texture).copied());
     let what = if texture { "texture" } else { "surface" };
     found.ok_or_else(|| Error::said(code::INVALID_VALUE, format!("{value:#x} is no {what} object of this program")))
+}
+
+/// `read` of object `value`'s record (a texture if `texture`), under the table's lock.
+fn with_record<T>(value: u64, texture: bool, read: impl FnOnce(&ObjectRecord) -> T) -> CuResult<T> {
+    let objects = objects();
+    let key = key_of(&objects, value, texture)?;
+    Ok(read(&objects[&key]))
 }
 
 /// The device and the session's resource that `desc` names.
@@ -125,7 +133,8 @@ fn create(out: *mut u64, desc: *const ResourceDesc, texture: Option<TextureDesc>
         (None, _) => return Err(Error::said(code::INVALID_VALUE, "a surface object reads a CUDA array only")),
     };
     let value = object.value();
-    objects().insert((device, value), ObjectRecord { _object: object, resource: resource_desc, texture });
+    let record = ObjectRecord { _object: object, resource: resource_desc, texture };
+    objects().insert((device, value, texture.is_some()), record);
     // SAFETY: checked non-null above.
     unsafe { put(out, value) }
 }
@@ -148,8 +157,12 @@ fn sampler(t: &TextureDesc) -> Sampler {
 /// Forgets object `value` (a texture if `texture`): the remote one is destroyed after the work
 /// queued before.
 fn destroy(value: u64, texture: bool) -> CuResult<()> {
-    let key = key_of(value, texture)?;
-    objects().remove(&key);
+    let gone = {
+        let mut objects = objects();
+        let key = key_of(&objects, value, texture)?;
+        objects.remove(&key)
+    };
+    drop(gone); // outside the lock: its destruction is posted to the backend
     Ok(())
 }
 
@@ -176,20 +189,12 @@ pub extern "C" fn cuTexObjectDestroy(value: u64) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuTexObjectGetResourceDesc(out: *mut ResourceDesc, value: u64) -> u32 {
-    guard("cuTexObjectGetResourceDesc", || {
-        let key = key_of(value, true)?;
-        let desc = objects()[&key].resource;
-        put(out, desc)
-    })
+    guard("cuTexObjectGetResourceDesc", || put(out, with_record(value, true, |r| r.resource)?))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuTexObjectGetTextureDesc(out: *mut TextureDesc, value: u64) -> u32 {
-    guard("cuTexObjectGetTextureDesc", || {
-        let key = key_of(value, true)?;
-        let desc = objects()[&key].texture.expect("a texture's key");
-        put(out, desc)
-    })
+    guard("cuTexObjectGetTextureDesc", || put(out, with_record(value, true, |r| r.texture.expect("a texture's key"))?))
 }
 
 #[no_mangle]
@@ -204,11 +209,7 @@ pub extern "C" fn cuSurfObjectDestroy(value: u64) -> u32 {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuSurfObjectGetResourceDesc(out: *mut ResourceDesc, value: u64) -> u32 {
-    guard("cuSurfObjectGetResourceDesc", || {
-        let key = key_of(value, false)?;
-        let desc = objects()[&key].resource;
-        put(out, desc)
-    })
+    guard("cuSurfObjectGetResourceDesc", || put(out, with_record(value, false, |r| r.resource)?))
 }
 
 #[cfg(test)]

@@ -90,22 +90,22 @@ pub struct Memcpy3D {
 
 /// Which memory one side of a copy is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Memory {
+pub(crate) enum Memory {
     Host,
     Device,
 }
 
 /// The size of a region: bytes a row, rows a slice, slices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Extent {
-    width: u64,
-    height: u64,
-    depth: u64,
+pub(crate) struct Extent {
+    pub(crate) width: u64,
+    pub(crate) height: u64,
+    pub(crate) depth: u64,
 }
 
 impl Extent {
     /// Whether it holds no byte.
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.width == 0 || self.height == 0 || self.depth == 0
     }
 }
@@ -113,12 +113,12 @@ impl Extent {
 /// One side of a copy in bytes: the address of the region's first byte, how far apart its
 /// rows and its slices begin, and the end of its last byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Side {
-    memory: Memory,
-    start: u64,
-    pitch: u64,
-    slice: u64,
-    end: u64,
+pub(crate) struct Side {
+    pub(crate) memory: Memory,
+    pub(crate) start: u64,
+    pub(crate) pitch: u64,
+    pub(crate) slice: u64,
+    pub(crate) end: u64,
 }
 
 /// Bytes contiguous on both sides of a copy.
@@ -132,14 +132,14 @@ struct Run {
 /// A side of a copy as the program described it: its memory type, host pointer, device
 /// address, origin (x in bytes, y, z), pitch and rows a slice.
 #[derive(Debug, Clone, Copy)]
-struct Described {
-    kind: u32,
+pub(crate) struct Described {
+    pub(crate) kind: u32,
     host: u64,
     device: u64,
-    array: usize,
-    origin: [u64; 3],
+    pub(crate) array: usize,
+    pub(crate) origin: [u64; 3],
     pitch: u64,
-    rows: u64,
+    pub(crate) rows: u64,
 }
 
 impl Described {
@@ -157,15 +157,15 @@ fn invalid(why: String) -> Error {
 /// The side `d` describes for a region of `extent`, checked as CUDA checks it: a known memory
 /// type (an array's not served), a pitch at least the row's end, and (for more than one slice)
 /// rows a slice at least the region's last; `which` names it ("source", "destination").
-fn side(d: Described, extent: Extent, which: &str) -> CuResult<Side> {
+pub(crate) fn side(d: Described, extent: Extent, which: &str) -> CuResult<Side> {
     let (memory, base) = match d.kind {
         memory_type::HOST => (Memory::Host, d.host),
         memory_type::DEVICE => (Memory::Device, d.device),
         memory_type::UNIFIED if is_device(d.device) => (Memory::Device, d.device),
         memory_type::UNIFIED => (Memory::Host, d.device),
         memory_type::ARRAY => {
-            let why = format!("the {which} is a CUDA array ({:#x}), which remote accelerators do not serve", d.array);
-            return Err(Error::said(code::NOT_SUPPORTED, why));
+            let why = format!("the {which} is a CUDA array ({:#x}): not linear memory", d.array);
+            return Err(Error::said(code::INVALID_VALUE, why));
         }
         other => return Err(invalid(format!("the {which}'s memory type {other} is none of CUDA's (1 to 4)"))),
     };
@@ -372,16 +372,27 @@ impl Memcpy3D {
         if self.src_lod != 0 || self.dst_lod != 0 {
             return Err(invalid(format!("levels of detail {} and {} (must be 0)", self.src_lod, self.dst_lod)));
         }
-        let extent = Extent { width: self.width as u64, height: self.height as u64, depth: self.depth as u64 };
-        let (src, dst) = (
-            Described::at(self.src_type, self.src_host as u64, self.src_device, self.src_array, self.src_pitch),
-            Described::at(self.dst_type, self.dst_host as u64, self.dst_device, self.dst_array, self.dst_pitch),
-        );
-        let src = Described { origin: [self.src_x, self.src_y, self.src_z].map(|v| v as u64), ..src };
-        let dst = Described { origin: [self.dst_x, self.dst_y, self.dst_z].map(|v| v as u64), ..dst };
-        let (src, dst) =
-            (Described { rows: self.src_height as u64, ..src }, Described { rows: self.dst_height as u64, ..dst });
-        Ok((side(src, extent, "source")?, side(dst, extent, "destination")?, extent))
+        let extent = self.extent();
+        Ok((side(self.src(), extent, "source")?, side(self.dst(), extent, "destination")?, extent))
+    }
+
+    /// Its region's size.
+    pub(crate) fn extent(&self) -> Extent {
+        Extent { width: self.width as u64, height: self.height as u64, depth: self.depth as u64 }
+    }
+
+    /// Its source as the program described it.
+    pub(crate) fn src(&self) -> Described {
+        let src = Described::at(self.src_type, self.src_host as u64, self.src_device, self.src_array, self.src_pitch);
+        let origin = [self.src_x, self.src_y, self.src_z].map(|v| v as u64);
+        Described { origin, rows: self.src_height as u64, ..src }
+    }
+
+    /// Its destination as the program described it.
+    pub(crate) fn dst(&self) -> Described {
+        let dst = Described::at(self.dst_type, self.dst_host as u64, self.dst_device, self.dst_array, self.dst_pitch);
+        let origin = [self.dst_x, self.dst_y, self.dst_z].map(|v| v as u64);
+        Described { origin, rows: self.dst_height as u64, ..dst }
     }
 }
 
@@ -396,14 +407,19 @@ unsafe fn copy_any(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
 }
 
 /// The copy `p` describes (`as_3d` reads it), on `stream`, waited for if `wait`.
-unsafe fn copy_described<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
+pub(crate) unsafe fn copy_described<T>(
+    p: *const T,
+    as_3d: fn(&T) -> Memcpy3D,
+    stream: usize,
+    wait: bool,
+) -> CuResult<()> {
     let described = p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?;
     copy_any(&as_3d(described), stream, wait)
 }
 
 /// The copy `p` describes, queued on `stream`, or recorded (its description as it is now) if
 /// the stream is capturing.
-unsafe fn copy_queued<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize) -> CuResult<()> {
+pub(crate) unsafe fn copy_queued<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize) -> CuResult<()> {
     let described = Kept::new(as_3d(p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?));
     graph::or_record(stream, NodeKind::Memcpy, move |stream| copy_any(&described.get(), stream, false))
 }
@@ -506,8 +522,8 @@ mod tests {
         assert_eq!(refused(described(memory_type::DEVICE, [0, 7, 0], 16, 10), extent), code::INVALID_VALUE);
         let flat = Extent { depth: 1, ..extent };
         assert!(side(described(memory_type::DEVICE, [0, 7, 0], 16, 0), flat, "source").is_ok());
-        // Arrays are not served; an unknown memory type; a null address; an origin past memory.
-        assert_eq!(refused(described(memory_type::ARRAY, [0; 3], 16, 10), extent), code::NOT_SUPPORTED);
+        // An array is not linear memory; an unknown memory type; a null address; an origin past memory.
+        assert_eq!(refused(described(memory_type::ARRAY, [0; 3], 16, 10), extent), code::INVALID_VALUE);
         assert_eq!(refused(described(5, [0; 3], 16, 10), extent), code::INVALID_VALUE);
         let null = Described { device: 0, ..described(memory_type::DEVICE, [0; 3], 16, 10) };
         assert_eq!(refused(null, extent), code::INVALID_VALUE);

@@ -35,6 +35,13 @@ pub struct ArraySpec {
     pub flags: u32,
 }
 
+/// The `CUDA_ARRAY3D_*` flags served: layered, surface load and store, cube map, texture
+/// gather. Sparse and deferred-mapping arrays (virtual memory management's) are not.
+pub const SERVED_ARRAY_FLAGS: u32 = 0x0f;
+
+/// `CUDA_ARRAY3D_LAYERED`: `depth` counts layers (a 1-D layered array has no height).
+const LAYERED: u32 = 0x01;
+
 /// The most elements in any dimension of an array (a compute capability 9.0 GPU's 3-D limit is
 /// 16,384; its 1-D and 2-D limits are larger, and the device refuses past its own).
 pub const MOST_ARRAY_ELEMENTS: u64 = 1 << 17;
@@ -79,8 +86,12 @@ impl ArraySpec {
                 self.format, self.channels
             ));
         }
+        if self.flags & !SERVED_ARRAY_FLAGS != 0 {
+            return Some(format!("an array with flags {:#x} (served: {SERVED_ARRAY_FLAGS:#x})", self.flags));
+        }
         let dims = [self.width, self.height, self.depth];
-        if self.width == 0 || (self.height == 0 && self.depth > 0) || dims.iter().any(|&d| d > MOST_ARRAY_ELEMENTS) {
+        let no_rows_but_slices = self.height == 0 && self.depth > 0 && self.flags & LAYERED == 0;
+        if self.width == 0 || no_rows_but_slices || dims.iter().any(|&d| d > MOST_ARRAY_ELEMENTS) {
             return Some(format!("an array of {} x {} x {} elements", self.width, self.height, self.depth));
         }
         None
@@ -260,6 +271,8 @@ mod tests {
         assert!(ArraySpec { format: 0x91, ..floats(4, 4, 0) }.misshapen().is_some()); // BC1
         assert!(floats(0, 4, 0).misshapen().is_some());
         assert!(floats(4, 0, 4).misshapen().is_some());
+        assert_eq!(ArraySpec { flags: LAYERED, ..floats(4, 0, 4) }.misshapen(), None, "a 1-D layered array");
+        assert!(ArraySpec { flags: 0x10, ..floats(4, 4, 0) }.misshapen().is_some(), "a sparse array");
         assert!(floats(MOST_ARRAY_ELEMENTS + 1, 1, 0).misshapen().is_some());
         assert_eq!(floats(4, 4, 4).misshapen(), None);
     }

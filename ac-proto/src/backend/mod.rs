@@ -798,7 +798,12 @@ pub enum Request {
     CreateSurface(ArrayId),
     /// *Protocol 16.* Destroys a texture or surface object of the session once the work queued
     /// before has run. Replies [`Response::Ok`].
-    DestroyObject(u64),
+    DestroyObject {
+        /// The object's value.
+        object: u64,
+        /// Whether it is a surface object (a texture and a surface may share a value).
+        surface: bool,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).

@@ -271,7 +271,8 @@ async fn kernels_copy_the_boxes_of_a_tensor_map_the_remote_driver_encoded() {
 /// memory) and write them through a surface object, as the stand-in's texture unit reads them;
 /// copies and kernels queued on a stream keep their order; a region past the array and a
 /// texture past its allocation are refused and the device goes on; an array freed before its
-/// texture stays until the texture goes (the stand-in records a violation if the backend
+/// texture stays until the texture goes; a copy into a 1-D array is captured into a graph
+/// (the stand-in records a violation if the backend
 /// destroys an array or frees memory an object still reads).
 #[tokio::test(flavor = "multi_thread")]
 async fn kernels_read_arrays_through_texture_and_surface_objects() {
@@ -292,13 +293,14 @@ async fn kernels_read_arrays_through_texture_and_surface_objects() {
         "tex2D at the texels' centres",
         "tex2D moved by (-3, 2), clamped at the edges",
         "the texture's resource",
-        "tex2D past the edge reads the border colour's zero",
+        "tex2D past the edge reads the border colour",
         "tex2D with linear filtering",
         "a surface doubling the array, copied to a second array",
         "the second array copied to device memory",
         "copies and a kernel queued on a stream",
         "a 9 x 6 x 5 array through cudaMemcpy3D and tex3D",
         "tex1Dfetch over linear device memory",
+        "a copy into a 1-D array captured into a graph",
         "the device after the refusals",
         "an array freed before its texture",
     ] {

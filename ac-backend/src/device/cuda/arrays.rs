@@ -86,17 +86,20 @@ type TexObjectCreate =
     unsafe extern "C" fn(*mut u64, *const ResourceDesc, *const TextureDesc, *const c_void) -> CUresult;
 type SurfObjectCreate = unsafe extern "C" fn(*mut u64, *const ResourceDesc) -> CUresult;
 
+/// The most bytes of the zeroed buffer a new array is cleared from.
+const ZEROS: u64 = 1 << 20;
+
 /// `CUmemorytype`'s device and array.
 const DEVICE: u32 = 2;
 const ARRAY: u32 = 3;
 
 impl CudaContext {
-    /// `cuArray3DCreate`, then zeroed slice by slice from a zeroed buffer: a new array holds
-    /// whatever the GPU's memory held last, possibly another session's data.
+    /// `cuArray3DCreate`, then zeroed: a new array holds whatever the GPU's memory held last,
+    /// possibly another session's data.
     pub(super) fn create_array_on_gpu(&self, spec: &ArraySpec) -> DeviceResult<u64> {
         static CREATE: OnceLock<DeviceResult<ArrayCreate>> = OnceLock::new();
         let create = CREATE.get_or_init(|| driver::entry_point(b"cuArray3DCreate_v2\0")).clone()?;
-        let (row, [rows, slices]) = (self.row_bytes(spec)?, spec.rows_and_slices());
+        let row = spec.row_bytes().ok_or_else(|| WireError::new(ErrorKind::InvalidArgument, format!("{spec:?}")))?;
         self.enter()?;
         let descriptor = Array3DDescriptor {
             width: spec.width as usize,
@@ -108,47 +111,46 @@ impl CudaContext {
         };
         let mut array = std::ptr::null_mut();
         // SAFETY: valid out-pointer and descriptor, laid out as cuda.h's.
-        driver::check("cuArray3DCreate", unsafe { create(&mut array, &descriptor) })?;
-        let whole = ArrayCopy {
-            array: array as u64,
-            origin: [0; 3],
-            extent: [row, rows, 1],
-            linear: 0,
-            pitch: row,
-            slice_rows: rows,
-            to_array: true,
-        };
-        if let Err(e) = self.zero_array(&whole, slices) {
-            // SAFETY: created just above and known to nobody else.
+        self.check("cuArray3DCreate", unsafe { create(&mut array, &descriptor) })?;
+        if let Err(e) = self.zero_array(array as u64, row, spec.rows_and_slices()) {
+            // SAFETY: created just above, known to nobody else, nothing queued on it any more.
             unsafe { sys::cuArrayDestroy(array.cast()) };
             return Err(e);
         }
         Ok(array as u64)
     }
 
-    /// Bytes of a row of `spec`'s array.
-    fn row_bytes(&self, spec: &ArraySpec) -> DeviceResult<u64> {
-        spec.row_bytes().ok_or_else(|| WireError::new(ErrorKind::InvalidArgument, format!("an array of {spec:?}")))
-    }
-
-    /// Copies a zeroed buffer of one slice into each of `slices` slices of `whole`'s array.
-    fn zero_array(&self, whole: &ArrayCopy<u64, u64>, slices: u64) -> DeviceResult<()> {
-        let bytes = whole.pitch * whole.slice_rows;
+    /// Zeroes `array` (rows of `row` bytes; rows and slices) from a zeroed buffer of at most
+    /// [`ZEROS`] bytes (one row, if a row is larger), a band of rows at a time.
+    fn zero_array(&self, array: u64, row: u64, [rows, slices]: [u64; 2]) -> DeviceResult<()> {
+        let band = (ZEROS / row).clamp(1, rows);
         let mut zeros = 0;
         // SAFETY: valid out-pointer; the context is current.
-        self.check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut zeros, bytes as usize) })?;
-        let copied = self.zero(zeros, bytes).and_then(|()| {
-            let null = std::ptr::null_mut();
-            (0..slices).try_for_each(|z| {
-                let slice = ArrayCopy { origin: [0, 0, z], linear: zeros, ..*whole };
-                self.copy_array_on(&slice, null)
-            })?;
-            // SAFETY: the null stream of the current context.
-            self.check("cuStreamSynchronize", driver::blocking(|| unsafe { sys::cuStreamSynchronize(null) }))
+        self.check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut zeros, (row * band) as usize) })?;
+        let null = std::ptr::null_mut();
+        let copied = self.zero(zeros, row * band).and_then(|()| {
+            let bands = (0..slices).flat_map(|z| (0..rows).step_by(band as usize).map(move |y| (y, z)));
+            bands.into_iter().try_for_each(|(y, z)| {
+                let extent = [row, band.min(rows - y), 1];
+                let copy = ArrayCopy {
+                    array,
+                    origin: [0, y, z],
+                    extent,
+                    linear: zeros,
+                    pitch: row,
+                    slice_rows: band,
+                    to_array: true,
+                };
+                self.copy_array_on(&copy, null)
+            })
         });
+        // Whatever was queued has run before the buffer goes (SAFETY: the null stream of the
+        // current context).
+        let synchronized =
+            self.check("cuStreamSynchronize", driver::blocking(|| unsafe { sys::cuStreamSynchronize(null) }));
         // SAFETY: allocated above, used by nothing queued any more.
         unsafe { sys::cuMemFree_v2(zeros) };
-        copied
+        copied.and(synchronized)
     }
 
     /// `cuMemcpy3DAsync` of `copy` on `stream`.

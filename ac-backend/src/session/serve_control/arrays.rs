@@ -48,7 +48,7 @@ impl Control {
         blocking(move || session.create_object(resource, sampler)).await.map_or_else(Response::Error, Response::Object)
     }
 
-    pub(super) fn destroy_object(&mut self, value: u64) -> Response {
-        self.session.destroy_object(value).map_or_else(Response::Error, |()| Response::Ok)
+    pub(super) fn destroy_object(&mut self, value: u64, surface: bool) -> Response {
+        self.session.destroy_object(value, surface).map_or_else(Response::Error, |()| Response::Ok)
     }
 }
