@@ -71,6 +71,7 @@ pub mod blas;
 pub mod blas_generated;
 pub mod builtins;
 pub mod context;
+pub mod copies;
 pub mod error;
 pub mod export_tables;
 pub mod fft;

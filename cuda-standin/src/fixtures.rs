@@ -1,10 +1,12 @@
 //! The test fixtures of the later CUDA programs, which the stand-in runs by their mangled names
 //! as [`crate::kernels`] runs the others: `tests/cuda/managed_variables.cu`'s (a module's
 //! `__managed__` variables), `tests/cuda/clusters.cu`'s (a launch's cluster shape) and
-//! `tests/cuda/tensor_maps.cu`'s (a tensor map's boxes).
+//! `tests/cuda/tensor_maps.cu`'s (a tensor map's boxes); [`textures`] holds `tests/cuda/textures.cu`'s.
 
 use crate::kernels::{element, i32_arg, int_elements, u64_arg, Memory, Shape};
 use crate::tensor_maps::Descriptor;
+
+mod textures;
 
 /// `tally(const int* x, int n)` of `tests/cuda/managed_variables.cu`: for `i < n`, one element a
 /// thread, `totals[i % 4] += (int)(gain * x[i])` and `histogram[x[i] % 1024] += 1`, with the
@@ -26,6 +28,12 @@ pub const RANKS_KERNEL: &str = "_Z5ranksPi";
 /// tensor's edge zero or NaN as the map says; a map no encoding made faults.
 pub const TILES_KERNEL: &str = "_Z5tiles14CUtensorMap_stPfi";
 
+/// Parameter sizes of a kernel the stand-in runs: a builtin or test fixture of
+/// [`crate::kernels`], or one of these.
+pub fn any_signature(name: &str) -> Option<Vec<usize>> {
+    crate::kernels::signature(name).or_else(|| signature(name).map(<[usize]>::to_vec))
+}
+
 /// Parameter sizes of these fixtures, as their sources declare them.
 pub fn signature(name: &str) -> Option<&'static [usize]> {
     Some(match name {
@@ -33,7 +41,7 @@ pub fn signature(name: &str) -> Option<&'static [usize]> {
         ADD_TO_KERNEL => &[8, 4, 4],
         RANKS_KERNEL => &[8],
         TILES_KERNEL => &[128, 8, 4],
-        _ => return None,
+        _ => return textures::signature(name),
     })
 }
 
@@ -70,7 +78,7 @@ pub fn run(name: &str, args: &[Vec<u8>], shape: Shape, memory: &mut dyn Memory) 
             Some(())
         }
         TILES_KERNEL => tiles(&Descriptor::decode(&args[0])?, u64_arg(&args[1]), i32_arg(&args[2]), shape, memory),
-        _ => None,
+        _ => textures::run(name, args, shape, memory),
     }
 }
 

@@ -76,7 +76,6 @@ mod space;
 mod state;
 mod streams;
 mod tensor_maps;
-mod texture_fixtures;
 mod textures;
 mod vmm;
 
@@ -440,7 +439,7 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
         if d.no_param_info {
             return Err(code::NOT_SUPPORTED);
         }
-        let sizes = signature(&d.functions[&id(function)].name).ok_or(code::NOT_SUPPORTED)?;
+        let sizes = fixtures::any_signature(&d.functions[&id(function)].name).ok_or(code::NOT_SUPPORTED)?;
         let &wanted = sizes.get(index).ok_or(code::INVALID_VALUE)?;
         let at = sizes[..index].iter().fold(0usize, |at, &s| at.next_multiple_of(s) + s);
         *offset = at.next_multiple_of(wanted);
@@ -466,13 +465,6 @@ pub unsafe extern "C" fn cuLaunchKernel(
 ) -> u32 {
     let shape = kernels::Shape::of([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
     launch("cuLaunchKernel", function, shape, shared, stream, params, extra)
-}
-
-/// Parameter sizes of a kernel the stand-in runs: a builtin or test fixture of [`kernels`], or
-/// one of the later programs' [`fixtures`].
-fn signature(name: &str) -> Option<Vec<usize>> {
-    kernels::signature(name)
-        .or_else(|| fixtures::signature(name).or_else(|| texture_fixtures::signature(name)).map(<[usize]>::to_vec))
 }
 
 /// A launch of `function` with `shape`, as `call`.
@@ -502,7 +494,7 @@ pub(crate) unsafe fn launch(
         }
         let name = d.functions[&id(function)].name.clone();
         let variables = d.modules[&d.functions[&id(function)].module].variables.variables.clone();
-        let sizes = signature(&name).ok_or(code::NOT_SUPPORTED)?;
+        let sizes = fixtures::any_signature(&name).ok_or(code::NOT_SUPPORTED)?;
         if !sizes.is_empty() && params.is_null() {
             return Err(code::INVALID_VALUE);
         }

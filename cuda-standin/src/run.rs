@@ -3,7 +3,7 @@
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::state::{Driver, Guard, Op, Result};
-use crate::{code, fixtures, host, kernels, texture_fixtures};
+use crate::{code, fixtures, host, kernels};
 
 /// Signalled whenever a stream's kernel ends. One for every driver: the stand-in has one, and
 /// the unit tests' own drivers, but for the test below, run on one thread and never wait on it.
@@ -84,7 +84,6 @@ fn launch(name: &str, args: &[Vec<u8>], shape: kernels::Shape, memory: &mut Shar
             memory.release(name).and(ran)
         }
         _ if fixtures::signature(name).is_some() => fixtures::run(name, args, shape, memory),
-        _ if texture_fixtures::signature(name).is_some() => texture_fixtures::run(name, args, shape, memory),
         _ => kernels::run(name, args, shape, memory),
     }
 }

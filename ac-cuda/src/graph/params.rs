@@ -14,10 +14,11 @@ use std::sync::Arc;
 use ac_frontend::LaunchDims;
 
 use super::{exec, handles, node, set_work, EventOf, Kept, NodeKind, Params, Replay, Work};
+use crate::copies::copy_3d;
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::launch::{prepare, Mode, Prepared};
-use crate::pitched::{copy_3d, memset_2d, Memcpy3D};
+use crate::pitched::{memset_2d, Memcpy3D};
 use crate::state::put;
 use crate::stream::{check_event, record, run_host_function, wait_for, HostFn};
 

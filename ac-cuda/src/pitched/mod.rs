@@ -1,7 +1,8 @@
 //! Pitched copies and memsets: `cuMemcpy2D`, `cuMemcpy2DUnaligned` and `cuMemcpy3D` (and
-//! their `Async` forms) between host and device memory, linear or pitched (`cudaMemcpy2D`,
-//! `cudaMemcpy3D`, `cudaMallocPitch`'s rows), and `cuMemsetD2D8/16/32` (and `Async`;
-//! `cudaMemset2D`). CUDA arrays are not served (`CUDA_ERROR_NOT_SUPPORTED`).
+//! their `Async` forms; the entry points are [`crate::copies`]) between host and device memory,
+//! linear or pitched (`cudaMemcpy2D`, `cudaMemcpy3D`, `cudaMallocPitch`'s rows), and
+//! `cuMemsetD2D8/16/32` (and `Async`; `cudaMemset2D`). A copy with a CUDA array on either side
+//! is [`crate::array`]'s, which checks its linear side with [`side`].
 //!
 //! A region is cut into runs of contiguous bytes ([`runs`]: a row, or rows that touch on both
 //! sides, so a copy between two linear buffers is one run), each sent as one of
@@ -15,10 +16,7 @@ mod memset;
 
 use std::ffi::{c_uint, c_void};
 
-use crate::array;
 use crate::error::{code, CuResult, Error};
-use crate::graph::{self, Kept, NodeKind};
-use crate::guard;
 use crate::managed::{self, Reach};
 use crate::memory::{device_to_device, device_to_host, host_to_device_async, is_device, locate};
 use crate::state;
@@ -238,6 +236,16 @@ fn region(side: Side, device: Option<usize>) -> CuResult<(Allocation, u64)> {
 
 /// Copies `extent` from `src` to `dst` on `stream`; `wait`: then waits for it (the synchronous
 /// forms). A copy to the host always waits: its bytes must be there when it returns.
+/// The copy `p` describes between linear memory (no array on either side), on `stream`, waited
+/// for if `wait`.
+///
+/// # Safety
+/// Its host sides are the program's memory, valid for the copy.
+pub(crate) unsafe fn copy_linear(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
+    let (src, dst, extent) = p.sides()?;
+    copy(src, dst, extent, stream, wait)
+}
+
 unsafe fn copy(src: Side, dst: Side, extent: Extent, stream: usize, wait: bool) -> CuResult<()> {
     let mut device = None;
     let mut reach = Vec::new();
@@ -331,7 +339,7 @@ unsafe fn read_scattered(runs: &[Run]) -> CuResult<()> {
 
 impl Memcpy2D {
     /// The same copy as a 3D copy of one slice.
-    fn as_3d(&self) -> Memcpy3D {
+    pub(crate) fn as_3d(&self) -> Memcpy3D {
         let null = std::ptr::null_mut();
         Memcpy3D {
             src_x: self.src_x,
@@ -394,67 +402,6 @@ impl Memcpy3D {
         let origin = [self.dst_x, self.dst_y, self.dst_z].map(|v| v as u64);
         Described { origin, rows: self.dst_height as u64, ..dst }
     }
-}
-
-/// The copy `p` describes, on `stream`, waited for if `wait`: [`crate::array`]'s when an array
-/// is on either side.
-unsafe fn copy_any(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<()> {
-    if array::has_array(p) {
-        return array::copy(p, stream, wait);
-    }
-    let (src, dst, extent) = p.sides()?;
-    copy(src, dst, extent, stream, wait)
-}
-
-/// The copy `p` describes (`as_3d` reads it), on `stream`, waited for if `wait`.
-pub(crate) unsafe fn copy_described<T>(
-    p: *const T,
-    as_3d: fn(&T) -> Memcpy3D,
-    stream: usize,
-    wait: bool,
-) -> CuResult<()> {
-    let described = p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?;
-    copy_any(&as_3d(described), stream, wait)
-}
-
-/// The copy `p` describes, queued on `stream`, or recorded (its description as it is now) if
-/// the stream is capturing.
-pub(crate) unsafe fn copy_queued<T>(p: *const T, as_3d: fn(&T) -> Memcpy3D, stream: usize) -> CuResult<()> {
-    let described = Kept::new(as_3d(p.as_ref().ok_or_else(|| invalid("the copy's description is null".into()))?));
-    graph::or_record(stream, NodeKind::Memcpy, move |stream| copy_any(&described.get(), stream, false))
-}
-
-/// The copy a `CUDA_MEMCPY3D` describes, queued on `stream` (a graph's copy node).
-///
-/// # Safety
-/// Its host sides are the program's memory, valid for the copy.
-pub(crate) unsafe fn copy_3d(described: &Memcpy3D, stream: usize) -> CuResult<()> {
-    copy_any(described, stream, false)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2D_v2(p: *const Memcpy2D) -> u32 {
-    guard("cuMemcpy2D", || copy_described(p, Memcpy2D::as_3d, 0, true))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DUnaligned_v2(p: *const Memcpy2D) -> u32 {
-    guard("cuMemcpy2DUnaligned", || copy_described(p, Memcpy2D::as_3d, 0, true))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy2DAsync_v2(p: *const Memcpy2D, stream: usize) -> u32 {
-    guard("cuMemcpy2DAsync", || copy_queued(p, Memcpy2D::as_3d, stream))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3D_v2(p: *const Memcpy3D) -> u32 {
-    guard("cuMemcpy3D", || copy_described(p, Memcpy3D::clone, 0, true))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuMemcpy3DAsync_v2(p: *const Memcpy3D, stream: usize) -> u32 {
-    guard("cuMemcpy3DAsync", || copy_queued(p, Memcpy3D::clone, stream))
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ pub mod args;
 pub mod arrays;
 pub mod context;
 pub mod driver;
+pub mod fill;
 pub mod function;
 pub mod gather;
 pub mod image;
