@@ -179,14 +179,14 @@ pub(crate) unsafe fn copy(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<(
         }
         (End::Linear(side, rows), End::Array(a, origin)) => {
             managed::settle_host(side.start)?;
-            region(a, *origin).from_host(*side, *rows, stream)?
+            region(a, *origin).write_from_host(*side, *rows, stream)?
         }
         (End::Array(a, origin), End::Linear(side, rows)) => {
             managed::settle_host(side.start)?;
-            return region(a, *origin).to_host(*side, *rows, stream);
+            return region(a, *origin).read_to_host(*side, *rows, stream);
         }
         (End::Array(from, src_origin), End::Array(to, dst_origin)) => {
-            region(from, *src_origin).to_array(&region(to, *dst_origin), stream)?
+            region(from, *src_origin).copy_to_array(&region(to, *dst_origin), stream)?
         }
         (End::Linear(..), End::Linear(..)) => unreachable!("one side is an array"),
     }
@@ -258,7 +258,7 @@ impl Region<'_> {
 
     /// Host memory to the region: its rows packed into a staging buffer, then copied into the
     /// array, both on `stream`.
-    unsafe fn from_host(&self, side: Side, rows: u64, stream: usize) -> CuResult<()> {
+    unsafe fn write_from_host(&self, side: Side, rows: u64, stream: usize) -> CuResult<()> {
         self.copy(side.start, side.pitch, rows, true)?;
         let (copy, buffer) = self.staged(true)?;
         let mut bytes = Vec::with_capacity(buffer.len());
@@ -272,7 +272,7 @@ impl Region<'_> {
 
     /// The region to host memory: copied into a staging buffer on `stream`, waited for, read,
     /// and its rows written where the program's pitch puts them.
-    unsafe fn to_host(&self, side: Side, rows: u64, stream: usize) -> CuResult<()> {
+    unsafe fn read_to_host(&self, side: Side, rows: u64, stream: usize) -> CuResult<()> {
         self.copy(side.start, side.pitch, rows, false)?;
         let (copy, buffer) = self.staged(false)?;
         let on = stream_of(stream, self.a.device)?;
@@ -288,7 +288,7 @@ impl Region<'_> {
 
     /// The region into region `to` of an array of the same device, through a staging buffer on
     /// `stream`.
-    fn to_array(&self, to: &Region, stream: usize) -> CuResult<()> {
+    fn copy_to_array(&self, to: &Region, stream: usize) -> CuResult<()> {
         if self.a.device != to.a.device {
             let why = "a copy between arrays of two devices (each is a remote GPU of its own)";
             return Err(Error::said(code::NOT_SUPPORTED, why));
