@@ -202,6 +202,9 @@ unsafe fn create_object(call: &str, out: *mut u64, resource: *const [u64; 18], s
                     let (width, height, pitch) = (r[3] as usize, r[4] as usize, r[5] as usize);
                     ([width, height, 1], pitch, pitch * height.saturating_sub(1) + width * element)
                 };
+                if extent[0] == 0 || extent[1] == 0 {
+                    return Err(code::INVALID_VALUE); // no element to read
+                }
                 if d.locate(context, r[1], bytes).is_none() {
                     d.violation(format!("{call} over {bytes} bytes at {:#x}, not memory of the context", r[1]));
                     return Err(code::INVALID_VALUE);

@@ -6,8 +6,9 @@
 // device memory and between two arrays; a 3-D array (cudaMemcpy3D, tex3D); a texture over
 // linear device memory (tex1Dfetch); copies and kernels queued on a stream; the array's
 // descriptor; what CUDA refuses (a region past the array, a texture past its allocation) and
-// the device usable after; an array freed before its texture; a copy into a 1-D array captured
-// into a graph and launched.
+// the device usable after; a copy into a 1-D array captured into a graph and launched; an array
+// freed before its texture. What the pool adds to CUDA's promises (a new array reads zeros) is
+// gpu_cases::arrays', so that this program's lines hold natively too.
 // Usage: textures
 #include <cmath>
 #include <cstdio>
@@ -88,12 +89,6 @@ int main() {
     report(got_channel.x == 32 && got_channel.f == cudaChannelFormatKindFloat && extent.width == W &&
                extent.height == H && extent.depth == 0,
            "the array's descriptor");
-
-    std::vector<float> zeros(W * H, 1.0f);
-    CHECK(cudaMemcpy2DFromArray(zeros.data(), W * 4, array, 0, 0, W * 4, H, cudaMemcpyDeviceToHost));
-    bool all_zero = true;
-    for (float v : zeros) all_zero &= v == 0.0f;
-    report(all_zero, "a new array holds zeros");
 
     // Rows 160 bytes apart on the host: the pitch is the host's, not the array's.
     std::vector<float> pitched(40 * H, -5.0f);
@@ -257,11 +252,10 @@ int main() {
     cudaGetLastError();
     report(sampled(tex, out, 0, 0) == img, "the device after the refusals");
 
-    // The 3-D array freed before its texture: the texture still reads it until destroyed.
+    // The 3-D array freed before its texture (reading through the texture after that is
+    // undefined; through the pool the array stays until the texture goes, and the stand-in
+    // records a violation should the backend destroy it first).
     CHECK(cudaFreeArray(cube));
-    sample3d<<<dim3(2, 2, 2), dim3(8, 4, 4)>>>(tex3, out3, X, Y, Z);
-    CHECK(cudaMemcpy(got3.data(), out3, X * Y * Z * 4, cudaMemcpyDeviceToHost));
-    report(got3 == volume, "an array freed before its texture");
     CHECK(cudaDestroyTextureObject(tex3));
     for (auto t : {tex, border, smooth, tex1}) CHECK(cudaDestroyTextureObject(t));
     CHECK(cudaDestroySurfaceObject(surf));

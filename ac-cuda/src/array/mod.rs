@@ -71,9 +71,8 @@ fn create(out: *mut usize, spec: ArraySpec) -> CuResult<()> {
         return Err(Error::Code(code::INVALID_VALUE));
     }
     if let Some(why) = spec.misshapen() {
-        // A format CUDA has but the pool does not serve (block-compressed, NV12, ...).
-        let known = ac_frontend::ArraySpec { format: 0x20, channels: 1, ..spec }.misshapen().is_none();
-        return Err(Error::said(if known { code::NOT_SUPPORTED } else { code::INVALID_VALUE }, why));
+        // A format or flag the pool does not serve (block-compressed, NV12, sparse, ...): 801.
+        return Err(Error::said(if spec.served() { code::INVALID_VALUE } else { code::NOT_SUPPORTED }, why));
     }
     let device = current_device()?;
     let shim = state::shim()?;
@@ -193,6 +192,8 @@ pub(crate) unsafe fn copy(p: &Memcpy3D, stream: usize, wait: bool) -> CuResult<(
     if wait {
         let shim = state::shim()?;
         shim.block_on(stream_of(stream, device)?.synchronize())?;
+        // A copy waited for leaves its device idle: managed memory is the host's again.
+        managed::settle(device, None)?;
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 //! and descriptors; the runtime's `cudaCreateTextureObject`, `cudaCreateSurfaceObject`): backend
 //! protocol 16. An object is made on the backend over one of the program's arrays or a range
 //! of its device memory; its value is the remote driver's, which the program's kernels take as
-//! a parameter and hand to the remote GPU unchanged. Kept here by (device, value): two remote
-//! GPUs may hand out the same value.
+//! a parameter and hand to the remote GPU unchanged. Kept here by (device, value, kind): two remote
+//! GPUs may hand out the same value, and one GPU a texture's and a surface's.
 //!
 //! Not served: mipmapped arrays (`cuMipmappedArrayCreate`), resource views, and the texture
 //! and surface references of old programs (`cuTexRef*`, removed in CUDA 12).

@@ -36,7 +36,7 @@ pub struct ArraySpec {
 }
 
 /// The `CUDA_ARRAY3D_*` flags served: layered, surface load and store, cube map, texture
-/// gather. Sparse and deferred-mapping arrays (virtual memory management's) are not.
+/// gather. Depth textures, sparse and deferred-mapping arrays are not.
 pub const SERVED_ARRAY_FLAGS: u32 = 0x0f;
 
 /// `CUDA_ARRAY3D_LAYERED`: `depth` counts layers (a 1-D layered array has no height).
@@ -76,6 +76,11 @@ impl ArraySpec {
     pub fn bytes(&self) -> Option<u64> {
         let [rows, slices] = self.rows_and_slices();
         self.row_bytes()?.checked_mul(rows)?.checked_mul(slices)
+    }
+
+    /// Whether its format, channels and flags are ones served (its shape aside).
+    pub fn served(&self) -> bool {
+        self.element_bytes().is_some() && self.flags & !SERVED_ARRAY_FLAGS == 0
     }
 
     /// Why an array of this shape cannot be made, if it cannot.
@@ -272,7 +277,9 @@ mod tests {
         assert!(floats(0, 4, 0).misshapen().is_some());
         assert!(floats(4, 0, 4).misshapen().is_some());
         assert_eq!(ArraySpec { flags: LAYERED, ..floats(4, 0, 4) }.misshapen(), None, "a 1-D layered array");
-        assert!(ArraySpec { flags: 0x10, ..floats(4, 4, 0) }.misshapen().is_some(), "a sparse array");
+        let sparse = ArraySpec { flags: 0x40, ..floats(4, 4, 0) };
+        assert!(sparse.misshapen().is_some() && !sparse.served(), "a sparse array");
+        assert!(floats(0, 4, 0).served() && !ArraySpec { channels: 3, ..floats(4, 4, 0) }.served());
         assert!(floats(MOST_ARRAY_ELEMENTS + 1, 1, 0).misshapen().is_some());
         assert_eq!(floats(4, 4, 4).misshapen(), None);
     }

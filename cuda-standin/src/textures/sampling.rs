@@ -101,7 +101,7 @@ impl Object {
                 let alpha = ((b - i) * 256.0).round() / 256.0; // 8 fractional bits, as the hardware keeps
                 [
                     (address(i as i64, n, mode, sampler.normalized), 1.0 - alpha),
-                    (address(i as i64 + 1, n, mode, sampler.normalized), alpha),
+                    (address((i as i64).saturating_add(1), n, mode, sampler.normalized), alpha),
                 ]
             } else {
                 [(address(c.floor() as i64, n, mode, sampler.normalized), 1.0), (None, 0.0)]

@@ -20,14 +20,33 @@ const POINT: Sampler = Sampler {
     border_color: [0.0; 4],
 };
 
-/// A new array reads zero (a GPU's memory holds whatever it held last); bytes copied in from a
-/// buffer come back out; the backend refuses by name a region past the array, a linear side
+/// A new array reads zero (a GPU's memory holds whatever it held last), one cleared in one band
+/// of rows and one in several; bytes copied in from a buffer come back out; the backend refuses by name a region past the array, a linear side
 /// past its buffer, a misshapen array, a texture past its buffer, an array of another session
 /// (or none) and objects that are not the session's; the sessions go on. `other` is a second
 /// session on the same device.
 pub async fn arrays_reach_only_the_sessions_memory(acc: &Accelerator, other: &Accelerator) {
     let stream = acc.default_stream();
-    let array = acc.create_array(FLOATS).await.unwrap();
+    // 100 rows of 16 KiB: cleared in bands of 64 rows (1 MiB).
+    let tall = ArraySpec { width: 4096, height: 100, ..FLOATS };
+    let big = acc.create_array(tall).await.unwrap();
+    let read = acc.alloc_from(&vec![7.0f32; 4096 * 100]).await.unwrap();
+    let all = ArrayCopy {
+        array: big.id(),
+        origin: [0; 3],
+        extent: [16384, 100, 1],
+        linear: read.device_ptr(0),
+        pitch: 16384,
+        slice_rows: 100,
+        to_array: false,
+    };
+    acc.copy_array(&stream, all).await.unwrap();
+    stream.synchronize().await.unwrap();
+    assert!(read.to_vec().await.unwrap().iter().all(|&v| v == 0.0), "an array cleared in several bands reads zero");
+    drop((big, read));
+    let theirs = other.create_array(FLOATS).await.unwrap(); // its id in its session: 1
+    let _first = acc.create_array(FLOATS).await.unwrap();
+    let array = acc.create_array(FLOATS).await.unwrap(); // 3 here: the other session has no such array
     let whole = |array: ArrayId, linear, to_array| ArrayCopy {
         array,
         origin: [0; 3],
@@ -71,7 +90,6 @@ pub async fn arrays_reach_only_the_sessions_memory(acc: &Accelerator, other: &Ac
     // Another session names this one's array: it has none of that number.
     let err = other.create_texture(TextureResource::Array(array.id()), POINT).await.unwrap_err();
     assert!(err.to_string().contains("no array"), "{err}");
-    let theirs = other.create_array(FLOATS).await.unwrap();
     let texture = acc.create_texture(TextureResource::Array(array.id()), POINT).await.unwrap();
     assert_ne!(texture.value(), 0, "a texture object's value");
     // Objects and arrays go when dropped: the array outlives its handle while the texture reads it.

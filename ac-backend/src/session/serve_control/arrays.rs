@@ -1,8 +1,9 @@
 //! CUDA arrays and texture and surface objects (protocol 16), kept by
 //! [`crate::session::arrays`]. A creation zeroes the array and waits for it, so it runs off the
 //! control loop; a copy is queued on its stream once its region lies inside the array and its
-//! linear side inside one of the session's buffers; a destruction waits for nothing here (the
-//! device destroys after the work queued before).
+//! linear side inside one of the session's buffers. An object's destruction waits for the work
+//! queued before on every stream, as a free does; an array's waits for nothing (whatever reads it
+//! holds it: a queued copy, an object), and the device destroys either after its context's work.
 
 use ac_proto::backend::{ArrayCopy, ArrayId, ErrorKind, Response, Sampler, StreamId, TextureResource, WireError};
 
@@ -48,7 +49,10 @@ impl Control {
         blocking(move || session.create_object(resource, sampler)).await.map_or_else(Response::Error, Response::Object)
     }
 
-    pub(super) fn destroy_object(&mut self, value: u64, surface: bool) -> Response {
+    /// After the work queued before on every stream, as a free: a launch staged here but not
+    /// yet handed to its stream passes the object's value, which holds nothing alive.
+    pub(super) async fn destroy_object(&mut self, value: u64, surface: bool) -> Response {
+        self.drain_streams().await;
         self.session.destroy_object(value, surface).map_or_else(Response::Error, |()| Response::Ok)
     }
 }

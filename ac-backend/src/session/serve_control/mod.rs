@@ -434,7 +434,7 @@ impl Control {
                 Outcome::Now(self.create_object(resource, Some(sampler)).await)
             }
             Request::CreateSurface(id) => Outcome::Now(self.create_object(TextureResource::Array(id), None).await),
-            Request::DestroyObject { object, surface } => Outcome::Now(self.destroy_object(object, surface)),
+            Request::DestroyObject { object, surface } => Outcome::Now(self.destroy_object(object, surface).await),
             Request::ReserveRange { bytes, alignment } => Outcome::Now(self.reserve_range(bytes, alignment).await),
             Request::CreatePhysical { bytes } => Outcome::Now(self.create_physical(bytes).await),
             Request::ReleasePhysical { physical } => Outcome::Now(self.release_physical(physical)),
