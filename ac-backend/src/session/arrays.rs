@@ -28,7 +28,6 @@ pub struct DeviceArray {
     pub handle: u64,
     /// Its shape.
     pub spec: ArraySpec,
-    size: u64,
     context: Arc<dyn Context>,
     held: Arc<AtomicU64>,
 }
@@ -36,7 +35,8 @@ pub struct DeviceArray {
 impl Drop for DeviceArray {
     fn drop(&mut self) {
         self.context.destroy_array(self.handle);
-        self.held.fetch_sub(self.size, Ordering::AcqRel);
+        // What `Session::create_array` charged: its packed size, which a misshapen spec never has.
+        self.held.fetch_sub(self.spec.bytes().unwrap_or(0), Ordering::AcqRel);
     }
 }
 
@@ -97,7 +97,7 @@ impl Session {
         let handle = self.context.create_array(&spec).inspect_err(|_| {
             self.held.fetch_sub(size, Ordering::AcqRel);
         })?;
-        let array = DeviceArray { handle, spec, size, context: self.context.clone(), held: self.held.clone() };
+        let array = DeviceArray { handle, spec, context: self.context.clone(), held: self.held.clone() };
         let id = ArrayId(self.arrays.next.fetch_add(1, Ordering::Relaxed) + 1);
         self.arrays.arrays.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(array));
         Ok(id)
