@@ -12,6 +12,8 @@
 //!   (contexts, modules, kernels, streams, events), each checked before use.
 //! - [`uuid`]: a device's UUID, from its accelerator's id, and its text.
 //! - [`visible`]: `CUDA_VISIBLE_DEVICES`, which of the job's accelerators the process opens.
+//! - [`children`]: children forked after NVML open sessions of their own; one that dies without
+//!   closing them has them ended by its parent.
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally.
@@ -70,6 +72,7 @@ pub mod blas;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it
 pub mod blas_generated;
 pub mod builtins;
+pub mod children;
 pub mod context;
 pub mod copies;
 pub mod error;

@@ -132,6 +132,7 @@ static FORKED_FROM_SESSION: AtomicBool = AtomicBool::new(false);
 /// alone, or nothing, had opened the session) it forgets the parent's session, which stays the
 /// parent's (never closed or freed here), and opens its own when it first asks.
 extern "C" fn after_fork_in_child() {
+    crate::children::in_child();
     if CUDA_STARTED.load(Ordering::Acquire) {
         FORKED.store(true, Ordering::Release);
     } else {
@@ -166,7 +167,11 @@ fn register_handlers() {
     REGISTERED.call_once(|| {
         // SAFETY: registering plain `extern "C" fn`s with the C library, once.
         unsafe {
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            libc::pthread_atfork(
+                Some(crate::children::before_fork),
+                Some(crate::children::after_fork_in_parent),
+                Some(after_fork_in_child),
+            );
             libc::atexit(finalize_at_exit);
         }
     });
@@ -215,6 +220,9 @@ fn opened() -> &'static Opened {
                 let opened: &'static Opened = Box::leak(Box::new(outcome));
                 SHIM.store(opened as *const Opened as *mut Opened, Ordering::Release);
                 STATE.store(OPEN, Ordering::Release);
+                if let Ok(shim) = opened {
+                    crate::children::report_opened(shim);
+                }
                 return opened;
             }
             // SAFETY: set before `OPEN` is, to a leaked box that is never freed.
@@ -232,6 +240,17 @@ fn opened() -> &'static Opened {
 fn opened_so_far() -> Option<&'static Opened> {
     // SAFETY: null, or a leaked box that is never freed.
     unsafe { SHIM.load(Ordering::Acquire).as_ref() }
+}
+
+/// The shim while a child forked now may open a session of its own: the session is open (NVML
+/// opened it), CUDA has not started, and the process is not exiting.
+pub(crate) fn children_open_their_own() -> Option<&'static Shim> {
+    let quiet =
+        !CUDA_STARTED.load(Ordering::Acquire) && !FORKED.load(Ordering::Acquire) && !FINALIZED.load(Ordering::Acquire);
+    match opened_so_far() {
+        Some(Ok(shim)) if quiet => Some(shim),
+        _ => None,
+    }
 }
 
 /// The shim, once `cuInit` succeeded and before the process's exit finalized it.
@@ -379,6 +398,8 @@ extern "C" fn finalize_at_exit() {
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
     let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
     let finalize = async move {
+        // Children forked after NVML that died without closing their sessions: ended first.
+        crate::children::settle_at_exit(EXIT_LIMIT / 2).await;
         // As a context's destruction does: what the kernels printed since the program's last
         // synchronization comes out now, every device at once, within half the exit's time (a
         // device that does not answer by then, or a session in an outage, is left).
@@ -394,8 +415,12 @@ extern "C" fn finalize_at_exit() {
                 if let Some(set) = extra {
                     let _ = session.free(set).await;
                 }
-                if let Err(e) = session.finalize().await {
-                    eprintln!("ac-cuda: AC_Finalize at exit: {e}");
+                match session.finalize().await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        eprintln!("ac-cuda: AC_Finalize at exit: {e}");
+                        false
+                    }
                 }
             }
             // No manager (`AC_BACKEND_ADDR`): the backend learns of the exit from the
@@ -405,14 +430,22 @@ extern "C" fn finalize_at_exit() {
                 for device in &shim.devices {
                     device.acc.clone().close().await;
                 }
+                true
             }
         }
     };
     // On a thread of its own: the exiting thread's thread-locals (the runtime's among them)
     // are already destroyed when atexit handlers run.
     let limited = async move {
-        if tokio::time::timeout(EXIT_LIMIT, finalize).await.is_err() {
-            eprintln!("ac-cuda: giving the accelerators back at exit took over {EXIT_LIMIT:?}: left to their leases");
+        match tokio::time::timeout(EXIT_LIMIT, finalize).await {
+            // A child forked after NVML: its parent has nothing left to end.
+            Ok(true) => crate::children::report_closed(),
+            Ok(false) => {}
+            Err(_) => {
+                eprintln!(
+                    "ac-cuda: giving the accelerators back at exit took over {EXIT_LIMIT:?}: left to their leases"
+                )
+            }
         }
     };
     let finished = std::thread::spawn(move || shim.rt.block_on(limited)).join();
@@ -422,6 +455,22 @@ extern "C" fn finalize_at_exit() {
 }
 
 impl Shim {
+    /// The token of the process's session at the resource manager (none without one).
+    pub(crate) fn session_token(&self) -> Option<String> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        session.as_ref().map(|(s, _)| s.token().to_string())
+    }
+
+    /// `AC_Finalize` of the manager session `token` of another process of the job (a child that
+    /// died without it), while this process's session is open.
+    pub(crate) fn finalize_other(
+        &self,
+        token: String,
+    ) -> Option<impl std::future::Future<Output = ac_frontend::Result<()>> + Send + 'static> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        session.as_ref().map(|(s, _)| s.finalize_other(token))
+    }
+
     /// Device `ordinal`, or `CUDA_ERROR_INVALID_DEVICE`.
     pub fn device(&self, ordinal: i32) -> CuResult<&Device> {
         usize::try_from(ordinal).ok().and_then(|i| self.devices.get(i)).ok_or(Error::Code(code::INVALID_DEVICE))

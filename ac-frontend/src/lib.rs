@@ -29,6 +29,8 @@
 //! - [`Session`] (`session.rs`): `AC_Init` / `AC_Get` / `AC_Free` / `AC_Finalize` with the
 //!   resource manager ([`arm`] is its client).
 //! - [`blocking`]: the same API for a plain `main`, sessions included.
+//! - `ticket.rs`: ending a session from another process of the job ([`end_session`]), when the
+//!   one that opened it died without closing it.
 //! - `mpi` (feature `mpi`): collective `AC_Init` / `AC_Get` / `AC_Free` over a communicator.
 //!
 //! # Semantics (the ordering model; ARCHITECTURE.md, "Order", states it as invariants)
@@ -67,6 +69,7 @@ mod stream;
 mod stripes;
 mod task;
 mod telemetry;
+mod ticket;
 mod watch;
 
 pub use ac_proto::arm::Preemption;
@@ -89,3 +92,4 @@ pub use resize::{Bounds, Pacing, Reconfiguration, Resizer};
 pub use session::{munge_credential, DynamicSet, Handle, Session, SessionOptions};
 pub use stream::Stream;
 pub use stripes::CopyOptions;
+pub use ticket::{end_session, Ended, SessionTicket};

@@ -448,6 +448,15 @@ impl Session {
         rx
     }
 
+    /// `AC_Finalize` of another process of this job that died without it (its session's
+    /// `token`, which it told this one): the manager forgets that process's session, so that the
+    /// job's accelerators are not kept for it until its lease runs out. The future borrows
+    /// nothing of `self`.
+    pub fn finalize_other(&self, token: String) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let client = self.client.clone();
+        async move { client.request(Request::Finalize { token }).await.map(drop) }
+    }
+
     /// `AC_Finalize`: releases every dynamic set and ends the session.
     #[doc(alias = "AC_Finalize")]
     pub async fn finalize(self) -> Result<()> {

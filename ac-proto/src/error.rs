@@ -79,6 +79,17 @@ impl ProtoError {
             _ => false,
         }
     }
+
+    /// The application's close code ([`crate::backend::close`]) when the peer closed the
+    /// connection with one.
+    pub fn close_code(&self) -> Option<u32> {
+        match self {
+            ProtoError::Connection(quinn::ConnectionError::ApplicationClosed(c)) => {
+                u32::try_from(c.error_code.into_inner()).ok()
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What quinn says of a connection whose peer serves none of the ALPNs offered.

@@ -161,6 +161,7 @@ fn hellos() -> Vec<(&'static str, Hello)> {
         ),
         ("attach", Hello::Attach { session: SessionId(9), token: [5; 16] }),
         ("resume", Hello::Resume { session: SessionId(9), token: [5; 16], capability: vec![1, 2, 3, 4], replies: 38 }),
+        ("end", Hello::End { session: SessionId(9), token: [5; 16], capability: vec![1, 2, 3, 4] }),
     ]
 }
 

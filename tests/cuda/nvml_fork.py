@@ -5,7 +5,10 @@ shim's libnvidia-ml.so.1 and libcuda.so.1 (ctypes). The children forked before t
 started CUDA each compute on the device (a copy round trip); then the parent does; then a child
 forked after CUDA started is refused CUDA, as NVIDIA's driver refuses one. Prints a line per
 finding; exits 1 at the first call that fails where it should not.
-tests/tests/e2e/cuda_frameworks.rs runs it."""
+With `abrupt`, the children end as `multiprocessing`'s workers do, with `_exit`, holding 1 MiB
+of device memory each, and the parent says `parent: waiting` once they have exited and reads a
+line from stdin before it goes on (the test looks at the backend meanwhile).
+tests/tests/e2e/cuda_frameworks.rs and session_ends.rs run it."""
 import ctypes
 import os
 import sys
@@ -28,8 +31,9 @@ def nvml_count(who):
     return count.value
 
 
-def round_trip(who, n_bytes):
-    """cuInit, the devices, and on each a copy in and out of device memory, compared."""
+def round_trip(who, n_bytes, free=True):
+    """cuInit, the devices, and on each a copy in and out of device memory, compared; the
+    memory is freed unless `free` is false."""
     ok(who, "cuInit", cuda.cuInit(0))
     count = c_int()
     ok(who, "cuDeviceGetCount", cuda.cuDeviceGetCount(byref(count)))
@@ -42,11 +46,13 @@ def round_trip(who, n_bytes):
         back = ctypes.create_string_buffer(n_bytes)
         ok(who, "cuMemcpyHtoD_v2", cuda.cuMemcpyHtoD_v2(ptr, data, c_size_t(n_bytes)))
         ok(who, "cuMemcpyDtoH_v2", cuda.cuMemcpyDtoH_v2(back, ptr, c_size_t(n_bytes)))
-        ok(who, "cuMemFree_v2", cuda.cuMemFree_v2(ptr))
+        if free:
+            ok(who, "cuMemFree_v2", cuda.cuMemFree_v2(ptr))
         if back.raw != data:
             print(f"{who}: FAILED device {device}: the copy came back different", flush=True)
             os._exit(1)
-    print(f"{who}: {count.value} device(s), {n_bytes} bytes there and back exact", flush=True)
+    kept = "" if free else ", left held"
+    print(f"{who}: {count.value} device(s), {n_bytes} bytes there and back exact{kept}", flush=True)
 
 
 def wait(child):
@@ -54,6 +60,7 @@ def wait(child):
     return os.waitstatus_to_exitcode(status)
 
 
+ABRUPT = sys.argv[1:] == ["abrupt"]
 ok("parent", "nvmlInit_v2", nvml.nvmlInit_v2())
 print(f"parent: nvml devices {nvml_count('parent')}", flush=True)
 # Two children at once, each with its own session; then the parent, whose session NVML opened.
@@ -64,12 +71,19 @@ for k in range(2):
         who = f"child {k}"
         # Its own session opens here, in its parent's job.
         print(f"{who}: nvml devices {nvml_count(who)}", flush=True)
+        if ABRUPT:
+            # No exit handler runs: the parent ends the child's session.
+            round_trip(who, 1 << 20, free=False)
+            os._exit(0)
         round_trip(who, 1 << 16)
         # Through exit(): the shim's exit handler gives the child's session back.
         sys.exit(0)
     children.append(child)
 for k, child in enumerate(children):
     print(f"child {k} exited with {wait(child)}", flush=True)
+if ABRUPT:
+    print("parent: waiting", flush=True)
+    sys.stdin.readline()
 round_trip("parent", 1 << 16)
 # CUDA has started: a child forked now is refused it.
 child = os.fork()

@@ -312,6 +312,9 @@ async fn serve_connection(conn: Connection, shared: Arc<Shared>) {
         Hello::Resume { session, token, capability, replies } => {
             resume_session(conn, &shared, (send, reader), (session, token, capability, replies), version).await;
         }
+        Hello::End { session, token, capability } => {
+            end_session(conn, &shared, send, (session, token, capability), version).await;
+        }
     }
 }
 
@@ -346,27 +349,69 @@ async fn resume_session(
     if version < 8 {
         return refuse(&conn, close::PROTOCOL, "resumption needs protocol 8");
     }
-    let Some(session) = shared.registry.get(id) else {
-        let reason = format!(
-            "session {} is not on this backend: it ended, was not resumed within its hold, or the backend restarted (its memory is gone)",
-            id.0
-        );
-        return refuse(&conn, close::SESSION_GONE, &reason);
+    let session = match proven_session(shared, id, &token, &capability) {
+        Ok(session) => session,
+        Err((code, reason)) => return refuse(&conn, code, &reason),
     };
-    if !session.owns(&token) {
-        return refuse(&conn, close::UNAUTHORIZED, "wrong session token");
-    }
-    match shared.trust.admit(&capability, session.device) {
-        Ok(grant) if grant.as_ref().map(|g| g.id) == session.capability => {}
-        Ok(_) => return refuse(&conn, close::UNAUTHORIZED, "not the capability the session was opened with"),
-        Err(reason) => return refuse(&conn, close::UNAUTHORIZED, &format!("capability refused: {reason}")),
-    }
     session.attach(conn.clone());
     let rejoin = crate::session::resume::Rejoin { conn: conn.clone(), send, reader, replies };
     if session.rejoin(rejoin).is_err() {
         return refuse(&conn, close::SESSION_GONE, &format!("session {} has just ended", id.0));
     }
     serve_bulk_streams(conn, session).await;
+}
+
+/// Another process of the session's job ends it (protocol 17): its own died without closing it
+/// (the CUDA shim's parent ends so a child's that ended with `_exit`). Proven as a resumption
+/// is; the session ends as a revoked one does, and the answer ([`Response::Ok`]) goes once it
+/// has.
+async fn end_session(
+    conn: Connection,
+    shared: &Arc<Shared>,
+    mut send: quinn::SendStream,
+    (id, token, capability): (ac_proto::backend::SessionId, [u8; 16], Vec<u8>),
+    version: u16,
+) {
+    if version < 17 {
+        return refuse(&conn, close::PROTOCOL, "ending another connection's session needs protocol 17");
+    }
+    let session = match proven_session(shared, id, &token, &capability) {
+        Ok(session) => session,
+        Err((code, reason)) => return refuse(&conn, code, &reason),
+    };
+    tracing::info!(session = id.0, "session ended by another process of its job");
+    session.close_with(close::NORMAL, "session ended by another process of its job");
+    let ended = frame_bytes(&Reply { id: 0, response: Response::Ok }).expect("an answer encodes");
+    if send.write_chunk(ended).await.is_ok() {
+        let _ = send.finish();
+        // The client closes once it has read the answer.
+        let _ = tokio::time::timeout(HELLO_TIMEOUT, conn.closed()).await;
+    }
+}
+
+/// The session `id` when the client proved it its own, twice over: its secret token and the
+/// capability it was opened with, still valid; else the close code and reason.
+fn proven_session(
+    shared: &Shared,
+    id: ac_proto::backend::SessionId,
+    token: &[u8; 16],
+    capability: &[u8],
+) -> Result<Arc<Session>, (u32, String)> {
+    let Some(session) = shared.registry.get(id) else {
+        let reason = format!(
+            "session {} is not on this backend: it ended, was not resumed within its hold, or the backend restarted (its memory is gone)",
+            id.0
+        );
+        return Err((close::SESSION_GONE, reason));
+    };
+    if !session.owns(token) {
+        return Err((close::UNAUTHORIZED, "wrong session token".into()));
+    }
+    match shared.trust.admit(capability, session.device) {
+        Ok(grant) if grant.as_ref().map(|g| g.id) == session.capability => Ok(session),
+        Ok(_) => Err((close::UNAUTHORIZED, "not the capability the session was opened with".into())),
+        Err(reason) => Err((close::UNAUTHORIZED, format!("capability refused: {reason}"))),
+    }
 }
 
 /// Reads and checks the preamble and the hello frame: the hello and the version the connection

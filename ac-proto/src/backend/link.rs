@@ -257,7 +257,8 @@ pub async fn greet(
         Err(e) => return Err(connection.close_reason().map(ProtoError::Connection).unwrap_or(e)),
     };
     match reply.response {
-        welcome @ (Response::Welcome { .. } | Response::Devices(_) | Response::Resumed { .. }) => {
+        // `Ok`: a session ended by another process (`Hello::End`).
+        welcome @ (Response::Welcome { .. } | Response::Devices(_) | Response::Resumed { .. } | Response::Ok) => {
             Ok(Link { endpoint, owns_endpoint, connection, send, reader, welcome, version })
         }
         Response::Error(e) => Err(ProtoError::Refused(e)),

@@ -95,6 +95,11 @@
 //! and [`Request::CreateSurface`] over an array (answered [`Response::Object`], the device's
 //! value that kernels take), [`Request::DestroyArray`] and [`Request::DestroyObject`]. An object
 //! holds what it reads: an array or buffer destroyed first goes when its last object does.
+//! Protocol 17 adds [`Hello::End`], appended likewise: another process ends a session, proving
+//! it as a resumption does (the session's secret and the capability it was opened with), and the
+//! backend answers [`Response::Ok`] once it has ended it, or closes with
+//! [`close::SESSION_GONE`] when it had already ended. The CUDA shim's parent ends so the session
+//! of a child that died without closing it (`_exit`, a signal), rather than leaving it held.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -142,7 +147,7 @@ pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 16;
+pub const VERSION: u16 = 17;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -292,6 +297,17 @@ pub enum Hello {
         /// Reply frames the client has read on the session's control streams so far, the
         /// welcome not counted.
         replies: u64,
+    },
+    /// *Protocol 17.* End a session this connection does not carry (its process died without
+    /// closing it), proven as [`Hello::Resume`] proves it. Answered by [`Response::Ok`] once
+    /// the session has ended (its memory freed, its connections closed).
+    End {
+        /// The session.
+        session: SessionId,
+        /// The secret returned in [`Response::Welcome`].
+        token: [u8; 16],
+        /// The capability the session was opened with (empty when it was opened without).
+        capability: Vec<u8>,
     },
 }
 

@@ -41,6 +41,12 @@ pub(crate) async fn cuda_cluster_timed(
 /// Runs `exe` as a job's process through the shim, with `env` added (off the async threads,
 /// which serve the manager and backends meanwhile).
 pub(crate) async fn run(c: &TestCluster, shim: &Path, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = command(c, shim, exe, args, env);
+    tokio::task::spawn_blocking(move || command.output().expect("the program starts")).await.expect("joined")
+}
+
+/// The command that runs `exe` as a job's process of `c` through the shim, with `env` added.
+pub(crate) fn command(c: &TestCluster, shim: &Path, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(exe);
     command
         .args(args)
@@ -52,7 +58,7 @@ pub(crate) async fn run(c: &TestCluster, shim: &Path, exe: &Path, args: &[&str],
     for (k, v) in env {
         command.env(k, v);
     }
-    tokio::task::spawn_blocking(move || command.output().expect("the program starts")).await.expect("joined")
+    command
 }
 
 pub(crate) fn said(out: &Output) -> String {

@@ -44,6 +44,7 @@ mod revocations;
 mod scheduler_api;
 mod scheduling;
 mod served_devices;
+mod session_ends;
 mod slurm;
 mod soak;
 mod upgrade;

@@ -1,0 +1,305 @@
+//! The sessions of children forked after NVML opened the session (each opens its own, in its
+//! parent's job), ended by the parent when a child dies without closing them.
+//!
+//! Why: a child that ends with `_exit` (Python's `multiprocessing` workers do) or is killed
+//! runs no exit handler. Its connections go silent, and its backends would hold its sessions,
+//! memory and all, for a resumption that never comes: the idle timeout and then the hold, over
+//! a minute by default. NVIDIA's driver frees a dead process's memory at once; the shim does so
+//! through the parent, which lives on.
+//!
+//! How: when the parent's session is open and CUDA has not started (only then may a child open
+//! a session of its own), the fork's prepare handler makes a pipe, closed on `exec`. The child
+//! keeps the writing end; once its session is open it writes its sessions' tickets there
+//! ([`Report::Opened`]), and once its exit has closed them, [`Report::Closed`]. The parent keeps
+//! the reading end and a task that reads it to its end, which comes when the child has exited,
+//! however it exited (a grandchild forked without `exec` closes the end it inherits). Tickets
+//! without `Closed` after them are then ended (`ac_frontend::end_session`, backend protocol 17).
+//! A child that execs (a subprocess) or never opens a session closes the end unwritten.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ac_frontend::{end_session, Ended, SessionTicket};
+use serde::{Deserialize, Serialize};
+use tokio::io::unix::AsyncFd;
+use tokio::task::JoinHandle;
+
+use crate::state::{self, Shim};
+
+/// What a child tells its parent through the pipe, a frame each.
+#[derive(Debug, Serialize, Deserialize)]
+enum Report<T = SessionTicket> {
+    /// Its sessions opened: one ticket an accelerator, and its session's token at the resource
+    /// manager (none without one).
+    Opened { tickets: Vec<T>, job_session: Option<String> },
+    /// Its exit closed them.
+    Closed,
+}
+
+/// The pipe made by the prepare handler for the fork under way (reading end in the high half,
+/// writing end in the low), or [`NO_PIPE`].
+static PENDING: AtomicU64 = AtomicU64::new(NO_PIPE);
+const NO_PIPE: u64 = u64::MAX;
+/// In a child: the writing end of its pipe to its parent, or -1.
+static TO_PARENT: AtomicI32 = AtomicI32::new(-1);
+/// In a parent: the children being watched.
+static WATCHED: Mutex<Vec<Watch>> = Mutex::new(Vec::new());
+
+/// One child's pipe, read by its task.
+#[derive(Debug)]
+struct Watch {
+    fd: Arc<OwnedFd>,
+    task: JoinHandle<()>,
+}
+
+/// The fork's prepare handler: a pipe for the child, when it may open a session of its own.
+pub(crate) extern "C" fn before_fork() {
+    if state::children_open_their_own().is_none() {
+        return;
+    }
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let pending = (u64::from(fds[0] as u32) << 32) | u64::from(fds[1] as u32);
+    close_pipe(PENDING.swap(pending, Ordering::AcqRel));
+}
+
+/// The fork's parent handler: keeps the reading end and starts its watch.
+pub(crate) extern "C" fn after_fork_in_parent() {
+    let pending = PENDING.swap(NO_PIPE, Ordering::AcqRel);
+    if pending == NO_PIPE {
+        return;
+    }
+    let (read, write) = split(pending);
+    // SAFETY: both ends were made by `before_fork` for this fork and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(read), OwnedFd::from_raw_fd(write)) };
+    drop(write);
+    if let Some(shim) = state::children_open_their_own() {
+        watch(shim, read);
+    }
+}
+
+/// The fork's child handler (async-signal-safe: descriptors only): keeps the writing end of its
+/// own pipe, and closes the one it inherited from its parent's side of the family (its
+/// parent's pipe to the grandparent is not its to hold open).
+pub(crate) fn in_child() {
+    let inherited = TO_PARENT.swap(-1, Ordering::AcqRel);
+    if inherited >= 0 {
+        // SAFETY: a descriptor this process inherited and nothing else uses.
+        unsafe { libc::close(inherited) };
+    }
+    let pending = PENDING.swap(NO_PIPE, Ordering::AcqRel);
+    if pending != NO_PIPE {
+        let (read, write) = split(pending);
+        // SAFETY: the parent's end, not this process's to use.
+        unsafe { libc::close(read) };
+        TO_PARENT.store(write, Ordering::Release);
+    }
+}
+
+/// In a child: tells the parent the tickets of the sessions it opened.
+pub(crate) fn report_opened(shim: &Shim) {
+    let tickets = shim.devices.iter().map(|d| d.acc.ticket()).collect();
+    report(&Report::Opened { tickets, job_session: shim.session_token() });
+}
+
+/// In a child: tells the parent its exit closed its sessions (nothing is left to end).
+pub(crate) fn report_closed() {
+    report(&Report::Closed);
+}
+
+fn report(report: &Report) {
+    let fd = TO_PARENT.load(Ordering::Acquire);
+    if fd < 0 {
+        return;
+    }
+    let mut frame = Vec::new();
+    if ac_proto::frame::encode_frame(report, &mut frame).is_err() {
+        return;
+    }
+    let mut written = 0;
+    while written < frame.len() {
+        // SAFETY: `frame[written..]` is readable for its length.
+        let n = unsafe { libc::write(fd, frame[written..].as_ptr().cast(), frame.len() - written) };
+        match n {
+            n if n > 0 => written += n as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            // The parent is gone: nobody to tell.
+            _ => return,
+        }
+    }
+}
+
+/// Watches a child's pipe on the shim's runtime.
+fn watch(shim: &'static Shim, read: OwnedFd) {
+    // SAFETY: setting a flag of a descriptor owned here.
+    unsafe {
+        let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    let fd = Arc::new(read);
+    let task = shim.rt.spawn(end_when_dead(shim, fd.clone()));
+    let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+    watched.retain(|w| !w.task.is_finished());
+    watched.push(Watch { fd, task });
+}
+
+/// Reads the child's reports until its pipe's end, and ends the sessions it left open: on
+/// their backends first (their memory), then at the manager.
+async fn end_when_dead(shim: &'static Shim, fd: Arc<OwnedFd>) {
+    // SAFETY: the descriptor stays open while registered: the `AsyncFd` holds its owner.
+    let Ok(pipe) = (unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }) else { return };
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let Ok(mut ready) = pipe.readable().await else { return };
+        // SAFETY: `chunk` is writable for its length.
+        let read =
+            ready.try_io(|fd| match unsafe { libc::read(fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) } {
+                n if n >= 0 => Ok(n as usize),
+                _ => Err(std::io::Error::last_os_error()),
+            });
+        match read {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(_)) => return,
+            Err(_would_block) => {}
+        }
+    }
+    let Some((tickets, job_session)) = left_open::<SessionTicket>(&bytes) else { return };
+    let mut ending = tokio::task::JoinSet::new();
+    for ticket in tickets {
+        ending.spawn(async move {
+            let ended = end_session(&ticket).await;
+            (ticket, ended)
+        });
+    }
+    while let Some(Ok((ticket, ended))) = ending.join_next().await {
+        match ended {
+            Ok(Ended::Now) => {
+                eprintln!("ac-cuda: a child process ended without closing its session on {}: ended now", ticket.addr)
+            }
+            Ok(Ended::Already) => {}
+            Err(e) => eprintln!(
+                "ac-cuda: a child process ended without closing its session on {}, which could not be ended ({e}): \
+                 its backend holds it until its hold runs out",
+                ticket.addr
+            ),
+        }
+    }
+    if let Some(finalizing) = job_session.and_then(|token| shim.finalize_other(token)) {
+        if let Err(e) = finalizing.await {
+            eprintln!("ac-cuda: a child process ended without AC_Finalize, which its parent could not do for it: {e}");
+        }
+    }
+}
+
+/// What a child's reports leave open: the tickets and manager session of its last `Opened`
+/// with no `Closed` after it.
+fn left_open<T: serde::de::DeserializeOwned>(mut bytes: &[u8]) -> Option<(Vec<T>, Option<String>)> {
+    let mut open = None;
+    while bytes.len() >= 4 {
+        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
+        let Some(frame) = bytes.get(4..4 + len) else { break };
+        match ac_proto::codec::decode::<Report<T>>(frame) {
+            Ok(Report::Opened { tickets, job_session }) => open = Some((tickets, job_session)),
+            Ok(Report::Closed) => open = None,
+            Err(_) => break,
+        }
+        bytes = &bytes[4 + len..];
+    }
+    open
+}
+
+/// At the parent's exit: waits (within `limit`) for the watches of children that have exited
+/// to end what they left; children still running keep their sessions, which are theirs.
+pub(crate) async fn settle_at_exit(limit: std::time::Duration) {
+    let watched = std::mem::take(&mut *WATCHED.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut ending = Vec::new();
+    for watch in watched {
+        if watch.task.is_finished() {
+            continue;
+        }
+        if writers_gone(&watch.fd) {
+            ending.push(watch.task);
+        } else {
+            watch.task.abort();
+        }
+    }
+    let _ = tokio::time::timeout(limit, async {
+        for task in ending {
+            let _ = task.await;
+        }
+    })
+    .await;
+}
+
+/// Whether every writing end of a pipe is closed (its child, and whatever inherited the end,
+/// exited), without reading it.
+fn writers_gone(fd: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: 0, revents: 0 };
+    // SAFETY: one pollfd, not waited on.
+    unsafe { libc::poll(&mut poll, 1, 0) == 1 && poll.revents & libc::POLLHUP != 0 }
+}
+
+/// The two descriptors of a pending pipe: (reading, writing).
+fn split(pending: u64) -> (i32, i32) {
+    ((pending >> 32) as u32 as i32, pending as u32 as i32)
+}
+
+/// Closes a pending pipe left over (none, normally).
+fn close_pipe(pending: u64) {
+    if pending != NO_PIPE {
+        let (read, write) = split(pending);
+        // SAFETY: descriptors made by `before_fork` and owned by nothing else.
+        unsafe {
+            libc::close(read);
+            libc::close(write);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(reports: &[Report<u32>]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for report in reports {
+            ac_proto::frame::encode_frame(report, &mut bytes).unwrap();
+        }
+        bytes
+    }
+
+    fn opened(tickets: Vec<u32>, job_session: Option<&str>) -> Report<u32> {
+        Report::Opened { tickets, job_session: job_session.map(String::from) }
+    }
+
+    #[test]
+    fn a_child_that_opened_and_never_closed_leaves_its_last_tickets() {
+        let first = frames(&[opened(vec![1, 2], Some("t"))]);
+        assert_eq!(left_open::<u32>(&first), Some((vec![1, 2], Some("t".into()))));
+        let twice = frames(&[opened(vec![1], None), Report::Closed, opened(vec![3], None)]);
+        assert_eq!(left_open::<u32>(&twice), Some((vec![3], None)));
+        // A frame cut off by the child's death: what came before it stands.
+        assert_eq!(left_open::<u32>(&first[..first.len() - 1]), None);
+        let cut = [first.clone(), frames(&[Report::Closed])[..3].to_vec()].concat();
+        assert_eq!(left_open::<u32>(&cut), Some((vec![1, 2], Some("t".into()))));
+    }
+
+    #[test]
+    fn a_child_that_closed_leaves_nothing_open() {
+        assert_eq!(left_open::<u32>(&frames(&[opened(vec![1], Some("t")), Report::Closed])), None);
+        assert_eq!(left_open::<u32>(&[]), None);
+    }
+
+    #[test]
+    fn a_pipe_split_gives_back_both_descriptors() {
+        let pending = (u64::from(7u32) << 32) | u64::from(9u32);
+        assert_eq!(split(pending), (7, 9));
+    }
+}
