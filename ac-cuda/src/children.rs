@@ -25,7 +25,17 @@ use serde::{Deserialize, Serialize};
 use tokio::io::unix::AsyncFd;
 use tokio::task::JoinHandle;
 
-use crate::state::{self, Shim};
+/// The parent's side of what a watch needs: its runtime, and its session at the resource
+/// manager, through which a dead child's session is finalized.
+pub(crate) trait Parent: Send + Sync + 'static {
+    /// The runtime the watches run on.
+    fn runtime(&self) -> &tokio::runtime::Runtime;
+    /// `AC_Finalize` of a child's manager session `token`, while the parent's is open.
+    fn finalize_other(&self, token: String) -> Option<Finalizing>;
+}
+
+/// A child's `AC_Finalize`, under way.
+pub(crate) type Finalizing = std::pin::Pin<Box<dyn std::future::Future<Output = ac_frontend::Result<()>> + Send>>;
 
 /// What a child tells its parent through the pipe, a frame each.
 #[derive(Debug, Serialize, Deserialize)]
@@ -53,11 +63,8 @@ struct Watch {
     task: JoinHandle<()>,
 }
 
-/// The fork's prepare handler: a pipe for the child, when it may open a session of its own.
-pub(crate) extern "C" fn before_fork() {
-    if state::children_open_their_own().is_none() {
-        return;
-    }
+/// In the fork's prepare handler: a pipe for the child (which may open a session of its own).
+pub(crate) fn prepare_pipe() {
     let mut fds = [-1; 2];
     // SAFETY: `fds` has room for the two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -67,18 +74,19 @@ pub(crate) extern "C" fn before_fork() {
     close_pipe(PENDING.swap(pending, Ordering::AcqRel));
 }
 
-/// The fork's parent handler: keeps the reading end and starts its watch.
-pub(crate) extern "C" fn after_fork_in_parent() {
+/// In the fork's parent handler: keeps the reading end of the child's pipe, if one was made,
+/// and watches it on `parent`'s runtime (none: closes it).
+pub(crate) fn keep_reading_end(parent: Option<&'static dyn Parent>) {
     let pending = PENDING.swap(NO_PIPE, Ordering::AcqRel);
     if pending == NO_PIPE {
         return;
     }
     let (read, write) = split(pending);
-    // SAFETY: both ends were made by `before_fork` for this fork and are owned here alone.
+    // SAFETY: both ends were made by `prepare_pipe` for this fork and are owned here alone.
     let (read, write) = unsafe { (OwnedFd::from_raw_fd(read), OwnedFd::from_raw_fd(write)) };
     drop(write);
-    if let Some(shim) = state::children_open_their_own() {
-        watch(shim, read);
+    if let Some(parent) = parent {
+        watch(parent, read);
     }
 }
 
@@ -100,10 +108,10 @@ pub(crate) fn in_child() {
     }
 }
 
-/// In a child: tells the parent the tickets of the sessions it opened.
-pub(crate) fn report_opened(shim: &Shim) {
-    let tickets = shim.devices.iter().map(|d| d.acc.ticket()).collect();
-    report(&Report::Opened { tickets, job_session: shim.session_token() });
+/// In a child: tells the parent the tickets of the sessions it opened and its session's token
+/// at the manager.
+pub(crate) fn report_opened(tickets: Vec<SessionTicket>, job_session: Option<String>) {
+    report(&Report::Opened { tickets, job_session });
 }
 
 /// In a child: tells the parent its exit closed its sessions (nothing is left to end).
@@ -133,15 +141,15 @@ fn report(report: &Report) {
     }
 }
 
-/// Watches a child's pipe on the shim's runtime.
-fn watch(shim: &'static Shim, read: OwnedFd) {
+/// Watches a child's pipe on the parent's runtime.
+fn watch(parent: &'static dyn Parent, read: OwnedFd) {
     // SAFETY: setting a flag of a descriptor owned here.
     unsafe {
         let flags = libc::fcntl(read.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
     let fd = Arc::new(read);
-    let task = shim.rt.spawn(end_when_dead(shim, fd.clone()));
+    let task = parent.runtime().spawn(end_when_dead(parent, fd.clone()));
     let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
     watched.retain(|w| !w.task.is_finished());
     watched.push(Watch { fd, task });
@@ -149,7 +157,7 @@ fn watch(shim: &'static Shim, read: OwnedFd) {
 
 /// Reads the child's reports until its pipe's end, and ends the sessions it left open: on
 /// their backends first (their memory), then at the manager.
-async fn end_when_dead(shim: &'static Shim, fd: Arc<OwnedFd>) {
+async fn end_when_dead(parent: &'static dyn Parent, fd: Arc<OwnedFd>) {
     // SAFETY: the descriptor stays open while registered: the `AsyncFd` holds its owner.
     let Ok(pipe) = (unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }) else { return };
     let mut bytes = Vec::new();
@@ -191,7 +199,7 @@ async fn end_when_dead(shim: &'static Shim, fd: Arc<OwnedFd>) {
             ),
         }
     }
-    if let Some(finalizing) = job_session.and_then(|token| shim.finalize_other(token)) {
+    if let Some(finalizing) = job_session.and_then(|token| parent.finalize_other(token)) {
         if let Err(e) = finalizing.await {
             eprintln!("ac-cuda: a child process ended without AC_Finalize, which its parent could not do for it: {e}");
         }
@@ -255,7 +263,7 @@ fn split(pending: u64) -> (i32, i32) {
 fn close_pipe(pending: u64) {
     if pending != NO_PIPE {
         let (read, write) = split(pending);
-        // SAFETY: descriptors made by `before_fork` and owned by nothing else.
+        // SAFETY: descriptors made by `prepare_pipe` and owned by nothing else.
         unsafe {
             libc::close(read);
             libc::close(write);

@@ -148,6 +148,20 @@ extern "C" fn after_fork_in_child() {
     }
 }
 
+/// The fork's prepare handler: a pipe for a child that may open a session of its own, through
+/// which its parent learns of its death ([`crate::children`]).
+extern "C" fn before_fork() {
+    if children_open_their_own().is_some() {
+        crate::children::prepare_pipe();
+    }
+}
+
+/// The fork's parent handler: the child's pipe watched on the session's runtime.
+extern "C" fn after_fork_in_parent() {
+    let parent = children_open_their_own().map(|shim| shim as &'static dyn crate::children::Parent);
+    crate::children::keep_reading_end(parent);
+}
+
 /// The options of this process's session: the environment's, except that a child forked from
 /// a program with a job of its own joins that job (the environment would make it a new ad-hoc
 /// job, which would wait for accelerators its parent holds).
@@ -167,11 +181,7 @@ fn register_handlers() {
     REGISTERED.call_once(|| {
         // SAFETY: registering plain `extern "C" fn`s with the C library, once.
         unsafe {
-            libc::pthread_atfork(
-                Some(crate::children::before_fork),
-                Some(crate::children::after_fork_in_parent),
-                Some(after_fork_in_child),
-            );
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_in_parent), Some(after_fork_in_child));
             libc::atexit(finalize_at_exit);
         }
     });
@@ -221,7 +231,8 @@ fn opened() -> &'static Opened {
                 SHIM.store(opened as *const Opened as *mut Opened, Ordering::Release);
                 STATE.store(OPEN, Ordering::Release);
                 if let Ok(shim) = opened {
-                    crate::children::report_opened(shim);
+                    let tickets = shim.devices.iter().map(|d| d.acc.ticket()).collect();
+                    crate::children::report_opened(tickets, shim.session_token());
                 }
                 return opened;
             }
@@ -244,7 +255,7 @@ fn opened_so_far() -> Option<&'static Opened> {
 
 /// The shim while a child forked now may open a session of its own: the session is open (NVML
 /// opened it), CUDA has not started, and the process is not exiting.
-pub(crate) fn children_open_their_own() -> Option<&'static Shim> {
+fn children_open_their_own() -> Option<&'static Shim> {
     let quiet =
         !CUDA_STARTED.load(Ordering::Acquire) && !FORKED.load(Ordering::Acquire) && !FINALIZED.load(Ordering::Acquire);
     match opened_so_far() {
@@ -461,16 +472,6 @@ impl Shim {
         session.as_ref().map(|(s, _)| s.token().to_string())
     }
 
-    /// `AC_Finalize` of the manager session `token` of another process of the job (a child that
-    /// died without it), while this process's session is open.
-    pub(crate) fn finalize_other(
-        &self,
-        token: String,
-    ) -> Option<impl std::future::Future<Output = ac_frontend::Result<()>> + Send + 'static> {
-        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        session.as_ref().map(|(s, _)| s.finalize_other(token))
-    }
-
     /// Device `ordinal`, or `CUDA_ERROR_INVALID_DEVICE`.
     pub fn device(&self, ordinal: i32) -> CuResult<&Device> {
         usize::try_from(ordinal).ok().and_then(|i| self.devices.get(i)).ok_or(Error::Code(code::INVALID_DEVICE))
@@ -505,6 +506,17 @@ impl Shim {
         let holds =
             |d: usize| memory.range((d, 0)..=(d, address)).next_back().is_some_and(|(&(_, s), a)| address < s + a.size);
         preferred.filter(|&d| holds(d)).or_else(|| (0..self.devices.len()).find(|&d| holds(d)))
+    }
+}
+
+impl crate::children::Parent for Shim {
+    fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    fn finalize_other(&self, token: String) -> Option<crate::children::Finalizing> {
+        let session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        session.as_ref().map(|(s, _)| Box::pin(s.finalize_other(token)) as crate::children::Finalizing)
     }
 }
 
