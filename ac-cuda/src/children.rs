@@ -8,7 +8,8 @@
 //! through the parent, which lives on.
 //!
 //! How: when the parent's session is open and CUDA has not started (only then may a child open
-//! a session of its own), the fork's prepare handler makes a pipe, closed on `exec`. The child
+//! a session of its own), the fork's prepare handler makes a pipe (a Unix socket pair, so that
+//! a child whose parent is gone gets no `SIGPIPE`), closed on `exec`. The child
 //! keeps the writing end; once its session is open it writes its sessions' tickets there
 //! ([`Report::Opened`]), and once its exit has closed them, [`Report::Closed`]. The parent keeps
 //! the reading end and a task that reads it to its end, which comes when the child has exited,
@@ -66,8 +67,10 @@ struct Watch {
 /// In the fork's prepare handler: a pipe for the child (which may open a session of its own).
 pub(crate) fn prepare_pipe() {
     let mut fds = [-1; 2];
+    // A socket pair rather than a pipe: the child writes with `MSG_NOSIGNAL`, so that a parent
+    // gone (or that closed its end) costs it no `SIGPIPE`.
     // SAFETY: `fds` has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
         return;
     }
     let pending = (u64::from(fds[0] as u32) << 32) | u64::from(fds[1] as u32);
@@ -131,7 +134,7 @@ fn report(report: &Report) {
     let mut written = 0;
     while written < frame.len() {
         // SAFETY: `frame[written..]` is readable for its length.
-        let n = unsafe { libc::write(fd, frame[written..].as_ptr().cast(), frame.len() - written) };
+        let n = unsafe { libc::send(fd, frame[written..].as_ptr().cast(), frame.len() - written, libc::MSG_NOSIGNAL) };
         match n {
             n if n > 0 => written += n as usize,
             _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}

@@ -59,16 +59,19 @@ async fn a_session_is_ended_by_its_ticket_and_by_nothing_less() {
     assert_eq!(acc.alloc_from(&[1u8; 16]).await.expect("the session goes on").to_vec().await.unwrap(), [1u8; 16]);
 }
 
-/// A process that asks NVML, then forks children that use CUDA and end with `_exit`, holding
+/// A process that asks NVML, then forks a child that uses CUDA and ends with `_exit`, holding
 /// device memory (`tests/cuda/nvml_fork.py abrupt`, as `multiprocessing`'s workers end): no
-/// exit handler runs in them, and their backend would hold their sessions for the resumption
-/// hold (ten minutes here). The parent, which lives on, ends them: the backend holds its
-/// session alone while it waits, and none once it has exited.
+/// exit handler runs in it, its backend would hold its session for the resumption hold, and
+/// the manager would keep its session for its lease (ten minutes each here). The parent, which
+/// lives on, ends both: the backend holds the parent's session alone while it waits, and
+/// nothing is held once it has exited.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_that_ends_with_exit_has_its_sessions_ended_by_its_parent() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let c = cuda_cluster_timed(1, |_| {}, |b| b.session_hold_ms = 600_000).await;
+    // Under a manager, a backend holds a session whose connection went silent for the
+    // manager's lease (its `Order::Hold`): ten minutes here, and as long unmanaged.
+    let c = cuda_cluster_timed(1, |a| a.lease_ms = 600_000, |b| b.session_hold_ms = 600_000).await;
     let shim = cuda::shim_dir(dir.path());
     let probe = cuda::source("tests/cuda/nvml_fork.py");
     let mut command =
@@ -88,18 +91,18 @@ async fn a_child_that_ends_with_exit_has_its_sessions_ended_by_its_parent() {
     })
     .await
     .unwrap();
-    assert!(seen.contains("parent: waiting"), "the parent stopped before waiting:\n{seen}");
-    for line in [
+    let children_ran = [
         "child 0: 1 device(s), 1048576 bytes there and back exact, left held",
         "child 0 exited with 0",
-        "child 1 exited with 0",
-    ] {
-        assert!(seen.contains(line), "missing `{line}`:\n{seen}");
-    }
+        "parent: waiting",
+    ]
+    .iter()
+    .all(|line| seen.contains(line));
     // The parent's session alone: the children's were ended, not held for ten minutes.
-    let ended = c.backends[0].eventually(Duration::from_secs(60), |b| b.sessions() == 1).await;
+    let ended = children_ran && c.backends[0].eventually(Duration::from_secs(60), |b| b.sessions() == 1).await;
     let held = c.backends[0].backend.sessions();
-    writeln!(stdin, "go").expect("the parent reads on");
+    // A parent that stopped early has closed its stdin.
+    let _ = writeln!(stdin, "go");
     drop(stdin);
     let out = tokio::task::spawn_blocking(move || {
         let mut rest = seen;
@@ -112,9 +115,10 @@ async fn a_child_that_ends_with_exit_has_its_sessions_ended_by_its_parent() {
     .unwrap();
     let (stdout, out) = out;
     let text = format!("{:?}\nstdout:\n{stdout}\nstderr:\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(children_ran, "the children did not run as they should:\n{text}");
     assert!(ended, "the backend still held {held} session(s) a minute after the children died:\n{text}");
     assert!(out.status.success() && stdout.contains("nvml fork done"), "{text}");
-    assert_eq!(text.matches("ended without closing its session").count(), 2, "one line a child:\n{text}");
+    assert_eq!(text.matches("ended without closing its session").count(), 1, "said once:\n{text}");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the processes exited:\n{text}");
     let ended = c.backends[0].eventually(Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
