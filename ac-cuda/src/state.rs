@@ -132,6 +132,10 @@ static FORKED_FROM_SESSION: AtomicBool = AtomicBool::new(false);
 /// alone, or nothing, had opened the session) it forgets the parent's session, which stays the
 /// parent's (never closed or freed here), and opens its own when it first asks.
 extern "C" fn after_fork_in_child() {
+    // Children forked at once would otherwise draw the same random numbers on this thread,
+    // where quinn draws its connection ids: two such children's handshakes with one manager
+    // share an id, and one of them is lost. Nothing uses the generator during the fork.
+    let _ = rand::rng().reseed();
     crate::children::in_child();
     if CUDA_STARTED.load(Ordering::Acquire) {
         FORKED.store(true, Ordering::Release);
@@ -407,10 +411,11 @@ extern "C" fn finalize_at_exit() {
         return;
     }
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
     let finalize = async move {
-        // Children forked after NVML that died without closing their sessions: ended first.
+        // Children forked after NVML that died without closing their sessions: ended first,
+        // through this process's session at the manager (taken only then).
         crate::children::settle_at_exit(EXIT_LIMIT / 2).await;
+        let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
         // As a context's destruction does: what the kernels printed since the program's last
         // synchronization comes out now, every device at once, within half the exit's time (a
         // device that does not answer by then, or a session in an outage, is left).

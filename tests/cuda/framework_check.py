@@ -7,6 +7,12 @@ import sys
 failures = []
 
 
+def say(line):
+    """`line` written and flushed in one piece: forked children print at once to one pipe."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def check(name, on_device, on_cpu, tolerance, to_host):
     """`on_device()`'s result, copied back by `to_host`, against `on_cpu()`'s: the same shape,
     and max |difference| over max |value| within `tolerance`."""
@@ -17,10 +23,10 @@ def check(name, on_device, on_cpu, tolerance, to_host):
         error = float(abs(got - want).max() / abs(want).max())
         if not error <= tolerance:
             raise AssertionError(f"relative error {error:.3g} over {tolerance:g}")
-        print(f"{name} ok {error:.3g}")
+        say(f"{name} ok {error:.3g}")
     except Exception as e:  # noqa: BLE001 (every failure is reported by name)
         failures.append(name)
-        print(f"{name} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        say(f"{name} FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
 
 def finish():

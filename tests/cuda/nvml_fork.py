@@ -5,8 +5,8 @@ shim's libnvidia-ml.so.1 and libcuda.so.1 (ctypes). The children forked before t
 started CUDA each compute on the device (a copy round trip); then the parent does; then a child
 forked after CUDA started is refused CUDA, as NVIDIA's driver refuses one. Prints a line per
 finding; exits 1 at the first call that fails where it should not.
-With `abrupt`, one child, which ends as `multiprocessing`'s workers do, with `_exit`, holding
-1 MiB of device memory, and the parent says `parent: waiting` once it has exited and reads a
+With `abrupt`, the children end as `multiprocessing`'s workers do, with `_exit`, holding 1 MiB
+of device memory each, and the parent says `parent: waiting` once they have exited and reads a
 line from stdin before it goes on (the test looks at the backend meanwhile).
 tests/tests/e2e/cuda_frameworks.rs and session_ends.rs run it."""
 import ctypes
@@ -65,7 +65,7 @@ ok("parent", "nvmlInit_v2", nvml.nvmlInit_v2())
 print(f"parent: nvml devices {nvml_count('parent')}", flush=True)
 # Two children at once, each with its own session; then the parent, whose session NVML opened.
 children = []
-for k in range(1 if ABRUPT else 2):
+for k in range(2):
     child = os.fork()
     if child == 0:
         who = f"child {k}"
