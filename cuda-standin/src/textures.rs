@@ -28,7 +28,10 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(out: *mut Handle, descriptor: *const
         let [width, height, depth, format_channels, flags] = unsafe { *descriptor };
         let (format, channels) = (format_channels as u32, format_channels >> 32);
         let element = element_bytes(format, channels).ok_or(code::INVALID_VALUE)?;
-        if width == 0 || (height == 0 && depth > 0) {
+        // A 1-D layered array (`CUDA_ARRAY3D_LAYERED`) has layers and no rows; any other with
+        // slices has rows.
+        let layered = flags & 0x01 != 0;
+        if width == 0 || (height == 0 && depth > 0 && !layered) {
             return Err(code::INVALID_VALUE);
         }
         let extent = [width, height.max(1), depth.max(1)].map(|n| n as usize);

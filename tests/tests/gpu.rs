@@ -134,6 +134,12 @@ async fn gpu_arrays_reach_only_the_sessions_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a CUDA GPU: scripts/gpu-check"]
+async fn gpu_layered_arrays_take_and_give_back_every_layer() {
+    gpu_cases::arrays::layered_arrays_take_and_give_back_every_layer(&gpu_backend().await.connect().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check"]
 async fn gpu_ranges_hold_only_their_mapped_memory() {
     gpu_cases::ranges_hold_only_their_mapped_memory(&gpu_backend().await.connect().await).await;
 }

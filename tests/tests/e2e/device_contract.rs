@@ -73,6 +73,13 @@ async fn standin_arrays_reach_only_the_sessions_memory() {
     standin::assert_no_violations();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_layered_arrays_take_and_give_back_every_layer() {
+    let _turn = standin::exclusive().await;
+    gpu_cases::arrays::layered_arrays_take_and_give_back_every_layer(&standin_backend(64).await.connect().await).await;
+    standin::assert_no_violations();
+}
+
 /// The same through session workers, a process each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_arrays_reach_only_the_sessions_memory_in_session_workers() {

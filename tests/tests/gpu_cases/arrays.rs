@@ -103,3 +103,31 @@ pub async fn arrays_reach_only_the_sessions_memory(acc: &Accelerator, other: &Ac
     other.copy_array(&on, whole(theirs.id(), mine.device_ptr(0), true)).await.unwrap();
     on.synchronize().await.unwrap();
 }
+
+/// A 1-D layered array (`CUDA_ARRAY3D_LAYERED`: no rows, `depth` layers of one row each) takes
+/// every layer in from linear memory and gives them back out exactly, queued on one stream; its
+/// handle dropped before the copies have run, it goes after them.
+pub async fn layered_arrays_take_and_give_back_every_layer(acc: &Accelerator) {
+    let stream = acc.default_stream();
+    // 64 layers of 4,096 floats (1 MiB): the copies are still queued when the handle goes.
+    let spec = ArraySpec { width: 4096, height: 0, depth: 64, flags: 0x01, ..FLOATS };
+    let layered = acc.create_array(spec).await.unwrap();
+    let pattern: Vec<f32> = (0..4096 * 64).map(|i| i as f32 * 0.25).collect();
+    let input = acc.alloc_from(&pattern).await.unwrap();
+    let out = acc.alloc_from(&vec![0f32; 4096 * 64]).await.unwrap();
+    let layers = |linear, to_array| ArrayCopy {
+        array: layered.id(),
+        origin: [0; 3],
+        extent: [16384, 1, 64],
+        linear,
+        pitch: 16384,
+        slice_rows: 1,
+        to_array,
+    };
+    let (copy_in, copy_out) = (layers(input.device_ptr(0), true), layers(out.device_ptr(0), false));
+    acc.copy_array(&stream, copy_in).await.unwrap();
+    acc.copy_array(&stream, copy_out).await.unwrap();
+    drop(layered);
+    stream.synchronize().await.unwrap();
+    assert!(out.to_vec().await.unwrap() == pattern, "every layer in and out of a 1-D layered array");
+}
