@@ -54,6 +54,10 @@ static PENDING: AtomicU64 = AtomicU64::new(NO_PIPE);
 const NO_PIPE: u64 = u64::MAX;
 /// In a child: the writing end of its pipe to its parent, or -1.
 static TO_PARENT: AtomicI32 = AtomicI32::new(-1);
+/// Its inode: a program that closed the descriptor (`closerange` in a daemon's start) may have
+/// opened another file under its number, which is written to or closed only if it is still
+/// the pipe.
+static TO_PARENT_INODE: AtomicU64 = AtomicU64::new(0);
 /// In a parent: the children being watched.
 static WATCHED: Mutex<Vec<Watch>> = Mutex::new(Vec::new());
 
@@ -62,6 +66,27 @@ static WATCHED: Mutex<Vec<Watch>> = Mutex::new(Vec::new());
 struct Watch {
     fd: Arc<OwnedFd>,
     task: JoinHandle<()>,
+    /// The process that watches: a child forked later inherits the list, whose tasks run on a
+    /// runtime it has no thread of.
+    owner: u32,
+}
+
+/// This process's watches, those inherited from a parent closed and forgotten (their tasks
+/// are the parent's: never touched here).
+fn own_watches() -> std::sync::MutexGuard<'static, Vec<Watch>> {
+    let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+    let me = std::process::id();
+    if watched.iter().any(|w| w.owner != me) {
+        let (mine, inherited): (Vec<Watch>, Vec<Watch>) =
+            std::mem::take(&mut *watched).into_iter().partition(|w| w.owner == me);
+        *watched = mine;
+        for watch in inherited {
+            // SAFETY: this process's copy of a parent's reading end, used by nothing here.
+            unsafe { libc::close(watch.fd.as_raw_fd()) };
+            std::mem::forget(watch);
+        }
+    }
+    watched
 }
 
 /// In the fork's prepare handler: a pipe for the child (which may open a session of its own).
@@ -98,7 +123,7 @@ pub(crate) fn keep_reading_end(parent: Option<&'static dyn Parent>) {
 /// parent's pipe to the grandparent is not its to hold open).
 pub(crate) fn in_child() {
     let inherited = TO_PARENT.swap(-1, Ordering::AcqRel);
-    if inherited >= 0 {
+    if inherited >= 0 && socket_inode(inherited) == Some(TO_PARENT_INODE.load(Ordering::Acquire)) {
         // SAFETY: a descriptor this process inherited and nothing else uses.
         unsafe { libc::close(inherited) };
     }
@@ -107,6 +132,7 @@ pub(crate) fn in_child() {
         let (read, write) = split(pending);
         // SAFETY: the parent's end, not this process's to use.
         unsafe { libc::close(read) };
+        TO_PARENT_INODE.store(socket_inode(write).unwrap_or(0), Ordering::Release);
         TO_PARENT.store(write, Ordering::Release);
     }
 }
@@ -114,6 +140,9 @@ pub(crate) fn in_child() {
 /// In a child: tells the parent the tickets of the sessions it opened and its session's token
 /// at the manager.
 pub(crate) fn report_opened(tickets: Vec<SessionTicket>, job_session: Option<String>) {
+    // The reading ends of its parent's other children, inherited: closed, so that a sibling's
+    // tickets reach their parent alone.
+    drop(own_watches());
     report(&Report::Opened { tickets, job_session });
 }
 
@@ -124,7 +153,7 @@ pub(crate) fn report_closed() {
 
 fn report(report: &Report) {
     let fd = TO_PARENT.load(Ordering::Acquire);
-    if fd < 0 {
+    if fd < 0 || socket_inode(fd) != Some(TO_PARENT_INODE.load(Ordering::Acquire)) {
         return;
     }
     let mut frame = Vec::new();
@@ -153,20 +182,28 @@ fn watch(parent: &'static dyn Parent, read: OwnedFd) {
     }
     let fd = Arc::new(read);
     let task = parent.runtime().spawn(end_when_dead(parent, fd.clone()));
-    let mut watched = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut watched = own_watches();
     watched.retain(|w| !w.task.is_finished());
-    watched.push(Watch { fd, task });
+    watched.push(Watch { fd, task, owner: std::process::id() });
 }
 
-/// Reads the child's reports until its pipe's end, and ends the sessions it left open: on
-/// their backends first (their memory), then at the manager.
+/// Waits for the child's death (its pipe's end) and ends what it left open.
 async fn end_when_dead(parent: &'static dyn Parent, fd: Arc<OwnedFd>) {
+    if let Some(bytes) = read_to_end(fd).await {
+        if let Some((tickets, job_session)) = left_open::<SessionTicket>(&bytes) {
+            end_left_open(parent, tickets, job_session).await;
+        }
+    }
+}
+
+/// Everything the child wrote, once every writing end is closed; `None` if the pipe fails.
+async fn read_to_end(fd: Arc<OwnedFd>) -> Option<Vec<u8>> {
     // SAFETY: the descriptor stays open while registered: the `AsyncFd` holds its owner.
-    let Ok(pipe) = (unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }) else { return };
+    let pipe = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok()?;
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
-        let Ok(mut ready) = pipe.readable().await else { return };
+        let mut ready = pipe.readable().await.ok()?;
         // SAFETY: `chunk` is writable for its length.
         let read =
             ready.try_io(|fd| match unsafe { libc::read(fd.as_raw_fd(), chunk.as_mut_ptr().cast(), chunk.len()) } {
@@ -174,18 +211,27 @@ async fn end_when_dead(parent: &'static dyn Parent, fd: Arc<OwnedFd>) {
                 _ => Err(std::io::Error::last_os_error()),
             });
         match read {
-            Ok(Ok(0)) => break,
+            Ok(Ok(0)) => return Some(bytes),
             Ok(Ok(n)) => bytes.extend_from_slice(&chunk[..n]),
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Ok(Err(_)) => return,
+            Ok(Err(_)) => return None,
             Err(_would_block) => {}
         }
     }
-    let Some((tickets, job_session)) = left_open::<SessionTicket>(&bytes) else { return };
+}
+
+/// How long ending one of a dead child's sessions may take (a backend that does not answer
+/// keeps it for its hold).
+const END_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends a dead child's sessions: on their backends first (their memory), then at the manager.
+async fn end_left_open(parent: &'static dyn Parent, tickets: Vec<SessionTicket>, job_session: Option<String>) {
     let mut ending = tokio::task::JoinSet::new();
     for ticket in tickets {
         ending.spawn(async move {
-            let ended = end_session(&ticket).await;
+            let ended = tokio::time::timeout(END_LIMIT, end_session(&ticket)).await.unwrap_or_else(|_| {
+                Err(ac_frontend::Error::Timeout(format!("the backend did not answer in {END_LIMIT:?}")))
+            });
             (ticket, ended)
         });
     }
@@ -229,7 +275,7 @@ fn left_open<T: serde::de::DeserializeOwned>(mut bytes: &[u8]) -> Option<(Vec<T>
 /// At the parent's exit: waits (within `limit`) for the watches of children that have exited
 /// to end what they left; children still running keep their sessions, which are theirs.
 pub(crate) async fn settle_at_exit(limit: std::time::Duration) {
-    let watched = std::mem::take(&mut *WATCHED.lock().unwrap_or_else(|p| p.into_inner()));
+    let watched = std::mem::take(&mut *own_watches());
     let mut ending = Vec::new();
     for watch in watched {
         if watch.task.is_finished() {
@@ -255,6 +301,15 @@ fn writers_gone(fd: &OwnedFd) -> bool {
     let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: 0, revents: 0 };
     // SAFETY: one pollfd, not waited on.
     unsafe { libc::poll(&mut poll, 1, 0) == 1 && poll.revents & libc::POLLHUP != 0 }
+}
+
+/// The inode of socket `fd` (none: not an open socket). `fstat` is async-signal-safe.
+fn socket_inode(fd: i32) -> Option<u64> {
+    // SAFETY: an all-zero `stat` is a valid value, filled by `fstat`.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `stat` is writable; a closed descriptor is an error, not a fault.
+    let ok = unsafe { libc::fstat(fd, &mut stat) } == 0;
+    (ok && stat.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(stat.st_ino)
 }
 
 /// The two descriptors of a pending pipe: (reading, writing).

@@ -134,7 +134,9 @@ static FORKED_FROM_SESSION: AtomicBool = AtomicBool::new(false);
 extern "C" fn after_fork_in_child() {
     // Children forked at once would otherwise draw the same random numbers on this thread,
     // where quinn draws its connection ids: two such children's handshakes with one manager
-    // share an id, and one of them is lost. Nothing uses the generator during the fork.
+    // share an id, and one of them is lost. Nothing uses the generator during the fork; reseeding
+    // reads the system's random bytes (a system call) and may allocate its thread-local state
+    // once, which glibc's allocator allows in a child after `fork`.
     let _ = rand::rng().reseed();
     crate::children::in_child();
     if CUDA_STARTED.load(Ordering::Acquire) {
@@ -412,10 +414,6 @@ extern "C" fn finalize_at_exit() {
     }
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).clear();
     let finalize = async move {
-        // Children forked after NVML that died without closing their sessions: ended first,
-        // through this process's session at the manager (taken only then).
-        crate::children::settle_at_exit(EXIT_LIMIT / 2).await;
-        let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
         // As a context's destruction does: what the kernels printed since the program's last
         // synchronization comes out now, every device at once, within half the exit's time (a
         // device that does not answer by then, or a session in an outage, is left).
@@ -424,8 +422,12 @@ extern "C" fn finalize_at_exit() {
             let acc = device.acc.clone();
             synchronizing.spawn(async move { acc.synchronize().await });
         }
-        let _ =
-            tokio::time::timeout(EXIT_LIMIT / 2, async { while synchronizing.join_next().await.is_some() {} }).await;
+        let synchronized =
+            tokio::time::timeout(EXIT_LIMIT / 2, async { while synchronizing.join_next().await.is_some() {} });
+        // Meanwhile children forked after NVML that died without closing their sessions are
+        // ended, through this process's session at the manager (taken only then).
+        let _ = tokio::join!(synchronized, crate::children::settle_at_exit(EXIT_LIMIT / 2));
+        let taken = shim.session.lock().unwrap_or_else(|p| p.into_inner()).take();
         match taken {
             Some((session, extra)) => {
                 if let Some(set) = extra {

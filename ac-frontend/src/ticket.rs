@@ -8,13 +8,14 @@
 //! with) and where its backend is. The CUDA shim's parent so ends the sessions of children that
 //! ended with `_exit`, as Python's `multiprocessing` workers do.
 //!
-//! A ticket is as secret as the session's token: whoever holds one can end the session (never
-//! use it: ending takes no request).
+//! A ticket is as secret as the session's token, and grants as much: whoever holds one can end
+//! the session, or resume it as its own program could. The CUDA shim's children hand theirs to
+//! their parent alone, a process of the same job and user.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use ac_proto::backend::{close, Hello, SessionId};
+use ac_proto::backend::{close, Hello, Response, SessionId};
 use serde::{Deserialize, Serialize};
 
 use crate::link::{self, ConnectOptions};
@@ -85,7 +86,10 @@ pub async fn end_session(ticket: &SessionTicket) -> Result<Ended> {
         Ok(link) => {
             link.connection.close(close::NORMAL.into(), b"ended");
             link.endpoint.wait_idle().await;
-            Ok(Ended::Now)
+            match link.welcome {
+                Response::Ok => Ok(Ended::Now),
+                other => Err(Error::Protocol(format!("expected the end of the session, got {other:?}"))),
+            }
         }
         Err(refused) if refused.close_code() == Some(close::SESSION_GONE) => Ok(Ended::Already),
         Err(refused) => Err(Error::from(refused)),

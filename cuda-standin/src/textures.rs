@@ -31,7 +31,7 @@ pub unsafe extern "C" fn cuArray3DCreate_v2(out: *mut Handle, descriptor: *const
         // A 1-D layered array (`CUDA_ARRAY3D_LAYERED`) has layers and no rows; any other with
         // slices has rows.
         let layered = flags & 0x01 != 0;
-        if width == 0 || (height == 0 && depth > 0 && !layered) {
+        if width == 0 || (height == 0 && depth > 0 && !layered) || (layered && depth == 0) {
             return Err(code::INVALID_VALUE);
         }
         let extent = [width, height.max(1), depth.max(1)].map(|n| n as usize);

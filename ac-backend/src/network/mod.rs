@@ -376,11 +376,16 @@ async fn end_session(
         return refuse(&conn, close::PROTOCOL, "ending another connection's session needs protocol 17");
     }
     let session = match proven_session(shared, id, &token, &capability) {
+        Ok(session) if session.has_ended() => {
+            return refuse(&conn, close::SESSION_GONE, &format!("session {} has ended already", id.0))
+        }
         Ok(session) => session,
         Err((code, reason)) => return refuse(&conn, code, &reason),
     };
     tracing::info!(session = id.0, "session ended by another process of its job");
     session.close_with(close::NORMAL, "session ended by another process of its job");
+    // Its device context goes with its last holder: not this task's wait for the client.
+    drop(session);
     let ended = frame_bytes(&Reply { id: 0, response: Response::Ok }).expect("an answer encodes");
     if send.write_chunk(ended).await.is_ok() {
         let _ = send.finish();

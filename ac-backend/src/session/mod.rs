@@ -334,6 +334,12 @@ impl Session {
         self.rejoins.send(rejoin).map_err(|e| e.0)
     }
 
+    /// Whether the session has ended (closed, revoked), though it may not have left the
+    /// registry yet.
+    pub fn has_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
     /// Returns once the session has ended.
     pub async fn ended(&self) {
         let _ = self.ended.subscribe().wait_for(|ended| *ended).await;

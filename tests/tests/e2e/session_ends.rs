@@ -81,7 +81,7 @@ async fn a_child_that_ends_with_exit_has_its_sessions_ended_by_its_parent() {
     let mut parent = command.spawn().expect("python3 starts");
     let mut stdin = parent.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(parent.stdout.take().expect("stdout"));
-    let (stdout, seen) = tokio::task::spawn_blocking(move || {
+    let mut reading = tokio::task::spawn_blocking(move || {
         let mut seen = String::new();
         while !seen.contains("parent: waiting") {
             if stdout.read_line(&mut seen).expect("read") == 0 {
@@ -89,9 +89,15 @@ async fn a_child_that_ends_with_exit_has_its_sessions_ended_by_its_parent() {
             }
         }
         (stdout, seen)
-    })
-    .await
-    .unwrap();
+    });
+    // A parent that hangs is killed, and its output shown below.
+    let (stdout, seen) = match tokio::time::timeout(Duration::from_secs(120), &mut reading).await {
+        Ok(read) => read.unwrap(),
+        Err(_) => {
+            parent.kill().expect("kill");
+            reading.await.unwrap()
+        }
+    };
     let children_ran = [
         "child 0: 1 device(s), 1048576 bytes there and back exact, left held",
         "child 1: 1 device(s), 1048576 bytes there and back exact, left held",
