@@ -2,7 +2,7 @@
 //! CUDA shim makes them, with the checks the backend makes itself (a client other than the shim
 //! sends what it likes).
 
-use ac_frontend::{Accelerator, ArrayCopy, ArrayId, ArraySpec, ErrorKind, Sampler, TextureResource};
+use ac_frontend::{Accelerator, ArrayCopy, ArrayId, ArraySpec, DevicePtr, ErrorKind, Sampler, TextureResource};
 
 /// A 16 x 8 array of floats.
 const FLOATS: ArraySpec = ArraySpec { width: 16, height: 8, depth: 0, format: 0x20, channels: 1, flags: 0 };
@@ -20,6 +20,12 @@ const POINT: Sampler = Sampler {
     border_color: [0.0; 4],
 };
 
+/// The copy between the region of `extent` at an array's origin and linear memory at `linear`
+/// holding it packed (rows and slices one after another).
+fn packed(array: ArrayId, extent: [u64; 3], linear: DevicePtr, to_array: bool) -> ArrayCopy {
+    ArrayCopy { array, origin: [0; 3], extent, linear, pitch: extent[0], slice_rows: extent[1], to_array }
+}
+
 /// A new array reads zero (a GPU's memory holds whatever it held last), one cleared in one band
 /// of rows and one in several; bytes copied in from a buffer come back out; the backend refuses by name a region past the array, a linear side
 /// past its buffer, a misshapen array, a texture past its buffer, an array of another session
@@ -31,15 +37,7 @@ pub async fn arrays_reach_only_the_sessions_memory(acc: &Accelerator, other: &Ac
     let tall = ArraySpec { width: 4096, height: 100, ..FLOATS };
     let big = acc.create_array(tall).await.unwrap();
     let read = acc.alloc_from(&vec![7.0f32; 4096 * 100]).await.unwrap();
-    let all = ArrayCopy {
-        array: big.id(),
-        origin: [0; 3],
-        extent: [16384, 100, 1],
-        linear: read.device_ptr(0),
-        pitch: 16384,
-        slice_rows: 100,
-        to_array: false,
-    };
+    let all = packed(big.id(), [16384, 100, 1], read.device_ptr(0), false);
     acc.copy_array(&stream, all).await.unwrap();
     stream.synchronize().await.unwrap();
     assert!(read.to_vec().await.unwrap().iter().all(|&v| v == 0.0), "an array cleared in several bands reads zero");
@@ -47,15 +45,7 @@ pub async fn arrays_reach_only_the_sessions_memory(acc: &Accelerator, other: &Ac
     let theirs = other.create_array(FLOATS).await.unwrap(); // its id in its session: 1
     let _first = acc.create_array(FLOATS).await.unwrap();
     let array = acc.create_array(FLOATS).await.unwrap(); // 3 here: the other session has no such array
-    let whole = |array: ArrayId, linear, to_array| ArrayCopy {
-        array,
-        origin: [0; 3],
-        extent: [64, 8, 1],
-        linear,
-        pitch: 64,
-        slice_rows: 8,
-        to_array,
-    };
+    let whole = |array: ArrayId, linear, to_array| packed(array, [64, 8, 1], linear, to_array);
     let out = acc.alloc_from(&[7.0f32; 128]).await.unwrap();
     acc.copy_array(&stream, whole(array.id(), out.device_ptr(0), false)).await.unwrap();
     stream.synchronize().await.unwrap();
@@ -115,15 +105,7 @@ pub async fn layered_arrays_take_and_give_back_every_layer(acc: &Accelerator) {
     let pattern: Vec<f32> = (0..4096 * 64).map(|i| i as f32 * 0.25).collect();
     let input = acc.alloc_from(&pattern).await.unwrap();
     let out = acc.alloc_from(&vec![0f32; 4096 * 64]).await.unwrap();
-    let layers = |linear, to_array| ArrayCopy {
-        array: layered.id(),
-        origin: [0; 3],
-        extent: [16384, 1, 64],
-        linear,
-        pitch: 16384,
-        slice_rows: 1,
-        to_array,
-    };
+    let layers = |linear, to_array| packed(layered.id(), [16384, 1, 64], linear, to_array);
     let (copy_in, copy_out) = (layers(input.device_ptr(0), true), layers(out.device_ptr(0), false));
     acc.copy_array(&stream, copy_in).await.unwrap();
     acc.copy_array(&stream, copy_out).await.unwrap();
