@@ -68,6 +68,16 @@ void cublasDdgmm(void) {}
 void cublasCdgmm(void) {}
 void cublasZdgmm(void) {}
 void cublasSsyrk_v2(void) {}
+void cublasSsymm_v2(void) {}
+void cublasDsymm_v2(void) {}
+void cublasCsymm_v2(void) {}
+void cublasZsymm_v2(void) {}
+void cublasChemm_v2(void) {}
+void cublasZhemm_v2(void) {}
+void cublasStrmm_v2(void) {}
+void cublasDtrmm_v2(void) {}
+void cublasCtrmm_v2(void) {}
+void cublasZtrmm_v2(void) {}
 void cublasDsyrk_v2(void) {}
 void cublasCsyrk_v2(void) {}
 void cublasZsyrk_v2(void) {}

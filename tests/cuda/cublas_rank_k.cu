@@ -68,14 +68,6 @@ enum Kind { SYRK, SYRKX, SYR2K };
 static const char* const KIND_NAMES[] = {"syrk", "syrkx", "syr2k"};
 static const char* const HERMITIAN_NAMES[] = {"herk", "herkx", "her2k"};
 
-// v with its imaginary part 0 (a real v as it is).
-static float real_only(float v) { return v; }
-static double real_only(double v) { return v; }
-template <typename R>
-static std::complex<R> real_only(std::complex<R> v) {
-    return {v.real(), 0};
-}
-
 // An update's operands, A and B (B is A for one operand; op(A), op(B) n x k, stored padded by
 // one and two rows), C (n x n, ldc n + 2), and the C expected after it on triangle `uplo`:
 // products with the transpose, or (`hermitian`) with the conjugate transpose, her2k's second by

@@ -1,4 +1,5 @@
-// What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu): element
+// What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu,
+// cublas_structured.cu): element
 // types real and complex, small integers of each (complex: in both parts; every product and
 // sum of a few is exact), op(X)'s elements, a comparison of every element, and a call's alpha
 // and beta on the host or in device memory.
@@ -27,6 +28,14 @@ static float conj_of(float v) { return v; }
 static double conj_of(double v) { return v; }
 template <typename R>
 static std::complex<R> conj_of(std::complex<R> v) { return std::conj(v); }
+
+// v with its imaginary part 0 (a real v as it is).
+static float real_only(float v) { return v; }
+static double real_only(double v) { return v; }
+template <typename R>
+static std::complex<R> real_only(std::complex<R> v) {
+    return {v.real(), 0};
+}
 
 // n small integers (complex: small integers in both parts).
 template <typename E>

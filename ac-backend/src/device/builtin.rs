@@ -15,6 +15,7 @@
 //! | `blas_cgemm`, `blas_zgemm` | `blas_sgemm`'s and `blas_dgemm`'s on complex matrices (real part first), `alpha` and `beta` their real parts, and their imaginary parts after `batch`; operation 2 is the conjugate transpose ([`super::gemm`]) | the same |
 //! | `blas_gemm_ex` | `blas_sgemm`'s, and `u32 types`: each matrix `f32`, `f16` or `bf16`, computed in `f32` ([`super::gemm`]) | the same |
 //! | `blas_sgemmt`, `blas_dgemmt`, `blas_cgemmt`, `blas_zgemmt` | `blas_<t>gemm`'s, and `u32 fill` last: the lower (0) or upper (1) triangle of a square `C` ([`super::gemm`]) | the same, on that triangle only |
+//! | `blas_sgemm_tri`, `blas_dgemm_tri`, `blas_cgemm_tri`, `blas_zgemm_tri` | `blas_<t>gemmt`'s, the last `u32 form`: `A` or `B`, square, read from its lower or upper triangle as a symmetric, Hermitian, triangular or unit triangular matrix; one batch ([`super::structured`]) | `C = alpha op(A) op(B) + beta C`: symm, hemm, trmm |
 //! | `blas_strsm`, `blas_dtrsm`, `blas_ctrsm`, `blas_ztrsm` | BLAS's column-major triangular solve: side, triangle, operation, unit diagonal, leading dimensions and strided batches, on `f32`, `f64` or their complex numbers (alpha's imaginary part last) ([`super::trsm`]) | `op(A_b) X = alpha B_b` or `X op(A_b) = alpha B_b`, `X` over `B_b` |
 //! | `blas_sgetrf`, `blas_dgetrf`, `blas_cgetrf`, `blas_zgetrf` | LU factorization with partial pivoting (or none) of strided batches of square column-major matrices, pivots and `info` as LAPACK's ([`super::lu`]) | `P A_b = L U` over `A_b` |
 //! | `blas_sgetrs`, `blas_dgetrs`, `blas_cgetrs`, `blas_zgetrs` | solves with those factors, operation N, T or C; or inverts ([`super::lu`]) | `op(A_b) X = B_b`, `X` over `B_b`; or `B_b = A_b^-1` |
@@ -27,7 +28,7 @@
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, dft, gemm, lu, packed, qr, trsm};
+use super::{abs_reduce, dft, gemm, lu, packed, qr, structured, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -49,6 +50,10 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dgemmt", &gemm::DGEMMT),
     ("blas_cgemmt", &gemm::CGEMMT),
     ("blas_zgemmt", &gemm::ZGEMMT),
+    ("blas_sgemm_tri", &gemm::SGEMM_TRI),
+    ("blas_dgemm_tri", &gemm::DGEMM_TRI),
+    ("blas_cgemm_tri", &gemm::CGEMM_TRI),
+    ("blas_zgemm_tri", &gemm::ZGEMM_TRI),
     ("blas_strsm", &trsm::STRSM),
     ("blas_dtrsm", &trsm::DTRSM),
     ("blas_ctrsm", &trsm::CTRSM),
@@ -108,8 +113,9 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         }
         "reduce_sum" => vec![(0, scalar(2)?, 4), (1, 1, 4)],
         "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" | "blas_sgemmt" | "blas_dgemmt"
-        | "blas_cgemmt" | "blas_zgemmt" => {
+        | "blas_cgemmt" | "blas_zgemmt" | "blas_sgemm_tri" | "blas_dgemm_tri" | "blas_cgemm_tri" | "blas_zgemm_tri" => {
             gemm::fill(name, args)?;
+            structured::structure(name, args)?;
             let widths = gemm::widths(name, args)?;
             let touched = gemm::shape(name, args)?.footprints();
             gemm::MATRICES
@@ -182,7 +188,9 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
                 .fold(0u64, u64::saturating_add)
         }
         "blas_sgemm" | "blas_dgemm" | "blas_gemm_ex" | "blas_cgemm" | "blas_zgemm" | "blas_sgemmt" | "blas_dgemmt"
-        | "blas_cgemmt" | "blas_zgemmt" => gemm::shape(name, args)?.work(),
+        | "blas_cgemmt" | "blas_zgemmt" | "blas_sgemm_tri" | "blas_dgemm_tri" | "blas_cgemm_tri" | "blas_zgemm_tri" => {
+            gemm::shape(name, args)?.work()
+        }
         "blas_strsm" | "blas_dtrsm" | "blas_ctrsm" | "blas_ztrsm" => trsm::shape(name, args)?.work(),
         "blas_sgetrf" | "blas_dgetrf" | "blas_cgetrf" | "blas_zgetrf" | "blas_sgetrs" | "blas_dgetrs"
         | "blas_cgetrs" | "blas_zgetrs" => lu::work(name, args)?,

@@ -61,6 +61,16 @@ pub const CGEMMT: [ParamKind; 20] = with_fill(CGEMM);
 /// `blas_zgemmt`'s parameters.
 pub const ZGEMMT: [ParamKind; 20] = with_fill(ZGEMM);
 
+/// `blas_<t>gemm_tri`'s parameters: `blas_<t>gemmt`'s, the last `u32 form`, how `A` or `B`
+/// is read from a triangle ([`super::structured`]).
+pub const SGEMM_TRI: [ParamKind; 18] = SGEMMT;
+/// `blas_dgemm_tri`'s parameters.
+pub const DGEMM_TRI: [ParamKind; 18] = DGEMMT;
+/// `blas_cgemm_tri`'s parameters.
+pub const CGEMM_TRI: [ParamKind; 20] = CGEMMT;
+/// `blas_zgemm_tri`'s parameters.
+pub const ZGEMM_TRI: [ParamKind; 20] = ZGEMMT;
+
 /// `params` and then a `u32`.
 const fn with_fill<const N: usize, const M: usize>(params: [ParamKind; N]) -> [ParamKind; M] {
     let mut out = [U32; M];
@@ -141,9 +151,9 @@ pub fn element_types(name: &str, args: &[DeviceArg]) -> DeviceResult<[GemmElemen
 /// `blas_gemm_ex`, `blas_cgemm`, `blas_zgemm`) launched with `args`: their widths in bytes.
 pub fn widths(name: &str, args: &[DeviceArg]) -> DeviceResult<[u64; 3]> {
     Ok(match name {
-        "blas_sgemm" | "blas_sgemmt" => [4; 3],
-        "blas_dgemm" | "blas_cgemm" | "blas_dgemmt" | "blas_cgemmt" => [8; 3],
-        "blas_zgemm" | "blas_zgemmt" => [16; 3],
+        "blas_sgemm" | "blas_sgemmt" | "blas_sgemm_tri" => [4; 3],
+        "blas_dgemm" | "blas_cgemm" | "blas_dgemmt" | "blas_cgemmt" | "blas_dgemm_tri" | "blas_cgemm_tri" => [8; 3],
+        "blas_zgemm" | "blas_zgemmt" | "blas_zgemm_tri" => [16; 3],
         _ => element_types(name, args)?.map(GemmElement::bytes),
     })
 }
@@ -185,8 +195,14 @@ pub trait Element: Copy + PartialEq + Default + Add<Output = Self> + Mul<Output 
     fn write_le(self, out: &mut [u8]);
     /// The value of a scalar argument of this type.
     fn of(arg: &DeviceArg) -> DeviceResult<Self>;
+    /// One.
+    fn one() -> Self;
     /// Its complex conjugate: itself, for a real number.
     fn conj(self) -> Self {
+        self
+    }
+    /// Its real part, as an element: itself, for a real number.
+    fn real(self) -> Self {
         self
     }
 }
@@ -233,8 +249,14 @@ impl<T: Element + Neg<Output = T> + Sub<Output = T>> Element for Complex<T> {
         // A complex scalar is two arguments: see `complex_scalars`.
         Err(WireError::new(ErrorKind::InvalidArgument, format!("expected one real part, got {arg:?}")))
     }
+    fn one() -> Self {
+        Complex { re: T::one(), im: T::default() }
+    }
     fn conj(self) -> Self {
         Complex { re: self.re, im: -self.im }
+    }
+    fn real(self) -> Self {
+        Complex { re: self.re, im: T::default() }
     }
 }
 
@@ -259,6 +281,9 @@ macro_rules! element {
             }
             fn write_le(self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_le_bytes());
+            }
+            fn one() -> Self {
+                1 as $t
             }
             fn of(arg: &DeviceArg) -> DeviceResult<Self> {
                 match arg {

@@ -36,6 +36,7 @@ pub mod packed;
 pub mod qr;
 pub mod served;
 pub mod stream_workers;
+pub mod structured;
 pub mod trsm;
 pub mod worker;
 

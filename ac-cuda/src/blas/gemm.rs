@@ -215,10 +215,22 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
     Ok(precision.parts(bytes))
 }
 
+/// Which elements of C a gemm computes and how it reads A and B: which builtin it launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reading {
+    /// All of C, from A and B as they are stored (`blas_<t>gemm`).
+    Plain,
+    /// The lower (`fill` 0) or upper (1) triangle of a square C (`blas_<t>gemmt`).
+    Triangle(c_int),
+    /// All of C, A or B read from one triangle as `form` says (`blas_<t>gemm_tri`: symm,
+    /// hemm, trmm; the backend's `device/structured.rs`).
+    Structured(u32),
+}
+
 /// Launches a gemm on the target's stream: checked, its scalars read, its matrices found in
 /// the program's allocations (or the device's scratch), sent without waiting.
 pub(super) unsafe fn launch(target: Target, call: GemmCall) -> CuResult<()> {
-    launch_filling(target, call, None)
+    launch_reading(target, call, Reading::Plain)
 }
 
 /// [`launch`] computing only the lower (`fill` 0) or upper (1) triangle of a square C, the
@@ -228,11 +240,11 @@ pub(super) unsafe fn launch_triangle(target: Target, call: GemmCall, fill: c_int
         let why = format!("a triangle (fill {fill}) of C {} x {}", call.m, call.n);
         return Err(Error::said(code::INVALID_VALUE, why));
     }
-    launch_filling(target, call, Some(fill))
+    launch_reading(target, call, Reading::Triangle(fill))
 }
 
-/// [`launch`] of all of C (`fill` none), or of one triangle.
-unsafe fn launch_filling(target: Target, mut call: GemmCall, fill: Option<c_int>) -> CuResult<()> {
+/// [`launch`] of the builtin `reading` names.
+pub(super) unsafe fn launch_reading(target: Target, mut call: GemmCall, reading: Reading) -> CuResult<()> {
     let mut shape = check(&call)?;
     let precision = call.types.precision;
     let alpha = scalar_parts(target, precision, call.alpha)?;
@@ -242,11 +254,12 @@ unsafe fn launch_filling(target: Target, mut call: GemmCall, fill: Option<c_int>
     }
     // BLAS reads neither A nor B when k or alpha is 0: C = beta C (alpha 0 too, so that an
     // infinite alpha times the empty sum is not NaN).
-    let alpha = if call.k == 0 || alpha == [0.0; 2] {
+    let (alpha, reading) = if call.k == 0 || alpha == [0.0; 2] {
         (call.k, shape.k) = (0, 0);
-        [0.0; 2]
+        // Nothing is read of A and B: no structure to read them by.
+        ([0.0; 2], if let Reading::Structured(_) = reading { Reading::Plain } else { reading })
     } else {
-        alpha
+        (alpha, reading)
     };
     let device = builtins(target.device)?;
     let widths = call.types.elements.map_or([precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
@@ -267,7 +280,7 @@ unsafe fn launch_filling(target: Target, mut call: GemmCall, fill: Option<c_int>
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.
     let c = pointers[2].ok_or(Error::Code(code::INVALID_VALUE))?;
     let [a, b] = [0, 1].map(|x| pointers[x].unwrap_or(c));
-    send(target, &call, fill, [a, b, c], [alpha, beta])
+    send(target, &call, reading, [a, b, c], [alpha, beta])
 }
 
 /// A matrix of the program's at `address` as a kernel argument: its `elements` elements of
@@ -278,12 +291,20 @@ pub(super) fn matrix(target: Target, address: u64, elements: u64, width: u64) ->
     Ok(alloc.buffer.at(offset as usize))
 }
 
+/// The builtin gemms of each type (`f32`, `f64`, `cuComplex`, `cuDoubleComplex`) by reading.
+const NAMES: [[&str; 3]; 4] = [
+    ["blas_sgemm", "blas_sgemmt", "blas_sgemm_tri"],
+    ["blas_dgemm", "blas_dgemmt", "blas_dgemm_tri"],
+    ["blas_cgemm", "blas_cgemmt", "blas_cgemm_tri"],
+    ["blas_zgemm", "blas_zgemmt", "blas_zgemm_tri"],
+];
+
 /// Sends the launch of `blas_sgemm`, `blas_dgemm`, `blas_gemm_ex`, `blas_cgemm` or
-/// `blas_zgemm` on the target's stream; with a `fill`, of `blas_<s|d|c|z>gemmt`.
+/// `blas_zgemm` on the target's stream; of `blas_<s|d|c|z>gemmt` or `gemm_tri` as `reading` says.
 fn send(
     target: Target,
     call: &GemmCall,
-    fill: Option<c_int>,
+    reading: Reading,
     [a, b, c]: [KernelArg; 3],
     [alpha, beta]: [[f64; 2]; 2],
 ) -> CuResult<()> {
@@ -311,30 +332,28 @@ fn send(
         l(call.stride[2]),
         u(call.batch),
     ];
-    let name = match (call.types.elements, precision, fill.is_some()) {
-        (Some(types), Precision::Single | Precision::Half, false) => {
+    let (column, last) = match reading {
+        Reading::Plain => (0, None),
+        Reading::Triangle(fill) => (1, Some(fill as u32)),
+        Reading::Structured(form) => (2, Some(form)),
+    };
+    let name = match (call.types.elements, precision) {
+        (Some(types), Precision::Single | Precision::Half) if reading == Reading::Plain => {
             args.push(KernelArg::U32(GemmElement::encode(types)));
             "blas_gemm_ex"
         }
-        (None, Precision::Single, triangle) => ["blas_sgemm", "blas_sgemmt"][usize::from(triangle)],
-        (None, Precision::Double, triangle) => ["blas_dgemm", "blas_dgemmt"][usize::from(triangle)],
-        (None, Precision::ComplexSingle | Precision::ComplexDouble, triangle) => {
+        (None, Precision::Single) => NAMES[0][column],
+        (None, Precision::Double) => NAMES[1][column],
+        (None, Precision::ComplexSingle | Precision::ComplexDouble) => {
             args.extend([precision.arg(alpha[1]), precision.arg(beta[1])]);
-            match (precision == Precision::ComplexSingle, triangle) {
-                (true, false) => "blas_cgemm",
-                (true, true) => "blas_cgemmt",
-                (false, false) => "blas_zgemm",
-                (false, true) => "blas_zgemmt",
-            }
+            NAMES[if precision == Precision::ComplexSingle { 2 } else { 3 }][column]
         }
-        (types, precision, triangle) => {
-            let why = format!("matrices of types {types:?} computed in {precision:?} (one triangle: {triangle})");
+        (types, precision) => {
+            let why = format!("matrices of types {types:?} computed in {precision:?} ({reading:?})");
             return Err(Error::said(code::NOT_SUPPORTED, why));
         }
     };
-    if let Some(fill) = fill {
-        args.push(u(fill));
-    }
+    args.extend(last.map(KernelArg::U32));
     target.launch(name, &args, call.m as u64 * call.n as u64 * call.batch as u64, BLOCK)
 }
 

@@ -52,6 +52,7 @@ mod magnitudes;
 mod packed;
 mod qr;
 mod rank_k;
+mod structured;
 mod trsm;
 mod vectors;
 

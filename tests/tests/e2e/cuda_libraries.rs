@@ -410,6 +410,42 @@ async fn a_program_linked_against_cublas_updates_one_triangle_exactly() {
     .await;
 }
 
+/// cuBLAS's products with a matrix stored as one triangle through the shim
+/// (`tests/cuda/cublas_structured.cu`): `symm` in every precision, `hemm` in both complex ones,
+/// `trmm` in every precision with N, T and C, unit diagonals, out of place and in place (B
+/// given as C), both sides and triangles, host and device scalars; each exact, though the
+/// triangle not stored, a unit diagonal and trmm's C hold NaN (the builtin `blas_<t>gemm_tri`
+/// reads only the stored triangle). Wrong codes and a short `lda` are refused as cuBLAS refuses
+/// them; `alpha` 0 reads no A.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
+    run_math_program(
+        "cublas_structured",
+        "libcublas.so.13",
+        &[
+            "ssymm left lower exact",
+            "dsymm right upper exact",
+            "csymm left upper exact",
+            "zsymm right lower exact",
+            "dsymm left upper device scalars exact",
+            "chemm left lower exact",
+            "zhemm right upper exact",
+            "strmm left lower N exact",
+            "dtrmm right upper T unit exact",
+            "ctrmm left upper C exact",
+            "ztrmm right lower C unit exact",
+            "strmm left upper T in place exact",
+            "ztrmm right lower N in place exact",
+            "ssymm side 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "strmm diagonal 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ssymm lda 1: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ssymm alpha 0 exact",
+            "cublas_structured: all exact",
+        ],
+    )
+    .await;
+}
+
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed

@@ -12,6 +12,7 @@ use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
 use crate::device::lu::{self, Pivot};
 use crate::device::packed;
 use crate::device::qr::{self, Reflect};
+use crate::device::structured;
 use crate::device::trsm::{self, Field};
 use crate::device::{DeviceArg, DeviceResult};
 
@@ -131,8 +132,11 @@ impl CpuContext {
         let [na, nb, nc] = g.footprints();
         let [a, b, c] = gemm::MATRICES;
         let (alpha, beta) = (T::of(&args[gemm::ALPHA])?, T::of(&args[gemm::BETA])?);
-        let a = self.read_matrix::<T>(&args[a], na, ta, "gemm A")?;
-        let b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
+        let mut a = self.read_matrix::<T>(&args[a], na, ta, "gemm A")?;
+        let mut b = self.read_matrix::<T>(&args[b], nb, tb, "gemm B")?;
+        if let Some(structure) = structured::structure(name, args)? {
+            structure.complete_operand(&g, [&mut a, &mut b]);
+        }
         let mut out = self.read_matrix::<T>(&args[c], nc, tc, "gemm C")?;
         let (conjugated, fill) = (gemm::conjugated(name, args)?, gemm::fill(name, args)?);
         gemm::run_conjugated(&g, conjugated, fill, alpha, &a, &b, beta, &mut out);
@@ -152,8 +156,11 @@ impl CpuContext {
         let [na, nb, nc] = g.footprints();
         let [a, b, c] = gemm::MATRICES;
         let [alpha, beta] = gemm::complex_scalars::<R>(args)?;
-        let a = self.read_elements::<Complex<R>>(&args[a], na, "gemm A")?;
-        let b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
+        let mut a = self.read_elements::<Complex<R>>(&args[a], na, "gemm A")?;
+        let mut b = self.read_elements::<Complex<R>>(&args[b], nb, "gemm B")?;
+        if let Some(structure) = structured::structure(name, args)? {
+            structure.complete_operand(&g, [&mut a, &mut b]);
+        }
         let mut out = self.read_elements::<Complex<R>>(&args[c], nc, "gemm C")?;
         let (conjugated, fill) = (gemm::conjugated(name, args)?, gemm::fill(name, args)?);
         gemm::run_conjugated(&g, conjugated, fill, alpha, &a, &b, beta, &mut out);
@@ -380,6 +387,10 @@ impl CpuContext {
             "blas_dgemmt" => self.gemm::<f64>(name, args, None),
             "blas_cgemmt" => self.complex_gemm::<f32>(name, args),
             "blas_zgemmt" => self.complex_gemm::<f64>(name, args),
+            "blas_sgemm_tri" => self.gemm::<f32>(name, args, None),
+            "blas_dgemm_tri" => self.gemm::<f64>(name, args, None),
+            "blas_cgemm_tri" => self.complex_gemm::<f32>(name, args),
+            "blas_zgemm_tri" => self.complex_gemm::<f64>(name, args),
             "blas_strsm" => self.trsm(name, args, f32::of(&args[trsm::ALPHA])?),
             "blas_dtrsm" => self.trsm(name, args, f64::of(&args[trsm::ALPHA])?),
             "blas_ctrsm" => self.trsm(name, args, trsm::complex_alpha::<f32>(args)?),

@@ -128,6 +128,37 @@ __device__ __forceinline__ double conjugate(double v) { return v; }
 template <typename R>
 __device__ __forceinline__ Complex<R> conjugate(Complex<R> v) { return Complex<R>(v.re, -v.im); }
 
+// How a gemm reads element (r, c) of a matrix X as stored (before op), X_b from `base`: as it is
+// (`form` GEMM_PLAIN), or as the structured operand of blas_<t>gemm_tri (backend
+// device/structured.rs): `form` bit 0 the triangle stored (0 lower, 1 upper), bits 1-2 what the
+// matrix is (0 symmetric, 1 Hermitian, 2 triangular, 3 triangular with a unit diagonal). Only the
+// stored triangle is read (BLAS: the other may hold anything): a symmetric matrix's other
+// elements are their mirrors, a Hermitian one's their mirrors' conjugates (its diagonal's
+// imaginary parts taken as 0), a triangular one's zeros (its diagonal ones where unit).
+#define GEMM_PLAIN 0xffffffffu
+__device__ __forceinline__ float real_element(float v) { return v; }
+__device__ __forceinline__ double real_element(double v) { return v; }
+template <typename R>
+__device__ __forceinline__ Complex<R> real_element(Complex<R> v) { return Complex<R>(v.re, 0); }
+
+template <typename T, typename M>
+__device__ T stored(M X, u64 base, unsigned ld, u64 r, u64 c, unsigned form) {
+    if (form == GEMM_PLAIN) return X.get(base + r + c * ld);
+    const unsigned kind = (form >> 1) & 3;
+    const bool held = (form & 1) ? r <= c : r >= c;
+    if (kind >= 2) {
+        if (!held) return T(0);
+        if (kind == 3 && r == c) return T(1);
+        return X.get(base + r + c * ld);
+    }
+    if (!held) {
+        T mirror = X.get(base + c + r * ld);
+        return kind == 1 ? conjugate(mirror) : mirror;
+    }
+    T v = X.get(base + r + c * ld);
+    return kind == 1 && r == c ? real_element(v) : v;
+}
+
 // BLAS's gemm, column-major as cuBLAS is (the CUDA shim's `cublas<S|D|C|Z>gemm*`,
 // `cublasGemmEx` and cuBLASLt's matmul launch these): C_b = alpha op(A_b) op(B_b) + beta C_b
 // for each b < batch, op(X) = X, its transpose (trans 1) or its conjugate transpose (trans 2),
@@ -135,18 +166,22 @@ __device__ __forceinline__ Complex<R> conjugate(Complex<R> v) { return Complex<R
 // not read when beta is 0 (BLAS: it may hold anything then). One thread an element of C, no
 // tiling: correct on any launch shape, not cuBLAS's speed. `fill` 0 or 1 (the gemmt kernels):
 // only C's lower or upper triangle, the diagonal included, is computed, read or written.
+// `form` (the blas_<t>gemm_tri kernels): A (bit 3 clear) or B (set) is read from one triangle, as
+// `stored` says.
 template <typename T, typename M>
 __device__ void gemm(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, T alpha, M A, unsigned lda,
                      u64 sa, M B, unsigned ldb, u64 sb, T beta, M C, unsigned ldc, u64 sc, unsigned batch,
-                     unsigned fill = 2) {
+                     unsigned fill = 2, unsigned form = GEMM_PLAIN) {
+    const unsigned form_a = form != GEMM_PLAIN && !(form & 8) ? form : GEMM_PLAIN;
+    const unsigned form_b = form != GEMM_PLAIN && (form & 8) ? form & 7 : GEMM_PLAIN;
     u64 total = (u64)m * n * batch;
     for (u64 e = thread_index(); e < total; e += thread_count()) {
         u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
         if ((fill == 0 && i < j) || (fill == 1 && i > j)) continue;
         T acc = 0;
         for (unsigned p = 0; p < k; ++p) {
-            T x = A.get(b * sa + (ta ? p + i * lda : i + (u64)p * lda));
-            T y = B.get(b * sb + (tb ? j + (u64)p * ldb : p + j * ldb));
+            T x = stored<T>(A, b * sa, lda, ta ? p : i, ta ? i : p, form_a);
+            T y = stored<T>(B, b * sb, ldb, tb ? j : p, tb ? p : j, form_b);
             acc += (ta == 2 ? conjugate(x) : x) * (tb == 2 ? conjugate(y) : y);
         }
         u64 c = b * sc + i + j * ldc;
@@ -229,6 +264,40 @@ extern "C" __global__ void blas_zgemmt(unsigned ta, unsigned tb, unsigned m, uns
     typedef Complex<double> T;
     gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
             Typed<T>{C}, ldc, sc, batch, fill);
+}
+
+// blas_<t>gemm on all of C, A or B read from one triangle as `form` says (see `stored`): BLAS's
+// symm, hemm and trmm, what the CUDA shim's launch (backend device/structured.rs).
+extern "C" __global__ void blas_sgemm_tri(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                          float* A, unsigned lda, u64 sa, float* B, unsigned ldb, u64 sb, float beta,
+                                          float* C, unsigned ldc, u64 sc, unsigned batch, unsigned form) {
+    gemm<float>(ta, tb, m, n, k, alpha, Typed<float>{A}, lda, sa, Typed<float>{B}, ldb, sb, beta, Typed<float>{C}, ldc,
+                sc, batch, 2, form);
+}
+
+extern "C" __global__ void blas_dgemm_tri(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                          double* A, unsigned lda, u64 sa, double* B, unsigned ldb, u64 sb, double beta,
+                                          double* C, unsigned ldc, u64 sc, unsigned batch, unsigned form) {
+    gemm<double>(ta, tb, m, n, k, alpha, Typed<double>{A}, lda, sa, Typed<double>{B}, ldb, sb, beta,
+                 Typed<double>{C}, ldc, sc, batch, 2, form);
+}
+
+extern "C" __global__ void blas_cgemm_tri(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, float alpha,
+                                          Complex<float>* A, unsigned lda, u64 sa, Complex<float>* B, unsigned ldb,
+                                          u64 sb, float beta, Complex<float>* C, unsigned ldc, u64 sc, unsigned batch,
+                                          float alpha_im, float beta_im, unsigned form) {
+    typedef Complex<float> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch, 2, form);
+}
+
+extern "C" __global__ void blas_zgemm_tri(unsigned ta, unsigned tb, unsigned m, unsigned n, unsigned k, double alpha,
+                                          Complex<double>* A, unsigned lda, u64 sa, Complex<double>* B, unsigned ldb,
+                                          u64 sb, double beta, Complex<double>* C, unsigned ldc, u64 sc,
+                                          unsigned batch, double alpha_im, double beta_im, unsigned form) {
+    typedef Complex<double> T;
+    gemm<T>(ta, tb, m, n, k, T(alpha, alpha_im), Typed<T>{A}, lda, sa, Typed<T>{B}, ldb, sb, T(beta, beta_im),
+            Typed<T>{C}, ldc, sc, batch, 2, form);
 }
 
 // BLAS's packed triangles (ac-backend/src/device/packed.rs): dir 0 unpacks AP into triangle
