@@ -323,6 +323,83 @@ pub async fn triangle_gemms_compute_one_triangle_exactly(
     }
 }
 
+/// Launches `blas_sgemm_tri`, `blas_dgemm_tri`, `blas_cgemm_tri` and `blas_zgemm_tri` with A or
+/// B read from its lower or upper triangle as a symmetric, Hermitian, triangular or unit
+/// triangular matrix, under each operation, NaN stored where nothing may be read (outside the
+/// triangle, on a unit diagonal), and checks every element of `C` (padded) against the
+/// reference gemm of the matrix completed here: exact (small Gaussian integers).
+pub async fn structured_gemms_read_one_triangle_exactly(
+    acc: &ac_frontend::Accelerator,
+    builtin: &ac_frontend::Module,
+) {
+    let [m, n] = [4u64, 3];
+    for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
+        // form: bit 0 upper, bits 1-2 symmetric, Hermitian, triangular, unit; bit 3 B.
+        for (form, ops) in [(0b0000, [0, 0]), (0b0011, [2, 1]), (0b1100, [0, 1]), (0b1111, [1, 2]), (0b1010, [0, 0])] {
+            let scalars = if complex { [(2.0, -1.0), (1.0, 1.0)] } else { [(2.0, 0.0), (-3.0, 0.0)] };
+            let operand = (form >> 3) as usize;
+            let k = if operand == 0 { m } else { n };
+            let stored_a = if ops[0] == 0 { (m, k) } else { (k, m) };
+            let stored_b = if ops[1] == 0 { (k, n) } else { (n, k) };
+            let g = Gemm {
+                trans_a: ops[0] != 0,
+                trans_b: ops[1] != 0,
+                m,
+                n,
+                k,
+                ld: [stored_a.0 + 1, stored_b.0 + 2, m + 1],
+                stride: [0; 3],
+                batch: 1,
+            };
+            let mut a = gaussian(g.ld[0] * stored_a.1, 1, complex);
+            let mut b = gaussian(g.ld[1] * stored_b.1, 2, complex);
+            let c = gaussian(g.ld[2] * n, 3, complex);
+            let (read, completed) = if operand == 0 {
+                let full = complete_triangle(&mut a, k, g.ld[0], form);
+                (full, b.clone())
+            } else {
+                let full = complete_triangle(&mut b, k, g.ld[1], form);
+                (a.clone(), full)
+            };
+            let mut want = c.clone();
+            reference_gemm(&g, ops, scalars, [&read, &completed], &mut want, |_, _| true);
+            let name = format!("blas_{t}gemm_tri");
+            let got = launch_gemm(acc, builtin, &name, &g, ops, scalars, [&a, &b, &c], Some(form), [double, complex]);
+            assert_eq!(got.await, parts(&want, complex), "{name} form {form:#06b}, operations {ops:?}: C");
+        }
+    }
+}
+
+/// The `k x k` matrix (leading dimension `ld`) that `blas_<t>gemm_tri`'s `form` reads from the
+/// triangle of `x`, completed; `x` then holds NaN wherever that reading must not look.
+fn complete_triangle(x: &mut [(f64, f64)], k: u64, ld: u64, form: u32) -> Vec<(f64, f64)> {
+    let (upper, kind) = (form & 1 == 1, (form >> 1) & 3);
+    let mut full = x.to_vec();
+    for j in 0..k {
+        for i in 0..k {
+            let (at, mirror) = ((i + j * ld) as usize, x[(j + i * ld) as usize]);
+            let held = if upper { i <= j } else { i >= j };
+            full[at] = match kind {
+                3 if i == j => (1.0, 0.0),
+                2 | 3 if !held => (0.0, 0.0),
+                1 if i == j => (x[at].0, 0.0),
+                0 if !held => mirror,
+                1 if !held => (mirror.0, -mirror.1),
+                _ => x[at],
+            };
+        }
+    }
+    for j in 0..k {
+        for i in 0..k {
+            let held = if upper { i <= j } else { i >= j };
+            if !held || (kind == 3 && i == j) {
+                x[(i + j * ld) as usize] = (f64::NAN, f64::NAN);
+            }
+        }
+    }
+    full
+}
+
 /// Small Gaussian integers, `len` of them (their imaginary parts 0 unless `complex`).
 fn gaussian(len: u64, seed: u64, complex: bool) -> Vec<(f64, f64)> {
     let im = |i: u64| if complex { ((i * 5 + seed) % 7) as f64 - 3.0 } else { 0.0 };

@@ -148,6 +148,13 @@ async fn blas_triangle_gemms_compute_one_triangle_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blas_structured_gemms_read_one_triangle_exactly() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::kernels::structured_gemms_read_one_triangle_exactly(&acc, &acc.builtin().await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blas_householder_factors_and_solves_as_the_reference() {
     let tb = TestBackend::start(64).await;
     let acc = tb.connect().await;

@@ -72,6 +72,7 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     ac_tests::lu_kernels::lu_factors_solves_and_inverts_exactly(&acc, &builtin).await;
     ac_tests::kernels::magnitudes_reduce_exactly(&acc, &builtin).await;
     ac_tests::kernels::triangle_gemms_compute_one_triangle_exactly(&acc, &builtin).await;
+    ac_tests::kernels::structured_gemms_read_one_triangle_exactly(&acc, &builtin).await;
     ac_tests::kernels::packed_triangles_move_exactly(&acc, &builtin).await;
     ac_tests::qr_kernels::householder_factors_and_solves_as_the_reference(&acc, &builtin).await;
     dft_matches_the_cpu(&acc, &builtin).await;
