@@ -328,10 +328,7 @@ pub async fn triangle_gemms_compute_one_triangle_exactly(
 /// triangular matrix, under each operation, NaN stored where nothing may be read (outside the
 /// triangle, on a unit diagonal), and checks every element of `C` (padded) against the
 /// reference gemm of the matrix completed here: exact (small Gaussian integers).
-pub async fn structured_gemms_read_one_triangle_exactly(
-    acc: &ac_frontend::Accelerator,
-    builtin: &ac_frontend::Module,
-) {
+pub async fn structured_gemms_read_one_triangle_exactly(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
     let [m, n] = [4u64, 3];
     for (t, double, complex) in [("s", false, false), ("d", true, false), ("c", false, true), ("z", true, true)] {
         // form: bit 0 upper, bits 1-2 symmetric, Hermitian, triangular, unit; bit 3 B.
