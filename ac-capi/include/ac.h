@@ -173,6 +173,17 @@ typedef enum acSourceKind {
   //   the same on complex matrices, as blas_cgemm.
   // - `blas_zgemmt(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, double alpha_im, double beta_im, uint32_t fill)`:
   //   the same on double complex matrices, as blas_zgemm.
+  // - `blas_sgemm_tri(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, float alpha, const float *A, uint32_t lda, uint64_t stride_a, const float *B, uint32_t ldb, uint64_t stride_b, float beta, float *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, uint32_t form)`:
+  //   blas_sgemm's product on all of C, one batch, A (form bit 3 clear, m = k) or B (set,
+  //   k = n) square and read from one triangle only: bit 0 the triangle (0 lower, 1 upper),
+  //   bits 1-2 the matrix (0 symmetric, 1 Hermitian, 2 triangular, 3 unit triangular; BLAS's
+  //   symm, hemm and trmm: what the CUDA shim's `symm`, `hemm` and `trmm` launch).
+  // - `blas_dgemm_tri(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, uint32_t form)`:
+  //   the same on double.
+  // - `blas_cgemm_tri(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, float alpha, const float *A, uint32_t lda, uint64_t stride_a, const float *B, uint32_t ldb, uint64_t stride_b, float beta, float *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, float alpha_im, float beta_im, uint32_t form)`:
+  //   the same on complex matrices, as blas_cgemm.
+  // - `blas_zgemm_tri(uint32_t transa, uint32_t transb, uint32_t m, uint32_t n, uint32_t k, double alpha, const double *A, uint32_t lda, uint64_t stride_a, const double *B, uint32_t ldb, uint64_t stride_b, double beta, double *C, uint32_t ldc, uint64_t stride_c, uint32_t batch, double alpha_im, double beta_im, uint32_t form)`:
+  //   the same on double complex matrices, as blas_zgemm.
   // - `blas_strsm(uint32_t side, uint32_t uplo, uint32_t trans, uint32_t diag, uint32_t m, uint32_t n, float alpha, const float *A, uint32_t lda, uint64_t stride_a, float *B, uint32_t ldb, uint64_t stride_b, uint32_t batch)`:
   //   BLAS's triangular solve, column-major as cuBLAS: for each b < batch, `op(A_b) X = alpha *
   //   B_b` (side 0) or `X op(A_b) = alpha * B_b` (side 1), A_b lower (uplo 0) or upper
