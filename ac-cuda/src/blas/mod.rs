@@ -53,6 +53,7 @@ mod packed;
 mod qr;
 mod rank_k;
 mod structured;
+mod triangle_vectors;
 mod trsm;
 mod vectors;
 

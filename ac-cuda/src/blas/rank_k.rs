@@ -35,7 +35,7 @@ use crate::error::{code, CuResult, Error};
 use crate::pitched::memset_2d;
 
 /// A matrix of the program's and its leading dimension.
-type Matrix = (u64, c_int);
+pub(super) type Matrix = (u64, c_int);
 
 /// What an update's C is: symmetric (products with the transpose) or Hermitian (with the
 /// conjugate transpose).
@@ -137,7 +137,12 @@ unsafe fn rank_k_update(
 
 /// Sets the imaginary part of each of C's `n` diagonal elements to +0, on the target's stream:
 /// one byte-memset row a diagonal element, `ldc + 1` elements apart.
-fn zero_diagonal_imaginary(target: Target, precision: Precision, (c, ldc): Matrix, n: c_int) -> CuResult<()> {
+pub(super) fn zero_diagonal_imaginary(
+    target: Target,
+    precision: Precision,
+    (c, ldc): Matrix,
+    n: c_int,
+) -> CuResult<()> {
     if n <= 0 {
         return Ok(());
     }

@@ -25,7 +25,7 @@ use crate::stream::stream_of;
 
 /// What the matrix read from a triangle is: `form`'s bits 1-2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Symmetric = 0,
     Hermitian = 1,
     Triangular = 2,
@@ -74,12 +74,18 @@ fn gemm_of(call: &Call) -> CuResult<(GemmCall, u32)> {
         ([0, trans], [b, a, c], [ldb, lda, ldc], 1)
     };
     let gemm = product(call.precision, trans, [call.m, call.n, order], call.alpha, matrices, ld, call.beta);
-    Ok((gemm, operand << 3 | (call.kind as u32) << 1 | uplo as u32))
+    Ok((gemm, form(operand, call.kind, uplo)))
+}
+
+/// `blas_<t>gemm_tri`'s `form`: the gemm's `operand` (0 A, 1 B) is `kind`, stored in triangle
+/// `uplo` (0 lower, 1 upper).
+pub(super) fn form(operand: u32, kind: Kind, uplo: c_int) -> u32 {
+    operand << 3 | (kind as u32) << 1 | uplo as u32
 }
 
 /// Elements of a column-major `rows x columns` matrix of leading dimension `ld`, from its first
 /// to its last.
-fn span(rows: c_int, columns: c_int, ld: c_int) -> u64 {
+pub(super) fn span(rows: c_int, columns: c_int, ld: c_int) -> u64 {
     if rows == 0 || columns == 0 {
         0
     } else {
@@ -109,7 +115,7 @@ unsafe fn structured(h: usize, call: Call) -> CuResult<()> {
 
 /// A buffer of the shim's holding `len` bytes of program memory at `address`, copied on the
 /// target's stream.
-fn copy_of(target: Target, address: u64, len: u64) -> CuResult<ac_frontend::DeviceBuffer<u8>> {
+pub(super) fn copy_of(target: Target, address: u64, len: u64) -> CuResult<ac_frontend::DeviceBuffer<u8>> {
     let shim = state::shim()?;
     let (from, offset) = locate(address, len)?;
     if from.device != target.device {

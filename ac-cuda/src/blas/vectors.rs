@@ -33,7 +33,7 @@ use crate::managed::calls::at_device_memory;
 use crate::memory::host_to_device;
 
 /// Refuses increments BLAS allows that this shim does not serve: 0 and negative ones.
-fn served_increments(incs: &[c_int]) -> CuResult<()> {
+pub(super) fn served_increments(incs: &[c_int]) -> CuResult<()> {
     match incs.iter().find(|&&inc| inc <= 0) {
         Some(inc) => Err(Error::said(code::NOT_SUPPORTED, format!("increment {inc}: only positive ones are served"))),
         None => Ok(()),
@@ -41,7 +41,7 @@ fn served_increments(incs: &[c_int]) -> CuResult<()> {
 }
 
 /// Refuses a vector that a gemm could conjugate only as a contiguous column.
-fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
+pub(super) fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
     if inc == 1 {
         return Ok(());
     }
@@ -229,7 +229,7 @@ fn gemv_call(
 
 /// The gemm of `A = alpha x y^T + A`, or `alpha x y^H + A` (`conjugate`, cuBLAS's `gerc`), `A`
 /// being `m x n` (`None`: it computes nothing), checked as cuBLAS checks the call.
-fn ger_call(
+pub(super) fn ger_call(
     precision: Precision,
     [m, n]: [c_int; 2],
     alpha: Scalar,

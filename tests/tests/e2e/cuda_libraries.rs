@@ -446,6 +446,47 @@ async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
     .await;
 }
 
+/// cuBLAS's level-2 routines on a matrix stored as one triangle through the shim
+/// (`tests/cuda/cublas_triangle_vectors.cu`): `symv`, `hemv`, `trmv` (N, T, C, unit), `syr`,
+/// `her`, `syr2`, `her2`, on either triangle, strided vectors; each exact though the triangle
+/// not read holds NaN, and the updates leave the other triangle, the padding and the vectors'
+/// gaps as they were. A conjugated strided row is refused as not served, wrong arguments as
+/// cuBLAS refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
+    run_math_program(
+        "cublas_triangle_vectors",
+        "libcublas.so.13",
+        &[
+            "ssymv lower incx 2 incy 3 exact",
+            "dsymv upper incx 1 incy 1 exact",
+            "zsymv upper incx 1 incy 2 exact",
+            "chemv lower incx 1 incy 1 exact",
+            "zhemv upper incx 2 incy 1 exact",
+            "strmv lower N unit incx 2 exact",
+            "dtrmv upper T incx 1 exact",
+            "ctrmv lower C incx 1 exact",
+            "ztrmv upper N unit incx 3 exact",
+            "ctrmv upper T incx 2 exact",
+            "ssyr lower incx 2 exact",
+            "zsyr upper incx 1 exact",
+            "cher lower incx 1 exact",
+            "zher upper incx 1 exact",
+            "dsyr2 upper incx 2 incy 1 exact",
+            "csyr2 lower incx 1 incy >1 exact",
+            "cher2 upper incx 1 incy 1 exact",
+            "zher2 lower incx 1 incy 1 exact",
+            "ctrmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cher incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ssymv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "strmv incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ssyr lda 2 for n 3: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_triangle_vectors: all exact",
+        ],
+    )
+    .await;
+}
+
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed

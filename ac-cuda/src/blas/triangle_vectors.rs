@@ -1,0 +1,248 @@
+//! Level-2 BLAS with an `n x n` matrix stored as one triangle (`uplo` 0 lower, 1 upper), each
+//! one or two gemms on the builtin kernels, as [`super::vectors`] does the others:
+//!
+//! | call | as a gemm |
+//! |---|---|
+//! | `symv`, `hemv`: `y = alpha A x + beta y` | `y^T (1 x n, ld incy) = alpha x^T A^T + beta y^T`, A read from its triangle (`blas_<t>gemm_tri`) |
+//! | `trmv`: `x = op(A) x` | `x^T = x^T op(A)^T` (`op` N or T), or with increment 1 `x = op(A) x` as columns (any `op`); B a copy of `x` |
+//! | `syr`, `her`: `A = alpha x x^T + A` (`x x^H`, alpha real) | [`super::vectors`]'s ger on A's triangle (`blas_<t>gemmt`) |
+//! | `syr2`, `her2`: `A = alpha x y^T + alpha y x^T + A` (`alpha x y^H + conj(alpha) y x^H`) | two of them |
+//!
+//! `her` and `her2` then make A's diagonal real, as cuBLAS does. A gemm cannot conjugate a row
+//! without transposing it, so `her`, `her2` and `trmv` with `op` C serve increment 1 only (as
+//! `gerc` does); negative increments are not served.
+
+use std::ffi::c_int;
+
+use super::gemm::{launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
+use super::rank_k::zero_diagonal_imaginary;
+use super::structured::{copy_of, form, span, Kind};
+use super::vectors::{conjugated_column, ger_call, served_increments};
+use super::{guard, handle};
+use crate::error::{code, CuResult, Error};
+
+/// Refuses what cuBLAS refuses of a call on an `n x n` triangle: a `uplo` but 0 or 1, a
+/// negative `n`, an `lda` below `n`, an increment of 0.
+fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuResult<()> {
+    if !(0..=1).contains(&uplo) || n < 0 || lda < n.max(1) || incs.contains(&0) {
+        let why = format!("{what}: uplo {uplo}, n {n}, lda {lda}, increments {incs:?}");
+        return Err(Error::said(code::INVALID_VALUE, why));
+    }
+    served_increments(incs)
+}
+
+/// `symv` (`kind` symmetric) or `hemv` (Hermitian) on handle `h`.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn symv(
+    h: usize,
+    precision: Precision,
+    kind: Kind,
+    [uplo, n]: [c_int; 2],
+    alpha: Scalar,
+    (a, lda): (u64, c_int),
+    (x, incx): (u64, c_int),
+    beta: Scalar,
+    (y, incy): (u64, c_int),
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    check("symv", uplo, n, lda, &[incx, incy])?;
+    if n == 0 {
+        return Ok(());
+    }
+    // y^T = x^T A^T: A, the gemm's B, completed from its triangle and then transposed.
+    let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
+    let call = product(precision, [0, 1], [1, n, n], alpha, matrices, [incx, lda, incy], beta);
+    launch_reading(target, call, Reading::Structured(form(1, kind, uplo)))
+}
+
+/// `trmv` on handle `h`: `x = op(A) x`, `A` triangular (`unit`: its diagonal ones).
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn trmv(
+    h: usize,
+    precision: Precision,
+    [uplo, trans, diag]: [c_int; 3],
+    n: c_int,
+    (a, lda): (u64, c_int),
+    (x, incx): (u64, c_int),
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    check("trmv", uplo, n, lda, &[incx])?;
+    let kind = match (trans, diag) {
+        (0..=2, 0) => Kind::Triangular,
+        (0..=2, 1) => Kind::UnitTriangular,
+        _ => return Err(Error::said(code::INVALID_VALUE, format!("trmv: trans {trans}, diag {diag}"))),
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    if trans == 2 && precision.is_complex() {
+        // As a row, x^T would need op(A)^T = conj(A): a conjugate without a transpose.
+        conjugated_column("trmv's x for the conjugate transpose", incx)?;
+    }
+    // The product reads x while it writes it: x's old values through a copy.
+    let copy = copy_of(target, x, span(1, n, incx) * precision.bytes() as u64)?;
+    let old = Operand::Slot(copy.at(0));
+    let (one, zero, into) = (Scalar::Value(1.0), Scalar::Value(0.0), Operand::Memory(x));
+    let (call, operand) = if incx == 1 {
+        // x (n x 1) = op(A) x: A the gemm's A.
+        (product(precision, [trans, 0], [n, 1, n], one, [Operand::Memory(a), old, into], [lda, n, n], zero), 0)
+    } else {
+        // x^T = x^T op(A)^T: op(A)^T is A's transpose for N, A for T; A the gemm's B.
+        let trans_b = c_int::from(trans == 0);
+        (product(precision, [0, trans_b], [1, n, n], one, [old, Operand::Memory(a), into], [incx, lda, incx], zero), 1)
+    };
+    launch_reading(target, call, Reading::Structured(form(operand, kind, uplo)))
+}
+
+/// `syr` and `syr2` (`y` given), or with `hermitian` `her` and `her2`, on handle `h`: A's
+/// triangle updated by ger's products, then (Hermitian) its diagonal made real.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn rank_update(
+    h: usize,
+    precision: Precision,
+    hermitian: bool,
+    [uplo, n]: [c_int; 2],
+    alpha: Scalar,
+    x: (u64, c_int),
+    y: Option<(u64, c_int)>,
+    (a, lda): (u64, c_int),
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    let incs: Vec<c_int> = [Some(x), y].into_iter().flatten().map(|(_, inc)| inc).collect();
+    check(if y.is_some() { "syr2" } else { "syr" }, uplo, n, lda, &incs)?;
+    if n == 0 {
+        return Ok(());
+    }
+    // her's alpha is real; her2's and the symmetric ones' of the element type.
+    let alpha_type = if hermitian && y.is_none() { precision.real() } else { precision };
+    let alpha = scalar_parts(target, alpha_type, alpha)?;
+    let (conjugate, second) = (hermitian && precision.is_complex(), [alpha[0], -alpha[1]]);
+    let products: Vec<(_, _, [f64; 2])> = match y {
+        None => vec![(x, x, alpha)],
+        // her2's second product is by conj(alpha).
+        Some(y) => vec![(x, y, alpha), (y, x, if conjugate { second } else { alpha })],
+    };
+    for (u, v, alpha) in products {
+        if let Some(call) = ger_call(precision, [n, n], Scalar::Parts(alpha), u, v, (a, lda), conjugate)? {
+            launch_triangle(target, call, uplo)?;
+        }
+    }
+    if conjugate {
+        zero_diagonal_imaginary(target, precision, (a, lda), n)?;
+    }
+    Ok(())
+}
+
+/// Defines `cublas<T>symv` (or `hemv`, `$kind` Hermitian) for element type `$t`.
+macro_rules! symv_entry {
+    ($name:ident, $t:ty, $precision:expr, $kind:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            n: c_int,
+            alpha: *const $t,
+            a: u64,
+            lda: c_int,
+            x: u64,
+            incx: c_int,
+            beta: *const $t,
+            y: u64,
+            incy: c_int,
+        ) -> u32 {
+            let (alpha, beta) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()));
+            guard(stringify!($name), || {
+                symv(h, $precision, $kind, [uplo, n], alpha, (a, lda), (x, incx), beta, (y, incy))
+            })
+        }
+    };
+}
+
+/// Defines `cublas<T>trmv` for element type `$precision`.
+macro_rules! trmv_entry {
+    ($name:ident, $precision:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            trans: c_int,
+            diag: c_int,
+            n: c_int,
+            a: u64,
+            lda: c_int,
+            x: u64,
+            incx: c_int,
+        ) -> u32 {
+            guard(stringify!($name), || trmv(h, $precision, [uplo, trans, diag], n, (a, lda), (x, incx)))
+        }
+    };
+}
+
+/// Defines `cublas<T>syr` (or `her`, `$hermitian`), `alpha` of type `$alpha`.
+macro_rules! syr_entry {
+    ($name:ident, $alpha:ty, $precision:expr, $hermitian:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            n: c_int,
+            alpha: *const $alpha,
+            x: u64,
+            incx: c_int,
+            a: u64,
+            lda: c_int,
+        ) -> u32 {
+            let (alpha, x, a) = (Scalar::At(alpha.cast()), (x, incx), (a, lda));
+            guard(stringify!($name), || rank_update(h, $precision, $hermitian, [uplo, n], alpha, x, None, a))
+        }
+    };
+}
+
+/// Defines `cublas<T>syr2` (or `her2`, `$hermitian`) for element type `$t`.
+macro_rules! syr2_entry {
+    ($name:ident, $t:ty, $precision:expr, $hermitian:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            n: c_int,
+            alpha: *const $t,
+            x: u64,
+            incx: c_int,
+            y: u64,
+            incy: c_int,
+            a: u64,
+            lda: c_int,
+        ) -> u32 {
+            let (alpha, x, y, a) = (Scalar::At(alpha.cast()), (x, incx), Some((y, incy)), (a, lda));
+            guard(stringify!($name), || rank_update(h, $precision, $hermitian, [uplo, n], alpha, x, y, a))
+        }
+    };
+}
+
+symv_entry!(cublasSsymv_v2, f32, Precision::Single, Kind::Symmetric);
+symv_entry!(cublasDsymv_v2, f64, Precision::Double, Kind::Symmetric);
+symv_entry!(cublasCsymv_v2, [f32; 2], Precision::ComplexSingle, Kind::Symmetric);
+symv_entry!(cublasZsymv_v2, [f64; 2], Precision::ComplexDouble, Kind::Symmetric);
+symv_entry!(cublasChemv_v2, [f32; 2], Precision::ComplexSingle, Kind::Hermitian);
+symv_entry!(cublasZhemv_v2, [f64; 2], Precision::ComplexDouble, Kind::Hermitian);
+trmv_entry!(cublasStrmv_v2, Precision::Single);
+trmv_entry!(cublasDtrmv_v2, Precision::Double);
+trmv_entry!(cublasCtrmv_v2, Precision::ComplexSingle);
+trmv_entry!(cublasZtrmv_v2, Precision::ComplexDouble);
+syr_entry!(cublasSsyr_v2, f32, Precision::Single, false);
+syr_entry!(cublasDsyr_v2, f64, Precision::Double, false);
+syr_entry!(cublasCsyr_v2, [f32; 2], Precision::ComplexSingle, false);
+syr_entry!(cublasZsyr_v2, [f64; 2], Precision::ComplexDouble, false);
+syr_entry!(cublasCher_v2, f32, Precision::ComplexSingle, true);
+syr_entry!(cublasZher_v2, f64, Precision::ComplexDouble, true);
+syr2_entry!(cublasSsyr2_v2, f32, Precision::Single, false);
+syr2_entry!(cublasDsyr2_v2, f64, Precision::Double, false);
+syr2_entry!(cublasCsyr2_v2, [f32; 2], Precision::ComplexSingle, false);
+syr2_entry!(cublasZsyr2_v2, [f64; 2], Precision::ComplexDouble, false);
+syr2_entry!(cublasCher2_v2, [f32; 2], Precision::ComplexSingle, true);
+syr2_entry!(cublasZher2_v2, [f64; 2], Precision::ComplexDouble, true);
