@@ -160,9 +160,10 @@ static bool update(cublasHandle_t h, bool hermitian, bool two, int uplo, int n, 
         const void* pa = hermitian ? (const void*)&real_alpha : (const void*)&alpha;
         CUBLAS((hermitian ? Calls<E>::her_ : Calls<E>::syr_)(h, uplo, n, pa, dx, incx, da, lda));
     }
-    char name[96];
+    char name[96], second[16] = "";
+    if (two) snprintf(second, sizeof second, " incy %d", incy);
     snprintf(name, sizeof name, "%s%s%s %s incx %d%s", Calls<E>::name, hermitian ? "her" : "syr", two ? "2" : "",
-             TRIANGLES[uplo], incx, two ? (incy == 1 ? " incy 1" : " incy >1") : "");
+             TRIANGLES[uplo], incx, second);
     bool ok = exact(name, download(da, a.size()), want);
     for (E* p : {da, dx, dy}) CHECK(cudaFree(p));
     return ok;

@@ -473,7 +473,7 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "cher lower incx 1 exact",
             "zher upper incx 1 exact",
             "dsyr2 upper incx 2 incy 1 exact",
-            "csyr2 lower incx 1 incy >1 exact",
+            "csyr2 lower incx 1 incy 2 exact",
             "cher2 upper incx 1 incy 1 exact",
             "zher2 lower incx 1 incy 1 exact",
             "ctrmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
