@@ -90,6 +90,16 @@ void cublasCsyr2_v2(void) {}
 void cublasZsyr2_v2(void) {}
 void cublasCher2_v2(void) {}
 void cublasZher2_v2(void) {}
+void cublasStrsv_v2(void) {}
+void cublasDtrsv_v2(void) {}
+void cublasCtrsv_v2(void) {}
+void cublasZtrsv_v2(void) {}
+void cublasSswap_v2(void) {}
+void cublasDswap_v2(void) {}
+void cublasSetMatrixAsync(void) {}
+void cublasGetMatrixAsync(void) {}
+void cublasSetVectorAsync(void) {}
+void cublasGetVectorAsync(void) {}
 void cublasSsymm_v2(void) {}
 void cublasDsymm_v2(void) {}
 void cublasCsymm_v2(void) {}

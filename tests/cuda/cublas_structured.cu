@@ -177,6 +177,9 @@ int main(int argc, char** argv) {
     ok &= triangular<c64>(h, true, 1, 0, 2, 4, 3, c64(2, 1));
     ok &= triangular<float>(h, false, 0, 1, 1, 5, 3, -2.0f, true);
     ok &= triangular<c64>(h, false, 1, 0, 0, 3, 4, c64(1, 1), true);
+    // More elements of C than a block has threads: no ordering of the block's loads and stores
+    // hides a product that read B while it wrote it.
+    ok &= triangular<float>(h, false, 0, 0, 0, 40, 33, 1.0f, true);
     {
         // Wrong codes are refused, as cuBLAS refuses them.
         std::vector<float> v(16, 1.0f);

@@ -1,6 +1,7 @@
 // cuBLAS's level-2 routines on a matrix stored as one triangle, from a plain CUDA program
 // linked against libcublas.so.13: symv and hemv (y = alpha A x + beta y), trmv (x = op(A) x:
-// N, T and C, unit or not), syr and her (A = alpha x x^T + A, alpha x x^H + A), syr2 and her2
+// N, T and C, unit or not), trsv (op(A) x = b, x over b; b made from an integer x so that the
+// solve is exact), syr and her (A = alpha x x^T + A, alpha x x^H + A), syr2 and her2
 // (both products), on either triangle, in every precision they have, vectors strided. The
 // triangle not read holds NaN for the products (and a unit diagonal does); the updates must
 // leave it, A's padding and the vectors' gaps as they were. Every element is checked exactly
@@ -22,6 +23,7 @@ extern "C" {
     cublasStatus_t name(cublasHandle_t, int, int, const void*, const void*, int, const void*, int, const void*, \
                         void*, int);
 #define TRMV(name) cublasStatus_t name(cublasHandle_t, int, int, int, int, const void*, int, void*, int);
+TRMV(cublasStrsv_v2) TRMV(cublasDtrsv_v2) TRMV(cublasCtrsv_v2) TRMV(cublasZtrsv_v2)
 #define SYR(name) cublasStatus_t name(cublasHandle_t, int, int, const void*, const void*, int, void*, int);
 #define SYR2(name) \
     cublasStatus_t name(cublasHandle_t, int, int, const void*, const void*, int, const void*, int, void*, int);
@@ -42,20 +44,20 @@ typedef cublasStatus_t (*Syr2)(cublasHandle_t, int, int, const void*, const void
 // The calls of one element type (the Hermitian ones: none for a real type).
 template <typename E>
 struct Calls;
-#define CALLS_OF(E, P, symv, hemv, trmv, syr, her, syr2, her2)                                               \
+#define CALLS_OF(E, P, symv, hemv, trmv, trsv, syr, her, syr2, her2)                                               \
     template <>                                                                                              \
     struct Calls<E> {                                                                                        \
         static constexpr const char* name = P;                                                               \
         static constexpr Symv symv_ = symv, hemv_ = hemv;                                                    \
-        static constexpr Trmv trmv_ = trmv;                                                                  \
+        static constexpr Trmv trmv_ = trmv, trsv_ = trsv;                                                    \
         static constexpr Syr syr_ = syr, her_ = her;                                                         \
         static constexpr Syr2 syr2_ = syr2, her2_ = her2;                                                    \
     };
-CALLS_OF(float, "s", cublasSsymv_v2, nullptr, cublasStrmv_v2, cublasSsyr_v2, nullptr, cublasSsyr2_v2, nullptr)
-CALLS_OF(double, "d", cublasDsymv_v2, nullptr, cublasDtrmv_v2, cublasDsyr_v2, nullptr, cublasDsyr2_v2, nullptr)
-CALLS_OF(c32, "c", cublasCsymv_v2, cublasChemv_v2, cublasCtrmv_v2, cublasCsyr_v2, cublasCher_v2, cublasCsyr2_v2,
+CALLS_OF(float, "s", cublasSsymv_v2, nullptr, cublasStrmv_v2, cublasStrsv_v2, cublasSsyr_v2, nullptr, cublasSsyr2_v2, nullptr)
+CALLS_OF(double, "d", cublasDsymv_v2, nullptr, cublasDtrmv_v2, cublasDtrsv_v2, cublasDsyr_v2, nullptr, cublasDsyr2_v2, nullptr)
+CALLS_OF(c32, "c", cublasCsymv_v2, cublasChemv_v2, cublasCtrmv_v2, cublasCtrsv_v2, cublasCsyr_v2, cublasCher_v2, cublasCsyr2_v2,
          cublasCher2_v2)
-CALLS_OF(c64, "z", cublasZsymv_v2, cublasZhemv_v2, cublasZtrmv_v2, cublasZsyr_v2, cublasZher_v2, cublasZsyr2_v2,
+CALLS_OF(c64, "z", cublasZsymv_v2, cublasZhemv_v2, cublasZtrmv_v2, cublasZtrsv_v2, cublasZsyr_v2, cublasZher_v2, cublasZsyr2_v2,
          cublasZher2_v2)
 
 static const char* const TRIANGLES[] = {"lower", "upper"};
@@ -133,6 +135,51 @@ static bool trmv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int in
     return ok;
 }
 
+// trsv: op(A) x = b for an integer x, b = op(A) x computed here (exact), x strided by incx;
+// a non-unit diagonal of 2s and 3s (plus i for complex types), so that each quotient is exact.
+template <typename E>
+static bool trsv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int incx) {
+    Triangle<E> t(n, uplo, unit);
+    if (!unit)
+        for (int i = 0; i < n; i++) t.a[i + i * t.lda] = make<E>(2 + i % 2, 1);
+    std::vector<E> x = values<E>((size_t)n * incx, 2), b = x;
+    for (int i = 0; i < n; i++) {
+        E acc = 0;
+        for (int p = 0; p < n; p++) {
+            E v = trans == 0 ? t.at(i, p, false, true, unit) : t.at(p, i, false, true, unit);
+            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)p * incx];
+        }
+        b[(size_t)i * incx] = acc;
+    }
+    E *da = upload(t.a), *db = upload(b);
+    CUBLAS(Calls<E>::trsv_(h, uplo, trans, unit, n, da, t.lda, db, incx));
+    char name[96];
+    snprintf(name, sizeof name, "%strsv %s %s%s incx %d", Calls<E>::name, TRIANGLES[uplo], OPS[trans],
+             unit ? " unit" : "", incx);
+    bool ok = exact(name, download(db, b.size()), x);
+    for (E* p : {da, db}) CHECK(cudaFree(p));
+    return ok;
+}
+
+// trmv on a managed x the host wrote last: x reaches the device before the product reads it.
+static bool managed_trmv(cublasHandle_t h) {
+    const int n = 4;
+    Triangle<float> t(n, 0, false);
+    float* x;
+    CHECK(cudaMallocManaged(&x, n * sizeof(float)));
+    std::vector<float> before(n), want(n);
+    for (int i = 0; i < n; i++) x[i] = before[i] = (float)(i + 1);
+    for (int i = 0; i < n; i++)
+        for (int p = 0; p < n; p++) want[i] += t.at(i, p, false, true, false) * before[p];
+    float* da = upload(t.a);
+    CUBLAS(cublasStrmv_v2(h, 0, 0, 0, n, da, t.lda, x, 1));
+    CHECK(cudaDeviceSynchronize());
+    bool ok = exact("strmv managed x", std::vector<float>(x, x + n), want);
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(da));
+    return ok;
+}
+
 // syr (y none) or syr2 on triangle uplo of an n x n A (lda n + 2); `hermitian`: her, her2
 // (her's alpha its real part), the diagonal made real.
 template <typename E>
@@ -184,6 +231,12 @@ int main(int argc, char** argv) {
     ok &= trmv<c32>(h, 0, 2, false, 4, 1);
     ok &= trmv<c64>(h, 1, 0, true, 3, 3);
     ok &= trmv<c32>(h, 1, 1, false, 5, 2);
+    ok &= managed_trmv(h);
+    ok &= trsv<float>(h, 0, 0, true, 5, 2);
+    ok &= trsv<double>(h, 1, 1, false, 4, 1);
+    ok &= trsv<c32>(h, 0, 2, false, 4, 1);
+    ok &= trsv<c64>(h, 1, 0, false, 3, 3);
+    ok &= trsv<float>(h, 1, 1, false, 5, 2);
     ok &= update<float>(h, false, false, 0, 5, 2, 1, 2.0f);
     ok &= update<c64>(h, false, false, 1, 4, 1, 1, c64(1, 2));
     ok &= update<c32>(h, true, false, 0, 4, 1, 1, c32(-2, 0));
@@ -199,6 +252,8 @@ int main(int argc, char** argv) {
         c32* d = upload(v);
         cublasStatus_t s = cublasCtrmv_v2(h, 0, 2, 0, 2, d, 2, d + 8, 2);
         printf("ctrmv C incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
+        s = cublasCtrsv_v2(h, 0, 2, 0, 2, d, 2, d + 8, 2);
+        printf("ctrsv C incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
         float one = 1;
         s = cublasCher_v2(h, 0, 2, &one, d + 8, 2, d, 2);
         printf("cher incx 2: %d %s\n", (int)s, cublasGetStatusName(s));

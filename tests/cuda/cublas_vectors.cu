@@ -236,6 +236,54 @@ static bool magnitudes(cublasHandle_t h) {
     return ok;
 }
 
+// swap: x (increment incx) and y (incy) exchanged, the gaps between their elements untouched.
+template <typename T>
+static bool swap(cublasHandle_t h, cublasStatus_t (*call)(cublasHandle_t, int, T*, int, T*, int), const char* name,
+                 int n, int incx, int incy) {
+    auto x = small_integers<T>((size_t)n * incx, 40), y = small_integers<T>((size_t)n * incy, 41);
+    auto want_x = x, want_y = y;
+    for (int i = 0; i < n; i++) std::swap(want_x[(size_t)i * incx], want_y[(size_t)i * incy]);
+    T *dx = upload(x), *dy = upload(y);
+    CUBLAS(call(h, n, dx, incx, dy, incy));
+    bool ok = same(name, download(dx, x.size()), want_x) && same(name, download(dy, y.size()), want_y);
+    if (ok) printf("%s exact\n", name);
+    CHECK(cudaFree(dx));
+    CHECK(cudaFree(dy));
+    return ok;
+}
+
+// The Async copies on a stream of the handle's: a padded matrix set, scaled by a call on that
+// stream, got back into a padded matrix; a strided vector set and got back strided.
+static bool async_copies(cublasHandle_t h) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CUBLAS(cublasSetStream_v2(h, s));
+    const int m = 3, n = 4, lda = 5;
+    auto a = small_integers<float>(lda * n, 50);
+    float *d, two = 2.0f;
+    CHECK(cudaMalloc(&d, m * n * sizeof(float)));
+    CUBLAS(cublasSetMatrixAsync(m, n, sizeof(float), a.data(), lda, d, m, s));
+    CUBLAS(cublasSscal_v2(h, m * n, &two, d, 1));
+    std::vector<float> back(lda * n, -7.0f), want(lda * n, -7.0f);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) want[i + j * lda] = 2.0f * a[i + j * lda];
+    CUBLAS(cublasGetMatrixAsync(m, n, sizeof(float), d, m, back.data(), lda, s));
+    CHECK(cudaStreamSynchronize(s));
+    bool ok = same("async matrix", back, want);
+    auto x = small_integers<float>(10, 51);
+    std::vector<float> got(15, -7.0f), want_v(15, -7.0f);
+    for (int i = 0; i < 5; i++) want_v[i * 3] = x[i * 2];
+    CUBLAS(cublasSetVectorAsync(5, sizeof(float), x.data(), 2, d, 1, s));
+    CUBLAS(cublasGetVectorAsync(5, sizeof(float), d, 1, got.data(), 3, s));
+    CHECK(cudaStreamSynchronize(s));
+    ok &= same("async vector", got, want_v);
+    if (ok) printf("async copies on a stream exact\n");
+    CUBLAS(cublasSetStream_v2(h, 0));
+    CHECK(cudaFree(d));
+    CHECK(cudaStreamDestroy(s));
+    return ok;
+}
+
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
@@ -247,6 +295,9 @@ int main(int argc, char** argv) {
     ok &= ger<float>(h) && ger<double>(h);
     ok &= sbmv<float>(h, 1) && sbmv<float>(h, 0) && sbmv<double>(h, 1) && sbmv<double>(h, 0);
     ok &= device_pointers(h);
+    ok &= swap<float>(h, cublasSswap_v2, "sswap incx 2 incy 3", 5, 2, 3);
+    ok &= swap<double>(h, cublasDswap_v2, "dswap", 6, 1, 1);
+    ok &= async_copies(h);
 
     // Four threads, one handle, each taking its own dot products into host memory at once: each
     // gets its own answer.

@@ -1,6 +1,8 @@
 //! cuBLAS's copies between host and device: `cublasSetVector`, `cublasGetVector`,
 //! `cublasSetMatrix`, `cublasGetMatrix` (synchronous, as cuBLAS's are), over the shim's own
-//! copies. A vector strided on the device side is not served: cuBLAS writes only every
+//! copies; and their `Async` forms, which wait for their stream's work and then copy as the
+//! others do (done when they return: cuBLAS's may still be running then, and a program must
+//! not assume either). A vector strided on the device side is not served: cuBLAS writes only every
 //! `inc`-th element, which a copy of the whole span would not.
 
 use std::ffi::{c_int, c_void};
@@ -9,6 +11,7 @@ use super::guard;
 use crate::error::{code, CuResult, Error};
 use crate::managed::calls::at_device_memory;
 use crate::memory::{device_to_host, host_to_device};
+use crate::stream::{device_of_stream, stream_of};
 
 /// Which way a copy goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,4 +157,78 @@ pub unsafe extern "C" fn cublasGetMatrix(
     ldb: c_int,
 ) -> u32 {
     guard("cublasGetMatrix", || copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda))
+}
+
+/// Waits for `stream`'s work before an `Async` copy (the copy is then made at once).
+fn after_stream(stream: usize) -> CuResult<()> {
+    let shim = crate::state::shim()?;
+    Ok(shim.block_on(stream_of(stream, device_of_stream(stream)?)?.synchronize())?)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasSetVectorAsync(
+    n: c_int,
+    size: c_int,
+    x: *const c_void,
+    incx: c_int,
+    y: u64,
+    incy: c_int,
+    stream: usize,
+) -> u32 {
+    guard("cublasSetVectorAsync", || {
+        after_stream(stream)?;
+        copy_vector(Way::ToDevice, n, size, x.cast_mut(), incx, y, incy)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasGetVectorAsync(
+    n: c_int,
+    size: c_int,
+    x: u64,
+    incx: c_int,
+    y: *mut c_void,
+    incy: c_int,
+    stream: usize,
+) -> u32 {
+    guard("cublasGetVectorAsync", || {
+        after_stream(stream)?;
+        copy_vector(Way::ToHost, n, size, y, incy, x, incx)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasSetMatrixAsync(
+    rows: c_int,
+    cols: c_int,
+    size: c_int,
+    a: *const c_void,
+    lda: c_int,
+    b: u64,
+    ldb: c_int,
+    stream: usize,
+) -> u32 {
+    guard("cublasSetMatrixAsync", || {
+        after_stream(stream)?;
+        copy_matrix(Way::ToDevice, [rows, cols, size], a.cast_mut(), lda, b, ldb)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGetMatrixAsync(
+    rows: c_int,
+    cols: c_int,
+    size: c_int,
+    a: u64,
+    lda: c_int,
+    b: *mut c_void,
+    ldb: c_int,
+    stream: usize,
+) -> u32 {
+    guard("cublasGetMatrixAsync", || {
+        after_stream(stream)?;
+        copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda)
+    })
 }

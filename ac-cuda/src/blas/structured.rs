@@ -12,13 +12,15 @@
 //! one, which a kernel that reads B while it writes C cannot compute, so B (when C overlaps it)
 //! is first copied to a buffer of the shim's, on the same stream, dropped after the launch (a
 //! buffer is freed after the work queued before it). While a stream captures a graph, that
-//! copy is refused as other work not recorded is.
+//! copy is refused as other work not recorded is (`cudaErrorStreamCaptureUnsupported`), and so
+//! are `trmv` and `swap`, which copy too.
 
 use std::ffi::c_int;
 
 use super::gemm::{launch_reading, product, GemmCall, Operand, Precision, Reading, Scalar};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
+use crate::managed::{self, Reach};
 use crate::memory::locate;
 use crate::state;
 use crate::stream::stream_of;
@@ -114,17 +116,20 @@ unsafe fn structured(h: usize, call: Call) -> CuResult<()> {
 }
 
 /// A buffer of the shim's holding `len` bytes of program memory at `address`, copied on the
-/// target's stream.
+/// target's stream (managed memory the host wrote last goes to the device first, as for any
+/// copy).
 pub(super) fn copy_of(target: Target, address: u64, len: u64) -> CuResult<ac_frontend::DeviceBuffer<u8>> {
     let shim = state::shim()?;
     let (from, offset) = locate(address, len)?;
     if from.device != target.device {
-        return Err(Error::said(code::INVALID_VALUE, "B is another device's memory"));
+        return Err(Error::said(code::INVALID_VALUE, "a matrix of another device's memory"));
     }
     let stream = stream_of(target.stream, target.device)?;
     let acc = &shim.devices[target.device].acc;
     let copy = shim.block_on(acc.alloc::<u8>(len as usize))?;
-    shim.block_on(copy.copy_from_device_at(&stream, 0, &from.buffer, offset as usize, len as usize))?;
+    managed::device_work(&[Reach::Memory(target.device, address)], || {
+        Ok(shim.block_on(copy.copy_from_device_at(&stream, 0, &from.buffer, offset as usize, len as usize))?)
+    })?;
     Ok(copy)
 }
 

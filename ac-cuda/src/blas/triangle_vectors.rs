@@ -4,19 +4,23 @@
 //! | call | as a gemm |
 //! |---|---|
 //! | `symv`, `hemv`: `y = alpha A x + beta y` | `y^T (1 x n, ld incy) = alpha x^T A^T + beta y^T`, A read from its triangle (`blas_<t>gemm_tri`) |
+//! | `trsv`: `op(A) x = b`, `x` over `b` | the builtin trsm (`blas_<t>trsm`): `x` a column with increment 1 (any `op`), else `x^T op(A)^T = b^T` on the right (`op` N or T) |
 //! | `trmv`: `x = op(A) x` | `x^T = x^T op(A)^T` (`op` N or T), or with increment 1 `x = op(A) x` as columns (any `op`); B a copy of `x` |
 //! | `syr`, `her`: `A = alpha x x^T + A` (`x x^H`, alpha real) | [`super::vectors`]'s ger on A's triangle (`blas_<t>gemmt`) |
 //! | `syr2`, `her2`: `A = alpha x y^T + alpha y x^T + A` (`alpha x y^H + conj(alpha) y x^H`) | two of them |
 //!
-//! `her` and `her2` then make A's diagonal real, as cuBLAS does. A gemm cannot conjugate a row
-//! without transposing it, so `her`, `her2` and `trmv` with `op` C serve increment 1 only (as
-//! `gerc` does); negative increments are not served.
+//! `her` and `her2` then make A's diagonal real, as cuBLAS does. A gemm (or a solve) cannot
+//! conjugate a row without transposing it, so `her`, `her2`, and `trmv` and `trsv` with `op` C,
+//! serve increment 1 only (as `gerc` does); negative increments are not served. `trmv`'s copy
+//! is work a graph does not record: while its stream captures, it is refused.
+//! `alpha` 0 leaves A as it is (`syr`, `her`, ...), as reference BLAS returns at once.
 
 use std::ffi::c_int;
 
 use super::gemm::{launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
 use super::rank_k::zero_diagonal_imaginary;
 use super::structured::{copy_of, form, span, Kind};
+use super::trsm::{self, TrsmCall};
 use super::vectors::{conjugated_column, ger_call, served_increments};
 use super::{guard, handle};
 use crate::error::{code, CuResult, Error};
@@ -94,6 +98,37 @@ unsafe fn trmv(
     launch_reading(target, call, Reading::Structured(form(operand, kind, uplo)))
 }
 
+/// `trsv` on handle `h`: `op(A) x = b` solved over `b` (`x`), `A` triangular (`diag` 1: its
+/// diagonal ones).
+unsafe fn trsv(
+    h: usize,
+    precision: Precision,
+    [uplo, trans, diag]: [c_int; 3],
+    n: c_int,
+    (a, lda): (u64, c_int),
+    (x, incx): (u64, c_int),
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    check("trsv", uplo, n, lda, &[incx])?;
+    if !(0..=2).contains(&trans) || !(0..=1).contains(&diag) {
+        return Err(Error::said(code::INVALID_VALUE, format!("trsv: trans {trans}, diag {diag}")));
+    }
+    let alpha = Scalar::Value(1.0);
+    let call = if incx == 1 {
+        // x an n x 1 column, solved on the left.
+        TrsmCall { precision, codes: [0, uplo, trans, diag], m: n, n: 1, alpha, a, lda, b: x, ldb: n.max(1) }
+    } else {
+        // x^T op'(A) = b^T on the right, op'(A)^T = op(A): op' is T for N, N for T; for C it
+        // would be a conjugate without a transpose.
+        if trans == 2 && precision.is_complex() {
+            conjugated_column("trsv's x for the conjugate transpose", incx)?;
+        }
+        let trans = c_int::from(trans == 0);
+        TrsmCall { precision, codes: [1, uplo, trans, diag], m: 1, n, alpha, a, lda, b: x, ldb: incx }
+    };
+    trsm::launch(target, call)
+}
+
 /// `syr` and `syr2` (`y` given), or with `hermitian` `her` and `her2`, on handle `h`: A's
 /// triangle updated by ger's products, then (Hermitian) its diagonal made real.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
@@ -116,6 +151,9 @@ unsafe fn rank_update(
     // her's alpha is real; her2's and the symmetric ones' of the element type.
     let alpha_type = if hermitian && y.is_none() { precision.real() } else { precision };
     let alpha = scalar_parts(target, alpha_type, alpha)?;
+    if alpha == [0.0; 2] {
+        return Ok(());
+    }
     let (conjugate, second) = (hermitian && precision.is_complex(), [alpha[0], -alpha[1]]);
     let products: Vec<(_, _, [f64; 2])> = match y {
         None => vec![(x, x, alpha)],
@@ -159,9 +197,10 @@ macro_rules! symv_entry {
     };
 }
 
-/// Defines `cublas<T>trmv` for element type `$precision`.
+/// Defines `cublas<T>trmv` (or, `$routine` `trsv`, `cublas<T>trsv`) for element type
+/// `$precision`.
 macro_rules! trmv_entry {
-    ($name:ident, $precision:expr) => {
+    ($name:ident, $precision:expr, $routine:ident) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -175,7 +214,7 @@ macro_rules! trmv_entry {
             x: u64,
             incx: c_int,
         ) -> u32 {
-            guard(stringify!($name), || trmv(h, $precision, [uplo, trans, diag], n, (a, lda), (x, incx)))
+            guard(stringify!($name), || $routine(h, $precision, [uplo, trans, diag], n, (a, lda), (x, incx)))
         }
     };
 }
@@ -230,10 +269,14 @@ symv_entry!(cublasCsymv_v2, [f32; 2], Precision::ComplexSingle, Kind::Symmetric)
 symv_entry!(cublasZsymv_v2, [f64; 2], Precision::ComplexDouble, Kind::Symmetric);
 symv_entry!(cublasChemv_v2, [f32; 2], Precision::ComplexSingle, Kind::Hermitian);
 symv_entry!(cublasZhemv_v2, [f64; 2], Precision::ComplexDouble, Kind::Hermitian);
-trmv_entry!(cublasStrmv_v2, Precision::Single);
-trmv_entry!(cublasDtrmv_v2, Precision::Double);
-trmv_entry!(cublasCtrmv_v2, Precision::ComplexSingle);
-trmv_entry!(cublasZtrmv_v2, Precision::ComplexDouble);
+trmv_entry!(cublasStrmv_v2, Precision::Single, trmv);
+trmv_entry!(cublasDtrmv_v2, Precision::Double, trmv);
+trmv_entry!(cublasCtrmv_v2, Precision::ComplexSingle, trmv);
+trmv_entry!(cublasZtrmv_v2, Precision::ComplexDouble, trmv);
+trmv_entry!(cublasStrsv_v2, Precision::Single, trsv);
+trmv_entry!(cublasDtrsv_v2, Precision::Double, trsv);
+trmv_entry!(cublasCtrsv_v2, Precision::ComplexSingle, trsv);
+trmv_entry!(cublasZtrsv_v2, Precision::ComplexDouble, trsv);
 syr_entry!(cublasSsyr_v2, f32, Precision::Single, false);
 syr_entry!(cublasDsyr_v2, f64, Precision::Double, false);
 syr_entry!(cublasCsyr_v2, [f32; 2], Precision::ComplexSingle, false);

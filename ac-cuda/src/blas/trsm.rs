@@ -19,17 +19,17 @@ const BLOCK: u32 = 64;
 
 /// One trsm call's arguments, as cuBLAS takes them.
 #[derive(Debug, Clone, Copy)]
-struct TrsmCall {
-    precision: Precision,
+pub(super) struct TrsmCall {
+    pub precision: Precision,
     /// `side`, `uplo`, `trans`, `diag`: cuBLAS's codes.
-    codes: [c_int; 4],
-    m: c_int,
-    n: c_int,
-    alpha: Scalar,
-    a: u64,
-    lda: c_int,
-    b: u64,
-    ldb: c_int,
+    pub codes: [c_int; 4],
+    pub m: c_int,
+    pub n: c_int,
+    pub alpha: Scalar,
+    pub a: u64,
+    pub lda: c_int,
+    pub b: u64,
+    pub ldb: c_int,
 }
 
 /// Checks a call as cuBLAS does (sizes not negative, known codes, leading dimensions at least
@@ -62,7 +62,7 @@ fn check(call: &TrsmCall) -> CuResult<Trsm> {
 
 /// Launches one solve on the target's stream: checked, alpha read, `A` and `B` found in the
 /// program's allocations, sent without waiting.
-unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
+pub(super) unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
     let shape = check(&call)?;
     let alpha = gemm::scalar_parts(target, call.precision, call.alpha)?;
     if shape.is_empty() {

@@ -142,8 +142,8 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
     .await;
 }
 
-/// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger), each done
-/// by the shim as one gemm: strided vectors, padded matrices, scalars and results in device
+/// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger; swap two
+/// gemms through a copy), each done by the shim as one gemm; the `Async` copies on a stream: strided vectors, padded matrices, scalars and results in device
 /// memory on a stream, four threads taking dot products into host memory through one handle.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
@@ -172,6 +172,9 @@ async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
             "dger exact",
             "dot into device memory exact",
             "device pointer mode exact",
+            "sswap incx 2 incy 3 exact",
+            "dswap exact",
+            "async copies on a stream exact",
             "threads' dot products exact",
             "sasum strided exact",
             "dasum strided exact",
@@ -436,6 +439,7 @@ async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
             "ztrmm right lower C unit exact",
             "strmm left upper T in place exact",
             "ztrmm right lower N in place exact",
+            "strmm left lower N in place exact",
             "ssymm side 2: 7 CUBLAS_STATUS_INVALID_VALUE",
             "strmm diagonal 2: 7 CUBLAS_STATUS_INVALID_VALUE",
             "ssymm lda 1: 7 CUBLAS_STATUS_INVALID_VALUE",
@@ -447,7 +451,8 @@ async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
 }
 
 /// cuBLAS's level-2 routines on a matrix stored as one triangle through the shim
-/// (`tests/cuda/cublas_triangle_vectors.cu`): `symv`, `hemv`, `trmv` (N, T, C, unit), `syr`,
+/// (`tests/cuda/cublas_triangle_vectors.cu`): `symv`, `hemv`, `trmv` and `trsv` (N, T, C,
+/// unit), `syr`,
 /// `her`, `syr2`, `her2`, on either triangle, strided vectors; each exact though the triangle
 /// not read holds NaN, and the updates leave the other triangle, the padding and the vectors'
 /// gaps as they were. A conjugated strided row is refused as not served, wrong arguments as
@@ -468,6 +473,12 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "ctrmv lower C incx 1 exact",
             "ztrmv upper N unit incx 3 exact",
             "ctrmv upper T incx 2 exact",
+            "strmv managed x exact",
+            "strsv lower N unit incx 2 exact",
+            "dtrsv upper T incx 1 exact",
+            "ctrsv lower C incx 1 exact",
+            "ztrsv upper N incx 3 exact",
+            "strsv upper T incx 2 exact",
             "ssyr lower incx 2 exact",
             "zsyr upper incx 1 exact",
             "cher lower incx 1 exact",
@@ -477,6 +488,7 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "cher2 upper incx 1 incy 1 exact",
             "zher2 lower incx 1 incy 1 exact",
             "ctrmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ctrsv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "cher incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "ssymv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
             "strmv incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
