@@ -112,19 +112,26 @@ static bool symv(cublasHandle_t h, bool hermitian, int uplo, int n, int incx, in
     return ok;
 }
 
+// op(A) x for the triangular A of t, x strided by incx: x with its elements replaced.
+template <typename E>
+static std::vector<E> times_op(const Triangle<E>& t, int trans, bool unit, std::vector<E> x, int incx) {
+    std::vector<E> out = x;
+    for (int i = 0; i < t.n; i++) {
+        E acc = 0;
+        for (int p = 0; p < t.n; p++) {
+            E v = trans == 0 ? t.at(i, p, false, true, unit) : t.at(p, i, false, true, unit);
+            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)p * incx];
+        }
+        out[(size_t)i * incx] = acc;
+    }
+    return out;
+}
+
 // trmv: x = op(A) x, x strided by incx.
 template <typename E>
 static bool trmv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int incx) {
     Triangle<E> t(n, uplo, unit);
-    std::vector<E> x = values<E>((size_t)n * incx, 2), want = x;
-    for (int i = 0; i < n; i++) {
-        E acc = 0;
-        for (int p = 0; p < n; p++) {
-            E v = trans == 0 ? t.at(i, p, false, true, unit) : t.at(p, i, false, true, unit);
-            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)p * incx];
-        }
-        want[(size_t)i * incx] = acc;
-    }
+    std::vector<E> x = values<E>((size_t)n * incx, 2), want = times_op(t, trans, unit, x, incx);
     E *da = upload(t.a), *dx = upload(x);
     CUBLAS(Calls<E>::trmv_(h, uplo, trans, unit, n, da, t.lda, dx, incx));
     char name[96];
@@ -142,15 +149,7 @@ static bool trsv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int in
     Triangle<E> t(n, uplo, unit);
     if (!unit)
         for (int i = 0; i < n; i++) t.a[i + i * t.lda] = make<E>(2 + i % 2, 1);
-    std::vector<E> x = values<E>((size_t)n * incx, 2), b = x;
-    for (int i = 0; i < n; i++) {
-        E acc = 0;
-        for (int p = 0; p < n; p++) {
-            E v = trans == 0 ? t.at(i, p, false, true, unit) : t.at(p, i, false, true, unit);
-            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)p * incx];
-        }
-        b[(size_t)i * incx] = acc;
-    }
+    std::vector<E> x = values<E>((size_t)n * incx, 2), b = times_op(t, trans, unit, x, incx);
     E *da = upload(t.a), *db = upload(b);
     CUBLAS(Calls<E>::trsv_(h, uplo, trans, unit, n, da, t.lda, db, incx));
     char name[96];

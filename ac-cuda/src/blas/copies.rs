@@ -1,8 +1,9 @@
 //! cuBLAS's copies between host and device: `cublasSetVector`, `cublasGetVector`,
 //! `cublasSetMatrix`, `cublasGetMatrix` (synchronous, as cuBLAS's are), over the shim's own
-//! copies; and their `Async` forms, which wait for their stream's work and then copy as the
-//! others do (done when they return: cuBLAS's may still be running then, and a program must
-//! not assume either). A vector strided on the device side is not served: cuBLAS writes only every
+//! copies; and their `Async` forms, which copy as the others do: a synchronous copy starts
+//! after the work queued before it on every stream (ARCHITECTURE.md, "Order"), their stream's
+//! included, and is done when it returns (cuBLAS's may still be running then; a program
+//! assumes neither). A vector strided on the device side is not served: cuBLAS writes only every
 //! `inc`-th element, which a copy of the whole span would not.
 
 use std::ffi::{c_int, c_void};
@@ -11,7 +12,6 @@ use super::guard;
 use crate::error::{code, CuResult, Error};
 use crate::managed::calls::at_device_memory;
 use crate::memory::{device_to_host, host_to_device};
-use crate::stream::{device_of_stream, stream_of};
 
 /// Which way a copy goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,12 +159,6 @@ pub unsafe extern "C" fn cublasGetMatrix(
     guard("cublasGetMatrix", || copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda))
 }
 
-/// Waits for `stream`'s work before an `Async` copy (the copy is then made at once).
-fn after_stream(stream: usize) -> CuResult<()> {
-    let shim = crate::state::shim()?;
-    Ok(shim.block_on(stream_of(stream, device_of_stream(stream)?)?.synchronize())?)
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn cublasSetVectorAsync(
     n: c_int,
@@ -173,12 +167,9 @@ pub unsafe extern "C" fn cublasSetVectorAsync(
     incx: c_int,
     y: u64,
     incy: c_int,
-    stream: usize,
+    _stream: usize,
 ) -> u32 {
-    guard("cublasSetVectorAsync", || {
-        after_stream(stream)?;
-        copy_vector(Way::ToDevice, n, size, x.cast_mut(), incx, y, incy)
-    })
+    guard("cublasSetVectorAsync", || copy_vector(Way::ToDevice, n, size, x.cast_mut(), incx, y, incy))
 }
 
 #[no_mangle]
@@ -189,12 +180,9 @@ pub unsafe extern "C" fn cublasGetVectorAsync(
     incx: c_int,
     y: *mut c_void,
     incy: c_int,
-    stream: usize,
+    _stream: usize,
 ) -> u32 {
-    guard("cublasGetVectorAsync", || {
-        after_stream(stream)?;
-        copy_vector(Way::ToHost, n, size, y, incy, x, incx)
-    })
+    guard("cublasGetVectorAsync", || copy_vector(Way::ToHost, n, size, y, incy, x, incx))
 }
 
 #[no_mangle]
@@ -207,12 +195,9 @@ pub unsafe extern "C" fn cublasSetMatrixAsync(
     lda: c_int,
     b: u64,
     ldb: c_int,
-    stream: usize,
+    _stream: usize,
 ) -> u32 {
-    guard("cublasSetMatrixAsync", || {
-        after_stream(stream)?;
-        copy_matrix(Way::ToDevice, [rows, cols, size], a.cast_mut(), lda, b, ldb)
-    })
+    guard("cublasSetMatrixAsync", || copy_matrix(Way::ToDevice, [rows, cols, size], a.cast_mut(), lda, b, ldb))
 }
 
 #[no_mangle]
@@ -225,10 +210,7 @@ pub unsafe extern "C" fn cublasGetMatrixAsync(
     lda: c_int,
     b: *mut c_void,
     ldb: c_int,
-    stream: usize,
+    _stream: usize,
 ) -> u32 {
-    guard("cublasGetMatrixAsync", || {
-        after_stream(stream)?;
-        copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda)
-    })
+    guard("cublasGetMatrixAsync", || copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda))
 }

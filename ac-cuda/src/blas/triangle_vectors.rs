@@ -35,6 +35,28 @@ fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuRes
     served_increments(incs)
 }
 
+/// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves: `op` C on a
+/// strided `x` would need a conjugate without a transpose. Gives A's kind.
+fn triangular(
+    what: &str,
+    [uplo, trans, diag]: [c_int; 3],
+    n: c_int,
+    lda: c_int,
+    incx: c_int,
+    precision: Precision,
+) -> CuResult<Kind> {
+    check(what, uplo, n, lda, &[incx])?;
+    let kind = match (trans, diag) {
+        (0..=2, 0) => Kind::Triangular,
+        (0..=2, 1) => Kind::UnitTriangular,
+        _ => return Err(Error::said(code::INVALID_VALUE, format!("{what}: trans {trans}, diag {diag}"))),
+    };
+    if n > 0 && trans == 2 && precision.is_complex() {
+        conjugated_column(&format!("{what}'s x for the conjugate transpose"), incx)?;
+    }
+    Ok(kind)
+}
+
 /// `symv` (`kind` symmetric) or `hemv` (Hermitian) on handle `h`.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
 unsafe fn symv(
@@ -70,18 +92,9 @@ unsafe fn trmv(
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
     let target = handle(h)?.target();
-    check("trmv", uplo, n, lda, &[incx])?;
-    let kind = match (trans, diag) {
-        (0..=2, 0) => Kind::Triangular,
-        (0..=2, 1) => Kind::UnitTriangular,
-        _ => return Err(Error::said(code::INVALID_VALUE, format!("trmv: trans {trans}, diag {diag}"))),
-    };
+    let kind = triangular("trmv", [uplo, trans, diag], n, lda, incx, precision)?;
     if n == 0 {
         return Ok(());
-    }
-    if trans == 2 && precision.is_complex() {
-        // As a row, x^T would need op(A)^T = conj(A): a conjugate without a transpose.
-        conjugated_column("trmv's x for the conjugate transpose", incx)?;
     }
     // The product reads x while it writes it: x's old values through a copy.
     let copy = copy_of(target, x, span(1, n, incx) * precision.bytes() as u64)?;
@@ -109,20 +122,13 @@ unsafe fn trsv(
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
     let target = handle(h)?.target();
-    check("trsv", uplo, n, lda, &[incx])?;
-    if !(0..=2).contains(&trans) || !(0..=1).contains(&diag) {
-        return Err(Error::said(code::INVALID_VALUE, format!("trsv: trans {trans}, diag {diag}")));
-    }
+    triangular("trsv", [uplo, trans, diag], n, lda, incx, precision)?;
     let alpha = Scalar::Value(1.0);
     let call = if incx == 1 {
         // x an n x 1 column, solved on the left.
         TrsmCall { precision, codes: [0, uplo, trans, diag], m: n, n: 1, alpha, a, lda, b: x, ldb: n.max(1) }
     } else {
-        // x^T op'(A) = b^T on the right, op'(A)^T = op(A): op' is T for N, N for T; for C it
-        // would be a conjugate without a transpose.
-        if trans == 2 && precision.is_complex() {
-            conjugated_column("trsv's x for the conjugate transpose", incx)?;
-        }
+        // x^T op'(A) = b^T on the right, op'(A)^T = op(A): op' is T for N, N for T.
         let trans = c_int::from(trans == 0);
         TrsmCall { precision, codes: [1, uplo, trans, diag], m: 1, n, alpha, a, lda, b: x, ldb: incx }
     };
