@@ -266,6 +266,8 @@ int main(int argc, char** argv) {
         printf("ssymv uplo 2: %d %s\n", (int)s, cublasGetStatusName(s));
         s = cublasStrmv_v2(h, 0, 0, 0, 2, d, 2, d + 8, 0);
         printf("strmv incx 0: %d %s\n", (int)s, cublasGetStatusName(s));
+        s = cublasStrsv_v2(h, 0, 5, 0, 2, d, 2, d + 8, -1);
+        printf("strsv trans 5 incx -1: %d %s\n", (int)s, cublasGetStatusName(s));
         s = cublasSsyr_v2(h, 0, 3, &one, d + 8, 1, d, 2);
         printf("ssyr lda 2 for n 3: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));

@@ -240,7 +240,7 @@ static bool magnitudes(cublasHandle_t h) {
 template <typename T>
 static bool swap(cublasHandle_t h, cublasStatus_t (*call)(cublasHandle_t, int, T*, int, T*, int), const char* name,
                  int n, int incx, int incy) {
-    auto x = small_integers<T>((size_t)n * incx, 40), y = small_integers<T>((size_t)n * incy, 41);
+    auto x = small_integers<T>((size_t)n * incx, 40), y = small_integers<T>((size_t)n * incy, 43);
     auto want_x = x, want_y = y;
     for (int i = 0; i < n; i++) std::swap(want_x[(size_t)i * incx], want_y[(size_t)i * incy]);
     T *dx = upload(x), *dy = upload(y);
@@ -282,6 +282,25 @@ static bool async_copies(cublasHandle_t h) {
     CHECK(cudaFree(d));
     CHECK(cudaStreamDestroy(s));
     return ok;
+}
+
+// An Async copy on a capturing stream: the shim makes its copies at once, which a graph would
+// not record, so it is refused and the capture invalidated (never made once at capture time).
+static void async_copy_while_capturing() {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    float host[4] = {1, 2, 3, 4}, *d;
+    CHECK(cudaMalloc(&d, sizeof host));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cublasStatus_t st = cublasSetVectorAsync(4, sizeof(float), host, 1, d, 1, s);
+    printf("async copy while capturing: %d %s\n", (int)st, cublasGetStatusName(st));
+    cudaGraph_t g = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    printf("its capture: %s\n", e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
+    if (g) CHECK(cudaGraphDestroy(g));
+    cudaGetLastError();
+    CHECK(cudaFree(d));
+    CHECK(cudaStreamDestroy(s));
 }
 
 int main(int argc, char** argv) {
@@ -337,6 +356,7 @@ int main(int argc, char** argv) {
         cublasStatus_t inc = cublasSger_v2(h, 4, 4, &alpha, d, 0, d + 16, 1, d + 32, 4);
         printf("ger incx 0: %d %s\n", (int)inc, cublasGetStatusName(inc));
         if (!native) {
+            async_copy_while_capturing();
             cublasStatus_t backwards = cublasSdot_v2(h, 4, d, -1, d + 16, 1, &result);
             printf("dot backwards: %d %s\n", (int)backwards, cublasGetStatusName(backwards));
             cublasStatus_t past = cublasSdot_v2(h, 40, d, 2, d + 16, 1, &result);

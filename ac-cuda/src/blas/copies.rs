@@ -3,15 +3,18 @@
 //! copies; and their `Async` forms, which copy as the others do: a synchronous copy starts
 //! after the work queued before it on every stream (ARCHITECTURE.md, "Order"), their stream's
 //! included, and is done when it returns (cuBLAS's may still be running then; a program
-//! assumes neither). A vector strided on the device side is not served: cuBLAS writes only every
+//! assumes neither). On a capturing stream they are refused: a copy made at once is not
+//! recorded. A vector strided on the device side is not served: cuBLAS writes only every
 //! `inc`-th element, which a copy of the whole span would not.
 
 use std::ffi::{c_int, c_void};
 
 use super::guard;
 use crate::error::{code, CuResult, Error};
+use crate::graph;
 use crate::managed::calls::at_device_memory;
 use crate::memory::{device_to_host, host_to_device};
+use crate::stream::device_of_stream;
 
 /// Which way a copy goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +162,14 @@ pub unsafe extern "C" fn cublasGetMatrix(
     guard("cublasGetMatrix", || copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda))
 }
 
+/// Checks an `Async` copy's stream: a known one, not capturing (the copy is made at once,
+/// which a graph would not record: refused, the capture invalidated, as other unrecorded work
+/// is).
+fn on_stream(stream: usize, what: &str) -> CuResult<()> {
+    device_of_stream(stream)?;
+    graph::refuse_if_capturing(stream, what)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cublasSetVectorAsync(
     n: c_int,
@@ -167,9 +178,12 @@ pub unsafe extern "C" fn cublasSetVectorAsync(
     incx: c_int,
     y: u64,
     incy: c_int,
-    _stream: usize,
+    stream: usize,
 ) -> u32 {
-    guard("cublasSetVectorAsync", || copy_vector(Way::ToDevice, n, size, x.cast_mut(), incx, y, incy))
+    guard("cublasSetVectorAsync", || {
+        on_stream(stream, "cublasSetVectorAsync")?;
+        copy_vector(Way::ToDevice, n, size, x.cast_mut(), incx, y, incy)
+    })
 }
 
 #[no_mangle]
@@ -180,9 +194,12 @@ pub unsafe extern "C" fn cublasGetVectorAsync(
     incx: c_int,
     y: *mut c_void,
     incy: c_int,
-    _stream: usize,
+    stream: usize,
 ) -> u32 {
-    guard("cublasGetVectorAsync", || copy_vector(Way::ToHost, n, size, y, incy, x, incx))
+    guard("cublasGetVectorAsync", || {
+        on_stream(stream, "cublasGetVectorAsync")?;
+        copy_vector(Way::ToHost, n, size, y, incy, x, incx)
+    })
 }
 
 #[no_mangle]
@@ -195,9 +212,12 @@ pub unsafe extern "C" fn cublasSetMatrixAsync(
     lda: c_int,
     b: u64,
     ldb: c_int,
-    _stream: usize,
+    stream: usize,
 ) -> u32 {
-    guard("cublasSetMatrixAsync", || copy_matrix(Way::ToDevice, [rows, cols, size], a.cast_mut(), lda, b, ldb))
+    guard("cublasSetMatrixAsync", || {
+        on_stream(stream, "cublasSetMatrixAsync")?;
+        copy_matrix(Way::ToDevice, [rows, cols, size], a.cast_mut(), lda, b, ldb)
+    })
 }
 
 #[no_mangle]
@@ -210,7 +230,10 @@ pub unsafe extern "C" fn cublasGetMatrixAsync(
     lda: c_int,
     b: *mut c_void,
     ldb: c_int,
-    _stream: usize,
+    stream: usize,
 ) -> u32 {
-    guard("cublasGetMatrixAsync", || copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda))
+    guard("cublasGetMatrixAsync", || {
+        on_stream(stream, "cublasGetMatrixAsync")?;
+        copy_matrix(Way::ToHost, [rows, cols, size], b, ldb, a, lda)
+    })
 }

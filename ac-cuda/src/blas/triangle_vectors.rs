@@ -45,12 +45,13 @@ fn triangular(
     incx: c_int,
     precision: Precision,
 ) -> CuResult<Kind> {
-    check(what, uplo, n, lda, &[incx])?;
+    // cuBLAS's refusals (INVALID_VALUE) before what the shim does not serve.
     let kind = match (trans, diag) {
         (0..=2, 0) => Kind::Triangular,
         (0..=2, 1) => Kind::UnitTriangular,
         _ => return Err(Error::said(code::INVALID_VALUE, format!("{what}: trans {trans}, diag {diag}"))),
     };
+    check(what, uplo, n, lda, &[incx])?;
     if n > 0 && trans == 2 && precision.is_complex() {
         conjugated_column(&format!("{what}'s x for the conjugate transpose"), incx)?;
     }

@@ -156,7 +156,8 @@ unsafe fn axpby(
     launch(target, product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
 }
 
-/// `swap`: `x` and `y` exchanged, `x`'s old values through a copy.
+/// `swap`: `x` and `y` exchanged, `x`'s old values through a copy. Two launches: if the second
+/// is refused (it is checked as the first was, so only a lost session does), `x` holds `y`.
 unsafe fn swap(
     h: usize,
     precision: Precision,
