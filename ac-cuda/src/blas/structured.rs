@@ -17,7 +17,7 @@
 
 use std::ffi::c_int;
 
-use super::gemm::{launch_reading, product, GemmCall, Operand, Precision, Reading, Scalar};
+use super::gemm::{check, launch_reading, product, GemmCall, Operand, Precision, Reading, Scalar};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 use crate::managed::{self, Reach};
@@ -85,32 +85,22 @@ pub(super) fn form(operand: u32, kind: Kind, uplo: c_int) -> u32 {
     operand << 3 | (kind as u32) << 1 | uplo as u32
 }
 
-/// Elements of a column-major `rows x columns` matrix of leading dimension `ld`, from its first
-/// to its last.
-pub(super) fn span(rows: c_int, columns: c_int, ld: c_int) -> u64 {
-    if rows == 0 || columns == 0 {
-        0
-    } else {
-        (columns as u64 - 1) * ld as u64 + rows as u64
-    }
-}
-
 /// Launches `call` on handle `h`'s stream; trmm's B through a copy of the shim's where C
 /// overlaps it (symm's and hemm's may not overlap, as BLAS says).
 unsafe fn structured(h: usize, call: Call) -> CuResult<()> {
     let target = handle(h)?.target();
     let (mut gemm, form) = gemm_of(&call)?;
-    let bytes = call.precision.bytes() as u64;
-    let [_, b, c] = call.matrices;
-    let [b_len, c_len] = [call.ld[1], call.ld[2]].map(|ld| span(call.m, call.n, ld) * bytes);
+    // B is the gemm's B on the left, its A on the right.
+    let b_at = usize::from(call.codes[0] == 0);
+    let spans = check(&gemm)?.footprints().map(|elements| elements * call.precision.bytes() as u64);
+    let ([_, b, c], b_len, c_len) = (call.matrices, spans[b_at], spans[2]);
     let overlap = b_len > 0 && c_len > 0 && b < c.saturating_add(c_len) && c < b.saturating_add(b_len);
     let copy = match call.kind {
         Kind::Triangular | Kind::UnitTriangular if overlap => Some(copy_of(target, b, b_len)?),
         _ => None,
     };
     if let Some(copy) = &copy {
-        // B is the gemm's B on the left, its A on the right.
-        gemm.matrices[usize::from(call.codes[0] == 0)] = Operand::Slot(copy.at(0));
+        gemm.matrices[b_at] = Operand::Slot(copy.at(0));
     }
     launch_reading(target, gemm, Reading::Structured(form))
 }

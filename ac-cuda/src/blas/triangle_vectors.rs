@@ -17,9 +17,9 @@
 
 use std::ffi::c_int;
 
-use super::gemm::{launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
+use super::gemm::{self, launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
 use super::rank_k::zero_diagonal_imaginary;
-use super::structured::{copy_of, form, span, Kind};
+use super::structured::{copy_of, form, Kind};
 use super::trsm::{self, TrsmCall};
 use super::vectors::{conjugated_column, ger_call, served_increments};
 use super::{guard, handle};
@@ -97,18 +97,19 @@ unsafe fn trmv(
     if n == 0 {
         return Ok(());
     }
-    // The product reads x while it writes it: x's old values through a copy.
-    let copy = copy_of(target, x, span(1, n, incx) * precision.bytes() as u64)?;
-    let old = Operand::Slot(copy.at(0));
-    let (one, zero, into) = (Scalar::Value(1.0), Scalar::Value(0.0), Operand::Memory(x));
-    let (call, operand) = if incx == 1 {
+    let (one, zero, x_at) = (Scalar::Value(1.0), Scalar::Value(0.0), Operand::Memory(x));
+    let (mut call, operand) = if incx == 1 {
         // x (n x 1) = op(A) x: A the gemm's A.
-        (product(precision, [trans, 0], [n, 1, n], one, [Operand::Memory(a), old, into], [lda, n, n], zero), 0)
+        (product(precision, [trans, 0], [n, 1, n], one, [Operand::Memory(a), x_at, x_at], [lda, n, n], zero), 0)
     } else {
         // x^T = x^T op(A)^T: op(A)^T is A's transpose for N, A for T; A the gemm's B.
         let trans_b = c_int::from(trans == 0);
-        (product(precision, [0, trans_b], [1, n, n], one, [old, Operand::Memory(a), into], [incx, lda, incx], zero), 1)
+        (product(precision, [0, trans_b], [1, n, n], one, [x_at, Operand::Memory(a), x_at], [incx, lda, incx], zero), 1)
     };
+    // The product reads x while it writes it: x's old values (C's span) through a copy.
+    let len = gemm::check(&call)?.footprints()[2] * precision.bytes() as u64;
+    let copy = copy_of(target, x, len)?;
+    call.matrices[1 - operand as usize] = Operand::Slot(copy.at(0));
     launch_reading(target, call, Reading::Structured(form(operand, kind, uplo)))
 }
 

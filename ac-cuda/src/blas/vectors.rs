@@ -26,8 +26,8 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
-use super::structured::{copy_of, span};
+use super::gemm::{check, launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
+use super::structured::copy_of;
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
@@ -170,7 +170,6 @@ unsafe fn swap(
         return Ok(());
     }
     served_increments(&[incx, incy])?;
-    let copy = copy_of(target, x, span(1, n, incx) * precision.bytes() as u64)?;
     let (one, zero) = (Scalar::Value(1.0), Scalar::Value(0.0));
     let move_into = |from: Operand, inc_from: c_int, to: u64, inc_to: c_int| {
         product(
@@ -183,7 +182,10 @@ unsafe fn swap(
             zero,
         )
     };
-    launch(target, move_into(Operand::Memory(y), incy, x, incx))?;
+    let y_into_x = move_into(Operand::Memory(y), incy, x, incx);
+    // x's old values: the span the first product writes.
+    let copy = copy_of(target, x, check(&y_into_x)?.footprints()[2] * precision.bytes() as u64)?;
+    launch(target, y_into_x)?;
     launch(target, move_into(Operand::Slot(copy.at(0)), incx, y, incy))
 }
 
