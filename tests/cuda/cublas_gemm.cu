@@ -213,9 +213,8 @@ int main(int argc, char** argv) {
         ok &= copied;
         cublasStatus_t strided = cublasSetVector(4, sizeof(float), x, 1, d, 2);
         printf("strided on the device: %d %s\n", (int)strided, cublasGetStatusName(strided));
-        float ra = 3.0f, rb = 4.0f, cosine = 0.0f, sine = 0.0f;
-        cublasStatus_t rotg = cublasSrotg_v2(h, &ra, &rb, &cosine, &sine);
-        printf("srotg: %d %s\n", (int)rotg, cublasGetStatusName(rotg));
+        cublasStatus_t atomics = cublasSetAtomicsMode(h, 1);
+        printf("atomics mode: %d %s\n", (int)atomics, cublasGetStatusName(atomics));
         CHECK(cudaFree(d));
     }
 

@@ -207,3 +207,17 @@ void cublasIdamin_v2(void) {}
 void cublasIcamin_v2(void) {}
 void cublasIzamin_v2(void) {}
 void cublasSrotg_v2(void) {}
+void cublasSrot_v2(void) {}
+void cublasDrot_v2(void) {}
+void cublasCrot_v2(void) {}
+void cublasCsrot_v2(void) {}
+void cublasZrot_v2(void) {}
+void cublasZdrot_v2(void) {}
+void cublasSrotm_v2(void) {}
+void cublasDrotm_v2(void) {}
+void cublasDrotg_v2(void) {}
+void cublasCrotg_v2(void) {}
+void cublasZrotg_v2(void) {}
+void cublasSrotmg_v2(void) {}
+void cublasDrotmg_v2(void) {}
+void cublasSetAtomicsMode(void) {}

@@ -49,7 +49,7 @@ cublasStatus_t cublasIsamin_v2(cublasHandle_t handle, int n, const float* x, int
 cublasStatus_t cublasIdamin_v2(cublasHandle_t handle, int n, const double* x, int incx, int* result);
 cublasStatus_t cublasIcamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
 cublasStatus_t cublasIzamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
-cublasStatus_t cublasSrotg_v2(cublasHandle_t handle, float* a, float* b, float* c, float* s);
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t handle, int mode);
 cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx, const float* y, int incy,
                              float* result);
 cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx, const double* y, int incy,

@@ -81,14 +81,20 @@ impl Precision {
         }
     }
 
-    /// An element's little-endian bytes.
+    /// A real element's little-endian bytes (a complex one's: its imaginary part 0).
     pub fn encode(self, value: f64) -> Vec<u8> {
+        self.encode_parts([value, 0.0])
+    }
+
+    /// An element's little-endian bytes from its real and imaginary parts (the imaginary one
+    /// dropped for a real type).
+    pub fn encode_parts(self, [re, im]: [f64; 2]) -> Vec<u8> {
         match self {
-            Precision::Single => (value as f32).to_le_bytes().to_vec(),
-            Precision::Double => value.to_le_bytes().to_vec(),
-            Precision::Half => f32_to_f16(value as f32).to_le_bytes().to_vec(),
-            Precision::ComplexSingle => [value as f32, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
-            Precision::ComplexDouble => [value, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Precision::Single => (re as f32).to_le_bytes().to_vec(),
+            Precision::Double => re.to_le_bytes().to_vec(),
+            Precision::Half => f32_to_f16(re as f32).to_le_bytes().to_vec(),
+            Precision::ComplexSingle => [re as f32, im as f32].iter().flat_map(|v| v.to_le_bytes()).collect(),
+            Precision::ComplexDouble => [re, im].iter().flat_map(|v| v.to_le_bytes()).collect(),
         }
     }
 }
@@ -201,18 +207,27 @@ pub(super) unsafe fn scalar_parts(target: Target, precision: Precision, scalar: 
     let p = match scalar {
         Scalar::Value(v) => return Ok([v, 0.0]),
         Scalar::Parts(parts) => return Ok(parts),
-        Scalar::At(p) if p.is_null() => return Err(Error::said(code::INVALID_VALUE, "alpha or beta is null")),
         Scalar::At(p) => p,
     };
     let mut bytes = [0u8; 16];
     let bytes = &mut bytes[..precision.bytes()];
+    load(target, p, bytes)?;
+    Ok(precision.parts(bytes))
+}
+
+/// Fills `bytes` from the program's `p`: host or (`CUBLAS_POINTER_MODE_DEVICE`) device memory,
+/// the latter after the work queued before (so such a call waits).
+pub(super) unsafe fn load(target: Target, p: *const c_void, bytes: &mut [u8]) -> CuResult<()> {
+    if p.is_null() {
+        return Err(Error::said(code::INVALID_VALUE, "a scalar's pointer is null"));
+    }
     if target.host_pointers() {
         crate::managed::settle_host(p as u64)?;
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.as_mut_ptr(), bytes.len());
+        Ok(())
     } else {
-        at_device_memory(p as u64, || device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len()))?;
+        at_device_memory(p as u64, || device_to_host(bytes.as_mut_ptr().cast(), p as u64, bytes.len()))
     }
-    Ok(precision.parts(bytes))
 }
 
 /// Which elements of C a gemm computes and how it reads A and B: which builtin it launches.

@@ -52,6 +52,7 @@ mod magnitudes;
 mod packed;
 mod qr;
 mod rank_k;
+mod rotations;
 mod structured;
 mod triangle_vectors;
 mod trsm;

@@ -9,7 +9,6 @@
 //! | `nrm2(x)` | `sqrt(dotc(x, x))`, the root of its real part taken here |
 //! | `axpy(alpha, x, y)` | `y (1 x n, ld incy) = alpha [1] x + y` |
 //! | `copy(x, y)` | `y = [1] x` |
-//! | `swap(x, y)` | `x = [1] y`, then `y = [1] x'`, `x'` a copy of `x` made first |
 //! | `scal(alpha, x)` | `x = alpha x`, a product of no terms (`k = 0`, `beta = alpha`) |
 //! | `gemv(op, A, x, y)`, op `N` or `T` | `y^T (1 x rows, ld incy) = alpha x^T op(A)^T + beta y^T` |
 //! | `gemv(C, A, x, y)` | `y (n x 1) = alpha A^H x + beta y`, `x` a transposed `1 x m` row |
@@ -22,12 +21,12 @@
 //! column (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) serve increment 1 only. Negative
 //! increments (BLAS's reversed vectors) are not served. A result bound for the host (`dot` in
 //! `CUBLAS_POINTER_MODE_HOST`) and every `nrm2` (whose root is taken here) are computed into
-//! the scratch buffer and read back, so the call waits, as cuBLAS's does.
+//! the scratch buffer and read back, so the call waits, as cuBLAS's does. `swap` and the
+//! rotations are two gemms each ([`super::rotations`]).
 
 use std::ffi::{c_int, c_void};
 
-use super::gemm::{check, launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
-use super::structured::copy_of;
+use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
@@ -155,54 +154,6 @@ unsafe fn axpby(
     let matrices = [Operand::One, Operand::Memory(x), Operand::Memory(y)];
     launch(target, product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
 }
-
-/// `swap`: `x` and `y` exchanged, `x`'s old values through a copy. Two launches: if the second
-/// is refused (it is checked as the first was, so only a lost session does), `x` holds `y`.
-unsafe fn swap(
-    h: usize,
-    precision: Precision,
-    n: c_int,
-    (x, incx): (u64, c_int),
-    (y, incy): (u64, c_int),
-) -> CuResult<()> {
-    let target = handle(h)?.target();
-    if n <= 0 {
-        return Ok(());
-    }
-    served_increments(&[incx, incy])?;
-    let (one, zero) = (Scalar::Value(1.0), Scalar::Value(0.0));
-    let move_into = |from: Operand, inc_from: c_int, to: u64, inc_to: c_int| {
-        product(
-            precision,
-            [0; 2],
-            [1, n, 1],
-            one,
-            [Operand::One, from, Operand::Memory(to)],
-            [1, inc_from, inc_to],
-            zero,
-        )
-    };
-    let y_into_x = move_into(Operand::Memory(y), incy, x, incx);
-    // x's old values: the span the first product writes.
-    let copy = copy_of(target, x, check(&y_into_x)?.footprints()[2] * precision.bytes() as u64)?;
-    launch(target, y_into_x)?;
-    launch(target, move_into(Operand::Slot(copy.at(0)), incx, y, incy))
-}
-
-/// Defines `cublas<T>swap` for `$precision`.
-macro_rules! swap_entry {
-    ($name:ident, $precision:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(h: usize, n: c_int, x: u64, incx: c_int, y: u64, incy: c_int) -> u32 {
-            guard(stringify!($name), || swap(h, $precision, n, (x, incx), (y, incy)))
-        }
-    };
-}
-
-swap_entry!(cublasSswap_v2, Precision::Single);
-swap_entry!(cublasDswap_v2, Precision::Double);
-swap_entry!(cublasCswap_v2, Precision::ComplexSingle);
-swap_entry!(cublasZswap_v2, Precision::ComplexDouble);
 
 /// `x = alpha x`.
 unsafe fn scal(h: usize, precision: Precision, n: c_int, alpha: Scalar, x: u64, incx: c_int) -> CuResult<()> {

@@ -92,8 +92,8 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
             "cublas_gemm: all exact",
             // Not served: said on stderr, answered with its status; the program goes on.
             "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "srotg: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "ac-cuda: cublasSrotg_v2 is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
+            "atomics mode: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ac-cuda: cublasSetAtomicsMode is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
             // What cuBLAS refuses, refused with its status and the reason on stderr.
             "gemmex i8: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
@@ -497,6 +497,48 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "strsv trans 5 incx -1: 7 CUBLAS_STATUS_INVALID_VALUE",
             "ssyr lda 2 for n 3: 7 CUBLAS_STATUS_INVALID_VALUE",
             "cublas_triangle_vectors: all exact",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's plane rotations through the shim (`tests/cuda/cublas_rotations.cu`): `rot` in its
+/// six forms and `rotm` for each flag on strided vectors, exact, the gaps untouched, scalars on
+/// the host or in device memory (the elements a flag implies hold NaN); `rotg` and `rotmg`
+/// within rounding of values worked out by hand, their edges (a or b 0, y1 0, a negative d1,
+/// rescaling) and device pointers among them. An unknown flag and a reversed vector are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
+    run_math_program(
+        "cublas_rotations",
+        "libcublas.so.13",
+        &[
+            "srot incx 2 incy 3 exact",
+            "drot device scalars exact",
+            "crot incy 2 exact",
+            "csrot exact",
+            "zrot incx 3 device scalars exact",
+            "zdrot exact",
+            "srotm flag -1 incx 2 exact",
+            "drotm flag 0 exact",
+            "srotm flag 1 incy 3 exact",
+            "drotm flag -2 exact",
+            "drotm flag -1 device param exact",
+            "srotg 3 4 within rounding",
+            "drotg -4 3 device within rounding",
+            "srotg 0 -2 within rounding",
+            "drotg 5 0 within rounding",
+            "crotg 3+4i 5i within rounding",
+            "zrotg 3+4i 5i device within rounding",
+            "zrotg 0 1-2i within rounding",
+            "srotmg flag 0 within rounding",
+            "drotmg flag 1 device within rounding",
+            "drotmg y1 0 within rounding",
+            "drotmg d1 negative within rounding",
+            "srotmg rescaled within rounding",
+            "srotm flag 0.5: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "srot incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cublas_rotations: all within",
         ],
     )
     .await;
