@@ -66,6 +66,19 @@ struct Held {
     }
 };
 
+// Whether the device's x and y are want_x and want_y, every element, the gaps included; prints
+// "<name> exact" if so. Frees both.
+template <typename E>
+static bool pair_exact(const char* name, E* dx, const std::vector<E>& want_x, E* dy, const std::vector<E>& want_y) {
+    char x_name[96], y_name[96];
+    snprintf(x_name, sizeof x_name, "%s x", name);
+    snprintf(y_name, sizeof y_name, "%s y", name);
+    bool ok = exact(x_name, download(dx, want_x.size()), want_x) && exact(y_name, download(dy, want_y.size()), want_y);
+    if (ok) printf("%s exact\n", name);
+    for (E* p : {dx, dy}) CHECK(cudaFree(p));
+    return ok;
+}
+
 // rot: x = c x + s y, y = c y - conj(s) x over n elements of x (increment incx) and y (incy);
 // the gaps untouched.
 template <typename E, typename S>
@@ -85,13 +98,7 @@ static bool rot(cublasHandle_t h, Rot call, const char* name, int n, int incx, i
         Held<S> held_s({s}, on_device);
         CUBLAS(call(h, n, dx, incx, dy, incy, held_c.at(0), held_s.at(0)));
     }
-    char x_name[96], y_name[96];
-    snprintf(x_name, sizeof x_name, "%s x", name);
-    snprintf(y_name, sizeof y_name, "%s y", name);
-    bool ok = exact(x_name, download(dx, x.size()), want_x) && exact(y_name, download(dy, y.size()), want_y);
-    if (ok) printf("%s exact\n", name);
-    for (E* p : {dx, dy}) CHECK(cudaFree(p));
-    return ok;
+    return pair_exact(name, dx, want_x, dy, want_y);
 }
 
 // rotm with param (flag, h11, h21, h12, h22): [x; y] = H [x; y], H as the flag says (the
@@ -116,13 +123,7 @@ static bool rotm(cublasHandle_t h, Rotm call, const char* name, int n, int incx,
         Held<T> held(param, on_device);
         CUBLAS(call(h, n, dx, incx, dy, incy, held.at(0)));
     }
-    char x_name[96], y_name[96];
-    snprintf(x_name, sizeof x_name, "%s x", name);
-    snprintf(y_name, sizeof y_name, "%s y", name);
-    bool ok = exact(x_name, download(dx, x.size()), want_x) && exact(y_name, download(dy, y.size()), want_y);
-    if (ok) printf("%s exact\n", name);
-    for (T* p : {dx, dy}) CHECK(cudaFree(p));
-    return ok;
+    return pair_exact(name, dx, want_x, dy, want_y);
 }
 
 // Whether each of got is want within `ulps` units of rounding of T (relative to the larger of

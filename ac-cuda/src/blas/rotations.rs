@@ -46,15 +46,21 @@ fn real_transform([[h11, h12], [h21, h22]]: [[f64; 2]; 2]) -> Transform {
 /// `swap`'s transform: `x' = y`, `y' = x`.
 const EXCHANGE: [[f64; 2]; 2] = [[0.0, 1.0], [1.0, 0.0]];
 
-/// `[x; y] = h [x; y]` over `n` elements of the two vectors: `x = h12 y + h11 x`, then
-/// `y = h21 x' + h22 y` from a copy `x'` of `x`'s old values. If the second launch is refused
-/// (it is checked as the first was, so only a lost session does), `x` alone has changed.
+/// `n` elements of two vectors, each `(address, increment)`.
+#[derive(Debug, Clone, Copy)]
+struct Pair {
+    n: c_int,
+    x: (u64, c_int),
+    y: (u64, c_int),
+}
+
+/// `[x; y] = h [x; y]` over `pair`: `x = h12 y + h11 x`, then `y = h21 x' + h22 y` from a copy
+/// `x'` of `x`'s old values. If the second launch is refused (it is checked as the first was,
+/// so only a lost session does), `x` alone has changed.
 unsafe fn transform(
     target: Target,
     precision: Precision,
-    n: c_int,
-    (x, incx): (u64, c_int),
-    (y, incy): (u64, c_int),
+    Pair { n, x: (x, incx), y: (y, incy) }: Pair,
     h: Transform,
 ) -> CuResult<()> {
     served_increments(&[incx, incy])?;
@@ -71,35 +77,36 @@ unsafe fn transform(
     launch(target, term(h[1][0], Operand::Slot(copy.at(0)), incx, h[1][1], y, incy))
 }
 
-/// `swap`: `x` and `y` exchanged.
-unsafe fn swap(h: usize, precision: Precision, n: c_int, x: (u64, c_int), y: (u64, c_int)) -> CuResult<()> {
-    let target = handle(h)?.target();
-    if n <= 0 {
-        return Ok(());
-    }
-    transform(target, precision, n, x, y, real_transform(EXCHANGE))
-}
-
-/// `rot`: `x = c x + s y`, `y = c y - conj(s) x`, `c` real, `s` of `s_precision` (real, or the
-/// vectors' complex type).
-#[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn rot(
+/// Applies to `pair`, on handle `h`'s target, the transform that `matrix` gives from the call's
+/// scalars (`None`: the identity, nothing launched); with no elements nothing is read, as in
+/// BLAS.
+unsafe fn apply(
     h: usize,
     precision: Precision,
-    n: c_int,
-    x: (u64, c_int),
-    y: (u64, c_int),
-    c: *const c_void,
-    s: *const c_void,
-    s_precision: Precision,
+    pair: Pair,
+    matrix: impl FnOnce(Target) -> CuResult<Option<Transform>>,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
-    if n <= 0 {
+    if pair.n <= 0 {
         return Ok(());
     }
+    match matrix(target)? {
+        Some(h) => transform(target, precision, pair, h),
+        None => Ok(()),
+    }
+}
+
+/// `rot`'s matrix, `[c s; -conj(s) c]`: `c` a real of `precision`, `s` of `s_precision` (real,
+/// or the vectors' complex type).
+unsafe fn givens_transform(
+    target: Target,
+    precision: Precision,
+    c: *const c_void,
+    (s, s_precision): (*const c_void, Precision),
+) -> CuResult<Option<Transform>> {
     let c = [scalar_value(target, precision.real(), Scalar::At(c))?, 0.0];
     let s = scalar_parts(target, s_precision, Scalar::At(s))?;
-    transform(target, precision, n, x, y, [[c, s], [[-s[0], s[1]], c]])
+    Ok(Some([[c, s], [[-s[0], s[1]], c]]))
 }
 
 /// `rotm`'s matrix from `param` (`flag, h11, h21, h12, h22`): `None` for the identity (flag
@@ -113,26 +120,6 @@ fn modified_transform([flag, h11, h21, h12, h22]: [f64; 5]) -> CuResult<Option<[
         _ => return Err(Error::said(code::INVALID_VALUE, format!("rotm's flag {flag} (-2, -1, 0 or 1)"))),
     };
     Ok(Some(rows))
-}
-
-/// `rotm`: `[x; y] = H [x; y]`, `H` as `param` says.
-unsafe fn rotm(
-    h: usize,
-    precision: Precision,
-    n: c_int,
-    x: (u64, c_int),
-    y: (u64, c_int),
-    param: *const c_void,
-) -> CuResult<()> {
-    let target = handle(h)?.target();
-    if n <= 0 {
-        return Ok(());
-    }
-    let param = read_param(target, precision, param)?;
-    match modified_transform(param)? {
-        Some(rows) => transform(target, precision, n, x, y, real_transform(rows)),
-        None => Ok(()),
-    }
 }
 
 /// Reads the program's element of `precision` at `p` (host or device memory, as the pointer
@@ -342,7 +329,8 @@ macro_rules! swap_entry {
     ($name:ident, $precision:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(h: usize, n: c_int, x: u64, incx: c_int, y: u64, incy: c_int) -> u32 {
-            guard(stringify!($name), || swap(h, $precision, n, (x, incx), (y, incy)))
+            let pair = Pair { n, x: (x, incx), y: (y, incy) };
+            guard(stringify!($name), || apply(h, $precision, pair, |_| Ok(Some(real_transform(EXCHANGE)))))
         }
     };
 }
@@ -367,8 +355,9 @@ macro_rules! rot_entry {
             c: *const $real,
             s: *const $s,
         ) -> u32 {
-            let (c, s) = (c.cast(), s.cast());
-            guard(stringify!($name), || rot(h, $precision, n, (x, incx), (y, incy), c, s, $s_precision))
+            let pair = Pair { n, x: (x, incx), y: (y, incy) };
+            let matrix = |target| givens_transform(target, $precision, c.cast(), (s.cast(), $s_precision));
+            guard(stringify!($name), || apply(h, $precision, pair, matrix))
         }
     };
 }
@@ -393,7 +382,10 @@ macro_rules! modified_entries {
             incy: c_int,
             param: *const $real,
         ) -> u32 {
-            guard(stringify!($rotm), || rotm(h, $precision, n, (x, incx), (y, incy), param.cast()))
+            let pair = Pair { n, x: (x, incx), y: (y, incy) };
+            let matrix =
+                |target| Ok(modified_transform(read_param(target, $precision, param.cast())?)?.map(real_transform));
+            guard(stringify!($rotm), || apply(h, $precision, pair, matrix))
         }
 
         #[no_mangle]
