@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
         ok &= copied;
         cublasStatus_t strided = cublasSetVector(4, sizeof(float), x, 1, d, 2);
         printf("strided on the device: %d %s\n", (int)strided, cublasGetStatusName(strided));
-        cublasStatus_t atomics = cublasSetAtomicsMode(h, 1);
+        cublasStatus_t atomics = cublasSetAtomicsMode(h, 0);
         printf("atomics mode: %d %s\n", (int)atomics, cublasGetStatusName(atomics));
         CHECK(cudaFree(d));
     }

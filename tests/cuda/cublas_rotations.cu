@@ -107,8 +107,9 @@ template <typename T>
 static bool rotm(cublasHandle_t h, Rotm call, const char* name, int n, int incx, int incy, std::vector<T> param,
                  bool on_device) {
     T flag = param[0], h11 = param[1], h21 = param[2], h12 = param[3], h22 = param[4];
+    // By its sign, as reference BLAS reads it.
     if (flag == 0) h11 = h22 = 1;
-    if (flag == 1) h21 = -1, h12 = 1;
+    if (flag > 0) h21 = -1, h12 = 1;
     if (flag == -2) h11 = h22 = 1, h21 = h12 = 0;
     std::vector<T> x = values<T>((size_t)n * incx, 3), y = values<T>((size_t)n * incy, 4);
     std::vector<T> want_x = x, want_y = y;
@@ -126,13 +127,14 @@ static bool rotm(cublasHandle_t h, Rotm call, const char* name, int n, int incx,
     return pair_exact(name, dx, want_x, dy, want_y);
 }
 
-// Whether each of got is want within `ulps` units of rounding of T (relative to the larger of
-// 1 and |want|); prints "<name> within rounding", else the first that is not.
+// Whether each of got is want within `ulps` units of rounding of T (relative to |want|; a want
+// of 0 within `ulps` epsilons of it); prints "<name> within rounding", else the first that is
+// not.
 template <typename T>
 static bool near(const char* name, const std::vector<T>& got, const std::vector<T>& want, double ulps = 4) {
     double epsilon = std::numeric_limits<Real<T>>::epsilon();
     for (size_t i = 0; i < want.size(); i++) {
-        double scale = std::max(1.0, (double)std::abs(want[i]));
+        double scale = want[i] == T(0) ? 1.0 : (double)std::abs(want[i]);
         if (!(std::abs(got[i] - want[i]) <= ulps * epsilon * scale)) {
             printf("%s: value %zu is %.9g%+.9gi, expected %.9g%+.9gi\n", name, i, (double)std::real(got[i]),
                    (double)std::imag(got[i]), (double)std::real(want[i]), (double)std::imag(want[i]));
@@ -157,25 +159,33 @@ template <typename E>
 static bool complex_rotg(cublasHandle_t h, Rotg call, const char* name, E a, E b, E r, Real<E> c, E s,
                          bool on_device) {
     Mode mode(h, on_device);
-    Held<E> held({a, b, E(nan_f()), E(nan_f())}, on_device);
-    // c is a real: the third element's first half.
+    Held<E> held({a, b, E(nan_f(), nan_f()), E(nan_f())}, on_device);
+    // c is a real: the third element's first half; the second must stay as it was.
     CUBLAS(call(h, held.at(0), held.at(1), (Real<E>*)held.at(2), held.at(3)));
     std::vector<E> got = held.back();
+    if (!std::isnan(std::imag(got[2]))) {
+        printf("%s: c written past its real, %g\n", name, (double)std::imag(got[2]));
+        return false;
+    }
     got[2] = E(std::real(got[2]));
     return near(name, got, {r, b, E(c), s});
 }
 
 // rotmg of d1, d2, x1, y1: (d1, d2, x1) and param as reference BLAS leaves them, param's
-// elements the flag does not write still 7.
+// elements the flag implies still 7 (`native`: not checked, cuBLAS says only that it does not
+// store them).
 template <typename T>
 static bool rotmg(cublasHandle_t h, Rotmg call, const char* name, std::vector<T> in, std::vector<T> want,
-                  bool on_device) {
+                  bool on_device, bool native) {
     Mode mode(h, on_device);
     // d1, d2, x1, y1, then param.
     in.insert(in.end(), 5, 7);
     Held<T> held(in, on_device);
     CUBLAS(call(h, held.at(0), held.at(1), held.at(2), held.at(3), held.at(4)));
-    return near(name, held.back(), want);
+    std::vector<T> got = held.back();
+    for (size_t i = 4; native && i < want.size(); i++)
+        if (want[i] == 7) want[i] = got[i];
+    return near(name, got, want);
 }
 
 int main(int argc, char** argv) {
@@ -216,28 +226,29 @@ int main(int argc, char** argv) {
     // d1 x1^2 = 4 > d2 y1^2 = 1: flag 0, h21 = -y1/x1 = -1, h12 = d2 y1 / (d1 x1) = 1/4,
     // u = 1 - h12 h21 = 5/4; d1 4/u, d2 1/u, x1 u. param: 0, 7, -1, 1/4, 7.
     ok &= rotmg<float>(h, cublasSrotmg_v2, "srotmg flag 0", {4, 1, 1, 1}, {3.2f, 0.8f, 1.25f, 1, 0, 7, -1, 0.25f, 7},
-                       false);
+                       false, native);
     // The other way: flag 1, h11 = d1 x1 / (d2 y1) = 1/4, h22 = x1/y1 = 1, u = 1 + h11 h22 = 5/4;
     // d1 = d2/u, d2 = d1/u, x1 = y1 u. param: 1, 1/4, 7, 7, 1.
     ok &= rotmg<double>(h, cublasDrotmg_v2, "drotmg flag 1 device", {1, 4, 1, 1}, {3.2, 0.8, 1.25, 1, 1, 0.25, 7, 7, 1},
-                        true);
+                        true, native);
     // y1 0: nothing to zero, flag -2 and nothing else written.
-    ok &= rotmg<double>(h, cublasDrotmg_v2, "drotmg y1 0", {2, 3, 4, 0}, {2, 3, 4, 0, -2, 7, 7, 7, 7}, false);
+    ok &= rotmg<double>(h, cublasDrotmg_v2, "drotmg y1 0", {2, 3, 4, 0}, {2, 3, 4, 0, -2, 7, 7, 7, 7}, false, native);
     // A negative d1: all zero, flag -1.
-    ok &= rotmg<double>(h, cublasDrotmg_v2, "drotmg d1 negative", {-1, 3, 4, 1}, {0, 0, 0, 1, -1, 0, 0, 0, 0}, false);
+    ok &= rotmg<double>(h, cublasDrotmg_v2, "drotmg d1 negative", {-1, 3, 4, 1}, {0, 0, 0, 1, -1, 0, 0, 0, 0}, false, native);
     // d1 1e-10: flag 1 with u = 1 (in float), so d2 = 1e-10, below 2^-24: scaled by 4096^2, and
     // H's second row (h21 -1, h22 1) by 1/4096, flag -1 with h12 1 stored.
     float d2 = 1e-10f * 4096 * 4096;
     ok &= rotmg<float>(h, cublasSrotmg_v2, "srotmg rescaled", {1e-10f, 1, 1, 1},
-                       {1, d2, 1, 1, -1, 1e-10f, -1.0f / 4096, 1, 1.0f / 4096}, false);
+                       {1, d2, 1, 1, -1, 1e-10f, -1.0f / 4096, 1, 1.0f / 4096}, false, native);
     if (!native) {
-        // What BLAS leaves undefined, refused: a flag rotm does not know; a reversed vector
-        // (not served).
+        // A flag reference BLAS reads by its sign (2: as 1); no elements, nothing read (null
+        // scalars); a reversed vector, not served.
+        ok &= rotm<float>(h, cublasSrotm_v2, "srotm flag 2 as 1", 4, 1, 1, {2, -1, nf, nf, 2}, false);
         std::vector<float> v(16, 1.0f);
         float* d = upload(v);
-        float param[5] = {0.5f, 1, 1, 1, 1}, c = 1, s = 0;
-        cublasStatus_t st = cublasSrotm_v2(h, 4, d, 1, d + 8, 1, param);
-        printf("srotm flag 0.5: %d %s\n", (int)st, cublasGetStatusName(st));
+        float c = 1, s = 0;
+        cublasStatus_t st = cublasSrot_v2(h, 0, d, 1, d + 8, 1, nullptr, nullptr);
+        printf("srot of no elements: %d %s\n", (int)st, cublasGetStatusName(st));
         st = cublasSrot_v2(h, 4, d, -1, d + 8, 1, &c, &s);
         printf("srot incx -1: %d %s\n", (int)st, cublasGetStatusName(st));
         CHECK(cudaFree(d));

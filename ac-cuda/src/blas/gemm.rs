@@ -148,6 +148,19 @@ pub(super) enum Operand {
     Slot(KernelArg),
 }
 
+impl Operand {
+    /// A matrix of program memory or the shim's own buffer as a kernel argument: the program's
+    /// `elements` elements of `width` bytes must lie in one of its allocations. The constant
+    /// one is the gemm's own ([`launch_reading`]).
+    pub(super) fn argument(self, target: Target, elements: u64, width: u64) -> CuResult<KernelArg> {
+        match self {
+            Operand::Memory(address) => matrix(target, address, elements, width),
+            Operand::Slot(slot) => Ok(slot),
+            Operand::One => Err(Error::said(code::INVALID_VALUE, "the constant one where a matrix is read")),
+        }
+    }
+}
+
 /// One gemm call's arguments, as cuBLAS takes them (`stride` and `batch` are 0 and 1 for a
 /// plain gemm).
 #[derive(Debug, Clone, Copy)]
@@ -284,12 +297,11 @@ pub(super) unsafe fn launch_reading(target: Target, mut call: GemmCall, reading:
             continue;
         }
         pointers[x] = Some(match call.matrices[x] {
-            Operand::Memory(address) => matrix(target, address, elements, widths[x])?,
             // The shim's own 1 x 1 matrices: its callers pass ld 1, no stride, one batch.
             // An `f32` or `f64` one (real or complex) as the compute type: the shim's callers
             // use it only where A is of that type (level 1, not `cublasHgemm`'s binary16).
             Operand::One => device.one(precision.real() == Precision::Double),
-            Operand::Slot(slot) => slot,
+            operand => operand.argument(target, elements, widths[x])?,
         });
     }
     // A matrix of no elements (k = 0) is not read: C's pointer stands in for it.

@@ -50,6 +50,7 @@ mod lt;
 mod lu;
 mod magnitudes;
 mod packed;
+mod packed_vectors;
 mod qr;
 mod rank_k;
 mod rotations;

@@ -15,15 +15,19 @@
 //!
 //! The copy is work that a graph capture does not record, so these calls are refused while
 //! their stream captures. `c`, `s` and `param` are read on the host (from device memory in
-//! `CUBLAS_POINTER_MODE_DEVICE`, after the stream's work: the call waits).
+//! `CUBLAS_POINTER_MODE_DEVICE`, after the stream's work: the call waits). A coefficient of 0
+//! does not read its vector (a gemm's zero alpha or beta reads no operand), so a NaN or an
+//! infinity there does not reach the result, as it would in cuBLAS's `c x + s y`.
 //!
 //! `rotg` and `rotmg` have no vectors: they are computed here, in the call's precision, from
 //! scalars read from host or device memory as the pointer mode says, and written back there
-//! (in device memory after the work queued before: the call waits), as reference BLAS computes
-//! them. A real `rotg` follows LAPACK 3.10's (`r` carries the sign of the larger of `a` and
+//! (in device memory after the work queued before: the call waits, and is refused while the
+//! stream captures, since a graph would not redo it), as reference BLAS computes them. A real `rotg` follows LAPACK 3.10's (`r` carries the sign of the larger of `a` and
 //! `b`; `b` becomes `z`, from which `c` and `s` can be recovered); a complex one follows cuBLAS's
-//! documentation (`r = b` when `a` is 0; `b` left alone). `rotmg` follows reference BLAS's,
-//! rescaling by 4096 until `d1` and `d2` lie between `2^-24` and `2^24`.
+//! documentation (`r = b` when `a` is 0; `b` left alone; LAPACK 3.10's gives `|b|` there).
+//! `rotmg` follows reference BLAS's, rescaling by 4096 until `d1` and `d2` lie within its
+//! bounds (`srotmg`'s and `drotmg`'s own, about `2^-24` and `2^24`), and writes only the
+//! elements of `param` its flag does not imply.
 
 use std::ffi::{c_int, c_void};
 
@@ -91,7 +95,7 @@ unsafe fn apply(
         return Ok(());
     }
     match matrix(target)? {
-        Some(h) => transform(target, precision, pair, h),
+        Some(matrix) => transform(target, precision, pair, matrix),
         None => Ok(()),
     }
 }
@@ -110,33 +114,38 @@ unsafe fn givens_transform(
 }
 
 /// `rotm`'s matrix from `param` (`flag, h11, h21, h12, h22`): `None` for the identity (flag
-/// -2); a flag BLAS does not define is refused.
-fn modified_transform([flag, h11, h21, h12, h22]: [f64; 5]) -> CuResult<Option<[[f64; 2]; 2]>> {
-    let rows = match flag {
-        -2.0 => return Ok(None),
-        -1.0 => [[h11, h12], [h21, h22]],
-        0.0 => [[1.0, h12], [h21, 1.0]],
-        1.0 => [[h11, 1.0], [-1.0, h22]],
-        _ => return Err(Error::said(code::INVALID_VALUE, format!("rotm's flag {flag} (-2, -1, 0 or 1)"))),
-    };
-    Ok(Some(rows))
+/// -2). Other flags are read as reference BLAS reads them, by sign: below 0 all four elements,
+/// 0 the off-diagonal ones, above 0 (or NaN) the diagonal ones.
+fn modified_transform([flag, h11, h21, h12, h22]: [f64; 5]) -> Option<[[f64; 2]; 2]> {
+    if flag == -2.0 {
+        None
+    } else if flag < 0.0 {
+        Some([[h11, h12], [h21, h22]])
+    } else if flag == 0.0 {
+        Some([[1.0, h12], [h21, 1.0]])
+    } else {
+        Some([[h11, 1.0], [-1.0, h22]])
+    }
 }
 
 /// Reads the program's element of `precision` at `p` (host or device memory, as the pointer
 /// mode says).
 unsafe fn read(target: Target, precision: Precision, p: *const c_void) -> CuResult<[f64; 2]> {
-    let mut bytes = [0u8; 16];
-    let bytes = &mut bytes[..precision.bytes()];
-    load(target, p, bytes)?;
-    Ok(precision.parts(bytes))
+    scalar_parts(target, precision, Scalar::At(p))
 }
 
 /// Writes an element of `precision` to the program's `p`.
 unsafe fn write(target: Target, precision: Precision, p: *mut c_void, value: [f64; 2]) -> CuResult<()> {
-    if p.is_null() {
-        return Err(Error::said(code::INVALID_VALUE, "a scalar's pointer is null"));
-    }
     store(target, p, &precision.encode_parts(value))
+}
+
+/// Refuses `rotg` or `rotmg` on scalars in device memory while the stream captures: they are
+/// read and written at once, which a graph would not redo when it runs.
+fn refuse_captured_scalars(target: Target, what: &str) -> CuResult<()> {
+    if target.host_pointers() {
+        return Ok(());
+    }
+    crate::graph::refuse_if_capturing(target.stream, what)
 }
 
 /// `rotm`'s and `rotmg`'s `param`: five reals of `precision`.
@@ -217,25 +226,29 @@ impl<F: Float> Modified<F> {
         Modified { flag: -F::one(), h: [zero; 4], d1: zero, d2: zero, x1: zero }
     }
 
-    /// `param` as reference BLAS writes it over `old`: the flag, and the elements of `H` that
-    /// the flag does not imply.
-    fn param(&self, old: [F; 5]) -> [F; 5] {
+    /// The elements of `param` reference BLAS writes, by index: the flag, and those of `H`
+    /// (`h11`, `h21`, `h12`, `h22` at 1 to 4) that the flag does not imply.
+    fn param(&self) -> Vec<(usize, F)> {
         let [h11, h21, h12, h22] = self.h;
-        let [_, o11, o21, o12, o22] = old;
+        let mut written = vec![(0, self.flag)];
         match self.flag.to_f64() {
-            Some(-1.0) => [self.flag, h11, h21, h12, h22],
-            Some(0.0) => [self.flag, o11, h21, h12, o22],
-            Some(1.0) => [self.flag, h11, o21, o12, h22],
-            _ => [self.flag, o11, o21, o12, o22],
+            Some(-1.0) => written.extend([(1, h11), (2, h21), (3, h12), (4, h22)]),
+            Some(0.0) => written.extend([(2, h21), (3, h12)]),
+            Some(1.0) => written.extend([(1, h11), (4, h22)]),
+            _ => {}
         }
+        written
     }
 
     /// Scales `d1` (and `x1`, `h11`, `h12`) and `d2` (`h21`, `h22`) by powers of 4096 until
-    /// each lies between `2^-24` and `2^24` (or is 0, or not finite), the flag becoming -1 (its
-    /// implied elements stored) once it does.
+    /// each lies within reference BLAS's bounds (or is 0, or not finite), the flag becoming -1
+    /// (its implied elements stored) once it does.
     fn rescale(&mut self) {
         let gamma: F = narrow(4096.0);
-        let (big, small): (F, F) = (gamma * gamma, narrow(5.960_464_5e-8));
+        // srotmg's bounds are 1.67772e7 and 5.96046e-8; drotmg's 4096^2 and 5.9604645e-8.
+        let single = std::mem::size_of::<F>() == 4;
+        let (big, small): (F, F) =
+            if single { (narrow(1.67772e7), narrow(5.96046e-8)) } else { (gamma * gamma, narrow(5.960_464_5e-8)) };
         let out_of_range = |d: F| d != F::zero() && d.is_finite() && (d.abs() <= small || d.abs() >= big);
         while out_of_range(self.d1) {
             self.flag = -F::one();
@@ -291,6 +304,7 @@ fn modified_givens<F: Float>(d1: F, d2: F, x1: F, y1: F) -> Modified<F> {
 /// `z`; a complex `a` becomes `r`, `b` stays.
 unsafe fn rotg<F: Float>(h: usize, precision: Precision, [a, b, c, s]: [*mut c_void; 4]) -> CuResult<()> {
     let target = handle(h)?.target();
+    refuse_captured_scalars(target, "rotg")?;
     let parts = |p: *mut c_void| read(target, precision, p).map(|v| v.map(narrow::<F>));
     let (a_value, b_value) = (parts(a)?, parts(b)?);
     let wide = |v: [F; 2]| v.map(widen);
@@ -311,14 +325,17 @@ unsafe fn rotg<F: Float>(h: usize, precision: Precision, [a, b, c, s]: [*mut c_v
 /// `rotmg` of a real `precision` computed in `F`: `d1`, `d2`, `x1` updated, `param` written.
 unsafe fn rotmg<F: Float>(h: usize, precision: Precision, [d1, d2, x1, y1, param]: [*mut c_void; 5]) -> CuResult<()> {
     let target = handle(h)?.target();
+    refuse_captured_scalars(target, "rotmg")?;
     let value = |p: *mut c_void| read(target, precision, p).map(|v| narrow::<F>(v[0]));
     let m = modified_givens(value(d1)?, value(d2)?, value(x1)?, value(y1)?);
-    let old = read_param(target, precision, param)?.map(narrow::<F>);
+    if param.is_null() {
+        return Err(Error::said(code::INVALID_VALUE, "rotmg's param is null"));
+    }
     for (p, v) in [(d1, m.d1), (d2, m.d2), (x1, m.x1)] {
         write(target, precision, p, [widen(v), 0.0])?;
     }
     let param = param.cast::<u8>();
-    for (i, v) in m.param(old).into_iter().enumerate() {
+    for (i, v) in m.param() {
         write(target, precision, param.add(i * precision.bytes()).cast(), [widen(v), 0.0])?;
     }
     Ok(())
@@ -384,7 +401,7 @@ macro_rules! modified_entries {
         ) -> u32 {
             let pair = Pair { n, x: (x, incx), y: (y, incy) };
             let matrix =
-                |target| Ok(modified_transform(read_param(target, $precision, param.cast())?)?.map(real_transform));
+                |target| Ok(modified_transform(read_param(target, $precision, param.cast())?).map(real_transform));
             guard(stringify!($rotm), || apply(h, $precision, pair, matrix))
         }
 
@@ -466,19 +483,19 @@ mod tests {
         // |d1 x1^2| > |d2 y1^2|: flag 0, h21 = -y1/x1, h12 = d2 y1 / d1 x1, u = 1 - h12 h21.
         let m = modified_givens(4.0f64, 1.0, 1.0, 1.0);
         assert_eq!((m.flag, m.h[1], m.h[2], m.d1, m.d2, m.x1), (0.0, -1.0, 0.25, 3.2, 0.8, 1.25));
-        assert_eq!(m.param([9.0; 5]), [0.0, 9.0, -1.0, 0.25, 9.0], "h11 and h22 are implied");
+        assert_eq!(m.param(), [(0, 0.0), (2, -1.0), (3, 0.25)], "h11 and h22 are implied");
         // The other way: flag 1, d1 and d2 exchanged.
         let m = modified_givens(1.0f64, 4.0, 1.0, 1.0);
         assert_eq!((m.flag, m.h[0], m.h[3], m.d1, m.d2, m.x1), (1.0, 0.25, 1.0, 3.2, 0.8, 1.25));
-        assert_eq!(m.param([9.0; 5]), [1.0, 0.25, 9.0, 9.0, 1.0]);
+        assert_eq!(m.param(), [(0, 1.0), (1, 0.25), (4, 1.0)]);
         // y1 0: the identity, only the flag written; a negative d1 zeroes everything.
         let identity = modified_givens(2.0f64, 3.0, 4.0, 0.0);
-        assert_eq!((identity.param([9.0; 5]), identity.d1, identity.x1), ([-2.0, 9.0, 9.0, 9.0, 9.0], 2.0, 4.0));
+        assert_eq!((identity.param(), identity.d1, identity.x1), (vec![(0, -2.0)], 2.0, 4.0));
         assert_eq!(modified_givens(-1.0f64, 3.0, 4.0, 1.0), Modified::zeroed());
         // d2 ends below 2^-24: scaled up by 4096^2 once, H's second row down by 4096, flag -1.
         let m = modified_givens(1e-10f32, 1.0, 1.0, 1.0);
-        let want = [-1.0, 1e-10, -1.0 / 4096.0, 1.0, 1.0 / 4096.0];
-        assert_eq!((m.param([9.0; 5]), m.d1, m.d2, m.x1), (want, 1.0, 1e-10 * 4096.0 * 4096.0, 1.0));
+        let want = vec![(0, -1.0), (1, 1e-10), (2, -1.0 / 4096.0), (3, 1.0), (4, 1.0 / 4096.0)];
+        assert_eq!((m.param(), m.d1, m.d2, m.x1), (want, 1.0, 1e-10 * 4096.0 * 4096.0, 1.0));
         // A huge d1 is scaled down until below 2^24; an infinite one is left (no endless loop).
         let m = modified_givens(1e20f64, 1.0, 1.0, 1.0);
         assert!(m.d1 < 16777216.0 && m.d1 > 5.9e-8 && m.flag == -1.0, "{m:?}");
@@ -487,11 +504,15 @@ mod tests {
     }
 
     #[test]
-    fn rotm_reads_its_matrix_from_the_flag() {
-        assert_eq!(modified_transform([-1.0, 2.0, 3.0, 4.0, 5.0]).unwrap(), Some([[2.0, 4.0], [3.0, 5.0]]));
-        assert_eq!(modified_transform([0.0, 2.0, 3.0, 4.0, 5.0]).unwrap(), Some([[1.0, 4.0], [3.0, 1.0]]));
-        assert_eq!(modified_transform([1.0, 2.0, 3.0, 4.0, 5.0]).unwrap(), Some([[2.0, 1.0], [-1.0, 5.0]]));
-        assert_eq!(modified_transform([-2.0, 2.0, 3.0, 4.0, 5.0]).unwrap(), None);
-        assert_eq!(modified_transform([0.5, 2.0, 3.0, 4.0, 5.0]).unwrap_err().code(), code::INVALID_VALUE);
+    fn rotm_reads_its_matrix_from_the_flag_as_reference_blas_does() {
+        let with = |flag: f64| modified_transform([flag, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(with(-1.0), Some([[2.0, 4.0], [3.0, 5.0]]));
+        assert_eq!(with(0.0), Some([[1.0, 4.0], [3.0, 1.0]]));
+        assert_eq!(with(1.0), Some([[2.0, 1.0], [-1.0, 5.0]]));
+        assert_eq!(with(-2.0), None);
+        // Other flags by sign: below 0 the whole matrix, above 0 or NaN the diagonal one.
+        assert_eq!(with(-0.5), with(-1.0));
+        assert_eq!(with(0.5), with(1.0));
+        assert_eq!(with(f64::NAN), with(1.0));
     }
 }

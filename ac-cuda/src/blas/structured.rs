@@ -13,7 +13,7 @@
 //! is first copied to a buffer of the shim's, on the same stream, dropped after the launch (a
 //! buffer is freed after the work queued before it). While a stream captures a graph, that
 //! copy is refused as other work not recorded is (`cudaErrorStreamCaptureUnsupported`), and so
-//! are `trmv` and `swap`, which copy too.
+//! are `trmv`, `swap`, `rot` and `rotm`, which copy too.
 
 use std::ffi::c_int;
 
@@ -115,12 +115,18 @@ pub(super) fn copy_of(target: Target, address: u64, len: u64) -> CuResult<ac_fro
         return Err(Error::said(code::INVALID_VALUE, "a matrix of another device's memory"));
     }
     let stream = stream_of(target.stream, target.device)?;
-    let acc = &shim.devices[target.device].acc;
-    let copy = shim.block_on(acc.alloc::<u8>(len as usize))?;
+    let copy = scratch(target, len)?;
     managed::device_work(&[Reach::Memory(target.device, address)], || {
         Ok(shim.block_on(copy.copy_from_device_at(&stream, 0, &from.buffer, offset as usize, len as usize))?)
     })?;
     Ok(copy)
+}
+
+/// A buffer of the shim's of `len` bytes on the target's device, freed when dropped (after the
+/// work queued before).
+pub(super) fn scratch(target: Target, len: u64) -> CuResult<ac_frontend::DeviceBuffer<u8>> {
+    let shim = state::shim()?;
+    Ok(shim.block_on(shim.devices[target.device].acc.alloc::<u8>(len as usize))?)
 }
 
 /// Defines `cublas<S|D|C|Z>symm` and `cublas<C|Z>hemm` for element type `$t`, `$precision`,

@@ -22,7 +22,7 @@ use super::rank_k::zero_diagonal_imaginary;
 use super::structured::{copy_of, form, Kind};
 use super::trsm::{self, TrsmCall};
 use super::vectors::{conjugated_column, ger_call, served_increments};
-use super::{guard, handle};
+use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Refuses what cuBLAS refuses of a call on an `n x n` triangle: a `uplo` but 0 or 1, a
@@ -37,7 +37,7 @@ fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuRes
 
 /// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves: `op` C on a
 /// strided `x` would need a conjugate without a transpose. Gives A's kind.
-fn triangular(
+pub(super) fn triangular(
     what: &str,
     [uplo, trans, diag]: [c_int; 3],
     n: c_int,
@@ -58,41 +58,40 @@ fn triangular(
     Ok(kind)
 }
 
-/// `symv` (`kind` symmetric) or `hemv` (Hermitian) on handle `h`.
+/// `symv` (`kind` symmetric) or `hemv` (Hermitian) on `target`, `A` program memory or (`spmv`,
+/// `hpmv`) a buffer of the shim's.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn symv(
-    h: usize,
+pub(super) unsafe fn symv(
+    target: Target,
     precision: Precision,
     kind: Kind,
     [uplo, n]: [c_int; 2],
     alpha: Scalar,
-    (a, lda): (u64, c_int),
+    (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
     beta: Scalar,
     (y, incy): (u64, c_int),
 ) -> CuResult<()> {
-    let target = handle(h)?.target();
     check("symv", uplo, n, lda, &[incx, incy])?;
     if n == 0 {
         return Ok(());
     }
     // y^T = x^T A^T: A, the gemm's B, completed from its triangle and then transposed.
-    let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
+    let matrices = [Operand::Memory(x), a, Operand::Memory(y)];
     let call = product(precision, [0, 1], [1, n, n], alpha, matrices, [incx, lda, incy], beta);
     launch_reading(target, call, Reading::Structured(form(1, kind, uplo)))
 }
 
-/// `trmv` on handle `h`: `x = op(A) x`, `A` triangular (`unit`: its diagonal ones).
-#[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn trmv(
-    h: usize,
+/// `trmv` on `target`: `x = op(A) x`, `A` triangular (`unit`: its diagonal ones), program
+/// memory or (`tpmv`) a buffer of the shim's.
+pub(super) unsafe fn trmv(
+    target: Target,
     precision: Precision,
     [uplo, trans, diag]: [c_int; 3],
     n: c_int,
-    (a, lda): (u64, c_int),
+    (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
-    let target = handle(h)?.target();
     let kind = triangular("trmv", [uplo, trans, diag], n, lda, incx, precision)?;
     if n == 0 {
         return Ok(());
@@ -100,11 +99,11 @@ unsafe fn trmv(
     let (one, zero, x_at) = (Scalar::Value(1.0), Scalar::Value(0.0), Operand::Memory(x));
     let (mut call, operand) = if incx == 1 {
         // x (n x 1) = op(A) x: A the gemm's A.
-        (product(precision, [trans, 0], [n, 1, n], one, [Operand::Memory(a), x_at, x_at], [lda, n, n], zero), 0)
+        (product(precision, [trans, 0], [n, 1, n], one, [a, x_at, x_at], [lda, n, n], zero), 0)
     } else {
         // x^T = x^T op(A)^T: op(A)^T is A's transpose for N, A for T; A the gemm's B.
         let trans_b = c_int::from(trans == 0);
-        (product(precision, [0, trans_b], [1, n, n], one, [x_at, Operand::Memory(a), x_at], [incx, lda, incx], zero), 1)
+        (product(precision, [0, trans_b], [1, n, n], one, [x_at, a, x_at], [incx, lda, incx], zero), 1)
     };
     // The product reads x while it writes it: x's old values (C's span) through a copy.
     let len = gemm::check(&call)?.footprints()[2] * precision.bytes() as u64;
@@ -113,17 +112,16 @@ unsafe fn trmv(
     launch_reading(target, call, Reading::Structured(form(operand, kind, uplo)))
 }
 
-/// `trsv` on handle `h`: `op(A) x = b` solved over `b` (`x`), `A` triangular (`diag` 1: its
-/// diagonal ones).
-unsafe fn trsv(
-    h: usize,
+/// `trsv` on `target`: `op(A) x = b` solved over `b` (`x`), `A` triangular (`diag` 1: its
+/// diagonal ones), program memory or (`tpsv`) a buffer of the shim's.
+pub(super) unsafe fn trsv(
+    target: Target,
     precision: Precision,
     [uplo, trans, diag]: [c_int; 3],
     n: c_int,
-    (a, lda): (u64, c_int),
+    (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
-    let target = handle(h)?.target();
     triangular("trsv", [uplo, trans, diag], n, lda, incx, precision)?;
     let alpha = Scalar::Value(1.0);
     let call = if incx == 1 {
@@ -137,30 +135,31 @@ unsafe fn trsv(
     trsm::launch(target, call)
 }
 
-/// `syr` and `syr2` (`y` given), or with `hermitian` `her` and `her2`, on handle `h`: A's
-/// triangle updated by ger's products, then (Hermitian) its diagonal made real.
+/// `syr` and `syr2` (`y` given), or with `hermitian` `her` and `her2`, on `target`: A's
+/// triangle (program memory or, `spr`, a buffer of the shim's) updated by ger's products.
+/// Gives whether the caller must now make A's diagonal real (a Hermitian update was made, as
+/// cuBLAS then does).
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn rank_update(
-    h: usize,
+pub(super) unsafe fn rank_update(
+    target: Target,
     precision: Precision,
     hermitian: bool,
     [uplo, n]: [c_int; 2],
     alpha: Scalar,
     x: (u64, c_int),
     y: Option<(u64, c_int)>,
-    (a, lda): (u64, c_int),
-) -> CuResult<()> {
-    let target = handle(h)?.target();
+    (a, lda): (Operand, c_int),
+) -> CuResult<bool> {
     let incs: Vec<c_int> = [Some(x), y].into_iter().flatten().map(|(_, inc)| inc).collect();
     check(if y.is_some() { "syr2" } else { "syr" }, uplo, n, lda, &incs)?;
     if n == 0 {
-        return Ok(());
+        return Ok(false);
     }
     // her's alpha is real; her2's and the symmetric ones' of the element type.
     let alpha_type = if hermitian && y.is_none() { precision.real() } else { precision };
     let alpha = scalar_parts(target, alpha_type, alpha)?;
     if alpha == [0.0; 2] {
-        return Ok(());
+        return Ok(false);
     }
     let (conjugate, second) = (hermitian && precision.is_complex(), [alpha[0], -alpha[1]]);
     let products: Vec<(_, _, [f64; 2])> = match y {
@@ -173,7 +172,23 @@ unsafe fn rank_update(
             launch_triangle(target, call, uplo)?;
         }
     }
-    if conjugate {
+    Ok(conjugate)
+}
+
+/// [`rank_update`] of the program's `(a, lda)`, its diagonal then made real if it must be.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn rank_update_in_memory(
+    h: usize,
+    precision: Precision,
+    hermitian: bool,
+    [uplo, n]: [c_int; 2],
+    alpha: Scalar,
+    x: (u64, c_int),
+    y: Option<(u64, c_int)>,
+    (a, lda): (u64, c_int),
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    if rank_update(target, precision, hermitian, [uplo, n], alpha, x, y, (Operand::Memory(a), lda))? {
         zero_diagonal_imaginary(target, precision, (a, lda), n)?;
     }
     Ok(())
@@ -199,7 +214,8 @@ macro_rules! symv_entry {
         ) -> u32 {
             let (alpha, beta) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()));
             guard(stringify!($name), || {
-                symv(h, $precision, $kind, [uplo, n], alpha, (a, lda), (x, incx), beta, (y, incy))
+                let (target, a) = (handle(h)?.target(), (Operand::Memory(a), lda));
+                symv(target, $precision, $kind, [uplo, n], alpha, a, (x, incx), beta, (y, incy))
             })
         }
     };
@@ -222,7 +238,10 @@ macro_rules! trmv_entry {
             x: u64,
             incx: c_int,
         ) -> u32 {
-            guard(stringify!($name), || $routine(h, $precision, [uplo, trans, diag], n, (a, lda), (x, incx)))
+            guard(stringify!($name), || {
+                let (target, a) = (handle(h)?.target(), (Operand::Memory(a), lda));
+                $routine(target, $precision, [uplo, trans, diag], n, a, (x, incx))
+            })
         }
     };
 }
@@ -243,7 +262,7 @@ macro_rules! syr_entry {
             lda: c_int,
         ) -> u32 {
             let (alpha, x, a) = (Scalar::At(alpha.cast()), (x, incx), (a, lda));
-            guard(stringify!($name), || rank_update(h, $precision, $hermitian, [uplo, n], alpha, x, None, a))
+            guard(stringify!($name), || rank_update_in_memory(h, $precision, $hermitian, [uplo, n], alpha, x, None, a))
         }
     };
 }
@@ -266,7 +285,7 @@ macro_rules! syr2_entry {
             lda: c_int,
         ) -> u32 {
             let (alpha, x, y, a) = (Scalar::At(alpha.cast()), (x, incx), Some((y, incy)), (a, lda));
-            guard(stringify!($name), || rank_update(h, $precision, $hermitian, [uplo, n], alpha, x, y, a))
+            guard(stringify!($name), || rank_update_in_memory(h, $precision, $hermitian, [uplo, n], alpha, x, y, a))
         }
     };
 }

@@ -26,7 +26,8 @@ pub(super) struct TrsmCall {
     pub m: c_int,
     pub n: c_int,
     pub alpha: Scalar,
-    pub a: u64,
+    /// Program memory, or a buffer of the shim's (a packed matrix unpacked: `tpsv`).
+    pub a: Operand,
     pub lda: c_int,
     pub b: u64,
     pub ldb: c_int,
@@ -73,7 +74,7 @@ pub(super) unsafe fn launch(target: Target, call: TrsmCall) -> CuResult<()> {
     }
     let width = call.precision.bytes() as u64;
     let [na, nb] = shape.footprints();
-    let (a, b) = (gemm::matrix(target, call.a, na, width)?, gemm::matrix(target, call.b, nb, width)?);
+    let (a, b) = (call.a.argument(target, na, width)?, gemm::matrix(target, call.b, nb, width)?);
     let u = |v: c_int| KernelArg::U32(v as u32);
     let [side, uplo, trans, diag] = call.codes;
     let scalar = |v: f64| call.precision.arg(v);
@@ -129,8 +130,8 @@ macro_rules! trsm_entry {
             ldb: c_int,
         ) -> u32 {
             let alpha = Scalar::At(alpha.cast());
-            let call =
-                TrsmCall { precision: $precision, codes: [side, uplo, trans, diag], m, n, alpha, a, lda, b, ldb };
+            let (codes, a) = ([side, uplo, trans, diag], Operand::Memory(a));
+            let call = TrsmCall { precision: $precision, codes, m, n, alpha, a, lda, b, ldb };
             guard($call, || launch(handle(h)?.target(), call))
         }
     };
@@ -165,6 +166,7 @@ macro_rules! trsm_batched_entry {
                 }
                 let [a, b] = target.device_pointers([a, b], count)?;
                 for (a, b) in a.into_iter().zip(b) {
+                    let a = Operand::Memory(a);
                     launch(target, TrsmCall { precision: $precision, codes, m, n, alpha, a, lda, b, ldb })?;
                 }
                 Ok(())
@@ -188,7 +190,7 @@ mod tests {
 
     fn call(codes: [c_int; 4], m: c_int, n: c_int, lda: c_int, ldb: c_int) -> TrsmCall {
         let alpha = Scalar::Value(1.0);
-        TrsmCall { precision: Precision::Single, codes, m, n, alpha, a: 0, lda, b: 0, ldb }
+        TrsmCall { precision: Precision::Single, codes, m, n, alpha, a: Operand::Memory(0), lda, b: 0, ldb }
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub(super) fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
 /// Writes `bytes` (one element) to the program's `result`: host or device memory as the
 /// pointer mode says.
 pub(super) unsafe fn store(target: Target, result: *mut c_void, bytes: &[u8]) -> CuResult<()> {
+    if result.is_null() {
+        return Err(Error::said(code::INVALID_VALUE, "a result's pointer is null"));
+    }
     if target.host_pointers() {
         crate::managed::settle_host(result as u64)?;
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), result.cast::<u8>(), bytes.len());
@@ -229,14 +232,15 @@ fn gemv_call(
 }
 
 /// The gemm of `A = alpha x y^T + A`, or `alpha x y^H + A` (`conjugate`, cuBLAS's `gerc`), `A`
-/// being `m x n` (`None`: it computes nothing), checked as cuBLAS checks the call.
+/// being `m x n` (program memory, or a buffer of the shim's: a packed matrix unpacked, `spr`)
+/// (`None`: it computes nothing), checked as cuBLAS checks the call.
 pub(super) fn ger_call(
     precision: Precision,
     [m, n]: [c_int; 2],
     alpha: Scalar,
     (x, incx): (u64, c_int),
     (y, incy): (u64, c_int),
-    (a, lda): (u64, c_int),
+    (a, lda): (Operand, c_int),
     conjugate: bool,
 ) -> CuResult<Option<GemmCall>> {
     if m < 0 || n < 0 || incx == 0 || incy == 0 || lda < m.max(1) {
@@ -254,7 +258,7 @@ pub(super) fn ger_call(
     } else {
         (0, incy)
     };
-    let matrices = [Operand::Memory(x), Operand::Memory(y), Operand::Memory(a)];
+    let matrices = [Operand::Memory(x), Operand::Memory(y), a];
     Ok(Some(product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], Scalar::Value(1.0))))
 }
 
@@ -294,7 +298,7 @@ macro_rules! ger_entry {
             a: u64,
             lda: c_int,
         ) -> u32 {
-            let (x, y, a) = ((x, incx), (y, incy), (a, lda));
+            let (x, y, a) = ((x, incx), (y, incy), (Operand::Memory(a), lda));
             let alpha = Scalar::At(alpha.cast());
             guard(stringify!($name), || launch_on(h, || ger_call($precision, [m, n], alpha, x, y, a, $conjugate)))
         }
@@ -490,7 +494,7 @@ mod tests {
     fn ger_spans_its_vectors_and_gerc_conjugates_a_contiguous_y() {
         // A 11 x 7 in rows of 13: 6 * 13 + 11 = 89; x 11 elements 3 apart: 31.
         let call = |conjugate, incy| {
-            ger_call(Precision::ComplexDouble, [11, 7], ONE, (X, 3), (Y, incy), (A, 13), conjugate)
+            ger_call(Precision::ComplexDouble, [11, 7], ONE, (X, 3), (Y, incy), (Operand::Memory(A), 13), conjugate)
                 .map(|c| c.expect("a product"))
         };
         let geru = call(false, 2).unwrap();
@@ -499,7 +503,7 @@ mod tests {
         assert_eq!((gerc.trans, spans(&gerc)), ([1, 2], [31, 7, 89]));
         assert_eq!(call(true, 2).unwrap_err().code(), code::NOT_SUPPORTED);
         // An empty matrix is nothing to do, whatever y's increment.
-        let empty = ger_call(Precision::ComplexDouble, [0, 7], ONE, (X, 3), (Y, 2), (A, 13), true);
+        let empty = ger_call(Precision::ComplexDouble, [0, 7], ONE, (X, 3), (Y, 2), (Operand::Memory(A), 13), true);
         assert!(empty.unwrap().is_none());
     }
 }

@@ -506,7 +506,8 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
 /// six forms and `rotm` for each flag on strided vectors, exact, the gaps untouched, scalars on
 /// the host or in device memory (the elements a flag implies hold NaN); `rotg` and `rotmg`
 /// within rounding of values worked out by hand, their edges (a or b 0, y1 0, a negative d1,
-/// rescaling) and device pointers among them. An unknown flag and a reversed vector are refused.
+/// rescaling) and device pointers among them. Another flag is read by its sign, as reference
+/// BLAS reads it; no elements read no scalars; a reversed vector is refused as not served.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
     run_math_program(
@@ -536,9 +537,55 @@ async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
             "drotmg y1 0 within rounding",
             "drotmg d1 negative within rounding",
             "srotmg rescaled within rounding",
-            "srotm flag 0.5: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "srotm flag 2 as 1 exact",
+            "srot of no elements: 0 CUBLAS_STATUS_SUCCESS",
             "srot incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "cublas_rotations: all within",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's level-2 routines on a matrix in packed storage through the shim
+/// (`tests/cuda/cublas_packed_vectors.cu`): `spmv`, `hpmv`, `tpmv` and `tpsv` (N, T, C, unit),
+/// `spr`, `hpr`, `spr2`, `hpr2`, on either triangle, strided vectors; each exact though a unit
+/// diagonal holds NaN and a Hermitian one imaginary parts, which the updates leave 0, and the
+/// vectors' gaps as they were. A conjugated strided row and a capturing stream are refused as
+/// not served, wrong arguments as cuBLAS refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
+    run_math_program(
+        "cublas_packed_vectors",
+        "libcublas.so.13",
+        &[
+            "sspmv lower incx 2 incy 3 exact",
+            "dspmv upper incx 1 incy 1 exact",
+            "chpmv lower incx 1 incy 2 exact",
+            "zhpmv upper incx 2 incy 1 exact",
+            "stpmv lower N unit incx 2 exact",
+            "dtpmv upper T incx 1 exact",
+            "ctpmv lower C incx 1 exact",
+            "ztpmv upper N unit incx 3 exact",
+            "stpsv lower N unit incx 2 exact",
+            "dtpsv upper T incx 1 exact",
+            "ctpsv lower C incx 1 exact",
+            "ztpsv upper N incx 3 exact",
+            "sspr lower incx 2 exact",
+            "dspr upper incx 1 exact",
+            "chpr lower incx 1 exact",
+            "zhpr upper incx 1 exact",
+            "sspr2 upper incx 2 incy 1 exact",
+            "dspr2 lower incx 1 incy 2 exact",
+            "chpr2 upper incx 1 incy 1 exact",
+            "zhpr2 lower incx 1 incy 1 exact",
+            "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "stpmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "its capture: invalidated",
+            "sspmv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "stpsv trans 5: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "sspr incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_packed_vectors: all exact",
         ],
     )
     .await;
