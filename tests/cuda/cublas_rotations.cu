@@ -188,6 +188,28 @@ static bool rotmg(cublasHandle_t h, Rotmg call, const char* name, std::vector<T>
     return near(name, got, want);
 }
 
+// rotg with its scalars in device memory on a capturing stream: the shim reads and writes them
+// at once, which a graph would not redo, so it is refused and the capture invalidated.
+static void rotg_while_capturing(cublasHandle_t h) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    CUBLAS(cublasSetStream_v2(h, s));
+    Held<double> held({3, 4, 0, 0}, true);
+    {
+        Mode mode(h, true);
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        cublasStatus_t st = cublasDrotg_v2(h, held.at(0), held.at(1), held.at(2), held.at(3));
+        printf("drotg device while capturing: %d %s\n", (int)st, cublasGetStatusName(st));
+        cudaGraph_t g = nullptr;
+        cudaError_t e = cudaStreamEndCapture(s, &g);
+        printf("its capture: %s\n", e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
+        if (g) CHECK(cudaGraphDestroy(g));
+        cudaGetLastError();
+    }
+    CUBLAS(cublasSetStream_v2(h, 0));
+    CHECK(cudaStreamDestroy(s));
+}
+
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;
@@ -252,6 +274,7 @@ int main(int argc, char** argv) {
         st = cublasSrot_v2(h, 4, d, -1, d + 8, 1, &c, &s);
         printf("srot incx -1: %d %s\n", (int)st, cublasGetStatusName(st));
         CHECK(cudaFree(d));
+        rotg_while_capturing(h);
     }
     CUBLAS(cublasDestroy_v2(h));
     printf(ok ? "cublas_rotations: all within\n" : "cublas_rotations: FAILED\n");

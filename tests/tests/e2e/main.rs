@@ -17,6 +17,7 @@ mod armctl;
 mod builtin_docs;
 mod c_abi;
 mod compute;
+mod cuda_blas_vectors;
 mod cuda_frameworks;
 mod cuda_launches;
 mod cuda_libraries;

@@ -1,0 +1,248 @@
+//! cuBLAS's level 1 and 2 through the CUDA shim (issue 48): unmodified programs linked against
+//! `libcublas.so.13` whose vector routines (dot products, rotations, products and updates with
+//! a general, triangular or packed matrix) run as the backend's builtin kernels on the driver
+//! stand-in (`cuda-standin`; not a GPU), each checked exactly. The other math programs are
+//! `cuda_libraries`'s.
+
+use crate::cuda_libraries::run_math_program;
+
+/// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger; swap two
+/// gemms through a copy), each done by the shim as one gemm; the `Async` copies on a stream: strided vectors, padded matrices, scalars and results in device
+/// memory on a stream, four threads taking dot products into host memory through one handle.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
+    run_math_program(
+        "cublas_vectors",
+        "libcublas.so.13",
+        &[
+            "sdot exact",
+            "sdot strided exact",
+            "ddot exact",
+            "ddot strided exact",
+            "dot of no elements exact",
+            "snrm2 exact",
+            "dnrm2 exact",
+            "float axpy, copy, scal strided exact",
+            "double axpy, copy, scal strided exact",
+            "sgemv N exact",
+            "ssbmv upper exact",
+            "ssbmv lower exact",
+            "dsbmv upper exact",
+            "dsbmv lower exact",
+            "sgemv T exact",
+            "dgemv N exact",
+            "dgemv T exact",
+            "sger exact",
+            "dger exact",
+            "dot into device memory exact",
+            "device pointer mode exact",
+            "sswap incx 2 incy 3 exact",
+            "dswap exact",
+            "async copies on a stream exact",
+            "async copy while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "its capture: invalidated",
+            "threads' dot products exact",
+            "sasum strided exact",
+            "dasum strided exact",
+            "scasum strided exact",
+            "dzasum strided exact",
+            "isamax first of equals exact",
+            "idamin exact",
+            "icamax first of equals exact",
+            "izamin exact",
+            "isamax of no elements exact",
+            "dzasum into device memory exact",
+            "izamax into device memory exact",
+            "cublas_vectors: all exact",
+            "gemv lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ger incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "increment -1: only positive ones are served",
+            "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's complex level-1 and level-2 functions (dotu, dotc, nrm2, axpy, copy, scal by a
+/// complex and by a real, gemv with all three operations, geru, gerc) in single and double
+/// precision, and `cublasDotEx`/`cublasDotcEx` on binary16, bfloat16 and complex vectors (into
+/// host and device memory), each done by the shim as one gemm; and the conjugated vectors it
+/// serves only contiguous.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly() {
+    run_math_program(
+        "cublas_complex",
+        "libcublas.so.13",
+        &[
+            "cdotu exact",
+            "cdotu strided exact",
+            "cdotc strided exact",
+            "znrm2 strided exact",
+            "cnrm2 strided exact",
+            "caxpy strided exact",
+            "zcopy strided exact",
+            "cscal strided exact",
+            "zscal by a real strided exact",
+            "cgemv N exact",
+            "zgemv T exact",
+            "cgemv C exact",
+            "zgemv C exact",
+            "cgeru exact",
+            "cgerc exact",
+            "zgerc exact",
+            "dotex f16 rounded to nearest even exact",
+            "dotex bf16 into device memory exact",
+            "dotex c32 exact",
+            "dotcex c32 exact",
+            "cublas_complex: all exact",
+            "dotex of f16 into f32: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cgemv C into y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "gemv's y for the conjugate transpose with increment 2: a conjugated vector is served with increment 1 only",
+            "cgerc y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's level-2 routines on a matrix stored as one triangle through the shim
+/// (`tests/cuda/cublas_triangle_vectors.cu`): `symv`, `hemv`, `trmv` and `trsv` (N, T, C,
+/// unit), `syr`,
+/// `her`, `syr2`, `her2`, on either triangle, strided vectors; each exact though the triangle
+/// not read holds NaN, and the updates leave the other triangle, the padding and the vectors'
+/// gaps as they were. A conjugated strided row is refused as not served, wrong arguments as
+/// cuBLAS refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
+    run_math_program(
+        "cublas_triangle_vectors",
+        "libcublas.so.13",
+        &[
+            "ssymv lower incx 2 incy 3 exact",
+            "dsymv upper incx 1 incy 1 exact",
+            "zsymv upper incx 1 incy 2 exact",
+            "chemv lower incx 1 incy 1 exact",
+            "zhemv upper incx 2 incy 1 exact",
+            "strmv lower N unit incx 2 exact",
+            "dtrmv upper T incx 1 exact",
+            "ctrmv lower C incx 1 exact",
+            "ztrmv upper N unit incx 3 exact",
+            "ctrmv upper T incx 2 exact",
+            "strmv managed x exact",
+            "strsv lower N unit incx 2 exact",
+            "dtrsv upper T incx 1 exact",
+            "ctrsv lower C incx 1 exact",
+            "ztrsv upper N incx 3 exact",
+            "strsv upper T incx 2 exact",
+            "ssyr lower incx 2 exact",
+            "zsyr upper incx 1 exact",
+            "cher lower incx 1 exact",
+            "zher upper incx 1 exact",
+            "dsyr2 upper incx 2 incy 1 exact",
+            "csyr2 lower incx 1 incy 2 exact",
+            "cher2 upper incx 1 incy 1 exact",
+            "zher2 lower incx 1 incy 1 exact",
+            "ctrmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ctrsv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cher incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ssymv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "strmv incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "strsv trans 5 incx -1: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "ssyr lda 2 for n 3: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_triangle_vectors: all exact",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's plane rotations through the shim (`tests/cuda/cublas_rotations.cu`): `rot` in its
+/// six forms and `rotm` for each flag on strided vectors, exact, the gaps untouched, scalars on
+/// the host or in device memory (the elements a flag implies hold NaN); `rotg` and `rotmg`
+/// within rounding of values worked out by hand, their edges (a or b 0, y1 0, a negative d1,
+/// rescaling) and device pointers among them. Another flag is read by its sign, as reference
+/// BLAS reads it; no elements read no scalars; a reversed vector, and `rotg` on device scalars
+/// while the stream captures, are refused as not served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
+    run_math_program(
+        "cublas_rotations",
+        "libcublas.so.13",
+        &[
+            "srot incx 2 incy 3 exact",
+            "drot device scalars exact",
+            "crot incy 2 exact",
+            "csrot exact",
+            "zrot incx 3 device scalars exact",
+            "zdrot exact",
+            "srotm flag -1 incx 2 exact",
+            "drotm flag 0 exact",
+            "srotm flag 1 incy 3 exact",
+            "drotm flag -2 exact",
+            "drotm flag -1 device param exact",
+            "srotg 3 4 within rounding",
+            "drotg -4 3 device within rounding",
+            "srotg 0 -2 within rounding",
+            "drotg 5 0 within rounding",
+            "crotg 3+4i 5i within rounding",
+            "zrotg 3+4i 5i device within rounding",
+            "zrotg 0 1-2i within rounding",
+            "srotmg flag 0 within rounding",
+            "drotmg flag 1 device within rounding",
+            "drotmg y1 0 within rounding",
+            "drotmg d1 negative within rounding",
+            "srotmg rescaled within rounding",
+            "srotm flag 2 as 1 exact",
+            "srot of no elements: 0 CUBLAS_STATUS_SUCCESS",
+            "srot incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "drotg device while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "its capture: invalidated",
+            "cublas_rotations: all within",
+        ],
+    )
+    .await;
+}
+
+/// cuBLAS's level-2 routines on a matrix in packed storage through the shim
+/// (`tests/cuda/cublas_packed_vectors.cu`): `spmv`, `hpmv`, `tpmv` and `tpsv` (N, T, C, unit),
+/// `spr`, `hpr`, `spr2`, `hpr2`, on either triangle, strided vectors; each exact though a unit
+/// diagonal holds NaN and a Hermitian one imaginary parts, which the updates leave 0, and the
+/// vectors' gaps as they were. A conjugated strided row and a capturing stream are refused as
+/// not served, wrong arguments as cuBLAS refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
+    run_math_program(
+        "cublas_packed_vectors",
+        "libcublas.so.13",
+        &[
+            "sspmv lower incx 2 incy 3 exact",
+            "dspmv upper incx 1 incy 1 exact",
+            "chpmv lower incx 1 incy 2 exact",
+            "zhpmv upper incx 2 incy 1 exact",
+            "stpmv lower N unit incx 2 exact",
+            "dtpmv upper T incx 1 exact",
+            "ctpmv lower C incx 1 exact",
+            "ztpmv upper N unit incx 3 exact",
+            "stpsv lower N unit incx 2 exact",
+            "dtpsv upper T incx 1 exact",
+            "ctpsv lower C incx 1 exact",
+            "ztpsv upper N incx 3 exact",
+            "sspr lower incx 2 exact",
+            "dspr upper incx 1 exact",
+            "chpr lower incx 1 exact",
+            "zhpr upper incx 1 exact",
+            "sspr2 upper incx 2 incy 1 exact",
+            "dspr2 lower incx 1 incy 2 exact",
+            "chpr2 upper incx 1 incy 1 exact",
+            "zhpr2 lower incx 1 incy 1 exact",
+            "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "stpmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "its capture: invalidated",
+            "sspmv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "stpsv trans 5: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "sspr incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_packed_vectors: all exact",
+        ],
+    )
+    .await;
+}
