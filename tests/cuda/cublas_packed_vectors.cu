@@ -177,17 +177,18 @@ static bool update(cublasHandle_t h, bool two, int uplo, int n, int incx, int in
     return ok;
 }
 
-// tpmv on a capturing stream: the shim's unpacked buffer would be gone when the graph ran, so
+// spmv on a capturing stream: the shim's unpacked buffer would be gone when the graph ran, so
 // it is refused and the capture invalidated.
-static void tpmv_while_capturing(cublasHandle_t h) {
+static void spmv_while_capturing(cublasHandle_t h) {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     std::vector<float> v(16, 1.0f);
     float* d = upload(v);
     CUBLAS(cublasSetStream_v2(h, s));
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    cublasStatus_t st = cublasStpmv_v2(h, 0, 0, 0, 3, d, d + 8, 1);
-    printf("stpmv while capturing: %d %s\n", (int)st, cublasGetStatusName(st));
+    float one = 1;
+    cublasStatus_t st = cublasSspmv_v2(h, 0, 3, &one, d, d + 8, 1, &one, d + 12, 1);
+    printf("sspmv while capturing: %d %s\n", (int)st, cublasGetStatusName(st));
     cudaGraph_t g = nullptr;
     cudaError_t e = cudaStreamEndCapture(s, &g);
     printf("its capture: %s\n", e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
@@ -233,7 +234,7 @@ int main(int argc, char** argv) {
         s = cublasChpr_v2(h, 0, 2, &one, d + 8, 2, d);
         printf("chpr incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
-        tpmv_while_capturing(h);
+        spmv_while_capturing(h);
     }
     {
         // Wrong arguments are refused, as cuBLAS refuses them.

@@ -236,7 +236,7 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "zhpr2 lower incx 1 incy 1 exact",
             "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "stpmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "sspmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "its capture: invalidated",
             "sspmv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
             "stpsv trans 5: 7 CUBLAS_STATUS_INVALID_VALUE",
