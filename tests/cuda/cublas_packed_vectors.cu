@@ -177,21 +177,21 @@ static bool update(cublasHandle_t h, bool two, int uplo, int n, int incx, int in
     return ok;
 }
 
-// spmv on a capturing stream: the shim's unpacked buffer would be gone when the graph ran, so
-// it is refused and the capture invalidated.
-static void spmv_while_capturing(cublasHandle_t h) {
+// `call` (named `what`) on a capturing stream: the shim's unpacked buffer would be gone when
+// the graph ran, so it is refused and the capture invalidated.
+template <typename Call>
+static void while_capturing(cublasHandle_t h, const char* what, Call call) {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     std::vector<float> v(16, 1.0f);
     float* d = upload(v);
     CUBLAS(cublasSetStream_v2(h, s));
     CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    float one = 1;
-    cublasStatus_t st = cublasSspmv_v2(h, 0, 3, &one, d, d + 8, 1, &one, d + 12, 1);
-    printf("sspmv while capturing: %d %s\n", (int)st, cublasGetStatusName(st));
+    cublasStatus_t st = call(d);
+    printf("%s while capturing: %d %s\n", what, (int)st, cublasGetStatusName(st));
     cudaGraph_t g = nullptr;
     cudaError_t e = cudaStreamEndCapture(s, &g);
-    printf("its capture: %s\n", e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
+    printf("%s's capture: %s\n", what, e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
     if (g) CHECK(cudaGraphDestroy(g));
     cudaGetLastError();
     CUBLAS(cublasSetStream_v2(h, 0));
@@ -234,7 +234,9 @@ int main(int argc, char** argv) {
         s = cublasChpr_v2(h, 0, 2, &one, d + 8, 2, d);
         printf("chpr incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
-        spmv_while_capturing(h);
+        static const float one = 1;
+        while_capturing(h, "sspmv", [h](float* d) { return cublasSspmv_v2(h, 0, 3, &one, d, d + 8, 1, &one, d + 12, 1); });
+        while_capturing(h, "stpsv", [h](float* d) { return cublasStpsv_v2(h, 0, 0, 0, 3, d, d + 8, 1); });
     }
     {
         // Wrong arguments are refused, as cuBLAS refuses them.
