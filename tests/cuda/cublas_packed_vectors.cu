@@ -234,8 +234,8 @@ int main(int argc, char** argv) {
         s = cublasChpr_v2(h, 0, 2, &one, d + 8, 2, d);
         printf("chpr incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
-        static const float one = 1;
-        while_capturing(h, "sspmv", [h](float* d) { return cublasSspmv_v2(h, 0, 3, &one, d, d + 8, 1, &one, d + 12, 1); });
+        static const float unit = 1;
+        while_capturing(h, "sspmv", [h](float* d) { return cublasSspmv_v2(h, 0, 3, &unit, d, d + 8, 1, &unit, d + 12, 1); });
         while_capturing(h, "stpsv", [h](float* d) { return cublasStpsv_v2(h, 0, 0, 0, 3, d, d + 8, 1); });
     }
     {
