@@ -499,10 +499,10 @@ mod tests {
         // A huge d1 is scaled down until below 2^24; an infinite one is left (no endless loop).
         let m = modified_givens(1e20f64, 1.0, 1.0, 1.0);
         assert!(m.d1 < 16777216.0 && m.d1 > 5.9e-8 && m.flag == -1.0, "{m:?}");
-        // srotmg's upper bound is 1.67772e7, below 2^24, drotmg's 2^24: 16777200 is rescaled
+        // srotmg's upper bound is 1.67772e7, below 2^24, drotmg's 2^24: 16777210 is rescaled
         // in single precision only.
-        assert_eq!(modified_givens(16_777_200f32, 1.0, 1.0, 1.0).flag, -1.0);
-        assert_eq!(modified_givens(16_777_200f64, 1.0, 1.0, 1.0).flag, 0.0);
+        assert_eq!(modified_givens(16_777_210f32, 1.0, 1.0, 1.0).flag, -1.0);
+        assert_eq!(modified_givens(16_777_210f64, 1.0, 1.0, 1.0).flag, 0.0);
         let m = modified_givens(f64::INFINITY, 1.0, 1.0, 1.0);
         assert_eq!((m.flag, m.d1), (0.0, f64::INFINITY));
     }
