@@ -60,11 +60,6 @@ CALLS_OF(c64, "z", cublasZhpmv_v2, cublasZtpmv_v2, cublasZtpsv_v2, cublasZhpr_v2
 static const char* const TRIANGLES[] = {"lower", "upper"};
 static const char* const OPS[] = {"N", "T", "C"};
 
-template <typename E>
-static E poison() {
-    return E(std::numeric_limits<decltype(std::real(E()))>::quiet_NaN());
-}
-
 // Triangle `uplo` of an n x n matrix packed column by column, small integers (complex: in
 // both parts, the diagonal's imaginary parts too); NaN on a `unit` diagonal.
 template <typename E>
@@ -109,21 +104,6 @@ static bool spmv(cublasHandle_t h, int uplo, int n, int incx, int incy, E alpha,
     bool ok = exact(name, download(dy, y.size()), want);
     for (E* q : {dap, dx, dy}) CHECK(cudaFree(q));
     return ok;
-}
-
-// op(A) x for the triangular A of p, x strided by incx: x with its elements replaced.
-template <typename E>
-static std::vector<E> times_op(const Packed<E>& p, int trans, bool unit, std::vector<E> x, int incx) {
-    std::vector<E> out = x;
-    for (int i = 0; i < p.n; i++) {
-        E acc = 0;
-        for (int q = 0; q < p.n; q++) {
-            E v = trans == 0 ? p.at(i, q, false, true, unit) : p.at(q, i, false, true, unit);
-            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)q * incx];
-        }
-        out[(size_t)i * incx] = acc;
-    }
-    return out;
 }
 
 // tpmv (x = op(A) x) or, `solve`, tpsv (op(A) x = b over b, b = op(A) x of an integer x, the

@@ -62,12 +62,6 @@ CALLS_OF(c64, "z", cublasZsymm_v2, cublasZhemm_v2, cublasZtrmm_v2)
 // What A is: its elements outside the stored triangle from that triangle, or zeros.
 enum Kind { SYMMETRIC, HERMITIAN, TRIANGULAR, UNIT };
 
-// NaN (a complex one's real part).
-template <typename E>
-static E poison() {
-    return E(std::numeric_limits<decltype(std::real(E()))>::quiet_NaN());
-}
-
 // Element (i, j) of A as `kind` completes it from triangle `uplo` (0 lower, 1 upper) of `a`.
 template <typename E>
 static E full_at(const std::vector<E>& a, int lda, int uplo, Kind kind, int i, int j) {

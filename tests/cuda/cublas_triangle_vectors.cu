@@ -63,12 +63,6 @@ CALLS_OF(c64, "z", cublasZsymv_v2, cublasZhemv_v2, cublasZtrmv_v2, cublasZtrsv_v
 static const char* const TRIANGLES[] = {"lower", "upper"};
 static const char* const OPS[] = {"N", "T", "C"};
 
-// NaN (a complex one's real part).
-template <typename E>
-static E poison() {
-    return E(std::numeric_limits<decltype(std::real(E()))>::quiet_NaN());
-}
-
 // An n x n A (lda n + 1) stored in triangle `uplo`, NaN in the other (and, `unit`, on the
 // diagonal); and the element (i, j) a routine reads: symmetric, Hermitian (`hermitian`: the
 // mirror conjugated, the diagonal real) or triangular (`triangular`: zeros, ones on a unit
@@ -110,21 +104,6 @@ static bool symv(cublasHandle_t h, bool hermitian, int uplo, int n, int incx, in
     bool ok = exact(name, download(dy, y.size()), want);
     for (E* p : {da, dx, dy}) CHECK(cudaFree(p));
     return ok;
-}
-
-// op(A) x for the triangular A of t, x strided by incx: x with its elements replaced.
-template <typename E>
-static std::vector<E> times_op(const Triangle<E>& t, int trans, bool unit, std::vector<E> x, int incx) {
-    std::vector<E> out = x;
-    for (int i = 0; i < t.n; i++) {
-        E acc = 0;
-        for (int p = 0; p < t.n; p++) {
-            E v = trans == 0 ? t.at(i, p, false, true, unit) : t.at(p, i, false, true, unit);
-            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)p * incx];
-        }
-        out[(size_t)i * incx] = acc;
-    }
-    return out;
 }
 
 // trmv: x = op(A) x, x strided by incx.

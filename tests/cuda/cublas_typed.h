@@ -1,11 +1,13 @@
 // What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu,
-// cublas_structured.cu): element
-// types real and complex, small integers of each (complex: in both parts; every product and
-// sum of a few is exact), op(X)'s elements, a comparison of every element, and a call's alpha
-// and beta on the host or in device memory.
+// cublas_structured.cu, cublas_triangle_vectors.cu, cublas_rotations.cu,
+// cublas_packed_vectors.cu): element types real and complex, small integers of each (complex:
+// in both parts; every product and sum of a few is exact), NaN of each, op(X)'s elements, a
+// triangular matrix times a vector, a comparison of every element, and a call's alpha and beta
+// on the host or in device memory.
 #pragma once
 #include <complex>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "cublas_helpers.h"
@@ -35,6 +37,12 @@ static double real_only(double v) { return v; }
 template <typename R>
 static std::complex<R> real_only(std::complex<R> v) {
     return {v.real(), 0};
+}
+
+// NaN (a complex one's real part).
+template <typename E>
+static E poison() {
+    return E(std::numeric_limits<decltype(std::real(E()))>::quiet_NaN());
 }
 
 // n small integers (complex: small integers in both parts).
@@ -87,3 +95,20 @@ struct Scalars {
         CHECK(cudaFree(device));
     }
 };
+
+// op(A) x for a triangular A of order a.n whose element (i, j) is a.at(i, j, false, true,
+// unit) (cublas_triangle_vectors.cu's Triangle, cublas_packed_vectors.cu's Packed), x strided
+// by incx: x with its elements replaced.
+template <typename M, typename E>
+static std::vector<E> times_op(const M& a, int trans, bool unit, std::vector<E> x, int incx) {
+    std::vector<E> out = x;
+    for (int i = 0; i < a.n; i++) {
+        E acc = 0;
+        for (int q = 0; q < a.n; q++) {
+            E v = trans == 0 ? a.at(i, q, false, true, unit) : a.at(q, i, false, true, unit);
+            acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)q * incx];
+        }
+        out[(size_t)i * incx] = acc;
+    }
+    return out;
+}
