@@ -85,9 +85,10 @@ struct Packed {
     }
 };
 
-// spmv (hpmv for a complex type) on n, x and y strided by incx and incy.
+// spmv (hpmv for a complex type) on n, x and y strided by incx and incy, alpha and beta on the
+// host or (`on_device`) in device memory.
 template <typename E>
-static bool spmv(cublasHandle_t h, int uplo, int n, int incx, int incy, E alpha, E beta) {
+static bool spmv(cublasHandle_t h, int uplo, int n, int incx, int incy, E alpha, E beta, bool on_device = false) {
     Packed<E> p(n, uplo, false);
     bool hermitian = Calls<E>::hermitian;
     std::vector<E> x = values<E>((size_t)n * incx, 2), y = values<E>((size_t)n * incy, 3), want = y;
@@ -97,22 +98,26 @@ static bool spmv(cublasHandle_t h, int uplo, int n, int incx, int incy, E alpha,
         want[(size_t)i * incy] = alpha * acc + beta * y[(size_t)i * incy];
     }
     E *dap = upload(p.ap), *dx = upload(x), *dy = upload(y);
-    CUBLAS(Calls<E>::spmv_(h, uplo, n, &alpha, dap, dx, incx, &beta, dy, incy));
+    {
+        Scalars<E> scalars(h, alpha, beta, on_device);
+        CUBLAS(Calls<E>::spmv_(h, uplo, n, scalars.alpha(), dap, dx, incx, scalars.beta(), dy, incy));
+    }
     char name[96];
-    snprintf(name, sizeof name, "%s%s %s incx %d incy %d", Calls<E>::name, hermitian ? "hpmv" : "spmv",
-             TRIANGLES[uplo], incx, incy);
+    snprintf(name, sizeof name, "%s%s %s incx %d incy %d%s", Calls<E>::name, hermitian ? "hpmv" : "spmv",
+             TRIANGLES[uplo], incx, incy, on_device ? " device scalars" : "");
     bool ok = exact(name, download(dy, y.size()), want);
     for (E* q : {dap, dx, dy}) CHECK(cudaFree(q));
     return ok;
 }
 
 // tpmv (x = op(A) x) or, `solve`, tpsv (op(A) x = b over b, b = op(A) x of an integer x, the
-// diagonal 2 + i or 3 + i so that every quotient is exact).
+// diagonal 2 or 4 (complex: 2 + 2i or 4 + 4i, whose |d|^2 and |re| + |im| are powers of two) so
+// that every quotient is exact however the library divides).
 template <typename E>
 static bool tpmv(cublasHandle_t h, bool solve, int uplo, int trans, bool unit, int n, int incx) {
     Packed<E> p(n, uplo, unit);
     if (solve && !unit)
-        for (int i = 0; i < n; i++) p.ap[p.index(i, i)] = make<E>(2 + i % 2, 1);
+        for (int i = 0; i < n; i++) p.ap[p.index(i, i)] = make<E>(2 + 2 * (i % 2), 2 + 2 * (i % 2));
     std::vector<E> x = values<E>((size_t)n * incx, 2), product = times_op(p, trans, unit, x, incx);
     std::vector<E> given = solve ? product : x, want = solve ? x : product;
     E *dap = upload(p.ap), *dx = upload(given);
@@ -132,7 +137,8 @@ static bool update(cublasHandle_t h, bool two, int uplo, int n, int incx, int in
     Packed<E> p(n, uplo, false);
     bool hermitian = Calls<E>::hermitian;
     std::vector<E> x = values<E>((size_t)n * incx, 5), y = values<E>((size_t)n * incy, 6), want = p.ap;
-    for (int j = 0; j < n; j++)
+    // alpha 0 leaves A as it is (reference BLAS returns at once).
+    for (int j = 0; j < n && !(alpha == E(0)); j++)
         for (int i = 0; i < n; i++) {
             if (!p.held(i, j)) continue;
             E xi = x[(size_t)i * incx], xj = x[(size_t)j * incx], yi = y[(size_t)i * incy], yj = y[(size_t)j * incy];
@@ -150,8 +156,8 @@ static bool update(cublasHandle_t h, bool two, int uplo, int n, int incx, int in
     }
     char name[96], second[16] = "";
     if (two) snprintf(second, sizeof second, " incy %d", incy);
-    snprintf(name, sizeof name, "%s%s%s %s incx %d%s", Calls<E>::name, hermitian ? "hpr" : "spr", two ? "2" : "",
-             TRIANGLES[uplo], incx, second);
+    snprintf(name, sizeof name, "%s%s%s %s incx %d%s%s", Calls<E>::name, hermitian ? "hpr" : "spr", two ? "2" : "",
+             TRIANGLES[uplo], incx, second, alpha == E(0) ? " alpha 0" : "");
     bool ok = exact(name, download(dap, want.size()), want);
     for (E* q : {dap, dx, dy}) CHECK(cudaFree(q));
     return ok;
@@ -188,6 +194,7 @@ int main(int argc, char** argv) {
     ok &= spmv<double>(h, 1, 4, 1, 1, -1.0, 2.0);
     ok &= spmv<c32>(h, 0, 4, 1, 2, c32(2, 1), c32(1, 0));
     ok &= spmv<c64>(h, 1, 5, 2, 1, c64(-1, 2), c64(1, -1));
+    ok &= spmv<double>(h, 0, 4, 2, 1, 3.0, -2.0, true);
     ok &= tpmv<float>(h, false, 0, 0, true, 5, 2);
     ok &= tpmv<double>(h, false, 1, 1, false, 4, 1);
     ok &= tpmv<c32>(h, false, 0, 2, false, 4, 1);
@@ -204,6 +211,10 @@ int main(int argc, char** argv) {
     ok &= update<double>(h, true, 0, 3, 1, 2, 2.0);
     ok &= update<c32>(h, true, 1, 4, 1, 1, c32(2, 1));
     ok &= update<c64>(h, true, 0, 5, 1, 1, c64(-1, 1));
+    // alpha 0: A as it was (a Hermitian diagonal's imaginary parts too, as reference BLAS
+    // returns at once).
+    ok &= update<float>(h, false, 1, 4, 1, 1, 0.0f);
+    ok &= update<c32>(h, false, 1, 4, 1, 1, c32(0, 0));
     if (!native) {
         // What the shim does not serve: a conjugated strided row (tpmv with C, hpr), a capture.
         std::vector<c32> v(32, c32(1, 0));
@@ -224,6 +235,8 @@ int main(int argc, char** argv) {
         float *d = upload(v), one = 1;
         cublasStatus_t s = cublasSspmv_v2(h, 2, 2, &one, d, d + 8, 1, &one, d + 12, 1);
         printf("sspmv uplo 2: %d %s\n", (int)s, cublasGetStatusName(s));
+        s = cublasSspmv_v2(h, 0, 0, &one, d, d + 8, 1, &one, d + 12, 1);
+        printf("sspmv of no elements: %d %s\n", (int)s, cublasGetStatusName(s));
         s = cublasStpsv_v2(h, 0, 5, 0, 2, d, d + 8, 1);
         printf("stpsv trans 5: %d %s\n", (int)s, cublasGetStatusName(s));
         s = cublasSspr_v2(h, 0, 3, &one, d + 8, 0, d);

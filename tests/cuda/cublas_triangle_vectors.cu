@@ -122,12 +122,13 @@ static bool trmv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int in
 }
 
 // trsv: op(A) x = b for an integer x, b = op(A) x computed here (exact), x strided by incx;
-// a non-unit diagonal of 2s and 3s (plus i for complex types), so that each quotient is exact.
+// a non-unit diagonal of 2s and 4s (complex: 2 + 2i and 4 + 4i, whose |d|^2 and |re| + |im| are
+// powers of two), so that each quotient is exact however the library divides.
 template <typename E>
 static bool trsv(cublasHandle_t h, int uplo, int trans, bool unit, int n, int incx) {
     Triangle<E> t(n, uplo, unit);
     if (!unit)
-        for (int i = 0; i < n; i++) t.a[i + i * t.lda] = make<E>(2 + i % 2, 1);
+        for (int i = 0; i < n; i++) t.a[i + i * t.lda] = make<E>(2 + 2 * (i % 2), 2 + 2 * (i % 2));
     std::vector<E> x = values<E>((size_t)n * incx, 2), b = times_op(t, trans, unit, x, incx);
     E *da = upload(t.a), *db = upload(b);
     CUBLAS(Calls<E>::trsv_(h, uplo, trans, unit, n, da, t.lda, db, incx));

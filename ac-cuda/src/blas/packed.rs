@@ -35,7 +35,6 @@ pub(super) fn packed_len(n: c_int) -> u64 {
 /// Moves triangle `uplo` of the `n x n` `A` (leading dimension `lda`) into `AP` (`unpack`
 /// false, trttp) or back (tpttr), both given as kernel arguments, on the target's stream
 /// without waiting.
-#[allow(clippy::too_many_arguments)] // the kernel's arguments
 pub(super) fn launch_conversion(
     target: Target,
     precision: Precision,

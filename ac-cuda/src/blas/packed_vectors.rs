@@ -13,15 +13,15 @@
 
 use std::ffi::c_int;
 
-use ac_frontend::DeviceBuffer;
+use ac_frontend::{DeviceBuffer, KernelArg};
 
-use super::gemm::{Operand, Precision, Scalar};
+use super::gemm::{self, scalar_parts, Operand, Precision, Scalar};
 use super::packed::{launch_conversion, packed_len};
 use super::structured::{scratch, Kind};
-use super::triangle_vectors::{rank_update, symv, triangular, trmv, trsv};
-use super::vectors::served_increments;
+use super::triangle_vectors::{self, rank_update, symv, triangular, trmv, trsv};
+use super::vectors::conjugated_column;
 use super::{guard, handle, Target};
-use crate::error::{code, CuResult, Error};
+use crate::error::CuResult;
 use crate::graph;
 use crate::state;
 use crate::stream::stream_of;
@@ -29,16 +29,17 @@ use crate::stream::stream_of;
 /// A vector of the program's: its address and increment.
 type Vector = (u64, c_int);
 
-/// Refuses what cuBLAS refuses of a call on a packed `n x n` triangle (a `uplo` but 0 or 1, a
-/// negative `n`, an increment of 0), and what the shim cannot do: a capturing stream, negative
-/// increments.
-fn check(target: Target, what: &str, uplo: c_int, n: c_int, incs: &[c_int]) -> CuResult<()> {
-    if !(0..=1).contains(&uplo) || n < 0 || incs.contains(&0) {
-        let why = format!("{what}: uplo {uplo}, n {n}, increments {incs:?}");
-        return Err(Error::said(code::INVALID_VALUE, why));
+/// Refuses what cuBLAS refuses of a call on a packed `n x n` triangle (as of one stored in a
+/// square, [`triangle_vectors::check`]) and what the shim does not serve; gives whether there
+/// is work (`n > 0`), which a capturing stream cannot record (the buffer would be gone when
+/// the graph ran): refused.
+fn check(target: Target, what: &str, uplo: c_int, n: c_int, incs: &[c_int]) -> CuResult<bool> {
+    triangle_vectors::check(what, uplo, n, n.max(1), incs)?;
+    if n == 0 {
+        return Ok(false);
     }
-    served_increments(incs)?;
-    graph::refuse_if_capturing(target.stream, what)
+    graph::refuse_if_capturing(target.stream, what)?;
+    Ok(true)
 }
 
 /// The program's packed triangle `uplo` at `ap` unpacked on the target's stream into an
@@ -48,16 +49,17 @@ struct Unpacked {
     uplo: c_int,
     n: c_int,
     precision: Precision,
-    ap: u64,
+    /// The program's `AP`, checked to lie in its allocation, as a kernel argument.
+    ap: KernelArg,
 }
 
 impl Unpacked {
     /// Unpacks the program's `ap` (`n > 0`).
     fn new(target: Target, precision: Precision, [uplo, n]: [c_int; 2], ap: u64) -> CuResult<Self> {
         let element = precision.bytes() as u64;
-        let ap_arg = super::gemm::matrix(target, ap, packed_len(n), element)?;
+        let ap = gemm::matrix(target, ap, packed_len(n), element)?;
         let buffer = scratch(target, n as u64 * n as u64 * element)?;
-        launch_conversion(target, precision, true, [uplo, n], ap_arg, (buffer.at(0), n))?;
+        launch_conversion(target, precision, true, [uplo, n], ap, (buffer.at(0), n))?;
         Ok(Unpacked { buffer, uplo, n, precision, ap })
     }
 
@@ -80,8 +82,7 @@ impl Unpacked {
 
     /// Packs the triangle back into the program's `ap`, on the target's stream.
     fn pack(self, target: Target) -> CuResult<()> {
-        let ap = super::gemm::matrix(target, self.ap, packed_len(self.n), self.precision.bytes() as u64)?;
-        launch_conversion(target, self.precision, false, [self.uplo, self.n], ap, (self.buffer.at(0), self.n))
+        launch_conversion(target, self.precision, false, [self.uplo, self.n], self.ap, (self.buffer.at(0), self.n))
     }
 }
 
@@ -99,8 +100,7 @@ unsafe fn spmv(
     y: Vector,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
-    check(target, "spmv", uplo, n, &[x.1, y.1])?;
-    if n == 0 {
+    if !check(target, "spmv", uplo, n, &[x.1, y.1])? {
         return Ok(());
     }
     let a = Unpacked::new(target, precision, [uplo, n], ap)?;
@@ -121,8 +121,7 @@ unsafe fn tpmv(
     let what = if solve { "tpsv" } else { "tpmv" };
     // As the routine will check the unpacked matrix (leading dimension n), before unpacking.
     triangular(what, codes, n, n.max(1), x.1, precision)?;
-    graph::refuse_if_capturing(target.stream, what)?;
-    if n == 0 {
+    if !check(target, what, codes[0], n, &[x.1])? {
         return Ok(());
     }
     let a = Unpacked::new(target, precision, [codes[0], n], ap)?;
@@ -148,12 +147,23 @@ unsafe fn spr(
 ) -> CuResult<()> {
     let target = handle(h)?.target();
     let incs: Vec<c_int> = [Some(x), y].into_iter().flatten().map(|(_, inc)| inc).collect();
-    check(target, if y.is_some() { "spr2" } else { "spr" }, uplo, n, &incs)?;
-    if n == 0 {
+    let what = if y.is_some() { "spr2" } else { "spr" };
+    if !check(target, what, uplo, n, &incs)? {
+        return Ok(());
+    }
+    // Refused or nothing to do before anything is unpacked: a conjugated strided row, alpha 0
+    // (A left as it is, as reference BLAS returns at once).
+    let conjugate = hermitian && precision.is_complex();
+    if conjugate {
+        incs.iter().try_for_each(|&inc| conjugated_column(&format!("{what}'s vectors"), inc))?;
+    }
+    let alpha_type = if hermitian && y.is_none() { precision.real() } else { precision };
+    let alpha = scalar_parts(target, alpha_type, alpha)?;
+    if alpha == [0.0; 2] {
         return Ok(());
     }
     let a = Unpacked::new(target, precision, [uplo, n], ap)?;
-    if rank_update(target, precision, hermitian, [uplo, n], alpha, x, y, a.matrix())? {
+    if rank_update(target, precision, hermitian, [uplo, n], Scalar::Parts(alpha), x, y, a.matrix())? {
         a.make_diagonal_real(target)?;
     }
     a.pack(target)

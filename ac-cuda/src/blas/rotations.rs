@@ -22,8 +22,9 @@
 //! `rotg` and `rotmg` have no vectors: they are computed here, in the call's precision, from
 //! scalars read from host or device memory as the pointer mode says, and written back there
 //! (in device memory after the work queued before: the call waits, and is refused while the
-//! stream captures, since a graph would not redo it), as reference BLAS computes them. A real `rotg` follows LAPACK 3.10's (`r` carries the sign of the larger of `a` and
-//! `b`; `b` becomes `z`, from which `c` and `s` can be recovered); a complex one follows cuBLAS's
+//! stream captures, since a graph would not redo it), as reference BLAS computes them. A real
+//! `rotg` follows LAPACK 3.10's (`r` carries the sign of the larger of `a` and `b`; `b`
+//! becomes `z`, from which `c` and `s` can be recovered); a complex one follows cuBLAS's
 //! documentation (`r = b` when `a` is 0; `b` left alone; LAPACK 3.10's gives `|b|` there).
 //! `rotmg` follows reference BLAS's, rescaling by 4096 until `d1` and `d2` lie within its
 //! bounds (`srotmg`'s and `drotmg`'s own, about `2^-24` and `2^24`), and writes only the

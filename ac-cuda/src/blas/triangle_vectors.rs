@@ -26,8 +26,8 @@ use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Refuses what cuBLAS refuses of a call on an `n x n` triangle: a `uplo` but 0 or 1, a
-/// negative `n`, an `lda` below `n`, an increment of 0.
-fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuResult<()> {
+/// negative `n`, an `lda` below `n`, an increment of 0; and negative increments, not served.
+pub(super) fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuResult<()> {
     if !(0..=1).contains(&uplo) || n < 0 || lda < n.max(1) || incs.contains(&0) {
         let why = format!("{what}: uplo {uplo}, n {n}, lda {lda}, increments {incs:?}");
         return Err(Error::said(code::INVALID_VALUE, why));

@@ -7,8 +7,9 @@
 use crate::cuda_libraries::run_math_program;
 
 /// cuBLAS's level-1 and level-2 functions (dot, nrm2, axpy, copy, scal, gemv, ger; swap two
-/// gemms through a copy), each done by the shim as one gemm; the `Async` copies on a stream: strided vectors, padded matrices, scalars and results in device
-/// memory on a stream, four threads taking dot products into host memory through one handle.
+/// gemms through a copy), each done by the shim as one gemm; the `Async` copies on a stream:
+/// strided vectors, padded matrices, scalars and results in device memory on a stream, four
+/// threads taking dot products into host memory through one handle.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
     run_math_program(
@@ -218,6 +219,7 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "dspmv upper incx 1 incy 1 exact",
             "chpmv lower incx 1 incy 2 exact",
             "zhpmv upper incx 2 incy 1 exact",
+            "dspmv lower incx 2 incy 1 device scalars exact",
             "stpmv lower N unit incx 2 exact",
             "dtpmv upper T incx 1 exact",
             "ctpmv lower C incx 1 exact",
@@ -234,6 +236,9 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "dspr2 lower incx 1 incy 2 exact",
             "chpr2 upper incx 1 incy 1 exact",
             "zhpr2 lower incx 1 incy 1 exact",
+            "sspr upper incx 1 alpha 0 exact",
+            "chpr upper incx 1 alpha 0 exact",
+            "sspmv of no elements: 0 CUBLAS_STATUS_SUCCESS",
             "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "sspmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
