@@ -224,6 +224,10 @@ int main(int argc, char** argv) {
         float one = 1;
         s = cublasChpr_v2(h, 0, 2, &one, d + 8, 2, d);
         printf("chpr incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
+        // alpha 0 reads nothing, not even AP (here none), as reference BLAS returns at once.
+        float zero = 0;
+        s = cublasSspr_v2(h, 0, 3, &zero, (const float*)(d + 8), 1, nullptr);
+        printf("sspr alpha 0 without AP: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
         static const float unit = 1;
         while_capturing(h, "sspmv", [h](float* d) { return cublasSspmv_v2(h, 0, 3, &unit, d, d + 8, 1, &unit, d + 12, 1); });

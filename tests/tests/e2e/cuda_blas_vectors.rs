@@ -241,6 +241,7 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "sspmv of no elements: 0 CUBLAS_STATUS_SUCCESS",
             "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "sspr alpha 0 without AP: 0 CUBLAS_STATUS_SUCCESS",
             "sspmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "sspmv's capture: invalidated",
             "stpsv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
