@@ -31,10 +31,15 @@ type Vector = (u64, c_int);
 
 /// Refuses what cuBLAS refuses of a call on a packed `n x n` triangle (as of one stored in a
 /// square, [`triangle_vectors::check`]) and what the shim does not serve; gives whether there
-/// is work (`n > 0`), which a capturing stream cannot record (the buffer would be gone when
-/// the graph ran): refused.
+/// is work ([`has_work`]).
 fn check(target: Target, what: &str, uplo: c_int, n: c_int, incs: &[c_int]) -> CuResult<bool> {
     triangle_vectors::check(what, uplo, n, n.max(1), incs)?;
+    has_work(target, what, n)
+}
+
+/// Whether a checked call has work (`n > 0`), which a capturing stream cannot record (the
+/// buffer would be gone when the graph ran): refused.
+fn has_work(target: Target, what: &str, n: c_int) -> CuResult<bool> {
     if n == 0 {
         return Ok(false);
     }
@@ -121,7 +126,7 @@ unsafe fn tpmv(
     let what = if solve { "tpsv" } else { "tpmv" };
     // As the routine will check the unpacked matrix (leading dimension n), before unpacking.
     triangular(what, codes, n, n.max(1), x.1, precision)?;
-    if !check(target, what, codes[0], n, &[x.1])? {
+    if !has_work(target, what, n)? {
         return Ok(());
     }
     let a = Unpacked::new(target, precision, [codes[0], n], ap)?;

@@ -129,12 +129,6 @@ fn modified_transform([flag, h11, h21, h12, h22]: [f64; 5]) -> Option<[[f64; 2];
     }
 }
 
-/// Reads the program's element of `precision` at `p` (host or device memory, as the pointer
-/// mode says).
-unsafe fn read(target: Target, precision: Precision, p: *const c_void) -> CuResult<[f64; 2]> {
-    scalar_parts(target, precision, Scalar::At(p))
-}
-
 /// Writes an element of `precision` to the program's `p`.
 unsafe fn write(target: Target, precision: Precision, p: *mut c_void, value: [f64; 2]) -> CuResult<()> {
     store(target, p, &precision.encode_parts(value))
@@ -306,7 +300,7 @@ fn modified_givens<F: Float>(d1: F, d2: F, x1: F, y1: F) -> Modified<F> {
 unsafe fn rotg<F: Float>(h: usize, precision: Precision, [a, b, c, s]: [*mut c_void; 4]) -> CuResult<()> {
     let target = handle(h)?.target();
     refuse_captured_scalars(target, "rotg")?;
-    let parts = |p: *mut c_void| read(target, precision, p).map(|v| v.map(narrow::<F>));
+    let parts = |p: *mut c_void| scalar_parts(target, precision, Scalar::At(p)).map(|v| v.map(narrow::<F>));
     let (a_value, b_value) = (parts(a)?, parts(b)?);
     let wide = |v: [F; 2]| v.map(widen);
     if precision.is_complex() {
@@ -327,7 +321,7 @@ unsafe fn rotg<F: Float>(h: usize, precision: Precision, [a, b, c, s]: [*mut c_v
 unsafe fn rotmg<F: Float>(h: usize, precision: Precision, [d1, d2, x1, y1, param]: [*mut c_void; 5]) -> CuResult<()> {
     let target = handle(h)?.target();
     refuse_captured_scalars(target, "rotmg")?;
-    let value = |p: *mut c_void| read(target, precision, p).map(|v| narrow::<F>(v[0]));
+    let value = |p: *mut c_void| scalar_parts(target, precision, Scalar::At(p)).map(|v| narrow::<F>(v[0]));
     let m = modified_givens(value(d1)?, value(d2)?, value(x1)?, value(y1)?);
     if param.is_null() {
         return Err(Error::said(code::INVALID_VALUE, "rotmg's param is null"));
