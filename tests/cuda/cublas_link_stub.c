@@ -241,3 +241,17 @@ void cublasSspr2_v2(void) {}
 void cublasDspr2_v2(void) {}
 void cublasChpr2_v2(void) {}
 void cublasZhpr2_v2(void) {}
+void cublasSgbmv_v2(void) {}
+void cublasDgbmv_v2(void) {}
+void cublasCgbmv_v2(void) {}
+void cublasZgbmv_v2(void) {}
+void cublasChbmv_v2(void) {}
+void cublasZhbmv_v2(void) {}
+void cublasStbmv_v2(void) {}
+void cublasDtbmv_v2(void) {}
+void cublasCtbmv_v2(void) {}
+void cublasZtbmv_v2(void) {}
+void cublasStbsv_v2(void) {}
+void cublasDtbsv_v2(void) {}
+void cublasCtbsv_v2(void) {}
+void cublasZtbsv_v2(void) {}

@@ -25,18 +25,19 @@ use crate::error::{code, CuResult, Error};
 /// A matrix of the program's and its leading dimension.
 type Matrix = (u64, c_int);
 
-/// The batch of gemms that sets `C` (`m x n`, leading dimension `ldc`) to `scale op(X)`, or
-/// adds that to it (`add`), a column of `C` a gemm.
-fn term(
+/// The batch of gemms that sets `C` (`m x n`, leading dimension `ldc`; program memory, or a
+/// buffer of the shim's: `tbsv`'s copy of a band) to `scale op(X)`, or adds that to it
+/// (`add`), a column of `C` a gemm.
+pub(super) fn term(
     precision: Precision,
     trans: c_int,
     [m, n]: [c_int; 2],
     scale: Scalar,
-    (x, ldx): Matrix,
-    (c, ldc): Matrix,
+    (x, ldx): (Operand, c_int),
+    (c, ldc): (Operand, c_int),
     add: bool,
 ) -> GemmCall {
-    let matrices = [Operand::Memory(x), Operand::One, Operand::Memory(c)];
+    let matrices = [x, Operand::One, c];
     let keep = Scalar::Value(if add { 1.0 } else { 0.0 });
     let stride_x = if trans == 0 { ldx } else { 1 };
     let stride = [c_longlong::from(stride_x), 0, c_longlong::from(ldc)];
@@ -90,8 +91,9 @@ fn geam_calls(
     if m == 0 || n == 0 {
         return Ok(Vec::new());
     }
-    let a_term = |add| term(precision, trans[0], [m, n], alpha, a, c, add);
-    let b_term = |add| term(precision, trans[1], [m, n], beta, b, c, add);
+    let memory = |(x, ld): Matrix| (Operand::Memory(x), ld);
+    let a_term = |add| term(precision, trans[0], [m, n], alpha, memory(a), memory(c), add);
+    let b_term = |add| term(precision, trans[1], [m, n], beta, memory(b), memory(c), add);
     Ok(if c_is_a { vec![a_term(false), b_term(true)] } else { vec![b_term(false), a_term(true)] })
 }
 

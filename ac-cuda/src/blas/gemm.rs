@@ -7,7 +7,7 @@
 
 use std::ffi::{c_int, c_longlong, c_void};
 
-use ac_frontend::KernelArg;
+use ac_frontend::{DevicePtr, KernelArg};
 use ac_proto::backend::builtin::{f16_to_f32, f32_to_f16, Gemm, GemmElement};
 
 use super::{guard, handle, Target};
@@ -157,6 +157,17 @@ impl Operand {
             Operand::Memory(address) => matrix(target, address, elements, width),
             Operand::Slot(slot) => Ok(slot),
             Operand::One => Err(Error::said(code::INVALID_VALUE, "the constant one where a matrix is read")),
+        }
+    }
+
+    /// The matrix `bytes` further on (the constant one stays itself).
+    pub(super) fn offset(self, bytes: u64) -> Operand {
+        match self {
+            Operand::Memory(address) => Operand::Memory(address + bytes),
+            Operand::Slot(KernelArg::Ptr(p)) => {
+                Operand::Slot(KernelArg::Ptr(DevicePtr { offset: p.offset + bytes, ..p }))
+            }
+            other => other,
         }
     }
 }

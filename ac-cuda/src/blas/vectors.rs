@@ -195,15 +195,16 @@ unsafe fn launch_on(h: usize, call: impl FnOnce() -> CuResult<Option<GemmCall>>)
     }
 }
 
-/// The gemm of `y = alpha op(A) x + beta y`, `A` being `m x n` (`None`: it computes nothing),
-/// checked as cuBLAS checks the call.
+/// The gemm of `y = alpha op(A) x + beta y`, `A` being `m x n` (program memory, or a buffer of
+/// the shim's: a band matrix's copy, `tbsv`) (`None`: it computes nothing), checked as cuBLAS
+/// checks the call.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
-fn gemv_call(
+pub(super) fn gemv_call(
     precision: Precision,
     trans: c_int,
     [m, n]: [c_int; 2],
     alpha: Scalar,
-    (a, lda): (u64, c_int),
+    (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
     beta: Scalar,
     (y, incy): (u64, c_int),
@@ -219,12 +220,12 @@ fn gemv_call(
     let call = if trans == 2 && precision.is_complex() {
         // y (n x 1) = alpha A^H x + beta y: x a 1 x m row read transposed, y a column.
         conjugated_column("gemv's y for the conjugate transpose", incy)?;
-        let matrices = [Operand::Memory(a), Operand::Memory(x), Operand::Memory(y)];
+        let matrices = [a, Operand::Memory(x), Operand::Memory(y)];
         product(precision, [2, 1], [n, 1, m], alpha, matrices, [lda, incx, n], beta)
     } else {
         // y^T = alpha x^T op(A)^T + beta y^T: op(A)^T is A for op = T, A's transpose for op = N.
         let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
-        let matrices = [Operand::Memory(x), Operand::Memory(a), Operand::Memory(y)];
+        let matrices = [Operand::Memory(x), a, Operand::Memory(y)];
         let trans = [0, c_int::from(trans == 0)];
         product(precision, trans, [1, rows, cols], alpha, matrices, [incx, lda, incy], beta)
     };
@@ -361,7 +362,7 @@ macro_rules! typed {
             incy: c_int,
         ) -> u32 {
             let (alpha, beta) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()));
-            let (a, x, y) = ((a, lda), (x, incx), (y, incy));
+            let (a, x, y) = ((Operand::Memory(a), lda), (x, incx), (y, incy));
             let call = || gemv_call($precision, trans, [m, n], alpha, a, x, beta, y);
             guard(stringify!($gemv), || launch_on(h, call))
         }
@@ -471,7 +472,8 @@ mod tests {
     fn gemv_spans_a_padded_matrix_and_strided_vectors_for_every_operation() {
         // A 13 x 9 in rows of 16: (9 - 1) * 16 + 13 = 141 elements.
         let call = |precision, trans, incy| {
-            gemv_call(precision, trans, [13, 9], ONE, (A, 16), (X, 2), ONE, (Y, incy)).map(|c| c.expect("a product"))
+            gemv_call(precision, trans, [13, 9], ONE, (Operand::Memory(A), 16), (X, 2), ONE, (Y, incy))
+                .map(|c| c.expect("a product"))
         };
         // N: x has n = 9 elements 2 apart, y m = 13 elements 3 apart (x, A, y).
         assert_eq!(spans(&call(Precision::ComplexSingle, 0, 3).unwrap()), [17, 141, 37]);
@@ -485,7 +487,9 @@ mod tests {
         assert_eq!(call(Precision::ComplexSingle, 2, 3).unwrap_err().code(), code::NOT_SUPPORTED);
         assert_eq!(spans(&call(Precision::Single, 2, 3).unwrap()), [25, 141, 25]);
         // Nothing to compute; refusals.
-        assert!(gemv_call(Precision::Single, 0, [0, 9], ONE, (A, 1), (X, 1), ONE, (Y, 1)).unwrap().is_none());
+        assert!(gemv_call(Precision::Single, 0, [0, 9], ONE, (Operand::Memory(A), 1), (X, 1), ONE, (Y, 1))
+            .unwrap()
+            .is_none());
         assert_eq!(call(Precision::Single, 3, 1).unwrap_err().code(), code::INVALID_VALUE);
         assert_eq!(call(Precision::Single, 0, -1).unwrap_err().code(), code::NOT_SUPPORTED);
     }

@@ -254,3 +254,55 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
     )
     .await;
 }
+
+/// cuBLAS's level-2 routines on band matrices through the shim (`tests/cuda/cublas_band.cu`):
+/// `gbmv` (N, T, C; more diagonals than rows), `hbmv` (either triangle, `beta` 0 reading no
+/// `y`), `tbmv` and `tbsv` (N, T, C, unit; solves of one block and of several, a band wider
+/// than the matrix, a diagonal one), strided vectors, scalars in device memory; each exact
+/// though a band's spare row and a unit diagonal hold NaN and a Hermitian diagonal imaginary
+/// parts. A conjugated strided solve, a negative increment and a capturing stream are refused
+/// as not served, wrong arguments as cuBLAS refuses them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
+    run_math_program(
+        "cublas_band",
+        "libcublas.so.13",
+        &[
+            "sgbmv N 9x7 kl 2 ku 3 incx 2 incy 3 exact",
+            "dgbmv T 6x10 kl 1 ku 4 incx 1 incy 2 exact",
+            "cgbmv C 8x5 kl 3 ku 1 incx 2 incy 1 exact",
+            "zgbmv N 5x5 kl 0 ku 0 incx 1 incy 1 exact",
+            "sgbmv N 3x8 kl 4 ku 2 incx 1 incy 1 exact",
+            "zgbmv T 7x4 kl 2 ku 2 incx 3 incy 2 device scalars exact",
+            "chbmv upper n 9 k 2 incx 2 incy 1 exact",
+            "zhbmv lower n 7 k 3 incx 1 incy 3 exact",
+            "chbmv lower n 4 k 6 incx 1 incy 1 exact",
+            "zhbmv upper n 6 k 1 incx 2 incy 2 device scalars exact",
+            "stbmv upper N n 9 k 2 incx 2 exact",
+            "dtbmv lower T unit n 10 k 3 incx 1 exact",
+            "ctbmv upper C n 8 k 1 incx 2 exact",
+            "ztbmv lower N n 6 k 4 incx 1 exact",
+            "stbsv upper N n 70 k 3 incx 2 exact",
+            "dtbsv lower T n 70 k 40 incx 1 exact",
+            "ctbsv upper C n 70 k 3 incx 1 exact",
+            "ztbsv lower N unit n 40 k 0 incx 3 exact",
+            "stbsv lower N n 70 k 100 incx 1 exact",
+            "dtbsv upper T unit n 33 k 5 incx 1 exact",
+            "ctbsv lower C n 9 k 2 incx 1 exact",
+            "ztbsv upper N n 5 k 2 incx 2 exact",
+            "ctbsv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "sgbmv incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "stbsv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "stbsv's capture: invalidated",
+            "stbmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "stbmv's capture: invalidated",
+            "sgbmv lda 2 for 3 diagonals: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "chbmv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "stbmv diag 2: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "stbsv incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "stbsv of no elements: 0 CUBLAS_STATUS_SUCCESS",
+            "cublas_band: all exact",
+        ],
+    )
+    .await;
+}

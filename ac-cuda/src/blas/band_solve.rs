@@ -1,0 +1,201 @@
+//! cuBLAS's triangular band solve, `cublas<S|D|C|Z>tbsv`: `op(A) x = b` solved over `b`, `A`
+//! `n x n` triangular with `k` diagonals besides the main one, in BLAS's band layout.
+//!
+//! Band storage is a dense matrix of leading dimension `lda - 1` wherever it holds the band
+//! (`A[i, j]` at `AB[ku + i - j + j lda] = AB[ku + i + j (lda - 1)]`), so blocks of `s`
+//! unknowns can be solved with the dense routines: each diagonal block (a triangle inside the
+//! band) with trsv, and the products between neighbouring blocks with gemv. Those products read
+//! up to `2s - 1` diagonals from the main one, so `A` is first copied, on the handle's stream,
+//! into a buffer of the shim's whose storage has room for `2s` diagonals on `A`'s side, those
+//! beyond `k` zeros (`2s n` elements, `s` = [`BLOCK`] or `k` if more). Then, block after block
+//! in the order the solve runs (from the last for an upper `A` and `op` N or a lower one
+//! transposed, from the first otherwise): `x_p -= op(A_pq) x_q` with the block `q` solved just
+//! before (gemv, `alpha` -1), and `op(A_pp) x_p = b_p` (trsv): `2n / s` launches, none of them
+//! waiting.
+//!
+//! The buffer is freed after the queued work, before a captured graph would run, so tbsv is
+//! refused while its stream captures. `op` C serves a contiguous `x` only, as trsv does.
+
+use std::ffi::c_int;
+
+use ac_frontend::DeviceBuffer;
+
+use super::band::{triangular_codes, Band};
+use super::extensions::term;
+use super::gemm::{launch, Operand, Precision, Scalar};
+use super::structured::scratch;
+use super::triangle_vectors::trsv;
+use super::vectors::{conjugated_column, gemv_call};
+use super::Target;
+use crate::error::{code, CuResult, Error};
+use crate::graph;
+use crate::state;
+use crate::stream::stream_of;
+
+/// Unknowns a block solves at least (fewer launches, for a wider buffer).
+const BLOCK: c_int = 32;
+
+/// A triangular band copied into a buffer of the shim's with room for `width` diagonals on its
+/// side (zeros beyond the band), read as a dense matrix of leading dimension `width - 1`.
+struct Padded {
+    buffer: DeviceBuffer<u8>,
+    upper: bool,
+    width: c_int,
+    bytes: u64,
+}
+
+impl Padded {
+    /// Copies the `n x n` triangle `band` (`upper` or lower; `n > 0`, no diagonal beyond the
+    /// matrix's among `band`'s) on the target's stream: the buffer zeroed, then the band's rows
+    /// into its own, the main diagonal in row `width - 1` (upper) or 0 (lower).
+    unsafe fn new(target: Target, precision: Precision, band: &Band, upper: bool, width: c_int) -> CuResult<Padded> {
+        let (k, n) = (band.kl.max(band.ku), band.cols);
+        let bytes = precision.bytes() as u64;
+        let len = width as u64 * n as u64 * bytes;
+        let buffer = scratch(target, len)?;
+        let stream = stream_of(target.stream, target.device)?;
+        let shim = state::shim()?;
+        shim.block_on(buffer.memset_range(&stream, 0, len as usize, 0))?;
+        let padded = Padded { buffer, upper, width, bytes };
+        // The band's diagonals are AB's rows 0..=k: an upper band's main one last, a lower's first.
+        let from_row = if upper { width - 1 - k } else { 0 };
+        let into = (padded.buffer_at(from_row as u64), width);
+        launch(
+            target,
+            term(precision, 0, [k + 1, n], Scalar::Value(1.0), (Operand::Memory(band.ab), band.lda), into, false),
+        )?;
+        Ok(padded)
+    }
+
+    /// The buffer `elements` elements from its start.
+    fn buffer_at(&self, elements: u64) -> Operand {
+        Operand::Slot(self.buffer.at((elements * self.bytes) as usize))
+    }
+
+    /// `A[i, j]` (within `width` diagonals of the main one, on `A`'s side) as the first element
+    /// of a dense matrix of leading dimension [`Padded::ld`].
+    fn at(&self, i: c_int, j: c_int) -> Operand {
+        self.buffer_at(dense_index(self.upper, self.width, i, j))
+    }
+
+    /// The dense view's leading dimension.
+    fn ld(&self) -> c_int {
+        self.width - 1
+    }
+}
+
+/// Where `A[i, j]` lies in a padded copy of `width` diagonals: `A[i, j]` at
+/// `[width - 1 + i - j + j width]` (upper: the main diagonal last) or `[i - j + j width]`
+/// (lower), that is at `(i, j)` of a matrix of leading dimension `width - 1`.
+fn dense_index(upper: bool, width: c_int, i: c_int, j: c_int) -> u64 {
+    let shift = if upper { width as u64 - 1 } else { 0 };
+    shift + i as u64 + j as u64 * (width as u64 - 1)
+}
+
+/// One step of a blocked solve: the block of `len` unknowns from `start`, and the block solved
+/// before it (`(start, len)`), whose product is taken out first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    start: c_int,
+    len: c_int,
+    after: Option<(c_int, c_int)>,
+}
+
+/// The steps of a solve of `n` unknowns in blocks of `s`, from the last block (`backward`) or
+/// the first.
+fn steps(n: c_int, s: c_int, backward: bool) -> Vec<Step> {
+    let mut blocks: Vec<(c_int, c_int)> = (0..n).step_by(s as usize).map(|start| (start, s.min(n - start))).collect();
+    if backward {
+        blocks.reverse();
+    }
+    let mut after = None;
+    let mut steps = Vec::with_capacity(blocks.len());
+    for (start, len) in blocks {
+        steps.push(Step { start, len, after });
+        after = Some((start, len));
+    }
+    steps
+}
+
+/// `tbsv` on `target`: `op(A) x = b` over `b` (`x`), `A` the `n x n` triangular band of `k`
+/// diagonals besides the main one (`diag` 1: its diagonal ones, not read).
+pub(super) unsafe fn tbsv(
+    target: Target,
+    precision: Precision,
+    codes: [c_int; 3],
+    [n, k]: [c_int; 2],
+    a: (u64, c_int),
+    (x, incx): (u64, c_int),
+) -> CuResult<()> {
+    triangular_codes("tbsv", codes)?;
+    let [uplo, trans, _] = codes;
+    if n < 0 || k < 0 || a.1 <= k || incx == 0 {
+        return Err(Error::said(code::INVALID_VALUE, format!("tbsv: n {n}, k {k}, lda {}, incx {incx}", a.1)));
+    }
+    if incx < 0 {
+        return Err(Error::said(code::NOT_SUPPORTED, format!("tbsv: increment {incx}: only positive ones")));
+    }
+    if trans == 2 && precision.is_complex() {
+        conjugated_column("tbsv's x for the conjugate transpose", incx)?;
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    graph::refuse_if_capturing(target.stream, "tbsv")?;
+    let (upper, bytes) = (uplo == 1, precision.bytes() as u64);
+    // Diagonals beyond the matrix's hold nothing that is read: not copied. An upper band's
+    // diagonal d is AB's row k - d: those kept are its last rows.
+    let kept = k.min(n - 1);
+    let (ab, lda) = a;
+    let ab = if upper { ab + (k - kept) as u64 * bytes } else { ab };
+    let s = kept.max(BLOCK).min(n);
+    let padded = Padded::new(target, precision, &Band::triangle(uplo, n, kept, (ab, lda)), upper, 2 * s)?;
+    let x_at = |start: c_int| x + start as u64 * incx as u64 * bytes;
+    let (minus, one) = (Scalar::Value(-1.0), Scalar::Value(1.0));
+    for step in steps(n, s, upper == (trans == 0)) {
+        if let Some((q, q_len)) = step.after {
+            // x_p -= op(A_pq) x_q: A's rows are p's for N, q's transposed.
+            let (i, j, rows, cols) =
+                if trans == 0 { (step.start, q, step.len, q_len) } else { (q, step.start, q_len, step.len) };
+            let a_pq = (padded.at(i, j), padded.ld());
+            if let Some(call) =
+                gemv_call(precision, trans, [rows, cols], minus, a_pq, (x_at(q), incx), one, (x_at(step.start), incx))?
+            {
+                launch(target, call)?;
+            }
+        }
+        let a_pp = (padded.at(step.start, step.start), padded.ld());
+        trsv(target, precision, codes, step.len, a_pp, (x_at(step.start), incx))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_run_in_the_solves_order_each_after_its_neighbour() {
+        // 70 unknowns in blocks of 32: 0..32, 32..64, 64..70.
+        let forward = steps(70, 32, false);
+        let starts: Vec<_> = forward.iter().map(|s| (s.start, s.len, s.after)).collect();
+        assert_eq!(starts, [(0, 32, None), (32, 32, Some((0, 32))), (64, 6, Some((32, 32)))]);
+        let backward = steps(70, 32, true);
+        let starts: Vec<_> = backward.iter().map(|s| (s.start, s.len, s.after)).collect();
+        assert_eq!(starts, [(64, 6, None), (32, 32, Some((64, 6))), (0, 32, Some((32, 32)))]);
+        assert_eq!(steps(5, 32, true), [Step { start: 0, len: 5, after: None }], "one block");
+    }
+
+    #[test]
+    fn a_padded_band_is_a_dense_matrix_of_one_less_leading_dimension() {
+        // width 4: upper A[i, j] at [3 + i - j + 4 j], lower at [i - j + 4 j].
+        assert_eq!(dense_index(true, 4, 0, 0), 3);
+        assert_eq!(dense_index(true, 4, 1, 1), 3 + 4);
+        assert_eq!(dense_index(true, 4, 0, 3), 0 + 4 * 3, "3 diagonals up: the column's first row");
+        assert_eq!(dense_index(false, 4, 2, 2), 2 * 4);
+        assert_eq!(dense_index(false, 4, 5, 2), 3 + 2 * 4, "3 diagonals down: the column's last row");
+        // Moving down a column is one element; along a row, width - 1.
+        assert_eq!(dense_index(true, 4, 2, 5) - dense_index(true, 4, 1, 5), 1);
+        assert_eq!(dense_index(false, 4, 6, 5) - dense_index(false, 4, 6, 4), 3);
+    }
+}
