@@ -207,6 +207,7 @@ int main(int argc, char** argv) {
     ok &= tbmv<c32>(h, true, 1, 2, false, 70, 3, 1);
     ok &= tbmv<c64>(h, true, 0, 0, true, 40, 0, 3);
     ok &= tbmv<float>(h, true, 0, 0, false, 70, 100, 1);
+    ok &= tbmv<c64>(h, true, 1, 1, false, 10, 12, 1);
     ok &= tbmv<double>(h, true, 1, 1, true, 33, 5, 1);
     ok &= tbmv<c32>(h, true, 0, 2, false, 9, 2, 1);
     ok &= tbmv<c64>(h, true, 1, 0, false, 5, 2, 2);

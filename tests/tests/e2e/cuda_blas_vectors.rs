@@ -287,6 +287,7 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
             "ctbsv upper C n 70 k 3 incx 1 exact",
             "ztbsv lower N unit n 40 k 0 incx 3 exact",
             "stbsv lower N n 70 k 100 incx 1 exact",
+            "ztbsv upper T n 10 k 12 incx 1 exact",
             "dtbsv upper T unit n 33 k 5 incx 1 exact",
             "ctbsv lower C n 9 k 2 incx 1 exact",
             "ztbsv upper N n 5 k 2 incx 2 exact",
