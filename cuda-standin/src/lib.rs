@@ -21,7 +21,7 @@
 //!   kernel (`state::run`);
 //! - pinned host allocations are tracked: freeing one that queued work still uses, or leaving
 //!   one allocated when its context goes, is a violation;
-//! - new device memory holds stale bytes (`0xA5`), not zeros, as on a GPU;
+//! - new device memory holds stale bytes (`0xFF`: NaN as floats), not zeros, as on a GPU;
 //! - what kernels print (the `greet` fixture's `printf`) goes into their context's printf
 //!   buffer, up to its size (`cuCtxSetLimit`, 1 MiB by default; the rest is dropped), and is
 //!   written to standard output at a synchronization or the context's destruction, as the

@@ -265,8 +265,10 @@ const COPY_DELAY_MS: &str = "CUDA_STANDIN_COPY_DELAY_MS";
 
 /// What a new allocation holds: not zeros, as on a GPU, where a fresh allocation holds whatever
 /// the memory held last (possibly another process's data). A caller that promises zeroed memory
-/// must clear it.
-pub const STALE_BYTE: u8 = 0xA5;
+/// must clear it. All ones: NaN in every floating-point type (binary16 to `f64`) and -1 in
+/// every signed integer, so that a computation that reads memory nobody wrote shows in its
+/// result (`0xA5` bytes were floats of `1e-16` or less, which a sum hides).
+pub const STALE_BYTE: u8 = 0xFF;
 
 /// Bytes kept past each allocation's end, each [`GUARD_BYTE`]: a builtin kernel, which reaches
 /// memory through host pointers, that writes past its allocation changes them (and one that

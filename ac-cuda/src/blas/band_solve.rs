@@ -7,7 +7,7 @@
 //! band) with trsv, and the products between neighbouring blocks with gemv. Those products read
 //! up to `2s - 1` diagonals from the main one, so `A` is first copied, on the handle's stream,
 //! into a buffer of the shim's whose storage has room for `2s` diagonals on `A`'s side, those
-//! beyond `k` zeros (`2s n` elements, `s` = [`BLOCK`] or `k` if more). Then, block after block
+//! beyond `k` zeros (a new buffer's, `2s n` elements, `s` = [`BLOCK`] or `k` if more). Then, block after block
 //! in the order the solve runs (from the last for an upper `A` and `op` N or a lower one
 //! transposed, from the first otherwise): `x_p -= op(A_pq) x_q` with the block `q` solved just
 //! before (gemv, `alpha` -1), and `op(A_pp) x_p = b_p` (trsv): `2n / s` launches, none of them
@@ -29,8 +29,6 @@ use super::vectors::{conjugated_column, gemv_call};
 use super::Target;
 use crate::error::{code, CuResult, Error};
 use crate::graph;
-use crate::state;
-use crate::stream::stream_of;
 
 /// Unknowns a block solves at least (fewer launches, for a wider buffer).
 const BLOCK: c_int = 32;
@@ -46,16 +44,13 @@ struct Padded {
 
 impl Padded {
     /// Copies the `n x n` triangle `band` (`upper` or lower; `n > 0`, no diagonal beyond the
-    /// matrix's among `band`'s) on the target's stream: the buffer zeroed, then the band's rows
-    /// into its own, the main diagonal in row `width - 1` (upper) or 0 (lower).
+    /// matrix's among `band`'s) on the target's stream: the band's rows into the buffer's, the
+    /// main diagonal in row `width - 1` (upper) or 0 (lower). The other rows are zeros: the
+    /// backend clears new memory before a session sees it, as the SDK promises.
     unsafe fn new(target: Target, precision: Precision, band: &Band, upper: bool, width: c_int) -> CuResult<Padded> {
         let (k, n) = (band.kl.max(band.ku), band.cols);
         let bytes = precision.bytes() as u64;
-        let len = width as u64 * n as u64 * bytes;
-        let buffer = scratch(target, len)?;
-        let stream = stream_of(target.stream, target.device)?;
-        let shim = state::shim()?;
-        shim.block_on(buffer.memset_range(&stream, 0, len as usize, 0))?;
+        let buffer = scratch(target, width as u64 * n as u64 * bytes)?;
         let padded = Padded { buffer, upper, width, bytes };
         // The band's diagonals are AB's rows 0..=k: an upper band's main one last, a lower's first.
         let from_row = if upper { width - 1 - k } else { 0 };
