@@ -1,6 +1,6 @@
 // What the typed cuBLAS test programs share (cublas_extensions.cu, cublas_rank_k.cu,
 // cublas_structured.cu, cublas_triangle_vectors.cu, cublas_rotations.cu,
-// cublas_packed_vectors.cu): element types real and complex, small integers of each (complex:
+// cublas_packed_vectors.cu, cublas_band.cu): element types real and complex, small integers of each (complex:
 // in both parts; every product and sum of a few is exact), NaN of each, op(X)'s elements, a
 // triangular matrix times a vector, a comparison of every element, and a call's alpha and beta
 // on the host or in device memory.
