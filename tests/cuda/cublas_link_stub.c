@@ -255,3 +255,16 @@ void cublasStbsv_v2(void) {}
 void cublasDtbsv_v2(void) {}
 void cublasCtbsv_v2(void) {}
 void cublasZtbsv_v2(void) {}
+void cublasSetMatrix_64(void) {}
+void cublasGetMatrix_64(void) {}
+void cublasSgemm_v2_64(void) {}
+void cublasDgemv_v2_64(void) {}
+void cublasZdotc_v2_64(void) {}
+void cublasSaxpy_v2_64(void) {}
+void cublasSnrm2_v2_64(void) {}
+void cublasDgbmv_v2_64(void) {}
+void cublasCtrsm_v2_64(void) {}
+void cublasSgemmStridedBatched_64(void) {}
+void cublasGemmEx_64(void) {}
+void cublasIsamax_v2_64(void) {}
+void cublasIcamin_v2_64(void) {}

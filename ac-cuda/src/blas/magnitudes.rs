@@ -5,16 +5,20 @@
 //! (`CUBLAS_POINTER_MODE_DEVICE`) is written there by the kernel, without waiting; one bound for
 //! the host goes through the scratch buffer's slot and is read back, so the call waits, as
 //! cuBLAS's does. No elements, or an increment below 1, give 0 without a launch, as BLAS says.
+//! The ILP64 index forms (`cublasIsamax_v2_64`, ...) write an `int64_t`: the index as an `int`,
+//! then its upper half zeroed (an index is never negative), on the stream for device memory.
 
 use std::ffi::{c_int, c_void};
 
 use ac_frontend::KernelArg;
 
 use super::gemm;
+use super::ilp64::narrow;
 use super::vectors::store;
 use super::{guard, handle};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
+use crate::pitched::memset_2d;
 
 /// One reduction's kernel and what it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +67,45 @@ macro_rules! reduction {
     };
 }
 
+/// An ILP64 index reduction (`base` its 32-bit form, `name` its own): `n` and `incx` as `int`s,
+/// the index written as an `int`, then the upper half of the `int64_t` zeroed.
+unsafe fn index_64(
+    base: unsafe extern "C" fn(usize, c_int, u64, c_int, *mut c_int) -> u32,
+    name: &str,
+    h: usize,
+    [n, incx]: [i64; 2],
+    x: u64,
+    result: *mut i64,
+) -> u32 {
+    let [n, incx] = match narrow(name, [("n", n), ("incx", incx)]) {
+        Ok(sizes) => sizes,
+        Err(status) => return status,
+    };
+    let status = base(h, n, x, incx, result.cast());
+    if status != super::status::SUCCESS {
+        return status;
+    }
+    guard(name, || {
+        let target = handle(h)?.target();
+        let high = result as u64 + 4;
+        if target.host_pointers() {
+            store(target, high as *mut c_void, &[0; 4])
+        } else {
+            memset_2d((high, Some(target.device)), 4, 0, 1, [4, 1], target.stream, false)
+        }
+    })
+}
+
+/// Defines the ILP64 form `$name` of the index reduction `$base`.
+macro_rules! index_64 {
+    ($name:ident, $base:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(h: usize, n: i64, x: u64, incx: i64, result: *mut i64) -> u32 {
+            index_64($base, stringify!($name), h, [n, incx], x, result)
+        }
+    };
+}
+
 reduction!(cublasSasum_v2, f32, "blas_sabs_reduce", 0, 4);
 reduction!(cublasDasum_v2, f64, "blas_dabs_reduce", 0, 8);
 reduction!(cublasScasum_v2, f32, "blas_cabs_reduce", 0, 8);
@@ -75,3 +118,11 @@ reduction!(cublasIsamin_v2, c_int, "blas_sabs_reduce", 2, 4);
 reduction!(cublasIdamin_v2, c_int, "blas_dabs_reduce", 2, 8);
 reduction!(cublasIcamin_v2, c_int, "blas_cabs_reduce", 2, 8);
 reduction!(cublasIzamin_v2, c_int, "blas_zabs_reduce", 2, 16);
+index_64!(cublasIsamax_v2_64, cublasIsamax_v2);
+index_64!(cublasIdamax_v2_64, cublasIdamax_v2);
+index_64!(cublasIcamax_v2_64, cublasIcamax_v2);
+index_64!(cublasIzamax_v2_64, cublasIzamax_v2);
+index_64!(cublasIsamin_v2_64, cublasIsamin_v2);
+index_64!(cublasIdamin_v2_64, cublasIdamin_v2);
+index_64!(cublasIcamin_v2_64, cublasIcamin_v2);
+index_64!(cublasIzamin_v2_64, cublasIzamin_v2);

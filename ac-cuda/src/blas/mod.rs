@@ -47,6 +47,9 @@ mod extensions;
 mod gemm;
 mod gemm_batched;
 mod gemm_ex;
+mod ilp64;
+#[rustfmt::skip] // as scripts/gen-library-exports writes it
+mod ilp64_generated;
 mod lt;
 mod lu;
 mod magnitudes;

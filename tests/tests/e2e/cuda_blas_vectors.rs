@@ -307,3 +307,31 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
     )
     .await;
 }
+
+/// cuBLAS's ILP64 API through the shim (`tests/cuda/cublas_ilp64.cu`): `_64` forms of the
+/// matrix copies, gemm (plain, strided batched, `Ex`), gemv, gbmv, dotc, axpy, nrm2, trsm, and
+/// the index reductions into a whole `int64_t` on the host and in device memory; each exact.
+/// A size beyond an `int` is refused as not served, a negative one as cuBLAS refuses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_uses_its_64_bit_api_exactly() {
+    run_math_program(
+        "cublas_ilp64",
+        "libcublas.so.13",
+        &[
+            "SetMatrix_64 and GetMatrix_64 exact",
+            "Sgemm_v2_64 exact",
+            "SgemmStridedBatched_64 exact",
+            "GemmEx_64 exact",
+            "Dgemv_v2_64 T exact",
+            "Dgbmv_v2_64 N exact",
+            "Zdotc_v2_64 exact",
+            "Saxpy_v2_64 and Snrm2_v2_64 exact",
+            "Ctrsm_v2_64 exact",
+            "Isamax_v2_64 and Icamin_v2_64: host 2 2, device 2 2 exact",
+            "Sgemm_v2_64 of 2^31 rows: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "Sgemm_v2_64 m -1: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "cublas_ilp64: all exact",
+        ],
+    )
+    .await;
+}
