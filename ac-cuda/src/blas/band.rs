@@ -389,9 +389,9 @@ macro_rules! symmetric_entry {
     };
 }
 
-/// Defines `cublas<T>tbmv` (or, `$solve`, `cublas<T>tbsv`) for `$precision`.
-macro_rules! triangular_entry {
-    ($name:ident, $precision:expr, $solve:expr) => {
+/// Defines `cublas<T>tbmv` for `$precision`.
+macro_rules! tbmv_entry {
+    ($name:ident, $precision:expr) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -407,14 +407,7 @@ macro_rules! triangular_entry {
             incx: c_int,
         ) -> u32 {
             let (codes, a, x) = ([uplo, trans, diag], (ab, lda), (x, incx));
-            guard(stringify!($name), || {
-                let target = handle(h)?.target();
-                if $solve {
-                    super::band_solve::tbsv(target, $precision, codes, [n, k], a, x)
-                } else {
-                    tbmv(target, $precision, codes, [n, k], a, x)
-                }
-            })
+            guard(stringify!($name), || tbmv(handle(h)?.target(), $precision, codes, [n, k], a, x))
         }
     };
 }
@@ -427,14 +420,10 @@ symmetric_entry!(cublasSsbmv_v2, f32, Precision::Single, false);
 symmetric_entry!(cublasDsbmv_v2, f64, Precision::Double, false);
 symmetric_entry!(cublasChbmv_v2, [f32; 2], Precision::ComplexSingle, true);
 symmetric_entry!(cublasZhbmv_v2, [f64; 2], Precision::ComplexDouble, true);
-triangular_entry!(cublasStbmv_v2, Precision::Single, false);
-triangular_entry!(cublasDtbmv_v2, Precision::Double, false);
-triangular_entry!(cublasCtbmv_v2, Precision::ComplexSingle, false);
-triangular_entry!(cublasZtbmv_v2, Precision::ComplexDouble, false);
-triangular_entry!(cublasStbsv_v2, Precision::Single, true);
-triangular_entry!(cublasDtbsv_v2, Precision::Double, true);
-triangular_entry!(cublasCtbsv_v2, Precision::ComplexSingle, true);
-triangular_entry!(cublasZtbsv_v2, Precision::ComplexDouble, true);
+tbmv_entry!(cublasStbmv_v2, Precision::Single);
+tbmv_entry!(cublasDtbmv_v2, Precision::Double);
+tbmv_entry!(cublasCtbmv_v2, Precision::ComplexSingle);
+tbmv_entry!(cublasZtbmv_v2, Precision::ComplexDouble);
 
 #[cfg(test)]
 mod tests {

@@ -26,7 +26,7 @@ use super::gemm::{launch, Operand, Precision, Scalar};
 use super::structured::scratch;
 use super::triangle_vectors::trsv;
 use super::vectors::{conjugated_column, gemv_call};
-use super::Target;
+use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 use crate::graph;
 
@@ -114,7 +114,7 @@ fn steps(n: c_int, s: c_int, backward: bool) -> Vec<Step> {
 
 /// `tbsv` on `target`: `op(A) x = b` over `b` (`x`), `A` the `n x n` triangular band of `k`
 /// diagonals besides the main one (`diag` 1: its diagonal ones, not read).
-pub(super) unsafe fn tbsv(
+unsafe fn tbsv(
     target: Target,
     precision: Precision,
     codes: [c_int; 3],
@@ -165,6 +165,34 @@ pub(super) unsafe fn tbsv(
     Ok(())
 }
 
+/// Defines `cublas<T>tbsv` for `$precision`.
+macro_rules! tbsv_entry {
+    ($name:ident, $precision:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            trans: c_int,
+            diag: c_int,
+            n: c_int,
+            k: c_int,
+            ab: u64,
+            lda: c_int,
+            x: u64,
+            incx: c_int,
+        ) -> u32 {
+            let (codes, a, x) = ([uplo, trans, diag], (ab, lda), (x, incx));
+            guard(stringify!($name), || tbsv(handle(h)?.target(), $precision, codes, [n, k], a, x))
+        }
+    };
+}
+
+tbsv_entry!(cublasStbsv_v2, Precision::Single);
+tbsv_entry!(cublasDtbsv_v2, Precision::Double);
+tbsv_entry!(cublasCtbsv_v2, Precision::ComplexSingle);
+tbsv_entry!(cublasZtbsv_v2, Precision::ComplexDouble);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,7 +214,7 @@ mod tests {
         // width 4: upper A[i, j] at [3 + i - j + 4 j], lower at [i - j + 4 j].
         assert_eq!(dense_index(true, 4, 0, 0), 3);
         assert_eq!(dense_index(true, 4, 1, 1), 3 + 4);
-        assert_eq!(dense_index(true, 4, 0, 3), 0 + 4 * 3, "3 diagonals up: the column's first row");
+        assert_eq!(dense_index(true, 4, 0, 3), 4 * 3, "3 diagonals up: row 0 of column 3");
         assert_eq!(dense_index(false, 4, 2, 2), 2 * 4);
         assert_eq!(dense_index(false, 4, 5, 2), 3 + 2 * 4, "3 diagonals down: the column's last row");
         // Moving down a column is one element; along a row, width - 1.
