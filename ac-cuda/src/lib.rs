@@ -52,7 +52,8 @@
 //! - `blas_generated.rs`, `fft_generated.rs` and `nvml_generated.rs` (by
 //!   `scripts/gen-library-exports`): every other function of `cublas_api.h` and `cublasLt.h`,
 //!   of `cufft.h` and `cufftXt.h`, and of `nvml.h`, answering "not supported" and naming itself
-//!   once on stderr.
+//!   once on stderr; and `blas/ilp64_generated.rs`, cuBLAS's `_64` forms of the functions the
+//!   shim serves, each calling its 32-bit form.
 //! - `generated.rs` (by `scripts/gen-cuda-exports`): every other entry point of `cuda.h`,
 //!   answering `CUDA_ERROR_NOT_SUPPORTED` and naming itself once on stderr.
 //!
