@@ -159,28 +159,6 @@ static bool tbmv(cublasHandle_t h, bool solve, int uplo, int trans, bool unit, i
     return ok;
 }
 
-// `call` (named `what`) on a capturing stream: the shim's copy of the band would be gone when
-// the graph ran, so it is refused and the capture invalidated.
-template <typename Call>
-static void while_capturing(cublasHandle_t h, const char* what, Call call) {
-    cudaStream_t s;
-    CHECK(cudaStreamCreate(&s));
-    std::vector<float> v(16, 1.0f);
-    float* d = upload(v);
-    CUBLAS(cublasSetStream_v2(h, s));
-    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    cublasStatus_t st = call(d);
-    printf("%s while capturing: %d %s\n", what, (int)st, cublasGetStatusName(st));
-    cudaGraph_t g = nullptr;
-    cudaError_t e = cudaStreamEndCapture(s, &g);
-    printf("%s's capture: %s\n", what, e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
-    if (g) CHECK(cudaGraphDestroy(g));
-    cudaGetLastError();
-    CUBLAS(cublasSetStream_v2(h, 0));
-    CHECK(cudaFree(d));
-    CHECK(cudaStreamDestroy(s));
-}
-
 int main(int argc, char** argv) {
     bool native = argc > 1 && strcmp(argv[1], "--native") == 0;
     cublasHandle_t h;

@@ -3,7 +3,7 @@
 // cublas_packed_vectors.cu, cublas_band.cu): element types real and complex, small integers of each (complex:
 // in both parts; every product and sum of a few is exact), NaN of each, op(X)'s elements, a
 // triangular matrix times a vector, a comparison of every element, and a call's alpha and beta
-// on the host or in device memory.
+// on the host or in device memory, and a call on a capturing stream.
 #pragma once
 #include <complex>
 #include <cstdio>
@@ -111,4 +111,26 @@ static std::vector<E> times_op(const M& a, int trans, bool unit, std::vector<E> 
         out[(size_t)i * incx] = acc;
     }
     return out;
+}
+
+// `call` (named `what`) on a capturing stream, given 16 floats of device memory: a call whose
+// buffer of the shim's would be gone when the graph ran is refused and the capture invalidated.
+template <typename Call>
+static void while_capturing(cublasHandle_t h, const char* what, Call call) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    std::vector<float> v(16, 1.0f);
+    float* d = upload(v);
+    CUBLAS(cublasSetStream_v2(h, s));
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    cublasStatus_t st = call(d);
+    printf("%s while capturing: %d %s\n", what, (int)st, cublasGetStatusName(st));
+    cudaGraph_t g = nullptr;
+    cudaError_t e = cudaStreamEndCapture(s, &g);
+    printf("%s's capture: %s\n", what, e == cudaErrorStreamCaptureInvalidated ? "invalidated" : cudaGetErrorName(e));
+    if (g) CHECK(cudaGraphDestroy(g));
+    cudaGetLastError();
+    CUBLAS(cublasSetStream_v2(h, 0));
+    CHECK(cudaFree(d));
+    CHECK(cudaStreamDestroy(s));
 }

@@ -1,7 +1,7 @@
 //! cuBLAS's band matrix-vector products: `cublas<S|D|C|Z>gbmv` (`y = alpha op(A) x + beta y`,
 //! `A` an `m x n` band), `cublas<S|D>sbmv` (CuPy's `cupy.cublas.sbmv`) and `cublas<C|Z>hbmv`
 //! (`A` symmetric or Hermitian, one triangle stored), and `cublas<S|D|C|Z>tbmv` (`x = op(A) x`,
-//! `A` triangular); the triangular solve `tbsv` is [`super::band_solve`].
+//! `A` triangular; its entry points are [`super::band_triangular`]'s, with the solve `tbsv`).
 //!
 //! BLAS's band layout keeps `A[i, j]` at `AB[ku + i - j + j lda]`, `kl` diagonals below the main
 //! one and `ku` above (a triangle's upper band: `ku = k`, `kl = 0`; its lower: `kl = k`,
@@ -294,7 +294,7 @@ pub(super) fn triangular_codes(what: &str, [uplo, trans, diag]: [c_int; 3]) -> C
 /// `tbmv` on `target`: `x = op(A) x`, `A` the `n x n` triangular band of `k` diagonals besides
 /// the main one.
 #[allow(clippy::too_many_arguments)] // BLAS's arguments
-unsafe fn tbmv(
+pub(super) unsafe fn tbmv(
     target: Target,
     precision: Precision,
     codes: [c_int; 3],
@@ -389,29 +389,6 @@ macro_rules! symmetric_entry {
     };
 }
 
-/// Defines `cublas<T>tbmv` for `$precision`.
-macro_rules! tbmv_entry {
-    ($name:ident, $precision:expr) => {
-        #[no_mangle]
-        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
-        pub unsafe extern "C" fn $name(
-            h: usize,
-            uplo: c_int,
-            trans: c_int,
-            diag: c_int,
-            n: c_int,
-            k: c_int,
-            ab: u64,
-            lda: c_int,
-            x: u64,
-            incx: c_int,
-        ) -> u32 {
-            let (codes, a, x) = ([uplo, trans, diag], (ab, lda), (x, incx));
-            guard(stringify!($name), || tbmv(handle(h)?.target(), $precision, codes, [n, k], a, x))
-        }
-    };
-}
-
 gbmv_entry!(cublasSgbmv_v2, f32, Precision::Single);
 gbmv_entry!(cublasDgbmv_v2, f64, Precision::Double);
 gbmv_entry!(cublasCgbmv_v2, [f32; 2], Precision::ComplexSingle);
@@ -420,10 +397,6 @@ symmetric_entry!(cublasSsbmv_v2, f32, Precision::Single, false);
 symmetric_entry!(cublasDsbmv_v2, f64, Precision::Double, false);
 symmetric_entry!(cublasChbmv_v2, [f32; 2], Precision::ComplexSingle, true);
 symmetric_entry!(cublasZhbmv_v2, [f64; 2], Precision::ComplexDouble, true);
-tbmv_entry!(cublasStbmv_v2, Precision::Single);
-tbmv_entry!(cublasDtbmv_v2, Precision::Double);
-tbmv_entry!(cublasCtbmv_v2, Precision::ComplexSingle);
-tbmv_entry!(cublasZtbmv_v2, Precision::ComplexDouble);
 
 #[cfg(test)]
 mod tests {

@@ -41,7 +41,7 @@ use crate::state::{self, put, Registry};
 use crate::stream::{device_of_stream, stream_of};
 
 mod band;
-mod band_solve;
+mod band_triangular;
 mod copies;
 mod extensions;
 mod gemm;

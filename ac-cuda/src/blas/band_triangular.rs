@@ -1,5 +1,7 @@
-//! cuBLAS's triangular band solve, `cublas<S|D|C|Z>tbsv`: `op(A) x = b` solved over `b`, `A`
-//! `n x n` triangular with `k` diagonals besides the main one, in BLAS's band layout.
+//! cuBLAS's triangular band routines' entry points, `cublas<S|D|C|Z>tbmv` (`x = op(A) x`, by
+//! diagonals: [`super::band`]) and `cublas<S|D|C|Z>tbsv`, and the solve: `op(A) x = b` solved
+//! over `b`, `A` `n x n` triangular with `k` diagonals besides the main one, in BLAS's band
+//! layout.
 //!
 //! Band storage is a dense matrix of leading dimension `lda - 1` wherever it holds the band
 //! (`A[i, j]` at `AB[ku + i - j + j lda] = AB[ku + i + j (lda - 1)]`), so blocks of `s`
@@ -20,7 +22,7 @@ use std::ffi::c_int;
 
 use ac_frontend::DeviceBuffer;
 
-use super::band::{triangular_codes, Band};
+use super::band::{tbmv, triangular_codes, Band};
 use super::extensions::term;
 use super::gemm::{launch, Operand, Precision, Scalar};
 use super::structured::scratch;
@@ -165,9 +167,10 @@ unsafe fn tbsv(
     Ok(())
 }
 
-/// Defines `cublas<T>tbsv` for `$precision`.
-macro_rules! tbsv_entry {
-    ($name:ident, $precision:expr) => {
+/// Defines `cublas<T>tbmv` or `cublas<T>tbsv` for `$precision`: `$routine` on the handle's
+/// target.
+macro_rules! triangular_entry {
+    ($name:ident, $precision:expr, $routine:ident) => {
         #[no_mangle]
         #[allow(clippy::too_many_arguments)] // cuBLAS's signature
         pub unsafe extern "C" fn $name(
@@ -183,15 +186,19 @@ macro_rules! tbsv_entry {
             incx: c_int,
         ) -> u32 {
             let (codes, a, x) = ([uplo, trans, diag], (ab, lda), (x, incx));
-            guard(stringify!($name), || tbsv(handle(h)?.target(), $precision, codes, [n, k], a, x))
+            guard(stringify!($name), || $routine(handle(h)?.target(), $precision, codes, [n, k], a, x))
         }
     };
 }
 
-tbsv_entry!(cublasStbsv_v2, Precision::Single);
-tbsv_entry!(cublasDtbsv_v2, Precision::Double);
-tbsv_entry!(cublasCtbsv_v2, Precision::ComplexSingle);
-tbsv_entry!(cublasZtbsv_v2, Precision::ComplexDouble);
+triangular_entry!(cublasStbmv_v2, Precision::Single, tbmv);
+triangular_entry!(cublasDtbmv_v2, Precision::Double, tbmv);
+triangular_entry!(cublasCtbmv_v2, Precision::ComplexSingle, tbmv);
+triangular_entry!(cublasZtbmv_v2, Precision::ComplexDouble, tbmv);
+triangular_entry!(cublasStbsv_v2, Precision::Single, tbsv);
+triangular_entry!(cublasDtbsv_v2, Precision::Double, tbsv);
+triangular_entry!(cublasCtbsv_v2, Precision::ComplexSingle, tbsv);
+triangular_entry!(cublasZtbsv_v2, Precision::ComplexDouble, tbsv);
 
 #[cfg(test)]
 mod tests {
