@@ -3,8 +3,8 @@
 // too), hbmv (A Hermitian, either triangle), tbmv (x = op(A) x, unit or not) and tbsv
 // (op(A) x = b over b, b made from an integer x so that the solve is exact: one block of
 // unknowns and several, bands wider than the matrix too), in every precision they have,
-// vectors strided, scalars on the host and in device memory. A spare row of each band holds
-// NaN (it must not be read), as does a unit diagonal; a Hermitian diagonal's imaginary parts
+// vectors strided, scalars on the host and in device memory. A spare row of each band and its
+// corners past the matrix's edges hold NaN (they must not be read), as does a unit diagonal; a Hermitian diagonal's imaginary parts
 // must be taken as 0. Every element is checked exactly against a reference computed here
 // (small integers), the vectors' gaps included.
 // Usage: cublas_band [--native] (--native: leaves out what the shim refuses that cuBLAS serves)
@@ -57,14 +57,19 @@ static const char* const TRIANGLES[] = {"lower", "upper"};
 static const char* const OPS[] = {"N", "T", "C"};
 
 // An m x n band, kl diagonals below the main one and ku above, in BLAS's band layout with one
-// spare row (lda kl + ku + 2) that holds NaN: small integers (complex: in both parts).
+// spare row (lda kl + ku + 2): small integers (complex: in both parts), NaN where the layout
+// holds no element of the matrix (the spare row, the corners past its edges).
 template <typename E>
 struct Band {
     int m, n, kl, ku, lda;
     std::vector<E> ab;
     Band(int m, int n, int kl, int ku, int seed)
         : m(m), n(n), kl(kl), ku(ku), lda(kl + ku + 2), ab(values<E>((size_t)(kl + ku + 2) * n, seed)) {
-        for (int j = 0; j < n; j++) ab[(size_t)(kl + ku + 1) + (size_t)j * lda] = poison<E>();
+        for (int j = 0; j < n; j++)
+            for (int r = 0; r < lda; r++) {
+                int i = r - ku + j;
+                if (r == lda - 1 || i < 0 || i >= m) ab[(size_t)r + (size_t)j * lda] = poison<E>();
+            }
     }
     bool held(int i, int j) const { return i < m && j < n && j - i <= ku && i - j <= kl; }
     size_t index(int i, int j) const { return (size_t)(ku + i - j) + (size_t)j * lda; }
@@ -93,13 +98,16 @@ static bool gbmv(cublasHandle_t h, int trans, int m, int n, int kl, int ku, int 
     Band<E> a(m, n, kl, ku, 3);
     int rows = trans == 0 ? m : n, cols = trans == 0 ? n : m;
     std::vector<E> x = values<E>((size_t)cols * incx, 4), y = values<E>((size_t)rows * incy, 5), want = y;
+    // beta 0 reads no y (it holds NaN then).
+    if (beta == E(0))
+        for (int i = 0; i < rows; i++) y[(size_t)i * incy] = poison<E>();
     for (int i = 0; i < rows; i++) {
         E acc = 0;
         for (int q = 0; q < cols; q++) {
             E v = trans == 0 ? a.stored(i, q) : a.stored(q, i);
             acc += (trans == 2 ? conj_of(v) : v) * x[(size_t)q * incx];
         }
-        want[(size_t)i * incy] = alpha * acc + beta * y[(size_t)i * incy];
+        want[(size_t)i * incy] = alpha * acc + (beta == E(0) ? E(0) : beta * y[(size_t)i * incy]);
     }
     E *dab = upload(a.ab), *dx = upload(x), *dy = upload(y);
     {
@@ -170,6 +178,7 @@ int main(int argc, char** argv) {
     ok &= gbmv<c64>(h, 0, 5, 5, 0, 0, 1, 1, c64(-1, 2), c64(0, 1));
     ok &= gbmv<float>(h, 0, 3, 8, 4, 2, 1, 1, 1.0f, 1.0f);
     ok &= gbmv<c64>(h, 1, 7, 4, 2, 2, 3, 2, c64(1, 1), c64(2, 0), true);
+    ok &= gbmv<double>(h, 2, 6, 9, 3, 2, 2, 2, 3.0, 0.0);
     ok &= hbmv<c32>(h, 1, 9, 2, 2, 1, c32(2, 1), c32(1, -1));
     ok &= hbmv<c64>(h, 0, 7, 3, 1, 3, c64(-1, 0), c64(0, 0));
     ok &= hbmv<c32>(h, 0, 4, 6, 1, 1, c32(1, 0), c32(2, 0));
@@ -186,6 +195,7 @@ int main(int argc, char** argv) {
     ok &= tbmv<c64>(h, true, 0, 0, true, 40, 0, 3);
     ok &= tbmv<float>(h, true, 0, 0, false, 70, 100, 1);
     ok &= tbmv<c64>(h, true, 1, 1, false, 10, 12, 1);
+    ok &= tbmv<double>(h, true, 1, 0, false, 90, 40, 2);
     ok &= tbmv<double>(h, true, 1, 1, true, 33, 5, 1);
     ok &= tbmv<c32>(h, true, 0, 2, false, 9, 2, 1);
     ok &= tbmv<c64>(h, true, 1, 0, false, 5, 2, 2);

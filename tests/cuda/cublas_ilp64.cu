@@ -3,8 +3,8 @@
 // GetMatrix_64 (a padded round trip), Sgemm_v2_64, Dgemv_v2_64 (T), Zdotc_v2_64, Saxpy_v2_64
 // and Snrm2_v2_64, Dgbmv_v2_64, Ctrsm_v2_64, SgemmStridedBatched_64, GemmEx_64, and
 // Isamax_v2_64/Icamin_v2_64 into host and device memory (the whole int64_t written: it held -1
-// before), each checked exactly against a reference computed here (small integers); a size
-// beyond 2^31 - 1 and a negative one (refused by the 32-bit form, as cuBLAS refuses it).
+// before), each checked exactly against a reference computed here (small integers); sizes
+// beyond 2^31 - 1 (2^32 + 2 among them, which an int would take as 2) and a negative one (refused by the 32-bit form, as cuBLAS refuses it).
 // Usage: cublas_ilp64 [--native] (--native: leaves out what only the shim refuses: sizes beyond
 // an int, which NVIDIA's cuBLAS may serve)
 #include <complex>
@@ -197,6 +197,19 @@ int main(int argc, char** argv) {
             // 2^31 rows: more than an int; not served by the shim (NVIDIA's cuBLAS may serve them).
             s = cublasSgemm_v2_64(h, CUBLAS_OP_N, CUBLAS_OP_N, 1ll << 31, 1, 1, &one, d, 1ll << 31, d, 1, &one, d, 1ll << 31);
             printf("Sgemm_v2_64 of 2^31 rows: %d %s\n", (int)s, cublasGetStatusName(s));
+            // 2^32 + 2: a wrapper that took it as an int would see 2, and run.
+            const int64_t wide = (1ll << 32) + 2;
+            double dd = 1;
+            s = cublasDgemv_v2_64(h, CUBLAS_OP_N, wide, 1, &dd, (double*)d, wide, (double*)d, 1, &dd, (double*)d, 1);
+            printf("Dgemv_v2_64 of 2^32 + 2 rows: %d %s\n", (int)s, cublasGetStatusName(s));
+            c64 r;
+            s = cublasZdotc_v2_64(h, wide, d, 1, d, 1, &r);
+            printf("Zdotc_v2_64 of 2^32 + 2 elements: %d %s\n", (int)s, cublasGetStatusName(s));
+            int64_t index;
+            s = cublasIsamax_v2_64(h, wide, d, 1, &index);
+            printf("Isamax_v2_64 of 2^32 + 2 elements: %d %s\n", (int)s, cublasGetStatusName(s));
+            s = cublasSetMatrix_64(wide, 1, 4, v.data(), wide, d, wide);
+            printf("SetMatrix_64 of 2^32 + 2 rows: %d %s\n", (int)s, cublasGetStatusName(s));
         }
         s = cublasSgemm_v2_64(h, CUBLAS_OP_N, CUBLAS_OP_N, -1, 1, 1, &one, d, 1, d, 1, &one, d, 1);
         printf("Sgemm_v2_64 m -1: %d %s\n", (int)s, cublasGetStatusName(s));

@@ -67,7 +67,8 @@ impl Band {
     /// increment of 0) and what the shim does not serve (negative increments), for `what`.
     fn check(&self, what: &str, incs: &[c_int]) -> CuResult<()> {
         let b = self;
-        if [b.rows, b.cols, b.kl, b.ku].iter().any(|&v| v < 0) || b.lda <= b.kl + b.ku || incs.contains(&0) {
+        let stored = i64::from(b.kl) + i64::from(b.ku);
+        if [b.rows, b.cols, b.kl, b.ku].iter().any(|&v| v < 0) || i64::from(b.lda) <= stored || incs.contains(&0) {
             let why = format!(
                 "{what}: m {}, n {}, kl {}, ku {}, lda {}, increments {incs:?}",
                 b.rows, b.cols, b.kl, b.ku, b.lda
@@ -95,9 +96,10 @@ impl Band {
         (len > 0).then_some(Diagonal { first: self.ab + index * bytes, row, col, len })
     }
 
-    /// The diagonals stored, from the lowest.
+    /// The diagonals stored that hold elements of the matrix (none: it has none), from the
+    /// lowest.
     fn diagonals(&self) -> std::ops::RangeInclusive<c_int> {
-        -self.kl..=self.ku
+        -self.kl.min(self.rows - 1)..=self.ku.min(self.cols - 1)
     }
 }
 

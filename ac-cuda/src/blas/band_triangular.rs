@@ -52,7 +52,10 @@ impl Padded {
     unsafe fn new(target: Target, precision: Precision, band: &Band, upper: bool, width: c_int) -> CuResult<Padded> {
         let (k, n) = (band.kl.max(band.ku), band.cols);
         let bytes = precision.bytes() as u64;
-        let buffer = scratch(target, width as u64 * n as u64 * bytes)?;
+        let len = (width as u64).checked_mul(n as u64).and_then(|elements| elements.checked_mul(bytes));
+        let len =
+            len.ok_or_else(|| Error::said(code::OUT_OF_MEMORY, format!("tbsv: a copy of {width} x {n} elements")))?;
+        let buffer = scratch(target, len)?;
         let padded = Padded { buffer, upper, width, bytes };
         // The band's diagonals are AB's rows 0..=k: an upper band's main one last, a lower's first.
         let from_row = if upper { width - 1 - k } else { 0 };
@@ -146,7 +149,9 @@ unsafe fn tbsv(
     let (ab, lda) = a;
     let ab = if upper { ab + (k - kept) as u64 * bytes } else { ab };
     let s = kept.max(BLOCK).min(n);
-    let padded = Padded::new(target, precision, &Band::triangle(uplo, n, kept, (ab, lda)), upper, 2 * s)?;
+    let width =
+        s.checked_mul(2).ok_or_else(|| Error::said(code::OUT_OF_MEMORY, format!("tbsv: a copy {s} x 2 rows wide")))?;
+    let padded = Padded::new(target, precision, &Band::triangle(uplo, n, kept, (ab, lda)), upper, width)?;
     let x_at = |start: c_int| x + start as u64 * incx as u64 * bytes;
     let (minus, one) = (Scalar::Value(-1.0), Scalar::Value(1.0));
     for step in steps(n, s, upper == (trans == 0)) {

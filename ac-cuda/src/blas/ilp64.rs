@@ -3,7 +3,7 @@
 //! `scripts/gen-library-exports`) has a wrapper for each, which calls the 32-bit form once its
 //! sizes fit an `int`. Sizes beyond `INT_MAX` (2^31 - 1) are not served: no launch of the
 //! builtin kernels takes more elements than that along a dimension. A negative size is passed
-//! on, for the 32-bit form to refuse as cuBLAS does.
+//! on (below `INT_MIN`, as `INT_MIN`), for the 32-bit form to refuse or read as cuBLAS does.
 
 use std::ffi::c_int;
 
@@ -16,7 +16,7 @@ pub fn narrow<const N: usize>(name: &str, sizes: [(&str, i64); N]) -> Result<[c_
     let mut narrowed = [0; N];
     let mut status = super::status::SUCCESS;
     for (slot, (what, value)) in narrowed.iter_mut().zip(sizes) {
-        match c_int::try_from(value) {
+        match c_int::try_from(value.max(c_int::MIN.into())) {
             Ok(v) => *slot = v,
             Err(_) => {
                 let why = format!("{what} = {value}: sizes beyond 2^31 - 1 are not served");
@@ -42,5 +42,6 @@ mod tests {
         let wide = narrow("cublasSgemm_v2_64", [("m", 3), ("lda", 1 << 31)]);
         assert_eq!(wide, Err(crate::blas::status::NOT_SUPPORTED));
         assert_eq!(narrow("cublasSdot_v2_64", [("n", -(1 << 31))]), Ok([c_int::MIN]));
+        assert_eq!(narrow("cublasIsamax_v2_64", [("n", -(1 << 40))]), Ok([c_int::MIN]), "still negative");
     }
 }

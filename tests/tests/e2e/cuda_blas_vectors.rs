@@ -259,8 +259,8 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
 /// `gbmv` (N, T, C; more diagonals than rows), `hbmv` (either triangle, `beta` 0 reading no
 /// `y`), `tbmv` and `tbsv` (N, T, C, unit; solves of one block and of several, a band wider
 /// than the matrix, a diagonal one), strided vectors, scalars in device memory; each exact
-/// though a band's spare row and a unit diagonal hold NaN and a Hermitian diagonal imaginary
-/// parts. A conjugated strided solve, a negative increment and a capturing stream are refused
+/// though a band's spare row, its corners past the matrix and a unit diagonal hold NaN, `y`
+/// too where `beta` is 0, and a Hermitian diagonal imaginary parts. A conjugated strided solve, a negative increment and a capturing stream are refused
 /// as not served, wrong arguments as cuBLAS refuses them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
@@ -274,6 +274,7 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
             "zgbmv N 5x5 kl 0 ku 0 incx 1 incy 1 exact",
             "sgbmv N 3x8 kl 4 ku 2 incx 1 incy 1 exact",
             "zgbmv T 7x4 kl 2 ku 2 incx 3 incy 2 device scalars exact",
+            "dgbmv C 6x9 kl 3 ku 2 incx 2 incy 2 exact",
             "chbmv upper n 9 k 2 incx 2 incy 1 exact",
             "zhbmv lower n 7 k 3 incx 1 incy 3 exact",
             "chbmv lower n 4 k 6 incx 1 incy 1 exact",
@@ -288,6 +289,7 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
             "ztbsv lower N unit n 40 k 0 incx 3 exact",
             "stbsv lower N n 70 k 100 incx 1 exact",
             "ztbsv upper T n 10 k 12 incx 1 exact",
+            "dtbsv upper N n 90 k 40 incx 2 exact",
             "dtbsv upper T unit n 33 k 5 incx 1 exact",
             "ctbsv lower C n 9 k 2 incx 1 exact",
             "ztbsv upper N n 5 k 2 incx 2 exact",
@@ -329,6 +331,10 @@ async fn a_program_linked_against_cublas_uses_its_64_bit_api_exactly() {
             "Ctrsm_v2_64 exact",
             "Isamax_v2_64 and Icamin_v2_64: host 2 2, device 2 2 exact",
             "Sgemm_v2_64 of 2^31 rows: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "Dgemv_v2_64 of 2^32 + 2 rows: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "Zdotc_v2_64 of 2^32 + 2 elements: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "Isamax_v2_64 of 2^32 + 2 elements: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "SetMatrix_64 of 2^32 + 2 rows: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "Sgemm_v2_64 m -1: 7 CUBLAS_STATUS_INVALID_VALUE",
             "cublas_ilp64: all exact",
         ],
