@@ -65,7 +65,7 @@ impl Band {
 
     /// Refuses what cuBLAS refuses (negative sizes, an `lda` below the diagonals stored, an
     /// increment of 0) and what the shim does not serve (negative increments), for `what`.
-    fn check(&self, what: &str, incs: &[c_int]) -> CuResult<()> {
+    pub fn check(&self, what: &str, incs: &[c_int]) -> CuResult<()> {
         let b = self;
         let stored = i64::from(b.kl) + i64::from(b.ku);
         if [b.rows, b.cols, b.kl, b.ku].iter().any(|&v| v < 0) || i64::from(b.lda) <= stored || incs.contains(&0) {

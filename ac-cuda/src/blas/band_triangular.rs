@@ -129,12 +129,8 @@ unsafe fn tbsv(
 ) -> CuResult<()> {
     triangular_codes("tbsv", codes)?;
     let [uplo, trans, _] = codes;
-    if n < 0 || k < 0 || a.1 <= k || incx == 0 {
-        return Err(Error::said(code::INVALID_VALUE, format!("tbsv: n {n}, k {k}, lda {}, incx {incx}", a.1)));
-    }
-    if incx < 0 {
-        return Err(Error::said(code::NOT_SUPPORTED, format!("tbsv: increment {incx}: only positive ones")));
-    }
+    // As tbmv's: the band's own checks.
+    Band::triangle(uplo, n, k, a).check("tbsv", &[incx])?;
     if trans == 2 && precision.is_complex() {
         conjugated_column("tbsv's x for the conjugate transpose", incx)?;
     }
