@@ -199,13 +199,14 @@ int main(int argc, char** argv) {
     ok &= tbmv<double>(h, true, 1, 1, true, 33, 5, 1);
     ok &= tbmv<c32>(h, true, 0, 2, false, 9, 2, 1);
     ok &= tbmv<c64>(h, true, 1, 0, false, 5, 2, 2);
+    // A conjugated strided x: solved as a contiguous copy, in one block and in several.
+    ok &= tbmv<c32>(h, true, 0, 2, false, 70, 3, 2);
+    ok &= tbmv<c64>(h, true, 1, 2, true, 9, 2, 3);
     if (!native) {
-        // What the shim does not serve: a conjugated strided solve, a band solve captured.
+        // What the shim does not serve: a reversed vector, a band solve captured.
         std::vector<c32> v(32, c32(1, 0));
         c32* d = upload(v);
-        cublasStatus_t s = cublasCtbsv_v2(h, 0, 2, 0, 2, 1, d, 2, d + 8, 2);
-        printf("ctbsv C incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
-        s = cublasSgbmv_v2(h, 0, 2, 2, 0, 0, &v[0], d, 1, d + 8, -1, &v[0], d + 12, 1);
+        cublasStatus_t s = cublasSgbmv_v2(h, 0, 2, 2, 0, 0, &v[0], d, 1, d + 8, -1, &v[0], d + 12, 1);
         printf("sgbmv incx -1: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
         while_capturing(h, "stbsv", [h](float* d) { return cublasStbsv_v2(h, 0, 0, 0, 3, 1, d, 2, d + 8, 1); });

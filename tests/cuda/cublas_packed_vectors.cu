@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
     ok &= tpmv<double>(h, true, 1, 1, false, 4, 1);
     ok &= tpmv<c32>(h, true, 0, 2, false, 4, 1);
     ok &= tpmv<c64>(h, true, 1, 0, false, 3, 3);
+    // A conjugated strided x (through a contiguous copy in the shim).
+    ok &= tpmv<c32>(h, false, 1, 2, true, 5, 2);
+    ok &= tpmv<c64>(h, true, 0, 2, false, 4, 3);
     ok &= update<float>(h, false, 0, 5, 2, 1, 2.0f);
     ok &= update<double>(h, false, 1, 4, 1, 1, -1.0);
     ok &= update<c32>(h, false, 0, 4, 1, 1, c32(-2, 0));
@@ -189,22 +192,18 @@ int main(int argc, char** argv) {
     ok &= update<double>(h, true, 0, 3, 1, 2, 2.0);
     ok &= update<c32>(h, true, 1, 4, 1, 1, c32(2, 1));
     ok &= update<c64>(h, true, 0, 5, 1, 1, c64(-1, 1));
+    ok &= update<c32>(h, false, 0, 5, 3, 1, c32(2, 0));
+    ok &= update<c64>(h, true, 1, 4, 2, 3, c64(1, -1));
     // alpha 0: A as it was (a Hermitian diagonal's imaginary parts too, as reference BLAS
     // returns at once).
     ok &= update<float>(h, false, 1, 4, 1, 1, 0.0f);
     ok &= update<c32>(h, false, 1, 4, 1, 1, c32(0, 0));
     if (!native) {
-        // What the shim does not serve: a conjugated strided row (tpmv with C, hpr), a capture.
+        // alpha 0 reads nothing, not even AP (here none), as reference BLAS returns at once.
         std::vector<c32> v(32, c32(1, 0));
         c32* d = upload(v);
-        cublasStatus_t s = cublasCtpmv_v2(h, 0, 2, 0, 2, d, d + 8, 2);
-        printf("ctpmv C incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
-        float one = 1;
-        s = cublasChpr_v2(h, 0, 2, &one, d + 8, 2, d);
-        printf("chpr incx 2: %d %s\n", (int)s, cublasGetStatusName(s));
-        // alpha 0 reads nothing, not even AP (here none), as reference BLAS returns at once.
         float zero = 0;
-        s = cublasSspr_v2(h, 0, 3, &zero, (const float*)(d + 8), 1, nullptr);
+        cublasStatus_t s = cublasSspr_v2(h, 0, 3, &zero, (const float*)(d + 8), 1, nullptr);
         printf("sspr alpha 0 without AP: %d %s\n", (int)s, cublasGetStatusName(s));
         CHECK(cudaFree(d));
         static const float unit = 1;

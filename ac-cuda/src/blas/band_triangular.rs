@@ -16,18 +16,20 @@
 //! waiting.
 //!
 //! The buffer is freed after the queued work, before a captured graph would run, so tbsv is
-//! refused while its stream captures. `op` C serves a contiguous `x` only, as trsv does.
+//! refused while its stream captures. `op` C on a strided `x` (complex) solves a contiguous copy of
+//! it, gathered once and scattered back ([`super::contiguous`]).
 
 use std::ffi::c_int;
 
 use ac_frontend::DeviceBuffer;
 
 use super::band::{tbmv, triangular_codes, Band};
+use super::contiguous::{conjugates_strided, in_place};
 use super::extensions::term;
 use super::gemm::{launch, Operand, Precision, Scalar};
 use super::structured::scratch;
 use super::triangle_vectors::trsv;
-use super::vectors::{conjugated_column, gemv_call};
+use super::vectors::gemv_call;
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 use crate::graph;
@@ -131,13 +133,14 @@ unsafe fn tbsv(
     let [uplo, trans, _] = codes;
     // As tbmv's: the band's own checks.
     Band::triangle(uplo, n, k, a).check("tbsv", &[incx])?;
-    if trans == 2 && precision.is_complex() {
-        conjugated_column("tbsv's x for the conjugate transpose", incx)?;
-    }
     if n == 0 {
         return Ok(());
     }
     graph::refuse_if_capturing(target.stream, "tbsv")?;
+    if conjugates_strided(precision, trans, incx) {
+        // Each block's solve would conjugate a strided x: the whole x through one copy.
+        return in_place(target, precision, "tbsv", n, (x, incx), |x| tbsv(target, precision, codes, [n, k], a, x));
+    }
     let (upper, bytes) = (uplo == 1, precision.bytes() as u64);
     // Diagonals beyond the matrix's hold nothing that is read: not copied. An upper band's
     // diagonal d is AB's row k - d: those kept are its last rows.

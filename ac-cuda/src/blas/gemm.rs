@@ -275,8 +275,8 @@ pub(super) unsafe fn launch(target: Target, call: GemmCall) -> CuResult<()> {
 /// [`launch`] computing only the lower (`fill` 0) or upper (1) triangle of a square C, the
 /// diagonal included (`blas_<t>gemmt`); C's other elements are not touched.
 pub(super) unsafe fn launch_triangle(target: Target, call: GemmCall, fill: c_int) -> CuResult<()> {
-    if call.m != call.n || !(0..=1).contains(&fill) {
-        let why = format!("a triangle (fill {fill}) of C {} x {}", call.m, call.n);
+    if call.m != call.n || !(0..=1).contains(&fill) || call.batch != 1 {
+        let why = format!("a triangle (fill {fill}) of C {} x {} ({} of them)", call.m, call.n, call.batch);
         return Err(Error::said(code::INVALID_VALUE, why));
     }
     launch_reading(target, call, Reading::Triangle(fill))

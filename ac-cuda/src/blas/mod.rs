@@ -42,6 +42,7 @@ use crate::stream::{device_of_stream, stream_of};
 
 mod band;
 mod band_triangular;
+mod contiguous;
 mod copies;
 mod extensions;
 mod gemm;

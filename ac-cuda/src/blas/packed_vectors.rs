@@ -19,7 +19,6 @@ use super::gemm::{self, scalar_parts, Operand, Precision, Scalar};
 use super::packed::{launch_conversion, packed_len};
 use super::structured::{scratch, Kind};
 use super::triangle_vectors::{self, rank_update, symv, triangular, trmv, trsv};
-use super::vectors::conjugated_column;
 use super::{guard, handle, Target};
 use crate::error::CuResult;
 use crate::graph;
@@ -125,7 +124,7 @@ unsafe fn tpmv(
     let target = handle(h)?.target();
     let what = if solve { "tpsv" } else { "tpmv" };
     // As the routine will check the unpacked matrix (leading dimension n), before unpacking.
-    triangular(what, codes, n, n.max(1), x.1, precision)?;
+    triangular(what, codes, n, n.max(1), x.1)?;
     if !has_work(target, what, n)? {
         return Ok(());
     }
@@ -156,12 +155,8 @@ unsafe fn spr(
     if !check(target, what, uplo, n, &incs)? {
         return Ok(());
     }
-    // Refused or nothing to do before anything is unpacked: a conjugated strided row, alpha 0
-    // (A left as it is, as reference BLAS returns at once).
-    let conjugate = hermitian && precision.is_complex();
-    if conjugate {
-        incs.iter().try_for_each(|&inc| conjugated_column(&format!("{what}'s vectors"), inc))?;
-    }
+    // Nothing to do before anything is unpacked: alpha 0 (A left as it is, as reference BLAS
+    // returns at once).
     let alpha_type = if hermitian && y.is_none() { precision.real() } else { precision };
     let alpha = scalar_parts(target, alpha_type, alpha)?;
     if alpha == [0.0; 2] {

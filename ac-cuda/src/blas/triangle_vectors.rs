@@ -10,18 +10,20 @@
 //! | `syr2`, `her2`: `A = alpha x y^T + alpha y x^T + A` (`alpha x y^H + conj(alpha) y x^H`) | two of them |
 //!
 //! `her` and `her2` then make A's diagonal real, as cuBLAS does. A gemm (or a solve) cannot
-//! conjugate a row without transposing it, so `her`, `her2`, and `trmv` and `trsv` with `op` C,
-//! serve increment 1 only (as `gerc` does); negative increments are not served. `trmv`'s copy
-//! is work a graph does not record: while its stream captures, it is refused.
+//! conjugate a row without transposing it, so `her`'s and `her2`'s strided vectors, and `x` of
+//! `trmv` and `trsv` with `op` C, go through a contiguous copy ([`super::contiguous`]);
+//! negative increments are not served. `trmv`'s copy of `x`, and those contiguous copies, are
+//! work a graph does not record: while its stream captures, such a call is refused.
 //! `alpha` 0 leaves A as it is (`syr`, `her`, ...), as reference BLAS returns at once.
 
 use std::ffi::c_int;
 
+use super::contiguous::{conjugates_strided, in_place, Contiguous};
 use super::gemm::{self, launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
 use super::rank_k::zero_diagonal_imaginary;
 use super::structured::{copy_of, form, Kind};
 use super::trsm::{self, TrsmCall};
-use super::vectors::{conjugated_column, ger_call, served_increments};
+use super::vectors::{ger_call, served_increments};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
@@ -35,16 +37,9 @@ pub(super) fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int
     served_increments(incs)
 }
 
-/// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves: `op` C on a
-/// strided `x` would need a conjugate without a transpose. Gives A's kind.
-pub(super) fn triangular(
-    what: &str,
-    [uplo, trans, diag]: [c_int; 3],
-    n: c_int,
-    lda: c_int,
-    incx: c_int,
-    precision: Precision,
-) -> CuResult<Kind> {
+/// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves. Gives A's
+/// kind.
+pub(super) fn triangular(what: &str, [uplo, trans, diag]: [c_int; 3], n: c_int, lda: c_int, incx: c_int) -> CuResult<Kind> {
     // cuBLAS's refusals (INVALID_VALUE) before what the shim does not serve.
     let kind = match (trans, diag) {
         (0..=2, 0) => Kind::Triangular,
@@ -52,9 +47,6 @@ pub(super) fn triangular(
         _ => return Err(Error::said(code::INVALID_VALUE, format!("{what}: trans {trans}, diag {diag}"))),
     };
     check(what, uplo, n, lda, &[incx])?;
-    if n > 0 && trans == 2 && precision.is_complex() {
-        conjugated_column(&format!("{what}'s x for the conjugate transpose"), incx)?;
-    }
     Ok(kind)
 }
 
@@ -92,9 +84,13 @@ pub(super) unsafe fn trmv(
     (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
-    let kind = triangular("trmv", [uplo, trans, diag], n, lda, incx, precision)?;
+    let kind = triangular("trmv", [uplo, trans, diag], n, lda, incx)?;
     if n == 0 {
         return Ok(());
+    }
+    if conjugates_strided(precision, trans, incx) {
+        let codes = [uplo, trans, diag];
+        return in_place(target, precision, "trmv", n, (x, incx), |x| trmv(target, precision, codes, n, (a, lda), x));
     }
     let (one, zero, x_at) = (Scalar::Value(1.0), Scalar::Value(0.0), Operand::Memory(x));
     let (mut call, operand) = if incx == 1 {
@@ -122,7 +118,11 @@ pub(super) unsafe fn trsv(
     (a, lda): (Operand, c_int),
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
-    triangular("trsv", [uplo, trans, diag], n, lda, incx, precision)?;
+    triangular("trsv", [uplo, trans, diag], n, lda, incx)?;
+    if n > 0 && conjugates_strided(precision, trans, incx) {
+        let codes = [uplo, trans, diag];
+        return in_place(target, precision, "trsv", n, (x, incx), |x| trsv(target, precision, codes, n, (a, lda), x));
+    }
     let alpha = Scalar::Value(1.0);
     let call = if incx == 1 {
         // x an n x 1 column, solved on the left.
@@ -162,6 +162,15 @@ pub(super) unsafe fn rank_update(
         return Ok(false);
     }
     let (conjugate, second) = (hermitian && precision.is_complex(), [alpha[0], -alpha[1]]);
+    // Each vector is conjugated in a product (her2's in one each): a strided one as a copy.
+    let what = if y.is_some() { "her2" } else { "her" };
+    let gather = |v: (u64, c_int)| match conjugate {
+        true => Contiguous::gather(target, precision, what, n, v).map(Some),
+        false => Ok(None),
+    };
+    let copies = (gather(x)?, y.map(gather).transpose()?.flatten());
+    let x = copies.0.as_ref().map_or(x, Contiguous::vector);
+    let y = y.map(|y| copies.1.as_ref().map_or(y, Contiguous::vector));
     let products: Vec<(_, _, [f64; 2])> = match y {
         None => vec![(x, x, alpha)],
         // her2's second product is by conj(alpha).

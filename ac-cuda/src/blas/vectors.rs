@@ -17,14 +17,16 @@
 //!
 //! A strided vector is a one-row matrix whose leading dimension is its increment, so strided
 //! vectors need nothing more; `[1]` is a constant of the device's scratch buffer. A gemm has no
-//! operation that conjugates without transposing, so the two rows of the table that conjugate a
-//! column (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) serve increment 1 only. Negative
-//! increments (BLAS's reversed vectors) are not served. A result bound for the host (`dot` in
+//! operation that conjugates without transposing, so where the table conjugates a column
+//! (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) a strided one is a strided batch of `n`
+//! products instead, one an element of it: `y_j = alpha (A's column j)^H x + beta y_j`, and `A`'s
+//! column `j` plus `alpha x conj(y_j)`. Negative increments (BLAS's reversed vectors) are not
+//! served. A result bound for the host (`dot` in
 //! `CUBLAS_POINTER_MODE_HOST`) and every `nrm2` (whose root is taken here) are computed into
 //! the scratch buffer and read back, so the call waits, as cuBLAS's does. `swap` and the
 //! rotations are two gemms each ([`super::rotations`]).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_longlong, c_void};
 
 use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::{guard, handle, Target};
@@ -39,15 +41,6 @@ pub(super) fn served_increments(incs: &[c_int]) -> CuResult<()> {
         Some(inc) => Err(Error::said(code::NOT_SUPPORTED, format!("increment {inc}: only positive ones are served"))),
         None => Ok(()),
     }
-}
-
-/// Refuses a vector that a gemm could conjugate only as a contiguous column.
-pub(super) fn conjugated_column(what: &str, inc: c_int) -> CuResult<()> {
-    if inc == 1 {
-        return Ok(());
-    }
-    let why = format!("{what} with increment {inc}: a conjugated vector is served with increment 1 only");
-    Err(Error::said(code::NOT_SUPPORTED, why))
 }
 
 /// Writes `bytes` (one element) to the program's `result`: host or device memory as the
@@ -217,11 +210,16 @@ pub(super) fn gemv_call(
         return Ok(None);
     }
     served_increments(&[incx, incy])?;
-    let call = if trans == 2 && precision.is_complex() {
+    let call = if trans == 2 && precision.is_complex() && incy == 1 {
         // y (n x 1) = alpha A^H x + beta y: x a 1 x m row read transposed, y a column.
-        conjugated_column("gemv's y for the conjugate transpose", incy)?;
         let matrices = [a, Operand::Memory(x), Operand::Memory(y)];
         product(precision, [2, 1], [n, 1, m], alpha, matrices, [lda, incx, n], beta)
+    } else if trans == 2 && precision.is_complex() {
+        // A strided y is no column: each y_j (1 x 1, incy apart) = alpha (A's column j)^H x +
+        // beta y_j, one strided batch of n products of m terms, x the same row in each.
+        let matrices = [a, Operand::Memory(x), Operand::Memory(y)];
+        let one_each = product(precision, [2, 1], [1, 1, m], alpha, matrices, [lda, incx, 1], beta);
+        GemmCall { stride: [lda, 0, incy].map(c_longlong::from), batch: n, ..one_each }
     } else {
         // y^T = alpha x^T op(A)^T + beta y^T: op(A)^T is A for op = T, A's transpose for op = N.
         let (rows, cols) = if trans == 0 { (m, n) } else { (n, m) };
@@ -252,15 +250,16 @@ pub(super) fn ger_call(
         return Ok(None);
     }
     served_increments(&[incx, incy])?;
+    let (matrices, one) = ([Operand::Memory(x), Operand::Memory(y), a], Scalar::Value(1.0));
+    if conjugate && incy != 1 {
+        // A strided y is no column: each column j of A (m x 1, lda apart) += alpha x conj(y_j),
+        // one strided batch of n products of one term, x the same row in each.
+        let one_each = product(precision, [1, 2], [m, 1, 1], alpha, matrices, [incx, 1, lda], one);
+        return Ok(Some(GemmCall { stride: [0, incy, lda].map(c_longlong::from), batch: n, ..one_each }));
+    }
     // y^H is y stored as an n x 1 column, conjugate-transposed; y^T is y as a 1 x n row.
-    let (trans_b, ldb) = if conjugate {
-        conjugated_column("gerc's y", incy)?;
-        (2, n.max(1))
-    } else {
-        (0, incy)
-    };
-    let matrices = [Operand::Memory(x), Operand::Memory(y), a];
-    Ok(Some(product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], Scalar::Value(1.0))))
+    let (trans_b, ldb) = if conjugate { (2, n.max(1)) } else { (0, incy) };
+    Ok(Some(product(precision, [1, trans_b], [m, n, 1], alpha, matrices, [incx, ldb, lda], one)))
 }
 
 /// Defines `cublas<T>dot` (`dotu` for complex types) or, `$conjugate`, `cublas<T>dotc`.
@@ -483,8 +482,12 @@ mod tests {
         let conjugate = call(Precision::ComplexSingle, 2, 1).unwrap();
         assert_eq!((at(conjugate.matrices[0]), conjugate.trans), (A, [2, 1]));
         assert_eq!(spans(&conjugate), [141, 25, 9]);
-        // ... which must be contiguous; a real type's C is its T, for any y.
-        assert_eq!(call(Precision::ComplexSingle, 2, 3).unwrap_err().code(), code::NOT_SUPPORTED);
+        // ... or, strided, a batch of n products of m terms: A's column j (lda apart) and the
+        // same x, into y_j (3 apart). A real type's C is its T, for any y.
+        let strided = call(Precision::ComplexSingle, 2, 3).unwrap();
+        assert_eq!((strided.trans, strided.batch, strided.stride), ([2, 1], 9, [16, 0, 3]));
+        assert_eq!((strided.m, strided.n, strided.k), (1, 1, 13));
+        assert_eq!(spans(&strided), [141, 25, 25]);
         assert_eq!(spans(&call(Precision::Single, 2, 3).unwrap()), [25, 141, 25]);
         // Nothing to compute; refusals.
         assert!(gemv_call(Precision::Single, 0, [0, 9], ONE, (Operand::Memory(A), 1), (X, 1), ONE, (Y, 1))
@@ -495,7 +498,7 @@ mod tests {
     }
 
     #[test]
-    fn ger_spans_its_vectors_and_gerc_conjugates_a_contiguous_y() {
+    fn ger_spans_its_vectors_and_gerc_conjugates_y_by_its_elements_when_strided() {
         // A 11 x 7 in rows of 13: 6 * 13 + 11 = 89; x 11 elements 3 apart: 31.
         let call = |conjugate, incy| {
             ger_call(Precision::ComplexDouble, [11, 7], ONE, (X, 3), (Y, incy), (Operand::Memory(A), 13), conjugate)
@@ -505,7 +508,11 @@ mod tests {
         assert_eq!((geru.trans, spans(&geru)), ([1, 0], [31, 13, 89]));
         let gerc = call(true, 1).unwrap();
         assert_eq!((gerc.trans, spans(&gerc)), ([1, 2], [31, 7, 89]));
-        assert_eq!(call(true, 2).unwrap_err().code(), code::NOT_SUPPORTED);
+        // A strided y: a batch of 7 columns of A (13 apart), each x times one element of y.
+        let strided = call(true, 2).unwrap();
+        assert_eq!((strided.trans, strided.batch, strided.stride), ([1, 2], 7, [0, 2, 13]));
+        assert_eq!((strided.m, strided.n, strided.k), (11, 1, 1));
+        assert_eq!(spans(&strided), [31, 13, 89]);
         // An empty matrix is nothing to do, whatever y's increment.
         let empty = ger_call(Precision::ComplexDouble, [0, 7], ONE, (X, 3), (Y, 2), (Operand::Memory(A), 13), true);
         assert!(empty.unwrap().is_none());

@@ -68,8 +68,8 @@ async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
 /// cuBLAS's complex level-1 and level-2 functions (dotu, dotc, nrm2, axpy, copy, scal by a
 /// complex and by a real, gemv with all three operations, geru, gerc) in single and double
 /// precision, and `cublasDotEx`/`cublasDotcEx` on binary16, bfloat16 and complex vectors (into
-/// host and device memory), each done by the shim as one gemm; and the conjugated vectors it
-/// serves only contiguous.
+/// host and device memory), each done by the shim as one gemm; a conjugated `y` (gemv C, gerc)
+/// strided too, as a strided batch of products.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly() {
     run_math_program(
@@ -85,22 +85,21 @@ async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly(
             "zcopy strided exact",
             "cscal strided exact",
             "zscal by a real strided exact",
-            "cgemv N exact",
-            "zgemv T exact",
-            "cgemv C exact",
-            "zgemv C exact",
-            "cgeru exact",
-            "cgerc exact",
-            "zgerc exact",
+            "cgemv N incy 3 exact",
+            "zgemv T incy 1 exact",
+            "cgemv C incy 1 exact",
+            "cgemv C incy 3 exact",
+            "zgemv C incy 3 exact",
+            "cgeru incy 2 exact",
+            "cgerc incy 1 exact",
+            "cgerc incy 2 exact",
+            "zgerc incy 2 exact",
             "dotex f16 rounded to nearest even exact",
             "dotex bf16 into device memory exact",
             "dotex c32 exact",
             "dotcex c32 exact",
             "cublas_complex: all exact",
             "dotex of f16 into f32: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "cgemv C into y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "gemv's y for the conjugate transpose with increment 2: a conjugated vector is served with increment 1 only",
-            "cgerc y with increment 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
         ],
     )
     .await;
@@ -111,8 +110,9 @@ async fn a_program_linked_against_cublas_runs_complex_and_typed_vectors_exactly(
 /// unit), `syr`,
 /// `her`, `syr2`, `her2`, on either triangle, strided vectors; each exact though the triangle
 /// not read holds NaN, and the updates leave the other triangle, the padding and the vectors'
-/// gaps as they were. A conjugated strided row is refused as not served, wrong arguments as
-/// cuBLAS refuses them.
+/// gaps as they were; a conjugated strided vector (trmv and trsv C, her, her2) through a
+/// contiguous copy, which a capturing stream refuses; wrong arguments refused as cuBLAS refuses
+/// them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
     run_math_program(
@@ -129,12 +129,16 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "ctrmv lower C incx 1 exact",
             "ztrmv upper N unit incx 3 exact",
             "ctrmv upper T incx 2 exact",
+            "ctrmv lower C incx 3 exact",
+            "ztrmv upper C unit incx 2 exact",
             "strmv managed x exact",
             "strsv lower N unit incx 2 exact",
             "dtrsv upper T incx 1 exact",
             "ctrsv lower C incx 1 exact",
             "ztrsv upper N incx 3 exact",
             "strsv upper T incx 2 exact",
+            "ctrsv upper C incx 2 exact",
+            "ztrsv lower C unit incx 3 exact",
             "ssyr lower incx 2 exact",
             "zsyr upper incx 1 exact",
             "cher lower incx 1 exact",
@@ -143,9 +147,11 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
             "csyr2 lower incx 1 incy 2 exact",
             "cher2 upper incx 1 incy 1 exact",
             "zher2 lower incx 1 incy 1 exact",
-            "ctrmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "ctrsv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "cher incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cher upper incx 2 exact",
+            "zher2 lower incx 3 incy 2 exact",
+            "cher2 upper incx 1 incy 3 exact",
+            "ctrsv C incx 2 while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "ctrsv C incx 2's capture: invalidated",
             "ssymv uplo 2: 7 CUBLAS_STATUS_INVALID_VALUE",
             "strmv incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
             "strsv trans 5 incx -1: 7 CUBLAS_STATUS_INVALID_VALUE",
@@ -207,8 +213,8 @@ async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
 /// (`tests/cuda/cublas_packed_vectors.cu`): `spmv`, `hpmv`, `tpmv` and `tpsv` (N, T, C, unit),
 /// `spr`, `hpr`, `spr2`, `hpr2`, on either triangle, strided vectors; each exact though a unit
 /// diagonal holds NaN and a Hermitian one imaginary parts, which the updates leave 0, and the
-/// vectors' gaps as they were. A conjugated strided row and a capturing stream are refused as
-/// not served, wrong arguments as cuBLAS refuses them.
+/// vectors' gaps as they were, a conjugated strided vector too (tpmv and tpsv C, hpr, hpr2).
+/// A capturing stream is refused as not served, wrong arguments as cuBLAS refuses them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
     run_math_program(
@@ -228,6 +234,8 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "dtpsv upper T incx 1 exact",
             "ctpsv lower C incx 1 exact",
             "ztpsv upper N incx 3 exact",
+            "ctpmv upper C unit incx 2 exact",
+            "ztpsv lower C incx 3 exact",
             "sspr lower incx 2 exact",
             "dspr upper incx 1 exact",
             "chpr lower incx 1 exact",
@@ -236,11 +244,11 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
             "dspr2 lower incx 1 incy 2 exact",
             "chpr2 upper incx 1 incy 1 exact",
             "zhpr2 lower incx 1 incy 1 exact",
+            "chpr lower incx 3 exact",
+            "zhpr2 upper incx 2 incy 3 exact",
             "sspr upper incx 1 alpha 0 exact",
             "chpr upper incx 1 alpha 0 exact",
             "sspmv of no elements: 0 CUBLAS_STATUS_SUCCESS",
-            "ctpmv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "chpr incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "sspr alpha 0 without AP: 0 CUBLAS_STATUS_SUCCESS",
             "sspmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "sspmv's capture: invalidated",
@@ -260,8 +268,9 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
 /// `y`), `tbmv` and `tbsv` (N, T, C, unit; solves of one block and of several, a band wider
 /// than the matrix, a diagonal one), strided vectors, scalars in device memory; each exact
 /// though a band's spare row, its corners past the matrix and a unit diagonal hold NaN, `y`
-/// too where `beta` is 0, and a Hermitian diagonal imaginary parts. A conjugated strided solve, a negative increment and a capturing stream are refused
-/// as not served, wrong arguments as cuBLAS refuses them.
+/// too where `beta` is 0, and a Hermitian diagonal imaginary parts; a conjugated strided solve
+/// through a contiguous copy. A negative increment and a capturing stream are refused as not
+/// served, wrong arguments as cuBLAS refuses them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
     run_math_program(
@@ -293,7 +302,8 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
             "dtbsv upper T unit n 33 k 5 incx 1 exact",
             "ctbsv lower C n 9 k 2 incx 1 exact",
             "ztbsv upper N n 5 k 2 incx 2 exact",
-            "ctbsv C incx 2: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ctbsv lower C n 70 k 3 incx 2 exact",
+            "ztbsv upper C unit n 9 k 2 incx 3 exact",
             "sgbmv incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "stbsv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "stbsv's capture: invalidated",
