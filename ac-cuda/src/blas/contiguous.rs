@@ -73,7 +73,13 @@ pub(super) struct Contiguous {
 impl Contiguous {
     /// The program's `n` elements at `vector` as a contiguous vector on the target's stream;
     /// a strided one is gathered (refused while the stream captures: `what` names the call).
-    pub(super) unsafe fn gather(target: Target, precision: Precision, what: &str, n: c_int, vector: Vector) -> CuResult<Self> {
+    pub(super) unsafe fn gather(
+        target: Target,
+        precision: Precision,
+        what: &str,
+        n: c_int,
+        vector: Vector,
+    ) -> CuResult<Self> {
         if vector.1 == 1 || n <= 0 {
             return Ok(Contiguous { precision, n, vector, copy: None });
         }

@@ -39,7 +39,13 @@ pub(super) fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int
 
 /// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves. Gives A's
 /// kind.
-pub(super) fn triangular(what: &str, [uplo, trans, diag]: [c_int; 3], n: c_int, lda: c_int, incx: c_int) -> CuResult<Kind> {
+pub(super) fn triangular(
+    what: &str,
+    [uplo, trans, diag]: [c_int; 3],
+    n: c_int,
+    lda: c_int,
+    incx: c_int,
+) -> CuResult<Kind> {
     // cuBLAS's refusals (INVALID_VALUE) before what the shim does not serve.
     let kind = match (trans, diag) {
         (0..=2, 0) => Kind::Triangular,
