@@ -230,21 +230,6 @@ static bool ger(cublasHandle_t h, bool conjugate, int incy) {
     return ok;
 }
 
-// A float rounded to bfloat16 (to nearest, ties to even), as bits; and a bfloat16's value.
-static unsigned short bfloat16_of(float v) {
-    unsigned x;
-    memcpy(&x, &v, 4);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (unsigned short)(x >> 16);
-}
-
-static float float_of_bfloat16(unsigned short b) {
-    unsigned x = (unsigned)b << 16;
-    float v;
-    memcpy(&v, &x, 4);
-    return v;
-}
-
 // cublasDotEx as PyTorch's torch.dot calls it on binary16 and bfloat16 (executed in f32, the
 // result rounded once), into host memory and, on a stream, into device memory; and on complex
 // vectors (cublasDotcEx conjugates x).

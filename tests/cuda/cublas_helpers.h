@@ -84,6 +84,21 @@ static float float_of_half(unsigned short h) {
     return v;
 }
 
+// A float rounded to bfloat16 (to nearest, ties to even), as bits; and a bfloat16's value.
+static unsigned short bfloat16_of(float v) {
+    unsigned x;
+    memcpy(&x, &v, 4);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (unsigned short)(x >> 16);
+}
+
+static float float_of_bfloat16(unsigned short b) {
+    unsigned x = (unsigned)b << 16;
+    float v;
+    memcpy(&v, &x, 4);
+    return v;
+}
+
 static std::vector<unsigned short> halves_of(const std::vector<float>& v) {
     std::vector<unsigned short> out(v.size());
     for (size_t i = 0; i < v.size(); i++) out[i] = half_of(v[i]);

@@ -117,7 +117,12 @@ impl Types {
 
     /// Bytes of one element of `C`.
     pub fn result_bytes(&self) -> usize {
-        self.elements.map_or(self.precision.bytes(), |types| types[2].bytes() as usize)
+        self.widths()[2] as usize
+    }
+
+    /// Bytes of one element of `A`, `B` and `C`.
+    pub fn widths(&self) -> [u64; 3] {
+        self.elements.map_or([self.precision.bytes() as u64; 3], |types| types.map(GemmElement::bytes))
     }
 }
 
@@ -301,7 +306,7 @@ pub(super) unsafe fn launch_reading(target: Target, mut call: GemmCall, reading:
         (alpha, reading)
     };
     let device = builtins(target.device)?;
-    let widths = call.types.elements.map_or([precision.bytes() as u64; 3], |t| t.map(GemmElement::bytes));
+    let widths = call.types.widths();
     let mut pointers: [Option<KernelArg>; 3] = [None; 3];
     for (x, elements) in shape.footprints().into_iter().enumerate() {
         if elements == 0 {
@@ -487,6 +492,11 @@ typed_gemm!(cublasCgemm_v2, [f32; 2], COMPLEX_SINGLE, "cublasCgemm");
 typed_gemm!(cublasZgemm_v2, [f64; 2], COMPLEX_DOUBLE, "cublasZgemm");
 typed_gemm_strided_batched!(cublasCgemmStridedBatched, [f32; 2], COMPLEX_SINGLE, "cublasCgemmStridedBatched");
 typed_gemm_strided_batched!(cublasZgemmStridedBatched, [f64; 2], COMPLEX_DOUBLE, "cublasZgemmStridedBatched");
+// The 3m forms name cuBLAS's Gauss algorithm (three real products for four): the same product,
+// which the builtin kernel computes as the plain forms'.
+typed_gemm!(cublasCgemm3m, [f32; 2], COMPLEX_SINGLE, "cublasCgemm3m");
+typed_gemm!(cublasZgemm3m, [f64; 2], COMPLEX_DOUBLE, "cublasZgemm3m");
+typed_gemm_strided_batched!(cublasCgemm3mStridedBatched, [f32; 2], COMPLEX_SINGLE, "cublasCgemm3mStridedBatched");
 
 /// A gemm call of one product, its scalars and matrices given.
 pub(super) fn product(

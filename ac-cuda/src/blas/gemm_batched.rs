@@ -5,9 +5,10 @@
 //! launch, as `gemmStridedBatched` is; otherwise (or if that launch is refused: results that
 //! overlap, matrices in several allocations) a launch a product.
 
-use std::ffi::{c_int, c_longlong};
+use std::ffi::{c_int, c_longlong, c_void};
 
 use super::gemm::{self, plain, GemmCall, Operand, Types};
+use super::gemm_ex::ex_types;
 use super::{each_batch, guard, handle};
 use crate::error::{code, CuResult, Error};
 
@@ -20,7 +21,7 @@ unsafe fn gemm_batched(h: usize, call: GemmCall, arrays: [u64; 3], count: c_int)
     gemm::check(&call)?;
     let target = handle(h)?.target();
     let matrices = target.device_pointers(arrays, count)?;
-    each_batch(&matrices, call.types.precision.bytes() as u64, |spans, _, batch| {
+    each_batch(&matrices, call.types.widths(), |spans, _, batch| {
         let matrices = spans.map(|(first, _)| Operand::Memory(first));
         let stride = spans.map(|(_, stride)| stride as c_longlong);
         gemm::launch(target, GemmCall { matrices, stride, batch: batch as c_int, ..call })
@@ -60,3 +61,37 @@ typed_gemm_batched!(cublasDgemmBatched, f64, Types::uniform(gemm::Precision::Dou
 typed_gemm_batched!(cublasHgemmBatched, u16, gemm::HALF);
 typed_gemm_batched!(cublasCgemmBatched, [f32; 2], Types::uniform(gemm::Precision::ComplexSingle));
 typed_gemm_batched!(cublasZgemmBatched, [f64; 2], Types::uniform(gemm::Precision::ComplexDouble));
+typed_gemm_batched!(cublasCgemm3mBatched, [f32; 2], Types::uniform(gemm::Precision::ComplexSingle));
+
+/// `cublasGemmBatchedEx`: `gemmBatched` on the types `cublasGemmEx` serves, each array's
+/// matrices spaced in elements of their own type.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // cuBLAS's signature
+pub unsafe extern "C" fn cublasGemmBatchedEx(
+    h: usize,
+    transa: c_int,
+    transb: c_int,
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    alpha: *const c_void,
+    a: u64,
+    a_type: c_int,
+    lda: c_int,
+    b: u64,
+    b_type: c_int,
+    ldb: c_int,
+    beta: *const c_void,
+    c: u64,
+    c_type: c_int,
+    ldc: c_int,
+    count: c_int,
+    compute: c_int,
+    _algo: c_int,
+) -> u32 {
+    guard("cublasGemmBatchedEx", || {
+        let types = ex_types([a_type, b_type, c_type], compute)?;
+        let call = plain(types, [transa, transb], [m, n, k], alpha, [0; 3], [lda, ldb, ldc], beta);
+        gemm_batched(h, call, [a, b, c], count)
+    })
+}

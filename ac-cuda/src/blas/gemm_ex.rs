@@ -117,39 +117,50 @@ pub unsafe extern "C" fn cublasGemmEx(
     })
 }
 
-#[no_mangle]
-#[allow(clippy::too_many_arguments)] // cuBLAS's signature
-pub unsafe extern "C" fn cublasSgemmEx(
-    h: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: u64,
-    a_type: c_int,
-    lda: c_int,
-    b: u64,
-    b_type: c_int,
-    ldb: c_int,
-    beta: *const f32,
-    c: u64,
-    c_type: c_int,
-    ldc: c_int,
-) -> u32 {
-    // Computed in f32 whatever the matrices' types, its scalars f32: complex matrices are
-    // cublasCgemmEx's (their scalars would be read past these floats).
-    guard("cublasSgemmEx", || {
-        let types = ex_types([a_type, b_type, c_type], COMPUTE_32F[0])?;
-        if types.precision != Precision::Single {
-            let why = format!("cublasSgemmEx on matrices of cudaDataType {:?}", [a_type, b_type, c_type]);
-            return Err(Error::said(code::NOT_SUPPORTED, why));
+/// Defines `cublasSgemmEx` (scalars `f32`, `$precision` Single) or `cublasCgemmEx` and
+/// `cublasCgemm3mEx` (scalars `cuComplex`, ComplexSingle; 3m names an algorithm, not a result):
+/// matrices of the types given, computed in `f32`, whose scalars' type must be `$t`: real
+/// matrices are the first's, complex ones the others' (a scalar would be read past its floats).
+macro_rules! single_gemm_ex {
+    ($name:ident, $t:ty, $precision:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            transa: c_int,
+            transb: c_int,
+            m: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $t,
+            a: u64,
+            a_type: c_int,
+            lda: c_int,
+            b: u64,
+            b_type: c_int,
+            ldb: c_int,
+            beta: *const $t,
+            c: u64,
+            c_type: c_int,
+            ldc: c_int,
+        ) -> u32 {
+            guard(stringify!($name), || {
+                let types = ex_types([a_type, b_type, c_type], COMPUTE_32F[0])?;
+                if types.precision != $precision {
+                    let why = format!("{} on matrices of cudaDataType {:?}", stringify!($name), [a_type, b_type, c_type]);
+                    return Err(Error::said(code::NOT_SUPPORTED, why));
+                }
+                let matrices = [a, b, c];
+                let call = plain(types, [transa, transb], [m, n, k], alpha.cast(), matrices, [lda, ldb, ldc], beta.cast());
+                gemm(h, call)
+            })
         }
-        let call = plain(types, [transa, transb], [m, n, k], alpha.cast(), [a, b, c], [lda, ldb, ldc], beta.cast());
-        gemm(h, call)
-    })
+    };
 }
+
+single_gemm_ex!(cublasSgemmEx, f32, Precision::Single);
+single_gemm_ex!(cublasCgemmEx, [f32; 2], Precision::ComplexSingle);
+single_gemm_ex!(cublasCgemm3mEx, [f32; 2], Precision::ComplexSingle);
 
 #[no_mangle]
 #[allow(clippy::too_many_arguments)] // cuBLAS's signature

@@ -17,9 +17,16 @@ extern "C" {
     fn cublasCdotu_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, result: *mut c_void) -> u32;
     fn cublasCgbmv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasCgeam(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, beta: *mut c_void, B: *mut c_void, ldb: c_int, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasCgemm3m(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasCgemm3mBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
+    fn cublasCgemm3mEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, B: *mut c_void, Btype: c_int, ldb: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
+    fn cublasCgemm3mStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
     fn cublasCgemmBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
+    fn cublasCgemmEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, B: *mut c_void, Btype: c_int, ldb: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
     fn cublasCgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
     fn cublasCgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasCgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasCgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasCgemv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasCgerc_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasCgeru_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
@@ -29,6 +36,8 @@ extern "C" {
     fn cublasCher2_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasCher2k_v2(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasCher_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, A: *mut c_void, lda: c_int) -> u32;
+    fn cublasCherk3mEx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
+    fn cublasCherkEx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
     fn cublasCherk_v2(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasCherkx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasChpmv_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, AP: *mut c_void, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
@@ -44,6 +53,8 @@ extern "C" {
     fn cublasCsyr2_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasCsyr2k_v2(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasCsyr_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, A: *mut c_void, lda: c_int) -> u32;
+    fn cublasCsyrk3mEx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
+    fn cublasCsyrkEx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
     fn cublasCsyrk_v2(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasCsyrkx(handle: *mut c_void, uplo: c_int, trans: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasCtbmv_v2(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: c_int, k: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int) -> u32;
@@ -65,6 +76,8 @@ extern "C" {
     fn cublasDgemmBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
     fn cublasDgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
     fn cublasDgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasDgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasDgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasDgemv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasDger_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasDnrm2_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
@@ -96,12 +109,17 @@ extern "C" {
     fn cublasDtrsv_v2(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int) -> u32;
     fn cublasDzasum_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
     fn cublasDznrm2_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
+    fn cublasGemmBatchedEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, Atype: c_int, lda: c_int, Barray: *mut c_void, Btype: c_int, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, Ctype: c_int, ldc: c_int, batchCount: c_int, computeType: c_int, algo: c_int) -> u32;
     fn cublasGemmEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, B: *mut c_void, Btype: c_int, ldb: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int, computeType: c_int, algo: c_int) -> u32;
     fn cublasGemmStridedBatchedEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, strideA: i64, B: *mut c_void, Btype: c_int, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int, strideC: i64, batchCount: c_int, computeType: c_int, algo: c_int) -> u32;
     fn cublasGetMatrix(rows: c_int, cols: c_int, elemSize: c_int, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int) -> u32;
     fn cublasGetMatrixAsync(rows: c_int, cols: c_int, elemSize: c_int, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, stream: *mut c_void) -> u32;
     fn cublasGetVector(n: c_int, elemSize: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
     fn cublasGetVectorAsync(n: c_int, elemSize: c_int, devicePtr: *mut c_void, incx: c_int, hostPtr: *mut c_void, incy: c_int, stream: *mut c_void) -> u32;
+    fn cublasHSHgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasHSHgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
+    fn cublasHSSgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasHSSgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasHgemm(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasHgemmBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
     fn cublasHgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
@@ -122,6 +140,8 @@ extern "C" {
     fn cublasSgemmEx(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: c_int, B: *mut c_void, Btype: c_int, ldb: c_int, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: c_int) -> u32;
     fn cublasSgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
     fn cublasSgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasSgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasSgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasSgemv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasSger_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasSnrm2_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
@@ -149,6 +169,10 @@ extern "C" {
     fn cublasStrsmBatched(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, batchCount: c_int) -> u32;
     fn cublasStrsm_v2(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int) -> u32;
     fn cublasStrsv_v2(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int) -> u32;
+    fn cublasTSSgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasTSSgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
+    fn cublasTSTgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasTSTgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasZaxpy_v2(handle: *mut c_void, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
     fn cublasZcopy_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
     fn cublasZdgmm(handle: *mut c_void, mode: c_int, m: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, C: *mut c_void, ldc: c_int) -> u32;
@@ -158,9 +182,12 @@ extern "C" {
     fn cublasZdscal_v2(handle: *mut c_void, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int) -> u32;
     fn cublasZgbmv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, kl: c_int, ku: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasZgeam(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, beta: *mut c_void, B: *mut c_void, ldb: c_int, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasZgemm3m(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasZgemmBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
     fn cublasZgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
     fn cublasZgemm_v2(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
+    fn cublasZgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
+    fn cublasZgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasZgemv_v2(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasZgerc_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
     fn cublasZgeru_v2(handle: *mut c_void, m: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, A: *mut c_void, lda: c_int) -> u32;
@@ -253,9 +280,49 @@ pub unsafe extern "C" fn cublasCgeam_64(handle: *mut c_void, transa: c_int, tran
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cublasCgemm3mBatched_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, Barray: *mut c_void, ldb: i64, beta: *mut c_void, Carray: *mut c_void, ldc: i64, batchCount: i64) -> u32 {
+    match narrow("cublasCgemm3mBatched_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batchCount", batchCount)]) {
+        Ok([m, n, k, lda, ldb, ldc, batchCount]) => cublasCgemm3mBatched(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemm3mEx_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, B: *mut c_void, Btype: c_int, ldb: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCgemm3mEx_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
+        Ok([m, n, k, lda, ldb, ldc]) => cublasCgemm3mEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemm3mStridedBatched_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, B: *mut c_void, ldb: i64, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: i64, strideC: i64, batchCount: i64) -> u32 {
+    match narrow("cublasCgemm3mStridedBatched_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batchCount", batchCount)]) {
+        Ok([m, n, k, lda, ldb, ldc, batchCount]) => cublasCgemm3mStridedBatched(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemm3m_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
+    match narrow("cublasCgemm3m_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
+        Ok([m, n, k, lda, ldb, ldc]) => cublasCgemm3m(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cublasCgemmBatched_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, Barray: *mut c_void, ldb: i64, beta: *mut c_void, Carray: *mut c_void, ldc: i64, batchCount: i64) -> u32 {
     match narrow("cublasCgemmBatched_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batchCount", batchCount)]) {
         Ok([m, n, k, lda, ldb, ldc, batchCount]) => cublasCgemmBatched(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemmEx_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, B: *mut c_void, Btype: c_int, ldb: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCgemmEx_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
+        Ok([m, n, k, lda, ldb, ldc]) => cublasCgemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc),
         Err(status) => status,
     }
 }
@@ -272,6 +339,22 @@ pub unsafe extern "C" fn cublasCgemmStridedBatched_64(handle: *mut c_void, trans
 pub unsafe extern "C" fn cublasCgemm_v2_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
     match narrow("cublasCgemm_v2_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
         Ok([m, n, k, lda, ldb, ldc]) => cublasCgemm_v2(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasCgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasCgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasCgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasCgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
         Err(status) => status,
     }
 }
@@ -344,6 +427,22 @@ pub unsafe extern "C" fn cublasCher2k_v2_64(handle: *mut c_void, uplo: c_int, tr
 pub unsafe extern "C" fn cublasCher_v2_64(handle: *mut c_void, uplo: c_int, n: i64, alpha: *mut c_void, x: *mut c_void, incx: i64, A: *mut c_void, lda: i64) -> u32 {
     match narrow("cublasCher_v2_64", [("n", n), ("incx", incx), ("lda", lda)]) {
         Ok([n, incx, lda]) => cublasCher_v2(handle, uplo, n, alpha, x, incx, A, lda),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCherk3mEx_64(handle: *mut c_void, uplo: c_int, trans: c_int, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCherk3mEx_64", [("n", n), ("k", k), ("lda", lda), ("ldc", ldc)]) {
+        Ok([n, k, lda, ldc]) => cublasCherk3mEx(handle, uplo, trans, n, k, alpha, A, Atype, lda, beta, C, Ctype, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCherkEx_64(handle: *mut c_void, uplo: c_int, trans: c_int, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCherkEx_64", [("n", n), ("k", k), ("lda", lda), ("ldc", ldc)]) {
+        Ok([n, k, lda, ldc]) => cublasCherkEx(handle, uplo, trans, n, k, alpha, A, Atype, lda, beta, C, Ctype, ldc),
         Err(status) => status,
     }
 }
@@ -464,6 +563,22 @@ pub unsafe extern "C" fn cublasCsyr2k_v2_64(handle: *mut c_void, uplo: c_int, tr
 pub unsafe extern "C" fn cublasCsyr_v2_64(handle: *mut c_void, uplo: c_int, n: i64, alpha: *mut c_void, x: *mut c_void, incx: i64, A: *mut c_void, lda: i64) -> u32 {
     match narrow("cublasCsyr_v2_64", [("n", n), ("incx", incx), ("lda", lda)]) {
         Ok([n, incx, lda]) => cublasCsyr_v2(handle, uplo, n, alpha, x, incx, A, lda),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCsyrk3mEx_64(handle: *mut c_void, uplo: c_int, trans: c_int, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCsyrk3mEx_64", [("n", n), ("k", k), ("lda", lda), ("ldc", ldc)]) {
+        Ok([n, k, lda, ldc]) => cublasCsyrk3mEx(handle, uplo, trans, n, k, alpha, A, Atype, lda, beta, C, Ctype, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCsyrkEx_64(handle: *mut c_void, uplo: c_int, trans: c_int, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64) -> u32 {
+    match narrow("cublasCsyrkEx_64", [("n", n), ("k", k), ("lda", lda), ("ldc", ldc)]) {
+        Ok([n, k, lda, ldc]) => cublasCsyrkEx(handle, uplo, trans, n, k, alpha, A, Atype, lda, beta, C, Ctype, ldc),
         Err(status) => status,
     }
 }
@@ -632,6 +747,22 @@ pub unsafe extern "C" fn cublasDgemmStridedBatched_64(handle: *mut c_void, trans
 pub unsafe extern "C" fn cublasDgemm_v2_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
     match narrow("cublasDgemm_v2_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
         Ok([m, n, k, lda, ldb, ldc]) => cublasDgemm_v2(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasDgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasDgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasDgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasDgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasDgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasDgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
         Err(status) => status,
     }
 }
@@ -885,6 +1016,14 @@ pub unsafe extern "C" fn cublasDznrm2_v2_64(handle: *mut c_void, n: i64, x: *mut
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cublasGemmBatchedEx_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, Aarray: *mut c_void, Atype: c_int, lda: i64, Barray: *mut c_void, Btype: c_int, ldb: i64, beta: *mut c_void, Carray: *mut c_void, Ctype: c_int, ldc: i64, batchCount: i64, computeType: c_int, algo: c_int) -> u32 {
+    match narrow("cublasGemmBatchedEx_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batchCount", batchCount)]) {
+        Ok([m, n, k, lda, ldb, ldc, batchCount]) => cublasGemmBatchedEx(handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta, Carray, Ctype, ldc, batchCount, computeType, algo),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cublasGemmEx_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, Atype: c_int, lda: i64, B: *mut c_void, Btype: c_int, ldb: i64, beta: *mut c_void, C: *mut c_void, Ctype: c_int, ldc: i64, computeType: c_int, algo: c_int) -> u32 {
     match narrow("cublasGemmEx_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
         Ok([m, n, k, lda, ldb, ldc]) => cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, computeType, algo),
@@ -928,6 +1067,38 @@ pub unsafe extern "C" fn cublasGetVectorAsync_64(n: i64, elemSize: i64, devicePt
 pub unsafe extern "C" fn cublasGetVector_64(n: i64, elemSize: i64, x: *mut c_void, incx: i64, y: *mut c_void, incy: i64) -> u32 {
     match narrow("cublasGetVector_64", [("n", n), ("elemSize", elemSize), ("incx", incx), ("incy", incy)]) {
         Ok([n, elemSize, incx, incy]) => cublasGetVector(n, elemSize, x, incx, y, incy),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasHSHgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasHSHgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasHSHgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasHSHgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasHSHgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasHSHgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasHSSgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasHSSgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasHSSgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasHSSgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasHSSgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasHSSgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
         Err(status) => status,
     }
 }
@@ -1088,6 +1259,22 @@ pub unsafe extern "C" fn cublasSgemmStridedBatched_64(handle: *mut c_void, trans
 pub unsafe extern "C" fn cublasSgemm_v2_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
     match narrow("cublasSgemm_v2_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
         Ok([m, n, k, lda, ldb, ldc]) => cublasSgemm_v2(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasSgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasSgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasSgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasSgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasSgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasSgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
         Err(status) => status,
     }
 }
@@ -1309,6 +1496,38 @@ pub unsafe extern "C" fn cublasStrsv_v2_64(handle: *mut c_void, uplo: c_int, tra
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cublasTSSgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasTSSgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasTSSgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasTSSgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasTSSgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasTSSgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasTSTgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasTSTgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasTSTgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasTSTgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasTSTgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasTSTgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cublasZaxpy_v2_64(handle: *mut c_void, n: i64, alpha: *mut c_void, x: *mut c_void, incx: i64, y: *mut c_void, incy: i64) -> u32 {
     match narrow("cublasZaxpy_v2_64", [("n", n), ("incx", incx), ("incy", incy)]) {
         Ok([n, incx, incy]) => cublasZaxpy_v2(handle, n, alpha, x, incx, y, incy),
@@ -1381,6 +1600,14 @@ pub unsafe extern "C" fn cublasZgeam_64(handle: *mut c_void, transa: c_int, tran
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cublasZgemm3m_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
+    match narrow("cublasZgemm3m_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
+        Ok([m, n, k, lda, ldb, ldc]) => cublasZgemm3m(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cublasZgemmBatched_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, Barray: *mut c_void, ldb: i64, beta: *mut c_void, Carray: *mut c_void, ldc: i64, batchCount: i64) -> u32 {
     match narrow("cublasZgemmBatched_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc), ("batchCount", batchCount)]) {
         Ok([m, n, k, lda, ldb, ldc, batchCount]) => cublasZgemmBatched(handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc, batchCount),
@@ -1400,6 +1627,22 @@ pub unsafe extern "C" fn cublasZgemmStridedBatched_64(handle: *mut c_void, trans
 pub unsafe extern "C" fn cublasZgemm_v2_64(handle: *mut c_void, transa: c_int, transb: c_int, m: i64, n: i64, k: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, B: *mut c_void, ldb: i64, beta: *mut c_void, C: *mut c_void, ldc: i64) -> u32 {
     match narrow("cublasZgemm_v2_64", [("m", m), ("n", n), ("k", k), ("lda", lda), ("ldb", ldb), ("ldc", ldc)]) {
         Ok([m, n, k, lda, ldb, ldc]) => cublasZgemm_v2(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasZgemvBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, Aarray: *mut c_void, lda: i64, xarray: *mut c_void, incx: i64, beta: *mut c_void, yarray: *mut c_void, incy: i64, batchCount: i64) -> u32 {
+    match narrow("cublasZgemvBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasZgemvBatched(handle, trans, m, n, alpha, Aarray, lda, xarray, incx, beta, yarray, incy, batchCount),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasZgemvStridedBatched_64(handle: *mut c_void, trans: c_int, m: i64, n: i64, alpha: *mut c_void, A: *mut c_void, lda: i64, strideA: i64, x: *mut c_void, incx: i64, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: i64, stridey: i64, batchCount: i64) -> u32 {
+    match narrow("cublasZgemvStridedBatched_64", [("m", m), ("n", n), ("lda", lda), ("incx", incx), ("incy", incy), ("batchCount", batchCount)]) {
+        Ok([m, n, lda, incx, incy, batchCount]) => cublasZgemvStridedBatched(handle, trans, m, n, alpha, A, lda, strideA, x, incx, stridex, beta, y, incy, stridey, batchCount),
         Err(status) => status,
     }
 }

@@ -68,7 +68,7 @@ unsafe fn getrf(
     let [getrf, _] = kernels(precision)?;
     let width = precision.bytes() as u64;
     let (n, lda) = (n as u64, lda as u64);
-    each_batch(matrices, width, |[(a, stride_a)], first, count| {
+    each_batch(matrices, [width], |[(a, stride_a)], first, count| {
         let g = Getrf { n, lda, stride_a, pivoting: pivots != 0, stride_p: n, batch: count };
         accepted(g.refusal())?;
         let [na, np, ni] = g.footprints();
@@ -98,7 +98,7 @@ unsafe fn getrs(
     let [_, getrs] = kernels(precision)?;
     let width = precision.bytes() as u64;
     let n = shape.n;
-    each_batch(matrices, width, |[(a, stride_a), (b, stride_b)], first, count| {
+    each_batch(matrices, [width; 2], |[(a, stride_a), (b, stride_b)], first, count| {
         let s = Getrs { stride: [stride_a, stride_b], stride_p: n, batch: count, ..shape };
         accepted(s.refusal())?;
         let [na, np, nb, ni] = s.footprints();

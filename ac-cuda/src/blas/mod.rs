@@ -48,6 +48,7 @@ mod extensions;
 mod gemm;
 mod gemm_batched;
 mod gemm_ex;
+mod gemv_batched;
 mod ilp64;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it
 mod ilp64_generated;
@@ -173,18 +174,21 @@ impl Target {
 }
 
 /// Runs a batched routine over its arrays of matrix addresses (`arrays[j][i]`: operand `j` of
-/// matrix `i`, elements of `width` bytes): `launch(each operand's first address and stride in
+/// matrix `i`, elements of `widths[j]` bytes): `launch(each operand's first address and stride in
 /// elements, first matrix, count)` once for the whole batch if every array is evenly spaced
 /// and that launch is accepted (not refused: results that overlap, matrices in several
 /// allocations), else once a matrix, stride 0.
 fn each_batch<const N: usize>(
     arrays: &[Vec<u64>; N],
-    width: u64,
+    widths: [u64; N],
     mut launch: impl FnMut([(u64, u64); N], usize, u64) -> CuResult<()>,
 ) -> CuResult<()> {
     let count = arrays[0].len();
     if count > 1 {
-        let spaced = arrays.each_ref().map(|a| evenly_spaced(a, width));
+        let mut spaced = [None; N];
+        for (j, (addresses, width)) in arrays.iter().zip(widths).enumerate() {
+            spaced[j] = evenly_spaced(addresses, width);
+        }
         if spaced.iter().all(Option::is_some) && launch(spaced.map(Option::unwrap_or_default), 0, count as u64).is_ok()
         {
             return Ok(());

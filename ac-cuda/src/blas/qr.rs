@@ -36,7 +36,7 @@ fn kernels(precision: Precision) -> CuResult<[&'static str; 2]> {
 fn geqrf(target: Target, precision: Precision, [m, n, lda]: [u64; 3], arrays: &[Vec<u64>; 2]) -> CuResult<()> {
     let [geqrf, _] = kernels(precision)?;
     let width = precision.bytes() as u64;
-    each_batch(arrays, width, |[(a, stride_a), (tau, stride_t)], _, count| {
+    each_batch(arrays, [width; 2], |[(a, stride_a), (tau, stride_t)], _, count| {
         let g = Geqrf { m, n, lda, stride_a, stride_t, batch: count };
         accepted(g.refusal())?;
         let [na, nt] = g.footprints();
@@ -53,7 +53,7 @@ fn geqrf(target: Target, precision: Precision, [m, n, lda]: [u64; 3], arrays: &[
 fn gels(target: Target, precision: Precision, shape: Gels, arrays: &[Vec<u64>; 2], info: u64) -> CuResult<()> {
     let [_, gels] = kernels(precision)?;
     let width = precision.bytes() as u64;
-    each_batch(arrays, width, |[(a, stride_a), (c, stride_c)], first, count| {
+    each_batch(arrays, [width; 2], |[(a, stride_a), (c, stride_c)], first, count| {
         let s = Gels { stride: [stride_a, stride_c], info: info != 0, batch: count, ..shape };
         accepted(s.refusal())?;
         let [na, nc, ni] = s.footprints();

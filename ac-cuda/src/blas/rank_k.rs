@@ -236,6 +236,49 @@ macro_rules! hermitian {
 hermitian!([f32; 2], f32, Precision::ComplexSingle, cublasCherk_v2, cublasCherkx, cublasCher2k_v2);
 hermitian!([f64; 2], f64, Precision::ComplexDouble, cublasZherk_v2, cublasZherkx, cublasZher2k_v2);
 
+/// `cudaDataType`'s complex `f32` (`CUDA_C_32F`).
+const CUDA_C_32F: c_int = 4;
+
+/// Defines `cublasCsyrkEx`, `cublasCherkEx` or their 3m forms (an algorithm's name, not a
+/// result's): [`one_operand`]'s update of complex `f32` matrices, `alpha` of type `$alpha` and
+/// `beta` of `$beta`. Their other type, `CUDA_C_8I` A, is not served.
+macro_rules! one_operand_ex {
+    ($name:ident, $alpha:ty, $beta:ty, $update:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            uplo: c_int,
+            trans: c_int,
+            n: c_int,
+            k: c_int,
+            alpha: *const $alpha,
+            a: u64,
+            a_type: c_int,
+            lda: c_int,
+            beta: *const $beta,
+            c: u64,
+            c_type: c_int,
+            ldc: c_int,
+        ) -> u32 {
+            let (alpha, beta, matrices) = (alpha.cast(), beta.cast(), [(a, lda); 2]);
+            guard(stringify!($name), || {
+                if [a_type, c_type] != [CUDA_C_32F; 2] {
+                    let why = format!("{} on matrices of cudaDataType {:?}", stringify!($name), [a_type, c_type]);
+                    return Err(Error::said(code::NOT_SUPPORTED, why));
+                }
+                let (precision, shape) = (Precision::ComplexSingle, [uplo, trans]);
+                rank_k_update(h, precision, $update, shape, [n, k], alpha, matrices, beta, (c, ldc))
+            })
+        }
+    };
+}
+
+one_operand_ex!(cublasCsyrkEx, [f32; 2], [f32; 2], Update::Symmetric { both: false });
+one_operand_ex!(cublasCsyrk3mEx, [f32; 2], [f32; 2], Update::Symmetric { both: false });
+one_operand_ex!(cublasCherkEx, f32, f32, Update::Hermitian { real_alpha: true, both: false });
+one_operand_ex!(cublasCherk3mEx, f32, f32, Update::Hermitian { real_alpha: true, both: false });
+
 #[cfg(test)]
 mod tests {
     use super::super::gemm::at;

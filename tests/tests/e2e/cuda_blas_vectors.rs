@@ -351,3 +351,54 @@ async fn a_program_linked_against_cublas_uses_its_64_bit_api_exactly() {
     )
     .await;
 }
+
+/// cuBLAS's batched matrix-vector products and complex level-3 forms through the shim
+/// (`tests/cuda/cublas_batched_vectors.cu`): `gemvStridedBatched` (N, T, C, the conjugate
+/// transpose into a strided `y` a launch a product) and `gemvBatched` (arrays evenly and
+/// unevenly spaced) in four precisions, their binary16 and bfloat16 forms (`HSH`, `HSS`, `TST`,
+/// `TSS`), `GemmBatchedEx` on binary16 arrays out of order, and the complex forms that name an
+/// algorithm or take types (`Cgemm3m`, `Zgemm3m`, `CgemmEx`, `Cgemm3mEx`, `Cgemm3m` strided and
+/// on arrays, `CsyrkEx`, `CherkEx` and their 3m forms); each exact. A negative count and complex
+/// f64 `CgemmEx` are refused as cuBLAS refuses them; complex integer matrices as not served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_batched_vectors_and_typed_complex_forms_exactly() {
+    run_math_program(
+        "cublas_batched_vectors",
+        "libcublas.so.13",
+        &[
+            "SgemvStridedBatched N incy 3 exact",
+            "DgemvStridedBatched T incy 1 exact",
+            "CgemvStridedBatched C incy 1 exact",
+            "ZgemvStridedBatched C incy 3 exact",
+            "CgemvStridedBatched T incy 2 exact",
+            "SgemvBatched T exact",
+            "DgemvBatched N uneven exact",
+            "CgemvBatched C exact",
+            "ZgemvBatched N uneven exact",
+            "HSH gemvStridedBatched N exact",
+            "HSH gemvBatched N exact",
+            "HSS gemvStridedBatched T exact",
+            "HSS gemvBatched T exact",
+            "TST gemvStridedBatched T exact",
+            "TST gemvBatched T exact",
+            "TSS gemvStridedBatched N exact",
+            "TSS gemvBatched N exact",
+            "GemmBatchedEx f16 into f32 exact",
+            "Cgemm3m N exact",
+            "Zgemm3m C exact",
+            "CgemmEx C exact",
+            "Cgemm3mEx N exact",
+            "Cgemm3mStridedBatched C exact",
+            "Cgemm3mBatched N exact",
+            "CsyrkEx exact",
+            "Csyrk3mEx exact",
+            "CherkEx exact",
+            "Cherk3mEx exact",
+            "sgemvStridedBatched of -1: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "CgemmEx of C_64F: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "CherkEx of C_8I: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cublas_batched_vectors: all exact",
+        ],
+    )
+    .await;
+}
