@@ -173,8 +173,10 @@ static bool gemv_mixed(cublasHandle_t h, const char* name, StridedCall strided, 
                        int trans) {
     const int m = 5, n = 4, lda = 6, incx = 2, incy = 1, count = 3;
     const long long sa = lda * n, sx = 16, sy = 8;
-    auto fa = values<float>(sa * count, 7), fx = values<float>(sx * count, 8), fy = values<float>(sy * count, 9);
-    std::vector<unsigned char> a(sa * count * bytes_of(in)), x(sx * count * bytes_of(in)), y(sy * count * bytes_of(out));
+    // y's allocation twice the batch's span: a launch that spaced y's in elements of another
+    // width would not be refused for running past it, and would show in the results.
+    auto fa = values<float>(sa * count, 7), fx = values<float>(sx * count, 8), fy = values<float>(sy * count * 2, 9);
+    std::vector<unsigned char> a(fa.size() * bytes_of(in)), x(fx.size() * bytes_of(in)), y(fy.size() * bytes_of(out));
     for (size_t i = 0; i < fa.size(); i++) put(a, in, i, fa[i]);
     for (size_t i = 0; i < fx.size(); i++) put(x, in, i, fx[i]);
     for (size_t i = 0; i < fy.size(); i++) put(y, out, i, fy[i]);
