@@ -147,11 +147,13 @@ macro_rules! single_gemm_ex {
             guard(stringify!($name), || {
                 let types = ex_types([a_type, b_type, c_type], COMPUTE_32F[0])?;
                 if types.precision != $precision {
-                    let why = format!("{} on matrices of cudaDataType {:?}", stringify!($name), [a_type, b_type, c_type]);
+                    let why =
+                        format!("{} on matrices of cudaDataType {:?}", stringify!($name), [a_type, b_type, c_type]);
                     return Err(Error::said(code::NOT_SUPPORTED, why));
                 }
                 let matrices = [a, b, c];
-                let call = plain(types, [transa, transb], [m, n, k], alpha.cast(), matrices, [lda, ldb, ldc], beta.cast());
+                let call =
+                    plain(types, [transa, transb], [m, n, k], alpha.cast(), matrices, [lda, ldb, ldc], beta.cast());
                 gemm(h, call)
             })
         }

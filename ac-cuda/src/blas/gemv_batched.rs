@@ -48,7 +48,13 @@ fn one_product(
 /// Launches the product `call` (its operands' roles `roles`) for the batch's product `i` of
 /// the operands at `first` (addresses in `roles`' order), each `stride` elements from the
 /// last, `count` of them.
-unsafe fn launch_products(target: Target, call: GemmCall, first: [u64; 3], stride: [c_longlong; 3], count: c_int) -> CuResult<()> {
+unsafe fn launch_products(
+    target: Target,
+    call: GemmCall,
+    first: [u64; 3],
+    stride: [c_longlong; 3],
+    count: c_int,
+) -> CuResult<()> {
     if call.batch == 1 {
         let matrices = first.map(Operand::Memory);
         return launch(target, GemmCall { matrices, stride, batch: count, ..call });
