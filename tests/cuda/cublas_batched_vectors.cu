@@ -212,8 +212,9 @@ static bool gemv_mixed(cublasHandle_t h, const char* name, StridedCall strided, 
     return ok;
 }
 
-// cublasGemmBatchedEx: binary16 A (m x k) and B (k x n), f32 C, 3 products on arrays.
-static bool gemm_batched_ex(cublasHandle_t h) {
+// cublasGemmBatchedEx: binary16 A (m x k) and B (k x n), f32 C, 3 products on arrays, in
+// order (evenly spaced, each array in its own type's elements: one strided launch) or not.
+static bool gemm_batched_ex(cublasHandle_t h, bool in_order) {
     const int m = 4, n = 3, k = 5, count = 3, lda = m, ldb = k, ldc = m + 1;
     const size_t sa = 32, sb = 24, sc = 24;
     auto fa = values<float>(sa * count, 10), fb = values<float>(sb * count, 11), fc = values<float>(sc * count, 12);
@@ -226,16 +227,16 @@ static bool gemm_batched_ex(cublasHandle_t h) {
         reference(false, false, m, n, k, alpha, &fa[p * sa], lda, &fb[p * sb], ldb, beta, &want[p * sc], ldc);
     unsigned char *da = upload(a), *db = upload(b);
     float* dc = upload(fc);
-    // The second and third products swapped: not evenly spaced.
+    // Out of order: the second and third products swapped, not evenly spaced.
     std::vector<const void*> pa, pb;
     std::vector<void*> pc;
-    for (int p : {0, 2, 1}) pa.push_back(da + p * sa * 2), pb.push_back(db + p * sb * 2), pc.push_back(dc + p * sc);
+    for (int p : in_order ? std::vector<int>{0, 1, 2} : std::vector<int>{0, 2, 1}) pa.push_back(da + p * sa * 2), pb.push_back(db + p * sb * 2), pc.push_back(dc + p * sc);
     const void **dpa = upload(pa), **dpb = upload(pb);
     void** dpc = upload(pc);
-    // Its arrays name products 0, 2, 1: the reference's order, the same products.
     CUBLAS(cublasGemmBatchedEx(h, 0, 0, m, n, k, &alpha, dpa, R_16F, lda, dpb, R_16F, ldb, &beta, dpc, R_32F, ldc, count,
                                COMPUTE_32F, -1));
-    bool ok = exact("GemmBatchedEx f16 into f32", download(dc, want.size()), want);
+    bool ok = exact(in_order ? "GemmBatchedEx f16 into f32" : "GemmBatchedEx f16 into f32 out of order",
+                    download(dc, want.size()), want);
     for (void* p : {(void*)da, (void*)db, (void*)dc, (void*)dpa, (void*)dpb, (void*)dpc}) CHECK(cudaFree(p));
     return ok;
 }
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
     ok &= gemv_mixed(h, "HSS", cublasHSSgemvStridedBatched, cublasHSSgemvBatched, F16, F32, 1);
     ok &= gemv_mixed(h, "TST", cublasTSTgemvStridedBatched, cublasTSTgemvBatched, BF16, BF16, 1);
     ok &= gemv_mixed(h, "TSS", cublasTSSgemvStridedBatched, cublasTSSgemvBatched, BF16, F32, 0);
-    ok &= gemm_batched_ex(h);
+    ok &= gemm_batched_ex(h, true) & gemm_batched_ex(h, false);
     ok &= complex_gemm<c32>(h, "Cgemm3m", 0, 0) & complex_gemm<c64>(h, "Zgemm3m", 0, 2);
     ok &= complex_gemm<c32>(h, "CgemmEx", 1, 2) & complex_gemm<c32>(h, "Cgemm3mEx", 1, 0);
     ok &= complex_gemm<c32>(h, "Cgemm3mStridedBatched", 2, 2) & complex_gemm<c32>(h, "Cgemm3mBatched", 3, 0);

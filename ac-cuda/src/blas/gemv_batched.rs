@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_longlong, c_void};
 
 use ac_proto::backend::builtin::GemmElement;
 
-use super::gemm::{launch, GemmCall, Operand, Precision, Scalar, Types};
+use super::gemm::{launch, scalar_parts, GemmCall, Operand, Precision, Scalar, Types};
 use super::vectors::gemv_call;
 use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
@@ -43,6 +43,15 @@ fn one_product(
     // Mixed types: A and x of the inputs' type, y of the result's.
     let elements = types.elements.map(|[input, _, output]| roles.map(|r| if r == 2 { output } else { input }));
     Ok(Some((GemmCall { types: Types { elements, ..types }, ..call }, roles)))
+}
+
+/// `call` with its scalars read, once: in device memory, a read waits for the stream, which a
+/// launch a product would do at each launch.
+unsafe fn scalars_read(target: Target, call: GemmCall) -> CuResult<GemmCall> {
+    let precision = call.types.precision;
+    let alpha = Scalar::Parts(scalar_parts(target, precision, call.alpha)?);
+    let beta = Scalar::Parts(scalar_parts(target, precision, call.beta)?);
+    Ok(GemmCall { alpha, beta, ..call })
 }
 
 /// Launches the product `call` (its operands' roles `roles`) for the batch's product `i` of
@@ -82,11 +91,12 @@ unsafe fn strided(
     operands: Operands,
     count: c_int,
 ) -> CuResult<()> {
+    let target = handle(h)?.target();
     if count < 0 || operands.iter().any(|&(_, _, stride)| stride < 0) {
         return Err(Error::said(code::INVALID_VALUE, format!("batch count {count}, operands {operands:?}")));
     }
     let Some((call, roles)) = one_product(types, trans, mn, scalars, operands)? else { return Ok(()) };
-    let target = handle(h)?.target();
+    let call = scalars_read(target, call)?;
     launch_products(target, call, roles.map(|r| operands[r].0), roles.map(|r| operands[r].2), count)
 }
 
@@ -100,11 +110,12 @@ unsafe fn arrays(
     operands: Operands,
     count: c_int,
 ) -> CuResult<()> {
+    let target = handle(h)?.target();
     if count < 0 {
         return Err(Error::said(code::INVALID_VALUE, format!("batch count {count}")));
     }
     let Some((call, roles)) = one_product(types, trans, mn, scalars, operands)? else { return Ok(()) };
-    let target = handle(h)?.target();
+    let call = scalars_read(target, call)?;
     let addresses = target.device_pointers(roles.map(|r| operands[r].0), count)?;
     if call.batch > 1 {
         for i in 0..addresses[0].len() {

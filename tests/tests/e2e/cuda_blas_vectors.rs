@@ -356,7 +356,7 @@ async fn a_program_linked_against_cublas_uses_its_64_bit_api_exactly() {
 /// (`tests/cuda/cublas_batched_vectors.cu`): `gemvStridedBatched` (N, T, C, the conjugate
 /// transpose into a strided `y` a launch a product) and `gemvBatched` (arrays evenly and
 /// unevenly spaced) in four precisions, their binary16 and bfloat16 forms (`HSH`, `HSS`, `TST`,
-/// `TSS`), `GemmBatchedEx` on binary16 arrays out of order, and the complex forms that name an
+/// `TSS`), `GemmBatchedEx` on binary16 arrays in order and not, and the complex forms that name an
 /// algorithm or take types (`Cgemm3m`, `Zgemm3m`, `CgemmEx`, `Cgemm3mEx`, `Cgemm3m` strided and
 /// on arrays, `CsyrkEx`, `CherkEx` and their 3m forms); each exact. A negative count and complex
 /// f64 `CgemmEx` are refused as cuBLAS refuses them; complex integer matrices as not served.
@@ -384,6 +384,7 @@ async fn a_program_linked_against_cublas_runs_batched_vectors_and_typed_complex_
             "TSS gemvStridedBatched N exact",
             "TSS gemvBatched N exact",
             "GemmBatchedEx f16 into f32 exact",
+            "GemmBatchedEx f16 into f32 out of order exact",
             "Cgemm3m N exact",
             "Zgemm3m C exact",
             "CgemmEx C exact",
