@@ -14,7 +14,8 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use super::gemm::{launch, product, GemmCall, Operand, Precision, Scalar};
+use super::gemm::{launch, GemmCall, Precision, Scalar};
+use super::vectors::axpby_call;
 use super::Target;
 use crate::error::CuResult;
 use crate::graph;
@@ -29,10 +30,9 @@ pub(super) fn conjugates_strided(precision: Precision, trans: c_int, inc: c_int)
     trans == 2 && precision.is_complex() && inc != 1
 }
 
-/// The gemm copying `n` elements of `x` into `y`: `y (1 x n, ld incy) = [1] x`, as `copy`.
-pub(super) fn copying(precision: Precision, n: c_int, (x, incx): Vector, (y, incy): Vector) -> GemmCall {
-    let matrices = [Operand::One, Operand::Memory(x), Operand::Memory(y)];
-    product(precision, [0; 2], [1, n, 1], Scalar::Value(1.0), matrices, [1, incx, incy], Scalar::Value(0.0))
+/// The gemm copying `n` elements of `x` into `y`, as `copy` does (`y` not read).
+pub(super) fn copying(precision: Precision, n: c_int, x: Vector, y: Vector) -> GemmCall {
+    axpby_call(precision, n, Scalar::Value(1.0), x, Scalar::Value(0.0), y)
 }
 
 /// A buffer of the shim's entered in the program's memory map until dropped.
@@ -120,6 +120,7 @@ pub(super) unsafe fn in_place(
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemm::Operand;
     use super::*;
 
     #[test]

@@ -147,8 +147,20 @@ unsafe fn axpby(
         return Ok(());
     }
     served_increments(&[incx, incy])?;
+    launch(target, axpby_call(precision, n, alpha, (x, incx), Scalar::Value(beta), (y, incy)))
+}
+
+/// The gemm of `y = alpha x + beta y` over `n` elements: `y (1 x n, ld incy) = alpha [1] x + beta y`.
+pub(super) fn axpby_call(
+    precision: Precision,
+    n: c_int,
+    alpha: Scalar,
+    (x, incx): (u64, c_int),
+    beta: Scalar,
+    (y, incy): (u64, c_int),
+) -> GemmCall {
     let matrices = [Operand::One, Operand::Memory(x), Operand::Memory(y)];
-    launch(target, product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], Scalar::Value(beta)))
+    product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], beta)
 }
 
 /// `x = alpha x`.
