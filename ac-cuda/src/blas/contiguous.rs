@@ -36,19 +36,24 @@ pub(super) fn copying(precision: Precision, n: c_int, x: Vector, y: Vector) -> G
 }
 
 /// A buffer of the shim's entered in the program's memory map until dropped.
-struct Entered {
+pub(super) struct Entered {
     device: usize,
     at: u64,
 }
 
 impl Entered {
     /// `bytes` on `device`, entered in the map.
-    fn new(device: usize, bytes: u64) -> CuResult<Self> {
+    pub(super) fn new(device: usize, bytes: u64) -> CuResult<Self> {
         let shim = state::shim()?;
         let (buffer, at) = shim.block_on(shim.devices[device].acc.alloc_addressed(bytes))?;
         let allocation = Allocation { device, size: bytes, buffer: Arc::new(buffer), variable_of: None, context: None };
         shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, at), allocation);
         Ok(Entered { device, at })
+    }
+
+    /// Its device address.
+    pub(super) fn at(&self) -> u64 {
+        self.at
     }
 }
 

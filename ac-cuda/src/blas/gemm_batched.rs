@@ -9,7 +9,7 @@ use std::ffi::{c_int, c_longlong, c_void};
 
 use super::gemm::{self, plain, GemmCall, Operand, Types};
 use super::gemm_ex::ex_types;
-use super::{each_batch, guard, handle};
+use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Runs `call` (its matrices not yet set) over the `count` matrices whose addresses are in the
@@ -20,8 +20,13 @@ unsafe fn gemm_batched(h: usize, call: GemmCall, arrays: [u64; 3], count: c_int)
     }
     gemm::check(&call)?;
     let target = handle(h)?.target();
-    let matrices = target.device_pointers(arrays, count)?;
-    each_batch(&matrices, call.types.widths(), |spans, _, batch| {
+    launch_batches(target, call, &target.device_pointers(arrays, count)?)
+}
+
+/// Launches `call` (its matrices not yet set) over the matrices whose addresses `matrices`
+/// holds (`A`, `B`, `C`): one strided launch if each array is evenly spaced, else one a product.
+pub(super) unsafe fn launch_batches(target: Target, call: GemmCall, matrices: &[Vec<u64>; 3]) -> CuResult<()> {
+    each_batch(matrices, call.types.widths(), |spans, _, batch| {
         let matrices = spans.map(|(first, _)| Operand::Memory(first));
         let stride = spans.map(|(_, stride)| stride as c_longlong);
         gemm::launch(target, GemmCall { matrices, stride, batch: batch as c_int, ..call })

@@ -16,12 +16,12 @@ use super::vectors::{dot, Finish};
 use crate::error::{code, CuResult, Error};
 
 /// `cudaDataType` values of the matrices served.
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-const CUDA_R_16F: c_int = 2;
-const CUDA_R_16BF: c_int = 14;
-const CUDA_C_32F: c_int = 4;
-const CUDA_C_64F: c_int = 5;
+pub(super) const CUDA_R_32F: c_int = 0;
+pub(super) const CUDA_R_64F: c_int = 1;
+pub(super) const CUDA_R_16F: c_int = 2;
+pub(super) const CUDA_R_16BF: c_int = 14;
+pub(super) const CUDA_C_32F: c_int = 4;
+pub(super) const CUDA_C_64F: c_int = 5;
 /// `cublasComputeType_t` values computed in `f32` (`COMPUTE_32F`, `_PEDANTIC`, `_FAST_16F`,
 /// `_FAST_16BF`, `_FAST_TF32`, `_EMULATED_16BFX9`: these allow less precision, not more), in
 /// `f64` (`COMPUTE_64F`, `_PEDANTIC`) and in binary16 (`COMPUTE_16F`, `_PEDANTIC`); before
@@ -34,7 +34,7 @@ const COMPUTE_16F: [c_int; 3] = [64, 65, CUDA_R_16F];
 const HALF_COMPUTE_32F: [c_int; 3] = [68, 69, CUDA_R_32F];
 
 /// A half-precision type's `GemmElement`, or `f32`'s.
-fn element(data_type: c_int) -> Option<GemmElement> {
+pub(super) fn element(data_type: c_int) -> Option<GemmElement> {
     Some(match data_type {
         CUDA_R_32F => GemmElement::F32,
         CUDA_R_16F => GemmElement::F16,

@@ -10,6 +10,8 @@ use super::ilp64::narrow;
 
 // The 32-bit forms, as exported (pointers and handles as `void*`, enums as `int`).
 extern "C" {
+    fn cublasAsumEx(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, result: *mut c_void, resultType: c_int, executiontype: c_int) -> u32;
+    fn cublasAxpyEx(handle: *mut c_void, n: c_int, alpha: *mut c_void, alphaType: c_int, x: *mut c_void, xType: c_int, incx: c_int, y: *mut c_void, yType: c_int, incy: c_int, executiontype: c_int) -> u32;
     fn cublasCaxpy_v2(handle: *mut c_void, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
     fn cublasCcopy_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
     fn cublasCdgmm(handle: *mut c_void, mode: c_int, m: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int, C: *mut c_void, ldc: c_int) -> u32;
@@ -43,6 +45,7 @@ extern "C" {
     fn cublasChpmv_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, AP: *mut c_void, x: *mut c_void, incx: c_int, beta: *mut c_void, y: *mut c_void, incy: c_int) -> u32;
     fn cublasChpr2_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, AP: *mut c_void) -> u32;
     fn cublasChpr_v2(handle: *mut c_void, uplo: c_int, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, AP: *mut c_void) -> u32;
+    fn cublasCopyEx(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, y: *mut c_void, yType: c_int, incy: c_int) -> u32;
     fn cublasCrot_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, c: *mut c_void, s: *mut c_void) -> u32;
     fn cublasCscal_v2(handle: *mut c_void, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int) -> u32;
     fn cublasCsrot_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int, c: *mut c_void, s: *mut c_void) -> u32;
@@ -123,8 +126,12 @@ extern "C" {
     fn cublasHgemm(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, beta: *mut c_void, C: *mut c_void, ldc: c_int) -> u32;
     fn cublasHgemmBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, Barray: *mut c_void, ldb: c_int, beta: *mut c_void, Carray: *mut c_void, ldc: c_int, batchCount: c_int) -> u32;
     fn cublasHgemmStridedBatched(handle: *mut c_void, transa: c_int, transb: c_int, m: c_int, n: c_int, k: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, B: *mut c_void, ldb: c_int, strideB: i64, beta: *mut c_void, C: *mut c_void, ldc: c_int, strideC: i64, batchCount: c_int) -> u32;
+    fn cublasNrm2Ex(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, result: *mut c_void, resultType: c_int, executionType: c_int) -> u32;
+    fn cublasRotEx(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, y: *mut c_void, yType: c_int, incy: c_int, c: *mut c_void, s: *mut c_void, csType: c_int, executiontype: c_int) -> u32;
+    fn cublasRotmEx(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, y: *mut c_void, yType: c_int, incy: c_int, param: *mut c_void, paramType: c_int, executiontype: c_int) -> u32;
     fn cublasSasum_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
     fn cublasSaxpy_v2(handle: *mut c_void, n: c_int, alpha: *mut c_void, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
+    fn cublasScalEx(handle: *mut c_void, n: c_int, alpha: *mut c_void, alphaType: c_int, x: *mut c_void, xType: c_int, incx: c_int, executionType: c_int) -> u32;
     fn cublasScasum_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
     fn cublasScnrm2_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, result: *mut c_void) -> u32;
     fn cublasScopy_v2(handle: *mut c_void, n: c_int, x: *mut c_void, incx: c_int, y: *mut c_void, incy: c_int) -> u32;
@@ -169,6 +176,7 @@ extern "C" {
     fn cublasStrsmBatched(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, batchCount: c_int) -> u32;
     fn cublasStrsm_v2(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int) -> u32;
     fn cublasStrsv_v2(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int) -> u32;
+    fn cublasSwapEx(handle: *mut c_void, n: c_int, x: *mut c_void, xType: c_int, incx: c_int, y: *mut c_void, yType: c_int, incy: c_int) -> u32;
     fn cublasTSSgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
     fn cublasTSSgemvStridedBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, strideA: i64, x: *mut c_void, incx: c_int, stridex: i64, beta: *mut c_void, y: *mut c_void, incy: c_int, stridey: i64, batchCount: c_int) -> u32;
     fn cublasTSTgemvBatched(handle: *mut c_void, trans: c_int, m: c_int, n: c_int, alpha: *mut c_void, Aarray: *mut c_void, lda: c_int, xarray: *mut c_void, incx: c_int, beta: *mut c_void, yarray: *mut c_void, incy: c_int, batchCount: c_int) -> u32;
@@ -221,6 +229,22 @@ extern "C" {
     fn cublasZtrsmBatched(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int, batchCount: c_int) -> u32;
     fn cublasZtrsm_v2(handle: *mut c_void, side: c_int, uplo: c_int, trans: c_int, diag: c_int, m: c_int, n: c_int, alpha: *mut c_void, A: *mut c_void, lda: c_int, B: *mut c_void, ldb: c_int) -> u32;
     fn cublasZtrsv_v2(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: c_int, A: *mut c_void, lda: c_int, x: *mut c_void, incx: c_int) -> u32;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasAsumEx_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, result: *mut c_void, resultType: c_int, executiontype: c_int) -> u32 {
+    match narrow("cublasAsumEx_64", [("n", n), ("incx", incx)]) {
+        Ok([n, incx]) => cublasAsumEx(handle, n, x, xType, incx, result, resultType, executiontype),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasAxpyEx_64(handle: *mut c_void, n: i64, alpha: *mut c_void, alphaType: c_int, x: *mut c_void, xType: c_int, incx: i64, y: *mut c_void, yType: c_int, incy: i64, executiontype: c_int) -> u32 {
+    match narrow("cublasAxpyEx_64", [("n", n), ("incx", incx), ("incy", incy)]) {
+        Ok([n, incx, incy]) => cublasAxpyEx(handle, n, alpha, alphaType, x, xType, incx, y, yType, incy, executiontype),
+        Err(status) => status,
+    }
 }
 
 #[no_mangle]
@@ -483,6 +507,14 @@ pub unsafe extern "C" fn cublasChpr2_v2_64(handle: *mut c_void, uplo: c_int, n: 
 pub unsafe extern "C" fn cublasChpr_v2_64(handle: *mut c_void, uplo: c_int, n: i64, alpha: *mut c_void, x: *mut c_void, incx: i64, AP: *mut c_void) -> u32 {
     match narrow("cublasChpr_v2_64", [("n", n), ("incx", incx)]) {
         Ok([n, incx]) => cublasChpr_v2(handle, uplo, n, alpha, x, incx, AP),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasCopyEx_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, y: *mut c_void, yType: c_int, incy: i64) -> u32 {
+    match narrow("cublasCopyEx_64", [("n", n), ("incx", incx), ("incy", incy)]) {
+        Ok([n, incx, incy]) => cublasCopyEx(handle, n, x, xType, incx, y, yType, incy),
         Err(status) => status,
     }
 }
@@ -1128,6 +1160,30 @@ pub unsafe extern "C" fn cublasHgemm_64(handle: *mut c_void, transa: c_int, tran
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cublasNrm2Ex_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, result: *mut c_void, resultType: c_int, executionType: c_int) -> u32 {
+    match narrow("cublasNrm2Ex_64", [("n", n), ("incx", incx)]) {
+        Ok([n, incx]) => cublasNrm2Ex(handle, n, x, xType, incx, result, resultType, executionType),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasRotEx_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, y: *mut c_void, yType: c_int, incy: i64, c: *mut c_void, s: *mut c_void, csType: c_int, executiontype: c_int) -> u32 {
+    match narrow("cublasRotEx_64", [("n", n), ("incx", incx), ("incy", incy)]) {
+        Ok([n, incx, incy]) => cublasRotEx(handle, n, x, xType, incx, y, yType, incy, c, s, csType, executiontype),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasRotmEx_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, y: *mut c_void, yType: c_int, incy: i64, param: *mut c_void, paramType: c_int, executiontype: c_int) -> u32 {
+    match narrow("cublasRotmEx_64", [("n", n), ("incx", incx), ("incy", incy)]) {
+        Ok([n, incx, incy]) => cublasRotmEx(handle, n, x, xType, incx, y, yType, incy, param, paramType, executiontype),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cublasSasum_v2_64(handle: *mut c_void, n: i64, x: *mut c_void, incx: i64, result: *mut c_void) -> u32 {
     match narrow("cublasSasum_v2_64", [("n", n), ("incx", incx)]) {
         Ok([n, incx]) => cublasSasum_v2(handle, n, x, incx, result),
@@ -1139,6 +1195,14 @@ pub unsafe extern "C" fn cublasSasum_v2_64(handle: *mut c_void, n: i64, x: *mut 
 pub unsafe extern "C" fn cublasSaxpy_v2_64(handle: *mut c_void, n: i64, alpha: *mut c_void, x: *mut c_void, incx: i64, y: *mut c_void, incy: i64) -> u32 {
     match narrow("cublasSaxpy_v2_64", [("n", n), ("incx", incx), ("incy", incy)]) {
         Ok([n, incx, incy]) => cublasSaxpy_v2(handle, n, alpha, x, incx, y, incy),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasScalEx_64(handle: *mut c_void, n: i64, alpha: *mut c_void, alphaType: c_int, x: *mut c_void, xType: c_int, incx: i64, executionType: c_int) -> u32 {
+    match narrow("cublasScalEx_64", [("n", n), ("incx", incx)]) {
+        Ok([n, incx]) => cublasScalEx(handle, n, alpha, alphaType, x, xType, incx, executionType),
         Err(status) => status,
     }
 }
@@ -1491,6 +1555,14 @@ pub unsafe extern "C" fn cublasStrsm_v2_64(handle: *mut c_void, side: c_int, upl
 pub unsafe extern "C" fn cublasStrsv_v2_64(handle: *mut c_void, uplo: c_int, trans: c_int, diag: c_int, n: i64, A: *mut c_void, lda: i64, x: *mut c_void, incx: i64) -> u32 {
     match narrow("cublasStrsv_v2_64", [("n", n), ("lda", lda), ("incx", incx)]) {
         Ok([n, lda, incx]) => cublasStrsv_v2(handle, uplo, trans, diag, n, A, lda, x, incx),
+        Err(status) => status,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasSwapEx_64(handle: *mut c_void, n: i64, x: *mut c_void, xType: c_int, incx: i64, y: *mut c_void, yType: c_int, incy: i64) -> u32 {
+    match narrow("cublasSwapEx_64", [("n", n), ("incx", incx), ("incy", incy)]) {
+        Ok([n, incx, incy]) => cublasSwapEx(handle, n, x, xType, incx, y, yType, incy),
         Err(status) => status,
     }
 }

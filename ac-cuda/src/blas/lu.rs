@@ -1,5 +1,5 @@
-//! Batched LU: `cublas<S|D|C|Z>getrfBatched` (factor), `getrsBatched` (solve with the factors)
-//! and `getriBatched` (invert, out of place), as launches of the backend's builtin
+//! Batched LU: `cublas<S|D|C|Z>getrfBatched` (factor), `getrsBatched` (solve with the factors),
+//! `getriBatched` (invert, out of place) and `matinvBatched` (invert, factoring a copy), as launches of the backend's builtin
 //! `blas_<t>getrf` and `blas_<t>getrs` (their shapes and order of operations are `ac_proto`'s
 //! [`Getrf`] and [`Getrs`]) on the handle's stream.
 //!
@@ -15,9 +15,12 @@ use std::ffi::c_int;
 use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::{Getrf, Getrs};
 
-use super::gemm::{self, Precision};
+use super::contiguous::Entered;
+use super::extensions::term;
+use super::gemm::{self, Operand, Precision, Scalar};
 use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
+use crate::graph;
 
 /// Threads of a block: a thread a matrix (getrf) or a column of `B` (getrs).
 pub(super) const BLOCK: u32 = 64;
@@ -218,6 +221,72 @@ macro_rules! lu_entries {
         }
     };
 }
+
+/// The largest matrices `matinvBatched` inverts, as cuBLAS's.
+const MATINV_LARGEST: c_int = 32;
+
+/// `matinvBatched`: `Ainv[i] = A[i]^-1` for `count` matrices `n x n`, `A` left as it is: each
+/// copied into a buffer of the shim's (a gemm a matrix), factored there (`getrf`, pivoting),
+/// and inverted into `Ainv` (`getri`); `info[i]` is as theirs (`k` if `U`'s `k`th pivot is 0).
+/// The buffer lives for the call, so a stream that captures refuses it.
+unsafe fn matinv(
+    target: Target,
+    precision: Precision,
+    [n, lda, ldc]: [c_int; 3],
+    arrays: [u64; 2],
+    info: u64,
+    count: c_int,
+) -> CuResult<()> {
+    graph::refuse_if_capturing(target.stream, "matinvBatched")?;
+    let [a, c] = target.device_pointers(arrays, count)?;
+    let (width, square) = (precision.bytes() as u64, n as u64 * n as u64);
+    let work = Entered::new(target.device, count as u64 * (square * width + n as u64 * INT))?;
+    let factors: Vec<u64> = (0..count as u64).map(|i| work.at() + i * square * width).collect();
+    let pivots = work.at() + count as u64 * square * width;
+    for (&from, &to) in a.iter().zip(&factors) {
+        let (from, to) = ((Operand::Memory(from), lda), (Operand::Memory(to), n));
+        gemm::launch(target, term(precision, 0, [n, n], Scalar::Value(1.0), from, to, false))?;
+    }
+    getrf(target, precision, [n, n], std::slice::from_ref(&factors).try_into().expect("one array"), [pivots, info])?;
+    let shape = solve_shape(0, [n, n], [n, ldc], pivots, true);
+    getrs(target, precision, shape, &[factors, c], [pivots, info])
+}
+
+/// Defines `cublas<t>matinvBatched`.
+macro_rules! matinv_entry {
+    ($name:ident, $precision:expr) => {
+        #[no_mangle]
+        #[allow(clippy::too_many_arguments)] // cuBLAS's signature
+        pub unsafe extern "C" fn $name(
+            h: usize,
+            n: c_int,
+            a: u64,
+            lda: c_int,
+            c: u64,
+            ldc: c_int,
+            info: u64,
+            count: c_int,
+        ) -> u32 {
+            guard(stringify!($name), || {
+                let target = handle(h)?.target();
+                let fine = (0..=MATINV_LARGEST).contains(&n) && lda >= n.max(1) && ldc >= n.max(1) && count >= 0;
+                require(fine, || {
+                    format!("n {n} (at most {MATINV_LARGEST}), lda {lda}, lda_inv {ldc}, batch count {count}")
+                })?;
+                require(info != 0, || "no info array".into())?;
+                if n == 0 || count == 0 {
+                    return Ok(());
+                }
+                matinv(target, $precision, [n, lda, ldc], [a, c], info, count)
+            })
+        }
+    };
+}
+
+matinv_entry!(cublasSmatinvBatched, Precision::Single);
+matinv_entry!(cublasDmatinvBatched, Precision::Double);
+matinv_entry!(cublasCmatinvBatched, Precision::ComplexSingle);
+matinv_entry!(cublasZmatinvBatched, Precision::ComplexDouble);
 
 lu_entries!(cublasSgetrfBatched, cublasSgetrsBatched, cublasSgetriBatched, Precision::Single);
 lu_entries!(cublasDgetrfBatched, cublasDgetrsBatched, cublasDgetriBatched, Precision::Double);

@@ -67,21 +67,21 @@ macro_rules! reduction {
     };
 }
 
-/// An ILP64 index reduction (`base` its 32-bit form, `name` its own): `n` and `incx` as `int`s,
-/// the index written as an `int`, then the upper half of the `int64_t` zeroed.
-unsafe fn index_64(
-    base: unsafe extern "C" fn(usize, c_int, u64, c_int, *mut c_int) -> u32,
+/// An ILP64 index reduction (`base` its 32-bit form given `n` and `incx`, `name` its own): `n`
+/// and `incx` as `int`s, the index written as an `int`, then the upper half of the `int64_t`
+/// zeroed.
+pub(super) unsafe fn index_64(
+    base: impl FnOnce(c_int, c_int) -> u32,
     name: &str,
     h: usize,
     [n, incx]: [i64; 2],
-    x: u64,
     result: *mut i64,
 ) -> u32 {
     let [n, incx] = match narrow(name, [("n", n), ("incx", incx)]) {
         Ok(sizes) => sizes,
         Err(status) => return status,
     };
-    let status = base(h, n, x, incx, result.cast());
+    let status = base(n, incx);
     if status != super::status::SUCCESS {
         return status;
     }
@@ -101,7 +101,7 @@ macro_rules! index_64 {
     ($name:ident, $base:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(h: usize, n: i64, x: u64, incx: i64, result: *mut i64) -> u32 {
-            index_64($base, stringify!($name), h, [n, incx], x, result)
+            index_64(|n, incx| $base(h, n, x, incx, result.cast()), stringify!($name), h, [n, incx], result)
         }
     };
 }

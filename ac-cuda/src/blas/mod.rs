@@ -24,8 +24,8 @@
 //! reference to an unversioned definition), and the loader says so once on stderr ("no version
 //! information available").
 
-use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ac_frontend::KernelArg;
@@ -39,6 +39,7 @@ use crate::managed::{self, Reach};
 use crate::memory::device_to_host;
 use crate::state::{self, put, Registry};
 use crate::stream::{device_of_stream, stream_of};
+use settings::{Settings, POINTER_MODE_HOST};
 
 mod band;
 mod band_triangular;
@@ -48,8 +49,10 @@ mod extensions;
 mod gemm;
 mod gemm_batched;
 mod gemm_ex;
+mod gemm_grouped;
 mod gemv_batched;
 mod ilp64;
+mod logger;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it
 mod ilp64_generated;
 mod lt;
@@ -60,10 +63,12 @@ mod packed_vectors;
 mod qr;
 mod rank_k;
 mod rotations;
+mod settings;
 mod structured;
 mod triangle_vectors;
 mod trsm;
 mod vectors;
+mod vectors_ex;
 
 /// `cublasStatus_t`.
 pub mod status {
@@ -86,19 +91,13 @@ pub fn not_supported(name: &'static str) -> u32 {
 /// The cuBLAS version answered (13.0.0, as `CUBLAS_VERSION` counts: major, minor, patch).
 const VERSION: c_int = 13_00_00;
 
-/// `CUBLAS_POINTER_MODE_HOST`: `alpha` and `beta` are host pointers.
-const POINTER_MODE_HOST: c_int = 0;
-
 /// A `cublasHandle_t`: the device current at its creation, its stream and modes.
 #[derive(Debug)]
 struct Handle {
     device: usize,
     /// A `CUstream` (0: the default stream).
     stream: AtomicUsize,
-    math_mode: AtomicI32,
-    pointer_mode: AtomicI32,
-    /// `cublasSetSmCountTarget`'s value (0: all of the device's).
-    sm_count_target: AtomicI32,
+    settings: Settings,
 }
 
 impl Handle {
@@ -107,7 +106,7 @@ impl Handle {
         Target {
             device: self.device,
             stream: self.stream.load(Ordering::Relaxed),
-            pointer_mode: self.pointer_mode.load(Ordering::Relaxed),
+            pointer_mode: self.settings.pointer_mode.load(Ordering::Relaxed),
         }
     }
 }
@@ -211,9 +210,11 @@ fn handle(h: usize) -> CuResult<Arc<Handle>> {
 }
 
 /// Runs a cuBLAS entry point's body as [`crate::guard`] does a driver call's, answering a
-/// `cublasStatus_t`.
+/// `cublasStatus_t`; logs the call, and its failure, where the program turned logging on
+/// ([`logger`]).
 fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
-    match crate::guard(call, body) {
+    logger::log_call(call, None);
+    let status = match crate::guard(call, body) {
         code::SUCCESS => status::SUCCESS,
         code::INVALID_VALUE => status::INVALID_VALUE,
         code::INVALID_HANDLE | code::INVALID_CONTEXT | code::NOT_INITIALIZED => status::NOT_INITIALIZED,
@@ -221,7 +222,11 @@ fn guard(call: &str, body: impl FnOnce() -> CuResult<()>) -> u32 {
         code::NOT_SUPPORTED => status::NOT_SUPPORTED,
         code::UNKNOWN => status::INTERNAL_ERROR,
         _ => status::EXECUTION_FAILED,
+    };
+    if status != status::SUCCESS {
+        logger::log_call(call, Some(status));
     }
+    status
 }
 
 #[no_mangle]
@@ -231,13 +236,7 @@ pub unsafe extern "C" fn cublasCreate_v2(out: *mut usize) -> u32 {
         // gets device 0, as its runtime's first call would.
         let device = current_device().unwrap_or(0);
         state::init()?.device(device as c_int)?;
-        let record = Handle {
-            device,
-            stream: AtomicUsize::new(0),
-            math_mode: AtomicI32::new(0),
-            pointer_mode: AtomicI32::new(POINTER_MODE_HOST),
-            sm_count_target: AtomicI32::new(0),
-        };
+        let record = Handle { device, stream: AtomicUsize::new(0), settings: Settings::default() };
         put(out, handles().insert(record))
     })
 }
@@ -294,60 +293,6 @@ pub unsafe extern "C" fn cublasXerbla(routine: *const c_char, parameter: c_int) 
     // BLAS's error handler, which cuBLAS's own routines call; a program may too.
     let routine = if routine.is_null() { "?".into() } else { std::ffi::CStr::from_ptr(routine).to_string_lossy() };
     eprintln!("ac-cuda: cuBLAS: parameter {parameter} of {routine} is wrong");
-}
-
-#[no_mangle]
-pub extern "C" fn cublasSetMathMode(h: usize, mode: c_int) -> u32 {
-    // Kept and answered: the kernels compute in full precision whatever the mode allows.
-    guard("cublasSetMathMode", || {
-        handle(h)?.math_mode.store(mode, Ordering::Relaxed);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cublasGetMathMode(h: usize, mode: *mut c_int) -> u32 {
-    guard("cublasGetMathMode", || put(mode, handle(h)?.math_mode.load(Ordering::Relaxed)))
-}
-
-#[no_mangle]
-pub extern "C" fn cublasSetSmCountTarget(h: usize, count: c_int) -> u32 {
-    // Kept and answered: a hint of how many multiprocessors to leave to other work (PyTorch
-    // sets it to overlap communication); the builtin kernels' grids do not follow it.
-    guard("cublasSetSmCountTarget", || {
-        if count < 0 {
-            return Err(Error::said(code::INVALID_VALUE, format!("a target of {count} multiprocessors")));
-        }
-        handle(h)?.sm_count_target.store(count, Ordering::Relaxed);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cublasGetSmCountTarget(h: usize, count: *mut c_int) -> u32 {
-    guard("cublasGetSmCountTarget", || put(count, handle(h)?.sm_count_target.load(Ordering::Relaxed)))
-}
-
-#[no_mangle]
-pub extern "C" fn cublasSetPointerMode_v2(h: usize, mode: c_int) -> u32 {
-    guard("cublasSetPointerMode", || {
-        if !(0..=1).contains(&mode) {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        handle(h)?.pointer_mode.store(mode, Ordering::Relaxed);
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cublasGetPointerMode_v2(h: usize, mode: *mut c_int) -> u32 {
-    guard("cublasGetPointerMode", || put(mode, handle(h)?.pointer_mode.load(Ordering::Relaxed)))
-}
-
-#[no_mangle]
-pub extern "C" fn cublasSetWorkspace_v2(h: usize, _workspace: *mut c_void, _bytes: usize) -> u32 {
-    // The builtin kernels need no workspace.
-    guard("cublasSetWorkspace", || handle(h).map(drop))
 }
 
 #[no_mangle]

@@ -28,6 +28,8 @@
 
 use std::ffi::{c_int, c_longlong, c_void};
 
+use ac_proto::backend::builtin::GemmElement;
+
 use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
@@ -65,6 +67,8 @@ pub(super) enum Finish {
     Element,
     /// The square root of its real part, as a real of its precision (`nrm2`).
     Norm,
+    /// The square root, rounded to binary16 or bfloat16 (`cublasNrm2Ex` of such a vector).
+    NarrowNorm(GemmElement),
 }
 
 /// Runs a gemm whose `C` is one element into the program's `result`, finished as `finish`
@@ -89,6 +93,11 @@ unsafe fn into_result(target: Target, mut call: GemmCall, result: *mut c_void, f
             let precision = call.types.precision;
             let norm = precision.parts(&bytes)[0].sqrt();
             store(target, result, &precision.real().encode(norm))
+        }
+        Finish::NarrowNorm(element) => {
+            let mut narrow = [0u8; 2];
+            element.store(call.types.precision.parts(&bytes)[0].sqrt() as f32, &mut narrow);
+            store(target, result, &narrow)
         }
     }
 }
@@ -115,6 +124,7 @@ pub(super) unsafe fn dot(
             match finish {
                 Finish::Element => store(target, result, &zero[..types.result_bytes()]),
                 Finish::Norm => store(target, result, &zero[..types.precision.real().bytes()]),
+                Finish::NarrowNorm(element) => store(target, result, &zero[..element.bytes() as usize]),
             }
         };
     }
@@ -132,10 +142,11 @@ fn dot_call(types: Types, n: c_int, x: (u64, c_int), y: (u64, c_int), conjugate:
     GemmCall { types, ..call }
 }
 
-/// `y = alpha x + beta y` (axpy: `beta` 1; copy: `alpha` 1, `beta` 0).
-unsafe fn axpby(
+/// `y = alpha x + beta y` (axpy: `beta` 1; copy: `alpha` 1, `beta` 0) of `types` (an `Ex`
+/// form's binary16 or bfloat16 vectors: [`axpby_call`]'s `A` is the constant one, an `f32`).
+pub(super) unsafe fn axpby(
     h: usize,
-    precision: Precision,
+    types: Types,
     n: c_int,
     alpha: Scalar,
     (x, incx): (u64, c_int),
@@ -147,7 +158,8 @@ unsafe fn axpby(
         return Ok(());
     }
     served_increments(&[incx, incy])?;
-    launch(target, axpby_call(precision, n, alpha, (x, incx), Scalar::Value(beta), (y, incy)))
+    let call = axpby_call(types.precision, n, alpha, (x, incx), Scalar::Value(beta), (y, incy));
+    launch(target, GemmCall { types, ..call })
 }
 
 /// The gemm of `y = alpha x + beta y` over `n` elements: `y (1 x n, ld incy) = alpha [1] x + beta y`.
@@ -163,19 +175,20 @@ pub(super) fn axpby_call(
     product(precision, [0; 2], [1, n, 1], alpha, matrices, [1, incx, incy], beta)
 }
 
-/// `x = alpha x`.
-unsafe fn scal(h: usize, precision: Precision, n: c_int, alpha: Scalar, x: u64, incx: c_int) -> CuResult<()> {
+/// `x = alpha x`, `x` of `types` (C's; A and B are not read).
+pub(super) unsafe fn scal(h: usize, types: Types, n: c_int, alpha: Scalar, x: u64, incx: c_int) -> CuResult<()> {
     let target = handle(h)?.target();
     // BLAS does nothing for these.
     if n <= 0 || incx <= 0 {
         return Ok(());
     }
     let matrices = [Operand::One, Operand::One, Operand::Memory(x)];
-    launch(target, product(precision, [0; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha))
+    let call = product(types.precision, [0; 2], [1, n, 0], Scalar::Value(0.0), matrices, [1, 1, incx], alpha);
+    launch(target, GemmCall { types, ..call })
 }
 
 /// `x = alpha x` for a complex `x` and a real `alpha` (`cublasCsscal`, `cublasZdscal`).
-unsafe fn scal_by_real(
+pub(super) unsafe fn scal_by_real(
     h: usize,
     precision: Precision,
     n: c_int,
@@ -187,7 +200,7 @@ unsafe fn scal_by_real(
         return Ok(());
     }
     let alpha = scalar_value(handle(h)?.target(), precision.real(), Scalar::At(alpha))?;
-    scal(h, precision, n, Scalar::Value(alpha), x, incx)
+    scal(h, Types::uniform(precision), n, Scalar::Value(alpha), x, incx)
 }
 
 /// Launches the gemm that `call` builds, on handle `h`'s target, unless it builds none (a call
@@ -342,18 +355,18 @@ macro_rules! typed {
             incy: c_int,
         ) -> u32 {
             let (alpha, x, y) = (Scalar::At(alpha.cast()), (x, incx), (y, incy));
-            guard(stringify!($axpy), || axpby(h, $precision, n, alpha, x, 1.0, y))
+            guard(stringify!($axpy), || axpby(h, Types::uniform($precision), n, alpha, x, 1.0, y))
         }
 
         #[no_mangle]
         pub unsafe extern "C" fn $copy(h: usize, n: c_int, x: u64, incx: c_int, y: u64, incy: c_int) -> u32 {
             let (x, y) = ((x, incx), (y, incy));
-            guard(stringify!($copy), || axpby(h, $precision, n, Scalar::Value(1.0), x, 0.0, y))
+            guard(stringify!($copy), || axpby(h, Types::uniform($precision), n, Scalar::Value(1.0), x, 0.0, y))
         }
 
         #[no_mangle]
         pub unsafe extern "C" fn $scal(h: usize, n: c_int, alpha: *const $t, x: u64, incx: c_int) -> u32 {
-            guard(stringify!($scal), || scal(h, $precision, n, Scalar::At(alpha.cast()), x, incx))
+            guard(stringify!($scal), || scal(h, Types::uniform($precision), n, Scalar::At(alpha.cast()), x, incx))
         }
 
         #[no_mangle]

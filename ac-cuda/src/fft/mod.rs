@@ -9,7 +9,7 @@
 //! `dft_f64` per dimension ([`transform`] plans the passes), each output element a direct sum:
 //! correct, not cuFFT's speed (O(n) an element, not O(log n)). A plan keeps two scratch
 //! buffers of its own on the device, made at its first execution; it needs no work area of
-//! the program's (it answers a work size of 0). Every other function of `cufft.h` and
+//! the program's (it answers a work size of 0, before a plan is made too: [`sizing`]). Every other function of `cufft.h` and
 //! `cufftXt.h` is exported too (`fft_generated.rs`) and answers `CUFFT_NOT_SUPPORTED`.
 
 use std::collections::HashMap;
@@ -25,6 +25,7 @@ use crate::state::{self, put};
 use crate::stream::device_of_stream;
 
 mod exec;
+mod sizing;
 mod transform;
 
 use transform::{Domain, Layout, Transform};
@@ -61,6 +62,8 @@ struct Plan {
     transform: Mutex<Option<Transform>>,
     /// Two buffers of the transform's complex elements, made at the first execution.
     scratch: Mutex<Option<[DeviceBuffer<u8>; 2]>>,
+    /// `cufftSetPlanPropertyInt64`'s values.
+    properties: Mutex<sizing::Properties>,
 }
 
 /// The live plans, by handle (an `int`, as cuFFT's).
@@ -98,7 +101,13 @@ fn create() -> CuResult<c_int> {
     static NEXT: AtomicI32 = AtomicI32::new(1);
     let device = current_device().unwrap_or(0);
     state::init()?.device(device as c_int)?;
-    let plan = Plan { device, stream: AtomicUsize::new(0), transform: Mutex::new(None), scratch: Mutex::new(None) };
+    let plan = Plan {
+        device,
+        stream: AtomicUsize::new(0),
+        transform: Mutex::new(None),
+        scratch: Mutex::new(None),
+        properties: Mutex::default(),
+    };
     let handle = NEXT.fetch_add(1, Ordering::Relaxed);
     plans().lock().unwrap_or_else(|p| p.into_inner()).insert(handle, Arc::new(plan));
     Ok(handle)

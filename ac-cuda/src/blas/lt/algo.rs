@@ -13,6 +13,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::mem::size_of;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{bytes_of, get_attribute, read, set_attribute, unserved, write, Layout, MatmulDesc, Record};
 use crate::blas::gemm::Types;
@@ -275,6 +276,39 @@ pub unsafe extern "C" fn cublasLtMatmulAlgoConfigGetAttribute(
     written: *mut usize,
 ) -> u32 {
     guard("cublasLtMatmulAlgoConfigGetAttribute", || get_attribute::<Algo>(algo, attr, buf, size, written))
+}
+
+/// cuBLASLt's heuristics cache capacity (entries; 0 turns the cache off): kept and answered.
+/// The shim's heuristic answers one algorithm at once, and caches nothing.
+static HEURISTICS_CACHE_CAPACITY: AtomicUsize = AtomicUsize::new(HEURISTICS_CACHE_DEFAULT);
+
+/// cuBLASLt's default capacity, unless `CUBLASLT_HEURISTICS_CACHE_CAPACITY` says otherwise.
+const HEURISTICS_CACHE_DEFAULT: usize = 8192;
+
+/// The capacity first answered: the environment's, else the default.
+fn initial_capacity() -> usize {
+    static READ: std::sync::Once = std::sync::Once::new();
+    READ.call_once(|| {
+        let set = std::env::var("CUBLASLT_HEURISTICS_CACHE_CAPACITY").ok().and_then(|v| v.parse().ok());
+        if let Some(capacity) = set {
+            HEURISTICS_CACHE_CAPACITY.store(capacity, Ordering::Relaxed);
+        }
+    });
+    HEURISTICS_CACHE_CAPACITY.load(Ordering::Relaxed)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cublasLtHeuristicsCacheGetCapacity(capacity: *mut usize) -> u32 {
+    guard("cublasLtHeuristicsCacheGetCapacity", || put(capacity, initial_capacity()))
+}
+
+#[no_mangle]
+pub extern "C" fn cublasLtHeuristicsCacheSetCapacity(capacity: usize) -> u32 {
+    guard("cublasLtHeuristicsCacheSetCapacity", || {
+        initial_capacity();
+        HEURISTICS_CACHE_CAPACITY.store(capacity, Ordering::Relaxed);
+        Ok(())
+    })
 }
 
 #[cfg(test)]
