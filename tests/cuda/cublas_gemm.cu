@@ -213,8 +213,12 @@ int main(int argc, char** argv) {
         ok &= copied;
         cublasStatus_t strided = cublasSetVector(4, sizeof(float), x, 1, d, 2);
         printf("strided on the device: %d %s\n", (int)strided, cublasGetStatusName(strided));
-        cublasStatus_t atomics = cublasSetAtomicsMode(h, 0);
-        printf("atomics mode: %d %s\n", (int)atomics, cublasGetStatusName(atomics));
+        if (!native) {
+            // Not served (answered before its pointers are read, which cuBLAS would read).
+            cublasStatus_t unserved =
+                cublasUint8gemmBias(h, CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, nullptr, 0, 2, nullptr, 0, 2, nullptr, 0, 2, 1, 0);
+            printf("uint8 gemm with biases: %d %s\n", (int)unserved, cublasGetStatusName(unserved));
+        }
         CHECK(cudaFree(d));
     }
 

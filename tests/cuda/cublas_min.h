@@ -50,6 +50,10 @@ cublasStatus_t cublasIdamin_v2(cublasHandle_t handle, int n, const double* x, in
 cublasStatus_t cublasIcamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
 cublasStatus_t cublasIzamin_v2(cublasHandle_t handle, int n, const void* x, int incx, int* result);
 cublasStatus_t cublasSetAtomicsMode(cublasHandle_t handle, int mode);
+cublasStatus_t cublasUint8gemmBias(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                   cublasOperation_t transc, int m, int n, int k, const unsigned char* A, int A_bias,
+                                   int lda, const unsigned char* B, int B_bias, int ldb, unsigned char* C, int C_bias,
+                                   int ldc, int C_mult, int C_shift);
 cublasStatus_t cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx, const float* y, int incy,
                              float* result);
 cublasStatus_t cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx, const double* y, int incy,

@@ -10,7 +10,7 @@
 //!   `SetCallback`, `SetFile`, `OpenFile` and `ForceDisable`; `CUBLASLT_LOG_LEVEL`,
 //!   `CUBLASLT_LOG_MASK` and `CUBLASLT_LOG_FILE` (`%i` its process id). API trace lines are
 //!   `[cublasLt][<pid>][Api][<name>] called`, a failed call's `[Error]` line gives its status;
-//!   cuBLASLt writes to stdout unless given a file.
+//!   cuBLASLt writes to stdout unless given a file, and to neither once given a callback.
 //!
 //! A call served by another logs both (an `Ex` form and the typed form it runs as). Nothing is
 //! logged, and no lock taken, while both loggers are off.
@@ -170,8 +170,11 @@ pub(super) fn log_call(name: &str, outcome: Option<u32>) {
             unsafe { callback(text.as_ptr()) };
         }
     } else if is_lt && logs.lt_mask & level != 0 && !logs.lt_disabled {
-        logs.lt.write(&line);
+        // A callback takes the lines in place of the file.
         let callback = logs.lt_callback;
+        if callback.is_none() {
+            logs.lt.write(&line);
+        }
         drop(logs);
         let level = if level == LT_ERRORS { 1 } else { 5 };
         if let (Some(callback), Ok(function), Ok(message)) = (callback, CString::new(name), CString::new(message)) {

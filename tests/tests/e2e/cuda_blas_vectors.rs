@@ -403,3 +403,64 @@ async fn a_program_linked_against_cublas_runs_batched_vectors_and_typed_complex_
     )
     .await;
 }
+
+/// cuBLAS's level-1 `Ex` forms, `matinvBatched`, grouped batched gemms, and a handle's settings
+/// and loggers through the shim (`tests/cuda/cublas_level1_ex.cu`): `AxpyEx`, `ScalEx`, `CopyEx`
+/// and `Nrm2Ex` on f32, f64 and complex vectors and on binary16 and bfloat16 ones (a launch of
+/// the builtin mixed-type gemm), the swap, reductions and rotations against their typed forms,
+/// `matinvBatched` in three precisions (`A` left as it was; a singular matrix's `info`), grouped
+/// gemms of two groups (`int` and `int64_t` arrays; binary16 into f32), the emulation settings
+/// kept, and both loggers' callbacks; each exact. Out-of-range values are refused as cuBLAS
+/// refuses them; type mixes the shim does not serve, as not served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_runs_the_level_1_ex_forms_inverses_and_grouped_gemms_exactly() {
+    run_math_program(
+        "cublas_level1_ex",
+        "libcublas.so.13",
+        &[
+            "f32 AxpyEx strided exact",
+            "f64 CopyEx strided exact",
+            "c32 ScalEx strided exact",
+            "c64 AxpyEx strided exact",
+            "c32 ScalEx by a real exact",
+            "f16 AxpyEx exact",
+            "f16 ScalEx by f32 and by its own type exact",
+            "bf16 CopyEx exact",
+            "bf16 ScalEx by f32 and by its own type exact",
+            "f32 Nrm2Ex exact",
+            "c64 Nrm2Ex exact",
+            "f16 Nrm2Ex exact",
+            "f64 SwapEx y exact",
+            "c32 AsumEx exact",
+            "c32 IamaxEx first of equals exact",
+            "c32 IaminEx exact",
+            "c32 IamaxEx_64 exact",
+            "c32 RotEx as Crot exact",
+            "c32 RotEx as Csrot exact",
+            "f64 RotmEx as Drotm exact",
+            "f32 RotgEx r exact",
+            "f32 RotgEx as Srotg exact",
+            "c64 RotgEx as Zrotg exact",
+            "f64 RotmgEx as Drotmg exact",
+            "SmatinvBatched exact",
+            "DmatinvBatched leaves A exact",
+            "ZmatinvBatched within 1e-12",
+            "ZmatinvBatched info exact",
+            "SmatinvBatched of a singular matrix: info exact",
+            "SgemmGroupedBatched exact",
+            "DgemmGroupedBatched exact",
+            "SgemmGroupedBatched_64 exact",
+            "GemmGroupedBatchedEx f16 into f32 exact",
+            "atomics mode, emulation strategy and fixed-point controls kept exact",
+            "cuBLAS logger callback: 2 calls logged, none once off exact",
+            "cuBLASLt logger: API trace at level 5, none after ForceDisable exact",
+            "emulation strategy 3: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "matinvBatched of n 33: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "SgemmGroupedBatched of -1 products: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "AxpyEx of f32 with an f64 alpha: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "SwapEx of f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "cublas_level1_ex: all exact",
+        ],
+    )
+    .await;
+}

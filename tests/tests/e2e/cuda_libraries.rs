@@ -92,8 +92,8 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
             "cublas_gemm: all exact",
             // Not served: said on stderr, answered with its status; the program goes on.
             "strided on the device: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "atomics mode: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "ac-cuda: cublasSetAtomicsMode is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
+            "uint8 gemm with biases: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "ac-cuda: cublasUint8gemmBias is not supported on remote accelerators (CUBLAS_STATUS_NOT_SUPPORTED)",
             // What cuBLAS refuses, refused with its status and the reason on stderr.
             "gemmex i8: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
