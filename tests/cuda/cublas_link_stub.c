@@ -332,3 +332,12 @@ void cublasSmatinvBatched(void) {}
 void cublasSwapEx(void) {}
 void cublasZmatinvBatched(void) {}
 void cublasUint8gemmBias(void) {}
+void cufftEstimate1d(void) {}
+void cufftEstimateMany(void) {}
+void cufftGetSize1d(void) {}
+void cufftGetSize2d(void) {}
+void cufftGetSizeMany64(void) {}
+void cufftXtGetSizeMany(void) {}
+void cufftSetPlanPropertyInt64(void) {}
+void cufftGetPlanPropertyInt64(void) {}
+void cufftResetPlanProperty(void) {}

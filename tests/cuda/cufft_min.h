@@ -34,4 +34,22 @@ cufftResult cufftXtMakePlanMany(cufftHandle plan, int rank, long long* n, long l
                                 long long idist, int inputtype, long long* onembed, long long ostride, long long odist,
                                 int outputtype, long long batch, size_t* workSize, int executiontype);
 cufftResult cufftXtExec(cufftHandle plan, void* input, void* output, int direction);
+cufftResult cufftEstimate1d(int nx, cufftType type, int batch, size_t* workSize);
+cufftResult cufftEstimateMany(int rank, int* n, int* inembed, int istride, int idist, int* onembed, int ostride,
+                              int odist, cufftType type, int batch, size_t* workSize);
+cufftResult cufftGetSize1d(cufftHandle handle, int nx, cufftType type, int batch, size_t* workSize);
+cufftResult cufftGetSize2d(cufftHandle handle, int nx, int ny, cufftType type, size_t* workSize);
+cufftResult cufftGetSizeMany64(cufftHandle plan, int rank, long long* n, long long* inembed, long long istride,
+                               long long idist, long long* onembed, long long ostride, long long odist, cufftType type,
+                               long long batch, size_t* workSize);
+cufftResult cufftXtGetSizeMany(cufftHandle plan, int rank, long long* n, long long* inembed, long long istride,
+                               long long idist, int inputtype, long long* onembed, long long ostride, long long odist,
+                               int outputtype, long long batch, size_t* workSize, int executiontype);
+typedef enum {
+    NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT = 0x1,
+    NVFFT_PLAN_PROPERTY_INT64_MAX_NUM_HOST_THREADS = 0x2,
+} cufftProperty;
+cufftResult cufftSetPlanPropertyInt64(cufftHandle plan, cufftProperty property, const long long int inputValueInt);
+cufftResult cufftGetPlanPropertyInt64(cufftHandle plan, cufftProperty property, long long int* returnPtrValue);
+cufftResult cufftResetPlanProperty(cufftHandle plan, cufftProperty property);
 }

@@ -246,6 +246,38 @@ int main(int argc, char** argv) {
         CUFFT(cufftDestroy(plan));
         CHECK(cudaFree(rows));
     }
+    // Work sizes before a plan is made (the shim's plans need no work area of the program's:
+    // 0; NVIDIA's may need one), and a plan's properties set, read and reset.
+    {
+        size_t sizes[6];
+        int n[] = {48}, embed[] = {64};
+        long long wide[] = {48}, wide_embed[] = {64};
+        cufftHandle plan;
+        CUFFT(cufftCreate(&plan));
+        CUFFT(cufftEstimate1d(48, CUFFT_C2C, 3, &sizes[0]));
+        CUFFT(cufftEstimateMany(1, n, embed, 1, 64, embed, 1, 64, CUFFT_R2C, 2, &sizes[1]));
+        CUFFT(cufftGetSize1d(plan, 48, CUFFT_C2C, 3, &sizes[2]));
+        CUFFT(cufftGetSize2d(plan, 12, 10, CUFFT_D2Z, &sizes[3]));
+        CUFFT(cufftGetSizeMany64(plan, 1, wide, wide_embed, 1, 64, wide_embed, 1, 64, CUFFT_Z2Z, 2, &sizes[4]));
+        CUFFT(cufftXtGetSizeMany(plan, 1, wide, nullptr, 1, 48, CUFFT_TEST_R_32F, nullptr, 1, 25, CUFFT_TEST_C_32F, 1,
+                                 &sizes[5], CUFFT_TEST_C_32F));
+        bool none = true;
+        for (size_t w : sizes) none &= w == 0;
+        if (!native) printf(none ? "work sizes before a plan: all 0\n" : "work sizes: FAILED\n");
+        cufftResult zero = cufftEstimate1d(0, CUFFT_C2C, 1, &sizes[0]);
+        printf("estimate of a 0-point transform: %d\n", (int)zero);
+        long long jit = -1, threads = -1, reset = -1;
+        CUFFT(cufftSetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT, 1));
+        CUFFT(cufftGetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT, &jit));
+        CUFFT(cufftSetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_MAX_NUM_HOST_THREADS, 3));
+        CUFFT(cufftGetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_MAX_NUM_HOST_THREADS, &threads));
+        CUFFT(cufftResetPlanProperty(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT));
+        CUFFT(cufftGetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT, &reset));
+        bool kept = jit == 1 && threads == 3 && reset == 0;
+        printf(kept ? "plan properties set, read and reset\n" : "plan properties FAILED\n");
+        ok &= (none || native) && kept;
+        CUFFT(cufftDestroy(plan));
+    }
     printf(ok ? "cufft_transforms: all within\n" : "cufft_transforms: FAILED\n");
 
     // What cuFFT refuses; the program goes on.

@@ -356,7 +356,8 @@ async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
 /// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
-/// by the program; and what it refuses.
+/// by the program; work sizes asked before a plan is made (0) and a plan's properties; and
+/// what it refuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cufft_transforms_within_rounding() {
     run_math_program(
@@ -372,6 +373,9 @@ async fn a_program_linked_against_cufft_transforms_within_rounding() {
             "xt r2c within",
             "c2c in place within",
             "r2c in place within",
+            "work sizes before a plan: all 0",
+            "estimate of a 0-point transform: 4",
+            "plan properties set, read and reset",
             "cufft_transforms: all within",
             "half precision: 16",
             "data types [6, 6, 6] (input, output, execution): only f32 and f64 are served",
