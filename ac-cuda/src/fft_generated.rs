@@ -20,6 +20,4 @@ crate::answering! {
     cufftXtSetCallbackSharedSize,
     cufftXtSetGPUs,
     cufftXtSetJITCallback,
-    cufftXtSetWorkArea,
-    cufftXtSetWorkAreaPolicy,
 }

@@ -341,3 +341,4 @@ void cufftXtGetSizeMany(void) {}
 void cufftSetPlanPropertyInt64(void) {}
 void cufftGetPlanPropertyInt64(void) {}
 void cufftResetPlanProperty(void) {}
+void cufftXtSetWorkAreaPolicy(void) {}

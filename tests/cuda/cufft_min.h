@@ -52,4 +52,6 @@ typedef enum {
 cufftResult cufftSetPlanPropertyInt64(cufftHandle plan, cufftProperty property, const long long int inputValueInt);
 cufftResult cufftGetPlanPropertyInt64(cufftHandle plan, cufftProperty property, long long int* returnPtrValue);
 cufftResult cufftResetPlanProperty(cufftHandle plan, cufftProperty property);
+typedef enum { CUFFT_WORKAREA_MINIMAL = 0, CUFFT_WORKAREA_USER = 1, CUFFT_WORKAREA_PERFORMANCE = 2 } cufftXtWorkAreaPolicy;
+cufftResult cufftXtSetWorkAreaPolicy(cufftHandle plan, cufftXtWorkAreaPolicy policy, size_t* workSize);
 }

@@ -273,8 +273,10 @@ int main(int argc, char** argv) {
         CUFFT(cufftGetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_MAX_NUM_HOST_THREADS, &threads));
         CUFFT(cufftResetPlanProperty(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT));
         CUFFT(cufftGetPlanPropertyInt64(plan, NVFFT_PLAN_PROPERTY_INT64_PATIENT_JIT, &reset));
+        size_t limit = 1 << 20;
+        CUFFT(cufftXtSetWorkAreaPolicy(plan, CUFFT_WORKAREA_USER, &limit));
         bool kept = jit == 1 && threads == 3 && reset == 0;
-        printf(kept ? "plan properties set, read and reset\n" : "plan properties FAILED\n");
+        printf(kept ? "plan properties set, read and reset; a work area policy taken\n" : "plan properties FAILED\n");
         ok &= (none || native) && kept;
         CUFFT(cufftDestroy(plan));
     }
@@ -289,6 +291,8 @@ int main(int argc, char** argv) {
         cufftResult half = cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 64, CUFFT_TEST_C_16F, nullptr, 1, 64,
                                                CUFFT_TEST_C_16F, 1, &work, CUFFT_TEST_C_16F);
         printf("half precision: %d\n", (int)half);
+        cufftResult policy = cufftXtSetWorkAreaPolicy(plan, (cufftXtWorkAreaPolicy)5, &work);
+        printf("work area policy 5: %d\n", (int)policy);
         CUFFT(cufftDestroy(plan));
         cufftComplex* small;
         CHECK(cudaMalloc(&small, 32 * sizeof(cufftComplex)));

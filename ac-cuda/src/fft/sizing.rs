@@ -1,12 +1,13 @@
 //! What a plan would need before it is made, and its properties: `cufftEstimate1d/2d/3d/Many`
 //! and `cufftGetSize1d/2d/3d/Many/Many64`, `cufftXtGetSizeMany` (the work area a plan of those
 //! arguments needs: 0, since a plan's scratch is its own; the arguments are checked as making
-//! the plan checks them), and `cufftSetPlanPropertyInt64`, `cufftGetPlanPropertyInt64`,
+//! the plan checks them; `cufftXtSetWorkArea` and `cufftXtSetWorkAreaPolicy` take what they are
+//! given, needing none), and `cufftSetPlanPropertyInt64`, `cufftGetPlanPropertyInt64`,
 //! `cufftResetPlanProperty` (kept and answered: patient JIT compilation and the host threads a
 //! plan may use to make itself, which the shim's plans, made by no compiler, never need).
 
 use std::collections::HashMap;
-use std::ffi::{c_int, c_longlong};
+use std::ffi::{c_int, c_longlong, c_void};
 
 use super::{basic, guard, many, of_type, of_xt_types, plan, Domain, Many};
 use crate::error::{code, CuResult, Error};
@@ -171,6 +172,26 @@ pub unsafe extern "C" fn cufftXtGetSizeMany(
         plan(h)?;
         let many = many(rank, n, inembed, istride, idist, onembed, ostride, odist, batch);
         no_work_area(many, of_xt_types([input_type, output_type, execution_type]), work)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cufftXtSetWorkArea(h: c_int, _areas: *mut *mut c_void) -> u32 {
+    // A plan's scratch is its own: the work areas (one a GPU of a multi-GPU plan) are not needed.
+    guard("cufftXtSetWorkArea", || plan(h).map(drop))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cufftXtSetWorkAreaPolicy(h: c_int, policy: c_int, work: *mut usize) -> u32 {
+    // MINIMAL, USER (work the most allowed), PERFORMANCE: the shim's plans need none of the
+    // program's work area under any of them.
+    guard("cufftXtSetWorkAreaPolicy", || {
+        plan(h)?;
+        match policy {
+            0 | 2 => Ok(()),
+            1 if !work.is_null() => Ok(()),
+            _ => Err(Error::said(code::INVALID_VALUE, format!("work area policy {policy}"))),
+        }
     })
 }
 
