@@ -4,18 +4,7 @@
 
 crate::answering! {
     crate::blas::not_supported;
-    cublasLtEmulationDescCreate,
-    cublasLtEmulationDescDestroy,
-    cublasLtEmulationDescGetAttribute,
-    cublasLtEmulationDescInit_internal,
-    cublasLtEmulationDescSetAttribute,
     cublasLtGroupedMatrixLayoutCreate,
     cublasLtGroupedMatrixLayoutInit_internal,
-    cublasLtMatrixTransform,
-    cublasLtMatrixTransformDescCreate,
-    cublasLtMatrixTransformDescDestroy,
-    cublasLtMatrixTransformDescGetAttribute,
-    cublasLtMatrixTransformDescInit_internal,
-    cublasLtMatrixTransformDescSetAttribute,
     cublasUint8gemmBias,
 }

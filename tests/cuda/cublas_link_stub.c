@@ -342,3 +342,11 @@ void cufftSetPlanPropertyInt64(void) {}
 void cufftGetPlanPropertyInt64(void) {}
 void cufftResetPlanProperty(void) {}
 void cufftXtSetWorkAreaPolicy(void) {}
+void cublasLtMatrixTransformDescCreate(void) {}
+void cublasLtMatrixTransformDescDestroy(void) {}
+void cublasLtMatrixTransformDescSetAttribute(void) {}
+void cublasLtMatrixTransform(void) {}
+void cublasLtEmulationDescCreate(void) {}
+void cublasLtEmulationDescDestroy(void) {}
+void cublasLtEmulationDescSetAttribute(void) {}
+void cublasLtEmulationDescGetAttribute(void) {}

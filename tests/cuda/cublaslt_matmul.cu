@@ -4,7 +4,9 @@
 // padded matrices, alpha and beta in device memory, layouts initialized on the stack, a cuBLAS
 // handle used as a cuBLASLt one; an algorithm picked by hand (ids, init, capabilities,
 // configuration, check) as a tuner picks one; and what the shim cannot run, which the heuristic
-// answers with no algorithm and the check and the matmul refuse. Every result is checked exactly (small integers).
+// answers with no algorithm and the check and the matmul refuse; matrix transforms (C = alpha
+// op(A) + beta op(B), batched, a term left out) and an emulation descriptor. Every result is
+// checked exactly (small integers).
 // Usage: cublaslt_matmul [--native] (--native: leaves out what only the shim refuses)
 #include <cstdio>
 #include <cstring>
@@ -103,6 +105,94 @@ static bool run(cublasLtHandle_t lt, const Case& c) {
     for (auto l : {la, lb, ld}) CUBLAS(cublasLtMatrixLayoutDestroy(l));
     CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS(cublasLtMatmulDescDestroy(desc));
+    return ok;
+}
+
+// C (m x n) = alpha op(A) + beta op(B) through cublasLtMatrixTransform, against the host's:
+// `at(X, i, j)` is element (i, j) of op(X), X stored with leading dimension ld.
+template <typename T>
+static T op_of(const std::vector<T>& x, int ld, int trans, int i, int j, long long base) {
+    return trans ? x[base + j + i * ld] : x[base + i + j * ld];
+}
+
+// Matrix transforms: f32 C (3 x 4, ld 5, two batches 20 apart) = 2 A (ld 4, batches 16 apart)
+// - B^T (B stored 4 x 3, one shared by both batches); f64 with A null (C = 3 B), alpha and beta
+// in device memory; and an emulation descriptor set and read back, given to a matmul
+// descriptor. What the shim does not serve (`native` false): binary16 and row-major layouts.
+static bool transforms(cublasLtHandle_t lt, bool native) {
+    bool ok = true;
+    {
+        const int m = 3, n = 4, lda = 4, ldb = 4, ldc = 5, batches = 2;
+        auto a = small_integers<float>(16 * batches, 7), b = small_integers<float>(ldb * m, 8);
+        std::vector<float> c(20 * batches, 99.0f), want = c;
+        for (int q = 0; q < batches; q++)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++)
+                    want[q * 20 + i + j * ldc] = 2 * op_of(a, lda, 0, i, j, q * 16) - op_of(b, ldb, 1, i, j, 0);
+        float *da = upload(a), *db = upload(b), *dc = upload(c);
+        cublasLtMatrixTransformDesc_t desc;
+        CUBLAS(cublasLtMatrixTransformDescCreate(&desc, CUDA_R_32F_));
+        int32_t t = CUBLAS_OP_T;
+        CUBLAS(cublasLtMatrixTransformDescSetAttribute(desc, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSB, &t, sizeof t));
+        auto la = layout<float>(m, n, lda, batches, 16), lb = layout<float>(n, m, ldb, 1, 0);
+        auto lc = layout<float>(m, n, ldc, batches, 20);
+        float alpha = 2, beta = -1;
+        CUBLAS(cublasLtMatrixTransform(lt, desc, &alpha, da, la, &beta, db, lb, dc, lc, 0));
+        ok &= same("transform 2 A - B^T, two batches", download(dc, c.size()), want);
+        if (ok) printf("transform 2 A - B^T, two batches exact\n");
+        if (!native) {
+            // What the shim does not serve: binary16 matrices (layout changes for tensor cores).
+            cublasLtMatrixLayout_t half;
+            CUBLAS(cublasLtMatrixLayoutCreate(&half, CUDA_R_16F_, m, n, lda));
+            cublasStatus_t s = cublasLtMatrixTransform(lt, desc, &alpha, da, half, &beta, db, lb, dc, lc, 0);
+            printf("transform of f16 A: %d %s\n", (int)s, cublasGetStatusName(s));
+            CUBLAS(cublasLtMatrixLayoutDestroy(half));
+        }
+        // What cuBLASLt refuses: B's shape not op(B)'s.
+        cublasStatus_t s = cublasLtMatrixTransform(lt, desc, &alpha, da, la, &beta, db, lc, dc, lc, 0);
+        printf("transform with B of the wrong shape: %d %s\n", (int)s, cublasGetStatusName(s));
+        CUBLAS(cublasLtMatrixTransformDescDestroy(desc));
+        for (auto l : {la, lb, lc}) CUBLAS(cublasLtMatrixLayoutDestroy(l));
+        for (float* p : {da, db, dc}) CHECK(cudaFree(p));
+    }
+    {
+        const int m = 6, n = 5;
+        auto b = small_integers<double>(m * n, 9);
+        std::vector<double> c(m * n, -7.0), want(m * n);
+        for (int i = 0; i < m * n; i++) want[i] = 3 * b[i];
+        double *db = upload(b), *dc = upload(c), *scalars = upload(std::vector<double>{0.0, 3.0});
+        cublasLtMatrixTransformDesc_t desc;
+        CUBLAS(cublasLtMatrixTransformDescCreate(&desc, CUDA_R_64F_));
+        int32_t device = 1;
+        CUBLAS(cublasLtMatrixTransformDescSetAttribute(desc, CUBLASLT_MATRIX_TRANSFORM_DESC_POINTER_MODE, &device,
+                                                       sizeof device));
+        auto l = layout<double>(m, n, m, 1, 0);
+        CUBLAS(cublasLtMatrixTransform(lt, desc, scalars, nullptr, nullptr, scalars + 1, db, l, dc, l, 0));
+        bool scaled = same("transform 3 B, A null, device scalars", download(dc, want.size()), want);
+        if (scaled) printf("transform 3 B, A null, device scalars exact\n");
+        ok &= scaled;
+        CUBLAS(cublasLtMatrixTransformDescDestroy(desc));
+        CUBLAS(cublasLtMatrixLayoutDestroy(l));
+        for (double* p : {db, dc, scalars}) CHECK(cudaFree(p));
+    }
+    {
+        cublasLtEmulationDesc_t emulation;
+        CUBLAS(cublasLtEmulationDescCreate(&emulation));
+        int32_t eager = 2, got = -1, special = 0;
+        size_t written = 0;
+        CUBLAS(cublasLtEmulationDescSetAttribute(emulation, CUBLASLT_EMULATION_DESC_STRATEGY, &eager, sizeof eager));
+        CUBLAS(cublasLtEmulationDescGetAttribute(emulation, CUBLASLT_EMULATION_DESC_STRATEGY, &got, sizeof got, &written));
+        CUBLAS(cublasLtEmulationDescGetAttribute(emulation, CUBLASLT_EMULATION_DESC_SPECIAL_VALUES_SUPPORT, &special,
+                                                 sizeof special, &written));
+        auto matmul = descriptor<double>(false, false, CUBLASLT_EPILOGUE_DEFAULT);
+        CUBLAS(cublasLtMatmulDescSetAttribute(matmul, CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR, &emulation,
+                                              sizeof emulation));
+        bool kept = got == 2 && special == 0xFFFF && written == 4;
+        printf(kept ? "emulation descriptor kept\n" : "emulation descriptor FAILED\n");
+        ok &= kept;
+        CUBLAS(cublasLtMatmulDescDestroy(matmul));
+        CUBLAS(cublasLtEmulationDescDestroy(emulation));
+    }
     return ok;
 }
 
@@ -232,6 +322,7 @@ int main(int argc, char** argv) {
         for (float* p : {da, db, dc}) CHECK(cudaFree(p));
         CUBLAS(cublasDestroy_v2(h));
     }
+    ok &= transforms(lt, native);
     CUBLAS(cublasLtDestroy(lt));
     printf(ok ? "cublaslt_matmul: all exact\n" : "cublaslt_matmul: FAILED\n");
     return ok ? 0 : 1;

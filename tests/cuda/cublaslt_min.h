@@ -33,6 +33,7 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB = 4,
     CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR = 38,
 } cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_RELU = 2, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
@@ -48,6 +49,31 @@ typedef enum {
     CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2,
 } cublasLtMatmulAlgoConfigAttributes_t;
 
+typedef struct { uint64_t data[8]; } cublasLtMatrixTransformDescOpaque_t;
+typedef cublasLtMatrixTransformDescOpaque_t* cublasLtMatrixTransformDesc_t;
+typedef enum {
+    CUBLASLT_MATRIX_TRANSFORM_DESC_SCALE_TYPE = 0,
+    CUBLASLT_MATRIX_TRANSFORM_DESC_POINTER_MODE = 1,
+    CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA = 2,
+    CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSB = 3,
+} cublasLtMatrixTransformDescAttributes_t;
+typedef struct { uint64_t data[8]; } cublasLtEmulationDescOpaque_t;
+typedef cublasLtEmulationDescOpaque_t* cublasLtEmulationDesc_t;
+typedef enum { CUBLASLT_EMULATION_DESC_STRATEGY = 0, CUBLASLT_EMULATION_DESC_SPECIAL_VALUES_SUPPORT = 1 } cublasLtEmulationDescAttributes_t;
+cublasStatus_t cublasLtMatrixTransformDescCreate(cublasLtMatrixTransformDesc_t* desc, int scaleType);
+cublasStatus_t cublasLtMatrixTransformDescDestroy(cublasLtMatrixTransformDesc_t desc);
+cublasStatus_t cublasLtMatrixTransformDescSetAttribute(cublasLtMatrixTransformDesc_t desc,
+                                                       cublasLtMatrixTransformDescAttributes_t attr, const void* buf,
+                                                       size_t size);
+cublasStatus_t cublasLtMatrixTransform(cublasLtHandle_t handle, cublasLtMatrixTransformDesc_t desc, const void* alpha,
+                                       const void* A, cublasLtMatrixLayout_t a, const void* beta, const void* B,
+                                       cublasLtMatrixLayout_t b, void* C, cublasLtMatrixLayout_t c, cudaStream_t stream);
+cublasStatus_t cublasLtEmulationDescCreate(cublasLtEmulationDesc_t* desc);
+cublasStatus_t cublasLtEmulationDescDestroy(cublasLtEmulationDesc_t desc);
+cublasStatus_t cublasLtEmulationDescSetAttribute(cublasLtEmulationDesc_t desc, cublasLtEmulationDescAttributes_t attr,
+                                                 const void* buf, size_t size);
+cublasStatus_t cublasLtEmulationDescGetAttribute(cublasLtEmulationDesc_t desc, cublasLtEmulationDescAttributes_t attr,
+                                                 void* buf, size_t size, size_t* written);
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t computeType, int scaleType);

@@ -47,7 +47,7 @@ pub(super) fn term(
 /// The gemms of `C = alpha op(A) + beta op(B)`, `C` being `m x n`, in the order they run
 /// (none: it computes nothing), checked as cuBLAS checks the call.
 #[allow(clippy::too_many_arguments)] // cuBLAS's arguments
-fn geam_calls(
+pub(super) fn geam_calls(
     precision: Precision,
     trans: [c_int; 2],
     [m, n]: [c_int; 2],

@@ -111,7 +111,8 @@ async fn a_program_linked_against_cublas_runs_its_gemms_exactly() {
 /// bias added to every column), batched, in double precision, with scalars in device memory
 /// and layouts in the program's own memory; an algorithm picked by hand through the lower-level
 /// API (ids, init, capabilities, configuration, check); what the shim cannot run gets no
-/// algorithm, and a configuration it cannot run is refused.
+/// algorithm, and a configuration it cannot run is refused; matrix transforms (batched, a
+/// transposed term, a term left out, scalars in device memory) and an emulation descriptor.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
     run_math_program(
@@ -124,6 +125,11 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
             "double TT padded with bias exact",
             "device scalars exact",
             "stack layouts and a cuBLAS handle exact",
+            "transform 2 A - B^T, two batches exact",
+            "transform 3 B, A null, device scalars exact",
+            "emulation descriptor kept",
+            "transform of f16 A: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "transform with B of the wrong shape: 7 CUBLAS_STATUS_INVALID_VALUE",
             "cublaslt_matmul: all exact",
             "relu epilogue: 0 algorithms",
             "no algorithm: epilogue 2 (only DEFAULT and BIAS are served)",

@@ -21,7 +21,6 @@ use super::{read, write, Layout, MatmulDesc};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
-use crate::stream::device_of_stream;
 
 /// `CUBLASLT_EPILOGUE_DEFAULT` and `_BIAS`.
 const EPILOGUE_DEFAULT: u32 = 1;
@@ -233,12 +232,9 @@ pub unsafe extern "C" fn cublasLtMatmul(
     stream: usize,
 ) -> u32 {
     guard("cublasLtMatmul", || {
-        let device = handle(h)?.device;
+        handle(h)?;
         let plan = Described::read(desc, [a_layout, b_layout, c_layout, d_layout])?.plan_with(algo)?;
-        if stream != 0 && device_of_stream(stream)? != device {
-            return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
-        }
-        let target = Target { device, stream, pointer_mode: plan.pointer_mode };
+        let target = super::target_of(h, stream, plan.pointer_mode)?;
         matmul(target, &plan, [Scalar::At(alpha), Scalar::At(beta)], [a, b, c, d])
     })
 }

@@ -13,12 +13,14 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::sync::{Mutex, OnceLock};
 
-use super::{cublasCreate_v2, cublasDestroy_v2, guard, status_text, VERSION};
+use super::{cublasCreate_v2, cublasDestroy_v2, guard, handle, status_text, Target, VERSION};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
+use crate::stream::device_of_stream;
 
 mod algo;
 mod matmul;
+mod transform;
 
 /// Bytes NVIDIA's header gives each descriptor (`cublasLtMatmulDescOpaque_t` and the others).
 const MATMUL_DESC_BYTES: usize = 32 * 8;
@@ -44,6 +46,8 @@ struct MatmulDesc {
     bias_type: i32,
     bias: u64,
     bias_batch_stride: i64,
+    /// A `cublasLtEmulationDesc_t`: kept (the builtin gemm never emulates).
+    emulation: u64,
 }
 
 /// A `cublasLtMatrixLayout_t`'s record.
@@ -117,6 +121,7 @@ impl Record for MatmulDesc {
             8 => bytes_of(&mut self.bias),
             10 => bytes_of(&mut self.bias_batch_stride),
             26 => bytes_of(&mut self.bias_type),
+            38 => bytes_of(&mut self.emulation),
             _ => return unserved(Self::NAME, attr),
         })
     }
@@ -359,12 +364,12 @@ macro_rules! record_entry_points {
     ($record:ty, $destroy:ident, $set:ident, $get:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $destroy(at: *mut c_void) -> u32 {
-            guard(stringify!($destroy), || destroy::<$record>(at))
+            guard(stringify!($destroy), || $crate::blas::lt::destroy::<$record>(at))
         }
 
         #[no_mangle]
         pub unsafe extern "C" fn $set(at: *mut c_void, attr: c_int, buf: *const c_void, size: usize) -> u32 {
-            guard(stringify!($set), || set_attribute::<$record>(at, attr, buf, size))
+            guard(stringify!($set), || $crate::blas::lt::set_attribute::<$record>(at, attr, buf, size))
         }
 
         #[no_mangle]
@@ -375,9 +380,20 @@ macro_rules! record_entry_points {
             size: usize,
             written: *mut usize,
         ) -> u32 {
-            guard(stringify!($get), || get_attribute::<$record>(at, attr, buf, size, written))
+            guard(stringify!($get), || $crate::blas::lt::get_attribute::<$record>(at, attr, buf, size, written))
         }
     };
+}
+
+pub(crate) use record_entry_points;
+
+/// Where a call on handle `h` runs: its device, `stream` (one of that device's), `pointer_mode`.
+fn target_of(h: usize, stream: usize, pointer_mode: c_int) -> CuResult<Target> {
+    let device = handle(h)?.device;
+    if stream != 0 && device_of_stream(stream)? != device {
+        return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
+    }
+    Ok(Target { device, stream, pointer_mode })
 }
 
 record_entry_points!(
