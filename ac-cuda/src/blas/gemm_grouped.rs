@@ -115,6 +115,20 @@ unsafe fn grouped(
     Ok(())
 }
 
+/// A grouped entry point (`name`): its `count` groups read from `arrays`, then `run` on them
+/// under the call's guard; or the status of arrays it cannot read.
+unsafe fn entry<T: Copy + Into<i64>>(
+    name: &str,
+    count: i64,
+    arrays: GroupArrays<T>,
+    run: impl FnOnce(&[Group]) -> CuResult<()>,
+) -> u32 {
+    match groups(name, count, arrays) {
+        Ok(groups) => guard(name, || run(&groups)),
+        Err(status) => status,
+    }
+}
+
 /// Defines `cublas<S|D>gemmGroupedBatched` (`int` arrays) or its ILP64 form (`int64_t`): `$int`.
 macro_rules! typed_grouped {
     ($name:ident, $int:ty, $t:ty, $precision:expr) => {
@@ -139,12 +153,9 @@ macro_rules! typed_grouped {
             group_size: *const $int,
         ) -> u32 {
             let arrays = GroupArrays { trans: [transa, transb], mnk: [m, n, k], ld: [lda, ldb, ldc], size: group_size };
-            match groups(stringify!($name), group_count.into(), arrays) {
-                Ok(groups) => guard(stringify!($name), || {
-                    grouped(h, Types::uniform($precision), &groups, [alpha.cast(), beta.cast()], [a, b, c])
-                }),
-                Err(status) => status,
-            }
+            entry(stringify!($name), group_count.into(), arrays, |groups| {
+                grouped(h, Types::uniform($precision), groups, [alpha.cast(), beta.cast()], [a, b, c])
+            })
         }
     };
 }
@@ -183,13 +194,9 @@ macro_rules! grouped_ex {
             compute: c_int,
         ) -> u32 {
             let arrays = GroupArrays { trans: [transa, transb], mnk: [m, n, k], ld: [lda, ldb, ldc], size: group_size };
-            match groups(stringify!($name), group_count.into(), arrays) {
-                Ok(groups) => guard(stringify!($name), || {
-                    let types = ex_types([a_type, b_type, c_type], compute)?;
-                    grouped(h, types, &groups, [alpha, beta], [a, b, c])
-                }),
-                Err(status) => status,
-            }
+            entry(stringify!($name), group_count.into(), arrays, |groups| {
+                grouped(h, ex_types([a_type, b_type, c_type], compute)?, groups, [alpha, beta], [a, b, c])
+            })
         }
     };
 }
