@@ -236,13 +236,15 @@ static bool rotations(cublasHandle_t h) {
     float rs = -3;
     CUBLAS(cublasRotEx(h, 4, ax, C_32F, 2, ay, C_32F, 3, &c, &rs, R_32F, C_32F));
     CUBLAS(cublasCsrot_v2(h, 4, bx, 2, by, 3, &c, &rs));
-    ok &= exact("c32 RotEx as Csrot", download(ax, 8), download(bx, 8));
+    ok &= exact("c32 RotEx as Csrot", download(ax, 8), download(bx, 8)) &
+          exact("c32 RotEx as Csrot (y)", download(ay, 12), download(by, 12));
     auto u = values<double>(6, 8), v = values<double>(6, 9);
     double *du = upload(u), *dv = upload(v), *eu = upload(u), *ev = upload(v);
     double param[5] = {-1, 2, -1, 3, 1};
     CUBLAS(cublasRotmEx(h, 6, du, R_64F, 1, dv, R_64F, 1, param, R_64F, R_64F));
     CUBLAS(cublasDrotm_v2(h, 6, eu, 1, ev, 1, param));
-    ok &= exact("f64 RotmEx as Drotm", download(dv, 6), download(ev, 6));
+    ok &= exact("f64 RotmEx as Drotm", download(du, 6), download(eu, 6)) &
+          exact("f64 RotmEx as Drotm (y)", download(dv, 6), download(ev, 6));
     for (void* p : {(void*)ax, (void*)ay, (void*)bx, (void*)by, (void*)du, (void*)dv, (void*)eu, (void*)ev})
         CHECK(cudaFree(p));
     // RotgEx against Srotg and Zrotg, RotmgEx against Drotmg, on the host.
@@ -278,13 +280,14 @@ static bool close_to(const char* what, const std::vector<E>& got, const std::vec
     return true;
 }
 
-// matinvBatched of two n x n matrices (ld n + 1) with integer inverses: A = L U, unit
+// matinvBatched of two n x n matrices (ld n + 1, their inverses' n + 2, the padding checked)
+// with integer inverses: A = L U, unit
 // triangles of small integers; Ainv computed here as U^-1 L^-1 by substitution (exact).
 template <typename E>
 static bool matinv(cublasHandle_t h, const char* name,
                    cublasStatus_t (*f)(cublasHandle_t, int, const void* const*, int, void* const*, int, int*, int)) {
-    const int n = 4, lda = n + 1, count = 2;
-    std::vector<E> a(lda * n * count, make<E>(77, 77)), want(lda * n * count, make<E>(-5, 5));
+    const int n = 4, lda = n + 1, ldi = n + 2, count = 2;
+    std::vector<E> a(lda * n * count, make<E>(77, 77)), want(ldi * n * count, make<E>(-5, 5));
     auto inv = want;
     for (int b = 0; b < count; b++) {
         E L[n][n] = {}, U[n][n] = {}, Li[n][n] = {}, Ui[n][n] = {};
@@ -311,16 +314,16 @@ static bool matinv(cublasHandle_t h, const char* name,
                 E ij = make<E>(0, 0), inv_ij = make<E>(0, 0);
                 for (int k = 0; k < n; k++) ij += L[i][k] * U[k][j], inv_ij += Ui[i][k] * Li[k][j];
                 a[b * lda * n + i + j * lda] = ij;
-                want[b * lda * n + i + j * lda] = inv_ij;
+                want[b * ldi * n + i + j * ldi] = inv_ij;
             }
     }
     E *da = upload(a), *dinv = upload(inv);
     std::vector<const E*> as = {da, da + lda * n};
-    std::vector<E*> invs = {dinv, dinv + lda * n};
+    std::vector<E*> invs = {dinv, dinv + ldi * n};
     const E** das = upload(as);
     E** dinvs = upload(invs);
     int* dinfo = upload(std::vector<int>(count, -7));
-    CUBLAS(f(h, n, (const void* const*)das, lda, (void* const*)dinvs, lda, dinfo, count));
+    CUBLAS(f(h, n, (const void* const*)das, lda, (void* const*)dinvs, ldi, dinfo, count));
     std::string what = std::string(name) + "matinvBatched";
     bool ok = close_to(what.c_str(), download(dinv, want.size()), want);
     what = std::string(name) + "matinvBatched leaves A";
@@ -332,7 +335,7 @@ static bool matinv(cublasHandle_t h, const char* name,
     auto singular = a;
     for (int i = 0; i < n; i++) singular[i + 2 * lda] = make<E>(0, 0);
     CHECK(cudaMemcpy(da, singular.data(), singular.size() * sizeof(E), cudaMemcpyHostToDevice));
-    CUBLAS(f(h, n, (const void* const*)das, lda, (void* const*)dinvs, lda, dinfo, 1));
+    CUBLAS(f(h, n, (const void* const*)das, lda, (void* const*)dinvs, ldi, dinfo, 1));
     what = std::string(name) + "matinvBatched of a singular matrix: info";
     ok &= equal(what.c_str(), download(dinfo, 1)[0], 3);
     for (void* p : {(void*)da, (void*)dinv, (void*)das, (void*)dinvs, (void*)dinfo}) CHECK(cudaFree(p));
@@ -427,6 +430,14 @@ static bool settings(cublasHandle_t h) {
 
 static std::vector<std::string> logged;
 static void on_log(const char* line) { logged.push_back(line); }
+// A callback that calls cuBLAS itself (its call must not be logged into it again).
+static int reentered = 0;
+static void on_log_calling_cublas(const char* line) {
+    void (*current)(const char*) = nullptr;
+    cublasGetLoggerCallback(&current);
+    reentered += current == on_log_calling_cublas;
+    logged.push_back(line);
+}
 static int lt_api_lines = 0;
 static void on_lt_log(int level, const char* function, const char*) {
     if (level == 5 && strstr(function, "cublasLtMatmulDescCreate")) lt_api_lines++;
@@ -441,20 +452,28 @@ static int lines_naming(const char* function) {
 
 // cuBLAS's logger callback sees each call by name until logging is configured off; cuBLASLt's
 // sees API trace lines at level 5 until it is disabled for good.
-static bool loggers(cublasHandle_t h) {
+static bool loggers(cublasHandle_t h, bool native) {
     std::vector<float> x = {3, 4};
     float* dx = upload(x);
     float r = 0;
-    void (*before)(const char*) = on_log;
+    void (*before)(const char*) = nullptr;
     CUBLAS(cublasSetLoggerCallback(on_log));
     CUBLAS(cublasGetLoggerCallback(&before));
     CUBLAS(cublasSnrm2_v2(h, 2, dx, 1, &r));
     CUBLAS(cublasSnrm2_v2(h, 2, dx, 1, &r));
     bool ok = before == on_log && lines_naming("cublasSnrm2") == 2;
+    // A failed call is logged as failed too (in the shim's words).
+    cublasSetEmulationStrategy(h, 3);
+    ok &= native || lines_naming("failed") == 1;
+    // A callback that calls cuBLAS: its own call is not logged (it would recurse); the
+    // program's own cublasGetLoggerCallback above was.
+    CUBLAS(cublasSetLoggerCallback(on_log_calling_cublas));
+    CUBLAS(cublasSnrm2_v2(h, 2, dx, 1, &r));
+    ok &= reentered == 1 && lines_naming("cublasSnrm2") == 3 && lines_naming("cublasGetLoggerCallback") == 1;
     CUBLAS(cublasLoggerConfigure(0, 0, 0, nullptr));
     CUBLAS(cublasSnrm2_v2(h, 2, dx, 1, &r));
-    ok &= lines_naming("cublasSnrm2") == 2;
-    report(ok, "cuBLAS logger callback: 2 calls logged, none once off");
+    ok &= lines_naming("cublasSnrm2") == 3;
+    report(ok, "cuBLAS logger callback: 3 calls and a failure logged, none once off");
     CUBLAS(cublasSetLoggerCallback(nullptr));
     CUBLAS(cublasLoggerConfigure(0, 0, 0, nullptr));
     CHECK(cudaFree(dx));
@@ -497,7 +516,7 @@ int main(int argc, char** argv) {
                                                                     R_16F, ldb, beta, c, R_32F, ldc, groups, sizes,
                                                                     COMPUTE_32F);
                               });
-    ok &= settings(h) & loggers(h);
+    ok &= settings(h) & loggers(h, native);
     {
         // What cuBLAS refuses: matinvBatched of n 33, a group of -1 products.
         std::vector<float> v(8, 1);
@@ -514,6 +533,13 @@ int main(int argc, char** argv) {
             double wide = 1;
             status_line("AxpyEx of f32 with an f64 alpha", cublasAxpyEx(h, 2, &wide, R_64F, d, R_32F, 1, d + 2, R_32F, 1, R_32F));
             status_line("SwapEx of f16", cublasSwapEx(h, 2, d, R_16F, 1, d + 2, R_16F, 1));
+            // A null array of alphas, the first group empty (so the first alpha read is the
+            // second group's, past the null pointer), which cuBLAS may read before it checks.
+            int ops[2] = {0, 0}, twos[2] = {2, 2}, sizes[2] = {0, 1};
+            float ones[2] = {1, 1};
+            status_line("SgemmGroupedBatched with no alphas",
+                        cublasSgemmGroupedBatched(h, ops, ops, twos, twos, twos, nullptr, (const void* const*)d, twos,
+                                                  (const void* const*)d, twos, ones, (void* const*)d, twos, 2, sizes));
         }
         CHECK(cudaFree(d));
         CHECK(cudaFree(info));

@@ -116,9 +116,9 @@ static T op_of(const std::vector<T>& x, int ld, int trans, int i, int j, long lo
 }
 
 // Matrix transforms: f32 C (3 x 4, ld 5, two batches 20 apart) = 2 A (ld 4, batches 16 apart)
-// - B^T (B stored 4 x 3, one shared by both batches); f64 with A null (C = 3 B), alpha and beta
-// in device memory; and an emulation descriptor set and read back, given to a matmul
-// descriptor. What the shim does not serve (`native` false): binary16 and row-major layouts.
+// - B^T (B stored 4 x 3, one shared by both batches); f64 with A null and transposed (C = 3 B),
+// alpha and beta in device memory; and an emulation descriptor set and read back, given to a
+// matmul descriptor. What the shim does not serve (`native` false): binary16 layouts.
 static bool transforms(cublasLtHandle_t lt, bool native) {
     bool ok = true;
     {
@@ -156,20 +156,22 @@ static bool transforms(cublasLtHandle_t lt, bool native) {
         for (float* p : {da, db, dc}) CHECK(cudaFree(p));
     }
     {
-        const int m = 6, n = 5;
+        // A null and transposed (op(A) would be n x m stored: no rows of C's to stand in).
+        const int m = 5, n = 6;
         auto b = small_integers<double>(m * n, 9);
         std::vector<double> c(m * n, -7.0), want(m * n);
         for (int i = 0; i < m * n; i++) want[i] = 3 * b[i];
         double *db = upload(b), *dc = upload(c), *scalars = upload(std::vector<double>{0.0, 3.0});
         cublasLtMatrixTransformDesc_t desc;
         CUBLAS(cublasLtMatrixTransformDescCreate(&desc, CUDA_R_64F_));
-        int32_t device = 1;
+        int32_t device = 1, t = CUBLAS_OP_T;
         CUBLAS(cublasLtMatrixTransformDescSetAttribute(desc, CUBLASLT_MATRIX_TRANSFORM_DESC_POINTER_MODE, &device,
                                                        sizeof device));
+        CUBLAS(cublasLtMatrixTransformDescSetAttribute(desc, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA, &t, sizeof t));
         auto l = layout<double>(m, n, m, 1, 0);
         CUBLAS(cublasLtMatrixTransform(lt, desc, scalars, nullptr, nullptr, scalars + 1, db, l, dc, l, 0));
-        bool scaled = same("transform 3 B, A null, device scalars", download(dc, want.size()), want);
-        if (scaled) printf("transform 3 B, A null, device scalars exact\n");
+        bool scaled = same("transform 3 B, A null and transposed, device scalars", download(dc, want.size()), want);
+        if (scaled) printf("transform 3 B, A null and transposed, device scalars exact\n");
         ok &= scaled;
         CUBLAS(cublasLtMatrixTransformDescDestroy(desc));
         CUBLAS(cublasLtMatrixLayoutDestroy(l));

@@ -104,6 +104,9 @@ unsafe fn grouped(
         gemm::check(&group_call(types, group, g, scalars))?;
         total = total.checked_add(group.size).ok_or_else(|| Error::said(code::NOT_SUPPORTED, "over 2^31 products"))?;
     }
+    if total > 0 && scalars.iter().any(|s| s.is_null()) {
+        return Err(Error::said(code::INVALID_VALUE, "a null array of alphas or betas"));
+    }
     let matrices = target.device_pointers(arrays, total)?;
     let mut first = 0;
     for (g, &group) in groups.iter().enumerate() {

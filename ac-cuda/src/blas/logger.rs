@@ -4,7 +4,7 @@
 //! - cuBLAS: `cublasLoggerConfigure(on, stdout, stderr, file)` and `cublasSetLoggerCallback`
 //!   (which turns logging on, as cuBLAS's does); `CUBLAS_LOGINFO_DBG=1` with
 //!   `CUBLAS_LOGDEST_DBG=stdout|stderr|<file>`. Each call is a line `I! cuBLAS (ac-cuda):
-//!   function <name> called`.
+//!   function <name> called`, and a failed one's `E! ... failed: status <s>` follows.
 //! - cuBLASLt: `cublasLtLoggerSetLevel` (0 off .. 5 API trace), `SetMask` (1 errors, 16 API
 //!   trace; the others, performance and heuristics traces, have nothing to log here),
 //!   `SetCallback`, `SetFile`, `OpenFile` and `ForceDisable`; `CUBLASLT_LOG_LEVEL`,
@@ -12,9 +12,11 @@
 //!   `[cublasLt][<pid>][Api][<name>] called`, a failed call's `[Error]` line gives its status;
 //!   cuBLASLt writes to stdout unless given a file, and to neither once given a callback.
 //!
-//! A call served by another logs both (an `Ex` form and the typed form it runs as). Nothing is
-//! logged, and no lock taken, while both loggers are off.
+//! A level-1 `Ex` form that runs as its typed entry point logs under that form's name
+//! (`vectors_ex.rs`). A callback that calls cuBLAS again is not logged again (its calls would
+//! log into it without end). Nothing is logged, and no lock taken, while both loggers are off.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::fs::File;
 use std::io::Write;
@@ -124,6 +126,18 @@ fn level_mask(level: c_int) -> Option<c_int> {
 /// Set while either logger is on: every call checks it, and takes the lock only then.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 
+thread_local! {
+    /// Set on a thread while a program's logger callback runs on it.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a program's logger callback, its own cuBLAS calls not logged.
+fn calling_back(callback: impl FnOnce()) {
+    IN_CALLBACK.with(|flag| flag.set(true));
+    callback();
+    IN_CALLBACK.with(|flag| flag.set(false));
+}
+
 fn logs() -> MutexGuard<'static, Logs> {
     static LOGS: OnceLock<Mutex<Logs>> = OnceLock::new();
     let logs = LOGS.get_or_init(|| {
@@ -145,13 +159,13 @@ fn configure(change: impl FnOnce(&mut Logs)) {
 pub(super) fn log_call(name: &str, outcome: Option<u32>) {
     static LOADED: OnceLock<()> = OnceLock::new();
     LOADED.get_or_init(|| drop(logs()));
-    if !ACTIVE.load(Ordering::Relaxed) {
+    if !ACTIVE.load(Ordering::Relaxed) || IN_CALLBACK.with(Cell::get) {
         return;
     }
     let is_lt = name.starts_with("cublasLt");
     let (line, level, message) = match (is_lt, outcome) {
         (false, None) => (format!("I! cuBLAS (ac-cuda): function {name} called"), 0, String::new()),
-        (false, Some(_)) => return,
+        (false, Some(s)) => (format!("E! cuBLAS (ac-cuda): function {name} failed: status {s}"), 0, String::new()),
         (true, None) => {
             (format!("[cublasLt][{}][Api][{name}] called", std::process::id()), LT_API_TRACE, "called".into())
         }
@@ -167,7 +181,7 @@ pub(super) fn log_call(name: &str, outcome: Option<u32>) {
         drop(logs);
         if let (Some(callback), Ok(text)) = (callback, CString::new(line)) {
             // SAFETY: the program's callback, given a NUL-terminated line (cublasLogCallback).
-            unsafe { callback(text.as_ptr()) };
+            calling_back(|| unsafe { callback(text.as_ptr()) });
         }
     } else if is_lt && logs.lt_mask & level != 0 && !logs.lt_disabled {
         // A callback takes the lines in place of the file.
@@ -179,7 +193,7 @@ pub(super) fn log_call(name: &str, outcome: Option<u32>) {
         let level = if level == LT_ERRORS { 1 } else { 5 };
         if let (Some(callback), Ok(function), Ok(message)) = (callback, CString::new(name), CString::new(message)) {
             // SAFETY: the program's callback, given NUL-terminated strings.
-            unsafe { callback(level, function.as_ptr(), message.as_ptr()) };
+            calling_back(|| unsafe { callback(level, function.as_ptr(), message.as_ptr()) });
         }
     }
 }

@@ -1,7 +1,7 @@
 //! A cuBLAS handle's settings, each kept and answered: the math mode, the multiprocessor target,
 //! the pointer mode (where scalars and results are: the only one the calls follow), the atomics
-//! mode, the emulation strategy and the fixed-point emulation's controls (CUDA 13), and the
-//! workspace. The builtin kernels compute every product in full precision, in a fixed order,
+//! mode, the emulation strategy and the fixed-point emulation's controls (CUDA 13); a workspace
+//! is taken and not kept (the builtin kernels need none). The builtin kernels compute every product in full precision, in a fixed order,
 //! with no atomics and no emulation: what the math, atomics and emulation settings allow
 //! cuBLAS (tensor cores, reordered sums, FP64 emulated on integer units) they never need, and
 //! not taking a permission is within each setting's meaning. The emulation's mantissa-bit-count

@@ -14,8 +14,8 @@
 //! (or, `ScalEx`, one of their own type) and execute in `f32`, as cuBLAS lists them; their
 //! norm comes back in their type. Any other mix, and half-precision vectors in the calls whose
 //! typed forms are not one gemm (swap, the rotations, the reductions of magnitudes), answer
-//! `CUBLAS_STATUS_NOT_SUPPORTED`, naming the types. A call served by a typed form logs as
-//! that form.
+//! `CUBLAS_STATUS_NOT_SUPPORTED`, naming the types. A call served by a typed entry point logs
+//! under that entry point's name.
 
 use std::ffi::{c_int, c_void};
 

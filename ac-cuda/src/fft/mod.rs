@@ -169,7 +169,8 @@ struct Many {
     batch: u64,
 }
 
-/// Reads `cufftPlanMany`'s layout arguments, in `int` or `long long`.
+/// Reads `cufftPlanMany`'s layout arguments, in `int` or `long long` (sizes and a batch beyond
+/// 32 bits refused).
 #[allow(clippy::too_many_arguments)] // cuFFT's arguments
 unsafe fn many<T: Copy + Into<i64>>(
     rank: c_int,
@@ -203,18 +204,15 @@ unsafe fn many<T: Copy + Into<i64>>(
     if batch < 1 {
         return Err(Error::said(code::INVALID_VALUE, format!("batch {batch}")));
     }
+    if n.iter().any(|&n| n > u32::MAX as u64) || batch > i64::from(u32::MAX) {
+        return Err(Error::said(code::INVALID_VALUE, format!("sizes {n:?}, batch {batch}: beyond 32 bits")));
+    }
     Ok(Many { n, layouts: [input, output], batch: batch as u64 })
 }
 
 /// Makes plan `handle` compute `many` in `domain`, answering a work size of 0.
 unsafe fn make(handle: c_int, many: Many, (domain, double): (Domain, bool), work: *mut usize) -> CuResult<()> {
     let plan = plan(handle)?;
-    if many.n.iter().any(|&n| n > u32::MAX as u64) || many.batch > u32::MAX as u64 {
-        return Err(Error::said(
-            code::INVALID_VALUE,
-            format!("sizes {:?}, batch {}: beyond 32 bits", many.n, many.batch),
-        ));
-    }
     let [input, output] = many.layouts;
     let transform = Transform { double, domain, n: many.n, batch: many.batch, input, output };
     *plan.transform.lock().unwrap_or_else(|p| p.into_inner()) = Some(transform);

@@ -249,5 +249,10 @@ mod tests {
         assert_eq!(wrong.unwrap_err().code(), code::INVALID_VALUE);
         let unknown = unsafe { no_work_area(basic(&[8], 1), of_type(0x2b), &mut work) };
         assert_eq!(unknown.unwrap_err().code(), code::INVALID_VALUE);
+        // A batch beyond 32 bits, which a plan refuses, through the 64-bit arguments.
+        let (n, null) = ([8i64], std::ptr::null());
+        let wide = unsafe { many::<i64>(1, n.as_ptr(), null, 1, 8, null, 1, 8, 1 << 33) };
+        let refused = unsafe { no_work_area(wide, of_type(0x29), &mut work) };
+        assert_eq!(refused.unwrap_err().code(), code::INVALID_VALUE);
     }
 }

@@ -126,7 +126,7 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
             "device scalars exact",
             "stack layouts and a cuBLAS handle exact",
             "transform 2 A - B^T, two batches exact",
-            "transform 3 B, A null, device scalars exact",
+            "transform 3 B, A null and transposed, device scalars exact",
             "emulation descriptor kept",
             "transform of f16 A: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "transform with B of the wrong shape: 7 CUBLAS_STATUS_INVALID_VALUE",

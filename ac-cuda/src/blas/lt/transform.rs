@@ -144,7 +144,7 @@ unsafe fn transform(
     for (what, x, trans, scale) in [("A", &a, desc.trans[0], alpha), ("B", &b, desc.trans[1], beta)] {
         let stored = if trans == 0 { [m, n] } else { [n, m] };
         match (x.at, &x.layout) {
-            (0, _) => terms.push((Scalar::Value(0.0), (0, mi.max(1)), 0)),
+            (0, _) => terms.push((Scalar::Value(0.0), (0, (if trans == 0 { mi } else { ni }).max(1)), 0)),
             (_, None) => return Err(Error::said(code::INVALID_VALUE, format!("{what} without a layout"))),
             (at, Some(layout)) => {
                 check_layout(what, layout, desc.scale_type, stored, batches)?;
@@ -154,12 +154,19 @@ unsafe fn transform(
         }
     }
     let width = precision.bytes() as i64;
-    let at = |address: u64, offset: i64, batch: i64| (address as i64 + offset * batch * width) as u64;
+    // Batch `batch`'s matrix of one at `address`, `offset` elements apart (none: beyond memory).
+    let at = |address: u64, offset: i64, batch: i64| -> CuResult<u64> {
+        let bytes = offset.checked_mul(batch).and_then(|e| e.checked_mul(width));
+        let address = bytes.and_then(|b| (address as i64).checked_add(b)).filter(|&a| a >= 0);
+        address
+            .map(|a| a as u64)
+            .ok_or_else(|| Error::said(code::INVALID_VALUE, format!("batch {batch} beyond memory")))
+    };
     for batch in 0..i64::from(batches) {
         let [(alpha, a, a_offset), (beta, b, b_offset)] = [terms[0], terms[1]];
-        let a = (if a.0 == 0 { 0 } else { at(a.0, a_offset, batch) }, a.1);
-        let b = (if b.0 == 0 { 0 } else { at(b.0, b_offset, batch) }, b.1);
-        let c = (at(c, c_layout.batch_offset, batch), ldc);
+        let a = (if a.0 == 0 { 0 } else { at(a.0, a_offset, batch)? }, a.1);
+        let b = (if b.0 == 0 { 0 } else { at(b.0, b_offset, batch)? }, b.1);
+        let c = (at(c, c_layout.batch_offset, batch)?, ldc);
         for call in geam_calls(precision, [desc.trans[0], desc.trans[1]], [mi, ni], alpha, a, beta, b, c)? {
             gemm::launch(target, call)?;
         }
