@@ -247,7 +247,9 @@ unsafe fn matinv(
         let (from, to) = ((Operand::Memory(from), lda), (Operand::Memory(to), n));
         gemm::launch(target, term(precision, 0, [n, n], Scalar::Value(1.0), from, to, false))?;
     }
-    getrf(target, precision, [n, n], std::slice::from_ref(&factors).try_into().expect("one array"), [pivots, info])?;
+    let factors = [factors];
+    getrf(target, precision, [n, n], &factors, [pivots, info])?;
+    let [factors] = factors;
     let shape = solve_shape(0, [n, n], [n, ldc], pivots, true);
     getrs(target, precision, shape, &[factors, c], [pivots, info])
 }

@@ -232,9 +232,9 @@ pub unsafe extern "C" fn cublasLtMatmul(
     stream: usize,
 ) -> u32 {
     guard("cublasLtMatmul", || {
-        handle(h)?;
+        let device = handle(h)?.device;
         let plan = Described::read(desc, [a_layout, b_layout, c_layout, d_layout])?.plan_with(algo)?;
-        let target = super::target_of(h, stream, plan.pointer_mode)?;
+        let target = super::on_stream(device, stream, plan.pointer_mode)?;
         matmul(target, &plan, [Scalar::At(alpha), Scalar::At(beta)], [a, b, c, d])
     })
 }

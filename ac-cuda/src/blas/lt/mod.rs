@@ -13,7 +13,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::sync::{Mutex, OnceLock};
 
-use super::{cublasCreate_v2, cublasDestroy_v2, guard, handle, status_text, Target, VERSION};
+use super::{cublasCreate_v2, cublasDestroy_v2, guard, status_text, Target, VERSION};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 use crate::stream::device_of_stream;
@@ -387,9 +387,8 @@ macro_rules! record_entry_points {
 
 pub(crate) use record_entry_points;
 
-/// Where a call on handle `h` runs: its device, `stream` (one of that device's), `pointer_mode`.
-fn target_of(h: usize, stream: usize, pointer_mode: c_int) -> CuResult<Target> {
-    let device = handle(h)?.device;
+/// Where a call runs: a handle's `device`, `stream` (one of that device's), `pointer_mode`.
+fn on_stream(device: usize, stream: usize, pointer_mode: c_int) -> CuResult<Target> {
     if stream != 0 && device_of_stream(stream)? != device {
         return Err(Error::said(code::INVALID_VALUE, "a stream of another device than the handle's"));
     }

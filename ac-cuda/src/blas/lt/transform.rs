@@ -16,7 +16,7 @@ use super::{create, init, read, record_entry_points, unserved, Layout, Record};
 use crate::blas::extensions::geam_calls;
 use crate::blas::gemm::{self, Precision, Scalar};
 use crate::blas::gemm_ex::{CUDA_C_32F, CUDA_C_64F, CUDA_R_32F, CUDA_R_64F};
-use crate::blas::{guard, Target};
+use crate::blas::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Bytes NVIDIA's header gives each descriptor.
@@ -100,8 +100,8 @@ fn precision_of(t: c_int) -> CuResult<Precision> {
     })
 }
 
-/// A matrix of a transform: its address, layout, and the shape `op(X)` must have (`m x n`).
-struct Operand {
+/// An input matrix of a transform: its address (0: none) and layout.
+struct Input {
     at: u64,
     layout: Option<Layout>,
 }
@@ -129,7 +129,7 @@ unsafe fn transform(
     target: Target,
     desc: TransformDesc,
     [alpha, beta]: [Scalar; 2],
-    [a, b]: [Operand; 2],
+    [a, b]: [Input; 2],
     (c, c_layout): (u64, Layout),
 ) -> CuResult<()> {
     let precision = precision_of(desc.scale_type)?;
@@ -197,9 +197,9 @@ pub unsafe extern "C" fn cublasLtMatrixTransform(
                 format!("pointer mode {} (vectors of alpha)", desc.pointer_mode),
             ));
         }
-        let target = super::target_of(h, stream, desc.pointer_mode)?;
-        let layout = |x: u64, l: *const c_void| -> CuResult<Operand> {
-            Ok(Operand { at: x, layout: if l.is_null() { None } else { Some(read(l)?) } })
+        let target = super::on_stream(handle(h)?.device, stream, desc.pointer_mode)?;
+        let layout = |x: u64, l: *const c_void| -> CuResult<Input> {
+            Ok(Input { at: x, layout: if l.is_null() { None } else { Some(read(l)?) } })
         };
         let scalars = [alpha, beta].map(|s| if s.is_null() { Scalar::Value(0.0) } else { Scalar::At(s) });
         transform(target, desc, scalars, [layout(a, a_layout)?, layout(b, b_layout)?], (c, read(c_layout)?))
