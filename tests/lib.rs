@@ -4,6 +4,7 @@
 //! clients, and a raw QUIC client that can send what the SDK never would.
 
 pub mod cuda;
+pub mod dft_kernels;
 pub mod kernels;
 pub mod libac;
 pub mod lu_kernels;

@@ -16,7 +16,14 @@ typedef struct { float x, y; } cufftComplex;
 typedef struct { double x, y; } cufftDoubleComplex;
 #define CUFFT_FORWARD -1
 #define CUFFT_INVERSE 1
-enum { CUFFT_TEST_R_32F = 0, CUFFT_TEST_C_32F = 4, CUFFT_TEST_R_16F = 2, CUFFT_TEST_C_16F = 6 };
+enum {
+    CUFFT_TEST_R_32F = 0,
+    CUFFT_TEST_C_32F = 4,
+    CUFFT_TEST_R_16F = 2,
+    CUFFT_TEST_C_16F = 6,
+    CUFFT_TEST_R_16BF = 14,
+    CUFFT_TEST_C_16BF = 15
+};
 
 cufftResult cufftPlan1d(cufftHandle* plan, int nx, cufftType type, int batch);
 cufftResult cufftPlan2d(cufftHandle* plan, int nx, int ny, cufftType type);

@@ -2,8 +2,9 @@
 // complex transforms batched (forward and inverse), 2-D real to complex and back, a 3-D double
 // transform, cufftPlanMany with an advanced layout, cufftXtMakePlanMany/cufftXtExec on a stream
 // (as PyTorch plans), in place (complex, and real rows padded as cuFFT's basic layout pads
-// them); each compared with a direct DFT computed here in double: relative error within 1e-5
-// (f32) or 1e-12 (f64). Then what cuFFT refuses.
+// them), binary16 and bfloat16 transforms (cufftXtMakePlanMany); each compared with a direct DFT
+// computed here in double: relative error within 1e-5 (f32), 1e-12 (f64), 2e-3 (binary16) or
+// 1.6e-2 (bfloat16). Then what cuFFT refuses.
 // Usage: cufft_transforms [--native] (--native: leaves out what only the shim refuses)
 #include <cmath>
 #include <complex>
@@ -102,6 +103,131 @@ static std::vector<cd> half_rows(const std::vector<cd>& full, int n) {
     for (size_t row = 0; row < full.size() / n; row++)
         for (int k = 0; k <= n / 2; k++) out.push_back(full[row * n + k]);
     return out;
+}
+
+// Values of `values` rounded to multiples of 2^-`bits` (bits <= 10), which binary16 (bits <= 10)
+// and bfloat16 (bits <= 8) hold exactly.
+static std::vector<double> coarse(size_t n, unsigned seed, int bits) {
+    auto v = values(n, seed);
+    for (auto& x : v) x = std::round(std::ldexp(x, bits)) / std::ldexp(1.0, bits);
+    return v;
+}
+
+// A binary16 holding `v` exactly (zero, or a normal value of 11 significant bits), and any
+// binary16's value.
+static unsigned short to_half(double v) {
+    unsigned short sign = std::signbit(v) ? 0x8000 : 0;
+    if (v == 0) return sign;
+    int e;
+    double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1)
+    return (unsigned short)(sign | (e + 14) << 10 | (unsigned)std::lround((2 * m - 1) * 1024));
+}
+
+static double of_half(unsigned short h) {
+    int exponent = (h >> 10) & 31, mantissa = h & 1023;
+    double v = exponent == 0    ? std::ldexp((double)mantissa, -24)
+               : exponent == 31 ? INFINITY
+                                : std::ldexp((double)(mantissa | 1024), exponent - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+// A bfloat16 holding `v` exactly (its float's upper half), and any bfloat16's value.
+static unsigned short to_bfloat16(double v) {
+    float f = (float)v;
+    unsigned bits;
+    memcpy(&bits, &f, 4);
+    return (unsigned short)(bits >> 16);
+}
+
+static double of_bfloat16(unsigned short b) {
+    unsigned bits = (unsigned)b << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// Complex values of one of the half-precision types, read back (pairs of scalars).
+static std::vector<cd> complex_of(const std::vector<unsigned short>& scalars, double (*of)(unsigned short)) {
+    std::vector<cd> out(scalars.size() / 2);
+    for (size_t i = 0; i < out.size(); i++) out[i] = cd(of(scalars[2 * i]), of(scalars[2 * i + 1]));
+    return out;
+}
+
+// Binary16 and bfloat16 transforms (cufftXtMakePlanMany, cufftXtExec): a batched complex one,
+// a real one and back, a 2-D real one in bfloat16 (whose passes meet in the plan's scratch).
+static bool half_precision(bool native) {
+    bool ok = true;
+    cufftHandle plan;
+    size_t work = 0;
+    {
+        // 2 complex transforms of 64, forward.
+        long long n[] = {64};
+        auto re = coarse(128, 8, 10), im = coarse(128, 9, 10);
+        std::vector<unsigned short> host(256);
+        std::vector<cd> x(128);
+        for (int i = 0; i < 128; i++) {
+            host[2 * i] = to_half(re[i]), host[2 * i + 1] = to_half(im[i]);
+            x[i] = cd(re[i], im[i]);
+        }
+        unsigned short *in = upload(host), *out;
+        CHECK(cudaMalloc(&out, 256 * sizeof(unsigned short)));
+        CUFFT(cufftCreate(&plan));
+        CUFFT(cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 64, CUFFT_TEST_C_16F, nullptr, 1, 64, CUFFT_TEST_C_16F, 2,
+                                  &work, CUFFT_TEST_C_16F));
+        CUFFT(cufftXtExec(plan, in, out, CUFFT_FORWARD));
+        ok &= within("c2c f16", complex_of(download(out, 256), of_half), dft(x, {64}, -1), 2e-3);
+        CUFFT(cufftDestroy(plan));
+        CHECK(cudaFree(in));
+        CHECK(cudaFree(out));
+    }
+    {
+        // 2 real transforms of 32 to 17 complex each, and back to 32 times the input.
+        long long n[] = {32};
+        auto real = coarse(64, 10, 10);
+        std::vector<unsigned short> host(64);
+        for (int i = 0; i < 64; i++) host[i] = to_half(real[i]);
+        unsigned short *in = upload(host), *spectrum, *back;
+        CHECK(cudaMalloc(&spectrum, 2 * 17 * 2 * sizeof(unsigned short)));
+        CHECK(cudaMalloc(&back, 64 * sizeof(unsigned short)));
+        cufftHandle inverse;
+        CUFFT(cufftCreate(&plan));
+        CUFFT(cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 32, CUFFT_TEST_R_16F, nullptr, 1, 17, CUFFT_TEST_C_16F, 2,
+                                  &work, CUFFT_TEST_C_16F));
+        CUFFT(cufftCreate(&inverse));
+        CUFFT(cufftXtMakePlanMany(inverse, 1, n, nullptr, 1, 17, CUFFT_TEST_C_16F, nullptr, 1, 32, CUFFT_TEST_R_16F, 2,
+                                  &work, CUFFT_TEST_C_16F));
+        CUFFT(cufftXtExec(plan, in, spectrum, CUFFT_FORWARD));
+        CUFFT(cufftXtExec(inverse, spectrum, back, CUFFT_INVERSE));
+        std::vector<cd> as_complex(real.begin(), real.end()), scaled, got;
+        ok &= within("r2c f16", complex_of(download(spectrum, 68), of_half), half_rows(dft(as_complex, {32}, -1), 32),
+                     2e-3);
+        for (auto v : as_complex) scaled.push_back(v * 32.0);
+        for (unsigned short h : download(back, 64)) got.push_back(of_half(h));
+        ok &= within("c2r f16 round trip", got, scaled, 2e-3);
+        CUFFT(cufftDestroy(plan));
+        CUFFT(cufftDestroy(inverse));
+        for (void* p : {(void*)in, (void*)spectrum, (void*)back}) CHECK(cudaFree(p));
+    }
+    if (!native) {
+        // 2-D real 8 x 16 in bfloat16 to 8 x 9 complex (NVIDIA's cuFFT may not take bfloat16).
+        long long n[] = {8, 16};
+        auto real = coarse(128, 11, 8);
+        std::vector<unsigned short> host(128);
+        for (int i = 0; i < 128; i++) host[i] = to_bfloat16(real[i]);
+        unsigned short *in = upload(host), *out;
+        CHECK(cudaMalloc(&out, 8 * 9 * 2 * sizeof(unsigned short)));
+        CUFFT(cufftCreate(&plan));
+        CUFFT(cufftXtMakePlanMany(plan, 2, n, nullptr, 1, 128, CUFFT_TEST_R_16BF, nullptr, 1, 72, CUFFT_TEST_C_16BF, 1,
+                                  &work, CUFFT_TEST_C_16BF));
+        CUFFT(cufftXtExec(plan, in, out, CUFFT_FORWARD));
+        std::vector<cd> as_complex(real.begin(), real.end());
+        ok &= within("r2c bf16 2d", complex_of(download(out, 144), of_bfloat16),
+                     half_rows(dft(as_complex, {8, 16}, -1), 16), 1.6e-2);
+        CUFFT(cufftDestroy(plan));
+        CHECK(cudaFree(in));
+        CHECK(cudaFree(out));
+    }
+    return ok;
 }
 
 int main(int argc, char** argv) {
@@ -246,6 +372,7 @@ int main(int argc, char** argv) {
         CUFFT(cufftDestroy(plan));
         CHECK(cudaFree(rows));
     }
+    ok &= half_precision(native);
     // Work sizes before a plan is made (the shim's plans need no work area of the program's:
     // 0; NVIDIA's may need one), and a plan's properties set, read and reset.
     {
@@ -288,9 +415,9 @@ int main(int argc, char** argv) {
         size_t work = 0;
         cufftHandle plan;
         CUFFT(cufftCreate(&plan));
-        cufftResult half = cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 64, CUFFT_TEST_C_16F, nullptr, 1, 64,
-                                               CUFFT_TEST_C_16F, 1, &work, CUFFT_TEST_C_16F);
-        printf("half precision: %d\n", (int)half);
+        cufftResult mixed = cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 64, CUFFT_TEST_C_16F, nullptr, 1, 64,
+                                                CUFFT_TEST_C_32F, 1, &work, CUFFT_TEST_C_32F);
+        printf("mixed precisions: %d\n", (int)mixed);
         cufftResult policy = cufftXtSetWorkAreaPolicy(plan, (cufftXtWorkAreaPolicy)5, &work);
         printf("work area policy 5: %d\n", (int)policy);
         CUFFT(cufftDestroy(plan));

@@ -24,6 +24,7 @@
 //! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
 //! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
+//! | `dft_ex` | `dft_f32`'s, and `u32 types`: the input and the output each `f32`, `f16` or `bf16`, computed as `dft_f32` ([`super::dft`]) | the same |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
@@ -84,6 +85,7 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_ztpttr", &packed::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
+    ("dft_ex", &dft::PARAMS_EX),
 ];
 
 /// The index and signature of a builtin kernel.
@@ -137,13 +139,13 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             abs_reduce::shape(name, args)?.footprints(name)
         }
         "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => packed::shape(name, args)?.footprints(name),
-        "dft_f32" | "dft_f64" => {
-            let scalar = if name == "dft_f32" { 4 } else { 8 };
+        "dft_f32" | "dft_f64" | "dft_ex" => {
+            let widths = dft::widths(name, args)?;
             // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
             let d = dft::shape(name, args)?;
             let scalars = |(n, complex): (u64, bool)| if complex { n.saturating_mul(2) } else { n };
             let touched = d.footprints().into_iter().zip(d.complex()).map(scalars);
-            dft::BUFFERS.into_iter().zip(touched).map(|(i, n)| (i, n, scalar)).collect()
+            dft::BUFFERS.into_iter().zip(touched).zip(widths).map(|((i, n), width)| (i, n, width)).collect()
         }
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     };
@@ -203,7 +205,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
             let p = packed::shape(name, args)?;
             p.n.saturating_mul(p.n)
         }
-        "dft_f32" | "dft_f64" => dft::shape(name, args)?.work(),
+        "dft_f32" | "dft_f64" | "dft_ex" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })
 }

@@ -1,6 +1,6 @@
-//! The discrete Fourier transform as the builtin kernels `dft_f32` and `dft_f64` compute it
-//! (the CUDA shim's cuFFT is to launch them, one launch per dimension of a transform): a
-//! launch's shape read from its arguments (what it touches is `ac_proto`'s [`Dft`]), and the
+//! The discrete Fourier transform as the builtin kernels `dft_f32`, `dft_f64` and `dft_ex`
+//! compute it (the CUDA shim's cuFFT launches them, one launch per dimension of a transform):
+//! a launch's shape read from its arguments (what it touches is `ac_proto`'s [`Dft`]), and the
 //! CPU device's implementation. The CUDA source is in `cuda/kernels.cu`.
 //!
 //! Parameters: `(u32 kind, u32 inverse, u32 n, u32 lines0, u32 lines1, u32 lines2, const T* in,
@@ -10,8 +10,13 @@
 //! real, 3 a copy). Each output element is one sum over its line, accumulated in `f64`, each
 //! twiddle's angle reduced to `(j k mod n) / n` first so that long transforms stay accurate.
 //! The output must not overlap the input.
+//!
+//! `dft_ex` takes `dft_f32`'s parameters and `u32 types` last: the input's element type in bits
+//! 0-3, the output's in 4-7, each `f32`, binary16 or bfloat16 ([`GemmElement`]'s codes). It reads
+//! half-precision elements exactly, computes as `dft_f32` does, and rounds what it writes to
+//! nearest, ties to even: cuFFT's half-precision transforms, computed at least as precisely.
 
-pub use ac_proto::backend::builtin::{Dft, DftKind, DftStrides};
+pub use ac_proto::backend::builtin::{Dft, DftKind, DftStrides, GemmElement};
 use ac_proto::backend::ParamKind::{self, Ptr, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
@@ -20,6 +25,15 @@ use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The parameters of `dft_f32` and `dft_f64`.
 pub const PARAMS: [ParamKind; 16] = [U32, U32, U32, U32, U32, U32, Ptr, U64, U64, U64, U64, Ptr, U64, U64, U64, U64];
+
+/// The parameters of `dft_ex`: `dft_f32`'s, then `u32 types`.
+pub const PARAMS_EX: [ParamKind; 17] = {
+    let p = PARAMS;
+    [p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], U32]
+};
+
+/// `dft_ex`'s `types` argument.
+pub const TYPES: usize = 16;
 
 /// The input's and the output's pointer arguments.
 pub const BUFFERS: [usize; 2] = [6, 11];
@@ -40,6 +54,26 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Dft> {
         lines: [at(3)?, at(4)?, at(5)?],
         input: strides(7)?,
         output: strides(12)?,
+    })
+}
+
+/// The element types of the input and the output of `dft_ex` launch `args`, or why they are
+/// refused.
+pub fn element_types(name: &str, args: &[DeviceArg]) -> DeviceResult<[GemmElement; 2]> {
+    let types = size_arg(name, args, TYPES)?;
+    GemmElement::decode(types).ok_or_else(|| {
+        let why = format!("`{name}`: buffer types {types:#x} (input then output: 0 f32, 1 f16, 2 bf16)");
+        WireError::new(ErrorKind::InvalidArgument, why)
+    })
+}
+
+/// Bytes of a scalar of the input and of the output of builtin `name` (`dft_f32`, `dft_f64`,
+/// `dft_ex`) launched with `args` (a complex element is two).
+pub fn widths(name: &str, args: &[DeviceArg]) -> DeviceResult<[u64; 2]> {
+    Ok(match name {
+        "dft_f32" => [4; 2],
+        "dft_f64" => [8; 2],
+        _ => element_types(name, args)?.map(GemmElement::bytes),
     })
 }
 

@@ -1,12 +1,13 @@
 //! cuFFT for programs linked against it (`libcufft.so.11`/`.12`, links to the shim as
 //! `libcublas` is): plans (`cufftPlan1d/2d/3d/Many`, `cufftCreate` with `cufftMakePlan*`,
 //! `cufftXtMakePlanMany` as PyTorch makes them), streams, and executions
-//! ([`exec`]: `cufftExecC2C` ... `cufftExecZ2D`, `cufftXtExec`) on `f32` and `f64` data, of
-//! rank 1 to 3, batched, in the basic or the advanced data layout, in place or not.
+//! ([`exec`]: `cufftExecC2C` ... `cufftExecZ2D`, `cufftXtExec`) on `f32` and `f64` data, and
+//! (`cufftXtMakePlanMany`, `cufftXtExec`) binary16 and bfloat16 data computed in `f32`, of rank 1
+//! to 3, batched, in the basic or the advanced data layout, in place or not.
 //!
 //! NVIDIA's cuFFT runs on the driver only through private tables (as cuBLAS does), so the shim
-//! answers cuFFT itself: an execution is one launch of the backend's builtin `dft_f32` or
-//! `dft_f64` per dimension ([`transform`] plans the passes), each output element a direct sum:
+//! answers cuFFT itself: an execution is one launch of the backend's builtin `dft_f32`,
+//! `dft_f64` or (half precision) `dft_ex` per dimension ([`transform`] plans the passes), each output element a direct sum:
 //! correct, not cuFFT's speed (O(n) an element, not O(log n)). A plan keeps two scratch
 //! buffers of its own on the device, made at its first execution; it needs no work area of
 //! the program's (it answers a work size of 0, before a plan is made too: [`sizing`]). Every other function of `cufft.h` and
@@ -28,7 +29,7 @@ mod exec;
 mod sizing;
 mod transform;
 
-use transform::{Domain, Layout, Transform};
+use transform::{Domain, Layout, Precision, Transform};
 
 /// `cufftResult`.
 pub mod result {
@@ -113,40 +114,42 @@ fn create() -> CuResult<c_int> {
     Ok(handle)
 }
 
-/// `cufftType`'s transforms: its domain and whether it is in `f64`.
-fn of_type(kind: c_int) -> CuResult<(Domain, bool)> {
+/// `cufftType`'s transforms: its domain and precision.
+fn of_type(kind: c_int) -> CuResult<(Domain, Precision)> {
     Ok(match kind {
-        0x29 => (Domain::ComplexToComplex, false),
-        0x2a => (Domain::RealToComplex, false),
-        0x2c => (Domain::ComplexToReal, false),
-        0x69 => (Domain::ComplexToComplex, true),
-        0x6a => (Domain::RealToComplex, true),
-        0x6c => (Domain::ComplexToReal, true),
+        0x29 => (Domain::ComplexToComplex, Precision::Single),
+        0x2a => (Domain::RealToComplex, Precision::Single),
+        0x2c => (Domain::ComplexToReal, Precision::Single),
+        0x69 => (Domain::ComplexToComplex, Precision::Double),
+        0x6a => (Domain::RealToComplex, Precision::Double),
+        0x6c => (Domain::ComplexToReal, Precision::Double),
         other => return Err(Error::said(code::INVALID_VALUE, format!("cufftType {other:#x}"))),
     })
 }
 
-/// `cudaDataType` `CUDA_R_32F`, `CUDA_R_64F`, `CUDA_C_32F`, `CUDA_C_64F`.
-const R_32F: c_int = 0;
-const R_64F: c_int = 1;
-const C_32F: c_int = 4;
-const C_64F: c_int = 5;
+/// `cudaDataType`'s real and complex types of each precision (`CUDA_R_32F`, `CUDA_C_32F`, ...).
+const DATA_TYPES: [(c_int, c_int, Precision); 4] =
+    [(0, 4, Precision::Single), (1, 5, Precision::Double), (2, 6, Precision::Half), (14, 15, Precision::Bfloat16)];
 
-/// The transform of `cufftXtMakePlanMany`'s types (input, output, execution): `f32` or `f64`,
-/// half precision not served.
-fn of_xt_types(types: [c_int; 3]) -> CuResult<(Domain, bool)> {
-    Ok(match types {
-        [C_32F, C_32F, C_32F] => (Domain::ComplexToComplex, false),
-        [R_32F, C_32F, C_32F] => (Domain::RealToComplex, false),
-        [C_32F, R_32F, C_32F] => (Domain::ComplexToReal, false),
-        [C_64F, C_64F, C_64F] => (Domain::ComplexToComplex, true),
-        [R_64F, C_64F, C_64F] => (Domain::RealToComplex, true),
-        [C_64F, R_64F, C_64F] => (Domain::ComplexToReal, true),
-        other => {
-            let why = format!("data types {other:?} (input, output, execution): only f32 and f64 are served");
-            return Err(Error::said(code::NOT_SUPPORTED, why));
+/// The transform of `cufftXtMakePlanMany`'s types (input, output, execution): complex to
+/// complex, real to complex or complex to real, all of one precision, executed in its complex
+/// type (as cuFFT takes them).
+fn of_xt_types(types: [c_int; 3]) -> CuResult<(Domain, Precision)> {
+    for (real, complex, precision) in DATA_TYPES {
+        let domains = [
+            ([complex; 3], Domain::ComplexToComplex),
+            ([real, complex, complex], Domain::RealToComplex),
+            ([complex, real, complex], Domain::ComplexToReal),
+        ];
+        if let Some((_, domain)) = domains.into_iter().find(|(named, _)| *named == types) {
+            return Ok((domain, precision));
         }
-    })
+    }
+    let why = format!(
+        "data types {types:?} (input, output, execution): one precision (f32, f64, f16 or bf16) throughout, \
+         executed in its complex type"
+    );
+    Err(Error::said(code::NOT_SUPPORTED, why))
 }
 
 /// `count` values at `p`, each widened to `u64` (a negative or zero one refused as `what`).
@@ -211,10 +214,10 @@ unsafe fn many<T: Copy + Into<i64>>(
 }
 
 /// Makes plan `handle` compute `many` in `domain`, answering a work size of 0.
-unsafe fn make(handle: c_int, many: Many, (domain, double): (Domain, bool), work: *mut usize) -> CuResult<()> {
+unsafe fn make(handle: c_int, many: Many, (domain, precision): (Domain, Precision), work: *mut usize) -> CuResult<()> {
     let plan = plan(handle)?;
     let [input, output] = many.layouts;
-    let transform = Transform { double, domain, n: many.n, batch: many.batch, input, output };
+    let transform = Transform { precision, domain, n: many.n, batch: many.batch, input, output };
     *plan.transform.lock().unwrap_or_else(|p| p.into_inner()) = Some(transform);
     // A plan made again gets scratch of its new size at its next execution.
     *plan.scratch.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -441,12 +444,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn types_map_to_transforms_and_half_precision_is_refused() {
-        assert_eq!(of_type(0x2a).unwrap(), (Domain::RealToComplex, false));
-        assert_eq!(of_type(0x6c).unwrap(), (Domain::ComplexToReal, true));
+    fn types_map_to_transforms_of_one_precision() {
+        assert_eq!(of_type(0x2a).unwrap(), (Domain::RealToComplex, Precision::Single));
+        assert_eq!(of_type(0x6c).unwrap(), (Domain::ComplexToReal, Precision::Double));
         assert_eq!(of_type(0x2b).unwrap_err().code(), code::INVALID_VALUE);
-        assert_eq!(of_xt_types([R_32F, C_32F, C_32F]).unwrap(), (Domain::RealToComplex, false));
-        assert_eq!(of_xt_types([6, 6, 6]).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert_eq!(of_xt_types([0, 4, 4]).unwrap(), (Domain::RealToComplex, Precision::Single));
+        assert_eq!(of_xt_types([5, 1, 5]).unwrap(), (Domain::ComplexToReal, Precision::Double));
+        assert_eq!(of_xt_types([6, 6, 6]).unwrap(), (Domain::ComplexToComplex, Precision::Half));
+        assert_eq!(of_xt_types([2, 6, 6]).unwrap(), (Domain::RealToComplex, Precision::Half));
+        assert_eq!(of_xt_types([15, 14, 15]).unwrap(), (Domain::ComplexToReal, Precision::Bfloat16));
+        // Mixed precisions, an execution in another type, a real-to-real transform.
+        for refused in [[6, 4, 4], [2, 6, 4], [2, 6, 2], [0, 0, 4], [14, 6, 6]] {
+            assert_eq!(of_xt_types(refused).unwrap_err().code(), code::NOT_SUPPORTED, "{refused:?}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_longlong, c_void};
 
-use super::{basic, guard, many, of_type, of_xt_types, plan, Domain, Many};
+use super::{basic, guard, many, of_type, of_xt_types, plan, Domain, Many, Precision};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
@@ -45,7 +45,7 @@ fn check_value(property: c_int, value: i64) -> CuResult<()> {
 
 /// Answers the work area of a plan of `many` in `types`' domain: 0, once the arguments are ones
 /// a plan takes.
-unsafe fn no_work_area(many: CuResult<Many>, types: CuResult<(Domain, bool)>, work: *mut usize) -> CuResult<()> {
+unsafe fn no_work_area(many: CuResult<Many>, types: CuResult<(Domain, Precision)>, work: *mut usize) -> CuResult<()> {
     many?;
     types?;
     if work.is_null() {

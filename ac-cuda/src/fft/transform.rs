@@ -3,7 +3,7 @@
 //! writing its output, and in between two scratch buffers of the plan's, packed. Plain
 //! functions over the plan: no I/O, tested here.
 
-use ac_proto::backend::builtin::{Dft, DftKind, DftStrides};
+use ac_proto::backend::builtin::{Dft, DftKind, DftStrides, GemmElement};
 
 /// What a plan transforms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,58 @@ pub enum Domain {
     RealToComplex,
     /// Complex to real (`C2R`, `Z2D`).
     ComplexToReal,
+}
+
+/// The scalars of a plan's input and output, and so what it computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// `f32` (`C2C`, `R2C`, `C2R`; `CUDA_C_32F`, `CUDA_R_32F`).
+    Single,
+    /// `f64` (`Z2Z`, `D2Z`, `Z2D`; `CUDA_C_64F`, `CUDA_R_64F`).
+    Double,
+    /// IEEE binary16 (`CUDA_C_16F`, `CUDA_R_16F`), computed as `f32`.
+    Half,
+    /// bfloat16 (`CUDA_C_16BF`, `CUDA_R_16BF`), computed as `f32`.
+    Bfloat16,
+}
+
+impl Precision {
+    /// Bytes of one of the program's scalars (a complex element is two).
+    pub fn scalar_bytes(self) -> u64 {
+        match self {
+            Precision::Single => 4,
+            Precision::Double => 8,
+            Precision::Half | Precision::Bfloat16 => 2,
+        }
+    }
+
+    /// The element type of the program's buffers for `dft_ex`, for a half-precision plan;
+    /// `None`: the plan runs `dft_f32` or `dft_f64` on its own scalars.
+    pub fn half(self) -> Option<GemmElement> {
+        match self {
+            Precision::Single | Precision::Double => None,
+            Precision::Half => Some(GemmElement::F16),
+            Precision::Bfloat16 => Some(GemmElement::Bf16),
+        }
+    }
+
+    /// Bytes of a scalar of the plan's scratch: `f32` unless the plan is in `f64`.
+    pub fn scratch_bytes(self) -> u64 {
+        if self == Precision::Double {
+            8
+        } else {
+            4
+        }
+    }
+
+    /// The builtin kernel of each pass.
+    pub fn kernel(self) -> &'static str {
+        match self {
+            Precision::Single => "dft_f32",
+            Precision::Double => "dft_f64",
+            Precision::Half | Precision::Bfloat16 => "dft_ex",
+        }
+    }
 }
 
 /// The data layout of the program's input or output (cuFFT's "advanced data layout"): element
@@ -39,8 +91,8 @@ impl Layout {
 /// A planned transform.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transform {
-    /// `f64` elements (`Z2Z`, `D2Z`, `Z2D`).
-    pub double: bool,
+    /// The program's scalars.
+    pub precision: Precision,
     /// What it computes.
     pub domain: Domain,
     /// The transform's lengths, outermost first (1 to 3 of them).
@@ -251,7 +303,14 @@ mod tests {
     use super::*;
 
     fn transform(domain: Domain, n: &[u64], batch: u64) -> Transform {
-        Transform { double: false, domain, n: n.to_vec(), batch, input: Layout::basic(), output: Layout::basic() }
+        Transform {
+            precision: Precision::Single,
+            domain,
+            n: n.to_vec(),
+            batch,
+            input: Layout::basic(),
+            output: Layout::basic(),
+        }
     }
 
     #[test]

@@ -103,9 +103,11 @@ impl Gemm {
     }
 }
 
-/// The element type of one matrix of a `blas_gemm_ex` launch, as its `types` argument codes it
-/// (four bits a matrix: A in bits 0-3, B in 4-7, C in 8-11); the product is computed in `f32`
-/// whatever they are, as cuBLAS computes `CUBLAS_COMPUTE_32F` on half-precision matrices.
+/// The element type of one matrix of a `blas_gemm_ex` launch, or of one buffer of a `dft_ex`
+/// launch, as its `types` argument codes it (four bits a buffer: gemm's A in bits 0-3, B in 4-7,
+/// C in 8-11; the DFT's input in bits 0-3, its output in 4-7); the product or the transform is
+/// computed in `f32` or wider whatever they are, as cuBLAS computes `CUBLAS_COMPUTE_32F` on
+/// half-precision matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmElement {
     /// IEEE binary32.
@@ -127,18 +129,19 @@ impl GemmElement {
         })
     }
 
-    /// The three matrices' types of a launch's `types` argument; `None` if a code is unknown
-    /// or bits past C's are set.
-    pub fn decode(types: u64) -> Option<[Self; 3]> {
-        if types >> 12 != 0 {
+    /// The `N` buffers' types of a launch's `types` argument (three for a gemm, two for a DFT);
+    /// `None` if a code is unknown or bits past the last buffer's are set.
+    pub fn decode<const N: usize>(types: u64) -> Option<[Self; N]> {
+        if types >> (4 * N) != 0 {
             return None;
         }
-        Some([Self::from_code(types & 15)?, Self::from_code(types >> 4 & 15)?, Self::from_code(types >> 8 & 15)?])
+        let codes: Option<Vec<Self>> = (0..N).map(|i| Self::from_code(types >> (4 * i) & 15)).collect();
+        codes?.try_into().ok()
     }
 
-    /// The `types` argument for matrices of these types.
-    pub fn encode(types: [Self; 3]) -> u32 {
-        types[0] as u32 | (types[1] as u32) << 4 | (types[2] as u32) << 8
+    /// The `types` argument for buffers of these types.
+    pub fn encode<const N: usize>(types: [Self; N]) -> u32 {
+        types.iter().enumerate().fold(0, |all, (i, &t)| all | (t as u32) << (4 * i))
     }
 
     /// Bytes of one element.
@@ -285,7 +288,7 @@ impl DftStrides {
     }
 }
 
-/// A launch of the builtin `dft_f32` or `dft_f64`: a discrete Fourier transform of length `n`
+/// A launch of the builtin `dft_f32`, `dft_f64` or `dft_ex`: a discrete Fourier transform of length `n`
 /// along each of `lines[0] * lines[1] * lines[2]` lines, unnormalized, `exp(-2 pi i j k / n)`
 /// forward and `exp(+2 pi i j k / n)` inverse, computed directly (one sum an output element):
 /// a multi-dimensional transform is one launch per dimension.
@@ -490,8 +493,12 @@ mod tests {
         let types = GemmElement::encode([F16, Bf16, F32]);
         assert_eq!(types, 0x021);
         assert_eq!(GemmElement::decode(u64::from(types)), Some([F16, Bf16, F32]));
-        assert_eq!(GemmElement::decode(0x300), None, "an unknown code");
-        assert_eq!(GemmElement::decode(0x1000), None, "bits past C's");
+        assert_eq!(GemmElement::decode::<3>(0x300), None, "an unknown code");
+        assert_eq!(GemmElement::decode::<3>(0x1000), None, "bits past C's");
+        // A DFT's two buffers: input, then output.
+        assert_eq!(GemmElement::encode([Bf16, F32]), 0x02);
+        assert_eq!(GemmElement::decode(0x21), Some([F16, Bf16]));
+        assert_eq!(GemmElement::decode::<2>(0x121), None, "bits past the output's");
         let mut out = [0u8; 4];
         F16.store(-0.25, &mut out);
         assert_eq!(F16.load(&out), -0.25);

@@ -2,7 +2,8 @@
 
 use ac_backend::device::gemm::Gemm;
 use ac_frontend::{CopyOptions, ErrorKind, KernelArg, LaunchDims};
-use ac_tests::kernels::{dft_args, gemm_args};
+use ac_tests::dft_kernels::dft_args;
+use ac_tests::kernels::gemm_args;
 use ac_tests::{pattern, TestBackend};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,6 +342,15 @@ async fn builtin_dft_kernels_transform_strided_lines_exactly_and_refuse_overruns
         let e = f32s.launch(dims, &args).await.and(acc.synchronize().await).unwrap_err();
         assert_eq!(e.kind(), Some(kind), "{what}: {e}");
     }
+}
+
+/// `dft_ex` on the CPU device: binary16 and bfloat16 buffers in and out, within one rounding
+/// to the output's type; an unknown type refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_dft_ex_rounds_half_precision_transforms_to_their_types() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::dft_kernels::half_precision_transforms_round_to_their_types(&acc, &acc.builtin().await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

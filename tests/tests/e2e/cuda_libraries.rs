@@ -361,8 +361,8 @@ async fn a_program_linked_against_cublas_multiplies_by_a_triangle_exactly() {
 
 /// cuFFT's plans and executions as programs and PyTorch make them: batched 1-D complex
 /// transforms, 2-D real-to-complex and back, a 3-D double transform, an advanced layout, the
-/// `cufftXt` calls, in place; each within single precision's rounding of a direct DFT computed
-/// by the program; work sizes asked before a plan is made (0) and a plan's properties; and
+/// `cufftXt` calls, in place, binary16 and bfloat16 transforms; each within its precision's
+/// rounding of a direct DFT computed by the program; work sizes asked before a plan is made (0) and a plan's properties; and
 /// what it refuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cufft_transforms_within_rounding() {
@@ -379,13 +379,18 @@ async fn a_program_linked_against_cufft_transforms_within_rounding() {
             "xt r2c within",
             "c2c in place within",
             "r2c in place within",
+            "c2c f16 within",
+            "r2c f16 within",
+            "c2r f16 round trip within",
+            "r2c bf16 2d within",
             "work sizes before a plan: all 0",
             "estimate of a 0-point transform: 4",
             "plan properties set, read and reset; a work area policy taken",
             "cufft_transforms: all within",
-            "half precision: 16",
+            "mixed precisions: 16",
             "work area policy 5: 4",
-            "data types [6, 6, 6] (input, output, execution): only f32 and f64 are served",
+            "data types [6, 4, 4] (input, output, execution): one precision (f32, f64, f16 or bf16) throughout, \
+             executed in its complex type",
             "a destroyed plan: 1",
             "an input past its allocation: 4",
         ],

@@ -76,6 +76,7 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     ac_tests::kernels::packed_triangles_move_exactly(&acc, &builtin).await;
     ac_tests::qr_kernels::householder_factors_and_solves_as_the_reference(&acc, &builtin).await;
     dft_matches_the_cpu(&acc, &builtin).await;
+    ac_tests::dft_kernels::half_precision_transforms_round_to_their_types(&acc, &builtin).await;
 
     let data = pattern(10_000_019, 6);
     let expected: f64 = data.iter().map(|&v| v as f64).sum();
@@ -168,7 +169,7 @@ async fn dft_matches_the_cpu(acc: &Accelerator, builtin: &ac_frontend::Module) {
         run(&d, &input, &mut want);
         let (din, dout) = (acc.alloc_from(&input).await.unwrap(), acc.alloc_from(&output).await.unwrap());
         let f32s = builtin.function("dft_f32").await.unwrap();
-        f32s.launch(dims, &ac_tests::kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
+        f32s.launch(dims, &ac_tests::dft_kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
         let want64: Vec<f64> = want.iter().map(|&v| v as f64).collect();
         let rel = relative_error(&dout.to_vec().await.unwrap(), &want64);
         assert!(rel <= 1e-5, "dft_f32 {:?}: relative error {rel:e}", d.kind);
@@ -179,7 +180,7 @@ async fn dft_matches_the_cpu(acc: &Accelerator, builtin: &ac_frontend::Module) {
         run(&d, &input, &mut want);
         let (din, dout) = (acc.alloc_from(&input).await.unwrap(), acc.alloc_from(&output).await.unwrap());
         let f64s = builtin.function("dft_f64").await.unwrap();
-        f64s.launch(dims, &ac_tests::kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
+        f64s.launch(dims, &ac_tests::dft_kernels::dft_args(&d, din.arg(), dout.arg())).await.unwrap();
         // Over the whole output: outputs near 0 carry the sums' rounding, and twiddles differ in
         // their last bits between devices.
         let got = dout.to_vec().await.unwrap();

@@ -43,8 +43,8 @@ impl CpuContext {
         Ok(())
     }
 
-    /// Reads `n` elements of a gemm's matrix as `T`: stored as `T`, or (`blas_gemm_ex`) as
-    /// `element`, converted (exactly: `T` is `f32` there).
+    /// Reads `n` elements of a gemm's matrix or a DFT's buffer as `T`: stored as `T`, or
+    /// (`blas_gemm_ex`, `dft_ex`) as `element`, converted (exactly: `T` is `f32` there).
     fn read_matrix<T: Element + FromF64>(
         &self,
         arg: &DeviceArg,
@@ -62,8 +62,8 @@ impl CpuContext {
         Ok(values)
     }
 
-    /// Writes elements of a gemm's matrix, `at` elements past its pointer: as `T`, or
-    /// (`blas_gemm_ex`) rounded to `element`.
+    /// Writes elements of a gemm's matrix or a DFT's buffer, `at` elements past its pointer: as
+    /// `T`, or (`blas_gemm_ex`, `dft_ex`) rounded to `element`.
     fn write_matrix<T: Element + Into<f64>>(
         &self,
         arg: &DeviceArg,
@@ -307,9 +307,15 @@ impl CpuContext {
         Ok(())
     }
 
-    /// Runs `dft_f32` or `dft_f64`: reads each buffer's footprint, computes, writes back only
-    /// the output's elements (not what lies between its lines).
-    fn dft<T: Element + Into<f64> + FromF64>(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+    /// Runs `dft_f32`, `dft_f64` or (`types` given, `T` `f32`) `dft_ex`: reads each buffer's
+    /// footprint, computes, writes back only the output's elements (not what lies between its
+    /// lines).
+    fn dft<T: Element + Into<f64> + FromF64>(
+        &self,
+        name: &str,
+        args: &[DeviceArg],
+        types: Option<[GemmElement; 2]>,
+    ) -> DeviceResult<()> {
         let d = dft::shape(name, args)?;
         if d.is_empty() {
             return Ok(());
@@ -318,8 +324,9 @@ impl CpuContext {
         let scalars = |n: u64, complex: bool| if complex { n.saturating_mul(2) } else { n };
         let [complex_in, complex_out] = d.complex();
         let [n_in, n_out] = d.footprints();
-        let read = self.read_elements::<T>(&args[input], scalars(n_in, complex_in), "dft in")?;
-        let mut out = self.read_elements::<T>(&args[output], scalars(n_out, complex_out), "dft out")?;
+        let [in_type, out_type] = types.map_or([None; 2], |t| t.map(Some));
+        let read = self.read_matrix::<T>(&args[input], scalars(n_in, complex_in), in_type, "dft in")?;
+        let mut out = self.read_matrix::<T>(&args[output], scalars(n_out, complex_out), out_type, "dft out")?;
         dft::run(&d, &read, &mut out);
         let width = if complex_out { 2 } else { 1 };
         for l0 in 0..d.lines[0] {
@@ -328,7 +335,7 @@ impl CpuContext {
                     for k in 0..d.lengths()[1] {
                         let first = d.output.at([l0, l1, l2], k) * width;
                         let element = &out[first as usize..(first + width) as usize];
-                        self.write_elements(&args[output], first, element, "dft out")?;
+                        self.write_matrix(&args[output], first, element, out_type, "dft out")?;
                     }
                 }
             }
@@ -419,8 +426,9 @@ impl CpuContext {
             "blas_dtpttr" => self.packing::<f64>(name, args),
             "blas_ctpttr" => self.packing::<Complex<f32>>(name, args),
             "blas_ztpttr" => self.packing::<Complex<f64>>(name, args),
-            "dft_f32" => self.dft::<f32>("dft_f32", args),
-            "dft_f64" => self.dft::<f64>("dft_f64", args),
+            "dft_f32" => self.dft::<f32>(name, args, None),
+            "dft_f64" => self.dft::<f64>(name, args, None),
+            "dft_ex" => self.dft::<f32>(name, args, Some(dft::element_types(name, args)?)),
             "reduce_sum" => {
                 let n = scalar_u64(&args[2])?;
                 // Sum in f64 so that large reductions stay close to the exact value.

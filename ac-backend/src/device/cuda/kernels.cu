@@ -694,10 +694,11 @@ extern "C" __global__ void blas_zabs_reduce(unsigned op, unsigned n, const Compl
 // copy; unnormalized, exp(-2 pi i j k / n) forward, + inverse. Strides count each buffer's
 // elements (complex: two T, real part first). One thread an output element, one direct sum
 // accumulated in double, each twiddle's angle reduced to (j k mod n) / n first: correct on any
-// launch shape, not cuFFT's speed.
-template <typename T>
+// launch shape, not cuFFT's speed. `In` and `Out` read and write the buffers' scalars: Typed
+// (dft_f32, dft_f64) or Coded (dft_ex: each f32, f16 or bf16).
+template <typename In, typename Out>
 __device__ void dft(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1, unsigned lines2,
-                    const T* in, u64 in_step, u64 in0, u64 in1, u64 in2, T* out, u64 out_step, u64 out0, u64 out1,
+                    In in, u64 in_step, u64 in0, u64 in1, u64 in2, Out out, u64 out_step, u64 out0, u64 out1,
                     u64 out2) {
     const u64 half = n / 2 + 1;
     const u64 n_in = kind == 2 ? half : n, n_out = kind == 1 ? half : n;
@@ -709,19 +710,19 @@ __device__ void dft(unsigned kind, unsigned inverse, unsigned n, unsigned lines0
         const u64 in_base = l0 * in0 + l1 * in1 + l2 * in2;
         double re = 0.0, im = 0.0;
         if (kind == 3) {
-            re = in[2 * in_base + 2 * k * in_step];
-            im = in[2 * in_base + 2 * k * in_step + 1];
+            re = in.get(2 * in_base + 2 * k * in_step);
+            im = in.get(2 * in_base + 2 * k * in_step + 1);
         } else {
             const u64 terms = kind == 2 ? n : n_in;
             for (u64 j = 0; j < terms; ++j) {
                 double x, y = 0.0;
                 if (kind == 1) {
-                    x = in[in_base + j * in_step];
+                    x = in.get(in_base + j * in_step);
                 } else {
                     const bool mirrored = kind == 2 && j >= n_in;
                     const u64 at = in_base + (mirrored ? n - j : j) * in_step;
-                    x = in[2 * at];
-                    y = mirrored ? -(double)in[2 * at + 1] : (double)in[2 * at + 1];
+                    x = in.get(2 * at);
+                    y = mirrored ? -(double)in.get(2 * at + 1) : (double)in.get(2 * at + 1);
                 }
                 double s, c;
                 sincospi(sign * 2.0 * (double)((j * k) % n) / (double)n, &s, &c);
@@ -731,10 +732,10 @@ __device__ void dft(unsigned kind, unsigned inverse, unsigned n, unsigned lines0
         }
         const u64 at = l0 * out0 + l1 * out1 + l2 * out2 + k * out_step;
         if (kind == 2) {
-            out[at] = (T)re;
+            out.set(at, re);
         } else {
-            out[2 * at] = (T)re;
-            out[2 * at + 1] = (T)im;
+            out.set(2 * at, re);
+            out.set(2 * at + 1, im);
         }
     }
 }
@@ -742,11 +743,22 @@ __device__ void dft(unsigned kind, unsigned inverse, unsigned n, unsigned lines0
 extern "C" __global__ void dft_f32(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1,
                                    unsigned lines2, const float* in, u64 in_step, u64 in0, u64 in1, u64 in2,
                                    float* out, u64 out_step, u64 out0, u64 out1, u64 out2) {
-    dft<float>(kind, inverse, n, lines0, lines1, lines2, in, in_step, in0, in1, in2, out, out_step, out0, out1, out2);
+    dft(kind, inverse, n, lines0, lines1, lines2, Typed<const float>{in}, in_step, in0, in1, in2, Typed<float>{out},
+        out_step, out0, out1, out2);
 }
 
 extern "C" __global__ void dft_f64(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1,
                                    unsigned lines2, const double* in, u64 in_step, u64 in0, u64 in1, u64 in2,
                                    double* out, u64 out_step, u64 out0, u64 out1, u64 out2) {
-    dft<double>(kind, inverse, n, lines0, lines1, lines2, in, in_step, in0, in1, in2, out, out_step, out0, out1, out2);
+    dft(kind, inverse, n, lines0, lines1, lines2, Typed<const double>{in}, in_step, in0, in1, in2, Typed<double>{out},
+        out_step, out0, out1, out2);
+}
+
+// dft_f32's, the input's and the output's element types coded in `types` (input bits 0-3, output
+// 4-7: 0 f32, 1 f16, 2 bf16): cuFFT's half-precision transforms, computed as dft_f32's.
+extern "C" __global__ void dft_ex(unsigned kind, unsigned inverse, unsigned n, unsigned lines0, unsigned lines1,
+                                  unsigned lines2, const void* in, u64 in_step, u64 in0, u64 in1, u64 in2, void* out,
+                                  u64 out_step, u64 out0, u64 out1, u64 out2, unsigned types) {
+    dft(kind, inverse, n, lines0, lines1, lines2, Coded{(void*)in, types & 15u}, in_step, in0, in1, in2,
+        Coded{out, types >> 4 & 15u}, out_step, out0, out1, out2);
 }
