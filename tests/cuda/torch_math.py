@@ -149,6 +149,15 @@ complex_image = image.to(torch.complex64)
 check("ifft2 unscaled", lambda: torch.fft.ifft2(complex_image.to(DEV), norm="forward"), lambda: torch.fft.ifft2(complex_image, norm="forward"), F32)
 planes = rand(11, 3, 32, 32).to(torch.complex64)
 check("fft2 batched", lambda: torch.fft.fft2(planes.to(DEV)), lambda: torch.fft.fft2(planes), F32)
+# Half-precision FFTs (cufftXtMakePlanMany on CUDA_R_16F and CUDA_C_16F; PyTorch takes powers of
+# two only): against the CPU's f32 transform of the same binary16 inputs, within one rounding of
+# the result to binary16. Copied back as complex32 and widened on the CPU.
+half_signal = signal[:1024].half()
+half_complex = torch.complex(half_signal, half_signal.flip(0))
+widened = dict(to_host=lambda t: t.cpu().to(torch.complex64))
+check("rfft f16", lambda: torch.fft.rfft(half_signal.to(DEV)), lambda: torch.fft.rfft(half_signal.float()), F16, **widened)
+check("fft f16", lambda: torch.fft.fft(half_complex.to(DEV)), lambda: torch.fft.fft(half_complex.to(torch.complex64)), F16, **widened)
+check("ifft f16 unscaled", lambda: torch.fft.ifft(half_complex.to(DEV), norm="forward"), lambda: torch.fft.ifft(half_complex.to(torch.complex64), norm="forward"), F16, **widened)
 
 torch.cuda.synchronize()
 # A tensor larger than the session may hold (its quota): PyTorch's OutOfMemoryError, whose

@@ -119,7 +119,7 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
         "mm in a CUDA graph",
         "mm allocating in a CUDA graph",
     ];
-    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched"];
+    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched", "rfft f16", "fft f16", "ifft f16 unscaled"];
     let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
         .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
     let complexes = ["mm", "mm conjugate-transposed", "bmm", "mv", "mv transposed", "dot", "vdot"]
