@@ -520,3 +520,53 @@ pub async fn packed_triangles_move_exactly(acc: &ac_frontend::Accelerator, built
         }
     }
 }
+
+/// Launches `blas_activation` on two padded batches of a 5 x 3 matrix of each element type,
+/// ReLU and GELU, and checks every element, the padding included: ReLU exactly, GELU within one
+/// rounding to the type (a device's `tanh` may differ from the host's in the last bit); then
+/// what it refuses (`ld < m`, an unknown op).
+pub async fn activations_apply_in_place_to_each_type(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
+    use ac_backend::device::activation::Op;
+    use ac_backend::device::gemm::GemmElement::{self, Bf16, F16, F32};
+    let activation = builtin.function("blas_activation").await.unwrap();
+    let ([m, n, ld, stride, batch], u) = ([5u64, 3, 7, 23, 2], |v: u64| KernelArg::U32(v as u32));
+    let span = stride * batch;
+    // Halves of small integers: exact in every type.
+    let values: Vec<f32> = (0..span).map(|i| ((i * 5 + 2) % 13) as f32 / 2.0 - 3.0).collect();
+    let stored = |values: &[f32], t: GemmElement| -> Vec<u8> {
+        let mut out = vec![0u8; values.len() * t.bytes() as usize];
+        values.iter().zip(out.chunks_exact_mut(t.bytes() as usize)).for_each(|(v, dst)| t.store(*v, dst));
+        out
+    };
+    for (op, element) in [(Op::Relu, F32), (Op::Relu, F16), (Op::Gelu, F32), (Op::Gelu, Bf16), (Op::Gelu, F16)] {
+        let in_matrix = |i: u64| i % stride < n * ld && i % stride % ld < m;
+        let want: Vec<f32> =
+            (0..span).map(|i| if in_matrix(i) { op.apply(values[i as usize]) } else { values[i as usize] }).collect();
+        let want: Vec<f32> =
+            stored(&want, element).chunks_exact(element.bytes() as usize).map(|e| element.load(e)).collect();
+        let d = acc.alloc_from(&stored(&values, element)).await.unwrap();
+        let args =
+            [u(op.code().into()), u(m), u(n), d.arg(), u(ld), KernelArg::U64(stride), u(batch), u(element as u64)];
+        activation.launch(ac_frontend::LaunchDims::linear(4, 32), &args).await.unwrap();
+        let got: Vec<f32> =
+            d.to_vec().await.unwrap().chunks_exact(element.bytes() as usize).map(|e| element.load(e)).collect();
+        let ulp = match (op, element) {
+            (Op::Relu, _) => 0.0,
+            (_, F32) => 1.0 / (1 << 20) as f32,
+            (_, F16) => 1.0 / 1024.0,
+            (_, Bf16) => 1.0 / 128.0,
+        };
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= ulp * w.abs().max(1.0), "{op:?} {element:?}: element {i} is {g}, not {w}");
+        }
+    }
+    let d = acc.alloc::<f32>(span as usize).await.unwrap();
+    for (what, [op, ld]) in [("ld below m", [0, 4]), ("an unknown op", [2, ld])] {
+        let args = [u(op), u(m), u(n), d.arg(), u(ld), KernelArg::U64(stride), u(batch), u(0)];
+        let err = match activation.launch(ac_frontend::LaunchDims::linear(1, 32), &args).await {
+            Err(e) => e,
+            Ok(()) => acc.synchronize().await.unwrap_err(),
+        };
+        assert_eq!(err.kind(), Some(ac_frontend::ErrorKind::InvalidArgument), "{what}: {err}");
+    }
+}

@@ -256,6 +256,11 @@ typedef enum acSourceKind {
   //   the same on cuComplex.
   // - `blas_ztpttr(uint32_t dir, uint32_t uplo, uint32_t n, double *AP, double *A, uint32_t lda)`:
   //   the same on cuDoubleComplex.
+  // - `blas_activation(uint32_t op, uint32_t m, uint32_t n, void *D, uint32_t ld, uint64_t stride, uint32_t batch, uint32_t type)`:
+  //   in place on `batch` column-major `m x n` matrices `stride` elements apart (leading
+  //   dimension `ld`), each element of the type `type` codes (0 `float`, 1 IEEE binary16, 2
+  //   bfloat16) computed in `float`: `op` 0 ReLU, `max(x, 0)`; 1 GELU's tanh approximation (the
+  //   CUDA shim's cuBLASLt epilogues).
   // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
   //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
   //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

@@ -1,13 +1,15 @@
 // cuBLASLt's matmul from a plain CUDA program linked against libcublasLt.so.13, as PyTorch's
 // linear layers call it: a heuristic, then D = alpha op(A) op(B) + beta C with a bias added to
-// every column (CUBLASLT_EPILOGUE_BIAS); strided batches on a stream, double precision with
+// every column (CUBLASLT_EPILOGUE_BIAS), and ReLU or GELU after it (_RELU, _RELU_BIAS, _GELU_BIAS,
+// as PyTorch's _addmm_activation asks); strided batches on a stream, double precision with
 // padded matrices, alpha and beta in device memory, layouts initialized on the stack, a cuBLAS
 // handle used as a cuBLASLt one; an algorithm picked by hand (ids, init, capabilities,
 // configuration, check) as a tuner picks one; and what the shim cannot run, which the heuristic
 // answers with no algorithm and the check and the matmul refuse; matrix transforms (C = alpha
 // op(A) + beta op(B), batched, a term left out) and an emulation descriptor. Every result is
-// checked exactly (small integers).
+// checked exactly (small integers), but GELU's, within 1e-5 of a reference in double.
 // Usage: cublaslt_matmul [--native] (--native: leaves out what only the shim refuses)
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -20,7 +22,8 @@ struct Case {
     const char* what;
     bool ta, tb;
     int m, n, k, pad, batch;
-    bool bias, device_scalars;
+    int epilogue;  // cublasLtEpilogue_t
+    bool device_scalars;
     double alpha, beta;
 };
 
@@ -58,17 +61,23 @@ static bool run(cublasLtHandle_t lt, const Case& c) {
     auto a = small_integers<T>(sa * c.batch, 1), b = small_integers<T>(sb * c.batch, 2);
     auto d = small_integers<T>(sd * c.batch, 3), bias = small_integers<T>(c.m, 4), want = d;
     T alpha = (T)c.alpha, beta = (T)c.beta;
+    const bool with_bias = c.epilogue & CUBLASLT_EPILOGUE_BIAS, relu = c.epilogue & CUBLASLT_EPILOGUE_RELU,
+               gelu = c.epilogue & CUBLASLT_EPILOGUE_GELU;
     for (int i = 0; i < c.batch; i++) {
         reference(c.ta, c.tb, c.m, c.n, c.k, alpha, &a[i * sa], lda, &b[i * sb], ldb, beta, &want[i * sd], ldd);
-        if (c.bias)
-            for (int col = 0; col < c.n; col++)
-                for (int row = 0; row < c.m; row++) want[i * sd + row + col * ldd] += bias[row];
+        for (int col = 0; col < c.n; col++)
+            for (int row = 0; row < c.m; row++) {
+                T& v = want[i * sd + row + col * ldd];
+                if (with_bias) v += bias[row];
+                if (relu) v = v > 0 ? v : 0;
+                if (gelu) v = (T)(0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))));
+            }
     }
     T *da = upload(a), *db = upload(b), *dd = upload(d), *dbias = upload(bias);
     std::vector<T> scalars = {alpha, beta};
     T* dscalars = upload(scalars);
-    auto desc = descriptor<T>(c.ta, c.tb, c.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
-    if (c.bias) CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+    auto desc = descriptor<T>(c.ta, c.tb, c.epilogue);
+    if (with_bias) CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
     if (c.device_scalars) {
         int32_t mode = CUBLAS_POINTER_MODE_DEVICE;
         CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof mode));
@@ -97,8 +106,20 @@ static bool run(cublasLtHandle_t lt, const Case& c) {
     CUBLAS(cublasLtMatmul(lt, desc, pa, da, la, db, lb, pb, dd, ld, dd, ld, &found.algo, space, found.workspaceSize,
                           s));
     CHECK(cudaStreamSynchronize(s));
-    bool ok = same(c.what, download(dd, d.size()), want);
-    if (ok) printf("%s exact\n", c.what);
+    bool ok;
+    if (gelu) {
+        auto got = download(dd, d.size());
+        double worst = 0, largest = 0;
+        for (size_t i = 0; i < got.size(); i++) {
+            worst = std::fmax(worst, std::fabs((double)got[i] - (double)want[i]));
+            largest = std::fmax(largest, std::fabs((double)want[i]));
+        }
+        ok = worst <= 1e-5 * largest;
+        printf(ok ? "%s within\n" : "%s: off by %g\n", c.what, worst);
+    } else {
+        ok = same(c.what, download(dd, d.size()), want);
+        if (ok) printf("%s exact\n", c.what);
+    }
     CHECK(cudaStreamDestroy(s));
     for (T* p : {da, db, dd, dbias, dscalars}) CHECK(cudaFree(p));
     if (space) CHECK(cudaFree(space));
@@ -204,11 +225,16 @@ int main(int argc, char** argv) {
     CUBLAS(cublasLtCreate(&lt));
     bool ok = true;
     // PyTorch's linear layer: out (col-major out x batch) = W^T-stored weight times input, bias added, beta 0.
-    ok &= run<float>(lt, {"linear with bias", true, false, 48, 16, 32, 0, 1, true, false, 1.0, 0.0});
-    ok &= run<float>(lt, {"batched NN beta 2", false, false, 20, 12, 9, 2, 3, false, false, 3.0, 2.0});
-    ok &= run<float>(lt, {"NT bias batched", false, true, 17, 5, 6, 1, 2, true, false, -1.0, 1.0});
-    ok &= run<double>(lt, {"double TT padded with bias", true, true, 13, 11, 7, 3, 1, true, false, 2.0, 0.5});
-    ok &= run<float>(lt, {"device scalars", false, false, 9, 9, 9, 0, 1, false, true, 2.0, -1.0});
+    const int none = CUBLASLT_EPILOGUE_DEFAULT, bias = CUBLASLT_EPILOGUE_BIAS;
+    ok &= run<float>(lt, {"linear with bias", true, false, 48, 16, 32, 0, 1, bias, false, 1.0, 0.0});
+    ok &= run<float>(lt, {"batched NN beta 2", false, false, 20, 12, 9, 2, 3, none, false, 3.0, 2.0});
+    ok &= run<float>(lt, {"NT bias batched", false, true, 17, 5, 6, 1, 2, bias, false, -1.0, 1.0});
+    ok &= run<double>(lt, {"double TT padded with bias", true, true, 13, 11, 7, 3, 1, bias, false, 2.0, 0.5});
+    ok &= run<float>(lt, {"device scalars", false, false, 9, 9, 9, 0, 1, none, true, 2.0, -1.0});
+    ok &= run<float>(lt, {"relu with bias, batched and padded", false, false, 20, 12, 9, 2, 3, CUBLASLT_EPILOGUE_RELU_BIAS,
+                          false, 1.0, 0.0});
+    ok &= run<float>(lt, {"relu TN beta 1", true, false, 11, 7, 5, 1, 1, CUBLASLT_EPILOGUE_RELU, false, 1.0, 1.0});
+    ok &= run<float>(lt, {"gelu with bias", false, false, 16, 8, 4, 0, 1, CUBLASLT_EPILOGUE_GELU_BIAS, false, 0.25, 0.0});
 
     // A layout initialized in the program's own memory, and a cuBLAS handle used as cuBLASLt's.
     {
@@ -280,18 +306,18 @@ int main(int argc, char** argv) {
         cublasLtMatmulPreference_t pref;
         CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
         if (!native) {
-            auto relu = descriptor<float>(false, false, CUBLASLT_EPILOGUE_RELU);
-            CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, relu, &la, &lb, &lc, &lc, pref, 1, &found, &count));
-            printf("relu epilogue: %d algorithms\n", count);
-            cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)h, relu, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc,
+            auto aux = descriptor<float>(false, false, CUBLASLT_EPILOGUE_GELU_AUX);
+            CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, aux, &la, &lb, &lc, &lc, pref, 1, &found, &count));
+            printf("gelu aux epilogue: %d algorithms\n", count);
+            cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)h, aux, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc,
                                               nullptr, nullptr, 0, 0);
-            printf("relu matmul: %d %s\n", (int)s, cublasGetStatusName(s));
+            printf("gelu aux matmul: %d %s\n", (int)s, cublasGetStatusName(s));
             int32_t row = CUBLASLT_ORDER_ROW;
             CUBLAS(cublasLtMatrixLayoutSetAttribute(&lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
             count = -1;
             CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, desc, &la, &lb, &lc, &lc, pref, 1, &found, &count));
             printf("row-major B: %d algorithms\n", count);
-            CUBLAS(cublasLtMatmulDescDestroy(relu));
+            CUBLAS(cublasLtMatmulDescDestroy(aux));
             row = CUBLASLT_ORDER_COL;
             CUBLAS(cublasLtMatrixLayoutSetAttribute(&lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
             // A configuration the builtin gemm does not run, an algorithm of other types, and

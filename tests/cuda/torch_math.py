@@ -56,6 +56,10 @@ check("mm of slices", lambda: d["a"][8:40, :40] @ d["b"][:40], lambda: a[8:40, :
 check("mm f64", lambda: d["a64"] @ d["b64"], lambda: a64 @ b64, F64)
 check("addmm", lambda: torch.addmm(d["bias"], d["a"], d["b"]), lambda: torch.addmm(bias, a, b), F32)
 check("addmm scaled", lambda: torch.addmm(d["bias"], d["a"], d["b"], alpha=2.0), lambda: torch.addmm(bias, a, b, alpha=2.0), F32)
+# torch._addmm_activation (what fused linear + ReLU / GELU layers call): cuBLASLt's RELU_BIAS and
+# GELU_BIAS epilogues (GELU's tanh approximation).
+check("addmm relu", lambda: torch._addmm_activation(d["bias"], d["a"], d["b"]), lambda: torch.relu(torch.addmm(bias, a, b)), F32)
+check("addmm gelu", lambda: torch._addmm_activation(d["bias"], d["a"], d["b"], use_gelu=True), lambda: torch.nn.functional.gelu(torch.addmm(bias, a, b), approximate="tanh"), F32)
 check("linear", lambda: torch.nn.functional.linear(d["a"], d["weight"], d["bias"]), lambda: torch.nn.functional.linear(a, weight, bias), F32)
 check("bmm", lambda: torch.bmm(d["ba"], d["bb"]), lambda: torch.bmm(batch_a, batch_b), F32)
 # One matrix for every batch: a batch stride of 0.

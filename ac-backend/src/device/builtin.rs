@@ -24,12 +24,13 @@
 //! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
 //! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
+//! | `blas_activation` | `(u32 op, u32 m, u32 n, void* D, u32 ld, u64 stride, u32 batch, u32 type)`: ReLU (op 0) or GELU's tanh approximation (1) in place on column-major matrices of `f32`, `f16` or `bf16` ([`super::activation`]) | `D_b = f(D_b)` |
 //! | `dft_ex` | `dft_f32`'s, and `u32 types`: the input and the output each `f32`, `f16` or `bf16`, computed as `dft_f32` ([`super::dft`]) | the same |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, dft, gemm, lu, packed, qr, structured, trsm};
+use super::{abs_reduce, activation, dft, gemm, lu, packed, qr, structured, trsm};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -83,6 +84,7 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dtpttr", &packed::PARAMS),
     ("blas_ctpttr", &packed::PARAMS),
     ("blas_ztpttr", &packed::PARAMS),
+    ("blas_activation", &activation::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
     ("dft_ex", &dft::PARAMS_EX),
@@ -139,6 +141,10 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             abs_reduce::shape(name, args)?.footprints(name)
         }
         "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => packed::shape(name, args)?.footprints(name),
+        "blas_activation" => {
+            let a = activation::shape(name, args)?;
+            vec![(activation::MATRIX, a.span(), a.element.bytes())]
+        }
         "dft_f32" | "dft_f64" | "dft_ex" => {
             let widths = dft::widths(name, args)?;
             // In scalars (a complex element two), aligned to a scalar, as the CPU device reads them.
@@ -204,6 +210,10 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
         "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => {
             let p = packed::shape(name, args)?;
             p.n.saturating_mul(p.n)
+        }
+        "blas_activation" => {
+            let a = activation::shape(name, args)?;
+            a.m.saturating_mul(a.n).saturating_mul(a.batch)
         }
         "dft_f32" | "dft_f64" | "dft_ex" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),

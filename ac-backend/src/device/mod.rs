@@ -18,6 +18,7 @@
 //! again, so a bug above cannot turn into a stray write.
 
 pub mod abs_reduce;
+pub mod activation;
 pub mod builtin;
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -353,6 +353,15 @@ async fn builtin_dft_ex_rounds_half_precision_transforms_to_their_types() {
     ac_tests::dft_kernels::half_precision_transforms_round_to_their_types(&acc, &acc.builtin().await.unwrap()).await;
 }
 
+/// `blas_activation` on the CPU device: ReLU and GELU in place on matrices of each type, the
+/// padding untouched; what it refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_activation_applies_relu_and_gelu_in_place() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::kernels::activations_apply_in_place_to_each_type(&acc, &acc.builtin().await.unwrap()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_every_size_and_path_round_trip() {
     let tb = TestBackend::start(512).await;

@@ -107,7 +107,17 @@ async fn run_framework_script_on(
 /// goes on (in each PyTorch test).
 #[tokio::test(flavor = "multi_thread")]
 async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
-    let products = ["mm", "mm transposed", "mm both transposed", "mm of slices", "mm f64", "addmm", "addmm scaled"];
+    let products = [
+        "mm",
+        "mm transposed",
+        "mm both transposed",
+        "mm of slices",
+        "mm f64",
+        "addmm",
+        "addmm scaled",
+        "addmm relu",
+        "addmm gelu",
+    ];
     let more = [
         "linear",
         "bmm",
@@ -119,7 +129,17 @@ async fn pytorch_runs_its_matmuls_and_ffts_through_the_shim() {
         "mm in a CUDA graph",
         "mm allocating in a CUDA graph",
     ];
-    let ffts = ["fft", "fft f64", "rfft", "rfft2", "ifft2 unscaled", "fft2 batched", "rfft f16", "fft f16", "ifft f16 unscaled"];
+    let ffts = [
+        "fft",
+        "fft f64",
+        "rfft",
+        "rfft2",
+        "ifft2 unscaled",
+        "fft2 batched",
+        "rfft f16",
+        "fft f16",
+        "ifft f16 unscaled",
+    ];
     let halves = ["mm", "mm transposed", "bmm", "linear", "addmm", "mm {} to f32", "dot"]
         .map(|op| ["f16", "bf16"].map(|t| if op.contains("{}") { op.replace("{}", t) } else { format!("{op} {t}") }));
     let complexes = ["mm", "mm conjugate-transposed", "bmm", "mv", "mv transposed", "dot", "vdot"]

@@ -77,6 +77,7 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     ac_tests::qr_kernels::householder_factors_and_solves_as_the_reference(&acc, &builtin).await;
     dft_matches_the_cpu(&acc, &builtin).await;
     ac_tests::dft_kernels::half_precision_transforms_round_to_their_types(&acc, &builtin).await;
+    ac_tests::kernels::activations_apply_in_place_to_each_type(&acc, &builtin).await;
 
     let data = pattern(10_000_019, 6);
     let expected: f64 = data.iter().map(|&v| v as f64).sum();

@@ -5,7 +5,6 @@
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
 use super::{check_range, Allocation, CpuContext};
-use crate::device::abs_reduce;
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
@@ -14,6 +13,7 @@ use crate::device::packed;
 use crate::device::qr::{self, Reflect};
 use crate::device::structured;
 use crate::device::trsm::{self, Field};
+use crate::device::{abs_reduce, activation};
 use crate::device::{DeviceArg, DeviceResult};
 
 impl CpuContext {
@@ -343,6 +343,20 @@ impl CpuContext {
         Ok(())
     }
 
+    /// Runs `blas_activation`: the matrices read, the function applied to each column, the
+    /// columns written back (not what lies between them).
+    fn activation(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let a = activation::shape(name, args)?;
+        let matrix = &args[activation::MATRIX];
+        let values = self.read_matrix::<f32>(matrix, a.span(), Some(a.element), "D")?;
+        for first in a.columns() {
+            let column = &values[first as usize..(first + a.m) as usize];
+            let applied: Vec<f32> = column.iter().map(|&x| a.op.apply(x)).collect();
+            self.write_matrix(matrix, first, &applied, Some(a.element), "D")?;
+        }
+        Ok(())
+    }
+
     pub(super) fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
         let name = builtin::KERNELS[index].0;
         match name {
@@ -426,6 +440,7 @@ impl CpuContext {
             "blas_dtpttr" => self.packing::<f64>(name, args),
             "blas_ctpttr" => self.packing::<Complex<f32>>(name, args),
             "blas_ztpttr" => self.packing::<Complex<f64>>(name, args),
+            "blas_activation" => self.activation(name, args),
             "dft_f32" => self.dft::<f32>(name, args, None),
             "dft_f64" => self.dft::<f64>(name, args, None),
             "dft_ex" => self.dft::<f32>(name, args, Some(dft::element_types(name, args)?)),

@@ -688,6 +688,22 @@ extern "C" __global__ void blas_zabs_reduce(unsigned op, unsigned n, const Compl
     abs_reduce<Complex<double>, double>(op, n, x, incx, out);
 }
 
+// An activation in place on `batch` column-major m x n matrices (leading dimension ld, `stride`
+// apart) of the type `type` codes (Coded's), computed in f32: op 0 ReLU, max(x, 0); 1 GELU's tanh
+// approximation, as cuBLASLt's epilogues (the CUDA shim's cuBLASLt launches it after a matmul).
+extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, void* D, unsigned ld, u64 stride,
+                                           unsigned batch, unsigned type) {
+    const Coded d{D, type};
+    const u64 total = (u64)m * n * batch;
+    for (u64 e = thread_index(); e < total; e += thread_count()) {
+        const u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
+        const u64 at = b * stride + j * ld + i;
+        const float x = d.get(at);
+        d.set(at, op == 0 ? (x > 0.0f ? x : 0.0f)
+                          : 0.5f * x * (1.0f + tanhf(0.7978846f * (x + 0.044715f * x * x * x))));
+    }
+}
+
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
 // CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
 // real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a

@@ -1,9 +1,10 @@
 //! `cublasLtMatmul` and `cublasLtMatmulAlgoGetHeuristic`: `D = alpha op(A) op(B) + beta C`,
 //! plus a bias added to every column of D (`CUBLASLT_EPILOGUE_BIAS`, as PyTorch's linear
-//! layers ask), on column-major matrices of the types `cublasGemmEx` serves (`f32`, `f64`,
+//! layers ask) and then ReLU or GELU applied (`_RELU`, `_RELU_BIAS`, `_GELU`, `_GELU_BIAS`, as
+//! PyTorch's `_addmm_activation` asks), on column-major matrices of the types `cublasGemmEx` serves (`f32`, `f64`,
 //! binary16 or bfloat16 computed in `f32`: [`ex_types`]), batched by the layouts' counts and
-//! offsets; one launch of the builtin gemm, and a second for the bias (a gemm of the bias
-//! column by an `f32` row of ones). What it cannot run (another order, type or epilogue) the heuristic
+//! offsets; one launch of the builtin gemm, a second for the bias (a gemm of the bias column
+//! by an `f32` row of ones), and a third for the activation (`blas_activation`, in place). What it cannot run (another order, type or epilogue) the heuristic
 //! answers with no algorithm, which callers such as PyTorch take as "use cuBLAS instead".
 //! `cublasLtMatmulAlgoCheck` checks an algorithm a program configured ([`super::algo`]) against
 //! a matmul, as `cublasLtMatmul` does before it runs.
@@ -12,6 +13,7 @@ use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
+use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::GemmElement;
 
 use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
@@ -22,9 +24,35 @@ use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
-/// `CUBLASLT_EPILOGUE_DEFAULT` and `_BIAS`.
+/// `CUBLASLT_EPILOGUE_DEFAULT`, `_RELU`, `_BIAS`, `_RELU_BIAS`, `_GELU` and `_GELU_BIAS`.
 const EPILOGUE_DEFAULT: u32 = 1;
+const EPILOGUE_RELU: u32 = 2;
 const EPILOGUE_BIAS: u32 = 4;
+const EPILOGUE_RELU_BIAS: u32 = EPILOGUE_RELU | EPILOGUE_BIAS;
+const EPILOGUE_GELU: u32 = 32;
+const EPILOGUE_GELU_BIAS: u32 = EPILOGUE_GELU | EPILOGUE_BIAS;
+
+/// An epilogue's activation: its `blas_activation` op (0 ReLU, 1 GELU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Activation {
+    Relu = 0,
+    Gelu = 1,
+}
+
+/// What epilogue `code` adds to the product: whether a bias, and which activation after it.
+fn epilogue(code: u32) -> CuResult<(bool, Option<Activation>)> {
+    Ok(match code {
+        EPILOGUE_DEFAULT => (false, None),
+        EPILOGUE_BIAS => (true, None),
+        EPILOGUE_RELU => (false, Some(Activation::Relu)),
+        EPILOGUE_RELU_BIAS => (true, Some(Activation::Relu)),
+        EPILOGUE_GELU => (false, Some(Activation::Gelu)),
+        EPILOGUE_GELU_BIAS => (true, Some(Activation::Gelu)),
+        other => {
+            return unserved(format!("epilogue {other} (DEFAULT, BIAS, RELU, RELU_BIAS, GELU, GELU_BIAS are served)"))
+        }
+    })
+}
 
 /// A matmul as the builtin gemm runs it, from its descriptor and layouts.
 #[derive(Debug, Clone, Copy)]
@@ -39,8 +67,11 @@ struct Plan {
     offsets: [i64; 4],
     batch: c_int,
     pointer_mode: c_int,
-    /// The bias vector and its batch stride, for `CUBLASLT_EPILOGUE_BIAS`.
+    /// The bias vector and its batch stride, for `CUBLASLT_EPILOGUE_BIAS` and the epilogues
+    /// that add one.
     bias: Option<(u64, i64)>,
+    /// The activation applied to D last, and D's element type.
+    activation: Option<(Activation, GemmElement)>,
     /// C's leading dimension, for checking it against D's.
     ldc: i64,
 }
@@ -82,21 +113,36 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
         let counts = [a, b, c, d].map(|l| l.batch_count);
         return Err(Error::said(code::INVALID_VALUE, format!("batch counts {counts:?}")));
     }
-    let bias = match desc.epilogue {
-        EPILOGUE_DEFAULT => None,
-        EPILOGUE_BIAS if desc.bias == 0 => {
-            return Err(Error::said(code::INVALID_VALUE, "CUBLASLT_EPILOGUE_BIAS with no bias pointer"))
+    let (with_bias, activation) = epilogue(desc.epilogue)?;
+    let bias = match with_bias {
+        false => None,
+        true if desc.bias == 0 => {
+            let why = format!("epilogue {} adds a bias, and there is no bias pointer", desc.epilogue);
+            return Err(Error::said(code::INVALID_VALUE, why));
         }
-        EPILOGUE_BIAS if desc.bias_type != -1 && desc.bias_type as u32 != d.data_type => {
+        true if desc.bias_type != -1 && desc.bias_type as u32 != d.data_type => {
             return unserved(format!("a bias of type {} for D of type {}", desc.bias_type, d.data_type))
         }
-        EPILOGUE_BIAS => Some((desc.bias, desc.bias_batch_stride)),
-        other => return unserved(format!("epilogue {other} (only DEFAULT and BIAS are served)")),
+        true => Some((desc.bias, desc.bias_batch_stride)),
+    };
+    let activation = match activation {
+        None => None,
+        Some(_) if ex.precision == Precision::Double => {
+            return unserved(format!(
+                "epilogue {} on f64 matrices (activations of f32 and half precision are served)",
+                desc.epilogue
+            ))
+        }
+        Some(_) if d.batch_offset < 0 => {
+            return unserved(format!("an activation over D's negative batch offset {}", d.batch_offset))
+        }
+        Some(f) => Some((f, ex.elements.map_or(GemmElement::F32, |[.., d]| d))),
     };
     let mnk = [dimension("m", m as i64)?, dimension("n", n as i64)?, dimension("k", k as i64)?];
     let ld = [dimension("lda", a.ld)?, dimension("ldb", b.ld)?, dimension("ldd", d.ld)?];
     let offsets = [a, b, c, d].map(|l| l.batch_offset);
-    Ok(Plan { types: ex, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode: desc.pointer_mode, bias, ldc: c.ld })
+    let pointer_mode = desc.pointer_mode;
+    Ok(Plan { types: ex, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode, bias, activation, ldc: c.ld })
 }
 
 /// A matmul's descriptor and layouts (A, B, C, D), as read from the caller's records.
@@ -239,7 +285,8 @@ pub unsafe extern "C" fn cublasLtMatmul(
     })
 }
 
-/// Runs a planned matmul: the product into D (C read in place, D being C), then the bias.
+/// Runs a planned matmul: the product into D (C read in place, D being C), then the bias, then
+/// the activation.
 unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b, c, d]: [u64; 4]) -> CuResult<()> {
     let in_place = c == d && plan.ldc == i64::from(plan.ld[2]) && plan.offsets[2] == plan.offsets[3];
     let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, plan.types.precision, beta)?) };
@@ -261,10 +308,21 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
         batch: plan.batch,
     };
     launch(target, product)?;
-    let Some((bias, bias_stride)) = plan.bias else { return Ok(()) };
     if m == 0 || n == 0 {
         return Ok(());
     }
+    if let Some((bias, bias_stride)) = plan.bias {
+        add_bias(target, plan, bias, bias_stride, d)?;
+    }
+    match plan.activation {
+        Some((f, element)) => activate(target, plan, f, element, d),
+        None => Ok(()),
+    }
+}
+
+/// D += the bias column, in every column of every batch.
+unsafe fn add_bias(target: Target, plan: &Plan, bias: u64, bias_stride: i64, d: u64) -> CuResult<()> {
+    let [m, n, _] = plan.mnk;
     // D += bias (m x 1) x ones (1 x n), batch by batch; the bias of D's type, the ones f32 where
     // D is of half precision.
     let double = plan.types.precision == Precision::Double;
@@ -286,6 +344,17 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
         batch: plan.batch,
     };
     launch(target, add_bias)
+}
+
+/// Applies `f` to D's elements of type `element` in place (`blas_activation`), every batch.
+fn activate(target: Target, plan: &Plan, f: Activation, element: GemmElement, d: u64) -> CuResult<()> {
+    let [m, n, _] = plan.mnk.map(|v| v as u64);
+    let (ld, stride, batch) = (plan.ld[2] as u64, plan.offsets[3] as u64, plan.batch as u64);
+    let span = (batch - 1).saturating_mul(stride).saturating_add((n - 1).saturating_mul(ld)).saturating_add(m);
+    let matrix = super::super::gemm::matrix(target, d, span, element.bytes())?;
+    let u = |v: u64| KernelArg::U32(v as u32);
+    let args = [u(f as u64), u(m), u(n), matrix, u(ld), KernelArg::U64(stride), u(batch), u(element as u64)];
+    target.launch("blas_activation", &args, m.saturating_mul(n).saturating_mul(batch), 256)
 }
 
 #[cfg(test)]
@@ -323,8 +392,8 @@ mod tests {
         let mut row = layouts([0, 0]);
         row[1].order = 1;
         assert_eq!(planned(&desc, &row).unwrap_err().code(), code::NOT_SUPPORTED);
-        let relu = MatmulDesc { epilogue: 2, ..desc };
-        assert_eq!(planned(&relu, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
+        let relu_aux = MatmulDesc { epilogue: 130, ..desc };
+        assert_eq!(planned(&relu_aux, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
         let complex = [4u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
         let complex_desc = MatmulDesc { scale_type: 4, ..desc };
         assert_eq!(planned(&complex_desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
@@ -338,5 +407,28 @@ mod tests {
         assert_eq!(planned(&no_bias, &layouts([0, 0])).unwrap_err().code(), code::INVALID_VALUE);
         let bias = MatmulDesc { bias: 0x1000, ..no_bias };
         assert_eq!(planned(&bias, &layouts([0, 0])).unwrap().bias, Some((0x1000, 0)));
+    }
+
+    #[test]
+    fn activation_epilogues_add_a_bias_or_not_then_their_function() {
+        let desc = MatmulDesc { bias: 0x1000, ..matmul_desc(68, 0) };
+        let plain = layouts([0, 0]);
+        for (code, bias, f) in [
+            (2, None, Activation::Relu),
+            (6, Some((0x1000, 0)), Activation::Relu),
+            (32, None, Activation::Gelu),
+            (36, Some((0x1000, 0)), Activation::Gelu),
+        ] {
+            let p = planned(&MatmulDesc { epilogue: code, ..desc }, &plain).unwrap();
+            assert_eq!((p.bias, p.activation), (bias, Some((f, GemmElement::F32))), "epilogue {code}");
+        }
+        // D's type is the activation's; none on f64 matrices.
+        let half = [2u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
+        let p = planned(&MatmulDesc { epilogue: 6, ..desc }, &half).unwrap();
+        assert_eq!(p.activation, Some((Activation::Relu, GemmElement::F16)));
+        let double = [1u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
+        let double_desc = MatmulDesc { epilogue: 32, scale_type: 1, compute_type: 70, ..desc };
+        assert_eq!(planned(&double_desc, &double).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert!(planned(&MatmulDesc { epilogue: 1, ..double_desc }, &double).is_ok(), "f64 without an activation");
     }
 }
