@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "cufft_min.h"
+#include "half.h"
 #include "transfers.h"
 
 #define CUFFT(call)                                                       \
@@ -113,41 +114,8 @@ static std::vector<double> coarse(size_t n, unsigned seed, int bits) {
     return v;
 }
 
-// A binary16 holding `v` exactly (zero, or a normal value of 11 significant bits), and any
-// binary16's value.
-static unsigned short to_half(double v) {
-    unsigned short sign = std::signbit(v) ? 0x8000 : 0;
-    if (v == 0) return sign;
-    int e;
-    double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1)
-    return (unsigned short)(sign | (e + 14) << 10 | (unsigned)std::lround((2 * m - 1) * 1024));
-}
-
-static double of_half(unsigned short h) {
-    int exponent = (h >> 10) & 31, mantissa = h & 1023;
-    double v = exponent == 0    ? std::ldexp((double)mantissa, -24)
-               : exponent == 31 ? INFINITY
-                                : std::ldexp((double)(mantissa | 1024), exponent - 25);
-    return h & 0x8000 ? -v : v;
-}
-
-// A bfloat16 holding `v` exactly (its float's upper half), and any bfloat16's value.
-static unsigned short to_bfloat16(double v) {
-    float f = (float)v;
-    unsigned bits;
-    memcpy(&bits, &f, 4);
-    return (unsigned short)(bits >> 16);
-}
-
-static double of_bfloat16(unsigned short b) {
-    unsigned bits = (unsigned)b << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 // Complex values of one of the half-precision types, read back (pairs of scalars).
-static std::vector<cd> complex_of(const std::vector<unsigned short>& scalars, double (*of)(unsigned short)) {
+static std::vector<cd> complex_of(const std::vector<unsigned short>& scalars, float (*of)(unsigned short)) {
     std::vector<cd> out(scalars.size() / 2);
     for (size_t i = 0; i < out.size(); i++) out[i] = cd(of(scalars[2 * i]), of(scalars[2 * i + 1]));
     return out;
@@ -166,7 +134,7 @@ static bool half_precision(bool native) {
         std::vector<unsigned short> host(256);
         std::vector<cd> x(128);
         for (int i = 0; i < 128; i++) {
-            host[2 * i] = to_half(re[i]), host[2 * i + 1] = to_half(im[i]);
+            host[2 * i] = half_of((float)re[i]), host[2 * i + 1] = half_of((float)im[i]);
             x[i] = cd(re[i], im[i]);
         }
         unsigned short *in = upload(host), *out;
@@ -175,7 +143,7 @@ static bool half_precision(bool native) {
         CUFFT(cufftXtMakePlanMany(plan, 1, n, nullptr, 1, 64, CUFFT_TEST_C_16F, nullptr, 1, 64, CUFFT_TEST_C_16F, 2,
                                   &work, CUFFT_TEST_C_16F));
         CUFFT(cufftXtExec(plan, in, out, CUFFT_FORWARD));
-        ok &= within("c2c f16", complex_of(download(out, 256), of_half), dft(x, {64}, -1), 2e-3);
+        ok &= within("c2c f16", complex_of(download(out, 256), float_of_half), dft(x, {64}, -1), 2e-3);
         CUFFT(cufftDestroy(plan));
         CHECK(cudaFree(in));
         CHECK(cudaFree(out));
@@ -185,7 +153,7 @@ static bool half_precision(bool native) {
         long long n[] = {32};
         auto real = coarse(64, 10, 10);
         std::vector<unsigned short> host(64);
-        for (int i = 0; i < 64; i++) host[i] = to_half(real[i]);
+        for (int i = 0; i < 64; i++) host[i] = half_of((float)real[i]);
         unsigned short *in = upload(host), *spectrum, *back;
         CHECK(cudaMalloc(&spectrum, 2 * 17 * 2 * sizeof(unsigned short)));
         CHECK(cudaMalloc(&back, 64 * sizeof(unsigned short)));
@@ -199,10 +167,10 @@ static bool half_precision(bool native) {
         CUFFT(cufftXtExec(plan, in, spectrum, CUFFT_FORWARD));
         CUFFT(cufftXtExec(inverse, spectrum, back, CUFFT_INVERSE));
         std::vector<cd> as_complex(real.begin(), real.end()), scaled, got;
-        ok &= within("r2c f16", complex_of(download(spectrum, 68), of_half), half_rows(dft(as_complex, {32}, -1), 32),
+        ok &= within("r2c f16", complex_of(download(spectrum, 68), float_of_half), half_rows(dft(as_complex, {32}, -1), 32),
                      2e-3);
         for (auto v : as_complex) scaled.push_back(v * 32.0);
-        for (unsigned short h : download(back, 64)) got.push_back(of_half(h));
+        for (unsigned short h : download(back, 64)) got.push_back(float_of_half(h));
         ok &= within("c2r f16 round trip", got, scaled, 2e-3);
         CUFFT(cufftDestroy(plan));
         CUFFT(cufftDestroy(inverse));
@@ -213,7 +181,7 @@ static bool half_precision(bool native) {
         long long n[] = {8, 16};
         auto real = coarse(128, 11, 8);
         std::vector<unsigned short> host(128);
-        for (int i = 0; i < 128; i++) host[i] = to_bfloat16(real[i]);
+        for (int i = 0; i < 128; i++) host[i] = bfloat16_of((float)real[i]);
         unsigned short *in = upload(host), *out;
         CHECK(cudaMalloc(&out, 8 * 9 * 2 * sizeof(unsigned short)));
         CUFFT(cufftCreate(&plan));
@@ -221,7 +189,7 @@ static bool half_precision(bool native) {
                                   &work, CUFFT_TEST_C_16BF));
         CUFFT(cufftXtExec(plan, in, out, CUFFT_FORWARD));
         std::vector<cd> as_complex(real.begin(), real.end());
-        ok &= within("r2c bf16 2d", complex_of(download(out, 144), of_bfloat16),
+        ok &= within("r2c bf16 2d", complex_of(download(out, 144), float_of_bfloat16),
                      half_rows(dft(as_complex, {8, 16}, -1), 16), 1.6e-2);
         CUFFT(cufftDestroy(plan));
         CHECK(cudaFree(in));
