@@ -19,8 +19,8 @@ pub fn dft_args(d: &Dft, input: KernelArg, output: KernelArg) -> Vec<KernelArg> 
     args
 }
 
-/// `values` stored as `t`, little-endian.
-fn stored(values: &[f32], t: GemmElement) -> Vec<u8> {
+/// `values` stored as `t`, little-endian (each rounded to it).
+pub fn stored(values: &[f32], t: GemmElement) -> Vec<u8> {
     let width = t.bytes() as usize;
     let mut out = vec![0u8; values.len() * width];
     for (v, dst) in values.iter().zip(out.chunks_exact_mut(width)) {

@@ -33,13 +33,7 @@ pub async fn gemm_ex_rounds_each_type_exactly(acc: &ac_frontend::Accelerator, bu
     let integers = |len: u64, seed: u64| (0..len).map(|i| ((i * 7 + seed * 13) % 17) as f32 - 8.0).collect::<Vec<_>>();
     let (a, b) = (integers(g.stride[0] * batch, 1), integers(g.stride[1] * batch, 2));
     let c: Vec<f32> = (0..g.stride[2] * batch).map(|i| if i % g.ld[2] < m { (i % 5) as f32 } else { 99.0 }).collect();
-    let bytes = |values: &[f32], t: GemmElement| -> Vec<u8> {
-        let mut out = vec![0u8; values.len() * t.bytes() as usize];
-        for (v, dst) in values.iter().zip(out.chunks_exact_mut(t.bytes() as usize)) {
-            t.store(*v, dst);
-        }
-        out
-    };
+    let bytes = crate::dft_kernels::stored;
     for types in [[F16, F16, F16], [Bf16, Bf16, Bf16], [F16, F16, F32], [Bf16, F32, Bf16]] {
         // What C holds: its values as stored (rounded to its type), then the product.
         let stored = |values: &[f32], t: GemmElement| -> Vec<f32> {
@@ -524,20 +518,16 @@ pub async fn packed_triangles_move_exactly(acc: &ac_frontend::Accelerator, built
 /// Launches `blas_activation` on two padded batches of a 5 x 3 matrix of each element type,
 /// ReLU and GELU, and checks every element, the padding included: ReLU exactly, GELU within one
 /// rounding to the type (a device's `tanh` may differ from the host's in the last bit); then
-/// what it refuses (`ld < m`, an unknown op).
+/// what it refuses (`ld < m`, an unknown op, batches that overlap).
 pub async fn activations_apply_in_place_to_each_type(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
-    use ac_backend::device::activation::Op;
-    use ac_backend::device::gemm::GemmElement::{self, Bf16, F16, F32};
+    use ac_backend::device::activation::ActivationOp as Op;
+    use ac_backend::device::gemm::GemmElement::{Bf16, F16, F32};
     let activation = builtin.function("blas_activation").await.unwrap();
     let ([m, n, ld, stride, batch], u) = ([5u64, 3, 7, 23, 2], |v: u64| KernelArg::U32(v as u32));
     let span = stride * batch;
     // Halves of small integers: exact in every type.
     let values: Vec<f32> = (0..span).map(|i| ((i * 5 + 2) % 13) as f32 / 2.0 - 3.0).collect();
-    let stored = |values: &[f32], t: GemmElement| -> Vec<u8> {
-        let mut out = vec![0u8; values.len() * t.bytes() as usize];
-        values.iter().zip(out.chunks_exact_mut(t.bytes() as usize)).for_each(|(v, dst)| t.store(*v, dst));
-        out
-    };
+    use crate::dft_kernels::stored;
     for (op, element) in [(Op::Relu, F32), (Op::Relu, F16), (Op::Gelu, F32), (Op::Gelu, Bf16), (Op::Gelu, F16)] {
         let in_matrix = |i: u64| i % stride < n * ld && i % stride % ld < m;
         let want: Vec<f32> =
@@ -561,7 +551,13 @@ pub async fn activations_apply_in_place_to_each_type(acc: &ac_frontend::Accelera
         }
     }
     let d = acc.alloc::<f32>(span as usize).await.unwrap();
-    for (what, [op, ld]) in [("ld below m", [0, 4]), ("an unknown op", [2, ld])] {
+    // No rows: nothing touched, nothing refused.
+    let empty = [u(0), u(0), u(n), d.arg(), u(ld), KernelArg::U64(stride), u(batch), u(0)];
+    activation.launch(ac_frontend::LaunchDims::linear(1, 32), &empty).await.unwrap();
+    acc.synchronize().await.unwrap();
+    for (what, [op, ld, stride]) in
+        [("ld below m", [0, 4, stride]), ("an unknown op", [2, ld, stride]), ("overlapping batches", [1, ld, 10])]
+    {
         let args = [u(op), u(m), u(n), d.arg(), u(ld), KernelArg::U64(stride), u(batch), u(0)];
         let err = match activation.launch(ac_frontend::LaunchDims::linear(1, 32), &args).await {
             Err(e) => e,

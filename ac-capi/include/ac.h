@@ -272,7 +272,8 @@ typedef enum acSourceKind {
   // - `dft_ex(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const void *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, void *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2, uint32_t types)`:
   //   `dft_f32`'s on buffers each of its own type, `types` holding the input's in bits 0-3
   //   and the output's in 4-7 (0 `float`, 1 IEEE binary16, 2 bfloat16), computed as `dft_f32`
-  //   and each result rounded to nearest, ties to even (the CUDA shim's half-precision cuFFT).
+  //   and each of its `float` results rounded to nearest, ties to even (the CUDA shim's
+  //   half-precision cuFFT).
   //
   // A pointer whose `acMem` is too small for what the kernel touches, or that is not 4-byte
   // aligned, fails the launch with `AC_ERROR_OUT_OF_RANGE` or `AC_ERROR_INVALID_ARGUMENT`.

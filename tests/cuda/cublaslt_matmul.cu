@@ -7,7 +7,8 @@
 // configuration, check) as a tuner picks one; and what the shim cannot run, which the heuristic
 // answers with no algorithm and the check and the matmul refuse; matrix transforms (C = alpha
 // op(A) + beta op(B), batched, a term left out) and an emulation descriptor. Every result is
-// checked exactly (small integers), but GELU's, within 1e-5 of a reference in double.
+// checked exactly (small integers), but GELU's, within 1e-3 of a reference in double (the
+// largest value's; NVIDIA's may take a fast tanh).
 // Usage: cublaslt_matmul [--native] (--native: leaves out what only the shim refuses)
 #include <cmath>
 #include <cstdio>
@@ -114,7 +115,8 @@ static bool run(cublasLtHandle_t lt, const Case& c) {
             worst = std::fmax(worst, std::fabs((double)got[i] - (double)want[i]));
             largest = std::fmax(largest, std::fabs((double)want[i]));
         }
-        ok = worst <= 1e-5 * largest;
+        // NVIDIA's epilogue may take a faster tanh than the shim's (within 1e-5 of it).
+        ok = worst <= 1e-3 * largest;
         printf(ok ? "%s within\n" : "%s: off by %g\n", c.what, worst);
     } else {
         ok = same(c.what, download(dd, d.size()), want);

@@ -14,7 +14,7 @@
 use ac_proto::backend::ParamKind::{self, Ptr, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-pub use ac_proto::backend::builtin::GemmElement;
+pub use ac_proto::backend::builtin::{gemm_batches_apart, Activation, ActivationOp, GemmElement};
 
 use super::{size_arg, DeviceArg, DeviceResult};
 
@@ -23,98 +23,22 @@ pub const PARAMS: [ParamKind; 8] = [U32, U32, U32, Ptr, U32, U64, U32, U32];
 /// The matrix's pointer.
 pub const MATRIX: usize = 3;
 
-/// The function applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// `max(x, 0)`.
-    Relu,
-    /// GELU's tanh approximation.
-    Gelu,
-}
-
-impl Op {
-    /// The op numbered `code` in a launch's arguments.
-    pub fn from_code(code: u64) -> Option<Self> {
-        Some(match code {
-            0 => Op::Relu,
-            1 => Op::Gelu,
-            _ => return None,
-        })
-    }
-
-    /// Its number in a launch's arguments.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The function at `x`, in `f32` (as every device computes it).
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            Op::Relu => {
-                if x > 0.0 {
-                    x
-                } else {
-                    0.0
-                }
-            }
-            Op::Gelu => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh()),
-        }
-    }
-}
-
-/// A launch: the function, the matrices and their element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Activation {
-    /// The function applied.
-    pub op: Op,
-    /// Rows and columns of each matrix.
-    pub m: u64,
-    pub n: u64,
-    /// From one column to the next, in elements.
-    pub ld: u64,
-    /// From one matrix to the next, in elements.
-    pub stride: u64,
-    /// Matrices.
-    pub batch: u64,
-    /// The elements' type.
-    pub element: GemmElement,
-}
-
-impl Activation {
-    /// Whether the launch touches nothing.
-    pub fn is_empty(&self) -> bool {
-        self.m == 0 || self.n == 0 || self.batch == 0
-    }
-
-    /// Elements from the pointer to the last one touched, plus one.
-    pub fn span(&self) -> u64 {
-        if self.is_empty() {
-            return 0;
-        }
-        let last_column =
-            (self.batch - 1).saturating_mul(self.stride).saturating_add((self.n - 1).saturating_mul(self.ld));
-        last_column.saturating_add(self.m)
-    }
-
-    /// Where each column begins, in elements from the pointer.
-    pub fn columns(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..self.batch).flat_map(move |b| (0..self.n).map(move |j| b * self.stride + j * self.ld))
-    }
-}
-
 /// The shape of launch `args` of `name`, refused where the op or the type is unknown or the
-/// columns overlap (`ld < m`).
+/// columns or the batches overlap (`ld < m`; an element would take the function twice).
 pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Activation> {
     let at = |i| size_arg(name, args, i);
     let invalid = |why: String| WireError::new(ErrorKind::InvalidArgument, format!("`{name}`: {why}"));
     let code = at(0)?;
-    let op = Op::from_code(code).ok_or_else(|| invalid(format!("unknown op {code} (0 ReLU, 1 GELU)")))?;
+    let op = ActivationOp::from_code(code).ok_or_else(|| invalid(format!("unknown op {code} (0 ReLU, 1 GELU)")))?;
     let type_code = at(7)?;
     let element = GemmElement::from_code(type_code)
         .ok_or_else(|| invalid(format!("element type {type_code} (0 f32, 1 f16, 2 bf16)")))?;
     let a = Activation { op, m: at(1)?, n: at(2)?, ld: at(4)?, stride: at(5)?, batch: at(6)?, element };
     if a.n > 1 && a.ld < a.m {
         return Err(invalid(format!("ld {} below m {}", a.ld, a.m)));
+    }
+    if !gemm_batches_apart(a.m, a.n, a.ld, a.stride, a.batch) {
+        return Err(invalid(format!("batches {} apart overlap ({} x {}, ld {})", a.stride, a.m, a.n, a.ld)));
     }
     Ok(a)
 }
@@ -125,18 +49,22 @@ mod tests {
 
     #[test]
     fn relu_clamps_and_gelu_follows_its_tanh_approximation() {
-        assert_eq!([-2.5f32, -0.0, 0.0, 3.25].map(|x| Op::Relu.apply(x)), [0.0, 0.0, 0.0, 3.25]);
+        assert_eq!([-2.5f32, -0.0, 0.0, 3.25].map(|x| ActivationOp::Relu.apply(x)), [0.0, 0.0, 0.0, 3.25]);
         // GELU(x) ~ x for large x, ~ 0 for very negative x, 0 at 0, and its value at 1.
-        assert_eq!(Op::Gelu.apply(0.0), 0.0);
-        assert!((Op::Gelu.apply(1.0) - 0.841_192).abs() < 1e-6, "{}", Op::Gelu.apply(1.0));
-        assert!((Op::Gelu.apply(6.0) - 6.0).abs() < 1e-6 && Op::Gelu.apply(-6.0).abs() < 1e-6);
+        assert_eq!(ActivationOp::Gelu.apply(0.0), 0.0);
+        assert!((ActivationOp::Gelu.apply(1.0) - 0.841_192).abs() < 1e-6, "{}", ActivationOp::Gelu.apply(1.0));
+        assert!((ActivationOp::Gelu.apply(6.0) - 6.0).abs() < 1e-6 && ActivationOp::Gelu.apply(-6.0).abs() < 1e-6);
     }
 
     #[test]
     fn columns_and_batches_set_the_span() {
-        let a = Activation { op: Op::Relu, m: 3, n: 2, ld: 5, stride: 12, batch: 2, element: GemmElement::F16 };
+        let a =
+            Activation { op: ActivationOp::Relu, m: 3, n: 2, ld: 5, stride: 12, batch: 2, element: GemmElement::F16 };
         assert_eq!(a.columns().collect::<Vec<_>>(), [0, 5, 12, 17]);
         assert_eq!(a.span(), 12 + 5 + 3);
         assert_eq!(Activation { batch: 0, ..a }.span(), 0);
+        // m 0: nothing touched, no column (though n and the batches are not 0).
+        assert_eq!(Activation { m: 0, ..a }.span(), 0);
+        assert_eq!(Activation { m: 0, ..a }.columns().count(), 0);
     }
 }

@@ -13,8 +13,8 @@
 //!
 //! `dft_ex` takes `dft_f32`'s parameters and `u32 types` last: the input's element type in bits
 //! 0-3, the output's in 4-7, each `f32`, binary16 or bfloat16 ([`GemmElement`]'s codes). It reads
-//! half-precision elements exactly, computes as `dft_f32` does, and rounds what it writes to
-//! nearest, ties to even: cuFFT's half-precision transforms, computed at least as precisely.
+//! half-precision elements exactly, computes as `dft_f32` does, and rounds each of that `f32`
+//! result to the output's type (to nearest, ties to even): cuFFT's half-precision transforms.
 
 pub use ac_proto::backend::builtin::{Dft, DftKind, DftStrides, GemmElement};
 use ac_proto::backend::ParamKind::{self, Ptr, U32, U64};

@@ -1,5 +1,5 @@
-//! A planned transform and the passes that compute it: one launch of the builtin `dft_f32` or
-//! `dft_f64` per dimension (a multi-dimensional DFT is separable), reading the program's input,
+//! A planned transform and the passes that compute it: one launch of the builtin `dft_f32`,
+//! `dft_f64` or (half precision) `dft_ex` per dimension (a multi-dimensional DFT is separable), reading the program's input,
 //! writing its output, and in between two scratch buffers of the plan's, packed. Plain
 //! functions over the plan: no I/O, tested here.
 

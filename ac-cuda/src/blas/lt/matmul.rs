@@ -14,7 +14,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
 use ac_frontend::KernelArg;
-use ac_proto::backend::builtin::GemmElement;
+use ac_proto::backend::builtin::{Activation, ActivationOp, GemmElement};
 
 use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::super::{guard, handle, Target};
@@ -25,29 +25,22 @@ use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
 /// `CUBLASLT_EPILOGUE_DEFAULT`, `_RELU`, `_BIAS`, `_RELU_BIAS`, `_GELU` and `_GELU_BIAS`.
-const EPILOGUE_DEFAULT: u32 = 1;
-const EPILOGUE_RELU: u32 = 2;
-const EPILOGUE_BIAS: u32 = 4;
+pub(super) const EPILOGUE_DEFAULT: u32 = 1;
+pub(super) const EPILOGUE_RELU: u32 = 2;
+pub(super) const EPILOGUE_BIAS: u32 = 4;
 const EPILOGUE_RELU_BIAS: u32 = EPILOGUE_RELU | EPILOGUE_BIAS;
-const EPILOGUE_GELU: u32 = 32;
+pub(super) const EPILOGUE_GELU: u32 = 32;
 const EPILOGUE_GELU_BIAS: u32 = EPILOGUE_GELU | EPILOGUE_BIAS;
 
-/// An epilogue's activation: its `blas_activation` op (0 ReLU, 1 GELU).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Activation {
-    Relu = 0,
-    Gelu = 1,
-}
-
 /// What epilogue `code` adds to the product: whether a bias, and which activation after it.
-fn epilogue(code: u32) -> CuResult<(bool, Option<Activation>)> {
+fn epilogue(code: u32) -> CuResult<(bool, Option<ActivationOp>)> {
     Ok(match code {
         EPILOGUE_DEFAULT => (false, None),
         EPILOGUE_BIAS => (true, None),
-        EPILOGUE_RELU => (false, Some(Activation::Relu)),
-        EPILOGUE_RELU_BIAS => (true, Some(Activation::Relu)),
-        EPILOGUE_GELU => (false, Some(Activation::Gelu)),
-        EPILOGUE_GELU_BIAS => (true, Some(Activation::Gelu)),
+        EPILOGUE_RELU => (false, Some(ActivationOp::Relu)),
+        EPILOGUE_RELU_BIAS => (true, Some(ActivationOp::Relu)),
+        EPILOGUE_GELU => (false, Some(ActivationOp::Gelu)),
+        EPILOGUE_GELU_BIAS => (true, Some(ActivationOp::Gelu)),
         other => {
             return unserved(format!("epilogue {other} (DEFAULT, BIAS, RELU, RELU_BIAS, GELU, GELU_BIAS are served)"))
         }
@@ -71,7 +64,7 @@ struct Plan {
     /// that add one.
     bias: Option<(u64, i64)>,
     /// The activation applied to D last, and D's element type.
-    activation: Option<(Activation, GemmElement)>,
+    activation: Option<(ActivationOp, GemmElement)>,
     /// C's leading dimension, for checking it against D's.
     ldc: i64,
 }
@@ -346,14 +339,14 @@ unsafe fn add_bias(target: Target, plan: &Plan, bias: u64, bias_stride: i64, d: 
     launch(target, add_bias)
 }
 
-/// Applies `f` to D's elements of type `element` in place (`blas_activation`), every batch.
-fn activate(target: Target, plan: &Plan, f: Activation, element: GemmElement, d: u64) -> CuResult<()> {
+/// Applies `op` to D's elements of type `element` in place (`blas_activation`), every batch.
+fn activate(target: Target, plan: &Plan, op: ActivationOp, element: GemmElement, d: u64) -> CuResult<()> {
     let [m, n, _] = plan.mnk.map(|v| v as u64);
     let (ld, stride, batch) = (plan.ld[2] as u64, plan.offsets[3] as u64, plan.batch as u64);
-    let span = (batch - 1).saturating_mul(stride).saturating_add((n - 1).saturating_mul(ld)).saturating_add(m);
-    let matrix = super::super::gemm::matrix(target, d, span, element.bytes())?;
+    let a = Activation { op, m, n, ld, stride, batch, element };
+    let matrix = super::super::gemm::matrix(target, d, a.span(), element.bytes())?;
     let u = |v: u64| KernelArg::U32(v as u32);
-    let args = [u(f as u64), u(m), u(n), matrix, u(ld), KernelArg::U64(stride), u(batch), u(element as u64)];
+    let args = [u(op.code().into()), u(m), u(n), matrix, u(ld), KernelArg::U64(stride), u(batch), u(element as u64)];
     target.launch("blas_activation", &args, m.saturating_mul(n).saturating_mul(batch), 256)
 }
 
@@ -414,10 +407,10 @@ mod tests {
         let desc = MatmulDesc { bias: 0x1000, ..matmul_desc(68, 0) };
         let plain = layouts([0, 0]);
         for (code, bias, f) in [
-            (2, None, Activation::Relu),
-            (6, Some((0x1000, 0)), Activation::Relu),
-            (32, None, Activation::Gelu),
-            (36, Some((0x1000, 0)), Activation::Gelu),
+            (2, None, ActivationOp::Relu),
+            (6, Some((0x1000, 0)), ActivationOp::Relu),
+            (32, None, ActivationOp::Gelu),
+            (36, Some((0x1000, 0)), ActivationOp::Gelu),
         ] {
             let p = planned(&MatmulDesc { epilogue: code, ..desc }, &plain).unwrap();
             assert_eq!((p.bias, p.activation), (bias, Some((f, GemmElement::F32))), "epilogue {code}");
@@ -425,7 +418,7 @@ mod tests {
         // D's type is the activation's; none on f64 matrices.
         let half = [2u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
         let p = planned(&MatmulDesc { epilogue: 6, ..desc }, &half).unwrap();
-        assert_eq!(p.activation, Some((Activation::Relu, GemmElement::F16)));
+        assert_eq!(p.activation, Some((ActivationOp::Relu, GemmElement::F16)));
         let double = [1u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
         let double_desc = MatmulDesc { epilogue: 32, scale_type: 1, compute_type: 70, ..desc };
         assert_eq!(planned(&double_desc, &double).unwrap_err().code(), code::NOT_SUPPORTED);
