@@ -15,8 +15,10 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::matmul::{EPILOGUE_BIAS, EPILOGUE_DEFAULT, EPILOGUE_GELU, EPILOGUE_RELU};
-use super::{bytes_of, get_attribute, read, set_attribute, unserved, write, Layout, MatmulDesc, Record};
+use super::{
+    bytes_of, get_attribute, read, set_attribute, unserved, write, Layout, MatmulDesc, Record, EPILOGUE_BIAS,
+    EPILOGUE_DEFAULT, EPILOGUE_GELU, EPILOGUE_RELU,
+};
 use crate::blas::gemm::Types;
 use crate::blas::gemm_ex::{ex_types, scale_type};
 use crate::blas::{guard, handle};

@@ -19,17 +19,12 @@ use ac_proto::backend::builtin::{Activation, ActivationOp, GemmElement};
 use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::super::{guard, handle, Target};
 use super::algo::{served_types, Algo, ALGO_BYTES};
-use super::{read, write, Layout, MatmulDesc};
+use super::{read, write, Layout, MatmulDesc, EPILOGUE_BIAS, EPILOGUE_DEFAULT, EPILOGUE_GELU, EPILOGUE_RELU};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
-/// `CUBLASLT_EPILOGUE_DEFAULT`, `_RELU`, `_BIAS`, `_RELU_BIAS`, `_GELU` and `_GELU_BIAS`.
-pub(super) const EPILOGUE_DEFAULT: u32 = 1;
-pub(super) const EPILOGUE_RELU: u32 = 2;
-pub(super) const EPILOGUE_BIAS: u32 = 4;
 const EPILOGUE_RELU_BIAS: u32 = EPILOGUE_RELU | EPILOGUE_BIAS;
-pub(super) const EPILOGUE_GELU: u32 = 32;
 const EPILOGUE_GELU_BIAS: u32 = EPILOGUE_GELU | EPILOGUE_BIAS;
 
 /// What epilogue `code` adds to the product: whether a bias, and which activation after it.

@@ -32,6 +32,13 @@ const MATMUL_DESC_MARK: u32 = u32::from_le_bytes(*b"acLm");
 const LAYOUT_MARK: u32 = u32::from_le_bytes(*b"acLl");
 const PREFERENCE_MARK: u32 = u32::from_le_bytes(*b"acLp");
 
+/// `CUBLASLT_EPILOGUE_DEFAULT`, `_RELU`, `_BIAS` and `_GELU`: the epilogues the matmul serves
+/// (and `_RELU_BIAS`, `_GELU_BIAS`, their sums), which its algorithm's capability names.
+const EPILOGUE_DEFAULT: u32 = 1;
+const EPILOGUE_RELU: u32 = 2;
+const EPILOGUE_BIAS: u32 = 4;
+const EPILOGUE_GELU: u32 = 32;
+
 /// A `cublasLtMatmulDesc_t`'s record.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
