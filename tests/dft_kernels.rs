@@ -61,13 +61,12 @@ pub async fn half_precision_transforms_round_to_their_types(acc: &Accelerator, b
         let read_back = |bytes: &[u8], t: GemmElement| -> Vec<f32> {
             bytes.chunks_exact(t.bytes() as usize).map(|e| t.load(e)).collect()
         };
-        let mut want = read_back(&stored(&marker, types[1]), types[1]);
-        let exact_input: Vec<f64> = read_back(&stored(&input, types[0]), types[0]).into_iter().map(f64::from).collect();
-        let mut want_f64: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-        run(&d, &exact_input, &mut want_f64);
-        for (w, v) in want.iter_mut().zip(&want_f64) {
-            *w = *v as f32;
-        }
+        // The transform in f64 of what the buffers hold as stored, then as f32.
+        let as_stored =
+            |values: &[f32], t| -> Vec<f64> { read_back(&stored(values, t), t).into_iter().map(f64::from).collect() };
+        let mut want_f64 = as_stored(&marker, types[1]);
+        run(&d, &as_stored(&input, types[0]), &mut want_f64);
+        let want: Vec<f32> = want_f64.iter().map(|&v| v as f32).collect();
         let (din, dout) = (
             acc.alloc_from(&stored(&input, types[0])).await.unwrap(),
             acc.alloc_from(&stored(&marker, types[1])).await.unwrap(),
