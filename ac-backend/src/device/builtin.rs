@@ -25,12 +25,13 @@
 //! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
 //! | `blas_activation` | `(u32 op, u32 m, u32 n, void* D, u32 ld, u64 stride, u32 batch, u32 type)`: ReLU (op 0) or GELU's tanh approximation (1) in place on column-major matrices of `f32`, `f16` or `bf16` ([`super::activation`]) | `D_b = f(D_b)` |
+//! | `blas_copy` | `(u32 n, u32 width, const void* x, i64 incx, void* y, i64 incy)`: BLAS's copy of `n` elements of `width` bytes (1, 2, 4, 8 or 16), a negative increment reading its vector backwards ([`super::vector_copy`]) | `y_i = x_i` |
 //! | `dft_ex` | `dft_f32`'s, and `u32 types`: the input and the output each `f32`, `f16` or `bf16`, computed as `dft_f32` ([`super::dft`]) | the same |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, activation, dft, gemm, lu, packed, qr, structured, trsm};
+use super::{abs_reduce, activation, dft, gemm, lu, packed, qr, structured, trsm, vector_copy};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -85,6 +86,7 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_ctpttr", &packed::PARAMS),
     ("blas_ztpttr", &packed::PARAMS),
     ("blas_activation", &activation::PARAMS),
+    ("blas_copy", &vector_copy::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
     ("dft_ex", &dft::PARAMS_EX),
@@ -144,6 +146,10 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
         "blas_activation" => {
             let a = activation::shape(name, args)?;
             vec![(activation::MATRIX, a.span(), a.element.bytes())]
+        }
+        "blas_copy" => {
+            let copy = vector_copy::shape(name, args)?;
+            vector_copy::VECTORS.into_iter().zip(copy.spans()).map(|(i, span)| (i, span, copy.width)).collect()
         }
         "dft_f32" | "dft_f64" | "dft_ex" => {
             let widths = dft::widths(name, args)?;
@@ -215,6 +221,7 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
             let a = activation::shape(name, args)?;
             a.m.saturating_mul(a.n).saturating_mul(a.batch)
         }
+        "blas_copy" => vector_copy::shape(name, args)?.n,
         "dft_f32" | "dft_f64" | "dft_ex" => dft::shape(name, args)?.work(),
         other => return Err(WireError::new(ErrorKind::UnknownKernel, format!("no builtin kernel `{other}`"))),
     })

@@ -39,6 +39,7 @@ pub mod served;
 pub mod stream_workers;
 pub mod structured;
 pub mod trsm;
+pub mod vector_copy;
 pub mod worker;
 
 use std::sync::Arc;

@@ -17,12 +17,14 @@
 //!
 //! `alpha` and `beta` are read once, after the checks (from device memory after the work queued
 //! before: such a call waits). Each term is rounded as it is added (exact on small integers, in
-//! the last place otherwise, against cuBLAS's order). Negative increments are not served.
-//! tbmv's copy is work a graph does not record: while its stream captures, it is refused.
+//! the last place otherwise, against cuBLAS's order). A vector BLAS reads backwards (a negative
+//! increment) is read forwards from a copy ([`super::contiguous`]). tbmv's copy, and those,
+//! are work a graph does not record: while its stream captures, such a call is refused.
 
 use std::ffi::{c_int, c_longlong};
 
 use super::gemm::{launch, product, scalar_parts, GemmCall, Operand, Precision, Scalar};
+use super::contiguous::{forwards, in_place, Along};
 use super::structured::copy_of;
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
@@ -64,7 +66,7 @@ impl Band {
     }
 
     /// Refuses what cuBLAS refuses (negative sizes, an `lda` below the diagonals stored, an
-    /// increment of 0) and what the shim does not serve (negative increments), for `what`.
+    /// increment of 0), for `what`.
     pub fn check(&self, what: &str, incs: &[c_int]) -> CuResult<()> {
         let b = self;
         let stored = i64::from(b.kl) + i64::from(b.ku);
@@ -75,10 +77,7 @@ impl Band {
             );
             return Err(Error::said(code::INVALID_VALUE, why));
         }
-        match incs.iter().find(|&&inc| inc < 0) {
-            Some(inc) => Err(Error::said(code::NOT_SUPPORTED, format!("{what}: increment {inc}: only positive ones"))),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Whether the matrix has no element.
@@ -310,6 +309,11 @@ pub(super) unsafe fn tbmv(
     if band.is_empty() {
         return Ok(());
     }
+    if incx < 0 {
+        return in_place(target, precision, "tbmv of a vector read backwards", n, (x, incx), |x| {
+            tbmv(target, precision, codes, [n, k], a, x)
+        });
+    }
     // The products read x while they write it: its old values through a copy.
     let span = (n as u64 - 1) * incx as u64 + 1;
     let copy = copy_of(target, x, span * precision.bytes() as u64)?;
@@ -317,16 +321,23 @@ pub(super) unsafe fn tbmv(
     calls.into_iter().try_for_each(|call| launch(target, call))
 }
 
-/// Launches `calls` on handle `h`'s target, made by `make` with the handle's way of reading
-/// scalars (host or device memory as its pointer mode says).
+/// Launches `calls` on handle `h`'s target, made by `make` from the call's `x` and `y` read
+/// forwards ([`forwards`]: `what` names the call) with the handle's way of reading scalars
+/// (host or device memory as its pointer mode says).
 unsafe fn launch_calls(
     h: usize,
     precision: Precision,
-    make: impl FnOnce(Read) -> CuResult<Vec<GemmCall>>,
+    what: &str,
+    [x, y]: [(c_int, (u64, c_int)); 2],
+    make: impl FnOnce(Read, Vector, Vector) -> CuResult<Vec<GemmCall>>,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
     let read = |scalar| unsafe { scalar_parts(target, precision, scalar) };
-    make(&read)?.into_iter().try_for_each(|call| launch(target, call))
+    let vectors = [Along::read(precision, x.0, x.1), Along::written(precision, y.0, y.1)];
+    forwards(target, what, vectors, |[(x, incx), (y, incy)]| {
+        let (x, y) = ((Operand::Memory(x), incx), (Operand::Memory(y), incy));
+        make(&read, x, y)?.into_iter().try_for_each(|call| launch(target, call))
+    })
 }
 
 /// Defines `cublas<T>gbmv` for element type `$t`.
@@ -352,9 +363,12 @@ macro_rules! gbmv_entry {
         ) -> u32 {
             let band = Band { ab, lda, rows: m, cols: n, kl, ku };
             let scalars = [Scalar::At(alpha.cast()), Scalar::At(beta.cast())];
-            let (x, y) = ((Operand::Memory(x), incx), (Operand::Memory(y), incy));
+            let (x_len, y_len) = if trans == 0 { (n, m) } else { (m, n) };
+            let vectors = [(x_len, (x, incx)), (y_len, (y, incy))];
             guard(stringify!($name), || {
-                launch_calls(h, $precision, |read| gbmv_calls($precision, trans, &band, scalars, x, y, read))
+                launch_calls(h, $precision, "gbmv", vectors, |read, x, y| {
+                    gbmv_calls($precision, trans, &band, scalars, x, y, read)
+                })
             })
         }
     };
@@ -381,9 +395,9 @@ macro_rules! symmetric_entry {
         ) -> u32 {
             let band = Band::triangle(uplo, n, k, (ab, lda));
             let scalars = [Scalar::At(alpha.cast()), Scalar::At(beta.cast())];
-            let (x, y) = ((Operand::Memory(x), incx), (Operand::Memory(y), incy));
+            let what = if $hermitian { "hbmv" } else { "sbmv" };
             guard(stringify!($name), || {
-                launch_calls(h, $precision, |read| {
+                launch_calls(h, $precision, what, [(n, (x, incx)), (n, (y, incy))], |read, x, y| {
                     symmetric_calls($precision, $hermitian, uplo, &band, scalars, x, y, read)
                 })
             })
@@ -455,7 +469,6 @@ mod tests {
         assert_eq!(sbmv(0, [3, 2, 2], 1, 1).unwrap_err().code(), code::INVALID_VALUE, "lda below k + 1");
         assert_eq!(sbmv(0, [3, 1, 2], 0, 1).unwrap_err().code(), code::INVALID_VALUE, "incx 0");
         assert_eq!(sbmv(2, [3, 1, 2], 1, 1).unwrap_err().code(), code::INVALID_VALUE, "uplo 2");
-        assert_eq!(sbmv(0, [3, 1, 2], -1, 1).unwrap_err().code(), code::NOT_SUPPORTED, "x backwards");
         // k 5 on a 3 x 3 matrix: diagonals 0, 1, 2 only.
         assert_eq!(sbmv(0, [3, 5, 6], 1, 1).unwrap().len(), 1 + 3 + 2);
         assert!(sbmv(0, [0, 5, 6], 1, 1).unwrap().is_empty(), "no elements: nothing read");

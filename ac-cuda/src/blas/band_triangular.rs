@@ -137,8 +137,9 @@ unsafe fn tbsv(
         return Ok(());
     }
     graph::refuse_if_capturing(target.stream, "tbsv")?;
-    if conjugates_strided(precision, trans, incx) {
-        // Each block's solve would conjugate a strided x: the whole x through one copy.
+    if conjugates_strided(precision, trans, incx) || incx < 0 {
+        // Each block's solve would conjugate a strided x, or read it backwards: the whole x
+        // through one forward copy.
         return in_place(target, precision, "tbsv", n, (x, incx), |x| tbsv(target, precision, codes, [n, k], a, x));
     }
     let (upper, bytes) = (uplo == 1, precision.bytes() as u64);

@@ -1,9 +1,20 @@
-//! Strided vectors that a routine must conjugate without transposing, which a gemm cannot:
-//! `her`'s and `her2`'s vectors (and `hpr`'s, `hpr2`'s), and `x` of `trmv`, `trsv`, `tpmv`,
-//! `tpsv` and `tbsv` with `op` C. Such a vector is gathered into a contiguous copy of the shim's
-//! (one gemm copying it, on the handle's stream), the routine runs on the copy with increment 1
-//! (where a gemm or a solve reads it as a column), and a copy that the routine wrote is scattered
-//! back (one more gemm); the gaps between the program's elements are never written.
+//! Vectors a routine cannot read where the program keeps them, handed to it as contiguous
+//! copies of the shim's:
+//!
+//! - strided vectors that a routine must conjugate without transposing, which a gemm cannot:
+//!   `her`'s and `her2`'s vectors (and `hpr`'s, `hpr2`'s), and `x` of `trmv`, `trsv`, `tpmv`,
+//!   `tpsv` and `tbsv` with `op` C;
+//! - vectors BLAS reads backwards: a negative increment puts element `i` of `n` at
+//!   `(n - 1 - i) |inc|` from the pointer, which no gemm's leading dimension can say. Every
+//!   level-1 and level-2 routine of two vectors or more takes them ([`forwards`]); one whose
+//!   vectors are all backwards pairs the same elements read forwards ([`pairwise`]) and needs no
+//!   copy. (Those of one vector, `scal`, `nrm2`, `asum` and `amax`, do nothing for a negative
+//!   increment, as BLAS does.)
+//!
+//! Such a vector is gathered into a contiguous copy (one launch of the builtin `blas_copy` on
+//! the handle's stream, reading it backwards where its increment is negative), the routine runs
+//! on the copy with increment 1, and a copy that the routine wrote is scattered back (one more
+//! launch); the gaps between the program's elements are never written.
 //!
 //! The copy is entered in the program's memory map for the length of the call, so that the
 //! routines check and address it as they do the program's own vectors, and leaves it when the
@@ -14,8 +25,10 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use super::gemm::{launch, GemmCall, Precision, Scalar};
-use super::vectors::axpby_call;
+use ac_frontend::KernelArg;
+use ac_proto::backend::builtin::VectorCopy;
+
+use super::gemm::{matrix, Precision};
 use super::Target;
 use crate::error::CuResult;
 use crate::graph;
@@ -24,15 +37,40 @@ use crate::state::{self, Allocation};
 /// A vector of the program's: its address and increment.
 type Vector = (u64, c_int);
 
+/// Threads of a `blas_copy` launch's block (a thread an element).
+const BLOCK: u32 = 256;
+
 /// Whether a routine with operation `trans` (C is 2) conjugates a vector of increment `inc`
 /// that a gemm could not read as a column: one not contiguous, of a complex type.
 pub(super) fn conjugates_strided(precision: Precision, trans: c_int, inc: c_int) -> bool {
     trans == 2 && precision.is_complex() && inc != 1
 }
 
-/// The gemm copying `n` elements of `x` into `y`, as `copy` does (`y` not read).
-pub(super) fn copying(precision: Precision, n: c_int, x: Vector, y: Vector) -> GemmCall {
-    axpby_call(precision, n, Scalar::Value(1.0), x, Scalar::Value(0.0), y)
+/// Two vectors whose elements a routine takes in pairs (`x_i` with `y_i`: dot, axpy, copy,
+/// swap, the rotations): both read backwards pair the same elements as both read forwards, so
+/// they are given forwards; otherwise as they are.
+pub(super) fn pairwise((x, incx): Vector, (y, incy): Vector) -> (Vector, Vector) {
+    if incx < 0 && incy < 0 {
+        ((x, -incx), (y, -incy))
+    } else {
+        ((x, incx), (y, incy))
+    }
+}
+
+/// Launches `blas_copy` on the target's stream: `n` elements of `width` bytes from `x` to `y`,
+/// each read backwards where its increment is negative.
+fn copy(target: Target, n: c_int, width: u64, (x, incx): Vector, (y, incy): Vector) -> CuResult<()> {
+    let n = n as u64;
+    let at = |(address, inc): Vector| matrix(target, address, VectorCopy::span(n, inc.into()), width);
+    let args = [
+        KernelArg::U32(n as u32),
+        KernelArg::U32(width as u32),
+        at((x, incx))?,
+        KernelArg::I64(incx.into()),
+        at((y, incy))?,
+        KernelArg::I64(incy.into()),
+    ];
+    target.launch("blas_copy", &args, n, BLOCK)
 }
 
 /// A buffer of the shim's entered in the program's memory map until dropped.
@@ -66,32 +104,38 @@ impl Drop for Entered {
     }
 }
 
-/// A vector of the program's as a routine reads it: itself when contiguous, else a gathered
-/// copy.
+/// A vector of the program's as a routine reads it: itself, or a gathered copy.
 pub(super) struct Contiguous {
-    precision: Precision,
     n: c_int,
+    width: u64,
     vector: Vector,
     copy: Option<Entered>,
 }
 
 impl Contiguous {
-    /// The program's `n` elements at `vector` as a contiguous vector on the target's stream;
-    /// a strided one is gathered (refused while the stream captures: `what` names the call).
-    pub(super) unsafe fn gather(
+    /// The program's `n` elements of `width` bytes at `vector` as a contiguous vector on the
+    /// target's stream; a strided or backwards one is gathered (refused while the stream
+    /// captures: `what` names the call).
+    pub(super) unsafe fn gather(target: Target, width: u64, what: &str, n: c_int, vector: Vector) -> CuResult<Self> {
+        Self::gathered_if(vector.1 != 1, target, width, what, n, vector)
+    }
+
+    /// The program's vector as [`Contiguous::gather`] gives it if `needed`, else as it is.
+    pub(super) unsafe fn gathered_if(
+        needed: bool,
         target: Target,
-        precision: Precision,
+        width: u64,
         what: &str,
         n: c_int,
         vector: Vector,
     ) -> CuResult<Self> {
-        if vector.1 == 1 || n <= 0 {
-            return Ok(Contiguous { precision, n, vector, copy: None });
+        if !needed || n <= 0 {
+            return Ok(Contiguous { n, width, vector, copy: None });
         }
         graph::refuse_if_capturing(target.stream, what)?;
-        let copy = Entered::new(target.device, n as u64 * precision.bytes() as u64)?;
-        launch(target, copying(precision, n, vector, (copy.at, 1)))?;
-        Ok(Contiguous { precision, n, vector, copy: Some(copy) })
+        let entered = Entered::new(target.device, n as u64 * width)?;
+        copy(target, n, width, vector, (entered.at, 1))?;
+        Ok(Contiguous { n, width, vector, copy: Some(entered) })
     }
 
     /// The vector a routine reads: the copy, with increment 1, or the program's own.
@@ -99,17 +143,17 @@ impl Contiguous {
         self.copy.as_ref().map_or(self.vector, |copy| (copy.at, 1))
     }
 
-    /// Writes the copy back over the program's strided vector (nothing for a contiguous one).
+    /// Writes the copy back over the program's vector (nothing where it had no copy).
     pub(super) unsafe fn scatter(self, target: Target) -> CuResult<()> {
         match &self.copy {
-            Some(copy) => launch(target, copying(self.precision, self.n, (copy.at, 1), self.vector)),
+            Some(entered) => copy(target, self.n, self.width, (entered.at, 1), self.vector),
             None => Ok(()),
         }
     }
 }
 
-/// Runs `routine` on the program's `n` elements at `vector`, strided or not, as a contiguous
-/// vector that it may write (gathered and scattered back if strided).
+/// Runs `routine` on the program's `n` elements at `vector`, strided, backwards or contiguous,
+/// as a contiguous vector that it may write (gathered and scattered back if not contiguous).
 pub(super) unsafe fn in_place(
     target: Target,
     precision: Precision,
@@ -118,14 +162,66 @@ pub(super) unsafe fn in_place(
     vector: Vector,
     routine: impl FnOnce(Vector) -> CuResult<()>,
 ) -> CuResult<()> {
-    let contiguous = Contiguous::gather(target, precision, what, n, vector)?;
+    let contiguous = Contiguous::gather(target, precision.bytes() as u64, what, n, vector)?;
     routine(contiguous.vector())?;
     contiguous.scatter(target)
 }
 
+/// A vector of a BLAS call: `n` elements of `width` bytes at `vector`, which the routine
+/// writes or only reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Along {
+    pub n: c_int,
+    pub width: u64,
+    pub vector: Vector,
+    pub written: bool,
+}
+
+impl Along {
+    /// `n` elements of `precision` that the routine reads.
+    pub fn read(precision: Precision, n: c_int, vector: Vector) -> Along {
+        Along { n, width: precision.bytes() as u64, vector, written: false }
+    }
+
+    /// `n` elements of `precision` that the routine writes (and may read).
+    pub fn written(precision: Precision, n: c_int, vector: Vector) -> Along {
+        Along { written: true, ..Along::read(precision, n, vector) }
+    }
+}
+
+/// Whether any of a call's vectors is read backwards (a negative increment).
+fn any_backwards(vectors: &[Along]) -> bool {
+    vectors.iter().any(|v| v.vector.1 < 0)
+}
+
+/// Runs `routine` on a call's vectors read forwards: each one BLAS reads backwards gathered
+/// into a forward copy (refused while the stream captures: `what` names the call), and the
+/// copies of those it writes scattered back once it returns. The others are passed as they are.
+pub(super) unsafe fn forwards<const N: usize, R>(
+    target: Target,
+    what: &str,
+    vectors: [Along; N],
+    routine: impl FnOnce([Vector; N]) -> CuResult<R>,
+) -> CuResult<R> {
+    if !any_backwards(&vectors) {
+        return routine(vectors.map(|v| v.vector));
+    }
+    let what = format!("{what} of a vector read backwards");
+    let mut copies = Vec::with_capacity(N);
+    for v in vectors {
+        copies.push(Contiguous::gathered_if(v.vector.1 < 0, target, v.width, &what, v.n, v.vector)?);
+    }
+    let out = routine(std::array::from_fn(|i| copies[i].vector()))?;
+    for (v, copy) in vectors.iter().zip(copies) {
+        if v.written {
+            copy.scatter(target)?;
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::gemm::Operand;
     use super::*;
 
     #[test]
@@ -139,13 +235,20 @@ mod tests {
     }
 
     #[test]
-    fn a_copy_reads_one_vector_over_its_increment_into_the_other() {
-        let call = copying(Precision::ComplexDouble, 5, (0x1000, 3), (0x2000, 1));
-        let shape = super::super::gemm::check(&call).unwrap();
-        // A 1 x 5 row of x, 3 apart, times the constant one, into a contiguous row.
-        assert_eq!((call.m, call.n, call.k), (1, 5, 1));
-        assert_eq!(call.ld, [1, 3, 1]);
-        assert_eq!(shape.footprints(), [1, 13, 5]);
-        assert!(matches!(call.matrices, [Operand::One, Operand::Memory(0x1000), Operand::Memory(0x2000)]));
+    fn two_vectors_both_backwards_pair_as_both_forwards() {
+        assert_eq!(pairwise((0x10, -2), (0x20, -3)), ((0x10, 2), (0x20, 3)));
+        // One backwards: no pairing of forward reads gives its pairs.
+        assert_eq!(pairwise((0x10, -2), (0x20, 3)), ((0x10, -2), (0x20, 3)));
+        assert_eq!(pairwise((0x10, 2), (0x20, -3)), ((0x10, 2), (0x20, -3)));
+        assert_eq!(pairwise((0x10, 2), (0x20, 3)), ((0x10, 2), (0x20, 3)));
+    }
+
+    #[test]
+    fn a_call_needs_copies_only_for_vectors_read_backwards() {
+        let x = Along::read(Precision::ComplexDouble, 5, (0x10, 3));
+        let y = Along::written(Precision::Half, 5, (0x20, 1));
+        assert_eq!((x.width, x.written, y.width, y.written), (16, false, 2, true));
+        assert!(!any_backwards(&[x, y]));
+        assert!(any_backwards(&[x, Along { vector: (0x20, -1), ..y }]));
     }
 }

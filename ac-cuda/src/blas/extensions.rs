@@ -12,13 +12,15 @@
 //! geam is two such batches: the term of the operand that `C` is (in place, as cuBLAS allows
 //! it: the same matrix, leading dimension and no transpose), else `B`'s, into `C` (`t = 0`,
 //! `C` not read), then the other added (`t = 1`). A scalar of 0 leaves its matrix unread (the
-//! gemm's `alpha = 0`), as cuBLAS's geam does. A negative `incx` (`x` read backwards) is not
-//! served. A zero product in dgmm comes out `+0` where cuBLAS's may be `-0` (the gemm's sum
+//! gemm's `alpha = 0`), as cuBLAS's geam does. A negative `incx` (`x` read backwards) is read
+//! forwards from a copy ([`super::contiguous`]). A zero product in dgmm comes out `+0` where cuBLAS's may be `-0` (the gemm's sum
 //! starts at `+0`, as reference BLAS's does); every value is otherwise the same.
 
 use std::ffi::{c_int, c_longlong};
 
+use super::contiguous::Along;
 use super::gemm::{launch, product, GemmCall, Operand, Precision, Scalar};
+use super::vectors::launch_forwards;
 use super::{guard, handle};
 use crate::error::{code, CuResult, Error};
 
@@ -111,9 +113,6 @@ fn dgmm_call(
         let why = format!("dgmm: side {side}, m {m}, n {n}, lda {}, ldc {} (in place, lda must be ldc)", a.1, c.1);
         return Err(Error::said(code::INVALID_VALUE, why));
     }
-    if incx < 0 {
-        return Err(Error::said(code::NOT_SUPPORTED, format!("dgmm: incx {incx} (x read backwards) is not served")));
-    }
     if m == 0 || n == 0 {
         return Ok(None);
     }
@@ -183,10 +182,8 @@ macro_rules! typed {
         ) -> u32 {
             guard(stringify!($dgmm), || {
                 let target = handle(h)?.target();
-                match dgmm_call($precision, side, [m, n], (a, lda), (x, incx), (c, ldc))? {
-                    Some(call) => launch(target, call),
-                    None => Ok(()),
-                }
+                let x = Along::read($precision, if side == 1 { n } else { m }, (x, incx));
+                launch_forwards(target, "dgmm", [x], |[x]| dgmm_call($precision, side, [m, n], (a, lda), x, (c, ldc)))
             })
         }
     };
@@ -255,9 +252,7 @@ mod tests {
         let left = dgmm_call(Precision::Single, 0, [3, 4], (A, 5), (X, 2), (C, 3)).unwrap().unwrap();
         assert_eq!((at(left.matrices[0]), left.batch, left.stride, left.m, left.n), (X, 3, [2, 1, 1], 1, 4));
         assert_eq!(spans(&left), [2 * 2 + 1, 2 + 3 * 5 + 1, 2 + 3 * 3 + 1]);
-        // A backwards x is not served; in place with another ld is refused.
-        let backwards = dgmm_call(Precision::Single, 0, [3, 4], (A, 5), (X, -1), (C, 3));
-        assert_eq!(backwards.unwrap_err().code(), code::NOT_SUPPORTED);
+        // In place with another ld is refused.
         let in_place = dgmm_call(Precision::Single, 0, [3, 4], (C, 5), (X, 1), (C, 3));
         assert_eq!(in_place.unwrap_err().code(), code::INVALID_VALUE);
     }

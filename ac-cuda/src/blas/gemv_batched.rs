@@ -8,7 +8,8 @@
 //! Each is [`super::vectors`]'s gemv as a gemm ([`gemv_call`]), batched: one strided launch
 //! (for the pointer arrays, when each array's operands are evenly spaced, else a launch a
 //! product). The conjugate transpose into a strided `y` is a batch already (one product an
-//! element of `y`), so it is a launch a product.
+//! element of `y`), so it is a launch a product. Vectors read backwards (a negative increment)
+//! are not served here (`CUBLAS_STATUS_NOT_SUPPORTED`), as they are in the unbatched gemv.
 
 use std::ffi::{c_int, c_longlong, c_void};
 
@@ -36,6 +37,10 @@ fn one_product(
     let (alpha, beta) = (Scalar::At(alpha), Scalar::At(beta));
     let call = gemv_call(types.precision, trans, [m, n], alpha, (Operand::Memory(1), lda), (2, incx), beta, (3, incy))?;
     let Some(call) = call else { return Ok(None) };
+    if incx < 0 || incy < 0 {
+        let why = format!("incx {incx}, incy {incy}: batches of vectors read backwards are not served");
+        return Err(Error::said(code::NOT_SUPPORTED, why));
+    }
     let roles = call.matrices.map(|operand| match operand {
         Operand::Memory(at) => at as usize - 1,
         _ => unreachable!("gemv_call's operands are the ones given"),
@@ -226,6 +231,17 @@ mod tests {
         // C into a strided y: a batch over y's elements already.
         let (call, roles) = roles_of(Types::uniform(Precision::ComplexSingle), 2, 3);
         assert_eq!((roles, call.batch), ([0, 1, 2], 9));
+    }
+
+    #[test]
+    fn vectors_read_backwards_are_refused_after_what_cublas_refuses() {
+        let product = |lda, incx, incy| {
+            let operands = [(0, lda, 0), (0, incx, 0), (0, incy, 0)];
+            one_product(Types::uniform(Precision::Single), 0, [13, 9], [std::ptr::null(); 2], operands)
+        };
+        assert_eq!(product(16, -2, 1).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert_eq!(product(16, 2, -1).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert_eq!(product(12, -2, 1).unwrap_err().code(), code::INVALID_VALUE, "lda below m first");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::stream::stream_of;
 type Vector = (u64, c_int);
 
 /// Refuses what cuBLAS refuses of a call on a packed `n x n` triangle (as of one stored in a
-/// square, [`triangle_vectors::check`]) and what the shim does not serve; gives whether there
+/// square, [`triangle_vectors::check`]); gives whether there
 /// is work ([`has_work`]).
 fn check(target: Target, what: &str, uplo: c_int, n: c_int, incs: &[c_int]) -> CuResult<bool> {
     triangle_vectors::check(what, uplo, n, n.max(1), incs)?;

@@ -14,7 +14,9 @@
 //! | `swap` | `[0 1; 1 0]` |
 //!
 //! The copy is work that a graph capture does not record, so these calls are refused while
-//! their stream captures. `c`, `s` and `param` are read on the host (from device memory in
+//! their stream captures. A vector BLAS reads backwards (a negative increment) is read
+//! forwards from a copy, both written back after ([`super::contiguous`]); two both backwards
+//! pair as both forwards and need none. `c`, `s` and `param` are read on the host (from device memory in
 //! `CUBLAS_POINTER_MODE_DEVICE`, after the stream's work: the call waits). A coefficient of 0
 //! does not read its vector (a gemm's zero alpha or beta reads no operand), so a NaN or an
 //! infinity there does not reach the result, as it would in cuBLAS's `c x + s y`.
@@ -36,6 +38,7 @@ use num_traits::Float;
 
 use super::gemm::{check, launch, load, product, scalar_parts, scalar_value, Operand, Precision, Scalar};
 use super::structured::copy_of;
+use super::contiguous::{forwards, pairwise, Along};
 use super::vectors::{served_increments, store};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
@@ -65,10 +68,22 @@ struct Pair {
 unsafe fn transform(
     target: Target,
     precision: Precision,
+    Pair { n, x, y }: Pair,
+    h: Transform,
+) -> CuResult<()> {
+    served_increments(&[x.1, y.1])?;
+    let (x, y) = pairwise(x, y);
+    let vectors = [x, y].map(|v| Along::written(precision, n, v));
+    forwards(target, "rot, rotm or swap", vectors, |[x, y]| transform_forwards(target, precision, Pair { n, x, y }, h))
+}
+
+/// [`transform`] of two vectors read forwards.
+unsafe fn transform_forwards(
+    target: Target,
+    precision: Precision,
     Pair { n, x: (x, incx), y: (y, incy) }: Pair,
     h: Transform,
 ) -> CuResult<()> {
-    served_increments(&[incx, incy])?;
     // to = coefficient * from + keep * to: a gemm of the constant one by the row `from`.
     let term = |coefficient: [f64; 2], from: Operand, inc_from: c_int, keep: [f64; 2], to: u64, inc_to: c_int| {
         let matrices = [Operand::One, from, Operand::Memory(to)];

@@ -11,30 +11,31 @@
 //!
 //! `her` and `her2` then make A's diagonal real, as cuBLAS does. A gemm (or a solve) cannot
 //! conjugate a row without transposing it, so `her`'s and `her2`'s strided vectors, and `x` of
-//! `trmv` and `trsv` with `op` C, go through a contiguous copy ([`super::contiguous`]);
-//! negative increments are not served. `trmv`'s copy of `x`, and those contiguous copies, are
-//! work a graph does not record: while its stream captures, such a call is refused.
+//! `trmv` and `trsv` with `op` C, go through a contiguous copy ([`super::contiguous`]), as does
+//! every vector BLAS reads backwards (a negative increment). `trmv`'s copy of `x`, and those
+//! contiguous copies, are work a graph does not record: while its stream captures, such a call
+//! is refused.
 //! `alpha` 0 leaves A as it is (`syr`, `her`, ...), as reference BLAS returns at once.
 
 use std::ffi::c_int;
 
-use super::contiguous::{conjugates_strided, in_place, Contiguous};
+use super::contiguous::{conjugates_strided, forwards, in_place, Along, Contiguous};
 use super::gemm::{self, launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
 use super::rank_k::zero_diagonal_imaginary;
 use super::structured::{copy_of, form, Kind};
 use super::trsm::{self, TrsmCall};
-use super::vectors::{ger_call, served_increments};
+use super::vectors::ger_call;
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
 /// Refuses what cuBLAS refuses of a call on an `n x n` triangle: a `uplo` but 0 or 1, a
-/// negative `n`, an `lda` below `n`, an increment of 0; and negative increments, not served.
+/// negative `n`, an `lda` below `n`, an increment of 0.
 pub(super) fn check(what: &str, uplo: c_int, n: c_int, lda: c_int, incs: &[c_int]) -> CuResult<()> {
     if !(0..=1).contains(&uplo) || n < 0 || lda < n.max(1) || incs.contains(&0) {
         let why = format!("{what}: uplo {uplo}, n {n}, lda {lda}, increments {incs:?}");
         return Err(Error::said(code::INVALID_VALUE, why));
     }
-    served_increments(incs)
+    Ok(())
 }
 
 /// Checks a trmv or trsv call (`what`) as cuBLAS does, and what the shim serves. Gives A's
@@ -74,10 +75,13 @@ pub(super) unsafe fn symv(
     if n == 0 {
         return Ok(());
     }
-    // y^T = x^T A^T: A, the gemm's B, completed from its triangle and then transposed.
-    let matrices = [Operand::Memory(x), a, Operand::Memory(y)];
-    let call = product(precision, [0, 1], [1, n, n], alpha, matrices, [incx, lda, incy], beta);
-    launch_reading(target, call, Reading::Structured(form(1, kind, uplo)))
+    let vectors = [Along::read(precision, n, (x, incx)), Along::written(precision, n, (y, incy))];
+    forwards(target, "symv", vectors, |[(x, incx), (y, incy)]| {
+        // y^T = x^T A^T: A, the gemm's B, completed from its triangle and then transposed.
+        let matrices = [Operand::Memory(x), a, Operand::Memory(y)];
+        let call = product(precision, [0, 1], [1, n, n], alpha, matrices, [incx, lda, incy], beta);
+        launch_reading(target, call, Reading::Structured(form(1, kind, uplo)))
+    })
 }
 
 /// `trmv` on `target`: `x = op(A) x`, `A` triangular (`unit`: its diagonal ones), program
@@ -94,7 +98,7 @@ pub(super) unsafe fn trmv(
     if n == 0 {
         return Ok(());
     }
-    if conjugates_strided(precision, trans, incx) {
+    if conjugates_strided(precision, trans, incx) || incx < 0 {
         let codes = [uplo, trans, diag];
         return in_place(target, precision, "trmv", n, (x, incx), |x| trmv(target, precision, codes, n, (a, lda), x));
     }
@@ -125,7 +129,7 @@ pub(super) unsafe fn trsv(
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
     triangular("trsv", [uplo, trans, diag], n, lda, incx)?;
-    if n > 0 && conjugates_strided(precision, trans, incx) {
+    if n > 0 && (conjugates_strided(precision, trans, incx) || incx < 0) {
         let codes = [uplo, trans, diag];
         return in_place(target, precision, "trsv", n, (x, incx), |x| trsv(target, precision, codes, n, (a, lda), x));
     }
@@ -168,15 +172,19 @@ pub(super) unsafe fn rank_update(
         return Ok(false);
     }
     let (conjugate, second) = (hermitian && precision.is_complex(), [alpha[0], -alpha[1]]);
-    // Each vector is conjugated in a product (her2's in one each): a strided one as a copy.
-    let what = if y.is_some() { "her2" } else { "her" };
-    let gather = |v: (u64, c_int)| match conjugate {
-        true => Contiguous::gather(target, precision, what, n, v).map(Some),
-        false => Ok(None),
+    // Each vector is conjugated in a product (her2's in one each): a strided one as a copy; and
+    // one read backwards as a forward copy.
+    let what = match (conjugate, y.is_some()) {
+        (true, true) => "her2",
+        (true, false) => "her",
+        (false, true) => "syr2 of a vector read backwards",
+        (false, false) => "syr of a vector read backwards",
     };
-    let copies = (gather(x)?, y.map(gather).transpose()?.flatten());
-    let x = copies.0.as_ref().map_or(x, Contiguous::vector);
-    let y = y.map(|y| copies.1.as_ref().map_or(y, Contiguous::vector));
+    let width = precision.bytes() as u64;
+    let gather = |v: (u64, c_int)| Contiguous::gathered_if(v.1 < 0 || conjugate && v.1 != 1, target, width, what, n, v);
+    let copies = (gather(x)?, y.map(gather).transpose()?);
+    let x = copies.0.vector();
+    let y = copies.1.as_ref().map(Contiguous::vector);
     let products: Vec<(_, _, [f64; 2])> = match y {
         None => vec![(x, x, alpha)],
         // her2's second product is by conj(alpha).

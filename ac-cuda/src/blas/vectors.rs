@@ -20,8 +20,9 @@
 //! operation that conjugates without transposing, so where the table conjugates a column
 //! (`gemv`'s `y` for `CUBLAS_OP_C`, `gerc`'s `y`) a strided one is a strided batch of `n`
 //! products instead, one an element of it: `y_j = alpha (A's column j)^H x + beta y_j`, and `A`'s
-//! column `j` plus `alpha x conj(y_j)`. Negative increments (BLAS's reversed vectors) are not
-//! served. A result bound for the host (`dot` in
+//! column `j` plus `alpha x conj(y_j)`. A vector BLAS reads backwards (a negative increment) is
+//! read forwards from a copy ([`super::contiguous`]), but for two read in pairs that are both
+//! backwards, which pair as both forwards. A result bound for the host (`dot` in
 //! `CUBLAS_POINTER_MODE_HOST`) and every `nrm2` (whose root is taken here) are computed into
 //! the scratch buffer and read back, so the call waits, as cuBLAS's does. `swap` and the
 //! rotations are two gemms each ([`super::rotations`]).
@@ -31,18 +32,38 @@ use std::ffi::{c_int, c_longlong, c_void};
 use ac_proto::backend::builtin::GemmElement;
 
 use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
+use super::contiguous::{forwards, pairwise, Along};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 use crate::managed::calls::at_device_memory;
 use crate::memory::host_to_device;
 
-/// Refuses increments BLAS allows that this shim does not serve: 0 and negative ones.
+/// Refuses an increment BLAS's level 1 allows that this shim does not serve: 0 (one element
+/// taken `n` times).
 pub(super) fn served_increments(incs: &[c_int]) -> CuResult<()> {
-    match incs.iter().find(|&&inc| inc <= 0) {
-        Some(inc) => Err(Error::said(code::NOT_SUPPORTED, format!("increment {inc}: only positive ones are served"))),
-        None => Ok(()),
+    match incs.contains(&0) {
+        true => Err(Error::said(code::NOT_SUPPORTED, "increment 0: one element taken n times is not served")),
+        false => Ok(()),
     }
+}
+
+/// Launches the gemm that `call` builds from a level-2 call's vectors, read forwards
+/// ([`forwards`]: `what` names the call), unless it builds none. The call is first built from
+/// the vectors' increments made positive, so that a call cuBLAS refuses gathers nothing.
+pub(super) unsafe fn launch_forwards<const N: usize>(
+    target: Target,
+    what: &str,
+    vectors: [Along; N],
+    call: impl Fn([(u64, c_int); N]) -> CuResult<Option<GemmCall>>,
+) -> CuResult<()> {
+    if call(vectors.map(|v| (v.vector.0, v.vector.1.saturating_abs())))?.is_none() {
+        return Ok(());
+    }
+    forwards(target, what, vectors, |vectors| match call(vectors)? {
+        Some(call) => launch(target, call),
+        None => Ok(()),
+    })
 }
 
 /// Writes `bytes` (one element) to the program's `result`: host or device memory as the
@@ -129,7 +150,14 @@ pub(super) unsafe fn dot(
         };
     }
     served_increments(&[incx, incy])?;
-    into_result(target, dot_call(types, n, (x, incx), (y, incy), conjugate), result, finish)
+    let (x, y) = pairwise((x, incx), (y, incy));
+    // dot_call's A and B: x and y, or for dotc y and x.
+    let [a, b, _] = types.widths();
+    let [x_width, y_width] = if conjugate { [b, a] } else { [a, b] };
+    let vectors = [(x, x_width), (y, y_width)].map(|(vector, width)| Along { n, width, vector, written: false });
+    forwards(target, "dot", vectors, |[x, y]| {
+        into_result(target, dot_call(types, n, x, y, conjugate), result, finish)
+    })
 }
 
 /// The gemm of a dot product of `n` elements (its result, C, left to the caller).
@@ -158,8 +186,15 @@ pub(super) unsafe fn axpby(
         return Ok(());
     }
     served_increments(&[incx, incy])?;
-    let call = axpby_call(types.precision, n, alpha, (x, incx), Scalar::Value(beta), (y, incy));
-    launch(target, GemmCall { types, ..call })
+    let (x, y) = pairwise((x, incx), (y, incy));
+    // axpby_call's B and C.
+    let [_, x_width, y_width] = types.widths();
+    let vectors =
+        [Along { n, width: x_width, vector: x, written: false }, Along { n, width: y_width, vector: y, written: true }];
+    forwards(target, "axpy", vectors, |[x, y]| {
+        let call = axpby_call(types.precision, n, alpha, x, Scalar::Value(beta), y);
+        launch(target, GemmCall { types, ..call })
+    })
 }
 
 /// The gemm of `y = alpha x + beta y` over `n` elements: `y (1 x n, ld incy) = alpha [1] x + beta y`.
@@ -203,14 +238,42 @@ pub(super) unsafe fn scal_by_real(
     scal(h, Types::uniform(precision), n, Scalar::Value(alpha), x, incx)
 }
 
-/// Launches the gemm that `call` builds, on handle `h`'s target, unless it builds none (a call
-/// that computes nothing); the handle is looked up first, as cuBLAS does.
-unsafe fn launch_on(h: usize, call: impl FnOnce() -> CuResult<Option<GemmCall>>) -> CuResult<()> {
+/// `y = alpha op(A) x + beta y` on handle `h`'s target ([`gemv_call`]), its vectors read
+/// forwards.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn gemv(
+    h: usize,
+    precision: Precision,
+    trans: c_int,
+    [m, n]: [c_int; 2],
+    alpha: Scalar,
+    a: (Operand, c_int),
+    x: (u64, c_int),
+    beta: Scalar,
+    y: (u64, c_int),
+) -> CuResult<()> {
     let target = handle(h)?.target();
-    match call()? {
-        Some(call) => launch(target, call),
-        None => Ok(()),
-    }
+    let (x_len, y_len) = if trans == 0 { (n, m) } else { (m, n) };
+    let vectors = [Along::read(precision, x_len, x), Along::written(precision, y_len, y)];
+    launch_forwards(target, "gemv", vectors, |[x, y]| gemv_call(precision, trans, [m, n], alpha, a, x, beta, y))
+}
+
+/// `A = alpha x y^T + A` (`y^H`: `conjugate`) on handle `h`'s target ([`ger_call`]), its
+/// vectors read forwards.
+#[allow(clippy::too_many_arguments)] // BLAS's arguments
+unsafe fn ger(
+    h: usize,
+    precision: Precision,
+    [m, n]: [c_int; 2],
+    alpha: Scalar,
+    x: (u64, c_int),
+    y: (u64, c_int),
+    a: (Operand, c_int),
+    conjugate: bool,
+) -> CuResult<()> {
+    let target = handle(h)?.target();
+    let vectors = [Along::read(precision, m, x), Along::read(precision, n, y)];
+    launch_forwards(target, "ger", vectors, |[x, y]| ger_call(precision, [m, n], alpha, x, y, a, conjugate))
 }
 
 /// The gemm of `y = alpha op(A) x + beta y`, `A` being `m x n` (program memory, or a buffer of
@@ -234,7 +297,6 @@ pub(super) fn gemv_call(
     if m == 0 || n == 0 {
         return Ok(None);
     }
-    served_increments(&[incx, incy])?;
     let call = if trans == 2 && precision.is_complex() && incy == 1 {
         // y (n x 1) = alpha A^H x + beta y: x a 1 x m row read transposed, y a column.
         let matrices = [a, Operand::Memory(x), Operand::Memory(y)];
@@ -274,7 +336,6 @@ pub(super) fn ger_call(
     if m == 0 || n == 0 {
         return Ok(None);
     }
-    served_increments(&[incx, incy])?;
     let (matrices, one) = ([Operand::Memory(x), Operand::Memory(y), a], Scalar::Value(1.0));
     if conjugate && incy != 1 {
         // A strided y is no column: each column j of A (m x 1, lda apart) += alpha x conj(y_j),
@@ -325,7 +386,7 @@ macro_rules! ger_entry {
         ) -> u32 {
             let (x, y, a) = ((x, incx), (y, incy), (Operand::Memory(a), lda));
             let alpha = Scalar::At(alpha.cast());
-            guard(stringify!($name), || launch_on(h, || ger_call($precision, [m, n], alpha, x, y, a, $conjugate)))
+            guard(stringify!($name), || ger(h, $precision, [m, n], alpha, x, y, a, $conjugate))
         }
     };
 }
@@ -387,8 +448,7 @@ macro_rules! typed {
         ) -> u32 {
             let (alpha, beta) = (Scalar::At(alpha.cast()), Scalar::At(beta.cast()));
             let (a, x, y) = ((Operand::Memory(a), lda), (x, incx), (y, incy));
-            let call = || gemv_call($precision, trans, [m, n], alpha, a, x, beta, y);
-            guard(stringify!($gemv), || launch_on(h, call))
+            guard(stringify!($gemv), || gemv(h, $precision, trans, [m, n], alpha, a, x, beta, y))
         }
 
         ger_entry!($ger, $t, $precision, false);
@@ -519,7 +579,10 @@ mod tests {
             .unwrap()
             .is_none());
         assert_eq!(call(Precision::Single, 3, 1).unwrap_err().code(), code::INVALID_VALUE);
-        assert_eq!(call(Precision::Single, 0, -1).unwrap_err().code(), code::NOT_SUPPORTED);
+        // A vector read backwards is the caller's to read forwards ([`launch_forwards`]): the
+        // gemm refuses its negative leading dimension.
+        let backwards = call(Precision::Single, 0, -1).unwrap();
+        assert_eq!(check(&backwards).unwrap_err().code(), code::INVALID_VALUE);
     }
 
     #[test]

@@ -5,10 +5,12 @@
 pub mod lu;
 pub mod qr;
 pub mod trsm;
+pub mod vector_copy;
 
 pub use lu::{Getrf, Getrs};
 pub use qr::{Gels, Geqrf};
 pub use trsm::Trsm;
+pub use vector_copy::VectorCopy;
 
 /// Whether the `batch` results of a gemm (`m x n` each, leading dimension `ldc`, `stride_c`
 /// elements apart) lie apart: one after another (`stride_c` at least one result's span), or

@@ -13,6 +13,7 @@ use crate::device::packed;
 use crate::device::qr::{self, Reflect};
 use crate::device::structured;
 use crate::device::trsm::{self, Field};
+use crate::device::vector_copy::{self, VectorCopy};
 use crate::device::{abs_reduce, activation};
 use crate::device::{DeviceArg, DeviceResult};
 
@@ -360,6 +361,24 @@ impl CpuContext {
         Ok(())
     }
 
+    /// Runs `blas_copy`: `x`'s span read, each element written to its place in `y` (what lies
+    /// between them not touched).
+    fn vector_copy(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let copy = vector_copy::shape(name, args)?;
+        let [x_span, y_span] = copy.spans();
+        let [x, y] = vector_copy::VECTORS.map(|i| &args[i]);
+        let (x_mem, x_range) = self.span(x, 0, x_span, copy.width, "x")?;
+        let from = x_mem.read(x_range).to_vec();
+        let (y_mem, y_range) = self.span(y, 0, y_span, copy.width, "y")?;
+        let mut to = y_mem.write(y_range);
+        let width = copy.width as usize;
+        for i in 0..copy.n {
+            let [src, dst] = [copy.incx, copy.incy].map(|inc| VectorCopy::index(copy.n, inc, i) as usize * width);
+            to[dst..dst + width].copy_from_slice(&from[src..src + width]);
+        }
+        Ok(())
+    }
+
     pub(super) fn run_builtin(&self, index: usize, args: &[DeviceArg]) -> DeviceResult<()> {
         let name = builtin::KERNELS[index].0;
         match name {
@@ -444,6 +463,7 @@ impl CpuContext {
             "blas_ctpttr" => self.packing::<Complex<f32>>(name, args),
             "blas_ztpttr" => self.packing::<Complex<f64>>(name, args),
             "blas_activation" => self.activation(name, args),
+            "blas_copy" => self.vector_copy(name, args),
             "dft_f32" => self.dft::<f32>(name, args, None),
             "dft_f64" => self.dft::<f64>(name, args, None),
             "dft_ex" => self.dft::<f32>(name, args, Some(dft::element_types(name, args)?)),

@@ -704,6 +704,35 @@ extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, 
     }
 }
 
+// Element i of a BLAS vector of n elements `inc` apart: backwards from the last for a negative inc.
+__device__ __forceinline__ u64 blas_index(u64 n, long long inc, u64 i) {
+    return inc < 0 ? (n - 1 - i) * (u64)(-inc) : i * (u64)inc;
+}
+
+// One element of `width` bytes from x's element `from` to y's element `to`, as words of its size
+// (an element is aligned to its width; 16 bytes as two 8-byte words).
+template <typename W>
+__device__ __forceinline__ void copy_words(const void* x, u64 from, void* y, u64 to, unsigned words) {
+    for (unsigned w = 0; w < words; w++) ((W*)y)[to * words + w] = ((const W*)x)[from * words + w];
+}
+
+// BLAS's copy on elements of `width` bytes (1, 2, 4, 8 or 16), y_i = x_i for i < n, each vector
+// read backwards where its increment is negative: what the CUDA shim's cuBLAS launches to gather
+// a vector passed backwards into a forward copy, and to scatter it back.
+extern "C" __global__ void blas_copy(unsigned n, unsigned width, const void* x, long long incx, void* y,
+                                     long long incy) {
+    for (u64 i = thread_index(); i < n; i += thread_count()) {
+        const u64 from = blas_index(n, incx, i), to = blas_index(n, incy, i);
+        switch (width) {
+            case 1: copy_words<unsigned char>(x, from, y, to, 1); break;
+            case 2: copy_words<unsigned short>(x, from, y, to, 1); break;
+            case 4: copy_words<unsigned>(x, from, y, to, 1); break;
+            case 8: copy_words<u64>(x, from, y, to, 1); break;
+            default: copy_words<u64>(x, from, y, to, 2); break;
+        }
+    }
+}
+
 // A discrete Fourier transform of length n along lines0 * lines1 * lines2 strided lines (the
 // CUDA shim's cuFFT launches these, one launch per dimension): kind 0 complex to complex, 1
 // real to complex (n/2 + 1 out), 2 complex to real (n/2 + 1 in, the rest their conjugates), 3 a
