@@ -5,7 +5,7 @@
 // taking dot products into host memory through one handle at once; and what cuBLAS refuses.
 // Every result is checked exactly against a reference computed here (small integers).
 // Usage: cublas_vectors [--native] (--native: leaves out what only the shim refuses:
-// a negative increment, which NVIDIA's cuBLAS runs backwards)
+// a dot product's increment of 0, which NVIDIA's cuBLAS takes as one element n times)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -357,8 +357,10 @@ int main(int argc, char** argv) {
         printf("ger incx 0: %d %s\n", (int)inc, cublasGetStatusName(inc));
         if (!native) {
             async_copy_while_capturing();
-            cublasStatus_t backwards = cublasSdot_v2(h, 4, d, -1, d + 16, 1, &result);
-            printf("dot backwards: %d %s\n", (int)backwards, cublasGetStatusName(backwards));
+            // One element taken n times: BLAS's, not served (cublas_backwards.cu takes the
+            // negative increments).
+            cublasStatus_t repeated = cublasSdot_v2(h, 4, d, 0, d + 16, 1, &result);
+            printf("dot incx 0: %d %s\n", (int)repeated, cublasGetStatusName(repeated));
             cublasStatus_t past = cublasSdot_v2(h, 40, d, 2, d + 16, 1, &result);
             printf("dot past the allocation: %d %s\n", (int)past, cublasGetStatusName(past));
         }

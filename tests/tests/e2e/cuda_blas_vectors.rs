@@ -57,8 +57,8 @@ async fn a_program_linked_against_cublas_runs_level_1_and_2_exactly() {
             "cublas_vectors: all exact",
             "gemv lda below m: 7 CUBLAS_STATUS_INVALID_VALUE",
             "ger incx 0: 7 CUBLAS_STATUS_INVALID_VALUE",
-            "dot backwards: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "increment -1: only positive ones are served",
+            "dot incx 0: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "increment 0: one element taken n times is not served",
             "dot past the allocation: 7 CUBLAS_STATUS_INVALID_VALUE",
         ],
     )
@@ -461,6 +461,64 @@ async fn a_program_linked_against_cublas_runs_the_level_1_ex_forms_inverses_and_
             "SwapEx of f16: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "SgemmGroupedBatched with no alphas: 7 CUBLAS_STATUS_INVALID_VALUE",
             "cublas_level1_ex: all exact",
+        ],
+    )
+    .await;
+}
+
+/// Vectors BLAS reads backwards (a negative increment: element `i` of `n` at `(n - 1 - i)
+/// |inc|`) in every level-1 and level-2 routine family: each call gives exactly what it gives
+/// on the same vectors reversed with positive increments, and not what it gives on them read
+/// forwards (but for two vectors both backwards in pairs); nrm2, asum, amax and scal do
+/// nothing, as BLAS does; a batched gemv of such vectors is refused; a call that needs a
+/// forward copy is refused while its stream captures, one that needs none is captured.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() {
+    run_math_program(
+        "cublas_backwards",
+        "libcublas.so.13",
+        &[
+            "sdot incx -2 incy 3 exact",
+            "ddot incx -3 incy -1 exact",
+            "cdotc incx 2 incy -1 exact",
+            "zaxpy incx 1 incy -2 exact",
+            "dcopy incx -1 incy 2 exact",
+            "sswap incx -2 incy 1 exact",
+            "drot incx 3 incy -2 exact",
+            "srotm flag -1 incx -1 incy 2 exact",
+            "f16 AxpyEx incx -2 incy 1 exact",
+            "sgemv N incx -2 incy 3 exact",
+            "dgemv T incx 1 incy -3 exact",
+            "cgemv C incx -2 incy -3 exact",
+            "sger incx -3 incy 2 exact",
+            "cgerc incx 1 incy -1 exact",
+            "sdgmm left incx -2 exact",
+            "zdgmm right incx -3 exact",
+            "ssymv lower incx -2 incy 1 exact",
+            "zhemv upper incx 1 incy -2 exact",
+            "dsyr upper incx -3 exact",
+            "cher lower incx -1 exact",
+            "ssyr2 lower incx 2 incy -1 exact",
+            "zher2 upper incx -2 incy -3 exact",
+            "strmv upper N incx -2 exact",
+            "ctrmv lower C incx -1 exact",
+            "dtrsv lower T unit incx -3 exact",
+            "ztrsv upper C unit incx -2 exact",
+            "sgbmv N incx -2 incy -1 exact",
+            "chbmv upper incx 1 incy -2 exact",
+            "stbmv lower T incx -3 exact",
+            "dtbsv upper N unit incx -2 exact",
+            "sspmv upper incx -1 incy 2 exact",
+            "dspr lower incx -2 exact",
+            "stpsv lower N unit incx -3 exact",
+            "snrm2, sasum, isamax, sscal incx -2: nothing done exact",
+            "gemvStridedBatched incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "batches of vectors read backwards are not served",
+            "saxpy incx -1 while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
+            "saxpy incx -1's capture: invalidated",
+            "axpy of a vector read backwards on a capturing stream cannot be captured",
+            "captured saxpy incx -1 incy -1 exact",
+            "cublas_backwards: all exact",
         ],
     )
     .await;
