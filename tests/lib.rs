@@ -3,6 +3,7 @@
 //! Helpers for the end-to-end tests: a real backend on a loopback port chosen by the OS, real
 //! clients, and a raw QUIC client that can send what the SDK never would.
 
+pub mod copy_kernels;
 pub mod cuda;
 pub mod dft_kernels;
 pub mod kernels;

@@ -362,6 +362,15 @@ async fn builtin_activation_applies_relu_and_gelu_in_place() {
     ac_tests::kernels::activations_apply_in_place_to_each_type(&acc, &acc.builtin().await.unwrap()).await;
 }
 
+/// `blas_copy` on the CPU device: elements of each width between vectors read forwards,
+/// backwards and repeated, the gaps untouched; what it refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_copy_reads_vectors_backwards() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    ac_tests::copy_kernels::copies_read_vectors_backwards_exactly(&acc, &acc.builtin().await.unwrap()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_of_every_size_and_path_round_trip() {
     let tb = TestBackend::start(512).await;
