@@ -261,6 +261,10 @@ typedef enum acSourceKind {
   //   dimension `ld`), each element of the type `type` codes (0 `float`, 1 IEEE binary16, 2
   //   bfloat16) computed in `float`: `op` 0 ReLU, `max(x, 0)`; 1 GELU's tanh approximation (the
   //   CUDA shim's cuBLASLt epilogues).
+  // - `blas_copy(uint32_t n, uint32_t width, const void *x, int64_t incx, void *y, int64_t incy)`:
+  //   BLAS's copy, `y_i = x_i` for i < n, on elements of `width` bytes (1, 2, 4, 8 or 16), a
+  //   vector with a negative increment read backwards from its last element (the CUDA shim's
+  //   cuBLAS gathers vectors passed backwards with it).
   // - `dft_f32(uint32_t kind, uint32_t inverse, uint32_t n, uint32_t lines0, uint32_t lines1, uint32_t lines2, const float *in, uint64_t in_step, uint64_t in_line0, uint64_t in_line1, uint64_t in_line2, float *out, uint64_t out_step, uint64_t out_line0, uint64_t out_line1, uint64_t out_line2)`:
   //   a discrete Fourier transform of length n along `lines0 * lines1 * lines2` lines,
   //   unnormalized, `exp(-+2 pi i j k / n)` (`inverse` 0 or 1): `kind` 0 complex to complex,

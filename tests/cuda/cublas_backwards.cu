@@ -350,6 +350,19 @@ int main(int argc, char** argv) {
     ok &= triangles(h);
     ok &= bands_and_packed(h);
     ok &= one_vector(h);
+    // cuBLAS's checks come first: a call it refuses, or one with nothing to compute, reads no
+    // vector (gathers none, so it leaves a capture alone).
+    {
+        std::vector<float> v(16, 1.0f);
+        float* d = upload(v);
+        cublasStatus_t st = cublasDtrsv_v2(h, 0, 0, 0, 0, d, 1, d + 8, -1);
+        printf("dtrsv n 0 incx -1: %d %s\n", (int)st, cublasGetStatusName(st));
+        CHECK(cudaFree(d));
+    }
+    while_capturing(h, "sgbmv lda 0 incx -1", [h](float* d) {
+        float a = 1, b = 0;
+        return cublasSgbmv_v2(h, CUBLAS_OP_N, 2, 2, 0, 0, &a, d, 0, d + 8, -1, &b, d + 12, 1);
+    });
     if (!native) {
         // What the shim does not serve: batches of vectors read backwards.
         std::vector<float> v(64, 1.0f);

@@ -264,15 +264,15 @@ int main(int argc, char** argv) {
                        {1, d2, 1, 1, -1, 1e-10f, -1.0f / 4096, 1, 1.0f / 4096}, false, native);
     if (!native) {
         // A flag reference BLAS reads by its sign (2: as 1); no elements, nothing read (null
-        // scalars); a reversed vector, not served.
+        // scalars); an increment of 0 (one element taken n times), not served.
         ok &= rotm<float>(h, cublasSrotm_v2, "srotm flag 2 as 1", 4, 1, 1, {2, -1, nf, nf, 2}, false);
         std::vector<float> v(16, 1.0f);
         float* d = upload(v);
         float c = 1, s = 0;
         cublasStatus_t st = cublasSrot_v2(h, 0, d, 1, d + 8, 1, nullptr, nullptr);
         printf("srot of no elements: %d %s\n", (int)st, cublasGetStatusName(st));
-        st = cublasSrot_v2(h, 4, d, -1, d + 8, 1, &c, &s);
-        printf("srot incx -1: %d %s\n", (int)st, cublasGetStatusName(st));
+        st = cublasSrot_v2(h, 4, d, 0, d + 8, 1, &c, &s);
+        printf("srot incx 0: %d %s\n", (int)st, cublasGetStatusName(st));
         CHECK(cudaFree(d));
         rotg_while_capturing(h);
     }

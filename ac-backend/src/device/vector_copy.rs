@@ -40,10 +40,7 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<VectorCopy> {
 /// Whether the bytes `copy` reads from `x` and writes from `y` meet: pointers into one
 /// allocation whose spans intersect.
 fn overlap(copy: &VectorCopy, x: &DeviceArg, y: &DeviceArg) -> bool {
-    let (
-        DeviceArg::Mem { mem: x_mem, offset: x_at, .. },
-        DeviceArg::Mem { mem: y_mem, offset: y_at, .. },
-    ) = (x, y)
+    let (DeviceArg::Mem { mem: x_mem, offset: x_at, .. }, DeviceArg::Mem { mem: y_mem, offset: y_at, .. }) = (x, y)
     else {
         return false;
     };

@@ -23,9 +23,10 @@
 
 use std::ffi::{c_int, c_longlong};
 
+use super::contiguous::{in_place, Along};
 use super::gemm::{launch, product, scalar_parts, GemmCall, Operand, Precision, Scalar};
-use super::contiguous::{forwards, in_place, Along};
 use super::structured::copy_of;
+use super::vectors::{gemv_lengths, launch_forwards};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
@@ -310,9 +311,7 @@ pub(super) unsafe fn tbmv(
         return Ok(());
     }
     if incx < 0 {
-        return in_place(target, precision, "tbmv of a vector read backwards", n, (x, incx), |x| {
-            tbmv(target, precision, codes, [n, k], a, x)
-        });
+        return in_place(target, precision, "tbmv", n, (x, incx), |x| tbmv(target, precision, codes, [n, k], a, x));
     }
     // The products read x while they write it: its old values through a copy.
     let span = (n as u64 - 1) * incx as u64 + 1;
@@ -322,21 +321,20 @@ pub(super) unsafe fn tbmv(
 }
 
 /// Launches `calls` on handle `h`'s target, made by `make` from the call's `x` and `y` read
-/// forwards ([`forwards`]: `what` names the call) with the handle's way of reading scalars
-/// (host or device memory as its pointer mode says).
+/// forwards ([`launch_forwards`]: `what` names the call) with the handle's way of reading
+/// scalars (host or device memory as its pointer mode says).
 unsafe fn launch_calls(
     h: usize,
     precision: Precision,
     what: &str,
     [x, y]: [(c_int, (u64, c_int)); 2],
-    make: impl FnOnce(Read, Vector, Vector) -> CuResult<Vec<GemmCall>>,
+    make: impl Fn(Read, Vector, Vector) -> CuResult<Vec<GemmCall>>,
 ) -> CuResult<()> {
     let target = handle(h)?.target();
     let read = |scalar| unsafe { scalar_parts(target, precision, scalar) };
     let vectors = [Along::read(precision, x.0, x.1), Along::written(precision, y.0, y.1)];
-    forwards(target, what, vectors, |[(x, incx), (y, incy)]| {
-        let (x, y) = ((Operand::Memory(x), incx), (Operand::Memory(y), incy));
-        make(&read, x, y)?.into_iter().try_for_each(|call| launch(target, call))
+    launch_forwards(target, what, vectors, |[(x, incx), (y, incy)]| {
+        make(&read, (Operand::Memory(x), incx), (Operand::Memory(y), incy))
     })
 }
 
@@ -363,7 +361,7 @@ macro_rules! gbmv_entry {
         ) -> u32 {
             let band = Band { ab, lda, rows: m, cols: n, kl, ku };
             let scalars = [Scalar::At(alpha.cast()), Scalar::At(beta.cast())];
-            let (x_len, y_len) = if trans == 0 { (n, m) } else { (m, n) };
+            let [x_len, y_len] = gemv_lengths(trans, [m, n]);
             let vectors = [(x_len, (x, incx)), (y_len, (y, incy))];
             guard(stringify!($name), || {
                 launch_calls(h, $precision, "gbmv", vectors, |read, x, y| {

@@ -24,7 +24,7 @@ use std::ffi::c_int;
 use ac_frontend::DeviceBuffer;
 
 use super::band::{tbmv, triangular_codes, Band};
-use super::contiguous::{conjugates_strided, in_place};
+use super::contiguous::{in_place, read_through_copy};
 use super::extensions::term;
 use super::gemm::{launch, Operand, Precision, Scalar};
 use super::structured::scratch;
@@ -137,7 +137,7 @@ unsafe fn tbsv(
         return Ok(());
     }
     graph::refuse_if_capturing(target.stream, "tbsv")?;
-    if conjugates_strided(precision, trans, incx) || incx < 0 {
+    if read_through_copy(precision, trans, incx) {
         // Each block's solve would conjugate a strided x, or read it backwards: the whole x
         // through one forward copy.
         return in_place(target, precision, "tbsv", n, (x, incx), |x| tbsv(target, precision, codes, [n, k], a, x));

@@ -6,10 +6,12 @@
 //!   `tpsv` and `tbsv` with `op` C;
 //! - vectors BLAS reads backwards: a negative increment puts element `i` of `n` at
 //!   `(n - 1 - i) |inc|` from the pointer, which no gemm's leading dimension can say. Every
-//!   level-1 and level-2 routine of two vectors or more takes them ([`forwards`]); one whose
-//!   vectors are all backwards pairs the same elements read forwards ([`pairwise`]) and needs no
-//!   copy. (Those of one vector, `scal`, `nrm2`, `asum` and `amax`, do nothing for a negative
-//!   increment, as BLAS does.)
+//!   level-2 routine, `dgmm`, and every level-1 routine of two vectors takes them this way
+//!   ([`forwards`], [`in_place`]). A level-1 routine that takes its two vectors' elements in
+//!   pairs (dot, axpy, copy, swap, the rotations) pairs the same elements when both are
+//!   backwards as when both are read forwards ([`pairwise`]): those need no gathered copy.
+//!   (`scal`, `nrm2`, `asum`, `amax` and `amin` do nothing for an increment below 1, as BLAS
+//!   does.)
 //!
 //! Such a vector is gathered into a contiguous copy (one launch of the builtin `blas_copy` on
 //! the handle's stream, reading it backwards where its increment is negative), the routine runs
@@ -42,7 +44,7 @@ const BLOCK: u32 = 256;
 
 /// Whether a routine with operation `trans` (C is 2) conjugates a vector of increment `inc`
 /// that a gemm could not read as a column: one not contiguous, of a complex type.
-pub(super) fn conjugates_strided(precision: Precision, trans: c_int, inc: c_int) -> bool {
+fn conjugates_strided(precision: Precision, trans: c_int, inc: c_int) -> bool {
     trans == 2 && precision.is_complex() && inc != 1
 }
 
@@ -50,11 +52,16 @@ pub(super) fn conjugates_strided(precision: Precision, trans: c_int, inc: c_int)
 /// swap, the rotations): both read backwards pair the same elements as both read forwards, so
 /// they are given forwards; otherwise as they are.
 pub(super) fn pairwise((x, incx): Vector, (y, incy): Vector) -> (Vector, Vector) {
-    if incx < 0 && incy < 0 {
-        ((x, -incx), (y, -incy))
-    } else {
-        ((x, incx), (y, incy))
+    match (incx < 0 && incy < 0, incx.checked_neg(), incy.checked_neg()) {
+        (true, Some(incx), Some(incy)) => ((x, incx), (y, incy)),
+        _ => ((x, incx), (y, incy)),
     }
+}
+
+/// Whether a routine with operation `trans` must read its vector of increment `inc` from a
+/// contiguous copy: one it conjugates strided ([`conjugates_strided`]), or one read backwards.
+pub(super) fn read_through_copy(precision: Precision, trans: c_int, inc: c_int) -> bool {
+    conjugates_strided(precision, trans, inc) || inc < 0
 }
 
 /// Launches `blas_copy` on the target's stream: `n` elements of `width` bytes from `x` to `y`,
@@ -180,17 +187,22 @@ pub(super) struct Along {
 impl Along {
     /// `n` elements of `precision` that the routine reads.
     pub fn read(precision: Precision, n: c_int, vector: Vector) -> Along {
-        Along { n, width: precision.bytes() as u64, vector, written: false }
+        Along::of_width(precision.bytes() as u64, n, vector, false)
     }
 
     /// `n` elements of `precision` that the routine writes (and may read).
     pub fn written(precision: Precision, n: c_int, vector: Vector) -> Along {
-        Along { written: true, ..Along::read(precision, n, vector) }
+        Along::of_width(precision.bytes() as u64, n, vector, true)
+    }
+
+    /// `n` elements of `width` bytes (an `Ex` form's binary16 vector, ...).
+    pub fn of_width(width: u64, n: c_int, vector: Vector, written: bool) -> Along {
+        Along { n, width, vector, written }
     }
 }
 
 /// Whether any of a call's vectors is read backwards (a negative increment).
-fn any_backwards(vectors: &[Along]) -> bool {
+pub(super) fn any_backwards(vectors: &[Along]) -> bool {
     vectors.iter().any(|v| v.vector.1 < 0)
 }
 
@@ -241,6 +253,17 @@ mod tests {
         assert_eq!(pairwise((0x10, -2), (0x20, 3)), ((0x10, -2), (0x20, 3)));
         assert_eq!(pairwise((0x10, 2), (0x20, -3)), ((0x10, 2), (0x20, -3)));
         assert_eq!(pairwise((0x10, 2), (0x20, 3)), ((0x10, 2), (0x20, 3)));
+        // The most negative increment has no positive twin: both stay, and are copied.
+        assert_eq!(pairwise((0x10, c_int::MIN), (0x20, -1)), ((0x10, c_int::MIN), (0x20, -1)));
+    }
+
+    #[test]
+    fn conjugated_strided_or_backwards_vectors_are_read_through_a_copy() {
+        assert!(read_through_copy(Precision::ComplexSingle, 2, 3));
+        assert!(read_through_copy(Precision::Single, 0, -1));
+        assert!(read_through_copy(Precision::ComplexDouble, 2, -1));
+        assert!(!read_through_copy(Precision::ComplexSingle, 1, 3));
+        assert!(!read_through_copy(Precision::ComplexSingle, 2, 1));
     }
 
     #[test]

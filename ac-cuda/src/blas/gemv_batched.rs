@@ -9,7 +9,7 @@
 //! (for the pointer arrays, when each array's operands are evenly spaced, else a launch a
 //! product). The conjugate transpose into a strided `y` is a batch already (one product an
 //! element of `y`), so it is a launch a product. Vectors read backwards (a negative increment)
-//! are not served here (`CUBLAS_STATUS_NOT_SUPPORTED`), as they are in the unbatched gemv.
+//! are not served here (`CUBLAS_STATUS_NOT_SUPPORTED`), unlike in the unbatched gemv.
 
 use std::ffi::{c_int, c_longlong, c_void};
 

@@ -3,7 +3,8 @@
 //! `scripts/gen-library-exports`) has a wrapper for each, which calls the 32-bit form once its
 //! sizes fit an `int`. Sizes beyond `INT_MAX` (2^31 - 1) are not served: no launch of the
 //! builtin kernels takes more elements than that along a dimension. A negative size is passed
-//! on (below `INT_MIN`, as `INT_MIN`), for the 32-bit form to refuse or read as cuBLAS does.
+//! on (below `INT_MIN`, as `INT_MIN`), for the 32-bit form to refuse or read as cuBLAS does;
+//! a negative increment (a vector read backwards) must fit an `int` as a positive one must.
 
 use std::ffi::c_int;
 
@@ -16,10 +17,12 @@ pub fn narrow<const N: usize>(name: &str, sizes: [(&str, i64); N]) -> Result<[c_
     let mut narrowed = [0; N];
     let mut status = super::status::SUCCESS;
     for (slot, (what, value)) in narrowed.iter_mut().zip(sizes) {
-        match c_int::try_from(value.max(c_int::MIN.into())) {
+        // An increment's sign says which way its vector is read: not clamped.
+        let increment = what.starts_with("inc");
+        match c_int::try_from(if increment { value } else { value.max(c_int::MIN.into()) }) {
             Ok(v) => *slot = v,
             Err(_) => {
-                let why = format!("{what} = {value}: sizes beyond 2^31 - 1 are not served");
+                let why = format!("{what} = {value}: sizes and increments beyond 2^31 - 1 are not served");
                 status = guard(name, || Err(Error::said(code::NOT_SUPPORTED, why)));
                 break;
             }
@@ -43,5 +46,9 @@ mod tests {
         assert_eq!(wide, Err(crate::blas::status::NOT_SUPPORTED));
         assert_eq!(narrow("cublasSdot_v2_64", [("n", -(1 << 31))]), Ok([c_int::MIN]));
         assert_eq!(narrow("cublasIsamax_v2_64", [("n", -(1 << 40))]), Ok([c_int::MIN]), "still negative");
+        // An increment keeps its magnitude or is not served.
+        assert_eq!(narrow("cublasSdot_v2_64", [("n", 2), ("incx", -3)]), Ok([2, -3]));
+        let far = narrow("cublasSdot_v2_64", [("n", 2), ("incx", -(1 << 33))]);
+        assert_eq!(far, Err(crate::blas::status::NOT_SUPPORTED));
     }
 }

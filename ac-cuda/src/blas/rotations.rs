@@ -36,9 +36,9 @@ use std::ffi::{c_int, c_void};
 
 use num_traits::Float;
 
+use super::contiguous::{forwards, pairwise, Along};
 use super::gemm::{check, launch, load, product, scalar_parts, scalar_value, Operand, Precision, Scalar};
 use super::structured::copy_of;
-use super::contiguous::{forwards, pairwise, Along};
 use super::vectors::{served_increments, store};
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
@@ -65,12 +65,7 @@ struct Pair {
 /// `[x; y] = h [x; y]` over `pair`: `x = h12 y + h11 x`, then `y = h21 x' + h22 y` from a copy
 /// `x'` of `x`'s old values. If the second launch is refused (it is checked as the first was,
 /// so only a lost session does), `x` alone has changed.
-unsafe fn transform(
-    target: Target,
-    precision: Precision,
-    Pair { n, x, y }: Pair,
-    h: Transform,
-) -> CuResult<()> {
+unsafe fn transform(target: Target, precision: Precision, Pair { n, x, y }: Pair, h: Transform) -> CuResult<()> {
     served_increments(&[x.1, y.1])?;
     let (x, y) = pairwise(x, y);
     let vectors = [x, y].map(|v| Along::written(precision, n, v));

@@ -19,7 +19,7 @@
 
 use std::ffi::c_int;
 
-use super::contiguous::{conjugates_strided, forwards, in_place, Along, Contiguous};
+use super::contiguous::{forwards, in_place, read_through_copy, Along, Contiguous};
 use super::gemm::{self, launch_reading, launch_triangle, product, scalar_parts, Operand, Precision, Reading, Scalar};
 use super::rank_k::zero_diagonal_imaginary;
 use super::structured::{copy_of, form, Kind};
@@ -98,7 +98,7 @@ pub(super) unsafe fn trmv(
     if n == 0 {
         return Ok(());
     }
-    if conjugates_strided(precision, trans, incx) || incx < 0 {
+    if read_through_copy(precision, trans, incx) {
         let codes = [uplo, trans, diag];
         return in_place(target, precision, "trmv", n, (x, incx), |x| trmv(target, precision, codes, n, (a, lda), x));
     }
@@ -129,7 +129,10 @@ pub(super) unsafe fn trsv(
     (x, incx): (u64, c_int),
 ) -> CuResult<()> {
     triangular("trsv", [uplo, trans, diag], n, lda, incx)?;
-    if n > 0 && (conjugates_strided(precision, trans, incx) || incx < 0) {
+    if n == 0 {
+        return Ok(());
+    }
+    if read_through_copy(precision, trans, incx) {
         let codes = [uplo, trans, diag];
         return in_place(target, precision, "trsv", n, (x, incx), |x| trsv(target, precision, codes, n, (a, lda), x));
     }

@@ -31,8 +31,8 @@ use std::ffi::{c_int, c_longlong, c_void};
 
 use ac_proto::backend::builtin::GemmElement;
 
+use super::contiguous::{any_backwards, forwards, pairwise, Along};
 use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
-use super::contiguous::{forwards, pairwise, Along};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
@@ -48,22 +48,32 @@ pub(super) fn served_increments(incs: &[c_int]) -> CuResult<()> {
     }
 }
 
-/// Launches the gemm that `call` builds from a level-2 call's vectors, read forwards
-/// ([`forwards`]: `what` names the call), unless it builds none. The call is first built from
-/// the vectors' increments made positive, so that a call cuBLAS refuses gathers nothing.
-pub(super) unsafe fn launch_forwards<const N: usize>(
+/// Launches, in order, the gemms that `calls` builds from a call's vectors read forwards
+/// ([`forwards`]: `what` names the call). With a vector read backwards, the calls are first
+/// built from the increments made positive, so that a call cuBLAS refuses, or one that
+/// computes nothing, gathers nothing.
+pub(super) unsafe fn launch_forwards<const N: usize, C: IntoIterator<Item = GemmCall>>(
     target: Target,
     what: &str,
     vectors: [Along; N],
-    call: impl Fn([(u64, c_int); N]) -> CuResult<Option<GemmCall>>,
+    calls: impl Fn([(u64, c_int); N]) -> CuResult<C>,
 ) -> CuResult<()> {
-    if call(vectors.map(|v| (v.vector.0, v.vector.1.saturating_abs())))?.is_none() {
-        return Ok(());
+    if any_backwards(&vectors) {
+        let forwards_only = vectors.map(|v| (v.vector.0, v.vector.1.saturating_abs()));
+        if calls(forwards_only)?.into_iter().next().is_none() {
+            return Ok(());
+        }
     }
-    forwards(target, what, vectors, |vectors| match call(vectors)? {
-        Some(call) => launch(target, call),
-        None => Ok(()),
-    })
+    forwards(target, what, vectors, |vectors| calls(vectors)?.into_iter().try_for_each(|call| launch(target, call)))
+}
+
+/// The lengths of `x` and `y` in `y = op(A) x`, `A` being `m x n` (`trans` 0: N).
+pub(super) fn gemv_lengths(trans: c_int, [m, n]: [c_int; 2]) -> [c_int; 2] {
+    if trans == 0 {
+        [n, m]
+    } else {
+        [m, n]
+    }
 }
 
 /// Writes `bytes` (one element) to the program's `result`: host or device memory as the
@@ -154,10 +164,8 @@ pub(super) unsafe fn dot(
     // dot_call's A and B: x and y, or for dotc y and x.
     let [a, b, _] = types.widths();
     let [x_width, y_width] = if conjugate { [b, a] } else { [a, b] };
-    let vectors = [(x, x_width), (y, y_width)].map(|(vector, width)| Along { n, width, vector, written: false });
-    forwards(target, "dot", vectors, |[x, y]| {
-        into_result(target, dot_call(types, n, x, y, conjugate), result, finish)
-    })
+    let vectors = [(x, x_width), (y, y_width)].map(|(vector, width)| Along::of_width(width, n, vector, false));
+    forwards(target, "dot", vectors, |[x, y]| into_result(target, dot_call(types, n, x, y, conjugate), result, finish))
 }
 
 /// The gemm of a dot product of `n` elements (its result, C, left to the caller).
@@ -189,8 +197,7 @@ pub(super) unsafe fn axpby(
     let (x, y) = pairwise((x, incx), (y, incy));
     // axpby_call's B and C.
     let [_, x_width, y_width] = types.widths();
-    let vectors =
-        [Along { n, width: x_width, vector: x, written: false }, Along { n, width: y_width, vector: y, written: true }];
+    let vectors = [Along::of_width(x_width, n, x, false), Along::of_width(y_width, n, y, true)];
     forwards(target, "axpy", vectors, |[x, y]| {
         let call = axpby_call(types.precision, n, alpha, x, Scalar::Value(beta), y);
         launch(target, GemmCall { types, ..call })
@@ -253,7 +260,7 @@ unsafe fn gemv(
     y: (u64, c_int),
 ) -> CuResult<()> {
     let target = handle(h)?.target();
-    let (x_len, y_len) = if trans == 0 { (n, m) } else { (m, n) };
+    let [x_len, y_len] = gemv_lengths(trans, [m, n]);
     let vectors = [Along::read(precision, x_len, x), Along::written(precision, y_len, y)];
     launch_forwards(target, "gemv", vectors, |[x, y]| gemv_call(precision, trans, [m, n], alpha, a, x, beta, y))
 }

@@ -167,8 +167,9 @@ async fn a_program_linked_against_cublas_uses_triangles_in_level_2_exactly() {
 /// the host or in device memory (the elements a flag implies hold NaN); `rotg` and `rotmg`
 /// within rounding of values worked out by hand, their edges (a or b 0, y1 0, a negative d1,
 /// rescaling) and device pointers among them. Another flag is read by its sign, as reference
-/// BLAS reads it; no elements read no scalars; a reversed vector, and `rotg` on device scalars
-/// while the stream captures, are refused as not served.
+/// BLAS reads it; no elements read no scalars; an increment of 0, and `rotg` on device scalars
+/// while the stream captures, are refused as not served (`cublas_backwards` takes reversed
+/// vectors).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
     run_math_program(
@@ -200,7 +201,7 @@ async fn a_program_linked_against_cublas_rotates_vectors_as_blas_does() {
             "srotmg rescaled within rounding",
             "srotm flag 2 as 1 exact",
             "srot of no elements: 0 CUBLAS_STATUS_SUCCESS",
-            "srot incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
+            "srot incx 0: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "drotg device while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "its capture: invalidated",
             "cublas_rotations: all within",
@@ -269,8 +270,8 @@ async fn a_program_linked_against_cublas_uses_packed_matrices_exactly() {
 /// than the matrix, a diagonal one), strided vectors, scalars in device memory; each exact
 /// though a band's spare row, its corners past the matrix and a unit diagonal hold NaN, `y`
 /// too where `beta` is 0, and a Hermitian diagonal imaginary parts; a conjugated strided solve
-/// through a contiguous copy. A negative increment and a capturing stream are refused as not
-/// served, wrong arguments as cuBLAS refuses them.
+/// through a contiguous copy. A capturing stream is refused as not served, wrong arguments as
+/// cuBLAS refuses them (`cublas_backwards` takes negative increments).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
     run_math_program(
@@ -304,7 +305,6 @@ async fn a_program_linked_against_cublas_uses_band_matrices_exactly() {
             "ztbsv upper N n 5 k 2 incx 2 exact",
             "ctbsv lower C n 70 k 3 incx 2 exact",
             "ztbsv upper C unit n 9 k 2 incx 3 exact",
-            "sgbmv incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "stbsv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "stbsv's capture: invalidated",
             "stbmv while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
@@ -470,7 +470,8 @@ async fn a_program_linked_against_cublas_runs_the_level_1_ex_forms_inverses_and_
 /// |inc|`) in every level-1 and level-2 routine family: each call gives exactly what it gives
 /// on the same vectors reversed with positive increments, and not what it gives on them read
 /// forwards (but for two vectors both backwards in pairs); nrm2, asum, amax and scal do
-/// nothing, as BLAS does; a batched gemv of such vectors is refused; a call that needs a
+/// nothing, as BLAS does; a call cuBLAS refuses, or one with nothing to compute, copies nothing
+/// (so leaves a capture alone); a batched gemv of such vectors is refused; a call that needs a
 /// forward copy is refused while its stream captures, one that needs none is captured.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() {
@@ -512,6 +513,9 @@ async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() 
             "dspr lower incx -2 exact",
             "stpsv lower N unit incx -3 exact",
             "snrm2, sasum, isamax, sscal incx -2: nothing done exact",
+            "dtrsv n 0 incx -1: 0 CUBLAS_STATUS_SUCCESS",
+            "sgbmv lda 0 incx -1 while capturing: 7 CUBLAS_STATUS_INVALID_VALUE",
+            "sgbmv lda 0 incx -1's capture: cudaSuccess",
             "gemvStridedBatched incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
             "batches of vectors read backwards are not served",
             "saxpy incx -1 while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",

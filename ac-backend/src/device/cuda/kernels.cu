@@ -706,7 +706,8 @@ extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, 
 
 // Element i of a BLAS vector of n elements `inc` apart: backwards from the last for a negative inc.
 __device__ __forceinline__ u64 blas_index(u64 n, long long inc, u64 i) {
-    return inc < 0 ? (n - 1 - i) * (u64)(-inc) : i * (u64)inc;
+    // 0 - inc in unsigned arithmetic: |inc| even for the most negative one.
+    return inc < 0 ? (n - 1 - i) * (0ull - (u64)inc) : i * (u64)inc;
 }
 
 // One element of `width` bytes from x's element `from` to y's element `to`, as words of its size
