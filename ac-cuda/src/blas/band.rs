@@ -23,10 +23,10 @@
 
 use std::ffi::{c_int, c_longlong};
 
-use super::contiguous::{in_place, Along};
+use super::contiguous::{in_place, launch_forwards, Along};
 use super::gemm::{launch, product, scalar_parts, GemmCall, Operand, Precision, Scalar};
 use super::structured::copy_of;
-use super::vectors::{gemv_lengths, launch_forwards};
+use super::vectors::gemv_lengths;
 use super::{guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use ac_frontend::KernelArg;
 use ac_proto::backend::builtin::VectorCopy;
 
-use super::gemm::{matrix, Precision};
+use super::gemm::{launch, matrix, GemmCall, Precision};
 use super::Target;
 use crate::error::CuResult;
 use crate::graph;
@@ -202,7 +202,7 @@ impl Along {
 }
 
 /// Whether any of a call's vectors is read backwards (a negative increment).
-pub(super) fn any_backwards(vectors: &[Along]) -> bool {
+fn any_backwards(vectors: &[Along]) -> bool {
     vectors.iter().any(|v| v.vector.1 < 0)
 }
 
@@ -230,6 +230,25 @@ pub(super) unsafe fn forwards<const N: usize, R>(
         }
     }
     Ok(out)
+}
+
+/// Launches, in order, the gemms that `calls` builds from a call's vectors read forwards
+/// ([`forwards`]: `what` names the call). With a vector read backwards, the calls are first
+/// built from the increments made positive, so that a call cuBLAS refuses, or one that
+/// computes nothing, gathers nothing.
+pub(super) unsafe fn launch_forwards<const N: usize, C: IntoIterator<Item = GemmCall>>(
+    target: Target,
+    what: &str,
+    vectors: [Along; N],
+    calls: impl Fn([(u64, c_int); N]) -> CuResult<C>,
+) -> CuResult<()> {
+    if any_backwards(&vectors) {
+        let forwards_only = vectors.map(|v| (v.vector.0, v.vector.1.saturating_abs()));
+        if calls(forwards_only)?.into_iter().next().is_none() {
+            return Ok(());
+        }
+    }
+    forwards(target, what, vectors, |vectors| calls(vectors)?.into_iter().try_for_each(|call| launch(target, call)))
 }
 
 #[cfg(test)]

@@ -18,9 +18,8 @@
 
 use std::ffi::{c_int, c_longlong};
 
-use super::contiguous::Along;
+use super::contiguous::{launch_forwards, Along};
 use super::gemm::{launch, product, GemmCall, Operand, Precision, Scalar};
-use super::vectors::launch_forwards;
 use super::{guard, handle};
 use crate::error::{code, CuResult, Error};
 

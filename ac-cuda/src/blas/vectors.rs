@@ -31,7 +31,7 @@ use std::ffi::{c_int, c_longlong, c_void};
 
 use ac_proto::backend::builtin::GemmElement;
 
-use super::contiguous::{any_backwards, forwards, pairwise, Along};
+use super::contiguous::{forwards, launch_forwards, pairwise, Along};
 use super::gemm::{launch, product, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
 use super::{guard, handle, Target};
 use crate::builtins::builtins;
@@ -46,25 +46,6 @@ pub(super) fn served_increments(incs: &[c_int]) -> CuResult<()> {
         true => Err(Error::said(code::NOT_SUPPORTED, "increment 0: one element taken n times is not served")),
         false => Ok(()),
     }
-}
-
-/// Launches, in order, the gemms that `calls` builds from a call's vectors read forwards
-/// ([`forwards`]: `what` names the call). With a vector read backwards, the calls are first
-/// built from the increments made positive, so that a call cuBLAS refuses, or one that
-/// computes nothing, gathers nothing.
-pub(super) unsafe fn launch_forwards<const N: usize, C: IntoIterator<Item = GemmCall>>(
-    target: Target,
-    what: &str,
-    vectors: [Along; N],
-    calls: impl Fn([(u64, c_int); N]) -> CuResult<C>,
-) -> CuResult<()> {
-    if any_backwards(&vectors) {
-        let forwards_only = vectors.map(|v| (v.vector.0, v.vector.1.saturating_abs()));
-        if calls(forwards_only)?.into_iter().next().is_none() {
-            return Ok(());
-        }
-    }
-    forwards(target, what, vectors, |vectors| calls(vectors)?.into_iter().try_for_each(|call| launch(target, call)))
 }
 
 /// The lengths of `x` and `y` in `y = op(A) x`, `A` being `m x n` (`trans` 0: N).
