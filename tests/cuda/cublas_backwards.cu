@@ -8,11 +8,11 @@
 // call read forwards on the vectors as they are (so that each case's data tells the directions
 // apart: a vector that is its own reverse, or its reverse negated under syr's x x^T, would not). Every element of every buffer, the gaps
 // included, is compared. Covered: dot, dotc, axpy, copy, swap, rot, rotm, AxpyEx (binary16),
-// gemv (N, T, C), ger, gerc, symv, hemv, syr, her, syr2, her2, trmv, trsv, gbmv, hbmv, tbmv,
+// gemv (N, T, C; strided batched and by arrays of pointers), ger, gerc, symv, hemv, syr, her, syr2, her2, trmv, trsv, gbmv, hbmv, tbmv,
 // tbsv, spmv, spr, tpsv, dgmm; and nrm2, asum, amax and scal, which BLAS does not run on a
 // negative increment (0, 0, index 0, x unchanged).
-// Usage: cublas_backwards [--native] (--native: leaves out what only the shim refuses: a
-// batched gemv of vectors read backwards, and such a call on a capturing stream)
+// Usage: cublas_backwards [--native] (--native: leaves out what only the shim refuses: such a
+// call on a capturing stream)
 #include <array>
 #include <complex>
 #include <cstdio>
@@ -63,18 +63,23 @@ cublasStatus_t cublasSdgmm(cublasHandle_t, int, int, int, const void*, int, cons
 cublasStatus_t cublasZdgmm(cublasHandle_t, int, int, int, const void*, int, const void*, int, void*, int);
 cublasStatus_t cublasSgemvStridedBatched(cublasHandle_t, int, int, int, const void*, const void*, int, long long,
                                          const void*, int, long long, const void*, void*, int, long long, int);
+cublasStatus_t cublasZgemvBatched(cublasHandle_t, int, int, int, const void*, const void* const*, int,
+                                  const void* const*, int, const void*, void* const*, int, int);
 }
 
-// A vector of a call: n elements |inc| apart, read backwards when inc is negative.
+// A vector of a call: n elements |inc| apart, read backwards when inc is negative; or, for a
+// batched call, `batch` such vectors `stride` elements apart.
 struct Shape {
-    int n, inc;
+    int n, inc, batch = 1;
+    size_t stride = 0;
 };
 
-// v with the n elements of a vector |inc| apart in reverse order, the gaps as they were.
+// v with the n elements of each vector |inc| apart in reverse order, the gaps as they were.
 template <typename E>
 static std::vector<E> reversed(std::vector<E> v, Shape s) {
     const size_t step = s.inc < 0 ? -s.inc : s.inc;
-    for (int i = 0; i < s.n / 2; i++) std::swap(v[i * step], v[(s.n - 1 - i) * step]);
+    for (int b = 0; b < s.batch; b++)
+        for (int i = 0; i < s.n / 2; i++) std::swap(v[b * s.stride + i * step], v[b * s.stride + (s.n - 1 - i) * step]);
     return v;
 }
 
@@ -147,9 +152,9 @@ static std::vector<E> data(size_t len, int seed) {
     return values<E>(len, seed);
 }
 
-// Elements from a vector's pointer to its last, plus one.
+// Elements from a vector's pointer to its last (its batch's last), plus one.
 static size_t span(Shape s) {
-    return (size_t)(s.n - 1) * std::abs(s.inc) + 1;
+    return (s.batch - 1) * s.stride + (size_t)(s.n - 1) * std::abs(s.inc) + 1;
 }
 
 static bool level_1(cublasHandle_t h) {
@@ -210,7 +215,8 @@ static bool general(cublasHandle_t h) {
             CUBLAS(cublasDgemv_v2(h, CUBLAS_OP_T, m, n, &alpha, d[2], lda, d[0], inc[0], &beta, d[1], inc[1]));
             return 0.0;
         });
-    // C into a strided y: a batch of products, one an element of y.
+    // C: the reference run's strided y is a batch of products, one an element of y; the run
+    // backwards reads y from a contiguous copy (a column).
     ok &= backwards_is_reversed<c32>("cgemv C incx -2 incy -3", {{m, -2}, {n, -3}}, {data<c32>(21, 7), data<c32>(19, 8), data<c32>((size_t)lda * n, 9)},
         [h](auto& d, auto& inc) {
             c32 alpha(1, 2), beta(0, -1);
@@ -229,6 +235,32 @@ static bool general(cublasHandle_t h) {
             c32 alpha(2, -1);
             CUBLAS(cublasCgerc_v2(h, m, n, &alpha, d[0], inc[0], d[1], inc[1], d[2], lda));
             return c32();
+        });
+    // Batches of 3 products: strided, and by arrays of pointers (a product at a time).
+    const int count = 3;
+    Shape bx{n, -1, count, 9}, by{m, 2, count, 23};
+    ok &= backwards_is_reversed<float>("sgemvStridedBatched N incx -1 incy 2", {bx, by},
+        {data<float>(span(bx), 22), data<float>(span(by), 23), data<float>((size_t)lda * n * count, 24)},
+        [h](auto& d, auto& inc) {
+            float alpha = 3, beta = -2;
+            CUBLAS(cublasSgemvStridedBatched(h, CUBLAS_OP_N, m, n, &alpha, d[2], lda, (long long)lda * n, d[0], inc[0], 9, &beta,
+                                             d[1], inc[1], 23, count));
+            return 0.0f;
+        });
+    Shape cx{m, 2, count, 25}, cy{n, -2, count, 17};
+    ok &= backwards_is_reversed<c64>("zgemvBatched C incx 2 incy -2", {cx, cy},
+        {data<c64>(span(cx), 25), data<c64>(span(cy), 26), data<c64>((size_t)lda * n * count, 27)},
+        [h](auto& d, auto& inc) {
+            std::vector<c64*> pointers;
+            for (int b = 0; b < count; b++) pointers.push_back(d[2] + (size_t)b * lda * n);
+            for (int b = 0; b < count; b++) pointers.push_back(d[0] + (size_t)b * 25);
+            for (int b = 0; b < count; b++) pointers.push_back(d[1] + (size_t)b * 17);
+            c64** arrays = upload(pointers);
+            c64 alpha(1, -1), beta(2, 1);
+            auto at = [&](int k) { return (void* const*)(arrays + k * count); };
+            CUBLAS(cublasZgemvBatched(h, CUBLAS_OP_C, m, n, &alpha, at(0), lda, at(1), inc[0], &beta, at(2), inc[1], count));
+            CHECK(cudaFree(arrays));
+            return c64();
         });
     ok &= backwards_is_reversed<float>("sdgmm left incx -2", {{m, -2}}, {data<float>(21, 16), a(17), a(18)},
         [h](auto& d, auto& inc) { CUBLAS(cublasSdgmm(h, 0, m, n, d[1], lda, d[0], inc[0], d[2], lda)); return 0.0f; });
@@ -364,13 +396,6 @@ int main(int argc, char** argv) {
         return cublasSgbmv_v2(h, CUBLAS_OP_N, 2, 2, 0, 0, &a, d, 0, d + 8, -1, &b, d + 12, 1);
     });
     if (!native) {
-        // What the shim does not serve: batches of vectors read backwards.
-        std::vector<float> v(64, 1.0f);
-        float* d = upload(v);
-        float alpha = 1, beta = 0;
-        cublasStatus_t st = cublasSgemvStridedBatched(h, CUBLAS_OP_N, 2, 2, &alpha, d, 2, 4, d + 16, -1, 2, &beta, d + 32, 1, 2, 2);
-        printf("gemvStridedBatched incx -1: %d %s\n", (int)st, cublasGetStatusName(st));
-        CHECK(cudaFree(d));
         // A forward copy is gone before a captured graph would run: refused while capturing;
         // two vectors both backwards need none.
         while_capturing(h, "saxpy incx -1", [h](float* d) {

@@ -16,8 +16,9 @@
 //! waiting.
 //!
 //! The buffer is freed after the queued work, before a captured graph would run, so tbsv is
-//! refused while its stream captures. `op` C on a strided `x` (complex) solves a contiguous copy of
-//! it, gathered once and scattered back ([`super::contiguous`]).
+//! refused while its stream captures. `op` C on a strided `x` (complex), or an `x` read backwards
+//! (a negative increment), solves a contiguous copy of it, gathered once and scattered back
+//! ([`super::contiguous`]).
 
 use std::ffi::c_int;
 

@@ -8,15 +8,17 @@
 //! Each is [`super::vectors`]'s gemv as a gemm ([`gemv_call`]), batched: one strided launch
 //! (for the pointer arrays, when each array's operands are evenly spaced, else a launch a
 //! product). The conjugate transpose into a strided `y` is a batch already (one product an
-//! element of `y`), so it is a launch a product. Vectors read backwards (a negative increment)
-//! are not served here (`CUBLAS_STATUS_NOT_SUPPORTED`), unlike in the unbatched gemv.
+//! element of `y`), so it is a launch a product. So is a batch whose `x` or `y` is read backwards
+//! (a negative increment): each product's vectors are read forwards from copies
+//! ([`super::contiguous`]), so such a call is refused while its stream captures a graph.
 
 use std::ffi::{c_int, c_longlong, c_void};
 
 use ac_proto::backend::builtin::GemmElement;
 
+use super::contiguous::{launch_forwards, Along};
 use super::gemm::{launch, scalar_parts, GemmCall, Operand, Precision, Scalar, Types};
-use super::vectors::gemv_call;
+use super::vectors::{gemv_call, gemv_lengths};
 use super::{each_batch, guard, handle, Target};
 use crate::error::{code, CuResult, Error};
 
@@ -37,10 +39,6 @@ fn one_product(
     let (alpha, beta) = (Scalar::At(alpha), Scalar::At(beta));
     let call = gemv_call(types.precision, trans, [m, n], alpha, (Operand::Memory(1), lda), (2, incx), beta, (3, incy))?;
     let Some(call) = call else { return Ok(None) };
-    if incx < 0 || incy < 0 {
-        let why = format!("incx {incx}, incy {incy}: batches of vectors read backwards are not served");
-        return Err(Error::said(code::NOT_SUPPORTED, why));
-    }
     let roles = call.matrices.map(|operand| match operand {
         Operand::Memory(at) => at as usize - 1,
         _ => unreachable!("gemv_call's operands are the ones given"),
@@ -102,7 +100,56 @@ unsafe fn strided(
     }
     let Some((call, roles)) = one_product(types, trans, mn, scalars, operands)? else { return Ok(()) };
     let call = scalars_read(target, call)?;
+    if backwards(operands) {
+        let width = by_operand(call.types.widths(), roles);
+        // Checked where each product's vectors are found (as launch_products's are).
+        let at =
+            |i: u64| [0, 1, 2].map(|r| operands[r].0.wrapping_add(i.wrapping_mul(operands[r].2 as u64) * width[r]));
+        return products_forwards(target, (call, roles), (types, trans, mn), operands, (0..count as u64).map(at));
+    }
     launch_products(target, call, roles.map(|r| operands[r].0), roles.map(|r| operands[r].2), count)
+}
+
+/// Whether the batch's `x` or `y` is read backwards (a negative increment).
+fn backwards([_, (_, incx, _), (_, incy, _)]: Operands) -> bool {
+    incx < 0 || incy < 0
+}
+
+/// `widths` of the gemm's `A`, `B` and `C` as the batch's operands (`A`, `x`, `y`) are.
+fn by_operand(widths: [u64; 3], roles: [usize; 3]) -> [u64; 3] {
+    let mut out = [0; 3];
+    for (gemm_operand, &r) in roles.iter().enumerate() {
+        out[r] = widths[gemm_operand];
+    }
+    out
+}
+
+/// The batch's products one at a time, each with its vectors read forwards
+/// ([`launch_forwards`]), since a vector read backwards has no stride a batched launch takes:
+/// `checked` the batch's product (its scalars read, its operands' `roles`), `products` each
+/// product's `A`, `x` and `y`.
+unsafe fn products_forwards(
+    target: Target,
+    (checked, roles): (GemmCall, [usize; 3]),
+    (types, trans, mn): (Types, c_int, [c_int; 2]),
+    [(_, lda, _), (_, incx, _), (_, incy, _)]: Operands,
+    products: impl Iterator<Item = [u64; 3]>,
+) -> CuResult<()> {
+    let width = by_operand(checked.types.widths(), roles);
+    let [x_len, y_len] = gemv_lengths(trans, mn);
+    for [a, x, y] in products {
+        let vectors =
+            [Along::of_width(width[1], x_len, (x, incx), false), Along::of_width(width[2], y_len, (y, incy), true)];
+        launch_forwards(target, "a batched gemv", vectors, |[x, y]| {
+            let operands = [(a, lda, 0), (x.0, x.1, 0), (y.0, y.1, 0)];
+            let product = one_product(types, trans, mn, [std::ptr::null(); 2], operands)?;
+            Ok(product.map(|(call, roles)| {
+                let matrices = roles.map(|r| Operand::Memory(operands[r].0));
+                GemmCall { matrices, alpha: checked.alpha, beta: checked.beta, ..call }
+            }))
+        })?;
+    }
+    Ok(())
 }
 
 /// `gemvBatched` of `types`: the operands are arrays of addresses.
@@ -122,6 +169,22 @@ unsafe fn arrays(
     let Some((call, roles)) = one_product(types, trans, mn, scalars, operands)? else { return Ok(()) };
     let call = scalars_read(target, call)?;
     let addresses = target.device_pointers(roles.map(|r| operands[r].0), count)?;
+    if backwards(operands) {
+        let product = |i: usize| {
+            let mut at = [0; 3];
+            for (gemm_operand, &r) in roles.iter().enumerate() {
+                at[r] = addresses[gemm_operand][i];
+            }
+            at
+        };
+        return products_forwards(
+            target,
+            (call, roles),
+            (types, trans, mn),
+            operands,
+            (0..count as usize).map(product),
+        );
+    }
     if call.batch > 1 {
         for i in 0..addresses[0].len() {
             launch_products(target, call, addresses.each_ref().map(|a| a[i]), [0; 3], 1)?;
@@ -234,14 +297,13 @@ mod tests {
     }
 
     #[test]
-    fn vectors_read_backwards_are_refused_after_what_cublas_refuses() {
-        let product = |lda, incx, incy| {
-            let operands = [(0, lda, 0), (0, incx, 0), (0, incy, 0)];
-            one_product(Types::uniform(Precision::Single), 0, [13, 9], [std::ptr::null(); 2], operands)
-        };
-        assert_eq!(product(16, -2, 1).unwrap_err().code(), code::NOT_SUPPORTED);
-        assert_eq!(product(16, 2, -1).unwrap_err().code(), code::NOT_SUPPORTED);
-        assert_eq!(product(12, -2, 1).unwrap_err().code(), code::INVALID_VALUE, "lda below m first");
+    fn widths_follow_each_operand_through_the_gemms_roles() {
+        // N: the gemm's A is x, its B is A, its C is y.
+        let (call, roles) = roles_of(mixed(GemmElement::F16, GemmElement::F32), 0, 1);
+        assert_eq!(roles, [1, 0, 2]);
+        assert_eq!(by_operand(call.types.widths(), roles), [2, 2, 4]);
+        assert_eq!(by_operand([8, 16, 4], [1, 0, 2]), [16, 8, 4]);
+        assert!(backwards([(0, 16, 0), (0, -1, 0), (0, 1, 0)]) && !backwards([(0, 16, 0), (0, 2, 0), (0, 1, 0)]));
     }
 
     #[test]

@@ -140,6 +140,9 @@ pub(super) unsafe fn dot(
             }
         };
     }
+    if result.is_null() {
+        return Err(Error::said(code::INVALID_VALUE, "result is null"));
+    }
     served_increments(&[incx, incy])?;
     let (x, y) = pairwise((x, incx), (y, incy));
     // dot_call's A and B: x and y, or for dotc y and x.

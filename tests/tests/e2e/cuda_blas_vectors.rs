@@ -471,7 +471,7 @@ async fn a_program_linked_against_cublas_runs_the_level_1_ex_forms_inverses_and_
 /// on the same vectors reversed with positive increments, and not what it gives on them read
 /// forwards (but for two vectors both backwards in pairs); nrm2, asum, amax and scal do
 /// nothing, as BLAS does; a call cuBLAS refuses, or one with nothing to compute, copies nothing
-/// (so leaves a capture alone); a batched gemv of such vectors is refused; a call that needs a
+/// (so leaves a capture alone); batched gemvs take them a product at a time; a call that needs a
 /// forward copy is refused while its stream captures, one that needs none is captured.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() {
@@ -492,6 +492,8 @@ async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() 
             "dgemv T incx 1 incy -3 exact",
             "cgemv C incx -2 incy -3 exact",
             "sger incx -3 incy 2 exact",
+            "sgemvStridedBatched N incx -1 incy 2 exact",
+            "zgemvBatched C incx 2 incy -2 exact",
             "cgerc incx 1 incy -1 exact",
             "sdgmm left incx -2 exact",
             "zdgmm right incx -3 exact",
@@ -516,8 +518,6 @@ async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() 
             "dtrsv n 0 incx -1: 0 CUBLAS_STATUS_SUCCESS",
             "sgbmv lda 0 incx -1 while capturing: 7 CUBLAS_STATUS_INVALID_VALUE",
             "sgbmv lda 0 incx -1's capture: cudaSuccess",
-            "gemvStridedBatched incx -1: 15 CUBLAS_STATUS_NOT_SUPPORTED",
-            "batches of vectors read backwards are not served",
             "saxpy incx -1 while capturing: 13 CUBLAS_STATUS_EXECUTION_FAILED",
             "saxpy incx -1's capture: invalidated",
             "axpy of a vector read backwards on a capturing stream cannot be captured",
