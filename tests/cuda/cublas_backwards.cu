@@ -248,7 +248,7 @@ static bool general(cublasHandle_t h) {
             return 0.0f;
         });
     Shape cx{m, 2, count, 25}, cy{n, -2, count, 17};
-    ok &= backwards_is_reversed<c64>("zgemvBatched C incx 2 incy -2", {cx, cy},
+    ok &= backwards_is_reversed<c64>("zgemvBatched T incx 2 incy -2", {cx, cy},
         {data<c64>(span(cx), 25), data<c64>(span(cy), 26), data<c64>((size_t)lda * n * count, 27)},
         [h](auto& d, auto& inc) {
             std::vector<c64*> pointers;
@@ -258,7 +258,7 @@ static bool general(cublasHandle_t h) {
             c64** arrays = upload(pointers);
             c64 alpha(1, -1), beta(2, 1);
             auto at = [&](int k) { return (void* const*)(arrays + k * count); };
-            CUBLAS(cublasZgemvBatched(h, CUBLAS_OP_C, m, n, &alpha, at(0), lda, at(1), inc[0], &beta, at(2), inc[1], count));
+            CUBLAS(cublasZgemvBatched(h, CUBLAS_OP_T, m, n, &alpha, at(0), lda, at(1), inc[0], &beta, at(2), inc[1], count));
             CHECK(cudaFree(arrays));
             return c64();
         });

@@ -493,7 +493,7 @@ async fn a_program_linked_against_cublas_reads_vectors_backwards_as_blas_does() 
             "cgemv C incx -2 incy -3 exact",
             "sger incx -3 incy 2 exact",
             "sgemvStridedBatched N incx -1 incy 2 exact",
-            "zgemvBatched C incx 2 incy -2 exact",
+            "zgemvBatched T incx 2 incy -2 exact",
             "cgerc incx 1 incy -1 exact",
             "sdgmm left incx -2 exact",
             "zdgmm right incx -3 exact",
