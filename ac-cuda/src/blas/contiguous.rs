@@ -292,5 +292,7 @@ mod tests {
         assert_eq!((x.width, x.written, y.width, y.written), (16, false, 2, true));
         assert!(!any_backwards(&[x, y]));
         assert!(any_backwards(&[x, Along { vector: (0x20, -1), ..y }]));
+        // An increment of 0 reads one element n times: not backwards.
+        assert!(!any_backwards(&[Along { vector: (0x20, 0), ..y }]));
     }
 }
