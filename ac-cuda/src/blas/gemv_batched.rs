@@ -115,11 +115,12 @@ fn backwards([_, (_, incx, _), (_, incy, _)]: Operands) -> bool {
     incx < 0 || incy < 0
 }
 
-/// `widths` of the gemm's `A`, `B` and `C` as the batch's operands (`A`, `x`, `y`) are.
-fn by_operand(widths: [u64; 3], roles: [usize; 3]) -> [u64; 3] {
-    let mut out = [0; 3];
+/// `values` of the gemm's `A`, `B` and `C` (widths, addresses) put in the order of the batch's
+/// operands (`A`, `x`, `y`): the inverse of `roles.map(|r| operands[r])`.
+fn by_operand<T: Copy + Default>(values: [T; 3], roles: [usize; 3]) -> [T; 3] {
+    let mut out = [T::default(); 3];
     for (gemm_operand, &r) in roles.iter().enumerate() {
-        out[r] = widths[gemm_operand];
+        out[r] = values[gemm_operand];
     }
     out
 }
@@ -170,13 +171,7 @@ unsafe fn arrays(
     let call = scalars_read(target, call)?;
     let addresses = target.device_pointers(roles.map(|r| operands[r].0), count)?;
     if backwards(operands) {
-        let product = |i: usize| {
-            let mut at = [0; 3];
-            for (gemm_operand, &r) in roles.iter().enumerate() {
-                at[r] = addresses[gemm_operand][i];
-            }
-            at
-        };
+        let product = |i: usize| by_operand(addresses.each_ref().map(|a| a[i]), roles);
         return products_forwards(
             target,
             (call, roles),
@@ -303,6 +298,11 @@ mod tests {
         assert_eq!(roles, [1, 0, 2]);
         assert_eq!(by_operand(call.types.widths(), roles), [2, 2, 4]);
         assert_eq!(by_operand([8, 16, 4], [1, 0, 2]), [16, 8, 4]);
+        // It undoes the gemm's order for any roles (of addresses too), not only for a swap.
+        let operands = [0xa0_u64, 0xb0, 0xc0];
+        for roles in [[1, 2, 0], [2, 0, 1], [0, 1, 2]] {
+            assert_eq!(by_operand(roles.map(|r| operands[r]), roles), operands, "{roles:?}");
+        }
         assert!(backwards([(0, 16, 0), (0, -1, 0), (0, 1, 0)]) && !backwards([(0, 16, 0), (0, 2, 0), (0, 1, 0)]));
     }
 
