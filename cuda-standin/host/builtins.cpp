@@ -185,7 +185,7 @@ const Builtin BUILTINS[] = {
     BUILTIN(blas_sgeqrf, false), BUILTIN(blas_dgeqrf, false), BUILTIN(blas_cgeqrf, false),
     BUILTIN(blas_zgeqrf, false), BUILTIN(blas_sgels, false), BUILTIN(blas_dgels, false),
     BUILTIN(blas_cgels, false), BUILTIN(blas_zgels, false), BUILTIN(blas_activation, false), BUILTIN(blas_copy, false), BUILTIN(dft_f32, false), BUILTIN(dft_f64, false),
-    BUILTIN(dft_ex, false),
+    BUILTIN(dft_ex, false), BUILTIN(blas_epilogue, false),
 };
 
 const Builtin* find(const char* name) {

@@ -24,14 +24,15 @@
 //! | `blas_sabs_reduce`, `blas_dabs_reduce`, `blas_cabs_reduce`, `blas_zabs_reduce` | `(u32 op, u32 n, const T* x, u64 incx, void* out)`: BLAS's asum (op 0), iamax (1), iamin (2) over a strided vector, one thread ([`super::abs_reduce`]) | `out` = the sum of magnitudes, or the 1-based index of the first extreme one |
 //! | `blas_stpttr`, `blas_dtpttr`, `blas_ctpttr`, `blas_ztpttr` | `(u32 dir, u32 uplo, u32 n, T* AP, T* A, u32 lda)`: BLAS's packed storage of a triangle, unpacked into `A` (dir 0) or packed from it (1) ([`super::packed`]) | the triangle moved, the other one untouched |
 //! | `dft_f32`, `dft_f64` | a discrete Fourier transform along strided lines: complex to complex, real to complex, complex to real, or a copy ([`super::dft`]) | `X[k] = sum_j x[j] e^(-+2 pi i j k / n)` |
-//! | `blas_activation` | `(u32 op, u32 m, u32 n, void* D, u32 ld, u64 stride, u32 batch, u32 type)`: ReLU (op 0) or GELU's tanh approximation (1) in place on column-major matrices of `f32`, `f16` or `bf16` ([`super::activation`]) | `D_b = f(D_b)` |
+//! | `blas_activation` | `(u32 op, u32 m, u32 n, void* D, u32 ld, u64 stride, u32 batch, u32 type)`: ReLU (op 0) or GELU's tanh approximation (1) in place on column-major matrices of `f32`, `f16` or `bf16` ([`super::epilogue`]) | `D_b = f(D_b)` |
+//! | `blas_epilogue` | `blas_activation`'s, then `void* aux, u64 aux_ld, u64 aux_stride`: on `f64` matrices too (type 3), and keeping or reading an auxiliary matrix: ReLU's mask (op 2), GELU's input (3), and their gradients (4, 5) ([`super::epilogue`]) | `D_b = f(D_b)`, aux kept; or `D_b = D_b f'(aux_b)` |
 //! | `blas_copy` | `(u32 n, u32 width, const void* x, i64 incx, void* y, i64 incy)`: BLAS's copy of `n` elements of `width` bytes (1, 2, 4, 8 or 16), a negative increment reading its vector backwards ([`super::vector_copy`]) | `y_i = x_i` |
 //! | `dft_ex` | `dft_f32`'s, and `u32 types`: the input and the output each `f32`, `f16` or `bf16`, computed as `dft_f32` ([`super::dft`]) | the same |
 
 use ac_proto::backend::ParamKind::{self, Ptr, F32, U32, U64};
 use ac_proto::backend::{ErrorKind, WireError};
 
-use super::{abs_reduce, activation, dft, gemm, lu, packed, qr, structured, trsm, vector_copy};
+use super::{abs_reduce, dft, epilogue, gemm, lu, packed, qr, structured, trsm, vector_copy};
 use super::{size_arg, DeviceArg, DeviceResult};
 
 /// The module's name.
@@ -85,11 +86,12 @@ pub const KERNELS: &[(&str, &[ParamKind])] = &[
     ("blas_dtpttr", &packed::PARAMS),
     ("blas_ctpttr", &packed::PARAMS),
     ("blas_ztpttr", &packed::PARAMS),
-    ("blas_activation", &activation::PARAMS),
+    ("blas_activation", &epilogue::ACTIVATION_PARAMS),
     ("blas_copy", &vector_copy::PARAMS),
     ("dft_f32", &dft::PARAMS),
     ("dft_f64", &dft::PARAMS),
     ("dft_ex", &dft::PARAMS_EX),
+    ("blas_epilogue", &epilogue::PARAMS),
 ];
 
 /// The index and signature of a builtin kernel.
@@ -143,10 +145,7 @@ pub fn check_footprint(name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
             abs_reduce::shape(name, args)?.footprints(name)
         }
         "blas_stpttr" | "blas_dtpttr" | "blas_ctpttr" | "blas_ztpttr" => packed::shape(name, args)?.footprints(name),
-        "blas_activation" => {
-            let a = activation::shape(name, args)?;
-            vec![(activation::MATRIX, a.span(), a.element.bytes())]
-        }
+        "blas_activation" | "blas_epilogue" => epilogue::footprints(&epilogue::shape(name, args)?),
         "blas_copy" => {
             let copy = vector_copy::shape(name, args)?;
             vector_copy::VECTORS.into_iter().zip(copy.spans()).map(|(i, span)| (i, span, copy.width)).collect()
@@ -217,9 +216,9 @@ pub fn work(name: &str, args: &[DeviceArg]) -> DeviceResult<u64> {
             let p = packed::shape(name, args)?;
             p.n.saturating_mul(p.n)
         }
-        "blas_activation" => {
-            let a = activation::shape(name, args)?;
-            a.m.saturating_mul(a.n).saturating_mul(a.batch)
+        "blas_activation" | "blas_epilogue" => {
+            let e = epilogue::shape(name, args)?;
+            e.m.saturating_mul(e.n).saturating_mul(e.batch)
         }
         "blas_copy" => vector_copy::shape(name, args)?.n,
         "dft_f32" | "dft_f64" | "dft_ex" => dft::shape(name, args)?.work(),

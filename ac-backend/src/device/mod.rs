@@ -18,7 +18,6 @@
 //! again, so a bug above cannot turn into a stray write.
 
 pub mod abs_reduce;
-pub mod activation;
 pub mod builtin;
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -26,6 +25,7 @@ pub mod cuda;
 pub mod described;
 pub mod dft;
 mod driver_sign;
+pub mod epilogue;
 pub mod gemm;
 pub mod health;
 pub mod limits;
@@ -512,6 +512,19 @@ pub fn size_arg(name: &str, args: &[DeviceArg], i: usize) -> DeviceResult<u64> {
         Some(DeviceArg::Scalar(KernelArg::U32(v))) => Ok(u64::from(*v)),
         other => Err(WireError::new(ErrorKind::InvalidArgument, format!("`{name}` argument {i}: got {other:?}"))),
     }
+}
+
+/// Whether two pointer arguments' spans (the argument, bytes from its pointer) share a byte:
+/// pointers into one allocation whose spans intersect. An empty span meets nothing.
+pub fn spans_meet((a, a_bytes): (&DeviceArg, u64), (b, b_bytes): (&DeviceArg, u64)) -> bool {
+    let (DeviceArg::Mem { mem: a_mem, offset: a_at, .. }, DeviceArg::Mem { mem: b_mem, offset: b_at, .. }) = (a, b)
+    else {
+        return false;
+    };
+    if a_mem != b_mem || a_bytes == 0 || b_bytes == 0 {
+        return false;
+    }
+    *a_at < b_at.saturating_add(b_bytes) && *b_at < a_at.saturating_add(a_bytes)
 }
 
 /// Checks arguments against a kernel's parameter kinds.

@@ -10,7 +10,7 @@ use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
 pub use ac_proto::backend::builtin::VectorCopy;
 
-use super::{size_arg, DeviceArg, DeviceResult};
+use super::{size_arg, spans_meet, DeviceArg, DeviceResult};
 
 /// `blas_copy`'s parameters.
 pub const PARAMS: [ParamKind; 6] = [U32, U32, Ptr, I64, Ptr, I64];
@@ -31,24 +31,11 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<VectorCopy> {
     if let Some(why) = copy.refusal() {
         return Err(invalid(why));
     }
-    if overlap(&copy, &args[VECTORS[0]], &args[VECTORS[1]]) {
+    let [x_bytes, y_bytes] = copy.spans().map(|elements| elements.saturating_mul(copy.width));
+    if spans_meet((&args[VECTORS[0]], x_bytes), (&args[VECTORS[1]], y_bytes)) {
         return Err(invalid("x and y overlap".into()));
     }
     Ok(copy)
-}
-
-/// Whether the bytes `copy` reads from `x` and writes from `y` meet: pointers into one
-/// allocation whose spans intersect.
-fn overlap(copy: &VectorCopy, x: &DeviceArg, y: &DeviceArg) -> bool {
-    let (DeviceArg::Mem { mem: x_mem, offset: x_at, .. }, DeviceArg::Mem { mem: y_mem, offset: y_at, .. }) = (x, y)
-    else {
-        return false;
-    };
-    let [x_span, y_span] = copy.spans().map(|elements| elements.saturating_mul(copy.width));
-    if x_mem != y_mem || x_span == 0 || y_span == 0 {
-        return false;
-    }
-    *x_at < y_at.saturating_add(y_span) && *y_at < x_at.saturating_add(x_span)
 }
 
 #[cfg(test)]

@@ -2,11 +2,13 @@
 //! sends a launch and the backend checks again before it runs one: one definition, so that the
 //! two cannot disagree on what a launch touches.
 
+pub mod epilogue;
 pub mod lu;
 pub mod qr;
 pub mod trsm;
 pub mod vector_copy;
 
+pub use epilogue::{ActivationOp, Aux, Epilogue, EpilogueElement, EpilogueOp};
 pub use lu::{Getrf, Getrs};
 pub use qr::{Gels, Geqrf};
 pub use trsm::Trsm;
@@ -239,88 +241,6 @@ pub fn f32_to_bf16(value: f32) -> u16 {
         return (bits >> 16) as u16 | 0x40;
     }
     ((bits + 0x7fff + (bits >> 16 & 1)) >> 16) as u16
-}
-
-/// The function a `blas_activation` launch applies (cuBLASLt's `RELU` and `GELU` epilogues).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActivationOp {
-    /// `max(x, 0)`.
-    Relu,
-    /// GELU's tanh approximation, `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
-    Gelu,
-}
-
-impl ActivationOp {
-    /// The op numbered `code` in a launch's arguments.
-    pub fn from_code(code: u64) -> Option<Self> {
-        Some(match code {
-            0 => ActivationOp::Relu,
-            1 => ActivationOp::Gelu,
-            _ => return None,
-        })
-    }
-
-    /// Its number in a launch's arguments.
-    pub fn code(self) -> u32 {
-        self as u32
-    }
-
-    /// The function at `x`, in `f32` (as every device computes it).
-    pub fn apply(self, x: f32) -> f32 {
-        match self {
-            ActivationOp::Relu => {
-                if x > 0.0 {
-                    x
-                } else {
-                    0.0
-                }
-            }
-            ActivationOp::Gelu => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh()),
-        }
-    }
-}
-
-/// A `blas_activation` launch: the function applied in place to `batch` column-major `m x n`
-/// matrices `stride` elements apart, leading dimension `ld`, of elements of type `element`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Activation {
-    /// The function applied.
-    pub op: ActivationOp,
-    /// Rows and columns of each matrix.
-    pub m: u64,
-    pub n: u64,
-    /// From one column to the next, in elements.
-    pub ld: u64,
-    /// From one matrix to the next, in elements.
-    pub stride: u64,
-    /// Matrices.
-    pub batch: u64,
-    /// The elements' type.
-    pub element: GemmElement,
-}
-
-impl Activation {
-    /// Whether the launch touches nothing.
-    pub fn is_empty(&self) -> bool {
-        self.m == 0 || self.n == 0 || self.batch == 0
-    }
-
-    /// Elements from the pointer to the last one touched, plus one.
-    pub fn span(&self) -> u64 {
-        if self.is_empty() {
-            return 0;
-        }
-        let last_column =
-            (self.batch - 1).saturating_mul(self.stride).saturating_add((self.n - 1).saturating_mul(self.ld));
-        last_column.saturating_add(self.m)
-    }
-
-    /// Where each column begins, in elements from the pointer; none when the launch touches
-    /// nothing.
-    pub fn columns(&self) -> impl Iterator<Item = u64> + '_ {
-        let batches = if self.is_empty() { 0 } else { self.batch };
-        (0..batches).flat_map(move |b| (0..self.n).map(move |j| b * self.stride + j * self.ld))
-    }
 }
 
 /// What a `dft_f32`/`dft_f64` launch computes along each line.

@@ -5,8 +5,10 @@
 use ac_proto::backend::{ErrorKind, KernelArg, WireError};
 
 use super::{check_range, Allocation, CpuContext};
+use crate::device::abs_reduce;
 use crate::device::builtin;
 use crate::device::dft::{self, FromF64};
+use crate::device::epilogue::{self, Aux, Epilogue, EpilogueElement, Kept, Real};
 use crate::device::gemm::{self, Complex, Element, Gemm, GemmElement};
 use crate::device::lu::{self, Pivot};
 use crate::device::packed;
@@ -14,7 +16,6 @@ use crate::device::qr::{self, Reflect};
 use crate::device::structured;
 use crate::device::trsm::{self, Field};
 use crate::device::vector_copy::{self, VectorCopy};
-use crate::device::{abs_reduce, activation};
 use crate::device::{DeviceArg, DeviceResult};
 
 impl CpuContext {
@@ -344,19 +345,66 @@ impl CpuContext {
         Ok(())
     }
 
-    /// Runs `blas_activation`: the matrices read, the function applied to each column, the
-    /// columns written back (not what lies between them).
-    fn activation(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
-        let a = activation::shape(name, args)?;
-        if a.is_empty() {
+    /// Runs `blas_activation` and `blas_epilogue`, in `f32` or, on `f64` matrices, in `f64`.
+    fn epilogue(&self, name: &str, args: &[DeviceArg]) -> DeviceResult<()> {
+        let e = epilogue::shape(name, args)?;
+        if e.is_empty() {
             return Ok(());
         }
-        let matrix = &args[activation::MATRIX];
-        let values = self.read_matrix::<f32>(matrix, a.span(), Some(a.element), "D")?;
-        for first in a.columns() {
-            let column = &values[first as usize..(first + a.m) as usize];
-            let applied: Vec<f32> = column.iter().map(|&x| a.op.apply(x)).collect();
-            self.write_matrix(matrix, first, &applied, Some(a.element), "D")?;
+        match e.element {
+            EpilogueElement::Single(element) => self.epilogue_in::<f32>(&e, args, Some(element)),
+            EpilogueElement::Double => self.epilogue_in::<f64>(&e, args, None),
+        }
+    }
+
+    /// Runs epilogue `e` computed in `T`, D's elements of `element` (none: `T` itself): D's
+    /// span read, and the auxiliary matrix's where the op uses it; each column computed; D's
+    /// columns written back (not what lies between them), and the auxiliary matrix where the
+    /// op writes it (a mask's bits past `m` in a column's last byte as they were).
+    fn epilogue_in<T>(&self, e: &Epilogue, args: &[DeviceArg], element: Option<GemmElement>) -> DeviceResult<()>
+    where
+        T: Real + Element + FromF64 + Into<f64>,
+    {
+        let (d_arg, aux_arg) = (&args[epilogue::MATRIX], args.get(epilogue::AUX));
+        let mut d = self.read_matrix::<T>(d_arg, e.span(), element, "D")?;
+        let (mut mask, mut inputs) = (Vec::new(), Vec::new());
+        match (e.op.aux(), aux_arg) {
+            (Aux::Mask, Some(aux)) => {
+                let (mem, range) = self.span(aux, 0, e.aux_span(), 1, "aux")?;
+                mask = mem.read(range).to_vec();
+            }
+            (Aux::Input, Some(aux)) => inputs = self.read_matrix::<T>(aux, e.aux_span(), element, "aux")?,
+            _ => {}
+        }
+        let m = e.m as usize;
+        for [first, aux_first] in e.columns().map(|c| c.map(|at| at as usize)) {
+            for i in 0..m {
+                let kept = match e.op.aux() {
+                    Aux::Input => Kept::Value(inputs[aux_first + i]),
+                    Aux::Mask | Aux::Unused => {
+                        let bit = aux_first + i;
+                        Kept::Bit(mask.get(bit / 8).is_some_and(|byte| byte >> (bit % 8) & 1 == 1))
+                    }
+                };
+                let (value, keep) = e.op.element(d[first + i], kept);
+                d[first + i] = value;
+                match keep {
+                    Some(Kept::Value(x)) => inputs[aux_first + i] = x,
+                    Some(Kept::Bit(set)) => {
+                        let bit = aux_first + i;
+                        mask[bit / 8] = mask[bit / 8] & !(1 << (bit % 8)) | u8::from(set) << (bit % 8);
+                    }
+                    None => {}
+                }
+            }
+            self.write_matrix(d_arg, first as u64, &d[first..first + m], element, "D")?;
+            if let (Aux::Input, false, Some(aux)) = (e.op.aux(), e.op.is_gradient(), aux_arg) {
+                self.write_matrix(aux, aux_first as u64, &inputs[aux_first..aux_first + m], element, "aux")?;
+            }
+        }
+        if let (Aux::Mask, false, Some(aux)) = (e.op.aux(), e.op.is_gradient(), aux_arg) {
+            let (mem, range) = self.span(aux, 0, e.aux_span(), 1, "aux")?;
+            mem.write(range).copy_from_slice(&mask);
         }
         Ok(())
     }
@@ -462,7 +510,7 @@ impl CpuContext {
             "blas_dtpttr" => self.packing::<f64>(name, args),
             "blas_ctpttr" => self.packing::<Complex<f32>>(name, args),
             "blas_ztpttr" => self.packing::<Complex<f64>>(name, args),
-            "blas_activation" => self.activation(name, args),
+            "blas_activation" | "blas_epilogue" => self.epilogue(name, args),
             "blas_copy" => self.vector_copy(name, args),
             "dft_f32" => self.dft::<f32>(name, args, None),
             "dft_f64" => self.dft::<f64>(name, args, None),

@@ -688,20 +688,101 @@ extern "C" __global__ void blas_zabs_reduce(unsigned op, unsigned n, const Compl
     abs_reduce<Complex<double>, double>(op, n, x, incx, out);
 }
 
-// An activation in place on `batch` column-major m x n matrices (leading dimension ld, `stride`
-// apart) of the type `type` codes (Coded's), computed in f32: op 0 ReLU, max(x, 0); 1 GELU's tanh
-// approximation, as cuBLASLt's epilogues (the CUDA shim's cuBLASLt launches it after a matmul).
-extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, void* D, unsigned ld, u64 stride,
-                                           unsigned batch, unsigned type) {
-    const Coded d{D, type};
+// Elements of f64 (an epilogue's type 3), computed in f64.
+struct Doubles {
+    void* p;
+    __device__ double get(u64 i) const { return ((const double*)p)[i]; }
+    __device__ void set(u64 i, double v) const { ((double*)p)[i] = v; }
+};
+
+// GELU's tanh approximation in R: its constants as each type writes them (as the backend's Rust,
+// ac_proto's epilogue::Real, computes them), its inner tanh, the function and its slope.
+template <typename R>
+struct Gelu;
+template <>
+struct Gelu<float> {
+    static constexpr float scale = 0.7978846f, cubic = 0.044715f;
+    static __device__ float inner(float x) { return tanhf(scale * (x + cubic * x * x * x)); }
+};
+template <>
+struct Gelu<double> {
+    static constexpr double scale = 0.7978845608028654, cubic = 0.044715;
+    static __device__ double inner(double x) { return tanh(scale * (x + cubic * x * x * x)); }
+};
+template <typename R>
+__device__ R gelu(R x) {
+    return (R)0.5 * x * ((R)1 + Gelu<R>::inner(x));
+}
+// d/dx 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+template <typename R>
+__device__ R gelu_slope(R x) {
+    const R t = Gelu<R>::inner(x), three_a = Gelu<R>::cubic + Gelu<R>::cubic + Gelu<R>::cubic;
+    return (R)0.5 * ((R)1 + t) + (R)0.5 * x * ((R)1 - t * t) * (Gelu<R>::scale * ((R)1 + three_a * x * x));
+}
+
+// cuBLASLt's epilogues in place on `batch` column-major m x n matrices D (leading dimension ld,
+// `stride` apart), computed in R, elements read and written through M (Coded's types, or
+// Doubles): op 0 ReLU, max(x, 0); 1 GELU; 2 ReLU keeping its mask in `mask` (a bit an element,
+// set where x > 0: element (i, j) of batch b the bit b aux_stride + j aux_ld + i from the least
+// significant bit of its first byte); 3 GELU keeping its input in `aux` (elements of D's type);
+// 4 D zeroed where the mask's bit is clear; 5 D times GELU's slope at aux's input. A mask's
+// columns start on a byte (aux_ld and aux_stride multiples of 8, as the backend checks), so a
+// thread owns each byte: eight rows of one column.
+template <typename R, typename M>
+__device__ void epilogue_in(unsigned op, unsigned m, unsigned n, M d, unsigned ld, u64 stride, unsigned batch, M aux,
+                            unsigned char* mask, u64 aux_ld, u64 aux_stride) {
+    if (op == 2 || op == 4) {
+        const u64 groups = ((u64)m + 7) / 8, total = groups * n * batch;
+        for (u64 e = thread_index(); e < total; e += thread_count()) {
+            const u64 g = e % groups, j = (e / groups) % n, b = e / (groups * n);
+            const u64 byte = (b * aux_stride + j * aux_ld) / 8 + g;
+            unsigned bits = mask[byte];
+            for (unsigned r = 0; r < 8 && g * 8 + r < m; r++) {
+                const u64 at = b * stride + j * ld + g * 8 + r;
+                const R x = d.get(at);
+                if (op == 2) {
+                    d.set(at, x > (R)0 ? x : (R)0);
+                    bits = (bits & ~(1u << r)) | (unsigned)(x > (R)0) << r;
+                } else {
+                    d.set(at, (bits >> r & 1u) ? x : (R)0);
+                }
+            }
+            if (op == 2) mask[byte] = (unsigned char)bits;
+        }
+        return;
+    }
     const u64 total = (u64)m * n * batch;
     for (u64 e = thread_index(); e < total; e += thread_count()) {
         const u64 i = e % m, j = (e / m) % n, b = e / ((u64)m * n);
-        const u64 at = b * stride + j * ld + i;
-        const float x = d.get(at);
-        d.set(at, op == 0 ? (x > 0.0f ? x : 0.0f)
-                          : 0.5f * x * (1.0f + tanhf(0.7978846f * (x + 0.044715f * x * x * x))));
+        const u64 at = b * stride + j * ld + i, kept = b * aux_stride + j * aux_ld + i;
+        const R x = d.get(at);
+        if (op == 0) d.set(at, x > (R)0 ? x : (R)0);
+        else if (op == 5) d.set(at, x * gelu_slope<R>(aux.get(kept)));
+        else {
+            if (op == 3) aux.set(kept, x);
+            d.set(at, gelu<R>(x));
+        }
     }
+}
+
+// An activation in place, computed in f32 on D of the type `type` codes (Coded's): op 0 ReLU, 1
+// GELU's tanh approximation, as cuBLASLt's epilogues.
+extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, void* D, unsigned ld, u64 stride,
+                                           unsigned batch, unsigned type) {
+    const Coded d{D, type};
+    epilogue_in<float>(op, m, n, d, ld, stride, batch, d, nullptr, 0, 0);
+}
+
+// cuBLASLt's epilogues (epilogue_in's ops) on D of the type `type` codes: Coded's, computed in
+// f32, or 3, f64 computed in f64. The CUDA shim's cuBLASLt launches it after a matmul.
+extern "C" __global__ void blas_epilogue(unsigned op, unsigned m, unsigned n, void* D, unsigned ld, u64 stride,
+                                         unsigned batch, unsigned type, void* aux, u64 aux_ld, u64 aux_stride) {
+    if (type == 3)
+        epilogue_in<double>(op, m, n, Doubles{D}, ld, stride, batch, Doubles{aux}, (unsigned char*)aux, aux_ld,
+                            aux_stride);
+    else
+        epilogue_in<float>(op, m, n, Coded{D, type}, ld, stride, batch, Coded{aux, type}, (unsigned char*)aux, aux_ld,
+                           aux_stride);
 }
 
 // Element i of a BLAS vector of n elements `inc` apart: backwards from the last for a negative inc.

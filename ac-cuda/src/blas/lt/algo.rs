@@ -6,7 +6,7 @@
 //! The shim has one algorithm, the builtin gemm (id 0), for the types [`matmul`] serves. Its
 //! record ([`Algo`]) lives in the caller's `cublasLtMatmulAlgo_t` as the descriptors do; its
 //! capabilities say what that kernel does (strided batches, host or device scalars, the
-//! DEFAULT, BIAS, RELU and GELU epilogues, the last two not on `f64` D; no split-K, swizzling or tile choice), so a configuration asking
+//! epilogues; no split-K, swizzling or tile choice), so a configuration asking
 //! for more is refused by `AlgoCheck` and by `cublasLtMatmul` rather than run otherwise.
 //!
 //! [`matmul`]: super::matmul
@@ -15,10 +15,7 @@ use std::ffi::{c_int, c_void};
 use std::mem::size_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{
-    bytes_of, get_attribute, read, set_attribute, unserved, write, Layout, MatmulDesc, Record, EPILOGUE_BIAS,
-    EPILOGUE_DEFAULT, EPILOGUE_GELU, EPILOGUE_RELU,
-};
+use super::{bytes_of, epilogue, get_attribute, read, set_attribute, unserved, write, Layout, MatmulDesc, Record};
 use crate::blas::gemm::Types;
 use crate::blas::gemm_ex::{ex_types, scale_type};
 use crate::blas::{guard, handle};
@@ -163,11 +160,8 @@ fn capability(algo: &Algo, attr: c_int) -> CuResult<Vec<u8>> {
         7 | 10 | 14 => int(0),
         // Pointer modes: host and device (CUBLASLT_POINTER_MODE_MASK_HOST | _DEVICE).
         11 => int(0b11),
-        // Epilogues: DEFAULT and BIAS, and RELU and GELU (with a bias or not) but on f64 D.
-        12 => {
-            let served = EPILOGUE_DEFAULT | EPILOGUE_BIAS;
-            int((if algo.types[3] == 1 { served } else { served | EPILOGUE_RELU | EPILOGUE_GELU }) as i32)
-        }
+        // Epilogues: every one of cuBLASLt's 16, on each type served.
+        12 => int(epilogue::CAPABILITY as i32),
         // Numerical implementation: an FMA in the compute type, none of the tensor-core kinds.
         15 => 1u64.to_le_bytes().to_vec(),
         // Alignment of A, B, C, D: an element.
@@ -370,9 +364,10 @@ mod tests {
         let int = |attr| i32::from_le_bytes(capability(&half, attr).unwrap()[..4].try_into().unwrap());
         assert_eq!(int(0), 0, "no split-K");
         assert_eq!(int(3), 1, "strided batches");
-        assert_eq!(int(12), 1 | 2 | 4 | 32, "DEFAULT, RELU, BIAS and GELU epilogues");
+        // Every epilogue's bits: 1 DEFAULT to 512 BGRADB, on f64 too.
+        assert_eq!(int(12), 1023, "every epilogue");
         let double = Algo::gemm(70, 1, [1; 4]);
-        assert_eq!(capability(&double, 12).unwrap()[..4], 5i32.to_le_bytes(), "DEFAULT and BIAS on f64");
+        assert_eq!(capability(&double, 12).unwrap()[..4], 1023i32.to_le_bytes(), "every epilogue on f64");
         assert_eq!([16, 17, 18, 19].map(int), [2, 2, 4, 4], "alignment: an element");
         assert_eq!(capability(&half, 9).unwrap_err().code(), code::INVALID_VALUE);
         // What the heuristic's matmuls are made of is served; complex or mixed C/D is not.

@@ -1,65 +1,33 @@
-//! `cublasLtMatmul` and `cublasLtMatmulAlgoGetHeuristic`: `D = alpha op(A) op(B) + beta C`,
-//! plus a bias added to every column of D (`CUBLASLT_EPILOGUE_BIAS`, as PyTorch's linear
-//! layers ask) and then ReLU or GELU applied (`_RELU`, `_RELU_BIAS`, `_GELU`, `_GELU_BIAS`, as
-//! PyTorch's `_addmm_activation` asks), on column-major matrices of the types `cublasGemmEx` serves (`f32`, `f64`,
-//! binary16 or bfloat16 computed in `f32`: [`ex_types`]), batched by the layouts' counts and
-//! offsets; one launch of the builtin gemm, a second for the bias (a gemm of the bias column
-//! by an `f32` row of ones), and a third for the activation (`blas_activation`, in place). What it cannot run (another order, type or epilogue) the heuristic
-//! answers with no algorithm, which callers such as PyTorch take as "use cuBLAS instead".
-//! `cublasLtMatmulAlgoCheck` checks an algorithm a program configured ([`super::algo`]) against
-//! a matmul, as `cublasLtMatmul` does before it runs.
+//! `cublasLtMatmul` and `cublasLtMatmulAlgoGetHeuristic`: `D = alpha op(A) op(B) + beta C` on
+//! column-major matrices of the types `cublasGemmEx` serves (`f32`, `f64`, binary16 or bfloat16
+//! computed in `f32`: [`ex_types`]), batched by the layouts' counts and offsets, one launch of
+//! the builtin gemm, then the epilogue the descriptor names ([`super::epilogue`]: a bias,
+//! ReLU or GELU, the auxiliary matrices and gradients of training, bias gradients). What it
+//! cannot run (another order or type) the heuristic answers with no algorithm, which callers
+//! such as PyTorch take as "use cuBLAS instead". `cublasLtMatmulAlgoCheck` checks an algorithm
+//! a program configured ([`super::algo`]) against a matmul, as `cublasLtMatmul` does before it
+//! runs.
 
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, OnceLock};
 
-use ac_frontend::KernelArg;
-use ac_proto::backend::builtin::{Activation, ActivationOp, GemmElement};
-
-use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Precision, Scalar, Types};
+use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Scalar};
 use super::super::{guard, handle, Target};
 use super::algo::{served_types, Algo, ALGO_BYTES};
-use super::{read, write, Layout, MatmulDesc, EPILOGUE_BIAS, EPILOGUE_DEFAULT, EPILOGUE_GELU, EPILOGUE_RELU};
-use crate::builtins::builtins;
+use super::epilogue::{self, Planned, Product};
+use super::{read, write, Layout, MatmulDesc};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
-
-const EPILOGUE_RELU_BIAS: u32 = EPILOGUE_RELU | EPILOGUE_BIAS;
-const EPILOGUE_GELU_BIAS: u32 = EPILOGUE_GELU | EPILOGUE_BIAS;
-
-/// What epilogue `code` adds to the product: whether a bias, and which activation after it.
-fn epilogue(code: u32) -> CuResult<(bool, Option<ActivationOp>)> {
-    Ok(match code {
-        EPILOGUE_DEFAULT => (false, None),
-        EPILOGUE_BIAS => (true, None),
-        EPILOGUE_RELU => (false, Some(ActivationOp::Relu)),
-        EPILOGUE_RELU_BIAS => (true, Some(ActivationOp::Relu)),
-        EPILOGUE_GELU => (false, Some(ActivationOp::Gelu)),
-        EPILOGUE_GELU_BIAS => (true, Some(ActivationOp::Gelu)),
-        other => {
-            return unserved(format!("epilogue {other} (DEFAULT, BIAS, RELU, RELU_BIAS, GELU, GELU_BIAS are served)"))
-        }
-    })
-}
 
 /// A matmul as the builtin gemm runs it, from its descriptor and layouts.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
-    /// The compute type, and the matrices' types (A, B, D) where they are not all of it.
-    types: Types,
-    trans: [c_int; 2],
-    mnk: [c_int; 3],
-    /// Leading dimensions of A, B, D.
-    ld: [c_int; 3],
-    /// Batch offsets of A, B, C, D.
-    offsets: [i64; 4],
-    batch: c_int,
+    /// The product, as the gemm and the epilogue read it.
+    product: Product,
     pointer_mode: c_int,
-    /// The bias vector and its batch stride, for `CUBLASLT_EPILOGUE_BIAS` and the epilogues
-    /// that add one.
-    bias: Option<(u64, i64)>,
-    /// The activation applied to D last, and D's element type.
-    activation: Option<(ActivationOp, GemmElement)>,
+    /// The epilogue after it.
+    epilogue: Planned,
     /// C's leading dimension, for checking it against D's.
     ldc: i64,
 }
@@ -101,36 +69,12 @@ fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
         let counts = [a, b, c, d].map(|l| l.batch_count);
         return Err(Error::said(code::INVALID_VALUE, format!("batch counts {counts:?}")));
     }
-    let (with_bias, activation) = epilogue(desc.epilogue)?;
-    let bias = match with_bias {
-        false => None,
-        true if desc.bias == 0 => {
-            let why = format!("epilogue {} adds a bias, and there is no bias pointer", desc.epilogue);
-            return Err(Error::said(code::INVALID_VALUE, why));
-        }
-        true if desc.bias_type != -1 && desc.bias_type as u32 != d.data_type => {
-            return unserved(format!("a bias of type {} for D of type {}", desc.bias_type, d.data_type))
-        }
-        true => Some((desc.bias, desc.bias_batch_stride)),
-    };
-    let activation = match activation {
-        None => None,
-        Some(_) if ex.precision == Precision::Double => {
-            return unserved(format!(
-                "epilogue {} on f64 matrices (activations of f32 and half precision are served)",
-                desc.epilogue
-            ))
-        }
-        Some(_) if d.batch_offset < 0 => {
-            return unserved(format!("an activation over D's negative batch offset {}", d.batch_offset))
-        }
-        Some(f) => Some((f, ex.elements.map_or(GemmElement::F32, |[.., d]| d))),
-    };
     let mnk = [dimension("m", m as i64)?, dimension("n", n as i64)?, dimension("k", k as i64)?];
     let ld = [dimension("lda", a.ld)?, dimension("ldb", b.ld)?, dimension("ldd", d.ld)?];
     let offsets = [a, b, c, d].map(|l| l.batch_offset);
-    let pointer_mode = desc.pointer_mode;
-    Ok(Plan { types: ex, trans: desc.trans, mnk, ld, offsets, batch, pointer_mode, bias, activation, ldc: c.ld })
+    let product = Product { types: ex, trans: desc.trans, mnk, ld, offsets, batch };
+    let epilogue = epilogue::plan(desc, d, &product)?;
+    Ok(Plan { product, pointer_mode: desc.pointer_mode, epilogue, ldc: c.ld })
 }
 
 /// A matmul's descriptor and layouts (A, B, C, D), as read from the caller's records.
@@ -273,82 +217,38 @@ pub unsafe extern "C" fn cublasLtMatmul(
     })
 }
 
-/// Runs a planned matmul: the product into D (C read in place, D being C), then the bias, then
-/// the activation.
+/// Runs a planned matmul: the product into D (C read in place, D being C), then its epilogue.
 unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b, c, d]: [u64; 4]) -> CuResult<()> {
-    let in_place = c == d && plan.ldc == i64::from(plan.ld[2]) && plan.offsets[2] == plan.offsets[3];
-    let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, plan.types.precision, beta)?) };
+    let p = &plan.product;
+    let in_place = c == d && plan.ldc == i64::from(p.ld[2]) && p.offsets[2] == p.offsets[3];
+    let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, p.types.precision, beta)?) };
     if !in_place && !matches!(beta, Scalar::Value(v) if v == 0.0) {
         return unserved("C apart from D with beta not 0 (D must be C, as cuBLAS's gemm computes in place)".into());
     }
-    let [m, n, k] = plan.mnk;
+    let [m, n, k] = p.mnk;
     let product = GemmCall {
-        types: plan.types,
-        trans: plan.trans,
+        types: p.types,
+        trans: p.trans,
         m,
         n,
         k,
         alpha,
         matrices: [Operand::Memory(a), Operand::Memory(b), Operand::Memory(d)],
-        ld: plan.ld,
-        stride: [plan.offsets[0], plan.offsets[1], plan.offsets[3]],
+        ld: p.ld,
+        stride: [p.offsets[0], p.offsets[1], p.offsets[3]],
         beta,
-        batch: plan.batch,
+        batch: p.batch,
     };
     launch(target, product)?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if let Some((bias, bias_stride)) = plan.bias {
-        add_bias(target, plan, bias, bias_stride, d)?;
-    }
-    match plan.activation {
-        Some((f, element)) => activate(target, plan, f, element, d),
-        None => Ok(()),
-    }
-}
-
-/// D += the bias column, in every column of every batch.
-unsafe fn add_bias(target: Target, plan: &Plan, bias: u64, bias_stride: i64, d: u64) -> CuResult<()> {
-    let [m, n, _] = plan.mnk;
-    // D += bias (m x 1) x ones (1 x n), batch by batch; the bias of D's type, the ones f32 where
-    // D is of half precision.
-    let double = plan.types.precision == Precision::Double;
-    let ones = builtins(target.device)?.ones(double, n as usize)?;
-    let add_bias = GemmCall {
-        types: Types {
-            precision: if double { Precision::Double } else { Precision::Single },
-            elements: plan.types.elements.map(|[.., d]| [d, GemmElement::F32, d]),
-        },
-        trans: [0, 0],
-        m,
-        n,
-        k: 1,
-        alpha: Scalar::Value(1.0),
-        matrices: [Operand::Memory(bias), Operand::Slot(ones), Operand::Memory(d)],
-        ld: [m, 1, plan.ld[2]],
-        stride: [bias_stride, 0, plan.offsets[3]],
-        beta: Scalar::Value(1.0),
-        batch: plan.batch,
-    };
-    launch(target, add_bias)
-}
-
-/// Applies `op` to D's elements of type `element` in place (`blas_activation`), every batch.
-fn activate(target: Target, plan: &Plan, op: ActivationOp, element: GemmElement, d: u64) -> CuResult<()> {
-    let [m, n, _] = plan.mnk.map(|v| v as u64);
-    let (ld, stride, batch) = (plan.ld[2] as u64, plan.offsets[3] as u64, plan.batch as u64);
-    let a = Activation { op, m, n, ld, stride, batch, element };
-    let matrix = super::super::gemm::matrix(target, d, a.span(), element.bytes())?;
-    let u = |v: u64| KernelArg::U32(v as u32);
-    let args = [u(op.code().into()), u(m), u(n), matrix, u(ld), KernelArg::U64(stride), u(batch), u(element as u64)];
-    target.launch("blas_activation", &args, m.saturating_mul(n).saturating_mul(batch), 256)
+    epilogue::run(target, p, &plan.epilogue, [a, b, d])
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::epilogue::BiasUse;
     use super::super::{layout, matmul_desc};
     use super::*;
+    use ac_proto::backend::builtin::GemmElement;
 
     fn layouts(trans: [i32; 2]) -> [Layout; 4] {
         // op(A) 4 x 3, op(B) 3 x 2, C = D 4 x 2.
@@ -367,7 +267,7 @@ mod tests {
         for trans in [[0, 0], [1, 0], [0, 1], [1, 1]] {
             desc.trans = trans;
             let p = planned(&desc, &layouts(trans)).unwrap();
-            assert_eq!(p.mnk, [4, 2, 3], "{trans:?}");
+            assert_eq!(p.product.mnk, [4, 2, 3], "{trans:?}");
         }
         // A's layout read untransposed against op(A) transposed: refused.
         desc.trans = [1, 0];
@@ -380,43 +280,20 @@ mod tests {
         let mut row = layouts([0, 0]);
         row[1].order = 1;
         assert_eq!(planned(&desc, &row).unwrap_err().code(), code::NOT_SUPPORTED);
-        let relu_aux = MatmulDesc { epilogue: 130, ..desc };
-        assert_eq!(planned(&relu_aux, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
+        let unknown = MatmulDesc { epilogue: 3, ..desc };
+        assert_eq!(planned(&unknown, &layouts([0, 0])).unwrap_err().code(), code::NOT_SUPPORTED);
         let complex = [4u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
         let complex_desc = MatmulDesc { scale_type: 4, ..desc };
         assert_eq!(planned(&complex_desc, &complex).unwrap_err().code(), code::NOT_SUPPORTED);
         // bfloat16 matrices computed in f32 with f32 scalars (PyTorch's), not with bfloat16 ones.
         let bf16 = [14u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        assert_eq!(planned(&desc, &bf16).unwrap().types.elements, Some([GemmElement::Bf16; 3]));
+        assert_eq!(planned(&desc, &bf16).unwrap().product.types.elements, Some([GemmElement::Bf16; 3]));
         let bf16_scale = MatmulDesc { scale_type: 14, ..desc };
         assert_eq!(planned(&bf16_scale, &bf16).unwrap_err().code(), code::NOT_SUPPORTED);
         // A bias pointer is required; a bias of D's type is served.
         let no_bias = MatmulDesc { epilogue: 4, ..desc };
         assert_eq!(planned(&no_bias, &layouts([0, 0])).unwrap_err().code(), code::INVALID_VALUE);
         let bias = MatmulDesc { bias: 0x1000, ..no_bias };
-        assert_eq!(planned(&bias, &layouts([0, 0])).unwrap().bias, Some((0x1000, 0)));
-    }
-
-    #[test]
-    fn activation_epilogues_add_a_bias_or_not_then_their_function() {
-        let desc = MatmulDesc { bias: 0x1000, ..matmul_desc(68, 0) };
-        let plain = layouts([0, 0]);
-        for (code, bias, f) in [
-            (2, None, ActivationOp::Relu),
-            (6, Some((0x1000, 0)), ActivationOp::Relu),
-            (32, None, ActivationOp::Gelu),
-            (36, Some((0x1000, 0)), ActivationOp::Gelu),
-        ] {
-            let p = planned(&MatmulDesc { epilogue: code, ..desc }, &plain).unwrap();
-            assert_eq!((p.bias, p.activation), (bias, Some((f, GemmElement::F32))), "epilogue {code}");
-        }
-        // D's type is the activation's; none on f64 matrices.
-        let half = [2u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        let p = planned(&MatmulDesc { epilogue: 6, ..desc }, &half).unwrap();
-        assert_eq!(p.activation, Some((ActivationOp::Relu, GemmElement::F16)));
-        let double = [1u32; 4].map(|t| Layout { data_type: t, ..layout(0, 4, 4, 4) });
-        let double_desc = MatmulDesc { epilogue: 32, scale_type: 1, compute_type: 70, ..desc };
-        assert_eq!(planned(&double_desc, &double).unwrap_err().code(), code::NOT_SUPPORTED);
-        assert!(planned(&MatmulDesc { epilogue: 1, ..double_desc }, &double).is_ok(), "f64 without an activation");
+        assert_eq!(planned(&bias, &layouts([0, 0])).unwrap().epilogue.bias, Some((BiasUse::Add, 0x1000, 0)));
     }
 }

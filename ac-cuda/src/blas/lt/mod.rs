@@ -19,6 +19,7 @@ use crate::state::put;
 use crate::stream::device_of_stream;
 
 mod algo;
+mod epilogue;
 mod matmul;
 mod transform;
 
@@ -31,13 +32,6 @@ const PREFERENCE_BYTES: usize = 8 * 8;
 const MATMUL_DESC_MARK: u32 = u32::from_le_bytes(*b"acLm");
 const LAYOUT_MARK: u32 = u32::from_le_bytes(*b"acLl");
 const PREFERENCE_MARK: u32 = u32::from_le_bytes(*b"acLp");
-
-/// `CUBLASLT_EPILOGUE_DEFAULT`, `_RELU`, `_BIAS` and `_GELU`: the epilogues the matmul serves
-/// (and `_RELU_BIAS`, `_GELU_BIAS`, their sums), which its algorithm's capability names.
-const EPILOGUE_DEFAULT: u32 = 1;
-const EPILOGUE_RELU: u32 = 2;
-const EPILOGUE_BIAS: u32 = 4;
-const EPILOGUE_GELU: u32 = 32;
 
 /// A `cublasLtMatmulDesc_t`'s record.
 #[repr(C)]
@@ -55,6 +49,12 @@ struct MatmulDesc {
     bias_batch_stride: i64,
     /// A `cublasLtEmulationDesc_t`: kept (the builtin gemm never emulates).
     emulation: u64,
+    /// The epilogue's auxiliary matrix: its address, leading dimension and batch stride (in
+    /// bits, for ReLU's mask), and its `cudaDataType` (-1 for D's).
+    aux: u64,
+    aux_ld: i64,
+    aux_batch_stride: i64,
+    aux_type: i32,
 }
 
 /// A `cublasLtMatrixLayout_t`'s record.
@@ -127,6 +127,10 @@ impl Record for MatmulDesc {
             7 => bytes_of(&mut self.epilogue),
             8 => bytes_of(&mut self.bias),
             10 => bytes_of(&mut self.bias_batch_stride),
+            11 => bytes_of(&mut self.aux),
+            12 => bytes_of(&mut self.aux_ld),
+            13 => bytes_of(&mut self.aux_batch_stride),
+            22 => bytes_of(&mut self.aux_type),
             26 => bytes_of(&mut self.bias_type),
             38 => bytes_of(&mut self.emulation),
             _ => return unserved(Self::NAME, attr),
@@ -266,7 +270,7 @@ unsafe fn get_attribute<R: Record>(
 }
 
 fn matmul_desc(compute_type: c_int, scale_type: c_int) -> MatmulDesc {
-    MatmulDesc { compute_type, scale_type, epilogue: 1, bias_type: -1, ..MatmulDesc::default() }
+    MatmulDesc { compute_type, scale_type, epilogue: 1, bias_type: -1, aux_type: -1, ..MatmulDesc::default() }
 }
 
 fn layout(data_type: u32, rows: u64, cols: u64, ld: i64) -> Layout {
