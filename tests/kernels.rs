@@ -520,7 +520,7 @@ pub async fn packed_triangles_move_exactly(acc: &ac_frontend::Accelerator, built
 /// rounding to the type (a device's `tanh` may differ from the host's in the last bit); then
 /// what it refuses (`ld < m`, an unknown op, batches that overlap).
 pub async fn activations_apply_in_place_to_each_type(acc: &ac_frontend::Accelerator, builtin: &ac_frontend::Module) {
-    use ac_backend::device::activation::ActivationOp as Op;
+    use ac_backend::device::epilogue::ActivationOp as Op;
     use ac_backend::device::gemm::GemmElement::{Bf16, F16, F32};
     let activation = builtin.function("blas_activation").await.unwrap();
     let ([m, n, ld, stride, batch], u) = ([5u64, 3, 7, 23, 2], |v: u64| KernelArg::U32(v as u32));

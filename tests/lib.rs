@@ -6,6 +6,7 @@
 pub mod copy_kernels;
 pub mod cuda;
 pub mod dft_kernels;
+pub mod epilogue_kernels;
 pub mod kernels;
 pub mod libac;
 pub mod lu_kernels;

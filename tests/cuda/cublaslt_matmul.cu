@@ -308,12 +308,18 @@ int main(int argc, char** argv) {
         cublasLtMatmulPreference_t pref;
         CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
         if (!native) {
+            // GELU keeping its input in binary16 for f32 D.
             auto aux = descriptor<float>(false, false, CUBLASLT_EPILOGUE_GELU_AUX);
+            int64_t aux_ld = 8;
+            int32_t half = CUDA_R_16F_;
+            CUBLAS(cublasLtMatmulDescSetAttribute(aux, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dc, sizeof dc));
+            CUBLAS(cublasLtMatmulDescSetAttribute(aux, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+            CUBLAS(cublasLtMatmulDescSetAttribute(aux, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &half, sizeof half));
             CUBLAS(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)h, aux, &la, &lb, &lc, &lc, pref, 1, &found, &count));
-            printf("gelu aux epilogue: %d algorithms\n", count);
+            printf("an f16 gelu input: %d algorithms\n", count);
             cublasStatus_t s = cublasLtMatmul((cublasLtHandle_t)h, aux, &one, da, &la, db, &lb, &zero, dc, &lc, dc, &lc,
                                               nullptr, nullptr, 0, 0);
-            printf("gelu aux matmul: %d %s\n", (int)s, cublasGetStatusName(s));
+            printf("an f16 gelu input's matmul: %d %s\n", (int)s, cublasGetStatusName(s));
             int32_t row = CUBLASLT_ORDER_ROW;
             CUBLAS(cublasLtMatrixLayoutSetAttribute(&lb, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row));
             count = -1;

@@ -362,6 +362,17 @@ async fn builtin_activation_applies_relu_and_gelu_in_place() {
     ac_tests::kernels::activations_apply_in_place_to_each_type(&acc, &acc.builtin().await.unwrap()).await;
 }
 
+/// `blas_epilogue` on the CPU device: ReLU keeping its mask and GELU its input on matrices of
+/// each type, `f64` included, their gradients reading them back, the padding untouched; what it
+/// refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_epilogue_keeps_and_reads_auxiliary_matrices() {
+    let tb = TestBackend::start(64).await;
+    let acc = tb.connect().await;
+    let builtin = acc.builtin().await.unwrap();
+    ac_tests::epilogue_kernels::epilogues_keep_and_read_their_auxiliary_matrices(&acc, &builtin).await;
+}
+
 /// `blas_copy` on the CPU device: elements of each width between vectors read forwards,
 /// backwards and repeated, the gaps untouched; what it refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,6 +78,7 @@ pub async fn builtin_kernels_match_the_cpu(tb: &TestBackend) {
     dft_matches_the_cpu(&acc, &builtin).await;
     ac_tests::dft_kernels::half_precision_transforms_round_to_their_types(&acc, &builtin).await;
     ac_tests::kernels::activations_apply_in_place_to_each_type(&acc, &builtin).await;
+    ac_tests::epilogue_kernels::epilogues_keep_and_read_their_auxiliary_matrices(&acc, &builtin).await;
     ac_tests::copy_kernels::copies_read_vectors_backwards_exactly(&acc, &builtin).await;
 
     let data = pattern(10_000_019, 6);
