@@ -4,11 +4,12 @@
 use ac_backend::device::epilogue::{EpilogueElement, EpilogueOp, GemmElement, Kept};
 use ac_frontend::{Accelerator, ErrorKind, KernelArg, LaunchDims, Module};
 
-/// Three 11 x 3 matrices of D, ld 13, 45 apart: the last column's rows run into a mask byte's
-/// middle (11 is not a multiple of 8), and padding lies between the columns and batches.
+/// Three 11 x 3 matrices of D, ld 14, 45 apart: the last column's rows run into a mask byte's
+/// middle (11 is not a multiple of 8), and padding lies between the columns and batches. (Neither
+/// is a multiple of the test data's periods, 13 and 11: no two columns hold the same values.)
 const M: u64 = 11;
 const N: u64 = 3;
-const LD: u64 = 13;
+const LD: u64 = 14;
 const STRIDE: u64 = 45;
 const BATCH: u64 = 3;
 /// A mask's leading dimension and stride in bits (bytes 2 and 8), an input's in elements.

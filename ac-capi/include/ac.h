@@ -278,6 +278,14 @@ typedef enum acSourceKind {
   //   and the output's in 4-7 (0 `float`, 1 IEEE binary16, 2 bfloat16), computed as `dft_f32`
   //   and each of its `float` results rounded to nearest, ties to even (the CUDA shim's
   //   half-precision cuFFT).
+  // - `blas_epilogue(uint32_t op, uint32_t m, uint32_t n, void *D, uint32_t ld, uint64_t stride, uint32_t batch, uint32_t type, void *aux, uint64_t aux_ld, uint64_t aux_stride)`:
+  //   `blas_activation`'s, `type` 3 `double` too (computed in `double`), keeping or reading an
+  //   auxiliary matrix of D's shape (`aux_ld`, `aux_stride` its own): `op` 0 ReLU, 1 GELU (`aux`
+  //   not touched); 2 ReLU keeping its mask (a bit an element, set where the result is positive,
+  //   element (i, j) of batch b the bit `b aux_stride + j aux_ld + i` from the low bit of `aux`'s
+  //   first byte; `aux_ld` and `aux_stride` multiples of 8); 3 GELU keeping its input (D's type);
+  //   4 D zeroed where the mask's bit is clear; 5 D times GELU's slope at the input (the CUDA
+  //   shim's cuBLASLt training epilogues).
   //
   // A pointer whose `acMem` is too small for what the kernel touches, or that is not 4-byte
   // aligned, fails the launch with `AC_ERROR_OUT_OF_RANGE` or `AC_ERROR_INVALID_ARGUMENT`.

@@ -1,9 +1,9 @@
 // cuBLASLt's training epilogues from a plain CUDA program linked against libcublasLt.so.13, as a
 // fused MLP trains (OneFlow's fused_matmul_bias_add_relu, Paddle's fused_gemm_epilogue): forward
-// passes that keep ReLU's mask (RELU_AUX_BIAS) or GELU's input (GELU_AUX_BIAS, GELU_AUX), backward
-// passes that read them back with the bias gradient (DRELU_BGRAD, DGELU_BGRAD) or without (DRELU,
-// DGELU), and the bias gradients of an input (BGRADA, BGRADB); batched, transposed, in f32 and f64,
-// with activations on f64 matrices (RELU_BIAS, GELU). Each result is checked against the host's,
+// passes that keep ReLU's mask (RELU_AUX_BIAS) or GELU's input (GELU_AUX_BIAS), backward passes
+// that read them back with the bias gradient (DRELU_BGRAD, DGELU_BGRAD) or without (DRELU,
+// DGELU), and the bias gradients of an input (BGRADA, BGRADB); batched, transposed, in f32 and
+// f64 (ReLU's pair in binary16 too), with activations on f64 matrices (RELU_BIAS, GELU). Each result is checked against the host's,
 // the padding included: ReLU's and the bias gradients of small integers exactly, GELU's within
 // 1e-3 (f32) or 1e-9 (f64) of a reference in double, relative to the largest value (NVIDIA's may
 // take a faster tanh). Then (not --native) what cuBLASLt refuses: an auxiliary matrix missing or
@@ -13,19 +13,21 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cublas_helpers.h"
 #include "cublaslt_min.h"
 
-// A matmul's shape: op(A) m x k, op(B) k x n, `batch` of them; leading dimensions padded.
+// A matmul's shape: op(A) m x k, op(B) k x n, `batch` of them; leading dimensions and batch
+// strides padded, none a multiple of 9 (small_integers' period: the values along it repeat).
 struct Shape {
     int m, n, k, batch;
     bool ta, tb;
     int lda() const { return (ta ? k : m) + 1; }
     int ldb() const { return (tb ? n : k) + 2; }
     int ldd() const { return m + 3; }
-    long long sa() const { return (long long)lda() * (ta ? m : k) + 1; }
+    long long sa() const { return (long long)lda() * (ta ? m : k) + 2; }
     long long sb() const { return (long long)ldb() * (tb ? k : n) + 2; }
     long long sd() const { return (long long)ldd() * n + 3; }
 };
@@ -36,9 +38,10 @@ struct Aux {
     long long ld, stride;
 };
 
+// The matrices' type: f32, f64, or binary16 (held as unsigned short).
 template <typename T>
 static int type_of() {
-    return sizeof(T) == 4 ? CUDA_R_32F_ : CUDA_R_64F_;
+    return sizeof(T) == 2 ? CUDA_R_16F_ : sizeof(T) == 4 ? CUDA_R_32F_ : CUDA_R_64F_;
 }
 
 template <typename T>
@@ -62,8 +65,11 @@ struct Given {
 template <typename T>
 static int matmul(cublasLtHandle_t lt, const Shape& s, int epilogue, const std::vector<T>& a, const std::vector<T>& b,
                   std::vector<T>& d, typename Given<std::vector<T>>::type* bias, const Aux* aux, int aux_type = -1) {
+    // Computed in f64 for f64 matrices, else in f32 with f32 scalars (binary16 as PyTorch's).
+    using Scale = typename std::conditional<sizeof(T) == 8, double, float>::type;
     cublasLtMatmulDesc_t desc;
-    CUBLAS(cublasLtMatmulDescCreate(&desc, sizeof(T) == 4 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_64F, type_of<T>()));
+    CUBLAS(cublasLtMatmulDescCreate(&desc, sizeof(T) == 8 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F,
+                                    sizeof(T) == 8 ? CUDA_R_64F_ : CUDA_R_32F_));
     int32_t opa = s.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = s.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint32_t e = epilogue;
     CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -98,7 +104,7 @@ static int matmul(cublasLtHandle_t lt, const Shape& s, int epilogue, const std::
     else {
         void* space = nullptr;
         if (found.workspaceSize) CHECK(cudaMalloc(&space, found.workspaceSize));
-        T one = 1, zero = 0;
+        Scale one = 1, zero = 0;
         status = cublasLtMatmul(lt, desc, &one, da, la, db, lb, &zero, dd, ld, dd, ld, &found.algo, space,
                                 found.workspaceSize, 0);
         CHECK(cudaDeviceSynchronize());
@@ -210,6 +216,35 @@ static bool relu_training(cublasLtHandle_t lt) {
     return ok;
 }
 
+// ReLU's training pair on binary16 matrices computed in f32 (as half-precision layers train):
+// the forward pass keeping its mask, the backward pass with the bias gradient; exact, every value
+// a small integer (exact in binary16), B transposed, two batches.
+static bool half_relu_training(cublasLtHandle_t lt) {
+    const Shape s{16, 5, 8, 2, false, true};
+    auto a = small_integers<float>(s.sa() * s.batch, 21), b = small_integers<float>(s.sb() * s.batch, 22);
+    std::vector<float> d(s.sd() * s.batch, 6.0f), bias = small_integers<float>(s.m * s.batch, 23);
+    Aux mask{nullptr, 128, 768};
+    CHECK(cudaMalloc(&mask.p, 768 * 2 / 8));
+    auto z = product(s, a, b, d);
+    each(s, [&](int q, int i, int, long long at) { z[at] += bias[q * s.m + i]; });
+    auto want = z;
+    each(s, [&](int, int, int, long long at) { want[at] = want[at] > 0 ? want[at] : 0; });
+    auto hd = halves_of(d), hbias = halves_of(bias);
+    bool ok = matmul(lt, s, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, halves_of(a), halves_of(b), hd, &hbias, &mask) == 0;
+    ok = exact("relu aux bias f16", ok && same("relu aux bias f16", floats_of(hd), want));
+    auto a2 = small_integers<float>(s.sa() * s.batch, 24), b2 = small_integers<float>(s.sb() * s.batch, 25);
+    std::vector<float> d2(s.sd() * s.batch, -5.0f), grad(s.m * s.batch, 99.0f);
+    auto want2 = product(s, a2, b2, d2);
+    each(s, [&](int, int, int, long long at) { want2[at] = z[at] > 0 ? want2[at] : 0; });
+    auto hd2 = halves_of(d2), hgrad = halves_of(grad);
+    bool back = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU_BGRAD, halves_of(a2), halves_of(b2), hd2, &hgrad, &mask) == 0;
+    back = back && same("drelu bgrad f16", floats_of(hd2), want2) &&
+           same("drelu bgrad's bias gradient f16", floats_of(hgrad), row_sums(s, want2));
+    ok &= exact("drelu bgrad f16 and its bias gradient", back);
+    CHECK(cudaFree(mask.p));
+    return ok;
+}
+
 // GELU keeping its input (checked exactly: the product plus the bias), then its gradient at that
 // input with and without the bias gradient: `T` (f32 or f64), B transposed, three batches.
 template <typename T>
@@ -255,7 +290,9 @@ static bool gelu_training(cublasLtHandle_t lt, const char* type, double toleranc
 // columns (BGRADB), each batch, D the plain product; `T` and each transpose.
 template <typename T>
 static bool input_gradients(cublasLtHandle_t lt, const char* type, bool ta, bool tb) {
-    const Shape s{11, 7, 6, 2, ta, tb};
+    // (n 8: no leading dimension a multiple of small_integers's period, 9, which would make
+    // a row of a matrix read across its columns one value repeated.)
+    const Shape s{11, 8, 6, 2, ta, tb};
     auto a = small_integers<T>(s.sa() * s.batch, 11), b = small_integers<T>(s.sb() * s.batch, 12);
     bool ok = true;
     for (int epilogue : {CUBLASLT_EPILOGUE_BGRADA, CUBLASLT_EPILOGUE_BGRADB}) {
@@ -319,6 +356,7 @@ int main(int argc, char** argv) {
     cublasLtHandle_t lt;
     CUBLAS(cublasLtCreate(&lt));
     bool ok = relu_training(lt);
+    ok &= half_relu_training(lt);
     ok &= gelu_training<float>(lt, "f32", 1e-3);
     ok &= gelu_training<double>(lt, "f64", 1e-9);
     ok &= input_gradients<float>(lt, "f32", false, false);

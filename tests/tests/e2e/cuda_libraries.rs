@@ -152,9 +152,9 @@ async fn a_program_linked_against_cublaslt_runs_its_matmuls_exactly() {
 }
 
 /// cuBLASLt's training epilogues as a fused MLP trains: ReLU keeping its mask and GELU its
-/// input, the backward passes reading them back with and without the bias gradient, the bias
-/// gradients of an input (each transpose), activations on `f64` matrices; batched, against the
-/// host's results. Then what cuBLASLt refuses (an auxiliary matrix missing or laid out as its
+/// input, the backward passes reading them back with and without the bias gradient (ReLU's in
+/// binary16 too), the bias gradients of an input (each transpose), activations on `f64`
+/// matrices; batched, against the host's results. Then what cuBLASLt refuses (an auxiliary matrix missing or laid out as its
 /// documentation forbids) and what the shim does not run (an auxiliary matrix of another type).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_program_linked_against_cublaslt_trains_with_its_epilogues() {
@@ -165,6 +165,8 @@ async fn a_program_linked_against_cublaslt_trains_with_its_epilogues() {
             "relu aux bias forward exact",
             "drelu bgrad backward and bias gradient exact",
             "drelu alone exact",
+            "relu aux bias f16 exact",
+            "drelu bgrad f16 and its bias gradient exact",
             "gelu aux bias forward f32 within",
             "gelu aux bias's input f32 exact",
             "dgelu bgrad f32 within",

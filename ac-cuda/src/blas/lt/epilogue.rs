@@ -192,16 +192,11 @@ fn elementwise(product: &Product, op: EpilogueOp, aux: Option<(u64, u64, u64)>) 
 /// Runs the epilogue `planned` after `product` (D already computed): the bias added or the
 /// input's bias gradient, the elementwise op, then D's bias gradient.
 pub(super) unsafe fn run(target: Target, product: &Product, planned: &Planned, [a, b, d]: [u64; 3]) -> CuResult<()> {
-    let [m, n, k] = product.mnk;
+    let [m, n, _] = product.mnk;
     match planned.bias {
         Some((BiasUse::Add, bias, stride)) if m > 0 && n > 0 => add_bias(target, product, bias, stride, d)?,
-        Some((BiasUse::GradientOfA, bias, stride)) => {
-            sums(target, product, (0, a), [m, k], product.trans[0], (bias, stride))?
-        }
-        // op(B)'s columns are the rows of its other reading (a real matrix: T and C alike).
-        Some((BiasUse::GradientOfB, bias, stride)) => {
-            let other = c_int::from(product.trans[1] == 0);
-            sums(target, product, (1, b), [n, k], other, (bias, stride))?
+        Some((of @ (BiasUse::GradientOfA | BiasUse::GradientOfB), bias, stride)) => {
+            sums(target, product, of, [a, b, d], (bias, stride))?
         }
         _ => {}
     }
@@ -209,7 +204,9 @@ pub(super) unsafe fn run(target: Target, product: &Product, planned: &Planned, [
         apply(target, &elementwise(product, op, aux), d, aux.map(|(address, ..)| address))?;
     }
     match planned.bias {
-        Some((BiasUse::GradientOfD, bias, stride)) => sums(target, product, (2, d), [m, n], 0, (bias, stride)),
+        Some((BiasUse::GradientOfD, bias, stride)) => {
+            sums(target, product, BiasUse::GradientOfD, [a, b, d], (bias, stride))
+        }
         _ => Ok(()),
     }
 }
@@ -252,20 +249,32 @@ unsafe fn add_bias(target: Target, product: &Product, bias: u64, bias_stride: i6
     launch(target, call)
 }
 
-/// A bias gradient: `bias = X ones`, the sums over `k` of the rows of `X` (`product`'s matrix
-/// `which`, 0 A, 1 B, 2 D: `rows x k` as `trans` reads it) into the bias (D's type,
+/// What bias gradient `of` sums: which of `product`'s matrices (0 A, 1 B, 2 D), its rows and
+/// `k` as read, and how it is read; `None` for a bias added.
+fn summed(product: &Product, of: BiasUse) -> Option<(usize, [c_int; 2], c_int)> {
+    let [m, n, k] = product.mnk;
+    match of {
+        BiasUse::Add => None,
+        BiasUse::GradientOfA => Some((0, [m, k], product.trans[0])),
+        // op(B)'s columns are the rows of its other reading (a real matrix: T and C alike).
+        BiasUse::GradientOfB => Some((1, [n, k], c_int::from(product.trans[1] == 0))),
+        BiasUse::GradientOfD => Some((2, [m, n], 0)),
+    }
+}
+
+/// The gemm of a bias gradient: `bias = X ones`, the sums over `k` of the rows of `X` (at `x`,
+/// the matrix [`summed`] names, read as it says) times `ones`, into the bias (D's type,
 /// `bias_stride` apart), every batch.
-unsafe fn sums(
-    target: Target,
+fn sums_call(
     product: &Product,
-    (which, x): (usize, u64),
-    [rows, k]: [c_int; 2],
-    trans: c_int,
+    (which, [rows, k], trans): (usize, [c_int; 2], c_int),
+    x: u64,
+    ones: Operand,
     (bias, bias_stride): (u64, i64),
-) -> CuResult<()> {
+) -> GemmCall {
     // D's leading dimension and batch offset are the third and fourth of their lists.
     let (ld, stride) = (product.ld[which], product.offsets[if which == 2 { 3 } else { which }]);
-    let call = GemmCall {
+    GemmCall {
         types: Types {
             precision: by_ones_precision(product),
             elements: product.types.elements.map(|types| [types[which], GemmElement::F32, types[2]]),
@@ -275,12 +284,18 @@ unsafe fn sums(
         n: 1,
         k,
         alpha: Scalar::Value(1.0),
-        matrices: [Operand::Memory(x), ones(target, product, k)?, Operand::Memory(bias)],
+        matrices: [Operand::Memory(x), ones, Operand::Memory(bias)],
         ld: [ld, k.max(1), rows.max(1)],
         stride: [stride, 0, bias_stride],
         beta: Scalar::Value(0.0),
         batch: product.batch,
-    };
+    }
+}
+
+/// Launches bias gradient `of` of the product of `matrices` (A, B, D).
+unsafe fn sums(target: Target, product: &Product, of: BiasUse, matrices: [u64; 3], bias: (u64, i64)) -> CuResult<()> {
+    let Some(sum @ (which, [_, k], _)) = summed(product, of) else { return Ok(()) };
+    let call = sums_call(product, sum, matrices[which], ones(target, product, k)?, bias);
     launch(target, call)
 }
 
@@ -380,6 +395,30 @@ mod tests {
         assert!(planned(160, |d| (d.aux_type, d.aux_ld) = (0, 24)).is_ok());
         // Epilogues without one ignore its attributes.
         assert_eq!(planned(2, |d| d.aux_ld = 3).unwrap().op, Some((EpilogueOp::Relu, None)));
+    }
+
+    #[test]
+    fn bias_gradients_sum_their_matrix_as_it_is_read() {
+        // Binary16 A, bfloat16 B, binary16 D (types A, B, D), A transposed, B not.
+        let (_, mut p) = product(0);
+        p.types.elements = Some([GemmElement::F16, GemmElement::Bf16, GemmElement::F16]);
+        p.trans = [1, 0];
+        let call = |p: &Product, of| sums_call(p, summed(p, of).unwrap(), 0xa0, Operand::Memory(0x1), (0xb0, 7));
+        // BGRADA: op(A) (20 x 5) as the gemm reads it, A's ld and offset, A's type.
+        let a = call(&p, BiasUse::GradientOfA);
+        assert_eq!((a.trans, a.m, a.k, a.ld, a.stride), ([1, 0], 20, 5, [20, 5, 20], [100, 0, 7]));
+        assert_eq!(a.types.elements, Some([GemmElement::F16, GemmElement::F32, GemmElement::F16]));
+        // BGRADB: op(B)'s columns (6 of 5) are the rows of B read transposed, as stored.
+        let b = call(&p, BiasUse::GradientOfB);
+        assert_eq!((b.trans, b.m, b.k, b.ld, b.stride), ([1, 0], 6, 5, [5, 5, 6], [30, 0, 7]));
+        assert_eq!(b.types.elements, Some([GemmElement::Bf16, GemmElement::F32, GemmElement::F16]));
+        p.trans = [1, 1];
+        assert_eq!(call(&p, BiasUse::GradientOfB).trans, [0, 0]);
+        // D's rows, summed over its 6 columns, at D's ld and batch offset (the fourth of four).
+        let d = call(&p, BiasUse::GradientOfD);
+        assert_eq!((d.trans, d.m, d.k, d.ld, d.stride, d.batch), ([0, 0], 20, 6, [24, 6, 20], [200, 0, 7], 2));
+        assert!(matches!(d.matrices, [Operand::Memory(0xa0), Operand::Memory(0x1), Operand::Memory(0xb0)]));
+        assert_eq!(summed(&p, BiasUse::Add), None);
     }
 
     #[test]
