@@ -103,7 +103,7 @@ pub async fn epilogues_keep_and_read_their_auxiliary_matrices(acc: &Accelerator,
         };
 
         // ReLU keeping its mask, over a mask of 0xa5 bytes: bits past row 11 of each column kept.
-        let mask_bytes = (at(MASK, BATCH - 1, N - 1, M) as usize).div_ceil(8);
+        let mask_bytes = at(MASK, BATCH - 1, N - 1, M).div_ceil(8);
         let mask = vec![0xa5u8; mask_bytes];
         let (d, aux) = (acc.alloc_from(&stored(&x, element)).await.unwrap(), acc.alloc_from(&mask).await.unwrap());
         launch(EpilogueOp::ReluMask, d.arg(), aux.arg(), MASK).await;

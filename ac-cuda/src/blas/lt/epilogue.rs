@@ -105,6 +105,10 @@ impl Product {
     }
 }
 
+/// An auxiliary matrix: its address, leading dimension and batch stride (in its elements: bits
+/// for a mask).
+pub(super) type AuxMatrix = (u64, u64, u64);
+
 /// A matmul's epilogue, planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Planned {
@@ -112,7 +116,7 @@ pub(super) struct Planned {
     pub bias: Option<(BiasUse, u64, i64)>,
     /// The elementwise op on D, and the auxiliary matrix (address, leading dimension and batch
     /// stride) where it keeps or reads one.
-    pub op: Option<(EpilogueOp, Option<(u64, u64, u64)>)>,
+    pub op: Option<(EpilogueOp, Option<AuxMatrix>)>,
 }
 
 /// Refused as not served, with why.
@@ -160,7 +164,7 @@ pub(super) fn plan(desc: &MatmulDesc, d: &Layout, product: &Product) -> CuResult
 /// The auxiliary matrix (address, leading dimension, batch stride) of an epilogue that keeps
 /// or reads one as `aux`, checked as cuBLASLt documents it: a mask's leading dimension and
 /// batch stride multiples of 128 bits, an input's of 8 elements, each at least D's rows.
-fn aux_matrix(desc: &MatmulDesc, d: &Layout, aux: Aux, product: &Product) -> CuResult<(u64, u64, u64)> {
+fn aux_matrix(desc: &MatmulDesc, d: &Layout, aux: Aux, product: &Product) -> CuResult<AuxMatrix> {
     let epilogue = desc.epilogue;
     if desc.aux == 0 {
         return invalid(format!("epilogue {epilogue} uses an auxiliary matrix, and there is no pointer to it"));
@@ -182,7 +186,7 @@ fn aux_matrix(desc: &MatmulDesc, d: &Layout, aux: Aux, product: &Product) -> CuR
 }
 
 /// The `blas_epilogue` launch of `op` on `product`'s D, its auxiliary matrix `aux`.
-fn elementwise(product: &Product, op: EpilogueOp, aux: Option<(u64, u64, u64)>) -> Epilogue {
+fn elementwise(product: &Product, op: EpilogueOp, aux: Option<AuxMatrix>) -> Epilogue {
     let [m, n, _] = product.mnk.map(|v| v as u64);
     let (ld, stride, batch) = (product.ld[2] as u64, product.offsets[3] as u64, product.batch as u64);
     let (_, aux_ld, aux_stride) = aux.unwrap_or_default();
@@ -308,7 +312,7 @@ fn apply(target: Target, e: &Epilogue, d: u64, aux: Option<u64>) -> CuResult<()>
     let d = matrix(target, d, e.span(), e.element.bytes())?;
     let aux = match aux {
         Some(address) => matrix(target, address, e.aux_span(), e.aux_width())?,
-        None => d.clone(),
+        None => d,
     };
     let (u, w) = (|v: u64| KernelArg::U32(v as u32), KernelArg::U64);
     let args = [

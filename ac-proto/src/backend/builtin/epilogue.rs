@@ -340,10 +340,12 @@ impl Epilogue {
         match self.op.aux() {
             Aux::Unused => None,
             Aux::Input => overlap("the auxiliary matrix", self.aux_ld, self.aux_stride),
-            Aux::Mask if self.aux_ld % 8 != 0 || (self.batch > 1 && self.aux_stride % 8 != 0) => Some(format!(
-                "a mask's leading dimension {} and batch stride {} must be multiples of 8 bits",
-                self.aux_ld, self.aux_stride
-            )),
+            Aux::Mask if !self.aux_ld.is_multiple_of(8) || (self.batch > 1 && !self.aux_stride.is_multiple_of(8)) => {
+                Some(format!(
+                    "a mask's leading dimension {} and batch stride {} must be multiples of 8 bits",
+                    self.aux_ld, self.aux_stride
+                ))
+            }
             Aux::Mask => overlap("the mask", self.aux_ld, self.aux_stride),
         }
     }
