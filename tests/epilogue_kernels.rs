@@ -34,6 +34,11 @@ fn loaded(bytes: &[u8], element: EpilogueElement) -> Vec<f64> {
     }
 }
 
+/// Each element of D: its batch, column and row.
+fn each_element() -> impl Iterator<Item = (u64, u64, u64)> {
+    (0..BATCH).flat_map(|b| (0..N).flat_map(move |j| (0..M).map(move |i| (b, j, i))))
+}
+
 /// Where element `(i, j)` of batch `b` lies, for a leading dimension and stride.
 fn at([ld, stride]: [u64; 2], b: u64, j: u64, i: u64) -> usize {
     (b * stride + j * ld + i) as usize
@@ -108,7 +113,7 @@ pub async fn epilogues_keep_and_read_their_auxiliary_matrices(acc: &Accelerator,
         let (d, aux) = (acc.alloc_from(&stored(&x, element)).await.unwrap(), acc.alloc_from(&mask).await.unwrap());
         launch(EpilogueOp::ReluMask, d.arg(), aux.arg(), MASK).await;
         let (mut want_d, mut want_mask) = (x.clone(), mask.clone());
-        for (b, j, i) in (0..BATCH).flat_map(|b| (0..N).flat_map(move |j| (0..M).map(move |i| (b, j, i)))) {
+        for (b, j, i) in each_element() {
             let e = at([LD, STRIDE], b, j, i);
             let (value, keep) = expected(EpilogueOp::ReluMask, x[e], Kept::Bit(false), element);
             want_d[e] = value;
@@ -143,7 +148,7 @@ pub async fn epilogues_keep_and_read_their_auxiliary_matrices(acc: &Accelerator,
         let aux = acc.alloc_from(&stored(&vec![99.0; aux_span], element)).await.unwrap();
         launch(EpilogueOp::GeluInput, d.arg(), aux.arg(), INPUT).await;
         let (mut want_d, mut want_aux) = (x.clone(), vec![99.0; aux_span]);
-        for (b, j, i) in (0..BATCH).flat_map(|b| (0..N).flat_map(move |j| (0..M).map(move |i| (b, j, i)))) {
+        for (b, j, i) in each_element() {
             let e = at([LD, STRIDE], b, j, i);
             want_d[e] = expected(EpilogueOp::GeluInput, x[e], Kept::Value(0.0), element).0;
             want_aux[at(INPUT, b, j, i)] = x[e];
@@ -153,7 +158,7 @@ pub async fn epilogues_keep_and_read_their_auxiliary_matrices(acc: &Accelerator,
         let d = acc.alloc_from(&stored(&g, element)).await.unwrap();
         launch(EpilogueOp::GeluGradient, d.arg(), aux.arg(), INPUT).await;
         let mut want = g.clone();
-        for (b, j, i) in (0..BATCH).flat_map(|b| (0..N).flat_map(move |j| (0..M).map(move |i| (b, j, i)))) {
+        for (b, j, i) in each_element() {
             let e = at([LD, STRIDE], b, j, i);
             want[e] = expected(EpilogueOp::GeluGradient, g[e], Kept::Value(want_aux[at(INPUT, b, j, i)]), element).0;
         }

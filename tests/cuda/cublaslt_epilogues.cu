@@ -56,7 +56,8 @@ static cublasLtMatrixLayout_t layout(int rows, int cols, int ld, int batch, long
 // Runs D = op(A) op(B) (alpha 1, beta 0) with `epilogue` through the heuristic and
 // cublasLtMatmul: `d` holds D before (its padding must stay) and after; `bias` the bias (m a
 // batch, m apart; n for BGRADB) before and after; `aux` the auxiliary matrix, if any. Returns
-// the matmul's status, or the heuristic's count (as -count) when it found no algorithm.
+// the matmul's status (the heuristic's, if it failed), or -1 when the heuristic found no
+// algorithm.
 // (`bias` is of `a`'s type, not deduced: a null one names none.)
 template <typename T>
 struct Given {
@@ -100,7 +101,7 @@ static int matmul(cublasLtHandle_t lt, const Shape& s, int epilogue, const std::
     int count = 0, status;
     cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &found, &count);
     if (h != CUBLAS_STATUS_SUCCESS) status = h;
-    else if (count < 1) status = -count;
+    else if (count < 1) status = -1;
     else {
         void* space = nullptr;
         if (found.workspaceSize) CHECK(cudaMalloc(&space, found.workspaceSize));
@@ -212,6 +213,14 @@ static bool relu_training(cublasLtHandle_t lt) {
     each(s, [&](int, int, int, long long at) { want3[at] = z[at] > 0 ? want3[at] : 0; });
     bool alone = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU, a2, b2, d3, nullptr, &mask) == 0;
     ok &= exact("drelu alone", alone && same("drelu alone", d3, want3));
+
+    // Every batch reading one mask (batch stride 0, cuBLASLt's default): batch 0's.
+    Aux shared{mask.p, 128, 0};
+    std::vector<float> d4(s.sd() * s.batch, 3.0f);
+    auto want4 = product(s, a2, b2, d4);
+    each(s, [&](int, int i, int j, long long at) { want4[at] = z[i + (long long)j * s.ldd()] > 0 ? want4[at] : 0; });
+    bool one = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU, a2, b2, d4, nullptr, &shared) == 0;
+    ok &= exact("drelu with batch 0's mask for both", one && same("drelu with batch 0's mask for both", d4, want4));
     CHECK(cudaFree(mask.p));
     return ok;
 }
@@ -347,7 +356,7 @@ static void refusals(cublasLtHandle_t lt) {
     st = matmul(lt, s, CUBLASLT_EPILOGUE_GELU_AUX, a, b, d, nullptr, &short_input);
     printf("an input of 8 rows for 20: %d %s\n", st, cublasGetStatusName((cublasStatus_t)st));
     st = matmul(lt, s, CUBLASLT_EPILOGUE_GELU_AUX, a, b, d, nullptr, &input, CUDA_R_16F_);
-    printf("an f16 input for f32 D: %d algorithms\n", -st);
+    printf("an f16 input for f32 D: %s\n", st == -1 ? "no algorithm" : "an algorithm");
     CHECK(cudaFree(p));
 }
 

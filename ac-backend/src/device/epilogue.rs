@@ -56,7 +56,8 @@ pub fn shape(name: &str, args: &[DeviceArg]) -> DeviceResult<Epilogue> {
         return Err(invalid(why));
     }
     if e.aux_span() > 0 {
-        let [d_bytes, aux_bytes] = [e.span() * e.element.bytes(), e.aux_span() * e.aux_width()];
+        let [d_bytes, aux_bytes] =
+            [e.span().saturating_mul(e.element.bytes()), e.aux_span().saturating_mul(e.aux_width())];
         if spans_meet((&args[MATRIX], d_bytes), (&args[AUX], aux_bytes)) {
             return Err(invalid("D and the auxiliary matrix overlap".into()));
         }

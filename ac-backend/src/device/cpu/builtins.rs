@@ -359,7 +359,7 @@ impl CpuContext {
 
     /// Runs epilogue `e` computed in `T`, D's elements of `element` (none: `T` itself): D's
     /// span read, and the auxiliary matrix's where the op uses it; each column computed; D's
-    /// columns written back (not what lies between them), and the auxiliary matrix where the
+    /// columns written back (not what lies between them), and the auxiliary matrix's where the
     /// op writes it (a mask's bits past `m` in a column's last byte as they were).
     fn epilogue_in<T>(&self, e: &Epilogue, args: &[DeviceArg], element: Option<GemmElement>) -> DeviceResult<()>
     where
@@ -398,13 +398,18 @@ impl CpuContext {
                 }
             }
             self.write_matrix(d_arg, first as u64, &d[first..first + m], element, "D")?;
-            if let (Aux::Input, false, Some(aux)) = (e.op.aux(), e.op.is_gradient(), aux_arg) {
-                self.write_matrix(aux, aux_first as u64, &inputs[aux_first..aux_first + m], element, "aux")?;
+            match (e.op.aux(), e.op.is_gradient(), aux_arg) {
+                (Aux::Input, false, Some(aux)) => {
+                    self.write_matrix(aux, aux_first as u64, &inputs[aux_first..aux_first + m], element, "aux")?
+                }
+                (Aux::Mask, false, Some(aux)) => {
+                    // The column's bytes (it starts on one), as the kernel's threads write them.
+                    let bytes = aux_first / 8..(aux_first + m).div_ceil(8);
+                    let (mem, range) = self.span(aux, bytes.start as u64, bytes.len() as u64, 1, "aux")?;
+                    mem.write(range).copy_from_slice(&mask[bytes]);
+                }
+                _ => {}
             }
-        }
-        if let (Aux::Mask, false, Some(aux)) = (e.op.aux(), e.op.is_gradient(), aux_arg) {
-            let (mem, range) = self.span(aux, 0, e.aux_span(), 1, "aux")?;
-            mem.write(range).copy_from_slice(&mask);
         }
         Ok(())
     }

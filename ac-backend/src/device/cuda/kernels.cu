@@ -688,13 +688,6 @@ extern "C" __global__ void blas_zabs_reduce(unsigned op, unsigned n, const Compl
     abs_reduce<Complex<double>, double>(op, n, x, incx, out);
 }
 
-// Elements of f64 (an epilogue's type 3), computed in f64.
-struct Doubles {
-    void* p;
-    __device__ double get(u64 i) const { return ((const double*)p)[i]; }
-    __device__ void set(u64 i, double v) const { ((double*)p)[i] = v; }
-};
-
 // GELU's tanh approximation in R: its constants as each type writes them (as the backend's Rust,
 // ac_proto's epilogue::Real, computes them), its inner tanh, the function and its slope.
 template <typename R>
@@ -714,15 +707,19 @@ __device__ R gelu(R x) {
     return (R)0.5 * x * ((R)1 + Gelu<R>::inner(x));
 }
 // d/dx 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
+// Where tanh has saturated (1 - t^2 is 0) the second term is 0, not 0 times an x^2 that
+// overflowed (a bfloat16 input past 1.8e19 would make it NaN).
 template <typename R>
 __device__ R gelu_slope(R x) {
     const R t = Gelu<R>::inner(x), three_a = Gelu<R>::cubic + Gelu<R>::cubic + Gelu<R>::cubic;
-    return (R)0.5 * ((R)1 + t) + (R)0.5 * x * ((R)1 - t * t) * (Gelu<R>::scale * ((R)1 + three_a * x * x));
+    const R sech2 = (R)1 - t * t;
+    if (sech2 == (R)0) return (R)0.5 * ((R)1 + t);
+    return (R)0.5 * ((R)1 + t) + (R)0.5 * x * sech2 * (Gelu<R>::scale * ((R)1 + three_a * x * x));
 }
 
 // cuBLASLt's epilogues in place on `batch` column-major m x n matrices D (leading dimension ld,
 // `stride` apart), computed in R, elements read and written through M (Coded's types, or
-// Doubles): op 0 ReLU, max(x, 0); 1 GELU; 2 ReLU keeping its mask in `mask` (a bit an element,
+// Typed<double>): op 0 ReLU, max(x, 0); 1 GELU; 2 ReLU keeping its mask in `mask` (a bit an element,
 // set where x > 0: element (i, j) of batch b the bit b aux_stride + j aux_ld + i from the least
 // significant bit of its first byte); 3 GELU keeping its input in `aux` (elements of D's type);
 // 4 D zeroed where the mask's bit is clear; 5 D times GELU's slope at aux's input. A mask's
@@ -778,8 +775,8 @@ extern "C" __global__ void blas_activation(unsigned op, unsigned m, unsigned n, 
 extern "C" __global__ void blas_epilogue(unsigned op, unsigned m, unsigned n, void* D, unsigned ld, u64 stride,
                                          unsigned batch, unsigned type, void* aux, u64 aux_ld, u64 aux_stride) {
     if (type == 3)
-        epilogue_in<double>(op, m, n, Doubles{D}, ld, stride, batch, Doubles{aux}, (unsigned char*)aux, aux_ld,
-                            aux_stride);
+        epilogue_in<double>(op, m, n, Typed<double>{(double*)D}, ld, stride, batch, Typed<double>{(double*)aux},
+                            (unsigned char*)aux, aux_ld, aux_stride);
     else
         epilogue_in<float>(op, m, n, Coded{D, type}, ld, stride, batch, Coded{aux, type}, (unsigned char*)aux, aux_ld,
                            aux_stride);

@@ -146,8 +146,17 @@ pub(super) fn plan(desc: &MatmulDesc, d: &Layout, product: &Product) -> CuResult
         }
         Some(bias_use) => Some((bias_use, desc.bias, desc.bias_batch_stride)),
     };
+    if let Some((of @ (BiasUse::GradientOfA | BiasUse::GradientOfB | BiasUse::GradientOfD), _, stride)) = bias {
+        // Each batch's gradient is written: they may not overlap (checked before the product
+        // overwrites D, as the gradient's gemm would refuse them only after).
+        let len = i64::from(if of == BiasUse::GradientOfB { product.mnk[1] } else { product.mnk[0] });
+        if product.batch > 1 && stride < len {
+            let why = format!("epilogue {}: bias gradients {stride} apart overlap ({len} long)", desc.epilogue);
+            return invalid(why);
+        }
+    }
     let Some(op) = op else { return Ok(Planned { bias, op: None }) };
-    if d.batch_offset < 0 {
+    if d.batch_offset < 0 && product.batch > 1 {
         return unserved(format!("epilogue {} over D's negative batch offset {}", desc.epilogue, d.batch_offset));
     }
     let aux = match op.aux() {
@@ -169,7 +178,8 @@ fn aux_matrix(desc: &MatmulDesc, d: &Layout, aux: Aux, product: &Product) -> CuR
     if desc.aux == 0 {
         return invalid(format!("epilogue {epilogue} uses an auxiliary matrix, and there is no pointer to it"));
     }
-    if desc.aux_type != -1 && desc.aux_type as u32 != d.data_type {
+    // (A mask is bits: its type is not read.)
+    if aux == Aux::Input && desc.aux_type != -1 && desc.aux_type as u32 != d.data_type {
         return unserved(format!("an auxiliary matrix of type {} for D of type {}", desc.aux_type, d.data_type));
     }
     let multiple = if aux == Aux::Mask { 128 } else { 8 };
@@ -217,7 +227,7 @@ pub(super) unsafe fn run(target: Target, product: &Product, planned: &Planned, [
 
 /// A row or column of `len` ones, `f64` for `f64` matrices, else `f32`.
 fn ones(target: Target, product: &Product, len: c_int) -> CuResult<Operand> {
-    let double = product.types.precision == Precision::Double;
+    let double = by_ones_precision(product) == Precision::Double;
     Ok(Operand::Slot(builtins(target.device)?.ones(double, len.max(0) as usize)?))
 }
 
@@ -303,32 +313,35 @@ unsafe fn sums(target: Target, product: &Product, of: BiasUse, matrices: [u64; 3
     launch(target, call)
 }
 
-/// Launches `blas_epilogue` for `e` on D at `d`, its auxiliary matrix at `aux` (none: D is
-/// passed, and not touched).
+/// Launches the builtin kernel for `e` ([`kernel_of`]) on D at `d`, its auxiliary matrix at
+/// `aux`.
 fn apply(target: Target, e: &Epilogue, d: u64, aux: Option<u64>) -> CuResult<()> {
     if e.is_empty() {
         return Ok(());
     }
     let d = matrix(target, d, e.span(), e.element.bytes())?;
     let aux = match aux {
-        Some(address) => matrix(target, address, e.aux_span(), e.aux_width())?,
-        None => d,
+        Some(address) => Some(matrix(target, address, e.aux_span(), e.aux_width())?),
+        None => None,
     };
+    let (name, args) = kernel_of(e, d, aux);
+    target.launch(name, &args, e.m.saturating_mul(e.n).saturating_mul(e.batch), 256)
+}
+
+/// The builtin kernel that runs `e`, and its arguments (D's pointer `d`, the auxiliary
+/// matrix's `aux`): `blas_activation` for ReLU or GELU alone on `f32` or half-precision D,
+/// which backends from before `blas_epilogue` serve too (so a shim upgraded before its GPU
+/// hosts keeps the activations it ran), else `blas_epilogue`, D standing in for a missing
+/// auxiliary matrix (which it does not touch).
+fn kernel_of(e: &Epilogue, d: KernelArg, aux: Option<KernelArg>) -> (&'static str, Vec<KernelArg>) {
     let (u, w) = (|v: u64| KernelArg::U32(v as u32), KernelArg::U64);
-    let args = [
-        u(e.op.code().into()),
-        u(e.m),
-        u(e.n),
-        d,
-        u(e.ld),
-        w(e.stride),
-        u(e.batch),
-        u(e.element.code().into()),
-        aux,
-        w(e.aux_ld),
-        w(e.aux_stride),
-    ];
-    target.launch("blas_epilogue", &args, e.m.saturating_mul(e.n).saturating_mul(e.batch), 256)
+    let mut args =
+        vec![u(e.op.code().into()), u(e.m), u(e.n), d, u(e.ld), w(e.stride), u(e.batch), u(e.element.code().into())];
+    if let (EpilogueOp::Relu | EpilogueOp::Gelu, EpilogueElement::Single(_)) = (e.op, e.element) {
+        return ("blas_activation", args);
+    }
+    args.extend([aux.unwrap_or(d), w(e.aux_ld), w(e.aux_stride)]);
+    ("blas_epilogue", args)
 }
 
 #[cfg(test)]
@@ -341,7 +354,9 @@ mod tests {
         let d = Layout { batch_count: 2, batch_offset: 200, ..layout(data_type, 20, 6, 24) };
         let precision = if data_type == 1 { Precision::Double } else { Precision::Single };
         let types = Types { precision, elements: None };
-        (d, Product { types, trans: [0, 0], mnk: [20, 6, 5], ld: [20, 5, 24], offsets: [100, 30, 200, 200], batch: 2 })
+        // C's batch offset is not D's, so that reading C's for D's shows.
+        let offsets = [100, 30, 150, 200];
+        (d, Product { types, trans: [0, 0], mnk: [20, 6, 5], ld: [20, 5, 24], offsets, batch: 2 })
     }
 
     fn planned(epilogue: u32, change: impl FnOnce(&mut MatmulDesc)) -> CuResult<Planned> {
@@ -349,6 +364,7 @@ mod tests {
         let mut desc = MatmulDesc {
             epilogue,
             bias: 0x1000,
+            bias_batch_stride: 20,
             aux: 0x8000,
             aux_ld: 128,
             aux_batch_stride: 768,
@@ -380,7 +396,7 @@ mod tests {
     fn auxiliary_matrices_are_checked_as_cublaslt_documents_them() {
         let mask = planned(134, |_| {}).unwrap();
         assert_eq!(mask.op, Some((EpilogueOp::ReluMask, Some((0x8000, 128, 768)))));
-        assert_eq!(mask.bias, Some((BiasUse::Add, 0x1000, 0)));
+        assert_eq!(mask.bias, Some((BiasUse::Add, 0x1000, 20)));
         let input = planned(160, |d| (d.aux_ld, d.aux_batch_stride) = (24, 160)).unwrap();
         assert_eq!(input.op, Some((EpilogueOp::GeluInput, Some((0x8000, 24, 160)))));
         let refused = |epilogue, change: fn(&mut MatmulDesc)| planned(epilogue, change).unwrap_err().code();
@@ -394,8 +410,13 @@ mod tests {
         assert_eq!(refused(208, |d| d.aux_batch_stride = -768), code::INVALID_VALUE);
         // Input batches that overlap: the shape's own refusal.
         assert_eq!(refused(160, |d| (d.aux_ld, d.aux_batch_stride) = (24, 24)), code::INVALID_VALUE);
-        // An auxiliary matrix of another type than D's: not served; D's own, named, is.
+        // An auxiliary matrix of another type than D's: not served; D's own, named, is; a mask's
+        // type is not read.
         assert_eq!(refused(160, |d| d.aux_type = 2), code::NOT_SUPPORTED);
+        assert!(planned(130, |d| d.aux_type = 2).is_ok());
+        // A gradient reads one auxiliary matrix for every batch (stride 0, cuBLASLt's default).
+        assert!(planned(136, |d| d.aux_batch_stride = 0).is_ok());
+        assert!(planned(192, |d| (d.aux_ld, d.aux_batch_stride) = (24, 0)).is_ok());
         assert!(planned(160, |d| (d.aux_type, d.aux_ld) = (0, 24)).is_ok());
         // Epilogues without one ignore its attributes.
         assert_eq!(planned(2, |d| d.aux_ld = 3).unwrap().op, Some((EpilogueOp::Relu, None)));
@@ -426,17 +447,52 @@ mod tests {
     }
 
     #[test]
+    fn plain_activations_go_to_the_kernel_older_backends_serve() {
+        let (_, p) = product(0);
+        let d = KernelArg::U64(0xd0);
+        let (name, args) = kernel_of(&elementwise(&p, EpilogueOp::Gelu, None), d, None);
+        assert_eq!((name, args.len()), ("blas_activation", 8));
+        assert!(matches!((args[0], args[7]), (KernelArg::U32(1), KernelArg::U32(0))), "GELU on f32");
+        // f64 D, or an auxiliary matrix: blas_epilogue, D standing in for a missing one.
+        let (_, double) = product(1);
+        let (name, args) = kernel_of(&elementwise(&double, EpilogueOp::Relu, None), d, None);
+        assert_eq!((name, args.len()), ("blas_epilogue", 11));
+        assert!(matches!((args[7], args[8]), (KernelArg::U32(3), KernelArg::U64(0xd0))), "f64, no aux");
+        let kept = elementwise(&p, EpilogueOp::ReluMask, Some((0x8000, 128, 768)));
+        let (name, args) = kernel_of(&kept, d, Some(KernelArg::U64(0xa0)));
+        assert_eq!(name, "blas_epilogue");
+        let tail = (args[0], args[8], args[9], args[10]);
+        assert!(matches!(tail, (KernelArg::U32(2), KernelArg::U64(0xa0), KernelArg::U64(128), KernelArg::U64(768))));
+    }
+
+    #[test]
     fn bias_gradients_need_their_pointer_and_f64_takes_every_epilogue() {
         assert_eq!(planned(256, |d| d.bias = 0).unwrap_err().code(), code::INVALID_VALUE);
-        assert_eq!(planned(512, |_| {}).unwrap(), Planned { bias: Some((BiasUse::GradientOfB, 0x1000, 0)), op: None });
+        // Two batches' gradients: apart (20 rows of D; 6 columns for BGRADB), not overlapping.
+        assert!(planned(256, |d| d.bias_batch_stride = 20).is_ok());
+        assert_eq!(planned(256, |d| d.bias_batch_stride = 19).unwrap_err().code(), code::INVALID_VALUE);
+        assert!(planned(512, |d| d.bias_batch_stride = 6).is_ok());
+        assert_eq!(planned(152, |d| d.bias_batch_stride = 0).unwrap_err().code(), code::INVALID_VALUE);
+        // A bias added may be shared by the batches.
+        assert!(planned(4, |d| d.bias_batch_stride = 0).is_ok());
+        let grad_b = planned(512, |d| d.bias_batch_stride = 6).unwrap();
+        assert_eq!(grad_b, Planned { bias: Some((BiasUse::GradientOfB, 0x1000, 6)), op: None });
         let (d, p) = product(1);
-        let desc =
-            MatmulDesc { epilogue: 208, bias: 8, aux: 16, aux_ld: 24, aux_batch_stride: 160, ..matmul_desc(70, 1) };
+        let desc = MatmulDesc {
+            epilogue: 208,
+            bias: 8,
+            bias_batch_stride: 20,
+            aux: 16,
+            aux_ld: 24,
+            aux_batch_stride: 160,
+            ..matmul_desc(70, 1)
+        };
         let planned = plan(&desc, &d, &p).unwrap();
         assert_eq!(planned.op, Some((EpilogueOp::GeluGradient, Some((16, 24, 160)))));
         assert_eq!(elementwise(&p, EpilogueOp::GeluGradient, Some((16, 24, 160))).element, EpilogueElement::Double);
-        // D's negative batch offset: not served under an elementwise op.
+        // D's negative batch offset: not served under an elementwise op over batches.
         let back = Layout { batch_offset: -200, ..d };
         assert_eq!(plan(&desc, &back, &p).unwrap_err().code(), code::NOT_SUPPORTED);
+        assert!(plan(&desc, &back, &Product { batch: 1, ..p }).is_ok(), "one batch: the offset is not read");
     }
 }

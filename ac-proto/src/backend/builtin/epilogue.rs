@@ -117,9 +117,14 @@ impl ActivationOp {
             ActivationOp::Gelu => {
                 // d/dx 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
                 let t = gelu_tanh(x);
+                let sech2 = T::ONE + (t * t).negated();
+                // Saturated: the second term is 0, not 0 times an x^2 that overflowed.
+                if sech2 == T::ZERO {
+                    return T::HALF * (T::ONE + t);
+                }
                 let three_a = T::GELU_CUBIC + T::GELU_CUBIC + T::GELU_CUBIC;
                 let du = T::GELU_SCALE * (T::ONE + three_a * x * x);
-                T::HALF * (T::ONE + t) + T::HALF * x * (T::ONE + (t * t).negated()) * du
+                T::HALF * (T::ONE + t) + T::HALF * x * sech2 * du
             }
         }
     }
@@ -323,9 +328,9 @@ impl Epilogue {
         last_column.saturating_add(self.m)
     }
 
-    /// Why a launch of this shape is refused, if it is: columns or batches of D or of the
-    /// auxiliary matrix that overlap (an element would be computed twice), or a mask whose
-    /// columns or batches do not start on a byte (each byte is written whole, by one thread).
+    /// Why a launch of this shape is refused, if it is: columns or batches of D, or of an
+    /// auxiliary matrix the op writes, that overlap (an element would be computed twice), or a
+    /// mask whose columns or batches do not start on a byte (each byte is one thread's).
     pub fn refusal(&self) -> Option<String> {
         let overlap = |what: &str, ld: u64, stride: u64| {
             if self.n > 1 && ld < self.m {
@@ -337,16 +342,19 @@ impl Epilogue {
         if let Some(why) = overlap("D", self.ld, self.stride) {
             return Some(why);
         }
+        // A gradient only reads its auxiliary matrix: batches may share it (stride 0, cuBLASLt's
+        // default), and its columns may overlap.
+        let written = !self.op.is_gradient();
         match self.op.aux() {
             Aux::Unused => None,
-            Aux::Input => overlap("the auxiliary matrix", self.aux_ld, self.aux_stride),
+            Aux::Input => overlap("the auxiliary matrix", self.aux_ld, self.aux_stride).filter(|_| written),
             Aux::Mask if !self.aux_ld.is_multiple_of(8) || (self.batch > 1 && !self.aux_stride.is_multiple_of(8)) => {
                 Some(format!(
                     "a mask's leading dimension {} and batch stride {} must be multiples of 8 bits",
                     self.aux_ld, self.aux_stride
                 ))
             }
-            Aux::Mask => overlap("the mask", self.aux_ld, self.aux_stride),
+            Aux::Mask => overlap("the mask", self.aux_ld, self.aux_stride).filter(|_| written),
         }
     }
 
@@ -386,6 +394,8 @@ mod tests {
             assert!((gelu.slope(x) - numeric).abs() < 1e-8, "at {x}: {} against {numeric}", gelu.slope(x));
         }
         assert_eq!(gelu.slope(0.0f32), 0.5);
+        // Far out, where x^2 overflows an f32: 1 and 0, not NaN.
+        assert_eq!([gelu.slope(3e19f32), gelu.slope(-3e19f32)], [1.0, 0.0]);
     }
 
     #[test]
@@ -431,7 +441,10 @@ mod tests {
     fn overlapping_or_unaligned_shapes_are_refused() {
         assert_eq!(shape(EpilogueOp::GeluInput, 3, 6).refusal(), None);
         assert!(shape(EpilogueOp::GeluInput, 2, 6).refusal().unwrap().contains("auxiliary matrix's leading"));
-        assert!(shape(EpilogueOp::GeluGradient, 3, 5).refusal().unwrap().contains("batches 5 apart"));
+        assert!(shape(EpilogueOp::GeluInput, 3, 5).refusal().unwrap().contains("batches 5 apart"));
+        // A gradient reads its auxiliary matrix: every batch may read one (stride 0).
+        assert_eq!(shape(EpilogueOp::GeluGradient, 3, 0).refusal(), None);
+        assert_eq!(shape(EpilogueOp::ReluGradient, 8, 0).refusal(), None);
         assert!(Epilogue { ld: 2, ..shape(EpilogueOp::Relu, 0, 0) }.refusal().unwrap().contains("D's leading"));
         // A mask starts each column and batch on a byte; the unused auxiliary matrix is not checked.
         assert_eq!(shape(EpilogueOp::ReluGradient, 8, 16).refusal(), None);
