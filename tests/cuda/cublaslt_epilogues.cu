@@ -181,6 +181,34 @@ static std::vector<T> row_sums(const Shape& s, const std::vector<T>& d) {
     return sums;
 }
 
+// op(A) op(B) plus the bias (a column a batch) in D's layout, `d`'s padding kept: what ReLU
+// is applied to.
+static std::vector<float> biased_product(const Shape& s, const std::vector<float>& a, const std::vector<float>& b,
+                                         const std::vector<float>& d, const std::vector<float>& bias) {
+    auto z = product(s, a, b, d);
+    each(s, [&](int q, int i, int, long long at) { z[at] += bias[q * s.m + i]; });
+    return z;
+}
+
+// ReLU of each element of D in `z`.
+static std::vector<float> relu_of(const Shape& s, std::vector<float> z) {
+    each(s, [&](int, int, int, long long at) { z[at] = z[at] > 0 ? z[at] : 0; });
+    return z;
+}
+
+// ReLU's gradient: op(A) op(B) in D's layout (`d`'s padding kept), zeroed where the forward
+// pass's input `z` was not positive, element (i, j) of batch q read at `from(q, i, j, at)`.
+template <typename F>
+static std::vector<float> relu_gradient(const Shape& s, const std::vector<float>& a, const std::vector<float>& b,
+                                        const std::vector<float>& d, const std::vector<float>& z, F from) {
+    auto g = product(s, a, b, d);
+    each(s, [&](int q, int i, int j, long long at) { g[at] = z[from(q, i, j, at)] > 0 ? g[at] : 0; });
+    return g;
+}
+
+// Each element's own place.
+static long long same_place(int, int, int, long long at) { return at; }
+
 // ReLU keeping its mask, its gradient reading it back with the bias gradient, and ReLU's
 // gradient alone: f32, two batches, A transposed.
 static bool relu_training(cublasLtHandle_t lt) {
@@ -190,10 +218,7 @@ static bool relu_training(cublasLtHandle_t lt) {
     // The mask: 128-bit columns (as cuBLASLt asks), batches 768 bits apart.
     Aux mask{nullptr, 128, 768};
     CHECK(cudaMalloc(&mask.p, 768 * 2 / 8));
-    auto z = product(s, a, b, d);
-    each(s, [&](int q, int i, int, long long at) { z[at] += bias[q * s.m + i]; });
-    auto want = z;
-    each(s, [&](int, int, int, long long at) { want[at] = want[at] > 0 ? want[at] : 0; });
+    auto z = biased_product(s, a, b, d, bias), want = relu_of(s, z);
     auto forward_bias = bias;
     bool ok = matmul(lt, s, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, a, b, d, &forward_bias, &mask) == 0;
     ok &= exact("relu aux bias forward", ok && same("relu aux bias forward", d, want));
@@ -202,23 +227,21 @@ static bool relu_training(cublasLtHandle_t lt) {
     // bias gradient the sums of its rows.
     auto a2 = small_integers<float>(s.sa() * s.batch, 4), b2 = small_integers<float>(s.sb() * s.batch, 5);
     std::vector<float> d2(s.sd() * s.batch, -5.0f), grad(s.m * s.batch, 99.0f);
-    auto want2 = product(s, a2, b2, d2);
-    each(s, [&](int, int, int, long long at) { want2[at] = z[at] > 0 ? want2[at] : 0; });
+    auto want2 = relu_gradient(s, a2, b2, d2, z, same_place);
     bool back = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU_BGRAD, a2, b2, d2, &grad, &mask) == 0;
     back = back && same("drelu bgrad", d2, want2) && same("drelu bgrad's bias gradient", grad, row_sums(s, want2));
     ok &= exact("drelu bgrad backward and bias gradient", back);
 
     std::vector<float> d3(s.sd() * s.batch, 3.0f);
-    auto want3 = product(s, a2, b2, d3);
-    each(s, [&](int, int, int, long long at) { want3[at] = z[at] > 0 ? want3[at] : 0; });
+    auto want3 = relu_gradient(s, a2, b2, d3, z, same_place);
     bool alone = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU, a2, b2, d3, nullptr, &mask) == 0;
     ok &= exact("drelu alone", alone && same("drelu alone", d3, want3));
 
     // Every batch reading one mask (batch stride 0, cuBLASLt's default): batch 0's.
     Aux shared{mask.p, 128, 0};
     std::vector<float> d4(s.sd() * s.batch, 3.0f);
-    auto want4 = product(s, a2, b2, d4);
-    each(s, [&](int, int i, int j, long long at) { want4[at] = z[i + (long long)j * s.ldd()] > 0 ? want4[at] : 0; });
+    auto batch_0 = [&](int, int i, int j, long long) { return i + (long long)j * s.ldd(); };
+    auto want4 = relu_gradient(s, a2, b2, d4, z, batch_0);
     bool one = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU, a2, b2, d4, nullptr, &shared) == 0;
     ok &= exact("drelu with batch 0's mask for both", one && same("drelu with batch 0's mask for both", d4, want4));
     CHECK(cudaFree(mask.p));
@@ -234,17 +257,13 @@ static bool half_relu_training(cublasLtHandle_t lt) {
     std::vector<float> d(s.sd() * s.batch, 6.0f), bias = small_integers<float>(s.m * s.batch, 23);
     Aux mask{nullptr, 128, 768};
     CHECK(cudaMalloc(&mask.p, 768 * 2 / 8));
-    auto z = product(s, a, b, d);
-    each(s, [&](int q, int i, int, long long at) { z[at] += bias[q * s.m + i]; });
-    auto want = z;
-    each(s, [&](int, int, int, long long at) { want[at] = want[at] > 0 ? want[at] : 0; });
+    auto z = biased_product(s, a, b, d, bias), want = relu_of(s, z);
     auto hd = halves_of(d), hbias = halves_of(bias);
     bool ok = matmul(lt, s, CUBLASLT_EPILOGUE_RELU_AUX_BIAS, halves_of(a), halves_of(b), hd, &hbias, &mask) == 0;
     ok = exact("relu aux bias f16", ok && same("relu aux bias f16", floats_of(hd), want));
     auto a2 = small_integers<float>(s.sa() * s.batch, 24), b2 = small_integers<float>(s.sb() * s.batch, 25);
     std::vector<float> d2(s.sd() * s.batch, -5.0f), grad(s.m * s.batch, 99.0f);
-    auto want2 = product(s, a2, b2, d2);
-    each(s, [&](int, int, int, long long at) { want2[at] = z[at] > 0 ? want2[at] : 0; });
+    auto want2 = relu_gradient(s, a2, b2, d2, z, same_place);
     auto hd2 = halves_of(d2), hgrad = halves_of(grad);
     bool back = matmul(lt, s, CUBLASLT_EPILOGUE_DRELU_BGRAD, halves_of(a2), halves_of(b2), hd2, &hgrad, &mask) == 0;
     back = back && same("drelu bgrad f16", floats_of(hd2), want2) &&
