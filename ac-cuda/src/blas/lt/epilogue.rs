@@ -22,7 +22,7 @@ use ac_proto::backend::builtin::{Aux, Epilogue, EpilogueElement, EpilogueOp, Gem
 
 use super::super::gemm::{launch, matrix, GemmCall, Operand, Precision, Scalar, Types};
 use super::super::Target;
-use super::{Layout, MatmulDesc};
+use super::{not_served, Layout, MatmulDesc};
 use crate::builtins::builtins;
 use crate::error::{code, CuResult, Error};
 
@@ -119,11 +119,6 @@ pub(super) struct Planned {
     pub op: Option<(EpilogueOp, Option<AuxMatrix>)>,
 }
 
-/// Refused as not served, with why.
-fn unserved<T>(why: String) -> CuResult<T> {
-    Err(Error::said(code::NOT_SUPPORTED, why))
-}
-
 /// Refused as cuBLASLt refuses it, with why.
 fn invalid<T>(why: String) -> CuResult<T> {
     Err(Error::said(code::INVALID_VALUE, why))
@@ -134,7 +129,7 @@ fn invalid<T>(why: String) -> CuResult<T> {
 /// asks) or where the shim cannot run it (`NOT_SUPPORTED`).
 pub(super) fn plan(desc: &MatmulDesc, d: &Layout, product: &Product) -> CuResult<Planned> {
     let Some((bias_use, op)) = decode(desc.epilogue) else {
-        return unserved(format!("epilogue {} (none of cuBLASLt's 16)", desc.epilogue));
+        return not_served(format!("epilogue {} (none of cuBLASLt's 16)", desc.epilogue));
     };
     let bias = match bias_use {
         None => None,
@@ -142,7 +137,7 @@ pub(super) fn plan(desc: &MatmulDesc, d: &Layout, product: &Product) -> CuResult
             return invalid(format!("epilogue {} uses a bias, and there is no bias pointer", desc.epilogue))
         }
         Some(_) if desc.bias_type != -1 && desc.bias_type as u32 != d.data_type => {
-            return unserved(format!("a bias of type {} for D of type {}", desc.bias_type, d.data_type))
+            return not_served(format!("a bias of type {} for D of type {}", desc.bias_type, d.data_type))
         }
         Some(bias_use) => Some((bias_use, desc.bias, desc.bias_batch_stride)),
     };
@@ -157,7 +152,7 @@ pub(super) fn plan(desc: &MatmulDesc, d: &Layout, product: &Product) -> CuResult
     }
     let Some(op) = op else { return Ok(Planned { bias, op: None }) };
     if d.batch_offset < 0 && product.batch > 1 {
-        return unserved(format!("epilogue {} over D's negative batch offset {}", desc.epilogue, d.batch_offset));
+        return not_served(format!("epilogue {} over D's negative batch offset {}", desc.epilogue, d.batch_offset));
     }
     let aux = match op.aux() {
         Aux::Unused => None,
@@ -180,7 +175,7 @@ fn aux_matrix(desc: &MatmulDesc, d: &Layout, aux: Aux, product: &Product) -> CuR
     }
     // (A mask is bits: its type is not read.)
     if aux == Aux::Input && desc.aux_type != -1 && desc.aux_type as u32 != d.data_type {
-        return unserved(format!("an auxiliary matrix of type {} for D of type {}", desc.aux_type, d.data_type));
+        return not_served(format!("an auxiliary matrix of type {} for D of type {}", desc.aux_type, d.data_type));
     }
     let multiple = if aux == Aux::Mask { 128 } else { 8 };
     let rows = i64::from(product.mnk[0]);

@@ -16,7 +16,7 @@ use super::super::gemm::{launch, scalar_value, GemmCall, Operand, Scalar};
 use super::super::{guard, handle, Target};
 use super::algo::{served_types, Algo, ALGO_BYTES};
 use super::epilogue::{self, Planned, Product};
-use super::{read, write, Layout, MatmulDesc};
+use super::{not_served, read, write, Layout, MatmulDesc};
 use crate::error::{code, CuResult, Error};
 use crate::state::put;
 
@@ -32,11 +32,6 @@ struct Plan {
     ldc: i64,
 }
 
-/// Refused as not served, with why.
-fn unserved<T>(why: String) -> CuResult<T> {
-    Err(Error::said(code::NOT_SUPPORTED, why))
-}
-
 /// `value` as a `c_int` dimension, or why not.
 fn dimension(what: &str, value: i64) -> CuResult<c_int> {
     c_int::try_from(value).map_err(|_| Error::said(code::INVALID_VALUE, format!("{what} = {value}")))
@@ -46,11 +41,11 @@ fn dimension(what: &str, value: i64) -> CuResult<c_int> {
 /// where the builtin gemm cannot run it (`NOT_SUPPORTED`).
 fn plan(desc: &MatmulDesc, [a, b, c, d]: [&Layout; 4]) -> CuResult<Plan> {
     if [a, b, c, d].iter().any(|l| l.order != 0 || l.plane_offset != 0) {
-        return unserved("matrices other than column-major (CUBLASLT_ORDER_COL) are not served".into());
+        return not_served("matrices other than column-major (CUBLASLT_ORDER_COL) are not served".into());
     }
     let ex = served_types(desc.compute_type, desc.scale_type, [a, b, c, d].map(|l| l.data_type))?;
     if !(0..=1).contains(&desc.pointer_mode) {
-        return unserved(format!("pointer mode {} (vectors of alpha)", desc.pointer_mode));
+        return not_served(format!("pointer mode {} (vectors of alpha)", desc.pointer_mode));
     }
     if desc.trans.iter().any(|t| !(0..=2).contains(t)) {
         return Err(Error::said(code::INVALID_VALUE, format!("operations {:?}", desc.trans)));
@@ -223,7 +218,7 @@ unsafe fn matmul(target: Target, plan: &Plan, [alpha, beta]: [Scalar; 2], [a, b,
     let in_place = c == d && plan.ldc == i64::from(p.ld[2]) && p.offsets[2] == p.offsets[3];
     let beta = if in_place { beta } else { Scalar::Value(scalar_value(target, p.types.precision, beta)?) };
     if !in_place && !matches!(beta, Scalar::Value(v) if v == 0.0) {
-        return unserved("C apart from D with beta not 0 (D must be C, as cuBLAS's gemm computes in place)".into());
+        return not_served("C apart from D with beta not 0 (D must be C, as cuBLAS's gemm computes in place)".into());
     }
     let [m, n, k] = p.mnk;
     let product = GemmCall {

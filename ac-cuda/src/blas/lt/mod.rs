@@ -108,6 +108,12 @@ fn bytes_of<T: Copy>(value: &mut T) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut((value as *mut T).cast::<u8>(), size_of::<T>()) }
 }
 
+/// Refused as not served (what the builtin kernels cannot run), with why: a matmul's plan and
+/// its epilogue's.
+fn not_served<T>(why: String) -> CuResult<T> {
+    Err(Error::said(code::NOT_SUPPORTED, why))
+}
+
 /// An attribute this shim keeps no value of.
 fn unserved<'a>(what: &str, attr: c_int) -> CuResult<&'a mut [u8]> {
     Err(Error::said(code::NOT_SUPPORTED, format!("{what} attribute {attr} is not served")))

@@ -21,7 +21,12 @@ use super::{gemm_batches_apart, GemmElement};
 
 /// The arithmetic an epilogue computes in: `f32`, or `f64` for `f64` matrices.
 pub trait Real:
-    Copy + std::fmt::Debug + PartialOrd + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self>
+    Copy
+    + std::fmt::Debug
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
 {
     /// 0, 1/2 and 1.
     const ZERO: Self;
@@ -33,8 +38,6 @@ pub trait Real:
     const GELU_CUBIC: Self;
     /// The hyperbolic tangent.
     fn tanh(self) -> Self;
-    /// `-self`.
-    fn negated(self) -> Self;
 }
 
 impl Real for f32 {
@@ -46,9 +49,6 @@ impl Real for f32 {
     fn tanh(self) -> f32 {
         f32::tanh(self)
     }
-    fn negated(self) -> f32 {
-        -self
-    }
 }
 
 impl Real for f64 {
@@ -59,9 +59,6 @@ impl Real for f64 {
     const GELU_CUBIC: f64 = 0.044_715;
     fn tanh(self) -> f64 {
         f64::tanh(self)
-    }
-    fn negated(self) -> f64 {
-        -self
     }
 }
 
@@ -117,7 +114,7 @@ impl ActivationOp {
             ActivationOp::Gelu => {
                 // d/dx 0.5 x (1 + t), t = tanh(u), u = c (x + a x^3): 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2).
                 let t = gelu_tanh(x);
-                let sech2 = T::ONE + (t * t).negated();
+                let sech2 = T::ONE - t * t;
                 // Saturated: the second term is 0, not 0 times an x^2 that overflowed.
                 if sech2 == T::ZERO {
                     return T::HALF * (T::ONE + t);
