@@ -87,6 +87,7 @@ pub mod graph;
 pub mod image;
 pub mod init;
 pub mod integrity;
+pub mod ipc;
 pub mod launch;
 pub mod launch_config;
 pub mod limits;

@@ -108,6 +108,12 @@ fn free(address: u64) -> CuResult<()> {
     if let Some(freed) = graph::memory::free_outside(device, address) {
         return freed;
     }
+    if crate::ipc::is_opened(device, address) {
+        return Err(Error::said(
+            code::INVALID_VALUE,
+            "memory opened by cuIpcOpenMemHandle is closed by cuIpcCloseMemHandle",
+        ));
+    }
     if pool::of(device, address).is_some() {
         // A free waits for the device's work, as CUDA's does: the block goes back settled.
         crate::context::synchronize(device)?;

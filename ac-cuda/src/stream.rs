@@ -39,6 +39,9 @@ pub struct EventRecord {
     /// Where it was last recorded if that was in a stream capture: waiting for it joins the
     /// capture.
     captured: Mutex<Option<Mark>>,
+    /// Made with `CU_EVENT_INTERPROCESS`, or opened from another process's handle: a record of
+    /// it waits for the work before it (see `crate::ipc`).
+    pub(crate) interprocess: bool,
 }
 
 fn streams() -> &'static Registry<StreamRecord> {
@@ -300,12 +303,32 @@ pub unsafe extern "C" fn cuStreamGetId(handle: usize, id: *mut u64) -> u32 {
 
 // ---- Events ----
 
+/// `CU_EVENT_DISABLE_TIMING`.
+const DISABLE_TIMING: c_uint = 2;
+/// `CU_EVENT_INTERPROCESS`: the event may be shared with another process
+/// (`cuIpcGetEventHandle`), and must not time (CUDA refuses it with timing).
+const INTERPROCESS: c_uint = 4;
+
 #[no_mangle]
-pub unsafe extern "C" fn cuEventCreate(out: *mut usize, _flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuEventCreate(out: *mut usize, flags: c_uint) -> u32 {
     guard("cuEventCreate", || {
         state::shim()?;
-        put(out, events().insert(EventRecord::default()))
+        let interprocess = flags & INTERPROCESS != 0;
+        if interprocess && flags & DISABLE_TIMING == 0 {
+            return Err(Error::said(code::INVALID_VALUE, "an interprocess event must disable timing"));
+        }
+        put(out, insert_event(interprocess))
     })
+}
+
+/// A new event of the program's: its handle.
+pub(crate) fn insert_event(interprocess: bool) -> usize {
+    events().insert(EventRecord { interprocess, ..EventRecord::default() })
+}
+
+/// Whether `event` may be shared with another process (`CU_EVENT_INTERPROCESS`).
+pub(crate) fn is_interprocess(event: usize) -> CuResult<bool> {
+    Ok(events().get(event)?.interprocess)
 }
 
 #[no_mangle]
@@ -353,6 +376,11 @@ pub(crate) fn record(event: usize, stream: usize) -> CuResult<()> {
     }
     *record.marked.lock().unwrap_or_else(|p| p.into_inner()) = Some((device, stream, Instant::now()));
     *record.reached.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    if record.interprocess {
+        // Another process learns of the record only after it returns: then the work before it
+        // is done, and its wait has nothing left to wait for.
+        return wait_for(event);
+    }
     Ok(())
 }
 

@@ -6,8 +6,9 @@
 //! program reads and writes by address, need protocol 9; a kernel's attributes (what it uses,
 //! and the dynamic shared memory it may ask for: `cuFuncSetAttribute`) need protocol 10; a
 //! session's context limits (`cuCtxSetLimit`) need protocol 11; thread block clusters 12,
-//! tensor maps (`cuTensorMapEncodeTiled`) 13, and virtual memory management (`cuMemCreate`,
-//! `cuMemMap`: ranges of address space with physical memory mapped into them) 14.
+//! tensor maps (`cuTensorMapEncodeTiled`) 13, virtual memory management (`cuMemCreate`,
+//! `cuMemMap`: ranges of address space with physical memory mapped into them) 14, and memory
+//! shared between the processes of a job (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`) 18.
 
 use ac_proto::backend::{
     image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request,
@@ -32,6 +33,8 @@ const CLUSTERS: u16 = 12;
 const TENSOR_MAPS: u16 = 13;
 /// The backend protocol that serves virtual memory management.
 const VIRTUAL_MEMORY: u16 = 14;
+/// The backend protocol that serves memory shared between sessions.
+const SHARED_MEMORY: u16 = 18;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -84,6 +87,32 @@ impl Accelerator {
             Answer::Response(Response::TensorMap(bytes)) => bytes
                 .try_into()
                 .map_err(|bytes: Vec<u8>| Error::Protocol(format!("a tensor map of {} bytes", bytes.len()))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Shares `buffer`, an allocation of this session's, with the job's other processes on this
+    /// accelerator: the secret that opens it there ([`Accelerator::import_memory`]), the same
+    /// each time for the same buffer.
+    pub async fn export_memory(&self, buffer: &DeviceBuffer<u8>) -> Result<[u8; 16]> {
+        self.needs_protocol(SHARED_MEMORY, "shared memory")?;
+        match self.call(Request::ExportMemory { buffer: buffer.id() }, Bytes::new()).await? {
+            Answer::Response(Response::Exported(secret)) => Ok(secret),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Opens the memory another session of this job on this accelerator shared (its
+    /// [`Accelerator::export_memory`] secret): a buffer over it, its device address and its size.
+    /// Dropping the buffer closes it; the memory goes once its owner has freed it and every
+    /// process has closed it.
+    pub async fn import_memory(&self, secret: [u8; 16]) -> Result<(DeviceBuffer<u8>, u64, u64)> {
+        self.needs_protocol(SHARED_MEMORY, "shared memory")?;
+        match self.call(Request::ImportMemory { secret }, Bytes::new()).await? {
+            Answer::Response(Response::Global { buffer, address, size }) => {
+                let len = usize::try_from(size).map_err(|_| Error::Protocol(format!("{size} bytes shared")))?;
+                Ok((DeviceBuffer::adopt(self.clone(), buffer, len), address, size))
+            }
             other => Err(unexpected(other)),
         }
     }

@@ -68,6 +68,7 @@ mod cooperative;
 mod elf;
 mod fixtures;
 mod host;
+mod ipc;
 mod kernels;
 mod limits;
 mod memory;

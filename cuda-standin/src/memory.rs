@@ -40,15 +40,19 @@ pub extern "C" fn cuMemFree_v2(address: u64) -> u32 {
     with_context("cuMemFree", |d, context| {
         let owner = d.memory.get(&address).map(|a| a.context);
         owned(d, "device allocation", owner, context)?;
-        if matches!(d.memory[&address].bytes, state::Storage::Range(_)) {
-            d.violation(format!("cuMemFree of the reserved range at {address:#x} (cuMemAddressFree frees it)"));
-            return Err(code::INVALID_VALUE);
+        match &d.memory[&address].bytes {
+            state::Storage::Range(_) => {
+                d.violation(format!("cuMemFree of the reserved range at {address:#x} (cuMemAddressFree frees it)"));
+                return Err(code::INVALID_VALUE);
+            }
+            state::Storage::Shared(shared) if shared.opened => {
+                d.violation(format!("cuMemFree of memory opened at {address:#x} (cuIpcCloseMemHandle closes it)"));
+                return Err(code::INVALID_VALUE);
+            }
+            _ => {}
         }
         // cuMemFree synchronizes: the context's queued work runs first.
-        let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(k, _)| *k).collect();
-        for stream in streams {
-            run::run(d, stream, u64::MAX);
-        }
+        run::finish_context(d, context);
         let len = d.memory[&address].bytes.len();
         crate::textures::check_unread(d, address, len);
         d.memory.remove(&address);

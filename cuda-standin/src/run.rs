@@ -29,6 +29,14 @@ pub fn destroy_context(d: &mut Guard, id: u64) -> Result<()> {
     Ok(())
 }
 
+/// Runs all of `context`'s queued work, on every stream of it.
+pub fn finish_context(d: &mut Guard, context: u64) {
+    let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(&k, _)| k).collect();
+    for stream in streams {
+        run(d, stream, u64::MAX);
+    }
+}
+
 /// Runs `stream`'s work up to position `upto`. A fault loses the context (sticky); the work
 /// queued after it in a lost context is dropped.
 ///

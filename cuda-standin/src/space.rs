@@ -1,11 +1,12 @@
 //! The host side of the stand-in's virtual memory ([`crate::vmm`]): a reserved range's address
 //! space, anonymous and lazily backed, into which mappings place the pages of physical memory,
-//! a memory file (`memfd`) each.
+//! a memory file (`memfd`) each; and an allocation shared with other processes
+//! ([`crate::ipc`]), a memory file mapped whole.
 // As in lib.rs: raw memory calls (`mmap`), each with its contract stated.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// A reserved range's host side.
 #[derive(Debug)]
@@ -112,4 +113,86 @@ pub struct Physical {
     /// `cuMemRelease` was called: it goes when its last mapping does.
     pub(crate) released: bool,
     pub(crate) mappings: u32,
+}
+
+/// An allocation's bytes in a memory file, mapped whole: what another process maps too.
+#[derive(Debug)]
+pub struct Shared {
+    host: *mut u8,
+    pub(crate) len: usize,
+    /// The file (the exporter's descriptor names it to the importers).
+    pub(crate) file: OwnedFd,
+    /// Opened from another process's handle: closed by `cuIpcCloseMemHandle`, never freed,
+    /// and counted as its exporter's memory.
+    pub(crate) opened: bool,
+}
+
+// SAFETY: as `Space`: host memory owned by the driver's state, touched under its lock.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    /// A new memory file holding `bytes` (not empty), mapped.
+    pub(crate) fn copy_of(bytes: &[u8]) -> Option<Shared> {
+        // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
+        let fd = unsafe { libc::memfd_create(c"cuda-standin-ipc".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: just created, owned by nothing else.
+        let file = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a descriptor of ours.
+        if unsafe { libc::ftruncate(fd, bytes.len() as libc::off_t) } != 0 {
+            return None;
+        }
+        let mut shared = Shared::map(file, bytes.len(), false)?;
+        shared.bytes_mut().copy_from_slice(bytes);
+        Some(shared)
+    }
+
+    /// Another process's memory file, descriptor `fd` of process `pid`, of `len` bytes.
+    pub(crate) fn open(pid: u32, fd: i32, len: usize) -> Option<Shared> {
+        let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).ok()?;
+        // SAFETY: a NUL-terminated path; the descriptor returned is ours alone.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: just opened, owned by nothing else.
+        let file = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: an all-zero `stat` is valid to be written over.
+        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a descriptor of ours and a valid out-pointer.
+        if unsafe { libc::fstat(file.as_raw_fd(), &mut stat) } != 0 || (stat.st_size as usize) < len {
+            return None;
+        }
+        Shared::map(file, len, true)
+    }
+
+    fn map(file: OwnedFd, len: usize, opened: bool) -> Option<Shared> {
+        let flags = libc::MAP_SHARED;
+        // SAFETY: the file holds at least `len` bytes; the kernel places the mapping.
+        let host = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0)
+        };
+        (host != libc::MAP_FAILED).then_some(Shared { host: host.cast(), len, file, opened })
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped read-write for the value's life.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+
+    /// Its bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above; `&mut self` is the only way in.
+        unsafe { std::slice::from_raw_parts_mut(self.host, self.len) }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: the value's own mapping; nothing refers into it once it is dropped.
+        unsafe { libc::munmap(self.host.cast(), self.len) };
+    }
 }

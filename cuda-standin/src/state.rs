@@ -105,6 +105,8 @@ pub enum Storage {
     Heap(Vec<u8>),
     /// A reserved range's, of which only the mapped bytes may be touched (`vmm.rs`).
     Range(space::Space),
+    /// A memory file's, shared with other processes (`ipc.rs`).
+    Shared(space::Shared),
 }
 
 impl std::ops::Deref for Storage {
@@ -113,6 +115,7 @@ impl std::ops::Deref for Storage {
         match self {
             Storage::Heap(bytes) => bytes,
             Storage::Range(space) => space.bytes(),
+            Storage::Shared(shared) => shared.bytes(),
         }
     }
 }
@@ -122,6 +125,7 @@ impl std::ops::DerefMut for Storage {
         match self {
             Storage::Heap(bytes) => bytes,
             Storage::Range(space) => space.bytes_mut(),
+            Storage::Shared(shared) => shared.bytes_mut(),
         }
     }
 }
@@ -367,7 +371,9 @@ impl Driver {
         let on_device = |a: &&Allocation| self.contexts.get(&a.context).is_some_and(|c| c.device == device);
         let heap = |a: &Allocation| match &a.bytes {
             Storage::Heap(bytes) => bytes.len() as u64,
-            Storage::Range(_) => 0, // its mappings' physical memory is counted
+            Storage::Shared(shared) if !shared.opened => shared.len as u64,
+            // A range's mappings' physical memory is counted; opened memory is its exporter's.
+            Storage::Range(_) | Storage::Shared(_) => 0,
         };
         self.memory.values().filter(on_device).map(heap).sum::<u64>() + self.physical_used(device)
     }
@@ -470,7 +476,7 @@ impl Driver {
         let offset = (address - base) as usize;
         let reachable = match &allocation.bytes {
             Storage::Range(space) => space.covers(offset, len),
-            Storage::Heap(_) => true,
+            Storage::Heap(_) | Storage::Shared(_) => true,
         };
         (allocation.context == context && offset.checked_add(len)? <= allocation.bytes.len() && reachable)
             .then_some((allocation, offset))

@@ -61,10 +61,7 @@ pub extern "C" fn cuStreamSynchronize(stream: Handle) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuCtxSynchronize() -> u32 {
     wait("cuCtxSynchronize", |d, context| {
-        let streams: Vec<u64> = d.streams.iter().filter(|(_, s)| s.context == context).map(|(&k, _)| k).collect();
-        for stream in streams {
-            run::run(d, stream, u64::MAX);
-        }
+        run::finish_context(d, context);
         Ok(())
     })
 }

@@ -84,7 +84,7 @@ impl Driver {
             .filter(|a| a.context == context)
             .filter_map(|a| match &a.bytes {
                 Storage::Range(space) => Some(space.mappings.values().map(|m| m.physical).collect::<Vec<_>>()),
-                Storage::Heap(_) => None,
+                Storage::Heap(_) | Storage::Shared(_) => None,
             })
             .flatten()
             .collect();
@@ -125,7 +125,7 @@ pub extern "C" fn cuMemAddressFree(ptr: u64, size: usize) -> u32 {
     let mut d = driver();
     let range = d.memory.get(&ptr).and_then(|a| match &a.bytes {
         Storage::Range(space) => Some((space.len, space.mappings.len(), a.users)),
-        Storage::Heap(_) => None,
+        Storage::Heap(_) | Storage::Shared(_) => None,
     });
     match range {
         Some((len, 0, 0)) if len == size => {

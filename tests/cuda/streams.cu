@@ -91,14 +91,14 @@ int main(int argc, char** argv) {
     CHECK(cudaEventElapsedTime(&ms, start, stop));
     printf("event time %s\n", ms >= 0 ? "measured" : "negative");
 
-    // What the shim does not serve fails cleanly and the program goes on.
-    // (an IPC handle: the memory is a remote GPU's, no other process here can map it).
-    float* shared;
-    CHECK(cudaMalloc(&shared, 256));
-    cudaIpcMemHandle_t ipc;
-    cudaError_t e = cudaIpcGetMemHandle(&ipc, shared);
-    printf("cudaIpcGetMemHandle: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    CHECK(cudaFree(shared));
+    // What the shim does not serve fails cleanly and the program goes on
+    // (a memory pool's file descriptor: the pool is kept in this process, and no other
+    // process could map a remote GPU's memory by a descriptor).
+    cudaMemPool_t default_pool;
+    CHECK(cudaDeviceGetDefaultMemPool(&default_pool, 0));
+    int pool_fd = -1;
+    cudaError_t e = cudaMemPoolExportToShareableHandle(&pool_fd, default_pool, cudaMemHandleTypePosixFileDescriptor, 0);
+    printf("cudaMemPoolExportToShareableHandle: %d (%s)\n", (int)e, cudaGetErrorName(e));
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     // What PyTorch asks of a stream at its start (CUDA 13's runtime through

@@ -126,6 +126,12 @@ pub trait Device: Send + Sync + 'static {
     }
 }
 
+/// Why a context refuses to share memory with another process's: sessions of its device share
+/// one process (the CPU device, `isolation = "context"`), and only a session worker's context
+/// has a process of its own.
+pub const NO_PROCESS_OF_ITS_OWN: &str = "memory shared between sessions in different contexts needs session workers \
+(isolation = \"process\", a GPU's default): with isolation = \"context\" sessions share one process";
+
 /// One session's view of a device: its memory, modules and streams.
 pub trait Context: Send + Sync + 'static {
     /// The device's description, with current free memory.
@@ -308,6 +314,21 @@ pub trait Context: Send + Sync + 'static {
     /// Destroys a texture object (`surface`: a surface object) once the work queued on the
     /// context has run.
     fn destroy_object(&self, _object: u64, _surface: bool) {}
+    /// The driver's handle that lets another process's context open allocation `mem`
+    /// (`cuIpcGetMemHandle`). Contexts that share one process refuse: a session in the same
+    /// context opens the allocation itself (`session::ipc`).
+    fn export_allocation(&self, _mem: DeviceMem) -> DeviceResult<Vec<u8>> {
+        Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN))
+    }
+    /// Opens another process's allocation by the handle [`Context::export_allocation`] gave
+    /// (`cuIpcOpenMemHandle`): its address in this context, which [`Context::close_opened`]
+    /// closes (never [`Context::free`]).
+    fn open_allocation(&self, _handle: &[u8], _size: u64) -> DeviceResult<DeviceMem> {
+        Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN))
+    }
+    /// Closes an allocation [`Context::open_allocation`] opened, once the work queued on the
+    /// context has run (`cuIpcCloseMemHandle`).
+    fn close_opened(&self, _mem: DeviceMem) {}
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

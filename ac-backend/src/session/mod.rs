@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap;
 pub mod arrays;
 pub mod fence;
 pub mod images;
+pub mod ipc;
 pub mod resume;
 pub mod serve_control;
 pub mod vmm;
@@ -41,12 +42,19 @@ pub struct Allocation {
     held: Option<Arc<AtomicU64>>,
     /// A reserved range's mappings (protocol 14); `None` for memory that is all there.
     pub range: Option<vmm::Range>,
+    /// The memory of another session's allocation this one opened (protocol 18); `None` for
+    /// memory of the session's own.
+    pub opened: Option<ipc::Opened>,
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
         if let Some(range) = &self.range {
             range.free(&*self.context, self.mem, self.size);
+        } else if let Some(opened) = &self.opened {
+            if opened.by_driver {
+                self.context.close_opened(self.mem);
+            }
         } else if let Some(held) = &self.held {
             self.context.free(self.mem);
             held.fetch_sub(self.size, Ordering::AcqRel);
@@ -114,6 +122,8 @@ pub struct Session {
     vmm: vmm::Table,
     /// Its CUDA arrays and texture and surface objects (protocol 16).
     arrays: arrays::Table,
+    /// The backend's allocations shared between sessions (protocol 18).
+    exports: Arc<ipc::Exports>,
 }
 
 impl Session {
@@ -149,14 +159,21 @@ impl Session {
             }
         };
         let held = Some(self.held.clone());
-        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held, range: None });
+        let id = self.insert(Allocation {
+            mem,
+            size: bytes,
+            context: self.context.clone(),
+            held,
+            range: None,
+            opened: None,
+        });
         Ok((id, mem.0))
     }
 
     /// A buffer over a module's variable, `size` bytes at `mem` (see [`Context::global`]): the
     /// session's quota does not count it, and [`Session::free`] refuses it.
     pub fn adopt_variable(&self, mem: DeviceMem, size: u64) -> BufferId {
-        self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None })
+        self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None, opened: None })
     }
 
     /// Enters `entry` into the buffer table under a fresh id.
@@ -227,10 +244,12 @@ impl Session {
         let mut buffers = self.buffers.lock().expect("buffer table poisoned");
         match buffers.get(&id) {
             None => Err(unknown_buffer(id)),
-            Some(alloc) if alloc.held.is_none() && alloc.range.is_none() => Err(WireError::new(
-                ErrorKind::InvalidBuffer,
-                format!("buffer {} is a module's variable: it goes when its module is unloaded", id.0),
-            )),
+            Some(alloc) if alloc.held.is_none() && alloc.range.is_none() && alloc.opened.is_none() => {
+                Err(WireError::new(
+                    ErrorKind::InvalidBuffer,
+                    format!("buffer {} is a module's variable: it goes when its module is unloaded", id.0),
+                ))
+            }
             Some(_) => buffers.remove(&id).map(drop).ok_or_else(|| unknown_buffer(id)),
         }
     }
@@ -255,13 +274,7 @@ impl Session {
 
     /// Resolves a pointer whose offset must lie inside its buffer (a kernel argument).
     pub fn resolve_pointer(&self, ptr: DevicePtr) -> Result<Arc<Allocation>, WireError> {
-        let alloc = self
-            .buffers
-            .lock()
-            .expect("buffer table poisoned")
-            .get(&ptr.buffer)
-            .cloned()
-            .ok_or_else(|| unknown_buffer(ptr.buffer))?;
+        let alloc = self.buffer(ptr.buffer)?;
         if ptr.offset > alloc.size {
             return Err(WireError::new(
                 ErrorKind::OutOfBounds,
@@ -269,6 +282,11 @@ impl Session {
             ));
         }
         Ok(alloc)
+    }
+
+    /// The buffer `id` of the session's table.
+    pub fn buffer(&self, id: BufferId) -> Result<Arc<Allocation>, WireError> {
+        self.buffers.lock().expect("buffer table poisoned").get(&id).cloned().ok_or_else(|| unknown_buffer(id))
     }
 
     /// Counts a bulk lane in, unless the session has `most` already: the lane holds the
@@ -356,6 +374,7 @@ pub struct Registry {
     sessions: Mutex<HashMap<SessionId, Weak<Session>>>,
     next: AtomicU64,
     images: Arc<crate::session::images::ImageCache>,
+    exports: Arc<ipc::Exports>,
 }
 
 /// What one session may hold.
@@ -408,6 +427,7 @@ impl Registry {
             quota,
             vmm: vmm::Table::default(),
             arrays: arrays::Table::default(),
+            exports: self.exports.clone(),
         });
         self.sessions.lock().expect("registry poisoned").insert(id, Arc::downgrade(&session));
         (session, rejoined)

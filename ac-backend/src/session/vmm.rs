@@ -131,7 +131,14 @@ impl Session {
             reserved.fetch_sub(bytes, Ordering::AcqRel);
         })?;
         let range = Some(Range { mappings: Mappings::default(), reserved: reserved.clone() });
-        let id = self.insert(Allocation { mem, size: bytes, context: self.context.clone(), held: None, range });
+        let id = self.insert(Allocation {
+            mem,
+            size: bytes,
+            context: self.context.clone(),
+            held: None,
+            range,
+            opened: None,
+        });
         Ok((id, mem.0))
     }
 

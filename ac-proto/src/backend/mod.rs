@@ -100,6 +100,12 @@
 //! backend answers [`Response::Ok`] once it has ended it, or closes with
 //! [`close::SESSION_GONE`] when it had already ended. The CUDA shim's parent ends so the session
 //! of a child that died without closing it (`_exit`, a signal), rather than leaving it held.
+//! Protocol 18 adds memory shared between sessions (CUDA's IPC handles), appended likewise:
+//! [`Request::ExportMemory`] answers a secret naming one of the session's allocations
+//! ([`Response::Exported`]), and [`Request::ImportMemory`] of that secret, by another session of
+//! the same capability on the same device, answers a buffer over the same memory
+//! ([`Response::Global`]; [`Request::MemFree`] of it closes it). The memory goes when the
+//! exporter has freed it and every importer has closed it.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -147,7 +153,7 @@ pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 17;
+pub const VERSION: u16 = 18;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -820,6 +826,20 @@ pub enum Request {
         /// Whether it is a surface object (a texture and a surface may share a value).
         surface: bool,
     },
+    /// *Protocol 18.* Shares one of the session's allocations (made by [`Request::MemAlloc`] or
+    /// [`Request::MemAllocAt`]) with the session's other processes: replies
+    /// [`Response::Exported`], the same secret each time for the same buffer.
+    ExportMemory {
+        /// The allocation.
+        buffer: BufferId,
+    },
+    /// *Protocol 18.* Opens memory another session of the same capability on the same device
+    /// shared ([`Request::ExportMemory`]) as a buffer of this one: replies [`Response::Global`].
+    /// [`Request::MemFree`] of the buffer closes it.
+    ImportMemory {
+        /// The exporter's secret.
+        secret: [u8; 16],
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -933,6 +953,8 @@ pub enum Response {
     Array(ArrayId),
     /// *Protocol 16.* A texture or surface object: the device's value, which kernels take.
     Object(u64),
+    /// *Protocol 18.* The secret that opens a shared allocation ([`Request::ExportMemory`]).
+    Exported([u8; 16]),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

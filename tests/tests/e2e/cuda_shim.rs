@@ -159,9 +159,9 @@ async fn programs_built_for_per_thread_default_streams_run_exactly() {
         let text = said(&out);
         assert!(out.status.success(), "{text}");
         assert!(text.contains(line), "{text}");
-        // streams.cu's deliberate call (an IPC handle) aside, every call is served.
+        // streams.cu's deliberate call (a memory pool's file descriptor) aside, every call is served.
         let refused: Vec<&str> = text.lines().filter(|l| l.contains("not supported")).collect();
-        assert!(refused.iter().all(|l| l.contains("cuIpcGetMemHandle")), "{text}");
+        assert!(refused.iter().all(|l| l.contains("cuMemPoolExportToShareableHandle")), "{text}");
     }
     standin::assert_no_violations();
 }
@@ -187,8 +187,8 @@ async fn streams_events_and_memsets_from_threads_sharing_a_device() {
         assert!(text.contains(line), "missing `{line}`:\n{text}");
     }
     // Unserved calls answer "not supported" and name themselves once on stderr.
-    assert!(text.contains("cudaIpcGetMemHandle: 801 (cudaErrorNotSupported)"), "{text}");
-    assert!(text.contains("ac-cuda: cuIpcGetMemHandle is not supported"), "{text}");
+    assert!(text.contains("cudaMemPoolExportToShareableHandle: 801 (cudaErrorNotSupported)"), "{text}");
+    assert!(text.contains("ac-cuda: cuMemPoolExportToShareableHandle is not supported"), "{text}");
     // It left memory and a stream behind: its exit gave the accelerator back.
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
     let backend = &c.backends[0].backend;
@@ -578,5 +578,56 @@ async fn graph_memory_keeps_its_addresses_across_launches_and_outlives_its_graph
     }
     assert!(!text.contains("not supported"), "{text}");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the program exited");
+    standin::assert_no_violations();
+}
+
+/// CUDA IPC between processes of one job (`tests/cuda/ipc.cu`): a process exports device memory
+/// and an interprocess event by their 64-byte handles, and processes it spawns (the same job's:
+/// `ARM_JOB_ID` and its credential, inherited) open them. A child opening the memory twice gets
+/// one address, orders its kernel after the parent's by the event, and its writes are what the
+/// parent reads back; opened memory is not the child's to free, each open takes one close. The
+/// memory outlives the exporter's `cudaFree` while another process holds it open, and once freed
+/// and closed everywhere its handle opens nothing. The exporter cannot open its own handle, and
+/// an event created without `cudaEventInterprocess` has no handle. None of these calls is the
+/// shim's "not supported"; the job's processes leave no session behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("ipc", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    // A job's processes, not an ad-hoc job (ARM_ACPN) of each: the children the program spawns
+    // inherit the job and its credential.
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "ipc: 4096 elements",
+        "own handle refused: ",
+        "plain event refused: ",
+        "reopened at the same address",
+        "child: doubled exact",
+        "free of opened memory refused: ",
+        "third close refused: ",
+        "ipc: the child's writes seen exact",
+        "child: memory kept after the parent freed it exact",
+        "late open refused: ",
+        "ipc: done",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    // Refused for what they are, not because IPC is unserved.
+    assert!(!text.contains("not supported") && !text.contains("cudaErrorNotSupported"), "{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+    // Every process ended its session at its exit.
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    // The job holds its one static accelerator until it ends, and nothing else; then nothing.
+    assert_eq!(c.arm.held_accelerators(), 1, "the job's static accelerator alone, while it runs");
+    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
     standin::assert_no_violations();
 }

@@ -32,15 +32,19 @@ pub(super) struct Module {
     pub(super) signatures: Signatures,
 }
 
-/// Device memory the context can address: an allocation of its own, or a module's variable.
+/// Device memory the context can address: an allocation of its own, a module's variable, or
+/// another process's allocation it opened.
 #[derive(Clone, Copy)]
-struct Region {
-    size: u64,
+pub(super) struct Region {
+    pub(super) size: u64,
     /// The module whose variable it is (its memory goes with the module); `None`: an
     /// allocation or a reserved range, freed by [`Context::free`].
-    module: Option<u64>,
+    pub(super) module: Option<u64>,
     /// A reserved range (`cuMemAddressReserve`), whose mappings the session layer keeps.
-    reserved: bool,
+    pub(super) reserved: bool,
+    /// Another process's allocation, opened by its IPC handle (`super::ipc`): closed by
+    /// [`Context::close_opened`], never freed.
+    pub(super) opened: bool,
 }
 
 struct Function {
@@ -61,7 +65,7 @@ pub struct CudaContext {
     pub(super) raw: Handle<sys::CUcontext>,
     /// Whether `raw` was created for this session (else it is the GPU's primary context).
     pub(super) owned: bool,
-    allocations: Mutex<HashMap<u64, Region>>,
+    pub(super) allocations: Mutex<HashMap<u64, Region>>,
     pub(super) modules: Mutex<HashMap<u64, Module>>,
     kernels: Mutex<HashMap<u64, Function>>,
     streams: Mutex<HashMap<u64, Handle<sys::CUstream>>>,
@@ -247,7 +251,7 @@ impl Context for CudaContext {
         self.allocations
             .lock()
             .expect("allocations poisoned")
-            .insert(ptr, Region { size: bytes, module: None, reserved: false });
+            .insert(ptr, Region { size: bytes, module: None, reserved: false, opened: false });
         Ok(DeviceMem(ptr))
     }
 
@@ -261,7 +265,7 @@ impl Context for CudaContext {
                     allocations.remove(&mem.0);
                     return self.free_range_on_gpu(mem.0, size);
                 }
-                Some(r) if r.module.is_none() => allocations.remove(&mem.0),
+                Some(r) if r.module.is_none() && !r.opened => allocations.remove(&mem.0),
                 _ => return,
             };
         }
@@ -443,7 +447,7 @@ impl Context for CudaContext {
             return Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}` in the module")));
         }
         self.check("cuModuleGetGlobal", code)?;
-        let region = Region { size: size as u64, module: Some(module.0), reserved: false };
+        let region = Region { size: size as u64, module: Some(module.0), reserved: false, opened: false };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
         Ok((DeviceMem(ptr), size as u64))
     }
@@ -491,7 +495,7 @@ impl Context for CudaContext {
     fn reserve_range(&self, bytes: u64, alignment: u64) -> DeviceResult<DeviceMem> {
         self.vmm_allowed()?;
         let ptr = self.reserve_on_gpu(bytes, alignment)?;
-        let region = Region { size: bytes, module: None, reserved: true };
+        let region = Region { size: bytes, module: None, reserved: true, opened: false };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
         Ok(DeviceMem(ptr))
     }
@@ -537,6 +541,18 @@ impl Context for CudaContext {
 
     fn destroy_object(&self, object: u64, surface: bool) {
         self.destroy_object_later(object, surface);
+    }
+
+    fn export_allocation(&self, mem: DeviceMem) -> DeviceResult<Vec<u8>> {
+        self.export_on_gpu(mem)
+    }
+
+    fn open_allocation(&self, handle: &[u8], size: u64) -> DeviceResult<DeviceMem> {
+        self.open_on_gpu(handle, size)
+    }
+
+    fn close_opened(&self, mem: DeviceMem) {
+        self.close_on_janitor(mem);
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

@@ -97,6 +97,7 @@ pub mod fill;
 pub mod function;
 pub mod gather;
 pub mod image;
+pub mod ipc;
 pub mod janitor;
 pub mod limit;
 pub mod load;

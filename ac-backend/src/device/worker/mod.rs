@@ -503,6 +503,22 @@ impl Context for WorkerContext {
         self.release(&Call::ReleasePhysical { handle });
     }
 
+    fn export_allocation(&self, mem: DeviceMem) -> DeviceResult<Vec<u8>> {
+        let (reply, handle) = self.call(&Call::ExportAllocation { mem }, &[])?;
+        expect_done(reply).map(|()| handle)
+    }
+
+    fn open_allocation(&self, handle: &[u8], size: u64) -> DeviceResult<DeviceMem> {
+        match self.call(&Call::OpenAllocation { size }, handle)?.0 {
+            Reply::Handle(mem) => Ok(DeviceMem(mem)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn close_opened(&self, mem: DeviceMem) {
+        self.release(&Call::CloseOpened { mem });
+    }
+
     fn map(&self, range: DeviceMem, offset: u64, bytes: u64, handle: u64) -> DeviceResult<()> {
         self.call_done(&Call::Map { range, offset, bytes, handle }, &[])
     }

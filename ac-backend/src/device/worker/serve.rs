@@ -101,7 +101,8 @@ fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::
                 | Call::Free { .. }
                 | Call::ReleasePhysical { .. }
                 | Call::DestroyArray { .. }
-                | Call::DestroyObject { .. },
+                | Call::DestroyObject { .. }
+                | Call::CloseOpened { .. },
                 None,
             ) => answer_hot(&out, frame.id, execute(&*context, frame)),
             _ => pool.run(frame),
@@ -418,6 +419,15 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         Call::CreateObject { resource, sampler } => handle(context.create_object(&resource, sampler.as_ref())),
         Call::DestroyObject { object, surface } => {
             context.destroy_object(object, surface);
+            Ok(Reply::Done)
+        }
+        Call::ExportAllocation { mem } => context.export_allocation(mem).map(|handle| {
+            payload = handle;
+            Reply::Done
+        }),
+        Call::OpenAllocation { size } => handle(context.open_allocation(&frame.payload, size).map(|m| m.0)),
+        Call::CloseOpened { mem } => {
+            context.close_opened(mem);
             Ok(Reply::Done)
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),

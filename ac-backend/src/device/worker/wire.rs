@@ -104,6 +104,12 @@ pub enum Call {
     CreateObject { resource: TextureResource<u64, u64>, sampler: Option<Sampler> },
     /// `destroy_object` (no reply).
     DestroyObject { object: u64, surface: bool },
+    /// `export_allocation` (the driver's handle is the reply's payload).
+    ExportAllocation { mem: DeviceMem },
+    /// `open_allocation` of `size` bytes (the driver's handle is the payload).
+    OpenAllocation { size: u64 },
+    /// `close_opened` (no reply).
+    CloseOpened { mem: DeviceMem },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

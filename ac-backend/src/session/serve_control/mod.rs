@@ -21,6 +21,7 @@ use crate::session::Session;
 
 mod arrays;
 mod copies;
+mod ipc;
 mod limits;
 mod modules;
 mod tensor_maps;
@@ -442,6 +443,8 @@ impl Control {
                 Outcome::Now(self.map_physical(range, offset, bytes, physical).await)
             }
             Request::UnmapRange { range, offset, bytes } => Outcome::Now(self.unmap_range(range, offset, bytes).await),
+            Request::ExportMemory { buffer } => Outcome::Now(self.export_memory(buffer)),
+            Request::ImportMemory { secret } => Outcome::Now(self.import_memory(secret).await),
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
             Request::Synchronize { stream } => Outcome::Now(self.synchronize(stream).await),

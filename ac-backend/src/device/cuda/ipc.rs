@@ -1,0 +1,74 @@
+//! Memory shared with another session's process (protocol 18; `session::ipc`): the driver's
+//! IPC handles (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`). Only a
+//! session worker's context has a process of its own; contexts sharing the daemon's process
+//! refuse, as the driver refuses a handle in the process that made it.
+
+use ac_proto::backend::{ErrorKind, WireError};
+use cudarc::driver::sys;
+
+use super::context::{CudaContext, Region};
+use super::driver::bind;
+use crate::device::{DeviceMem, DeviceResult, NO_PROCESS_OF_ITS_OWN};
+
+/// Bytes of a driver's IPC memory handle.
+const HANDLE_BYTES: usize = 64;
+
+impl CudaContext {
+    /// Refuses IPC in a context that shares the daemon's process (`isolation = "context"`).
+    fn own_process(&self) -> DeviceResult<()> {
+        match self.owned {
+            true => Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN)),
+            false => Ok(()),
+        }
+    }
+
+    /// `cuIpcGetMemHandle` of one of the context's allocations.
+    pub(super) fn export_on_gpu(&self, mem: DeviceMem) -> DeviceResult<Vec<u8>> {
+        self.own_process()?;
+        self.address(mem, 0, 0)?;
+        self.enter()?;
+        let mut handle = sys::CUipcMemHandle_st { reserved: [0; HANDLE_BYTES] };
+        // SAFETY: valid out-pointer; `mem` is an allocation of this context (checked above).
+        self.check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut handle, mem.0) })?;
+        Ok(handle.reserved.iter().map(|&b| b as u8).collect())
+    }
+
+    /// `cuIpcOpenMemHandle` of another process's allocation of `size` bytes: its address here,
+    /// recorded as an opened region.
+    pub(super) fn open_on_gpu(&self, handle: &[u8], size: u64) -> DeviceResult<DeviceMem> {
+        self.own_process()?;
+        let reserved: [u8; HANDLE_BYTES] = handle.try_into().map_err(|_| {
+            WireError::new(ErrorKind::InvalidArgument, format!("an IPC handle of {} bytes", handle.len()))
+        })?;
+        self.enter()?;
+        let handle = sys::CUipcMemHandle_st { reserved: reserved.map(|b| b as std::ffi::c_char) };
+        let mut ptr = 0;
+        let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+        // SAFETY: valid out-pointer; the handle is the exporter's driver's.
+        self.check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, flags) })?;
+        let region = Region { size, module: None, reserved: false, opened: true };
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
+        Ok(DeviceMem(ptr))
+    }
+
+    /// `cuIpcCloseMemHandle` of an opened region, on the janitor thread after the context's
+    /// queued work (a kernel queued before the close still reads it).
+    pub(super) fn close_on_janitor(&self, mem: DeviceMem) {
+        let mut allocations = self.allocations.lock().expect("allocations poisoned");
+        if !allocations.get(&mem.0).is_some_and(|r| r.opened) {
+            return;
+        }
+        allocations.remove(&mem.0);
+        let raw = self.raw;
+        self.gpu.janitor.defer(move || {
+            if bind(raw).is_ok() {
+                // SAFETY: the context is current on this thread; the region was opened by
+                // `open_on_gpu` and forgotten above, so closed once, after its work.
+                unsafe {
+                    sys::cuCtxSynchronize();
+                    sys::cuIpcCloseMemHandle(mem.0);
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,225 @@
+//! Memory shared between sessions (protocol 18; CUDA's `cuIpcGetMemHandle` and
+//! `cuIpcOpenMemHandle`): the processes of one job on one device (PyTorch's `multiprocessing`,
+//! a node's MPI ranks) hand each other device memory by a handle.
+//!
+//! An export is a secret naming one allocation of one session, kept in the backend's
+//! [`Exports`]. Another session opens it only if it was opened with the same capability on the
+//! same device (the same job's grant; on an unmanaged backend, any session of the device), so a
+//! secret that reaches another job opens nothing.
+//! - Where both sessions share one context (the CPU device), the importer's buffer is the
+//!   exporter's memory itself.
+//! - Where each has a process of its own (session workers), the importer's context opens the
+//!   exporter's allocation by the driver's IPC handle.
+//!
+//! Either way the importer's buffer holds the exporter's allocation: the memory outlives the
+//! exporter's free (and its session) until the last importer has closed it, as CUDA keeps it,
+//! and stays counted against the exporter's quota alone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use ac_proto::backend::{BufferId, ErrorKind, WireError};
+
+use super::{Allocation, Session};
+use crate::device::Context;
+
+/// The backend's shared allocations, by secret.
+#[derive(Debug, Default)]
+pub struct Exports(Mutex<HashMap<[u8; 16], Export>>);
+
+/// One shared allocation: a buffer of a session.
+#[derive(Debug)]
+struct Export {
+    session: Weak<Session>,
+    buffer: BufferId,
+}
+
+impl Export {
+    /// The exporting session, while it is live and still holds the buffer.
+    fn exporter(&self) -> Option<Arc<Session>> {
+        self.session.upgrade().filter(|s| !s.has_ended() && s.buffer(self.buffer).is_ok())
+    }
+}
+
+/// Memory a buffer opened from another session's export: the buffer holds it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The exporter's allocation, kept until this buffer goes.
+    _source: Arc<Allocation>,
+    /// Whether the context opened it through the driver ([`Context::open_allocation`]), and so
+    /// closes it when the buffer goes; else it is the source's memory in the same context.
+    pub by_driver: bool,
+}
+
+impl Exports {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Export>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The secret of `session`'s `buffer`: the one it was given before, else a new one. Exports
+    /// whose memory was freed (or whose session ended) are forgotten here.
+    fn secret_of(&self, session: &Arc<Session>, buffer: BufferId) -> [u8; 16] {
+        let mut exports = self.lock();
+        exports.retain(|_, export| export.exporter().is_some());
+        let mine = Arc::downgrade(session);
+        let known = exports.iter().find(|(_, e)| e.buffer == buffer && e.session.ptr_eq(&mine));
+        if let Some((secret, _)) = known {
+            return *secret;
+        }
+        let secret = super::random_token();
+        exports.insert(secret, Export { session: mine, buffer });
+        secret
+    }
+
+    /// The live session and buffer `secret` names.
+    fn exporter(&self, secret: &[u8; 16]) -> Option<(Arc<Session>, BufferId)> {
+        let exports = self.lock();
+        let export = exports.get(secret)?;
+        Some((export.exporter()?, export.buffer))
+    }
+}
+
+/// Whether two sessions' contexts are one (the CPU device's, shared by its sessions).
+fn same_context(a: &Arc<dyn Context>, b: &Arc<dyn Context>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+impl Session {
+    /// Shares `buffer`, an allocation of this session's, with the other sessions of its
+    /// capability on its device: the secret that opens it ([`Session::import_memory`]).
+    pub fn export_memory(self: &Arc<Self>, buffer: BufferId) -> Result<[u8; 16], WireError> {
+        let allocation = self.buffer(buffer)?;
+        if allocation.held.is_none() {
+            let what = "a module's variable, a reserved range or memory another session shared";
+            return Err(WireError::new(
+                ErrorKind::InvalidBuffer,
+                format!("buffer {} is {what}: only memory this session allocated may be shared", buffer.0),
+            ));
+        }
+        Ok(self.exports.secret_of(self, buffer))
+    }
+
+    /// Opens the memory `secret` shares as a buffer of this session: its id, device address
+    /// and size. Refused unless the exporter is another live session opened with this one's
+    /// capability on this one's device, still holding the memory.
+    pub fn import_memory(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(BufferId, u64, u64), WireError> {
+        let Some((exporter, buffer)) = self.exports.exporter(secret) else {
+            return Err(WireError::new(
+                ErrorKind::InvalidBuffer,
+                "no memory is shared by that handle on this backend: it was never shared, or it was freed",
+            ));
+        };
+        if Arc::ptr_eq(&exporter, self) {
+            return Err(WireError::new(
+                ErrorKind::InvalidArgument,
+                "a session cannot open memory it shared itself (CUDA refuses a handle in the process that made it)",
+            ));
+        }
+        if exporter.capability != self.capability || exporter.device != self.device {
+            return Err(WireError::new(
+                ErrorKind::Unauthorized,
+                "the memory was shared by another job or on another device: only sessions opened with the same \
+                 capability on the same device may open it",
+            ));
+        }
+        let source = exporter.buffer(buffer)?;
+        let (mem, by_driver) = if same_context(&exporter.context, &self.context) {
+            (source.mem, false)
+        } else {
+            let handle = exporter.context.export_allocation(source.mem)?;
+            (self.context.open_allocation(&handle, source.size)?, true)
+        };
+        let size = source.size;
+        let opened = Some(Opened { _source: source, by_driver });
+        let id = self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None, opened });
+        Ok((id, mem.0, size))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CopySettings;
+    use crate::device::{CpuDevice, Device, DeviceStream};
+    use crate::metrics::Metrics;
+    use crate::session::fence::Fences;
+    use crate::session::{Limits, Registry};
+
+    const STREAM: DeviceStream = DeviceStream(0);
+
+    /// A session of `registry` on `device` (index `index`), opened with `capability`.
+    fn session(registry: &Registry, device: &Arc<CpuDevice>, index: u32, capability: Option<u64>) -> Arc<Session> {
+        let context = device.open_context().unwrap();
+        let limits = Limits { budget: 1 << 20, quota: None };
+        let opened = (capability, index, device.clone() as Arc<dyn Device>);
+        let metrics = Arc::new(Metrics::default());
+        registry.open(context, CopySettings::default(), opened, Fences::channel().0, limits, metrics).0
+    }
+
+    fn read(session: &Session, buffer: BufferId, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        let mem = session.buffer(buffer).unwrap().mem;
+        session.context.read(mem, 0, &mut out, STREAM).unwrap();
+        out
+    }
+
+    fn write(session: &Session, buffer: BufferId, bytes: &[u8]) {
+        let mem = session.buffer(buffer).unwrap().mem;
+        session.context.write(mem, 0, bytes, STREAM).unwrap();
+    }
+
+    /// Two sessions of one capability share an allocation: each sees the other's writes, the
+    /// memory outlives its owner's free while the other holds it, and goes with the last holder.
+    #[test]
+    fn memory_one_session_shares_is_the_same_memory_in_another_until_both_let_it_go() {
+        let registry = Registry::default();
+        let device = Arc::new(CpuDevice::new(0, 1 << 20));
+        let (owner, other) = (session(&registry, &device, 0, Some(7)), session(&registry, &device, 0, Some(7)));
+        let free_before = device.info().memory_free;
+        let (buffer, address) = owner.alloc_at(64).unwrap();
+        write(&owner, buffer, &[5; 64]);
+        let secret = owner.export_memory(buffer).unwrap();
+        assert_eq!(owner.export_memory(buffer).unwrap(), secret, "one secret for one buffer");
+        let (opened, at, size) = other.import_memory(&secret).unwrap();
+        assert_eq!((at, size), (address, 64), "the same memory, whole");
+        assert_eq!(read(&other, opened, 64), [5; 64]);
+        write(&other, opened, &[9; 64]);
+        assert_eq!(read(&owner, buffer, 64), [9; 64], "the owner sees the other's writes");
+        owner.free(buffer).unwrap();
+        assert_eq!(read(&other, opened, 64), [9; 64], "kept while the other holds it");
+        let late = session(&registry, &device, 0, Some(7)).import_memory(&secret).unwrap_err();
+        assert_eq!(late.kind, ErrorKind::InvalidBuffer, "{}", late.message);
+        assert_eq!(device.info().memory_free, free_before - 64, "held by the other alone");
+        other.free(opened).unwrap();
+        assert_eq!(device.info().memory_free, free_before, "gone with its last holder");
+    }
+
+    /// A secret opens nothing for another capability, another device, the session that shared
+    /// it, or whoever guesses; only a session's own allocations may be shared.
+    #[test]
+    fn shared_memory_opens_only_in_another_session_of_the_same_capability_and_device() {
+        let registry = Registry::default();
+        let (first, second) = (Arc::new(CpuDevice::new(0, 1 << 20)), Arc::new(CpuDevice::new(1, 1 << 20)));
+        let owner = session(&registry, &first, 0, Some(7));
+        let (buffer, _) = owner.alloc_at(64).unwrap();
+        let secret = owner.export_memory(buffer).unwrap();
+        let refusals = [
+            (session(&registry, &first, 0, Some(8)).import_memory(&secret), ErrorKind::Unauthorized),
+            (session(&registry, &first, 0, None).import_memory(&secret), ErrorKind::Unauthorized),
+            (session(&registry, &second, 1, Some(7)).import_memory(&secret), ErrorKind::Unauthorized),
+            (owner.import_memory(&secret), ErrorKind::InvalidArgument),
+            (session(&registry, &first, 0, Some(7)).import_memory(&[0; 16]), ErrorKind::InvalidBuffer),
+        ];
+        for (refused, kind) in refusals {
+            let e = refused.expect_err("refused");
+            assert_eq!(e.kind, kind, "{}", e.message);
+        }
+        let other = session(&registry, &first, 0, Some(7));
+        let (opened, _, _) = other.import_memory(&secret).unwrap();
+        let again = other.export_memory(opened).unwrap_err();
+        assert!(again.message.contains("only memory this session allocated"), "{}", again.message);
+        let variable = owner.adopt_variable(owner.buffer(buffer).unwrap().mem, 8);
+        assert_eq!(owner.export_memory(variable).unwrap_err().kind, ErrorKind::InvalidBuffer);
+        other.free(opened).expect("opened memory is closed by a free");
+    }
+}

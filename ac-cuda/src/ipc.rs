@@ -1,0 +1,228 @@
+//! CUDA IPC: the processes of one job hand each other device memory and events by 64-byte
+//! handles (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcGetEventHandle`, ...), as
+//! PyTorch's `multiprocessing` shares CUDA tensors and a node's MPI ranks share buffers.
+//!
+//! A memory handle names the accelerator (its UUID, the same in every process of the job) and
+//! the secret its backend gave the allocation (backend protocol 18). The backend opens it only
+//! in a session of the same job on the same accelerator, so a handle that reaches another job
+//! opens nothing; the memory stays until its owner has freed it and every process that opened
+//! it has closed it. As NVIDIA's driver does, a handle is refused in the process that made it,
+//! and opening one handle twice in a process answers the same address (closed as often).
+//!
+//! An event handle needs no backend: the shim's events are kept in the program's process. A
+//! record of an interprocess event waits for the work before it (`stream::record`), so when
+//! another process learns of the record (through a pipe, once the record has returned) the work
+//! is done, and a wait there on the opened event has nothing left to wait for.
+
+use std::collections::HashMap;
+use std::ffi::c_uint;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::context::{created_current, current_device};
+use crate::error::{code, CuResult, Error};
+use crate::guard;
+use crate::state::{self, put, Allocation};
+
+/// Bytes of a `CUipcMemHandle` or `CUipcEventHandle`.
+const HANDLE_BYTES: usize = 64;
+/// The first bytes of the shim's memory handles.
+const MEMORY: [u8; 8] = *b"acIPCm\0\x01";
+/// The first bytes of the shim's event handles.
+const EVENT: [u8; 8] = *b"acIPCe\0\x01";
+
+/// A `CUipcMemHandle` or `CUipcEventHandle`, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Handle {
+    bytes: [u8; HANDLE_BYTES],
+}
+
+/// What a memory handle says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MemoryHandle {
+    uuid: [u8; 16],
+    secret: [u8; 16],
+    /// The process that made it.
+    pid: u32,
+}
+
+impl MemoryHandle {
+    fn encode(&self) -> Handle {
+        let mut bytes = [0; HANDLE_BYTES];
+        bytes[..8].copy_from_slice(&MEMORY);
+        bytes[8..24].copy_from_slice(&self.uuid);
+        bytes[24..40].copy_from_slice(&self.secret);
+        bytes[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        Handle { bytes }
+    }
+
+    fn decode(handle: &Handle) -> CuResult<Self> {
+        let b = &handle.bytes;
+        if b[..8] != MEMORY {
+            return Err(Error::said(code::INVALID_VALUE, "not an IPC memory handle of this shim's"));
+        }
+        let field = |r: std::ops::Range<usize>| -> [u8; 16] { b[r].try_into().expect("16 bytes") };
+        let pid = u32::from_le_bytes(b[40..44].try_into().expect("4 bytes"));
+        Ok(MemoryHandle { uuid: field(8..24), secret: field(24..40), pid })
+    }
+}
+
+/// Refuses a handle made by this process, as NVIDIA's driver does.
+fn from_another_process(pid: u32) -> CuResult<()> {
+    match pid == std::process::id() {
+        true => Err(Error::said(code::INVALID_CONTEXT, "an IPC handle cannot be opened in the process that made it")),
+        false => Ok(()),
+    }
+}
+
+/// Memory this process opened, by its secret: where it lies and how often it is open.
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    device: usize,
+    address: u64,
+    count: usize,
+}
+
+fn opened() -> std::sync::MutexGuard<'static, HashMap<[u8; 16], Open>> {
+    static OPENED: OnceLock<Mutex<HashMap<[u8; 16], Open>>> = OnceLock::new();
+    OPENED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `address` on `device` is memory opened by `cuIpcOpenMemHandle` (which
+/// `cuIpcCloseMemHandle` closes, never `cuMemFree`).
+pub(crate) fn is_opened(device: usize, address: u64) -> bool {
+    opened().values().any(|o| o.device == device && o.address == address)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcGetMemHandle(out: *mut Handle, address: u64) -> u32 {
+    guard("cuIpcGetMemHandle", || {
+        let shim = state::shim()?;
+        let (allocation, offset) = crate::memory::locate(address, 1)?;
+        let (device, start) = (allocation.device, address - offset);
+        check_shareable(&allocation, device, start)?;
+        let secret = shim.block_on(shim.devices[device].acc.export_memory(&allocation.buffer))?;
+        let uuid = shim.devices[device].uuid;
+        put(out, MemoryHandle { uuid, secret, pid: std::process::id() }.encode())
+    })
+}
+
+/// Refuses memory that `cuMemAlloc` did not make: the driver shares only such allocations.
+fn check_shareable(allocation: &Allocation, device: usize, start: u64) -> CuResult<()> {
+    let what = if crate::pool::of(device, start).is_some() {
+        Some("stream-ordered (cuMemAllocAsync) memory")
+    } else if crate::managed::range_on(device, start).is_some() {
+        Some("managed memory")
+    } else if crate::vmm::is_range(device, start) {
+        Some("a reserved range (cuMemAddressReserve)")
+    } else if allocation.variable_of.is_some() {
+        Some("a module's variable")
+    } else if is_opened(device, start) {
+        Some("memory opened from another process's handle")
+    } else {
+        None
+    };
+    match what {
+        Some(what) => Err(Error::said(code::INVALID_VALUE, format!("{what} cannot be shared by an IPC handle"))),
+        None => Ok(()),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcOpenMemHandle_v2(out: *mut u64, handle: Handle, _flags: c_uint) -> u32 {
+    guard("cuIpcOpenMemHandle", || put(out, open_memory(&handle)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcOpenMemHandle(out: *mut u64, handle: Handle, flags: c_uint) -> u32 {
+    cuIpcOpenMemHandle_v2(out, handle, flags)
+}
+
+/// Opens the memory `handle` names (again, if this process has it open): its address.
+fn open_memory(handle: &Handle) -> CuResult<u64> {
+    let handle = MemoryHandle::decode(handle)?;
+    from_another_process(handle.pid)?;
+    let shim = state::shim()?;
+    let device = shim.devices.iter().position(|d| d.uuid == handle.uuid).ok_or_else(|| {
+        let uuid = crate::uuid::text(&handle.uuid);
+        let why = format!("the handle's memory is on {uuid}, which this process holds no session on");
+        Error::said(code::INVALID_DEVICE, why)
+    })?;
+    let mut opened = opened();
+    if let Some(open) = opened.get_mut(&handle.secret) {
+        open.count += 1;
+        return Ok(open.address);
+    }
+    let (buffer, address, size) = shim.block_on(shim.devices[device].acc.import_memory(handle.secret))?;
+    let allocation =
+        Allocation { device, size, buffer: Arc::new(buffer), variable_of: None, context: created_current() };
+    shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, address), allocation);
+    opened.insert(handle.secret, Open { device, address, count: 1 });
+    Ok(address)
+}
+
+#[no_mangle]
+pub extern "C" fn cuIpcCloseMemHandle(address: u64) -> u32 {
+    guard("cuIpcCloseMemHandle", || {
+        let shim = state::shim()?;
+        let device = shim.device_of(address, current_device().ok());
+        let mut opened = opened();
+        let found = opened.iter_mut().find(|(_, o)| Some(o.device) == device && o.address == address);
+        let Some((&secret, open)) = found else {
+            return Err(Error::said(code::INVALID_VALUE, format!("{address:#x} was not opened by cuIpcOpenMemHandle")));
+        };
+        open.count -= 1;
+        if open.count == 0 {
+            opened.remove(&secret);
+            // Dropping the buffer closes it remotely, after the work queued before.
+            shim.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(open_device(device)?, address));
+        }
+        Ok(())
+    })
+}
+
+/// The device an opened address lies on (found, since it was opened).
+fn open_device(device: Option<usize>) -> CuResult<usize> {
+    device.ok_or(Error::Code(code::INVALID_VALUE))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcGetEventHandle(out: *mut Handle, event: usize) -> u32 {
+    guard("cuIpcGetEventHandle", || {
+        if !crate::stream::is_interprocess(event)? {
+            return Err(Error::said(code::INVALID_VALUE, "the event was not created with CU_EVENT_INTERPROCESS"));
+        }
+        let mut bytes = [0; HANDLE_BYTES];
+        bytes[..8].copy_from_slice(&EVENT);
+        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        bytes[12..20].copy_from_slice(&(event as u64).to_le_bytes());
+        put(out, Handle { bytes })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuIpcOpenEventHandle(out: *mut usize, handle: Handle) -> u32 {
+    guard("cuIpcOpenEventHandle", || {
+        state::shim()?;
+        if handle.bytes[..8] != EVENT {
+            return Err(Error::said(code::INVALID_VALUE, "not an IPC event handle of this shim's"));
+        }
+        from_another_process(u32::from_le_bytes(handle.bytes[8..12].try_into().expect("4 bytes")))?;
+        put(out, crate::stream::insert_event(true))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_handle_reads_back_what_it_was_made_of_and_nothing_else_reads_as_one() {
+        let handle = MemoryHandle { uuid: [7; 16], secret: [9; 16], pid: 4242 };
+        assert_eq!(MemoryHandle::decode(&handle.encode()).unwrap(), handle);
+        let mut event = handle.encode();
+        event.bytes[..8].copy_from_slice(&EVENT);
+        assert!(MemoryHandle::decode(&event).is_err(), "an event handle is not a memory handle");
+        assert!(MemoryHandle::decode(&Handle { bytes: [0; HANDLE_BYTES] }).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+// CUDA IPC between processes of one job: device memory and an event handed from one process to
+// others by their 64-byte handles (cudaIpcMemHandle_t, cudaIpcEventHandle_t), as multi-process
+// programs (PyTorch's multiprocessing, MPI ranks on one node) share them. The processes are
+// this program run again (/proc/self/exe, the environment inherited: the same job), the
+// handles on their command line as 128 lowercase hex digits.
+//
+// The parent (no arguments) fills 4096 ints on device 0 (a[i] = i + 1 by a kernel on a stream
+// of its own), exports the memory and an interprocess event recorded after that kernel, and
+// checks:
+// - its own handle is refused it (CUDA opens handles of other processes only), and a plain
+//   event (no cudaEventInterprocess) has no handle;
+// - `child`: a child opens the memory (twice: the same address), waits on the event (so it
+//   sees the parent's kernel done without the parent synchronizing), doubles the memory by a
+//   kernel of its own and reads it back; cudaFree of the opened memory is refused, each open
+//   is closed once and a third close refused. The parent then reads the child's writes;
+// - `hold`: a child holds the memory open while the parent frees it: the memory stays until
+//   the last process that opened it closes it, and the child still reads it whole (the
+//   handshake: the child writes `held` on fd 3, the parent frees, then writes a byte to the
+//   child's stdin);
+// - `late`: once freed and closed everywhere, the handle opens nothing.
+// Each child exits 0 when all it checked held; the parent waits for each and exits 0 when all
+// did. Usage: ipc | ipc child <memory> <event> | ipc hold <memory> | ipc late <memory>
+// tests/tests/e2e/cuda_shim.rs runs it through ac-cuda's libcuda.so.1.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "check.h"
+
+extern char** environ;
+
+static const int n = 4096;
+
+static_assert(sizeof(cudaIpcMemHandle_t) == 64, "a memory handle is 64 bytes");
+static_assert(sizeof(cudaIpcEventHandle_t) == 64, "an event handle is 64 bytes");
+
+__global__ void add_one(int* a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] += 1;
+}
+
+__global__ void times_two(int* a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] *= 2;
+}
+
+// A call that must fail: prints "<what> refused: <code> (<name>)" and clears the error; one
+// that succeeded prints FAILED and exits 1.
+static void refused(const char* what, cudaError_t e) {
+    if (e == cudaSuccess) {
+        printf("FAILED: %s succeeded\n", what);
+        exit(1);
+    }
+    printf("%s refused: %d (%s)\n", what, (int)e, cudaGetErrorName(e));
+    cudaGetLastError();
+}
+
+// The 64 bytes of a handle as 128 lowercase hex digits (and back: false unless exactly that).
+static void to_hex(const void* handle, char out[129]) {
+    const unsigned char* bytes = (const unsigned char*)handle;
+    for (int i = 0; i < 64; i++) snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+    out[128] = '\0';
+}
+
+static bool from_hex(const char* hex, void* handle) {
+    if (strlen(hex) != 128) return false;
+    unsigned char* bytes = (unsigned char*)handle;
+    for (int i = 0; i < 128; i++) {
+        char c = hex[i];
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (digit < 0) return false;
+        if (i % 2 == 0) bytes[i / 2] = (unsigned char)(digit << 4);
+        else bytes[i / 2] |= (unsigned char)digit;
+    }
+    return true;
+}
+
+// True when all n elements are (i + 1) * 2; else prints the first that is not, after `who`.
+static bool doubled(const std::vector<int>& a, const char* who) {
+    for (int i = 0; i < n; i++) {
+        if (a[i] != (i + 1) * 2) {
+            printf("FAILED: %s: a[%d] = %d, expected %d\n", who, i, a[i], (i + 1) * 2);
+            return false;
+        }
+    }
+    return true;
+}
+
+// A pipe whose ends are close-on-exec (no child inherits them but by a dup2) and above fd 9 (so
+// that a dup2 onto 0 or 3 in a child never is a no-op that leaves close-on-exec set).
+static void pipe_above_9(int fds[2]) {
+    int raw[2];
+    if (pipe2(raw, O_CLOEXEC) != 0) {
+        perror("pipe2");
+        exit(1);
+    }
+    for (int i = 0; i < 2; i++) {
+        fds[i] = fcntl(raw[i], F_DUPFD_CLOEXEC, 10);
+        if (fds[i] < 0) {
+            perror("fcntl");
+            exit(1);
+        }
+        close(raw[i]);
+    }
+}
+
+// This program again as a child with `args`, its environment (the job's) and stdout and stderr
+// this process's; `actions` (may be null) arrange its other descriptors.
+static pid_t spawn(const char* self, std::vector<const char*> args, posix_spawn_file_actions_t* actions) {
+    fflush(stdout);
+    fflush(stderr);
+    std::vector<char*> argv;
+    argv.push_back((char*)self);
+    for (const char* a : args) argv.push_back((char*)a);
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, "/proc/self/exe", actions, nullptr, argv.data(), environ);
+    if (rc != 0) {
+        printf("FAILED: posix_spawn of the %s child: %s\n", args[0], strerror(rc));
+        exit(1);
+    }
+    return pid;
+}
+
+// Waits for the `what` child (at most two minutes; killed after that) and requires exit 0.
+static void wait_for(pid_t pid, const char* what) {
+    int status = 0;
+    pid_t done = 0;
+    for (int tries = 0; tries < 12000 && done == 0; tries++) {
+        done = waitpid(pid, &status, WNOHANG);
+        if (done == 0) usleep(10000);
+    }
+    if (done == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        printf("FAILED: the %s child hung; killed\n", what);
+        exit(1);
+    }
+    if (done < 0) {
+        printf("FAILED: waitpid for the %s child: %s\n", what, strerror(errno));
+        exit(1);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (WIFSIGNALED(status)) printf("FAILED: the %s child died of signal %d\n", what, WTERMSIG(status));
+        else printf("FAILED: the %s child exited with %d\n", what, WEXITSTATUS(status));
+        exit(1);
+    }
+}
+
+// The memory handle `hex` spells, or exit 2.
+static cudaIpcMemHandle_t memory_handle(const char* hex) {
+    cudaIpcMemHandle_t handle;
+    if (!from_hex(hex, &handle)) {
+        printf("FAILED: not a memory handle: %s\n", hex);
+        exit(2);
+    }
+    return handle;
+}
+
+// `child <memory> <event>`: opens the parent's memory twice, waits on its event, doubles the
+// memory and checks it; a free of it is refused, two closes are not, a third is.
+static int child(const char* memory_hex, const char* event_hex) {
+    cudaIpcMemHandle_t mh = memory_handle(memory_hex);
+    cudaIpcEventHandle_t eh;
+    if (!from_hex(event_hex, &eh)) {
+        printf("FAILED: not an event handle: %s\n", event_hex);
+        return 2;
+    }
+    CHECK(cudaSetDevice(0));
+    void *p = nullptr, *again = nullptr;
+    CHECK(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess));
+    CHECK(cudaIpcOpenMemHandle(&again, mh, cudaIpcMemLazyEnablePeerAccess));
+    if (again != p) {
+        printf("FAILED: opened again at %p, first at %p\n", again, p);
+        return 1;
+    }
+    printf("reopened at the same address\n");
+    // The parent's add_one is done once its event is: the child's kernel waits for it.
+    cudaEvent_t e;
+    CHECK(cudaIpcOpenEventHandle(&e, eh));
+    CHECK(cudaStreamWaitEvent(0, e, 0));
+    times_two<<<(n + 255) / 256, 256>>>((int*)p, n);
+    CHECK(cudaGetLastError());
+    std::vector<int> back(n, -1);
+    CHECK(cudaMemcpy(back.data(), p, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (!doubled(back, "child")) return 1;
+    printf("child: doubled exact\n");
+    // Opened memory is the exporter's: only cudaIpcCloseMemHandle lets it go.
+    refused("free of opened memory", cudaFree(p));
+    // One close for each open; a third finds nothing open.
+    CHECK(cudaIpcCloseMemHandle(p));
+    CHECK(cudaIpcCloseMemHandle(p));
+    refused("third close", cudaIpcCloseMemHandle(p));
+    CHECK(cudaEventDestroy(e));
+    return 0;
+}
+
+// `hold <memory>`: opens the memory, says `held` on fd 3, waits for a byte on stdin (the parent
+// freed the memory meanwhile), then reads the memory whole and closes it.
+static int hold(const char* memory_hex) {
+    cudaIpcMemHandle_t mh = memory_handle(memory_hex);
+    CHECK(cudaSetDevice(0));
+    void* p = nullptr;
+    CHECK(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess));
+    const char held[] = "held\n";
+    if (write(3, held, sizeof held - 1) != (ssize_t)(sizeof held - 1)) {
+        printf("FAILED: writing `held` on fd 3: %s\n", strerror(errno));
+        return 1;
+    }
+    close(3);
+    char byte;
+    ssize_t got;
+    do got = read(0, &byte, 1);
+    while (got < 0 && errno == EINTR);
+    if (got != 1) {
+        printf("FAILED: the parent's go-ahead never came (read %zd)\n", got);
+        return 1;
+    }
+    std::vector<int> back(n, -1);
+    CHECK(cudaMemcpy(back.data(), p, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (!doubled(back, "held child")) return 1;
+    printf("child: memory kept after the parent freed it exact\n");
+    CHECK(cudaIpcCloseMemHandle(p));
+    return 0;
+}
+
+// `late <memory>`: the memory is freed and closed everywhere: opening it is refused.
+static int late(const char* memory_hex) {
+    cudaIpcMemHandle_t mh = memory_handle(memory_hex);
+    CHECK(cudaSetDevice(0));
+    void* p = nullptr;
+    cudaError_t e = cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess);
+    if (e == cudaSuccess) {
+        printf("FAILED: the freed memory's handle opened at %p\n", p);
+        return 1;
+    }
+    printf("late open refused: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    return 0;
+}
+
+// Reads a line from `fd` (at most 15 bytes): the hold child's `held`, or empty at its end.
+static bool read_held(int fd) {
+    char line[16] = {0};
+    size_t len = 0;
+    while (len < sizeof line - 1) {
+        ssize_t got = read(fd, line + len, 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0 || line[len] == '\n') break;
+        len++;
+    }
+    line[len] = '\0';
+    return strcmp(line, "held") == 0;
+}
+
+static int parent(const char* self) {
+    printf("ipc: %d elements\n", n);
+    CHECK(cudaSetDevice(0));
+    std::vector<int> host(n);
+    for (int i = 0; i < n; i++) host[i] = i;
+    int* d_a;
+    CHECK(cudaMalloc(&d_a, n * sizeof(int)));
+    CHECK(cudaMemcpy(d_a, host.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    add_one<<<(n + 255) / 256, 256, 0, s>>>(d_a, n);
+    CHECK(cudaGetLastError());
+
+    // The memory's handle; the exporter itself cannot open it.
+    cudaIpcMemHandle_t mh;
+    CHECK(cudaIpcGetMemHandle(&mh, d_a));
+    void* own = nullptr;
+    refused("own handle", cudaIpcOpenMemHandle(&own, mh, cudaIpcMemLazyEnablePeerAccess));
+
+    // Only an interprocess event (which takes no timing) has a handle.
+    cudaEvent_t plain;
+    CHECK(cudaEventCreate(&plain));
+    cudaIpcEventHandle_t plain_handle;
+    refused("plain event", cudaIpcGetEventHandle(&plain_handle, plain));
+    CHECK(cudaEventDestroy(plain));
+    cudaEvent_t ev;
+    CHECK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    CHECK(cudaEventRecord(ev, s));
+    cudaIpcEventHandle_t eh;
+    CHECK(cudaIpcGetEventHandle(&eh, ev));
+    char memory_hex[129], event_hex[129];
+    to_hex(&mh, memory_hex);
+    to_hex(&eh, event_hex);
+
+    // A child doubles the memory, after the event (no synchronization here before it starts).
+    wait_for(spawn(self, {"child", memory_hex, event_hex}, nullptr), "child");
+    std::vector<int> back(n, -1);
+    CHECK(cudaMemcpy(back.data(), d_a, n * sizeof(int), cudaMemcpyDeviceToHost));
+    if (!doubled(back, "parent")) return 1;
+    printf("ipc: the child's writes seen exact\n");
+
+    // A child holds the memory open while this process frees it. Its stdin: `go`; its fd 3:
+    // `held`.
+    int go[2], held[2];
+    pipe_above_9(go);
+    pipe_above_9(held);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, go[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, held[1], 3);
+    pid_t holder = spawn(self, {"hold", memory_hex}, &actions);
+    posix_spawn_file_actions_destroy(&actions);
+    close(go[0]);
+    close(held[1]);
+    if (!read_held(held[0])) {
+        printf("FAILED: the hold child did not say `held`\n");
+        close(go[1]);
+        wait_for(holder, "hold");
+        return 1;
+    }
+    close(held[0]);
+    CHECK(cudaFree(d_a));
+    // A child that died meanwhile must fail the wait below, not kill this process by SIGPIPE.
+    void (*previous)(int) = signal(SIGPIPE, SIG_IGN);
+    char byte = 'g';
+    ssize_t wrote = write(go[1], &byte, 1);
+    signal(SIGPIPE, previous);
+    close(go[1]);
+    if (wrote != 1) printf("writing the go-ahead: %s\n", strerror(errno));
+    wait_for(holder, "hold");
+
+    // Freed and closed everywhere: the handle opens nothing now.
+    wait_for(spawn(self, {"late", memory_hex}, nullptr), "late");
+
+    CHECK(cudaEventDestroy(ev));
+    CHECK(cudaStreamDestroy(s));
+    printf("ipc: done\n");
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    // Line by line, so that the processes' lines interleave whole and none is lost to a crash.
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    if (argc == 1) return parent(argv[0]);
+    if (argc == 4 && strcmp(argv[1], "child") == 0) return child(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "hold") == 0) return hold(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "late") == 0) return late(argv[2]);
+    fprintf(stderr, "usage: ipc | ipc child <memory> <event> | ipc hold <memory> | ipc late <memory>\n");
+    return 2;
+}
