@@ -81,6 +81,16 @@ impl Error {
     }
 }
 
+/// A remote refusal of what the backend cannot serve (a CPU device, sessions sharing one
+/// process, a backend of an older protocol) becomes `CUDA_ERROR_NOT_SUPPORTED`, with its reason.
+pub fn served(e: ac_frontend::Error) -> Error {
+    use ac_frontend::{Error as E, ErrorKind as K};
+    match e {
+        E::Remote { kind: K::NeedsCuda, .. } | E::VersionMismatch(_) => Error::said(code::NOT_SUPPORTED, e.to_string()),
+        e => e.into(),
+    }
+}
+
 /// The `CUresult` closest to an SDK error.
 fn remote_code(e: &ac_frontend::Error) -> u32 {
     use ac_frontend::{Error as E, ErrorKind as K};

@@ -19,7 +19,7 @@ use std::ffi::c_uint;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::context::{created_current, current_device};
-use crate::error::{code, CuResult, Error};
+use crate::error::{code, served, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put, Allocation};
 
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(out: *mut Handle, address: u64) -> u3
         let (allocation, offset) = crate::memory::locate(address, 1)?;
         let (device, start) = (allocation.device, address - offset);
         check_shareable(&allocation, device, start)?;
-        let secret = shim.block_on(shim.devices[device].acc.export_memory(&allocation.buffer))?;
+        let secret = shim.block_on(shim.devices[device].acc.export_memory(&allocation.buffer)).map_err(served)?;
         let uuid = shim.devices[device].uuid;
         put(out, MemoryHandle { uuid, secret, pid: std::process::id() }.encode())
     })
@@ -153,7 +153,8 @@ fn open_memory(handle: &Handle) -> CuResult<u64> {
         open.count += 1;
         return Ok(open.address);
     }
-    let (buffer, address, size) = shim.block_on(shim.devices[device].acc.import_memory(handle.secret))?;
+    let imported = shim.block_on(shim.devices[device].acc.import_memory(handle.secret));
+    let (buffer, address, size) = imported.map_err(served)?;
     let allocation =
         Allocation { device, size, buffer: Arc::new(buffer), variable_of: None, context: created_current() };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, address), allocation);

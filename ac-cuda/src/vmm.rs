@@ -23,7 +23,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use ac_frontend::{DeviceBuffer, PhysicalMemory};
 
 use crate::context::current_device;
-use crate::error::{code, CuResult, Error};
+use crate::error::{code, served, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put, Allocation, Registry};
 
@@ -192,16 +192,6 @@ fn buffer_of(device: usize, start: u64) -> CuResult<Arc<DeviceBuffer<u8>>> {
 /// The error for a range freed by another thread between two steps of a call.
 fn gone(address: u64) -> Error {
     Error::said(code::INVALID_VALUE, format!("the range holding {address:#x} was freed meanwhile"))
-}
-
-/// A remote refusal of what the backend cannot serve (a CPU device, or a backend older than
-/// protocol 14) becomes `CUDA_ERROR_NOT_SUPPORTED`, with its reason.
-fn served(e: ac_frontend::Error) -> Error {
-    use ac_frontend::{Error as E, ErrorKind as K};
-    match e {
-        E::Remote { kind: K::NeedsCuda, .. } | E::VersionMismatch(_) => Error::said(code::NOT_SUPPORTED, e.to_string()),
-        e => e.into(),
-    }
 }
 
 /// The device a `CUmemAllocationProp` places memory on, checked as the driver checks it.

@@ -589,13 +589,26 @@ async fn graph_memory_keeps_its_addresses_across_launches_and_outlives_its_graph
 /// memory outlives the exporter's `cudaFree` while another process holds it open, and once freed
 /// and closed everywhere its handle opens nothing. The exporter cannot open its own handle, and
 /// an event created without `cudaEventInterprocess` has no handle. None of these calls is the
-/// shim's "not supported"; the job's processes leave no session behind.
+/// shim's "not supported"; the job's processes leave no session behind. The backend runs each
+/// session in a worker of its own (a GPU's default), whose stand-ins open each other's memory
+/// through the driver's IPC handles, and none of them saw a call out of CUDA's contract.
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build("ipc", dir.path()) else { return };
-    let c = cuda_cluster(1).await;
+    let mut record = standin::WorkerRecord::new();
+    let worker = record.program(&[]);
+    let c = cuda_cluster_timed(
+        1,
+        |_| {},
+        |b| {
+            b.isolation = ac_backend::Isolation::Process;
+            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+            b.worker_program = Some(worker.clone());
+        },
+    )
+    .await;
     let credential = c.submit("j1", &["n1"], 1).await;
     let shim = cuda::shim_dir(dir.path());
     // A job's processes, not an ad-hoc job (ARM_ACPN) of each: the children the program spawns
@@ -609,7 +622,7 @@ async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles
         "own handle refused: ",
         "plain event refused: ",
         "reopened at the same address",
-        "child: doubled exact",
+        "child: one added exact",
         "free of opened memory refused: ",
         "third close refused: ",
         "ipc: the child's writes seen exact",
@@ -629,5 +642,29 @@ async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles
     assert_eq!(c.arm.held_accelerators(), 1, "the job's static accelerator alone, while it runs");
     c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
+    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
+    record.assert_none();
+    standin::assert_no_violations();
+}
+
+/// A backend whose sessions share its process (`isolation = "context"`) cannot open one
+/// session's allocation in another's context: `cudaIpcOpenMemHandle` answers "not supported"
+/// with the backend's reason, and the job's processes go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn ipc_handles_are_refused_with_a_reason_where_sessions_share_a_process() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("ipc", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess): 801"), "{text}");
+    assert!(text.contains("needs session workers (isolation = \"process\""), "{text}");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
 }
