@@ -4,20 +4,20 @@
 // this program run again (/proc/self/exe, the environment inherited: the same job), the
 // handles on their command line as 128 lowercase hex digits.
 //
-// The parent (no arguments) fills 4096 floats on device 0 (a[i] = 3i by a kernel on a stream
-// of its own), exports the memory and an interprocess event recorded after that kernel, and
-// checks:
+// The parent (no arguments) copies 4096 floats (a[i] = i) to device 0, exports the memory and
+// an interprocess event, and checks:
 // - its own handle is refused it (CUDA opens handles of other processes only), and a plain
 //   event (no cudaEventInterprocess) has no handle;
-// - `child`: a child opens the memory (twice: the same address), waits on the event (so it
-//   sees the parent's kernel done without the parent synchronizing), adds one by a kernel of
-//   its own (3i + 1; 3i + 3 had it run first) and reads it back; cudaFree of the opened memory is refused, each open
-//   is closed once and a third close refused. The parent then reads the child's writes;
+// - `child`: a child opens the memory (twice: the same address) and the event and says
+//   `ready`; only then does the parent queue a kernel scaling the memory by 3 on a stream of its
+//   own and record the event after it, synchronizing nothing else, and give the go-ahead. The
+//   child waits on the event, adds one by a kernel of its own (3i + 1; i + 1 had it not waited)
+//   and reads it back; cudaFree of the opened memory is refused, each open is closed once and
+//   a third close refused. The parent then reads the child's writes;
 // - `hold`: a child holds the memory open while the parent frees it: the memory stays until
-//   the last process that opened it closes it, and the child still reads it whole (the
-//   handshake: the child writes `held` on fd 3, the parent frees, then writes a byte to the
-//   child's stdin);
+//   the last process that opened it closes it, and the child still reads it whole;
 // - `late`: once freed and closed everywhere, the handle opens nothing.
+// A handshake: the child writes `ready` on its fd 3 and waits for a byte on its stdin.
 // Each child exits 0 when all it checked held; the parent waits for each and exits 0 when all
 // did. `ipc --native` (scripts/gpu-check's run on NVIDIA's own driver) leaves `hold` and `late`
 // out: CUDA leaves a free before the importers' close undefined, where the pool keeps the memory.
@@ -170,8 +170,27 @@ static cudaIpcMemHandle_t memory_handle(const char* hex) {
     return handle;
 }
 
-// `child <memory> <event>`: opens the parent's memory twice, waits on its event, doubles the
-// memory and checks it; a free of it is refused, two closes are not, a third is.
+// In a child: says `ready` on fd 3, then waits for the parent's go-ahead, a byte on stdin.
+static bool ready_and_go() {
+    const char ready[] = "ready\n";
+    if (write(3, ready, sizeof ready - 1) != (ssize_t)(sizeof ready - 1)) {
+        printf("FAILED: writing `ready` on fd 3: %s\n", strerror(errno));
+        return false;
+    }
+    close(3);
+    char byte;
+    ssize_t got;
+    do got = read(0, &byte, 1);
+    while (got < 0 && errno == EINTR);
+    if (got != 1) {
+        printf("FAILED: the parent's go-ahead never came (read %zd)\n", got);
+        return false;
+    }
+    return true;
+}
+
+// `child <memory> <event>`: opens the parent's memory twice and its event, says `ready`, waits
+// on the event after the go-ahead, adds one to the memory and checks it; a free of it is refused, two closes are not, a third is.
 static int child(const char* memory_hex, const char* event_hex) {
     cudaIpcMemHandle_t mh = memory_handle(memory_hex);
     cudaIpcEventHandle_t eh;
@@ -188,13 +207,15 @@ static int child(const char* memory_hex, const char* event_hex) {
         return 1;
     }
     printf("reopened at the same address\n");
-    // The parent's scale is done once its event is: the child's kernel waits for it.
     std::vector<float> host_ones(n, 1.0f);
     float* ones;
     CHECK(cudaMalloc(&ones, n * sizeof(float)));
     CHECK(cudaMemcpy(ones, host_ones.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     cudaEvent_t e;
     CHECK(cudaIpcOpenEventHandle(&e, eh));
+    // Only now does the parent queue its scale and record the event: the child's kernel waits
+    // for the scale through the event alone.
+    if (!ready_and_go()) return 1;
     CHECK(cudaStreamWaitEvent(0, e, 0));
     vadd<<<(n + 255) / 256, 256>>>((const float*)p, ones, (float*)p, n);
     CHECK(cudaGetLastError());
@@ -213,27 +234,14 @@ static int child(const char* memory_hex, const char* event_hex) {
     return 0;
 }
 
-// `hold <memory>`: opens the memory, says `held` on fd 3, waits for a byte on stdin (the parent
+// `hold <memory>`: opens the memory, says `ready`, waits for the go-ahead (the parent
 // freed the memory meanwhile), then reads the memory whole and closes it.
 static int hold(const char* memory_hex) {
     cudaIpcMemHandle_t mh = memory_handle(memory_hex);
     CHECK(cudaSetDevice(0));
     void* p = nullptr;
     CHECK(cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess));
-    const char held[] = "held\n";
-    if (write(3, held, sizeof held - 1) != (ssize_t)(sizeof held - 1)) {
-        printf("FAILED: writing `held` on fd 3: %s\n", strerror(errno));
-        return 1;
-    }
-    close(3);
-    char byte;
-    ssize_t got;
-    do got = read(0, &byte, 1);
-    while (got < 0 && errno == EINTR);
-    if (got != 1) {
-        printf("FAILED: the parent's go-ahead never came (read %zd)\n", got);
-        return 1;
-    }
+    if (!ready_and_go()) return 1;
     std::vector<float> back(n, -1);
     CHECK(cudaMemcpy(back.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (!finished(back, "held child")) return 1;
@@ -256,8 +264,8 @@ static int late(const char* memory_hex) {
     return 0;
 }
 
-// Reads a line from `fd` (at most 15 bytes): the hold child's `held`, or empty at its end.
-static bool read_held(int fd) {
+// Reads a line from `fd` (at most 15 bytes): a child's `ready`, or empty at its end.
+static bool read_ready(int fd) {
     char line[16] = {0};
     size_t len = 0;
     while (len < sizeof line - 1) {
@@ -267,7 +275,53 @@ static bool read_held(int fd) {
         len++;
     }
     line[len] = '\0';
-    return strcmp(line, "held") == 0;
+    return strcmp(line, "ready") == 0;
+}
+
+// A child spawned with a handshake: its stdin is `go`'s reading end, its fd 3 `ready`'s
+// writing end (the parent keeps the other ends).
+struct Handshake {
+    pid_t pid;
+    int go, ready;
+};
+
+static Handshake spawn_with_handshake(const char* self, std::vector<const char*> args) {
+    int go[2], ready[2];
+    pipe_above_9(go);
+    pipe_above_9(ready);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, go[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, ready[1], 3);
+    pid_t pid = spawn(self, args, &actions);
+    posix_spawn_file_actions_destroy(&actions);
+    close(go[0]);
+    close(ready[1]);
+    return Handshake{pid, go[1], ready[0]};
+}
+
+// Waits until the child says `ready` (false, the child reaped, if it ended first).
+static bool await_ready(Handshake& h, const char* what) {
+    bool ready = read_ready(h.ready);
+    close(h.ready);
+    if (!ready) {
+        printf("FAILED: the %s child did not say `ready`\n", what);
+        close(h.go);
+        wait_for(h.pid, what);
+    }
+    return ready;
+}
+
+// Gives the child its go-ahead and waits for it to exit 0.
+static void go_and_wait(Handshake& h, const char* what) {
+    // A child that died meanwhile must fail the wait, not kill this process by SIGPIPE.
+    void (*previous)(int) = signal(SIGPIPE, SIG_IGN);
+    char byte = 'g';
+    ssize_t wrote = write(h.go, &byte, 1);
+    signal(SIGPIPE, previous);
+    close(h.go);
+    if (wrote != 1) printf("writing the go-ahead: %s\n", strerror(errno));
+    wait_for(h.pid, what);
 }
 
 static int parent(const char* self, bool native) {
@@ -280,8 +334,6 @@ static int parent(const char* self, bool native) {
     CHECK(cudaMemcpy(d_a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
-    scale<<<(n + 255) / 256, 256, 0, s>>>(d_a, 3.0f, n);
-    CHECK(cudaGetLastError());
 
     // The memory's handle; the exporter itself cannot open it.
     cudaIpcMemHandle_t mh;
@@ -297,15 +349,20 @@ static int parent(const char* self, bool native) {
     CHECK(cudaEventDestroy(plain));
     cudaEvent_t ev;
     CHECK(cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
-    CHECK(cudaEventRecord(ev, s));
     cudaIpcEventHandle_t eh;
     CHECK(cudaIpcGetEventHandle(&eh, ev));
     char memory_hex[129], event_hex[129];
     to_hex(&mh, memory_hex);
     to_hex(&eh, event_hex);
 
-    // A child adds one to the memory, after the event (no synchronization here before it starts).
-    wait_for(spawn(self, {"child", memory_hex, event_hex}, nullptr), "child");
+    // A child opens both, then this process queues its scale and records the event after it
+    // (synchronizing nothing else), then the child adds one to the memory after the event.
+    Handshake adder = spawn_with_handshake(self, {"child", memory_hex, event_hex});
+    if (!await_ready(adder, "child")) return 1;
+    scale<<<(n + 255) / 256, 256, 0, s>>>(d_a, 3.0f, n);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(ev, s));
+    go_and_wait(adder, "child");
     std::vector<float> back(n, -1);
     CHECK(cudaMemcpy(back.data(), d_a, n * sizeof(float), cudaMemcpyDeviceToHost));
     if (!finished(back, "parent")) return 1;
@@ -319,35 +376,11 @@ static int parent(const char* self, bool native) {
         return 0;
     }
 
-    // A child holds the memory open while this process frees it. Its stdin: `go`; its fd 3:
-    // `held`.
-    int go[2], held[2];
-    pipe_above_9(go);
-    pipe_above_9(held);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, go[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, held[1], 3);
-    pid_t holder = spawn(self, {"hold", memory_hex}, &actions);
-    posix_spawn_file_actions_destroy(&actions);
-    close(go[0]);
-    close(held[1]);
-    if (!read_held(held[0])) {
-        printf("FAILED: the hold child did not say `held`\n");
-        close(go[1]);
-        wait_for(holder, "hold");
-        return 1;
-    }
-    close(held[0]);
+    // A child holds the memory open while this process frees it.
+    Handshake holder = spawn_with_handshake(self, {"hold", memory_hex});
+    if (!await_ready(holder, "hold")) return 1;
     CHECK(cudaFree(d_a));
-    // A child that died meanwhile must fail the wait below, not kill this process by SIGPIPE.
-    void (*previous)(int) = signal(SIGPIPE, SIG_IGN);
-    char byte = 'g';
-    ssize_t wrote = write(go[1], &byte, 1);
-    signal(SIGPIPE, previous);
-    close(go[1]);
-    if (wrote != 1) printf("writing the go-ahead: %s\n", strerror(errno));
-    wait_for(holder, "hold");
+    go_and_wait(holder, "hold");
 
     // Freed and closed everywhere: the handle opens nothing now.
     wait_for(spawn(self, {"late", memory_hex}, nullptr), "late");

@@ -38,6 +38,9 @@ enum Sessions {
     InTheBackend,
     /// In a session worker of its own, as a GPU host's backend does by default.
     InWorkers,
+    /// In workers, for a submitted job whose processes (the ones it spawns too) share its
+    /// accelerator, as a batch job's do: CUDA IPC opens memory only within one job.
+    InWorkersOfOneJob,
 }
 
 /// [`run_framework_script_with`] on a backend serving sessions as `sessions` says.
@@ -55,7 +58,7 @@ async fn run_framework_script_on(
     let workers_before = standin::session_workers();
     let c = match sessions {
         Sessions::InTheBackend => patient_cuda_cluster().await,
-        Sessions::InWorkers => {
+        Sessions::InWorkers | Sessions::InWorkersOfOneJob => {
             let program = record.program(&[]);
             patient_cuda_cluster_with(|b| {
                 b.isolation = ac_backend::Isolation::Process;
@@ -68,7 +71,14 @@ async fn run_framework_script_on(
     let shim = cuda::shim_dir(dir.path());
     let script = cuda::source(&format!("tests/cuda/{script}"));
     let preloaded = shim.join("libcuda.so.1");
-    let mut env = vec![("ARM_ACPN", "1")];
+    let credential = match sessions {
+        Sessions::InWorkersOfOneJob => Some(c.submit("j1", &["n1"], 1).await),
+        _ => None,
+    };
+    let mut env = match &credential {
+        Some(credential) => vec![("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())],
+        None => vec![("ARM_ACPN", "1")],
+    };
     if preload {
         env.push(("LD_PRELOAD", preloaded.to_str().unwrap()));
     }
@@ -84,11 +94,16 @@ async fn run_framework_script_on(
     // Everything the framework called is served.
     let unserved = text.lines().filter(|l| l.contains("not supported"));
     assert_eq!(unserved.count(), 0, "{text}");
+    if credential.is_some() {
+        // A submitted job holds its accelerator until it ends.
+        assert_eq!(c.arm.held_accelerators(), 1, "the job's accelerator alone while it runs:\n{text}");
+        c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
+    }
     assert_eq!(c.arm.held_accelerators(), 0, "nothing held after Python exited:\n{text}");
     let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
-    if let Sessions::InWorkers = sessions {
+    if let Sessions::InWorkers | Sessions::InWorkersOfOneJob = sessions {
         assert!(standin::worker_gone(&c.backends[0].backend, &workers_before).await, "the session worker did not end");
         record.assert_none();
     }
@@ -218,6 +233,27 @@ async fn pytorch_workers_forked_after_its_device_count_use_cuda() {
     }
     assert!(text.contains("counted 1; CUDA started before the fork: False"), "{text}");
     assert!(text.contains("child 0 exited with 0") && text.contains("child 1 exited with 0"), "{text}");
+}
+
+/// PyTorch's `torch.multiprocessing` shares CUDA tensors between a job's processes
+/// (`tests/cuda/torch_ipc.py`): a child spawned with the job's environment opens the parent's
+/// tensor by its CUDA IPC handles (memory and event), reads it, writes into it and sends back a
+/// product of its own, which the parent opens in turn; both read what the other wrote. The
+/// backend runs each process's session in a worker of its own, whose stand-ins open each other's
+/// memory.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_processes_of_one_job_share_cuda_tensors() {
+    let checks = [
+        "child reads the parent's tensor",
+        "child multiplies it",
+        "parent sees the child's writes",
+        "parent reads the child's product",
+    ];
+    let text = run_framework_script_on(Sessions::InWorkersOfOneJob, "torch_ipc.py", true, &[], &checks).await;
+    if text.is_empty() {
+        return; // no frameworks (skipped as the others are)
+    }
+    assert!(text.contains("child exited with 0"), "{text}");
 }
 
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
