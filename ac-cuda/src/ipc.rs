@@ -6,8 +6,10 @@
 //! the secret its backend gave the allocation (backend protocol 18). The backend opens it only
 //! in a session of the same job on the same accelerator, so a handle that reaches another job
 //! opens nothing; the memory stays until its owner has freed it and every process that opened
-//! it has closed it. As NVIDIA's driver does, a handle is refused in the process that made it,
+//! it has closed it. As NVIDIA's driver does, a handle is refused in the process that made it
+//! (known by its id and a random mark, since processes on other nodes may have the same id),
 //! and opening one handle twice in a process answers the same address (closed as often).
+//! Opened memory belongs to no context the program creates: it stays until it is closed.
 //!
 //! An event handle needs no backend: the shim's events are kept in the program's process. A
 //! record of an interprocess event waits for the work before it (`stream::record`), so when
@@ -18,7 +20,7 @@ use std::collections::HashMap;
 use std::ffi::c_uint;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::context::{created_current, current_device};
+use crate::context::current_device;
 use crate::error::{code, served, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put, Allocation};
@@ -37,13 +39,50 @@ pub struct Handle {
     bytes: [u8; HANDLE_BYTES],
 }
 
+/// A process, as handles name the one that made them: its id and a random mark (processes of
+/// one job on two nodes may have the same id; a child forked after the mark was drawn has the
+/// parent's mark and another id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Maker {
+    pid: u32,
+    mark: u64,
+}
+
+impl Maker {
+    /// This process.
+    fn this() -> Maker {
+        static MARK: OnceLock<u64> = OnceLock::new();
+        let mark = *MARK.get_or_init(|| std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8));
+        Maker { pid: std::process::id(), mark }
+    }
+
+    fn write(&self, to: &mut [u8]) {
+        to[..4].copy_from_slice(&self.pid.to_le_bytes());
+        to[4..12].copy_from_slice(&self.mark.to_le_bytes());
+    }
+
+    fn read(from: &[u8]) -> Maker {
+        let pid = u32::from_le_bytes(from[..4].try_into().expect("4 bytes"));
+        Maker { pid, mark: u64::from_le_bytes(from[4..12].try_into().expect("8 bytes")) }
+    }
+
+    /// Refuses a handle made by this process, as NVIDIA's driver does.
+    fn check_other(&self) -> CuResult<()> {
+        match *self == Maker::this() {
+            true => {
+                Err(Error::said(code::INVALID_CONTEXT, "an IPC handle cannot be opened in the process that made it"))
+            }
+            false => Ok(()),
+        }
+    }
+}
+
 /// What a memory handle says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MemoryHandle {
     uuid: [u8; 16],
     secret: [u8; 16],
-    /// The process that made it.
-    pid: u32,
+    maker: Maker,
 }
 
 impl MemoryHandle {
@@ -52,7 +91,7 @@ impl MemoryHandle {
         bytes[..8].copy_from_slice(&MEMORY);
         bytes[8..24].copy_from_slice(&self.uuid);
         bytes[24..40].copy_from_slice(&self.secret);
-        bytes[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        self.maker.write(&mut bytes[40..52]);
         Handle { bytes }
     }
 
@@ -62,16 +101,7 @@ impl MemoryHandle {
             return Err(Error::said(code::INVALID_VALUE, "not an IPC memory handle of this shim's"));
         }
         let field = |r: std::ops::Range<usize>| -> [u8; 16] { b[r].try_into().expect("16 bytes") };
-        let pid = u32::from_le_bytes(b[40..44].try_into().expect("4 bytes"));
-        Ok(MemoryHandle { uuid: field(8..24), secret: field(24..40), pid })
-    }
-}
-
-/// Refuses a handle made by this process, as NVIDIA's driver does.
-fn from_another_process(pid: u32) -> CuResult<()> {
-    match pid == std::process::id() {
-        true => Err(Error::said(code::INVALID_CONTEXT, "an IPC handle cannot be opened in the process that made it")),
-        false => Ok(()),
+        Ok(MemoryHandle { uuid: field(8..24), secret: field(24..40), maker: Maker::read(&b[40..52]) })
     }
 }
 
@@ -88,10 +118,20 @@ fn opened() -> std::sync::MutexGuard<'static, HashMap<[u8; 16], Open>> {
     OPENED.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether `address` on `device` is memory opened by `cuIpcOpenMemHandle` (which
-/// `cuIpcCloseMemHandle` closes, never `cuMemFree`).
-pub(crate) fn is_opened(device: usize, address: u64) -> bool {
+/// Whether `address` on `device` is memory opened by `cuIpcOpenMemHandle`.
+fn is_opened(device: usize, address: u64) -> bool {
     opened().values().any(|o| o.device == device && o.address == address)
+}
+
+/// Refuses a free of memory opened by `cuIpcOpenMemHandle`: `cuIpcCloseMemHandle` closes it.
+pub(crate) fn check_not_opened(device: usize, address: u64) -> CuResult<()> {
+    match is_opened(device, address) {
+        true => Err(Error::said(
+            code::INVALID_VALUE,
+            "memory opened by cuIpcOpenMemHandle is closed by cuIpcCloseMemHandle",
+        )),
+        false => Ok(()),
+    }
 }
 
 #[no_mangle]
@@ -103,7 +143,7 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(out: *mut Handle, address: u64) -> u3
         check_shareable(&allocation, device, start)?;
         let secret = shim.block_on(shim.devices[device].acc.export_memory(&allocation.buffer)).map_err(served)?;
         let uuid = shim.devices[device].uuid;
-        put(out, MemoryHandle { uuid, secret, pid: std::process::id() }.encode())
+        put(out, MemoryHandle { uuid, secret, maker: Maker::this() }.encode())
     })
 }
 
@@ -115,6 +155,8 @@ fn check_shareable(allocation: &Allocation, device: usize, start: u64) -> CuResu
         Some("managed memory")
     } else if crate::vmm::is_range(device, start) {
         Some("a reserved range (cuMemAddressReserve)")
+    } else if crate::graph::memory::is_graph_memory(device, start) {
+        Some("graph memory")
     } else if allocation.variable_of.is_some() {
         Some("a module's variable")
     } else if is_opened(device, start) {
@@ -141,7 +183,7 @@ pub unsafe extern "C" fn cuIpcOpenMemHandle(out: *mut u64, handle: Handle, flags
 /// Opens the memory `handle` names (again, if this process has it open): its address.
 fn open_memory(handle: &Handle) -> CuResult<u64> {
     let handle = MemoryHandle::decode(handle)?;
-    from_another_process(handle.pid)?;
+    handle.maker.check_other()?;
     let shim = state::shim()?;
     let device = shim.devices.iter().position(|d| d.uuid == handle.uuid).ok_or_else(|| {
         let uuid = crate::uuid::text(&handle.uuid);
@@ -155,8 +197,8 @@ fn open_memory(handle: &Handle) -> CuResult<u64> {
     }
     let imported = shim.block_on(shim.devices[device].acc.import_memory(handle.secret));
     let (buffer, address, size) = imported.map_err(served)?;
-    let allocation =
-        Allocation { device, size, buffer: Arc::new(buffer), variable_of: None, context: created_current() };
+    // No created context's: it stays until closed, whatever context was current.
+    let allocation = Allocation { device, size, buffer: Arc::new(buffer), variable_of: None, context: None };
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, address), allocation);
     opened.insert(handle.secret, Open { device, address, count: 1 });
     Ok(address)
@@ -174,17 +216,13 @@ pub extern "C" fn cuIpcCloseMemHandle(address: u64) -> u32 {
         };
         open.count -= 1;
         if open.count == 0 {
+            let device = open.device;
             opened.remove(&secret);
             // Dropping the buffer closes it remotely, after the work queued before.
-            shim.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(open_device(device)?, address));
+            shim.memory.lock().unwrap_or_else(|p| p.into_inner()).remove(&(device, address));
         }
         Ok(())
     })
-}
-
-/// The device an opened address lies on (found, since it was opened).
-fn open_device(device: Option<usize>) -> CuResult<usize> {
-    device.ok_or(Error::Code(code::INVALID_VALUE))
 }
 
 #[no_mangle]
@@ -195,8 +233,8 @@ pub unsafe extern "C" fn cuIpcGetEventHandle(out: *mut Handle, event: usize) -> 
         }
         let mut bytes = [0; HANDLE_BYTES];
         bytes[..8].copy_from_slice(&EVENT);
-        bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
-        bytes[12..20].copy_from_slice(&(event as u64).to_le_bytes());
+        Maker::this().write(&mut bytes[8..20]);
+        bytes[20..28].copy_from_slice(&(event as u64).to_le_bytes());
         put(out, Handle { bytes })
     })
 }
@@ -208,7 +246,7 @@ pub unsafe extern "C" fn cuIpcOpenEventHandle(out: *mut usize, handle: Handle) -
         if handle.bytes[..8] != EVENT {
             return Err(Error::said(code::INVALID_VALUE, "not an IPC event handle of this shim's"));
         }
-        from_another_process(u32::from_le_bytes(handle.bytes[8..12].try_into().expect("4 bytes")))?;
+        Maker::read(&handle.bytes[8..20]).check_other()?;
         put(out, crate::stream::insert_event(true))
     })
 }
@@ -219,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_memory_handle_reads_back_what_it_was_made_of_and_nothing_else_reads_as_one() {
-        let handle = MemoryHandle { uuid: [7; 16], secret: [9; 16], pid: 4242 };
+        let handle = MemoryHandle { uuid: [7; 16], secret: [9; 16], maker: Maker { pid: 4242, mark: 77 } };
         assert_eq!(MemoryHandle::decode(&handle.encode()).unwrap(), handle);
         let mut event = handle.encode();
         event.bytes[..8].copy_from_slice(&EVENT);

@@ -90,6 +90,9 @@ pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
     guard("cuMemFreeAsync", || {
         let shim = state::shim()?;
         let device = shim.device_of(address, Some(device_of_stream(stream)?));
+        if let Some(device) = device {
+            crate::ipc::check_not_opened(device, address)?;
+        }
         if graph::is_capturing(stream) {
             let device = device.ok_or(Error::Code(code::INVALID_VALUE))?;
             return graph::memory::free_captured(stream, device, address);
@@ -108,12 +111,7 @@ fn free(address: u64) -> CuResult<()> {
     if let Some(freed) = graph::memory::free_outside(device, address) {
         return freed;
     }
-    if crate::ipc::is_opened(device, address) {
-        return Err(Error::said(
-            code::INVALID_VALUE,
-            "memory opened by cuIpcOpenMemHandle is closed by cuIpcCloseMemHandle",
-        ));
-    }
+    crate::ipc::check_not_opened(device, address)?;
     if pool::of(device, address).is_some() {
         // A free waits for the device's work, as CUDA's does: the block goes back settled.
         crate::context::synchronize(device)?;

@@ -42,7 +42,8 @@ pub unsafe extern "C" fn cuIpcGetMemHandle(out: *mut IpcHandle, address: u64) ->
         // A running kernel holds host pointers into the bytes about to move: the context's
         // work finishes first.
         run::finish_context(d, context);
-        let allocation = d.memory.get_mut(&address).expect("owned above");
+        // That work may have freed it (a queued cuMemFreeAsync).
+        let Some(allocation) = d.memory.get_mut(&address) else { return Err(code::INVALID_VALUE) };
         if allocation.users != 0 {
             d.violation(format!("cuIpcGetMemHandle of {address:#x} while a kernel still holds it"));
             return Err(code::INVALID_VALUE);
@@ -100,8 +101,10 @@ pub extern "C" fn cuIpcCloseMemHandle(address: u64) -> u32 {
             d.violation(format!("cuIpcCloseMemHandle of {address:#x}, which no handle opened"));
             return Err(code::INVALID_VALUE);
         }
-        // As a free: the work queued before still finds the memory.
+        // As a free: the work queued before still finds the memory, and no texture may read it.
         run::finish_context(d, context);
+        let len = d.memory.get(&address).map_or(0, |a| a.bytes.len());
+        crate::textures::check_unread(d, address, len);
         d.memory.remove(&address);
         Ok(())
     })

@@ -115,6 +115,19 @@ pub struct Physical {
     pub(crate) mappings: u32,
 }
 
+/// A new memory file (`memfd`, closed on `exec`) of `len` zero bytes.
+pub(crate) fn memory_file(name: &std::ffi::CStr, len: usize) -> Option<OwnedFd> {
+    // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: just created, owned by nothing else.
+    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a descriptor of ours.
+    (unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0).then_some(file)
+}
+
 /// An allocation's bytes in a memory file, mapped whole: what another process maps too.
 #[derive(Debug)]
 pub struct Shared {
@@ -133,18 +146,7 @@ unsafe impl Send for Shared {}
 impl Shared {
     /// A new memory file holding `bytes` (not empty), mapped.
     pub(crate) fn copy_of(bytes: &[u8]) -> Option<Shared> {
-        // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
-        let fd = unsafe { libc::memfd_create(c"cuda-standin-ipc".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: just created, owned by nothing else.
-        let file = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a descriptor of ours.
-        if unsafe { libc::ftruncate(fd, bytes.len() as libc::off_t) } != 0 {
-            return None;
-        }
-        let mut shared = Shared::map(file, bytes.len(), false)?;
+        let mut shared = Shared::map(memory_file(c"cuda-standin-ipc", bytes.len())?, bytes.len(), false)?;
         shared.bytes_mut().copy_from_slice(bytes);
         Some(shared)
     }

@@ -13,7 +13,7 @@
 // As in lib.rs: C functions taking raw pointers from their caller, as the driver does.
 #![allow(unsafe_code)]
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::space::{Mapped, Physical, Space};
 use crate::state::{Allocation, Driver, Result, Storage, DEVICES, DEVICE_MEMORY, STALE_BYTE};
@@ -170,13 +170,8 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
 
 /// A memory file of `len` stale bytes.
 fn stale_file(len: usize) -> Option<OwnedFd> {
-    // SAFETY: a NUL-terminated name; the descriptor returned is ours alone.
-    let fd = unsafe { libc::memfd_create(c"cuda-standin-physical".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: just created, owned by nothing else.
-    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    let file = crate::space::memory_file(c"cuda-standin-physical", len)?;
+    let fd = file.as_raw_fd();
     let stale = vec![STALE_BYTE; GRANULARITY];
     for at in (0..len).step_by(GRANULARITY) {
         // SAFETY: `stale` holds GRANULARITY bytes.

@@ -326,8 +326,9 @@ pub trait Context: Send + Sync + 'static {
     fn open_allocation(&self, _handle: &[u8], _size: u64) -> DeviceResult<DeviceMem> {
         Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN))
     }
-    /// Closes an allocation [`Context::open_allocation`] opened, once the work queued on the
-    /// context has run (`cuIpcCloseMemHandle`).
+    /// Closes an allocation [`Context::open_allocation`] opened once the work queued on the
+    /// context has run (`cuIpcCloseMemHandle`), before it returns: the exporter may free the
+    /// memory right after.
     fn close_opened(&self, _mem: DeviceMem) {}
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;

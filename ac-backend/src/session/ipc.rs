@@ -12,8 +12,10 @@
 //!   exporter's allocation by the driver's IPC handle.
 //!
 //! Either way the importer's buffer holds the exporter's allocation: the memory outlives the
-//! exporter's free (and its session) until the last importer has closed it, as CUDA keeps it,
-//! and stays counted against the exporter's quota alone.
+//! exporter's free (and its session) until the last importer has closed it (where CUDA leaves a
+//! free before the importers' close undefined), and stays counted against the exporter's quota
+//! alone. A session that opens the same memory twice gets the same allocation under two ids, as
+//! a driver maps a handle once per context.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -27,40 +29,38 @@ use crate::device::Context;
 #[derive(Debug, Default)]
 pub struct Exports(Mutex<HashMap<[u8; 16], Export>>);
 
-/// One shared allocation: a buffer of a session.
-#[derive(Debug)]
+/// One shared allocation: a buffer of a session. Buffer ids are never reused, so a secret never
+/// names memory allocated after its buffer was freed.
+#[derive(Debug, Clone)]
 struct Export {
     session: Weak<Session>,
     buffer: BufferId,
 }
 
-impl Export {
-    /// The exporting session, while it is live and still holds the buffer.
-    fn exporter(&self) -> Option<Arc<Session>> {
-        self.session.upgrade().filter(|s| !s.has_ended() && s.buffer(self.buffer).is_ok())
-    }
-}
-
 /// Memory a buffer opened from another session's export: the buffer holds it.
 #[derive(Debug)]
 pub struct Opened {
-    /// The exporter's allocation, kept until this buffer goes.
-    _source: Arc<Allocation>,
+    /// The exporter's allocation, kept until this buffer goes: the importer's
+    /// `Allocation::drop` closes the driver's mapping before its fields, this one among them,
+    /// are dropped, so the exporter's memory is freed only once the mapping is closed.
+    source: Arc<Allocation>,
     /// Whether the context opened it through the driver ([`Context::open_allocation`]), and so
     /// closes it when the buffer goes; else it is the source's memory in the same context.
     pub by_driver: bool,
 }
 
 impl Exports {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Export>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// The table, without the exports of sessions gone. No other lock is taken under it, and
+    /// nothing a session holds is dropped under it (a session worker's calls may block).
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Export>> {
+        let mut exports = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        exports.retain(|_, export| export.session.strong_count() > 0);
+        exports
     }
 
-    /// The secret of `session`'s `buffer`: the one it was given before, else a new one. Exports
-    /// whose memory was freed (or whose session ended) are forgotten here.
+    /// The secret of `session`'s `buffer`: the one it was given before, else a new one.
     fn secret_of(&self, session: &Arc<Session>, buffer: BufferId) -> [u8; 16] {
-        let mut exports = self.lock();
-        exports.retain(|_, export| export.exporter().is_some());
+        let mut exports = self.live();
         let mine = Arc::downgrade(session);
         let known = exports.iter().find(|(_, e)| e.buffer == buffer && e.session.ptr_eq(&mine));
         if let Some((secret, _)) = known {
@@ -71,12 +71,19 @@ impl Exports {
         secret
     }
 
-    /// The live session and buffer `secret` names.
-    fn exporter(&self, secret: &[u8; 16]) -> Option<(Arc<Session>, BufferId)> {
-        let exports = self.lock();
-        let export = exports.get(secret)?;
-        Some((export.exporter()?, export.buffer))
+    /// The export `secret` names.
+    fn named(&self, secret: &[u8; 16]) -> Option<Export> {
+        self.live().get(secret).cloned()
     }
+}
+
+/// The refusal of a secret that names no memory shared now.
+fn not_shared() -> WireError {
+    WireError::new(
+        ErrorKind::InvalidBuffer,
+        "no memory is shared by that handle on this backend: it was never shared, or it was freed, or the session \
+         that shared it ended",
+    )
 }
 
 /// Whether two sessions' contexts are one (the CPU device's, shared by its sessions).
@@ -103,12 +110,8 @@ impl Session {
     /// and size. Refused unless the exporter is another live session opened with this one's
     /// capability on this one's device, still holding the memory.
     pub fn import_memory(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(BufferId, u64, u64), WireError> {
-        let Some((exporter, buffer)) = self.exports.exporter(secret) else {
-            return Err(WireError::new(
-                ErrorKind::InvalidBuffer,
-                "no memory is shared by that handle on this backend: it was never shared, or it was freed",
-            ));
-        };
+        let export = self.exports.named(secret).ok_or_else(not_shared)?;
+        let exporter = export.session.upgrade().filter(|s| !s.has_ended()).ok_or_else(not_shared)?;
         if Arc::ptr_eq(&exporter, self) {
             return Err(WireError::new(
                 ErrorKind::InvalidArgument,
@@ -122,7 +125,13 @@ impl Session {
                  capability on the same device may open it",
             ));
         }
-        let source = exporter.buffer(buffer)?;
+        let source = exporter.buffer(export.buffer).map_err(|_| not_shared())?;
+        // Opened already: the same memory under another id (a driver maps a handle once per
+        // context, and the first close would unmap it under the second).
+        if let Some(opened) = self.opened_from(&source) {
+            let (address, size) = (opened.mem.0, opened.size);
+            return Ok((self.enter(opened), address, size));
+        }
         let (mem, by_driver) = if same_context(&exporter.context, &self.context) {
             (source.mem, false)
         } else {
@@ -130,9 +139,16 @@ impl Session {
             (self.context.open_allocation(&handle, source.size)?, true)
         };
         let size = source.size;
-        let opened = Some(Opened { _source: source, by_driver });
+        let opened = Some(Opened { source, by_driver });
         let id = self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None, opened });
         Ok((id, mem.0, size))
+    }
+
+    /// The buffer of this session's that opened `source`, if one did.
+    fn opened_from(&self, source: &Arc<Allocation>) -> Option<Arc<Allocation>> {
+        let buffers = self.buffers.lock().expect("buffer table poisoned");
+        let opened = |a: &&Arc<Allocation>| a.opened.as_ref().is_some_and(|o| Arc::ptr_eq(&o.source, source));
+        buffers.values().find(opened).cloned()
     }
 }
 
@@ -182,6 +198,12 @@ mod tests {
         assert_eq!(owner.export_memory(buffer).unwrap(), secret, "one secret for one buffer");
         let (opened, at, size) = other.import_memory(&secret).unwrap();
         assert_eq!((at, size), (address, 64), "the same memory, whole");
+        let (again, again_at, _) = other.import_memory(&secret).unwrap();
+        assert!(again != opened && again_at == at, "another id at the same address");
+        let both = (other.buffer(opened).unwrap(), other.buffer(again).unwrap());
+        assert!(Arc::ptr_eq(&both.0, &both.1), "opened once: one allocation under both ids");
+        drop(both);
+        other.free(again).unwrap();
         assert_eq!(read(&other, opened, 64), [5; 64]);
         write(&other, opened, &[9; 64]);
         assert_eq!(read(&owner, buffer, 64), [9; 64], "the owner sees the other's writes");

@@ -178,8 +178,13 @@ impl Session {
 
     /// Enters `entry` into the buffer table under a fresh id.
     fn insert(&self, entry: Allocation) -> BufferId {
+        self.enter(Arc::new(entry))
+    }
+
+    /// Enters `entry` (which may be in the table already) under a fresh id.
+    fn enter(&self, entry: Arc<Allocation>) -> BufferId {
         let id = BufferId(self.next_buffer.fetch_add(1, Ordering::Relaxed));
-        self.buffers.lock().expect("buffer table poisoned").insert(id, Arc::new(entry));
+        self.buffers.lock().expect("buffer table poisoned").insert(id, entry);
         id
     }
 

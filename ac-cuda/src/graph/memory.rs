@@ -263,6 +263,11 @@ fn not_capturing() -> Error {
     Error::said(super::result::ILLEGAL_STATE, "the stream's capture ended")
 }
 
+/// Whether `address` on `device` is graph memory (an allocation node's).
+pub fn is_graph_memory(device: usize, address: u64) -> bool {
+    find(device, address).is_some()
+}
+
 /// A free of `address` on `device` outside any graph (`cuMemFreeAsync`, `cuMemFree`): `None` if
 /// it is not graph memory. Memory its own graph frees is refused, as CUDA's, unless a launch
 /// that failed before the free node left it allocated.

@@ -552,7 +552,7 @@ impl Context for CudaContext {
     }
 
     fn close_opened(&self, mem: DeviceMem) {
-        self.close_on_janitor(mem);
+        self.close_on_gpu(mem);
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

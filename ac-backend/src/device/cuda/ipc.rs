@@ -7,24 +7,25 @@ use ac_proto::backend::{ErrorKind, WireError};
 use cudarc::driver::sys;
 
 use super::context::{CudaContext, Region};
-use super::driver::bind;
+use super::driver::blocking;
 use crate::device::{DeviceMem, DeviceResult, NO_PROCESS_OF_ITS_OWN};
 
 /// Bytes of a driver's IPC memory handle.
 const HANDLE_BYTES: usize = 64;
 
 impl CudaContext {
-    /// Refuses IPC in a context that shares the daemon's process (`isolation = "context"`).
-    fn own_process(&self) -> DeviceResult<()> {
+    /// Refuses, saying `why`, what only a context with a process of its own may do (a session
+    /// worker's, not one sharing the daemon's process: `isolation = "context"`).
+    pub(super) fn own_process(&self, why: &str) -> DeviceResult<()> {
         match self.owned {
-            true => Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN)),
+            true => Err(WireError::new(ErrorKind::NeedsCuda, why)),
             false => Ok(()),
         }
     }
 
     /// `cuIpcGetMemHandle` of one of the context's allocations.
     pub(super) fn export_on_gpu(&self, mem: DeviceMem) -> DeviceResult<Vec<u8>> {
-        self.own_process()?;
+        self.own_process(NO_PROCESS_OF_ITS_OWN)?;
         self.address(mem, 0, 0)?;
         self.enter()?;
         let mut handle = sys::CUipcMemHandle_st { reserved: [0; HANDLE_BYTES] };
@@ -36,7 +37,7 @@ impl CudaContext {
     /// `cuIpcOpenMemHandle` of another process's allocation of `size` bytes: its address here,
     /// recorded as an opened region.
     pub(super) fn open_on_gpu(&self, handle: &[u8], size: u64) -> DeviceResult<DeviceMem> {
-        self.own_process()?;
+        self.own_process(NO_PROCESS_OF_ITS_OWN)?;
         let reserved: [u8; HANDLE_BYTES] = handle.try_into().map_err(|_| {
             WireError::new(ErrorKind::InvalidArgument, format!("an IPC handle of {} bytes", handle.len()))
         })?;
@@ -51,24 +52,22 @@ impl CudaContext {
         Ok(DeviceMem(ptr))
     }
 
-    /// `cuIpcCloseMemHandle` of an opened region, on the janitor thread after the context's
-    /// queued work (a kernel queued before the close still reads it).
-    pub(super) fn close_on_janitor(&self, mem: DeviceMem) {
-        let mut allocations = self.allocations.lock().expect("allocations poisoned");
-        if !allocations.get(&mem.0).is_some_and(|r| r.opened) {
-            return;
-        }
-        allocations.remove(&mem.0);
-        let raw = self.raw;
-        self.gpu.janitor.defer(move || {
-            if bind(raw).is_ok() {
-                // SAFETY: the context is current on this thread; the region was opened by
-                // `open_on_gpu` and forgotten above, so closed once, after its work.
-                unsafe {
-                    sys::cuCtxSynchronize();
-                    sys::cuIpcCloseMemHandle(mem.0);
-                }
+    /// `cuIpcCloseMemHandle` of an opened region after the context's queued work (a kernel
+    /// queued before the close still reads it), before it returns: the exporter's free follows.
+    pub(super) fn close_on_gpu(&self, mem: DeviceMem) {
+        {
+            let mut allocations = self.allocations.lock().expect("allocations poisoned");
+            if !allocations.get(&mem.0).is_some_and(|r| r.opened) {
+                return;
             }
-        });
+            allocations.remove(&mem.0);
+        }
+        // A lost context keeps its mappings until it is destroyed.
+        if self.enter().is_ok() {
+            // SAFETY: the context is current on this thread.
+            blocking(|| unsafe { sys::cuCtxSynchronize() });
+            // SAFETY: opened by `open_on_gpu` and forgotten above: closed once, after its work.
+            unsafe { sys::cuIpcCloseMemHandle(mem.0) };
+        }
     }
 }

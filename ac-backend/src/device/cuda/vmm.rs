@@ -4,7 +4,6 @@
 //! own ranges and mappings (`session::vmm`); here the driver is called, and what releases memory
 //! runs on the janitor thread after the context's queued work, as frees do.
 
-use ac_proto::backend::{ErrorKind, WireError};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::context::CudaContext;
@@ -131,11 +130,8 @@ impl CudaContext {
     /// context on the GPU, where an allocation is its context's alone. A session worker's
     /// context (the GPU's primary one in a process of its own) may.
     pub(super) fn vmm_allowed(&self) -> DeviceResult<()> {
-        if self.owned {
-            let why = "virtual memory management needs session workers (isolation = \"process\", a GPU's default): with isolation = \"context\" sessions share one process, whose mappings every context on the GPU reaches";
-            return Err(WireError::new(ErrorKind::NeedsCuda, why));
-        }
-        Ok(())
+        let why = "virtual memory management needs session workers (isolation = \"process\", a GPU's default): with isolation = \"context\" sessions share one process, whose mappings every context on the GPU reaches";
+        self.own_process(why)
     }
 
     /// Pinned memory on this GPU, no handle types to export (its holder is a remote program).

@@ -516,7 +516,9 @@ impl Context for WorkerContext {
     }
 
     fn close_opened(&self, mem: DeviceMem) {
-        self.release(&Call::CloseOpened { mem });
+        // Waited for: the exporter's free, which follows, must find the mapping closed. A
+        // worker that is gone has closed it with its process.
+        let _ = self.call_done(&Call::CloseOpened { mem }, &[]);
     }
 
     fn map(&self, range: DeviceMem, offset: u64, bytes: u64, handle: u64) -> DeviceResult<()> {

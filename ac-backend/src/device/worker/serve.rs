@@ -101,8 +101,7 @@ fn serve(device: Arc<dyn Device>, region: Option<Arc<Region>>, out: Out) -> io::
                 | Call::Free { .. }
                 | Call::ReleasePhysical { .. }
                 | Call::DestroyArray { .. }
-                | Call::DestroyObject { .. }
-                | Call::CloseOpened { .. },
+                | Call::DestroyObject { .. },
                 None,
             ) => answer_hot(&out, frame.id, execute(&*context, frame)),
             _ => pool.run(frame),

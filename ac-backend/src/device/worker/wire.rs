@@ -108,7 +108,7 @@ pub enum Call {
     ExportAllocation { mem: DeviceMem },
     /// `open_allocation` of `size` bytes (the driver's handle is the payload).
     OpenAllocation { size: u64 },
-    /// `close_opened` (no reply).
+    /// `close_opened`.
     CloseOpened { mem: DeviceMem },
 }
 
