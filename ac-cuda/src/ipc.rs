@@ -138,8 +138,11 @@ pub(crate) fn check_not_opened(device: usize, address: u64) -> CuResult<()> {
 pub unsafe extern "C" fn cuIpcGetMemHandle(out: *mut Handle, address: u64) -> u32 {
     guard("cuIpcGetMemHandle", || {
         let shim = state::shim()?;
-        let (allocation, offset) = crate::memory::locate(address, 1)?;
-        let (device, start) = (allocation.device, address - offset);
+        // The allocation holding it, found as `memory::locate` finds one (not called: `memory`
+        // asks this module whether memory was opened).
+        let device = shim.device_of(address, current_device().ok()).ok_or(Error::Code(code::INVALID_VALUE))?;
+        let (allocation, offset) = shim.find(device, address, 1)?;
+        let start = address - offset;
         check_shareable(&allocation, device, start)?;
         let secret = shim.block_on(shim.devices[device].acc.export_memory(&allocation.buffer)).map_err(served)?;
         let uuid = shim.devices[device].uuid;

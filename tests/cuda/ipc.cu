@@ -22,7 +22,7 @@
 // did. `ipc --native` (scripts/gpu-check's run on NVIDIA's own driver) leaves `hold` and `late`
 // out: CUDA leaves a free before the importers' close undefined, where the pool keeps the memory.
 // Usage: ipc [--native] | ipc child <memory> <event> | ipc hold <memory> | ipc late <memory>
-// tests/tests/e2e/cuda_shim.rs runs it through ac-cuda's libcuda.so.1.
+// tests/tests/e2e/cuda_ipc.rs runs it through ac-cuda's libcuda.so.1.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>

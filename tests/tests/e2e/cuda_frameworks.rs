@@ -40,7 +40,7 @@ enum Sessions {
     InWorkers,
     /// In workers, for a submitted job whose processes (the ones it spawns too) share its
     /// accelerator, as a batch job's do: CUDA IPC opens memory only within one job.
-    InWorkersOfOneJob,
+    WorkersOfOneJob,
 }
 
 /// [`run_framework_script_with`] on a backend serving sessions as `sessions` says.
@@ -58,7 +58,7 @@ async fn run_framework_script_on(
     let workers_before = standin::session_workers();
     let c = match sessions {
         Sessions::InTheBackend => patient_cuda_cluster().await,
-        Sessions::InWorkers | Sessions::InWorkersOfOneJob => {
+        Sessions::InWorkers | Sessions::WorkersOfOneJob => {
             let program = record.program(&[]);
             patient_cuda_cluster_with(|b| {
                 b.isolation = ac_backend::Isolation::Process;
@@ -72,7 +72,7 @@ async fn run_framework_script_on(
     let script = cuda::source(&format!("tests/cuda/{script}"));
     let preloaded = shim.join("libcuda.so.1");
     let credential = match sessions {
-        Sessions::InWorkersOfOneJob => Some(c.submit("j1", &["n1"], 1).await),
+        Sessions::WorkersOfOneJob => Some(c.submit("j1", &["n1"], 1).await),
         _ => None,
     };
     let mut env = match &credential {
@@ -103,7 +103,7 @@ async fn run_framework_script_on(
     let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
-    if let Sessions::InWorkers | Sessions::InWorkersOfOneJob = sessions {
+    if let Sessions::InWorkers | Sessions::WorkersOfOneJob = sessions {
         assert!(standin::worker_gone(&c.backends[0].backend, &workers_before).await, "the session worker did not end");
         record.assert_none();
     }
@@ -249,7 +249,7 @@ async fn pytorch_processes_of_one_job_share_cuda_tensors() {
         "parent sees the child's writes",
         "parent reads the child's product",
     ];
-    let text = run_framework_script_on(Sessions::InWorkersOfOneJob, "torch_ipc.py", true, &[], &checks).await;
+    let text = run_framework_script_on(Sessions::WorkersOfOneJob, "torch_ipc.py", true, &[], &checks).await;
     if text.is_empty() {
         return; // no frameworks (skipped as the others are)
     }

@@ -19,6 +19,7 @@ mod c_abi;
 mod compute;
 mod cuda_blas_vectors;
 mod cuda_frameworks;
+mod cuda_ipc;
 mod cuda_launches;
 mod cuda_libraries;
 mod cuda_ranks;

@@ -89,10 +89,10 @@ impl Drop for CudaContext {
         // On the GPU's janitor thread, after the frees handed over before: destroying waits for
         // the context's work, and this drop may run on an async thread.
         self.gpu.janitor.defer(move || {
-            let raw: Handle<sys::CUcontext> = raw; // the whole `Send` handle, not its pointer
-                                                   // SAFETY: the context was created by `open` and nothing uses it any more (every
-                                                   // user held an `Arc` to this value). Destroying it frees its memory, modules and
-                                                   // streams.
+            // The whole `Send` handle, not its pointer.
+            let raw: Handle<sys::CUcontext> = raw;
+            // SAFETY: the context was created by `open` and nothing uses it any more (every
+            // user held an `Arc` to this value). Destroying it frees its memory, modules and streams.
             unsafe { sys::cuCtxDestroy_v2(raw.0) };
         });
     }
@@ -175,35 +175,6 @@ impl CudaContext {
         let kernels = self.kernels.lock().expect("kernels poisoned");
         let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
         Ok(f.raw.0)
-    }
-
-    /// Launches `kernel`, its blocks run as `mode` says.
-    fn launch_with(
-        &self,
-        kernel: &Kernel,
-        dims: &LaunchDims,
-        args: &[DeviceArg],
-        stream: DeviceStream,
-        mode: LaunchMode,
-    ) -> DeviceResult<()> {
-        self.enter()?;
-        validate_dims(dims)?;
-        // Checked and laid out under the lock, so the launch path copies no parameter list.
-        let (raw, mut slots) = {
-            let kernels = self.kernels.lock().expect("kernels poisoned");
-            let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
-            if f.builtin {
-                builtin::check_footprint(&kernel.name, args)?;
-            }
-            (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
-        };
-        let base = slots.slots.as_mut_ptr();
-        // SAFETY: every start is an index into `slots` (`pack` made them from its count).
-        let mut params: Vec<*mut c_void> =
-            slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
-        let stream = self.stream(stream)?;
-        let (call, code) = function::launch(raw.0, dims, stream, &mut params, mode);
-        self.check(call, code)
     }
 
     fn stream(&self, stream: DeviceStream) -> DeviceResult<sys::CUstream> {
@@ -468,7 +439,7 @@ impl Context for CudaContext {
     }
 
     fn launch(&self, kernel: &Kernel, dims: &LaunchDims, args: &[DeviceArg], stream: DeviceStream) -> DeviceResult<()> {
-        self.launch_with(kernel, dims, args, stream, LaunchMode::Plain)
+        self.launch_as(kernel, dims, args, stream, LaunchMode::Plain)
     }
 
     fn launch_as(
@@ -479,7 +450,24 @@ impl Context for CudaContext {
         stream: DeviceStream,
         mode: LaunchMode,
     ) -> DeviceResult<()> {
-        self.launch_with(kernel, dims, args, stream, mode)
+        self.enter()?;
+        validate_dims(dims)?;
+        // Checked and laid out under the lock, so the launch path copies no parameter list.
+        let (raw, mut slots) = {
+            let kernels = self.kernels.lock().expect("kernels poisoned");
+            let f = kernels.get(&kernel.handle).ok_or_else(unloaded_kernel)?;
+            if f.builtin {
+                builtin::check_footprint(&kernel.name, args)?;
+            }
+            (f.raw, args::pack(&kernel.name, args, f.sizes.as_deref())?)
+        };
+        let base = slots.slots.as_mut_ptr();
+        // SAFETY: every start is an index into `slots` (`pack` made them from its count).
+        let mut params: Vec<*mut c_void> =
+            slots.starts.iter().map(|&i| unsafe { base.add(i) } as *mut c_void).collect();
+        let stream = self.stream(stream)?;
+        let (call, code) = function::launch(raw.0, dims, stream, &mut params, mode);
+        self.check(call, code)
     }
 
     fn max_active_clusters(&self, kernel: &Kernel, dims: &LaunchDims, cluster: [u32; 3]) -> DeviceResult<u32> {

@@ -79,7 +79,7 @@ use ac_proto::backend::{
 use self::shared::Bays;
 use self::start::{hand_down, spawn, tie_to_this_process, widen_pipe};
 use self::transfer::{WorkerDownload, WorkerUpload};
-use self::wire::{read_frame, worker_gone, write_frame, Call, Frame, Reply};
+use self::wire::{expect_done, fill, read_frame, unexpected, worker_gone, write_frame, Call, Frame, Reply};
 
 use crate::device::{
     blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
@@ -363,26 +363,6 @@ fn wait(answer: &Receiver<Answer>) -> Answer {
         Reply::Failed(e) => Err(e),
         reply => Ok((reply, payload)),
     }
-}
-
-fn expect_done(reply: Reply) -> DeviceResult<()> {
-    match reply {
-        Reply::Done => Ok(()),
-        other => Err(unexpected(other)),
-    }
-}
-
-/// Copies what the worker read into `out`, which it must fill exactly.
-fn fill(out: &mut [u8], read: &[u8]) -> DeviceResult<()> {
-    if read.len() != out.len() {
-        return Err(WireError::new(ErrorKind::Internal, "the session worker read the wrong length"));
-    }
-    out.copy_from_slice(read);
-    Ok(())
-}
-
-fn unexpected(reply: Reply) -> WireError {
-    WireError::new(ErrorKind::Internal, format!("the session worker answered {reply:?}"))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

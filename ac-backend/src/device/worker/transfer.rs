@@ -17,8 +17,8 @@ use ac_proto::backend::{ErrorKind, WireError};
 use bytes::Bytes;
 
 use super::shared::{Bay, IN_FLIGHT, PIECE};
-use super::wire::{Call, Shared};
-use super::{expect_done, wait, Answer, WorkerContext};
+use super::wire::{expect_done, Call, Shared};
+use super::{wait, Answer, WorkerContext};
 use crate::device::{blocking, DeviceResult, Download, Feed, Upload};
 
 /// A free bay of `context`'s region, if it has one.

@@ -16,7 +16,7 @@ use ac_proto::backend::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceStream, Kernel, Limited};
+use crate::device::{DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Kernel, Limited};
 
 /// A header larger than this is not a worker's: the stream is broken.
 const MAX_HEADER: usize = ac_proto::codec::MAX_FRAME;
@@ -221,6 +221,28 @@ pub fn worker_gone(why: &str) -> WireError {
         ErrorKind::ContextLost,
         format!("the session's worker process ended ({why}); its device state is lost, open a new session"),
     )
+}
+
+/// Refuses a reply other than [`Reply::Done`].
+pub fn expect_done(reply: Reply) -> DeviceResult<()> {
+    match reply {
+        Reply::Done => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Copies what the worker read into `out`, which it must fill exactly.
+pub fn fill(out: &mut [u8], read: &[u8]) -> DeviceResult<()> {
+    if read.len() != out.len() {
+        return Err(WireError::new(ErrorKind::Internal, "the session worker read the wrong length"));
+    }
+    out.copy_from_slice(read);
+    Ok(())
+}
+
+/// The error for a reply the call does not expect.
+pub fn unexpected(reply: Reply) -> WireError {
+    WireError::new(ErrorKind::Internal, format!("the session worker answered {reply:?}"))
 }
 
 #[cfg(test)]

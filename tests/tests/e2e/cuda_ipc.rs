@@ -1,0 +1,104 @@
+//! CUDA IPC between the processes of one job through the shim (issue 48, backend protocol 18):
+//! `tests/cuda/ipc.cu` spawns processes of its own job that open its memory and events by their
+//! handles. The PyTorch case (`torch.multiprocessing`) is in `cuda_frameworks`.
+
+use crate::cuda_shim::{cuda_cluster, cuda_cluster_timed, run, said};
+use crate::standin;
+
+use ac_tests::cuda;
+
+/// CUDA IPC between processes of one job (`tests/cuda/ipc.cu`): a process exports device memory
+/// and an interprocess event by their 64-byte handles, and processes it spawns (the same job's:
+/// `ARM_JOB_ID` and its credential, inherited) open them. A child opening the memory twice gets
+/// one address, orders its kernel after the parent's by the event, and its writes are what the
+/// parent reads back; opened memory is not the child's to free, each open takes one close. The
+/// memory outlives the exporter's `cudaFree` while another process holds it open, and once freed
+/// and closed everywhere its handle opens nothing. The exporter cannot open its own handle, and
+/// an event created without `cudaEventInterprocess` has no handle. None of these calls is the
+/// shim's "not supported"; the job's processes leave no session behind. The backend runs each
+/// session in a worker of its own (a GPU's default), whose stand-ins open each other's memory
+/// through the driver's IPC handles, and none of them saw a call out of CUDA's contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("ipc", dir.path()) else { return };
+    let mut record = standin::WorkerRecord::new();
+    let worker = record.program(&[]);
+    let c = cuda_cluster_timed(
+        1,
+        |_| {},
+        |b| {
+            b.isolation = ac_backend::Isolation::Process;
+            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+            b.worker_program = Some(worker.clone());
+        },
+    )
+    .await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    // A job's processes, not an ad-hoc job (ARM_ACPN) of each: the children the program spawns
+    // inherit the job and its credential.
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "ipc: 4096 elements",
+        // NVIDIA's driver's code for a handle in its own process (the runtime names it so).
+        "own handle refused: 201 (cudaErrorDeviceUninitialized)",
+        "plain event refused: 1 (cudaErrorInvalidValue)",
+        "reopened at the same address",
+        "child: one added exact",
+        "free of opened memory refused: 1 (cudaErrorInvalidValue)",
+        "third close refused: 1 (cudaErrorInvalidValue)",
+        "ipc: the child's writes seen exact",
+        "child: memory kept after the parent freed it exact",
+        "late open refused: 1 (cudaErrorInvalidValue)",
+        "ipc: done",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    // Refused for what they are, each saying why, not because IPC is unserved.
+    for why in [
+        "cuIpcOpenMemHandle: an IPC handle cannot be opened in the process that made it",
+        "cuMemFree: memory opened by cuIpcOpenMemHandle is closed by cuIpcCloseMemHandle",
+        "cuIpcOpenMemHandle: accelerator error (InvalidBuffer): no memory is shared by that handle on this backend",
+    ] {
+        assert!(text.contains(why), "missing `{why}`:\n{text}");
+    }
+    assert!(!text.contains("not supported") && !text.contains("cudaErrorNotSupported"), "{text}");
+    assert!(!text.contains("FAILED"), "{text}");
+    // Every process ended its session at its exit.
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    // The job holds its one static accelerator until it ends, and nothing else; then nothing.
+    assert_eq!(c.arm.held_accelerators(), 1, "the job's static accelerator alone, while it runs");
+    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
+    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
+    record.assert_none();
+    standin::assert_no_violations();
+}
+
+/// A backend whose sessions share its process (`isolation = "context"`) cannot open one
+/// session's allocation in another's context: `cudaIpcOpenMemHandle` answers "not supported"
+/// with the backend's reason, and the job's processes go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn ipc_handles_are_refused_with_a_reason_where_sessions_share_a_process() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("ipc", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("cudaIpcOpenMemHandle(&p, mh, cudaIpcMemLazyEnablePeerAccess): 801"), "{text}");
+    assert!(text.contains("needs session workers (isolation = \"process\""), "{text}");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    standin::assert_no_violations();
+}
