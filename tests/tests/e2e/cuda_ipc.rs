@@ -5,7 +5,7 @@
 use crate::cuda_shim::{cuda_cluster, cuda_cluster_timed, run, said};
 use crate::standin;
 
-use ac_tests::cuda;
+use ac_tests::{cuda, TestBackend};
 
 /// CUDA IPC between processes of one job (`tests/cuda/ipc.cu`): a process exports device memory
 /// and an interprocess event by their 64-byte handles, and processes it spawns (the same job's:
@@ -101,4 +101,36 @@ async fn ipc_handles_are_refused_with_a_reason_where_sessions_share_a_process() 
     let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
     assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
     standin::assert_no_violations();
+}
+
+/// Through the SDK (`Accelerator::export_memory`, `import_memory`), two sessions of one backend
+/// share an allocation over the wire: on the CPU device the second session's buffer is the same
+/// memory at the same address, each sees the other's writes, and it outlives the owner's free.
+/// A backend of protocol 17 is not asked: the SDK refuses by name, and the session goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sessions_share_an_allocation_through_the_sdk_and_an_older_backend_is_not_asked() {
+    let backend = TestBackend::start(64).await;
+    let (owner, other) = (backend.connect().await, backend.connect().await);
+    let (buffer, address) = owner.alloc_addressed(64).await.expect("an allocation");
+    buffer.copy_from_host(&[5u8; 64]).await.expect("written");
+    let secret = owner.export_memory(&buffer).await.expect("shared");
+    let (opened, at, size) = other.import_memory(secret).await.expect("opened");
+    assert_eq!((at, size), (address, 64), "the same memory, whole");
+    assert_eq!(opened.to_vec().await.unwrap(), [5u8; 64]);
+    opened.copy_from_host(&[9u8; 64]).await.expect("written through the other session");
+    assert_eq!(buffer.to_vec().await.unwrap(), [9u8; 64], "the owner sees the other's writes");
+    drop(buffer);
+    owner.synchronize().await.expect("the free is done");
+    assert_eq!(opened.to_vec().await.unwrap(), [9u8; 64], "kept while the other holds it");
+    let late = backend.connect().await.import_memory(secret).await.expect_err("nothing is shared by it now");
+    assert!(late.to_string().contains("no memory is shared by that handle"), "{late}");
+
+    let older = TestBackend::start_with(|c| c.only_protocol = Some(17)).await;
+    let acc = older.connect().await;
+    let (buffer, _) = acc.alloc_addressed(16).await.expect("an allocation");
+    let refused = acc.export_memory(&buffer).await.expect_err("protocol 17 shares nothing");
+    assert!(refused.to_string().contains("needs backend protocol 18"), "{refused}");
+    let refused = acc.import_memory([1; 16]).await.expect_err("protocol 17 opens nothing");
+    assert!(refused.to_string().contains("needs backend protocol 18"), "{refused}");
+    assert_eq!(buffer.to_vec().await.expect("the session goes on"), [0u8; 16]);
 }
