@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use ac_frontend::{end_session, Ended};
-use ac_proto::backend::{close, link, Hello, SessionId, VERSION};
+use ac_proto::backend::{close, link, Hello, SessionId};
 use ac_tests::{cuda, TestBackend};
 
 use crate::cuda_shim::{command, cuda_cluster_timed};
