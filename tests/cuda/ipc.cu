@@ -226,6 +226,7 @@ static int child(const char* memory_hex, const char* event_hex) {
     CHECK(cudaFree(ones));
     // Opened memory is the exporter's: only cudaIpcCloseMemHandle lets it go.
     refused("free of opened memory", cudaFree(p));
+    refused("stream-ordered free of opened memory", cudaFreeAsync(p, 0));
     // One close for each open; a third finds nothing open.
     CHECK(cudaIpcCloseMemHandle(p));
     CHECK(cudaIpcCloseMemHandle(p));

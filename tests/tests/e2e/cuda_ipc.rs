@@ -51,6 +51,7 @@ async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles
         "reopened at the same address",
         "child: one added exact",
         "free of opened memory refused: 1 (cudaErrorInvalidValue)",
+        "stream-ordered free of opened memory refused: 1 (cudaErrorInvalidValue)",
         "third close refused: 1 (cudaErrorInvalidValue)",
         "ipc: the child's writes seen exact",
         "child: memory kept after the parent freed it exact",
