@@ -90,9 +90,6 @@ pub extern "C" fn cuMemFreeAsync(address: u64, stream: usize) -> u32 {
     guard("cuMemFreeAsync", || {
         let shim = state::shim()?;
         let device = shim.device_of(address, Some(device_of_stream(stream)?));
-        if let Some(device) = device {
-            crate::ipc::check_not_opened(device, address)?;
-        }
         if graph::is_capturing(stream) {
             let device = device.ok_or(Error::Code(code::INVALID_VALUE))?;
             return graph::memory::free_captured(stream, device, address);
