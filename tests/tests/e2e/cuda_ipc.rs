@@ -2,7 +2,7 @@
 //! `tests/cuda/ipc.cu` spawns processes of its own job that open its memory and events by their
 //! handles. The PyTorch case (`torch.multiprocessing`) is in `cuda_frameworks`.
 
-use crate::cuda_shim::{cuda_cluster, cuda_cluster_timed, run, said};
+use crate::cuda_shim::{cuda_cluster, run, said, worker_cluster};
 use crate::standin;
 
 use ac_tests::{cuda, TestBackend};
@@ -24,17 +24,7 @@ async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build("ipc", dir.path()) else { return };
     let mut record = standin::WorkerRecord::new();
-    let worker = record.program(&[]);
-    let c = cuda_cluster_timed(
-        1,
-        |_| {},
-        |b| {
-            b.isolation = ac_backend::Isolation::Process;
-            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
-            b.worker_program = Some(worker.clone());
-        },
-    )
-    .await;
+    let c = worker_cluster(&record).await;
     let credential = c.submit("j1", &["n1"], 1).await;
     let shim = cuda::shim_dir(dir.path());
     // A job's processes, not an ad-hoc job (ARM_ACPN) of each: the children the program spawns

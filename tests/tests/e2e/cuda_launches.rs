@@ -5,7 +5,7 @@
 //! protocol 14), and contexts the program creates (`cuCtxCreate`), run as
 //! `cuda_shim`'s programs are, through `ac-cuda`'s `libcuda.so.1` against the driver stand-in.
 
-use crate::cuda_shim::{cuda_cluster_timed, run, said};
+use crate::cuda_shim::{cuda_cluster_timed, run, said, worker_cluster};
 use crate::standin;
 
 use ac_tests::cuda;
@@ -117,17 +117,7 @@ async fn what_kernels_print_reaches_the_programs_output_at_its_synchronizations(
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build("printf", dir.path()) else { return };
     let mut record = standin::WorkerRecord::new();
-    let worker = record.program(&[]);
-    let c = cuda_cluster_timed(
-        1,
-        |_| {},
-        |b| {
-            b.isolation = ac_backend::Isolation::Process;
-            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
-            b.worker_program = Some(worker.clone());
-        },
-    )
-    .await;
+    let c = worker_cluster(&record).await;
     let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &["3", "4"], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);
@@ -325,17 +315,7 @@ async fn memory_grows_in_place_through_ranges_the_remote_driver_maps() {
     // Session workers: a mapping is its process's, so the backend serves ranges only to a
     // session with a process of its own.
     let mut record = standin::WorkerRecord::new();
-    let program = record.program(&[]);
-    let c = cuda_cluster_timed(
-        1,
-        |_| {},
-        |b| {
-            b.isolation = ac_backend::Isolation::Process;
-            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
-            b.worker_program = Some(program.clone());
-        },
-    )
-    .await;
+    let c = worker_cluster(&record).await;
     let shim = cuda::shim_dir(dir.path());
     let out = run(&c, &shim, &exe, &[], &[("ARM_ACPN", "1")]).await;
     let text = said(&out);

@@ -38,6 +38,22 @@ pub(crate) async fn cuda_cluster_timed(
     cluster
 }
 
+/// A manager and one backend whose sessions run in workers of their own (a GPU's default), the
+/// stand-in their driver; the workers' violations go to `record`.
+pub(crate) async fn worker_cluster(record: &standin::WorkerRecord) -> TestCluster {
+    let program = record.program(&[]);
+    cuda_cluster_timed(
+        1,
+        |_| {},
+        |b| {
+            b.isolation = ac_backend::Isolation::Process;
+            b.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
+            b.worker_program = Some(program.clone());
+        },
+    )
+    .await
+}
+
 /// Runs `exe` as a job's process through the shim, with `env` added (off the async threads,
 /// which serve the manager and backends meanwhile).
 pub(crate) async fn run(c: &TestCluster, shim: &Path, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
