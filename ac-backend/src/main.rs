@@ -71,6 +71,10 @@ struct Args {
     /// backend passes it; not for people).
     #[arg(long, hide = true, value_name = "FD", requires = "session_worker")]
     session_shared: Option<i32>,
+    /// The session worker's socket for shareable handles' descriptors, as an inherited
+    /// descriptor (the backend passes it; not for people).
+    #[arg(long, hide = true, value_name = "FD", requires = "session_worker")]
+    session_fds: Option<i32>,
     /// Bulk copy chunk size, KiB.
     #[arg(long, env = "AC_BACKEND_CHUNK_KIB")]
     chunk_kib: Option<usize>,
@@ -174,11 +178,11 @@ fn main() -> anyhow::Result<ExitCode> {
         .with_writer(std::io::stderr)
         .with_ansi(ac_proto::daemon::log_colours())
         .init();
-    let (worker, shared) = (args.session_worker, args.session_shared);
+    let (worker, shared, fds) = (args.session_worker, args.session_shared, args.session_fds);
     let io_threads = args.io_threads;
     let (config, addr_file) = args.into_config()?;
     if let Some(index) = worker {
-        ac_backend::device::worker::serve::run_worker(&config, index, shared).context("serving a session")?;
+        ac_backend::device::worker::serve::run_worker(&config, index, shared, fds).context("serving a session")?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

@@ -237,6 +237,8 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
         // Virtual memory management (`crate::vmm`): a GPU behind a backend of protocol 14 that
         // serves it (session workers).
         102 => crate::vmm::supported(ordinal as usize).into(),
+        // Its physical memory exported as POSIX descriptors (`crate::vmm::shareable`): protocol 19.
+        103 => crate::vmm::shareable::supported(ordinal as usize).into(),
         115 => 1, // memory pools (`crate::pool`); 119, the handle types they export: none
         // Cluster launch: a GPU of compute capability 9.0 behind a backend of protocol 12.
         120 => (hopper && d.info.compute_capability.is_some() && d.acc.protocol() >= 12).into(),

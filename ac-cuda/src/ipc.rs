@@ -188,11 +188,7 @@ fn open_memory(handle: &Handle) -> CuResult<u64> {
     let handle = MemoryHandle::decode(handle)?;
     handle.maker.check_other()?;
     let shim = state::shim()?;
-    let device = shim.devices.iter().position(|d| d.uuid == handle.uuid).ok_or_else(|| {
-        let uuid = crate::uuid::text(&handle.uuid);
-        let why = format!("the handle's memory is on {uuid}, which this process holds no session on");
-        Error::said(code::INVALID_DEVICE, why)
-    })?;
+    let device = device_of_uuid(&handle.uuid)?;
     let mut opened = opened();
     if let Some(open) = opened.get_mut(&handle.secret) {
         open.count += 1;
@@ -205,6 +201,15 @@ fn open_memory(handle: &Handle) -> CuResult<u64> {
     shim.memory.lock().unwrap_or_else(|p| p.into_inner()).insert((device, address), allocation);
     opened.insert(handle.secret, Open { device, address, count: 1 });
     Ok(address)
+}
+
+/// The device of this process's whose UUID a handle names (one of the job's accelerators).
+pub(crate) fn device_of_uuid(uuid: &[u8; 16]) -> CuResult<usize> {
+    state::shim()?.devices.iter().position(|d| d.uuid == *uuid).ok_or_else(|| {
+        let uuid = crate::uuid::text(uuid);
+        let why = format!("the handle's memory is on {uuid}, which this process holds no session on");
+        Error::said(code::INVALID_DEVICE, why)
+    })
 }
 
 #[no_mangle]

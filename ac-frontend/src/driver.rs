@@ -8,7 +8,8 @@
 //! session's context limits (`cuCtxSetLimit`) need protocol 11; thread block clusters 12,
 //! tensor maps (`cuTensorMapEncodeTiled`) 13, virtual memory management (`cuMemCreate`,
 //! `cuMemMap`: ranges of address space with physical memory mapped into them) 14, and memory
-//! shared between the processes of a job (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`) 18.
+//! shared between the processes of a job (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`) 18, and
+//! physical memory shared so (`cuMemExportToShareableHandle`) 19.
 
 use ac_proto::backend::{
     image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request,
@@ -35,6 +36,8 @@ const TENSOR_MAPS: u16 = 13;
 const VIRTUAL_MEMORY: u16 = 14;
 /// The backend protocol that serves memory shared between sessions.
 const SHARED_MEMORY: u16 = 18;
+/// The backend protocol that serves physical memory shared between sessions.
+const SHARED_PHYSICAL: u16 = 19;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -168,6 +171,30 @@ impl Accelerator {
         self.needs_protocol(VIRTUAL_MEMORY, "physical memory")?;
         match self.call(Request::CreatePhysical { bytes }, Bytes::new()).await? {
             Answer::Response(Response::Physical(id)) => Ok(PhysicalMemory { acc: self.clone(), id, bytes }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Shares `physical`, physical memory this session created, with the job's other processes
+    /// on this accelerator: the secret that imports it there ([`Accelerator::import_physical`]),
+    /// the same each time for the same memory.
+    pub async fn export_physical(&self, physical: &PhysicalMemory) -> Result<[u8; 16]> {
+        self.needs_protocol(SHARED_PHYSICAL, "shared physical memory")?;
+        match self.call(Request::ExportPhysical { physical: physical.id }, Bytes::new()).await? {
+            Answer::Response(Response::Exported(secret)) => Ok(secret),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Imports the physical memory another session of this job on this accelerator shared (its
+    /// [`Accelerator::export_physical`] secret), to map into this session's ranges. Dropping it
+    /// releases it; the memory goes once every process has released and unmapped it.
+    pub async fn import_physical(&self, secret: [u8; 16]) -> Result<PhysicalMemory> {
+        self.needs_protocol(SHARED_PHYSICAL, "shared physical memory")?;
+        match self.call(Request::ImportPhysical { secret }, Bytes::new()).await? {
+            Answer::Response(Response::ImportedPhysical { physical, size }) => {
+                Ok(PhysicalMemory { acc: self.clone(), id: physical, bytes: size })
+            }
             other => Err(unexpected(other)),
         }
     }

@@ -73,6 +73,7 @@ mod kernels;
 mod limits;
 mod memory;
 mod run;
+mod shareable;
 mod space;
 mod state;
 mod streams;
@@ -203,6 +204,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
         75 => state::COMPUTE_CAPABILITY.0 as c_int,       // compute capability major
         76 => state::COMPUTE_CAPABILITY.1 as c_int,       // minor
         97 => state::OPTIN_SHARED as c_int,               // shared memory per block, opted in
+        103 => 1,                                         // POSIX descriptors of physical memory
         _ => 0,                                           // compute mode DEFAULT, and the rest
     };
     code::SUCCESS

@@ -113,6 +113,9 @@ pub struct Physical {
     /// `cuMemRelease` was called: it goes when its last mapping does.
     pub(crate) released: bool,
     pub(crate) mappings: u32,
+    /// Created asking for POSIX descriptors (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`), or
+    /// imported by one: `cuMemExportToShareableHandle` may give one.
+    pub(crate) exportable: bool,
 }
 
 /// A new memory file (`memfd`, closed on `exec`) of `len` zero bytes.

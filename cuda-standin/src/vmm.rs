@@ -48,6 +48,9 @@ pub struct AccessDesc {
 const PINNED: u32 = 1;
 const ON_DEVICE: u32 = 1;
 const PROT_NONE: u32 = 0;
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, a bit of `CUmemAllocationProp::requestedHandleTypes`
+/// (`crate::shareable` exports memory created asking for it).
+pub const POSIX_DESCRIPTOR: u32 = 1;
 
 impl Driver {
     /// Physical memory of `device` that is not gone, bytes.
@@ -162,7 +165,8 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
         }
         let file = stale_file(size).ok_or(code::OUT_OF_MEMORY)?;
         let id = d.handle();
-        d.physical.insert(id, Physical { device, len: size, file, released: false, mappings: 0 });
+        let exportable = prop.handle_types & POSIX_DESCRIPTOR != 0;
+        d.physical.insert(id, Physical { device, len: size, file, released: false, mappings: 0, exportable });
         *handle = id;
         Ok(())
     })

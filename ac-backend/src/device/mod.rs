@@ -330,6 +330,17 @@ pub trait Context: Send + Sync + 'static {
     /// context has run (`cuIpcCloseMemHandle`), before it returns: the exporter may free the
     /// memory right after.
     fn close_opened(&self, _mem: DeviceMem) {}
+    /// The driver's shareable handle of physical memory `handle`, a descriptor in this process,
+    /// by which another process's context imports it (`cuMemExportToShareableHandle`).
+    fn export_physical(&self, _handle: u64) -> DeviceResult<std::os::fd::OwnedFd> {
+        Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN))
+    }
+    /// Imports `size` bytes of another process's physical memory by the descriptor
+    /// [`Context::export_physical`] gave (`cuMemImportFromShareableHandle`): its handle here,
+    /// mapped and released as one [`Context::create_physical`] made.
+    fn import_physical(&self, _shareable: std::os::fd::BorrowedFd<'_>, _size: u64) -> DeviceResult<u64> {
+        Err(WireError::new(ErrorKind::NeedsCuda, NO_PROCESS_OF_ITS_OWN))
+    }
     /// Creates a stream.
     fn create_stream(&self) -> DeviceResult<DeviceStream>;
     /// Destroys a stream.

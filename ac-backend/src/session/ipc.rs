@@ -16,6 +16,11 @@
 //! free before the importers' close undefined), and stays counted against the exporter's quota
 //! alone. A session that opens the same memory twice gets the same allocation under two ids, as
 //! a driver maps a handle once per context.
+//!
+//! Physical memory (protocol 19; `cuMemExportToShareableHandle`) is shared by the same secrets
+//! and checks ([`Session::import_physical`], in `session::vmm`): the importer's context opens
+//! the exporter's by the driver's shareable handle, a descriptor passed between the two session
+//! workers.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -29,12 +34,21 @@ use crate::device::Context;
 #[derive(Debug, Default)]
 pub struct Exports(Mutex<HashMap<[u8; 16], Export>>);
 
-/// One shared allocation: a buffer of a session. Buffer ids are never reused, so a secret never
-/// names memory allocated after its buffer was freed.
+/// One shared piece of memory of a session.
 #[derive(Debug, Clone)]
 struct Export {
     session: Weak<Session>,
-    buffer: BufferId,
+    what: Shared,
+}
+
+/// What a secret shares. Buffer and physical memory ids are never reused, so a secret never
+/// names memory made after what it shared was let go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shared {
+    /// An allocation (protocol 18).
+    Buffer(BufferId),
+    /// Physical memory (protocol 19).
+    Physical(u64),
 }
 
 /// Memory a buffer opened from another session's export: the buffer holds it.
@@ -58,16 +72,16 @@ impl Exports {
         exports
     }
 
-    /// The secret of `session`'s `buffer`: the one it was given before, else a new one.
-    fn secret_of(&self, session: &Arc<Session>, buffer: BufferId) -> [u8; 16] {
+    /// The secret of what `session` shares: the one it was given before, else a new one.
+    pub(super) fn secret_of(&self, session: &Arc<Session>, what: Shared) -> [u8; 16] {
         let mut exports = self.live();
         let mine = Arc::downgrade(session);
-        let known = exports.iter().find(|(_, e)| e.buffer == buffer && e.session.ptr_eq(&mine));
+        let known = exports.iter().find(|(_, e)| e.what == what && e.session.ptr_eq(&mine));
         if let Some((secret, _)) = known {
             return *secret;
         }
         let secret = super::random_token();
-        exports.insert(secret, Export { session: mine, buffer });
+        exports.insert(secret, Export { session: mine, what });
         secret
     }
 
@@ -78,7 +92,7 @@ impl Exports {
 }
 
 /// The refusal of a secret that names no memory shared now.
-fn not_shared() -> WireError {
+pub(super) fn not_shared() -> WireError {
     WireError::new(
         ErrorKind::InvalidBuffer,
         "no memory is shared by that handle on this backend: it was never shared, or it was freed, or the session \
@@ -86,8 +100,16 @@ fn not_shared() -> WireError {
     )
 }
 
+/// The refusal of physical memory's secret where an allocation's was asked for.
+fn not_an_allocation() -> WireError {
+    WireError::new(
+        ErrorKind::InvalidArgument,
+        "that handle shares physical memory (cuMemExportToShareableHandle), which is imported, not opened",
+    )
+}
+
 /// Whether two sessions' contexts are one (the CPU device's, shared by its sessions).
-fn same_context(a: &Arc<dyn Context>, b: &Arc<dyn Context>) -> bool {
+pub(super) fn same_context(a: &Arc<dyn Context>, b: &Arc<dyn Context>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
@@ -103,13 +125,12 @@ impl Session {
                 format!("buffer {} is {what}: only memory this session allocated may be shared", buffer.0),
             ));
         }
-        Ok(self.exports.secret_of(self, buffer))
+        Ok(self.exports.secret_of(self, Shared::Buffer(buffer)))
     }
 
-    /// Opens the memory `secret` shares as a buffer of this session: its id, device address
-    /// and size. Refused unless the exporter is another live session opened with this one's
-    /// capability on this one's device, still holding the memory.
-    pub fn import_memory(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(BufferId, u64, u64), WireError> {
+    /// The session that shared what `secret` names, and what it shared. Refused unless it is
+    /// another live session opened with this one's capability on this one's device.
+    pub(super) fn exporter(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(Arc<Session>, Shared), WireError> {
         let export = self.exports.named(secret).ok_or_else(not_shared)?;
         let exporter = export.session.upgrade().filter(|s| !s.has_ended()).ok_or_else(not_shared)?;
         if Arc::ptr_eq(&exporter, self) {
@@ -125,7 +146,16 @@ impl Session {
                  capability on the same device may open it",
             ));
         }
-        let source = exporter.buffer(export.buffer).map_err(|_| not_shared())?;
+        Ok((exporter, export.what))
+    }
+
+    /// Opens the memory `secret` shares as a buffer of this session: its id, device address
+    /// and size. Refused unless the exporter is another live session opened with this one's
+    /// capability on this one's device, still holding the memory.
+    pub fn import_memory(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(BufferId, u64, u64), WireError> {
+        let (exporter, what) = self.exporter(secret)?;
+        let Shared::Buffer(buffer) = what else { return Err(not_an_allocation()) };
+        let source = exporter.buffer(buffer).map_err(|_| not_shared())?;
         // Opened already: the same memory under another id (a driver maps a handle once per
         // context, and the first close would unmap it under the second).
         if let Some(opened) = self.opened_from(&source) {

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use ac_proto::backend::{BufferId, ErrorKind, WireError};
 use rustc_hash::FxHashMap;
 
+use super::ipc::{self, Shared};
 use super::{Allocation, Session};
 use crate::device::{Context, DeviceMem};
 
@@ -28,20 +29,27 @@ use crate::device::{Context, DeviceMem};
 /// memory, but the address space of a process (which sessions without workers share) is finite.
 pub const MOST_RESERVED: u64 = 1 << 42;
 
-/// Physical device memory of a session (`cuMemCreate`): released when the last of its handle
-/// and its mappings goes.
+/// Physical device memory of a session (`cuMemCreate`, or imported from another session's):
+/// released when the last of its handle and its mappings goes.
 #[derive(Debug)]
 pub struct Physical {
     handle: u64,
     size: u64,
     context: Arc<dyn Context>,
-    held: Arc<AtomicU64>,
+    /// The quota it counts against: its creator's (imported memory counts against the
+    /// exporter's alone, through `source`).
+    held: Option<Arc<AtomicU64>>,
+    /// The exporter's physical memory, for memory imported from another session: kept (and
+    /// counted) until this goes, after its release here.
+    source: Option<Arc<Physical>>,
 }
 
 impl Drop for Physical {
     fn drop(&mut self) {
         self.context.release_physical(self.handle);
-        self.held.fetch_sub(self.size, Ordering::AcqRel);
+        if let Some(held) = &self.held {
+            held.fetch_sub(self.size, Ordering::AcqRel);
+        }
     }
 }
 
@@ -148,10 +156,50 @@ impl Session {
         let handle = self.context.create_physical(bytes).inspect_err(|_| {
             self.held.fetch_sub(bytes, Ordering::AcqRel);
         })?;
-        let physical = Physical { handle, size: bytes, context: self.context.clone(), held: self.held.clone() };
+        let held = Some(self.held.clone());
+        Ok(self.enter_physical(Physical { handle, size: bytes, context: self.context.clone(), held, source: None }))
+    }
+
+    /// Enters `physical` into the session's table under a fresh id.
+    fn enter_physical(&self, physical: Physical) -> u64 {
         let id = self.vmm.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(physical));
-        Ok(id)
+        id
+    }
+
+    /// The session's physical memory `id`.
+    fn physical(&self, id: u64) -> Result<Arc<Physical>, WireError> {
+        let found = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
+        found.ok_or_else(|| unknown_physical(id))
+    }
+
+    /// Shares physical memory `id` with the other sessions of this one's capability on its
+    /// device (`cuMemExportToShareableHandle`): the secret that imports it
+    /// ([`Session::import_physical`]). Memory this session imported is not its to share.
+    pub fn export_physical(self: &Arc<Self>, id: u64) -> Result<[u8; 16], WireError> {
+        if self.physical(id)?.source.is_some() {
+            let why = format!("physical memory {id} was imported from another session: only memory this session created may be shared");
+            return Err(WireError::new(ErrorKind::InvalidBuffer, why));
+        }
+        Ok(self.exports.secret_of(self, Shared::Physical(id)))
+    }
+
+    /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
+    /// its id and size. The exporter's context gives the driver's shareable handle, which this
+    /// one's imports; the exporter's memory is held, and counted against its quota, until the
+    /// import is released and unmapped.
+    pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
+        let (exporter, what) = self.exporter(secret)?;
+        let Shared::Physical(id) = what else {
+            let why = "that handle shares an allocation (cuIpcGetMemHandle), which is opened, not imported";
+            return Err(WireError::new(ErrorKind::InvalidArgument, why));
+        };
+        let source = exporter.physical(id).map_err(|_| ipc::not_shared())?;
+        let shareable = exporter.context.export_physical(source.handle)?;
+        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), source.size)?;
+        let size = source.size;
+        let imported = Physical { handle, size, context: self.context.clone(), held: None, source: Some(source) };
+        Ok((self.enter_physical(imported), size))
     }
 
     /// Lets physical memory go: its memory goes once no mapping holds it (`cuMemRelease`).
@@ -163,8 +211,7 @@ impl Session {
     /// Maps `bytes` of physical memory `id` at `offset` into range `range` (`cuMemMap` and
     /// `cuMemSetAccess` for this device).
     pub fn map_physical(&self, range: BufferId, offset: u64, bytes: u64, id: u64) -> Result<(), WireError> {
-        let physical = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
-        let physical = physical.ok_or_else(|| unknown_physical(id))?;
+        let physical = self.physical(id)?;
         let alloc = self.resolve_pointer(ac_proto::backend::DevicePtr { buffer: range, offset: 0 })?;
         let mappings = &alloc.range.as_ref().ok_or_else(|| not_a_range(range))?.mappings;
         let Some(end) = offset.checked_add(bytes).filter(|&end| bytes > 0 && end <= alloc.size) else {

@@ -106,6 +106,11 @@
 //! the same capability on the same device, answers a buffer over the same memory
 //! ([`Response::Global`]; [`Request::MemFree`] of it closes it). The memory goes when the
 //! exporter has freed it and every importer has closed it.
+//! Protocol 19 adds physical memory shared likewise (virtual memory management's shareable
+//! handles: `cuMemExportToShareableHandle`), appended: [`Request::ExportPhysical`] answers a
+//! secret naming one of the session's physical memories ([`Response::Exported`]), and
+//! [`Request::ImportPhysical`] of it answers physical memory of the importer's over the same
+//! memory ([`Response::ImportedPhysical`]; [`Request::ReleasePhysical`] lets it go).
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -153,7 +158,7 @@ pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 18;
+pub const VERSION: u16 = 19;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -840,6 +845,20 @@ pub enum Request {
         /// The exporter's secret.
         secret: [u8; 16],
     },
+    /// *Protocol 19.* Shares physical memory of the session's ([`Request::CreatePhysical`])
+    /// with the session's other processes: replies [`Response::Exported`], the same secret each
+    /// time for the same physical memory.
+    ExportPhysical {
+        /// The physical memory.
+        physical: u64,
+    },
+    /// *Protocol 19.* Opens physical memory another session of the same capability on the same
+    /// device shared ([`Request::ExportPhysical`]) as physical memory of this one, to map into its
+    /// ranges: replies [`Response::ImportedPhysical`]. [`Request::ReleasePhysical`] lets it go.
+    ImportPhysical {
+        /// The exporter's secret.
+        secret: [u8; 16],
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -955,6 +974,13 @@ pub enum Response {
     Object(u64),
     /// *Protocol 18.* The secret that opens a shared allocation ([`Request::ExportMemory`]).
     Exported([u8; 16]),
+    /// *Protocol 19.* Physical memory opened from another session's ([`Request::ImportPhysical`]).
+    ImportedPhysical {
+        /// Its id in this session.
+        physical: u64,
+        /// Its size in bytes.
+        size: u64,
+    },
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

@@ -125,3 +125,59 @@ async fn two_sessions_share_an_allocation_through_the_sdk_and_an_older_backend_i
     assert!(refused.to_string().contains("needs backend protocol 18"), "{refused}");
     assert_eq!(buffer.to_vec().await.expect("the session goes on"), [0u8; 16]);
 }
+
+/// Physical memory shared between processes of one job by POSIX descriptors
+/// (`tests/cuda/shareable.cu`: `cuMemExportToShareableHandle`, `cuMemImportFromShareableHandle`,
+/// as PyTorch's expandable segments and NCCL share memory): the parent exports physical memory
+/// it mapped; it imports the descriptor itself (the same bytes through a second mapping); a
+/// child it spawns imports it (the parent's properties, the parent's bytes) and writes, and the
+/// parent reads the child's writes through its own mapping; a second child's import keeps the
+/// memory after the parent has unmapped and released all of its own. Memory created without the
+/// descriptor type, and a descriptor that is not a handle, are refused with their reasons. The
+/// backend runs each session in a worker of its own, whose stand-ins pass the driver's
+/// descriptors through the backend; every session and worker ends, and no stand-in saw a call
+/// out of CUDA's contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn processes_of_one_job_share_physical_memory_through_posix_descriptors() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("shareable", dir.path()) else { return };
+    let mut record = standin::WorkerRecord::new();
+    let c = worker_cluster(&record).await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "shareable: 524288 elements",
+        "POSIX descriptor handles: 1",
+        "shareable: exportable memory mapped and written exact",
+        "export without a handle type refused: 1 (CUDA_ERROR_INVALID_VALUE)",
+        "imported in its own process: same bytes exact",
+        "child: properties exact",
+        "child: the parent's bytes exact",
+        "shareable: the child's writes seen exact",
+        "child: memory kept after the parent released it exact",
+        "a foreign descriptor refused: 1 (CUDA_ERROR_INVALID_VALUE)",
+        "shareable: no descriptor left open exact",
+        "shareable: done",
+    ] {
+        assert!(text.contains(line), "missing `{line}`:\n{text}");
+    }
+    for why in [
+        "cuMemExportToShareableHandle: the physical memory was created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+        "cuMemImportFromShareableHandle: descriptor",
+    ] {
+        assert!(text.contains(why), "missing `{why}`:\n{text}");
+    }
+    assert!(!text.contains("not supported") && !text.contains("FAILED"), "{text}");
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
+    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
+    record.assert_none();
+    standin::assert_no_violations();
+}

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -401,26 +402,7 @@ impl Context for CudaContext {
     }
 
     fn global(&self, module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
-        self.enter()?;
-        let raw_module = self
-            .modules
-            .lock()
-            .expect("modules poisoned")
-            .get(&module.0)
-            .ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?
-            .raw;
-        let c_name = CString::new(name)
-            .map_err(|_| WireError::new(ErrorKind::UnknownKernel, "a variable's name cannot contain a NUL byte"))?;
-        let (mut ptr, mut size) = (0, 0);
-        // SAFETY: the module is loaded in this context; valid out-pointers; NUL-terminated name.
-        let code = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut size, raw_module.0, c_name.as_ptr()) };
-        if code == CUresult::CUDA_ERROR_NOT_FOUND {
-            return Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}` in the module")));
-        }
-        self.check("cuModuleGetGlobal", code)?;
-        let region = Region { size: size as u64, module: Some(module.0), reserved: false, opened: false };
-        self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
-        Ok((DeviceMem(ptr), size as u64))
+        self.global_of(module, name)
     }
 
     fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {
@@ -541,6 +523,14 @@ impl Context for CudaContext {
 
     fn close_opened(&self, mem: DeviceMem) {
         self.close_on_gpu(mem);
+    }
+
+    fn export_physical(&self, handle: u64) -> DeviceResult<OwnedFd> {
+        self.export_physical_on_gpu(handle)
+    }
+
+    fn import_physical(&self, shareable: BorrowedFd<'_>, size: u64) -> DeviceResult<u64> {
+        self.import_physical_on_gpu(shareable, size)
     }
 
     fn create_stream(&self) -> DeviceResult<DeviceStream> {

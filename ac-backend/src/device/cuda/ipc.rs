@@ -1,7 +1,12 @@
-//! Memory shared with another session's process (protocol 18; `session::ipc`): the driver's
-//! IPC handles (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`). Only a
-//! session worker's context has a process of its own; contexts sharing the daemon's process
-//! refuse, as the driver refuses a handle in the process that made it.
+//! Memory shared with another session's process (`session::ipc`): allocations by the driver's
+//! IPC handles (protocol 18: `cuIpcGetMemHandle`, `cuIpcOpenMemHandle`, `cuIpcCloseMemHandle`),
+//! physical memory by its shareable handles (protocol 19: `cuMemExportToShareableHandle` and
+//! `cuMemImportFromShareableHandle` of a POSIX descriptor, which the session workers pass
+//! through the backend). Only a session worker's context has a process of its own; contexts
+//! sharing the daemon's process refuse, as the driver refuses a handle in the process that
+//! made it.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use ac_proto::backend::{ErrorKind, WireError};
 use cudarc::driver::sys;
@@ -50,6 +55,35 @@ impl CudaContext {
         let region = Region { size, module: None, reserved: false, opened: true };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
         Ok(DeviceMem(ptr))
+    }
+
+    /// `cuMemExportToShareableHandle` of physical memory as a POSIX descriptor of this process.
+    pub(super) fn export_physical_on_gpu(&self, handle: u64) -> DeviceResult<OwnedFd> {
+        self.own_process(NO_PROCESS_OF_ITS_OWN)?;
+        self.enter()?;
+        let mut fd: std::ffi::c_int = -1;
+        let kind = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // SAFETY: the out-pointer is a C int, as the POSIX descriptor type asks; the handle is
+        // the session's, created with that handle type (`allocation_prop`).
+        let code = unsafe { sys::cuMemExportToShareableHandle((&raw mut fd).cast(), handle, kind, 0) };
+        self.check("cuMemExportToShareableHandle", code)?;
+        // SAFETY: the driver opened it for this call's caller alone.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// `cuMemImportFromShareableHandle` of another process's physical memory of `size` bytes
+    /// by its descriptor: its handle here, released by `release_on_gpu` as one created here.
+    pub(super) fn import_physical_on_gpu(&self, shareable: BorrowedFd<'_>, _size: u64) -> DeviceResult<u64> {
+        self.own_process(NO_PROCESS_OF_ITS_OWN)?;
+        self.enter()?;
+        let mut handle = 0;
+        let kind = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        // The POSIX type takes the descriptor itself, cast to a pointer (cuda.h).
+        let os_handle = shareable.as_raw_fd() as usize as *mut std::ffi::c_void;
+        // SAFETY: valid out-pointer; the descriptor is open for this call and stays the caller's.
+        let code = unsafe { sys::cuMemImportFromShareableHandle(&mut handle, os_handle, kind) };
+        self.check("cuMemImportFromShareableHandle", code)?;
+        Ok(handle)
     }
 
     /// `cuIpcCloseMemHandle` of an opened region after the context's queued work (a kernel

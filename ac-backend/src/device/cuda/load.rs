@@ -1,21 +1,46 @@
 //! Loading a checked module image into a session's context (`cuModuleLoadDataEx`), with the
 //! driver's JIT log on failure.
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CString};
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::sys;
+use ac_proto::backend::{ErrorKind, WireError};
+use cudarc::driver::sys::{self, CUresult};
 
-use super::context::{CudaContext, Module};
+use super::context::{CudaContext, Module, Region};
 use super::driver::Handle;
 use super::image::aligned_copy;
 use super::signature::Signatures;
-use crate::device::{DeviceModule, DeviceResult};
+use crate::device::{DeviceMem, DeviceModule, DeviceResult};
 
 /// Size of the buffer that receives the driver's JIT log when PTX fails to load.
 const JIT_LOG_BYTES: usize = 16 << 10;
 
 impl CudaContext {
+    /// A module's variable `name`: its address and size, recorded as a region of the module's.
+    pub(super) fn global_of(&self, module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
+        self.enter()?;
+        let raw_module = self
+            .modules
+            .lock()
+            .expect("modules poisoned")
+            .get(&module.0)
+            .ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?
+            .raw;
+        let c_name = CString::new(name)
+            .map_err(|_| WireError::new(ErrorKind::UnknownKernel, "a variable's name cannot contain a NUL byte"))?;
+        let (mut ptr, mut size) = (0, 0);
+        // SAFETY: the module is loaded in this context; valid out-pointers; NUL-terminated name.
+        let code = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut size, raw_module.0, c_name.as_ptr()) };
+        if code == CUresult::CUDA_ERROR_NOT_FOUND {
+            return Err(WireError::new(ErrorKind::UnknownKernel, format!("no variable `{name}` in the module")));
+        }
+        self.check("cuModuleGetGlobal", code)?;
+        let region = Region { size: size as u64, module: Some(module.0), reserved: false, opened: false };
+        self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
+        Ok((DeviceMem(ptr), size as u64))
+    }
+
     /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets
     /// an 8-byte-aligned copy: a payload cut out of a network frame may lie at any address,
     /// and the driver reads ELF and fatbin headers in place (nvcc itself embeds fatbins as

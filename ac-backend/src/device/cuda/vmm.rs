@@ -134,13 +134,28 @@ impl CudaContext {
         self.own_process(why)
     }
 
-    /// Pinned memory on this GPU, no handle types to export (its holder is a remote program).
+    /// Pinned memory on this GPU, exportable as a POSIX descriptor where the GPU allows (another
+    /// session worker imports it: `ipc::export_physical_on_gpu`).
     fn allocation_prop(&self) -> sys::CUmemAllocationProp {
         // SAFETY: a plain C struct, for which all zeroes is valid (no handle types, no flags).
         let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
         prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         prop.location.id = self.gpu.device;
+        if self.shareable_as_descriptor() {
+            prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        }
         prop
+    }
+
+    /// Whether the GPU's physical memory may be exported as a POSIX descriptor
+    /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`); where it may not,
+    /// memory is created without, and its export fails with the driver's reason.
+    fn shareable_as_descriptor(&self) -> bool {
+        let mut value = 0;
+        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
+        // SAFETY: valid out-pointer; the GPU's ordinal.
+        let code = unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.gpu.device) };
+        code == sys::CUresult::CUDA_SUCCESS && value == 1
     }
 }

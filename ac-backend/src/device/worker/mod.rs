@@ -54,6 +54,8 @@
 //! out of a shared slot); through the pipes, before the shared region, it was three more
 //! (`BENCHMARKS.md`, "Session workers' copies through shared memory").
 
+mod ending;
+mod fds;
 mod printed;
 pub mod serve;
 pub mod shared;
@@ -64,18 +66,21 @@ pub mod wire;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufReader, BufWriter, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ac_proto::backend::{
     ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
     ModuleSource, Sampler, Telemetry, TensorMapSpec, TextureResource, WireError,
 };
 
+use self::ending::how_it_ended;
+use self::fds::Lane;
 use self::shared::Bays;
 use self::start::{hand_down, spawn, tie_to_this_process, widen_pipe};
 use self::transfer::{WorkerDownload, WorkerUpload};
@@ -156,6 +161,8 @@ pub struct WorkerContext {
     next_id: AtomicU32,
     /// The shared region bulk copies cross (none if it could not be made: the pipes carry them).
     bays: Option<Arc<Bays>>,
+    /// The socket shareable handles' descriptors cross (none if it could not be made).
+    fds: Option<Lane>,
     finishes_in_call: bool,
     /// What `info` answers if the worker cannot.
     last_info: DeviceInfo,
@@ -169,11 +176,23 @@ impl WorkerContext {
         worker.args(&command.args).arg("--session-worker").arg(index.to_string()).envs(command.env.iter().cloned());
         let bays = match Bays::create() {
             Ok(bays) => {
-                hand_down(&mut worker, bays.fd());
+                hand_down(&mut worker, "--session-shared", bays.fd());
                 Some(Arc::new(bays))
             }
             Err(e) => {
                 tracing::warn!("no shared memory for a session worker's copies ({e}): they go through its pipes");
+                None
+            }
+        };
+        let fds = match Lane::pair() {
+            Ok((lane, theirs)) => {
+                hand_down(&mut worker, "--session-fds", theirs.as_raw_fd());
+                Some((lane, theirs))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "no socket for a session worker's shareable handles ({e}): it cannot share physical memory"
+                );
                 None
             }
         };
@@ -211,6 +230,8 @@ impl WorkerContext {
             child,
             next_id: AtomicU32::new(1),
             bays,
+            // The worker's end closes here once the worker has its own.
+            fds: fds.map(|(lane, _theirs)| lane),
             finishes_in_call,
             last_info,
         })
@@ -257,6 +278,12 @@ impl WorkerContext {
         blocking(|| wait(&self.ask(call, payload)?))
     }
 
+    /// The socket for descriptors, or why there is none.
+    fn fds(&self) -> DeviceResult<&Lane> {
+        let why = "this session's worker has no socket for shareable handles (see the backend's log)";
+        self.fds.as_ref().ok_or_else(|| WireError::new(ErrorKind::Device, why))
+    }
+
     /// Sends a call that returns nothing and waits for it.
     fn call_done(&self, call: &Call, payload: &[u8]) -> DeviceResult<()> {
         self.call(call, payload).and_then(|(reply, _)| expect_done(reply))
@@ -276,30 +303,6 @@ impl WorkerContext {
     fn release(&self, call: &Call) {
         blocking(|| {
             let _ = self.send(call, &[], false);
-        });
-    }
-}
-
-impl Drop for WorkerContext {
-    fn drop(&mut self) {
-        // Closing stdin ends the worker; one that does not end (a kernel that never returns)
-        // is killed after the grace period.
-        lock(&self.input).take();
-        let child = self.child.clone();
-        let _ = std::thread::Builder::new().name("ac-worker-reaper".into()).spawn(move || {
-            let deadline = Instant::now() + EXIT_GRACE;
-            while Instant::now() < deadline {
-                if !matches!(lock(&child).try_wait(), Ok(None)) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let mut child = lock(&child);
-            tracing::warn!(
-                pid = child.id(),
-                "a session worker did not exit {EXIT_GRACE:?} after its session ended: killed"
-            );
-            let _ = child.kill();
         });
     }
 }
@@ -339,20 +342,6 @@ fn deliver_replies(
         let _ = tx.send(Err(worker_gone(&why)));
     }
     waiters.ended = Some(why);
-}
-
-/// How the worker ended ("signal: 9 (SIGKILL)", "exit status: 0"), once it has, waiting for it
-/// up to [`EXIT_GRACE`]; polled, so that the lock is free for the reaper in between.
-fn how_it_ended(child: &Mutex<Child>) -> Option<String> {
-    let deadline = Instant::now() + EXIT_GRACE;
-    while Instant::now() < deadline {
-        match lock(child).try_wait() {
-            Ok(Some(status)) => return Some(status.to_string()),
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Some(e.to_string()),
-        }
-    }
-    None
 }
 
 /// Waits for an answer. Its callers already hold [`blocking`] around their writes as well;
@@ -499,6 +488,14 @@ impl Context for WorkerContext {
         // Waited for: the exporter's free, which follows, must find the mapping closed. A
         // worker that is gone has closed it with its process.
         let _ = self.call_done(&Call::CloseOpened { mem }, &[]);
+    }
+
+    fn export_physical(&self, handle: u64) -> DeviceResult<OwnedFd> {
+        self.fds()?.export(|| self.call_done(&Call::ExportPhysical { handle }, &[]))
+    }
+
+    fn import_physical(&self, shareable: BorrowedFd<'_>, size: u64) -> DeviceResult<u64> {
+        self.fds()?.import(shareable, || self.call_handle(&Call::ImportPhysical { size }))
     }
 
     fn map(&self, range: DeviceMem, offset: u64, bytes: u64, handle: u64) -> DeviceResult<()> {

@@ -13,12 +13,14 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::WireError;
 
+use super::fds;
 use super::printed::{self, Printed};
 use super::shared::Region;
 use super::wire::{read_frame, write_frame, Call, Frame, Reply, Shared};
@@ -36,8 +38,11 @@ type Out = Arc<Outbound>;
 /// The worker process's work: opens GPU `index` as `config` says and serves one session's
 /// calls on it, bulk copies through the shared region the backend handed down as descriptor
 /// `shared`, if any. A device that cannot be opened is reported as the first frame.
-pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>) -> io::Result<()> {
+pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>, fds: Option<i32>) -> io::Result<()> {
     let region = shared.map(Region::inherited).transpose()?.map(Arc::new);
+    if let Some(fd) = fds {
+        super::fds::adopt(fd);
+    }
     let failed = |why: String| Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why));
     // Before the driver loads: whatever it prints from now on is kept apart from the replies.
     let (replies, printed) = match printed::redirect_stdout() {
@@ -428,6 +433,12 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         Call::CloseOpened { mem } => {
             context.close_opened(mem);
             Ok(Reply::Done)
+        }
+        Call::ExportPhysical { handle } => {
+            unit(context.export_physical(handle).and_then(|fd| fds::send_to_backend(fd.as_fd())))
+        }
+        Call::ImportPhysical { size } => {
+            handle(fds::receive_from_backend().and_then(|fd| context.import_physical(fd.as_fd(), size)))
         }
         Call::KernelAttributes { kernel } => context.kernel_attributes(&kernel).map(Reply::KernelAttributes),
         Call::SetKernelAttribute { kernel, setting } => unit(context.set_kernel_attribute(&kernel, setting)),

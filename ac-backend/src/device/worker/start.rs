@@ -24,11 +24,11 @@ pub(super) fn widen_pipe(pipe: &impl std::os::fd::AsRawFd) {
 }
 
 /// Opens descriptor `fd` (close-on-exec here) to the worker `command` starts, and tells it
-/// which it is: only that child inherits it.
+/// which it is by `flag`: only that child inherits it.
 #[allow(unsafe_code)]
-pub(super) fn hand_down(command: &mut Command, fd: std::os::fd::RawFd) {
+pub(super) fn hand_down(command: &mut Command, flag: &str, fd: std::os::fd::RawFd) {
     use std::os::unix::process::CommandExt;
-    command.arg("--session-shared").arg(fd.to_string());
+    command.arg(flag).arg(fd.to_string());
     // SAFETY: runs in the child between fork and exec and calls only fcntl, which is
     // async-signal-safe; it changes the child's descriptor table alone.
     unsafe {

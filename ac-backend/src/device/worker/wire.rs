@@ -110,6 +110,10 @@ pub enum Call {
     OpenAllocation { size: u64 },
     /// `close_opened`.
     CloseOpened { mem: DeviceMem },
+    /// `export_physical` (the descriptor goes on the worker's socket, before the reply).
+    ExportPhysical { handle: u64 },
+    /// `import_physical` of `size` bytes (the descriptor came on the socket, before the call).
+    ImportPhysical { size: u64 },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot

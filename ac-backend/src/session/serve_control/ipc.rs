@@ -1,6 +1,6 @@
-//! Memory shared between sessions (protocol 18), kept by [`crate::session::ipc`]. An import
-//! may call two session workers' drivers (the exporter's handle, the importer's open), so it
-//! runs off the control loop.
+//! Memory shared between sessions (protocols 18 and 19), kept by [`crate::session::ipc`]. An
+//! import may call two session workers' drivers (the exporter's handle, the importer's open),
+//! so it runs off the control loop.
 
 use ac_proto::backend::{BufferId, Response};
 
@@ -15,6 +15,18 @@ impl Control {
         let session = self.session.clone();
         match blocking(move || session.import_memory(&secret)).await {
             Ok((buffer, address, size)) => Response::Global { buffer, address, size },
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    pub(super) fn export_physical(&mut self, physical: u64) -> Response {
+        self.session.export_physical(physical).map_or_else(Response::Error, Response::Exported)
+    }
+
+    pub(super) async fn import_physical(&mut self, secret: [u8; 16]) -> Response {
+        let session = self.session.clone();
+        match blocking(move || session.import_physical(&secret)).await {
+            Ok((physical, size)) => Response::ImportedPhysical { physical, size },
             Err(e) => Response::Error(e),
         }
     }

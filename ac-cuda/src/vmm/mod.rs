@@ -11,10 +11,12 @@
 //! properties, how many references `cuMemRetainAllocationHandle` added). What is kept here:
 //! each range's mappings, for `cuMemUnmap`'s and `cuMemSetAccess`'s checks and `cuMemGetAccess`.
 //!
-//! Not served: handles shared with other processes (`cuMemExportToShareableHandle`: the memory
-//! is on another machine), access from another device of the program (a GPU behind another
+//! Physical memory is shared with the job's other processes by POSIX descriptors
+//! ([`shareable`]). Not served: access from another device of the program (a GPU behind another
 //! backend cannot reach this one's memory), sparse arrays (`cuMemMapArrayAsync`). The backend
 //! maps memory readable and writable at once; `cuMemSetAccess` is checked and recorded here.
+
+pub mod shareable;
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -305,15 +307,20 @@ pub extern "C" fn cuMemRelease(handle: u64) -> u32 {
 pub unsafe extern "C" fn cuMemRetainAllocationHandle(handle: *mut u64, address: *mut c_void) -> u32 {
     guard("cuMemRetainAllocationHandle", || {
         let address = address as u64;
-        let physical = mapping_at(address)?.physical;
-        let mut references = physical.references.lock().unwrap_or_else(|p| p.into_inner());
-        // A handle released since lives on in its mappings: retaining it makes it a handle again.
-        if *references == 0 {
-            VMM.physical.reinsert(physical.clone());
-        }
-        *references += 1;
-        put(handle, Registry::handle_of(&physical) as u64)
+        put(handle, retain(&mapping_at(address)?.physical))
     })
+}
+
+/// One more reference to `physical`'s handle (`cuMemRetainAllocationHandle`, an import in the
+/// process that exported it): the handle.
+fn retain(physical: &Arc<Physical>) -> u64 {
+    let mut references = physical.references.lock().unwrap_or_else(|p| p.into_inner());
+    // A handle released since lives on in its mappings: retaining it makes it a handle again.
+    if *references == 0 {
+        VMM.physical.reinsert(physical.clone());
+    }
+    *references += 1;
+    Registry::handle_of(physical) as u64
 }
 
 #[no_mangle]
