@@ -39,11 +39,24 @@ def child(inbox, outbox, done):
     sys.exit(1 if framework_check.failures else 0)
 
 
+def in_expandable_segment(tensor):
+    """Whether the caching allocator placed `tensor` in an expandable segment (virtual memory
+    management), as its memory snapshot says."""
+    at = tensor.data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        if segment["address"] <= at < segment["address"] + segment["total_size"]:
+            return segment.get("is_expandable", False)
+    return False
+
+
 def main():
     print(f"devices {torch.cuda.device_count()}: {torch.cuda.get_device_name(0)}", flush=True)
     context = mp.get_context("spawn")
     inbox, outbox, done = context.Queue(), context.Queue(), context.Queue()
     shared = base.to("cuda")
+    if "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        expandable = lambda: torch.tensor([float(in_expandable_segment(shared))])  # noqa: E731
+        check("tensor lies in an expandable segment", expandable, lambda: torch.tensor([1.0]), 0)
     worker = context.Process(target=child, args=(inbox, outbox, done))
     worker.start()
     inbox.put(shared)

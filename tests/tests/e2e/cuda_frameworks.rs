@@ -256,6 +256,27 @@ async fn pytorch_processes_of_one_job_share_cuda_tensors() {
     assert!(text.contains("child exited with 0"), "{text}");
 }
 
+/// The same with PyTorch's expandable segments (`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`):
+/// the tensors lie in segments of virtual memory management, which `torch.multiprocessing`
+/// shares by POSIX descriptors (`cuMemExportToShareableHandle`; the child takes the parent's
+/// descriptor with `pidfd_getfd`) and the receiver imports and maps into a range of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn pytorch_processes_share_tensors_of_expandable_segments() {
+    let checks = [
+        "tensor lies in an expandable segment",
+        "child reads the parent's tensor",
+        "child multiplies it",
+        "parent sees the child's writes",
+        "parent reads the child's product",
+    ];
+    let env = [("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")];
+    let text = run_framework_script_on(Sessions::WorkersOfOneJob, "torch_ipc.py", true, &env, &checks).await;
+    if text.is_empty() {
+        return; // no frameworks (skipped as the others are)
+    }
+    assert!(text.contains("child exited with 0"), "{text}");
+}
+
 /// CuPy, unmodified (14.2 for CUDA 13, pinned), through the shim found by `LD_LIBRARY_PATH`
 /// alone: its products, its cuBLAS level 1 and 2 calls (results in device memory; real and
 /// complex), its triangular solves (`cupyx.scipy.linalg.solve_triangular`) and FFTs run
