@@ -58,7 +58,8 @@ pub unsafe extern "C" fn cuMemImportFromShareableHandle(handle: *mut u64, os_han
         };
         let device = device_of(d, context)?;
         let id = d.handle();
-        d.physical.insert(id, Physical { device, len, file, released: false, mappings: 0, exportable: true });
+        let physical = Physical { device, len, file, released: false, mappings: 0, exportable: true, imported: true };
+        d.physical.insert(id, physical);
         *handle = id;
         Ok(())
     })

@@ -116,6 +116,9 @@ pub struct Physical {
     /// Created asking for POSIX descriptors (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`), or
     /// imported by one: `cuMemExportToShareableHandle` may give one.
     pub(crate) exportable: bool,
+    /// Imported from another process's (`cuMemImportFromShareableHandle`): its memory is the
+    /// exporter's, not counted again here.
+    pub(crate) imported: bool,
 }
 
 /// A new memory file (`memfd`, closed on `exec`) of `len` zero bytes.

@@ -55,7 +55,8 @@ pub const POSIX_DESCRIPTOR: u32 = 1;
 impl Driver {
     /// Physical memory of `device` that is not gone, bytes.
     pub fn physical_used(&self, device: i32) -> u64 {
-        self.physical.values().filter(|p| p.device == device).map(|p| p.len as u64).sum()
+        // Imported memory is its exporter's, counted there.
+        self.physical.values().filter(|p| p.device == device && !p.imported).map(|p| p.len as u64).sum()
     }
 
     /// The range of `context` holding `[address, address + len)`: its start and the space.
@@ -166,7 +167,8 @@ pub unsafe extern "C" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const
         let file = stale_file(size).ok_or(code::OUT_OF_MEMORY)?;
         let id = d.handle();
         let exportable = prop.handle_types & POSIX_DESCRIPTOR != 0;
-        d.physical.insert(id, Physical { device, len: size, file, released: false, mappings: 0, exportable });
+        let physical = Physical { device, len: size, file, released: false, mappings: 0, exportable, imported: false };
+        d.physical.insert(id, physical);
         *handle = id;
         Ok(())
     })

@@ -14,9 +14,10 @@
 //   descriptors requested), maps it, reads 3i, writes 3i + 1 and says `ready`; the parent reads
 //   the child's writes through its own mapping, then gives the go-ahead (the child unmaps,
 //   releases and frees its range);
-// - `kept`: a child imports a second descriptor and says `ready`; the parent unmaps, releases
-//   and frees everything of its own; after the go-ahead the child maps the memory and still
-//   reads 3i + 1 (the memory lives while a handle of any process does, natively too);
+// - `kept`: the parent exports a second descriptor and releases its handle (its mapping holds
+//   the memory); a child imports the descriptor and says `ready`; the parent unmaps and frees
+//   everything of its own; after the go-ahead the child maps the memory and still reads 3i + 1
+//   (the memory lives while a handle or mapping of any process does, natively too);
 // - a descriptor that is no shareable handle (/dev/null) is refused;
 // - every descriptor closed, the parent holds none it did not hold before it began (but for
 //   sockets: the connections a driver opens, as the shim's bulk-copy lanes).
@@ -394,13 +395,14 @@ static int parent(const char* self, bool native) {
     report(holds_pattern(at, 1, "parent"), "shareable: the child's writes seen");
     go_and_wait(r, "reader");
 
-    // A child holds an imported handle while this process lets go of everything of its own.
+    // A child holds an imported handle while this process lets go of everything of its own. The
+    // handle is released before the child imports: the mapping holds the memory meanwhile.
     int fd2 = export_fd(h);
+    CU(p_cuMemRelease(h));
     Handshake k = spawn_child(self, "kept", fd2);
     close(fd2);
     await_ready(k, "kept");
     unmap_range(at);
-    CU(p_cuMemRelease(h));
     go_and_wait(k, "kept");
 
     // A descriptor that is no shareable handle.

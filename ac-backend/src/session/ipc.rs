@@ -30,7 +30,7 @@ use ac_proto::backend::{BufferId, ErrorKind, WireError};
 use super::{Allocation, Session};
 use crate::device::Context;
 
-/// The backend's shared allocations, by secret.
+/// The backend's shared memory, by secret.
 #[derive(Debug, Default)]
 pub struct Exports(Mutex<HashMap<[u8; 16], Export>>);
 
@@ -41,14 +41,25 @@ struct Export {
     what: Shared,
 }
 
-/// What a secret shares. Buffer and physical memory ids are never reused, so a secret never
-/// names memory made after what it shared was let go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a secret shares. Buffer ids are never reused, so a secret never names memory
+/// allocated after its buffer was freed.
+#[derive(Debug, Clone)]
 pub(super) enum Shared {
     /// An allocation (protocol 18).
     Buffer(BufferId),
-    /// Physical memory (protocol 19).
-    Physical(u64),
+    /// Physical memory (protocol 19), while it lives: after its release, while mapped.
+    Physical(Weak<super::vmm::Physical>),
+}
+
+impl Shared {
+    /// Whether the two share the same memory.
+    fn same(&self, other: &Shared) -> bool {
+        match (self, other) {
+            (Shared::Buffer(a), Shared::Buffer(b)) => a == b,
+            (Shared::Physical(a), Shared::Physical(b)) => a.ptr_eq(b),
+            _ => false,
+        }
+    }
 }
 
 /// Memory a buffer opened from another session's export: the buffer holds it.
@@ -76,7 +87,7 @@ impl Exports {
     pub(super) fn secret_of(&self, session: &Arc<Session>, what: Shared) -> [u8; 16] {
         let mut exports = self.live();
         let mine = Arc::downgrade(session);
-        let known = exports.iter().find(|(_, e)| e.what == what && e.session.ptr_eq(&mine));
+        let known = exports.iter().find(|(_, e)| e.what.same(&what) && e.session.ptr_eq(&mine));
         if let Some((secret, _)) = known {
             return *secret;
         }
@@ -97,6 +108,14 @@ pub(super) fn not_shared() -> WireError {
         ErrorKind::InvalidBuffer,
         "no memory is shared by that handle on this backend: it was never shared, or it was freed, or the session \
          that shared it ended",
+    )
+}
+
+/// The refusal of an allocation's secret where physical memory's was asked for.
+pub(super) fn not_physical() -> WireError {
+    WireError::new(
+        ErrorKind::InvalidArgument,
+        "that handle shares an allocation (cuIpcGetMemHandle), which is opened, not imported",
     )
 }
 

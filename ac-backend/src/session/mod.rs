@@ -122,7 +122,7 @@ pub struct Session {
     vmm: vmm::Table,
     /// Its CUDA arrays and texture and surface objects (protocol 16).
     arrays: arrays::Table,
-    /// The backend's allocations shared between sessions (protocol 18).
+    /// The backend's memory shared between sessions (protocols 18 and 19).
     exports: Arc<ipc::Exports>,
 }
 

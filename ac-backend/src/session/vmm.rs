@@ -12,7 +12,9 @@
 //! of its process).
 //!
 //! Physical memory counts against the session's quota from its creation until it is both
-//! released and unmapped (a mapping holds it), as CUDA keeps it.
+//! released and unmapped (a mapping holds it), as CUDA keeps it, and until every session that
+//! imported it (protocol 19, [`Session::import_physical`]) has let it go too: its [`Charge`] is
+//! shared by its imports.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,20 +38,30 @@ pub struct Physical {
     handle: u64,
     size: u64,
     context: Arc<dyn Context>,
-    /// The quota it counts against: its creator's (imported memory counts against the
-    /// exporter's alone, through `source`).
-    held: Option<Arc<AtomicU64>>,
-    /// The exporter's physical memory, for memory imported from another session: kept (and
-    /// counted) until this goes, after its release here.
-    source: Option<Arc<Physical>>,
+    /// The bytes counted against its creator's quota, shared by every import of it.
+    charge: Arc<Charge>,
+    /// Imported from another session's (and so not this one's to share again).
+    imported: bool,
 }
 
 impl Drop for Physical {
     fn drop(&mut self) {
         self.context.release_physical(self.handle);
-        if let Some(held) = &self.held {
-            held.fetch_sub(self.size, Ordering::AcqRel);
-        }
+    }
+}
+
+/// Physical memory's bytes counted against its creator's quota: they leave it when the last
+/// holder goes, the creator's [`Physical`] or an import of it (whose driver keeps the memory
+/// on the GPU by itself: an importer does not keep the creator's session or worker alive).
+#[derive(Debug)]
+struct Charge {
+    held: Arc<AtomicU64>,
+    size: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.size, Ordering::AcqRel);
     }
 }
 
@@ -156,14 +168,15 @@ impl Session {
         let handle = self.context.create_physical(bytes).inspect_err(|_| {
             self.held.fetch_sub(bytes, Ordering::AcqRel);
         })?;
-        let held = Some(self.held.clone());
-        Ok(self.enter_physical(Physical { handle, size: bytes, context: self.context.clone(), held, source: None }))
+        let charge = Arc::new(Charge { held: self.held.clone(), size: bytes });
+        let physical = Physical { handle, size: bytes, context: self.context.clone(), charge, imported: false };
+        Ok(self.enter_physical(Arc::new(physical)))
     }
 
     /// Enters `physical` into the session's table under a fresh id.
-    fn enter_physical(&self, physical: Physical) -> u64 {
+    fn enter_physical(&self, physical: Arc<Physical>) -> u64 {
         let id = self.vmm.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(physical));
+        self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).insert(id, physical);
         id
     }
 
@@ -175,31 +188,43 @@ impl Session {
 
     /// Shares physical memory `id` with the other sessions of this one's capability on its
     /// device (`cuMemExportToShareableHandle`): the secret that imports it
-    /// ([`Session::import_physical`]). Memory this session imported is not its to share.
+    /// ([`Session::import_physical`]) while it lives (a mapping holds it after its release).
+    /// The driver is asked to export it, so that a GPU that cannot refuses here, not in the
+    /// importer. Memory this session imported is not its to share.
     pub fn export_physical(self: &Arc<Self>, id: u64) -> Result<[u8; 16], WireError> {
-        if self.physical(id)?.source.is_some() {
+        let physical = self.physical(id)?;
+        if physical.imported {
             let why = format!("physical memory {id} was imported from another session: only memory this session created may be shared");
             return Err(WireError::new(ErrorKind::InvalidBuffer, why));
         }
-        Ok(self.exports.secret_of(self, Shared::Physical(id)))
+        drop(self.context.export_physical(physical.handle)?);
+        Ok(self.exports.secret_of(self, Shared::Physical(Arc::downgrade(&physical))))
     }
 
     /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
     /// its id and size. The exporter's context gives the driver's shareable handle, which this
-    /// one's imports; the exporter's memory is held, and counted against its quota, until the
-    /// import is released and unmapped.
+    /// one's imports; the memory stays counted against the exporter's quota until the import is
+    /// released and unmapped. Imported twice, it is one import under two ids (one driver
+    /// handle), as protocol 18 opens memory once a session.
     pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
-        let (exporter, what) = self.exporter(secret)?;
-        let Shared::Physical(id) = what else {
-            let why = "that handle shares an allocation (cuIpcGetMemHandle), which is opened, not imported";
-            return Err(WireError::new(ErrorKind::InvalidArgument, why));
-        };
-        let source = exporter.physical(id).map_err(|_| ipc::not_shared())?;
-        let shareable = exporter.context.export_physical(source.handle)?;
-        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), source.size)?;
+        let (_, what) = self.exporter(secret)?;
+        let Shared::Physical(source) = what else { return Err(ipc::not_physical()) };
+        let source = source.upgrade().ok_or_else(ipc::not_shared)?;
         let size = source.size;
-        let imported = Physical { handle, size, context: self.context.clone(), held: None, source: Some(source) };
-        Ok((self.enter_physical(imported), size))
+        if let Some(imported) = self.imported_from(&source) {
+            return Ok((self.enter_physical(imported), size));
+        }
+        let shareable = source.context.export_physical(source.handle)?;
+        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), size)?;
+        let charge = source.charge.clone();
+        let imported = Physical { handle, size, context: self.context.clone(), charge, imported: true };
+        Ok((self.enter_physical(Arc::new(imported)), size))
+    }
+
+    /// This session's import of `source`, if it has one.
+    fn imported_from(&self, source: &Physical) -> Option<Arc<Physical>> {
+        let physical = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner());
+        physical.values().find(|p| p.imported && Arc::ptr_eq(&p.charge, &source.charge)).cloned()
     }
 
     /// Lets physical memory go: its memory goes once no mapping holds it (`cuMemRelease`).

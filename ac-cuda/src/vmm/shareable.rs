@@ -10,7 +10,9 @@
 //! descriptor that reaches another job imports nothing. An import is physical memory of the
 //! importer's, mapped and released as any; the memory goes once every process has released
 //! and unmapped it. In the process that exported it, an import is one more reference to the
-//! same handle, as `cuMemRetainAllocationHandle` takes.
+//! same handle, as `cuMemRetainAllocationHandle` takes. Unlike the driver's, the descriptor
+//! holds nothing: an import after the exporter has released and unmapped all of its own (no
+//! other process holding an import) finds nothing, and is refused.
 //!
 //! Not served: the other handle types (a fabric handle names memory on an NVLink fabric that a
 //! remote GPU is not on; Windows' handles).
@@ -150,6 +152,9 @@ fn handle_file(handle: &Shareable) -> CuResult<OwnedFd> {
 pub unsafe extern "C" fn cuMemImportFromShareableHandle(handle: *mut u64, os_handle: *mut c_void, kind: u32) -> u32 {
     guard("cuMemImportFromShareableHandle", || {
         check_type(kind)?;
+        if handle.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE)); // before a reference is taken
+        }
         // The descriptor type passes the descriptor itself as the pointer (cuda.h).
         let shareable = read_handle(os_handle as usize as i32)?;
         if let Some(physical) = exported().get(&shareable.secret).and_then(Weak::upgrade) {

@@ -97,7 +97,8 @@ async fn ipc_handles_are_refused_with_a_reason_where_sessions_share_a_process() 
 /// Through the SDK (`Accelerator::export_memory`, `import_memory`), two sessions of one backend
 /// share an allocation over the wire: on the CPU device the second session's buffer is the same
 /// memory at the same address, each sees the other's writes, and it outlives the owner's free.
-/// A backend of protocol 17 is not asked: the SDK refuses by name, and the session goes on.
+/// A backend of protocol 17 is not asked: the SDK refuses by name, and the session goes on; nor
+/// is one of protocol 18 for physical memory (protocol 19).
 #[tokio::test(flavor = "multi_thread")]
 async fn two_sessions_share_an_allocation_through_the_sdk_and_an_older_backend_is_not_asked() {
     let backend = TestBackend::start(64).await;
@@ -124,6 +125,14 @@ async fn two_sessions_share_an_allocation_through_the_sdk_and_an_older_backend_i
     let refused = acc.import_memory([1; 16]).await.expect_err("protocol 17 opens nothing");
     assert!(refused.to_string().contains("needs backend protocol 18"), "{refused}");
     assert_eq!(buffer.to_vec().await.expect("the session goes on"), [0u8; 16]);
+
+    // Physical memory (protocol 19) likewise: a backend of 18 is not asked.
+    let older = TestBackend::start_with(|c| c.only_protocol = Some(18)).await;
+    let acc = older.connect().await;
+    let refused = acc.import_physical([1; 16]).await.expect_err("protocol 18 imports no physical memory");
+    assert!(refused.to_string().contains("needs backend protocol 19"), "{refused}");
+    let (buffer, _) = acc.alloc_addressed(16).await.expect("the session goes on");
+    assert_eq!(buffer.to_vec().await.expect("and copies"), [0u8; 16]);
 }
 
 /// Physical memory shared between processes of one job by POSIX descriptors

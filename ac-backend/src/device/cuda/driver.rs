@@ -173,6 +173,14 @@ pub struct Properties {
     pub compute_mode: ComputeMode,
 }
 
+/// One of `device`'s attributes (`cuDeviceGetAttribute`).
+pub fn attribute(device: sys::CUdevice, attribute: sys::CUdevice_attribute) -> DeviceResult<i32> {
+    let mut value = 0;
+    // SAFETY: `value` is a valid out-pointer; the driver checks the device.
+    check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) })?;
+    Ok(value)
+}
+
 /// Reads a device's properties.
 pub fn properties(device: sys::CUdevice) -> DeviceResult<Properties> {
     let mut name = [0 as c_char; 256];
@@ -180,12 +188,7 @@ pub fn properties(device: sys::CUdevice) -> DeviceResult<Properties> {
     check("cuDeviceGetName", unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device) })?;
     // SAFETY: NUL-terminated by the driver, inside the buffer.
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let attribute = |attribute| {
-        let mut value = 0;
-        // SAFETY: `value` is a valid out-pointer.
-        check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) })
-            .map(|()| value as u32)
-    };
+    let attribute = |which| attribute(device, which).map(|value| value as u32);
     let major = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let mut total = 0usize;

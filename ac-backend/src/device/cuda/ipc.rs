@@ -3,8 +3,8 @@
 //! physical memory by its shareable handles (protocol 19: `cuMemExportToShareableHandle` and
 //! `cuMemImportFromShareableHandle` of a POSIX descriptor, which the session workers pass
 //! through the backend). Only a session worker's context has a process of its own; contexts
-//! sharing the daemon's process refuse, as the driver refuses a handle in the process that
-//! made it.
+//! sharing the daemon's process refuse (the driver refuses an IPC handle in the process that
+//! made it, and a mapping there is every session's context's to reach).
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 

@@ -35,12 +35,7 @@ pub(super) fn set(device: sys::CUdevice, limit: ContextLimit, value: u64) -> Dev
 
 /// The threads `device` holds at once: a stack each.
 fn resident_threads(device: sys::CUdevice) -> DeviceResult<u64> {
-    let attribute = |attribute| {
-        let mut value = 0;
-        // SAFETY: a device of the driver and a valid out-pointer.
-        driver::check("cuDeviceGetAttribute", unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) })?;
-        Ok::<_, WireError>(u64::try_from(value).unwrap_or(0))
-    };
+    let attribute = |which| driver::attribute(device, which).map(|value| u64::try_from(value).unwrap_or(0));
     let multiprocessors = attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok(multiprocessors * attribute(DeviceAttribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?)
 }

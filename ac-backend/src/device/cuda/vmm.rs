@@ -150,12 +150,10 @@ impl CudaContext {
 
     /// Whether the GPU's physical memory may be exported as a POSIX descriptor
     /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`); where it may not,
-    /// memory is created without, and its export fails with the driver's reason.
+    /// memory is created without, and its export (`session::vmm`'s, which asks the driver at
+    /// once) fails with the driver's reason.
     fn shareable_as_descriptor(&self) -> bool {
-        let mut value = 0;
         let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;
-        // SAFETY: valid out-pointer; the GPU's ordinal.
-        let code = unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.gpu.device) };
-        code == sys::CUresult::CUDA_SUCCESS && value == 1
+        driver::attribute(self.gpu.device, attribute).is_ok_and(|value| value == 1)
     }
 }

@@ -41,7 +41,7 @@ type Out = Arc<Outbound>;
 pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>, fds: Option<i32>) -> io::Result<()> {
     let region = shared.map(Region::inherited).transpose()?.map(Arc::new);
     if let Some(fd) = fds {
-        super::fds::adopt(fd);
+        super::fds::adopt(fd)?;
     }
     let failed = |why: String| Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why));
     // Before the driver loads: whatever it prints from now on is kept apart from the replies.
