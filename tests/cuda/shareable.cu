@@ -25,27 +25,19 @@
 // `shareable --native` (NVIDIA's own driver) leaves the driver's own descriptors (/dev/nvidia*)
 // out of the last check: the driver may open them when first asked for memory.
 // The driver's calls are taken as vmm.cu takes them (cudaGetDriverEntryPointByVersion): no
-// -lcuda. The handshake and the spawning are ipc.cu's.
+// -lcuda. The handshake and the spawning are children.h's (ipc.cu's too).
 // Usage: shareable [--native] | shareable reader <fd> | shareable kept <fd>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <dirent.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "check.h"
-
-extern char** environ;
+#include "children.h"
 
 static const CUmemAllocationHandleType FD = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 
@@ -187,49 +179,6 @@ static std::vector<int> open_fds() {
     return fds;
 }
 
-// ---- ipc.cu's spawning and handshake: a child's stdin is the go-ahead, its fd 3 `ready`. ----
-
-// A pipe whose ends are close-on-exec and above fd 9 (a dup2 onto 0 or 3 is never a no-op).
-static void pipe_above_9(int fds[2]) {
-    int raw[2];
-    if (pipe2(raw, O_CLOEXEC) != 0) { perror("pipe2"); exit(1); }
-    for (int i = 0; i < 2; i++) {
-        fds[i] = fcntl(raw[i], F_DUPFD_CLOEXEC, 10);
-        if (fds[i] < 0) { perror("fcntl"); exit(1); }
-        close(raw[i]);
-    }
-}
-
-// Waits for the `what` child (at most two minutes; killed after that) and requires exit 0.
-static void wait_for(pid_t pid, const char* what) {
-    int status = 0;
-    pid_t done = 0;
-    for (int tries = 0; tries < 12000 && done == 0; tries++) {
-        done = waitpid(pid, &status, WNOHANG);
-        if (done == 0) usleep(10000);
-    }
-    if (done == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        printf("FAILED: the %s child hung; killed\n", what);
-        exit(1);
-    }
-    if (done < 0) {
-        printf("FAILED: waitpid for the %s child: %s\n", what, strerror(errno));
-        exit(1);
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (WIFSIGNALED(status)) printf("FAILED: the %s child died of signal %d\n", what, WTERMSIG(status));
-        else printf("FAILED: the %s child exited with %d\n", what, WEXITSTATUS(status));
-        exit(1);
-    }
-}
-
-struct Handshake {
-    pid_t pid;
-    int go, ready;
-};
-
 // This program again as the `what` child of descriptor `fd`: a copy of it above 9 without
 // close-on-exec (so that the child inherits it, and a dup2 onto 0 or 3 never replaces it), its
 // number on the command line; the copy is closed here once the child has it.
@@ -238,73 +187,9 @@ static Handshake spawn_child(const char* self, const char* what, int fd) {
     if (passed < 0) { perror("fcntl"); exit(1); }
     char number[16];
     snprintf(number, sizeof number, "%d", passed);
-    int go[2], ready[2];
-    pipe_above_9(go);
-    pipe_above_9(ready);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, go[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, ready[1], 3);
-    fflush(stdout);
-    fflush(stderr);
-    char* argv[] = {(char*)self, (char*)what, number, nullptr};
-    pid_t pid = 0;
-    int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) {
-        printf("FAILED: posix_spawn of the %s child: %s\n", what, strerror(rc));
-        exit(1);
-    }
+    Handshake h = spawn_with_handshake(self, {what, number});
     close(passed);
-    close(go[0]);
-    close(ready[1]);
-    return Handshake{pid, go[1], ready[0]};
-}
-
-// Waits until the child says `ready` (exits 1, the child reaped, if it ended first).
-static void await_ready(Handshake& h, const char* what) {
-    char line[16] = {0};
-    size_t len = 0;
-    while (len < sizeof line - 1) {
-        ssize_t got = read(h.ready, line + len, 1);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0 || line[len] == '\n') break;
-        len++;
-    }
-    line[len] = '\0';
-    close(h.ready);
-    if (strcmp(line, "ready") != 0) {
-        printf("FAILED: the %s child did not say `ready`\n", what);
-        close(h.go);
-        wait_for(h.pid, what);
-        exit(1);
-    }
-}
-
-// Gives the child its go-ahead and waits for it to exit 0.
-static void go_and_wait(Handshake& h, const char* what) {
-    void (*previous)(int) = signal(SIGPIPE, SIG_IGN);  // a dead child fails the wait instead
-    char byte = 'g';
-    ssize_t wrote = write(h.go, &byte, 1);
-    signal(SIGPIPE, previous);
-    close(h.go);
-    if (wrote != 1) printf("writing the go-ahead: %s\n", strerror(errno));
-    wait_for(h.pid, what);
-}
-
-// In a child: says `ready` on fd 3, then waits for the parent's go-ahead on stdin.
-static bool ready_and_go() {
-    if (write(3, "ready\n", 6) != 6) {
-        printf("FAILED: writing `ready` on fd 3: %s\n", strerror(errno));
-        return false;
-    }
-    close(3);
-    char byte;
-    ssize_t got;
-    do got = read(0, &byte, 1);
-    while (got < 0 && errno == EINTR);
-    if (got != 1) printf("FAILED: the parent's go-ahead never came (read %zd)\n", got);
-    return got == 1;
+    return h;
 }
 
 // ---- The children. ----
@@ -391,7 +276,7 @@ static int parent(const char* self, bool native) {
 
     // A child reads the bytes and writes 3i + 1, seen here through this process's mapping.
     Handshake r = spawn_child(self, "reader", fd);
-    await_ready(r, "reader");
+    if (!await_ready(r, "reader")) return 1;
     report(holds_pattern(at, 1, "parent"), "shareable: the child's writes seen");
     go_and_wait(r, "reader");
 
@@ -401,7 +286,7 @@ static int parent(const char* self, bool native) {
     CU(p_cuMemRelease(h));
     Handshake k = spawn_child(self, "kept", fd2);
     close(fd2);
-    await_ready(k, "kept");
+    if (!await_ready(k, "kept")) return 1;
     unmap_range(at);
     go_and_wait(k, "kept");
 

@@ -18,15 +18,17 @@
 //! a driver maps a handle once per context.
 //!
 //! Physical memory (protocol 19; `cuMemExportToShareableHandle`) is shared by the same secrets
-//! and checks ([`Session::import_physical`], in `session::vmm`): the importer's context opens
-//! the exporter's by the driver's shareable handle, a descriptor passed between the two session
-//! workers.
+//! and checks ([`Session::export_physical`], [`Session::import_physical`]): the importer's
+//! context imports the exporter's by the driver's shareable handle, a descriptor passed between
+//! the two session workers, and its `Physical` shares the exporter's charge against its quota
+//! (`session::vmm`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use ac_proto::backend::{BufferId, ErrorKind, WireError};
 
+use super::vmm::Physical;
 use super::{Allocation, Session};
 use crate::device::Context;
 
@@ -48,7 +50,7 @@ pub(super) enum Shared {
     /// An allocation (protocol 18).
     Buffer(BufferId),
     /// Physical memory (protocol 19), while it lives: after its release, while mapped.
-    Physical(Weak<super::vmm::Physical>),
+    Physical(Weak<Physical>),
 }
 
 impl Shared {
@@ -191,6 +193,41 @@ impl Session {
         let opened = Some(Opened { source, by_driver });
         let id = self.insert(Allocation { mem, size, context: self.context.clone(), held: None, range: None, opened });
         Ok((id, mem.0, size))
+    }
+
+    /// Shares physical memory `id` with the other sessions of this one's capability on its
+    /// device (`cuMemExportToShareableHandle`): the secret that imports it
+    /// ([`Session::import_physical`]) while it lives (a mapping holds it after its release).
+    /// The driver is asked to export it, so that a GPU that cannot refuses here, not in the
+    /// importer. Memory this session imported is not its to share.
+    pub fn export_physical(self: &Arc<Self>, id: u64) -> Result<[u8; 16], WireError> {
+        let physical = self.physical(id)?;
+        if physical.imported {
+            let why = format!("physical memory {id} was imported from another session: only memory this session created may be shared");
+            return Err(WireError::new(ErrorKind::InvalidBuffer, why));
+        }
+        drop(self.context.export_physical(physical.handle)?);
+        Ok(self.exports.secret_of(self, Shared::Physical(Arc::downgrade(&physical))))
+    }
+
+    /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
+    /// its id and size. The exporter's context gives the driver's shareable handle, which this
+    /// one's imports; the memory stays counted against the exporter's quota until the import is
+    /// released and unmapped. Imported twice, it is one import under two ids (one driver
+    /// handle), as protocol 18 opens memory once a session.
+    pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
+        let (_, what) = self.exporter(secret)?;
+        let Shared::Physical(source) = what else { return Err(not_physical()) };
+        let source = source.upgrade().ok_or_else(not_shared)?;
+        let size = source.size;
+        if let Some(imported) = self.imported_from(&source) {
+            return Ok((self.enter_physical(imported), size));
+        }
+        let shareable = source.context.export_physical(source.handle)?;
+        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), size)?;
+        let charge = source.charge.clone();
+        let imported = Physical { handle, size, context: self.context.clone(), charge, imported: true };
+        Ok((self.enter_physical(Arc::new(imported)), size))
     }
 
     /// The buffer of this session's that opened `source`, if one did.

@@ -13,8 +13,8 @@
 //!
 //! Physical memory counts against the session's quota from its creation until it is both
 //! released and unmapped (a mapping holds it), as CUDA keeps it, and until every session that
-//! imported it (protocol 19, [`Session::import_physical`]) has let it go too: its [`Charge`] is
-//! shared by its imports.
+//! imported it (protocol 19, `session::ipc`'s [`Session::import_physical`]) has let it go too:
+//! its [`Charge`] is shared by its imports.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use ac_proto::backend::{BufferId, ErrorKind, WireError};
 use rustc_hash::FxHashMap;
 
-use super::ipc::{self, Shared};
 use super::{Allocation, Session};
 use crate::device::{Context, DeviceMem};
 
@@ -35,13 +34,13 @@ pub const MOST_RESERVED: u64 = 1 << 42;
 /// released when the last of its handle and its mappings goes.
 #[derive(Debug)]
 pub struct Physical {
-    handle: u64,
-    size: u64,
-    context: Arc<dyn Context>,
+    pub(super) handle: u64,
+    pub(super) size: u64,
+    pub(super) context: Arc<dyn Context>,
     /// The bytes counted against its creator's quota, shared by every import of it.
-    charge: Arc<Charge>,
+    pub(super) charge: Arc<Charge>,
     /// Imported from another session's (and so not this one's to share again).
-    imported: bool,
+    pub(super) imported: bool,
 }
 
 impl Drop for Physical {
@@ -54,7 +53,7 @@ impl Drop for Physical {
 /// holder goes, the creator's [`Physical`] or an import of it (whose driver keeps the memory
 /// on the GPU by itself: an importer does not keep the creator's session or worker alive).
 #[derive(Debug)]
-struct Charge {
+pub(super) struct Charge {
     held: Arc<AtomicU64>,
     size: u64,
 }
@@ -174,55 +173,20 @@ impl Session {
     }
 
     /// Enters `physical` into the session's table under a fresh id.
-    fn enter_physical(&self, physical: Arc<Physical>) -> u64 {
+    pub(super) fn enter_physical(&self, physical: Arc<Physical>) -> u64 {
         let id = self.vmm.next.fetch_add(1, Ordering::Relaxed) + 1;
         self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).insert(id, physical);
         id
     }
 
     /// The session's physical memory `id`.
-    fn physical(&self, id: u64) -> Result<Arc<Physical>, WireError> {
+    pub(super) fn physical(&self, id: u64) -> Result<Arc<Physical>, WireError> {
         let found = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned();
         found.ok_or_else(|| unknown_physical(id))
     }
 
-    /// Shares physical memory `id` with the other sessions of this one's capability on its
-    /// device (`cuMemExportToShareableHandle`): the secret that imports it
-    /// ([`Session::import_physical`]) while it lives (a mapping holds it after its release).
-    /// The driver is asked to export it, so that a GPU that cannot refuses here, not in the
-    /// importer. Memory this session imported is not its to share.
-    pub fn export_physical(self: &Arc<Self>, id: u64) -> Result<[u8; 16], WireError> {
-        let physical = self.physical(id)?;
-        if physical.imported {
-            let why = format!("physical memory {id} was imported from another session: only memory this session created may be shared");
-            return Err(WireError::new(ErrorKind::InvalidBuffer, why));
-        }
-        drop(self.context.export_physical(physical.handle)?);
-        Ok(self.exports.secret_of(self, Shared::Physical(Arc::downgrade(&physical))))
-    }
-
-    /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
-    /// its id and size. The exporter's context gives the driver's shareable handle, which this
-    /// one's imports; the memory stays counted against the exporter's quota until the import is
-    /// released and unmapped. Imported twice, it is one import under two ids (one driver
-    /// handle), as protocol 18 opens memory once a session.
-    pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
-        let (_, what) = self.exporter(secret)?;
-        let Shared::Physical(source) = what else { return Err(ipc::not_physical()) };
-        let source = source.upgrade().ok_or_else(ipc::not_shared)?;
-        let size = source.size;
-        if let Some(imported) = self.imported_from(&source) {
-            return Ok((self.enter_physical(imported), size));
-        }
-        let shareable = source.context.export_physical(source.handle)?;
-        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), size)?;
-        let charge = source.charge.clone();
-        let imported = Physical { handle, size, context: self.context.clone(), charge, imported: true };
-        Ok((self.enter_physical(Arc::new(imported)), size))
-    }
-
     /// This session's import of `source`, if it has one.
-    fn imported_from(&self, source: &Physical) -> Option<Arc<Physical>> {
+    pub(super) fn imported_from(&self, source: &Physical) -> Option<Arc<Physical>> {
         let physical = self.vmm.physical.lock().unwrap_or_else(|p| p.into_inner());
         physical.values().find(|p| p.imported && Arc::ptr_eq(&p.charge, &source.charge)).cloned()
     }

@@ -1,11 +1,48 @@
 //! CUDA IPC between the processes of one job through the shim (issue 48, backend protocol 18):
 //! `tests/cuda/ipc.cu` spawns processes of its own job that open its memory and events by their
-//! handles. The PyTorch case (`torch.multiprocessing`) is in `cuda_frameworks`.
+//! handles; `tests/cuda/shareable.cu` shares physical memory by POSIX descriptors likewise
+//! (protocol 19). The PyTorch cases (`torch.multiprocessing`) are in `cuda_frameworks`.
 
 use crate::cuda_shim::{cuda_cluster, run, said, worker_cluster};
+use crate::device_contract::standin_workers_backend_with;
 use crate::standin;
 
-use ac_tests::{cuda, TestBackend};
+use ac_frontend::ErrorKind;
+use ac_tests::{cuda, TestBackend, TestCluster};
+
+/// Runs `program` (`tests/cuda/<program>.cu`, built here) as a process of job `j1` on a cluster
+/// whose backend runs each session in a worker of its own (the stand-in as their driver), so
+/// that the processes it spawns are the same job's (`ARM_JOB_ID` and its credential,
+/// inherited): the cluster and what the program said, or `None` without nvcc.
+async fn run_in_a_job_on_workers(
+    program: &str,
+    record: &standin::WorkerRecord,
+) -> Option<(TestCluster, std::process::Output, String)> {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = cuda::build(program, dir.path())?;
+    let c = worker_cluster(record).await;
+    let credential = c.submit("j1", &["n1"], 1).await;
+    let shim = cuda::shim_dir(dir.path());
+    // A job's processes, not an ad-hoc job (ARM_ACPN) of each.
+    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
+    let out = run(&c, &shim, &exe, &[], &job).await;
+    let text = said(&out);
+    Some((c, out, text))
+}
+
+/// Every process of job `j1` ended its session, the job holds its one static accelerator until
+/// it ends and nothing after, the sessions' workers ended, and none of their stand-ins saw a
+/// call out of CUDA's contract.
+async fn assert_the_job_leaves_nothing(c: &TestCluster, record: &mut standin::WorkerRecord) {
+    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
+    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
+    assert_eq!(c.arm.held_accelerators(), 1, "the job's static accelerator alone, while it runs");
+    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
+    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
+    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
+    record.assert_none();
+    standin::assert_no_violations();
+}
 
 /// CUDA IPC between processes of one job (`tests/cuda/ipc.cu`): a process exports device memory
 /// and an interprocess event by their 64-byte handles, and processes it spawns (the same job's:
@@ -21,17 +58,8 @@ use ac_tests::{cuda, TestBackend};
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles() {
     let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("ipc", dir.path()) else { return };
     let mut record = standin::WorkerRecord::new();
-    let c = worker_cluster(&record).await;
-    let credential = c.submit("j1", &["n1"], 1).await;
-    let shim = cuda::shim_dir(dir.path());
-    // A job's processes, not an ad-hoc job (ARM_ACPN) of each: the children the program spawns
-    // inherit the job and its credential.
-    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
-    let out = run(&c, &shim, &exe, &[], &job).await;
-    let text = said(&out);
+    let Some((c, out, text)) = run_in_a_job_on_workers("ipc", &record).await else { return };
     assert!(out.status.success(), "{text}");
     for line in [
         "ipc: 4096 elements",
@@ -60,16 +88,7 @@ async fn processes_of_one_job_share_device_memory_and_events_through_ipc_handles
     }
     assert!(!text.contains("not supported") && !text.contains("cudaErrorNotSupported"), "{text}");
     assert!(!text.contains("FAILED"), "{text}");
-    // Every process ended its session at its exit.
-    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
-    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
-    // The job holds its one static accelerator until it ends, and nothing else; then nothing.
-    assert_eq!(c.arm.held_accelerators(), 1, "the job's static accelerator alone, while it runs");
-    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
-    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
-    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
-    record.assert_none();
-    standin::assert_no_violations();
+    assert_the_job_leaves_nothing(&c, &mut record).await;
 }
 
 /// A backend whose sessions share its process (`isolation = "context"`) cannot open one
@@ -149,15 +168,8 @@ async fn two_sessions_share_an_allocation_through_the_sdk_and_an_older_backend_i
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_of_one_job_share_physical_memory_through_posix_descriptors() {
     let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("shareable", dir.path()) else { return };
     let mut record = standin::WorkerRecord::new();
-    let c = worker_cluster(&record).await;
-    let credential = c.submit("j1", &["n1"], 1).await;
-    let shim = cuda::shim_dir(dir.path());
-    let job = [("ARM_JOB_ID", "j1"), ("ARM_JOB_CREDENTIAL", credential.as_str())];
-    let out = run(&c, &shim, &exe, &[], &job).await;
-    let text = said(&out);
+    let Some((c, out, text)) = run_in_a_job_on_workers("shareable", &record).await else { return };
     assert!(out.status.success(), "{text}");
     for line in [
         "shareable: 524288 elements",
@@ -182,11 +194,64 @@ async fn processes_of_one_job_share_physical_memory_through_posix_descriptors() 
         assert!(text.contains(why), "missing `{why}`:\n{text}");
     }
     assert!(!text.contains("not supported") && !text.contains("FAILED"), "{text}");
-    let ended = c.backends[0].eventually(std::time::Duration::from_secs(10), |b| b.sessions() == 0).await;
-    assert!(ended, "the backend still holds {} session(s)", c.backends[0].backend.sessions());
-    c.admin().await.request(ac_proto::arm::Request::JobEnd { id: "j1".into() }).await.expect("the job ends");
-    assert_eq!(c.arm.held_accelerators(), 0, "nothing held after the job ended");
-    assert!(standin::worker_gone(&c.backends[0].backend, &[]).await, "the sessions' workers ended");
-    record.assert_none();
+    assert_the_job_leaves_nothing(&c, &mut record).await;
+}
+
+/// Physical memory one session shares with another (protocol 19: `export_physical`,
+/// `import_physical`, through the stand-ins' descriptors between two session workers) is the
+/// same memory in both: what one writes through its mapping the other reads through its own.
+/// It counts against its creator's quota alone (the importer may still create its own quota's
+/// worth) and stays counted after the creator has let go of all of its own, until the import
+/// goes too; imported twice it is one import. A session cannot import what it shared itself,
+/// nor share what it imported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_shared_physical_memory_counts_against_its_creator_until_every_import_goes() {
+    const GRAN: u64 = 2 << 20;
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let backend = standin_workers_backend_with(&record, &[], |c| c.session_memory_mib = Some(4)).await;
+    let (owner, other) = (backend.connect().await, backend.connect().await);
+    let created = owner.create_physical(GRAN).await.unwrap();
+    let secret = owner.export_physical(&created).await.unwrap();
+    assert_eq!(owner.export_physical(&created).await.unwrap(), secret, "one secret for one memory");
+    let imported = other.import_physical(secret).await.unwrap();
+    assert_eq!(imported.len(), GRAN);
+    let again = other.import_physical(secret).await.unwrap();
+
+    let (mine, _) = owner.reserve_range(GRAN, 0).await.unwrap();
+    owner.map_physical(&mine, 0, GRAN, &created).await.unwrap();
+    let pattern: Vec<u8> = (0..GRAN).map(|i| (i % 251) as u8).collect();
+    mine.copy_from_host(&pattern).await.unwrap();
+    let (theirs, _) = other.reserve_range(GRAN, 0).await.unwrap();
+    other.map_physical(&theirs, 0, GRAN, &again).await.unwrap();
+    assert!(theirs.to_vec().await.unwrap() == pattern, "the importer reads the creator's writes");
+
+    // The importer's quota is its own: its imports cost it nothing.
+    let own = (other.create_physical(GRAN).await.unwrap(), other.create_physical(GRAN).await.unwrap());
+    drop(own);
+    let refusals = [
+        (owner.import_physical(secret).await.unwrap_err(), ErrorKind::InvalidArgument),
+        (other.export_physical(&imported).await.unwrap_err(), ErrorKind::InvalidBuffer),
+    ];
+    for (refused, kind) in refusals {
+        assert_eq!(refused.kind(), Some(kind), "{refused}");
+    }
+
+    // The creator lets go of all of its own: the memory stays counted against its quota.
+    owner.unmap_range(&mine, 0, GRAN).await.unwrap();
+    drop((created, mine));
+    let first = owner.create_physical(GRAN).await.unwrap();
+    let over = owner.create_physical(GRAN).await.unwrap_err();
+    assert_eq!(over.kind(), Some(ErrorKind::OutOfMemory), "still counted: {over}");
+    assert!(theirs.to_vec().await.unwrap() == pattern, "and still there for the importer");
+    // Then the importer does, both of its ids and its mapping.
+    other.unmap_range(&theirs, 0, GRAN).await.unwrap();
+    drop((imported, again, theirs));
+    other.synchronize().await.unwrap(); // its releases are done
+    let second = owner.create_physical(GRAN).await.unwrap();
+
+    drop((first, second, owner, other));
+    assert!(standin::worker_gone(&backend.backend, &[]).await, "the sessions and their workers ended");
     standin::assert_no_violations();
+    record.assert_none();
 }

@@ -34,12 +34,22 @@ async fn standin_backend(staging_mib: u64) -> TestBackend {
 /// the default for GPUs), each loading the stand-in as its driver, with `env` in the workers'
 /// environment. What their stand-ins see is checked when `record` is.
 async fn standin_workers_backend(record: &standin::WorkerRecord, env: &[(&str, String)]) -> TestBackend {
+    standin_workers_backend_with(record, env, |_| {}).await
+}
+
+/// As [`standin_workers_backend`], the configuration changed by `change` too.
+pub(crate) async fn standin_workers_backend_with(
+    record: &standin::WorkerRecord,
+    env: &[(&str, String)],
+    change: impl FnOnce(&mut ac_backend::BackendConfig),
+) -> TestBackend {
     TestBackend::start_with(|c| {
         c.device = DeviceChoice::Cuda;
         c.staging_mib = 64;
         c.isolation = Isolation::Process;
         c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
         c.worker_program = Some(record.program(env));
+        change(c);
     })
     .await
 }
@@ -235,14 +245,7 @@ async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_rel
     const GRAN: u64 = 2 << 20;
     let _turn = standin::exclusive().await;
     let mut record = standin::WorkerRecord::new();
-    let backend = TestBackend::start_with(|c| {
-        c.device = DeviceChoice::Cuda;
-        c.isolation = Isolation::Process;
-        c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
-        c.worker_program = Some(record.program(&[]));
-        c.session_memory_mib = Some(4);
-    })
-    .await;
+    let backend = standin_workers_backend_with(&record, &[], |c| c.session_memory_mib = Some(4)).await;
     let acc = backend.connect().await;
     let (range, _) = acc.reserve_range(64 * GRAN, 0).await.unwrap();
     let first = acc.create_physical(GRAN).await.unwrap();
@@ -259,72 +262,6 @@ async fn standin_physical_memory_counts_against_the_quota_until_unmapped_and_rel
 
     drop((second, third, range, acc));
     assert!(standin::worker_gone(&backend.backend, &[]).await, "the session and its worker ended");
-    standin::assert_no_violations();
-    record.assert_none();
-}
-
-/// Physical memory one session shares with another (protocol 19: `export_physical`,
-/// `import_physical`, through the stand-ins' descriptors between two session workers) is the
-/// same memory in both: what one writes through its mapping the other reads through its own.
-/// It counts against its creator's quota alone (the importer may still create its own quota's
-/// worth) and stays counted after the creator has let go of all of its own, until the import
-/// goes too; imported twice it is one import. A session cannot import what it shared itself,
-/// nor share what it imported.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn standin_shared_physical_memory_counts_against_its_creator_until_every_import_goes() {
-    const GRAN: u64 = 2 << 20;
-    let _turn = standin::exclusive().await;
-    let mut record = standin::WorkerRecord::new();
-    let backend = TestBackend::start_with(|c| {
-        c.device = DeviceChoice::Cuda;
-        c.isolation = Isolation::Process;
-        c.cuda_driver = Some(ac_tests::workspace_binary("libcuda_standin.so"));
-        c.worker_program = Some(record.program(&[]));
-        c.session_memory_mib = Some(4);
-    })
-    .await;
-    let (owner, other) = (backend.connect().await, backend.connect().await);
-    let created = owner.create_physical(GRAN).await.unwrap();
-    let secret = owner.export_physical(&created).await.unwrap();
-    assert_eq!(owner.export_physical(&created).await.unwrap(), secret, "one secret for one memory");
-    let imported = other.import_physical(secret).await.unwrap();
-    assert_eq!(imported.len(), GRAN);
-    let again = other.import_physical(secret).await.unwrap();
-
-    let (mine, _) = owner.reserve_range(GRAN, 0).await.unwrap();
-    owner.map_physical(&mine, 0, GRAN, &created).await.unwrap();
-    let pattern: Vec<u8> = (0..GRAN).map(|i| (i % 251) as u8).collect();
-    mine.copy_from_host(&pattern).await.unwrap();
-    let (theirs, _) = other.reserve_range(GRAN, 0).await.unwrap();
-    other.map_physical(&theirs, 0, GRAN, &again).await.unwrap();
-    assert!(theirs.to_vec().await.unwrap() == pattern, "the importer reads the creator's writes");
-
-    // The importer's quota is its own: its imports cost it nothing.
-    let own = (other.create_physical(GRAN).await.unwrap(), other.create_physical(GRAN).await.unwrap());
-    drop(own);
-    let refusals = [
-        (owner.import_physical(secret).await.unwrap_err(), ErrorKind::InvalidArgument),
-        (other.export_physical(&imported).await.unwrap_err(), ErrorKind::InvalidBuffer),
-    ];
-    for (refused, kind) in refusals {
-        assert_eq!(refused.kind(), Some(kind), "{refused}");
-    }
-
-    // The creator lets go of all of its own: the memory stays counted against its quota.
-    owner.unmap_range(&mine, 0, GRAN).await.unwrap();
-    drop((created, mine));
-    let first = owner.create_physical(GRAN).await.unwrap();
-    let over = owner.create_physical(GRAN).await.unwrap_err();
-    assert_eq!(over.kind(), Some(ErrorKind::OutOfMemory), "still counted: {over}");
-    assert!(theirs.to_vec().await.unwrap() == pattern, "and still there for the importer");
-    // Then the importer does, both of its ids and its mapping.
-    other.unmap_range(&theirs, 0, GRAN).await.unwrap();
-    drop((imported, again, theirs));
-    other.synchronize().await.unwrap(); // its releases are done
-    let second = owner.create_physical(GRAN).await.unwrap();
-
-    drop((first, second, owner, other));
-    assert!(standin::worker_gone(&backend.backend, &[]).await, "the sessions and their workers ended");
     standin::assert_no_violations();
     record.assert_none();
 }
