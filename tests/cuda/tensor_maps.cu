@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "driver_entry.h"
 
 #define BOX 16
 #define WIDTH 40
@@ -72,18 +73,6 @@ typedef decltype(&cuTensorMapReplaceAddress) ReplaceAddress;
 static EncodeTiled encode_tiled;
 static EncodeIm2col encode_im2col;
 static ReplaceAddress replace_address;
-
-// The driver's entry point `name`, as CUTLASS looks it up.
-static void* entry_point(const char* name) {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    CHECK(cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr) {
-        printf("FAILED: no %s\n", name);
-        exit(1);
-    }
-    return f;
-}
 
 // A tiled map of the WIDTH x HEIGHT floats at `tensor`, rows `stride` bytes apart, in BOX x BOX
 // boxes; `rows` rows of it.
@@ -141,9 +130,9 @@ static float* device_copy(const std::vector<float>& values) {
 int main() {
     int cc_major = 0;
     CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
-    encode_tiled = (EncodeTiled)entry_point("cuTensorMapEncodeTiled");
-    encode_im2col = (EncodeIm2col)entry_point("cuTensorMapEncodeIm2col");
-    replace_address = (ReplaceAddress)entry_point("cuTensorMapReplaceAddress");
+    encode_tiled = (EncodeTiled)entry("cuTensorMapEncodeTiled");
+    encode_im2col = (EncodeIm2col)entry("cuTensorMapEncodeIm2col");
+    replace_address = (ReplaceAddress)entry("cuTensorMapReplaceAddress");
     printf("compute capability %d\n", cc_major);
 
     std::vector<float> a = tensor_of(1.0f), b = tensor_of(-500.0f);

@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "check.h"
+#include "driver_entry.h"
 
 // p[i] += v for i < n, one element a thread (the stand-in's `add_to` fixture).
 __global__ void add_to(int* p, int v, int n) {
@@ -25,17 +26,6 @@ __global__ void add_to(int* p, int v, int n) {
 }
 
 #define DRIVER(name) static decltype(&name) p_##name = (decltype(&name))entry(#name)
-
-static void* entry(const char* name) {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    CHECK(cudaGetDriverEntryPointByVersion(name, &f, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr) {
-        printf("FAILED: no driver entry point %s\n", name);
-        exit(1);
-    }
-    return f;
-}
 
 #define CU(call)                                                          \
     do {                                                                  \

@@ -54,6 +54,16 @@ pub(super) enum Shared {
 }
 
 impl Shared {
+    /// Whether the memory may still be there: physical memory no holder keeps is gone (and its
+    /// export with it, so that a session that makes and lets go of memory all day keeps no
+    /// table of the dead).
+    fn lives(&self) -> bool {
+        match self {
+            Shared::Buffer(_) => true,
+            Shared::Physical(physical) => physical.strong_count() > 0,
+        }
+    }
+
     /// Whether the two share the same memory.
     fn same(&self, other: &Shared) -> bool {
         match (self, other) {
@@ -81,7 +91,7 @@ impl Exports {
     /// nothing a session holds is dropped under it (a session worker's calls may block).
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], Export>> {
         let mut exports = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        exports.retain(|_, export| export.session.strong_count() > 0);
+        exports.retain(|_, export| export.session.strong_count() > 0 && export.what.lives());
         exports
     }
 
@@ -213,8 +223,8 @@ impl Session {
     /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
     /// its id and size. The exporter's context gives the driver's shareable handle, which this
     /// one's imports; the memory stays counted against the exporter's quota until the import is
-    /// released and unmapped. Imported twice, it is one import under two ids (one driver
-    /// handle), as protocol 18 opens memory once a session.
+    /// released and unmapped. Imported again while the session's import has an id, it is that
+    /// import under a second id (one driver handle), as protocol 18 opens memory once a session.
     pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
         let (_, what) = self.exporter(secret)?;
         let Shared::Physical(source) = what else { return Err(not_physical()) };

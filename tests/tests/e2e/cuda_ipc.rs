@@ -202,8 +202,8 @@ async fn processes_of_one_job_share_physical_memory_through_posix_descriptors() 
 /// same memory in both: what one writes through its mapping the other reads through its own.
 /// It counts against its creator's quota alone (the importer may still create its own quota's
 /// worth) and stays counted after the creator has let go of all of its own, until the import
-/// goes too; imported twice it is one import. A session cannot import what it shared itself,
-/// nor share what it imported.
+/// goes too; imported twice it is one import. An import outlives its creator's session and
+/// worker. A session cannot import what it shared itself, nor share what it imported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_shared_physical_memory_counts_against_its_creator_until_every_import_goes() {
     const GRAN: u64 = 2 << 20;
@@ -246,11 +246,26 @@ async fn standin_shared_physical_memory_counts_against_its_creator_until_every_i
     assert!(theirs.to_vec().await.unwrap() == pattern, "and still there for the importer");
     // Then the importer does, both of its ids and its mapping.
     other.unmap_range(&theirs, 0, GRAN).await.unwrap();
-    drop((imported, again, theirs));
+    drop((imported, again));
     other.synchronize().await.unwrap(); // its releases are done
     let second = owner.create_physical(GRAN).await.unwrap();
 
-    drop((first, second, owner, other));
+    // An import outlives its creator's session and worker: the importer's driver holds it.
+    let secret = owner.export_physical(&second).await.unwrap();
+    let last = other.import_physical(secret).await.unwrap();
+    let (ours, _) = owner.reserve_range(GRAN, 0).await.unwrap();
+    owner.map_physical(&ours, 0, GRAN, &second).await.unwrap();
+    let reversed: Vec<u8> = pattern.iter().rev().copied().collect();
+    ours.copy_from_host(&reversed).await.unwrap();
+    drop((first, second, ours, owner));
+    let limit = std::time::Duration::from_secs(10);
+    assert!(ac_tests::eventually(limit, || async { backend.backend.sessions() == 1 }).await, "the creator's ended");
+    let one_worker = || async { standin::session_workers().len() == 1 };
+    assert!(ac_tests::eventually(limit, one_worker).await, "the creator's worker exited");
+    other.map_physical(&theirs, 0, GRAN, &last).await.unwrap();
+    assert!(theirs.to_vec().await.unwrap() == reversed, "the import still reads the creator's writes");
+
+    drop((last, theirs, other));
     assert!(standin::worker_gone(&backend.backend, &[]).await, "the sessions and their workers ended");
     standin::assert_no_violations();
     record.assert_none();

@@ -150,7 +150,7 @@ impl CudaContext {
 
     /// Whether the GPU's physical memory may be exported as a POSIX descriptor
     /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`); where it may not,
-    /// memory is created without, and its export (`session::vmm`'s, which asks the driver at
+    /// memory is created without, and its export (`session::ipc`'s, which asks the driver at
     /// once) fails with the driver's reason.
     fn shareable_as_descriptor(&self) -> bool {
         let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED;

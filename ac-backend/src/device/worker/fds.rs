@@ -1,12 +1,11 @@
 //! Descriptors between the backend and a session worker: the driver's shareable handles of
 //! physical memory (`cuMemExportToShareableHandle` of a POSIX descriptor), which one worker
-//! exports and another imports (`session::vmm`'s `import_physical`). Pipes cannot carry a
+//! exports and another imports (`session::ipc`'s `import_physical`). Pipes cannot carry a
 //! descriptor, so each worker gets a Unix socket of its own at its start (`--session-fds`), on
 //! which a descriptor travels as `SCM_RIGHTS` with one byte: from the worker after an export,
 //! before its reply; to the worker before an import's call, which takes it first. One transfer
-//! at a time on a worker's socket ([`Lane`]); a descriptor left on it by a transfer that failed
-//! halfway (a worker that answered late) is thrown away before the next, so each call takes
-//! the descriptor sent for it.
+//! at a time on a worker's socket ([`Lane`]), so each call takes the descriptor sent for it; as
+//! a guard, one left on it (by a worker that broke that order) is thrown away before the next.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -51,7 +50,8 @@ impl Lane {
     }
 }
 
-/// Closes what a worker sent that no call took (its export answered after the wait gave up).
+/// Closes what a worker sent that no call took (a guard: a worker that keeps the order sends
+/// nothing unasked).
 fn discard_stale(socket: &UnixStream) {
     while let Ok(stale) = receive(socket, libc::MSG_DONTWAIT) {
         tracing::warn!("a session worker's descriptor that no call took, closed");

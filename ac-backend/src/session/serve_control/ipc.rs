@@ -19,8 +19,11 @@ impl Control {
         }
     }
 
-    pub(super) fn export_physical(&mut self, physical: u64) -> Response {
-        self.session.export_physical(physical).map_or_else(Response::Error, Response::Exported)
+    /// Off the loop too: the driver is asked for the handle (a session worker's call and its
+    /// descriptor's wait).
+    pub(super) async fn export_physical(&mut self, physical: u64) -> Response {
+        let session = self.session.clone();
+        blocking(move || session.export_physical(physical)).await.map_or_else(Response::Error, Response::Exported)
     }
 
     pub(super) async fn import_physical(&mut self, secret: [u8; 16]) -> Response {

@@ -445,7 +445,7 @@ impl Control {
             Request::UnmapRange { range, offset, bytes } => Outcome::Now(self.unmap_range(range, offset, bytes).await),
             Request::ExportMemory { buffer } => Outcome::Now(self.export_memory(buffer)),
             Request::ImportMemory { secret } => Outcome::Now(self.import_memory(secret).await),
-            Request::ExportPhysical { physical } => Outcome::Now(self.export_physical(physical)),
+            Request::ExportPhysical { physical } => Outcome::Now(self.export_physical(physical).await),
             Request::ImportPhysical { secret } => Outcome::Now(self.import_physical(secret).await),
             Request::StreamCreate => Outcome::Now(self.create_stream()),
             Request::StreamDestroy { stream } => Outcome::Now(self.destroy_stream(stream).await),
