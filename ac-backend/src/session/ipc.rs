@@ -46,7 +46,7 @@ struct Export {
 /// What a secret shares. Buffer ids are never reused, so a secret never names memory
 /// allocated after its buffer was freed.
 #[derive(Debug, Clone)]
-pub(super) enum Shared {
+enum Shared {
     /// An allocation (protocol 18).
     Buffer(BufferId),
     /// Physical memory (protocol 19), while it lives: after its release, while mapped.
@@ -96,7 +96,7 @@ impl Exports {
     }
 
     /// The secret of what `session` shares: the one it was given before, else a new one.
-    pub(super) fn secret_of(&self, session: &Arc<Session>, what: Shared) -> [u8; 16] {
+    fn secret_of(&self, session: &Arc<Session>, what: Shared) -> [u8; 16] {
         let mut exports = self.live();
         let mine = Arc::downgrade(session);
         let known = exports.iter().find(|(_, e)| e.what.same(&what) && e.session.ptr_eq(&mine));
@@ -115,7 +115,7 @@ impl Exports {
 }
 
 /// The refusal of a secret that names no memory shared now.
-pub(super) fn not_shared() -> WireError {
+fn not_shared() -> WireError {
     WireError::new(
         ErrorKind::InvalidBuffer,
         "no memory is shared by that handle on this backend: it was never shared, or it was freed, or the session \
@@ -124,7 +124,7 @@ pub(super) fn not_shared() -> WireError {
 }
 
 /// The refusal of an allocation's secret where physical memory's was asked for.
-pub(super) fn not_physical() -> WireError {
+fn not_physical() -> WireError {
     WireError::new(
         ErrorKind::InvalidArgument,
         "that handle shares an allocation (cuIpcGetMemHandle), which is opened, not imported",
@@ -140,7 +140,7 @@ fn not_an_allocation() -> WireError {
 }
 
 /// Whether two sessions' contexts are one (the CPU device's, shared by its sessions).
-pub(super) fn same_context(a: &Arc<dyn Context>, b: &Arc<dyn Context>) -> bool {
+fn same_context(a: &Arc<dyn Context>, b: &Arc<dyn Context>) -> bool {
     std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
 }
 
@@ -161,7 +161,7 @@ impl Session {
 
     /// The session that shared what `secret` names, and what it shared. Refused unless it is
     /// another live session opened with this one's capability on this one's device.
-    pub(super) fn exporter(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(Arc<Session>, Shared), WireError> {
+    fn exporter(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(Arc<Session>, Shared), WireError> {
         let export = self.exports.named(secret).ok_or_else(not_shared)?;
         let exporter = export.session.upgrade().filter(|s| !s.has_ended()).ok_or_else(not_shared)?;
         if Arc::ptr_eq(&exporter, self) {
