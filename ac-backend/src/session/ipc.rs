@@ -208,22 +208,23 @@ impl Session {
     /// Shares physical memory `id` with the other sessions of this one's capability on its
     /// device (`cuMemExportToShareableHandle`): the secret that imports it
     /// ([`Session::import_physical`]) while it lives (a mapping holds it after its release).
-    /// The driver is asked to export it, so that a GPU that cannot refuses here, not in the
-    /// importer. Memory this session imported is not its to share.
+    /// The driver is asked to export it now, so that a GPU that cannot refuses here, not in the
+    /// importer; its descriptor is kept for the imports. Memory this session imported is not
+    /// its to share.
     pub fn export_physical(self: &Arc<Self>, id: u64) -> Result<[u8; 16], WireError> {
         let physical = self.physical(id)?;
         if physical.imported {
             let why = format!("physical memory {id} was imported from another session: only memory this session created may be shared");
             return Err(WireError::new(ErrorKind::InvalidBuffer, why));
         }
-        drop(self.context.export_physical(physical.handle)?);
+        physical.descriptor()?;
         Ok(self.exports.secret_of(self, Shared::Physical(Arc::downgrade(&physical))))
     }
 
     /// Imports the physical memory `secret` shares as this session's (`cuMemImportFromShareableHandle`):
-    /// its id and size. The exporter's context gives the driver's shareable handle, which this
-    /// one's imports; the memory stays counted against the exporter's quota until the import is
-    /// released and unmapped. Imported again while the session's import has an id, it is that
+    /// its id and size. This session's context imports the driver's shareable descriptor the
+    /// exporter's context gave; the memory stays counted against the exporter's quota until the
+    /// import is released and unmapped. Imported again while the session's import has an id, it is that
     /// import under a second id (one driver handle), as protocol 18 opens memory once a session.
     pub fn import_physical(self: &Arc<Self>, secret: &[u8; 16]) -> Result<(u64, u64), WireError> {
         let (_, what) = self.exporter(secret)?;
@@ -233,10 +234,8 @@ impl Session {
         if let Some(imported) = self.imported_from(&source) {
             return Ok((self.enter_physical(imported), size));
         }
-        let shareable = source.context.export_physical(source.handle)?;
-        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&shareable), size)?;
-        let charge = source.charge.clone();
-        let imported = Physical { handle, size, context: self.context.clone(), charge, imported: true };
+        let handle = self.context.import_physical(std::os::fd::AsFd::as_fd(&*source.descriptor()?), size)?;
+        let imported = Physical::new(handle, size, self.context.clone(), source.charge.clone(), true);
         Ok((self.enter_physical(Arc::new(imported)), size))
     }
 

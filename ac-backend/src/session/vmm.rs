@@ -17,6 +17,7 @@
 //! its [`Charge`] is shared by its imports.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,6 +42,28 @@ pub struct Physical {
     pub(super) charge: Arc<Charge>,
     /// Imported from another session's (and so not this one's to share again).
     pub(super) imported: bool,
+    /// The driver's shareable descriptor of it, asked for on its first export and kept while it
+    /// lives (closed after its release, as its field), so that each import takes the one
+    /// descriptor rather than the driver exporting it again.
+    descriptor: Mutex<Option<Arc<OwnedFd>>>,
+}
+
+impl Physical {
+    pub(super) fn new(handle: u64, size: u64, context: Arc<dyn Context>, charge: Arc<Charge>, imported: bool) -> Self {
+        Self { handle, size, context, charge, imported, descriptor: Mutex::default() }
+    }
+
+    /// The driver's shareable descriptor of this memory: exported on the first call, the same
+    /// one after.
+    pub(super) fn descriptor(&self) -> Result<Arc<OwnedFd>, WireError> {
+        let mut kept = self.descriptor.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(descriptor) = &*kept {
+            return Ok(descriptor.clone());
+        }
+        let descriptor = Arc::new(self.context.export_physical(self.handle)?);
+        *kept = Some(descriptor.clone());
+        Ok(descriptor)
+    }
 }
 
 impl Drop for Physical {
@@ -168,7 +191,7 @@ impl Session {
             self.held.fetch_sub(bytes, Ordering::AcqRel);
         })?;
         let charge = Arc::new(Charge { held: self.held.clone(), size: bytes });
-        let physical = Physical { handle, size: bytes, context: self.context.clone(), charge, imported: false };
+        let physical = Physical::new(handle, bytes, self.context.clone(), charge, false);
         Ok(self.enter_physical(Arc::new(physical)))
     }
 

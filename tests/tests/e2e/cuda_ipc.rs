@@ -202,8 +202,9 @@ async fn processes_of_one_job_share_physical_memory_through_posix_descriptors() 
 /// same memory in both: what one writes through its mapping the other reads through its own.
 /// It counts against its creator's quota alone (the importer may still create its own quota's
 /// worth) and stays counted after the creator has let go of all of its own, until the import
-/// goes too; imported twice it is one import. An import outlives its creator's session and
-/// worker. A session cannot import what it shared itself, nor share what it imported.
+/// goes too; imported twice it is one import, of the one descriptor the backend keeps while the
+/// memory lives. An import outlives its creator's session and worker. A session cannot import
+/// what it shared itself, nor share what it imported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_shared_physical_memory_counts_against_its_creator_until_every_import_goes() {
     const GRAN: u64 = 2 << 20;
@@ -217,6 +218,10 @@ async fn standin_shared_physical_memory_counts_against_its_creator_until_every_i
     let imported = other.import_physical(secret).await.unwrap();
     assert_eq!(imported.len(), GRAN);
     let again = other.import_physical(secret).await.unwrap();
+    // The driver exported it once, for both imports, and the importer imported it once.
+    assert_eq!(standin::physical_files(std::process::id()), 1, "the backend keeps the descriptor it exported");
+    let in_workers: usize = standin::session_workers().into_iter().map(standin::physical_files).sum();
+    assert_eq!(in_workers, 2, "the memory in its creator's worker and one import in the importer's");
 
     let (mine, _) = owner.reserve_range(GRAN, 0).await.unwrap();
     owner.map_physical(&mine, 0, GRAN, &created).await.unwrap();
@@ -244,6 +249,8 @@ async fn standin_shared_physical_memory_counts_against_its_creator_until_every_i
     let over = owner.create_physical(GRAN).await.unwrap_err();
     assert_eq!(over.kind(), Some(ErrorKind::OutOfMemory), "still counted: {over}");
     assert!(theirs.to_vec().await.unwrap() == pattern, "and still there for the importer");
+    owner.synchronize().await.unwrap(); // its release is done
+    assert_eq!(standin::physical_files(std::process::id()), 0, "the descriptor went with the creator's memory");
     // Then the importer does, both of its ids and its mapping.
     other.unmap_range(&theirs, 0, GRAN).await.unwrap();
     drop((imported, again));

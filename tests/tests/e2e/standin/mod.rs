@@ -161,6 +161,15 @@ pub async fn worker_gone(backend: &ac_backend::RunningBackend, before: &[u32]) -
     sessions_gone && ac_tests::eventually(limit, workers_gone).await
 }
 
+/// How many descriptors of the stand-in's physical memory files process `pid` holds: a session
+/// worker's, one a piece of physical memory or import it holds; the backend's, one a piece
+/// of physical memory it shares.
+pub fn physical_files(pid: u32) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    let links = fds.flatten().filter_map(|fd| std::fs::read_link(fd.path()).ok());
+    links.filter(|link| link.to_string_lossy().starts_with("/memfd:cuda-standin-physical")).count()
+}
+
 /// This process's children that are session workers.
 pub fn session_workers() -> Vec<u32> {
     let me = std::process::id();
