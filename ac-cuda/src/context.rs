@@ -73,10 +73,11 @@ pub fn created_current() -> Option<usize> {
 
 /// Creates a context on device `ordinal`, makes it current (pushed on this thread's stack) and
 /// answers its handle in `out`.
-unsafe fn create(out: *mut usize, ordinal: c_int) -> CuResult<()> {
+unsafe fn create(out: *mut usize, flags: c_uint, ordinal: c_int) -> CuResult<()> {
     if out.is_null() {
         return Err(Error::Code(code::INVALID_VALUE));
     }
+    crate::context_settings::check_flags(flags)?;
     let device = state::shim()?.device(ordinal)?.context.device;
     let mut all = created();
     let id = 1 << 32 | all.len() as u64;
@@ -84,6 +85,7 @@ unsafe fn create(out: *mut usize, ordinal: c_int) -> CuResult<()> {
     let record: &'static Created = Box::leak(Box::new(Created { context, alive: AtomicBool::new(true), id }));
     let handle = handle_of(&record.context);
     all.insert(handle, record);
+    crate::context_settings::set_flags(handle, flags);
     STACK.with(|s| s.borrow_mut().push(handle));
     put(out, handle)
 }
@@ -122,8 +124,8 @@ pub struct CreateParams {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v2(context: *mut usize, _flags: c_uint, device: c_int) -> u32 {
-    guard("cuCtxCreate", || create(context, device))
+pub unsafe extern "C" fn cuCtxCreate_v2(context: *mut usize, flags: c_uint, device: c_int) -> u32 {
+    guard("cuCtxCreate", || create(context, flags, device))
 }
 
 #[no_mangle]
@@ -136,14 +138,14 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
     context: *mut usize,
     _affinity: *const c_void,
     affinity_count: c_int,
-    _flags: c_uint,
+    flags: c_uint,
     device: c_int,
 ) -> u32 {
     guard("cuCtxCreate", || {
         if affinity_count != 0 {
             return Err(Error::said(code::NOT_SUPPORTED, "execution affinity is not supported on remote accelerators"));
         }
-        create(context, device)
+        create(context, flags, device)
     })
 }
 
@@ -151,7 +153,7 @@ pub unsafe extern "C" fn cuCtxCreate_v3(
 pub unsafe extern "C" fn cuCtxCreate_v4(
     context: *mut usize,
     params: *const CreateParams,
-    _flags: c_uint,
+    flags: c_uint,
     device: c_int,
 ) -> u32 {
     guard("cuCtxCreate", || {
@@ -161,7 +163,7 @@ pub unsafe extern "C" fn cuCtxCreate_v4(
                 return Err(Error::said(code::NOT_SUPPORTED, why));
             }
         }
-        create(context, device)
+        create(context, flags, device)
     })
 }
 
@@ -186,8 +188,9 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut usize, device: c
     guard("cuDevicePrimaryCtxRetain", || put(context, handle_of(&state::shim()?.device(device)?.context)))
 }
 
-// Primary contexts live as long as the process: releasing, resetting and flags change nothing
-// (the remote session ends when the process exits). The names before CUDA 11 are the same calls.
+// Primary contexts live as long as the process: releasing and resetting change nothing (the
+// remote session ends when the process exits). The names before CUDA 11 are the same calls.
+// Their flags are `context_settings`'.
 
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {
@@ -207,25 +210,6 @@ pub extern "C" fn cuDevicePrimaryCtxReset_v2(device: c_int) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxReset(device: c_int) -> u32 {
     cuDevicePrimaryCtxReset_v2(device)
-}
-
-#[no_mangle]
-pub extern "C" fn cuDevicePrimaryCtxSetFlags_v2(device: c_int, _flags: c_uint) -> u32 {
-    guard("cuDevicePrimaryCtxSetFlags", || state::shim()?.device(device).map(drop))
-}
-
-#[no_mangle]
-pub extern "C" fn cuDevicePrimaryCtxSetFlags(device: c_int, flags: c_uint) -> u32 {
-    cuDevicePrimaryCtxSetFlags_v2(device, flags)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(device: c_int, flags: *mut c_uint, active: *mut c_int) -> u32 {
-    guard("cuDevicePrimaryCtxGetState", || {
-        state::shim()?.device(device)?;
-        put(flags, 0)?;
-        put(active, 1)
-    })
 }
 
 #[no_mangle]
@@ -280,14 +264,6 @@ pub unsafe extern "C" fn cuCtxGetDevice_v2(device: *mut c_int, context: usize) -
     guard("cuCtxGetDevice", || {
         let ordinal = if context == 0 { current_device()? } else { context_of(context)?.device };
         put(device, ordinal as c_int)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuCtxGetFlags(flags: *mut c_uint) -> u32 {
-    guard("cuCtxGetFlags", || {
-        current_device()?;
-        put(flags, 0)
     })
 }
 

@@ -16,7 +16,8 @@
 //!   closing them has them ended by its parent.
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
-//! - [`context`]: primary contexts and the per-thread context stack, kept locally.
+//! - [`context`]: primary contexts and the per-thread context stack, kept locally;
+//!   [`context_settings`], their flags, bank size and the profiler's start and stop.
 //! - [`limits`]: a context's limits (`cuCtxSetLimit`: stack, printf buffer, heap), set on the
 //!   remote GPU.
 //! - [`memory`]: allocations (by device address), memsets and copies; [`pointer`], what an
@@ -24,6 +25,7 @@
 //! - [`managed`]: managed memory, a remote allocation and host memory mapped at its address,
 //!   kept one by sending and bringing back around the device's work.
 //! - [`pitched`]: 2D and 3D copies and 2D memsets, cut into runs of [`memory`]'s.
+//! - [`batch`]: batches of copies (`cuMemcpyBatchAsync`), each [`memory`]'s, checked whole.
 //! - [`pool`]: memory pools, kept here: blocks freed to a pool stay allocated on the device
 //!   and are handed out again in stream order (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
 //! - [`peer`]: peer queries and copies between two devices' memory (staged through the host).
@@ -34,7 +36,8 @@
 //!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
 //! - [`tensor_map`]: tensor maps (TMA descriptors), encoded by the remote driver and kept here.
-//! - [`stream`]: streams and events.
+//! - [`stream`]: streams and events; [`stream_attributes`], a stream's attributes (an access
+//!   policy window, its synchronization policy), kept and answered here.
 //! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
 //!   launch's stream; an executable graph its nodes in dependency order.
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
@@ -69,12 +72,14 @@
 
 pub mod array;
 pub mod attributes;
+pub mod batch;
 pub mod blas;
 #[rustfmt::skip] // as scripts/gen-library-exports writes it
 pub mod blas_generated;
 pub mod builtins;
 pub mod children;
 pub mod context;
+pub mod context_settings;
 pub mod copies;
 pub mod error;
 pub mod export_tables;
@@ -105,6 +110,7 @@ pub mod pool;
 pub mod procs;
 pub mod state;
 pub mod stream;
+pub mod stream_attributes;
 pub mod tensor_map;
 pub mod uuid;
 pub mod visible;

@@ -376,7 +376,7 @@ pub unsafe extern "C" fn cuMemcpyAsync(dst: u64, src: u64, len: usize, stream: u
 }
 
 /// A unified-addressing copy on `stream`: each side host or device memory.
-fn copy_async(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
+pub(crate) fn copy_async(dst: u64, src: u64, len: usize, stream: usize) -> CuResult<()> {
     // SAFETY: the program's addresses, as it gave them for this copy.
     unsafe {
         match (is_device(dst), is_device(src)) {

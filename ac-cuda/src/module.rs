@@ -93,6 +93,12 @@ impl Kernel {
         self.image.bound.map_or_else(current_device, Ok)
     }
 
+    /// Whether the kernel was looked up on `device` (its image uploaded there, the function
+    /// found): what lazy loading calls loaded.
+    pub fn is_loaded_on(&self, device: usize) -> bool {
+        self.resolved.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&device)
+    }
+
     /// The kernel as looked up on `device` (looked up the first time).
     pub fn on(&self, device: usize) -> CuResult<Arc<Resolved>> {
         let mut resolved = self.resolved.lock().unwrap_or_else(|p| p.into_inner());
@@ -357,6 +363,21 @@ pub unsafe extern "C" fn cuFuncGetName(out: *mut *const c_char, function: usize)
     guard("cuFuncGetName", || put(out, kernels().get(function)?.name.as_ptr()))
 }
 
+/// Kernel `handle`'s parameter sizes, as its device knows them.
+fn sizes_of(handle: usize) -> CuResult<Vec<u32>> {
+    let k = kernels().get(handle)?;
+    let known = k.on(k.device()?)?.sizes.clone();
+    known.ok_or_else(|| Error::said(code::NOT_SUPPORTED, "the device does not know the kernel's parameters"))
+}
+
+/// Parameter `index` of kernel `handle`: its offset and size, put in `offset` and `size`.
+unsafe fn param_info(handle: usize, index: usize, offset: *mut usize, size: *mut usize) -> CuResult<()> {
+    let layout = layout(&sizes_of(handle)?);
+    let &(at, width) = layout.get(index).ok_or(Error::Code(code::INVALID_VALUE))?;
+    put(offset, at)?;
+    put(size, width)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncGetParamInfo(
     function: usize,
@@ -364,13 +385,58 @@ pub unsafe extern "C" fn cuFuncGetParamInfo(
     offset: *mut usize,
     size: *mut usize,
 ) -> u32 {
-    guard("cuFuncGetParamInfo", || {
+    guard("cuFuncGetParamInfo", || param_info(function, index, offset, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetParamInfo(
+    kernel: usize,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> u32 {
+    guard("cuKernelGetParamInfo", || param_info(kernel, index, offset, size))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetParamCount(function: usize, count: *mut usize) -> u32 {
+    guard("cuFuncGetParamCount", || put(count, sizes_of(function)?.len()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetParamCount(kernel: usize, count: *mut usize) -> u32 {
+    guard("cuKernelGetParamCount", || put(count, sizes_of(kernel)?.len()))
+}
+
+/// The handle of the image (a module, or a library: one handle for both) kernel `handle` is of.
+fn image_of(handle: usize) -> CuResult<usize> {
+    Ok(Registry::handle_of(&kernels().get(handle)?.image))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetModule(module: *mut usize, function: usize) -> u32 {
+    guard("cuFuncGetModule", || put(module, image_of(function)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuKernelGetLibrary(library: *mut usize, kernel: usize) -> u32 {
+    guard("cuKernelGetLibrary", || put(library, image_of(kernel)?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncIsLoaded(state: *mut c_int, function: usize) -> u32 {
+    guard("cuFuncIsLoaded", || {
         let k = kernels().get(function)?;
-        let sizes = k.on(k.device()?)?.sizes.clone().ok_or(Error::Code(code::NOT_SUPPORTED))?;
-        let layout = layout(&sizes);
-        let &(at, width) = layout.get(index).ok_or(Error::Code(code::INVALID_VALUE))?;
-        put(offset, at)?;
-        put(size, width)
+        // `CU_FUNCTION_LOADING_STATE_LOADED` (1) once looked up on its device, else `UNLOADED`.
+        put(state, c_int::from(k.is_loaded_on(k.device()?)))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn cuFuncLoad(function: usize) -> u32 {
+    guard("cuFuncLoad", || {
+        let k = kernels().get(function)?;
+        k.on(k.device()?).map(drop)
     })
 }
 

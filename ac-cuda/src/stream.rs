@@ -27,6 +27,8 @@ pub struct StreamRecord {
     /// The context the program created (`cuCtxCreate`) that was current when it was made;
     /// `None`: the device's primary context.
     pub context: Option<usize>,
+    /// Its attributes (`cuStreamSetAttribute`), kept by [`crate::stream_attributes`].
+    pub attributes: Mutex<crate::stream_attributes::Attributes>,
 }
 
 /// An event the program created.
@@ -44,7 +46,7 @@ pub struct EventRecord {
     pub(crate) interprocess: bool,
 }
 
-fn streams() -> &'static Registry<StreamRecord> {
+pub(crate) fn streams() -> &'static Registry<StreamRecord> {
     static STREAMS: OnceLock<Registry<StreamRecord>> = OnceLock::new();
     STREAMS.get_or_init(Registry::default)
 }
@@ -129,7 +131,7 @@ unsafe fn create(out: *mut usize) -> CuResult<()> {
     let device = current_device()?;
     let stream = shim.block_on(shim.devices[device].acc.create_stream())?;
     let context = crate::context::created_current();
-    put(out, streams().insert(StreamRecord { device, stream, context }))
+    put(out, streams().insert(StreamRecord { device, stream, context, attributes: Mutex::default() }))
 }
 
 #[no_mangle]
@@ -149,7 +151,7 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
 }
 
 /// Waits for everything queued on `handle`; then managed memory is the host's again.
-fn synchronize(handle: usize) -> CuResult<()> {
+pub(crate) fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
     let stream = stream_of(handle, device)?;
@@ -291,6 +293,11 @@ pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u
         let primary = crate::context::handle_of(&state::shim()?.devices[device].context);
         put(context, created.unwrap_or(primary))
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetDevice(handle: usize, device: *mut c_int) -> u32 {
+    guard("cuStreamGetDevice", || put(device, device_of_stream(handle)? as c_int))
 }
 
 #[no_mangle]

@@ -18,6 +18,7 @@ mod builtin_docs;
 mod c_abi;
 mod compute;
 mod cuda_blas_vectors;
+mod cuda_calls;
 mod cuda_frameworks;
 mod cuda_ipc;
 mod cuda_launches;

@@ -1,0 +1,94 @@
+//! Driver calls programs make around their kernels (issue 48), run through the shim against
+//! stand-in backends: batches of copies (`cudaMemcpyBatchAsync`, as key-value cache offload
+//! makes them) and the settings and queries CUDA answers without running anything (the
+//! profiler, device flags, bank sizes, a stream's device and attributes, a kernel's parameters,
+//! module and library). Each must be served, not answered "not supported".
+
+#[allow(dead_code)] // the stand-in's helpers these tests do not need
+use crate::standin;
+
+use ac_tests::cuda;
+
+use crate::cuda_shim::{cuda_cluster, run, said};
+
+/// The shim's line for a call it does not serve.
+const NOT_SERVED: &str = "not supported on remote accelerators";
+
+/// A batch of four copies under three sets of attributes (host to device from `malloc`'d
+/// memory, a stack array read during the call and overwritten as soon as it returns, device to
+/// host and device to device in stream order after a kernel) lands whole; a copy with
+/// attributes too; malformed batches, and one with a copy past its allocation, are refused
+/// with nothing of them done (CUDA 12.8's form names the copy refused).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("batch_copies", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("batch_copies: all exact"), "{text}");
+    for line in [
+        "device to host after the kernel exact",
+        "host to device exact",
+        "device to device exact",
+        "a stack source overwritten after the call exact",
+        "a copy with attributes exact",
+        "attributes not starting at copy 0: 1 (cudaErrorInvalidValue)",
+        "attribute starts not increasing: 1 (cudaErrorInvalidValue)",
+        "no source access order: 1 (cudaErrorInvalidValue)",
+        "more attributes than copies: 1 (cudaErrorInvalidValue)",
+        "a copy past its allocation: 1 (cudaErrorInvalidValue)",
+        "the copy past its allocation, by CUDA 12.8's form: 1, copy 1",
+        "nothing of a refused batch exact",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains(NOT_SERVED), "{text}");
+    standin::assert_no_violations();
+}
+
+/// The profiler starts and stops; device and context flags read back what was set, and a
+/// schedule of spin and yield at once is refused; a bank size is taken (and stays four bytes
+/// wide, as on every device since Volta); each of two devices' streams names its own device;
+/// a stream's access policy window and synchronization policy read back, copied to another
+/// stream, and a bad window or a launch's attribute is refused; a kernel's parameter count and
+/// layout, library, module and loading state are CUDA's; and a kernel after them all is exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("settings", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "2")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("settings: all exact"), "{text}");
+    for line in [
+        "the profiler started and stopped exact",
+        "the device's flags read back exact",
+        "spin and yield at once: 1 (cudaErrorInvalidValue)",
+        "the context's flags set by the driver read back exact",
+        "an unknown context flag: 1",
+        "the bank size after asking for eight bytes: 1",
+        "a bank size of 3: 1 (cudaErrorInvalidValue)",
+        "a stream's device, 0 exact",
+        "a stream's device, 1 exact",
+        "an access policy window and a synchronization policy, set and copied exact",
+        "a hit ratio of 1.5: 1 (cudaErrorInvalidValue)",
+        "persisting misses: 1 (cudaErrorInvalidValue)",
+        "a launch's attribute on a stream: 1 (cudaErrorInvalidValue)",
+        "the second parameter at offset 8, 4 bytes exact",
+        "the kernel's library holds it by name exact",
+        "the function's module holds it by name exact",
+        "the function loaded exact",
+        "the kernel's parameter count, 3 exact",
+        "the function's parameter count, 3 exact",
+        "a kernel after them all exact",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains(NOT_SERVED), "{text}");
+    standin::assert_no_violations();
+}
