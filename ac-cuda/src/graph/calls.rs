@@ -226,7 +226,13 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
 
 #[no_mangle]
 pub extern "C" fn cuGraphExecDestroy(handle: usize) -> u32 {
-    guard("cuGraphExecDestroy", || destroy_exec(handle))
+    guard("cuGraphExecDestroy", || {
+        // Its user objects go after its launches are done, as CUDA's: their work is waited for.
+        for stream in exec(handle)?.launched_on() {
+            let _ = crate::stream::synchronize(stream);
+        }
+        destroy_exec(handle)
+    })
 }
 
 #[no_mangle]

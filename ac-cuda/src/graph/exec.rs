@@ -5,7 +5,8 @@
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::memory::GraphAlloc;
-use super::{lock, ordered, refuse_memory_nodes, result, Node, NodeKind, Replay};
+use super::users::{self, Held};
+use super::{lock, ordered, refuse_memory_nodes, result, users_of, Node, NodeKind, Replay};
 use crate::error::{code, CuResult, Error};
 use crate::state::Registry;
 
@@ -30,6 +31,11 @@ pub struct Exec {
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
     /// one allocated and nothing freed since.
     auto_free: bool,
+    /// References on the user objects its graph held when it was made.
+    users: Mutex<Held>,
+    /// The streams it was launched on, while it holds user objects: their work is done before
+    /// it lets go of them ([`Exec::launched_on`]).
+    launched: Mutex<Vec<usize>>,
 }
 
 impl std::fmt::Debug for Exec {
@@ -52,6 +58,12 @@ impl Exec {
                 ));
             }
             allocation.freed();
+        }
+        if !lock(&self.users).is_empty() {
+            let mut launched = lock(&self.launched);
+            if !launched.contains(&stream) {
+                launched.push(stream);
+            }
         }
         let steps = lock(&self.steps).clone();
         let sent =
@@ -96,6 +108,12 @@ impl Exec {
         self.with_step(node, &TOGGLED, |step| step.enabled)
     }
 
+    /// The streams it was launched on, if it holds user objects: the program's destructors run
+    /// only after those launches are done, so its destroyer waits for these first.
+    pub fn launched_on(&self) -> Vec<usize> {
+        lock(&self.launched).clone()
+    }
+
     /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
     pub fn has_memory(&self) -> bool {
         lock(&self.steps).iter().any(|s| s.memory.is_some())
@@ -132,6 +150,7 @@ impl Drop for Exec {
         for allocation in &self.allocations {
             allocation.uninstantiated();
         }
+        users::release_all(&mut lock(&self.users));
     }
 }
 
@@ -151,7 +170,13 @@ pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
     for allocation in owned {
         if !allocation.instantiated() {
             // Dropping the executable graph gives back what it claimed.
-            drop(Exec { steps: Mutex::default(), allocations, auto_free });
+            drop(Exec {
+                steps: Mutex::default(),
+                allocations,
+                auto_free,
+                users: Mutex::default(),
+                launched: Mutex::default(),
+            });
             return Err(Error::said(
                 code::NOT_SUPPORTED,
                 "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
@@ -159,7 +184,8 @@ pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
         }
         allocations.push(allocation);
     }
-    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free }))
+    let users = Mutex::new(users_of(graph)?);
+    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free, users, launched: Mutex::default() }))
 }
 
 /// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are

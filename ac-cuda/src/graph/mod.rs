@@ -24,6 +24,7 @@ mod capturing;
 mod exec;
 pub mod memory;
 pub mod params;
+pub mod users;
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
@@ -179,10 +180,12 @@ impl Node {
 #[derive(Debug, Clone, Copy)]
 pub struct EventOf(pub usize);
 
-/// A graph: its nodes in the order they were added.
+/// A graph: its nodes in the order they were added, and the references it holds on user
+/// objects ([`users`]).
 #[derive(Debug, Default)]
 pub struct Graph {
     nodes: Mutex<Vec<usize>>,
+    users: Mutex<users::Held>,
 }
 
 /// The `count` handles (or other elements) at `p` (none when `count` is 0; `p` null otherwise
@@ -223,13 +226,20 @@ pub fn new_graph() -> usize {
     graphs().insert(Graph::default())
 }
 
-/// Forgets graph `handle` and its nodes (executable graphs made from it keep their steps).
+/// Forgets graph `handle` and its nodes, and lets go of its user objects (executable graphs
+/// made from it keep their steps and references).
 pub fn destroy_graph(handle: usize) -> CuResult<()> {
     let graph = graphs().remove(handle)?;
     for node in lock(&graph.nodes).drain(..) {
         let _ = nodes().remove(node);
     }
+    users::release_all(&mut lock(&graph.users));
     Ok(())
+}
+
+/// New references on the user objects graph `handle` holds (for a clone, an executable graph).
+fn users_of(handle: usize) -> CuResult<users::Held> {
+    Ok(users::retain_all(&lock(&graphs().get(handle)?.users)))
 }
 
 /// Graph `handle`'s nodes, in the order they were added.
@@ -311,10 +321,11 @@ pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
     Ok(())
 }
 
-/// A copy of `graph`: new nodes, the same work and dependencies.
+/// A copy of `graph`: new nodes, the same work and dependencies, and references on the same
+/// user objects.
 pub fn clone_graph(graph: usize) -> CuResult<usize> {
     refuse_memory_nodes(graph, "cloned")?;
-    let copy = new_graph();
+    let copy = graphs().insert(Graph { users: Mutex::new(users_of(graph)?), ..Graph::default() });
     let mut renamed = HashMap::new();
     for old in graph_nodes(graph)? {
         let node = nodes().get(old)?;

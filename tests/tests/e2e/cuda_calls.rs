@@ -2,7 +2,8 @@
 //! stand-in backends: batches of copies (`cudaMemcpyBatchAsync`, as key-value cache offload
 //! makes them) and the settings and queries CUDA answers without running anything (the
 //! profiler, device flags, bank sizes, a stream's device and attributes, a kernel's parameters,
-//! module and library). Each must be served, not answered "not supported".
+//! module and library), and user objects handed to graphs. Each must be served, not answered
+//! "not supported".
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
 use crate::standin;
@@ -42,6 +43,7 @@ async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
         "a copy past its allocation: 1 (cudaErrorInvalidValue)",
         "the copy past its allocation, by CUDA 12.8's form: 1, copy 1",
         "nothing of a refused batch exact",
+        "the good copy of a batch refused for a bad one: not done",
     ] {
         assert!(text.contains(line), "{line}: {text}");
     }
@@ -86,6 +88,37 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
         "the kernel's parameter count, 3 exact",
         "the function's parameter count, 3 exact",
         "a kernel after them all exact",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains(NOT_SERVED), "{text}");
+    standin::assert_no_violations();
+}
+
+/// A user object moved into a capturing stream's graph outlives the capture and the graph
+/// while an executable graph of it lives, and its destructor runs once, after that graph's
+/// launches, when it is destroyed; a clone holds references of its own, the program's releases
+/// count, and a graph releasing more than it holds is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("user_objects", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("user_objects: all exact"), "{text}");
+    for line in [
+        "the object outlives its graph while an executable graph of it lives exact",
+        "3 launches of the captured graph exact",
+        "its destructor ran once, after its executable graph was destroyed exact",
+        "its destructor ran after the 3 launches' work exact",
+        "a clone holds references of its own exact",
+        "a graph releasing more than it holds: 1 (cudaErrorInvalidValue)",
+        "an object without its flag: 1 (cudaErrorInvalidValue)",
+        "still held after the refusals exact",
+        "its destructor ran once, when the clone let it go exact",
     ] {
         assert!(text.contains(line), "{line}: {text}");
     }
