@@ -64,9 +64,6 @@ fn during_call(a: &MemcpyAttributes) -> CuResult<bool> {
 /// Which attributes each of `count` copies has: `starts[k]` is the first copy `attrs[k]` applies
 /// to (0 first, then increasing, each below `count`).
 fn attributes_of_copies(count: usize, attrs: &[MemcpyAttributes], starts: &[usize]) -> CuResult<Vec<bool>> {
-    if attrs.is_empty() || attrs.len() > count {
-        return Err(malformed(format!("{} attributes for {count} copies: 1 to {count}", attrs.len())));
-    }
     if starts[0] != 0 {
         return Err(malformed("the first attributes must apply from copy 0"));
     }
@@ -106,7 +103,7 @@ fn run_batch(copies: &[Copy], stream: usize, failed: &mut Option<usize>) -> CuRe
     }
     // A device source read during the call: its copy is done before the call returns.
     if copies.iter().any(|c| c.during_call && crate::memory::is_device(c.src)) {
-        stream::synchronize(stream)?;
+        stream::wait_for_work(stream)?;
     }
     Ok(())
 }
@@ -123,6 +120,9 @@ unsafe fn batch_of(
     if count == 0 || dsts.is_null() || srcs.is_null() || sizes.is_null() || attrs.is_null() || starts.is_null() {
         return Err(malformed("a batch needs at least one copy, and its arrays"));
     }
+    if num_attrs == 0 || num_attrs > count {
+        return Err(malformed(format!("{num_attrs} attributes for {count} copies: 1 to {count}")));
+    }
     let attrs = std::slice::from_raw_parts(attrs, num_attrs);
     let during = attributes_of_copies(count, attrs, std::slice::from_raw_parts(starts, num_attrs))?;
     let (dsts, srcs, sizes) = (
@@ -133,18 +133,34 @@ unsafe fn batch_of(
     Ok((0..count).map(|i| Copy { dst: dsts[i], src: srcs[i], len: sizes[i], during_call: during[i] }).collect())
 }
 
-/// `cuMemcpyBatchAsync` in both forms: `fail_index`, if not null, is told the copy refused
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+const LEGACY: usize = 1;
+const PER_THREAD: usize = 2;
+
+/// The stream a batch names, as its form reads it (the `_ptsz` forms read the NULL stream as the
+/// per-thread default stream); the legacy default stream is refused, as CUDA refuses it.
+fn batch_stream(stream: usize, per_thread: bool) -> CuResult<usize> {
+    match stream {
+        0 if per_thread => Ok(PER_THREAD),
+        0 | LEGACY => Err(malformed("a batch of copies may not go on the legacy default stream")),
+        stream => Ok(stream),
+    }
+}
+
+/// `cuMemcpyBatchAsync` in all its forms: `fail_index`, if not null, is told the copy refused
 /// (`SIZE_MAX` where the refusal is not one copy's).
 unsafe fn memcpy_batch(
     copies: (*const u64, *const u64, *const usize),
     count: usize,
     attributes: (*const MemcpyAttributes, *const usize, usize),
     fail_index: *mut usize,
-    stream: usize,
+    (stream, per_thread): (usize, bool),
 ) -> u32 {
     guard("cuMemcpyBatchAsync", || {
         let mut failed = None;
-        let ran = batch_of(copies, count, attributes).and_then(|batch| run_batch(&batch, stream, &mut failed));
+        let ran = batch_stream(stream, per_thread).and_then(|stream| {
+            batch_of(copies, count, attributes).and_then(|batch| run_batch(&batch, stream, &mut failed))
+        });
         if ran.is_err() && !fail_index.is_null() {
             *fail_index = failed.unwrap_or(usize::MAX);
         }
@@ -165,7 +181,23 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync(
     fail_index: *mut usize,
     stream: usize,
 ) -> u32 {
-    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), fail_index, stream)
+    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), fail_index, (stream, false))
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the driver API's signature
+pub unsafe extern "C" fn cuMemcpyBatchAsync_ptsz(
+    dsts: *const u64,
+    srcs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    attrs: *const MemcpyAttributes,
+    starts: *const usize,
+    num_attrs: usize,
+    fail_index: *mut usize,
+    stream: usize,
+) -> u32 {
+    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), fail_index, (stream, true))
 }
 
 #[no_mangle]
@@ -180,7 +212,22 @@ pub unsafe extern "C" fn cuMemcpyBatchAsync_v2(
     num_attrs: usize,
     stream: usize,
 ) -> u32 {
-    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), std::ptr::null_mut(), stream)
+    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), std::ptr::null_mut(), (stream, false))
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the driver API's signature
+pub unsafe extern "C" fn cuMemcpyBatchAsync_v2_ptsz(
+    dsts: *const u64,
+    srcs: *const u64,
+    sizes: *const usize,
+    count: usize,
+    attrs: *const MemcpyAttributes,
+    starts: *const usize,
+    num_attrs: usize,
+    stream: usize,
+) -> u32 {
+    memcpy_batch((dsts, srcs, sizes), count, (attrs, starts, num_attrs), std::ptr::null_mut(), (stream, true))
 }
 
 #[no_mangle]

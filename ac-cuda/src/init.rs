@@ -233,8 +233,9 @@ pub fn attribute_of(d: &Device, ordinal: c_int, attribute: c_int) -> c_int {
             }
         } // opt-in shared memory per block
         106 => 32,    // blocks per multiprocessor
-        // Access policy windows are taken as hints (`crate::stream_attributes`).
-        109 => crate::stream_attributes::MAX_WINDOW as c_int,
+        // Access policy windows (compute capability 8.0 on) are taken as hints
+        // (`crate::stream::attributes`).
+        109 if major >= 8 => crate::stream::attributes::MAX_WINDOW as c_int,
         111 => 1 << 10, // reserved shared memory per block
         // Virtual memory management (`crate::vmm`): a GPU behind a backend of protocol 14 that
         // serves it (session workers).

@@ -17,7 +17,7 @@
 //! - [`init`]: `cuInit`, versions, device queries (answered locally from what the session
 //!   learned at open), errors' names and strings.
 //! - [`context`]: primary contexts and the per-thread context stack, kept locally;
-//!   [`context_settings`], their flags, bank size and the profiler's start and stop.
+//!   [`context::settings`], their flags, bank size and the profiler's start and stop.
 //! - [`limits`]: a context's limits (`cuCtxSetLimit`: stack, printf buffer, heap), set on the
 //!   remote GPU.
 //! - [`memory`]: allocations (by device address), memsets and copies; [`pointer`], what an
@@ -36,7 +36,7 @@
 //!   counts them.
 //! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
 //! - [`tensor_map`]: tensor maps (TMA descriptors), encoded by the remote driver and kept here.
-//! - [`stream`]: streams and events; [`stream_attributes`], a stream's attributes (an access
+//! - [`stream`]: streams and events; [`stream::attributes`], a stream's attributes (an access
 //!   policy window, its synchronization policy), kept and answered here.
 //! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
 //!   launch's stream; an executable graph its nodes in dependency order.
@@ -79,7 +79,6 @@ pub mod blas_generated;
 pub mod builtins;
 pub mod children;
 pub mod context;
-pub mod context_settings;
 pub mod copies;
 pub mod error;
 pub mod export_tables;
@@ -110,7 +109,6 @@ pub mod pool;
 pub mod procs;
 pub mod state;
 pub mod stream;
-pub mod stream_attributes;
 pub mod tensor_map;
 pub mod uuid;
 pub mod visible;

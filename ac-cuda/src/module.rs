@@ -491,6 +491,14 @@ pub extern "C" fn cuFuncSetCacheConfig(function: usize, _config: c_int) -> u32 {
 }
 
 #[no_mangle]
+pub extern "C" fn cuFuncSetSharedMemConfig(function: usize, config: c_int) -> u32 {
+    guard("cuFuncSetSharedMemConfig", || {
+        kernels().get(function)?;
+        crate::context::settings::check_bank_size(config)
+    })
+}
+
+#[no_mangle]
 pub extern "C" fn cuKernelSetCacheConfig(kernel: usize, _config: c_int, _device: c_int) -> u32 {
     guard("cuKernelSetCacheConfig", || kernels().get(kernel).map(drop))
 }

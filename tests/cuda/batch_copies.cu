@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     std::vector<float> ramp(n);
     for (int i = 0; i < n; i++) ramp[i] = (float)i;
     CHECK(cudaMemcpy(ramped, ramp.data(), bytes, cudaMemcpyHostToDevice));
+    CHECK(cudaDeviceSynchronize()); // `s` does not wait for the legacy stream
     scale<<<(n + 255) / 256, 256, 0, s>>>(ramped, 0.5f, n);
     void* dsts[4] = {up, small, down.data(), copied};
     const void* srcs[4] = {host.data(), stack, ramped, ramped};
@@ -106,9 +107,14 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(few.data(), small, sizeof stack, cudaMemcpyDeviceToHost));
     report(all_equal(few, [](int) { return 0.0f; }), "nothing of a refused batch");
 
-    // The stack's copy, then one running past the end of `up`: whether the first is done is
-    // said (the shim checks every copy first; CUDA promises nothing).
-    void* past[2] = {small, up + n - 1};
+    refused("the legacy default stream", cudaMemcpyBatchAsync(dsts + 1, srcs + 1, sizes + 1, 1, attrs, starts, 1, 0));
+
+    // The stack's copy, then one running past the end of a small allocation (a GPU pads it:
+    // nothing faults): whether the first is done is said (the shim checks every copy first;
+    // CUDA promises nothing).
+    float* tiny;
+    CHECK(cudaMalloc(&tiny, 100 * sizeof(float)));
+    void* past[2] = {small, tiny + 99};
     const void* from[2] = {stack, host.data()};
     size_t lengths[2] = {sizeof stack, 2 * sizeof(float)};
     refused("a copy past its allocation", cudaMemcpyBatchAsync(past, from, lengths, 2, attrs + 1, starts, 1, s));

@@ -25,6 +25,12 @@ __global__ void scale(float* x, float a, int n) {
     if (i < n) x[i] *= a;
 }
 
+// x[i] = i for i < n: never launched, so never loaded until cuFuncLoad loads it.
+__global__ void iota(unsigned* x, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i;
+}
+
 // A driver call through its entry point (introduced in CUDA `version`), that must succeed.
 #define DRIVER(type, name, version, ...)                                                 \
     do {                                                                                 \
@@ -167,9 +173,14 @@ static void kernel_queries() {
     CUfunction found = nullptr;
     DRIVER(CUresult(*)(CUfunction*, CUmodule, const char*), cuModuleGetFunction, 2000, &found, module, name);
     report(module != nullptr && found != nullptr, "the function's module holds it by name");
-    DRIVER(CUresult(*)(CUfunction), cuFuncLoad, 12040, function);
-    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_UNLOADED;
-    DRIVER(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, function);
+    // A kernel nothing has touched: unloaded (where CUDA loads lazily), then loaded.
+    CUfunction untouched;
+    CHECK(cudaGetFuncBySymbol(&untouched, (const void*)iota));
+    CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_LOADED;
+    DRIVER(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
+    printf("an untouched kernel before cuFuncLoad: %d\n", (int)state);
+    DRIVER(CUresult(*)(CUfunction), cuFuncLoad, 12040, untouched);
+    DRIVER(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
     report(state == CU_FUNCTION_LOADING_STATE_LOADED, "the function loaded");
 }
 

@@ -4,8 +4,8 @@
 // graph outlives the capture's end and the graph itself while an executable graph of it lives,
 // and its destructor runs once, after that executable graph's launches (their host functions
 // all run), when it is destroyed.
-// A clone holds references of its own; the program's releases count; a graph cannot release
-// more than it holds.
+// A clone holds references of its own, as does a child graph node; the program's releases
+// count; a graph cannot release more than it holds.
 // Usage: user_objects [elements]
 #include <atomic>
 #include <chrono>
@@ -25,7 +25,7 @@ __global__ void scale(float* x, float a, int n) {
 
 // How many times each object's destructor ran, by the index its pointer carries; the rounds
 // of the graph's host function done when the first ran.
-static std::atomic<int> destroyed[2];
+static std::atomic<int> destroyed[3];
 static std::atomic<int> rounds{0}, rounds_at_destruction{-1};
 
 static void CUDART_CB destroy(void* index) {
@@ -35,6 +35,13 @@ static void CUDART_CB destroy(void* index) {
 
 static void CUDART_CB count_round(void*) {
     rounds++;
+}
+
+// Whether object `index`'s destructor has not run, 50 ms on (it runs on a thread of its own:
+// one run too early has its time to show).
+static bool still_held(size_t index) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return destroyed[index] == 0;
 }
 
 // Waits up to 10 s for object `index`'s destructor (CUDA runs it on a thread of its own, soon
@@ -73,9 +80,10 @@ int main(int argc, char** argv) {
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CHECK(cudaGraphDestroy(graph));
-    report(destroyed[0] == 0, "the object outlives its graph while an executable graph of it lives");
+    report(still_held(0), "the object outlives its graph while an executable graph of it lives");
     for (int round = 0; round < 3; round++) CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaStreamSynchronize(s)); // the destroy does not wait for the launches
     CHECK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
     bool exact = true;
     for (int i = 0; i < n; i++) exact = exact && host[i] == (float)i * 8.0f;
@@ -83,24 +91,41 @@ int main(int argc, char** argv) {
     report(runs_of(0) == 1, "its destructor ran once, after its executable graph was destroyed");
     report(rounds_at_destruction == 3, "its destructor ran after the 3 launches' work");
 
-    // Two references of the program's, one retained by a graph; a clone takes one more.
+    // Three references of the program's and one a graph retains, which its clone takes again;
+    // the graph goes, and the program lets two go: it holds one, the clone one.
     cudaUserObject_t second;
-    CHECK(cudaUserObjectCreate(&second, (void*)1, destroy, 2, cudaUserObjectNoDestructorSync));
+    CHECK(cudaUserObjectCreate(&second, (void*)1, destroy, 3, cudaUserObjectNoDestructorSync));
     cudaGraph_t built, clone;
     CHECK(cudaGraphCreate(&built, 0));
     CHECK(cudaGraphRetainUserObject(built, second, 1, 0));
-    CHECK(cudaUserObjectRelease(second, 2));
     CHECK(cudaGraphClone(&clone, built));
     CHECK(cudaGraphDestroy(built));
-    report(destroyed[1] == 0, "a clone holds references of its own");
+    CHECK(cudaUserObjectRelease(second, 2));
+    // The clone cannot let go of two (though the object has two), nor an object lack its flag.
     cudaError_t e = cudaGraphReleaseUserObject(clone, second, 2);
     printf("a graph releasing more than it holds: %d (%s)\n", (int)e, cudaGetErrorName(e));
     e = cudaUserObjectCreate(&first, (void*)0, destroy, 1, 0);
     printf("an object without its flag: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    report(destroyed[1] == 0, "still held after the refusals");
+    report(still_held(1), "still held after the refusals");
+    CHECK(cudaUserObjectRelease(second, 1));
+    report(still_held(1), "a clone holds references of its own");
     CHECK(cudaGraphReleaseUserObject(clone, second, 1));
     report(runs_of(1) == 1, "its destructor ran once, when the clone let it go");
     CHECK(cudaGraphDestroy(clone));
+
+    // A graph holding an object embedded as a child graph node: the node's copy holds it too.
+    cudaUserObject_t third;
+    CHECK(cudaUserObjectCreate(&third, (void*)2, destroy, 1, cudaUserObjectNoDestructorSync));
+    cudaGraph_t inner, outer;
+    CHECK(cudaGraphCreate(&inner, 0));
+    CHECK(cudaGraphRetainUserObject(inner, third, 1, cudaGraphUserObjectMove));
+    CHECK(cudaGraphCreate(&outer, 0));
+    cudaGraphNode_t embedded;
+    CHECK(cudaGraphAddChildGraphNode(&embedded, outer, nullptr, 0, inner));
+    CHECK(cudaGraphDestroy(inner));
+    report(still_held(2), "an object of a child graph held by its node");
+    CHECK(cudaGraphDestroy(outer));
+    report(runs_of(2) == 1, "its destructor ran once, when the parent graph went");
     CHECK(cudaStreamDestroy(s));
     printf("user_objects: %s\n", failures == 0 ? "all exact" : "FAILED");
     return failures == 0 ? 0 : 1;

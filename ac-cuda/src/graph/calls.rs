@@ -6,8 +6,8 @@
 //! [`super::memory`]'s.
 //!
 //! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): external
-//! semaphore, batched memory and conditional nodes, the generic `cuGraphAddNode` and
-//! `cuGraphNodeSetParams`, a child graph node's parameters, edge data, device launches.
+//! semaphore, batched memory and conditional nodes, a child graph node's parameters, edge data,
+//! device launches. The generic node API is [`super::generic`]'s.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -51,7 +51,10 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut usize, graph: usize, deps
 /// A graph's launch: its executable form made now, as CUDA copies a child graph when the node
 /// is added.
 fn launch_of(graph: usize) -> CuResult<Replay> {
-    let exec = exec(instantiate_child(graph)?)?;
+    let handle = instantiate_child(graph)?;
+    let exec = exec(handle)?;
+    // The node's work alone holds it (and the user objects it holds), going with the node.
+    destroy_exec(handle)?;
     Ok(Arc::new(move |stream| exec.replay(stream)))
 }
 
@@ -227,9 +230,10 @@ pub unsafe extern "C" fn cuGraphInstantiateWithParams(
 #[no_mangle]
 pub extern "C" fn cuGraphExecDestroy(handle: usize) -> u32 {
     guard("cuGraphExecDestroy", || {
-        // Its user objects go after its launches are done, as CUDA's: their work is waited for.
+        // Its user objects go after its launches are done, as CUDA's: their work is waited for
+        // (without refusing a stream that captures again meanwhile).
         for stream in exec(handle)?.launched_on() {
-            let _ = crate::stream::synchronize(stream);
+            let _ = crate::stream::wait_for_work(stream);
         }
         destroy_exec(handle)
     })

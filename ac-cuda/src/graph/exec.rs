@@ -138,6 +138,9 @@ impl Exec {
         for (step, new) in steps.iter_mut().zip(new) {
             step.replay = new.replay;
         }
+        // The graph's user objects replace the ones it held, as CUDA's update does.
+        let mut old = std::mem::replace(&mut *lock(&self.users), users_of(graph)?);
+        users::release_all(&mut old);
         Ok(())
     }
 }

@@ -22,6 +22,7 @@ pub mod calls;
 pub mod capture;
 mod capturing;
 mod exec;
+pub mod generic;
 pub mod memory;
 pub mod params;
 pub mod users;

@@ -3,10 +3,12 @@
 //! graph that may still use it (PyTorch keeps the work of collectives captured into a CUDA
 //! graph so). Kept here: each object counts its references; a graph holds some (a clone and an
 //! executable graph take the same again); when the count reaches zero the destructor runs on a
-//! thread of its own, as CUDA runs it on one of its own (it must not call CUDA).
+//! thread of the shim's, one destructor at a time, as CUDA runs them on a shared internal
+//! thread (they must not call CUDA).
 
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Mutex, OnceLock};
 
 use super::{graphs, lock, Kept};
@@ -67,11 +69,30 @@ fn release(handle: usize, count: u32) -> CuResult<()> {
     if *references == 0 {
         drop(references);
         objects().remove(handle)?;
-        let (ptr, destroy) = (object.ptr, object.destroy);
-        // SAFETY: the program's destructor with the pointer it gave for it, once, as CUDA calls it.
-        std::thread::spawn(move || unsafe { (destroy.get())(ptr.get()) });
+        destructors().send((object.ptr, object.destroy)).map_err(|_| Error::Code(code::UNKNOWN))?;
     }
     Ok(())
+}
+
+/// A destructor to run, with its object's pointer.
+type Pending = (Kept<*mut c_void>, Kept<Destructor>);
+
+/// The queue of the thread that runs destructors, one at a time, as CUDA's shared internal
+/// thread does (started with the first).
+fn destructors() -> Sender<Pending> {
+    static QUEUE: OnceLock<Mutex<Sender<Pending>>> = OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (send, receive) = channel::<Pending>();
+        std::thread::spawn(move || {
+            for (ptr, destroy) in receive {
+                // SAFETY: the program's destructor with the pointer it gave for it, once, as
+                // CUDA calls it.
+                unsafe { (destroy.get())(ptr.get()) };
+            }
+        });
+        Mutex::new(send)
+    });
+    lock(queue).clone()
 }
 
 /// Takes the references `held` (a copy of another holder's) anew: a clone's, an executable

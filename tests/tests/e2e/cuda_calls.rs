@@ -2,8 +2,8 @@
 //! stand-in backends: batches of copies (`cudaMemcpyBatchAsync`, as key-value cache offload
 //! makes them) and the settings and queries CUDA answers without running anything (the
 //! profiler, device flags, bank sizes, a stream's device and attributes, a kernel's parameters,
-//! module and library), and user objects handed to graphs. Each must be served, not answered
-//! "not supported".
+//! module and library), user objects handed to graphs, and graphs built with the generic node
+//! API. Each must be served, not answered "not supported".
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
 use crate::standin;
@@ -40,6 +40,7 @@ async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
         "attribute starts not increasing: 1 (cudaErrorInvalidValue)",
         "no source access order: 1 (cudaErrorInvalidValue)",
         "more attributes than copies: 1 (cudaErrorInvalidValue)",
+        "the legacy default stream: 1 (cudaErrorInvalidValue)",
         "a copy past its allocation: 1 (cudaErrorInvalidValue)",
         "the copy past its allocation, by CUDA 12.8's form: 1, copy 1",
         "nothing of a refused batch exact",
@@ -84,6 +85,7 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
         "the second parameter at offset 8, 4 bytes exact",
         "the kernel's library holds it by name exact",
         "the function's module holds it by name exact",
+        "an untouched kernel before cuFuncLoad: 0",
         "the function loaded exact",
         "the kernel's parameter count, 3 exact",
         "the function's parameter count, 3 exact",
@@ -97,8 +99,8 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
 
 /// A user object moved into a capturing stream's graph outlives the capture and the graph
 /// while an executable graph of it lives, and its destructor runs once, after that graph's
-/// launches, when it is destroyed; a clone holds references of its own, the program's releases
-/// count, and a graph releasing more than it holds is refused.
+/// launches, when it is destroyed; a clone and a child graph node hold references of their
+/// own, the program's releases count, and a graph releasing more than it holds is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
     let _turn = standin::exclusive().await;
@@ -119,6 +121,35 @@ async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
         "an object without its flag: 1 (cudaErrorInvalidValue)",
         "still held after the refusals exact",
         "its destructor ran once, when the clone let it go exact",
+        "an object of a child graph held by its node exact",
+        "its destructor ran once, when the parent graph went exact",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains(NOT_SERVED), "{text}");
+    standin::assert_no_violations();
+}
+
+/// A graph built with `cudaGraphAddNode` alone (a copy, a kernel, a memset, a host function, a
+/// child graph built so too, an event record) launches twice exactly; a kernel node changed in
+/// the graph reaches the next instantiation, and changed in one executable graph its next
+/// launch alone; the driver reads a memset node's parameters back; a copy node with flags is
+/// refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graph_built_with_the_generic_node_api_runs_and_changes_as_a_typed_one() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build("graph_nodes", dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains("graph_nodes: all exact"), "{text}");
+    for line in [
+        "copy, kernel, memset, host, child graph and event record nodes launched twice exact",
+        "a kernel node changed in the graph and in one executable graph exact",
+        "the memset node's parameters read back exact",
+        "a copy node with flags: 1 (cudaErrorInvalidValue)",
     ] {
         assert!(text.contains(line), "{line}: {text}");
     }

@@ -10,10 +10,9 @@ use std::collections::HashMap;
 use std::ffi::{c_int, c_uint};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use crate::context::{current_context, handle_of};
+use super::{current_context, handle_of};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::module::kernels;
 use crate::state::{self, put};
 
 /// `CU_CTX_SCHED_MASK`: the host's waits, one of auto (0), spin (1), yield (2) or blocking (4).
@@ -93,7 +92,7 @@ pub extern "C" fn cuCtxSetFlags(given: c_uint) -> u32 {
 }
 
 /// Refuses a bank size that is none of CUDA's.
-fn check_bank_size(config: c_int) -> CuResult<()> {
+pub fn check_bank_size(config: c_int) -> CuResult<()> {
     if !(0..=EIGHT_BYTE_BANKS).contains(&config) {
         return Err(Error::said(code::INVALID_VALUE, format!("shared memory bank size {config} is not 0, 1 or 2")));
     }
@@ -112,14 +111,6 @@ pub unsafe extern "C" fn cuCtxGetSharedMemConfig(config: *mut c_int) -> u32 {
 pub extern "C" fn cuCtxSetSharedMemConfig(config: c_int) -> u32 {
     guard("cuCtxSetSharedMemConfig", || {
         current_context()?;
-        check_bank_size(config)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuFuncSetSharedMemConfig(function: usize, config: c_int) -> u32 {
-    guard("cuFuncSetSharedMemConfig", || {
-        kernels().get(function)?;
         check_bank_size(config)
     })
 }

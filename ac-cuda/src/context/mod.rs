@@ -10,6 +10,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+pub mod settings;
+
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put, Context};
@@ -77,7 +79,7 @@ unsafe fn create(out: *mut usize, flags: c_uint, ordinal: c_int) -> CuResult<()>
     if out.is_null() {
         return Err(Error::Code(code::INVALID_VALUE));
     }
-    crate::context_settings::check_flags(flags)?;
+    settings::check_flags(flags)?;
     let device = state::shim()?.device(ordinal)?.context.device;
     let mut all = created();
     let id = 1 << 32 | all.len() as u64;
@@ -85,7 +87,7 @@ unsafe fn create(out: *mut usize, flags: c_uint, ordinal: c_int) -> CuResult<()>
     let record: &'static Created = Box::leak(Box::new(Created { context, alive: AtomicBool::new(true), id }));
     let handle = handle_of(&record.context);
     all.insert(handle, record);
-    crate::context_settings::set_flags(handle, flags);
+    settings::set_flags(handle, flags);
     STACK.with(|s| s.borrow_mut().push(handle));
     put(out, handle)
 }
@@ -190,7 +192,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(context: *mut usize, device: c
 
 // Primary contexts live as long as the process: releasing and resetting change nothing (the
 // remote session ends when the process exits). The names before CUDA 11 are the same calls.
-// Their flags are `context_settings`'.
+// Their flags are [`settings`]'.
 
 #[no_mangle]
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(device: c_int) -> u32 {

@@ -9,6 +9,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+pub mod attributes;
+
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
 use crate::graph::{self, Kept, Mark, NodeKind};
@@ -27,8 +29,8 @@ pub struct StreamRecord {
     /// The context the program created (`cuCtxCreate`) that was current when it was made;
     /// `None`: the device's primary context.
     pub context: Option<usize>,
-    /// Its attributes (`cuStreamSetAttribute`), kept by [`crate::stream_attributes`].
-    pub attributes: Mutex<crate::stream_attributes::Attributes>,
+    /// Its attributes (`cuStreamSetAttribute`), kept by [`attributes`].
+    pub attributes: Mutex<attributes::Attributes>,
 }
 
 /// An event the program created.
@@ -150,8 +152,16 @@ pub extern "C" fn cuStreamDestroy_v2(handle: usize) -> u32 {
     })
 }
 
+/// Waits for the work queued on stream `handle` before now, capturing or not (what a capture
+/// recorded is not queued), and nothing more: no memory changes hands.
+pub(crate) fn wait_for_work(handle: usize) -> CuResult<()> {
+    let shim = state::shim()?;
+    let stream = session_stream(handle, device_of_stream(handle)?)?;
+    Ok(shim.block_on(stream.synchronize())?)
+}
+
 /// Waits for everything queued on `handle`; then managed memory is the host's again.
-pub(crate) fn synchronize(handle: usize) -> CuResult<()> {
+fn synchronize(handle: usize) -> CuResult<()> {
     let shim = state::shim()?;
     let device = device_of_stream(handle)?;
     let stream = stream_of(handle, device)?;

@@ -9,10 +9,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use super::{device_of_stream, is_default_stream, streams};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::state::put;
-use crate::stream::{device_of_stream, is_default_stream, streams};
 
 /// `CUlaunchAttributeValue`: a union of 64 bytes.
 pub type Value = [u8; 64];
@@ -111,6 +110,16 @@ fn with_attributes<T>(handle: usize, f: impl FnOnce(&mut Attributes) -> T) -> Cu
     Ok(f(&mut attributes))
 }
 
+/// The bytes of attribute `id`'s member of the union: a window's 32, a scalar's 4 (CUDA 11's
+/// `CUstreamAttrValue`, which programs built then pass, is 32 bytes, not 64).
+fn member_len(id: u32) -> usize {
+    if id == ACCESS_POLICY_WINDOW {
+        32
+    } else {
+        4
+    }
+}
+
 /// Attribute `id` of a stream that never set it: what CUDA answers then.
 fn unset(id: u32) -> Value {
     let mut value = [0; 64];
@@ -123,8 +132,14 @@ fn unset(id: u32) -> Value {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamSetAttribute(handle: usize, id: u32, value: *const c_void) -> u32 {
     guard("cuStreamSetAttribute", || {
-        let given = value.cast::<Value>().as_ref().ok_or(Error::Code(code::INVALID_VALUE))?;
-        let value = checked(id, *given)?;
+        stream_attribute(id)?;
+        if value.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let mut given = [0; 64];
+        let len = member_len(id);
+        given[..len].copy_from_slice(std::slice::from_raw_parts(value.cast::<u8>(), len));
+        let value = checked(id, given)?;
         with_attributes(handle, |a| a.0.insert(id, value)).map(drop)
     })
 }
@@ -134,7 +149,12 @@ pub unsafe extern "C" fn cuStreamGetAttribute(handle: usize, id: u32, out: *mut 
     guard("cuStreamGetAttribute", || {
         stream_attribute(id)?;
         let value = with_attributes(handle, |a| a.0.get(&id).copied())?.unwrap_or_else(|| unset(id));
-        put(out.cast::<Value>(), value)
+        if out.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        let len = member_len(id);
+        std::ptr::copy_nonoverlapping(value.as_ptr(), out.cast::<u8>(), len);
+        Ok(())
     })
 }
 
