@@ -155,8 +155,13 @@ int main(int argc, char** argv) {
         printf("reading a node's parameters: not in this driver\n");
     }
 
+    // The first copy again, but with flags (which must be zero).
     p = {};
     p.type = cudaGraphNodeTypeMemcpy;
+    p.memcpy.copyParams.srcPtr = make_cudaPitchedPtr(host.data(), bytes, bytes, 1);
+    p.memcpy.copyParams.dstPtr = make_cudaPitchedPtr(d, bytes, bytes, 1);
+    p.memcpy.copyParams.extent = make_cudaExtent(bytes, 1, 1);
+    p.memcpy.copyParams.kind = cudaMemcpyHostToDevice;
     p.memcpy.flags = 1;
     cudaGraphNode_t refused;
     cudaError_t e = cudaGraphAddNode(&refused, graph, nullptr, nullptr, 0, &p);
