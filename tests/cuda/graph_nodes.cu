@@ -155,17 +155,25 @@ int main(int argc, char** argv) {
         printf("reading a node's parameters: not in this driver\n");
     }
 
-    // The first copy again, but with flags (which must be zero).
-    p = {};
-    p.type = cudaGraphNodeTypeMemcpy;
-    p.memcpy.copyParams.srcPtr = make_cudaPitchedPtr(host.data(), bytes, bytes, 1);
-    p.memcpy.copyParams.dstPtr = make_cudaPitchedPtr(d, bytes, bytes, 1);
-    p.memcpy.copyParams.extent = make_cudaExtent(bytes, 1, 1);
-    p.memcpy.copyParams.kind = cudaMemcpyHostToDevice;
-    p.memcpy.flags = 1;
-    cudaGraphNode_t refused;
-    cudaError_t e = cudaGraphAddNode(&refused, graph, nullptr, nullptr, 0, &p);
-    printf("a copy node with flags: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    // The first copy again through the driver's own call, but with flags (which must be zero).
+    using Add = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                             CUgraphNodeParams*);
+    auto add = (Add)entry_at("cuGraphAddNode", 12030);
+    CUgraphNodeParams flagged = {};
+    flagged.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    CUDA_MEMCPY3D& copy_3d = flagged.memcpy.copyParams;
+    copy_3d.srcMemoryType = CU_MEMORYTYPE_HOST;
+    copy_3d.srcHost = host.data();
+    copy_3d.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    copy_3d.dstDevice = (CUdeviceptr)d;
+    copy_3d.WidthInBytes = bytes;
+    copy_3d.Height = 1;
+    copy_3d.Depth = 1;
+    CUgraphNode refused;
+    flagged.memcpy.flags = 1;
+    printf("a copy node with flags: %d\n", (int)add(&refused, (CUgraph)graph, nullptr, nullptr, 0, &flagged));
+    flagged.memcpy.flags = 0;
+    printf("the same copy node without: %d\n", (int)add(&refused, (CUgraph)graph, nullptr, nullptr, 0, &flagged));
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphExecDestroy(again));
     CHECK(cudaGraphDestroy(graph));
