@@ -20,16 +20,6 @@ __global__ void scale(float* x, float a, int n) {
     if (i < n) x[i] *= a;
 }
 
-static bool all_equal(const std::vector<float>& got, float (*want)(int)) {
-    for (size_t i = 0; i < got.size(); i++) {
-        if (got[i] != want((int)i)) {
-            printf("element %zu: %f, not %f\n", i, got[i], want((int)i));
-            return false;
-        }
-    }
-    return true;
-}
-
 static void refused(const char* what, cudaError_t e) {
     printf("%s: %d (%s)\n", what, (int)e, cudaGetErrorName(e));
 }

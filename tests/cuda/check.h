@@ -1,6 +1,6 @@
 // CHECK(call): a CUDA runtime call that must succeed; otherwise the test programs print the
 // call, its error number and string, and exit 1 (the tests read these lines).
-// report(), nodes_of() and fill() are the programs' shared helpers.
+// report(), all_equal(), nodes_of() and fill() are the programs' shared helpers.
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +28,17 @@
         printf("FAILED: %s\n", what);
         failures++;
     }
+}
+
+// Whether every element i of `got` is want(i); the first that is not is printed.
+[[maybe_unused]] static bool all_equal(const std::vector<float>& got, float (*want)(int)) {
+    for (size_t i = 0; i < got.size(); i++) {
+        if (got[i] != want((int)i)) {
+            printf("element %zu: %f, not %f\n", i, got[i], want((int)i));
+            return false;
+        }
+    }
+    return true;
 }
 
 // How many of `graph`'s nodes are of `type`.

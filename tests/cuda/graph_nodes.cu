@@ -53,16 +53,6 @@ static cudaGraphNodeParams memset_node(float* d, unsigned bits, int n) {
     return p;
 }
 
-static bool all(const std::vector<float>& v, float (*want)(int)) {
-    for (size_t i = 0; i < v.size(); i++) {
-        if (v[i] != want((int)i)) {
-            printf("element %zu: %f, not %f\n", i, v[i], want((int)i));
-            return false;
-        }
-    }
-    return true;
-}
-
 int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 100000;
     size_t bytes = n * sizeof(float);
@@ -120,11 +110,11 @@ int main(int argc, char** argv) {
     CHECK(cudaEventSynchronize(done));
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(back.data(), d, bytes, cudaMemcpyDeviceToHost));
-    bool exact = all(back, [](int i) { return 2.0f * i; });
+    bool exact = all_equal(back, [](int i) { return 2.0f * i; });
     CHECK(cudaMemcpy(back.data(), set, bytes, cudaMemcpyDeviceToHost));
-    exact = exact && all(back, [](int) { return 7.0f; });
+    exact = exact && all_equal(back, [](int) { return 7.0f; });
     CHECK(cudaMemcpy(back.data(), child_set, bytes, cudaMemcpyDeviceToHost));
-    exact = exact && all(back, [](int) { return 3.0f; }) && host_runs == 2;
+    exact = exact && all_equal(back, [](int) { return 3.0f; }) && host_runs == 2;
     report(exact, "copy, kernel, memset, host, child graph and event record nodes launched twice");
 
     // Changed in the graph: the next instantiation scales by 3; in `exec` alone: by 5.
@@ -138,11 +128,11 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaMemcpyAsync(back.data(), d, bytes, cudaMemcpyDeviceToHost, s));
     CHECK(cudaStreamSynchronize(s));
-    exact = all(back, [](int i) { return 5.0f * i; });
+    exact = all_equal(back, [](int i) { return 5.0f * i; });
     CHECK(cudaGraphLaunch(again, s));
     CHECK(cudaMemcpyAsync(back.data(), d, bytes, cudaMemcpyDeviceToHost, s));
     CHECK(cudaStreamSynchronize(s));
-    report(exact && all(back, [](int i) { return 3.0f * i; }), "a kernel node changed in the graph and in one executable graph");
+    report(exact && all_equal(back, [](int i) { return 3.0f * i; }), "a kernel node changed in the graph and in one executable graph");
 
     using Get = CUresult (*)(CUgraphNode, CUgraphNodeParams*);
     if (auto get = (Get)try_entry_at("cuGraphNodeGetParams", 13020)) {

@@ -15,6 +15,26 @@ use crate::cuda_shim::{cuda_cluster, run, said};
 /// The shim's line for a call it does not serve.
 const NOT_SERVED: &str = "not supported on remote accelerators";
 
+/// Runs `tests/cuda/<name>.cu` through the shim as a job's process with `acpn` accelerators
+/// (on one stand-in backend of two devices), and checks that it ends `<name>: all exact`, says
+/// each of `lines`, meets no call the shim does not serve, and leaves the stand-in no call out
+/// of CUDA's contract. Without nvcc (and not required) it checks nothing.
+async fn assert_program_says(name: &str, acpn: u32, lines: &[&str]) {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = cuda::build(name, dir.path()) else { return };
+    let c = cuda_cluster(1).await;
+    let shim = cuda::shim_dir(dir.path());
+    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", &acpn.to_string())]).await;
+    let text = said(&out);
+    assert!(out.status.success() && text.contains(&format!("{name}: all exact")), "{text}");
+    for line in lines {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    assert!(!text.contains(NOT_SERVED), "{text}");
+    standin::assert_no_violations();
+}
+
 /// A batch of four copies under three sets of attributes (host to device from `malloc`'d
 /// memory, a stack array read during the call and overwritten as soon as it returns, device to
 /// host and device to device in stream order after a kernel) lands whole; a copy with
@@ -22,15 +42,7 @@ const NOT_SERVED: &str = "not supported on remote accelerators";
 /// with nothing of them done (CUDA 12.8's form names the copy refused).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
-    let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("batch_copies", dir.path()) else { return };
-    let c = cuda_cluster(1).await;
-    let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
-    let text = said(&out);
-    assert!(out.status.success() && text.contains("batch_copies: all exact"), "{text}");
-    for line in [
+    let lines = [
         "device to host after the kernel exact",
         "host to device exact",
         "device to device exact",
@@ -45,11 +57,8 @@ async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
         "the copy past its allocation, by CUDA 12.8's form: 1, copy 1",
         "nothing of a refused batch exact",
         "the good copy of a batch refused for a bad one: not done",
-    ] {
-        assert!(text.contains(line), "{line}: {text}");
-    }
-    assert!(!text.contains(NOT_SERVED), "{text}");
-    standin::assert_no_violations();
+    ];
+    assert_program_says("batch_copies", 1, &lines).await;
 }
 
 /// The profiler starts and stops; device and context flags read back what was set, and a
@@ -60,15 +69,7 @@ async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
 /// layout, library, module and loading state are CUDA's; and a kernel after them all is exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them() {
-    let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("settings", dir.path()) else { return };
-    let c = cuda_cluster(1).await;
-    let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "2")]).await;
-    let text = said(&out);
-    assert!(out.status.success() && text.contains("settings: all exact"), "{text}");
-    for line in [
+    let lines = [
         "the profiler started and stopped exact",
         "the device's flags read back exact",
         "spin and yield at once: 1 (cudaErrorInvalidValue)",
@@ -90,11 +91,8 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
         "the kernel's parameter count, 3 exact",
         "the function's parameter count, 3 exact",
         "a kernel after them all exact",
-    ] {
-        assert!(text.contains(line), "{line}: {text}");
-    }
-    assert!(!text.contains(NOT_SERVED), "{text}");
-    standin::assert_no_violations();
+    ];
+    assert_program_says("settings", 2, &lines).await;
 }
 
 /// A user object moved into a capturing stream's graph outlives the capture and the graph
@@ -103,15 +101,7 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
 /// own, the program's releases count, and a graph releasing more than it holds is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
-    let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("user_objects", dir.path()) else { return };
-    let c = cuda_cluster(1).await;
-    let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
-    let text = said(&out);
-    assert!(out.status.success() && text.contains("user_objects: all exact"), "{text}");
-    for line in [
+    let lines = [
         "the object outlives its graph while an executable graph of it lives exact",
         "3 launches of the captured graph exact",
         "its destructor ran once, after its executable graph was destroyed exact",
@@ -123,11 +113,8 @@ async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
         "its destructor ran once, when the clone let it go exact",
         "an object of a child graph held by its node exact",
         "its destructor ran once, when the parent graph went exact",
-    ] {
-        assert!(text.contains(line), "{line}: {text}");
-    }
-    assert!(!text.contains(NOT_SERVED), "{text}");
-    standin::assert_no_violations();
+    ];
+    assert_program_says("user_objects", 1, &lines).await;
 }
 
 /// A graph built with `cudaGraphAddNode` alone (a copy, a kernel, a memset, a host function, a
@@ -137,23 +124,12 @@ async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
 /// refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_graph_built_with_the_generic_node_api_runs_and_changes_as_a_typed_one() {
-    let _turn = standin::exclusive().await;
-    let dir = tempfile::tempdir().unwrap();
-    let Some(exe) = cuda::build("graph_nodes", dir.path()) else { return };
-    let c = cuda_cluster(1).await;
-    let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", "1")]).await;
-    let text = said(&out);
-    assert!(out.status.success() && text.contains("graph_nodes: all exact"), "{text}");
-    for line in [
+    let lines = [
         "copy, kernel, memset, host, child graph and event record nodes launched twice exact",
         "a kernel node changed in the graph and in one executable graph exact",
         "the memset node's parameters read back exact",
         "a copy node with flags: 1",
         "the same copy node without: 0",
-    ] {
-        assert!(text.contains(line), "{line}: {text}");
-    }
-    assert!(!text.contains(NOT_SERVED), "{text}");
-    standin::assert_no_violations();
+    ];
+    assert_program_says("graph_nodes", 1, &lines).await;
 }
