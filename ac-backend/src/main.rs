@@ -185,11 +185,30 @@ fn main() -> anyhow::Result<ExitCode> {
         ac_backend::device::worker::serve::run_worker(&config, index, shared, fds).context("serving a session")?;
         return Ok(ExitCode::SUCCESS);
     }
+    raise_descriptor_limit();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if io_threads > 0 {
         runtime.worker_threads(io_threads);
     }
     runtime.enable_all().build().context("starting the runtime")?.block_on(serve(config, addr_file))
+}
+
+/// Raises the soft limit on open descriptors to the hard one (the packaged unit sets 65,536):
+/// the backend keeps a descriptor for each piece of physical memory a session shares, besides
+/// its connections, and the usual soft limit of 1,024 would refuse connections first.
+#[allow(unsafe_code)] // setrlimit on this process's own limits
+fn raise_descriptor_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: reads and writes this process's limit through a valid struct.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    if !raised {
+        tracing::warn!("could not raise the open descriptor limit: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// The exit status after a restart asked for with SIGUSR2 (`systemctl reload`): the unit's

@@ -9,8 +9,9 @@
 //! source read "during the call" is, because the call waits for its stream after queuing the
 //! batch, and such a batch cannot be captured (a replay would read the source long after). The
 //! location hints are for managed or pageable memory a device reaches in place, which a remote
-//! device never does, and the overlap flag is a hint: both are checked and let be. A batch is
-//! checked whole (attributes, and each copy's device memory) before any copy of it is queued.
+//! device never does, so they are not read; the overlap flag is a hint, checked and let be. A
+//! batch is checked whole (attributes, and each copy's device memory) before any copy of it is
+//! queued.
 
 use crate::error::{code, CuResult, Error};
 use crate::graph::{self, NodeKind};

@@ -56,12 +56,15 @@ static cudaGraphNodeParams memset_node(float* d, unsigned bits, int n) {
 int main(int argc, char** argv) {
     int n = argc > 1 ? atoi(argv[1]) : 100000;
     size_t bytes = n * sizeof(float);
-    std::vector<float> host(n), back(n);
-    for (int i = 0; i < n; i++) host[i] = (float)i;
+    std::vector<float> back(n);
     float *d, *set, *child_set;
     CHECK(cudaMalloc(&d, bytes));
     CHECK(cudaMalloc(&set, bytes));
     CHECK(cudaMalloc(&child_set, bytes));
+    // Page-locked, as CUDA's graphs want the host side of their copies.
+    float* pinned;
+    CHECK(cudaMallocHost(&pinned, bytes));
+    for (int i = 0; i < n; i++) pinned[i] = (float)i;
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     cudaEvent_t done;
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
     cudaGraphNode_t copy, kernel, fill, host_fn, nested, record, child_fill;
     cudaGraphNodeParams p = {};
     p.type = cudaGraphNodeTypeMemcpy;
-    p.memcpy.copyParams.srcPtr = make_cudaPitchedPtr(host.data(), bytes, bytes, 1);
+    p.memcpy.copyParams.srcPtr = make_cudaPitchedPtr(pinned, bytes, bytes, 1);
     p.memcpy.copyParams.dstPtr = make_cudaPitchedPtr(d, bytes, bytes, 1);
     p.memcpy.copyParams.extent = make_cudaExtent(bytes, 1, 1);
     p.memcpy.copyParams.kind = cudaMemcpyHostToDevice;
@@ -153,7 +156,7 @@ int main(int argc, char** argv) {
     flagged.type = CU_GRAPH_NODE_TYPE_MEMCPY;
     CUDA_MEMCPY3D& copy_3d = flagged.memcpy.copyParams;
     copy_3d.srcMemoryType = CU_MEMORYTYPE_HOST;
-    copy_3d.srcHost = host.data();
+    copy_3d.srcHost = pinned;
     copy_3d.dstMemoryType = CU_MEMORYTYPE_DEVICE;
     copy_3d.dstDevice = (CUdeviceptr)d;
     copy_3d.WidthInBytes = bytes;
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphExecDestroy(again));
     CHECK(cudaGraphDestroy(graph));
     CHECK(cudaGraphDestroy(child));
+    CHECK(cudaFreeHost(pinned));
     printf("graph_nodes: %s\n", failures == 0 ? "all exact" : "FAILED");
     return failures == 0 ? 0 : 1;
 }

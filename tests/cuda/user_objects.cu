@@ -25,7 +25,7 @@ __global__ void scale(float* x, float a, int n) {
 
 // How many times each object's destructor ran, by the index its pointer carries; the rounds
 // of the graph's host function done when the first ran.
-static std::atomic<int> destroyed[3];
+static std::atomic<int> destroyed[4];
 static std::atomic<int> rounds{0}, rounds_at_destruction{-1};
 
 static void CUDART_CB destroy(void* index) {
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; i++) exact = exact && host[i] == (float)i * 8.0f;
     report(exact, "3 launches of the captured graph");
     report(runs_of(0) == 1, "its destructor ran once, after its executable graph was destroyed");
-    report(rounds_at_destruction == 3, "its destructor ran after the 3 launches' work");
+    report(rounds_at_destruction == 3, "its destructor ran after the 3 launches' host functions");
 
     // Three references of the program's and one a graph retains, which its clone takes again;
     // the graph goes, and the program lets two go: it holds one, the clone one.
@@ -101,17 +101,27 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphClone(&clone, built));
     CHECK(cudaGraphDestroy(built));
     CHECK(cudaUserObjectRelease(second, 2));
-    // The clone cannot let go of two (though the object has two), nor an object lack its flag.
-    cudaError_t e = cudaGraphReleaseUserObject(clone, second, 2);
-    printf("a graph releasing more than it holds: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    e = cudaUserObjectCreate(&first, (void*)0, destroy, 1, 0);
-    printf("an object without its flag: %d (%s)\n", (int)e, cudaGetErrorName(e));
-    report(still_held(1), "still held after the refusals");
     CHECK(cudaUserObjectRelease(second, 1));
     report(still_held(1), "a clone holds references of its own");
     CHECK(cudaGraphReleaseUserObject(clone, second, 1));
     report(runs_of(1) == 1, "its destructor ran once, when the clone let it go");
     CHECK(cudaGraphDestroy(clone));
+
+    // One reference of the program's and one a graph holds: the graph cannot let go of two
+    // (though the object has two), nor may an object lack its flag. An object of its own, and
+    // let go unchecked, since CUDA does not say what it does with the first.
+    cudaUserObject_t spare;
+    CHECK(cudaUserObjectCreate(&spare, (void*)3, destroy, 1, cudaUserObjectNoDestructorSync));
+    cudaGraph_t holder;
+    CHECK(cudaGraphCreate(&holder, 0));
+    CHECK(cudaGraphRetainUserObject(holder, spare, 1, 0));
+    cudaError_t e = cudaGraphReleaseUserObject(holder, spare, 2);
+    printf("a graph releasing more than it holds: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    e = cudaUserObjectCreate(&first, (void*)0, destroy, 1, 0);
+    printf("an object without its flag: %d (%s)\n", (int)e, cudaGetErrorName(e));
+    report(still_held(3), "still held after the refusals");
+    cudaUserObjectRelease(spare, 1);
+    cudaGraphDestroy(holder);
 
     // A graph holding an object embedded as a child graph node: the node's copy holds it too.
     cudaUserObject_t third;

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use super::params::add;
 use super::{
     add_dependency, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, handles, instantiate,
-    instantiate_child, new_graph, node, or_record, refuse_edge_data, refuse_if_capturing, result, NodeKind, Replay,
-    Work,
+    instantiate_child, new_graph, node, or_record_with, refuse_edge_data, refuse_if_capturing, result, Exec, NodeKind,
+    Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -48,14 +48,21 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut usize, graph: usize, deps
     guard("cuGraphAddEmptyNode", || add(out, graph, deps, count, NodeKind::Empty, Work::default()))
 }
 
-/// A graph's launch: its executable form made now, as CUDA copies a child graph when the node
-/// is added.
-fn launch_of(graph: usize) -> CuResult<Replay> {
+/// A child graph node's work: the graph's executable form made now, as CUDA copies a child
+/// graph when the node is added, kept as the node's parameters too (so that a parent knows
+/// whether a child holds user objects).
+pub(super) fn child_work(graph: usize) -> CuResult<Work> {
     let handle = instantiate_child(graph)?;
     let exec = exec(handle)?;
-    // The node's work alone holds it (and the user objects it holds), going with the node.
+    // The node alone holds it (and the user objects it holds), going with the node.
     destroy_exec(handle)?;
-    Ok(Arc::new(move |stream| exec.replay(stream)))
+    Ok(launch_work(exec))
+}
+
+/// The work of a node launching `exec`, kept as its parameters.
+fn launch_work(exec: Arc<Exec>) -> Work {
+    let params: Params = exec.clone();
+    Work { replay: Some(Arc::new(move |stream| exec.replay(stream))), params: Some(params) }
 }
 
 #[no_mangle]
@@ -66,7 +73,7 @@ pub unsafe extern "C" fn cuGraphAddChildGraphNode(
     count: usize,
     child: usize,
 ) -> u32 {
-    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, Work::of(launch_of(child)?)))
+    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, child_work(child)?))
 }
 
 /// Makes each `to[i]` of `graph` run after `from[i]`.
@@ -257,7 +264,10 @@ pub extern "C" fn cuGraphLaunch(handle: usize, stream: usize) -> u32 {
             // As CUDA's: a graph with memory nodes is not a child of another.
             refuse_if_capturing(stream, "a launch of a graph with memory nodes")?;
         }
-        or_record(stream, NodeKind::Graph, move |stream| exec.replay(stream))
+        let work = launch_work(exec);
+        let params = work.params.clone();
+        let replay = work.replay.expect("a launch's work");
+        or_record_with(stream, NodeKind::Graph, || params, move |stream| replay(stream))
     })
 }
 

@@ -2,6 +2,7 @@
 //! one after another on a stream; a step's work changed or turned off in one executable graph
 //! alone; the graph memory its allocation nodes hold (one executable graph at a time).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::memory::GraphAlloc;
@@ -31,8 +32,13 @@ pub struct Exec {
     /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
     /// one allocated and nothing freed since.
     auto_free: bool,
-    /// References on the user objects its graph held when it was made.
+    /// References on the user objects its graph held when it was made (or last updated from).
     users: Mutex<Held>,
+    /// References an update replaced: a launch before it may still use them, so they go with
+    /// the executable graph, after its launches.
+    retired: Mutex<Vec<Held>>,
+    /// Whether it or a child graph it launches holds user objects.
+    holds_users: AtomicBool,
     /// The streams it was launched on, while it holds user objects: their work is done before
     /// it lets go of them ([`Exec::launched_on`]).
     launched: Mutex<Vec<usize>>,
@@ -46,6 +52,12 @@ impl std::fmt::Debug for Exec {
 }
 
 impl Exec {
+    fn new(steps: Vec<Step>, allocations: Vec<Arc<GraphAlloc>>, auto_free: bool, users: Held) -> Self {
+        let holds_users = AtomicBool::new(!users.is_empty() || children_hold_users(&steps));
+        let (users, retired, launched) = (Mutex::new(users), Mutex::default(), Mutex::default());
+        Exec { steps: Mutex::new(steps), allocations, auto_free, users, retired, holds_users, launched }
+    }
+
     /// Sends each step's work on `stream`, in order; the first error ends the launch. Graph
     /// memory its last launch allocated and nothing freed since is freed first with auto-free,
     /// else the launch is refused (`CUDA_ERROR_INVALID_VALUE`), as CUDA's.
@@ -59,7 +71,7 @@ impl Exec {
             }
             allocation.freed();
         }
-        if !lock(&self.users).is_empty() {
+        if self.holds_users.load(Ordering::Acquire) {
             let mut launched = lock(&self.launched);
             if !launched.contains(&stream) {
                 launched.push(stream);
@@ -108,7 +120,8 @@ impl Exec {
         self.with_step(node, &TOGGLED, |step| step.enabled)
     }
 
-    /// The streams it was launched on, if it holds user objects: the program's destructors run
+    /// The streams it was launched on, if it or a child graph holds user objects: the program's
+    /// destructors run
     /// only after those launches are done, so its destroyer waits for these first.
     pub fn launched_on(&self) -> Vec<usize> {
         lock(&self.launched).clone()
@@ -138,9 +151,13 @@ impl Exec {
         for (step, new) in steps.iter_mut().zip(new) {
             step.replay = new.replay;
         }
-        // The graph's user objects replace the ones it held, as CUDA's update does.
-        let mut old = std::mem::replace(&mut *lock(&self.users), users_of(graph)?);
-        users::release_all(&mut old);
+        // The graph's user objects replace the ones it held, as CUDA's update does; the old go
+        // with the executable graph, after the launches that may still use them.
+        let old = std::mem::replace(&mut *lock(&self.users), users_of(graph)?);
+        lock(&self.retired).push(old);
+        if !lock(&self.users).is_empty() || children_hold_users(&steps) {
+            self.holds_users.store(true, Ordering::Release);
+        }
         Ok(())
     }
 }
@@ -154,7 +171,15 @@ impl Drop for Exec {
             allocation.uninstantiated();
         }
         users::release_all(&mut lock(&self.users));
+        lock(&self.retired).iter_mut().for_each(users::release_all);
     }
+}
+
+/// Whether a child graph among `steps` holds user objects (its node keeps its executable graph
+/// as its parameters).
+fn children_hold_users(steps: &[Step]) -> bool {
+    let children = steps.iter().filter(|s| s.kind == NodeKind::Graph).filter_map(|s| s.node.upgrade()?.params());
+    children.filter_map(|p| p.downcast::<Exec>().ok()).any(|child| child.holds_users.load(Ordering::Acquire))
 }
 
 fn execs() -> &'static Registry<Exec> {
@@ -173,13 +198,7 @@ pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
     for allocation in owned {
         if !allocation.instantiated() {
             // Dropping the executable graph gives back what it claimed.
-            drop(Exec {
-                steps: Mutex::default(),
-                allocations,
-                auto_free,
-                users: Mutex::default(),
-                launched: Mutex::default(),
-            });
+            drop(Exec::new(Vec::new(), allocations, auto_free, Held::default()));
             return Err(Error::said(
                 code::NOT_SUPPORTED,
                 "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
@@ -187,8 +206,7 @@ pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
         }
         allocations.push(allocation);
     }
-    let users = Mutex::new(users_of(graph)?);
-    Ok(execs().insert(Exec { steps: Mutex::new(steps), allocations, auto_free, users, launched: Mutex::default() }))
+    Ok(execs().insert(Exec::new(steps, allocations, auto_free, users_of(graph)?)))
 }
 
 /// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are

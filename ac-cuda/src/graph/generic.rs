@@ -18,7 +18,7 @@ use super::memory::{
     AllocNodeParams,
 };
 use super::params::*;
-use super::{node, refuse_edge_data, NodeKind};
+use super::{destroy_graph, node, refuse_edge_data, NodeKind};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::pitched::Memcpy3D;
@@ -54,6 +54,8 @@ fn unserved(kind: c_int) -> Error {
         12 => "a batched memory operation node",
         13 => "a conditional node",
         14 => "a batched copy node",
+        17 => "an external engine node",
+        18 => "a fabric copy batch node",
         _ => return Error::said(code::INVALID_VALUE, format!("graph node type {kind} is none of CUDA's")),
     };
     Error::said(code::NOT_SUPPORTED, format!("{name} is not supported on remote accelerators"))
@@ -125,12 +127,18 @@ unsafe fn add_node(
             cuGraphAddMemsetNode(out, graph, deps, count, memset, context)
         }
         HOST => cuGraphAddHostNode(out, graph, deps, count, p.union_as()),
-        // The child graph (word 0) is copied into the node either way: a graph "moved" in
-        // stays the program's handle, unchanged, as a clone leaves it.
+        // The child graph (word 0) is copied into the node either way; one moved in
+        // (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`) is the node's, so the program's handle goes.
         GRAPH if p.word(1) as u32 > 1 => {
             return Err(Error::said(code::INVALID_VALUE, format!("child graph ownership {}", p.word(1) as u32)));
         }
-        GRAPH => cuGraphAddChildGraphNode(out, graph, deps, count, p.word(0) as usize),
+        GRAPH => {
+            let added = cuGraphAddChildGraphNode(out, graph, deps, count, p.word(0) as usize);
+            if added == 0 && p.word(1) as u32 == 1 {
+                destroy_graph(p.word(0) as usize)?;
+            }
+            added
+        }
         EMPTY => cuGraphAddEmptyNode(out, graph, deps, count),
         WAIT_EVENT => cuGraphAddEventWaitNode(out, graph, deps, count, p.word(0) as usize),
         EVENT_RECORD => cuGraphAddEventRecordNode(out, graph, deps, count, p.word(0) as usize),
@@ -150,6 +158,7 @@ unsafe fn set_node(handle: usize, p: *mut NodeParams) -> CuResult<()> {
         HOST => cuGraphHostNodeSetParams(handle, p.union_as()),
         WAIT_EVENT => cuGraphEventWaitNodeSetEvent(handle, p.word(0) as usize),
         EVENT_RECORD => cuGraphEventRecordNodeSetEvent(handle, p.word(0) as usize),
+        EMPTY if node(handle)?.kind == NodeKind::Empty => 0,
         kind => return Err(refused_change(kind)),
     })
 }
@@ -170,6 +179,7 @@ unsafe fn set_step(exec: usize, node: usize, p: *mut NodeParams) -> CuResult<()>
         HOST => cuGraphExecHostNodeSetParams(exec, node, p.union_as()),
         WAIT_EVENT => cuGraphExecEventWaitNodeSetEvent(exec, node, p.word(0) as usize),
         EVENT_RECORD => cuGraphExecEventRecordNodeSetEvent(exec, node, p.word(0) as usize),
+        EMPTY if super::node(node)?.kind == NodeKind::Empty => 0,
         kind => return Err(refused_change(kind)),
     })
 }

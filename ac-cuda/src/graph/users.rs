@@ -146,12 +146,15 @@ pub extern "C" fn cuGraphRetainUserObject(graph: usize, object: usize, count: c_
             return Err(Error::said(code::INVALID_VALUE, format!("flags {flags} (0, or 1 to move the references)")));
         }
         let count = count_of(count)?;
+        let mut users = lock(&record.users);
+        let held = users.get(&object).copied().unwrap_or(0);
+        let now = held.checked_add(count).ok_or(Error::Code(code::INVALID_VALUE))?;
         if flags & MOVE == 0 {
             retain(object, count)?;
         } else {
             objects().get(object)?;
         }
-        *lock(&record.users).entry(object).or_default() += count;
+        users.insert(object, now);
         Ok(())
     })
 }

@@ -105,7 +105,7 @@ async fn a_user_object_lives_while_a_graph_holds_it_and_is_destroyed_once() {
         "the object outlives its graph while an executable graph of it lives exact",
         "3 launches of the captured graph exact",
         "its destructor ran once, after its executable graph was destroyed exact",
-        "its destructor ran after the 3 launches' work exact",
+        "its destructor ran after the 3 launches' host functions exact",
         "a clone holds references of its own exact",
         "a graph releasing more than it holds: 1 (cudaErrorInvalidValue)",
         "an object without its flag: 1 (cudaErrorInvalidValue)",
