@@ -1,22 +1,22 @@
-//! The graph API's entry points: graphs built (empty and child-graph nodes, dependencies),
-//! queried, cloned, instantiated, updated, launched and destroyed. A launch on a capturing
-//! stream is recorded as a child graph node.
+//! The graph API's entry points: graphs made (with empty nodes), cloned, instantiated,
+//! updated, launched and destroyed. A launch on a capturing stream is recorded as a child graph
+//! node.
 //!
-//! Kernel, copy, memset, host and event nodes are [`super::params`]'s; memory allocation and free nodes
-//! [`super::memory`]'s.
+//! Kernel, copy, memset, host and event nodes are [`super::params`]'s; memory allocation and
+//! free nodes [`super::memory`]'s; child graph nodes [`super::child`]'s; edges and queries
+//! [`super::topology`]'s. The generic node API is [`super::generic`]'s.
 //!
 //! Not served (each answers `CUDA_ERROR_NOT_SUPPORTED` and names itself once): external
-//! semaphore, batched memory and conditional nodes, a child graph node's parameters, edge data,
-//! device launches. The generic node API is [`super::generic`]'s.
+//! semaphore, batched memory and conditional nodes, edge data other than the default, device
+//! launches.
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Arc;
+use std::ffi::{c_char, c_int, c_uint};
 
+use super::child::replay_of;
 use super::params::add;
 use super::{
-    add_dependency, clone_graph, destroy_exec, destroy_graph, exec, graph_nodes, handles, instantiate,
-    instantiate_child, new_graph, node, or_record_with, refuse_edge_data, refuse_if_capturing, result, Exec, NodeKind,
-    Params, Work,
+    clone_graph, destroy_exec, destroy_graph, exec, graph, instantiate, new_graph, or_record_with, refuse_if_capturing,
+    result, NodeKind, Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -34,8 +34,13 @@ pub unsafe extern "C" fn cuGraphCreate(out: *mut usize, flags: c_uint) -> u32 {
 }
 
 #[no_mangle]
-pub extern "C" fn cuGraphDestroy(graph: usize) -> u32 {
-    guard("cuGraphDestroy", || destroy_graph(graph))
+pub extern "C" fn cuGraphDestroy(handle: usize) -> u32 {
+    guard("cuGraphDestroy", || {
+        if graph(handle)?.is_embedded() {
+            return Err(Error::said(code::INVALID_VALUE, "the graph is a child graph node's: it goes with its node"));
+        }
+        destroy_graph(handle)
+    })
 }
 
 #[no_mangle]
@@ -48,121 +53,10 @@ pub unsafe extern "C" fn cuGraphAddEmptyNode(out: *mut usize, graph: usize, deps
     guard("cuGraphAddEmptyNode", || add(out, graph, deps, count, NodeKind::Empty, Work::default()))
 }
 
-/// A child graph node's work: the graph's executable form made now, as CUDA copies a child
-/// graph when the node is added, kept as the node's parameters too (so that a parent knows
-/// whether a child holds user objects).
-pub(super) fn child_work(graph: usize) -> CuResult<Work> {
-    let handle = instantiate_child(graph)?;
-    let exec = exec(handle)?;
-    // The node alone holds it (and the user objects it holds), going with the node.
-    destroy_exec(handle)?;
-    Ok(launch_work(exec))
-}
-
-/// The work of a node launching `exec`, kept as its parameters.
-fn launch_work(exec: Arc<Exec>) -> Work {
-    let params: Params = exec.clone();
-    Work { replay: Some(Arc::new(move |stream| exec.replay(stream))), params: Some(params) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddChildGraphNode(
-    out: *mut usize,
-    graph: usize,
-    deps: *const usize,
-    count: usize,
-    child: usize,
-) -> u32 {
-    guard("cuGraphAddChildGraphNode", || add(out, graph, deps, count, NodeKind::Graph, child_work(child)?))
-}
-
-/// Makes each `to[i]` of `graph` run after `from[i]`.
-unsafe fn add_dependencies(graph: usize, from: *const usize, to: *const usize, count: usize) -> CuResult<()> {
-    let (from, to) = (handles(from, count)?, handles(to, count)?);
-    from.iter().zip(to).try_for_each(|(&f, &t)| add_dependency(graph, f, t))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddDependencies(
-    graph: usize,
-    from: *const usize,
-    to: *const usize,
-    count: usize,
-) -> u32 {
-    guard("cuGraphAddDependencies", || add_dependencies(graph, from, to, count))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphAddDependencies_v2(
-    graph: usize,
-    from: *const usize,
-    to: *const usize,
-    edges: *const c_void,
-    count: usize,
-) -> u32 {
-    guard("cuGraphAddDependencies", || {
-        refuse_edge_data(edges)?;
-        add_dependencies(graph, from, to, count)
-    })
-}
-
-/// Answers `list` the driver's way: with `out` null, how many there are; else up to `*count`
-/// of them, `*count` then how many were written.
-unsafe fn list_out(list: &[usize], out: *mut usize, count: *mut usize) -> CuResult<()> {
-    let count = count.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
-    if out.is_null() {
-        *count = list.len();
-        return Ok(());
-    }
-    let n = (*count).min(list.len());
-    std::ptr::copy_nonoverlapping(list.as_ptr(), out, n);
-    *count = n;
-    Ok(())
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphGetNodes(graph: usize, out: *mut usize, count: *mut usize) -> u32 {
-    guard("cuGraphGetNodes", || list_out(&graph_nodes(graph)?, out, count))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphGetRootNodes(graph: usize, out: *mut usize, count: *mut usize) -> u32 {
-    guard("cuGraphGetRootNodes", || {
-        let roots: Vec<usize> =
-            graph_nodes(graph)?.into_iter().filter(|&n| node(n).is_ok_and(|n| n.dependencies().is_empty())).collect();
-        list_out(&roots, out, count)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetType(handle: usize, kind: *mut c_int) -> u32 {
-    guard("cuGraphNodeGetType", || put(kind, node(handle)?.kind.code()))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies(handle: usize, out: *mut usize, count: *mut usize) -> u32 {
-    guard("cuGraphNodeGetDependencies", || list_out(&node(handle)?.dependencies(), out, count))
-}
-
-/// CUDA 12.3's version, with edge data, which is never kept (null).
-#[no_mangle]
-pub unsafe extern "C" fn cuGraphNodeGetDependencies_v2(
-    handle: usize,
-    out: *mut usize,
-    edges: *mut c_void,
-    count: *mut usize,
-) -> u32 {
-    guard("cuGraphNodeGetDependencies", || {
-        refuse_edge_data(edges)?;
-        list_out(&node(handle)?.dependencies(), out, count)
-    })
-}
-
 /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`, `..._UPLOAD`,
 /// `..._DEVICE_LAUNCH` and `..._USE_NODE_PRIORITY`: every flag CUDA 13 defines. Priorities
 /// change nothing here (one order); an upload is a no-op; device launch is not served.
 const FLAGS: u64 = 1 | 2 | 4 | 8;
-const AUTO_FREE_ON_LAUNCH: u64 = 1;
 const DEVICE_LAUNCH: u64 = 4;
 
 /// An executable graph of `graph` written to `out`, after `flags` are checked.
@@ -176,7 +70,7 @@ unsafe fn instantiate_with(out: *mut usize, graph: usize, flags: u64) -> CuResul
             "graphs launched from the device are not supported on remote accelerators",
         ));
     }
-    put(out, instantiate(graph, flags & AUTO_FREE_ON_LAUNCH != 0)?)
+    put(out, instantiate(graph, flags)?)
 }
 
 #[no_mangle]
@@ -264,10 +158,9 @@ pub extern "C" fn cuGraphLaunch(handle: usize, stream: usize) -> u32 {
             // As CUDA's: a graph with memory nodes is not a child of another.
             refuse_if_capturing(stream, "a launch of a graph with memory nodes")?;
         }
-        let work = launch_work(exec);
-        let params = work.params.clone();
-        let replay = work.replay.expect("a launch's work");
-        or_record_with(stream, NodeKind::Graph, || params, move |stream| replay(stream))
+        let params: Params = exec.clone();
+        let replay = replay_of(exec);
+        or_record_with(stream, NodeKind::Graph, || Some(params), move |stream| replay(stream))
     })
 }
 

@@ -10,7 +10,7 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_uint, c_void};
 
-use super::{begin, end, info, refuse_edge_data, update_dependencies, CaptureInfo};
+use super::{begin, check_edge_data, end, info, update_dependencies, CaptureInfo};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::state::put;
@@ -25,8 +25,9 @@ thread_local! {
 }
 
 /// Begins capturing stream `handle` (a stream the program created: the legacy stream cannot be
-/// captured, and the per-thread default stream is the session's one default stream here).
-fn begin_capture(handle: usize, mode: c_int) -> CuResult<()> {
+/// captured, and the per-thread default stream is the session's one default stream here), into
+/// a new graph or (`into`) the program's, after the nodes of it given.
+fn begin_capture(handle: usize, mode: c_int, into: Option<(usize, &[usize])>) -> CuResult<()> {
     device_of_stream(handle)?;
     if !(0..=MODE_RELAXED).contains(&mode) {
         return Err(Error::said(code::INVALID_VALUE, format!("capture mode {mode}")));
@@ -37,17 +38,35 @@ fn begin_capture(handle: usize, mode: c_int) -> CuResult<()> {
             "a default stream cannot be captured on remote accelerators: capture a stream the program created",
         ));
     }
-    begin(handle)
+    begin(handle, into)
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture(handle: usize) -> u32 {
-    guard("cuStreamBeginCapture", || begin_capture(handle, 0))
+    guard("cuStreamBeginCapture", || begin_capture(handle, 0, None))
 }
 
 #[no_mangle]
 pub extern "C" fn cuStreamBeginCapture_v2(handle: usize, mode: c_int) -> u32 {
-    guard("cuStreamBeginCapture", || begin_capture(handle, mode))
+    guard("cuStreamBeginCapture", || begin_capture(handle, mode, None))
+}
+
+/// CUDA 12.3: a capture into the program's graph `graph`, after the `count` nodes of it at
+/// `deps`; `cuStreamEndCapture` answers that graph.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamBeginCaptureToGraph(
+    handle: usize,
+    graph: usize,
+    deps: *const usize,
+    edges: *const c_void,
+    count: usize,
+    mode: c_int,
+) -> u32 {
+    guard("cuStreamBeginCaptureToGraph", || {
+        check_edge_data(edges, count)?;
+        super::graph(graph)?;
+        begin_capture(handle, mode, Some((graph, super::handles(deps, count)?)))
+    })
 }
 
 #[no_mangle]
@@ -198,7 +217,7 @@ pub unsafe extern "C" fn cuStreamUpdateCaptureDependencies_v2(
     flags: c_uint,
 ) -> u32 {
     guard("cuStreamUpdateCaptureDependencies_v2", || {
-        refuse_edge_data(edges)?;
+        check_edge_data(edges, count)?;
         update(handle, deps, count, flags)
     })
 }

@@ -17,6 +17,9 @@ use crate::error::{CuResult, Error};
 struct Capture {
     id: u64,
     graph: usize,
+    /// Whether the capture made its graph (else it captures into the program's, which a failed
+    /// capture leaves to the program).
+    owned: bool,
     origin: usize,
     invalidated: bool,
 }
@@ -41,16 +44,23 @@ pub fn is_capturing(handle: usize) -> bool {
     ACTIVE.load(Ordering::Acquire) != 0 && capturing().contains_key(&handle)
 }
 
-/// Begins a capture on stream `handle` into a new graph.
-pub fn begin(handle: usize) -> CuResult<()> {
+/// Begins a capture on stream `handle` into a new graph, or (`into`) into the program's graph,
+/// after the nodes of it given.
+pub fn begin(handle: usize, into: Option<(usize, &[usize])>) -> CuResult<()> {
     static IDS: AtomicU64 = AtomicU64::new(1);
     let mut streams = capturing();
     if streams.contains_key(&handle) {
         return Err(Error::said(result::ILLEGAL_STATE, "the stream is capturing already"));
     }
-    let capture =
-        Capture { id: IDS.fetch_add(1, Ordering::Relaxed), graph: new_graph(), origin: handle, invalidated: false };
-    streams.insert(handle, Capturing { capture: Arc::new(Mutex::new(capture)), frontier: Vec::new() });
+    let (graph, owned, frontier) = match into {
+        Some((graph, deps)) => {
+            check_members(graph, deps)?;
+            (graph, false, dedup(deps))
+        }
+        None => (new_graph(), true, Vec::new()),
+    };
+    let capture = Capture { id: IDS.fetch_add(1, Ordering::Relaxed), graph, owned, origin: handle, invalidated: false };
+    streams.insert(handle, Capturing { capture: Arc::new(Mutex::new(capture)), frontier });
     ACTIVE.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -65,12 +75,12 @@ pub fn end(handle: usize) -> CuResult<usize> {
         return Err(Error::said(result::ILLEGAL_STATE, "the stream is not capturing"));
     };
     let capture = this.capture.clone();
-    let (graph, invalidated) = {
+    let (graph, owned, invalidated) = {
         let c = lock(&capture);
         if c.origin != handle {
             return Err(Error::said(result::CAPTURE_UNMATCHED, "the capture was begun on another stream"));
         }
-        (c.graph, c.invalidated)
+        (c.graph, c.owned, c.invalidated)
     };
     let ancestors = ancestors(&this.frontier);
     let members: Vec<usize> =
@@ -82,7 +92,9 @@ pub fn end(handle: usize) -> CuResult<usize> {
     ACTIVE.fetch_sub(members.len(), Ordering::AcqRel);
     drop(streams);
     if invalidated || unjoined {
-        destroy_graph(graph)?;
+        if owned {
+            destroy_graph(graph)?;
+        }
         return Err(if invalidated {
             Error::said(result::CAPTURE_INVALIDATED, "the capture was invalidated by a call it could not record")
         } else {

@@ -19,19 +19,22 @@ pub(super) struct Step {
     pub(super) kind: NodeKind,
     pub(super) replay: Option<Replay>,
     pub(super) memory: Option<Arc<GraphAlloc>>,
+    /// A child graph node's executable graph, which `replay` launches.
+    pub(super) child: Option<Arc<Exec>>,
     /// `cuGraphNodeSetEnabled`: a disabled step does nothing at a launch.
     pub(super) enabled: bool,
 }
 
 /// An executable graph: its steps in an order its dependencies allow.
 pub struct Exec {
+    /// Its id (`cuGraphExecGetId`).
+    pub id: u32,
+    /// The flags it was instantiated with (`cuGraphExecGetFlags`).
+    pub flags: u64,
     steps: Mutex<Vec<Step>>,
     /// The graph memory its allocation nodes allocate (its graph's: one executable graph at a
     /// time may hold them).
     allocations: Vec<Arc<GraphAlloc>>,
-    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
-    /// one allocated and nothing freed since.
-    auto_free: bool,
     /// References on the user objects its graph held when it was made (or last updated from).
     users: Mutex<Held>,
     /// References an update replaced: a launch before it may still use them, so they go with
@@ -52,10 +55,17 @@ impl std::fmt::Debug for Exec {
 }
 
 impl Exec {
-    fn new(steps: Vec<Step>, allocations: Vec<Arc<GraphAlloc>>, auto_free: bool, users: Held) -> Self {
+    fn new(steps: Vec<Step>, allocations: Vec<Arc<GraphAlloc>>, flags: u64, users: Held) -> Self {
         let holds_users = AtomicBool::new(!users.is_empty() || children_hold_users(&steps));
         let (users, retired, launched) = (Mutex::new(users), Mutex::default(), Mutex::default());
-        Exec { steps: Mutex::new(steps), allocations, auto_free, users, retired, holds_users, launched }
+        let id = super::next_id();
+        Exec { id, flags, steps: Mutex::new(steps), allocations, users, retired, holds_users, launched }
+    }
+
+    /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`: a launch first frees what the last
+    /// one allocated and nothing freed since.
+    fn auto_free(&self) -> bool {
+        self.flags & AUTO_FREE_ON_LAUNCH != 0
     }
 
     /// Sends each step's work on `stream`, in order; the first error ends the launch. Graph
@@ -63,7 +73,7 @@ impl Exec {
     /// else the launch is refused (`CUDA_ERROR_INVALID_VALUE`), as CUDA's.
     pub fn replay(&self, stream: usize) -> CuResult<()> {
         for allocation in self.allocations.iter().filter(|a| a.is_live()) {
-            if !self.auto_free {
+            if !self.auto_free() {
                 return Err(Error::said(
                     code::INVALID_VALUE,
                     "the graph's memory from its last launch is not freed (instantiate with auto-free on launch, or free it)",
@@ -127,6 +137,25 @@ impl Exec {
         lock(&self.launched).clone()
     }
 
+    /// Child graph node `node`'s step launches `child` from the next launch on
+    /// (`cuGraphExecChildGraphNodeSetParams`), if `child` has the shape the step's had.
+    pub fn set_child(&self, node: usize, child: Arc<Exec>) -> CuResult<()> {
+        let holds_users = child.holds_users.load(Ordering::Acquire);
+        self.with_step(node, &[NodeKind::Graph], |step| {
+            let old = step.child.as_ref().map(|c| lock(&c.steps).clone()).unwrap_or_default();
+            if !same_shape(&old, &lock(&child.steps)) {
+                return Err(Error::said(code::INVALID_VALUE, "the graph's nodes differ from the child graph's"));
+            }
+            step.replay = Some(super::child::replay_of(child.clone()));
+            step.child = Some(child);
+            Ok(())
+        })??;
+        if holds_users {
+            self.holds_users.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
     pub fn has_memory(&self) -> bool {
         lock(&self.steps).iter().any(|s| s.memory.is_some())
@@ -141,7 +170,7 @@ impl Exec {
         if steps.iter().chain(&new).any(|s| s.memory.is_some()) {
             return Err(Error::said(result::EXEC_UPDATE_FAILURE, "graphs with memory nodes cannot be updated"));
         }
-        if steps.len() != new.len() || steps.iter().zip(&new).any(|(a, b)| a.kind != b.kind) {
+        if !same_shape(&steps, &new) {
             return Err(Error::said(
                 result::EXEC_UPDATE_FAILURE,
                 "the graph's nodes differ from the executable graph's",
@@ -150,6 +179,7 @@ impl Exec {
         // The steps keep their nodes (later calls name the first graph's) and whether they run.
         for (step, new) in steps.iter_mut().zip(new) {
             step.replay = new.replay;
+            step.child = new.child;
         }
         // The graph's user objects replace the ones it held, as CUDA's update does; the old go
         // with the executable graph, after the launches that may still use them.
@@ -175,30 +205,38 @@ impl Drop for Exec {
     }
 }
 
-/// Whether a child graph among `steps` holds user objects (its node keeps its executable graph
-/// as its parameters).
+/// Whether a child graph among `steps` holds user objects.
 fn children_hold_users(steps: &[Step]) -> bool {
-    let children = steps.iter().filter(|s| s.kind == NodeKind::Graph).filter_map(|s| s.node.upgrade()?.params());
-    children.filter_map(|p| p.downcast::<Exec>().ok()).any(|child| child.holds_users.load(Ordering::Acquire))
+    steps.iter().filter_map(|s| s.child.as_ref()).any(|child| child.holds_users.load(Ordering::Acquire))
 }
+
+/// Whether steps `a` and `b` are the same kinds in the same order, their child graphs' too:
+/// the topology an update keeps.
+fn same_shape(a: &[Step], b: &[Step]) -> bool {
+    let children = |s: &Step| s.child.as_ref().map(|c| lock(&c.steps).clone()).unwrap_or_default();
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.kind == b.kind && same_shape(&children(a), &children(b)))
+}
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.
+pub const AUTO_FREE_ON_LAUNCH: u64 = 1;
 
 fn execs() -> &'static Registry<Exec> {
     static EXECS: OnceLock<Registry<Exec>> = OnceLock::new();
     EXECS.get_or_init(Registry::default)
 }
 
-/// An executable graph of `graph`, answering its handle; with `auto_free`, each launch first
-/// frees the graph memory the last one left allocated. A graph with allocation nodes has one
-/// executable graph at a time (its memory's addresses are fixed): a second is
-/// `CUDA_ERROR_NOT_SUPPORTED`.
-pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
+/// An executable graph of `graph`, answering its handle; with [`AUTO_FREE_ON_LAUNCH`] among
+/// `flags`, each launch first frees the graph memory the last one left allocated. A graph with
+/// allocation nodes has one executable graph at a time (its memory's addresses are fixed): a
+/// second is `CUDA_ERROR_NOT_SUPPORTED`.
+pub fn instantiate(graph: usize, flags: u64) -> CuResult<usize> {
     let steps = ordered(graph)?;
     let owned = steps.iter().filter(|s| s.kind == NodeKind::MemAlloc).filter_map(|s| s.memory.clone());
     let mut allocations = Vec::new();
     for allocation in owned {
         if !allocation.instantiated() {
             // Dropping the executable graph gives back what it claimed.
-            drop(Exec::new(Vec::new(), allocations, auto_free, Held::default()));
+            drop(Exec::new(Vec::new(), allocations, flags, Held::default()));
             return Err(Error::said(
                 code::NOT_SUPPORTED,
                 "a graph with memory allocation nodes has one executable graph at a time: destroy the other first",
@@ -206,14 +244,14 @@ pub fn instantiate(graph: usize, auto_free: bool) -> CuResult<usize> {
         }
         allocations.push(allocation);
     }
-    Ok(execs().insert(Exec::new(steps, allocations, auto_free, users_of(graph)?)))
+    Ok(execs().insert(Exec::new(steps, allocations, flags, users_of(graph)?)))
 }
 
 /// An executable graph of `graph` to launch as a child graph node; graphs with memory nodes are
 /// refused, as CUDA refuses them as children.
 pub fn instantiate_child(graph: usize) -> CuResult<usize> {
     refuse_memory_nodes(graph, "a child graph")?;
-    instantiate(graph, false)
+    instantiate(graph, 0)
 }
 
 /// Executable graph `handle`.

@@ -3,25 +3,26 @@
 //! CUDA 13's samples and newer programs build graphs. A `CUgraphNodeParams` names a node type
 //! and holds that type's parameters in a union; each type served is the typed call's node
 //! ([`super::params`]: kernel, copy, memset, host, event record and wait; [`super::memory`]:
-//! allocation and free; [`super::calls`]: empty and child graph), so a node made either way is
-//! the same node. The union's newer layouts begin with the older ones' fields (a kernel's
-//! `_v3` is `_v2`; a memset's and host's `_v2` are `_v1` and a context), so the typed calls
-//! read them in place. Not served, each answering `CUDA_ERROR_NOT_SUPPORTED` with its name:
-//! external semaphore, batched memory operation, conditional and batched copy nodes, and a
-//! child graph node's parameters changed or read.
+//! allocation and free; [`super::calls`]: empty; [`super::child`]: child graph), so a node made
+//! either way is the same node. The union's newer layouts begin with the older ones' fields (a
+//! kernel's `_v3` is `_v2`; a memset's and host's `_v2` are `_v1` and a context), so the typed
+//! calls read them in place. Not served, each answering `CUDA_ERROR_NOT_SUPPORTED` with its
+//! name: external semaphore, batched memory operation, conditional and batched copy nodes.
 
 use std::ffi::{c_int, c_void};
 
-use super::calls::{cuGraphAddChildGraphNode, cuGraphAddEmptyNode};
+use super::calls::cuGraphAddEmptyNode;
+use super::child::{add_child, cuGraphExecChildGraphNodeSetParams, embedded_graph, set_child};
 use super::memory::{
     cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, cuGraphMemAllocNodeGetParams, cuGraphMemFreeNodeGetParams,
     AllocNodeParams,
 };
 use super::params::*;
-use super::{destroy_graph, node, refuse_edge_data, NodeKind};
+use super::{check_edge_data, node, NodeKind};
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::pitched::Memcpy3D;
+use crate::state::put;
 
 /// `CUgraphNodeParams`: the type, three reserved ints, the parameters' union (232 bytes), and
 /// one more reserved word.
@@ -92,6 +93,15 @@ impl NodeParams {
 
     /// `CUDA_MEMSET_NODE_PARAMS_v2`: `_v1` (five words: the destination, pitch, value and
     /// element size, width, height) and its context (word 5).
+    /// A child graph node's graph, and whether it is moved into the node
+    /// (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`) rather than copied.
+    fn ownership(&self) -> CuResult<(usize, bool)> {
+        match self.word(1) as u32 {
+            ownership @ (0 | 1) => Ok((self.word(0) as usize, ownership == 1)),
+            other => Err(Error::said(code::INVALID_VALUE, format!("child graph ownership {other}"))),
+        }
+    }
+
     fn memset(&mut self) -> (*mut MemsetNodeParams, usize) {
         let context = self.word(5) as usize;
         (self.union_as(), context)
@@ -127,17 +137,11 @@ unsafe fn add_node(
             cuGraphAddMemsetNode(out, graph, deps, count, memset, context)
         }
         HOST => cuGraphAddHostNode(out, graph, deps, count, p.union_as()),
-        // The child graph (word 0) is copied into the node either way; one moved in
-        // (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`) is the node's, so the program's handle goes.
-        GRAPH if p.word(1) as u32 > 1 => {
-            return Err(Error::said(code::INVALID_VALUE, format!("child graph ownership {}", p.word(1) as u32)));
-        }
+        // The child graph (word 0) is copied into the node, or moved in
+        // (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`): the node's from then on.
         GRAPH => {
-            let added = cuGraphAddChildGraphNode(out, graph, deps, count, p.word(0) as usize);
-            if added == 0 && p.word(1) as u32 == 1 {
-                destroy_graph(p.word(0) as usize)?;
-            }
-            added
+            let (child, moved) = p.ownership()?;
+            return add_child(out, graph, deps, count, child, moved);
         }
         EMPTY => cuGraphAddEmptyNode(out, graph, deps, count),
         WAIT_EVENT => cuGraphAddEventWaitNode(out, graph, deps, count, p.word(0) as usize),
@@ -158,6 +162,7 @@ unsafe fn set_node(handle: usize, p: *mut NodeParams) -> CuResult<()> {
         HOST => cuGraphHostNodeSetParams(handle, p.union_as()),
         WAIT_EVENT => cuGraphEventWaitNodeSetEvent(handle, p.word(0) as usize),
         EVENT_RECORD => cuGraphEventRecordNodeSetEvent(handle, p.word(0) as usize),
+        GRAPH => return set_child(handle, p.ownership()?),
         EMPTY if node(handle)?.kind == NodeKind::Empty => 0,
         kind => return Err(refused_change(kind)),
     })
@@ -179,18 +184,16 @@ unsafe fn set_step(exec: usize, node: usize, p: *mut NodeParams) -> CuResult<()>
         HOST => cuGraphExecHostNodeSetParams(exec, node, p.union_as()),
         WAIT_EVENT => cuGraphExecEventWaitNodeSetEvent(exec, node, p.word(0) as usize),
         EVENT_RECORD => cuGraphExecEventRecordNodeSetEvent(exec, node, p.word(0) as usize),
+        GRAPH => cuGraphExecChildGraphNodeSetParams(exec, node, p.word(0) as usize),
         EMPTY if super::node(node)?.kind == NodeKind::Empty => 0,
         kind => return Err(refused_change(kind)),
     })
 }
 
-/// The refusal of a change to a node of type `kind` that is not served (a child graph's) or
-/// that CUDA refuses (memory nodes, an empty node: nothing to change).
+/// The refusal of a change to a node of type `kind` that is not served or that CUDA refuses
+/// (memory nodes, an empty node: nothing to change).
 fn refused_change(kind: c_int) -> Error {
     match kind {
-        GRAPH => {
-            Error::said(code::NOT_SUPPORTED, "a child graph node's parameters are not supported on remote accelerators")
-        }
         EMPTY | MEM_ALLOC | MEM_FREE => {
             Error::said(code::INVALID_VALUE, format!("a node of type {kind} has no parameters to change"))
         }
@@ -215,7 +218,8 @@ unsafe fn get_node(handle: usize, out: *mut NodeParams) -> CuResult<()> {
         NodeKind::MemAlloc => cuGraphMemAllocNodeGetParams(handle, p.union_as()),
         NodeKind::MemFree => cuGraphMemFreeNodeGetParams(handle, p.union_as()),
         NodeKind::Empty => 0,
-        NodeKind::Graph => return Err(refused_change(GRAPH)),
+        // The graph the node owns (ownership 0, cloned: it stays the node's).
+        NodeKind::Graph => return put(word, embedded_graph(handle)?),
     })
 }
 
@@ -240,7 +244,7 @@ pub unsafe extern "C" fn cuGraphAddNode_v2(
     params: *mut NodeParams,
 ) -> u32 {
     guard("cuGraphAddNode", || {
-        refuse_edge_data(edges)?;
+        check_edge_data(edges, count)?;
         add_node(out, graph, deps, count, params)
     })
 }

@@ -21,15 +21,19 @@
 pub mod calls;
 pub mod capture;
 mod capturing;
+pub mod child;
+mod dot;
 mod exec;
 pub mod generic;
 pub mod memory;
 pub mod params;
+pub mod topology;
 pub mod users;
 
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::error::{code, CuResult, Error};
@@ -149,6 +153,8 @@ impl NodeKind {
 pub struct Node {
     /// The graph it belongs to.
     graph: usize,
+    /// Its id in that graph (`cuGraphNodeGetLocalId`, the DOT file's).
+    pub id: u32,
     /// What it does.
     pub kind: NodeKind,
     /// The nodes it runs after.
@@ -166,6 +172,11 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
+    /// The graph it belongs to.
+    pub fn graph(&self) -> usize {
+        self.graph
+    }
+
     /// The nodes it runs after.
     pub fn dependencies(&self) -> Vec<usize> {
         lock(&self.deps).clone()
@@ -183,10 +194,43 @@ pub struct EventOf(pub usize);
 
 /// A graph: its nodes in the order they were added, and the references it holds on user
 /// objects ([`users`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Graph {
     nodes: Mutex<Vec<usize>>,
     users: Mutex<users::Held>,
+    /// Its id (`cuGraphGetId`, the DOT file's): one sequence for graphs and executable graphs.
+    pub id: u32,
+    /// The id its next node takes.
+    next_node: AtomicU32,
+    /// Whether a child graph node owns it ([`child`]): it takes no memory nodes, and the
+    /// program does not destroy it.
+    embedded: AtomicBool,
+    /// For a clone, its nodes by the original's handles (`cuGraphNodeFindInClone`).
+    originals: Mutex<HashMap<usize, usize>>,
+}
+
+impl Graph {
+    fn new(users: users::Held) -> Self {
+        Graph {
+            nodes: Mutex::default(),
+            users: Mutex::new(users),
+            id: next_id(),
+            next_node: AtomicU32::new(0),
+            embedded: AtomicBool::new(false),
+            originals: Mutex::default(),
+        }
+    }
+
+    /// Whether a child graph node owns it.
+    pub fn is_embedded(&self) -> bool {
+        self.embedded.load(Ordering::Acquire)
+    }
+}
+
+/// The next id of a graph or executable graph (from 1, as CUDA's).
+pub fn next_id() -> u32 {
+    static IDS: AtomicU32 = AtomicU32::new(1);
+    IDS.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The `count` handles (or other elements) at `p` (none when `count` is 0; `p` null otherwise
@@ -199,13 +243,33 @@ pub unsafe fn handles<'a, T>(p: *const T, count: usize) -> CuResult<&'a [T]> {
     }
 }
 
-/// `CUDA_ERROR_NOT_SUPPORTED` for edge data (`CUgraphEdgeData`): every edge here is a plain
-/// dependency, which a null pointer asks for.
-pub fn refuse_edge_data(edges: *const std::ffi::c_void) -> CuResult<()> {
-    if edges.is_null() {
+/// The size of `CUgraphEdgeData` (ports, a type and reserved bytes).
+const EDGE_DATA: usize = 8;
+
+/// `CUDA_ERROR_NOT_SUPPORTED` for the `count` edge data (`CUgraphEdgeData`) at `edges` unless
+/// each is the default (zeroed) one, as a null pointer is: every edge here is a plain
+/// dependency (no ports, no programmatic launch).
+///
+/// # Safety
+/// `edges` is null or valid for `count` edge data.
+pub unsafe fn check_edge_data(edges: *const std::ffi::c_void, count: usize) -> CuResult<()> {
+    if edges.is_null() || std::slice::from_raw_parts(edges as *const u8, count * EDGE_DATA).iter().all(|&b| b == 0) {
         return Ok(());
     }
-    Err(Error::said(code::NOT_SUPPORTED, "graph edge data is not supported on remote accelerators"))
+    Err(Error::said(
+        code::NOT_SUPPORTED,
+        "graph edge data other than the default (ports, programmatic dependencies) is not supported on remote accelerators",
+    ))
+}
+
+/// Writes `count` default edge data to `out`, if it is not null: what every edge here has.
+///
+/// # Safety
+/// `out` is null or valid for `count` edge data.
+pub unsafe fn put_edge_data(out: *mut std::ffi::c_void, count: usize) {
+    if !out.is_null() {
+        std::ptr::write_bytes(out as *mut u8, 0, count * EDGE_DATA);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -224,7 +288,12 @@ fn nodes() -> &'static Registry<Node> {
 
 /// A new, empty graph's handle.
 pub fn new_graph() -> usize {
-    graphs().insert(Graph::default())
+    graphs().insert(Graph::new(users::Held::default()))
+}
+
+/// Graph `handle`.
+pub fn graph(handle: usize) -> CuResult<Arc<Graph>> {
+    graphs().get(handle)
 }
 
 /// Forgets graph `handle` and its nodes, and lets go of its user objects (executable graphs
@@ -269,7 +338,11 @@ pub fn add_node_with(
 ) -> CuResult<usize> {
     let record = graphs().get(graph)?;
     check_members(graph, deps)?;
-    let node = Node { graph, kind, deps: Mutex::new(dedup(deps)), work: Mutex::new(work), memory };
+    if memory.is_some() && record.is_embedded() {
+        return Err(Error::said(code::NOT_SUPPORTED, "a child graph node's graph takes no memory nodes"));
+    }
+    let id = record.next_node.fetch_add(1, Ordering::Relaxed);
+    let node = Node { graph, id, kind, deps: Mutex::new(dedup(deps)), work: Mutex::new(work), memory };
     let handle = nodes().insert(node);
     lock(&record.nodes).push(handle);
     Ok(handle)
@@ -322,17 +395,71 @@ pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
     Ok(())
 }
 
+/// Removes the `(from, to)` dependencies of `graph`, all or none: each must be an edge of it,
+/// and a graph with memory nodes keeps its edges, as CUDA's.
+pub fn remove_dependencies(graph: usize, edges: &[(usize, usize)]) -> CuResult<()> {
+    refuse_memory_nodes(graph, "changed")?;
+    for &(from, to) in edges {
+        check_members(graph, &[from, to])?;
+        if !nodes().get(to)?.dependencies().contains(&from) {
+            return Err(Error::said(code::INVALID_VALUE, format!("node {to:#x} does not depend on node {from:#x}")));
+        }
+    }
+    for &(from, to) in edges {
+        lock(&nodes().get(to)?.deps).retain(|&d| d != from);
+    }
+    Ok(())
+}
+
+/// The nodes of its graph that run after node `handle`, in the order they were added.
+pub fn dependents(handle: usize) -> CuResult<Vec<usize>> {
+    let graph = nodes().get(handle)?.graph;
+    let depends = |&n: &usize| nodes().get(n).is_ok_and(|n| n.dependencies().contains(&handle));
+    Ok(graph_nodes(graph)?.into_iter().filter(depends).collect())
+}
+
+/// `graph`'s edges `(from, to)`: each node's dependencies, the nodes in the order they were
+/// added.
+pub fn edges(graph: usize) -> CuResult<Vec<(usize, usize)>> {
+    let mut edges = Vec::new();
+    for to in graph_nodes(graph)? {
+        edges.extend(nodes().get(to)?.dependencies().into_iter().map(|from| (from, to)));
+    }
+    Ok(edges)
+}
+
+/// Removes node `handle` from its graph, and every dependency on it; a graph with memory
+/// nodes keeps its nodes, as CUDA's.
+pub fn destroy_node(handle: usize) -> CuResult<()> {
+    let graph = nodes().get(handle)?.graph;
+    refuse_memory_nodes(graph, "changed")?;
+    let record = graphs().get(graph)?;
+    lock(&record.nodes).retain(|&n| n != handle);
+    for other in graph_nodes(graph)? {
+        lock(&nodes().get(other)?.deps).retain(|&d| d != handle);
+    }
+    nodes().remove(handle).map(drop)
+}
+
+/// The node of clone `clone` made from node `original` of the graph it was cloned from.
+pub fn find_in_clone(original: usize, clone: usize) -> CuResult<usize> {
+    nodes().get(original)?;
+    let found = lock(&graphs().get(clone)?.originals).get(&original).copied();
+    let live = found.filter(|n| nodes().get(*n).is_ok_and(|n| n.graph == clone));
+    live.ok_or_else(|| Error::said(code::INVALID_VALUE, "the node is not one the graph was cloned from"))
+}
+
 /// A copy of `graph`: new nodes, the same work and dependencies, and references on the same
 /// user objects.
 pub fn clone_graph(graph: usize) -> CuResult<usize> {
     refuse_memory_nodes(graph, "cloned")?;
-    let copy = graphs().insert(Graph { users: Mutex::new(users_of(graph)?), ..Graph::default() });
+    let copy = graphs().insert(Graph::new(users_of(graph)?));
     let mut renamed = HashMap::new();
     for old in graph_nodes(graph)? {
         let node = nodes().get(old)?;
         // Added in the original's order: a dependency added later may point forward, so the
         // dependencies are renamed once every node has its new handle.
-        let work = lock(&node.work).clone();
+        let work = child::cloned(&lock(&node.work))?;
         let new = add_node_with(copy, node.kind, &[], work, None)?;
         renamed.insert(old, new);
     }
@@ -340,6 +467,7 @@ pub fn clone_graph(graph: usize) -> CuResult<usize> {
         let deps: Vec<usize> = nodes().get(*old)?.dependencies().iter().map(|d| renamed[d]).collect();
         *lock(&nodes().get(*new)?.deps) = deps;
     }
+    *lock(&graphs().get(copy)?.originals) = renamed;
     Ok(copy)
 }
 
@@ -359,9 +487,14 @@ fn ordered(graph: usize) -> CuResult<Vec<Step>> {
         };
         done[i] = true;
         let n = &records[i];
-        let replay = lock(&n.work).replay.clone();
+        // A child graph node's graph is made executable with its parent, as it is now.
+        let child = if n.kind == NodeKind::Graph { Some(child::executable(n.params())?) } else { None };
+        let replay = match &child {
+            Some(exec) => Some(child::replay_of(exec.clone())),
+            None => lock(&n.work).replay.clone(),
+        };
         let node = Arc::downgrade(n);
-        order.push(Step { node, kind: n.kind, replay, memory: n.memory.clone(), enabled: true });
+        order.push(Step { node, kind: n.kind, replay, memory: n.memory.clone(), child, enabled: true });
     }
     Ok(order)
 }
@@ -414,7 +547,7 @@ mod tests {
     #[test]
     fn a_capture_records_a_fork_and_its_join() {
         let (origin, side) = (0x5000_0001, 0x5000_0002);
-        begin(origin).unwrap();
+        begin(origin, None).unwrap();
         or_record(origin, NodeKind::Kernel, |_| panic!("recorded, not run")).unwrap();
         let forked = mark(origin).unwrap();
         join(side, &forked).unwrap();
@@ -427,7 +560,7 @@ mod tests {
         );
         assert!(!is_capturing(side), "an ended capture's streams stop capturing");
 
-        begin(origin).unwrap();
+        begin(origin, None).unwrap();
         or_record(origin, NodeKind::Kernel, |_| Ok(())).unwrap();
         join(side, &mark(origin).unwrap()).unwrap();
         or_record(side, NodeKind::Memset, |_| Ok(())).unwrap();
@@ -442,7 +575,7 @@ mod tests {
     #[test]
     fn a_refused_call_invalidates_the_capture() {
         let stream = 0x5000_0003;
-        begin(stream).unwrap();
+        begin(stream, None).unwrap();
         assert_eq!(refuse_if_capturing(stream, "a synchronization").unwrap_err().code(), result::CAPTURE_UNSUPPORTED);
         assert_eq!(info(stream).status, 2);
         assert_eq!(or_record(stream, NodeKind::Empty, |_| Ok(())).unwrap_err().code(), result::CAPTURE_INVALIDATED);

@@ -113,6 +113,12 @@ pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
     guard("cuGraphAddKernelNode", || add(out, graph, deps, count, NodeKind::Kernel, kernel_work(params, Mode::Plain)?))
 }
 
+/// The name of kernel node `handle`'s kernel.
+pub(super) fn kernel_name(handle: usize) -> Option<String> {
+    let (function, _) = params_of::<Prepared>(handle, NodeKind::Kernel).ok()?.function_and_dims();
+    Some(crate::module::kernels().get(function).ok()?.name.to_string_lossy().into_owned())
+}
+
 /// How kernel node `handle`'s launch runs its blocks.
 fn mode_of(handle: usize) -> CuResult<Mode> {
     Ok(params_of::<Prepared>(handle, NodeKind::Kernel)?.mode())
@@ -439,14 +445,14 @@ mod tests {
         let g = super::super::new_graph();
         let a = super::super::add_node_with(g, NodeKind::Kernel, &[], step("a"), None).unwrap();
         let b = super::super::add_node_with(g, NodeKind::Memset, &[a], step("b"), None).unwrap();
-        let e = super::super::instantiate(g, false).unwrap();
+        let e = super::super::instantiate(g, 0).unwrap();
         set_step(e, a, NodeKind::Kernel, step("a2")).unwrap();
         assert_eq!(set_step(e, a, NodeKind::Memset, step("x")).unwrap_err().code(), code::INVALID_VALUE);
         exec(e).unwrap().set_enabled(b, false).unwrap();
         exec(e).unwrap().replay(0).unwrap();
         assert_eq!(*ran.lock().unwrap(), ["a2"], "the new kernel step ran and the disabled memset did not");
         // The graph's own node is unchanged: a new executable graph runs what it had.
-        let again = super::super::instantiate(g, false).unwrap();
+        let again = super::super::instantiate(g, 0).unwrap();
         exec(again).unwrap().replay(0).unwrap();
         assert_eq!(*ran.lock().unwrap(), ["a2", "a", "b"]);
         let later = add_node(g, NodeKind::Kernel, &[], None).unwrap();

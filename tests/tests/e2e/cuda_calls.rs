@@ -133,3 +133,31 @@ async fn a_graph_built_with_the_generic_node_api_runs_and_changes_as_a_typed_one
     ];
     assert_program_says("graph_nodes", 1, &lines).await;
 }
+
+/// A graph's edges and a node's dependents read back with their default edge data; an edge
+/// removed (twice: the second refused) and a node destroyed, and the rest runs; a clone's node
+/// found from the original's; the ids tools name graphs and nodes by and the DOT file naming
+/// them; a child graph node's own graph changed through the node (the program's graph stays as
+/// it was); an executable graph's child graph replaced by one of the same shape and not by one
+/// of another; a capture into the program's graph after one of its nodes; an executable
+/// graph's flags.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
+    let lines = [
+        "three edges with their default data exact",
+        "the memset's dependents, the kernel and the empty node exact",
+        "removing an edge that is not there: 1",
+        "an edge removed and a node destroyed, the rest run exact",
+        "the clone's kernel node found from the original's exact",
+        "a node of the clone in the clone: 1",
+        "graph and node ids, and the node's graph exact",
+        "the graph written as a DOT file exact",
+        "a child graph changed through its node exact",
+        "the program's child graph unchanged exact",
+        "a child graph of another shape: 1",
+        "an executable graph's child graph replaced exact",
+        "a capture into the program's graph, after its node exact",
+        "the executable graph's flags read back exact",
+    ];
+    assert_program_says("graph_topology", 1, &lines).await;
+}
