@@ -12,11 +12,10 @@
 
 use std::ffi::{c_char, c_int, c_uint};
 
-use super::child::replay_of;
 use super::params::add;
 use super::{
-    clone_graph, destroy_exec, destroy_graph, exec, graph, instantiate, new_graph, or_record_with, refuse_if_capturing,
-    result, NodeKind, Params, Work,
+    clone_graph, destroy_exec, destroy_graph, exec, graph, instantiate, launching, new_graph, or_record_with,
+    refuse_if_capturing, result, NodeKind, Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -159,7 +158,7 @@ pub extern "C" fn cuGraphLaunch(handle: usize, stream: usize) -> u32 {
             refuse_if_capturing(stream, "a launch of a graph with memory nodes")?;
         }
         let params: Params = exec.clone();
-        let replay = replay_of(exec);
+        let replay = launching(exec);
         or_record_with(stream, NodeKind::Graph, || Some(params), move |stream| replay(stream))
     })
 }

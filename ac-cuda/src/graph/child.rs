@@ -13,10 +13,9 @@
 
 use std::sync::Arc;
 
-use super::params::add;
 use super::{
-    clone_graph, destroy_exec, destroy_graph, exec, graph, graph_nodes, instantiate_child, node, refuse_memory_nodes,
-    set_work, Exec, NodeKind, Params, Replay, Work,
+    add_node_with, clone_graph, destroy_exec, destroy_graph, exec, graph, graph_nodes, handles, instantiate_child,
+    node, refuse_memory_nodes, set_work, Exec, NodeKind, Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -77,11 +76,6 @@ fn made_executable(child: usize) -> CuResult<Arc<Exec>> {
     Ok(exec)
 }
 
-/// The work of a step launching `exec`.
-pub fn replay_of(exec: Arc<Exec>) -> Replay {
-    Arc::new(move |stream| exec.replay(stream))
-}
-
 /// The graph child graph node `handle` owns.
 pub fn embedded_graph(handle: usize) -> CuResult<usize> {
     let node = node(handle)?;
@@ -129,7 +123,11 @@ pub(super) unsafe fn add_child(
     child: usize,
     moved: bool,
 ) -> CuResult<()> {
-    embed_in(parent, child, moved, |work| add(out, parent, deps, count, NodeKind::Graph, work))
+    if out.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let deps = handles(deps, count)?;
+    embed_in(parent, child, moved, |work| put(out, add_node_with(parent, NodeKind::Graph, deps, work, None)?))
 }
 
 /// Child graph node `handle` owns `child` (`moved` in, or a copy) from now on

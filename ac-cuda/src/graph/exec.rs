@@ -146,7 +146,7 @@ impl Exec {
             if !same_shape(&old, &lock(&child.steps)) {
                 return Err(Error::said(code::INVALID_VALUE, "the graph's nodes differ from the child graph's"));
             }
-            step.replay = Some(super::child::replay_of(child.clone()));
+            step.replay = Some(launching(child.clone()));
             step.child = Some(child);
             Ok(())
         })??;
@@ -203,6 +203,11 @@ impl Drop for Exec {
         users::release_all(&mut lock(&self.users));
         lock(&self.retired).iter_mut().for_each(users::release_all);
     }
+}
+
+/// The work of a step launching `exec`.
+pub fn launching(exec: Arc<Exec>) -> Replay {
+    Arc::new(move |stream| exec.replay(stream))
 }
 
 /// Whether a child graph among `steps` holds user objects.

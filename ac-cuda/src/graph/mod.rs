@@ -44,7 +44,7 @@ pub use capturing::{
     stream_destroyed, update_dependencies, CaptureInfo, Mark,
 };
 use exec::Step;
-pub use exec::{destroy_exec, exec, instantiate, instantiate_child, Exec};
+pub use exec::{destroy_exec, exec, instantiate, instantiate_child, launching, Exec};
 use memory::GraphAlloc;
 
 /// `CUDA_ERROR_ILLEGAL_STATE` and the stream-capture and graph `CUresult`s (cuda.h).
@@ -490,7 +490,7 @@ fn ordered(graph: usize) -> CuResult<Vec<Step>> {
         // A child graph node's graph is made executable with its parent, as it is now.
         let child = if n.kind == NodeKind::Graph { Some(child::executable(n.params())?) } else { None };
         let replay = match &child {
-            Some(exec) => Some(child::replay_of(exec.clone())),
+            Some(exec) => Some(launching(exec.clone())),
             None => lock(&n.work).replay.clone(),
         };
         let node = Arc::downgrade(n);
