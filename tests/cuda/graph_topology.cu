@@ -4,7 +4,8 @@
 // through the node (the parent runs the change; the program's graph stays as it was), an
 // executable graph's child graph replaced by one of the same shape, a capture into the
 // program's own graph after one of its nodes, an executable graph's flags, the ids tools name
-// graphs and nodes by (CUDA 13.1), and the graph written as a DOT file.
+// graphs and nodes by (CUDA 13.1), the graph written as a DOT file, and a kernel node's launch
+// attributes (a window read back, copied and cloned; a cooperative launch).
 // Usage: graph_topology [elements]
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +110,8 @@ static void edges_and_removals(cudaStream_t s, float* d) {
     cudaGraphNode_t from[5], to[5];
     cudaGraphEdgeData data[5];
     memset(data, 0xff, sizeof data);
+    memset(from, 0xff, sizeof from);
+    memset(to, 0xff, sizeof to);
     size_t room = 5;
     CHECK(cudaGraphGetEdges(g, from, to, data, &room));
     bool edges = count == 3 && room == 3 && from[3] == nullptr && to[4] == nullptr && default_data(data, 3);
@@ -223,6 +226,75 @@ static void child_graphs(cudaStream_t s, float* c) {
     for (cudaGraph_t g : {child, parent, same_shape, other_shape}) CHECK(cudaGraphDestroy(g));
 }
 
+// Whether two access policy windows are the same.
+static bool same_window(const cudaAccessPolicyWindow& a, const cudaAccessPolicyWindow& b) {
+    return a.base_ptr == b.base_ptr && a.num_bytes == b.num_bytes && a.hitRatio == b.hitRatio &&
+           a.hitProp == b.hitProp && a.missProp == b.missProp;
+}
+
+// A kernel node's launch attributes: a window kept, copied to another node and to a clone; a
+// cooperative launch of a few blocks that still computes its result.
+static void kernel_attributes(cudaStream_t s, float* d) {
+    static float two = 2.0f;
+    static float* dp;
+    static int few = 1024;
+    dp = d;
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
+    cudaGraphNode_t first = add_fill(g, nullptr, 0, d, 1.0f);
+    void* args[3] = {&dp, &two, &few};
+    cudaKernelNodeParams p = {};
+    p.func = (void*)scale;
+    p.gridDim = dim3(few / 256);
+    p.blockDim = dim3(256);
+    p.kernelParams = args;
+    cudaGraphNode_t kernel, other;
+    CHECK(cudaGraphAddKernelNode(&kernel, g, &first, 1, &p));
+    CHECK(cudaGraphAddKernelNode(&other, g, &kernel, 1, &p));
+    cudaKernelNodeAttrValue window = {}, back = {};
+    window.accessPolicyWindow.base_ptr = d;
+    window.accessPolicyWindow.num_bytes = 4096;
+    window.accessPolicyWindow.hitRatio = 0.5f;
+    window.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    window.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    CHECK(cudaGraphKernelNodeSetAttribute(kernel, cudaKernelNodeAttributeAccessPolicyWindow, &window));
+    CHECK(cudaGraphKernelNodeGetAttribute(kernel, cudaKernelNodeAttributeAccessPolicyWindow, &back));
+    report(same_window(back.accessPolicyWindow, window.accessPolicyWindow), "a kernel node's access policy window read back");
+    cudaKernelNodeAttrValue cooperative = {};
+    cooperative.cooperative = 1;
+    CHECK(cudaGraphKernelNodeSetAttribute(kernel, cudaKernelNodeAttributeCooperative, &cooperative));
+    CHECK(cudaGraphKernelNodeCopyAttributes(other, kernel));
+    back = {};
+    CHECK(cudaGraphKernelNodeGetAttribute(other, cudaKernelNodeAttributeAccessPolicyWindow, &back));
+    cudaKernelNodeAttrValue copied = {};
+    CHECK(cudaGraphKernelNodeGetAttribute(other, cudaKernelNodeAttributeCooperative, &copied));
+    report(same_window(back.accessPolicyWindow, window.accessPolicyWindow) && copied.cooperative == 1,
+           "a kernel node's attributes copied to another");
+    cudaGraph_t copy;
+    CHECK(cudaGraphClone(&copy, g));
+    cudaGraphNode_t cloned;
+    CHECK(cudaGraphNodeFindInClone(&cloned, kernel, copy));
+    back = {};
+    CHECK(cudaGraphKernelNodeGetAttribute(cloned, cudaKernelNodeAttributeAccessPolicyWindow, &back));
+    report(same_window(back.accessPolicyWindow, window.accessPolicyWindow), "a clone's kernel node keeps its window");
+    cudaKernelNodeAttrValue huge = window;
+    huge.accessPolicyWindow.hitRatio = 2.0f;
+    printf("a window with a hit ratio of 2: %d\n",
+           (int)cudaGraphKernelNodeSetAttribute(kernel, cudaKernelNodeAttributeAccessPolicyWindow, &huge));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<float> head(few), tail(n - few);
+    CHECK(cudaMemcpy(head.data(), d, few * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(tail.data(), d + few, (n - few) * sizeof(float), cudaMemcpyDeviceToHost));
+    report(all_equal(head, [](int) { return 4.0f; }) && all_equal(tail, [](int) { return 1.0f; }),
+           "two cooperative kernel nodes of a few blocks");
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(copy));
+    CHECK(cudaGraphDestroy(g));
+}
+
 // A capture into the program's graph after one of its nodes; an executable graph's flags.
 static void capture_into(cudaStream_t s, float* d) {
     cudaGraph_t g, captured;
@@ -238,6 +310,14 @@ static void capture_into(cudaStream_t s, float* d) {
     CHECK(cudaGraphNodeGetDependentNodes(first, &kernel, nullptr, &room));
     report(captured == g && count == 2 && room == 1 && runs_to(g, s, d, 4.0f),
            "a capture into the program's graph, after its node");
+
+    // A capture that fails (a synchronization cannot be captured) leaves the program its graph.
+    CHECK(cudaStreamBeginCaptureToGraph(s, g, &kernel, nullptr, 1, cudaStreamCaptureModeRelaxed));
+    scale<<<(n + 255) / 256, 256, 0, s>>>(d, 4.0f, n);
+    printf("a synchronization in the capture: %d\n", (int)cudaStreamSynchronize(s));
+    printf("its end: %d\n", (int)cudaStreamEndCapture(s, &captured));
+    count = 0;
+    printf("the program's graph after the failed capture: %d\n", (int)cudaGraphGetNodes(g, nullptr, &count));
 
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
@@ -259,6 +339,7 @@ int main(int argc, char** argv) {
     edges_and_removals(s, d);
     child_graphs(s, c);
     capture_into(s, d);
+    kernel_attributes(s, d);
     CHECK(cudaStreamDestroy(s));
     CHECK(cudaFree(d));
     CHECK(cudaFree(c));

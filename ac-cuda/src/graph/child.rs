@@ -181,6 +181,7 @@ mod tests {
         unsafe { add_child(&mut node, parent, std::ptr::null(), 0, child, true) }.unwrap();
         assert_eq!(embedded_graph(node).unwrap(), child, "moved, not copied");
         assert!(graph(child).unwrap().is_embedded());
+        assert_eq!(super::super::calls::cuGraphDestroy(child), code::INVALID_VALUE, "the node's, not the program's");
         let inner = new_graph();
         let refused = unsafe { add_child(&mut 0, child, std::ptr::null(), 0, parent, true) };
         assert_eq!(refused.unwrap_err().code(), code::INVALID_VALUE, "the parent moved into its own child");

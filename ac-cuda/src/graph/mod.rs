@@ -25,6 +25,7 @@ pub mod child;
 mod dot;
 mod exec;
 pub mod generic;
+pub mod kernel_attributes;
 pub mod memory;
 pub mod params;
 pub mod topology;
@@ -163,7 +164,13 @@ pub struct Node {
     work: Mutex<Work>,
     /// The graph memory an allocation or free node allocates or frees.
     pub memory: Option<Arc<GraphAlloc>>,
+    /// A kernel node's launch attributes that were set and change nothing here (hints:
+    /// [`kernel_attributes`]), by `CUlaunchAttributeID`.
+    hints: Mutex<HashMap<u32, Hint>>,
 }
+
+/// A launch attribute's value (`CUlaunchAttributeValue`, 64 bytes).
+pub type Hint = [u8; 64];
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,6 +192,11 @@ impl Node {
     /// What it was made from, if that is kept.
     pub fn params(&self) -> Option<Params> {
         lock(&self.work).params.clone()
+    }
+
+    /// Its launch attributes that were set as hints.
+    pub fn hints(&self) -> MutexGuard<'_, HashMap<u32, Hint>> {
+        lock(&self.hints)
     }
 }
 
@@ -342,7 +354,8 @@ pub fn add_node_with(
         return Err(Error::said(code::NOT_SUPPORTED, "a child graph node's graph takes no memory nodes"));
     }
     let id = record.next_node.fetch_add(1, Ordering::Relaxed);
-    let node = Node { graph, id, kind, deps: Mutex::new(dedup(deps)), work: Mutex::new(work), memory };
+    let (deps, work, hints) = (Mutex::new(dedup(deps)), Mutex::new(work), Mutex::default());
+    let node = Node { graph, id, kind, deps, work, memory, hints };
     let handle = nodes().insert(node);
     lock(&record.nodes).push(handle);
     Ok(handle)
@@ -461,6 +474,7 @@ pub fn clone_graph(graph: usize) -> CuResult<usize> {
         // dependencies are renamed once every node has its new handle.
         let work = child::cloned(&lock(&node.work))?;
         let new = add_node_with(copy, node.kind, &[], work, None)?;
+        *nodes().get(new)?.hints() = node.hints().clone();
         renamed.insert(old, new);
     }
     for (old, new) in &renamed {

@@ -120,8 +120,16 @@ pub(super) fn kernel_name(handle: usize) -> Option<String> {
 }
 
 /// How kernel node `handle`'s launch runs its blocks.
-fn mode_of(handle: usize) -> CuResult<Mode> {
+pub(super) fn mode_of(handle: usize) -> CuResult<Mode> {
     Ok(params_of::<Prepared>(handle, NodeKind::Kernel)?.mode())
+}
+
+/// Kernel node `handle`'s launch runs its blocks as `mode` says from now on, its arguments
+/// the same (`cuGraphKernelNodeSetAttribute`).
+pub(super) fn set_mode(handle: usize, mode: Mode) -> CuResult<()> {
+    // The node keeps the copies `kernel_params` points to until its work is replaced.
+    let work = unsafe { kernel_work(&kernel_params(handle)?, mode)? };
+    set_work(handle, NodeKind::Kernel, work)
 }
 
 /// Kernel node `handle`'s parameters (`_v2`'s layout). `kernelParams` points to copies of the

@@ -76,7 +76,7 @@ fn checked(id: u32, mut value: Value) -> CuResult<Value> {
 
 /// Refuses an access policy window CUDA refuses: `CUaccessPolicyWindow` is the base address,
 /// the bytes, the hit ratio, and the properties of hits and misses.
-fn check_window(value: &Value) -> CuResult<()> {
+pub(crate) fn check_window(value: &Value) -> CuResult<()> {
     let bytes = usize::from_ne_bytes(value[8..16].try_into().expect("8 bytes"));
     let hit_ratio = f32::from_ne_bytes(value[16..20].try_into().expect("4 bytes"));
     let (hit, miss) = (u32_at(value, 20), u32_at(value, 24));

@@ -140,7 +140,8 @@ async fn a_graph_built_with_the_generic_node_api_runs_and_changes_as_a_typed_one
 /// them; a child graph node's own graph changed through the node (the program's graph stays as
 /// it was); an executable graph's child graph replaced by one of the same shape and not by one
 /// of another; a capture into the program's graph after one of its nodes; an executable
-/// graph's flags.
+/// graph's flags; a kernel node's launch attributes (a window read back, copied to another
+/// node and kept by a clone, a bad one refused; two cooperative nodes still exact).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
     let lines = [
@@ -157,7 +158,15 @@ async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
         "a child graph of another shape: 1",
         "an executable graph's child graph replaced exact",
         "a capture into the program's graph, after its node exact",
+        "a synchronization in the capture: 900",
+        "its end: 901",
+        "the program's graph after the failed capture: 0",
         "the executable graph's flags read back exact",
+        "a kernel node's access policy window read back exact",
+        "a kernel node's attributes copied to another exact",
+        "a clone's kernel node keeps its window exact",
+        "a window with a hit ratio of 2: 1",
+        "two cooperative kernel nodes of a few blocks exact",
     ];
     assert_program_says("graph_topology", 1, &lines).await;
 }
