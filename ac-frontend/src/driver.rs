@@ -38,6 +38,8 @@ const VIRTUAL_MEMORY: u16 = 14;
 const SHARED_MEMORY: u16 = 18;
 /// The backend protocol that serves physical memory shared between sessions.
 const SHARED_PHYSICAL: u16 = 19;
+/// The backend protocol that lists a module's kernels.
+const KERNEL_NAMES: u16 = 20;
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.
@@ -253,6 +255,18 @@ impl Module {
             Answer::Response(Response::FunctionLayout { id, sizes }) => {
                 Ok((Function::new(acc.clone(), id, name, None), sizes))
             }
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+impl Module {
+    /// The names of the kernels the module holds, in the driver's order.
+    pub async fn kernel_names(&self) -> Result<Vec<String>> {
+        let acc = self.accelerator();
+        acc.needs_protocol(KERNEL_NAMES, "listing a module's kernels")?;
+        match acc.call(Request::ModuleKernels { module: self.id() }, Bytes::new()).await? {
+            Answer::Response(Response::KernelNames(names)) => Ok(names),
             other => Err(unexpected(other)),
         }
     }

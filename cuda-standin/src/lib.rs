@@ -71,6 +71,7 @@ mod host;
 mod ipc;
 mod kernels;
 mod limits;
+mod listing;
 mod memory;
 mod run;
 mod shareable;

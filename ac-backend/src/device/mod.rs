@@ -209,6 +209,10 @@ pub trait Context: Send + Sync + 'static {
     fn unload_module(&self, module: DeviceModule);
     /// Looks a kernel up by name.
     fn kernel(&self, module: DeviceModule, name: &str) -> DeviceResult<Kernel>;
+    /// The names of the kernels `module` holds, in the driver's order.
+    fn kernel_names(&self, _module: DeviceModule) -> DeviceResult<Vec<String>> {
+        Err(WireError::new(ErrorKind::NeedsCuda, "listing a module's kernels needs a CUDA device"))
+    }
     /// The memory of `module`'s variable `name` (a CUDA `__device__` or `__constant__`
     /// variable) and its size. It is the module's: the context addresses it as an allocation
     /// until the module is unloaded, and never frees it.

@@ -33,8 +33,13 @@ fn member_len(id: u32) -> CuResult<usize> {
     match id {
         ACCESS_POLICY_WINDOW => Ok(32),
         CLUSTER_DIMENSION | PREFERRED_CLUSTER_DIMENSION => Ok(12),
-        COOPERATIVE | CLUSTER_SCHEDULING_POLICY | PRIORITY | MEM_SYNC_DOMAIN_MAP | MEM_SYNC_DOMAIN
-        | DEVICE_UPDATABLE | PREFERRED_SHARED_MEMORY_CARVEOUT => Ok(4),
+        COOPERATIVE
+        | CLUSTER_SCHEDULING_POLICY
+        | PRIORITY
+        | MEM_SYNC_DOMAIN_MAP
+        | MEM_SYNC_DOMAIN
+        | DEVICE_UPDATABLE
+        | PREFERRED_SHARED_MEMORY_CARVEOUT => Ok(4),
         _ => Err(Error::said(code::INVALID_VALUE, format!("launch attribute {id} is not one a kernel node has"))),
     }
 }

@@ -111,6 +111,9 @@
 //! secret naming one of the session's physical memories ([`Response::Exported`]), and
 //! [`Request::ImportPhysical`] of it answers physical memory of the importer's over the same
 //! memory ([`Response::ImportedPhysical`]; [`Request::ReleasePhysical`] lets it go).
+//! Protocol 20 adds a module's kernel names, appended likewise: [`Request::ModuleKernels`]
+//! answers the names of the kernels a module holds ([`Response::KernelNames`]), as the driver
+//! lists them (`cuModuleEnumerateFunctions`): the CUDA shim's `cuLibraryGetKernelCount`.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -158,7 +161,7 @@ pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 19;
+pub const VERSION: u16 = 20;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -859,6 +862,12 @@ pub enum Request {
         /// The exporter's secret.
         secret: [u8; 16],
     },
+    /// *Protocol 20.* The names of the kernels `module` holds: replies
+    /// [`Response::KernelNames`].
+    ModuleKernels {
+        /// The module.
+        module: ModuleId,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -981,6 +990,9 @@ pub enum Response {
         /// Its size in bytes.
         size: u64,
     },
+    /// *Protocol 20.* The names of a module's kernels ([`Request::ModuleKernels`]), in the
+    /// driver's order.
+    KernelNames(Vec<String>),
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

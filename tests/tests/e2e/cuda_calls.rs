@@ -2,8 +2,9 @@
 //! stand-in backends: batches of copies (`cudaMemcpyBatchAsync`, as key-value cache offload
 //! makes them) and the settings and queries CUDA answers without running anything (the
 //! profiler, device flags, bank sizes, a stream's device and attributes, a kernel's parameters,
-//! module and library), user objects handed to graphs, and graphs built with the generic node
-//! API. Each must be served, not answered "not supported".
+//! module and library), user objects handed to graphs, graphs built with the generic node
+//! API and read and changed as tools do, and a module's kernels listed. Each must be served,
+//! not answered "not supported".
 
 #[allow(dead_code)] // the stand-in's helpers these tests do not need
 use crate::standin;
@@ -169,4 +170,21 @@ async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
         "two cooperative kernel nodes of a few blocks exact",
     ];
     assert_program_says("graph_topology", 1, &lines).await;
+}
+
+/// A PTX image of two kernels, loaded from a file as a library, from memory as a library and as
+/// a module, lists both kernels by name each time (`cudaLibraryGetKernelCount`, as PyTorch
+/// imports it, `cudaLibraryEnumerateKernels`, `cuModuleEnumerateFunctions`: backend protocol
+/// 20), a listed kernel is the one a lookup by its name gives, and a file that is not there is
+/// refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
+    let lines = [
+        "a library loaded from a file lists its two kernels exact",
+        "a library loaded from memory lists its two kernels exact",
+        "a library file that is not there: 301",
+        "a module lists its two kernels exact",
+        "a listed kernel is the one looked up by its name exact",
+    ];
+    assert_program_says("module_kernels", 1, &lines).await;
 }

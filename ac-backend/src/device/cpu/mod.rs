@@ -237,6 +237,10 @@ impl Context for CpuContext {
 
     fn unload_module(&self, _module: DeviceModule) {}
 
+    fn kernel_names(&self, _module: DeviceModule) -> DeviceResult<Vec<String>> {
+        Ok(builtin::KERNELS.iter().map(|(name, _)| name.to_string()).collect())
+    }
+
     fn kernel(&self, _module: DeviceModule, name: &str) -> DeviceResult<Kernel> {
         let (index, params) = builtin::lookup(name).ok_or_else(|| {
             WireError::new(ErrorKind::UnknownKernel, format!("no kernel `{name}` in module `{}`", builtin::MODULE))

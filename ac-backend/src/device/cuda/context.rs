@@ -405,6 +405,10 @@ impl Context for CudaContext {
         self.global_of(module, name)
     }
 
+    fn kernel_names(&self, module: DeviceModule) -> DeviceResult<Vec<String>> {
+        self.kernel_names_of(module)
+    }
+
     fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {
         self.enter()?;
         function::attributes(self.function(kernel)?)

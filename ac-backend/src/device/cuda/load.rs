@@ -20,13 +20,7 @@ impl CudaContext {
     /// A module's variable `name`: its address and size, recorded as a region of the module's.
     pub(super) fn global_of(&self, module: DeviceModule, name: &str) -> DeviceResult<(DeviceMem, u64)> {
         self.enter()?;
-        let raw_module = self
-            .modules
-            .lock()
-            .expect("modules poisoned")
-            .get(&module.0)
-            .ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?
-            .raw;
+        let raw_module = self.raw_module(module)?;
         let c_name = CString::new(name)
             .map_err(|_| WireError::new(ErrorKind::UnknownKernel, "a variable's name cannot contain a NUL byte"))?;
         let (mut ptr, mut size) = (0, 0);
@@ -39,6 +33,42 @@ impl CudaContext {
         let region = Region { size: size as u64, module: Some(module.0), reserved: false, opened: false };
         self.allocations.lock().expect("allocations poisoned").insert(ptr, region);
         Ok((DeviceMem(ptr), size as u64))
+    }
+
+    /// The names of the kernels `module` holds (`cuModuleEnumerateFunctions`, CUDA 12.4 drivers
+    /// and newer).
+    pub(super) fn kernel_names_of(&self, module: DeviceModule) -> DeviceResult<Vec<String>> {
+        self.enter()?;
+        if !super::driver::has_symbol("cuModuleEnumerateFunctions") {
+            return Err(WireError::new(
+                ErrorKind::Device,
+                "the GPU host's driver cannot list a module's kernels (it predates CUDA 12.4)",
+            ));
+        }
+        let raw = self.raw_module(module)?;
+        let mut count = 0;
+        // SAFETY: the module is loaded in this context; a valid out-pointer.
+        self.check("cuModuleGetFunctionCount", unsafe { sys::cuModuleGetFunctionCount(&mut count, raw.0) })?;
+        let mut functions = vec![std::ptr::null_mut(); count as usize];
+        // SAFETY: room for `count` handles.
+        let code = unsafe { sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, raw.0) };
+        self.check("cuModuleEnumerateFunctions", code)?;
+        let name_of = |function| {
+            let mut name = std::ptr::null();
+            // SAFETY: a function of the module; the driver's name lives as long as the module.
+            self.check("cuFuncGetName", unsafe { sys::cuFuncGetName(&mut name, function) })?;
+            // SAFETY: a NUL-terminated name, or null (refused).
+            let name = unsafe { name.as_ref().map(|n| std::ffi::CStr::from_ptr(n)) };
+            Ok(name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+        };
+        functions.into_iter().map(name_of).collect()
+    }
+
+    /// The driver's handle of `module`.
+    fn raw_module(&self, module: DeviceModule) -> DeviceResult<Handle<sys::CUmodule>> {
+        let modules = self.modules.lock().expect("modules poisoned");
+        let m = modules.get(&module.0).ok_or_else(|| WireError::new(ErrorKind::InvalidModule, "module unloaded"))?;
+        Ok(m.raw)
     }
 
     /// Loads an image checked by [`image`], with its kernels' parameter sizes. The driver gets

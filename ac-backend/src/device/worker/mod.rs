@@ -438,6 +438,13 @@ impl Context for WorkerContext {
         }
     }
 
+    fn kernel_names(&self, module: DeviceModule) -> DeviceResult<Vec<String>> {
+        match self.call(&Call::KernelNames { module }, &[])?.0 {
+            Reply::Names(names) => Ok(names),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn launch_as(
         &self,
         kernel: &Kernel,

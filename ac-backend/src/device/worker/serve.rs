@@ -389,6 +389,7 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         }
         Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
         Call::Global { module, name } => context.global(module, &name).map(|(mem, size)| Reply::Global { mem, size }),
+        Call::KernelNames { module } => context.kernel_names(module).map(Reply::Names),
         Call::LaunchCooperative { kernel, dims, args, stream } => {
             unit(context.launch_as(&kernel, &dims, &args, stream, LaunchMode::Cooperative))
         }

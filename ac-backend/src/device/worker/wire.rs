@@ -47,6 +47,8 @@ pub enum Call {
     Kernel { module: DeviceModule, name: String },
     /// `global`.
     Global { module: DeviceModule, name: String },
+    /// `kernel_names`.
+    KernelNames { module: DeviceModule },
     /// `launch_as` a cooperative launch.
     LaunchCooperative { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `kernel_attributes`.
@@ -158,6 +160,8 @@ pub enum Reply {
     Kernel(Kernel),
     /// `global`'s answer.
     Global { mem: DeviceMem, size: u64 },
+    /// `kernel_names`' answer.
+    Names(Vec<String>),
     /// `kernel_attributes`' answer.
     KernelAttributes(KernelAttributes),
     /// `set_limit`'s answer.

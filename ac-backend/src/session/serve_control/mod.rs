@@ -411,6 +411,7 @@ impl Control {
                 other => other,
             }),
             Request::ModuleGlobal { module, name } => Outcome::Now(self.variable(module, name)),
+            Request::ModuleKernels { module } => Outcome::Now(self.kernel_names(module)),
             Request::KernelAttributes { function } => Outcome::Now(self.kernel_attributes(function)),
             Request::SetKernelAttribute { function, setting } => {
                 Outcome::Now(self.set_kernel_attribute(function, setting).await)

@@ -73,6 +73,14 @@ impl Control {
         }
     }
 
+    /// The names of the kernels `module` holds.
+    pub(super) fn kernel_names(&self, module: ModuleId) -> Response {
+        let Some(&device_module) = self.modules.get(&module) else {
+            return error(ErrorKind::InvalidModule, format!("module {} does not exist in this session", module.0));
+        };
+        self.session.context.kernel_names(device_module).map_or_else(Response::Error, Response::KernelNames)
+    }
+
     /// A buffer over `module`'s variable `name`: the same one for every lookup of it.
     pub(super) fn variable(&mut self, module: ModuleId, name: String) -> Response {
         let Some(&device_module) = self.modules.get(&module) else {

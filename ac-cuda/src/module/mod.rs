@@ -6,6 +6,9 @@
 //! (`__device__`, `__constant__`: `cuModuleGetGlobal`, `cuLibraryGetGlobal`) is the backend's
 //! buffer over the module's memory (protocol 9), entered into the program's memory by its
 //! address, so that copies and kernels reach it as any allocation; it goes with its image.
+//! A module's or library's kernels are listed by [`listing`].
+
+pub mod listing;
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
@@ -36,6 +39,8 @@ pub struct Image {
     managed_on: OnceLock<usize>,
     /// Whether a launch on another device was warned of.
     warned: std::sync::atomic::AtomicBool,
+    /// The names of its kernels, once the device's driver listed them.
+    names: OnceLock<Vec<String>>,
 }
 
 /// A kernel the program holds (`CUfunction` and `CUkernel` alike).
@@ -127,11 +132,33 @@ unsafe fn load(ptr: *const c_void, module: bool) -> CuResult<usize> {
         kernels: Mutex::default(),
         managed_on: OnceLock::new(),
         warned: Default::default(),
+        names: OnceLock::new(),
     };
     if let Some(device) = bound {
         image.on(device)?;
     }
     Ok(images().insert(image))
+}
+
+/// The handles of the kernels image `handle` holds, as lookups by their names give them (not
+/// looked up yet: lazily loaded), listed by the driver of its module's device or, for a
+/// library, the current one (once: an image's kernels are the same on every device).
+pub(crate) fn listed_kernels(handle: usize) -> CuResult<Vec<usize>> {
+    let image = images().get(handle)?;
+    let names = match image.names.get() {
+        Some(names) => names.clone(),
+        None => {
+            let module = image.on(image.bound.map_or_else(current_device, Ok)?)?;
+            let names = state::shim()?.block_on(module.kernel_names())?;
+            image.names.get_or_init(|| names).clone()
+        }
+    };
+    let handle_of = |name: &String| {
+        let name = CString::new(name.as_str()).map_err(|_| Error::Code(code::NOT_FOUND))?;
+        // SAFETY: a NUL-terminated name.
+        unsafe { kernel(handle, name.as_ptr(), false) }
+    };
+    names.iter().map(handle_of).collect()
 }
 
 /// A kernel handle for `name` of image `handle` (the same handle for the same name).
@@ -223,13 +250,37 @@ pub unsafe extern "C" fn cuModuleLoadFatBinary(out: *mut usize, image: *const c_
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoad(out: *mut usize, path: *const c_char) -> u32 {
     guard("cuModuleLoad", || {
-        if path.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        let path = CStr::from_ptr(path).to_string_lossy().into_owned();
-        let mut bytes = std::fs::read(&path).map_err(|e| Error::said(301, format!("{path}: {e}")))?;
-        bytes.push(0); // PTX is read as C text
+        let bytes = read_image(path)?;
         put(out, load(bytes.as_ptr() as *const c_void, true)?)
+    })
+}
+
+/// The image in the file at `path` (`CUDA_ERROR_FILE_NOT_FOUND` if it cannot be read), NUL
+/// added (PTX is read as C text).
+unsafe fn read_image(path: *const c_char) -> CuResult<Vec<u8>> {
+    if path.is_null() {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let path = CStr::from_ptr(path).to_string_lossy().into_owned();
+    let mut bytes = std::fs::read(&path).map_err(|e| Error::said(301, format!("{path}: {e}")))?;
+    bytes.push(0);
+    Ok(bytes)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    out: *mut usize,
+    path: *const c_char,
+    _jit_options: *mut c_int,
+    _jit_values: *mut *mut c_void,
+    _jit_count: c_uint,
+    _options: *mut c_int,
+    _values: *mut *mut c_void,
+    _count: c_uint,
+) -> u32 {
+    guard("cuLibraryLoadFromFile", || {
+        let bytes = read_image(path)?;
+        put(out, load(bytes.as_ptr() as *const c_void, false)?)
     })
 }
 
