@@ -92,6 +92,16 @@ static bool default_data(const cudaGraphEdgeData* data, size_t count) {
     return true;
 }
 
+// Whether a DOT file names graph `id` ("graph_<id>", no digit after it).
+static bool names_graph(const std::string& dot, unsigned id) {
+    std::string named = "graph_" + std::to_string(id);
+    for (size_t at = dot.find(named); at != std::string::npos; at = dot.find(named, at + 1)) {
+        char next = at + named.size() < dot.size() ? dot[at + named.size()] : ' ';
+        if (next < '0' || next > '9') return true;
+    }
+    return false;
+}
+
 // The edges and dependents of a graph, an edge removed and a node destroyed.
 static void edges_and_removals(cudaStream_t s, float* d) {
     static float two = 2.0f, three = 3.0f;
@@ -114,7 +124,8 @@ static void edges_and_removals(cudaStream_t s, float* d) {
     memset(to, 0xff, sizeof to);
     size_t room = 5;
     CHECK(cudaGraphGetEdges(g, from, to, data, &room));
-    bool edges = count == 3 && room == 3 && from[3] == nullptr && to[4] == nullptr && default_data(data, 3);
+    bool edges = count == 3 && room == 3 && from[3] == nullptr && from[4] == nullptr && to[3] == nullptr &&
+                 to[4] == nullptr && default_data(data, 3);
     std::vector<std::pair<cudaGraphNode_t, cudaGraphNode_t>> got, want = {{a, b}, {b, c}, {a, e}};
     for (size_t i = 0; i < room; i++) got.push_back({from[i], to[i]});
     for (auto w : want) {
@@ -123,6 +134,10 @@ static void edges_and_removals(cudaStream_t s, float* d) {
         edges = edges && found;
     }
     report(edges, "three edges with their default data");
+    room = 2;
+    CHECK(cudaGraphGetEdges(g, from, to, nullptr, &room));
+    report(room == 2 && from[0] != nullptr && to[1] != nullptr, "two edges in a room of two");
+    printf("adding an edge that is there: %d\n", (int)cudaGraphAddDependencies(g, &a, &b, nullptr, 1));
 
     cudaGraphNode_t dependents[4];
     room = 4;
@@ -168,7 +183,8 @@ static void edges_and_removals(cudaStream_t s, float* d) {
         fclose(f);
     }
     remove(path.c_str());
-    bool dot_ok = dot.find("digraph") != std::string::npos && dot.find("scale") != std::string::npos;
+    bool dot_ok = dot.find("digraph") != std::string::npos && dot.find("scale") != std::string::npos &&
+                  dot.find("->") != std::string::npos;
     if (graph_id && local_id && containing) {
         unsigned gid = 0, copy_id = 0, ids[3] = {};
         CUgraph home = nullptr;
@@ -176,8 +192,7 @@ static void edges_and_removals(cudaStream_t s, float* d) {
         ok = ok && local_id((CUgraphNode)a, &ids[0]) == 0 && local_id((CUgraphNode)b, &ids[1]) == 0 &&
              local_id((CUgraphNode)e, &ids[2]) == 0 && ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2];
         ok = ok && containing((CUgraphNode)found, &home) == 0 && home == (CUgraph)copy;
-        std::string named = "graph_" + std::to_string(gid);
-        report(ok && dot.find(named) != std::string::npos, "graph and node ids, and the node's graph");
+        report(ok && names_graph(dot, gid), "graph and node ids, and the node's graph");
     } else {
         printf("graph and node ids: not in this driver\n");
     }
@@ -223,6 +238,43 @@ static void child_graphs(cudaStream_t s, float* c) {
     CHECK(cudaMemcpy(back.data(), c, bytes, cudaMemcpyDeviceToHost));
     report(all_equal(back, [](int) { return 20.0f; }), "an executable graph's child graph replaced");
     CHECK(cudaGraphExecDestroy(exec));
+
+    // The driver's generic calls: a child graph node's parameters read back (its graph, and the
+    // ownership CUDA marks invalid), and a graph moved into a node (ownership 1, written where
+    // CUDA 12.9's header has it: after the graph handle).
+    using GetParams = CUresult (*)(CUgraphNode, CUgraphNodeParams*);
+    using AddNode = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                 CUgraphNodeParams*);
+    auto get_params = (GetParams)try_entry_at("cuGraphNodeGetParams", 13020);
+    auto add_node = (AddNode)entry_at("cuGraphAddNode", 12030);
+    if (get_params) {
+        CUgraphNodeParams q;
+        memset(&q, 0x55, sizeof q);
+        int ownership = 0;
+        bool read = get_params((CUgraphNode)node, &q) == CUDA_SUCCESS;
+        memcpy(&ownership, (char*)&q.graph + sizeof(CUgraph), sizeof ownership);
+        report(read && q.type == CU_GRAPH_NODE_TYPE_GRAPH && q.graph.graph == (CUgraph)owned && ownership == -1,
+               "a child graph node's parameters read back");
+    } else {
+        printf("reading a node's parameters: not in this driver\n");
+    }
+    cudaGraph_t moved, holder;
+    CHECK(cudaGraphCreate(&moved, 0));
+    CHECK(cudaGraphCreate(&holder, 0));
+    add_fill(moved, nullptr, 0, c, 7.0f);
+    CUgraphNodeParams mp = {};
+    mp.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    mp.graph.graph = (CUgraph)moved;
+    int move = 1;
+    memcpy((char*)&mp.graph + sizeof(CUgraph), &move, sizeof move);
+    CUgraphNode moved_node;
+    CUresult added = add_node(&moved_node, (CUgraph)holder, nullptr, nullptr, 0, &mp);
+    cudaGraph_t held = nullptr;
+    CHECK(cudaGraphChildGraphNodeGetGraph((cudaGraphNode_t)moved_node, &held));
+    report(added == CUDA_SUCCESS && held == moved && runs_to(holder, s, c, 7.0f), "a graph moved into a node runs there");
+    cudaGraphExec_t alone;
+    printf("a moved graph instantiated alone: %d\n", (int)cudaGraphInstantiate(&alone, moved, 0));
+    CHECK(cudaGraphDestroy(holder));  // and the graph moved into it
     for (cudaGraph_t g : {child, parent, same_shape, other_shape}) CHECK(cudaGraphDestroy(g));
 }
 
@@ -311,14 +363,6 @@ static void capture_into(cudaStream_t s, float* d) {
     report(captured == g && count == 2 && room == 1 && runs_to(g, s, d, 4.0f),
            "a capture into the program's graph, after its node");
 
-    // A capture that fails (a synchronization cannot be captured) leaves the program its graph.
-    CHECK(cudaStreamBeginCaptureToGraph(s, g, &kernel, nullptr, 1, cudaStreamCaptureModeRelaxed));
-    scale<<<(n + 255) / 256, 256, 0, s>>>(d, 4.0f, n);
-    printf("a synchronization in the capture: %d\n", (int)cudaStreamSynchronize(s));
-    printf("its end: %d\n", (int)cudaStreamEndCapture(s, &captured));
-    count = 0;
-    printf("the program's graph after the failed capture: %d\n", (int)cudaGraphGetNodes(g, nullptr, &count));
-
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiateWithFlags(&exec, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
     unsigned long long flags = 0;
@@ -326,6 +370,18 @@ static void capture_into(cudaStream_t s, float* d) {
     report(flags == cudaGraphInstantiateFlagAutoFreeOnLaunch, "the executable graph's flags read back");
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(g));
+
+    // A capture that fails (a synchronization cannot be captured) leaves the program its graph.
+    cudaGraph_t h;
+    CHECK(cudaGraphCreate(&h, 0));
+    first = add_fill(h, nullptr, 0, d, 1.0f);
+    CHECK(cudaStreamBeginCaptureToGraph(s, h, &first, nullptr, 1, cudaStreamCaptureModeRelaxed));
+    scale<<<(n + 255) / 256, 256, 0, s>>>(d, 4.0f, n);
+    printf("a synchronization in the capture: %d\n", (int)cudaStreamSynchronize(s));
+    printf("its end: %d\n", (int)cudaStreamEndCapture(s, &captured));
+    count = 0;
+    printf("the program's graph after the failed capture: %d\n", (int)cudaGraphGetNodes(h, nullptr, &count));
+    CHECK(cudaGraphDestroy(h));
 }
 
 int main(int argc, char** argv) {

@@ -15,7 +15,7 @@ use std::ffi::{c_char, c_int, c_uint};
 use super::params::add;
 use super::{
     clone_graph, destroy_exec, destroy_graph, exec, graph, instantiate, launching, new_graph, or_record_with,
-    refuse_if_capturing, result, NodeKind, Params, Work,
+    refuse_if_capturing, refuse_moved, result, NodeKind, Owner, Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -35,7 +35,7 @@ pub unsafe extern "C" fn cuGraphCreate(out: *mut usize, flags: c_uint) -> u32 {
 #[no_mangle]
 pub extern "C" fn cuGraphDestroy(handle: usize) -> u32 {
     guard("cuGraphDestroy", || {
-        if graph(handle)?.is_embedded() {
+        if graph(handle)?.owner() != Owner::Program {
             return Err(Error::said(code::INVALID_VALUE, "the graph is a child graph node's: it goes with its node"));
         }
         destroy_graph(handle)
@@ -69,6 +69,7 @@ unsafe fn instantiate_with(out: *mut usize, graph: usize, flags: u64) -> CuResul
             "graphs launched from the device are not supported on remote accelerators",
         ));
     }
+    refuse_moved(graph, "instantiated alone")?;
     put(out, instantiate(graph, flags)?)
 }
 
@@ -181,6 +182,7 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(handle: usize, graph: usize, info:
     guard("cuGraphExecUpdate", || {
         let info = info.as_mut().ok_or(Error::Code(code::INVALID_VALUE))?;
         *info = UpdateResultInfo { result: UPDATED, error_node: 0, error_from_node: 0 };
+        refuse_moved(graph, "an executable graph's update")?;
         let updated = exec(handle)?.update(graph);
         if matches!(&updated, Err(e) if e.code() == result::EXEC_UPDATE_FAILURE) {
             info.result = TOPOLOGY_CHANGED;

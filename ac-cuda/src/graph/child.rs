@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use super::{
     add_node_with, clone_graph, destroy_exec, destroy_graph, exec, graph, graph_nodes, handles, instantiate_child,
-    node, refuse_memory_nodes, set_work, Exec, NodeKind, Params, Work,
+    node, refuse_memory_nodes, refuse_moved, set_work, Exec, NodeKind, Owner, Params, Work,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -35,16 +35,11 @@ impl Drop for Embedded {
 /// then the node's.
 pub(super) fn embedding(child: usize, moved: bool) -> CuResult<Work> {
     refuse_memory_nodes(child, "a child graph")?;
-    let record = graph(child)?;
-    let embedded = if moved {
-        if record.is_embedded() {
-            return Err(Error::said(code::INVALID_VALUE, "the graph is another child graph node's already"));
-        }
-        child
-    } else {
-        clone_graph(child)?
-    };
-    graph(embedded)?.embedded.store(true, std::sync::atomic::Ordering::Release);
+    let embedded = if moved { child } else { clone_graph(child)? };
+    let owner = if moved { Owner::Moved } else { Owner::Node };
+    if !graph(embedded)?.take(owner) {
+        return Err(Error::said(code::INVALID_VALUE, "the graph is another child graph node's already"));
+    }
     let params: Params = Arc::new(Embedded(embedded));
     Ok(Work { replay: None, params: Some(params) })
 }
@@ -104,6 +99,7 @@ fn embed_in(parent: usize, child: usize, moved: bool, put: impl FnOnce(Work) -> 
     if moved && embeds(child, parent) {
         return Err(Error::said(code::INVALID_VALUE, "a graph cannot be moved into itself or into a graph it holds"));
     }
+    refuse_moved(child, "added to another graph")?;
     let work = embedding(child, moved)?;
     let done = put(work.clone());
     if done.is_err() && moved {
@@ -141,7 +137,7 @@ fn disown(work: Work) {
     let embedded = work.params.and_then(|p| p.downcast::<Embedded>().ok()).and_then(|e| Arc::try_unwrap(e).ok());
     if let Some(embedded) = embedded {
         if let Ok(record) = graph(embedded.0) {
-            record.embedded.store(false, std::sync::atomic::Ordering::Release);
+            record.give_back();
         }
         std::mem::forget(embedded);
     }
@@ -180,7 +176,7 @@ mod tests {
         let mut node = 0;
         unsafe { add_child(&mut node, parent, std::ptr::null(), 0, child, true) }.unwrap();
         assert_eq!(embedded_graph(node).unwrap(), child, "moved, not copied");
-        assert!(graph(child).unwrap().is_embedded());
+        assert_eq!(graph(child).unwrap().owner(), Owner::Moved);
         assert_eq!(super::super::calls::cuGraphDestroy(child), code::INVALID_VALUE, "the node's, not the program's");
         let inner = new_graph();
         let refused = unsafe { add_child(&mut 0, child, std::ptr::null(), 0, parent, true) };
@@ -188,7 +184,12 @@ mod tests {
         let bad_dep = [0xdead_usize];
         let refused = unsafe { add_child(&mut 0, parent, bad_dep.as_ptr(), 1, inner, true) };
         assert!(refused.is_err());
-        assert!(!graph(inner).unwrap().is_embedded(), "a refused move leaves the program its graph");
+        assert_eq!(graph(inner).unwrap().owner(), Owner::Program, "a refused move leaves the program its graph");
+        let refused = unsafe { add_child(&mut 0, inner, std::ptr::null(), 0, child, false) };
+        assert_eq!(refused.unwrap_err().code(), code::INVALID_VALUE, "a moved graph added to another parent");
+        let mut exec = 0;
+        let alone = unsafe { super::super::calls::cuGraphInstantiateWithFlags(&mut exec, child, 0) };
+        assert_eq!(alone, code::INVALID_VALUE, "a moved graph instantiated alone");
         destroy_graph(parent).unwrap();
         assert!(graph(child).is_err(), "the moved graph went with its node");
         assert!(graph(inner).is_ok());

@@ -142,8 +142,8 @@ impl Exec {
     pub fn set_child(&self, node: usize, child: Arc<Exec>) -> CuResult<()> {
         let holds_users = child.holds_users.load(Ordering::Acquire);
         self.with_step(node, &[NodeKind::Graph], |step| {
-            let old = step.child.as_ref().map(|c| lock(&c.steps).clone()).unwrap_or_default();
-            if !same_shape(&old, &lock(&child.steps)) {
+            let old = step.child.as_ref().map(|c| c.steps()).unwrap_or_default();
+            if !same_shape(&old, &child.steps()) {
                 return Err(Error::said(code::INVALID_VALUE, "the graph's nodes differ from the child graph's"));
             }
             step.replay = Some(launching(child.clone()));
@@ -156,6 +156,11 @@ impl Exec {
         Ok(())
     }
 
+    /// A copy of its steps.
+    fn steps(&self) -> Vec<Step> {
+        lock(&self.steps).clone()
+    }
+
     /// Whether it holds graph memory nodes (it cannot then be launched into a capture).
     pub fn has_memory(&self) -> bool {
         lock(&self.steps).iter().any(|s| s.memory.is_some())
@@ -166,17 +171,20 @@ impl Exec {
     /// and for graphs with memory nodes.
     pub fn update(&self, graph: usize) -> CuResult<()> {
         let new = ordered(graph)?;
-        let mut steps = lock(&self.steps);
-        if steps.iter().chain(&new).any(|s| s.memory.is_some()) {
+        // Compared on a copy: the new graph may launch this very executable graph (a captured
+        // launch), whose steps `same_shape` then reads.
+        let old = self.steps();
+        if old.iter().chain(&new).any(|s| s.memory.is_some()) {
             return Err(Error::said(result::EXEC_UPDATE_FAILURE, "graphs with memory nodes cannot be updated"));
         }
-        if !same_shape(&steps, &new) {
+        if !same_shape(&old, &new) {
             return Err(Error::said(
                 result::EXEC_UPDATE_FAILURE,
                 "the graph's nodes differ from the executable graph's",
             ));
         }
         // The steps keep their nodes (later calls name the first graph's) and whether they run.
+        let mut steps = lock(&self.steps);
         for (step, new) in steps.iter_mut().zip(new) {
             step.replay = new.replay;
             step.child = new.child;
@@ -215,11 +223,25 @@ fn children_hold_users(steps: &[Step]) -> bool {
     steps.iter().filter_map(|s| s.child.as_ref()).any(|child| child.holds_users.load(Ordering::Acquire))
 }
 
-/// Whether steps `a` and `b` are the same kinds in the same order, their child graphs' too:
-/// the topology an update keeps.
+/// Whether steps `a` and `b` are the same kinds in the same order with the same dependencies,
+/// their child graphs' too: the topology an update keeps.
 fn same_shape(a: &[Step], b: &[Step]) -> bool {
-    let children = |s: &Step| s.child.as_ref().map(|c| lock(&c.steps).clone()).unwrap_or_default();
-    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.kind == b.kind && same_shape(&children(a), &children(b)))
+    let children = |s: &Step| s.child.as_ref().map(|c| c.steps()).unwrap_or_default();
+    let same_steps = a.iter().zip(b).all(|(a, b)| a.kind == b.kind && same_shape(&children(a), &children(b)));
+    a.len() == b.len() && same_steps && dependencies(a) == dependencies(b)
+}
+
+/// Each step's dependencies, as the positions of the steps they are (none known for a step
+/// whose node is gone).
+fn dependencies(steps: &[Step]) -> Vec<Vec<usize>> {
+    let position = |node: &usize| steps.iter().position(|s| Weak::as_ptr(&s.node) as usize == *node);
+    let of = |s: &Step| -> Vec<usize> {
+        let mut deps: Vec<usize> =
+            s.node.upgrade().map(|n| n.dependencies()).unwrap_or_default().iter().filter_map(position).collect();
+        deps.sort_unstable();
+        deps
+    };
+    steps.iter().map(of).collect()
 }
 
 /// `CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH`.

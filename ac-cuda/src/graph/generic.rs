@@ -218,8 +218,13 @@ unsafe fn get_node(handle: usize, out: *mut NodeParams) -> CuResult<()> {
         NodeKind::MemAlloc => cuGraphMemAllocNodeGetParams(handle, p.union_as()),
         NodeKind::MemFree => cuGraphMemFreeNodeGetParams(handle, p.union_as()),
         NodeKind::Empty => 0,
-        // The graph the node owns (ownership 0, cloned: it stays the node's).
-        NodeKind::Graph => return put(word, embedded_graph(handle)?),
+        // The graph the node owns, and `CU_GRAPH_CHILD_GRAPH_OWNERSHIP_INVALID` (-1), as CUDA
+        // answers, so that the answer given back as parameters is refused, not cloned.
+        NodeKind::Graph => {
+            put(word, embedded_graph(handle)?)?;
+            p.union[1] = u64::from((-1i32) as u32);
+            return Ok(());
+        }
     })
 }
 

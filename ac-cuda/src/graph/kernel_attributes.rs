@@ -2,8 +2,9 @@
 //! `...CopyAttributes`), as `cuLaunchKernelEx` takes them: a cooperative launch and a cluster
 //! shape change how the node's launch runs its blocks (its mode, `crate::launch::Mode`); the
 //! hints (an L2 access policy window, a priority, a scheduling or carveout preference, memory
-//! synchronization domains, a preferred cluster shape) are checked as CUDA checks them, kept
-//! and read back, and change nothing the remote device computes.
+//! synchronization domains, a preferred cluster shape, NVLink-centric scheduling, the portable
+//! cluster size and shared memory modes) are checked as CUDA checks them, kept and read back,
+//! and change nothing the remote device computes.
 
 use std::ffi::c_void;
 
@@ -25,6 +26,9 @@ const MEM_SYNC_DOMAIN: u32 = 10;
 const PREFERRED_CLUSTER_DIMENSION: u32 = 11;
 const DEVICE_UPDATABLE: u32 = 13;
 const PREFERRED_SHARED_MEMORY_CARVEOUT: u32 = 14;
+const NVLINK_UTIL_CENTRIC_SCHEDULING: u32 = 16;
+const PORTABLE_CLUSTER_SIZE_MODE: u32 = 17;
+const SHARED_MEMORY_MODE: u32 = 18;
 
 /// The bytes of attribute `id`'s member of the union (a window's 32, a shape's 12, a scalar's
 /// 4: what programs pass, whatever the union's size in their CUDA); `CUDA_ERROR_INVALID_VALUE`
@@ -39,7 +43,10 @@ fn member_len(id: u32) -> CuResult<usize> {
         | MEM_SYNC_DOMAIN_MAP
         | MEM_SYNC_DOMAIN
         | DEVICE_UPDATABLE
-        | PREFERRED_SHARED_MEMORY_CARVEOUT => Ok(4),
+        | PREFERRED_SHARED_MEMORY_CARVEOUT
+        | NVLINK_UTIL_CENTRIC_SCHEDULING
+        | PORTABLE_CLUSTER_SIZE_MODE
+        | SHARED_MEMORY_MODE => Ok(4),
         _ => Err(Error::said(code::INVALID_VALUE, format!("launch attribute {id} is not one a kernel node has"))),
     }
 }

@@ -34,8 +34,8 @@ pub mod users;
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use crate::error::{code, CuResult, Error};
 use crate::state::Registry;
@@ -214,11 +214,26 @@ pub struct Graph {
     pub id: u32,
     /// The id its next node takes.
     next_node: AtomicU32,
-    /// Whether a child graph node owns it ([`child`]): it takes no memory nodes, and the
-    /// program does not destroy it.
-    embedded: AtomicBool,
-    /// For a clone, its nodes by the original's handles (`cuGraphNodeFindInClone`).
-    originals: Mutex<HashMap<usize, usize>>,
+    /// Who owns it ([`Owner`]).
+    owner: AtomicU8,
+    /// For a clone, its nodes by the original's handles, each with the original node (a handle
+    /// reused by a new node finds nothing): `cuGraphNodeFindInClone`.
+    originals: Mutex<HashMap<usize, (Weak<Node>, usize)>>,
+}
+
+/// Who owns a graph: the program, or a child graph node ([`child`]), which took a copy or the
+/// program's graph itself (moved in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Owner {
+    /// The program.
+    Program = 0,
+    /// A child graph node, a copy of the program's: it takes no memory nodes, and the program
+    /// does not destroy it.
+    Node = 1,
+    /// A child graph node, the program's graph moved in: as `Node`, and neither instantiated
+    /// nor updated from alone, nor added to another parent (`CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE`).
+    Moved = 2,
 }
 
 impl Graph {
@@ -228,15 +243,42 @@ impl Graph {
             users: Mutex::new(users),
             id: next_id(),
             next_node: AtomicU32::new(0),
-            embedded: AtomicBool::new(false),
+            owner: AtomicU8::new(Owner::Program as u8),
             originals: Mutex::default(),
         }
     }
 
-    /// Whether a child graph node owns it.
-    pub fn is_embedded(&self) -> bool {
-        self.embedded.load(Ordering::Acquire)
+    /// Who owns it.
+    pub fn owner(&self) -> Owner {
+        match self.owner.load(Ordering::Acquire) {
+            0 => Owner::Program,
+            1 => Owner::Node,
+            _ => Owner::Moved,
+        }
     }
+
+    /// A child graph node takes it (as `owner`), if the program still owns it: whether it did.
+    pub fn take(&self, owner: Owner) -> bool {
+        let program = Owner::Program as u8;
+        self.owner.compare_exchange(program, owner as u8, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// The program owns it again (a move that was refused).
+    pub fn give_back(&self) {
+        self.owner.store(Owner::Program as u8, Ordering::Release);
+    }
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` if `graph` was moved into a child graph node: `what` is the
+/// program's to do with its own graphs only.
+pub fn refuse_moved(graph: usize, what: &str) -> CuResult<()> {
+    if graphs().get(graph)?.owner() == Owner::Moved {
+        return Err(Error::said(
+            code::INVALID_VALUE,
+            format!("a graph moved into a child graph node cannot be {what}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The next id of a graph or executable graph (from 1, as CUDA's).
@@ -350,8 +392,8 @@ pub fn add_node_with(
 ) -> CuResult<usize> {
     let record = graphs().get(graph)?;
     check_members(graph, deps)?;
-    if memory.is_some() && record.is_embedded() {
-        return Err(Error::said(code::NOT_SUPPORTED, "a child graph node's graph takes no memory nodes"));
+    if memory.is_some() && record.owner() != Owner::Program {
+        return Err(Error::said(code::INVALID_VALUE, "a child graph node's graph takes no memory nodes"));
     }
     let id = record.next_node.fetch_add(1, Ordering::Relaxed);
     let (deps, work, hints) = (Mutex::new(dedup(deps)), Mutex::new(work), Mutex::default());
@@ -397,7 +439,8 @@ fn dedup(handles: &[usize]) -> Vec<usize> {
     handles.iter().copied().filter(|h| seen.insert(*h)).collect()
 }
 
-/// Makes node `to` of `graph` run after node `from` of it.
+/// Makes node `to` of `graph` run after node `from` of it (a dependency it has already is
+/// kept once: capture's joins add them freely).
 pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
     check_members(graph, &[from, to])?;
     let to = nodes().get(to)?;
@@ -408,20 +451,52 @@ pub fn add_dependency(graph: usize, from: usize, to: usize) -> CuResult<()> {
     Ok(())
 }
 
+/// Checks `edges` of `graph` as CUDA's edge calls do: nodes of the graph, no node on both ends,
+/// no edge twice, and each edge `present` in the graph or not.
+fn check_edges(graph: usize, edges: &[(usize, usize)], present: bool) -> CuResult<()> {
+    for (i, &(from, to)) in edges.iter().enumerate() {
+        check_members(graph, &[from, to])?;
+        let there = nodes().get(to)?.dependencies().contains(&from);
+        let why = if from == to {
+            "a node cannot depend on itself"
+        } else if edges[..i].contains(&(from, to)) {
+            "the same edge twice"
+        } else if there != present {
+            if present {
+                "no such edge"
+            } else {
+                "the edge is there already"
+            }
+        } else {
+            continue;
+        };
+        return Err(Error::said(code::INVALID_VALUE, format!("{why}: node {from:#x} to node {to:#x}")));
+    }
+    Ok(())
+}
+
+/// Adds the `(from, to)` dependencies to `graph`, all or none: none may be there already, as
+/// CUDA's.
+pub fn add_dependencies(graph: usize, edges: &[(usize, usize)]) -> CuResult<()> {
+    check_edges(graph, edges, false)?;
+    edges.iter().try_for_each(|&(from, to)| add_dependency(graph, from, to))
+}
+
 /// Removes the `(from, to)` dependencies of `graph`, all or none: each must be an edge of it,
 /// and a graph with memory nodes keeps its edges, as CUDA's.
 pub fn remove_dependencies(graph: usize, edges: &[(usize, usize)]) -> CuResult<()> {
-    refuse_memory_nodes(graph, "changed")?;
-    for &(from, to) in edges {
-        check_members(graph, &[from, to])?;
-        if !nodes().get(to)?.dependencies().contains(&from) {
-            return Err(Error::said(code::INVALID_VALUE, format!("node {to:#x} does not depend on node {from:#x}")));
-        }
-    }
+    refuse_change_with_memory(graph)?;
+    check_edges(graph, edges, true)?;
     for &(from, to) in edges {
         lock(&nodes().get(to)?.deps).retain(|&d| d != from);
     }
     Ok(())
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` if `graph` has memory nodes: its edges and nodes stay, as CUDA's.
+fn refuse_change_with_memory(graph: usize) -> CuResult<()> {
+    refuse_memory_nodes(graph, "changed")
+        .map_err(|_| Error::said(code::INVALID_VALUE, "a graph with memory nodes keeps its edges and nodes"))
 }
 
 /// The nodes of its graph that run after node `handle`, in the order they were added.
@@ -445,7 +520,7 @@ pub fn edges(graph: usize) -> CuResult<Vec<(usize, usize)>> {
 /// nodes keeps its nodes, as CUDA's.
 pub fn destroy_node(handle: usize) -> CuResult<()> {
     let graph = nodes().get(handle)?.graph;
-    refuse_memory_nodes(graph, "changed")?;
+    refuse_change_with_memory(graph)?;
     let record = graphs().get(graph)?;
     lock(&record.nodes).retain(|&n| n != handle);
     for other in graph_nodes(graph)? {
@@ -456,9 +531,10 @@ pub fn destroy_node(handle: usize) -> CuResult<()> {
 
 /// The node of clone `clone` made from node `original` of the graph it was cloned from.
 pub fn find_in_clone(original: usize, clone: usize) -> CuResult<usize> {
-    nodes().get(original)?;
-    let found = lock(&graphs().get(clone)?.originals).get(&original).copied();
-    let live = found.filter(|n| nodes().get(*n).is_ok_and(|n| n.graph == clone));
+    let node = nodes().get(original)?;
+    let found = lock(&graphs().get(clone)?.originals).get(&original).cloned();
+    let same = found.filter(|(was, _)| Weak::ptr_eq(was, &Arc::downgrade(&node))).map(|(_, copy)| copy);
+    let live = same.filter(|n| nodes().get(*n).is_ok_and(|n| n.graph == clone));
     live.ok_or_else(|| Error::said(code::INVALID_VALUE, "the node is not one the graph was cloned from"))
 }
 
@@ -467,7 +543,7 @@ pub fn find_in_clone(original: usize, clone: usize) -> CuResult<usize> {
 pub fn clone_graph(graph: usize) -> CuResult<usize> {
     refuse_memory_nodes(graph, "cloned")?;
     let copy = graphs().insert(Graph::new(users_of(graph)?));
-    let mut renamed = HashMap::new();
+    let (mut renamed, mut originals) = (HashMap::new(), HashMap::new());
     for old in graph_nodes(graph)? {
         let node = nodes().get(old)?;
         // Added in the original's order: a dependency added later may point forward, so the
@@ -476,12 +552,13 @@ pub fn clone_graph(graph: usize) -> CuResult<usize> {
         let new = add_node_with(copy, node.kind, &[], work, None)?;
         *nodes().get(new)?.hints() = node.hints().clone();
         renamed.insert(old, new);
+        originals.insert(old, (Arc::downgrade(&node), new));
     }
     for (old, new) in &renamed {
         let deps: Vec<usize> = nodes().get(*old)?.dependencies().iter().map(|d| renamed[d]).collect();
         *lock(&nodes().get(*new)?.deps) = deps;
     }
-    *lock(&graphs().get(copy)?.originals) = renamed;
+    *lock(&graphs().get(copy)?.originals) = originals;
     Ok(copy)
 }
 

@@ -8,8 +8,8 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use super::{
-    add_dependency, check_edge_data, dependents, destroy_node, edges, exec, find_in_clone, graph, graph_nodes, handles,
-    node, put_edge_data, remove_dependencies,
+    check_edge_data, dependents, destroy_node, edges, exec, find_in_clone, graph, graph_nodes, handles, node,
+    put_edge_data, remove_dependencies,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
@@ -21,9 +21,9 @@ unsafe fn pairs(from: *const usize, to: *const usize, count: usize) -> CuResult<
     Ok(from.iter().copied().zip(to.iter().copied()).collect())
 }
 
-/// Makes each `to[i]` of `graph` run after `from[i]`.
+/// Makes each `to[i]` of `graph` run after `from[i]`: all or none, none there already.
 unsafe fn add_dependencies(graph: usize, from: *const usize, to: *const usize, count: usize) -> CuResult<()> {
-    pairs(from, to, count)?.into_iter().try_for_each(|(f, t)| add_dependency(graph, f, t))
+    super::add_dependencies(graph, &pairs(from, to, count)?)
 }
 
 #[no_mangle]

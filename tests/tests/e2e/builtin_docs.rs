@@ -1,6 +1,7 @@
 //! The builtin kernels' signatures are documented where C and Fortran programmers look: in
 //! `ac.h` (at `AC_SOURCE_BUILTIN`) and in the README. Both lists must say what the backend's
-//! table (`ac_backend::device::builtin::KERNELS`) says, kernel for kernel, argument for argument.
+//! table (`ac_backend::device::builtin::KERNELS`) says, kernel for kernel, argument for argument;
+//! and the CPU device's builtin module lists them so (backend protocol 20).
 
 use std::path::Path;
 
@@ -65,4 +66,25 @@ fn the_readme_documents_every_builtin_kernel_as_the_backend_defines_it() {
     let readme = read("README.md");
     let list = between(&readme, "### Builtin kernels", "\n## ");
     assert_eq!(documented(list), table(), "the README's list of builtin kernels differs from the backend's table");
+}
+
+/// The CPU device's module lists the builtin kernels, the table's names in its order, each
+/// found by its name (protocol 20); a backend of protocol 19 is not asked: the SDK refuses by
+/// name, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cpu_devices_module_lists_the_builtins_and_an_older_backend_is_not_asked() {
+    let acc = ac_tests::TestBackend::start(64).await.connect().await;
+    let module = acc.builtin().await.unwrap();
+    let names = module.kernel_names().await.unwrap();
+    let table: Vec<&str> = KERNELS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, table);
+    for name in &names {
+        module.function(name).await.unwrap_or_else(|e| panic!("{name}, listed, is not found: {e}"));
+    }
+
+    let older = ac_tests::TestBackend::start_with(|c| c.only_protocol = Some(19)).await.connect().await;
+    let module = older.builtin().await.unwrap();
+    let refused = module.kernel_names().await.expect_err("protocol 19 lists nothing");
+    assert!(refused.to_string().contains("needs backend protocol 20"), "{refused}");
+    module.function("fill").await.expect("the session goes on");
 }

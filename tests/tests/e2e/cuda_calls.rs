@@ -147,6 +147,8 @@ async fn a_graph_built_with_the_generic_node_api_runs_and_changes_as_a_typed_one
 async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
     let lines = [
         "three edges with their default data exact",
+        "two edges in a room of two exact",
+        "adding an edge that is there: 1",
         "the memset's dependents, the kernel and the empty node exact",
         "removing an edge that is not there: 1",
         "an edge removed and a node destroyed, the rest run exact",
@@ -158,6 +160,9 @@ async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
         "the program's child graph unchanged exact",
         "a child graph of another shape: 1",
         "an executable graph's child graph replaced exact",
+        "a child graph node's parameters read back exact",
+        "a graph moved into a node runs there exact",
+        "a moved graph instantiated alone: 1",
         "a capture into the program's graph, after its node exact",
         "a synchronization in the capture: 900",
         "its end: 901",

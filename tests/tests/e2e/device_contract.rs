@@ -286,28 +286,6 @@ async fn cpu_modules_hold_no_variables() {
     assert!(err.to_string().contains("no variable `counted`: this device's modules hold none"), "{err}");
 }
 
-/// The CPU device's module lists its builtin kernels (protocol 20), each found by its name; a
-/// backend of protocol 19 is not asked: the SDK refuses by name, and the session goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cpu_modules_list_their_kernels_and_an_older_backend_is_not_asked() {
-    let acc = TestBackend::start(64).await.connect().await;
-    let module = acc.builtin().await.unwrap();
-    let names = module.kernel_names().await.unwrap();
-    assert!(
-        names.len() > 10 && ["fill", "vector_add", "saxpy"].iter().all(|n| names.iter().any(|m| m == n)),
-        "{names:?}"
-    );
-    for name in &names {
-        module.function(name).await.unwrap_or_else(|e| panic!("{name}, listed, is not found: {e}"));
-    }
-
-    let older = TestBackend::start_with(|c| c.only_protocol = Some(19)).await.connect().await;
-    let module = older.builtin().await.unwrap();
-    let refused = module.kernel_names().await.expect_err("protocol 19 lists nothing");
-    assert!(refused.to_string().contains("needs backend protocol 20"), "{refused}");
-    module.function("fill").await.expect("the session goes on");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_reports_itself() {
     let _turn = standin::exclusive().await;
