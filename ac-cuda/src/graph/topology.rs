@@ -7,13 +7,102 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 
+use std::sync::{Arc, Weak};
+
 use super::{
-    check_edge_data, dependents, destroy_node, edges, exec, find_in_clone, graph, graph_nodes, handles, node,
-    put_edge_data, remove_dependencies,
+    add_dependency, check_edge_data, check_members, exec, graph, graph_nodes, graphs, handles, lock, node, nodes,
+    put_edge_data, refuse_memory_nodes,
 };
 use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::state::put;
+
+/// Checks `edges` of `graph` as CUDA's edge calls do: nodes of the graph, no node on both ends,
+/// no edge twice, and each edge `present` in the graph or not.
+fn check_edges(graph: usize, edges: &[(usize, usize)], present: bool) -> CuResult<()> {
+    for (i, &(from, to)) in edges.iter().enumerate() {
+        check_members(graph, &[from, to])?;
+        let there = nodes().get(to)?.dependencies().contains(&from);
+        let why = if from == to {
+            "a node cannot depend on itself"
+        } else if edges[..i].contains(&(from, to)) {
+            "the same edge twice"
+        } else if there != present {
+            if present {
+                "no such edge"
+            } else {
+                "the edge is there already"
+            }
+        } else {
+            continue;
+        };
+        return Err(Error::said(code::INVALID_VALUE, format!("{why}: node {from:#x} to node {to:#x}")));
+    }
+    Ok(())
+}
+
+/// Adds the `(from, to)` dependencies to `graph`, all or none: none may be there already, as
+/// CUDA's.
+fn add_edges(graph: usize, edges: &[(usize, usize)]) -> CuResult<()> {
+    check_edges(graph, edges, false)?;
+    edges.iter().try_for_each(|&(from, to)| add_dependency(graph, from, to))
+}
+
+/// Removes the `(from, to)` dependencies of `graph`, all or none: each must be an edge of it,
+/// and a graph with memory nodes keeps its edges, as CUDA's.
+pub fn remove_dependencies(graph: usize, edges: &[(usize, usize)]) -> CuResult<()> {
+    refuse_change_with_memory(graph)?;
+    check_edges(graph, edges, true)?;
+    for &(from, to) in edges {
+        lock(&nodes().get(to)?.deps).retain(|&d| d != from);
+    }
+    Ok(())
+}
+
+/// `CUDA_ERROR_INVALID_VALUE` if `graph` has memory nodes: its edges and nodes stay, as CUDA's.
+fn refuse_change_with_memory(graph: usize) -> CuResult<()> {
+    refuse_memory_nodes(graph, "changed")
+        .map_err(|_| Error::said(code::INVALID_VALUE, "a graph with memory nodes keeps its edges and nodes"))
+}
+
+/// The nodes of its graph that run after node `handle`, in the order they were added.
+pub fn dependents(handle: usize) -> CuResult<Vec<usize>> {
+    let graph = nodes().get(handle)?.graph;
+    let depends = |&n: &usize| nodes().get(n).is_ok_and(|n| n.dependencies().contains(&handle));
+    Ok(graph_nodes(graph)?.into_iter().filter(depends).collect())
+}
+
+/// `graph`'s edges `(from, to)`: each node's dependencies, the nodes in the order they were
+/// added.
+pub fn edges(graph: usize) -> CuResult<Vec<(usize, usize)>> {
+    let mut edges = Vec::new();
+    for to in graph_nodes(graph)? {
+        edges.extend(nodes().get(to)?.dependencies().into_iter().map(|from| (from, to)));
+    }
+    Ok(edges)
+}
+
+/// Removes node `handle` from its graph, and every dependency on it; a graph with memory
+/// nodes keeps its nodes, as CUDA's.
+pub fn destroy_node(handle: usize) -> CuResult<()> {
+    let graph = nodes().get(handle)?.graph;
+    refuse_change_with_memory(graph)?;
+    let record = graphs().get(graph)?;
+    lock(&record.nodes).retain(|&n| n != handle);
+    for other in graph_nodes(graph)? {
+        lock(&nodes().get(other)?.deps).retain(|&d| d != handle);
+    }
+    nodes().remove(handle).map(drop)
+}
+
+/// The node of clone `clone` made from node `original` of the graph it was cloned from.
+pub fn find_in_clone(original: usize, clone: usize) -> CuResult<usize> {
+    let node = nodes().get(original)?;
+    let found = lock(&graphs().get(clone)?.originals).get(&original).cloned();
+    let same = found.filter(|(was, _)| Weak::ptr_eq(was, &Arc::downgrade(&node))).map(|(_, copy)| copy);
+    let live = same.filter(|n| nodes().get(*n).is_ok_and(|n| n.graph == clone));
+    live.ok_or_else(|| Error::said(code::INVALID_VALUE, "the node is not one the graph was cloned from"))
+}
 
 /// The `(from[i], to[i])` pairs of the `count` at `from` and `to`.
 unsafe fn pairs(from: *const usize, to: *const usize, count: usize) -> CuResult<Vec<(usize, usize)>> {
@@ -23,7 +112,7 @@ unsafe fn pairs(from: *const usize, to: *const usize, count: usize) -> CuResult<
 
 /// Makes each `to[i]` of `graph` run after `from[i]`: all or none, none there already.
 unsafe fn add_dependencies(graph: usize, from: *const usize, to: *const usize, count: usize) -> CuResult<()> {
-    super::add_dependencies(graph, &pairs(from, to, count)?)
+    add_edges(graph, &pairs(from, to, count)?)
 }
 
 #[no_mangle]
