@@ -220,6 +220,13 @@ static void child_graphs(cudaStream_t s, float* c) {
     CHECK(cudaGraphGetRootNodes(owned, &root, &count));
     add_scale(owned, &root, 1, &cp, &two);
     report(owned != child && runs_to(parent, s, c, 6.0f), "a child graph changed through its node");
+    cudaMemAllocNodeParams alloc = {};
+    alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+    alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+    alloc.poolProps.location.id = 0;
+    alloc.bytesize = 1 << 20;
+    cudaGraphNode_t refused_alloc;
+    printf("a memory node in a node's graph: %d\n", (int)cudaGraphAddMemAllocNode(&refused_alloc, owned, nullptr, 0, &alloc));
     report(runs_to(child, s, c, 3.0f), "the program's child graph unchanged");
 
     cudaGraphExec_t exec;
@@ -232,6 +239,12 @@ static void child_graphs(cudaStream_t s, float* c) {
     CHECK(cudaGraphCreate(&other_shape, 0));
     add_fill(other_shape, nullptr, 0, c, 9.0f);
     printf("a child graph of another shape: %d\n", (int)cudaGraphExecChildGraphNodeSetParams(exec, node, other_shape));
+    cudaGraph_t unlinked;  // the same nodes, but the kernel not after the memset
+    CHECK(cudaGraphCreate(&unlinked, 0));
+    add_fill(unlinked, nullptr, 0, c, 9.0f);
+    add_scale(unlinked, nullptr, 0, &cp, &four);
+    printf("a child graph with other edges: %d\n", (int)cudaGraphExecChildGraphNodeSetParams(exec, node, unlinked));
+    CHECK(cudaGraphDestroy(unlinked));
     CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     std::vector<float> back(n);

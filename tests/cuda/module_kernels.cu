@@ -69,6 +69,9 @@ int main() {
     report(lists_both(from_file, kernel_name), "a library loaded from a file lists its two kernels");
     CHECK(cudaLibraryLoadData(&from_memory, ptx, nullptr, nullptr, 0, nullptr, nullptr, 0));
     report(lists_both(from_memory, kernel_name), "a library loaded from memory lists its two kernels");
+    cudaKernel_t sentinel = (cudaKernel_t)0x5a5a, room_of_one[2] = {sentinel, sentinel};
+    CHECK(cudaLibraryEnumerateKernels(room_of_one, 1, from_memory));
+    report(room_of_one[0] != sentinel && room_of_one[1] == sentinel, "one kernel in a room of one");
     cudaLibrary_t missing;
     printf("a library file that is not there: %d\n",
            (int)cudaLibraryLoadFromFile(&missing, "/nonexistent/kernels.ptx", nullptr, nullptr, 0, nullptr, nullptr, 0));

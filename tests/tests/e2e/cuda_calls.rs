@@ -159,6 +159,8 @@ async fn a_graphs_shape_is_read_and_changed_as_cuda_reads_and_changes_it() {
         "a child graph changed through its node exact",
         "the program's child graph unchanged exact",
         "a child graph of another shape: 1",
+        "a child graph with other edges: 1",
+        "a memory node in a node's graph: 1",
         "an executable graph's child graph replaced exact",
         "a child graph node's parameters read back exact",
         "a graph moved into a node runs there exact",
@@ -187,6 +189,7 @@ async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
     let lines = [
         "a library loaded from a file lists its two kernels exact",
         "a library loaded from memory lists its two kernels exact",
+        "one kernel in a room of one exact",
         "a library file that is not there: 301",
         "a module lists its two kernels exact",
         "a listed kernel is the one looked up by its name exact",
