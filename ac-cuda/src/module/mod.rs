@@ -148,8 +148,13 @@ pub(crate) fn listed_kernels(handle: usize) -> CuResult<Vec<usize>> {
     let names = match image.names.get() {
         Some(names) => names.clone(),
         None => {
-            let module = image.on(image.bound.map_or_else(current_device, Ok)?)?;
-            let names = state::shim()?.block_on(module.kernel_names())?;
+            // A library belongs to no context: with none current, the first device lists it.
+            let device = match image.bound.map_or_else(current_device, Ok) {
+                Err(e) if e.code() == code::INVALID_CONTEXT => 0,
+                other => other?,
+            };
+            let module = image.on(device)?;
+            let names = state::shim()?.block_on(module.kernel_names()).map_err(crate::error::served)?;
             image.names.get_or_init(|| names).clone()
         }
     };

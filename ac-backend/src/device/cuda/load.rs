@@ -41,7 +41,7 @@ impl CudaContext {
         self.enter()?;
         if !super::driver::has_symbol("cuModuleEnumerateFunctions") {
             return Err(WireError::new(
-                ErrorKind::Device,
+                ErrorKind::NeedsCuda,
                 "the GPU host's driver cannot list a module's kernels (it predates CUDA 12.4)",
             ));
         }
@@ -49,6 +49,10 @@ impl CudaContext {
         let mut count = 0;
         // SAFETY: the module is loaded in this context; a valid out-pointer.
         self.check("cuModuleGetFunctionCount", unsafe { sys::cuModuleGetFunctionCount(&mut count, raw.0) })?;
+        if count == 0 {
+            // An image of variables alone: nothing to enumerate (and no room to enumerate into).
+            return Ok(Vec::new());
+        }
         let mut functions = vec![std::ptr::null_mut(); count as usize];
         // SAFETY: room for `count` handles.
         let code = unsafe { sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, raw.0) };

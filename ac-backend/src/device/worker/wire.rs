@@ -47,8 +47,6 @@ pub enum Call {
     Kernel { module: DeviceModule, name: String },
     /// `global`.
     Global { module: DeviceModule, name: String },
-    /// `kernel_names`.
-    KernelNames { module: DeviceModule },
     /// `launch_as` a cooperative launch.
     LaunchCooperative { kernel: Kernel, dims: LaunchDims, args: Vec<DeviceArg>, stream: DeviceStream },
     /// `kernel_attributes`.
@@ -116,6 +114,8 @@ pub enum Call {
     ExportPhysical { handle: u64 },
     /// `import_physical` of `size` bytes (the descriptor came on the socket, before the call).
     ImportPhysical { size: u64 },
+    /// `kernel_names`.
+    KernelNames { module: DeviceModule },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot
@@ -160,8 +160,6 @@ pub enum Reply {
     Kernel(Kernel),
     /// `global`'s answer.
     Global { mem: DeviceMem, size: u64 },
-    /// `kernel_names`' answer.
-    Names(Vec<String>),
     /// `kernel_attributes`' answer.
     KernelAttributes(KernelAttributes),
     /// `set_limit`'s answer.
@@ -170,6 +168,8 @@ pub enum Reply {
     Failed(WireError),
     /// What the session's kernels printed (the payload), sent with id 0 ahead of a reply.
     Printed,
+    /// `kernel_names`' answer (appended, as calls are).
+    Names(Vec<String>),
 }
 
 /// One frame as read.
