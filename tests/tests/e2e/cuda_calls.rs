@@ -11,7 +11,8 @@ use crate::standin;
 
 use ac_tests::cuda;
 
-use crate::cuda_shim::{cuda_cluster, run, said};
+use crate::cuda_shim::{cuda_cluster, run, said, worker_cluster};
+use ac_tests::TestCluster;
 
 /// The shim's line for a call it does not serve.
 const NOT_SERVED: &str = "not supported on remote accelerators";
@@ -22,18 +23,23 @@ const NOT_SERVED: &str = "not supported on remote accelerators";
 /// of CUDA's contract. Without nvcc (and not required) it checks nothing.
 async fn assert_program_says(name: &str, acpn: u32, lines: &[&str]) {
     let _turn = standin::exclusive().await;
+    assert_program_says_on(&cuda_cluster(1).await, name, acpn, lines).await;
+    standin::assert_no_violations();
+}
+
+/// [`assert_program_says`]'s run and checks, on cluster `c` (the stand-in's violations are the
+/// caller's to check: in this process, or its session workers').
+async fn assert_program_says_on(c: &TestCluster, name: &str, acpn: u32, lines: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build(name, dir.path()) else { return };
-    let c = cuda_cluster(1).await;
     let shim = cuda::shim_dir(dir.path());
-    let out = run(&c, &shim, &exe, &["100000"], &[("ARM_ACPN", &acpn.to_string())]).await;
+    let out = run(c, &shim, &exe, &["100000"], &[("ARM_ACPN", &acpn.to_string())]).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains(&format!("{name}: all exact")), "{text}");
     for line in lines {
         assert!(text.contains(line), "{line}: {text}");
     }
     assert!(!text.contains(NOT_SERVED), "{text}");
-    standin::assert_no_violations();
 }
 
 /// A batch of four copies under three sets of attributes (host to device from `malloc`'d
@@ -195,4 +201,17 @@ async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
         "a listed kernel is the one looked up by its name exact",
     ];
     assert_program_says("module_kernels", 1, &lines).await;
+}
+
+/// The same listing through the backend's session workers (a GPU's default), whose driver is the
+/// stand-in: the worker's call and reply carry the names; no worker saw a call out of CUDA's
+/// contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modules_kernels_are_listed_through_a_session_worker() {
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let c = worker_cluster(&record).await;
+    let lines = ["a library loaded from memory lists its two kernels exact", "a module lists its two kernels exact"];
+    assert_program_says_on(&c, "module_kernels", 1, &lines).await;
+    record.assert_none();
 }

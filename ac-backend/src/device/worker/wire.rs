@@ -272,6 +272,29 @@ mod tests {
         assert!(read_frame::<Call>(&mut input).unwrap().is_none());
     }
 
+    /// The variant's number its encoding opens with.
+    fn number<T: Serialize>(value: &T) -> u8 {
+        let mut bytes = Vec::new();
+        ac_proto::codec::encode_into(value, &mut bytes).unwrap();
+        bytes[0]
+    }
+
+    /// A daemon still running the old binary reads the frames of workers started from the new
+    /// one (a package upgrade) by their variants' numbers: calls and replies are appended, never
+    /// inserted, so the older ones keep theirs.
+    #[test]
+    fn calls_and_replies_keep_their_numbers() {
+        let kernel = Kernel { handle: 0, name: String::new(), params: None, sizes: None };
+        let dims = LaunchDims { grid: [1; 3], block: [1; 3], shared_mem: 0 };
+        let launch = Call::Launch { kernel, dims, args: Vec::new(), stream: DeviceStream(0) };
+        assert_eq!(number(&launch), 15);
+        assert_eq!(number(&Call::ImportPhysical { size: 0 }), 43);
+        assert_eq!(number(&Call::KernelNames { module: DeviceModule(0) }), 44);
+        assert_eq!(number(&Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, "x"))), 8);
+        assert_eq!(number(&Reply::Printed), 9);
+        assert_eq!(number(&Reply::Names(Vec::new())), 10);
+    }
+
     #[test]
     fn a_cut_or_oversized_frame_is_an_error() {
         let mut bytes = Vec::new();
