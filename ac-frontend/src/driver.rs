@@ -9,11 +9,12 @@
 //! tensor maps (`cuTensorMapEncodeTiled`) 13, virtual memory management (`cuMemCreate`,
 //! `cuMemMap`: ranges of address space with physical memory mapped into them) 14, and memory
 //! shared between the processes of a job (`cuIpcGetMemHandle`, `cuIpcOpenMemHandle`) 18, and
-//! physical memory shared so (`cuMemExportToShareableHandle`) 19.
+//! physical memory shared so (`cuMemExportToShareableHandle`) 19; listing a module's kernels
+//! 20, and linking device code on the device's JIT linker (`cuLinkComplete`) 21.
 
 use ac_proto::backend::{
-    image_digest, ContextLimit, KernelArg, KernelAttributes, KernelSetting, LaunchDims, ModuleSource, Request,
-    Response, TensorMapSpec, TENSOR_MAP_BYTES,
+    image_digest, ContextLimit, JitOption, KernelArg, KernelAttributes, KernelSetting, LaunchDims, LinkInput,
+    ModuleSource, Request, Response, TensorMapSpec, TENSOR_MAP_BYTES,
 };
 use bytes::Bytes;
 
@@ -40,6 +41,43 @@ const SHARED_MEMORY: u16 = 18;
 const SHARED_PHYSICAL: u16 = 19;
 /// The backend protocol that lists a module's kernels.
 const KERNEL_NAMES: u16 = 20;
+/// The backend protocol that links device code.
+const LINK: u16 = 21;
+
+/// What the device's JIT linker made ([`Accelerator::link`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Linked {
+    /// The linked image, for the device's architecture (a cubin from a GPU's driver).
+    pub image: Bytes,
+    /// What the linker logged.
+    pub info_log: String,
+}
+
+impl Accelerator {
+    /// Links `inputs` (each with its bytes, as many as it announces) with the device's JIT
+    /// linker, for the device's own architecture: what `cuLinkComplete` makes. A failed link is
+    /// [`crate::ErrorKind::ModuleLoad`], with the linker's error log.
+    pub async fn link(&self, inputs: &[(LinkInput, &[u8])], options: &[JitOption]) -> Result<Linked> {
+        self.needs_protocol(LINK, "linking device code")?;
+        if let Some((input, bytes)) = inputs.iter().find(|(input, bytes)| input.len != bytes.len() as u64) {
+            let why = format!("link input `{}` announces {} bytes and has {}", input.name, input.len, bytes.len());
+            return Err(Error::InvalidArgument(why));
+        }
+        let (inputs, payload) = ac_proto::backend::jit_link::joined(inputs);
+        if payload.len() as u64 > ac_proto::backend::jit_link::MAX_BYTES {
+            let why = format!(
+                "a link of {} bytes of inputs: at most {} go",
+                payload.len(),
+                ac_proto::backend::jit_link::MAX_BYTES
+            );
+            return Err(Error::InvalidArgument(why));
+        }
+        match self.call(Request::Link { inputs, options: options.to_vec() }, Bytes::from(payload)).await? {
+            Answer::Linked { image, info_log } => Ok(Linked { image, info_log }),
+            other => Err(unexpected(other)),
+        }
+    }
+}
 
 impl Accelerator {
     /// Refuses a driver-shaped call to a backend too old to serve it.

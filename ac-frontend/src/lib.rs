@@ -82,7 +82,7 @@ pub use ac_proto::backend::{
 pub use accelerator::Accelerator;
 pub use arrays::{CudaArray, DeviceObject};
 pub use buffer::DeviceBuffer;
-pub use driver::{Global, PhysicalMemory};
+pub use driver::{Global, Linked, PhysicalMemory};
 pub use error::{Error, Result};
 pub use get_request::GetRequest;
 pub use kernel::{Function, Module};

@@ -16,6 +16,11 @@ use crate::resume::Phase;
 pub(crate) enum Answer {
     Response(Response),
     Data(Bytes),
+    /// A linked image and the linker's log (protocol 21).
+    Linked {
+        image: Bytes,
+        info_log: String,
+    },
 }
 
 /// Largest payload a reply may announce (the backend's inline limit).
@@ -111,7 +116,7 @@ impl Replies {
             let read = reader
                 .read_frame_with_payload::<Reply>(
                     |r| match r.response {
-                        Response::Data { len } => len,
+                        Response::Data { len } | Response::Linked { len, .. } => len,
                         _ => 0,
                     },
                     MAX_REPLY_PAYLOAD,
@@ -128,6 +133,7 @@ impl Replies {
             }
             let answer = match reply.response {
                 Response::Data { .. } => Answer::Data(payload),
+                Response::Linked { info_log, .. } => Answer::Linked { image: payload, info_log },
                 response => Answer::Response(response),
             };
             let waiter = self.waiters.lock().expect("waiters poisoned").remove(&reply.id);

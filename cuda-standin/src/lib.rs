@@ -71,6 +71,7 @@ mod host;
 mod ipc;
 mod kernels;
 mod limits;
+mod linker;
 mod listing;
 mod memory;
 mod run;

@@ -6,8 +6,9 @@
 //! (`__device__`, `__constant__`: `cuModuleGetGlobal`, `cuLibraryGetGlobal`) is the backend's
 //! buffer over the module's memory (protocol 9), entered into the program's memory by its
 //! address, so that copies and kernels reach it as any allocation; it goes with its image.
-//! A module's or library's kernels are listed by [`listing`].
+//! A module's or library's kernels are listed by [`listing`]; device code is linked by [`link`].
 
+pub mod link;
 pub mod listing;
 
 use std::collections::HashMap;
@@ -267,7 +268,7 @@ unsafe fn read_image(path: *const c_char) -> CuResult<Vec<u8>> {
         return Err(Error::Code(code::INVALID_VALUE));
     }
     let path = CStr::from_ptr(path).to_string_lossy().into_owned();
-    let mut bytes = std::fs::read(&path).map_err(|e| Error::said(301, format!("{path}: {e}")))?;
+    let mut bytes = std::fs::read(&path).map_err(|e| Error::said(code::FILE_NOT_FOUND, format!("{path}: {e}")))?;
     bytes.push(0);
     Ok(bytes)
 }

@@ -114,6 +114,10 @@
 //! Protocol 20 adds a module's kernel names, appended likewise: [`Request::ModuleKernels`]
 //! answers the names of the kernels a module holds ([`Response::KernelNames`]), as the driver
 //! lists them (`cuModuleEnumerateFunctions`): the CUDA shim's `cuLibraryGetKernelCount`.
+//! Protocol 21 adds linking on the device's JIT linker, appended likewise: [`Request::Link`]
+//! carries the inputs ([`jit_link`]: PTX, cubins, fat binaries, objects, archives) and answers
+//! the linked image ([`Response::Linked`], its bytes following as the payload, and the
+//! linker's log): the CUDA shim's `cuLinkComplete`.
 //!
 //! # Resumption
 //! A session whose control connection times out (silence: a partition, a cable) is **held**
@@ -149,6 +153,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod array;
 pub mod builtin;
+pub mod jit_link;
 pub mod link;
 mod registration;
 pub mod telemetry;
@@ -156,12 +161,13 @@ pub mod tensor_map;
 pub mod v4;
 
 pub use array::{ArrayCopy, ArrayId, ArraySpec, Sampler, TextureResource};
+pub use jit_link::{JitOption, LinkInput, LinkInputKind};
 pub use registration::*;
 pub use telemetry::{Clocks, Telemetry};
 pub use tensor_map::{TensorMapLayout, TensorMapSpec, TENSOR_MAP_BYTES};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u16 = 20;
+pub const VERSION: u16 = 21;
 /// The oldest version this build still speaks, so that backends and programs can be upgraded
 /// one at a time (a rolling upgrade): a backend serves clients of `MIN_VERSION..=VERSION`, and
 /// a client whose backend refuses [`VERSION`] says hello again in `MIN_VERSION`. Everything a
@@ -868,6 +874,15 @@ pub enum Request {
         /// The module.
         module: ModuleId,
     },
+    /// *Protocol 21. Payload:* the inputs' bytes, in order. Links them with the device's JIT
+    /// linker for its own architecture: replies [`Response::Linked`]; a failed link answers
+    /// [`ErrorKind::ModuleLoad`] with the linker's error log.
+    Link {
+        /// The inputs, at most [`jit_link::MAX_INPUTS`].
+        inputs: Vec<LinkInput>,
+        /// Options for the whole link ([`jit_link::is_forwarded`] ones only).
+        options: Vec<JitOption>,
+    },
 }
 
 /// The digest under which a backend keeps a module image (SHA-256 of its bytes).
@@ -993,6 +1008,13 @@ pub enum Response {
     /// *Protocol 20.* The names of a module's kernels ([`Request::ModuleKernels`]), in the
     /// driver's order.
     KernelNames(Vec<String>),
+    /// *Protocol 21.* The linked image ([`Request::Link`]): `len` bytes follow.
+    Linked {
+        /// The image's length.
+        len: u64,
+        /// What the linker logged (`CU_JIT_INFO_LOG_BUFFER`).
+        info_log: String,
+    },
 }
 
 /// The most kernel output one [`Response::Printed`] frame carries; more goes in several.

@@ -203,6 +203,44 @@ async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
     assert_program_says("module_kernels", 1, &lines).await;
 }
 
+/// Device code linked at run time (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`,
+/// `cuLinkComplete`), by the device's driver (the stand-in's linker): a kernel calling another
+/// input's function runs exact, before and after its link state is destroyed, and from two
+/// threads linking at once; the logs, verbosity and wall time asked for come back; a missing
+/// function and malformed inputs are refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn device_code_linked_at_run_time_runs_and_a_bad_link_is_refused() {
+    assert_program_says("link", 1, &LINK_LINES).await;
+}
+
+/// What `link.cu` says through the shim.
+const LINK_LINES: [&str; 12] = [
+    "two inputs linked exact",
+    "the wall time written back exact",
+    "the verbose info log written back exact",
+    "an empty error log exact",
+    "the linked kernel calling the other input's function exact",
+    "the module after its link state is destroyed exact",
+    "two threads linking at once exact",
+    "a link missing a function refused, the error log naming it exact",
+    "an input's own target: 1",
+    "an input type cuda.h does not define: 1",
+    "an input of no bytes: 1",
+    "a file that is not there: 301",
+];
+
+/// The same link through the backend's session workers (a GPU's default), whose driver is the
+/// stand-in: the worker's call carries the inputs and its reply the image; no worker saw a call
+/// out of CUDA's contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn device_code_is_linked_through_a_session_worker() {
+    let _turn = standin::exclusive().await;
+    let mut record = standin::WorkerRecord::new();
+    let c = worker_cluster(&record).await;
+    assert_program_says_on(&c, "link", 1, &LINK_LINES).await;
+    record.assert_none();
+}
+
 /// The same listing through the backend's session workers (a GPU's default), whose driver is the
 /// stand-in: the worker's call and reply carry the names; no worker saw a call out of CUDA's
 /// contract.

@@ -286,6 +286,32 @@ async fn cpu_modules_hold_no_variables() {
     assert!(err.to_string().contains("no variable `counted`: this device's modules hold none"), "{err}");
 }
 
+/// Linking device code (protocol 21) needs a GPU's driver: the CPU device refuses it by name,
+/// as it does a link of no inputs, and an input whose bytes are not what it announces or a link
+/// past the inline limit is refused before it is sent; a backend of protocol 20 is not asked.
+/// The session goes on after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_link_needs_a_gpu_and_inputs_that_are_what_they_say() {
+    use ac_proto::backend::{jit_link::MAX_BYTES, LinkInput, LinkInputKind};
+    let input = |len: u64| LinkInput { kind: LinkInputKind::Ptx, name: "a.ptx".into(), len, options: Vec::new() };
+    let acc = TestBackend::start(64).await.connect().await;
+    let refused = acc.link(&[(input(3), b"abc")], &[]).await.expect_err("a CPU device links nothing");
+    assert!(refused.to_string().contains("linking device code needs a CUDA device"), "{refused}");
+    let none = acc.link(&[], &[]).await.expect_err("no inputs");
+    assert!(none.to_string().contains("a link of 0 inputs: it takes 1 to 256"), "{none}");
+    let short = acc.link(&[(input(4), b"abc")], &[]).await.expect_err("one byte short");
+    assert!(short.to_string().contains("announces 4 bytes and has 3"), "{short}");
+    let big = vec![0u8; MAX_BYTES as usize + 1];
+    let over = acc.link(&[(input(big.len() as u64), &big)], &[]).await.expect_err("past the limit");
+    assert!(over.to_string().contains("at most 67108864 go"), "{over}");
+    acc.builtin().await.expect("the session goes on");
+
+    let older = TestBackend::start_with(|c| c.only_protocol = Some(20)).await.connect().await;
+    let refused = older.link(&[(input(3), b"abc")], &[]).await.expect_err("protocol 20 links nothing");
+    assert!(refused.to_string().contains("needs backend protocol 21"), "{refused}");
+    older.builtin().await.expect("the session goes on");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_reports_itself() {
     let _turn = standin::exclusive().await;

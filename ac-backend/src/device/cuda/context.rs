@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ac_proto::backend::{
-    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
-    ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, JitOption, KernelAttributes, KernelSetting, LaunchDims,
+    LinkInput, ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
 };
 use cudarc::driver::sys::{self, CUresult};
 
@@ -18,7 +18,7 @@ use super::staging::{self, StagingContext, StagingPool};
 use super::{args, function, image, tensor_map, Gpu};
 use crate::device::{
     builtin, validate_dims, Context, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
-    LaunchMode, Limited, Upload,
+    LaunchMode, Limited, Linked, Upload,
 };
 
 /// The error for a kernel whose module is gone.
@@ -407,6 +407,10 @@ impl Context for CudaContext {
 
     fn kernel_names(&self, module: DeviceModule) -> DeviceResult<Vec<String>> {
         self.kernel_names_of(module)
+    }
+
+    fn link(&self, inputs: &[(LinkInput, &[u8])], options: &[JitOption]) -> DeviceResult<Linked> {
+        self.link_inputs(inputs, options)
     }
 
     fn kernel_attributes(&self, kernel: &Kernel) -> DeviceResult<KernelAttributes> {

@@ -100,6 +100,7 @@ pub mod image;
 pub mod ipc;
 pub mod janitor;
 pub mod limit;
+pub mod link;
 pub mod load;
 pub mod nvrtc;
 pub mod nvrtc_loader;

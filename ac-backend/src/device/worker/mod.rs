@@ -57,6 +57,7 @@
 mod ending;
 mod fds;
 mod printed;
+mod replies;
 pub mod serve;
 pub mod shared;
 mod start;
@@ -75,12 +76,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ac_proto::backend::{
-    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
-    ModuleSource, Sampler, Telemetry, TensorMapSpec, TextureResource, WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, JitOption, KernelAttributes, KernelSetting, LaunchDims,
+    LinkInput, ModuleSource, Sampler, Telemetry, TensorMapSpec, TextureResource, WireError,
 };
 
 use self::ending::how_it_ended;
 use self::fds::Lane;
+use self::replies::deliver_replies;
 use self::shared::Bays;
 use self::start::{hand_down, spawn, tie_to_this_process, widen_pipe};
 use self::transfer::{WorkerDownload, WorkerUpload};
@@ -88,7 +90,7 @@ use self::wire::{expect_done, fill, read_frame, unexpected, worker_gone, write_f
 
 use crate::device::{
     blocking, Context, Device, DeviceArg, DeviceMem, DeviceModule, DeviceResult, DeviceStream, Download, Kernel,
-    LaunchMode, Limited, Upload,
+    LaunchMode, Limited, Linked, Upload,
 };
 
 /// How long a worker may take to exit once its session has ended before it is killed.
@@ -307,43 +309,6 @@ impl WorkerContext {
     }
 }
 
-/// Reads the worker's replies and hands each to its caller; when the worker's output ends,
-/// answers every caller, present and future, with how the worker ended.
-fn deliver_replies(
-    mut output: BufReader<std::process::ChildStdout>,
-    waiters: Arc<Mutex<Waiters>>,
-    child: Arc<Mutex<Child>>,
-) {
-    let broken = loop {
-        match read_frame::<Reply>(&mut output) {
-            // Ahead of the reply it precedes: kept before that reply's caller wakes.
-            Ok(Some(Frame { id: 0, header: Reply::Printed, payload })) => {
-                if let Some(kept) = lock(&waiters).printed.as_mut() {
-                    kept.keep(&payload);
-                }
-            }
-            Ok(Some(frame)) => {
-                if let Some(tx) = lock(&waiters).by_id.remove(&frame.id) {
-                    let _ = tx.send(Ok((frame.header, frame.payload)));
-                }
-            }
-            Ok(None) => break None,
-            Err(e) => break Some(e.to_string()),
-        }
-    };
-    // The output closes as the worker exits (the reaper kills one that lingers).
-    let status = how_it_ended(&child).unwrap_or_else(|| "its output closed".into());
-    let why = match broken {
-        Some(e) => format!("{status}; its output broke: {e}"),
-        None => status,
-    };
-    let mut waiters = lock(&waiters);
-    for (_, tx) in waiters.by_id.drain() {
-        let _ = tx.send(Err(worker_gone(&why)));
-    }
-    waiters.ended = Some(why);
-}
-
 /// Waits for an answer. Its callers already hold [`blocking`] around their writes as well;
 /// the wait says so again (nested, it costs nothing) so that no new caller can forget.
 fn wait(answer: &Receiver<Answer>) -> Answer {
@@ -442,6 +407,14 @@ impl Context for WorkerContext {
         match self.call(&Call::KernelNames { module }, &[])?.0 {
             Reply::Names(names) => Ok(names),
             other => Err(unexpected(other)),
+        }
+    }
+
+    fn link(&self, inputs: &[(LinkInput, &[u8])], options: &[JitOption]) -> DeviceResult<Linked> {
+        let (inputs, payload) = ac_proto::backend::jit_link::joined(inputs);
+        match self.call(&Call::Link { inputs, options: options.to_vec() }, &payload)? {
+            (Reply::Linked { info_log }, image) => Ok(Linked { image, info_log }),
+            (other, _) => Err(unexpected(other)),
         }
     }
 

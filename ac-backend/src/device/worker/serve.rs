@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use ac_proto::backend::WireError;
+use ac_proto::backend::jit_link::with_bytes;
+use ac_proto::backend::{ErrorKind, WireError};
 
 use super::fds;
 use super::printed::{self, Printed};
@@ -43,7 +44,7 @@ pub fn run_worker(config: &crate::BackendConfig, index: u32, shared: Option<i32>
     if let Some(fd) = fds {
         super::fds::adopt(fd)?;
     }
-    let failed = |why: String| Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, why));
+    let failed = |why: String| Reply::Failed(WireError::new(ErrorKind::Device, why));
     // Before the driver loads: whatever it prints from now on is kept apart from the replies.
     let (replies, printed) = match printed::redirect_stdout() {
         Ok(redirected) => redirected,
@@ -143,7 +144,7 @@ impl Transfers {
             let mut running = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if running.len() >= MAX_COPIES {
                 let why = format!("this session runs {MAX_COPIES} bulk copies already: wait for one to finish");
-                let refused = WireError::new(ac_proto::backend::ErrorKind::InvalidArgument, why);
+                let refused = WireError::new(ErrorKind::InvalidArgument, why);
                 return answer(out, frame.id, (Reply::Failed(refused), Vec::new()));
             }
             running.insert(transfer, tx);
@@ -167,7 +168,7 @@ impl Transfers {
             None => false,
         };
         if !sent && id != 0 {
-            let gone = WireError::new(ac_proto::backend::ErrorKind::Internal, format!("no bulk copy {transfer}"));
+            let gone = WireError::new(ErrorKind::Internal, format!("no bulk copy {transfer}"));
             answer(out, id, (Reply::Failed(gone), Vec::new()));
         }
     }
@@ -259,7 +260,7 @@ fn serve_download(
 /// As [`Region::slot`]: the call being served holds the slot.
 #[allow(unsafe_code, clippy::mut_from_ref)]
 unsafe fn slot_of(region: Option<&Region>, slot: u32, len: u64) -> DeviceResult<&mut [u8]> {
-    let internal = |why: String| WireError::new(ac_proto::backend::ErrorKind::Internal, why);
+    let internal = |why: String| WireError::new(ErrorKind::Internal, why);
     let region = region.ok_or_else(|| internal("a piece in shared memory, but this worker has none".into()))?;
     let len = usize::try_from(len).map_err(|_| internal(format!("a piece of {len} bytes")))?;
     // SAFETY: the caller's contract.
@@ -376,7 +377,7 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
                 payload = vec![0u8; len];
                 unit(context.read(src, offset, &mut payload, stream))
             }
-            Err(_) => Err(WireError::new(ac_proto::backend::ErrorKind::OutOfBounds, "read too large")),
+            Err(_) => Err(WireError::new(ErrorKind::OutOfBounds, "read too large")),
         },
         Call::Copy { dst, dst_offset, src, src_offset, len, stream } => {
             unit(context.copy(dst, dst_offset, src, src_offset, len, stream))
@@ -390,6 +391,13 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
         Call::Kernel { module, name } => context.kernel(module, &name).map(Reply::Kernel),
         Call::Global { module, name } => context.global(module, &name).map(|(mem, size)| Reply::Global { mem, size }),
         Call::KernelNames { module } => context.kernel_names(module).map(Reply::Names),
+        Call::Link { inputs, options } => match with_bytes(&inputs, &frame.payload) {
+            Some(inputs) => context.link(&inputs, &options).map(|linked| {
+                payload = linked.image;
+                Reply::Linked { info_log: linked.info_log }
+            }),
+            None => Err(WireError::new(ErrorKind::InvalidArgument, "a link's inputs do not add up to its payload")),
+        },
         Call::LaunchCooperative { kernel, dims, args, stream } => {
             unit(context.launch_as(&kernel, &dims, &args, stream, LaunchMode::Cooperative))
         }
@@ -451,7 +459,7 @@ fn execute(context: &dyn Context, frame: Frame<Call>) -> (Reply, Vec<u8>) {
             Ok(Reply::Done)
         }
         Call::Synchronize { stream } => unit(context.synchronize(stream)),
-        _ => Err(WireError::new(ac_proto::backend::ErrorKind::Internal, "a bulk copy's call outside its copy")),
+        _ => Err(WireError::new(ErrorKind::Internal, "a bulk copy's call outside its copy")),
     };
     match reply {
         Ok(reply) => (reply, payload),

@@ -11,8 +11,8 @@
 use std::io::{self, Read, Write};
 
 use ac_proto::backend::{
-    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, KernelAttributes, KernelSetting, LaunchDims,
-    ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
+    ArrayCopy, ArraySpec, ContextLimit, DeviceInfo, ErrorKind, JitOption, KernelAttributes, KernelSetting, LaunchDims,
+    LinkInput, ModuleSource, Sampler, TensorMapSpec, TextureResource, WireError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +116,8 @@ pub enum Call {
     ImportPhysical { size: u64 },
     /// `kernel_names`.
     KernelNames { module: DeviceModule },
+    /// `link` (the inputs' bytes are the payload, in order).
+    Link { inputs: Vec<LinkInput>, options: Vec<JitOption> },
 }
 
 /// Where in the shared region ([`super::shared`]) a piece lies: its first `len` bytes of slot
@@ -170,6 +172,8 @@ pub enum Reply {
     Printed,
     /// `kernel_names`' answer (appended, as calls are).
     Names(Vec<String>),
+    /// `link`'s answer: the linker's log (the image is the payload).
+    Linked { info_log: String },
 }
 
 /// One frame as read.
@@ -293,6 +297,8 @@ mod tests {
         assert_eq!(number(&Reply::Failed(WireError::new(ac_proto::backend::ErrorKind::Device, "x"))), 8);
         assert_eq!(number(&Reply::Printed), 9);
         assert_eq!(number(&Reply::Names(Vec::new())), 10);
+        assert_eq!(number(&Call::Link { inputs: Vec::new(), options: Vec::new() }), 45);
+        assert_eq!(number(&Reply::Linked { info_log: String::new() }), 11);
     }
 
     #[test]

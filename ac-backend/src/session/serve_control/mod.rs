@@ -23,6 +23,7 @@ mod arrays;
 mod copies;
 mod ipc;
 mod limits;
+mod link;
 mod modules;
 mod tensor_maps;
 #[cfg(test)]
@@ -412,6 +413,7 @@ impl Control {
             }),
             Request::ModuleGlobal { module, name } => Outcome::Now(self.variable(module, name)),
             Request::ModuleKernels { module } => Outcome::Now(self.kernel_names(module)),
+            Request::Link { inputs, options } => self.link(reader, inputs, options, id).await?,
             Request::KernelAttributes { function } => Outcome::Now(self.kernel_attributes(function)),
             Request::SetKernelAttribute { function, setting } => {
                 Outcome::Now(self.set_kernel_attribute(function, setting).await)

@@ -1,0 +1,65 @@
+//! Linking on the device's JIT linker (protocol 21): the inputs arrive as the request's payload,
+//! are linked off the async threads, and the image leaves as the reply's payload.
+
+use ac_proto::backend::jit_link::{payload_len, with_bytes, MAX_INPUTS};
+use ac_proto::backend::{ErrorKind, JitOption, LinkInput, Reply, Response, WireError};
+use ac_proto::frame::{frame_bytes, FrameReader};
+use bytes::Bytes;
+
+use super::{error, Closing, Control, Halt, Outcome};
+
+impl Control {
+    /// Reads a link's inputs and links them; the reply (the image, or why not) comes later.
+    pub(super) async fn link(
+        &mut self,
+        reader: &mut FrameReader,
+        inputs: Vec<LinkInput>,
+        options: Vec<JitOption>,
+        id: u64,
+    ) -> Result<Outcome, Halt> {
+        let Some(len) = payload_len(&inputs) else {
+            return Err(Halt::Close(Closing::protocol("a link whose inputs announce more than 2^64 bytes")));
+        };
+        let (payload, permit) = self.read_inline(reader, len).await?;
+        if id == 0 {
+            return Ok(Outcome::Now(error(ErrorKind::InvalidArgument, "a link needs a request id to answer")));
+        }
+        if inputs.is_empty() || inputs.len() > MAX_INPUTS {
+            let why = format!("a link of {} inputs: it takes 1 to {MAX_INPUTS}", inputs.len());
+            return Ok(Outcome::Now(error(ErrorKind::InvalidArgument, why)));
+        }
+        let (context, replies, metrics) =
+            (self.session.context.clone(), self.replies.clone(), self.session.metrics.clone());
+        tokio::spawn(async move {
+            let linked = tokio::task::spawn_blocking(move || {
+                let inputs = with_bytes(&inputs, &payload).expect("the payload read is the inputs' bytes");
+                context.link(&inputs, &options)
+            })
+            .await
+            .unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("link panicked: {e}"))));
+            drop(permit);
+            match linked {
+                Ok(linked) => {
+                    let response = Response::Linked { len: linked.image.len() as u64, info_log: linked.info_log };
+                    let frame = frame_bytes(&Reply { id, response }).expect("reply encodes");
+                    replies.send_with_payload(frame, Bytes::from(linked.image)).await;
+                }
+                Err(e) => {
+                    let response = Response::Error(e);
+                    metrics.answered(&response);
+                    replies.send_frame(&Reply { id, response }).await;
+                }
+            }
+        });
+        Ok(Outcome::Later)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A link the frontend lets go is one the control stream takes inline.
+    #[test]
+    fn the_largest_link_fits_an_inline_payload() {
+        assert!(ac_proto::backend::jit_link::MAX_BYTES <= super::super::MAX_INLINE);
+    }
+}
