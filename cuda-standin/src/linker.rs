@@ -4,7 +4,8 @@
 //! functions (`.extern .func`) against those the inputs define, and makes a PTX image declaring
 //! every kernel, which its `cuModuleLoadData` loads and its registered kernels run. It checks
 //! the contract on the way: PTX NUL-terminated within its size, a link used in the context it
-//! was made in, each log buffer given with its size.
+//! was made in, each log buffer given with its size. It writes its info log when verbosity
+//! reached it, from the link's options or an input's.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -160,9 +161,9 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     data: *mut c_void,
     size: usize,
     name: *const c_char,
-    _count: c_uint,
-    _options: *mut c_int,
-    _values: *mut *mut c_void,
+    count: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
 ) -> u32 {
     let mut refused = None;
     let result = with_link("cuLinkAddData", state, |link| {
@@ -178,6 +179,15 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
             bytes.truncate(end);
         }
         let name = if name.is_null() { String::new() } else { CStr::from_ptr(name).to_string_lossy().into_owned() };
+        // An input's own options: verbosity is the one the stand-in reads.
+        for i in 0..count as usize {
+            if options.is_null() || values.is_null() {
+                return Err(code::INVALID_VALUE);
+            }
+            if *options.add(i) == LOG_VERBOSE && !(*values.add(i)).is_null() {
+                link.verbose = true;
+            }
+        }
         link.inputs.push((name, kind, bytes));
         Ok(())
     });

@@ -19,6 +19,8 @@ const MAX_PAYLOAD: u64 = 1 << 20;
 fn payload_len(request: &Request) -> u64 {
     match request {
         Request::MemWrite { len, .. } | Request::MemWriteSync { len, .. } | Request::ModuleLoad { len, .. } => *len,
+        // Lengths past u64 close the session before any payload is read.
+        Request::Link { inputs, .. } => ac_proto::backend::jit_link::payload_len(inputs).unwrap_or(u64::MAX),
         _ => 0,
     }
 }
@@ -59,7 +61,7 @@ fn reply_stream(input: &[u8]) {
     let mut reader = FrameReader::new(Pieces::from_input(input));
     block_on(async {
         let data_len = |r: &Reply| match r.response {
-            Response::Data { len } => len,
+            Response::Data { len } | Response::Linked { len, .. } => len,
             _ => 0,
         };
         while let Ok(Some((reply, payload))) = reader.read_frame_with_payload::<Reply>(data_len, MAX_PAYLOAD).await {

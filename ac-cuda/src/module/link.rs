@@ -28,6 +28,7 @@ mod option {
     pub const ERROR_LOG_BUFFER_SIZE_BYTES: u32 = 6;
     pub const TARGET_FROM_CUCONTEXT: u32 = 8;
     pub const TARGET: u32 = 9;
+    pub const FALLBACK_STRATEGY: u32 = 10;
     /// One past the last option `cuda.h` (13.x) defines.
     pub const END: u32 = 36;
 }
@@ -132,6 +133,12 @@ unsafe fn read_options(
                 (outputs.errors.capacity, outputs.errors.size_value) = (value as c_uint as usize, Some(slot as usize))
             }
             option::TARGET_FROM_CUCONTEXT => {}
+            option::FALLBACK_STRATEGY => {
+                return Err(Error::said(
+                    code::INVALID_VALUE,
+                    "CU_JIT_FALLBACK_STRATEGY is not one for cuLink* (cuda.h)",
+                ));
+            }
             o if is_forwarded(o) => forwarded.push(JitOption { option: o, value: value as u64 }),
             o if o < option::END => {
                 let why = format!(
@@ -189,6 +196,7 @@ unsafe fn complete(state: usize, image_out: *mut *mut c_void, size_out: *mut usi
         }
         let linked = linked.map_err(|e| {
             let e = served(e);
+            link.outputs.info.write("");
             link.outputs.errors.write(&e.to_string());
             e
         })?;
@@ -229,7 +237,12 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
     values: *mut *mut c_void,
     out: *mut usize,
 ) -> u32 {
-    guard("cuLinkCreate", || put(out, create(count, options, values)?))
+    guard("cuLinkCreate", || {
+        if out.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        put(out, create(count, options, values)?)
+    })
 }
 
 #[no_mangle]

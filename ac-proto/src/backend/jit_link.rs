@@ -79,17 +79,19 @@ pub struct JitOption {
 pub const HANDLED_BY_THE_CALLER: [u32; 6] = [2, 3, 4, 5, 6, 8];
 
 /// Whether option `option` is a number the device's linker may be given as it is: the register
-/// and thread limits, optimization level, target, fallback, debug and line information,
-/// verbosity, cache mode, floating-point modes, unused variables, position-independent code and
-/// occupancy hints, and the compiler's and loader's threads (`CUjit_option` 0, 1, 7, 9-16, 20-24,
-/// 29-35). Options carrying pointers into
-/// the program (global symbol tables, referenced kernel names) are not.
+/// and thread limits, optimization level, target, debug and line information, verbosity, cache
+/// mode, floating-point modes, unused variables, position-independent code and occupancy hints,
+/// and the compiler's and loader's threads (`CUjit_option` 0, 1, 7, 9, 11-16, 20-24, 29-35).
+/// `CU_JIT_THREADS_PER_BLOCK` (1) is an output too, which is not written back. Options carrying
+/// pointers into the program (global symbol tables, referenced kernel names) are not, nor
+/// `CU_JIT_FALLBACK_STRATEGY` (10), which `cuda.h` says cannot be used with `cuLink*`.
 pub fn is_forwarded(option: u32) -> bool {
-    matches!(option, 0 | 1 | 7 | 9..=16 | 20..=24 | 29..=35)
+    matches!(option, 0 | 1 | 7 | 9 | 11..=16 | 20..=24 | 29..=35)
 }
 
-/// The most bytes one link's inputs may hold together: they travel inline on the control
-/// stream, whose payloads the backend takes up to 64 MiB (`MAX_INLINE`).
+/// The most bytes one link's inputs may hold together, and its image: they travel inline on the
+/// control stream, whose payloads the backend takes up to 64 MiB (`MAX_INLINE`), as the SDK's
+/// reply reader does.
 pub const MAX_BYTES: u64 = 64 << 20;
 
 /// The most inputs one link takes: a framework links a handful; the bound keeps a request's
@@ -156,7 +158,7 @@ mod tests {
     #[test]
     fn pointer_options_and_the_callers_own_are_not_forwarded() {
         // Global symbol names, addresses and count; referenced kernels and variables.
-        for pointer in [17, 18, 19, 25, 26, 27, 28] {
+        for pointer in [10, 17, 18, 19, 25, 26, 27, 28] {
             assert!(!is_forwarded(pointer), "{pointer}");
         }
         for own in HANDLED_BY_THE_CALLER {

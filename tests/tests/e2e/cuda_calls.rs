@@ -214,7 +214,7 @@ async fn device_code_linked_at_run_time_runs_and_a_bad_link_is_refused() {
 }
 
 /// What `link.cu` says through the shim.
-const LINK_LINES: [&str; 12] = [
+const LINK_LINES: [&str; 15] = [
     "two inputs linked exact",
     "the wall time written back exact",
     "the verbose info log written back exact",
@@ -222,11 +222,14 @@ const LINK_LINES: [&str; 12] = [
     "the linked kernel calling the other input's function exact",
     "the module after its link state is destroyed exact",
     "two threads linking at once exact",
+    "an input's own verbosity: info log written",
     "a link missing a function refused, the error log naming it exact",
     "an input's own target: 1",
     "an input type cuda.h does not define: 1",
     "an input of no bytes: 1",
     "a file that is not there: 301",
+    "the info log of a refused link: written",
+    "a fallback strategy for a link: 1",
 ];
 
 /// The same link through the backend's session workers (a GPU's default), whose driver is the

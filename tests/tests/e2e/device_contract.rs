@@ -312,6 +312,38 @@ async fn a_link_needs_a_gpu_and_inputs_that_are_what_they_say() {
     older.builtin().await.expect("the session goes on");
 }
 
+/// A GPU's driver links what the SDK sends, but a cubin or fat binary whose headers claim bytes
+/// past the input is refused before the driver reads it, as a module's image is; the link of
+/// well-formed PTX goes on in the same session, and the driver saw nothing out of its contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standin_links_inputs_checked_as_images_are() {
+    use ac_proto::backend::{LinkInput, LinkInputKind};
+    let _turn = standin::exclusive().await;
+    let acc = standin_backend(64).await.connect().await;
+    let input =
+        |kind, bytes: &[u8]| LinkInput { kind, name: "input".into(), len: bytes.len() as u64, options: Vec::new() };
+    // A 64-bit little-endian ELF header whose section table lies past its 64 bytes.
+    let mut cubin = vec![0u8; 64];
+    cubin[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    cubin[0x28..0x30].copy_from_slice(&4096u64.to_le_bytes());
+    cubin[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+    cubin[0x3C..0x3E].copy_from_slice(&3u16.to_le_bytes());
+    let refused = acc.link(&[(input(LinkInputKind::Cubin, &cubin), &cubin)], &[]).await.expect_err("a cut cubin");
+    assert!(refused.to_string().contains("truncated or malformed cubin"), "{refused}");
+    // A fat binary header announcing 4096 bytes after itself, with 16 given.
+    let mut fatbin = vec![0u8; 32];
+    fatbin[..4].copy_from_slice(&0xBA55_ED50u32.to_le_bytes());
+    fatbin[6..8].copy_from_slice(&16u16.to_le_bytes());
+    fatbin[8..16].copy_from_slice(&4096u64.to_le_bytes());
+    let refused =
+        acc.link(&[(input(LinkInputKind::Fatbinary, &fatbin), &fatbin)], &[]).await.expect_err("a cut fatbin");
+    assert!(refused.to_string().contains("fatbin declares 16+4096 bytes, 32 received"), "{refused}");
+    let ptx = b".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry first()\n{\n\tret;\n}\n";
+    let linked = acc.link(&[(input(LinkInputKind::Ptx, ptx), ptx)], &[]).await.expect("the session goes on");
+    assert!(String::from_utf8_lossy(&linked.image).contains(".visible .entry first()"));
+    standin::assert_no_violations();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_reports_itself() {
     let _turn = standin::exclusive().await;

@@ -9,7 +9,7 @@ use ac_proto::backend::{ErrorKind, JitOption, LinkInput, LinkInputKind, WireErro
 use cudarc::driver::sys;
 
 use super::context::CudaContext;
-use super::image::aligned_copy;
+use super::image::{aligned_copy, check_binary};
 use crate::device::{DeviceResult, Linked};
 
 /// Size of each of the two buffers that receive the linker's logs.
@@ -65,6 +65,11 @@ impl CudaContext {
 
     /// Adds one input to `state`, PTX given a terminating NUL if it lacks one.
     fn add_input(&self, state: &LinkState, input: &LinkInput, bytes: &[u8]) -> DeviceResult<()> {
+        // The driver reads a cubin's and a fat binary's headers as they say, past `size` too:
+        // they are checked to lie inside the bytes first, as a module's image is.
+        if matches!(input.kind, LinkInputKind::Cubin | LinkInputKind::Fatbinary) {
+            check_binary(bytes)?;
+        }
         let (mut keys, mut values) = numbers(&input.options)?;
         let text = matches!(input.kind, LinkInputKind::Ptx);
         let size = if text && bytes.last() != Some(&0) { bytes.len() + 1 } else { bytes.len() };
@@ -114,9 +119,9 @@ fn numbers(options: &[JitOption]) -> DeviceResult<(Vec<u32>, Vec<*mut c_void>)> 
 }
 
 /// `e` with the linker's error log, as a failed load of the image: a link failure is the
-/// program's image, not the device.
+/// program's image, not the device (a lost context, no memory or a refused argument stay so).
 fn with_log(mut e: WireError, log: &[u8]) -> WireError {
-    if e.kind != ErrorKind::ContextLost {
+    if !matches!(e.kind, ErrorKind::ContextLost | ErrorKind::OutOfMemory | ErrorKind::InvalidArgument) {
         e.kind = ErrorKind::ModuleLoad;
     }
     let log = log_text(log);
@@ -130,4 +135,28 @@ fn with_log(mut e: WireError, log: &[u8]) -> WireError {
 fn log_text(buffer: &[u8]) -> String {
     let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
     String::from_utf8_lossy(&buffer[..end]).trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_failure_is_the_images_with_its_log_unless_the_device_or_memory_failed() {
+        let log = b"nvlink error : Undefined reference to 'f'\0garbage";
+        let failed = with_log(WireError::new(ErrorKind::Device, "cuLinkComplete: CUDA_ERROR_UNKNOWN"), log);
+        assert_eq!(failed.kind, ErrorKind::ModuleLoad);
+        assert!(failed.message.ends_with(":\nnvlink error : Undefined reference to 'f'"), "{}", failed.message);
+        for kept in [ErrorKind::OutOfMemory, ErrorKind::ContextLost, ErrorKind::InvalidArgument] {
+            assert_eq!(with_log(WireError::new(kept, "x"), b"\0").kind, kept);
+        }
+        assert_eq!(with_log(WireError::new(ErrorKind::Device, "x"), b"\0").message, "x");
+    }
+
+    #[test]
+    fn only_numeric_options_reach_the_driver() {
+        assert!(numbers(&[JitOption { option: 17, value: 0 }]).is_err(), "global symbol names carry a pointer");
+        let (keys, values) = numbers(&[JitOption { option: 12, value: 1 }]).unwrap();
+        assert_eq!((keys, values[0] as usize), (vec![12], 1));
+    }
 }

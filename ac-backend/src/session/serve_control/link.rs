@@ -1,12 +1,13 @@
 //! Linking on the device's JIT linker (protocol 21): the inputs arrive as the request's payload,
 //! are linked off the async threads, and the image leaves as the reply's payload.
 
-use ac_proto::backend::jit_link::{payload_len, with_bytes, MAX_INPUTS};
+use ac_proto::backend::jit_link::{payload_len, with_bytes, MAX_BYTES, MAX_INPUTS};
 use ac_proto::backend::{ErrorKind, JitOption, LinkInput, Reply, Response, WireError};
 use ac_proto::frame::{frame_bytes, FrameReader};
 use bytes::Bytes;
 
 use super::{error, Closing, Control, Halt, Outcome};
+use crate::device::{DeviceResult, Linked};
 
 impl Control {
     /// Reads a link's inputs and links them; the reply (the image, or why not) comes later.
@@ -36,7 +37,8 @@ impl Control {
                 context.link(&inputs, &options)
             })
             .await
-            .unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("link panicked: {e}"))));
+            .unwrap_or_else(|e| Err(WireError::new(ErrorKind::Internal, format!("link panicked: {e}"))))
+            .and_then(within_a_reply);
             drop(permit);
             match linked {
                 Ok(linked) => {
@@ -55,11 +57,32 @@ impl Control {
     }
 }
 
+/// `linked`, if its image fits a reply's payload (the SDK reads at most [`MAX_BYTES`]).
+fn within_a_reply(linked: Linked) -> DeviceResult<Linked> {
+    match linked.image.len() as u64 {
+        len if len > MAX_BYTES => Err(WireError::new(
+            ErrorKind::InvalidArgument,
+            format!("the linked image of {len} bytes is past the {MAX_BYTES} a reply carries"),
+        )),
+        _ => Ok(linked),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_past_a_replys_payload_is_refused() {
+        let image = vec![0u8; MAX_BYTES as usize + 1];
+        let refused = within_a_reply(Linked { image, info_log: String::new() }).unwrap_err();
+        assert!(refused.message.contains("past the 67108864 a reply carries"), "{}", refused.message);
+        assert!(within_a_reply(Linked { image: vec![0; MAX_BYTES as usize], info_log: String::new() }).is_ok());
+    }
+
     /// A link the frontend lets go is one the control stream takes inline.
     #[test]
     fn the_largest_link_fits_an_inline_payload() {
-        assert!(ac_proto::backend::jit_link::MAX_BYTES <= super::super::MAX_INLINE);
+        assert!(MAX_BYTES <= super::super::MAX_INLINE);
     }
 }
