@@ -169,8 +169,9 @@ macro_rules! not_supported {
     };
 }
 
-/// Exports `alias` as a second name of `target` (the per-thread-default-stream variants,
-/// which share their base's signature: the shim's streams are the same either way): a function
+/// Exports `alias` as a second name of `target` of the same signature (the per-thread-default-
+/// stream variants, the shim's streams being the same either way, and older names such as
+/// `cuLinkCreate` for `cuLinkCreate_v2`): a function
 /// with no code of its own but a jump to `target`, registers and stack untouched, so that the
 /// arguments reach `target` and its answer the caller. A Rust function, so that the library
 /// exports it as it exports every entry point (an assembler alias was not exported, and a stub

@@ -246,16 +246,6 @@ pub unsafe extern "C" fn cuLinkCreate_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkCreate(
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-    out: *mut usize,
-) -> u32 {
-    cuLinkCreate_v2(count, options, values, out)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuLinkAddData_v2(
     state: usize,
     kind: c_uint,
@@ -269,20 +259,6 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
     guard("cuLinkAddData", || {
         add(state, kind, input_bytes(data, size)?, input_name(name, state)?, (count, options, values))
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuLinkAddData(
-    state: usize,
-    kind: c_uint,
-    data: *mut c_void,
-    size: usize,
-    name: *const c_char,
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-) -> u32 {
-    cuLinkAddData_v2(state, kind, data, size, name, count, options, values)
 }
 
 #[no_mangle]
@@ -305,18 +281,6 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLinkAddFile(
-    state: usize,
-    kind: c_uint,
-    path: *const c_char,
-    count: c_uint,
-    options: *mut c_int,
-    values: *mut *mut c_void,
-) -> u32 {
-    cuLinkAddFile_v2(state, kind, path, count, options, values)
-}
-
-#[no_mangle]
 pub unsafe extern "C" fn cuLinkComplete(state: usize, image_out: *mut *mut c_void, size_out: *mut usize) -> u32 {
     guard("cuLinkComplete", || complete(state, image_out, size_out))
 }
@@ -324,4 +288,11 @@ pub unsafe extern "C" fn cuLinkComplete(state: usize, image_out: *mut *mut c_voi
 #[no_mangle]
 pub extern "C" fn cuLinkDestroy(state: usize) -> u32 {
     guard("cuLinkDestroy", || links().remove(state).map(drop))
+}
+
+// CUDA 5.5's names, of the same signatures (`cuda.h` maps them to the `_v2` forms since 6.5).
+crate::per_thread_aliases! {
+    cuLinkCreate => cuLinkCreate_v2,
+    cuLinkAddData => cuLinkAddData_v2,
+    cuLinkAddFile => cuLinkAddFile_v2,
 }

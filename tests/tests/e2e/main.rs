@@ -27,6 +27,7 @@ mod cuda_ranks;
 mod cuda_sensors;
 mod cuda_shim;
 mod device_contract;
+mod device_link;
 mod devices;
 mod errors;
 mod faults;
