@@ -27,6 +27,13 @@ pub fn nvcc() -> Option<PathBuf> {
     cached.exists().then_some(cached)
 }
 
+/// The device runtime library (`libcudadevrt.a`) beside `nvcc` (in `lib`, or `lib64` where
+/// the toolkit is installed), which programs link relocatable device code with.
+pub fn device_runtime_library() -> Option<PathBuf> {
+    let root = nvcc()?.parent()?.parent()?.to_path_buf();
+    ["lib", "lib64"].into_iter().map(|dir| root.join(dir).join("libcudadevrt.a")).find(|path| path.exists())
+}
+
 /// NVIDIA's CUDA 12.9 runtime library (`libcudart.so.12`), if fetched.
 pub fn runtime_12() -> Option<PathBuf> {
     let path = checkout().join(".cache/nvcc/nvidia/cuda_runtime/lib/libcudart.so.12");

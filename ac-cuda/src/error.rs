@@ -12,6 +12,7 @@ pub mod code {
     pub const INVALID_IMAGE: u32 = 200;
     pub const INVALID_CONTEXT: u32 = 201;
     pub const NO_BINARY_FOR_GPU: u32 = 209;
+    pub const INVALID_PTX: u32 = 218;
     pub const FILE_NOT_FOUND: u32 = 301;
     pub const PEER_ACCESS_UNSUPPORTED: u32 = 217;
     pub const INVALID_HANDLE: u32 = 400;

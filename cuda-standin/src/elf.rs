@@ -147,6 +147,19 @@ pub fn variables(image: &[u8]) -> Option<Vec<Variable>> {
     Some(variables)
 }
 
+/// The device code a host object (`nvcc -c`, `-rdc=true` or not) carries: the bytes of its
+/// `.nv_fatbin` or `__nv_relfatbin` section, empty if it has neither; `None` if its section
+/// headers or those sections lie outside it.
+pub fn embedded_device_code(object: &[u8]) -> Option<&[u8]> {
+    let sections = Sections::of(object)?;
+    for section in sections.all()? {
+        if matches!(sections.name(&section)?, ".nv_fatbin" | "__nv_relfatbin") {
+            return object.get(section.offset..section.offset.checked_add(section.size)?);
+        }
+    }
+    Some(&[])
+}
+
 /// One section header's fields that the stand-in uses.
 struct Section {
     name: usize,

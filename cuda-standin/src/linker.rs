@@ -3,8 +3,10 @@
 //! kernels (PTX, cubins and fat binaries, as it reads a module's image), resolves PTX's external
 //! functions (`.extern .func`) against those the inputs define, and makes a PTX image declaring
 //! every kernel, which its `cuModuleLoadData` loads and its registered kernels run. It checks
-//! the contract on the way: PTX NUL-terminated within its size, a link used in the context it
-//! was made in, each log buffer given with its size. It writes its info log when verbosity
+//! the contract on the way: PTX NUL-terminated within its size, no input whose headers (an ELF
+//! image's, a fat binary's, a library member's) claim bytes past its size, a link used in the
+//! context it was made in, each log buffer given with its size. A host object's device code is
+//! its embedded fat binary, a library's that of its ELF members. It writes its info log when verbosity
 //! reached it, from the link's options or an input's.
 
 use std::collections::{BTreeSet, HashMap};
@@ -22,9 +24,16 @@ const ERROR_LOG_BUFFER: c_int = 5;
 const ERROR_LOG_BUFFER_SIZE_BYTES: c_int = 6;
 const LOG_VERBOSE: c_int = 12;
 
-/// `CUjitInputType`s: PTX, and one past NVVM.
+/// `CUjitInputType`s: PTX, a host object, a library of them, and one past NVVM.
 const INPUT_PTX: c_uint = 1;
+const INPUT_OBJECT: c_uint = 3;
+const INPUT_LIBRARY: c_uint = 4;
 const INPUT_TYPES: c_uint = 6;
+
+/// Bytes of an `ar` archive member's header, and the archive's first bytes.
+const MEMBER_HEADER: usize = 60;
+const ARCHIVE_MAGIC: &[u8] = b"!<arch>\n";
+const ELF_MAGIC: &[u8] = b"\x7fELF";
 
 /// A pending link.
 struct Link {
@@ -88,13 +97,79 @@ fn functions(ptx: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (defined, external)
 }
 
-/// Links `inputs`: a PTX image declaring every kernel, or the error log.
+/// The members (name field, bytes) of `ar` archive `bytes`, the symbol table's and long names'
+/// with them; `Err` says which member's header or bytes run past the archive's end.
+fn archive_members(bytes: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
+    let mut members = Vec::new();
+    let mut at = ARCHIVE_MAGIC.len();
+    while at < bytes.len() {
+        let header = bytes.get(at..at + MEMBER_HEADER).ok_or("a member header past the library's end")?;
+        let name = String::from_utf8_lossy(&header[..16]).trim_end().to_string();
+        let size = std::str::from_utf8(&header[48..58]).ok().and_then(|s| s.trim_end().parse::<usize>().ok());
+        let data = size.and_then(|size| bytes.get(at + MEMBER_HEADER..(at + MEMBER_HEADER).checked_add(size)?));
+        let data = data.ok_or_else(|| format!("library member {name:?}'s bytes past the library's end"))?;
+        members.push((name, data));
+        at += MEMBER_HEADER + data.len() + data.len() % 2;
+    }
+    Ok(members)
+}
+
+/// Where input `bytes` of type `kind` would have the driver read past them: an ELF image or a
+/// fat binary whose headers claim more, a library member past the library's end.
+fn past_the_end(kind: c_uint, bytes: &[u8]) -> Option<String> {
+    let image_past = |bytes: &[u8]| {
+        if bytes.starts_with(ELF_MAGIC) {
+            crate::elf::len(bytes).is_none_or(|len| len > bytes.len())
+        } else {
+            kernels::fatbin_len(bytes).is_some_and(|len| len > bytes.len())
+        }
+    };
+    match kind {
+        INPUT_LIBRARY if bytes.starts_with(ARCHIVE_MAGIC) => match archive_members(bytes) {
+            Err(why) => Some(why),
+            Ok(members) => {
+                members.into_iter().find(|(_, m)| image_past(m)).map(|(name, _)| format!("library member {name:?} cut"))
+            }
+        },
+        INPUT_PTX | INPUT_LIBRARY => None,
+        _ => image_past(bytes).then(|| "an image whose headers claim more bytes than its size".to_string()),
+    }
+}
+
+/// The device code input `bytes` of type `kind` holds: itself, or a host object's embedded fat
+/// binary, or those of a library's ELF members; `None` if it is not the kind it is declared.
+fn device_code(kind: c_uint, bytes: &[u8]) -> Option<Vec<&[u8]>> {
+    match kind {
+        INPUT_OBJECT if bytes.starts_with(ELF_MAGIC) => Some(vec![crate::elf::embedded_device_code(bytes)?]),
+        INPUT_LIBRARY if bytes.starts_with(ARCHIVE_MAGIC) => {
+            let members = archive_members(bytes).ok()?.into_iter().filter(|(_, m)| m.starts_with(ELF_MAGIC));
+            members.map(|(_, m)| crate::elf::embedded_device_code(m)).collect()
+        }
+        INPUT_OBJECT | INPUT_LIBRARY => None,
+        _ => Some(vec![bytes]),
+    }
+}
+
+/// Links `inputs`: a PTX image declaring every kernel, or the error log. An object's or a
+/// library's image for this device that is compressed is a legal one the stand-in cannot read:
+/// it adds no kernels, and the info log counts it.
 fn link_inputs(inputs: &[(String, c_uint, Vec<u8>)]) -> Result<(Vec<u8>, String), String> {
-    let (mut names, mut defined, mut needed) = (Vec::new(), BTreeSet::new(), Vec::new());
-    for (name, kind, bytes) in inputs {
+    let (mut names, mut defined, mut needed, mut unread) = (Vec::new(), BTreeSet::new(), Vec::new(), 0);
+    let (arch, minor) = state::COMPUTE_CAPABILITY;
+    let images = inputs.iter().map(|(name, kind, bytes)| {
+        let code = device_code(*kind, bytes).ok_or_else(|| format!("input '{name}' is not of its type ({kind})"))?;
+        Ok(code.into_iter().filter(|c| !c.is_empty()).map(move |c| (name, kind, c, *kind >= INPUT_OBJECT)))
+    });
+    for (name, kind, bytes, embedded) in images.collect::<Result<Vec<_>, String>>()?.into_iter().flatten() {
         let image = if bytes.starts_with(&kernels::FATBIN_MAGIC.to_le_bytes()) {
-            let (arch, minor) = state::COMPUTE_CAPABILITY;
-            kernels::fatbin_image(bytes, arch * 10 + minor).map_err(|_| format!("cannot read fat binary '{name}'"))?
+            match kernels::fatbin_image(bytes, arch * 10 + minor) {
+                Ok(image) => image,
+                Err(code::NOT_SUPPORTED) if embedded => {
+                    unread += 1;
+                    continue;
+                }
+                Err(_) => return Err(format!("cannot read fat binary '{name}'")),
+            }
         } else {
             bytes
         };
@@ -109,13 +184,16 @@ fn link_inputs(inputs: &[(String, c_uint, Vec<u8>)]) -> Result<(Vec<u8>, String)
     if let Some((f, input)) = needed.iter().find(|(f, _)| !defined.contains(f)) {
         return Err(format!("nvlink error   : Undefined reference to '{f}' in '{input}'"));
     }
-    let (arch, minor) = state::COMPUTE_CAPABILITY;
     let mut ptx = format!(".version 8.0\n.target sm_{arch}{minor}\n.address_size 64\n// linked by cuda-standin\n");
     for kernel in &names {
         ptx.push_str(&format!(".visible .entry {kernel}()\n{{\n\tret;\n}}\n"));
     }
     ptx.push('\0');
-    let log = format!("cuda-standin: linked {} inputs, {} kernels, for sm_{arch}{minor}", inputs.len(), names.len());
+    let mut log =
+        format!("cuda-standin: linked {} inputs, {} kernels, for sm_{arch}{minor}", inputs.len(), names.len());
+    if unread > 0 {
+        log.push_str(&format!("; {unread} compressed images of objects or libraries not read"));
+    }
     Ok((ptx.into_bytes(), log))
 }
 
@@ -178,6 +256,10 @@ pub unsafe extern "C" fn cuLinkAddData_v2(
             };
             bytes.truncate(end);
         }
+        if let Some(why) = past_the_end(kind, &bytes) {
+            refused = Some(format!("cuLinkAddData: {why}"));
+            return Err(code::INVALID_IMAGE);
+        }
         let name = if name.is_null() { String::new() } else { CStr::from_ptr(name).to_string_lossy().into_owned() };
         // An input's own options: verbosity is the one the stand-in reads.
         for i in 0..count as usize {
@@ -238,6 +320,82 @@ mod tests {
 
     fn ptx(name: &str, text: &str) -> (String, c_uint, Vec<u8>) {
         (name.into(), INPUT_PTX, text.as_bytes().to_vec())
+    }
+
+    /// Three kernels for sm_90 (a cubin, and compressed PTX), and the same kernels as
+    /// compressed PTX alone.
+    const SM_90: &[u8] = include_bytes!("../../tests/fixtures/shim_kernels.sm_90.fatbin");
+    const COMPRESSED: &[u8] = include_bytes!("../../tests/fixtures/shim_kernels.compute_90.fatbin");
+
+    /// A host object as `nvcc -rdc=true -c` makes one: `fatbin` in its `__nv_relfatbin` section.
+    fn object(fatbin: &[u8]) -> Vec<u8> {
+        let names = b"\0.shstrtab\0__nv_relfatbin\0\0\0\0\0\0";
+        let (names_at, code_at) = (64u64, 64 + names.len() as u64);
+        let table_at = (code_at + fatbin.len() as u64).next_multiple_of(8);
+        let mut b = ELF_MAGIC.to_vec();
+        b.extend([2, 1, 1]);
+        b.resize(64, 0);
+        b[0x28..0x30].copy_from_slice(&table_at.to_le_bytes());
+        b[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        b[0x3C..0x3E].copy_from_slice(&3u16.to_le_bytes());
+        b[0x3E..0x40].copy_from_slice(&1u16.to_le_bytes());
+        b.extend(names);
+        b.extend(fatbin);
+        b.resize(table_at as usize + 64, 0);
+        for (name, kind, at, size) in [(1u32, 3u32, names_at, names.len()), (11, 1, code_at, fatbin.len())] {
+            let mut section = [0u8; 64];
+            section[..4].copy_from_slice(&name.to_le_bytes());
+            section[4..8].copy_from_slice(&kind.to_le_bytes());
+            section[0x18..0x20].copy_from_slice(&at.to_le_bytes());
+            section[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
+            b.extend(section);
+        }
+        b
+    }
+
+    /// An `ar` archive of `members`.
+    fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut a = ARCHIVE_MAGIC.to_vec();
+        for (name, data) in members {
+            a.extend(format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", 0, 0, 0, 644, data.len()).as_bytes());
+            a.extend(*data);
+            if data.len() % 2 == 1 {
+                a.push(b'\n');
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn objects_and_libraries_give_the_device_code_they_embed() {
+        let library = archive(&[("/", b"\0\0\0\0odd"), ("k.o/", &object(SM_90)), ("c.o/", &object(COMPRESSED))]);
+        let (image, log) = link_inputs(&[("lib.a".into(), INPUT_LIBRARY, library)]).unwrap();
+        let mut names = kernels::names(&image[..image.len() - 1]).unwrap();
+        names.sort();
+        let mut shim_kernels = [kernels::IOTA_KERNEL, kernels::SCALE_KERNEL, kernels::VADD_KERNEL];
+        shim_kernels.sort();
+        assert_eq!(names, shim_kernels, "the cubin's kernels");
+        assert!(log.ends_with("; 1 compressed images of objects or libraries not read"), "{log}");
+        let (image, _) = link_inputs(&[("k.o".into(), INPUT_OBJECT, object(SM_90))]).unwrap();
+        assert_eq!(kernels::names(&image[..image.len() - 1]).unwrap().len(), 3);
+        let mismatched = link_inputs(&[("k.o".into(), INPUT_LIBRARY, object(SM_90))]).unwrap_err();
+        assert_eq!(mismatched, "input 'k.o' is not of its type (4)");
+        assert!(link_inputs(&[("t".into(), INPUT_OBJECT, TIMES.as_bytes().to_vec())]).is_err());
+    }
+
+    #[test]
+    fn an_input_whose_headers_claim_bytes_past_it_is_seen() {
+        let k = object(SM_90);
+        assert_eq!(past_the_end(INPUT_OBJECT, &k), None);
+        assert!(past_the_end(INPUT_OBJECT, &k[..k.len() - 1]).is_some(), "its section table cut");
+        assert!(past_the_end(0, &SM_90[..SM_90.len() - 8]).is_some(), "a fat binary cut");
+        let library = archive(&[("k.o/", &k)]);
+        assert_eq!(past_the_end(INPUT_LIBRARY, &library), None);
+        let cut = past_the_end(INPUT_LIBRARY, &library[..library.len() - 1]).unwrap();
+        assert_eq!(cut, "library member \"k.o/\"'s bytes past the library's end");
+        let inner = archive(&[("k.o/", &k[..k.len() - 1])]);
+        assert_eq!(past_the_end(INPUT_LIBRARY, &inner).unwrap(), "library member \"k.o/\" cut");
+        assert_eq!(past_the_end(INPUT_PTX, b".version 8.0"), None);
     }
 
     #[test]

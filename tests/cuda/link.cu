@@ -4,8 +4,10 @@
 // one from a file, linked with the logs, verbosity and wall time asked for; the image loads and
 // its kernel runs, before and after the link state is destroyed; two threads link at once, an
 // input verbose by its own options; a link missing the function is refused with it named in
-// the error log, and malformed inputs are refused.
-// Usage: link
+// the error log, and malformed inputs are refused (an object that is PTX, a library whose
+// member claims bytes past its end, each at cuLinkAddData with its reason in the error log); a
+// link with the device runtime library, as CuPy links every -rdc=true module, runs exact.
+// Usage: link <libcudadevrt.a>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -149,6 +151,24 @@ static bool scales(CUmodule module, float f, int times) {
     return launched;
 }
 
+// Links the caller, times (given with text after its NUL, which the driver does not read) and
+// `library` (from a file, as CuPy adds libcudadevrt.a); the loaded module, or null; whether the
+// library was taken.
+static CUmodule link_with_library(const char* library, bool* taken) {
+    std::string times_and_more = std::string(times_ptx) + '\0' + "text after the NUL";
+    CUlinkState state;
+    if (create(0, nullptr, nullptr, &state) != CUDA_SUCCESS) return nullptr;
+    add_data(state, CU_JIT_INPUT_PTX, (void*)caller_ptx, strlen(caller_ptx) + 1, "caller.ptx", 0, nullptr, nullptr);
+    add_data(state, CU_JIT_INPUT_PTX, (void*)times_and_more.data(), times_and_more.size(), "times.ptx", 0, nullptr,
+             nullptr);
+    *taken = add_file(state, CU_JIT_INPUT_LIBRARY, library, 0, nullptr, nullptr) == CUDA_SUCCESS;
+    void* image = nullptr;
+    CUmodule module = nullptr;
+    if (complete(state, &image, nullptr) == CUDA_SUCCESS) ((Load)entry("cuModuleLoadData"))(&module, image);
+    destroy(state);
+    return module;
+}
+
 // Links the caller and times from memory, the caller verbose by its own options (the link's
 // say nothing of verbosity); the loaded module, or null; whether the info log was written.
 static CUmodule link_both(bool* logged) {
@@ -169,7 +189,11 @@ static CUmodule link_both(bool* logged) {
     return module;
 }
 
-int main() {
+int main(int argc, char** argv) {
+    if (argc < 2) {
+        printf("FAILED: usage: link <libcudadevrt.a>\n");
+        return 1;
+    }
     CHECK(cudaFree(nullptr));  // the primary context, current
     create = (Create)entry("cuLinkCreate");
     add_data = (AddData)entry("cuLinkAddData");
@@ -233,6 +257,11 @@ int main() {
     report(ok[0] && ok[1], "two threads linking at once");
     printf("an input's own verbosity: info log %s\n", logged[0] && logged[1] ? "written" : "empty");
 
+    bool taken = false;
+    CUmodule with_library = link_with_library(argv[1], &taken);
+    report(taken && with_library != nullptr && scales(with_library, 5, 1), "a link with the device runtime library");
+    if (with_library) ((Unload)entry("cuModuleUnload"))(with_library);
+
     // The caller alone: its function is undefined, and the error log names it.
     char missing_log[4096] = "", missing_info[4096] = "x";
     CUjit_option log_options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
@@ -255,6 +284,22 @@ int main() {
            (int)add_data(state, CU_JIT_INPUT_PTX, nullptr, 0, "t", 0, nullptr, nullptr));
     printf("a file that is not there: %d\n",
            (int)add_file(state, CU_JIT_INPUT_PTX, "/nonexistent/times.ptx", 0, nullptr, nullptr));
+    CHECK((cudaError_t)destroy(state));
+
+    // Inputs that are not what they are declared as, each refused where it is added, the reason
+    // in the error log: an object that is PTX; a library whose one member claims a megabyte
+    // where 64 bytes follow (inside this program's memory, which a driver reading on finds).
+    char refused_log[4096] = "";
+    CUjit_option refused_options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* refused_values[] = {refused_log, (void*)(uintptr_t)sizeof(refused_log)};
+    CHECK((cudaError_t)create(2, refused_options, refused_values, &state));
+    printf("an object that is PTX: %d\n", (int)add_data(state, CU_JIT_INPUT_OBJECT, (void*)times_ptx,
+                                                          strlen(times_ptx) + 1, "times.o", 0, nullptr, nullptr));
+    printf("its reason in the error log: %s\n", strstr(refused_log, "times.o") ? "written" : "not written");
+    std::vector<char> library(1 << 20, 0);
+    int header = snprintf(library.data(), 70, "!<arch>\n%-16s%-12d%-6d%-6d%-8d%-10d`\n", "k.o/", 0, 0, 0, 644, 1 << 20);
+    printf("a library member past its end: %d\n", (int)add_data(state, CU_JIT_INPUT_LIBRARY, library.data(),
+                                                                  header + 64, "cut.a", 0, nullptr, nullptr));
     CHECK((cudaError_t)destroy(state));
     CUjit_option fallback = CU_JIT_FALLBACK_STRATEGY;
     void* prefer_ptx = (void*)(uintptr_t)CU_PREFER_PTX;

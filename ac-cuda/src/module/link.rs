@@ -1,8 +1,10 @@
 //! Linking device code (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`, `cuLinkComplete`,
 //! `cuLinkDestroy`), what Numba does with every kernel and CuPy with `-rdc=true` modules. The
 //! inputs are kept here and linked at `cuLinkComplete` by the driver of the device current at
-//! `cuLinkCreate` (backend protocol 21), for that GPU's architecture: so an input's errors
-//! surface at `cuLinkComplete`, not at `cuLinkAddData`. The image is the link state's until
+//! `cuLinkCreate` (backend protocol 21), for that GPU's architecture. An input that is not the
+//! kind it is declared as, or whose headers run past its bytes, is refused at `cuLinkAddData`
+//! (the checks the backend runs again); the linker's own errors surface at `cuLinkComplete`.
+//! The image is the link state's until
 //! `cuLinkDestroy`, and loads as any (`cuModuleLoadData`). The log buffers, their sizes and the
 //! wall time the program asked for at `cuLinkCreate` are written back at `cuLinkComplete`, into
 //! the option values it must keep for the state's life (as `cuda.h` says).
@@ -11,6 +13,7 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use ac_proto::backend::device_code;
 use ac_proto::backend::jit_link::is_forwarded;
 use ac_proto::backend::{JitOption, LinkInput, LinkInputKind};
 
@@ -159,7 +162,9 @@ unsafe fn create(count: c_uint, options: *mut c_int, values: *mut *mut c_void) -
     Ok(links().insert(Link { device, options, outputs, pending: Mutex::default() }))
 }
 
-/// Adds input `bytes` of CUDA's input type `kind` to link `state`.
+/// Adds input `bytes` of CUDA's input type `kind` to link `state`, refused (its reason in the
+/// error log) where its bytes are not that kind's or run past themselves, as the driver refuses
+/// them here; PTX is kept up to its first NUL, what the driver reads.
 unsafe fn add(
     state: usize,
     kind: c_uint,
@@ -170,6 +175,16 @@ unsafe fn add(
     let link = links().get(state)?;
     let kind = LinkInputKind::from_raw(kind).ok_or(Error::Code(code::INVALID_VALUE))?;
     let (options, _) = read_options(count, options, values, false)?;
+    if let Err(why) = device_code::check_input(kind, &bytes) {
+        let why = format!("{name}: {why}");
+        link.outputs.errors.write(&why);
+        let refused = if kind == LinkInputKind::Ptx { code::INVALID_PTX } else { code::INVALID_IMAGE };
+        return Err(Error::said(refused, why));
+    }
+    let bytes = match kind {
+        LinkInputKind::Ptx => device_code::ptx_until_nul(&bytes).to_vec(),
+        _ => bytes,
+    };
     let input = LinkInput { kind, name, len: bytes.len() as u64, options };
     link.pending.lock().unwrap_or_else(|p| p.into_inner()).inputs.push((input, bytes));
     Ok(())

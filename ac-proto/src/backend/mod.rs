@@ -153,6 +153,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod array;
 pub mod builtin;
+pub mod device_code;
 pub mod jit_link;
 pub mod link;
 mod registration;

@@ -23,17 +23,18 @@ const NOT_SERVED: &str = "not supported on remote accelerators";
 /// of CUDA's contract. Without nvcc (and not required) it checks nothing.
 async fn assert_program_says(name: &str, acpn: u32, lines: &[&str]) {
     let _turn = standin::exclusive().await;
-    assert_program_says_on(&cuda_cluster(1).await, name, acpn, lines).await;
+    assert_program_says_on(&cuda_cluster(1).await, (name, &["100000"]), acpn, lines).await;
     standin::assert_no_violations();
 }
 
-/// [`assert_program_says`]'s run and checks, on cluster `c` (the stand-in's violations are the
-/// caller's to check: in this process, or its session workers').
-async fn assert_program_says_on(c: &TestCluster, name: &str, acpn: u32, lines: &[&str]) {
+/// [`assert_program_says`]'s run and checks of program `name` run with `args`, on cluster `c`
+/// (the stand-in's violations are the caller's to check: in this process, or its session
+/// workers').
+async fn assert_program_says_on(c: &TestCluster, (name, args): (&str, &[&str]), acpn: u32, lines: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build(name, dir.path()) else { return };
     let shim = cuda::shim_dir(dir.path());
-    let out = run(c, &shim, &exe, &["100000"], &[("ARM_ACPN", &acpn.to_string())]).await;
+    let out = run(c, &shim, &exe, args, &[("ARM_ACPN", &acpn.to_string())]).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains(&format!("{name}: all exact")), "{text}");
     for line in lines {
@@ -206,15 +207,27 @@ async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
 /// Device code linked at run time (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`,
 /// `cuLinkComplete`), by the device's driver (the stand-in's linker): a kernel calling another
 /// input's function runs exact, before and after its link state is destroyed, and from two
-/// threads linking at once; the logs, verbosity and wall time asked for come back; a missing
-/// function and malformed inputs are refused.
+/// threads linking at once, and with the device runtime library (whose compressed images the
+/// stand-in reads nothing of); the logs, verbosity and wall time asked for come back; a
+/// missing function and malformed inputs are refused, an object that is not one and a library
+/// member past its end where they are added, the stand-in seeing neither.
 #[tokio::test(flavor = "multi_thread")]
 async fn device_code_linked_at_run_time_runs_and_a_bad_link_is_refused() {
-    assert_program_says("link", 1, &LINK_LINES).await;
+    let _turn = standin::exclusive().await;
+    assert_link_says(&cuda_cluster(1).await).await;
+    standin::assert_no_violations();
+}
+
+/// Runs `link.cu` with the device runtime library on cluster `c`, and checks it says [`LINK_LINES`].
+async fn assert_link_says(c: &TestCluster) {
+    let Some(library) = cuda::device_runtime_library() else {
+        return ac_tests::skip("AC_CUDA_SHIM_REQUIRED", "no libcudadevrt.a beside nvcc");
+    };
+    assert_program_says_on(c, ("link", &[library.to_str().unwrap()]), 1, &LINK_LINES).await;
 }
 
 /// What `link.cu` says through the shim.
-const LINK_LINES: [&str; 15] = [
+const LINK_LINES: [&str; 19] = [
     "two inputs linked exact",
     "the wall time written back exact",
     "the verbose info log written back exact",
@@ -230,6 +243,10 @@ const LINK_LINES: [&str; 15] = [
     "a file that is not there: 301",
     "the info log of a refused link: written",
     "a fallback strategy for a link: 1",
+    "a link with the device runtime library exact",
+    "an object that is PTX: 200",
+    "its reason in the error log: written",
+    "a library member past its end: 200",
 ];
 
 /// The same link through the backend's session workers (a GPU's default), whose driver is the
@@ -240,7 +257,7 @@ async fn device_code_is_linked_through_a_session_worker() {
     let _turn = standin::exclusive().await;
     let mut record = standin::WorkerRecord::new();
     let c = worker_cluster(&record).await;
-    assert_program_says_on(&c, "link", 1, &LINK_LINES).await;
+    assert_link_says(&c).await;
     record.assert_none();
 }
 
@@ -253,6 +270,6 @@ async fn a_modules_kernels_are_listed_through_a_session_worker() {
     let mut record = standin::WorkerRecord::new();
     let c = worker_cluster(&record).await;
     let lines = ["a library loaded from memory lists its two kernels exact", "a module lists its two kernels exact"];
-    assert_program_says_on(&c, "module_kernels", 1, &lines).await;
+    assert_program_says_on(&c, ("module_kernels", &["100000"]), 1, &lines).await;
     record.assert_none();
 }

@@ -35,8 +35,10 @@ async fn a_link_needs_a_gpu_and_inputs_that_are_what_they_say() {
 }
 
 /// A GPU's driver links what the SDK sends, but a cubin or fat binary whose headers claim bytes
-/// past the input is refused before the driver reads it, as a module's image is; the link of
-/// well-formed PTX goes on in the same session, and the driver saw nothing out of its contract.
+/// past the input is refused before the driver reads it, as a module's image is, as are a
+/// library whose member claims bytes past its end and inputs that are not the kind they are
+/// declared as; the link of well-formed PTX goes on in the same session, and the driver saw
+/// nothing out of its contract.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standin_links_inputs_checked_as_images_are() {
     use ac_proto::backend::{LinkInput, LinkInputKind};
@@ -60,6 +62,21 @@ async fn standin_links_inputs_checked_as_images_are() {
     let refused =
         acc.link(&[(input(LinkInputKind::Fatbinary, &fatbin), &fatbin)], &[]).await.expect_err("a cut fatbin");
     assert!(refused.to_string().contains("fatbin declares 16+4096 bytes, 32 received"), "{refused}");
+    // An archive whose one member declares 4096 bytes, 4 following its header.
+    let mut library = b"!<arch>\n".to_vec();
+    library.extend(format!("{:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", "k.o/", 0, 0, 0, 644, 4096).as_bytes());
+    library.extend(b"\x7fELF");
+    let refused =
+        acc.link(&[(input(LinkInputKind::Library, &library), &library)], &[]).await.expect_err("a cut library");
+    assert!(refused.to_string().contains("the archive member \"k.o/\" declares 4096 bytes, 4 left"), "{refused}");
+    for (kind, bytes, why) in [
+        (LinkInputKind::Object, &b".version 8.0"[..], "an Object input that is not an ELF host object"),
+        (LinkInputKind::Library, &cubin, "a Library input that is not an ar archive"),
+        (LinkInputKind::Ptx, &b"// no directive\0.version 8.0"[..], "a Ptx input with no `.version` directive"),
+    ] {
+        let refused = acc.link(&[(input(kind, bytes), bytes)], &[]).await.expect_err("not what it says");
+        assert!(refused.to_string().contains(why), "{kind:?}: {refused}");
+    }
     let ptx = b".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry first()\n{\n\tret;\n}\n";
     let linked = acc.link(&[(input(LinkInputKind::Ptx, ptx), ptx)], &[]).await.expect("the session goes on");
     assert!(String::from_utf8_lossy(&linked.image).contains(".visible .entry first()"));

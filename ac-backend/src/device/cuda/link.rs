@@ -4,12 +4,13 @@
 
 use std::ffi::{c_void, CString};
 
+use ac_proto::backend::device_code::ptx_until_nul;
 use ac_proto::backend::jit_link::is_forwarded;
 use ac_proto::backend::{ErrorKind, JitOption, LinkInput, LinkInputKind, WireError};
 use cudarc::driver::sys;
 
 use super::context::CudaContext;
-use super::image::{aligned_copy, check_binary};
+use super::image::{aligned_copy, check_link_input};
 use crate::device::{DeviceResult, Linked};
 
 /// Size of each of the two buffers that receive the linker's logs.
@@ -63,16 +64,17 @@ impl CudaContext {
         Ok(Linked { image, info_log: log_text(&info) })
     }
 
-    /// Adds one input to `state`, PTX given a terminating NUL if it lacks one.
+    /// Adds one input to `state`: PTX up to its first NUL, and one NUL after it.
     fn add_input(&self, state: &LinkState, input: &LinkInput, bytes: &[u8]) -> DeviceResult<()> {
-        // The driver reads a cubin's and a fat binary's headers as they say, past `size` too:
-        // they are checked to lie inside the bytes first, as a module's image is.
-        if matches!(input.kind, LinkInputKind::Cubin | LinkInputKind::Fatbinary) {
-            check_binary(bytes)?;
-        }
+        // The driver reads the headers of a cubin, a fat binary, an object and a library's
+        // members as they say, past `size` too: they are checked to lie inside the bytes first,
+        // as a module's image is, and each input to be the kind it is declared as.
+        check_link_input(input.kind, bytes)?;
         let (mut keys, mut values) = numbers(&input.options)?;
-        let text = matches!(input.kind, LinkInputKind::Ptx);
-        let size = if text && bytes.last() != Some(&0) { bytes.len() + 1 } else { bytes.len() };
+        let (bytes, size) = match input.kind {
+            LinkInputKind::Ptx => (ptx_until_nul(bytes), ptx_until_nul(bytes).len() + 1),
+            _ => (bytes, bytes.len()),
+        };
         // Zero-padded to whole words: PTX ends in NUL, and the driver may read headers in place.
         let data = aligned_copy(&[bytes, &[0]].concat());
         let name = CString::new(input.name.replace('\0', "")).expect("no NUL left");
