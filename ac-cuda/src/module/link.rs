@@ -164,7 +164,7 @@ unsafe fn create(count: c_uint, options: *mut c_int, values: *mut *mut c_void) -
 
 /// Adds input `bytes` of CUDA's input type `kind` to link `state`, refused (its reason in the
 /// error log) where its bytes are not that kind's or run past themselves, as the driver refuses
-/// them here; PTX is kept up to its first NUL, what the driver reads.
+/// them here.
 unsafe fn add(
     state: usize,
     kind: c_uint,
@@ -181,10 +181,6 @@ unsafe fn add(
         let refused = if kind == LinkInputKind::Ptx { code::INVALID_PTX } else { code::INVALID_IMAGE };
         return Err(Error::said(refused, why));
     }
-    let bytes = match kind {
-        LinkInputKind::Ptx => device_code::ptx_until_nul(&bytes).to_vec(),
-        _ => bytes,
-    };
     let input = LinkInput { kind, name, len: bytes.len() as u64, options };
     link.pending.lock().unwrap_or_else(|p| p.into_inner()).inputs.push((input, bytes));
     Ok(())
