@@ -14,6 +14,8 @@ pub const INVALID_DEVICE: u32 = 101;
 pub const INVALID_IMAGE: u32 = 200;
 /// A fat binary holds no image for the device's architecture.
 pub const NO_BINARY_FOR_GPU: u32 = 209;
+/// PTX the JIT refuses (here: a module calling a function it does not define).
+pub const INVALID_PTX: u32 = 218;
 /// No context is current on the calling thread.
 pub const INVALID_CONTEXT: u32 = 201;
 /// A dead or foreign handle.

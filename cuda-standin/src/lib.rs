@@ -311,8 +311,6 @@ pub extern "C" fn cuCtxSetCurrent(context: Handle) -> u32 {
     code::SUCCESS
 }
 
-// ---- Modules and kernels ----
-
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> u32 {
     cuModuleLoadDataEx(module, image, 0, std::ptr::null_mut(), std::ptr::null_mut())
@@ -322,9 +320,9 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_v
 pub unsafe extern "C" fn cuModuleLoadDataEx(
     module: *mut Handle,
     image: *const c_void,
-    _count: c_uint,
-    _options: *mut c_int,
-    _values: *mut *mut c_void,
+    count: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
 ) -> u32 {
     with_context("cuModuleLoadData", |d, context| {
         if image.is_null() {
@@ -353,6 +351,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
         // that is not PTX.
         let cubin = image.starts_with(b"\x7fELF");
         let kernels = kernels::names(image).filter(|n| cubin || !n.is_empty()).ok_or(code::INVALID_IMAGE)?;
+        linker::resolved_alone(image, (count, options, values))?;
         // A cubin's variables are allocated with it (PTX's are not read: its modules hold none).
         let declared = if cubin { elf::variables(image).ok_or(code::INVALID_IMAGE)? } else { Vec::new() };
         let variables = d.place_variables(context, declared)?;

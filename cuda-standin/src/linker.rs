@@ -97,6 +97,36 @@ fn functions(ptx: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (defined, external)
 }
 
+/// Functions the driver gives every module (`printf`, device-side `malloc` and `free`, a failed
+/// `assert`): PTX declares them external.
+const SYSTEM_FUNCTIONS: [&str; 4] = ["vprintf", "malloc", "free", "__assertfail"];
+
+/// Checks that module `image`, if PTX, calls no external function it does not define: a module
+/// is compiled whole, not linked, and the driver's JIT refuses one with
+/// `CUDA_ERROR_INVALID_PTX`, naming it in the error log that `options` ask for.
+///
+/// # Safety
+/// `options` and `values` hold `count` entries each, or are null.
+pub unsafe fn resolved_alone(
+    image: &[u8],
+    (count, options, values): (c_uint, *mut c_int, *mut *mut c_void),
+) -> Result<(), u32> {
+    let Some(ptx) = std::str::from_utf8(image).ok().filter(|_| !image.starts_with(ELF_MAGIC)) else { return Ok(()) };
+    let (defined, external) = functions(ptx);
+    let system = |f: &String| SYSTEM_FUNCTIONS.contains(&f.as_str());
+    let Some(missing) = external.iter().find(|f| !defined.contains(*f) && !system(f)) else { return Ok(()) };
+    let mut log = (0, 0);
+    for i in (0..count as usize).filter(|_| !options.is_null() && !values.is_null()) {
+        match *options.add(i) {
+            ERROR_LOG_BUFFER => log.0 = *values.add(i) as usize,
+            ERROR_LOG_BUFFER_SIZE_BYTES => log.1 = *values.add(i) as usize as c_uint as usize,
+            _ => {}
+        }
+    }
+    write_log(log, &format!("ptxas fatal   : Unresolved extern function '{missing}'"));
+    Err(code::INVALID_PTX)
+}
+
 /// The members (name field, bytes) of `ar` archive `bytes`, the symbol table's and long names'
 /// with them; `Err` says which member's header or bytes run past the archive's end.
 fn archive_members(bytes: &[u8]) -> Result<Vec<(String, &[u8])>, String> {
@@ -381,6 +411,21 @@ mod tests {
         let mismatched = link_inputs(&[("k.o".into(), INPUT_LIBRARY, object(SM_90))]).unwrap_err();
         assert_eq!(mismatched, "input 'k.o' is not of its type (4)");
         assert!(link_inputs(&[("t".into(), INPUT_OBJECT, TIMES.as_bytes().to_vec())]).is_err());
+    }
+
+    #[test]
+    fn a_module_calling_a_function_it_does_not_define_is_refused_naming_it() {
+        let mut log = [0u8; 128];
+        let mut options = [ERROR_LOG_BUFFER, ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut values = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+        let refused = unsafe { resolved_alone(CALLER.as_bytes(), (2, options.as_mut_ptr(), values.as_mut_ptr())) };
+        assert_eq!(refused, Err(code::INVALID_PTX));
+        let said = String::from_utf8_lossy(&log);
+        assert!(said.starts_with("ptxas fatal   : Unresolved extern function '_Z5timesff'\0"), "{said}");
+        let none = (0, std::ptr::null_mut(), std::ptr::null_mut());
+        assert_eq!(unsafe { resolved_alone(format!("{CALLER}{TIMES}").as_bytes(), none) }, Ok(()));
+        let printing = ".version 8.0\n.extern .func  (.param .b32 r) vprintf\n(\n.param .b64 f\n)\n;\n";
+        assert_eq!(unsafe { resolved_alone(printing.as_bytes(), none) }, Ok(()), "the driver's own functions");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 // input verbose by its own options; a link missing the function is refused with it named in
 // the error log, and malformed inputs are refused (an object that is PTX, a library whose
 // member claims bytes past its end, each at cuLinkAddData with its reason in the error log); a
-// link with the device runtime library, as CuPy links every -rdc=true module, runs exact.
+// link with the device runtime library, as CuPy links every -rdc=true module, runs exact; and
+// modules loaded with the JIT's log options write them (cuModuleLoadDataEx).
 // Usage: link <libcudadevrt.a>
 #include <cstdio>
 #include <cstdlib>
@@ -169,6 +170,32 @@ static CUmodule link_with_library(const char* library, bool* taken) {
     return module;
 }
 
+// Modules loaded with the JIT's log options, as Numba and XLA load theirs: one calling a function
+// it does not define is refused, its error log naming it; one that loads leaves its error log
+// empty; the wall time is written back.
+static void load_with_logs() {
+    using LoadEx = CUresult (*)(CUmodule*, const void*, unsigned, CUjit_option*, void**);
+    LoadEx load_ex = (LoadEx)entry("cuModuleLoadDataEx");
+    static const char* empty_ptx = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry _Z5emptyv()\n{\n\tret;\n}\n";
+    char log[4096] = "x";
+    float wall = -1;
+    CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME};
+    void* values[] = {log, (void*)(uintptr_t)sizeof(log), nullptr};
+    CUmodule module = nullptr;
+    CUresult unresolved = load_ex(&module, caller_ptx, 3, options, values);
+    report(unresolved != CUDA_SUCCESS && strstr(log, "_Z5timesff") != nullptr,
+           "a module calling a function it does not define refused, its error log naming it");
+    strcpy(log, "x");
+    values[1] = (void*)(uintptr_t)sizeof(log);
+    CUresult loaded = load_ex(&module, empty_ptx, 3, options, values);
+    memcpy(&wall, &values[2], sizeof(wall));
+    // Emptied, or left alone with its size's value 0: the driver may do either.
+    report(loaded == CUDA_SUCCESS && (log[0] == 0 || (log[0] == 'x' && (uintptr_t)values[1] == 0)),
+           "a module that loads, its error log empty");
+    report(wall >= 0, "the wall time of a load written back");
+    if (loaded == CUDA_SUCCESS) ((Unload)entry("cuModuleUnload"))(module);
+}
+
 // Links the caller and times from memory, the caller verbose by its own options (the link's
 // say nothing of verbosity); the loaded module, or null; whether the info log was written.
 static CUmodule link_both(bool* logged) {
@@ -261,6 +288,7 @@ int main(int argc, char** argv) {
     CUmodule with_library = link_with_library(argv[1], &taken);
     report(taken && with_library != nullptr && scales(with_library, 5, 1), "a link with the device runtime library");
     if (with_library) ((Unload)entry("cuModuleUnload"))(with_library);
+    load_with_logs();
 
     // The caller alone: its function is undefined, and the error log names it.
     char missing_log[4096] = "", missing_info[4096] = "x";

@@ -17,6 +17,7 @@ use ac_proto::backend::device_code;
 use ac_proto::backend::jit_link::is_forwarded;
 use ac_proto::backend::{JitOption, LinkInput, LinkInputKind};
 
+use super::jit_log::Outputs;
 use crate::context::current_device;
 use crate::error::{code, served, CuResult, Error};
 use crate::guard;
@@ -24,11 +25,7 @@ use crate::state::{self, put, Registry};
 
 /// `CUjit_option`s the shim reads itself.
 mod option {
-    pub const WALL_TIME: u32 = 2;
-    pub const INFO_LOG_BUFFER: u32 = 3;
-    pub const INFO_LOG_BUFFER_SIZE_BYTES: u32 = 4;
-    pub const ERROR_LOG_BUFFER: u32 = 5;
-    pub const ERROR_LOG_BUFFER_SIZE_BYTES: u32 = 6;
+    pub use super::super::jit_log::option::*;
     pub const TARGET_FROM_CUCONTEXT: u32 = 8;
     pub const TARGET: u32 = 9;
     pub const FALLBACK_STRATEGY: u32 = 10;
@@ -51,44 +48,6 @@ struct Pending {
     inputs: Vec<(LinkInput, Vec<u8>)>,
     /// The image, once linked: the program reads it until `cuLinkDestroy`.
     image: Option<Vec<u8>>,
-}
-
-/// Where the program asked the link's logs and wall time to go (addresses in its memory).
-#[derive(Debug, Default, Clone, Copy)]
-struct Outputs {
-    info: Log,
-    errors: Log,
-    /// The option value that receives the wall time (a `float`, milliseconds).
-    wall_time: Option<usize>,
-}
-
-/// A log buffer the program gave: its address, capacity, and the option value its size came in
-/// (and the bytes written go back to).
-#[derive(Debug, Default, Clone, Copy)]
-struct Log {
-    buffer: Option<usize>,
-    capacity: usize,
-    size_value: Option<usize>,
-}
-
-impl Log {
-    /// Writes `text` into the buffer (cut to fit, NUL-terminated) and the bytes written, NUL
-    /// left out, into its size's option value.
-    ///
-    /// # Safety
-    /// The buffer holds `capacity` bytes and the size's value is a live `void*`, as the program
-    /// promised for the link state's life.
-    unsafe fn write(&self, text: &str) {
-        let (Some(buffer), Some(room)) = (self.buffer, self.capacity.checked_sub(1)) else {
-            return;
-        };
-        let n = text.len().min(room);
-        std::ptr::copy_nonoverlapping(text.as_ptr(), buffer as *mut u8, n);
-        *(buffer as *mut u8).add(n) = 0;
-        if let Some(value) = self.size_value {
-            *(value as *mut *mut c_void) = n as *mut c_void;
-        }
-    }
 }
 
 fn links() -> &'static Registry<Link> {
@@ -126,15 +85,7 @@ unsafe fn read_options(
             option::TARGET if !at_create => {
                 return Err(Error::said(code::INVALID_VALUE, "CU_JIT_TARGET is not one for an input"));
             }
-            option::WALL_TIME => outputs.wall_time = Some(slot as usize),
-            option::INFO_LOG_BUFFER => outputs.info.buffer = Some(value).filter(|&b| b != 0),
-            option::ERROR_LOG_BUFFER => outputs.errors.buffer = Some(value).filter(|&b| b != 0),
-            option::INFO_LOG_BUFFER_SIZE_BYTES => {
-                (outputs.info.capacity, outputs.info.size_value) = (value as c_uint as usize, Some(slot as usize))
-            }
-            option::ERROR_LOG_BUFFER_SIZE_BYTES => {
-                (outputs.errors.capacity, outputs.errors.size_value) = (value as c_uint as usize, Some(slot as usize))
-            }
+            o if outputs.take(o, slot) => {}
             option::TARGET_FROM_CUCONTEXT => {}
             option::FALLBACK_STRATEGY => {
                 return Err(Error::said(
@@ -201,18 +152,12 @@ unsafe fn complete(state: usize, image_out: *mut *mut c_void, size_out: *mut usi
         let started = Instant::now();
         let shim = state::shim()?;
         let inputs: Vec<(LinkInput, &[u8])> = pending.inputs.iter().map(|(i, b)| (i.clone(), b.as_slice())).collect();
-        let linked = shim.block_on(shim.devices[link.device].acc.link(&inputs, &link.options));
-        if let Some(at) = link.outputs.wall_time {
-            *(at as *mut f32) = started.elapsed().as_secs_f32() * 1000.0;
+        let linked = shim.block_on(shim.devices[link.device].acc.link(&inputs, &link.options)).map_err(served);
+        match &linked {
+            Ok(linked) => link.outputs.write(started, Ok(&linked.info_log)),
+            Err(e) => link.outputs.write(started, Err(&e.to_string())),
         }
-        let linked = linked.map_err(|e| {
-            let e = served(e);
-            link.outputs.info.write("");
-            link.outputs.errors.write(&e.to_string());
-            e
-        })?;
-        link.outputs.info.write(&linked.info_log);
-        link.outputs.errors.write("");
+        let linked = linked?;
         pending.image = Some(linked.image.to_vec());
     }
     let image = pending.image.as_ref().expect("linked above");

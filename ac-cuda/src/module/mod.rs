@@ -7,7 +7,11 @@
 //! buffer over the module's memory (protocol 9), entered into the program's memory by its
 //! address, so that copies and kernels reach it as any allocation; it goes with its image.
 //! A module's or library's kernels are listed by [`listing`]; device code is linked by [`link`].
+//! The JIT's logs and wall time a load asks for (`cuModuleLoadDataEx`, `cuLibraryLoadData`) are
+//! written when it ends (`jit_log`): a failed load's error log holds its reason and the remote
+//! driver's log; the compiler options are not sent (the remote driver's defaults).
 
+mod jit_log;
 pub mod link;
 pub mod listing;
 
@@ -18,6 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ac_frontend::{Function, Module};
 use ac_proto::backend::ModuleSource;
 
+use self::jit_log::Outputs;
 use crate::attributes::{self, Attributes};
 use crate::context::current_device;
 use crate::error::{code, CuResult, Error};
@@ -241,11 +246,14 @@ pub unsafe extern "C" fn cuModuleLoadData(out: *mut usize, image: *const c_void)
 pub unsafe extern "C" fn cuModuleLoadDataEx(
     out: *mut usize,
     image: *const c_void,
-    _count: c_uint,
-    _options: *mut c_int,
-    _values: *mut *mut c_void,
+    count: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
 ) -> u32 {
-    guard("cuModuleLoadDataEx", || put(out, load(image, true)?))
+    guard("cuModuleLoadDataEx", || {
+        let outputs = Outputs::of_load(count, options, values)?;
+        put(out, outputs.around(|| load(image, true))?)
+    })
 }
 
 #[no_mangle]
@@ -277,16 +285,20 @@ unsafe fn read_image(path: *const c_char) -> CuResult<Vec<u8>> {
 pub unsafe extern "C" fn cuLibraryLoadFromFile(
     out: *mut usize,
     path: *const c_char,
-    _jit_options: *mut c_int,
-    _jit_values: *mut *mut c_void,
-    _jit_count: c_uint,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    jit_count: c_uint,
     _options: *mut c_int,
     _values: *mut *mut c_void,
     _count: c_uint,
 ) -> u32 {
     guard("cuLibraryLoadFromFile", || {
-        let bytes = read_image(path)?;
-        put(out, load(bytes.as_ptr() as *const c_void, false)?)
+        let outputs = Outputs::of_load(jit_count, jit_options, jit_values)?;
+        let library = outputs.around(|| {
+            let bytes = read_image(path)?;
+            load(bytes.as_ptr() as *const c_void, false)
+        });
+        put(out, library?)
     })
 }
 
@@ -373,14 +385,17 @@ pub unsafe extern "C" fn cuModuleGetLoadingMode(mode: *mut c_int) -> u32 {
 pub unsafe extern "C" fn cuLibraryLoadData(
     out: *mut usize,
     code: *const c_void,
-    _jit_options: *mut c_int,
-    _jit_values: *mut *mut c_void,
-    _jit_count: c_uint,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    jit_count: c_uint,
     _options: *mut c_int,
     _values: *mut *mut c_void,
     _count: c_uint,
 ) -> u32 {
-    guard("cuLibraryLoadData", || put(out, load(code, false)?))
+    guard("cuLibraryLoadData", || {
+        let outputs = Outputs::of_load(jit_count, jit_options, jit_values)?;
+        put(out, outputs.around(|| load(code, false))?)
+    })
 }
 
 #[no_mangle]

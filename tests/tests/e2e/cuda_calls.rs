@@ -227,7 +227,7 @@ async fn assert_link_says(c: &TestCluster) {
 }
 
 /// What `link.cu` says through the shim.
-const LINK_LINES: [&str; 19] = [
+const LINK_LINES: [&str; 22] = [
     "two inputs linked exact",
     "the wall time written back exact",
     "the verbose info log written back exact",
@@ -247,6 +247,9 @@ const LINK_LINES: [&str; 19] = [
     "an object that is PTX: 200",
     "its reason in the error log: written",
     "a library member past its end: 200",
+    "a module calling a function it does not define refused, its error log naming it exact",
+    "a module that loads, its error log empty exact",
+    "the wall time of a load written back exact",
 ];
 
 /// The same link through the backend's session workers (a GPU's default), whose driver is the
