@@ -97,12 +97,22 @@ fn functions(ptx: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (defined, external)
 }
 
-/// Functions the driver gives every module (`printf`, device-side `malloc` and `free`, a failed
-/// `assert`): PTX declares them external.
-const SYSTEM_FUNCTIONS: [&str; 4] = ["vprintf", "malloc", "free", "__assertfail"];
+/// Functions the driver gives every module (`printf`, device-side `malloc`, aligned or not, and
+/// `free`, a failed `assert`): PTX declares them external.
+const SYSTEM_FUNCTIONS: [&str; 5] = ["vprintf", "malloc", "__nv_aligned_device_malloc", "free", "__assertfail"];
 
-/// Checks that module `image`, if PTX, calls no external function it does not define: a module
-/// is compiled whole, not linked, and the driver's JIT refuses one with
+/// How many times `name` appears in `ptx` as a whole word (its declaration, and its calls).
+fn mentions(ptx: &str, name: &str) -> usize {
+    let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
+    let found = ptx.match_indices(name);
+    found
+        .filter(|(at, _)| !word(ptx[..*at].chars().next_back()) && !word(ptx[at + name.len()..].chars().next()))
+        .count()
+}
+
+/// Checks that module `image`, if PTX, calls no external function it does not define (one it
+/// declares and never names again is no call): a module is compiled whole, not linked, and the
+/// driver's JIT refuses one with
 /// `CUDA_ERROR_INVALID_PTX`, naming it in the error log that `options` ask for.
 ///
 /// # Safety
@@ -114,7 +124,10 @@ pub unsafe fn resolved_alone(
     let Some(ptx) = std::str::from_utf8(image).ok().filter(|_| !image.starts_with(ELF_MAGIC)) else { return Ok(()) };
     let (defined, external) = functions(ptx);
     let system = |f: &String| SYSTEM_FUNCTIONS.contains(&f.as_str());
-    let Some(missing) = external.iter().find(|f| !defined.contains(*f) && !system(f)) else { return Ok(()) };
+    let called = |f: &String| mentions(ptx, f) > 1;
+    let Some(missing) = external.iter().find(|f| !defined.contains(*f) && !system(f) && called(f)) else {
+        return Ok(());
+    };
     let mut log = (0, 0);
     for i in (0..count as usize).filter(|_| !options.is_null() && !values.is_null()) {
         match *options.add(i) {
@@ -346,7 +359,7 @@ mod tests {
     use super::*;
 
     const TIMES: &str = ".version 8.0\n.visible .func  (.param .b32 r) _Z5timesff(\n.param .b32 a\n)\n{ ret; }\n";
-    const CALLER: &str = ".version 8.0\n.extern .func  (.param .b32 r) _Z5timesff\n(\n.param .b32 a\n)\n;\n.visible .entry _Z5scalePffi(\n.param .u64 x\n)\n{ ret; }\n";
+    const CALLER: &str = ".version 8.0\n.extern .func  (.param .b32 r) _Z5timesff\n(\n.param .b32 a\n)\n;\n.visible .entry _Z5scalePffi(\n.param .u64 x\n)\n{\ncall.uni (r), _Z5timesff, (a);\nret;\n}\n";
 
     fn ptx(name: &str, text: &str) -> (String, c_uint, Vec<u8>) {
         (name.into(), INPUT_PTX, text.as_bytes().to_vec())
@@ -424,8 +437,11 @@ mod tests {
         assert!(said.starts_with("ptxas fatal   : Unresolved extern function '_Z5timesff'\0"), "{said}");
         let none = (0, std::ptr::null_mut(), std::ptr::null_mut());
         assert_eq!(unsafe { resolved_alone(format!("{CALLER}{TIMES}").as_bytes(), none) }, Ok(()));
-        let printing = ".version 8.0\n.extern .func  (.param .b32 r) vprintf\n(\n.param .b64 f\n)\n;\n";
+        let printing = ".version 8.0\n.extern .func  (.param .b32 r) vprintf\n(\n.param .b64 f\n)\n;\ncall vprintf;\n";
         assert_eq!(unsafe { resolved_alone(printing.as_bytes(), none) }, Ok(()), "the driver's own functions");
+        let declared = CALLER.replace("call.uni (r), _Z5timesff, (a);\n", "");
+        assert_eq!(mentions(&declared, "_Z5timesff"), 1);
+        assert_eq!(unsafe { resolved_alone(declared.as_bytes(), none) }, Ok(()), "declared, never called");
     }
 
     #[test]

@@ -152,16 +152,13 @@ static bool scales(CUmodule module, float f, int times) {
     return launched;
 }
 
-// Links the caller, times (given with text after its NUL, which the driver does not read) and
-// `library` (from a file, as CuPy adds libcudadevrt.a); the loaded module, or null; whether the
-// library was taken.
+// Links the caller, times and `library` (from a file, as CuPy adds libcudadevrt.a); the loaded
+// module, or null; whether the library was taken.
 static CUmodule link_with_library(const char* library, bool* taken) {
-    std::string times_and_more = std::string(times_ptx) + '\0' + "text after the NUL";
     CUlinkState state;
     if (create(0, nullptr, nullptr, &state) != CUDA_SUCCESS) return nullptr;
     add_data(state, CU_JIT_INPUT_PTX, (void*)caller_ptx, strlen(caller_ptx) + 1, "caller.ptx", 0, nullptr, nullptr);
-    add_data(state, CU_JIT_INPUT_PTX, (void*)times_and_more.data(), times_and_more.size(), "times.ptx", 0, nullptr,
-             nullptr);
+    add_data(state, CU_JIT_INPUT_PTX, (void*)times_ptx, strlen(times_ptx) + 1, "times.ptx", 0, nullptr, nullptr);
     *taken = add_file(state, CU_JIT_INPUT_LIBRARY, library, 0, nullptr, nullptr) == CUDA_SUCCESS;
     void* image = nullptr;
     CUmodule module = nullptr;
@@ -181,12 +178,14 @@ static void load_with_logs() {
     float wall = -1;
     CUjit_option options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME};
     void* values[] = {log, (void*)(uintptr_t)sizeof(log), nullptr};
+    memcpy(&values[2], &wall, sizeof(wall));  // -1 until a load writes its time
     CUmodule module = nullptr;
     CUresult unresolved = load_ex(&module, caller_ptx, 3, options, values);
     report(unresolved != CUDA_SUCCESS && strstr(log, "_Z5timesff") != nullptr,
            "a module calling a function it does not define refused, its error log naming it");
     strcpy(log, "x");
     values[1] = (void*)(uintptr_t)sizeof(log);
+    memcpy(&values[2], &wall, sizeof(wall));
     CUresult loaded = load_ex(&module, empty_ptx, 3, options, values);
     memcpy(&wall, &values[2], sizeof(wall));
     // Emptied, or left alone with its size's value 0: the driver may do either.
@@ -316,7 +315,7 @@ int main(int argc, char** argv) {
 
     // Inputs that are not what they are declared as, each refused where it is added, the reason
     // in the error log: an object that is PTX; a library whose one member claims a megabyte
-    // where 64 bytes follow (inside this program's memory, which a driver reading on finds).
+    // where 64 bytes follow (the megabyte inside this program's memory, for a driver that reads on).
     char refused_log[4096] = "";
     CUjit_option refused_options[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void* refused_values[] = {refused_log, (void*)(uintptr_t)sizeof(refused_log)};
@@ -324,7 +323,7 @@ int main(int argc, char** argv) {
     printf("an object that is PTX: %d\n", (int)add_data(state, CU_JIT_INPUT_OBJECT, (void*)times_ptx,
                                                           strlen(times_ptx) + 1, "times.o", 0, nullptr, nullptr));
     printf("its reason in the error log: %s\n", strstr(refused_log, "times.o") ? "written" : "not written");
-    std::vector<char> library(1 << 20, 0);
+    std::vector<char> library((1 << 20) + 4096, 0);
     int header = snprintf(library.data(), 70, "!<arch>\n%-16s%-12d%-6d%-6d%-8d%-10d`\n", "k.o/", 0, 0, 0, 644, 1 << 20);
     printf("a library member past its end: %d\n", (int)add_data(state, CU_JIT_INPUT_LIBRARY, library.data(),
                                                                   header + 64, "cut.a", 0, nullptr, nullptr));

@@ -4,16 +4,17 @@
 //! it is declared as, or the driver's refusal names nothing useful. The CUDA shim checks an
 //! input where the driver would (`cuLinkAddData`); the backend checks again, trusting no client.
 //!
-//! - a cubin or a host object: a 64-bit little-endian ELF image whose header tables and
-//!   sections lie inside it;
+//! - a cubin or a host object: a 64-bit little-endian ELF image whose header tables, program
+//!   segments and sections lie inside it, and the fat binaries a host object embeds
+//!   (`.nv_fatbin`, `__nv_relfatbin`) inside their section;
 //! - a fat binary: magic `0xBA55ED50` and a 16-byte header whose last field, the size of what
-//!   follows, lies inside it;
+//!   follows, lies inside it, as each entry's header and payload lie inside that;
 //! - a library: an `ar` archive whose members lie inside it, each ELF member checked as an
 //!   object is (the symbol table and long-name members are not ELF);
 //! - PTX: text, up to its first NUL (where the driver stops reading), with a `.version`
 //!   directive;
-//! - NVVM IR for link-time optimization is not checked: its forms vary (bitcode, wrapped or
-//!   not, or held in a fat binary) and the driver reads no more than its given length.
+//! - NVVM IR for link-time optimization held in an ELF image or a fat binary is checked as
+//!   those are; bare IR (bitcode, wrapped or not) is not: the driver is given its length.
 
 use super::LinkInputKind;
 
@@ -30,6 +31,10 @@ const SHT_NOBITS: u32 = 8;
 const ELF_HEADER: usize = 64;
 /// Bytes of an archive member's header.
 const MEMBER_HEADER: usize = 60;
+/// Bytes of a fat binary entry's header that hold its kind and sizes.
+const FATBIN_ENTRY_FIELDS: u64 = 16;
+/// Bytes of an ELF64 program header.
+const PROGRAM_HEADER: u64 = 56;
 
 /// Checks that `bytes` are what an input of `kind` must be, lying inside themselves; the error
 /// says what is wrong, naming the kind.
@@ -46,10 +51,45 @@ pub fn check_input(kind: LinkInputKind, bytes: &[u8]) -> Result<(), String> {
         LinkInputKind::Object if !bytes.starts_with(ELF_MAGIC) => {
             Err("an Object input that is not an ELF host object".to_string())
         }
-        LinkInputKind::Object => check_elf(bytes).ok_or_else(|| "truncated or malformed ELF object".to_string()),
+        LinkInputKind::Object => check_object(bytes, "ELF object"),
         LinkInputKind::Library => check_archive(bytes),
+        // LTO-IR held in an image is checked as that image is; bare IR is read to its length.
+        LinkInputKind::Nvvm if bytes.starts_with(ELF_MAGIC) || u32_at(bytes, 0) == Some(FATBIN_MAGIC) => {
+            check_image(bytes)
+        }
         LinkInputKind::Nvvm => Ok(()),
     }
+}
+
+/// Checks that a host object lies inside its bytes, and the fat binaries it embeds (its
+/// `.nv_fatbin` or `__nv_relfatbin` section, one or more back to back) inside their sections.
+fn check_object(object: &[u8], what: &str) -> Result<(), String> {
+    check_elf(object).ok_or_else(|| format!("truncated or malformed {what}"))?;
+    for section in sections_named(object, &[".nv_fatbin", "__nv_relfatbin"]) {
+        let mut at = 0;
+        while u32_at(section, at) == Some(FATBIN_MAGIC) {
+            let len = check_fatbin(&section[at..]).map_err(|why| format!("{what}'s device code: {why}"))?;
+            at += len.next_multiple_of(8);
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of the sections of ELF `image` (which [`check_elf`] passed) named one of `names`.
+fn sections_named<'a>(image: &'a [u8], names: &[&str]) -> Vec<&'a [u8]> {
+    let field = |at: usize, read: fn(&[u8], usize) -> Option<u64>| read(image, at).unwrap_or(0) as usize;
+    let (shoff, shentsize, shnum) = (field(0x28, u64_at), field(0x3A, u16_at), field(0x3C, u16_at));
+    // A section's name offset and file bytes (none for one that occupies none).
+    let section = |i: usize| {
+        let at = shoff + i * shentsize;
+        let (offset, size) = (field(at + 0x18, u64_at), field(at + 0x20, u64_at));
+        let bytes = image.get(offset..offset.checked_add(size)?).filter(|_| u32_at(image, at + 4) != Some(SHT_NOBITS));
+        Some((u32_at(image, at)? as usize, bytes?))
+    };
+    let Some((_, strings)) = section(field(0x3E, u16_at)).filter(|_| shnum > 0) else { return Vec::new() };
+    let name = |at: usize| strings.get(at..).map(|s| &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())]);
+    let named = |at: usize| name(at).is_some_and(|n| names.iter().any(|w| w.as_bytes() == n));
+    (0..shnum).filter_map(section).filter(|(at, _)| named(*at)).map(|(_, bytes)| bytes).collect()
 }
 
 /// The PTX a driver reads of `bytes`: up to their first NUL.
@@ -71,14 +111,31 @@ pub fn check_image(image: &[u8]) -> Result<(), String> {
         return check_elf(image).ok_or_else(|| "truncated or malformed cubin (ELF) image".to_string());
     }
     if u32_at(image, 0) == Some(FATBIN_MAGIC) {
-        let header = u16_at(image, 6).ok_or("truncated fatbin header")?;
-        let body = u64_at(image, 8).ok_or("truncated fatbin header")?;
-        return match header.checked_add(body) {
-            Some(end) if header >= 16 && end <= image.len() as u64 => Ok(()),
-            _ => Err(format!("fatbin declares {header}+{body} bytes, {} received", image.len())),
-        };
+        return check_fatbin(image).map(|_| ());
     }
     Err("not a cubin or fatbin image (send PTX as `Ptx` and CUDA C as `CudaC`)".to_string())
+}
+
+/// Checks that the fat binary at the start of `bytes` lies inside them, its entries inside it
+/// (each entry's header and payload, as its header gives their sizes); its length.
+fn check_fatbin(bytes: &[u8]) -> Result<usize, String> {
+    let header = u16_at(bytes, 6).ok_or("truncated fatbin header")?;
+    let body = u64_at(bytes, 8).ok_or("truncated fatbin header")?;
+    let end = match header.checked_add(body) {
+        Some(end) if header >= 16 && end <= bytes.len() as u64 => end as usize,
+        _ => return Err(format!("fatbin declares {header}+{body} bytes, {} received", bytes.len())),
+    };
+    let mut at = header as usize;
+    while at < end {
+        let (entry_header, payload) = (u32_at(bytes, at + 4).map(u64::from), u64_at(bytes, at + 8));
+        let entry_end = entry_header
+            .zip(payload)
+            .filter(|(h, _)| *h >= FATBIN_ENTRY_FIELDS)
+            .and_then(|(h, p)| (at as u64).checked_add(h)?.checked_add(p))
+            .filter(|&e| e <= end as u64);
+        at = entry_end.ok_or(format!("the fatbin's entry at byte {at} runs past its {end} bytes"))? as usize;
+    }
+    Ok(end)
 }
 
 /// `Some` if `image` is a 64-bit little-endian ELF image whose header tables and sections lie
@@ -96,8 +153,20 @@ pub fn check_elf(image: &[u8]) -> Option<()> {
     if !table_fits(phoff, phnum, phentsize, image.len()) || !table_fits(shoff, shnum, shentsize, image.len()) {
         return None;
     }
-    if shnum > 0 && shentsize < 64 {
+    // Section numbering past 0xff00 (a count of 0 with a table) and a name table outside the
+    // table are refused: no cubin or host object with device code has them.
+    let shstrndx = u16_at(image, 0x3E)?;
+    if (shnum == 0 && shoff != 0) || (shnum > 0 && (shentsize < 64 || shstrndx >= shnum)) {
         return None;
+    }
+    if phnum > 0 && phentsize < PROGRAM_HEADER {
+        return None;
+    }
+    for i in 0..phnum {
+        let at = (phoff + i * phentsize) as usize;
+        if !table_fits(u64_at(image, at + 8)?, 1, u64_at(image, at + 0x20)?, image.len()) {
+            return None;
+        }
     }
     for i in 0..shnum {
         let at = (shoff + i * shentsize) as usize;
@@ -117,8 +186,8 @@ pub fn check_archive(archive: &[u8]) -> Result<(), String> {
     let mut at = ARCHIVE_MAGIC.len();
     while at < archive.len() {
         let (name, data) = archive_member(archive, at)?;
-        if data.starts_with(ELF_MAGIC) && check_elf(data).is_none() {
-            return Err(format!("the library's member {name:?} is a truncated or malformed ELF object"));
+        if data.starts_with(ELF_MAGIC) {
+            check_object(data, &format!("library member {name:?}"))?;
         }
         // Members start on even offsets: an odd one is followed by a newline.
         at = at + MEMBER_HEADER + data.len() + data.len() % 2;
@@ -196,6 +265,25 @@ mod tests {
     }
 
     #[test]
+    fn an_elfs_program_headers_and_name_table_must_lie_inside_it() {
+        let mut names_outside = elf(8, 8);
+        names_outside[0x3E..0x40].copy_from_slice(&1u16.to_le_bytes());
+        assert!(check_elf(&names_outside).is_none(), "the name table's index past the one section");
+        let mut extended = elf(8, 8);
+        extended[0x3C..0x3E].copy_from_slice(&0u16.to_le_bytes());
+        assert!(check_elf(&extended).is_none(), "extended section numbering");
+        let mut segment = elf(56, 8);
+        segment[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        segment[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        segment[0x38..0x3A].copy_from_slice(&1u16.to_le_bytes());
+        segment[64 + 8..64 + 16].copy_from_slice(&64u64.to_le_bytes());
+        segment[64 + 0x20..64 + 0x28].copy_from_slice(&8u64.to_le_bytes());
+        assert!(check_elf(&segment).is_some());
+        segment[64 + 0x20..64 + 0x28].copy_from_slice(&4096u64.to_le_bytes());
+        assert!(check_elf(&segment).is_none(), "a segment past the end");
+    }
+
+    #[test]
     fn cubins_and_objects_must_lie_inside_their_bytes() {
         assert!(check_image(&elf(32, 32)).is_ok());
         assert!(check_image(&elf(32, 4096)).is_err(), "a section past the end");
@@ -207,15 +295,65 @@ mod tests {
         assert_eq!(cut, "truncated or malformed ELF object");
     }
 
+    /// A fat binary of one entry whose 16-byte header announces `payload` bytes, `given` of them there.
+    fn fatbin(payload: u64, given: usize) -> Vec<u8> {
+        let mut f = FATBIN_MAGIC.to_le_bytes().to_vec();
+        f.extend([1, 0, 16, 0]);
+        f.extend((16 + payload).to_le_bytes());
+        f.extend([2, 0, 0, 0, 16, 0, 0, 0]);
+        f.extend(payload.to_le_bytes());
+        f.resize(32 + given, 0xCD);
+        f
+    }
+
+    /// A host object whose `__nv_relfatbin` section holds `code`.
+    fn object(code: &[u8]) -> Vec<u8> {
+        let names = b"\0.shstrtab\0__nv_relfatbin\0";
+        let table = (64 + names.len() + code.len()).next_multiple_of(8);
+        let mut b = elf(0, 0)[..64].to_vec();
+        b[0x28..0x30].copy_from_slice(&(table as u64).to_le_bytes());
+        b[0x3C..0x3E].copy_from_slice(&3u16.to_le_bytes());
+        b[0x3E..0x40].copy_from_slice(&1u16.to_le_bytes());
+        b.extend(names);
+        b.extend(code);
+        b.resize(table + 64, 0);
+        for (name, kind, at, len) in [(1u32, 3u32, 64, names.len()), (11, 1, 64 + names.len(), code.len())] {
+            let mut section = [0u8; 64];
+            section[..4].copy_from_slice(&name.to_le_bytes());
+            section[4..8].copy_from_slice(&kind.to_le_bytes());
+            section[0x18..0x20].copy_from_slice(&(at as u64).to_le_bytes());
+            section[0x20..0x28].copy_from_slice(&(len as u64).to_le_bytes());
+            b.extend(section);
+        }
+        b
+    }
+
     #[test]
-    fn fatbins_must_hold_their_declared_size() {
-        let mut f = vec![0u8; 16];
-        f[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
-        f[6..8].copy_from_slice(&16u16.to_le_bytes());
-        f[8..16].copy_from_slice(&8u64.to_le_bytes());
-        assert_eq!(check_image(&f).unwrap_err(), "fatbin declares 16+8 bytes, 16 received");
-        f.extend([0; 8]);
+    fn an_objects_device_code_must_lie_inside_its_section() {
+        assert!(check_input(LinkInputKind::Object, &object(&fatbin(8, 8))).is_ok());
+        let two = [fatbin(8, 8), fatbin(3, 3), vec![0; 5]].concat();
+        assert!(check_input(LinkInputKind::Object, &object(&two)).is_ok(), "two back to back, padded to 8");
+        let cut = check_input(LinkInputKind::Object, &object(&fatbin(4096, 8))).unwrap_err();
+        assert_eq!(cut, "ELF object's device code: fatbin declares 16+4112 bytes, 40 received");
+        let library = archive(&[("k.o/", &object(&[fatbin(8, 8), fatbin(4096, 8)].concat()))], 0);
+        assert!(check_archive(&library)
+            .unwrap_err()
+            .starts_with("library member \"k.o/\"'s device code: fatbin declares"));
+        let nvvm = check_input(LinkInputKind::Nvvm, &fatbin(4096, 8)).unwrap_err();
+        assert!(nvvm.starts_with("fatbin declares"), "LTO-IR in a fat binary: {nvvm}");
+    }
+
+    #[test]
+    fn fatbins_must_hold_their_declared_size_and_entries() {
+        let f = fatbin(8, 8);
         assert!(check_image(&f).is_ok());
+        assert_eq!(check_image(&f[..f.len() - 1]).unwrap_err(), "fatbin declares 16+24 bytes, 39 received");
+        let mut past = f.clone();
+        past[24..32].copy_from_slice(&9u64.to_le_bytes());
+        assert_eq!(check_image(&past).unwrap_err(), "the fatbin's entry at byte 16 runs past its 40 bytes");
+        let mut short_header = f.clone();
+        short_header[20..24].copy_from_slice(&8u32.to_le_bytes());
+        assert!(check_image(&short_header).is_err(), "an entry header too short to hold its sizes");
         assert!(check_input(LinkInputKind::Cubin, &f).is_ok(), "a device image either way, as the driver takes it");
         assert!(check_image(b"garbage!").is_err());
     }
@@ -260,7 +398,7 @@ mod tests {
             format!("the archive member \"a.o/\" declares {} bytes, {} left", object.len() + 1, object.len())
         );
         let bad = check_archive(&archive(&[("/", symbols), ("bad.o/", &elf(8, 4096))], 0)).unwrap_err();
-        assert_eq!(bad, "the library's member \"bad.o/\" is a truncated or malformed ELF object");
+        assert_eq!(bad, "truncated or malformed library member \"bad.o/\"");
         let whole = archive(&[("a.o/", &object)], 0);
         assert!(check_archive(&whole[..ARCHIVE_MAGIC.len() + 30]).unwrap_err().contains("header cut at byte 8"));
         let mut unterminated = whole.clone();
