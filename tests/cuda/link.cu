@@ -152,6 +152,15 @@ static bool scales(CUmodule module, float f, int times) {
     return launched;
 }
 
+// Completes link `state`, loads its image and destroys it; the module, or null.
+static CUmodule complete_and_load(CUlinkState state) {
+    void* image = nullptr;
+    CUmodule module = nullptr;
+    if (complete(state, &image, nullptr) == CUDA_SUCCESS) ((Load)entry("cuModuleLoadData"))(&module, image);
+    destroy(state);
+    return module;
+}
+
 // Links the caller, times and `library` (from a file, as CuPy adds libcudadevrt.a); the loaded
 // module, or null; whether the library was taken.
 static CUmodule link_with_library(const char* library, bool* taken) {
@@ -160,11 +169,7 @@ static CUmodule link_with_library(const char* library, bool* taken) {
     add_data(state, CU_JIT_INPUT_PTX, (void*)caller_ptx, strlen(caller_ptx) + 1, "caller.ptx", 0, nullptr, nullptr);
     add_data(state, CU_JIT_INPUT_PTX, (void*)times_ptx, strlen(times_ptx) + 1, "times.ptx", 0, nullptr, nullptr);
     *taken = add_file(state, CU_JIT_INPUT_LIBRARY, library, 0, nullptr, nullptr) == CUDA_SUCCESS;
-    void* image = nullptr;
-    CUmodule module = nullptr;
-    if (complete(state, &image, nullptr) == CUDA_SUCCESS) ((Load)entry("cuModuleLoadData"))(&module, image);
-    destroy(state);
-    return module;
+    return complete_and_load(state);
 }
 
 // Modules loaded with the JIT's log options, as Numba and XLA load theirs: one calling a function
@@ -207,11 +212,8 @@ static CUmodule link_both(bool* logged) {
     if (create(2, options, values, &state) != CUDA_SUCCESS) return nullptr;
     add_data(state, CU_JIT_INPUT_PTX, (void*)caller_ptx, strlen(caller_ptx) + 1, "caller.ptx", 1, &verbose, &on);
     add_data(state, CU_JIT_INPUT_PTX, (void*)times_ptx, strlen(times_ptx) + 1, "times.ptx", 0, nullptr, nullptr);
-    void* image = nullptr;
-    CUmodule module = nullptr;
-    if (complete(state, &image, nullptr) == CUDA_SUCCESS) ((Load)entry("cuModuleLoadData"))(&module, image);
+    CUmodule module = complete_and_load(state);
     *logged = info[0] != 0;
-    destroy(state);
     return module;
 }
 

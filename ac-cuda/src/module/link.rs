@@ -4,10 +4,10 @@
 //! `cuLinkCreate` (backend protocol 21), for that GPU's architecture. An input that is not the
 //! kind it is declared as, or whose headers run past its bytes, is refused at `cuLinkAddData`
 //! (the checks the backend runs again); the linker's own errors surface at `cuLinkComplete`.
-//! The image is the link state's until
-//! `cuLinkDestroy`, and loads as any (`cuModuleLoadData`). The log buffers, their sizes and the
-//! wall time the program asked for at `cuLinkCreate` are written back at `cuLinkComplete`, into
-//! the option values it must keep for the state's life (as `cuda.h` says).
+//! The image is the link state's until `cuLinkDestroy`, and loads as any (`cuModuleLoadData`).
+//! The log buffers, their sizes and the wall time the program asked for at `cuLinkCreate` are
+//! written back at `cuLinkComplete` (and the error log at a refused `cuLinkAddData`), into the
+//! option values it must keep for the state's life (as `cuda.h` says).
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::{Mutex, OnceLock};
