@@ -71,10 +71,12 @@ impl CudaContext {
         // as a module's image is, and each input to be the kind it is declared as.
         check_link_input(input.kind, bytes)?;
         let (mut keys, mut values) = numbers(&input.options)?;
-        let (bytes, size) = match input.kind {
-            LinkInputKind::Ptx => (ptx_until_nul(bytes), ptx_until_nul(bytes).len() + 1),
-            _ => (bytes, bytes.len()),
+        // PTX's size counts the NUL that `data` gets after it.
+        let (bytes, nul) = match input.kind {
+            LinkInputKind::Ptx => (ptx_until_nul(bytes), 1),
+            _ => (bytes, 0),
         };
+        let size = bytes.len() + nul;
         // Zero-padded to whole words: PTX ends in NUL, and the driver may read headers in place.
         let data = aligned_copy(&[bytes, &[0]].concat());
         let name = CString::new(input.name.replace('\0', "")).expect("no NUL left");
