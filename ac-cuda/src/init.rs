@@ -100,6 +100,17 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attribute: c_in
     })
 }
 
+/// CUDA 2.0's device properties: `CUdevprop`'s fourteen `int`s are attributes 1 to 14 in order
+/// (threads per block, block and grid dimensions, shared and constant memory, warp size,
+/// pitch, registers, clock rate, texture alignment).
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetProperties(properties: *mut [c_int; 14], device: c_int) -> u32 {
+    guard("cuDeviceGetProperties", || {
+        let d = state::shim()?.device(device)?;
+        put(properties, std::array::from_fn(|i| attribute_of(d, device, i as c_int + 1)))
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetPCIBusId(out: *mut c_char, len: c_int, device: c_int) -> u32 {
     guard("cuDeviceGetPCIBusId", || {

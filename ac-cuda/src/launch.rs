@@ -143,6 +143,22 @@ unsafe fn launch(
     graph::or_record_with(stream, NodeKind::Kernel, move || Some(kept), move |stream| launch.send(stream))
 }
 
+/// Launches kernel `function` with `dims` on `stream`, its parameters read from `bytes` as from
+/// an `extra` parameter buffer (the legacy launch calls: [`crate::legacy_launch`]).
+pub(crate) fn launch_with_buffer(function: usize, dims: LaunchDims, stream: usize, bytes: &[u8]) -> CuResult<()> {
+    let mut size = bytes.len();
+    let mut extra = [
+        PARAM_BUFFER_POINTER as *mut c_void,
+        bytes.as_ptr() as *mut c_void,
+        PARAM_BUFFER_SIZE as *mut c_void,
+        (&raw mut size).cast(),
+        PARAM_END as *mut c_void,
+    ];
+    // SAFETY: `extra` is a well-formed parameter-buffer array whose buffer and size outlive the
+    // call, which reads them before it returns.
+    unsafe { launch(function, dims, stream, std::ptr::null_mut(), extra.as_mut_ptr(), Mode::Plain) }
+}
+
 /// How a launch runs its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {

@@ -34,7 +34,8 @@
 //!   dynamic shared memory limit past 48 KiB, sent to the backend).
 //! - [`occupancy`]: occupancy queries, from the architecture's limits as CUDA's calculator
 //!   counts them.
-//! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout.
+//! - [`launch`]: `cuLaunchKernel` and friends: arguments sized by the kernel's parameter layout;
+//!   [`legacy_launch`], CUDA 2.0's `cuParamSet*` and `cuLaunchGrid`, launched through it.
 //! - [`tensor_map`]: tensor maps (TMA descriptors), encoded by the remote driver and kept here.
 //! - [`stream`]: streams and events; [`stream::attributes`], a stream's attributes (an access
 //!   policy window, its synchronization policy), kept and answered here.
@@ -94,6 +95,7 @@ pub mod integrity;
 pub mod ipc;
 pub mod launch;
 pub mod launch_config;
+pub mod legacy_launch;
 pub mod limits;
 pub mod managed;
 pub mod memory;

@@ -21,6 +21,7 @@ mod attribute {
     pub const RANGE_START_ADDR: c_int = 11;
     pub const RANGE_SIZE: c_int = 12;
     pub const MAPPED: c_int = 13;
+    pub const SYNC_MEMOPS: c_int = 6;
     pub const MEMPOOL_HANDLE: c_int = 17;
     pub const LOCALITY_DOMAIN_ORDINAL: c_int = 22;
     use std::ffi::c_int;
@@ -65,6 +66,24 @@ unsafe fn pointer_attribute(data: *mut c_void, attr: c_int, address: u64) -> CuR
         _ => return Err(Error::Code(code::NOT_SUPPORTED)),
     }
     Ok(())
+}
+
+/// The one attribute a program may set, `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` (CUDA-aware MPI
+/// libraries set it on the buffers they register), holds for all device memory here: a
+/// synchronous copy or memset returns only once it is done, so setting it changes nothing, and
+/// no synchronous operation is ever pending for it to wait for. Only device memory may be set.
+#[no_mangle]
+pub unsafe extern "C" fn cuPointerSetAttribute(value: *const c_void, attr: c_int, address: u64) -> u32 {
+    guard("cuPointerSetAttribute", || {
+        state::shim()?;
+        if attr != attribute::SYNC_MEMOPS {
+            return Err(Error::said(code::INVALID_VALUE, format!("pointer attribute {attr} cannot be set")));
+        }
+        if value.is_null() {
+            return Err(Error::Code(code::INVALID_VALUE));
+        }
+        locate(address, 1).map(drop).map_err(|_| Error::said(code::INVALID_VALUE, "not device memory"))
+    })
 }
 
 #[no_mangle]

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 // The driver's entry point `name` as of CUDA `version`, or null where the driver has none (a
@@ -28,6 +29,16 @@
     }
     return f;
 }
+
+// A driver call through its entry point (introduced in CUDA `version`), that must succeed.
+#define DRIVER_AT(type, name, version, ...)                                               \
+    do {                                                                                 \
+        CUresult r_ = ((type)entry_at(#name, version))(__VA_ARGS__);                     \
+        if (r_ != CUDA_SUCCESS) {                                                        \
+            printf("FAILED %s: %d\n", #name, (int)r_);                                   \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
 
 // The driver's entry point `name` as of CUDA 12.0, or exit 1 saying it is missing.
 [[maybe_unused]] static void* entry(const char* name) {

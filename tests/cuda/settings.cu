@@ -31,16 +31,6 @@ __global__ void iota(unsigned* x, unsigned n) {
     if (i < n) x[i] = i;
 }
 
-// A driver call through its entry point (introduced in CUDA `version`), that must succeed.
-#define DRIVER(type, name, version, ...)                                                 \
-    do {                                                                                 \
-        CUresult r_ = ((type)entry_at(#name, version))(__VA_ARGS__);                     \
-        if (r_ != CUDA_SUCCESS) {                                                        \
-            printf("FAILED %s: %d\n", #name, (int)r_);                                   \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
 static void refused(const char* what, cudaError_t e) {
     printf("%s: %d (%s)\n", what, (int)e, cudaGetErrorName(e));
 }
@@ -58,9 +48,9 @@ static void flags() {
     report((got & cudaDeviceScheduleMask) == cudaDeviceScheduleBlockingSync, "the device's flags read back");
     refused("spin and yield at once", cudaSetDeviceFlags(cudaDeviceScheduleSpin | cudaDeviceScheduleYield));
     // The driver's own: the current context's flags.
-    DRIVER(CUresult(*)(unsigned), cuCtxSetFlags, 12010, CU_CTX_SCHED_SPIN);
+    DRIVER_AT(CUresult(*)(unsigned), cuCtxSetFlags, 12010, CU_CTX_SCHED_SPIN);
     unsigned driver = 0;
-    DRIVER(CUresult(*)(unsigned*), cuCtxGetFlags, 12000, &driver);
+    DRIVER_AT(CUresult(*)(unsigned*), cuCtxGetFlags, 12000, &driver);
     report((driver & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_SPIN, "the context's flags set by the driver read back");
     CUresult bad = ((CUresult(*)(unsigned))entry_at("cuCtxSetFlags", 12010))(0x100);
     printf("an unknown context flag: %d\n", (int)bad);
@@ -156,31 +146,31 @@ static void kernel_queries() {
     cudaKernel_t kernel;
     CHECK(cudaGetKernel(&kernel, scale));
     size_t offset = 0, size = 0;
-    DRIVER(CUresult(*)(CUkernel, size_t, size_t*, size_t*), cuKernelGetParamInfo, 12040, (CUkernel)kernel, 1, &offset,
+    DRIVER_AT(CUresult(*)(CUkernel, size_t, size_t*, size_t*), cuKernelGetParamInfo, 12040, (CUkernel)kernel, 1, &offset,
            &size);
     report(offset == 8 && size == 4, "the second parameter at offset 8, 4 bytes");
     CUlibrary library = nullptr;
-    DRIVER(CUresult(*)(CUlibrary*, CUkernel), cuKernelGetLibrary, 12050, &library, (CUkernel)kernel);
+    DRIVER_AT(CUresult(*)(CUlibrary*, CUkernel), cuKernelGetLibrary, 12050, &library, (CUkernel)kernel);
     const char* name = nullptr;
-    DRIVER(CUresult(*)(const char**, CUkernel), cuKernelGetName, 12030, &name, (CUkernel)kernel);
+    DRIVER_AT(CUresult(*)(const char**, CUkernel), cuKernelGetName, 12030, &name, (CUkernel)kernel);
     CUkernel again = nullptr;
-    DRIVER(CUresult(*)(CUkernel*, CUlibrary, const char*), cuLibraryGetKernel, 12000, &again, library, name);
+    DRIVER_AT(CUresult(*)(CUkernel*, CUlibrary, const char*), cuLibraryGetKernel, 12000, &again, library, name);
     report(library != nullptr && again == (CUkernel)kernel, "the kernel's library holds it by name");
     CUfunction function;
     CHECK(cudaGetFuncBySymbol(&function, (const void*)scale));
     CUmodule module = nullptr;
-    DRIVER(CUresult(*)(CUmodule*, CUfunction), cuFuncGetModule, 11000, &module, function);
+    DRIVER_AT(CUresult(*)(CUmodule*, CUfunction), cuFuncGetModule, 11000, &module, function);
     CUfunction found = nullptr;
-    DRIVER(CUresult(*)(CUfunction*, CUmodule, const char*), cuModuleGetFunction, 2000, &found, module, name);
+    DRIVER_AT(CUresult(*)(CUfunction*, CUmodule, const char*), cuModuleGetFunction, 2000, &found, module, name);
     report(module != nullptr && found != nullptr, "the function's module holds it by name");
     // A kernel nothing has touched: unloaded (where CUDA loads lazily), then loaded.
     CUfunction untouched;
     CHECK(cudaGetFuncBySymbol(&untouched, (const void*)iota));
     CUfunctionLoadingState state = CU_FUNCTION_LOADING_STATE_LOADED;
-    DRIVER(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
+    DRIVER_AT(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
     printf("an untouched kernel before cuFuncLoad: %d\n", (int)state);
-    DRIVER(CUresult(*)(CUfunction), cuFuncLoad, 12040, untouched);
-    DRIVER(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
+    DRIVER_AT(CUresult(*)(CUfunction), cuFuncLoad, 12040, untouched);
+    DRIVER_AT(CUresult(*)(CUfunctionLoadingState*, CUfunction), cuFuncIsLoaded, 12040, &state, untouched);
     report(state == CU_FUNCTION_LOADING_STATE_LOADED, "the function loaded");
 }
 

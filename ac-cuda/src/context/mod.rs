@@ -256,6 +256,12 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(context: *mut usize) -> u32 {
     })
 }
 
+// CUDA 2.0's names, of the same signatures (`cuda.h` maps them to the `_v2` forms since 4.0).
+crate::per_thread_aliases! {
+    cuCtxPushCurrent => cuCtxPushCurrent_v2,
+    cuCtxPopCurrent => cuCtxPopCurrent_v2,
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> u32 {
     guard("cuCtxGetDevice", || put(device, current_device()? as c_int))

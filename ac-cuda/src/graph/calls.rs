@@ -99,6 +99,11 @@ pub unsafe extern "C" fn cuGraphInstantiate_v2(
     })
 }
 
+// CUDA 10.0's name, of the same signature (`cuda.h` maps it to the `_v2` form since 11.0).
+crate::per_thread_aliases! {
+    cuGraphInstantiate => cuGraphInstantiate_v2,
+}
+
 /// `CUDA_GRAPH_INSTANTIATE_PARAMS`.
 #[repr(C)]
 #[derive(Debug)]
@@ -176,6 +181,23 @@ pub struct UpdateResultInfo {
 /// `CU_GRAPH_EXEC_UPDATE_SUCCESS` and `CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED`.
 const UPDATED: c_int = 0;
 const TOPOLOGY_CHANGED: c_int = 2;
+
+/// CUDA 10.2's form: the node that forbade the update and the verdict written to two places.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphExecUpdate(
+    handle: usize,
+    graph: usize,
+    error_node: *mut usize,
+    result: *mut c_int,
+) -> u32 {
+    if error_node.is_null() || result.is_null() {
+        return guard("cuGraphExecUpdate", || Err(Error::Code(code::INVALID_VALUE)));
+    }
+    let mut info = UpdateResultInfo { result: UPDATED, error_node: 0, error_from_node: 0 };
+    let answered = cuGraphExecUpdate_v2(handle, graph, &mut info);
+    (*error_node, *result) = (info.error_node, info.result);
+    answered
+}
 
 #[no_mangle]
 pub unsafe extern "C" fn cuGraphExecUpdate_v2(handle: usize, graph: usize, info: *mut UpdateResultInfo) -> u32 {

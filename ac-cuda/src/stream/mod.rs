@@ -295,14 +295,27 @@ pub unsafe extern "C" fn cuStreamGetPriority(handle: usize, priority: *mut c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u32 {
+    guard("cuStreamGetCtx", || put(context, context_of_stream(handle)?))
+}
+
+/// CUDA 12.5: the stream's context, and its green context (none: green contexts are not
+/// served).
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamGetCtx_v2(handle: usize, context: *mut usize, green: *mut usize) -> u32 {
     guard("cuStreamGetCtx", || {
-        let device = device_of_stream(handle)?;
-        // A default stream is the current context's; another, the context it was made in.
-        let created =
-            if is_default_stream(handle) { crate::context::created_current() } else { streams().get(handle)?.context };
-        let primary = crate::context::handle_of(&state::shim()?.devices[device].context);
-        put(context, created.unwrap_or(primary))
+        put(context, context_of_stream(handle)?)?;
+        put(green, 0)
     })
+}
+
+/// The context of stream `handle`: a default stream's is the current context, another's the
+/// context it was made in.
+fn context_of_stream(handle: usize) -> CuResult<usize> {
+    let device = device_of_stream(handle)?;
+    let created =
+        if is_default_stream(handle) { crate::context::created_current() } else { streams().get(handle)?.context };
+    let primary = crate::context::handle_of(&state::shim()?.devices[device].context);
+    Ok(created.unwrap_or(primary))
 }
 
 #[no_mangle]
@@ -319,6 +332,10 @@ pub unsafe extern "C" fn cuStreamGetId(handle: usize, id: *mut u64) -> u32 {
 }
 
 // ---- Events ----
+
+/// The stream an event recorded on a whole context stands on (`cuCtxRecordEvent`): every
+/// stream of its device. No stream handle is this address.
+const WHOLE_DEVICE: usize = usize::MAX;
 
 /// `CU_EVENT_DISABLE_TIMING`.
 const DISABLE_TIMING: c_uint = 2;
@@ -351,6 +368,12 @@ pub(crate) fn is_interprocess(event: usize) -> CuResult<bool> {
 #[no_mangle]
 pub extern "C" fn cuEventDestroy_v2(event: usize) -> u32 {
     guard("cuEventDestroy", || events().remove(event).map(drop))
+}
+
+// CUDA 2.0's names, of the same signatures (`cuda.h` maps them to the `_v2` forms since 4.0).
+crate::per_thread_aliases! {
+    cuStreamDestroy => cuStreamDestroy_v2,
+    cuEventDestroy => cuEventDestroy_v2,
 }
 
 #[no_mangle]
@@ -391,6 +414,12 @@ pub(crate) fn record(event: usize, stream: usize) -> CuResult<()> {
     if captured {
         return Ok(());
     }
+    mark_recorded(event, &record, device, stream)
+}
+
+/// `event` (its `record`) now stands for the work queued so far on `stream` of `device`
+/// ([`WHOLE_DEVICE`]: on every stream of it).
+fn mark_recorded(event: usize, record: &EventRecord, device: usize, stream: usize) -> CuResult<()> {
     *record.marked.lock().unwrap_or_else(|p| p.into_inner()) = Some((device, stream, Instant::now()));
     *record.reached.lock().unwrap_or_else(|p| p.into_inner()) = None;
     if record.interprocess {
@@ -409,7 +438,9 @@ pub(crate) fn wait_for(event: usize) -> CuResult<()> {
         return Err(Error::said(graph::result::CAPTURED_EVENT, "the event was recorded in a stream capture"));
     }
     let marked = *record.marked.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((device, stream, _)) = marked {
+    if let Some((device, WHOLE_DEVICE, _)) = marked {
+        crate::context::synchronize(device)?;
+    } else if let Some((device, stream, _)) = marked {
         let shim = state::shim()?;
         // A stream destroyed since: its work was waited for when it was destroyed.
         if let Ok(session) = session_stream(stream, device) {
@@ -422,6 +453,29 @@ pub(crate) fn wait_for(event: usize) -> CuResult<()> {
     let mut reached = record.reached.lock().unwrap_or_else(|p| p.into_inner());
     reached.get_or_insert_with(Instant::now);
     Ok(())
+}
+
+/// CUDA 12.5: `event` stands for the work queued so far in context `context`, as a record on
+/// each of its streams would. A device's contexts share its session here, so it waits for the
+/// work of the device's other contexts as well. A capture in progress is not refused.
+#[no_mangle]
+pub extern "C" fn cuCtxRecordEvent(context: usize, event: usize) -> u32 {
+    guard("cuCtxRecordEvent", || {
+        let device = crate::context::context_of(context)?.device;
+        let record = events().get(event)?;
+        *record.captured.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        mark_recorded(event, &record, device, WHOLE_DEVICE)
+    })
+}
+
+/// CUDA 12.5: later work in context `context` waits for `event`. As `cuStreamWaitEvent`, the
+/// host waits, which orders that work after it.
+#[no_mangle]
+pub extern "C" fn cuCtxWaitEvent(context: usize, event: usize) -> u32 {
+    guard("cuCtxWaitEvent", || {
+        crate::context::context_of(context)?;
+        wait_for(event)
+    })
 }
 
 #[no_mangle]

@@ -204,6 +204,32 @@ async fn a_modules_and_a_librarys_kernels_are_listed_by_name() {
     assert_program_says("module_kernels", 1, &lines).await;
 }
 
+/// The driver API's older names, which programs written for CUDA 2.0 to 11 call, and CUDA
+/// 12.5's context-wide events, are served: a kernel launched by CUDA 2.0's parameter, shape and
+/// grid calls runs on the grid asked (two rows of blocks scale each element twice, a lone
+/// launch one block), CUDA 2.0's context stack and destroy calls and CUDA 10's graph
+/// instantiation and update work, the legacy device properties are the device's attributes, a
+/// stream's context comes with no green one, a context's event stands for its work, and
+/// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` is set on device memory while no other attribute may be.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_driver_apis_older_names_are_served() {
+    let lines = [
+        "setting a pointer's context: 1",
+        "cuLaunchGrid scaled every element once exact",
+        "cuLaunchGridAsync's two rows of blocks scaled each twice exact",
+        "cuLaunch ran one block exact",
+        "CUDA 2.0's push and pop gave the context back exact",
+        "CUDA 2.0's stream and event destroyed exact",
+        "CUDA 10's update allowed exact",
+        "CUDA 10's graph ran, then its update exact",
+        "legacy properties: 1024 threads a block, warp 32, 49152 bytes shared",
+        "cuDeviceGetProperties is the device's attributes exact",
+        "cuStreamGetCtx_v2 gave the stream's context and no green one exact",
+        "the context's event stood for its work exact",
+    ];
+    assert_program_says("legacy_driver", 1, &lines).await;
+}
+
 /// Device code linked at run time (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`,
 /// `cuLinkComplete`), by the device's driver (the stand-in's linker): a kernel calling another
 /// input's function runs exact, before and after its link state is destroyed, and from two
