@@ -147,15 +147,23 @@ static void context_events(float* d, int n, cudaStream_t stream) {
     using GetCtx = CUresult (*)(CUstream, CUcontext*, CUgreenCtx*);
     DRIVER_AT(GetCtx, cuStreamGetCtx, 12050, (CUstream)stream, &of_stream, &green);
     report(of_stream == current && green == nullptr, "cuStreamGetCtx_v2 gave the stream's context and no green one");
-    cudaEvent_t e;
+    cudaEvent_t e, later;
     CHECK(cudaEventCreate(&e));
+    CHECK(cudaEventCreate(&later));
     scale<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, stream>>>(d, 2.0f, n);
     DRIVER_AT(CUresult(*)(CUcontext, CUevent), cuCtxRecordEvent, 12050, current, (CUevent)e);
     DRIVER_AT(CUresult(*)(CUcontext, CUevent), cuCtxWaitEvent, 12050, current, (CUevent)e);
     CHECK(cudaEventSynchronize(e));
     CHECK(cudaEventQuery(e));
     report(holds(d, n, [](int i) { return i < BLOCK ? 18.0f * i : 36.0f * i; }), "the context's event stood for its work");
+    // Recorded, so it times: an event never recorded would be refused here.
+    CHECK(cudaEventRecord(later, stream));
+    CHECK(cudaEventSynchronize(later));
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, e, later));
+    report(ms >= 0, "the context's event timed the work after it");
     CHECK(cudaEventDestroy(e));
+    CHECK(cudaEventDestroy(later));
 }
 
 int main(int argc, char** argv) {

@@ -226,6 +226,7 @@ async fn the_driver_apis_older_names_are_served() {
         "cuDeviceGetProperties is the device's attributes exact",
         "cuStreamGetCtx_v2 gave the stream's context and no green one exact",
         "the context's event stood for its work exact",
+        "the context's event timed the work after it exact",
     ];
     assert_program_says("legacy_driver", 1, &lines).await;
 }
