@@ -1,13 +1,12 @@
-//! `cuInit`, versions, device queries, error strings and error-log callbacks: all answered
+//! `cuInit`, versions, device queries and error strings: all answered
 //! locally, from what the session learned when it opened (queries that cannot change never
 //! cross the network).
 
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::sync::OnceLock;
+use std::ffi::{c_char, c_int, c_uint, CStr};
 
 use crate::error::{code, Error};
 use crate::guard;
-use crate::state::{self, put, Device, Registry};
+use crate::state::{self, put, Device};
 
 /// The CUDA version this driver reports: what `cuda.h` 13.0 programs and runtimes need.
 pub const DRIVER_VERSION: c_int = 13000;
@@ -268,41 +267,6 @@ pub unsafe extern "C" fn cuGetErrorName(error: u32, out: *mut *const c_char) -> 
 #[no_mangle]
 pub unsafe extern "C" fn cuGetErrorString(error: u32, out: *mut *const c_char) -> u32 {
     guard("cuGetErrorString", || put(out, describe(error).ok_or(Error::Code(code::INVALID_VALUE))?.1.as_ptr()))
-}
-
-/// A callback registered for the driver's error log (`cuLogsRegisterCallback`, which the CUDA 13
-/// runtime calls at its start): kept, and never called, since the remote driver's log does not
-/// travel; the shim's own errors go to stderr (`ac-cuda: ...` lines).
-struct LogCallback {
-    _function: usize,
-    _data: usize,
-}
-
-fn log_callbacks() -> &'static Registry<LogCallback> {
-    static CALLBACKS: OnceLock<Registry<LogCallback>> = OnceLock::new();
-    CALLBACKS.get_or_init(Registry::default)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn cuLogsRegisterCallback(function: *const c_void, data: *mut c_void, out: *mut usize) -> u32 {
-    guard("cuLogsRegisterCallback", || {
-        if function.is_null() {
-            return Err(Error::Code(code::INVALID_VALUE));
-        }
-        let handle = log_callbacks().insert(LogCallback { _function: function as usize, _data: data as usize });
-        // The handle is optional: a caller that never unregisters may pass no place for it.
-        if !out.is_null() {
-            *out = handle;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn cuLogsUnregisterCallback(handle: usize) -> u32 {
-    guard("cuLogsUnregisterCallback", || {
-        log_callbacks().remove(handle).map(drop).map_err(|_| Error::Code(code::INVALID_VALUE))
-    })
 }
 
 /// The name and description of a `CUresult`.

@@ -42,6 +42,8 @@
 //! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
 //!   launch's stream; an executable graph its nodes in dependency order.
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
+//! - [`logs`]: the driver's error log (`cuLogs*`): the shim's reasons for failed calls, in
+//!   NVIDIA's form, kept, handed to the program's callbacks and dumped on request.
 //! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
 //!   [`integrity`] is the check one of them computes.
 //! - [`blas`]: cuBLAS and cuBLASLt (gemms, level 1 and 2, matmuls), for programs linked
@@ -97,6 +99,7 @@ pub mod launch;
 pub mod launch_config;
 pub mod legacy_launch;
 pub mod limits;
+pub mod logs;
 pub mod managed;
 pub mod memory;
 pub mod module;
@@ -126,6 +129,7 @@ pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Error>) -> u32 {
         Ok(Err(e)) => e.report(call),
         Err(_) => {
             eprintln!("ac-cuda: {call} failed unexpectedly (a bug in the shim)");
+            logs::record(logs::Level::Error, call, "failed unexpectedly (a bug in the shim)");
             error::code::UNKNOWN
         }
     }
@@ -145,6 +149,7 @@ pub fn say_unsupported_once(name: &'static str, answer: &str) {
     if !said.contains(&name) {
         said.push(name);
         eprintln!("ac-cuda: {name} is not supported on remote accelerators ({answer})");
+        logs::record(logs::Level::Error, name, &format!("not supported on remote accelerators ({answer})"));
     }
 }
 
