@@ -4,7 +4,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, CStr};
 
-use crate::error::{code, Error};
+use crate::error::{code, CuResult, Error};
 use crate::guard;
 use crate::state::{self, put, Device};
 
@@ -108,6 +108,58 @@ pub unsafe extern "C" fn cuDeviceGetProperties(properties: *mut [c_int; 14], dev
         let d = state::shim()?.device(device)?;
         put(properties, std::array::from_fn(|i| attribute_of(d, device, i as c_int + 1)))
     })
+}
+
+/// `CU_ATOMIC_OPERATION_MAX`: the operations `CUatomicOperation` names are below it.
+const ATOMIC_OPERATIONS: u32 = 13;
+
+/// CUDA 13: which atomic operations the link between a device and the host does natively:
+/// none, over a network (as `CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED` says, 0).
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetHostAtomicCapabilities(
+    capabilities: *mut c_uint,
+    operations: *const u32,
+    count: c_uint,
+    device: c_int,
+) -> u32 {
+    guard("cuDeviceGetHostAtomicCapabilities", || {
+        state::shim()?.device(device)?;
+        no_native_atomics(capabilities, operations, count)
+    })
+}
+
+/// CUDA 13: which atomic operations the link between two devices does natively: none, since
+/// no device here maps another's memory (as `cuDeviceGetP2PAttribute` answers).
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetP2PAtomicCapabilities(
+    capabilities: *mut c_uint,
+    operations: *const u32,
+    count: c_uint,
+    source: c_int,
+    destination: c_int,
+) -> u32 {
+    guard("cuDeviceGetP2PAtomicCapabilities", || {
+        let shim = state::shim()?;
+        shim.device(source)?;
+        shim.device(destination)?;
+        if source == destination {
+            return Err(Error::said(code::INVALID_DEVICE, "a link from a device to itself"));
+        }
+        no_native_atomics(capabilities, operations, count)
+    })
+}
+
+/// Answers no capability for each of `count` operations, after checking them.
+unsafe fn no_native_atomics(capabilities: *mut c_uint, operations: *const u32, count: c_uint) -> CuResult<()> {
+    if capabilities.is_null() || operations.is_null() || count == 0 {
+        return Err(Error::Code(code::INVALID_VALUE));
+    }
+    let operations = std::slice::from_raw_parts(operations, count as usize);
+    if let Some(bad) = operations.iter().find(|&&op| op >= ATOMIC_OPERATIONS) {
+        return Err(Error::said(code::INVALID_VALUE, format!("atomic operation {bad}")));
+    }
+    std::slice::from_raw_parts_mut(capabilities, count as usize).fill(0);
+    Ok(())
 }
 
 #[no_mangle]

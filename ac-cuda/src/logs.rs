@@ -166,7 +166,12 @@ fn format_line(level: Level, entry: &str, message: &str) -> String {
     // SAFETY: gettid has no preconditions.
     let thread = unsafe { libc::gettid() };
     let severity = if level == Level::Error { 'E' } else { 'W' };
-    format!("[{:02}:{:02}:{:02}.{ms:03}][{thread}][CUDA][{severity}][{entry}] {message}", secs / 3600, secs / 60 % 60, secs % 60)
+    format!(
+        "[{:02}:{:02}:{:02}.{ms:03}][{thread}][CUDA][{severity}][{entry}] {message}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// Appends `line` to `CUDA_LOG_FILE`'s file, or stdout; nothing for `stderr` (the shim's own
@@ -200,7 +205,9 @@ pub unsafe extern "C" fn cuLogsRegisterCallback(function: *const c_void, data: *
             return Err(Error::said(code::INVALID_VALUE, "the callback cannot be NULL"));
         }
         // SAFETY: a non-null `CUlogsCallback`, as cuda.h types it.
-        let function = std::mem::transmute::<*const c_void, unsafe extern "C" fn(*mut c_void, Level, *mut c_char, usize)>(function);
+        let function = std::mem::transmute::<*const c_void, unsafe extern "C" fn(*mut c_void, Level, *mut c_char, usize)>(
+            function,
+        );
         let handle = callbacks().insert(Callback { function, data: data as usize });
         // The handle is optional: a caller that never unregisters may pass no place for it.
         if !out.is_null() {
@@ -231,7 +238,12 @@ unsafe fn start(iterator: *const c_uint) -> Option<u32> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLogsDumpToMemory(iterator: *mut c_uint, buffer: *mut c_char, size: *mut usize, flags: c_uint) -> u32 {
+pub unsafe extern "C" fn cuLogsDumpToMemory(
+    iterator: *mut c_uint,
+    buffer: *mut c_char,
+    size: *mut usize,
+    flags: c_uint,
+) -> u32 {
     guard("cuLogsDumpToMemory", || {
         no_flags(flags)?;
         if buffer.is_null() {
@@ -295,11 +307,13 @@ mod tests {
 
     #[test]
     fn a_small_buffer_gets_a_note_and_the_newest_messages_that_fit_or_nothing() {
-        let log = log_of(&["one", "two", "three"]);
+        let [one, two, three] = ["one", "two", "three"].map(|m| format!("{m:-<100}"));
+        let log = log_of(&[&one, &two, &three]);
         let note = left_out(1);
-        let dump = log.dump(None, note.len() + 1 + "two\nthree\n".len()).unwrap();
-        assert_eq!(dump.text, format!("{note}\ntwo\nthree\n"));
-        assert_eq!(log.dump(None, 10), None, "not even the newest fits with the note");
+        let dump = log.dump(None, note.len() + 1 + 202).unwrap();
+        assert_eq!(dump.text, format!("{note}\n{two}\n{three}\n"));
+        assert_eq!(dump.next, 3, "the iterator goes past what was left out");
+        assert_eq!(log.dump(None, 150), None, "not even the newest fits with the note");
     }
 
     #[test]

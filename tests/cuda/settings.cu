@@ -2,7 +2,8 @@
 // anything: the profiler's start and stop (torch.cuda.profiler, runs under Nsight), the device's
 // flags (cudaSetDeviceFlags), the shared memory bank size (deprecated, still called), a stream's
 // device and attributes (an L2 access policy window, as TensorRT and CUTLASS set one), and a
-// kernel's parameters, module, library and loading state. Each is answered as CUDA answers it,
+// kernel's parameters, module, library and loading state, the persisting L2 lines' reset, and the
+// atomic operations native to the host's link and between devices. Each is answered as CUDA answers it,
 // a bad value is refused, and a kernel still runs after them all, exactly.
 // Usage: settings [elements]
 #include <cstdio>
@@ -123,6 +124,30 @@ static void stream_attributes(float* d, size_t bytes) {
     CHECK(cudaStreamDestroy(copy));
 }
 
+// The persisting L2 lines reset after a window's work (as TensorRT and CUTLASS reset them), and
+// which atomic operations the link to the host and one between two devices do natively (CUDA 13).
+static void l2_and_atomics(int devices) {
+    CHECK(cudaCtxResetPersistingL2Cache());
+    report(true, "the persisting L2 lines reset");
+    CUatomicOperation ops[3] = {CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS, CU_ATOMIC_OPERATION_FLOAT_ADD};
+    unsigned caps[3] = {99, 99, 99};
+    using Host = CUresult (*)(unsigned*, const CUatomicOperation*, unsigned, CUdevice);
+    DRIVER_AT(Host, cuDeviceGetHostAtomicCapabilities, 13000, caps, ops, 3, 0);
+    int native = -1;
+    CHECK(cudaDeviceGetAttribute(&native, cudaDevAttrHostNativeAtomicSupported, 0));
+    printf("host atomics: %u %u %u, native %d\n", caps[0], caps[1], caps[2], native);
+    CUatomicOperation unknown = CU_ATOMIC_OPERATION_MAX;
+    CUresult r = ((Host)entry_at("cuDeviceGetHostAtomicCapabilities", 13000))(caps, &unknown, 1, 0);
+    printf("an unknown atomic operation: %d\n", (int)r);
+    if (devices < 2) return;
+    using Peer = CUresult (*)(unsigned*, const CUatomicOperation*, unsigned, CUdevice, CUdevice);
+    caps[0] = caps[1] = caps[2] = 99;
+    DRIVER_AT(Peer, cuDeviceGetP2PAtomicCapabilities, 13000, caps, ops, 3, 0, 1);
+    printf("peer atomics: %u %u %u\n", caps[0], caps[1], caps[2]);
+    r = ((Peer)entry_at("cuDeviceGetP2PAtomicCapabilities", 13000))(caps, ops, 3, 1, 1);
+    printf("a device's link to itself: %d\n", (int)r);
+}
+
 // Parameter counts (CUDA 13.2), where the driver has them.
 static void parameter_counts() {
     using Count = CUresult (*)(void*, size_t*);
@@ -190,6 +215,7 @@ int main(int argc, char** argv) {
     stream_attributes(d, n * sizeof(float));
     kernel_queries();
     parameter_counts();
+    l2_and_atomics(devices);
     // d[0..32) was doubled under the window; all of it once more now.
     scale<<<(n + 255) / 256, 256>>>(d, 3.0f, n);
     CHECK(cudaMemcpy(host.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));

@@ -124,3 +124,12 @@ pub extern "C" fn cuProfilerStart() -> u32 {
 pub extern "C" fn cuProfilerStop() -> u32 {
     guard("cuProfilerStop", || current_context().map(drop))
 }
+
+/// No line of a device's L2 cache is ever persisting here: the devices answer a persisting L2
+/// size of 0 (`CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE`) and access policy windows are
+/// hints kept in the shim, so there is none to reset (TensorRT and CUTLASS reset after their
+/// windows).
+#[no_mangle]
+pub extern "C" fn cuCtxResetPersistingL2Cache() -> u32 {
+    guard("cuCtxResetPersistingL2Cache", || current_context().map(drop))
+}

@@ -10,7 +10,9 @@
 //! - a fat binary: magic `0xBA55ED50` and a 16-byte header whose last field, the size of what
 //!   follows, lies inside it, as each entry's header and payload lie inside that;
 //! - a library: an `ar` archive whose members lie inside it, each ELF member checked as an
-//!   object is (the symbol table and long-name members are not ELF);
+//!   object is; its symbol index (`/`, `/SYM64/`: a linker looks members up by it) pointing
+//!   only at members' headers, with a name for each symbol, and each long member name (`/N`,
+//!   `#1/N`) inside the table or member that holds it;
 //! - PTX: text, up to its first NUL (where the driver stops reading), with a `.version`
 //!   directive;
 //! - NVVM IR for link-time optimization held in an ELF image or a fat binary is checked as
@@ -183,14 +185,69 @@ pub fn check_archive(archive: &[u8]) -> Result<(), String> {
     if !archive.starts_with(ARCHIVE_MAGIC) {
         return Err("a Library input that is not an ar archive (`!<arch>`)".to_string());
     }
+    let (mut headers, mut index, mut long_names, mut named) = (Vec::new(), None, None, Vec::new());
     let mut at = ARCHIVE_MAGIC.len();
     while at < archive.len() {
         let (name, data) = archive_member(archive, at)?;
+        headers.push(at);
+        match name.as_str() {
+            "/" => index = Some((data, 4)),
+            "/SYM64/" => index = Some((data, 8)),
+            "//" => long_names = Some(data),
+            _ => named.push((name.clone(), data.len())),
+        }
         if data.starts_with(ELF_MAGIC) {
             check_object(data, &format!("library member {name:?}"))?;
         }
         // Members start on even offsets: an odd one is followed by a newline.
         at = at + MEMBER_HEADER + data.len() + data.len() % 2;
+    }
+    if let Some((table, width)) = index {
+        check_symbol_index(table, width, &headers)?;
+    }
+    named.iter().try_for_each(|(name, len)| check_long_name(name, *len, long_names))
+}
+
+/// An archive's symbol index: a big-endian count of `width` bytes, that many offsets of the
+/// same width, each the start of a member's header (`headers`, in order), then a NUL-terminated
+/// name for each.
+fn check_symbol_index(table: &[u8], width: usize, headers: &[usize]) -> Result<(), String> {
+    let word = |at: usize| table.get(at..at + width).map(|b| b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)));
+    let count = word(0).ok_or("the archive's symbol index is cut short")?;
+    if !table_fits(width as u64, count, width as u64, table.len()) {
+        return Err(format!("the archive's symbol index declares {count} symbols in {} bytes", table.len()));
+    }
+    let count = count as usize; // fits: `count` words lie inside `table`
+    for i in 0..count {
+        let offset = word(width * (i + 1)).expect("inside the table");
+        if usize::try_from(offset).map_or(true, |o| headers.binary_search(&o).is_err()) {
+            return Err(format!("the archive's symbol {i} points at byte {offset}, where no member starts"));
+        }
+    }
+    let names = table[width * (count + 1)..].iter().filter(|&&b| b == 0).count();
+    if names < count {
+        return Err(format!("the archive's symbol index names {names} of its {count} symbols"));
+    }
+    Ok(())
+}
+
+/// A member's name that refers elsewhere: GNU's `/N`, at byte N of the long-name table (`//`),
+/// ending in `/\n` inside it; BSD's `#1/N`, the first N bytes of the member's own `len`.
+fn check_long_name(name: &str, len: usize, long_names: Option<&[u8]>) -> Result<(), String> {
+    if let Some(offset) = name.strip_prefix('/').and_then(|n| n.parse::<usize>().ok()) {
+        let table = long_names.ok_or(format!("the archive member {name:?} names a long-name table it lacks"))?;
+        let ends = table.get(offset..).is_some_and(|rest| rest.windows(2).any(|w| w == b"/\n"));
+        if !ends {
+            return Err(format!(
+                "the archive member {name:?} names no whole entry of its {}-byte long-name table",
+                table.len()
+            ));
+        }
+    }
+    if let Some(bytes) = name.strip_prefix("#1/").and_then(|n| n.parse::<usize>().ok()) {
+        if bytes > len {
+            return Err(format!("the archive member {name:?} has a {bytes}-byte name in its {len} bytes"));
+        }
     }
     Ok(())
 }
@@ -408,5 +465,45 @@ mod tests {
         no_size[ARCHIVE_MAGIC.len() + 48] = b'x';
         assert!(check_archive(&no_size).unwrap_err().contains("no decimal size"));
         assert!(check_archive(ARCHIVE_MAGIC).is_ok(), "an empty archive");
+    }
+
+    /// A GNU symbol index of one symbol, `k`, at `offset`.
+    fn index_at(offset: u32) -> Vec<u8> {
+        [&1u32.to_be_bytes()[..], &offset.to_be_bytes(), b"k\0"].concat()
+    }
+
+    #[test]
+    fn a_librarys_symbol_index_and_long_names_must_point_inside_it() {
+        let object = elf(8, 8);
+        // The member after the index: the magic, the index's header and its 10 bytes.
+        let member = ARCHIVE_MAGIC.len() + MEMBER_HEADER + 10;
+        assert!(check_archive(&archive(&[("/", &index_at(member as u32)), ("a.o/", &object)], 0)).is_ok());
+        let inside = check_archive(&archive(&[("/", &index_at(member as u32 + 2)), ("a.o/", &object)], 0));
+        assert_eq!(
+            inside.unwrap_err(),
+            format!("the archive's symbol 0 points at byte {}, where no member starts", member + 2)
+        );
+        let past = check_archive(&archive(&[("/", &index_at(1 << 30)), ("a.o/", &object)], 0)).unwrap_err();
+        assert!(past.contains("points at byte 1073741824"), "{past}");
+        let many = [&1000u32.to_be_bytes()[..], &(member as u32).to_be_bytes()].concat();
+        let declared = check_archive(&archive(&[("/", &many), ("a.o/", &object)], 0)).unwrap_err();
+        assert_eq!(declared, "the archive's symbol index declares 1000 symbols in 8 bytes");
+        let unnamed = [&1u32.to_be_bytes()[..], &(member as u32).to_be_bytes(), b"kk"].concat();
+        let names = check_archive(&archive(&[("/", &unnamed), ("a.o/", &object)], 0)).unwrap_err();
+        assert_eq!(names, "the archive's symbol index names 0 of its 1 symbols");
+        let wide = [&1u64.to_be_bytes()[..], &(member as u64 + 8).to_be_bytes(), b"k\0"].concat();
+        assert!(check_archive(&archive(&[("/SYM64/", &wide), ("a.o/", &object)], 0)).is_ok(), "64-bit offsets");
+
+        let table: &[u8] = b"a_long_member_name.o/\n";
+        assert!(check_archive(&archive(&[("//", table), ("/0", &object)], 0)).is_ok());
+        let beyond = check_archive(&archive(&[("//", table), ("/40", &object)], 0)).unwrap_err();
+        assert_eq!(beyond, "the archive member \"/40\" names no whole entry of its 22-byte long-name table");
+        assert!(check_archive(&archive(&[("/0", &object)], 0)).unwrap_err().contains("lacks"));
+        let bsd = check_archive(&archive(&[("#1/100000", &object)], 0)).unwrap_err();
+        assert_eq!(
+            bsd,
+            format!("the archive member \"#1/100000\" has a 100000-byte name in its {} bytes", object.len())
+        );
+        assert!(check_archive(&archive(&[("#1/8", &object)], 0)).is_ok(), "a BSD name inside its member");
     }
 }

@@ -74,7 +74,10 @@ async fn a_batch_of_copies_lands_whole_and_a_malformed_one_not_at_all() {
 /// wide, as on every device since Volta); each of two devices' streams names its own device;
 /// a stream's access policy window and synchronization policy read back, copied to another
 /// stream, and a bad window or a launch's attribute is refused; a kernel's parameter count and
-/// layout, library, module and loading state are CUDA's; and a kernel after them all is exact.
+/// layout, library, module and loading state are CUDA's; the persisting L2 lines reset; no
+/// atomic operation is native over the host's link or between two devices (CUDA 13's
+/// queries), an unknown operation and a device's link to itself refused; and a kernel after
+/// them all is exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them() {
     let lines = [
@@ -98,6 +101,11 @@ async fn settings_and_queries_around_the_work_are_answered_as_cuda_answers_them(
         "the function loaded exact",
         "the kernel's parameter count, 3 exact",
         "the function's parameter count, 3 exact",
+        "the persisting L2 lines reset exact",
+        "host atomics: 0 0 0, native 0",
+        "an unknown atomic operation: 1",
+        "peer atomics: 0 0 0",
+        "a device's link to itself: 101",
         "a kernel after them all exact",
     ];
     assert_program_says("settings", 2, &lines).await;
@@ -302,4 +310,30 @@ async fn a_modules_kernels_are_listed_through_a_session_worker() {
     let lines = ["a library loaded from memory lists its two kernels exact", "a module lists its two kernels exact"];
     assert_program_says_on(&c, ("module_kernels", &["100000"]), 1, &lines).await;
     record.assert_none();
+}
+
+/// The driver's error log (CUDA 12.9's `cuLogs*`, which the CUDA 13 runtime also reads): a
+/// call refused with a reason (a dump into a NULL buffer, NVIDIA's own example) is logged in
+/// NVIDIA's form and heard at once by the program's callback; a dump from an iterator holds it
+/// and advances the iterator, a buffer too small for any message is refused with a size of 0, a
+/// dump to a file holds it, the runtime's `cudaLogsDumpToMemory` holds it, and an unregistered
+/// callback hears no more.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_calls_reason_is_in_the_drivers_log() {
+    let _turn = standin::exclusive().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dumped.log");
+    let lines = [
+        "a dump into NULL refused exact",
+        "][CUDA][E][cuLogsDumpToMemory] buffer cannot be NULL",
+        "the callback heard the refusal in NVIDIA's form exact",
+        "the dump from the iterator holds the refusal exact",
+        "the advanced iterator has nothing new exact",
+        "a buffer too small for any message refused exact",
+        "the dump to a file holds the refusal exact",
+        "the runtime's dump holds the driver's messages exact",
+        "an unregistered callback hears no more exact",
+    ];
+    assert_program_says_on(&cuda_cluster(1).await, ("logs", &[file.to_str().unwrap()]), 1, &lines).await;
+    standin::assert_no_violations();
 }
