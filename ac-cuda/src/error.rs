@@ -78,7 +78,7 @@ impl Error {
     pub fn report(&self, call: &str) -> u32 {
         if !matches!(self, Error::Code(_)) || tracing() {
             eprintln!("ac-cuda: {call}: {self}");
-            crate::logs::record(crate::logs::Level::Error, call, &self.to_string());
+            crate::driver_log::record(crate::driver_log::Level::Error, call, &self.to_string());
         }
         self.code()
     }

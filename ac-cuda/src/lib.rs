@@ -42,8 +42,8 @@
 //! - [`graph`]: CUDA graphs and stream capture, kept here: a node is its call, run again on the
 //!   launch's stream; an executable graph its nodes in dependency order.
 //! - [`procs`]: `cuGetProcAddress`, by name and version.
-//! - [`logs`]: the driver's error log (`cuLogs*`): the shim's reasons for failed calls, in
-//!   NVIDIA's form, kept, handed to the program's callbacks and dumped on request.
+//! - [`driver_log`]: the driver's error log: the shim's reasons for failed calls, in NVIDIA's
+//!   form, kept and handed to the program's callbacks; [`logs`], its entry points (`cuLogs*`).
 //! - [`export_tables`]: the runtime's private tables (`cuGetExportTable`), served locally;
 //!   [`integrity`] is the check one of them computes.
 //! - [`blas`]: cuBLAS and cuBLASLt (gemms, level 1 and 2, matmuls), for programs linked
@@ -83,6 +83,7 @@ pub mod builtins;
 pub mod children;
 pub mod context;
 pub mod copies;
+pub mod driver_log;
 pub mod error;
 pub mod export_tables;
 pub mod fft;
@@ -129,7 +130,7 @@ pub fn guard(call: &str, body: impl FnOnce() -> Result<(), Error>) -> u32 {
         Ok(Err(e)) => e.report(call),
         Err(_) => {
             eprintln!("ac-cuda: {call} failed unexpectedly (a bug in the shim)");
-            logs::record(logs::Level::Error, call, "failed unexpectedly (a bug in the shim)");
+            driver_log::record(driver_log::Level::Error, call, "failed unexpectedly (a bug in the shim)");
             error::code::UNKNOWN
         }
     }
@@ -149,7 +150,7 @@ pub fn say_unsupported_once(name: &'static str, answer: &str) {
     if !said.contains(&name) {
         said.push(name);
         eprintln!("ac-cuda: {name} is not supported on remote accelerators ({answer})");
-        logs::record(logs::Level::Error, name, &format!("not supported on remote accelerators ({answer})"));
+        driver_log::record(driver_log::Level::Error, name, &format!("not supported on remote accelerators ({answer})"));
     }
 }
 

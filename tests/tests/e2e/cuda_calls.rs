@@ -30,11 +30,23 @@ async fn assert_program_says(name: &str, acpn: u32, lines: &[&str]) {
 /// [`assert_program_says`]'s run and checks of program `name` run with `args`, on cluster `c`
 /// (the stand-in's violations are the caller's to check: in this process, or its session
 /// workers').
-async fn assert_program_says_on(c: &TestCluster, (name, args): (&str, &[&str]), acpn: u32, lines: &[&str]) {
+async fn assert_program_says_on(c: &TestCluster, program: (&str, &[&str]), acpn: u32, lines: &[&str]) {
+    assert_program_says_with(c, program, &[], acpn, lines).await;
+}
+
+/// [`assert_program_says_on`] with `env` set for the program too.
+async fn assert_program_says_with(
+    c: &TestCluster,
+    (name, args): (&str, &[&str]),
+    env: &[(&str, &str)],
+    acpn: u32,
+    lines: &[&str],
+) {
     let dir = tempfile::tempdir().unwrap();
     let Some(exe) = cuda::build(name, dir.path()) else { return };
     let shim = cuda::shim_dir(dir.path());
-    let out = run(c, &shim, &exe, args, &[("ARM_ACPN", &acpn.to_string())]).await;
+    let acpn = acpn.to_string();
+    let out = run(c, &shim, &exe, args, &[&[("ARM_ACPN", acpn.as_str())][..], env].concat()).await;
     let text = said(&out);
     assert!(out.status.success() && text.contains(&format!("{name}: all exact")), "{text}");
     for line in lines {
@@ -317,12 +329,13 @@ async fn a_modules_kernels_are_listed_through_a_session_worker() {
 /// NVIDIA's form and heard at once by the program's callback; a dump from an iterator holds it
 /// and advances the iterator, a buffer too small for any message is refused with a size of 0, a
 /// dump to a file holds it, the runtime's `cudaLogsDumpToMemory` holds it, and an unregistered
-/// callback hears no more.
+/// callback hears no more. With `CUDA_LOG_FILE` naming a file, each message is written there
+/// as it is made, once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_calls_reason_is_in_the_drivers_log() {
     let _turn = standin::exclusive().await;
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("dumped.log");
+    let (file, written) = (dir.path().join("dumped.log"), dir.path().join("written.log"));
     let lines = [
         "a dump into NULL refused exact",
         "][CUDA][E][cuLogsDumpToMemory] buffer cannot be NULL",
@@ -334,6 +347,16 @@ async fn a_refused_calls_reason_is_in_the_drivers_log() {
         "the runtime's dump holds the driver's messages exact",
         "an unregistered callback hears no more exact",
     ];
-    assert_program_says_on(&cuda_cluster(1).await, ("logs", &[file.to_str().unwrap()]), 1, &lines).await;
+    let program = ("logs", &[file.to_str().unwrap()][..]);
+    let env = [("CUDA_LOG_FILE", written.to_str().unwrap())];
+    assert_program_says_with(&cuda_cluster(1).await, program, &env, 1, &lines).await;
     standin::assert_no_violations();
+    if cuda::nvcc().is_some() {
+        let written = std::fs::read_to_string(&written).unwrap();
+        let refusals: Vec<&str> =
+            written.lines().filter(|l| l.ends_with("[cuLogsDumpToMemory] buffer cannot be NULL")).collect();
+        // Twice refused: the first dump into NULL, and the one after the callback went.
+        assert_eq!(refusals.len(), 2, "{written}");
+        assert!(written.lines().all(|l| l.starts_with('[') && l.contains("][CUDA][")), "{written}");
+    }
 }
