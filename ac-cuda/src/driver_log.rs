@@ -39,6 +39,8 @@ struct Log {
     bytes: usize,
     /// The next message's number.
     next: u32,
+    /// Messages let go to keep within [`CAPACITY`], ever.
+    dropped: u64,
 }
 
 /// What a dump wrote: the text (each message ending in a newline) and the iterator after it.
@@ -59,16 +61,19 @@ impl Log {
         while self.bytes > CAPACITY && self.messages.len() > 1 {
             let (_, gone) = self.messages.pop_front().expect("more than one");
             self.bytes -= gone.len() + 1;
+            self.dropped += 1;
         }
     }
 
-    /// The messages from number `from` (every one kept when `None`), and how many of those
-    /// asked for are gone.
-    fn since(&self, from: Option<u32>) -> (Vec<&str>, u32) {
+    /// The messages from number `from` (every one ever made when `None`), and how many of
+    /// those asked for are gone. An iterator past the newest message asks for none.
+    fn since(&self, from: Option<u32>) -> (Vec<&str>, u64) {
         // The kept messages are numbered up to `next` - 1 without a gap; numbers wrap, so the
         // count asked for is the distance back from `next`.
-        let kept = self.messages.len() as u32;
-        let asked = from.map_or(kept, |from| self.next.wrapping_sub(from));
+        let kept = self.messages.len() as u64;
+        let made = kept + self.dropped;
+        let asked = from.map_or(made, |from| u64::from(self.next.wrapping_sub(from)));
+        let asked = if asked > made { 0 } else { asked };
         let skip = kept.saturating_sub(asked) as usize;
         (self.messages.iter().skip(skip).map(|(_, m)| m.as_str()).collect(), asked.saturating_sub(kept))
     }
@@ -94,7 +99,7 @@ impl Log {
             used += m.len() + 1;
             fitting += 1;
         }
-        if fitting == 0 && !messages.is_empty() {
+        if fitting == 0 && !messages.is_empty() || left_out(lost as usize).len() + 1 > room {
             return None;
         }
         let mut text = format!("{}\n", left_out(lost as usize + messages.len() - fitting));
@@ -174,6 +179,9 @@ thread_local! {
 /// Logs `message` about a call of `entry`: kept, written where `CUDA_LOG_FILE` says, and
 /// handed to each callback.
 pub fn record(level: Level, entry: &str, message: &str) {
+    if !is_driver_entry(entry) {
+        return;
+    }
     let line = format_line(level, entry, message);
     log().lock().unwrap_or_else(|p| p.into_inner()).push(line.clone());
     write_to_log_file(&line);
@@ -196,12 +204,18 @@ pub fn record(level: Level, entry: &str, message: &str) {
     CALLING_BACK.with(|c| c.set(false));
 }
 
+/// Whether `entry` is the driver's (`cuXxx`), not cuBLAS's, cuFFT's or NVML's, whose messages
+/// are not the driver's log's.
+fn is_driver_entry(entry: &str) -> bool {
+    entry.strip_prefix("cu").and_then(|rest| rest.bytes().next()).is_some_and(|b| b.is_ascii_uppercase())
+}
+
 /// `message` in NVIDIA's form: `[HH:MM:SS.mmm][thread][CUDA][E][entry] message`.
 fn format_line(level: Level, entry: &str, message: &str) -> String {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let (secs, ms) = (now.as_secs() % 86_400, now.subsec_millis());
-    // SAFETY: gettid has no preconditions.
-    let thread = unsafe { libc::gettid() };
+    // SAFETY: the gettid system call has no preconditions (glibc's wrapper needs 2.30).
+    let thread = unsafe { libc::syscall(libc::SYS_gettid) };
     let severity = if level == Level::Error { 'E' } else { 'W' };
     format!(
         "[{:02}:{:02}:{:02}.{ms:03}][{thread}][CUDA][{severity}][{entry}] {message}",
@@ -217,7 +231,10 @@ fn write_to_log_file(line: &str) {
     let Some(target) = std::env::var_os("CUDA_LOG_FILE") else { return };
     match target.to_str() {
         Some("stderr") => {}
-        Some("stdout") => println!("{line}"),
+        // Not `println!`, which panics when stdout is closed: no message may end the program.
+        Some("stdout") => {
+            let _ = writeln!(std::io::stdout().lock(), "{line}");
+        }
         _ => {
             let file = std::fs::OpenOptions::new().create(true).append(true).open(&target);
             if let Ok(mut file) = file {
@@ -272,6 +289,37 @@ mod tests {
         assert!(dump.text.starts_with(&format!("{}\n", left_out(5))), "{}", &dump.text[..120]);
         assert_eq!(dump.text.lines().count(), CAPACITY / 100 + 1);
         assert_eq!(dump.next, (CAPACITY / 100 + 5) as u32);
+    }
+
+    #[test]
+    fn a_dump_of_every_message_says_what_was_overwritten_and_an_iterator_ahead_gets_nothing() {
+        let mut log = Log::default();
+        let line = "x".repeat(CAPACITY / 2);
+        for _ in 0..3 {
+            log.push(line.clone());
+        }
+        assert_eq!(log.messages.len(), 1);
+        let all = log.dump(None, usize::MAX).unwrap();
+        assert!(all.text.starts_with(&format!("{}\n", left_out(2))), "the two overwritten are said");
+        assert_eq!(log.dump(Some(log.next + 5), usize::MAX).unwrap().text, "", "an iterator past the newest");
+        let empty = Log { dropped: 1, ..Log::default() };
+        assert_eq!(empty.dump(None, 10), None, "no room for the note of what was overwritten");
+    }
+
+    #[test]
+    fn another_librarys_message_is_not_the_drivers() {
+        let before = current();
+        record(Level::Error, "cublasSgemm_v2", "not supported");
+        assert_eq!(current(), before);
+        record(Level::Warning, "cuMemAlloc", "kept");
+        assert_eq!(current(), before.wrapping_add(1));
+    }
+
+    #[test]
+    fn only_the_drivers_entry_points_are_logged() {
+        assert!(is_driver_entry("cuLaunchKernel") && is_driver_entry("cuLogsDumpToMemory"));
+        assert!(!is_driver_entry("cublasSgemm_v2") && !is_driver_entry("cufftExecC2C"));
+        assert!(!is_driver_entry("nvmlDeviceGetCount_v2") && !is_driver_entry("cu"));
     }
 
     #[test]

@@ -72,12 +72,16 @@ impl Error {
         }
     }
 
-    /// Says why on stderr (what the driver would keep for `cuGetErrorString`) and answers the
-    /// code. A bare code is said only when tracing (`AC_CUDA_TRACE=1`): runtimes and libraries
-    /// probe with calls that fail.
+    /// Says why on stderr (what the driver would keep for `cuGetErrorString`), and in the
+    /// driver's log, and answers the code. A bare code is said only when tracing
+    /// (`AC_CUDA_TRACE=1`), and never logged: runtimes and libraries probe with calls that fail,
+    /// and poll with `CUDA_ERROR_NOT_READY`.
     pub fn report(&self, call: &str) -> u32 {
-        if !matches!(self, Error::Code(_)) || tracing() {
+        let bare = matches!(self, Error::Code(_));
+        if !bare || tracing() {
             eprintln!("ac-cuda: {call}: {self}");
+        }
+        if !bare {
             crate::driver_log::record(crate::driver_log::Level::Error, call, &self.to_string());
         }
         self.code()
@@ -121,5 +125,22 @@ fn remote_code(e: &ac_frontend::Error) -> u32 {
 impl From<u32> for Error {
     fn from(code: u32) -> Self {
         Error::Code(code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver_log;
+
+    #[test]
+    fn a_reason_is_logged_and_a_bare_code_is_not() {
+        let before = driver_log::current();
+        assert_eq!(Error::Code(code::INVALID_VALUE).report("cuStreamQuery"), code::INVALID_VALUE);
+        assert_eq!(driver_log::current(), before, "a bare code, as a poll's, is no message");
+        Error::said(code::INVALID_VALUE, "why").report("cuMemAlloc");
+        assert_eq!(driver_log::current(), before.wrapping_add(1));
+        let dump = driver_log::dump(Some(before), usize::MAX).unwrap();
+        assert!(dump.text.ends_with("][CUDA][E][cuMemAlloc] why\n"), "{}", dump.text);
     }
 }

@@ -7,18 +7,20 @@
 //! sized and checked against the kernel's parameter layout as any other launch.
 //!
 //! The driver keeps these settings in the function, shared by every thread of the program;
-//! here they are kept per function handle, under one lock, until the program ends (a handle is
-//! never reused). `cuParamSetTexRef` stays unsupported: texture references are not served.
+//! here they are kept per function handle, under one lock, until the program ends. A handle is
+//! the address of its kernel record, which an unloaded module frees: each entry holds a `Weak`
+//! of the record, which keeps that address from going to another function while its settings
+//! are kept. `cuParamSetTexRef` stays unsupported: texture references are not served.
 
 use std::collections::HashMap;
 use std::ffi::{c_float, c_int, c_uint, c_void};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use ac_frontend::LaunchDims;
 
 use crate::error::{code, CuResult, Error};
 use crate::guard;
-use crate::module::kernels;
+use crate::module::{kernels, Kernel};
 
 /// The most parameter bytes a kernel takes (CUDA 12.1's limit on Volta and later).
 const MOST_PARAMETER_BYTES: usize = 32_764;
@@ -76,17 +78,28 @@ fn parameter_range(offset: c_int, len: usize) -> Error {
     )
 }
 
+/// A function's settings, and its kernel record, pinned.
+#[derive(Debug)]
+struct Entry {
+    /// Keeps the record's address (the handle) from being another function's.
+    _pinned: Weak<Kernel>,
+    settings: Settings,
+}
+
 /// Each function's settings, by handle.
-fn settings() -> &'static Mutex<HashMap<usize, Settings>> {
-    static SETTINGS: OnceLock<Mutex<HashMap<usize, Settings>>> = OnceLock::new();
+fn settings() -> &'static Mutex<HashMap<usize, Entry>> {
+    static SETTINGS: OnceLock<Mutex<HashMap<usize, Entry>>> = OnceLock::new();
     SETTINGS.get_or_init(Mutex::default)
 }
 
 /// Changes `function`'s settings with `change`, once the handle is known to be a function.
 fn set(function: usize, change: impl FnOnce(&mut Settings) -> CuResult<()>) -> CuResult<()> {
-    kernels().get(function)?;
+    let kernel = kernels().get(function)?;
     let mut all = settings().lock().unwrap_or_else(|p| p.into_inner());
-    change(all.entry(function).or_default())
+    let entry = all
+        .entry(function)
+        .or_insert_with(|| Entry { _pinned: Arc::downgrade(&kernel), settings: Settings::default() });
+    change(&mut entry.settings)
 }
 
 #[no_mangle]
@@ -143,6 +156,9 @@ pub unsafe extern "C" fn cuParamSetv(function: usize, offset: c_int, data: *mut 
         if data.is_null() && bytes > 0 {
             return Err(Error::Code(code::INVALID_VALUE));
         }
+        if bytes as usize > MOST_PARAMETER_BYTES {
+            return Err(parameter_range(offset, bytes as usize));
+        }
         let bytes = if bytes == 0 { &[][..] } else { std::slice::from_raw_parts(data as *const u8, bytes as usize) };
         set(function, |s| s.put(offset, bytes))
     })
@@ -166,7 +182,7 @@ pub extern "C" fn cuLaunchGridAsync(function: usize, width: c_int, height: c_int
 /// Launches `function` on `grid` blocks in `stream` with the settings the legacy calls made.
 fn launch_grid(function: usize, grid: [c_int; 2], stream: usize) -> CuResult<()> {
     kernels().get(function)?;
-    let settings = settings().lock().unwrap_or_else(|p| p.into_inner()).get(&function).cloned();
+    let settings = settings().lock().unwrap_or_else(|p| p.into_inner()).get(&function).map(|e| e.settings.clone());
     let (dims, bytes) = settings.unwrap_or_default().launch(grid)?;
     crate::launch::launch_with_buffer(function, dims, stream, &bytes)
 }

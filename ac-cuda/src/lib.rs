@@ -146,9 +146,16 @@ pub fn not_supported(name: &'static str) -> u32 {
 /// Names an unimplemented entry point on stderr, the first time it is called.
 pub fn say_unsupported_once(name: &'static str, answer: &str) {
     static SAID: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
-    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
-    if !said.contains(&name) {
-        said.push(name);
+    let first = {
+        let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+        let first = !said.contains(&name);
+        if first {
+            said.push(name);
+        }
+        first
+    };
+    // Said with the lock released: the log's callbacks are the program's, and may call here.
+    if first {
         eprintln!("ac-cuda: {name} is not supported on remote accelerators ({answer})");
         driver_log::record(driver_log::Level::Error, name, &format!("not supported on remote accelerators ({answer})"));
     }
@@ -214,4 +221,29 @@ macro_rules! jump_to {
     ($target:ident) => {
         core::arch::naked_asm!(concat!("b ", stringify!($target)))
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::{c_char, c_void};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A log callback that makes an unserved call of its own, as a program's may.
+    unsafe extern "C" fn calls_an_unserved_function(_: *mut c_void, _: driver_log::Level, _: *mut c_char, _: usize) {
+        not_supported("cuTestInsideTheCallback");
+    }
+
+    #[test]
+    fn a_log_callback_may_make_an_unserved_call() {
+        driver_log::register(calls_an_unserved_function, std::ptr::null_mut());
+        let (done, finished) = mpsc::channel();
+        std::thread::spawn(move || {
+            not_supported("cuTestBeforeTheCallback");
+            done.send(()).unwrap();
+        });
+        assert!(finished.recv_timeout(Duration::from_secs(30)).is_ok(), "the unserved call hung in its callback");
+    }
 }

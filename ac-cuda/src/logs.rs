@@ -71,9 +71,9 @@ pub unsafe extern "C" fn cuLogsDumpToMemory(
         if buffer.is_null() {
             return Err(Error::said(code::INVALID_VALUE, "buffer cannot be NULL"));
         }
-        let room = size.as_ref().ok_or_else(|| Error::said(code::INVALID_VALUE, "size cannot be NULL"))?;
-        // One byte is the terminating NUL's.
-        let dump = driver_log::dump(start(iterator), room.saturating_sub(1));
+        let room = *size.as_ref().ok_or_else(|| Error::said(code::INVALID_VALUE, "size cannot be NULL"))?;
+        // One byte is the terminating NUL's: a buffer of none holds not even an empty dump.
+        let dump = driver_log::dump(start(iterator), room.saturating_sub(1)).filter(|_| room > 0);
         let Some(dump) = dump else {
             *size = 0;
             return Err(Error::said(code::INVALID_VALUE, format!("{room} bytes hold no log message")));
@@ -104,4 +104,24 @@ pub unsafe extern "C" fn cuLogsDumpToFile(iterator: *mut c_uint, path: *const c_
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_of_no_bytes_is_not_written() {
+        let mut buffer = [b'x' as c_char; 4];
+        let (mut size, mut iterator) = (0usize, driver_log::current());
+        // SAFETY: a buffer of 4 bytes said to hold 0, a size and an iterator.
+        let answer = unsafe { cuLogsDumpToMemory(&mut iterator, buffer.as_mut_ptr(), &mut size, 0) };
+        assert_eq!((answer, size), (code::INVALID_VALUE, 0));
+        assert_eq!(buffer[0], b'x' as c_char, "nothing written past a buffer of 0 bytes");
+        // The refusal was logged: nothing new after it.
+        (size, iterator) = (buffer.len(), driver_log::current());
+        // SAFETY: as above, 4 bytes said to hold 4.
+        let answer = unsafe { cuLogsDumpToMemory(&mut iterator, buffer.as_mut_ptr(), &mut size, 0) };
+        assert_eq!((answer, size, buffer[0]), (code::SUCCESS, 0, 0), "nothing new: an empty, terminated dump");
+    }
 }

@@ -302,7 +302,7 @@ pub unsafe extern "C" fn cuStreamGetCtx(handle: usize, context: *mut usize) -> u
 /// served).
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamGetCtx_v2(handle: usize, context: *mut usize, green: *mut usize) -> u32 {
-    guard("cuStreamGetCtx", || {
+    guard("cuStreamGetCtx_v2", || {
         put(context, context_of_stream(handle)?)?;
         put(green, 0)
     })

@@ -236,7 +236,9 @@ fn check_symbol_index(table: &[u8], width: usize, headers: &[usize]) -> Result<(
 fn check_long_name(name: &str, len: usize, long_names: Option<&[u8]>) -> Result<(), String> {
     if let Some(offset) = name.strip_prefix('/').and_then(|n| n.parse::<usize>().ok()) {
         let table = long_names.ok_or(format!("the archive member {name:?} names a long-name table it lacks"))?;
-        let ends = table.get(offset..).is_some_and(|rest| rest.windows(2).any(|w| w == b"/\n"));
+        // An entry begins the table or follows another's `\n`, and ends in `/\n`.
+        let starts = offset == 0 || table.get(offset - 1) == Some(&b'\n');
+        let ends = starts && table.get(offset..).is_some_and(|rest| rest.windows(2).any(|w| w == b"/\n"));
         if !ends {
             return Err(format!(
                 "the archive member {name:?} names no whole entry of its {}-byte long-name table",
@@ -499,6 +501,10 @@ mod tests {
         let beyond = check_archive(&archive(&[("//", table), ("/40", &object)], 0)).unwrap_err();
         assert_eq!(beyond, "the archive member \"/40\" names no whole entry of its 22-byte long-name table");
         assert!(check_archive(&archive(&[("/0", &object)], 0)).unwrap_err().contains("lacks"));
+        let two: &[u8] = b"a_long_member_name.o/\nanother_long_name.o/\n";
+        assert!(check_archive(&archive(&[("//", two), ("/22", &object)], 0)).is_ok(), "the second entry");
+        let middle = check_archive(&archive(&[("//", two), ("/5", &object)], 0)).unwrap_err();
+        assert!(middle.contains("names no whole entry"), "an offset inside the first entry: {middle}");
         let bsd = check_archive(&archive(&[("#1/100000", &object)], 0)).unwrap_err();
         assert_eq!(
             bsd,
